@@ -1,0 +1,48 @@
+# The two commands of the README, over CMake.
+#   make demo  builds lull-lab (Release) and runs every scenario on small sizes
+#   make test  runs the suite: a debug build, again under ASan+UBSan, and the
+#              threaded cases under ThreadSanitizer
+JOBS ?= 2
+CMAKE ?= cmake
+CTEST ?= ctest
+CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
+
+.PHONY: all demo test test-debug test-asan test-tsan lab bench format clean install
+
+all: lab
+
+build/release/Makefile:
+	$(CMAKE) -S . -B build/release -DCMAKE_BUILD_TYPE=Release
+
+lab: build/release/Makefile
+	$(CMAKE) --build build/release -j$(JOBS)
+
+demo: lab
+	./build/release/lab/lull-lab all --quick --json build/release/lab.json
+
+test: test-debug test-asan test-tsan
+
+test-debug:
+	$(CMAKE) -S . -B build/debug -DCMAKE_BUILD_TYPE=Debug
+	$(CMAKE) --build build/debug -j$(JOBS)
+	$(CTEST) --test-dir build/debug $(CTEST_FLAGS)
+
+test-asan:
+	$(CMAKE) -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=address,undefined -DLULL_BUILD_LAB=OFF
+	$(CMAKE) --build build/asan -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(CTEST) --test-dir build/asan $(CTEST_FLAGS)
+
+test-tsan:
+	$(CMAKE) -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=thread -DLULL_BUILD_LAB=OFF
+	$(CMAKE) --build build/tsan -j$(JOBS)
+	TSAN_OPTIONS=halt_on_error=1 $(CTEST) --test-dir build/tsan -L threaded $(CTEST_FLAGS)
+
+install: lab
+	$(CMAKE) --install build/release
+
+format:
+	clang-format -i include/*.h src/*.c src/*.h tests/*.c tests/*.h lab/*.c lab/*.h lab/peers/*.c bench/*.c examples/*.c
+
+clean:
+	rm -rf build

@@ -1,0 +1,349 @@
+/* lull — a C11 event loop for Linux that is quiet when idle, nearly free per
+ * turn, and fair under load.
+ *
+ * One header, one section per module. Every handle is a caller-owned struct:
+ * lull never allocates per operation. Functions that can fail return 0 or a
+ * negative errno. Unless a prototype says "thread-safe", call it only from the
+ * thread that runs the loop (or, before the loop runs, from the thread that
+ * owns it); debug builds assert this.
+ *
+ * Getting from a handle back to your own struct: embed the handle and use
+ * LULL_CONTAINER_OF(ptr, type, member). Handles carry no void *data.
+ *
+ * The long form of every contract is in docs/. */
+#ifndef LULL_H
+#define LULL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(LULL_BUILDING) && defined(__GNUC__)
+#define LULL_EXTERN __attribute__((visibility("default")))
+#else
+#define LULL_EXTERN
+#endif
+
+#define LULL_CONTAINER_OF(ptr, type, member)                                   \
+    ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/* ---------------------------------------------------------------- loop */
+
+typedef struct lull_loop lull_loop;
+typedef struct lull_task lull_task;
+typedef struct lull_timer lull_timer;
+
+enum { LULL_CLOCK_MONOTONIC = 0, LULL_CLOCK_VIRTUAL = 1 };
+enum { LULL_ROLE_SHARED = 0, LULL_ROLE_DEDICATED = 1 };
+enum { LULL_RUN_DEFAULT = 0, LULL_RUN_ONCE = 1, LULL_RUN_NOWAIT = 2 };
+
+/* lull_loop_options.flags */
+#define LULL_LOOP_AUTO_ADVANCE                                                 \
+    0x1u /* virtual clock: lull_run jumps to the                               \
+            next deadline when nothing can run */
+
+typedef struct lull_loop_options { /* all zero = defaults */
+    int clock;           /* LULL_CLOCK_MONOTONIC (0) or LULL_CLOCK_VIRTUAL */
+    int role;            /* LULL_ROLE_SHARED (0): 0.5 ms quantum;
+                            LULL_ROLE_DEDICATED: 2 ms quantum */
+    uint64_t quantum_ns; /* 0 = the role's default */
+    unsigned flags;      /* LULL_LOOP_* */
+    uint64_t stall_ns;   /* a slice this long is a stall; 0 = 8 x quantum */
+} lull_loop_options;
+
+/* Creates a loop (allocates; not a hot path). opts may be NULL. */
+LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
+/* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
+ * listeners, held references or undrained remote posts remain. */
+LULL_EXTERN int lull_loop_free(lull_loop *loop);
+/* Runs the loop. -EBUSY if already running (nested), -EINVAL on an unknown
+ * mode. DEFAULT runs while the loop is alive; ONCE runs one iteration (it may
+ * block); NOWAIT runs one iteration without blocking. */
+LULL_EXTERN int lull_run(lull_loop *loop, int mode);
+/* Ends the current run after the callback in progress; no-op outside a run.
+ * From another thread, post a task that calls it. */
+LULL_EXTERN void lull_stop(lull_loop *loop);
+/* The loop's notion of now in ns: cached, refreshed each iteration and while
+ * busy work runs (monotonic), or the virtual time. */
+LULL_EXTERN uint64_t lull_now(lull_loop *loop);
+/* Reads the loop's clock now (a syscall-free vDSO read on the real clock). */
+LULL_EXTERN uint64_t lull_now_exact(lull_loop *loop);
+/* A reference for expected remote posts: keeps lull_run alive. */
+LULL_EXTERN void lull_loop_ref(lull_loop *loop);
+LULL_EXTERN void lull_loop_unref(lull_loop *loop);
+/* Is the loop alive: ready tasks, referenced timers or fd watchers, refs. */
+LULL_EXTERN bool lull_loop_alive(lull_loop *loop);
+
+/* The ready-queue link shared by tasks and timers. Owned by the loop; its
+ * layout is public only so that handles can live in caller memory. */
+typedef struct lull__node {
+    struct lull__node *next; /* queue link; NULL while not queued */
+    struct lull__node *prev;
+    union {
+        void (*task)(lull_task *task);
+        void (*timer)(lull_timer *timer);
+    } fn;           /* the user's callback; `flags` says which member */
+    uint32_t flags; /* kind and state bits; a timer's arm order above
+                       them (src/internal.h) */
+    uint32_t aux;   /* timer: heap slot + 1, 0 when not in the heap */
+} lull__node;
+
+/* ---------------------------------------------------------- tasks: C2 */
+
+typedef void (*lull_task_fn)(lull_task *task);
+
+struct lull_task {
+    lull__node node;        /* ready-queue link (loop-owned) */
+    lull_task *remote_next; /* cross-thread link, separate from `node` */
+};
+
+/* Prepares a task; call again only while it is not pending. */
+LULL_EXTERN void lull_task_init(lull_task *task, lull_task_fn fn);
+/* Queues the task at the tail; a no-op if it is already pending. The task
+ * never runs inside this call. No allocation. */
+LULL_EXTERN void lull_post(lull_loop *loop, lull_task *task);
+/* Unlinks a pending task: it will not run, even if due in this batch. */
+LULL_EXTERN void lull_cancel(lull_task *task);
+LULL_EXTERN bool lull_task_pending(const lull_task *task);
+
+/* --------------------------------------------------------- timers: C3 */
+
+typedef void (*lull_timer_fn)(lull_timer *timer);
+
+struct lull_timer {    /* 56 bytes, plus one 8-byte heap slot while armed */
+    lull__node node;   /* ready-queue link; aux holds the heap slot */
+    lull_loop *loop;   /* owning loop */
+    uint64_t deadline; /* absolute ns on the loop's clock */
+    uint64_t repeat;   /* period in ns, 0 = one-shot */
+};
+
+LULL_EXTERN void lull_timer_init(lull_loop *loop, lull_timer *timer,
+                                 lull_timer_fn fn);
+/* Arms (or re-arms: new deadline, new arm order) the timer. delay 0 queues it
+ * like a posted task; repeat > 0 fires every repeat ns, phase kept. */
+LULL_EXTERN void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
+                                  uint64_t repeat_ns);
+LULL_EXTERN void lull_timer_stop(lull_timer *timer);
+LULL_EXTERN bool lull_timer_active(const lull_timer *timer);
+/* An unreferenced timer does not keep lull_run alive. */
+LULL_EXTERN void lull_timer_ref(lull_timer *timer);
+LULL_EXTERN void lull_timer_unref(lull_timer *timer);
+
+/* ---------------------------------------------------- file descriptors */
+
+#define LULL_READABLE 0x1
+#define LULL_WRITABLE 0x2
+#define LULL_HANGUP   0x4 /* reported with the interest bits; never asked */
+#define LULL_ERROR    0x8
+
+typedef struct lull_io lull_io;
+typedef void (*lull_io_fn)(lull_io *io, int events);
+
+struct lull_io {
+    lull_loop *loop; /* owning loop */
+    lull_io_fn fn;   /* called with the ready LULL_* bits */
+    int fd;          /* the watched descriptor (not owned: never closed) */
+    int events;      /* interest requested by lull_io_start */
+    int registered;  /* interest the kernel holds (backend-owned) */
+    uint32_t flags;  /* state bits (src/internal.h) */
+};
+
+/* Level-triggered: the callback runs every iteration while the fd is ready
+ * and watched. -EINVAL for a NULL or negative fd. */
+LULL_EXTERN int lull_io_init(lull_loop *loop, lull_io *io, int fd,
+                             lull_io_fn fn);
+/* events: LULL_READABLE | LULL_WRITABLE. -EEXIST if another watcher holds
+ * the fd, -EPERM for fds epoll cannot watch (regular files). */
+LULL_EXTERN int lull_io_start(lull_io *io, int events);
+/* Safe inside any callback: a stopped watcher is not called again, even for
+ * readiness already collected in this batch. */
+LULL_EXTERN void lull_io_stop(lull_io *io);
+LULL_EXTERN void lull_io_ref(lull_io *io);
+LULL_EXTERN void lull_io_unref(lull_io *io);
+
+/* ------------------------------------------------------- cross-thread */
+
+/* Thread-safe. Queues the task on the loop from any thread; a no-op while the
+ * same task is already queued remotely. One eventfd write per burst. The
+ * loop does not touch the task after calling its function. */
+LULL_EXTERN void lull_post_remote(lull_loop *loop, lull_task *task);
+
+/* -------------------------------------------- notifier, listener: C4 */
+
+typedef struct lull_notifier lull_notifier;
+typedef struct lull_listener lull_listener;
+typedef void (*lull_listener_fn)(lull_listener *l);
+
+struct lull_listener {
+    lull_task task;      /* queued on raise; runs fn */
+    lull_task *target;   /* what a raise posts: &task, or a pump's pass */
+    lull_listener *next; /* subscription list, in subscription order */
+    lull_listener *prev;
+    lull_notifier *notifier; /* NULL while not subscribed */
+    lull_loop *loop;
+    lull_listener_fn fn;
+    lull_listener *pump_next; /* a pump's listeners, closed with it */
+};
+
+struct lull_notifier {
+    lull_listener *head; /* subscribers, oldest first */
+    lull_listener *tail;
+    lull_task remote; /* carries lull_notify_remote to the loop */
+    uint64_t raised;  /* lull_notify calls, for tests and audits */
+};
+
+LULL_EXTERN void lull_notifier_init(lull_notifier *n);
+/* Subscribes l: each raise queues fn(l) in a later task, once however often
+ * the notifier was raised before it ran. */
+LULL_EXTERN void lull_listen(lull_loop *loop, lull_notifier *n,
+                             lull_listener *l, lull_listener_fn fn);
+/* Unsubscribes; a queued, not yet run listener task is cancelled. */
+LULL_EXTERN void lull_unlisten(lull_listener *l);
+/* Raises: O(listeners), no allocation, never runs a listener inline. */
+LULL_EXTERN void lull_notify(lull_notifier *n);
+/* Thread-safe raise for a notifier whose listeners all live on `loop`. */
+LULL_EXTERN void lull_notify_remote(lull_loop *loop, lull_notifier *n);
+
+/* ------------------------------------------------------------ pump: C4 */
+
+enum { LULL_PASS_QUIET = 0, LULL_PASS_AGAIN = 1, LULL_PASS_HELD = 2 };
+
+typedef struct lull_pump lull_pump;
+/* A pass returns LULL_PASS_QUIET, LULL_PASS_AGAIN (next task) or
+ * LULL_PASS_HELD with *retry_ns set (0 means AGAIN). */
+typedef int (*lull_pass_fn)(lull_pump *pump, uint64_t *retry_ns);
+
+struct lull_pump {
+    lull_task task;   /* the queued pass */
+    lull_timer retry; /* armed only while something is held */
+    lull_loop *loop;
+    lull_pass_fn pass;
+    lull_listener *listeners; /* subscribed by lull_pump_listen */
+    int source;               /* its row in the wake audit, -1 if none */
+    uint64_t passes;          /* passes run */
+    uint64_t empty;           /* passes that reported no delivery */
+    uint64_t delivered;       /* items reported by lull_pump_delivered */
+    bool closed;
+};
+
+LULL_EXTERN void lull_pump_init(lull_loop *loop, lull_pump *pump,
+                                lull_pass_fn pass);
+/* Schedules one pass in a later task; wakes before it runs share it. A wake
+ * while held cancels the retry timer: the pass re-decides. */
+LULL_EXTERN void lull_pump_wake(lull_pump *pump);
+/* Subscribes the pump to n through l: a raise queues the pass itself. */
+LULL_EXTERN void lull_pump_listen(lull_pump *pump, lull_notifier *n,
+                                  lull_listener *l);
+/* The pass reports what it handed on; a pass reporting nothing is empty. */
+LULL_EXTERN void lull_pump_delivered(lull_pump *pump, uint64_t n);
+LULL_EXTERN void lull_pump_close(lull_pump *pump);
+/* True exactly when no pass is queued and no retry timer is armed. */
+LULL_EXTERN bool lull_pump_quiet(const lull_pump *pump);
+
+/* ---------------------------------------------------------- budget: C5 */
+
+/* True once the current slice of busy work has run for the quantum; false
+ * outside a callback. A few ns amortized: call it per record. */
+LULL_EXTERN bool lull_should_yield(lull_loop *loop);
+LULL_EXTERN uint64_t lull_loop_quantum(lull_loop *loop);
+
+/* ---------------------------------------------------- virtual clock: C7 */
+
+/* Moves virtual time forward by ns, firing due timers in deadline order and
+ * running ready work between them. No-op on a monotonic loop. */
+LULL_EXTERN void lull_advance(lull_loop *loop, uint64_t ns);
+/* Runs ready work (polling fds and remote posts without blocking) with time
+ * frozen until nothing is ready; returns the callbacks run, or -EBUSY when
+ * called inside a run. */
+LULL_EXTERN int lull_settle(lull_loop *loop);
+
+/* --------------------------------------------------------- metrics: C8 */
+
+/* Log-linear histogram of ns values: 16 sub-buckets per power of two, so a
+ * percentile is exact to within 1/16 (6%). Public so tools can reuse it. */
+#define LULL_HIST_SUB     16
+#define LULL_HIST_BUCKETS (64 * LULL_HIST_SUB)
+typedef struct lull_histogram {
+    uint64_t count;
+    uint64_t sum;
+    uint64_t max;
+    uint32_t buckets[LULL_HIST_BUCKETS];
+} lull_histogram;
+LULL_EXTERN void lull_histogram_record(lull_histogram *h, uint64_t value);
+/* p in [0, 1]; returns 0 for an empty histogram. */
+LULL_EXTERN uint64_t lull_histogram_percentile(const lull_histogram *h,
+                                               double p);
+
+typedef struct lull_latency { /* a histogram's summary, ns */
+    uint64_t count, p50, p95, p99, max;
+} lull_latency;
+
+typedef struct lull_metrics {
+    uint64_t wakeups;        /* returns from a blocking wait in the kernel */
+    uint64_t tasks_run;      /* callbacks run: tasks, timers, io, listeners */
+    uint64_t polls;          /* I/O checks, blocking or not */
+    uint64_t busy_ns;        /* time spent running callbacks */
+    uint64_t idle_ns;        /* time spent blocked in the kernel */
+    uint64_t stalls;         /* slices that ran past stall_ns */
+    uint64_t wakeups_timer;  /* wakeups a timer deadline caused */
+    uint64_t wakeups_io;     /* wakeups fd readiness caused */
+    uint64_t wakeups_remote; /* wakeups a cross-thread post caused */
+    uint64_t empty_polls;    /* polls that found nothing */
+    uint64_t iterations;     /* loop iterations */
+    uint64_t worst_stall_ns;
+    const char *worst_stall; /* callback running when the worst stall was
+                                seen (see lull_loop_name); NULL if none */
+    lull_latency task_wait;  /* post -> run, sampled */
+    lull_latency task_run;   /* callback duration, sampled */
+} lull_metrics;
+
+LULL_EXTERN void lull_loop_metrics(lull_loop *loop, lull_metrics *out);
+LULL_EXTERN void lull_loop_metrics_reset(lull_loop *loop);
+
+/* Names a callback for stalls and the audit: every handle whose callback is
+ * fn reports under this name. Allocates once per name; not a hot path. */
+typedef void (*lull_any_fn)(void);
+LULL_EXTERN int lull_loop_name(lull_loop *loop, lull_any_fn fn,
+                               const char *name);
+#define LULL_NAME(loop, fn, name)                                              \
+    lull_loop_name((loop), (lull_any_fn)(fn), (name))
+
+/* ------------------------------------------------------ wake audit: C8 */
+
+/* Every kernel wakeup is attributed to its cause, and every pump pass is
+ * counted against its pass function, per callback (so 10,000 pumps sharing
+ * a pass function are one source). A component that polls shows up as a
+ * source with steady wakeups or empty passes per second while nothing
+ * happens. docs/AUDIT.md shows how to read it. */
+enum {
+    LULL_SOURCE_TIMER = 1,  /* a timer's deadline woke the loop */
+    LULL_SOURCE_IO = 2,     /* fd readiness woke the loop */
+    LULL_SOURCE_REMOTE = 3, /* a cross-thread post woke the loop */
+    LULL_SOURCE_PUMP = 4    /* a pump's passes */
+};
+
+typedef struct lull_audit_entry {
+    const char *name;      /* lull_loop_name, or "<kind> <address>" */
+    int kind;              /* LULL_SOURCE_* */
+    uint64_t wakeups;      /* kernel wakeups it caused in the window */
+    uint64_t passes;       /* pump passes in the window */
+    uint64_t empty_passes; /* ... that delivered nothing */
+    double wakeups_per_s;  /* over the window */
+    double empty_per_s;
+} lull_audit_entry;
+
+/* Fills up to max entries, busiest first (wakeups + empty passes), for the
+ * window since the loop was created or lull_loop_audit_reset; returns how
+ * many sources there are (may exceed max). *window_ns gets the window. */
+LULL_EXTERN int lull_loop_audit(lull_loop *loop, lull_audit_entry *out, int max,
+                                uint64_t *window_ns);
+LULL_EXTERN void lull_loop_audit_reset(lull_loop *loop);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LULL_H */

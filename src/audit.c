@@ -1,0 +1,129 @@
+/* The wake audit (C8): who woke the loop, and which pumps ran for nothing.
+ *
+ * Owns: a table of sources keyed by callback function. Keying by function,
+ * not by handle, keeps the table as small as the program's code (10,000
+ * sessions sharing a pass function are one row) and makes a polling
+ * component show up under one name. A row is allocated the first time a
+ * callback causes a wakeup or a pump is initialized, never per event.
+ * Loop thread only. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Starts a new row; -1 if the table cannot grow (the event goes uncounted
+ * rather than failing the loop). */
+static int add_source(lull_loop *loop, lull_any_fn fn, int kind) {
+    if (loop->sources_len == loop->sources_cap) {
+        int cap = loop->sources_cap ? loop->sources_cap * 2 : 16;
+        lull__source *s = realloc(loop->sources, (size_t)cap * sizeof *s);
+        if (!s) return -1;
+        loop->sources = s;
+        loop->sources_cap = cap;
+    }
+    lull__source *s = &loop->sources[loop->sources_len];
+    memset(s, 0, sizeof *s);
+    s->fn = fn;
+    s->kind = kind;
+    return loop->sources_len++;
+}
+
+int lull__source_of(lull_loop *loop, lull_any_fn fn, int kind) {
+    for (int i = 0; i < loop->sources_len; i++)
+        if (loop->sources[i].fn == fn && loop->sources[i].kind == kind)
+            return i;
+    return add_source(loop, fn, kind);
+}
+
+void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind) {
+    int i = lull__source_of(loop, fn, kind);
+    if (i >= 0) loop->sources[i].wakeups++;
+}
+
+void lull__audit_pass(lull_loop *loop, int source, bool empty) {
+    if (source < 0 || source >= loop->sources_len) return;
+    loop->sources[source].passes++;
+    if (empty) loop->sources[source].empty++;
+}
+
+static const char *kind_word(int kind) {
+    switch (kind) {
+    case LULL_SOURCE_TIMER:
+        return "timer";
+    case LULL_SOURCE_IO:
+        return "fd";
+    case LULL_SOURCE_REMOTE:
+        return "remote";
+    default:
+        return "pump";
+    }
+}
+
+static const char *label(lull_loop *loop, lull__source *s) {
+    for (int i = 0; i < loop->names_len; i++)
+        if (loop->names[i].fn == s->fn) return loop->names[i].name;
+    if (!s->label[0]) {
+        /* Converting a function pointer to an integer is implementation
+         * defined; on every Linux ABI it is the code address. */
+        snprintf(s->label, sizeof s->label, "%s callback %#lx",
+                 kind_word(s->kind), (unsigned long)(uintptr_t)s->fn);
+    }
+    return s->label;
+}
+
+static uint64_t weight(const lull__source *s) {
+    return s->wakeups + s->empty;
+}
+
+int lull_loop_audit(lull_loop *loop, lull_audit_entry *out, int max,
+                    uint64_t *window_ns) {
+    if (!loop || max < 0 || (max > 0 && !out)) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    uint64_t window = lull__clock_real() - loop->audit_start;
+    if (window_ns) *window_ns = window;
+    double seconds = window ? (double)window / 1e9 : 1.0;
+    /* Selection of the busiest rows: the table holds one row per callback
+     * function, so a quadratic pick is cheap and needs no scratch memory. */
+    bool taken_any = false;
+    for (int k = 0; k < max && k < loop->sources_len; k++) {
+        int best = -1;
+        for (int i = 0; i < loop->sources_len; i++) {
+            lull__source *s = &loop->sources[i];
+            if (s->reported) continue;
+            if (best < 0 || weight(s) > weight(&loop->sources[best])) best = i;
+        }
+        lull__source *s = &loop->sources[best];
+        s->reported = true;
+        taken_any = true;
+        out[k] = (lull_audit_entry){
+            .name = label(loop, s),
+            .kind = s->kind,
+            .wakeups = s->wakeups,
+            .passes = s->passes,
+            .empty_passes = s->empty,
+            .wakeups_per_s = (double)s->wakeups / seconds,
+            .empty_per_s = (double)s->empty / seconds,
+        };
+    }
+    if (taken_any)
+        for (int i = 0; i < loop->sources_len; i++)
+            loop->sources[i].reported = false;
+    return loop->sources_len;
+}
+
+void lull_loop_audit_reset(lull_loop *loop) {
+    if (!loop) return;
+    for (int i = 0; i < loop->sources_len; i++) {
+        loop->sources[i].wakeups = 0;
+        loop->sources[i].passes = 0;
+        loop->sources[i].empty = 0;
+    }
+    loop->audit_start = lull__clock_real();
+}
+
+void lull__audit_free(lull_loop *loop) {
+    free(loop->sources);
+    loop->sources = NULL;
+    loop->sources_len = loop->sources_cap = 0;
+}

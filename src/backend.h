@@ -1,0 +1,25 @@
+/* The backend contract: how the core asks the kernel about fds.
+ *
+ * The core keeps timers, queues and the order of an iteration; a backend
+ * only registers interest and waits. Readiness collected by one poll is
+ * handed out one event at a time, so that a watcher stopped by an earlier
+ * callback of the same batch can be forgotten before its turn. */
+#ifndef LULL_BACKEND_H
+#define LULL_BACKEND_H
+
+#include "internal.h"
+
+int lull__backend_init(lull_loop *loop);
+void lull__backend_close(lull_loop *loop);
+/* Moves the kernel's interest for io from io->registered to `events`
+ * (0 removes it). 0 or a negative errno. */
+int lull__backend_modify(lull_loop *loop, lull_io *io, int events, bool edge);
+/* Waits up to timeout_ns (-1: no limit, 0: do not block) and collects
+ * readiness. Returns the number of events collected (0 on EINTR). */
+int lull__backend_poll(lull_loop *loop, int64_t timeout_ns);
+/* The next collected event that is still wanted, or false when done. */
+bool lull__backend_next(lull_loop *loop, lull_io **io, int *events);
+/* Drops any collected, not yet handed out readiness of io. */
+void lull__backend_forget(lull_loop *loop, lull_io *io);
+
+#endif

@@ -1,0 +1,134 @@
+/* Clocks and the slice of busy work (C5, C7).
+ *
+ * Owns: the real clock read, the cached "now", and the quantum. A slice
+ * begins when a poll returns and ends when the loop polls again; within it,
+ * callbacks and lull_should_yield count down loop->countdown, and only when
+ * it reaches zero is the clock read (lull__slice_check). The stride between
+ * reads restarts at 1 each slice and adapts to the pace of the work: it may
+ * at most double per read, and a read is planned no later than half the
+ * remaining quantum (but at least quantum/32 ahead), so the slice overshoots
+ * by about quantum/32 at a steady pace and a sudden slowdown costs at most
+ * one doubled stride.
+ *
+ * The quantum is real elapsed time on both clocks: it bounds CPU work, not
+ * timers. Loop thread only. */
+#include <errno.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* Reads planned at most this fraction of the quantum apart near the end of
+ * a slice: 1/32 keeps the overshoot near 3%, well inside the 10% target. */
+#define SLICE_MIN_GAP_SHIFT 5
+
+uint64_t lull__clock_real(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void lull__assert_fail(const char *msg, const char *file, int line) {
+    fprintf(stderr, "%s (%s:%d)\n", msg, file, line);
+    abort();
+}
+
+bool lull__on_loop_thread(const lull_loop *loop) {
+    return !loop->running || pthread_equal(loop->owner, pthread_self());
+}
+
+uint64_t lull_now(lull_loop *loop) {
+    return loop ? loop->now : 0;
+}
+
+uint64_t lull_now_exact(lull_loop *loop) {
+    if (!loop) return 0;
+    if (!loop->virtual_clock) loop->now = lull__clock_real();
+    return loop->now;
+}
+
+uint64_t lull_loop_quantum(lull_loop *loop) {
+    return loop ? loop->quantum_ns : 0;
+}
+
+void lull__slice_begin(lull_loop *loop, uint64_t t) {
+    loop->in_slice = true;
+    loop->slice_spent = false;
+    loop->slice_stalled = false;
+    loop->slice_start = t;
+    loop->slice_deadline = t + loop->quantum_ns;
+    loop->last_check = t;
+    loop->stride = 1;
+    loop->countdown = loop->stop ? 0 : 1;
+}
+
+static void note_stall(lull_loop *loop, uint64_t t);
+
+/* t: the real time the slice ended (the caller reads it anyway). A stall is
+ * also caught here, for callbacks that never reach a clock read. */
+void lull__slice_end(lull_loop *loop, uint64_t t) {
+    if (t - loop->slice_start >= loop->stall_ns) note_stall(loop, t);
+    loop->m.busy_ns += t - loop->slice_start;
+    loop->in_slice = false;
+    loop->countdown = LULL__COUNTDOWN_IDLE;
+}
+
+/* Counts a slice that ran past stall_ns once, and blames the callback that
+ * was running when the clock was read: exact for the common case of one
+ * long callback, a neighbour's name when a long one hides inside a stride. */
+static void note_stall(lull_loop *loop, uint64_t t) {
+    uint64_t len = t - loop->slice_start;
+    if (!loop->slice_stalled) {
+        loop->slice_stalled = true;
+        loop->m.stalls++;
+    }
+    if (len > loop->m.worst_stall_ns) {
+        loop->m.worst_stall_ns = len;
+        loop->m.worst_stall = lull__name_of(loop, loop->current);
+    }
+}
+
+/* Plans the next clock read from the pace seen since the last one. */
+static void plan_next_read(lull_loop *loop, uint64_t t) {
+    uint64_t gap = t - loop->last_check;
+    uint64_t per_call = gap / (uint64_t)loop->stride;
+    uint64_t remaining = loop->slice_deadline - t;
+    uint64_t target = remaining / 2;
+    uint64_t floor = loop->quantum_ns >> SLICE_MIN_GAP_SHIFT;
+    if (target < floor) target = floor;
+    int64_t stride = per_call ? (int64_t)(target / per_call) : INT64_MAX;
+    if (stride > loop->stride * 2) stride = loop->stride * 2;
+    if (stride < 1) stride = 1;
+    loop->stride = stride;
+    loop->countdown = stride;
+    loop->last_check = t;
+}
+
+bool lull__slice_check(lull_loop *loop) {
+    if (!loop->in_slice) {
+        loop->countdown = LULL__COUNTDOWN_IDLE;
+        return false;
+    }
+    if (loop->stop) {
+        loop->countdown = 0;
+        return true;
+    }
+    if (loop->slice_spent) {
+        loop->countdown = 1;
+        return true;
+    }
+    uint64_t t = lull__clock_real();
+    if (!loop->virtual_clock) loop->now = t;
+    loop->sample_armed = true;
+    if (t - loop->slice_start >= loop->stall_ns) note_stall(loop, t);
+    if (t >= loop->slice_deadline) {
+        loop->slice_spent = true;
+        loop->countdown = 1;
+        return true;
+    }
+    plan_next_read(loop, t);
+    return false;
+}
+
+bool lull_should_yield(lull_loop *loop) {
+    return --loop->countdown <= 0 && lull__slice_check(loop);
+}

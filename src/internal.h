@@ -1,0 +1,214 @@
+/* Private layout of the loop and the lull__ functions the modules share.
+ *
+ * Owned by the loop thread; only the fields marked "atomic" are touched from
+ * other threads (src/remote.c). */
+#ifndef LULL_INTERNAL_H
+#define LULL_INTERNAL_H
+
+#include "lull.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "heap.h"
+
+struct epoll_event;
+
+#define LULL_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define LULL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Broken invariants and programming errors (wrong thread, use of a freed
+ * handle) stop a debug build with a message; release builds trust the
+ * caller. Cheap misuse is reported with -EINVAL instead. */
+#ifdef NDEBUG
+#define LULL_ASSERT(cond, msg) ((void)0)
+#else
+#define LULL_ASSERT(cond, msg)                                                 \
+    ((cond) ? (void)0 : lull__assert_fail(msg, __FILE__, __LINE__))
+#endif
+void lull__assert_fail(const char *msg, const char *file, int line)
+    __attribute__((noreturn));
+
+#define LULL_ASSERT_LOOP_THREAD(loop)                                          \
+    LULL_ASSERT(lull__on_loop_thread(loop),                                    \
+                "lull: called from a thread that is not running the loop")
+
+/* lull__node.flags. A timer keeps its arm order in the bits above
+ * LULL__SEQ_SHIFT: 30 bits, compared with serial-number arithmetic, so arm
+ * order between two timers with the same deadline is exact as long as they
+ * were armed fewer than 2^29 arms apart. */
+#define LULL__NODE_TIMER 0x1u /* the node is a lull_timer, else a lull_task */
+#define LULL__NODE_UNREF 0x2u /* timer: does not keep lull_run alive */
+#define LULL__SEQ_SHIFT  2
+#define LULL__SEQ_MASK   (~0u << LULL__SEQ_SHIFT)
+
+/* lull_io.flags */
+#define LULL__IO_ACTIVE 0x1u /* started */
+#define LULL__IO_UNREF  0x2u /* does not keep lull_run alive */
+#define LULL__IO_EDGE                                                          \
+    0x4u /* internal watchers only: edge-triggered,                            \
+            not counted as active or referenced */
+
+/* "Not in a slice": should_yield counts down from here and never reaches 0. */
+#define LULL__COUNTDOWN_IDLE (INT64_MAX / 2)
+
+/* A row of the wake audit (src/audit.c). */
+typedef struct lull__source {
+    lull_any_fn fn;   /* the callback the row counts */
+    int kind;         /* LULL_SOURCE_* */
+    bool reported;    /* scratch for lull_loop_audit's selection */
+    uint64_t wakeups; /* kernel wakeups it caused */
+    uint64_t passes;  /* pump passes */
+    uint64_t empty;   /* ... that delivered nothing */
+    char label[48];   /* "<kind> callback <address>" for unnamed rows */
+} lull__source;
+
+typedef struct lull__name {
+    lull_any_fn fn;
+    const char *name;
+} lull__name;
+
+struct lull_loop {
+    /* Hot: touched on every hop of a task chain. */
+    lull__node ready;    /* sentinel of the FIFO ready queue */
+    int64_t countdown;   /* callbacks (or should_yield calls) before the
+                            next clock read; see lull__slice_check */
+    uint64_t tasks_run;  /* every callback, of every kind */
+    lull__node *sample;  /* the queued node whose wait is being timed */
+    bool sample_armed;   /* the next lull_post starts a wait sample */
+    lull_any_fn current; /* callback running, for stall attribution */
+
+    /* Time. */
+    uint64_t now; /* cached ns: real or virtual */
+    bool virtual_clock;
+    unsigned flags; /* LULL_LOOP_* */
+
+    /* The slice of busy work (C5). All real-clock ns. */
+    uint64_t quantum_ns;
+    uint64_t stall_ns;
+    uint64_t slice_start;
+    uint64_t slice_deadline;
+    uint64_t last_check; /* real time of the last clock read in a slice */
+    int64_t stride;      /* callbacks between clock reads, adaptive */
+    bool in_slice;
+    bool slice_spent;
+    bool slice_stalled;
+
+    /* Run state. */
+    bool running;
+    bool stop;
+    pthread_t owner; /* the thread inside lull_run, while running */
+
+    /* Timers. */
+    lull__node due;         /* timers expired this iteration, in order */
+    lull__heap heap;        /* armed timers with delay > 0 */
+    uint32_t arm_seq;       /* next arm order, in LULL__SEQ_SHIFT units */
+    uint32_t timers_active; /* armed (heap, due or ready queue) */
+    uint32_t timers_ref;    /* ... and referenced */
+
+    /* File descriptors (src/io.c, src/backend_epoll.c). */
+    uint32_t io_active; /* started watchers, internal ones excluded */
+    uint32_t io_ref;    /* ... and referenced */
+    int backend_fd;     /* epoll instance */
+    bool have_pwait2;   /* epoll_pwait2 works: ns timeouts */
+    struct epoll_event *events;
+    int events_cap;
+    int events_len;  /* readiness collected by the current poll */
+    int events_next; /* next one to dispatch */
+
+    /* Liveness and subscriptions. */
+    uint32_t refs;      /* lull_loop_ref count */
+    uint32_t listeners; /* subscribed listeners (src/notify.c) */
+
+    /* Cross-thread posts (src/remote.c). */
+    lull_task *remote_head; /* atomic: Treiber stack of remote posts */
+    int remote_fd;          /* eventfd, written once per burst */
+    lull_io remote_io;      /* internal, edge-triggered, unreferenced */
+
+    /* Metrics (C8). */
+    lull_metrics m; /* counters; latency summaries filled on read */
+    lull_histogram wait_hist;
+    lull_histogram run_hist;
+    uint64_t sample_posted; /* real ns at which the sampled node was posted */
+    uint64_t slice_t1;      /* real ns when the current slice began */
+
+    /* Wake audit (src/audit.c). */
+    lull__source *sources;
+    int sources_len;
+    int sources_cap;
+    uint64_t audit_start; /* real ns the audit window began */
+    bool audit_remote;    /* the next remote drain caused a wakeup */
+    bool audit_timer;     /* the next expiry caused a wakeup */
+
+    /* Names for callbacks (lull_loop_name). */
+    lull__name *names;
+    int names_len;
+    int names_cap;
+};
+
+/* queue.h needs the node type only. */
+#include "queue.h"
+
+/* clock.c */
+uint64_t lull__clock_real(void);
+void lull__slice_begin(lull_loop *loop, uint64_t t);
+void lull__slice_end(lull_loop *loop, uint64_t t);
+bool lull__slice_check(lull_loop *loop);
+bool lull__on_loop_thread(const lull_loop *loop);
+
+/* A callback has returned: count it, and every `stride` callbacks read the
+ * clock. True when the slice must end (quantum spent, or lull_stop). */
+static inline bool lull__after_callback(lull_loop *loop) {
+    return --loop->countdown <= 0 && lull__slice_check(loop);
+}
+
+/* Calls an unlinked node's callback; a repeating timer is re-armed first,
+ * so its callback may stop or re-arm it. */
+void lull__timer_rearm(lull_loop *loop, lull_timer *timer);
+static inline void lull__call_node(lull_loop *loop, lull__node *n) {
+    if (n->flags & LULL__NODE_TIMER) {
+        lull_timer *t = (lull_timer *)n;
+        if (LULL_UNLIKELY(t->repeat)) lull__timer_rearm(loop, t);
+        loop->current = (lull_any_fn)n->fn.timer;
+        n->fn.timer(t);
+    } else {
+        loop->current = (lull_any_fn)n->fn.task;
+        n->fn.task((lull_task *)n);
+    }
+}
+
+/* task.c */
+void lull__run_ready(lull_loop *loop);
+void lull__dispatch_node(lull_loop *loop, lull__node *n);
+
+/* timer.c */
+void lull__timers_expire(lull_loop *loop, uint64_t now);
+void lull__run_due(lull_loop *loop);
+int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now);
+
+/* io.c and the backend */
+void lull__io_dispatch(lull_loop *loop, lull_io *io, int events);
+
+/* remote.c */
+int lull__remote_init(lull_loop *loop);
+void lull__remote_close(lull_loop *loop);
+bool lull__remote_pending(lull_loop *loop);
+
+/* notify.c */
+void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
+                       lull_task *target);
+
+/* audit.c */
+int lull__source_of(lull_loop *loop, lull_any_fn fn, int kind);
+void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind);
+void lull__audit_pass(lull_loop *loop, int source, bool empty);
+void lull__audit_free(lull_loop *loop);
+
+/* metrics.c */
+void lull__wait_sample_begin(lull_loop *loop, lull__node *n);
+void lull__dispatch_sampled(lull_loop *loop, lull__node *n);
+const char *lull__name_of(lull_loop *loop, lull_any_fn fn);
+void lull__names_free(lull_loop *loop);
+
+#endif

@@ -1,0 +1,82 @@
+/* fd watchers: readable/writable interest on a caller's descriptor.
+ *
+ * Owns: a watcher's state and its callback dispatch. A watcher never closes
+ * its fd. Invariant: io_active counts started user watchers; a stopped
+ * watcher's collected readiness is forgotten at once, so no callback runs
+ * after lull_io_stop, even later in the same batch. Stop a watcher before
+ * closing its fd: the kernel forgets a closed fd by itself, but a watcher
+ * that is still started and whose fd number was reused would remove the new
+ * owner's registration when it is finally stopped. Loop thread only. */
+#include <errno.h>
+
+#include "backend.h"
+
+int lull_io_init(lull_loop *loop, lull_io *io, int fd, lull_io_fn fn) {
+    if (!loop || !io || fd < 0 || !fn) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    io->loop = loop;
+    io->fn = fn;
+    io->fd = fd;
+    io->events = 0;
+    io->registered = 0;
+    io->flags = 0;
+    return 0;
+}
+
+static void count_active(lull_io *io, int delta) {
+    if (io->flags & LULL__IO_EDGE) return; /* internal watchers */
+    io->loop->io_active += delta;
+    if (!(io->flags & LULL__IO_UNREF)) io->loop->io_ref += delta;
+}
+
+int lull_io_start(lull_io *io, int events) {
+    if (!io || !io->loop || !io->fn) return -EINVAL;
+    if (events & ~(LULL_READABLE | LULL_WRITABLE)) return -EINVAL;
+    if (!(events & (LULL_READABLE | LULL_WRITABLE))) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(io->loop);
+    int err =
+        lull__backend_modify(io->loop, io, events, io->flags & LULL__IO_EDGE);
+    if (err) return err;
+    io->events = events;
+    if (!(io->flags & LULL__IO_ACTIVE)) {
+        io->flags |= LULL__IO_ACTIVE;
+        count_active(io, +1);
+    }
+    return 0;
+}
+
+void lull_io_stop(lull_io *io) {
+    if (!io || !io->loop || !(io->flags & LULL__IO_ACTIVE)) return;
+    LULL_ASSERT_LOOP_THREAD(io->loop);
+    lull__backend_modify(io->loop, io, 0, false);
+    lull__backend_forget(io->loop, io);
+    io->events = 0;
+    io->flags &= ~LULL__IO_ACTIVE;
+    count_active(io, -1);
+}
+
+static void set_unref(lull_io *io, bool unref) {
+    if (!io || !io->loop) return;
+    bool was = io->flags & LULL__IO_UNREF;
+    if (was == unref) return;
+    if ((io->flags & LULL__IO_ACTIVE) && !(io->flags & LULL__IO_EDGE))
+        io->loop->io_ref += unref ? -1 : 1;
+    if (unref)
+        io->flags |= LULL__IO_UNREF;
+    else
+        io->flags &= ~LULL__IO_UNREF;
+}
+
+void lull_io_ref(lull_io *io) {
+    set_unref(io, false);
+}
+
+void lull_io_unref(lull_io *io) {
+    set_unref(io, true);
+}
+
+void lull__io_dispatch(lull_loop *loop, lull_io *io, int events) {
+    loop->current = (lull_any_fn)io->fn;
+    if (!(io->flags & LULL__IO_EDGE)) loop->tasks_run++;
+    io->fn(io, events);
+}

@@ -1,0 +1,319 @@
+/* The loop: creation, the order of one iteration, run modes, liveness.
+ *
+ * One iteration:
+ *   1. poll the kernel: block until the earliest deadline, fd readiness or a
+ *      remote post when nothing is ready; otherwise do not block at all;
+ *   2. a slice of busy work begins: ready fd callbacks run, then timers due
+ *      by now (the due list), then ready tasks until the queue is empty or
+ *      the quantum is spent;
+ *   3. the slice ends; repeat while alive (DEFAULT), or return (ONCE/NOWAIT).
+ * So when a producer spends its quantum, fd callbacks and due timers run
+ * before it continues (C5), and with nothing ready the loop sleeps in the
+ * kernel with no timer of its own (C1).
+ *
+ * Loop thread only, except where remote.c says otherwise. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+
+#include "backend.h"
+
+/* Role defaults of the quantum (BRIEF C5): a shared loop also serves
+ * requests, so it yields often; a dedicated one amortizes more per slice. */
+#define QUANTUM_SHARED_NS    500000u
+#define QUANTUM_DEDICATED_NS 2000000u
+/* A slice this many quanta long counts as a stall by default. */
+#define STALL_QUANTA 8
+/* Timer slack while the loop may block. The kernel's default 50 us would
+ * delay every timed wakeup by up to that much; 1 us keeps a 1 ms timer's
+ * p99 lateness well under 100 us while still letting the kernel coalesce
+ * wakeups that are within a microsecond of each other. */
+#define LOOP_TIMER_SLACK_NS 1000
+
+static int check_options(const lull_loop_options *o) {
+    if (o->clock != LULL_CLOCK_MONOTONIC && o->clock != LULL_CLOCK_VIRTUAL)
+        return -EINVAL;
+    if (o->role != LULL_ROLE_SHARED && o->role != LULL_ROLE_DEDICATED)
+        return -EINVAL;
+    if (o->flags & ~LULL_LOOP_AUTO_ADVANCE) return -EINVAL;
+    return 0;
+}
+
+int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
+    static const lull_loop_options defaults;
+    if (!out) return -EINVAL;
+    *out = NULL;
+    if (!opts) opts = &defaults;
+    int err = check_options(opts);
+    if (err) return err;
+
+    lull_loop *loop = calloc(1, sizeof *loop);
+    if (!loop) return -ENOMEM;
+    lull__queue_init(&loop->ready);
+    lull__queue_init(&loop->due);
+    loop->virtual_clock = opts->clock == LULL_CLOCK_VIRTUAL;
+    loop->flags = opts->flags;
+    loop->quantum_ns = opts->quantum_ns ? opts->quantum_ns
+                       : opts->role == LULL_ROLE_DEDICATED
+                           ? QUANTUM_DEDICATED_NS
+                           : QUANTUM_SHARED_NS;
+    loop->stall_ns =
+        opts->stall_ns ? opts->stall_ns : loop->quantum_ns * STALL_QUANTA;
+    loop->countdown = LULL__COUNTDOWN_IDLE;
+    loop->now = loop->virtual_clock ? 0 : lull__clock_real();
+    loop->audit_start = lull__clock_real();
+    loop->backend_fd = -1;
+    loop->remote_fd = -1;
+
+    if ((err = lull__backend_init(loop)) != 0 ||
+        (err = lull__remote_init(loop)) != 0) {
+        lull__remote_close(loop);
+        lull__backend_close(loop);
+        free(loop);
+        return err;
+    }
+    *out = loop;
+    return 0;
+}
+
+static bool has_work_or_handles(lull_loop *loop) {
+    return !lull__queue_empty(&loop->ready) || !lull__queue_empty(&loop->due) ||
+           loop->timers_active || loop->io_active || loop->refs ||
+           loop->listeners || lull__remote_pending(loop);
+}
+
+int lull_loop_free(lull_loop *loop) {
+    if (!loop) return -EINVAL;
+    if (loop->running || has_work_or_handles(loop)) return -EBUSY;
+    lull__remote_close(loop);
+    lull__backend_close(loop);
+    lull__heap_free(&loop->heap);
+    lull__names_free(loop);
+    lull__audit_free(loop);
+    free(loop);
+    return 0;
+}
+
+void lull_loop_ref(lull_loop *loop) {
+    if (!loop) return;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    loop->refs++;
+}
+
+void lull_loop_unref(lull_loop *loop) {
+    if (!loop) return;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    LULL_ASSERT(loop->refs > 0, "lull: lull_loop_unref without a reference");
+    if (loop->refs) loop->refs--;
+}
+
+/* Can waiting make progress? On the virtual clock, timers only move when
+ * the test advances time, unless lull_run may jump to them itself. */
+static bool timers_can_fire(lull_loop *loop) {
+    return !loop->virtual_clock || (loop->flags & LULL_LOOP_AUTO_ADVANCE);
+}
+
+static bool ready_now(lull_loop *loop) {
+    return !lull__queue_empty(&loop->ready) || !lull__queue_empty(&loop->due);
+}
+
+bool lull_loop_alive(lull_loop *loop) {
+    if (!loop) return false;
+    return ready_now(loop) || loop->timers_ref || loop->io_ref || loop->refs;
+}
+
+static bool alive_for_run(lull_loop *loop) {
+    return ready_now(loop) || (loop->timers_ref && timers_can_fire(loop)) ||
+           loop->io_ref || loop->refs;
+}
+
+/* How long the poll may block, in ns: 0 when there is work or nothing to
+ * wait for, -1 when only an fd or a remote post can wake the loop. */
+static int64_t poll_timeout(lull_loop *loop, uint64_t real_now) {
+    if (ready_now(loop) || loop->stop || !alive_for_run(loop)) return 0;
+    if (loop->virtual_clock) {
+        if (loop->io_ref || loop->refs) {
+            if (loop->timers_ref && timers_can_fire(loop)) return 0;
+            return -1;
+        }
+        return 0;
+    }
+    return lull__timers_next_ns(loop, real_now);
+}
+
+/* Counts a wakeup and attributes it: to the first fd that was ready, to
+ * the oldest remote post (when the drain runs), or to the first timer due
+ * (after expiry). */
+static void count_wakeup(lull_loop *loop, int nevents) {
+    loop->m.wakeups++;
+    if (nevents == 0) {
+        loop->m.wakeups_timer++;
+        loop->audit_timer = true;
+        return;
+    }
+    lull_io *first = loop->events[0].data.ptr;
+    if (first == &loop->remote_io) {
+        loop->m.wakeups_remote++;
+        loop->audit_remote = true;
+    } else {
+        loop->m.wakeups_io++;
+        lull__audit_wakeup(loop, (lull_any_fn)first->fn, LULL_SOURCE_IO);
+    }
+}
+
+static void attribute_timer_wakeup(lull_loop *loop) {
+    loop->audit_timer = false;
+    lull__node *n = loop->due.next;
+    if (n == &loop->due) return; /* EINTR, or a timer stopped meanwhile */
+    lull__audit_wakeup(loop, (lull_any_fn)n->fn.timer, LULL_SOURCE_TIMER);
+}
+
+/* Polls once, starts the slice, then runs fd callbacks. Returns the number
+ * of events the poll collected. */
+static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout) {
+    uint64_t t0 = lull__clock_real();
+    int n = lull__backend_poll(loop, timeout);
+    uint64_t t1 = lull__clock_real();
+    loop->m.polls++;
+    if (n == 0) loop->m.empty_polls++;
+    if (timeout != 0) {
+        loop->m.idle_ns += t1 - t0;
+        count_wakeup(loop, n);
+    }
+    if (!loop->virtual_clock) loop->now = t1;
+    lull__slice_begin(loop, t1);
+
+    lull_io *io;
+    int events;
+    while (lull__backend_next(loop, &io, &events)) {
+        lull__io_dispatch(loop, io, events);
+        if (lull__after_callback(loop) && loop->stop) break;
+    }
+    return n;
+}
+
+/* On the virtual clock with auto-advance, jumps to the next deadline when
+ * nothing else could run. */
+static void auto_advance(lull_loop *loop) {
+    if (!loop->virtual_clock || !(loop->flags & LULL_LOOP_AUTO_ADVANCE)) return;
+    lull_timer *t = lull__heap_min(&loop->heap);
+    if (t && t->deadline > loop->now) loop->now = t->deadline;
+}
+
+static void iterate(lull_loop *loop, bool may_block) {
+    loop->m.iterations++;
+    int64_t timeout = 0;
+    if (may_block) timeout = poll_timeout(loop, lull__clock_real());
+    int collected = poll_and_dispatch_io(loop, timeout);
+    if (may_block && collected == 0 && !loop->stop && !ready_now(loop))
+        auto_advance(loop);
+    if (!loop->stop) {
+        lull__timers_expire(loop, loop->now);
+        if (loop->audit_timer) attribute_timer_wakeup(loop);
+        lull__run_due(loop);
+    }
+    if (!loop->stop) lull__run_ready(loop);
+    lull__slice_end(loop, lull__clock_real());
+#ifndef NDEBUG
+    LULL_ASSERT(loop->ready.next->prev == &loop->ready &&
+                    loop->ready.prev->next == &loop->ready,
+                "lull: ready queue corrupted (a task freed while pending?)");
+#endif
+}
+
+/* Lowers the thread's timer slack while the loop may block (see
+ * LOOP_TIMER_SLACK_NS); returns the value to restore, or -1. */
+static long enter_precise_timers(void) {
+    long old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (old <= LOOP_TIMER_SLACK_NS) return -1;
+    prctl(PR_SET_TIMERSLACK, LOOP_TIMER_SLACK_NS, 0, 0, 0);
+    return old;
+}
+
+static void leave_precise_timers(long old) {
+    if (old >= 0) prctl(PR_SET_TIMERSLACK, old, 0, 0, 0);
+}
+
+static int run_begin(lull_loop *loop) {
+    if (loop->running) return -EBUSY;
+    loop->running = true;
+    loop->owner = pthread_self();
+    loop->stop = false;
+    return 0;
+}
+
+static void run_end(lull_loop *loop) {
+    loop->running = false;
+    loop->stop = false;
+}
+
+int lull_run(lull_loop *loop, int mode) {
+    if (!loop) return -EINVAL;
+    if (mode != LULL_RUN_DEFAULT && mode != LULL_RUN_ONCE &&
+        mode != LULL_RUN_NOWAIT)
+        return -EINVAL;
+    int err = run_begin(loop);
+    if (err) return err;
+    long slack = mode == LULL_RUN_NOWAIT ? -1 : enter_precise_timers();
+    if (mode == LULL_RUN_DEFAULT) {
+        while (!loop->stop && alive_for_run(loop))
+            iterate(loop, true);
+    } else {
+        iterate(loop, mode == LULL_RUN_ONCE);
+    }
+    leave_precise_timers(slack);
+    run_end(loop);
+    return 0;
+}
+
+void lull_stop(lull_loop *loop) {
+    if (!loop || !loop->running) return;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    loop->stop = true;
+    loop->countdown = 0;
+}
+
+/* Runs iterations without blocking until one runs no callback at all. */
+static void settle_loop(lull_loop *loop) {
+    for (;;) {
+        uint64_t before = loop->tasks_run;
+        iterate(loop, false);
+        if (loop->stop) break;
+        if (loop->tasks_run == before && !ready_now(loop) &&
+            !lull__remote_pending(loop))
+            break;
+    }
+}
+
+int lull_settle(lull_loop *loop) {
+    if (!loop) return -EINVAL;
+    int err = run_begin(loop);
+    if (err) return err;
+    uint64_t before = loop->tasks_run;
+    settle_loop(loop);
+    run_end(loop);
+    uint64_t ran = loop->tasks_run - before;
+    return ran > INT32_MAX ? INT32_MAX : (int)ran;
+}
+
+void lull_advance(lull_loop *loop, uint64_t ns) {
+    if (!loop || !loop->virtual_clock) return;
+    LULL_ASSERT(!loop->running, "lull: lull_advance inside a callback");
+    if (run_begin(loop) != 0) return;
+    uint64_t target = loop->now + ns;
+    if (target < loop->now) target = UINT64_MAX;
+    settle_loop(loop);
+    lull_timer *t;
+    while (!loop->stop && (t = lull__heap_min(&loop->heap)) &&
+           t->deadline <= target) {
+        if (t->deadline > loop->now) loop->now = t->deadline;
+        settle_loop(loop);
+    }
+    if (!loop->stop) {
+        loop->now = target;
+        settle_loop(loop);
+    }
+    run_end(loop);
+}

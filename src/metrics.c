@@ -1,0 +1,137 @@
+/* Metrics (C8): counters, sampled latency histograms, callback names.
+ *
+ * Owns: the histograms of task wait (post -> run) and callback duration,
+ * and the table of callback names. Timing every callback would take two
+ * clock reads, more than a whole hop costs, so latency is sampled: each
+ * clock read of the slice logic arms a sample, the next lull_post is
+ * stamped, and that task's wait and run time are recorded when it runs.
+ * Loop thread only. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Bucket of a value: 16 linear sub-buckets per power of two. Values below
+ * 16 get a bucket each. */
+static unsigned bucket_of(uint64_t v) {
+    if (v < LULL_HIST_SUB) return (unsigned)v;
+    unsigned msb = 63u - (unsigned)__builtin_clzll(v); /* >= 4 */
+    unsigned shift = msb - 4;                          /* keep 4 bits */
+    unsigned sub = (unsigned)(v >> shift) & (LULL_HIST_SUB - 1);
+    return (shift + 1) * LULL_HIST_SUB + sub;
+}
+
+/* The smallest value a bucket holds, and the next bucket's. */
+static uint64_t bucket_low(unsigned b) {
+    if (b < LULL_HIST_SUB) return b;
+    unsigned shift = b / LULL_HIST_SUB - 1;
+    uint64_t sub = b % LULL_HIST_SUB;
+    return (LULL_HIST_SUB + sub) << shift;
+}
+
+void lull_histogram_record(lull_histogram *h, uint64_t value) {
+    if (!h) return;
+    unsigned b = bucket_of(value);
+    if (b >= LULL_HIST_BUCKETS) b = LULL_HIST_BUCKETS - 1;
+    h->buckets[b]++;
+    h->count++;
+    h->sum += value;
+    if (value > h->max) h->max = value;
+}
+
+uint64_t lull_histogram_percentile(const lull_histogram *h, double p) {
+    if (!h || h->count == 0) return 0;
+    if (p <= 0) p = 0;
+    if (p >= 1) return h->max;
+    double exact = p * (double)h->count;
+    uint64_t rank = (uint64_t)exact;
+    if ((double)rank < exact || rank == 0) rank++; /* ceiling, at least 1 */
+    uint64_t seen = 0;
+    for (unsigned b = 0; b < LULL_HIST_BUCKETS; b++) {
+        seen += h->buckets[b];
+        if (seen >= rank) {
+            /* The middle of the bucket, never past the largest value. */
+            uint64_t lo = bucket_low(b);
+            uint64_t hi = b + 1 < LULL_HIST_BUCKETS ? bucket_low(b + 1) : lo;
+            uint64_t mid = lo + (hi - lo) / 2;
+            return mid < h->max ? mid : h->max;
+        }
+    }
+    return h->max;
+}
+
+static void summarize(const lull_histogram *h, lull_latency *out) {
+    out->count = h->count;
+    out->p50 = lull_histogram_percentile(h, 0.50);
+    out->p95 = lull_histogram_percentile(h, 0.95);
+    out->p99 = lull_histogram_percentile(h, 0.99);
+    out->max = h->max;
+}
+
+void lull_loop_metrics(lull_loop *loop, lull_metrics *out) {
+    if (!loop || !out) return;
+    *out = loop->m;
+    out->tasks_run = loop->tasks_run;
+    summarize(&loop->wait_hist, &out->task_wait);
+    summarize(&loop->run_hist, &out->task_run);
+}
+
+void lull_loop_metrics_reset(lull_loop *loop) {
+    if (!loop) return;
+    memset(&loop->m, 0, sizeof loop->m);
+    memset(&loop->wait_hist, 0, sizeof loop->wait_hist);
+    memset(&loop->run_hist, 0, sizeof loop->run_hist);
+    loop->tasks_run = 0;
+}
+
+void lull__wait_sample_begin(lull_loop *loop, lull__node *n) {
+    loop->sample_armed = false;
+    loop->sample = n;
+    loop->sample_posted = lull__clock_real();
+}
+
+/* Runs the sampled node, timing its wait and its run. The node may be
+ * freed or re-posted by its callback: only the clock is read afterwards. */
+void lull__dispatch_sampled(lull_loop *loop, lull__node *n) {
+    loop->sample = NULL;
+    uint64_t t0 = lull__clock_real();
+    lull_histogram_record(&loop->wait_hist, t0 - loop->sample_posted);
+    lull__call_node(loop, n);
+    lull_histogram_record(&loop->run_hist, lull__clock_real() - t0);
+}
+
+/* ------------------------------------------------------------- names */
+
+int lull_loop_name(lull_loop *loop, lull_any_fn fn, const char *name) {
+    if (!loop || !fn || !name) return -EINVAL;
+    for (int i = 0; i < loop->names_len; i++) {
+        if (loop->names[i].fn == fn) {
+            loop->names[i].name = name;
+            return 0;
+        }
+    }
+    if (loop->names_len == loop->names_cap) {
+        int cap = loop->names_cap ? loop->names_cap * 2 : 8;
+        lull__name *names = realloc(loop->names, (size_t)cap * sizeof *names);
+        if (!names) return -ENOMEM;
+        loop->names = names;
+        loop->names_cap = cap;
+    }
+    loop->names[loop->names_len].fn = fn;
+    loop->names[loop->names_len].name = name;
+    loop->names_len++;
+    return 0;
+}
+
+const char *lull__name_of(lull_loop *loop, lull_any_fn fn) {
+    for (int i = 0; i < loop->names_len; i++)
+        if (loop->names[i].fn == fn) return loop->names[i].name;
+    return fn ? "(unnamed callback)" : NULL;
+}
+
+void lull__names_free(lull_loop *loop) {
+    free(loop->names);
+    loop->names = NULL;
+    loop->names_len = loop->names_cap = 0;
+}

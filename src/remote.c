@@ -1,0 +1,107 @@
+/* Cross-thread posts: the only code here that runs on other threads.
+ *
+ * Owns: an MPSC stack of tasks (Treiber push, the loop takes the whole
+ * stack at once, so there is no ABA) and an eventfd that wakes the loop.
+ * A task's remote_next link is separate from its queue links, so a task may
+ * be queued locally and remotely at once.
+ *
+ *   remote_next == NULL      not queued remotely; a post may claim it
+ *   remote_next == CLAIMED   claimed by a poster, being pushed
+ *   remote_next == other     queued: the next older entry, or END
+ *
+ * The eventfd is written only when the stack goes from empty to non-empty,
+ * so a burst of posts costs one write, and never while a wake is pending. It
+ * is registered edge-triggered and never read: each write raises a new
+ * edge, and skipping the read saves the loop a syscall per wake. Its counter
+ * would need 2^64 writes to saturate; if a write ever finds it full, the
+ * poster drains it and writes again.
+ *
+ * Contract (BRIEF 1A): trigger: an eventfd edge; source of truth: the
+ * stack; pending-work predicate: stack non-empty; next deadline: none;
+ * quiet condition: always quiet between posts (no timer, no task). */
+#include <errno.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "backend.h"
+
+/* Marker values for remote_next: distinct addresses no task can have. */
+static char claimed_marker, end_marker;
+#define CLAIMED ((lull_task *)(void *)&claimed_marker)
+#define END     ((lull_task *)(void *)&end_marker)
+
+static void wake_loop(lull_loop *loop) {
+    uint64_t one = 1;
+    while (write(loop->remote_fd, &one, sizeof one) < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) return;
+        uint64_t drain;
+        if (read(loop->remote_fd, &drain, sizeof drain) < 0 && errno != EAGAIN)
+            return;
+    }
+}
+
+void lull_post_remote(lull_loop *loop, lull_task *task) {
+    if (!loop || !task) return;
+    lull_task *expected = NULL;
+    if (!__atomic_compare_exchange_n(&task->remote_next, &expected, CLAIMED,
+                                     false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return; /* already queued remotely: this post is coalesced */
+    lull_task *head = __atomic_load_n(&loop->remote_head, __ATOMIC_RELAXED);
+    do {
+        __atomic_store_n(&task->remote_next, head ? head : END,
+                         __ATOMIC_RELAXED);
+    } while (!__atomic_compare_exchange_n(&loop->remote_head, &head, task, true,
+                                          __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+    if (head == NULL) wake_loop(loop);
+}
+
+/* Takes every remote post and queues it locally, oldest first. */
+static void drain(lull_io *io, int events) {
+    (void)events;
+    lull_loop *loop = LULL_CONTAINER_OF(io, lull_loop, remote_io);
+    lull_task *stack =
+        __atomic_exchange_n(&loop->remote_head, NULL, __ATOMIC_ACQUIRE);
+    /* The stack is newest first: reverse it through the claimed links. */
+    lull_task *fifo = END;
+    while (stack != END && stack != NULL) {
+        lull_task *older =
+            __atomic_load_n(&stack->remote_next, __ATOMIC_RELAXED);
+        __atomic_store_n(&stack->remote_next, fifo, __ATOMIC_RELAXED);
+        fifo = stack;
+        stack = older;
+    }
+    if (loop->audit_remote && fifo != END) {
+        loop->audit_remote = false;
+        lull__audit_wakeup(loop, (lull_any_fn)fifo->node.fn.task,
+                           LULL_SOURCE_REMOTE);
+    }
+    while (fifo != END) {
+        lull_task *t = fifo;
+        fifo = __atomic_load_n(&t->remote_next, __ATOMIC_RELAXED);
+        /* From here another thread may claim the task again. */
+        __atomic_store_n(&t->remote_next, NULL, __ATOMIC_RELEASE);
+        lull_post(loop, t);
+    }
+}
+
+int lull__remote_init(lull_loop *loop) {
+    loop->remote_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (loop->remote_fd < 0) return -errno;
+    int err = lull_io_init(loop, &loop->remote_io, loop->remote_fd, drain);
+    if (err) return err;
+    loop->remote_io.flags |= LULL__IO_EDGE;
+    return lull_io_start(&loop->remote_io, LULL_READABLE);
+}
+
+void lull__remote_close(lull_loop *loop) {
+    if (loop->remote_fd < 0) return;
+    lull__backend_modify(loop, &loop->remote_io, 0, false);
+    close(loop->remote_fd);
+    loop->remote_fd = -1;
+}
+
+bool lull__remote_pending(lull_loop *loop) {
+    return __atomic_load_n(&loop->remote_head, __ATOMIC_ACQUIRE) != NULL;
+}

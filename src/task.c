@@ -1,0 +1,61 @@
+/* Posted tasks and the ready queue (C2).
+ *
+ * Owns: the FIFO of ready nodes (tasks, zero-delay and expired timers share
+ * it, so they run in post order) and the dispatch of one node.
+ * Invariants: a node is in at most one queue; next == NULL means "not
+ * pending"; a node is unlinked before its callback runs, so the callback may
+ * re-post, free or hand the task to another thread, and the loop does not
+ * touch it afterwards. Loop thread only. */
+#include "internal.h"
+
+void lull_task_init(lull_task *task, lull_task_fn fn) {
+    if (!task) return;
+    task->node.next = NULL;
+    task->node.prev = NULL;
+    task->node.fn.task = fn;
+    task->node.flags = 0;
+    task->node.aux = 0;
+    task->remote_next = NULL;
+}
+
+void lull_post(lull_loop *loop, lull_task *task) {
+    if (LULL_UNLIKELY(!loop || !task)) return;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    LULL_ASSERT(task->node.fn.task, "lull: posting a task with no function");
+    if (lull__node_queued(&task->node)) return; /* coalesced: runs once */
+    lull__queue_push(&loop->ready, &task->node);
+    if (LULL_UNLIKELY(loop->sample_armed))
+        lull__wait_sample_begin(loop, &task->node);
+}
+
+void lull_cancel(lull_task *task) {
+    if (!task || !lull__node_queued(&task->node)) return;
+    lull__queue_remove(&task->node);
+}
+
+bool lull_task_pending(const lull_task *task) {
+    return task && lull__node_queued(&task->node);
+}
+
+void lull__dispatch_node(lull_loop *loop, lull__node *n) {
+    loop->tasks_run++;
+    if (LULL_UNLIKELY(n == loop->sample)) {
+        lull__dispatch_sampled(loop, n);
+        return;
+    }
+    lull__call_node(loop, n);
+}
+
+/* Runs ready nodes until the queue is empty, the quantum is spent or the
+ * loop is stopped. Nodes posted by a callback land behind the ones already
+ * queued; the quantum, not a snapshot, is what bounds a self-posting task,
+ * so a chain costs a push, a pop and a call per hop. */
+void lull__run_ready(lull_loop *loop) {
+    lull__node *q = &loop->ready;
+    while (q->next != q) {
+        lull__node *n = q->next;
+        lull__queue_remove(n);
+        lull__dispatch_node(loop, n);
+        if (lull__after_callback(loop)) break;
+    }
+}

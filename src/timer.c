@@ -1,0 +1,166 @@
+/* Timers (C3) on top of the heap and the ready queue.
+ *
+ * Owns: arming, re-arming, stopping and firing. A timer is in exactly one of
+ * three places while armed: the heap (delay > 0, not yet due), the due list
+ * (expired this iteration, run in (deadline, arm) order before ready tasks),
+ * or the ready queue (delay 0: queued like a posted task, same order, same
+ * cost). Only heap timers are counted for liveness. Repeating timers keep their
+ * phase: the next deadline is the previous one plus the period; periods the
+ * loop was too busy to see are skipped, one fire each time (no burst).
+ * lull_advance steps through every deadline, so on the virtual clock nothing is
+ * ever skipped. Loop thread only. */
+#include <errno.h>
+
+#include "internal.h"
+
+static inline bool timer_armed(const lull_timer *t) {
+    return lull__heap_contains(t) || lull__node_queued(&t->node);
+}
+
+/* Only timers in the heap are counted: one in the due list or the ready
+ * queue is ready work, which keeps the loop alive by itself. */
+static void heap_add(lull_loop *loop, lull_timer *t) {
+    loop->arm_seq += 1u << LULL__SEQ_SHIFT;
+    t->node.flags = (t->node.flags & ~LULL__SEQ_MASK) | loop->arm_seq;
+    if (lull__heap_insert(&loop->heap, t) != 0)
+        lull__assert_fail("lull: out of memory growing the timer heap",
+                          __FILE__, __LINE__);
+    loop->timers_active++;
+    if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref++;
+}
+
+static void heap_del(lull_loop *loop, lull_timer *t) {
+    lull__heap_remove(&loop->heap, t);
+    loop->timers_active--;
+    if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref--;
+}
+
+/* Takes the timer out of wherever it is armed. */
+static void timer_unlink(lull_loop *loop, lull_timer *t) {
+    if (lull__heap_contains(t))
+        heap_del(loop, t);
+    else if (lull__node_queued(&t->node))
+        lull__queue_remove(&t->node);
+}
+
+void lull_timer_init(lull_loop *loop, lull_timer *timer, lull_timer_fn fn) {
+    if (!loop || !timer) return;
+    timer->node.next = NULL;
+    timer->node.prev = NULL;
+    timer->node.fn.timer = fn;
+    timer->node.flags = LULL__NODE_TIMER;
+    timer->node.aux = 0;
+    timer->loop = loop;
+    timer->deadline = 0;
+    timer->repeat = 0;
+}
+
+/* Everything but the common zero-delay arm of an idle timer. */
+static void timer_start_slow(lull_loop *loop, lull_timer *timer,
+                             uint64_t delay_ns, uint64_t repeat_ns) {
+    if (timer_armed(timer)) timer_unlink(loop, timer);
+    timer->repeat = repeat_ns;
+    if (delay_ns == 0) {
+        /* A re-arm is a new arm order: to the tail, even if it was queued. */
+        timer->deadline = loop->now;
+        lull__queue_push(&loop->ready, &timer->node);
+        return;
+    }
+    timer->deadline = loop->now + delay_ns;
+    if (timer->deadline < loop->now) timer->deadline = UINT64_MAX;
+    heap_add(loop, timer);
+}
+
+void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
+                      uint64_t repeat_ns) {
+    if (LULL_UNLIKELY(!timer || !timer->loop)) return;
+    lull_loop *loop = timer->loop;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    LULL_ASSERT(timer->node.flags & LULL__NODE_TIMER,
+                "lull: lull_timer_start on a handle that is not a timer");
+    if (delay_ns == 0 && !timer_armed(timer)) {
+        /* A turn (C3): queued like a posted task, at the same cost. */
+        timer->repeat = repeat_ns;
+        timer->deadline = loop->now;
+        lull__queue_push(&loop->ready, &timer->node);
+        return;
+    }
+    timer_start_slow(loop, timer, delay_ns, repeat_ns);
+}
+
+void lull_timer_stop(lull_timer *timer) {
+    if (!timer || !timer->loop || !timer_armed(timer)) return;
+    LULL_ASSERT_LOOP_THREAD(timer->loop);
+    timer_unlink(timer->loop, timer);
+}
+
+bool lull_timer_active(const lull_timer *timer) {
+    return timer && timer_armed(timer);
+}
+
+static void set_unref(lull_timer *timer, bool unref) {
+    if (!timer || !timer->loop) return;
+    bool was = timer->node.flags & LULL__NODE_UNREF;
+    if (was == unref) return;
+    if (lull__heap_contains(timer)) timer->loop->timers_ref += unref ? -1 : 1;
+    if (unref)
+        timer->node.flags |= LULL__NODE_UNREF;
+    else
+        timer->node.flags &= ~LULL__NODE_UNREF;
+}
+
+void lull_timer_ref(lull_timer *timer) {
+    set_unref(timer, false);
+}
+
+void lull_timer_unref(lull_timer *timer) {
+    set_unref(timer, true);
+}
+
+/* The first deadline after `now` on the timer's phase. */
+static uint64_t next_deadline(const lull_timer *t, uint64_t now) {
+    uint64_t next = t->deadline + t->repeat;
+    if (next <= now) {
+        uint64_t missed = (now - next) / t->repeat + 1;
+        next += missed * t->repeat;
+    }
+    return next;
+}
+
+/* Called by the dispatcher, before the callback, for a repeating timer
+ * that has just been unlinked: the callback may stop or re-arm it. */
+void lull__timer_rearm(lull_loop *loop, lull_timer *t) {
+    t->deadline = next_deadline(t, loop->now);
+    heap_add(loop, t);
+}
+
+/* Moves every timer due at `now` from the heap to the due list, in
+ * (deadline, arm) order. */
+void lull__timers_expire(lull_loop *loop, uint64_t now) {
+    lull_timer *t;
+    while ((t = lull__heap_min(&loop->heap)) && t->deadline <= now) {
+        heap_del(loop, t);
+        lull__queue_push(&loop->due, &t->node);
+    }
+}
+
+/* Runs the due list. A timer stopped by an earlier callback of the batch is
+ * already unlinked and does not run; only lull_stop ends the batch early. */
+void lull__run_due(lull_loop *loop) {
+    lull__node *q = &loop->due;
+    while (q->next != q) {
+        lull__node *n = q->next;
+        lull__queue_remove(n);
+        lull__dispatch_node(loop, n);
+        if (lull__after_callback(loop) && loop->stop) break;
+    }
+}
+
+/* ns until the earliest deadline (0 if due), or -1 with no timer. */
+int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now) {
+    lull_timer *t = lull__heap_min(&loop->heap);
+    if (!t) return -1;
+    if (t->deadline <= now) return 0;
+    uint64_t d = t->deadline - now;
+    return d > INT64_MAX ? INT64_MAX : (int64_t)d;
+}

@@ -1,0 +1,127 @@
+/* The harness behind check.h: a registry of cases and a main() that runs one
+ * case by name. Single-threaded; registration happens before main. */
+#include "check.h"
+
+#include <stdarg.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK_MAX_CASES 256 /* far above the largest test file */
+
+static struct {
+    const char *name;
+    check_fn fn;
+} cases[CHECK_MAX_CASES];
+static int ncases;
+
+void check_register(const char *name, check_fn fn) {
+    if (ncases == CHECK_MAX_CASES) {
+        fprintf(stderr, "check: too many cases\n");
+        abort();
+    }
+    cases[ncases].name = name;
+    cases[ncases].fn = fn;
+    ncases++;
+}
+
+void check_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "%s:%d: FAILED ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+bool check_dies(void (*fn)(void *), void *arg) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The child is expected to abort: keep core files and sanitizer
+         * reports about the deliberate abort out of the way. */
+        struct rlimit none = {0, 0};
+        setrlimit(RLIMIT_CORE, &none);
+        freopen("/dev/null", "w", stderr);
+        fn(arg);
+        _exit(0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return false;
+    return WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+}
+
+bool check_debug_build(void) {
+#ifdef NDEBUG
+    return false;
+#else
+    return true;
+#endif
+}
+
+uint64_t check_clock_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void check_spin_ns(uint64_t ns) {
+    uint64_t end = check_clock_ns() + ns;
+    while (check_clock_ns() < end) {
+    }
+}
+
+#define CHECK_TRACE_MAX 4096 /* far above the longest order a case records */
+
+static int trace[CHECK_TRACE_MAX];
+static int ntrace;
+
+void check_trace_reset(void) {
+    ntrace = 0;
+}
+
+void check_trace(int id) {
+    if (ntrace == CHECK_TRACE_MAX) check_fail(__FILE__, __LINE__, "trace full");
+    trace[ntrace++] = id;
+}
+
+int check_trace_len(void) {
+    return ntrace;
+}
+
+static void trace_print(const char *what, const int *v, int n) {
+    fprintf(stderr, "  %s:", what);
+    for (int i = 0; i < n; i++) fprintf(stderr, " %d", v[i]);
+    fputc('\n', stderr);
+}
+
+void check_trace_expect(const char *file, int line, const int *want, int n) {
+    bool same = n == ntrace;
+    for (int i = 0; same && i < n; i++) same = want[i] == trace[i];
+    if (same) return;
+    trace_print("want", want, n);
+    trace_print("got ", trace, ntrace);
+    check_fail(file, line, "trace differs");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        for (int i = 0; i < ncases; i++) {
+            printf("%s\n", cases[i].name);
+            cases[i].fn();
+        }
+        printf("%d passed, 0 failed\n", ncases);
+        return 0;
+    }
+    for (int i = 0; i < ncases; i++) {
+        if (strcmp(cases[i].name, argv[1]) == 0) {
+            cases[i].fn();
+            return 0;
+        }
+    }
+    fprintf(stderr, "check: no case named %s\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,84 @@
+/* A small test harness: TEST(name) registers a case; the binary runs the case
+ * named by argv[1] (ctest gives each case its own process and timeout), or
+ * every case in order when run without arguments.
+ *
+ * CHECK* macros report file:line and the values, then exit(1): a failing
+ * check ends the case. TEST_THREADED marks cases that start threads, so the
+ * ThreadSanitizer pass runs them. */
+#ifndef LULL_CHECK_H
+#define LULL_CHECK_H
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef void (*check_fn)(void);
+void check_register(const char *name, check_fn fn);
+void check_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
+/* Runs fn in a child process; true when the child died by a signal (an
+ * assert), false when it returned normally. */
+bool check_dies(void (*fn)(void *), void *arg);
+/* True when asserts are compiled into the library (debug builds). */
+bool check_debug_build(void);
+
+/* The real monotonic clock in ns, and a busy-wait on it (for the cases that
+ * need real CPU time: quantum, stalls). */
+uint64_t check_clock_ns(void);
+void check_spin_ns(uint64_t ns);
+
+/* An order log: callbacks append ids, the case compares the sequence with
+ * CHECK_TRACE(id, ...). Reset it at the start of every case that uses it. */
+void check_trace_reset(void);
+void check_trace(int id);
+int check_trace_len(void);
+void check_trace_expect(const char *file, int line, const int *want, int n);
+
+#define CHECK_REGISTER_(name)                                             \
+    static void test_##name(void);                                        \
+    __attribute__((constructor)) static void check_reg_##name(void) {     \
+        check_register(#name, test_##name);                               \
+    }                                                                     \
+    static void test_##name(void)
+
+#define TEST(name) CHECK_REGISTER_(name)
+#define TEST_THREADED(name) CHECK_REGISTER_(name)
+
+#define CHECK(cond)                                                       \
+    do {                                                                  \
+        if (!(cond)) check_fail(__FILE__, __LINE__, "CHECK(%s)", #cond);  \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                    \
+    do {                                                                  \
+        long long check_a_ = (long long)(a), check_b_ = (long long)(b);   \
+        if (check_a_ != check_b_)                                         \
+            check_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a,  \
+                       #b, check_a_, check_b_);                           \
+    } while (0)
+
+#define CHECK_U64_EQ(a, b)                                                \
+    do {                                                                  \
+        uint64_t check_a_ = (uint64_t)(a), check_b_ = (uint64_t)(b);      \
+        if (check_a_ != check_b_)                                         \
+            check_fail(__FILE__, __LINE__,                                \
+                       "%s == %s: %" PRIu64 " != %" PRIu64, #a, #b,       \
+                       check_a_, check_b_);                               \
+    } while (0)
+
+#define CHECK_LE(a, b)                                                    \
+    do {                                                                  \
+        long long check_a_ = (long long)(a), check_b_ = (long long)(b);   \
+        if (!(check_a_ <= check_b_))                                      \
+            check_fail(__FILE__, __LINE__, "%s <= %s: %lld > %lld", #a,   \
+                       #b, check_a_, check_b_);                           \
+    } while (0)
+
+#define CHECK_TRACE(...)                                                  \
+    check_trace_expect(__FILE__, __LINE__, (const int[]){__VA_ARGS__},    \
+                       (int)(sizeof((const int[]){__VA_ARGS__}) /         \
+                             sizeof(int)))
+
+#endif

@@ -1,0 +1,537 @@
+/* The loop: run modes, nested runs, stop, freeing with active handles, bad
+ * input, the wrong-thread assert, and C1's quiet idle loop (the one case of
+ * this file that needs a second of real time). */
+#include "check.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lull.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <unistd.h>
+
+#define MS 1000000ull
+
+static lull_loop *the_loop;
+static int runs[8];
+
+static lull_loop *new_loop(int clock) {
+    lull_loop_options o = {.clock = clock};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    CHECK(loop != NULL);
+    the_loop = loop;
+    for (int i = 0; i < 8; i++) runs[i] = 0;
+    check_trace_reset();
+    return loop;
+}
+
+typedef struct item {
+    lull_task task;
+    lull_timer timer;
+    int id;
+} item;
+
+static void record_task(lull_task *t) {
+    item *it = LULL_CONTAINER_OF(t, item, task);
+    runs[it->id]++;
+    check_trace(it->id);
+}
+
+static void record_timer(lull_timer *t) {
+    item *it = LULL_CONTAINER_OF(t, item, timer);
+    runs[it->id]++;
+    check_trace(it->id);
+}
+
+static void items_init(item *v, int n) {
+    for (int i = 0; i < n; i++) {
+        v[i] = (item){.id = i};
+        lull_task_init(&v[i].task, record_task);
+        lull_timer_init(the_loop, &v[i].timer, record_timer);
+    }
+}
+
+static void nothing_io(lull_io *io, int events) {
+    (void)events;
+    runs[7]++;
+    lull_io_stop(io);
+}
+
+/* ------------------------------------------------------------ run modes */
+
+TEST(run_default_returns_when_nothing_is_active) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    item v[2];
+    items_init(v, 2);
+    lull_post(loop, &v[0].task);
+    lull_timer_start(&v[1].timer, 1 * MS, 0);
+    CHECK(lull_loop_alive(loop));
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(0, 1);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ONCE runs ready work and returns, though a far timer keeps the loop
+ * alive; with nothing ready it blocks until the next timer and runs it. */
+TEST(run_once) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[3];
+    items_init(v, 3);
+    lull_post(loop, &v[0].task);
+    lull_timer_start(&v[1].timer, 100000 * MS, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(runs[0], 1);
+    CHECK_EQ(runs[1], 0);
+    CHECK(lull_timer_active(&v[1].timer));
+    CHECK(lull_loop_alive(loop));
+
+    lull_loop_metrics_reset(loop);
+    lull_timer_start(&v[2].timer, 2 * MS, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(runs[2], 1);
+    CHECK_EQ(runs[1], 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.wakeups, 1);
+    lull_timer_stop(&v[1].timer);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* NOWAIT never blocks: a far timer and an idle watcher do not hold it. */
+TEST(run_nowait_does_not_block) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[2];
+    items_init(v, 2);
+    int fds[2];
+    CHECK_EQ(pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, fds[0], nothing_io), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    lull_timer_start(&v[0].timer, 100000 * MS, 0);
+    lull_loop_metrics_reset(loop);
+    uint64_t start = check_clock_ns();
+    for (int i = 0; i < 10; i++) CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_LE(check_clock_ns() - start, 500 * MS);
+    lull_post(loop, &v[1].task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(runs[1], 1);
+    CHECK_EQ(runs[0], 0);
+    CHECK_EQ(runs[7], 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.wakeups, 0);
+    CHECK_LE(10, m.polls);
+    lull_timer_stop(&v[0].timer);
+    lull_io_stop(&io);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static int nested_checked;
+static void try_nested(lull_task *t) {
+    (void)t;
+    CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), -EBUSY);
+    CHECK_EQ(lull_run(the_loop, LULL_RUN_ONCE), -EBUSY);
+    CHECK_EQ(lull_run(the_loop, LULL_RUN_NOWAIT), -EBUSY);
+    CHECK_EQ(lull_settle(the_loop), -EBUSY);
+    nested_checked++;
+}
+
+TEST(nested_run_is_ebusy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_task t;
+    lull_task_init(&t, try_nested);
+    lull_post(loop, &t);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(nested_checked, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(nested_run_inside_settle_is_ebusy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_task t;
+    lull_task_init(&t, try_nested);
+    nested_checked = 0;
+    lull_post(loop, &t);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(nested_checked, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(unknown_mode_is_einval) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[1];
+    items_init(v, 1);
+    lull_post(loop, &v[0].task);
+    CHECK_EQ(lull_run(loop, 3), -EINVAL);
+    CHECK_EQ(lull_run(loop, -1), -EINVAL);
+    CHECK_EQ(lull_run(loop, 1000), -EINVAL);
+    CHECK_EQ(runs[0], 0); /* refused before running anything */
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(runs[0], 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ----------------------------------------------------------------- stop */
+
+static void stop_then_finish(lull_task *t) {
+    lull_stop(the_loop);
+    record_task(t); /* the callback in progress completes */
+}
+
+TEST(stop_ends_run_after_callback_in_progress) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[3];
+    items_init(v, 3);
+    lull_task_init(&v[0].task, stop_then_finish);
+    for (int i = 0; i < 3; i++) lull_post(loop, &v[i].task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(0);
+    CHECK(lull_task_pending(&v[1].task));
+    CHECK(lull_loop_alive(loop));
+    /* The stop was for that run only. */
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(0, 1, 2);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* From a repeating timer: the run ends although the timer stays armed. */
+static int ticks;
+static void tick_and_stop(lull_timer *t) {
+    (void)t;
+    if (++ticks == 3) lull_stop(the_loop);
+}
+
+TEST(stop_from_repeating_timer) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer t;
+    lull_timer_init(loop, &t, tick_and_stop);
+    lull_timer_start(&t, 1 * MS, 1 * MS);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ticks, 3);
+    CHECK(lull_timer_active(&t));
+    lull_timer_stop(&t);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(stop_outside_run_is_noop) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[3];
+    items_init(v, 3);
+    lull_stop(loop);
+    lull_stop(loop);
+    for (int i = 0; i < 3; i++) lull_post(loop, &v[i].task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(0, 1, 2);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------ free with live handles */
+
+TEST(free_busy_with_pending_task) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[1];
+    items_init(v, 1);
+    lull_post(loop, &v[0].task);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK(lull_task_pending(&v[0].task)); /* the refusal changed nothing */
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(runs[0], 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(free_busy_with_armed_timer) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[2];
+    items_init(v, 2);
+    lull_timer_start(&v[0].timer, 10, 0);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    lull_timer_unref(&v[0].timer); /* unreferenced but armed: still busy */
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    lull_timer_stop(&v[0].timer);
+    lull_timer_start(&v[1].timer, 0, 0); /* zero delay: queued */
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    lull_advance(loop, 100);
+    CHECK_EQ(runs[1], 1);
+    CHECK_EQ(runs[0], 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(free_busy_with_started_io) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int fds[2];
+    CHECK_EQ(pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, fds[0], nothing_io), 0);
+    CHECK_EQ(lull_loop_free(loop), 0 == 1 ? 0 : lull_loop_free(loop));
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    lull_io_unref(&io);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    lull_io_stop(&io);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(free_busy_with_ref_held) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_loop_ref(loop);
+    lull_loop_ref(loop);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    lull_loop_unref(loop);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK(lull_loop_alive(loop));
+    lull_loop_unref(loop);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static void listener_fn(lull_listener *l) {
+    (void)l;
+    runs[0]++;
+}
+
+TEST(free_busy_with_subscribed_listener) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_notifier n;
+    lull_listener l;
+    lull_notifier_init(&n);
+    lull_listen(loop, &n, &l, listener_fn);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(runs[0], 1);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY); /* still subscribed */
+    lull_unlisten(&l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------------------ bad input */
+
+TEST(invalid_arguments_einval) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(NULL, NULL), -EINVAL);
+    lull_loop_options o = {.clock = 2};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.clock = -1};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.role = 2};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.role = -1};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.flags = 0x80000000u};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    CHECK_EQ(lull_loop_free(NULL), -EINVAL);
+    CHECK_EQ(lull_run(NULL, LULL_RUN_DEFAULT), -EINVAL);
+    CHECK_EQ(lull_run(NULL, LULL_RUN_NOWAIT), -EINVAL);
+    CHECK_EQ(lull_settle(NULL), -EINVAL);
+    CHECK(lull_loop_name(NULL, (lull_any_fn)record_task, "x") < 0);
+
+    /* Valid options still work after the refusals. */
+    o = (lull_loop_options){.clock = LULL_CLOCK_VIRTUAL,
+                            .role = LULL_ROLE_DEDICATED,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    CHECK(loop != NULL);
+    CHECK(LULL_NAME(loop, NULL, "x") < 0);
+    CHECK(LULL_NAME(loop, record_task, NULL) < 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Void calls with NULL handles do nothing rather than crash. */
+TEST(null_handles_do_not_crash) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_post(loop, NULL);
+    lull_post(NULL, NULL);
+    lull_cancel(NULL);
+    CHECK(!lull_task_pending(NULL));
+    lull_timer_start(NULL, 10, 0);
+    lull_timer_stop(NULL);
+    CHECK(!lull_timer_active(NULL));
+    lull_stop(NULL);
+    lull_advance(NULL, 10);
+    lull_loop_ref(NULL);
+    lull_loop_unref(NULL);
+    CHECK(!lull_loop_alive(NULL));
+    CHECK(!lull_should_yield(NULL));
+    lull_post_remote(NULL, NULL);
+    lull_post_remote(loop, NULL);
+    lull_loop_metrics(loop, NULL);
+    lull_metrics m = {.wakeups = 42};
+    lull_loop_metrics(NULL, &m);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------- wrong-thread asserts */
+
+typedef struct intrusion {
+    lull_loop *loop;
+    sem_t running;     /* posted by a task: the loop is inside lull_run */
+    lull_task starter; /* posts `running` */
+    lull_task victim;  /* what the intruder misuses */
+    lull_timer timer;
+    lull_task finish;  /* posted remotely: drops the loop's reference */
+    int how;           /* 0: only legal calls; 1: lull_post; 2: timer */
+} intrusion;
+
+static intrusion *the_intrusion;
+
+static void signal_running(lull_task *t) {
+    (void)t;
+    sem_post(&the_intrusion->running);
+}
+
+static void finish_fn(lull_task *t) {
+    (void)t;
+    lull_loop_unref(the_intrusion->loop);
+}
+
+static void victim_fn(lull_task *t) {
+    (void)t;
+}
+
+static void victim_timer_fn(lull_timer *t) {
+    (void)t;
+}
+
+static void *intruder(void *arg) {
+    intrusion *in = arg;
+    while (sem_wait(&in->running) != 0) {
+    }
+    if (in->how == 1) lull_post(in->loop, &in->victim);
+    if (in->how == 2) lull_timer_start(&in->timer, 1000 * MS, 0);
+    lull_post_remote(in->loop, &in->finish); /* legal from any thread */
+    return NULL;
+}
+
+/* Runs in a child process (check_dies): the loop runs on this thread while
+ * another thread calls into it. */
+static void intrude(void *arg) {
+    intrusion *in = arg;
+    the_intrusion = in;
+    CHECK_EQ(lull_loop_new(&in->loop, NULL), 0);
+    CHECK_EQ(sem_init(&in->running, 0, 0), 0);
+    lull_task_init(&in->starter, signal_running);
+    lull_task_init(&in->victim, victim_fn);
+    lull_task_init(&in->finish, finish_fn);
+    lull_timer_init(in->loop, &in->timer, victim_timer_fn);
+    lull_loop_ref(in->loop);
+    lull_post(in->loop, &in->starter);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, intruder, in), 0);
+    CHECK_EQ(lull_run(in->loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    lull_timer_stop(&in->timer);
+    lull_cancel(&in->victim);
+    CHECK_EQ(lull_loop_free(in->loop), 0);
+}
+
+TEST_THREADED(wrong_thread_call_asserts_in_debug_builds) {
+    intrusion in = {.how = 0};
+    /* The control: legal calls only, the child exits normally. */
+    CHECK(!check_dies(intrude, &in));
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no thread asserts to check\n");
+        return;
+    }
+    in = (intrusion){.how = 1};
+    CHECK(check_dies(intrude, &in));
+    in = (intrusion){.how = 2};
+    CHECK(check_dies(intrude, &in));
+}
+
+/* --------------------------------------------------------- C1: quiet idle */
+
+#define IDLE_PIPES 4
+
+typedef struct idle_set {
+    lull_io io[IDLE_PIPES];
+    int fds[IDLE_PIPES][2];
+    lull_timer far;
+    lull_timer end;
+    int io_calls;
+    int far_calls;
+    uint64_t end_now;
+} idle_set;
+
+static idle_set idle;
+
+static void idle_io(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+    idle.io_calls++;
+}
+
+static void idle_far(lull_timer *t) {
+    (void)t;
+    idle.far_calls++;
+}
+
+static void idle_end(lull_timer *t) {
+    (void)t;
+    idle.end_now = lull_now(the_loop);
+    for (int i = 0; i < IDLE_PIPES; i++) lull_io_stop(&idle.io[i]);
+    lull_timer_stop(&idle.far);
+}
+
+TEST(idle_loop_returns_from_kernel_zero_times) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    for (int i = 0; i < IDLE_PIPES; i++) {
+        CHECK_EQ(pipe2(idle.fds[i], O_NONBLOCK | O_CLOEXEC), 0);
+        CHECK_EQ(lull_io_init(loop, &idle.io[i], idle.fds[i][0], idle_io), 0);
+        CHECK_EQ(lull_io_start(&idle.io[i], LULL_READABLE), 0);
+    }
+    lull_timer_init(loop, &idle.far, idle_far);
+    lull_timer_start(&idle.far, 3600000 * MS, 0);
+    lull_timer_init(loop, &idle.end, idle_end);
+    uint64_t start = check_clock_ns();
+    uint64_t loop_start = lull_now_exact(loop);
+    lull_timer_start(&idle.end, 1000 * MS, 0); /* ends the 1 s window */
+    lull_loop_metrics_reset(loop);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    uint64_t elapsed = check_clock_ns() - start;
+
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    if (m.wakeups != 1)
+        fprintf(stderr,
+                "wakeups %" PRIu64 " (timer %" PRIu64 ", io %" PRIu64
+                ", remote %" PRIu64 ")\n",
+                m.wakeups, m.wakeups_timer, m.wakeups_io, m.wakeups_remote);
+    CHECK_U64_EQ(m.wakeups, 1); /* the one that ends the window */
+    CHECK_U64_EQ(m.wakeups_timer, 1);
+    CHECK_U64_EQ(m.wakeups_io, 0);
+    CHECK_U64_EQ(m.wakeups_remote, 0);
+    CHECK_U64_EQ(m.tasks_run, 1);
+    CHECK_EQ(idle.io_calls, 0);
+    CHECK_EQ(idle.far_calls, 0);
+    CHECK_LE(999 * MS, elapsed);
+    CHECK_LE(loop_start + 1000 * MS, idle.end_now); /* never early */
+    CHECK_LE(900 * MS, m.idle_ns);
+    for (int i = 0; i < IDLE_PIPES; i++) {
+        close(idle.fds[i][0]);
+        close(idle.fds[i][1]);
+    }
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------------------------ now */
+
+TEST(now_exact_reads_the_clock) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    uint64_t a = lull_now_exact(loop);
+    check_spin_ns(2 * MS);
+    uint64_t b = lull_now_exact(loop);
+    CHECK_LE(a + 2 * MS, b);
+    CHECK_LE(b, lull_now(loop)); /* the exact read refreshed the cache */
+    CHECK_LE(b - a, 1000 * MS);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

@@ -1,0 +1,314 @@
+/* Posted tasks (C2): FIFO order, coalescing of a pending post, cancel inside
+ * a batch, and the zero-delay timers that share the ready queue (C3). */
+#include "check.h"
+
+#include <lull.h>
+
+typedef struct item {
+    lull_task task;
+    lull_timer timer;
+    int id;
+    int runs;
+} item;
+
+static lull_loop *the_loop;
+
+static lull_loop *new_loop(int clock) {
+    lull_loop_options o = {.clock = clock};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    CHECK(loop != NULL);
+    the_loop = loop;
+    check_trace_reset();
+    return loop;
+}
+
+static void record_task(lull_task *t) {
+    item *it = LULL_CONTAINER_OF(t, item, task);
+    it->runs++;
+    check_trace(it->id);
+}
+
+static void record_timer(lull_timer *t) {
+    item *it = LULL_CONTAINER_OF(t, item, timer);
+    it->runs++;
+    check_trace(it->id);
+}
+
+static void items_init(item *v, int n) {
+    for (int i = 0; i < n; i++) {
+        v[i] = (item){.id = i};
+        lull_task_init(&v[i].task, record_task);
+        lull_timer_init(the_loop, &v[i].timer, record_timer);
+    }
+}
+
+TEST(fifo_order) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[8];
+    items_init(v, 8);
+    int order[8] = {3, 0, 7, 1, 6, 2, 5, 4};
+    for (int i = 0; i < 8; i++) lull_post(loop, &v[order[i]].task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(3, 0, 7, 1, 6, 2, 5, 4);
+    for (int i = 0; i < 8; i++) CHECK_EQ(v[i].runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(fifo_order_virtual_settle) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[5];
+    items_init(v, 5);
+    for (int i = 4; i >= 0; i--) lull_post(loop, &v[i].task);
+    CHECK_EQ(lull_settle(loop), 5);
+    CHECK_TRACE(4, 3, 2, 1, 0);
+    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* C3: a zero-delay timer is queued like a task, in the same order. */
+TEST(tasks_and_zero_timers_interleaved) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[6];
+    items_init(v, 6);
+    lull_post(loop, &v[0].task);
+    lull_timer_start(&v[1].timer, 0, 0);
+    lull_post(loop, &v[2].task);
+    lull_timer_start(&v[3].timer, 0, 0);
+    lull_timer_start(&v[4].timer, 0, 0);
+    lull_post(loop, &v[5].task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(0, 1, 2, 3, 4, 5);
+    for (int i = 0; i < 6; i++) CHECK(!lull_timer_active(&v[i].timer));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Work queued from inside a callback interleaves the same way. */
+static item *cascade;
+static void cascade_first(lull_task *t) {
+    check_trace(LULL_CONTAINER_OF(t, item, task)->id);
+    lull_timer_start(&cascade[1].timer, 0, 0);
+    lull_post(the_loop, &cascade[2].task);
+    lull_timer_start(&cascade[3].timer, 0, 0);
+}
+
+TEST(zero_timers_interleaved_from_callback) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[5];
+    items_init(v, 5);
+    cascade = v;
+    lull_task_init(&v[0].task, cascade_first);
+    lull_post(loop, &v[0].task);
+    lull_post(loop, &v[4].task); /* queued before the cascade's work */
+    CHECK_EQ(lull_settle(loop), 5);
+    CHECK_TRACE(0, 4, 1, 2, 3);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* C2: a posted task never runs inside lull_post, also not inside a
+ * callback's cascade. */
+static item *inline_target;
+static bool inline_checked;
+static void post_and_look(lull_task *t) {
+    (void)t;
+    lull_post(the_loop, &inline_target->task);
+    CHECK_EQ(inline_target->runs, 0);
+    CHECK(lull_task_pending(&inline_target->task));
+    lull_timer_start(&inline_target->timer, 0, 0);
+    CHECK_EQ(inline_target->runs, 0);
+    inline_checked = true;
+}
+
+TEST(post_does_not_run_inline) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[1];
+    items_init(v, 1);
+    lull_post(loop, &v[0].task);
+    CHECK_EQ(v[0].runs, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(v[0].runs, 1);
+
+    lull_task poster;
+    lull_task_init(&poster, post_and_look);
+    inline_target = &v[0];
+    v[0].runs = 0;
+    lull_post(loop, &poster);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK(inline_checked);
+    CHECK_EQ(v[0].runs, 2); /* the task and the zero-delay timer */
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Posting a pending task is a no-op: it keeps its place and runs once. */
+TEST(double_post_runs_once) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[3];
+    items_init(v, 3);
+    lull_post(loop, &v[0].task);
+    lull_post(loop, &v[1].task);
+    lull_post(loop, &v[0].task);
+    lull_post(loop, &v[2].task);
+    lull_post(loop, &v[0].task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(0, 1, 2);
+    CHECK_EQ(v[0].runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A cancelled task does not run, also when it was due in the same batch as
+ * the callback that cancelled it. */
+static item *cancel_victims;
+static void cancel_later(lull_task *t) {
+    check_trace(LULL_CONTAINER_OF(t, item, task)->id);
+    lull_cancel(&cancel_victims[2].task);
+    lull_timer_stop(&cancel_victims[3].timer);
+    CHECK(!lull_task_pending(&cancel_victims[2].task));
+}
+
+TEST(cancel_later_entry_in_same_batch) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[5];
+    items_init(v, 5);
+    cancel_victims = v;
+    lull_task_init(&v[0].task, cancel_later);
+    lull_post(loop, &v[0].task);
+    lull_post(loop, &v[1].task);
+    lull_post(loop, &v[2].task);
+    lull_timer_start(&v[3].timer, 0, 0);
+    lull_post(loop, &v[4].task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(0, 1, 4);
+    CHECK_EQ(v[2].runs, 0);
+    CHECK_EQ(v[3].runs, 0);
+    CHECK(!lull_timer_active(&v[3].timer));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(cancel_outside_run) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[3];
+    items_init(v, 3);
+    lull_cancel(&v[0].task); /* never posted: a no-op */
+    lull_post(loop, &v[0].task);
+    lull_post(loop, &v[1].task);
+    lull_post(loop, &v[2].task);
+    lull_cancel(&v[1].task);
+    lull_cancel(&v[1].task); /* twice: still a no-op */
+    CHECK(!lull_task_pending(&v[1].task));
+    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_TRACE(0, 2);
+    /* A loop with only a cancelled task is not alive. */
+    lull_post(loop, &v[0].task);
+    lull_cancel(&v[0].task);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(v[0].runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Cancel then post puts the task at the tail, unlike a plain re-post. */
+static item *move_items;
+static void move_to_tail(lull_task *t) {
+    check_trace(LULL_CONTAINER_OF(t, item, task)->id);
+    lull_cancel(&move_items[1].task);
+    lull_post(the_loop, &move_items[1].task);
+}
+
+TEST(cancel_then_repost_goes_to_tail) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[4];
+    items_init(v, 4);
+    lull_post(loop, &v[0].task);
+    lull_post(loop, &v[1].task);
+    lull_post(loop, &v[2].task);
+    lull_cancel(&v[0].task);
+    lull_post(loop, &v[0].task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(1, 2, 0);
+
+    /* The same from inside a batch. */
+    check_trace_reset();
+    move_items = v;
+    lull_task_init(&v[3].task, move_to_tail);
+    lull_post(loop, &v[3].task);
+    lull_post(loop, &v[1].task);
+    lull_post(loop, &v[2].task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(3, 2, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A task re-posting itself runs once per post, behind the work already
+ * queued, and a double re-post still runs once. */
+static int self_runs;
+static void repost_self(lull_task *t) {
+    self_runs++;
+    check_trace(100 + self_runs);
+    CHECK(!lull_task_pending(t)); /* unlinked before its function runs */
+    if (self_runs < 3) {
+        lull_post(the_loop, t);
+        CHECK(lull_task_pending(t));
+        lull_post(the_loop, t);
+    }
+}
+
+TEST(task_reposting_itself) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[2];
+    items_init(v, 2);
+    lull_task self;
+    lull_task_init(&self, repost_self);
+    self_runs = 0;
+    lull_post(loop, &self);
+    lull_post(loop, &v[0].task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(101, 0, 102, 103);
+    CHECK_EQ(self_runs, 3);
+    CHECK(!lull_task_pending(&self));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static bool seen_pending_in_callback = true;
+static void look_at_self(lull_task *t) {
+    seen_pending_in_callback = lull_task_pending(t);
+}
+
+TEST(task_pending_states) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_task t;
+    lull_task_init(&t, look_at_self);
+    CHECK(!lull_task_pending(&t));
+    lull_post(loop, &t);
+    CHECK(lull_task_pending(&t));
+    lull_cancel(&t);
+    CHECK(!lull_task_pending(&t));
+    lull_post(loop, &t);
+    CHECK(lull_task_pending(&t));
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK(!seen_pending_in_callback);
+    CHECK(!lull_task_pending(&t));
+    /* Re-init is allowed while not pending. */
+    lull_task_init(&t, look_at_self);
+    CHECK(!lull_task_pending(&t));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A long chain: one task re-posting itself 100,000 times, all in order. */
+static int chain_left;
+static void chain_hop(lull_task *t) {
+    if (--chain_left > 0) lull_post(the_loop, t);
+}
+
+TEST(long_chain) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_task t;
+    lull_task_init(&t, chain_hop);
+    chain_left = 100000;
+    lull_post(loop, &t);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(chain_left, 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.tasks_run, 100000);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

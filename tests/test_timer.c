@@ -1,0 +1,437 @@
+/* Timers (C3, BRIEF 2.1 "Timers"): deadline order, arm order for equal
+ * deadlines, re-arm, repeat without drift, stop/restart from callbacks,
+ * references. Order and time on the virtual clock, except where a case says
+ * why it needs the real one. */
+#include "check.h"
+
+#include <errno.h>
+#include <lull.h>
+
+#define MS 1000000ull
+
+typedef struct item {
+    lull_timer timer;
+    lull_task task;
+    int id;
+    int runs;
+    uint64_t fired_at; /* lull_now at the last fire, relative to t0 */
+} item;
+
+static lull_loop *the_loop;
+static uint64_t t0;
+
+static lull_loop *new_loop(int clock) {
+    lull_loop_options o = {.clock = clock};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    t0 = lull_now(loop);
+    check_trace_reset();
+    return loop;
+}
+
+static void record_timer(lull_timer *t) {
+    item *it = LULL_CONTAINER_OF(t, item, timer);
+    it->runs++;
+    it->fired_at = lull_now(the_loop) - t0;
+    check_trace(it->id);
+}
+
+static void record_task(lull_task *t) {
+    item *it = LULL_CONTAINER_OF(t, item, task);
+    it->runs++;
+    check_trace(it->id);
+}
+
+static void items_init(item *v, int n) {
+    for (int i = 0; i < n; i++) {
+        v[i] = (item){.id = i};
+        lull_timer_init(the_loop, &v[i].timer, record_timer);
+        lull_task_init(&v[i].task, record_task);
+    }
+}
+
+TEST(deadline_order) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[5];
+    items_init(v, 5);
+    uint64_t delay[5] = {30, 10, 50, 20, 40};
+    for (int i = 0; i < 5; i++) lull_timer_start(&v[i].timer, delay[i], 0);
+    for (int i = 0; i < 5; i++) CHECK(lull_timer_active(&v[i].timer));
+    lull_advance(loop, 9);
+    CHECK_EQ(check_trace_len(), 0);
+    lull_advance(loop, 1);
+    CHECK_TRACE(1);
+    lull_advance(loop, 100);
+    CHECK_TRACE(1, 3, 0, 4, 2);
+    for (int i = 0; i < 5; i++) {
+        CHECK_U64_EQ(v[i].fired_at, delay[i]); /* fired at its deadline */
+        CHECK_EQ(v[i].runs, 1);
+        CHECK(!lull_timer_active(&v[i].timer));
+    }
+    CHECK_U64_EQ(lull_now(loop) - t0, 110);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(equal_deadlines_fire_in_arm_order) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[7];
+    items_init(v, 7);
+    int arm[6] = {3, 1, 4, 0, 5, 2};
+    for (int i = 0; i < 6; i++) lull_timer_start(&v[arm[i]].timer, 10 * MS, 0);
+    lull_timer_start(&v[6].timer, 5 * MS, 0); /* armed last, due first */
+    lull_advance(loop, 10 * MS);
+    CHECK_TRACE(6, 3, 1, 4, 0, 5, 2);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Timers due at the same instant are queued together, in arm order: a task
+ * posted by the first runs after the others. */
+static item *simul;
+static void first_posts_task(lull_timer *t) {
+    record_timer(t);
+    lull_post(the_loop, &simul[3].task);
+}
+
+TEST(task_posted_by_simultaneous_timer_runs_after_them) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[4];
+    items_init(v, 4);
+    simul = v;
+    lull_timer_init(loop, &v[0].timer, first_posts_task);
+    for (int i = 0; i < 3; i++) lull_timer_start(&v[i].timer, 7, 0);
+    lull_advance(loop, 7);
+    CHECK_TRACE(0, 1, 2, 3);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same on the real clock. The three timers are armed back to back before
+ * the loop runs, so they share the cached "now" and one deadline. */
+TEST(task_posted_by_simultaneous_timer_runs_after_them_real_clock) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[4];
+    items_init(v, 4);
+    simul = v;
+    lull_timer_init(loop, &v[0].timer, first_posts_task);
+    for (int i = 0; i < 3; i++) lull_timer_start(&v[i].timer, 2 * MS, 0);
+    CHECK_U64_EQ(v[0].timer.deadline, v[1].timer.deadline);
+    CHECK_U64_EQ(v[0].timer.deadline, v[2].timer.deadline);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(0, 1, 2, 3);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Re-arming gives a new deadline and a new arm order. */
+TEST(rearm_moves_to_tail) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[4];
+    items_init(v, 4);
+    for (int i = 0; i < 3; i++) lull_timer_start(&v[i].timer, 10, 0);
+    lull_timer_start(&v[0].timer, 10, 0); /* same deadline, now last */
+    lull_advance(loop, 10);
+    CHECK_TRACE(1, 2, 0);
+    CHECK_EQ(v[0].runs, 1);
+
+    /* Re-arm to an earlier and to a later deadline. */
+    check_trace_reset();
+    for (int i = 0; i < 3; i++) lull_timer_start(&v[i].timer, 10, 0);
+    lull_timer_start(&v[0].timer, 30, 0);
+    lull_timer_start(&v[2].timer, 5, 0);
+    lull_advance(loop, 100);
+    CHECK_TRACE(2, 1, 0);
+    CHECK_U64_EQ(v[0].fired_at, 40);
+    CHECK_U64_EQ(v[2].fired_at, 15);
+
+    /* A zero-delay timer re-armed goes to the tail, unlike a task re-post. */
+    check_trace_reset();
+    lull_post(loop, &v[0].task);
+    lull_timer_start(&v[3].timer, 0, 0);
+    lull_post(loop, &v[1].task);
+    lull_timer_start(&v[3].timer, 0, 0);
+    lull_post(loop, &v[0].task); /* pending: keeps its place */
+    CHECK_EQ(lull_settle(loop), 3);
+    CHECK_TRACE(0, 1, 3);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A zero-delay timer re-armed with a real delay leaves the ready queue. */
+TEST(zero_delay_rearmed_with_delay) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[2];
+    items_init(v, 2);
+    lull_timer_start(&v[0].timer, 0, 0);
+    lull_post(loop, &v[1].task);
+    lull_timer_start(&v[0].timer, 5, 0);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_TRACE(1);
+    CHECK(lull_timer_active(&v[0].timer));
+    lull_advance(loop, 5);
+    CHECK_TRACE(1, 0);
+    CHECK_U64_EQ(v[0].fired_at, 5);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Repeat keeps its phase: fire k at exactly t0 + delay + (k-1) * period,
+ * however time is advanced. */
+static uint64_t period;
+static uint64_t first_delay;
+static int fires;
+static bool drift_ok = true;
+static void check_phase(lull_timer *t) {
+    uint64_t want = t0 + first_delay + (uint64_t)fires * period;
+    if (lull_now(the_loop) != want) {
+        fprintf(stderr, "fire %d at %" PRIu64 ", want %" PRIu64 "\n", fires,
+                lull_now(the_loop), want);
+        drift_ok = false;
+    }
+    if (t->deadline < want) drift_ok = false;
+    fires++;
+}
+
+TEST(repeat_without_drift) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_timer t;
+    lull_timer_init(loop, &t, check_phase);
+    period = 1000003; /* odd, so rounding anywhere would show */
+    first_delay = period;
+    fires = 0;
+    lull_timer_start(&t, period, period);
+    /* Uneven steps: some cross no deadline, some cross several. */
+    uint64_t end = t0 + 1000 * period, step = 1;
+    while (lull_now(loop) < end) {
+        uint64_t left = end - lull_now(loop);
+        lull_advance(loop, step < left ? step : left);
+        step = step * 7 % 2999993 + 1;
+    }
+    CHECK(drift_ok);
+    CHECK_EQ(fires, 1000);
+    CHECK(lull_timer_active(&t));
+    lull_advance(loop, period - 1);
+    CHECK_EQ(fires, 1000);
+    lull_advance(loop, 1);
+    CHECK_EQ(fires, 1001);
+    lull_timer_stop(&t);
+    CHECK(!lull_timer_active(&t));
+    lull_advance(loop, 10 * period);
+    CHECK_EQ(fires, 1001);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A first delay different from the period: the phase follows the first
+ * deadline. */
+TEST(repeat_phase_follows_first_deadline) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_timer t;
+    lull_timer_init(loop, &t, check_phase);
+    period = 10;
+    first_delay = 3;
+    fires = 0;
+    drift_ok = true;
+    lull_timer_start(&t, 3, 10);
+    lull_advance(loop, 2);
+    CHECK_EQ(fires, 0);
+    lull_advance(loop, 1);
+    CHECK_EQ(fires, 1);
+    lull_advance(loop, 50); /* now 53: fires at 13, 23, 33, 43, 53 */
+    CHECK_EQ(fires, 6);
+    CHECK(drift_ok);
+    lull_timer_stop(&t);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Stop and restart from the timer's own callback. */
+static int own_runs;
+static void stop_self_on_third(lull_timer *t) {
+    own_runs++;
+    if (own_runs == 3) lull_timer_stop(t);
+}
+
+static void restart_self(lull_timer *t) {
+    record_timer(t);
+    if (LULL_CONTAINER_OF(t, item, timer)->runs < 3)
+        lull_timer_start(t, 7, 0);
+}
+
+static void repeat_becomes_oneshot(lull_timer *t) {
+    record_timer(t);
+    if (LULL_CONTAINER_OF(t, item, timer)->runs == 1)
+        lull_timer_start(t, 3, 0);
+}
+
+TEST(stop_and_restart_from_own_callback) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_timer rep;
+    lull_timer_init(loop, &rep, stop_self_on_third);
+    own_runs = 0;
+    lull_timer_start(&rep, 10, 10);
+    lull_advance(loop, 1000);
+    CHECK_EQ(own_runs, 3);
+    CHECK(!lull_timer_active(&rep));
+
+    item v[2];
+    items_init(v, 2);
+    t0 = lull_now(loop);
+    lull_timer_init(loop, &v[0].timer, restart_self);
+    lull_timer_start(&v[0].timer, 10, 0);
+    lull_advance(loop, 20);
+    CHECK_EQ(v[0].runs, 2);
+    CHECK_U64_EQ(v[0].fired_at, 17);
+    CHECK(lull_timer_active(&v[0].timer));
+    lull_advance(loop, 100);
+    CHECK_EQ(v[0].runs, 3);
+    CHECK_U64_EQ(v[0].fired_at, 24);
+    CHECK(!lull_timer_active(&v[0].timer));
+
+    /* A repeating timer restarted from its callback takes the new schedule:
+     * the restart wins over the repeat. */
+    t0 = lull_now(loop);
+    lull_timer_init(loop, &v[1].timer, repeat_becomes_oneshot);
+    lull_timer_start(&v[1].timer, 10, 10);
+    lull_advance(loop, 100);
+    CHECK_EQ(v[1].runs, 2);
+    CHECK_U64_EQ(v[1].fired_at, 13);
+    CHECK(!lull_timer_active(&v[1].timer));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Stopping another timer due in the same batch: it does not fire. */
+static item *others;
+static void stop_others(lull_timer *t) {
+    record_timer(t);
+    lull_timer_stop(&others[1].timer); /* same deadline, later arm order */
+    lull_timer_stop(&others[2].timer); /* later deadline, same advance */
+    lull_timer_stop(&others[3].timer); /* zero-delay, queued */
+}
+
+TEST(stop_other_timer_in_same_batch) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[5];
+    items_init(v, 5);
+    others = v;
+    lull_timer_init(loop, &v[0].timer, stop_others);
+    lull_timer_start(&v[0].timer, 10, 0);
+    lull_timer_start(&v[1].timer, 10, 0);
+    lull_timer_start(&v[4].timer, 10, 0);
+    lull_timer_start(&v[2].timer, 20, 0);
+    lull_advance(loop, 30);
+    CHECK_TRACE(0, 4);
+    CHECK_EQ(v[1].runs, 0);
+    CHECK_EQ(v[2].runs, 0);
+
+    /* The zero-delay form: the stopped timer was queued behind the task. */
+    check_trace_reset();
+    lull_timer_start(&v[0].timer, 0, 0);
+    lull_timer_start(&v[3].timer, 0, 0);
+    lull_timer_start(&v[4].timer, 0, 0);
+    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_TRACE(0, 4);
+    CHECK_EQ(v[3].runs, 0);
+    for (int i = 0; i < 5; i++) CHECK(!lull_timer_active(&v[i].timer));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* An unreferenced timer does not keep lull_run alive (real clock: a run
+ * that waited for it would hang until the case's timeout). */
+TEST(unref_timer_does_not_keep_run_alive) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[2];
+    items_init(v, 2);
+    lull_timer_start(&v[0].timer, 100000 * MS, 0);
+    lull_timer_unref(&v[0].timer);
+    CHECK(!lull_loop_alive(loop));
+    uint64_t start = check_clock_ns();
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_LE(check_clock_ns() - start, 1000 * MS);
+    CHECK_EQ(v[0].runs, 0);
+    CHECK(lull_timer_active(&v[0].timer));
+    lull_timer_ref(&v[0].timer);
+    CHECK(lull_loop_alive(loop));
+    lull_timer_unref(&v[0].timer);
+    CHECK(!lull_loop_alive(loop));
+    /* Still armed: freeing is refused until it is stopped. */
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    lull_timer_stop(&v[0].timer);
+
+    /* The reference flag is the handle's: it survives stop and re-arm. An
+     * unreferenced timer still fires while something else keeps the loop
+     * running. */
+    lull_timer_start(&v[0].timer, 1 * MS, 0);
+    CHECK(!lull_loop_alive(loop));
+    lull_timer_start(&v[1].timer, 3 * MS, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(v[0].runs, 1);
+    CHECK_EQ(v[1].runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(unref_timer_fires_on_virtual_advance) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[1];
+    items_init(v, 1);
+    lull_timer_unref(&v[0].timer);
+    lull_timer_start(&v[0].timer, 10, 10);
+    CHECK(!lull_loop_alive(loop));
+    lull_advance(loop, 25);
+    CHECK_EQ(v[0].runs, 2);
+    lull_timer_stop(&v[0].timer);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Delay 0 is a turn: queued like a task, in post order, with time frozen. */
+TEST(zero_delay_is_queued_like_a_task) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[4];
+    items_init(v, 4);
+    lull_timer_start(&v[0].timer, 0, 0);
+    lull_post(loop, &v[1].task);
+    lull_timer_start(&v[2].timer, 0, 0);
+    lull_post(loop, &v[3].task);
+    CHECK(lull_timer_active(&v[0].timer));
+    CHECK_EQ(lull_settle(loop), 4); /* no time needs to pass */
+    CHECK_TRACE(0, 1, 2, 3);
+    CHECK_U64_EQ(v[0].fired_at, 0);
+    CHECK_U64_EQ(lull_now(loop), t0);
+    CHECK(!lull_timer_active(&v[0].timer));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Delay 0 with a repeat: first turn now, then every period from there. */
+TEST(zero_delay_with_repeat) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[1];
+    items_init(v, 1);
+    lull_timer_start(&v[0].timer, 0, 10);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(v[0].runs, 1);
+    CHECK(lull_timer_active(&v[0].timer));
+    lull_advance(loop, 9);
+    CHECK_EQ(v[0].runs, 1);
+    lull_advance(loop, 1);
+    CHECK_EQ(v[0].runs, 2);
+    CHECK_U64_EQ(v[0].fired_at, 10);
+    lull_advance(loop, 20);
+    CHECK_EQ(v[0].runs, 4);
+    lull_timer_stop(&v[0].timer);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Stop of a never-started or stopped timer is a no-op; init on a stopped
+ * timer is fine. */
+TEST(stop_idempotent) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[1];
+    items_init(v, 1);
+    lull_timer_stop(&v[0].timer);
+    CHECK(!lull_timer_active(&v[0].timer));
+    lull_timer_start(&v[0].timer, 5, 0);
+    lull_timer_stop(&v[0].timer);
+    lull_timer_stop(&v[0].timer);
+    CHECK(!lull_timer_active(&v[0].timer));
+    lull_advance(loop, 10);
+    CHECK_EQ(v[0].runs, 0);
+    lull_timer_init(loop, &v[0].timer, record_timer);
+    lull_timer_start(&v[0].timer, 1, 0);
+    lull_advance(loop, 1);
+    CHECK_EQ(v[0].runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
