@@ -130,5 +130,6 @@ bool lull__slice_check(lull_loop *loop) {
 }
 
 bool lull_should_yield(lull_loop *loop) {
+    if (LULL_UNLIKELY(!loop)) return false;
     return --loop->countdown <= 0 && lull__slice_check(loop);
 }

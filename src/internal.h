@@ -75,7 +75,7 @@ struct lull_loop {
     int64_t countdown;   /* callbacks (or should_yield calls) before the
                             next clock read; see lull__slice_check */
     uint64_t tasks_run;  /* every callback, of every kind */
-    lull__node *sample;  /* the queued node whose wait is being timed */
+    uint32_t sample_id;  /* tag of the task whose wait is being timed */
     bool sample_armed;   /* the next lull_post starts a wait sample */
     lull_any_fn current; /* callback running, for stall attribution */
 
@@ -130,7 +130,8 @@ struct lull_loop {
     lull_metrics m; /* counters; latency summaries filled on read */
     lull_histogram wait_hist;
     lull_histogram run_hist;
-    uint64_t sample_posted; /* real ns at which the sampled node was posted */
+    uint64_t sample_posted; /* real ns at which the sampled task was posted */
+    uint32_t sample_seq;    /* last sample tag handed out */
     uint64_t slice_t1;      /* real ns when the current slice began */
 
     /* Wake audit (src/audit.c). */

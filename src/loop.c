@@ -202,6 +202,39 @@ static void auto_advance(lull_loop *loop) {
     if (t && t->deadline > loop->now) loop->now = t->deadline;
 }
 
+#ifndef NDEBUG
+/* Slots of the heap checked per iteration in debug builds: enough to catch
+ * corruption early without making a test with 100,000 timers quadratic. */
+#define VERIFY_HEAP_SLOTS 1024
+
+static void verify_queue(const lull__node *q, const char *msg) {
+    for (const lull__node *n = q->next; n != q; n = n->next)
+        LULL_ASSERT(n->next && n->next->prev == n, msg);
+    LULL_ASSERT(q->prev->next == q, msg);
+}
+
+/* Walks the loop's structures at an iteration boundary (libev's ev_verify):
+ * a handle freed while armed, or memory scribbled over, trips here rather
+ * than at some later, unrelated callback. */
+static void loop_verify(const lull_loop *loop) {
+    verify_queue(&loop->ready,
+                 "lull: ready queue corrupted (a task freed while pending?)");
+    verify_queue(&loop->due,
+                 "lull: due list corrupted (a timer freed while armed?)");
+    const lull__heap *h = &loop->heap;
+    LULL_ASSERT(loop->timers_active == h->len,
+                "lull: armed timer count does not match the heap");
+    uint32_t n = h->len < VERIFY_HEAP_SLOTS ? h->len : VERIFY_HEAP_SLOTS;
+    for (uint32_t i = 0; i < n; i++) {
+        const lull_timer *t = h->slots[i];
+        LULL_ASSERT(t->node.aux == i + 1 && t->loop == loop,
+                    "lull: timer heap slot corrupted (a timer freed?)");
+        LULL_ASSERT(i == 0 || h->slots[(i - 1) / 4]->deadline <= t->deadline,
+                    "lull: timer heap out of order");
+    }
+}
+#endif
+
 static void iterate(lull_loop *loop, bool may_block) {
     loop->m.iterations++;
     int64_t timeout = 0;
@@ -217,9 +250,7 @@ static void iterate(lull_loop *loop, bool may_block) {
     if (!loop->stop) lull__run_ready(loop);
     lull__slice_end(loop, lull__clock_real());
 #ifndef NDEBUG
-    LULL_ASSERT(loop->ready.next->prev == &loop->ready &&
-                    loop->ready.prev->next == &loop->ready,
-                "lull: ready queue corrupted (a task freed while pending?)");
+    loop_verify(loop);
 #endif
 }
 

@@ -3,9 +3,10 @@
  * Owns: the FIFO of ready nodes (tasks, zero-delay and expired timers share
  * it, so they run in post order) and the dispatch of one node.
  * Invariants: a node is in at most one queue; next == NULL means "not
- * pending"; a node is unlinked before its callback runs, so the callback may
- * re-post, free or hand the task to another thread, and the loop does not
- * touch it afterwards. Loop thread only. */
+ * pending"; a queued task's aux is 0 or its wait-sample tag; a node is unlinked
+ * before its callback runs, so the callback may re-post, free or hand the task
+ * to another thread, and the loop does not touch it afterwards. Loop thread
+ * only. */
 #include "internal.h"
 
 void lull_task_init(lull_task *task, lull_task_fn fn) {
@@ -31,6 +32,7 @@ void lull_post(lull_loop *loop, lull_task *task) {
 void lull_cancel(lull_task *task) {
     if (!task || !lull__node_queued(&task->node)) return;
     lull__queue_remove(&task->node);
+    task->node.aux = 0; /* a wait sample dies with the post */
 }
 
 bool lull_task_pending(const lull_task *task) {
@@ -39,7 +41,8 @@ bool lull_task_pending(const lull_task *task) {
 
 void lull__dispatch_node(lull_loop *loop, lull__node *n) {
     loop->tasks_run++;
-    if (LULL_UNLIKELY(n == loop->sample)) {
+    /* A queued task's aux is a wait-sample tag; a queued timer's is 0. */
+    if (LULL_UNLIKELY(n->aux)) {
         lull__dispatch_sampled(loop, n);
         return;
     }

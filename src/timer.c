@@ -66,6 +66,9 @@ static void timer_start_slow(lull_loop *loop, lull_timer *timer,
         lull__queue_push(&loop->ready, &timer->node);
         return;
     }
+    /* Inside a slice "now" is at most a fraction of the quantum old; outside
+     * one (set-up code before lull_run) it may be arbitrarily stale. */
+    if (!loop->in_slice && !loop->virtual_clock) loop->now = lull__clock_real();
     timer->deadline = loop->now + delay_ns;
     if (timer->deadline < loop->now) timer->deadline = UINT64_MAX;
     heap_add(loop, timer);

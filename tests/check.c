@@ -92,6 +92,12 @@ int check_trace_len(void) {
     return ntrace;
 }
 
+int check_trace_find(int id) {
+    for (int i = 0; i < ntrace; i++)
+        if (trace[i] == id) return i;
+    return -1;
+}
+
 static void trace_print(const char *what, const int *v, int n) {
     fprintf(stderr, "  %s:", what);
     for (int i = 0; i < n; i++) fprintf(stderr, " %d", v[i]);

@@ -34,6 +34,7 @@ void check_spin_ns(uint64_t ns);
 void check_trace_reset(void);
 void check_trace(int id);
 int check_trace_len(void);
+int check_trace_find(int id); /* index of the first `id`, or -1 */
 void check_trace_expect(const char *file, int line, const int *want, int n);
 
 #define CHECK_REGISTER_(name)                                             \

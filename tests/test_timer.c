@@ -107,13 +107,26 @@ TEST(task_posted_by_simultaneous_timer_runs_after_them) {
 
 /* The same on the real clock. The three timers are armed back to back before
  * the loop runs, so they share the cached "now" and one deadline. */
+/* Inside a callback "now" is the slice's cached time, so timers armed by
+ * one callback with one delay share a deadline. (Outside the loop each arm
+ * reads the clock, so set-up time never makes a timer fire early.) */
+static item *arm_these;
+static void arm_three(lull_task *t) {
+    (void)t;
+    for (int i = 0; i < 3; i++) lull_timer_start(&arm_these[i].timer, 2 * MS, 0);
+}
+
 TEST(task_posted_by_simultaneous_timer_runs_after_them_real_clock) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     item v[4];
     items_init(v, 4);
     simul = v;
     lull_timer_init(loop, &v[0].timer, first_posts_task);
-    for (int i = 0; i < 3; i++) lull_timer_start(&v[i].timer, 2 * MS, 0);
+    arm_these = v;
+    lull_task arm;
+    lull_task_init(&arm, arm_three);
+    lull_post(loop, &arm);
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_U64_EQ(v[0].timer.deadline, v[1].timer.deadline);
     CHECK_U64_EQ(v[0].timer.deadline, v[2].timer.deadline);
     CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
