@@ -3,14 +3,26 @@
  * Owns: a table of sources keyed by callback function. Keying by function,
  * not by handle, keeps the table as small as the program's code (10,000
  * sessions sharing a pass function are one row) and makes a polling
- * component show up under one name. A row is allocated the first time a
- * callback causes a wakeup or a pump is initialized, never per event.
+ * component show up under one name. Rows are preallocated; the table
+ * grows only past SOURCES_PREALLOCATED distinct callbacks, never per event.
  * Loop thread only. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+
+/* Rows made at loop creation: enough for a program's distinct callbacks
+ * in the common case, so the first wakeup of a run does not allocate. */
+#define SOURCES_PREALLOCATED 32
+
+int lull__audit_init(lull_loop *loop) {
+    loop->sources = calloc(SOURCES_PREALLOCATED, sizeof *loop->sources);
+    if (!loop->sources) return -ENOMEM;
+    loop->sources_cap = SOURCES_PREALLOCATED;
+    loop->audit_start = lull__clock_real();
+    return 0;
+}
 
 /* Starts a new row; -1 if the table cannot grow (the event goes uncounted
  * rather than failing the loop). */

@@ -123,6 +123,7 @@ struct lull_loop {
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
+    int sleeping;           /* atomic: 1 while blocked in a poll */
     int remote_fd;          /* eventfd, written once per burst */
     lull_io remote_io;      /* internal, edge-triggered, unreferenced */
 
@@ -132,7 +133,8 @@ struct lull_loop {
     lull_histogram run_hist;
     uint64_t sample_posted; /* real ns at which the sampled task was posted */
     uint32_t sample_seq;    /* last sample tag handed out */
-    uint64_t slice_t1;      /* real ns when the current slice began */
+    uint64_t sample_last;   /* real ns the last sample was armed */
+    uint64_t busy_start;    /* real ns the current slice began (busy_ns) */
 
     /* Wake audit (src/audit.c). */
     lull__source *sources;
@@ -155,6 +157,7 @@ struct lull_loop {
 uint64_t lull__clock_real(void);
 void lull__slice_begin(lull_loop *loop, uint64_t t);
 void lull__slice_end(lull_loop *loop, uint64_t t);
+void lull__slice_renew(lull_loop *loop);
 bool lull__slice_check(lull_loop *loop);
 bool lull__on_loop_thread(const lull_loop *loop);
 
@@ -195,12 +198,16 @@ void lull__io_dispatch(lull_loop *loop, lull_io *io, int events);
 int lull__remote_init(lull_loop *loop);
 void lull__remote_close(lull_loop *loop);
 bool lull__remote_pending(lull_loop *loop);
+void lull__remote_drain(lull_loop *loop);
+bool lull__remote_sleep(lull_loop *loop);
+void lull__remote_awake(lull_loop *loop);
 
 /* notify.c */
 void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
                        lull_task *target);
 
 /* audit.c */
+int lull__audit_init(lull_loop *loop);
 int lull__source_of(lull_loop *loop, lull_any_fn fn, int kind);
 void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind);
 void lull__audit_pass(lull_loop *loop, int source, bool empty);

@@ -63,14 +63,15 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
         opts->stall_ns ? opts->stall_ns : loop->quantum_ns * STALL_QUANTA;
     loop->countdown = LULL__COUNTDOWN_IDLE;
     loop->now = loop->virtual_clock ? 0 : lull__clock_real();
-    loop->audit_start = lull__clock_real();
     loop->backend_fd = -1;
     loop->remote_fd = -1;
 
-    if ((err = lull__backend_init(loop)) != 0 ||
+    if ((err = lull__audit_init(loop)) != 0 ||
+        (err = lull__backend_init(loop)) != 0 ||
         (err = lull__remote_init(loop)) != 0) {
         lull__remote_close(loop);
         lull__backend_close(loop);
+        lull__audit_free(loop);
         free(loop);
         return err;
     }
@@ -172,10 +173,11 @@ static void attribute_timer_wakeup(lull_loop *loop) {
 
 /* Polls once, starts the slice, then runs fd callbacks. Returns the number
  * of events the poll collected. */
-static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout) {
-    uint64_t t0 = lull__clock_real();
+static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
+    if (timeout != 0 && !lull__remote_sleep(loop)) timeout = 0;
     int n = lull__backend_poll(loop, timeout);
     uint64_t t1 = lull__clock_real();
+    if (timeout != 0) lull__remote_awake(loop);
     loop->m.polls++;
     if (n == 0) loop->m.empty_polls++;
     if (timeout != 0) {
@@ -191,6 +193,8 @@ static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout) {
         lull__io_dispatch(loop, io, events);
         if (lull__after_callback(loop) && loop->stop) break;
     }
+    /* Posts made while the loop was awake wrote no eventfd: take them. */
+    if (lull__remote_pending(loop)) lull__remote_drain(loop);
     return n;
 }
 
@@ -235,11 +239,14 @@ static void loop_verify(const lull_loop *loop) {
 }
 #endif
 
-static void iterate(lull_loop *loop, bool may_block) {
+/* One iteration. t0 is a clock reading taken just before (the previous
+ * iteration's end, when they run back to back); returns the reading that
+ * ends this one, so each iteration reads the clock twice in all. */
+static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     loop->m.iterations++;
     int64_t timeout = 0;
-    if (may_block) timeout = poll_timeout(loop, lull__clock_real());
-    int collected = poll_and_dispatch_io(loop, timeout);
+    if (may_block) timeout = poll_timeout(loop, t0);
+    int collected = poll_and_dispatch_io(loop, timeout, t0);
     if (may_block && collected == 0 && !loop->stop && !ready_now(loop))
         auto_advance(loop);
     if (!loop->stop) {
@@ -247,11 +254,16 @@ static void iterate(lull_loop *loop, bool may_block) {
         if (loop->audit_timer) attribute_timer_wakeup(loop);
         lull__run_due(loop);
     }
-    if (!loop->stop) lull__run_ready(loop);
-    lull__slice_end(loop, lull__clock_real());
+    if (!loop->stop) {
+        lull__slice_renew(loop);
+        lull__run_ready(loop);
+    }
+    uint64_t t_end = lull__clock_real();
+    lull__slice_end(loop, t_end);
 #ifndef NDEBUG
     loop_verify(loop);
 #endif
+    return t_end;
 }
 
 /* Lowers the thread's timer slack while the loop may block (see
@@ -288,11 +300,12 @@ int lull_run(lull_loop *loop, int mode) {
     int err = run_begin(loop);
     if (err) return err;
     long slack = mode == LULL_RUN_NOWAIT ? -1 : enter_precise_timers();
+    uint64_t t = lull__clock_real();
     if (mode == LULL_RUN_DEFAULT) {
         while (!loop->stop && alive_for_run(loop))
-            iterate(loop, true);
+            t = iterate(loop, true, t);
     } else {
-        iterate(loop, mode == LULL_RUN_ONCE);
+        iterate(loop, mode == LULL_RUN_ONCE, t);
     }
     leave_precise_timers(slack);
     run_end(loop);
@@ -308,9 +321,10 @@ void lull_stop(lull_loop *loop) {
 
 /* Runs iterations without blocking until one runs no callback at all. */
 static void settle_loop(lull_loop *loop) {
+    uint64_t t = lull__clock_real();
     for (;;) {
         uint64_t before = loop->tasks_run;
-        iterate(loop, false);
+        t = iterate(loop, false, t);
         if (loop->stop) break;
         if (loop->tasks_run == before && !ready_now(loop) &&
             !lull__remote_pending(loop))

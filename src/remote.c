@@ -9,12 +9,17 @@
  *   remote_next == CLAIMED   claimed by a poster, being pushed
  *   remote_next == other     queued: the next older entry, or END
  *
- * The eventfd is written only when the stack goes from empty to non-empty,
- * so a burst of posts costs one write, and never while a wake is pending. It
- * is registered edge-triggered and never read: each write raises a new
- * edge, and skipping the read saves the loop a syscall per wake. Its counter
- * would need 2^64 writes to saturate; if a write ever finds it full, the
- * poster drains it and writes again.
+ * The eventfd is written only when the stack goes from empty to non-empty
+ * AND the loop is blocked in the kernel (loop->sleeping), so a burst of
+ * posts costs one write, and posts to a loop that is awake cost none: the
+ * loop looks at the stack itself before it blocks. The two sides form a
+ * Dekker pair, all seq_cst: the loop stores sleeping = 1 then loads the
+ * stack head; a poster stores the head then loads sleeping. At least one of
+ * them sees the other's store, so a post is never left behind a sleeping
+ * loop. The eventfd is registered edge-triggered and never read: each write
+ * raises a new edge, and skipping the read saves the loop a syscall per
+ * wake. Its counter would need 2^64 writes to saturate; if a write ever
+ * finds it full, the poster drains it and writes again.
  *
  * Contract (BRIEF 1A): trigger: an eventfd edge; source of truth: the
  * stack; pending-work predicate: stack non-empty; next deadline: none;
@@ -58,9 +63,7 @@ void lull_post_remote(lull_loop *loop, lull_task *task) {
 }
 
 /* Takes every remote post and queues it locally, oldest first. */
-static void drain(lull_io *io, int events) {
-    (void)events;
-    lull_loop *loop = LULL_CONTAINER_OF(io, lull_loop, remote_io);
+void lull__remote_drain(lull_loop *loop) {
     lull_task *stack =
         __atomic_exchange_n(&loop->remote_head, NULL, __ATOMIC_ACQUIRE);
     /* The stack is newest first: reverse it through the claimed links. */
@@ -86,10 +89,29 @@ static void drain(lull_io *io, int events) {
     }
 }
 
+static void on_eventfd(lull_io *io, int events) {
+    (void)events;
+    lull__remote_drain(LULL_CONTAINER_OF(io, lull_loop, remote_io));
+}
+
+/* Called with a blocking poll ahead: announces the sleep, and says whether
+ * a post arrived meanwhile (then the poll must not block). */
+bool lull__remote_sleep(lull_loop *loop) {
+    __atomic_store_n(&loop->sleeping, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&loop->remote_head, __ATOMIC_SEQ_CST) == NULL)
+        return true;
+    __atomic_store_n(&loop->sleeping, 0, __ATOMIC_RELAXED);
+    return false;
+}
+
+void lull__remote_awake(lull_loop *loop) {
+    __atomic_store_n(&loop->sleeping, 0, __ATOMIC_RELAXED);
+}
+
 int lull__remote_init(lull_loop *loop) {
     loop->remote_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (loop->remote_fd < 0) return -errno;
-    int err = lull_io_init(loop, &loop->remote_io, loop->remote_fd, drain);
+    int err = lull_io_init(loop, &loop->remote_io, loop->remote_fd, on_eventfd);
     if (err) return err;
     loop->remote_io.flags |= LULL__IO_EDGE;
     return lull_io_start(&loop->remote_io, LULL_READABLE);

@@ -94,7 +94,8 @@ TEST(level_triggered) {
     CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, count_only), 0);
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
     fill(w.wfd);
-    for (int i = 0; i < 3; i++) CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.calls, 3);
     drain(w.rfd);
     CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
@@ -164,7 +165,8 @@ TEST(stop_inside_own_callback) {
     fill(w.wfd);
     CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(w.calls, 1);
-    for (int i = 0; i < 3; i++) CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.calls, 1);
     /* Restartable after a stop. */
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
@@ -199,7 +201,8 @@ TEST(stop_other_watcher_in_same_batch) {
     fill(b.wfd);
     CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(a.calls + b.calls, 1);
-    for (int i = 0; i < 3; i++) CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(a.calls + b.calls, 1); /* the stopped one still has data */
     lull_io_stop(&a.io);
     lull_io_stop(&b.io);
@@ -243,7 +246,8 @@ TEST(fd_closed_inside_callback_of_same_batch) {
     CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(a.calls + b.calls, 1);
     /* The fresh pipe is empty: its watcher must not see the old events. */
-    for (int i = 0; i < 2; i++) CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(fresh.calls, 0);
     CHECK(lull_loop_alive(loop));
     fill(fresh.wfd);

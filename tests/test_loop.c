@@ -21,7 +21,8 @@ static lull_loop *new_loop(int clock) {
     CHECK_EQ(lull_loop_new(&loop, &o), 0);
     CHECK(loop != NULL);
     the_loop = loop;
-    for (int i = 0; i < 8; i++) runs[i] = 0;
+    for (int i = 0; i < 8; i++)
+        runs[i] = 0;
     check_trace_reset();
     return loop;
 }
@@ -70,7 +71,10 @@ TEST(run_default_returns_when_nothing_is_active) {
     lull_timer_start(&v[1].timer, 1 * MS, 0);
     CHECK(lull_loop_alive(loop));
     CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_TRACE(0, 1);
+    /* Both ran (in either order: on a loaded machine the timer may already
+     * be due when the run starts, and due timers run before ready tasks). */
+    CHECK_EQ(runs[0], 1);
+    CHECK_EQ(runs[1], 1);
     CHECK(!lull_loop_alive(loop));
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -90,13 +94,13 @@ TEST(run_once) {
     CHECK(lull_loop_alive(loop));
 
     lull_loop_metrics_reset(loop);
-    lull_timer_start(&v[2].timer, 2 * MS, 0);
+    lull_timer_start(&v[2].timer, 5 * MS, 0);
     CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(runs[2], 1);
     CHECK_EQ(runs[1], 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
-    CHECK_U64_EQ(m.wakeups, 1);
+    CHECK_LE(m.wakeups, 1); /* 0 if the timer was due before the wait */
     lull_timer_stop(&v[1].timer);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -114,7 +118,8 @@ TEST(run_nowait_does_not_block) {
     lull_timer_start(&v[0].timer, 100000 * MS, 0);
     lull_loop_metrics_reset(loop);
     uint64_t start = check_clock_ns();
-    for (int i = 0; i < 10; i++) CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_LE(check_clock_ns() - start, 500 * MS);
     lull_post(loop, &v[1].task);
     CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
@@ -189,7 +194,8 @@ TEST(stop_ends_run_after_callback_in_progress) {
     item v[3];
     items_init(v, 3);
     lull_task_init(&v[0].task, stop_then_finish);
-    for (int i = 0; i < 3; i++) lull_post(loop, &v[i].task);
+    for (int i = 0; i < 3; i++)
+        lull_post(loop, &v[i].task);
     CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(0);
     CHECK(lull_task_pending(&v[1].task));
@@ -225,7 +231,8 @@ TEST(stop_outside_run_is_noop) {
     items_init(v, 3);
     lull_stop(loop);
     lull_stop(loop);
-    for (int i = 0; i < 3; i++) lull_post(loop, &v[i].task);
+    for (int i = 0; i < 3; i++)
+        lull_post(loop, &v[i].task);
     CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(0, 1, 2);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -377,8 +384,8 @@ typedef struct intrusion {
     lull_task starter; /* posts `running` */
     lull_task victim;  /* what the intruder misuses */
     lull_timer timer;
-    lull_task finish;  /* posted remotely: drops the loop's reference */
-    int how;           /* 0: only legal calls; 1: lull_post; 2: timer */
+    lull_task finish; /* posted remotely: drops the loop's reference */
+    int how;          /* 0: only legal calls; 1: lull_post; 2: timer */
 } intrusion;
 
 static intrusion *the_intrusion;
@@ -477,7 +484,8 @@ static void idle_far(lull_timer *t) {
 static void idle_end(lull_timer *t) {
     (void)t;
     idle.end_now = lull_now(the_loop);
-    for (int i = 0; i < IDLE_PIPES; i++) lull_io_stop(&idle.io[i]);
+    for (int i = 0; i < IDLE_PIPES; i++)
+        lull_io_stop(&idle.io[i]);
     lull_timer_stop(&idle.far);
 }
 

@@ -48,10 +48,12 @@ TEST(fifo_order) {
     item v[8];
     items_init(v, 8);
     int order[8] = {3, 0, 7, 1, 6, 2, 5, 4};
-    for (int i = 0; i < 8; i++) lull_post(loop, &v[order[i]].task);
+    for (int i = 0; i < 8; i++)
+        lull_post(loop, &v[order[i]].task);
     CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(3, 0, 7, 1, 6, 2, 5, 4);
-    for (int i = 0; i < 8; i++) CHECK_EQ(v[i].runs, 1);
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ(v[i].runs, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -59,7 +61,8 @@ TEST(fifo_order_virtual_settle) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
     item v[5];
     items_init(v, 5);
-    for (int i = 4; i >= 0; i--) lull_post(loop, &v[i].task);
+    for (int i = 4; i >= 0; i--)
+        lull_post(loop, &v[i].task);
     CHECK_EQ(lull_settle(loop), 5);
     CHECK_TRACE(4, 3, 2, 1, 0);
     CHECK_EQ(lull_settle(loop), 0);
@@ -79,7 +82,8 @@ TEST(tasks_and_zero_timers_interleaved) {
     lull_post(loop, &v[5].task);
     CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(0, 1, 2, 3, 4, 5);
-    for (int i = 0; i < 6; i++) CHECK(!lull_timer_active(&v[i].timer));
+    for (int i = 0; i < 6; i++)
+        CHECK(!lull_timer_active(&v[i].timer));
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 

@@ -56,8 +56,10 @@ TEST(deadline_order) {
     item v[5];
     items_init(v, 5);
     uint64_t delay[5] = {30, 10, 50, 20, 40};
-    for (int i = 0; i < 5; i++) lull_timer_start(&v[i].timer, delay[i], 0);
-    for (int i = 0; i < 5; i++) CHECK(lull_timer_active(&v[i].timer));
+    for (int i = 0; i < 5; i++)
+        lull_timer_start(&v[i].timer, delay[i], 0);
+    for (int i = 0; i < 5; i++)
+        CHECK(lull_timer_active(&v[i].timer));
     lull_advance(loop, 9);
     CHECK_EQ(check_trace_len(), 0);
     lull_advance(loop, 1);
@@ -78,7 +80,8 @@ TEST(equal_deadlines_fire_in_arm_order) {
     item v[7];
     items_init(v, 7);
     int arm[6] = {3, 1, 4, 0, 5, 2};
-    for (int i = 0; i < 6; i++) lull_timer_start(&v[arm[i]].timer, 10 * MS, 0);
+    for (int i = 0; i < 6; i++)
+        lull_timer_start(&v[arm[i]].timer, 10 * MS, 0);
     lull_timer_start(&v[6].timer, 5 * MS, 0); /* armed last, due first */
     lull_advance(loop, 10 * MS);
     CHECK_TRACE(6, 3, 1, 4, 0, 5, 2);
@@ -99,21 +102,22 @@ TEST(task_posted_by_simultaneous_timer_runs_after_them) {
     items_init(v, 4);
     simul = v;
     lull_timer_init(loop, &v[0].timer, first_posts_task);
-    for (int i = 0; i < 3; i++) lull_timer_start(&v[i].timer, 7, 0);
+    for (int i = 0; i < 3; i++)
+        lull_timer_start(&v[i].timer, 7, 0);
     lull_advance(loop, 7);
     CHECK_TRACE(0, 1, 2, 3);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* The same on the real clock. The three timers are armed back to back before
- * the loop runs, so they share the cached "now" and one deadline. */
-/* Inside a callback "now" is the slice's cached time, so timers armed by
- * one callback with one delay share a deadline. (Outside the loop each arm
- * reads the clock, so set-up time never makes a timer fire early.) */
+/* The same on the real clock. Inside a callback "now" is the slice's cached
+ * time, so timers armed by one callback with one delay share a deadline.
+ * (Outside the loop each arm reads the clock, so set-up time never makes a
+ * timer fire early.) */
 static item *arm_these;
 static void arm_three(lull_task *t) {
     (void)t;
-    for (int i = 0; i < 3; i++) lull_timer_start(&arm_these[i].timer, 2 * MS, 0);
+    for (int i = 0; i < 3; i++)
+        lull_timer_start(&arm_these[i].timer, 2 * MS, 0);
 }
 
 TEST(task_posted_by_simultaneous_timer_runs_after_them_real_clock) {
@@ -139,7 +143,8 @@ TEST(rearm_moves_to_tail) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
     item v[4];
     items_init(v, 4);
-    for (int i = 0; i < 3; i++) lull_timer_start(&v[i].timer, 10, 0);
+    for (int i = 0; i < 3; i++)
+        lull_timer_start(&v[i].timer, 10, 0);
     lull_timer_start(&v[0].timer, 10, 0); /* same deadline, now last */
     lull_advance(loop, 10);
     CHECK_TRACE(1, 2, 0);
@@ -147,7 +152,8 @@ TEST(rearm_moves_to_tail) {
 
     /* Re-arm to an earlier and to a later deadline. */
     check_trace_reset();
-    for (int i = 0; i < 3; i++) lull_timer_start(&v[i].timer, 10, 0);
+    for (int i = 0; i < 3; i++)
+        lull_timer_start(&v[i].timer, 10, 0);
     lull_timer_start(&v[0].timer, 30, 0);
     lull_timer_start(&v[2].timer, 5, 0);
     lull_advance(loop, 100);
@@ -252,6 +258,39 @@ TEST(repeat_phase_follows_first_deadline) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* On the real clock, periods missed while the loop was busy are skipped:
+ * one late fire, phase kept, no burst. Period 2 ms; the third fire spins
+ * 11 ms (5.5 periods). Over 40 ms at most 20 phase points pass, and the spin
+ * swallows at least four of them, so a burst (one fire per missed period)
+ * shows as more than 16 fires. Every deadline stays on the phase grid. */
+static uint64_t rt_first, rt_end, rt_spin_end;
+static int rt_fires;
+static bool rt_phase_ok = true;
+static void real_tick(lull_timer *t) {
+    rt_fires++;
+    if ((t->deadline - rt_first) % t->repeat != 0) rt_phase_ok = false;
+    if (rt_fires == 3) {
+        check_spin_ns(11 * MS);
+        rt_spin_end = check_clock_ns();
+    }
+    if (lull_now_exact(the_loop) >= rt_end) lull_timer_stop(t);
+}
+
+TEST(repeat_real_clock_skips_missed_periods) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer t;
+    lull_timer_init(loop, &t, real_tick);
+    lull_timer_start(&t, 2 * MS, 2 * MS);
+    rt_first = t.deadline;
+    rt_end = rt_first - 2 * MS + 40 * MS;
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK(rt_phase_ok);
+    CHECK_LE(4, rt_fires);
+    CHECK_LE(rt_fires, 16);
+    CHECK_LE(1, rt_spin_end);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* Stop and restart from the timer's own callback. */
 static int own_runs;
 static void stop_self_on_third(lull_timer *t) {
@@ -261,14 +300,12 @@ static void stop_self_on_third(lull_timer *t) {
 
 static void restart_self(lull_timer *t) {
     record_timer(t);
-    if (LULL_CONTAINER_OF(t, item, timer)->runs < 3)
-        lull_timer_start(t, 7, 0);
+    if (LULL_CONTAINER_OF(t, item, timer)->runs < 3) lull_timer_start(t, 7, 0);
 }
 
 static void repeat_becomes_oneshot(lull_timer *t) {
     record_timer(t);
-    if (LULL_CONTAINER_OF(t, item, timer)->runs == 1)
-        lull_timer_start(t, 3, 0);
+    if (LULL_CONTAINER_OF(t, item, timer)->runs == 1) lull_timer_start(t, 3, 0);
 }
 
 TEST(stop_and_restart_from_own_callback) {
@@ -339,7 +376,8 @@ TEST(stop_other_timer_in_same_batch) {
     CHECK_EQ(lull_settle(loop), 2);
     CHECK_TRACE(0, 4);
     CHECK_EQ(v[3].runs, 0);
-    for (int i = 0; i < 5; i++) CHECK(!lull_timer_active(&v[i].timer));
+    for (int i = 0; i < 5; i++)
+        CHECK(!lull_timer_active(&v[i].timer));
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 

@@ -1,0 +1,65 @@
+#!/bin/sh
+# Instructions per hop, counted by callgrind: each chain runs at two lengths
+# N1 and N2, and (Ir(N2) - Ir(N1)) / (N2 - N1) is what one hop costs, with
+# setup and teardown cancelled out. lull's task chain and zero-delay timer
+# chain, then every peer mode hop_cost_peers was built with.
+#
+#   bench/callgrind_hops.sh [BUILD_DIR] [N1] [N2]
+#   (BUILD_DIR defaults to build/release; N1, N2 to 100000, 300000)
+set -eu
+
+build=${1:-build/release}
+n1=${2:-100000}
+n2=${3:-300000}
+bench="$build/bench"
+
+if ! command -v valgrind >/dev/null 2>&1; then
+    echo "callgrind_hops: valgrind not installed, nothing measured"
+    exit 0
+fi
+for bin in hop_cost hop_cost_peers; do
+    if [ ! -x "$bench/$bin" ]; then
+        echo "callgrind_hops: $bench/$bin missing (build first)" >&2
+        exit 1
+    fi
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Ir of one run: the "totals:" line of callgrind's output file.
+ir() {
+    out="$tmp/out.$$"
+    valgrind --tool=callgrind --callgrind-out-file="$out" "$@" \
+        >/dev/null 2>&1 || { echo "failed: $*" >&2; echo 0; return; }
+    awk '/^(totals|summary):/ { print $2; exit }' "$out"
+    rm -f "$out"
+}
+
+per_hop() { # label, command...
+    label=$1
+    shift
+    a=$(ir "$@" "$n1")
+    b=$(ir "$@" "$n2")
+    awk -v l="$label" -v a="$a" -v b="$b" -v n1="$n1" -v n2="$n2" \
+        'BEGIN { if (a == 0 || b == 0) printf "  %-40s failed\n", l;
+                 else printf "  %-40s %8.1f\n", l, (b - a) / (n2 - n1) }'
+}
+
+echo "instructions per hop (callgrind; N = $n1 and $n2)"
+per_hop "lull: posted task" "$bench/hop_cost" task
+per_hop "lull: zero-delay timer" "$bench/hop_cost" timer0
+for mode in $("$bench/hop_cost_peers" list); do
+    case $mode in
+    uv-idle) label="libuv: uv_idle (next iteration)" ;;
+    uv-timer0) label="libuv: uv_timer_start(0)" ;;
+    ev-idle) label="libev: ev_idle (next iteration)" ;;
+    ev-timer0) label="libev: ev_timer 0." ;;
+    event-active) label="libevent: event_active, one-pass drain" ;;
+    event-active-checked) label="libevent: event_active, I/O per callback" ;;
+    event-timer0) label="libevent: evtimer_add {0,0}" ;;
+    *) label=$mode ;;
+    esac
+    per_hop "$label" "$bench/hop_cost_peers" "$mode"
+done
+echo "  target: lull ≤ 60 instructions per hop (BRIEF §5)"

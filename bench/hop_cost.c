@@ -1,0 +1,101 @@
+/* Runs N hops of a lull task chain or zero-delay timer chain and exits:
+ * the program bench/callgrind_hops.sh counts instructions of at two N, so
+ * the difference divided by the difference in N is the instructions one
+ * hop costs (setup and teardown cancel out). Like lull-lab's chains, the
+ * loop watches one idle socket, so its I/O check is real.
+ *
+ *   hop_cost task|timer0 N */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lull.h"
+
+typedef struct chain {
+    lull_task task;
+    lull_timer timer;
+    lull_io io;
+    lull_loop *loop;
+    unsigned long left;
+} chain;
+
+static void on_io(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+}
+
+static void task_hop(lull_task *task) {
+    chain *c = LULL_CONTAINER_OF(task, chain, task);
+    if (--c->left > 0) {
+        lull_post(c->loop, task);
+    } else {
+        lull_io_stop(&c->io);
+    }
+}
+
+static void timer_hop(lull_timer *timer) {
+    chain *c = LULL_CONTAINER_OF(timer, chain, timer);
+    if (--c->left > 0) {
+        lull_timer_start(timer, 0, 0);
+    } else {
+        lull_io_stop(&c->io);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3 || (strcmp(argv[1], "task") && strcmp(argv[1], "timer0"))) {
+        fprintf(stderr, "usage: hop_cost task|timer0 N\n");
+        return 2;
+    }
+    bool timer = strcmp(argv[1], "timer0") == 0;
+    unsigned long hops = strtoul(argv[2], NULL, 10);
+    if (hops == 0) return 2;
+
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) != 0) {
+        perror("socketpair");
+        return 1;
+    }
+    chain c;
+    memset(&c, 0, sizeof c);
+    int rc = lull_loop_new(&c.loop, NULL);
+    if (rc < 0) {
+        fprintf(stderr, "lull_loop_new: %s\n", strerror(-rc));
+        return 1;
+    }
+    lull_io_init(c.loop, &c.io, sv[0], on_io);
+    lull_io_start(&c.io, LULL_READABLE);
+    lull_task_init(&c.task, task_hop);
+    lull_timer_init(c.loop, &c.timer, timer_hop);
+    c.left = hops;
+
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (timer) {
+        lull_timer_start(&c.timer, 0, 0);
+    } else {
+        lull_post(c.loop, &c.task);
+    }
+    rc = lull_run(c.loop, LULL_RUN_DEFAULT);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ns = (double)(t1.tv_sec - t0.tv_sec) * 1e9 +
+                (double)(t1.tv_nsec - t0.tv_nsec);
+
+    lull_metrics m;
+    lull_loop_metrics(c.loop, &m);
+    fprintf(stderr, "lull %s: %lu hops, %.1f ns/hop, %.4f polls/hop\n", argv[1],
+            hops, ns / (double)hops, (double)m.polls / (double)hops);
+    if (rc < 0 || c.left != 0) {
+        fprintf(stderr, "lull_run: %s (%lu hops left)\n", strerror(-rc),
+                c.left);
+        return 1;
+    }
+    rc = lull_loop_free(c.loop);
+    close(sv[0]);
+    close(sv[1]);
+    return rc < 0 ? 1 : 0;
+}

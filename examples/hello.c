@@ -1,0 +1,39 @@
+/* hello: a task, a timer and an fd watcher; lull_run returns when idle. */
+#include <lull.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static void on_task(lull_task *t) {
+    (void)t;
+    puts("task: in a later turn");
+}
+static void on_timer(lull_timer *t) {
+    (void)t;
+    puts("timer: 10 ms later");
+}
+static void on_fd(lull_io *io, int events) {
+    char c;
+    (void)events;
+    if (read(io->fd, &c, 1) == 1) printf("fd: read '%c'\n", c);
+    lull_io_stop(io); /* nothing left: lull_run returns */
+}
+
+int main(void) {
+    lull_loop *loop;
+    lull_task task;
+    lull_timer timer;
+    lull_io io;
+    int fds[2];
+    if (lull_loop_new(&loop, NULL) < 0 || pipe(fds) < 0) return 1;
+    lull_task_init(&task, on_task);
+    lull_post(loop, &task);
+    lull_timer_init(loop, &timer, on_timer);
+    lull_timer_start(&timer, 10 * 1000000ull, 0); /* ns */
+    lull_io_init(loop, &io, fds[0], on_fd);
+    lull_io_start(&io, LULL_READABLE);
+    if (write(fds[1], "!", 1) != 1) return 1;
+    lull_run(loop, LULL_RUN_DEFAULT);
+    close(fds[0]);
+    close(fds[1]);
+    return lull_loop_free(loop) == 0 ? 0 : 1; /* every handle is done */
+}

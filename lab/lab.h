@@ -1,0 +1,122 @@
+/* lull-lab's shared vocabulary: the scenario table, run options, clocks,
+ * round statistics, the table printer and the JSON writer (lab/stats.c).
+ *
+ * Adding a scenario is two lines: declare its `lab_scenario` below and list
+ * it in lab/main.c's table (lab/CMakeLists.txt picks up every .c file in lab/).
+ */
+#ifndef LAB_H
+#define LAB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ------------------------------------------------------------- options */
+
+typedef struct lab_options {
+    bool quick; /* small sizes: `make demo` runs `all --quick` in < 60 s */
+    int rounds; /* rounds per figure; 0 = the scenario's default */
+    const char *json_path; /* --json FILE, or NULL */
+    const char *only;      /* --only NAME: the one figure of a scenario to
+                              run (its JSON key), or NULL for all */
+    const char *argv0;     /* how lull-lab was started */
+} lab_options;
+
+typedef struct lab_json lab_json;
+
+/* A scenario prints its tables on stdout and, when json is not NULL, writes
+ * its figures as the members of one JSON object (lab/main.c opens and closes
+ * that object). Returns 0, or a negative errno when it could not run. */
+typedef struct lab_scenario {
+    const char *name;        /* the subcommand */
+    const char *description; /* one line for `lull-lab help` */
+    int (*run)(const lab_options *opts, lab_json *json);
+} lab_scenario;
+
+extern const lab_scenario lab_turns; /* lab/turns.c */
+extern const lab_scenario lab_pump;  /* lab/pump.c */
+
+/* The rounds a figure runs: --rounds, else quick_default or full_default. */
+int lab_rounds(const lab_options *opts, int full_default, int quick_default);
+
+/* -------------------------------------------------------------- clocks */
+
+uint64_t lab_now_ns(void);        /* CLOCK_MONOTONIC */
+uint64_t lab_thread_cpu_ns(void); /* CPU time of the calling thread */
+/* Voluntary context switches of the calling thread (getrusage
+ * RUSAGE_THREAD): each one is a block in the kernel, so for an event loop
+ * thread it counts the waits that actually slept. */
+uint64_t lab_thread_nvcsw(void);
+/* Pins the calling thread to one CPU; returns 0 or a negative errno. */
+int lab_pin_cpu(int cpu);
+/* The first CPU this process may run on (the one pinned pairs share). */
+int lab_first_cpu(void);
+/* Raises the soft RLIMIT_NOFILE to the hard limit; returns the new soft
+ * limit. */
+long lab_raise_nofile(void);
+/* Heap bytes in use (mallinfo2: arena plus mmapped chunks). */
+uint64_t lab_heap_bytes(void);
+/* A small, fast, seeded generator for random deadlines (xorshift64*). */
+uint64_t lab_rand(uint64_t *state);
+
+/* ---------------------------------------------------------- statistics */
+
+/* Sorts v in place and returns the p-quantile (p in [0, 1]), interpolating
+ * between neighbours; 0 for an empty array. */
+double lab_percentile(double *v, size_t n, double p);
+
+/* One figure's values over the rounds: median, min and max of them. */
+#define LAB_MAX_ROUNDS 64
+typedef struct lab_series {
+    double v[LAB_MAX_ROUNDS];
+    int n;
+} lab_series;
+void lab_series_add(lab_series *s, double value);
+double lab_series_median(const lab_series *s);
+double lab_series_min(const lab_series *s);
+double lab_series_max(const lab_series *s);
+
+/* ---------------------------------------------------------------- table */
+
+/* A text table: add the header, then rows, then print (columns are sized
+ * to their widest cell; the first column is left-aligned). */
+#define LAB_TABLE_COLS 8
+#define LAB_TABLE_ROWS 32
+#define LAB_CELL       64
+typedef struct lab_table {
+    int cols;
+    int rows; /* rows added, the header included */
+    char cell[LAB_TABLE_ROWS][LAB_TABLE_COLS][LAB_CELL];
+} lab_table;
+void lab_table_init(lab_table *t, int cols, const char *const *header);
+/* Appends an empty row and returns its index (or -1 when full). */
+int lab_table_row(lab_table *t);
+void lab_table_set(lab_table *t, int row, int col, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void lab_table_print(const lab_table *t, FILE *out);
+
+/* Formats "median [min–max]" with a precision suited to the magnitude. */
+void lab_format_series(char *buf, size_t size, const lab_series *s);
+/* Formats a number with a precision suited to its magnitude. */
+void lab_format_value(char *buf, size_t size, double v);
+
+/* ----------------------------------------------------------------- json */
+
+/* A streaming JSON writer: it tracks nesting and commas. Keys are given
+ * with lab_json_key before a value inside an object. Numbers that are not
+ * finite are written as null. */
+lab_json *lab_json_open(const char *path); /* NULL on error (errno set) */
+int lab_json_close(lab_json *j);           /* 0 or a negative errno */
+void lab_json_key(lab_json *j, const char *key);
+void lab_json_begin_object(lab_json *j);
+void lab_json_end_object(lab_json *j);
+void lab_json_begin_array(lab_json *j);
+void lab_json_end_array(lab_json *j);
+void lab_json_number(lab_json *j, double v);
+void lab_json_string(lab_json *j, const char *s);
+void lab_json_bool(lab_json *j, bool v);
+/* "key": median/min/max/rounds of a series, as one object. */
+void lab_json_series(lab_json *j, const char *key, const lab_series *s);
+
+#endif /* LAB_H */

@@ -1,0 +1,187 @@
+/* lull-lab's entry point: the scenario table, option parsing, the machine
+ * header and the JSON document that wraps every scenario's figures.
+ *
+ * To add a scenario: declare its lab_scenario in lab/lab.h and list it in
+ * `scenarios` below. `all` runs the table in order. */
+#include "lab.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+static const lab_scenario *const scenarios[] = {
+    &lab_turns,
+    &lab_pump,
+};
+#define SCENARIO_COUNT (sizeof scenarios / sizeof scenarios[0])
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: lull-lab SCENARIO|all|help [--quick] [--rounds N] "
+                 "[--json FILE] [--only FIGURE]\n\nscenarios:\n");
+    for (size_t i = 0; i < SCENARIO_COUNT; i++)
+        fprintf(out, "  %-10s %s\n", scenarios[i]->name,
+                scenarios[i]->description);
+    fprintf(out,
+            "  %-10s every scenario above, in order\n\n"
+            "options:\n"
+            "  --quick     small sizes (`make demo`: all --quick in < 60 s)\n"
+            "  --rounds N  rounds per figure (default 5, 3 with --quick);\n"
+            "              implementations alternate within each round\n"
+            "  --json FILE write every figure (median, min, max, rounds)\n"
+            "  --only NAME run one figure of the scenario (its JSON key)\n",
+            "all");
+}
+
+/* The CPU model from /proc/cpuinfo, or "unknown". */
+static void cpu_model(char *buf, size_t size) {
+    snprintf(buf, size, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *colon = strchr(line, ':');
+        if (!colon) break;
+        colon++;
+        while (*colon == ' ')
+            colon++;
+        snprintf(buf, size, "%s", colon);
+        buf[strcspn(buf, "\n")] = '\0';
+        break;
+    }
+    fclose(f);
+}
+
+static void machine_notes(const lab_options *opts, lab_json *json) {
+    struct utsname u;
+    char cpu[128];
+    uname(&u);
+    cpu_model(cpu, sizeof cpu);
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    time_t t = time(NULL);
+    char when[32];
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+    printf("lull-lab  %s  |  nproc %ld, %s, kernel %s %s  |  %s%s\n", when,
+           nproc, cpu, u.sysname, u.release, opts->quick ? "quick" : "full",
+           opts->rounds > 0 ? " (rounds set)" : "");
+    if (!json) return;
+    lab_json_key(json, "machine");
+    lab_json_begin_object(json);
+    lab_json_key(json, "nproc");
+    lab_json_number(json, (double)nproc);
+    lab_json_key(json, "cpu");
+    lab_json_string(json, cpu);
+    lab_json_key(json, "kernel");
+    lab_json_string(json, u.release);
+    lab_json_key(json, "machine");
+    lab_json_string(json, u.machine);
+    lab_json_key(json, "date");
+    lab_json_string(json, when);
+    lab_json_end_object(json);
+    lab_json_key(json, "quick");
+    lab_json_bool(json, opts->quick);
+}
+
+static const lab_scenario *find(const char *name) {
+    for (size_t i = 0; i < SCENARIO_COUNT; i++)
+        if (strcmp(scenarios[i]->name, name) == 0) return scenarios[i];
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    lab_options opts = {.argv0 = argv[0]};
+    const char *command = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--quick") == 0) {
+            opts.quick = true;
+        } else if (strcmp(a, "--rounds") == 0 && i + 1 < argc) {
+            opts.rounds = atoi(argv[++i]);
+            if (opts.rounds < 1 || opts.rounds > LAB_MAX_ROUNDS) {
+                fprintf(stderr, "lull-lab: --rounds takes 1..%d\n",
+                        LAB_MAX_ROUNDS);
+                return 2;
+            }
+        } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {
+            opts.only = argv[++i];
+        } else if (strcmp(a, "--json") == 0 && i + 1 < argc) {
+            opts.json_path = argv[++i];
+        } else if (strcmp(a, "help") == 0 || strcmp(a, "--help") == 0 ||
+                   strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (a[0] != '-' && !command) {
+            command = a;
+        } else {
+            fprintf(stderr, "lull-lab: unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!command) {
+        usage(stderr);
+        return 2;
+    }
+    const lab_scenario *only = NULL;
+    if (strcmp(command, "all") != 0) {
+        only = find(command);
+        if (!only) {
+            fprintf(stderr, "lull-lab: no scenario '%s'\n", command);
+            usage(stderr);
+            return 2;
+        }
+    }
+
+    /* Tables are read while they print; do not hold them in a buffer. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    lab_json *json = NULL;
+    if (opts.json_path) {
+        json = lab_json_open(opts.json_path);
+        if (!json) {
+            fprintf(stderr, "lull-lab: cannot write %s: %s\n", opts.json_path,
+                    strerror(errno));
+            return 1;
+        }
+        lab_json_begin_object(json);
+    }
+    machine_notes(&opts, json);
+    if (json) {
+        lab_json_key(json, "scenarios");
+        lab_json_begin_object(json);
+    }
+
+    int failed = 0;
+    for (size_t i = 0; i < SCENARIO_COUNT; i++) {
+        const lab_scenario *s = scenarios[i];
+        if (only && s != only) continue;
+        printf("\n=== %s: %s\n", s->name, s->description);
+        if (json) {
+            lab_json_key(json, s->name);
+            lab_json_begin_object(json);
+        }
+        int rc = s->run(&opts, json);
+        if (json) lab_json_end_object(json);
+        if (rc < 0) {
+            fprintf(stderr, "lull-lab: %s failed: %s\n", s->name,
+                    strerror(-rc));
+            failed = 1;
+        }
+    }
+
+    if (json) {
+        lab_json_end_object(json); /* scenarios */
+        lab_json_end_object(json);
+        int rc = lab_json_close(json);
+        if (rc < 0) {
+            fprintf(stderr, "lull-lab: writing %s: %s\n", opts.json_path,
+                    strerror(-rc));
+            return 1;
+        }
+        printf("\nfigures written to %s\n", opts.json_path);
+    }
+    return failed;
+}

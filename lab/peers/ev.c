@@ -1,0 +1,338 @@
+/* libev's implementation of the `turns` figures (compiled when ev.h and
+ * libev are found). The next-iteration chain is an ev_idle watcher (libev
+ * polls with a zero timeout while one is active); the zero-delay chain
+ * re-arms an ev_timer with 0. from its callback. */
+#include "../lab.h"
+#include "../turns.h"
+
+#include <errno.h>
+#include <ev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *version(void) {
+    static char buf[16];
+    snprintf(buf, sizeof buf, "%d.%d", ev_version_major(), ev_version_minor());
+    return buf;
+}
+
+/* ------------------------------------------------------------- chains */
+
+typedef struct chain {
+    ev_idle idle;
+    ev_timer timer;
+    ev_io io; /* one idle socket: the I/O check is real */
+    uint64_t left;
+} chain;
+
+static void chain_io(struct ev_loop *loop, ev_io *w, int revents) {
+    (void)loop;
+    (void)w;
+    (void)revents;
+}
+
+static void idle_hop(struct ev_loop *loop, ev_idle *w, int revents) {
+    (void)revents;
+    chain *c = w->data;
+    if (--c->left == 0) {
+        ev_idle_stop(loop, w);
+        ev_io_stop(loop, &c->io);
+    }
+}
+
+static void timer_hop(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)revents;
+    chain *c = w->data;
+    if (--c->left > 0) {
+        ev_timer_set(w, 0., 0.);
+        ev_timer_start(loop, w);
+    } else {
+        ev_io_stop(loop, &c->io);
+    }
+}
+
+static int run_chain(const turns_params *p, turns_result *out, bool timer) {
+    int fds[2];
+    int rc = turns_open_sockets(fds, 2);
+    if (rc < 0) return rc;
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    if (!loop) {
+        turns_close_sockets(fds, 2);
+        return -ENOMEM;
+    }
+    chain c;
+    ev_idle_init(&c.idle, idle_hop);
+    ev_timer_init(&c.timer, timer_hop, 0., 0.);
+    ev_io_init(&c.io, chain_io, fds[0], EV_READ);
+    c.idle.data = c.timer.data = c.io.data = &c;
+    ev_io_start(loop, &c.io);
+    ev_run(loop, EVRUN_NOWAIT);
+    c.left = p->hops;
+    uint64_t t0 = lab_now_ns();
+    if (timer) {
+        ev_timer_start(loop, &c.timer);
+    } else {
+        ev_idle_start(loop, &c.idle);
+    }
+    ev_run(loop, 0);
+    uint64_t t1 = lab_now_ns();
+    out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
+    rc = c.left == 0 ? 0 : -EPROTO;
+    ev_loop_destroy(loop);
+    turns_close_sockets(fds, 2);
+    return rc;
+}
+
+static int chain_idle(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, false);
+}
+
+static int chain_timer0(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, true);
+}
+
+/* ----------------------------------------------------------- lateness */
+
+typedef struct late {
+    ev_timer timer;
+    double *samples;
+    int n, want;
+    uint64_t due;
+} late;
+
+static void late_fire(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)revents;
+    late *l = w->data;
+    uint64_t now = lab_now_ns();
+    l->samples[l->n++] = (double)(int64_t)(now - l->due); /* < 0: early */
+    if (l->n < l->want) {
+        l->due = lab_now_ns() + 1000000;
+        ev_timer_set(w, 0.001, 0.);
+        ev_timer_start(loop, w);
+    }
+}
+
+static int lateness(const turns_params *p, turns_result *out) {
+    late l = {.want = p->lateness_samples};
+    l.samples = calloc((size_t)l.want, sizeof *l.samples);
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    if (!l.samples || !loop) {
+        free(l.samples);
+        if (loop) ev_loop_destroy(loop);
+        return -ENOMEM;
+    }
+    ev_timer_init(&l.timer, late_fire, 0.001, 0.);
+    l.timer.data = &l;
+    ev_now_update(loop);
+    l.due = lab_now_ns() + 1000000;
+    ev_timer_start(loop, &l.timer);
+    ev_run(loop, 0);
+    turns_latency_us(l.samples, l.n, &out->v[LATE_P50_US], &out->v[LATE_P99_US],
+                     &out->v[LATE_MAX_US], true);
+    ev_loop_destroy(loop);
+    free(l.samples);
+    return 0;
+}
+
+/* --------------------------------------------------------------- idle */
+
+static void idle_io(struct ev_loop *loop, ev_io *w, int revents) {
+    (void)loop;
+    (void)w;
+    (void)revents;
+}
+
+static void idle_end(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)w;
+    (void)revents;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static int idle(const turns_params *p, turns_result *out) {
+    int n = p->idle_handles_peer;
+    ev_io *ios = calloc((size_t)n, sizeof *ios);
+    int *fds = calloc((size_t)n, sizeof *fds);
+    int rc = !ios || !fds ? -ENOMEM : turns_open_sockets(fds, n);
+    if (rc < 0) goto out;
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    if (!loop) {
+        rc = -ENOMEM;
+    } else {
+        for (int i = 0; i < n; i++) {
+            ev_io_init(&ios[i], idle_io, fds[i], EV_READ);
+            ev_io_start(loop, &ios[i]);
+        }
+        ev_timer end;
+        ev_timer_init(&end, idle_end, (double)p->idle_window_ns / 1e9, 0.);
+        ev_run(loop, EVRUN_NOWAIT);
+        uint64_t cpu0 = lab_thread_cpu_ns(), cs0 = lab_thread_nvcsw();
+        ev_now_update(loop);
+        ev_timer_start(loop, &end);
+        ev_run(loop, 0);
+        uint64_t cpu1 = lab_thread_cpu_ns(), cs1 = lab_thread_nvcsw();
+        double cpu_us = (double)(cpu1 - cpu0) / 1e3;
+        out->v[IDLE_NVCSW] = (double)(cs1 - cs0);
+        out->v[IDLE_CPU_US] = cpu_us;
+        out->v[IDLE_CPU_US_PER_S] = cpu_us / ((double)p->idle_window_ns / 1e9);
+        for (int i = 0; i < n; i++)
+            ev_io_stop(loop, &ios[i]);
+        ev_loop_destroy(loop);
+    }
+    turns_close_sockets(fds, n);
+out:
+    free(ios);
+    free(fds);
+    return rc;
+}
+
+/* -------------------------------------------------------- round trip */
+
+typedef struct trip {
+    struct ev_loop *la, *lb;
+    ev_async aa, ab; /* aa wakes a (trip ended), ab wakes b */
+    const turns_params *p;
+    double *samples;
+    int done;
+    uint64_t sent;
+    volatile int stop;
+} trip;
+
+static void trip_on_a(struct ev_loop *loop, ev_async *w, int revents) {
+    (void)revents;
+    trip *t = w->data;
+    uint64_t now = lab_now_ns();
+    int k = t->done++ - t->p->warmup_trips;
+    if (k >= 0) t->samples[k] = (double)(now - t->sent);
+    if (t->done < t->p->warmup_trips + t->p->trips) {
+        t->sent = lab_now_ns();
+    } else {
+        __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
+        ev_break(loop, EVBREAK_ALL);
+    }
+    ev_async_send(t->lb, &t->ab);
+}
+
+static void trip_on_b(struct ev_loop *loop, ev_async *w, int revents) {
+    (void)revents;
+    trip *t = w->data;
+    if (__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
+        ev_break(loop, EVBREAK_ALL);
+        return;
+    }
+    ev_async_send(t->la, &t->aa);
+}
+
+static void *trip_side_a(void *arg) {
+    trip *t = arg;
+    turns_pair_ready();
+    t->sent = lab_now_ns();
+    ev_async_send(t->lb, &t->ab);
+    ev_run(t->la, 0);
+    return NULL;
+}
+
+static void *trip_side_b(void *arg) {
+    trip *t = arg;
+    turns_pair_ready();
+    ev_run(t->lb, 0);
+    return NULL;
+}
+
+static int roundtrip(const turns_params *p, turns_result *out) {
+    trip t;
+    memset(&t, 0, sizeof t);
+    t.p = p;
+    t.samples = calloc((size_t)p->trips, sizeof *t.samples);
+    t.la = ev_loop_new(EVFLAG_AUTO);
+    t.lb = ev_loop_new(EVFLAG_AUTO);
+    int rc = t.samples && t.la && t.lb ? 0 : -ENOMEM;
+    if (rc == 0) {
+        /* Both asyncs are started before either thread runs: a send to a
+         * watcher that is not started is lost. */
+        ev_async_init(&t.aa, trip_on_a);
+        ev_async_init(&t.ab, trip_on_b);
+        t.aa.data = t.ab.data = &t;
+        ev_async_start(t.la, &t.aa);
+        ev_async_start(t.lb, &t.ab);
+        rc = turns_pair_run(p, trip_side_a, trip_side_b, &t);
+        if (rc == 0)
+            turns_latency_us(t.samples, p->trips, &out->v[TRIP_P50_US],
+                             &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US],
+                             false);
+        ev_async_stop(t.la, &t.aa);
+        ev_async_stop(t.lb, &t.ab);
+    }
+    if (t.la) ev_loop_destroy(t.la);
+    if (t.lb) ev_loop_destroy(t.lb);
+    free(t.samples);
+    return rc;
+}
+
+/* ------------------------------------------------------------- timers */
+
+static void never(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)loop;
+    (void)w;
+    (void)revents;
+}
+
+static int timers(const turns_params *p, turns_result *out) {
+    size_t n = (size_t)p->timers, pairs = (size_t)p->timer_pairs;
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    if (!loop) return -ENOMEM;
+    int rc = 0;
+    ev_timer *extra = calloc(pairs, sizeof *extra);
+    double *delays = calloc(pairs, sizeof *delays);
+    uint64_t seed = p->seed;
+    uint64_t heap0 = lab_heap_bytes();
+    ev_timer *t = calloc(n, sizeof *t);
+    if (!t || !extra || !delays) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        double d =
+            (double)turns_random_delay(&seed, 1000000000, 1000000000000) / 1e9;
+        ev_timer_init(&t[i], never, d, 0.);
+        ev_timer_start(loop, &t[i]);
+    }
+    uint64_t heap1 = lab_heap_bytes();
+    for (size_t i = 0; i < pairs; i++) {
+        delays[i] =
+            (double)turns_random_delay(&seed, 1000000000, 1000000000000) / 1e9;
+        ev_timer_init(&extra[i], never, delays[i], 0.);
+    }
+    uint64_t t0 = lab_now_ns();
+    for (size_t i = 0; i < pairs; i++)
+        ev_timer_start(loop, &extra[i]);
+    uint64_t t1 = lab_now_ns();
+    for (size_t i = 0; i < pairs; i++)
+        ev_timer_stop(loop, &extra[i]);
+    uint64_t t2 = lab_now_ns();
+    out->v[TIMERS_ARM_NS] = (double)(t1 - t0) / (double)pairs;
+    out->v[TIMERS_CANCEL_NS] = (double)(t2 - t1) / (double)pairs;
+    out->v[TIMERS_PAIR_NS] = (double)(t2 - t0) / (double)pairs;
+    out->v[TIMERS_BYTES] = (double)(heap1 - heap0) / (double)n;
+    for (size_t i = 0; i < n; i++)
+        ev_timer_stop(loop, &t[i]);
+out:
+    ev_loop_destroy(loop);
+    free(t);
+    free(extra);
+    free(delays);
+    return rc;
+}
+
+static const turns_entry entries[] = {
+    {TURNS_CHAIN_TASK, "libev: ev_idle", chain_idle},
+    {TURNS_CHAIN_TIMER0, "libev: ev_timer 0.", chain_timer0},
+    {TURNS_LATENESS, "libev", lateness},
+    {TURNS_IDLE, "libev", idle},
+    {TURNS_ROUNDTRIP, "libev: ev_async_send", roundtrip},
+    {TURNS_TIMERS, "libev", timers},
+};
+
+const turns_peer turns_ev = {
+    "libev", version, NULL, entries, (int)(sizeof entries / sizeof entries[0]),
+};

@@ -1,0 +1,396 @@
+/* libevent's implementation of the `turns` figures (compiled when
+ * pkg-config finds libevent_core and libevent_pthreads).
+ *
+ * The next-iteration chain is an event with no fd that calls event_active()
+ * on itself from its callback. By default libevent runs such an event again
+ * in the same pass over the active queue, without looking at I/O: that row
+ * is "drained in one pass". The honest comparison is the second row, where
+ * event_config_set_max_dispatch_interval(cfg, NULL, 1, 0) makes the loop
+ * check I/O after every callback. Lateness is measured with the default
+ * clock (CLOCK_MONOTONIC_COARSE) and with EVENT_BASE_FLAG_PRECISE_TIMER. */
+#include "../lab.h"
+#include "../turns.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <event2/thread.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *version(void) {
+    return event_get_version();
+}
+
+/* A base with the given flags and at most max_callbacks callbacks between
+ * two I/O checks (0 = libevent's default: no limit). Single-threaded
+ * figures pass EVENT_BASE_FLAG_NOLOCK: once the round trip has called
+ * evthread_use_pthreads(), later bases would otherwise take a lock on
+ * every operation, and the figures would depend on the order they ran. */
+static struct event_base *new_base(int flags, int max_callbacks) {
+    struct event_config *cfg = event_config_new();
+    if (!cfg) return NULL;
+    event_config_set_flag(cfg, flags);
+    if (max_callbacks > 0)
+        event_config_set_max_dispatch_interval(cfg, NULL, max_callbacks, 0);
+    struct event_base *base = event_base_new_with_config(cfg);
+    event_config_free(cfg);
+    return base;
+}
+
+/* ------------------------------------------------------------- chains */
+
+typedef struct chain {
+    struct event hop;
+    struct event io; /* one idle socket: the I/O check is real */
+    uint64_t left;
+    bool timer;
+} chain;
+
+static void chain_io(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    (void)arg;
+}
+
+static void hop(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    chain *c = arg;
+    if (--c->left == 0) {
+        event_del(&c->io);
+    } else if (c->timer) {
+        static const struct timeval zero = {0, 0};
+        evtimer_add(&c->hop, &zero);
+    } else {
+        event_active(&c->hop, EV_TIMEOUT, 0);
+    }
+}
+
+static int run_chain(const turns_params *p, turns_result *out, bool timer,
+                     int max_callbacks) {
+    int fds[2];
+    int rc = turns_open_sockets(fds, 2);
+    if (rc < 0) return rc;
+    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK, max_callbacks);
+    if (!base) {
+        turns_close_sockets(fds, 2);
+        return -ENOMEM;
+    }
+    chain c;
+    memset(&c, 0, sizeof c);
+    c.timer = timer;
+    event_assign(&c.hop, base, -1, 0, hop, &c);
+    event_assign(&c.io, base, fds[0], EV_READ | EV_PERSIST, chain_io, &c);
+    event_add(&c.io, NULL);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    c.left = p->hops;
+    uint64_t t0 = lab_now_ns();
+    if (timer) {
+        static const struct timeval zero = {0, 0};
+        evtimer_add(&c.hop, &zero);
+    } else {
+        event_active(&c.hop, EV_TIMEOUT, 0);
+    }
+    event_base_loop(base, 0);
+    uint64_t t1 = lab_now_ns();
+    out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
+    rc = c.left == 0 ? 0 : -EPROTO;
+    event_del(&c.hop);
+    event_del(&c.io);
+    event_base_free(base);
+    turns_close_sockets(fds, 2);
+    return rc;
+}
+
+static int chain_drained(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, false, 0);
+}
+
+static int chain_checked(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, false, 1);
+}
+
+static int chain_timer0(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, true, 0);
+}
+
+/* ----------------------------------------------------------- lateness */
+
+typedef struct late {
+    struct event timer;
+    double *samples;
+    int n, want;
+    uint64_t due;
+} late;
+
+static const struct timeval one_ms = {0, 1000};
+
+static void late_fire(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    late *l = arg;
+    uint64_t now = lab_now_ns();
+    l->samples[l->n++] = (double)(int64_t)(now - l->due); /* < 0: early */
+    if (l->n < l->want) {
+        l->due = lab_now_ns() + 1000000;
+        evtimer_add(&l->timer, &one_ms);
+    }
+}
+
+static int run_lateness(const turns_params *p, turns_result *out, int flags) {
+    late l = {.want = p->lateness_samples};
+    l.samples = calloc((size_t)l.want, sizeof *l.samples);
+    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK | flags, 0);
+    if (!l.samples || !base) {
+        free(l.samples);
+        if (base) event_base_free(base);
+        return -ENOMEM;
+    }
+    evtimer_assign(&l.timer, base, late_fire, &l);
+    event_base_update_cache_time(base);
+    l.due = lab_now_ns() + 1000000;
+    evtimer_add(&l.timer, &one_ms);
+    event_base_loop(base, 0);
+    turns_latency_us(l.samples, l.n, &out->v[LATE_P50_US], &out->v[LATE_P99_US],
+                     &out->v[LATE_MAX_US], true);
+    event_base_free(base);
+    free(l.samples);
+    return 0;
+}
+
+static int lateness_default(const turns_params *p, turns_result *out) {
+    return run_lateness(p, out, 0);
+}
+
+static int lateness_precise(const turns_params *p, turns_result *out) {
+    return run_lateness(p, out, EVENT_BASE_FLAG_PRECISE_TIMER);
+}
+
+/* --------------------------------------------------------------- idle */
+
+static void idle_io(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    (void)arg;
+}
+
+static void idle_end(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(arg);
+}
+
+static int idle(const turns_params *p, turns_result *out) {
+    int n = p->idle_handles_peer;
+    struct event *evs = calloc((size_t)n, sizeof *evs);
+    int *fds = calloc((size_t)n, sizeof *fds);
+    int rc = !evs || !fds ? -ENOMEM : turns_open_sockets(fds, n);
+    if (rc < 0) goto out;
+    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK, 0);
+    if (!base) {
+        rc = -ENOMEM;
+    } else {
+        for (int i = 0; i < n; i++) {
+            event_assign(&evs[i], base, fds[i], EV_READ | EV_PERSIST, idle_io,
+                         NULL);
+            event_add(&evs[i], NULL);
+        }
+        struct event end;
+        evtimer_assign(&end, base, idle_end, base);
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        uint64_t cpu0 = lab_thread_cpu_ns(), cs0 = lab_thread_nvcsw();
+        struct timeval window = {
+            (time_t)(p->idle_window_ns / 1000000000),
+            (suseconds_t)(p->idle_window_ns % 1000000000 / 1000)};
+        evtimer_add(&end, &window);
+        event_base_loop(base, 0);
+        uint64_t cpu1 = lab_thread_cpu_ns(), cs1 = lab_thread_nvcsw();
+        double cpu_us = (double)(cpu1 - cpu0) / 1e3;
+        out->v[IDLE_NVCSW] = (double)(cs1 - cs0);
+        out->v[IDLE_CPU_US] = cpu_us;
+        out->v[IDLE_CPU_US_PER_S] = cpu_us / ((double)p->idle_window_ns / 1e9);
+        for (int i = 0; i < n; i++)
+            event_del(&evs[i]);
+        event_del(&end);
+        event_base_free(base);
+    }
+    turns_close_sockets(fds, n);
+out:
+    free(evs);
+    free(fds);
+    return rc;
+}
+
+/* -------------------------------------------------------- round trip */
+
+static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+static int threads_rc;
+
+static void use_threads(void) {
+    threads_rc = evthread_use_pthreads();
+}
+
+typedef struct trip {
+    struct event_base *ba, *bb;
+    struct event ea, eb; /* ea wakes a (trip ended), eb wakes b */
+    const turns_params *p;
+    double *samples;
+    int done;
+    uint64_t sent;
+    volatile int stop;
+} trip;
+
+static void trip_on_a(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    trip *t = arg;
+    uint64_t now = lab_now_ns();
+    int k = t->done++ - t->p->warmup_trips;
+    if (k >= 0) t->samples[k] = (double)(now - t->sent);
+    if (t->done < t->p->warmup_trips + t->p->trips) {
+        t->sent = lab_now_ns();
+    } else {
+        __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
+        event_base_loopbreak(t->ba);
+    }
+    event_active(&t->eb, EV_READ, 0);
+}
+
+static void trip_on_b(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    trip *t = arg;
+    if (__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
+        event_base_loopbreak(t->bb);
+        return;
+    }
+    event_active(&t->ea, EV_READ, 0);
+}
+
+static void *trip_side_a(void *arg) {
+    trip *t = arg;
+    turns_pair_ready();
+    t->sent = lab_now_ns();
+    event_active(&t->eb, EV_READ, 0);
+    event_base_loop(t->ba, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+static void *trip_side_b(void *arg) {
+    trip *t = arg;
+    turns_pair_ready();
+    event_base_loop(t->bb, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+static int roundtrip(const turns_params *p, turns_result *out) {
+    pthread_once(&threads_once, use_threads);
+    if (threads_rc != 0) return -ENOSYS;
+    trip t;
+    memset(&t, 0, sizeof t);
+    t.p = p;
+    t.samples = calloc((size_t)p->trips, sizeof *t.samples);
+    /* With threads enabled, a new base is notifiable: event_active from
+     * another thread writes its eventfd. */
+    t.ba = new_base(0, 0);
+    t.bb = new_base(0, 0);
+    int rc = t.samples && t.ba && t.bb ? 0 : -ENOMEM;
+    if (rc == 0) {
+        event_assign(&t.ea, t.ba, -1, 0, trip_on_a, &t);
+        event_assign(&t.eb, t.bb, -1, 0, trip_on_b, &t);
+        rc = turns_pair_run(p, trip_side_a, trip_side_b, &t);
+        if (rc == 0)
+            turns_latency_us(t.samples, p->trips, &out->v[TRIP_P50_US],
+                             &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US],
+                             false);
+        event_del(&t.ea);
+        event_del(&t.eb);
+    }
+    if (t.ba) event_base_free(t.ba);
+    if (t.bb) event_base_free(t.bb);
+    free(t.samples);
+    return rc;
+}
+
+/* ------------------------------------------------------------- timers */
+
+static void never(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    (void)arg;
+}
+
+static struct timeval to_tv(uint64_t ns) {
+    struct timeval tv = {(time_t)(ns / 1000000000),
+                         (suseconds_t)(ns % 1000000000 / 1000)};
+    return tv;
+}
+
+static int timers(const turns_params *p, turns_result *out) {
+    size_t n = (size_t)p->timers, pairs = (size_t)p->timer_pairs;
+    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK, 0);
+    if (!base) return -ENOMEM;
+    int rc = 0;
+    struct event *extra = calloc(pairs, sizeof *extra);
+    struct timeval *delays = calloc(pairs, sizeof *delays);
+    uint64_t seed = p->seed;
+    uint64_t heap0 = lab_heap_bytes();
+    struct event *t = calloc(n, sizeof *t);
+    if (!t || !extra || !delays) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct timeval tv =
+            to_tv(turns_random_delay(&seed, 1000000000, 1000000000000));
+        evtimer_assign(&t[i], base, never, NULL);
+        evtimer_add(&t[i], &tv);
+    }
+    uint64_t heap1 = lab_heap_bytes();
+    for (size_t i = 0; i < pairs; i++) {
+        delays[i] = to_tv(turns_random_delay(&seed, 1000000000, 1000000000000));
+        evtimer_assign(&extra[i], base, never, NULL);
+    }
+    uint64_t t0 = lab_now_ns();
+    for (size_t i = 0; i < pairs; i++)
+        evtimer_add(&extra[i], &delays[i]);
+    uint64_t t1 = lab_now_ns();
+    for (size_t i = 0; i < pairs; i++)
+        evtimer_del(&extra[i]);
+    uint64_t t2 = lab_now_ns();
+    out->v[TIMERS_ARM_NS] = (double)(t1 - t0) / (double)pairs;
+    out->v[TIMERS_CANCEL_NS] = (double)(t2 - t1) / (double)pairs;
+    out->v[TIMERS_PAIR_NS] = (double)(t2 - t0) / (double)pairs;
+    out->v[TIMERS_BYTES] = (double)(heap1 - heap0) / (double)n;
+    for (size_t i = 0; i < n; i++)
+        evtimer_del(&t[i]);
+out:
+    event_base_free(base);
+    free(t);
+    free(extra);
+    free(delays);
+    return rc;
+}
+
+static const turns_entry entries[] = {
+    {TURNS_CHAIN_TASK, "libevent: event_active, drained in one pass",
+     chain_drained},
+    {TURNS_CHAIN_TASK, "libevent: event_active, I/O checked per callback",
+     chain_checked},
+    {TURNS_CHAIN_TIMER0, "libevent: evtimer_add {0,0}", chain_timer0},
+    {TURNS_LATENESS, "libevent (default clock)", lateness_default},
+    {TURNS_LATENESS, "libevent (PRECISE_TIMER)", lateness_precise},
+    {TURNS_IDLE, "libevent", idle},
+    {TURNS_ROUNDTRIP, "libevent: event_active (evthread)", roundtrip},
+    {TURNS_TIMERS, "libevent", timers},
+};
+
+const turns_peer turns_event = {
+    "libevent",
+    version,
+    NULL,
+    entries,
+    (int)(sizeof entries / sizeof entries[0]),
+};

@@ -1,0 +1,179 @@
+/* The floors of the cross-thread round trip, measured in the same run as
+ * the loops: two raw threads, pinned to the same CPU, hand a turn back and
+ * forth. No loop, no queue.
+ *  - futex: through one futex word, the cheapest block/wake there is.
+ *  - eventfd+epoll: each thread blocks in epoll_wait on its own eventfd
+ *    (edge-triggered, never read) and the other writes it: the kernel path
+ *    every epoll loop's cross-thread wake-up takes, without the loop. */
+#include "../lab.h"
+#include "../turns.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+enum { TURN_B = 1, TURN_A = 2, TURN_END = 3 };
+
+typedef struct ping {
+    int word; /* whose turn: TURN_B, TURN_A or TURN_END */
+    const turns_params *p;
+    double *samples;
+} ping;
+
+static void futex_wait(int *word, int expected) {
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void futex_wake(int *word) {
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void pass_to(ping *x, int turn) {
+    __atomic_store_n(&x->word, turn, __ATOMIC_RELEASE);
+    futex_wake(&x->word);
+}
+
+/* Waits until the word leaves `from`; returns the new value. */
+static int wait_change(ping *x, int from) {
+    int v;
+    while ((v = __atomic_load_n(&x->word, __ATOMIC_ACQUIRE)) == from)
+        futex_wait(&x->word, from);
+    return v;
+}
+
+static void *side_a(void *arg) {
+    ping *x = arg;
+    turns_pair_ready();
+    int total = x->p->warmup_trips + x->p->trips;
+    for (int i = 0; i < total; i++) {
+        uint64_t t0 = lab_now_ns();
+        pass_to(x, TURN_B);
+        wait_change(x, TURN_B);
+        uint64_t t1 = lab_now_ns();
+        int k = i - x->p->warmup_trips;
+        if (k >= 0) x->samples[k] = (double)(t1 - t0);
+    }
+    pass_to(x, TURN_END);
+    return NULL;
+}
+
+static void *side_b(void *arg) {
+    ping *x = arg;
+    turns_pair_ready();
+    for (;;) {
+        int v = wait_change(x, TURN_A);
+        if (v == TURN_END) break;
+        pass_to(x, TURN_A);
+    }
+    return NULL;
+}
+
+static int roundtrip(const turns_params *p, turns_result *out) {
+    ping x = {.word = TURN_A, .p = p};
+    x.samples = calloc((size_t)p->trips, sizeof *x.samples);
+    if (!x.samples) return -ENOMEM;
+    int rc = turns_pair_run(p, side_a, side_b, &x);
+    if (rc == 0)
+        turns_latency_us(x.samples, p->trips, &out->v[TRIP_P50_US],
+                         &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US], false);
+    free(x.samples);
+    return rc;
+}
+
+/* ------------------------------------------------------ eventfd+epoll */
+
+typedef struct efd_side {
+    int efd;  /* written by the other side */
+    int epfd; /* watches efd, edge-triggered */
+} efd_side;
+
+typedef struct efd_ping {
+    efd_side a, b;
+    int stop;
+    const turns_params *p;
+    double *samples;
+} efd_ping;
+
+static void efd_signal(efd_side *s) {
+    uint64_t one = 1;
+    ssize_t r = write(s->efd, &one, sizeof one);
+    (void)r; /* a counter far from overflow: cannot fail here */
+}
+
+static void efd_wait(efd_side *s) {
+    struct epoll_event ev;
+    while (epoll_wait(s->epfd, &ev, 1, -1) < 0 && errno == EINTR) {
+    }
+}
+
+static void *efd_side_a(void *arg) {
+    efd_ping *x = arg;
+    turns_pair_ready();
+    int total = x->p->warmup_trips + x->p->trips;
+    for (int i = 0; i < total; i++) {
+        uint64_t t0 = lab_now_ns();
+        efd_signal(&x->b);
+        efd_wait(&x->a);
+        uint64_t t1 = lab_now_ns();
+        int k = i - x->p->warmup_trips;
+        if (k >= 0) x->samples[k] = (double)(t1 - t0);
+    }
+    __atomic_store_n(&x->stop, 1, __ATOMIC_RELEASE);
+    efd_signal(&x->b);
+    return NULL;
+}
+
+static void *efd_side_b(void *arg) {
+    efd_ping *x = arg;
+    turns_pair_ready();
+    for (;;) {
+        efd_wait(&x->b);
+        if (__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE)) break;
+        efd_signal(&x->a);
+    }
+    return NULL;
+}
+
+static int efd_open(efd_side *s) {
+    s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (s->efd < 0 || s->epfd < 0) return -errno;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->efd, &ev) != 0) return -errno;
+    return 0;
+}
+
+static void efd_close(efd_side *s) {
+    if (s->efd >= 0) close(s->efd);
+    if (s->epfd >= 0) close(s->epfd);
+}
+
+static int roundtrip_epoll(const turns_params *p, turns_result *out) {
+    efd_ping x = {.a = {-1, -1}, .b = {-1, -1}, .p = p};
+    x.samples = calloc((size_t)p->trips, sizeof *x.samples);
+    int rc = x.samples ? 0 : -ENOMEM;
+    if (rc == 0) rc = efd_open(&x.a);
+    if (rc == 0) rc = efd_open(&x.b);
+    if (rc == 0) rc = turns_pair_run(p, efd_side_a, efd_side_b, &x);
+    if (rc == 0)
+        turns_latency_us(x.samples, p->trips, &out->v[TRIP_P50_US],
+                         &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US], false);
+    efd_close(&x.a);
+    efd_close(&x.b);
+    free(x.samples);
+    return rc;
+}
+
+static const turns_entry entries[] = {
+    {TURNS_ROUNDTRIP, "futex floor (no loop)", roundtrip},
+    {TURNS_ROUNDTRIP, "eventfd+epoll floor (no loop)", roundtrip_epoll},
+};
+
+const turns_peer turns_futex = {
+    "futex", NULL, NULL, entries, (int)(sizeof entries / sizeof entries[0]),
+};

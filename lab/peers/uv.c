@@ -1,0 +1,328 @@
+/* libuv's implementation of the `turns` figures (compiled when pkg-config
+ * finds libuv). Written the way a libuv user would: the next-iteration
+ * chain is a uv_idle_t callback, which makes the loop poll with a zero
+ * timeout every iteration; the zero-delay chain is uv_timer_start(0). */
+#include "../lab.h"
+#include "../turns.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+static const char *version(void) {
+    return uv_version_string();
+}
+
+/* Closes every handle of a loop, runs the close callbacks, frees the loop's
+ * own resources. */
+static void close_walk(uv_handle_t *h, void *arg) {
+    (void)arg;
+    if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static int close_loop(uv_loop_t *loop) {
+    uv_walk(loop, close_walk, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    return uv_loop_close(loop);
+}
+
+/* ------------------------------------------------------------- chains */
+
+typedef struct chain {
+    uv_idle_t idle;
+    uv_timer_t timer;
+    uv_poll_t poll; /* one idle socket: the I/O check is real */
+    uint64_t left;
+} chain;
+
+static void chain_poll(uv_poll_t *h, int status, int events) {
+    (void)h;
+    (void)status;
+    (void)events;
+}
+
+static void idle_hop(uv_idle_t *h) {
+    chain *c = h->data;
+    if (--c->left == 0) {
+        uv_idle_stop(h);
+        uv_poll_stop(&c->poll);
+    }
+}
+
+static void timer_hop(uv_timer_t *h) {
+    chain *c = h->data;
+    if (--c->left > 0) {
+        uv_timer_start(h, timer_hop, 0, 0);
+    } else {
+        uv_poll_stop(&c->poll);
+    }
+}
+
+static int run_chain(const turns_params *p, turns_result *out, bool timer) {
+    uv_loop_t loop;
+    chain c;
+    int fds[2];
+    int rc = turns_open_sockets(fds, 2);
+    if (rc < 0) return rc;
+    rc = uv_loop_init(&loop);
+    if (rc < 0) goto out_fds;
+    uv_idle_init(&loop, &c.idle);
+    uv_timer_init(&loop, &c.timer);
+    uv_poll_init(&loop, &c.poll, fds[0]);
+    c.idle.data = c.timer.data = c.poll.data = &c;
+    uv_poll_start(&c.poll, UV_READABLE, chain_poll);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    c.left = p->hops;
+    uint64_t t0 = lab_now_ns();
+    if (timer) {
+        uv_timer_start(&c.timer, timer_hop, 0, 0);
+    } else {
+        uv_idle_start(&c.idle, idle_hop);
+    }
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uint64_t t1 = lab_now_ns();
+    out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
+    rc = c.left == 0 ? 0 : -EPROTO;
+    close_loop(&loop);
+out_fds:
+    turns_close_sockets(fds, 2);
+    return rc;
+}
+
+static int chain_idle(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, false);
+}
+
+static int chain_timer0(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, true);
+}
+
+/* ----------------------------------------------------------- lateness */
+
+typedef struct late {
+    uv_timer_t timer;
+    double *samples;
+    int n, want;
+    uint64_t due;
+} late;
+
+static void late_fire(uv_timer_t *h) {
+    late *l = h->data;
+    uint64_t now = lab_now_ns();
+    l->samples[l->n++] = (double)(int64_t)(now - l->due); /* < 0: early */
+    if (l->n < l->want) {
+        l->due = lab_now_ns() + 1000000;
+        uv_timer_start(h, late_fire, 1, 0);
+    }
+}
+
+static int lateness(const turns_params *p, turns_result *out) {
+    late l = {.want = p->lateness_samples};
+    l.samples = calloc((size_t)l.want, sizeof *l.samples);
+    if (!l.samples) return -ENOMEM;
+    uv_loop_t loop;
+    int rc = uv_loop_init(&loop);
+    if (rc == 0) {
+        uv_timer_init(&loop, &l.timer);
+        l.timer.data = &l;
+        uv_update_time(&loop);
+        l.due = lab_now_ns() + 1000000;
+        uv_timer_start(&l.timer, late_fire, 1, 0);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        turns_latency_us(l.samples, l.n, &out->v[LATE_P50_US],
+                         &out->v[LATE_P99_US], &out->v[LATE_MAX_US], true);
+        close_loop(&loop);
+    }
+    free(l.samples);
+    return rc;
+}
+
+/* --------------------------------------------------------------- idle */
+
+static void idle_poll(uv_poll_t *h, int status, int events) {
+    (void)h;
+    (void)status;
+    (void)events;
+}
+
+static void idle_end(uv_timer_t *h) {
+    uv_stop(h->loop);
+}
+
+static int idle(const turns_params *p, turns_result *out) {
+    int n = p->idle_handles_peer;
+    uv_poll_t *polls = calloc((size_t)n, sizeof *polls);
+    int *fds = calloc((size_t)n, sizeof *fds);
+    uv_loop_t loop;
+    int rc = !polls || !fds ? -ENOMEM : turns_open_sockets(fds, n);
+    if (rc < 0) goto out;
+    rc = uv_loop_init(&loop);
+    if (rc == 0) {
+        for (int i = 0; i < n; i++) {
+            uv_poll_init(&loop, &polls[i], fds[i]);
+            uv_poll_start(&polls[i], UV_READABLE, idle_poll);
+        }
+        uv_timer_t end;
+        uv_timer_init(&loop, &end);
+        uv_run(&loop, UV_RUN_NOWAIT);
+        uint64_t cpu0 = lab_thread_cpu_ns(), cs0 = lab_thread_nvcsw();
+        uv_update_time(&loop);
+        uv_timer_start(&end, idle_end, p->idle_window_ns / 1000000, 0);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        uint64_t cpu1 = lab_thread_cpu_ns(), cs1 = lab_thread_nvcsw();
+        double cpu_us = (double)(cpu1 - cpu0) / 1e3;
+        out->v[IDLE_NVCSW] = (double)(cs1 - cs0);
+        out->v[IDLE_CPU_US] = cpu_us;
+        out->v[IDLE_CPU_US_PER_S] = cpu_us / ((double)p->idle_window_ns / 1e9);
+        close_loop(&loop);
+    }
+    turns_close_sockets(fds, n);
+out:
+    free(polls);
+    free(fds);
+    return rc;
+}
+
+/* -------------------------------------------------------- round trip */
+
+typedef struct trip {
+    uv_loop_t la, lb;
+    uv_async_t aa, ab; /* aa wakes a (trip ended), ab wakes b */
+    const turns_params *p;
+    double *samples;
+    int done;
+    uint64_t sent;
+    volatile int stop; /* set by a before its last send to b */
+    int rc;
+} trip;
+
+static void trip_on_a(uv_async_t *h) {
+    trip *t = h->data;
+    uint64_t now = lab_now_ns();
+    int k = t->done++ - t->p->warmup_trips;
+    if (k >= 0) t->samples[k] = (double)(now - t->sent);
+    if (t->done < t->p->warmup_trips + t->p->trips) {
+        t->sent = lab_now_ns();
+    } else {
+        __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
+        uv_close((uv_handle_t *)h, NULL);
+    }
+    uv_async_send(&t->ab);
+}
+
+static void trip_on_b(uv_async_t *h) {
+    trip *t = h->data;
+    if (__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
+        uv_close((uv_handle_t *)h, NULL);
+        return;
+    }
+    uv_async_send(&t->aa);
+}
+
+static void *trip_side_a(void *arg) {
+    trip *t = arg;
+    turns_pair_ready();
+    t->sent = lab_now_ns();
+    uv_async_send(&t->ab);
+    uv_run(&t->la, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static void *trip_side_b(void *arg) {
+    trip *t = arg;
+    turns_pair_ready();
+    uv_run(&t->lb, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static int roundtrip(const turns_params *p, turns_result *out) {
+    trip *t = calloc(1, sizeof *t);
+    if (!t) return -ENOMEM;
+    t->p = p;
+    t->samples = calloc((size_t)p->trips, sizeof *t->samples);
+    int rc = t->samples ? 0 : -ENOMEM;
+    /* Both loops and asyncs exist before either thread runs: uv_async_send
+     * needs an initialised handle. */
+    if (rc == 0) rc = uv_loop_init(&t->la);
+    if (rc == 0) rc = uv_loop_init(&t->lb);
+    if (rc == 0) {
+        uv_async_init(&t->la, &t->aa, trip_on_a);
+        uv_async_init(&t->lb, &t->ab, trip_on_b);
+        t->aa.data = t->ab.data = t;
+        rc = turns_pair_run(p, trip_side_a, trip_side_b, t);
+        if (rc == 0)
+            turns_latency_us(t->samples, p->trips, &out->v[TRIP_P50_US],
+                             &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US],
+                             false);
+        close_loop(&t->la);
+        close_loop(&t->lb);
+    }
+    free(t->samples);
+    free(t);
+    return rc;
+}
+
+/* ------------------------------------------------------------- timers */
+
+static void never(uv_timer_t *h) {
+    (void)h;
+}
+
+static int timers(const turns_params *p, turns_result *out) {
+    size_t n = (size_t)p->timers, pairs = (size_t)p->timer_pairs;
+    uv_loop_t loop;
+    int rc = uv_loop_init(&loop);
+    if (rc < 0) return rc;
+    uv_timer_t *extra = calloc(pairs, sizeof *extra);
+    uint64_t *delays = calloc(pairs, sizeof *delays);
+    uint64_t seed = p->seed;
+    uint64_t heap0 = lab_heap_bytes();
+    uv_timer_t *t = calloc(n, sizeof *t);
+    if (!t || !extra || !delays) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uv_timer_init(&loop, &t[i]);
+        uv_timer_start(
+            &t[i], never,
+            turns_random_delay(&seed, 1000000000, 1000000000000) / 1000000, 0);
+    }
+    uint64_t heap1 = lab_heap_bytes();
+    for (size_t i = 0; i < pairs; i++) {
+        uv_timer_init(&loop, &extra[i]);
+        delays[i] =
+            turns_random_delay(&seed, 1000000000, 1000000000000) / 1000000;
+    }
+    uint64_t t0 = lab_now_ns();
+    for (size_t i = 0; i < pairs; i++)
+        uv_timer_start(&extra[i], never, delays[i], 0);
+    uint64_t t1 = lab_now_ns();
+    for (size_t i = 0; i < pairs; i++)
+        uv_timer_stop(&extra[i]);
+    uint64_t t2 = lab_now_ns();
+    out->v[TIMERS_ARM_NS] = (double)(t1 - t0) / (double)pairs;
+    out->v[TIMERS_CANCEL_NS] = (double)(t2 - t1) / (double)pairs;
+    out->v[TIMERS_PAIR_NS] = (double)(t2 - t0) / (double)pairs;
+    out->v[TIMERS_BYTES] = (double)(heap1 - heap0) / (double)n;
+out:
+    close_loop(&loop); /* closes every timer handle first */
+    free(t);
+    free(extra);
+    free(delays);
+    return rc;
+}
+
+static const turns_entry entries[] = {
+    {TURNS_CHAIN_TASK, "libuv: uv_idle", chain_idle},
+    {TURNS_CHAIN_TIMER0, "libuv: uv_timer_start(0)", chain_timer0},
+    {TURNS_LATENESS, "libuv", lateness},
+    {TURNS_IDLE, "libuv", idle},
+    {TURNS_ROUNDTRIP, "libuv: uv_async_send", roundtrip},
+    {TURNS_TIMERS, "libuv", timers},
+};
+
+const turns_peer turns_uv = {
+    "libuv", version, NULL, entries, (int)(sizeof entries / sizeof entries[0]),
+};

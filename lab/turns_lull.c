@@ -1,0 +1,399 @@
+/* lull's implementation of every `turns` figure, through include/lull.h
+ * only. Each entry creates its loop(s), measures once and frees everything;
+ * a loop that cannot be freed is reported as -EBUSY (a leaked handle would
+ * be a bug in this file or in lull). Runs on the driver's thread, except the
+ * round trip, whose two loops run on the pair harness's threads. */
+#include "lab.h"
+#include "turns.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lull.h"
+
+#define MS 1000000ull
+#define S  1000000000ull
+
+static double polls_since(lull_loop *loop, const lull_metrics *before,
+                          uint64_t hops) {
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    return (double)(m.polls - before->polls) / (double)hops;
+}
+
+/* ------------------------------------------------------------- chains */
+
+typedef struct chain {
+    lull_task task;
+    lull_timer timer;
+    lull_io io; /* one idle socket, so the loop's I/O check is real */
+    lull_loop *loop;
+    uint64_t left;
+} chain;
+
+static void chain_io(lull_io *io, int events) {
+    (void)io;
+    (void)events; /* never readable: nothing is ever written */
+}
+
+static void task_hop(lull_task *task) {
+    chain *c = LULL_CONTAINER_OF(task, chain, task);
+    if (--c->left > 0) {
+        lull_post(c->loop, task);
+    } else {
+        lull_io_stop(&c->io); /* nothing left: lull_run returns */
+    }
+}
+
+static void timer_hop(lull_timer *timer) {
+    chain *c = LULL_CONTAINER_OF(timer, chain, timer);
+    if (--c->left > 0) {
+        lull_timer_start(timer, 0, 0);
+    } else {
+        lull_io_stop(&c->io);
+    }
+}
+
+static int run_chain(const turns_params *p, turns_result *out, bool timer) {
+    chain c;
+    memset(&c, 0, sizeof c);
+    int fds[2];
+    int rc = turns_open_sockets(fds, 2);
+    if (rc < 0) return rc;
+    rc = lull_loop_new(&c.loop, NULL);
+    if (rc < 0) goto out_fds;
+    rc = lull_io_init(c.loop, &c.io, fds[0], chain_io);
+    if (rc == 0) rc = lull_io_start(&c.io, LULL_READABLE);
+    if (rc < 0) goto out_loop;
+    lull_run(c.loop, LULL_RUN_NOWAIT); /* the fd reaches the kernel */
+
+    lull_task_init(&c.task, task_hop);
+    lull_timer_init(c.loop, &c.timer, timer_hop);
+    c.left = p->hops;
+    lull_metrics before;
+    lull_loop_metrics(c.loop, &before);
+    uint64_t t0 = lab_now_ns();
+    if (timer) {
+        lull_timer_start(&c.timer, 0, 0);
+    } else {
+        lull_post(c.loop, &c.task);
+    }
+    rc = lull_run(c.loop, LULL_RUN_DEFAULT);
+    uint64_t t1 = lab_now_ns();
+    if (rc == 0 && c.left != 0) rc = -EPROTO; /* returned before the end */
+    if (rc == 0) {
+        out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
+        out->v[CHAIN_POLLS_PER_HOP] = polls_since(c.loop, &before, p->hops);
+    }
+out_loop:
+    lull_io_stop(&c.io);
+    if (lull_loop_free(c.loop) < 0 && rc == 0) rc = -EBUSY;
+out_fds:
+    turns_close_sockets(fds, 2);
+    return rc;
+}
+
+static int chain_task(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, false);
+}
+
+static int chain_timer0(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, true);
+}
+
+/* ----------------------------------------------------------- lateness */
+
+typedef struct late {
+    lull_timer timer;
+    double *samples;
+    int n, want;
+    uint64_t due; /* CLOCK_MONOTONIC ns the timer is due at */
+} late;
+
+static void late_fire(lull_timer *timer) {
+    late *l = LULL_CONTAINER_OF(timer, late, timer);
+    uint64_t now = lab_now_ns();
+    l->samples[l->n++] = (double)(int64_t)(now - l->due); /* < 0: early */
+    if (l->n < l->want) {
+        l->due = lab_now_ns() + MS;
+        lull_timer_start(timer, MS, 0);
+    }
+}
+
+static int lateness(const turns_params *p, turns_result *out) {
+    late l = {.want = p->lateness_samples};
+    l.samples = calloc((size_t)l.want, sizeof *l.samples);
+    if (!l.samples) return -ENOMEM;
+    lull_loop *loop;
+    int rc = lull_loop_new(&loop, NULL);
+    if (rc < 0) goto out;
+    lull_timer_init(loop, &l.timer, late_fire);
+    l.due = lab_now_ns() + MS;
+    lull_timer_start(&l.timer, MS, 0);
+    rc = lull_run(loop, LULL_RUN_DEFAULT);
+    if (rc == 0)
+        turns_latency_us(l.samples, l.n, &out->v[LATE_P50_US],
+                         &out->v[LATE_P99_US], &out->v[LATE_MAX_US], true);
+    lull_timer_stop(&l.timer);
+    if (lull_loop_free(loop) < 0 && rc == 0) rc = -EBUSY;
+out:
+    free(l.samples);
+    return rc;
+}
+
+/* --------------------------------------------------------------- idle */
+
+typedef struct idle_session { /* one idle session: socket, timer, pump */
+    lull_io io;
+    lull_timer timer;
+    lull_pump pump;
+    lull_notifier notifier;
+    lull_listener listener;
+} idle_session;
+
+static void idle_io(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+}
+
+static void idle_timer(lull_timer *timer) {
+    (void)timer; /* due in an hour or more: never fires in the window */
+}
+
+static int idle_pass(lull_pump *pump, uint64_t *retry_ns) {
+    (void)pump;
+    (void)retry_ns;
+    return LULL_PASS_QUIET;
+}
+
+static void idle_end(lull_timer *timer) {
+    lull_stop(timer->loop);
+}
+
+static int idle(const turns_params *p, turns_result *out) {
+    int n = p->idle_handles_lull;
+    idle_session *s = calloc((size_t)n, sizeof *s);
+    int *fds = calloc((size_t)n, sizeof *fds);
+    if (!s || !fds) {
+        free(s);
+        free(fds);
+        return -ENOMEM;
+    }
+    int rc = turns_open_sockets(fds, n);
+    if (rc < 0) goto out_mem;
+    lull_loop *loop;
+    rc = lull_loop_new(&loop, NULL);
+    if (rc < 0) goto out_fds;
+
+    uint64_t seed = p->seed;
+    int started = 0;
+    for (; started < n; started++) {
+        idle_session *x = &s[started];
+        rc = lull_io_init(loop, &x->io, fds[started], idle_io);
+        if (rc == 0) rc = lull_io_start(&x->io, LULL_READABLE);
+        if (rc < 0) break;
+        lull_timer_init(loop, &x->timer, idle_timer);
+        lull_timer_start(&x->timer,
+                         turns_random_delay(&seed, 3600 * S, 7200 * S), 0);
+        lull_notifier_init(&x->notifier);
+        lull_pump_init(loop, &x->pump, idle_pass);
+        lull_pump_listen(&x->pump, &x->notifier, &x->listener);
+    }
+    if (rc == 0) {
+        lull_timer end;
+        lull_timer_init(loop, &end, idle_end);
+        lull_run(loop, LULL_RUN_NOWAIT); /* registrations reach the kernel */
+
+        lull_metrics m0, m1;
+        lull_loop_metrics(loop, &m0);
+        uint64_t cpu0 = lab_thread_cpu_ns(), cs0 = lab_thread_nvcsw();
+        lull_timer_start(&end, p->idle_window_ns, 0);
+        rc = lull_run(loop, LULL_RUN_DEFAULT);
+        uint64_t cpu1 = lab_thread_cpu_ns(), cs1 = lab_thread_nvcsw();
+        lull_loop_metrics(loop, &m1);
+        lull_timer_stop(&end);
+        if (rc == 0) {
+            double cpu_us = (double)(cpu1 - cpu0) / 1e3;
+            out->v[IDLE_WAKEUPS] = (double)(m1.wakeups - m0.wakeups);
+            out->v[IDLE_NVCSW] = (double)(cs1 - cs0);
+            out->v[IDLE_CPU_US] = cpu_us;
+            out->v[IDLE_CPU_US_PER_S] =
+                cpu_us / ((double)p->idle_window_ns / 1e9);
+        }
+    }
+    for (int i = 0; i < started; i++) {
+        lull_unlisten(&s[i].listener);
+        lull_pump_close(&s[i].pump);
+        lull_timer_stop(&s[i].timer);
+        lull_io_stop(&s[i].io);
+    }
+    if (lull_loop_free(loop) < 0 && rc == 0) rc = -EBUSY;
+out_fds:
+    turns_close_sockets(fds, n);
+out_mem:
+    free(fds);
+    free(s);
+    return rc;
+}
+
+/* -------------------------------------------------------- round trip */
+
+typedef struct trip {
+    lull_loop *a, *b; /* written by each side before the barrier */
+    lull_task ping;   /* runs on a: a trip ended */
+    lull_task pong;   /* runs on b: posts ping back */
+    lull_task stop_b; /* runs on b: ends b's run */
+    const turns_params *p;
+    double *samples;
+    int done;      /* trips completed, warm-up included */
+    uint64_t sent; /* when a posted pong */
+    int rc;
+} trip;
+
+static void trip_pong(lull_task *task) {
+    trip *t = LULL_CONTAINER_OF(task, trip, pong);
+    lull_post_remote(t->a, &t->ping);
+}
+
+static void trip_ping(lull_task *task) {
+    trip *t = LULL_CONTAINER_OF(task, trip, ping);
+    uint64_t now = lab_now_ns();
+    int k = t->done++ - t->p->warmup_trips;
+    if (k >= 0) t->samples[k] = (double)(now - t->sent);
+    if (t->done < t->p->warmup_trips + t->p->trips) {
+        t->sent = lab_now_ns();
+        lull_post_remote(t->b, &t->pong);
+    } else {
+        lull_post_remote(t->b, &t->stop_b);
+        lull_loop_unref(t->a); /* nothing else keeps a's run alive */
+    }
+}
+
+static void trip_stop_b(lull_task *task) {
+    trip *t = LULL_CONTAINER_OF(task, trip, stop_b);
+    lull_loop_unref(t->b);
+}
+
+static void *trip_side_a(void *arg) {
+    trip *t = arg;
+    int rc = lull_loop_new(&t->a, NULL);
+    if (rc == 0) lull_loop_ref(t->a); /* expects remote posts from b */
+    turns_pair_ready();
+    if (rc < 0 || !t->b) {
+        t->rc = rc < 0 ? rc : -ENOMEM;
+        if (rc == 0) {
+            lull_loop_unref(t->a);
+            lull_loop_free(t->a);
+        }
+        return NULL;
+    }
+    t->sent = lab_now_ns();
+    lull_post_remote(t->b, &t->pong);
+    rc = lull_run(t->a, LULL_RUN_DEFAULT);
+    if (rc < 0) t->rc = rc;
+    if (lull_loop_free(t->a) < 0 && t->rc == 0) t->rc = -EBUSY;
+    return NULL;
+}
+
+static void *trip_side_b(void *arg) {
+    trip *t = arg;
+    lull_loop *b;
+    int rc = lull_loop_new(&b, NULL);
+    if (rc == 0) {
+        lull_loop_ref(b);
+        t->b = b;
+    }
+    turns_pair_ready();
+    if (rc < 0) return NULL;
+    if (!t->a) { /* a failed: nothing will post here */
+        lull_loop_unref(b);
+        lull_loop_free(b);
+        return NULL;
+    }
+    rc = lull_run(b, LULL_RUN_DEFAULT);
+    if (rc < 0) t->rc = rc;
+    if (lull_loop_free(b) < 0 && t->rc == 0) t->rc = -EBUSY;
+    return NULL;
+}
+
+static int roundtrip(const turns_params *p, turns_result *out) {
+    trip t;
+    memset(&t, 0, sizeof t);
+    t.p = p;
+    t.samples = calloc((size_t)p->trips, sizeof *t.samples);
+    if (!t.samples) return -ENOMEM;
+    lull_task_init(&t.ping, trip_ping);
+    lull_task_init(&t.pong, trip_pong);
+    lull_task_init(&t.stop_b, trip_stop_b);
+    int rc = turns_pair_run(p, trip_side_a, trip_side_b, &t);
+    if (rc == 0) rc = t.rc;
+    if (rc == 0)
+        turns_latency_us(t.samples, p->trips, &out->v[TRIP_P50_US],
+                         &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US], false);
+    free(t.samples);
+    return rc;
+}
+
+/* ------------------------------------------------------------- timers */
+
+static void never(lull_timer *timer) {
+    (void)timer; /* deadlines are 1 s or more away; nothing runs the loop */
+}
+
+static int timers(const turns_params *p, turns_result *out) {
+    size_t n = (size_t)p->timers, pairs = (size_t)p->timer_pairs;
+    lull_loop *loop;
+    int rc = lull_loop_new(&loop, NULL);
+    if (rc < 0) return rc;
+    lull_timer *extra = calloc(pairs, sizeof *extra);
+    uint64_t *delays = calloc(pairs, sizeof *delays);
+    uint64_t seed = p->seed;
+    uint64_t heap0 = lab_heap_bytes();
+    lull_timer *t = calloc(n, sizeof *t);
+    if (!t || !extra || !delays) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        lull_timer_init(loop, &t[i], never);
+        lull_timer_start(&t[i], turns_random_delay(&seed, 1 * S, 1000 * S), 0);
+    }
+    uint64_t heap1 = lab_heap_bytes();
+    for (size_t i = 0; i < pairs; i++) {
+        lull_timer_init(loop, &extra[i], never);
+        delays[i] = turns_random_delay(&seed, 1 * S, 1000 * S);
+    }
+    uint64_t t0 = lab_now_ns();
+    for (size_t i = 0; i < pairs; i++)
+        lull_timer_start(&extra[i], delays[i], 0);
+    uint64_t t1 = lab_now_ns();
+    for (size_t i = 0; i < pairs; i++)
+        lull_timer_stop(&extra[i]);
+    uint64_t t2 = lab_now_ns();
+    out->v[TIMERS_ARM_NS] = (double)(t1 - t0) / (double)pairs;
+    out->v[TIMERS_CANCEL_NS] = (double)(t2 - t1) / (double)pairs;
+    out->v[TIMERS_PAIR_NS] = (double)(t2 - t0) / (double)pairs;
+    out->v[TIMERS_BYTES] = (double)(heap1 - heap0) / (double)n;
+    for (size_t i = 0; i < n; i++)
+        lull_timer_stop(&t[i]);
+out:
+    if (lull_loop_free(loop) < 0 && rc == 0) rc = -EBUSY;
+    free(t);
+    free(extra);
+    free(delays);
+    return rc;
+}
+
+static const turns_entry entries[] = {
+    {TURNS_CHAIN_TASK, "lull: lull_post", chain_task},
+    {TURNS_CHAIN_TIMER0, "lull: lull_timer_start(0)", chain_timer0},
+    {TURNS_LATENESS, "lull", lateness},
+    {TURNS_IDLE, "lull: sockets+timers+pumps", idle},
+    {TURNS_ROUNDTRIP, "lull: lull_post_remote", roundtrip},
+    {TURNS_TIMERS, "lull", timers},
+};
+
+const turns_peer turns_lull = {
+    "lull", NULL, NULL, entries, (int)(sizeof entries / sizeof entries[0]),
+};

@@ -1,0 +1,292 @@
+/* No allocation on the hot path (BRIEF 5): malloc, calloc, realloc and free
+ * are wrapped at link time (tests/CMakeLists.txt passes --wrap for this
+ * binary, and links lull statically so the library's calls are wrapped too)
+ * and counted while a measured region runs. Setup may allocate: loops,
+ * names, a timer heap growing to its working size. */
+#include "check.h"
+
+#include <fcntl.h>
+#include <lull.h>
+#include <stddef.h>
+#include <unistd.h>
+
+void *__real_malloc(size_t size);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t size);
+void __real_free(void *p);
+void *__wrap_malloc(size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t size);
+void __wrap_free(void *p);
+
+/* Single-threaded cases: plain counters. */
+static bool counting;
+static uint64_t allocs, frees;
+
+void *__wrap_malloc(size_t size) {
+    if (counting) allocs++;
+    return __real_malloc(size);
+}
+
+void *__wrap_calloc(size_t n, size_t size) {
+    if (counting) allocs++;
+    return __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t size) {
+    if (counting) allocs++;
+    return __real_realloc(p, size);
+}
+
+void __wrap_free(void *p) {
+    if (counting && p) frees++;
+    __real_free(p);
+}
+
+static void measure_begin(void) {
+    allocs = frees = 0;
+    counting = true;
+}
+
+static void measure_end(const char *what) {
+    counting = false;
+    if (allocs || frees)
+        check_fail(__FILE__, __LINE__,
+                   "%s: %" PRIu64 " allocations, %" PRIu64 " frees", what,
+                   allocs, frees);
+}
+
+static lull_loop *the_loop;
+static uint64_t calls;
+
+static lull_loop *new_loop(int clock) {
+    lull_loop_options o = {.clock = clock};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    calls = 0;
+    return loop;
+}
+
+/* The wrap is live: a plain malloc is counted. */
+TEST(wrap_counts) {
+    /* Through volatile pointers, so the compiler cannot elide the pair. */
+    void *(*volatile do_malloc)(size_t) = malloc;
+    void (*volatile do_free)(void *) = free;
+    measure_begin();
+    void *p = do_malloc(16);
+    do_free(p);
+    counting = false;
+    CHECK(p != NULL);
+    CHECK_U64_EQ(allocs, 1);
+    CHECK_U64_EQ(frees, 1);
+}
+
+static void count_task(lull_task *t) {
+    (void)t;
+    calls++;
+}
+
+static int chain_left;
+static void chain_hop(lull_task *t) {
+    calls++;
+    if (--chain_left > 0) lull_post(the_loop, t);
+}
+
+TEST(post_and_run_no_alloc) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_task t, chain;
+    lull_task_init(&t, count_task);
+    lull_task_init(&chain, chain_hop);
+    lull_post(loop, &t); /* warm up: the first run's lazy setup */
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+
+    measure_begin();
+    for (int i = 0; i < 100000; i++) {
+        lull_post(loop, &t);
+        lull_run(loop, LULL_RUN_DEFAULT);
+    }
+    measure_end("100,000 posts + runs");
+    CHECK_U64_EQ(calls, 100001);
+
+    measure_begin();
+    chain_left = 100000;
+    lull_post(loop, &chain);
+    lull_run(loop, LULL_RUN_DEFAULT);
+    lull_post(loop, &t);
+    lull_cancel(&t);
+    measure_end("a 100,000-hop chain, post + cancel");
+    CHECK_EQ(chain_left, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(remote_post_no_alloc) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_task t;
+    lull_task_init(&t, count_task);
+    lull_post_remote(loop, &t);
+    CHECK_EQ(lull_settle(loop), 1);
+
+    measure_begin();
+    for (int i = 0; i < 10000; i++) {
+        lull_post_remote(loop, &t);
+        lull_settle(loop);
+    }
+    measure_end("10,000 remote posts + settles");
+    CHECK_U64_EQ(calls, 10001);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Timers: the heap is warmed to its working size (11,000 armed), then
+ * 100,000 starts and stops with 10,000 staying armed, zero-delay ones, and
+ * advances that fire some. */
+#define WARM 11000
+#define STAY 10000
+
+static void count_timer(lull_timer *t) {
+    (void)t;
+    calls++;
+}
+
+TEST(timer_start_stop_no_alloc) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_timer *timers = calloc(WARM, sizeof *timers);
+    CHECK(timers != NULL);
+    for (int i = 0; i < WARM; i++) {
+        lull_timer_init(loop, &timers[i], count_timer);
+        lull_timer_start(&timers[i], 1000000000 + (uint64_t)i, 0);
+    }
+    for (int i = STAY; i < WARM; i++)
+        lull_timer_stop(&timers[i]);
+
+    uint64_t r = 88172645463325252ull;
+    measure_begin();
+    for (int i = 0; i < 100000; i++) {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        lull_timer *t = &timers[STAY + (int)(r % (WARM - STAY))];
+        lull_timer_start(t, 1 + r % 1000000, (i & 7) == 0 ? 1000 : 0);
+        if (i & 1) lull_timer_stop(t);
+        if ((i & 1023) == 0) lull_advance(loop, 100);
+    }
+    for (int i = STAY; i < WARM; i++) {
+        lull_timer_start(&timers[i], 0, 0); /* zero delay: the ready queue */
+        lull_timer_stop(&timers[i]);
+        lull_timer_start(&timers[i], 0, 0);
+    }
+    lull_settle(loop);
+    for (int i = 0; i < WARM; i++)
+        lull_timer_stop(&timers[i]);
+    measure_end("100,000 timer starts and stops");
+    CHECK_LE(WARM - STAY, calls);
+    free(timers);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Loop iterations: non-blocking and blocking polls, fd callbacks, timers
+ * firing on the real clock, metrics reads. */
+static int rfd;
+static void drain_io(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+    char buf[64];
+    while (read(rfd, buf, sizeof buf) > 0) {
+    }
+    calls++;
+}
+
+TEST(run_iterations_no_alloc) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int fds[2];
+    CHECK_EQ(pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+    rfd = fds[0];
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, fds[0], drain_io), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    lull_timer zero, tick;
+    lull_timer_init(loop, &zero, count_timer);
+    lull_timer_init(loop, &tick, count_timer);
+    CHECK_EQ(write(fds[1], "x", 1), 1);
+    lull_timer_start(&tick, 100000, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0); /* warm up */
+    lull_metrics m;
+
+    measure_begin();
+    for (int i = 0; i < 1000; i++) {
+        if (write(fds[1], "x", 1) != 1) break;
+        lull_timer_start(&zero, 0, 0);
+        lull_run(loop, LULL_RUN_NOWAIT);
+        lull_loop_metrics(loop, &m);
+    }
+    for (int i = 0; i < 20; i++) { /* blocking waits for a real timer */
+        lull_timer_start(&tick, 200000, 0);
+        lull_run(loop, LULL_RUN_ONCE);
+    }
+    lull_loop_metrics_reset(loop);
+    measure_end("1,000 NOWAIT and 20 blocking iterations");
+    CHECK_LE(2000, calls);
+    lull_timer_stop(&tick);
+    lull_io_stop(&io);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Notifier, listeners and the pump: raise, deliver, hold, retry. */
+static void count_listener(lull_listener *l) {
+    (void)l;
+    calls++;
+}
+
+static int pass_mode; /* what the next pass reports */
+static uint64_t passes;
+static int pass_fn(lull_pump *pump, uint64_t *retry_ns) {
+    (void)pump;
+    passes++;
+    int mode = pass_mode;
+    pass_mode = LULL_PASS_QUIET;
+    if (mode == LULL_PASS_HELD) *retry_ns = 100;
+    return mode;
+}
+
+TEST(notify_and_pump_no_alloc) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_notifier n;
+    lull_listener ls[3], pl;
+    lull_pump pump;
+    lull_notifier_init(&n);
+    for (int i = 0; i < 3; i++)
+        lull_listen(loop, &n, &ls[i], count_listener);
+    lull_pump_init(loop, &pump, pass_fn);
+    lull_pump_listen(&pump, &n, &pl);
+    /* Warm up, with a held pass: the first retry timer creates the timer
+     * heap (setup, not the hot path). */
+    pass_mode = LULL_PASS_HELD;
+    lull_notify(&n);
+    lull_settle(loop);
+    CHECK(!lull_pump_quiet(&pump));
+    lull_advance(loop, 100);
+    CHECK(lull_pump_quiet(&pump));
+    CHECK_EQ(calls, 3);
+    CHECK_U64_EQ(passes, 2);
+
+    measure_begin();
+    for (int i = 0; i < 10000; i++) {
+        lull_notify(&n);
+        lull_notify(&n);
+        pass_mode = i % 3; /* quiet, again, held */
+        lull_settle(loop);
+        lull_pump_wake(&pump);
+        lull_advance(loop, 100); /* a held pass retries */
+    }
+    measure_end("10,000 notify + pump passes");
+    CHECK_U64_EQ(calls, 3 + 3 * 10000);
+    CHECK_LE(20000, passes);
+    CHECK(lull_pump_quiet(&pump));
+    for (int i = 0; i < 3; i++)
+        lull_unlisten(&ls[i]);
+    lull_unlisten(&pl);
+    lull_pump_close(&pump);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

@@ -1,0 +1,192 @@
+/* The timer heap through the public API, at scale and against a model:
+ * timers fire in (deadline, arm order), each exactly once, none cancelled.
+ * Virtual clock; pseudo-random with fixed seeds, so a failure replays. */
+#include "check.h"
+
+#include <lull.h>
+#include <string.h>
+
+typedef struct ht {
+    lull_timer timer;
+    uint64_t deadline; /* expected, relative to t0 */
+    uint32_t seq;      /* expected arm order */
+    bool armed;        /* the model's view */
+    int fired;
+} ht;
+
+static lull_loop *the_loop;
+static uint64_t t0;
+static uint64_t rng;
+
+static uint64_t next_rand(void) { /* xorshift64* */
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 2685821657736338717ull;
+}
+
+static lull_loop *new_loop(uint64_t seed) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    t0 = lull_now(loop);
+    rng = seed;
+    return loop;
+}
+
+/* ------------------------------------------------- 100,000 at scale */
+
+#define N 100000
+
+static ht *hs;
+static uint64_t last_deadline;
+static uint32_t last_seq;
+static uint64_t fires;
+static uint64_t errors;
+
+static void note_error(const ht *h, const char *what) {
+    if (errors++ < 5)
+        fprintf(stderr, "timer %td (deadline %" PRIu64 ", seq %u): %s\n",
+                h - hs, h->deadline, h->seq, what);
+}
+
+static void on_fire(lull_timer *t) {
+    ht *h = LULL_CONTAINER_OF(t, ht, timer);
+    uint64_t now = lull_now(the_loop) - t0;
+    if (!h->armed) note_error(h, "fired while cancelled or already fired");
+    if (now != h->deadline) note_error(h, "fired at the wrong time");
+    if (fires > 0 && (h->deadline < last_deadline ||
+                      (h->deadline == last_deadline && h->seq <= last_seq)))
+        note_error(h, "out of (deadline, arm order)");
+    last_deadline = h->deadline;
+    last_seq = h->seq;
+    h->armed = false;
+    h->fired++;
+    fires++;
+}
+
+static void arm(ht *h, uint64_t delay, uint32_t seq) {
+    h->deadline = lull_now(the_loop) - t0 + delay;
+    h->seq = seq;
+    h->armed = true;
+    lull_timer_start(&h->timer, delay, 0);
+}
+
+TEST(heap_100k_random_deadlines_fire_in_order) {
+    lull_loop *loop = new_loop(0x9e3779b97f4a7c15ull);
+    hs = calloc(N, sizeof *hs);
+    CHECK(hs != NULL);
+    fires = 0;
+    errors = 0;
+    uint32_t seq = 0;
+    /* Deadlines in [1, 50000]: about two timers per instant, so arm order
+     * decides often. */
+    for (int i = 0; i < N; i++) {
+        lull_timer_init(loop, &hs[i].timer, on_fire);
+        arm(&hs[i], 1 + next_rand() % 50000, seq++);
+    }
+    /* Cancel a random third. */
+    int *idx = malloc(N * sizeof *idx);
+    CHECK(idx != NULL);
+    for (int i = 0; i < N; i++)
+        idx[i] = i;
+    for (int i = N - 1; i > 0; i--) {
+        int j = (int)(next_rand() % (uint64_t)(i + 1)), tmp = idx[i];
+        idx[i] = idx[j];
+        idx[j] = tmp;
+    }
+    for (int i = 0; i < N / 3; i++) {
+        lull_timer_stop(&hs[idx[i]].timer);
+        hs[idx[i]].armed = false;
+    }
+    /* Re-arm 1,000 of the survivors: new deadline, new (last) arm order. */
+    for (int i = N / 3; i < N / 3 + 1000; i++)
+        arm(&hs[idx[i]], 1 + next_rand() % 50000, seq++);
+    int expected = N - N / 3;
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(lull_timer_active(&hs[i].timer), hs[i].armed);
+
+    /* Advance in uneven steps past the last deadline. */
+    while (lull_now(loop) - t0 <= 50000)
+        lull_advance(loop, 1 + next_rand() % 3000);
+    CHECK_U64_EQ(errors, 0);
+    CHECK_U64_EQ(fires, (uint64_t)expected);
+    for (int i = 0; i < N; i++)
+        CHECK(!lull_timer_active(&hs[i].timer));
+    for (int i = 0; i < N / 3; i++)
+        CHECK_EQ(hs[idx[i]].fired, 0);
+    for (int i = N / 3; i < N; i++)
+        CHECK_EQ(hs[idx[i]].fired, 1);
+    free(idx);
+    free(hs);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ----------------------------------------------- churn against a model */
+
+#define M 2000
+
+static uint32_t model_seq;
+
+/* The model: the fired timer must be the smallest (deadline, seq) armed. */
+static void on_fire_model(lull_timer *t) {
+    ht *h = LULL_CONTAINER_OF(t, ht, timer);
+    uint64_t now = lull_now(the_loop) - t0;
+    if (!h->armed) note_error(h, "fired while not armed");
+    if (now != h->deadline) note_error(h, "fired at the wrong time");
+    for (int i = 0; i < M; i++) {
+        const ht *o = &hs[i];
+        if (o != h && o->armed &&
+            (o->deadline < h->deadline ||
+             (o->deadline == h->deadline && o->seq < h->seq))) {
+            note_error(h, "fired before an earlier timer");
+            break;
+        }
+    }
+    h->armed = false;
+    h->fired++;
+    fires++;
+    /* A quarter re-arm themselves from the callback, some with delay 0. */
+    if (next_rand() % 4 == 0) arm(h, next_rand() % 50, model_seq++);
+}
+
+TEST(heap_churn_against_model) {
+    lull_loop *loop = new_loop(12345);
+    hs = calloc(M, sizeof *hs);
+    CHECK(hs != NULL);
+    fires = 0;
+    errors = 0;
+    model_seq = 0;
+    for (int i = 0; i < M; i++)
+        lull_timer_init(loop, &hs[i].timer, on_fire_model);
+    for (int round = 0; round < 200; round++) {
+        for (int op = 0; op < 200; op++) {
+            ht *h = &hs[next_rand() % M];
+            switch (next_rand() % 3) {
+            case 0:
+            case 1: /* start or re-arm */
+                arm(h, next_rand() % 1000, model_seq++);
+                break;
+            default:
+                lull_timer_stop(&h->timer);
+                h->armed = false;
+            }
+        }
+        lull_advance(loop, next_rand() % 300);
+        /* Nothing due was left behind. */
+        uint64_t now = lull_now(loop) - t0;
+        for (int i = 0; i < M; i++) {
+            if (hs[i].armed && hs[i].deadline <= now)
+                note_error(&hs[i], "due but not fired");
+            if (lull_timer_active(&hs[i].timer) != hs[i].armed)
+                note_error(&hs[i], "lull_timer_active disagrees");
+        }
+        CHECK_U64_EQ(errors, 0);
+    }
+    CHECK_LE(10000, fires);
+    for (int i = 0; i < M; i++)
+        lull_timer_stop(&hs[i].timer);
+    free(hs);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

@@ -1,0 +1,378 @@
+/* Metrics (C8): callback, poll and wakeup counters, the sampled task-wait
+ * and task-run histograms, histogram percentile math, busy/idle time, and
+ * stalls attributed to a named callback. */
+#include "check.h"
+
+#include <fcntl.h>
+#include <lull.h>
+#include <string.h>
+#include <unistd.h>
+
+#define US 1000ull
+#define MS 1000000ull
+
+static lull_loop *the_loop;
+static int calls;
+
+static lull_loop *new_loop(int clock, uint64_t quantum_ns) {
+    lull_loop_options o = {.clock = clock, .quantum_ns = quantum_ns};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    calls = 0;
+    return loop;
+}
+
+static lull_metrics metrics(void) {
+    lull_metrics m;
+    memset(&m, 0xa5, sizeof m);
+    lull_loop_metrics(the_loop, &m);
+    return m;
+}
+
+static void count_task(lull_task *t) {
+    (void)t;
+    calls++;
+}
+
+static void count_timer(lull_timer *t) {
+    (void)t;
+    calls++;
+}
+
+static void count_io(lull_io *io, int events) {
+    (void)events;
+    calls++;
+    lull_io_stop(io);
+}
+
+static void count_listener(lull_listener *l) {
+    (void)l;
+    calls++;
+}
+
+static int chain_left;
+static void chain_hop(lull_task *t) {
+    calls++;
+    if (--chain_left > 0) lull_post(the_loop, t);
+}
+
+TEST(tasks_run_counts_every_callback) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    lull_task tasks[10];
+    lull_timer timers[5];
+    for (int i = 0; i < 10; i++) {
+        lull_task_init(&tasks[i], count_task);
+        lull_post(loop, &tasks[i]);
+    }
+    for (int i = 0; i < 5; i++) {
+        lull_timer_init(loop, &timers[i], count_timer);
+        lull_timer_start(&timers[i], i < 2 ? 0 : (uint64_t)i, 0);
+    }
+    int fds[2];
+    CHECK_EQ(pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, fds[0], count_io), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    CHECK_EQ(write(fds[1], "x", 1), 1);
+    lull_notifier n;
+    lull_listener l;
+    lull_notifier_init(&n);
+    lull_listen(loop, &n, &l, count_listener);
+    lull_notify(&n);
+    lull_notify(&n); /* coalesced: one callback */
+
+    CHECK_U64_EQ(metrics().tasks_run, 0);
+    lull_advance(loop, 10);
+    CHECK_EQ(calls, 17); /* 10 tasks, 5 timers, 1 io, 1 listener */
+    CHECK_U64_EQ(metrics().tasks_run, 17);
+    CHECK_LE(1, metrics().iterations + metrics().polls);
+
+    lull_loop_metrics_reset(loop);
+    lull_metrics m = metrics();
+    CHECK_U64_EQ(m.tasks_run, 0);
+    CHECK_U64_EQ(m.polls, 0);
+    CHECK_U64_EQ(m.wakeups, 0);
+    CHECK_U64_EQ(m.stalls, 0);
+    CHECK_U64_EQ(m.task_wait.count, 0);
+    CHECK_U64_EQ(m.task_run.count, 0);
+    lull_post(loop, &tasks[0]);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_U64_EQ(metrics().tasks_run, 1);
+
+    lull_unlisten(&l);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(polls_and_empty_polls) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 10000 * MS);
+    int fds[2];
+    CHECK_EQ(pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, fds[0], count_io), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    lull_loop_metrics_reset(loop);
+
+    /* Nothing ready: every poll is empty. */
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_metrics a = metrics();
+    CHECK_LE(5, a.polls);
+    CHECK_U64_EQ(a.empty_polls, a.polls);
+    CHECK_U64_EQ(a.wakeups, 0);
+
+    /* A readable pipe: at least one poll found something. */
+    CHECK_EQ(write(fds[1], "x", 1), 1);
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(calls, 1);
+    lull_metrics b = metrics();
+    CHECK_LE(a.polls + 1, b.polls);
+    CHECK(b.empty_polls - a.empty_polls < b.polls - a.polls);
+
+    /* A chain of posted tasks checks I/O only when the quantum (10 s here)
+     * is spent or the queue drains: not once per hop. */
+    lull_task t;
+    lull_task_init(&t, chain_hop);
+    chain_left = 10000;
+    lull_post(loop, &t);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics c = metrics();
+    CHECK_EQ(chain_left, 0);
+    CHECK_LE(c.polls - b.polls, 3);
+    CHECK_U64_EQ(c.tasks_run - b.tasks_run, 10000);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A wakeup is a return from a wait allowed to block: non-blocking polls and
+ * busy runs make none; a 20 ms timer makes exactly one (never an early
+ * return followed by a second wait). */
+TEST(wakeups_count_only_blocking_returns) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_timer far, near;
+    lull_timer_init(loop, &far, count_timer);
+    lull_timer_init(loop, &near, count_timer);
+    lull_timer_start(&far, 100000 * MS, 0);
+    lull_loop_metrics_reset(loop);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_task t;
+    lull_task_init(&t, chain_hop);
+    chain_left = 10000;
+    lull_post(loop, &t);
+    lull_timer_unref(&far);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics a = metrics();
+    CHECK_U64_EQ(a.wakeups, 0);
+    CHECK_LE(10, a.polls);
+
+    lull_timer_start(&near, 20 * MS, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics b = metrics();
+    CHECK_EQ(calls, 10001);
+    CHECK_U64_EQ(b.wakeups, 1);
+    CHECK_U64_EQ(b.wakeups_timer, 1);
+    CHECK_U64_EQ(b.wakeups_io, 0);
+    CHECK_U64_EQ(b.wakeups_remote, 0);
+    lull_timer_stop(&far);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static void check_summary(const char *what, lull_latency l) {
+    if (!(l.p50 <= l.p95 && l.p95 <= l.p99 && l.p99 <= l.max))
+        check_fail(__FILE__, __LINE__,
+                   "%s: p50 %" PRIu64 " p95 %" PRIu64 " p99 %" PRIu64
+                   " max %" PRIu64,
+                   what, l.p50, l.p95, l.p99, l.max);
+}
+
+static int reposts_left;
+static void shared_hop(lull_task *t) {
+    calls++;
+    if (reposts_left > 0) {
+        reposts_left--;
+        lull_post(the_loop, t);
+    }
+}
+
+TEST(wait_and_run_histograms_after_workload) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    /* 100 tasks posted together, re-posting themselves 100,000 times in
+     * all: 100,100 callbacks, each a sample candidate. */
+    static lull_task tasks[100];
+    reposts_left = 100000;
+    for (int i = 0; i < 100; i++) {
+        lull_task_init(&tasks[i], shared_hop);
+        lull_post(loop, &tasks[i]);
+    }
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(calls, 100000 + 100);
+    lull_metrics m = metrics();
+    CHECK_LE(1, m.task_wait.count);
+    CHECK_LE(1, m.task_run.count);
+    CHECK_LE(m.task_wait.count, 100100);
+    CHECK_LE(m.task_run.count, 100100);
+    CHECK_LE(1, m.task_wait.max); /* a wait is never 0 ns */
+    check_summary("task_wait", m.task_wait);
+    check_summary("task_run", m.task_run);
+    CHECK_LE(m.busy_ns, 30000 * MS);
+    CHECK_LE(1, m.busy_ns);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Within 1/16 of the true value (lull.h: 16 sub-buckets per power of 2). */
+static void check_close(uint64_t got, uint64_t want) {
+    uint64_t err = got > want ? got - want : want - got;
+    if (err * 16 > want)
+        check_fail(__FILE__, __LINE__,
+                   "percentile %" PRIu64 " not within 1/16 of %" PRIu64, got,
+                   want);
+}
+
+TEST(histogram_percentile_math) {
+    static lull_histogram h;
+    memset(&h, 0, sizeof h);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, 0.5), 0);
+    for (uint64_t v = 1; v <= 1000; v++)
+        lull_histogram_record(&h, v);
+    CHECK_U64_EQ(h.count, 1000);
+    CHECK_U64_EQ(h.sum, 500500);
+    CHECK_U64_EQ(h.max, 1000);
+    check_close(lull_histogram_percentile(&h, 0.5), 500);
+    check_close(lull_histogram_percentile(&h, 0.95), 950);
+    check_close(lull_histogram_percentile(&h, 0.99), 990);
+    check_close(lull_histogram_percentile(&h, 0.10), 100);
+    check_close(lull_histogram_percentile(&h, 1.0), 1000);
+    CHECK_LE(lull_histogram_percentile(&h, 0.0), 1);
+
+    /* Small values are exact; big ones keep their relative precision. */
+    memset(&h, 0, sizeof h);
+    lull_histogram_record(&h, 7);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, 0.5), 7);
+    memset(&h, 0, sizeof h);
+    lull_histogram_record(&h, 0);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, 0.99), 0);
+    memset(&h, 0, sizeof h);
+    uint64_t big = 3ull << 40;
+    lull_histogram_record(&h, big);
+    check_close(lull_histogram_percentile(&h, 0.5), big);
+    lull_histogram_record(&h, UINT64_MAX); /* the top bucket, no overflow */
+    CHECK_U64_EQ(h.max, UINT64_MAX);
+    CHECK_U64_EQ(h.count, 2);
+
+    /* A skewed set: 990 at 1 us, 10 at 1 ms. */
+    memset(&h, 0, sizeof h);
+    for (int i = 0; i < 990; i++)
+        lull_histogram_record(&h, 1000);
+    for (int i = 0; i < 10; i++)
+        lull_histogram_record(&h, 1000000);
+    check_close(lull_histogram_percentile(&h, 0.5), 1000);
+    check_close(lull_histogram_percentile(&h, 0.98), 1000);
+    check_close(lull_histogram_percentile(&h, 0.999), 1000000);
+}
+
+/* Busy time counts callbacks, idle time counts the blocking wait. */
+static void spin_3ms(lull_task *t) {
+    (void)t;
+    check_spin_ns(3 * MS);
+}
+
+TEST(busy_and_idle_time) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_task t;
+    lull_task_init(&t, spin_3ms);
+    lull_timer timer;
+    lull_timer_init(loop, &timer, count_timer);
+    lull_post(loop, &t);
+    lull_timer_start(&timer, 50 * MS, 0);
+    uint64_t start = check_clock_ns();
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    uint64_t elapsed = check_clock_ns() - start;
+    lull_metrics m = metrics();
+    /* Under load the 3 ms spin may take longer in wall time (preemption),
+     * which moves time from idle to busy; the sum is what must hold. */
+    CHECK_LE(3 * MS, m.busy_ns);
+    CHECK_LE(1, m.idle_ns);
+    CHECK_LE(m.busy_ns + m.idle_ns, elapsed + 1 * MS);
+    CHECK_LE(elapsed, m.busy_ns + m.idle_ns + 2 * MS);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A callback far over the quantum is a stall, attributed by name. Each
+ * run holds one callback, so each run is one slice, and the real-time spins
+ * are sized from the measured worst so far: preemption on a loaded machine
+ * can make a slice longer, never shorter. */
+static uint64_t spin_ns;
+static void spinner(lull_task *t) {
+    (void)t;
+    check_spin_ns(spin_ns);
+}
+
+static void slow_timer(lull_timer *t) {
+    (void)t;
+    check_spin_ns(spin_ns);
+}
+
+static void unnamed_spinner(lull_task *t) {
+    (void)t;
+    check_spin_ns(2 * MS);
+}
+
+TEST(stall_counted_and_named) {
+    lull_loop_options o = {.quantum_ns = 100 * US, .stall_ns = 1 * MS};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    CHECK_EQ(LULL_NAME(loop, spinner, "spinner"), 0);
+    CHECK_EQ(LULL_NAME(loop, slow_timer, "slow-timer"), 0);
+
+    lull_metrics m = metrics();
+    CHECK_U64_EQ(m.stalls, 0);
+    CHECK(m.worst_stall == NULL);
+
+    lull_task spin;
+    lull_task_init(&spin, spinner);
+    spin_ns = 5 * MS;
+    lull_post(loop, &spin);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    m = metrics();
+    CHECK_U64_EQ(m.stalls, 1);
+    CHECK(m.worst_stall != NULL);
+    CHECK_EQ(strcmp(m.worst_stall, "spinner"), 0);
+    CHECK_LE(5 * MS, m.worst_stall_ns);
+    CHECK_LE(m.worst_stall_ns, 1000 * MS);
+
+    /* A worse stall from a timer takes over the name. */
+    lull_timer t;
+    lull_timer_init(loop, &t, slow_timer);
+    spin_ns = m.worst_stall_ns + 3 * MS;
+    lull_timer_start(&t, 0, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    m = metrics();
+    CHECK_U64_EQ(m.stalls, 2);
+    CHECK_EQ(strcmp(m.worst_stall, "slow-timer"), 0);
+    CHECK_LE(spin_ns, m.worst_stall_ns);
+
+    /* A shorter stall counts; the worst changes only with a longer one. */
+    uint64_t worst = m.worst_stall_ns;
+    spin_ns = 2 * MS;
+    lull_post(loop, &spin);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    m = metrics();
+    CHECK_U64_EQ(m.stalls, 3);
+    if (m.worst_stall_ns == worst)
+        CHECK_EQ(strcmp(m.worst_stall, "slow-timer"), 0);
+    else
+        CHECK_EQ(strcmp(m.worst_stall, "spinner"), 0);
+
+    /* An unnamed callback's stall counts too. */
+    lull_task anon;
+    lull_task_init(&anon, unnamed_spinner);
+    lull_post(loop, &anon);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(metrics().stalls, 4);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

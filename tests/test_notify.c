@@ -1,0 +1,307 @@
+/* Notifiers and listeners (C4): a raise never runs a listener inline; raises
+ * before the listener runs coalesce into one call; listeners run in
+ * subscription order; a listener removed before its task runs does not run;
+ * lull_notify_remote delivers from another thread. Order on the virtual
+ * clock with lull_settle (time never moves here). Zero allocation per raise
+ * is covered by test_alloc. */
+#include "check.h"
+
+#include <errno.h>
+#include <lull.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define BURST 100000 /* remote raises in the burst case */
+
+typedef struct sub {
+    lull_listener l;
+    int id;
+    int runs;
+    lull_notifier *raise_again; /* raised from the callback while > 0 */
+    int raise_left;
+    struct sub *drop; /* unsubscribed from the callback */
+} sub;
+
+static lull_loop *new_loop(void) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    check_trace_reset();
+    return loop;
+}
+
+static int depth; /* listeners running: more than 1 means one ran inline */
+
+static void on_raise(lull_listener *l) {
+    sub *s = LULL_CONTAINER_OF(l, sub, l);
+    CHECK_EQ(++depth, 1);
+    s->runs++;
+    check_trace(s->id);
+    if (s->drop) lull_unlisten(&s->drop->l);
+    if (s->raise_again && s->raise_left > 0) {
+        int runs = s->runs;
+        s->raise_left--;
+        lull_notify(s->raise_again); /* queues a later call, never inline */
+        CHECK_EQ(s->runs, runs);
+    }
+    depth--;
+}
+
+TEST(raise_never_runs_listener_inline) {
+    lull_loop *loop = new_loop();
+    lull_notifier n;
+    lull_notifier_init(&n);
+    sub s = {.id = 1};
+    lull_listen(loop, &n, &s.l, on_raise);
+    lull_notify(&n);
+    CHECK_EQ(s.runs, 0); /* not inside lull_notify */
+    CHECK(lull_loop_alive(loop));
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(s.runs, 1);
+    CHECK_U64_EQ(n.raised, 1);
+    CHECK_EQ(lull_settle(loop), 0); /* nothing re-arms itself */
+    lull_unlisten(&s.l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(raises_before_the_task_runs_coalesce) {
+    lull_loop *loop = new_loop();
+    lull_notifier n;
+    lull_notifier_init(&n);
+    sub s = {.id = 1};
+    lull_listen(loop, &n, &s.l, on_raise);
+    for (int i = 0; i < 7; i++)
+        lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(s.runs, 1);
+    /* After it ran, a new raise is a new call. */
+    lull_notify(&n);
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(s.runs, 2);
+    CHECK_U64_EQ(n.raised, 9);
+    lull_unlisten(&s.l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(raise_inside_listener_queues_a_later_call) {
+    lull_loop *loop = new_loop();
+    lull_notifier n;
+    lull_notifier_init(&n);
+    sub s = {.id = 1, .raise_again = &n, .raise_left = 3};
+    lull_listen(loop, &n, &s.l, on_raise);
+    lull_notify(&n);
+    /* Each run raised once more: 1 + 3 runs, one task each. */
+    CHECK_EQ(lull_settle(loop), 4);
+    CHECK_EQ(s.runs, 4);
+    lull_unlisten(&s.l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(listeners_run_in_subscription_order) {
+    lull_loop *loop = new_loop();
+    lull_notifier n;
+    lull_notifier_init(&n);
+    sub s[4] = {{.id = 0}, {.id = 1}, {.id = 2}, {.id = 3}};
+    int order[4] = {2, 0, 3, 1};
+    for (int i = 0; i < 4; i++)
+        lull_listen(loop, &n, &s[order[i]].l, on_raise);
+    lull_notify(&n);
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 4);
+    CHECK_TRACE(2, 0, 3, 1);
+    /* Re-subscribing moves a listener to the end. */
+    lull_unlisten(&s[2].l);
+    lull_listen(loop, &n, &s[2].l, on_raise);
+    check_trace_reset();
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 4);
+    CHECK_TRACE(0, 3, 1, 2);
+    for (int i = 0; i < 4; i++)
+        lull_unlisten(&s[i].l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Listeners on two notifiers, raised alternately: each listener's task is
+ * queued at its first raise, so the order is the order of first raises. */
+TEST(listeners_of_two_notifiers_run_in_raise_order) {
+    lull_loop *loop = new_loop();
+    lull_notifier a, b;
+    lull_notifier_init(&a);
+    lull_notifier_init(&b);
+    sub s[3] = {{.id = 0}, {.id = 1}, {.id = 2}};
+    lull_listen(loop, &a, &s[0].l, on_raise);
+    lull_listen(loop, &b, &s[1].l, on_raise);
+    lull_listen(loop, &a, &s[2].l, on_raise);
+    lull_notify(&b);
+    lull_notify(&a);
+    lull_notify(&b);
+    CHECK_EQ(lull_settle(loop), 3);
+    CHECK_TRACE(1, 0, 2);
+    for (int i = 0; i < 3; i++)
+        lull_unlisten(&s[i].l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(listener_removed_before_its_task_runs_does_not_run) {
+    lull_loop *loop = new_loop();
+    lull_notifier n;
+    lull_notifier_init(&n);
+    sub s[3] = {{.id = 0}, {.id = 1}, {.id = 2}};
+    for (int i = 0; i < 3; i++)
+        lull_listen(loop, &n, &s[i].l, on_raise);
+    lull_notify(&n);
+    lull_unlisten(&s[1].l); /* its task is queued: it must not run */
+    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_TRACE(0, 2);
+    CHECK_EQ(s[1].runs, 0);
+    /* Unsubscribed: later raises do not reach it either. */
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_EQ(s[1].runs, 0);
+    lull_unlisten(&s[0].l);
+    lull_unlisten(&s[2].l);
+    lull_unlisten(&s[1].l); /* twice is harmless */
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same, from a listener of the same batch: an entry cleared by an
+ * earlier callback must not run (BRIEF 1B's harness lesson). */
+TEST(listener_removed_by_an_earlier_listener_of_the_batch) {
+    lull_loop *loop = new_loop();
+    lull_notifier n;
+    lull_notifier_init(&n);
+    sub s[3] = {{.id = 0}, {.id = 1}, {.id = 2}};
+    s[0].drop = &s[2];
+    for (int i = 0; i < 3; i++)
+        lull_listen(loop, &n, &s[i].l, on_raise);
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_TRACE(0, 1);
+    lull_unlisten(&s[0].l);
+    lull_unlisten(&s[1].l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(listener_subscribed_after_the_raise_is_not_called) {
+    lull_loop *loop = new_loop();
+    lull_notifier n;
+    lull_notifier_init(&n);
+    sub early = {.id = 0}, late = {.id = 1};
+    lull_listen(loop, &n, &early.l, on_raise);
+    lull_notify(&n);
+    lull_listen(loop, &n, &late.l, on_raise);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_TRACE(0);
+    lull_unlisten(&early.l);
+    lull_unlisten(&late.l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(subscribed_listener_keeps_loop_from_freeing) {
+    lull_loop *loop = new_loop();
+    lull_notifier n;
+    lull_notifier_init(&n);
+    sub s = {.id = 0};
+    lull_notify(&n); /* no listeners: nothing queued */
+    CHECK_EQ(lull_settle(loop), 0);
+    lull_listen(loop, &n, &s.l, on_raise);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    lull_unlisten(&s.l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ---------------------------------------------------------- cross-thread */
+
+typedef struct remote_case {
+    lull_loop *loop;
+    lull_notifier n;
+    sub s;
+    int raises; /* how many lull_notify_remote calls the thread makes */
+} remote_case;
+
+static void *raise_from_thread(void *arg) {
+    remote_case *rc = arg;
+    for (int i = 0; i < rc->raises; i++)
+        lull_notify_remote(rc->loop, &rc->n);
+    return NULL;
+}
+
+static void on_remote_raise(lull_listener *l) {
+    sub *s = LULL_CONTAINER_OF(l, sub, l);
+    remote_case *rc = LULL_CONTAINER_OF(s, remote_case, s);
+    s->runs++;
+    /* Delivered on the loop thread: it may unsubscribe and drop the ref. */
+    lull_unlisten(l);
+    lull_loop_unref(rc->loop);
+}
+
+TEST_THREADED(notify_remote_from_another_thread_delivers) {
+    remote_case rc = {.raises = 1};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    rc.loop = loop;
+    lull_notifier_init(&rc.n);
+    lull_listen(loop, &rc.n, &rc.s.l, on_remote_raise);
+    lull_loop_ref(loop); /* a remote raise is expected */
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, raise_from_thread, &rc), 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_EQ(rc.s.runs, 1);
+    CHECK_U64_EQ(rc.n.raised, 1); /* the raise happened on the loop thread */
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+typedef struct burst_case {
+    lull_loop *loop;
+    lull_notifier n;
+    lull_listener l;
+    int runs;
+    atomic_bool done; /* set by the thread before its last raise */
+} burst_case;
+
+static void *raise_burst(void *arg) {
+    burst_case *bc = arg;
+    for (int i = 0; i < BURST; i++)
+        lull_notify_remote(bc->loop, &bc->n);
+    atomic_store(&bc->done, true);
+    lull_notify_remote(bc->loop, &bc->n);
+    return NULL;
+}
+
+static void on_burst(lull_listener *l) {
+    burst_case *bc = LULL_CONTAINER_OF(l, burst_case, l);
+    bc->runs++;
+    /* A raise made after `done` was set is delivered after it: the last
+     * call sees it. */
+    if (atomic_load(&bc->done)) {
+        lull_unlisten(l);
+        lull_loop_unref(bc->loop);
+    }
+}
+
+/* Raises from another thread while the loop runs: they coalesce (the
+ * listener runs at least once, at most once per raise) and the last one is
+ * never lost. */
+TEST_THREADED(notify_remote_burst_while_running) {
+    static burst_case bc;
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    bc.loop = loop;
+    atomic_init(&bc.done, false);
+    lull_notifier_init(&bc.n);
+    lull_listen(loop, &bc.n, &bc.l, on_burst);
+    lull_loop_ref(loop);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, raise_burst, &bc), 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    /* The listener may have seen `done` before the last post was drained:
+     * one non-blocking iteration drains it (nobody listens any more). */
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(bc.runs >= 1);
+    CHECK(bc.runs <= BURST + 1);
+    CHECK(bc.n.raised >= (uint64_t)bc.runs);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

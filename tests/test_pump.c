@@ -1,0 +1,399 @@
+/* The pump (C4, BRIEF 2.1 "Pump"): a wake runs one pass in a later task,
+ * shared by every wake before it; AGAIN continues in the next task; HELD
+ * retries after *retry_ns only while held, and the retry timer runs the pass
+ * itself; a wake while held cancels the retry and the pass re-decides;
+ * close cancels everything; lull_pump_quiet is exactly "no task, no timer".
+ * Time and order on the virtual clock. */
+#include "check.h"
+
+#include <lull.h>
+
+#define MS 1000000ull
+
+typedef struct fixture {
+    lull_pump pump;
+    lull_loop *loop;
+    int passes;
+    int held;          /* items held back: the pass returns HELD while > 0 */
+    uint64_t retry_ns; /* what a HELD pass asks for */
+    int again;         /* the pass returns AGAIN this many more times */
+    int wake_inside;   /* the pass wakes its own pump this many times */
+    bool close_inside; /* the pass closes its pump */
+    bool release_per_pass; /* each HELD pass releases one held item */
+    uint64_t at[64];       /* lull_now at each pass, relative to t0 */
+    uint64_t t0;
+    int depth; /* passes running: more than 1 means a pass ran inline */
+} fixture;
+
+static int pass(lull_pump *p, uint64_t *retry_ns) {
+    fixture *f = LULL_CONTAINER_OF(p, fixture, pump);
+    CHECK_EQ(++f->depth, 1);
+    if (f->passes < 64) f->at[f->passes] = lull_now(f->loop) - f->t0;
+    f->passes++;
+    check_trace(100 + f->passes);
+    int status = LULL_PASS_QUIET;
+    if (f->wake_inside > 0) {
+        f->wake_inside--;
+        int before = f->passes;
+        lull_pump_wake(p);
+        CHECK_EQ(f->passes, before); /* not inline */
+    }
+    if (f->close_inside) lull_pump_close(p);
+    if (f->again > 0) {
+        f->again--;
+        status = LULL_PASS_AGAIN;
+    } else if (f->held > 0) {
+        *retry_ns = f->retry_ns;
+        status = LULL_PASS_HELD;
+        if (f->release_per_pass) f->held--;
+    } else {
+        lull_pump_delivered(p, 1);
+    }
+    f->depth--;
+    return status;
+}
+
+static lull_loop *setup(fixture *f) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    *f = (fixture){.loop = loop, .retry_ns = 5 * MS, .t0 = lull_now(loop)};
+    lull_pump_init(loop, &f->pump, pass);
+    check_trace_reset();
+    return loop;
+}
+
+static void teardown(fixture *f) {
+    lull_pump_close(&f->pump);
+    CHECK(lull_pump_quiet(&f->pump));
+    CHECK_EQ(lull_loop_free(f->loop), 0);
+}
+
+typedef struct marker {
+    lull_task task;
+    int id;
+} marker;
+
+static void mark(lull_task *t) {
+    check_trace(LULL_CONTAINER_OF(t, marker, task)->id);
+}
+
+TEST(new_pump_is_quiet) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    CHECK(lull_pump_quiet(&f.pump));
+    CHECK(!lull_loop_alive(loop));
+    lull_advance(loop, 1000 * MS);
+    CHECK_EQ(f.passes, 0);
+    teardown(&f);
+}
+
+TEST(wake_runs_one_pass_in_a_later_task) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    marker m = {.id = 1};
+    lull_task_init(&m.task, mark);
+    lull_post(loop, &m.task);
+    lull_pump_wake(&f.pump);
+    CHECK_EQ(f.passes, 0); /* never inside the wake */
+    CHECK(!lull_pump_quiet(&f.pump));
+    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_TRACE(1, 101); /* queued behind the task posted before the wake */
+    CHECK(lull_pump_quiet(&f.pump));
+    CHECK_U64_EQ(f.pump.passes, 1);
+    CHECK_U64_EQ(f.pump.delivered, 1);
+    teardown(&f);
+}
+
+TEST(wakes_before_the_pass_share_it) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    for (int i = 0; i < 10; i++)
+        lull_pump_wake(&f.pump);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(f.passes, 1);
+    lull_pump_wake(&f.pump);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(f.passes, 2);
+    teardown(&f);
+}
+
+/* Raises of a notifier the pump listens to queue the pass itself: one hop,
+ * several raises in one task, one pass. */
+TEST(notifier_raises_in_one_task_cause_one_pass) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_notifier n;
+    lull_listener l;
+    lull_notifier_init(&n);
+    lull_pump_listen(&f.pump, &n, &l);
+    for (int i = 0; i < 5; i++)
+        lull_notify(&n);
+    CHECK_EQ(f.passes, 0);
+    CHECK_EQ(lull_settle(loop), 1); /* the pass, no listener task first */
+    CHECK_EQ(f.passes, 1);
+    CHECK(lull_pump_quiet(&f.pump));
+    teardown(&f); /* close unsubscribes l */
+    CHECK(l.notifier == NULL);
+}
+
+typedef struct tagged {
+    lull_listener l;
+    int id;
+} tagged;
+
+static void on_tagged(lull_listener *l) {
+    check_trace(LULL_CONTAINER_OF(l, tagged, l)->id);
+}
+
+/* Listeners and pump passes on one notifier run in subscription order. */
+TEST(pump_and_listeners_run_in_subscription_order) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_notifier n;
+    lull_notifier_init(&n);
+    tagged a = {.id = 1}, b = {.id = 2};
+    lull_listener pl;
+    lull_listen(loop, &n, &a.l, on_tagged);
+    lull_pump_listen(&f.pump, &n, &pl);
+    lull_listen(loop, &n, &b.l, on_tagged);
+    lull_notify(&n);
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 3);
+    CHECK_TRACE(1, 101, 2);
+    lull_unlisten(&a.l);
+    lull_unlisten(&b.l);
+    teardown(&f);
+}
+
+TEST(again_continues_in_the_next_task) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    f.again = 2;
+    marker m[2] = {{.id = 1}, {.id = 2}};
+    lull_task_init(&m[0].task, mark);
+    lull_task_init(&m[1].task, mark);
+    lull_pump_wake(&f.pump);
+    lull_post(loop, &m[0].task);
+    lull_post(loop, &m[1].task);
+    CHECK_EQ(lull_settle(loop), 5);
+    /* An AGAIN pass goes behind the work already queued. */
+    CHECK_TRACE(101, 1, 2, 102, 103);
+    CHECK(lull_pump_quiet(&f.pump));
+    CHECK(!lull_loop_alive(loop));
+    teardown(&f);
+}
+
+TEST(held_is_retried_only_while_held_then_quiet) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    f.held = 1;
+    lull_pump_wake(&f.pump);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(f.passes, 1);
+    CHECK(!lull_pump_quiet(&f.pump)); /* the retry timer is armed */
+    lull_advance(loop, 5 * MS - 1);
+    CHECK_EQ(f.passes, 1);
+    lull_advance(loop, 1);
+    CHECK_EQ(f.passes, 2); /* the retry timer ran the pass itself */
+    lull_advance(loop, 20 * MS);
+    CHECK_EQ(f.passes, 6); /* every 5 ms while held */
+    for (int i = 0; i < 6; i++)
+        CHECK_U64_EQ(f.at[i], (uint64_t)i * 5 * MS);
+    f.held = 0; /* released without a wake: the next retry finds it */
+    lull_advance(loop, 5 * MS);
+    CHECK_EQ(f.passes, 7);
+    CHECK(lull_pump_quiet(&f.pump));
+    CHECK(!lull_loop_alive(loop)); /* no timer, no task */
+    lull_advance(loop, 1000 * MS);
+    CHECK_EQ(f.passes, 7);
+    CHECK_U64_EQ(f.pump.empty, 6); /* the held passes delivered nothing */
+    teardown(&f);
+}
+
+TEST(held_with_zero_retry_means_again) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    f.held = 3;
+    f.retry_ns = 0;
+    f.release_per_pass = true;
+    marker m = {.id = 1};
+    lull_task_init(&m.task, mark);
+    lull_pump_wake(&f.pump);
+    lull_post(loop, &m.task);
+    /* Queued as tasks, not timers: all four passes run with time frozen,
+     * each behind the work queued before it. */
+    CHECK_EQ(lull_settle(loop), 5);
+    CHECK_TRACE(101, 1, 102, 103, 104);
+    for (int i = 0; i < 4; i++)
+        CHECK_U64_EQ(f.at[i], 0);
+    CHECK(lull_pump_quiet(&f.pump));
+    teardown(&f);
+}
+
+TEST(wake_while_held_cancels_the_retry_and_the_pass_redecides) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    f.held = 1;
+    lull_pump_wake(&f.pump);
+    lull_settle(loop);
+    lull_advance(loop, 2 * MS);
+    CHECK_EQ(f.passes, 1);
+    lull_pump_wake(&f.pump);
+    CHECK(!lull_timer_active(&f.pump.retry)); /* cancelled by the wake */
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(f.passes, 2);
+    CHECK_U64_EQ(f.at[1], 2 * MS); /* at once, not at the old retry */
+    /* Still held: a new retry, counted from this pass. */
+    lull_advance(loop, 5 * MS - 1);
+    CHECK_EQ(f.passes, 2);
+    lull_advance(loop, 1);
+    CHECK_EQ(f.passes, 3);
+    CHECK_U64_EQ(f.at[2], 7 * MS);
+    /* A wake after release: the pass decides quiet, the retry is gone. */
+    f.held = 0;
+    lull_advance(loop, 1 * MS);
+    lull_pump_wake(&f.pump);
+    lull_settle(loop);
+    CHECK_EQ(f.passes, 4);
+    CHECK(lull_pump_quiet(&f.pump));
+    lull_advance(loop, 100 * MS);
+    CHECK_EQ(f.passes, 4);
+    teardown(&f);
+}
+
+/* The same through a notifier: the raise queues the pass, the pass cancels
+ * the retry timer before it runs. */
+TEST(raise_while_held_runs_the_pass_now) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_notifier n;
+    lull_listener l;
+    lull_notifier_init(&n);
+    lull_pump_listen(&f.pump, &n, &l);
+    f.held = 1;
+    lull_notify(&n);
+    lull_settle(loop);
+    lull_advance(loop, 3 * MS);
+    f.held = 0;
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(f.passes, 2);
+    CHECK_U64_EQ(f.at[1], 3 * MS);
+    CHECK(lull_pump_quiet(&f.pump));
+    CHECK(!lull_loop_alive(loop));
+    lull_advance(loop, 100 * MS);
+    CHECK_EQ(f.passes, 2);
+    teardown(&f);
+}
+
+TEST(wake_inside_the_pass_queues_the_next_one) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    f.wake_inside = 1;
+    f.held = 1; /* HELD, but a wake arrived during the pass: no timer */
+    lull_pump_wake(&f.pump);
+    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_EQ(f.passes, 2);
+    /* The second pass (no wake inside) armed the retry. */
+    CHECK(lull_timer_active(&f.pump.retry));
+    f.held = 0;
+    lull_advance(loop, 5 * MS);
+    CHECK_EQ(f.passes, 3);
+    CHECK(lull_pump_quiet(&f.pump));
+    teardown(&f);
+}
+
+TEST(close_during_a_pending_wake_runs_nothing) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_pump_wake(&f.pump);
+    lull_pump_close(&f.pump);
+    CHECK(lull_pump_quiet(&f.pump));
+    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(f.passes, 0);
+    lull_pump_wake(&f.pump); /* a closed pump ignores wakes */
+    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(f.passes, 0);
+    teardown(&f);
+}
+
+TEST(close_during_a_pending_raise_runs_nothing) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_notifier n;
+    lull_listener l;
+    lull_notifier_init(&n);
+    lull_pump_listen(&f.pump, &n, &l);
+    lull_notify(&n);
+    lull_pump_close(&f.pump);
+    CHECK(l.notifier == NULL);
+    CHECK_EQ(lull_settle(loop), 0);
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(f.passes, 0);
+    teardown(&f);
+}
+
+TEST(close_while_held_cancels_the_retry) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    f.held = 1;
+    lull_pump_wake(&f.pump);
+    lull_settle(loop);
+    CHECK(lull_timer_active(&f.pump.retry));
+    lull_pump_close(&f.pump);
+    CHECK(lull_pump_quiet(&f.pump));
+    CHECK(!lull_loop_alive(loop));
+    lull_advance(loop, 100 * MS);
+    CHECK_EQ(f.passes, 1);
+    teardown(&f);
+}
+
+TEST(close_inside_the_pass_ends_it) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    f.close_inside = true;
+    f.again = 1; /* the status of a closed pump's pass is ignored */
+    lull_pump_wake(&f.pump);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK(lull_pump_quiet(&f.pump));
+    lull_advance(loop, 100 * MS);
+    CHECK_EQ(f.passes, 1);
+    teardown(&f);
+}
+
+/* A pass that reports nothing delivered is counted as empty (the audit's
+ * "passes that found nothing"). */
+TEST(empty_passes_are_counted) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    f.again = 3; /* AGAIN passes do not call lull_pump_delivered */
+    lull_pump_wake(&f.pump);
+    lull_settle(loop);
+    CHECK_U64_EQ(f.pump.passes, 4);
+    CHECK_U64_EQ(f.pump.empty, 3);
+    CHECK_U64_EQ(f.pump.delivered, 1);
+    teardown(&f);
+}
+
+/* lull_unlisten on a pump's listener: later raises no longer wake the pump.
+ * (A pass already queued stays queued: it may have been woken by other
+ * means too; closing the pump is what cancels it.) */
+TEST(unlisten_of_a_pump_listener_stops_later_raises) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_notifier n;
+    lull_listener l;
+    lull_notifier_init(&n);
+    lull_pump_listen(&f.pump, &n, &l);
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 1);
+    lull_unlisten(&l);
+    CHECK(l.notifier == NULL);
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(f.passes, 1);
+    teardown(&f); /* close after unlisten is harmless */
+    CHECK_EQ(f.passes, 1);
+}

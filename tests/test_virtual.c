@@ -1,0 +1,338 @@
+/* The virtual clock (C7): lull_advance steps through deadlines running ready
+ * work between them, lull_settle runs ready work with time frozen and counts
+ * callbacks, auto-advance lets lull_run jump to the next deadline. The start
+ * value of virtual time is not specified: cases check time relative to the
+ * loop's first lull_now. */
+#include "check.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lull.h>
+#include <unistd.h>
+
+#define MS  1000000ull
+#define SEC 1000000000ull
+
+typedef struct item {
+    lull_timer timer;
+    lull_task task;
+    int id;
+    int runs;
+    uint64_t at; /* lull_now at the last run, relative to t0 */
+} item;
+
+static lull_loop *the_loop;
+static uint64_t t0;
+
+static lull_loop *new_loop(unsigned flags) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL, .flags = flags};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    t0 = lull_now(loop);
+    check_trace_reset();
+    return loop;
+}
+
+static void note(item *it) {
+    it->runs++;
+    it->at = lull_now(the_loop) - t0;
+    check_trace(it->id);
+}
+
+static void record_timer(lull_timer *t) {
+    note(LULL_CONTAINER_OF(t, item, timer));
+}
+
+static void record_task(lull_task *t) {
+    note(LULL_CONTAINER_OF(t, item, task));
+}
+
+static void items_init(item *v, int n) {
+    for (int i = 0; i < n; i++) {
+        v[i] = (item){.id = i};
+        lull_timer_init(the_loop, &v[i].timer, record_timer);
+        lull_task_init(&v[i].task, record_task);
+    }
+}
+
+/* A timer at 10 posting a task: the task runs (at time 10) before the timer
+ * at 20. */
+static item *between;
+static void post_between(lull_timer *t) {
+    record_timer(t);
+    lull_post(the_loop, &between[2].task);
+}
+
+TEST(advance_runs_ready_work_between_timers) {
+    lull_loop *loop = new_loop(0);
+    item v[3];
+    items_init(v, 3);
+    between = v;
+    lull_timer_init(loop, &v[0].timer, post_between);
+    lull_timer_start(&v[1].timer, 20, 0);
+    lull_timer_start(&v[0].timer, 10, 0);
+    lull_advance(loop, 30);
+    CHECK_TRACE(0, 2, 1);
+    CHECK_U64_EQ(v[0].at, 10);
+    CHECK_U64_EQ(v[2].at, 10);
+    CHECK_U64_EQ(v[1].at, 20);
+    CHECK_U64_EQ(lull_now(loop) - t0, 30);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* advance first runs what is already ready, at the current time. */
+TEST(advance_runs_ready_work_first) {
+    lull_loop *loop = new_loop(0);
+    item v[2];
+    items_init(v, 2);
+    lull_timer_start(&v[0].timer, 1, 0);
+    lull_post(loop, &v[1].task);
+    lull_advance(loop, 5);
+    CHECK_TRACE(1, 0);
+    CHECK_U64_EQ(v[1].at, 0);
+    CHECK_U64_EQ(v[0].at, 1);
+    /* advance(0) runs ready work without moving time. */
+    lull_post(loop, &v[1].task);
+    lull_advance(loop, 0);
+    CHECK_EQ(v[1].runs, 2);
+    CHECK_U64_EQ(v[1].at, 5);
+    CHECK_U64_EQ(lull_now(loop) - t0, 5);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(advance_fires_repeat_once_per_period_crossed) {
+    lull_loop *loop = new_loop(0);
+    item v[1];
+    items_init(v, 1);
+    lull_timer_start(&v[0].timer, 10, 10);
+    lull_advance(loop, 95); /* 10, 20, ..., 90 */
+    CHECK_EQ(v[0].runs, 9);
+    CHECK_U64_EQ(v[0].at, 90);
+    CHECK_U64_EQ(lull_now(loop) - t0, 95);
+    lull_advance(loop, 5);
+    CHECK_EQ(v[0].runs, 10);
+    CHECK_U64_EQ(v[0].at, 100);
+    lull_advance(loop, 1000 * 10); /* one big step, 1000 periods */
+    CHECK_EQ(v[0].runs, 1010);
+    lull_timer_stop(&v[0].timer);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Timers armed by callbacks during an advance: due inside the window fire in
+ * it, later ones wait. */
+static item *chain;
+static void arm_more(lull_timer *t) {
+    record_timer(t);
+    lull_timer_start(&chain[1].timer, 5, 0);  /* 15: inside */
+    lull_timer_start(&chain[2].timer, 25, 0); /* 35: outside */
+}
+
+TEST(timers_armed_during_advance) {
+    lull_loop *loop = new_loop(0);
+    item v[3];
+    items_init(v, 3);
+    chain = v;
+    lull_timer_init(loop, &v[0].timer, arm_more);
+    lull_timer_start(&v[0].timer, 10, 0);
+    lull_advance(loop, 30);
+    CHECK_TRACE(0, 1);
+    CHECK_U64_EQ(v[1].at, 15);
+    CHECK(lull_timer_active(&v[2].timer));
+    lull_advance(loop, 4);
+    CHECK_EQ(v[2].runs, 0);
+    lull_advance(loop, 1);
+    CHECK_TRACE(0, 1, 2);
+    CHECK_U64_EQ(v[2].at, 35);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* settle: ready work only, time frozen, returns the callbacks of every kind
+ * it ran (tasks, zero-delay timers, work they queue, fds, remote posts). */
+static item *settle_items;
+static void post_follow_up(lull_task *t) {
+    record_task(t);
+    lull_post(the_loop, &settle_items[4].task);
+}
+
+static int io_calls;
+static int io_fd;
+static void on_readable(lull_io *io, int events) {
+    (void)events;
+    char c;
+    CHECK_EQ(read(io_fd, &c, 1), 1);
+    io_calls++;
+    lull_io_stop(io);
+}
+
+TEST(settle_runs_ready_work_with_time_frozen) {
+    lull_loop *loop = new_loop(0);
+    item v[6];
+    items_init(v, 6);
+    settle_items = v;
+    lull_task_init(&v[0].task, post_follow_up);
+    lull_post(loop, &v[0].task);
+    lull_post(loop, &v[1].task);
+    lull_timer_start(&v[2].timer, 0, 0);
+    lull_timer_start(&v[3].timer, 1, 0); /* needs time: not run */
+    CHECK_EQ(lull_settle(loop), 4);
+    CHECK_TRACE(0, 1, 2, 4);
+    CHECK_U64_EQ(lull_now(loop), t0);
+    CHECK_EQ(v[3].runs, 0);
+    CHECK_EQ(lull_settle(loop), 0);
+
+    /* A readable fd and a remote post (from this thread: allowed from any
+     * thread) are collected without blocking. */
+    int fds[2];
+    CHECK_EQ(pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+    io_fd = fds[0];
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, fds[0], on_readable), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    CHECK_EQ(write(fds[1], "x", 1), 1);
+    lull_post_remote(loop, &v[5].task);
+    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_EQ(io_calls, 1);
+    CHECK_EQ(v[5].runs, 1);
+    CHECK_U64_EQ(lull_now(loop), t0);
+    /* Nothing ready, a watcher on an empty pipe: settle returns at once. */
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    uint64_t start = check_clock_ns();
+    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_LE(check_clock_ns() - start, 500 * MS);
+    lull_io_stop(&io);
+    close(fds[0]);
+    close(fds[1]);
+    lull_timer_stop(&v[3].timer);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Auto-advance: with nothing else to run, lull_run jumps to the next
+ * deadline; an hour of virtual time passes at once. */
+static int auto_ticks;
+static void tick_five(lull_timer *t) {
+    if (++auto_ticks == 5) lull_timer_stop(t);
+}
+
+TEST(auto_advance_jumps_to_next_deadline) {
+    lull_loop *loop = new_loop(LULL_LOOP_AUTO_ADVANCE);
+    item v[4];
+    items_init(v, 4);
+    lull_timer_start(&v[0].timer, 3600 * SEC, 0);
+    lull_timer_start(&v[1].timer, 2 * SEC, 0);
+    lull_timer_start(&v[2].timer, 1 * SEC, 0);
+    lull_post(loop, &v[3].task);
+    uint64_t start = check_clock_ns();
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_LE(check_clock_ns() - start, 1000 * MS);
+    CHECK_TRACE(3, 2, 1, 0);
+    CHECK_U64_EQ(v[3].at, 0);
+    CHECK_U64_EQ(v[2].at, 1 * SEC);
+    CHECK_U64_EQ(v[1].at, 2 * SEC);
+    CHECK_U64_EQ(v[0].at, 3600 * SEC);
+    CHECK_U64_EQ(lull_now(loop) - t0, 3600 * SEC);
+
+    /* A repeating timer that stops itself after five periods. */
+    lull_timer t;
+    lull_timer_init(loop, &t, tick_five);
+    lull_timer_start(&t, 7 * MS, 7 * MS);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(auto_ticks, 5);
+    CHECK_U64_EQ(lull_now(loop) - t0, 3600 * SEC + 35 * MS);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Auto-advance jumps only for what keeps the loop alive: once only an
+ * unreferenced timer is left, the run ends instead of jumping to it. */
+TEST(auto_advance_ignores_unreferenced_timer) {
+    lull_loop *loop = new_loop(LULL_LOOP_AUTO_ADVANCE);
+    item v[2];
+    items_init(v, 2);
+    lull_timer_start(&v[0].timer, 10 * SEC, 0);
+    lull_timer_unref(&v[0].timer);
+    lull_timer_start(&v[1].timer, 1 * SEC, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(v[1].runs, 1);
+    CHECK_EQ(v[0].runs, 0);
+    CHECK_U64_EQ(lull_now(loop) - t0, 1 * SEC);
+    lull_timer_stop(&v[0].timer);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Without auto-advance, lull_run on a virtual loop with only timers returns
+ * instead of waiting for time that only the test can move. */
+TEST(no_auto_advance_run_returns) {
+    lull_loop *loop = new_loop(0);
+    item v[2];
+    items_init(v, 2);
+    lull_timer_start(&v[0].timer, 1 * SEC, 0);
+    lull_post(loop, &v[1].task);
+    uint64_t start = check_clock_ns();
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_LE(check_clock_ns() - start, 1000 * MS);
+    CHECK_EQ(v[1].runs, 1); /* ready work still ran */
+    CHECK_EQ(v[0].runs, 0);
+    CHECK(lull_timer_active(&v[0].timer));
+    CHECK_U64_EQ(lull_now(loop), t0);
+    lull_advance(loop, 1 * SEC);
+    CHECK_EQ(v[0].runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Virtual time moves only by advance (or auto-advance), exactly. */
+TEST(virtual_now_moves_only_by_advance) {
+    lull_loop *loop = new_loop(0);
+    check_spin_ns(2 * MS);
+    CHECK_U64_EQ(lull_now(loop), t0);
+    CHECK_U64_EQ(lull_now_exact(loop), t0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_U64_EQ(lull_now(loop), t0);
+    lull_advance(loop, 12345);
+    CHECK_U64_EQ(lull_now(loop) - t0, 12345);
+    lull_advance(loop, 1);
+    CHECK_U64_EQ(lull_now_exact(loop) - t0, 12346);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* lull_advance is a no-op on a monotonic loop: it neither runs work nor
+ * moves anything. */
+TEST(advance_on_monotonic_loop_is_noop) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    the_loop = loop;
+    t0 = lull_now(loop);
+    check_trace_reset();
+    item v[1];
+    items_init(v, 1);
+    lull_post(loop, &v[0].task);
+    lull_advance(loop, 10 * SEC);
+    CHECK_EQ(v[0].runs, 0);
+    CHECK(lull_task_pending(&v[0].task));
+    CHECK_LE(lull_now(loop), t0 + 5 * SEC);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(v[0].runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Under auto-advance too, timers due at one instant are queued together in
+ * arm order: a task posted by the first runs after the others. */
+static item *simul;
+static void first_posts(lull_timer *t) {
+    record_timer(t);
+    lull_post(the_loop, &simul[3].task);
+}
+
+TEST(simultaneous_timers_queued_together) {
+    lull_loop *loop = new_loop(LULL_LOOP_AUTO_ADVANCE);
+    item v[4];
+    items_init(v, 4);
+    simul = v;
+    lull_timer_init(loop, &v[0].timer, first_posts);
+    for (int i = 0; i < 3; i++)
+        lull_timer_start(&v[i].timer, 1 * MS, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(0, 1, 2, 3);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
