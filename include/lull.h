@@ -114,11 +114,10 @@ LULL_EXTERN bool lull_task_pending(const lull_task *task);
 
 typedef void (*lull_timer_fn)(lull_timer *timer);
 
-struct lull_timer {    /* 56 bytes, plus one 8-byte heap slot while armed */
-    lull__node node;   /* ready-queue link; aux holds the heap slot */
-    lull_loop *loop;   /* owning loop */
-    uint64_t deadline; /* absolute ns on the loop's clock */
-    uint64_t repeat;   /* period in ns, 0 = one-shot */
+struct lull_timer {  /* 48 bytes, plus one 16-byte heap slot while armed */
+    lull__node node; /* ready-queue link; aux holds the heap slot */
+    lull_loop *loop; /* owning loop */
+    uint64_t repeat; /* period in ns, 0 = one-shot */
 };
 
 LULL_EXTERN void lull_timer_init(lull_loop *loop, lull_timer *timer,
@@ -129,6 +128,11 @@ LULL_EXTERN void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
                                   uint64_t repeat_ns);
 LULL_EXTERN void lull_timer_stop(lull_timer *timer);
 LULL_EXTERN bool lull_timer_active(const lull_timer *timer);
+/* The absolute deadline (loop clock, ns) the timer is armed for, or 0 when
+ * it is not waiting for one (stopped, or due and queued). A repeating timer
+ * is armed for its next period before its callback runs, so inside the
+ * callback this is already the next deadline. */
+LULL_EXTERN uint64_t lull_timer_deadline(const lull_timer *timer);
 /* An unreferenced timer does not keep lull_run alive. */
 LULL_EXTERN void lull_timer_ref(lull_timer *timer);
 LULL_EXTERN void lull_timer_unref(lull_timer *timer);

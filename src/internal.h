@@ -82,6 +82,8 @@ struct lull_loop {
     /* Time. */
     uint64_t now; /* cached ns: real or virtual */
     bool virtual_clock;
+    bool now_stale; /* real clock, outside a slice: refresh on the
+                       next arm (src/timer.c) */
     unsigned flags; /* LULL_LOOP_* */
 
     /* The slice of busy work (C5). All real-clock ns. */
@@ -167,15 +169,12 @@ static inline bool lull__after_callback(lull_loop *loop) {
     return --loop->countdown <= 0 && lull__slice_check(loop);
 }
 
-/* Calls an unlinked node's callback; a repeating timer is re-armed first,
- * so its callback may stop or re-arm it. */
-void lull__timer_rearm(lull_loop *loop, lull_timer *timer);
+/* Calls an unlinked node's callback. (A repeating timer was already
+ * re-armed for its next period when it expired.) */
 static inline void lull__call_node(lull_loop *loop, lull__node *n) {
     if (n->flags & LULL__NODE_TIMER) {
-        lull_timer *t = (lull_timer *)n;
-        if (LULL_UNLIKELY(t->repeat)) lull__timer_rearm(loop, t);
         loop->current = (lull_any_fn)n->fn.timer;
-        n->fn.timer(t);
+        n->fn.timer((lull_timer *)n);
     } else {
         loop->current = (lull_any_fn)n->fn.task;
         n->fn.task((lull_task *)n);

@@ -63,6 +63,7 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
         opts->stall_ns ? opts->stall_ns : loop->quantum_ns * STALL_QUANTA;
     loop->countdown = LULL__COUNTDOWN_IDLE;
     loop->now = loop->virtual_clock ? 0 : lull__clock_real();
+    loop->now_stale = !loop->virtual_clock;
     loop->backend_fd = -1;
     loop->remote_fd = -1;
 
@@ -202,8 +203,9 @@ static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
  * nothing else could run. */
 static void auto_advance(lull_loop *loop) {
     if (!loop->virtual_clock || !(loop->flags & LULL_LOOP_AUTO_ADVANCE)) return;
-    lull_timer *t = lull__heap_min(&loop->heap);
-    if (t && t->deadline > loop->now) loop->now = t->deadline;
+    if (!loop->heap.len) return;
+    uint64_t deadline = lull__heap_min_deadline(&loop->heap);
+    if (deadline > loop->now) loop->now = deadline;
 }
 
 #ifndef NDEBUG
@@ -230,10 +232,11 @@ static void loop_verify(const lull_loop *loop) {
                 "lull: armed timer count does not match the heap");
     uint32_t n = h->len < VERIFY_HEAP_SLOTS ? h->len : VERIFY_HEAP_SLOTS;
     for (uint32_t i = 0; i < n; i++) {
-        const lull_timer *t = h->slots[i];
+        const lull_timer *t = h->slots[i].timer;
         LULL_ASSERT(t->node.aux == i + 1 && t->loop == loop,
                     "lull: timer heap slot corrupted (a timer freed?)");
-        LULL_ASSERT(i == 0 || h->slots[(i - 1) / 4]->deadline <= t->deadline,
+        LULL_ASSERT(i == 0 ||
+                        h->slots[(i - 1) / 4].deadline <= h->slots[i].deadline,
                     "lull: timer heap out of order");
     }
 }
@@ -290,6 +293,7 @@ static int run_begin(lull_loop *loop) {
 static void run_end(lull_loop *loop) {
     loop->running = false;
     loop->stop = false;
+    loop->now_stale = !loop->virtual_clock;
 }
 
 int lull_run(lull_loop *loop, int mode) {
@@ -350,10 +354,10 @@ void lull_advance(lull_loop *loop, uint64_t ns) {
     uint64_t target = loop->now + ns;
     if (target < loop->now) target = UINT64_MAX;
     settle_loop(loop);
-    lull_timer *t;
-    while (!loop->stop && (t = lull__heap_min(&loop->heap)) &&
-           t->deadline <= target) {
-        if (t->deadline > loop->now) loop->now = t->deadline;
+    while (!loop->stop && loop->heap.len &&
+           lull__heap_min_deadline(&loop->heap) <= target) {
+        uint64_t deadline = lull__heap_min_deadline(&loop->heap);
+        if (deadline > loop->now) loop->now = deadline;
         settle_loop(loop);
     }
     if (!loop->stop) {

@@ -3,7 +3,7 @@
  * Owns: the FIFO of ready nodes (tasks, zero-delay and expired timers share
  * it, so they run in post order) and the dispatch of one node.
  * Invariants: a node is in at most one queue; next == NULL means "not
- * pending"; a queued task's aux is 0 or its wait-sample tag; a node is unlinked
+ * pending"; a task's aux is 0 or its wait-sample tag; a node is unlinked
  * before its callback runs, so the callback may re-post, free or hand the task
  * to another thread, and the loop does not touch it afterwards. Loop thread
  * only. */
@@ -41,8 +41,9 @@ bool lull_task_pending(const lull_task *task) {
 
 void lull__dispatch_node(lull_loop *loop, lull__node *n) {
     loop->tasks_run++;
-    /* A queued task's aux is a wait-sample tag; a queued timer's is 0. */
-    if (LULL_UNLIKELY(n->aux)) {
+    /* A task's aux is a wait-sample tag; a timer's is its heap slot (a
+     * repeating timer is armed for its next period while queued). */
+    if (LULL_UNLIKELY(n->aux) && !(n->flags & LULL__NODE_TIMER)) {
         lull__dispatch_sampled(loop, n);
         return;
     }

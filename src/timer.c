@@ -17,12 +17,16 @@ static inline bool timer_armed(const lull_timer *t) {
     return lull__heap_contains(t) || lull__node_queued(&t->node);
 }
 
+static inline uint64_t saturating_add(uint64_t a, uint64_t b) {
+    return a + b < a ? UINT64_MAX : a + b;
+}
+
 /* Only timers in the heap are counted: one in the due list or the ready
  * queue is ready work, which keeps the loop alive by itself. */
-static void heap_add(lull_loop *loop, lull_timer *t) {
+static void heap_add(lull_loop *loop, lull_timer *t, uint64_t deadline) {
     loop->arm_seq += 1u << LULL__SEQ_SHIFT;
     t->node.flags = (t->node.flags & ~LULL__SEQ_MASK) | loop->arm_seq;
-    if (lull__heap_insert(&loop->heap, t) != 0)
+    if (lull__heap_insert(&loop->heap, t, deadline) != 0)
         lull__assert_fail("lull: out of memory growing the timer heap",
                           __FILE__, __LINE__);
     loop->timers_active++;
@@ -35,12 +39,11 @@ static void heap_del(lull_loop *loop, lull_timer *t) {
     if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref--;
 }
 
-/* Takes the timer out of wherever it is armed. */
+/* Takes the timer out of wherever it is armed: a repeating timer can be
+ * queued for this period and in the heap for the next at once. */
 static void timer_unlink(lull_loop *loop, lull_timer *t) {
-    if (lull__heap_contains(t))
-        heap_del(loop, t);
-    else if (lull__node_queued(&t->node))
-        lull__queue_remove(&t->node);
+    if (lull__heap_contains(t)) heap_del(loop, t);
+    if (lull__node_queued(&t->node)) lull__queue_remove(&t->node);
 }
 
 void lull_timer_init(lull_loop *loop, lull_timer *timer, lull_timer_fn fn) {
@@ -51,27 +54,30 @@ void lull_timer_init(lull_loop *loop, lull_timer *timer, lull_timer_fn fn) {
     timer->node.flags = LULL__NODE_TIMER;
     timer->node.aux = 0;
     timer->loop = loop;
-    timer->deadline = 0;
     timer->repeat = 0;
 }
 
-/* Everything but the common zero-delay arm of an idle timer. */
+/* Everything but the common zero-delay arm of an idle one-shot timer. */
 static void timer_start_slow(lull_loop *loop, lull_timer *timer,
                              uint64_t delay_ns, uint64_t repeat_ns) {
-    if (timer_armed(timer)) timer_unlink(loop, timer);
+    timer_unlink(loop, timer);
     timer->repeat = repeat_ns;
+    /* Inside a slice "now" is at most a stride of callbacks old. Outside one
+     * (set-up code before lull_run) it may be arbitrarily stale: the first
+     * arm after the loop went idle reads the clock, later ones reuse it. */
+    if (loop->now_stale) {
+        loop->now = lull__clock_real();
+        loop->now_stale = false;
+    }
     if (delay_ns == 0) {
-        /* A re-arm is a new arm order: to the tail, even if it was queued. */
-        timer->deadline = loop->now;
+        /* A re-arm is a new arm order: to the tail, even if it was queued.
+         * A repeating one also waits in the heap for its next period. */
         lull__queue_push(&loop->ready, &timer->node);
+        if (repeat_ns)
+            heap_add(loop, timer, saturating_add(loop->now, repeat_ns));
         return;
     }
-    /* Inside a slice "now" is at most a fraction of the quantum old; outside
-     * one (set-up code before lull_run) it may be arbitrarily stale. */
-    if (!loop->in_slice && !loop->virtual_clock) loop->now = lull__clock_real();
-    timer->deadline = loop->now + delay_ns;
-    if (timer->deadline < loop->now) timer->deadline = UINT64_MAX;
-    heap_add(loop, timer);
+    heap_add(loop, timer, saturating_add(loop->now, delay_ns));
 }
 
 void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
@@ -81,10 +87,9 @@ void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
     LULL_ASSERT_LOOP_THREAD(loop);
     LULL_ASSERT(timer->node.flags & LULL__NODE_TIMER,
                 "lull: lull_timer_start on a handle that is not a timer");
-    if (delay_ns == 0 && !timer_armed(timer)) {
+    if (delay_ns == 0 && repeat_ns == 0 && !timer_armed(timer)) {
         /* A turn (C3): queued like a posted task, at the same cost. */
-        timer->repeat = repeat_ns;
-        timer->deadline = loop->now;
+        timer->repeat = 0;
         lull__queue_push(&loop->ready, &timer->node);
         return;
     }
@@ -99,6 +104,11 @@ void lull_timer_stop(lull_timer *timer) {
 
 bool lull_timer_active(const lull_timer *timer) {
     return timer && timer_armed(timer);
+}
+
+uint64_t lull_timer_deadline(const lull_timer *timer) {
+    if (!timer || !timer->loop || !lull__heap_contains(timer)) return 0;
+    return lull__heap_deadline_of(&timer->loop->heap, timer);
 }
 
 static void set_unref(lull_timer *timer, bool unref) {
@@ -120,30 +130,31 @@ void lull_timer_unref(lull_timer *timer) {
     set_unref(timer, true);
 }
 
-/* The first deadline after `now` on the timer's phase. */
-static uint64_t next_deadline(const lull_timer *t, uint64_t now) {
-    uint64_t next = t->deadline + t->repeat;
+/* The first deadline after `now` on the phase of `deadline`. */
+static uint64_t next_deadline(uint64_t deadline, uint64_t period,
+                              uint64_t now) {
+    uint64_t next = saturating_add(deadline, period);
     if (next <= now) {
-        uint64_t missed = (now - next) / t->repeat + 1;
-        next += missed * t->repeat;
+        uint64_t missed = (now - next) / period + 1;
+        next = saturating_add(next, missed * period);
     }
     return next;
 }
 
-/* Called by the dispatcher, before the callback, for a repeating timer
- * that has just been unlinked: the callback may stop or re-arm it. */
-void lull__timer_rearm(lull_loop *loop, lull_timer *t) {
-    t->deadline = next_deadline(t, loop->now);
-    heap_add(loop, t);
-}
-
 /* Moves every timer due at `now` from the heap to the due list, in
- * (deadline, arm) order. */
+ * (deadline, arm) order. A repeating timer is re-armed for its next period
+ * at once; if its last fire has not run yet it is not queued twice, which
+ * is how periods missed while the loop was busy are skipped. */
 void lull__timers_expire(lull_loop *loop, uint64_t now) {
-    lull_timer *t;
-    while ((t = lull__heap_min(&loop->heap)) && t->deadline <= now) {
+    lull__heap *h = &loop->heap;
+    while (h->len && lull__heap_min_deadline(h) <= now) {
+        uint64_t deadline = lull__heap_min_deadline(h);
+        lull_timer *t = lull__heap_min(h);
         heap_del(loop, t);
-        lull__queue_push(&loop->due, &t->node);
+        if (t->repeat)
+            heap_add(loop, t, next_deadline(deadline, t->repeat, now));
+        if (!lull__node_queued(&t->node))
+            lull__queue_push(&loop->due, &t->node);
     }
 }
 
@@ -161,9 +172,9 @@ void lull__run_due(lull_loop *loop) {
 
 /* ns until the earliest deadline (0 if due), or -1 with no timer. */
 int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now) {
-    lull_timer *t = lull__heap_min(&loop->heap);
-    if (!t) return -1;
-    if (t->deadline <= now) return 0;
-    uint64_t d = t->deadline - now;
+    if (!loop->heap.len) return -1;
+    uint64_t deadline = lull__heap_min_deadline(&loop->heap);
+    if (deadline <= now) return 0;
+    uint64_t d = deadline - now;
     return d > INT64_MAX ? INT64_MAX : (int64_t)d;
 }

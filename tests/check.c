@@ -51,7 +51,8 @@ bool check_dies(void (*fn)(void *), void *arg) {
     }
     int status = 0;
     if (waitpid(pid, &status, 0) != pid) return false;
-    return WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    return WIFSIGNALED(status) ||
+           (WIFEXITED(status) && WEXITSTATUS(status) != 0);
 }
 
 bool check_debug_build(void) {
@@ -100,13 +101,15 @@ int check_trace_find(int id) {
 
 static void trace_print(const char *what, const int *v, int n) {
     fprintf(stderr, "  %s:", what);
-    for (int i = 0; i < n; i++) fprintf(stderr, " %d", v[i]);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, " %d", v[i]);
     fputc('\n', stderr);
 }
 
 void check_trace_expect(const char *file, int line, const int *want, int n) {
     bool same = n == ntrace;
-    for (int i = 0; same && i < n; i++) same = want[i] == trace[i];
+    for (int i = 0; same && i < n; i++)
+        same = want[i] == trace[i];
     if (same) return;
     trace_print("want", want, n);
     trace_print("got ", trace, ntrace);
