@@ -20,6 +20,7 @@ typedef struct lab_options {
     const char *json_path; /* --json FILE, or NULL */
     const char *only;      /* --only NAME: the one figure of a scenario to
                               run (its JSON key), or NULL for all */
+    int sessions;          /* --sessions N (pump); 0 = the default, 12 */
     const char *argv0;     /* how lull-lab was started */
 } lab_options;
 

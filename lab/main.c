@@ -19,8 +19,9 @@ static const lab_scenario *const scenarios[] = {
 #define SCENARIO_COUNT (sizeof scenarios / sizeof scenarios[0])
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: lull-lab SCENARIO|all|help [--quick] [--rounds N] "
-                 "[--json FILE] [--only FIGURE]\n\nscenarios:\n");
+    fprintf(out,
+            "usage: lull-lab SCENARIO|all|help [--quick] [--rounds N] "
+            "[--json FILE] [--only FIGURE] [--sessions N]\n\nscenarios:\n");
     for (size_t i = 0; i < SCENARIO_COUNT; i++)
         fprintf(out, "  %-10s %s\n", scenarios[i]->name,
                 scenarios[i]->description);
@@ -31,7 +32,8 @@ static void usage(FILE *out) {
             "  --rounds N  rounds per figure (default 5, 3 with --quick);\n"
             "              implementations alternate within each round\n"
             "  --json FILE write every figure (median, min, max, rounds)\n"
-            "  --only NAME run one figure of the scenario (its JSON key)\n",
+            "  --only NAME run one figure of the scenario (its JSON key)\n"
+            "  --sessions N  pump: sessions in the main table (default 12)\n",
             "all");
 }
 
@@ -103,6 +105,12 @@ int main(int argc, char **argv) {
             if (opts.rounds < 1 || opts.rounds > LAB_MAX_ROUNDS) {
                 fprintf(stderr, "lull-lab: --rounds takes 1..%d\n",
                         LAB_MAX_ROUNDS);
+                return 2;
+            }
+        } else if (strcmp(a, "--sessions") == 0 && i + 1 < argc) {
+            opts.sessions = atoi(argv[++i]);
+            if (opts.sessions < 1) {
+                fprintf(stderr, "lull-lab: --sessions takes a count >= 1\n");
                 return 2;
             }
         } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {

@@ -15,8 +15,7 @@
  * rounds. Then the same at 1,000 and 10,000 sessions.
  *
  * Everything runs on the calling thread, on one lull loop per run; nothing
- * here is a model. Sessions: LULL_LAB_SESSIONS in the environment (lull-lab's
- * option parser has no per-scenario options yet). */
+ * here is a model. Sessions: --sessions N (default 12). */
 #include "lab.h"
 #include "window.h"
 
@@ -570,9 +569,7 @@ static void note_incomplete(const figures f[MODES]) {
 
 static void set_params(const lab_options *opts, params *p) {
     memset(p, 0, sizeof *p);
-    p->sessions = 12;
-    const char *env = getenv("LULL_LAB_SESSIONS");
-    if (env && atoi(env) > 0) p->sessions = atoi(env);
+    p->sessions = opts->sessions > 0 ? opts->sessions : 12;
     p->events = 40;
     p->interval_ns = 15 * MS;
     p->poll_ns = 5 * MS;

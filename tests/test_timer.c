@@ -58,8 +58,10 @@ TEST(deadline_order) {
     uint64_t delay[5] = {30, 10, 50, 20, 40};
     for (int i = 0; i < 5; i++)
         lull_timer_start(&v[i].timer, delay[i], 0);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 5; i++) {
         CHECK(lull_timer_active(&v[i].timer));
+        CHECK_U64_EQ(lull_timer_deadline(&v[i].timer), t0 + delay[i]);
+    }
     lull_advance(loop, 9);
     CHECK_EQ(check_trace_len(), 0);
     lull_advance(loop, 1);
@@ -70,6 +72,7 @@ TEST(deadline_order) {
         CHECK_U64_EQ(v[i].fired_at, delay[i]); /* fired at its deadline */
         CHECK_EQ(v[i].runs, 1);
         CHECK(!lull_timer_active(&v[i].timer));
+        CHECK_U64_EQ(lull_timer_deadline(&v[i].timer), 0);
     }
     CHECK_U64_EQ(lull_now(loop) - t0, 110);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -289,7 +292,7 @@ TEST(repeat_real_clock_skips_missed_periods) {
     rt_end = rt_first - 2 * MS + 40 * MS;
     CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK(rt_phase_ok);
-    CHECK_LE(4, rt_fires);
+    CHECK_LE(3, rt_fires); /* the spinning fire happened */
     CHECK_LE(rt_fires, 16);
     CHECK_LE(1, rt_spin_end);
     CHECK_EQ(lull_loop_free(loop), 0);
