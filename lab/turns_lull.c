@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "lull.h"
 
@@ -249,7 +251,41 @@ typedef struct trip {
     int done;      /* trips completed, warm-up included */
     uint64_t sent; /* when a posted pong */
     int rc;
+    bool watch_fd; /* each loop also watches an idle socket, so it sleeps
+                      in epoll rather than on its futex */
+    int fds[2][2]; /* [side][end] */
+    lull_io io[2]; /* [side] */
 } trip;
+
+static void trip_never_ready(lull_io *io, int events);
+
+/* With watch_fd, side `s` watches one end of a fresh, silent socketpair. */
+static int trip_watch(trip *t, int s, lull_loop *loop) {
+    t->fds[s][0] = t->fds[s][1] = -1;
+    if (!t->watch_fd) return 0;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, t->fds[s]) != 0)
+        return -errno;
+    int rc = lull_io_init(loop, &t->io[s], t->fds[s][0], trip_never_ready);
+    if (rc == 0) rc = lull_io_start(&t->io[s], LULL_READABLE);
+    if (rc == 0) {
+        lull_io_unref(&t->io[s]);
+        return 0;
+    }
+    close(t->fds[s][0]);
+    close(t->fds[s][1]);
+    t->fds[s][0] = t->fds[s][1] = -1;
+    return rc;
+}
+
+static void trip_unwatch(trip *t, int s) {
+    if (!t->watch_fd) return;
+    lull_io_stop(&t->io[s]);
+}
+
+static void trip_never_ready(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+}
 
 static void trip_pong(lull_task *task) {
     trip *t = LULL_CONTAINER_OF(task, trip, pong);
@@ -266,18 +302,24 @@ static void trip_ping(lull_task *task) {
         lull_post_remote(t->b, &t->pong);
     } else {
         lull_post_remote(t->b, &t->stop_b);
+        trip_unwatch(t, 0);
         lull_loop_unref(t->a); /* nothing else keeps a's run alive */
     }
 }
 
 static void trip_stop_b(lull_task *task) {
     trip *t = LULL_CONTAINER_OF(task, trip, stop_b);
+    trip_unwatch(t, 1);
     lull_loop_unref(t->b);
 }
 
 static void *trip_side_a(void *arg) {
     trip *t = arg;
     int rc = lull_loop_new(&t->a, NULL);
+    if (rc == 0 && (rc = trip_watch(t, 0, t->a)) < 0) {
+        lull_loop_free(t->a);
+        t->a = NULL;
+    }
     if (rc == 0) lull_loop_ref(t->a); /* expects remote posts from b */
     turns_pair_ready();
     if (rc < 0 || !t->b) {
@@ -300,6 +342,7 @@ static void *trip_side_b(void *arg) {
     trip *t = arg;
     lull_loop *b;
     int rc = lull_loop_new(&b, NULL);
+    if (rc == 0 && (rc = trip_watch(t, 1, b)) < 0) lull_loop_free(b);
     if (rc == 0) {
         lull_loop_ref(b);
         t->b = b;
@@ -317,9 +360,10 @@ static void *trip_side_b(void *arg) {
     return NULL;
 }
 
-static int roundtrip(const turns_params *p, turns_result *out) {
+static int trip_run(const turns_params *p, turns_result *out, bool watch_fd) {
     trip t;
     memset(&t, 0, sizeof t);
+    t.watch_fd = watch_fd;
     t.p = p;
     t.samples = calloc((size_t)p->trips, sizeof *t.samples);
     if (!t.samples) return -ENOMEM;
@@ -328,11 +372,24 @@ static int roundtrip(const turns_params *p, turns_result *out) {
     lull_task_init(&t.stop_b, trip_stop_b);
     int rc = turns_pair_run(p, trip_side_a, trip_side_b, &t);
     if (rc == 0) rc = t.rc;
+    for (int s = 0; watch_fd && s < 2; s++)
+        for (int e = 0; e < 2; e++)
+            if (t.fds[s][e] >= 0) close(t.fds[s][e]);
     if (rc == 0)
         turns_latency_us(t.samples, p->trips, &out->v[TRIP_P50_US],
                          &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US], false);
     free(t.samples);
     return rc;
+}
+
+/* Loops that watch no fd sleep on a futex; loops that do sleep in epoll.
+ * Both are measured, since a server's loop has sockets. */
+static int roundtrip(const turns_params *p, turns_result *out) {
+    return trip_run(p, out, false);
+}
+
+static int roundtrip_fd(const turns_params *p, turns_result *out) {
+    return trip_run(p, out, true);
 }
 
 /* ------------------------------------------------------------- timers */
@@ -391,6 +448,7 @@ static const turns_entry entries[] = {
     {TURNS_LATENESS, "lull", lateness},
     {TURNS_IDLE, "lull: sockets+timers+pumps", idle},
     {TURNS_ROUNDTRIP, "lull: lull_post_remote", roundtrip},
+    {TURNS_ROUNDTRIP, "lull: loops also watching a socket", roundtrip_fd},
     {TURNS_TIMERS, "lull", timers},
 };
 

@@ -125,7 +125,8 @@ struct lull_loop {
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
-    int sleeping;           /* atomic: 1 while blocked in a poll */
+    int sleeping;           /* atomic, a futex word: LULL__AWAKE, or how the
+                               loop is blocked (src/remote.c) */
     int remote_fd;          /* eventfd, written once per burst */
     lull_io remote_io;      /* internal, edge-triggered, unreferenced */
 
@@ -198,7 +199,9 @@ int lull__remote_init(lull_loop *loop);
 void lull__remote_close(lull_loop *loop);
 bool lull__remote_pending(lull_loop *loop);
 void lull__remote_drain(lull_loop *loop);
-bool lull__remote_sleep(lull_loop *loop);
+enum { LULL__AWAKE = 0, LULL__SLEEP_EPOLL = 1, LULL__SLEEP_FUTEX = 2 };
+bool lull__remote_sleep(lull_loop *loop, int how);
+void lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns);
 void lull__remote_awake(lull_loop *loop);
 
 /* notify.c */

@@ -150,19 +150,44 @@ static int64_t poll_timeout(lull_loop *loop, uint64_t real_now) {
  * (after expiry). */
 static void count_wakeup(lull_loop *loop, int nevents) {
     loop->m.wakeups++;
-    if (nevents == 0) {
-        loop->m.wakeups_timer++;
-        loop->audit_timer = true;
-        return;
-    }
-    lull_io *first = loop->events[0].data.ptr;
-    if (first == &loop->remote_io) {
+    lull_io *first = nevents ? loop->events[0].data.ptr : NULL;
+    if (first == &loop->remote_io || (!first && lull__remote_pending(loop))) {
         loop->m.wakeups_remote++;
         loop->audit_remote = true;
-    } else {
+    } else if (first) {
         loop->m.wakeups_io++;
         lull__audit_wakeup(loop, (lull_any_fn)first->fn, LULL_SOURCE_IO);
+    } else {
+        loop->m.wakeups_timer++;
+        loop->audit_timer = true;
     }
+}
+
+/* Waits (or just looks, with *timeout 0) for what can wake the loop. A loop
+ * with no fd watchers has nothing for epoll to report, so it sleeps on a
+ * futex instead (src/remote.c): a remote post then wakes it at futex cost.
+ * *timeout becomes 0 if a post arrived before the loop could sleep.
+ * Returns the number of fd events collected. */
+static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0) {
+    int64_t timeout = *timeout_io;
+    int how = timeout == 0      ? LULL__AWAKE
+              : loop->io_active ? LULL__SLEEP_EPOLL
+                                : LULL__SLEEP_FUTEX;
+    if (how != LULL__AWAKE && !lull__remote_sleep(loop, how)) {
+        how = LULL__AWAKE;
+        timeout = *timeout_io = 0;
+    }
+    int n = 0;
+    if (how == LULL__SLEEP_FUTEX) {
+        loop->events_len = loop->events_next = 0;
+        lull__remote_wait(loop, timeout, t0);
+    } else {
+        n = lull__backend_poll(loop, timeout);
+        loop->m.polls++;
+        if (n == 0) loop->m.empty_polls++;
+    }
+    if (how != LULL__AWAKE) lull__remote_awake(loop);
+    return n;
 }
 
 static void attribute_timer_wakeup(lull_loop *loop) {
@@ -175,12 +200,8 @@ static void attribute_timer_wakeup(lull_loop *loop) {
 /* Polls once, starts the slice, then runs fd callbacks. Returns the number
  * of events the poll collected. */
 static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
-    if (timeout != 0 && !lull__remote_sleep(loop)) timeout = 0;
-    int n = lull__backend_poll(loop, timeout);
+    int n = wait_for_work(loop, &timeout, t0);
     uint64_t t1 = lull__clock_real();
-    if (timeout != 0) lull__remote_awake(loop);
-    loop->m.polls++;
-    if (n == 0) loop->m.empty_polls++;
     if (timeout != 0) {
         loop->m.idle_ns += t1 - t0;
         count_wakeup(loop, n);

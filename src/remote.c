@@ -9,24 +9,37 @@
  *   remote_next == CLAIMED   claimed by a poster, being pushed
  *   remote_next == other     queued: the next older entry, or END
  *
- * The eventfd is written only when the stack goes from empty to non-empty
- * AND the loop is blocked in the kernel (loop->sleeping), so a burst of
- * posts costs one write, and posts to a loop that is awake cost none: the
- * loop looks at the stack itself before it blocks. The two sides form a
- * Dekker pair, all seq_cst: the loop stores sleeping = 1 then loads the
- * stack head; a poster stores the head then loads sleeping. At least one of
- * them sees the other's store, so a post is never left behind a sleeping
- * loop. The eventfd is registered edge-triggered and never read: each write
- * raises a new edge, and skipping the read saves the loop a syscall per
- * wake. Its counter would need 2^64 writes to saturate; if a write ever
- * finds it full, the poster drains it and writes again.
+ * A poster wakes the loop only when the stack goes from empty to non-empty
+ * AND the loop is asleep (loop->sleeping), so a burst of posts costs one
+ * wake, and posts to a loop that is awake cost no syscall at all: the loop
+ * looks at the stack itself before it sleeps. The two sides form a Dekker
+ * pair, all seq_cst: the loop stores sleeping then loads the stack head; a
+ * poster stores the head then loads sleeping. At least one sees the other's
+ * store, so a post is never left behind a sleeping loop.
+ *
+ * How the loop sleeps decides how it is woken:
+ *   SLEEP_EPOLL  the loop watches fds and waits in epoll: the poster writes
+ *                the eventfd. It is registered edge-triggered and never
+ *                read: each write raises a new edge, and skipping the read
+ *                saves the loop a syscall per wake. Its counter would need
+ *                2^64 writes to saturate; if a write ever finds it full, the
+ *                poster drains it and writes again.
+ *   SLEEP_FUTEX  the loop watches no fd (a worker or dedicated loop): only a
+ *                post or a deadline can wake it, so it waits on the sleeping
+ *                word itself with FUTEX_WAIT_BITSET (absolute ns deadline),
+ *                and the poster, having swapped the word to awake, calls
+ *                FUTEX_WAKE. Same-CPU round trips then cost what a bare
+ *                futex ping-pong costs, not an epoll wake-up.
  *
  * Contract (BRIEF 1A): trigger: an eventfd edge; source of truth: the
  * stack; pending-work predicate: stack non-empty; next deadline: none;
  * quiet condition: always quiet between posts (no timer, no task). */
 #include <errno.h>
+#include <linux/futex.h>
 #include <stdint.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -58,8 +71,18 @@ void lull_post_remote(lull_loop *loop, lull_task *task) {
         __atomic_store_n(&task->remote_next, head ? head : END,
                          __ATOMIC_RELAXED);
     } while (!__atomic_compare_exchange_n(&loop->remote_head, &head, task, true,
-                                          __ATOMIC_RELEASE, __ATOMIC_RELAXED));
-    if (head == NULL) wake_loop(loop);
+                                          __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+    if (head != NULL) return; /* an earlier post of the burst woke it */
+    int sleeping = __atomic_load_n(&loop->sleeping, __ATOMIC_SEQ_CST);
+    if (sleeping == LULL__SLEEP_EPOLL) {
+        wake_loop(loop);
+    } else if (sleeping == LULL__SLEEP_FUTEX &&
+               __atomic_compare_exchange_n(&loop->sleeping, &sleeping,
+                                           LULL__AWAKE, false, __ATOMIC_SEQ_CST,
+                                           __ATOMIC_RELAXED)) {
+        syscall(SYS_futex, &loop->sleeping, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
+                0);
+    }
 }
 
 /* Takes every remote post and queues it locally, oldest first. */
@@ -94,18 +117,33 @@ static void on_eventfd(lull_io *io, int events) {
     lull__remote_drain(LULL_CONTAINER_OF(io, lull_loop, remote_io));
 }
 
-/* Called with a blocking poll ahead: announces the sleep, and says whether
- * a post arrived meanwhile (then the poll must not block). */
-bool lull__remote_sleep(lull_loop *loop) {
-    __atomic_store_n(&loop->sleeping, 1, __ATOMIC_SEQ_CST);
+/* Called with a blocking wait ahead: announces how the loop will sleep, and
+ * says whether it may (false: a post arrived meanwhile, do not block). */
+bool lull__remote_sleep(lull_loop *loop, int how) {
+    __atomic_store_n(&loop->sleeping, how, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&loop->remote_head, __ATOMIC_SEQ_CST) == NULL)
         return true;
-    __atomic_store_n(&loop->sleeping, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&loop->sleeping, LULL__AWAKE, __ATOMIC_RELAXED);
     return false;
 }
 
 void lull__remote_awake(lull_loop *loop) {
-    __atomic_store_n(&loop->sleeping, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&loop->sleeping, LULL__AWAKE, __ATOMIC_RELAXED);
+}
+
+/* Sleeps on the sleeping word (announced as SLEEP_FUTEX) until a poster
+ * wakes it or the real clock reaches now_ns + timeout_ns (-1: no limit).
+ * Spurious returns are harmless: the loop simply iterates. */
+void lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns) {
+    struct timespec deadline, *dp = NULL;
+    if (timeout_ns >= 0) {
+        uint64_t at = now_ns + (uint64_t)timeout_ns;
+        deadline.tv_sec = (time_t)(at / 1000000000u);
+        deadline.tv_nsec = (long)(at % 1000000000u);
+        dp = &deadline;
+    }
+    syscall(SYS_futex, &loop->sleeping, FUTEX_WAIT_BITSET_PRIVATE,
+            LULL__SLEEP_FUTEX, dp, NULL, FUTEX_BITSET_MATCH_ANY);
 }
 
 int lull__remote_init(lull_loop *loop) {
