@@ -18,7 +18,7 @@ lab: build/release/Makefile
 	$(CMAKE) --build build/release -j$(JOBS)
 
 demo: lab
-	./build/release/lab/lull-lab all --quick --json build/release/lab.json
+	./build/release/lab/lull-lab all --quick --json build/release/lab.json --plot build/release/lab.svg
 
 test: test-debug test-asan test-tsan
 

@@ -14,6 +14,8 @@
 
 /* ------------------------------------------------------------- options */
 
+typedef struct lab_plot lab_plot;
+
 typedef struct lab_options {
     bool quick; /* small sizes: `make demo` runs `all --quick` in < 60 s */
     int rounds; /* rounds per figure; 0 = the scenario's default */
@@ -21,6 +23,8 @@ typedef struct lab_options {
     const char *only;      /* --only NAME: the one figure of a scenario to
                               run (its JSON key), or NULL for all */
     int sessions;          /* --sessions N (pump); 0 = the default, 12 */
+    const char *plot_path; /* --plot FILE.svg, or NULL */
+    lab_plot *plot;        /* open while scenarios run when plot_path set */
     const char *argv0;     /* how lull-lab was started */
 } lab_options;
 
@@ -119,5 +123,15 @@ void lab_json_string(lab_json *j, const char *s);
 void lab_json_bool(lab_json *j, bool v);
 /* "key": median/min/max/rounds of a series, as one object. */
 void lab_json_series(lab_json *j, const char *key, const lab_series *s);
+
+/* ----------------------------------------------------------------- plot */
+
+/* An SVG of horizontal bars (median, min-max whisker, log scale), one panel
+ * per figure, written by lab_plot_close (lab/plot.c). */
+lab_plot *lab_plot_open(const char *path); /* NULL when out of memory */
+void lab_plot_panel(lab_plot *p, const char *title, const char *unit);
+void lab_plot_bar(lab_plot *p, const char *label, const lab_series *s,
+                  bool highlight);
+int lab_plot_close(lab_plot *p); /* writes the file: 0 or a negative errno */
 
 #endif /* LAB_H */

@@ -19,9 +19,9 @@ static const lab_scenario *const scenarios[] = {
 #define SCENARIO_COUNT (sizeof scenarios / sizeof scenarios[0])
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: lull-lab SCENARIO|all|help [--quick] [--rounds N] "
-            "[--json FILE] [--only FIGURE] [--sessions N]\n\nscenarios:\n");
+    fprintf(out, "usage: lull-lab SCENARIO|all|help [--quick] [--rounds N] "
+                 "[--json FILE] [--plot FILE] [--only FIGURE] [--sessions "
+                 "N]\n\nscenarios:\n");
     for (size_t i = 0; i < SCENARIO_COUNT; i++)
         fprintf(out, "  %-10s %s\n", scenarios[i]->name,
                 scenarios[i]->description);
@@ -33,6 +33,8 @@ static void usage(FILE *out) {
             "              implementations alternate within each round\n"
             "  --json FILE write every figure (median, min, max, rounds)\n"
             "  --only NAME run one figure of the scenario (its JSON key)\n"
+            "  --plot FILE write an SVG of every figure (bars: median, "
+            "min-max)\n"
             "  --sessions N  pump: sessions in the main table (default 12)\n",
             "all");
 }
@@ -107,6 +109,8 @@ int main(int argc, char **argv) {
                         LAB_MAX_ROUNDS);
                 return 2;
             }
+        } else if (strcmp(a, "--plot") == 0 && i + 1 < argc) {
+            opts.plot_path = argv[++i];
         } else if (strcmp(a, "--sessions") == 0 && i + 1 < argc) {
             opts.sessions = atoi(argv[++i]);
             if (opts.sessions < 1) {
@@ -156,6 +160,10 @@ int main(int argc, char **argv) {
         }
         lab_json_begin_object(json);
     }
+    if (opts.plot_path && !(opts.plot = lab_plot_open(opts.plot_path))) {
+        fprintf(stderr, "lull-lab: out of memory for the plot\n");
+        return 1;
+    }
     machine_notes(&opts, json);
     if (json) {
         lab_json_key(json, "scenarios");
@@ -190,6 +198,15 @@ int main(int argc, char **argv) {
             return 1;
         }
         printf("\nfigures written to %s\n", opts.json_path);
+    }
+    if (opts.plot) {
+        int rc = lab_plot_close(opts.plot);
+        if (rc < 0) {
+            fprintf(stderr, "lull-lab: writing %s: %s\n", opts.plot_path,
+                    strerror(-rc));
+            return 1;
+        }
+        printf("plot written to %s\n", opts.plot_path);
     }
     return failed;
 }

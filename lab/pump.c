@@ -17,7 +17,9 @@
  * Everything runs on the calling thread, on one lull loop per run; nothing
  * here is a model. Sessions: --sessions N (default 12). */
 #include "lab.h"
+
 #include "window.h"
+#include <stddef.h>
 
 #include <errno.h>
 #include <math.h>
@@ -584,6 +586,37 @@ static void set_params(const lab_options *opts, params *p) {
     p->seed = 0x9E3779B97F4A7C15ULL; /* any odd constant; fixed per run */
 }
 
+/* The plot: one panel per headline figure, the two modes side by side. */
+static void plot_main(lab_plot *plot, const params *p, const figures f[MODES]) {
+    static const struct {
+        const char *title, *unit;
+        size_t offset;
+    } rows[] = {
+        {"idle state reads per session", "per s", offsetof(figures, reads)},
+        {"idle CPU, 49 retained events", "ms per s",
+         offsetof(figures, cpu_small)},
+        {"idle wakeups", "per s", offsetof(figures, wakeups)},
+        {"delivery wait p50", "us", offsetof(figures, p50)},
+        {"delivery wait p99", "us", offsetof(figures, p99)},
+        {"terminal-event wait p50", "us", offsetof(figures, terminal)},
+    };
+    if (!plot) return;
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        char title[160];
+        snprintf(title, sizeof title, "pump, %d sessions: %s", p->sessions,
+                 rows[r].title);
+        lab_plot_panel(plot, title, rows[r].unit);
+        for (int m = 0; m < MODES; m++) {
+            const lab_series *s =
+                (const lab_series *)(const void *)((const char *)&f[m] +
+                                                   rows[r].offset);
+            lab_plot_bar(plot,
+                         m == MODE_POLL ? "poll (before)" : "notify (after)", s,
+                         m == MODE_NOTIFY);
+        }
+    }
+}
+
 static int run_pump(const lab_options *opts, lab_json *json) {
     params p;
     set_params(opts, &p);
@@ -606,6 +639,7 @@ static int run_pump(const lab_options *opts, lab_json *json) {
     int rc = run_size(&p, p.sessions, p.rounds, p.idle_ns, true, main_f);
     if (rc < 0) return rc;
     print_main(&p, main_f);
+    plot_main(opts->plot, &p, main_f);
     note_incomplete(main_f);
     print_audit(main_f, p.sessions);
     printf("  target (notify): 0 idle reads and wakeups; idle CPU < 0.1 ms/s; "

@@ -357,9 +357,23 @@ static void print_method(int f, const turns_params *p) {
                (unsigned long long)p->hops, (unsigned long long)p->slow_hops);
 }
 
+/* One panel per figure: its ratio column (the figure's headline value), or
+ * its last column where there is no ratio (idle: CPU per second). */
+static void plot_figure(lab_plot *plot, const figure *fig, const row *rows,
+                        int nrows) {
+    if (!plot) return;
+    int v = fig->ratio_value >= 0 ? fig->ratio_value : fig->nvalues - 1;
+    char title[160];
+    snprintf(title, sizeof title, "turns %s", fig->title);
+    lab_plot_panel(plot, title, fig->columns[v]);
+    for (int i = 0; i < nrows; i++)
+        lab_plot_bar(plot, rows[i].entry->label, &rows[i].values[v],
+                     rows[i].peer == &turns_lull);
+}
+
 static void run_figure(int f, const turns_params *p, int rounds,
                        const turns_peer *const *peers, int npeers,
-                       lab_json *json) {
+                       lab_json *json, lab_plot *plot) {
     const figure *fig = &figures[f];
     row rows[MAX_ROWS];
     int nrows = 0;
@@ -443,6 +457,7 @@ static void run_figure(int f, const turns_params *p, int rounds,
                fig->columns[fig->ratio_value]);
     printf("  target: %s\n", fig->target);
     printf("  (%.1f s)\n", took);
+    plot_figure(plot, fig, rows, nrows);
 
     if (!json) return;
     lab_json_key(json, fig->key);
@@ -545,7 +560,7 @@ static int run_turns(const lab_options *opts, lab_json *json) {
     int ran = 0;
     for (int f = 0; f < TURNS_FIGURES; f++) {
         if (opts->only && strcmp(opts->only, figures[f].key) != 0) continue;
-        run_figure(f, &p, rounds, peers, npeers, json);
+        run_figure(f, &p, rounds, peers, npeers, json, opts->plot);
         ran++;
     }
     if (ran == 0) {
