@@ -151,8 +151,7 @@ struct lull_io {
     lull_loop *loop; /* owning loop */
     lull_io_fn fn;   /* called with the ready LULL_* bits */
     int fd;          /* the watched descriptor (not owned: never closed) */
-    int events;      /* interest requested by lull_io_start */
-    int registered;  /* interest the kernel holds (backend-owned) */
+    int events;      /* interest the kernel holds; 0 while stopped */
     uint32_t flags;  /* state bits (src/internal.h) */
 };
 

@@ -11,9 +11,10 @@
 
 int lull__backend_init(lull_loop *loop);
 void lull__backend_close(lull_loop *loop);
-/* Moves the kernel's interest for io from io->registered to `events`
- * (0 removes it). 0 or a negative errno. */
-int lull__backend_modify(lull_loop *loop, lull_io *io, int events, bool edge);
+/* Moves the kernel's interest for io from `old` to `events` (either may be
+ * 0: add, remove). 0 or a negative errno. */
+int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events,
+                         bool edge);
 /* Waits up to timeout_ns (-1: no limit, 0: do not block) and collects
  * readiness. Returns the number of events collected (0 on EINTR). */
 int lull__backend_poll(lull_loop *loop, int64_t timeout_ns);

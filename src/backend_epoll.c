@@ -26,7 +26,6 @@ int lull__backend_init(lull_loop *loop) {
         close(loop->backend_fd);
         return -ENOMEM;
     }
-    loop->events_cap = EVENTS_CAP;
     struct timespec zero = {0, 0};
     loop->have_pwait2 =
         epoll_pwait2(loop->backend_fd, loop->events, 1, &zero, NULL) >= 0 ||
@@ -62,13 +61,14 @@ static int from_epoll(uint32_t e, int interest) {
     return (events & interest) | (events & (LULL_HANGUP | LULL_ERROR));
 }
 
-int lull__backend_modify(lull_loop *loop, lull_io *io, int events, bool edge) {
+int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events,
+                         bool edge) {
     int op;
     if (events == 0) {
-        if (io->registered == 0) return 0;
+        if (old == 0) return 0;
         op = EPOLL_CTL_DEL;
     } else {
-        op = io->registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        op = old ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
     }
     struct epoll_event ev = {.events = to_epoll(events, edge), .data.ptr = io};
     if (epoll_ctl(loop->backend_fd, op, io->fd, &ev) != 0) {
@@ -78,7 +78,6 @@ int lull__backend_modify(lull_loop *loop, lull_io *io, int events, bool edge) {
         if (op == EPOLL_CTL_DEL && (err == EBADF || err == ENOENT)) err = 0;
         if (err) return -err;
     }
-    io->registered = events;
     return 0;
 }
 
@@ -91,15 +90,14 @@ int lull__backend_poll(lull_loop *loop, int64_t timeout_ns) {
             ts.tv_nsec = timeout_ns % 1000000000;
             tp = &ts;
         }
-        n = epoll_pwait2(loop->backend_fd, loop->events, loop->events_cap, tp,
-                         NULL);
+        n = epoll_pwait2(loop->backend_fd, loop->events, EVENTS_CAP, tp, NULL);
     } else {
         int ms = -1;
         if (timeout_ns >= 0) {
             int64_t up = (timeout_ns + 999999) / 1000000;
             ms = up > INT32_MAX ? INT32_MAX : (int)up;
         }
-        n = epoll_wait(loop->backend_fd, loop->events, loop->events_cap, ms);
+        n = epoll_wait(loop->backend_fd, loop->events, EVENTS_CAP, ms);
     }
     if (n < 0) n = 0; /* EINTR: nothing collected */
     loop->events_len = n;

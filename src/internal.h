@@ -75,7 +75,6 @@ struct lull_loop {
     int64_t countdown;   /* callbacks (or should_yield calls) before the
                             next clock read; see lull__slice_check */
     uint64_t tasks_run;  /* every callback, of every kind */
-    uint32_t sample_id;  /* tag of the task whose wait is being timed */
     bool sample_armed;   /* the next lull_post starts a wait sample */
     lull_any_fn current; /* callback running, for stall attribution */
 
@@ -103,21 +102,19 @@ struct lull_loop {
     pthread_t owner; /* the thread inside lull_run, while running */
 
     /* Timers. */
-    lull__node due;         /* timers expired this iteration, in order */
-    lull__heap heap;        /* armed timers with delay > 0 */
-    uint32_t arm_seq;       /* next arm order, in LULL__SEQ_SHIFT units */
-    uint32_t timers_active; /* armed (heap, due or ready queue) */
-    uint32_t timers_ref;    /* ... and referenced */
+    lull__node due;      /* timers expired this iteration, in order */
+    lull__heap heap;     /* armed timers with delay > 0 */
+    uint32_t arm_seq;    /* next arm order, in LULL__SEQ_SHIFT units */
+    uint32_t timers_ref; /* timers in the heap that are referenced */
 
     /* File descriptors (src/io.c, src/backend_epoll.c). */
-    uint32_t io_active; /* started watchers, internal ones excluded */
-    uint32_t io_ref;    /* ... and referenced */
-    int backend_fd;     /* epoll instance */
-    bool have_pwait2;   /* epoll_pwait2 works: ns timeouts */
-    struct epoll_event *events;
-    int events_cap;
-    int events_len;  /* readiness collected by the current poll */
-    int events_next; /* next one to dispatch */
+    uint32_t io_active;         /* started watchers, internal ones excluded */
+    uint32_t io_ref;            /* ... and referenced */
+    int backend_fd;             /* epoll instance */
+    bool have_pwait2;           /* epoll_pwait2 works: ns timeouts */
+    struct epoll_event *events; /* EVENTS_CAP of them (backend_epoll.c) */
+    int events_len;             /* readiness collected by the current poll */
+    int events_next;            /* next one to dispatch */
 
     /* Liveness and subscriptions. */
     uint32_t refs;      /* lull_loop_ref count */
@@ -135,7 +132,7 @@ struct lull_loop {
     lull_histogram wait_hist;
     lull_histogram run_hist;
     uint64_t sample_posted; /* real ns at which the sampled task was posted */
-    uint32_t sample_seq;    /* last sample tag handed out */
+    uint32_t sample_seq;    /* the tag of the task being timed (the newest) */
     uint64_t sample_last;   /* real ns the last sample was armed */
     uint64_t busy_start;    /* real ns the current slice began (busy_ns) */
 

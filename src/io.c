@@ -18,7 +18,6 @@ int lull_io_init(lull_loop *loop, lull_io *io, int fd, lull_io_fn fn) {
     io->fn = fn;
     io->fd = fd;
     io->events = 0;
-    io->registered = 0;
     io->flags = 0;
     return 0;
 }
@@ -34,8 +33,9 @@ int lull_io_start(lull_io *io, int events) {
     if (events & ~(LULL_READABLE | LULL_WRITABLE)) return -EINVAL;
     if (!(events & (LULL_READABLE | LULL_WRITABLE))) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(io->loop);
-    int err =
-        lull__backend_modify(io->loop, io, events, io->flags & LULL__IO_EDGE);
+    /* io->events is exactly what the kernel holds (0 while stopped). */
+    int err = lull__backend_modify(io->loop, io, io->events, events,
+                                   io->flags & LULL__IO_EDGE);
     if (err) return err;
     io->events = events;
     if (!(io->flags & LULL__IO_ACTIVE)) {
@@ -48,7 +48,7 @@ int lull_io_start(lull_io *io, int events) {
 void lull_io_stop(lull_io *io) {
     if (!io || !io->loop || !(io->flags & LULL__IO_ACTIVE)) return;
     LULL_ASSERT_LOOP_THREAD(io->loop);
-    lull__backend_modify(io->loop, io, 0, false);
+    lull__backend_modify(io->loop, io, io->events, 0, false);
     lull__backend_forget(io->loop, io);
     io->events = 0;
     io->flags &= ~LULL__IO_ACTIVE;

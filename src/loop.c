@@ -82,8 +82,8 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
 
 static bool has_work_or_handles(lull_loop *loop) {
     return !lull__queue_empty(&loop->ready) || !lull__queue_empty(&loop->due) ||
-           loop->timers_active || loop->io_active || loop->refs ||
-           loop->listeners || lull__remote_pending(loop);
+           loop->heap.len || loop->io_active || loop->refs || loop->listeners ||
+           lull__remote_pending(loop);
 }
 
 int lull_loop_free(lull_loop *loop) {
@@ -249,8 +249,6 @@ static void loop_verify(const lull_loop *loop) {
     verify_queue(&loop->due,
                  "lull: due list corrupted (a timer freed while armed?)");
     const lull__heap *h = &loop->heap;
-    LULL_ASSERT(loop->timers_active == h->len,
-                "lull: armed timer count does not match the heap");
     uint32_t n = h->len < VERIFY_HEAP_SLOTS ? h->len : VERIFY_HEAP_SLOTS;
     for (uint32_t i = 0; i < n; i++) {
         const lull_timer *t = h->slots[i].timer;

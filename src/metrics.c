@@ -92,21 +92,19 @@ void lull__wait_sample_begin(lull_loop *loop, lull__node *n) {
     loop->sample_armed = false;
     if (++loop->sample_seq == 0) loop->sample_seq = 1;
     n->aux = loop->sample_seq;
-    loop->sample_id = loop->sample_seq;
     loop->sample_posted = lull__clock_real();
 }
 
-/* Runs a tagged task, timing its wait and its run if the tag is current.
- * The task may be freed or re-posted by its callback: only the clock is
- * read afterwards. */
+/* Runs a tagged task, timing its wait and its run if the tag is the newest
+ * (its post time is the one kept). The task may be freed or re-posted by its
+ * callback: only the clock is read afterwards. */
 void lull__dispatch_sampled(lull_loop *loop, lull__node *n) {
-    bool current = n->aux == loop->sample_id;
+    bool current = n->aux == loop->sample_seq;
     n->aux = 0;
     if (!current) {
         lull__call_node(loop, n);
         return;
     }
-    loop->sample_id = 0;
     uint64_t t0 = lull__clock_real();
     lull_histogram_record(&loop->wait_hist, t0 - loop->sample_posted);
     lull__call_node(loop, n);

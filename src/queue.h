@@ -36,15 +36,4 @@ static inline void lull__queue_remove(lull__node *n) {
     n->prev = NULL;
 }
 
-/* Moves every node of `from` to the tail of `to`, keeping their order. */
-static inline void lull__queue_append(lull__node *to, lull__node *from) {
-    if (lull__queue_empty(from)) return;
-    lull__node *first = from->next, *last = from->prev;
-    first->prev = to->prev;
-    to->prev->next = first;
-    last->next = to;
-    to->prev = last;
-    lull__queue_init(from);
-}
-
 #endif

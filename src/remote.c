@@ -157,7 +157,8 @@ int lull__remote_init(lull_loop *loop) {
 
 void lull__remote_close(lull_loop *loop) {
     if (loop->remote_fd < 0) return;
-    lull__backend_modify(loop, &loop->remote_io, 0, false);
+    lull__backend_modify(loop, &loop->remote_io, loop->remote_io.events, 0,
+                         false);
     close(loop->remote_fd);
     loop->remote_fd = -1;
 }

@@ -29,13 +29,11 @@ static void heap_add(lull_loop *loop, lull_timer *t, uint64_t deadline) {
     if (lull__heap_insert(&loop->heap, t, deadline) != 0)
         lull__assert_fail("lull: out of memory growing the timer heap",
                           __FILE__, __LINE__);
-    loop->timers_active++;
     if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref++;
 }
 
 static void heap_del(lull_loop *loop, lull_timer *t) {
     lull__heap_remove(&loop->heap, t);
-    loop->timers_active--;
     if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref--;
 }
 
