@@ -73,8 +73,8 @@ static const char *kind_word(int kind) {
 }
 
 static const char *label(lull_loop *loop, lull__source *s) {
-    for (int i = 0; i < loop->names_len; i++)
-        if (loop->names[i].fn == s->fn) return loop->names[i].name;
+    const char *name = lull__name_lookup(loop, s->fn);
+    if (name) return name;
     if (!s->label[0]) {
         /* Converting a function pointer to an integer is implementation
          * defined; on every Linux ABI it is the code address. */

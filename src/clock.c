@@ -65,16 +65,21 @@ uint64_t lull_loop_quantum(lull_loop *loop) {
 
 static void note_stall(lull_loop *loop, uint64_t t);
 
-void lull__slice_begin(lull_loop *loop, uint64_t t) {
-    loop->in_slice = true;
+/* A full quantum from t, with the stride between clock reads back at 1. */
+static void start_quantum(lull_loop *loop, uint64_t t) {
     loop->slice_spent = false;
     loop->slice_stalled = false;
     loop->slice_start = t;
-    loop->busy_start = t;
     loop->slice_deadline = t + loop->quantum_ns;
     loop->last_check = t;
     loop->stride = 1;
     loop->countdown = loop->stop ? 0 : 1;
+}
+
+void lull__slice_begin(lull_loop *loop, uint64_t t) {
+    loop->in_slice = true;
+    loop->busy_start = t;
+    start_quantum(loop, t);
 }
 
 /* Gives ready tasks a fresh quantum when fd callbacks and due timers spent
@@ -84,13 +89,7 @@ void lull__slice_renew(lull_loop *loop) {
     if (!loop->slice_spent || loop->stop) return;
     uint64_t t = lull__clock_real();
     if (t - loop->slice_start >= loop->stall_ns) note_stall(loop, t);
-    loop->slice_spent = false;
-    loop->slice_stalled = false;
-    loop->slice_start = t;
-    loop->slice_deadline = t + loop->quantum_ns;
-    loop->last_check = t;
-    loop->stride = 1;
-    loop->countdown = 1;
+    start_quantum(loop, t);
 }
 
 /* t: the real time the slice ended (the caller reads it anyway). A stall is

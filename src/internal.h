@@ -179,13 +179,37 @@ static inline void lull__call_node(lull_loop *loop, lull__node *n) {
     }
 }
 
-/* task.c */
-void lull__run_ready(lull_loop *loop);
-void lull__dispatch_node(lull_loop *loop, lull__node *n);
+/* Counts and runs one unlinked node of a queue. A task's aux is a
+ * wait-sample tag; a timer's is its heap slot (a repeating timer is armed
+ * for its next period while queued). */
+void lull__dispatch_sampled(lull_loop *loop, lull__node *n);
+static inline void lull__dispatch_node(lull_loop *loop, lull__node *n) {
+    loop->tasks_run++;
+    if (LULL_UNLIKELY(n->aux) && !(n->flags & LULL__NODE_TIMER)) {
+        lull__dispatch_sampled(loop, n);
+        return;
+    }
+    lull__call_node(loop, n);
+}
+
+/* Runs the nodes of queue q in order, each unlinked before its callback.
+ * Nodes a callback adds land behind the ones already queued. The ready
+ * queue stops when the quantum is spent (yield_on_quantum), the due list
+ * only for lull_stop: due timers are the work a spent quantum lets through.
+ * Both callers pass a constant, so each gets its own loop. */
+static inline void lull__run_queue(lull_loop *loop, lull__node *q,
+                                   bool yield_on_quantum) {
+    while (q->next != q) {
+        lull__node *n = q->next;
+        lull__queue_remove(n);
+        lull__dispatch_node(loop, n);
+        if (lull__after_callback(loop) && (yield_on_quantum || loop->stop))
+            break;
+    }
+}
 
 /* timer.c */
 void lull__timers_expire(lull_loop *loop, uint64_t now);
-void lull__run_due(lull_loop *loop);
 int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now);
 
 /* io.c and the backend */
@@ -214,7 +238,9 @@ void lull__audit_free(lull_loop *loop);
 
 /* metrics.c */
 void lull__wait_sample_begin(lull_loop *loop, lull__node *n);
-void lull__dispatch_sampled(lull_loop *loop, lull__node *n);
+/* The name given with lull_loop_name, or NULL. */
+const char *lull__name_lookup(lull_loop *loop, lull_any_fn fn);
+/* The same, or "(unnamed callback)" for a function without one. */
 const char *lull__name_of(lull_loop *loop, lull_any_fn fn);
 void lull__names_free(lull_loop *loop);
 

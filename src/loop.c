@@ -274,11 +274,11 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     if (!loop->stop) {
         lull__timers_expire(loop, loop->now);
         if (loop->audit_timer) attribute_timer_wakeup(loop);
-        lull__run_due(loop);
+        lull__run_queue(loop, &loop->due, false);
     }
     if (!loop->stop) {
         lull__slice_renew(loop);
-        lull__run_ready(loop);
+        lull__run_queue(loop, &loop->ready, true);
     }
     uint64_t t_end = lull__clock_real();
     lull__slice_end(loop, t_end);

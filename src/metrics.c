@@ -113,13 +113,18 @@ void lull__dispatch_sampled(lull_loop *loop, lull__node *n) {
 
 /* ------------------------------------------------------------- names */
 
+static lull__name *find_name(lull_loop *loop, lull_any_fn fn) {
+    for (int i = 0; i < loop->names_len; i++)
+        if (loop->names[i].fn == fn) return &loop->names[i];
+    return NULL;
+}
+
 int lull_loop_name(lull_loop *loop, lull_any_fn fn, const char *name) {
     if (!loop || !fn || !name) return -EINVAL;
-    for (int i = 0; i < loop->names_len; i++) {
-        if (loop->names[i].fn == fn) {
-            loop->names[i].name = name;
-            return 0;
-        }
+    lull__name *named = find_name(loop, fn);
+    if (named) {
+        named->name = name;
+        return 0;
     }
     if (loop->names_len == loop->names_cap) {
         int cap = loop->names_cap ? loop->names_cap * 2 : 8;
@@ -134,10 +139,14 @@ int lull_loop_name(lull_loop *loop, lull_any_fn fn, const char *name) {
     return 0;
 }
 
+const char *lull__name_lookup(lull_loop *loop, lull_any_fn fn) {
+    lull__name *named = find_name(loop, fn);
+    return named ? named->name : NULL;
+}
+
 const char *lull__name_of(lull_loop *loop, lull_any_fn fn) {
-    for (int i = 0; i < loop->names_len; i++)
-        if (loop->names[i].fn == fn) return loop->names[i].name;
-    return fn ? "(unnamed callback)" : NULL;
+    const char *name = lull__name_lookup(loop, fn);
+    return name || !fn ? name : "(unnamed callback)";
 }
 
 void lull__names_free(lull_loop *loop) {

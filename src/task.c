@@ -1,7 +1,9 @@
 /* Posted tasks and the ready queue (C2).
  *
- * Owns: the FIFO of ready nodes (tasks, zero-delay and expired timers share
- * it, so they run in post order) and the dispatch of one node.
+ * Owns: posting and cancelling on the FIFO of ready nodes (tasks and
+ * zero-delay timers share it, so they run in post order). The loop that
+ * runs it, and the dispatch of one node, are inline in internal.h
+ * (lull__run_queue), beside the loop iteration that calls them.
  * Invariants: a node is in at most one queue; next == NULL means "not
  * pending"; a task's aux is 0 or its wait-sample tag; a node is unlinked
  * before its callback runs, so the callback may re-post, free or hand the task
@@ -37,29 +39,4 @@ void lull_cancel(lull_task *task) {
 
 bool lull_task_pending(const lull_task *task) {
     return task && lull__node_queued(&task->node);
-}
-
-void lull__dispatch_node(lull_loop *loop, lull__node *n) {
-    loop->tasks_run++;
-    /* A task's aux is a wait-sample tag; a timer's is its heap slot (a
-     * repeating timer is armed for its next period while queued). */
-    if (LULL_UNLIKELY(n->aux) && !(n->flags & LULL__NODE_TIMER)) {
-        lull__dispatch_sampled(loop, n);
-        return;
-    }
-    lull__call_node(loop, n);
-}
-
-/* Runs ready nodes until the queue is empty, the quantum is spent or the
- * loop is stopped. Nodes posted by a callback land behind the ones already
- * queued; the quantum, not a snapshot, is what bounds a self-posting task,
- * so a chain costs a push, a pop and a call per hop. */
-void lull__run_ready(lull_loop *loop) {
-    lull__node *q = &loop->ready;
-    while (q->next != q) {
-        lull__node *n = q->next;
-        lull__queue_remove(n);
-        lull__dispatch_node(loop, n);
-        if (lull__after_callback(loop)) break;
-    }
 }

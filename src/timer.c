@@ -160,18 +160,6 @@ void lull__timers_expire(lull_loop *loop, uint64_t now) {
     }
 }
 
-/* Runs the due list. A timer stopped by an earlier callback of the batch is
- * already unlinked and does not run; only lull_stop ends the batch early. */
-void lull__run_due(lull_loop *loop) {
-    lull__node *q = &loop->due;
-    while (q->next != q) {
-        lull__node *n = q->next;
-        lull__queue_remove(n);
-        lull__dispatch_node(loop, n);
-        if (lull__after_callback(loop) && loop->stop) break;
-    }
-}
-
 /* ns until the earliest deadline (0 if due), or -1 with no timer. */
 int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now) {
     if (!loop->heap.len) return -1;
