@@ -215,7 +215,8 @@ static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
         lull__io_dispatch(loop, io, events);
         if (lull__after_callback(loop) && loop->stop) break;
     }
-    /* Posts made while the loop was awake wrote no eventfd: take them. */
+    /* The one place cross-thread posts are taken, however the loop woke:
+     * posts made while it was awake wrote no eventfd. */
     if (lull__remote_pending(loop)) lull__remote_drain(loop);
     return n;
 }

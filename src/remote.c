@@ -31,9 +31,10 @@
  *                FUTEX_WAKE. Same-CPU round trips then cost what a bare
  *                futex ping-pong costs, not an epoll wake-up.
  *
- * Contract (BRIEF 1A): trigger: an eventfd edge; source of truth: the
- * stack; pending-work predicate: stack non-empty; next deadline: none;
- * quiet condition: always quiet between posts (no timer, no task). */
+ * Contract (BRIEF 1A): trigger: a poster's wake (eventfd edge or futex),
+ * and the loop looks after every poll; source of truth: the stack;
+ * pending-work predicate: stack non-empty; next deadline: none; quiet
+ * condition: always quiet between posts (no timer, no task). */
 #include <errno.h>
 #include <linux/futex.h>
 #include <stdint.h>
@@ -112,9 +113,12 @@ void lull__remote_drain(lull_loop *loop) {
     }
 }
 
+/* Ending the loop's epoll sleep is the eventfd's whole job: the loop takes
+ * the stack after every poll, whether or not a post wrote the eventfd
+ * (posts to an awake loop do not). */
 static void on_eventfd(lull_io *io, int events) {
+    (void)io;
     (void)events;
-    lull__remote_drain(LULL_CONTAINER_OF(io, lull_loop, remote_io));
 }
 
 /* Called with a blocking wait ahead: announces how the loop will sleep, and
