@@ -99,7 +99,9 @@ struct lull_loop {
     /* Run state. */
     bool running;
     bool stop;
-    pthread_t owner; /* the thread inside lull_run, while running */
+    pthread_t owner;    /* the thread inside lull_run, while running */
+    bool slack_checked; /* this run has set the thread's timer slack */
+    long slack_restore; /* the slack to put back at the end, or -1 */
 
     /* Timers. */
     lull__node due;      /* timers expired this iteration, in order */

@@ -163,6 +163,18 @@ static void count_wakeup(lull_loop *loop, int nevents) {
     }
 }
 
+/* Lowers the thread's timer slack (LOOP_TIMER_SLACK_NS) before the first
+ * sleep of a run that has a deadline: slack only stretches timed sleeps, so
+ * a run that never waits for a timer makes no prctl call. run_end puts the
+ * thread's own value back. */
+static void precise_timers(lull_loop *loop) {
+    loop->slack_checked = true;
+    long old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (old <= LOOP_TIMER_SLACK_NS) return;
+    if (prctl(PR_SET_TIMERSLACK, LOOP_TIMER_SLACK_NS, 0, 0, 0) == 0)
+        loop->slack_restore = old;
+}
+
 /* Waits (or just looks, with *timeout 0) for what can wake the loop. A loop
  * with no fd watchers has nothing for epoll to report, so it sleeps on a
  * futex instead (src/remote.c): a remote post then wakes it at futex cost.
@@ -177,6 +189,7 @@ static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0) {
         how = LULL__AWAKE;
         timeout = *timeout_io = 0;
     }
+    if (timeout > 0 && !loop->slack_checked) precise_timers(loop);
     int n = 0;
     if (how == LULL__SLEEP_FUTEX) {
         loop->events_len = loop->events_next = 0;
@@ -289,28 +302,19 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     return t_end;
 }
 
-/* Lowers the thread's timer slack while the loop may block (see
- * LOOP_TIMER_SLACK_NS); returns the value to restore, or -1. */
-static long enter_precise_timers(void) {
-    long old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-    if (old <= LOOP_TIMER_SLACK_NS) return -1;
-    prctl(PR_SET_TIMERSLACK, LOOP_TIMER_SLACK_NS, 0, 0, 0);
-    return old;
-}
-
-static void leave_precise_timers(long old) {
-    if (old >= 0) prctl(PR_SET_TIMERSLACK, old, 0, 0, 0);
-}
-
 static int run_begin(lull_loop *loop) {
     if (loop->running) return -EBUSY;
     loop->running = true;
     loop->owner = pthread_self();
     loop->stop = false;
+    loop->slack_checked = false;
+    loop->slack_restore = -1;
     return 0;
 }
 
 static void run_end(lull_loop *loop) {
+    if (loop->slack_restore >= 0)
+        prctl(PR_SET_TIMERSLACK, loop->slack_restore, 0, 0, 0);
     loop->running = false;
     loop->stop = false;
     loop->now_stale = !loop->virtual_clock;
@@ -323,7 +327,6 @@ int lull_run(lull_loop *loop, int mode) {
         return -EINVAL;
     int err = run_begin(loop);
     if (err) return err;
-    long slack = mode == LULL_RUN_NOWAIT ? -1 : enter_precise_timers();
     uint64_t t = lull__clock_real();
     if (mode == LULL_RUN_DEFAULT) {
         while (!loop->stop && alive_for_run(loop))
@@ -331,7 +334,6 @@ int lull_run(lull_loop *loop, int mode) {
     } else {
         iterate(loop, mode == LULL_RUN_ONCE, t);
     }
-    leave_precise_timers(slack);
     run_end(loop);
     return 0;
 }
