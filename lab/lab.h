@@ -121,6 +121,8 @@ void lab_json_end_array(lab_json *j);
 void lab_json_number(lab_json *j, double v);
 void lab_json_string(lab_json *j, const char *s);
 void lab_json_bool(lab_json *j, bool v);
+/* "key": number, inside an object. */
+void lab_json_field(lab_json *j, const char *key, double v);
 /* "key": median/min/max/rounds of a series, as one object. */
 void lab_json_series(lab_json *j, const char *key, const lab_series *s);
 

@@ -74,8 +74,7 @@ static void machine_notes(const lab_options *opts, lab_json *json) {
     if (!json) return;
     lab_json_key(json, "machine");
     lab_json_begin_object(json);
-    lab_json_key(json, "nproc");
-    lab_json_number(json, (double)nproc);
+    lab_json_field(json, "nproc", (double)nproc);
     lab_json_key(json, "cpu");
     lab_json_string(json, cpu);
     lab_json_key(json, "kernel");

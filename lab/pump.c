@@ -507,18 +507,15 @@ static void json_figures(lab_json *j, const char *key, const figures *f) {
     lab_json_series(j, "wait_max_us", &f->max);
     lab_json_series(j, "terminal_wait_p50_us", &f->terminal);
     lab_json_series(j, "passes_per_event", &f->passes);
-    lab_json_key(j, "incomplete_streams");
-    lab_json_number(j, f->incomplete);
+    lab_json_field(j, "incomplete_streams", f->incomplete);
     lab_json_key(j, "audit");
     lab_json_begin_array(j);
     for (int i = 0; i < f->naudit; i++) {
         lab_json_begin_object(j);
         lab_json_key(j, "source");
         lab_json_string(j, f->audit[i].name);
-        lab_json_key(j, "wakeups_per_s");
-        lab_json_number(j, f->audit[i].wakeups_per_s);
-        lab_json_key(j, "empty_passes_per_s");
-        lab_json_number(j, f->audit[i].empty_per_s);
+        lab_json_field(j, "wakeups_per_s", f->audit[i].wakeups_per_s);
+        lab_json_field(j, "empty_passes_per_s", f->audit[i].empty_per_s);
         lab_json_end_object(j);
     }
     lab_json_end_array(j);
@@ -527,8 +524,7 @@ static void json_figures(lab_json *j, const char *key, const figures *f) {
 
 static void json_size(lab_json *j, int n, const figures f[MODES]) {
     lab_json_begin_object(j);
-    lab_json_key(j, "sessions");
-    lab_json_number(j, n);
+    lab_json_field(j, "sessions", n);
     for (int m = 0; m < MODES; m++)
         json_figures(j, mode_name[m], &f[m]);
     lab_json_end_object(j);
@@ -537,27 +533,19 @@ static void json_size(lab_json *j, int n, const figures f[MODES]) {
 static void json_params(lab_json *j, const params *p) {
     lab_json_key(j, "params");
     lab_json_begin_object(j);
-    lab_json_key(j, "sessions");
-    lab_json_number(j, p->sessions);
-    lab_json_key(j, "events_per_turn");
-    lab_json_number(j, p->events);
-    lab_json_key(j, "interval_ms");
-    lab_json_number(j, (double)p->interval_ns / 1e6);
-    lab_json_key(j, "poll_ms");
-    lab_json_number(j, (double)p->poll_ns / 1e6);
-    lab_json_key(j, "idle_s");
-    lab_json_number(j, (double)p->idle_ns / 1e9);
-    lab_json_key(j, "scale_idle_s");
-    lab_json_number(j, (double)p->scale_idle_ns / 1e9);
+    lab_json_field(j, "sessions", p->sessions);
+    lab_json_field(j, "events_per_turn", p->events);
+    lab_json_field(j, "interval_ms", (double)p->interval_ns / 1e6);
+    lab_json_field(j, "poll_ms", (double)p->poll_ns / 1e6);
+    lab_json_field(j, "idle_s", (double)p->idle_ns / 1e9);
+    lab_json_field(j, "scale_idle_s", (double)p->scale_idle_ns / 1e9);
     lab_json_key(j, "retained");
     lab_json_begin_array(j);
     lab_json_number(j, p->retain_small);
     lab_json_number(j, p->retain_large);
     lab_json_end_array(j);
-    lab_json_key(j, "rounds");
-    lab_json_number(j, p->rounds);
-    lab_json_key(j, "scale_rounds");
-    lab_json_number(j, p->scale_rounds);
+    lab_json_field(j, "rounds", p->rounds);
+    lab_json_field(j, "scale_rounds", p->scale_rounds);
     lab_json_end_object(j);
 }
 

@@ -327,6 +327,11 @@ void lab_json_number(lab_json *j, double v) {
     }
 }
 
+void lab_json_field(lab_json *j, const char *key, double v) {
+    lab_json_key(j, key);
+    lab_json_number(j, v);
+}
+
 void lab_json_string(lab_json *j, const char *s) {
     json_prefix(j);
     json_escaped(j->f, s);
@@ -340,12 +345,9 @@ void lab_json_bool(lab_json *j, bool v) {
 void lab_json_series(lab_json *j, const char *key, const lab_series *s) {
     lab_json_key(j, key);
     lab_json_begin_object(j);
-    lab_json_key(j, "median");
-    lab_json_number(j, s->n ? lab_series_median(s) : NAN);
-    lab_json_key(j, "min");
-    lab_json_number(j, s->n ? lab_series_min(s) : NAN);
-    lab_json_key(j, "max");
-    lab_json_number(j, s->n ? lab_series_max(s) : NAN);
+    lab_json_field(j, "median", s->n ? lab_series_median(s) : NAN);
+    lab_json_field(j, "min", s->n ? lab_series_min(s) : NAN);
+    lab_json_field(j, "max", s->n ? lab_series_max(s) : NAN);
     lab_json_key(j, "rounds");
     lab_json_begin_array(j);
     for (int i = 0; i < s->n; i++)

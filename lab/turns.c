@@ -178,6 +178,15 @@ void turns_close_sockets(int *fds, int n) {
         close(fds[i]);
 }
 
+void turns_timer_figures(turns_result *out, size_t armed, size_t pairs,
+                         uint64_t t0, uint64_t t1, uint64_t t2,
+                         uint64_t heap_growth) {
+    out->v[TIMERS_ARM_NS] = (double)(t1 - t0) / (double)pairs;
+    out->v[TIMERS_CANCEL_NS] = (double)(t2 - t1) / (double)pairs;
+    out->v[TIMERS_PAIR_NS] = (double)(t2 - t0) / (double)pairs;
+    out->v[TIMERS_BYTES] = (double)heap_growth / (double)armed;
+}
+
 uint64_t turns_random_delay(uint64_t *state, uint64_t lo_ns, uint64_t hi_ns) {
     return lo_ns + lab_rand(state) % (hi_ns - lo_ns);
 }
@@ -310,28 +319,17 @@ static void set_params(const lab_options *opts, turns_params *p) {
 static void json_params(lab_json *j, const turns_params *p, int rounds) {
     lab_json_key(j, "params");
     lab_json_begin_object(j);
-    lab_json_key(j, "rounds");
-    lab_json_number(j, rounds);
-    lab_json_key(j, "hops");
-    lab_json_number(j, (double)p->hops);
-    lab_json_key(j, "slow_hops");
-    lab_json_number(j, (double)p->slow_hops);
-    lab_json_key(j, "lateness_samples");
-    lab_json_number(j, p->lateness_samples);
-    lab_json_key(j, "idle_handles_lull");
-    lab_json_number(j, p->idle_handles_lull);
-    lab_json_key(j, "idle_handles_peer");
-    lab_json_number(j, p->idle_handles_peer);
-    lab_json_key(j, "idle_window_s");
-    lab_json_number(j, (double)p->idle_window_ns / 1e9);
-    lab_json_key(j, "trips");
-    lab_json_number(j, p->trips);
-    lab_json_key(j, "timers");
-    lab_json_number(j, p->timers);
-    lab_json_key(j, "timer_pairs");
-    lab_json_number(j, p->timer_pairs);
-    lab_json_key(j, "cpu");
-    lab_json_number(j, p->cpu);
+    lab_json_field(j, "rounds", rounds);
+    lab_json_field(j, "hops", (double)p->hops);
+    lab_json_field(j, "slow_hops", (double)p->slow_hops);
+    lab_json_field(j, "lateness_samples", p->lateness_samples);
+    lab_json_field(j, "idle_handles_lull", p->idle_handles_lull);
+    lab_json_field(j, "idle_handles_peer", p->idle_handles_peer);
+    lab_json_field(j, "idle_window_s", (double)p->idle_window_ns / 1e9);
+    lab_json_field(j, "trips", p->trips);
+    lab_json_field(j, "timers", p->timers);
+    lab_json_field(j, "timer_pairs", p->timer_pairs);
+    lab_json_field(j, "cpu", p->cpu);
     lab_json_end_object(j);
 }
 
@@ -472,8 +470,7 @@ static void run_figure(int f, const turns_params *p, int rounds,
         lab_json_string(json, rows[i].entry->label);
         lab_json_key(json, "peer");
         lab_json_string(json, rows[i].peer->name);
-        lab_json_key(json, "failures");
-        lab_json_number(json, rows[i].failures);
+        lab_json_field(json, "failures", rows[i].failures);
         for (int v = 0; v < fig->nvalues; v++)
             if (rows[i].values[v].n > 0)
                 lab_json_series(json, fig->names[v], &rows[i].values[v]);

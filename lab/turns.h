@@ -100,6 +100,12 @@ void turns_latency_us(double *samples_ns, int n, double *p50, double *p99,
  * non-blocking; returns 0 or a negative errno (closing what it opened). */
 int turns_open_sockets(int *fds, int n);
 void turns_close_sockets(int *fds, int n);
+/* The timers figure from its measurement: `pairs` timers armed in
+ * [t0, t1) and cancelled in [t1, t2) with `armed` already armed, and the
+ * heap growth those `armed` timers caused. */
+void turns_timer_figures(turns_result *out, size_t armed, size_t pairs,
+                         uint64_t t0, uint64_t t1, uint64_t t2,
+                         uint64_t heap_growth);
 /* A random delay in [lo_ns, hi_ns). */
 uint64_t turns_random_delay(uint64_t *state, uint64_t lo_ns, uint64_t hi_ns);
 

@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "lull.h"
@@ -257,22 +256,24 @@ typedef struct trip {
     lull_io io[2]; /* [side] */
 } trip;
 
-static void trip_never_ready(lull_io *io, int events);
+static void trip_never_ready(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+}
 
 /* With watch_fd, side `s` watches one end of a fresh, silent socketpair. */
 static int trip_watch(trip *t, int s, lull_loop *loop) {
     t->fds[s][0] = t->fds[s][1] = -1;
     if (!t->watch_fd) return 0;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, t->fds[s]) != 0)
-        return -errno;
-    int rc = lull_io_init(loop, &t->io[s], t->fds[s][0], trip_never_ready);
+    int rc = turns_open_sockets(t->fds[s], 2);
+    if (rc < 0) return rc;
+    rc = lull_io_init(loop, &t->io[s], t->fds[s][0], trip_never_ready);
     if (rc == 0) rc = lull_io_start(&t->io[s], LULL_READABLE);
     if (rc == 0) {
         lull_io_unref(&t->io[s]);
         return 0;
     }
-    close(t->fds[s][0]);
-    close(t->fds[s][1]);
+    turns_close_sockets(t->fds[s], 2);
     t->fds[s][0] = t->fds[s][1] = -1;
     return rc;
 }
@@ -280,11 +281,6 @@ static int trip_watch(trip *t, int s, lull_loop *loop) {
 static void trip_unwatch(trip *t, int s) {
     if (!t->watch_fd) return;
     lull_io_stop(&t->io[s]);
-}
-
-static void trip_never_ready(lull_io *io, int events) {
-    (void)io;
-    (void)events;
 }
 
 static void trip_pong(lull_task *task) {
@@ -373,8 +369,7 @@ static int trip_run(const turns_params *p, turns_result *out, bool watch_fd) {
     int rc = turns_pair_run(p, trip_side_a, trip_side_b, &t);
     if (rc == 0) rc = t.rc;
     for (int s = 0; watch_fd && s < 2; s++)
-        for (int e = 0; e < 2; e++)
-            if (t.fds[s][e] >= 0) close(t.fds[s][e]);
+        if (t.fds[s][0] >= 0) turns_close_sockets(t.fds[s], 2);
     if (rc == 0)
         turns_latency_us(t.samples, p->trips, &out->v[TRIP_P50_US],
                          &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US], false);
@@ -428,10 +423,7 @@ static int timers(const turns_params *p, turns_result *out) {
     for (size_t i = 0; i < pairs; i++)
         lull_timer_stop(&extra[i]);
     uint64_t t2 = lab_now_ns();
-    out->v[TIMERS_ARM_NS] = (double)(t1 - t0) / (double)pairs;
-    out->v[TIMERS_CANCEL_NS] = (double)(t2 - t1) / (double)pairs;
-    out->v[TIMERS_PAIR_NS] = (double)(t2 - t0) / (double)pairs;
-    out->v[TIMERS_BYTES] = (double)(heap1 - heap0) / (double)n;
+    turns_timer_figures(out, n, pairs, t0, t1, t2, heap1 - heap0);
     for (size_t i = 0; i < n; i++)
         lull_timer_stop(&t[i]);
 out:

@@ -302,10 +302,7 @@ static int timers(const turns_params *p, turns_result *out) {
     for (size_t i = 0; i < pairs; i++)
         uv_timer_stop(&extra[i]);
     uint64_t t2 = lab_now_ns();
-    out->v[TIMERS_ARM_NS] = (double)(t1 - t0) / (double)pairs;
-    out->v[TIMERS_CANCEL_NS] = (double)(t2 - t1) / (double)pairs;
-    out->v[TIMERS_PAIR_NS] = (double)(t2 - t0) / (double)pairs;
-    out->v[TIMERS_BYTES] = (double)(heap1 - heap0) / (double)n;
+    turns_timer_figures(out, n, pairs, t0, t1, t2, heap1 - heap0);
 out:
     close_loop(&loop); /* closes every timer handle first */
     free(t);
