@@ -13,8 +13,11 @@ int lull__backend_init(lull_loop *loop);
 void lull__backend_close(lull_loop *loop);
 /* Moves the kernel's interest for io from `old` to `events` (either may be
  * 0: add, remove). 0 or a negative errno. */
-int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events,
-                         bool edge);
+int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events);
+/* Registers the loop's wake-up fd (src/remote.c): readable, edge-triggered,
+ * and with no watcher behind it, so its readiness ends a sleep and is then
+ * skipped by lull__backend_next. 0 or a negative errno. */
+int lull__backend_add_wakeup(lull_loop *loop, int fd);
 /* Waits up to timeout_ns (-1: no limit, 0: do not block) and collects
  * readiness. Returns the number of events collected (0 on EINTR). */
 int lull__backend_poll(lull_loop *loop, int64_t timeout_ns);

@@ -40,11 +40,10 @@ void lull__backend_close(lull_loop *loop) {
     loop->events = NULL;
 }
 
-static uint32_t to_epoll(int events, bool edge) {
+static uint32_t to_epoll(int events) {
     uint32_t e = 0;
     if (events & LULL_READABLE) e |= EPOLLIN | EPOLLRDHUP;
     if (events & LULL_WRITABLE) e |= EPOLLOUT;
-    if (edge) e |= EPOLLET;
     return e;
 }
 
@@ -61,8 +60,7 @@ static int from_epoll(uint32_t e, int interest) {
     return (events & interest) | (events & (LULL_HANGUP | LULL_ERROR));
 }
 
-int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events,
-                         bool edge) {
+int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events) {
     int op;
     if (events == 0) {
         if (old == 0) return 0;
@@ -70,7 +68,7 @@ int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events,
     } else {
         op = old ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
     }
-    struct epoll_event ev = {.events = to_epoll(events, edge), .data.ptr = io};
+    struct epoll_event ev = {.events = to_epoll(events), .data.ptr = io};
     if (epoll_ctl(loop->backend_fd, op, io->fd, &ev) != 0) {
         int err = errno;
         /* A watcher removed after its fd was closed: the kernel already
@@ -79,6 +77,12 @@ int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events,
         if (err) return -err;
     }
     return 0;
+}
+
+int lull__backend_add_wakeup(lull_loop *loop, int fd) {
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = NULL};
+    return epoll_ctl(loop->backend_fd, EPOLL_CTL_ADD, fd, &ev) == 0 ? 0
+                                                                    : -errno;
 }
 
 int lull__backend_poll(lull_loop *loop, int64_t timeout_ns) {
@@ -109,7 +113,7 @@ bool lull__backend_next(lull_loop *loop, lull_io **io, int *events) {
     while (loop->events_next < loop->events_len) {
         struct epoll_event *ev = &loop->events[loop->events_next++];
         lull_io *w = ev->data.ptr;
-        if (!w) continue; /* forgotten: stopped earlier in this batch */
+        if (!w) continue; /* the wake-up fd, or stopped earlier in the batch */
         int e = from_epoll(ev->events, w->events);
         if (!e) continue;
         *io = w;

@@ -46,9 +46,6 @@ void lull__assert_fail(const char *msg, const char *file, int line)
 /* lull_io.flags */
 #define LULL__IO_ACTIVE 0x1u /* started */
 #define LULL__IO_UNREF  0x2u /* does not keep lull_run alive */
-#define LULL__IO_EDGE                                                          \
-    0x4u /* internal watchers only: edge-triggered,                            \
-            not counted as active or referenced */
 
 /* "Not in a slice": should_yield counts down from here and never reaches 0. */
 #define LULL__COUNTDOWN_IDLE (INT64_MAX / 2)
@@ -110,7 +107,7 @@ struct lull_loop {
     uint32_t timers_ref; /* timers in the heap that are referenced */
 
     /* File descriptors (src/io.c, src/backend_epoll.c). */
-    uint32_t io_active;         /* started watchers, internal ones excluded */
+    uint32_t io_active;         /* started watchers */
     uint32_t io_ref;            /* ... and referenced */
     int backend_fd;             /* epoll instance */
     bool have_pwait2;           /* epoll_pwait2 works: ns timeouts */
@@ -127,7 +124,6 @@ struct lull_loop {
     int sleeping;           /* atomic, a futex word: LULL__AWAKE, or how the
                                loop is blocked (src/remote.c) */
     int remote_fd;          /* eventfd, written once per burst */
-    lull_io remote_io;      /* internal, edge-triggered, unreferenced */
 
     /* Metrics (C8). */
     lull_metrics m; /* counters; latency summaries filled on read */

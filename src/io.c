@@ -1,7 +1,7 @@
 /* fd watchers: readable/writable interest on a caller's descriptor.
  *
  * Owns: a watcher's state and its callback dispatch. A watcher never closes
- * its fd. Invariant: io_active counts started user watchers; a stopped
+ * its fd. Invariant: io_active counts started watchers; a stopped
  * watcher's collected readiness is forgotten at once, so no callback runs
  * after lull_io_stop, even later in the same batch. Stop a watcher before
  * closing its fd: the kernel forgets a closed fd by itself, but a watcher
@@ -23,7 +23,6 @@ int lull_io_init(lull_loop *loop, lull_io *io, int fd, lull_io_fn fn) {
 }
 
 static void count_active(lull_io *io, int delta) {
-    if (io->flags & LULL__IO_EDGE) return; /* internal watchers */
     io->loop->io_active += delta;
     if (!(io->flags & LULL__IO_UNREF)) io->loop->io_ref += delta;
 }
@@ -34,8 +33,7 @@ int lull_io_start(lull_io *io, int events) {
     if (!(events & (LULL_READABLE | LULL_WRITABLE))) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(io->loop);
     /* io->events is exactly what the kernel holds (0 while stopped). */
-    int err = lull__backend_modify(io->loop, io, io->events, events,
-                                   io->flags & LULL__IO_EDGE);
+    int err = lull__backend_modify(io->loop, io, io->events, events);
     if (err) return err;
     io->events = events;
     if (!(io->flags & LULL__IO_ACTIVE)) {
@@ -48,7 +46,7 @@ int lull_io_start(lull_io *io, int events) {
 void lull_io_stop(lull_io *io) {
     if (!io || !io->loop || !(io->flags & LULL__IO_ACTIVE)) return;
     LULL_ASSERT_LOOP_THREAD(io->loop);
-    lull__backend_modify(io->loop, io, io->events, 0, false);
+    lull__backend_modify(io->loop, io, io->events, 0);
     lull__backend_forget(io->loop, io);
     io->events = 0;
     io->flags &= ~LULL__IO_ACTIVE;
@@ -59,8 +57,7 @@ static void set_unref(lull_io *io, bool unref) {
     if (!io || !io->loop) return;
     bool was = io->flags & LULL__IO_UNREF;
     if (was == unref) return;
-    if ((io->flags & LULL__IO_ACTIVE) && !(io->flags & LULL__IO_EDGE))
-        io->loop->io_ref += unref ? -1 : 1;
+    if (io->flags & LULL__IO_ACTIVE) io->loop->io_ref += unref ? -1 : 1;
     if (unref)
         io->flags |= LULL__IO_UNREF;
     else
@@ -77,6 +74,6 @@ void lull_io_unref(lull_io *io) {
 
 void lull__io_dispatch(lull_loop *loop, lull_io *io, int events) {
     loop->current = (lull_any_fn)io->fn;
-    if (!(io->flags & LULL__IO_EDGE)) loop->tasks_run++;
+    loop->tasks_run++;
     io->fn(io, events);
 }

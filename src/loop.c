@@ -150,8 +150,11 @@ static int64_t poll_timeout(lull_loop *loop, uint64_t real_now) {
  * (after expiry). */
 static void count_wakeup(lull_loop *loop, int nevents) {
     loop->m.wakeups++;
+    /* An event with no watcher is the wake-up eventfd: nothing has been
+     * forgotten yet when this runs, right after the poll. */
     lull_io *first = nevents ? loop->events[0].data.ptr : NULL;
-    if (first == &loop->remote_io || (!first && lull__remote_pending(loop))) {
+    bool remote = nevents ? first == NULL : lull__remote_pending(loop);
+    if (remote) {
         loop->m.wakeups_remote++;
         loop->audit_remote = true;
     } else if (first) {

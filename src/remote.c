@@ -113,14 +113,6 @@ void lull__remote_drain(lull_loop *loop) {
     }
 }
 
-/* Ending the loop's epoll sleep is the eventfd's whole job: the loop takes
- * the stack after every poll, whether or not a post wrote the eventfd
- * (posts to an awake loop do not). */
-static void on_eventfd(lull_io *io, int events) {
-    (void)io;
-    (void)events;
-}
-
 /* Called with a blocking wait ahead: announces how the loop will sleep, and
  * says whether it may (false: a post arrived meanwhile, do not block). */
 bool lull__remote_sleep(lull_loop *loop, int how) {
@@ -153,17 +145,14 @@ void lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns) {
 int lull__remote_init(lull_loop *loop) {
     loop->remote_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (loop->remote_fd < 0) return -errno;
-    int err = lull_io_init(loop, &loop->remote_io, loop->remote_fd, on_eventfd);
-    if (err) return err;
-    loop->remote_io.flags |= LULL__IO_EDGE;
-    return lull_io_start(&loop->remote_io, LULL_READABLE);
+    /* Ending the epoll sleep is its whole job, so no watcher stands behind
+     * it: the loop takes the stack after every poll, however it woke. */
+    return lull__backend_add_wakeup(loop, loop->remote_fd);
 }
 
 void lull__remote_close(lull_loop *loop) {
     if (loop->remote_fd < 0) return;
-    lull__backend_modify(loop, &loop->remote_io, loop->remote_io.events, 0,
-                         false);
-    close(loop->remote_fd);
+    close(loop->remote_fd); /* the kernel drops its epoll registration */
     loop->remote_fd = -1;
 }
 
