@@ -5,13 +5,18 @@
 #   install       installs this build tree into WORK/prefix (a fresh prefix,
 #                 never the configured CMAKE_INSTALL_PREFIX): the fixture
 #   pkg_config    builds tests/install/consumer.c with `pkg-config --cflags
-#                 --libs lull` and runs it
+#                 --libs lull` and runs it; then runs the pkg-config build
+#                 line written in the header comment of every examples/*.c
 #   find_package  configures tests/install/ as a user's CMake project with
 #                 CMAKE_PREFIX_PATH=WORK/prefix, builds against lull::lull
 #                 and lull::lull_static, runs both
+#   examples      configures examples/ as its own project against the
+#                 prefix, builds it and runs its CTest cases (each example
+#                 with a timeout, its exit status and its expected output)
 #
 # Inputs: STEP, BUILD_DIR (the lull build tree), SOURCE_DIR (lull's
-# sources), WORK (scratch directory), LIBDIR (CMAKE_INSTALL_LIBDIR), CC.
+# sources), WORK (scratch directory), LIBDIR (CMAKE_INSTALL_LIBDIR), CC,
+# CTEST.
 cmake_minimum_required(VERSION 3.20)
 
 set(prefix ${WORK}/prefix)
@@ -69,6 +74,27 @@ elseif(STEP STREQUAL "pkg_config")
     message(FATAL_ERROR "consumer (pkg-config) printed: ${run_output}")
   endif()
 
+  # Every example documents its own build line; run each as written (with
+  # warnings as errors), from a copy of examples/.
+  file(COPY ${SOURCE_DIR}/examples/ DESTINATION ${dir}/examples)
+  file(GLOB sources ${SOURCE_DIR}/examples/*.c)
+  foreach(src ${sources})
+    get_filename_component(name ${src} NAME)
+    file(STRINGS ${src} lines REGEX "^ \\*   cc .*pkg-config --cflags --libs lull")
+    list(LENGTH lines n)
+    if(NOT n EQUAL 1)
+      message(FATAL_ERROR "${name}: no single `cc ... $(pkg-config --cflags --libs lull)` build line in its header comment")
+    endif()
+    string(REGEX REPLACE "^ \\*   cc " "${CC} -Wall -Wextra -Werror " line "${lines}")
+    execute_process(COMMAND sh -c "${line}"
+      WORKING_DIRECTORY ${dir}/examples
+      RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+      TIMEOUT ${step_timeout})
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "${name}: its build line failed:\n${line}\n${out}\n${err}")
+    endif()
+    message(STATUS "${name}: built with its pkg-config line")
+  endforeach()
 
 elseif(STEP STREQUAL "find_package")
   set(dir ${WORK}/find-package)
@@ -88,6 +114,18 @@ elseif(STEP STREQUAL "find_package")
       message(FATAL_ERROR "${bin} printed: ${run_output}")
     endif()
   endforeach()
+
+elseif(STEP STREQUAL "examples")
+  set(dir ${WORK}/examples)
+  file(REMOVE_RECURSE ${dir})
+  run("configure examples/ against the prefix" ${CMAKE_COMMAND}
+    -S ${SOURCE_DIR}/examples -B ${dir}
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_C_COMPILER=${CC}
+    -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_C_FLAGS=-Werror")
+  run("build examples/" ${CMAKE_COMMAND} --build ${dir} --parallel 2)
+  run("the examples' own tests" ${CTEST} --test-dir ${dir}
+    --output-on-failure --no-tests=error)
+  message(STATUS "${run_output}")
 
 else()
   message(FATAL_ERROR "unknown STEP '${STEP}'")
