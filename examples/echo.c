@@ -75,7 +75,10 @@ static void conn_close(conn *c) {
 /* Writes what is pending; true when all of it left. */
 static bool conn_flush(conn *c) {
     while (c->off < c->len) {
-        ssize_t n = write(c->io.fd, c->buf + c->off, c->len - c->off);
+        /* send, not write: a peer that hung up must cost an EPIPE, not a
+         * SIGPIPE that kills the server. */
+        ssize_t n =
+            send(c->io.fd, c->buf + c->off, c->len - c->off, MSG_NOSIGNAL);
         if (n < 0)
             return false; /* EAGAIN: wait for writable; else the
                              next read reports the error */
@@ -208,7 +211,7 @@ static bool exchange(int fd, size_t n) {
             size_t k = n - sent < sizeof out ? n - sent : sizeof out;
             for (size_t i = 0; i < k; i++)
                 out[i] = (char)((sent + i) % 251);
-            ssize_t w = write(fd, out, k);
+            ssize_t w = send(fd, out, k, MSG_NOSIGNAL);
             if (w < 0) return false;
             sent += (size_t)w;
         }
