@@ -1,60 +1,93 @@
-/* delivery: notification-driven delivery from a committed-event window to a
- * driver (docs/PUMP.md walks through it).
+/* delivery: a pump that delivers events from a log to a driver, woken by
+ * the log's notifier, holding events while the driver is not ready.
  *
- * A writer commits one event every 2 ms for a 10-event turn; events 4-6 are
- * committed behind a checkpoint and released together; the driver is not
- * ready until 5 ms (a pending turn start), so the pass holds what it has
- * and retries every 1 ms, only while something is held (before the first
- * commit, nothing is held and nothing is retried). Nothing polls: when
- * the turn is delivered and the writer is done, the loop has no timer and
- * no task, and lull_run returns by itself.
+ * The log is the source of truth: events are written, and become readable
+ * when committed; events written inside a checkpoint become readable
+ * together when it ends. The log raises its notifier in exactly the two
+ * places where `readable` grows, after storing it. The reader's pump
+ * listens to that notifier; its pass reads what is readable past its cursor
+ * and hands it to the driver.
  *
- * Build: part of the lull build (examples/CMakeLists.txt), or
- *   cc -Iinclude -Ilab examples/delivery.c lab/window.c -Lbuild -llull */
+ * A writer commits one event every 2 ms, ten in all; events 4-6 are
+ * committed inside a checkpoint and released together. The driver is not
+ * ready until the third commit (a pending turn start), so the pass holds
+ * what it has and retries every 1 ms, only while something is held: before
+ * the first commit nothing is held and nothing is retried. When the turn is
+ * delivered and the writer is done, the loop has no timer and no task, and
+ * lull_run returns by itself. It runs on the virtual clock with
+ * LULL_LOOP_AUTO_ADVANCE, so the times printed are exact.
+ *
+ * Build:
+ *   cc -O2 -o delivery delivery.c $(pkg-config --cflags --libs lull)
+ * or with CMake (find_package(lull)), all examples at once:
+ *   cmake -S examples -B build-examples -DCMAKE_PREFIX_PATH=<lull prefix>
+ *   cmake --build build-examples */
 #include <lull.h>
 #include <stdio.h>
 
-#include "window.h"
+#define MS     1000000ull
+#define EVENTS 10
 
-#define MS 1000000ull
+typedef struct event_log {
+    uint64_t events[EVENTS]; /* the values written */
+    int written;             /* events written */
+    int readable;            /* events a reader may read: [0, readable) */
+    int checkpoints;         /* open checkpoints hold commits back */
+    lull_notifier changed;   /* raised after `readable` grows */
+    uint64_t reads;          /* state reads, to show that idle costs none */
+} event_log;
+
+static void log_release(event_log *log) {
+    if (log->checkpoints > 0 || log->readable == log->written) return;
+    log->readable = log->written; /* store first ... */
+    lull_notify(&log->changed);   /* ... then raise */
+}
+
+static void log_commit(event_log *log, uint64_t value) {
+    log->events[log->written++] = value;
+    log_release(log);
+}
+
+static void log_checkpoint_end(event_log *log) {
+    log->checkpoints--;
+    log_release(log);
+}
 
 typedef struct reader {
-    lab_window_cursor cursor; /* what the driver has had */
-    lull_pump pump;           /* runs pass() */
-    lull_listener listener;   /* the pump on the window's notifier */
-    lab_window *window;
-    bool ready; /* the driver accepts events */
+    event_log *log;
+    int cursor;             /* events the driver has had */
+    lull_pump pump;         /* runs pass() */
+    lull_listener listener; /* the pump on the log's notifier */
+    bool ready;             /* the driver accepts events */
 } reader;
 
 /* A pass: look at the source of truth, hand on what is there, and say what
  * is left. It never waits and never arms a timer itself. */
 static int pass(lull_pump *pump, uint64_t *retry_ns) {
     reader *r = LULL_CONTAINER_OF(pump, reader, pump);
-    lull_loop *loop = r->window->loop;
+    lull_loop *loop = pump->loop;
+    int backlog = r->log->readable - r->cursor; /* no state read needed */
+    if (backlog == 0) return LULL_PASS_QUIET;
     if (!r->ready) {
-        if (lab_window_backlog(&r->cursor) == 0) return LULL_PASS_QUIET;
-        printf("%5.1f ms  pass: driver not ready, %llu held, retry in 1 ms\n",
-               (double)lull_now(loop) / 1e6,
-               (unsigned long long)lab_window_backlog(&r->cursor));
+        printf("%5.1f ms  pass: driver not ready, %d held, retry in 1 ms\n",
+               (double)lull_now(loop) / 1e6, backlog);
         *retry_ns = 1 * MS; /* held: retried only while held */
         return LULL_PASS_HELD;
     }
-    lab_window_event ev[4];
-    int n = lab_window_read(r->window, &r->cursor, ev, 4);
-    for (int i = 0; i < n; i++)
-        printf("%5.1f ms  driver: event %llu (%s), readable for %llu ns\n",
-               (double)lull_now(loop) / 1e6, (unsigned long long)ev[i].seq,
-               ev[i].flags & LAB_EVENT_TERMINAL ? "terminal" : "delta",
-               (unsigned long long)(lull_now_exact(loop) - ev[i].readable_ns));
+    r->log->reads++;
+    int n = 0;
+    for (; n < 4 && r->cursor < r->log->readable; n++, r->cursor++)
+        printf("%5.1f ms  driver: event %llu\n", (double)lull_now(loop) / 1e6,
+               (unsigned long long)r->log->events[r->cursor]);
     lull_pump_delivered(pump, (uint64_t)n);
     /* A full batch may have left more: continue in the next task, so other
      * work can run between batches. */
-    return n == 4 ? LULL_PASS_AGAIN : LULL_PASS_QUIET;
+    return r->cursor < r->log->readable ? LULL_PASS_AGAIN : LULL_PASS_QUIET;
 }
 
 typedef struct writer {
     lull_timer tick;
-    lab_window *window;
+    event_log *log;
     reader *reader;
     int sent;
 } writer;
@@ -62,19 +95,20 @@ typedef struct writer {
 static void write_one(lull_timer *t) {
     writer *w = LULL_CONTAINER_OF(t, writer, tick);
     int k = ++w->sent;
-    /* The driver turns ready; this commit's raise wakes the pump, which
-     * cancels the pending retry: the pass re-decides at once. */
-    if (k == 3) w->reader->ready = true;
-    if (k == 4) lab_window_checkpoint_begin(w->window);
-    lab_window_append(w->window, (uint64_t)k, k == 10 ? LAB_EVENT_TERMINAL : 0,
-                      1);
-    lab_window_commit(w->window); /* raises the notifier, if readable */
+    /* The driver turns ready. That is an event, not something to wait
+     * for: wake the pump, which cancels the pending retry. */
+    if (k == 3) {
+        w->reader->ready = true;
+        lull_pump_wake(&w->reader->pump);
+    }
+    if (k == 4) w->log->checkpoints++;
+    log_commit(w->log, (uint64_t)k); /* raises the notifier, if readable */
     if (k == 6) {
         printf("%5.1f ms  writer: checkpoint releases 4-6\n",
                (double)lull_now(t->loop) / 1e6);
-        lab_window_checkpoint_end(w->window);
+        log_checkpoint_end(w->log);
     }
-    if (k == 10) lull_timer_stop(t);
+    if (k == EVENTS) lull_timer_stop(t);
 }
 
 int main(void) {
@@ -82,29 +116,26 @@ int main(void) {
     lull_loop_options opts = {.clock = LULL_CLOCK_VIRTUAL,
                               .flags = LULL_LOOP_AUTO_ADVANCE};
     if (lull_loop_new(&loop, &opts) < 0) return 1;
-    lab_window window;
-    if (lab_window_init(&window, loop, 64, 16) < 0) return 1;
+    event_log log = {.written = 0};
+    lull_notifier_init(&log.changed);
 
-    reader r = {.window = &window};
-    lab_window_cursor_open(&window, &r.cursor, 1);
+    reader r = {.log = &log};
     lull_pump_init(loop, &r.pump, pass);
-    lull_pump_listen(&r.pump, &window.notifier, &r.listener);
+    lull_pump_listen(&r.pump, &log.changed, &r.listener);
 
-    writer w = {.window = &window, .reader = &r};
+    writer w = {.log = &log, .reader = &r};
     lull_timer_init(loop, &w.tick, write_one);
     lull_timer_start(&w.tick, 1 * MS, 2 * MS);
 
     /* Virtual time jumps to each deadline; real time would do the same. */
     lull_run(loop, LULL_RUN_DEFAULT);
-    printf("done: %llu passes, %llu empty, %llu delivered, %llu state reads; "
-           "pump quiet: %s\n",
-           (unsigned long long)r.pump.passes, (unsigned long long)r.pump.empty,
-           (unsigned long long)r.pump.delivered,
-           (unsigned long long)window.reads,
+    printf("done: %d delivered in %llu passes (%llu empty), %llu state "
+           "reads; pump quiet: %s\n",
+           r.cursor, (unsigned long long)r.pump.passes,
+           (unsigned long long)r.pump.empty, (unsigned long long)log.reads,
            lull_pump_quiet(&r.pump) ? "yes" : "no");
 
     lull_pump_close(&r.pump);
-    lab_window_cursor_close(&r.cursor);
-    lab_window_free(&window);
-    return lull_loop_free(loop) == 0 ? 0 : 1;
+    if (lull_loop_free(loop) != 0) return 1;
+    return r.cursor == EVENTS ? 0 : 1;
 }

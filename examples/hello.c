@@ -1,4 +1,11 @@
-/* hello: a task, a timer and an fd watcher; lull_run returns when idle. */
+/* hello: a task, a timer and an fd watcher; lull_run returns when idle.
+ *
+ * Build:
+ *   cc -O2 -o hello hello.c $(pkg-config --cflags --libs lull)
+ * or with CMake (find_package(lull)), all examples at once:
+ *   cmake -S examples -B build-examples -DCMAKE_PREFIX_PATH=<lull prefix>
+ *   cmake --build build-examples */
+#define _POSIX_C_SOURCE 200809L
 #include <lull.h>
 #include <stdio.h>
 #include <unistd.h>
