@@ -346,6 +346,93 @@ LULL_EXTERN int lull_loop_audit(lull_loop *loop, lull_audit_entry *out, int max,
                                 uint64_t *window_ns);
 LULL_EXTERN void lull_loop_audit_reset(lull_loop *loop);
 
+/* ------------------------------------------------------------------ pool */
+
+/* Blocking work off the loop (docs/POOL.md). A pool is a set of threads that
+ * sleep on a futex while its queue is empty: no timer, no wakeup. Work is
+ * submitted from a loop's thread; its done function runs back on that loop,
+ * carried by lull_post_remote, so a burst of completions costs the loop one
+ * wake. Lanes: create one pool per purpose (fsync, DNS, ...) so that slow
+ * work in one never holds up short work in another. No allocation per
+ * submission: the caller owns every lull_work. */
+
+typedef struct lull_pool lull_pool;
+typedef struct lull_work lull_work;
+/* Runs on a pool thread. Its return value is the status done receives. */
+typedef int (*lull_work_fn)(lull_work *work);
+/* Runs on the submitting loop's thread, exactly once per accepted submit:
+ * status is fn's return value, or -ECANCELED when fn never ran. */
+typedef void (*lull_work_done_fn)(lull_work *work, int status);
+
+struct lull_work {
+    lull_task task;         /* carries the completion to the loop */
+    lull_work_fn fn;        /* runs on a pool thread */
+    lull_work_done_fn done; /* runs on the loop; may be NULL */
+    lull_loop *loop;        /* the submitting loop, while submitted */
+    lull_pool *pool;        /* non-NULL from submit until done runs */
+    lull_work *next;        /* the pool's queue (under the pool's lock) */
+    lull_work *prev;
+    int status;  /* fn's return value or -ECANCELED, handed to done */
+    bool queued; /* waiting in the pool's queue (under the pool's lock) */
+};
+
+typedef struct lull_pool_options { /* all zero = defaults */
+    unsigned threads;    /* pool threads, started by lull_pool_new; 0 = 4 */
+    unsigned max_queued; /* waiting items before submit returns -EAGAIN;
+                            0 = 1024 */
+    const char *name;    /* thread name (first 15 bytes); NULL = "lull-pool" */
+} lull_pool_options;
+
+typedef struct lull_pool_stats {
+    uint64_t submitted; /* accepted by lull_work_submit */
+    uint64_t completed; /* ran, and the completion handed to its loop */
+    uint64_t cancelled; /* never ran: lull_work_cancel or lull_pool_close */
+    uint64_t rejected;  /* refused with -EAGAIN: the queue was full */
+    uint64_t wakeups;   /* returns of a pool thread from its sleep */
+    unsigned threads;   /* threads started */
+    unsigned idle;      /* ... asleep now */
+    unsigned queued;    /* items waiting now */
+    unsigned running;   /* items running now */
+} lull_pool_stats;
+
+/* Creates a pool and starts its threads (allocates; not a hot path). opts
+ * may be NULL. */
+LULL_EXTERN int lull_pool_new(lull_pool **out, const lull_pool_options *opts);
+/* Thread-safe, never blocks. Refuses new work (-ESHUTDOWN) and cancels the
+ * waiting work: each done runs on its loop with -ECANCELED. Work already
+ * running finishes and completes normally. */
+LULL_EXTERN void lull_pool_close(lull_pool *pool);
+/* Closes the pool, waits for running work to finish and its threads to
+ * exit, and frees it. Not from a pool thread (-EDEADLK), not on the default
+ * pool (-EBUSY), not while another thread may still submit to it. The done
+ * functions of the last items still run on their loops afterwards. */
+LULL_EXTERN int lull_pool_free(lull_pool *pool);
+/* Thread-safe. The process's default pool, created on first use with the
+ * thread count in LULL_POOL_THREADS (1 to 1024) or 4; it lives until exit. */
+LULL_EXTERN int lull_pool_default(lull_pool **out);
+/* Thread-safe. Makes `pool` the default before anything asked for one
+ * (-EBUSY afterwards); lull owns it from then on. */
+LULL_EXTERN int lull_pool_set_default(lull_pool *pool);
+/* Thread-safe: a snapshot of the pool's counters. */
+LULL_EXTERN void lull_pool_get_stats(lull_pool *pool, lull_pool_stats *out);
+
+/* Prepares a work item; call again only while it is not submitted. */
+LULL_EXTERN void lull_work_init(lull_work *work, lull_work_fn fn,
+                                lull_work_done_fn done);
+/* Loop thread of `loop`; thread-safe towards the pool (loops may share one).
+ * Queues fn for a pool thread; done then runs on `loop`, which stays alive
+ * (a loop reference) until it has. -EBUSY while work is still submitted,
+ * -EAGAIN when the queue is full, -ESHUTDOWN once the pool is closed; done
+ * never runs for a refused submit. No allocation. */
+LULL_EXTERN int lull_work_submit(lull_loop *loop, lull_pool *pool,
+                                 lull_work *work);
+/* Loop thread. Cancels work that has not started: 0, and done runs in a
+ * later task with -ECANCELED. -EBUSY once it runs or ran (done still comes),
+ * -EINVAL when it is not submitted. */
+LULL_EXTERN int lull_work_cancel(lull_work *work);
+/* Submitted and its done function not yet run. */
+LULL_EXTERN bool lull_work_busy(const lull_work *work);
+
 #ifdef __cplusplus
 }
 #endif
