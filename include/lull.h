@@ -433,6 +433,119 @@ LULL_EXTERN int lull_work_cancel(lull_work *work);
 /* Submitted and its done function not yet run. */
 LULL_EXTERN bool lull_work_busy(const lull_work *work);
 
+/* ----------------------------------------------- pool: file helpers */
+
+/* One-shot file operations on a pool: the request is caller-owned, cb runs
+ * on the loop with the result (a non-negative value or a negative errno;
+ * -ECANCELED when cancelled). Paths and buffers stay the caller's and must
+ * stay valid until cb runs. */
+typedef struct lull_fs lull_fs;
+typedef void (*lull_fs_fn)(lull_fs *req, int64_t result);
+
+struct lull_fs {
+    lull_work work; /* the operation, on the pool */
+    lull_fs_fn cb;
+    int op;           /* which operation (src/fs.c) */
+    int fd;           /* read, close */
+    int flags;        /* open */
+    unsigned mode;    /* open */
+    const char *path; /* open */
+    void *buf;        /* read: filled with up to len bytes */
+    size_t len;
+    uint64_t offset; /* read: file offset */
+    int64_t result;  /* what cb receives */
+};
+
+/* Result: the new fd (opened with O_CLOEXEC added). */
+LULL_EXTERN int lull_fs_open(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                             const char *path, int flags, unsigned mode,
+                             lull_fs_fn cb);
+/* Result: 0. */
+LULL_EXTERN int lull_fs_close(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              int fd, lull_fs_fn cb);
+/* Reads up to len bytes at offset (fewer only at end of file). Result: the
+ * bytes read. */
+LULL_EXTERN int lull_fs_read(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                             int fd, void *buf, size_t len, uint64_t offset,
+                             lull_fs_fn cb);
+/* lull_work_cancel for a file request. */
+LULL_EXTERN int lull_fs_cancel(lull_fs *req);
+
+/* A journal: appends to one file, written and made durable with fdatasync
+ * on a pool, batched. Appends made while no batch is in flight leave
+ * together in the next task; appends made while one is in flight leave
+ * together when it completes; each batch is one pwritev run and one
+ * fdatasync. Completions run in append order. A write or sync error is
+ * sticky: the failed batch, everything queued behind it and every later
+ * append fail with it (the file's state is then unknown). Loop thread. */
+typedef struct lull_journal lull_journal;
+typedef struct lull_append lull_append;
+typedef void (*lull_append_fn)(lull_append *req, int status);
+
+struct lull_append {
+    lull_append *next; /* the journal's queue (loop thread) */
+    lull_append_fn cb; /* on the loop: 0 once the bytes are durable */
+    const void *buf;   /* caller's, valid until cb runs */
+    size_t len;
+    uint64_t offset; /* where its bytes start in the file */
+    uint64_t sync;   /* the fdatasync that made it durable, counted from 1
+                        per journal: appends that shared one share it */
+};
+
+struct lull_journal {
+    lull_work work;  /* one batch: its writes and its fdatasync */
+    lull_task start; /* starts the next batch in a later task */
+    lull_loop *loop;
+    lull_pool *pool;
+    int fd;            /* not owned: never closed */
+    int error;         /* sticky: the first write or sync error */
+    uint64_t end;      /* file offset the next batch starts at */
+    uint64_t syncs;    /* batches made durable */
+    lull_append *head; /* waiting for a batch, oldest first */
+    lull_append *tail;
+    lull_append *batch;   /* in flight; the pool thread reads it */
+    uint64_t batch_start; /* its first byte's offset */
+    uint64_t batch_bytes;
+};
+
+/* Writes start at the file's current end (lseek SEEK_END). */
+LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
+                                  lull_journal *j, int fd);
+/* Queues len bytes: 0, or the sticky error (cb then never runs). req must
+ * not be queued already. No allocation. */
+LULL_EXTERN int lull_journal_append(lull_journal *j, lull_append *req,
+                                    const void *buf, size_t len,
+                                    lull_append_fn cb);
+/* True while appends are queued or a batch is in flight: close the file
+ * only once it is false. */
+LULL_EXTERN bool lull_journal_busy(const lull_journal *j);
+
+/* Name resolution on a pool: getaddrinfo(node, service, hints) on a pool
+ * thread. node, service and hints stay the caller's until cb runs. cb gets
+ * getaddrinfo's status (0 or an EAI_* code: gai_strerror describes it) or
+ * -ECANCELED, and on success the list, which the caller frees with
+ * freeaddrinfo. */
+struct addrinfo;
+typedef struct lull_lookup lull_lookup;
+typedef void (*lull_lookup_fn)(lull_lookup *req, int status,
+                               struct addrinfo *res);
+
+struct lull_lookup {
+    lull_work work;
+    lull_lookup_fn cb;
+    const char *node;
+    const char *service;
+    const struct addrinfo *hints;
+    struct addrinfo *res; /* set on success, handed to cb */
+    int sys_errno;        /* errno when status is EAI_SYSTEM */
+};
+
+LULL_EXTERN int lull_getaddrinfo(lull_loop *loop, lull_pool *pool,
+                                 lull_lookup *req, const char *node,
+                                 const char *service,
+                                 const struct addrinfo *hints,
+                                 lull_lookup_fn cb);
+
 #ifdef __cplusplus
 }
 #endif
