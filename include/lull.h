@@ -546,6 +546,41 @@ LULL_EXTERN int lull_getaddrinfo(lull_loop *loop, lull_pool *pool,
                                  const struct addrinfo *hints,
                                  lull_lookup_fn cb);
 
+/* ---------------------------------------------- pool: one loop per core */
+
+/* N loops on N threads (pinned when asked), started together and stopped
+ * together (docs/POOL.md). Hand a task or an accepted connection to another
+ * loop with lull_post_remote(lull_percore_loop(pc, i), task). */
+typedef struct lull_percore lull_percore;
+/* Runs on loop `index`'s own thread. */
+typedef void (*lull_percore_fn)(lull_loop *loop, int index, void *arg);
+
+typedef struct lull_percore_options { /* all zero = defaults */
+    int loops;              /* 0 = one per CPU this process may run on */
+    bool pin;               /* pin loop i's thread to the i-th allowed CPU
+                               (wrapping around) */
+    lull_loop_options loop; /* options of every loop */
+    lull_percore_fn start;  /* before the loop runs: start its handles */
+    lull_percore_fn stop;   /* at lull_percore_stop: stop and close them */
+    void *arg;              /* passed to start and stop */
+} lull_percore_options;
+
+/* Starts the loops and returns once every start function has returned
+ * (allocates; not a hot path). Each loop holds a reference until stop, so
+ * it waits for remote posts with nothing else to do. */
+LULL_EXTERN int lull_percore_start(lull_percore **out,
+                                   const lull_percore_options *opts);
+/* Thread-safe. */
+LULL_EXTERN int lull_percore_count(const lull_percore *pc);
+LULL_EXTERN lull_loop *lull_percore_loop(const lull_percore *pc, int index);
+/* Thread-safe: the loops in turn (round robin), for spreading hand-offs. */
+LULL_EXTERN lull_loop *lull_percore_next(lull_percore *pc);
+/* Runs each stop function on its loop, lets each loop finish what is left
+ * (work in flight, timers) until it is no longer alive, frees the loops,
+ * joins the threads and frees pc. Not from a loop of pc (-EDEADLK). -EBUSY
+ * if a loop still held handles at the end (that loop is not freed). */
+LULL_EXTERN int lull_percore_stop(lull_percore *pc);
+
 #ifdef __cplusplus
 }
 #endif
