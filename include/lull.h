@@ -123,7 +123,9 @@ struct lull_timer {  /* 48 bytes, plus one 16-byte heap slot while armed */
 LULL_EXTERN void lull_timer_init(lull_loop *loop, lull_timer *timer,
                                  lull_timer_fn fn);
 /* Arms (or re-arms: new deadline, new arm order) the timer. delay 0 queues it
- * like a posted task; repeat > 0 fires every repeat ns, phase kept. */
+ * like a posted task; repeat > 0 fires every repeat ns, phase kept.
+ * Deadlines saturate at UINT64_MAX (never, on the real clock); a repeating
+ * timer that fires at UINT64_MAX has no next period and stops. */
 LULL_EXTERN void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
                                   uint64_t repeat_ns);
 LULL_EXTERN void lull_timer_stop(lull_timer *timer);
