@@ -62,7 +62,8 @@ LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 LULL_EXTERN int lull_loop_free(lull_loop *loop);
 /* Runs the loop. -EBUSY if already running (nested), -EINVAL on an unknown
  * mode. DEFAULT runs while the loop is alive; ONCE runs one iteration (it may
- * block); NOWAIT runs one iteration without blocking. */
+ * block); NOWAIT runs one iteration without blocking. If the kernel refuses
+ * to wait (an error other than EINTR), the run ends and returns it. */
 LULL_EXTERN int lull_run(lull_loop *loop, int mode);
 /* Ends the current run after the callback in progress; no-op outside a run.
  * From another thread, post a task that calls it. */
@@ -262,8 +263,8 @@ LULL_EXTERN uint64_t lull_loop_quantum(lull_loop *loop);
  * running ready work between them. No-op on a monotonic loop. */
 LULL_EXTERN void lull_advance(lull_loop *loop, uint64_t ns);
 /* Runs ready work (polling fds and remote posts without blocking) with time
- * frozen until nothing is ready; returns the callbacks run, or -EBUSY when
- * called inside a run. */
+ * frozen until nothing is ready; returns the callbacks run, -EBUSY when
+ * called inside a run, or the poll's error as lull_run does. */
 LULL_EXTERN int lull_settle(lull_loop *loop);
 
 /* --------------------------------------------------------- metrics: C8 */

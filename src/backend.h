@@ -19,7 +19,9 @@ int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events);
  * skipped by lull__backend_next. 0 or a negative errno. */
 int lull__backend_add_wakeup(lull_loop *loop, int fd);
 /* Waits up to timeout_ns (-1: no limit, 0: do not block) and collects
- * readiness. Returns the number of events collected (0 on EINTR). */
+ * readiness. Returns the number of events collected, -EINTR when a signal
+ * ended the wait, or another negative errno when the kernel refused the
+ * wait (nothing collected either way). */
 int lull__backend_poll(lull_loop *loop, int64_t timeout_ns);
 /* The next collected event that is still wanted, or false when done. */
 bool lull__backend_next(lull_loop *loop, lull_io **io, int *events);

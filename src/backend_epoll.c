@@ -3,9 +3,13 @@
  * Interest is level-triggered for user watchers (a watcher is called every
  * iteration while its fd is ready: nothing is lost when a callback reads
  * only part of the data) and edge-triggered for lull's own eventfd, which is
- * never read. Timeouts are nanoseconds through epoll_pwait2; on kernels
- * without it, a millisecond epoll_wait rounded up, never down, since waking
- * early would be a wasted wakeup. Loop thread only. */
+ * never read. Timeouts are nanoseconds through epoll_pwait2; where it
+ * fails (kernels before 5.11, and sandboxes such as seccomp filters or
+ * container runtimes that answer it with EPERM, at the probe or later), a
+ * millisecond epoll_wait rounded up, never down, since waking early would be
+ * a wasted wakeup. A poll error is never taken for "no events": EINTR is
+ * reported as such, anything else fails the run (src/loop.c). Loop thread
+ * only. */
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -26,10 +30,11 @@ int lull__backend_init(lull_loop *loop) {
         close(loop->backend_fd);
         return -ENOMEM;
     }
+    /* Any failure means "use epoll_wait": ENOSYS on old kernels, EPERM (or
+     * whatever a filter chose) in a sandbox. */
     struct timespec zero = {0, 0};
     loop->have_pwait2 =
-        epoll_pwait2(loop->backend_fd, loop->events, 1, &zero, NULL) >= 0 ||
-        errno != ENOSYS;
+        epoll_pwait2(loop->backend_fd, loop->events, 1, &zero, NULL) >= 0;
     return 0;
 }
 
@@ -85,8 +90,18 @@ int lull__backend_add_wakeup(lull_loop *loop, int fd) {
                                                                     : -errno;
 }
 
+/* A millisecond timeout for epoll_wait: rounded up, and clamped without
+ * ever computing past INT64_MAX. */
+static int timeout_ms(int64_t timeout_ns) {
+    if (timeout_ns < 0) return -1;
+    int64_t ms = timeout_ns / 1000000 + (timeout_ns % 1000000 != 0);
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
 int lull__backend_poll(lull_loop *loop, int64_t timeout_ns) {
-    int n;
+    int n = -1;
+    loop->events_len = 0;
+    loop->events_next = 0;
     if (loop->have_pwait2) {
         struct timespec ts, *tp = NULL;
         if (timeout_ns >= 0) {
@@ -95,17 +110,15 @@ int lull__backend_poll(lull_loop *loop, int64_t timeout_ns) {
             tp = &ts;
         }
         n = epoll_pwait2(loop->backend_fd, loop->events, EVENTS_CAP, tp, NULL);
-    } else {
-        int ms = -1;
-        if (timeout_ns >= 0) {
-            int64_t up = (timeout_ns + 999999) / 1000000;
-            ms = up > INT32_MAX ? INT32_MAX : (int)up;
-        }
-        n = epoll_wait(loop->backend_fd, loop->events, EVENTS_CAP, ms);
+        /* Refused after a successful probe (a filter installed later): the
+         * same wait again through epoll_wait, from now on. */
+        if (n < 0 && errno != EINTR) loop->have_pwait2 = false;
     }
-    if (n < 0) n = 0; /* EINTR: nothing collected */
+    if (!loop->have_pwait2)
+        n = epoll_wait(loop->backend_fd, loop->events, EVENTS_CAP,
+                       timeout_ms(timeout_ns));
+    if (n < 0) return -errno;
     loop->events_len = n;
-    loop->events_next = 0;
     return n;
 }
 

@@ -96,6 +96,7 @@ struct lull_loop {
     /* Run state. */
     bool running;
     bool stop;
+    int poll_error;     /* this run's failed wait (-errno), or 0 */
     pthread_t owner;    /* the thread inside lull_run, while running */
     bool slack_checked; /* this run has set the thread's timer slack */
     long slack_restore; /* the slack to put back at the end, or -1 */

@@ -178,6 +178,16 @@ static void precise_timers(lull_loop *loop) {
         loop->slack_restore = old;
 }
 
+/* The kernel refused to wait (the backend already fell back from
+ * epoll_pwait2 where it could): retrying would spin on the same error, so
+ * the run ends and returns it (lull_run, lull_settle). *timeout becomes 0:
+ * the loop did not sleep, so this is no wakeup. */
+static void poll_failed(lull_loop *loop, int err) {
+    if (!loop->poll_error) loop->poll_error = err;
+    loop->stop = true;
+    loop->countdown = 0;
+}
+
 /* Waits (or just looks, with *timeout 0) for what can wake the loop. A loop
  * with no fd watchers has nothing for epoll to report, so it sleeps on a
  * futex instead (src/remote.c): a remote post then wakes it at futex cost.
@@ -200,6 +210,11 @@ static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0) {
     } else {
         n = lull__backend_poll(loop, timeout);
         loop->m.polls++;
+        if (n < 0 && n != -EINTR) {
+            poll_failed(loop, n);
+            *timeout_io = 0;
+        }
+        if (n < 0) n = 0;
         if (n == 0) loop->m.empty_polls++;
     }
     if (how != LULL__AWAKE) lull__remote_awake(loop);
@@ -310,6 +325,7 @@ static int run_begin(lull_loop *loop) {
     loop->running = true;
     loop->owner = pthread_self();
     loop->stop = false;
+    loop->poll_error = 0;
     loop->slack_checked = false;
     loop->slack_restore = -1;
     return 0;
@@ -338,7 +354,7 @@ int lull_run(lull_loop *loop, int mode) {
         iterate(loop, mode == LULL_RUN_ONCE, t);
     }
     run_end(loop);
-    return 0;
+    return loop->poll_error;
 }
 
 void lull_stop(lull_loop *loop) {
@@ -368,6 +384,7 @@ int lull_settle(lull_loop *loop) {
     uint64_t before = loop->tasks_run;
     settle_loop(loop);
     run_end(loop);
+    if (loop->poll_error) return loop->poll_error;
     uint64_t ran = loop->tasks_run - before;
     return ran > INT32_MAX ? INT32_MAX : (int)ran;
 }

@@ -5,9 +5,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <lull.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MS 1000000ull
@@ -405,4 +412,178 @@ TEST(hangup_reported) {
     CHECK(w.last_events & LULL_HANGUP);
     close_pipe(&w);
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------ sandboxed epoll_pwait2 */
+
+/* A seccomp filter, as older container runtimes and systemd's
+ * SystemCallFilter= install, that fails the listed system calls with EPERM.
+ * No root needed with PR_SET_NO_NEW_PRIVS. Filters cannot be removed, so
+ * each scenario runs in a child process of its own (run_in_child). */
+#if defined(__x86_64__)
+#define SANDBOX_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SANDBOX_ARCH AUDIT_ARCH_AARCH64
+#endif
+#ifndef SYS_epoll_pwait2
+#define SYS_epoll_pwait2 441 /* the same number on every architecture */
+#endif
+
+#ifdef SANDBOX_ARCH
+static void deny_with_eperm(const int *nrs, int n) {
+    struct sock_filter f[16];
+    int k = 0;
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                          offsetof(struct seccomp_data, arch));
+    f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+                                          SANDBOX_ARCH, 1, 0);
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                          offsetof(struct seccomp_data, nr));
+    for (int i = 0; i < n; i++) {
+        f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+                                              (unsigned)nrs[i], 0, 1);
+        f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
+                                              SECCOMP_RET_ERRNO | EPERM);
+    }
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    struct sock_fprog prog = {.len = (unsigned short)k, .filter = f};
+    CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+    CHECK_EQ(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+    /* The filter is in force. */
+    CHECK_EQ(syscall(SYS_epoll_pwait2, -1, NULL, 0, NULL, NULL, 0), -1);
+    CHECK_EQ(errno, EPERM);
+}
+
+static void deny_pwait2(void) {
+    deny_with_eperm((const int[]){SYS_epoll_pwait2}, 1);
+}
+
+/* Every way of waiting on an epoll set. */
+static void deny_every_epoll_wait(void) {
+    static const int nrs[] = {
+        SYS_epoll_pwait2,
+        SYS_epoll_pwait,
+#ifdef SYS_epoll_wait
+        SYS_epoll_wait,
+#endif
+    };
+    deny_with_eperm(nrs, (int)(sizeof nrs / sizeof nrs[0]));
+}
+#endif
+
+/* Runs fn in a child process and fails the case unless it exits with 0
+ * (a failed CHECK in the child exits with 1 and prints why). */
+static void run_in_child(void (*fn)(void)) {
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        fn();
+        fflush(NULL);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+}
+
+static void no_op_timer(lull_timer *t) {
+    (void)t;
+}
+
+/* A loop whose epoll_pwait2 is refused: an fd that becomes readable calls
+ * its watcher on the first poll, a blocking wait sleeps instead of spinning
+ * (a handful of polls while a 20 ms timer runs out, not thousands), and the
+ * largest timeout converts to milliseconds without overflowing. */
+static void readiness_seen(lull_loop *loop) {
+    watch w;
+    make_pipe(&w);
+    CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    fill(w.wfd);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(w.calls, 1);
+    drain(w.rfd);
+
+    lull_timer t;
+    lull_timer_init(loop, &t, no_op_timer);
+    lull_timer_start(&t, 20 * MS, 0);
+    lull_io_unref(&w.io);
+    lull_metrics m;
+    lull_loop_metrics_reset(loop);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0); /* until the timer */
+    lull_loop_metrics(loop, &m);
+    CHECK_LE(m.polls, 4);
+    CHECK_EQ(w.calls, 1);
+
+    /* A deadline at the end of the clock: the poll's timeout is as large as
+     * lull passes, and readiness still ends it. */
+    lull_timer_start(&t, UINT64_MAX, 0);
+    fill(w.wfd);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(w.calls, 2);
+    lull_timer_stop(&t);
+    lull_io_stop(&w.io);
+    close_pipe(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+#ifdef SANDBOX_ARCH
+static void sandboxed_before_loop_new(void) {
+    deny_pwait2();
+    readiness_seen(new_loop());
+}
+
+static void sandboxed_after_loop_new(void) {
+    lull_loop *loop = new_loop();
+    deny_pwait2();
+    readiness_seen(loop);
+}
+
+/* No way to wait is left: the run fails with the kernel's error instead of
+ * spinning on polls that report nothing. */
+static void no_wait_allowed(void) {
+    lull_loop *loop = new_loop();
+    watch w;
+    make_pipe(&w);
+    CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    deny_every_epoll_wait();
+    lull_metrics m;
+    lull_loop_metrics_reset(loop);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), -EPERM);
+    lull_loop_metrics(loop, &m);
+    CHECK_LE(m.polls, 2); /* pwait2, or the fallback's first try */
+    CHECK_EQ(lull_settle(loop), -EPERM);
+    CHECK_EQ(w.calls, 0);
+    lull_io_stop(&w.io);
+    close_pipe(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+#endif
+
+TEST(epoll_pwait2_refused_at_start_falls_back) {
+#ifdef SANDBOX_ARCH
+    run_in_child(sandboxed_before_loop_new);
+#else
+    printf("skipped: no seccomp architecture constant for this machine\n");
+#endif
+}
+
+TEST(epoll_pwait2_refused_later_falls_back) {
+#ifdef SANDBOX_ARCH
+    run_in_child(sandboxed_after_loop_new);
+#else
+    printf("skipped: no seccomp architecture constant for this machine\n");
+#endif
+}
+
+TEST(poll_error_fails_the_run) {
+#ifdef SANDBOX_ARCH
+    run_in_child(no_wait_allowed);
+#else
+    printf("skipped: no seccomp architecture constant for this machine\n");
+#endif
 }
