@@ -156,6 +156,7 @@ struct lull_io {
     int fd;          /* the watched descriptor (not owned: never closed) */
     int events;      /* interest the kernel holds; 0 while stopped */
     uint32_t flags;  /* state bits (src/internal.h) */
+    uint32_t slot;   /* its slot in the loop's table while started */
 };
 
 /* Level-triggered: the callback runs every iteration while the fd is ready
@@ -166,7 +167,8 @@ LULL_EXTERN int lull_io_init(lull_loop *loop, lull_io *io, int fd,
  * the fd, -EPERM for fds epoll cannot watch (regular files). */
 LULL_EXTERN int lull_io_start(lull_io *io, int events);
 /* Safe inside any callback: a stopped watcher is not called again, even for
- * readiness already collected in this batch. */
+ * readiness already collected in this batch or when its fd was closed
+ * first; its memory is not touched after this returns. */
 LULL_EXTERN void lull_io_stop(lull_io *io);
 LULL_EXTERN void lull_io_ref(lull_io *io);
 LULL_EXTERN void lull_io_unref(lull_io *io);

@@ -150,11 +150,15 @@ static int64_t poll_timeout(lull_loop *loop, uint64_t real_now) {
  * (after expiry). */
 static void count_wakeup(lull_loop *loop, int nevents) {
     loop->m.wakeups++;
-    /* An event with no watcher is the wake-up eventfd: nothing has been
-     * forgotten yet when this runs, right after the poll. */
-    lull_io *first = nevents ? loop->events[0].data.ptr : NULL;
-    bool remote = nevents ? first == NULL : lull__remote_pending(loop);
-    if (remote) {
+    /* Nothing has been forgotten yet when this runs, right after the poll.
+     * A stale registration (backend_epoll.c) counts as an fd wakeup that
+     * no callback caused. */
+    bool wake_fd = false;
+    lull_io *first = nevents ? lull__backend_first(loop, &wake_fd) : NULL;
+    bool remote = nevents ? wake_fd : lull__remote_pending(loop);
+    if (nevents && !remote && !first) {
+        loop->m.wakeups_io++;
+    } else if (remote) {
         loop->m.wakeups_remote++;
         loop->audit_remote = true;
     } else if (first) {

@@ -587,3 +587,122 @@ TEST(poll_error_fails_the_run) {
     printf("skipped: no seccomp architecture constant for this machine\n");
 #endif
 }
+
+/* ------------------------------------- fd closed before lull_io_stop */
+
+/* The kernel keys a registration by open file, so closing a watched fd does
+ * not remove it while another reference to the file is open. A stopped
+ * watcher must still never be called nor its memory touched, and the loop
+ * must not spin on the orphaned registration. Each case closes the write
+ * end too, so the file is both readable and hung up: a registration that
+ * kept reporting would report on every poll. The window is a 20 ms timer:
+ * the loop should poll a handful of times, not thousands. */
+static int stale_calls;
+static void stale_count(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+    stale_calls++;
+}
+
+static lull_timer window_timer;
+static void end_window(lull_timer *t) {
+    (void)t;
+}
+
+/* Runs the loop over a 20 ms window (the timer is the only referenced
+ * handle) and returns the polls it made. The cases keep another watcher
+ * started, as a real program would: a loop with none sleeps on a futex and
+ * never asks epoll at all. */
+static uint64_t polls_over_window(lull_loop *loop) {
+    lull_timer_init(loop, &window_timer, end_window);
+    lull_timer_start(&window_timer, 20 * MS, 0);
+    lull_metrics m;
+    lull_loop_metrics_reset(loop);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_loop_metrics(loop, &m);
+    return m.polls;
+}
+
+TEST(stopped_watcher_with_fd_closed_and_a_dup_open) {
+    lull_loop *loop = new_loop();
+    watch p;
+    make_pipe(&p);
+    lull_io *io = malloc(sizeof *io); /* ASan sees any later touch */
+    CHECK(io != NULL);
+    CHECK_EQ(lull_io_init(loop, io, p.rfd, stale_count), 0);
+    CHECK_EQ(lull_io_start(io, LULL_READABLE), 0);
+    int keep = dup(p.rfd);
+    CHECK(keep >= 0);
+    fill(p.wfd);
+    close(p.wfd);
+    close(p.rfd);
+    lull_io_stop(io);
+    free(io);
+
+    /* A watcher started now takes the stopped one's slot: the orphaned
+     * registration must not reach it either, and it must survive the
+     * rebuild of the epoll set. */
+    watch n;
+    make_pipe(&n);
+    CHECK_EQ(lull_io_init(loop, &n.io, n.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&n.io, LULL_READABLE), 0);
+    lull_io_unref(&n.io);
+
+    CHECK_LE(polls_over_window(loop), 4);
+    CHECK_EQ(stale_calls, 0);
+    CHECK_EQ(n.calls, 0);
+    fill(n.wfd);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(n.calls, 1);
+    CHECK_EQ(n.last_events, LULL_READABLE);
+    lull_io_stop(&n.io);
+    close_pipe(&n);
+    close(keep);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same with the other reference held by a forked child, as a server
+ * that forks a helper process with its fds would have it. */
+TEST(stopped_watcher_with_fd_closed_and_a_child_holding_it) {
+    lull_loop *loop = new_loop();
+    watch p;
+    make_pipe(&p);
+    int hold[2]; /* the child exits when the parent closes hold[1] */
+    CHECK_EQ(pipe2(hold, O_CLOEXEC), 0);
+    static watch w; /* kept alive: a call would be counted, not a crash */
+    w.calls = 0;
+    CHECK_EQ(lull_io_init(loop, &w.io, p.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(p.wfd);
+        close(hold[1]);
+        char c;
+        while (read(hold[0], &c, 1) < 0 && errno == EINTR) {
+        }
+        _exit(0);
+    }
+    close(hold[0]);
+    fill(p.wfd);
+    close(p.wfd);
+    close(p.rfd); /* the child still holds the file */
+    lull_io_stop(&w.io);
+
+    watch n;
+    make_pipe(&n);
+    CHECK_EQ(lull_io_init(loop, &n.io, n.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&n.io, LULL_READABLE), 0);
+    lull_io_unref(&n.io);
+    CHECK_LE(polls_over_window(loop), 4);
+    CHECK_EQ(w.calls, 0);
+    CHECK_EQ(n.calls, 0);
+    lull_io_stop(&n.io);
+    close_pipe(&n);
+    close(hold[1]);
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
