@@ -55,6 +55,13 @@ typedef struct lull_loop_options { /* all zero = defaults */
     uint64_t stall_ns;   /* a slice this long is a stall; 0 = 8 x quantum */
 } lull_loop_options;
 
+/* The largest quantum_ns and stall_ns lull_loop_new accepts (-EINVAL above):
+ * an hour per slice is far past any useful quantum, and real-clock slice
+ * arithmetic stays far from wrapping. The default stall (8 quanta) always
+ * fits. */
+#define LULL_QUANTUM_MAX_NS 3600000000000ull /* 1 hour */
+#define LULL_STALL_MAX_NS   (8 * LULL_QUANTUM_MAX_NS)
+
 /* Creates a loop (allocates; not a hot path). opts may be NULL. */
 LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed

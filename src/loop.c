@@ -38,6 +38,11 @@ static int check_options(const lull_loop_options *o) {
     if (o->role != LULL_ROLE_SHARED && o->role != LULL_ROLE_DEDICATED)
         return -EINVAL;
     if (o->flags & ~LULL_LOOP_AUTO_ADVANCE) return -EINVAL;
+    /* Unbounded, a quantum near UINT64_MAX wrapped the slice deadline (every
+     * slice spent at once) and 8 x 2^61 wrapped the default stall to 0
+     * (every slice a stall). */
+    if (o->quantum_ns > LULL_QUANTUM_MAX_NS) return -EINVAL;
+    if (o->stall_ns > LULL_STALL_MAX_NS) return -EINVAL;
     return 0;
 }
 

@@ -350,6 +350,53 @@ TEST(invalid_arguments_einval) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* quantum_ns and stall_ns above their documented maxima are refused: near
+ * UINT64_MAX the quantum wrapped the slice deadline, so lull_should_yield
+ * was true at once, and a 2^61 quantum wrapped the default stall (8 quanta)
+ * to 0, so every slice was a stall. At the maxima, a short slice neither
+ * yields nor stalls. */
+static int max_yields, max_calls;
+static void yield_probe(lull_task *t) {
+    (void)t;
+    max_calls++;
+    for (int i = 0; i < 100; i++)
+        max_yields += lull_should_yield(the_loop);
+}
+
+TEST(quantum_and_stall_range_checked) {
+    lull_loop *loop = NULL;
+    lull_loop_options o = {.quantum_ns = UINT64_MAX};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.quantum_ns = 1ull << 61};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.quantum_ns = LULL_QUANTUM_MAX_NS + 1};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.stall_ns = UINT64_MAX};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.stall_ns = LULL_STALL_MAX_NS + 1};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    CHECK(loop == NULL);
+
+    o = (lull_loop_options){.quantum_ns = LULL_QUANTUM_MAX_NS};
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    CHECK_U64_EQ(lull_loop_quantum(loop), LULL_QUANTUM_MAX_NS);
+    lull_task t;
+    lull_task_init(&t, yield_probe);
+    lull_post(loop, &t);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_EQ(max_calls, 1);
+    CHECK_EQ(max_yields, 0);
+    CHECK_U64_EQ(m.stalls, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+
+    o = (lull_loop_options){.stall_ns = LULL_STALL_MAX_NS};
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* Void calls with NULL handles do nothing rather than crash. */
 TEST(null_handles_do_not_crash) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
