@@ -148,6 +148,8 @@ struct lull_loop {
     uint64_t sample_last;   /* real ns the last sample was armed */
     uint64_t busy_start;    /* real ns the current slice began (busy_ns) */
 
+    uint64_t tasks_run_base; /* tasks_run at the last metrics reset */
+
     /* Wake audit (src/audit.c). */
     lull__source *sources;
     int sources_len;
