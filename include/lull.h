@@ -307,6 +307,7 @@ typedef struct lull_metrics {
     uint64_t wakeups_timer;  /* wakeups a timer deadline caused */
     uint64_t wakeups_io;     /* wakeups fd readiness caused */
     uint64_t wakeups_remote; /* wakeups a cross-thread post caused */
+    uint64_t wakeups_signal; /* waits a signal interrupted (EINTR) */
     uint64_t empty_polls;    /* polls that found nothing */
     uint64_t iterations;     /* loop iterations */
     uint64_t worst_stall_ns;
@@ -338,7 +339,8 @@ enum {
     LULL_SOURCE_TIMER = 1,  /* a timer's deadline woke the loop */
     LULL_SOURCE_IO = 2,     /* fd readiness woke the loop */
     LULL_SOURCE_REMOTE = 3, /* a cross-thread post woke the loop */
-    LULL_SOURCE_PUMP = 4    /* a pump's passes */
+    LULL_SOURCE_PUMP = 4,   /* a pump's passes */
+    LULL_SOURCE_SIGNAL = 5  /* a signal interrupted the wait (one row) */
 };
 
 typedef struct lull_audit_entry {

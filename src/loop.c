@@ -150,11 +150,18 @@ static int64_t poll_timeout(lull_loop *loop, uint64_t real_now) {
     return lull__timers_next_ns(loop, real_now);
 }
 
-/* Counts a wakeup and attributes it: to the first fd that was ready, to
- * the oldest remote post (when the drain runs), or to the first timer due
- * (after expiry). */
-static void count_wakeup(lull_loop *loop, int nevents) {
+/* Counts a wakeup and attributes it: to a signal that interrupted the
+ * wait, to the first fd that was ready, to the oldest remote post (when the
+ * drain runs), or to the first timer due (after expiry). */
+static void count_wakeup(lull_loop *loop, int nevents, bool signalled) {
     loop->m.wakeups++;
+    if (signalled) {
+        /* Not a timer's doing, though no fd or post was ready either: the
+         * audit must not blame a timer for a program's signals. */
+        loop->m.wakeups_signal++;
+        lull__audit_wakeup(loop, NULL, LULL_SOURCE_SIGNAL);
+        return;
+    }
     /* Nothing has been forgotten yet when this runs, right after the poll.
      * A stale registration (backend_epoll.c) counts as an fd wakeup that
      * no callback caused. */
@@ -202,7 +209,8 @@ static void poll_failed(lull_loop *loop, int err) {
  * futex instead (src/remote.c): a remote post then wakes it at futex cost.
  * *timeout becomes 0 if a post arrived before the loop could sleep.
  * Returns the number of fd events collected. */
-static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0) {
+static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0,
+                         bool *signalled) {
     int64_t timeout = *timeout_io;
     int how = timeout == 0      ? LULL__AWAKE
               : loop->io_active ? LULL__SLEEP_EPOLL
@@ -215,10 +223,15 @@ static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0) {
     int n = 0;
     if (how == LULL__SLEEP_FUTEX) {
         loop->events_len = loop->events_next = 0;
+        /* lull__remote_wait ends with its futex call, so errno tells an
+         * interrupted wait (a handler without SA_RESTART) from the rest. */
+        errno = 0;
         lull__remote_wait(loop, timeout, t0);
+        *signalled = errno == EINTR;
     } else {
         n = lull__backend_poll(loop, timeout);
         loop->m.polls++;
+        *signalled = n == -EINTR;
         if (n < 0 && n != -EINTR) {
             poll_failed(loop, n);
             *timeout_io = 0;
@@ -240,11 +253,12 @@ static void attribute_timer_wakeup(lull_loop *loop) {
 /* Polls once, starts the slice, then runs fd callbacks. Returns the number
  * of events the poll collected. */
 static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
-    int n = wait_for_work(loop, &timeout, t0);
+    bool signalled = false;
+    int n = wait_for_work(loop, &timeout, t0, &signalled);
     uint64_t t1 = lull__clock_real();
     if (timeout != 0) {
         loop->m.idle_ns += t1 - t0;
-        count_wakeup(loop, n);
+        count_wakeup(loop, n, signalled);
     }
     if (!loop->virtual_clock) loop->now = t1;
     lull__slice_begin(loop, t1);
