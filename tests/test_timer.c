@@ -115,8 +115,10 @@ TEST(task_posted_by_simultaneous_timer_runs_after_them) {
 
 /* The same on the real clock. Inside a callback "now" is the slice's cached
  * time, so timers armed by one callback with one delay share a deadline.
- * (Outside the loop each arm reads the clock, so set-up time never makes a
- * timer fire early.) */
+ * (Outside the loop it is much the same: only the first arm after the loop
+ * went idle reads the clock, and later arms count from that reading, so
+ * set-up work between two arms does not move the second one's deadline;
+ * see docs/GUIDE.md, Timers.) */
 static item *arm_these;
 static void arm_three(lull_task *t) {
     (void)t;
