@@ -313,6 +313,15 @@ static void loop_verify(const lull_loop *loop) {
                         h->slots[(i - 1) / 4].deadline <= h->slots[i].deadline,
                     "lull: timer heap out of order");
     }
+    /* Started watchers (src/backend_epoll.c), as many slots as above. */
+    n = loop->io_slots_cap < VERIFY_HEAP_SLOTS ? loop->io_slots_cap
+                                               : VERIFY_HEAP_SLOTS;
+    for (uint32_t i = 0; i < n; i++) {
+        const lull_io *io = loop->io_slots[i].io;
+        LULL_ASSERT(!io || (io->slot == i && io->loop == loop &&
+                            (io->flags & LULL__IO_ACTIVE)),
+                    "lull: fd watcher corrupted (freed while started?)");
+    }
 }
 #endif
 
