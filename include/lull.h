@@ -55,6 +55,13 @@ typedef struct lull_loop_options { /* all zero = defaults */
     uint64_t stall_ns;   /* a slice this long is a stall; 0 = 8 x quantum */
 } lull_loop_options;
 
+/* The largest quantum_ns and stall_ns lull_loop_new accepts (-EINVAL above):
+ * an hour per slice is far past any useful quantum, and real-clock slice
+ * arithmetic stays far from wrapping. The default stall (8 quanta) always
+ * fits. */
+#define LULL_QUANTUM_MAX_NS 3600000000000ull /* 1 hour */
+#define LULL_STALL_MAX_NS   (8 * LULL_QUANTUM_MAX_NS)
+
 /* Creates a loop (allocates; not a hot path). opts may be NULL. */
 LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
@@ -62,7 +69,8 @@ LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 LULL_EXTERN int lull_loop_free(lull_loop *loop);
 /* Runs the loop. -EBUSY if already running (nested), -EINVAL on an unknown
  * mode. DEFAULT runs while the loop is alive; ONCE runs one iteration (it may
- * block); NOWAIT runs one iteration without blocking. */
+ * block); NOWAIT runs one iteration without blocking. If the kernel refuses
+ * to wait (an error other than EINTR), the run ends and returns it. */
 LULL_EXTERN int lull_run(lull_loop *loop, int mode);
 /* Ends the current run after the callback in progress; no-op outside a run.
  * From another thread, post a task that calls it. */
@@ -123,7 +131,9 @@ struct lull_timer {  /* 48 bytes, plus one 16-byte heap slot while armed */
 LULL_EXTERN void lull_timer_init(lull_loop *loop, lull_timer *timer,
                                  lull_timer_fn fn);
 /* Arms (or re-arms: new deadline, new arm order) the timer. delay 0 queues it
- * like a posted task; repeat > 0 fires every repeat ns, phase kept. */
+ * like a posted task; repeat > 0 fires every repeat ns, phase kept.
+ * Deadlines saturate at UINT64_MAX (never, on the real clock); a repeating
+ * timer that fires at UINT64_MAX has no next period and stops. */
 LULL_EXTERN void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
                                   uint64_t repeat_ns);
 LULL_EXTERN void lull_timer_stop(lull_timer *timer);
@@ -153,6 +163,7 @@ struct lull_io {
     int fd;          /* the watched descriptor (not owned: never closed) */
     int events;      /* interest the kernel holds; 0 while stopped */
     uint32_t flags;  /* state bits (src/internal.h) */
+    uint32_t slot;   /* its slot in the loop's table while started */
 };
 
 /* Level-triggered: the callback runs every iteration while the fd is ready
@@ -163,7 +174,8 @@ LULL_EXTERN int lull_io_init(lull_loop *loop, lull_io *io, int fd,
  * the fd, -EPERM for fds epoll cannot watch (regular files). */
 LULL_EXTERN int lull_io_start(lull_io *io, int events);
 /* Safe inside any callback: a stopped watcher is not called again, even for
- * readiness already collected in this batch. */
+ * readiness already collected in this batch or when its fd was closed
+ * first; its memory is not touched after this returns. */
 LULL_EXTERN void lull_io_stop(lull_io *io);
 LULL_EXTERN void lull_io_ref(lull_io *io);
 LULL_EXTERN void lull_io_unref(lull_io *io);
@@ -260,8 +272,8 @@ LULL_EXTERN uint64_t lull_loop_quantum(lull_loop *loop);
  * running ready work between them. No-op on a monotonic loop. */
 LULL_EXTERN void lull_advance(lull_loop *loop, uint64_t ns);
 /* Runs ready work (polling fds and remote posts without blocking) with time
- * frozen until nothing is ready; returns the callbacks run, or -EBUSY when
- * called inside a run. */
+ * frozen until nothing is ready; returns the callbacks run, -EBUSY when
+ * called inside a run, or the poll's error as lull_run does. */
 LULL_EXTERN int lull_settle(lull_loop *loop);
 
 /* --------------------------------------------------------- metrics: C8 */
@@ -295,6 +307,7 @@ typedef struct lull_metrics {
     uint64_t wakeups_timer;  /* wakeups a timer deadline caused */
     uint64_t wakeups_io;     /* wakeups fd readiness caused */
     uint64_t wakeups_remote; /* wakeups a cross-thread post caused */
+    uint64_t wakeups_signal; /* waits a signal interrupted (EINTR) */
     uint64_t empty_polls;    /* polls that found nothing */
     uint64_t iterations;     /* loop iterations */
     uint64_t worst_stall_ns;
@@ -326,7 +339,8 @@ enum {
     LULL_SOURCE_TIMER = 1,  /* a timer's deadline woke the loop */
     LULL_SOURCE_IO = 2,     /* fd readiness woke the loop */
     LULL_SOURCE_REMOTE = 3, /* a cross-thread post woke the loop */
-    LULL_SOURCE_PUMP = 4    /* a pump's passes */
+    LULL_SOURCE_PUMP = 4,   /* a pump's passes */
+    LULL_SOURCE_SIGNAL = 5  /* a signal interrupted the wait (one row) */
 };
 
 typedef struct lull_audit_entry {

@@ -132,13 +132,16 @@ void lull_timer_unref(lull_timer *timer) {
     set_unref(timer, true);
 }
 
-/* The first deadline after `now` on the phase of `deadline`. */
+/* The first deadline after `now` on the phase of `deadline`, saturated at
+ * UINT64_MAX like every deadline. Only a clock at UINT64_MAX gets an answer
+ * that is not after `now`. */
 static uint64_t next_deadline(uint64_t deadline, uint64_t period,
                               uint64_t now) {
     uint64_t next = saturating_add(deadline, period);
-    if (next <= now) {
-        uint64_t missed = (now - next) / period + 1;
-        next = saturating_add(next, missed * period);
+    if (next <= now && next != UINT64_MAX) {
+        uint64_t missed = (now - next) / period + 1, skip;
+        if (__builtin_mul_overflow(missed, period, &skip)) return UINT64_MAX;
+        next = saturating_add(next, skip);
     }
     return next;
 }
@@ -146,15 +149,19 @@ static uint64_t next_deadline(uint64_t deadline, uint64_t period,
 /* Moves every timer due at `now` from the heap to the due list, in
  * (deadline, arm) order. A repeating timer is re-armed for its next period
  * at once; if its last fire has not run yet it is not queued twice, which
- * is how periods missed while the loop was busy are skipped. */
+ * is how periods missed while the loop was busy are skipped. A repeat that
+ * fired at the end of the clock (UINT64_MAX, where deadlines saturate) has
+ * no next period and ends: re-armed there, it would be due again at once,
+ * and this loop would never finish. */
 void lull__timers_expire(lull_loop *loop, uint64_t now) {
     lull__heap *h = &loop->heap;
     while (h->len && lull__heap_min_deadline(h) <= now) {
         uint64_t deadline = lull__heap_min_deadline(h);
         lull_timer *t = lull__heap_min(h);
         heap_del(loop, t);
-        if (t->repeat)
-            heap_add(loop, t, next_deadline(deadline, t->repeat, now));
+        uint64_t next =
+            t->repeat ? next_deadline(deadline, t->repeat, now) : now;
+        if (next > now) heap_add(loop, t, next);
         if (!lull__node_queued(&t->node))
             lull__queue_push(&loop->due, &t->node);
     }

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <lull.h>
+#include <unistd.h>
 
 #define MS 1000000ull
 
@@ -114,8 +115,10 @@ TEST(task_posted_by_simultaneous_timer_runs_after_them) {
 
 /* The same on the real clock. Inside a callback "now" is the slice's cached
  * time, so timers armed by one callback with one delay share a deadline.
- * (Outside the loop each arm reads the clock, so set-up time never makes a
- * timer fire early.) */
+ * (Outside the loop it is much the same: only the first arm after the loop
+ * went idle reads the clock, and later arms count from that reading, so
+ * set-up work between two arms does not move the second one's deadline;
+ * see docs/GUIDE.md, Timers.) */
 static item *arm_these;
 static void arm_three(lull_task *t) {
     (void)t;
@@ -491,5 +494,51 @@ TEST(stop_idempotent) {
     lull_timer_start(&v[0].timer, 1, 0);
     lull_advance(loop, 1);
     CHECK_EQ(v[0].runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Huge delays and periods on the real clock: a deadline past the end of the
+ * clock saturates at UINT64_MAX and never comes; a repeat whose next period
+ * would pass it stays armed there. Neither spins the loop, and a poll whose
+ * timeout is the largest one lull passes still returns on fd readiness. */
+static int huge_ready_calls;
+static void huge_ready(lull_io *io, int events) {
+    (void)events;
+    huge_ready_calls++;
+    lull_io_stop(io);
+}
+
+TEST(huge_delays_on_the_real_clock) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    item v[2];
+    items_init(v, 2);
+    lull_timer_start(&v[0].timer, UINT64_MAX, 1000 * MS);
+    CHECK_U64_EQ(lull_timer_deadline(&v[0].timer), UINT64_MAX);
+    lull_timer_start(&v[1].timer, 1, UINT64_MAX);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0); /* until v[1]'s 1 ns */
+    CHECK_EQ(v[1].runs, 1);
+    CHECK_U64_EQ(lull_timer_deadline(&v[1].timer), UINT64_MAX);
+    CHECK_EQ(v[0].runs, 0);
+
+    /* Only the saturated deadlines are left: the poll gets the largest
+     * timeout, and a readable pipe ends it. */
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0);
+    CHECK_EQ(write(fds[1], "x", 1), 1);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, fds[0], huge_ready), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    lull_metrics m;
+    lull_loop_metrics_reset(loop);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    lull_loop_metrics(loop, &m);
+    CHECK_EQ(huge_ready_calls, 1);
+    CHECK_U64_EQ(m.polls, 1);
+    CHECK(lull_timer_active(&v[0].timer));
+    CHECK(lull_timer_active(&v[1].timer));
+    lull_timer_stop(&v[0].timer);
+    lull_timer_stop(&v[1].timer);
+    close(fds[0]);
+    close(fds[1]);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
