@@ -40,21 +40,35 @@ void lull_endpoint_callbacks(lull_endpoint *ep, lull_frame_fn on_frame,
     ep->on_close = on_close;
 }
 
+#define LULL__EP_NO_SEND (LULL__EP_CLOSED | LULL__EP_PEER_GONE)
+
 static int check_send(const lull_endpoint *ep, const void *bytes, size_t len) {
     if (!ep || !ep->ops || (len > 0 && !bytes)) return -EINVAL;
-    if (ep->flags & (LULL__EP_CLOSED | LULL__EP_PEER_GONE)) return -EPIPE;
+    if (ep->flags & LULL__EP_NO_SEND) return -EPIPE;
     if (len > ep->max_frame) return -EMSGSIZE;
     return 0;
 }
 
-int lull_send(lull_endpoint *ep, lull_frame *frame) {
+/* Why lull_send refused, in the documented order of the checks. */
+__attribute__((noinline)) static int send_refused(const lull_endpoint *ep,
+                                                  const lull_frame *frame) {
     if (!frame) return -EINVAL;
     int rc = check_send(ep, frame->bytes, frame->len);
     if (rc < 0) return rc;
-    if (frame->in_flight) return -EBUSY;
+    return -EBUSY; /* in flight */
+}
+
+int lull_send(lull_endpoint *ep, lull_frame *frame) {
+    /* One test for every refusal, so a send costs a few compares. */
+    if (__builtin_expect(!ep || !frame || !ep->ops ||
+                             (ep->flags & LULL__EP_NO_SEND) ||
+                             frame->in_flight || frame->len > ep->max_frame ||
+                             (!frame->bytes && frame->len),
+                         0))
+        return send_refused(ep, frame);
     frame->in_flight = true;
     frame->next = NULL;
-    rc = ep->ops->send(ep, frame);
+    int rc = ep->ops->send(ep, frame);
     if (rc < 0) {
         frame->in_flight = false;
         return rc;
@@ -87,8 +101,7 @@ int lull_send_copy(lull_endpoint *ep, const void *bytes, size_t len) {
 }
 
 bool lull_writable(const lull_endpoint *ep) {
-    return ep && ep->ops &&
-           !(ep->flags & (LULL__EP_CLOSED | LULL__EP_PEER_GONE)) &&
+    return ep && ep->ops && !(ep->flags & LULL__EP_NO_SEND) &&
            ep->queued < ep->high_water;
 }
 
@@ -107,21 +120,11 @@ bool lull_endpoint_closed(const lull_endpoint *ep) {
     return ep && (ep->flags & LULL__EP_CLOSED);
 }
 
-void lull__endpoint_sent(lull_endpoint *ep, size_t n) {
-    size_t before = ep->queued;
-    ep->queued = n < before ? before - n : 0;
-    if (before >= ep->high_water && ep->queued < ep->high_water &&
-        !(ep->flags & (LULL__EP_CLOSED | LULL__EP_PEER_GONE)) && ep->on_drain)
-        ep->on_drain(ep);
+void lull__endpoint_drain(lull_endpoint *ep) {
+    if (!(ep->flags & LULL__EP_NO_SEND) && ep->on_drain) ep->on_drain(ep);
 }
 
 void lull__endpoint_peer_gone(lull_endpoint *ep) {
     ep->flags |= LULL__EP_PEER_GONE;
     ep->queued = 0;
-}
-
-void lull__frame_release(lull_frame *frame) {
-    frame->next = NULL;
-    frame->in_flight = false;
-    if (frame->release) frame->release(frame);
 }

@@ -16,17 +16,32 @@
 void lull__endpoint_init(lull_endpoint *ep, const lull_frame_ops *ops,
                          size_t max_frame, size_t high_water);
 
+/* Runs the drain callback of an endpoint whose queue just crossed below
+ * the high-water mark, if it is still open (lull__endpoint_sent). */
+void lull__endpoint_drain(lull_endpoint *ep);
+
 /* `n` accepted bytes left the queue (delivered or written). When that takes
  * the count from at or above the high-water mark to below it, and the
  * endpoint is still open, its drain callback runs here, once: call this
- * where a callback may run, never inside lull_send. */
-void lull__endpoint_sent(lull_endpoint *ep, size_t n);
+ * where a callback may run, never inside lull_send. Inline: it runs once
+ * per frame. */
+static inline void lull__endpoint_sent(lull_endpoint *ep, size_t n) {
+    size_t before = ep->queued;
+    ep->queued = n < before ? before - n : 0;
+    if (__builtin_expect(before >= ep->high_water, 0) &&
+        ep->queued < ep->high_water)
+        lull__endpoint_drain(ep);
+}
 
 /* The peer is gone: sends fail, nothing is queued any more, no drain. */
 void lull__endpoint_peer_gone(lull_endpoint *ep);
 
 /* Gives a frame back to its owner: no longer in flight, then its release
  * callback. The transport must not touch the frame afterwards. */
-void lull__frame_release(lull_frame *frame);
+static inline void lull__frame_release(lull_frame *frame) {
+    frame->next = NULL;
+    frame->in_flight = false;
+    if (frame->release) frame->release(frame);
+}
 
 #endif

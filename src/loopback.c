@@ -39,13 +39,13 @@ static inline lull_loopback *end_of(lull_endpoint *ep) {
 }
 
 /* Claims this end's delivery turn, unless it is already claimed. */
-static void claim_turn(lull_loopback *lb) {
-    if (lb->deliver == LULL_DELIVER_TIMER) {
+static inline void claim_turn(lull_loopback *lb) {
+    if (LULL_LIKELY(lb->deliver == LULL_DELIVER_TASK)) {
+        if (lull__node_queued(&lb->task.node)) return;
+        lull_post(lb->loop, &lb->task);
+    } else {
         if (lull_timer_active(&lb->timer)) return;
         lull_timer_start(&lb->timer, lb->delay_ns, 0);
-    } else {
-        if (lull_task_pending(&lb->task)) return;
-        lull_post(lb->loop, &lb->task);
     }
     lb->turns++;
 }
