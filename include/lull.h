@@ -382,9 +382,11 @@ typedef void (*lull_drain_fn)(lull_endpoint *ep);
 typedef void (*lull_close_fn)(lull_endpoint *ep, int reason);
 
 /* What a transport implements. lull_send and lull_endpoint_close check the
- * arguments and the state before calling these. */
+ * arguments and the state, and count the bytes, before calling these; so
+ * queueing cannot fail (the frame is its own queue link), and a transport
+ * reports later trouble through the peer's close callback. */
 typedef struct lull_frame_ops {
-    int (*send)(lull_endpoint *ep, lull_frame *frame); /* queue it */
+    void (*send)(lull_endpoint *ep, lull_frame *frame); /* queue it */
     void (*close)(lull_endpoint *ep, int reason);
 } lull_frame_ops;
 

@@ -62,7 +62,6 @@ static void deliver(lull_loopback *lb) {
     }
     lb->head = f->next;
     if (!lb->head) lb->tail = NULL;
-    f->next = NULL;
     size_t len = f->len;
     lb->delivered++;
     if (lb->ep.on_frame) lb->ep.on_frame(&lb->ep, f->bytes, len);
@@ -83,7 +82,7 @@ static void deliver_timer(lull_timer *t) {
     deliver(LULL_CONTAINER_OF(t, lull_loopback, timer));
 }
 
-static int loopback_send(lull_endpoint *ep, lull_frame *frame) {
+static void loopback_send(lull_endpoint *ep, lull_frame *frame) {
     lull_loopback *a = end_of(ep);
     LULL_ASSERT_LOOP_THREAD(a->loop);
     lull_loopback *b = a->peer;
@@ -95,7 +94,6 @@ static int loopback_send(lull_endpoint *ep, lull_frame *frame) {
     }
     b->tail = frame;
     claim_turn(b);
-    return 0;
 }
 
 static void loopback_close(lull_endpoint *ep, int reason) {
