@@ -24,14 +24,17 @@
 
 enum { LB_COMMITS, LB_GRAPH, LB_WORKLOADS };
 
-#define LB_MAX_EFFECTS 64 /* far above the 24 of the investigation */
+#define LB_MAX_EFFECTS 64  /* far above the 24 of the investigation */
+#define LB_MAX_REPS    256 /* above the 200 runs of a full fast row */
 
 typedef struct lb_params {
     int commits;      /* sequential commits: 100 */
     int effects;      /* effects in the graph: 24 */
     int graph_rounds; /* rounds of the graph: 10 */
-    int reps;         /* runs of each workload per measurement; the result is
-                         their mean (fast modes run many: one run is µs) */
+    int reps;         /* runs of each workload per measurement, each timed
+                         alone; the result is their median (fast modes run
+                         many: one run is µs, and a preemption inside one
+                         must not move the figure) */
     int round;        /* 0-based round of the driver */
     bool quick;       /* --quick */
 } lb_params;

@@ -13,7 +13,7 @@
 // Prints one JSON line: {"mode": ..., "commits_ms": ..., "graph_ms": ...,
 // "commits_frames": ..., "graph_frames": ..., "commits_turns": ...,
 // "graph_turns": ..., "commits_timers": ..., "graph_timers": ...}, per run
-// of a workload (the mean of `reps` runs).
+// of a workload (ms: the median of `reps` runs timed one by one).
 'use strict';
 
 const { MessageChannel } = require('worker_threads');
@@ -143,21 +143,32 @@ function warmup(left, next) {
   runWorkload(false, () => runWorkload(true, () => warmup(left - 1, next)));
 }
 
-// reps runs of a workload one after another; then the next workload.
+function median(v) {
+  const s = Float64Array.from(v).sort();
+  const m = (s.length - 1) / 2;
+  return (s[Math.floor(m)] + s[Math.ceil(m)]) / 2;
+}
+
+// reps runs of a workload one after another, each timed alone (the
+// median is the figure, as in the C rows); then the next workload.
 const out = { mode: opt.mode };
 function measure(graph, next) {
   const name = graph ? 'graph' : 'commits';
-  let left = opt.reps;
   const arms0 = arms;
-  const t0 = now();
+  const durations = [];
+  let t0 = now();
   const again = (frames) => {
+    durations.push(Number(now() - t0));
     if (frames !== expected(graph)) {
       process.stderr.write(`loopback.js: ${name}: ${frames} frames\n`);
       process.exit(1);
     }
-    if (--left > 0) return runWorkload(graph, again);
+    if (durations.length < opt.reps) {
+      t0 = now();
+      return runWorkload(graph, again);
+    }
     const turns = (arms - arms0) / opt.reps;
-    out[`${name}_ms`] = Number(now() - t0) / 1e6 / opt.reps;
+    out[`${name}_ms`] = median(durations) / 1e6;
     out[`${name}_frames`] = frames;
     out[`${name}_turns`] = turns;
     out[`${name}_timers`] = opt.mode === 'setTimeout' ? turns : 0;
