@@ -360,6 +360,143 @@ LULL_EXTERN int lull_loop_audit(lull_loop *loop, lull_audit_entry *out, int max,
                                 uint64_t *window_ns);
 LULL_EXTERN void lull_loop_audit_reset(lull_loop *loop);
 
+/* ---------------------------------------------------------- frames: C6 */
+
+/* The frame interface: whole frames to and from a peer, whatever carries
+ * them. Application code holds a lull_endpoint * and uses only this
+ * section, so it runs unchanged on a loopback pair (below) or on a socket
+ * stream; the transport fills in `ops`. Delivery rules are the transport's
+ * to keep, and they are the same for all: a frame is never delivered inside
+ * the call that sent it, frames arrive in send order, one callback at a
+ * time. docs/LOOPBACK.md has the delivery model. */
+
+typedef struct lull_frame lull_frame;
+typedef struct lull_endpoint lull_endpoint;
+
+/* The transport is done with a handed-over frame: the peer's frame callback
+ * returned, or a close discarded the frame. Called once per accepted send;
+ * the frame and its bytes are the caller's again (re-send or free them). */
+typedef void (*lull_release_fn)(lull_frame *frame);
+
+struct lull_frame {    /* caller-owned; embed it and use LULL_CONTAINER_OF */
+    const void *bytes; /* the payload: read in place, never copied */
+    size_t len;        /* bytes of payload; 0 is a valid frame */
+    lull_release_fn release; /* may be NULL */
+    lull_frame *next;        /* the transport's queue link while in flight */
+    bool in_flight;          /* accepted and not yet released */
+};
+
+/* A frame from the peer; bytes are valid during the call only. */
+typedef void (*lull_frame_fn)(lull_endpoint *ep, const void *bytes, size_t len);
+/* Queued bytes fell back below the high-water mark: writable again. */
+typedef void (*lull_drain_fn)(lull_endpoint *ep);
+/* The peer closed with `reason` (what it passed to lull_endpoint_close),
+ * after every frame it sent before closing was delivered; or the transport
+ * failed (a negative errno). The endpoint's last callback. */
+typedef void (*lull_close_fn)(lull_endpoint *ep, int reason);
+
+/* What a transport implements. lull_send and lull_endpoint_close check the
+ * arguments and the state, and count the bytes, before calling these; so
+ * queueing cannot fail (the frame is its own queue link), and a transport
+ * reports later trouble through the peer's close callback. */
+typedef struct lull_frame_ops {
+    void (*send)(lull_endpoint *ep, lull_frame *frame); /* queue it */
+    void (*close)(lull_endpoint *ep, int reason);
+} lull_frame_ops;
+
+struct lull_endpoint {
+    const lull_frame_ops *ops; /* the transport's; NULL until it set up */
+    lull_frame_fn on_frame;    /* NULL: frames are delivered to nobody */
+    lull_drain_fn on_drain;    /* may be NULL */
+    lull_close_fn on_close;    /* may be NULL */
+    size_t queued;     /* bytes accepted and not yet delivered (or written) */
+    size_t high_water; /* writable while queued < high_water */
+    size_t max_frame;  /* a longer frame is refused with -EMSGSIZE */
+    uint32_t flags;    /* state bits (src/frame.h) */
+};
+
+/* 16 MiB: far above any message lull's users exchange, low enough that a
+ * corrupt length cannot make a stream reserve gigabytes. */
+#define LULL_FRAME_MAX_DEFAULT ((size_t)16 << 20)
+/* 64 KiB: a socket's default send buffer order of magnitude; enough for
+ * many small frames in flight before a producer is asked to wait. */
+#define LULL_HIGH_WATER_DEFAULT ((size_t)64 << 10)
+
+/* Sets the callbacks (any may be NULL). Call it before the loop can deliver
+ * anything: right after the transport set the endpoint up. */
+LULL_EXTERN void lull_endpoint_callbacks(lull_endpoint *ep,
+                                         lull_frame_fn on_frame,
+                                         lull_drain_fn on_drain,
+                                         lull_close_fn on_close);
+/* Hands the frame over: no copy, no allocation; frame->release runs when
+ * the transport is done with it. 0, or: -EINVAL (NULL, or bytes NULL with
+ * len > 0), -EBUSY (that frame is still in flight), -EPIPE (this end or
+ * its peer closed), -EMSGSIZE (len > max_frame). On an error the frame
+ * stays the caller's and nothing else changes. Past the high-water mark a
+ * send is still accepted: lull_writable says when to stop. */
+LULL_EXTERN int lull_send(lull_endpoint *ep, lull_frame *frame);
+/* Borrows and copies the bytes (allocates one block per frame); the same
+ * errors, and -ENOMEM. */
+LULL_EXTERN int lull_send_copy(lull_endpoint *ep, const void *bytes,
+                               size_t len);
+/* Open, peer open, and fewer than high_water bytes queued. */
+LULL_EXTERN bool lull_writable(const lull_endpoint *ep);
+/* Closes this end: its queued incoming frames are released undelivered and
+ * it gets no more callbacks; frames it already sent are still delivered,
+ * then the peer's close callback gets `reason`. Idempotent: 0, or -EINVAL
+ * for NULL or an endpoint no transport set up. */
+LULL_EXTERN int lull_endpoint_close(lull_endpoint *ep, int reason);
+/* Closed by lull_endpoint_close, or the peer's close was delivered. */
+LULL_EXTERN bool lull_endpoint_closed(const lull_endpoint *ep);
+
+/* ------------------------------------------------------------- loopback */
+
+/* Two connected endpoints on one loop: the honest in-process transport
+ * (C6). Frames queue at the receiving end and are delivered one per turn,
+ * in send order, by a posted task (or, for comparisons, a timer), so
+ * nothing arrives inside the sender's call and each frame's callback
+ * returns before the next frame is delivered. The hand-over path never
+ * allocates. */
+
+enum { LULL_DELIVER_TASK = 0, LULL_DELIVER_TIMER = 1 };
+
+typedef struct lull_loopback_options { /* all zero = defaults */
+    size_t max_frame;                  /* 0 = LULL_FRAME_MAX_DEFAULT */
+    size_t high_water;                 /* 0 = LULL_HIGH_WATER_DEFAULT */
+    int deliver;       /* LULL_DELIVER_TASK (0): one posted task per frame;
+                          LULL_DELIVER_TIMER: a timer armed for delay_ns */
+    uint64_t delay_ns; /* timer delivery: 0 is a zero-delay turn (by C3 the
+                          same order and cost as a task); more is a link
+                          that holds each frame that long */
+} lull_loopback_options;
+
+typedef struct lull_loopback lull_loopback;
+struct lull_loopback {
+    lull_endpoint ep;    /* the frame interface: give &ep to your code */
+    lull_task task;      /* the delivery turn (LULL_DELIVER_TASK) */
+    lull_timer timer;    /* the delivery turn (LULL_DELIVER_TIMER) */
+    lull_loop *loop;     /* owning loop */
+    lull_loopback *peer; /* the other end; NULL once either end closed */
+    lull_frame *head;    /* the peer's frames not yet delivered, oldest */
+    lull_frame *tail;    /* first */
+    uint64_t delay_ns;   /* timer delivery's delay */
+    int deliver;         /* LULL_DELIVER_* */
+    int reason;          /* the peer's close reason, while close_pending */
+    bool close_pending;  /* the peer closed: deliver it after the frames */
+    uint64_t delivered;  /* frames delivered to this end */
+    uint64_t turns;      /* delivery turns claimed: posts or timer arms */
+};
+
+/* Connects a and b on loop (opts may be NULL): what &a->ep sends arrives at
+ * b's frame callback and the other way round. -EINVAL for NULL, a == b or
+ * an unknown delivery. Re-pair ends only once both are closed and not
+ * pending. */
+LULL_EXTERN int lull_loopback_pair(lull_loop *loop, lull_loopback *a,
+                                   lull_loopback *b,
+                                   const lull_loopback_options *opts);
+/* A delivery turn (a frame, or the peer's close) is queued for this end. */
+LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
+
 #ifdef __cplusplus
 }
 #endif
