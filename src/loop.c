@@ -63,7 +63,6 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
         opts->stall_ns ? opts->stall_ns : loop->quantum_ns * STALL_QUANTA;
     loop->countdown = LULL__COUNTDOWN_IDLE;
     loop->now = loop->virtual_clock ? 0 : lull__clock_real();
-    loop->now_stale = !loop->virtual_clock;
     loop->backend_fd = -1;
     loop->remote_fd = -1;
 
@@ -320,7 +319,6 @@ static void run_end(lull_loop *loop) {
         prctl(PR_SET_TIMERSLACK, loop->slack_restore, 0, 0, 0);
     loop->running = false;
     loop->stop = false;
-    loop->now_stale = !loop->virtual_clock;
 }
 
 int lull_run(lull_loop *loop, int mode) {
