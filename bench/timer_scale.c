@@ -9,10 +9,13 @@
  *    cancel them, each batch timed as a whole. Round 1 grows the heap past
  *    BASE (past 2^20 slots at the default sizes) and touches fresh memory;
  *    later rounds reuse it: the steady state is the median of rounds 2..N.
- *  - spike: a second process per implementation arms BASE + EXTRA timers,
+ *  - spike: another process per implementation arms BASE + EXTRA timers,
  *    timing every arm on its own (two clock reads around it, about 50 ns
- *    added to each), and prints the worst arms with their index: an arm that
- *    grows the heap shows at its index.
+ *    added to each), and notes the arms over 5 us during which the thread
+ *    was not preempted. It runs SPIKE_RUNS times: an arm that is slow in
+ *    every run at the same index is the structure's own cost (an arm that
+ *    grows the heap), not noise, and is printed with its index and its
+ *    least time over the runs.
  *
  * Delays are pseudo-random in [1 h, 2 h), so nothing fires and each timer
  * lands at a random place in the heap. lull runs twice: on the real clock,
@@ -21,7 +24,10 @@
  * libev and libuv count from a cached loop time and read no clock per arm.
  * The machine's load moves these numbers: run a few times, take medians.
  *
- *   timer_scale [BASE [EXTRA [ROUNDS]]]   defaults 1000000 100000 5 */
+ *   timer_scale [BASE [EXTRA [ROUNDS [NAMES]]]]
+ *   defaults 1000000 100000 5, every implementation; NAMES is a comma-
+ *   separated subset (lull,lull-virtual,libev,libuv), e.g. to run one
+ *   under valgrind. */
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -42,8 +48,12 @@
 #endif
 
 #define MAX_ROUNDS 32
-/* Worst arms kept by the spike pass. */
+/* Slow arms printed per implementation by the spike pass. */
 #define TOP 5
+/* Spike passes per implementation: noise rarely hits one index thrice. */
+#define SPIKE_RUNS 3
+/* Slow arms one spike pass keeps: far more than the structural ones. */
+#define MAX_SLOW 4096
 /* An arm slower than this is looked at by the spike pass: a clock read pair
  * costs ~50 ns and a minor page fault a few us, so 5 us is clear of both. */
 #define SLOW_NS 5000
@@ -184,13 +194,14 @@ static const impl impls[] = {
 /* ------------------------------------------------------------- measuring */
 
 typedef struct result {
-    double fill;               /* ns per arm while filling to base_n */
-    double arm[MAX_ROUNDS];    /* ns per arm, per round */
-    double cancel[MAX_ROUNDS]; /* ns per cancel, per round */
-    uint64_t worst[TOP];       /* spike pass: worst single arms, ns */
-    uint32_t worst_at[TOP];    /* ... and the index of each */
-    uint32_t slow;             /* spike pass: arms over SLOW_NS */
-    uint32_t preempted;        /* ... left out: the thread was preempted */
+    double fill;                /* ns per arm while filling to base_n */
+    double arm[MAX_ROUNDS];     /* ns per arm, per round */
+    double cancel[MAX_ROUNDS];  /* ns per cancel, per round */
+    uint32_t slow;              /* spike pass: arms over SLOW_NS */
+    uint32_t preempted;         /* ... left out: the thread was preempted */
+    uint32_t kept;              /* ... the first MAX_SLOW of them, in order: */
+    uint32_t slow_at[MAX_SLOW]; /* index of the arm */
+    uint32_t slow_ns[MAX_SLOW]; /* its time */
 } result;
 
 static void run_rounds(const impl *im, result *r) {
@@ -241,14 +252,9 @@ static void run_spike(const impl *im, result *r) {
             continue;
         }
         r->slow++;
-        if (d <= r->worst[TOP - 1]) continue;
-        int j = TOP - 1;
-        for (; j > 0 && r->worst[j - 1] < d; j--) {
-            r->worst[j] = r->worst[j - 1];
-            r->worst_at[j] = r->worst_at[j - 1];
-        }
-        r->worst[j] = d;
-        r->worst_at[j] = i;
+        if (r->kept == MAX_SLOW) continue;
+        r->slow_at[r->kept] = i;
+        r->slow_ns[r->kept++] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
     }
 }
 
@@ -300,6 +306,45 @@ static int in_child(void (*fn)(const impl *, result *), const impl *im,
                                                                          : -1;
 }
 
+/* Leaves in sp[0] the slow arms whose index is slow in every run, with
+ * the least time over the runs, worst first; returns how many. */
+static uint32_t every_run(result *sp) {
+    result *r = &sp[0];
+    for (int k = 1; k < SPIKE_RUNS; k++) {
+        const result *o = &sp[k];
+        uint32_t n = 0, j = 0;
+        for (uint32_t i = 0; i < r->kept; i++) {
+            while (j < o->kept && o->slow_at[j] < r->slow_at[i])
+                j++;
+            if (j == o->kept || o->slow_at[j] != r->slow_at[i]) continue;
+            r->slow_at[n] = r->slow_at[i];
+            r->slow_ns[n++] =
+                r->slow_ns[i] < o->slow_ns[j] ? r->slow_ns[i] : o->slow_ns[j];
+        }
+        r->kept = n;
+    }
+    for (uint32_t i = 1; i < r->kept; i++) /* few: insertion sort */
+        for (uint32_t j = i; j > 0 && r->slow_ns[j - 1] < r->slow_ns[j]; j--) {
+            uint32_t at = r->slow_at[j], ns = r->slow_ns[j];
+            r->slow_at[j] = r->slow_at[j - 1];
+            r->slow_ns[j] = r->slow_ns[j - 1];
+            r->slow_at[j - 1] = at;
+            r->slow_ns[j - 1] = ns;
+        }
+    return r->kept;
+}
+
+/* Is name one of the comma-separated names in list? */
+static bool name_in(const char *name, const char *list) {
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        size_t m = strcspn(p, ",");
+        if (m == n && strncmp(p, name, n) == 0) return true;
+        p += m + (p[m] == ',');
+    }
+    return false;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -320,10 +365,14 @@ int main(int argc, char **argv) {
     if (argc > 2) extra_n = (uint32_t)strtoul(argv[2], NULL, 10);
     if (argc > 3) rounds = (uint32_t)strtoul(argv[3], NULL, 10);
     if (base_n == 0 || extra_n == 0 || rounds < 2 || rounds > MAX_ROUNDS) {
-        fprintf(stderr, "usage: timer_scale [BASE [EXTRA [ROUNDS 2..%d]]]\n",
+        fprintf(stderr,
+                "usage: timer_scale [BASE [EXTRA [ROUNDS 2..%d [NAMES]]]]\n",
                 MAX_ROUNDS);
         return 2;
     }
+    bool chosen[N_IMPLS];
+    for (size_t i = 0; i < N_IMPLS; i++)
+        chosen[i] = argc <= 4 || name_in(impls[i].name, argv[4]);
     make_delays(base_n + extra_n);
 #ifndef LAB_HAVE_EV
     printf("libev: not found at build time, skipped\n");
@@ -347,6 +396,7 @@ int main(int argc, char **argv) {
     memset(res, 0, sizeof res);
     for (size_t i = 0; i < N_IMPLS; i++) {
         result *r = &res[i];
+        if (!chosen[i]) continue;
         if (in_child(run_rounds, &impls[i], r) != 0) {
             printf("%-13s failed\n", impls[i].name);
             continue;
@@ -359,29 +409,42 @@ int main(int argc, char **argv) {
     }
 
     printf("\nspike: every one of %" PRIu32
-           " arms timed alone: the worst that were not preempted,\n"
-           "us @ index of the arm, and how many took over 5 us\n",
-           base_n + extra_n);
+           " arms timed alone, %d runs; the arms over 5 us (not preempted) "
+           "at the\nsame index in every run, worst first: least us over the "
+           "runs @ index\n",
+           base_n + extra_n, SPIKE_RUNS);
+    static result sp[SPIKE_RUNS];
     for (size_t i = 0; i < N_IMPLS; i++) {
-        result sp;
-        memset(&sp, 0, sizeof sp);
-        if (in_child(run_spike, &impls[i], &sp) != 0) {
+        if (!chosen[i]) continue;
+        int ok = 0;
+        for (int k = 0; k < SPIKE_RUNS; k++) {
+            memset(&sp[k], 0, sizeof sp[k]);
+            ok += in_child(run_spike, &impls[i], &sp[k]) == 0;
+        }
+        if (ok != SPIKE_RUNS) {
             printf("%-13s failed\n", impls[i].name);
             continue;
         }
+        uint32_t n = every_run(sp);
         printf("%-13s", impls[i].name);
-        for (int j = 0; j < TOP; j++)
-            printf("  %8.1f @ %-7" PRIu32, sp.worst[j] / 1e3, sp.worst_at[j]);
-        printf("  >5us: %" PRIu32 " (+%" PRIu32 " preempted)\n", sp.slow,
-               sp.preempted);
+        for (uint32_t j = 0; j < TOP && j < n; j++)
+            printf(" %7.1f @ %-7" PRIu32, sp[0].slow_ns[j] / 1e3,
+                   sp[0].slow_at[j]);
+        printf("  (%" PRIu32 " such arms; slow per run:", n);
+        for (int k = 0; k < SPIKE_RUNS; k++)
+            printf(" %" PRIu32, sp[k].slow);
+        printf(")\n");
     }
 
-    double lull = steady(res[0].arm, res[0].cancel);
-    for (size_t i = 1; i < N_IMPLS; i++) {
-        double peer = steady(res[i].arm, res[i].cancel);
-        if (peer > 0)
-            printf("%s%s/%s steady arm+cancel: %.2f", i == 1 ? "\n" : "; ",
-                   impls[0].name, impls[i].name, lull / peer);
+    /* lull against each peer, on both clocks: the real clock's arm reads
+     * the clock (never early), which the peers' arms do not. */
+    printf("\nsteady arm+cancel, lull / peer:");
+    for (size_t i = 2; i < N_IMPLS; i++) {
+        double peer = chosen[i] ? steady(res[i].arm, res[i].cancel) : 0;
+        for (size_t l = 0; l < 2 && peer > 0; l++)
+            if (chosen[l])
+                printf("  %s/%s %.2f", impls[l].name, impls[i].name,
+                       steady(res[l].arm, res[l].cancel) / peer);
     }
     printf("\n");
     return 0;
