@@ -90,7 +90,7 @@ typedef struct lull__node {
     } fn;           /* the user's callback; `flags` says which member */
     uint32_t flags; /* kind and state bits; a timer's arm order above
                        them (src/internal.h) */
-    uint32_t aux;   /* timer: heap slot + 1, 0 when not in the heap */
+    uint32_t aux;   /* timer: heap position, 0 when not in the heap */
 } lull__node;
 
 /* ---------------------------------------------------------- tasks: C2 */
@@ -116,7 +116,7 @@ LULL_EXTERN bool lull_task_pending(const lull_task *task);
 typedef void (*lull_timer_fn)(lull_timer *timer);
 
 struct lull_timer {  /* 48 bytes, plus one 16-byte heap slot while armed */
-    lull__node node; /* ready-queue link; aux holds the heap slot */
+    lull__node node; /* ready-queue link; aux holds the heap position */
     lull_loop *loop; /* owning loop */
     uint64_t repeat; /* period in ns, 0 = one-shot */
 };

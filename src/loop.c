@@ -264,16 +264,7 @@ static void loop_verify(const lull_loop *loop) {
                  "lull: ready queue corrupted (a task freed while pending?)");
     verify_queue(&loop->due,
                  "lull: due list corrupted (a timer freed while armed?)");
-    const lull__heap *h = &loop->heap;
-    uint32_t n = h->len < VERIFY_HEAP_SLOTS ? h->len : VERIFY_HEAP_SLOTS;
-    for (uint32_t i = 0; i < n; i++) {
-        const lull_timer *t = h->slots[i].timer;
-        LULL_ASSERT(t->node.aux == i + 1 && t->loop == loop,
-                    "lull: timer heap slot corrupted (a timer freed?)");
-        LULL_ASSERT(i == 0 ||
-                        h->slots[(i - 1) / 4].deadline <= h->slots[i].deadline,
-                    "lull: timer heap out of order");
-    }
+    lull__heap_verify(&loop->heap, loop, VERIFY_HEAP_SLOTS);
 }
 #endif
 
