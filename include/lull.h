@@ -75,8 +75,9 @@ LULL_EXTERN int lull_run(lull_loop *loop, int mode);
 /* Ends the current run after the callback in progress; no-op outside a run.
  * From another thread, post a task that calls it. */
 LULL_EXTERN void lull_stop(lull_loop *loop);
-/* The loop's notion of now in ns: cached, refreshed each iteration and while
- * busy work runs (monotonic), or the virtual time. */
+/* The loop's notion of now in ns: cached, refreshed each iteration, while
+ * busy work runs and by each delayed timer arm (monotonic), or the virtual
+ * time. */
 LULL_EXTERN uint64_t lull_now(lull_loop *loop);
 /* Reads the loop's clock now (a syscall-free vDSO read on the real clock). */
 LULL_EXTERN uint64_t lull_now_exact(lull_loop *loop);
@@ -97,7 +98,7 @@ typedef struct lull__node {
     } fn;           /* the user's callback; `flags` says which member */
     uint32_t flags; /* kind and state bits; a timer's arm order above
                        them (src/internal.h) */
-    uint32_t aux;   /* timer: heap slot + 1, 0 when not in the heap */
+    uint32_t aux;   /* timer: heap position, 0 when not in the heap */
 } lull__node;
 
 /* ---------------------------------------------------------- tasks: C2 */
@@ -123,7 +124,7 @@ LULL_EXTERN bool lull_task_pending(const lull_task *task);
 typedef void (*lull_timer_fn)(lull_timer *timer);
 
 struct lull_timer {  /* 48 bytes, plus one 16-byte heap slot while armed */
-    lull__node node; /* ready-queue link; aux holds the heap slot */
+    lull__node node; /* ready-queue link; aux holds the heap position */
     lull_loop *loop; /* owning loop */
     uint64_t repeat; /* period in ns, 0 = one-shot */
 };
@@ -131,9 +132,11 @@ struct lull_timer {  /* 48 bytes, plus one 16-byte heap slot while armed */
 LULL_EXTERN void lull_timer_init(lull_loop *loop, lull_timer *timer,
                                  lull_timer_fn fn);
 /* Arms (or re-arms: new deadline, new arm order) the timer. delay 0 queues it
- * like a posted task; repeat > 0 fires every repeat ns, phase kept.
- * Deadlines saturate at UINT64_MAX (never, on the real clock); a repeating
- * timer that fires at UINT64_MAX has no next period and stops. */
+ * like a posted task; repeat > 0 fires every repeat ns, phase kept. A delay
+ * counts from this call: on the real clock it reads CLOCK_MONOTONIC, so the
+ * timer never fires before delay_ns has passed since the call. Deadlines
+ * saturate at UINT64_MAX (never, on the real clock); a repeating timer that
+ * fires at UINT64_MAX has no next period and stops. */
 LULL_EXTERN void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
                                   uint64_t repeat_ns);
 LULL_EXTERN void lull_timer_stop(lull_timer *timer);
