@@ -23,7 +23,7 @@
  * This file owns the driver and the figure definitions; the helpers every
  * implementation shares are in turns_util.c, the poll and sched_yield
  * counters in turns_count.c, the measurements in turns_lull.c,
- * peers/<peer>.c and turns_node.c. Runs on the main
+ * turns_lull_so.c, peers/<peer>.c and turns_node.c. Runs on the main
  * thread; the round-trip harness starts and joins its own two threads. */
 #include "turns.h"
 #include "lab.h"
@@ -169,7 +169,8 @@ static const struct {
     const char *name;
     const turns_peer *peer;
 } known[] = {
-    {"lull", &turns_lull}, /* lab/turns_lull.c */
+    {"lull", &turns_lull},       /* lab/turns_lull.c */
+    {"lull.so", &turns_lull_so}, /* lab/turns_lull_so.c */
 #ifdef LAB_HAVE_UV
     {"libuv", &turns_uv},
 #else
@@ -191,7 +192,7 @@ static const struct {
 #define KNOWN_COUNT (sizeof known / sizeof known[0])
 
 static bool is_lull(const turns_peer *peer) {
-    return peer == &turns_lull;
+    return peer == &turns_lull || peer == &turns_lull_so;
 }
 
 /* ------------------------------------------------------------- driver */
@@ -635,6 +636,7 @@ static void timer_checks(const row *rows, int nrows) {
     const row *ev = NULL;
     for (int i = 0; i < nrows; i++)
         if (strcmp(rows[i].peer->name, "libev") == 0) ev = &rows[i];
+    const row *so = find_row(rows, nrows, &turns_lull_so, "lull");
     clock_ns = clock_read_ns();
     if (lull && ev) {
         printf(
@@ -650,6 +652,10 @@ static void timer_checks(const row *rows, int nrows) {
                "reads no clock\n",
                clock_ns);
     }
+    if (lull && so)
+        printf("  lull linked shared ÷ static, steady arm+cancel: %.3g\n",
+               median_of(so, TIMERS_STEADY_NS) /
+                   median_of(lull, TIMERS_STEADY_NS));
 }
 
 /* One panel per figure: its ratio column (the figure's headline value), or

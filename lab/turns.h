@@ -1,5 +1,6 @@
 /* The `turns` scenario's contract between its driver (lab/turns.c) and the
- * implementations of its figures: lull (lab/turns_lull.c), the C peers
+ * implementations of its figures: lull (lab/turns_lull.c, and the same code
+ * linked against liblull.so through lab/turns_lull_so.c), the C peers
  * (lab/peers/<peer>.c, each compiled only when its library is installed),
  * the floors (lab/peers/floor.c) and Node (lab/turns_node.c, which runs
  * lab/node/turns.js). lab/turns_util.c holds the helpers they share and
@@ -121,9 +122,10 @@ typedef struct turns_peer {
     const char *build; /* how it is built and linked, for the header */
 } turns_peer;
 
-extern const turns_peer turns_lull;  /* lab/turns_lull.c */
-extern const turns_peer turns_floor; /* lab/peers/floor.c */
-extern const turns_peer turns_node;  /* lab/turns_node.c */
+extern const turns_peer turns_lull;    /* lab/turns_lull.c */
+extern const turns_peer turns_lull_so; /* lab/turns_lull_so.c */
+extern const turns_peer turns_floor;   /* lab/peers/floor.c */
+extern const turns_peer turns_node;    /* lab/turns_node.c */
 #ifdef LAB_HAVE_UV
 extern const turns_peer turns_uv; /* lab/peers/uv.c */
 #endif

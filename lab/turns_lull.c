@@ -2,7 +2,11 @@
  * only. Each entry creates its loop(s), measures once and frees everything;
  * a loop that cannot be freed is reported as -EBUSY (a leaked handle would
  * be a bug in this file or in lull). Runs on the driver's thread, except the
- * round trip, whose two loops run on the pair harness's threads. */
+ * round trip, whose two loops run on the pair harness's threads.
+ *
+ * The same file is also built into lull-lab-so (lab/so/main.c) against
+ * liblull.so, so the chains and timers can be measured with lull linked the
+ * way the peers are (lab/turns_lull_so.c). */
 #include "lab.h"
 #include "turns.h"
 

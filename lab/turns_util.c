@@ -1,7 +1,8 @@
 /* Helpers every implementation of the `turns` figures shares (declared in
  * lab/turns.h): latency summaries, silent sockets, random deadlines, the
- * timers figure's rounds and the round-trip harness. Nothing here refers
- * to the driver or to a peer. */
+ * timers figure's rounds and the round-trip harness. Also linked into
+ * lull-lab-so (lab/so/main.c), so nothing here may refer to the driver or
+ * to a peer. */
 #include "lab.h"
 #include "turns.h"
 
