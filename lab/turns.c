@@ -401,7 +401,8 @@ static void print_method(int f, const turns_params *p) {
                    p->cpu);
         else
             printf("  the same as (5), thread A pinned to CPU %d and B to "
-                   "CPU %d; %d trips\n",
+                   "CPU %d; %d trips; Node's process may run on both (it "
+                   "cannot pin its threads one by one)\n",
                    p->cpu, p->cpu_b, p->trips);
         printf("  floors: two raw threads ping-ponging on a futex word, and "
                "on eventfds each watched by its own epoll (an epoll loop's "
@@ -414,7 +415,8 @@ static void print_method(int f, const turns_params *p) {
                "then %d rounds of arming %d more and cancelling them (timed "
                "apart)\n"
                "  arm+cancel, arm, cancel: the median of rounds 2-%d (steady "
-               "state); 1st round: what round 1 cost, paying for growth "
+               "state), across processes the process with the median "
+               "arm+cancel; 1st round: what round 1 cost, paying for growth "
                "(fresh pages, array growth), and its minor page faults; "
                "bytes per timer = handle + heap growth (mallinfo2) / "
                "armed\n",
@@ -472,6 +474,16 @@ static int collect_rows(int f, row *rows, const turns_peer *const *peers,
 
 static double median_of(const row *rw, int v) {
     return rw && rw->values[v].n ? lab_series_median(&rw->values[v]) : NAN;
+}
+
+/* The round whose value is nearest the series' median (the median round
+ * itself when the rounds are odd in number). */
+static int median_index(const lab_series *s) {
+    double m = lab_series_median(s);
+    int k = 0;
+    for (int i = 1; i < s->n; i++)
+        if (fabs(s->v[i] - m) < fabs(s->v[k] - m)) k = i;
+    return k;
 }
 
 /* lull's row for class cls of a figure: its TURNS_BASE row. */
@@ -588,6 +600,9 @@ static void lateness_checks(const row *rows, int nrows) {
 }
 
 static void trip_checks(int f, const row *rows, int nrows) {
+    if (f == TURNS_ROUNDTRIP_2CPU && find_row(rows, nrows, &turns_node, ""))
+        printf("  node's threads are not pinned: the scheduler may keep "
+               "both on one CPU, so its row is not a two-CPU figure\n");
     const row *futex = find_row(rows, nrows, &turns_floor, "futex");
     const row *efd = find_row(rows, nrows, &turns_floor, "eventfd");
     const row *lf = find_row(rows, nrows, &turns_lull, "futex sleep");
@@ -638,13 +653,17 @@ static void timer_checks(const row *rows, int nrows) {
         if (strcmp(rows[i].peer->name, "libev") == 0) ev = &rows[i];
     const row *so = find_row(rows, nrows, &turns_lull_so, "lull");
     clock_ns = clock_read_ns();
-    if (lull && ev) {
+    if (lull && ev && lull->values[TIMERS_STEADY_NS].n &&
+        ev->values[TIMERS_STEADY_NS].n) {
+        int kl = median_index(&lull->values[TIMERS_STEADY_NS]);
+        int ke = median_index(&ev->values[TIMERS_STEADY_NS]);
         printf(
             "  lull ÷ libev, steady arm+cancel: %.3g (arm %.3g vs %.3g "
             "ns, cancel %.3g vs %.3g)\n",
             median_of(lull, TIMERS_STEADY_NS) / median_of(ev, TIMERS_STEADY_NS),
-            median_of(lull, TIMERS_ARM_NS), median_of(ev, TIMERS_ARM_NS),
-            median_of(lull, TIMERS_CANCEL_NS), median_of(ev, TIMERS_CANCEL_NS));
+            lull->values[TIMERS_ARM_NS].v[kl], ev->values[TIMERS_ARM_NS].v[ke],
+            lull->values[TIMERS_CANCEL_NS].v[kl],
+            ev->values[TIMERS_CANCEL_NS].v[ke]);
         printf("    an arm that must never fire early counts its delay from "
                "the clock at the call, not from the loop's cached time: one "
                "CLOCK_MONOTONIC read costs %.3g ns here; libev's "
@@ -670,6 +689,15 @@ static void plot_figure(lab_plot *plot, const figure *fig, const row *rows,
     for (int i = 0; i < nrows; i++)
         lab_plot_bar(plot, rows[i].label, &rows[i].values[v],
                      is_lull(rows[i].peer));
+}
+
+/* The timers figure's arm and cancel are those of the round with the
+ * median arm + cancel, so the three columns add up; medians taken apart
+ * need not. (The rounds add the three values together or none.) */
+static bool split_of_median(int f, const row *rw, int v) {
+    return f == TURNS_TIMERS && (v == TIMERS_ARM_NS || v == TIMERS_CANCEL_NS) &&
+           rw->values[v].n == rw->values[TIMERS_STEADY_NS].n &&
+           rw->values[v].n > 0;
 }
 
 static void print_table(int f, const row *rows, int nrows, int rounds) {
@@ -701,8 +729,18 @@ static void print_table(int f, const row *rows, int nrows, int rounds) {
             continue;
         }
         for (int v = 0; v < fig->nvalues; v++) {
-            char buf[LAB_CELL];
-            lab_format_series(buf, sizeof buf, &rw->values[v]);
+            char buf[3 * 24 + 8]; /* three values, as lab_format_series */
+            const lab_series *sv = &rw->values[v];
+            if (split_of_median(f, rw, v) && sv->n > 1) {
+                char mid[24], lo[24], hi[24];
+                int k = median_index(&rw->values[TIMERS_STEADY_NS]);
+                lab_format_value(mid, sizeof mid, sv->v[k]);
+                lab_format_value(lo, sizeof lo, lab_series_min(sv));
+                lab_format_value(hi, sizeof hi, lab_series_max(sv));
+                snprintf(buf, sizeof buf, "%s [%s–%s]", mid, lo, hi);
+            } else {
+                lab_format_series(buf, sizeof buf, sv);
+            }
             lab_table_set(&t, tr, first_value + v, "%s", buf);
         }
         if (fig->ratio_value >= 0) {
@@ -762,6 +800,17 @@ static void json_figure(lab_json *json, int f, const row *rows, int nrows,
         for (int v = 0; v < fig->nvalues; v++)
             if (rw->values[v].n > 0)
                 lab_json_series(json, fig->names[v], &rw->values[v]);
+        if (split_of_median(f, rw, TIMERS_ARM_NS)) {
+            int k = median_index(&rw->values[TIMERS_STEADY_NS]);
+            lab_json_key(json, "median_process");
+            lab_json_begin_object(json);
+            lab_json_field(json, "arm_cancel_ns",
+                           rw->values[TIMERS_STEADY_NS].v[k]);
+            lab_json_field(json, "arm_ns", rw->values[TIMERS_ARM_NS].v[k]);
+            lab_json_field(json, "cancel_ns",
+                           rw->values[TIMERS_CANCEL_NS].v[k]);
+            lab_json_end_object(json);
+        }
         if (fig->ratio_value >= 0 && rw->values[fig->ratio_value].n > 0) {
             lab_json_key(json, "lull_ratio");
             lab_json_number(json,
