@@ -17,8 +17,20 @@ build/release/Makefile:
 lab: build/release/Makefile
 	$(CMAKE) --build build/release -j$(JOBS)
 
-demo: lab
-	./build/release/lab/lull-lab all --quick --json build/release/lab.json --plot build/release/lab.svg
+# demo's first screen is what lull-lab found: the build's output goes to
+# build/release/build.log and is printed (errors in full) only on failure.
+DEMO_LOG = build/release/build.log
+demo:
+	@mkdir -p build/release
+	@printf 'building lull-lab (Release, log in %s) ... ' $(DEMO_LOG)
+	@{ test -f build/release/Makefile || \
+	     $(CMAKE) -S . -B build/release -DCMAKE_BUILD_TYPE=Release; } \
+	   > $(DEMO_LOG) 2>&1 && \
+	 $(CMAKE) --build build/release --target lull-lab -j$(JOBS) -- --no-print-directory \
+	   >> $(DEMO_LOG) 2>&1 || \
+	 { echo failed; grep -v 'ing directory' $(DEMO_LOG); exit 1; }
+	@echo done
+	@./build/release/lab/lull-lab all --quick --json build/release/lab.json --plot build/release/lab.svg
 
 test: test-debug test-asan test-tsan
 

@@ -1,18 +1,26 @@
 /* The `pump` scenario (BRIEF §4, investigation 1A): N live sessions, each a
  * committed-event window (lab/window.c) whose pump delivers to a driver.
- * Two modes on the same session code; only the trigger of the pass differs:
- *   poll    a 5 ms repeating timer per session wakes the pump (the
- *           investigation's setInterval(pass, 5): the "before")
- *   notify  the pump listens to the window's notifier (the "after")
+ * Three modes on the same session code; only the trigger of the pass
+ * differs:
+ *   poll_ms_grid  the investigation's "before", setInterval(pass, 5) on a
+ *                 runtime whose timers are whole milliseconds: every
+ *                 session's 5 ms poll falls on one of five 1 ms slots, and
+ *                 the polls of a slot share one timer (the runtime's timer
+ *                 list), so they share one wakeup
+ *   poll          the same 5 ms poll written on lull: a repeating timer per
+ *                 session at a random ns phase, so the 12 phases never
+ *                 coalesce (about 2,400 wakeups/s at 12 sessions)
+ *   notify        the pump listens to the window's notifier (the "after")
  *
  * One run of a mode: open the sessions with R events already delivered and
- * retained; an idle window (reads, utilisation, thread CPU, wakeups and the
- * wake audit); then, with R = 49, a provider fixture streams one turn per
- * session, 40 events each, one every 15 ms, every session at once, and the
- * driver records each event's delivery wait (the instant the commit made it
- * readable -> the driver receives it, real clock). Each round runs both
- * modes, alternating which goes first; figures are median [min–max] over
- * rounds. Then the same at 1,000 and 10,000 sessions.
+ * retained; an idle window (reads, utilisation, the loop thread's CPU time,
+ * wakeups and the wake audit; its edges are in idle_edges below); then, with R
+ * = 49, a provider fixture streams one turn per session, 40 events each, one
+ * every 15 ms, every session at once, and the driver records each event's
+ * delivery wait (the instant the commit made it readable -> the driver receives
+ * it, real clock). Each round runs both modes, alternating which goes first;
+ * figures are median [min–max] over rounds. Then the same at 1,000 and 10,000
+ * sessions.
  *
  * Everything runs on the calling thread, on one lull loop per run; nothing
  * here is a model. Sessions: --sessions N (default 12). */
@@ -23,21 +31,27 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <lull.h>
 
 #define MS 1000000ull
 
-enum { MODE_POLL, MODE_NOTIFY, MODES };
-static const char *const mode_name[MODES] = {"poll", "notify"};
+enum { MODE_POLL_GRID, MODE_POLL, MODE_NOTIFY, MODES };
+static const char *const mode_name[MODES] = {"poll_ms_grid", "poll", "notify"};
+static const char *const mode_label[MODES] = {
+    "poll, 1 ms grid (before)", "poll on lull's ns timers", "notify (after)"};
 
 typedef struct params {
     int sessions;           /* the main table's size (default 12) */
     int events;             /* per turn: 40, the investigation's */
     uint64_t interval_ns;   /* provider: one event every 15 ms */
-    uint64_t poll_ns;       /* poll mode's timer: 5 ms */
+    uint64_t poll_ns;       /* poll modes' period: 5 ms */
+    uint64_t grid_ns;       /* poll_ms_grid: the runtime's timer unit, 1 ms */
     uint64_t idle_ns;       /* the idle window */
     uint64_t scale_idle_ns; /* ... at 1,000 and 10,000 sessions */
     int retain_small;       /* 49 and 409 retained events: the reference's */
@@ -53,23 +67,56 @@ typedef struct params {
 typedef struct run run;
 
 typedef struct session {
-    lab_window window;        /* the source of truth */
-    lab_window_cursor cursor; /* the driver's delivery position */
-    lull_pump pump;           /* runs deliver_pass */
-    lull_listener listener;   /* notify mode: the pump on window.notifier */
-    lull_timer poll;          /* poll mode: wakes the pump every 5 ms */
-    lull_timer provider;      /* the fixture's stream into this window */
-    int sent;                 /* events of the turn committed */
-    int received;             /* events of the turn the driver has */
+    lab_window window;         /* the source of truth */
+    lab_window_cursor cursor;  /* the driver's delivery position */
+    lull_pump pump;            /* runs deliver_pass */
+    lull_listener listener;    /* notify mode: the pump on window.notifier */
+    lull_timer poll;           /* poll mode: wakes the pump every 5 ms */
+    struct session *slot_next; /* poll_ms_grid: the next of its slot */
+    lull_timer provider;       /* the fixture's stream into this window */
+    int sent;                  /* events of the turn committed */
+    int received;              /* events of the turn the driver has */
     run *run;
 } session;
+
+/* The idle window's edges. It opens in the loop thread's first callback
+ * of the window (set-up before it is not counted) and closes while the loop
+ * sleeps: an observer thread reads the loop thread's CPU clock at the
+ * window's end, then posts the task that stops the loop. So the wakeup that
+ * ends the window, the harness's and not the sessions', is left out. */
+typedef struct idle_edges {
+    lull_task begin;    /* loop thread: the window's first callback */
+    lull_task stop;     /* posted by the observer: ends the run */
+    clockid_t loop_cpu; /* the loop thread's CPU-time clock */
+    uint64_t end_at;    /* CLOCK_MONOTONIC: when the observer reads */
+    atomic_bool begun;  /* cpu0 and t0 are set */
+    uint64_t t0, cpu0;  /* loop thread, in begin */
+    uint64_t t1, cpu1;  /* observer, the loop asleep (or busy polling) */
+    uint64_t cpu_stop;  /* loop thread, in stop: cpu_stop - cpu1 is the
+                           cost of the wakeup that ends the window */
+    uint64_t reads0, reads1;
+    lull_metrics m0, m1;
+} idle_edges;
+
+static void window_stop(lull_task *t);
+
+/* poll_ms_grid: one timer per millisecond slot of the 5 ms period, as a
+ * runtime with millisecond timers keeps one list of timers per due time:
+ * the slot's timer polls every session whose phase rounds to it. */
+#define MAX_SLOTS 16
+typedef struct grid_slot {
+    lull_timer timer;
+    session *first;
+} grid_slot;
 
 struct run {
     lull_loop *loop;
     session *s;
     int n;
     int mode;
-    lull_timer end;      /* ends the idle window */
+    grid_slot slot[MAX_SLOTS];
+    int nslots;
+    idle_edges idle;
     lull_timer deadline; /* ends a stream that cannot finish (a bug) */
     int done;            /* sessions whose terminal event arrived */
     double *wait;        /* delivery wait of every event, ns */
@@ -113,6 +160,12 @@ static void poll_tick(lull_timer *t) {
     lull_pump_wake(&LULL_CONTAINER_OF(t, session, poll)->pump);
 }
 
+static void slot_tick(lull_timer *t) {
+    grid_slot *slot = LULL_CONTAINER_OF(t, grid_slot, timer);
+    for (session *s = slot->first; s; s = s->slot_next)
+        lull_pump_wake(&s->pump);
+}
+
 /* The provider fixture: one event per tick; the last one ends the turn. */
 static void provider_tick(lull_timer *t) {
     session *s = LULL_CONTAINER_OF(t, session, provider);
@@ -122,10 +175,6 @@ static void provider_tick(lull_timer *t) {
                       1);
     lab_window_commit(&s->window);
     if (last) lull_timer_stop(t);
-}
-
-static void end_window(lull_timer *t) {
-    lull_stop(t->loop);
 }
 
 static void stream_deadline(lull_timer *t) {
@@ -143,7 +192,8 @@ static void run_close(run *r) {
         lab_window_cursor_close(&s->cursor);
         lab_window_free(&s->window);
     }
-    lull_timer_stop(&r->end);
+    for (int k = 0; k < r->nslots; k++)
+        lull_timer_stop(&r->slot[k].timer);
     lull_timer_stop(&r->deadline);
     int rc = r->loop ? lull_loop_free(r->loop) : 0;
     if (rc < 0)
@@ -153,6 +203,18 @@ static void run_close(run *r) {
     free(r->wait);
     free(r->terminal);
     memset(r, 0, sizeof *r);
+}
+
+/* Starts the timer of every slot that has sessions (an empty slot has no
+ * timer in the runtime either), on the loop clock's millisecond grid. */
+static void start_slots(run *r, const params *p) {
+    uint64_t now = lull_now_exact(r->loop);
+    uint64_t origin = (now / p->grid_ns + 1) * p->grid_ns;
+    for (int k = 0; k < r->nslots; k++)
+        if (r->slot[k].first)
+            lull_timer_start(&r->slot[k].timer,
+                             origin + (uint64_t)k * p->grid_ns - now,
+                             p->poll_ns);
 }
 
 /* Opens n sessions with `retain` events already delivered and retained. */
@@ -165,19 +227,32 @@ static int run_open(run *r, int n, int mode, int retain, const params *p,
     int rc = lull_loop_new(&r->loop, NULL);
     if (rc < 0) return rc;
     LULL_NAME(r->loop, poll_tick, "pump: poll timer (5 ms, per session)");
+    LULL_NAME(r->loop, slot_tick, "pump: poll timer list (5 ms, 1 ms slot)");
     LULL_NAME(r->loop, deliver_pass, "pump: delivery pass");
     LULL_NAME(r->loop, provider_tick, "pump: provider fixture (15 ms)");
-    LULL_NAME(r->loop, end_window, "pump: end of the idle window");
-    lull_timer_init(r->loop, &r->end, end_window);
+    LULL_NAME(r->loop, window_stop, "pump: end of the idle window");
     lull_timer_init(r->loop, &r->deadline, stream_deadline);
+    r->nslots = (int)(p->poll_ns / p->grid_ns);
+    for (int k = 0; k < r->nslots; k++)
+        lull_timer_init(r->loop, &r->slot[k].timer, slot_tick);
+    size_t nwait = (size_t)n * (size_t)p->events;
     r->s = calloc((size_t)n, sizeof *r->s);
-    r->wait = calloc((size_t)n * (size_t)p->events, sizeof *r->wait);
-    r->terminal = calloc((size_t)n, sizeof *r->terminal);
+    r->wait = malloc(nwait * sizeof *r->wait);
+    r->terminal = malloc((size_t)n * sizeof *r->terminal);
     if (!r->s || !r->wait || !r->terminal) {
         r->n = 0;
         run_close(r);
         return -ENOMEM;
     }
+    /* Written now, not first in a delivery pass: fresh pages of a large
+     * allocation fault on first write (tens of µs each on a VM), and at
+     * 1,000 or 10,000 sessions those faults would land inside the waits
+     * being measured. NAN (no wait recorded) is not a zero the compiler
+     * could fold into calloc and skip. */
+    for (size_t i = 0; i < nwait; i++)
+        r->wait[i] = NAN;
+    for (int i = 0; i < n; i++)
+        r->terminal[i] = NAN;
     /* Retained + one turn, so the turn never waits for ring space. */
     uint32_t capacity = (uint32_t)(retain + p->events + 1);
     for (int i = 0; i < n; i++) {
@@ -201,10 +276,16 @@ static int run_open(run *r, int n, int mode, int retain, const params *p,
             /* Sessions open at unrelated times: a random phase each. */
             uint64_t phase = 1000 + lab_rand(seed) % (p->poll_ns - 1000);
             lull_timer_start(&s->poll, phase, p->poll_ns);
+        } else if (mode == MODE_POLL_GRID) {
+            /* The same random phase, rounded to the runtime's unit. */
+            grid_slot *slot = &r->slot[lab_rand(seed) % (uint64_t)r->nslots];
+            s->slot_next = slot->first;
+            slot->first = s;
         } else {
             lull_pump_listen(&s->pump, &s->window.notifier, &s->listener);
         }
     }
+    if (mode == MODE_POLL_GRID) start_slots(r, p);
     return 0;
 }
 
@@ -234,8 +315,9 @@ typedef struct audit_row {
 typedef struct idle_result {
     double reads_per_session_s;
     double utilisation_pct;
-    double cpu_ms_per_s;
-    double wakeups_per_s; /* the window's own end timer excluded */
+    double cpu_ms_per_s;  /* the loop thread's, between the edges */
+    double end_wakeup_us; /* loop-thread CPU of the wakeup that ends it */
+    double wakeups_per_s; /* the window's own end excluded */
     int naudit;
     audit_row audit[AUDIT_TOP];
 } idle_result;
@@ -249,12 +331,59 @@ typedef struct stream_result {
 
 /* Series of one mode at one size. */
 typedef struct figures {
-    lab_series reads, util, cpu_small, cpu_large, wakeups;
+    lab_series reads, util, cpu_small, cpu_large, wakeups, end_wakeup;
     lab_series mean, p50, p95, p99, max, terminal, passes;
     int naudit;
     audit_row audit[AUDIT_TOP]; /* the last round's idle window */
     int incomplete;             /* streams that hit the deadline */
 } figures;
+
+static void window_begin(lull_task *t) {
+    run *r = LULL_CONTAINER_OF(t, run, idle.begin);
+    idle_edges *e = &r->idle;
+    lull_loop_metrics(r->loop, &e->m0);
+    lull_loop_audit_reset(r->loop);
+    e->reads0 = total_reads(r);
+    e->t0 = lab_now_ns();
+    e->cpu0 = lab_thread_cpu_ns();
+    atomic_store_explicit(&e->begun, true, memory_order_release);
+}
+
+static void window_stop(lull_task *t) {
+    run *r = LULL_CONTAINER_OF(t, run, idle.stop);
+    idle_edges *e = &r->idle;
+    e->cpu_stop = lab_thread_cpu_ns();
+    e->reads1 = total_reads(r);
+    lull_loop_metrics(r->loop, &e->m1);
+    lull_loop_unref(r->loop);
+    lull_stop(r->loop);
+}
+
+static uint64_t read_clock(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The observer: sleeps to the window's end, reads the loop thread's CPU
+ * clock there, then wakes the loop to stop it. */
+static void *window_observer(void *arg) {
+    run *r = arg;
+    idle_edges *e = &r->idle;
+    struct timespec at = {(time_t)(e->end_at / 1000000000u),
+                          (long)(e->end_at % 1000000000u)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
+        ;
+    /* A loop thread starved past the whole window has not begun it. */
+    while (!atomic_load_explicit(&e->begun, memory_order_acquire)) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    e->cpu1 = read_clock(e->loop_cpu);
+    e->t1 = lab_now_ns();
+    lull_post_remote(r->loop, &e->stop);
+    return NULL;
+}
 
 static int idle_window(run *r, uint64_t idle_ns, idle_result *out) {
     memset(out, 0, sizeof *out);
@@ -262,49 +391,52 @@ static int idle_window(run *r, uint64_t idle_ns, idle_result *out) {
      * nothing left over from opening is counted. */
     int rc = lull_run(r->loop, LULL_RUN_NOWAIT);
     if (rc < 0) return rc;
-    lull_metrics m0, m1;
-    lull_loop_metrics(r->loop, &m0);
-    lull_loop_audit_reset(r->loop);
-    uint64_t reads0 = total_reads(r);
-    uint64_t cpu0 = lab_thread_cpu_ns();
-    uint64_t t0 = lab_now_ns();
-    lull_timer_start(&r->end, idle_ns, 0);
+    idle_edges *e = &r->idle;
+    atomic_store(&e->begun, false);
+    int err = pthread_getcpuclockid(pthread_self(), &e->loop_cpu);
+    if (err) return -err;
+    lull_task_init(&e->begin, window_begin);
+    lull_task_init(&e->stop, window_stop);
+    lull_post(r->loop, &e->begin);
+    lull_loop_ref(r->loop); /* alive until the observer's stop runs */
+    e->end_at = lab_now_ns() + idle_ns;
+    pthread_t observer;
+    err = pthread_create(&observer, NULL, window_observer, r);
+    if (err) {
+        lull_cancel(&e->begin);
+        lull_loop_unref(r->loop);
+        return -err;
+    }
     rc = lull_run(r->loop, LULL_RUN_DEFAULT);
-    uint64_t t1 = lab_now_ns();
-    uint64_t cpu1 = lab_thread_cpu_ns();
-    uint64_t reads1 = total_reads(r);
-    lull_loop_metrics(r->loop, &m1);
-    lull_timer_stop(&r->end);
+    pthread_join(observer, NULL);
     if (rc < 0) return rc;
 
-    double seconds = (double)(t1 - t0) / 1e9;
-    out->reads_per_session_s = (double)(reads1 - reads0) / r->n / seconds;
-    double busy = (double)(m1.busy_ns - m0.busy_ns);
-    double idle = (double)(m1.idle_ns - m0.idle_ns);
+    double seconds = (double)(e->t1 - e->t0) / 1e9;
+    out->reads_per_session_s = (double)(e->reads1 - e->reads0) / r->n / seconds;
+    double busy = (double)(e->m1.busy_ns - e->m0.busy_ns);
+    double idle = (double)(e->m1.idle_ns - e->m0.idle_ns);
     out->utilisation_pct = busy + idle > 0 ? 100.0 * busy / (busy + idle) : 0;
-    out->cpu_ms_per_s = (double)(cpu1 - cpu0) / 1e6 / seconds;
-    uint64_t wakeups = m1.wakeups - m0.wakeups;
+    out->cpu_ms_per_s = (double)(e->cpu1 - e->cpu0) / 1e6 / seconds;
+    out->end_wakeup_us = (double)(e->cpu_stop - e->cpu1) / 1e3;
+    /* The observer's post woke the loop if it was asleep: the harness's
+     * wakeup, not the sessions'. */
+    uint64_t wakeups = (e->m1.wakeups - e->m0.wakeups) -
+                       (e->m1.wakeups_remote - e->m0.wakeups_remote);
+    out->wakeups_per_s = (double)wakeups / seconds;
 
-    lull_audit_entry e[AUDIT_TOP + 1];
-    int total = lull_loop_audit(r->loop, e, AUDIT_TOP + 1, NULL);
+    lull_audit_entry a[AUDIT_TOP + 1];
+    int total = lull_loop_audit(r->loop, a, AUDIT_TOP + 1, NULL);
     int got = total < AUDIT_TOP + 1 ? total : AUDIT_TOP + 1;
-    uint64_t end_wakeups = 0;
     for (int i = 0; i < got; i++) {
-        if (e[i].name && strstr(e[i].name, "end of the idle window")) {
-            end_wakeups = e[i].wakeups;
-            continue;
-        }
-        if (e[i].wakeups == 0 && e[i].empty_passes == 0) continue;
+        if (a[i].name && strstr(a[i].name, "end of the idle window")) continue;
+        if (a[i].wakeups == 0 && a[i].empty_passes == 0) continue;
         if (out->naudit == AUDIT_TOP) continue;
-        audit_row *a = &out->audit[out->naudit++];
-        snprintf(a->name, sizeof a->name, "%s", e[i].name ? e[i].name : "?");
-        a->wakeups_per_s = e[i].wakeups_per_s;
-        a->empty_per_s = e[i].empty_per_s;
+        audit_row *row = &out->audit[out->naudit++];
+        snprintf(row->name, sizeof row->name, "%s",
+                 a[i].name ? a[i].name : "?");
+        row->wakeups_per_s = a[i].wakeups_per_s;
+        row->empty_per_s = a[i].empty_per_s;
     }
-    /* The timer that ends the window wakes the loop once; it is the
-     * harness, not the sessions. Without an audit row for it, take 1. */
-    if (total < 0 || end_wakeups == 0) end_wakeups = wakeups ? 1 : 0;
-    out->wakeups_per_s = (double)(wakeups - end_wakeups) / seconds;
     return 0;
 }
 
@@ -348,6 +480,7 @@ static void add_idle(figures *f, const idle_result *x, bool keep_audit) {
     lab_series_add(&f->util, x->utilisation_pct);
     lab_series_add(&f->cpu_small, x->cpu_ms_per_s);
     lab_series_add(&f->wakeups, x->wakeups_per_s);
+    lab_series_add(&f->end_wakeup, x->end_wakeup_us);
     if (keep_audit) {
         f->naudit = x->naudit;
         memcpy(f->audit, x->audit, sizeof f->audit);
@@ -371,8 +504,8 @@ static int run_mode(const params *p, int n, int mode, uint64_t idle_ns,
                     bool large_too, bool keep_audit, uint64_t *seed,
                     figures *f) {
     run r;
-    idle_result ir;
-    stream_result sr;
+    idle_result ir = {0};
+    stream_result sr = {0};
     int rc = run_open(&r, n, mode, p->retain_small, p, seed);
     if (rc < 0) return rc;
     rc = idle_window(&r, idle_ns, &ir);
@@ -391,14 +524,14 @@ static int run_mode(const params *p, int n, int mode, uint64_t idle_ns,
     return 0;
 }
 
-/* Both modes, `rounds` times, alternating which goes first. */
+/* Every mode, `rounds` times; the mode that goes first rotates. */
 static int run_size(const params *p, int n, int rounds, uint64_t idle_ns,
                     bool large_too, figures f[MODES]) {
     memset(f, 0, sizeof(figures) * MODES);
     uint64_t seed = p->seed + (uint64_t)n;
     for (int round = 0; round < rounds; round++) {
         for (int k = 0; k < MODES; k++) {
-            int mode = (round % 2 == 0) ? k : MODES - 1 - k;
+            int mode = (k + round) % MODES;
             int rc = run_mode(p, n, mode, idle_ns, large_too,
                               round == rounds - 1, &seed, &f[mode]);
             if (rc < 0) return rc;
@@ -422,16 +555,16 @@ static void main_row(lab_table *t, const char *label, const figures f[MODES],
     for (int m = 0; m < MODES; m++)
         cell(t, row, 1 + m,
              (const lab_series *)(const void *)((const char *)&f[m] + offset));
-    lab_table_set(t, row, 3, "%s", reference);
+    lab_table_set(t, row, 1 + MODES, "%s", reference);
 }
 
 #define FIELD(name) offsetof(figures, name)
 
 static void print_main(const params *p, const figures f[MODES]) {
-    const char *header[] = {"figure", "poll (before)", "notify (after)",
-                            "reference before → after"};
+    const char *header[] = {"figure", mode_label[0], mode_label[1],
+                            mode_label[2], "reference before → after"};
     lab_table t;
-    lab_table_init(&t, 4, header);
+    lab_table_init(&t, 2 + MODES, header);
     char label[96];
     main_row(&t, "idle state reads / session / s", f, FIELD(reads), "364 → 0");
     snprintf(label, sizeof label, "idle utilisation, %d sessions, %%",
@@ -453,15 +586,36 @@ static void print_main(const params *p, const figures f[MODES]) {
              "2370 → 80");
     main_row(&t, "pump passes / delivered event", f, FIELD(passes), "–");
     lab_table_print(&t, stdout);
+    printf("  idle CPU: the loop thread's CPU time (CLOCK_THREAD_CPUTIME_ID, "
+           "kernel and user) from its first callback of the window to the "
+           "window's end, read there by an observer thread while the loop "
+           "sleeps; set-up before the window and the one wakeup that ends "
+           "it are not counted\n");
+    char buf[LAB_CELL];
+    lab_format_series(buf, sizeof buf, &f[MODE_NOTIFY].end_wakeup);
+    printf("  the wakeup that ends the window (the observer's post; not "
+           "counted): %s µs of the loop thread's CPU in notify mode\n",
+           buf);
+    double after = lab_series_median(&f[MODE_NOTIFY].cpu_small);
+    char grid[24], ns[24];
+    lab_format_value(grid, sizeof grid,
+                     lab_series_median(&f[MODE_POLL_GRID].cpu_small) / after);
+    lab_format_value(ns, sizeof ns,
+                     lab_series_median(&f[MODE_POLL].cpu_small) / after);
+    printf("  idle CPU before ÷ after, %d retained (medians): 1 ms grid ÷ "
+           "notify %s×, ns timers ÷ notify %s× (reference 12.8 ÷ 0.05 = "
+           "256×); notify's figure is one entry into sleep spread over the "
+           "window, so the ratio grows with the window: compare each column "
+           "with the reference's\n",
+           p->retain_small, grid, ns);
     printf("  utilisation: lull_loop_metrics busy / (busy + idle), callback "
-           "time only; the kernel's share of each wakeup is in the CPU rows "
-           "(thread CPU time)\n");
+           "time only; the kernel's share of each wakeup is in the CPU rows\n");
 }
 
 static void print_audit(const figures f[MODES], int n) {
     for (int m = 0; m < MODES; m++) {
         printf("  wake audit, %s mode, idle window, %d sessions (last round; "
-               "the window's end timer left out):\n",
+               "the post that ends the window left out):\n",
                mode_name[m], n);
         if (f[m].naudit == 0)
             printf("    no source woke the loop or ran "
@@ -500,6 +654,7 @@ static void json_figures(lab_json *j, const char *key, const figures *f) {
     if (f->cpu_large.n)
         lab_json_series(j, "idle_cpu_ms_per_s_large", &f->cpu_large);
     lab_json_series(j, "idle_wakeups_per_s", &f->wakeups);
+    lab_json_series(j, "idle_end_wakeup_cpu_us", &f->end_wakeup);
     lab_json_series(j, "wait_mean_us", &f->mean);
     lab_json_series(j, "wait_p50_us", &f->p50);
     lab_json_series(j, "wait_p95_us", &f->p95);
@@ -537,8 +692,15 @@ static void json_params(lab_json *j, const params *p) {
     lab_json_field(j, "events_per_turn", p->events);
     lab_json_field(j, "interval_ms", (double)p->interval_ns / 1e6);
     lab_json_field(j, "poll_ms", (double)p->poll_ns / 1e6);
+    lab_json_field(j, "poll_grid_ms", (double)p->grid_ns / 1e6);
     lab_json_field(j, "idle_s", (double)p->idle_ns / 1e9);
     lab_json_field(j, "scale_idle_s", (double)p->scale_idle_ns / 1e9);
+    lab_json_key(j, "idle_cpu_counts");
+    lab_json_string(j, "loop thread CPU time (CLOCK_THREAD_CPUTIME_ID) from "
+                       "its first callback of the window to the window's "
+                       "end, read by an observer thread; set-up and the "
+                       "wakeup that ends the window not counted (that "
+                       "wakeup: idle_end_wakeup_cpu_us)");
     lab_json_key(j, "retained");
     lab_json_begin_array(j);
     lab_json_number(j, p->retain_small);
@@ -563,6 +725,7 @@ static void set_params(const lab_options *opts, params *p) {
     p->events = 40;
     p->interval_ns = 15 * MS;
     p->poll_ns = 5 * MS;
+    p->grid_ns = 1 * MS;
     p->idle_ns = (opts->quick ? 400 : 2000) * MS;
     p->scale_idle_ns = (opts->quick ? 400 : 1000) * MS;
     p->retain_small = 49;
@@ -574,7 +737,7 @@ static void set_params(const lab_options *opts, params *p) {
     p->seed = 0x9E3779B97F4A7C15ULL; /* any odd constant; fixed per run */
 }
 
-/* The plot: one panel per headline figure, the two modes side by side. */
+/* The plot: one panel per headline figure, the modes side by side. */
 static void plot_main(lab_plot *plot, const params *p, const figures f[MODES]) {
     static const struct {
         const char *title, *unit;
@@ -598,9 +761,7 @@ static void plot_main(lab_plot *plot, const params *p, const figures f[MODES]) {
             const lab_series *s =
                 (const lab_series *)(const void *)((const char *)&f[m] +
                                                    rows[r].offset);
-            lab_plot_bar(plot,
-                         m == MODE_POLL ? "poll (before)" : "notify (after)", s,
-                         m == MODE_NOTIFY);
+            lab_plot_bar(plot, mode_label[m], s, m == MODE_NOTIFY);
         }
     }
 }
@@ -612,10 +773,20 @@ static int run_pump(const lab_options *opts, lab_json *json) {
            "%.0f ms, all sessions at once; idle window %.1f s first\n",
            p.sessions, p.events, (double)p.interval_ns / 1e6,
            (double)p.idle_ns / 1e9);
-    printf("poll: a %.0f ms repeating timer per session wakes the pump; "
-           "notify: the pump listens to the window's notifier; same pass\n",
+    printf("poll, 1 ms grid: a %.0f ms poll per session on a runtime with "
+           "%.0f ms timers, as in the investigation: each session's phase "
+           "rounds to one of %d slots and a slot's polls share one timer and "
+           "one wakeup\n",
+           (double)p.poll_ns / 1e6, (double)p.grid_ns / 1e6,
+           (int)(p.poll_ns / p.grid_ns));
+    printf("poll on lull's ns timers: the same %.0f ms poll as a lull "
+           "repeating timer per session, random ns phases, 1 µs slack: no "
+           "two coalesce; notify: the pump listens to the window's notifier; "
+           "the same pass in every mode\n",
            (double)p.poll_ns / 1e6);
-    printf("%d rounds, modes alternating; median [min–max] over rounds; "
+    printf("%d rounds, the mode that runs first rotating each round; each "
+           "mode opens its own loop and sessions; median [min–max] over "
+           "rounds; "
            "wait = commit made the event readable -> driver has it "
            "(CLOCK_MONOTONIC)\n",
            p.rounds);

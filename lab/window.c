@@ -26,8 +26,15 @@ int lab_window_init(lab_window *w, lull_loop *loop, uint32_t capacity,
                     uint32_t retain) {
     if (!w || !loop || capacity == 0) return -EINVAL;
     memset(w, 0, sizeof *w);
-    w->ring = calloc(capacity, sizeof *w->ring);
+    w->ring = malloc((size_t)capacity * sizeof *w->ring);
     if (!w->ring) return -ENOMEM;
+    /* Every slot written here, so no append or commit after init is the
+     * first write to a page: a fault there is an allocation in all but
+     * name. seq 0 is no event (sequence numbers start at 1); the non-zero
+     * turn keeps the compiler from folding the stores into a calloc, which
+     * would leave the pages untouched. */
+    for (uint32_t i = 0; i < capacity; i++)
+        w->ring[i] = (lab_window_event){.seq = 0, .turn = UINT32_MAX};
     lull_notifier_init(&w->notifier);
     w->loop = loop;
     w->capacity = capacity;

@@ -17,9 +17,9 @@
  * the complete, closed set of wake sources; docs/PUMP.md and the tests guard
  * it (a change that does not notify leaves an event undelivered).
  *
- * Storage is one ring of `capacity` slots allocated by lab_window_init; no
- * call after it allocates. Loop thread only (the notifier's listeners live on
- * the window's loop). */
+ * Storage is one ring of `capacity` slots allocated and written (its pages
+ * faulted in) by lab_window_init; no call after it allocates. Loop thread only
+ * (the notifier's listeners live on the window's loop). */
 #ifndef LAB_WINDOW_H
 #define LAB_WINDOW_H
 

@@ -3,7 +3,8 @@
  * Owns: a table of sources keyed by callback function. Keying by function,
  * not by handle, keeps the table as small as the program's code (10,000
  * sessions sharing a pass function are one row) and makes a polling
- * component show up under one name. Rows are preallocated; the table
+ * component show up under one name (signals, which have no callback of
+ * lull's, share one row). Rows are preallocated; the table
  * grows only past SOURCES_PREALLOCATED distinct callbacks, never per event.
  * Loop thread only. */
 #include <errno.h>
@@ -67,12 +68,16 @@ static const char *kind_word(int kind) {
         return "fd";
     case LULL_SOURCE_REMOTE:
         return "remote";
+    case LULL_SOURCE_SIGNAL:
+        return "signal";
     default:
         return "pump";
     }
 }
 
 static const char *label(lull_loop *loop, lull__source *s) {
+    /* Signals have no callback of lull's: one row for all of them. */
+    if (s->kind == LULL_SOURCE_SIGNAL) return "signal (interrupted wait)";
     const char *name = lull__name_lookup(loop, s->fn);
     if (name) return name;
     if (!s->label[0]) {

@@ -12,18 +12,28 @@
 int lull__backend_init(lull_loop *loop);
 void lull__backend_close(lull_loop *loop);
 /* Moves the kernel's interest for io from `old` to `events` (either may be
- * 0: add, remove). 0 or a negative errno. */
+ * 0: add, remove). 0 or a negative errno. Removal always succeeds and drops
+ * io's readiness already collected, so io is not handed out again. */
 int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events);
 /* Registers the loop's wake-up fd (src/remote.c): readable, edge-triggered,
  * and with no watcher behind it, so its readiness ends a sleep and is then
  * skipped by lull__backend_next. 0 or a negative errno. */
 int lull__backend_add_wakeup(lull_loop *loop, int fd);
+/* Replaces the epoll set with a new one holding the wake-up fd last given
+ * to lull__backend_add_wakeup and every started watcher. Used when a
+ * registration nobody owns reported; also what a forked child needs. 0 or a
+ * negative errno (the old set is kept). */
+int lull__backend_rebuild(lull_loop *loop);
 /* Waits up to timeout_ns (-1: no limit, 0: do not block) and collects
- * readiness. Returns the number of events collected (0 on EINTR). */
+ * readiness. Returns the number of events collected, -EINTR when a signal
+ * ended the wait, or another negative errno when the kernel refused the
+ * wait (nothing collected either way). */
 int lull__backend_poll(lull_loop *loop, int64_t timeout_ns);
 /* The next collected event that is still wanted, or false when done. */
 bool lull__backend_next(lull_loop *loop, lull_io **io, int *events);
-/* Drops any collected, not yet handed out readiness of io. */
-void lull__backend_forget(lull_loop *loop, lull_io *io);
+/* Right after a poll that collected events: the started watcher the first
+ * one belongs to, or NULL with *wakeup telling the wake-up fd (true) from
+ * a stale registration (false). For attributing the wakeup. */
+lull_io *lull__backend_first(lull_loop *loop, bool *wakeup);
 
 #endif

@@ -61,6 +61,13 @@ typedef struct lull__source {
     char label[48];   /* "<kind> callback <address>" for unnamed rows */
 } lull__source;
 
+/* A slot of the table of started fd watchers (src/backend_epoll.c). */
+typedef struct lull__io_slot {
+    lull_io *io;        /* the started watcher, NULL while free */
+    uint32_t gen;       /* bumped at every release */
+    uint32_t next_free; /* free list: next free slot + 1, 0 = end */
+} lull__io_slot;
+
 typedef struct lull__name {
     lull_any_fn fn;
     const char *name;
@@ -78,8 +85,6 @@ struct lull_loop {
     /* Time. */
     uint64_t now; /* cached ns: real or virtual */
     bool virtual_clock;
-    bool now_stale; /* real clock, outside a slice: refresh on the
-                       next arm (src/timer.c) */
     unsigned flags; /* LULL_LOOP_* */
 
     /* The slice of busy work (C5). All real-clock ns. */
@@ -96,6 +101,7 @@ struct lull_loop {
     /* Run state. */
     bool running;
     bool stop;
+    int poll_error;     /* this run's failed wait (-errno), or 0 */
     pthread_t owner;    /* the thread inside lull_run, while running */
     bool slack_checked; /* this run has set the thread's timer slack */
     long slack_restore; /* the slack to put back at the end, or -1 */
@@ -114,6 +120,12 @@ struct lull_loop {
     struct epoll_event *events; /* EVENTS_CAP of them (backend_epoll.c) */
     int events_len;             /* readiness collected by the current poll */
     int events_next;            /* next one to dispatch */
+    lull__io_slot *io_slots;    /* started watchers, by slot */
+    uint32_t io_slots_cap;
+    uint32_t io_free;   /* first free slot + 1, 0 = none */
+    int wake_fd;        /* the wake-up fd, registered again on a rebuild */
+    bool backend_stale; /* a registration nobody owns reported: rebuild
+                           the epoll set before the next poll */
 
     /* Liveness and subscriptions. */
     uint32_t refs;      /* lull_loop_ref count */
@@ -133,6 +145,8 @@ struct lull_loop {
     uint32_t sample_seq;    /* the tag of the task being timed (the newest) */
     uint64_t sample_last;   /* real ns the last sample was armed */
     uint64_t busy_start;    /* real ns the current slice began (busy_ns) */
+
+    uint64_t tasks_run_base; /* tasks_run at the last metrics reset */
 
     /* Wake audit (src/audit.c). */
     lull__source *sources;

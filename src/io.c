@@ -3,10 +3,12 @@
  * Owns: a watcher's state and its callback dispatch. A watcher never closes
  * its fd. Invariant: io_active counts started watchers; a stopped
  * watcher's collected readiness is forgotten at once, so no callback runs
- * after lull_io_stop, even later in the same batch. Stop a watcher before
- * closing its fd: the kernel forgets a closed fd by itself, but a watcher
- * that is still started and whose fd number was reused would remove the new
- * owner's registration when it is finally stopped. Loop thread only. */
+ * after lull_io_stop, even later in the same batch, and the watcher's memory
+ * is not touched after it, whatever the caller closed first: the kernel's
+ * registrations never point at a watcher (src/backend_epoll.c). A watcher
+ * still started when its fd was closed and the number reused would remove
+ * the new owner's registration when it is finally stopped: the docs say to
+ * stop before watching a reused number. Loop thread only. */
 #include <errno.h>
 
 #include "backend.h"
@@ -47,7 +49,6 @@ void lull_io_stop(lull_io *io) {
     if (!io || !io->loop || !(io->flags & LULL__IO_ACTIVE)) return;
     LULL_ASSERT_LOOP_THREAD(io->loop);
     lull__backend_modify(io->loop, io, io->events, 0);
-    lull__backend_forget(io->loop, io);
     io->events = 0;
     io->flags &= ~LULL__IO_ACTIVE;
     count_active(io, -1);

@@ -38,6 +38,11 @@ static int check_options(const lull_loop_options *o) {
     if (o->role != LULL_ROLE_SHARED && o->role != LULL_ROLE_DEDICATED)
         return -EINVAL;
     if (o->flags & ~LULL_LOOP_AUTO_ADVANCE) return -EINVAL;
+    /* Unbounded, a quantum near UINT64_MAX wrapped the slice deadline (every
+     * slice spent at once) and 8 x 2^61 wrapped the default stall to 0
+     * (every slice a stall). */
+    if (o->quantum_ns > LULL_QUANTUM_MAX_NS) return -EINVAL;
+    if (o->stall_ns > LULL_STALL_MAX_NS) return -EINVAL;
     return 0;
 }
 
@@ -63,7 +68,6 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
         opts->stall_ns ? opts->stall_ns : loop->quantum_ns * STALL_QUANTA;
     loop->countdown = LULL__COUNTDOWN_IDLE;
     loop->now = loop->virtual_clock ? 0 : lull__clock_real();
-    loop->now_stale = !loop->virtual_clock;
     loop->backend_fd = -1;
     loop->remote_fd = -1;
 
@@ -145,16 +149,27 @@ static int64_t poll_timeout(lull_loop *loop, uint64_t real_now) {
     return lull__timers_next_ns(loop, real_now);
 }
 
-/* Counts a wakeup and attributes it: to the first fd that was ready, to
- * the oldest remote post (when the drain runs), or to the first timer due
- * (after expiry). */
-static void count_wakeup(lull_loop *loop, int nevents) {
+/* Counts a wakeup and attributes it: to a signal that interrupted the
+ * wait, to the first fd that was ready, to the oldest remote post (when the
+ * drain runs), or to the first timer due (after expiry). */
+static void count_wakeup(lull_loop *loop, int nevents, bool signalled) {
     loop->m.wakeups++;
-    /* An event with no watcher is the wake-up eventfd: nothing has been
-     * forgotten yet when this runs, right after the poll. */
-    lull_io *first = nevents ? loop->events[0].data.ptr : NULL;
-    bool remote = nevents ? first == NULL : lull__remote_pending(loop);
-    if (remote) {
+    if (signalled) {
+        /* Not a timer's doing, though no fd or post was ready either: the
+         * audit must not blame a timer for a program's signals. */
+        loop->m.wakeups_signal++;
+        lull__audit_wakeup(loop, NULL, LULL_SOURCE_SIGNAL);
+        return;
+    }
+    /* Nothing has been forgotten yet when this runs, right after the poll.
+     * A stale registration (backend_epoll.c) counts as an fd wakeup that
+     * no callback caused. */
+    bool wake_fd = false;
+    lull_io *first = nevents ? lull__backend_first(loop, &wake_fd) : NULL;
+    bool remote = nevents ? wake_fd : lull__remote_pending(loop);
+    if (nevents && !remote && !first) {
+        loop->m.wakeups_io++;
+    } else if (remote) {
         loop->m.wakeups_remote++;
         loop->audit_remote = true;
     } else if (first) {
@@ -178,12 +193,23 @@ static void precise_timers(lull_loop *loop) {
         loop->slack_restore = old;
 }
 
+/* The kernel refused to wait (the backend already fell back from
+ * epoll_pwait2 where it could): retrying would spin on the same error, so
+ * the run ends and returns it (lull_run, lull_settle). *timeout becomes 0:
+ * the loop did not sleep, so this is no wakeup. */
+static void poll_failed(lull_loop *loop, int err) {
+    if (!loop->poll_error) loop->poll_error = err;
+    loop->stop = true;
+    loop->countdown = 0;
+}
+
 /* Waits (or just looks, with *timeout 0) for what can wake the loop. A loop
  * with no fd watchers has nothing for epoll to report, so it sleeps on a
  * futex instead (src/remote.c): a remote post then wakes it at futex cost.
  * *timeout becomes 0 if a post arrived before the loop could sleep.
  * Returns the number of fd events collected. */
-static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0) {
+static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0,
+                         bool *signalled) {
     int64_t timeout = *timeout_io;
     int how = timeout == 0      ? LULL__AWAKE
               : loop->io_active ? LULL__SLEEP_EPOLL
@@ -196,10 +222,20 @@ static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0) {
     int n = 0;
     if (how == LULL__SLEEP_FUTEX) {
         loop->events_len = loop->events_next = 0;
+        /* lull__remote_wait ends with its futex call, so errno tells an
+         * interrupted wait (a handler without SA_RESTART) from the rest. */
+        errno = 0;
         lull__remote_wait(loop, timeout, t0);
+        *signalled = errno == EINTR;
     } else {
         n = lull__backend_poll(loop, timeout);
         loop->m.polls++;
+        *signalled = n == -EINTR;
+        if (n < 0 && n != -EINTR) {
+            poll_failed(loop, n);
+            *timeout_io = 0;
+        }
+        if (n < 0) n = 0;
         if (n == 0) loop->m.empty_polls++;
     }
     if (how != LULL__AWAKE) lull__remote_awake(loop);
@@ -216,11 +252,16 @@ static void attribute_timer_wakeup(lull_loop *loop) {
 /* Polls once, starts the slice, then runs fd callbacks. Returns the number
  * of events the poll collected. */
 static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
-    int n = wait_for_work(loop, &timeout, t0);
-    uint64_t t1 = lull__clock_real();
+    bool signalled = false;
+    int n = wait_for_work(loop, &timeout, t0, &signalled);
+    /* A look that did not block took a few hundred ns: t0 still serves as
+     * "now" and as the slice's start (which then counts the look as busy
+     * time), and a loop that polls on every hop saves a clock read per
+     * hop. A wait that blocked needs the time it ended. */
+    uint64_t t1 = timeout != 0 ? lull__clock_real() : t0;
     if (timeout != 0) {
         loop->m.idle_ns += t1 - t0;
-        count_wakeup(loop, n);
+        count_wakeup(loop, n, signalled);
     }
     if (!loop->virtual_clock) loop->now = t1;
     lull__slice_begin(loop, t1);
@@ -265,15 +306,15 @@ static void loop_verify(const lull_loop *loop) {
                  "lull: ready queue corrupted (a task freed while pending?)");
     verify_queue(&loop->due,
                  "lull: due list corrupted (a timer freed while armed?)");
-    const lull__heap *h = &loop->heap;
-    uint32_t n = h->len < VERIFY_HEAP_SLOTS ? h->len : VERIFY_HEAP_SLOTS;
+    lull__heap_verify(&loop->heap, loop, VERIFY_HEAP_SLOTS);
+    /* Started watchers (src/backend_epoll.c), as many slots as the heap. */
+    uint32_t n = loop->io_slots_cap < VERIFY_HEAP_SLOTS ? loop->io_slots_cap
+                                                        : VERIFY_HEAP_SLOTS;
     for (uint32_t i = 0; i < n; i++) {
-        const lull_timer *t = h->slots[i].timer;
-        LULL_ASSERT(t->node.aux == i + 1 && t->loop == loop,
-                    "lull: timer heap slot corrupted (a timer freed?)");
-        LULL_ASSERT(i == 0 ||
-                        h->slots[(i - 1) / 4].deadline <= h->slots[i].deadline,
-                    "lull: timer heap out of order");
+        const lull_io *io = loop->io_slots[i].io;
+        LULL_ASSERT(!io || (io->slot == i && io->loop == loop &&
+                            (io->flags & LULL__IO_ACTIVE)),
+                    "lull: fd watcher corrupted (freed while started?)");
     }
 }
 #endif
@@ -310,6 +351,7 @@ static int run_begin(lull_loop *loop) {
     loop->running = true;
     loop->owner = pthread_self();
     loop->stop = false;
+    loop->poll_error = 0;
     loop->slack_checked = false;
     loop->slack_restore = -1;
     return 0;
@@ -320,7 +362,6 @@ static void run_end(lull_loop *loop) {
         prctl(PR_SET_TIMERSLACK, loop->slack_restore, 0, 0, 0);
     loop->running = false;
     loop->stop = false;
-    loop->now_stale = !loop->virtual_clock;
 }
 
 int lull_run(lull_loop *loop, int mode) {
@@ -338,7 +379,7 @@ int lull_run(lull_loop *loop, int mode) {
         iterate(loop, mode == LULL_RUN_ONCE, t);
     }
     run_end(loop);
-    return 0;
+    return loop->poll_error;
 }
 
 void lull_stop(lull_loop *loop) {
@@ -368,6 +409,7 @@ int lull_settle(lull_loop *loop) {
     uint64_t before = loop->tasks_run;
     settle_loop(loop);
     run_end(loop);
+    if (loop->poll_error) return loop->poll_error;
     uint64_t ran = loop->tasks_run - before;
     return ran > INT32_MAX ? INT32_MAX : (int)ran;
 }

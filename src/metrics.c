@@ -72,7 +72,7 @@ static void summarize(const lull_histogram *h, lull_latency *out) {
 void lull_loop_metrics(lull_loop *loop, lull_metrics *out) {
     if (!loop || !out) return;
     *out = loop->m;
-    out->tasks_run = loop->tasks_run;
+    out->tasks_run = loop->tasks_run - loop->tasks_run_base;
     summarize(&loop->wait_hist, &out->task_wait);
     summarize(&loop->run_hist, &out->task_run);
 }
@@ -82,7 +82,9 @@ void lull_loop_metrics_reset(lull_loop *loop) {
     memset(&loop->m, 0, sizeof loop->m);
     memset(&loop->wait_hist, 0, sizeof loop->wait_hist);
     memset(&loop->run_hist, 0, sizeof loop->run_hist);
-    loop->tasks_run = 0;
+    /* tasks_run itself never goes back: lull_settle counts through it, and
+     * a callback may reset the metrics in the middle of a settle. */
+    loop->tasks_run_base = loop->tasks_run;
 }
 
 /* Tags the task just posted. The tag lives in the task (cancel clears it),

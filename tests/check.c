@@ -2,6 +2,7 @@
  * case by name. Single-threaded; registration happens before main. */
 #include "check.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -37,22 +38,80 @@ void check_fail(const char *file, int line, const char *fmt, ...) {
     exit(1);
 }
 
-bool check_dies(void (*fn)(void *), void *arg) {
+/* Runs fn in a child process whose stderr goes to a pipe; returns its wait
+ * status and fills err (NUL-terminated, truncated to cap - 1 bytes). */
+static int run_child(void (*fn)(void *), void *arg, bool quiet_abort, char *err,
+                     size_t cap) {
+    int fds[2];
+    if (pipe(fds) != 0) check_fail(__FILE__, __LINE__, "pipe");
     fflush(NULL);
     pid_t pid = fork();
+    if (pid < 0) check_fail(__FILE__, __LINE__, "fork");
     if (pid == 0) {
-        /* The child is expected to abort: keep core files and sanitizer
-         * reports about the deliberate abort out of the way. */
-        struct rlimit none = {0, 0};
-        setrlimit(RLIMIT_CORE, &none);
-        freopen("/dev/null", "w", stderr);
+        close(fds[0]);
+        if (quiet_abort) {
+            /* The child is expected to abort: no core file. */
+            struct rlimit none = {0, 0};
+            setrlimit(RLIMIT_CORE, &none);
+        }
+        dup2(fds[1], STDERR_FILENO);
+        close(fds[1]);
         fn(arg);
+        fflush(NULL);
         _exit(0);
     }
+    close(fds[1]);
+    size_t len = 0;
+    for (;;) {
+        char buf[512];
+        ssize_t n = read(fds[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        size_t take = (size_t)n < cap - 1 - len ? (size_t)n : cap - 1 - len;
+        memcpy(err + len, buf, take);
+        len += take;
+    }
+    err[len] = '\0';
+    close(fds[0]);
     int status = 0;
-    if (waitpid(pid, &status, 0) != pid) return false;
-    return WIFSIGNALED(status) ||
-           (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    while (waitpid(pid, &status, 0) != pid) {
+        if (errno != EINTR) check_fail(__FILE__, __LINE__, "waitpid");
+    }
+    return status;
+}
+
+#define CHILD_STDERR_CAP 8192 /* far above what an assert prints */
+
+bool check_dies(void (*fn)(void *), void *arg, const char *message) {
+    char err[CHILD_STDERR_CAP];
+    int status = run_child(fn, arg, true, err, sizeof err);
+    if (!WIFSIGNALED(status)) {
+        fprintf(stderr,
+                "check_dies: the child %s %d, expected to die with "
+                "\"%s\"; its stderr:\n%s",
+                WIFEXITED(status) ? "exited with" : "ended with status",
+                WIFEXITED(status) ? WEXITSTATUS(status) : status, message, err);
+        return false;
+    }
+    if (!strstr(err, message)) {
+        fprintf(stderr,
+                "check_dies: the child died by signal %d without "
+                "\"%s\"; its stderr:\n%s",
+                WTERMSIG(status), message, err);
+        return false;
+    }
+    return true;
+}
+
+bool check_exits_cleanly(void (*fn)(void *), void *arg) {
+    char err[CHILD_STDERR_CAP];
+    int status = run_child(fn, arg, false, err, sizeof err);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+    fprintf(stderr,
+            "check_exits_cleanly: the child ended with status %#x; "
+            "its stderr:\n%s",
+            status, err);
+    return false;
 }
 
 bool check_debug_build(void) {

@@ -19,8 +19,12 @@ void check_register(const char *name, check_fn fn);
 void check_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
 /* Runs fn in a child process; true when the child died by a signal (an
- * assert), false when it returned normally. */
-bool check_dies(void (*fn)(void *), void *arg);
+ * assert aborts) and wrote `message` to stderr, so a death for another
+ * reason (a failed CHECK, a crash elsewhere) does not pass. On false, the
+ * child's stderr is printed. */
+bool check_dies(void (*fn)(void *), void *arg, const char *message);
+/* Runs fn in a child process; true when it returned (exit status 0). */
+bool check_exits_cleanly(void (*fn)(void *), void *arg);
 /* True when asserts are compiled into the library (debug builds). */
 bool check_debug_build(void);
 

@@ -5,9 +5,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <lull.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MS 1000000ull
@@ -404,5 +411,299 @@ TEST(hangup_reported) {
     CHECK_EQ(w.calls, 1);
     CHECK(w.last_events & LULL_HANGUP);
     close_pipe(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------ sandboxed epoll_pwait2 */
+
+/* A seccomp filter, as older container runtimes and systemd's
+ * SystemCallFilter= install, that fails the listed system calls with EPERM.
+ * No root needed with PR_SET_NO_NEW_PRIVS. Filters cannot be removed, so
+ * each scenario runs in a child process of its own (run_in_child). */
+#if defined(__x86_64__)
+#define SANDBOX_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SANDBOX_ARCH AUDIT_ARCH_AARCH64
+#endif
+#ifndef SYS_epoll_pwait2
+#define SYS_epoll_pwait2 441 /* the same number on every architecture */
+#endif
+
+#ifdef SANDBOX_ARCH
+static void deny_with_eperm(const int *nrs, int n) {
+    struct sock_filter f[16];
+    int k = 0;
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                          offsetof(struct seccomp_data, arch));
+    f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+                                          SANDBOX_ARCH, 1, 0);
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                          offsetof(struct seccomp_data, nr));
+    for (int i = 0; i < n; i++) {
+        f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+                                              (unsigned)nrs[i], 0, 1);
+        f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
+                                              SECCOMP_RET_ERRNO | EPERM);
+    }
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    struct sock_fprog prog = {.len = (unsigned short)k, .filter = f};
+    CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+    CHECK_EQ(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+    /* The filter is in force. (Under valgrind, which does not know
+     * epoll_pwait2, the call never reaches the kernel: ENOSYS.) */
+    CHECK_EQ(syscall(SYS_epoll_pwait2, -1, NULL, 0, NULL, NULL, 0), -1);
+    CHECK(errno == EPERM || errno == ENOSYS);
+}
+
+static void deny_pwait2(void) {
+    deny_with_eperm((const int[]){SYS_epoll_pwait2}, 1);
+}
+
+/* Every way of waiting on an epoll set. */
+static void deny_every_epoll_wait(void) {
+    static const int nrs[] = {
+        SYS_epoll_pwait2,
+        SYS_epoll_pwait,
+#ifdef SYS_epoll_wait
+        SYS_epoll_wait,
+#endif
+    };
+    deny_with_eperm(nrs, (int)(sizeof nrs / sizeof nrs[0]));
+}
+#endif
+
+/* Runs fn in a child process and fails the case unless it exits with 0
+ * (a failed CHECK in the child exits with 1 and prints why). */
+static void run_in_child(void (*fn)(void)) {
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        fn();
+        fflush(NULL);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+}
+
+static void no_op_timer(lull_timer *t) {
+    (void)t;
+}
+
+/* A loop whose epoll_pwait2 is refused: an fd that becomes readable calls
+ * its watcher on the first poll, a blocking wait sleeps instead of spinning
+ * (a handful of polls while a 20 ms timer runs out, not thousands), and the
+ * largest timeout converts to milliseconds without overflowing. */
+static void readiness_seen(lull_loop *loop) {
+    watch w;
+    make_pipe(&w);
+    CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    fill(w.wfd);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(w.calls, 1);
+    drain(w.rfd);
+
+    lull_timer t;
+    lull_timer_init(loop, &t, no_op_timer);
+    lull_timer_start(&t, 20 * MS, 0);
+    lull_io_unref(&w.io);
+    lull_metrics m;
+    lull_loop_metrics_reset(loop);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0); /* until the timer */
+    lull_loop_metrics(loop, &m);
+    CHECK_LE(m.polls, 4);
+    CHECK_EQ(w.calls, 1);
+
+    /* A deadline at the end of the clock: the poll's timeout is as large as
+     * lull passes, and readiness still ends it. */
+    lull_timer_start(&t, UINT64_MAX, 0);
+    fill(w.wfd);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(w.calls, 2);
+    lull_timer_stop(&t);
+    lull_io_stop(&w.io);
+    close_pipe(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+#ifdef SANDBOX_ARCH
+static void sandboxed_before_loop_new(void) {
+    deny_pwait2();
+    readiness_seen(new_loop());
+}
+
+static void sandboxed_after_loop_new(void) {
+    lull_loop *loop = new_loop();
+    deny_pwait2();
+    readiness_seen(loop);
+}
+
+/* No way to wait is left: the run fails with the kernel's error instead of
+ * spinning on polls that report nothing. */
+static void no_wait_allowed(void) {
+    lull_loop *loop = new_loop();
+    watch w;
+    make_pipe(&w);
+    CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    deny_every_epoll_wait();
+    lull_metrics m;
+    lull_loop_metrics_reset(loop);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), -EPERM);
+    lull_loop_metrics(loop, &m);
+    CHECK_LE(m.polls, 2); /* pwait2, or the fallback's first try */
+    CHECK_EQ(lull_settle(loop), -EPERM);
+    CHECK_EQ(w.calls, 0);
+    lull_io_stop(&w.io);
+    close_pipe(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+#endif
+
+TEST(epoll_pwait2_refused_at_start_falls_back) {
+#ifdef SANDBOX_ARCH
+    run_in_child(sandboxed_before_loop_new);
+#else
+    printf("skipped: no seccomp architecture constant for this machine\n");
+#endif
+}
+
+TEST(epoll_pwait2_refused_later_falls_back) {
+#ifdef SANDBOX_ARCH
+    run_in_child(sandboxed_after_loop_new);
+#else
+    printf("skipped: no seccomp architecture constant for this machine\n");
+#endif
+}
+
+TEST(poll_error_fails_the_run) {
+#ifdef SANDBOX_ARCH
+    run_in_child(no_wait_allowed);
+#else
+    printf("skipped: no seccomp architecture constant for this machine\n");
+#endif
+}
+
+/* ------------------------------------- fd closed before lull_io_stop */
+
+/* The kernel keys a registration by open file, so closing a watched fd does
+ * not remove it while another reference to the file is open. A stopped
+ * watcher must still never be called nor its memory touched, and the loop
+ * must not spin on the orphaned registration. Each case closes the write
+ * end too, so the file is both readable and hung up: a registration that
+ * kept reporting would report on every poll. The window is a 20 ms timer:
+ * the loop should poll a handful of times, not thousands. */
+static int stale_calls;
+static void stale_count(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+    stale_calls++;
+}
+
+static lull_timer window_timer;
+static void end_window(lull_timer *t) {
+    (void)t;
+}
+
+/* Runs the loop over a 20 ms window (the timer is the only referenced
+ * handle) and returns the polls it made. The cases keep another watcher
+ * started, as a real program would: a loop with none sleeps on a futex and
+ * never asks epoll at all. */
+static uint64_t polls_over_window(lull_loop *loop) {
+    lull_timer_init(loop, &window_timer, end_window);
+    lull_timer_start(&window_timer, 20 * MS, 0);
+    lull_metrics m;
+    lull_loop_metrics_reset(loop);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_loop_metrics(loop, &m);
+    return m.polls;
+}
+
+TEST(stopped_watcher_with_fd_closed_and_a_dup_open) {
+    lull_loop *loop = new_loop();
+    watch p;
+    make_pipe(&p);
+    lull_io *io = malloc(sizeof *io); /* ASan sees any later touch */
+    CHECK(io != NULL);
+    CHECK_EQ(lull_io_init(loop, io, p.rfd, stale_count), 0);
+    CHECK_EQ(lull_io_start(io, LULL_READABLE), 0);
+    int keep = dup(p.rfd);
+    CHECK(keep >= 0);
+    fill(p.wfd);
+    close(p.wfd);
+    close(p.rfd);
+    lull_io_stop(io);
+    free(io);
+
+    /* A watcher started now takes the stopped one's slot: the orphaned
+     * registration must not reach it either, and it must survive the
+     * rebuild of the epoll set. */
+    watch n;
+    make_pipe(&n);
+    CHECK_EQ(lull_io_init(loop, &n.io, n.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&n.io, LULL_READABLE), 0);
+    lull_io_unref(&n.io);
+
+    CHECK_LE(polls_over_window(loop), 4);
+    CHECK_EQ(stale_calls, 0);
+    CHECK_EQ(n.calls, 0);
+    fill(n.wfd);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(n.calls, 1);
+    CHECK_EQ(n.last_events, LULL_READABLE);
+    lull_io_stop(&n.io);
+    close_pipe(&n);
+    close(keep);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same with the other reference held by a forked child, as a server
+ * that forks a helper process with its fds would have it. */
+TEST(stopped_watcher_with_fd_closed_and_a_child_holding_it) {
+    lull_loop *loop = new_loop();
+    watch p;
+    make_pipe(&p);
+    int hold[2]; /* the child exits when the parent closes hold[1] */
+    CHECK_EQ(pipe2(hold, O_CLOEXEC), 0);
+    static watch w; /* kept alive: a call would be counted, not a crash */
+    w.calls = 0;
+    CHECK_EQ(lull_io_init(loop, &w.io, p.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(p.wfd);
+        close(hold[1]);
+        char c;
+        while (read(hold[0], &c, 1) < 0 && errno == EINTR) {
+        }
+        _exit(0);
+    }
+    close(hold[0]);
+    fill(p.wfd);
+    close(p.wfd);
+    close(p.rfd); /* the child still holds the file */
+    lull_io_stop(&w.io);
+
+    watch n;
+    make_pipe(&n);
+    CHECK_EQ(lull_io_init(loop, &n.io, n.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&n.io, LULL_READABLE), 0);
+    lull_io_unref(&n.io);
+    CHECK_LE(polls_over_window(loop), 4);
+    CHECK_EQ(w.calls, 0);
+    CHECK_EQ(n.calls, 0);
+    lull_io_stop(&n.io);
+    close_pipe(&n);
+    close(hold[1]);
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -93,14 +93,19 @@ TEST(run_once) {
     CHECK(lull_timer_active(&v[1].timer));
     CHECK(lull_loop_alive(loop));
 
+    /* ONCE blocks until the timer is due and runs it: exactly one wait,
+     * ended by the timer. (20 ms is far more than the microseconds between
+     * the arm and the poll, so the wait cannot be skipped.) */
     lull_loop_metrics_reset(loop);
-    lull_timer_start(&v[2].timer, 5 * MS, 0);
+    lull_timer_start(&v[2].timer, 20 * MS, 0);
     CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(runs[2], 1);
     CHECK_EQ(runs[1], 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
-    CHECK_LE(m.wakeups, 1); /* 0 if the timer was due before the wait */
+    CHECK_U64_EQ(m.iterations, 1);
+    CHECK_U64_EQ(m.wakeups, 1);
+    CHECK_U64_EQ(m.wakeups_timer, 1);
     lull_timer_stop(&v[1].timer);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -350,29 +355,113 @@ TEST(invalid_arguments_einval) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* Void calls with NULL handles do nothing rather than crash. */
-TEST(null_handles_do_not_crash) {
+/* quantum_ns and stall_ns above their documented maxima are refused: near
+ * UINT64_MAX the quantum wrapped the slice deadline, so lull_should_yield
+ * was true at once, and a 2^61 quantum wrapped the default stall (8 quanta)
+ * to 0, so every slice was a stall. At the maxima, a short slice neither
+ * yields nor stalls. */
+static int max_yields, max_calls;
+static void yield_probe(lull_task *t) {
+    (void)t;
+    max_calls++;
+    for (int i = 0; i < 100; i++)
+        max_yields += lull_should_yield(the_loop);
+}
+
+TEST(quantum_and_stall_range_checked) {
+    lull_loop *loop = NULL;
+    lull_loop_options o = {.quantum_ns = UINT64_MAX};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.quantum_ns = 1ull << 61};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.quantum_ns = LULL_QUANTUM_MAX_NS + 1};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.stall_ns = UINT64_MAX};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    o = (lull_loop_options){.stall_ns = LULL_STALL_MAX_NS + 1};
+    CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
+    CHECK(loop == NULL);
+
+    o = (lull_loop_options){.quantum_ns = LULL_QUANTUM_MAX_NS};
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    CHECK_U64_EQ(lull_loop_quantum(loop), LULL_QUANTUM_MAX_NS);
+    lull_task t;
+    lull_task_init(&t, yield_probe);
+    lull_post(loop, &t);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_EQ(max_calls, 1);
+    CHECK_EQ(max_yields, 0);
+    CHECK_U64_EQ(m.stalls, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+
+    o = (lull_loop_options){.stall_ns = LULL_STALL_MAX_NS};
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Calls with NULL handles do nothing, and say so where they can: value
+ * returns are the neutral ones, out-parameters are left alone, and a real
+ * loop and task passed next to a NULL are not touched. (The case used to
+ * check almost nothing, so it could fail only by crashing.) */
+TEST(null_handles_do_nothing) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_advance(loop, 1000);
+    uint64_t now = lull_now(loop);
+    item v[1];
+    items_init(v, 1);
+
     lull_post(loop, NULL);
+    lull_post(NULL, &v[0].task);
+    CHECK(!lull_task_pending(&v[0].task));
     lull_post(NULL, NULL);
     lull_cancel(NULL);
     CHECK(!lull_task_pending(NULL));
     lull_timer_start(NULL, 10, 0);
     lull_timer_stop(NULL);
+    lull_timer_ref(NULL);
+    lull_timer_unref(NULL);
     CHECK(!lull_timer_active(NULL));
+    CHECK_U64_EQ(lull_timer_deadline(NULL), 0);
+    CHECK_EQ(lull_io_start(NULL, LULL_READABLE), -EINVAL);
+    lull_io_stop(NULL);
+    lull_io_ref(NULL);
+    lull_io_unref(NULL);
     lull_stop(NULL);
     lull_advance(NULL, 10);
     lull_loop_ref(NULL);
     lull_loop_unref(NULL);
     CHECK(!lull_loop_alive(NULL));
     CHECK(!lull_should_yield(NULL));
+    CHECK_U64_EQ(lull_now(NULL), 0);
+    CHECK_U64_EQ(lull_now_exact(NULL), 0);
+    CHECK_U64_EQ(lull_loop_quantum(NULL), 0);
     lull_post_remote(NULL, NULL);
+    lull_post_remote(NULL, &v[0].task);
     lull_post_remote(loop, NULL);
+    CHECK(!lull_task_pending(&v[0].task));
+    lull_histogram_record(NULL, 5);
+    CHECK_U64_EQ(lull_histogram_percentile(NULL, 0.5), 0);
     lull_loop_metrics(loop, NULL);
-    lull_metrics m = {.wakeups = 42};
+    lull_metrics m = {.wakeups = 42, .tasks_run = 43};
     lull_loop_metrics(NULL, &m);
+    CHECK_U64_EQ(m.wakeups, 42);
+    CHECK_U64_EQ(m.tasks_run, 43);
+    lull_loop_metrics_reset(NULL);
+    lull_audit_entry row = {.wakeups = 44};
+    CHECK_EQ(lull_loop_audit(NULL, &row, 1, NULL), -EINVAL);
+    CHECK_U64_EQ(row.wakeups, 44);
+    lull_loop_audit_reset(NULL);
+
+    /* Nothing reached the real loop: no work, no reference, no time. */
     CHECK(!lull_loop_alive(loop));
     CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(runs[0], 0);
+    CHECK_U64_EQ(lull_now(loop), now);
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.tasks_run, 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -441,17 +530,19 @@ static void intrude(void *arg) {
 }
 
 TEST_THREADED(wrong_thread_call_asserts_in_debug_builds) {
+    static const char wrong_thread[] =
+        "lull: called from a thread that is not running the loop";
     intrusion in = {.how = 0};
     /* The control: legal calls only, the child exits normally. */
-    CHECK(!check_dies(intrude, &in));
+    CHECK(check_exits_cleanly(intrude, &in));
     if (!check_debug_build()) {
         fprintf(stderr, "release build: no thread asserts to check\n");
         return;
     }
     in = (intrusion){.how = 1};
-    CHECK(check_dies(intrude, &in));
+    CHECK(check_dies(intrude, &in, wrong_thread));
     in = (intrusion){.how = 2};
-    CHECK(check_dies(intrude, &in));
+    CHECK(check_dies(intrude, &in, wrong_thread));
 }
 
 /* --------------------------------------------------------- C1: quiet idle */

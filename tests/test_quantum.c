@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <lull.h>
+#include <time.h>
 #include <unistd.h>
 
 #define US 1000ull
@@ -23,14 +24,24 @@ static lull_loop *new_loop(int clock, uint64_t quantum_ns) {
     return loop;
 }
 
+/* The thread's CPU time: a producer bounded by it does the same amount of
+ * work however often a loaded machine preempts the test, whereas a bound on
+ * the real clock would let one long preemption end the run in its first
+ * slice (and every slice still lasts at least a quantum of real time). */
+static uint64_t cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* A producer: emits records until lull_should_yield, then re-posts itself
  * (a new slice), until `left` records are done or, with `until` set, until
- * that real time: a time bound keeps a loaded machine from shortening the
- * run. Trace id 1000 + slice. */
+ * the thread has spent that much CPU time (cpu_ns). Trace id 1000 +
+ * slice. */
 typedef struct producer {
     lull_task task;
     uint64_t left;    /* records still to emit */
-    uint64_t until;   /* != 0: stop at this real time instead */
+    uint64_t until;   /* != 0: stop at this thread CPU time instead */
     int slices;       /* callbacks run */
     int yields;       /* slices that ended on lull_should_yield */
     uint64_t busy_ns; /* real time inside the callbacks */
@@ -52,7 +63,7 @@ static void produce(lull_task *t) {
         for (int i = 0; i < 64; i++)
             p->sink = p->sink * 31 + (uint64_t)i;
         p->left--;
-        if (p->until && check_clock_ns() >= p->until) p->left = 0;
+        if (p->until && cpu_ns() >= p->until) p->left = 0;
         if (p->left && lull_should_yield(the_loop)) {
             p->yields++;
             lull_post(the_loop, t);
@@ -72,7 +83,7 @@ TEST(producer_yields) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 50 * US);
     CHECK_U64_EQ(lull_loop_quantum(loop), 50 * US);
     producer_init(UINT64_MAX);
-    prod.until = check_clock_ns() + 20 * MS;
+    prod.until = cpu_ns() + 20 * MS;
     lull_post(loop, &prod.task);
     CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_U64_EQ(prod.left, 0);
@@ -158,7 +169,7 @@ static void on_timer(lull_timer *t) {
 TEST(due_timer_fires_during_long_producer) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 50 * US);
     producer_init(UINT64_MAX);
-    prod.until = check_clock_ns() + 20 * MS;
+    prod.until = cpu_ns() + 20 * MS;
     lull_timer t;
     lull_timer_init(loop, &t, on_timer);
     lull_timer_start(&t, 1 * MS, 0);
@@ -236,7 +247,7 @@ TEST(quantum_on_virtual_clock) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 50 * US);
     uint64_t t0 = lull_now(loop);
     producer_init(UINT64_MAX);
-    prod.until = check_clock_ns() + 5 * MS;
+    prod.until = cpu_ns() + 5 * MS;
     lull_post(loop, &prod.task);
     int ran = lull_settle(loop);
     CHECK_U64_EQ(prod.left, 0);

@@ -336,3 +336,54 @@ TEST(simultaneous_timers_queued_together) {
     CHECK_TRACE(0, 1, 2, 3);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* Deadlines saturate at UINT64_MAX, the end of the clock: a timer due there
+ * fires when virtual time gets there, and a repeating one then ends, having
+ * no next period. (It used to be re-armed at UINT64_MAX, still due, forever:
+ * lull_advance never returned.) */
+TEST(saturated_repeating_timer_fires_once_at_the_end_of_time) {
+    lull_loop *loop = new_loop(0);
+    item v[1];
+    items_init(v, 1);
+    lull_timer_start(&v[0].timer, UINT64_MAX, 1 * SEC);
+    CHECK_U64_EQ(lull_timer_deadline(&v[0].timer), UINT64_MAX);
+    lull_advance(loop, UINT64_MAX);
+    CHECK_EQ(v[0].runs, 1);
+    CHECK_U64_EQ(lull_now(loop), UINT64_MAX);
+    CHECK(!lull_timer_active(&v[0].timer));
+    /* At the end of time every arm is due at once, and a repeat ends after
+     * its first fire. */
+    lull_timer_start(&v[0].timer, 5, 5);
+    lull_advance(loop, 10);
+    CHECK_EQ(v[0].runs, 2);
+    CHECK(!lull_timer_active(&v[0].timer));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A period whose next deadline passes the end of the clock is cut there:
+ * the fires at 10 and 10 + P, then one at UINT64_MAX, then none. */
+TEST(repeat_period_past_the_end_of_time_is_cut_there) {
+    lull_loop *loop = new_loop(0);
+    item v[1];
+    items_init(v, 1);
+    uint64_t period = UINT64_MAX / 2;
+    lull_timer_start(&v[0].timer, 10, period);
+    lull_advance(loop, UINT64_MAX);
+    CHECK_EQ(v[0].runs, 3);
+    CHECK_U64_EQ(v[0].at, UINT64_MAX - t0);
+    CHECK(!lull_timer_active(&v[0].timer));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same with auto-advance: lull_run jumps to the end of time, fires the
+ * timer once and returns. */
+TEST(auto_advance_to_a_saturated_repeating_timer_returns) {
+    lull_loop *loop = new_loop(LULL_LOOP_AUTO_ADVANCE);
+    item v[1];
+    items_init(v, 1);
+    lull_timer_start(&v[0].timer, UINT64_MAX, 1 * SEC);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(v[0].runs, 1);
+    CHECK(!lull_timer_active(&v[0].timer));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
