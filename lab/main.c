@@ -22,7 +22,7 @@ static const lab_scenario *const scenarios[] = {
 static void usage(FILE *out) {
     fprintf(out, "usage: lull-lab SCENARIO|all|help [--quick] [--rounds N] "
                  "[--json FILE] [--plot FILE] [--only FIGURE] [--sessions "
-                 "N]\n\nscenarios:\n");
+                 "N] [--journal]\n\nscenarios:\n");
     for (size_t i = 0; i < SCENARIO_COUNT; i++)
         fprintf(out, "  %-10s %s\n", scenarios[i]->name,
                 scenarios[i]->description);
@@ -36,7 +36,9 @@ static void usage(FILE *out) {
             "  --only NAME run one figure of the scenario (its JSON key)\n"
             "  --plot FILE write an SVG of every figure (bars: median, "
             "min-max)\n"
-            "  --sessions N  pump: sessions in the main table (default 12)\n",
+            "  --sessions N  pump: sessions in the main table (default 12)\n"
+            "  --journal   pump: add the journal variant (--only journal: "
+            "it alone)\n",
             "all");
 }
 
@@ -117,6 +119,8 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "lull-lab: --sessions takes a count >= 1\n");
                 return 2;
             }
+        } else if (strcmp(a, "--journal") == 0) {
+            opts.journal = true;
         } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {
             opts.only = argv[++i];
         } else if (strcmp(a, "--json") == 0 && i + 1 < argc) {
