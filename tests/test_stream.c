@@ -500,6 +500,44 @@ TEST(reply_leaves_before_queued_tasks) {
     free_loop(loop);
 }
 
+/* The quiet condition of the five rows: once the traffic is over, an open
+ * stream holds no task, no timer and no writable interest, and an idle
+ * loop with it blocks in the kernel without waking. */
+static void check_quiet(const lull_stream *s) {
+    CHECK(!lull_task_pending(&s->flush));
+    CHECK(!lull_task_pending(&s->event));
+    CHECK(!lull_timer_active(&s->timer));
+    CHECK_EQ(s->io.events, LULL_READABLE);
+}
+
+static void stop_loop(lull_timer *t) {
+    lull_stop(t->loop);
+}
+
+TEST(idle_stream_is_quiet) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ(lull_send_copy(&a.s.ep, &i, sizeof i), 0);
+    while (b.frames < 100)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    check_quiet(&a.s);
+    check_quiet(&b.s);
+    lull_loop_metrics_reset(loop);
+    lull_timer t;
+    lull_timer_init(loop, &t, stop_loop);
+    lull_timer_start(&t, 20000000, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0); /* sleeps until t */
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_EQ(m.wakeups, 1); /* the timer's, and nothing else */
+    CHECK_EQ(m.tasks_run, 1);
+    lull_endpoint_close(&a.s.ep, 0);
+    lull_endpoint_close(&b.s.ep, 0);
+    free_loop(loop);
+}
+
 /* A small send buffer and a reader that takes 700 bytes per turn: every
  * write is partial, the data arrives whole and in order. */
 typedef struct slow {
