@@ -93,6 +93,10 @@ struct lull_loop {
     uint64_t slice_start;
     uint64_t slice_deadline;
     uint64_t last_check; /* real time of the last clock read in a slice */
+    uint64_t read_time;  /* the last read after a callback returned */
+    uint64_t read_tasks; /* tasks_run at that read, or UINT64_MAX: when
+                            still equal at the slice's end, no callback ran
+                            since, and read_time ends the slice */
     int64_t stride;      /* callbacks between clock reads, adaptive */
     bool in_slice;
     bool slice_spent;
@@ -160,6 +164,10 @@ struct lull_loop {
     lull__name *names;
     int names_len;
     int names_cap;
+
+    /* Flush points (lull__at_flush): tasks run once when the fd callbacks
+     * of an iteration end, or when its slice ends. */
+    lull__node flush;
 };
 
 /* queue.h needs the node type only. */
@@ -171,6 +179,7 @@ void lull__slice_begin(lull_loop *loop, uint64_t t);
 void lull__slice_end(lull_loop *loop, uint64_t t);
 void lull__slice_renew(lull_loop *loop);
 bool lull__slice_check(lull_loop *loop);
+uint64_t lull__slice_end_time(lull_loop *loop);
 bool lull__on_loop_thread(const lull_loop *loop);
 
 /* A callback has returned: count it, and every `stride` callbacks read the
@@ -220,6 +229,13 @@ static inline void lull__run_queue(lull_loop *loop, lull__node *q,
     }
 }
 
+/* loop.c: flush points. The task runs once, at the next of: the end of the
+ * fd callbacks of an iteration, the end of its slice (before the loop polls
+ * again; a queued flush task makes that poll non-blocking). A writer queues
+ * its flush here so that everything written in between leaves in one system
+ * call (src/stream.c); lull_cancel unlinks it. */
+void lull__at_flush(lull_loop *loop, lull_task *task);
+
 /* timer.c */
 void lull__timers_expire(lull_loop *loop, uint64_t now);
 int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now);
@@ -250,6 +266,16 @@ void lull__audit_free(lull_loop *loop);
 
 /* metrics.c */
 void lull__wait_sample_begin(lull_loop *loop, lull__node *n);
+
+/* lull_post's work, for modules that post on their own hot path (a
+ * transport's delivery turn): the same queue push and wait sample, without
+ * the call and the argument checks the caller has already made. */
+static inline void lull__post(lull_loop *loop, lull_task *task) {
+    if (lull__node_queued(&task->node)) return; /* coalesced: runs once */
+    lull__queue_push(&loop->ready, &task->node);
+    if (LULL_UNLIKELY(loop->sample_armed))
+        lull__wait_sample_begin(loop, &task->node);
+}
 /* The name given with lull_loop_name, or NULL. */
 const char *lull__name_lookup(lull_loop *loop, lull_any_fn fn);
 /* The same, or "(unnamed callback)" for a function without one. */
