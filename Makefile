@@ -69,3 +69,18 @@ test-yield:
 	$(CMAKE) -S . -B build/yield -DCMAKE_BUILD_TYPE=Debug -DLULL_TEST_YIELD_OFTEN=ON -DLULL_BUILD_LAB=OFF -DLULL_BUILD_EXAMPLES=OFF
 	$(CMAKE) --build build/yield -j$(JOBS)
 	$(CTEST) --test-dir build/yield -LE install $(CTEST_FLAGS)
+
+# `make soak SECONDS=N` (issue 11): the reference model against fresh seeds
+# for N seconds under ASan+UBSan, then the cross-thread stress at
+# 10,000,000 operations under ThreadSanitizer (LULL_STRESS_OPS changes it).
+SECONDS ?= 60
+.PHONY: soak
+
+soak:
+	$(CMAKE) -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=address,undefined -DLULL_BUILD_LAB=OFF
+	$(CMAKE) --build build/asan -j$(JOBS) --target test_model
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  LULL_SOAK_SECONDS=$(SECONDS) ./build/asan/tests/test_model soak
+	$(CMAKE) -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=thread -DLULL_BUILD_LAB=OFF
+	$(CMAKE) --build build/tsan -j$(JOBS) --target test_stress
+	TSAN_OPTIONS=halt_on_error=1 ./build/tsan/tests/test_stress soak
