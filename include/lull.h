@@ -488,6 +488,7 @@ struct lull_loopback {
     bool close_pending;  /* the peer closed: deliver it after the frames */
     uint64_t delivered;  /* frames delivered to this end */
     uint64_t turns;      /* delivery turns claimed: posts or timer arms */
+    bool *closed_flag;   /* set by a close while a delivery to this end runs */
 };
 
 /* Connects a and b on loop (opts may be NULL): what &a->ep sends arrives at
