@@ -544,7 +544,8 @@ typedef void (*lull_end_fn)(lull_stream *s);
 typedef void (*lull_connection_fn)(lull_server *srv);
 
 typedef struct lull_stream_options { /* all zero = defaults */
-    size_t max_frame;                /* 0 = LULL_FRAME_MAX_DEFAULT */
+    size_t max_frame;                /* 0 = LULL_FRAME_MAX_DEFAULT; framed,
+                                        at most UINT32_MAX (a 4-byte length) */
     size_t high_water;               /* 0 = LULL_HIGH_WATER_DEFAULT */
     size_t read_size;                /* the stream's read buffer: 0 = 64 KiB;
                                         framed, it grows to hold a frame */

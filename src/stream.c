@@ -66,6 +66,10 @@
 #define IOV_CAP 1024
 /* Framed streams: a 4-byte big-endian length before each frame. */
 #define HDR 4
+/* The longest frame a 4-byte length can announce (and HDR more fits in a
+ * size_t everywhere). */
+#define FRAME_MAX                                                              \
+    ((size_t)UINT32_MAX < SIZE_MAX - HDR ? (size_t)UINT32_MAX : SIZE_MAX - HDR)
 /* Connections taken per readable callback: enough to empty a burst, few
  * enough that one busy listener does not hold the slice; the rest are
  * still readable next iteration (level-triggered). */
@@ -586,6 +590,11 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     lull_timer_unref(&s->timer); /* a timeout alone keeps nothing alive */
     s->loop = loop;
     s->flags = o->flags;
+    /* A framed stream's limit is what its 4-byte length can say: a longer
+     * send would go out with its length cut to 32 bits, and max_frame + HDR
+     * (the read buffer's bound) must not wrap. */
+    if (!(o->flags & LULL_STREAM_RAW) && s->ep.max_frame > FRAME_MAX)
+        s->ep.max_frame = FRAME_MAX;
     s->idle_ns = o->idle_timeout_ns;
     size_t size = o->read_size ? o->read_size : READ_SIZE_DEFAULT;
     if (size < 2 * HDR) size = 2 * HDR;

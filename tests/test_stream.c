@@ -1305,3 +1305,37 @@ TEST(argument_errors) {
     CHECK_EQ(lull_stream_shutdown(NULL), -EINVAL);
     free_loop(loop);
 }
+
+/* --------------------------------------------------------- hostile user */
+
+/* A max_frame beyond what a 4-byte length can say (SIZE_MAX here) is the
+ * header's limit: a frame over 4 GiB is refused at the send (its length
+ * would be cut to 32 bits on the wire), and a frame longer than the read
+ * buffer grows it to fit, not to max_frame + 4 wrapped around. */
+TEST(huge_max_frame_is_bounded_by_the_header) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream_options o = {.max_frame = SIZE_MAX, .read_size = 16};
+    counter c;
+    int fd;
+    raw_peer(loop, &c, &fd, &o);
+    CHECK_LE(c.s.ep.max_frame, 0xffffffffu);
+    static const char byte = 0;
+    lull_frame giant = {.bytes = &byte, .len = (size_t)1 << 32};
+    CHECK_EQ(lull_send(&c.s.ep, &giant), -EMSGSIZE);
+    CHECK(!giant.in_flight);
+    enum { N = 100000 };
+    unsigned char *data = malloc(N);
+    for (size_t i = 0; i < N; i++)
+        data[i] = (unsigned char)(i * 7);
+    put_header(fd, N);
+    CHECK_EQ(write(fd, data, N), N);
+    for (int i = 0; i < 1000 && c.frames == 0 && !c.closes; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(c.closes, 0);
+    CHECK_EQ(c.frames, 1);
+    CHECK_EQ(c.bytes, N);
+    free(data);
+    close(fd);
+    lull_endpoint_close(&c.s.ep, 0);
+    free_loop(loop);
+}
