@@ -1339,3 +1339,54 @@ TEST(huge_max_frame_is_bounded_by_the_header) {
     lull_endpoint_close(&c.s.ep, 0);
     free_loop(loop);
 }
+/* A frame re-sent from its own release callback, 200 times: every copy
+ * arrives, in order, and the re-send waits for the next flush point rather
+ * than looping inside this one: a flush point runs each writer once, so
+ * one iteration (two flush points) writes at most twice. Before, one flush
+ * pass wrote all 201 copies, and would go on for as long as the peer kept
+ * reading, quantum or not. */
+typedef struct bouncer {
+    lull_frame f;
+    lull_endpoint *ep;
+    int left;
+    uint32_t seq;
+} bouncer;
+
+static void bounce_release(lull_frame *f) {
+    bouncer *bo = LULL_CONTAINER_OF(f, bouncer, f);
+    if (bo->left-- > 0) {
+        bo->seq++;
+        CHECK_EQ(lull_send(bo->ep, f), 0);
+    }
+}
+
+static uint32_t g_next_seq;
+static void seq_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep;
+    uint32_t v;
+    CHECK_EQ(n, sizeof v);
+    memcpy(&v, b, sizeof v);
+    CHECK_EQ(v, g_next_seq);
+    g_next_seq++;
+}
+
+TEST(resend_from_own_release) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    lull_endpoint_callbacks(&b.s.ep, seq_frame, NULL, count_close);
+    bouncer bo = {
+        .f = {.len = 4, .release = bounce_release}, .ep = &a.s.ep, .left = 200};
+    bo.f.bytes = &bo.seq;
+    g_next_seq = 0;
+    CHECK_EQ(lull_send(&a.s.ep, &bo.f), 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_LE(a.s.writes, 2);
+    for (int i = 0; i < 10000 && g_next_seq < 201; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_next_seq, 201);
+    CHECK(!bo.f.in_flight);
+    lull_endpoint_close(&a.s.ep, 0);
+    lull_endpoint_close(&b.s.ep, 0);
+    free_loop(loop);
+}
