@@ -571,8 +571,17 @@ static void on_io(lull_io *io, int events) {
         if (!flush_now(s)) return;
     }
     if ((events & (LULL_READABLE | LULL_HANGUP | LULL_ERROR)) &&
-        (s->state & S_READING) && !(s->state & S_EOF))
+        (s->state & S_READING) && !(s->state & S_EOF)) {
+        /* Frames buffered before a pause come before anything read now (the
+         * peer's EOF, say, which would call them a frame cut short): the
+         * event task that delivers them after the resume may not have run
+         * yet. */
+        if (s->state & S_DELIVER) {
+            s->state &= ~S_DELIVER;
+            if (!deliver_frames(s) || !(s->state & S_READING)) return;
+        }
         read_some(s);
+    }
 }
 
 /* --------------------------------------------------------------- setup */

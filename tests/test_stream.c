@@ -1390,3 +1390,56 @@ TEST(resend_from_own_release) {
     lull_endpoint_close(&b.s.ep, 0);
     free_loop(loop);
 }
+/* Frames buffered while reading was paused, then the peer's EOF: after the
+ * resume, every whole frame arrives, then the close with reason 0 (an
+ * orderly EOF after whole frames is not a frame cut short), even when the
+ * poll that sees the EOF comes before the turn that delivers the frames. */
+typedef struct pauser {
+    counter c;
+    lull_task resume;
+    lull_frame note;
+} pauser;
+
+/* The resume runs at the end-of-slice flush point (a release callback),
+ * so the next poll sees the EOF before any task of the next turn runs. */
+static void resume_on_release(lull_frame *f) {
+    pauser *p = LULL_CONTAINER_OF(f, pauser, note);
+    CHECK_EQ(lull_stream_read_start(&p->c.s), 0);
+}
+
+static void pause_on_first(lull_endpoint *ep, const void *b, size_t n) {
+    count_frame(ep, b, n);
+    pauser *p = LULL_CONTAINER_OF(ep, pauser, c.s.ep);
+    if (p->c.frames == 1) {
+        CHECK_EQ(lull_stream_read_stop(&p->c.s), 0);
+        lull_post(p->c.s.loop, &p->resume);
+    }
+}
+
+static void resume_reading(lull_task *t) {
+    pauser *p = LULL_CONTAINER_OF(t, pauser, resume);
+    p->note =
+        (lull_frame){.bytes = "ok", .len = 2, .release = resume_on_release};
+    CHECK_EQ(lull_send(&p->c.s.ep, &p->note), 0);
+}
+
+TEST(eof_after_paused_frames_loses_nothing) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    pauser p;
+    int fd;
+    raw_peer(loop, &p.c, &fd, NULL);
+    lull_endpoint_callbacks(&p.c.s.ep, pause_on_first, NULL, count_close);
+    lull_task_init(&p.resume, resume_reading);
+    for (int i = 0; i < 3; i++) {
+        put_header(fd, 5);
+        CHECK_EQ(write(fd, "hello", 5), 5);
+    }
+    CHECK_EQ(shutdown(fd, SHUT_WR), 0);
+    for (int i = 0; i < 20 && !p.c.closes; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(p.c.frames, 3);
+    CHECK_EQ(p.c.closes, 1);
+    CHECK_EQ(p.c.reason, 0);
+    close(fd);
+    free_loop(loop);
+}
