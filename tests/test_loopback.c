@@ -1179,3 +1179,22 @@ TEST(end_freed_inside_its_own_delivery) {
         }
     }
 }
+
+/* The copy path with a length that cannot be allocated (max_frame lifted to
+ * SIZE_MAX, so the limit does not refuse it first): -ENOMEM, nothing
+ * queued, never an allocation whose size wrapped around. */
+TEST(copy_of_an_impossible_length) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loopback_options o = {.max_frame = SIZE_MAX};
+    side a, b;
+    pair_with(loop, &a, &b, &o);
+    static const char byte = 1;
+    CHECK_EQ(lull_send_copy(&a.lb.ep, &byte, SIZE_MAX), -ENOMEM);
+    CHECK_EQ(lull_send_copy(&a.lb.ep, &byte, SIZE_MAX - 8), -ENOMEM);
+    CHECK_U64_EQ(a.lb.ep.queued, 0);
+    CHECK(!lull_loopback_pending(&b.lb));
+    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(b.frames, 0);
+    close_both(&a, &b);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
