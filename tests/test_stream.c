@@ -1390,6 +1390,128 @@ TEST(resend_from_own_release) {
     lull_endpoint_close(&b.s.ep, 0);
     free_loop(loop);
 }
+/* A peer that writes its frames one byte per loop iteration (lengths split
+ * over four reads, a zero-length frame, frames larger than the 8-byte
+ * read buffer): every frame arrives whole, byte-exact, in order. */
+typedef struct dripped {
+    lull_stream s;
+    unsigned char got[4096];
+    size_t n;
+    int frames;
+    size_t lens[8];
+} dripped;
+
+static void drip_frame(lull_endpoint *ep, const void *b, size_t n) {
+    dripped *d = LULL_CONTAINER_OF(ep, dripped, s.ep);
+    CHECK_LE(d->n + n, sizeof d->got);
+    memcpy(d->got + d->n, b, n);
+    d->n += n;
+    d->lens[d->frames++] = n;
+}
+
+TEST(length_prefix_split_one_byte_per_read) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream_options o = {.read_size = 8, .max_frame = 1000};
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    dripped *d = calloc(1, sizeof *d);
+    CHECK_EQ(lull_stream_open(loop, &d->s, sv[0], &o), 0);
+    lull_endpoint_callbacks(&d->s.ep, drip_frame, NULL, NULL);
+    static const size_t lens[] = {3, 0, 1000, 5, 300};
+    unsigned char wire[2000], want[2000];
+    size_t w = 0, k = 0;
+    for (int f = 0; f < 5; f++) {
+        uint32_t be = htonl((uint32_t)lens[f]);
+        memcpy(wire + w, &be, 4);
+        w += 4;
+        for (size_t i = 0; i < lens[f]; i++)
+            wire[w++] = want[k++] = (unsigned char)rnd();
+    }
+    for (size_t i = 0; i < w; i++) {
+        CHECK_EQ(write(sv[1], wire + i, 1), 1);
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    }
+    CHECK_EQ(d->frames, 5);
+    for (int f = 0; f < 5; f++)
+        CHECK_EQ(d->lens[f], lens[f]);
+    CHECK_EQ(d->n, k);
+    CHECK_EQ(memcmp(d->got, want, k), 0);
+    CHECK(!lull_endpoint_closed(&d->s.ep));
+    close(sv[1]);
+    lull_endpoint_close(&d->s.ep, 0);
+    free(d);
+    free_loop(loop);
+}
+
+/* Both ends closed (and freed) inside one frame callback, with frames still
+ * queued each way, and a third stream's close freeing a fourth whose
+ * readiness is in the same batch. */
+typedef struct duo {
+    counter a, b;
+} duo;
+static duo *g_duo;
+static void close_both_streams(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep;
+    (void)b;
+    (void)n;
+    duo *d = g_duo;
+    if (!d) return;
+    g_duo = NULL;
+    lull_endpoint_close(&d->a.s.ep, 0);
+    lull_endpoint_close(&d->b.s.ep, 0);
+    free(d);
+    check_trace(1);
+}
+
+static counter *g_two[2], *g_survivor;
+static void close_other_on_close(lull_endpoint *ep, int reason) {
+    counter *c = counter_of(ep);
+    count_close(ep, reason);
+    counter *other = c == g_two[0] ? g_two[1] : g_two[0];
+    if (other && !g_survivor) {
+        g_survivor = c;
+        lull_endpoint_close(&other->s.ep, 0);
+        free(other);
+        check_trace(2);
+    }
+}
+
+TEST(close_both_ends_in_one_callback) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    duo *d = calloc(1, sizeof *d);
+    counters(loop, &d->a, &d->b, NULL, NULL);
+    lull_endpoint_callbacks(&d->b.s.ep, close_both_streams, NULL, NULL);
+    for (int i = 0; i < 5; i++) {
+        CHECK_EQ(lull_send_copy(&d->a.s.ep, "ab", 2), 0);
+        CHECK_EQ(lull_send_copy(&d->b.s.ep, "cd", 2), 0);
+    }
+    g_duo = d;
+    for (int i = 0; i < 20 && g_duo; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(!g_duo);
+
+    /* Two sockets whose peers both went away: both are ready in one poll;
+     * the first close callback closes and frees the other stream. */
+    counter *x = calloc(1, sizeof *x), *y = calloc(1, sizeof *y);
+    int fx, fy;
+    raw_peer(loop, x, &fx, NULL);
+    raw_peer(loop, y, &fy, NULL);
+    lull_endpoint_callbacks(&x->s.ep, count_frame, NULL, close_other_on_close);
+    lull_endpoint_callbacks(&y->s.ep, count_frame, NULL, close_other_on_close);
+    g_two[0] = x;
+    g_two[1] = y;
+    g_survivor = NULL;
+    close(fx);
+    close(fy);
+    for (int i = 0; i < 5 && !g_survivor; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(g_survivor);
+    CHECK_EQ(g_survivor->closes, 1);
+    CHECK_EQ(check_trace_len(), 2); /* one close callback, not two */
+    free(g_survivor);
+    free_loop(loop);
+}
+
 /* Frames buffered while reading was paused, then the peer's EOF: after the
  * resume, every whole frame arrives, then the close with reason 0 (an
  * orderly EOF after whole frames is not a frame cut short), even when the
@@ -1441,5 +1563,119 @@ TEST(eof_after_paused_frames_loses_nothing) {
     CHECK_EQ(p.c.closes, 1);
     CHECK_EQ(p.c.reason, 0);
     close(fd);
+    free_loop(loop);
+}
+
+/* Every public stream call with hostile arguments: NULL, zero, negative,
+ * out of range, a stream never set up, a stream already closed; and a
+ * connect with no fd left. -EINVAL (or the documented errno), never a
+ * crash, and nothing leaks (ASan). */
+TEST(hostile_arguments) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream s, z;
+    lull_server srv, zs;
+    memset(&z, 0, sizeof z);
+    memset(&zs, 0, sizeof zs);
+    char buf[64];
+    /* Never set up (zeroed). */
+    CHECK_EQ(lull_stream_read_stop(&z), -EINVAL);
+    CHECK_EQ(lull_stream_read_start(&z), -EINVAL);
+    CHECK_EQ(lull_stream_read_into(&z, buf, sizeof buf), -EINVAL);
+    CHECK_EQ(lull_stream_shutdown(&z), -EINVAL);
+    CHECK_EQ(lull_endpoint_close(&z.ep, 0), -EINVAL);
+    CHECK_EQ(lull_send_copy(&z.ep, "x", 1), -EINVAL);
+    CHECK_EQ(lull_stream_fd(NULL), -1);
+    CHECK_EQ(lull_server_port(NULL), -EINVAL);
+    CHECK_EQ(lull_server_port(&zs), -EINVAL);
+    lull_server_close(NULL);
+    lull_server_close(&zs);
+    lull_stream_on_end(NULL, NULL);
+    CHECK_EQ(lull_stream_accept(NULL, &s, NULL), -EINVAL);
+    CHECK_EQ(lull_stream_accept(&zs, &s, NULL), -EINVAL);
+    /* Out-of-range numbers and bad addresses. */
+    CHECK_EQ(lull_stream_open(loop, &s, -5, NULL), -EINVAL);
+    CHECK(lull_stream_open(loop, &s, 1 << 20, NULL) < 0); /* not an fd */
+    CHECK_EQ(lull_tcp_listen(loop, &srv, NULL, -1, 0, accept_one), -EINVAL);
+    CHECK_EQ(lull_tcp_listen(loop, &srv, NULL, 65536, 0, accept_one), -EINVAL);
+    CHECK_EQ(lull_tcp_listen(loop, &srv, NULL, 0, 0, NULL), -EINVAL);
+    CHECK_EQ(lull_tcp_listen(NULL, &srv, NULL, 0, 0, accept_one), -EINVAL);
+    CHECK_EQ(lull_tcp_connect(loop, &s, NULL, 0, NULL, on_connect), -EINVAL);
+    CHECK_EQ(lull_tcp_connect(loop, &s, NULL, -80, NULL, on_connect), -EINVAL);
+    CHECK_EQ(lull_tcp_connect(loop, &s, "", 80, NULL, on_connect), -EINVAL);
+    CHECK_EQ(lull_tcp_connect(loop, &s, "[::1", 80, NULL, on_connect), -EINVAL);
+    CHECK_EQ(lull_tcp_connect(loop, &s, "[]", 80, NULL, on_connect), -EINVAL);
+    char longhost[300];
+    memset(longhost, '1', sizeof longhost - 1);
+    longhost[0] = '[';
+    longhost[sizeof longhost - 2] = ']';
+    longhost[sizeof longhost - 1] = '\0';
+    CHECK_EQ(lull_tcp_connect(loop, &s, longhost, 80, NULL, on_connect),
+             -EINVAL);
+    CHECK_EQ(lull_tcp_connect(NULL, &s, NULL, 80, NULL, on_connect), -EINVAL);
+    CHECK_EQ(lull_tcp_connect(loop, NULL, NULL, 80, NULL, on_connect), -EINVAL);
+    CHECK_EQ(lull_unix_connect(loop, &s, NULL, NULL, on_connect), -EINVAL);
+    CHECK_EQ(lull_unix_listen(loop, &srv, NULL, 0, accept_one), -EINVAL);
+    /* A live stream: read_into's limits. */
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    CHECK_EQ(lull_stream_read_into(&a.s, NULL, 100), -EINVAL);
+    CHECK_EQ(lull_stream_read_into(&a.s, buf, 0), -EINVAL);
+    CHECK_EQ(lull_stream_read_into(&a.s, buf, 7), -EINVAL);
+    /* Closed: -ENOTCONN for the stream calls, -EPIPE for sends. */
+    CHECK_EQ(lull_endpoint_close(&a.s.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&a.s.ep, 0), 0); /* idempotent */
+    CHECK_EQ(lull_stream_read_stop(&a.s), -ENOTCONN);
+    CHECK_EQ(lull_stream_read_start(&a.s), -ENOTCONN);
+    CHECK_EQ(lull_stream_read_into(&a.s, buf, sizeof buf), -ENOTCONN);
+    CHECK_EQ(lull_stream_shutdown(&a.s), -ENOTCONN);
+    CHECK_EQ(lull_send_copy(&a.s.ep, "x", 1), -EPIPE);
+    CHECK(!lull_writable(&a.s.ep));
+    CHECK_EQ(lull_stream_fd(&a.s), -1);
+    CHECK_EQ(lull_endpoint_close(&b.s.ep, 0), 0);
+    /* No fd left: the connect fails at once with the kernel's errno. */
+    struct rlimit old;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int lowest = dup(0);
+    close(lowest);
+    struct rlimit low = {.rlim_cur = (rlim_t)lowest, .rlim_max = old.rlim_max};
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int rc4 = lull_tcp_connect(loop, &s, NULL, 80, NULL, on_connect);
+    int rcu = lull_unix_connect(loop, &s, "@x", NULL, on_connect);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(rc4, -EMFILE);
+    CHECK_EQ(rcu, -EMFILE);
+    free_loop(loop);
+}
+
+/* A failed connect retried from its own callback, with the same struct:
+ * the failed stream is "already closed, its struct free to reuse". */
+static int g_retries;
+static int g_retry_port;
+static void retry_connect(lull_stream *s, int status) {
+    CHECK_EQ(status, -ECONNREFUSED);
+    if (++g_retries < 3) {
+        CHECK_EQ(lull_tcp_connect(s->loop, s, NULL, g_retry_port, NULL,
+                                  retry_connect),
+                 0);
+    } else {
+        g_connected = true;
+    }
+}
+
+TEST(connect_retried_from_its_callback) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream s;
+    g_retries = 0;
+    g_connected = false;
+    g_retry_port = refused_port();
+    lull_frame f = {.bytes = "q", .len = 1, .release = count_release};
+    g_released = 0;
+    CHECK_EQ(
+        lull_tcp_connect(loop, &s, NULL, g_retry_port, NULL, retry_connect), 0);
+    CHECK_EQ(lull_send(&s.ep, &f), 0); /* queued, then discarded */
+    run_until(loop, &g_connected, 100);
+    CHECK_EQ(g_retries, 3);
+    CHECK_EQ(g_released, 1);
+    CHECK(lull_endpoint_closed(&s.ep));
     free_loop(loop);
 }
