@@ -84,7 +84,9 @@
 /* lull_stream.state */
 #define S_CONNECTING 0x001u /* connect in progress: writable interest */
 #define S_CONNECTED  0x002u /* open: reads and writes allowed */
-#define S_READING    0x004u /* not paused by lull_stream_read_stop */
+#define S_READING                                                              \
+    0x004u                  /* not paused by lull_stream_read_stop (set        \
+                                 from the start, connecting included) */
 #define S_BLOCKED    0x008u /* the socket was full: wait for writability */
 #define S_FULL       0x010u /* the user saw queued >= high_water: drain owed */
 #define S_SHUT_WANT  0x020u /* lull_stream_shutdown: after the queue drains */
@@ -514,7 +516,8 @@ static void connect_done(lull_stream *s, int err) {
         return;
     }
     lull_timer_stop(&s->timer);
-    s->state = (s->state & ~S_CONNECTING) | S_CONNECTED | S_READING;
+    /* S_READING as the user left it: a pause before the connect holds. */
+    s->state = (s->state & ~S_CONNECTING) | S_CONNECTED;
     arm_idle(s);
     update_io(s);
     if (s->head || (s->state & S_SHUT_WANT)) lull__at_flush(s->loop, &s->flush);
@@ -614,7 +617,7 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
         return -ENOMEM;
     }
     s->rcap = size;
-    s->state = S_OWN_BUF | (tcp ? S_TCP : 0);
+    s->state = S_OWN_BUF | S_READING | (tcp ? S_TCP : 0);
     if (tcp && !(o->flags & LULL_STREAM_NAGLE)) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -628,7 +631,7 @@ static bool options_ok(const lull_stream_options *o) {
 
 /* The socket is connected: open for reading and writing. */
 static int start_connected(lull_stream *s) {
-    s->state |= S_CONNECTED | S_READING;
+    s->state |= S_CONNECTED;
     arm_idle(s);
     int rc = lull_io_start(&s->io, LULL_READABLE);
     if (rc < 0) release_list(teardown(s));

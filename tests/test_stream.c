@@ -1679,3 +1679,57 @@ TEST(connect_retried_from_its_callback) {
     CHECK(lull_endpoint_closed(&s.ep));
     free_loop(loop);
 }
+
+/* Reading paused before the connect completed stays paused: the frames the
+ * server sends at once wait until lull_stream_read_start. */
+typedef struct greeter {
+    lull_server srv;
+    lull_stream conn;
+    bool accepted;
+} greeter;
+
+static void greet(lull_server *srv) {
+    greeter *g = LULL_CONTAINER_OF(srv, greeter, srv);
+    CHECK_EQ(lull_stream_accept(srv, &g->conn, NULL), 0);
+    CHECK_EQ(lull_send_copy(&g->conn.ep, "hi", 2), 0);
+    g->accepted = true;
+}
+
+TEST(read_stop_before_connect_holds) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    for (int via = VIA_UNIX; via <= VIA_TCP4; via++) {
+        greeter *g = calloc(1, sizeof *g);
+        counter c;
+        memset(&c, 0, sizeof c);
+        char path[64];
+        snprintf(path, sizeof path, "@lull-test-greet-%d", (int)getpid());
+        g_connected = false;
+        if (via == VIA_UNIX) {
+            CHECK_EQ(lull_unix_listen(loop, &g->srv, path, 0, greet), 0);
+            CHECK_EQ(lull_unix_connect(loop, &c.s, path, NULL, on_connect), 0);
+        } else {
+            CHECK_EQ(lull_tcp_listen(loop, &g->srv, NULL, 0, 0, greet), 0);
+            CHECK_EQ(lull_tcp_connect(loop, &c.s, NULL,
+                                      lull_server_port(&g->srv), NULL,
+                                      on_connect),
+                     0);
+        }
+        lull_endpoint_callbacks(&c.s.ep, count_frame, NULL, count_close);
+        CHECK_EQ(lull_stream_read_stop(&c.s), 0);
+        for (int i = 0; i < 100 && !(g_connected && g->accepted); i++)
+            CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(g_connect_status, 0);
+        for (int i = 0; i < 5; i++)
+            CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(c.frames, 0); /* paused */
+        CHECK_EQ(lull_stream_read_start(&c.s), 0);
+        for (int i = 0; i < 100 && c.frames == 0; i++)
+            CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(c.frames, 1);
+        lull_endpoint_close(&c.s.ep, 0);
+        lull_endpoint_close(&g->conn.ep, 0);
+        lull_server_close(&g->srv);
+        free(g);
+    }
+    free_loop(loop);
+}
