@@ -1680,6 +1680,48 @@ TEST(connect_retried_from_its_callback) {
     free_loop(loop);
 }
 
+/* Framed reads into the caller's 16-byte buffer: frames up to 12 bytes
+ * arrive (lengths split across reads and compactions included), and one
+ * that cannot fit closes the stream with -EMSGSIZE; read_into inside
+ * on_frame is -EBUSY. */
+static void frame_then_busy(lull_endpoint *ep, const void *b, size_t n) {
+    count_frame(ep, b, n);
+    char other[32];
+    CHECK_EQ(lull_stream_read_into(&counter_of(ep)->s, other, sizeof other),
+             -EBUSY);
+}
+
+TEST(framed_read_into_caller_buffer) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int fd;
+    raw_peer(loop, &c, &fd, NULL);
+    lull_endpoint_callbacks(&c.s.ep, frame_then_busy, NULL, count_close);
+    static unsigned char buf[16];
+    CHECK_EQ(lull_stream_read_into(&c.s, buf, sizeof buf), 0);
+    static const size_t lens[] = {1, 12, 3, 0, 12, 7};
+    size_t total = 0;
+    for (int f = 0; f < 6; f++) {
+        put_header(fd, (uint32_t)lens[f]);
+        CHECK_EQ(write(fd, "abcdefghijkl", lens[f]), (ssize_t)lens[f]);
+        total += lens[f];
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    }
+    for (int i = 0; i < 10 && c.frames < 6; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(c.frames, 6);
+    CHECK_EQ(c.bytes, total);
+    put_header(fd, 13); /* 4 + 13 > 16 */
+    CHECK_EQ(write(fd, "abcdefghijklm", 13), 13);
+    for (int i = 0; i < 10 && !c.closes; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, -EMSGSIZE);
+    CHECK_EQ(c.frames, 6);
+    close(fd);
+    free_loop(loop);
+}
+
 /* Reading paused before the connect completed stays paused: the frames the
  * server sends at once wait until lull_stream_read_start. */
 typedef struct greeter {
