@@ -598,7 +598,8 @@ struct lull_server {
     int pending;       /* the accepted fd lull_stream_accept takes; -1 */
     uint64_t retry_ns; /* pause after running out of fds */
     uint64_t accepted; /* connections handed to on_connection */
-    uint64_t paused;   /* times accepting paused for want of fds */
+    uint64_t paused;   /* times accepting paused: out of fds, or accept
+                          failing for another reason than a race */
 };
 
 /* Listens on host (numeric IPv4 or IPv6; NULL = "127.0.0.1") and port (0 =

@@ -770,10 +770,6 @@ static void server_retry(lull_timer *t) {
     if (srv->io.fd >= 0) lull_io_start(&srv->io, LULL_READABLE);
 }
 
-static bool out_of_fds(int err) {
-    return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
-}
-
 static void server_io(lull_io *io, int events) {
     (void)events;
     lull_server *srv = LULL_CONTAINER_OF(io, lull_server, io);
@@ -782,12 +778,14 @@ static void server_io(lull_io *io, int events) {
         if (fd < 0) {
             int err = errno;
             if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
-            if (out_of_fds(err)) {
-                /* Not a spin: stop watching until the retry timer. */
-                lull_io_stop(io);
-                lull_timer_start(&srv->retry, srv->retry_ns, 0);
-                srv->paused++;
-            }
+            if (err == EAGAIN || err == EWOULDBLOCK) return;
+            /* Out of fds (EMFILE, ENFILE, ENOBUFS, ENOMEM), or failing for
+             * good (a socket shut under us: readable for ever, accept says
+             * EINVAL). Either way the listener stays readable: stop
+             * watching until the retry timer rather than spin. */
+            lull_io_stop(io);
+            lull_timer_start(&srv->retry, srv->retry_ns, 0);
+            srv->paused++;
             return;
         }
         srv->pending = fd;

@@ -1775,3 +1775,25 @@ TEST(read_stop_before_connect_holds) {
     }
     free_loop(loop);
 }
+
+/* A listener whose accept fails for a reason other than a lack of fds (its
+ * socket shut by the user: readable for ever, accept says EINVAL) does not
+ * spin the loop: it pauses like a listener out of fds. */
+TEST(accept_failing_for_good_does_not_spin) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    many *m = calloc(1, sizeof *m);
+    CHECK_EQ(lull_tcp_listen(loop, &m->srv, NULL, 0, 0, accept_many), 0);
+    CHECK_EQ(shutdown(m->srv.io.fd, SHUT_RDWR), 0);
+    lull_loop_metrics_reset(loop);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_metrics mt;
+    lull_loop_metrics(loop, &mt);
+    CHECK_EQ(mt.polls, 10);
+    CHECK_LE(mt.polls - mt.empty_polls, 1);
+    CHECK_EQ(m->srv.paused, 1);
+    CHECK_EQ(m->n, 0);
+    lull_server_close(&m->srv);
+    free(m);
+    free_loop(loop);
+}
