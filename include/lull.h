@@ -488,6 +488,7 @@ struct lull_loopback {
     bool close_pending;  /* the peer closed: deliver it after the frames */
     uint64_t delivered;  /* frames delivered to this end */
     uint64_t turns;      /* delivery turns claimed: posts or timer arms */
+    bool *closed_flag;   /* set by a close while a delivery to this end runs */
 };
 
 /* Connects a and b on loop (opts may be NULL): what &a->ep sends arrives at
@@ -543,7 +544,8 @@ typedef void (*lull_end_fn)(lull_stream *s);
 typedef void (*lull_connection_fn)(lull_server *srv);
 
 typedef struct lull_stream_options { /* all zero = defaults */
-    size_t max_frame;                /* 0 = LULL_FRAME_MAX_DEFAULT */
+    size_t max_frame;                /* 0 = LULL_FRAME_MAX_DEFAULT; framed,
+                                        at most UINT32_MAX (a 4-byte length) */
     size_t high_water;               /* 0 = LULL_HIGH_WATER_DEFAULT */
     size_t read_size;                /* the stream's read buffer: 0 = 64 KiB;
                                         framed, it grows to hold a frame */
@@ -596,7 +598,8 @@ struct lull_server {
     int pending;       /* the accepted fd lull_stream_accept takes; -1 */
     uint64_t retry_ns; /* pause after running out of fds */
     uint64_t accepted; /* connections handed to on_connection */
-    uint64_t paused;   /* times accepting paused for want of fds */
+    uint64_t paused;   /* times accepting paused: out of fds, or accept
+                          failing for another reason than a race */
 };
 
 /* Listens on host (numeric IPv4 or IPv6; NULL = "127.0.0.1") and port (0 =

@@ -168,6 +168,7 @@ struct lull_loop {
     /* Flush points (lull__at_flush): tasks run once when the fd callbacks
      * of an iteration end, or when its slice ends. */
     lull__node flush;
+    lull__node flush_end; /* ends a flush pass (run_flush); never run */
 };
 
 /* queue.h needs the node type only. */

@@ -134,15 +134,22 @@ void lull__at_flush(lull_loop *loop, lull_task *task) {
         lull__queue_push(&loop->flush, &task->node);
 }
 
-/* Runs the flush tasks, those they queue included: a writer that is
- * flushed is unlinked first, and links itself again only if it is written
- * to again, which stops once its socket is full. */
+/* Runs the flush tasks queued before this flush point, each once. One
+ * queued meanwhile (a frame re-sent from its release, a drain that writes)
+ * waits for the next flush point: a writer kept busy by its own callbacks
+ * would otherwise hold this pass, and the loop, for as long as its peer
+ * keeps reading, with no quantum to stop it. A marker node ends the pass
+ * (the loop's own, never run). */
 static void run_flush(lull_loop *loop) {
-    while (!lull__queue_empty(&loop->flush)) {
+    if (lull__queue_empty(&loop->flush)) return;
+    lull__node *end = &loop->flush_end;
+    lull__queue_push(&loop->flush, end);
+    while (loop->flush.next != end) {
         lull__node *n = loop->flush.next;
         lull__queue_remove(n);
         lull__dispatch_node(loop, n);
     }
+    lull__queue_remove(end);
 }
 
 bool lull_loop_alive(lull_loop *loop) {
