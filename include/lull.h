@@ -65,7 +65,10 @@ typedef struct lull_loop_options { /* all zero = defaults */
 /* Creates a loop (allocates; not a hot path). opts may be NULL. */
 LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
- * listeners, held references or undrained remote posts remain. */
+ * listeners, held references or undrained remote posts remain. Never
+ * returns while another thread is still inside lull_post_remote or
+ * lull_notify_remote for this loop (it waits for it to leave). A post made
+ * after it returned is a use after free: stop posting threads first. */
 LULL_EXTERN int lull_loop_free(lull_loop *loop);
 /* Runs the loop. -EBUSY if already running (nested), -EINVAL on an unknown
  * mode. DEFAULT runs while the loop is alive; ONCE runs one iteration (it may
@@ -187,7 +190,8 @@ LULL_EXTERN void lull_io_unref(lull_io *io);
 
 /* Thread-safe. Queues the task on the loop from any thread; a no-op while the
  * same task is already queued remotely. One eventfd write per burst. The
- * loop does not touch the task after calling its function. */
+ * loop does not touch the task after calling its function. The loop must
+ * exist when the call begins; lull_loop_free waits for the call to end. */
 LULL_EXTERN void lull_post_remote(lull_loop *loop, lull_task *task);
 
 /* -------------------------------------------- notifier, listener: C4 */

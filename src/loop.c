@@ -95,6 +95,9 @@ static bool has_work_or_handles(lull_loop *loop) {
 int lull_loop_free(lull_loop *loop) {
     if (!loop) return -EINVAL;
     if (loop->running || has_work_or_handles(loop)) return -EBUSY;
+    /* A poster still inside lull_post_remote may have just published. */
+    lull__remote_quiesce(loop);
+    if (has_work_or_handles(loop)) return -EBUSY;
     lull__remote_close(loop);
     lull__backend_close(loop);
     lull__heap_free(&loop->heap);
