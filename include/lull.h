@@ -216,6 +216,7 @@ struct lull_notifier {
     lull_listener *tail;
     lull_task remote; /* carries lull_notify_remote to the loop */
     uint64_t raised;  /* lull_notify calls, for tests and audits */
+    unsigned raisers; /* threads inside lull_notify_remote (atomic) */
 };
 
 LULL_EXTERN void lull_notifier_init(lull_notifier *n);
@@ -227,8 +228,14 @@ LULL_EXTERN void lull_listen(lull_loop *loop, lull_notifier *n,
 LULL_EXTERN void lull_unlisten(lull_listener *l);
 /* Raises: O(listeners), no allocation, never runs a listener inline. */
 LULL_EXTERN void lull_notify(lull_notifier *n);
-/* Thread-safe raise for a notifier whose listeners all live on `loop`. */
+/* Thread-safe raise for a notifier whose listeners all live on `loop`. The
+ * notifier must exist when the call begins; see lull_notifier_quiesce. */
 LULL_EXTERN void lull_notify_remote(lull_loop *loop, lull_notifier *n);
+/* Before freeing a notifier that other threads raise: waits until no thread
+ * is inside lull_notify_remote(loop, n) any more, then withdraws a remote
+ * raise of n that has not run yet. Afterwards n may be freed, provided no
+ * thread begins another lull_notify_remote on it. Loop thread of `loop`. */
+LULL_EXTERN void lull_notifier_quiesce(lull_loop *loop, lull_notifier *n);
 
 /* ------------------------------------------------------------ pump: C4 */
 

@@ -12,6 +12,8 @@
  * predicate: its task is queued; next deadline: none; quiet condition: not
  * queued (no timer is ever involved). Loop thread only, except
  * lull_notify_remote. */
+#include <sched.h>
+
 #include "internal.h"
 
 static void notify_from_remote(lull_task *task);
@@ -20,6 +22,7 @@ void lull_notifier_init(lull_notifier *n) {
     if (!n) return;
     n->head = n->tail = NULL;
     n->raised = 0;
+    n->raisers = 0;
     lull_task_init(&n->remote, notify_from_remote);
 }
 
@@ -94,7 +97,29 @@ static void notify_from_remote(lull_task *task) {
     lull_notify(LULL_CONTAINER_OF(task, lull_notifier, remote));
 }
 
+/* A raiser is counted for as long as it may touch the notifier (the claim
+ * of n->remote, even one that finds it queued already), so that
+ * lull_notifier_quiesce can wait for it as lull_loop_free waits for a
+ * poster. */
 void lull_notify_remote(lull_loop *loop, lull_notifier *n) {
     if (!loop || !n) return;
+    __atomic_fetch_add(&n->raisers, 1, __ATOMIC_RELAXED);
     lull_post_remote(loop, &n->remote);
+    __atomic_fetch_sub(&n->raisers, 1, __ATOMIC_RELEASE);
+}
+
+void lull_notifier_quiesce(lull_loop *loop, lull_notifier *n) {
+    if (!loop || !n) return;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    while (__atomic_load_n(&n->raisers, __ATOMIC_ACQUIRE) != 0)
+        sched_yield();
+    /* With no raiser inside, n->remote is either not queued remotely or
+     * sits complete on the loop's stack: take the stack (its other posts
+     * are queued as a poll would queue them), then unqueue the raise. */
+    if (__atomic_load_n(&n->remote.remote_next, __ATOMIC_ACQUIRE) != NULL)
+        lull__remote_drain(loop);
+    LULL_ASSERT(__atomic_load_n(&n->remote.remote_next, __ATOMIC_RELAXED) ==
+                    NULL,
+                "lull: lull_notifier_quiesce on another loop than the raises");
+    lull_cancel(&n->remote);
 }

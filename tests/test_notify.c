@@ -10,6 +10,8 @@
 #include <lull.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define BURST 100000 /* remote raises in the burst case */
 
@@ -213,6 +215,11 @@ TEST(subscribed_listener_keeps_loop_from_freeing) {
 
 /* ---------------------------------------------------------- cross-thread */
 
+typedef struct marker_task {
+    lull_task task;
+    lull_loop *loop;
+} marker_task;
+
 typedef struct remote_case {
     lull_loop *loop;
     lull_notifier n;
@@ -303,5 +310,62 @@ TEST_THREADED(notify_remote_burst_while_running) {
     CHECK(bc.runs >= 1);
     CHECK(bc.runs <= BURST + 1);
     CHECK(bc.n.raised >= (uint64_t)bc.runs);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* lull_notifier_quiesce withdraws remote raises that have not run, both one
+ * still on the loop's cross-thread stack and one already queued locally, so
+ * the notifier can be freed (poisoned first: a raise that ran anyway would
+ * read garbage, and ASan reports the use after free). */
+typedef struct raise_once {
+    lull_loop *loop;
+    lull_notifier *n;
+} raise_once;
+
+static void *raise_once_from_thread(void *arg) {
+    raise_once *ro = arg;
+    lull_notify_remote(ro->loop, ro->n);
+    return NULL;
+}
+
+static lull_notifier *quiesce_target;
+static void quiesce_and_free(lull_task *t) {
+    (void)t;
+    lull_notifier_quiesce(LULL_CONTAINER_OF(t, marker_task, task)->loop,
+                          quiesce_target);
+    memset(quiesce_target, 0xA5, sizeof *quiesce_target);
+    free(quiesce_target);
+}
+
+TEST_THREADED(notifier_quiesce_withdraws_remote_raises_not_yet_run) {
+    lull_loop *loop = new_loop();
+    for (int queued_locally = 0; queued_locally < 2; queued_locally++) {
+        lull_notifier *n = malloc(sizeof *n);
+        CHECK(n != NULL);
+        lull_notifier_init(n);
+        sub s = {.id = 1};
+        lull_listen(loop, n, &s.l, on_raise);
+        raise_once ro = {loop, n};
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, raise_once_from_thread, &ro), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+        lull_unlisten(&s.l);
+        if (!queued_locally) {
+            /* The raise is still on the loop's cross-thread stack. */
+            lull_notifier_quiesce(loop, n);
+            memset(n, 0xA5, sizeof *n);
+            free(n);
+            CHECK_EQ(lull_settle(loop), 0);
+        } else {
+            /* A task queued before the raise is taken runs first: by then
+             * the poll has queued the raise behind it. */
+            marker_task m = {.loop = loop};
+            lull_task_init(&m.task, quiesce_and_free);
+            lull_post(loop, &m.task);
+            quiesce_target = n;
+            CHECK_EQ(lull_settle(loop), 1);
+        }
+        CHECK_EQ(s.runs, 0);
+    }
     CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -463,3 +463,55 @@ TEST_THREADED(loop_free_waits_for_a_poster_inside_its_eventfd_write) {
 TEST_THREADED(loop_free_waits_for_a_poster_inside_its_futex_wake) {
     free_while_a_poster_is_held(false);
 }
+
+/* The same for a notifier: a raiser held inside lull_notify_remote (in its
+ * wake of the loop, after the raise was queued) while the listener runs;
+ * lull_notifier_quiesce must not return before the raiser has left. */
+typedef struct held_raise {
+    lull_loop *loop;
+    lull_notifier n;
+    lull_listener l;
+    int runs;
+} held_raise;
+
+static void on_held_raise(lull_listener *l) {
+    held_raise *hr = LULL_CONTAINER_OF(l, held_raise, l);
+    hr->runs++;
+    lull_unlisten(l);
+    lull_loop_unref(hr->loop);
+}
+
+static void *raise_held(void *arg) {
+    held_raise *hr = arg;
+    while (__atomic_load_n(&hr->loop->sleeping, __ATOMIC_SEQ_CST) !=
+           LULL__SLEEP_FUTEX)
+        sleep_ms(1);
+    delay_wake = true;
+    lull_notify_remote(hr->loop, &hr->n);
+    return NULL;
+}
+
+TEST_THREADED(notifier_quiesce_waits_for_a_raiser_inside_notify_remote) {
+    static held_raise hr;
+    hr = (held_raise){0};
+    atomic_store(&held, false);
+    atomic_store(&freed, false);
+    atomic_store(&late, false);
+    loop_thread = pthread_self();
+    struct sigaction sa = {.sa_handler = on_signal};
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    CHECK_EQ(lull_loop_new(&hr.loop, NULL), 0);
+    lull_notifier_init(&hr.n);
+    lull_listen(hr.loop, &hr.n, &hr.l, on_held_raise);
+    lull_loop_ref(hr.loop);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, raise_held, &hr), 0);
+    CHECK_EQ(lull_run(hr.loop, LULL_RUN_DEFAULT), 0);
+    CHECK(atomic_load(&held));
+    CHECK_EQ(hr.runs, 1);
+    lull_notifier_quiesce(hr.loop, &hr.n);
+    atomic_store(&freed, true); /* the notifier could be freed from here */
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK(!atomic_load(&late));
+    CHECK_EQ(lull_loop_free(hr.loop), 0);
+}
