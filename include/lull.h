@@ -209,6 +209,7 @@ struct lull_listener {
     lull_loop *loop;
     lull_listener_fn fn;
     lull_listener *pump_next; /* a pump's listeners, closed with it */
+    lull_listener *pump_prev;
 };
 
 struct lull_notifier {
@@ -224,7 +225,9 @@ LULL_EXTERN void lull_notifier_init(lull_notifier *n);
  * the notifier was raised before it ran. */
 LULL_EXTERN void lull_listen(lull_loop *loop, lull_notifier *n,
                              lull_listener *l, lull_listener_fn fn);
-/* Unsubscribes; a queued, not yet run listener task is cancelled. */
+/* Unsubscribes; a queued, not yet run listener task is cancelled. A pump's
+ * listener also leaves the pump. The listener is then free to be reused
+ * with lull_listen or lull_pump_listen, on any notifier and loop. */
 LULL_EXTERN void lull_unlisten(lull_listener *l);
 /* Raises: O(listeners), no allocation, never runs a listener inline. */
 LULL_EXTERN void lull_notify(lull_notifier *n);

@@ -257,6 +257,9 @@ bool lull__remote_sleep(lull_loop *loop, int how);
 void lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns);
 void lull__remote_awake(lull_loop *loop);
 
+/* pump.c */
+void lull__pump_unlink_listener(lull_listener *l);
+
 /* notify.c */
 void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
                        lull_task *target);

@@ -54,7 +54,7 @@ void lull_listen(lull_loop *loop, lull_notifier *n, lull_listener *l,
     lull_task_init(&l->task, listener_run);
     l->target = &l->task;
     l->fn = fn;
-    l->pump_next = NULL;
+    l->pump_next = l->pump_prev = NULL;
     subscribe(loop, n, l);
 }
 
@@ -64,7 +64,6 @@ void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
     lull_task_init(&l->task, NULL);
     l->target = target;
     l->fn = NULL;
-    l->pump_next = NULL;
     subscribe(loop, n, l);
 }
 
@@ -82,7 +81,10 @@ void lull_unlisten(lull_listener *l) {
         n->tail = l->prev;
     l->next = l->prev = NULL;
     l->notifier = NULL;
-    if (l->target == &l->task) lull_cancel(&l->task);
+    if (l->target == &l->task)
+        lull_cancel(&l->task);
+    else
+        lull__pump_unlink_listener(l); /* reusable anywhere from here */
     l->loop->listeners--;
 }
 

@@ -15,7 +15,9 @@
  * Each pass first withdraws both ways it could have been scheduled (the
  * queued task and the retry timer), so a pass runs once however it was
  * reached, and a wake while held makes the next pass re-decide the retry.
- * A wake during a pass queues the next one. Loop thread only. */
+ * A wake during a pass queues the next one. The pump's listeners form a
+ * doubly linked list (pump_next/pump_prev) that lull_unlisten leaves, so a
+ * listener is reusable anywhere after it. Loop thread only. */
 #include "internal.h"
 
 static void run_pass(lull_pump *p) {
@@ -70,8 +72,24 @@ void lull_pump_listen(lull_pump *pump, lull_notifier *n, lull_listener *l) {
     if (!pump || !n || !l || pump->closed) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     lull__listen_task(pump->loop, n, l, &pump->task);
+    l->pump_prev = NULL;
     l->pump_next = pump->listeners;
+    if (pump->listeners) pump->listeners->pump_prev = l;
     pump->listeners = l;
+}
+
+/* lull_unlisten of a pump's listener: it leaves the pump's list too, so
+ * that it can be subscribed again anywhere without the list still holding
+ * it (a later lull_pump_listen would make the list a cycle, a lull_listen
+ * would cut it). */
+void lull__pump_unlink_listener(lull_listener *l) {
+    lull_pump *pump = LULL_CONTAINER_OF(l->target, lull_pump, task);
+    if (l->pump_prev)
+        l->pump_prev->pump_next = l->pump_next;
+    else if (pump->listeners == l)
+        pump->listeners = l->pump_next;
+    if (l->pump_next) l->pump_next->pump_prev = l->pump_prev;
+    l->pump_next = l->pump_prev = NULL;
 }
 
 void lull_pump_delivered(lull_pump *pump, uint64_t n) {
@@ -84,9 +102,11 @@ void lull_pump_close(lull_pump *pump) {
     pump->closed = true;
     lull_cancel(&pump->task);
     lull_timer_stop(&pump->retry);
-    for (lull_listener *l = pump->listeners; l; l = l->pump_next)
-        lull_unlisten(l);
-    pump->listeners = NULL;
+    lull_listener *l;
+    while ((l = pump->listeners) != NULL) {
+        lull_unlisten(l); /* unlinks it from the list */
+        if (pump->listeners == l) lull__pump_unlink_listener(l);
+    }
 }
 
 bool lull_pump_quiet(const lull_pump *pump) {

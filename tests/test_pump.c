@@ -397,3 +397,79 @@ TEST(unlisten_of_a_pump_listener_stops_later_raises) {
     teardown(&f); /* close after unlisten is harmless */
     CHECK_EQ(f.passes, 1);
 }
+
+/* An unlistened pump listener is reusable anywhere (BRIEF 2.1): on the same
+ * pump with another notifier (the pump's list used to become a cycle, so
+ * lull_pump_close never returned), and as a plain listener (the list used
+ * to be cut, so close missed the other listener and the closed pump's pass
+ * was still queued by raises). */
+TEST(pump_listener_reused_on_the_same_pump_after_unlisten) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_notifier n1, n2;
+    lull_listener l;
+    lull_notifier_init(&n1);
+    lull_notifier_init(&n2);
+    lull_pump_listen(&f.pump, &n1, &l);
+    lull_unlisten(&l);
+    lull_pump_listen(&f.pump, &n2, &l);
+    lull_notify(&n1);
+    CHECK_EQ(lull_settle(loop), 0);
+    lull_notify(&n2);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(f.passes, 1);
+    lull_pump_close(&f.pump);
+    CHECK(l.notifier == NULL);
+    CHECK(f.pump.listeners == NULL);
+    teardown(&f);
+}
+
+static void plain_listener(lull_listener *l) {
+    (void)l;
+    check_trace(7);
+}
+
+TEST(pump_listener_reused_as_a_plain_listener_after_unlisten) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_notifier n, other;
+    lull_listener a, b;
+    lull_notifier_init(&n);
+    lull_notifier_init(&other);
+    lull_pump_listen(&f.pump, &n, &a);
+    lull_pump_listen(&f.pump, &n, &b);
+    lull_unlisten(&b);
+    lull_listen(loop, &other, &b, plain_listener);
+    lull_pump_close(&f.pump);
+    CHECK(a.notifier == NULL);   /* close reached a */
+    CHECK(b.notifier == &other); /* and left b where it now is */
+    lull_notify(&n);
+    lull_notify(&other);
+    CHECK_EQ(lull_settle(loop), 1); /* b's call; no pass of the closed pump */
+    CHECK_TRACE(7);
+    CHECK_EQ(f.passes, 0);
+    lull_unlisten(&b);
+    teardown(&f);
+}
+
+/* Unlisten in any order, then close: nothing left behind. */
+TEST(pump_listeners_unlistened_in_any_order) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_notifier n;
+    lull_listener l[4];
+    lull_notifier_init(&n);
+    for (int i = 0; i < 4; i++)
+        lull_pump_listen(&f.pump, &n, &l[i]);
+    lull_unlisten(&l[1]); /* middle */
+    lull_unlisten(&l[3]); /* head: the newest */
+    lull_unlisten(&l[0]); /* tail */
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 1); /* l[2] still wakes the pump */
+    lull_pump_listen(&f.pump, &n, &l[1]);
+    lull_pump_close(&f.pump);
+    for (int i = 0; i < 4; i++)
+        CHECK(l[i].notifier == NULL);
+    CHECK(f.pump.listeners == NULL);
+    teardown(&f);
+}
