@@ -222,7 +222,9 @@ struct lull_notifier {
 
 LULL_EXTERN void lull_notifier_init(lull_notifier *n);
 /* Subscribes l: each raise queues fn(l) in a later task, once however often
- * the notifier was raised before it ran. */
+ * the notifier was raised before it ran. l needs no initialisation, but must
+ * not be subscribed already. (lull_unlisten reads l: call it only on a
+ * listener that was subscribed once, or that you zeroed.) */
 LULL_EXTERN void lull_listen(lull_loop *loop, lull_notifier *n,
                              lull_listener *l, lull_listener_fn fn);
 /* Unsubscribes; a queued, not yet run listener task is cancelled. A pump's

@@ -32,7 +32,20 @@ static void listener_run(lull_task *task) {
     l->fn(l);
 }
 
+#ifndef NDEBUG
+/* Is l on n's list? Reads the list only, never the caller's listener, which
+ * needs no initialisation before it is subscribed. Debug builds. */
+static bool on_list(const lull_notifier *n, const lull_listener *l) {
+    for (const lull_listener *x = n->head; x; x = x->next)
+        if (x == l) return true;
+    return false;
+}
+#endif
+
+/* Every field of l is written here or by the caller before it is read, so
+ * a listener may be subscribed straight from uninitialised memory. */
 static void subscribe(lull_loop *loop, lull_notifier *n, lull_listener *l) {
+    LULL_ASSERT(!on_list(n, l), "lull: listener subscribed twice");
     l->loop = loop;
     l->notifier = n;
     l->next = NULL;
@@ -49,8 +62,6 @@ void lull_listen(lull_loop *loop, lull_notifier *n, lull_listener *l,
                  lull_listener_fn fn) {
     if (!loop || !n || !l || !fn) return;
     LULL_ASSERT_LOOP_THREAD(loop);
-    LULL_ASSERT(l->notifier == NULL || l->notifier != n || l->loop != loop,
-                "lull: listener subscribed twice");
     lull_task_init(&l->task, listener_run);
     l->target = &l->task;
     l->fn = fn;

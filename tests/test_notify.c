@@ -406,3 +406,40 @@ TEST_THREADED(notifier_quiesce_withdraws_remote_raises_not_yet_run) {
     }
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* lull_listen judges nothing from the caller's listener, which may come
+ * straight from uninitialised memory (valgrind checks that in `make
+ * test-valgrind`) or hold stale bytes: here a by-value copy of a
+ * subscribed listener, whose notifier and loop fields name the same
+ * notifier and loop, is not mistaken for a second subscription. */
+TEST(listen_needs_no_initialised_listener) {
+    lull_loop *loop = new_loop();
+    lull_notifier n;
+    lull_notifier_init(&n);
+    sub a = {.id = 1}, b;
+    lull_listen(loop, &n, &a.l, on_raise);
+    b = a; /* stale copy: never subscribed itself */
+    b.id = 2;
+    lull_listen(loop, &n, &b.l, on_raise);
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_TRACE(1, 2);
+    lull_unlisten(&a.l);
+    lull_unlisten(&b.l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static void subscribe_twice(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    lull_notifier n;
+    lull_notifier_init(&n);
+    sub a = {.id = 1};
+    lull_listen(loop, &n, &a.l, on_raise);
+    lull_listen(loop, &n, &a.l, on_raise);
+}
+
+TEST(listener_subscribed_twice_asserts_in_debug_builds) {
+    if (!check_debug_build()) return;
+    CHECK(check_dies(subscribe_twice, NULL, "listener subscribed twice"));
+}
