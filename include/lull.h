@@ -262,6 +262,7 @@ struct lull_pump {
     uint64_t empty;           /* passes that reported no delivery */
     uint64_t delivered;       /* items reported by lull_pump_delivered */
     bool closed;
+    struct lull__pass_frame *frame; /* the pass running, if any (pump.c) */
 };
 
 LULL_EXTERN void lull_pump_init(lull_loop *loop, lull_pump *pump,
@@ -274,6 +275,9 @@ LULL_EXTERN void lull_pump_listen(lull_pump *pump, lull_notifier *n,
                                   lull_listener *l);
 /* The pass reports what it handed on; a pass reporting nothing is empty. */
 LULL_EXTERN void lull_pump_delivered(lull_pump *pump, uint64_t n);
+/* Cancels the queued pass and the retry and unsubscribes the pump's
+ * listeners. A pass may close its own pump and then free it (the pass's
+ * return value is then ignored and the pump not touched again). */
 LULL_EXTERN void lull_pump_close(lull_pump *pump);
 /* True exactly when no pass is queued and no retry timer is armed. */
 LULL_EXTERN bool lull_pump_quiet(const lull_pump *pump);

@@ -20,19 +20,39 @@
  * listener is reusable anywhere after it. Loop thread only. */
 #include "internal.h"
 
+/* A pass in progress keeps its bookkeeping on run_pass's stack, and the
+ * pump points to it, so that lull_pump_close during the pass can record
+ * there that it happened: a pass may close its pump and then free it (the
+ * natural end of a session), after which run_pass must not touch the pump
+ * again. */
+struct lull__pass_frame {
+    uint64_t delivered; /* pump->delivered when the pass began */
+    bool closed;        /* the pump was closed during the pass */
+    bool empty;         /* ... having delivered nothing by then */
+};
+
 static void run_pass(lull_pump *p) {
     if (p->closed) return;
     lull_cancel(&p->task);
     lull_timer_stop(&p->retry);
-    uint64_t delivered = p->delivered;
+    lull_loop *loop = p->loop;
+    int source = p->source;
+    struct lull__pass_frame frame = {.delivered = p->delivered};
+    p->frame = &frame;
     uint64_t retry_ns = 0;
-    p->loop->current = (lull_any_fn)p->pass;
+    loop->current = (lull_any_fn)p->pass;
     int status = p->pass(p, &retry_ns);
-    bool empty = p->delivered == delivered;
+    if (frame.closed) {
+        /* Counted by lull_pump_close; p may be freed memory by now. */
+        lull__audit_pass(loop, source, frame.empty);
+        return;
+    }
+    p->frame = NULL;
+    bool empty = p->delivered == frame.delivered;
     p->passes++;
     p->empty += empty;
-    lull__audit_pass(p->loop, p->source, empty);
-    if (p->closed || lull_task_pending(&p->task)) return;
+    lull__audit_pass(loop, source, empty);
+    if (lull_task_pending(&p->task)) return;
     if (status == LULL_PASS_HELD && retry_ns == 0) status = LULL_PASS_AGAIN;
     if (status == LULL_PASS_AGAIN)
         lull_post(p->loop, &p->task);
@@ -59,6 +79,7 @@ void lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
     pump->passes = pump->empty = pump->delivered = 0;
     pump->source = lull__source_of(loop, (lull_any_fn)pass, LULL_SOURCE_PUMP);
     pump->closed = false;
+    pump->frame = NULL;
 }
 
 void lull_pump_wake(lull_pump *pump) {
@@ -100,6 +121,14 @@ void lull_pump_close(lull_pump *pump) {
     if (!pump || pump->closed) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     pump->closed = true;
+    if (pump->frame) { /* closed by (or during) its own pass */
+        struct lull__pass_frame *f = pump->frame;
+        pump->frame = NULL;
+        f->closed = true;
+        f->empty = pump->delivered == f->delivered;
+        pump->passes++;
+        pump->empty += f->empty;
+    }
     lull_cancel(&pump->task);
     lull_timer_stop(&pump->retry);
     lull_listener *l;

@@ -7,6 +7,8 @@
 #include "check.h"
 
 #include <lull.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define MS 1000000ull
 
@@ -472,4 +474,61 @@ TEST(pump_listeners_unlistened_in_any_order) {
         CHECK(l[i].notifier == NULL);
     CHECK(f.pump.listeners == NULL);
     teardown(&f);
+}
+
+/* A pass that closes and frees its own pump, the natural end of a session:
+ * nothing may touch the pump after the pass returns (the memory is
+ * poisoned before it is freed, so a read of it crashes even without ASan,
+ * which reports it as a use after free). Reached by a wake, by a raise,
+ * and by the retry timer. */
+typedef struct session {
+    lull_pump pump;
+    lull_listener listener;
+    int *passes;
+    bool hold_first; /* the first pass returns HELD: the retry ends it */
+} session;
+
+static int pass_then_free(lull_pump *p, uint64_t *retry_ns) {
+    session *s = LULL_CONTAINER_OF(p, session, pump);
+    if ((*s->passes)++ == 0 && s->hold_first) {
+        *retry_ns = 5 * MS;
+        return LULL_PASS_HELD;
+    }
+    lull_pump_delivered(p, 1);
+    lull_pump_close(p);
+    CHECK_U64_EQ(p->passes, (uint64_t)*s->passes); /* counted at close */
+    memset(s, 0xA5, sizeof *s);
+    free(s);
+    return LULL_PASS_AGAIN; /* ignored: the pump is closed */
+}
+
+TEST(pass_that_closes_and_frees_its_pump) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    lull_notifier n;
+    lull_notifier_init(&n);
+    for (int how = 0; how < 3; how++) { /* wake, raise, retry timer */
+        int passes = 0;
+        session *s = malloc(sizeof *s);
+        CHECK(s != NULL);
+        *s = (session){.passes = &passes, .hold_first = how == 2};
+        lull_pump_init(loop, &s->pump, pass_then_free);
+        lull_pump_listen(&s->pump, &n, &s->listener);
+        if (how == 1)
+            lull_notify(&n);
+        else
+            lull_pump_wake(&s->pump);
+        lull_settle(loop);
+        lull_advance(loop, 10 * MS);
+        CHECK_EQ(passes, how == 2 ? 2 : 1);
+        CHECK(!lull_loop_alive(loop));
+        lull_notify(&n); /* the freed pump's listener is gone */
+        CHECK_EQ(lull_settle(loop), 0);
+    }
+    lull_audit_entry e[4];
+    CHECK_EQ(lull_loop_audit(loop, e, 4, NULL), 1);
+    CHECK_U64_EQ(e[0].passes, 4);
+    CHECK_U64_EQ(e[0].empty_passes, 1); /* the HELD pass */
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
