@@ -89,6 +89,14 @@ LULL_EXTERN void lull_loop_ref(lull_loop *loop);
 LULL_EXTERN void lull_loop_unref(lull_loop *loop);
 /* Is the loop alive: ready tasks, referenced timers or fd watchers, refs. */
 LULL_EXTERN bool lull_loop_alive(lull_loop *loop);
+/* In a child after fork(), before it uses the loop: gives the child its own
+ * kernel state (a new epoll set with every started watcher registered
+ * again, and a new wake-up fd), so nothing the child does reaches the
+ * parent's loop. A child that does not call it must not touch the loop.
+ * Call it on the thread that forked, which must be the loop's (or the loop
+ * must not be running). 0, or a negative errno: the loop is then unusable
+ * in the child. */
+LULL_EXTERN int lull_loop_fork(lull_loop *loop);
 
 /* The ready-queue link shared by tasks and timers. Owned by the loop; its
  * layout is public only so that handles can live in caller memory. */

@@ -251,6 +251,7 @@ int lull__remote_init(lull_loop *loop);
 void lull__remote_close(lull_loop *loop);
 bool lull__remote_pending(lull_loop *loop);
 void lull__remote_quiesce(lull_loop *loop);
+int lull__remote_fork(lull_loop *loop);
 void lull__remote_drain(lull_loop *loop);
 enum { LULL__AWAKE = 0, LULL__SLEEP_EPOLL = 1, LULL__SLEEP_FUTEX = 2 };
 bool lull__remote_sleep(lull_loop *loop, int how);

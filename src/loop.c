@@ -458,3 +458,25 @@ void lull_advance(lull_loop *loop, uint64_t ns) {
     }
     run_end(loop);
 }
+
+/* ---------------------------------------------------------------- fork */
+
+/* In a child after fork(): the epoll set and the wake-up eventfd are still
+ * the parent's, shared through the fork, so anything the child registered
+ * or removed would change what the parent's loop sees. The child gets a new
+ * set holding every started watcher (the backend's rebuild, which also
+ * drops readiness collected before the fork) and its own eventfd; the
+ * parent's eventfd is left out of the new set, or the parent's posts would
+ * wake the child. */
+int lull_loop_fork(lull_loop *loop) {
+    if (!loop) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    int wake_fd = loop->wake_fd;
+    loop->wake_fd = -1;
+    int err = lull__backend_rebuild(loop);
+    if (err) {
+        loop->wake_fd = wake_fd;
+        return err;
+    }
+    return lull__remote_fork(loop);
+}

@@ -187,6 +187,27 @@ void lull__remote_close(lull_loop *loop) {
     loop->remote_fd = -1;
 }
 
+/* lull_loop_fork, in the child, once the epoll set is the child's own: the
+ * eventfd is still shared with the parent, so it gets its own, registered
+ * in the new set. Only the forking thread exists in the child, so no poster
+ * is inside and the loop is not asleep: both words are reset. Posts
+ * already on the stack stay and run in the child too, like the rest of its
+ * copy of the loop. */
+int lull__remote_fork(lull_loop *loop) {
+    __atomic_store_n(&loop->sleeping, LULL__AWAKE, __ATOMIC_RELAXED);
+    __atomic_store_n(&loop->posters, 0u, __ATOMIC_RELAXED);
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) return -errno;
+    int err = lull__backend_add_wakeup(loop, fd);
+    if (err) {
+        close(fd);
+        return err;
+    }
+    close(loop->remote_fd); /* the child's reference to the parent's */
+    loop->remote_fd = fd;
+    return 0;
+}
+
 bool lull__remote_pending(lull_loop *loop) {
     return __atomic_load_n(&loop->remote_head, __ATOMIC_ACQUIRE) != NULL;
 }
