@@ -4,7 +4,8 @@
 #              threaded cases under ThreadSanitizer, and the suite again
 #              with slices ending at random points (test-yield)
 #   make test-valgrind  the debug suite under valgrind memcheck (CI runs it
-#              after make test; about 2 minutes on 2 cores)
+#              after make test; about 2 CPU-minutes: 2-5 minutes on 2
+#              cores, depending on what else runs)
 JOBS ?= 2
 CMAKE ?= cmake
 CTEST ?= ctest
