@@ -140,6 +140,9 @@ struct lull_loop {
     int sleeping;           /* atomic, a futex word: LULL__AWAKE, or how the
                                loop is blocked (src/remote.c) */
     int remote_fd;          /* eventfd, written once per burst */
+    unsigned posters;       /* atomic: posters that may still touch the
+                               loop after publishing (lull_loop_free waits
+                               for 0) */
 
     /* Metrics (C8). */
     lull_metrics m; /* counters; latency summaries filled on read */
@@ -248,11 +251,16 @@ void lull__io_dispatch(lull_loop *loop, lull_io *io, int events);
 int lull__remote_init(lull_loop *loop);
 void lull__remote_close(lull_loop *loop);
 bool lull__remote_pending(lull_loop *loop);
+void lull__remote_quiesce(lull_loop *loop);
+int lull__remote_fork(lull_loop *loop);
 void lull__remote_drain(lull_loop *loop);
 enum { LULL__AWAKE = 0, LULL__SLEEP_EPOLL = 1, LULL__SLEEP_FUTEX = 2 };
 bool lull__remote_sleep(lull_loop *loop, int how);
 void lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns);
 void lull__remote_awake(lull_loop *loop);
+
+/* pump.c */
+void lull__pump_unlink_listener(lull_listener *l);
 
 /* notify.c */
 void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,

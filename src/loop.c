@@ -95,6 +95,9 @@ static bool has_work_or_handles(lull_loop *loop) {
 int lull_loop_free(lull_loop *loop) {
     if (!loop) return -EINVAL;
     if (loop->running || has_work_or_handles(loop)) return -EBUSY;
+    /* A poster still inside lull_post_remote may have just published. */
+    lull__remote_quiesce(loop);
+    if (has_work_or_handles(loop)) return -EBUSY;
     lull__remote_close(loop);
     lull__backend_close(loop);
     lull__heap_free(&loop->heap);
@@ -461,4 +464,26 @@ void lull_advance(lull_loop *loop, uint64_t ns) {
         settle_loop(loop);
     }
     run_end(loop);
+}
+
+/* ---------------------------------------------------------------- fork */
+
+/* In a child after fork(): the epoll set and the wake-up eventfd are still
+ * the parent's, shared through the fork, so anything the child registered
+ * or removed would change what the parent's loop sees. The child gets a new
+ * set holding every started watcher (the backend's rebuild, which also
+ * drops readiness collected before the fork) and its own eventfd; the
+ * parent's eventfd is left out of the new set, or the parent's posts would
+ * wake the child. */
+int lull_loop_fork(lull_loop *loop) {
+    if (!loop) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    int wake_fd = loop->wake_fd;
+    loop->wake_fd = -1;
+    int err = lull__backend_rebuild(loop);
+    if (err) {
+        loop->wake_fd = wake_fd;
+        return err;
+    }
+    return lull__remote_fork(loop);
 }
