@@ -73,8 +73,12 @@ static void wake_loop(lull_loop *loop) {
 void lull_post_remote(lull_loop *loop, lull_task *task) {
     if (!loop || !task) return;
     lull_task *expected = NULL;
+    /* Sequentially consistent both ways (on x86 the same locked cmpxchg):
+     * a post that finds the task still queued is coalesced into a run
+     * that follows the drain's reset of the link, which is sequentially
+     * consistent too (lull__remote_drain). */
     if (!__atomic_compare_exchange_n(&task->remote_next, &expected, CLAIMED,
-                                     false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+                                     false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
         return; /* already queued remotely: this post is coalesced */
     /* Only a push onto an empty stack goes on to touch the loop (to wake
      * it), so only such a poster is counted; the count is raised before the
@@ -138,8 +142,12 @@ void lull__remote_drain(lull_loop *loop) {
     while (fifo != END) {
         lull_task *t = fifo;
         fifo = __atomic_load_n(&t->remote_next, __ATOMIC_RELAXED);
-        /* From here another thread may claim the task again. */
-        __atomic_store_n(&t->remote_next, NULL, __ATOMIC_RELEASE);
+        /* From here another thread may claim the task again. Sequentially
+         * consistent, as the claim is: a claim that fails before this
+         * reset in their single order is coalesced into the run below,
+         * and the reset (a full barrier on x86) comes before the task's
+         * reads of what that poster wrote first. */
+        __atomic_store_n(&t->remote_next, NULL, __ATOMIC_SEQ_CST);
         lull_post(loop, t);
     }
 }
