@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,7 +66,8 @@ typedef struct lull_loop_options { /* all zero = defaults */
 /* Creates a loop (allocates; not a hot path). opts may be NULL. */
 LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
- * listeners, held references or undrained remote posts remain. */
+ * listeners, held references or undrained remote posts remain; the loop is
+ * then unchanged and usable. lull_loop_print_live lists what remains. */
 LULL_EXTERN int lull_loop_free(lull_loop *loop);
 /* Runs the loop. -EBUSY if already running (nested), -EINVAL on an unknown
  * mode. DEFAULT runs while the loop is alive; ONCE runs one iteration (it may
@@ -202,6 +204,8 @@ struct lull_listener {
     lull_loop *loop;
     lull_listener_fn fn;
     lull_listener *pump_next; /* a pump's listeners, closed with it */
+    lull_listener *loop_next; /* the loop's subscribed listeners, for */
+    lull_listener *loop_prev; /* lull_loop_walk (no allocation) */
 };
 
 struct lull_notifier {
@@ -315,6 +319,22 @@ typedef struct lull_metrics {
                                 seen (see lull_loop_name); NULL if none */
     lull_latency task_wait;  /* post -> run, sampled */
     lull_latency task_run;   /* callback duration, sampled */
+    /* What is live when the metrics are read (never reset): everything that
+     * keeps lull_loop_free at -EBUSY, by cause. lull_loop_walk lists the
+     * handles behind each count. Counting walks the ready queue and the
+     * remote posts: O(queued), not a hot path. */
+    uint64_t live_ready;        /* tasks and timers queued to run: ready
+                                   queue, due list (listener tasks and pump
+                                   passes included) */
+    uint64_t live_timers;       /* timers armed for a deadline, referenced */
+    uint64_t live_timers_unref; /* ... unreferenced (do not keep lull_run
+                                   going, but keep lull_loop_free busy) */
+    uint64_t live_io;           /* started fd watchers, referenced */
+    uint64_t live_io_unref;     /* ... unreferenced */
+    uint64_t live_listeners;    /* subscribed listeners (pumps' included) */
+    uint64_t live_refs;         /* lull_loop_ref references held */
+    uint64_t live_remote;       /* lull_post_remote / lull_notify_remote
+                                   posts the loop has not taken yet */
 } lull_metrics;
 
 LULL_EXTERN void lull_loop_metrics(lull_loop *loop, lull_metrics *out);
@@ -359,6 +379,62 @@ typedef struct lull_audit_entry {
 LULL_EXTERN int lull_loop_audit(lull_loop *loop, lull_audit_entry *out, int max,
                                 uint64_t *window_ns);
 LULL_EXTERN void lull_loop_audit_reset(lull_loop *loop);
+
+/* ------------------------------------------------------ what is live: C8 */
+
+/* What keeps lull_loop_free at -EBUSY, handle by handle (libuv's uv_walk).
+ * Each entry is one handle and one cause; a handle with two causes is
+ * reported twice (a subscribed listener whose task is queued; a repeating
+ * timer that is due and already armed for its next period). The loop keeps
+ * no list of every handle: it reports what it can reach, which is every
+ * cause of -EBUSY except held references (a count: live_refs).
+ *
+ * lull_live.cause: what makes the handle live. */
+enum {
+    LULL_LIVE_READY = 1,      /* queued to run: ready queue or due list */
+    LULL_LIVE_ARMED = 2,      /* a timer waiting for its deadline */
+    LULL_LIVE_STARTED = 3,    /* a started fd watcher */
+    LULL_LIVE_SUBSCRIBED = 4, /* a listener on a notifier */
+    LULL_LIVE_REMOTE = 5      /* posted from another thread, not yet taken
+                                 by the loop (a run or lull_settle takes it) */
+};
+/* lull_live.kind: what `handle` points at. */
+enum {
+    LULL_HANDLE_TASK = 1,     /* lull_task */
+    LULL_HANDLE_TIMER = 2,    /* lull_timer */
+    LULL_HANDLE_IO = 3,       /* lull_io */
+    LULL_HANDLE_LISTENER = 4, /* lull_listener (a pump's too) */
+    LULL_HANDLE_PUMP = 5,     /* lull_pump: its pass queued or its retry
+                                 timer armed */
+    LULL_HANDLE_NOTIFIER = 6  /* lull_notifier: a lull_notify_remote raise
+                                 on its way */
+};
+
+typedef struct lull_live {
+    int cause;          /* LULL_LIVE_* */
+    int kind;           /* LULL_HANDLE_* */
+    const void *handle; /* the handle, of the type `kind` names */
+    lull_any_fn fn;     /* the callback it leads to: yours, also behind
+                           lull's own forwarding (a listener's task, a
+                           pump's pass or retry: the pass; a notifier
+                           raise: its first listener's callback); NULL for
+                           a raise of a notifier with no listener */
+    const char *name;   /* lull_loop_name of fn, or NULL */
+    bool ref;           /* keeps lull_run going (lull_loop_alive) */
+    uint64_t deadline;  /* ARMED: the absolute deadline; else 0 */
+    int fd;             /* STARTED: the watched fd; else -1 */
+} lull_live;
+
+typedef void (*lull_walk_fn)(const lull_live *live, void *arg);
+/* Calls fn once per entry, in this order: ready queue, due list, timer heap
+ * (not in deadline order), fd watchers, listeners (newest first), remote
+ * posts (newest first). fn must not start, stop, post or free anything on
+ * this loop. Returns the number of entries, or -EINVAL. Loop thread. */
+LULL_EXTERN int lull_loop_walk(lull_loop *loop, lull_walk_fn fn, void *arg);
+/* Prints the walk, one line per entry, and the references held, to out
+ * (uv_print_active_handles). Returns the number of entries, or -EINVAL.
+ * Loop thread. */
+LULL_EXTERN int lull_loop_print_live(lull_loop *loop, FILE *out);
 
 #ifdef __cplusplus
 }

@@ -130,8 +130,10 @@ struct lull_loop {
                            the epoll set before the next poll */
 
     /* Liveness and subscriptions. */
-    uint32_t refs;      /* lull_loop_ref count */
-    uint32_t listeners; /* subscribed listeners (src/notify.c) */
+    uint32_t refs;            /* lull_loop_ref count */
+    uint32_t listeners;       /* subscribed listeners (src/notify.c) */
+    lull_listener *listening; /* ... linked through loop_next, newest
+                                 first: what lull_loop_walk reports */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -239,9 +241,21 @@ bool lull__remote_sleep(lull_loop *loop, int how);
 void lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns);
 void lull__remote_awake(lull_loop *loop);
 
+void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),
+                       void *arg);
+
 /* notify.c */
 void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
                        lull_task *target);
+/* For a node of lull's own (a listener's task, a notifier's remote raise),
+ * fills out->kind, ->handle and ->fn with what it stands for (the user's
+ * callback behind it) and returns true; false for any other node. */
+bool lull__notify_describe(const lull__node *n, lull_live *out);
+/* The user's callback a listener runs: its fn, or its pump's pass. */
+lull_any_fn lull__listener_fn(const lull_listener *l);
+
+/* pump.c: the same for a pump's pass task and retry timer. */
+bool lull__pump_describe(const lull__node *n, lull_live *out);
 
 /* audit.c */
 int lull__audit_init(lull_loop *loop);
@@ -249,6 +263,9 @@ int lull__source_of(lull_loop *loop, lull_any_fn fn, int kind);
 void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind);
 void lull__audit_pass(lull_loop *loop, int source, bool empty);
 void lull__audit_free(lull_loop *loop);
+
+/* live.c: fills the live_* fields of lull_metrics. */
+void lull__live_count(lull_loop *loop, lull_metrics *m);
 
 /* metrics.c */
 void lull__wait_sample_begin(lull_loop *loop, lull__node *n);

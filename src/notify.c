@@ -40,6 +40,10 @@ static void subscribe(lull_loop *loop, lull_notifier *n, lull_listener *l) {
         n->head = l;
     n->tail = l;
     loop->listeners++;
+    l->loop_prev = NULL;
+    l->loop_next = loop->listening;
+    if (loop->listening) loop->listening->loop_prev = l;
+    loop->listening = l;
 }
 
 void lull_listen(lull_loop *loop, lull_notifier *n, lull_listener *l,
@@ -81,6 +85,12 @@ void lull_unlisten(lull_listener *l) {
     l->notifier = NULL;
     if (l->target == &l->task) lull_cancel(&l->task);
     l->loop->listeners--;
+    if (l->loop_prev)
+        l->loop_prev->loop_next = l->loop_next;
+    else
+        l->loop->listening = l->loop_next;
+    if (l->loop_next) l->loop_next->loop_prev = l->loop_prev;
+    l->loop_next = l->loop_prev = NULL;
 }
 
 void lull_notify(lull_notifier *n) {
@@ -97,4 +107,33 @@ static void notify_from_remote(lull_task *task) {
 void lull_notify_remote(lull_loop *loop, lull_notifier *n) {
     if (!loop || !n) return;
     lull_post_remote(loop, &n->remote);
+}
+
+lull_any_fn lull__listener_fn(const lull_listener *l) {
+    if (l->fn) return (lull_any_fn)l->fn;
+    lull_live pump;
+    if (l->target && lull__pump_describe(&l->target->node, &pump))
+        return pump.fn;
+    return NULL;
+}
+
+bool lull__notify_describe(const lull__node *n, lull_live *out) {
+    if (n->flags & LULL__NODE_TIMER) return false;
+    if (n->fn.task == listener_run) {
+        const lull_listener *l =
+            LULL_CONTAINER_OF((const lull_task *)n, lull_listener, task);
+        out->kind = LULL_HANDLE_LISTENER;
+        out->handle = l;
+        out->fn = (lull_any_fn)l->fn;
+        return true;
+    }
+    if (n->fn.task == notify_from_remote) {
+        const lull_notifier *nt =
+            LULL_CONTAINER_OF((const lull_task *)n, lull_notifier, remote);
+        out->kind = LULL_HANDLE_NOTIFIER;
+        out->handle = nt;
+        out->fn = nt->head ? lull__listener_fn(nt->head) : NULL;
+        return true;
+    }
+    return false;
 }

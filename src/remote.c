@@ -156,6 +156,19 @@ void lull__remote_close(lull_loop *loop) {
     loop->remote_fd = -1;
 }
 
+/* Calls fn for each post not yet taken, newest first. Loop thread: only the
+ * loop takes the stack, and posters only push onto its head, so the links
+ * below the head read here stay as they are during the walk. */
+void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),
+                       void *arg) {
+    lull_task *t = __atomic_load_n(&loop->remote_head, __ATOMIC_ACQUIRE);
+    while (t != NULL && t != END) {
+        lull_task *older = __atomic_load_n(&t->remote_next, __ATOMIC_RELAXED);
+        fn(t, arg);
+        t = older;
+    }
+}
+
 bool lull__remote_pending(lull_loop *loop) {
     return __atomic_load_n(&loop->remote_head, __ATOMIC_ACQUIRE) != NULL;
 }
