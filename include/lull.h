@@ -3,9 +3,17 @@
  *
  * One header, one section per module. Every handle is a caller-owned struct:
  * lull never allocates per operation. Functions that can fail return 0 or a
- * negative errno. Unless a prototype says "thread-safe", call it only from the
- * thread that runs the loop (or, before the loop runs, from the thread that
- * owns it); debug builds assert this.
+ * negative errno.
+ *
+ * Threads: a loop has one owner thread at a time. It is the thread that
+ * created the loop until another thread runs it: lull_run, lull_settle and
+ * lull_advance make the calling thread the owner, and it stays the owner
+ * after they return. lull_loop_adopt hands the loop to a thread that does
+ * not run it (to set it up or tear it down). Unless a prototype says
+ * "thread-safe", call it only on the owner; debug builds assert this in the
+ * calls that reach the loop, before the first run as well as during one
+ * (docs/API.md lists which). lull_loop_free may be called on any thread
+ * once no thread runs the loop.
  *
  * Getting from a handle back to your own struct: embed the handle and use
  * LULL_CONTAINER_OF(ptr, type, member). Handles carry no void *data.
@@ -82,6 +90,11 @@ LULL_EXTERN void lull_stop(lull_loop *loop);
 LULL_EXTERN uint64_t lull_now(lull_loop *loop);
 /* Reads the loop's clock now (a syscall-free vDSO read on the real clock). */
 LULL_EXTERN uint64_t lull_now_exact(lull_loop *loop);
+/* Makes the calling thread the loop's owner (see Threads, above): for a
+ * thread that sets up or tears down a loop another thread ran. The hand-over
+ * must be ordered (a join, a mutex): lull does not synchronise it. -EBUSY
+ * while the loop runs, -EINVAL for NULL. */
+LULL_EXTERN int lull_loop_adopt(lull_loop *loop);
 /* A reference for expected remote posts: keeps lull_run alive. */
 LULL_EXTERN void lull_loop_ref(lull_loop *loop);
 LULL_EXTERN void lull_loop_unref(lull_loop *loop);

@@ -32,7 +32,7 @@ void lull__assert_fail(const char *msg, const char *file, int line)
 
 #define LULL_ASSERT_LOOP_THREAD(loop)                                          \
     LULL_ASSERT(lull__on_loop_thread(loop),                                    \
-                "lull: called from a thread that is not running the loop")
+                "lull: called from a thread that does not own the loop")
 
 /* lull__node.flags. A timer keeps its arm order in the bits above
  * LULL__SEQ_SHIFT: 30 bits, compared with serial-number arithmetic, so arm
@@ -104,7 +104,9 @@ struct lull_loop {
     bool running;
     bool stop;
     int poll_error;     /* this run's failed wait (-errno), or 0 */
-    pthread_t owner;    /* the thread inside lull_run, while running */
+    pthread_t owner;    /* the thread that may use the loop: its creator,
+                           then the last thread that ran it or adopted it
+                           (lull.h, "Threads") */
     bool slack_checked; /* this run has set the thread's timer slack */
     long slack_restore; /* the slack to put back at the end, or -1 */
 

@@ -71,6 +71,7 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
     loop->now_stale = !loop->virtual_clock;
     loop->backend_fd = -1;
     loop->remote_fd = -1;
+    loop->owner = pthread_self();
 
     if ((err = lull__audit_init(loop)) != 0 ||
         (err = lull__backend_init(loop)) != 0 ||
@@ -100,6 +101,13 @@ int lull_loop_free(lull_loop *loop) {
     lull__names_free(loop);
     lull__audit_free(loop);
     free(loop);
+    return 0;
+}
+
+int lull_loop_adopt(lull_loop *loop) {
+    if (!loop) return -EINVAL;
+    if (loop->running) return -EBUSY;
+    loop->owner = pthread_self();
     return 0;
 }
 
@@ -352,6 +360,10 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     return t_end;
 }
 
+/* A run adopts the loop: the common way to give a loop to a thread is to
+ * create and set it up, then start the thread that runs it, and that
+ * thread must then be free to post between its own runs. The hand-over is
+ * ordered by whatever started the thread. */
 static int run_begin(lull_loop *loop) {
     if (loop->running) return -EBUSY;
     loop->running = true;
