@@ -288,9 +288,13 @@ LULL_EXTERN uint64_t lull_loop_quantum(lull_loop *loop);
 /* Moves virtual time forward by ns, firing due timers in deadline order and
  * running ready work between them. No-op on a monotonic loop. */
 LULL_EXTERN void lull_advance(lull_loop *loop, uint64_t ns);
-/* Runs ready work (polling fds and remote posts without blocking) with time
- * frozen until nothing is ready; returns the callbacks run, -EBUSY when
- * called inside a run, or the poll's error as lull_run does. */
+/* Runs ready work with time frozen, in rounds that each poll fds once
+ * (without blocking) and take remote posts, until a round runs nothing, or
+ * only fd callbacks of watchers the round before also ran, with nothing
+ * queued after it: a level-triggered fd that stays ready (a writable pipe)
+ * runs twice and settle returns; work that re-posts itself forever keeps
+ * it running. Returns the callbacks run, -EBUSY when called inside a run,
+ * or the poll's error as lull_run does. */
 LULL_EXTERN int lull_settle(lull_loop *loop);
 
 /* --------------------------------------------------------- metrics: C8 */

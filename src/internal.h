@@ -46,6 +46,10 @@ void lull__assert_fail(const char *msg, const char *file, int line)
 /* lull_io.flags */
 #define LULL__IO_ACTIVE 0x1u /* started */
 #define LULL__IO_UNREF  0x2u /* does not keep lull_run alive */
+/* Above the state bits: the settle round that last called the watcher
+ * (lull__settle_note_io), 24 bits. */
+#define LULL__IO_ROUND_SHIFT 8
+#define LULL__IO_ROUND_MASK  0xffffffu
 
 /* "Not in a slice": should_yield counts down from here and never reaches 0. */
 #define LULL__COUNTDOWN_IDLE (INT64_MAX / 2)
@@ -103,12 +107,17 @@ struct lull_loop {
     /* Run state. */
     bool running;
     bool stop;
-    int poll_error;     /* this run's failed wait (-errno), or 0 */
-    pthread_t owner;    /* the thread that may use the loop: its creator,
-                           then the last thread that ran it or adopted it
-                           (lull.h, "Threads") */
-    bool slack_checked; /* this run has set the thread's timer slack */
-    long slack_restore; /* the slack to put back at the end, or -1 */
+    bool settling;            /* inside settle_loop: fd calls are noted */
+    bool settle_fresh;        /* this round called a watcher that the round
+                                 before did not */
+    uint32_t settle_round;    /* round number, LULL__IO_ROUND_MASK bits */
+    uint64_t settle_fd_calls; /* fd callbacks this round */
+    int poll_error;           /* this run's failed wait (-errno), or 0 */
+    pthread_t owner;          /* the thread that may use the loop: its creator,
+                                 then the last thread that ran it or adopted it
+                                 (lull.h, "Threads") */
+    bool slack_checked;       /* this run has set the thread's timer slack */
+    long slack_restore;       /* the slack to put back at the end, or -1 */
 
     /* Timers. */
     lull__node due;      /* timers expired this iteration, in order */
@@ -232,6 +241,8 @@ int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now);
 
 /* io.c and the backend */
 void lull__io_dispatch(lull_loop *loop, lull_io *io, int events);
+/* loop.c: an fd callback is about to run inside a settle round. */
+void lull__settle_note_io(lull_loop *loop, lull_io *io);
 
 /* remote.c */
 int lull__remote_init(lull_loop *loop);

@@ -408,17 +408,46 @@ void lull_stop(lull_loop *loop) {
     loop->countdown = 0;
 }
 
-/* Runs iterations without blocking until one runs no callback at all. */
+/* Marks io as called in this settle round, and notes whether the round
+ * before called it too. Called before the callback, which may free io. */
+void lull__settle_note_io(lull_loop *loop, lull_io *io) {
+    uint32_t round = loop->settle_round & LULL__IO_ROUND_MASK;
+    uint32_t last = io->flags >> LULL__IO_ROUND_SHIFT;
+    if (last != ((round - 1) & LULL__IO_ROUND_MASK)) loop->settle_fresh = true;
+    io->flags = (io->flags & ((1u << LULL__IO_ROUND_SHIFT) - 1)) |
+                round << LULL__IO_ROUND_SHIFT;
+    loop->settle_fd_calls++;
+}
+
+/* Runs rounds (iterations that never block) until nothing more can come of
+ * it: a round that ran no callback, or only fd callbacks of watchers the
+ * round before also called, with nothing queued after it. Each round polls
+ * fds once. Without the second condition a level-triggered fd that stays
+ * ready (a writable pipe, a peer's EOF left unread) made settle spin
+ * forever; with it, such a watcher runs in two rounds and settle returns,
+ * while readiness that moves (an fd callback writes, another fd becomes
+ * readable in the next round) still counts as progress. Stamps are 24 bits,
+ * so a watcher last called exactly 2^24 rounds ago can pass for the round
+ * before: settle would then end one round early, never run forever. */
 static void settle_loop(lull_loop *loop) {
     uint64_t t = lull__clock_real();
+    loop->settling = true;
+    /* Skip a round number, so no stamp from an earlier settle reads as
+     * "the round before" the first round of this one. */
+    loop->settle_round += 2;
     for (;;) {
         uint64_t before = loop->tasks_run;
+        loop->settle_round++;
+        loop->settle_fd_calls = 0;
+        loop->settle_fresh = false;
         t = iterate(loop, false, t);
         if (loop->stop) break;
-        if (loop->tasks_run == before && !ready_now(loop) &&
-            !lull__remote_pending(loop))
+        bool only_repeats = loop->tasks_run - before == loop->settle_fd_calls &&
+                            !loop->settle_fresh;
+        if (only_repeats && !ready_now(loop) && !lull__remote_pending(loop))
             break;
     }
+    loop->settling = false;
 }
 
 int lull_settle(lull_loop *loop) {
