@@ -182,11 +182,19 @@ struct lull_io {
 };
 
 /* Level-triggered: the callback runs every iteration while the fd is ready
- * and watched. -EINVAL for a NULL or negative fd. */
+ * and watched. -EINVAL for a NULL loop, watcher or fn, or a negative fd.
+ * Only on a watcher that is not started. */
 LULL_EXTERN int lull_io_init(lull_loop *loop, lull_io *io, int fd,
                              lull_io_fn fn);
-/* events: LULL_READABLE | LULL_WRITABLE. -EEXIST if another watcher holds
- * the fd, -EPERM for fds epoll cannot watch (regular files). */
+/* Starts watching for events (LULL_READABLE | LULL_WRITABLE); on a started
+ * watcher, replaces its interest (as uv_poll_start does: the way to add or
+ * drop LULL_WRITABLE), and readiness already collected for this batch is
+ * filtered by the new interest. 0, or: -EINVAL for a NULL or uninitialised
+ * watcher, events 0 (use lull_io_stop) or unknown bits; -EEXIST if another
+ * watcher holds the fd; -EBADF if the fd is not open; -EPERM for fds epoll
+ * cannot watch (regular files, directories); -ENOMEM; or another errno of
+ * epoll_ctl (-ENOSPC past fs.epoll.max_user_watches). On failure the
+ * watcher is as it was: a started one keeps its old interest. */
 LULL_EXTERN int lull_io_start(lull_io *io, int events);
 /* Safe inside any callback: a stopped watcher is not called again, even for
  * readiness already collected in this batch or when its fd was closed
