@@ -4,7 +4,11 @@
  * hop costs (setup and teardown cancel out). Like lull-lab's chains, the
  * loop watches one idle socket, so its I/O check is real.
  *
- *   hop_cost task|timer0 N */
+ *   hop_cost task|timer0|task-every-hop|timer0-every-hop N
+ *
+ * The -every-hop modes run the loop with quantum_ns = 1, so it checks I/O
+ * after every hop, as the peers' next-iteration callbacks do; the others
+ * run lull's default (one I/O check per 0.5 ms quantum). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,11 +51,19 @@ static void timer_hop(lull_timer *timer) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3 || (strcmp(argv[1], "task") && strcmp(argv[1], "timer0"))) {
-        fprintf(stderr, "usage: hop_cost task|timer0 N\n");
+    static const char *const modes[] = {"task", "timer0", "task-every-hop",
+                                        "timer0-every-hop"};
+    int mode = -1;
+    for (int i = 0; argc == 3 && i < 4; i++)
+        if (strcmp(argv[1], modes[i]) == 0) mode = i;
+    if (mode < 0) {
+        fprintf(stderr,
+                "usage: hop_cost task|timer0|task-every-hop|timer0-every-hop "
+                "N\n");
         return 2;
     }
-    bool timer = strcmp(argv[1], "timer0") == 0;
+    bool timer = mode == 1 || mode == 3;
+    lull_loop_options opts = {.quantum_ns = mode >= 2 ? 1 : 0};
     unsigned long hops = strtoul(argv[2], NULL, 10);
     if (hops == 0) return 2;
 
@@ -62,7 +74,7 @@ int main(int argc, char **argv) {
     }
     chain c;
     memset(&c, 0, sizeof c);
-    int rc = lull_loop_new(&c.loop, NULL);
+    int rc = lull_loop_new(&c.loop, &opts);
     if (rc < 0) {
         fprintf(stderr, "lull_loop_new: %s\n", strerror(-rc));
         return 1;

@@ -7,6 +7,8 @@
  *   modes: uv-idle uv-timer0 ev-idle ev-timer0
  *          event-active (one-pass drain, no I/O check)
  *          event-active-checked (max_dispatch_interval: 1 callback)
+ *          event-active-500us (max_dispatch_interval: 500 us, lull's
+ *                              default quantum)
  *          event-timer0 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,10 +143,16 @@ static void event_hop_cb(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
+/* checked: 0 = drain the active queue (libevent's default), 1 = check I/O
+ * after every callback, 2 = after 500 us of callbacks (lull's quantum). */
 static int run_event(int timer, int checked) {
     struct event_config *cfg = event_config_new();
     event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
-    if (checked) event_config_set_max_dispatch_interval(cfg, NULL, 1, 0);
+    if (checked == 1) event_config_set_max_dispatch_interval(cfg, NULL, 1, 0);
+    if (checked == 2) {
+        static const struct timeval quantum = {0, 500};
+        event_config_set_max_dispatch_interval(cfg, &quantum, -1, 0);
+    }
     struct event_base *base = event_base_new_with_config(cfg);
     event_config_free(cfg);
     event_timer_mode = timer;
@@ -166,13 +174,17 @@ static int run_event(int timer, int checked) {
 
 static const char *const modes[] = {
 #ifdef LAB_HAVE_UV
-    "uv-idle",      "uv-timer0",
+    "uv-idle",
+    "uv-timer0",
 #endif
 #ifdef LAB_HAVE_EV
-    "ev-idle",      "ev-timer0",
+    "ev-idle",
+    "ev-timer0",
 #endif
 #ifdef LAB_HAVE_EVENT
-    "event-active", "event-active-checked",
+    "event-active",
+    "event-active-checked",
+    "event-active-500us",
     "event-timer0",
 #endif
     NULL,
@@ -208,6 +220,7 @@ int main(int argc, char **argv) {
 #ifdef LAB_HAVE_EVENT
     if (strcmp(mode, "event-active") == 0) rc = run_event(0, 0);
     if (strcmp(mode, "event-active-checked") == 0) rc = run_event(0, 1);
+    if (strcmp(mode, "event-active-500us") == 0) rc = run_event(0, 2);
     if (strcmp(mode, "event-timer0") == 0) rc = run_event(1, 0);
 #endif
     close(sv[0]);

@@ -85,8 +85,9 @@ LULL_EXTERN int lull_run(lull_loop *loop, int mode);
 /* Ends the current run after the callback in progress; no-op outside a run.
  * From another thread, post a task that calls it. */
 LULL_EXTERN void lull_stop(lull_loop *loop);
-/* The loop's notion of now in ns: cached, refreshed each iteration and while
- * busy work runs (monotonic), or the virtual time. */
+/* The loop's notion of now in ns: cached, refreshed each iteration, while
+ * busy work runs and by each delayed timer arm (monotonic), or the virtual
+ * time. */
 LULL_EXTERN uint64_t lull_now(lull_loop *loop);
 /* Reads the loop's clock now (a syscall-free vDSO read on the real clock). */
 LULL_EXTERN uint64_t lull_now_exact(lull_loop *loop);
@@ -112,7 +113,7 @@ typedef struct lull__node {
     } fn;           /* the user's callback; `flags` says which member */
     uint32_t flags; /* kind and state bits; a timer's arm order above
                        them (src/internal.h) */
-    uint32_t aux;   /* timer: heap slot + 1, 0 when not in the heap */
+    uint32_t aux;   /* timer: heap position, 0 when not in the heap */
 } lull__node;
 
 /* ---------------------------------------------------------- tasks: C2 */
@@ -138,7 +139,7 @@ LULL_EXTERN bool lull_task_pending(const lull_task *task);
 typedef void (*lull_timer_fn)(lull_timer *timer);
 
 struct lull_timer {  /* 48 bytes, plus one 16-byte heap slot while armed */
-    lull__node node; /* ready-queue link; aux holds the heap slot */
+    lull__node node; /* ready-queue link; aux holds the heap position */
     lull_loop *loop; /* owning loop */
     uint64_t repeat; /* period in ns, 0 = one-shot */
 };
@@ -146,9 +147,11 @@ struct lull_timer {  /* 48 bytes, plus one 16-byte heap slot while armed */
 LULL_EXTERN void lull_timer_init(lull_loop *loop, lull_timer *timer,
                                  lull_timer_fn fn);
 /* Arms (or re-arms: new deadline, new arm order) the timer. delay 0 queues it
- * like a posted task; repeat > 0 fires every repeat ns, phase kept.
- * Deadlines saturate at UINT64_MAX (never, on the real clock); a repeating
- * timer that fires at UINT64_MAX has no next period and stops. */
+ * like a posted task; repeat > 0 fires every repeat ns, phase kept. A delay
+ * counts from this call: on the real clock it reads CLOCK_MONOTONIC, so the
+ * timer never fires before delay_ns has passed since the call. Deadlines
+ * saturate at UINT64_MAX (never, on the real clock); a repeating timer that
+ * fires at UINT64_MAX has no next period and stops. */
 LULL_EXTERN void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
                                   uint64_t repeat_ns);
 LULL_EXTERN void lull_timer_stop(lull_timer *timer);
@@ -460,6 +463,143 @@ LULL_EXTERN int lull_loop_walk(lull_loop *loop, lull_walk_fn fn, void *arg);
  * (uv_print_active_handles). Returns the number of entries, or -EINVAL.
  * Loop thread. */
 LULL_EXTERN int lull_loop_print_live(lull_loop *loop, FILE *out);
+
+/* ---------------------------------------------------------- frames: C6 */
+
+/* The frame interface: whole frames to and from a peer, whatever carries
+ * them. Application code holds a lull_endpoint * and uses only this
+ * section, so it runs unchanged on a loopback pair (below) or on a socket
+ * stream; the transport fills in `ops`. Delivery rules are the transport's
+ * to keep, and they are the same for all: a frame is never delivered inside
+ * the call that sent it, frames arrive in send order, one callback at a
+ * time. docs/LOOPBACK.md has the delivery model. */
+
+typedef struct lull_frame lull_frame;
+typedef struct lull_endpoint lull_endpoint;
+
+/* The transport is done with a handed-over frame: the peer's frame callback
+ * returned, or a close discarded the frame. Called once per accepted send;
+ * the frame and its bytes are the caller's again (re-send or free them). */
+typedef void (*lull_release_fn)(lull_frame *frame);
+
+struct lull_frame {    /* caller-owned; embed it and use LULL_CONTAINER_OF */
+    const void *bytes; /* the payload: read in place, never copied */
+    size_t len;        /* bytes of payload; 0 is a valid frame */
+    lull_release_fn release; /* may be NULL */
+    lull_frame *next;        /* the transport's queue link while in flight */
+    bool in_flight;          /* accepted and not yet released */
+};
+
+/* A frame from the peer; bytes are valid during the call only. */
+typedef void (*lull_frame_fn)(lull_endpoint *ep, const void *bytes, size_t len);
+/* Queued bytes fell back below the high-water mark: writable again. */
+typedef void (*lull_drain_fn)(lull_endpoint *ep);
+/* The peer closed with `reason` (what it passed to lull_endpoint_close),
+ * after every frame it sent before closing was delivered; or the transport
+ * failed (a negative errno). The endpoint's last callback. */
+typedef void (*lull_close_fn)(lull_endpoint *ep, int reason);
+
+/* What a transport implements. lull_send and lull_endpoint_close check the
+ * arguments and the state, and count the bytes, before calling these; so
+ * queueing cannot fail (the frame is its own queue link), and a transport
+ * reports later trouble through the peer's close callback. */
+typedef struct lull_frame_ops {
+    void (*send)(lull_endpoint *ep, lull_frame *frame); /* queue it */
+    void (*close)(lull_endpoint *ep, int reason);
+} lull_frame_ops;
+
+struct lull_endpoint {
+    const lull_frame_ops *ops; /* the transport's; NULL until it set up */
+    lull_frame_fn on_frame;    /* NULL: frames are delivered to nobody */
+    lull_drain_fn on_drain;    /* may be NULL */
+    lull_close_fn on_close;    /* may be NULL */
+    size_t queued;     /* bytes accepted and not yet delivered (or written) */
+    size_t high_water; /* writable while queued < high_water */
+    size_t max_frame;  /* a longer frame is refused with -EMSGSIZE */
+    uint32_t flags;    /* state bits (src/frame.h) */
+};
+
+/* 16 MiB: far above any message lull's users exchange, low enough that a
+ * corrupt length cannot make a stream reserve gigabytes. */
+#define LULL_FRAME_MAX_DEFAULT ((size_t)16 << 20)
+/* 64 KiB: a socket's default send buffer order of magnitude; enough for
+ * many small frames in flight before a producer is asked to wait. */
+#define LULL_HIGH_WATER_DEFAULT ((size_t)64 << 10)
+
+/* Sets the callbacks (any may be NULL). Call it before the loop can deliver
+ * anything: right after the transport set the endpoint up. */
+LULL_EXTERN void lull_endpoint_callbacks(lull_endpoint *ep,
+                                         lull_frame_fn on_frame,
+                                         lull_drain_fn on_drain,
+                                         lull_close_fn on_close);
+/* Hands the frame over: no copy, no allocation; frame->release runs when
+ * the transport is done with it. 0, or: -EINVAL (NULL, or bytes NULL with
+ * len > 0), -EBUSY (that frame is still in flight), -EPIPE (this end or
+ * its peer closed), -EMSGSIZE (len > max_frame). On an error the frame
+ * stays the caller's and nothing else changes. Past the high-water mark a
+ * send is still accepted: lull_writable says when to stop. */
+LULL_EXTERN int lull_send(lull_endpoint *ep, lull_frame *frame);
+/* Borrows and copies the bytes (allocates one block per frame); the same
+ * errors, and -ENOMEM. */
+LULL_EXTERN int lull_send_copy(lull_endpoint *ep, const void *bytes,
+                               size_t len);
+/* Open, peer open, and fewer than high_water bytes queued. */
+LULL_EXTERN bool lull_writable(const lull_endpoint *ep);
+/* Closes this end: its queued incoming frames are released undelivered and
+ * it gets no more callbacks; frames it already sent are still delivered,
+ * then the peer's close callback gets `reason`. Idempotent: 0, or -EINVAL
+ * for NULL or an endpoint no transport set up. */
+LULL_EXTERN int lull_endpoint_close(lull_endpoint *ep, int reason);
+/* Closed by lull_endpoint_close, or the peer's close was delivered. */
+LULL_EXTERN bool lull_endpoint_closed(const lull_endpoint *ep);
+
+/* ------------------------------------------------------------- loopback */
+
+/* Two connected endpoints on one loop: the honest in-process transport
+ * (C6). Frames queue at the receiving end and are delivered one per turn,
+ * in send order, by a posted task (or, for comparisons, a timer), so
+ * nothing arrives inside the sender's call and each frame's callback
+ * returns before the next frame is delivered. The hand-over path never
+ * allocates. */
+
+enum { LULL_DELIVER_TASK = 0, LULL_DELIVER_TIMER = 1 };
+
+typedef struct lull_loopback_options { /* all zero = defaults */
+    size_t max_frame;                  /* 0 = LULL_FRAME_MAX_DEFAULT */
+    size_t high_water;                 /* 0 = LULL_HIGH_WATER_DEFAULT */
+    int deliver;       /* LULL_DELIVER_TASK (0): one posted task per frame;
+                          LULL_DELIVER_TIMER: a timer armed for delay_ns */
+    uint64_t delay_ns; /* timer delivery: 0 is a zero-delay turn (by C3 the
+                          same order and cost as a task); more is a link
+                          that holds each frame that long */
+} lull_loopback_options;
+
+typedef struct lull_loopback lull_loopback;
+struct lull_loopback {
+    lull_endpoint ep;    /* the frame interface: give &ep to your code */
+    lull_task task;      /* the delivery turn (LULL_DELIVER_TASK) */
+    lull_timer timer;    /* the delivery turn (LULL_DELIVER_TIMER) */
+    lull_loop *loop;     /* owning loop */
+    lull_loopback *peer; /* the other end; NULL once either end closed */
+    lull_frame *head;    /* the peer's frames not yet delivered, oldest */
+    lull_frame *tail;    /* first */
+    uint64_t delay_ns;   /* timer delivery's delay */
+    int deliver;         /* LULL_DELIVER_* */
+    int reason;          /* the peer's close reason, while close_pending */
+    bool close_pending;  /* the peer closed: deliver it after the frames */
+    uint64_t delivered;  /* frames delivered to this end */
+    uint64_t turns;      /* delivery turns claimed: posts or timer arms */
+};
+
+/* Connects a and b on loop (opts may be NULL): what &a->ep sends arrives at
+ * b's frame callback and the other way round. -EINVAL for NULL, a == b or
+ * an unknown delivery. Re-pair ends only once both are closed and not
+ * pending. */
+LULL_EXTERN int lull_loopback_pair(lull_loop *loop, lull_loopback *a,
+                                   lull_loopback *b,
+                                   const lull_loopback_options *opts);
+/* A delivery turn (a frame, or the peer's close) is queued for this end. */
+LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,9 @@ find_path(LULL_EV_INCLUDE_DIR ev.h PATH_SUFFIXES libev)
 find_library(LULL_EV_LIBRARY NAMES libev.a ev)
 if(LULL_EV_INCLUDE_DIR AND LULL_EV_LIBRARY)
   list(APPEND LULL_PEER_DEFS LAB_HAVE_EV)
+  if(LULL_EV_LIBRARY MATCHES "\\.a$")
+    list(APPEND LULL_PEER_DEFS LAB_EV_STATIC) # the lab says how it linked
+  endif()
   if(NOT TARGET lull_peer_ev)
     add_library(lull_peer_ev INTERFACE IMPORTED)
     set_target_properties(lull_peer_ev PROPERTIES

@@ -41,6 +41,7 @@ typedef struct lab_scenario {
 
 extern const lab_scenario lab_turns; /* lab/turns.c */
 extern const lab_scenario lab_pump;  /* lab/pump.c */
+extern const lab_scenario lab_loopback; /* lab/loopback.c */
 
 /* The rounds a figure runs: --rounds, else quick_default or full_default. */
 int lab_rounds(const lab_options *opts, int full_default, int quick_default);

@@ -15,6 +15,7 @@
 static const lab_scenario *const scenarios[] = {
     &lab_turns,
     &lab_pump,
+    &lab_loopback,
 };
 #define SCENARIO_COUNT (sizeof scenarios / sizeof scenarios[0])
 

@@ -14,7 +14,7 @@
 #include "lab.h"
 
 #define PLOT_PANELS 32 /* far above turns' 6 figures + pump's rows */
-#define PLOT_BARS   12 /* rows of the widest figure */
+#define PLOT_BARS   20 /* rows of the widest figure (turns: MAX_ROWS) */
 #define PLOT_TEXT   96
 
 /* Geometry, px. */

@@ -1,13 +1,15 @@
 /* The `turns` scenario's contract between its driver (lab/turns.c) and the
- * implementations of its figures: lull (lab/turns_lull.c), the C peers
- * (lab/peers/<peer>.c, each compiled only when its library is installed), the
- * futex floor (lab/peers/futex.c) and Node (lab/turns_node.c, which runs
- * lab/node/turns.js).
+ * implementations of its figures: lull (lab/turns_lull.c, and the same code
+ * linked against liblull.so through lab/turns_lull_so.c), the C peers
+ * (lab/peers/<peer>.c, each compiled only when its library is installed),
+ * the floors (lab/peers/floor.c) and Node (lab/turns_node.c, which runs
+ * lab/node/turns.js). lab/turns_util.c holds the helpers they share and
+ * lab/turns_count.c the poll and sched_yield counters.
  *
  * Every implementation of a figure is a turns_fn: it sets up, measures once
  * and tears down, filling the figure's values (unused ones stay NaN). The
- * driver calls the implementations of a figure in turn, round after round,
- * so drift on the machine spreads over all of them. */
+ * driver calls the implementations of a figure once per round, rotating
+ * which row goes first, so drift on the machine spreads over all of them. */
 #ifndef LAB_TURNS_H
 #define LAB_TURNS_H
 
@@ -16,22 +18,36 @@
 #include <stdint.h>
 
 enum {
-    TURNS_CHAIN_TASK,   /* posted task / next-iteration callback chain */
-    TURNS_CHAIN_TIMER0, /* zero-delay timer chain */
-    TURNS_LATENESS,     /* 1 ms timer lateness */
-    TURNS_IDLE,         /* idle window with many idle handles */
-    TURNS_ROUNDTRIP,    /* cross-thread round trip, both threads on one CPU */
-    TURNS_TIMERS,       /* arm + cancel with 1,000,000 timers armed */
+    TURNS_CHAIN_TASK,     /* posted task / next-iteration callback chain */
+    TURNS_CHAIN_TIMER0,   /* zero-delay timer chain */
+    TURNS_LATENESS,       /* 1 ms timer lateness */
+    TURNS_IDLE,           /* idle window with many idle handles */
+    TURNS_ROUNDTRIP,      /* cross-thread round trip, both threads on one CPU */
+    TURNS_ROUNDTRIP_2CPU, /* the same entries, the threads on two CPUs */
+    TURNS_TIMERS,         /* arm + cancel with 1,000,000 timers armed */
     TURNS_FIGURES
 };
 
 /* Values each figure fills, by index. */
 enum { CHAIN_NS_PER_HOP, CHAIN_POLLS_PER_HOP };
-enum { LATE_P50_US, LATE_P99_US, LATE_MAX_US };
+enum { LATE_P50_US, LATE_P99_US, LATE_MAX_US, LATE_MIN_US };
 enum { IDLE_WAKEUPS, IDLE_NVCSW, IDLE_CPU_US, IDLE_CPU_US_PER_S };
-enum { TRIP_P50_US, TRIP_P99_US, TRIP_MEAN_US };
-enum { TIMERS_PAIR_NS, TIMERS_ARM_NS, TIMERS_CANCEL_NS, TIMERS_BYTES };
-#define TURNS_VALUES 4
+/* TRIP_YIELDS is filled by the driver (sched_yield calls per trip). */
+enum { TRIP_P50_US, TRIP_P99_US, TRIP_MEAN_US, TRIP_YIELDS };
+enum {
+    TIMERS_STEADY_NS,    /* arm + cancel, the median of the steady rounds */
+    TIMERS_ARM_NS,       /* ... its arm half */
+    TIMERS_CANCEL_NS,    /* ... its cancel half */
+    TIMERS_FIRST_NS,     /* arm + cancel in the first round (growth) */
+    TIMERS_FIRST_FAULTS, /* minor page faults in the first round */
+    TIMERS_BYTES         /* bytes per armed timer */
+};
+#define TURNS_VALUES 6
+
+/* Rounds of arm-then-cancel the timers figure runs in each process: the
+ * first pays for growth (page faults on fresh memory, array doubling), the
+ * others are the steady state. */
+#define TURNS_TIMER_ROUNDS 4
 
 typedef struct turns_params {
     uint64_t hops;         /* chain length */
@@ -45,7 +61,10 @@ typedef struct turns_params {
     int warmup_trips; /* round trips run before measuring */
     int timers;       /* timers armed before arm/cancel is timed */
     int timer_pairs;  /* arms, then cancels, timed with them armed */
-    int cpu;          /* the CPU both round-trip threads share */
+    int cpu;          /* the CPU of a round trip's first thread */
+    int cpu_b;        /* ... of its second: cpu, or another CPU */
+    long slack_ns;    /* lateness: the timer slack the driver gave the
+                         calling thread; 0 = left at the kernel's default */
     uint64_t seed;    /* for random deadlines */
     int round;        /* 0-based round this call belongs to */
     bool quick;       /* --quick: an entry may skip later rounds */
@@ -60,10 +79,36 @@ typedef struct turns_result {
 #define TURNS_SKIPPED 1
 typedef int (*turns_fn)(const turns_params *p, turns_result *out);
 
+/* turns_entry.flags */
+#define TURNS_BASE                                                             \
+    0x1u /* the base of the ratio column for rows of its                       \
+            class (one per class; lull's rows) */
+#define TURNS_SLACK_BOTH                                                       \
+    0x2u /* lateness: run at the lab's common timer                            \
+            slack and again at the kernel's default */
+#define TURNS_OWN_SLACK                                                        \
+    0x4u /* lateness: the implementation sets its own                          \
+            slack (lull); the driver leaves the thread's */
+
+/* Classes of the chain figures' rows: their I/O policy, which says which
+ * rows compare like for like. A row's ratio is taken against the TURNS_BASE
+ * row of its class, or of class 0 when its class has none. Rows of the
+ * other figures are all class 0. */
+enum {
+    TURNS_CLASS_QUANTUM = 0, /* I/O checked once per 0.5 ms of callbacks:
+                                lull's default */
+    TURNS_CLASS_EVERY_HOP,   /* I/O checked on every hop */
+    TURNS_CLASS_NO_POLL,     /* no I/O check while callbacks are queued */
+    TURNS_CLASSES
+};
+
 typedef struct turns_entry {
-    int figure;        /* TURNS_* */
-    const char *label; /* the table row, e.g. "libevent (1 callback/pass)" */
-    turns_fn fn;
+    int figure;         /* TURNS_* */
+    const char *label;  /* the table row, e.g. "libevent (1 callback/pass)" */
+    turns_fn fn;        /* measures once */
+    const char *policy; /* chains: when the row checks I/O; NULL: none */
+    unsigned flags;     /* TURNS_BASE, TURNS_SLACK_BOTH, TURNS_OWN_SLACK */
+    int cls;            /* TURNS_CLASS_* */
 } turns_entry;
 
 typedef struct turns_peer {
@@ -74,11 +119,13 @@ typedef struct turns_peer {
     bool (*available)(char *why, size_t size);
     const turns_entry *entries;
     int count;
+    const char *build; /* how it is built and linked, for the header */
 } turns_peer;
 
-extern const turns_peer turns_lull;  /* lab/turns_lull.c */
-extern const turns_peer turns_futex; /* lab/peers/futex.c */
-extern const turns_peer turns_node;  /* lab/turns_node.c */
+extern const turns_peer turns_lull;    /* lab/turns_lull.c */
+extern const turns_peer turns_lull_so; /* lab/turns_lull_so.c */
+extern const turns_peer turns_floor;   /* lab/peers/floor.c */
+extern const turns_peer turns_node;    /* lab/turns_node.c */
 #ifdef LAB_HAVE_UV
 extern const turns_peer turns_uv; /* lab/peers/uv.c */
 #endif
@@ -93,28 +140,45 @@ extern const turns_peer turns_event; /* lab/peers/event.c */
 
 /* Sets every value to NaN ("not measured by this implementation"). */
 void turns_result_clear(turns_result *out);
-/* Fills p50 / p99 / max (or mean) from an array of samples in ns, in µs. */
-void turns_latency_us(double *samples_ns, int n, double *p50, double *p99,
-                      double *third, bool third_is_max);
+/* Fills p50 / p99 / max / min of lateness samples in ns, in µs (sorts). */
+void turns_lateness_us(double *samples_ns, int n, turns_result *out);
+/* Fills p50 / p99 / mean of round-trip samples in ns, in µs (sorts). */
+void turns_trip_us(double *samples_ns, int n, turns_result *out);
 /* Opens n/2 socketpairs into fds[0..n) (n rounded up to even), all
  * non-blocking; returns 0 or a negative errno (closing what it opened). */
 int turns_open_sockets(int *fds, int n);
 void turns_close_sockets(int *fds, int n);
-/* The timers figure from its measurement: `pairs` timers armed in
- * [t0, t1) and cancelled in [t1, t2) with `armed` already armed, and the
- * heap growth those `armed` timers caused. */
-void turns_timer_figures(turns_result *out, size_t armed, size_t pairs,
-                         uint64_t t0, uint64_t t1, uint64_t t2,
-                         uint64_t heap_growth);
 /* A random delay in [lo_ns, hi_ns). */
 uint64_t turns_random_delay(uint64_t *state, uint64_t lo_ns, uint64_t hi_ns);
 
+/* Polls (epoll_wait, epoll_pwait, epoll_pwait2 calls) made so far by the
+ * calling thread, whoever made them: lull, a peer library or the lab. */
+uint64_t turns_polls(void);
+/* sched_yield calls made so far by every thread of the process. */
+uint64_t turns_yields(void);
+
+/* The timers figure: every implementation arms p->timers timers, then runs
+ * TURNS_TIMER_ROUNDS rounds of arming p->timer_pairs more and cancelling
+ * them, bracketing each round's arms and cancels with these calls. */
+typedef struct turns_timer_rounds {
+    uint64_t t[TURNS_TIMER_ROUNDS][3]; /* arms start, cancels start, end */
+    uint64_t faults[TURNS_TIMER_ROUNDS];
+    uint64_t faults0; /* minor faults when the round began */
+    int r;            /* rounds done */
+} turns_timer_rounds;
+void turns_timer_arms(turns_timer_rounds *tr);    /* the arms begin */
+void turns_timer_cancels(turns_timer_rounds *tr); /* the cancels begin */
+void turns_timer_done(turns_timer_rounds *tr);    /* the round ended */
+/* Fills the timers figure: round 0 is the growth round, the median of the
+ * others the steady state; bytes per timer = heap_growth / armed. */
+void turns_timer_figures(turns_result *out, const turns_timer_rounds *tr,
+                         size_t armed, size_t pairs, double heap_growth);
+
 /* The round-trip harness every cross-thread entry shares: it starts two
- * threads pinned to p->cpu, runs `a` on one and `b` on the other, and joins
- * them. Each side function receives `arg`. A side's setup must be visible
- * to the other before either sends: turns_pair_ready() waits at a barrier
- * shared by both sides. */
-typedef struct turns_pair turns_pair;
+ * threads, pinned to p->cpu and p->cpu_b, runs `a` on the first and `b` on
+ * the second, and joins them. Each side function receives `arg`. A side's
+ * setup must be visible to the other before either sends:
+ * turns_pair_ready() waits at a barrier shared by both sides. */
 int turns_pair_run(const turns_params *p, void *(*a)(void *),
                    void *(*b)(void *), void *arg);
 /* Both sides call this once, after their setup and before their first send:

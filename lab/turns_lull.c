@@ -2,7 +2,11 @@
  * only. Each entry creates its loop(s), measures once and frees everything;
  * a loop that cannot be freed is reported as -EBUSY (a leaked handle would
  * be a bug in this file or in lull). Runs on the driver's thread, except the
- * round trip, whose two loops run on the pair harness's threads. */
+ * round trip, whose two loops run on the pair harness's threads.
+ *
+ * The same file is also built into lull-lab-so (lab/so/main.c) against
+ * liblull.so, so the chains and timers can be measured with lull linked the
+ * way the peers are (lab/turns_lull_so.c). */
 #include "lab.h"
 #include "turns.h"
 
@@ -15,13 +19,6 @@
 
 #define MS 1000000ull
 #define S  1000000000ull
-
-static double polls_since(lull_loop *loop, const lull_metrics *before,
-                          uint64_t hops) {
-    lull_metrics m;
-    lull_loop_metrics(loop, &m);
-    return (double)(m.polls - before->polls) / (double)hops;
-}
 
 /* ------------------------------------------------------------- chains */
 
@@ -56,13 +53,18 @@ static void timer_hop(lull_timer *timer) {
     }
 }
 
-static int run_chain(const turns_params *p, turns_result *out, bool timer) {
+/* quantum_ns 0 is lull's default (0.5 ms: one I/O check per quantum of
+ * busy work); 1 makes every hop end a slice, so the loop polls per hop as
+ * the peers' next-iteration callbacks do. */
+static int run_chain(const turns_params *p, turns_result *out, bool timer,
+                     uint64_t quantum_ns) {
     chain c;
     memset(&c, 0, sizeof c);
     int fds[2];
     int rc = turns_open_sockets(fds, 2);
     if (rc < 0) return rc;
-    rc = lull_loop_new(&c.loop, NULL);
+    lull_loop_options opts = {.quantum_ns = quantum_ns};
+    rc = lull_loop_new(&c.loop, &opts);
     if (rc < 0) goto out_fds;
     rc = lull_io_init(c.loop, &c.io, fds[0], chain_io);
     if (rc == 0) rc = lull_io_start(&c.io, LULL_READABLE);
@@ -72,8 +74,7 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer) {
     lull_task_init(&c.task, task_hop);
     lull_timer_init(c.loop, &c.timer, timer_hop);
     c.left = p->hops;
-    lull_metrics before;
-    lull_loop_metrics(c.loop, &before);
+    uint64_t polls0 = turns_polls();
     uint64_t t0 = lab_now_ns();
     if (timer) {
         lull_timer_start(&c.timer, 0, 0);
@@ -82,10 +83,11 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer) {
     }
     rc = lull_run(c.loop, LULL_RUN_DEFAULT);
     uint64_t t1 = lab_now_ns();
+    uint64_t polls = turns_polls() - polls0;
     if (rc == 0 && c.left != 0) rc = -EPROTO; /* returned before the end */
     if (rc == 0) {
         out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
-        out->v[CHAIN_POLLS_PER_HOP] = polls_since(c.loop, &before, p->hops);
+        out->v[CHAIN_POLLS_PER_HOP] = (double)polls / (double)p->hops;
     }
 out_loop:
     lull_io_stop(&c.io);
@@ -96,11 +98,19 @@ out_fds:
 }
 
 static int chain_task(const turns_params *p, turns_result *out) {
-    return run_chain(p, out, false);
+    return run_chain(p, out, false, 0);
+}
+
+static int chain_task_every_hop(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, false, 1);
 }
 
 static int chain_timer0(const turns_params *p, turns_result *out) {
-    return run_chain(p, out, true);
+    return run_chain(p, out, true, 0);
+}
+
+static int chain_timer0_every_hop(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, true, 1);
 }
 
 /* ----------------------------------------------------------- lateness */
@@ -133,9 +143,7 @@ static int lateness(const turns_params *p, turns_result *out) {
     l.due = lab_now_ns() + MS;
     lull_timer_start(&l.timer, MS, 0);
     rc = lull_run(loop, LULL_RUN_DEFAULT);
-    if (rc == 0)
-        turns_latency_us(l.samples, l.n, &out->v[LATE_P50_US],
-                         &out->v[LATE_P99_US], &out->v[LATE_MAX_US], true);
+    if (rc == 0) turns_lateness_us(l.samples, l.n, out);
     lull_timer_stop(&l.timer);
     if (lull_loop_free(loop) < 0 && rc == 0) rc = -EBUSY;
 out:
@@ -370,9 +378,7 @@ static int trip_run(const turns_params *p, turns_result *out, bool watch_fd) {
     if (rc == 0) rc = t.rc;
     for (int s = 0; watch_fd && s < 2; s++)
         if (t.fds[s][0] >= 0) turns_close_sockets(t.fds[s], 2);
-    if (rc == 0)
-        turns_latency_us(t.samples, p->trips, &out->v[TRIP_P50_US],
-                         &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US], false);
+    if (rc == 0) turns_trip_us(t.samples, p->trips, out);
     free(t.samples);
     return rc;
 }
@@ -416,14 +422,17 @@ static int timers(const turns_params *p, turns_result *out) {
         lull_timer_init(loop, &extra[i], never);
         delays[i] = turns_random_delay(&seed, 1 * S, 1000 * S);
     }
-    uint64_t t0 = lab_now_ns();
-    for (size_t i = 0; i < pairs; i++)
-        lull_timer_start(&extra[i], delays[i], 0);
-    uint64_t t1 = lab_now_ns();
-    for (size_t i = 0; i < pairs; i++)
-        lull_timer_stop(&extra[i]);
-    uint64_t t2 = lab_now_ns();
-    turns_timer_figures(out, n, pairs, t0, t1, t2, heap1 - heap0);
+    turns_timer_rounds tr = {0};
+    for (int r = 0; r < TURNS_TIMER_ROUNDS; r++) {
+        turns_timer_arms(&tr);
+        for (size_t i = 0; i < pairs; i++)
+            lull_timer_start(&extra[i], delays[i], 0);
+        turns_timer_cancels(&tr);
+        for (size_t i = 0; i < pairs; i++)
+            lull_timer_stop(&extra[i]);
+        turns_timer_done(&tr);
+    }
+    turns_timer_figures(out, &tr, n, pairs, (double)heap1 - (double)heap0);
     for (size_t i = 0; i < n; i++)
         lull_timer_stop(&t[i]);
 out:
@@ -434,16 +443,37 @@ out:
     return rc;
 }
 
+#define EVERY_QUANTUM "every 0.5 ms (quantum)"
+
+#ifndef LAB_LULL_BUILD
+#define LAB_LULL_BUILD "build flags unknown"
+#endif
+
 static const turns_entry entries[] = {
-    {TURNS_CHAIN_TASK, "lull: lull_post", chain_task},
-    {TURNS_CHAIN_TIMER0, "lull: lull_timer_start(0)", chain_timer0},
-    {TURNS_LATENESS, "lull", lateness},
-    {TURNS_IDLE, "lull: sockets+timers+pumps", idle},
-    {TURNS_ROUNDTRIP, "lull: lull_post_remote", roundtrip},
-    {TURNS_ROUNDTRIP, "lull: loops also watching a socket", roundtrip_fd},
-    {TURNS_TIMERS, "lull", timers},
+    {TURNS_CHAIN_TASK, "lull: lull_post", chain_task, EVERY_QUANTUM, TURNS_BASE,
+     TURNS_CLASS_QUANTUM},
+    {TURNS_CHAIN_TASK, "lull: lull_post, quantum_ns = 1", chain_task_every_hop,
+     "every hop (quantum_ns 1)", TURNS_BASE, TURNS_CLASS_EVERY_HOP},
+    {TURNS_CHAIN_TIMER0, "lull: lull_timer_start(0)", chain_timer0,
+     EVERY_QUANTUM, TURNS_BASE, TURNS_CLASS_QUANTUM},
+    {TURNS_CHAIN_TIMER0, "lull: lull_timer_start(0), quantum_ns = 1",
+     chain_timer0_every_hop, "every hop (quantum_ns 1)", TURNS_BASE,
+     TURNS_CLASS_EVERY_HOP},
+    {TURNS_LATENESS, "lull", lateness, NULL, TURNS_BASE | TURNS_OWN_SLACK, 0},
+    {TURNS_IDLE, "lull: sockets+timers+pumps", idle, NULL, 0, 0},
+    {TURNS_ROUNDTRIP, "lull: loops without fds (futex sleep)", roundtrip, NULL,
+     0, 0},
+    /* The base: the peers' loops sleep in epoll, as this one does. */
+    {TURNS_ROUNDTRIP, "lull: loops watching a socket (epoll sleep)",
+     roundtrip_fd, NULL, TURNS_BASE, 0},
+    {TURNS_TIMERS, "lull", timers, NULL, TURNS_BASE, 0},
 };
 
 const turns_peer turns_lull = {
-    "lull", NULL, NULL, entries, (int)(sizeof entries / sizeof entries[0]),
+    "lull",
+    NULL,
+    NULL,
+    entries,
+    (int)(sizeof entries / sizeof entries[0]),
+    "static library (liblull.a) of this build, " LAB_LULL_BUILD,
 };

@@ -3,8 +3,11 @@
  * PATH, one process per measurement, and reads the one JSON line it prints:
  * {"figure": "...", "values": [v0, v1, ...]} (null for a value Node cannot
  * measure). Node is skipped with a line when it is not on PATH. The round
- * trip pins the whole Node process (main thread and worker) to the shared
- * CPU before exec, as the C round trips pin their two threads. */
+ * trip pins the whole Node process (main thread and worker) to the CPUs the
+ * C round trips pin their two threads to; the lateness rows give it the
+ * timer slack the driver gave the C rows' thread (inherited across exec).
+ * Polls per hop are Node's libuv iterations per hop
+ * (performance.nodeTiming.uvMetricsInfo.loopCount; one poll each). */
 #include "lab.h"
 #include "turns.h"
 
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,9 +46,12 @@ static bool find_node(void) {
     return false;
 }
 
-/* Runs node with argv (argv[0] is set here), optionally pinned; reads at
- * most size-1 bytes of stdout into buf. Returns 0 when node exited 0. */
-static int run_node(char *const *args, int pin_cpu, char *buf, size_t size) {
+/* Runs node with argv (argv[0] is set here), optionally pinned to the CPUs
+ * pin_cpu and pin_cpu_b (-1: not pinned) and at the timer slack slack_ns
+ * (0: the caller's); reads at most size-1 bytes of stdout into buf.
+ * Returns 0 when node exited 0. */
+static int run_node(char *const *args, int pin_cpu, int pin_cpu_b,
+                    long slack_ns, char *buf, size_t size) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) return -errno;
     pid_t pid = fork();
@@ -59,8 +66,10 @@ static int run_node(char *const *args, int pin_cpu, char *buf, size_t size) {
             cpu_set_t set;
             CPU_ZERO(&set);
             CPU_SET(pin_cpu, &set);
+            CPU_SET(pin_cpu_b, &set);
             sched_setaffinity(0, sizeof set, &set);
         }
+        if (slack_ns > 0) prctl(PR_SET_TIMERSLACK, slack_ns, 0, 0, 0);
         dup2(pipefd[1], STDOUT_FILENO);
         execv(node_path, args);
         _exit(127);
@@ -110,7 +119,7 @@ static int parse_values(const char *json, turns_result *out) {
     return 0;
 }
 
-static int measure(const char *figure, const turns_params *p, int pin_cpu,
+static int measure(const char *figure, const turns_params *p, bool pin,
                    turns_result *out) {
     char a[10][48];
     snprintf(a[0], sizeof a[0], "hops=%llu", (unsigned long long)p->hops);
@@ -130,36 +139,39 @@ static int measure(const char *figure, const turns_params *p, int pin_cpu,
                     a[1],      a[2],          a[3],   a[4],           a[5],
                     a[6],      a[7],          a[8],   a[9],           NULL};
     char buf[4096];
-    int rc = run_node(args, pin_cpu, buf, sizeof buf);
+    int rc = run_node(args, pin ? p->cpu : -1, p->cpu_b, p->slack_ns, buf,
+                      sizeof buf);
     if (rc < 0) return rc;
     return parse_values(buf, out);
 }
 
 static int chain_task(const turns_params *p, turns_result *out) {
-    return measure("chain_task", p, -1, out);
+    return measure("chain_task", p, false, out);
 }
 
 static int chain_timer0(const turns_params *p, turns_result *out) {
-    return measure("chain_timer0", p, -1, out);
+    return measure("chain_timer0", p, false, out);
 }
 
 static int lateness(const turns_params *p, turns_result *out) {
-    return measure("lateness", p, -1, out);
+    return measure("lateness", p, false, out);
 }
 
 static int idle(const turns_params *p, turns_result *out) {
-    return measure("idle", p, -1, out);
+    return measure("idle", p, false, out);
 }
 
+/* On one CPU both threads share it; on two, Node's main thread and its
+ * worker may each run on either (Node cannot pin its own threads). */
 static int roundtrip(const turns_params *p, turns_result *out) {
-    return measure("roundtrip", p, p->cpu, out);
+    return measure("roundtrip", p, true, out);
 }
 
 static int timers(const turns_params *p, turns_result *out) {
     /* A million Timeout objects take Node seconds to build: --quick
      * measures them in the first round only. */
     if (p->quick && p->round > 0) return TURNS_SKIPPED;
-    return measure("timers", p, -1, out);
+    return measure("timers", p, false, out);
 }
 
 static bool available(char *why, size_t size) {
@@ -172,7 +184,7 @@ static bool available(char *why, size_t size) {
         return false;
     }
     char *args[] = {node_path, "--version", NULL};
-    if (run_node(args, -1, node_version, sizeof node_version) != 0) {
+    if (run_node(args, -1, -1, 0, node_version, sizeof node_version) != 0) {
         snprintf(why, size, "`node --version` failed");
         return false;
     }
@@ -185,12 +197,15 @@ static const char *version(void) {
 }
 
 static const turns_entry entries[] = {
-    {TURNS_CHAIN_TASK, "node: setImmediate", chain_task},
-    {TURNS_CHAIN_TIMER0, "node: setTimeout(0)", chain_timer0},
-    {TURNS_LATENESS, "node: setTimeout(1)", lateness},
-    {TURNS_IDLE, "node (process CPU)", idle},
-    {TURNS_ROUNDTRIP, "node: worker MessagePort", roundtrip},
-    {TURNS_TIMERS, "node: setTimeout", timers},
+    {TURNS_CHAIN_TASK, "node: setImmediate", chain_task, "every hop", 0,
+     TURNS_CLASS_EVERY_HOP},
+    {TURNS_CHAIN_TIMER0, "node: setTimeout(0)", chain_timer0,
+     "every hop (1 ms clamp)", 0, TURNS_CLASS_EVERY_HOP},
+    {TURNS_LATENESS, "node: setTimeout(1)", lateness, NULL, TURNS_SLACK_BOTH,
+     0},
+    {TURNS_IDLE, "node (process CPU)", idle, NULL, 0, 0},
+    {TURNS_ROUNDTRIP, "node: worker MessagePort", roundtrip, NULL, 0, 0},
+    {TURNS_TIMERS, "node: setTimeout", timers, NULL, 0, 0},
 };
 
 const turns_peer turns_node = {
@@ -199,4 +214,5 @@ const turns_peer turns_node = {
     available,
     entries,
     (int)(sizeof entries / sizeof entries[0]),
+    "the `node` on PATH, one process per measurement",
 };

@@ -52,10 +52,7 @@ uint64_t lull_now(lull_loop *loop) {
 
 uint64_t lull_now_exact(lull_loop *loop) {
     if (!loop) return 0;
-    if (!loop->virtual_clock) {
-        loop->now = lull__clock_real();
-        loop->now_stale = false;
-    }
+    if (!loop->virtual_clock) loop->now = lull__clock_real();
     return loop->now;
 }
 

@@ -89,8 +89,6 @@ struct lull_loop {
     /* Time. */
     uint64_t now; /* cached ns: real or virtual */
     bool virtual_clock;
-    bool now_stale; /* real clock, outside a slice: refresh on the
-                       next arm (src/timer.c) */
     unsigned flags; /* LULL_LOOP_* */
 
     /* The slice of busy work (C5). All real-clock ns. */

@@ -62,7 +62,7 @@ static int walk_all(lull_loop *loop, lull_walk_fn fn, void *arg) {
     walk_queue(&w, &loop->ready);
     walk_queue(&w, &loop->due);
     for (uint32_t i = 0; i < loop->heap.len; i++) {
-        const lull__slot *s = &loop->heap.slots[i];
+        const lull__slot *s = lull__heap_slot(&loop->heap, LULL__HEAP_ROOT + i);
         lull_live e = {.cause = LULL_LIVE_ARMED,
                        .ref = !(s->timer->node.flags & LULL__NODE_UNREF),
                        .deadline = s->deadline,

@@ -68,7 +68,6 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
         opts->stall_ns ? opts->stall_ns : loop->quantum_ns * STALL_QUANTA;
     loop->countdown = LULL__COUNTDOWN_IDLE;
     loop->now = loop->virtual_clock ? 0 : lull__clock_real();
-    loop->now_stale = !loop->virtual_clock;
     loop->backend_fd = -1;
     loop->remote_fd = -1;
     loop->owner = pthread_self();
@@ -311,19 +310,10 @@ static void loop_verify(const lull_loop *loop) {
                  "lull: ready queue corrupted (a task freed while pending?)");
     verify_queue(&loop->due,
                  "lull: due list corrupted (a timer freed while armed?)");
-    const lull__heap *h = &loop->heap;
-    uint32_t n = h->len < VERIFY_HEAP_SLOTS ? h->len : VERIFY_HEAP_SLOTS;
-    for (uint32_t i = 0; i < n; i++) {
-        const lull_timer *t = h->slots[i].timer;
-        LULL_ASSERT(t->node.aux == i + 1 && t->loop == loop,
-                    "lull: timer heap slot corrupted (a timer freed?)");
-        LULL_ASSERT(i == 0 ||
-                        h->slots[(i - 1) / 4].deadline <= h->slots[i].deadline,
-                    "lull: timer heap out of order");
-    }
-    /* Started watchers (src/backend_epoll.c), as many slots as above. */
-    n = loop->io_slots_cap < VERIFY_HEAP_SLOTS ? loop->io_slots_cap
-                                               : VERIFY_HEAP_SLOTS;
+    lull__heap_verify(&loop->heap, loop, VERIFY_HEAP_SLOTS);
+    /* Started watchers (src/backend_epoll.c), as many slots as the heap. */
+    uint32_t n = loop->io_slots_cap < VERIFY_HEAP_SLOTS ? loop->io_slots_cap
+                                                        : VERIFY_HEAP_SLOTS;
     for (uint32_t i = 0; i < n; i++) {
         const lull_io *io = loop->io_slots[i].io;
         LULL_ASSERT(!io || (io->slot == i && io->loop == loop &&
@@ -380,7 +370,6 @@ static void run_end(lull_loop *loop) {
         prctl(PR_SET_TIMERSLACK, loop->slack_restore, 0, 0, 0);
     loop->running = false;
     loop->stop = false;
-    loop->now_stale = !loop->virtual_clock;
 }
 
 int lull_run(lull_loop *loop, int mode) {

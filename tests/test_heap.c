@@ -6,6 +6,8 @@
 #include <lull.h>
 #include <string.h>
 
+#include "heap.h" /* the chunk size, to place timers at chunk edges */
+
 typedef struct ht {
     lull_timer timer;
     uint64_t deadline; /* expected, relative to t0 */
@@ -187,6 +189,126 @@ TEST(heap_churn_against_model) {
     CHECK_LE(10000, fires);
     for (int i = 0; i < M; i++)
         lull_timer_stop(&hs[i].timer);
+    free(hs);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------- growth by chunks (heap.h) */
+
+/* Timers in positions across several chunk boundaries: deadlines armed in
+ * descending order (every arm climbs to the root, through every level and
+ * so through several chunks), then the timers sitting at the edges of each
+ * chunk are cancelled, survivors are re-armed onto deadlines other timers
+ * already hold (ties decided by arm order across chunks), and armed and
+ * cancelled at random while the heap's end moves back and forth across a
+ * boundary. Everything then fires in (deadline, arm order), once. */
+#define K ((int)(5 * LULL__HEAP_CHUNK + 100))
+
+static bool at_chunk_edge(const lull_timer *t) {
+    uint32_t in = t->node.aux % LULL__HEAP_CHUNK;
+    return t->node.aux != 0 && (in < 2 || in >= LULL__HEAP_CHUNK - 3);
+}
+
+TEST(heap_order_across_chunk_boundaries) {
+    lull_loop *loop = new_loop(0x5851f42d4c957f2dull);
+    hs = calloc(K, sizeof *hs);
+    CHECK(hs != NULL);
+    fires = 0;
+    errors = 0;
+    uint32_t seq = 0;
+    for (int i = 0; i < K; i++) {
+        lull_timer_init(loop, &hs[i].timer, on_fire);
+        arm(&hs[i], (uint64_t)(K - i) * 4, seq++);
+    }
+    /* Growing moved nothing: every deadline reads back as armed. */
+    for (int i = 0; i < K; i++)
+        CHECK_U64_EQ(lull_timer_deadline(&hs[i].timer), t0 + hs[i].deadline);
+
+    int edges = 0;
+    for (int i = 0; i < K; i++) {
+        if (!at_chunk_edge(&hs[i].timer) && i % 7 != 0) continue;
+        edges += at_chunk_edge(&hs[i].timer);
+        lull_timer_stop(&hs[i].timer);
+        hs[i].armed = false;
+    }
+    CHECK_LE(5 * 4, edges); /* at least the edges of the full chunks */
+
+    /* Re-armed onto deadlines that others hold: later arm, fires after. */
+    for (int i = 1; i < K; i += 13)
+        if (hs[i].armed) arm(&hs[i], (uint64_t)(i % 50 + 1) * 4, seq++);
+
+    /* Churn around the end of the heap, which now sits past 4 chunks. */
+    for (int op = 0; op < 20000; op++) {
+        ht *h = &hs[next_rand() % K];
+        if (h->armed && next_rand() % 2) {
+            lull_timer_stop(&h->timer);
+            h->armed = false;
+        } else {
+            arm(h, 1 + next_rand() % (4 * K), seq++);
+        }
+    }
+    uint64_t expected = 0;
+    for (int i = 0; i < K; i++) {
+        CHECK_EQ(lull_timer_active(&hs[i].timer), hs[i].armed);
+        if (hs[i].armed) {
+            CHECK_U64_EQ(lull_timer_deadline(&hs[i].timer),
+                         t0 + hs[i].deadline);
+            expected++;
+        }
+    }
+    while (lull_now(loop) - t0 <= 4 * (uint64_t)K)
+        lull_advance(loop, 1 + next_rand() % 5000);
+    CHECK_U64_EQ(errors, 0);
+    CHECK_U64_EQ(fires, expected);
+    for (int i = 0; i < K; i++)
+        CHECK(!lull_timer_active(&hs[i].timer));
+    free(hs);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The first chunk grows by doubling (64, 128, ... slots) before chunks are
+ * added: each doubling copies the slots, and a timer must read back its
+ * deadline and be cancellable after every one of them. Cancel the earliest
+ * timer after each arm past a growth point, so the root is refilled from
+ * the freshly copied end. */
+TEST(heap_first_chunk_doubling_keeps_timers) {
+    lull_loop *loop = new_loop(777);
+    const int n = 2 * (int)LULL__HEAP_CHUNK;
+    hs = calloc(n, sizeof *hs);
+    CHECK(hs != NULL);
+    fires = 0;
+    errors = 0;
+    uint32_t seq = 0;
+    int cancelled = 0;
+    for (int i = 0; i < n; i++) {
+        lull_timer_init(loop, &hs[i].timer, on_fire);
+        arm(&hs[i], 1 + next_rand() % 100000, seq++);
+        /* Positions ROOT+i: the arm that filled position 2^k - 1. */
+        uint32_t end = LULL__HEAP_ROOT + (uint32_t)i + 1;
+        if ((end & (end - 1)) != 0) continue;
+        ht *first = NULL;
+        for (int j = 0; j <= i; j++) {
+            if (!hs[j].armed) continue;
+            CHECK_U64_EQ(lull_timer_deadline(&hs[j].timer),
+                         t0 + hs[j].deadline);
+            if (!first || hs[j].deadline < first->deadline ||
+                (hs[j].deadline == first->deadline && hs[j].seq < first->seq))
+                first = &hs[j];
+        }
+        lull_timer_stop(&first->timer);
+        first->armed = false;
+        cancelled++;
+    }
+    /* Cancel a quarter from the middle, then fire the rest in order. */
+    for (int i = n / 4; i < n / 2; i++) {
+        if (hs[i].armed) cancelled++;
+        lull_timer_stop(&hs[i].timer);
+        hs[i].armed = false;
+    }
+    CHECK_LE(7, cancelled - n / 4); /* one per doubling, 64 .. 4096 */
+    lull_advance(loop, 100001);
+    CHECK_U64_EQ(errors, 0);
+    CHECK_U64_EQ(fires, (uint64_t)(n - cancelled));
     free(hs);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

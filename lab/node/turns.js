@@ -32,12 +32,31 @@ function percentile(sorted, p) {
   return sorted[i] + (sorted[i + 1] - sorted[i]) * (pos - i);
 }
 
-// p50, p99 and max (or mean) in µs from samples in ns.
-function latency(samples, thirdIsMax) {
+// Lateness: p50, p99, max and min in µs from samples in ns.
+function lateness(samples) {
+  const s = Float64Array.from(samples).sort();
+  return [percentile(s, 0.5) / 1e3, percentile(s, 0.99) / 1e3,
+    s[s.length - 1] / 1e3, s[0] / 1e3];
+}
+
+// Round trip: p50, p99 and mean in µs from samples in ns.
+function trip(samples) {
   const s = Float64Array.from(samples).sort();
   const mean = s.reduce((a, b) => a + b, 0) / s.length;
-  return [percentile(s, 0.5) / 1e3, percentile(s, 0.99) / 1e3,
-    (thirdIsMax ? s[s.length - 1] : mean) / 1e3];
+  return [percentile(s, 0.5) / 1e3, percentile(s, 0.99) / 1e3, mean / 1e3];
+}
+
+// libuv iterations so far (one poll each); null where Node does not say
+// (uvMetricsInfo arrived in Node 20.18 and 22.8).
+function loopCount() {
+  const { performance } = require('perf_hooks');
+  const info = performance.nodeTiming.uvMetricsInfo;
+  return info ? info.loopCount : null;
+}
+
+function pollsPerHop(before, hops) {
+  const after = loopCount();
+  return before === null || after === null ? null : (after - before) / hops;
 }
 
 // xorshift64* as in lab/stats.c, on BigInt: reproducible random deadlines.
@@ -68,10 +87,11 @@ const figures = {
   // iteration, after the poll phase.
   chain_task() {
     let left = opt.hops;
+    const loops0 = loopCount();
     const t0 = now();
     const hop = () => {
       if (--left > 0) return setImmediate(hop);
-      emit([Number(now() - t0) / opt.hops, null]);
+      emit([Number(now() - t0) / opt.hops, pollsPerHop(loops0, opt.hops)]);
     };
     setImmediate(hop);
   },
@@ -79,10 +99,12 @@ const figures = {
   // setTimeout(0) is clamped to 1 ms, so this chain is short (slow_hops).
   chain_timer0() {
     let left = opt.slow_hops;
+    const loops0 = loopCount();
     const t0 = now();
     const hop = () => {
       if (--left > 0) return setTimeout(hop, 0);
-      emit([Number(now() - t0) / opt.slow_hops, null]);
+      emit([Number(now() - t0) / opt.slow_hops,
+        pollsPerHop(loops0, opt.slow_hops)]);
     };
     setTimeout(hop, 0);
   },
@@ -92,7 +114,7 @@ const figures = {
     let due = now() + 1000000n;
     const fire = () => {
       samples.push(Number(now() - due));
-      if (samples.length >= opt.samples) return emit(latency(samples, true));
+      if (samples.length >= opt.samples) return emit(lateness(samples));
       due = now() + 1000000n;
       setTimeout(fire, 1);
     };
@@ -154,7 +176,7 @@ const figures = {
         sent = now();
         worker.postMessage(1);
       } else {
-        emit(latency(samples, false));
+        emit(trip(samples));
         worker.postMessage('end');
         worker.unref();
       }
@@ -165,9 +187,12 @@ const figures = {
     });
   },
 
-  // Heap bytes per Timeout object (after gc), then arm and cancel timed
-  // apart, with opt.timers armed.
+  // Heap bytes per Timeout object (after gc), then ROUNDS rounds of arming
+  // opt.pairs more and cancelling them, with opt.timers armed: the first
+  // round (growth) and the median of the others (steady state), as
+  // lab/turns_util.c reports them.
   timers() {
+    const ROUNDS = 4; // TURNS_TIMER_ROUNDS
     const random = makeRandom(opt.seed);
     const delay = () => 1000 + Math.floor(random() * 999000); // ms
     const noop = () => {};
@@ -180,13 +205,23 @@ const figures = {
     const delays = new Array(opt.pairs);
     for (let i = 0; i < opt.pairs; i++) delays[i] = delay();
     const extra = new Array(opt.pairs);
-    const t0 = now();
-    for (let i = 0; i < opt.pairs; i++) extra[i] = setTimeout(noop, delays[i]);
-    const t1 = now();
-    for (let i = 0; i < opt.pairs; i++) clearTimeout(extra[i]);
-    const t2 = now();
-    emit([Number(t2 - t0) / opt.pairs, Number(t1 - t0) / opt.pairs,
-      Number(t2 - t1) / opt.pairs, (heap1 - heap0) / opt.timers]);
+    const rounds = [];
+    let faults = null;
+    for (let r = 0; r < ROUNDS; r++) {
+      const f0 = process.resourceUsage().minorPageFault;
+      const t0 = now();
+      for (let i = 0; i < opt.pairs; i++)
+        extra[i] = setTimeout(noop, delays[i]);
+      const t1 = now();
+      for (let i = 0; i < opt.pairs; i++) clearTimeout(extra[i]);
+      const t2 = now();
+      if (r === 0) faults = process.resourceUsage().minorPageFault - f0;
+      rounds.push([Number(t2 - t0), Number(t1 - t0), Number(t2 - t1)]);
+    }
+    const steady = rounds.slice(1).sort((a, b) => a[0] - b[0]);
+    const m = steady[Math.floor((steady.length - 1) / 2)];
+    emit([m[0] / opt.pairs, m[1] / opt.pairs, m[2] / opt.pairs,
+      rounds[0][0] / opt.pairs, faults, (heap1 - heap0) / opt.timers]);
     for (const t of armed) clearTimeout(t);
   },
 };

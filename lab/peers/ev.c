@@ -69,6 +69,7 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer) {
     ev_io_start(loop, &c.io);
     ev_run(loop, EVRUN_NOWAIT);
     c.left = p->hops;
+    uint64_t polls0 = turns_polls();
     uint64_t t0 = lab_now_ns();
     if (timer) {
         ev_timer_start(loop, &c.timer);
@@ -78,6 +79,8 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer) {
     ev_run(loop, 0);
     uint64_t t1 = lab_now_ns();
     out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
+    out->v[CHAIN_POLLS_PER_HOP] =
+        (double)(turns_polls() - polls0) / (double)p->hops;
     rc = c.left == 0 ? 0 : -EPROTO;
     ev_loop_destroy(loop);
     turns_close_sockets(fds, 2);
@@ -128,8 +131,7 @@ static int lateness(const turns_params *p, turns_result *out) {
     l.due = lab_now_ns() + 1000000;
     ev_timer_start(loop, &l.timer);
     ev_run(loop, 0);
-    turns_latency_us(l.samples, l.n, &out->v[LATE_P50_US], &out->v[LATE_P99_US],
-                     &out->v[LATE_MAX_US], true);
+    turns_lateness_us(l.samples, l.n, out);
     ev_loop_destroy(loop);
     free(l.samples);
     return 0;
@@ -256,10 +258,7 @@ static int roundtrip(const turns_params *p, turns_result *out) {
         ev_async_start(t.la, &t.aa);
         ev_async_start(t.lb, &t.ab);
         rc = turns_pair_run(p, trip_side_a, trip_side_b, &t);
-        if (rc == 0)
-            turns_latency_us(t.samples, p->trips, &out->v[TRIP_P50_US],
-                             &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US],
-                             false);
+        if (rc == 0) turns_trip_us(t.samples, p->trips, out);
         ev_async_stop(t.la, &t.aa);
         ev_async_stop(t.lb, &t.ab);
     }
@@ -303,14 +302,17 @@ static int timers(const turns_params *p, turns_result *out) {
             (double)turns_random_delay(&seed, 1000000000, 1000000000000) / 1e9;
         ev_timer_init(&extra[i], never, delays[i], 0.);
     }
-    uint64_t t0 = lab_now_ns();
-    for (size_t i = 0; i < pairs; i++)
-        ev_timer_start(loop, &extra[i]);
-    uint64_t t1 = lab_now_ns();
-    for (size_t i = 0; i < pairs; i++)
-        ev_timer_stop(loop, &extra[i]);
-    uint64_t t2 = lab_now_ns();
-    turns_timer_figures(out, n, pairs, t0, t1, t2, heap1 - heap0);
+    turns_timer_rounds tr = {0};
+    for (int r = 0; r < TURNS_TIMER_ROUNDS; r++) {
+        turns_timer_arms(&tr);
+        for (size_t i = 0; i < pairs; i++)
+            ev_timer_start(loop, &extra[i]);
+        turns_timer_cancels(&tr);
+        for (size_t i = 0; i < pairs; i++)
+            ev_timer_stop(loop, &extra[i]);
+        turns_timer_done(&tr);
+    }
+    turns_timer_figures(out, &tr, n, pairs, (double)heap1 - (double)heap0);
     for (size_t i = 0; i < n; i++)
         ev_timer_stop(loop, &t[i]);
 out:
@@ -322,14 +324,25 @@ out:
 }
 
 static const turns_entry entries[] = {
-    {TURNS_CHAIN_TASK, "libev: ev_idle", chain_idle},
-    {TURNS_CHAIN_TIMER0, "libev: ev_timer 0.", chain_timer0},
-    {TURNS_LATENESS, "libev", lateness},
-    {TURNS_IDLE, "libev", idle},
-    {TURNS_ROUNDTRIP, "libev: ev_async_send", roundtrip},
-    {TURNS_TIMERS, "libev", timers},
+    {TURNS_CHAIN_TASK, "libev: ev_idle", chain_idle, "every hop", 0,
+     TURNS_CLASS_EVERY_HOP},
+    {TURNS_CHAIN_TIMER0, "libev: ev_timer 0.", chain_timer0, "every hop", 0,
+     TURNS_CLASS_EVERY_HOP},
+    {TURNS_LATENESS, "libev", lateness, NULL, TURNS_SLACK_BOTH, 0},
+    {TURNS_IDLE, "libev", idle, NULL, 0, 0},
+    {TURNS_ROUNDTRIP, "libev: ev_async_send", roundtrip, NULL, 0, 0},
+    {TURNS_TIMERS, "libev", timers, NULL, 0, 0},
 };
 
 const turns_peer turns_ev = {
-    "libev", version, NULL, entries, (int)(sizeof entries / sizeof entries[0]),
+    "libev",
+    version,
+    NULL,
+    entries,
+    (int)(sizeof entries / sizeof entries[0]),
+#ifdef LAB_EV_STATIC
+    "the distribution's static archive (libev.a; see lab/LullPeers.cmake)",
+#else
+    "the distribution's shared library (libev.so)",
+#endif
 };

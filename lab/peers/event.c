@@ -2,12 +2,17 @@
  * pkg-config finds libevent_core and libevent_pthreads).
  *
  * The next-iteration chain is an event with no fd that calls event_active()
- * on itself from its callback. By default libevent runs such an event again
- * in the same pass over the active queue, without looking at I/O: that row
- * is "drained in one pass". The honest comparison is the second row, where
- * event_config_set_max_dispatch_interval(cfg, NULL, 1, 0) makes the loop
- * check I/O after every callback. Lateness is measured with the default
- * clock (CLOCK_MONOTONIC_COARSE) and with EVENT_BASE_FLAG_PRECISE_TIMER. */
+ * on itself from its callback, under three I/O policies:
+ *  - libevent's default runs such an event again in the same pass over the
+ *    active queue, without looking at I/O ("drained in one pass");
+ *  - event_config_set_max_dispatch_interval(cfg, {0, 500 us}, -1, 0) checks
+ *    I/O once the callbacks have run for 0.5 ms: lull's default policy (its
+ *    quantum), so this row and lull's default compare like for like;
+ *  - event_config_set_max_dispatch_interval(cfg, NULL, 1, 0) checks I/O
+ *    after every callback, like uv_idle, ev_idle and lull with
+ *    quantum_ns = 1.
+ * Lateness is measured with the default clock (CLOCK_MONOTONIC_COARSE) and
+ * with EVENT_BASE_FLAG_PRECISE_TIMER. */
 #include "../lab.h"
 #include "../turns.h"
 
@@ -23,17 +28,31 @@ static const char *version(void) {
     return event_get_version();
 }
 
-/* A base with the given flags and at most max_callbacks callbacks between
- * two I/O checks (0 = libevent's default: no limit). Single-threaded
- * figures pass EVENT_BASE_FLAG_NOLOCK: once the round trip has called
+/* The I/O policy of a base: after how many callbacks, or how long running
+ * them, the loop checks I/O again. */
+typedef struct dispatch {
+    int max_callbacks;   /* 0 = no limit */
+    int max_interval_us; /* 0 = no limit */
+} dispatch;
+
+static const dispatch drain = {0, 0};     /* libevent's default */
+static const dispatch quantum = {0, 500}; /* lull's default quantum */
+static const dispatch every = {1, 0};     /* I/O after every callback */
+
+/* A base with the given flags and I/O policy. Single-threaded figures pass
+ * EVENT_BASE_FLAG_NOLOCK: once the round trip has called
  * evthread_use_pthreads(), later bases would otherwise take a lock on
  * every operation, and the figures would depend on the order they ran. */
-static struct event_base *new_base(int flags, int max_callbacks) {
+static struct event_base *new_base(int flags, dispatch d) {
     struct event_config *cfg = event_config_new();
     if (!cfg) return NULL;
     event_config_set_flag(cfg, flags);
-    if (max_callbacks > 0)
-        event_config_set_max_dispatch_interval(cfg, NULL, max_callbacks, 0);
+    if (d.max_callbacks > 0 || d.max_interval_us > 0) {
+        struct timeval tv = {0, d.max_interval_us};
+        event_config_set_max_dispatch_interval(
+            cfg, d.max_interval_us > 0 ? &tv : NULL,
+            d.max_callbacks > 0 ? d.max_callbacks : -1, 0);
+    }
     struct event_base *base = event_base_new_with_config(cfg);
     event_config_free(cfg);
     return base;
@@ -69,11 +88,11 @@ static void hop(evutil_socket_t fd, short what, void *arg) {
 }
 
 static int run_chain(const turns_params *p, turns_result *out, bool timer,
-                     int max_callbacks) {
+                     dispatch d) {
     int fds[2];
     int rc = turns_open_sockets(fds, 2);
     if (rc < 0) return rc;
-    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK, max_callbacks);
+    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK, d);
     if (!base) {
         turns_close_sockets(fds, 2);
         return -ENOMEM;
@@ -86,6 +105,7 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer,
     event_add(&c.io, NULL);
     event_base_loop(base, EVLOOP_NONBLOCK);
     c.left = p->hops;
+    uint64_t polls0 = turns_polls();
     uint64_t t0 = lab_now_ns();
     if (timer) {
         static const struct timeval zero = {0, 0};
@@ -96,6 +116,8 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer,
     event_base_loop(base, 0);
     uint64_t t1 = lab_now_ns();
     out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
+    out->v[CHAIN_POLLS_PER_HOP] =
+        (double)(turns_polls() - polls0) / (double)p->hops;
     rc = c.left == 0 ? 0 : -EPROTO;
     event_del(&c.hop);
     event_del(&c.io);
@@ -105,15 +127,19 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer,
 }
 
 static int chain_drained(const turns_params *p, turns_result *out) {
-    return run_chain(p, out, false, 0);
+    return run_chain(p, out, false, drain);
+}
+
+static int chain_quantum(const turns_params *p, turns_result *out) {
+    return run_chain(p, out, false, quantum);
 }
 
 static int chain_checked(const turns_params *p, turns_result *out) {
-    return run_chain(p, out, false, 1);
+    return run_chain(p, out, false, every);
 }
 
 static int chain_timer0(const turns_params *p, turns_result *out) {
-    return run_chain(p, out, true, 0);
+    return run_chain(p, out, true, drain);
 }
 
 /* ----------------------------------------------------------- lateness */
@@ -142,7 +168,7 @@ static void late_fire(evutil_socket_t fd, short what, void *arg) {
 static int run_lateness(const turns_params *p, turns_result *out, int flags) {
     late l = {.want = p->lateness_samples};
     l.samples = calloc((size_t)l.want, sizeof *l.samples);
-    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK | flags, 0);
+    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK | flags, drain);
     if (!l.samples || !base) {
         free(l.samples);
         if (base) event_base_free(base);
@@ -153,8 +179,7 @@ static int run_lateness(const turns_params *p, turns_result *out, int flags) {
     l.due = lab_now_ns() + 1000000;
     evtimer_add(&l.timer, &one_ms);
     event_base_loop(base, 0);
-    turns_latency_us(l.samples, l.n, &out->v[LATE_P50_US], &out->v[LATE_P99_US],
-                     &out->v[LATE_MAX_US], true);
+    turns_lateness_us(l.samples, l.n, out);
     event_base_free(base);
     free(l.samples);
     return 0;
@@ -188,7 +213,7 @@ static int idle(const turns_params *p, turns_result *out) {
     int *fds = calloc((size_t)n, sizeof *fds);
     int rc = !evs || !fds ? -ENOMEM : turns_open_sockets(fds, n);
     if (rc < 0) goto out;
-    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK, 0);
+    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK, drain);
     if (!base) {
         rc = -ENOMEM;
     } else {
@@ -294,17 +319,14 @@ static int roundtrip(const turns_params *p, turns_result *out) {
     t.samples = calloc((size_t)p->trips, sizeof *t.samples);
     /* With threads enabled, a new base is notifiable: event_active from
      * another thread writes its eventfd. */
-    t.ba = new_base(0, 0);
-    t.bb = new_base(0, 0);
+    t.ba = new_base(0, drain);
+    t.bb = new_base(0, drain);
     int rc = t.samples && t.ba && t.bb ? 0 : -ENOMEM;
     if (rc == 0) {
         event_assign(&t.ea, t.ba, -1, 0, trip_on_a, &t);
         event_assign(&t.eb, t.bb, -1, 0, trip_on_b, &t);
         rc = turns_pair_run(p, trip_side_a, trip_side_b, &t);
-        if (rc == 0)
-            turns_latency_us(t.samples, p->trips, &out->v[TRIP_P50_US],
-                             &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US],
-                             false);
+        if (rc == 0) turns_trip_us(t.samples, p->trips, out);
         event_del(&t.ea);
         event_del(&t.eb);
     }
@@ -330,7 +352,7 @@ static struct timeval to_tv(uint64_t ns) {
 
 static int timers(const turns_params *p, turns_result *out) {
     size_t n = (size_t)p->timers, pairs = (size_t)p->timer_pairs;
-    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK, 0);
+    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK, drain);
     if (!base) return -ENOMEM;
     int rc = 0;
     struct event *extra = calloc(pairs, sizeof *extra);
@@ -353,14 +375,17 @@ static int timers(const turns_params *p, turns_result *out) {
         delays[i] = to_tv(turns_random_delay(&seed, 1000000000, 1000000000000));
         evtimer_assign(&extra[i], base, never, NULL);
     }
-    uint64_t t0 = lab_now_ns();
-    for (size_t i = 0; i < pairs; i++)
-        evtimer_add(&extra[i], &delays[i]);
-    uint64_t t1 = lab_now_ns();
-    for (size_t i = 0; i < pairs; i++)
-        evtimer_del(&extra[i]);
-    uint64_t t2 = lab_now_ns();
-    turns_timer_figures(out, n, pairs, t0, t1, t2, heap1 - heap0);
+    turns_timer_rounds tr = {0};
+    for (int r = 0; r < TURNS_TIMER_ROUNDS; r++) {
+        turns_timer_arms(&tr);
+        for (size_t i = 0; i < pairs; i++)
+            evtimer_add(&extra[i], &delays[i]);
+        turns_timer_cancels(&tr);
+        for (size_t i = 0; i < pairs; i++)
+            evtimer_del(&extra[i]);
+        turns_timer_done(&tr);
+    }
+    turns_timer_figures(out, &tr, n, pairs, (double)heap1 - (double)heap0);
     for (size_t i = 0; i < n; i++)
         evtimer_del(&t[i]);
 out:
@@ -373,15 +398,21 @@ out:
 
 static const turns_entry entries[] = {
     {TURNS_CHAIN_TASK, "libevent: event_active, drained in one pass",
-     chain_drained},
+     chain_drained, "not while work is queued", 0, TURNS_CLASS_NO_POLL},
+    {TURNS_CHAIN_TASK, "libevent: event_active, max_dispatch_interval 500 µs",
+     chain_quantum, "every 0.5 ms (max_dispatch)", 0, TURNS_CLASS_QUANTUM},
     {TURNS_CHAIN_TASK, "libevent: event_active, I/O checked per callback",
-     chain_checked},
-    {TURNS_CHAIN_TIMER0, "libevent: evtimer_add {0,0}", chain_timer0},
-    {TURNS_LATENESS, "libevent (default clock)", lateness_default},
-    {TURNS_LATENESS, "libevent (PRECISE_TIMER)", lateness_precise},
-    {TURNS_IDLE, "libevent", idle},
-    {TURNS_ROUNDTRIP, "libevent: event_active (evthread)", roundtrip},
-    {TURNS_TIMERS, "libevent", timers},
+     chain_checked, "every hop (max_callbacks 1)", 0, TURNS_CLASS_EVERY_HOP},
+    {TURNS_CHAIN_TIMER0, "libevent: evtimer_add {0,0}", chain_timer0,
+     "every hop", 0, TURNS_CLASS_EVERY_HOP},
+    {TURNS_LATENESS, "libevent (default clock)", lateness_default, NULL,
+     TURNS_SLACK_BOTH, 0},
+    {TURNS_LATENESS, "libevent (PRECISE_TIMER)", lateness_precise, NULL,
+     TURNS_SLACK_BOTH, 0},
+    {TURNS_IDLE, "libevent", idle, NULL, 0, 0},
+    {TURNS_ROUNDTRIP, "libevent: event_active (evthread)", roundtrip, NULL, 0,
+     0},
+    {TURNS_TIMERS, "libevent", timers, NULL, 0, 0},
 };
 
 const turns_peer turns_event = {
@@ -390,4 +421,6 @@ const turns_peer turns_event = {
     NULL,
     entries,
     (int)(sizeof entries / sizeof entries[0]),
+    "the distribution's shared libraries (libevent_core.so, "
+    "libevent_pthreads.so)",
 };

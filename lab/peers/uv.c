@@ -74,6 +74,7 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer) {
     uv_poll_start(&c.poll, UV_READABLE, chain_poll);
     uv_run(&loop, UV_RUN_NOWAIT);
     c.left = p->hops;
+    uint64_t polls0 = turns_polls();
     uint64_t t0 = lab_now_ns();
     if (timer) {
         uv_timer_start(&c.timer, timer_hop, 0, 0);
@@ -83,6 +84,8 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer) {
     uv_run(&loop, UV_RUN_DEFAULT);
     uint64_t t1 = lab_now_ns();
     out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
+    out->v[CHAIN_POLLS_PER_HOP] =
+        (double)(turns_polls() - polls0) / (double)p->hops;
     rc = c.left == 0 ? 0 : -EPROTO;
     close_loop(&loop);
 out_fds:
@@ -130,8 +133,7 @@ static int lateness(const turns_params *p, turns_result *out) {
         l.due = lab_now_ns() + 1000000;
         uv_timer_start(&l.timer, late_fire, 1, 0);
         uv_run(&loop, UV_RUN_DEFAULT);
-        turns_latency_us(l.samples, l.n, &out->v[LATE_P50_US],
-                         &out->v[LATE_P99_US], &out->v[LATE_MAX_US], true);
+        turns_lateness_us(l.samples, l.n, out);
         close_loop(&loop);
     }
     free(l.samples);
@@ -251,10 +253,7 @@ static int roundtrip(const turns_params *p, turns_result *out) {
         uv_async_init(&t->lb, &t->ab, trip_on_b);
         t->aa.data = t->ab.data = t;
         rc = turns_pair_run(p, trip_side_a, trip_side_b, t);
-        if (rc == 0)
-            turns_latency_us(t->samples, p->trips, &out->v[TRIP_P50_US],
-                             &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US],
-                             false);
+        if (rc == 0) turns_trip_us(t->samples, p->trips, out);
         close_loop(&t->la);
         close_loop(&t->lb);
     }
@@ -295,14 +294,17 @@ static int timers(const turns_params *p, turns_result *out) {
         delays[i] =
             turns_random_delay(&seed, 1000000000, 1000000000000) / 1000000;
     }
-    uint64_t t0 = lab_now_ns();
-    for (size_t i = 0; i < pairs; i++)
-        uv_timer_start(&extra[i], never, delays[i], 0);
-    uint64_t t1 = lab_now_ns();
-    for (size_t i = 0; i < pairs; i++)
-        uv_timer_stop(&extra[i]);
-    uint64_t t2 = lab_now_ns();
-    turns_timer_figures(out, n, pairs, t0, t1, t2, heap1 - heap0);
+    turns_timer_rounds tr = {0};
+    for (int r = 0; r < TURNS_TIMER_ROUNDS; r++) {
+        turns_timer_arms(&tr);
+        for (size_t i = 0; i < pairs; i++)
+            uv_timer_start(&extra[i], never, delays[i], 0);
+        turns_timer_cancels(&tr);
+        for (size_t i = 0; i < pairs; i++)
+            uv_timer_stop(&extra[i]);
+        turns_timer_done(&tr);
+    }
+    turns_timer_figures(out, &tr, n, pairs, (double)heap1 - (double)heap0);
 out:
     close_loop(&loop); /* closes every timer handle first */
     free(t);
@@ -312,14 +314,21 @@ out:
 }
 
 static const turns_entry entries[] = {
-    {TURNS_CHAIN_TASK, "libuv: uv_idle", chain_idle},
-    {TURNS_CHAIN_TIMER0, "libuv: uv_timer_start(0)", chain_timer0},
-    {TURNS_LATENESS, "libuv", lateness},
-    {TURNS_IDLE, "libuv", idle},
-    {TURNS_ROUNDTRIP, "libuv: uv_async_send", roundtrip},
-    {TURNS_TIMERS, "libuv", timers},
+    {TURNS_CHAIN_TASK, "libuv: uv_idle", chain_idle, "every hop", 0,
+     TURNS_CLASS_EVERY_HOP},
+    {TURNS_CHAIN_TIMER0, "libuv: uv_timer_start(0)", chain_timer0,
+     "none between hops (see note)", 0, TURNS_CLASS_NO_POLL},
+    {TURNS_LATENESS, "libuv", lateness, NULL, TURNS_SLACK_BOTH, 0},
+    {TURNS_IDLE, "libuv", idle, NULL, 0, 0},
+    {TURNS_ROUNDTRIP, "libuv: uv_async_send", roundtrip, NULL, 0, 0},
+    {TURNS_TIMERS, "libuv", timers, NULL, 0, 0},
 };
 
 const turns_peer turns_uv = {
-    "libuv", version, NULL, entries, (int)(sizeof entries / sizeof entries[0]),
+    "libuv",
+    version,
+    NULL,
+    entries,
+    (int)(sizeof entries / sizeof entries[0]),
+    "the distribution's shared library (libuv.so)",
 };

@@ -1,10 +1,21 @@
-/* The floors of the cross-thread round trip, measured in the same run as
- * the loops: two raw threads, pinned to the same CPU, hand a turn back and
- * forth. No loop, no queue.
+/* The floors, measured in the same run as the loops: what the kernel gives
+ * a bare thread, with no loop and no queue, so lull's targets can be ratios
+ * to them rather than absolute numbers that differ between machines.
+ *
+ * Cross-thread round trip: two raw threads, pinned as the loops' threads
+ * are, hand a turn back and forth.
  *  - futex: through one futex word, the cheapest block/wake there is.
  *  - eventfd+epoll: each thread blocks in epoll_wait on its own eventfd
  *    (edge-triggered, never read) and the other writes it: the kernel path
- *    every epoll loop's cross-thread wake-up takes, without the loop. */
+ *    every epoll loop's cross-thread wake-up takes, without the loop.
+ *
+ * 1 ms timer lateness: a thread sleeps until 1 ms after it started waiting,
+ * 1 ms after 1 ms, at the timer slack the driver set on it (the same as
+ * the loops' rows).
+ *  - clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME): the kernel's own
+ *    high-resolution timer, to the nanosecond;
+ *  - epoll_pwait2 on an empty epoll set with the time left as its timeout:
+ *    how an epoll loop sleeps for its next deadline. */
 #include "../lab.h"
 #include "../turns.h"
 
@@ -15,6 +26,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { TURN_B = 1, TURN_A = 2, TURN_END = 3 };
@@ -78,9 +90,7 @@ static int roundtrip(const turns_params *p, turns_result *out) {
     x.samples = calloc((size_t)p->trips, sizeof *x.samples);
     if (!x.samples) return -ENOMEM;
     int rc = turns_pair_run(p, side_a, side_b, &x);
-    if (rc == 0)
-        turns_latency_us(x.samples, p->trips, &out->v[TRIP_P50_US],
-                         &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US], false);
+    if (rc == 0) turns_trip_us(x.samples, p->trips, out);
     free(x.samples);
     return rc;
 }
@@ -160,20 +170,79 @@ static int roundtrip_epoll(const turns_params *p, turns_result *out) {
     if (rc == 0) rc = efd_open(&x.a);
     if (rc == 0) rc = efd_open(&x.b);
     if (rc == 0) rc = turns_pair_run(p, efd_side_a, efd_side_b, &x);
-    if (rc == 0)
-        turns_latency_us(x.samples, p->trips, &out->v[TRIP_P50_US],
-                         &out->v[TRIP_P99_US], &out->v[TRIP_MEAN_US], false);
+    if (rc == 0) turns_trip_us(x.samples, p->trips, out);
     efd_close(&x.a);
     efd_close(&x.b);
     free(x.samples);
     return rc;
 }
 
+/* ----------------------------------------------------------- lateness */
+
+#define MS 1000000ull
+
+static struct timespec to_timespec(uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    return ts;
+}
+
+static int late_nanosleep(const turns_params *p, turns_result *out) {
+    int n = p->lateness_samples;
+    double *samples = calloc((size_t)n, sizeof *samples);
+    if (!samples) return -ENOMEM;
+    for (int i = 0; i < n; i++) {
+        uint64_t due = lab_now_ns() + MS;
+        struct timespec ts = to_timespec(due);
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+               EINTR) {
+        }
+        samples[i] = (double)(int64_t)(lab_now_ns() - due); /* < 0: early */
+    }
+    turns_lateness_us(samples, n, out);
+    free(samples);
+    return 0;
+}
+
+static int late_epoll(const turns_params *p, turns_result *out) {
+    int n = p->lateness_samples;
+    double *samples = calloc((size_t)n, sizeof *samples);
+    if (!samples) return -ENOMEM;
+    int epfd = epoll_create1(EPOLL_CLOEXEC);
+    int rc = epfd < 0 ? -errno : 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        uint64_t due = lab_now_ns() + MS;
+        for (;;) { /* until due, as a loop would after an early return */
+            uint64_t now = lab_now_ns();
+            if (now >= due) break;
+            struct timespec ts = to_timespec(due - now);
+            struct epoll_event ev;
+            if (epoll_pwait2(epfd, &ev, 1, &ts, NULL) < 0 && errno != EINTR) {
+                rc = -errno; /* ENOSYS: a kernel before 5.11 */
+                break;
+            }
+        }
+        samples[i] = (double)(int64_t)(lab_now_ns() - due);
+    }
+    if (rc == 0) turns_lateness_us(samples, n, out);
+    if (epfd >= 0) close(epfd);
+    free(samples);
+    return rc;
+}
+
 static const turns_entry entries[] = {
-    {TURNS_ROUNDTRIP, "futex floor (no loop)", roundtrip},
-    {TURNS_ROUNDTRIP, "eventfd+epoll floor (no loop)", roundtrip_epoll},
+    {TURNS_LATENESS, "floor: clock_nanosleep(TIMER_ABSTIME)", late_nanosleep,
+     NULL, 0, 0},
+    {TURNS_LATENESS, "floor: epoll_pwait2, empty set", late_epoll, NULL, 0, 0},
+    {TURNS_ROUNDTRIP, "futex floor (no loop)", roundtrip, NULL, 0, 0},
+    {TURNS_ROUNDTRIP, "eventfd+epoll floor (no loop)", roundtrip_epoll, NULL, 0,
+     0},
 };
 
-const turns_peer turns_futex = {
-    "futex", NULL, NULL, entries, (int)(sizeof entries / sizeof entries[0]),
+const turns_peer turns_floor = {
+    "floor",
+    NULL,
+    NULL,
+    entries,
+    (int)(sizeof entries / sizeof entries[0]),
+    "bare threads and system calls, no loop",
 };

@@ -1,0 +1,636 @@
+/* The `loopback` scenario (BRIEF §4, investigation 1B): strictly serialized
+ * request/response over a loopback link that delivers one frame per turn,
+ * with a server that fans out after each commit in a zero-delay step of its
+ * own, so each round trip pays three turns (request, refresh, response).
+ *
+ * lull runs it on its real loopback pair in three modes that differ only in
+ * what carries a turn: a posted task, a zero-delay timer (C3 says the two
+ * cost the same: the table shows it) and a real 1 ms timer (the contrast:
+ * the investigation's broken path, where each turn was a timer's park).
+ * Beside it, in the same run: Node (setTimeout(0), setImmediate, a
+ * MessageChannel round trip) and libuv, libev and libevent (a zero-delay
+ * timer and their cheapest next-iteration callback), each running the same
+ * workload over a minimal loopback made of its own turns, when installed.
+ *
+ * This file owns the workload (lab/loopback.h), the peers' loopback over
+ * their turns, and the driver: rows run in turn within each round, every
+ * figure is the median [min–max] over rounds. One thread. */
+#include "loopback.h"
+#include "lab.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------ the workload */
+
+enum { MSG_COMMIT = 1, MSG_ACK = 2, MSG_UPDATE = 3 };
+
+typedef struct lb_msg { /* 16 bytes on the wire */
+    uint32_t type;
+    uint32_t key;
+    uint64_t value;
+} lb_msg;
+
+#define MAX_DIRTY (2 * (LB_MAX_EFFECTS + 1))
+
+void lb_work_init(lb_work *w, const lb_link_ops *ops, int workload,
+                  const lb_params *p) {
+    w->ops = ops;
+    w->workload = workload;
+    w->commits = p->commits;
+    w->effects = p->effects < LB_MAX_EFFECTS ? p->effects : LB_MAX_EFFECTS;
+    w->rounds = p->graph_rounds;
+    memset(w->store, 0, sizeof w->store);
+    w->ndirty = 0;
+    w->acked = 0;
+    w->round = 0;
+    w->value = 0;
+    w->done = false;
+    w->frames = 0;
+    w->refreshes = 0;
+}
+
+static void send_msg(lb_work *w, int side, uint32_t type, uint32_t key,
+                     uint64_t value) {
+    lb_msg m = {type, key, value};
+    w->ops->send(w, side, &m, sizeof m);
+}
+
+void lb_work_start(lb_work *w) {
+    send_msg(w, 0, MSG_COMMIT, 0, ++w->value);
+}
+
+void lb_work_frame(lb_work *w, int side, const void *bytes, size_t len) {
+    lb_msg m;
+    if (len != sizeof m) return; /* never sent: the count will not match */
+    memcpy(&m, bytes, sizeof m);
+    w->frames++;
+    if (side == 1) {
+        /* The server applies the commit now and answers in its refresh
+         * step, a turn of its own. */
+        if (m.type != MSG_COMMIT || m.key > (uint32_t)w->effects ||
+            w->ndirty == MAX_DIRTY)
+            return;
+        w->store[m.key] = m.value;
+        w->dirty[w->ndirty++] = (int)m.key;
+        w->ops->refresh(w);
+        return;
+    }
+    if (m.type == MSG_UPDATE) {
+        /* Effect m.key recomputes from its input and writes its key. */
+        send_msg(w, 0, MSG_COMMIT, m.key, m.value * 3 + m.key);
+    } else if (m.type == MSG_ACK) {
+        w->acked++;
+        if (w->workload == LB_COMMITS) {
+            if (w->acked < w->commits) {
+                send_msg(w, 0, MSG_COMMIT, 0, ++w->value);
+            } else {
+                w->done = true;
+            }
+        } else if (w->acked == w->effects + 1) {
+            /* Every commit of the round came back: each effect ran. */
+            w->acked = 0;
+            if (++w->round < w->rounds) {
+                send_msg(w, 0, MSG_COMMIT, 0, ++w->value);
+            } else {
+                w->done = true;
+            }
+        }
+    }
+}
+
+void lb_work_refresh(lb_work *w) {
+    w->refreshes++;
+    for (int i = 0; i < w->ndirty; i++) {
+        int k = w->dirty[i];
+        send_msg(w, 1, MSG_ACK, (uint32_t)k, w->store[k]);
+        if (w->workload != LB_GRAPH) continue;
+        /* Effects 2k and 2k + 1 read key k (effect 0 does not exist). */
+        for (int e = 2 * k; e <= 2 * k + 1; e++)
+            if (e >= 1 && e <= w->effects)
+                send_msg(w, 1, MSG_UPDATE, (uint32_t)e, w->store[k]);
+    }
+    w->ndirty = 0;
+}
+
+uint64_t lb_work_expected_frames(int workload, const lb_params *p) {
+    if (workload == LB_COMMITS) return 2 * (uint64_t)p->commits;
+    /* Per round: effects + 1 commits, as many ACKs, an UPDATE per effect. */
+    return (uint64_t)p->graph_rounds * (3 * (uint64_t)p->effects + 2);
+}
+
+/* ------------------------------- the peers' loopback, over their turns */
+
+/* The same delivery model as lull's pair, kept as small as it can be so
+ * that the row measures the peer's turn: caller-owned frames from a pool
+ * (no allocation per frame), one inbox per side, one frame per turn. */
+#define POOL 256
+
+typedef struct pframe {
+    struct pframe *next;
+    size_t len;
+    unsigned char bytes[sizeof(lb_msg)];
+} pframe;
+
+typedef struct plink {
+    lb_work w;
+    lb_turn *deliver[2]; /* by receiving side */
+    lb_turn *refresh;
+    pframe *head[2], *tail[2];
+    pframe *free;
+    int error;
+    pframe pool[POOL];
+} plink;
+
+static void turn_claim(lb_turn *t) {
+    if (t->armed) return;
+    t->armed = true;
+    t->arms++;
+    t->arm(t);
+}
+
+void lb_turn_run(lb_turn *t) {
+    t->armed = false;
+    t->fn(t);
+}
+
+static plink *the_link; /* one measurement at a time: the driver's thread */
+
+static void plink_send(lb_work *w, int side, const void *bytes, size_t len) {
+    plink *l = (plink *)(void *)((char *)w - offsetof(plink, w));
+    pframe *f = l->free;
+    if (!f || len > sizeof f->bytes) {
+        l->error = -ENOSPC;
+        return;
+    }
+    l->free = f->next;
+    f->next = NULL;
+    f->len = len;
+    memcpy(f->bytes, bytes, len);
+    int to = 1 - side;
+    if (l->tail[to]) {
+        l->tail[to]->next = f;
+    } else {
+        l->head[to] = f;
+    }
+    l->tail[to] = f;
+    turn_claim(l->deliver[to]);
+}
+
+static void plink_refresh(lb_work *w) {
+    plink *l = (plink *)(void *)((char *)w - offsetof(plink, w));
+    turn_claim(l->refresh);
+}
+
+static void plink_deliver(lb_turn *t) {
+    plink *l = the_link;
+    int side = t == l->deliver[0] ? 0 : 1;
+    pframe *f = l->head[side];
+    if (!f) return;
+    l->head[side] = f->next;
+    if (!l->head[side]) l->tail[side] = NULL;
+    lb_work_frame(&l->w, side, f->bytes, f->len);
+    f->next = l->free;
+    l->free = f;
+    if (l->head[side]) turn_claim(t);
+}
+
+static void plink_refresh_turn(lb_turn *t) {
+    (void)t;
+    lb_work_refresh(&the_link->w);
+}
+
+static const lb_link_ops plink_ops = {plink_send, plink_refresh};
+
+static int plink_run_once(plink *l, int wl, const lb_params *p,
+                          void (*run)(void *loop), void *loop) {
+    lb_work_init(&l->w, &plink_ops, wl, p);
+    lb_work_start(&l->w);
+    run(loop);
+    if (l->error) return l->error;
+    if (!l->w.done || l->w.frames != lb_work_expected_frames(wl, p))
+        return -EPROTO;
+    return 0;
+}
+
+int lb_link_measure(const lb_params *p, lb_turn *to_client, lb_turn *to_server,
+                    lb_turn *refresh, void (*run)(void *loop), void *loop,
+                    lb_result *out) {
+    plink *l = calloc(1, sizeof *l);
+    if (!l) return -ENOMEM;
+    for (int i = 0; i < POOL; i++) {
+        l->pool[i].next = l->free;
+        l->free = &l->pool[i];
+    }
+    lb_turn *turns[3] = {to_client, to_server, refresh};
+    l->deliver[0] = to_client;
+    l->deliver[1] = to_server;
+    l->refresh = refresh;
+    to_client->fn = to_server->fn = plink_deliver;
+    refresh->fn = plink_refresh_turn;
+    the_link = l;
+    int rc = 0;
+    for (int wl = 0; wl < LB_WORKLOADS && rc == 0; wl++) {
+        /* Repeated rows first run once unmeasured (caches, lazy set-up). */
+        if (p->reps > 1) rc = plink_run_once(l, wl, p, run, loop);
+        uint64_t arms0 = 0, timers0 = 0;
+        for (int i = 0; i < 3; i++) {
+            arms0 += turns[i]->arms;
+            if (turns[i]->is_timer) timers0 += turns[i]->arms;
+        }
+        double dur[LB_MAX_REPS];
+        int n = 0;
+        for (int rep = 0; rep < p->reps && n < LB_MAX_REPS && rc == 0; rep++) {
+            uint64_t t0 = lab_now_ns();
+            rc = plink_run_once(l, wl, p, run, loop);
+            dur[n++] = (double)(lab_now_ns() - t0);
+        }
+        uint64_t arms1 = 0, timers1 = 0;
+        for (int i = 0; i < 3; i++) {
+            arms1 += turns[i]->arms;
+            if (turns[i]->is_timer) timers1 += turns[i]->arms;
+        }
+        out->ms[wl] = lab_percentile(dur, (size_t)n, 0.5) / 1e6;
+        out->frames[wl] = (double)l->w.frames;
+        out->turns[wl] = (double)(arms1 - arms0) / p->reps;
+        out->timers[wl] = (double)(timers1 - timers0) / p->reps;
+    }
+    the_link = NULL;
+    free(l);
+    return rc;
+}
+
+/* ------------------------------------------------------------ driver */
+
+static const struct {
+    const char *name;
+    const lb_peer *peer;
+} known[] = {
+    {"lull", &lb_lull},
+#ifdef LAB_HAVE_UV
+    {"libuv", &lb_uv},
+#else
+    {"libuv", NULL},
+#endif
+#ifdef LAB_HAVE_EV
+    {"libev", &lb_ev},
+#else
+    {"libev", NULL},
+#endif
+#ifdef LAB_HAVE_EVENT
+    {"libevent", &lb_event},
+#else
+    {"libevent", NULL},
+#endif
+    {"node", &lb_node},
+};
+#define KNOWN_COUNT (sizeof known / sizeof known[0])
+
+#define MAX_ROWS 24
+
+typedef struct row {
+    const lb_peer *peer;
+    const lb_entry *entry;
+    lab_series commits_ms, graph_ms, trip_us, frames, turns_per_trip, timers;
+    double commits_frames, graph_frames;
+    int failures, last_error, skipped;
+} row;
+
+static void set_params(const lab_options *opts, lb_params *p) {
+    memset(p, 0, sizeof *p);
+    p->commits = 100;
+    p->effects = 24;
+    p->graph_rounds = 10;
+    p->quick = opts->quick;
+}
+
+/* Fast modes repeat each workload: one run of lull's is a few µs. */
+static int reps_for(const lab_options *opts, const lb_entry *e) {
+    if (e->slow) return 1;
+    return opts->quick ? 10 : 200;
+}
+
+static void run_row(row *rw, const lab_options *opts, const lb_params *base,
+                    int round) {
+    lb_params p = *base;
+    p.round = round;
+    p.reps = reps_for(opts, rw->entry);
+    if (rw->entry->slow && opts->quick && round > 0) {
+        rw->skipped++;
+        return;
+    }
+    lb_result r;
+    for (int w = 0; w < LB_WORKLOADS; w++)
+        r.ms[w] = r.frames[w] = r.turns[w] = r.timers[w] = NAN;
+    uint64_t t0 = lab_now_ns();
+    int rc = rw->entry->fn(&p, &r);
+    if (getenv("LAB_TRACE")) /* where a slow run spends its time */
+        fprintf(stderr, "  [%s: %.3f s, rc %d]\n", rw->entry->label,
+                (double)(lab_now_ns() - t0) / 1e9, rc);
+    if (rc == LB_SKIPPED) {
+        rw->skipped++;
+        return;
+    }
+    if (rc < 0) {
+        rw->failures++;
+        rw->last_error = rc;
+        return;
+    }
+    lab_series_add(&rw->commits_ms, r.ms[LB_COMMITS]);
+    lab_series_add(&rw->graph_ms, r.ms[LB_GRAPH]);
+    lab_series_add(&rw->trip_us, r.ms[LB_COMMITS] * 1000.0 / p.commits);
+    lab_series_add(&rw->frames, r.frames[LB_COMMITS] + r.frames[LB_GRAPH]);
+    lab_series_add(&rw->turns_per_trip, r.turns[LB_COMMITS] / p.commits);
+    lab_series_add(&rw->timers, r.timers[LB_COMMITS] + r.timers[LB_GRAPH]);
+    rw->commits_frames = r.frames[LB_COMMITS];
+    rw->graph_frames = r.frames[LB_GRAPH];
+}
+
+static double median_or_nan(const lab_series *s) {
+    return s->n ? lab_series_median(s) : NAN;
+}
+
+static const row *find_row(const row *rows, int n, const char *peer,
+                           const char *mode) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(rows[i].peer->name, peer) == 0 &&
+            strcmp(rows[i].entry->mode, mode) == 0)
+            return &rows[i];
+    return NULL;
+}
+
+static double ratio(const row *a, const row *b) {
+    if (!a || !b) return NAN;
+    double x = median_or_nan(&a->commits_ms), y = median_or_nan(&b->commits_ms);
+    return isfinite(x) && isfinite(y) && y > 0 ? x / y : NAN;
+}
+
+static void cell(lab_table *t, int r, int c, const lab_series *s) {
+    char buf[LAB_CELL];
+    lab_format_series(buf, sizeof buf, s);
+    lab_table_set(t, r, c, "%s", buf);
+}
+
+static void print_table(const row *rows, int nrows, int rounds) {
+    const char *header[] = {
+        "implementation: turn", "100 commits, ms", "graph, ms",
+        "round trip, µs",       "frames",          "turns / trip",
+        "timers armed",         "÷ lull task"};
+    lab_table t;
+    lab_table_init(&t, 8, header);
+    const row *base = find_row(rows, nrows, "lull", "task");
+    for (int i = 0; i < nrows; i++) {
+        const row *rw = &rows[i];
+        int r = lab_table_row(&t);
+        lab_table_set(&t, r, 0, "%s", rw->entry->label);
+        if (rw->commits_ms.n == 0) {
+            for (int c = 1; c < 8; c++)
+                lab_table_set(&t, r, c, "%s", rw->failures ? "failed" : "-");
+            continue;
+        }
+        cell(&t, r, 1, &rw->commits_ms);
+        cell(&t, r, 2, &rw->graph_ms);
+        cell(&t, r, 3, &rw->trip_us);
+        lab_table_set(&t, r, 4, "%.0f + %.0f", rw->commits_frames,
+                      rw->graph_frames);
+        char buf[24];
+        lab_format_value(buf, sizeof buf, median_or_nan(&rw->turns_per_trip));
+        lab_table_set(&t, r, 5, "%s", buf);
+        lab_format_value(buf, sizeof buf, median_or_nan(&rw->timers));
+        lab_table_set(&t, r, 6, "%s", buf);
+        double x = ratio(rw, base);
+        if (isfinite(x)) {
+            lab_table_set(&t, r, 7, "%.3g", x);
+        } else {
+            lab_table_set(&t, r, 7, "-");
+        }
+    }
+    lab_table_print(&t, stdout);
+    for (int i = 0; i < nrows; i++) {
+        if (rows[i].failures)
+            printf("  note: %s failed %d of %d rounds (%s)\n",
+                   rows[i].entry->label, rows[i].failures, rounds,
+                   strerror(-rows[i].last_error));
+        if (rows[i].skipped && rows[i].commits_ms.n)
+            printf("  note: %s ran %d of %d rounds (a real wait per turn; "
+                   "--quick runs it once)\n",
+                   rows[i].entry->label, rows[i].commits_ms.n, rounds);
+    }
+}
+
+/* The transport against the turn, measured side by side each round. */
+typedef struct unit {
+    lab_series hop;   /* lull posted-task hop, ns */
+    lab_series trip;  /* lull loopback round trip alone, ns */
+    lab_series ratio; /* trip / (2 hops), per round */
+} unit;
+
+/* Many short measurements of each, alternating, and their medians: one
+ * short enough to finish inside a scheduler slice (40,000 hops is about
+ * 0.2 ms) is not shared with another process on a busy machine, and a
+ * preemption spoils one measurement, not the round. */
+#define UNIT_HOPS      40000
+#define UNIT_TRIES_MAX 32
+static void measure_unit(unit *u, int tries) {
+    double hop[UNIT_TRIES_MAX], trip[UNIT_TRIES_MAX], ratio[UNIT_TRIES_MAX];
+    if (tries > UNIT_TRIES_MAX) tries = UNIT_TRIES_MAX;
+    for (int i = 0; i < tries; i++) {
+        if (lb_lull_task_hop(UNIT_HOPS, &hop[i]) < 0) return;
+        if (lb_lull_round_trip(UNIT_HOPS / 2, &trip[i]) < 0) return;
+        ratio[i] = trip[i] / (2 * hop[i]);
+    }
+    lab_series_add(&u->hop, lab_percentile(hop, (size_t)tries, 0.5));
+    lab_series_add(&u->trip, lab_percentile(trip, (size_t)tries, 0.5));
+    lab_series_add(&u->ratio, lab_percentile(ratio, (size_t)tries, 0.5));
+}
+
+static void print_targets(const row *rows, int nrows, const unit *u,
+                          lab_json *json) {
+    const row *task = find_row(rows, nrows, "lull", "task");
+    const row *timer0 = find_row(rows, nrows, "lull", "timer0");
+    const row *immediate = find_row(rows, nrows, "node", "setImmediate");
+    double t0_task = ratio(timer0, task);
+    double node_t0 = ratio(immediate, timer0);
+    double hop_ns = median_or_nan(&u->hop);
+    double work_ns = task ? median_or_nan(&task->trip_us) * 1000 : NAN;
+    char a[24], b[24], c[LAB_CELL], d[LAB_CELL], e[LAB_CELL], f[24];
+    lab_format_value(a, sizeof a, t0_task);
+    lab_format_value(b, sizeof b, node_t0);
+    lab_format_series(c, sizeof c, &u->ratio);
+    lab_format_series(d, sizeof d, &u->trip);
+    lab_format_series(e, sizeof e, &u->hop);
+    lab_format_value(f, sizeof f, work_ns / hop_ns);
+    printf("  targets (medians of this run):\n");
+    printf("    100 commits: lull zero-delay timer ÷ posted task   %s   "
+           "(≤ 1.2)\n",
+           a);
+    printf("    100 commits: node setImmediate ÷ lull zero-delay   %s   "
+           "(≥ 10)\n",
+           b);
+    printf("    loopback round trip ÷ two posted-task hops        %s   (≤ 2)\n"
+           "      a frame each way and nothing else: %s ns per round trip; "
+           "posted-task hop %s ns (the `turns` chain's method: one idle "
+           "socket watched, a fresh loop each; medians of short runs, same "
+           "round)\n"
+           "      the commits workload's round trip (three turns, two frames, "
+           "the server's work) is %s hops\n",
+           c, d, e, f);
+    printf("  reference (investigation 1B, a JavaScript runtime): 100 "
+           "commits 34.9 ms with immediates, 943 ms with zero-delay timers; "
+           "24-effect graph, 10 rounds, 141 → 1525 ms for ~560–590 frames\n");
+    if (!json) return;
+    lab_json_key(json, "targets");
+    lab_json_begin_object(json);
+    lab_json_field(json, "timer0_over_task", t0_task);
+    lab_json_field(json, "node_setimmediate_over_lull_timer0", node_t0);
+    lab_json_end_object(json);
+    lab_json_series(json, "lull_task_hop_ns", &u->hop);
+    lab_json_series(json, "lull_round_trip_alone_ns", &u->trip);
+    lab_json_series(json, "round_trip_over_two_task_hops", &u->ratio);
+}
+
+static void json_rows(lab_json *j, const row *rows, int nrows) {
+    lab_json_key(j, "rows");
+    lab_json_begin_array(j);
+    for (int i = 0; i < nrows; i++) {
+        const row *rw = &rows[i];
+        lab_json_begin_object(j);
+        lab_json_key(j, "implementation");
+        lab_json_string(j, rw->peer->name);
+        lab_json_key(j, "mode");
+        lab_json_string(j, rw->entry->mode);
+        lab_json_key(j, "label");
+        lab_json_string(j, rw->entry->label);
+        lab_json_field(j, "failures", rw->failures);
+        if (rw->commits_ms.n) {
+            lab_json_series(j, "commits_ms", &rw->commits_ms);
+            lab_json_series(j, "graph_ms", &rw->graph_ms);
+            lab_json_series(j, "round_trip_us", &rw->trip_us);
+            lab_json_series(j, "frames", &rw->frames);
+            lab_json_field(j, "commits_frames", rw->commits_frames);
+            lab_json_field(j, "graph_frames", rw->graph_frames);
+            lab_json_series(j, "turns_per_round_trip", &rw->turns_per_trip);
+            lab_json_series(j, "timers_armed", &rw->timers);
+        }
+        lab_json_end_object(j);
+    }
+    lab_json_end_array(j);
+}
+
+static void plot_rows(lab_plot *plot, const row *rows, int nrows) {
+    if (!plot) return;
+    lab_plot_panel(plot, "loopback: 100 sequential commits (wall time)", "ms");
+    for (int i = 0; i < nrows; i++)
+        lab_plot_bar(plot, rows[i].entry->label, &rows[i].commits_ms,
+                     rows[i].peer == &lb_lull);
+    lab_plot_panel(plot, "loopback: 24-effect graph, 10 rounds (wall time)",
+                   "ms");
+    for (int i = 0; i < nrows; i++)
+        lab_plot_bar(plot, rows[i].entry->label, &rows[i].graph_ms,
+                     rows[i].peer == &lb_lull);
+}
+
+static int run_loopback(const lab_options *opts, lab_json *json) {
+    lb_params p;
+    set_params(opts, &p);
+    int rounds = lab_rounds(opts, 5, 3);
+    int unit_tries = opts->quick ? 5 : 21;
+
+    row rows[MAX_ROWS];
+    int nrows = 0;
+    memset(rows, 0, sizeof rows);
+    printf("implementations:");
+    if (json) {
+        lab_json_key(json, "peers");
+        lab_json_begin_array(json);
+    }
+    char skipped[KNOWN_COUNT][160];
+    int nskipped = 0;
+    for (size_t i = 0; i < KNOWN_COUNT; i++) {
+        const lb_peer *peer = known[i].peer;
+        char why[128] = "not installed";
+        bool ok =
+            peer && (!peer->available || peer->available(why, sizeof why));
+        const char *version = ok && peer->version ? peer->version() : NULL;
+        if (ok) {
+            printf(" %s%s%s", known[i].name, version ? " " : "",
+                   version ? version : "");
+            for (int e = 0; e < peer->count && nrows < MAX_ROWS; e++) {
+                rows[nrows].peer = peer;
+                rows[nrows].entry = &peer->entries[e];
+                nrows++;
+            }
+        } else {
+            snprintf(skipped[nskipped++], sizeof skipped[0], "%s: %s, skipped",
+                     known[i].name, why);
+        }
+        if (json) {
+            lab_json_begin_object(json);
+            lab_json_key(json, "name");
+            lab_json_string(json, known[i].name);
+            lab_json_key(json, "available");
+            lab_json_bool(json, ok);
+            if (version) {
+                lab_json_key(json, "version");
+                lab_json_string(json, version);
+            }
+            if (!ok) {
+                lab_json_key(json, "why");
+                lab_json_string(json, why);
+            }
+            lab_json_end_object(json);
+        }
+    }
+    printf("\n");
+    for (int i = 0; i < nskipped; i++)
+        printf("%s\n", skipped[i]);
+    if (json) lab_json_end_array(json);
+    printf("client and server on one loopback link, one frame per turn; "
+           "the server refreshes (ACK + fan-out UPDATEs) in a zero-delay "
+           "step after each commit\n"
+           "workloads: %d sequential commits (COMMIT -> refresh -> ACK); a "
+           "graph of %d effects in a tree over %d rounds\n"
+           "%d rounds, rows in turn within each round; median [min–max] over "
+           "rounds; fast rows: each round is the median of %d runs timed one "
+           "by one\n",
+           p.commits, p.effects, p.graph_rounds, rounds,
+           reps_for(opts, &(lb_entry){0}));
+
+    unit u;
+    memset(&u, 0, sizeof u);
+    uint64_t started = lab_now_ns();
+    for (int r = 0; r < rounds; r++) {
+        measure_unit(&u, unit_tries);
+        for (int i = 0; i < nrows; i++)
+            run_row(&rows[i], opts, &p, r);
+    }
+    print_table(rows, nrows, rounds);
+    if (json) {
+        lab_json_key(json, "params");
+        lab_json_begin_object(json);
+        lab_json_field(json, "rounds", rounds);
+        lab_json_field(json, "commits", p.commits);
+        lab_json_field(json, "effects", p.effects);
+        lab_json_field(json, "graph_rounds", p.graph_rounds);
+        lab_json_field(json, "fast_reps", reps_for(opts, &(lb_entry){0}));
+        lab_json_field(json, "unit_hops", UNIT_HOPS);
+        lab_json_field(json, "unit_tries", unit_tries);
+        lab_json_end_object(json);
+        json_rows(json, rows, nrows);
+    }
+    print_targets(rows, nrows, &u, json);
+    printf("  (%.1f s)\n", (double)(lab_now_ns() - started) / 1e9);
+    plot_rows(opts->plot, rows, nrows);
+    return 0;
+}
+
+const lab_scenario lab_loopback = {
+    "loopback",
+    "investigation 1B: serialized request/response over the loopback "
+    "pair, turns by task, zero-delay timer, 1 ms timer; beside Node, "
+    "libuv, libev, libevent",
+    run_loopback,
+};

@@ -1,0 +1,126 @@
+/* The frame interface (C6): the half every transport shares.
+ *
+ * Owns: the argument and state checks of lull_send, lull_send_copy and
+ * lull_endpoint_close, so that every transport refuses the same things with
+ * the same errno; the count of queued bytes and the writable / drain
+ * crossing; the copy path's one allocation per frame. The transport owns the
+ * queue, the delivery (or the writes) and the close handshake, through
+ * lull_frame_ops and src/frame.h.
+ *
+ * Invariants: a frame is in flight from an accepted send until
+ * lull__frame_release; `queued` is the sum of the lengths of the frames in
+ * flight that this end sent (0 once it or its peer closed); writable means
+ * open, peer open and queued < high_water; the drain callback runs once
+ * for every time `queued` falls from at or above high_water to below it
+ * while open, and never inside lull_send. Loop thread only (the transport
+ * asserts it). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+
+void lull__endpoint_init(lull_endpoint *ep, const lull_frame_ops *ops,
+                         size_t max_frame, size_t high_water) {
+    ep->ops = ops;
+    ep->on_frame = NULL;
+    ep->on_drain = NULL;
+    ep->on_close = NULL;
+    ep->queued = 0;
+    ep->max_frame = max_frame ? max_frame : LULL_FRAME_MAX_DEFAULT;
+    ep->high_water = high_water ? high_water : LULL_HIGH_WATER_DEFAULT;
+    ep->flags = 0;
+}
+
+void lull_endpoint_callbacks(lull_endpoint *ep, lull_frame_fn on_frame,
+                             lull_drain_fn on_drain, lull_close_fn on_close) {
+    if (!ep) return;
+    ep->on_frame = on_frame;
+    ep->on_drain = on_drain;
+    ep->on_close = on_close;
+}
+
+#define LULL__EP_NO_SEND (LULL__EP_CLOSED | LULL__EP_PEER_GONE)
+
+static int check_send(const lull_endpoint *ep, const void *bytes, size_t len) {
+    if (!ep || !ep->ops || (len > 0 && !bytes)) return -EINVAL;
+    if (ep->flags & LULL__EP_NO_SEND) return -EPIPE;
+    if (len > ep->max_frame) return -EMSGSIZE;
+    return 0;
+}
+
+/* Why lull_send refused, in the documented order of the checks. */
+__attribute__((noinline)) static int send_refused(const lull_endpoint *ep,
+                                                  const lull_frame *frame) {
+    if (!frame) return -EINVAL;
+    int rc = check_send(ep, frame->bytes, frame->len);
+    if (rc < 0) return rc;
+    return -EBUSY; /* in flight */
+}
+
+int lull_send(lull_endpoint *ep, lull_frame *frame) {
+    /* One test for every refusal, so a send costs a few compares. */
+    if (__builtin_expect(!ep || !frame || !ep->ops ||
+                             (ep->flags & LULL__EP_NO_SEND) ||
+                             frame->in_flight || frame->len > ep->max_frame ||
+                             (!frame->bytes && frame->len),
+                         0))
+        return send_refused(ep, frame);
+    frame->in_flight = true;
+    frame->next = NULL;
+    ep->queued += frame->len;
+    ep->ops->send(ep, frame); /* last: a tail call on the hot path */
+    return 0;
+}
+
+/* The copy path: one block holds the link and the bytes, freed on release. */
+typedef struct copied {
+    lull_frame frame;
+    unsigned char bytes[];
+} copied;
+
+static void release_copy(lull_frame *frame) {
+    free(LULL_CONTAINER_OF(frame, copied, frame));
+}
+
+int lull_send_copy(lull_endpoint *ep, const void *bytes, size_t len) {
+    int rc = check_send(ep, bytes, len);
+    if (rc < 0) return rc;
+    copied *c = malloc(sizeof *c + len);
+    if (!c) return -ENOMEM;
+    if (len) memcpy(c->bytes, bytes, len);
+    c->frame =
+        (lull_frame){.bytes = c->bytes, .len = len, .release = release_copy};
+    rc = lull_send(ep, &c->frame);
+    if (rc < 0) free(c);
+    return rc;
+}
+
+bool lull_writable(const lull_endpoint *ep) {
+    return ep && ep->ops && !(ep->flags & LULL__EP_NO_SEND) &&
+           ep->queued < ep->high_water;
+}
+
+int lull_endpoint_close(lull_endpoint *ep, int reason) {
+    if (!ep || !ep->ops) return -EINVAL;
+    if (ep->flags & LULL__EP_CLOSED) return 0;
+    /* Closed before the transport runs: a release callback it calls while
+     * discarding frames sees a closed endpoint (sends fail, no drain). */
+    ep->flags |= LULL__EP_CLOSED;
+    ep->queued = 0;
+    ep->ops->close(ep, reason);
+    return 0;
+}
+
+bool lull_endpoint_closed(const lull_endpoint *ep) {
+    return ep && (ep->flags & LULL__EP_CLOSED);
+}
+
+void lull__endpoint_drain(lull_endpoint *ep) {
+    if (!(ep->flags & LULL__EP_NO_SEND) && ep->on_drain) ep->on_drain(ep);
+}
+
+void lull__endpoint_peer_gone(lull_endpoint *ep) {
+    ep->flags |= LULL__EP_PEER_GONE;
+    ep->queued = 0;
+}

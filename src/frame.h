@@ -1,0 +1,47 @@
+/* What a transport of the frame interface (src/frame.c) shares with it:
+ * the endpoint's state bits and the calls a transport makes. Included by
+ * the transports (src/loopback.c, later the streams); the core never
+ * includes it. */
+#ifndef LULL_FRAME_H
+#define LULL_FRAME_H
+
+#include "lull.h"
+
+/* lull_endpoint.flags */
+#define LULL__EP_CLOSED    0x1u /* closed here, or the peer's close delivered */
+#define LULL__EP_PEER_GONE 0x2u /* the peer closed: sends fail with -EPIPE */
+
+/* Sets up the shared half of an endpoint: no callbacks, nothing queued.
+ * Zero limits take the defaults. */
+void lull__endpoint_init(lull_endpoint *ep, const lull_frame_ops *ops,
+                         size_t max_frame, size_t high_water);
+
+/* Runs the drain callback of an endpoint whose queue just crossed below
+ * the high-water mark, if it is still open (lull__endpoint_sent). */
+void lull__endpoint_drain(lull_endpoint *ep);
+
+/* `n` accepted bytes left the queue (delivered or written). When that takes
+ * the count from at or above the high-water mark to below it, and the
+ * endpoint is still open, its drain callback runs here, once: call this
+ * where a callback may run, never inside lull_send. Inline: it runs once
+ * per frame. */
+static inline void lull__endpoint_sent(lull_endpoint *ep, size_t n) {
+    size_t before = ep->queued;
+    ep->queued = n < before ? before - n : 0;
+    if (__builtin_expect(before >= ep->high_water, 0) &&
+        ep->queued < ep->high_water)
+        lull__endpoint_drain(ep);
+}
+
+/* The peer is gone: sends fail, nothing is queued any more, no drain. */
+void lull__endpoint_peer_gone(lull_endpoint *ep);
+
+/* Gives a frame back to its owner: no longer in flight, then its release
+ * callback. The transport must not touch the frame afterwards. */
+static inline void lull__frame_release(lull_frame *frame) {
+    frame->next = NULL;
+    frame->in_flight = false;
+    if (frame->release) frame->release(frame);
+}
+
+#endif

@@ -1,0 +1,160 @@
+/* The loopback pair (C6): two endpoints of the frame interface connected on
+ * one loop, delivering the way a socket would.
+ *
+ * Owns: each end's inbox (the peer's frames not yet delivered, linked
+ * through the caller's lull_frame structs, so the hand-over path allocates
+ * nothing), its delivery turn, and the close handshake. One thread: the
+ * loop's.
+ *
+ * The delivery model: a send appends the frame to the receiver's inbox and
+ * claims the receiver's delivery turn (a posted task, or a timer when the
+ * pair was made with LULL_DELIVER_TIMER); the turn delivers the oldest frame
+ * only, then claims the next turn if frames remain. So nothing arrives inside
+ * the sender's call, frames arrive in send order, and a frame's callback,
+ * with everything it runs and every task it posts, is done before the next
+ * frame lands. A close of one end releases its inbox undelivered and hands
+ * its reason to the peer, which gets it after the frames already in its
+ * inbox.
+ *
+ * Invariants: an end with a non-empty inbox or a pending close has its
+ * delivery turn claimed, except while that turn runs; a frame in an inbox is
+ * in flight and counted in its sender's `queued`; `peer` is mutual and
+ * cleared on both ends by the first close, so a closed end is never touched
+ * again and may be reused or freed as soon as lull_endpoint_close returns.
+ *
+ * The five rows (BRIEF 1A):
+ *   Trigger                 a send to this end, or the peer's close
+ *   Source of truth         the inbox and close_pending
+ *   Pending-work predicate  inbox non-empty or close_pending
+ *   Next deadline or retry  none; timer delivery waits delay_ns per frame
+ *   Quiet condition         inbox empty and no close pending: no task
+ *                           queued, no timer armed */
+#include <errno.h>
+
+#include "frame.h"
+#include "internal.h"
+
+static inline lull_loopback *end_of(lull_endpoint *ep) {
+    return LULL_CONTAINER_OF(ep, lull_loopback, ep);
+}
+
+/* Claims this end's delivery turn, unless it is already claimed. */
+static inline void claim_turn(lull_loopback *lb) {
+    if (LULL_LIKELY(lb->deliver == LULL_DELIVER_TASK)) {
+        if (lull__node_queued(&lb->task.node)) return;
+        lull_post(lb->loop, &lb->task);
+    } else {
+        if (lull_timer_active(&lb->timer)) return;
+        lull_timer_start(&lb->timer, lb->delay_ns, 0);
+    }
+    lb->turns++;
+}
+
+/* One turn: the oldest frame, or the peer's close once no frame is left. */
+static void deliver(lull_loopback *lb) {
+    lull_frame *f = lb->head;
+    if (!f) {
+        if (!lb->close_pending) return;
+        lb->close_pending = false;
+        lb->ep.flags |= LULL__EP_CLOSED;
+        if (lb->ep.on_close) lb->ep.on_close(&lb->ep, lb->reason);
+        return;
+    }
+    lb->head = f->next;
+    if (!lb->head) lb->tail = NULL;
+    size_t len = f->len;
+    lb->delivered++;
+    if (lb->ep.on_frame) lb->ep.on_frame(&lb->ep, f->bytes, len);
+    lull__frame_release(f);
+    /* The callbacks may have closed either end: read `peer` only now. The
+     * drain runs after the release, so it may re-send this very frame. */
+    lull_loopback *sender = lb->peer;
+    if (sender) lull__endpoint_sent(&sender->ep, len);
+    if (!(lb->ep.flags & LULL__EP_CLOSED) && (lb->head || lb->close_pending))
+        claim_turn(lb);
+}
+
+static void deliver_task(lull_task *t) {
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, task));
+}
+
+static void deliver_timer(lull_timer *t) {
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, timer));
+}
+
+static void loopback_send(lull_endpoint *ep, lull_frame *frame) {
+    lull_loopback *a = end_of(ep);
+    LULL_ASSERT_LOOP_THREAD(a->loop);
+    lull_loopback *b = a->peer;
+    LULL_ASSERT(b, "lull: an open loopback end without a peer");
+    if (b->tail) {
+        b->tail->next = frame;
+    } else {
+        b->head = frame;
+    }
+    b->tail = frame;
+    claim_turn(b);
+}
+
+static void loopback_close(lull_endpoint *ep, int reason) {
+    lull_loopback *a = end_of(ep);
+    LULL_ASSERT_LOOP_THREAD(a->loop);
+    lull_cancel(&a->task);
+    lull_timer_stop(&a->timer);
+    a->close_pending = false;
+    lull_frame *inbox = a->head;
+    a->head = a->tail = NULL;
+    lull_loopback *b = a->peer;
+    a->peer = NULL;
+    if (b) {
+        /* b's frames to a are in a's inbox, released below: b owes no
+         * drain and can send nothing more. */
+        b->peer = NULL;
+        lull__endpoint_peer_gone(&b->ep);
+        b->close_pending = true;
+        b->reason = reason;
+        claim_turn(b);
+    }
+    /* Last: a release callback may do anything, this end is consistent. */
+    while (inbox) {
+        lull_frame *next = inbox->next;
+        lull__frame_release(inbox);
+        inbox = next;
+    }
+}
+
+static const lull_frame_ops loopback_ops = {loopback_send, loopback_close};
+
+static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
+                     const lull_loopback_options *o) {
+    lull__endpoint_init(&lb->ep, &loopback_ops, o->max_frame, o->high_water);
+    lull_task_init(&lb->task, deliver_task);
+    lull_timer_init(loop, &lb->timer, deliver_timer);
+    lb->loop = loop;
+    lb->peer = peer;
+    lb->head = lb->tail = NULL;
+    lb->delay_ns = o->delay_ns;
+    lb->deliver = o->deliver;
+    lb->reason = 0;
+    lb->close_pending = false;
+    lb->delivered = 0;
+    lb->turns = 0;
+}
+
+int lull_loopback_pair(lull_loop *loop, lull_loopback *a, lull_loopback *b,
+                       const lull_loopback_options *opts) {
+    static const lull_loopback_options defaults = {0};
+    const lull_loopback_options *o = opts ? opts : &defaults;
+    if (!loop || !a || !b || a == b) return -EINVAL;
+    if (o->deliver != LULL_DELIVER_TASK && o->deliver != LULL_DELIVER_TIMER)
+        return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    end_init(loop, a, b, o);
+    end_init(loop, b, a, o);
+    return 0;
+}
+
+bool lull_loopback_pending(const lull_loopback *lb) {
+    return lb &&
+           (lull_task_pending(&lb->task) || lull_timer_active(&lb->timer));
+}
