@@ -161,6 +161,14 @@ LULL_EXTERN bool lull_timer_active(const lull_timer *timer);
  * is armed for its next period before its callback runs, so inside the
  * callback this is already the next deadline. */
 LULL_EXTERN uint64_t lull_timer_deadline(const lull_timer *timer);
+/* Inside the timer's own callback, when it fires for a deadline: how many
+ * periods this fire stands for (timerfd's expiration count). 1 when the loop
+ * was on time; on the real clock, a repeating timer whose loop was too busy
+ * to see some periods fires once for all of them, and this says how many
+ * (the skipped ones plus this one). On the virtual clock lull_advance fires
+ * once per period crossed, so it is 1. 0 outside the timer's callback and
+ * in a zero-delay turn (which has no deadline). */
+LULL_EXTERN uint64_t lull_timer_overrun(const lull_timer *timer);
 /* An unreferenced timer does not keep lull_run alive. */
 LULL_EXTERN void lull_timer_ref(lull_timer *timer);
 LULL_EXTERN void lull_timer_unref(lull_timer *timer);

@@ -65,6 +65,12 @@ typedef struct lull__source {
     char label[48];   /* "<kind> callback <address>" for unnamed rows */
 } lull__source;
 
+/* A due fire that stands for more than one period (src/timer.c). */
+typedef struct lull__overrun {
+    lull_timer *timer; /* NULL once taken, or when the timer was stopped */
+    uint64_t periods;
+} lull__overrun;
+
 /* A slot of the table of started fd watchers (src/backend_epoll.c). */
 typedef struct lull__io_slot {
     lull_io *io;        /* the started watcher, NULL while free */
@@ -118,10 +124,18 @@ struct lull_loop {
     long slack_restore;       /* the slack to put back at the end, or -1 */
 
     /* Timers. */
-    lull__node due;      /* timers expired this iteration, in order */
-    lull__heap heap;     /* armed timers with delay > 0 */
-    uint32_t arm_seq;    /* next arm order, in LULL__SEQ_SHIFT units */
-    uint32_t timers_ref; /* timers in the heap that are referenced */
+    lull__node due;          /* timers expired this iteration, in order */
+    lull__heap heap;         /* armed timers with delay > 0 */
+    uint32_t arm_seq;        /* next arm order, in LULL__SEQ_SHIFT units */
+    uint32_t timers_ref;     /* timers in the heap that are referenced */
+    lull__overrun *overruns; /* due fires that stand for more than one
+                                period, in due order (src/timer.c) */
+    uint32_t overruns_head;  /* first entry not yet taken */
+    uint32_t overruns_len;
+    uint32_t overruns_cap;
+    lull_timer *firing;      /* the timer whose callback runs from the due
+                                list, NULL otherwise */
+    uint64_t firing_periods; /* ... and the periods its fire stands for */
 
     /* File descriptors (src/io.c, src/backend_epoll.c). */
     uint32_t io_active;         /* started watchers */
@@ -235,6 +249,10 @@ static inline void lull__run_queue(lull_loop *loop, lull__node *q,
 
 /* timer.c */
 void lull__timers_expire(lull_loop *loop, uint64_t now);
+/* Runs the due list (iteration step 5), noting which timer fires and the
+ * periods its fire stands for (lull_timer_overrun). */
+void lull__timers_run_due(lull_loop *loop);
+void lull__timers_free(lull_loop *loop);
 int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now);
 
 /* io.c and the backend */

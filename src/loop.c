@@ -97,6 +97,7 @@ int lull_loop_free(lull_loop *loop) {
     lull__remote_close(loop);
     lull__backend_close(loop);
     lull__heap_free(&loop->heap);
+    lull__timers_free(loop);
     lull__names_free(loop);
     lull__audit_free(loop);
     free(loop);
@@ -336,7 +337,7 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     if (!loop->stop) {
         lull__timers_expire(loop, loop->now);
         if (loop->audit_timer) attribute_timer_wakeup(loop);
-        lull__run_queue(loop, &loop->due, false);
+        lull__timers_run_due(loop);
     }
     if (!loop->stop) {
         lull__slice_renew(loop);
