@@ -123,6 +123,10 @@ typedef void (*lull_task_fn)(lull_task *task);
 struct lull_task {
     lull__node node;        /* ready-queue link (loop-owned) */
     lull_task *remote_next; /* cross-thread link, separate from `node` */
+    lull_loop *loop;        /* the loop it was last queued on (NULL before
+                               the first post): in the callback, the loop
+                               running it. For the user; lull never reads
+                               it. */
 };
 
 /* Prepares a task; call again only while it is not pending. */

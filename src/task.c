@@ -19,6 +19,7 @@ void lull_task_init(lull_task *task, lull_task_fn fn) {
     task->node.flags = 0;
     task->node.aux = 0;
     task->remote_next = NULL;
+    task->loop = NULL;
 }
 
 void lull_post(lull_loop *loop, lull_task *task) {
@@ -26,6 +27,7 @@ void lull_post(lull_loop *loop, lull_task *task) {
     LULL_ASSERT_LOOP_THREAD(loop);
     LULL_ASSERT(task->node.fn.task, "lull: posting a task with no function");
     if (lull__node_queued(&task->node)) return; /* coalesced: runs once */
+    task->loop = loop;
     lull__queue_push(&loop->ready, &task->node);
     if (LULL_UNLIKELY(loop->sample_armed))
         lull__wait_sample_begin(loop, &task->node);
