@@ -613,6 +613,157 @@ LULL_EXTERN int lull_loopback_pair(lull_loop *loop, lull_loopback *a,
 /* A delivery turn (a frame, or the peer's close) is queued for this end. */
 LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
 
+/* -------------------------------------------------------------- streams */
+
+/* Socket streams (C6): TCP (IPv4 and IPv6, numeric addresses) and Unix
+ * sockets, each an endpoint of the frame interface above. By default a
+ * send is written as a 4-byte big-endian length and the bytes, and the
+ * peer's frames arrive whole at on_frame; a frame longer than max_frame,
+ * or cut short by the peer's EOF, closes that stream alone (-EMSGSIZE,
+ * -EPROTO). With LULL_STREAM_RAW, sends are written as given and on_frame
+ * gets the bytes in chunks as they arrive.
+ *
+ * Writes queue (the caller's frames, no copy) and leave together, in as few
+ * writev calls as the kernel takes: after the fd callbacks of an iteration,
+ * at the end of its slice, and at once when the queue reaches high_water.
+ * Past high_water, lull_writable turns false; on_drain runs once when the
+ * queue falls back below. A frame's release runs once it is written (never
+ * inside lull_send) or discarded by a close. TCP_NODELAY is on unless
+ * LULL_STREAM_NAGLE: batching is lull's job, not the kernel's. No SIGPIPE
+ * ever (MSG_NOSIGNAL): a dead peer is a close reason.
+ *
+ * on_close gets 0 for the peer's orderly EOF, else -ECONNRESET, -EPIPE,
+ * -ETIMEDOUT (idle_timeout_ns), -EMSGSIZE, -EPROTO or another errno; it is
+ * the stream's last callback. lull_endpoint_close closes now: one last
+ * write attempt, then what is still queued is released unwritten, the
+ * socket is closed, and the struct may be freed or reused when it returns,
+ * inside any of the stream's callbacks too. lull_stream_shutdown is the
+ * graceful way: the queue is written, then the write side is shut.
+ * docs/STREAMS.md has the long form. */
+
+#define LULL_STREAM_RAW   0x1u /* bytes, not length-prefixed frames */
+#define LULL_STREAM_NAGLE 0x2u /* TCP: leave Nagle's algorithm on */
+
+typedef struct lull_stream lull_stream;
+typedef struct lull_server lull_server;
+/* Connected (status 0), or failed: -ECONNREFUSED, -ETIMEDOUT, -ENOENT ...;
+ * a failed stream is already closed, its struct free to reuse. */
+typedef void (*lull_connect_fn)(lull_stream *s, int status);
+/* The peer shut its write side; the stream stays open for writing. */
+typedef void (*lull_end_fn)(lull_stream *s);
+/* A connection is waiting: take it with lull_stream_accept inside this
+ * call, or it is closed when the call returns. */
+typedef void (*lull_connection_fn)(lull_server *srv);
+
+typedef struct lull_stream_options { /* all zero = defaults */
+    size_t max_frame;                /* 0 = LULL_FRAME_MAX_DEFAULT */
+    size_t high_water;               /* 0 = LULL_HIGH_WATER_DEFAULT */
+    size_t read_size;                /* the stream's read buffer: 0 = 64 KiB;
+                                        framed, it grows to hold a frame */
+    uint64_t connect_timeout_ns;     /* 0 = the kernel's (minutes) */
+    uint64_t idle_timeout_ns;        /* nothing read or written this long:
+                                        close with -ETIMEDOUT; 0 = never */
+    unsigned flags;                  /* LULL_STREAM_* */
+} lull_stream_options;
+
+typedef struct lull__stream_guard lull__stream_guard;
+
+struct lull_stream {
+    lull_endpoint ep; /* the frame interface: give &ep to your code */
+    lull_io io;       /* the socket (owned: closed with the stream) */
+    lull_task flush;  /* queued at the loop's flush points while writes wait */
+    lull_task event;  /* later turn: connect result, buffered frames after
+                         a resume, a failure found inside lull_send */
+    lull_timer timer; /* connect and idle timeouts */
+    lull_loop *loop;
+    lull_connect_fn on_connect;
+    lull_end_fn on_end; /* NULL: the peer's EOF closes the stream */
+    lull_frame *head;   /* queued writes, oldest first */
+    lull_frame *tail;
+    size_t head_done;      /* bytes of head (its length included) written */
+    lull_frame *done;      /* written inside lull_send, released at the */
+    lull_frame *done_tail; /* next flush point */
+    unsigned char *rbuf;   /* read buffer: owned, or the caller's */
+    size_t rcap;           /* its size */
+    size_t rstart;         /* unconsumed bytes are [rstart, rend) */
+    size_t rend;
+    lull__stream_guard *guard; /* innermost callback of ours running */
+    uint64_t idle_ns;          /* idle_timeout_ns */
+    uint64_t active_ns;        /* loop time of the last read or write */
+    unsigned flags;            /* LULL_STREAM_* */
+    uint32_t state;            /* state bits (src/stream.c) */
+    int error;                 /* a failure the event task delivers */
+    uint64_t writes;           /* writev (sendmsg) calls */
+    uint64_t bytes_written;
+    uint64_t reads; /* recv calls that returned data */
+    uint64_t bytes_read;
+};
+
+struct lull_server {
+    lull_io io;       /* the listening socket (owned) */
+    lull_timer retry; /* resumes accepting after EMFILE / ENFILE */
+    lull_loop *loop;
+    lull_connection_fn on_connection;
+    lull__stream_guard *guard; /* on_connection running, if any */
+    int family;                /* AF_INET, AF_INET6 or AF_UNIX */
+    int pending;       /* the accepted fd lull_stream_accept takes; -1 */
+    uint64_t retry_ns; /* pause after running out of fds */
+    uint64_t accepted; /* connections handed to on_connection */
+    uint64_t paused;   /* times accepting paused for want of fds */
+};
+
+/* Listens on host (numeric IPv4 or IPv6; NULL = "127.0.0.1") and port (0 =
+ * any: see lull_server_port). backlog <= 0 means SOMAXCONN. Running out of
+ * fds (EMFILE, ENFILE) pauses accepting for 100 ms, leaving the waiting
+ * connections in the kernel's backlog; nothing spins. */
+LULL_EXTERN int lull_tcp_listen(lull_loop *loop, lull_server *srv,
+                                const char *host, int port, int backlog,
+                                lull_connection_fn fn);
+/* path: a filesystem path (not removed by lull), or "@name" for Linux's
+ * abstract namespace. */
+LULL_EXTERN int lull_unix_listen(lull_loop *loop, lull_server *srv,
+                                 const char *path, int backlog,
+                                 lull_connection_fn fn);
+/* The bound TCP port, or a negative errno. */
+LULL_EXTERN int lull_server_port(const lull_server *srv);
+/* Inside on_connection: makes s the waiting connection, reading at once.
+ * -ENOENT when nothing is waiting. */
+LULL_EXTERN int lull_stream_accept(lull_server *srv, lull_stream *s,
+                                   const lull_stream_options *opts);
+/* Stops listening and closes the socket; safe in any callback. */
+LULL_EXTERN void lull_server_close(lull_server *srv);
+
+/* Non-blocking connect; fn runs in a later turn, never inside this call.
+ * Frames sent before it runs are queued. Argument errors return at once. */
+LULL_EXTERN int lull_tcp_connect(lull_loop *loop, lull_stream *s,
+                                 const char *host, int port,
+                                 const lull_stream_options *opts,
+                                 lull_connect_fn fn);
+LULL_EXTERN int lull_unix_connect(lull_loop *loop, lull_stream *s,
+                                  const char *path,
+                                  const lull_stream_options *opts,
+                                  lull_connect_fn fn);
+/* Adopts a connected stream socket (e.g. one end of a socketpair): the
+ * stream owns fd from here on, also on failure. Reading starts at once. */
+LULL_EXTERN int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
+                                 const lull_stream_options *opts);
+/* Pause and resume reading (backpressure on the peer). Frames already
+ * buffered wait too; on resume they arrive in a later turn. */
+LULL_EXTERN int lull_stream_read_stop(lull_stream *s);
+LULL_EXTERN int lull_stream_read_start(lull_stream *s);
+/* Reads into the caller's buffer from now on (it must outlive the stream).
+ * Framed, it bounds the frame: a longer one closes with -EMSGSIZE. Call it
+ * only between reads (not inside on_frame); -EBUSY while bytes are
+ * buffered. */
+LULL_EXTERN int lull_stream_read_into(lull_stream *s, void *buf, size_t cap);
+/* Keeps the stream open for writing after the peer's EOF; fn hears of it. */
+LULL_EXTERN void lull_stream_on_end(lull_stream *s, lull_end_fn fn);
+/* Half-close: once everything queued is written, shut the write side (the
+ * peer reads EOF); sends fail with -EPIPE from now on. Reading goes on. */
+LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
+/* The socket, or -1 once closed. */
+LULL_EXTERN int lull_stream_fd(const lull_stream *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,13 +16,14 @@ static const lab_scenario *const scenarios[] = {
     &lab_turns,
     &lab_pump,
     &lab_loopback,
+    &lab_replicate,
 };
 #define SCENARIO_COUNT (sizeof scenarios / sizeof scenarios[0])
 
 static void usage(FILE *out) {
     fprintf(out, "usage: lull-lab SCENARIO|all|help [--quick] [--rounds N] "
                  "[--json FILE] [--plot FILE] [--only FIGURE] [--sessions "
-                 "N]\n\nscenarios:\n");
+                 "N] [--tcp]\n\nscenarios:\n");
     for (size_t i = 0; i < SCENARIO_COUNT; i++)
         fprintf(out, "  %-10s %s\n", scenarios[i]->name,
                 scenarios[i]->description);
@@ -36,7 +37,8 @@ static void usage(FILE *out) {
             "  --only NAME run one figure of the scenario (its JSON key)\n"
             "  --plot FILE write an SVG of every figure (bars: median, "
             "min-max)\n"
-            "  --sessions N  pump: sessions in the main table (default 12)\n",
+            "  --sessions N  pump: sessions in the main table (default 12)\n"
+            "  --tcp       replicate: TCP loopback instead of Unix sockets\n",
             "all");
 }
 
@@ -117,6 +119,8 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "lull-lab: --sessions takes a count >= 1\n");
                 return 2;
             }
+        } else if (strcmp(a, "--tcp") == 0) {
+            opts.tcp = true;
         } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {
             opts.only = argv[++i];
         } else if (strcmp(a, "--json") == 0 && i + 1 < argc) {

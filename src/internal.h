@@ -187,6 +187,10 @@ struct lull_loop {
     lull__name *names;
     int names_len;
     int names_cap;
+
+    /* Flush points (lull__at_flush): tasks run once when the fd callbacks
+     * of an iteration end, or when its slice ends. */
+    lull__node flush;
 };
 
 /* queue.h needs the node type only. */
@@ -246,6 +250,13 @@ static inline void lull__run_queue(lull_loop *loop, lull__node *q,
             break;
     }
 }
+
+/* loop.c: flush points. The task runs once, at the next of: the end of the
+ * fd callbacks of an iteration, the end of its slice (before the loop polls
+ * again; a queued flush task makes that poll non-blocking). A writer queues
+ * its flush here so that everything written in between leaves in one system
+ * call (src/stream.c); lull_cancel unlinks it. */
+void lull__at_flush(lull_loop *loop, lull_task *task);
 
 /* timer.c */
 void lull__timers_expire(lull_loop *loop, uint64_t now);

@@ -3,10 +3,11 @@
  * One iteration:
  *   1. poll the kernel: block until the earliest deadline, fd readiness or a
  *      remote post when nothing is ready; otherwise do not block at all;
- *   2. a slice of busy work begins: ready fd callbacks run, then timers due
- *      by now (the due list), then ready tasks until the queue is empty or
- *      the quantum is spent;
- *   3. the slice ends; repeat while alive (DEFAULT), or return (ONCE/NOWAIT).
+ *   2. a slice of busy work begins: ready fd callbacks run (then the flush
+ *      tasks, lull__at_flush), then timers due by now (the due list), then
+ *      ready tasks until the queue is empty or the quantum is spent;
+ *   3. the slice ends (the flush tasks again); repeat while alive (DEFAULT),
+ *      or return (ONCE/NOWAIT).
  * So when a producer spends its quantum, fd callbacks and due timers run
  * before it continues (C5), and with nothing ready the loop sleeps in the
  * kernel with no timer of its own (C1).
@@ -58,6 +59,7 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
     if (!loop) return -ENOMEM;
     lull__queue_init(&loop->ready);
     lull__queue_init(&loop->due);
+    lull__queue_init(&loop->flush);
     loop->virtual_clock = opts->clock == LULL_CLOCK_VIRTUAL;
     loop->flags = opts->flags;
     loop->quantum_ns = opts->quantum_ns ? opts->quantum_ns
@@ -131,7 +133,25 @@ static bool timers_can_fire(lull_loop *loop) {
 }
 
 static bool ready_now(lull_loop *loop) {
-    return !lull__queue_empty(&loop->ready) || !lull__queue_empty(&loop->due);
+    return !lull__queue_empty(&loop->ready) || !lull__queue_empty(&loop->due) ||
+           !lull__queue_empty(&loop->flush);
+}
+
+void lull__at_flush(lull_loop *loop, lull_task *task) {
+    LULL_ASSERT_LOOP_THREAD(loop);
+    if (!lull__node_queued(&task->node))
+        lull__queue_push(&loop->flush, &task->node);
+}
+
+/* Runs the flush tasks, those they queue included: a writer that is
+ * flushed is unlinked first, and links itself again only if it is written
+ * to again, which stops once its socket is full. */
+static void run_flush(lull_loop *loop) {
+    while (!lull__queue_empty(&loop->flush)) {
+        lull__node *n = loop->flush.next;
+        lull__queue_remove(n);
+        lull__dispatch_node(loop, n);
+    }
 }
 
 bool lull_loop_alive(lull_loop *loop) {
@@ -263,7 +283,11 @@ static void attribute_timer_wakeup(lull_loop *loop) {
 static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
     bool signalled = false;
     int n = wait_for_work(loop, &timeout, t0, &signalled);
-    uint64_t t1 = lull__clock_real();
+    /* A look that did not block took a few hundred ns: t0 still serves as
+     * "now" and as the slice's start (which then counts the look as busy
+     * time), and a loop that polls on every hop saves a clock read per
+     * hop. A wait that blocked needs the time it ended. */
+    uint64_t t1 = timeout != 0 ? lull__clock_real() : t0;
     if (timeout != 0) {
         loop->m.idle_ns += t1 - t0;
         count_wakeup(loop, n, signalled);
@@ -332,6 +356,7 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     int64_t timeout = 0;
     if (may_block) timeout = poll_timeout(loop, t0);
     int collected = poll_and_dispatch_io(loop, timeout, t0);
+    run_flush(loop); /* replies written by fd callbacks leave now */
     if (may_block && collected == 0 && !loop->stop && !ready_now(loop))
         auto_advance(loop);
     if (!loop->stop) {
@@ -343,6 +368,7 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
         lull__slice_renew(loop);
         lull__run_queue(loop, &loop->ready, true);
     }
+    run_flush(loop);
     uint64_t t_end = lull__clock_real();
     lull__slice_end(loop, t_end);
 #ifndef NDEBUG

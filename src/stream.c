@@ -1,0 +1,853 @@
+/* Socket streams (C6): the frame interface over a connected socket, and the
+ * listening side. Address parsing lives in src/tcp.c and src/unix.c.
+ *
+ * Owns: a stream's write queue (the caller's lull_frame structs, linked
+ * through frame->next: no allocation per write), its read buffer and frame
+ * parser, its close, and a server's accept loop. One thread: the loop's.
+ *
+ * When writes leave. A send appends to the queue and queues the stream's
+ * flush task at the loop's next flush point (lull__at_flush: after the fd
+ * callbacks of an iteration, or at the end of its slice), so everything
+ * written in between leaves in one sendmsg of up to IOV_MAX buffers. A send
+ * that takes the queue to high_water writes at once instead, so a producer
+ * never buffers much more than high_water. A short write means the socket
+ * is full: the stream waits for writability (BLOCKED) and sends only queue
+ * until then. sendmsg carries MSG_NOSIGNAL: no SIGPIPE, ever.
+ *
+ * Whose code runs where. Nothing of the user's runs inside lull_send: frames
+ * written there wait on the done list for the next flush point to be
+ * released, and a failure found there is delivered by the event task. At a
+ * flush point, in the fd callback and in the event task, user code (frame,
+ * drain, close and release callbacks) runs only once the stream's state is
+ * consistent, inside a guard: a guard is a stack record that a close marks,
+ * so that after the callback the stream is not touched again if it was
+ * closed (and perhaps freed or reused). A close inside a frame callback
+ * hands the read buffer to the outermost guard, which frees it once the
+ * frame's bytes are out of use.
+ *
+ * Invariants: a frame is on exactly one of queue and done list from the send
+ * that accepted it to its release; ep.queued is the payload bytes on the
+ * queue (written frames are off it); BLOCKED implies writable interest;
+ * a closed stream holds no fd, no frame, no buffer, no armed task or timer.
+ *
+ * The five rows (BRIEF 1A), for a stream:
+ *   Trigger                 a send (flush point), socket readiness, a
+ *                           resume with buffered frames, a timeout
+ *   Source of truth         the write queue; the socket
+ *   Pending-work predicate  queue non-empty, or frames buffered and reading
+ *   Next deadline or retry  none, but the configured connect/idle timeout
+ *                           (one timer; the idle one is re-armed lazily, at
+ *                           most once per timeout, not per read)
+ *   Quiet condition         queue empty: no task queued, no writable
+ *                           interest; an idle stream only waits in epoll
+ * and for a server: trigger a waiting connection; pending-work predicate
+ * out of fds; next retry 100 ms later, only while out of fds; quiet
+ * otherwise (only the listening socket in epoll). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "internal.h"
+#include "stream.h"
+
+/* A stream's own read buffer unless read_size says otherwise: one recv
+ * takes what a socket's default receive buffer holds in one go. */
+#define READ_SIZE_DEFAULT ((size_t)64 << 10)
+/* iovecs per sendmsg: the kernel's limit (IOV_MAX is 1024 on Linux). With
+ * a length and a payload buffer per frame that is 512 frames per call. */
+#define IOV_CAP 1024
+/* Framed streams: a 4-byte big-endian length before each frame. */
+#define HDR 4
+/* Connections taken per readable callback: enough to empty a burst, few
+ * enough that one busy listener does not hold the slice; the rest are
+ * still readable next iteration (level-triggered). */
+#define ACCEPT_BATCH 64
+/* Pause after EMFILE / ENFILE: fds come back as connections close, on
+ * network timescales; 100 ms bounds the added accept delay at 10 retries a
+ * second, paid only while the process is out of fds. The connections wait
+ * in the kernel's backlog meanwhile (none is dropped, unlike the
+ * reserve-fd trick, which accepts and closes them). */
+#define ACCEPT_RETRY_NS 100000000u
+
+/* lull_stream.state */
+#define S_CONNECTING 0x001u /* connect in progress: writable interest */
+#define S_CONNECTED  0x002u /* open: reads and writes allowed */
+#define S_READING    0x004u /* not paused by lull_stream_read_stop */
+#define S_BLOCKED    0x008u /* the socket was full: wait for writability */
+#define S_FULL       0x010u /* the user saw queued >= high_water: drain owed */
+#define S_SHUT_WANT  0x020u /* lull_stream_shutdown: after the queue drains */
+#define S_SHUT_DONE  0x040u /* the write side is shut */
+#define S_EOF        0x080u /* the peer's EOF was read (on_end set) */
+#define S_TCP        0x100u
+#define S_OWN_BUF    0x200u  /* rbuf is ours to free */
+#define S_DELIVER    0x400u  /* event task: deliver buffered frames */
+#define S_CONNECT_CB 0x800u  /* event task: the connect result in `error` */
+#define S_FAIL       0x1000u /* event task: close with reason `error` */
+
+/* Sends are refused (frame.c answers -EPIPE, lull_writable is false) once
+ * the write side is shut or failed: the bit frame.c uses for a gone peer. */
+#define EP_NO_SEND LULL__EP_PEER_GONE
+
+struct lull__stream_guard {
+    lull__stream_guard *outer; /* the guard of the callback around this */
+    void *buf;                 /* the read buffer, to free on leaving */
+    bool closed;               /* the stream (or server) closed meanwhile */
+};
+
+static void guard_enter(lull__stream_guard **top, lull__stream_guard *g) {
+    g->outer = *top;
+    g->buf = NULL;
+    g->closed = false;
+    *top = g;
+}
+
+/* True when the owner is still open and may be touched. */
+static bool guard_leave(lull__stream_guard **top, lull__stream_guard *g) {
+    if (g->closed) {
+        free(g->buf);
+        return false;
+    }
+    *top = g->outer;
+    return true;
+}
+
+/* Marks every guard of a closing owner; the outermost gets the buffer. */
+static void guards_close(lull__stream_guard **top, void *buf) {
+    lull__stream_guard *g = *top, *last = NULL;
+    for (; g; g = g->outer) {
+        g->closed = true;
+        last = g;
+    }
+    if (last) {
+        last->buf = buf;
+    } else {
+        free(buf);
+    }
+    *top = NULL;
+}
+
+static inline lull_stream *stream_of(lull_endpoint *ep) {
+    return LULL_CONTAINER_OF(ep, lull_stream, ep);
+}
+
+static bool framed(const lull_stream *s) {
+    return !(s->flags & LULL_STREAM_RAW);
+}
+
+/* Releases a detached list of frames: touches only the frames. */
+static void release_list(lull_frame *f) {
+    while (f) {
+        lull_frame *next = f->next;
+        lull__frame_release(f);
+        f = next;
+    }
+}
+
+static void append(lull_frame **head, lull_frame **tail, lull_frame *f) {
+    f->next = NULL;
+    if (*tail) {
+        (*tail)->next = f;
+    } else {
+        *head = f;
+    }
+    *tail = f;
+}
+
+/* ------------------------------------------------------------ teardown */
+
+/* Closes the stream's kernel side and detaches everything it holds;
+ * returns its frames (written ones first), for the caller to release once
+ * it is done with the stream. Safe from any state. */
+static lull_frame *teardown(lull_stream *s) {
+    lull_io_stop(&s->io);
+    if (s->io.fd >= 0) close(s->io.fd);
+    s->io.fd = -1;
+    lull_cancel(&s->flush);
+    lull_cancel(&s->event);
+    lull_timer_stop(&s->timer);
+    lull_frame *list = s->done;
+    if (s->done_tail) {
+        s->done_tail->next = s->head;
+    } else {
+        list = s->head;
+    }
+    s->head = s->tail = s->done = s->done_tail = NULL;
+    s->head_done = 0;
+    guards_close(&s->guard, (s->state & S_OWN_BUF) ? s->rbuf : NULL);
+    s->rbuf = NULL;
+    s->rcap = s->rstart = s->rend = 0;
+    s->state = 0;
+    s->ep.flags |= LULL__EP_CLOSED;
+    s->ep.queued = 0;
+    return list;
+}
+
+/* The transport failed (or the peer ended it): the stream closes and its
+ * close callback, the last, gets reason. A callback context. */
+static void fail_now(lull_stream *s, int reason) {
+    if (s->ep.flags & LULL__EP_CLOSED) return;
+    lull_close_fn cb = s->ep.on_close;
+    lull_frame *list = teardown(s);
+    if (cb) cb(&s->ep, reason);
+    release_list(list); /* the stream may be gone: frames only */
+}
+
+/* A failure found where no callback may run (inside lull_send): refuse
+ * sends now, deliver the close in a later turn. */
+static void fail_later(lull_stream *s, int reason) {
+    if (s->state & S_FAIL) return;
+    s->state |= S_FAIL;
+    s->error = reason;
+    s->ep.flags |= EP_NO_SEND;
+    lull_io_stop(&s->io);
+    lull_post(s->loop, &s->event);
+}
+
+/* ------------------------------------------------------------- writing */
+
+/* The interest the kernel should hold for s. */
+static void update_io(lull_stream *s) {
+    int want = 0;
+    if (s->state & (S_CONNECTING | S_BLOCKED)) want |= LULL_WRITABLE;
+    if ((s->state & (S_CONNECTED | S_READING | S_EOF)) ==
+        (S_CONNECTED | S_READING))
+        want |= LULL_READABLE;
+    if (want == s->io.events || (s->state & S_FAIL)) return;
+    if (!want) {
+        lull_io_stop(&s->io);
+        return;
+    }
+    int rc = lull_io_start(&s->io, want);
+    if (rc < 0) fail_later(s, rc);
+}
+
+/* Takes w written bytes off the queue; finished frames go to the done list
+ * (done/done_tail), their payload off ep.queued. */
+static void advance(lull_stream *s, size_t w, lull_frame **done,
+                    lull_frame **done_tail) {
+    size_t hl = framed(s) ? HDR : 0;
+    while (s->head) {
+        lull_frame *f = s->head;
+        size_t need = hl + f->len - s->head_done;
+        if (w < need) {
+            s->head_done += w;
+            return;
+        }
+        w -= need;
+        s->head_done = 0;
+        s->head = f->next;
+        if (!s->head) s->tail = NULL;
+        s->ep.queued = f->len < s->ep.queued ? s->ep.queued - f->len : 0;
+        append(done, done_tail, f);
+    }
+}
+
+/* Writes what the kernel takes, IOV_CAP buffers per sendmsg, until the
+ * queue is empty or a write comes up short (the socket is full: BLOCKED).
+ * 0, or a negative errno the caller turns into a close. */
+static int write_out(lull_stream *s, lull_frame **done,
+                     lull_frame **done_tail) {
+    struct iovec iov[IOV_CAP];
+    uint32_t hdr[IOV_CAP]; /* zero-length frames take one iovec each */
+    bool with_hdr = framed(s);
+    while (s->head) {
+        int n = 0, k = 0;
+        size_t total = 0, off = s->head_done;
+        for (lull_frame *f = s->head; f && n <= IOV_CAP - 2; f = f->next) {
+            if (with_hdr) {
+                if (off < HDR) {
+                    hdr[k] = htonl((uint32_t)f->len);
+                    iov[n].iov_base = (char *)&hdr[k] + off;
+                    iov[n].iov_len = HDR - off;
+                    total += HDR - off;
+                    n++;
+                    k++;
+                    off = 0;
+                } else {
+                    off -= HDR;
+                }
+            }
+            if (f->len > off) {
+                iov[n].iov_base = (char *)f->bytes + off;
+                iov[n].iov_len = f->len - off;
+                total += f->len - off;
+                n++;
+            }
+            off = 0;
+        }
+        ssize_t w = 0;
+        if (total > 0) {
+            struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+            w = sendmsg(s->io.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+            s->writes++;
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    s->state |= S_BLOCKED;
+                    return 0;
+                }
+                return -errno;
+            }
+            s->bytes_written += (uint64_t)w;
+            if (s->idle_ns) s->active_ns = lull_now(s->loop);
+        }
+        advance(s, (size_t)w, done, done_tail);
+        if ((size_t)w < total) {
+            s->state |= S_BLOCKED;
+            return 0;
+        }
+    }
+    s->state &= ~S_BLOCKED;
+    return 0;
+}
+
+/* After a write: shut the write side once the queue is empty, if asked. */
+static void after_write(lull_stream *s) {
+    if (!s->head && (s->state & S_SHUT_WANT) && !(s->state & S_SHUT_DONE)) {
+        s->state |= S_SHUT_DONE;
+        shutdown(s->io.fd, SHUT_WR); /* a failure shows on the read side */
+        /* Both ways done (on_end kept it open): nothing more can happen. */
+        if (s->state & S_EOF) fail_later(s, 0);
+    }
+    update_io(s);
+}
+
+/* Inside lull_send, the queue reached high_water: write now. Nothing of the
+ * user's may run here: written frames wait for the next flush point. */
+static void flush_in_send(lull_stream *s) {
+    int err = write_out(s, &s->done, &s->done_tail);
+    if (err) {
+        fail_later(s, err);
+        return;
+    }
+    after_write(s);
+    if (s->done) lull__at_flush(s->loop, &s->flush);
+}
+
+/* A flush point, or the socket became writable: write, then release what
+ * was written and run the drain callback if the queue fell below
+ * high_water after the user saw it full. False when the stream closed. */
+static bool flush_now(lull_stream *s) {
+    lull_frame *done = s->done, *done_tail = s->done_tail;
+    s->done = s->done_tail = NULL;
+    if ((s->state & (S_CONNECTED | S_BLOCKED | S_FAIL)) == S_CONNECTED) {
+        int err = write_out(s, &done, &done_tail);
+        if (err) {
+            fail_now(s, err);
+            release_list(done);
+            return false;
+        }
+        after_write(s);
+    }
+    bool drain = (s->state & S_FULL) && s->ep.queued < s->ep.high_water &&
+                 !(s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND));
+    if (drain) s->state &= ~S_FULL;
+    if (!done && !drain) return true;
+    lull__stream_guard g;
+    guard_enter(&s->guard, &g);
+    release_list(done);
+    if (drain && !g.closed && s->ep.on_drain) s->ep.on_drain(&s->ep);
+    return guard_leave(&s->guard, &g);
+}
+
+static void flush_task(lull_task *t) {
+    flush_now(LULL_CONTAINER_OF(t, lull_stream, flush));
+}
+
+static void stream_send(lull_endpoint *ep, lull_frame *frame) {
+    lull_stream *s = stream_of(ep);
+    LULL_ASSERT_LOOP_THREAD(s->loop);
+    append(&s->head, &s->tail, frame);
+    if ((s->state & (S_CONNECTED | S_BLOCKED)) == S_CONNECTED) {
+        if (ep->queued >= ep->high_water) {
+            flush_in_send(s);
+        } else {
+            lull__at_flush(s->loop, &s->flush);
+        }
+    }
+    if (ep->queued >= ep->high_water) s->state |= S_FULL;
+}
+
+static void stream_close(lull_endpoint *ep, int reason) {
+    (void)reason; /* a socket cannot carry it: the peer reads EOF */
+    lull_stream *s = stream_of(ep);
+    LULL_ASSERT_LOOP_THREAD(s->loop);
+    lull_frame *done = NULL, *done_tail = NULL;
+    /* One last try, so that a reply queued just before the close leaves. */
+    if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head)
+        (void)write_out(s, &done, &done_tail);
+    lull_frame *list = teardown(s);
+    release_list(done);
+    release_list(list);
+}
+
+static const lull_frame_ops stream_ops = {stream_send, stream_close};
+
+/* ------------------------------------------------------------- reading */
+
+/* Makes the buffer hold `need` bytes from rstart: compacts, then grows an
+ * owned buffer (up to the frame limit). False when it cannot. */
+static bool make_room(lull_stream *s, size_t need) {
+    if (s->rstart > 0) {
+        memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
+        s->rend -= s->rstart;
+        s->rstart = 0;
+    }
+    if (need <= s->rcap) return true;
+    if (!(s->state & S_OWN_BUF)) return false;
+    size_t cap = s->rcap * 2 > need ? s->rcap * 2 : need;
+    if (cap > s->ep.max_frame + HDR) cap = s->ep.max_frame + HDR;
+    unsigned char *b = realloc(s->rbuf, cap);
+    if (!b) return false;
+    s->rbuf = b;
+    s->rcap = cap;
+    return true;
+}
+
+/* Hands every whole buffered frame to on_frame, while reading is on. False
+ * when the stream closed. */
+static bool deliver_frames(lull_stream *s) {
+    while ((s->state & S_READING) && s->rend - s->rstart >= HDR) {
+        const unsigned char *p = s->rbuf + s->rstart;
+        size_t len = (size_t)p[0] << 24 | (size_t)p[1] << 16 |
+                     (size_t)p[2] << 8 | (size_t)p[3];
+        if (len > s->ep.max_frame) {
+            fail_now(s, -EMSGSIZE);
+            return false;
+        }
+        if (s->rend - s->rstart < HDR + len) {
+            if (HDR + len > s->rcap - s->rstart && !make_room(s, HDR + len)) {
+                fail_now(s, (s->state & S_OWN_BUF) ? -ENOMEM : -EMSGSIZE);
+                return false;
+            }
+            break;
+        }
+        s->rstart += HDR + len;
+        if (!s->ep.on_frame) continue;
+        lull__stream_guard g;
+        guard_enter(&s->guard, &g);
+        s->ep.on_frame(&s->ep, p + HDR, len);
+        if (!guard_leave(&s->guard, &g)) return false;
+    }
+    if (s->rstart == s->rend) s->rstart = s->rend = 0;
+    return true;
+}
+
+/* The peer's EOF. */
+static void read_eof(lull_stream *s) {
+    if (framed(s) && s->rend > s->rstart) {
+        fail_now(s, -EPROTO); /* a frame cut short */
+        return;
+    }
+    if (!s->on_end || (s->state & S_SHUT_DONE)) {
+        fail_now(s, 0);
+        return;
+    }
+    s->state |= S_EOF;
+    update_io(s);
+    s->on_end(s);
+}
+
+/* One recv per readable callback: fair to the loop's other fds, and the
+ * rest is still readable next iteration. */
+static void read_some(lull_stream *s) {
+    unsigned char *at = s->rbuf;
+    size_t room = s->rcap;
+    if (framed(s)) {
+        if (s->rend == s->rcap) make_room(s, s->rcap);
+        at = s->rbuf + s->rend;
+        room = s->rcap - s->rend;
+        if (room == 0) return; /* paused on whole frames: nothing to add */
+    }
+    ssize_t n = recv(s->io.fd, at, room, 0);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+        fail_now(s, -errno);
+        return;
+    }
+    if (n == 0) {
+        read_eof(s);
+        return;
+    }
+    s->reads++;
+    s->bytes_read += (uint64_t)n;
+    if (s->idle_ns) s->active_ns = lull_now(s->loop);
+    if (framed(s)) {
+        s->rend += (size_t)n;
+        deliver_frames(s);
+        return;
+    }
+    if (!s->ep.on_frame) return;
+    lull__stream_guard g;
+    guard_enter(&s->guard, &g);
+    s->ep.on_frame(&s->ep, at, (size_t)n);
+    guard_leave(&s->guard, &g);
+}
+
+/* ---------------------------------------------------- connect, events */
+
+static void arm_idle(lull_stream *s) {
+    if (!s->idle_ns) return;
+    s->active_ns = lull_now(s->loop);
+    lull_timer_start(&s->timer, s->idle_ns, 0);
+}
+
+/* The connect finished with err (0: connected). */
+static void connect_done(lull_stream *s, int err) {
+    lull_connect_fn cb = s->on_connect;
+    if (err) {
+        lull_frame *list = teardown(s);
+        if (cb) cb(s, err);
+        release_list(list);
+        return;
+    }
+    lull_timer_stop(&s->timer);
+    s->state = (s->state & ~S_CONNECTING) | S_CONNECTED | S_READING;
+    arm_idle(s);
+    update_io(s);
+    if (s->head || (s->state & S_SHUT_WANT)) lull__at_flush(s->loop, &s->flush);
+    if (cb) cb(s, 0);
+}
+
+static void event_task(lull_task *t) {
+    lull_stream *s = LULL_CONTAINER_OF(t, lull_stream, event);
+    if (s->state & S_CONNECT_CB) {
+        s->state &= ~S_CONNECT_CB;
+        int err = s->error;
+        s->error = 0;
+        connect_done(s, err);
+        return;
+    }
+    if (s->state & S_FAIL) {
+        fail_now(s, s->error);
+        return;
+    }
+    if (s->state & S_DELIVER) {
+        s->state &= ~S_DELIVER;
+        deliver_frames(s);
+    }
+}
+
+static void on_timer(lull_timer *t) {
+    lull_stream *s = LULL_CONTAINER_OF(t, lull_stream, timer);
+    if (s->state & S_CONNECTING) {
+        connect_done(s, -ETIMEDOUT);
+        return;
+    }
+    /* Idle: the timer is re-armed for what is left rather than on every
+     * read and write, so an active stream pays nothing per operation. */
+    uint64_t now = lull_now(s->loop), idle = now - s->active_ns;
+    if (idle >= s->idle_ns) {
+        fail_now(s, -ETIMEDOUT);
+    } else {
+        lull_timer_start(&s->timer, s->idle_ns - idle, 0);
+    }
+}
+
+static void on_io(lull_io *io, int events) {
+    lull_stream *s = LULL_CONTAINER_OF(io, lull_stream, io);
+    if (s->state & S_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+            err = errno;
+        connect_done(s, -err);
+        return;
+    }
+    if ((events & (LULL_WRITABLE | LULL_ERROR)) && (s->state & S_BLOCKED)) {
+        s->state &= ~S_BLOCKED;
+        if (!flush_now(s)) return;
+    }
+    if ((events & (LULL_READABLE | LULL_HANGUP | LULL_ERROR)) &&
+        (s->state & S_READING) && !(s->state & S_EOF))
+        read_some(s);
+}
+
+/* --------------------------------------------------------------- setup */
+
+static int setup(lull_loop *loop, lull_stream *s, int fd,
+                 const lull_stream_options *opts, bool tcp) {
+    static const lull_stream_options defaults;
+    const lull_stream_options *o = opts ? opts : &defaults;
+    memset(s, 0, sizeof *s);
+    lull__endpoint_init(&s->ep, &stream_ops, o->max_frame, o->high_water);
+    lull_io_init(loop, &s->io, fd, on_io);
+    lull_task_init(&s->flush, flush_task);
+    lull_task_init(&s->event, event_task);
+    lull_timer_init(loop, &s->timer, on_timer);
+    lull_timer_unref(&s->timer); /* a timeout alone keeps nothing alive */
+    s->loop = loop;
+    s->flags = o->flags;
+    s->idle_ns = o->idle_timeout_ns;
+    size_t size = o->read_size ? o->read_size : READ_SIZE_DEFAULT;
+    if (size < 2 * HDR) size = 2 * HDR;
+    s->rbuf = malloc(size);
+    if (!s->rbuf) {
+        s->ep.flags |= LULL__EP_CLOSED; /* never opened */
+        s->io.fd = -1;
+        return -ENOMEM;
+    }
+    s->rcap = size;
+    s->state = S_OWN_BUF | (tcp ? S_TCP : 0);
+    if (tcp && !(o->flags & LULL_STREAM_NAGLE)) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    return 0;
+}
+
+static bool options_ok(const lull_stream_options *o) {
+    return !o || !(o->flags & ~(LULL_STREAM_RAW | LULL_STREAM_NAGLE));
+}
+
+/* The socket is connected: open for reading and writing. */
+static int start_connected(lull_stream *s) {
+    s->state |= S_CONNECTED | S_READING;
+    arm_idle(s);
+    int rc = lull_io_start(&s->io, LULL_READABLE);
+    if (rc < 0) release_list(teardown(s));
+    return rc;
+}
+
+static int family_of(int fd, bool *tcp) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    int type = 0;
+    socklen_t tlen = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0) return -errno;
+    if (type != SOCK_STREAM) return -EINVAL;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0) return -errno;
+    *tcp = ss.ss_family == AF_INET || ss.ss_family == AF_INET6;
+    return 0;
+}
+
+int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
+                     const lull_stream_options *opts) {
+    if (!loop || !s || fd < 0 || !options_ok(opts)) {
+        if (fd >= 0) close(fd);
+        return -EINVAL;
+    }
+    LULL_ASSERT_LOOP_THREAD(loop);
+    bool tcp = false;
+    int rc = family_of(fd, &tcp);
+    if (rc == 0) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) rc = -errno;
+    }
+    if (rc == 0) rc = setup(loop, s, fd, opts, tcp);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    return start_connected(s);
+}
+
+int lull__stream_connect(lull_loop *loop, lull_stream *s, int family,
+                         const struct sockaddr *addr, socklen_t len,
+                         const lull_stream_options *opts, lull_connect_fn fn) {
+    if (!loop || !s || !options_ok(opts)) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    int rc = setup(loop, s, fd, opts, family != AF_UNIX);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    s->on_connect = fn;
+    s->state |= S_CONNECTING;
+    if (opts && opts->connect_timeout_ns)
+        lull_timer_start(&s->timer, opts->connect_timeout_ns, 0);
+    if (connect(fd, addr, len) == 0) {
+        s->error = 0;
+    } else if (errno == EINPROGRESS || errno == EINTR) {
+        rc = lull_io_start(&s->io, LULL_WRITABLE);
+        if (rc == 0) return 0;
+        s->error = rc;
+    } else {
+        s->error = -errno;
+    }
+    /* Known now, told in a later turn, never inside this call. */
+    s->state |= S_CONNECT_CB;
+    lull_post(loop, &s->event);
+    return 0;
+}
+
+/* -------------------------------------------------------- user controls */
+
+int lull_stream_read_stop(lull_stream *s) {
+    if (!s || !s->loop) return -EINVAL;
+    if (s->ep.flags & LULL__EP_CLOSED) return -ENOTCONN;
+    LULL_ASSERT_LOOP_THREAD(s->loop);
+    s->state &= ~S_READING;
+    if (s->state & S_CONNECTED) update_io(s);
+    return 0;
+}
+
+int lull_stream_read_start(lull_stream *s) {
+    if (!s || !s->loop) return -EINVAL;
+    if (s->ep.flags & LULL__EP_CLOSED) return -ENOTCONN;
+    LULL_ASSERT_LOOP_THREAD(s->loop);
+    if (s->state & S_READING) return 0;
+    s->state |= S_READING;
+    if (!(s->state & S_CONNECTED)) return 0;
+    update_io(s);
+    /* Frames that arrived before the pause: a later turn, not this call. */
+    if (framed(s) && s->rend - s->rstart >= HDR) {
+        s->state |= S_DELIVER;
+        lull_post(s->loop, &s->event);
+    }
+    return 0;
+}
+
+int lull_stream_read_into(lull_stream *s, void *buf, size_t cap) {
+    if (!s || !s->loop || !buf || cap < 2 * HDR) return -EINVAL;
+    if (s->ep.flags & LULL__EP_CLOSED) return -ENOTCONN;
+    if (s->rend != s->rstart || s->guard) return -EBUSY;
+    if (s->state & S_OWN_BUF) free(s->rbuf);
+    s->state &= ~S_OWN_BUF;
+    s->rbuf = buf;
+    s->rcap = cap;
+    s->rstart = s->rend = 0;
+    return 0;
+}
+
+void lull_stream_on_end(lull_stream *s, lull_end_fn fn) {
+    if (s) s->on_end = fn;
+}
+
+int lull_stream_shutdown(lull_stream *s) {
+    if (!s || !s->loop) return -EINVAL;
+    if (s->ep.flags & LULL__EP_CLOSED) return -ENOTCONN;
+    LULL_ASSERT_LOOP_THREAD(s->loop);
+    if (s->state & (S_SHUT_WANT | S_SHUT_DONE)) return 0;
+    s->state |= S_SHUT_WANT;
+    s->ep.flags |= EP_NO_SEND;
+    if ((s->state & (S_CONNECTED | S_BLOCKED)) == S_CONNECTED && !s->head)
+        after_write(s);
+    /* Otherwise the write that empties the queue shuts it (after_write). */
+    return 0;
+}
+
+int lull_stream_fd(const lull_stream *s) {
+    if (!s || (s->ep.flags & LULL__EP_CLOSED)) return -1;
+    return s->io.fd;
+}
+
+/* -------------------------------------------------------------- server */
+
+static void server_retry(lull_timer *t) {
+    lull_server *srv = LULL_CONTAINER_OF(t, lull_server, retry);
+    if (srv->io.fd >= 0) lull_io_start(&srv->io, LULL_READABLE);
+}
+
+static bool out_of_fds(int err) {
+    return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
+static void server_io(lull_io *io, int events) {
+    (void)events;
+    lull_server *srv = LULL_CONTAINER_OF(io, lull_server, io);
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int err = errno;
+            if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+            if (out_of_fds(err)) {
+                /* Not a spin: stop watching until the retry timer. */
+                lull_io_stop(io);
+                lull_timer_start(&srv->retry, srv->retry_ns, 0);
+                srv->paused++;
+            }
+            return;
+        }
+        srv->pending = fd;
+        srv->accepted++;
+        lull__stream_guard g;
+        guard_enter(&srv->guard, &g);
+        if (srv->on_connection) srv->on_connection(srv);
+        /* Closed inside (and the waiting fd with it): do not touch srv. */
+        if (!guard_leave(&srv->guard, &g)) return;
+        if (srv->pending >= 0) close(srv->pending); /* not taken */
+        srv->pending = -1;
+    }
+}
+
+int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
+                        const struct sockaddr *addr, socklen_t len, int backlog,
+                        lull_connection_fn fn) {
+    if (!loop || !srv || !fn) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    memset(srv, 0, sizeof *srv);
+    srv->pending = -1;
+    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    int one = 1;
+    if (family != AF_UNIX)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int rc = 0;
+    if (bind(fd, addr, len) < 0 ||
+        listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
+        rc = -errno;
+    if (rc == 0) rc = lull_io_init(loop, &srv->io, fd, server_io);
+    if (rc == 0) rc = lull_io_start(&srv->io, LULL_READABLE);
+    if (rc < 0) {
+        close(fd);
+        srv->io.fd = -1;
+        return rc;
+    }
+    lull_timer_init(loop, &srv->retry, server_retry);
+    srv->loop = loop;
+    srv->on_connection = fn;
+    srv->family = family;
+    srv->retry_ns = ACCEPT_RETRY_NS;
+    return 0;
+}
+
+int lull_stream_accept(lull_server *srv, lull_stream *s,
+                       const lull_stream_options *opts) {
+    if (!srv || !s || !srv->loop || !options_ok(opts)) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(srv->loop);
+    if (srv->pending < 0) return -ENOENT;
+    int fd = srv->pending;
+    srv->pending = -1;
+    int rc = setup(srv->loop, s, fd, opts, srv->family != AF_UNIX);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    return start_connected(s);
+}
+
+void lull_server_close(lull_server *srv) {
+    if (!srv || !srv->loop || srv->io.fd < 0) return;
+    LULL_ASSERT_LOOP_THREAD(srv->loop);
+    lull_io_stop(&srv->io);
+    lull_timer_stop(&srv->retry);
+    close(srv->io.fd);
+    srv->io.fd = -1;
+    if (srv->pending >= 0) close(srv->pending);
+    srv->pending = -1;
+    guards_close(&srv->guard, NULL);
+}
+
+int lull_server_port(const lull_server *srv) {
+    if (!srv || !srv->loop || srv->io.fd < 0) return -EINVAL;
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(srv->io.fd, (struct sockaddr *)&ss, &len) < 0)
+        return -errno;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return -EAFNOSUPPORT;
+}

@@ -1,0 +1,23 @@
+/* What the address modules (src/tcp.c, src/unix.c) share with the stream
+ * core (src/stream.c): they turn an address into a sockaddr, the core does
+ * the rest. The core never includes them. */
+#ifndef LULL_STREAM_H
+#define LULL_STREAM_H
+
+#include <sys/socket.h>
+
+#include "lull.h"
+
+/* Creates a listening socket of `family` bound to addr and starts
+ * accepting into fn. 0 or a negative errno (nothing is left open). */
+int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
+                        const struct sockaddr *addr, socklen_t len, int backlog,
+                        lull_connection_fn fn);
+
+/* Starts a non-blocking connect of s to addr; the result reaches fn in a
+ * later turn. 0 or a negative errno (argument errors, socket()). */
+int lull__stream_connect(lull_loop *loop, lull_stream *s, int family,
+                         const struct sockaddr *addr, socklen_t len,
+                         const lull_stream_options *opts, lull_connect_fn fn);
+
+#endif

@@ -1,0 +1,66 @@
+/* TCP streams: numeric IPv4 and IPv6 addresses to sockaddrs; the stream
+ * core (src/stream.c) does the rest, TCP_NODELAY included. No name
+ * resolution: a DNS lookup blocks, and has no place on a loop thread. Loop
+ * thread only. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <string.h>
+
+#include "internal.h"
+#include "stream.h"
+
+/* host: "1.2.3.4", "::1" or "[::1]"; NULL is 127.0.0.1. */
+static int tcp_address(const char *host, int port, struct sockaddr_storage *ss,
+                       socklen_t *len, int *family) {
+    if (port < 0 || port > 65535) return -EINVAL;
+    memset(ss, 0, sizeof *ss);
+    if (!host) host = "127.0.0.1";
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        *len = sizeof *v4;
+        *family = AF_INET;
+        return 0;
+    }
+    char buf[INET6_ADDRSTRLEN + 2];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+        if (n - 2 >= sizeof buf) return -EINVAL;
+        memcpy(buf, host + 1, n - 2);
+        buf[n - 2] = '\0';
+        host = buf;
+    }
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET6, host, &v6->sin6_addr) != 1) return -EINVAL;
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons((uint16_t)port);
+    *len = sizeof *v6;
+    *family = AF_INET6;
+    return 0;
+}
+
+int lull_tcp_listen(lull_loop *loop, lull_server *srv, const char *host,
+                    int port, int backlog, lull_connection_fn fn) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int family;
+    int rc = tcp_address(host, port, &ss, &len, &family);
+    if (rc < 0) return rc;
+    return lull__server_listen(loop, srv, family, (struct sockaddr *)&ss, len,
+                               backlog, fn);
+}
+
+int lull_tcp_connect(lull_loop *loop, lull_stream *s, const char *host,
+                     int port, const lull_stream_options *opts,
+                     lull_connect_fn fn) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int family;
+    int rc = tcp_address(host, port, &ss, &len, &family);
+    if (rc < 0) return rc;
+    if (port == 0) return -EINVAL;
+    return lull__stream_connect(loop, s, family, (struct sockaddr *)&ss, len,
+                                opts, fn);
+}

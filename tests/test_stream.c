@@ -1,0 +1,1306 @@
+/* Socket streams (C6) and producers on the shared quantum (C5).
+ *
+ * The echo body is written against lull_endpoint only and runs unchanged
+ * on a loopback pair, a socketpair, a Unix listener, TCP over IPv4 and
+ * IPv6: 1 MiB of random frames, byte-exact, in order, every frame released.
+ * Then the stream's own promises: writes queued in one callback leave in
+ * one writev (counted by the stream, not timed); partial writes under a
+ * tiny send buffer and a slow reader keep order; drain once per crossing of
+ * high_water; a peer reset mid-write is a close reason, never a SIGPIPE
+ * (the default SIGPIPE action would kill this process), and other streams
+ * go on; oversized and truncated frames close only their own connection;
+ * connect errors and timeouts; accept out of fds does not spin (polls
+ * counted); half-close; idle timeout; close and free inside callbacks.
+ * Producers: a ready fd's callback runs before a yielding producer's next
+ * slice, two producers alternate, one waiting for drain does not hold the
+ * slice (orders asserted, on the virtual clock where time matters). */
+#include "check.h"
+
+#include <errno.h>
+#include <lull.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static lull_loop *new_loop(int clock, uint64_t quantum_ns) {
+    lull_loop_options o = {.clock = clock, .quantum_ns = quantum_ns};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    check_trace_reset();
+    /* The default action: a SIGPIPE anywhere kills the case. */
+    signal(SIGPIPE, SIG_DFL);
+    return loop;
+}
+
+static void free_loop(lull_loop *loop) {
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Runs iterations (blocking for fds) until *flag, at most `max` of them. */
+static void run_until(lull_loop *loop, const bool *flag, int max) {
+    for (int i = 0; i < max && !*flag; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(*flag);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+    uint64_t x = rng_state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng_state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+/* ------------------------------------------------------------ pairs */
+
+/* Two streams over a socketpair. */
+static void sp_pair(lull_loop *loop, lull_stream *a, lull_stream *b,
+                    const lull_stream_options *oa,
+                    const lull_stream_options *ob) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_stream_open(loop, a, sv[0], oa), 0);
+    CHECK_EQ(lull_stream_open(loop, b, sv[1], ob), 0);
+}
+
+/* A listener that accepts one connection into `into`. */
+typedef struct acceptor {
+    lull_server srv;
+    lull_stream *into;
+    const lull_stream_options *opts;
+    bool accepted;
+} acceptor;
+
+static void accept_one(lull_server *srv) {
+    acceptor *a = LULL_CONTAINER_OF(srv, acceptor, srv);
+    if (a->accepted) return; /* not taken: closed */
+    CHECK_EQ(lull_stream_accept(srv, a->into, a->opts), 0);
+    a->accepted = true;
+}
+
+static bool g_connected;
+static int g_connect_status;
+static void on_connect(lull_stream *s, int status) {
+    (void)s;
+    g_connected = true;
+    g_connect_status = status;
+}
+
+enum { VIA_UNIX, VIA_TCP4, VIA_TCP6 };
+
+/* Connects client to a fresh listener (closed again once accepted). False
+ * when the address family is unavailable here (IPv6 off). */
+static bool listen_pair(lull_loop *loop, int via, lull_stream *client,
+                        lull_stream *server, const lull_stream_options *o) {
+    acceptor a = {.into = server, .opts = o};
+    char path[64];
+    int rc;
+    if (via == VIA_UNIX) {
+        snprintf(path, sizeof path, "@lull-test-%d-%p", (int)getpid(),
+                 (void *)client);
+        rc = lull_unix_listen(loop, &a.srv, path, 0, accept_one);
+    } else {
+        rc =
+            lull_tcp_listen(loop, &a.srv, via == VIA_TCP4 ? "127.0.0.1" : "::1",
+                            0, 0, accept_one);
+    }
+    if (via == VIA_TCP6 && rc == -EAFNOSUPPORT) {
+        printf("IPv6 unavailable: skipped\n");
+        return false;
+    }
+    CHECK_EQ(rc, 0);
+    g_connected = false;
+    g_connect_status = 1;
+    if (via == VIA_UNIX) {
+        CHECK_EQ(lull_unix_connect(loop, client, path, o, on_connect), 0);
+    } else {
+        int port = lull_server_port(&a.srv);
+        CHECK(port > 0);
+        CHECK_EQ(lull_tcp_connect(loop, client,
+                                  via == VIA_TCP4 ? "127.0.0.1" : "[::1]", port,
+                                  o, on_connect),
+                 0);
+    }
+    CHECK(!g_connected); /* never inside the call */
+    for (int i = 0; i < 100 && !(g_connected && a.accepted); i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(g_connected && a.accepted);
+    CHECK_EQ(g_connect_status, 0);
+    lull_server_close(&a.srv);
+    return true;
+}
+
+/* ------------------------------------------ the echo body: frames only */
+
+#define ECHO_TOTAL ((size_t)1 << 20)
+#define ECHO_MAX   16384
+#define ECHO_CAP   1024
+
+typedef struct echo {
+    lull_loop *loop;
+    lull_endpoint *client;
+    lull_endpoint *server;
+    unsigned char *data;         /* ECHO_TOTAL random bytes */
+    lull_frame frames[ECHO_CAP]; /* the client's, zero-copy into data */
+    size_t off[ECHO_CAP];        /* where each frame's bytes start */
+    int nframes;
+    int sent;
+    int released;
+    int received;
+    int server_closes;
+    int server_reason;
+    int client_closes;
+    lull_task producer;
+} echo;
+
+static echo *g_echo;
+
+static void echo_release(lull_frame *f) {
+    (void)f;
+    g_echo->released++;
+}
+
+/* The client's producer: send while writable, then wait for drain. */
+static void echo_produce(lull_task *t) {
+    echo *e = LULL_CONTAINER_OF(t, echo, producer);
+    while (e->sent < e->nframes && lull_writable(e->client)) {
+        CHECK_EQ(lull_send(e->client, &e->frames[e->sent]), 0);
+        e->sent++;
+        if (lull_should_yield(e->loop)) {
+            lull_post(e->loop, t);
+            return;
+        }
+    }
+}
+
+static void echo_drain(lull_endpoint *ep) {
+    (void)ep;
+    lull_post(g_echo->loop, &g_echo->producer);
+}
+
+static void echo_server_frame(lull_endpoint *ep, const void *b, size_t n) {
+    CHECK_EQ(lull_send_copy(ep, b, n), 0);
+}
+
+static void echo_server_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    g_echo->server_closes++;
+    g_echo->server_reason = reason;
+}
+
+static void echo_client_frame(lull_endpoint *ep, const void *b, size_t n) {
+    echo *e = g_echo;
+    CHECK(e->received < e->sent);
+    const lull_frame *f = &e->frames[e->received];
+    CHECK_EQ(n, f->len);
+    CHECK(n == 0 || memcmp(b, f->bytes, n) == 0);
+    if (++e->received == e->nframes) CHECK_EQ(lull_endpoint_close(ep, 0), 0);
+}
+
+static void echo_client_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    (void)reason;
+    g_echo->client_closes++;
+}
+
+static void echo_prepare(echo *e) {
+    memset(e, 0, sizeof *e);
+    e->data = malloc(ECHO_TOTAL);
+    CHECK(e->data);
+    for (size_t i = 0; i < ECHO_TOTAL; i++)
+        e->data[i] = (unsigned char)rnd();
+    size_t at = 0;
+    while (at < ECHO_TOTAL && e->nframes < ECHO_CAP) {
+        size_t len = (size_t)(rnd() % (ECHO_MAX + 1));
+        if (len > ECHO_TOTAL - at) len = ECHO_TOTAL - at;
+        lull_frame *f = &e->frames[e->nframes++];
+        f->bytes = e->data + at;
+        f->len = len;
+        f->release = echo_release;
+        at += len;
+    }
+    CHECK_EQ(at, ECHO_TOTAL);
+}
+
+/* The body: code that knows only the frame interface. */
+static void echo_body(lull_loop *loop, lull_endpoint *client,
+                      lull_endpoint *server) {
+    echo *e = malloc(sizeof *e);
+    CHECK(e);
+    echo_prepare(e);
+    g_echo = e;
+    e->loop = loop;
+    e->client = client;
+    e->server = server;
+    lull_endpoint_callbacks(client, echo_client_frame, echo_drain,
+                            echo_client_close);
+    lull_endpoint_callbacks(server, echo_server_frame, NULL, echo_server_close);
+    lull_task_init(&e->producer, echo_produce);
+    lull_post(loop, &e->producer);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(e->received, e->nframes);
+    CHECK_EQ(e->released, e->nframes);
+    CHECK_EQ(e->server_closes, 1);
+    CHECK_EQ(e->server_reason, 0);
+    CHECK_EQ(e->client_closes, 0); /* closed by itself: no callback */
+    CHECK(lull_endpoint_closed(client) && lull_endpoint_closed(server));
+    free(e->data);
+    free(e);
+}
+
+TEST(same_body_on_loopback) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_loopback a, b;
+    CHECK_EQ(lull_loopback_pair(loop, &a, &b, NULL), 0);
+    echo_body(loop, &a.ep, &b.ep);
+    free_loop(loop);
+}
+
+TEST(echo_socketpair) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream a, b;
+    sp_pair(loop, &a, &b, NULL, NULL);
+    echo_body(loop, &a.ep, &b.ep);
+    CHECK(a.writes < (uint64_t)ECHO_CAP); /* batched, not one per frame */
+    free_loop(loop);
+}
+
+static void echo_via(int via) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream a, b;
+    if (listen_pair(loop, via, &a, &b, NULL)) echo_body(loop, &a.ep, &b.ep);
+    free_loop(loop);
+}
+
+TEST(echo_unix) {
+    echo_via(VIA_UNIX);
+}
+
+TEST(echo_tcp) {
+    echo_via(VIA_TCP4);
+}
+
+TEST(echo_tcp6) {
+    echo_via(VIA_TCP6);
+}
+
+/* The same over a server on its own thread and loop (TSan). */
+typedef struct server_thread {
+    lull_loop *loop;
+    acceptor acc;
+    lull_stream conn;
+    char path[64];
+    atomic_bool listening;
+} server_thread;
+
+static void thread_server_close(lull_endpoint *ep, int reason) {
+    CHECK_EQ(reason, 0);
+    (void)ep;
+}
+
+static void thread_accept(lull_server *srv) {
+    server_thread *st = LULL_CONTAINER_OF(srv, server_thread, acc.srv);
+    CHECK_EQ(lull_stream_accept(srv, &st->conn, NULL), 0);
+    lull_endpoint_callbacks(&st->conn.ep, echo_server_frame, NULL,
+                            thread_server_close);
+    lull_server_close(srv);
+}
+
+static void *server_main(void *arg) {
+    server_thread *st = arg;
+    CHECK_EQ(lull_loop_new(&st->loop, NULL), 0);
+    CHECK_EQ(
+        lull_unix_listen(st->loop, &st->acc.srv, st->path, 0, thread_accept),
+        0);
+    atomic_store(&st->listening, true);
+    CHECK_EQ(lull_run(st->loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(st->loop), 0);
+    return NULL;
+}
+
+static void threaded_client_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    (void)reason;
+}
+
+TEST_THREADED(echo_threaded_server) {
+    server_thread st = {0};
+    snprintf(st.path, sizeof st.path, "@lull-test-thread-%d", (int)getpid());
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, server_main, &st), 0);
+    while (!atomic_load(&st.listening))
+        usleep(1000);
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream c;
+    g_connected = false;
+    CHECK_EQ(lull_unix_connect(loop, &c, st.path, NULL, on_connect), 0);
+    run_until(loop, &g_connected, 100);
+    CHECK_EQ(g_connect_status, 0);
+    echo *e = malloc(sizeof *e);
+    CHECK(e);
+    echo_prepare(e);
+    g_echo = e;
+    e->loop = loop;
+    e->client = &c.ep;
+    lull_endpoint_callbacks(&c.ep, echo_client_frame, echo_drain,
+                            threaded_client_close);
+    lull_task_init(&e->producer, echo_produce);
+    lull_post(loop, &e->producer);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(e->received, e->nframes);
+    CHECK_EQ(e->released, e->nframes);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    free(e->data);
+    free(e);
+    free_loop(loop);
+}
+
+/* -------------------------------------------------- batching and order */
+
+typedef struct counter {
+    lull_stream s;
+    int frames;
+    size_t bytes;
+    int drains;
+    int closes;
+    int reason;
+} counter;
+
+static counter *counter_of(lull_endpoint *ep) {
+    return LULL_CONTAINER_OF(ep, counter, s.ep);
+}
+
+static void count_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)b;
+    counter *c = counter_of(ep);
+    c->frames++;
+    c->bytes += n;
+}
+
+static void count_drain(lull_endpoint *ep) {
+    counter_of(ep)->drains++;
+}
+
+static void count_close(lull_endpoint *ep, int reason) {
+    counter *c = counter_of(ep);
+    c->closes++;
+    c->reason = reason;
+}
+
+static void counters(lull_loop *loop, counter *a, counter *b,
+                     const lull_stream_options *oa,
+                     const lull_stream_options *ob) {
+    memset(a, 0, sizeof *a);
+    memset(b, 0, sizeof *b);
+    sp_pair(loop, &a->s, &b->s, oa, ob);
+    lull_endpoint_callbacks(&a->s.ep, count_frame, count_drain, count_close);
+    lull_endpoint_callbacks(&b->s.ep, count_frame, count_drain, count_close);
+}
+
+/* A stream whose peer is a plain socket the test writes bytes into. */
+static void raw_peer(lull_loop *loop, counter *c, int *peer,
+                     const lull_stream_options *o) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    memset(c, 0, sizeof *c);
+    CHECK_EQ(lull_stream_open(loop, &c->s, sv[0], o), 0);
+    lull_endpoint_callbacks(&c->s.ep, count_frame, count_drain, count_close);
+    *peer = sv[1];
+}
+
+static counter *g_a;
+
+static void send_hundred(lull_task *t) {
+    (void)t;
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ(lull_send_copy(&g_a->s.ep, &i, sizeof i), 0);
+    CHECK_EQ(g_a->s.writes, 0); /* nothing left inside the callback */
+}
+
+TEST(writes_in_one_callback_leave_in_one_writev) {
+    unsigned modes[] = {0, LULL_STREAM_RAW};
+    for (int m = 0; m < 2; m++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        counter a, b;
+        lull_stream_options o = {.flags = modes[m]};
+        counters(loop, &a, &b, &o, &o);
+        g_a = &a;
+        lull_task t;
+        lull_task_init(&t, send_hundred);
+        lull_post(loop, &t);
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(a.s.writes, 1);
+        CHECK_EQ(a.s.bytes_written, 100 * (sizeof(int) + (m ? 0 : 4)));
+        while (b.bytes < 100 * sizeof(int))
+            CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        if (!m) CHECK_EQ(b.frames, 100);
+        CHECK_EQ(a.s.writes, 1);
+        lull_endpoint_close(&a.s.ep, 0);
+        lull_endpoint_close(&b.s.ep, 0);
+        free_loop(loop);
+    }
+}
+
+/* Replies written by fd callbacks leave after the fd phase, one writev per
+ * stream however many callbacks wrote. */
+static void reply_three(lull_endpoint *ep, const void *b, size_t n) {
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_send_copy(ep, b, n), 0);
+}
+
+TEST(replies_from_fd_callbacks_leave_together) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    lull_endpoint_callbacks(&b.s.ep, reply_three, NULL, count_close);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_send_copy(&a.s.ep, &i, sizeof i), 0);
+    while (a.frames < 30)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.s.writes, 1);
+    CHECK_EQ(b.s.reads, 1);
+    CHECK_EQ(b.s.writes, 1); /* 30 replies from 10 frame callbacks */
+    lull_endpoint_close(&a.s.ep, 0);
+    lull_endpoint_close(&b.s.ep, 0);
+    free_loop(loop);
+}
+
+/* A reply written by an fd callback leaves before the ready tasks run, so
+ * a long producer queued behind it does not delay it by a quantum. */
+static counter *g_replier;
+static void check_reply_left(lull_task *t) {
+    (void)t;
+    CHECK_EQ(g_replier->s.writes, 1);
+    check_trace(1);
+}
+
+TEST(reply_leaves_before_queued_tasks) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    lull_endpoint_callbacks(&b.s.ep, reply_three, NULL, count_close);
+    g_replier = &b;
+    CHECK_EQ(lull_send_copy(&a.s.ep, "ping", 4), 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0); /* the ping leaves */
+    lull_task t;
+    lull_task_init(&t, check_reply_left);
+    lull_post(loop, &t); /* queued before the ping is read */
+    while (a.frames < 3)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(check_trace_len(), 1);
+    lull_endpoint_close(&a.s.ep, 0);
+    lull_endpoint_close(&b.s.ep, 0);
+    free_loop(loop);
+}
+
+/* The quiet condition of the five rows: once the traffic is over, an open
+ * stream holds no task, no timer and no writable interest, and an idle
+ * loop with it blocks in the kernel without waking. */
+static void check_quiet(const lull_stream *s) {
+    CHECK(!lull_task_pending(&s->flush));
+    CHECK(!lull_task_pending(&s->event));
+    CHECK(!lull_timer_active(&s->timer));
+    CHECK_EQ(s->io.events, LULL_READABLE);
+}
+
+static void stop_loop(lull_timer *t) {
+    lull_stop(t->loop);
+}
+
+TEST(idle_stream_is_quiet) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ(lull_send_copy(&a.s.ep, &i, sizeof i), 0);
+    while (b.frames < 100)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    check_quiet(&a.s);
+    check_quiet(&b.s);
+    lull_loop_metrics_reset(loop);
+    lull_timer t;
+    lull_timer_init(loop, &t, stop_loop);
+    lull_timer_start(&t, 20000000, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0); /* sleeps until t */
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_EQ(m.wakeups, 1); /* the timer's, and nothing else */
+    CHECK_EQ(m.tasks_run, 1);
+    lull_endpoint_close(&a.s.ep, 0);
+    lull_endpoint_close(&b.s.ep, 0);
+    free_loop(loop);
+}
+
+/* A small send buffer and a reader that takes 700 bytes per turn: every
+ * write is partial, the data arrives whole and in order. */
+typedef struct slow {
+    lull_stream s;
+    lull_task resume;
+    unsigned char buf[700];
+    const unsigned char *want;
+    size_t got;
+    size_t total;
+} slow;
+
+static void slow_resume(lull_task *t) {
+    slow *r = LULL_CONTAINER_OF(t, slow, resume);
+    CHECK_EQ(lull_stream_read_start(&r->s), 0);
+}
+
+static void slow_bytes(lull_endpoint *ep, const void *b, size_t n) {
+    slow *r = LULL_CONTAINER_OF(ep, slow, s.ep);
+    CHECK(r->got + n <= r->total);
+    CHECK(memcmp(b, r->want + r->got, n) == 0);
+    r->got += n;
+    lull_stream_read_stop(&r->s);
+    lull_post(r->s.loop, &r->resume);
+}
+
+static int g_released;
+static void count_release(lull_frame *f) {
+    (void)f;
+    g_released++;
+}
+
+TEST(partial_writes_keep_order) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    int small = 4096;
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    counter w;
+    memset(&w, 0, sizeof w);
+    slow *r = calloc(1, sizeof *r);
+    CHECK(r);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &w.s, sv[0], &raw), 0);
+    CHECK_EQ(lull_stream_open(loop, &r->s, sv[1], &raw), 0);
+    CHECK_EQ(lull_stream_read_into(&r->s, r->buf, sizeof r->buf), 0);
+    lull_endpoint_callbacks(&w.s.ep, NULL, count_drain, count_close);
+    lull_endpoint_callbacks(&r->s.ep, slow_bytes, NULL, NULL);
+    lull_task_init(&r->resume, slow_resume);
+    size_t total = 1 << 20;
+    unsigned char *data = malloc(total);
+    CHECK(data);
+    for (size_t i = 0; i < total; i++)
+        data[i] = (unsigned char)rnd();
+    r->want = data;
+    r->total = total;
+    /* Everything queued at once (past high_water: that is allowed), in
+     * frames of random sizes. */
+    int nf = 0;
+    lull_frame *frames = calloc(4096, sizeof *frames);
+    g_released = 0;
+    for (size_t at = 0; at < total; nf++) {
+        size_t len = 1 + rnd() % 1000;
+        if (len > total - at) len = total - at;
+        frames[nf] = (lull_frame){
+            .bytes = data + at, .len = len, .release = count_release};
+        CHECK_EQ(lull_send(&w.s.ep, &frames[nf]), 0);
+        at += len;
+    }
+    while (r->got < total)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(r->got, total);
+    CHECK_EQ(g_released, nf);
+    CHECK(w.s.writes > 10); /* many partial writes */
+    CHECK_EQ(w.drains, 1);  /* it was past high_water once, then drained */
+    lull_endpoint_close(&w.s.ep, 0);
+    lull_endpoint_close(&r->s.ep, 0);
+    free(frames);
+    free(data);
+    free(r);
+    free_loop(loop);
+}
+
+/* Fills a paused peer until the sender is not writable. */
+static int fill(counter *c) {
+    static unsigned char blob[1000];
+    int n = 0;
+    while (lull_writable(&c->s.ep)) {
+        CHECK_EQ(lull_send_copy(&c->s.ep, blob, sizeof blob), 0);
+        n++;
+        CHECK(n < 100000);
+    }
+    return n;
+}
+
+TEST(drain_once_per_crossing) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options o = {.high_water = 8192};
+    counters(loop, &a, &b, &o, NULL);
+    /* A crossing the stream writes away inside the send is no crossing:
+     * the sender never saw it not writable. */
+    static unsigned char hw[8192];
+    CHECK_EQ(lull_send_copy(&a.s.ep, hw, sizeof hw), 0);
+    CHECK(lull_writable(&a.s.ep));
+    CHECK_EQ(a.s.writes, 1); /* written inside the send */
+    while (b.bytes < sizeof hw)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.drains, 0);
+    int small = 4096;
+    setsockopt(lull_stream_fd(&a.s), SOL_SOCKET, SO_SNDBUF, &small,
+               sizeof small);
+
+    for (int round = 1; round <= 2; round++) {
+        CHECK_EQ(lull_stream_read_stop(&b.s), 0);
+        size_t before = b.bytes;
+        int n = fill(&a);
+        CHECK(!lull_writable(&a.s.ep));
+        /* Paused reader: no drain, however long we run. */
+        for (int i = 0; i < 5; i++)
+            CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(a.drains, round - 1);
+        CHECK_EQ(lull_stream_read_start(&b.s), 0);
+        while (b.bytes < before + (size_t)n * 1000)
+            CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        for (int i = 0; i < 3; i++)
+            CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(a.drains, round);
+    }
+    lull_endpoint_close(&a.s.ep, 0);
+    lull_endpoint_close(&b.s.ep, 0);
+    free_loop(loop);
+}
+
+/* ------------------------------------------------------------- failures */
+
+static void keep_writing(lull_task *t);
+static lull_task g_writer;
+static counter *g_victim;
+
+static void keep_writing(lull_task *t) {
+    static unsigned char blob[4096];
+    counter *c = g_victim;
+    while (!lull_endpoint_closed(&c->s.ep) && lull_writable(&c->s.ep))
+        if (lull_send_copy(&c->s.ep, blob, sizeof blob) < 0) return;
+    (void)t;
+}
+
+static void victim_drain(lull_endpoint *ep) {
+    (void)ep;
+    lull_post(g_victim->s.loop, &g_writer);
+}
+
+TEST(peer_reset_mid_write) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter *c = calloc(1, sizeof *c), *p = calloc(1, sizeof *p);
+    CHECK(c && p);
+    CHECK(listen_pair(loop, VIA_TCP4, &c->s, &p->s, NULL));
+    lull_endpoint_callbacks(&c->s.ep, count_frame, victim_drain, count_close);
+    lull_endpoint_callbacks(&p->s.ep, count_frame, NULL, count_close);
+    /* Another pair that must keep working afterwards. */
+    counter x, y;
+    counters(loop, &x, &y, NULL, NULL);
+
+    g_victim = c;
+    lull_task_init(&g_writer, keep_writing);
+    lull_post(loop, &g_writer);
+    while (p->bytes < (1 << 20))
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    /* An abortive close: the kernel answers the writer with RST. */
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    CHECK_EQ(setsockopt(lull_stream_fd(&p->s), SOL_SOCKET, SO_LINGER, &lg,
+                        sizeof lg),
+             0);
+    lull_endpoint_close(&p->s.ep, 0);
+    for (int i = 0; i < 1000 && !c->closes; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(c->closes, 1);
+    CHECK(c->reason == -ECONNRESET || c->reason == -EPIPE);
+    CHECK(lull_send_copy(&c->s.ep, "x", 1) == -EPIPE);
+
+    /* A write to a peer that is gone: EPIPE, which without MSG_NOSIGNAL
+     * would be a SIGPIPE. Found inside lull_send (a write at high_water),
+     * so the close comes in a later turn. */
+    counter w;
+    int peer;
+    lull_stream_options o = {.high_water = 1024};
+    raw_peer(loop, &w, &peer, &o);
+    close(peer);
+    static unsigned char blob[2048];
+    CHECK_EQ(lull_send_copy(&w.s.ep, blob, sizeof blob), 0);
+    CHECK_EQ(w.s.writes, 1);
+    CHECK_EQ(w.closes, 0);
+    CHECK_EQ(lull_send_copy(&w.s.ep, blob, 1), -EPIPE);
+    for (int i = 0; i < 10 && !w.closes; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.closes, 1);
+    CHECK_EQ(w.reason, -EPIPE);
+
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_send_copy(&x.s.ep, &i, sizeof i), 0);
+    while (y.frames < 10)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    lull_endpoint_close(&x.s.ep, 0);
+    lull_endpoint_close(&y.s.ep, 0);
+    free(c);
+    free(p);
+    free_loop(loop);
+}
+
+static void put_header(int fd, uint32_t len) {
+    unsigned char h[4] = {(unsigned char)(len >> 24),
+                          (unsigned char)(len >> 16), (unsigned char)(len >> 8),
+                          (unsigned char)len};
+    CHECK_EQ(write(fd, h, 4), 4);
+}
+
+TEST(bad_frames_close_only_their_connection) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream_options o = {.max_frame = 1024};
+    counter big, cut, good, good_peer;
+    int fd_big, fd_cut;
+    raw_peer(loop, &big, &fd_big, &o);
+    raw_peer(loop, &cut, &fd_cut, &o);
+    counters(loop, &good, &good_peer, &o, &o);
+
+    put_header(fd_big, 1025); /* one byte over: refused from the header */
+    put_header(fd_cut, 100);  /* promises 100 bytes, sends 10, then EOF */
+    CHECK_EQ(write(fd_cut, "0123456789", 10), 10);
+    shutdown(fd_cut, SHUT_WR);
+    for (int i = 0; i < 100 && !(big.closes && cut.closes); i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(big.closes, 1);
+    CHECK_EQ(big.reason, -EMSGSIZE);
+    CHECK_EQ(cut.closes, 1);
+    CHECK_EQ(cut.reason, -EPROTO);
+    CHECK_EQ(big.frames + cut.frames, 0);
+    /* The kernel side is gone: the peers read EOF. */
+    char ch;
+    CHECK_EQ(read(fd_big, &ch, 1), 0);
+
+    /* A sender is refused too: the limit is the endpoint's. */
+    static unsigned char blob[1025];
+    CHECK_EQ(lull_send_copy(&good.s.ep, blob, sizeof blob), -EMSGSIZE);
+    CHECK_EQ(lull_send_copy(&good.s.ep, blob, 1024), 0);
+    while (good_peer.frames < 1)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(good_peer.bytes, 1024);
+    CHECK_EQ(good.closes + good_peer.closes, 0);
+    close(fd_big);
+    close(fd_cut);
+    lull_endpoint_close(&good.s.ep, 0);
+    lull_endpoint_close(&good_peer.s.ep, 0);
+    free_loop(loop);
+}
+
+static int refused_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd); /* bound, never listening, now closed: nobody is there */
+    return ntohs(a.sin_port);
+}
+
+TEST(connect_errors) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream s;
+    struct {
+        int rc;
+        int want;
+    } cases[3];
+    g_connected = false;
+    cases[0].rc = lull_tcp_connect(loop, &s, "127.0.0.1", refused_port(), NULL,
+                                   on_connect);
+    cases[0].want = -ECONNREFUSED;
+    CHECK_EQ(cases[0].rc, 0);
+    CHECK(!g_connected);
+    run_until(loop, &g_connected, 100);
+    CHECK_EQ(g_connect_status, -ECONNREFUSED);
+    CHECK(lull_endpoint_closed(&s.ep));
+    CHECK_EQ(lull_stream_fd(&s), -1);
+
+    g_connected = false;
+    CHECK_EQ(
+        lull_unix_connect(loop, &s, "/nonexistent/lull.sock", NULL, on_connect),
+        0);
+    run_until(loop, &g_connected, 100);
+    CHECK_EQ(g_connect_status, -ENOENT);
+
+    g_connected = false;
+    CHECK_EQ(
+        lull_unix_connect(loop, &s, "@lull-nobody-listens", NULL, on_connect),
+        0);
+    run_until(loop, &g_connected, 100);
+    CHECK_EQ(g_connect_status, -ECONNREFUSED);
+
+    CHECK_EQ(lull_tcp_connect(loop, &s, "not-an-address", 80, NULL, NULL),
+             -EINVAL);
+    CHECK_EQ(lull_tcp_connect(loop, &s, "127.0.0.1", 70000, NULL, NULL),
+             -EINVAL);
+    free_loop(loop);
+}
+
+/* A listener whose accept queue is full drops SYNs: the connect hangs
+ * until the configured timeout, which the virtual clock reaches. */
+TEST(connect_timeout) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(l, 0), 0);
+    socklen_t len = sizeof a;
+    CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &len), 0);
+    int fill[4];
+    for (int i = 0; i < 4; i++) {
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(fill[i], (struct sockaddr *)&a, sizeof a);
+    }
+    usleep(20000); /* let the handshakes that can complete, complete */
+    lull_stream s;
+    lull_stream_options o = {.connect_timeout_ns = 50000000};
+    g_connected = false;
+    CHECK_EQ(lull_tcp_connect(loop, &s, "127.0.0.1", ntohs(a.sin_port), &o,
+                              on_connect),
+             0);
+    lull_advance(loop, 49000000);
+    CHECK(!g_connected);
+    lull_advance(loop, 1000000);
+    CHECK(g_connected);
+    CHECK_EQ(g_connect_status, -ETIMEDOUT);
+    for (int i = 0; i < 4; i++)
+        close(fill[i]);
+    close(l);
+    free_loop(loop);
+}
+
+/* ---------------------------------------------------------------- accept */
+
+typedef struct many {
+    lull_server srv;
+    lull_stream conns[8];
+    int n;
+} many;
+
+static void accept_many(lull_server *srv) {
+    many *m = LULL_CONTAINER_OF(srv, many, srv);
+    CHECK(m->n < 8);
+    CHECK_EQ(lull_stream_accept(srv, &m->conns[m->n], NULL), 0);
+    m->n++;
+}
+
+TEST(accept_out_of_fds_does_not_spin) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    many *m = calloc(1, sizeof *m);
+    CHECK(m);
+    char path[64];
+    snprintf(path, sizeof path, "@lull-test-emfile-%d", (int)getpid());
+    CHECK_EQ(lull_unix_listen(loop, &m->srv, path, 0, accept_many), 0);
+    lull_stream clients[3];
+    for (int i = 0; i < 3; i++) {
+        g_connected = false;
+        CHECK_EQ(lull_unix_connect(loop, &clients[i], path, NULL, on_connect),
+                 0);
+    }
+    struct rlimit old;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int lowest = dup(0);
+    CHECK(lowest > 0);
+    close(lowest);
+    struct rlimit low = {.rlim_cur = (rlim_t)lowest, .rlim_max = old.rlim_max};
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    lull_loop_metrics_reset(loop);
+    /* Ten iterations: a listener that kept watching would be ready (and
+     * called) in every one of them. */
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    lull_metrics mt;
+    lull_loop_metrics(loop, &mt);
+    CHECK_EQ(mt.polls, 10);
+    CHECK_LE(mt.polls - mt.empty_polls, 1); /* only the first found it */
+    CHECK_EQ(m->srv.paused, 1);
+    CHECK_EQ(m->n, 0);
+    /* The retry timer resumes accepting; the backlog kept everyone. */
+    lull_advance(loop, 100000000);
+    CHECK_EQ(m->n, 3);
+    for (int i = 0; i < 3; i++) {
+        lull_endpoint_close(&clients[i].ep, 0);
+        lull_endpoint_close(&m->conns[i].ep, 0);
+    }
+    lull_server_close(&m->srv);
+    free(m);
+    free_loop(loop);
+}
+
+/* ------------------------------------------------ half-close, timeouts */
+
+static int g_ends;
+static void on_end_reply(lull_stream *s) {
+    g_ends++;
+    CHECK_EQ(lull_send_copy(&s->ep, "bye", 3), 0);
+    CHECK_EQ(lull_stream_shutdown(s), 0);
+}
+
+TEST(half_close) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    lull_stream_on_end(&b.s, on_end_reply);
+    g_ends = 0;
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_send_copy(&a.s.ep, &i, sizeof i), 0);
+    CHECK_EQ(lull_stream_shutdown(&a.s), 0);
+    CHECK_EQ(lull_send_copy(&a.s.ep, "x", 1), -EPIPE);
+    CHECK(!lull_writable(&a.s.ep));
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0); /* until both closed */
+    CHECK_EQ(b.frames, 5);
+    CHECK_EQ(g_ends, 1);
+    CHECK_EQ(a.frames, 1); /* "bye", read after a shut its side */
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, 0);
+    CHECK_EQ(b.closes, 1);
+    CHECK_EQ(b.reason, 0);
+    free_loop(loop);
+}
+
+TEST(idle_timeout) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    counter a, b;
+    lull_stream_options o = {.idle_timeout_ns = 1000000000};
+    counters(loop, &a, &b, &o, NULL);
+    lull_advance(loop, 600000000);
+    CHECK_EQ(lull_send_copy(&a.s.ep, "x", 1), 0); /* activity at 0.6 s */
+    lull_advance(loop, 600000000);                /* 1.2 s */
+    CHECK_EQ(a.closes, 0);
+    lull_advance(loop, 300000000); /* 1.5 s: idle 0.9 s */
+    CHECK_EQ(a.closes, 0);
+    lull_advance(loop, 200000000); /* 1.7 s: idle 1.1 s */
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ETIMEDOUT);
+    for (int i = 0; i < 10 && !b.closes; i++)
+        lull_settle(loop);
+    CHECK_EQ(b.closes, 1); /* its peer read EOF */
+    CHECK_EQ(b.reason, 0);
+    free_loop(loop);
+}
+
+TEST(sends_before_connect_are_queued) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    acceptor acc = {0};
+    counter server;
+    memset(&server, 0, sizeof server);
+    acc.into = &server.s;
+    CHECK_EQ(lull_tcp_listen(loop, &acc.srv, NULL, 0, 0, accept_one), 0);
+    counter client;
+    memset(&client, 0, sizeof client);
+    g_connected = false;
+    CHECK_EQ(lull_tcp_connect(loop, &client.s, NULL, lull_server_port(&acc.srv),
+                              NULL, on_connect),
+             0);
+    for (int i = 0; i < 7; i++)
+        CHECK_EQ(lull_send_copy(&client.s.ep, &i, sizeof i), 0);
+    run_until(loop, &acc.accepted, 100);
+    lull_endpoint_callbacks(&server.s.ep, count_frame, NULL, count_close);
+    lull_server_close(&acc.srv);
+    while (server.frames < 7)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(g_connected);
+    lull_endpoint_close(&client.s.ep, 0);
+    lull_endpoint_close(&server.s.ep, 0);
+    free_loop(loop);
+}
+
+/* --------------------------------------- close and free inside callbacks */
+
+typedef struct doomed {
+    lull_stream s;
+    int frames;
+} doomed;
+
+static void close_and_free_on_third(lull_endpoint *ep, const void *b,
+                                    size_t n) {
+    doomed *d = LULL_CONTAINER_OF(ep, doomed, s.ep);
+    if (++d->frames == 3) {
+        lull_endpoint_close(ep, 0);
+        CHECK_EQ(memcmp(b, "frame", n < 5 ? n : 5), 0); /* bytes still ok */
+        check_trace(3);
+        free(d);
+    }
+}
+
+static counter *g_release_victim;
+static void close_in_release(lull_frame *f) {
+    (void)f;
+    if (g_release_victim) {
+        lull_endpoint_close(&g_release_victim->s.ep, 0);
+        free(g_release_victim);
+        g_release_victim = NULL;
+    }
+    g_released++;
+}
+
+TEST(close_and_free_inside_callbacks) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    /* Inside a frame callback, with more frames buffered behind it. */
+    doomed *d = calloc(1, sizeof *d);
+    counter peer;
+    memset(&peer, 0, sizeof peer);
+    sp_pair(loop, &peer.s, &d->s, NULL, NULL);
+    lull_endpoint_callbacks(&d->s.ep, close_and_free_on_third, NULL, NULL);
+    lull_endpoint_callbacks(&peer.s.ep, count_frame, NULL, count_close);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_send_copy(&peer.s.ep, "frame", 5), 0);
+    while (!peer.closes)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(check_trace_len(), 1);
+    CHECK_EQ(peer.reason, 0);
+
+    /* Inside a release callback, at the flush point that wrote it. */
+    counter *c = calloc(1, sizeof *c);
+    counter other;
+    memset(&other, 0, sizeof other);
+    sp_pair(loop, &c->s, &other.s, NULL, NULL);
+    lull_endpoint_callbacks(&other.s.ep, count_frame, NULL, count_close);
+    g_release_victim = c;
+    g_released = 0;
+    lull_frame f[3];
+    for (int i = 0; i < 3; i++) {
+        f[i] =
+            (lull_frame){.bytes = "abc", .len = 3, .release = close_in_release};
+        CHECK_EQ(lull_send(&c->s.ep, &f[i]), 0);
+    }
+    while (!other.closes)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_released, 3);
+    CHECK_EQ(other.frames, 3);
+
+    /* A server closed inside its own connection callback. */
+    many *m = calloc(1, sizeof *m);
+    CHECK_EQ(lull_tcp_listen(loop, &m->srv, NULL, 0, 0, accept_many), 0);
+    lull_stream cl;
+    g_connected = false;
+    CHECK_EQ(lull_tcp_connect(loop, &cl, NULL, lull_server_port(&m->srv), NULL,
+                              on_connect),
+             0);
+    run_until(loop, &g_connected, 100);
+    while (m->n == 0)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    lull_server_close(&m->srv);
+    lull_endpoint_close(&m->conns[0].ep, 0);
+    lull_endpoint_close(&cl.ep, 0);
+    free(m);
+    free_loop(loop);
+}
+
+/* ------------------------------------------------------------ producers */
+
+/* A producer that yields on the quantum lets a ready fd's callback run
+ * before its next slice: the ping becomes readable during the first
+ * slice, and its callback runs right after that slice. The quantum is real
+ * time (20 us of spinning per record); the order is what is asserted. */
+typedef struct producer {
+    lull_task task;
+    lull_loop *loop;
+    int id;
+    int done;
+    int total;
+    int slices;
+    uint64_t spin_ns;
+    int ping_fd;  /* write the ping during the first record; -1: none */
+    counter *out; /* write to it while writable; NULL: no output */
+} producer;
+
+enum { T_PING = 100, T_YIELD = 200, T_FINISH = 300 };
+
+static void produce(lull_task *t) {
+    producer *p = LULL_CONTAINER_OF(t, producer, task);
+    check_trace(p->id * 1000 + p->slices);
+    p->slices++;
+    while (p->done < p->total) {
+        if (p->out && !lull_writable(&p->out->s.ep)) return; /* on drain */
+        if (p->out) CHECK_EQ(lull_send_copy(&p->out->s.ep, &p->done, 4), 0);
+        if (p->ping_fd >= 0 && p->done == 0)
+            CHECK_EQ(write(p->ping_fd, "\0\0\0\1p", 5), 5);
+        check_spin_ns(p->spin_ns);
+        p->done++;
+        if (lull_should_yield(p->loop)) {
+            check_trace(T_YIELD + p->id);
+            lull_post(p->loop, t);
+            return;
+        }
+    }
+    check_trace(T_FINISH + p->id);
+}
+
+static producer *g_ping_producer;
+static void on_ping(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep;
+    (void)b;
+    (void)n;
+    check_trace(T_PING);
+    CHECK(g_ping_producer->done < g_ping_producer->total);
+}
+
+static void producer_init(producer *p, lull_loop *loop, int id, int total,
+                          uint64_t spin_ns) {
+    memset(p, 0, sizeof *p);
+    lull_task_init(&p->task, produce);
+    p->loop = loop;
+    p->id = id;
+    p->total = total;
+    p->spin_ns = spin_ns;
+    p->ping_fd = -1;
+}
+
+TEST(producer_lets_fd_callback_run_within_a_quantum) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 200000);
+    counter pinged;
+    int peer;
+    raw_peer(loop, &pinged, &peer, NULL);
+    lull_endpoint_callbacks(&pinged.s.ep, on_ping, NULL, NULL);
+    producer p;
+    producer_init(&p, loop, 1, 100, 20000);
+    p.ping_fd = peer;
+    g_ping_producer = &p;
+    lull_post(loop, &p.task);
+    while (p.done < p.total)
+        lull_settle(loop);
+    /* slice 0 of producer 1, its yield, the ping, slice 1 */
+    int y = check_trace_find(T_YIELD + 1), h = check_trace_find(T_PING);
+    CHECK_EQ(check_trace_find(1000), 0);
+    CHECK_EQ(y, 1);
+    CHECK_EQ(h, 2);
+    CHECK_EQ(check_trace_find(1001), 3);
+    close(peer);
+    lull_endpoint_close(&pinged.s.ep, 0);
+    free_loop(loop);
+}
+
+TEST(two_producers_alternate) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 100000);
+    producer p1, p2;
+    producer_init(&p1, loop, 1, 40, 10000);
+    producer_init(&p2, loop, 2, 40, 10000);
+    lull_post(loop, &p1.task);
+    lull_post(loop, &p2.task);
+    while (p1.done < p1.total || p2.done < p2.total)
+        lull_settle(loop);
+    CHECK(p1.slices >= 3 && p2.slices >= 3);
+    /* Slice starts alternate: 1, 2, 1, 2 ... while both have work. */
+    int last = 0, starts = 0;
+    for (int k = 0; k < 2 * 40; k++) {
+        int i1 = check_trace_find(1000 + k), i2 = check_trace_find(2000 + k);
+        if (i1 < 0 || i2 < 0) break;
+        CHECK(i1 > last || k == 0);
+        CHECK(i2 > i1);
+        last = i2;
+        starts++;
+    }
+    CHECK(starts >= 3);
+    free_loop(loop);
+}
+
+static producer *g_blocked;
+static void blocked_drain(lull_endpoint *ep) {
+    counter_of(ep)->drains++;
+    lull_post(g_blocked->loop, &g_blocked->task);
+}
+
+TEST(producer_waiting_for_drain_does_not_hold_the_slice) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 100000);
+    counter out, sink;
+    lull_stream_options o = {.high_water = 4096};
+    counters(loop, &out, &sink, &o, NULL);
+    int small = 4096;
+    setsockopt(lull_stream_fd(&out.s), SOL_SOCKET, SO_SNDBUF, &small,
+               sizeof small);
+    CHECK_EQ(lull_stream_read_stop(&sink.s), 0);
+    lull_endpoint_callbacks(&out.s.ep, NULL, blocked_drain, count_close);
+    producer p1, p2;
+    producer_init(&p1, loop, 1, 100000, 0);
+    p1.out = &out;
+    g_blocked = &p1;
+    producer_init(&p2, loop, 2, 60, 10000);
+    lull_post(loop, &p1.task);
+    lull_post(loop, &p2.task);
+    while (p2.done < p2.total)
+        lull_settle(loop);
+    CHECK(p1.done < p1.total); /* still waiting for drain */
+    int p1_slices = p1.slices;
+    CHECK(p2.slices >= 3);
+    /* p2's slices ran back to back: p1 did not take a slice meanwhile. */
+    CHECK_EQ(check_trace_find(1000 + p1_slices), -1);
+    CHECK_EQ(lull_stream_read_start(&sink.s), 0);
+    while (p1.done < p1.total)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(out.drains >= 1);
+    lull_endpoint_close(&out.s.ep, 0);
+    lull_endpoint_close(&sink.s.ep, 0);
+    free_loop(loop);
+}
+
+/* ------------------------------------------------------------- raw mode */
+
+static void raw_echo(lull_endpoint *ep, const void *b, size_t n) {
+    CHECK_EQ(lull_send_copy(ep, b, n), 0);
+}
+
+TEST(raw_echo_into_caller_buffer) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    slow *r = calloc(1, sizeof *r);
+    counter e;
+    memset(&e, 0, sizeof e);
+    sp_pair(loop, &r->s, &e.s, &raw, &raw);
+    static unsigned char ebuf[333];
+    CHECK_EQ(lull_stream_read_into(&e.s, ebuf, sizeof ebuf), 0);
+    CHECK_EQ(lull_stream_read_into(&r->s, r->buf, sizeof r->buf), 0);
+    lull_task_init(&r->resume, slow_resume);
+    lull_endpoint_callbacks(&e.s.ep, raw_echo, NULL, count_close);
+    lull_endpoint_callbacks(&r->s.ep, slow_bytes, NULL, NULL);
+    size_t total = 100000;
+    unsigned char *data = malloc(total);
+    for (size_t i = 0; i < total; i++)
+        data[i] = (unsigned char)rnd();
+    r->want = data;
+    r->total = total;
+    for (size_t at = 0; at < total; at += 1000)
+        CHECK_EQ(lull_send_copy(&r->s.ep, data + at, 1000), 0);
+    while (r->got < total)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    lull_endpoint_close(&r->s.ep, 0);
+    while (!e.closes)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(e.reason, 0);
+    free(data);
+    free(r);
+    free_loop(loop);
+}
+
+TEST(argument_errors) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream s;
+    lull_server srv;
+    CHECK_EQ(lull_stream_open(NULL, &s, -1, NULL), -EINVAL);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    CHECK(lull_stream_open(loop, &s, p[0], NULL) < 0); /* not a socket */
+    close(p[1]);
+    lull_stream_options bad = {.flags = 0x80};
+    CHECK_EQ(lull_tcp_connect(loop, &s, NULL, 1, &bad, NULL), -EINVAL);
+    CHECK_EQ(lull_unix_listen(loop, &srv, "", 0, accept_one), -EINVAL);
+    char longpath[200];
+    memset(longpath, 'a', sizeof longpath - 1);
+    longpath[sizeof longpath - 1] = '\0';
+    CHECK_EQ(lull_unix_listen(loop, &srv, longpath, 0, accept_one),
+             -ENAMETOOLONG);
+    CHECK_EQ(lull_tcp_listen(loop, &srv, "::zz", 0, 0, accept_one), -EINVAL);
+    CHECK_EQ(lull_stream_read_start(NULL), -EINVAL);
+    CHECK_EQ(lull_stream_shutdown(NULL), -EINVAL);
+    free_loop(loop);
+}
