@@ -69,6 +69,7 @@ static void start_quantum(lull_loop *loop, uint64_t t) {
     loop->slice_start = t;
     loop->slice_deadline = t + loop->quantum_ns;
     loop->last_check = t;
+    loop->read_tasks = UINT64_MAX;
     loop->stride = 1;
     loop->countdown = loop->stop ? 0 : 1;
 }
@@ -145,6 +146,8 @@ bool lull__slice_check(lull_loop *loop) {
     }
     uint64_t t = lull__clock_real();
     if (!loop->virtual_clock) loop->now = t;
+    loop->read_time = t;
+    loop->read_tasks = loop->tasks_run;
     if (t - loop->sample_last >= SAMPLE_GAP_NS) {
         loop->sample_armed = true;
         loop->sample_last = t;
@@ -159,7 +162,24 @@ bool lull__slice_check(lull_loop *loop) {
     return false;
 }
 
+/* The end of a slice: the clock read made after the last callback
+ * returned, when no callback has run since (a loop that polls on every hop
+ * then reads the clock once per hop, not twice), or a fresh one. */
+uint64_t lull__slice_end_time(lull_loop *loop) {
+    if (loop->in_slice && loop->read_tasks == loop->tasks_run)
+        return loop->read_time;
+    return lull__clock_real();
+}
+
+/* A read made here is inside a callback that goes on running: it cannot
+ * end the slice (lull__slice_end_time). */
+static bool should_yield_check(lull_loop *loop) {
+    bool spent = lull__slice_check(loop);
+    loop->read_tasks = UINT64_MAX;
+    return spent;
+}
+
 bool lull_should_yield(lull_loop *loop) {
     if (LULL_UNLIKELY(!loop)) return false;
-    return --loop->countdown <= 0 && lull__slice_check(loop);
+    return --loop->countdown <= 0 && should_yield_check(loop);
 }

@@ -103,6 +103,10 @@ struct lull_loop {
     uint64_t slice_start;
     uint64_t slice_deadline;
     uint64_t last_check; /* real time of the last clock read in a slice */
+    uint64_t read_time;  /* the last read after a callback returned */
+    uint64_t read_tasks; /* tasks_run at that read, or UINT64_MAX: when
+                            still equal at the slice's end, no callback ran
+                            since, and read_time ends the slice */
     int64_t stride;      /* callbacks between clock reads, adaptive */
     bool in_slice;
     bool slice_spent;
@@ -202,6 +206,7 @@ void lull__slice_begin(lull_loop *loop, uint64_t t);
 void lull__slice_end(lull_loop *loop, uint64_t t);
 void lull__slice_renew(lull_loop *loop);
 bool lull__slice_check(lull_loop *loop);
+uint64_t lull__slice_end_time(lull_loop *loop);
 bool lull__on_loop_thread(const lull_loop *loop);
 
 /* A callback has returned: count it, and every `stride` callbacks read the

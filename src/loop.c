@@ -369,7 +369,7 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
         lull__run_queue(loop, &loop->ready, true);
     }
     run_flush(loop);
-    uint64_t t_end = lull__clock_real();
+    uint64_t t_end = lull__slice_end_time(loop);
     lull__slice_end(loop, t_end);
 #ifndef NDEBUG
     loop_verify(loop);
