@@ -364,8 +364,8 @@ typedef struct lull_metrics {
      * handles behind each count. Counting walks the ready queue and the
      * remote posts: O(queued), not a hot path. */
     uint64_t live_ready;        /* tasks and timers queued to run: ready
-                                   queue, due list (listener tasks and pump
-                                   passes included) */
+                                   queue, due list, flush queue (listener
+                                   tasks and pump passes included) */
     uint64_t live_timers;       /* timers armed for a deadline, referenced */
     uint64_t live_timers_unref; /* ... unreferenced (do not keep lull_run
                                    going, but keep lull_loop_free busy) */
@@ -431,7 +431,8 @@ LULL_EXTERN void lull_loop_audit_reset(lull_loop *loop);
  *
  * lull_live.cause: what makes the handle live. */
 enum {
-    LULL_LIVE_READY = 1,      /* queued to run: ready queue or due list */
+    LULL_LIVE_READY = 1,      /* queued to run: ready queue, due list or
+                                 flush queue */
     LULL_LIVE_ARMED = 2,      /* a timer waiting for its deadline */
     LULL_LIVE_STARTED = 3,    /* a started fd watcher */
     LULL_LIVE_SUBSCRIBED = 4, /* a listener on a notifier */
@@ -466,10 +467,11 @@ typedef struct lull_live {
 } lull_live;
 
 typedef void (*lull_walk_fn)(const lull_live *live, void *arg);
-/* Calls fn once per entry, in this order: ready queue, due list, timer heap
- * (not in deadline order), fd watchers, listeners (newest first), remote
- * posts (newest first). fn must not start, stop, post or free anything on
- * this loop. Returns the number of entries, or -EINVAL. Loop thread. */
+/* Calls fn once per entry, in this order: ready queue, due list, flush
+ * queue (a stream's pending write), timer heap (not in deadline order), fd
+ * watchers, listeners (newest first), remote posts (newest first). fn must not
+ * start, stop, post or free anything on this loop. Returns the number of
+ * entries, or -EINVAL. Loop thread. */
 LULL_EXTERN int lull_loop_walk(lull_loop *loop, lull_walk_fn fn, void *arg);
 /* Prints the walk, one line per entry, and the references held, to out
  * (uv_print_active_handles). Returns the number of entries, or -EINVAL.

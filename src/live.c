@@ -4,9 +4,9 @@
  *
  * Owns no state: it reads the structures the loop already keeps for its own
  * work. Every cause of -EBUSY is reachable that way without allocating per
- * handle: the ready queue and the due list (tasks and timers queued to
- * run), the timer heap (armed timers), the table of started fd watchers
- * (src/backend_epoll.c), the loop's list of subscribed listeners
+ * handle: the ready queue, the due list and the flush queue (tasks and
+ * timers queued to run), the timer heap (armed timers), the table of started fd
+ * watchers (src/backend_epoll.c), the loop's list of subscribed listeners
  * (src/notify.c, kept for this file) and the stack of remote posts
  * (src/remote.c). Held references are a count and have no handle. Nodes of
  * lull's own (a listener's task, a pump's pass and retry, a notifier's
@@ -61,6 +61,7 @@ static int walk_all(lull_loop *loop, lull_walk_fn fn, void *arg) {
     walk w = {.loop = loop, .fn = fn, .arg = arg};
     walk_queue(&w, &loop->ready);
     walk_queue(&w, &loop->due);
+    walk_queue(&w, &loop->flush);
     for (uint32_t i = 0; i < loop->heap.len; i++) {
         const lull__slot *s = lull__heap_slot(&loop->heap, LULL__HEAP_ROOT + i);
         lull_live e = {.cause = LULL_LIVE_ARMED,
@@ -121,6 +122,7 @@ void lull__live_count(lull_loop *loop, lull_metrics *m) {
     walk w = {.loop = loop, .fn = count_one, .arg = m};
     walk_queue(&w, &loop->ready);
     walk_queue(&w, &loop->due);
+    walk_queue(&w, &loop->flush);
     lull__remote_each(loop, walk_remote_one, &w);
     m->live_timers = loop->timers_ref;
     m->live_timers_unref = loop->heap.len - loop->timers_ref;

@@ -87,10 +87,14 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
     return 0;
 }
 
-static bool has_work_or_handles(lull_loop *loop) {
+static bool ready_now(lull_loop *loop) {
     return !lull__queue_empty(&loop->ready) || !lull__queue_empty(&loop->due) ||
-           loop->heap.len || loop->io_active || loop->refs || loop->listeners ||
-           lull__remote_pending(loop);
+           !lull__queue_empty(&loop->flush);
+}
+
+static bool has_work_or_handles(lull_loop *loop) {
+    return ready_now(loop) || loop->heap.len || loop->io_active || loop->refs ||
+           loop->listeners || lull__remote_pending(loop);
 }
 
 int lull_loop_free(lull_loop *loop) {
@@ -130,11 +134,6 @@ void lull_loop_unref(lull_loop *loop) {
  * the test advances time, unless lull_run may jump to them itself. */
 static bool timers_can_fire(lull_loop *loop) {
     return !loop->virtual_clock || (loop->flags & LULL_LOOP_AUTO_ADVANCE);
-}
-
-static bool ready_now(lull_loop *loop) {
-    return !lull__queue_empty(&loop->ready) || !lull__queue_empty(&loop->due) ||
-           !lull__queue_empty(&loop->flush);
 }
 
 void lull__at_flush(lull_loop *loop, lull_task *task) {

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <lull.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static lull_loop *new_loop(void) {
@@ -375,5 +376,28 @@ TEST(print_live_lists_what_keeps_free_busy) {
     lull_loop_unref(loop);
     lull_timer_stop(&t);
     CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A stream's write waiting for the loop's next flush point is ready work,
+ * and the walk shows it (the stream's own flush task). */
+TEST(walk_shows_a_write_waiting_for_the_flush_point) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    lull_stream s;
+    CHECK_EQ(lull_stream_open(loop, &s, sv[0], NULL), 0);
+    CHECK_EQ(lull_send_copy(&s.ep, "hello", 5), 0);
+    seen w = {.n = 0};
+    lull_loop_walk(loop, collect, &w);
+    const lull_live *e = find(&w, &s.flush, LULL_LIVE_READY);
+    CHECK_EQ(e->kind, LULL_HANDLE_TASK);
+    find(&w, &s.io, LULL_LIVE_STARTED);
+    CHECK_EQ(w.n, 2);
+    CHECK_U64_EQ(counts(loop).ready, 1);
+    CHECK(lull_settle(loop) >= 1); /* the flush point writes it */
+    CHECK_U64_EQ(counts(loop).ready, 0);
+    CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
+    close(sv[1]);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
