@@ -766,6 +766,241 @@ LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
 /* The socket, or -1 once closed. */
 LULL_EXTERN int lull_stream_fd(const lull_stream *s);
 
+/* ------------------------------------------------------------------ pool */
+
+/* Blocking work off the loop (docs/POOL.md). A pool is a set of threads that
+ * sleep on a futex while its queue is empty: no timer, no wakeup. Work is
+ * submitted from a loop's thread; its done function runs back on that loop,
+ * carried by lull_post_remote, so a burst of completions costs the loop one
+ * wake. Lanes: create one pool per purpose (fsync, DNS, ...) so that slow
+ * work in one never holds up short work in another. No allocation per
+ * submission: the caller owns every lull_work. */
+
+typedef struct lull_pool lull_pool;
+typedef struct lull_work lull_work;
+/* Runs on a pool thread. Its return value is the status done receives. */
+typedef int (*lull_work_fn)(lull_work *work);
+/* Runs on the submitting loop's thread, exactly once per accepted submit:
+ * status is fn's return value, or -ECANCELED when fn never ran. */
+typedef void (*lull_work_done_fn)(lull_work *work, int status);
+
+struct lull_work {
+    lull_task task;         /* carries the completion to the loop */
+    lull_work_fn fn;        /* runs on a pool thread */
+    lull_work_done_fn done; /* runs on the loop; may be NULL */
+    lull_loop *loop;        /* the submitting loop, while submitted */
+    lull_pool *pool;        /* non-NULL from submit until done runs */
+    lull_work *next;        /* the pool's queue (under the pool's lock) */
+    lull_work *prev;
+    int status;  /* fn's return value or -ECANCELED, handed to done */
+    bool queued; /* waiting in the pool's queue (under the pool's lock) */
+};
+
+typedef struct lull_pool_options { /* all zero = defaults */
+    unsigned threads;    /* pool threads, started by lull_pool_new; 0 = 4 */
+    unsigned max_queued; /* waiting items before submit returns -EAGAIN;
+                            0 = 1024 */
+    const char *name;    /* thread name (first 15 bytes); NULL = "lull-pool" */
+} lull_pool_options;
+
+typedef struct lull_pool_stats {
+    uint64_t submitted; /* accepted by lull_work_submit */
+    uint64_t completed; /* ran, and the completion handed to its loop */
+    uint64_t cancelled; /* never ran: lull_work_cancel or lull_pool_close */
+    uint64_t rejected;  /* refused with -EAGAIN: the queue was full */
+    uint64_t wakeups;   /* returns of a pool thread from its sleep */
+    unsigned threads;   /* threads started */
+    unsigned idle;      /* ... asleep now */
+    unsigned queued;    /* items waiting now */
+    unsigned running;   /* items running now */
+} lull_pool_stats;
+
+/* Creates a pool and starts its threads (allocates; not a hot path). opts
+ * may be NULL. */
+LULL_EXTERN int lull_pool_new(lull_pool **out, const lull_pool_options *opts);
+/* Thread-safe, never blocks. Refuses new work (-ESHUTDOWN) and cancels the
+ * waiting work: each done runs on its loop with -ECANCELED. Work already
+ * running finishes and completes normally. */
+LULL_EXTERN void lull_pool_close(lull_pool *pool);
+/* Closes the pool, waits for running work to finish and its threads to
+ * exit, and frees it. Not from a pool thread (-EDEADLK), not on the default
+ * pool (-EBUSY), not while another thread may still submit to it. The done
+ * functions of the last items still run on their loops afterwards. */
+LULL_EXTERN int lull_pool_free(lull_pool *pool);
+/* Thread-safe. The process's default pool, created on first use with the
+ * thread count in LULL_POOL_THREADS (1 to 1024) or 4; it lives until exit. */
+LULL_EXTERN int lull_pool_default(lull_pool **out);
+/* Thread-safe. Makes `pool` the default before anything asked for one
+ * (-EBUSY afterwards); lull owns it from then on. */
+LULL_EXTERN int lull_pool_set_default(lull_pool *pool);
+/* Thread-safe: a snapshot of the pool's counters. */
+LULL_EXTERN void lull_pool_get_stats(lull_pool *pool, lull_pool_stats *out);
+
+/* Prepares a work item; call again only while it is not submitted. */
+LULL_EXTERN void lull_work_init(lull_work *work, lull_work_fn fn,
+                                lull_work_done_fn done);
+/* Loop thread of `loop`; thread-safe towards the pool (loops may share one).
+ * Queues fn for a pool thread; done then runs on `loop`, which stays alive
+ * (a loop reference) until it has. -EBUSY while work is still submitted,
+ * -EAGAIN when the queue is full, -ESHUTDOWN once the pool is closed; done
+ * never runs for a refused submit. No allocation. */
+LULL_EXTERN int lull_work_submit(lull_loop *loop, lull_pool *pool,
+                                 lull_work *work);
+/* Loop thread. Cancels work that has not started: 0, and done runs in a
+ * later task with -ECANCELED. -EBUSY once it runs or ran (done still comes),
+ * -EINVAL when it is not submitted. */
+LULL_EXTERN int lull_work_cancel(lull_work *work);
+/* Submitted and its done function not yet run. */
+LULL_EXTERN bool lull_work_busy(const lull_work *work);
+
+/* ----------------------------------------------- pool: file helpers */
+
+/* One-shot file operations on a pool: the request is caller-owned, cb runs
+ * on the loop with the result (a non-negative value or a negative errno;
+ * -ECANCELED when cancelled). Paths and buffers stay the caller's and must
+ * stay valid until cb runs. */
+typedef struct lull_fs lull_fs;
+typedef void (*lull_fs_fn)(lull_fs *req, int64_t result);
+
+struct lull_fs {
+    lull_work work; /* the operation, on the pool */
+    lull_fs_fn cb;
+    int op;           /* which operation (src/fs.c) */
+    int fd;           /* read, close */
+    int flags;        /* open */
+    unsigned mode;    /* open */
+    const char *path; /* open */
+    void *buf;        /* read: filled with up to len bytes */
+    size_t len;
+    uint64_t offset; /* read: file offset */
+    int64_t result;  /* what cb receives */
+};
+
+/* Result: the new fd (opened with O_CLOEXEC added). */
+LULL_EXTERN int lull_fs_open(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                             const char *path, int flags, unsigned mode,
+                             lull_fs_fn cb);
+/* Result: 0. */
+LULL_EXTERN int lull_fs_close(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              int fd, lull_fs_fn cb);
+/* Reads up to len bytes at offset (fewer only at end of file). Result: the
+ * bytes read. */
+LULL_EXTERN int lull_fs_read(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                             int fd, void *buf, size_t len, uint64_t offset,
+                             lull_fs_fn cb);
+/* lull_work_cancel for a file request. */
+LULL_EXTERN int lull_fs_cancel(lull_fs *req);
+
+/* A journal: appends to one file, written and made durable with fdatasync
+ * on a pool, batched. Appends made while no batch is in flight leave
+ * together in the next task; appends made while one is in flight leave
+ * together when it completes; each batch is one pwritev run and one
+ * fdatasync. Completions run in append order. A write or sync error is
+ * sticky: the failed batch, everything queued behind it and every later
+ * append fail with it (the file's state is then unknown). Loop thread. */
+typedef struct lull_journal lull_journal;
+typedef struct lull_append lull_append;
+typedef void (*lull_append_fn)(lull_append *req, int status);
+
+struct lull_append {
+    lull_append *next; /* the journal's queue (loop thread) */
+    lull_append_fn cb; /* on the loop: 0 once the bytes are durable */
+    const void *buf;   /* caller's, valid until cb runs */
+    size_t len;
+    uint64_t offset; /* where its bytes start in the file */
+    uint64_t sync;   /* the fdatasync that made it durable, counted from 1
+                        per journal: appends that shared one share it */
+};
+
+struct lull_journal {
+    lull_work work;  /* one batch: its writes and its fdatasync */
+    lull_task start; /* starts the next batch in a later task */
+    lull_loop *loop;
+    lull_pool *pool;
+    int fd;            /* not owned: never closed */
+    int error;         /* sticky: the first write or sync error */
+    uint64_t end;      /* file offset the next batch starts at */
+    uint64_t syncs;    /* batches made durable */
+    lull_append *head; /* waiting for a batch, oldest first */
+    lull_append *tail;
+    lull_append *batch;   /* in flight; the pool thread reads it */
+    uint64_t batch_start; /* its first byte's offset */
+    uint64_t batch_bytes;
+};
+
+/* Writes start at the file's current end (lseek SEEK_END). */
+LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
+                                  lull_journal *j, int fd);
+/* Queues len bytes: 0, or the sticky error (cb then never runs). req must
+ * not be queued already. No allocation. */
+LULL_EXTERN int lull_journal_append(lull_journal *j, lull_append *req,
+                                    const void *buf, size_t len,
+                                    lull_append_fn cb);
+/* True while appends are queued or a batch is in flight: close the file
+ * only once it is false. */
+LULL_EXTERN bool lull_journal_busy(const lull_journal *j);
+
+/* Name resolution on a pool: getaddrinfo(node, service, hints) on a pool
+ * thread. node, service and hints stay the caller's until cb runs. cb gets
+ * getaddrinfo's status (0 or an EAI_* code: gai_strerror describes it) or
+ * -ECANCELED, and on success the list, which the caller frees with
+ * freeaddrinfo. */
+struct addrinfo;
+typedef struct lull_lookup lull_lookup;
+typedef void (*lull_lookup_fn)(lull_lookup *req, int status,
+                               struct addrinfo *res);
+
+struct lull_lookup {
+    lull_work work;
+    lull_lookup_fn cb;
+    const char *node;
+    const char *service;
+    const struct addrinfo *hints;
+    struct addrinfo *res; /* set on success, handed to cb */
+    int sys_errno;        /* errno when status is EAI_SYSTEM */
+};
+
+LULL_EXTERN int lull_getaddrinfo(lull_loop *loop, lull_pool *pool,
+                                 lull_lookup *req, const char *node,
+                                 const char *service,
+                                 const struct addrinfo *hints,
+                                 lull_lookup_fn cb);
+
+/* ---------------------------------------------- pool: one loop per core */
+
+/* N loops on N threads (pinned when asked), started together and stopped
+ * together (docs/POOL.md). Hand a task or an accepted connection to another
+ * loop with lull_post_remote(lull_percore_loop(pc, i), task). */
+typedef struct lull_percore lull_percore;
+/* Runs on loop `index`'s own thread. */
+typedef void (*lull_percore_fn)(lull_loop *loop, int index, void *arg);
+
+typedef struct lull_percore_options { /* all zero = defaults */
+    int loops;              /* 0 = one per CPU this process may run on */
+    bool pin;               /* pin loop i's thread to the i-th allowed CPU
+                               (wrapping around) */
+    lull_loop_options loop; /* options of every loop */
+    lull_percore_fn start;  /* before the loop runs: start its handles */
+    lull_percore_fn stop;   /* at lull_percore_stop: stop and close them */
+    void *arg;              /* passed to start and stop */
+} lull_percore_options;
+
+/* Starts the loops and returns once every start function has returned
+ * (allocates; not a hot path). Each loop holds a reference until stop, so
+ * it waits for remote posts with nothing else to do. */
+LULL_EXTERN int lull_percore_start(lull_percore **out,
+                                   const lull_percore_options *opts);
+/* Thread-safe. */
+LULL_EXTERN int lull_percore_count(const lull_percore *pc);
+LULL_EXTERN lull_loop *lull_percore_loop(const lull_percore *pc, int index);
+/* Thread-safe: the loops in turn (round robin), for spreading hand-offs. */
+LULL_EXTERN lull_loop *lull_percore_next(lull_percore *pc);
+/* Runs each stop function on its loop, lets each loop finish what is left
+ * (work in flight, timers) until it is no longer alive, frees the loops,
+ * joins the threads and frees pc. Not from a loop of pc (-EDEADLK). -EBUSY
+ * if a loop still held handles at the end (that loop is not freed). */
+LULL_EXTERN int lull_percore_stop(lull_percore *pc);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,7 @@ typedef struct lab_options {
     const char *only;      /* --only NAME: the one figure of a scenario to
                               run (its JSON key), or NULL for all */
     int sessions;          /* --sessions N (pump); 0 = the default, 12 */
+    bool journal;          /* --journal (pump): add the journal variant */
     const char *plot_path; /* --plot FILE.svg, or NULL */
     lab_plot *plot;        /* open while scenarios run when plot_path set */
     const char *argv0;     /* how lull-lab was started */

@@ -23,7 +23,7 @@ static const lab_scenario *const scenarios[] = {
 static void usage(FILE *out) {
     fprintf(out, "usage: lull-lab SCENARIO|all|help [--quick] [--rounds N] "
                  "[--json FILE] [--plot FILE] [--only FIGURE] [--sessions "
-                 "N] [--tcp]\n\nscenarios:\n");
+                 "N] [--tcp] [--journal]\n\nscenarios:\n");
     for (size_t i = 0; i < SCENARIO_COUNT; i++)
         fprintf(out, "  %-10s %s\n", scenarios[i]->name,
                 scenarios[i]->description);
@@ -38,7 +38,9 @@ static void usage(FILE *out) {
             "  --plot FILE write an SVG of every figure (bars: median, "
             "min-max)\n"
             "  --sessions N  pump: sessions in the main table (default 12)\n"
-            "  --tcp       replicate: TCP loopback instead of Unix sockets\n",
+            "  --tcp       replicate: TCP loopback instead of Unix sockets\n"
+            "  --journal   pump: add the journal variant (--only journal: "
+            "it alone)\n",
             "all");
 }
 
@@ -121,6 +123,8 @@ int main(int argc, char **argv) {
             }
         } else if (strcmp(a, "--tcp") == 0) {
             opts.tcp = true;
+        } else if (strcmp(a, "--journal") == 0) {
+            opts.journal = true;
         } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {
             opts.only = argv[++i];
         } else if (strcmp(a, "--json") == 0 && i + 1 < argc) {

@@ -314,6 +314,17 @@ void lull__live_count(lull_loop *loop, lull_metrics *m);
 
 /* metrics.c */
 void lull__wait_sample_begin(lull_loop *loop, lull__node *n);
+
+/* lull_post's work, for modules that post on their own hot path (a
+ * transport's delivery turn): the same queue push and wait sample, without
+ * the call and the argument checks the caller has already made. */
+static inline void lull__post(lull_loop *loop, lull_task *task) {
+    if (lull__node_queued(&task->node)) return; /* coalesced: runs once */
+    task->loop = loop;
+    lull__queue_push(&loop->ready, &task->node);
+    if (LULL_UNLIKELY(loop->sample_armed))
+        lull__wait_sample_begin(loop, &task->node);
+}
 /* The name given with lull_loop_name, or NULL. */
 const char *lull__name_lookup(lull_loop *loop, lull_any_fn fn);
 /* The same, or "(unnamed callback)" for a function without one. */

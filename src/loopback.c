@@ -42,7 +42,7 @@ static inline lull_loopback *end_of(lull_endpoint *ep) {
 static inline void claim_turn(lull_loopback *lb) {
     if (LULL_LIKELY(lb->deliver == LULL_DELIVER_TASK)) {
         if (lull__node_queued(&lb->task.node)) return;
-        lull_post(lb->loop, &lb->task);
+        lull__post(lb->loop, &lb->task);
     } else {
         if (lull_timer_active(&lb->timer)) return;
         lull_timer_start(&lb->timer, lb->delay_ns, 0);

@@ -26,11 +26,7 @@ void lull_post(lull_loop *loop, lull_task *task) {
     if (LULL_UNLIKELY(!loop || !task)) return;
     LULL_ASSERT_LOOP_THREAD(loop);
     LULL_ASSERT(task->node.fn.task, "lull: posting a task with no function");
-    if (lull__node_queued(&task->node)) return; /* coalesced: runs once */
-    task->loop = loop;
-    lull__queue_push(&loop->ready, &task->node);
-    if (LULL_UNLIKELY(loop->sample_armed))
-        lull__wait_sample_begin(loop, &task->node);
+    lull__post(loop, task);
 }
 
 void lull_cancel(lull_task *task) {

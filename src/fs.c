@@ -1,0 +1,320 @@
+/* File helpers and name resolution on the worker pool.
+ *
+ * Owns: one-shot requests (open, close, read at offset, getaddrinfo), each a
+ * caller-owned struct around a lull_work, and the journal: appends to one
+ * file made durable with fdatasync, batched. Everything here is built on
+ * lull_work_submit; the pool threads run only the *_run functions, which
+ * touch nothing but their own request (and, for the journal, the batch it
+ * was handed). Everything else runs on the loop thread.
+ *
+ * The journal keeps at most one batch in flight, so batches are written and
+ * synced in order and a completed sync covers every byte before it:
+ *   append     queues the request; with no batch in flight, posts `start`
+ *              (a later task, so the appends of one turn share a batch)
+ *   start      hands everything queued to the pool as one batch: offsets
+ *              are assigned, then one pwritev run and one fdatasync
+ *   done       starts the next batch (what queued meanwhile) before
+ *              running the finished one's callbacks, so the disk is busy
+ *              while they run
+ * Contract (BRIEF 1A): trigger: an append, or its batch's completion;
+ * source of truth: the queue and the batch; pending predicate: something
+ * queued with no batch in flight; next deadline: none; quiet condition:
+ * nothing queued and no batch in flight (no task, no timer, no work). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "lull.h"
+
+enum { OP_OPEN, OP_CLOSE, OP_READ };
+
+/* ------------------------------------------------- one-shot requests */
+
+static int fs_run(lull_work *work) {
+    lull_fs *req = LULL_CONTAINER_OF(work, lull_fs, work);
+    int64_t r = 0;
+    switch (req->op) {
+    case OP_OPEN:
+        do {
+            r = open(req->path, req->flags | O_CLOEXEC, (mode_t)req->mode);
+        } while (r < 0 && errno == EINTR);
+        if (r < 0) r = -errno;
+        break;
+    case OP_CLOSE:
+        /* Linux frees the descriptor even when close reports EINTR: never
+         * retry, another thread may already own the number. */
+        r = close(req->fd) < 0 && errno != EINTR ? -errno : 0;
+        break;
+    case OP_READ: {
+        size_t got = 0;
+        while (got < req->len) {
+            ssize_t n = pread(req->fd, (char *)req->buf + got, req->len - got,
+                              (off_t)(req->offset + got));
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) {
+                if (got == 0) r = -errno;
+                break;
+            }
+            if (n == 0) break; /* end of file */
+            got += (size_t)n;
+        }
+        if (r == 0) r = (int64_t)got;
+        break;
+    }
+    }
+    req->result = r;
+    return 0;
+}
+
+static void fs_done(lull_work *work, int status) {
+    lull_fs *req = LULL_CONTAINER_OF(work, lull_fs, work);
+    req->cb(req, status < 0 ? status : req->result);
+}
+
+static int fs_submit(lull_loop *loop, lull_pool *pool, lull_fs *req, int op,
+                     lull_fs_fn cb) {
+    req->op = op;
+    req->cb = cb;
+    req->result = 0;
+    return lull_work_submit(loop, pool, &req->work);
+}
+
+/* The request must not be in flight when its fields are rewritten. */
+static int fs_check(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                    lull_fs_fn cb) {
+    if (!loop || !pool || !req || !cb) return -EINVAL;
+    if (lull_work_busy(&req->work)) return -EBUSY;
+    lull_work_init(&req->work, fs_run, fs_done);
+    return 0;
+}
+
+int lull_fs_open(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                 const char *path, int flags, unsigned mode, lull_fs_fn cb) {
+    int rc = fs_check(loop, pool, req, cb);
+    if (rc) return rc;
+    if (!path) return -EINVAL;
+    req->path = path;
+    req->flags = flags;
+    req->mode = mode;
+    return fs_submit(loop, pool, req, OP_OPEN, cb);
+}
+
+int lull_fs_close(lull_loop *loop, lull_pool *pool, lull_fs *req, int fd,
+                  lull_fs_fn cb) {
+    int rc = fs_check(loop, pool, req, cb);
+    if (rc) return rc;
+    if (fd < 0) return -EBADF;
+    req->fd = fd;
+    return fs_submit(loop, pool, req, OP_CLOSE, cb);
+}
+
+int lull_fs_read(lull_loop *loop, lull_pool *pool, lull_fs *req, int fd,
+                 void *buf, size_t len, uint64_t offset, lull_fs_fn cb) {
+    int rc = fs_check(loop, pool, req, cb);
+    if (rc) return rc;
+    if (fd < 0) return -EBADF;
+    if ((!buf && len) || offset > INT64_MAX) return -EINVAL;
+    req->fd = fd;
+    req->buf = buf;
+    req->len = len;
+    req->offset = offset;
+    return fs_submit(loop, pool, req, OP_READ, cb);
+}
+
+int lull_fs_cancel(lull_fs *req) {
+    return req ? lull_work_cancel(&req->work) : -EINVAL;
+}
+
+/* ------------------------------------------------------- getaddrinfo */
+
+static int lookup_run(lull_work *work) {
+    lull_lookup *req = LULL_CONTAINER_OF(work, lull_lookup, work);
+    req->res = NULL;
+    int rc = getaddrinfo(req->node, req->service, req->hints, &req->res);
+    req->sys_errno = rc == EAI_SYSTEM ? errno : 0;
+    return rc;
+}
+
+static void lookup_done(lull_work *work, int status) {
+    lull_lookup *req = LULL_CONTAINER_OF(work, lull_lookup, work);
+    struct addrinfo *res = status == 0 ? req->res : NULL;
+    req->cb(req, status, res);
+}
+
+int lull_getaddrinfo(lull_loop *loop, lull_pool *pool, lull_lookup *req,
+                     const char *node, const char *service,
+                     const struct addrinfo *hints, lull_lookup_fn cb) {
+    if (!loop || !pool || !req || !cb || (!node && !service)) return -EINVAL;
+    if (lull_work_busy(&req->work)) return -EBUSY;
+    lull_work_init(&req->work, lookup_run, lookup_done);
+    req->cb = cb;
+    req->node = node;
+    req->service = service;
+    req->hints = hints;
+    req->res = NULL;
+    req->sys_errno = 0;
+    return lull_work_submit(loop, pool, &req->work);
+}
+
+/* ------------------------------------------------------------ journal */
+
+/* iovecs per pwritev call: 64 KiB of stack would buy little over 4 KiB,
+ * since a batch that long is already one syscall per 256 records. */
+#define JOURNAL_IOV 256
+
+/* On a pool thread: writes the batch at its offsets, then one fdatasync. */
+static int journal_run(lull_work *work) {
+    lull_journal *j = LULL_CONTAINER_OF(work, lull_journal, work);
+    struct iovec iov[JOURNAL_IOV];
+    uint64_t off = j->batch_start;
+    lull_append *a = j->batch;
+    size_t skip = 0; /* bytes of `a` already written */
+    while (a) {
+        int n = 0;
+        for (lull_append *b = a; b && n < JOURNAL_IOV; b = b->next) {
+            size_t from = b == a ? skip : 0;
+            if (b->len == from) continue;
+            iov[n].iov_base = (char *)b->buf + from;
+            iov[n].iov_len = b->len - from;
+            n++;
+        }
+        if (n == 0) break;
+        ssize_t w = pwritev(j->fd, iov, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -errno;
+        if (w == 0) return -EIO; /* cannot happen for a regular file */
+        off += (uint64_t)w;
+        /* Step past what was written, possibly ending inside a record. */
+        size_t left = (size_t)w;
+        while (a && left >= a->len - skip) {
+            left -= a->len - skip;
+            skip = 0;
+            a = a->next;
+        }
+        skip += left;
+    }
+    while (fdatasync(j->fd) < 0) {
+        if (errno != EINTR) return -errno;
+    }
+    return 0;
+}
+
+/* Runs the callbacks of a detached list, oldest first. */
+static void complete(lull_append *list, int status, uint64_t sync) {
+    while (list) {
+        lull_append *next = list->next; /* cb may append it again */
+        list->next = NULL;
+        list->sync = status == 0 ? sync : 0;
+        list->cb(list, status);
+        list = next;
+    }
+}
+
+static lull_append *take_queue(lull_journal *j) {
+    lull_append *list = j->head;
+    j->head = j->tail = NULL;
+    return list;
+}
+
+/* Hands what is queued to the pool as one batch; 0, or the submit's error
+ * with the batch taken back (its requests not yet completed). */
+static int start_batch(lull_journal *j) {
+    lull_append *list = take_queue(j);
+    uint64_t off = j->end;
+    for (lull_append *a = list; a; a = a->next) {
+        a->offset = off;
+        off += a->len;
+    }
+    j->batch = list;
+    j->batch_start = j->end;
+    j->batch_bytes = off - j->end;
+    int rc = lull_work_submit(j->loop, j->pool, &j->work);
+    if (rc < 0) {
+        j->batch = NULL;
+        return rc;
+    }
+    j->end = off;
+    return 0;
+}
+
+static void journal_start(lull_task *task) {
+    lull_journal *j = LULL_CONTAINER_OF(task, lull_journal, start);
+    if (j->batch || !j->head) return;
+    lull_append *list = j->head;
+    int rc = start_batch(j);
+    /* Not sticky: nothing was written (a full or closed pool). */
+    if (rc < 0) complete(list, rc, 0);
+}
+
+static void journal_done(lull_work *work, int status) {
+    lull_journal *j = LULL_CONTAINER_OF(work, lull_journal, work);
+    lull_append *finished = j->batch;
+    j->batch = NULL;
+    if (status < 0 && status != -ECANCELED) {
+        /* The file's state is unknown past the last good sync: refuse
+         * everything from here on (a retried fsync may report success for
+         * data the kernel already dropped). */
+        j->error = status;
+        lull_cancel(&j->start);
+        complete(finished, status, 0);
+        complete(take_queue(j), status, 0);
+        return;
+    }
+    if (status == -ECANCELED) /* the pool closed: nothing was written */
+        j->end = j->batch_start;
+    else
+        j->syncs++;
+    uint64_t sync = j->syncs;
+    lull_append *failed = NULL;
+    int rc = 0;
+    if (j->head) {
+        failed = j->head;
+        rc = start_batch(j);
+        if (rc == 0) failed = NULL;
+        lull_cancel(&j->start);
+    }
+    complete(finished, status, sync);
+    if (failed) complete(failed, rc, 0);
+}
+
+int lull_journal_init(lull_loop *loop, lull_pool *pool, lull_journal *j,
+                      int fd) {
+    if (!loop || !pool || !j || fd < 0) return -EINVAL;
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end < 0) return -errno;
+    memset(j, 0, sizeof *j);
+    lull_work_init(&j->work, journal_run, journal_done);
+    lull_task_init(&j->start, journal_start);
+    j->loop = loop;
+    j->pool = pool;
+    j->fd = fd;
+    j->end = (uint64_t)end;
+    return 0;
+}
+
+int lull_journal_append(lull_journal *j, lull_append *req, const void *buf,
+                        size_t len, lull_append_fn cb) {
+    if (!j || !req || !cb || (!buf && len)) return -EINVAL;
+    if (j->error) return j->error;
+    req->next = NULL;
+    req->cb = cb;
+    req->buf = buf;
+    req->len = len;
+    req->offset = 0;
+    req->sync = 0;
+    if (j->tail)
+        j->tail->next = req;
+    else
+        j->head = req;
+    j->tail = req;
+    if (!j->batch) lull_post(j->loop, &j->start);
+    return 0;
+}
+
+bool lull_journal_busy(const lull_journal *j) {
+    return j && (j->head || j->batch || lull_task_pending(&j->start));
+}

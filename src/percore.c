@@ -1,0 +1,185 @@
+/* One loop per core: N loops on N threads, started and stopped together.
+ *
+ * Owns: the loops and their threads. Each thread creates its loop (so the
+ * loop is owned by the thread that runs it from the start), takes a loop
+ * reference so that lull_run waits for remote posts with nothing else to
+ * do, runs the user's start function and reports in; lull_percore_start
+ * returns when all have. lull_percore_stop posts a stop task to each loop
+ * (lull_post_remote, the only way in from another thread): it runs the
+ * user's stop function and drops the reference, and the loop then runs
+ * until nothing keeps it alive (work in flight on a pool comes home first),
+ * and the thread ends; the loops are freed once every thread is joined. Uses
+ * the public API only.
+ *
+ * Contract (BRIEF 1A) of the helper's own part of each loop: trigger: a
+ * remote post (a hand-off, or the stop task); source of truth: the loop's
+ * remote stack; pending predicate: a post not yet run; next deadline:
+ * none; quiet condition: always (it adds a reference, no timer, no task). */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lull.h"
+
+typedef struct slot {
+    lull_percore *pc;
+    int index;
+    int cpu; /* -1: not pinned */
+    pthread_t thread;
+    lull_loop *loop; /* set by the thread before it reports in */
+    lull_task stop;  /* runs the user's stop, drops the reference */
+    int rc;          /* setup error, then lull_run's */
+} slot;
+
+struct lull_percore {
+    lull_percore_options opts;
+    int count;
+    unsigned next; /* atomic: round robin for lull_percore_next */
+    sem_t ready;   /* each thread posts once, set up or failed */
+    bool go;       /* written before `run` is posted */
+    sem_t run;     /* all set up: run (go) or give up (!go) */
+    slot *slots;
+};
+
+static void stop_task(lull_task *task) {
+    slot *s = LULL_CONTAINER_OF(task, slot, stop);
+    if (s->pc->opts.stop) s->pc->opts.stop(s->loop, s->index, s->pc->opts.arg);
+    lull_loop_unref(s->loop);
+}
+
+static void *loop_main(void *arg) {
+    slot *s = arg;
+    lull_percore *pc = s->pc;
+    if (s->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(s->cpu, &set);
+        s->rc = -pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    if (s->rc == 0) s->rc = lull_loop_new(&s->loop, &pc->opts.loop);
+    if (s->rc == 0) {
+        lull_loop_ref(s->loop);
+        if (pc->opts.start) pc->opts.start(s->loop, s->index, pc->opts.arg);
+    }
+    sem_post(&pc->ready);
+    while (sem_wait(&pc->run) != 0) {
+    }
+    if (s->rc != 0) return NULL;
+    if (!pc->go) /* another loop failed: undo what start did */
+        stop_task(&s->stop);
+    int rc = lull_run(s->loop, LULL_RUN_DEFAULT);
+    if (rc < 0) s->rc = rc;
+    return NULL;
+}
+
+/* The i-th CPU of the set this process may run on, wrapping around. */
+static int nth_cpu(const cpu_set_t *set, int i) {
+    int n = CPU_COUNT(set);
+    if (n == 0) return -1;
+    i %= n;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, set) && i-- == 0) return cpu;
+    return -1;
+}
+
+/* After the threads are joined: frees the loops and pc. The loops are freed
+ * here rather than by their threads, so that the stop task's poster has
+ * left lull_post_remote before its loop goes. */
+static int release(lull_percore *pc) {
+    int rc = 0;
+    for (int i = 0; i < pc->count; i++) {
+        slot *s = &pc->slots[i];
+        if (rc == 0) rc = s->rc;
+        if (!s->loop) continue;
+        int err = lull_loop_free(s->loop);
+        if (rc == 0) rc = err; /* -EBUSY: handles left, the loop leaks */
+    }
+    sem_destroy(&pc->ready);
+    sem_destroy(&pc->run);
+    free(pc->slots);
+    free(pc);
+    return rc;
+}
+
+int lull_percore_start(lull_percore **out, const lull_percore_options *opts) {
+    static const lull_percore_options defaults;
+    if (!out) return -EINVAL;
+    *out = NULL;
+    if (!opts) opts = &defaults;
+    if (opts->loops < 0) return -EINVAL;
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    if (sched_getaffinity(0, sizeof cpus, &cpus) < 0) return -errno;
+    int count = opts->loops ? opts->loops : CPU_COUNT(&cpus);
+    if (count < 1) count = 1;
+
+    lull_percore *pc = calloc(1, sizeof *pc);
+    if (!pc) return -ENOMEM;
+    pc->slots = calloc((size_t)count, sizeof *pc->slots);
+    if (!pc->slots) {
+        free(pc);
+        return -ENOMEM;
+    }
+    pc->opts = *opts;
+    pc->count = count;
+    sem_init(&pc->ready, 0, 0);
+    sem_init(&pc->run, 0, 0);
+
+    int rc = 0, started = 0;
+    for (int i = 0; i < count; i++) {
+        slot *s = &pc->slots[i];
+        s->pc = pc;
+        s->index = i;
+        s->cpu = opts->pin ? nth_cpu(&cpus, i) : -1;
+        lull_task_init(&s->stop, stop_task);
+        rc = -pthread_create(&s->thread, NULL, loop_main, s);
+        if (rc) break;
+        started++;
+    }
+    for (int i = 0; i < started; i++)
+        while (sem_wait(&pc->ready) != 0) {
+        }
+    for (int i = 0; i < started && rc == 0; i++)
+        rc = pc->slots[i].rc;
+    pc->go = rc == 0;
+    for (int i = 0; i < started; i++)
+        sem_post(&pc->run);
+    if (rc == 0) {
+        *out = pc;
+        return 0;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(pc->slots[i].thread, NULL);
+    pc->count = started;
+    release(pc);
+    return rc;
+}
+
+int lull_percore_count(const lull_percore *pc) {
+    return pc ? pc->count : 0;
+}
+
+lull_loop *lull_percore_loop(const lull_percore *pc, int index) {
+    if (!pc || index < 0 || index >= pc->count) return NULL;
+    return pc->slots[index].loop;
+}
+
+lull_loop *lull_percore_next(lull_percore *pc) {
+    if (!pc) return NULL;
+    unsigned i = __atomic_fetch_add(&pc->next, 1, __ATOMIC_RELAXED);
+    return pc->slots[i % (unsigned)pc->count].loop;
+}
+
+int lull_percore_stop(lull_percore *pc) {
+    if (!pc) return -EINVAL;
+    for (int i = 0; i < pc->count; i++)
+        if (pthread_equal(pc->slots[i].thread, pthread_self())) return -EDEADLK;
+    for (int i = 0; i < pc->count; i++)
+        lull_post_remote(pc->slots[i].loop, &pc->slots[i].stop);
+    for (int i = 0; i < pc->count; i++)
+        pthread_join(pc->slots[i].thread, NULL);
+    return release(pc);
+}

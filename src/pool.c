@@ -1,0 +1,381 @@
+/* The worker pool: blocking work off the loop, back on it when done.
+ *
+ * Owns: a FIFO of submitted lull_work items (caller-owned, linked through
+ * their own fields: no allocation per submission) and the pool's threads.
+ * The queue, its counters and the idle stack live under one mutex. The pool
+ * reaches loops only through the public API: lull_loop_ref / lull_loop_unref
+ * on the submitting loop's thread, lull_post_remote from any thread.
+ *
+ * A work item's life:
+ *   submit (loop thread)  queued under the lock, loop referenced, one idle
+ *                         thread woken if none is already on its way
+ *   a pool thread         unlinks it under the lock, runs fn unlocked, then
+ *                         lull_post_remote(loop, &work->task): its last
+ *                         touch of the item (done may free or resubmit it)
+ *   cancel or close       unlinks a waiting item under the lock and hands it
+ *                         to the loop with -ECANCELED: the lock decides
+ *                         which of thread, cancel and close gets it, so
+ *                         done runs exactly once
+ *   done (loop thread)    the item is free again, the loop reference
+ *                         dropped, then the user's done function runs
+ * Completions travel the loop's remote-post stack, which wakes the loop
+ * only when it goes from empty to non-empty: a burst costs one wake.
+ *
+ * Sleeping: each thread has its own futex word. A thread that finds the
+ * queue empty pushes itself on the idle stack (LIFO, so the thread that ran
+ * last, with warm caches, runs next), sets its word to 1 and waits on it
+ * with no timeout. A submitter pops it, sets the word to 0 and wakes it
+ * after dropping the lock, so the woken thread does not block on the lock
+ * its waker holds. `waking` counts threads woken but not yet back under the
+ * lock: a submit wakes another only while waking < queued, so a burst of N
+ * items wakes at most N threads, and a thread that is running picks up
+ * queued items without any wake at all.
+ *
+ * Contract (BRIEF 1A) of the pool's idle threads:
+ *   trigger              a submit (wakes one idle thread's futex word), or
+ *                        lull_pool_close (wakes them all)
+ *   source of truth      the queue, under the pool's lock
+ *   pending predicate    the queue is not empty
+ *   next deadline/retry  none: a thread sleeps with no timeout and no
+ *                        thread ever polls the queue
+ *   quiet condition      queue empty: every thread asleep on its word, and
+ *                        no loop holds a reference for this pool
+ * (docs/POOL.md has the same table.) */
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "lull.h"
+
+/* libuv's default too: enough to overlap a few syncs and lookups, few
+ * enough to cost nothing on a small machine. */
+#define DEFAULT_THREADS 4
+#define MAX_THREADS     1024
+/* A queue this long means the pool cannot keep up: the submitter should
+ * hear about it (-EAGAIN) rather than hide the latency in a longer queue. */
+#define DEFAULT_MAX_QUEUED 1024
+
+typedef struct worker {
+    lull_pool *pool;
+    pthread_t thread;
+    uint32_t word;            /* futex: 1 while asleep; the waker sets 0 */
+    struct worker *next_idle; /* the idle stack (under the lock) */
+} worker;
+
+struct lull_pool {
+    pthread_mutex_t lock; /* guards the fields below, but where noted */
+    lull_work *head;      /* waiting items, oldest first */
+    lull_work *tail;
+    unsigned queued;     /* items in the queue */
+    unsigned max_queued; /* submit says -EAGAIN at this length */
+    unsigned running;    /* items a thread is running */
+    worker *idle;        /* threads asleep, most recent first */
+    unsigned idle_count;
+    unsigned waking; /* woken, not yet back under the lock */
+    bool closed;     /* no more submissions; threads exit when empty */
+    uint64_t submitted, completed, cancelled, rejected;
+    uint64_t wakeups; /* atomic: counted as each sleep returns */
+    unsigned threads; /* started; fixed after lull_pool_new (no lock) */
+    worker *workers;  /* `threads` of them (no lock) */
+};
+
+static void futex_wake(uint32_t *word) {
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* Under the lock: takes the most recently idle thread off the stack and
+ * marks it woken; the caller calls futex_wake on it once unlocked. */
+static worker *pop_idle(lull_pool *p) {
+    worker *w = p->idle;
+    p->idle = w->next_idle;
+    p->idle_count--;
+    p->waking++;
+    __atomic_store_n(&w->word, 0, __ATOMIC_RELEASE);
+    return w;
+}
+
+static void unlink_work(lull_pool *p, lull_work *w) {
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        p->head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        p->tail = w->prev;
+    w->next = w->prev = NULL;
+    w->queued = false;
+    p->queued--;
+}
+
+static void *worker_main(void *arg) {
+    worker *me = arg;
+    lull_pool *p = me->pool;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        lull_work *w = p->head;
+        if (w) {
+            unlink_work(p, w);
+            p->running++;
+            pthread_mutex_unlock(&p->lock);
+            lull_loop *loop = w->loop;
+            w->status = w->fn(w);
+            lull_post_remote(loop, &w->task); /* last touch of w */
+            pthread_mutex_lock(&p->lock);
+            p->running--;
+            p->completed++;
+            continue;
+        }
+        if (p->closed) break;
+        me->next_idle = p->idle;
+        p->idle = me;
+        p->idle_count++;
+        __atomic_store_n(&me->word, 1, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&p->lock);
+        /* No timeout: only a submit or a close ends this sleep (C1). A
+         * return with the word still 1 (a signal, or a late wake meant for
+         * an earlier sleep) is counted and slept again. */
+        while (__atomic_load_n(&me->word, __ATOMIC_ACQUIRE) == 1) {
+            syscall(SYS_futex, &me->word, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
+            __atomic_fetch_add(&p->wakeups, 1, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_lock(&p->lock);
+        p->waking--;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+static void work_done(lull_task *task) {
+    lull_work *w = LULL_CONTAINER_OF(task, lull_work, task);
+    lull_loop *loop = w->loop;
+    w->pool = NULL; /* free again: done may resubmit it */
+    lull_loop_unref(loop);
+    if (w->done) w->done(w, w->status);
+}
+
+void lull_work_init(lull_work *work, lull_work_fn fn, lull_work_done_fn done) {
+    if (!work) return;
+    memset(work, 0, sizeof *work);
+    lull_task_init(&work->task, work_done);
+    work->fn = fn;
+    work->done = done;
+}
+
+bool lull_work_busy(const lull_work *work) {
+    return work && work->pool != NULL;
+}
+
+int lull_work_submit(lull_loop *loop, lull_pool *pool, lull_work *work) {
+    if (!loop || !pool || !work || !work->fn) return -EINVAL;
+    if (work->pool) return -EBUSY;
+    /* First, so that a call from the wrong thread trips the loop's check
+     * before anything is queued; done runs on this thread, after we
+     * return, so the reference is in place before it can be dropped. */
+    lull_loop_ref(loop);
+    pthread_mutex_lock(&pool->lock);
+    int rc = 0;
+    if (pool->closed) {
+        rc = -ESHUTDOWN;
+    } else if (pool->queued >= pool->max_queued) {
+        pool->rejected++;
+        rc = -EAGAIN;
+    }
+    if (rc) {
+        pthread_mutex_unlock(&pool->lock);
+        lull_loop_unref(loop);
+        return rc;
+    }
+    work->loop = loop;
+    work->pool = pool;
+    work->status = 0;
+    work->next = NULL;
+    work->prev = pool->tail;
+    if (pool->tail)
+        pool->tail->next = work;
+    else
+        pool->head = work;
+    pool->tail = work;
+    work->queued = true;
+    pool->queued++;
+    pool->submitted++;
+    worker *wake = NULL;
+    if (pool->idle && pool->waking < pool->queued) wake = pop_idle(pool);
+    pthread_mutex_unlock(&pool->lock);
+    if (wake) futex_wake(&wake->word);
+    return 0;
+}
+
+int lull_work_cancel(lull_work *work) {
+    if (!work) return -EINVAL;
+    lull_pool *p = work->pool;
+    if (!p) return -EINVAL;
+    pthread_mutex_lock(&p->lock);
+    bool waiting = work->queued;
+    if (waiting) {
+        unlink_work(p, work);
+        p->cancelled++;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (!waiting) return -EBUSY;
+    work->status = -ECANCELED;
+    lull_post(work->loop, &work->task); /* a later task, never inline */
+    return 0;
+}
+
+/* ----------------------------------------------------------- the pool */
+
+static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
+static lull_pool *default_pool; /* under default_lock */
+
+int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
+    static const lull_pool_options defaults;
+    if (!out) return -EINVAL;
+    *out = NULL;
+    if (!opts) opts = &defaults;
+    unsigned threads = opts->threads ? opts->threads : DEFAULT_THREADS;
+    if (threads > MAX_THREADS) return -EINVAL;
+    lull_pool *p = calloc(1, sizeof *p);
+    if (!p) return -ENOMEM;
+    p->workers = calloc(threads, sizeof *p->workers);
+    if (!p->workers) {
+        free(p);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&p->lock, NULL);
+    p->max_queued = opts->max_queued ? opts->max_queued : DEFAULT_MAX_QUEUED;
+
+    char name[16] = "lull-pool";
+    if (opts->name) {
+        strncpy(name, opts->name, sizeof name - 1);
+        name[sizeof name - 1] = '\0';
+    }
+    /* Pool threads take no signals: the process's handlers run on the
+     * threads that expect them, and a sleeping pool thread is never woken
+     * by one. The mask is inherited at pthread_create. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = 0;
+    for (unsigned i = 0; i < threads; i++) {
+        worker *w = &p->workers[i];
+        w->pool = p;
+        rc = -pthread_create(&w->thread, NULL, worker_main, w);
+        if (rc) break;
+        p->threads++;
+        pthread_setname_np(w->thread, name);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
+        lull_pool_free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+void lull_pool_close(lull_pool *pool) {
+    if (!pool) return;
+    pthread_mutex_lock(&pool->lock);
+    if (pool->closed) {
+        pthread_mutex_unlock(&pool->lock);
+        return;
+    }
+    pool->closed = true;
+    lull_work *cancelled = pool->head;
+    for (lull_work *w = cancelled; w; w = w->next)
+        w->queued = false;
+    pool->cancelled += pool->queued;
+    pool->head = pool->tail = NULL;
+    pool->queued = 0;
+    worker *sleepers = NULL, *w;
+    while (pool->idle) {
+        w = pop_idle(pool);
+        w->next_idle = sleepers;
+        sleepers = w;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    for (w = sleepers; w; w = w->next_idle)
+        futex_wake(&w->word);
+    /* Unlinked under the lock, so nobody else can take these any more. */
+    while (cancelled) {
+        lull_work *next = cancelled->next; /* before the post: done may
+                                              resubmit it at once */
+        cancelled->next = cancelled->prev = NULL;
+        cancelled->status = -ECANCELED;
+        lull_post_remote(cancelled->loop, &cancelled->task);
+        cancelled = next;
+    }
+}
+
+int lull_pool_free(lull_pool *pool) {
+    if (!pool) return -EINVAL;
+    pthread_mutex_lock(&default_lock);
+    bool is_default = pool == default_pool;
+    pthread_mutex_unlock(&default_lock);
+    if (is_default) return -EBUSY;
+    for (unsigned i = 0; i < pool->threads; i++)
+        if (pthread_equal(pool->workers[i].thread, pthread_self()))
+            return -EDEADLK;
+    lull_pool_close(pool);
+    for (unsigned i = 0; i < pool->threads; i++)
+        pthread_join(pool->workers[i].thread, NULL);
+    pthread_mutex_destroy(&pool->lock);
+    free(pool->workers);
+    free(pool);
+    return 0;
+}
+
+int lull_pool_default(lull_pool **out) {
+    if (!out) return -EINVAL;
+    int rc = 0;
+    pthread_mutex_lock(&default_lock);
+    if (!default_pool) {
+        lull_pool_options o = {.threads = DEFAULT_THREADS};
+        const char *env = getenv("LULL_POOL_THREADS");
+        if (env) {
+            char *end;
+            long n = strtol(env, &end, 10);
+            if (*env && !*end && n >= 1 && n <= MAX_THREADS)
+                o.threads = (unsigned)n;
+        }
+        rc = lull_pool_new(&default_pool, &o);
+    }
+    *out = default_pool;
+    pthread_mutex_unlock(&default_lock);
+    return rc;
+}
+
+int lull_pool_set_default(lull_pool *pool) {
+    if (!pool) return -EINVAL;
+    int rc = 0;
+    pthread_mutex_lock(&default_lock);
+    if (default_pool)
+        rc = -EBUSY;
+    else
+        default_pool = pool;
+    pthread_mutex_unlock(&default_lock);
+    return rc;
+}
+
+void lull_pool_get_stats(lull_pool *pool, lull_pool_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!pool) return;
+    pthread_mutex_lock(&pool->lock);
+    out->submitted = pool->submitted;
+    out->completed = pool->completed;
+    out->cancelled = pool->cancelled;
+    out->rejected = pool->rejected;
+    out->wakeups = __atomic_load_n(&pool->wakeups, __ATOMIC_RELAXED);
+    out->threads = pool->threads;
+    out->idle = pool->idle_count;
+    out->queued = pool->queued;
+    out->running = pool->running;
+    pthread_mutex_unlock(&pool->lock);
+}

@@ -1,0 +1,746 @@
+/* The worker pool: work runs on pool threads and its done function back on
+ * the submitting loop, exactly once per accepted submit, under load, with
+ * cancellation, a full queue, lanes, an idle pool and shutdown with work in
+ * flight. Real threads and the real clock; gates (semaphores) hold pool
+ * threads where an order has to be forced, never sleeps. */
+#include "check.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <lull.h>
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* Waits on a semaphore, failing the case after 10 s instead of hanging. */
+static void sem_wait_10s(sem_t *s, const char *what) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    while (sem_timedwait(s, &deadline) != 0) {
+        if (errno == ETIMEDOUT)
+            check_fail(__FILE__, __LINE__, "%s: not within 10 s", what);
+    }
+}
+
+/* The pool counts an item completed once its thread has handed it over,
+ * which may be just after its done function ran: wait for the count. */
+static void stats_after(lull_pool *pool, lull_pool_stats *st,
+                        uint64_t completed) {
+    uint64_t deadline = check_clock_ns() + 10000000000u;
+    for (;;) {
+        lull_pool_get_stats(pool, st);
+        if (st->completed >= completed) return;
+        if (check_clock_ns() > deadline)
+            check_fail(__FILE__, __LINE__, "completed %" PRIu64 " of %" PRIu64,
+                       st->completed, completed);
+        sched_yield();
+    }
+}
+
+/* A work item that counts where and how often it ran. */
+typedef struct item {
+    lull_work work;
+    lull_loop *loop;
+    pthread_t ran_on; /* written by the pool thread */
+    int runs;         /* fn calls, written by the pool thread */
+    int dones;        /* done calls (loop thread) */
+    int cancelled;    /* done calls with -ECANCELED */
+    int last_status;
+    int rounds_left; /* resubmissions still to make from done */
+    bool done_on_loop_thread;
+    sem_t *gate;            /* if set: fn posts `started`, then waits on it */
+    sem_t *started;         /* ... */
+    struct loop_side *side; /* the many-loops cases */
+} item;
+
+static pthread_t loop_thread;
+static uint64_t dones_total; /* loop thread of the case's single loop */
+
+static int item_run(lull_work *w) {
+    item *it = LULL_CONTAINER_OF(w, item, work);
+    it->ran_on = pthread_self();
+    it->runs++;
+    if (it->gate) {
+        sem_post(it->started);
+        sem_wait_10s(it->gate, "gate");
+    }
+    return 7; /* any int: done receives it */
+}
+
+static void item_done(lull_work *w, int status) {
+    item *it = LULL_CONTAINER_OF(w, item, work);
+    it->dones++;
+    it->last_status = status;
+    if (status == -ECANCELED) it->cancelled++;
+    it->done_on_loop_thread = pthread_equal(pthread_self(), loop_thread);
+    dones_total++;
+    /* Exactly once: every done matches one run, unless it never ran. */
+    CHECK_EQ(it->runs + it->cancelled, it->dones);
+    CHECK(!lull_work_busy(w));
+}
+
+/* ------------------------------------------------------------- basics */
+
+TEST_THREADED(pool_work_runs_off_loop_done_on_loop) {
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 2}), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &it.work), 0);
+    CHECK(lull_work_busy(&it.work));
+    CHECK_EQ(lull_work_submit(loop, pool, &it.work), -EBUSY);
+    CHECK(lull_loop_alive(loop)); /* the loop waits for the completion */
+    CHECK_EQ(it.dones, 0);        /* never inside the submit */
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.runs, 1);
+    CHECK_EQ(it.dones, 1);
+    CHECK_EQ(it.last_status, 7);
+    CHECK(!pthread_equal(it.ran_on, loop_thread));
+    CHECK(it.done_on_loop_thread);
+    lull_pool_stats st;
+    stats_after(pool, &st, 1);
+    CHECK_U64_EQ(st.submitted, 1);
+    CHECK_U64_EQ(st.completed, 1);
+    CHECK_EQ(st.threads, 2);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST_THREADED(pool_refuses_bad_calls) {
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(NULL, pool, &it.work), -EINVAL);
+    CHECK_EQ(lull_work_submit(loop, NULL, &it.work), -EINVAL);
+    CHECK_EQ(lull_work_submit(loop, pool, NULL), -EINVAL);
+    lull_work no_fn;
+    lull_work_init(&no_fn, NULL, item_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &no_fn), -EINVAL);
+    CHECK_EQ(lull_work_cancel(&it.work), -EINVAL); /* not submitted */
+    CHECK_EQ(lull_work_cancel(NULL), -EINVAL);
+    CHECK_EQ(lull_pool_new(NULL, NULL), -EINVAL);
+    CHECK_EQ(lull_pool_new(&(lull_pool *){NULL},
+                           &(lull_pool_options){.threads = 100000}),
+             -EINVAL);
+    CHECK_EQ(lull_pool_free(NULL), -EINVAL);
+    lull_pool_close(pool);
+    lull_pool_close(pool); /* twice is harmless */
+    CHECK_EQ(lull_work_submit(loop, pool, &it.work), -ESHUTDOWN);
+    CHECK(!lull_work_busy(&it.work));
+    CHECK(!lull_loop_alive(loop)); /* a refused submit holds no reference */
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------- 100,000 submissions, none lost */
+
+#define ITEMS  1000
+#define ROUNDS 100 /* submissions per item: ITEMS x ROUNDS = 100,000 */
+
+typedef struct loop_side {
+    lull_loop *loop;
+    lull_pool *pool;
+    item *items;
+    pthread_t thread;
+    uint64_t dones;
+} loop_side;
+
+static void side_done(lull_work *w, int status);
+
+static void side_start(loop_side *s) {
+    for (int i = 0; i < ITEMS; i++) {
+        item *it = &s->items[i];
+        *it = (item){0};
+        it->loop = s->loop;
+        it->rounds_left = ROUNDS;
+        it->side = s;
+        lull_work_init(&it->work, item_run, side_done);
+        CHECK_EQ(lull_work_submit(s->loop, s->pool, &it->work), 0);
+    }
+}
+
+static loop_side sides[4];
+
+static void side_done(lull_work *w, int status) {
+    item *it = LULL_CONTAINER_OF(w, item, work);
+    loop_side *s = it->side;
+    CHECK_EQ(status, 7);
+    it->dones++;
+    s->dones++;
+    CHECK_EQ(it->runs, it->dones); /* none lost, none completed twice */
+    if (--it->rounds_left > 0) {
+        /* The queue holds every item of every side: never full here. */
+        CHECK_EQ(lull_work_submit(s->loop, s->pool, w), 0);
+    }
+}
+
+static void *side_main(void *arg) {
+    loop_side *s = arg;
+    CHECK_EQ(lull_loop_adopt(s->loop), 0); /* set up here, before its run */
+    side_start(s);
+    CHECK_EQ(lull_run(s->loop, LULL_RUN_DEFAULT), 0);
+    return NULL;
+}
+
+static void many(int loops) {
+    lull_pool *pool;
+    CHECK_EQ(
+        lull_pool_new(
+            &pool, &(lull_pool_options){.threads = 4,
+                                        .max_queued = ITEMS * (unsigned)loops}),
+        0);
+    for (int i = 0; i < loops; i++) {
+        sides[i] = (loop_side){.pool = pool};
+        CHECK_EQ(lull_loop_new(&sides[i].loop, NULL), 0);
+        sides[i].items = calloc(ITEMS, sizeof(item));
+        CHECK(sides[i].items != NULL);
+    }
+    /* Each loop is created here, then set up and run by its own thread,
+     * which adopts it first (lull_loop_adopt). */
+    for (int i = 0; i < loops; i++)
+        CHECK_EQ(pthread_create(&sides[i].thread, NULL, side_main, &sides[i]),
+                 0);
+    for (int i = 0; i < loops; i++)
+        CHECK_EQ(pthread_join(sides[i].thread, NULL), 0);
+    lull_pool_stats st;
+    stats_after(pool, &st, (uint64_t)loops * ITEMS * ROUNDS);
+    CHECK_U64_EQ(st.submitted, (uint64_t)loops * ITEMS * ROUNDS);
+    CHECK_U64_EQ(st.completed, (uint64_t)loops * ITEMS * ROUNDS);
+    CHECK_U64_EQ(st.cancelled, 0);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    for (int i = 0; i < loops; i++) {
+        CHECK_U64_EQ(sides[i].dones, (uint64_t)ITEMS * ROUNDS);
+        for (int k = 0; k < ITEMS; k++) {
+            CHECK_EQ(sides[i].items[k].runs, ROUNDS);
+            CHECK_EQ(sides[i].items[k].dones, ROUNDS);
+        }
+        free(sides[i].items);
+        CHECK_EQ(lull_loop_free(sides[i].loop), 0);
+    }
+}
+
+TEST_THREADED(pool_100000_submissions_from_one_loop) {
+    many(1);
+}
+
+TEST_THREADED(pool_100000_submissions_from_each_of_4_loops) {
+    many(4);
+}
+
+/* ------------------------------------------------ cancel, queue full */
+
+TEST_THREADED(pool_cancel_before_start) {
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    loop_thread = pthread_self();
+    sem_t gate, started;
+    sem_init(&gate, 0, 0);
+    sem_init(&started, 0, 0);
+    item a = {.gate = &gate, .started = &started}, b = {0}, c = {0};
+    lull_work_init(&a.work, item_run, item_done);
+    lull_work_init(&b.work, item_run, item_done);
+    lull_work_init(&c.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &a.work), 0);
+    sem_wait_10s(&started, "a started"); /* the only thread is held by a */
+    CHECK_EQ(lull_work_submit(loop, pool, &b.work), 0);
+    CHECK_EQ(lull_work_submit(loop, pool, &c.work), 0);
+    CHECK_EQ(lull_work_cancel(&b.work), 0);
+    CHECK_EQ(b.dones, 0); /* done comes in a later task */
+    CHECK_EQ(lull_work_cancel(&b.work), -EBUSY); /* its done is on the way */
+    CHECK_EQ(lull_work_cancel(&a.work), -EBUSY); /* running */
+    CHECK(lull_work_busy(&b.work));
+    sem_post(&gate);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(a.dones, 1);
+    CHECK_EQ(a.last_status, 7);
+    CHECK_EQ(b.dones, 1);
+    CHECK_EQ(b.runs, 0);
+    CHECK_EQ(b.last_status, -ECANCELED);
+    CHECK(b.done_on_loop_thread);
+    CHECK_EQ(c.dones, 1);
+    CHECK_EQ(c.runs, 1);
+    lull_pool_stats st;
+    stats_after(pool, &st, 2);
+    CHECK_U64_EQ(st.cancelled, 1);
+    CHECK_U64_EQ(st.completed, 2);
+    CHECK_EQ(lull_work_cancel(&c.work), -EINVAL); /* done ran: not submitted */
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&gate);
+    sem_destroy(&started);
+}
+
+TEST_THREADED(pool_queue_full_says_eagain) {
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool,
+                           &(lull_pool_options){.threads = 1, .max_queued = 3}),
+             0);
+    loop_thread = pthread_self();
+    sem_t gate, started;
+    sem_init(&gate, 0, 0);
+    sem_init(&started, 0, 0);
+    item it[5] = {{.gate = &gate, .started = &started}};
+    for (int i = 0; i < 5; i++)
+        lull_work_init(&it[i].work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &it[0].work), 0);
+    sem_wait_10s(&started, "first item started"); /* running: not queued */
+    for (int i = 1; i < 4; i++)
+        CHECK_EQ(lull_work_submit(loop, pool, &it[i].work), 0);
+    CHECK_EQ(lull_work_submit(loop, pool, &it[4].work), -EAGAIN);
+    CHECK(!lull_work_busy(&it[4].work));
+    lull_pool_stats st;
+    lull_pool_get_stats(pool, &st);
+    CHECK_EQ(st.queued, 3);
+    CHECK_EQ(st.running, 1);
+    CHECK_U64_EQ(st.rejected, 1);
+    sem_post(&gate);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(it[i].dones, 1);
+    CHECK_EQ(it[4].dones, 0); /* refused: done never runs */
+    CHECK_EQ(it[4].runs, 0);
+    /* Room again: the refused item goes through now. */
+    CHECK_EQ(lull_work_submit(loop, pool, &it[4].work), 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it[4].dones, 1);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&gate);
+    sem_destroy(&started);
+}
+
+/* ------------------------------------------------------------- lanes */
+
+#define FAST 100
+
+static sem_t lane_gate;
+static int fast_done;
+static item slow_item;
+static lull_timer lane_deadline;
+
+static void fast_done_fn(lull_work *w, int status) {
+    (void)w;
+    CHECK_EQ(status, 7);
+    if (++fast_done == FAST) {
+        /* Every short item came back while the slow one still holds its
+         * lane: now let it finish. */
+        CHECK_EQ(slow_item.dones, 0);
+        CHECK(lull_work_busy(&slow_item.work));
+        lull_timer_stop(&lane_deadline);
+        sem_post(&lane_gate);
+    }
+}
+
+static void lane_timeout(lull_timer *t) {
+    (void)t;
+    check_fail(__FILE__, __LINE__, "fast lane: %d of %d in 10 s", fast_done,
+               FAST);
+}
+
+/* A pool per purpose: work stuck in one pool (an fsync on a slow disk, a
+ * DNS lookup timing out) does not hold up work in another. */
+TEST_THREADED(pool_slow_lane_does_not_delay_fast_lane) {
+    lull_loop *loop;
+    lull_pool *slow, *fast;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&slow, &(lull_pool_options){.threads = 1,
+                                                       .name = "lull-slow"}),
+             0);
+    CHECK_EQ(lull_pool_new(&fast, &(lull_pool_options){.threads = 1,
+                                                       .name = "lull-fast"}),
+             0);
+    loop_thread = pthread_self();
+    sem_t started;
+    sem_init(&lane_gate, 0, 0);
+    sem_init(&started, 0, 0);
+    slow_item = (item){.gate = &lane_gate, .started = &started};
+    lull_work_init(&slow_item.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, slow, &slow_item.work), 0);
+    sem_wait_10s(&started, "slow item started");
+    static item fast_items[FAST];
+    for (int i = 0; i < FAST; i++) {
+        lull_work_init(&fast_items[i].work, item_run, fast_done_fn);
+        CHECK_EQ(lull_work_submit(loop, fast, &fast_items[i].work), 0);
+    }
+    lull_timer_init(loop, &lane_deadline, lane_timeout);
+    lull_timer_start(&lane_deadline, 10000000000u, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(fast_done, FAST);
+    CHECK_EQ(slow_item.dones, 1);
+    CHECK_EQ(lull_pool_free(slow), 0);
+    CHECK_EQ(lull_pool_free(fast), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&lane_gate);
+    sem_destroy(&started);
+}
+
+/* ---------------------------------------------------------- idle: C1 */
+
+/* Context switches of every thread named `name`, from /proc: a thread that
+ * wakes, even for nothing, adds at least one. */
+static uint64_t switches_of(const char *name, int *threads, bool *all_asleep) {
+    DIR *d = opendir("/proc/self/task");
+    CHECK(d != NULL);
+    uint64_t total = 0;
+    *threads = 0;
+    *all_asleep = true;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char path[320], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (!fgets(comm, sizeof comm, f)) comm[0] = '\0';
+        fclose(f);
+        comm[strcspn(comm, "\n")] = '\0';
+        if (strcmp(comm, name) != 0) continue;
+        (*threads)++;
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        f = fopen(path, "r");
+        CHECK(f != NULL);
+        char stat[1024] = "";
+        if (!fgets(stat, sizeof stat, f)) stat[0] = '\0';
+        fclose(f);
+        const char *after = strrchr(stat, ')'); /* comm may hold spaces */
+        if (!after || after[1] != ' ' || after[2] != 'S') *all_asleep = false;
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        f = fopen(path, "r");
+        CHECK(f != NULL);
+        char line[256];
+        while (fgets(line, sizeof line, f)) {
+            unsigned long long n;
+            if (sscanf(line, "voluntary_ctxt_switches: %llu", &n) == 1 ||
+                sscanf(line, "nonvoluntary_ctxt_switches: %llu", &n) == 1)
+                total += n;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return total;
+}
+
+TEST_THREADED(pool_idle_makes_no_wakeups) {
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 4,
+                                                       .name = "lull-idle"}),
+             0);
+    loop_thread = pthread_self();
+    /* Some work first, so that the threads have run and gone back to
+     * sleep, not just started. */
+    static item items[64];
+    for (int i = 0; i < 64; i++) {
+        lull_work_init(&items[i].work, item_run, item_done);
+        CHECK_EQ(lull_work_submit(loop, pool, &items[i].work), 0);
+    }
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    /* Wait until every pool thread is asleep in the kernel. */
+    int threads = 0;
+    bool asleep = false;
+    lull_pool_stats st;
+    for (int tries = 0; tries < 10000; tries++) {
+        lull_pool_get_stats(pool, &st);
+        switches_of("lull-idle", &threads, &asleep);
+        if (st.idle == 4 && asleep) break;
+        sleep_ms(1);
+    }
+    CHECK_EQ(threads, 4);
+    CHECK(asleep);
+    CHECK_EQ(st.idle, 4);
+    uint64_t before = switches_of("lull-idle", &threads, &asleep);
+    uint64_t wakeups = st.wakeups;
+    sleep_ms(300);
+    uint64_t after = switches_of("lull-idle", &threads, &asleep);
+    lull_pool_get_stats(pool, &st);
+    CHECK_U64_EQ(st.wakeups, wakeups); /* the pool's own count */
+    CHECK_U64_EQ(after, before);       /* the kernel's */
+    CHECK(asleep);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ---------------------------------------------- a burst of completions */
+
+#define BURST 64
+static lull_pool *burst_pool;
+static uint64_t burst_iteration[BURST];
+static int burst_dones;
+
+static int empty_run(lull_work *w) {
+    (void)w;
+    return 0;
+}
+
+static void burst_done(lull_work *w, int status) {
+    CHECK_EQ(status, 0);
+    item *it = LULL_CONTAINER_OF(w, item, work);
+    lull_metrics m;
+    lull_loop_metrics(it->loop, &m);
+    burst_iteration[burst_dones++] = m.iterations;
+}
+
+static item burst_items[BURST];
+
+/* Submits the burst, then holds the loop busy until the pool has finished
+ * (and posted) every item of it. */
+static void submit_and_wait(lull_task *t) {
+    (void)t;
+    for (int i = 0; i < BURST; i++)
+        CHECK_EQ(lull_work_submit(burst_items[i].loop, burst_pool,
+                                  &burst_items[i].work),
+                 0);
+    lull_pool_stats st;
+    do {
+        lull_pool_get_stats(burst_pool, &st);
+    } while (st.completed < BURST);
+}
+
+/* Completions come back through the remote-post path: those posted while
+ * the loop is busy wake nothing, and all run in one iteration. */
+TEST_THREADED(pool_burst_of_completions_runs_in_one_iteration) {
+    lull_loop *loop;
+    /* A quantum long enough that no slice ends inside the burst's dones. */
+    lull_loop_options o = {.quantum_ns = 1000000000u};
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    CHECK_EQ(lull_pool_new(&burst_pool, &(lull_pool_options){.threads = 4}), 0);
+    lull_task hold;
+    lull_task_init(&hold, submit_and_wait);
+    lull_post(loop, &hold);
+    for (int i = 0; i < BURST; i++) {
+        burst_items[i].loop = loop;
+        lull_work_init(&burst_items[i].work, empty_run, burst_done);
+    }
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(burst_dones, BURST);
+    for (int i = 1; i < BURST; i++)
+        CHECK_U64_EQ(burst_iteration[i], burst_iteration[0]);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.wakeups, 0);
+    CHECK_EQ(lull_pool_free(burst_pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------ shutdown with work in flight */
+
+#define FLIGHT 1000
+
+/* Two items hold both threads; the rest wait. Closing cancels the waiting
+ * ones; the running ones finish; every done runs once, and -ECANCELED
+ * exactly for the items that never ran. */
+TEST_THREADED(pool_close_with_work_in_flight) {
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 2,
+                                                       .max_queued = FLIGHT}),
+             0);
+    loop_thread = pthread_self();
+    sem_t gate, started;
+    sem_init(&gate, 0, 0);
+    sem_init(&started, 0, 0);
+    static item items[FLIGHT];
+    for (int i = 0; i < FLIGHT; i++) {
+        items[i] = (item){0};
+        if (i < 2) {
+            items[i].gate = &gate;
+            items[i].started = &started;
+        }
+        lull_work_init(&items[i].work, item_run, item_done);
+        CHECK_EQ(lull_work_submit(loop, pool, &items[i].work), 0);
+        if (i == 1) {
+            sem_wait_10s(&started, "first gate");
+            sem_wait_10s(&started, "second gate");
+        }
+    }
+    lull_pool_close(pool);
+    item late = {0};
+    lull_work_init(&late.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &late.work), -ESHUTDOWN);
+    sem_post(&gate);
+    sem_post(&gate);
+    CHECK_EQ(lull_pool_free(pool), 0); /* waits for the two running */
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    for (int i = 0; i < FLIGHT; i++) {
+        CHECK_EQ(items[i].dones, 1);
+        if (i < 2) {
+            CHECK_EQ(items[i].runs, 1);
+            CHECK_EQ(items[i].last_status, 7);
+        } else {
+            CHECK_EQ(items[i].runs, 0);
+            CHECK_EQ(items[i].last_status, -ECANCELED);
+        }
+        CHECK(items[i].done_on_loop_thread);
+    }
+    CHECK_EQ(late.dones, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&gate);
+    sem_destroy(&started);
+}
+
+/* Four loops keep resubmitting while the pool is closed under them: each
+ * accepted submission gets exactly one done, the loops run out of work by
+ * themselves and end, and the pool is freed once nobody can submit any
+ * more. */
+#define SHUT_LOOPS 4
+#define SHUT_ITEMS 64
+
+typedef struct shut_side {
+    lull_loop *loop;
+    lull_pool *pool;
+    pthread_t thread;
+    item items[SHUT_ITEMS];
+    uint64_t accepted, refused, dones, cancelled, ran;
+    sem_t *running; /* posted once the loop has started its run */
+    lull_task hello;
+} shut_side;
+
+static void shut_done(lull_work *w, int status) {
+    item *it = LULL_CONTAINER_OF(w, item, work);
+    shut_side *s = (shut_side *)(void *)it->side;
+    it->dones++;
+    s->dones++;
+    if (status == -ECANCELED) {
+        s->cancelled++;
+        it->cancelled++;
+    } else {
+        CHECK_EQ(status, 0);
+        s->ran++;
+    }
+    CHECK_EQ(it->runs + it->cancelled, it->dones);
+    int rc = lull_work_submit(s->loop, s->pool, w);
+    if (rc == 0) {
+        s->accepted++;
+    } else {
+        CHECK_EQ(rc, -ESHUTDOWN);
+        s->refused++;
+    }
+}
+
+static int counted_run(lull_work *w) {
+    item *it = LULL_CONTAINER_OF(w, item, work);
+    it->runs++;
+    return 0;
+}
+
+static void shut_hello(lull_task *t) {
+    shut_side *s = LULL_CONTAINER_OF(t, shut_side, hello);
+    sem_post(s->running);
+}
+
+static void *shut_main(void *arg) {
+    shut_side *s = arg;
+    CHECK_EQ(lull_loop_adopt(s->loop), 0); /* set up here, before its run */
+    for (int i = 0; i < SHUT_ITEMS; i++) {
+        s->items[i].side = (struct loop_side *)(void *)s;
+        lull_work_init(&s->items[i].work, counted_run, shut_done);
+        CHECK_EQ(lull_work_submit(s->loop, s->pool, &s->items[i].work), 0);
+        s->accepted++;
+    }
+    lull_task_init(&s->hello, shut_hello);
+    lull_post(s->loop, &s->hello);
+    CHECK_EQ(lull_run(s->loop, LULL_RUN_DEFAULT), 0);
+    return NULL;
+}
+
+TEST_THREADED(pool_and_loops_shut_down_with_work_in_flight) {
+    lull_pool *pool;
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 3}), 0);
+    static shut_side sides_[SHUT_LOOPS];
+    sem_t running;
+    sem_init(&running, 0, 0);
+    for (int i = 0; i < SHUT_LOOPS; i++) {
+        sides_[i] = (shut_side){.pool = pool, .running = &running};
+        CHECK_EQ(lull_loop_new(&sides_[i].loop, NULL), 0);
+        CHECK_EQ(pthread_create(&sides_[i].thread, NULL, shut_main, &sides_[i]),
+                 0);
+    }
+    for (int i = 0; i < SHUT_LOOPS; i++)
+        sem_wait_10s(&running, "loops");
+    lull_pool_stats st;
+    do { /* let some thousands go round first */
+        lull_pool_get_stats(pool, &st);
+    } while (st.completed < 5000);
+    lull_pool_close(pool);
+    for (int i = 0; i < SHUT_LOOPS; i++)
+        CHECK_EQ(pthread_join(sides_[i].thread, NULL), 0);
+    /* Before the loops: a pool thread may still be inside the
+     * lull_post_remote of the last completion. */
+    CHECK_EQ(lull_pool_free(pool), 0);
+    uint64_t cancelled = 0;
+    for (int i = 0; i < SHUT_LOOPS; i++) {
+        shut_side *s = &sides_[i];
+        CHECK_U64_EQ(s->dones, s->accepted);
+        CHECK_U64_EQ(s->refused, SHUT_ITEMS); /* each item ends refused */
+        CHECK_U64_EQ(s->ran + s->cancelled, s->dones);
+        for (int k = 0; k < SHUT_ITEMS; k++)
+            CHECK(!lull_work_busy(&s->items[k].work));
+        cancelled += s->cancelled;
+        CHECK_EQ(lull_loop_free(s->loop), 0);
+    }
+    printf("shutdown: %" PRIu64 " done functions saw -ECANCELED\n", cancelled);
+    sem_destroy(&running);
+}
+
+/* ------------------------------------------------------ default pool */
+
+TEST_THREADED(pool_default_is_shared_and_sized_by_environment) {
+    setenv("LULL_POOL_THREADS", "3", 1);
+    lull_pool *a, *b;
+    CHECK_EQ(lull_pool_default(&a), 0);
+    CHECK_EQ(lull_pool_default(&b), 0);
+    CHECK(a == b);
+    lull_pool_stats st;
+    lull_pool_get_stats(a, &st);
+    CHECK_EQ(st.threads, 3);
+    CHECK_EQ(lull_pool_free(a), -EBUSY); /* it lives until exit */
+    lull_pool *mine;
+    CHECK_EQ(lull_pool_new(&mine, &(lull_pool_options){.threads = 1}), 0);
+    CHECK_EQ(lull_pool_set_default(mine), -EBUSY); /* too late */
+    CHECK_EQ(lull_pool_free(mine), 0);
+    /* And it works like any pool. */
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, a, &it.work), 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.dones, 1);
+    /* The default pool is never freed: `completed` says when its thread
+     * has finished handing the completion over, and left the loop alone. */
+    stats_after(a, &st, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST_THREADED(pool_set_default_before_first_use) {
+    lull_pool *mine, *got;
+    CHECK_EQ(lull_pool_new(&mine, &(lull_pool_options){.threads = 2}), 0);
+    CHECK_EQ(lull_pool_set_default(mine), 0);
+    CHECK_EQ(lull_pool_default(&got), 0);
+    CHECK(got == mine);
+    CHECK_EQ(lull_pool_free(mine), -EBUSY);
+}
