@@ -398,8 +398,11 @@ LULL_EXTERN int lull_loop_name(lull_loop *loop, lull_any_fn fn,
 enum {
     LULL_SOURCE_TIMER = 1,  /* a timer's deadline woke the loop */
     LULL_SOURCE_IO = 2,     /* fd readiness woke the loop */
-    LULL_SOURCE_REMOTE = 3, /* a cross-thread post woke the loop */
-    LULL_SOURCE_PUMP = 4,   /* a pump's passes */
+    LULL_SOURCE_REMOTE = 3, /* a cross-thread post woke the loop: its task,
+                               or the listener a lull_notify_remote
+                               reached */
+    LULL_SOURCE_PUMP = 4,   /* a pump's passes, and the wakeups of the
+                               lull_notify_remote raises that reached it */
     LULL_SOURCE_SIGNAL = 5  /* a signal interrupted the wait (one row) */
 };
 

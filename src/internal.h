@@ -298,6 +298,12 @@ void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
 bool lull__notify_describe(const lull__node *n, lull_live *out);
 /* The user's callback a listener runs: its fn, or its pump's pass. */
 lull_any_fn lull__listener_fn(const lull_listener *l);
+/* What a raise of n reaches first, for the wake audit: its first
+ * listener's callback (LULL_SOURCE_REMOTE) or that listener's pump's pass
+ * (LULL_SOURCE_PUMP). False when n has no listener. */
+bool lull__notify_reaches(const lull_notifier *n, lull_any_fn *fn, int *kind);
+/* The function of a notifier's remote raise task (lull_notify_remote). */
+lull_any_fn lull__notify_raise_fn(void);
 
 /* pump.c: the same for a pump's pass task and retry timer. */
 bool lull__pump_describe(const lull__node *n, lull_live *out);
@@ -306,11 +312,16 @@ bool lull__pump_describe(const lull__node *n, lull_live *out);
 int lull__audit_init(lull_loop *loop);
 int lull__source_of(lull_loop *loop, lull_any_fn fn, int kind);
 void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind);
+/* Charges a wakeup to the remote post that caused it (the oldest one). */
+void lull__audit_remote_wakeup(lull_loop *loop, const lull_task *task);
 void lull__audit_pass(lull_loop *loop, int source, bool empty);
 void lull__audit_free(lull_loop *loop);
 
 /* live.c: fills the live_* fields of lull_metrics. */
 void lull__live_count(lull_loop *loop, lull_metrics *m);
+/* Fills e->kind, ->handle and ->fn for a queued or armed node: the handle
+ * the user owns and the user's callback behind it. */
+void lull__describe_node(const lull__node *n, lull_live *e);
 
 /* metrics.c */
 void lull__wait_sample_begin(lull_loop *loop, lull__node *n);

@@ -31,7 +31,7 @@ static void emit(walk *w, lull_live *e) {
 
 /* A queued or armed node: a user's task or timer, or lull's own node, which
  * is reported as the handle behind it. */
-static void describe_node(const lull__node *n, lull_live *e) {
+void lull__describe_node(const lull__node *n, lull_live *e) {
     if (lull__notify_describe(n, e) || lull__pump_describe(n, e)) return;
     if (n->flags & LULL__NODE_TIMER) {
         e->kind = LULL_HANDLE_TIMER;
@@ -46,14 +46,14 @@ static void describe_node(const lull__node *n, lull_live *e) {
 static void walk_queue(walk *w, const lull__node *q) {
     for (const lull__node *n = q->next; n != q; n = n->next) {
         lull_live e = {.cause = LULL_LIVE_READY, .ref = true, .fd = -1};
-        describe_node(n, &e);
+        lull__describe_node(n, &e);
         emit(w, &e);
     }
 }
 
 static void walk_remote_one(lull_task *t, void *arg) {
     lull_live e = {.cause = LULL_LIVE_REMOTE, .fd = -1};
-    describe_node(&t->node, &e);
+    lull__describe_node(&t->node, &e);
     emit(arg, &e);
 }
 
@@ -68,7 +68,7 @@ static int walk_all(lull_loop *loop, lull_walk_fn fn, void *arg) {
                        .ref = !(s->timer->node.flags & LULL__NODE_UNREF),
                        .deadline = s->deadline,
                        .fd = -1};
-        describe_node(&s->timer->node, &e);
+        lull__describe_node(&s->timer->node, &e);
         emit(&w, &e);
     }
     for (uint32_t i = 0; i < loop->io_slots_cap; i++) {

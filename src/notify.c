@@ -137,3 +137,21 @@ bool lull__notify_describe(const lull__node *n, lull_live *out) {
     }
     return false;
 }
+
+bool lull__notify_reaches(const lull_notifier *n, lull_any_fn *fn, int *kind) {
+    const lull_listener *l = n->head;
+    if (!l) return false;
+    lull_live pump;
+    if (!l->fn && l->target && lull__pump_describe(&l->target->node, &pump)) {
+        *fn = pump.fn;
+        *kind = LULL_SOURCE_PUMP;
+    } else {
+        *fn = (lull_any_fn)l->fn;
+        *kind = LULL_SOURCE_REMOTE;
+    }
+    return true;
+}
+
+lull_any_fn lull__notify_raise_fn(void) {
+    return (lull_any_fn)notify_from_remote;
+}

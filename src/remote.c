@@ -101,8 +101,7 @@ void lull__remote_drain(lull_loop *loop) {
     }
     if (loop->audit_remote && fifo != END) {
         loop->audit_remote = false;
-        lull__audit_wakeup(loop, (lull_any_fn)fifo->node.fn.task,
-                           LULL_SOURCE_REMOTE);
+        lull__audit_remote_wakeup(loop, fifo);
     }
     while (fifo != END) {
         lull_task *t = fifo;
