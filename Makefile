@@ -1,7 +1,8 @@
 # The two commands of the README, over CMake.
 #   make demo  builds lull-lab (Release) and runs every scenario on small sizes
-#   make test  runs the suite: a debug build, again under ASan+UBSan, and the
-#              threaded cases under ThreadSanitizer
+#   make test  runs the suite: a debug build, again under ASan+UBSan, the
+#              threaded cases under ThreadSanitizer, and the suite again
+#              with slices ending at random points (test-yield)
 JOBS ?= 2
 CMAKE ?= cmake
 CTEST ?= ctest
@@ -32,7 +33,7 @@ demo:
 	@echo done
 	@./build/release/lab/lull-lab all --quick --json build/release/lab.json --plot build/release/lab.svg
 
-test: test-debug test-asan test-tsan
+test: test-debug test-asan test-tsan test-yield
 
 test-debug:
 	$(CMAKE) -S . -B build/debug -DCMAKE_BUILD_TYPE=Debug
@@ -58,3 +59,28 @@ format:
 
 clean:
 	rm -rf build
+
+# The slice shuffle (issue 11): `make test-yield` runs the suite with
+# LULL_TEST_YIELD_OFTEN, where slices end at random points (src/clock.c);
+# nothing the contracts order may change.
+.PHONY: test-yield
+
+test-yield:
+	$(CMAKE) -S . -B build/yield -DCMAKE_BUILD_TYPE=Debug -DLULL_TEST_YIELD_OFTEN=ON -DLULL_BUILD_LAB=OFF -DLULL_BUILD_EXAMPLES=OFF
+	$(CMAKE) --build build/yield -j$(JOBS)
+	$(CTEST) --test-dir build/yield -LE install $(CTEST_FLAGS)
+
+# `make soak SECONDS=N` (issue 11): the reference model against fresh seeds
+# for N seconds under ASan+UBSan, then the cross-thread stress at
+# 10,000,000 operations under ThreadSanitizer (LULL_STRESS_OPS changes it).
+SECONDS ?= 60
+.PHONY: soak
+
+soak:
+	$(CMAKE) -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=address,undefined -DLULL_BUILD_LAB=OFF
+	$(CMAKE) --build build/asan -j$(JOBS) --target test_model
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  LULL_SOAK_SECONDS=$(SECONDS) ./build/asan/tests/test_model soak
+	$(CMAKE) -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=thread -DLULL_BUILD_LAB=OFF
+	$(CMAKE) --build build/tsan -j$(JOBS) --target test_stress
+	TSAN_OPTIONS=halt_on_error=1 ./build/tsan/tests/test_stress soak

@@ -131,6 +131,22 @@ static void plan_next_read(lull_loop *loop, uint64_t t) {
     loop->last_check = t;
 }
 
+#ifdef LULL_TEST_YIELD_OFTEN
+/* Test builds only (cmake -DLULL_TEST_YIELD_OFTEN=ON): every slice check
+ * ends the slice with probability 1/2, whatever the clock says, and checks
+ * come after every callback, so the suite runs with the slice boundaries a
+ * slow machine or a tiny quantum would give (Seastar's debug mode preempts
+ * after every task the same way). Nothing the contracts order may change.
+ * A fixed per-thread xorshift keeps a run reproducible. */
+static bool yield_often(void) {
+    static _Thread_local uint64_t x = 0x9e3779b97f4a7c15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x & 1;
+}
+#endif
+
 bool lull__slice_check(lull_loop *loop) {
     if (!loop->in_slice) {
         loop->countdown = LULL__COUNTDOWN_IDLE;
@@ -144,6 +160,13 @@ bool lull__slice_check(lull_loop *loop) {
         loop->countdown = 1;
         return true;
     }
+#ifdef LULL_TEST_YIELD_OFTEN
+    if (yield_often()) {
+        loop->slice_spent = true;
+        loop->countdown = 1;
+        return true;
+    }
+#endif
     uint64_t t = lull__clock_real();
     if (!loop->virtual_clock) loop->now = t;
     loop->read_time = t;
@@ -159,6 +182,9 @@ bool lull__slice_check(lull_loop *loop) {
         return true;
     }
     plan_next_read(loop, t);
+#ifdef LULL_TEST_YIELD_OFTEN
+    loop->countdown = 1;
+#endif
     return false;
 }
 

@@ -114,6 +114,14 @@ bool check_exits_cleanly(void (*fn)(void *), void *arg) {
     return false;
 }
 
+bool check_yield_often(void) {
+#ifdef LULL_TEST_YIELD_OFTEN
+    return true;
+#else
+    return false;
+#endif
+}
+
 bool check_debug_build(void) {
 #ifdef NDEBUG
     return false;

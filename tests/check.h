@@ -27,6 +27,10 @@ bool check_dies(void (*fn)(void *), void *arg, const char *message);
 bool check_exits_cleanly(void (*fn)(void *), void *arg);
 /* True when asserts are compiled into the library (debug builds). */
 bool check_debug_build(void);
+/* True in a LULL_TEST_YIELD_OFTEN build (src/clock.c), where slices end at
+ * random points: a case that measures the quantum itself skips, with a
+ * printed line, or skips the one check that measures it. */
+bool check_yield_often(void);
 
 /* The real monotonic clock in ns, and a busy-wait on it (for the cases that
  * need real CPU time: quantum, stalls). */
@@ -47,6 +51,15 @@ void check_trace_expect(const char *file, int line, const int *want, int n);
         check_register(#name, test_##name);                               \
     }                                                                     \
     static void test_##name(void)
+
+#define CHECK_SKIP_IF_YIELD_OFTEN()                                       \
+    do {                                                                  \
+        if (check_yield_often()) {                                        \
+            printf("skipped: measures the quantum, and slices end at "    \
+                   "random in this build (LULL_TEST_YIELD_OFTEN)\n");     \
+            return;                                                       \
+        }                                                                 \
+    } while (0)
 
 #define TEST(name) CHECK_REGISTER_(name)
 #define TEST_THREADED(name) CHECK_REGISTER_(name)

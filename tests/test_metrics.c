@@ -152,7 +152,7 @@ TEST(polls_and_empty_polls) {
     CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
     lull_metrics c = metrics();
     CHECK_EQ(chain_left, 0);
-    CHECK_LE(c.polls - b.polls, 3);
+    if (!check_yield_often()) CHECK_LE(c.polls - b.polls, 3);
     CHECK_U64_EQ(c.tasks_run - b.tasks_run, 10000);
     close(fds[0]);
     close(fds[1]);

@@ -80,6 +80,7 @@ static void producer_init(uint64_t records) {
 
 /* Runs the producer alone for about 20 ms of records. */
 TEST(producer_yields) {
+    CHECK_SKIP_IF_YIELD_OFTEN();
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 50 * US);
     CHECK_U64_EQ(lull_loop_quantum(loop), 50 * US);
     producer_init(UINT64_MAX);
@@ -167,6 +168,7 @@ static void on_timer(lull_timer *t) {
 }
 
 TEST(due_timer_fires_during_long_producer) {
+    CHECK_SKIP_IF_YIELD_OFTEN();
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 50 * US);
     producer_init(UINT64_MAX);
     prod.until = cpu_ns() + 20 * MS;
@@ -228,6 +230,7 @@ static void spin_until_yield(lull_task *t) {
 }
 
 TEST(should_yield_turns_true_after_quantum) {
+    CHECK_SKIP_IF_YIELD_OFTEN();
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 200 * US);
     lull_task t;
     lull_task_init(&t, spin_until_yield);
