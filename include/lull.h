@@ -75,7 +75,10 @@ typedef struct lull_loop_options { /* all zero = defaults */
 LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
  * listeners, held references or undrained remote posts remain; the loop is
- * then unchanged and usable. lull_loop_print_live lists what remains. */
+ * then unchanged and usable (lull_loop_print_live lists what remains).
+ * Never returns while another thread is still inside lull_post_remote or
+ * lull_notify_remote for this loop (it waits for it to leave). A post made
+ * after it returned is a use after free: stop posting threads first. */
 LULL_EXTERN int lull_loop_free(lull_loop *loop);
 /* Runs the loop. -EBUSY if already running (nested), -EINVAL on an unknown
  * mode. DEFAULT runs while the loop is alive; ONCE runs one iteration (it may
@@ -101,6 +104,15 @@ LULL_EXTERN void lull_loop_ref(lull_loop *loop);
 LULL_EXTERN void lull_loop_unref(lull_loop *loop);
 /* Is the loop alive: ready tasks, referenced timers or fd watchers, refs. */
 LULL_EXTERN bool lull_loop_alive(lull_loop *loop);
+/* In a child after fork(), before it uses the loop: gives the child its own
+ * kernel state (a new epoll set with every started watcher registered
+ * again, and a new wake-up fd), so nothing the child does reaches the
+ * parent's loop. A child that does not call it must not touch the loop.
+ * Call it on the thread that forked, which must own the loop: fork on the
+ * loop's thread (inside a callback is fine), or while no thread runs it
+ * (then lull_loop_adopt in the child makes the forking thread the owner).
+ * 0, or a negative errno: the loop is then unusable in the child. */
+LULL_EXTERN int lull_loop_fork(lull_loop *loop);
 
 /* The ready-queue link shared by tasks and timers. Owned by the loop; its
  * layout is public only so that handles can live in caller memory. */
@@ -222,7 +234,8 @@ LULL_EXTERN void lull_io_unref(lull_io *io);
 
 /* Thread-safe. Queues the task on the loop from any thread; a no-op while the
  * same task is already queued remotely. One eventfd write per burst. The
- * loop does not touch the task after calling its function. */
+ * loop does not touch the task after calling its function. The loop must
+ * exist when the call begins; lull_loop_free waits for the call to end. */
 LULL_EXTERN void lull_post_remote(lull_loop *loop, lull_task *task);
 
 /* -------------------------------------------- notifier, listener: C4 */
@@ -240,6 +253,7 @@ struct lull_listener {
     lull_loop *loop;
     lull_listener_fn fn;
     lull_listener *pump_next; /* a pump's listeners, closed with it */
+    lull_listener *pump_prev;
     lull_listener *loop_next; /* the loop's subscribed listeners, for */
     lull_listener *loop_prev; /* lull_loop_walk (no allocation) */
 };
@@ -249,19 +263,30 @@ struct lull_notifier {
     lull_listener *tail;
     lull_task remote; /* carries lull_notify_remote to the loop */
     uint64_t raised;  /* lull_notify calls, for tests and audits */
+    unsigned raisers; /* threads inside lull_notify_remote (atomic) */
 };
 
 LULL_EXTERN void lull_notifier_init(lull_notifier *n);
 /* Subscribes l: each raise queues fn(l) in a later task, once however often
- * the notifier was raised before it ran. */
+ * the notifier was raised before it ran. l needs no initialisation, but must
+ * not be subscribed already. (lull_unlisten reads l: call it only on a
+ * listener that was subscribed once, or that you zeroed.) */
 LULL_EXTERN void lull_listen(lull_loop *loop, lull_notifier *n,
                              lull_listener *l, lull_listener_fn fn);
-/* Unsubscribes; a queued, not yet run listener task is cancelled. */
+/* Unsubscribes; a queued, not yet run listener task is cancelled. A pump's
+ * listener also leaves the pump. The listener is then free to be reused
+ * with lull_listen or lull_pump_listen, on any notifier and loop. */
 LULL_EXTERN void lull_unlisten(lull_listener *l);
 /* Raises: O(listeners), no allocation, never runs a listener inline. */
 LULL_EXTERN void lull_notify(lull_notifier *n);
-/* Thread-safe raise for a notifier whose listeners all live on `loop`. */
+/* Thread-safe raise for a notifier whose listeners all live on `loop`. The
+ * notifier must exist when the call begins; see lull_notifier_quiesce. */
 LULL_EXTERN void lull_notify_remote(lull_loop *loop, lull_notifier *n);
+/* Before freeing a notifier that other threads raise: waits until no thread
+ * is inside lull_notify_remote(loop, n) any more, then withdraws a remote
+ * raise of n that has not run yet. Afterwards n may be freed, provided no
+ * thread begins another lull_notify_remote on it. Loop thread of `loop`. */
+LULL_EXTERN void lull_notifier_quiesce(lull_loop *loop, lull_notifier *n);
 
 /* ------------------------------------------------------------ pump: C4 */
 
@@ -283,6 +308,7 @@ struct lull_pump {
     uint64_t empty;           /* passes that reported no delivery */
     uint64_t delivered;       /* items reported by lull_pump_delivered */
     bool closed;
+    struct lull__pass_frame *frame; /* the pass running, if any (pump.c) */
 };
 
 LULL_EXTERN void lull_pump_init(lull_loop *loop, lull_pump *pump,
@@ -295,6 +321,9 @@ LULL_EXTERN void lull_pump_listen(lull_pump *pump, lull_notifier *n,
                                   lull_listener *l);
 /* The pass reports what it handed on; a pass reporting nothing is empty. */
 LULL_EXTERN void lull_pump_delivered(lull_pump *pump, uint64_t n);
+/* Cancels the queued pass and the retry and unsubscribes the pump's
+ * listeners. A pass may close its own pump and then free it (the pass's
+ * return value is then ignored and the pump not touched again). */
 LULL_EXTERN void lull_pump_close(lull_pump *pump);
 /* True exactly when no pass is queued and no retry timer is armed. */
 LULL_EXTERN bool lull_pump_quiet(const lull_pump *pump);
@@ -606,6 +635,7 @@ struct lull_loopback {
     bool close_pending;  /* the peer closed: deliver it after the frames */
     uint64_t delivered;  /* frames delivered to this end */
     uint64_t turns;      /* delivery turns claimed: posts or timer arms */
+    bool *closed_flag;   /* set by a close while a delivery to this end runs */
 };
 
 /* Connects a and b on loop (opts may be NULL): what &a->ep sends arrives at
@@ -661,7 +691,8 @@ typedef void (*lull_end_fn)(lull_stream *s);
 typedef void (*lull_connection_fn)(lull_server *srv);
 
 typedef struct lull_stream_options { /* all zero = defaults */
-    size_t max_frame;                /* 0 = LULL_FRAME_MAX_DEFAULT */
+    size_t max_frame;                /* 0 = LULL_FRAME_MAX_DEFAULT; framed,
+                                        at most UINT32_MAX (a 4-byte length) */
     size_t high_water;               /* 0 = LULL_HIGH_WATER_DEFAULT */
     size_t read_size;                /* the stream's read buffer: 0 = 64 KiB;
                                         framed, it grows to hold a frame */
@@ -714,7 +745,8 @@ struct lull_server {
     int pending;       /* the accepted fd lull_stream_accept takes; -1 */
     uint64_t retry_ns; /* pause after running out of fds */
     uint64_t accepted; /* connections handed to on_connection */
-    uint64_t paused;   /* times accepting paused for want of fds */
+    uint64_t paused;   /* times accepting paused: out of fds, or accept
+                          failing for another reason than a race */
 };
 
 /* Listens on host (numeric IPv4 or IPv6; NULL = "127.0.0.1") and port (0 =

@@ -86,6 +86,8 @@ static void release_copy(lull_frame *frame) {
 int lull_send_copy(lull_endpoint *ep, const void *bytes, size_t len) {
     int rc = check_send(ep, bytes, len);
     if (rc < 0) return rc;
+    /* max_frame may be lifted to SIZE_MAX: the block's size must not wrap. */
+    if (len > SIZE_MAX - sizeof(copied)) return -ENOMEM;
     copied *c = malloc(sizeof *c + len);
     if (!c) return -ENOMEM;
     if (len) memcpy(c->bytes, bytes, len);

@@ -167,6 +167,9 @@ struct lull_loop {
     int sleeping;           /* atomic, a futex word: LULL__AWAKE, or how the
                                loop is blocked (src/remote.c) */
     int remote_fd;          /* eventfd, written once per burst */
+    unsigned posters;       /* atomic: posters that may still touch the
+                               loop after publishing (lull_loop_free waits
+                               for 0) */
 
     /* Metrics (C8). */
     lull_metrics m; /* counters; latency summaries filled on read */
@@ -195,6 +198,7 @@ struct lull_loop {
     /* Flush points (lull__at_flush): tasks run once when the fd callbacks
      * of an iteration end, or when its slice ends. */
     lull__node flush;
+    lull__node flush_end; /* ends a flush pass (run_flush); never run */
 };
 
 /* queue.h needs the node type only. */
@@ -280,6 +284,8 @@ void lull__settle_note_io(lull_loop *loop, lull_io *io);
 int lull__remote_init(lull_loop *loop);
 void lull__remote_close(lull_loop *loop);
 bool lull__remote_pending(lull_loop *loop);
+void lull__remote_quiesce(lull_loop *loop);
+int lull__remote_fork(lull_loop *loop);
 void lull__remote_drain(lull_loop *loop);
 enum { LULL__AWAKE = 0, LULL__SLEEP_EPOLL = 1, LULL__SLEEP_FUTEX = 2 };
 bool lull__remote_sleep(lull_loop *loop, int how);
@@ -288,6 +294,9 @@ void lull__remote_awake(lull_loop *loop);
 
 void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),
                        void *arg);
+
+/* pump.c */
+void lull__pump_unlink_listener(lull_listener *l);
 
 /* notify.c */
 void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,

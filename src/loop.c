@@ -100,6 +100,9 @@ static bool has_work_or_handles(lull_loop *loop) {
 int lull_loop_free(lull_loop *loop) {
     if (!loop) return -EINVAL;
     if (loop->running || has_work_or_handles(loop)) return -EBUSY;
+    /* A poster still inside lull_post_remote may have just published. */
+    lull__remote_quiesce(loop);
+    if (has_work_or_handles(loop)) return -EBUSY;
     lull__remote_close(loop);
     lull__backend_close(loop);
     lull__heap_free(&loop->heap);
@@ -142,15 +145,22 @@ void lull__at_flush(lull_loop *loop, lull_task *task) {
         lull__queue_push(&loop->flush, &task->node);
 }
 
-/* Runs the flush tasks, those they queue included: a writer that is
- * flushed is unlinked first, and links itself again only if it is written
- * to again, which stops once its socket is full. */
+/* Runs the flush tasks queued before this flush point, each once. One
+ * queued meanwhile (a frame re-sent from its release, a drain that writes)
+ * waits for the next flush point: a writer kept busy by its own callbacks
+ * would otherwise hold this pass, and the loop, for as long as its peer
+ * keeps reading, with no quantum to stop it. A marker node ends the pass
+ * (the loop's own, never run). */
 static void run_flush(lull_loop *loop) {
-    while (!lull__queue_empty(&loop->flush)) {
+    if (lull__queue_empty(&loop->flush)) return;
+    lull__node *end = &loop->flush_end;
+    lull__queue_push(&loop->flush, end);
+    while (loop->flush.next != end) {
         lull__node *n = loop->flush.next;
         lull__queue_remove(n);
         lull__dispatch_node(loop, n);
     }
+    lull__queue_remove(end);
 }
 
 bool lull_loop_alive(lull_loop *loop) {
@@ -495,4 +505,26 @@ void lull_advance(lull_loop *loop, uint64_t ns) {
         settle_loop(loop);
     }
     run_end(loop);
+}
+
+/* ---------------------------------------------------------------- fork */
+
+/* In a child after fork(): the epoll set and the wake-up eventfd are still
+ * the parent's, shared through the fork, so anything the child registered
+ * or removed would change what the parent's loop sees. The child gets a new
+ * set holding every started watcher (the backend's rebuild, which also
+ * drops readiness collected before the fork) and its own eventfd; the
+ * parent's eventfd is left out of the new set, or the parent's posts would
+ * wake the child. */
+int lull_loop_fork(lull_loop *loop) {
+    if (!loop) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    int wake_fd = loop->wake_fd;
+    loop->wake_fd = -1;
+    int err = lull__backend_rebuild(loop);
+    if (err) {
+        loop->wake_fd = wake_fd;
+        return err;
+    }
+    return lull__remote_fork(loop);
 }

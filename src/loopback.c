@@ -20,7 +20,8 @@
  * delivery turn claimed, except while that turn runs; a frame in an inbox is
  * in flight and counted in its sender's `queued`; `peer` is mutual and
  * cleared on both ends by the first close, so a closed end is never touched
- * again and may be reused or freed as soon as lull_endpoint_close returns.
+ * again and may be reused or freed as soon as lull_endpoint_close returns,
+ * inside a delivery to it too (closed_flag tells the delivery).
  *
  * The five rows (BRIEF 1A):
  *   Trigger                 a send to this end, or the peer's close
@@ -64,12 +65,21 @@ static void deliver(lull_loopback *lb) {
     if (!lb->head) lb->tail = NULL;
     size_t len = f->len;
     lb->delivered++;
+    /* The frame, release and drain callbacks may close this end and free
+     * it (a closed end is the caller's again): a close sets `closed`, and
+     * then lb is not touched again. f is off the inbox, its own. (Turns do
+     * not nest: lull_run and lull_settle refuse to run inside a callback.) */
+    bool closed = false;
+    lb->closed_flag = &closed;
     if (lb->ep.on_frame) lb->ep.on_frame(&lb->ep, f->bytes, len);
     lull__frame_release(f);
+    if (closed) return;
     /* The callbacks may have closed either end: read `peer` only now. The
      * drain runs after the release, so it may re-send this very frame. */
     lull_loopback *sender = lb->peer;
     if (sender) lull__endpoint_sent(&sender->ep, len);
+    if (closed) return;
+    lb->closed_flag = NULL;
     if (!(lb->ep.flags & LULL__EP_CLOSED) && (lb->head || lb->close_pending))
         claim_turn(lb);
 }
@@ -99,6 +109,8 @@ static void loopback_send(lull_endpoint *ep, lull_frame *frame) {
 static void loopback_close(lull_endpoint *ep, int reason) {
     lull_loopback *a = end_of(ep);
     LULL_ASSERT_LOOP_THREAD(a->loop);
+    if (a->closed_flag) *a->closed_flag = true; /* a delivery to a runs */
+    a->closed_flag = NULL;
     lull_cancel(&a->task);
     lull_timer_stop(&a->timer);
     a->close_pending = false;
@@ -139,6 +151,7 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
     lb->close_pending = false;
     lb->delivered = 0;
     lb->turns = 0;
+    lb->closed_flag = NULL;
 }
 
 int lull_loopback_pair(lull_loop *loop, lull_loopback *a, lull_loopback *b,

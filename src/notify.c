@@ -12,6 +12,8 @@
  * predicate: its task is queued; next deadline: none; quiet condition: not
  * queued (no timer is ever involved). Loop thread only, except
  * lull_notify_remote. */
+#include <sched.h>
+
 #include "internal.h"
 
 static void notify_from_remote(lull_task *task);
@@ -20,6 +22,7 @@ void lull_notifier_init(lull_notifier *n) {
     if (!n) return;
     n->head = n->tail = NULL;
     n->raised = 0;
+    n->raisers = 0;
     lull_task_init(&n->remote, notify_from_remote);
 }
 
@@ -29,7 +32,20 @@ static void listener_run(lull_task *task) {
     l->fn(l);
 }
 
+#ifndef NDEBUG
+/* Is l on n's list? Reads the list only, never the caller's listener, which
+ * needs no initialisation before it is subscribed. Debug builds. */
+static bool on_list(const lull_notifier *n, const lull_listener *l) {
+    for (const lull_listener *x = n->head; x; x = x->next)
+        if (x == l) return true;
+    return false;
+}
+#endif
+
+/* Every field of l is written here or by the caller before it is read, so
+ * a listener may be subscribed straight from uninitialised memory. */
 static void subscribe(lull_loop *loop, lull_notifier *n, lull_listener *l) {
+    LULL_ASSERT(!on_list(n, l), "lull: listener subscribed twice");
     l->loop = loop;
     l->notifier = n;
     l->next = NULL;
@@ -50,12 +66,10 @@ void lull_listen(lull_loop *loop, lull_notifier *n, lull_listener *l,
                  lull_listener_fn fn) {
     if (!loop || !n || !l || !fn) return;
     LULL_ASSERT_LOOP_THREAD(loop);
-    LULL_ASSERT(l->notifier == NULL || l->notifier != n || l->loop != loop,
-                "lull: listener subscribed twice");
     lull_task_init(&l->task, listener_run);
     l->target = &l->task;
     l->fn = fn;
-    l->pump_next = NULL;
+    l->pump_next = l->pump_prev = NULL;
     subscribe(loop, n, l);
 }
 
@@ -65,7 +79,6 @@ void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
     lull_task_init(&l->task, NULL);
     l->target = target;
     l->fn = NULL;
-    l->pump_next = NULL;
     subscribe(loop, n, l);
 }
 
@@ -83,7 +96,10 @@ void lull_unlisten(lull_listener *l) {
         n->tail = l->prev;
     l->next = l->prev = NULL;
     l->notifier = NULL;
-    if (l->target == &l->task) lull_cancel(&l->task);
+    if (l->target == &l->task)
+        lull_cancel(&l->task);
+    else
+        lull__pump_unlink_listener(l); /* reusable anywhere from here */
     l->loop->listeners--;
     if (l->loop_prev)
         l->loop_prev->loop_next = l->loop_next;
@@ -104,9 +120,31 @@ static void notify_from_remote(lull_task *task) {
     lull_notify(LULL_CONTAINER_OF(task, lull_notifier, remote));
 }
 
+/* A raiser is counted for as long as it may touch the notifier (the claim
+ * of n->remote, even one that finds it queued already), so that
+ * lull_notifier_quiesce can wait for it as lull_loop_free waits for a
+ * poster. */
 void lull_notify_remote(lull_loop *loop, lull_notifier *n) {
     if (!loop || !n) return;
+    __atomic_fetch_add(&n->raisers, 1, __ATOMIC_RELAXED);
     lull_post_remote(loop, &n->remote);
+    __atomic_fetch_sub(&n->raisers, 1, __ATOMIC_RELEASE);
+}
+
+void lull_notifier_quiesce(lull_loop *loop, lull_notifier *n) {
+    if (!loop || !n) return;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    while (__atomic_load_n(&n->raisers, __ATOMIC_ACQUIRE) != 0)
+        sched_yield();
+    /* With no raiser inside, n->remote is either not queued remotely or
+     * sits complete on the loop's stack: take the stack (its other posts
+     * are queued as a poll would queue them), then unqueue the raise. */
+    if (__atomic_load_n(&n->remote.remote_next, __ATOMIC_ACQUIRE) != NULL)
+        lull__remote_drain(loop);
+    LULL_ASSERT(__atomic_load_n(&n->remote.remote_next, __ATOMIC_RELAXED) ==
+                    NULL,
+                "lull: lull_notifier_quiesce on another loop than the raises");
+    lull_cancel(&n->remote);
 }
 
 lull_any_fn lull__listener_fn(const lull_listener *l) {

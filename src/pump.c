@@ -15,22 +15,44 @@
  * Each pass first withdraws both ways it could have been scheduled (the
  * queued task and the retry timer), so a pass runs once however it was
  * reached, and a wake while held makes the next pass re-decide the retry.
- * A wake during a pass queues the next one. Loop thread only. */
+ * A wake during a pass queues the next one. The pump's listeners form a
+ * doubly linked list (pump_next/pump_prev) that lull_unlisten leaves, so a
+ * listener is reusable anywhere after it. Loop thread only. */
 #include "internal.h"
+
+/* A pass in progress keeps its bookkeeping on run_pass's stack, and the
+ * pump points to it, so that lull_pump_close during the pass can record
+ * there that it happened: a pass may close its pump and then free it (the
+ * natural end of a session), after which run_pass must not touch the pump
+ * again. */
+struct lull__pass_frame {
+    uint64_t delivered; /* pump->delivered when the pass began */
+    bool closed;        /* the pump was closed during the pass */
+    bool empty;         /* ... having delivered nothing by then */
+};
 
 static void run_pass(lull_pump *p) {
     if (p->closed) return;
     lull_cancel(&p->task);
     lull_timer_stop(&p->retry);
-    uint64_t delivered = p->delivered;
+    lull_loop *loop = p->loop;
+    int source = p->source;
+    struct lull__pass_frame frame = {.delivered = p->delivered};
+    p->frame = &frame;
     uint64_t retry_ns = 0;
-    p->loop->current = (lull_any_fn)p->pass;
+    loop->current = (lull_any_fn)p->pass;
     int status = p->pass(p, &retry_ns);
-    bool empty = p->delivered == delivered;
+    if (frame.closed) {
+        /* Counted by lull_pump_close; p may be freed memory by now. */
+        lull__audit_pass(loop, source, frame.empty);
+        return;
+    }
+    p->frame = NULL;
+    bool empty = p->delivered == frame.delivered;
     p->passes++;
     p->empty += empty;
-    lull__audit_pass(p->loop, p->source, empty);
-    if (p->closed || lull_task_pending(&p->task)) return;
+    lull__audit_pass(loop, source, empty);
+    if (lull_task_pending(&p->task)) return;
     if (status == LULL_PASS_HELD && retry_ns == 0) status = LULL_PASS_AGAIN;
     if (status == LULL_PASS_AGAIN)
         lull_post(p->loop, &p->task);
@@ -57,6 +79,7 @@ void lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
     pump->passes = pump->empty = pump->delivered = 0;
     pump->source = lull__source_of(loop, (lull_any_fn)pass, LULL_SOURCE_PUMP);
     pump->closed = false;
+    pump->frame = NULL;
 }
 
 void lull_pump_wake(lull_pump *pump) {
@@ -70,8 +93,24 @@ void lull_pump_listen(lull_pump *pump, lull_notifier *n, lull_listener *l) {
     if (!pump || !n || !l || pump->closed) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     lull__listen_task(pump->loop, n, l, &pump->task);
+    l->pump_prev = NULL;
     l->pump_next = pump->listeners;
+    if (pump->listeners) pump->listeners->pump_prev = l;
     pump->listeners = l;
+}
+
+/* lull_unlisten of a pump's listener: it leaves the pump's list too, so
+ * that it can be subscribed again anywhere without the list still holding
+ * it (a later lull_pump_listen would make the list a cycle, a lull_listen
+ * would cut it). */
+void lull__pump_unlink_listener(lull_listener *l) {
+    lull_pump *pump = LULL_CONTAINER_OF(l->target, lull_pump, task);
+    if (l->pump_prev)
+        l->pump_prev->pump_next = l->pump_next;
+    else if (pump->listeners == l)
+        pump->listeners = l->pump_next;
+    if (l->pump_next) l->pump_next->pump_prev = l->pump_prev;
+    l->pump_next = l->pump_prev = NULL;
 }
 
 void lull_pump_delivered(lull_pump *pump, uint64_t n) {
@@ -82,11 +121,21 @@ void lull_pump_close(lull_pump *pump) {
     if (!pump || pump->closed) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     pump->closed = true;
+    if (pump->frame) { /* closed by (or during) its own pass */
+        struct lull__pass_frame *f = pump->frame;
+        pump->frame = NULL;
+        f->closed = true;
+        f->empty = pump->delivered == f->delivered;
+        pump->passes++;
+        pump->empty += f->empty;
+    }
     lull_cancel(&pump->task);
     lull_timer_stop(&pump->retry);
-    for (lull_listener *l = pump->listeners; l; l = l->pump_next)
-        lull_unlisten(l);
-    pump->listeners = NULL;
+    lull_listener *l;
+    while ((l = pump->listeners) != NULL) {
+        lull_unlisten(l); /* unlinks it from the list */
+        if (pump->listeners == l) lull__pump_unlink_listener(l);
+    }
 }
 
 bool lull_pump_quiet(const lull_pump *pump) {

@@ -31,12 +31,21 @@
  *                FUTEX_WAKE. Same-CPU round trips then cost what a bare
  *                futex ping-pong costs, not an epoll wake-up.
  *
+ * Freeing: a poster touches the loop after its task is visible (to read
+ * sleeping and wake it), so the loop could run the task and be freed before
+ * the poster is done with it. Such posters are counted in loop->posters,
+ * raised before the push and dropped after the wake, and lull_loop_free
+ * waits for the count to reach 0 (libuv's uv_close spins on an async
+ * handle's pending flag for the same reason). The uncontended post pays one
+ * atomic add and one subtract; posts onto a non-empty stack pay nothing.
+ *
  * Contract (BRIEF 1A): trigger: a poster's wake (eventfd edge or futex),
  * and the loop looks after every poll; source of truth: the stack;
  * pending-work predicate: stack non-empty; next deadline: none; quiet
  * condition: always quiet between posts (no timer, no task). */
 #include <errno.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -67,23 +76,45 @@ void lull_post_remote(lull_loop *loop, lull_task *task) {
     if (!__atomic_compare_exchange_n(&task->remote_next, &expected, CLAIMED,
                                      false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
         return; /* already queued remotely: this post is coalesced */
+    /* Only a push onto an empty stack goes on to touch the loop (to wake
+     * it), so only such a poster is counted; the count is raised before the
+     * push makes the task visible, and the push's release orders it before
+     * the loop's drain. A poster that finds the stack non-empty is done with
+     * the loop the moment its push succeeds. */
+    bool counted = false;
     lull_task *head = __atomic_load_n(&loop->remote_head, __ATOMIC_RELAXED);
     do {
+        if (head == NULL && !counted) {
+            __atomic_fetch_add(&loop->posters, 1, __ATOMIC_RELAXED);
+            counted = true;
+        }
         __atomic_store_n(&task->remote_next, head ? head : END,
                          __ATOMIC_RELAXED);
     } while (!__atomic_compare_exchange_n(&loop->remote_head, &head, task, true,
                                           __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
-    if (head != NULL) return; /* an earlier post of the burst woke it */
-    int sleeping = __atomic_load_n(&loop->sleeping, __ATOMIC_SEQ_CST);
-    if (sleeping == LULL__SLEEP_EPOLL) {
-        wake_loop(loop);
-    } else if (sleeping == LULL__SLEEP_FUTEX &&
-               __atomic_compare_exchange_n(&loop->sleeping, &sleeping,
-                                           LULL__AWAKE, false, __ATOMIC_SEQ_CST,
-                                           __ATOMIC_RELAXED)) {
-        syscall(SYS_futex, &loop->sleeping, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
-                0);
+    if (head == NULL) {
+        int sleeping = __atomic_load_n(&loop->sleeping, __ATOMIC_SEQ_CST);
+        if (sleeping == LULL__SLEEP_EPOLL) {
+            wake_loop(loop);
+        } else if (sleeping == LULL__SLEEP_FUTEX &&
+                   __atomic_compare_exchange_n(
+                       &loop->sleeping, &sleeping, LULL__AWAKE, false,
+                       __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+            syscall(SYS_futex, &loop->sleeping, FUTEX_WAKE_PRIVATE, 1, NULL,
+                    NULL, 0);
+        }
     }
+    /* The last touch of the loop: from here lull_loop_free may return. */
+    if (counted) __atomic_fetch_sub(&loop->posters, 1, __ATOMIC_RELEASE);
+}
+
+/* Waits until no poster is left inside lull_post_remote for this loop (one
+ * that has published can still be about to wake it). Posters leave after a
+ * bounded number of steps, so a short spin that yields the CPU is enough;
+ * the loop thread calls this only at lull_loop_free. */
+void lull__remote_quiesce(lull_loop *loop) {
+    while (__atomic_load_n(&loop->posters, __ATOMIC_ACQUIRE) != 0)
+        sched_yield();
 }
 
 /* Takes every remote post and queues it locally, oldest first. */
@@ -166,6 +197,27 @@ void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),
         fn(t, arg);
         t = older;
     }
+}
+
+/* lull_loop_fork, in the child, once the epoll set is the child's own: the
+ * eventfd is still shared with the parent, so it gets its own, registered
+ * in the new set. Only the forking thread exists in the child, so no poster
+ * is inside and the loop is not asleep: both words are reset. Posts
+ * already on the stack stay and run in the child too, like the rest of its
+ * copy of the loop. */
+int lull__remote_fork(lull_loop *loop) {
+    __atomic_store_n(&loop->sleeping, LULL__AWAKE, __ATOMIC_RELAXED);
+    __atomic_store_n(&loop->posters, 0u, __ATOMIC_RELAXED);
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) return -errno;
+    int err = lull__backend_add_wakeup(loop, fd);
+    if (err) {
+        close(fd);
+        return err;
+    }
+    close(loop->remote_fd); /* the child's reference to the parent's */
+    loop->remote_fd = fd;
+    return 0;
 }
 
 bool lull__remote_pending(lull_loop *loop) {

@@ -66,6 +66,10 @@
 #define IOV_CAP 1024
 /* Framed streams: a 4-byte big-endian length before each frame. */
 #define HDR 4
+/* The longest frame a 4-byte length can announce (and HDR more fits in a
+ * size_t everywhere). */
+#define FRAME_MAX                                                              \
+    ((size_t)UINT32_MAX < SIZE_MAX - HDR ? (size_t)UINT32_MAX : SIZE_MAX - HDR)
 /* Connections taken per readable callback: enough to empty a burst, few
  * enough that one busy listener does not hold the slice; the rest are
  * still readable next iteration (level-triggered). */
@@ -80,7 +84,9 @@
 /* lull_stream.state */
 #define S_CONNECTING 0x001u /* connect in progress: writable interest */
 #define S_CONNECTED  0x002u /* open: reads and writes allowed */
-#define S_READING    0x004u /* not paused by lull_stream_read_stop */
+#define S_READING                                                              \
+    0x004u                  /* not paused by lull_stream_read_stop (set        \
+                                 from the start, connecting included) */
 #define S_BLOCKED    0x008u /* the socket was full: wait for writability */
 #define S_FULL       0x010u /* the user saw queued >= high_water: drain owed */
 #define S_SHUT_WANT  0x020u /* lull_stream_shutdown: after the queue drains */
@@ -510,7 +516,8 @@ static void connect_done(lull_stream *s, int err) {
         return;
     }
     lull_timer_stop(&s->timer);
-    s->state = (s->state & ~S_CONNECTING) | S_CONNECTED | S_READING;
+    /* S_READING as the user left it: a pause before the connect holds. */
+    s->state = (s->state & ~S_CONNECTING) | S_CONNECTED;
     arm_idle(s);
     update_io(s);
     if (s->head || (s->state & S_SHUT_WANT)) lull__at_flush(s->loop, &s->flush);
@@ -567,8 +574,17 @@ static void on_io(lull_io *io, int events) {
         if (!flush_now(s)) return;
     }
     if ((events & (LULL_READABLE | LULL_HANGUP | LULL_ERROR)) &&
-        (s->state & S_READING) && !(s->state & S_EOF))
+        (s->state & S_READING) && !(s->state & S_EOF)) {
+        /* Frames buffered before a pause come before anything read now (the
+         * peer's EOF, say, which would call them a frame cut short): the
+         * event task that delivers them after the resume may not have run
+         * yet. */
+        if (s->state & S_DELIVER) {
+            s->state &= ~S_DELIVER;
+            if (!deliver_frames(s) || !(s->state & S_READING)) return;
+        }
         read_some(s);
+    }
 }
 
 /* --------------------------------------------------------------- setup */
@@ -586,6 +602,11 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     lull_timer_unref(&s->timer); /* a timeout alone keeps nothing alive */
     s->loop = loop;
     s->flags = o->flags;
+    /* A framed stream's limit is what its 4-byte length can say: a longer
+     * send would go out with its length cut to 32 bits, and max_frame + HDR
+     * (the read buffer's bound) must not wrap. */
+    if (!(o->flags & LULL_STREAM_RAW) && s->ep.max_frame > FRAME_MAX)
+        s->ep.max_frame = FRAME_MAX;
     s->idle_ns = o->idle_timeout_ns;
     size_t size = o->read_size ? o->read_size : READ_SIZE_DEFAULT;
     if (size < 2 * HDR) size = 2 * HDR;
@@ -596,7 +617,7 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
         return -ENOMEM;
     }
     s->rcap = size;
-    s->state = S_OWN_BUF | (tcp ? S_TCP : 0);
+    s->state = S_OWN_BUF | S_READING | (tcp ? S_TCP : 0);
     if (tcp && !(o->flags & LULL_STREAM_NAGLE)) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -610,7 +631,7 @@ static bool options_ok(const lull_stream_options *o) {
 
 /* The socket is connected: open for reading and writing. */
 static int start_connected(lull_stream *s) {
-    s->state |= S_CONNECTED | S_READING;
+    s->state |= S_CONNECTED;
     arm_idle(s);
     int rc = lull_io_start(&s->io, LULL_READABLE);
     if (rc < 0) release_list(teardown(s));
@@ -749,10 +770,6 @@ static void server_retry(lull_timer *t) {
     if (srv->io.fd >= 0) lull_io_start(&srv->io, LULL_READABLE);
 }
 
-static bool out_of_fds(int err) {
-    return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
-}
-
 static void server_io(lull_io *io, int events) {
     (void)events;
     lull_server *srv = LULL_CONTAINER_OF(io, lull_server, io);
@@ -761,12 +778,14 @@ static void server_io(lull_io *io, int events) {
         if (fd < 0) {
             int err = errno;
             if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
-            if (out_of_fds(err)) {
-                /* Not a spin: stop watching until the retry timer. */
-                lull_io_stop(io);
-                lull_timer_start(&srv->retry, srv->retry_ns, 0);
-                srv->paused++;
-            }
+            if (err == EAGAIN || err == EWOULDBLOCK) return;
+            /* Out of fds (EMFILE, ENFILE, ENOBUFS, ENOMEM), or failing for
+             * good (a socket shut under us: readable for ever, accept says
+             * EINVAL). Either way the listener stays readable: stop
+             * watching until the retry timer rather than spin. */
+            lull_io_stop(io);
+            lull_timer_start(&srv->retry, srv->retry_ns, 0);
+            srv->paused++;
             return;
         }
         srv->pending = fd;

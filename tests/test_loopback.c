@@ -1105,3 +1105,96 @@ TEST(model_random_sends_and_closes) {
     CHECK_LE(M_SENDS / 2, M.delivered);
     CHECK_EQ(lull_loop_free(M.loop), 0);
 }
+
+/* ------------------------------------------------------ hostile callbacks */
+
+/* The header promises a closed end "may be reused or freed as soon as
+ * lull_endpoint_close returns", so inside its own callbacks too: the frame
+ * callback, the frame's release, and the sender's drain each close and free
+ * the receiving end (heap-allocated, so ASan sees any later touch), with
+ * more frames queued behind. Nothing may touch the freed end afterwards. */
+typedef struct doomed_end {
+    side s;
+    int free_at; /* 0: in on_frame; 1: in the release; 2: in the drain */
+} doomed_end;
+
+static doomed_end *g_doomed;
+static void doom_now(void) {
+    doomed_end *d = g_doomed;
+    if (!d) return;
+    g_doomed = NULL;
+    CHECK_EQ(lull_endpoint_close(&d->s.lb.ep, 4), 0);
+    memset(d, 0xa5, sizeof *d);
+    free(d);
+}
+
+/* Its own frame callback: the test's on_frame touches the side after. */
+static void doom_in_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    int id = 0;
+    if (len >= sizeof id) memcpy(&id, bytes, sizeof id);
+    side_of(ep)->frames++;
+    check_trace(2000 + id);
+    if (id == 1 && g_doomed && g_doomed->free_at == 0) doom_now();
+}
+
+static void doom_in_release(lull_frame *f) {
+    owned_release(f);
+    if (g_doomed && g_doomed->free_at == 1) doom_now();
+}
+
+static void doom_in_drain(lull_endpoint *ep) {
+    side_of(ep)->drains++;
+    if (g_doomed && g_doomed->free_at == 2) doom_now();
+}
+
+TEST(end_freed_inside_its_own_delivery) {
+    for (int at = 0; at < 3; at++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.high_water = 12};
+            side a;
+            doomed_end *d = malloc(sizeof *d);
+            pair_with(loop, &a, &d->s, &o);
+            d->free_at = at;
+            lull_endpoint_callbacks(&d->s.lb.ep, doom_in_frame, NULL, NULL);
+            lull_endpoint_callbacks(&a.lb.ep, on_frame, doom_in_drain,
+                                    on_close);
+            g_doomed = d;
+            owned f[3];
+            for (int i = 0; i < 3; i++) {
+                owned_init(&f[i], i + 1);
+                f[i].frame.release = doom_in_release;
+                CHECK_EQ(lull_send(&a.lb.ep, &f[i].frame), 0);
+            }
+            run_ready(loop);
+            CHECK(g_doomed == NULL);
+            /* Frame 1 arrived; the other two came back undelivered. */
+            CHECK_EQ(check_trace_find(2002), -1);
+            for (int i = 0; i < 3; i++)
+                CHECK_EQ(f[i].releases, 1);
+            CHECK_EQ(a.closes, 1);
+            CHECK_EQ(a.reason, 4);
+            CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
+/* The copy path with a length that cannot be allocated (max_frame lifted to
+ * SIZE_MAX, so the limit does not refuse it first): -ENOMEM, nothing
+ * queued, never an allocation whose size wrapped around. */
+TEST(copy_of_an_impossible_length) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loopback_options o = {.max_frame = SIZE_MAX};
+    side a, b;
+    pair_with(loop, &a, &b, &o);
+    static const char byte = 1;
+    CHECK_EQ(lull_send_copy(&a.lb.ep, &byte, SIZE_MAX), -ENOMEM);
+    CHECK_EQ(lull_send_copy(&a.lb.ep, &byte, SIZE_MAX - 8), -ENOMEM);
+    CHECK_U64_EQ(a.lb.ep.queued, 0);
+    CHECK(!lull_loopback_pending(&b.lb));
+    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(b.frames, 0);
+    close_both(&a, &b);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

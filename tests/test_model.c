@@ -184,12 +184,12 @@ static void print_op(FILE *f, const op *o) {
     const action *a = &o->act;
     char who[32] = "";
     if (o->on >= 0) {
-        char e[8];
+        char e[16];
         entity_name(o->on, e, sizeof e);
         snprintf(who, sizeof who, "on %s x%d: ", e, o->runs);
     }
     fprintf(f, "    %s%s", who, kind_names[a->kind]);
-    char e[8];
+    char e[16];
     switch (a->kind) {
     case A_POST:
     case A_CANCEL:
@@ -1313,7 +1313,7 @@ static uint64_t seed_quantum(uint64_t seed) {
 /* ----------------------------------------------------------------- runner */
 
 static void print_rec(const rec *r) {
-    char e[8];
+    char e[16];
     if (r->what == REC_SETTLE) {
         fprintf(stderr, "settle returned %d", (int)r->deadline);
     } else if (r->what == REC_FREE) {

@@ -7,6 +7,8 @@
 #include "check.h"
 
 #include <lull.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define MS 1000000ull
 
@@ -396,4 +398,137 @@ TEST(unlisten_of_a_pump_listener_stops_later_raises) {
     CHECK_EQ(f.passes, 1);
     teardown(&f); /* close after unlisten is harmless */
     CHECK_EQ(f.passes, 1);
+}
+
+/* An unlistened pump listener is reusable anywhere (BRIEF 2.1): on the same
+ * pump with another notifier (the pump's list used to become a cycle, so
+ * lull_pump_close never returned), and as a plain listener (the list used
+ * to be cut, so close missed the other listener and the closed pump's pass
+ * was still queued by raises). */
+TEST(pump_listener_reused_on_the_same_pump_after_unlisten) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_notifier n1, n2;
+    lull_listener l;
+    lull_notifier_init(&n1);
+    lull_notifier_init(&n2);
+    lull_pump_listen(&f.pump, &n1, &l);
+    lull_unlisten(&l);
+    lull_pump_listen(&f.pump, &n2, &l);
+    lull_notify(&n1);
+    CHECK_EQ(lull_settle(loop), 0);
+    lull_notify(&n2);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(f.passes, 1);
+    lull_pump_close(&f.pump);
+    CHECK(l.notifier == NULL);
+    CHECK(f.pump.listeners == NULL);
+    teardown(&f);
+}
+
+static void plain_listener(lull_listener *l) {
+    (void)l;
+    check_trace(7);
+}
+
+TEST(pump_listener_reused_as_a_plain_listener_after_unlisten) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_notifier n, other;
+    lull_listener a, b;
+    lull_notifier_init(&n);
+    lull_notifier_init(&other);
+    lull_pump_listen(&f.pump, &n, &a);
+    lull_pump_listen(&f.pump, &n, &b);
+    lull_unlisten(&b);
+    lull_listen(loop, &other, &b, plain_listener);
+    lull_pump_close(&f.pump);
+    CHECK(a.notifier == NULL);   /* close reached a */
+    CHECK(b.notifier == &other); /* and left b where it now is */
+    lull_notify(&n);
+    lull_notify(&other);
+    CHECK_EQ(lull_settle(loop), 1); /* b's call; no pass of the closed pump */
+    CHECK_TRACE(7);
+    CHECK_EQ(f.passes, 0);
+    lull_unlisten(&b);
+    teardown(&f);
+}
+
+/* Unlisten in any order, then close: nothing left behind. */
+TEST(pump_listeners_unlistened_in_any_order) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_notifier n;
+    lull_listener l[4];
+    lull_notifier_init(&n);
+    for (int i = 0; i < 4; i++)
+        lull_pump_listen(&f.pump, &n, &l[i]);
+    lull_unlisten(&l[1]); /* middle */
+    lull_unlisten(&l[3]); /* head: the newest */
+    lull_unlisten(&l[0]); /* tail */
+    lull_notify(&n);
+    CHECK_EQ(lull_settle(loop), 1); /* l[2] still wakes the pump */
+    lull_pump_listen(&f.pump, &n, &l[1]);
+    lull_pump_close(&f.pump);
+    for (int i = 0; i < 4; i++)
+        CHECK(l[i].notifier == NULL);
+    CHECK(f.pump.listeners == NULL);
+    teardown(&f);
+}
+
+/* A pass that closes and frees its own pump, the natural end of a session:
+ * nothing may touch the pump after the pass returns (the memory is
+ * poisoned before it is freed, so a read of it crashes even without ASan,
+ * which reports it as a use after free). Reached by a wake, by a raise,
+ * and by the retry timer. */
+typedef struct session {
+    lull_pump pump;
+    lull_listener listener;
+    int *passes;
+    bool hold_first; /* the first pass returns HELD: the retry ends it */
+} session;
+
+static int pass_then_free(lull_pump *p, uint64_t *retry_ns) {
+    session *s = LULL_CONTAINER_OF(p, session, pump);
+    if ((*s->passes)++ == 0 && s->hold_first) {
+        *retry_ns = 5 * MS;
+        return LULL_PASS_HELD;
+    }
+    lull_pump_delivered(p, 1);
+    lull_pump_close(p);
+    CHECK_U64_EQ(p->passes, (uint64_t)*s->passes); /* counted at close */
+    memset(s, 0xA5, sizeof *s);
+    free(s);
+    return LULL_PASS_AGAIN; /* ignored: the pump is closed */
+}
+
+TEST(pass_that_closes_and_frees_its_pump) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    lull_notifier n;
+    lull_notifier_init(&n);
+    for (int how = 0; how < 3; how++) { /* wake, raise, retry timer */
+        int passes = 0;
+        session *s = malloc(sizeof *s);
+        CHECK(s != NULL);
+        *s = (session){.passes = &passes, .hold_first = how == 2};
+        lull_pump_init(loop, &s->pump, pass_then_free);
+        lull_pump_listen(&s->pump, &n, &s->listener);
+        if (how == 1)
+            lull_notify(&n);
+        else
+            lull_pump_wake(&s->pump);
+        lull_settle(loop);
+        lull_advance(loop, 10 * MS);
+        CHECK_EQ(passes, how == 2 ? 2 : 1);
+        CHECK(!lull_loop_alive(loop));
+        lull_notify(&n); /* the freed pump's listener is gone */
+        CHECK_EQ(lull_settle(loop), 0);
+    }
+    lull_audit_entry e[4];
+    CHECK_EQ(lull_loop_audit(loop, e, 4, NULL), 1);
+    CHECK_U64_EQ(e[0].passes, 4);
+    CHECK_U64_EQ(e[0].empty_passes, 1); /* the HELD pass */
+    CHECK_EQ(lull_loop_free(loop), 0);
 }

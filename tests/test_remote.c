@@ -1,14 +1,26 @@
 /* Cross-thread posts: none lost under load, coalescing of a task queued
- * twice before the loop drains it, and the loop reference that keeps
- * lull_run waiting for an expected post. Real threads and the real clock. */
+ * twice before the loop drains it, the loop reference that keeps lull_run
+ * waiting for an expected post, and lull_loop_free waiting for a poster
+ * still inside lull_post_remote. Real threads and the real clock.
+ *
+ * write() and syscall() are wrapped at link time (tests/CMakeLists.txt) so
+ * that a poster can be held inside its wake of the loop. */
 #include "check.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
 #include <lull.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "internal.h" /* loop->sleeping: is the loop blocked yet? */
 
 /* 4 x 100,000 round trips, as the issue asks: about 3 s in a debug build
  * and 5 s under ThreadSanitizer on the 2-vCPU machine. */
@@ -323,4 +335,183 @@ TEST(remote_post_from_loop_thread) {
     CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(inner_runs, 1);
     CHECK_EQ(lull_loop_free(the_loop), 0);
+}
+
+/* ------------------------------- freeing a loop a poster is still waking */
+
+/* A poster whose thread sets delay_wake is held inside its next wake of a
+ * loop (the eventfd write, or the FUTEX_WAKE): it interrupts the loop's
+ * sleep with a signal, so that the loop takes the post without that wake,
+ * then waits until the loop has been freed, or HOLD_MS at most. If
+ * lull_loop_free returns while the poster is held, the wake then lands on a
+ * freed loop: `late` records it. */
+#define HOLD_MS 500
+
+static _Thread_local bool delay_wake;
+static pthread_t loop_thread;
+static atomic_bool held;  /* a poster entered the held wake */
+static atomic_bool freed; /* lull_loop_free has returned */
+static atomic_bool late;  /* the held wake ran after the free */
+
+static void hold_wake(void) {
+    delay_wake = false;
+    atomic_store(&held, true);
+    pthread_kill(loop_thread, SIGUSR1);
+    for (int i = 0; i < HOLD_MS && !atomic_load(&freed); i++)
+        sleep_ms(1);
+    if (atomic_load(&freed)) atomic_store(&late, true);
+}
+
+ssize_t __real_write(int fd, const void *buf, size_t n);
+ssize_t __wrap_write(int fd, const void *buf, size_t n);
+ssize_t __wrap_write(int fd, const void *buf, size_t n) {
+    if (delay_wake) hold_wake();
+    return __real_write(fd, buf, n);
+}
+
+long __real_syscall(long nr, ...);
+long __wrap_syscall(long nr, ...);
+long __wrap_syscall(long nr, ...) {
+    va_list ap;
+    va_start(ap, nr);
+    long a[6];
+    for (int i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    if (delay_wake && nr == SYS_futex && a[1] == FUTEX_WAKE_PRIVATE)
+        hold_wake();
+    return __real_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+static void on_signal(int sig) {
+    (void)sig; /* only interrupts the loop's sleep */
+}
+
+typedef struct held_case {
+    lull_loop *loop;
+    lull_task task;
+    lull_io io; /* watched: the loop sleeps in epoll, woken by a write */
+    int fds[2];
+    bool watch_fd;
+} held_case;
+
+static void on_held_post(lull_task *t) {
+    held_case *hc = LULL_CONTAINER_OF(t, held_case, task);
+    if (hc->watch_fd) lull_io_stop(&hc->io);
+    lull_loop_unref(hc->loop);
+}
+
+static void *post_held(void *arg) {
+    held_case *hc = arg;
+    int how = hc->watch_fd ? LULL__SLEEP_EPOLL : LULL__SLEEP_FUTEX;
+    while (__atomic_load_n(&hc->loop->sleeping, __ATOMIC_SEQ_CST) != how)
+        sleep_ms(1);
+    delay_wake = true;
+    lull_post_remote(hc->loop, &hc->task);
+    return NULL;
+}
+
+/* The poster publishes its task and is held inside its wake; the loop,
+ * interrupted, takes the post, the run ends, and the loop is freed.
+ * lull_loop_free must not return before the poster has left
+ * lull_post_remote. */
+static void free_while_a_poster_is_held(bool watch_fd) {
+    static held_case hc;
+    hc = (held_case){.watch_fd = watch_fd};
+    atomic_store(&held, false);
+    atomic_store(&freed, false);
+    atomic_store(&late, false);
+    loop_thread = pthread_self();
+    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART */
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    CHECK_EQ(lull_loop_new(&hc.loop, NULL), 0);
+    lull_task_init(&hc.task, on_held_post);
+    if (watch_fd) {
+        CHECK_EQ(pipe(hc.fds), 0);
+        CHECK_EQ(lull_io_init(hc.loop, &hc.io, hc.fds[0], never_ready), 0);
+        CHECK_EQ(lull_io_start(&hc.io, LULL_READABLE), 0);
+        lull_io_unref(&hc.io);
+    }
+    lull_loop_ref(hc.loop);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_held, &hc), 0);
+    CHECK_EQ(lull_run(hc.loop, LULL_RUN_DEFAULT), 0);
+    CHECK(atomic_load(&held)); /* the post did go through the held wake */
+    if (watch_fd) {
+        close(hc.fds[0]);
+        close(hc.fds[1]);
+    }
+    CHECK_EQ(lull_loop_free(hc.loop), 0);
+    atomic_store(&freed, true);
+    /* A file opened now may take the freed eventfd's number: a late wake
+     * would land its 8 bytes in it. */
+    int q[2];
+    CHECK_EQ(pipe2(q, O_NONBLOCK), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK(!atomic_load(&late));
+    char byte;
+    CHECK_EQ(read(q[0], &byte, 1), -1);
+    CHECK_EQ(errno, EAGAIN);
+    close(q[0]);
+    close(q[1]);
+}
+
+TEST_THREADED(loop_free_waits_for_a_poster_inside_its_eventfd_write) {
+    free_while_a_poster_is_held(true);
+}
+
+TEST_THREADED(loop_free_waits_for_a_poster_inside_its_futex_wake) {
+    free_while_a_poster_is_held(false);
+}
+
+/* The same for a notifier: a raiser held inside lull_notify_remote (in its
+ * wake of the loop, after the raise was queued) while the listener runs;
+ * lull_notifier_quiesce must not return before the raiser has left. */
+typedef struct held_raise {
+    lull_loop *loop;
+    lull_notifier n;
+    lull_listener l;
+    int runs;
+} held_raise;
+
+static void on_held_raise(lull_listener *l) {
+    held_raise *hr = LULL_CONTAINER_OF(l, held_raise, l);
+    hr->runs++;
+    lull_unlisten(l);
+    lull_loop_unref(hr->loop);
+}
+
+static void *raise_held(void *arg) {
+    held_raise *hr = arg;
+    while (__atomic_load_n(&hr->loop->sleeping, __ATOMIC_SEQ_CST) !=
+           LULL__SLEEP_FUTEX)
+        sleep_ms(1);
+    delay_wake = true;
+    lull_notify_remote(hr->loop, &hr->n);
+    return NULL;
+}
+
+TEST_THREADED(notifier_quiesce_waits_for_a_raiser_inside_notify_remote) {
+    static held_raise hr;
+    hr = (held_raise){0};
+    atomic_store(&held, false);
+    atomic_store(&freed, false);
+    atomic_store(&late, false);
+    loop_thread = pthread_self();
+    struct sigaction sa = {.sa_handler = on_signal};
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    CHECK_EQ(lull_loop_new(&hr.loop, NULL), 0);
+    lull_notifier_init(&hr.n);
+    lull_listen(hr.loop, &hr.n, &hr.l, on_held_raise);
+    lull_loop_ref(hr.loop);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, raise_held, &hr), 0);
+    CHECK_EQ(lull_run(hr.loop, LULL_RUN_DEFAULT), 0);
+    CHECK(atomic_load(&held));
+    CHECK_EQ(hr.runs, 1);
+    lull_notifier_quiesce(hr.loop, &hr.n);
+    atomic_store(&freed, true); /* the notifier could be freed from here */
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK(!atomic_load(&late));
+    CHECK_EQ(lull_loop_free(hr.loop), 0);
 }

@@ -1,0 +1,251 @@
+/* fork() (BRIEF 2.1 "Fork"): after lull_loop_fork in the child, parent and
+ * child each have their own kernel state. Both run at the same time, each
+ * gets its own fd readiness, and the parent's watcher keeps working after
+ * the child has stopped its inherited watchers and freed its loop (with one
+ * epoll set shared by both, the child's stop removed the parent's
+ * registration). Cross-thread posts wake each process's own loop. Real
+ * processes, pipes between them; every wait in the parent is bounded by a
+ * timer that fails the case. */
+#include "check.h"
+
+#include <errno.h>
+#include <lull.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define GUARD_NS (10 * 1000000000ull) /* no single wait takes this long */
+
+typedef struct watched {
+    lull_io io;
+    int fds[2];
+    int calls;
+} watched;
+
+static void on_readable(lull_io *io, int events) {
+    watched *w = LULL_CONTAINER_OF(io, watched, io);
+    CHECK(events & LULL_READABLE);
+    char byte;
+    CHECK_EQ(read(w->fds[0], &byte, 1), 1);
+    w->calls++;
+    lull_stop(io->loop);
+}
+
+static void never_called(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+    check_fail(__FILE__, __LINE__, "a watcher of the other process ran");
+}
+
+static void guard_fired(lull_timer *t) {
+    (void)t;
+    check_fail(__FILE__, __LINE__, "pid %d: no readiness in 10 s",
+               (int)getpid());
+}
+
+static void open_watched(lull_loop *loop, watched *w, lull_io_fn fn) {
+    *w = (watched){0};
+    CHECK_EQ(pipe(w->fds), 0);
+    CHECK_EQ(lull_io_init(loop, &w->io, w->fds[0], fn), 0);
+}
+
+static void put_byte(int fd) {
+    CHECK_EQ(write(fd, "x", 1), 1);
+}
+
+static void take_byte(int fd) {
+    char byte;
+    CHECK_EQ(read(fd, &byte, 1), 1);
+}
+
+/* Runs until a watcher's callback stops the loop, or fails after 10 s. */
+static void run_until_called(lull_loop *loop, watched *w) {
+    int before = w->calls;
+    lull_timer guard;
+    lull_timer_init(loop, &guard, guard_fired);
+    lull_timer_start(&guard, GUARD_NS, 0);
+    while (w->calls == before)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    lull_timer_stop(&guard);
+}
+
+TEST(fork_parent_and_child_each_get_their_own_readiness) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    watched a, b; /* a: started before the fork; b: the child's own */
+    open_watched(loop, &a, on_readable);
+    open_watched(loop, &b, never_called);
+    CHECK_EQ(lull_io_start(&a.io, LULL_READABLE), 0);
+    int to_parent[2], to_child[2];
+    CHECK_EQ(pipe(to_parent), 0);
+    CHECK_EQ(pipe(to_child), 0);
+    fflush(NULL);
+
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_EQ(lull_loop_fork(loop), 0);
+        /* The inherited watcher was registered again in the child's set:
+         * readiness of a's pipe reaches the child's loop. */
+        put_byte(a.fds[1]);
+        run_until_called(loop, &a);
+        /* Stopped in the child only; the child watches b instead. */
+        lull_io_stop(&a.io);
+        CHECK_EQ(lull_io_init(loop, &b.io, b.fds[0], on_readable), 0);
+        CHECK_EQ(lull_io_start(&b.io, LULL_READABLE), 0);
+        put_byte(to_parent[1]); /* "a is mine no more; b is watched" */
+        take_byte(to_child[0]); /* the parent has had its readiness */
+        put_byte(b.fds[1]);
+        run_until_called(loop, &b);
+        CHECK_EQ(b.calls, 1);
+        lull_io_stop(&b.io);
+        CHECK_EQ(lull_loop_free(loop), 0);
+        _exit(0);
+    }
+
+    /* Parent: while the child runs its loop and watches b (whose byte is
+     * written to a pipe the parent does not watch), a's readiness reaches
+     * the parent alone. */
+    take_byte(to_parent[0]);
+    put_byte(a.fds[1]);
+    run_until_called(loop, &a);
+    CHECK_EQ(a.calls, 1);
+    put_byte(to_child[1]);
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* The child stopped a and freed its loop: the parent's a still works. */
+    put_byte(a.fds[1]);
+    run_until_called(loop, &a);
+    CHECK_EQ(a.calls, 2);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.wakeups_io, m.wakeups); /* only a woke it, twice */
+    CHECK_U64_EQ(m.wakeups, 2);
+    lull_io_stop(&a.io);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    for (int i = 0; i < 2; i++) {
+        close(a.fds[i]);
+        close(b.fds[i]);
+        close(to_parent[i]);
+        close(to_child[i]);
+    }
+}
+
+/* ------------------------------------------------------- cross-thread */
+
+typedef struct remote_case {
+    lull_loop *loop;
+    lull_task task;
+    int runs;
+} remote_case;
+
+static void on_post(lull_task *t) {
+    remote_case *rc = LULL_CONTAINER_OF(t, remote_case, task);
+    rc->runs++;
+    lull_loop_unref(rc->loop);
+}
+
+static void *post_from_thread(void *arg) {
+    remote_case *rc = arg;
+    lull_post_remote(rc->loop, &rc->task);
+    return NULL;
+}
+
+/* A thread of this process posts; the loop (sleeping in epoll, since it
+ * watches an fd) is woken through its own eventfd. */
+static void post_and_run(remote_case *rc) {
+    int runs = rc->runs;
+    lull_loop_ref(rc->loop);
+    lull_timer guard;
+    lull_timer_init(rc->loop, &guard, guard_fired);
+    lull_timer_start(&guard, GUARD_NS, 0);
+    lull_timer_unref(&guard);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_from_thread, rc), 0);
+    CHECK_EQ(lull_run(rc->loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    lull_timer_stop(&guard);
+    CHECK_EQ(rc->runs, runs + 1);
+}
+
+static void check_no_remote_wakeup(lull_loop *loop) {
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.wakeups_remote, 0);
+    CHECK_U64_EQ(m.wakeups, 1); /* the control pipe's byte */
+}
+
+/* A post made before the fork and not yet taken runs in both processes
+ * (the child is a copy of the loop, posts included). Afterwards each
+ * process's posts wake its own loop and never the other's: each sleeps in
+ * epoll (it watches an fd) while the other posts, and must see no remote
+ * wakeup. */
+TEST_THREADED(fork_remote_posts_wake_each_process_own_loop) {
+    remote_case rc = {0};
+    CHECK_EQ(lull_loop_new(&rc.loop, NULL), 0);
+    lull_task_init(&rc.task, on_post);
+    watched idle, ctl;
+    open_watched(rc.loop, &idle, never_called);
+    CHECK_EQ(lull_io_start(&idle.io, LULL_READABLE), 0);
+    lull_io_unref(&idle.io);
+    open_watched(rc.loop, &ctl, on_readable); /* parent -> child */
+    int to_parent[2], to_child[2];
+    CHECK_EQ(pipe(to_parent), 0);
+    CHECK_EQ(pipe(to_child), 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_from_thread, &rc), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0); /* queued, not taken */
+    lull_loop_ref(rc.loop);              /* dropped by on_post */
+    fflush(NULL);
+
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_EQ(lull_loop_fork(rc.loop), 0);
+        CHECK_EQ(lull_settle(rc.loop), 1); /* the pre-fork post */
+        CHECK_EQ(rc.runs, 1);
+        CHECK_EQ(lull_io_start(&ctl.io, LULL_READABLE), 0);
+        lull_loop_metrics_reset(rc.loop);
+        put_byte(to_parent[1]); /* the parent posts now */
+        run_until_called(rc.loop, &ctl);
+        check_no_remote_wakeup(rc.loop);
+        lull_io_stop(&ctl.io);
+        take_byte(to_child[0]); /* the parent sleeps now */
+        for (int i = 0; i < 3; i++)
+            post_and_run(&rc);
+        lull_io_stop(&idle.io);
+        CHECK_EQ(lull_loop_free(rc.loop), 0);
+        put_byte(to_parent[1]); /* done */
+        _exit(0);
+    }
+    CHECK_EQ(lull_settle(rc.loop), 1); /* the pre-fork post, here too */
+    CHECK_EQ(rc.runs, 1);
+    take_byte(to_parent[0]);
+    for (int i = 0; i < 3; i++)
+        post_and_run(&rc);
+    put_byte(ctl.fds[1]); /* the child checks its wakeups */
+    /* Now the parent sleeps while the child posts, until it is done. */
+    watched done = {.fds = {to_parent[0], to_parent[1]}}; /* child -> */
+    CHECK_EQ(lull_io_init(rc.loop, &done.io, to_parent[0], on_readable), 0);
+    CHECK_EQ(lull_io_start(&done.io, LULL_READABLE), 0);
+    lull_loop_metrics_reset(rc.loop);
+    put_byte(to_child[1]);
+    run_until_called(rc.loop, &done);
+    check_no_remote_wakeup(rc.loop);
+    lull_io_stop(&done.io);
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* The child closed its copies and freed its loop: no matter here. */
+    post_and_run(&rc);
+    lull_io_stop(&idle.io);
+    CHECK_EQ(lull_loop_free(rc.loop), 0);
+    for (int i = 0; i < 2; i++) {
+        close(idle.fds[i]);
+        close(ctl.fds[i]);
+        close(to_parent[i]);
+        close(to_child[i]);
+    }
+}
