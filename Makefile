@@ -82,7 +82,7 @@ install: lab
 	$(CMAKE) --install build/release
 
 format:
-	clang-format -i include/*.h src/*.c src/*.h tests/*.c tests/*.h lab/*.c lab/*.h lab/peers/*.c bench/*.c examples/*.c
+	clang-format -i include/*.h src/*.c src/*.h tests/*.c tests/*.h lab/*.c lab/*.h lab/peers/*.c bench/*.c examples/*.c examples/kv/*.c examples/kv/*.h
 
 clean:
 	rm -rf build

@@ -53,8 +53,8 @@
  *
  * Environment: LULL_MODEL_SEEDS (seeds per group, for valgrind or a
  * longer run), LULL_SOAK_SECONDS (the soak case: random base seeds until the
- * time is up), LULL_MODEL_ALL_OPS=1 (also generate the operations that hit
- * the defects listed at MODEL_ALL_OPS_DEFAULT). */
+ * time is up), LULL_MODEL_ALL_OPS=0 (skip the operations listed at
+ * MODEL_ALL_OPS_DEFAULT). */
 #include "check.h"
 
 #include <errno.h>
@@ -84,21 +84,13 @@ enum {
     NENT = E_PUMP + NP
 };
 
-/* Issue 6 items 5 and 6, fixed on branch h/remote ("lull_unlisten takes a
- * pump's listener out of the pump's list", "A pass may close and free its
- * own pump") but not yet on main: a listener that left a pump by
- * lull_unlisten and is then reused (or freed) while that pump is open
- * corrupts the pump's listener list; a pass that frees its own pump is a
- * use after free, and one that closes and initialises it again has its
- * result applied to the new pump (a retry armed, or a pass posted, that
- * nothing asked for). With this 0 the driver skips exactly those operations
- * (the generator is unchanged, so a seed means the same sequence either
- * way). Set it to 1 when h/remote is merged; LULL_MODEL_ALL_OPS=1 does it
- * for one run: on main it finds item 5 at seed 1 and shrinks it to six
- * operations, in which a timer's callback unlistens a pump's listener and
- * subscribes it to the same pump again; lull_pump_close then never
- * returns. */
-#define MODEL_ALL_OPS_DEFAULT 0
+/* Every operation is driven, including the two the model found broken
+ * before they were fixed: a listener that left a pump by lull_unlisten and
+ * is reused (or freed) while that pump is open, and a pass that frees its
+ * own pump, or closes and initialises it again. LULL_MODEL_ALL_OPS=0 skips
+ * exactly those operations for one run (the generator is unchanged, so a
+ * seed means the same sequence either way), to bisect a failure. */
+#define MODEL_ALL_OPS_DEFAULT 1
 
 /* Generated top-level operations per seed, before the teardown. */
 #define SEQ_LEN 1000
@@ -1523,7 +1515,7 @@ static void report_failure(uint64_t seed, const char *argv0,
             "model: seed 0x%016" PRIx64 " (quantum %" PRIu64
             " ns) fails; reproduce with\n  LULL_MODEL_SEED=0x%016" PRIx64
             "%s %s replay\n",
-            seed, q, seed, all_ops ? " LULL_MODEL_ALL_OPS=1" : "", argv0);
+            seed, q, seed, all_ops ? "" : " LULL_MODEL_ALL_OPS=0", argv0);
     int at = run_in_child(ops, n, q, true);
     if (at < 0) {
         fprintf(stderr, "model: seed 0x%016" PRIx64 " passes here\n", seed);
@@ -1554,12 +1546,12 @@ static void note_seed(uint64_t seed) {
              "\nmodel: died or hung in seed 0x%016" PRIx64
              "; reproduce and shrink with\n  LULL_MODEL_SEED=0x%016" PRIx64
              "%s %s replay\n",
-             seed, seed, all_ops ? " LULL_MODEL_ALL_OPS=1" : "", program);
+             seed, seed, all_ops ? "" : " LULL_MODEL_ALL_OPS=0", program);
 }
 
 static void install_handlers(void) {
     const char *env = getenv("LULL_MODEL_ALL_OPS");
-    if (env && *env == '1') all_ops = true;
+    if (env && *env) all_ops = *env == '1';
     char path[256];
     ssize_t len = readlink("/proc/self/exe", path, sizeof path - 1);
     if (len > 0) {

@@ -1,0 +1,47 @@
+/* resp.h: the request side of RESP2, the Redis protocol, for lull-kv.
+ *
+ * resp_parse looks at the bytes a connection has buffered and takes one
+ * command off the front, or says that more bytes are needed, or that the
+ * bytes can never be a request. It keeps no state between calls: a command
+ * cut at any byte boundary is parsed again from its start when the rest
+ * arrives. That costs a rescan of the headers (a few bytes each; bulk
+ * bodies are skipped by their length), and buys a parser whose only state
+ * is the caller's buffer, so there is no half-parsed state to get wrong.
+ *
+ * Two request forms: multibulk (`*<n>\r\n` then n times `$<len>\r\n<bytes>
+ * \r\n`, what clients send) and inline (a line of words separated by
+ * spaces, what a person types into `nc`; no quoting). The arguments point
+ * into the caller's buffer. */
+#ifndef LULL_KV_RESP_H
+#define LULL_KV_RESP_H
+
+#include <stddef.h>
+
+typedef struct resp_arg {
+    const char *p; /* into the parsed buffer */
+    size_t len;
+} resp_arg;
+
+typedef struct resp_limits {
+    size_t max_bulk; /* the longest argument accepted (a longer $<len> is a
+                        protocol error, before any of it is buffered) */
+    size_t max_args; /* the most arguments in one command; also the size of
+                        the caller's argv */
+} resp_limits;
+
+/* 64 KiB: the longest inline line, and the longest header line that could
+ * still be completed; the same bound Redis puts on an inline request. */
+#define RESP_MAX_INLINE ((size_t)64 << 10)
+
+enum {
+    RESP_INCOMPLETE = 0, /* no complete command yet: read more */
+    RESP_ERROR = -1,     /* a protocol error: *err says which */
+};
+
+/* Parses one command from buf[0, len). Returns the bytes it took (> 0),
+ * with *argc arguments in argv (0 for an empty line or `*0`: skip it);
+ * RESP_INCOMPLETE; or RESP_ERROR with *err a static message (no CRLF). */
+long resp_parse(const resp_limits *lim, const char *buf, size_t len,
+                resp_arg *argv, size_t *argc, const char **err);
+
+#endif

@@ -1,0 +1,268 @@
+/* lull-kv's request parser and keyspace (examples/kv/resp.c, store.c),
+ * tested directly: no loop, no sockets.
+ *
+ * The parser is driven the way the server drives it: bytes arrive in
+ * chunks, are appended to a buffer, and every complete command at its
+ * front is taken off. Each request set is fed whole, cut in two at every
+ * byte boundary, and one byte at a time; the commands that come out must be
+ * the same every time. Malformed input must end in an error (never a
+ * crash, never a read outside the buffer: the ASan build checks that),
+ * however it is cut, and the commands before it must still come out. */
+#include "check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../examples/kv/resp.h"
+#include "../examples/kv/store.h"
+
+#define MAX_ARGS 16
+
+/* What a feed produced: every command as "arg|arg|...;" and the error. */
+typedef struct feed {
+    char log[4096];
+    size_t log_len;
+    const char *err; /* NULL while no protocol error */
+    char buf[8192];  /* the connection's input buffer */
+    size_t len;
+} feed;
+
+static const resp_limits limits = {.max_bulk = 1000, .max_args = MAX_ARGS};
+
+static void logs(feed *f, const char *p, size_t n) {
+    CHECK(f->log_len + n < sizeof f->log);
+    memcpy(f->log + f->log_len, p, n);
+    f->log_len += n;
+    f->log[f->log_len] = 0;
+}
+
+/* Appends a chunk and takes every complete command off the front. */
+static void feed_chunk(feed *f, const char *p, size_t n) {
+    if (f->err) return; /* the connection is closing: input is ignored */
+    CHECK(f->len + n <= sizeof f->buf);
+    memcpy(f->buf + f->len, p, n);
+    f->len += n;
+    size_t off = 0;
+    for (;;) {
+        resp_arg argv[MAX_ARGS];
+        size_t argc = 99;
+        const char *err = NULL;
+        /* Parse from a copy of exactly the unparsed bytes, so ASan sees any
+         * read past the end. */
+        size_t left = f->len - off;
+        char *copy = malloc(left ? left : 1);
+        memcpy(copy, f->buf + off, left);
+        long r = resp_parse(&limits, copy, left, argv, &argc, &err);
+        if (r == RESP_INCOMPLETE) {
+            free(copy);
+            break;
+        }
+        if (r == RESP_ERROR) {
+            CHECK(err != NULL);
+            f->err = err;
+            free(copy);
+            return;
+        }
+        CHECK(r > 0 && (size_t)r <= left);
+        CHECK(argc <= MAX_ARGS);
+        for (size_t i = 0; i < argc; i++) {
+            CHECK(argv[i].p >= copy && argv[i].p + argv[i].len <= copy + left);
+            logs(f, argv[i].p, argv[i].len);
+            logs(f, i + 1 < argc ? "|" : "", i + 1 < argc);
+        }
+        logs(f, ";", 1);
+        off += (size_t)r;
+        free(copy);
+    }
+    memmove(f->buf, f->buf + off, f->len - off);
+    f->len -= off;
+}
+
+/* Feeds `in` whole, then cut at every boundary, then byte by byte; every
+ * way must give the same log and the same error (or none). The whole-feed
+ * result is returned in *out. */
+static void feed_all_ways(const char *in, size_t n, feed *out) {
+    memset(out, 0, sizeof *out);
+    feed_chunk(out, in, n);
+    for (size_t cut = 0; cut <= n; cut++) {
+        feed f = {0};
+        feed_chunk(&f, in, cut);
+        feed_chunk(&f, in + cut, n - cut);
+        if (strcmp(f.log, out->log) != 0 || f.err != out->err) {
+            check_fail(__FILE__, __LINE__,
+                       "cut at %zu: \"%s\" (%s), whole: "
+                       "\"%s\" (%s)",
+                       cut, f.log, f.err ? f.err : "-", out->log,
+                       out->err ? out->err : "-");
+            return;
+        }
+    }
+    feed f = {0};
+    for (size_t i = 0; i < n; i++)
+        feed_chunk(&f, in + i, 1);
+    CHECK(strcmp(f.log, out->log) == 0);
+    CHECK(f.err == out->err);
+}
+
+#define S(lit) lit, sizeof(lit) - 1
+
+TEST(resp_split_points) {
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *want;
+    } cases[] = {
+        {S("*1\r\n$4\r\nPING\r\n"), "PING;"},
+        {S("*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n"),
+         "SET|key|value;"},
+        /* a pipeline, an empty bulk, binary bytes (CRLF inside a bulk) */
+        {S("*2\r\n$3\r\nGET\r\n$1\r\na\r\n*3\r\n$3\r\nSET\r\n$0\r\n\r\n"
+           "$4\r\na\r\nb\r\n*1\r\n$6\r\nDBSIZE\r\n"),
+         "GET|a;SET||a\r\nb;DBSIZE;"},
+        /* inline, with CRLF and bare LF, extra blanks, an empty line */
+        {S("PING\r\nSET  k\tv \r\n\r\nGET k\n"), "PING;SET|k|v;;GET|k;"},
+        /* *0 and *-1 are empty commands, mixed with inline and multibulk */
+        {S("*0\r\n*-1\r\nECHO x\r\n*2\r\n$4\r\nECHO\r\n$2\r\nyz\r\n"),
+         ";;ECHO|x;ECHO|yz;"},
+        /* the longest accepted bulk and the most arguments */
+        {S("*16\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\ne\r\n"
+           "$1\r\nf\r\n$1\r\ng\r\n$1\r\nh\r\n$1\r\ni\r\n$1\r\nj\r\n$1\r\nk\r\n"
+           "$1\r\nl\r\n$1\r\nm\r\n$1\r\nn\r\n$1\r\no\r\n$1\r\np\r\n"),
+         "a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p;"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        feed f;
+        feed_all_ways(cases[i].in, cases[i].n, &f);
+        if (strcmp(f.log, cases[i].want) != 0 || f.err)
+            check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
+                       f.log, f.err ? f.err : "no error");
+    }
+}
+
+TEST(resp_longest_bulk) {
+    /* max_bulk (1000) bytes parse; one more is refused at the header,
+     * before any of the body is buffered. */
+    static char in[1100];
+    int n = snprintf(in, sizeof in, "*1\r\n$1000\r\n");
+    memset(in + n, 'x', 1000);
+    memcpy(in + n + 1000, "\r\n", 2);
+    feed f = {0};
+    feed_chunk(&f, in, (size_t)n + 1002);
+    CHECK(f.err == NULL);
+    CHECK_EQ(f.log_len, 1001);
+    feed g = {0};
+    feed_chunk(&g, "*1\r\n$1001\r\n", 11);
+    CHECK(g.err != NULL);
+}
+
+TEST(resp_malformed) {
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *before; /* commands that come out before the error */
+    } cases[] = {
+        {S("*1\r\n$-1\r\n"), ""},                   /* negative bulk */
+        {S("*1\r\n$-5\r\nhello\r\n"), ""},          /* negative size */
+        {S("*1\r\n$1001\r\n"), ""},                 /* over max_bulk */
+        {S("*1\r\n$99999999999999999999\r\n"), ""}, /* overflows */
+        {S("*1\r\n$9223372036854775807\r\n"), ""},  /* huge */
+        {S("*17\r\n"), ""},                         /* over max_args */
+        {S("*1\r\n$4x\r\nPING\r\n"), ""},           /* non-digit */
+        {S("*x\r\n"), ""},                          /* non-digit count */
+        {S("*+1\r\n$4\r\nPING\r\n"), ""},           /* a sign */
+        {S("*\r\n"), ""},                           /* no digits */
+        {S("*1\r\n$\r\n\r\n"), ""},                 /* no digits */
+        {S("*1\n$4\r\nPING\r\n"), ""},              /* LF without CR */
+        {S("*1\r\n$4\nPING\r\n"), ""},              /* LF without CR */
+        {S("*1\r\n$4\r\nPINGxx"), ""},              /* no CRLF after bulk */
+        {S("*1\r\n$4\r\nPING\n\n"), ""},            /* LF LF */
+        {S("*2\r\n$4\r\nECHO\r\n:1\r\n"), ""},      /* not a bulk */
+        {S("*1\r\n$4\r\nPING\r\n*1\r\n$x\r\n"), "PING;"}, /* after a good one */
+        {S("PING\r\n*1\r\n$1\r\nab\r\n"), "PING;"},
+        /* a header line that never ends */
+        {S("*1\r\n$111111111111111111111111111111111111111111111"), ""},
+        {S("*111111111111111111111111111111111111111111111111"), ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        feed f;
+        feed_all_ways(cases[i].in, cases[i].n, &f);
+        if (!f.err || strcmp(f.log, cases[i].before) != 0)
+            check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
+                       f.log, f.err ? f.err : "no error");
+        else if (strncmp(f.err, "Protocol error", 14) != 0)
+            check_fail(__FILE__, __LINE__, "case %zu: error \"%s\"", i, f.err);
+    }
+}
+
+TEST(resp_inline_too_long) {
+    /* An inline line with no end is refused once it passes the limit,
+     * rather than buffered for ever. */
+    size_t n = RESP_MAX_INLINE + 1;
+    char *in = malloc(n);
+    memset(in, 'a', n);
+    resp_arg argv[MAX_ARGS];
+    size_t argc;
+    const char *err = NULL;
+    CHECK_EQ(resp_parse(&limits, in, n - 1, argv, &argc, &err),
+             RESP_INCOMPLETE);
+    CHECK_EQ(resp_parse(&limits, in, n, argv, &argc, &err), RESP_ERROR);
+    CHECK(err != NULL);
+    /* Too many inline words is an error too. */
+    static const char words[] = "a b c d e f g h i j k l m n o p q\r\n";
+    CHECK_EQ(resp_parse(&limits, words, sizeof words - 1, argv, &argc, &err),
+             RESP_ERROR);
+    free(in);
+}
+
+TEST(store_keys) {
+    store st;
+    CHECK_EQ(store_init(&st), 0);
+    char k[32], v[32];
+    for (int i = 0; i < 10000; i++) {
+        int kn = snprintf(k, sizeof k, "key:%d", i);
+        int vn = snprintf(v, sizeof v, "value:%d", i * 7);
+        CHECK_EQ(store_set(&st, k, (size_t)kn, v, (size_t)vn), 0);
+    }
+    CHECK_EQ(st.count, 10000);
+    /* Overwrite half, delete a third, read all back. */
+    for (int i = 0; i < 10000; i += 2) {
+        int kn = snprintf(k, sizeof k, "key:%d", i);
+        CHECK_EQ(store_set(&st, k, (size_t)kn, "", 0), 0);
+    }
+    int deleted = 0;
+    for (int i = 0; i < 10000; i += 3) {
+        int kn = snprintf(k, sizeof k, "key:%d", i);
+        CHECK_EQ(store_del(&st, k, (size_t)kn), 1);
+        CHECK_EQ(store_del(&st, k, (size_t)kn), 0);
+        deleted++;
+    }
+    CHECK_EQ(st.count, 10000 - deleted);
+    for (int i = 0; i < 10000; i++) {
+        int kn = snprintf(k, sizeof k, "key:%d", i);
+        size_t vlen = 99;
+        const char *got = store_get(&st, k, (size_t)kn, &vlen);
+        if (i % 3 == 0) {
+            CHECK(got == NULL);
+        } else if (i % 2 == 0) {
+            CHECK(got != NULL && vlen == 0);
+        } else {
+            int vn = snprintf(v, sizeof v, "value:%d", i * 7);
+            CHECK(got != NULL && vlen == (size_t)vn &&
+                  memcmp(got, v, vlen) == 0);
+        }
+    }
+    /* Binary keys: a NUL inside, and the empty key. */
+    CHECK_EQ(store_set(&st, "a\0b", 3, "1", 1), 0);
+    CHECK_EQ(store_set(&st, "", 0, "2", 1), 0);
+    size_t vlen;
+    CHECK(store_get(&st, "a", 1, &vlen) == NULL);
+    CHECK(store_get(&st, "a\0b", 3, &vlen) != NULL);
+    CHECK(store_get(&st, "", 0, &vlen) != NULL);
+    store_clear(&st);
+    CHECK_EQ(st.count, 0);
+    CHECK(store_get(&st, "key:1", 5, &vlen) == NULL);
+    CHECK_EQ(store_set(&st, "k", 1, "v", 1), 0);
+    CHECK_EQ(st.count, 1);
+    store_free(&st);
+}
