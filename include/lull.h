@@ -3,9 +3,17 @@
  *
  * One header, one section per module. Every handle is a caller-owned struct:
  * lull never allocates per operation. Functions that can fail return 0 or a
- * negative errno. Unless a prototype says "thread-safe", call it only from the
- * thread that runs the loop (or, before the loop runs, from the thread that
- * owns it); debug builds assert this.
+ * negative errno.
+ *
+ * Threads: a loop has one owner thread at a time. It is the thread that
+ * created the loop until another thread runs it: lull_run, lull_settle and
+ * lull_advance make the calling thread the owner, and it stays the owner
+ * after they return. lull_loop_adopt hands the loop to a thread that does
+ * not run it (to set it up or tear it down). Unless a prototype says
+ * "thread-safe", call it only on the owner; debug builds assert this in the
+ * calls that reach the loop, before the first run as well as during one
+ * (docs/API.md lists which). lull_loop_free may be called on any thread
+ * once no thread runs the loop.
  *
  * Getting from a handle back to your own struct: embed the handle and use
  * LULL_CONTAINER_OF(ptr, type, member). Handles carry no void *data.
@@ -17,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,8 +74,9 @@ typedef struct lull_loop_options { /* all zero = defaults */
 /* Creates a loop (allocates; not a hot path). opts may be NULL. */
 LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
- * listeners, held references or undrained remote posts remain. Never
- * returns while another thread is still inside lull_post_remote or
+ * listeners, held references or undrained remote posts remain; the loop is
+ * then unchanged and usable (lull_loop_print_live lists what remains).
+ * Never returns while another thread is still inside lull_post_remote or
  * lull_notify_remote for this loop (it waits for it to leave). A post made
  * after it returned is a use after free: stop posting threads first. */
 LULL_EXTERN int lull_loop_free(lull_loop *loop);
@@ -84,6 +94,11 @@ LULL_EXTERN void lull_stop(lull_loop *loop);
 LULL_EXTERN uint64_t lull_now(lull_loop *loop);
 /* Reads the loop's clock now (a syscall-free vDSO read on the real clock). */
 LULL_EXTERN uint64_t lull_now_exact(lull_loop *loop);
+/* Makes the calling thread the loop's owner (see Threads, above): for a
+ * thread that sets up or tears down a loop another thread ran. The hand-over
+ * must be ordered (a join, a mutex): lull does not synchronise it. -EBUSY
+ * while the loop runs, -EINVAL for NULL. */
+LULL_EXTERN int lull_loop_adopt(lull_loop *loop);
 /* A reference for expected remote posts: keeps lull_run alive. */
 LULL_EXTERN void lull_loop_ref(lull_loop *loop);
 LULL_EXTERN void lull_loop_unref(lull_loop *loop);
@@ -93,9 +108,10 @@ LULL_EXTERN bool lull_loop_alive(lull_loop *loop);
  * kernel state (a new epoll set with every started watcher registered
  * again, and a new wake-up fd), so nothing the child does reaches the
  * parent's loop. A child that does not call it must not touch the loop.
- * Call it on the thread that forked, which must be the loop's (or the loop
- * must not be running). 0, or a negative errno: the loop is then unusable
- * in the child. */
+ * Call it on the thread that forked, which must own the loop: fork on the
+ * loop's thread (inside a callback is fine), or while no thread runs it
+ * (then lull_loop_adopt in the child makes the forking thread the owner).
+ * 0, or a negative errno: the loop is then unusable in the child. */
 LULL_EXTERN int lull_loop_fork(lull_loop *loop);
 
 /* The ready-queue link shared by tasks and timers. Owned by the loop; its
@@ -119,6 +135,10 @@ typedef void (*lull_task_fn)(lull_task *task);
 struct lull_task {
     lull__node node;        /* ready-queue link (loop-owned) */
     lull_task *remote_next; /* cross-thread link, separate from `node` */
+    lull_loop *loop;        /* the loop it was last queued on (NULL before
+                               the first post): in the callback, the loop
+                               running it. For the user; lull never reads
+                               it. */
 };
 
 /* Prepares a task; call again only while it is not pending. */
@@ -157,6 +177,14 @@ LULL_EXTERN bool lull_timer_active(const lull_timer *timer);
  * is armed for its next period before its callback runs, so inside the
  * callback this is already the next deadline. */
 LULL_EXTERN uint64_t lull_timer_deadline(const lull_timer *timer);
+/* Inside the timer's own callback, when it fires for a deadline: how many
+ * periods this fire stands for (timerfd's expiration count). 1 when the loop
+ * was on time; on the real clock, a repeating timer whose loop was too busy
+ * to see some periods fires once for all of them, and this says how many
+ * (the skipped ones plus this one). On the virtual clock lull_advance fires
+ * once per period crossed, so it is 1. 0 outside the timer's callback and
+ * in a zero-delay turn (which has no deadline). */
+LULL_EXTERN uint64_t lull_timer_overrun(const lull_timer *timer);
 /* An unreferenced timer does not keep lull_run alive. */
 LULL_EXTERN void lull_timer_ref(lull_timer *timer);
 LULL_EXTERN void lull_timer_unref(lull_timer *timer);
@@ -181,11 +209,19 @@ struct lull_io {
 };
 
 /* Level-triggered: the callback runs every iteration while the fd is ready
- * and watched. -EINVAL for a NULL or negative fd. */
+ * and watched. -EINVAL for a NULL loop, watcher or fn, or a negative fd.
+ * Only on a watcher that is not started. */
 LULL_EXTERN int lull_io_init(lull_loop *loop, lull_io *io, int fd,
                              lull_io_fn fn);
-/* events: LULL_READABLE | LULL_WRITABLE. -EEXIST if another watcher holds
- * the fd, -EPERM for fds epoll cannot watch (regular files). */
+/* Starts watching for events (LULL_READABLE | LULL_WRITABLE); on a started
+ * watcher, replaces its interest (as uv_poll_start does: the way to add or
+ * drop LULL_WRITABLE), and readiness already collected for this batch is
+ * filtered by the new interest. 0, or: -EINVAL for a NULL or uninitialised
+ * watcher, events 0 (use lull_io_stop) or unknown bits; -EEXIST if another
+ * watcher holds the fd; -EBADF if the fd is not open; -EPERM for fds epoll
+ * cannot watch (regular files, directories); -ENOMEM; or another errno of
+ * epoll_ctl (-ENOSPC past fs.epoll.max_user_watches). On failure the
+ * watcher is as it was: a started one keeps its old interest. */
 LULL_EXTERN int lull_io_start(lull_io *io, int events);
 /* Safe inside any callback: a stopped watcher is not called again, even for
  * readiness already collected in this batch or when its fd was closed
@@ -218,6 +254,8 @@ struct lull_listener {
     lull_listener_fn fn;
     lull_listener *pump_next; /* a pump's listeners, closed with it */
     lull_listener *pump_prev;
+    lull_listener *loop_next; /* the loop's subscribed listeners, for */
+    lull_listener *loop_prev; /* lull_loop_walk (no allocation) */
 };
 
 struct lull_notifier {
@@ -302,9 +340,13 @@ LULL_EXTERN uint64_t lull_loop_quantum(lull_loop *loop);
 /* Moves virtual time forward by ns, firing due timers in deadline order and
  * running ready work between them. No-op on a monotonic loop. */
 LULL_EXTERN void lull_advance(lull_loop *loop, uint64_t ns);
-/* Runs ready work (polling fds and remote posts without blocking) with time
- * frozen until nothing is ready; returns the callbacks run, -EBUSY when
- * called inside a run, or the poll's error as lull_run does. */
+/* Runs ready work with time frozen, in rounds that each poll fds once
+ * (without blocking) and take remote posts, until a round runs nothing, or
+ * only fd callbacks of watchers the round before also ran, with nothing
+ * queued after it: a level-triggered fd that stays ready (a writable pipe)
+ * runs twice and settle returns; work that re-posts itself forever keeps
+ * it running. Returns the callbacks run, -EBUSY when called inside a run,
+ * or the poll's error as lull_run does. */
 LULL_EXTERN int lull_settle(lull_loop *loop);
 
 /* --------------------------------------------------------- metrics: C8 */
@@ -346,6 +388,22 @@ typedef struct lull_metrics {
                                 seen (see lull_loop_name); NULL if none */
     lull_latency task_wait;  /* post -> run, sampled */
     lull_latency task_run;   /* callback duration, sampled */
+    /* What is live when the metrics are read (never reset): everything that
+     * keeps lull_loop_free at -EBUSY, by cause. lull_loop_walk lists the
+     * handles behind each count. Counting walks the ready queue and the
+     * remote posts: O(queued), not a hot path. */
+    uint64_t live_ready;        /* tasks and timers queued to run: ready
+                                   queue, due list, flush queue (listener
+                                   tasks and pump passes included) */
+    uint64_t live_timers;       /* timers armed for a deadline, referenced */
+    uint64_t live_timers_unref; /* ... unreferenced (do not keep lull_run
+                                   going, but keep lull_loop_free busy) */
+    uint64_t live_io;           /* started fd watchers, referenced */
+    uint64_t live_io_unref;     /* ... unreferenced */
+    uint64_t live_listeners;    /* subscribed listeners (pumps' included) */
+    uint64_t live_refs;         /* lull_loop_ref references held */
+    uint64_t live_remote;       /* lull_post_remote / lull_notify_remote
+                                   posts the loop has not taken yet */
 } lull_metrics;
 
 LULL_EXTERN void lull_loop_metrics(lull_loop *loop, lull_metrics *out);
@@ -369,8 +427,11 @@ LULL_EXTERN int lull_loop_name(lull_loop *loop, lull_any_fn fn,
 enum {
     LULL_SOURCE_TIMER = 1,  /* a timer's deadline woke the loop */
     LULL_SOURCE_IO = 2,     /* fd readiness woke the loop */
-    LULL_SOURCE_REMOTE = 3, /* a cross-thread post woke the loop */
-    LULL_SOURCE_PUMP = 4,   /* a pump's passes */
+    LULL_SOURCE_REMOTE = 3, /* a cross-thread post woke the loop: its task,
+                               or the listener a lull_notify_remote
+                               reached */
+    LULL_SOURCE_PUMP = 4,   /* a pump's passes, and the wakeups of the
+                               lull_notify_remote raises that reached it */
     LULL_SOURCE_SIGNAL = 5  /* a signal interrupted the wait (one row) */
 };
 
@@ -390,6 +451,64 @@ typedef struct lull_audit_entry {
 LULL_EXTERN int lull_loop_audit(lull_loop *loop, lull_audit_entry *out, int max,
                                 uint64_t *window_ns);
 LULL_EXTERN void lull_loop_audit_reset(lull_loop *loop);
+
+/* ------------------------------------------------------ what is live: C8 */
+
+/* What keeps lull_loop_free at -EBUSY, handle by handle (libuv's uv_walk).
+ * Each entry is one handle and one cause; a handle with two causes is
+ * reported twice (a subscribed listener whose task is queued; a repeating
+ * timer that is due and already armed for its next period). The loop keeps
+ * no list of every handle: it reports what it can reach, which is every
+ * cause of -EBUSY except held references (a count: live_refs).
+ *
+ * lull_live.cause: what makes the handle live. */
+enum {
+    LULL_LIVE_READY = 1,      /* queued to run: ready queue, due list or
+                                 flush queue */
+    LULL_LIVE_ARMED = 2,      /* a timer waiting for its deadline */
+    LULL_LIVE_STARTED = 3,    /* a started fd watcher */
+    LULL_LIVE_SUBSCRIBED = 4, /* a listener on a notifier */
+    LULL_LIVE_REMOTE = 5      /* posted from another thread, not yet taken
+                                 by the loop (a run or lull_settle takes it) */
+};
+/* lull_live.kind: what `handle` points at. */
+enum {
+    LULL_HANDLE_TASK = 1,     /* lull_task */
+    LULL_HANDLE_TIMER = 2,    /* lull_timer */
+    LULL_HANDLE_IO = 3,       /* lull_io */
+    LULL_HANDLE_LISTENER = 4, /* lull_listener (a pump's too) */
+    LULL_HANDLE_PUMP = 5,     /* lull_pump: its pass queued or its retry
+                                 timer armed */
+    LULL_HANDLE_NOTIFIER = 6  /* lull_notifier: a lull_notify_remote raise
+                                 on its way */
+};
+
+typedef struct lull_live {
+    int cause;          /* LULL_LIVE_* */
+    int kind;           /* LULL_HANDLE_* */
+    const void *handle; /* the handle, of the type `kind` names */
+    lull_any_fn fn;     /* the callback it leads to: yours, also behind
+                           lull's own forwarding (a listener's task, a
+                           pump's pass or retry: the pass; a notifier
+                           raise: its first listener's callback); NULL for
+                           a raise of a notifier with no listener */
+    const char *name;   /* lull_loop_name of fn, or NULL */
+    bool ref;           /* keeps lull_run going (lull_loop_alive) */
+    uint64_t deadline;  /* ARMED: the absolute deadline; else 0 */
+    int fd;             /* STARTED: the watched fd; else -1 */
+} lull_live;
+
+typedef void (*lull_walk_fn)(const lull_live *live, void *arg);
+/* Calls fn once per entry, in this order: ready queue, due list, flush
+ * queue (a stream's pending write), timer heap (not in deadline order), fd
+ * watchers, listeners (newest first), remote posts (newest first). fn must not
+ * start, stop, post or free anything on this loop. Returns the number of
+ * entries, or -EINVAL. Loop thread. */
+LULL_EXTERN int lull_loop_walk(lull_loop *loop, lull_walk_fn fn, void *arg);
+/* Prints the walk, one line per entry, and the references held, to out
+ * (uv_print_active_handles). Returns the number of entries, or -EINVAL.
+ * Loop thread. */
+LULL_EXTERN int lull_loop_print_live(lull_loop *loop, FILE *out);
 
 /* ---------------------------------------------------------- frames: C6 */
 

@@ -43,7 +43,7 @@ void lull__assert_fail(const char *msg, const char *file, int line) {
 }
 
 bool lull__on_loop_thread(const lull_loop *loop) {
-    return !loop->running || pthread_equal(loop->owner, pthread_self());
+    return pthread_equal(loop->owner, pthread_self());
 }
 
 uint64_t lull_now(lull_loop *loop) {

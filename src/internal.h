@@ -32,7 +32,7 @@ void lull__assert_fail(const char *msg, const char *file, int line)
 
 #define LULL_ASSERT_LOOP_THREAD(loop)                                          \
     LULL_ASSERT(lull__on_loop_thread(loop),                                    \
-                "lull: called from a thread that is not running the loop")
+                "lull: called from a thread that does not own the loop")
 
 /* lull__node.flags. A timer keeps its arm order in the bits above
  * LULL__SEQ_SHIFT: 30 bits, compared with serial-number arithmetic, so arm
@@ -46,6 +46,10 @@ void lull__assert_fail(const char *msg, const char *file, int line)
 /* lull_io.flags */
 #define LULL__IO_ACTIVE 0x1u /* started */
 #define LULL__IO_UNREF  0x2u /* does not keep lull_run alive */
+/* Above the state bits: the settle round that last called the watcher
+ * (lull__settle_note_io), 24 bits. */
+#define LULL__IO_ROUND_SHIFT 8
+#define LULL__IO_ROUND_MASK  0xffffffu
 
 /* "Not in a slice": should_yield counts down from here and never reaches 0. */
 #define LULL__COUNTDOWN_IDLE (INT64_MAX / 2)
@@ -60,6 +64,12 @@ typedef struct lull__source {
     uint64_t empty;   /* ... that delivered nothing */
     char label[48];   /* "<kind> callback <address>" for unnamed rows */
 } lull__source;
+
+/* A due fire that stands for more than one period (src/timer.c). */
+typedef struct lull__overrun {
+    lull_timer *timer; /* NULL once taken, or when the timer was stopped */
+    uint64_t periods;
+} lull__overrun;
 
 /* A slot of the table of started fd watchers (src/backend_epoll.c). */
 typedef struct lull__io_slot {
@@ -105,16 +115,31 @@ struct lull_loop {
     /* Run state. */
     bool running;
     bool stop;
-    int poll_error;     /* this run's failed wait (-errno), or 0 */
-    pthread_t owner;    /* the thread inside lull_run, while running */
-    bool slack_checked; /* this run has set the thread's timer slack */
-    long slack_restore; /* the slack to put back at the end, or -1 */
+    bool settling;            /* inside settle_loop: fd calls are noted */
+    bool settle_fresh;        /* this round called a watcher that the round
+                                 before did not */
+    uint32_t settle_round;    /* round number, LULL__IO_ROUND_MASK bits */
+    uint64_t settle_fd_calls; /* fd callbacks this round */
+    int poll_error;           /* this run's failed wait (-errno), or 0 */
+    pthread_t owner;          /* the thread that may use the loop: its creator,
+                                 then the last thread that ran it or adopted it
+                                 (lull.h, "Threads") */
+    bool slack_checked;       /* this run has set the thread's timer slack */
+    long slack_restore;       /* the slack to put back at the end, or -1 */
 
     /* Timers. */
-    lull__node due;      /* timers expired this iteration, in order */
-    lull__heap heap;     /* armed timers with delay > 0 */
-    uint32_t arm_seq;    /* next arm order, in LULL__SEQ_SHIFT units */
-    uint32_t timers_ref; /* timers in the heap that are referenced */
+    lull__node due;          /* timers expired this iteration, in order */
+    lull__heap heap;         /* armed timers with delay > 0 */
+    uint32_t arm_seq;        /* next arm order, in LULL__SEQ_SHIFT units */
+    uint32_t timers_ref;     /* timers in the heap that are referenced */
+    lull__overrun *overruns; /* due fires that stand for more than one
+                                period, in due order (src/timer.c) */
+    uint32_t overruns_head;  /* first entry not yet taken */
+    uint32_t overruns_len;
+    uint32_t overruns_cap;
+    lull_timer *firing;      /* the timer whose callback runs from the due
+                                list, NULL otherwise */
+    uint64_t firing_periods; /* ... and the periods its fire stands for */
 
     /* File descriptors (src/io.c, src/backend_epoll.c). */
     uint32_t io_active;         /* started watchers */
@@ -132,8 +157,10 @@ struct lull_loop {
                            the epoll set before the next poll */
 
     /* Liveness and subscriptions. */
-    uint32_t refs;      /* lull_loop_ref count */
-    uint32_t listeners; /* subscribed listeners (src/notify.c) */
+    uint32_t refs;            /* lull_loop_ref count */
+    uint32_t listeners;       /* subscribed listeners (src/notify.c) */
+    lull_listener *listening; /* ... linked through loop_next, newest
+                                 first: what lull_loop_walk reports */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -242,10 +269,16 @@ void lull__at_flush(lull_loop *loop, lull_task *task);
 
 /* timer.c */
 void lull__timers_expire(lull_loop *loop, uint64_t now);
+/* Runs the due list (iteration step 5), noting which timer fires and the
+ * periods its fire stands for (lull_timer_overrun). */
+void lull__timers_run_due(lull_loop *loop);
+void lull__timers_free(lull_loop *loop);
 int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now);
 
 /* io.c and the backend */
 void lull__io_dispatch(lull_loop *loop, lull_io *io, int events);
+/* loop.c: an fd callback is about to run inside a settle round. */
+void lull__settle_note_io(lull_loop *loop, lull_io *io);
 
 /* remote.c */
 int lull__remote_init(lull_loop *loop);
@@ -259,19 +292,45 @@ bool lull__remote_sleep(lull_loop *loop, int how);
 void lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns);
 void lull__remote_awake(lull_loop *loop);
 
+void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),
+                       void *arg);
+
 /* pump.c */
 void lull__pump_unlink_listener(lull_listener *l);
 
 /* notify.c */
 void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
                        lull_task *target);
+/* For a node of lull's own (a listener's task, a notifier's remote raise),
+ * fills out->kind, ->handle and ->fn with what it stands for (the user's
+ * callback behind it) and returns true; false for any other node. */
+bool lull__notify_describe(const lull__node *n, lull_live *out);
+/* The user's callback a listener runs: its fn, or its pump's pass. */
+lull_any_fn lull__listener_fn(const lull_listener *l);
+/* What a raise of n reaches first, for the wake audit: its first
+ * listener's callback (LULL_SOURCE_REMOTE) or that listener's pump's pass
+ * (LULL_SOURCE_PUMP). False when n has no listener. */
+bool lull__notify_reaches(const lull_notifier *n, lull_any_fn *fn, int *kind);
+/* The function of a notifier's remote raise task (lull_notify_remote). */
+lull_any_fn lull__notify_raise_fn(void);
+
+/* pump.c: the same for a pump's pass task and retry timer. */
+bool lull__pump_describe(const lull__node *n, lull_live *out);
 
 /* audit.c */
 int lull__audit_init(lull_loop *loop);
 int lull__source_of(lull_loop *loop, lull_any_fn fn, int kind);
 void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind);
+/* Charges a wakeup to the remote post that caused it (the oldest one). */
+void lull__audit_remote_wakeup(lull_loop *loop, const lull_task *task);
 void lull__audit_pass(lull_loop *loop, int source, bool empty);
 void lull__audit_free(lull_loop *loop);
+
+/* live.c: fills the live_* fields of lull_metrics. */
+void lull__live_count(lull_loop *loop, lull_metrics *m);
+/* Fills e->kind, ->handle and ->fn for a queued or armed node: the handle
+ * the user owns and the user's callback behind it. */
+void lull__describe_node(const lull__node *n, lull_live *e);
 
 /* metrics.c */
 void lull__wait_sample_begin(lull_loop *loop, lull__node *n);
@@ -281,6 +340,7 @@ void lull__wait_sample_begin(lull_loop *loop, lull__node *n);
  * the call and the argument checks the caller has already made. */
 static inline void lull__post(lull_loop *loop, lull_task *task) {
     if (lull__node_queued(&task->node)) return; /* coalesced: runs once */
+    task->loop = loop;
     lull__queue_push(&loop->ready, &task->node);
     if (LULL_UNLIKELY(loop->sample_armed))
         lull__wait_sample_begin(loop, &task->node);

@@ -76,5 +76,6 @@ void lull_io_unref(lull_io *io) {
 void lull__io_dispatch(lull_loop *loop, lull_io *io, int events) {
     loop->current = (lull_any_fn)io->fn;
     loop->tasks_run++;
+    if (LULL_UNLIKELY(loop->settling)) lull__settle_note_io(loop, io);
     io->fn(io, events);
 }

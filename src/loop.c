@@ -72,6 +72,7 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
     loop->now = loop->virtual_clock ? 0 : lull__clock_real();
     loop->backend_fd = -1;
     loop->remote_fd = -1;
+    loop->owner = pthread_self();
 
     if ((err = lull__audit_init(loop)) != 0 ||
         (err = lull__backend_init(loop)) != 0 ||
@@ -86,10 +87,14 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
     return 0;
 }
 
-static bool has_work_or_handles(lull_loop *loop) {
+static bool ready_now(lull_loop *loop) {
     return !lull__queue_empty(&loop->ready) || !lull__queue_empty(&loop->due) ||
-           loop->heap.len || loop->io_active || loop->refs || loop->listeners ||
-           lull__remote_pending(loop);
+           !lull__queue_empty(&loop->flush);
+}
+
+static bool has_work_or_handles(lull_loop *loop) {
+    return ready_now(loop) || loop->heap.len || loop->io_active || loop->refs ||
+           loop->listeners || lull__remote_pending(loop);
 }
 
 int lull_loop_free(lull_loop *loop) {
@@ -101,9 +106,17 @@ int lull_loop_free(lull_loop *loop) {
     lull__remote_close(loop);
     lull__backend_close(loop);
     lull__heap_free(&loop->heap);
+    lull__timers_free(loop);
     lull__names_free(loop);
     lull__audit_free(loop);
     free(loop);
+    return 0;
+}
+
+int lull_loop_adopt(lull_loop *loop) {
+    if (!loop) return -EINVAL;
+    if (loop->running) return -EBUSY;
+    loop->owner = pthread_self();
     return 0;
 }
 
@@ -124,11 +137,6 @@ void lull_loop_unref(lull_loop *loop) {
  * the test advances time, unless lull_run may jump to them itself. */
 static bool timers_can_fire(lull_loop *loop) {
     return !loop->virtual_clock || (loop->flags & LULL_LOOP_AUTO_ADVANCE);
-}
-
-static bool ready_now(lull_loop *loop) {
-    return !lull__queue_empty(&loop->ready) || !lull__queue_empty(&loop->due) ||
-           !lull__queue_empty(&loop->flush);
 }
 
 void lull__at_flush(lull_loop *loop, lull_task *task) {
@@ -363,7 +371,7 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     if (!loop->stop) {
         lull__timers_expire(loop, loop->now);
         if (loop->audit_timer) attribute_timer_wakeup(loop);
-        lull__run_queue(loop, &loop->due, false);
+        lull__timers_run_due(loop);
     }
     if (!loop->stop) {
         lull__slice_renew(loop);
@@ -378,6 +386,10 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     return t_end;
 }
 
+/* A run adopts the loop: the common way to give a loop to a thread is to
+ * create and set it up, then start the thread that runs it, and that
+ * thread must then be free to post between its own runs. The hand-over is
+ * ordered by whatever started the thread. */
 static int run_begin(lull_loop *loop) {
     if (loop->running) return -EBUSY;
     loop->running = true;
@@ -421,17 +433,46 @@ void lull_stop(lull_loop *loop) {
     loop->countdown = 0;
 }
 
-/* Runs iterations without blocking until one runs no callback at all. */
+/* Marks io as called in this settle round, and notes whether the round
+ * before called it too. Called before the callback, which may free io. */
+void lull__settle_note_io(lull_loop *loop, lull_io *io) {
+    uint32_t round = loop->settle_round & LULL__IO_ROUND_MASK;
+    uint32_t last = io->flags >> LULL__IO_ROUND_SHIFT;
+    if (last != ((round - 1) & LULL__IO_ROUND_MASK)) loop->settle_fresh = true;
+    io->flags = (io->flags & ((1u << LULL__IO_ROUND_SHIFT) - 1)) |
+                round << LULL__IO_ROUND_SHIFT;
+    loop->settle_fd_calls++;
+}
+
+/* Runs rounds (iterations that never block) until nothing more can come of
+ * it: a round that ran no callback, or only fd callbacks of watchers the
+ * round before also called, with nothing queued after it. Each round polls
+ * fds once. Without the second condition a level-triggered fd that stays
+ * ready (a writable pipe, a peer's EOF left unread) made settle spin
+ * forever; with it, such a watcher runs in two rounds and settle returns,
+ * while readiness that moves (an fd callback writes, another fd becomes
+ * readable in the next round) still counts as progress. Stamps are 24 bits,
+ * so a watcher last called exactly 2^24 rounds ago can pass for the round
+ * before: settle would then end one round early, never run forever. */
 static void settle_loop(lull_loop *loop) {
     uint64_t t = lull__clock_real();
+    loop->settling = true;
+    /* Skip a round number, so no stamp from an earlier settle reads as
+     * "the round before" the first round of this one. */
+    loop->settle_round += 2;
     for (;;) {
         uint64_t before = loop->tasks_run;
+        loop->settle_round++;
+        loop->settle_fd_calls = 0;
+        loop->settle_fresh = false;
         t = iterate(loop, false, t);
         if (loop->stop) break;
-        if (loop->tasks_run == before && !ready_now(loop) &&
-            !lull__remote_pending(loop))
+        bool only_repeats = loop->tasks_run - before == loop->settle_fd_calls &&
+                            !loop->settle_fresh;
+        if (only_repeats && !ready_now(loop) && !lull__remote_pending(loop))
             break;
     }
+    loop->settling = false;
 }
 
 int lull_settle(lull_loop *loop) {

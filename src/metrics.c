@@ -75,6 +75,7 @@ void lull_loop_metrics(lull_loop *loop, lull_metrics *out) {
     out->tasks_run = loop->tasks_run - loop->tasks_run_base;
     summarize(&loop->wait_hist, &out->task_wait);
     summarize(&loop->run_hist, &out->task_run);
+    lull__live_count(loop, out);
 }
 
 void lull_loop_metrics_reset(lull_loop *loop) {

@@ -56,6 +56,10 @@ static void subscribe(lull_loop *loop, lull_notifier *n, lull_listener *l) {
         n->head = l;
     n->tail = l;
     loop->listeners++;
+    l->loop_prev = NULL;
+    l->loop_next = loop->listening;
+    if (loop->listening) loop->listening->loop_prev = l;
+    loop->listening = l;
 }
 
 void lull_listen(lull_loop *loop, lull_notifier *n, lull_listener *l,
@@ -97,6 +101,12 @@ void lull_unlisten(lull_listener *l) {
     else
         lull__pump_unlink_listener(l); /* reusable anywhere from here */
     l->loop->listeners--;
+    if (l->loop_prev)
+        l->loop_prev->loop_next = l->loop_next;
+    else
+        l->loop->listening = l->loop_next;
+    if (l->loop_next) l->loop_next->loop_prev = l->loop_prev;
+    l->loop_next = l->loop_prev = NULL;
 }
 
 void lull_notify(lull_notifier *n) {
@@ -135,4 +145,51 @@ void lull_notifier_quiesce(lull_loop *loop, lull_notifier *n) {
                     NULL,
                 "lull: lull_notifier_quiesce on another loop than the raises");
     lull_cancel(&n->remote);
+}
+
+lull_any_fn lull__listener_fn(const lull_listener *l) {
+    if (l->fn) return (lull_any_fn)l->fn;
+    lull_live pump;
+    if (l->target && lull__pump_describe(&l->target->node, &pump))
+        return pump.fn;
+    return NULL;
+}
+
+bool lull__notify_describe(const lull__node *n, lull_live *out) {
+    if (n->flags & LULL__NODE_TIMER) return false;
+    if (n->fn.task == listener_run) {
+        const lull_listener *l =
+            LULL_CONTAINER_OF((const lull_task *)n, lull_listener, task);
+        out->kind = LULL_HANDLE_LISTENER;
+        out->handle = l;
+        out->fn = (lull_any_fn)l->fn;
+        return true;
+    }
+    if (n->fn.task == notify_from_remote) {
+        const lull_notifier *nt =
+            LULL_CONTAINER_OF((const lull_task *)n, lull_notifier, remote);
+        out->kind = LULL_HANDLE_NOTIFIER;
+        out->handle = nt;
+        out->fn = nt->head ? lull__listener_fn(nt->head) : NULL;
+        return true;
+    }
+    return false;
+}
+
+bool lull__notify_reaches(const lull_notifier *n, lull_any_fn *fn, int *kind) {
+    const lull_listener *l = n->head;
+    if (!l) return false;
+    lull_live pump;
+    if (!l->fn && l->target && lull__pump_describe(&l->target->node, &pump)) {
+        *fn = pump.fn;
+        *kind = LULL_SOURCE_PUMP;
+    } else {
+        *fn = (lull_any_fn)l->fn;
+        *kind = LULL_SOURCE_REMOTE;
+    }
+    return true;
+}
+
+lull_any_fn lull__notify_raise_fn(void) {
+    return (lull_any_fn)notify_from_remote;
 }

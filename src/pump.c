@@ -142,3 +142,18 @@ bool lull_pump_quiet(const lull_pump *pump) {
     return !pump || (!lull_task_pending(&pump->task) &&
                      !lull_timer_active(&pump->retry));
 }
+
+bool lull__pump_describe(const lull__node *n, lull_live *out) {
+    const lull_pump *p;
+    if (n->flags & LULL__NODE_TIMER) {
+        if (n->fn.timer != pass_retry) return false;
+        p = LULL_CONTAINER_OF((const lull_timer *)n, lull_pump, retry);
+    } else {
+        if (n->fn.task != pass_task) return false;
+        p = LULL_CONTAINER_OF((const lull_task *)n, lull_pump, task);
+    }
+    out->kind = LULL_HANDLE_PUMP;
+    out->handle = p;
+    out->fn = (lull_any_fn)p->pass;
+    return true;
+}

@@ -136,8 +136,7 @@ void lull__remote_drain(lull_loop *loop) {
     }
     if (loop->audit_remote && fifo != END) {
         loop->audit_remote = false;
-        lull__audit_wakeup(loop, (lull_any_fn)fifo->node.fn.task,
-                           LULL_SOURCE_REMOTE);
+        lull__audit_remote_wakeup(loop, fifo);
     }
     while (fifo != END) {
         lull_task *t = fifo;
@@ -193,6 +192,19 @@ void lull__remote_close(lull_loop *loop) {
     if (loop->remote_fd < 0) return;
     close(loop->remote_fd); /* the kernel drops its epoll registration */
     loop->remote_fd = -1;
+}
+
+/* Calls fn for each post not yet taken, newest first. Loop thread: only the
+ * loop takes the stack, and posters only push onto its head, so the links
+ * below the head read here stay as they are during the walk. */
+void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),
+                       void *arg) {
+    lull_task *t = __atomic_load_n(&loop->remote_head, __ATOMIC_ACQUIRE);
+    while (t != NULL && t != END) {
+        lull_task *older = __atomic_load_n(&t->remote_next, __ATOMIC_RELAXED);
+        fn(t, arg);
+        t = older;
+    }
 }
 
 /* lull_loop_fork, in the child, once the epoll set is the child's own: the

@@ -19,6 +19,7 @@ void lull_task_init(lull_task *task, lull_task_fn fn) {
     task->node.flags = 0;
     task->node.aux = 0;
     task->remote_next = NULL;
+    task->loop = NULL;
 }
 
 void lull_post(lull_loop *loop, lull_task *task) {

@@ -25,8 +25,13 @@
  * deadlines in arm order, and fire together when they are due by the same
  * expiry. */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "internal.h"
+
+/* The overrun table's first allocation: room for this many late fires in
+ * one batch before it grows (256 bytes). */
+#define OVERRUNS_MIN_CAP 16
 
 static inline bool timer_armed(const lull_timer *t) {
     return lull__heap_contains(t) || lull__node_queued(&t->node);
@@ -52,11 +57,84 @@ static void heap_del(lull_loop *loop, lull_timer *t) {
     if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref--;
 }
 
+/* ------------------------------------------------------------ overruns
+ *
+ * A repeating timer's fire stands for every period that expired before it
+ * was taken from the heap: one when the loop is on time, more when it was
+ * late (the periods between are skipped, not fired: no burst), and
+ * lull_timer_overrun tells the callback how many. The count lives outside
+ * the timer, which stays 48 bytes (64 per armed timer with its heap slot,
+ * BRIEF 5): only a fire that stands for more than one period gets an entry,
+ * in a table kept in due-list order, so the due runner finds its entry at
+ * the head. The table empties whenever the due list drains, so it holds one
+ * batch's late fires at most; an entry is dropped when its timer is stopped
+ * or re-armed, so it never names a timer the caller may have freed. Entries
+ * for a zero-delay turn still queued when its next period expires are never
+ * taken (a turn has no deadline) and go with the table. */
+
+static lull__overrun *find_overrun(lull_loop *loop, const lull_timer *t) {
+    for (uint32_t i = loop->overruns_head; i < loop->overruns_len; i++)
+        if (loop->overruns[i].timer == t) return &loop->overruns[i];
+    return NULL;
+}
+
+/* t's fire, queued now or already (`queued`), stands for `periods` more.
+ * Out of memory, the count is lost (the fire reports fewer periods): a
+ * diagnostic is not worth failing the loop for. */
+__attribute__((noinline)) static void
+note_overrun(lull_loop *loop, lull_timer *t, uint64_t periods, bool queued) {
+    lull__overrun *o = queued ? find_overrun(loop, t) : NULL;
+    if (o) {
+        o->periods = saturating_add(o->periods, periods);
+        return;
+    }
+    if (loop->overruns_len == loop->overruns_cap) {
+        uint32_t cap =
+            loop->overruns_cap ? loop->overruns_cap * 2 : OVERRUNS_MIN_CAP;
+        lull__overrun *v =
+            realloc(loop->overruns, (size_t)cap * sizeof *loop->overruns);
+        if (!v) return;
+        loop->overruns = v;
+        loop->overruns_cap = cap;
+    }
+    loop->overruns[loop->overruns_len++] = (lull__overrun){
+        .timer = t,
+        .periods = queued ? saturating_add(periods, 1) : periods,
+    };
+}
+
+static void drop_overrun(lull_loop *loop, const lull_timer *t) {
+    lull__overrun *o = find_overrun(loop, t);
+    if (o) o->timer = NULL;
+}
+
+/* The periods t's fire stands for: its entry's, or 1. */
+static uint64_t take_overrun(lull_loop *loop, const lull_timer *t) {
+    uint64_t periods = 1;
+    lull__overrun *o = find_overrun(loop, t);
+    if (o) {
+        periods = o->periods;
+        o->timer = NULL;
+    }
+    while (loop->overruns_head < loop->overruns_len &&
+           !loop->overruns[loop->overruns_head].timer)
+        loop->overruns_head++;
+    return periods;
+}
+
+void lull__timers_free(lull_loop *loop) {
+    free(loop->overruns);
+    loop->overruns = NULL;
+    loop->overruns_head = loop->overruns_len = loop->overruns_cap = 0;
+}
+
 /* Takes the timer out of wherever it is armed: a repeating timer can be
  * queued for this period and in the heap for the next at once. */
 static void timer_unlink(lull_loop *loop, lull_timer *t) {
     if (lull__heap_contains(t)) heap_del(loop, t);
     if (lull__node_queued(&t->node)) lull__queue_remove(&t->node);
+    if (LULL_UNLIKELY(loop->overruns_head < loop->overruns_len))
+        drop_overrun(loop, t);
 }
 
 void lull_timer_init(lull_loop *loop, lull_timer *timer, lull_timer_fn fn) {
@@ -153,12 +231,15 @@ void lull_timer_unref(lull_timer *timer) {
 
 /* The first deadline after `now` on the phase of `deadline`, saturated at
  * UINT64_MAX like every deadline. Only a clock at UINT64_MAX gets an answer
- * that is not after `now`. */
-static uint64_t next_deadline(uint64_t deadline, uint64_t period,
-                              uint64_t now) {
+ * that is not after `now`. *periods gets the deadlines of the phase from
+ * `deadline` up to `now`: 1, plus the periods skipped. */
+static uint64_t next_deadline(uint64_t deadline, uint64_t period, uint64_t now,
+                              uint64_t *periods) {
     uint64_t next = saturating_add(deadline, period);
+    *periods = 1;
     if (next <= now && next != UINT64_MAX) {
         uint64_t missed = (now - next) / period + 1, skip;
+        *periods = saturating_add(missed, 1);
         if (__builtin_mul_overflow(missed, period, &skip)) return UINT64_MAX;
         next = saturating_add(next, skip);
     }
@@ -178,12 +259,39 @@ void lull__timers_expire(lull_loop *loop, uint64_t now) {
         uint64_t deadline = lull__heap_min_deadline(h);
         lull_timer *t = lull__heap_min(h);
         heap_del(loop, t);
+        uint64_t periods = 1;
         uint64_t next =
-            t->repeat ? next_deadline(deadline, t->repeat, now) : now;
+            t->repeat ? next_deadline(deadline, t->repeat, now, &periods) : now;
         if (next > now) heap_add(loop, t, next);
-        if (!lull__node_queued(&t->node))
-            lull__queue_push(&loop->due, &t->node);
+        bool queued = lull__node_queued(&t->node);
+        if (LULL_UNLIKELY(periods > 1 || queued))
+            note_overrun(loop, t, periods, queued);
+        if (!queued) lull__queue_push(&loop->due, &t->node);
     }
+}
+
+/* Like lull__run_queue on the due list (stopping only for lull_stop), and
+ * tells lull_timer_overrun which timer fires and for how many periods. */
+void lull__timers_run_due(lull_loop *loop) {
+    lull__node *q = &loop->due;
+    while (q->next != q) {
+        lull__node *n = q->next;
+        lull__queue_remove(n);
+        lull_timer *t = (lull_timer *)n;
+        loop->firing = t;
+        loop->firing_periods = 1;
+        if (LULL_UNLIKELY(loop->overruns_head < loop->overruns_len))
+            loop->firing_periods = take_overrun(loop, t);
+        lull__dispatch_node(loop, n);
+        if (lull__after_callback(loop) && loop->stop) break;
+    }
+    loop->firing = NULL;
+    if (q->next == q) loop->overruns_head = loop->overruns_len = 0;
+}
+
+uint64_t lull_timer_overrun(const lull_timer *timer) {
+    if (!timer || !timer->loop || timer->loop->firing != timer) return 0;
+    return timer->loop->firing_periods;
 }
 
 /* ns until the earliest deadline (0 if due), or -1 with no timer. */

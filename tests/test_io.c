@@ -156,6 +156,75 @@ TEST(restart_changes_interest) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Re-starting a watcher replaces its interest in the batch already
+ * collected too: two always-writable watchers, each narrowing the other to
+ * READABLE when it runs. Whichever the kernel reported first runs; the
+ * other's collected writability no longer matches its interest, so it is
+ * not called. */
+typedef struct narrowing {
+    lull_io io;
+    int fd;
+    int calls;
+    struct narrowing *other;
+} narrowing;
+
+static void narrow_other(lull_io *io, int events) {
+    narrowing *n = LULL_CONTAINER_OF(io, narrowing, io);
+    CHECK(events & LULL_WRITABLE);
+    n->calls++;
+    CHECK_EQ(lull_io_start(&n->other->io, LULL_READABLE), 0);
+}
+
+TEST(restart_filters_readiness_collected_in_the_same_batch) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    narrowing a = {.fd = sv[0]}, b = {.fd = sv[1]};
+    a.other = &b;
+    b.other = &a;
+    CHECK_EQ(lull_io_init(loop, &a.io, a.fd, narrow_other), 0);
+    CHECK_EQ(lull_io_init(loop, &b.io, b.fd, narrow_other), 0);
+    CHECK_EQ(lull_io_start(&a.io, LULL_READABLE | LULL_WRITABLE), 0);
+    CHECK_EQ(lull_io_start(&b.io, LULL_READABLE | LULL_WRITABLE), 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(a.calls + b.calls, 1);
+    lull_io_stop(&a.io);
+    lull_io_stop(&b.io);
+    close(sv[0]);
+    close(sv[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A failed lull_io_start leaves the watcher as it was: a started one stays
+ * started with its old interest. */
+TEST(failed_restart_leaves_the_watcher_as_it_was) {
+    lull_loop *loop = new_loop();
+    watch w;
+    make_pipe(&w);
+    CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_io_start(&w.io, 0), -EINVAL);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE | 0x100), -EINVAL);
+    CHECK(lull_loop_alive(loop));
+    fill(w.wfd);
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.calls, 1);
+    CHECK_EQ(w.last_events, LULL_READABLE);
+
+    /* The fd closed under a started watcher: the kernel dropped the
+     * registration, and a re-start is refused with -EBADF. */
+    close(w.rfd);
+    w.rfd = -1;
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE | LULL_WRITABLE), -EBADF);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.live_io, 1); /* still started */
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    lull_io_stop(&w.io);
+    close_pipe(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* Stopped inside its own callback, with the data left unread: never called
  * again, and the loop is no longer alive. */
 static void stop_self_no_read(lull_io *io, int events) {
@@ -349,7 +418,7 @@ TEST(invalid_arguments) {
 
     /* A closed fd: refused with a negative errno, nothing started. */
     CHECK_EQ(lull_io_init(loop, &w.io, 1000, count_only), 0);
-    CHECK(lull_io_start(&w.io, LULL_READABLE) < 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), -EBADF);
     CHECK(!lull_loop_alive(loop));
 
     /* A regular file: epoll cannot watch it. */

@@ -531,7 +531,7 @@ static void intrude(void *arg) {
 
 TEST_THREADED(wrong_thread_call_asserts_in_debug_builds) {
     static const char wrong_thread[] =
-        "lull: called from a thread that is not running the loop";
+        "lull: called from a thread that does not own the loop";
     intrusion in = {.how = 0};
     /* The control: legal calls only, the child exits normally. */
     CHECK(check_exits_cleanly(intrude, &in));
@@ -543,6 +543,112 @@ TEST_THREADED(wrong_thread_call_asserts_in_debug_builds) {
     CHECK(check_dies(intrude, &in, wrong_thread));
     in = (intrusion){.how = 2};
     CHECK(check_dies(intrude, &in, wrong_thread));
+}
+
+/* The owner rule (lull.h, Threads): the creator owns the loop from the
+ * start, so a call from another thread is caught before any run. */
+typedef struct handover {
+    lull_loop *loop;
+    lull_task task;
+    lull_timer timer;
+    int how; /* early: 0 lull_post, 1 lull_timer_start; late: 0 adopt
+                first, 1 do not */
+} handover;
+
+static void handover_task(lull_task *t) {
+    (void)t;
+}
+
+static void handover_timer(lull_timer *t) {
+    (void)t;
+}
+
+static void *misuse_before_run(void *arg) {
+    handover *h = arg;
+    if (h->how == 0) lull_post(h->loop, &h->task);
+    if (h->how == 1) lull_timer_start(&h->timer, 1000 * MS, 0);
+    return NULL;
+}
+
+static void call_before_run(void *arg) {
+    handover *h = arg;
+    CHECK_EQ(lull_loop_new(&h->loop, NULL), 0);
+    lull_task_init(&h->task, handover_task);
+    lull_timer_init(h->loop, &h->timer, handover_timer);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, misuse_before_run, h), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+}
+
+TEST_THREADED(call_from_another_thread_before_run_asserts) {
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no thread asserts to check\n");
+        return;
+    }
+    static const char wrong_thread[] =
+        "lull: called from a thread that does not own the loop";
+    handover h = {.how = 0};
+    CHECK(check_dies(call_before_run, &h, wrong_thread));
+    h = (handover){.how = 1};
+    CHECK(check_dies(call_before_run, &h, wrong_thread));
+}
+
+/* A loop created on one thread and run on another: the runner adopts it
+ * and may post between its own runs; afterwards the creator must adopt it
+ * back (lull_loop_adopt) before touching it again. */
+static void *run_then_post(void *arg) {
+    handover *h = arg;
+    CHECK_EQ(lull_run(h->loop, LULL_RUN_NOWAIT), 0);
+    lull_post(h->loop, &h->task); /* legal: this thread owns it now */
+    CHECK_EQ(lull_run(h->loop, LULL_RUN_NOWAIT), 0);
+    lull_post(h->loop, &h->task);
+    return NULL;
+}
+
+static void run_elsewhere(void *arg) {
+    handover *h = arg;
+    CHECK_EQ(lull_loop_new(&h->loop, NULL), 0);
+    lull_task_init(&h->task, handover_task);
+    lull_post(h->loop, &h->task); /* legal: the creator, before the run */
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, run_then_post, h), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    if (h->how == 0) CHECK_EQ(lull_loop_adopt(h->loop), 0);
+    lull_cancel(&h->task);
+    lull_post(h->loop, &h->task); /* asserts unless adopted */
+    CHECK_EQ(lull_settle(h->loop), 1);
+    CHECK_EQ(lull_loop_free(h->loop), 0);
+}
+
+TEST_THREADED(run_on_another_thread_adopts_the_loop) {
+    handover h = {.how = 0};
+    CHECK(check_exits_cleanly(run_elsewhere, &h));
+    CHECK_EQ(lull_loop_adopt(NULL), -EINVAL);
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no thread asserts to check\n");
+        return;
+    }
+    h = (handover){.how = 1};
+    CHECK(check_dies(run_elsewhere, &h,
+                     "lull: called from a thread that does not own the loop"));
+}
+
+static lull_loop *adopt_loop;
+static int adopt_result;
+static void adopt_inside(lull_task *t) {
+    (void)t;
+    adopt_result = lull_loop_adopt(adopt_loop);
+}
+
+TEST(adopt_refused_while_running) {
+    lull_loop *loop = adopt_loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_task t;
+    lull_task_init(&t, adopt_inside);
+    lull_post(loop, &t);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(adopt_result, -EBUSY);
+    CHECK_EQ(lull_loop_adopt(loop), 0); /* the owner adopting: a no-op */
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 /* --------------------------------------------------------- C1: quiet idle */

@@ -5,6 +5,9 @@
 
 #include <fcntl.h>
 #include <lull.h>
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
@@ -497,5 +500,173 @@ TEST(signals_are_their_own_wakeup_cause) {
     signals_while_sleeping(loop, true);
     signals_while_sleeping(loop, false);
     timer_delete(sig_timer);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------ remote raises in the wake audit */
+
+/* A wakeup caused by lull_notify_remote is charged to what the raise
+ * reaches: the first listener's callback, or the pump pass (in the pump's
+ * own row, beside its passes), by name; never to lull's forwarding task,
+ * which every notifier shares. A worker thread raises each notifier only
+ * once the loop thread sleeps in the kernel (its /proc state says S), so
+ * each raise is a wakeup. */
+#define RAISE_ROUNDS 5
+
+typedef struct raiser {
+    lull_loop *loop;
+    pid_t loop_tid;
+    lull_notifier a, b;
+    lull_listener la, lb;
+    lull_pump pump;
+    lull_task finish;
+    sem_t seen; /* posted by the listener and by the pass */
+} raiser;
+
+static raiser *the_raiser;
+
+static void on_a(lull_listener *l) {
+    (void)l;
+    sem_post(&the_raiser->seen);
+}
+
+static int pass_b(lull_pump *p, uint64_t *retry_ns) {
+    (void)retry_ns;
+    lull_pump_delivered(p, 1);
+    sem_post(&the_raiser->seen);
+    return LULL_PASS_QUIET;
+}
+
+static void finish_raises(lull_task *t) {
+    raiser *r = LULL_CONTAINER_OF(t, raiser, finish);
+    lull_unlisten(&r->la);
+    lull_pump_close(&r->pump);
+    lull_loop_unref(r->loop);
+}
+
+/* Waits until the thread is asleep in the kernel (state S in its stat). */
+static void wait_until_asleep(pid_t tid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    for (;;) {
+        FILE *f = fopen(path, "r");
+        CHECK(f != NULL);
+        char buf[512];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *close_paren = strrchr(buf, ')'); /* comm may hold ')' */
+        CHECK(close_paren != NULL);
+        if (close_paren[2] == 'S') return;
+        sched_yield();
+    }
+}
+
+static void *raise_when_asleep(void *arg) {
+    raiser *r = arg;
+    for (int i = 0; i < RAISE_ROUNDS; i++) {
+        wait_until_asleep(r->loop_tid);
+        lull_notify_remote(r->loop, &r->a);
+        while (sem_wait(&r->seen) != 0) {
+        }
+        wait_until_asleep(r->loop_tid);
+        lull_notify_remote(r->loop, &r->b);
+        while (sem_wait(&r->seen) != 0) {
+        }
+    }
+    lull_post_remote(r->loop, &r->finish);
+    return NULL;
+}
+
+static const lull_audit_entry *row_named(const lull_audit_entry *rows, int n,
+                                         const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(rows[i].name, name) == 0) return &rows[i];
+    return NULL;
+}
+
+TEST_THREADED(remote_raises_are_charged_to_what_they_reach) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    static raiser r;
+    the_raiser = &r;
+    r.loop = loop;
+    r.loop_tid = gettid();
+    CHECK_EQ(sem_init(&r.seen, 0, 0), 0);
+    lull_notifier_init(&r.a);
+    lull_notifier_init(&r.b);
+    lull_listen(loop, &r.a, &r.la, on_a);
+    lull_pump_init(loop, &r.pump, pass_b);
+    lull_pump_listen(&r.pump, &r.b, &r.lb);
+    lull_task_init(&r.finish, finish_raises);
+    LULL_NAME(loop, on_a, "app.listener");
+    LULL_NAME(loop, pass_b, "app.pass");
+    LULL_NAME(loop, finish_raises, "app.finish");
+    lull_loop_ref(loop);
+    lull_loop_metrics_reset(loop);
+    lull_loop_audit_reset(loop);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, raise_when_asleep, &r), 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+
+    lull_metrics m = metrics();
+    lull_audit_entry rows[16];
+    int n = lull_loop_audit(loop, rows, 16, NULL);
+    CHECK_LE(n, 16);
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        fprintf(stderr,
+                "%-50s kind %d wakeups %" PRIu64 " passes %" PRIu64 "\n",
+                rows[i].name, rows[i].kind, rows[i].wakeups, rows[i].passes);
+        sum += rows[i].wakeups;
+        /* No row for lull's own forwarder. */
+        CHECK(strstr(rows[i].name, "remote callback") == NULL);
+        CHECK(strstr(rows[i].name, "lull_notify_remote") == NULL);
+    }
+    CHECK_U64_EQ(sum, m.wakeups);
+    const lull_audit_entry *la = row_named(rows, n, "app.listener");
+    const lull_audit_entry *pb = row_named(rows, n, "app.pass");
+    CHECK(la && pb);
+    CHECK_EQ(la->kind, LULL_SOURCE_REMOTE);
+    CHECK_EQ(pb->kind, LULL_SOURCE_PUMP); /* one row: wakeups and passes */
+    CHECK_U64_EQ(la->wakeups, RAISE_ROUNDS);
+    CHECK_U64_EQ(pb->wakeups, RAISE_ROUNDS);
+    CHECK_U64_EQ(pb->passes, RAISE_ROUNDS);
+    sem_destroy(&r.seen);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static void *lone_raise(void *arg) {
+    raiser *r = arg;
+    wait_until_asleep(r->loop_tid);
+    lull_notify_remote(r->loop, &r->a);
+    return NULL;
+}
+
+/* A raise of a notifier with no listener still has a row, named so. */
+TEST_THREADED(remote_raise_without_listener_has_its_own_row) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    static raiser r;
+    the_raiser = &r;
+    r.loop = loop;
+    r.loop_tid = gettid();
+    lull_notifier_init(&r.a);
+    lull_task_init(&r.finish, count_task);
+    lull_loop_ref(loop);
+    lull_loop_audit_reset(loop);
+    /* The raise reaches the loop on its own (no listener), then the finish
+     * post ends the run. */
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, lone_raise, &r), 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    lull_audit_entry rows[8];
+    int n = lull_loop_audit(loop, rows, 8, NULL);
+    const lull_audit_entry *row =
+        row_named(rows, n, "lull_notify_remote (a notifier with no listener)");
+    CHECK(row != NULL);
+    CHECK_U64_EQ(row->wakeups, 1);
+    CHECK_EQ(row->kind, LULL_SOURCE_REMOTE);
+    lull_loop_unref(loop);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -193,6 +193,7 @@ static void side_done(lull_work *w, int status) {
 
 static void *side_main(void *arg) {
     loop_side *s = arg;
+    CHECK_EQ(lull_loop_adopt(s->loop), 0); /* set up here, before its run */
     side_start(s);
     CHECK_EQ(lull_run(s->loop, LULL_RUN_DEFAULT), 0);
     return NULL;
@@ -211,8 +212,8 @@ static void many(int loops) {
         sides[i].items = calloc(ITEMS, sizeof(item));
         CHECK(sides[i].items != NULL);
     }
-    /* Each loop is created here and run by its own thread (it is not
-     * running yet, so this thread may hand it over). */
+    /* Each loop is created here, then set up and run by its own thread,
+     * which adopts it first (lull_loop_adopt). */
     for (int i = 0; i < loops; i++)
         CHECK_EQ(pthread_create(&sides[i].thread, NULL, side_main, &sides[i]),
                  0);
@@ -653,6 +654,7 @@ static void shut_hello(lull_task *t) {
 
 static void *shut_main(void *arg) {
     shut_side *s = arg;
+    CHECK_EQ(lull_loop_adopt(s->loop), 0); /* set up here, before its run */
     for (int i = 0; i < SHUT_ITEMS; i++) {
         s->items[i].side = (struct loop_side *)(void *)s;
         lull_work_init(&s->items[i].work, counted_run, shut_done);

@@ -316,3 +316,41 @@ TEST(long_chain) {
     CHECK_U64_EQ(m.tasks_run, 100000);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* lull_task.loop: the loop a task was last queued on, so its callback can
+ * re-post it without keeping the loop in its own struct (as a timer's
+ * callback uses timer->loop). A coalesced post changes nothing; a remote
+ * post sets it when the loop takes it. */
+static lull_loop *seen_loop;
+static int hops_left;
+static void hop_by_own_loop(lull_task *t) {
+    seen_loop = t->loop;
+    if (--hops_left > 0) lull_post(t->loop, t);
+}
+
+TEST(task_knows_its_loop) {
+    lull_loop *a = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loop *b = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_task t;
+    lull_task_init(&t, hop_by_own_loop);
+    CHECK(t.loop == NULL);
+    hops_left = 3;
+    lull_post(a, &t);
+    CHECK(t.loop == a);
+    CHECK_EQ(lull_settle(a), 3);
+    CHECK(seen_loop == a);
+    hops_left = 1;
+    lull_post(b, &t);
+    CHECK(t.loop == b);
+    lull_post(a, &t); /* pending on b: coalesced, still b's */
+    CHECK(t.loop == b);
+    CHECK_EQ(lull_settle(a), 0);
+    CHECK_EQ(lull_settle(b), 1);
+    CHECK(seen_loop == b);
+    hops_left = 1;
+    lull_post_remote(a, &t);
+    CHECK_EQ(lull_settle(a), 1);
+    CHECK(seen_loop == a);
+    CHECK_EQ(lull_loop_free(a), 0);
+    CHECK_EQ(lull_loop_free(b), 0);
+}

@@ -746,3 +746,124 @@ TEST(zero_delay_arm_reads_no_clock) {
     CHECK_EQ(zd[1].runs, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* ------------------------------------------------------------ overrun */
+
+/* lull_timer_overrun: inside the callback, the periods this fire stands
+ * for. Exact on the real clock whatever the machine's load: the deadline a
+ * repeating timer is re-armed for is its first deadline plus (the periods
+ * all its fires stood for) x period, so summing the overruns must land on
+ * it. A callback that spins 5.5 periods guarantees a late fire. */
+typedef struct overrun_probe {
+    lull_timer timer;
+    uint64_t period;
+    uint64_t first;   /* the first deadline */
+    uint64_t periods; /* sum of the overruns seen */
+    uint64_t fires;
+    uint64_t max;  /* the largest overrun seen */
+    bool phase_ok; /* every re-armed deadline matched the sum */
+    uint64_t stop_after;
+} overrun_probe;
+
+static void probe_tick(lull_timer *t) {
+    overrun_probe *p = LULL_CONTAINER_OF(t, overrun_probe, timer);
+    uint64_t k = lull_timer_overrun(t);
+    CHECK_LE(1, k);
+    p->periods += k;
+    p->fires++;
+    if (k > p->max) p->max = k;
+    if (lull_timer_deadline(t) != p->first + p->periods * p->period)
+        p->phase_ok = false;
+    if (p->fires == 1) check_spin_ns(p->period * 11 / 2);
+    if (p->fires == p->stop_after) lull_timer_stop(t);
+}
+
+TEST(overrun_counts_the_periods_a_late_fire_stands_for) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    overrun_probe p = {.period = 2 * MS, .phase_ok = true, .stop_after = 4};
+    lull_timer_init(loop, &p.timer, probe_tick);
+    lull_timer_start(&p.timer, p.period, p.period);
+    p.first = lull_timer_deadline(&p.timer);
+    CHECK_U64_EQ(lull_timer_overrun(&p.timer), 0); /* not in its callback */
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(p.fires, 4);
+    CHECK(p.phase_ok);
+    /* The fire after the spin stood for at least the 5 periods that ended
+     * during it (deadlines 2 .. 6 periods after the first one). */
+    CHECK_LE(5, p.max);
+    CHECK_LE(p.fires + 4, p.periods);
+    CHECK_U64_EQ(lull_timer_overrun(&p.timer), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A fire that waits in the due list (lull_stop ended the run before it)
+ * while more periods expire stands for those too. */
+static void stop_the_run(lull_timer *t) {
+    (void)t;
+    lull_stop(the_loop);
+}
+
+TEST(overrun_of_a_fire_left_waiting_by_lull_stop) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer stopper;
+    overrun_probe p = {.period = 2 * MS, .phase_ok = true, .stop_after = 1};
+    lull_timer_init(loop, &stopper, stop_the_run);
+    lull_timer_init(loop, &p.timer, probe_tick);
+    /* Armed first with the same delay: the stopper is due no later and
+     * runs first (arm order), stopping the run before the probe fires. */
+    lull_timer_start(&stopper, p.period, 0);
+    lull_timer_start(&p.timer, p.period, p.period);
+    p.first = lull_timer_deadline(&p.timer);
+    while (check_clock_ns() < p.first) {
+    }
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_U64_EQ(p.fires, 0);
+    CHECK(lull_timer_active(&p.timer)); /* due, waiting */
+    check_spin_ns(3 * p.period);        /* three more periods expire */
+    p.stop_after = 2;
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_U64_EQ(p.fires, 1);
+    CHECK(p.phase_ok);
+    CHECK_LE(4, p.periods); /* its own period and at least three more */
+    lull_timer_stop(&p.timer);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* On the virtual clock lull_advance fires once per period crossed: every
+ * fire stands for one period. A one-shot timer's fire is one period too,
+ * and a zero-delay turn (no deadline) reports 0. */
+static uint64_t turn_overrun = 99;
+static void note_turn(lull_timer *t) {
+    turn_overrun = lull_timer_overrun(t);
+}
+
+TEST(overrun_is_one_per_period_on_the_virtual_clock) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    overrun_probe p = {.period = 10, .phase_ok = true, .stop_after = 0};
+    lull_timer_init(loop, &p.timer, probe_tick);
+    lull_timer_start(&p.timer, 10, 10);
+    p.first = lull_timer_deadline(&p.timer);
+    /* probe_tick spins 5.5 periods of real time on its first fire: on the
+     * virtual clock that moves nothing. */
+    lull_advance(loop, 1000);
+    CHECK_U64_EQ(p.fires, 100);
+    CHECK_U64_EQ(p.periods, 100);
+    CHECK_U64_EQ(p.max, 1);
+    CHECK(p.phase_ok);
+    lull_timer_stop(&p.timer);
+
+    overrun_probe once = {.period = 0, .phase_ok = true};
+    lull_timer_init(loop, &once.timer, probe_tick);
+    lull_timer_start(&once.timer, 5, 0);
+    lull_advance(loop, 5);
+    CHECK_U64_EQ(once.fires, 1);
+    CHECK_U64_EQ(once.periods, 1);
+
+    lull_timer turn;
+    lull_timer_init(loop, &turn, note_turn);
+    lull_timer_start(&turn, 0, 0);
+    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_U64_EQ(turn_overrun, 0);
+    CHECK_U64_EQ(lull_timer_overrun(NULL), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
