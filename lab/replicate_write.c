@@ -245,7 +245,11 @@ static void uw_written(uv_write_t *req, int status) {
 static void uw_produce(uv_writer *u) {
     if (u->producing || u->err) return;
     u->producing = true;
-    while (u->next < u->w->records &&
+    /* libuv counts bytes not yet written, not requests whose callbacks
+     * are still to come (it runs those on a later iteration), so the ring
+     * also bounds the requests in flight: a slot is reused only after its
+     * callback ran. */
+    while (u->next < u->w->records && u->next - u->completed < RING &&
            uv_stream_get_write_queue_size((uv_stream_t *)&u->pipe) <
                HIGH_WATER) {
         uv_write_t *req = &u->reqs[u->next % RING];
