@@ -82,7 +82,7 @@ install: lab
 	$(CMAKE) --install build/release
 
 format:
-	clang-format -i include/*.h src/*.c src/*.h tests/*.c tests/*.h lab/*.c lab/*.h lab/peers/*.c bench/*.c examples/*.c examples/kv/*.c examples/kv/*.h
+	clang-format -i include/*.h src/*.c src/*.h tests/*.c tests/*.h lab/*.c lab/*.h lab/peers/*.c bench/*.c examples/*.c examples/kv/*.c examples/kv/*.h fuzz/*.c fuzz/*.h
 
 clean:
 	rm -rf build
@@ -111,3 +111,37 @@ soak:
 	$(CMAKE) -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=thread -DLULL_BUILD_LAB=OFF
 	$(CMAKE) --build build/tsan -j$(JOBS) --target test_stress
 	TSAN_OPTIONS=halt_on_error=1 ./build/tsan/tests/test_stress soak
+
+# `make fuzz FUZZ_SECONDS=N` (issue 11): the libFuzzer targets — fuzz_frame
+# (a framed stream's decoder), fuzz_stream (a raw stream's reads cut at
+# random points), fuzz_resp (lull-kv's parser) — built by clang under
+# ASan+UBSan with the library coverage-instrumented, each run for N seconds
+# on a copy of its seed corpus in build/fuzz/corpus. Any crash, leak,
+# sanitizer report or input slower than 10 s fails; the input that did is
+# left in build/fuzz/ (crash-*, leak-*, timeout-*).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS = fuzz/fuzz_frame:fuzz/corpus_frame \
+  fuzz/fuzz_stream:fuzz/corpus_stream \
+  examples/fuzz_resp:examples/kv/fuzz_corpus
+.PHONY: fuzz
+
+fuzz:
+	@if ! command -v clang >/dev/null 2>&1; then \
+	  echo "fuzz: clang not installed, skipped"; exit 0; fi; \
+	CC=clang $(CMAKE) -S . -B build/fuzz -DCMAKE_BUILD_TYPE=Debug \
+	  -DLULL_SANITIZE=address,undefined -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link \
+	  -DLULL_BUILD_LAB=OFF >/dev/null && \
+	$(CMAKE) --build build/fuzz -j$(JOBS) --target fuzz_frame fuzz_stream fuzz_resp && \
+	for t in $(FUZZ_TARGETS); do \
+	  bin=$${t%%:*}; seeds=$${t#*:}; name=$${bin##*/}; \
+	  rm -rf build/fuzz/corpus/$$name && mkdir -p build/fuzz/corpus/$$name && \
+	  cp $$seeds/* build/fuzz/corpus/$$name/ && \
+	  echo "fuzz: $$name for $(FUZZ_SECONDS) s from $$(ls $$seeds | wc -l) seeds" && \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ./build/fuzz/$$bin -max_total_time=$(FUZZ_SECONDS) -timeout=10 -seed=1 \
+	    -print_final_stats=1 -artifact_prefix=build/fuzz/$$name- \
+	    build/fuzz/corpus/$$name 2>build/fuzz/$$name.log || \
+	    { tail -n 60 build/fuzz/$$name.log; echo "fuzz: $$name FAILED"; exit 1; }; \
+	  grep -E '^stat::number_of_executed_units' build/fuzz/$$name.log; \
+	  echo "fuzz: $$name corpus $$(ls build/fuzz/corpus/$$name | wc -l) inputs"; \
+	done
