@@ -140,6 +140,19 @@ void lab_plot_bar(lab_plot *p, const char *label, const lab_series *s,
                   bool highlight);
 int lab_plot_close(lab_plot *p); /* writes the file: 0 or a negative errno */
 
+/* ---------------------------------------------------------------- peers */
+
+/* Probes one implementation a scenario runs beside lull (lab/stats.c):
+ * present is false when it was not built in; available (may be NULL: always
+ * available) says why it cannot run. Prints " name version" on the
+ * "implementations:" line when it can run, else writes "name: why, skipped"
+ * into skipped; with json, appends its {name, available, version, build,
+ * why} object to the open "peers" array. Returns whether it can run. */
+bool lab_peer_probe(lab_json *json, const char *name, bool present,
+                    bool (*available)(char *why, size_t size),
+                    const char *(*version)(void), const char *build,
+                    char *skipped, size_t skipped_size);
+
 /* ----------------------------------------------------------------- node */
 
 /* The Node rows' runner (lab/node.c). lab_node_available finds `node` on
