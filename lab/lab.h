@@ -140,4 +140,32 @@ void lab_plot_bar(lab_plot *p, const char *label, const lab_series *s,
                   bool highlight);
 int lab_plot_close(lab_plot *p); /* writes the file: 0 or a negative errno */
 
+/* ---------------------------------------------------------------- peers */
+
+/* Probes one implementation a scenario runs beside lull (lab/stats.c):
+ * present is false when it was not built in; available (may be NULL: always
+ * available) says why it cannot run. Prints " name version" on the
+ * "implementations:" line when it can run, else writes "name: why, skipped"
+ * into skipped; with json, appends its {name, available, version, build,
+ * why} object to the open "peers" array. Returns whether it can run. */
+bool lab_peer_probe(lab_json *json, const char *name, bool present,
+                    bool (*available)(char *why, size_t size),
+                    const char *(*version)(void), const char *build,
+                    char *skipped, size_t skipped_size);
+
+/* ----------------------------------------------------------------- node */
+
+/* The Node rows' runner (lab/node.c). lab_node_available finds `node` on
+ * PATH, checks that script is readable and reads `node --version`; false
+ * with a reason in why when any of that fails. lab_node_run runs node with
+ * args (args[0] is lab_node_path()), optionally pinned to the CPUs pin_cpu
+ * and pin_cpu_b (-1: not pinned) and at the timer slack slack_ns (0: the
+ * caller's); reads at most size-1 bytes of its stdout into buf. Returns 0
+ * when node exited 0, else a negative errno. */
+bool lab_node_available(const char *script, char *why, size_t size);
+int lab_node_run(char *const *args, int pin_cpu, int pin_cpu_b, long slack_ns,
+                 char *buf, size_t size);
+char *lab_node_path(void);
+const char *lab_node_version(void);
+
 #endif /* LAB_H */

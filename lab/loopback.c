@@ -551,37 +551,17 @@ static int run_loopback(const lab_options *opts, lab_json *json) {
     int nskipped = 0;
     for (size_t i = 0; i < KNOWN_COUNT; i++) {
         const lb_peer *peer = known[i].peer;
-        char why[128] = "not installed";
-        bool ok =
-            peer && (!peer->available || peer->available(why, sizeof why));
-        const char *version = ok && peer->version ? peer->version() : NULL;
-        if (ok) {
-            printf(" %s%s%s", known[i].name, version ? " " : "",
-                   version ? version : "");
-            for (int e = 0; e < peer->count && nrows < MAX_ROWS; e++) {
-                rows[nrows].peer = peer;
-                rows[nrows].entry = &peer->entries[e];
-                nrows++;
-            }
-        } else {
-            snprintf(skipped[nskipped++], sizeof skipped[0], "%s: %s, skipped",
-                     known[i].name, why);
+        if (!lab_peer_probe(json, known[i].name, peer != NULL,
+                            peer ? peer->available : NULL,
+                            peer ? peer->version : NULL, NULL,
+                            skipped[nskipped], sizeof skipped[0])) {
+            nskipped++;
+            continue;
         }
-        if (json) {
-            lab_json_begin_object(json);
-            lab_json_key(json, "name");
-            lab_json_string(json, known[i].name);
-            lab_json_key(json, "available");
-            lab_json_bool(json, ok);
-            if (version) {
-                lab_json_key(json, "version");
-                lab_json_string(json, version);
-            }
-            if (!ok) {
-                lab_json_key(json, "why");
-                lab_json_string(json, why);
-            }
-            lab_json_end_object(json);
+        for (int e = 0; e < peer->count && nrows < MAX_ROWS; e++) {
+            rows[nrows].peer = peer;
+            rows[nrows].entry = &peer->entries[e];
+            nrows++;
         }
     }
     printf("\n");

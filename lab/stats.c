@@ -355,3 +355,39 @@ void lab_json_series(lab_json *j, const char *key, const lab_series *s) {
     lab_json_end_array(j);
     lab_json_end_object(j);
 }
+
+/* ---------------------------------------------------------------- peers */
+
+bool lab_peer_probe(lab_json *json, const char *name, bool present,
+                    bool (*available)(char *why, size_t size),
+                    const char *(*version)(void), const char *build,
+                    char *skipped, size_t skipped_size) {
+    char why[128] = "not installed";
+    bool ok = present && (!available || available(why, sizeof why));
+    const char *ver = ok && version ? version() : NULL;
+    if (ok)
+        printf(" %s%s%s", name, ver ? " " : "", ver ? ver : "");
+    else
+        snprintf(skipped, skipped_size, "%s: %s, skipped", name, why);
+    if (json) {
+        lab_json_begin_object(json);
+        lab_json_key(json, "name");
+        lab_json_string(json, name);
+        lab_json_key(json, "available");
+        lab_json_bool(json, ok);
+        if (ver) {
+            lab_json_key(json, "version");
+            lab_json_string(json, ver);
+        }
+        if (present && build) {
+            lab_json_key(json, "build");
+            lab_json_string(json, build);
+        }
+        if (!ok) {
+            lab_json_key(json, "why");
+            lab_json_string(json, why);
+        }
+        lab_json_end_object(json);
+    }
+    return ok;
+}

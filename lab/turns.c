@@ -921,38 +921,14 @@ static int run_turns(const lab_options *opts, lab_json *json) {
     int nskipped = 0;
     for (size_t i = 0; i < KNOWN_COUNT; i++) {
         const turns_peer *peer = known[i].peer;
-        char why[128] = "not installed";
-        bool ok =
-            peer && (!peer->available || peer->available(why, sizeof why));
-        const char *version = ok && peer->version ? peer->version() : NULL;
-        if (ok) {
+        if (lab_peer_probe(json, known[i].name, peer != NULL,
+                           peer ? peer->available : NULL,
+                           peer ? peer->version : NULL,
+                           peer ? peer->build : NULL, skipped[nskipped],
+                           sizeof skipped[0]))
             peers[npeers++] = peer;
-            printf(" %s%s%s", known[i].name, version ? " " : "",
-                   version ? version : "");
-        } else {
-            snprintf(skipped[nskipped++], sizeof skipped[0], "%s: %s, skipped",
-                     known[i].name, why);
-        }
-        if (json) {
-            lab_json_begin_object(json);
-            lab_json_key(json, "name");
-            lab_json_string(json, known[i].name);
-            lab_json_key(json, "available");
-            lab_json_bool(json, ok);
-            if (version) {
-                lab_json_key(json, "version");
-                lab_json_string(json, version);
-            }
-            if (peer && peer->build) {
-                lab_json_key(json, "build");
-                lab_json_string(json, peer->build);
-            }
-            if (!ok) {
-                lab_json_key(json, "why");
-                lab_json_string(json, why);
-            }
-            lab_json_end_object(json);
-        }
+        else
+            nskipped++;
     }
     printf("\n");
     for (int i = 0; i < nskipped; i++)

@@ -12,85 +12,15 @@
 #include "turns.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #ifndef LAB_SOURCE_DIR
 #define LAB_SOURCE_DIR "."
 #endif
 #define SCRIPT LAB_SOURCE_DIR "/node/turns.js"
-
-static char node_path[512];
-static char node_version[32];
-
-/* Looks for an executable `node` on PATH. */
-static bool find_node(void) {
-    const char *path = getenv("PATH");
-    if (!path) return false;
-    while (*path) {
-        size_t len = strcspn(path, ":");
-        if (len > 0 && len + 6 < sizeof node_path) {
-            snprintf(node_path, sizeof node_path, "%.*s/node", (int)len, path);
-            if (access(node_path, X_OK) == 0) return true;
-        }
-        path += len;
-        if (*path == ':') path++;
-    }
-    return false;
-}
-
-/* Runs node with argv (argv[0] is set here), optionally pinned to the CPUs
- * pin_cpu and pin_cpu_b (-1: not pinned) and at the timer slack slack_ns
- * (0: the caller's); reads at most size-1 bytes of stdout into buf.
- * Returns 0 when node exited 0. */
-static int run_node(char *const *args, int pin_cpu, int pin_cpu_b,
-                    long slack_ns, char *buf, size_t size) {
-    int pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) != 0) return -errno;
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(pipefd[0]);
-        close(pipefd[1]);
-        return -e;
-    }
-    if (pid == 0) {
-        if (pin_cpu >= 0) {
-            cpu_set_t set;
-            CPU_ZERO(&set);
-            CPU_SET(pin_cpu, &set);
-            CPU_SET(pin_cpu_b, &set);
-            sched_setaffinity(0, sizeof set, &set);
-        }
-        if (slack_ns > 0) prctl(PR_SET_TIMERSLACK, slack_ns, 0, 0, 0);
-        dup2(pipefd[1], STDOUT_FILENO);
-        execv(node_path, args);
-        _exit(127);
-    }
-    close(pipefd[1]);
-    size_t used = 0;
-    for (;;) {
-        ssize_t r = read(pipefd[0], buf + used, size - 1 - used);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        used += (size_t)r;
-        if (used == size - 1) break;
-    }
-    buf[used] = '\0';
-    close(pipefd[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -ECHILD;
-    return 0;
-}
 
 /* Reads the numbers of "values": [...] into out (null -> NaN). */
 static int parse_values(const char *json, turns_result *out) {
@@ -135,12 +65,24 @@ static int measure(const char *figure, const turns_params *p, bool pin,
     snprintf(a[8], sizeof a[8], "pairs=%d", p->timer_pairs);
     snprintf(a[9], sizeof a[9], "seed=%llu",
              (unsigned long long)(p->seed & 0xFFFFFFFFu));
-    char *args[] = {node_path, "--expose-gc", SCRIPT, (char *)figure, a[0],
-                    a[1],      a[2],          a[3],   a[4],           a[5],
-                    a[6],      a[7],          a[8],   a[9],           NULL};
+    char *args[] = {lab_node_path(),
+                    "--expose-gc",
+                    SCRIPT,
+                    (char *)figure,
+                    a[0],
+                    a[1],
+                    a[2],
+                    a[3],
+                    a[4],
+                    a[5],
+                    a[6],
+                    a[7],
+                    a[8],
+                    a[9],
+                    NULL};
     char buf[4096];
-    int rc = run_node(args, pin ? p->cpu : -1, p->cpu_b, p->slack_ns, buf,
-                      sizeof buf);
+    int rc = lab_node_run(args, pin ? p->cpu : -1, p->cpu_b, p->slack_ns, buf,
+                          sizeof buf);
     if (rc < 0) return rc;
     return parse_values(buf, out);
 }
@@ -175,25 +117,7 @@ static int timers(const turns_params *p, turns_result *out) {
 }
 
 static bool available(char *why, size_t size) {
-    if (!find_node()) {
-        snprintf(why, size, "`node` not on PATH");
-        return false;
-    }
-    if (access(SCRIPT, R_OK) != 0) {
-        snprintf(why, size, "%s not found", SCRIPT);
-        return false;
-    }
-    char *args[] = {node_path, "--version", NULL};
-    if (run_node(args, -1, -1, 0, node_version, sizeof node_version) != 0) {
-        snprintf(why, size, "`node --version` failed");
-        return false;
-    }
-    node_version[strcspn(node_version, "\n")] = '\0';
-    return true;
-}
-
-static const char *version(void) {
-    return node_version;
+    return lab_node_available(SCRIPT, why, size);
 }
 
 static const turns_entry entries[] = {
@@ -210,7 +134,7 @@ static const turns_entry entries[] = {
 
 const turns_peer turns_node = {
     "node",
-    version,
+    lab_node_version,
     available,
     entries,
     (int)(sizeof entries / sizeof entries[0]),
