@@ -1965,3 +1965,35 @@ TEST(random_stream_operations_keep_order) {
            FZ.accepted, FZ.received, FZ.drains);
     free_loop(FZ.loop);
 }
+
+/* A TCP peer that sends garbage (a header and half its frame) and then
+ * resets: the reader's half frame is dropped, it closes exactly once, with
+ * the reset or the cut frame as its reason, and delivers nothing. */
+TEST(peer_sends_garbage_then_resets) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter *c = calloc(1, sizeof *c), *p = calloc(1, sizeof *p);
+    CHECK(c && p);
+    CHECK(listen_pair(loop, VIA_TCP4, &c->s, &p->s, NULL));
+    lull_endpoint_callbacks(&c->s.ep, count_frame, count_drain, count_close);
+    lull_endpoint_callbacks(&p->s.ep, count_frame, NULL, count_close);
+    int fd = lull_stream_fd(&p->s);
+    put_header(fd, 100);
+    CHECK_EQ(write(fd, "garbage!!!", 10), 10);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    lull_endpoint_close(&p->s.ep, 0);
+    for (int i = 0; i < 1000 && !c->closes; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(c->closes, 1);
+    CHECK(c->reason == -ECONNRESET || c->reason == -EPROTO);
+    CHECK_EQ(c->frames, 0);
+    CHECK(lull_send_copy(&c->s.ep, "x", 1) == -EPIPE);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(c->closes, 1);
+    free(c);
+    free(p);
+    free_loop(loop);
+}
