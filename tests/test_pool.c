@@ -745,3 +745,44 @@ TEST_THREADED(pool_set_default_before_first_use) {
     CHECK(got == mine);
     CHECK_EQ(lull_pool_free(mine), -EBUSY);
 }
+
+/* A done function that frees its own pool while another item still waits
+ * in the queue: the free joins the threads from the loop thread, the
+ * waiting item is handed back with -ECANCELED, and the loop ends. */
+static lull_pool *freed_in_done;
+
+static void free_pool_done(lull_work *w, int status) {
+    item_done(w, status);
+    if (freed_in_done) {
+        CHECK_EQ(lull_pool_free(freed_in_done), 0);
+        freed_in_done = NULL;
+    }
+}
+
+TEST_THREADED(pool_done_frees_its_own_pool) {
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&freed_in_done, &(lull_pool_options){.threads = 1}),
+             0);
+    loop_thread = pthread_self();
+    sem_t gate, started;
+    sem_init(&gate, 0, 0);
+    sem_init(&started, 0, 0);
+    item a = {.gate = &gate, .started = &started}, b = {0};
+    lull_work_init(&a.work, item_run, free_pool_done);
+    lull_work_init(&b.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, freed_in_done, &a.work), 0);
+    sem_wait_10s(&started, "a started");
+    CHECK_EQ(lull_work_submit(loop, freed_in_done, &b.work), 0);
+    sem_post(&gate);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK(freed_in_done == NULL);
+    CHECK_EQ(a.dones, 1);
+    CHECK_EQ(a.last_status, 7);
+    CHECK_EQ(b.dones, 1);
+    /* b either ran before a's done freed the pool, or was cancelled. */
+    CHECK(b.last_status == 7 || b.last_status == -ECANCELED);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&gate);
+    sem_destroy(&started);
+}

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 static lull_loop *new_loop(int clock, uint64_t quantum_ns) {
@@ -1964,4 +1965,76 @@ TEST(random_stream_operations_keep_order) {
     printf("accepted %" PRIu64 " received %" PRIu64 " drains %" PRIu64 "\n",
            FZ.accepted, FZ.received, FZ.drains);
     free_loop(FZ.loop);
+}
+
+/* A TCP peer that sends garbage (a header and half its frame) and then
+ * resets: the reader's half frame is dropped, it closes exactly once, with
+ * the reset or the cut frame as its reason, and delivers nothing. */
+TEST(peer_sends_garbage_then_resets) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter *c = calloc(1, sizeof *c), *p = calloc(1, sizeof *p);
+    CHECK(c && p);
+    CHECK(listen_pair(loop, VIA_TCP4, &c->s, &p->s, NULL));
+    lull_endpoint_callbacks(&c->s.ep, count_frame, count_drain, count_close);
+    lull_endpoint_callbacks(&p->s.ep, count_frame, NULL, count_close);
+    int fd = lull_stream_fd(&p->s);
+    put_header(fd, 100);
+    CHECK_EQ(write(fd, "garbage!!!", 10), 10);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    lull_endpoint_close(&p->s.ep, 0);
+    for (int i = 0; i < 1000 && !c->closes; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(c->closes, 1);
+    CHECK(c->reason == -ECONNRESET || c->reason == -EPROTO);
+    CHECK_EQ(c->frames, 0);
+    CHECK(lull_send_copy(&c->s.ep, "x", 1) == -EPIPE);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(c->closes, 1);
+    free(c);
+    free(p);
+    free_loop(loop);
+}
+
+/* Signals landing in the middle of reads, writes and the loop's wait (a
+ * handler without SA_RESTART, every 200 us): no frame is lost or cut, no
+ * stream closes, and the loop treats each interruption as a spurious wake.
+ * The pool's threads block every signal (pool.c), so this is the path a
+ * signal can reach. */
+static volatile sig_atomic_t alarms;
+static void on_alarm(int sig) {
+    (void)sig;
+    alarms++;
+}
+
+TEST(signals_interrupt_reads_and_writes) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    struct sigaction sa = {.sa_handler = on_alarm}, old;
+    sigemptyset(&sa.sa_mask);
+    CHECK_EQ(sigaction(SIGALRM, &sa, &old), 0);
+    struct itimerval it = {{0, 200}, {0, 200}}, off = {{0, 0}, {0, 0}};
+    CHECK_EQ(setitimer(ITIMER_REAL, &it, NULL), 0);
+    static unsigned char blob[4096];
+    enum { N = 2000 };
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(lull_send_copy(&a.s.ep, blob, sizeof blob), 0);
+    uint64_t deadline = check_clock_ns() + 10000000000u;
+    while (b.frames < N && check_clock_ns() < deadline)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(setitimer(ITIMER_REAL, &off, NULL), 0);
+    CHECK_EQ(sigaction(SIGALRM, &old, NULL), 0);
+    CHECK_EQ(b.frames, N);
+    CHECK_EQ(b.bytes, (size_t)N * sizeof blob);
+    CHECK_EQ(a.closes + b.closes, 0);
+    printf("# %d alarms during the transfer\n", (int)alarms);
+    lull_endpoint_close(&a.s.ep, 0);
+    lull_endpoint_close(&b.s.ep, 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    free_loop(loop);
 }
