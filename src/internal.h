@@ -244,19 +244,16 @@ static inline void lull__dispatch_node(lull_loop *loop, lull__node *n) {
     lull__call_node(loop, n);
 }
 
-/* Runs the nodes of queue q in order, each unlinked before its callback.
- * Nodes a callback adds land behind the ones already queued. The ready
- * queue stops when the quantum is spent (yield_on_quantum), the due list
- * only for lull_stop: due timers are the work a spent quantum lets through.
- * Both callers pass a constant, so each gets its own loop. */
-static inline void lull__run_queue(lull_loop *loop, lull__node *q,
-                                   bool yield_on_quantum) {
+/* Runs the nodes of queue q in order, each unlinked before its callback,
+ * until the quantum is spent. Nodes a callback adds land behind the ones
+ * already queued. (The due list has its own runner, which stops only for
+ * lull_stop: lull__timers_run_due.) */
+static inline void lull__run_queue(lull_loop *loop, lull__node *q) {
     while (q->next != q) {
         lull__node *n = q->next;
         lull__queue_remove(n);
         lull__dispatch_node(loop, n);
-        if (lull__after_callback(loop) && (yield_on_quantum || loop->stop))
-            break;
+        if (lull__after_callback(loop)) break;
     }
 }
 

@@ -375,7 +375,7 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     }
     if (!loop->stop) {
         lull__slice_renew(loop);
-        lull__run_queue(loop, &loop->ready, true);
+        lull__run_queue(loop, &loop->ready);
     }
     run_flush(loop);
     uint64_t t_end = lull__slice_end_time(loop);
