@@ -62,6 +62,7 @@ typedef struct item {
     sem_t *gate;            /* if set: fn posts `started`, then waits on it */
     sem_t *started;         /* ... */
     struct loop_side *side; /* the many-loops cases */
+    struct race_side *race; /* the cancel race */
 } item;
 
 static pthread_t loop_thread;
@@ -242,6 +243,136 @@ TEST_THREADED(pool_100000_submissions_from_one_loop) {
 
 TEST_THREADED(pool_100000_submissions_from_each_of_4_loops) {
     many(4);
+}
+
+/* ------------------------------- submit, cancel and complete racing */
+
+/* Each of 4 loops keeps its 1,000 items submitted (every done resubmits
+ * until the item's rounds are used) while a task on the same loop cancels
+ * items picked at random, as fast as it can. A cancel races a pool thread
+ * taking the item: either it wins (0: fn never runs, done gets
+ * -ECANCELED) or it loses (-EBUSY: fn runs, done gets its status), and
+ * between the last done and nothing (-EINVAL). Every accepted submit ends
+ * in exactly one done, and the pool's counters agree with the loops'. */
+typedef struct race_side {
+    lull_loop *loop;
+    lull_pool *pool;
+    item items[ITEMS];
+    lull_task canceller;
+    uint64_t rng;
+    uint64_t dones, cancel_won, cancel_lost, cancel_idle, done_cancelled;
+    pthread_t thread;
+} race_side;
+
+static race_side *race_sides;
+
+static uint64_t race_next(uint64_t *x) { /* xorshift64 */
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static void race_done(lull_work *w, int status) {
+    item *it = LULL_CONTAINER_OF(w, item, work);
+    race_side *s = it->race;
+    it->dones++;
+    s->dones++;
+    if (status == -ECANCELED) {
+        it->cancelled++;
+        s->done_cancelled++;
+    } else {
+        CHECK_EQ(status, 7);
+    }
+    CHECK_EQ(it->runs + it->cancelled, it->dones); /* once per submit */
+    CHECK(!lull_work_busy(w));
+    if (--it->rounds_left > 0)
+        CHECK_EQ(lull_work_submit(s->loop, s->pool, w), 0);
+}
+
+static void race_cancel_some(lull_task *t) {
+    race_side *s = LULL_CONTAINER_OF(t, race_side, canceller);
+    if (s->dones == (uint64_t)ITEMS * ROUNDS) return; /* all ended */
+    for (int k = 0; k < 8; k++) {
+        item *it = &s->items[race_next(&s->rng) % ITEMS];
+        int rc = lull_work_cancel(&it->work);
+        if (rc == 0)
+            s->cancel_won++;
+        else if (rc == -EBUSY)
+            s->cancel_lost++;
+        else {
+            CHECK_EQ(rc, -EINVAL); /* its rounds are used up */
+            CHECK_EQ(it->rounds_left, 0);
+            s->cancel_idle++;
+        }
+    }
+    lull_post(s->loop, t);
+}
+
+static void *race_main(void *arg) {
+    race_side *s = arg;
+    CHECK_EQ(lull_loop_adopt(s->loop), 0);
+    for (int i = 0; i < ITEMS; i++) {
+        item *it = &s->items[i];
+        *it = (item){.loop = s->loop, .rounds_left = ROUNDS, .race = s};
+        lull_work_init(&it->work, item_run, race_done);
+        CHECK_EQ(lull_work_submit(s->loop, s->pool, &it->work), 0);
+    }
+    lull_task_init(&s->canceller, race_cancel_some);
+    lull_post(s->loop, &s->canceller);
+    CHECK_EQ(lull_run(s->loop, LULL_RUN_DEFAULT), 0);
+    return NULL;
+}
+
+TEST_THREADED(pool_submit_cancel_complete_race_from_4_loops) {
+    enum { LOOPS = 4 };
+    lull_pool *pool;
+    CHECK_EQ(
+        lull_pool_new(&pool, &(lull_pool_options){.threads = 4,
+                                                  .max_queued = ITEMS * LOOPS}),
+        0);
+    race_sides = calloc(LOOPS, sizeof(race_side));
+    CHECK(race_sides != NULL);
+    for (int i = 0; i < LOOPS; i++) {
+        race_side *s = &race_sides[i];
+        s->pool = pool;
+        s->rng = 0x9e3779b97f4a7c15u * (uint64_t)(i + 1);
+        CHECK_EQ(lull_loop_new(&s->loop, NULL), 0);
+    }
+    for (int i = 0; i < LOOPS; i++)
+        CHECK_EQ(pthread_create(&race_sides[i].thread, NULL, race_main,
+                                &race_sides[i]),
+                 0);
+    for (int i = 0; i < LOOPS; i++)
+        CHECK_EQ(pthread_join(race_sides[i].thread, NULL), 0);
+
+    uint64_t total = (uint64_t)LOOPS * ITEMS * ROUNDS, won = 0, lost = 0;
+    lull_pool_stats st;
+    for (int i = 0; i < LOOPS; i++) {
+        race_side *s = &race_sides[i];
+        CHECK_U64_EQ(s->dones, (uint64_t)ITEMS * ROUNDS);
+        CHECK_U64_EQ(s->done_cancelled, s->cancel_won);
+        for (int k = 0; k < ITEMS; k++) {
+            CHECK_EQ(s->items[k].dones, ROUNDS);
+            CHECK_EQ(s->items[k].runs + s->items[k].cancelled, ROUNDS);
+        }
+        won += s->cancel_won;
+        lost += s->cancel_lost;
+    }
+    stats_after(pool, &st, total - won);
+    CHECK_U64_EQ(st.submitted, total);
+    CHECK_U64_EQ(st.cancelled, won);
+    CHECK_U64_EQ(st.completed + st.cancelled, total);
+    printf("%" PRIu64 " submits: %" PRIu64 " cancels won, %" PRIu64
+           " lost to a running item\n",
+           total, won, lost);
+    /* Both outcomes of the race happened, or it was not a race. */
+    CHECK(won > 0);
+    CHECK(lost > 0);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    for (int i = 0; i < LOOPS; i++)
+        CHECK_EQ(lull_loop_free(race_sides[i].loop), 0);
+    free(race_sides);
 }
 
 /* ------------------------------------------------ cancel, queue full */
