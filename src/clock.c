@@ -13,8 +13,9 @@
  * A slice also ends when a timer comes due during it (a read finds the
  * heap's earliest deadline passed), once its first quantum/8 has run: the
  * timer then waits about one stride, not the rest of the quantum, for the
- * loop to run it before further ready tasks. Only on the real clock, and
- * only heap timers: zero-delay timers are turns in the ready queue (C3).
+ * loop to run it before further ready tasks. Only on the real clock, only
+ * heap timers (zero-delay timers are turns in the ready queue, C3), and not
+ * in the fresh quantum tasks get after fds and timers ran a whole one.
  *
  * The quantum is real elapsed time on both clocks: it bounds CPU work, not
  * timers. Loop thread only. */
@@ -98,12 +99,17 @@ void lull__slice_begin(lull_loop *loop, uint64_t t) {
 
 /* Gives ready tasks a fresh quantum when fd callbacks and due timers spent
  * the slice: without it, a loop overloaded with timers would run one task
- * per iteration and starve the work already queued. */
+ * per iteration and starve the work already queued. When they ran the whole
+ * quantum, timers coming due do not cut that fresh one short either: the
+ * loop is overloaded, and tasks keep the whole quantum per iteration they
+ * had before timers could end a slice, not an eighth of it. */
 void lull__slice_renew(lull_loop *loop) {
     if (!loop->slice_spent || loop->stop) return;
     uint64_t t = lull__clock_real();
+    bool overrun = t >= loop->slice_deadline;
     if (t - loop->slice_start >= loop->stall_ns) note_stall(loop, t);
     start_quantum(loop, t);
+    if (overrun) loop->slice_timers_from = loop->slice_deadline;
 }
 
 /* t: the real time the slice ended (the caller reads it anyway). A stall is

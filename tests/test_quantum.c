@@ -287,6 +287,72 @@ TEST(timer_coming_due_ends_the_slice) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* When fd callbacks and due timers ran the whole quantum (an overloaded
+ * loop), the fresh quantum ready tasks then get (lull__slice_renew) is not
+ * cut short by a timer coming due: tasks keep the whole quantum per
+ * iteration that they had before timers could end a slice. Timer A spins
+ * past the 20 ms quantum and arms B 5 ms out; the producer then runs at
+ * least half a quantum before B fires, where a slice ended by B would give
+ * it about 5 ms. */
+#define OVER_QUANTUM (20 * MS)
+
+static struct {
+    lull_task task;
+    lull_timer a, b;
+    int len;     /* continuations run so far */
+    int after_a; /* continuations run before A fired, or -1 */
+    bool b_fired;
+    int before_b;         /* continuations run before B fired */
+    uint64_t first_start; /* the first continuation after A */
+    uint64_t last_end;    /* the last continuation so far */
+    uint64_t span;        /* from first_start to the last end before B */
+    volatile uint64_t sink;
+} over;
+
+static void over_produce(lull_task *t) {
+    uint64_t start = check_clock_ns();
+    if (over.len == over.after_a) over.first_start = start;
+    over.len++;
+    for (int i = 0; i < CUT_RECORDS; i++) {
+        for (int j = 0; j < 16; j++)
+            over.sink = over.sink * 31 + (uint64_t)j;
+        if (lull_should_yield(the_loop)) break;
+    }
+    over.last_end = check_clock_ns();
+    if (!over.b_fired || over.len < over.before_b + 2) lull_post(the_loop, t);
+}
+
+static void over_a(lull_timer *t) {
+    (void)t;
+    over.after_a = over.len;
+    check_spin_ns(OVER_QUANTUM + 5 * MS);
+    lull_timer_start(&over.b, 5 * MS, 0);
+}
+
+static void over_b(lull_timer *t) {
+    (void)t;
+    over.b_fired = true;
+    over.before_b = over.len;
+    over.span = over.last_end - over.first_start;
+}
+
+TEST(overloaded_timers_leave_tasks_a_whole_quantum) {
+    CHECK_SKIP_IF_YIELD_OFTEN();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, OVER_QUANTUM);
+    memset(&over, 0, sizeof over);
+    over.after_a = -1;
+    lull_task_init(&over.task, over_produce);
+    lull_timer_init(loop, &over.a, over_a);
+    lull_timer_init(loop, &over.b, over_b);
+    lull_timer_start(&over.a, 1 * MS, 0);
+    lull_post(loop, &over.task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK(over.b_fired);
+    CHECK(over.after_a < over.before_b);
+    CHECK_LE(OVER_QUANTUM / 2, over.span);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A zero-delay timer armed inside a slice is a turn (C3): it has no
  * deadline to come due, so it does not end the slice; it runs in arm
  * order with the posted tasks. Ending the slice for it would not run it
