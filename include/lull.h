@@ -330,8 +330,9 @@ LULL_EXTERN bool lull_pump_quiet(const lull_pump *pump);
 
 /* ---------------------------------------------------------- budget: C5 */
 
-/* True once the current slice of busy work has run for the quantum; false
- * outside a callback. A few ns amortized: call it per record. */
+/* True once the current slice of busy work has run for the quantum, or a
+ * timer came due during it; false outside a callback. A few ns amortized:
+ * call it per record. */
 LULL_EXTERN bool lull_should_yield(lull_loop *loop);
 LULL_EXTERN uint64_t lull_loop_quantum(lull_loop *loop);
 

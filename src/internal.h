@@ -102,6 +102,8 @@ struct lull_loop {
     uint64_t stall_ns;
     uint64_t slice_start;
     uint64_t slice_deadline;
+    uint64_t slice_timers_from; /* a timer that comes due from this real
+                                   time on ends the slice (clock.c) */
     uint64_t last_check; /* real time of the last clock read in a slice */
     uint64_t read_time;  /* the last read after a callback returned */
     uint64_t read_tasks; /* tasks_run at that read, or UINT64_MAX: when

@@ -8,9 +8,10 @@
  *      ready tasks until the queue is empty or the quantum is spent;
  *   3. the slice ends (the flush tasks again); repeat while alive (DEFAULT),
  *      or return (ONCE/NOWAIT).
- * So when a producer spends its quantum, fd callbacks and due timers run
- * before it continues (C5), and with nothing ready the loop sleeps in the
- * kernel with no timer of its own (C1).
+ * So when a producer spends its quantum, or a timer comes due during its
+ * slice (src/clock.c), fd callbacks and due timers run before it continues
+ * (C5), and with nothing ready the loop sleeps in the kernel with no timer
+ * of its own (C1).
  *
  * Loop thread only, except where remote.c says otherwise. */
 #include <errno.h>

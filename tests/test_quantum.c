@@ -7,6 +7,8 @@
 
 #include <fcntl.h>
 #include <lull.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -180,6 +182,257 @@ TEST(due_timer_fires_during_long_producer) {
     CHECK_U64_EQ(prod.left, 0);
     CHECK_LE(1, timer_fired_at_slice);
     CHECK(timer_fired_at_slice < prod.slices);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A timer that comes due during a long slice ends it: it fires before the
+ * producer's next continuation but one, once its deadline and the slice's
+ * first eighth (clock.c, SLICE_TIMER_SHIFT) have passed, not when the 40
+ * ms quantum is spent. The producer re-posts itself after CUT_RECORDS
+ * calls of lull_should_yield, more than a stride (at most 32 calls
+ * between clock reads), so a read made after continuation k ended comes
+ * no later than continuation k + 1, and a slice holds many continuations.
+ * Each notes the loop's iteration and when it started and ended; the
+ * order is checked afterwards against those notes, so a preempted thread
+ * moves where the slices end, not the verdict. The timer is armed inside
+ * the slice and repeats: a timer armed mid-slice, and one re-armed for its
+ * next period, are both seen. */
+#define CUT_QUANTUM (40 * MS)
+#define CUT_PERIOD  (10 * MS)
+#define CUT_RECORDS 64
+#define CUT_MAX     400000
+#define CUT_FIRES   2
+
+typedef struct cut_note {
+    uint64_t iteration; /* lull_metrics.iterations when it started */
+    uint64_t start, end;
+} cut_note;
+
+static struct {
+    lull_task task;
+    lull_timer timer;
+    cut_note *notes;
+    int len;                      /* continuations run so far */
+    int fires;                    /* timer fires so far */
+    int fired_after[CUT_FIRES];   /* continuations run before each fire */
+    uint64_t deadline[CUT_FIRES]; /* each fire's deadline */
+    volatile uint64_t sink;
+} cut;
+
+static void cut_produce(lull_task *t) {
+    lull_metrics m;
+    lull_loop_metrics(the_loop, &m);
+    cut_note *n = &cut.notes[cut.len++];
+    n->iteration = m.iterations;
+    n->start = check_clock_ns();
+    if (cut.len == 1) lull_timer_start(&cut.timer, CUT_PERIOD, CUT_PERIOD);
+    for (int i = 0; i < CUT_RECORDS; i++) {
+        for (int j = 0; j < 16; j++)
+            cut.sink = cut.sink * 31 + (uint64_t)j;
+        if (lull_should_yield(the_loop)) break;
+    }
+    n->end = check_clock_ns();
+    /* Two continuations past the last fire: the case needs them to see
+     * that the fire did not wait for the quantum. */
+    bool done =
+        cut.fires == CUT_FIRES && cut.len >= cut.fired_after[CUT_FIRES - 1] + 2;
+    if (!done && cut.len < CUT_MAX) lull_post(the_loop, t);
+}
+
+static void cut_fire(lull_timer *t) {
+    int f = cut.fires++;
+    cut.fired_after[f] = cut.len;
+    /* The deadline this fire had in the heap: periods skipped under load
+     * moved the next one further (lull_timer_overrun). */
+    cut.deadline[f] =
+        lull_timer_deadline(t) - lull_timer_overrun(t) * CUT_PERIOD;
+    if (cut.fires == CUT_FIRES) lull_timer_stop(t);
+}
+
+/* The first continuation that ended after both the deadline and the first
+ * eighth of its slice (which began before the iteration's first
+ * continuation started), or -1. */
+static int cut_due_at(uint64_t deadline) {
+    uint64_t first_start = 0, iteration = UINT64_MAX;
+    for (int k = 0; k < cut.len; k++) {
+        if (cut.notes[k].iteration != iteration) {
+            iteration = cut.notes[k].iteration;
+            first_start = cut.notes[k].start;
+        }
+        if (cut.notes[k].end >= deadline &&
+            cut.notes[k].end >= first_start + CUT_QUANTUM / 8)
+            return k;
+    }
+    return -1;
+}
+
+TEST(timer_coming_due_ends_the_slice) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, CUT_QUANTUM);
+    memset(&cut, 0, sizeof cut);
+    cut.notes = calloc(CUT_MAX, sizeof *cut.notes);
+    CHECK(cut.notes != NULL);
+    lull_task_init(&cut.task, cut_produce);
+    lull_timer_init(loop, &cut.timer, cut_fire);
+    lull_post(loop, &cut.task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cut.fires, CUT_FIRES);
+    for (int f = 0; f < CUT_FIRES; f++) {
+        /* Continuations 0 .. k + 1 at most ran before the fire. With
+         * no such k, every slice ended before its first eighth was over
+         * (LULL_TEST_YIELD_OFTEN), and the fire came at a slice's end. */
+        int k = cut_due_at(cut.deadline[f]);
+        if (k >= 0) CHECK_LE(cut.fired_after[f], k + 2);
+    }
+    free(cut.notes);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* When fd callbacks and due timers ran the whole quantum (an overloaded
+ * loop), the fresh quantum ready tasks then get (lull__slice_renew) is not
+ * cut short by a timer coming due: tasks keep the whole quantum per
+ * iteration that they had before timers could end a slice. Timer A spins
+ * past the 20 ms quantum and arms B 5 ms out; the producer then runs at
+ * least half a quantum before B fires, where a slice ended by B would give
+ * it about 5 ms. */
+#define OVER_QUANTUM (20 * MS)
+
+static struct {
+    lull_task task;
+    lull_timer a, b;
+    int len;     /* continuations run so far */
+    int after_a; /* continuations run before A fired, or -1 */
+    bool b_fired;
+    int before_b;         /* continuations run before B fired */
+    uint64_t first_start; /* the first continuation after A */
+    uint64_t last_end;    /* the last continuation so far */
+    uint64_t span;        /* from first_start to the last end before B */
+    volatile uint64_t sink;
+} over;
+
+static void over_produce(lull_task *t) {
+    uint64_t start = check_clock_ns();
+    if (over.len == over.after_a) over.first_start = start;
+    over.len++;
+    for (int i = 0; i < CUT_RECORDS; i++) {
+        for (int j = 0; j < 16; j++)
+            over.sink = over.sink * 31 + (uint64_t)j;
+        if (lull_should_yield(the_loop)) break;
+    }
+    over.last_end = check_clock_ns();
+    if (!over.b_fired || over.len < over.before_b + 2) lull_post(the_loop, t);
+}
+
+static void over_a(lull_timer *t) {
+    (void)t;
+    over.after_a = over.len;
+    check_spin_ns(OVER_QUANTUM + 5 * MS);
+    lull_timer_start(&over.b, 5 * MS, 0);
+}
+
+static void over_b(lull_timer *t) {
+    (void)t;
+    over.b_fired = true;
+    over.before_b = over.len;
+    over.span = over.last_end - over.first_start;
+}
+
+TEST(overloaded_timers_leave_tasks_a_whole_quantum) {
+    CHECK_SKIP_IF_YIELD_OFTEN();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, OVER_QUANTUM);
+    memset(&over, 0, sizeof over);
+    over.after_a = -1;
+    lull_task_init(&over.task, over_produce);
+    lull_timer_init(loop, &over.a, over_a);
+    lull_timer_init(loop, &over.b, over_b);
+    lull_timer_start(&over.a, 1 * MS, 0);
+    lull_post(loop, &over.task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK(over.b_fired);
+    CHECK(over.after_a < over.before_b);
+    CHECK_LE(OVER_QUANTUM / 2, over.span);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A zero-delay timer armed inside a slice is a turn (C3): it has no
+ * deadline to come due, so it does not end the slice; it runs in arm
+ * order with the posted tasks. Ending the slice for it would not run it
+ * any sooner than its place in the queue, and would make every zero-delay
+ * hop cost a poll. A delayed timer far off does not end it either. Trace:
+ * 1 the producer, 2 the zero-delay timer, 3 the task posted after it. */
+static lull_timer zero_timer, far_timer;
+static lull_task after_zero;
+static int zero_yields;
+
+static void on_zero_timer(lull_timer *t) {
+    check_trace(t == &zero_timer ? 2 : 9);
+}
+
+static void after_zero_task(lull_task *t) {
+    (void)t;
+    check_trace(3);
+}
+
+static void arm_zero_then_produce(lull_task *t) {
+    (void)t;
+    check_trace(1);
+    lull_timer_start(&zero_timer, 0, 0);
+    lull_post(the_loop, &after_zero);
+    for (int i = 0; i < 10000; i++)
+        if (lull_should_yield(the_loop)) zero_yields++;
+}
+
+TEST(zero_delay_timer_does_not_end_the_slice) {
+    CHECK_SKIP_IF_YIELD_OFTEN();
+    /* A 1 s quantum: 10,000 calls cannot spend it short of a preemption
+     * that long. */
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1000 * MS);
+    zero_yields = 0;
+    lull_timer_init(loop, &zero_timer, on_zero_timer);
+    lull_timer_init(loop, &far_timer, on_zero_timer);
+    lull_timer_start(&far_timer, 3600000 * MS, 0);
+    lull_task_init(&after_zero, after_zero_task);
+    lull_task producer_task;
+    lull_task_init(&producer_task, arm_zero_then_produce);
+    lull_post(loop, &producer_task);
+    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_TRACE(1, 2, 3);
+    CHECK_EQ(zero_yields, 0);
+    lull_timer_stop(&far_timer);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* On the virtual clock timers are in virtual time, which does not move
+ * during a slice: a virtual deadline (1 ns, far below any real clock
+ * reading) does not end the slice. The producer asks for 20 ms of real
+ * time with an 80 ms quantum; a timer compared with the real clock would
+ * end the slice after 10 ms. A yield is allowed only as the quantum's
+ * (half of it measured from the task's start: the slice began a little
+ * before). */
+static uint64_t virtual_yield_after;
+static void ask_for_20ms(lull_task *t) {
+    (void)t;
+    uint64_t start = check_clock_ns();
+    virtual_yield_after = 0;
+    while (check_clock_ns() - start < 20 * MS) {
+        if (lull_should_yield(the_loop)) {
+            virtual_yield_after = check_clock_ns() - start;
+            break;
+        }
+    }
+}
+
+TEST(virtual_timer_does_not_end_the_slice) {
+    CHECK_SKIP_IF_YIELD_OFTEN();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 80 * MS);
+    lull_timer_init(loop, &far_timer, on_zero_timer);
+    lull_timer_start(&far_timer, 1, 0);
+    lull_task t;
+    lull_task_init(&t, ask_for_20ms);
+    lull_post(loop, &t);
+    lull_settle(loop);
+    if (virtual_yield_after) CHECK_LE(40 * MS, virtual_yield_after);
+    CHECK(lull_timer_active(&far_timer)); /* virtual time did not move */
+    lull_timer_stop(&far_timer);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
