@@ -907,6 +907,29 @@ TEST(accept_faults_retried_or_paused) {
     end_loop(loop);
 }
 
+/* Out of fds, then the retry's re-arm of the listener fails (epoll_ctl
+ * ENOMEM): the server must try again later, not stop accepting for good. */
+TEST(accept_retry_survives_epoll_ctl_failure) {
+    lull_loop *loop = new_loop();
+    listen_tcp(loop);
+    srv.retry_ns = 1000000;
+    int lfd = srv.io.fd;
+    fail_nth(K_ACCEPT, lfd, 1, 1, EMFILE);
+    add_rule(K_EPOLL_CTL, lfd, EPOLL_CTL_ADD, 1, 1, 1, (const int[]){ENOMEM},
+             1);
+    arm(true);
+    flow *a = flow_tcp(loop, 1, 50);
+    flow *all[] = {a, NULL};
+    run_until_pred(loop, flows_over, all, 5);
+    check_complete(a);
+    CHECK_EQ(srv.accepted, 1);
+    CHECK_EQ(srv.paused, 2); /* out of fds, then the failed re-arm */
+    report("accept_retry_survives_epoll_ctl_failure");
+    flow_end(a);
+    lull_server_close(&srv);
+    end_loop(loop);
+}
+
 static bool connects_over(void *arg) {
     flow **fs = arg;
     for (; *fs; fs++)
