@@ -1039,6 +1039,39 @@ TEST(epoll_ctl_faults_reported_or_close_one_stream) {
     end_loop(loop);
 }
 
+/* EPOLL_CTL_DEL failing while the fd stays open and readable: the kernel
+ * keeps reporting a registration no watcher owns. The stopped watcher is
+ * never called; the loop rebuilds its epoll set, and when an ADD of that
+ * rebuild fails too (ENOMEM), it must try again rather than leave a live
+ * stream unwatched. */
+TEST(epoll_ctl_del_failure_rebuilds_the_set) {
+    lull_loop *loop = new_loop();
+    flow *b = flow_new(loop, 2, FLOW_FRAMES);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, p[0], on_pipe), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    CHECK_EQ(write(p[1], "x", 1), 1);
+    fail_nth(K_EPOLL_CTL, p[0], 1, 1, ENOMEM); /* the DEL of the stop */
+    rule *add = add_rule(K_EPOLL_CTL, b->rxfd, EPOLL_CTL_ADD, 1, 1, 1,
+                         (const int[]){ENOMEM}, 1);
+    arm(true);
+    io_calls = 0;
+    lull_io_stop(&io);
+    flow_send_all(b);
+    flow *all[] = {b, NULL};
+    run_until_pred(loop, flows_over, all, 5);
+    CHECK_EQ(io_calls, 0);
+    CHECK_EQ(hits_of(add), 1); /* a rebuild happened, and its ADD failed */
+    check_complete(b);
+    report("epoll_ctl_del_failure_rebuilds_the_set");
+    flow_end(b);
+    close(p[0]);
+    close(p[1]);
+    end_loop(loop);
+}
+
 /* ------------------------------------------ epoll_wait, epoll_pwait2 */
 
 /* epoll_wait interrupted (EINTR): the loop iterates again. Refused
