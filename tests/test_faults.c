@@ -1269,6 +1269,14 @@ TEST_THREADED(eventfd_write_faults_retried) {
     CHECK(injected_total(K_EVENTFD_WRITE) == 2);
 }
 
+/* The counter full (EAGAIN), and the poster's drain of it interrupted
+ * (EINTR): the poster drains again and writes; the post wakes the loop. */
+TEST_THREADED(eventfd_drain_read_interrupted) {
+    const int w[] = {EAGAIN}, r[] = {EINTR};
+    eventfd_rounds(w, r, 1, "eventfd_drain_read_interrupted");
+    CHECK(injected_total(K_EVENTFD_READ) == 1);
+}
+
 static void on_timer_stop(lull_timer *t) {
     on_timer(t);
     lull_stop(t->loop);
