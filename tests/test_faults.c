@@ -1500,3 +1500,209 @@ TEST(malloc_read_buffer_growth_closes_one_stream) {
     flow_end(b);
     end_loop(loop);
 }
+
+/* ----------------------------------------------------- random faults */
+
+/* Connections echo frames through a TCP server while recv, sendmsg,
+ * accept4 and epoll_ctl fail at random seeded calls. A fault that ends a
+ * connection (ECONNRESET, EPIPE; ENOMEM or EPERM from epoll_ctl on its
+ * fd) marks it "hit"; the others (EINTR, EAGAIN, short counts, any
+ * accept4 failure) must cost nothing. Every connection either receives
+ * all its echoes in order or, if hit, a prefix of them in order and then
+ * its close; every frame is released; nothing stays open. */
+#define R_CONNS  16
+#define R_FRAMES 100
+#define FD_MAX   4096
+
+typedef struct rconn {
+    int id, port, echoed, sent_n, released;
+    bool closed, done, hit;
+    int reason;
+    lull_stream cli;
+    sent frames[R_FRAMES];
+    unsigned char *bufs[R_FRAMES];
+} rconn;
+
+typedef struct sconn {
+    lull_stream s;
+    bool open;
+} sconn;
+
+static rconn *rconns;
+static sconn sconns[R_CONNS * 2];
+static int nsconns, sconns_open;
+static int fd_conn[FD_MAX]; /* fd -> connection id + 1 (0: none) */
+static uint64_t r_seed;
+static int r_hits, r_complete;
+
+static void r_fail(int line, const char *what, int id) {
+    check_fail(__FILE__, line, "seed %" PRIu64 ": connection %d: %s", r_seed,
+               id, what);
+}
+
+static void r_inject(int kind, int fd, int err) {
+    bool ends = err == ECONNRESET || err == EPIPE || kind == K_EPOLL_CTL;
+    if (!ends || fd < 0 || fd >= FD_MAX || !fd_conn[fd]) return;
+    rconns[fd_conn[fd] - 1].hit = true;
+}
+
+static void r_cli_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    rconn *c = LULL_CONTAINER_OF(ep, rconn, cli.ep);
+    if (c->echoed >= R_FRAMES || !frame_ok(bytes, len, c->id, c->echoed))
+        r_fail(__LINE__, "echo out of order or corrupt", c->id);
+    if (++c->echoed == R_FRAMES) {
+        c->done = c->closed = true;
+        lull_endpoint_close(ep, 0);
+    }
+}
+
+static void r_cli_close(lull_endpoint *ep, int reason) {
+    rconn *c = LULL_CONTAINER_OF(ep, rconn, cli.ep);
+    if (c->closed) r_fail(__LINE__, "closed twice", c->id);
+    c->closed = true;
+    c->reason = reason;
+}
+
+static void r_cli_connected(lull_stream *s, int status) {
+    rconn *c = LULL_CONTAINER_OF(s, rconn, cli);
+    if (status < 0) {
+        c->closed = true;
+        c->reason = status;
+    }
+}
+
+static void r_release(lull_frame *fr) {
+    sent *s = LULL_CONTAINER_OF(fr, sent, fr);
+    ((rconn *)(void *)s->owner)->released++;
+}
+
+static void r_srv_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)lull_send_copy(ep, bytes, len); /* -EPIPE once it failed */
+}
+
+static void r_srv_close(lull_endpoint *ep, int reason) {
+    (void)reason;
+    sconn *sc = LULL_CONTAINER_OF(ep, sconn, s.ep);
+    sc->open = false;
+    sconns_open--;
+}
+
+static void r_connection(lull_server *s) {
+    CHECK(nsconns < R_CONNS * 2);
+    struct sockaddr_in peer;
+    socklen_t len = sizeof peer;
+    CHECK_EQ(getpeername(s->pending, (struct sockaddr *)&peer, &len), 0);
+    int port = ntohs(peer.sin_port), id = -1;
+    for (int i = 0; i < R_CONNS; i++)
+        if (rconns[i].port == port) id = i;
+    CHECK(id >= 0 && s->pending < FD_MAX);
+    fd_conn[s->pending] = id + 1;
+    sconn *sc = &sconns[nsconns++];
+    if (lull_stream_accept(s, &sc->s, NULL) < 0) return; /* fd closed */
+    sc->open = true;
+    sconns_open++;
+    lull_endpoint_callbacks(&sc->s.ep, r_srv_frame, NULL, r_srv_close);
+}
+
+static bool r_over(void *arg) {
+    (void)arg;
+    for (int i = 0; i < R_CONNS; i++)
+        if (!rconns[i].closed) return false;
+    return sconns_open == 0;
+}
+
+static uint64_t r_injected[K_COUNT][NERR];
+
+static void random_seed(uint64_t seed) {
+    r_seed = seed;
+    lull_loop *loop = new_loop();
+    shim_reset(seed);
+    memset(fd_conn, 0, sizeof fd_conn);
+    nsconns = sconns_open = 0;
+    rconns = calloc(R_CONNS, sizeof *rconns);
+    CHECK(rconns);
+    CHECK_EQ(lull_tcp_listen(loop, &srv, "127.0.0.1", 0, 64, r_connection), 0);
+    srv.retry_ns = 1000000;
+    for (int i = 0; i < R_CONNS; i++) {
+        rconn *c = &rconns[i];
+        c->id = i;
+        CHECK_EQ(lull_tcp_connect(loop, &c->cli, "127.0.0.1",
+                                  lull_server_port(&srv), NULL,
+                                  r_cli_connected),
+                 0);
+        lull_endpoint_callbacks(&c->cli.ep, r_cli_frame, NULL, r_cli_close);
+        int fd = lull_stream_fd(&c->cli);
+        struct sockaddr_in me;
+        socklen_t len = sizeof me;
+        CHECK_EQ(getsockname(fd, (struct sockaddr *)&me, &len), 0);
+        c->port = ntohs(me.sin_port);
+        CHECK(fd < FD_MAX);
+        fd_conn[fd] = i + 1;
+        for (int k = 0; k < R_FRAMES; k++) {
+            size_t n = frame_size(i, k);
+            c->bufs[k] = malloc(n);
+            CHECK(c->bufs[k]);
+            fill_frame(c->bufs[k], i, k, n);
+            c->frames[k] = (sent){
+                .fr = {.bytes = c->bufs[k], .len = n, .release = r_release},
+                .owner = (flow *)(void *)c};
+            if (lull_send(&c->cli.ep, &c->frames[k].fr) == 0) c->sent_n++;
+        }
+    }
+    const int rw[] = {EINTR, EINTR, EINTR, EAGAIN, EAGAIN, EAGAIN,
+                      SHORT, SHORT, SHORT, SHORT,  SHORT,  ECONNRESET};
+    const int sw[] = {EINTR, EINTR, EINTR, EAGAIN, EAGAIN, EAGAIN,
+                      SHORT, SHORT, SHORT, SHORT,  SHORT,  EPIPE};
+    const int ac[] = {EINTR, EAGAIN, ECONNABORTED, EMFILE, ENOMEM, EPERM};
+    const int ep[] = {ENOMEM, EPERM};
+    add_rule(K_RECV, -1, 0, 1, UINT64_MAX, 4, rw, 12);
+    add_rule(K_SENDMSG, -1, 0, 1, UINT64_MAX, 4, sw, 12);
+    add_rule(K_ACCEPT, -1, 0, 1, UINT64_MAX, 3, ac, 6);
+    add_rule(K_EPOLL_CTL, -1, EPOLL_CTL_ADD, 1, UINT64_MAX, 20, ep, 2);
+    add_rule(K_EPOLL_CTL, -1, EPOLL_CTL_MOD, 1, UINT64_MAX, 20, ep, 2);
+    on_inject = r_inject;
+    snprintf(fail_note, sizeof fail_note, " (seed %" PRIu64 ")", seed);
+    arm(true);
+    run_until_pred(loop, r_over, NULL, 20);
+    arm(false);
+    fail_note[0] = '\0';
+    for (int i = 0; i < R_CONNS; i++) {
+        rconn *c = &rconns[i];
+        if (!c->hit && !c->done) {
+            char what[96];
+            snprintf(what, sizeof what,
+                     "no fault ended it, yet %d of %d echoes, reason %d",
+                     c->echoed, R_FRAMES, c->reason);
+            r_fail(__LINE__, what, i);
+        }
+        if (c->released != c->sent_n)
+            r_fail(__LINE__, "frames not released", i);
+        r_hits += c->hit && !c->done;
+        r_complete += c->done;
+        for (int k = 0; k < R_FRAMES; k++)
+            free(c->bufs[k]);
+    }
+    lull_server_close(&srv);
+    pthread_mutex_lock(&shim_lock);
+    for (int k = 0; k < K_COUNT; k++)
+        for (int e = 0; e < NERR; e++)
+            r_injected[k][e] += injected[k][e];
+    pthread_mutex_unlock(&shim_lock);
+    free(rconns);
+    end_loop(loop);
+}
+
+TEST(random_faults_echo) {
+    const char *one = getenv("LULL_FAULT_SEED");
+    const char *many = getenv("LULL_FAULT_SEEDS");
+    uint64_t first = one ? strtoull(one, NULL, 0) : 1;
+    int seeds = one ? 1 : many ? atoi(many) : 32;
+    for (int i = 0; i < seeds; i++)
+        random_seed(first + (uint64_t)i);
+    memcpy(injected, r_injected, sizeof injected);
+    printf("%d seeds from %" PRIu64 ", %d connections of %d frames each: %d "
+           "complete, %d ended by a fault, the rest (hit but complete) %d\n",
+           seeds, first, seeds * R_CONNS, R_FRAMES, r_complete, r_hits,
+           seeds * R_CONNS - r_complete - r_hits);
+    report("random_faults_echo");
+}
