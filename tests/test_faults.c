@@ -1328,6 +1328,48 @@ TEST_THREADED(futex_wait_faults_spurious) {
     end_loop(loop);
 }
 
+static int pool_work(lull_work *w) {
+    (void)w;
+    return 7;
+}
+
+/* A pool thread's FUTEX_WAIT returning at once (EINTR, EAGAIN) is counted
+ * and slept again; the loop waiting for the completions sleeps on its own
+ * futex and is faulted too. Each work item runs once and its done once,
+ * with the work's status. */
+TEST_THREADED(pool_futex_wait_faults_spurious) {
+    lull_loop *loop = new_loop();
+    lull_pool *pool = NULL;
+    lull_pool_options o = {.threads = 1};
+    CHECK_EQ(lull_pool_new(&pool, &o), 0);
+    const int errs[] = {EINTR, EAGAIN};
+    add_rule(K_FUTEX_WAIT, -1, 0, 1, 6, 1, errs, 2);
+    arm(true);
+    lull_work w[3];
+    for (int i = 0; i < 3; i++) {
+        /* One at a time: the pool thread sleeps between them. */
+        lull_work_init(&w[i], pool_work, NULL);
+        lull_pool_stats st;
+        do {
+            usleep(1000);
+            lull_pool_get_stats(pool, &st);
+        } while (st.idle != 1);
+        CHECK_EQ(lull_work_submit(loop, pool, &w[i]), 0);
+        CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK(w[i].pool == NULL); /* done ran */
+        CHECK_EQ(w[i].status, 7);
+    }
+    arm(false);
+    lull_pool_stats st;
+    lull_pool_get_stats(pool, &st);
+    CHECK_EQ(st.submitted, 3);
+    CHECK_EQ(st.completed, 3);
+    CHECK(injected_total(K_FUTEX_WAIT) > 0);
+    report("pool_futex_wait_faults_spurious");
+    CHECK_EQ(lull_pool_free(pool), 0);
+    end_loop(loop);
+}
+
 /* ------------------------------------------------------------ malloc */
 
 static void heap_growth_fails(void *arg) {
