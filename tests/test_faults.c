@@ -1360,8 +1360,13 @@ TEST_THREADED(pool_futex_wait_faults_spurious) {
         CHECK_EQ(w[i].status, 7);
     }
     arm(false);
+    /* The thread counts a completion after posting it: wait until it is
+     * idle again before reading the counts. */
     lull_pool_stats st;
-    lull_pool_get_stats(pool, &st);
+    do {
+        usleep(1000);
+        lull_pool_get_stats(pool, &st);
+    } while (st.idle != 1);
     CHECK_EQ(st.submitted, 3);
     CHECK_EQ(st.completed, 3);
     CHECK(injected_total(K_FUTEX_WAIT) > 0);
