@@ -184,9 +184,17 @@ int lull__backend_rebuild(lull_loop *loop) {
         if (!io) continue;
         ev.events = to_epoll(io->events);
         ev.data.u64 = data_of(loop, io);
-        /* A started watcher whose fd is closed (EBADF) has nothing to
-         * report in the old set either; it stays started, unregistered. */
-        (void)epoll_ctl(fd, EPOLL_CTL_ADD, io->fd, &ev);
+        /* A started watcher whose fd is closed (EBADF), or whose number
+         * now names a file epoll cannot watch (EPERM), has nothing to
+         * report in the old set either; it stays started, unregistered.
+         * Out of kernel memory (ENOMEM, ENOSPC), a live watcher would be
+         * left deaf: keep the old set, and rebuild at the next poll. */
+        if (epoll_ctl(fd, EPOLL_CTL_ADD, io->fd, &ev) != 0 &&
+            (errno == ENOMEM || errno == ENOSPC)) {
+            int err = -errno;
+            close(fd);
+            return err;
+        }
     }
     close(loop->backend_fd);
     loop->backend_fd = fd;

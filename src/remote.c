@@ -65,7 +65,10 @@ static void wake_loop(lull_loop *loop) {
         if (errno == EINTR) continue;
         if (errno != EAGAIN) return;
         uint64_t drain;
-        if (read(loop->remote_fd, &drain, sizeof drain) < 0 && errno != EAGAIN)
+        /* An interrupted drain goes round again like an interrupted write:
+         * returning would leave the loop asleep with this post queued. */
+        if (read(loop->remote_fd, &drain, sizeof drain) < 0 &&
+            errno != EAGAIN && errno != EINTR)
             return;
     }
 }

@@ -767,7 +767,13 @@ int lull_stream_fd(const lull_stream *s) {
 
 static void server_retry(lull_timer *t) {
     lull_server *srv = LULL_CONTAINER_OF(t, lull_server, retry);
-    if (srv->io.fd >= 0) lull_io_start(&srv->io, LULL_READABLE);
+    if (srv->io.fd < 0) return;
+    /* Watching the listener again can fail (epoll_ctl ENOMEM): then
+     * nothing would ever accept again, so wait and try once more. */
+    if (lull_io_start(&srv->io, LULL_READABLE) < 0) {
+        srv->paused++;
+        lull_timer_start(&srv->retry, srv->retry_ns, 0);
+    }
 }
 
 static void server_io(lull_io *io, int events) {

@@ -1,0 +1,1755 @@
+/* Injected syscall faults (issue 11 item 4): the calls lull makes fail with
+ * EINTR, EAGAIN, short counts, ECONNRESET, EMFILE, ENOMEM or EPERM at a
+ * chosen call (the Nth that matches a rule) or at random seeded calls, and
+ * each must be handled: retried (the data arrives complete and in order),
+ * reported to the user (a negative errno returned, a close reason
+ * delivered) or the one connection closed, while the loop keeps running
+ * and other connections lose nothing.
+ *
+ * The shim is link-time only: tests/CMakeLists.txt passes -Wl,--wrap= for
+ * recv, sendmsg, accept4, connect, epoll_ctl, epoll_wait, epoll_pwait2,
+ * read and write (the wake-up eventfd), syscall (futex), malloc, calloc and
+ * realloc to this binary alone, and links lull statically, so the
+ * library's own calls come here; the library is built as for any user.
+ * A fault is injected only while a rule matches (kind, fd, epoll op) and
+ * the shim is armed; everything else goes straight to the real call.
+ *
+ * Every case prints what it injected, by kind and errno (docs/RELIABILITY.md
+ * has a run's figures). LULL_FAULT_SEED=<n> runs the random case on one
+ * seed; LULL_FAULT_SEEDS=<n> on n seeds; a failure prints its seed. */
+#include "check.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <lull.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ----------------------------------------------------------- the shim */
+
+enum {
+    K_RECV,
+    K_SENDMSG,
+    K_ACCEPT,
+    K_CONNECT,
+    K_EPOLL_CTL,
+    K_EPOLL_WAIT,
+    K_EPOLL_PWAIT2,
+    K_EVENTFD_WRITE,
+    K_EVENTFD_READ,
+    K_FUTEX_WAIT,
+    K_MALLOC, /* malloc, calloc and realloc */
+    K_COUNT
+};
+static const char *const kind_name[K_COUNT] = {
+    "recv",         "sendmsg",    "accept4",      "connect",
+    "epoll_ctl",    "epoll_wait", "epoll_pwait2", "eventfd write",
+    "eventfd read", "futex wait", "malloc",
+};
+
+/* Not an errno: the call is made with a shorter length (recv, sendmsg). */
+#define SHORT (-1)
+/* The errnos counted, in the order they are printed. */
+static const int err_list[] = {EINTR,        EAGAIN,       SHORT,    ECONNRESET,
+                               EPIPE,        EMFILE,       ENOMEM,   EPERM,
+                               ECONNABORTED, ECONNREFUSED, ETIMEDOUT};
+#define NERR ((int)(sizeof err_list / sizeof err_list[0]))
+
+static const char *err_name(int e) {
+    switch (e) {
+    case EINTR:
+        return "EINTR";
+    case EAGAIN:
+        return "EAGAIN";
+    case SHORT:
+        return "short";
+    case ECONNRESET:
+        return "ECONNRESET";
+    case EPIPE:
+        return "EPIPE";
+    case EMFILE:
+        return "EMFILE";
+    case ENOMEM:
+        return "ENOMEM";
+    case EPERM:
+        return "EPERM";
+    case ECONNABORTED:
+        return "ECONNABORTED";
+    case ECONNREFUSED:
+        return "ECONNREFUSED";
+    case ETIMEDOUT:
+        return "ETIMEDOUT";
+    }
+    return "?";
+}
+
+static int err_index(int e) {
+    for (int i = 0; i < NERR; i++)
+        if (err_list[i] == e) return i;
+    return -1;
+}
+
+/* A rule: the calls of `kind` on `fd` (-1: any) with epoll op `op` (0: any)
+ * are counted; calls from..from+count-1 (1-based) fail, each with
+ * probability 1/one_in (1: always), with an errno drawn from errs. */
+typedef struct rule {
+    int kind, fd, op;
+    uint64_t from, count;
+    uint32_t one_in;
+    int errs[12];
+    int nerr;
+    uint64_t seen, hits;
+} rule;
+
+#define RULES_MAX 16
+static rule rules[RULES_MAX];
+static int nrules;
+static bool armed; /* atomic */
+static pthread_mutex_t shim_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t injected[K_COUNT][NERR]; /* under shim_lock */
+static uint64_t calls[K_COUNT];          /* atomic: every call, armed or not */
+static uint64_t shim_rng = 1;
+/* Told of every injected fault (the random case attributes them). */
+static void (*on_inject)(int kind, int fd, int err);
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+static rule *add_rule(int kind, int fd, int op, uint64_t from, uint64_t count,
+                      uint32_t one_in, const int *errs, int nerr) {
+    CHECK(nrules < RULES_MAX && nerr >= 1 && nerr <= 12);
+    pthread_mutex_lock(&shim_lock);
+    rule *r = &rules[nrules];
+    *r = (rule){.kind = kind,
+                .fd = fd,
+                .op = op,
+                .from = from,
+                .count = count,
+                .one_in = one_in ? one_in : 1,
+                .nerr = nerr};
+    memcpy(r->errs, errs, (size_t)nerr * sizeof *errs);
+    nrules++;
+    pthread_mutex_unlock(&shim_lock);
+    return r;
+}
+
+/* The Nth matching call (and `count` after it) fails with err. */
+static rule *fail_nth(int kind, int fd, uint64_t nth, uint64_t count, int err) {
+    return add_rule(kind, fd, 0, nth, count, 1, &err, 1);
+}
+
+static void arm(bool on) {
+    __atomic_store_n(&armed, on, __ATOMIC_SEQ_CST);
+}
+
+static void shim_reset(uint64_t seed) {
+    arm(false);
+    pthread_mutex_lock(&shim_lock);
+    nrules = 0;
+    memset(injected, 0, sizeof injected);
+    shim_rng = seed ? seed : 1;
+    on_inject = NULL;
+    pthread_mutex_unlock(&shim_lock);
+}
+
+static uint64_t hits_of(const rule *r) {
+    pthread_mutex_lock(&shim_lock);
+    uint64_t h = r->hits;
+    pthread_mutex_unlock(&shim_lock);
+    return h;
+}
+
+static uint64_t injected_total(int kind) {
+    uint64_t n = 0;
+    pthread_mutex_lock(&shim_lock);
+    for (int e = 0; e < NERR; e++)
+        n += injected[kind][e];
+    pthread_mutex_unlock(&shim_lock);
+    return n;
+}
+
+/* The fault for this call: 0 (none), an errno, or SHORT. */
+static int fault_for(int kind, int fd, int op) {
+    __atomic_fetch_add(&calls[kind], 1, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&armed, __ATOMIC_SEQ_CST)) return 0;
+    int err = 0;
+    void (*tell)(int, int, int) = NULL;
+    pthread_mutex_lock(&shim_lock);
+    /* Every matching rule counts the call; the first that fires wins. */
+    for (int i = 0; i < nrules; i++) {
+        rule *r = &rules[i];
+        if (r->kind != kind || (r->fd >= 0 && r->fd != fd) ||
+            (r->op && r->op != op))
+            continue;
+        uint64_t n = ++r->seen;
+        if (err || n < r->from || n - r->from >= r->count) continue;
+        if (r->one_in > 1 && rng_next(&shim_rng) % r->one_in) continue;
+        err = r->errs[r->nerr == 1 ? 0 : rng_next(&shim_rng) % r->nerr];
+        r->hits++;
+        int e = err_index(err);
+        if (e >= 0) injected[kind][e]++;
+        tell = on_inject;
+    }
+    pthread_mutex_unlock(&shim_lock);
+    if (err && tell) tell(kind, fd, err);
+    return err;
+}
+
+static size_t shorter(size_t len) {
+    pthread_mutex_lock(&shim_lock);
+    size_t n = 1 + (size_t)(rng_next(&shim_rng) % (len - 1));
+    pthread_mutex_unlock(&shim_lock);
+    return n;
+}
+
+/* Prints what was injected, one line per kind. */
+static void report(const char *what) {
+    pthread_mutex_lock(&shim_lock);
+    printf("%s: injected", what);
+    bool any = false;
+    for (int k = 0; k < K_COUNT; k++) {
+        bool first = true;
+        for (int e = 0; e < NERR; e++) {
+            if (!injected[k][e]) continue;
+            if (first) printf("%s%s", any ? "; " : " ", kind_name[k]);
+            printf("%s %s %" PRIu64, first ? "" : ",", err_name(err_list[e]),
+                   injected[k][e]);
+            first = false;
+            any = true;
+        }
+    }
+    printf("%s\n", any ? "" : " nothing");
+    pthread_mutex_unlock(&shim_lock);
+    fflush(stdout);
+}
+
+ssize_t __real_recv(int fd, void *buf, size_t len, int flags);
+ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags);
+ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags) {
+    int err = fault_for(K_RECV, fd, 0);
+    if (err == SHORT && len > 1)
+        return __real_recv(fd, buf, shorter(len), flags);
+    if (err > 0) {
+        errno = err;
+        return -1;
+    }
+    return __real_recv(fd, buf, len, flags);
+}
+
+ssize_t __real_sendmsg(int fd, const struct msghdr *msg, int flags);
+ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags);
+ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags) {
+    int err = fault_for(K_SENDMSG, fd, 0);
+    if (err == SHORT) {
+        size_t total = 0;
+        for (size_t i = 0; i < msg->msg_iovlen; i++)
+            total += msg->msg_iov[i].iov_len;
+        if (total < 2) return __real_sendmsg(fd, msg, flags);
+        /* The same buffers, cut after a random byte. */
+        size_t want = shorter(total), n = 0;
+        static __thread struct iovec iov[1024];
+        for (size_t i = 0; i < msg->msg_iovlen && want > 0 && n < 1024; i++) {
+            iov[n] = msg->msg_iov[i];
+            if (iov[n].iov_len > want) iov[n].iov_len = want;
+            want -= iov[n].iov_len;
+            n++;
+        }
+        struct msghdr m = *msg;
+        m.msg_iov = iov;
+        m.msg_iovlen = n;
+        return __real_sendmsg(fd, &m, flags);
+    }
+    if (err > 0) {
+        errno = err;
+        return -1;
+    }
+    return __real_sendmsg(fd, msg, flags);
+}
+
+int __real_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
+int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
+int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
+    int err = fault_for(K_ACCEPT, fd, 0);
+    if (err > 0) {
+        errno = err; /* the connection stays in the backlog */
+        return -1;
+    }
+    return __real_accept4(fd, addr, len, flags);
+}
+
+int __real_connect(int fd, const struct sockaddr *addr, socklen_t len);
+int __wrap_connect(int fd, const struct sockaddr *addr, socklen_t len);
+int __wrap_connect(int fd, const struct sockaddr *addr, socklen_t len) {
+    int err = fault_for(K_CONNECT, fd, 0);
+    if (err == EINTR) {
+        /* As the kernel does: an interrupted connect goes on in the
+         * background, and the socket turns writable when it is done. */
+        int rc = __real_connect(fd, addr, len);
+        if (rc == 0 || errno == EINPROGRESS) errno = EINTR;
+        return -1;
+    }
+    if (err > 0) {
+        errno = err;
+        return -1;
+    }
+    return __real_connect(fd, addr, len);
+}
+
+int __real_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
+    int err = fault_for(K_EPOLL_CTL, fd, op);
+    if (err > 0) {
+        errno = err;
+        return -1;
+    }
+    return __real_epoll_ctl(epfd, op, fd, ev);
+}
+
+int __real_epoll_wait(int epfd, struct epoll_event *ev, int max, int ms);
+int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int ms);
+int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int ms) {
+    int err = fault_for(K_EPOLL_WAIT, epfd, 0);
+    if (err > 0) {
+        errno = err;
+        return -1;
+    }
+    return __real_epoll_wait(epfd, ev, max, ms);
+}
+
+int __real_epoll_pwait2(int epfd, struct epoll_event *ev, int max,
+                        const struct timespec *ts, const sigset_t *ss);
+int __wrap_epoll_pwait2(int epfd, struct epoll_event *ev, int max,
+                        const struct timespec *ts, const sigset_t *ss);
+int __wrap_epoll_pwait2(int epfd, struct epoll_event *ev, int max,
+                        const struct timespec *ts, const sigset_t *ss) {
+    int err = fault_for(K_EPOLL_PWAIT2, epfd, 0);
+    if (err > 0) {
+        errno = err;
+        return -1;
+    }
+    return __real_epoll_pwait2(epfd, ev, max, ts, ss);
+}
+
+/* read and write: only the wake-up eventfd's (an 8-byte counter) count;
+ * the harness's own pipes pass through. */
+ssize_t __real_write(int fd, const void *buf, size_t n);
+ssize_t __wrap_write(int fd, const void *buf, size_t n);
+ssize_t __wrap_write(int fd, const void *buf, size_t n) {
+    if (n == sizeof(uint64_t)) {
+        int err = fault_for(K_EVENTFD_WRITE, fd, 0);
+        if (err > 0) {
+            errno = err;
+            return -1;
+        }
+    }
+    return __real_write(fd, buf, n);
+}
+
+ssize_t __real_read(int fd, void *buf, size_t n);
+ssize_t __wrap_read(int fd, void *buf, size_t n);
+ssize_t __wrap_read(int fd, void *buf, size_t n) {
+    if (n == sizeof(uint64_t)) {
+        int err = fault_for(K_EVENTFD_READ, fd, 0);
+        if (err > 0) {
+            errno = err;
+            return -1;
+        }
+    }
+    return __real_read(fd, buf, n);
+}
+
+/* syscall: lull's only use is futex. A faulted FUTEX_WAIT returns at once,
+ * as a signal or a changed word would make it. FUTEX_WAKE is not faulted:
+ * the kernel fails it only for a bad address or op, which lull never
+ * passes. */
+long __real_syscall(long nr, ...);
+long __wrap_syscall(long nr, ...);
+long __wrap_syscall(long nr, ...) {
+    va_list ap;
+    va_start(ap, nr);
+    long a[6];
+    for (int i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    if (nr == SYS_futex &&
+        (a[1] == FUTEX_WAIT_BITSET_PRIVATE || a[1] == FUTEX_WAIT_PRIVATE)) {
+        int err = fault_for(K_FUTEX_WAIT, -1, 0);
+        if (err > 0) {
+            errno = err;
+            return -1;
+        }
+    }
+    return __real_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+void *__real_malloc(size_t size);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t size);
+void *__wrap_malloc(size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t size);
+
+/* Malloc faults are armed only around the one lull call a case is about,
+ * so the Nth allocation is lull's Nth. */
+void *__wrap_malloc(size_t size) {
+    if (__atomic_load_n(&armed, __ATOMIC_RELAXED) &&
+        fault_for(K_MALLOC, -1, 0) > 0) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return __real_malloc(size);
+}
+
+void *__wrap_calloc(size_t n, size_t size) {
+    if (__atomic_load_n(&armed, __ATOMIC_RELAXED) &&
+        fault_for(K_MALLOC, -1, 0) > 0) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t size) {
+    if (__atomic_load_n(&armed, __ATOMIC_RELAXED) &&
+        fault_for(K_MALLOC, -1, 0) > 0) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return __real_realloc(p, size);
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static int open_fds(void) {
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++)
+        if (fcntl(fd, F_GETFD) >= 0) n++;
+    return n;
+}
+
+static int fds_at_start;
+
+static lull_loop *new_loop(void) {
+    signal(SIGPIPE, SIG_DFL); /* a SIGPIPE anywhere kills the case */
+    shim_reset(1);
+    fds_at_start = open_fds();
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    return loop;
+}
+
+/* Frees the loop; nothing may be left open. */
+static void end_loop(lull_loop *loop) {
+    arm(false);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(open_fds(), fds_at_start);
+}
+
+static bool watchdog_fired;
+static void on_watchdog(lull_timer *t) {
+    (void)t;
+    watchdog_fired = true;
+}
+
+/* A frame's bytes: its number first (so a reordering is caught), then a
+ * pattern of the flow, the number and the position. */
+static size_t frame_size(int id, int k) {
+    return 4 + (size_t)((k * 7919 + id * 104729) % 3000);
+}
+
+static unsigned char frame_byte(int id, int k, size_t i) {
+    return (unsigned char)(id * 131 + k * 31 + (int)i * 7);
+}
+
+static void fill_frame(unsigned char *b, int id, int k, size_t len) {
+    memcpy(b, &k, 4);
+    for (size_t i = 4; i < len; i++)
+        b[i] = frame_byte(id, k, i);
+}
+
+static bool frame_ok(const unsigned char *b, size_t len, int id, int k) {
+    if (len != frame_size(id, k)) return false;
+    int got;
+    memcpy(&got, b, 4);
+    if (got != k) return false;
+    for (size_t i = 4; i < len; i++)
+        if (b[i] != frame_byte(id, k, i)) return false;
+    return true;
+}
+
+/* Runs iterations until pred(arg), failing after `seconds`; returns how
+ * many runs returned each error (a failed poll ends a run with it). */
+static int run_errors;
+static char fail_note[64]; /* added to a failure's message: the seed */
+static int run_until_pred(lull_loop *loop, bool (*pred)(void *), void *arg,
+                          int seconds) {
+    lull_timer dog;
+    lull_timer_init(loop, &dog, on_watchdog);
+    watchdog_fired = false;
+    lull_timer_start(&dog, (uint64_t)seconds * 1000000000u, 0);
+    int last_err = 0;
+    run_errors = 0;
+    while (!pred(arg) && !watchdog_fired) {
+        int rc = lull_run(loop, LULL_RUN_ONCE);
+        if (rc < 0) {
+            run_errors++;
+            last_err = rc;
+        }
+    }
+    lull_timer_stop(&dog);
+    if (!pred(arg))
+        check_fail(__FILE__, __LINE__, "not done in %d s%s", seconds,
+                   fail_note);
+    return last_err;
+}
+
+/* ------------------------------------------------------------- flows */
+
+/* A flow: stream tx sends n frames to stream rx (over a socketpair, or TCP
+ * through a listener), on one loop; rx checks each frame in order as it
+ * arrives; tx counts releases. */
+#define FLOW_FRAMES 200
+typedef struct flow flow;
+typedef struct sent {
+    lull_frame fr;
+    flow *owner;
+} sent;
+struct flow {
+    int id, n;
+    lull_stream tx, rx;
+    int txfd, rxfd;
+    int sent_n, received, released, connect_status;
+    bool tx_closed, rx_closed, connected, rx_open;
+    int tx_reason, rx_reason;
+    sent frames[FLOW_FRAMES];
+    unsigned char *bufs[FLOW_FRAMES];
+};
+
+static bool in_call; /* a lull call is on the stack: no callback may run */
+
+static void flow_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    flow *f = LULL_CONTAINER_OF(ep, flow, rx.ep);
+    CHECK(!in_call);
+    if (f->received >= f->n || !frame_ok(bytes, len, f->id, f->received))
+        check_fail(__FILE__, __LINE__, "flow %d: frame %d wrong (len %zu)",
+                   f->id, f->received, len);
+    f->received++;
+}
+
+static void flow_tx_close(lull_endpoint *ep, int reason) {
+    flow *f = LULL_CONTAINER_OF(ep, flow, tx.ep);
+    CHECK(!in_call);
+    CHECK(!f->tx_closed);
+    f->tx_closed = true;
+    f->tx_reason = reason;
+}
+
+static void flow_rx_close(lull_endpoint *ep, int reason) {
+    flow *f = LULL_CONTAINER_OF(ep, flow, rx.ep);
+    CHECK(!in_call);
+    CHECK(!f->rx_closed);
+    f->rx_closed = true;
+    f->rx_reason = reason;
+}
+
+static void flow_release(lull_frame *fr) {
+    CHECK(!in_call);
+    sent *s = LULL_CONTAINER_OF(fr, sent, fr);
+    s->owner->released++;
+}
+
+static flow *flow_alloc(int id, int n) {
+    flow *f = calloc(1, sizeof *f);
+    CHECK(f && n <= FLOW_FRAMES);
+    f->id = id;
+    f->n = n;
+    f->txfd = f->rxfd = -1;
+    for (int k = 0; k < n; k++) {
+        size_t len = frame_size(id, k);
+        f->bufs[k] = malloc(len);
+        CHECK(f->bufs[k]);
+        fill_frame(f->bufs[k], id, k, len);
+        f->frames[k] = (sent){
+            .fr = {.bytes = f->bufs[k], .len = len, .release = flow_release},
+            .owner = f};
+    }
+    return f;
+}
+
+static void rx_callbacks(flow *f) {
+    lull_endpoint_callbacks(&f->rx.ep, flow_frame, NULL, flow_rx_close);
+    f->rxfd = lull_stream_fd(&f->rx);
+    f->rx_open = true;
+}
+
+/* Over a socketpair. */
+static flow *flow_new(lull_loop *loop, int id, int n) {
+    flow *f = flow_alloc(id, n);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_stream_open(loop, &f->tx, sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &f->rx, sv[1], NULL), 0);
+    lull_endpoint_callbacks(&f->tx.ep, NULL, NULL, flow_tx_close);
+    rx_callbacks(f);
+    f->txfd = sv[0];
+    f->connected = true;
+    return f;
+}
+
+/* A small send buffer: the sender blocks often, so writes are many. */
+static void small_sndbuf(int fd) {
+    int size = 4096;
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size), 0);
+}
+
+static void flow_send_all(flow *f) {
+    for (int k = f->sent_n; k < f->n; k++) {
+        in_call = true;
+        int rc = lull_send(&f->tx.ep, &f->frames[k].fr);
+        in_call = false;
+        if (rc < 0) break; /* refused: the stream failed meanwhile */
+        f->sent_n++;
+    }
+}
+
+/* Everything arrived, or both ends closed. */
+static bool flow_over(const flow *f) {
+    return f->received == f->n || (f->tx_closed && f->rx_closed);
+}
+
+static bool flows_over(void *arg) {
+    flow **fs = arg;
+    for (; *fs; fs++)
+        if (!flow_over(*fs)) return false;
+    return true;
+}
+
+/* Arrived complete, in order, with both ends open. */
+static void check_complete(const flow *f) {
+    if (f->received != f->n || f->tx_closed || f->rx_closed)
+        check_fail(__FILE__, __LINE__,
+                   "flow %d: %d of %d frames, tx %s (%d), rx %s (%d)", f->id,
+                   f->received, f->n, f->tx_closed ? "closed" : "open",
+                   f->tx_reason, f->rx_closed ? "closed" : "open",
+                   f->rx_reason);
+}
+
+/* Closes what is open and frees the flow: every frame sent is released. */
+static void flow_end(flow *f) {
+    in_call = false;
+    if (!f->tx_closed) lull_endpoint_close(&f->tx.ep, 0);
+    if (f->rx_open && !f->rx_closed) lull_endpoint_close(&f->rx.ep, 0);
+    CHECK_EQ(f->released, f->sent_n);
+    for (int k = 0; k < f->n; k++)
+        free(f->bufs[k]);
+    free(f);
+}
+
+/* ------------------------------------------------------- recv faults */
+
+/* EINTR and EAGAIN from recv: the stream tries again when the socket is
+ * next readable; every frame arrives, in order. */
+TEST(recv_eintr_eagain_retried) {
+    lull_loop *loop = new_loop();
+    flow *a = flow_new(loop, 1, FLOW_FRAMES), *b = flow_new(loop, 2, 100);
+    fail_nth(K_RECV, a->rxfd, 1, 1, EINTR);
+    fail_nth(K_RECV, a->rxfd, 2, 1, EAGAIN);
+    const int errs[] = {EINTR, EAGAIN};
+    rule *r = add_rule(K_RECV, a->rxfd, 0, 3, UINT64_MAX, 3, errs, 2);
+    arm(true);
+    flow_send_all(a);
+    flow_send_all(b);
+    flow *all[] = {a, b, NULL};
+    run_until_pred(loop, flows_over, all, 10);
+    CHECK(hits_of(r) > 0);
+    check_complete(a);
+    check_complete(b);
+    report("recv_eintr_eagain_retried");
+    flow_end(a);
+    flow_end(b);
+    end_loop(loop);
+}
+
+/* Every recv returns fewer bytes than asked: frames are reassembled. */
+TEST(recv_short_reads_reassembled) {
+    lull_loop *loop = new_loop();
+    flow *a = flow_new(loop, 1, FLOW_FRAMES), *b = flow_new(loop, 2, 100);
+    const int errs[] = {SHORT};
+    add_rule(K_RECV, a->rxfd, 0, 1, UINT64_MAX, 1, errs, 1);
+    arm(true);
+    flow_send_all(a);
+    flow_send_all(b);
+    flow *all[] = {a, b, NULL};
+    run_until_pred(loop, flows_over, all, 20);
+    check_complete(a);
+    check_complete(b);
+    report("recv_short_reads_reassembled");
+    flow_end(a);
+    flow_end(b);
+    end_loop(loop);
+}
+
+/* recv fails for good (ECONNRESET, ENOMEM): that stream closes with the
+ * errno as its reason after the frames before it; its peer closes too;
+ * another stream on the loop loses nothing. */
+TEST(recv_error_closes_one_stream) {
+    lull_loop *loop = new_loop();
+    flow *a = flow_new(loop, 1, FLOW_FRAMES), *b = flow_new(loop, 2, 100),
+         *c = flow_new(loop, 3, FLOW_FRAMES);
+    fail_nth(K_RECV, a->rxfd, 3, 1, ECONNRESET);
+    fail_nth(K_RECV, c->rxfd, 5, 1, ENOMEM);
+    arm(true);
+    flow_send_all(a);
+    flow_send_all(b);
+    flow_send_all(c);
+    flow *all[] = {a, b, c, NULL};
+    run_until_pred(loop, flows_over, all, 10);
+    CHECK(a->rx_closed && a->tx_closed);
+    CHECK_EQ(a->rx_reason, -ECONNRESET);
+    CHECK(a->received < a->n);
+    CHECK(c->rx_closed && c->tx_closed);
+    CHECK_EQ(c->rx_reason, -ENOMEM);
+    CHECK(c->received < c->n);
+    check_complete(b);
+    printf("a: %d frames then ECONNRESET, peer closed with %d; c: %d then "
+           "ENOMEM, peer %d\n",
+           a->received, a->tx_reason, c->received, c->tx_reason);
+    report("recv_error_closes_one_stream");
+    flow_end(a);
+    flow_end(b);
+    flow_end(c);
+    end_loop(loop);
+}
+
+/* ---------------------------------------------------- sendmsg faults */
+
+TEST(sendmsg_eintr_eagain_retried) {
+    lull_loop *loop = new_loop();
+    flow *a = flow_new(loop, 1, FLOW_FRAMES), *b = flow_new(loop, 2, 100);
+    small_sndbuf(a->txfd);
+    fail_nth(K_SENDMSG, a->txfd, 1, 1, EINTR);
+    fail_nth(K_SENDMSG, a->txfd, 2, 1, EAGAIN);
+    const int errs[] = {EINTR, EAGAIN};
+    rule *r = add_rule(K_SENDMSG, a->txfd, 0, 3, UINT64_MAX, 3, errs, 2);
+    arm(true);
+    flow_send_all(a);
+    flow_send_all(b);
+    flow *all[] = {a, b, NULL};
+    run_until_pred(loop, flows_over, all, 10);
+    CHECK(hits_of(r) > 0);
+    check_complete(a);
+    check_complete(b);
+    CHECK_EQ(a->released, a->n);
+    report("sendmsg_eintr_eagain_retried");
+    flow_end(a);
+    flow_end(b);
+    end_loop(loop);
+}
+
+/* Every sendmsg writes only part of what it was given: the rest follows,
+ * frames cut anywhere, and the peer reads them whole and in order. */
+TEST(sendmsg_short_writes_complete) {
+    lull_loop *loop = new_loop();
+    flow *a = flow_new(loop, 1, FLOW_FRAMES), *b = flow_new(loop, 2, 100);
+    small_sndbuf(a->txfd);
+    const int errs[] = {SHORT};
+    add_rule(K_SENDMSG, a->txfd, 0, 1, UINT64_MAX, 1, errs, 1);
+    arm(true);
+    flow_send_all(a);
+    flow_send_all(b);
+    flow *all[] = {a, b, NULL};
+    run_until_pred(loop, flows_over, all, 20);
+    check_complete(a);
+    check_complete(b);
+    CHECK_EQ(a->released, a->n);
+    report("sendmsg_short_writes_complete");
+    flow_end(a);
+    flow_end(b);
+    end_loop(loop);
+}
+
+/* sendmsg fails for good: the stream closes with the errno (in a later
+ * turn when found inside lull_send), every queued frame is released, the
+ * peer sees what was written and then the end; other streams go on. */
+TEST(sendmsg_error_closes_one_stream) {
+    lull_loop *loop = new_loop();
+    flow *a = flow_new(loop, 1, FLOW_FRAMES), *b = flow_new(loop, 2, 100),
+         *c = flow_new(loop, 3, FLOW_FRAMES);
+    fail_nth(K_SENDMSG, a->txfd, 3, 1, ECONNRESET);
+    /* c's first write happens inside lull_send (the queue reaches
+     * high_water): its close must come in a later turn. */
+    fail_nth(K_SENDMSG, c->txfd, 1, 1, EPIPE);
+    arm(true);
+    flow_send_all(a);
+    flow_send_all(b);
+    flow_send_all(c);
+    flow *all[] = {a, b, c, NULL};
+    run_until_pred(loop, flows_over, all, 10);
+    CHECK(a->tx_closed && a->rx_closed);
+    CHECK_EQ(a->tx_reason, -ECONNRESET);
+    CHECK(c->tx_closed && c->rx_closed);
+    CHECK_EQ(c->tx_reason, -EPIPE);
+    CHECK_EQ(c->received, 0);
+    CHECK_EQ(a->released, a->sent_n);
+    CHECK_EQ(c->released, c->sent_n);
+    check_complete(b);
+    printf("a: peer got %d frames, closed with %d; c: peer closed with %d\n",
+           a->received, a->rx_reason, c->rx_reason);
+    report("sendmsg_error_closes_one_stream");
+    flow_end(a);
+    flow_end(b);
+    flow_end(c);
+    end_loop(loop);
+}
+
+/* ---------------------------------------------- accept4 and connect */
+
+/* A TCP listener whose connections become the rx ends of flows, in the
+ * order they are accepted. */
+static lull_server srv;
+static flow *accept_queue[8];
+static int accept_next, accept_want;
+static int accept_rc;
+
+static void on_connection(lull_server *s) {
+    CHECK(!in_call);
+    if (accept_next >= accept_want) return; /* not taken: closed */
+    flow *f = accept_queue[accept_next++];
+    accept_rc = lull_stream_accept(s, &f->rx, NULL);
+    if (accept_rc == 0) {
+        rx_callbacks(f);
+    } else {
+        f->rx_closed = true; /* never opened */
+        f->rx_reason = accept_rc;
+    }
+}
+
+static void listen_tcp(lull_loop *loop) {
+    accept_next = accept_want = 0;
+    accept_rc = 0;
+    CHECK_EQ(lull_tcp_listen(loop, &srv, "127.0.0.1", 0, 16, on_connection), 0);
+}
+
+static void flow_connected(lull_stream *s, int status) {
+    flow *f = LULL_CONTAINER_OF(s, flow, tx);
+    CHECK(!in_call);
+    f->connect_status = status;
+    f->connected = true;
+    if (status < 0) {
+        /* A failed connect is its close: the stream is already closed. */
+        f->tx_closed = f->rx_closed = true;
+        f->tx_reason = status;
+    }
+}
+
+/* A flow over TCP: tx connects to srv, the next accepted connection is its
+ * rx. Frames are queued before the connect result. */
+static flow *flow_tcp(lull_loop *loop, int id, int n) {
+    flow *f = flow_alloc(id, n);
+    accept_queue[accept_want++] = f;
+    in_call = true;
+    int rc = lull_tcp_connect(loop, &f->tx, "127.0.0.1", lull_server_port(&srv),
+                              NULL, flow_connected);
+    in_call = false;
+    CHECK_EQ(rc, 0);
+    lull_endpoint_callbacks(&f->tx.ep, NULL, NULL, flow_tx_close);
+    f->txfd = lull_stream_fd(&f->tx);
+    flow_send_all(f);
+    return f;
+}
+
+/* accept4 failing: EINTR, ECONNABORTED and EAGAIN are retried at once (or
+ * when the listener is next readable); EMFILE, ENOMEM and EPERM pause
+ * accepting until the retry timer. The connection waits in the backlog
+ * meanwhile and its frames all arrive; a stream already open goes on. */
+TEST(accept_faults_retried_or_paused) {
+    lull_loop *loop = new_loop();
+    listen_tcp(loop);
+    srv.retry_ns = 1000000; /* 1 ms, not 100: the case waits for it */
+    flow *b = flow_new(loop, 2, 100);
+    int lfd = srv.io.fd;
+    const int seq[] = {EINTR, ECONNABORTED, EAGAIN, EMFILE, ENOMEM, EPERM};
+    for (int i = 0; i < 6; i++)
+        fail_nth(K_ACCEPT, lfd, (uint64_t)i + 1, 1, seq[i]);
+    arm(true);
+    flow *a = flow_tcp(loop, 1, FLOW_FRAMES);
+    flow_send_all(b);
+    flow *all[] = {a, b, NULL};
+    run_until_pred(loop, flows_over, all, 10);
+    check_complete(a);
+    check_complete(b);
+    CHECK_EQ(injected_total(K_ACCEPT), 6);
+    CHECK_EQ(srv.paused, 3);
+    CHECK_EQ(srv.accepted, 1);
+    report("accept_faults_retried_or_paused");
+    flow_end(a);
+    flow_end(b);
+    lull_server_close(&srv);
+    end_loop(loop);
+}
+
+/* Out of fds, then the retry's re-arm of the listener fails (epoll_ctl
+ * ENOMEM): the server must try again later, not stop accepting for good. */
+TEST(accept_retry_survives_epoll_ctl_failure) {
+    lull_loop *loop = new_loop();
+    listen_tcp(loop);
+    srv.retry_ns = 1000000;
+    int lfd = srv.io.fd;
+    fail_nth(K_ACCEPT, lfd, 1, 1, EMFILE);
+    add_rule(K_EPOLL_CTL, lfd, EPOLL_CTL_ADD, 1, 1, 1, (const int[]){ENOMEM},
+             1);
+    arm(true);
+    flow *a = flow_tcp(loop, 1, 50);
+    flow *all[] = {a, NULL};
+    run_until_pred(loop, flows_over, all, 5);
+    check_complete(a);
+    CHECK_EQ(srv.accepted, 1);
+    CHECK_EQ(srv.paused, 2); /* out of fds, then the failed re-arm */
+    report("accept_retry_survives_epoll_ctl_failure");
+    flow_end(a);
+    lull_server_close(&srv);
+    end_loop(loop);
+}
+
+static bool connects_over(void *arg) {
+    flow **fs = arg;
+    for (; *fs; fs++)
+        if (!(*fs)->connected) return false;
+    return true;
+}
+
+/* connect: EINTR goes on in the background (the socket turns writable):
+ * connected, frames delivered. ECONNREFUSED, EPERM, EAGAIN, and epoll_ctl
+ * failing to watch the socket (ENOMEM): the connect callback gets the
+ * errno in a later turn, never inside lull_tcp_connect, the frames queued
+ * meanwhile are released, nothing is left open. */
+TEST(connect_faults_reported_in_a_later_turn) {
+    lull_loop *loop = new_loop();
+    listen_tcp(loop);
+    fail_nth(K_CONNECT, -1, 1, 1, EINTR);
+    fail_nth(K_CONNECT, -1, 2, 1, ECONNREFUSED);
+    fail_nth(K_CONNECT, -1, 3, 1, EPERM);
+    fail_nth(K_CONNECT, -1, 4, 1, EAGAIN);
+    arm(true);
+    flow *f[6];
+    for (int i = 0; i < 4; i++)
+        f[i] = flow_tcp(loop, i + 1, 20);
+    arm(false);
+    /* The fifth connect's epoll_ctl ADD (its only one) fails. */
+    add_rule(K_EPOLL_CTL, -1, EPOLL_CTL_ADD, 1, 1, 1, (const int[]){ENOMEM}, 1);
+    arm(true);
+    f[4] = flow_tcp(loop, 5, 20);
+    arm(false);
+    f[5] = NULL;
+    for (int i = 0; i < 5; i++)
+        CHECK(!f[i]->connected); /* not inside the call */
+    /* Only the first connection reaches the listener: accept it as 1's. */
+    accept_want = 1;
+    run_until_pred(loop, connects_over, f, 10);
+    flow *first[] = {f[0], NULL};
+    run_until_pred(loop, flows_over, first, 10);
+    CHECK_EQ(f[0]->connect_status, 0);
+    check_complete(f[0]);
+    const int want[] = {-ECONNREFUSED, -EPERM, -EAGAIN, -ENOMEM};
+    for (int i = 1; i < 5; i++) {
+        CHECK_EQ(f[i]->connect_status, want[i - 1]);
+        CHECK_EQ(f[i]->released, f[i]->sent_n);
+        CHECK_EQ(lull_stream_fd(&f[i]->tx), -1);
+    }
+    report("connect_faults_reported_in_a_later_turn");
+    for (int i = 0; i < 5; i++)
+        flow_end(f[i]);
+    lull_server_close(&srv);
+    end_loop(loop);
+}
+
+/* ------------------------------------------------- epoll_ctl faults */
+
+static int io_calls;
+static void on_pipe(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+    io_calls++;
+}
+
+/* epoll_ctl refusing to add or change interest: lull_io_start returns the
+ * errno; lull_stream_open returns it and closes the fd; a stream whose
+ * interest change fails (it blocks on a full socket: EPOLL_CTL_MOD)
+ * closes with the errno and releases its frames; others go on. */
+TEST(epoll_ctl_faults_reported_or_close_one_stream) {
+    lull_loop *loop = new_loop();
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, p[0], on_pipe), 0);
+    rule *r1 = fail_nth(K_EPOLL_CTL, p[0], 1, 1, ENOMEM);
+    arm(true);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), -ENOMEM);
+    CHECK_EQ(hits_of(r1), 1);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0); /* and then it works */
+    CHECK_EQ(write(p[1], "x", 1), 1);
+    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(io_calls, 1);
+    lull_io_stop(&io);
+
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    fail_nth(K_EPOLL_CTL, sv[0], 1, 1, EPERM);
+    lull_stream s;
+    CHECK_EQ(lull_stream_open(loop, &s, sv[0], NULL), -EPERM);
+    CHECK(fcntl(sv[0], F_GETFD) < 0 && errno == EBADF); /* closed */
+    close(sv[1]);
+
+    flow *a = flow_new(loop, 1, FLOW_FRAMES), *b = flow_new(loop, 2, 100);
+    /* a's first interest change is the one to writable when it blocks. */
+    add_rule(K_EPOLL_CTL, a->txfd, EPOLL_CTL_MOD, 1, 1, 1,
+             (const int[]){ENOMEM}, 1);
+    flow_send_all(a);
+    flow_send_all(b);
+    flow *all[] = {a, b, NULL};
+    run_until_pred(loop, flows_over, all, 10);
+    CHECK(a->tx_closed && a->rx_closed);
+    CHECK_EQ(a->tx_reason, -ENOMEM);
+    CHECK_EQ(a->released, a->sent_n);
+    check_complete(b);
+    report("epoll_ctl_faults_reported_or_close_one_stream");
+    flow_end(a);
+    flow_end(b);
+    close(p[0]);
+    close(p[1]);
+    end_loop(loop);
+}
+
+/* EPOLL_CTL_DEL failing while the fd stays open and readable: the kernel
+ * keeps reporting a registration no watcher owns. The stopped watcher is
+ * never called; the loop rebuilds its epoll set, and when an ADD of that
+ * rebuild fails too (ENOMEM), it must try again rather than leave a live
+ * stream unwatched. */
+TEST(epoll_ctl_del_failure_rebuilds_the_set) {
+    lull_loop *loop = new_loop();
+    flow *b = flow_new(loop, 2, FLOW_FRAMES);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, p[0], on_pipe), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    CHECK_EQ(write(p[1], "x", 1), 1);
+    fail_nth(K_EPOLL_CTL, p[0], 1, 1, ENOMEM); /* the DEL of the stop */
+    rule *add = add_rule(K_EPOLL_CTL, b->rxfd, EPOLL_CTL_ADD, 1, 1, 1,
+                         (const int[]){ENOMEM}, 1);
+    arm(true);
+    io_calls = 0;
+    lull_io_stop(&io);
+    flow_send_all(b);
+    flow *all[] = {b, NULL};
+    run_until_pred(loop, flows_over, all, 5);
+    CHECK_EQ(io_calls, 0);
+    CHECK_EQ(hits_of(add), 1); /* a rebuild happened, and its ADD failed */
+    check_complete(b);
+    report("epoll_ctl_del_failure_rebuilds_the_set");
+    flow_end(b);
+    close(p[0]);
+    close(p[1]);
+    end_loop(loop);
+}
+
+/* ------------------------------------------ epoll_wait, epoll_pwait2 */
+
+/* epoll_wait interrupted (EINTR): the loop iterates again. Refused
+ * (EPERM, as a seccomp filter might): the run ends and returns -EPERM;
+ * the next run goes on, and no frame is lost. */
+TEST(epoll_wait_faults_reported) {
+    /* epoll_wait for every wait: the probe of epoll_pwait2 fails. */
+    signal(SIGPIPE, SIG_DFL);
+    shim_reset(1);
+    fds_at_start = open_fds();
+    fail_nth(K_EPOLL_PWAIT2, -1, 1, 1, EPERM);
+    arm(true);
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK(!loop->have_pwait2);
+    flow *a = flow_new(loop, 1, FLOW_FRAMES);
+    small_sndbuf(a->txfd); /* many iterations: more than 3 polls */
+    fail_nth(K_EPOLL_WAIT, -1, 1, 1, EINTR);
+    fail_nth(K_EPOLL_WAIT, -1, 2, 1, EINTR);
+    fail_nth(K_EPOLL_WAIT, -1, 3, 1, EPERM);
+    arm(true);
+    flow_send_all(a);
+    flow *all[] = {a, NULL};
+    int err = run_until_pred(loop, flows_over, all, 10);
+    CHECK_EQ(run_errors, 1);
+    CHECK_EQ(err, -EPERM);
+    CHECK_EQ(injected_total(K_EPOLL_WAIT), 3);
+    CHECK_EQ(injected_total(K_EPOLL_PWAIT2), 1);
+    check_complete(a);
+    report("epoll_wait_faults_reported");
+    flow_end(a);
+    end_loop(loop);
+}
+
+static uint64_t timer_at;
+static int timer_runs;
+static void on_timer(lull_timer *t) {
+    (void)t;
+    timer_at = check_clock_ns();
+    timer_runs++;
+}
+
+/* A 1.5 ms timer on a loop watching a pipe (so it sleeps in epoll, and the
+ * timeout is not whole milliseconds: epoll_pwait2 where it works). It
+ * fires once, never early. */
+static void timer_through_epoll(lull_loop *loop) {
+    lull_timer t;
+    lull_timer_init(loop, &t, on_timer);
+    timer_runs = 0;
+    uint64_t t0 = check_clock_ns();
+    lull_timer_start(&t, 1500000, 0);
+    while (timer_runs == 0)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(timer_runs, 1);
+    CHECK(timer_at - t0 >= 1500000);
+}
+
+/* epoll_pwait2 refused at the probe (EPERM, a sandbox): the loop uses
+ * epoll_wait from the start. Interrupted later (EINTR): it stays. Refused
+ * later (a filter installed after the probe): that wait is made again
+ * with epoll_wait, and from then on. Timers fire on time throughout. */
+TEST(epoll_pwait2_faults_fall_back) {
+    shim_reset(1);
+    fds_at_start = open_fds();
+    fail_nth(K_EPOLL_PWAIT2, -1, 1, 1, EPERM);
+    arm(true);
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK(!loop->have_pwait2);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, p[0], on_pipe), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    uint64_t before = __atomic_load_n(&calls[K_EPOLL_PWAIT2], __ATOMIC_RELAXED);
+    timer_through_epoll(loop);
+    CHECK_EQ(__atomic_load_n(&calls[K_EPOLL_PWAIT2], __ATOMIC_RELAXED), before);
+    lull_io_stop(&io);
+    CHECK_EQ(lull_loop_free(loop), 0);
+
+    shim_reset(1);
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    if (!loop->have_pwait2) {
+        printf("skipped the rest: epoll_pwait2 does not work here\n");
+    } else {
+        CHECK_EQ(lull_io_init(loop, &io, p[0], on_pipe), 0);
+        CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+        /* A wait the machine's load made 0 goes through epoll_wait: try
+         * until a wait went through epoll_pwait2. */
+        rule *intr = fail_nth(K_EPOLL_PWAIT2, -1, 1, 1, EINTR);
+        arm(true);
+        for (int i = 0; i < 100 && !hits_of(intr); i++)
+            timer_through_epoll(loop);
+        CHECK_EQ(hits_of(intr), 1);
+        CHECK(loop->have_pwait2);
+        rule *perm = fail_nth(K_EPOLL_PWAIT2, -1, 1, 1, EPERM);
+        for (int i = 0; i < 100 && !hits_of(perm); i++)
+            timer_through_epoll(loop);
+        CHECK_EQ(hits_of(perm), 1);
+        CHECK(!loop->have_pwait2);
+        before = __atomic_load_n(&calls[K_EPOLL_PWAIT2], __ATOMIC_RELAXED);
+        timer_through_epoll(loop);
+        CHECK_EQ(__atomic_load_n(&calls[K_EPOLL_PWAIT2], __ATOMIC_RELAXED),
+                 before);
+        lull_io_stop(&io);
+    }
+    report("epoll_pwait2_faults_fall_back");
+    arm(false);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    close(p[0]);
+    close(p[1]);
+    CHECK_EQ(open_fds(), fds_at_start);
+}
+
+/* ------------------------------------------------ eventfd and futex */
+
+typedef struct poster {
+    lull_loop *loop;
+    lull_task task;
+    int want_sleep; /* wait for the loop to sleep this way, then post */
+    int rounds;
+    bool ran[4]; /* atomic */
+    int round;   /* atomic: which post the task stands for */
+} poster;
+
+static void on_posted(lull_task *t) {
+    poster *p = LULL_CONTAINER_OF(t, poster, task);
+    int r = __atomic_load_n(&p->round, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&p->ran[r], true, __ATOMIC_RELEASE);
+}
+
+static void *poster_main(void *arg) {
+    poster *p = arg;
+    for (int r = 0; r < p->rounds; r++) {
+        while (__atomic_load_n(&p->loop->sleeping, __ATOMIC_SEQ_CST) !=
+               p->want_sleep)
+            sched_yield();
+        __atomic_store_n(&p->round, r, __ATOMIC_RELEASE);
+        lull_post_remote(p->loop, &p->task);
+        while (!__atomic_load_n(&p->ran[r], __ATOMIC_ACQUIRE))
+            sched_yield();
+    }
+    return NULL;
+}
+
+static int round_waited;
+static bool round_ran(void *arg) {
+    poster *p = arg;
+    return __atomic_load_n(&p->ran[round_waited], __ATOMIC_ACQUIRE);
+}
+
+/* Posts from another thread to a loop asleep in epoll, whose wake-up write
+ * is faulted; each post must wake the loop (not the 10 s watchdog). */
+static void eventfd_rounds(const int *write_errs, const int *read_errs,
+                           int rounds, const char *name) {
+    lull_loop *loop = new_loop();
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, p[0], on_pipe), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    for (int r = 0; r < rounds; r++) {
+        /* Each post's first write fails with write_errs[r]. */
+        if (write_errs[r])
+            fail_nth(K_EVENTFD_WRITE, loop->remote_fd, (uint64_t)r + 1, 1,
+                     write_errs[r]);
+        if (read_errs && read_errs[r])
+            fail_nth(K_EVENTFD_READ, loop->remote_fd, 1, 1, read_errs[r]);
+    }
+    poster ps = {
+        .loop = loop, .want_sleep = LULL__SLEEP_EPOLL, .rounds = rounds};
+    lull_task_init(&ps.task, on_posted);
+    arm(true);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, poster_main, &ps), 0);
+    for (int r = 0; r < rounds; r++) {
+        round_waited = r;
+        run_until_pred(loop, round_ran, &ps, 10);
+        CHECK(!watchdog_fired);
+    }
+    pthread_join(th, NULL);
+    report(name);
+    lull_io_stop(&io);
+    close(p[0]);
+    close(p[1]);
+    end_loop(loop);
+}
+
+/* The wake-up write interrupted (EINTR) is made again; refused with
+ * EAGAIN (the counter full) the poster drains the counter and writes again.
+ * Every post wakes the loop and runs once. */
+TEST_THREADED(eventfd_write_faults_retried) {
+    const int w[] = {EINTR, EAGAIN, 0};
+    eventfd_rounds(w, NULL, 3, "eventfd_write_faults_retried");
+    CHECK(injected_total(K_EVENTFD_WRITE) == 2);
+}
+
+/* The counter full (EAGAIN), and the poster's drain of it interrupted
+ * (EINTR): the poster drains again and writes; the post wakes the loop. */
+TEST_THREADED(eventfd_drain_read_interrupted) {
+    const int w[] = {EAGAIN}, r[] = {EINTR};
+    eventfd_rounds(w, r, 1, "eventfd_drain_read_interrupted");
+    CHECK(injected_total(K_EVENTFD_READ) == 1);
+}
+
+static void on_timer_stop(lull_timer *t) {
+    on_timer(t);
+    lull_stop(t->loop);
+}
+
+static void on_loop_post(lull_task *t) {
+    poster *p = LULL_CONTAINER_OF(t, poster, task);
+    on_posted(t);
+    lull_loop_unref(p->loop);
+}
+
+/* FUTEX_WAIT returning at once (EINTR: a signal; EAGAIN: the word changed;
+ * ETIMEDOUT) is a spurious wake: the loop sleeps again. A timer fires once
+ * and not early; a remote post still wakes the loop. */
+TEST_THREADED(futex_wait_faults_spurious) {
+    lull_loop *loop = new_loop();
+    fail_nth(K_FUTEX_WAIT, -1, 1, 1, EINTR);
+    fail_nth(K_FUTEX_WAIT, -1, 2, 1, EAGAIN);
+    fail_nth(K_FUTEX_WAIT, -1, 3, 1, ETIMEDOUT);
+    fail_nth(K_FUTEX_WAIT, -1, 5, 1, EINTR);
+    arm(true);
+    lull_timer t;
+    lull_timer_init(loop, &t, on_timer);
+    timer_runs = 0;
+    uint64_t t0 = check_clock_ns();
+    lull_timer_start(&t, 20000000, 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(timer_runs, 1);
+    CHECK(timer_at - t0 >= 20000000);
+    /* A post from another thread to the loop asleep on its futex; a
+     * watchdog (unref'd) would stop the run if the post were lost. */
+    poster ps = {.loop = loop, .want_sleep = LULL__SLEEP_FUTEX, .rounds = 1};
+    lull_task_init(&ps.task, on_loop_post);
+    lull_timer dog;
+    lull_timer_init(loop, &dog, on_timer_stop);
+    lull_timer_unref(&dog);
+    timer_runs = 0;
+    lull_timer_start(&dog, 10000000000u, 0);
+    lull_loop_ref(loop);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, poster_main, &ps), 0);
+    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    pthread_join(th, NULL);
+    CHECK_EQ(timer_runs, 0); /* the post woke it, not the watchdog */
+    CHECK(ps.ran[0]);
+    lull_timer_stop(&dog);
+    CHECK(injected_total(K_FUTEX_WAIT) >= 3);
+    report("futex_wait_faults_spurious");
+    end_loop(loop);
+}
+
+static int pool_work(lull_work *w) {
+    (void)w;
+    return 7;
+}
+
+/* A pool thread's FUTEX_WAIT returning at once (EINTR, EAGAIN) is counted
+ * and slept again; the loop waiting for the completions sleeps on its own
+ * futex and is faulted too. Each work item runs once and its done once,
+ * with the work's status. */
+TEST_THREADED(pool_futex_wait_faults_spurious) {
+    lull_loop *loop = new_loop();
+    lull_pool *pool = NULL;
+    lull_pool_options o = {.threads = 1};
+    CHECK_EQ(lull_pool_new(&pool, &o), 0);
+    const int errs[] = {EINTR, EAGAIN};
+    add_rule(K_FUTEX_WAIT, -1, 0, 1, 6, 1, errs, 2);
+    arm(true);
+    lull_work w[3];
+    for (int i = 0; i < 3; i++) {
+        /* One at a time: the pool thread sleeps between them. */
+        lull_work_init(&w[i], pool_work, NULL);
+        lull_pool_stats st;
+        do {
+            usleep(1000);
+            lull_pool_get_stats(pool, &st);
+        } while (st.idle != 1);
+        CHECK_EQ(lull_work_submit(loop, pool, &w[i]), 0);
+        CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK(w[i].pool == NULL); /* done ran */
+        CHECK_EQ(w[i].status, 7);
+    }
+    arm(false);
+    /* The thread counts a completion after posting it: wait until it is
+     * idle again before reading the counts. */
+    lull_pool_stats st;
+    do {
+        usleep(1000);
+        lull_pool_get_stats(pool, &st);
+    } while (st.idle != 1);
+    CHECK_EQ(st.submitted, 3);
+    CHECK_EQ(st.completed, 3);
+    CHECK(injected_total(K_FUTEX_WAIT) > 0);
+    report("pool_futex_wait_faults_spurious");
+    CHECK_EQ(lull_pool_free(pool), 0);
+    end_loop(loop);
+}
+
+/* ------------------------------------------------------------ malloc */
+
+static void heap_growth_fails(void *arg) {
+    (void)arg;
+    lull_loop *loop = NULL;
+    if (lull_loop_new(&loop, NULL) != 0) return;
+    lull_timer t;
+    lull_timer_init(loop, &t, on_timer);
+    fail_nth(K_MALLOC, -1, 1, UINT64_MAX, ENOMEM);
+    arm(true);
+    lull_timer_start(&t, 1000, 0); /* the heap's first slots */
+}
+
+/* Where lull allocates, out of memory is an errno: lull_loop_new at each
+ * of its allocations (nothing leaks: ASan checks), lull_io_start growing
+ * the watcher table, lull_stream_open and lull_stream_accept (the read
+ * buffer: the fd is closed), lull_send_copy (nothing queued),
+ * lull_loop_name. lull_timer_start cannot return one: growing the timer
+ * heap aborts with a message, as its documentation says. */
+TEST(malloc_faults_return_enomem) {
+    shim_reset(1);
+    signal(SIGPIPE, SIG_DFL);
+    fds_at_start = open_fds();
+    lull_loop *loop = NULL;
+    int failed = 0;
+    for (uint64_t n = 1;; n++) {
+        pthread_mutex_lock(&shim_lock);
+        nrules = 0; /* the counts stay */
+        pthread_mutex_unlock(&shim_lock);
+        fail_nth(K_MALLOC, -1, n, 1, ENOMEM);
+        arm(true);
+        int rc = lull_loop_new(&loop, NULL);
+        arm(false);
+        if (rc == 0) break;
+        CHECK_EQ(rc, -ENOMEM);
+        CHECK(loop == NULL);
+        failed++;
+        CHECK_EQ(open_fds(), fds_at_start);
+    }
+    CHECK(failed >= 3); /* the loop, its audit table, its event array */
+    printf("lull_loop_new: allocations 1..%d failed, each -ENOMEM\n", failed);
+
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, p[0], on_pipe), 0);
+    fail_nth(K_MALLOC, -1, 1, 1, ENOMEM);
+    arm(true);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), -ENOMEM);
+    arm(false);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    lull_io_stop(&io);
+
+    CHECK_EQ(lull_loop_name(loop, (lull_any_fn)on_pipe, "x"),
+             0); /* table of 8 made */
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream s;
+    fail_nth(K_MALLOC, -1, 1, 1, ENOMEM);
+    arm(true);
+    CHECK_EQ(lull_stream_open(loop, &s, sv[0], NULL), -ENOMEM);
+    arm(false);
+    CHECK(fcntl(sv[0], F_GETFD) < 0 && errno == EBADF);
+    close(sv[1]);
+
+    flow *a = flow_new(loop, 1, 10);
+    size_t q = a->tx.ep.queued;
+    fail_nth(K_MALLOC, -1, 1, 1, ENOMEM);
+    arm(true);
+    CHECK_EQ(lull_send_copy(&a->tx.ep, "abcd", 4), -ENOMEM);
+    arm(false);
+    CHECK_EQ(a->tx.ep.queued, q);
+    flow_send_all(a);
+    flow *all[] = {a, NULL};
+    run_until_pred(loop, flows_over, all, 10);
+    check_complete(a);
+    flow_end(a);
+
+    /* lull_loop_name growing its table past 8 names. */
+    static const lull_any_fn fns[9] = {
+        (lull_any_fn)on_pipe,       (lull_any_fn)on_timer,
+        (lull_any_fn)on_watchdog,   (lull_any_fn)flow_frame,
+        (lull_any_fn)flow_tx_close, (lull_any_fn)flow_rx_close,
+        (lull_any_fn)flow_release,  (lull_any_fn)on_posted,
+        (lull_any_fn)on_connection};
+    for (int i = 1; i < 8; i++)
+        CHECK_EQ(lull_loop_name(loop, fns[i], "x"), 0);
+    fail_nth(K_MALLOC, -1, 1, 1, ENOMEM);
+    arm(true);
+    CHECK_EQ(lull_loop_name(loop, fns[8], "x"), -ENOMEM);
+    arm(false);
+
+    /* lull_stream_accept: the connection is closed, the next one taken. */
+    listen_tcp(loop);
+    flow *b = flow_alloc(2, 10), *c = flow_alloc(3, 10);
+    accept_queue[0] = b;
+    accept_queue[1] = c;
+    accept_want = 2;
+    fail_nth(K_MALLOC, -1, 1, 1, ENOMEM);
+    in_call = true;
+    CHECK_EQ(lull_tcp_connect(loop, &b->tx, "127.0.0.1", lull_server_port(&srv),
+                              NULL, flow_connected),
+             0);
+    in_call = false;
+    lull_endpoint_callbacks(&b->tx.ep, NULL, NULL, flow_tx_close);
+    flow_send_all(b);
+    arm(true); /* the next allocation is the accept's read buffer */
+    while (accept_next < 1)
+        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    arm(false);
+    CHECK_EQ(accept_rc, -ENOMEM);
+    in_call = true;
+    CHECK_EQ(lull_tcp_connect(loop, &c->tx, "127.0.0.1", lull_server_port(&srv),
+                              NULL, flow_connected),
+             0);
+    in_call = false;
+    lull_endpoint_callbacks(&c->tx.ep, NULL, NULL, flow_tx_close);
+    flow_send_all(c);
+    flow *bc[] = {b, c, NULL};
+    run_until_pred(loop, flows_over, bc, 10);
+    CHECK(b->tx_closed); /* its connection was closed: EOF or reset */
+    check_complete(c);
+    flow_end(b);
+    flow_end(c);
+    lull_server_close(&srv);
+
+    CHECK(check_dies(heap_growth_fails, NULL,
+                     "out of memory growing the timer heap"));
+    report("malloc_faults_return_enomem");
+    close(p[0]);
+    close(p[1]);
+    end_loop(loop);
+}
+
+/* A framed stream's read buffer cannot grow for a long frame: that stream
+ * closes with -ENOMEM; another stream on the loop goes on. */
+TEST(malloc_read_buffer_growth_closes_one_stream) {
+    lull_loop *loop = new_loop();
+    flow *a = flow_alloc(1, 50);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream_options small = {.read_size = 64};
+    CHECK_EQ(lull_stream_open(loop, &a->tx, sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &a->rx, sv[1], &small), 0);
+    lull_endpoint_callbacks(&a->tx.ep, NULL, NULL, flow_tx_close);
+    rx_callbacks(a);
+    a->txfd = sv[0];
+    flow *b = flow_new(loop, 2, 100);
+    /* No allocation happens on the loop's hot paths: the first one while
+     * the loop runs is the read buffer's growth, once the timer heap has
+     * its first slots (the watchdog's). */
+    lull_timer t;
+    lull_timer_init(loop, &t, on_timer);
+    lull_timer_start(&t, 1000000000, 0);
+    lull_timer_stop(&t);
+    rule *r = fail_nth(K_MALLOC, -1, 1, 1, ENOMEM);
+    flow_send_all(a);
+    flow_send_all(b);
+    arm(true);
+    flow *all[] = {a, b, NULL};
+    run_until_pred(loop, flows_over, all, 10);
+    arm(false);
+    CHECK_EQ(hits_of(r), 1);
+    CHECK(a->rx_closed);
+    CHECK_EQ(a->rx_reason, -ENOMEM);
+    CHECK_EQ(a->received, 0);
+    check_complete(b);
+    report("malloc_read_buffer_growth_closes_one_stream");
+    flow_end(a);
+    flow_end(b);
+    end_loop(loop);
+}
+
+/* ----------------------------------------------------- random faults */
+
+/* Connections echo frames through a TCP server while recv, sendmsg,
+ * accept4 and epoll_ctl fail at random seeded calls. A fault that ends a
+ * connection (ECONNRESET, EPIPE; ENOMEM or EPERM from epoll_ctl on its
+ * fd) marks it "hit"; the others (EINTR, EAGAIN, short counts, any
+ * accept4 failure) must cost nothing. Every connection either receives
+ * all its echoes in order or, if hit, a prefix of them in order and then
+ * its close; every frame is released; nothing stays open. */
+#define R_CONNS  16
+#define R_FRAMES 100
+#define FD_MAX   4096
+
+typedef struct rconn {
+    int id, port, echoed, sent_n, released;
+    bool closed, done, hit;
+    int reason;
+    lull_stream cli;
+    sent frames[R_FRAMES];
+    unsigned char *bufs[R_FRAMES];
+} rconn;
+
+typedef struct sconn {
+    lull_stream s;
+    bool open;
+} sconn;
+
+static rconn *rconns;
+static sconn sconns[R_CONNS * 2];
+static int nsconns, sconns_open;
+static int fd_conn[FD_MAX]; /* fd -> connection id + 1 (0: none) */
+static uint64_t r_seed;
+static int r_hits, r_complete;
+
+static void r_fail(int line, const char *what, int id) {
+    check_fail(__FILE__, line, "seed %" PRIu64 ": connection %d: %s", r_seed,
+               id, what);
+}
+
+static void r_inject(int kind, int fd, int err) {
+    bool ends = err == ECONNRESET || err == EPIPE || kind == K_EPOLL_CTL;
+    if (!ends || fd < 0 || fd >= FD_MAX || !fd_conn[fd]) return;
+    rconns[fd_conn[fd] - 1].hit = true;
+}
+
+static void r_cli_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    rconn *c = LULL_CONTAINER_OF(ep, rconn, cli.ep);
+    if (c->echoed >= R_FRAMES || !frame_ok(bytes, len, c->id, c->echoed))
+        r_fail(__LINE__, "echo out of order or corrupt", c->id);
+    if (++c->echoed == R_FRAMES) {
+        c->done = c->closed = true;
+        lull_endpoint_close(ep, 0);
+    }
+}
+
+static void r_cli_close(lull_endpoint *ep, int reason) {
+    rconn *c = LULL_CONTAINER_OF(ep, rconn, cli.ep);
+    if (c->closed) r_fail(__LINE__, "closed twice", c->id);
+    c->closed = true;
+    c->reason = reason;
+}
+
+static void r_cli_connected(lull_stream *s, int status) {
+    rconn *c = LULL_CONTAINER_OF(s, rconn, cli);
+    if (status < 0) {
+        c->closed = true;
+        c->reason = status;
+    }
+}
+
+static void r_release(lull_frame *fr) {
+    sent *s = LULL_CONTAINER_OF(fr, sent, fr);
+    ((rconn *)(void *)s->owner)->released++;
+}
+
+static void r_srv_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)lull_send_copy(ep, bytes, len); /* -EPIPE once it failed */
+}
+
+static void r_srv_close(lull_endpoint *ep, int reason) {
+    (void)reason;
+    sconn *sc = LULL_CONTAINER_OF(ep, sconn, s.ep);
+    sc->open = false;
+    sconns_open--;
+}
+
+static void r_connection(lull_server *s) {
+    CHECK(nsconns < R_CONNS * 2);
+    struct sockaddr_in peer;
+    socklen_t len = sizeof peer;
+    CHECK_EQ(getpeername(s->pending, (struct sockaddr *)&peer, &len), 0);
+    int port = ntohs(peer.sin_port), id = -1;
+    for (int i = 0; i < R_CONNS; i++)
+        if (rconns[i].port == port) id = i;
+    CHECK(id >= 0 && s->pending < FD_MAX);
+    fd_conn[s->pending] = id + 1;
+    sconn *sc = &sconns[nsconns++];
+    if (lull_stream_accept(s, &sc->s, NULL) < 0) return; /* fd closed */
+    sc->open = true;
+    sconns_open++;
+    lull_endpoint_callbacks(&sc->s.ep, r_srv_frame, NULL, r_srv_close);
+}
+
+static bool r_over(void *arg) {
+    (void)arg;
+    for (int i = 0; i < R_CONNS; i++)
+        if (!rconns[i].closed) return false;
+    return sconns_open == 0;
+}
+
+static uint64_t r_injected[K_COUNT][NERR];
+
+static void random_seed(uint64_t seed) {
+    r_seed = seed;
+    lull_loop *loop = new_loop();
+    shim_reset(seed);
+    memset(fd_conn, 0, sizeof fd_conn);
+    nsconns = sconns_open = 0;
+    rconns = calloc(R_CONNS, sizeof *rconns);
+    CHECK(rconns);
+    CHECK_EQ(lull_tcp_listen(loop, &srv, "127.0.0.1", 0, 64, r_connection), 0);
+    srv.retry_ns = 1000000;
+    for (int i = 0; i < R_CONNS; i++) {
+        rconn *c = &rconns[i];
+        c->id = i;
+        CHECK_EQ(lull_tcp_connect(loop, &c->cli, "127.0.0.1",
+                                  lull_server_port(&srv), NULL,
+                                  r_cli_connected),
+                 0);
+        lull_endpoint_callbacks(&c->cli.ep, r_cli_frame, NULL, r_cli_close);
+        int fd = lull_stream_fd(&c->cli);
+        struct sockaddr_in me;
+        socklen_t len = sizeof me;
+        CHECK_EQ(getsockname(fd, (struct sockaddr *)&me, &len), 0);
+        c->port = ntohs(me.sin_port);
+        CHECK(fd < FD_MAX);
+        fd_conn[fd] = i + 1;
+        for (int k = 0; k < R_FRAMES; k++) {
+            size_t n = frame_size(i, k);
+            c->bufs[k] = malloc(n);
+            CHECK(c->bufs[k]);
+            fill_frame(c->bufs[k], i, k, n);
+            c->frames[k] = (sent){
+                .fr = {.bytes = c->bufs[k], .len = n, .release = r_release},
+                .owner = (flow *)(void *)c};
+            if (lull_send(&c->cli.ep, &c->frames[k].fr) == 0) c->sent_n++;
+        }
+    }
+    const int rw[] = {EINTR, EINTR, EINTR, EAGAIN, EAGAIN, EAGAIN,
+                      SHORT, SHORT, SHORT, SHORT,  SHORT,  ECONNRESET};
+    const int sw[] = {EINTR, EINTR, EINTR, EAGAIN, EAGAIN, EAGAIN,
+                      SHORT, SHORT, SHORT, SHORT,  SHORT,  EPIPE};
+    const int ac[] = {EINTR, EAGAIN, ECONNABORTED, EMFILE, ENOMEM, EPERM};
+    const int ep[] = {ENOMEM, EPERM};
+    add_rule(K_RECV, -1, 0, 1, UINT64_MAX, 4, rw, 12);
+    add_rule(K_SENDMSG, -1, 0, 1, UINT64_MAX, 4, sw, 12);
+    add_rule(K_ACCEPT, -1, 0, 1, UINT64_MAX, 3, ac, 6);
+    add_rule(K_EPOLL_CTL, -1, EPOLL_CTL_ADD, 1, UINT64_MAX, 20, ep, 2);
+    add_rule(K_EPOLL_CTL, -1, EPOLL_CTL_MOD, 1, UINT64_MAX, 20, ep, 2);
+    on_inject = r_inject;
+    snprintf(fail_note, sizeof fail_note, " (seed %" PRIu64 ")", seed);
+    arm(true);
+    run_until_pred(loop, r_over, NULL, 20);
+    arm(false);
+    fail_note[0] = '\0';
+    for (int i = 0; i < R_CONNS; i++) {
+        rconn *c = &rconns[i];
+        if (!c->hit && !c->done) {
+            char what[96];
+            snprintf(what, sizeof what,
+                     "no fault ended it, yet %d of %d echoes, reason %d",
+                     c->echoed, R_FRAMES, c->reason);
+            r_fail(__LINE__, what, i);
+        }
+        if (c->released != c->sent_n)
+            r_fail(__LINE__, "frames not released", i);
+        r_hits += c->hit && !c->done;
+        r_complete += c->done;
+        for (int k = 0; k < R_FRAMES; k++)
+            free(c->bufs[k]);
+    }
+    lull_server_close(&srv);
+    pthread_mutex_lock(&shim_lock);
+    for (int k = 0; k < K_COUNT; k++)
+        for (int e = 0; e < NERR; e++)
+            r_injected[k][e] += injected[k][e];
+    pthread_mutex_unlock(&shim_lock);
+    free(rconns);
+    end_loop(loop);
+}
+
+TEST(random_faults_echo) {
+    const char *one = getenv("LULL_FAULT_SEED");
+    const char *many = getenv("LULL_FAULT_SEEDS");
+    uint64_t first = one ? strtoull(one, NULL, 0) : 1;
+    int seeds = one ? 1 : many ? atoi(many) : 32;
+    for (int i = 0; i < seeds; i++)
+        random_seed(first + (uint64_t)i);
+    memcpy(injected, r_injected, sizeof injected);
+    printf("%d seeds from %" PRIu64 ", %d connections of %d frames each: %d "
+           "complete, %d ended by a fault, the rest (hit but complete) %d\n",
+           seeds, first, seeds * R_CONNS, R_FRAMES, r_complete, r_hits,
+           seeds * R_CONNS - r_complete - r_hits);
+    report("random_faults_echo");
+}
