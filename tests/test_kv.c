@@ -1,5 +1,5 @@
-/* lull-kv's request parser and keyspace (examples/kv/resp.c, store.c),
- * tested directly: no loop, no sockets.
+/* lull-kv's request parser, keyspace and write log (examples/kv/resp.c,
+ * store.c, repl.c), tested directly: no loop, no sockets.
  *
  * The parser is driven the way the server drives it: bytes arrive in
  * chunks, are appended to a buffer, and every complete command at its
@@ -10,10 +10,13 @@
  * however it is cut, and the commands before it must still come out. */
 #include "check.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../examples/kv/repl.h"
 #include "../examples/kv/resp.h"
 #include "../examples/kv/store.h"
 
@@ -265,4 +268,76 @@ TEST(store_keys) {
     CHECK_EQ(store_set(&st, "k", 1, "v", 1), 0);
     CHECK_EQ(st.count, 1);
     store_free(&st);
+}
+
+/* ---------------------------------------------------------- replication */
+
+TEST(repl_log_records_and_offsets) {
+    /* Records of many sizes, twenty longer than a chunk (so the chunk
+     * table grows past its first 16 entries): walking the log
+     * gives every record back, in order, each one multibulk request that
+     * parses to what was appended; the offsets are byte counts. */
+    repl_log log;
+    repl_log_init(&log);
+    static char big[REPL_CHUNK + 100];
+    memset(big, 'v', sizeof big);
+    enum { N = 30000 };
+    char key[32];
+    uint64_t expect_end = 0;
+    for (int i = 0; i < N; i++) {
+        int kn = snprintf(key, sizeof key, "key:%d", i);
+        size_t vlen = i % 1500 == 0 ? sizeof big : (size_t)(i % 97);
+        resp_arg a[3] = {{"SET", 3}, {key, (size_t)kn}, {big, vlen}};
+        size_t len = repl_record_len(a, 3);
+        CHECK_EQ(repl_log_reserve(&log, len), 0);
+        repl_log_append(&log, a, 3);
+        expect_end += len;
+    }
+    CHECK_U64_EQ(log.end, expect_end);
+    CHECK_EQ(log.nrec, N);
+    CHECK(log.nchunks > 20); /* the walk crosses chunks */
+    resp_limits lim = {.max_bulk = sizeof big, .max_args = 4};
+    repl_cursor cur;
+    CHECK_EQ(repl_log_seek(&log, 0, &cur), 0);
+    uint64_t off = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK_U64_EQ(repl_log_offset(&log, &cur), off);
+        size_t len;
+        const char *p = repl_log_next(&log, &cur, &len);
+        CHECK(p != NULL);
+        resp_arg a[4];
+        size_t argc;
+        const char *err = NULL;
+        CHECK_EQ(resp_parse(&lim, p, len, a, &argc, &err), (long)len);
+        int kn = snprintf(key, sizeof key, "key:%d", i);
+        size_t vlen = i % 1500 == 0 ? sizeof big : (size_t)(i % 97);
+        CHECK(argc == 3 && a[1].len == (size_t)kn &&
+              memcmp(a[1].p, key, (size_t)kn) == 0 && a[2].len == vlen);
+        off += len;
+    }
+    size_t len;
+    CHECK(repl_log_next(&log, &cur, &len) == NULL);
+    CHECK_U64_EQ(off, log.end);
+
+    /* Seeking: to every 997th record's start, inside a record, past the
+     * end; and at the end, the next append is the next record. */
+    for (size_t r = 0; r < log.nrec; r += 997) {
+        CHECK_EQ(repl_log_seek(&log, log.starts[r], &cur), 0);
+        const char *p = repl_log_next(&log, &cur, &len);
+        repl_cursor c0;
+        CHECK_EQ(repl_log_seek(&log, 0, &c0), 0);
+        for (size_t j = 0; j < r; j++)
+            repl_log_next(&log, &c0, &len);
+        CHECK(repl_log_next(&log, &c0, &len) == p);
+        CHECK_EQ(repl_log_seek(&log, log.starts[r] + 1, &cur), -EINVAL);
+    }
+    CHECK_EQ(repl_log_seek(&log, log.end + 1, &cur), -EINVAL);
+    CHECK_EQ(repl_log_seek(&log, log.end, &cur), 0);
+    CHECK(!repl_log_more(&log, &cur));
+    resp_arg f = {"FLUSHALL", 8};
+    CHECK_EQ(repl_log_reserve(&log, repl_record_len(&f, 1)), 0);
+    repl_log_append(&log, &f, 1);
+    const char *p = repl_log_next(&log, &cur, &len);
+    CHECK(p && len == 18 && memcmp(p, "*1\r\n$8\r\nFLUSHALL\r\n", 18) == 0);
+    repl_log_free(&log);
 }
