@@ -554,3 +554,53 @@ TEST(info_replication_fields) {
     kv_free(&r);
     kv_free(&p);
 }
+
+TEST(incr_integers_as_redis_reads_them) {
+    static const struct {
+        const char *s;
+        bool ok;
+        long long v;
+    } cases[] = {
+        {"0", true, 0},
+        {"7", true, 7},
+        {"-7", true, -7},
+        {"9223372036854775807", true, INT64_MAX},
+        {"-9223372036854775808", true, INT64_MIN},
+        {"9223372036854775808", false, 0},
+        {"-9223372036854775809", false, 0},
+        {"99999999999999999999", false, 0},
+        {"007", false, 0}, /* leading zeros */
+        {"00", false, 0},
+        {"-0", false, 0},
+        {"-01", false, 0},
+        {"+1", false, 0}, /* a plus sign */
+        {" 1", false, 0}, /* spaces */
+        {"1 ", false, 0},
+        {"", false, 0},
+        {"-", false, 0},
+        {"1x", false, 0},
+        {"0x10", false, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long long v = 12345;
+        bool ok = kv_parse_i64(cases[i].s, strlen(cases[i].s), &v);
+        if (ok != cases[i].ok || (ok && v != cases[i].v))
+            check_fail(__FILE__, __LINE__, "\"%s\": %s %lld", cases[i].s,
+                       ok ? "accepted" : "refused", v);
+    }
+    /* And through INCR: refused values are not changed, nor logged. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    exec_words(&p, &out, "SET z 007");
+    CHECK(strcmp(exec_words(&p, &out, "INCR z"),
+                 "-ERR value is not an integer or out of range\r\n") == 0);
+    exec_words(&p, &out, "SET z 9223372036854775807");
+    CHECK(strcmp(exec_words(&p, &out, "INCR z"),
+                 "-ERR increment or decrement would overflow\r\n") == 0);
+    exec_words(&p, &out, "SET z -1");
+    CHECK(strcmp(exec_words(&p, &out, "INCR z"), ":0\r\n") == 0);
+    CHECK_EQ(p.log.nrec, 4); /* three SETs and the INCR that ran */
+    buf_free(&out);
+    kv_free(&p);
+}

@@ -86,16 +86,33 @@ static bool is(const resp_arg *a, const char *name) {
 }
 
 bool kv_parse_i64(const char *p, size_t n, long long *out) {
+    /* At most a sign and 19 digits: INT64_MIN is "-9223372036854775808". */
     if (n == 0 || n > 20) return false;
-    char tmp[21];
-    memcpy(tmp, p, n);
-    tmp[n] = 0;
-    if (!(tmp[0] == '-' || (tmp[0] >= '0' && tmp[0] <= '9'))) return false;
-    char *end;
-    errno = 0;
-    long long v = strtoll(tmp, &end, 10);
-    if (errno || *end) return false;
-    *out = v;
+    bool neg = p[0] == '-';
+    size_t i = neg;
+    if (i == n) return false;
+    /* "0" alone; otherwise the first digit is 1-9 ("007", "-0" refused,
+     * as Redis refuses them). */
+    if (p[i] == '0') {
+        if (n != 1) return false;
+        *out = 0;
+        return true;
+    }
+    unsigned long long v = 0;
+    for (; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return false;
+        unsigned d = (unsigned)(p[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    if (neg) {
+        if (v > (unsigned long long)INT64_MAX + 1) return false;
+        *out =
+            v == (unsigned long long)INT64_MAX + 1 ? INT64_MIN : -(long long)v;
+    } else {
+        if (v > (unsigned long long)INT64_MAX) return false;
+        *out = (long long)v;
+    }
     return true;
 }
 

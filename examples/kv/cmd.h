@@ -75,8 +75,8 @@ int kv_apply(kv *k, const resp_arg *a, size_t argc, const char **err);
 long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
                      const char *bytes, size_t len, const char **err);
 
-/* INCR's integer: an optional '-' and digits, no spaces, no leading '+',
- * within int64. */
+/* INCR's integer: what Redis accepts (an optional '-', digits without a
+ * leading zero, within int64; no '+', no spaces). */
 bool kv_parse_i64(const char *p, size_t n, long long *out);
 
 /* INFO [section]: sections "replication" and "clients"; none, "all",

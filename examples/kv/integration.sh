@@ -4,7 +4,7 @@
 # 10,000 keys mass-inserted with `redis-cli --pipe` read back one by one over
 # the Unix socket; INCR from 8 concurrent redis-cli processes summed
 # correctly; DBSIZE, EXISTS, DEL, FLUSHALL; inline commands; a malformed
-# request closing that connection only.
+# request closing that connection only; INCR refusing leading zeros.
 # Replication: a replica catching up the 10,000 keys, reaching the
 # primary's offset and answering every key as the primary does; -READONLY;
 # INFO's fields; live follow; links killed by the primary and resumed from
@@ -101,6 +101,12 @@ exec 3>&-
 [ "$raw" = "+PONG \$2 hi -ERR Protocol error: invalid bulk length " ] ||
     fail "raw connection: '$raw'"
 [ "$(cli PING)" = PONG ] || fail "PING after a protocol error"
+
+# INCR reads integers as Redis does: no leading zeros, no '+'.
+cli SET z 007 >/dev/null
+[ "$(cli INCR z)" = "ERR value is not an integer or out of range" ] || fail "INCR on 007"
+cli SET z +1 >/dev/null
+[ "$(cli INCR z)" = "ERR value is not an integer or out of range" ] || fail "INCR on +1"
 
 # ---------------------------------------------------------- replication
 
