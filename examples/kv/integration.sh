@@ -4,7 +4,8 @@
 # 10,000 keys mass-inserted with `redis-cli --pipe` read back one by one over
 # the Unix socket; INCR from 8 concurrent redis-cli processes summed
 # correctly; DBSIZE, EXISTS, DEL, FLUSHALL; inline commands; a malformed
-# request closing that connection only; INCR refusing leading zeros.
+# request closing that connection only; QUIT and a protocol error closing
+# the connection without waiting for the client; INCR refusing leading zeros.
 # Replication: a replica catching up the 10,000 keys, reaching the
 # primary's offset and answering every key as the primary does; -READONLY;
 # INFO's fields; live follow; links killed by the primary and resumed from
@@ -97,10 +98,30 @@ wait $(jobs -p | grep -v -x -F "$(echo $pids | tr ' ' '\n')")
 exec 3<>"/dev/tcp/127.0.0.1/$port"
 printf 'PING\r\nECHO hi\r\n*1\r\n$x\r\nPING\r\n' >&3
 raw=$(timeout 5 cat <&3 | tr -d '\r' | tr '\n' ' ')
-exec 3>&-
 [ "$raw" = "+PONG \$2 hi -ERR Protocol error: invalid bulk length " ] ||
     fail "raw connection: '$raw'"
+# The server closed it (not only its write side): with our end still open,
+# only redis-cli's own connection is counted.
+only_cli() {
+    local clients
+    for _ in $(seq 40); do
+        clients=$(cli INFO clients | tr -d '\r' | sed -n 's/^connected_clients://p')
+        [ "$clients" = 1 ] && return
+        sleep 0.05
+    done
+    fail "$1 left the connection open: connected_clients:$clients"
+}
+only_cli "a protocol error"
+exec 3>&-
 [ "$(cli PING)" = PONG ] || fail "PING after a protocol error"
+
+# QUIT: +OK, then the server closes the connection itself.
+exec 3<>"/dev/tcp/127.0.0.1/$port"
+printf 'QUIT\r\n' >&3
+raw=$(timeout 5 cat <&3 | tr -d '\r')
+[ "$raw" = "+OK" ] || fail "QUIT: '$raw'"
+only_cli QUIT
+exec 3>&-
 
 # INCR reads integers as Redis does: no leading zeros, no '+'.
 cli SET z 007 >/dev/null

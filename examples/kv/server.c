@@ -14,9 +14,11 @@
  * commands costs one write, not N. A connection whose replies pile up past
  * the stream's high-water mark stops reading until they drain.
  *
- * A protocol error answers `-ERR Protocol error: ...`, then shuts the write
- * side down and ignores the rest of that client's input until it hangs up;
- * no other connection notices.
+ * QUIT and a protocol error (`-ERR Protocol error: ...`) end a connection:
+ * the last replies go out as one frame of our own, the write side is shut,
+ * and the frame's release (it is in the kernel) closes the socket, so the
+ * server does not wait for the client to hang up. No other connection
+ * notices.
  *
  * Replication (docs/KV.md). A primary logs every write (repl.c); a
  * connection that sends `REPLSYNC <replid|?> <offset> <port>` becomes a
@@ -136,10 +138,12 @@ typedef struct server {
 struct conn {
     lull_stream s;
     server *srv;
-    buf in;       /* bytes read and not yet parsed into a command */
-    buf out;      /* replies to the current chunk, sent at its end */
-    bool closing; /* QUIT or a protocol error: input is ignored now */
-    rlink *link;  /* set by REPLSYNC: this is a replica's link */
+    buf in;         /* bytes read and not yet parsed into a command */
+    buf out;        /* replies to the current chunk, sent at its end */
+    bool closing;   /* QUIT or a protocol error: input is ignored now */
+    bool gone;      /* on_close ran while `fin` was in flight */
+    lull_frame fin; /* the last replies (bytes: out): its release closes */
+    rlink *link;    /* set by REPLSYNC: this is a replica's link */
 };
 
 static server *the_server; /* lull_server has no data pointer: one server */
@@ -346,7 +350,20 @@ static void conn_free(conn *c) {
 
 static void on_close(lull_endpoint *ep, int reason) {
     (void)reason; /* EOF, reset, ...: the client is gone either way */
-    conn_free(LULL_CONTAINER_OF(ep, conn, s.ep));
+    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
+    if (c->fin.in_flight) {
+        c->gone = true; /* fin's release, right after this, frees it */
+        return;
+    }
+    conn_free(c);
+}
+
+/* The last replies are in the kernel (or were dropped by a close): the
+ * connection is done. */
+static void fin_release(lull_frame *f) {
+    conn *c = LULL_CONTAINER_OF(f, conn, fin);
+    if (!c->gone) lull_endpoint_close(&c->s.ep, 0);
+    conn_free(c);
 }
 
 /* Sends what the chunk produced, and pushes back when it piles up. The
@@ -365,11 +382,18 @@ static void on_drain(lull_endpoint *ep) {
     if (c->link) lull_post(c->srv->loop, &c->link->task);
 }
 
-/* Stops serving this client: the queued replies are written, then the
- * write side is shut; its input is ignored until it hangs up. */
+/* Stops serving this client: its last replies leave as `fin`, the write
+ * side is shut, and fin's release closes the socket. c may be gone when
+ * this returns. */
 static void conn_finish(conn *c) {
     c->closing = true;
-    flush(c);
+    c->fin = (lull_frame){
+        .bytes = c->out.p, .len = c->out.len, .release = fin_release};
+    if (c->out.len == 0 || lull_send(&c->s.ep, &c->fin) < 0) {
+        lull_endpoint_close(&c->s.ep, 0);
+        conn_free(c);
+        return;
+    }
     lull_stream_shutdown(&c->s);
 }
 
