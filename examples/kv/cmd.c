@@ -192,31 +192,46 @@ static void log_write(kv *k, const resp_arg *a, size_t argc) {
 
 static void run_write(kv *k, const resp_arg *a, size_t argc, buf *out) {
     if (is(&a[0], "SET")) {
-        if (argc != 3) /* plain SET only: no EX, NX, ... */
-            return wrong_args(out, &a[0]);
+        if (argc != 3) { /* plain SET only: no EX, NX, ... */
+            wrong_args(out, &a[0]);
+            return;
+        }
         if (!log_room(k, a, argc, out)) return;
-        if (store_set(&k->db, a[1].p, a[1].len, a[2].p, a[2].len) < 0)
-            return buf_str(out, "-OOM out of memory\r\n");
+        if (store_set(&k->db, a[1].p, a[1].len, a[2].p, a[2].len) < 0) {
+            buf_str(out, "-OOM out of memory\r\n");
+            return;
+        }
         log_write(k, a, argc);
         buf_str(out, "+OK\r\n");
     } else if (is(&a[0], "DEL")) {
-        if (argc < 2) return wrong_args(out, &a[0]);
+        if (argc < 2) {
+            wrong_args(out, &a[0]);
+            return;
+        }
         if (!log_room(k, a, argc, out)) return;
         long long n = w_del(k, a + 1, argc - 1);
         if (n) log_write(k, a, argc);
         buf_int(out, ':', n);
     } else if (is(&a[0], "INCR")) {
-        if (argc != 2) return wrong_args(out, &a[0]);
+        if (argc != 2) {
+            wrong_args(out, &a[0]);
+            return;
+        }
         if (!log_room(k, a, argc, out)) return;
         long long n;
         int rc = w_incr(k, &a[1], &n);
-        if (rc == -EINVAL)
-            return buf_str(out,
-                           "-ERR value is not an integer or out of range\r\n");
-        if (rc == -ERANGE)
-            return buf_str(out,
-                           "-ERR increment or decrement would overflow\r\n");
-        if (rc < 0) return buf_str(out, "-OOM out of memory\r\n");
+        if (rc == -EINVAL) {
+            buf_str(out, "-ERR value is not an integer or out of range\r\n");
+            return;
+        }
+        if (rc == -ERANGE) {
+            buf_str(out, "-ERR increment or decrement would overflow\r\n");
+            return;
+        }
+        if (rc < 0) {
+            buf_str(out, "-OOM out of memory\r\n");
+            return;
+        }
         log_write(k, a, argc);
         buf_int(out, ':', n);
     } else { /* FLUSHALL, FLUSHDB */
@@ -243,10 +258,16 @@ int kv_exec(kv *k, const resp_arg *a, size_t argc, buf *out) {
         else
             wrong_args(out, &a[0]);
     } else if (is(&a[0], "ECHO")) {
-        if (argc != 2) return wrong_args(out, &a[0]), 0;
+        if (argc != 2) {
+            wrong_args(out, &a[0]);
+            return 0;
+        }
         buf_bulk(out, a[1].p, a[1].len);
     } else if (is(&a[0], "GET")) {
-        if (argc != 2) return wrong_args(out, &a[0]), 0;
+        if (argc != 2) {
+            wrong_args(out, &a[0]);
+            return 0;
+        }
         size_t vlen;
         const char *v = store_get(db, a[1].p, a[1].len, &vlen);
         if (v)
@@ -254,7 +275,10 @@ int kv_exec(kv *k, const resp_arg *a, size_t argc, buf *out) {
         else
             buf_str(out, "$-1\r\n");
     } else if (is(&a[0], "EXISTS")) {
-        if (argc < 2) return wrong_args(out, &a[0]), 0;
+        if (argc < 2) {
+            wrong_args(out, &a[0]);
+            return 0;
+        }
         long long n = 0;
         for (size_t i = 1; i < argc; i++) {
             size_t vlen;
@@ -264,7 +288,10 @@ int kv_exec(kv *k, const resp_arg *a, size_t argc, buf *out) {
     } else if (is(&a[0], "DBSIZE")) {
         buf_int(out, ':', (long long)db->count);
     } else if (is(&a[0], "INFO")) {
-        if (argc > 2) return wrong_args(out, &a[0]), 0;
+        if (argc > 2) {
+            wrong_args(out, &a[0]);
+            return 0;
+        }
         kv_info(k, argc == 2 ? &a[1] : NULL, out);
     } else if (is(&a[0], "QUIT")) {
         buf_str(out, "+OK\r\n");

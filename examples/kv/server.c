@@ -585,13 +585,17 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     buf_put(&m->in, bytes, len);
     if (m->in.oom) {
         m->in.oom = false;
-        return master_malformed(srv, "out of memory");
+        master_malformed(srv, "out of memory");
+        return;
     }
     if (m->state == M_SYNC && master_handshake(srv) <= 0) return;
     const char *err = "";
     long n = kv_apply_stream(&srv->kv, &srv->lim, srv->argv, m->in.p, m->in.len,
                              &err);
-    if (n < 0) return master_malformed(srv, err);
+    if (n < 0) {
+        master_malformed(srv, err);
+        return;
+    }
     buf_consume(&m->in, (size_t)n);
     if (srv->kv.offset != m->acked) lull_post(srv->loop, &m->ack);
 }
