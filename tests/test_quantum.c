@@ -180,7 +180,10 @@ TEST(due_timer_fires_during_long_producer) {
     lull_post(loop, &prod.task);
     CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_U64_EQ(prod.left, 0);
-    CHECK_LE(1, timer_fired_at_slice);
+    /* Fired (0: before the first slice, when a loaded machine held the
+     * thread past the 1 ms deadline before the run began), and before the
+     * producer's last slice: never left for the end of the run. */
+    CHECK_LE(0, timer_fired_at_slice);
     CHECK(timer_fired_at_slice < prod.slices);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
