@@ -39,30 +39,44 @@ static inline lull_loopback *end_of(lull_endpoint *ep) {
     return LULL_CONTAINER_OF(ep, lull_loopback, ep);
 }
 
+/* The timer half of claim_turn: out of line, so the task path (the
+ * default) needs no saved registers or stack frame. */
+__attribute__((noinline)) static void claim_timer(lull_loopback *lb) {
+    if (lull_timer_active(&lb->timer)) return;
+    lb->turns++;
+    lull_timer_start(&lb->timer, lb->delay_ns, 0);
+}
+
 /* Claims this end's delivery turn, unless it is already claimed. */
 static inline void claim_turn(lull_loopback *lb) {
     if (LULL_LIKELY(lb->deliver == LULL_DELIVER_TASK)) {
         if (lull__node_queued(&lb->task.node)) return;
-        lull__post(lb->loop, &lb->task);
+        lb->turns++;
+        lull__post(lb->loop, &lb->task); /* last: its rare call is a jump */
     } else {
-        if (lull_timer_active(&lb->timer)) return;
-        lull_timer_start(&lb->timer, lb->delay_ns, 0);
+        claim_timer(lb);
     }
-    lb->turns++;
 }
 
-/* One turn: the oldest frame, or the peer's close once no frame is left. */
-static void deliver(lull_loopback *lb) {
+/* The turn that finds no frame: the peer's close, once the frames before
+ * it were delivered. Rare, so kept out of the frame path. */
+__attribute__((noinline)) static void deliver_close(lull_loopback *lb) {
+    if (!lb->close_pending) return;
+    lb->close_pending = false;
+    lb->ep.flags |= LULL__EP_CLOSED;
+    if (lb->ep.on_close) lb->ep.on_close(&lb->ep, lb->reason);
+}
+
+/* One turn: the oldest frame, or the peer's close once no frame is left.
+ * The inbox's tail is only read while head is set, so taking the last
+ * frame leaves it stale rather than spending a store on it. */
+static inline void deliver(lull_loopback *lb) {
     lull_frame *f = lb->head;
-    if (!f) {
-        if (!lb->close_pending) return;
-        lb->close_pending = false;
-        lb->ep.flags |= LULL__EP_CLOSED;
-        if (lb->ep.on_close) lb->ep.on_close(&lb->ep, lb->reason);
+    if (LULL_UNLIKELY(!f)) {
+        deliver_close(lb);
         return;
     }
     lb->head = f->next;
-    if (!lb->head) lb->tail = NULL;
     size_t len = f->len;
     lb->delivered++;
     /* The frame, release and drain callbacks may close this end and free
@@ -71,21 +85,39 @@ static void deliver(lull_loopback *lb) {
      * not nest: lull_run and lull_settle refuse to run inside a callback.) */
     bool closed = false;
     lb->closed_flag = &closed;
-    if (lb->ep.on_frame) lb->ep.on_frame(&lb->ep, f->bytes, len);
+    if (LULL_LIKELY(lb->ep.on_frame != NULL))
+        lb->ep.on_frame(&lb->ep, f->bytes, len);
     lull__frame_release(f);
     if (closed) return;
     /* The callbacks may have closed either end: read `peer` only now. The
      * drain runs after the release, so it may re-send this very frame. */
     lull_loopback *sender = lb->peer;
-    if (sender) lull__endpoint_sent(&sender->ep, len);
-    if (closed) return;
+    if (LULL_LIKELY(sender != NULL)) {
+        /* An open sender still counts this frame (only a close, which
+         * clears `peer`, zeroes its count): no underflow. The drain is due
+         * when the count crosses high_water, that is when before lies in
+         * [high_water, high_water + len): one unsigned compare. */
+        size_t before = sender->ep.queued;
+        LULL_ASSERT(before >= len, "lull: loopback queued count underflow");
+        sender->ep.queued = before - len;
+        if (LULL_UNLIKELY(before - sender->ep.high_water < len)) {
+            lull__endpoint_drain(&sender->ep);
+            if (closed) return;
+        }
+    }
     lb->closed_flag = NULL;
-    if (!(lb->ep.flags & LULL__EP_CLOSED) && (lb->head || lb->close_pending))
-        claim_turn(lb);
+    /* Open here (a close of this end set `closed`): claim the next turn if
+     * a frame or the peer's close waits. */
+    LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
+                "lull: a closed loopback end past its delivery");
+    if (lb->head || LULL_UNLIKELY(lb->close_pending)) claim_turn(lb);
 }
 
 static void deliver_task(lull_task *t) {
-    deliver(LULL_CONTAINER_OF(t, lull_loopback, task));
+    lull_loopback *lb = LULL_CONTAINER_OF(t, lull_loopback, task);
+    /* One register for the end, not one for it and one for its task. */
+    __asm__("" : "+r"(lb));
+    deliver(lb);
 }
 
 static void deliver_timer(lull_timer *t) {
@@ -97,7 +129,7 @@ static void loopback_send(lull_endpoint *ep, lull_frame *frame) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
     lull_loopback *b = a->peer;
     LULL_ASSERT(b, "lull: an open loopback end without a peer");
-    if (b->tail) {
+    if (b->head) {
         b->tail->next = frame;
     } else {
         b->head = frame;
