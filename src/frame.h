@@ -37,9 +37,9 @@ static inline void lull__endpoint_sent(lull_endpoint *ep, size_t n) {
 void lull__endpoint_peer_gone(lull_endpoint *ep);
 
 /* Gives a frame back to its owner: no longer in flight, then its release
- * callback. The transport must not touch the frame afterwards. */
+ * callback. The transport must not touch the frame afterwards. `next` is
+ * left as it was: it means nothing out of flight, and lull_send sets it. */
 static inline void lull__frame_release(lull_frame *frame) {
-    frame->next = NULL;
     frame->in_flight = false;
     if (frame->release) frame->release(frame);
 }
