@@ -34,28 +34,17 @@
 
 #include "frame.h"
 #include "internal.h"
+#include "loopback.h"
 
 static inline lull_loopback *end_of(lull_endpoint *ep) {
     return LULL_CONTAINER_OF(ep, lull_loopback, ep);
 }
 
-/* The timer half of claim_turn: out of line, so the task path (the
- * default) needs no saved registers or stack frame. */
-__attribute__((noinline)) static void claim_timer(lull_loopback *lb) {
-    if (lull_timer_active(&lb->timer)) return;
+int lull__loopback_claim_timer(lull_loopback *lb) {
+    if (lull_timer_active(&lb->timer)) return 0;
     lb->turns++;
     lull_timer_start(&lb->timer, lb->delay_ns, 0);
-}
-
-/* Claims this end's delivery turn, unless it is already claimed. */
-static inline void claim_turn(lull_loopback *lb) {
-    if (LULL_LIKELY(lb->deliver == LULL_DELIVER_TASK)) {
-        if (lull__node_queued(&lb->task.node)) return;
-        lb->turns++;
-        lull__post(lb->loop, &lb->task); /* last: its rare call is a jump */
-    } else {
-        claim_timer(lb);
-    }
+    return 0;
 }
 
 /* The turn that finds no frame: the peer's close, once the frames before
@@ -110,7 +99,7 @@ static inline void deliver(lull_loopback *lb) {
      * a frame or the peer's close waits. */
     LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
                 "lull: a closed loopback end past its delivery");
-    if (lb->head || LULL_UNLIKELY(lb->close_pending)) claim_turn(lb);
+    if (lb->head || LULL_UNLIKELY(lb->close_pending)) lull__loopback_claim(lb);
 }
 
 static void deliver_task(lull_task *t) {
@@ -124,18 +113,10 @@ static void deliver_timer(lull_timer *t) {
     deliver(LULL_CONTAINER_OF(t, lull_loopback, timer));
 }
 
+/* lull_send calls lull__loopback_send itself; this entry serves any
+ * other caller of the ops. */
 static void loopback_send(lull_endpoint *ep, lull_frame *frame) {
-    lull_loopback *a = end_of(ep);
-    LULL_ASSERT_LOOP_THREAD(a->loop);
-    lull_loopback *b = a->peer;
-    LULL_ASSERT(b, "lull: an open loopback end without a peer");
-    if (b->head) {
-        b->tail->next = frame;
-    } else {
-        b->head = frame;
-    }
-    b->tail = frame;
-    claim_turn(b);
+    lull__loopback_send(end_of(ep), frame);
 }
 
 static void loopback_close(lull_endpoint *ep, int reason) {
@@ -157,7 +138,7 @@ static void loopback_close(lull_endpoint *ep, int reason) {
         lull__endpoint_peer_gone(&b->ep);
         b->close_pending = true;
         b->reason = reason;
-        claim_turn(b);
+        lull__loopback_claim(b);
     }
     /* Last: a release callback may do anything, this end is consistent. */
     while (inbox) {
@@ -167,11 +148,12 @@ static void loopback_close(lull_endpoint *ep, int reason) {
     }
 }
 
-static const lull_frame_ops loopback_ops = {loopback_send, loopback_close};
+const lull_frame_ops lull__loopback_ops = {loopback_send, loopback_close};
 
 static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                      const lull_loopback_options *o) {
-    lull__endpoint_init(&lb->ep, &loopback_ops, o->max_frame, o->high_water);
+    lull__endpoint_init(&lb->ep, &lull__loopback_ops, o->max_frame,
+                        o->high_water);
     lull_task_init(&lb->task, deliver_task);
     lull_timer_init(loop, &lb->timer, deliver_timer);
     lb->loop = loop;
