@@ -79,12 +79,13 @@ int lull_send(lull_endpoint *ep, lull_frame *frame) {
         return send_refused(ep, frame);
     /* The loopback's hand-over inline, not through an indirect call: its
      * round trip is what the bare turn is measured against. */
-    if (LULL_UNLIKELY(ep->ops != &lull__loopback_ops))
+    if (LULL_UNLIKELY(ep->ops != &lull__loopback_task_ops))
         return send_by_ops(ep, frame);
     frame->in_flight = true;
     frame->next = NULL;
     ep->queued += frame->len;
-    return lull__loopback_send(LULL_CONTAINER_OF(ep, lull_loopback, ep), frame);
+    return lull__loopback_send_task(LULL_CONTAINER_OF(ep, lull_loopback, ep),
+                                    frame);
 }
 
 /* The copy path: one block holds the link and the bytes, freed on release. */

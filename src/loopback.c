@@ -40,11 +40,25 @@ static inline lull_loopback *end_of(lull_endpoint *ep) {
     return LULL_CONTAINER_OF(ep, lull_loopback, ep);
 }
 
-int lull__loopback_claim_timer(lull_loopback *lb) {
-    if (lull_timer_active(&lb->timer)) return 0;
+/* The timer half of claim_turn: out of line, so the task path (the
+ * default) needs no saved registers or stack frame. */
+__attribute__((noinline)) static void claim_timer(lull_loopback *lb) {
+    if (lull_timer_active(&lb->timer)) return;
     lb->turns++;
     lull_timer_start(&lb->timer, lb->delay_ns, 0);
-    return 0;
+}
+
+/* Claims this end's delivery turn, unless it is already claimed. `timer`
+ * is the end's delivery (lb->deliver), a constant where the caller knows
+ * it. */
+static inline void claim_turn(lull_loopback *lb, bool timer) {
+    if (LULL_UNLIKELY(timer)) {
+        claim_timer(lb);
+        return;
+    }
+    if (lull__node_queued(&lb->task.node)) return;
+    lb->turns++;
+    lull__post(lb->loop, &lb->task);
 }
 
 /* The turn that finds no frame: the peer's close, once the frames before
@@ -59,7 +73,7 @@ __attribute__((noinline)) static void deliver_close(lull_loopback *lb) {
 /* One turn: the oldest frame, or the peer's close once no frame is left.
  * The inbox's tail is only read while head is set, so taking the last
  * frame leaves it stale rather than spending a store on it. */
-static inline void deliver(lull_loopback *lb) {
+static inline void deliver(lull_loopback *lb, bool timer) {
     lull_frame *f = lb->head;
     if (LULL_UNLIKELY(!f)) {
         deliver_close(lb);
@@ -99,24 +113,39 @@ static inline void deliver(lull_loopback *lb) {
      * a frame or the peer's close waits. */
     LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
                 "lull: a closed loopback end past its delivery");
-    if (lb->head || LULL_UNLIKELY(lb->close_pending)) lull__loopback_claim(lb);
+    if (lb->head || LULL_UNLIKELY(lb->close_pending)) claim_turn(lb, timer);
 }
 
 static void deliver_task(lull_task *t) {
     lull_loopback *lb = LULL_CONTAINER_OF(t, lull_loopback, task);
     /* One register for the end, not one for it and one for its task. */
     __asm__("" : "+r"(lb));
-    deliver(lb);
+    deliver(lb, false);
 }
 
 static void deliver_timer(lull_timer *t) {
-    deliver(LULL_CONTAINER_OF(t, lull_loopback, timer));
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, timer), true);
 }
 
-/* lull_send calls lull__loopback_send itself; this entry serves any
+/* lull_send runs lull__loopback_send_task itself; this entry serves any
  * other caller of the ops. */
-static void loopback_send(lull_endpoint *ep, lull_frame *frame) {
-    lull__loopback_send(end_of(ep), frame);
+static void loopback_send_task(lull_endpoint *ep, lull_frame *frame) {
+    lull__loopback_send_task(end_of(ep), frame);
+}
+
+/* An end that delivers by timer: the same append, the timer's claim. */
+static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
+    lull_loopback *a = end_of(ep);
+    LULL_ASSERT_LOOP_THREAD(a->loop);
+    lull_loopback *b = a->peer;
+    LULL_ASSERT(b, "lull: an open loopback end without a peer");
+    if (b->head) {
+        b->tail->next = frame;
+    } else {
+        b->head = frame;
+    }
+    b->tail = frame;
+    claim_turn(b, true);
 }
 
 static void loopback_close(lull_endpoint *ep, int reason) {
@@ -138,7 +167,7 @@ static void loopback_close(lull_endpoint *ep, int reason) {
         lull__endpoint_peer_gone(&b->ep);
         b->close_pending = true;
         b->reason = reason;
-        lull__loopback_claim(b);
+        claim_turn(b, b->deliver == LULL_DELIVER_TIMER);
     }
     /* Last: a release callback may do anything, this end is consistent. */
     while (inbox) {
@@ -148,12 +177,18 @@ static void loopback_close(lull_endpoint *ep, int reason) {
     }
 }
 
-const lull_frame_ops lull__loopback_ops = {loopback_send, loopback_close};
+const lull_frame_ops lull__loopback_task_ops = {loopback_send_task,
+                                                loopback_close};
+static const lull_frame_ops loopback_timer_ops = {loopback_send_timer,
+                                                  loopback_close};
 
 static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                      const lull_loopback_options *o) {
-    lull__endpoint_init(&lb->ep, &lull__loopback_ops, o->max_frame,
-                        o->high_water);
+    lull__endpoint_init(&lb->ep,
+                        o->deliver == LULL_DELIVER_TIMER
+                            ? &loopback_timer_ops
+                            : &lull__loopback_task_ops,
+                        o->max_frame, o->high_water);
     lull_task_init(&lb->task, deliver_task);
     lull_timer_init(loop, &lb->timer, deliver_timer);
     lb->loop = loop;

@@ -8,38 +8,32 @@
 
 #include "internal.h"
 
-/* The loopback's lull_frame_ops: lull_send compares ep->ops with it. */
-extern const lull_frame_ops lull__loopback_ops;
+/* The ops of a loopback end that delivers by task (the default; an end
+ * that delivers by timer has ops of its own): lull_send compares ep->ops
+ * with it, so the inline path below never asks which delivery it is. */
+extern const lull_frame_ops lull__loopback_task_ops;
 
-/* The timer half of lull__loopback_claim, out of line: the task path (the
- * default) then needs no saved registers or stack frame. Returns 0, so
- * that callers can end in a jump to it. */
-int lull__loopback_claim_timer(lull_loopback *lb);
-
-/* Claims this end's delivery turn, unless it is already claimed. 0. */
-static inline int lull__loopback_claim(lull_loopback *lb) {
-    if (LULL_UNLIKELY(lb->deliver != LULL_DELIVER_TASK))
-        return lull__loopback_claim_timer(lb);
-    if (lull__node_queued(&lb->task.node)) return 0;
-    lb->turns++;
-    lull__post(lb->loop, &lb->task);
-    return 0;
-}
-
-/* Appends an accepted frame (in flight, next NULL, counted) to the peer's
- * inbox and claims the peer's turn; 0, for lull_send to return. The
- * inbox's tail is only read while head is set. */
-static inline int lull__loopback_send(lull_loopback *a, lull_frame *frame) {
+/* Appends an accepted frame (in flight, next NULL, counted) to the inbox
+ * of a task-delivery end's peer and posts the peer's delivery task unless
+ * it is queued; 0, for lull_send to return. The inbox's tail is only read
+ * while head is set. */
+static inline int lull__loopback_send_task(lull_loopback *a,
+                                           lull_frame *frame) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
     lull_loopback *b = a->peer;
     LULL_ASSERT(b, "lull: an open loopback end without a peer");
+    LULL_ASSERT(b->deliver == LULL_DELIVER_TASK,
+                "lull: task ops on a loopback end that delivers by timer");
     if (b->head) {
         b->tail->next = frame;
     } else {
         b->head = frame;
     }
     b->tail = frame;
-    return lull__loopback_claim(b);
+    if (lull__node_queued(&b->task.node)) return 0;
+    b->turns++;
+    lull__post(b->loop, &b->task);
+    return 0;
 }
 
 #endif
