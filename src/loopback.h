@@ -14,9 +14,13 @@
 extern const lull_frame_ops lull__loopback_task_ops;
 
 /* Appends an accepted frame (in flight, next NULL, counted) to the inbox
- * of a task-delivery end's peer and posts the peer's delivery task unless
- * it is queued; 0, for lull_send to return. The inbox's tail is only read
- * while head is set. */
+ * of a task-delivery end's peer and claims the peer's turn; 0, for
+ * lull_send to return. By the invariant of src/loopback.c the inbox alone
+ * says whether the turn needs claiming: b is a's peer, so b is open with
+ * no close pending, and then a non-empty inbox has its turn claimed (or
+ * b's delivery runs, and claims it when it ends, seeing the frame), while
+ * an empty one has none. The inbox's tail is only read while head is
+ * set. */
 static inline int lull__loopback_send_task(lull_loopback *a,
                                            lull_frame *frame) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
@@ -24,15 +28,16 @@ static inline int lull__loopback_send_task(lull_loopback *a,
     LULL_ASSERT(b, "lull: an open loopback end without a peer");
     LULL_ASSERT(b->deliver == LULL_DELIVER_TASK,
                 "lull: task ops on a loopback end that delivers by timer");
-    if (b->head) {
+    if (LULL_UNLIKELY(b->head != NULL)) {
         b->tail->next = frame;
-    } else {
-        b->head = frame;
+        b->tail = frame;
+        return 0;
     }
-    b->tail = frame;
-    if (lull__node_queued(&b->task.node)) return 0;
+    b->head = b->tail = frame;
+    LULL_ASSERT(!lull__node_queued(&b->task.node) && !b->close_pending,
+                "lull: a loopback end with an empty inbox and a turn");
     b->turns++;
-    lull__post(b->loop, &b->task);
+    lull__post_unqueued(b->loop, &b->task);
     return 0;
 }
 
