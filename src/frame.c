@@ -5,7 +5,9 @@
  * the same errno; the count of queued bytes and the writable / drain
  * crossing; the copy path's one allocation per frame. The transport owns the
  * queue, the delivery (or the writes) and the close handshake, through
- * lull_frame_ops and src/frame.h.
+ * lull_frame_ops and src/frame.h. One exception to the indirection:
+ * lull_send runs the loopback's task-delivery send inline
+ * (src/loopback.h), the in-process round trip being the hot path.
  *
  * Invariants: a frame is in flight from an accepted send until
  * lull__frame_release; `queued` is the sum of the lengths of the frames in

@@ -23,6 +23,10 @@
  * again and may be reused or freed as soon as lull_endpoint_close returns,
  * inside a delivery to it too (closed_flag tells the delivery).
  *
+ * The send half of an end that delivers by task lives in src/loopback.h,
+ * so that lull_send inlines it; it leans on the first invariant: an open
+ * end's inbox alone says whether its turn is claimed.
+ *
  * The five rows (BRIEF 1A):
  *   Trigger                 a send to this end, or the peer's close
  *   Source of truth         the inbox and close_pending
