@@ -5,7 +5,7 @@
 #ifndef LULL_FRAME_H
 #define LULL_FRAME_H
 
-#include "lull.h"
+#include "internal.h"
 
 /* lull_endpoint.flags */
 #define LULL__EP_CLOSED    0x1u /* closed here, or the peer's close delivered */
@@ -24,12 +24,14 @@ void lull__endpoint_drain(lull_endpoint *ep);
  * the count from at or above the high-water mark to below it, and the
  * endpoint is still open, its drain callback runs here, once: call this
  * where a callback may run, never inside lull_send. Inline: it runs once
- * per frame. */
+ * per frame. The bytes must still be counted (an endpoint that closed, or
+ * whose peer did, counts none: do not call this for it). The crossing is
+ * `before` in [high_water, high_water + n): one unsigned compare. */
 static inline void lull__endpoint_sent(lull_endpoint *ep, size_t n) {
     size_t before = ep->queued;
-    ep->queued = n < before ? before - n : 0;
-    if (__builtin_expect(before >= ep->high_water, 0) &&
-        ep->queued < ep->high_water)
+    LULL_ASSERT(before >= n, "lull: endpoint queued count underflow");
+    ep->queued = before - n;
+    if (__builtin_expect(before - ep->high_water < n, 0))
         lull__endpoint_drain(ep);
 }
 

@@ -100,17 +100,10 @@ static inline void deliver(lull_loopback *lb, bool timer) {
      * drain runs after the release, so it may re-send this very frame. */
     lull_loopback *sender = lb->peer;
     if (LULL_LIKELY(sender != NULL)) {
-        /* An open sender still counts this frame (only a close, which
-         * clears `peer`, zeroes its count): no underflow. The drain is due
-         * when the count crosses high_water, that is when before lies in
-         * [high_water, high_water + len): one unsigned compare. */
-        size_t before = sender->ep.queued;
-        LULL_ASSERT(before >= len, "lull: loopback queued count underflow");
-        sender->ep.queued = before - len;
-        if (LULL_UNLIKELY(before - sender->ep.high_water < len)) {
-            lull__endpoint_drain(&sender->ep);
-            if (closed) return;
-        }
+        /* An open sender still counts this frame: only a close, which
+         * clears `peer`, zeroes its count. */
+        lull__endpoint_sent(&sender->ep, len);
+        if (closed) return; /* its drain closed this end */
     }
     lb->closed_flag = NULL;
     /* Open here (a close of this end set `closed`): claim the next turn if
@@ -121,10 +114,7 @@ static inline void deliver(lull_loopback *lb, bool timer) {
 }
 
 static void deliver_task(lull_task *t) {
-    lull_loopback *lb = LULL_CONTAINER_OF(t, lull_loopback, task);
-    /* One register for the end, not one for it and one for its task. */
-    __asm__("" : "+r"(lb));
-    deliver(lb, false);
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, task), false);
 }
 
 static void deliver_timer(lull_timer *t) {
