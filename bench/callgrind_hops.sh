@@ -7,6 +7,7 @@
 # hop_cost_peers was built with. Rows that check I/O the same way compare
 # like for like: lull's default with libevent at a 500 us dispatch
 # interval; lull every hop with uv_idle, ev_idle and libevent per callback.
+# One row is per round trip instead: the loopback pair's, beside the hops.
 #
 #   bench/callgrind_hops.sh [BUILD_DIR] [N1] [N2]
 #   (BUILD_DIR defaults to build/release; N1, N2 to 100000, 300000)
@@ -56,6 +57,10 @@ per_hop "lull: posted task (I/O every hop)" "$bench/hop_cost" task-every-hop
 per_hop "lull: zero-delay timer (I/O every 0.5 ms)" "$bench/hop_cost" timer0
 per_hop "lull: zero-delay timer (I/O every hop)" "$bench/hop_cost" \
     timer0-every-hop
+# Not a hop: a loopback round trip (a frame each way, two delivery turns),
+# lull-lab loopback's "round trip alone"; issue 7 wants it ≤ 2 × two hops.
+per_hop "lull: loopback round trip (2 turns, 2 frames)" "$bench/hop_cost" \
+    loopback
 for mode in $("$bench/hop_cost_peers" list); do
     case $mode in
     uv-idle) label="libuv: uv_idle (next iteration)" ;;

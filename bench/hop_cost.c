@@ -4,11 +4,15 @@
  * hop costs (setup and teardown cancel out). Like lull-lab's chains, the
  * loop watches one idle socket, so its I/O check is real.
  *
- *   hop_cost task|timer0|task-every-hop|timer0-every-hop N
+ *   hop_cost task|timer0|task-every-hop|timer0-every-hop|loopback N
  *
  * The -every-hop modes run the loop with quantum_ns = 1, so it checks I/O
  * after every hop, as the peers' next-iteration callbacks do; the others
- * run lull's default (one I/O check per 0.5 ms quantum). */
+ * run lull's default (one I/O check per 0.5 ms quantum). The loopback mode
+ * runs N round trips of lull-lab's "round trip alone" instead: one frame
+ * each way over a loopback pair, handed over and re-sent from the frame
+ * callback (two delivery turns per round trip), so its figure compares
+ * with two task hops. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +45,29 @@ static void task_hop(lull_task *task) {
     }
 }
 
+/* The loopback round trip: each end bounces its one frame back. */
+typedef struct bounce {
+    lull_loopback end[2];
+    lull_frame frame[2];
+    unsigned long payload[2];
+    lull_io *io;
+    unsigned long left; /* frames still to send */
+} bounce;
+
+static bounce *the_bounce;
+
+static void bounce_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)bytes;
+    (void)len;
+    bounce *b = the_bounce;
+    if (b->left == 0) {
+        lull_io_stop(b->io);
+        return;
+    }
+    b->left--;
+    lull_send(ep, &b->frame[ep == &b->end[0].ep ? 0 : 1]);
+}
+
 static void timer_hop(lull_timer *timer) {
     chain *c = LULL_CONTAINER_OF(timer, chain, timer);
     if (--c->left > 0) {
@@ -52,18 +79,19 @@ static void timer_hop(lull_timer *timer) {
 
 int main(int argc, char **argv) {
     static const char *const modes[] = {"task", "timer0", "task-every-hop",
-                                        "timer0-every-hop"};
+                                        "timer0-every-hop", "loopback"};
     int mode = -1;
-    for (int i = 0; argc == 3 && i < 4; i++)
+    for (int i = 0; argc == 3 && i < 5; i++)
         if (strcmp(argv[1], modes[i]) == 0) mode = i;
     if (mode < 0) {
         fprintf(stderr,
-                "usage: hop_cost task|timer0|task-every-hop|timer0-every-hop "
-                "N\n");
+                "usage: hop_cost "
+                "task|timer0|task-every-hop|timer0-every-hop|loopback N\n");
         return 2;
     }
     bool timer = mode == 1 || mode == 3;
-    lull_loop_options opts = {.quantum_ns = mode >= 2 ? 1 : 0};
+    bool loopback = mode == 4;
+    lull_loop_options opts = {.quantum_ns = mode == 2 || mode == 3 ? 1 : 0};
     unsigned long hops = strtoul(argv[2], NULL, 10);
     if (hops == 0) return 2;
 
@@ -84,10 +112,33 @@ int main(int argc, char **argv) {
     lull_task_init(&c.task, task_hop);
     lull_timer_init(c.loop, &c.timer, timer_hop);
     c.left = hops;
+    static bounce b;
+    if (loopback) {
+        rc = lull_loopback_pair(c.loop, &b.end[0], &b.end[1], NULL);
+        if (rc < 0) {
+            fprintf(stderr, "lull_loopback_pair: %s\n", strerror(-rc));
+            return 1;
+        }
+        for (int i = 0; i < 2; i++) {
+            b.frame[i] = (lull_frame){.bytes = &b.payload[i],
+                                      .len = sizeof b.payload[i]};
+            lull_endpoint_callbacks(&b.end[i].ep, bounce_frame, NULL, NULL);
+        }
+        b.io = &c.io;
+        b.left = 2 * hops - 1;
+        the_bounce = &b;
+        c.left = 0;
+    }
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (timer) {
+    if (loopback) {
+        rc = lull_send(&b.end[0].ep, &b.frame[0]);
+        if (rc < 0) {
+            fprintf(stderr, "lull_send: %s\n", strerror(-rc));
+            return 1;
+        }
+    } else if (timer) {
         lull_timer_start(&c.timer, 0, 0);
     } else {
         lull_post(c.loop, &c.task);
@@ -101,10 +152,17 @@ int main(int argc, char **argv) {
     lull_loop_metrics(c.loop, &m);
     fprintf(stderr, "lull %s: %lu hops, %.1f ns/hop, %.4f polls/hop\n", argv[1],
             hops, ns / (double)hops, (double)m.polls / (double)hops);
+    if (loopback &&
+        (b.left != 0 || b.end[0].delivered + b.end[1].delivered != 2 * hops))
+        rc = -EPROTO;
     if (rc < 0 || c.left != 0) {
         fprintf(stderr, "lull_run: %s (%lu hops left)\n", strerror(-rc),
                 c.left);
         return 1;
+    }
+    if (loopback) {
+        lull_endpoint_close(&b.end[0].ep, 0);
+        lull_endpoint_close(&b.end[1].ep, 0);
     }
     rc = lull_loop_free(c.loop);
     close(sv[0]);

@@ -5,7 +5,7 @@
 #ifndef LULL_FRAME_H
 #define LULL_FRAME_H
 
-#include "lull.h"
+#include "internal.h"
 
 /* lull_endpoint.flags */
 #define LULL__EP_CLOSED    0x1u /* closed here, or the peer's close delivered */
@@ -24,12 +24,14 @@ void lull__endpoint_drain(lull_endpoint *ep);
  * the count from at or above the high-water mark to below it, and the
  * endpoint is still open, its drain callback runs here, once: call this
  * where a callback may run, never inside lull_send. Inline: it runs once
- * per frame. */
+ * per frame. The bytes must still be counted (an endpoint that closed, or
+ * whose peer did, counts none: do not call this for it). The crossing is
+ * `before` in [high_water, high_water + n): one unsigned compare. */
 static inline void lull__endpoint_sent(lull_endpoint *ep, size_t n) {
     size_t before = ep->queued;
-    ep->queued = n < before ? before - n : 0;
-    if (__builtin_expect(before >= ep->high_water, 0) &&
-        ep->queued < ep->high_water)
+    LULL_ASSERT(before >= n, "lull: endpoint queued count underflow");
+    ep->queued = before - n;
+    if (__builtin_expect(before - ep->high_water < n, 0))
         lull__endpoint_drain(ep);
 }
 
@@ -37,9 +39,9 @@ static inline void lull__endpoint_sent(lull_endpoint *ep, size_t n) {
 void lull__endpoint_peer_gone(lull_endpoint *ep);
 
 /* Gives a frame back to its owner: no longer in flight, then its release
- * callback. The transport must not touch the frame afterwards. */
+ * callback. The transport must not touch the frame afterwards. `next` is
+ * left as it was: it means nothing out of flight, and lull_send sets it. */
 static inline void lull__frame_release(lull_frame *frame) {
-    frame->next = NULL;
     frame->in_flight = false;
     if (frame->release) frame->release(frame);
 }

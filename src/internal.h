@@ -336,13 +336,17 @@ void lull__wait_sample_begin(lull_loop *loop, lull__node *n);
 
 /* lull_post's work, for modules that post on their own hot path (a
  * transport's delivery turn): the same queue push and wait sample, without
- * the call and the argument checks the caller has already made. */
-static inline void lull__post(lull_loop *loop, lull_task *task) {
-    if (lull__node_queued(&task->node)) return; /* coalesced: runs once */
+ * the call and the argument checks the caller has already made. The
+ * _unqueued half is for a caller that knows the task is not queued. */
+static inline void lull__post_unqueued(lull_loop *loop, lull_task *task) {
     task->loop = loop;
     lull__queue_push(&loop->ready, &task->node);
     if (LULL_UNLIKELY(loop->sample_armed))
         lull__wait_sample_begin(loop, &task->node);
+}
+static inline void lull__post(lull_loop *loop, lull_task *task) {
+    if (lull__node_queued(&task->node)) return; /* coalesced: runs once */
+    lull__post_unqueued(loop, task);
 }
 /* The name given with lull_loop_name, or NULL. */
 const char *lull__name_lookup(lull_loop *loop, lull_any_fn fn);

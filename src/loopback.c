@@ -23,6 +23,10 @@
  * again and may be reused or freed as soon as lull_endpoint_close returns,
  * inside a delivery to it too (closed_flag tells the delivery).
  *
+ * The send half of an end that delivers by task lives in src/loopback.h,
+ * so that lull_send inlines it; it leans on the first invariant: an open
+ * end's inbox alone says whether its turn is claimed.
+ *
  * The five rows (BRIEF 1A):
  *   Trigger                 a send to this end, or the peer's close
  *   Source of truth         the inbox and close_pending
@@ -34,35 +38,52 @@
 
 #include "frame.h"
 #include "internal.h"
+#include "loopback.h"
 
 static inline lull_loopback *end_of(lull_endpoint *ep) {
     return LULL_CONTAINER_OF(ep, lull_loopback, ep);
 }
 
-/* Claims this end's delivery turn, unless it is already claimed. */
-static inline void claim_turn(lull_loopback *lb) {
-    if (LULL_LIKELY(lb->deliver == LULL_DELIVER_TASK)) {
-        if (lull__node_queued(&lb->task.node)) return;
-        lull__post(lb->loop, &lb->task);
-    } else {
-        if (lull_timer_active(&lb->timer)) return;
-        lull_timer_start(&lb->timer, lb->delay_ns, 0);
-    }
+/* The timer half of claim_turn: out of line, so the task path (the
+ * default) needs no saved registers or stack frame. */
+__attribute__((noinline)) static void claim_timer(lull_loopback *lb) {
+    if (lull_timer_active(&lb->timer)) return;
     lb->turns++;
+    lull_timer_start(&lb->timer, lb->delay_ns, 0);
 }
 
-/* One turn: the oldest frame, or the peer's close once no frame is left. */
-static void deliver(lull_loopback *lb) {
+/* Claims this end's delivery turn, unless it is already claimed. `timer`
+ * is the end's delivery (lb->deliver), a constant where the caller knows
+ * it. */
+static inline void claim_turn(lull_loopback *lb, bool timer) {
+    if (LULL_UNLIKELY(timer)) {
+        claim_timer(lb);
+        return;
+    }
+    if (lull__node_queued(&lb->task.node)) return;
+    lb->turns++;
+    lull__post(lb->loop, &lb->task);
+}
+
+/* The turn that finds no frame: the peer's close, once the frames before
+ * it were delivered. Rare, so kept out of the frame path. */
+__attribute__((noinline)) static void deliver_close(lull_loopback *lb) {
+    if (!lb->close_pending) return;
+    lb->close_pending = false;
+    lb->ep.flags |= LULL__EP_CLOSED;
+    if (lb->ep.on_close) lb->ep.on_close(&lb->ep, lb->reason);
+}
+
+/* One turn: the oldest frame, or the peer's close once no frame is left.
+ * The inbox's tail is only read while head is set, so taking the last
+ * frame leaves it stale rather than spending a store on it. */
+static inline void deliver(lull_loopback *lb, bool timer) {
     lull_frame *f = lb->head;
-    if (!f) {
-        if (!lb->close_pending) return;
-        lb->close_pending = false;
-        lb->ep.flags |= LULL__EP_CLOSED;
-        if (lb->ep.on_close) lb->ep.on_close(&lb->ep, lb->reason);
+    if (LULL_UNLIKELY(!f)) {
+        deliver_close(lb);
         return;
     }
     lb->head = f->next;
-    if (!lb->head) lb->tail = NULL;
     size_t len = f->len;
     lb->delivered++;
     /* The frame, release and drain callbacks may close this end and free
@@ -71,39 +92,54 @@ static void deliver(lull_loopback *lb) {
      * not nest: lull_run and lull_settle refuse to run inside a callback.) */
     bool closed = false;
     lb->closed_flag = &closed;
-    if (lb->ep.on_frame) lb->ep.on_frame(&lb->ep, f->bytes, len);
+    if (LULL_LIKELY(lb->ep.on_frame != NULL))
+        lb->ep.on_frame(&lb->ep, f->bytes, len);
     lull__frame_release(f);
     if (closed) return;
     /* The callbacks may have closed either end: read `peer` only now. The
      * drain runs after the release, so it may re-send this very frame. */
     lull_loopback *sender = lb->peer;
-    if (sender) lull__endpoint_sent(&sender->ep, len);
-    if (closed) return;
+    if (LULL_LIKELY(sender != NULL)) {
+        /* An open sender still counts this frame: only a close, which
+         * clears `peer`, zeroes its count. */
+        lull__endpoint_sent(&sender->ep, len);
+        if (closed) return; /* its drain closed this end */
+    }
     lb->closed_flag = NULL;
-    if (!(lb->ep.flags & LULL__EP_CLOSED) && (lb->head || lb->close_pending))
-        claim_turn(lb);
+    /* Open here (a close of this end set `closed`): claim the next turn if
+     * a frame or the peer's close waits. */
+    LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
+                "lull: a closed loopback end past its delivery");
+    if (lb->head || LULL_UNLIKELY(lb->close_pending)) claim_turn(lb, timer);
 }
 
 static void deliver_task(lull_task *t) {
-    deliver(LULL_CONTAINER_OF(t, lull_loopback, task));
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, task), false);
 }
 
 static void deliver_timer(lull_timer *t) {
-    deliver(LULL_CONTAINER_OF(t, lull_loopback, timer));
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, timer), true);
 }
 
-static void loopback_send(lull_endpoint *ep, lull_frame *frame) {
+/* lull_send runs lull__loopback_send_task itself; this entry serves any
+ * other caller of the ops. */
+static void loopback_send_task(lull_endpoint *ep, lull_frame *frame) {
+    lull__loopback_send_task(end_of(ep), frame);
+}
+
+/* An end that delivers by timer: the same append, the timer's claim. */
+static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
     lull_loopback *a = end_of(ep);
     LULL_ASSERT_LOOP_THREAD(a->loop);
     lull_loopback *b = a->peer;
     LULL_ASSERT(b, "lull: an open loopback end without a peer");
-    if (b->tail) {
+    if (b->head) {
         b->tail->next = frame;
     } else {
         b->head = frame;
     }
     b->tail = frame;
-    claim_turn(b);
+    claim_turn(b, true);
 }
 
 static void loopback_close(lull_endpoint *ep, int reason) {
@@ -125,7 +161,7 @@ static void loopback_close(lull_endpoint *ep, int reason) {
         lull__endpoint_peer_gone(&b->ep);
         b->close_pending = true;
         b->reason = reason;
-        claim_turn(b);
+        claim_turn(b, b->deliver == LULL_DELIVER_TIMER);
     }
     /* Last: a release callback may do anything, this end is consistent. */
     while (inbox) {
@@ -135,11 +171,18 @@ static void loopback_close(lull_endpoint *ep, int reason) {
     }
 }
 
-static const lull_frame_ops loopback_ops = {loopback_send, loopback_close};
+const lull_frame_ops lull__loopback_task_ops = {loopback_send_task,
+                                                loopback_close};
+static const lull_frame_ops loopback_timer_ops = {loopback_send_timer,
+                                                  loopback_close};
 
 static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                      const lull_loopback_options *o) {
-    lull__endpoint_init(&lb->ep, &loopback_ops, o->max_frame, o->high_water);
+    lull__endpoint_init(&lb->ep,
+                        o->deliver == LULL_DELIVER_TIMER
+                            ? &loopback_timer_ops
+                            : &lull__loopback_task_ops,
+                        o->max_frame, o->high_water);
     lull_task_init(&lb->task, deliver_task);
     lull_timer_init(loop, &lb->timer, deliver_timer);
     lb->loop = loop;

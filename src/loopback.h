@@ -1,0 +1,44 @@
+/* The loopback pair's hand-over path (src/loopback.c), inline so that
+ * lull_send (src/frame.c) queues a loopback frame without an indirect call
+ * into the transport: the loopback is the in-process link whose round trip
+ * is measured against the bare turn (issue 7), and this is its hot half.
+ * Included by src/frame.c and src/loopback.c only. */
+#ifndef LULL_LOOPBACK_H
+#define LULL_LOOPBACK_H
+
+#include "internal.h"
+
+/* The ops of a loopback end that delivers by task (the default; an end
+ * that delivers by timer has ops of its own): lull_send compares ep->ops
+ * with it, so the inline path below never asks which delivery it is. */
+extern const lull_frame_ops lull__loopback_task_ops;
+
+/* Appends an accepted frame (in flight, next NULL, counted) to the inbox
+ * of a task-delivery end's peer and claims the peer's turn; 0, for
+ * lull_send to return. By the invariant of src/loopback.c the inbox alone
+ * says whether the turn needs claiming: b is a's peer, so b is open with
+ * no close pending, and then a non-empty inbox has its turn claimed (or
+ * b's delivery runs, and claims it when it ends, seeing the frame), while
+ * an empty one has none. The inbox's tail is only read while head is
+ * set. */
+static inline int lull__loopback_send_task(lull_loopback *a,
+                                           lull_frame *frame) {
+    LULL_ASSERT_LOOP_THREAD(a->loop);
+    lull_loopback *b = a->peer;
+    LULL_ASSERT(b, "lull: an open loopback end without a peer");
+    LULL_ASSERT(b->deliver == LULL_DELIVER_TASK,
+                "lull: task ops on a loopback end that delivers by timer");
+    if (LULL_UNLIKELY(b->head != NULL)) {
+        b->tail->next = frame;
+        b->tail = frame;
+        return 0;
+    }
+    b->head = b->tail = frame;
+    LULL_ASSERT(!lull__node_queued(&b->task.node) && !b->close_pending,
+                "lull: a loopback end with an empty inbox and a turn");
+    b->turns++;
+    lull__post_unqueued(b->loop, &b->task);
+    return 0;
+}
+
+#endif
