@@ -132,7 +132,7 @@ static pid_t spawn(char *const *args, int out_fd) {
         if (getppid() != parent) _exit(127); /* the parent is gone already */
         for (int i = 0; i < 3; i++)
             signal(caught[i], SIG_DFL);
-        int null = open("/dev/null", O_RDWR);
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (null >= 0) dup2(null, STDIN_FILENO);
         int out = out_fd >= 0 ? out_fd : null;
         if (out >= 0) {
@@ -175,10 +175,11 @@ static void sleep_ms(int ms) {
 }
 
 /* An unlinked temporary file for a child's output: a child writing much
- * never blocks on it, and its first lines are there to quote. */
+ * never blocks on it, and its first lines are there to quote. Close-on-exec,
+ * so that only its own child (through dup2) inherits it. */
 static int temp_output(void) {
     char path[] = "/tmp/lull-lab-serve-XXXXXX";
-    int fd = mkstemp(path);
+    int fd = mkostemp(path, O_CLOEXEC);
     if (fd < 0) return -1;
     unlink(path);
     return fd;
@@ -1146,10 +1147,9 @@ static int serve_body(const lab_options *opts, lab_json *json,
     printf("\n");
     if (json) lab_json_end_array(json);
     if (!have_kv || !have_redis || !have_bench) {
+        printf("serve skipped (it needs all three):");
         for (int i = 0; i < nskipped; i++)
-            printf("%s\n", skipped[i]);
-        printf("serve: needs lull-kv, redis-server and redis-benchmark; "
-               "skipped\n");
+            printf(" %s%s", skipped[i], i + 1 < nskipped ? ";" : "\n");
         return 0;
     }
     if (json) {
