@@ -36,6 +36,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,9 +118,27 @@ static void guard_children(bool on) {
     }
 }
 
-/* Starts path with args, its stdout and stderr on out_fd (-1: /dev/null).
- * Returns its pid, or a negative errno. */
-static pid_t spawn(char *const *args, int out_fd) {
+/* The two CPUs the servers and the clients are pinned to (-1: not
+ * pinned, when this process may run on one CPU only). */
+static int cpu_server = -1, cpu_client = -1;
+
+static void choose_cpus(void) {
+    cpu_set_t set;
+    cpu_server = cpu_client = -1;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    for (int c = 0; c < CPU_SETSIZE && cpu_client < 0; c++) {
+        if (!CPU_ISSET(c, &set)) continue;
+        if (cpu_server < 0)
+            cpu_server = c;
+        else
+            cpu_client = c;
+    }
+    if (cpu_client < 0) cpu_server = -1;
+}
+
+/* Starts path with args, its stdout and stderr on out_fd (-1: /dev/null),
+ * pinned to cpu (-1: not pinned). Returns its pid, or a negative errno. */
+static pid_t spawn(char *const *args, int out_fd, int cpu) {
     int slot = -1;
     for (int i = 0; i < MAX_CHILDREN && slot < 0; i++)
         if (children[i] <= 0) slot = i;
@@ -130,6 +149,12 @@ static pid_t spawn(char *const *args, int out_fd) {
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(127); /* the parent is gone already */
+        if (cpu >= 0) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(cpu, &set);
+            sched_setaffinity(0, sizeof set, &set);
+        }
         for (int i = 0; i < 3; i++)
             signal(caught[i], SIG_DFL);
         int null = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -195,10 +220,10 @@ static void first_line(int fd, char *buf, size_t size) {
 /* Runs args to the end with stdout captured into buf (size-1 bytes at
  * most); gives up and kills it after timeout_ms without output. */
 static int run_capture(char *const *args, char *buf, size_t size,
-                       int timeout_ms) {
+                       int timeout_ms, int cpu) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) return -errno;
-    pid_t pid = spawn(args, pipefd[1]);
+    pid_t pid = spawn(args, pipefd[1], cpu);
     close(pipefd[1]);
     if (pid < 0) {
         close(pipefd[0]);
@@ -279,7 +304,7 @@ static bool tool_version(char *path, const char *marker, char *out,
                          size_t size) {
     char *args[] = {path, "--version", NULL};
     char buf[256];
-    if (run_capture(args, buf, sizeof buf, 5000) != 0) return false;
+    if (run_capture(args, buf, sizeof buf, 5000, -1) != 0) return false;
     const char *v = strstr(buf, marker);
     if (!v) return false;
     v += strlen(marker);
@@ -514,7 +539,7 @@ static bool server_ready(server *s, bool read_port) {
 }
 
 /* lull-kv on a port of its choosing, with extra arguments (NULL-ended). */
-static bool start_kv(server *s, const char *const *extra) {
+static bool start_kv(server *s, const char *const *extra, int cpu) {
     memset(s, 0, sizeof *s);
     s->out_fd = temp_output();
     char *args[16] = {kv_path, "--port", "0"};
@@ -522,7 +547,7 @@ static bool start_kv(server *s, const char *const *extra) {
     for (int i = 0; extra && extra[i] && n < 15; i++)
         args[n++] = (char *)extra[i];
     args[n] = NULL;
-    s->pid = spawn(args, s->out_fd);
+    s->pid = spawn(args, s->out_fd, cpu);
     if (s->pid < 0) {
         snprintf(s->why, sizeof s->why, "cannot start: %s", strerror(-s->pid));
         s->pid = 0;
@@ -535,7 +560,7 @@ static bool start_kv(server *s, const char *const *extra) {
 
 /* Starts redis-server, persistence off, one I/O thread; replica_of > 0
  * makes it a replica of 127.0.0.1:replica_of. */
-static bool spawn_redis(server *s, int replica_of) {
+static bool spawn_redis(server *s, int replica_of, int cpu) {
     memset(s, 0, sizeof *s);
     s->out_fd = temp_output();
     snprintf(s->dir, sizeof s->dir, "/tmp/lull-lab-redis-XXXXXX");
@@ -568,7 +593,7 @@ static bool spawn_redis(server *s, int replica_of) {
         args[n++] = master;
     }
     args[n] = NULL;
-    s->pid = spawn(args, s->out_fd);
+    s->pid = spawn(args, s->out_fd, cpu);
     if (s->pid < 0) {
         snprintf(s->why, sizeof s->why, "cannot start: %s", strerror(-s->pid));
         s->pid = 0;
@@ -580,9 +605,9 @@ static bool spawn_redis(server *s, int replica_of) {
 
 /* spawn_redis, then waits for PING. A port taken meanwhile by someone
  * else makes it exit at once: it is tried on another (three times). */
-static bool start_redis(server *s, int replica_of) {
+static bool start_redis(server *s, int replica_of, int cpu) {
     for (int attempt = 0; attempt < 3; attempt++) {
-        if (!spawn_redis(s, replica_of)) return false;
+        if (!spawn_redis(s, replica_of, cpu)) return false;
         if (server_ready(s, false)) return true;
         server_stop(s);
     }
@@ -649,7 +674,7 @@ static int benchmark(int port, int requests, int clients, int pipeline,
         "-n",       n,    "-c",        c,    "-P", P,    "--csv",
         NULL};
     static char buf[8192];
-    int rc = run_capture(args, buf, sizeof buf, 60000);
+    int rc = run_capture(args, buf, sizeof buf, 60000, cpu_client);
     if (rc < 0) return rc;
     double rps[TESTS], p50[TESTS], p99[TESTS];
     if (parse_csv(buf, rps, p50, p99) != TESTS) return -EPROTO;
@@ -745,7 +770,9 @@ static pid_t ping_start(int port, int requests, int clients, int *rd) {
     snprintf(c, sizeof c, "%d", clients);
     char *args[] = {bench_path,   "-h", "127.0.0.1", "-p", p, "-t",
                     "ping_mbulk", "-n", n,           "-c", c, NULL};
-    pid_t pid = spawn(args, pipefd[1]);
+    /* On the primary's CPU, as replicate's pinger: the replica has the
+     * other one to itself. */
+    pid_t pid = spawn(args, pipefd[1], cpu_server);
     close(pipefd[1]);
     if (pid < 0)
         close(pipefd[0]);
@@ -797,7 +824,8 @@ static int replicate_once(const params *p, int row, repl_figures *f,
     bool kv = row != R_REDIS;
     const char *mode[] = {"--repl-mode",
                           row == R_KV_BUDGET ? "budget" : "per-record", NULL};
-    bool ok = kv ? start_kv(&primary, mode) : start_redis(&primary, 0);
+    bool ok = kv ? start_kv(&primary, mode, cpu_server)
+                 : start_redis(&primary, 0, cpu_server);
     if (!ok) {
         snprintf(f->why, sizeof f->why, "%s primary: %s",
                  kv ? "lull-kv" : "redis-server", primary.why);
@@ -865,11 +893,11 @@ static int replicate_once(const params *p, int row, repl_figures *f,
             replica.out_fd = temp_output();
             char *args[] = {kv_path,        "--port", "0",
                             "--replica-of", master,   NULL};
-            replica.pid = spawn(args, replica.out_fd);
+            replica.pid = spawn(args, replica.out_fd, cpu_client);
         } else {
             /* Not waited for: its sync may start at once, and the pings
              * must be running by then. */
-            if (!spawn_redis(&replica, primary.port)) {
+            if (!spawn_redis(&replica, primary.port, cpu_client)) {
                 snprintf(f->why, sizeof f->why, "redis-server replica: %s",
                          replica.why);
                 rc = -EIO;
@@ -1170,6 +1198,13 @@ static int serve_body(const lab_options *opts, lab_json *json,
            "-P 16 (-n %d) --csv, servers in turn (A B A B); %d rounds, "
            "median [min–max]\n",
            kv_path, p->clients, p->requests[0], p->requests[1], p->rounds);
+    if (cpu_server >= 0)
+        printf("servers pinned to CPU %d, redis-benchmark to CPU %d; in the "
+               "replication rows the primary and its pings share CPU %d, the "
+               "replica has CPU %d\n",
+               cpu_server, cpu_client, cpu_server, cpu_client);
+    else
+        printf("one CPU: nothing pinned\n");
 
     static figure f[SERVERS][DEPTHS][TESTS];
     static repl_figures r[REPL_ROWS];
@@ -1179,11 +1214,11 @@ static int serve_body(const lab_options *opts, lab_json *json,
     int rc = 0;
     uint64_t started = lab_now_ns();
     if (opts->only && strcmp(opts->only, "replication") == 0) goto replication;
-    if (!start_kv(&srv[S_KV], NULL)) {
+    if (!start_kv(&srv[S_KV], NULL, cpu_server)) {
         printf("lull-kv: %s\n", srv[S_KV].why);
         return -EIO;
     }
-    if (!start_redis(&srv[S_REDIS], 0)) {
+    if (!start_redis(&srv[S_REDIS], 0, cpu_server)) {
         printf("redis-server: %s\n", srv[S_REDIS].why);
         server_stop(&srv[S_KV]);
         return -EIO;
@@ -1243,6 +1278,7 @@ static int run_serve(const lab_options *opts, lab_json *json) {
     params p;
     set_params(opts, &p);
     kv_option = opts->kv_path;
+    choose_cpus();
     guard_children(true);
     int rc = serve_body(opts, json, &p);
     kill_all_children(); /* none should be left; never leave one behind */
