@@ -1,5 +1,6 @@
-/* lull-kv's request parser and keyspace (examples/kv/resp.c, store.c),
- * tested directly: no loop, no sockets.
+/* lull-kv's request parser, keyspace, commands and write log
+ * (examples/kv/resp.c, store.c, cmd.c, repl.c), tested directly: no loop,
+ * no sockets.
  *
  * The parser is driven the way the server drives it: bytes arrive in
  * chunks, are appended to a buffer, and every complete command at its
@@ -10,10 +11,14 @@
  * however it is cut, and the commands before it must still come out. */
 #include "check.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../examples/kv/cmd.h"
+#include "../examples/kv/repl.h"
 #include "../examples/kv/resp.h"
 #include "../examples/kv/store.h"
 
@@ -265,4 +270,287 @@ TEST(store_keys) {
     CHECK_EQ(store_set(&st, "k", 1, "v", 1), 0);
     CHECK_EQ(st.count, 1);
     store_free(&st);
+}
+
+/* ---------------------------------------------------------- replication */
+
+/* Runs one request given as words on k; returns the reply. */
+static const char *exec_words(kv *k, buf *out, const char *line) {
+    static char copy[4096];
+    resp_arg argv[MAX_ARGS];
+    size_t argc = 0;
+    snprintf(copy, sizeof copy, "%s", line);
+    for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
+        argv[argc++] = (resp_arg){w, strlen(w)};
+    out->len = 0;
+    kv_exec(k, argv, argc, out);
+    buf_put(out, "", 1); /* NUL: the reply as a string */
+    return out->p;
+}
+
+static void kv_setup(kv *k, bool replica) {
+    kv_init(k);
+    CHECK_EQ(store_init(&k->db), 0);
+    k->replica = replica;
+    memset(k->replid, 'a', 40);
+}
+
+static bool same_keys(const store *a, const store *b, const char *const *keys,
+                      size_t n) {
+    if (a->count != b->count) return false;
+    for (size_t i = 0; i < n; i++) {
+        size_t la, lb;
+        const char *va = store_get(a, keys[i], strlen(keys[i]), &la);
+        const char *vb = store_get(b, keys[i], strlen(keys[i]), &lb);
+        if (!va != !vb) return false;
+        if (va && (la != lb || memcmp(va, vb, la) != 0)) return false;
+    }
+    return true;
+}
+
+TEST(repl_log_records_and_offsets) {
+    /* Records of many sizes, twenty longer than a chunk (so the chunk
+     * table grows past its first 16 entries): walking the log
+     * gives every record back, in order, each one multibulk request that
+     * parses to what was appended; the offsets are byte counts. */
+    repl_log log;
+    repl_log_init(&log);
+    static char big[REPL_CHUNK + 100];
+    memset(big, 'v', sizeof big);
+    enum { N = 30000 };
+    char key[32];
+    uint64_t expect_end = 0;
+    for (int i = 0; i < N; i++) {
+        int kn = snprintf(key, sizeof key, "key:%d", i);
+        size_t vlen = i % 1500 == 0 ? sizeof big : (size_t)(i % 97);
+        resp_arg a[3] = {{"SET", 3}, {key, (size_t)kn}, {big, vlen}};
+        size_t len = repl_record_len(a, 3);
+        CHECK_EQ(repl_log_reserve(&log, len), 0);
+        repl_log_append(&log, a, 3);
+        expect_end += len;
+    }
+    CHECK_U64_EQ(log.end, expect_end);
+    CHECK_EQ(log.nrec, N);
+    CHECK(log.nchunks > 20); /* the walk crosses chunks */
+    resp_limits lim = {.max_bulk = sizeof big, .max_args = 4};
+    repl_cursor cur;
+    CHECK_EQ(repl_log_seek(&log, 0, &cur), 0);
+    uint64_t off = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK_U64_EQ(repl_log_offset(&log, &cur), off);
+        size_t len;
+        const char *p = repl_log_next(&log, &cur, &len);
+        CHECK(p != NULL);
+        resp_arg a[4];
+        size_t argc;
+        const char *err = NULL;
+        CHECK_EQ(resp_parse(&lim, p, len, a, &argc, &err), (long)len);
+        int kn = snprintf(key, sizeof key, "key:%d", i);
+        size_t vlen = i % 1500 == 0 ? sizeof big : (size_t)(i % 97);
+        CHECK(argc == 3 && a[1].len == (size_t)kn &&
+              memcmp(a[1].p, key, (size_t)kn) == 0 && a[2].len == vlen);
+        off += len;
+    }
+    size_t len;
+    CHECK(repl_log_next(&log, &cur, &len) == NULL);
+    CHECK_U64_EQ(off, log.end);
+
+    /* Seeking: to every 997th record's start, inside a record, past the
+     * end; and at the end, the next append is the next record. */
+    for (size_t r = 0; r < log.nrec; r += 997) {
+        CHECK_EQ(repl_log_seek(&log, log.starts[r], &cur), 0);
+        const char *p = repl_log_next(&log, &cur, &len);
+        repl_cursor c0;
+        CHECK_EQ(repl_log_seek(&log, 0, &c0), 0);
+        for (size_t j = 0; j < r; j++)
+            repl_log_next(&log, &c0, &len);
+        CHECK(repl_log_next(&log, &c0, &len) == p);
+        CHECK_EQ(repl_log_seek(&log, log.starts[r] + 1, &cur), -EINVAL);
+    }
+    CHECK_EQ(repl_log_seek(&log, log.end + 1, &cur), -EINVAL);
+    CHECK_EQ(repl_log_seek(&log, log.end, &cur), 0);
+    CHECK(!repl_log_more(&log, &cur));
+    resp_arg f = {"FLUSHALL", 8};
+    CHECK_EQ(repl_log_reserve(&log, repl_record_len(&f, 1)), 0);
+    repl_log_append(&log, &f, 1);
+    const char *p = repl_log_next(&log, &cur, &len);
+    CHECK(p && len == 18 && memcmp(p, "*1\r\n$8\r\nFLUSHALL\r\n", 18) == 0);
+    repl_log_free(&log);
+}
+
+TEST(repl_replica_equals_primary) {
+    /* What a primary runs is logged; a replica applying the log, cut at
+     * every byte, ends with the same keys and an offset equal to the
+     * primary's. Reads, refused INCRs and DELs that find nothing are not
+     * logged. */
+    static const char *const script[] = {
+        "SET a 1", "SET b hello",  "INCR a",    "INCR a",     "GET a",
+        "INCR b",  "DEL nothing",  "SET c x",   "DEL b c zz", "INCR n",
+        "FLUSHDB", "SET k1 v1",    "SET k2 v2", "INCR k3",    "EXISTS k1",
+        "DEL k1",  "SET k2 other", "DBSIZE",    "INCR k3",
+    };
+    static const char *const keys[] = {"a", "b", "c", "n", "k1", "k2", "k3"};
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    for (size_t i = 0; i < sizeof script / sizeof script[0]; i++)
+        exec_words(&p, &out, script[i]);
+    CHECK_EQ(p.log.nrec, 14); /* 19 requests less 5 that wrote nothing */
+    /* the log, contiguous (it fits one chunk) */
+    CHECK_EQ(p.log.nchunks, 1);
+    const char *bytes = p.log.chunks[0].p;
+    size_t n = (size_t)p.log.end;
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    for (size_t cut = 0; cut <= n; cut++) {
+        kv r;
+        kv_setup(&r, true);
+        const char *err = NULL;
+        long a = kv_apply_stream(&r, &lim, argv, bytes, cut, &err);
+        CHECK(a >= 0 && (size_t)a <= cut);
+        CHECK_U64_EQ(r.offset, (uint64_t)a);
+        /* the rest of the first piece, then the second */
+        long b =
+            kv_apply_stream(&r, &lim, argv, bytes + a, n - (size_t)a, &err);
+        CHECK_EQ((size_t)a + (size_t)b, n);
+        CHECK_U64_EQ(r.offset, p.log.end);
+        CHECK(same_keys(&p.db, &r.db, keys, sizeof keys / sizeof keys[0]));
+        kv_free(&r);
+    }
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(repl_malformed_stream) {
+    /* A replica refuses what is not a logged write with its arguments:
+     * the records before it are applied and counted, then an error. */
+    static const struct {
+        const char *in;
+        size_t n;
+        size_t good; /* bytes of good records before the bad one */
+    } cases[] = {
+        {S("PING\r\n"), 0},                               /* inline */
+        {S("*2\r\n$3\r\nGET\r\n$1\r\na\r\n"), 0},         /* a read */
+        {S("*2\r\n$3\r\nSET\r\n$1\r\na\r\n"), 0},         /* arity */
+        {S("*1\r\n$4\r\nINCR\r\n"), 0},                   /* arity */
+        {S("*0\r\n"), 0},                                 /* empty */
+        {S("*1\r\n$8\r\nFLUSHALL\r\n*1\r\n$x\r\n"), 18},  /* garbage */
+        {S("*1\r\n$8\r\nFLUSHALL\r\n$3\r\nSET\r\n"), 18}, /* not '*' */
+        {S("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"
+           "*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n"),
+         27}, /* INCR of "v": the two have diverged */
+    };
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kv r;
+        kv_setup(&r, true);
+        const char *err = NULL;
+        long got =
+            kv_apply_stream(&r, &lim, argv, cases[i].in, cases[i].n, &err);
+        if (got != -EPROTO || !err || r.offset != cases[i].good)
+            check_fail(__FILE__, __LINE__, "case %zu: %ld, offset %llu", i, got,
+                       (unsigned long long)r.offset);
+        kv_free(&r);
+    }
+}
+
+TEST(replica_is_read_only) {
+    kv r;
+    kv_setup(&r, true);
+    buf out = {0};
+    static const char *const writes[] = {"SET a 1",  "DEL a",   "INCR a",
+                                         "FLUSHALL", "FLUSHDB", "set a 1"};
+    for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++)
+        CHECK(strcmp(exec_words(&r, &out, writes[i]),
+                     "-READONLY You can't write against a read only "
+                     "replica.\r\n") == 0);
+    CHECK_EQ(r.db.count, 0);
+    CHECK_EQ(r.log.nrec, 0);
+    /* Reads are answered, from what the primary's log put there. */
+    CHECK_EQ(store_set(&r.db, "a", 1, "1", 1), 0);
+    CHECK(strcmp(exec_words(&r, &out, "GET a"), "$1\r\n1\r\n") == 0);
+    CHECK(strcmp(exec_words(&r, &out, "EXISTS a"), ":1\r\n") == 0);
+    CHECK(strcmp(exec_words(&r, &out, "DBSIZE"), ":1\r\n") == 0);
+    buf_free(&out);
+    kv_free(&r);
+}
+
+/* The value of field `name` in an INFO reply, or NULL. */
+static const char *info_field(const char *info, const char *name, char *val,
+                              size_t cap) {
+    size_t n = strlen(name);
+    for (const char *l = info; l && *l;
+         l = strstr(l, "\r\n"), l = l ? l + 2 : l)
+        if (strncmp(l, name, n) == 0 && l[n] == ':') {
+            const char *end = strstr(l, "\r\n");
+            size_t len = (size_t)(end - l) - n - 1;
+            if (len >= cap) len = cap - 1;
+            memcpy(val, l + n + 1, len);
+            val[len] = 0;
+            return val;
+        }
+    return NULL;
+}
+
+TEST(info_replication_fields) {
+    char v[128];
+    buf out = {0};
+    kv p;
+    kv_setup(&p, false);
+    exec_words(&p, &out, "SET a 1");
+    repl_peer r1 = {.ip = "127.0.0.1", .port = 7001, .offset = 10};
+    repl_peer r2 = {.ip = "10.0.0.2", .port = 7002, .offset = 29};
+    r1.prev = &p.peers;
+    r1.next = &r2;
+    r2.prev = &r1;
+    r2.next = &p.peers;
+    p.peers.next = &r1;
+    p.peers.prev = &r2;
+    p.npeers = 2;
+    const char *info = exec_words(&p, &out, "INFO replication");
+    /* A bulk string: $<len>, then the lines. */
+    CHECK(info[0] == '$');
+    CHECK(strcmp(info_field(info, "role", v, sizeof v), "master") == 0);
+    CHECK(strcmp(info_field(info, "connected_slaves", v, sizeof v), "2") == 0);
+    CHECK(strcmp(info_field(info, "slave0", v, sizeof v),
+                 "ip=127.0.0.1,port=7001,state=online,offset=10,lag=0") == 0);
+    CHECK(strcmp(info_field(info, "slave1", v, sizeof v),
+                 "ip=10.0.0.2,port=7002,state=online,offset=29,lag=0") == 0);
+    CHECK(strcmp(info_field(info, "master_repl_offset", v, sizeof v), "27") ==
+          0); /* SET a 1 */
+    /* The bulk length is the body's. */
+    const char *body = strstr(info, "\r\n") + 2;
+    CHECK_EQ((size_t)atoi(info + 1), strlen(body) - 2);
+    /* INFO and INFO all include replication and clients; another section
+     * is empty. */
+    p.clients = 3;
+    info = exec_words(&p, &out, "INFO");
+    CHECK(strcmp(info_field(info, "connected_clients", v, sizeof v), "3") == 0);
+    CHECK(info_field(info, "role", v, sizeof v) != NULL);
+    CHECK(strcmp(exec_words(&p, &out, "INFO keyspace"), "$0\r\n\r\n") == 0);
+
+    kv r;
+    kv_setup(&r, true);
+    r.master_host = "127.0.0.1";
+    r.master_port = 6380;
+    r.offset = 29;
+    info = exec_words(&r, &out, "info REPLICATION");
+    CHECK(strcmp(info_field(info, "role", v, sizeof v), "slave") == 0);
+    CHECK(strcmp(info_field(info, "master_host", v, sizeof v), "127.0.0.1") ==
+          0);
+    CHECK(strcmp(info_field(info, "master_port", v, sizeof v), "6380") == 0);
+    CHECK(strcmp(info_field(info, "master_link_status", v, sizeof v), "down") ==
+          0);
+    CHECK(strcmp(info_field(info, "slave_repl_offset", v, sizeof v), "29") ==
+          0);
+    CHECK(strcmp(info_field(info, "master_repl_offset", v, sizeof v), "29") ==
+          0);
+    r.link_up = true;
+    info = exec_words(&r, &out, "INFO replication");
+    CHECK(strcmp(info_field(info, "master_link_status", v, sizeof v), "up") ==
+          0);
+    buf_free(&out);
+    kv_free(&r);
+    kv_free(&p);
 }

@@ -5,6 +5,14 @@
 # the Unix socket; INCR from 8 concurrent redis-cli processes summed
 # correctly; DBSIZE, EXISTS, DEL, FLUSHALL; inline commands; a malformed
 # request closing that connection only.
+# Replication: a replica catching up the 10,000 keys, reaching the
+# primary's offset and answering every key as the primary does; -READONLY;
+# INFO's fields; live follow; links killed by the primary and resumed from
+# the replica's offset; a replica killed (-9) in the middle of catching up
+# 200,000 keys and restarted, which starts over from 0 and ends equal; the
+# primary restarted (a new history), which the replica finds again by its
+# retry timer and resyncs from 0; a malformed stream from a fake primary
+# (python3; skipped without it) closing the link with a clear error.
 #   integration.sh <path to lull-kv>
 # Prints one line and exits 0 when redis-cli is not installed.
 set -u
@@ -14,27 +22,41 @@ if ! command -v redis-cli >/dev/null 2>&1; then
     exit 0
 fi
 dir=$(mktemp -d /tmp/lull-kv-test.XXXXXX)
-pid=
+pids=
 cleanup() {
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    for p in $pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
     rm -rf "$dir"
 }
 trap cleanup EXIT
 fail() {
     echo "FAIL: $*"
+    for f in "$dir"/*.out; do
+        [ -s "$f" ] && echo "--- $(basename "$f"):" && tail -n 20 "$f"
+    done
     exit 1
 }
 
-"$kv" --port 0 --unix "$dir/kv.sock" >"$dir/out" 2>&1 &
-pid=$!
-port=
-for _ in $(seq 100); do
-    port=$(sed -n 's/^lull-kv: listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$dir/out")
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || fail "lull-kv exited: $(cat "$dir/out")"
-    sleep 0.05
-done
-[ -n "$port" ] || fail "lull-kv did not start"
+# start NAME ARGS...: runs lull-kv with its output in $dir/NAME.out; sets
+# $started (its pid) and $started_port.
+start() {
+    local name=$1
+    shift
+    "$kv" "$@" >"$dir/$name.out" 2>&1 &
+    started=$!
+    pids="$pids $started"
+    started_port=
+    for _ in $(seq 200); do
+        started_port=$(sed -n 's/^lull-kv: listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$dir/$name.out" 2>/dev/null)
+        [ -n "$started_port" ] && return
+        kill -0 "$started" 2>/dev/null || fail "lull-kv $name exited: $(cat "$dir/$name.out")"
+        sleep 0.05
+    done
+    fail "lull-kv $name did not start"
+}
+
+start primary --port 0 --unix "$dir/kv.sock"
+pid=$started
+port=$started_port
 cli() { redis-cli -p "$port" "$@"; }
 
 [ "$(cli PING)" = PONG ] || fail "PING"
@@ -61,7 +83,7 @@ cmp -s "$dir/got" "$dir/want" || fail "GET read back differs: $(diff "$dir/got" 
 for _ in 1 2 3 4 5 6 7 8; do
     redis-cli -p "$port" -r 500 INCR counter >/dev/null &
 done
-wait $(jobs -p | grep -v "^$pid\$")
+wait $(jobs -p | grep -v -x -F "$(echo $pids | tr ' ' '\n')")
 [ "$(cli GET counter)" = 4000 ] || fail "INCR sum: $(cli GET counter)"
 [ "$(cli DBSIZE)" = $((n + 1)) ] || fail "DBSIZE: $(cli DBSIZE)"
 
@@ -80,7 +102,174 @@ exec 3>&-
     fail "raw connection: '$raw'"
 [ "$(cli PING)" = PONG ] || fail "PING after a protocol error"
 
+# ---------------------------------------------------------- replication
+
+# info PORT FIELD: one field of INFO replication.
+info() { redis-cli -p "$1" INFO replication | tr -d '\r' | sed -n "s/^$2://p"; }
+# synced RPORT: waits until the replica's link is up and its offset is the
+# primary's (up to 60 s).
+synced() {
+    local m r
+    for _ in $(seq 1200); do
+        m=$(info "$port" master_repl_offset)
+        r=$(info "$1" slave_repl_offset)
+        [ -n "$m" ] && [ "$m" = "$r" ] && [ "$(info "$1" master_link_status)" = up ] && return 0
+        sleep 0.05
+    done
+    fail "replica on $1 at offset '$r', primary at '$m'"
+}
+# dump PORT KEYS OUT: GET of every key in the file KEYS, pipelined on one
+# connection, ended by QUIT (the server closes after it); replies in OUT.
+dump() {
+    exec 4<>"/dev/tcp/127.0.0.1/$1"
+    {
+        awk '{ printf "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", length($0), $0 }' "$2"
+        printf '*1\r\n$4\r\nQUIT\r\n'
+    } >&4 &
+    local w=$!
+    timeout 60 cat <&4 >"$3"
+    wait $w
+    exec 4>&-
+}
+# same KEYS RPORT: the replica answers every key as the primary does.
+same() {
+    dump "$port" "$1" "$dir/p.dump"
+    dump "$2" "$1" "$dir/r.dump"
+    [ "$(wc -l <"$1")" -gt 0 ] && [ -s "$dir/p.dump" ] || fail "empty dump"
+    cmp -s "$dir/p.dump" "$dir/r.dump" ||
+        fail "replica differs: $(cmp "$dir/p.dump" "$dir/r.dump")"
+    [ "$(redis-cli -p "$2" DBSIZE)" = "$(cli DBSIZE)" ] || fail "replica DBSIZE"
+}
+
+awk -v n=$n 'BEGIN { for (i = 0; i < n; i++) print "key:" i; print "counter"; print "z" }' >"$dir/keys"
+start replica --port 0 --replica-of "127.0.0.1:$port"
+rpid=$started
+rport=$started_port
+synced "$rport"
+same "$dir/keys" "$rport"
+[ "$(redis-cli -p "$rport" SET a b)" = "READONLY You can't write against a read only replica." ] ||
+    fail "a write to the replica: $(redis-cli -p "$rport" SET a b)"
+[ "$(info "$port" role)" = master ] || fail "role:master"
+[ "$(info "$port" connected_slaves)" = 1 ] || fail "connected_slaves"
+moff=$(info "$port" master_repl_offset)
+[ "$(info "$port" slave0)" = "ip=127.0.0.1,port=$rport,state=online,offset=$moff,lag=0" ] ||
+    fail "slave0: $(info "$port" slave0)"
+[ "$(info "$rport" role)" = slave ] || fail "role:slave"
+[ "$(info "$rport" master_host)" = 127.0.0.1 ] || fail "master_host"
+[ "$(info "$rport" master_port)" = "$port" ] || fail "master_port"
+[ "$(info "$rport" master_repl_offset)" = "$moff" ] || fail "replica master_repl_offset"
+
+# Live: writes after the catch-up follow.
+cli SET live yes >/dev/null
+cli DEL key:5 >/dev/null
+cli INCR counter >/dev/null
+echo live >>"$dir/keys"
+synced "$rport"
+same "$dir/keys" "$rport"
+
+# The primary drops its replica links; the replica reconnects and resumes
+# from its offset (it still holds its keys).
+before=$(info "$rport" slave_repl_offset)
+[ "$(cli CLIENT KILL TYPE replica)" = 1 ] || fail "CLIENT KILL TYPE replica"
+cli SET after-kill 1 >/dev/null
+echo after-kill >>"$dir/keys"
+synced "$rport"
+grep -q "from offset $before (continue)" "$dir/replica.out" ||
+    fail "no resume from offset $before: $(cat "$dir/replica.out")"
+same "$dir/keys" "$rport"
+
+# A replica killed in the middle of a catch-up, and restarted: it has no
+# persistence, so it starts over from 0, and ends equal.
+{ kill -9 "$rpid"; wait "$rpid"; } 2>/dev/null
+big=200000
+awk -v n=$big 'BEGIN {
+    for (i = 0; i < n; i++) {
+        k = "big:" i; v = sprintf("%0100d", i)
+        printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", length(k), k, length(v), v
+    }
+}' >"$dir/mass2"
+out=$(redis-cli -p "$port" --pipe <"$dir/mass2" 2>&1)
+echo "$out" | grep -q "errors: 0, replies: $big" || fail "--pipe: $out"
+awk -v n=$big 'BEGIN { for (i = 0; i < n; i++) print "big:" i }' >>"$dir/keys"
+moff=$(info "$port" master_repl_offset)
+start replica2 --port 0 --replica-of "127.0.0.1:$port"
+r2pid=$started
+# Stop it as soon as the primary has its first acknowledgement: it is then
+# part way through (the primary's view of its offset shows where).
+acked=
+for _ in $(seq 2000); do
+    acked=$(info "$port" slave0 | sed -n 's/.*offset=\([0-9]*\).*/\1/p')
+    [ -n "$acked" ] && [ "$acked" -gt 0 ] && break
+done
+kill -STOP "$r2pid"
+acked=$(info "$port" slave0 | sed -n 's/.*offset=\([0-9]*\).*/\1/p')
+[ -n "$acked" ] && [ "$acked" -lt "$moff" ] ||
+    fail "replica2 was not stopped mid catch-up (offset '$acked' of $moff)"
+{ kill -9 "$r2pid"; wait "$r2pid"; } 2>/dev/null
+start replica3 --port 0 --replica-of "127.0.0.1:$port"
+r3pid=$started
+r3port=$started_port
+synced "$r3port"
+grep -q "from offset 0 (full)" "$dir/replica3.out" || fail "replica3 did not start from 0"
+same "$dir/keys" "$r3port"
+[ "$(info "$port" connected_slaves)" = 1 ] || fail "the killed replicas' links stayed"
+
+# The primary restarts (a new, empty history on the same port): the replica
+# retries on its timer, is told to start over, and drops the old keys.
+kill "$pid"
+wait "$pid" 2>/dev/null
+start primary2 --port "$port"
+pid=$started
+cli SET fresh 1 >/dev/null
+synced "$r3port"
+[ "$(redis-cli -p "$r3port" DBSIZE)" = 1 ] || fail "replica kept the old history"
+[ "$(redis-cli -p "$r3port" GET fresh)" = 1 ] || fail "replica after the restart"
+grep -q "retrying 127.0.0.1:$port in" "$dir/replica3.out" || fail "no retry logged"
+
+# A primary that sends garbage after a good record: the replica applies
+# the record, then closes the link with a clear error.
+malformed="skipped (no python3)"
+if command -v python3 >/dev/null 2>&1; then
+    python3 - "$dir/fake.port" <<'PY' &
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+open(sys.argv[1], "w").write("%d\n" % s.getsockname()[1])
+c, _ = s.accept()
+c.settimeout(20)
+c.recv(4096)  # REPLSYNC ? 0 <port>
+c.sendall(b"+FULLRESYNC " + b"f" * 40 + b" 0\r\n"
+          b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n*1\r\n$x\r\n")
+while c.recv(4096):
+    pass
+c.close()
+PY
+    pids="$pids $!"
+    for _ in $(seq 100); do
+        [ -s "$dir/fake.port" ] && break
+        sleep 0.05
+    done
+    fport=$(cat "$dir/fake.port")
+    start replica4 --port 0 --replica-of "127.0.0.1:$fport"
+    for _ in $(seq 100); do
+        grep -q "malformed" "$dir/replica4.out" && break
+        sleep 0.05
+    done
+    grep -q "malformed replication stream from 127.0.0.1:$fport at offset 27: Protocol error: invalid bulk length; link closed" "$dir/replica4.out" ||
+        fail "malformed stream: $(cat "$dir/replica4.out")"
+    [ "$(redis-cli -p "$started_port" GET a)" = b ] || fail "the record before the garbage"
+    [ "$(info "$started_port" master_link_status)" = down ] || fail "link status after garbage"
+    malformed="closed the link"
+fi
+
 [ "$(cli FLUSHALL)" = OK ] || fail "FLUSHALL"
 [ "$(cli DBSIZE)" = 0 ] || fail "DBSIZE after FLUSHALL"
+synced "$r3port"
+[ "$(redis-cli -p "$r3port" DBSIZE)" = 0 ] || fail "FLUSHALL on the replica"
 kill -0 "$pid" || fail "lull-kv died"
-echo "integration: $n keys via --pipe read back, 8 clients x 500 INCR = 4000, protocol error closed one connection only"
+echo "integration: $n keys via --pipe read back, 8 clients x 500 INCR = 4000, protocol error closed one connection only;" \
+    "replica equal at offset; resumed from offset $before after its link was killed;" \
+    "killed at offset $acked of $moff and restarted from 0, equal on $((n + big + 3)) keys; resynced after a primary restart;" \
+    "malformed stream $malformed"

@@ -1,0 +1,383 @@
+/* cmd.c: lull-kv's commands (see cmd.h). One thread, the loop's, runs
+ * them; nothing here blocks or knows of sockets.
+ *
+ * The rule that keeps replicas equal to their primary: a write is logged
+ * exactly when it changed the keyspace, as the request that repeats it (a
+ * DEL that found nothing and an INCR refused are not logged; FLUSHDB is
+ * logged as FLUSHALL, its equal with one database), and it is run only
+ * once room for its record is reserved, so it can never be applied and
+ * then fail to be logged. A replica runs the records with the same code
+ * (the w_* functions below), so the same record on the same keyspace gives
+ * the same keyspace. */
+#include "cmd.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ------------------------------------------------------------- buffers */
+
+bool buf_reserve(buf *b, size_t more) {
+    if (b->cap - b->len >= more) return true;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap - b->len < more)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) return false;
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
+
+void buf_put(buf *b, const void *p, size_t n) {
+    if (!buf_reserve(b, n)) {
+        b->oom = true;
+        return;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+}
+
+void buf_str(buf *b, const char *s) {
+    buf_put(b, s, strlen(s));
+}
+
+void buf_int(buf *b, char tag, long long v) {
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%c%lld\r\n", tag, v);
+    buf_put(b, tmp, (size_t)n);
+}
+
+void buf_bulk(buf *b, const char *p, size_t n) {
+    buf_int(b, '$', (long long)n);
+    buf_put(b, p, n);
+    buf_put(b, "\r\n", 2);
+}
+
+void buf_consume(buf *b, size_t n) {
+    memmove(b->p, b->p + n, b->len - n);
+    b->len -= n;
+}
+
+void buf_free(buf *b) {
+    free(b->p);
+    *b = (buf){0};
+}
+
+/* ------------------------------------------------------------ keyspace */
+
+void kv_init(kv *k) {
+    memset(k, 0, sizeof *k);
+    repl_log_init(&k->log);
+    k->peers.next = k->peers.prev = &k->peers;
+}
+
+void kv_free(kv *k) {
+    store_free(&k->db);
+    repl_log_free(&k->log);
+}
+
+static bool is(const resp_arg *a, const char *name) {
+    return a->len == strlen(name) && strncasecmp(a->p, name, a->len) == 0;
+}
+
+bool kv_parse_i64(const char *p, size_t n, long long *out) {
+    if (n == 0 || n > 20) return false;
+    char tmp[21];
+    memcpy(tmp, p, n);
+    tmp[n] = 0;
+    if (!(tmp[0] == '-' || (tmp[0] >= '0' && tmp[0] <= '9'))) return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(tmp, &end, 10);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+/* The writes, shared by a primary's clients and a replica's log. */
+
+static int w_incr(kv *k, const resp_arg *key, long long *res) {
+    size_t vlen;
+    const char *v = store_get(&k->db, key->p, key->len, &vlen);
+    long long n = 0;
+    if (v && !kv_parse_i64(v, vlen, &n)) return -EINVAL;
+    if (n == INT64_MAX) return -ERANGE;
+    char tmp[32];
+    int len = snprintf(tmp, sizeof tmp, "%lld", n + 1);
+    if (store_set(&k->db, key->p, key->len, tmp, (size_t)len) < 0)
+        return -ENOMEM;
+    *res = n + 1;
+    return 0;
+}
+
+static long long w_del(kv *k, const resp_arg *keys, size_t n) {
+    long long gone = 0;
+    for (size_t i = 0; i < n; i++)
+        gone += store_del(&k->db, keys[i].p, keys[i].len);
+    return gone;
+}
+
+/* ------------------------------------------------------------ commands */
+
+static void wrong_args(buf *out, const resp_arg *cmd) {
+    buf_str(out, "-ERR wrong number of arguments for '");
+    buf_put(out, cmd->p, cmd->len > 64 ? 64 : cmd->len);
+    buf_str(out, "' command\r\n");
+}
+
+static void unknown(buf *out, const resp_arg *cmd) {
+    buf_str(out, "-ERR unknown command '");
+    /* Echo at most 64 printable bytes: the reply is one line. */
+    for (size_t i = 0; i < cmd->len && i < 64; i++) {
+        char c = cmd->p[i];
+        buf_put(out, (c >= 0x20 && c < 0x7f) ? &c : "?", 1);
+    }
+    buf_str(out, "'\r\n");
+}
+
+/* CONFIG GET: what a server without persistence says, for the parameters
+ * redis-benchmark and redis-cli ask about at start-up; others are unknown
+ * (an empty reply, as Redis gives for a name that matches nothing). */
+static void config_get(buf *out, const resp_arg *name) {
+    static const char *const params[][2] = {{"save", ""}, {"appendonly", "no"}};
+    size_t n = 0, match[2];
+    for (size_t i = 0; i < 2; i++)
+        if (is(name, "*") || is(name, params[i][0])) match[n++] = i;
+    buf_int(out, '*', (long long)(2 * n));
+    for (size_t i = 0; i < n; i++) {
+        buf_bulk(out, params[match[i]][0], strlen(params[match[i]][0]));
+        buf_bulk(out, params[match[i]][1], strlen(params[match[i]][1]));
+    }
+}
+
+static bool is_write(const resp_arg *cmd) {
+    return is(cmd, "SET") || is(cmd, "DEL") || is(cmd, "INCR") ||
+           is(cmd, "FLUSHALL") || is(cmd, "FLUSHDB");
+}
+
+/* Reserves room in the primary's log for the record a write would add;
+ * true on a replica (nothing is logged there). */
+static bool log_room(kv *k, const resp_arg *a, size_t argc, buf *out) {
+    if (k->replica) return true;
+    if (repl_log_reserve(&k->log, repl_record_len(a, argc)) == 0) return true;
+    buf_str(out, "-OOM out of memory\r\n");
+    return false;
+}
+
+static void log_write(kv *k, const resp_arg *a, size_t argc) {
+    if (!k->replica) repl_log_append(&k->log, a, argc);
+}
+
+static void run_write(kv *k, const resp_arg *a, size_t argc, buf *out) {
+    if (is(&a[0], "SET")) {
+        if (argc != 3) /* plain SET only: no EX, NX, ... */
+            return wrong_args(out, &a[0]);
+        if (!log_room(k, a, argc, out)) return;
+        if (store_set(&k->db, a[1].p, a[1].len, a[2].p, a[2].len) < 0)
+            return buf_str(out, "-OOM out of memory\r\n");
+        log_write(k, a, argc);
+        buf_str(out, "+OK\r\n");
+    } else if (is(&a[0], "DEL")) {
+        if (argc < 2) return wrong_args(out, &a[0]);
+        if (!log_room(k, a, argc, out)) return;
+        long long n = w_del(k, a + 1, argc - 1);
+        if (n) log_write(k, a, argc);
+        buf_int(out, ':', n);
+    } else if (is(&a[0], "INCR")) {
+        if (argc != 2) return wrong_args(out, &a[0]);
+        if (!log_room(k, a, argc, out)) return;
+        long long n;
+        int rc = w_incr(k, &a[1], &n);
+        if (rc == -EINVAL)
+            return buf_str(out,
+                           "-ERR value is not an integer or out of range\r\n");
+        if (rc == -ERANGE)
+            return buf_str(out,
+                           "-ERR increment or decrement would overflow\r\n");
+        if (rc < 0) return buf_str(out, "-OOM out of memory\r\n");
+        log_write(k, a, argc);
+        buf_int(out, ':', n);
+    } else { /* FLUSHALL, FLUSHDB */
+        static const resp_arg flushall = {"FLUSHALL", 8};
+        if (!log_room(k, &flushall, 1, out)) return;
+        store_clear(&k->db);
+        log_write(k, &flushall, 1);
+        buf_str(out, "+OK\r\n");
+    }
+}
+
+int kv_exec(kv *k, const resp_arg *a, size_t argc, buf *out) {
+    store *db = &k->db;
+    if (is_write(&a[0])) {
+        if (k->replica)
+            buf_str(out, KV_READONLY_ERR "\r\n");
+        else
+            run_write(k, a, argc, out);
+    } else if (is(&a[0], "PING")) {
+        if (argc == 1)
+            buf_str(out, "+PONG\r\n");
+        else if (argc == 2)
+            buf_bulk(out, a[1].p, a[1].len);
+        else
+            wrong_args(out, &a[0]);
+    } else if (is(&a[0], "ECHO")) {
+        if (argc != 2) return wrong_args(out, &a[0]), 0;
+        buf_bulk(out, a[1].p, a[1].len);
+    } else if (is(&a[0], "GET")) {
+        if (argc != 2) return wrong_args(out, &a[0]), 0;
+        size_t vlen;
+        const char *v = store_get(db, a[1].p, a[1].len, &vlen);
+        if (v)
+            buf_bulk(out, v, vlen);
+        else
+            buf_str(out, "$-1\r\n");
+    } else if (is(&a[0], "EXISTS")) {
+        if (argc < 2) return wrong_args(out, &a[0]), 0;
+        long long n = 0;
+        for (size_t i = 1; i < argc; i++) {
+            size_t vlen;
+            n += store_get(db, a[i].p, a[i].len, &vlen) != NULL;
+        }
+        buf_int(out, ':', n);
+    } else if (is(&a[0], "DBSIZE")) {
+        buf_int(out, ':', (long long)db->count);
+    } else if (is(&a[0], "INFO")) {
+        if (argc > 2) return wrong_args(out, &a[0]), 0;
+        kv_info(k, argc == 2 ? &a[1] : NULL, out);
+    } else if (is(&a[0], "QUIT")) {
+        buf_str(out, "+OK\r\n");
+        return KV_QUIT;
+    } else if (is(&a[0], "COMMAND")) {
+        /* redis-cli asks for COMMAND DOCS to offer hints; it copes with an
+         * empty answer. */
+        buf_str(out, "*0\r\n");
+    } else if (is(&a[0], "CONFIG")) {
+        if (argc == 3 && is(&a[1], "GET"))
+            config_get(out, &a[2]);
+        else
+            buf_str(out, "-ERR CONFIG: only CONFIG GET is supported\r\n");
+    } else {
+        unknown(out, &a[0]);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------- replication */
+
+int kv_apply(kv *k, const resp_arg *a, size_t argc, const char **err) {
+    if (argc == 0) {
+        *err = "empty record";
+        return -EPROTO;
+    }
+    if (is(&a[0], "SET") && argc == 3) {
+        if (store_set(&k->db, a[1].p, a[1].len, a[2].p, a[2].len) < 0)
+            return -ENOMEM;
+    } else if (is(&a[0], "DEL") && argc >= 2) {
+        w_del(k, a + 1, argc - 1);
+    } else if (is(&a[0], "INCR") && argc == 2) {
+        long long n;
+        int rc = w_incr(k, &a[1], &n);
+        if (rc == -ENOMEM) return rc;
+        if (rc < 0) {
+            /* The primary ran it on the same keyspace: refused here means
+             * the two have diverged. */
+            *err = "INCR on a value that is not an integer";
+            return -EPROTO;
+        }
+    } else if (is(&a[0], "FLUSHALL") && argc == 1) {
+        store_clear(&k->db);
+    } else {
+        *err = "not a logged write (SET, DEL, INCR, FLUSHALL) with its "
+               "arguments";
+        return -EPROTO;
+    }
+    return 0;
+}
+
+long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
+                     const char *bytes, size_t len, const char **err) {
+    size_t off = 0;
+    while (off < len) {
+        /* The log holds multibulk requests only: an inline line here is
+         * not lull-kv's log. */
+        if (bytes[off] != '*') {
+            *err = "a record that is not a multibulk request";
+            return -EPROTO;
+        }
+        size_t argc;
+        long n = resp_parse(lim, bytes + off, len - off, argv, &argc, err);
+        if (n == RESP_INCOMPLETE) break;
+        if (n == RESP_ERROR) return -EPROTO;
+        int rc = kv_apply(k, argv, argc, err);
+        if (rc == -ENOMEM) {
+            *err = "out of memory";
+            return rc;
+        }
+        if (rc < 0) return rc;
+        off += (size_t)n;
+        k->offset += (uint64_t)n;
+    }
+    return (long)off;
+}
+
+/* ---------------------------------------------------------------- INFO */
+
+static void info_line(buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void info_line(buf *b, const char *fmt, ...) {
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+    buf_put(b, "\r\n", 2);
+}
+
+/* The `key:value` lines of Redis's INFO, with the field names Redis uses,
+ * so that tools reading Redis's INFO read lull-kv's. */
+static void info_replication(const kv *k, buf *b) {
+    info_line(b, "# Replication");
+    if (k->replica) {
+        info_line(b, "role:slave");
+        info_line(b, "master_host:%s", k->master_host);
+        info_line(b, "master_port:%d", k->master_port);
+        info_line(b, "master_link_status:%s", k->link_up ? "up" : "down");
+        info_line(b, "slave_repl_offset:%" PRIu64, k->offset);
+        info_line(b, "connected_slaves:0");
+        info_line(b, "master_repl_offset:%" PRIu64, k->offset);
+    } else {
+        info_line(b, "role:master");
+        info_line(b, "connected_slaves:%zu", k->npeers);
+        size_t i = 0;
+        for (const repl_peer *p = k->peers.next; p != &k->peers; p = p->next)
+            info_line(b,
+                      "slave%zu:ip=%s,port=%d,state=online,offset=%" PRIu64
+                      ",lag=0",
+                      i++, p->ip, p->port, p->offset);
+        info_line(b, "master_replid:%s", k->replid);
+        info_line(b, "master_repl_offset:%" PRIu64, k->log.end);
+    }
+}
+
+void kv_info(const kv *k, const resp_arg *section, buf *out) {
+    bool all = !section || is(section, "all") || is(section, "default") ||
+               is(section, "everything");
+    buf b = {0};
+    if (all || is(section, "clients")) {
+        info_line(&b, "# Clients");
+        info_line(&b, "connected_clients:%zu", k->clients);
+    }
+    if (all) info_line(&b, "%s", "");
+    if (all || is(section, "replication")) info_replication(k, &b);
+    if (b.oom) out->oom = true;
+    buf_bulk(out, b.p ? b.p : "", b.len);
+    buf_free(&b);
+}

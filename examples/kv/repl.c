@@ -1,0 +1,156 @@
+/* repl.c: the write log (see repl.h). Invariants: chunks[i].start +
+ * chunks[i].used == chunks[i + 1].start; starts[] is increasing, starts[0]
+ * == 0, and every record lies inside one chunk; end is the last chunk's
+ * start + used (0 with no chunk). */
+#include "repl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void repl_log_init(repl_log *log) {
+    memset(log, 0, sizeof *log);
+}
+
+void repl_log_free(repl_log *log) {
+    for (size_t i = 0; i < log->nchunks; i++)
+        free(log->chunks[i].p);
+    free(log->chunks);
+    free(log->starts);
+    repl_log_init(log);
+}
+
+static size_t digits(size_t n) {
+    size_t d = 1;
+    while (n >= 10) {
+        n /= 10;
+        d++;
+    }
+    return d;
+}
+
+size_t repl_record_len(const resp_arg *argv, size_t argc) {
+    size_t n = 1 + digits(argc) + 2; /* *<argc>\r\n */
+    for (size_t i = 0; i < argc; i++)
+        n += 1 + digits(argv[i].len) + 2 + argv[i].len + 2;
+    return n;
+}
+
+int repl_log_reserve(repl_log *log, size_t len) {
+    if (log->nrec == log->rec_cap) {
+        size_t cap = log->rec_cap ? log->rec_cap * 2 : 1024;
+        uint64_t *s = realloc(log->starts, cap * sizeof *s);
+        if (!s) return -ENOMEM;
+        log->starts = s;
+        log->rec_cap = cap;
+    }
+    size_t n = log->nchunks;
+    if (n && log->chunks[n - 1].cap - log->chunks[n - 1].used >= len) return 0;
+    if (n == log->chunks_cap) {
+        size_t cap = log->chunks_cap ? log->chunks_cap * 2 : 16;
+        repl_chunk *c = realloc(log->chunks, cap * sizeof *c);
+        if (!c) return -ENOMEM;
+        log->chunks = c;
+        log->chunks_cap = cap;
+    }
+    size_t cap = len > REPL_CHUNK ? len : REPL_CHUNK;
+    char *p = malloc(cap);
+    if (!p) return -ENOMEM;
+    /* An empty chunk left at the tail (a reserve whose append never came)
+     * is replaced rather than followed: chunks stay contiguous either way,
+     * and no record would ever live in it. */
+    repl_chunk *last = n ? &log->chunks[n - 1] : NULL;
+    if (last && last->used == 0) {
+        free(last->p);
+        last->p = p;
+        last->cap = cap;
+        return 0;
+    }
+    log->chunks[log->nchunks++] =
+        (repl_chunk){.p = p, .used = 0, .cap = cap, .start = log->end};
+    return 0;
+}
+
+static char *put_header(char *w, char tag, size_t n) {
+    *w++ = tag;
+    w += digits(n);
+    char *d = w;
+    do {
+        *--d = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    *w++ = '\r';
+    *w++ = '\n';
+    return w;
+}
+
+void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc) {
+    repl_chunk *c = &log->chunks[log->nchunks - 1];
+    char *w = c->p + c->used, *begin = w;
+    w = put_header(w, '*', argc);
+    for (size_t i = 0; i < argc; i++) {
+        w = put_header(w, '$', argv[i].len);
+        memcpy(w, argv[i].p, argv[i].len);
+        w += argv[i].len;
+        *w++ = '\r';
+        *w++ = '\n';
+    }
+    size_t len = (size_t)(w - begin);
+    c->used += len;
+    log->starts[log->nrec++] = log->end;
+    log->end += len;
+}
+
+/* The first record starting at or after offset. */
+static size_t first_record_from(const repl_log *log, uint64_t offset) {
+    size_t lo = 0, hi = log->nrec;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (log->starts[mid] < offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int repl_log_seek(const repl_log *log, uint64_t offset, repl_cursor *cur) {
+    if (offset > log->end) return -EINVAL;
+    size_t r = first_record_from(log, offset);
+    if (r < log->nrec && log->starts[r] != offset) return -EINVAL;
+    /* r == nrec: offset == end, the place of the next append. The chunk:
+     * the last one starting at or before offset (0 for an empty log). */
+    size_t c = 0, lo = 0, hi = log->nchunks;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (log->chunks[mid].start <= offset) {
+            c = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    cur->rec = r;
+    cur->chunk = c;
+    return 0;
+}
+
+uint64_t repl_log_offset(const repl_log *log, const repl_cursor *cur) {
+    return cur->rec < log->nrec ? log->starts[cur->rec] : log->end;
+}
+
+const char *repl_log_next(const repl_log *log, repl_cursor *cur, size_t *len) {
+    if (cur->rec >= log->nrec) return NULL;
+    uint64_t at = log->starts[cur->rec];
+    uint64_t next =
+        cur->rec + 1 < log->nrec ? log->starts[cur->rec + 1] : log->end;
+    /* Step to the chunk holding the record: chunks are contiguous, and a
+     * record never straddles two. */
+    while (at >= log->chunks[cur->chunk].start + log->chunks[cur->chunk].used)
+        cur->chunk++;
+    const repl_chunk *c = &log->chunks[cur->chunk];
+    cur->rec++;
+    *len = (size_t)(next - at);
+    return c->p + (at - c->start);
+}

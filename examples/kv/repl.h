@@ -1,0 +1,86 @@
+/* repl.h: lull-kv's write log, what a primary ships to its replicas.
+ *
+ * Every write a primary runs (SET, DEL, INCR, FLUSHALL) is appended to the
+ * log as the RESP2 multibulk request a replica runs to repeat it: the log
+ * is a byte stream of requests, and an offset in it is a byte count (as in
+ * Redis), so a replica's offset is simply the bytes it has applied. The
+ * log lives in memory for the life of the process and is never trimmed: a
+ * replica always has a record boundary to start from, at the price of
+ * memory that grows with the number of writes (docs/KV.md).
+ *
+ * Bytes are kept in chunks of at least REPL_CHUNK that never move, so a
+ * sender can hand a record to a stream by pointer (no copy) and a later
+ * append cannot pull it away; a record never straddles two chunks. An
+ * index holds each record's start offset, so a sender steps record by
+ * record and a replica's offset is checked to be a record boundary.
+ *
+ * Pure data structure: no lull, no sockets. One thread owns it. */
+#ifndef LULL_KV_REPL_H
+#define LULL_KV_REPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "resp.h"
+
+/* 1 MiB per chunk: large enough that chunk allocation is rare (one per
+ * ~20,000 small SETs), small enough that a quiet primary holds little
+ * unused space. A record longer than that gets a chunk of its own size. */
+#define REPL_CHUNK ((size_t)1 << 20)
+
+typedef struct repl_chunk {
+    char *p;        /* the bytes (never moved or freed while the log lives) */
+    size_t used;    /* bytes of records in it */
+    size_t cap;     /* its size */
+    uint64_t start; /* log offset of p[0] */
+} repl_chunk;
+
+typedef struct repl_log {
+    repl_chunk *chunks; /* oldest first; the last one takes appends */
+    size_t nchunks, chunks_cap;
+    uint64_t *starts; /* starts[i]: log offset of record i */
+    size_t nrec, rec_cap;
+    uint64_t end; /* bytes in the log: INFO's master_repl_offset */
+} repl_log;
+
+/* A sender's place in the log: the next record and the chunk holding it. */
+typedef struct repl_cursor {
+    size_t rec;
+    size_t chunk;
+} repl_cursor;
+
+void repl_log_init(repl_log *log);
+void repl_log_free(repl_log *log);
+/* The bytes argv would take as a record. */
+size_t repl_record_len(const resp_arg *argv, size_t argc);
+/* Makes room for a record of len bytes, so that the append after it cannot
+ * fail: a write is logged only if it is applied, and applied only if it
+ * can be logged. 0 or -ENOMEM. */
+int repl_log_reserve(repl_log *log, size_t len);
+/* Appends argv as one multibulk record (after a successful reserve of
+ * repl_record_len(argv, argc) bytes). */
+void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc);
+
+/* Points cur at the record starting at offset (offset == end: at the end,
+ * waiting for the next append). 0, or -EINVAL when offset is past the end
+ * or inside a record. */
+int repl_log_seek(const repl_log *log, uint64_t offset, repl_cursor *cur);
+/* The record at cur, and steps past it; NULL at the end of the log. */
+const char *repl_log_next(const repl_log *log, repl_cursor *cur, size_t *len);
+/* True when records remain after cur. */
+static inline bool repl_log_more(const repl_log *log, const repl_cursor *cur) {
+    return cur->rec < log->nrec;
+}
+/* The log offset of cur. */
+uint64_t repl_log_offset(const repl_log *log, const repl_cursor *cur);
+
+/* What a replica's INFO shows of one replica link, kept by the primary. */
+typedef struct repl_peer {
+    struct repl_peer *next, *prev; /* the primary's links, oldest first */
+    char ip[48];                   /* the replica's address */
+    int port;                      /* the port it listens on (it says so) */
+    uint64_t offset;               /* the offset it acknowledged applying */
+} repl_peer;
+
+#endif
