@@ -21,6 +21,13 @@
  * counts are taken at the printed bucket edges, never interpolated). The
  * last run may outlast catch-up by up to one run. lull-kv runs as primary
  * with --repl-mode per-record and budget (the same switch as `replicate`).
+ * `--only replication` runs these rows alone, `--only throughput` the
+ * first table alone.
+ *
+ * CPUs: with two or more, the servers run on one and redis-benchmark on
+ * another; during catch-up the primary and its pings share one and the
+ * replica has the other (as in `replicate`): unpinned, three busy
+ * processes on two CPUs leave the ping p99 to the scheduler.
  *
  * Every process started here is in a table: they are killed on every exit
  * path, on SIGINT/SIGTERM/SIGHUP (the handler kills them, then re-raises),
