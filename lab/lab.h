@@ -28,6 +28,7 @@ typedef struct lab_options {
     lab_plot *plot;        /* open while scenarios run when plot_path set */
     const char *argv0;     /* how lull-lab was started */
     bool tcp;              /* --tcp (replicate): TCP loopback, not Unix */
+    const char *kv_path;   /* --kv PATH (serve): the lull-kv to run */
 } lab_options;
 
 typedef struct lab_json lab_json;
@@ -41,10 +42,11 @@ typedef struct lab_scenario {
     int (*run)(const lab_options *opts, lab_json *json);
 } lab_scenario;
 
-extern const lab_scenario lab_turns; /* lab/turns.c */
-extern const lab_scenario lab_pump;  /* lab/pump.c */
-extern const lab_scenario lab_loopback; /* lab/loopback.c */
+extern const lab_scenario lab_turns;     /* lab/turns.c */
+extern const lab_scenario lab_pump;      /* lab/pump.c */
+extern const lab_scenario lab_loopback;  /* lab/loopback.c */
 extern const lab_scenario lab_replicate; /* lab/replicate.c */
+extern const lab_scenario lab_serve;     /* lab/serve.c */
 
 /* The rounds a figure runs: --rounds, else quick_default or full_default. */
 int lab_rounds(const lab_options *opts, int full_default, int quick_default);

@@ -13,17 +13,14 @@
 #include <unistd.h>
 
 static const lab_scenario *const scenarios[] = {
-    &lab_turns,
-    &lab_pump,
-    &lab_loopback,
-    &lab_replicate,
+    &lab_turns, &lab_pump, &lab_loopback, &lab_replicate, &lab_serve,
 };
 #define SCENARIO_COUNT (sizeof scenarios / sizeof scenarios[0])
 
 static void usage(FILE *out) {
     fprintf(out, "usage: lull-lab SCENARIO|all|help [--quick] [--rounds N] "
                  "[--json FILE] [--plot FILE] [--only FIGURE] [--sessions "
-                 "N] [--tcp] [--journal]\n\nscenarios:\n");
+                 "N] [--tcp] [--journal] [--kv PATH]\n\nscenarios:\n");
     for (size_t i = 0; i < SCENARIO_COUNT; i++)
         fprintf(out, "  %-10s %s\n", scenarios[i]->name,
                 scenarios[i]->description);
@@ -40,7 +37,9 @@ static void usage(FILE *out) {
             "  --sessions N  pump: sessions in the main table (default 12)\n"
             "  --tcp       replicate: TCP loopback instead of Unix sockets\n"
             "  --journal   pump: add the journal variant (--only journal: "
-            "it alone)\n",
+            "it alone)\n"
+            "  --kv PATH   serve: the lull-kv to run (default: the one built "
+            "beside lull-lab)\n",
             "all");
 }
 
@@ -125,6 +124,8 @@ int main(int argc, char **argv) {
             opts.tcp = true;
         } else if (strcmp(a, "--journal") == 0) {
             opts.journal = true;
+        } else if (strcmp(a, "--kv") == 0 && i + 1 < argc) {
+            opts.kv_path = argv[++i];
         } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {
             opts.only = argv[++i];
         } else if (strcmp(a, "--json") == 0 && i + 1 < argc) {
