@@ -102,8 +102,13 @@ test-yield:
 
 # `make soak SECONDS=N` (issue 11): the reference model against fresh seeds
 # for N seconds under ASan+UBSan, then the cross-thread stress at
-# 10,000,000 operations under ThreadSanitizer (LULL_STRESS_OPS changes it).
+# 10,000,000 operations under ThreadSanitizer (LULL_STRESS_OPS changes it),
+# then `lull-lab soak` for N seconds (Release): the pump, loopback and
+# replicate scenarios at random sizes, every event and frame checked, RSS,
+# heap, fds and threads compared with the warm-up (lab/soak.c). Its seed
+# is fresh each time and printed; SOAK_SEED=S repeats one.
 SECONDS ?= 60
+SOAK_SEED ?=
 .PHONY: soak
 
 soak:
@@ -114,6 +119,10 @@ soak:
 	$(CMAKE) -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=thread -DLULL_BUILD_LAB=OFF
 	$(CMAKE) --build build/tsan -j$(JOBS) --target test_stress
 	TSAN_OPTIONS=halt_on_error=1 ./build/tsan/tests/test_stress soak
+	$(CMAKE) -S . -B build/release -DCMAKE_BUILD_TYPE=Release
+	$(CMAKE) --build build/release -j$(JOBS) --target lull-lab
+	./build/release/lab/lull-lab soak --seconds $(SECONDS) \
+	  $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 # `make fuzz FUZZ_SECONDS=N` (issue 11): the libFuzzer targets — fuzz_frame
 # (a framed stream's decoder), fuzz_stream (a raw stream's reads cut at

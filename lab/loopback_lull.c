@@ -7,11 +7,19 @@
  * LULL_DELIVER_* option) and for the server's refresh alike:
  *   task    lull_post
  *   timer0  lull_timer_start(0): by C3 the same queue, order and cost
- *   timer1  lull_timer_start(1 ms): a real wait per turn, the contrast */
+ *   timer1  lull_timer_start(1 ms): a real wait per turn, the contrast
+ *
+ * lab_loopback_soak (lab/soak.h, for `lull-lab soak`) runs the workload at
+ * random sizes with every frame wrapped in a sequence number and checksum
+ * and checked on receipt, through callbacks of its own: the timed rows
+ * keep their 16-byte frames and unchecked path. */
 #include "lab.h"
 #include "loopback.h"
+#include "soak.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -24,6 +32,7 @@ enum { MODE_TASK, MODE_TIMER0, MODE_TIMER1 };
 #define POOL 256
 
 typedef struct lrun lrun;
+typedef struct vstate vstate;
 
 typedef struct lframe {
     lull_frame frame;
@@ -48,6 +57,7 @@ struct lrun {
     uint64_t refresh_arms;
     lframe *free;
     int error;
+    vstate *v; /* verify mode (the soak), else NULL */
     lframe pool[POOL];
 };
 
@@ -114,7 +124,10 @@ static int run_once(lrun *r, int wl, const lb_params *p) {
     return 0;
 }
 
-static int measure(const lb_params *p, lb_result *out, int mode) {
+/* A loop, its loopback pair in `mode`, the frame pool and the refresh
+ * step; each end's frames go to `frame_cb`. On success *out is the run
+ * (lrun_close frees it). */
+static int lrun_open(lrun **out, int mode, lull_frame_fn frame_cb) {
     lrun *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
     r->mode = mode;
@@ -137,10 +150,33 @@ static int measure(const lb_params *p, lb_result *out, int mode) {
     for (int i = 0; i < 2 && rc == 0; i++) {
         r->end[i].run = r;
         r->end[i].side = i;
-        lull_endpoint_callbacks(&r->end[i].lb.ep, on_frame, NULL, NULL);
+        lull_endpoint_callbacks(&r->end[i].lb.ep, frame_cb, NULL, NULL);
     }
     lull_task_init(&r->refresh_task, refresh_task);
     lull_timer_init(r->loop, &r->refresh_timer, refresh_timer);
+    if (rc < 0) {
+        lull_loop_free(r->loop);
+        free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+/* Closes the pair and frees the loop and the run: the loop's status (a
+ * handle left behind) or 0. */
+static int lrun_close(lrun *r) {
+    lull_endpoint_close(&r->end[0].lb.ep, 0);
+    lull_endpoint_close(&r->end[1].lb.ep, 0);
+    int rc = lull_loop_free(r->loop);
+    free(r);
+    return rc;
+}
+
+static int measure(const lb_params *p, lb_result *out, int mode) {
+    lrun *r;
+    int rc = lrun_open(&r, mode, on_frame);
+    if (rc < 0) return rc;
     for (int wl = 0; wl < LB_WORKLOADS && rc == 0; wl++) {
         /* Repeated rows first run once unmeasured, as the peers do. */
         if (p->reps > 1) rc = run_once(r, wl, p);
@@ -158,10 +194,7 @@ static int measure(const lb_params *p, lb_result *out, int mode) {
         out->turns[wl] = turns;
         out->timers[wl] = mode == MODE_TASK ? 0 : turns;
     }
-    lull_endpoint_close(&r->end[0].lb.ep, 0);
-    lull_endpoint_close(&r->end[1].lb.ep, 0);
-    int frc = lull_loop_free(r->loop);
-    free(r);
+    int frc = lrun_close(r);
     return rc < 0 ? rc : frc;
 }
 
@@ -315,3 +348,175 @@ static const lb_entry entries[] = {
 const lb_peer lb_lull = {
     "lull", NULL, NULL, entries, (int)(sizeof entries / sizeof entries[0]),
 };
+
+/* ------------------------------------------------- verify mode (soak) */
+
+/* The soak runs the same workload with each message wrapped: a sequence
+ * number per direction and a checksum ahead of it, random padding after
+ * it (so frame lengths vary), from a pool of larger frames of its own.
+ * The benchmark rows never see these callbacks. */
+#define VHEAD    16 /* seq (8) + checksum (8) */
+#define VMSG     16 /* the workload's message */
+#define VPAD_MAX 96
+
+typedef struct vframe {
+    lull_frame frame;
+    struct vframe *next_free;
+    vstate *v;
+    unsigned char bytes[VHEAD + VMSG + VPAD_MAX];
+} vframe;
+
+struct vstate {
+    vframe *free;
+    uint64_t rng;
+    int pad_max;          /* pads drawn from 0..pad_max bytes */
+    uint64_t sent[2];     /* by sending side: the next sequence number */
+    uint64_t received[2]; /* by receiving side: the one it expects next */
+    uint64_t verified;
+    int faults;
+    lab_soak_result *out;
+    vframe pool[POOL];
+};
+
+/* A checksum of a frame's body, its direction and its sequence number. */
+static uint64_t vsum(int from, uint64_t seq, const unsigned char *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t)from << 63) ^ seq ^ n;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void vrelease(lull_frame *frame) {
+    vframe *f = LULL_CONTAINER_OF(frame, vframe, frame);
+    f->next_free = f->v->free;
+    f->v->free = f;
+}
+
+static void vfault(vstate *v, int side, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void vfault(vstate *v, int side, const char *fmt, ...) {
+    if (v->faults++) return;
+    char what[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(v->out->why, sizeof v->out->why,
+             "loopback: frame to the %s: %s (%" PRIu64 " verified before)",
+             side ? "server" : "client", what, v->verified);
+}
+
+static void verify_send(lb_work *w, int side, const void *bytes, size_t len) {
+    lrun *r = LULL_CONTAINER_OF(w, lrun, w);
+    vstate *v = r->v;
+    vframe *f = v->free;
+    if (!f || len != VMSG) {
+        r->error = -ENOSPC;
+        return;
+    }
+    v->free = f->next_free;
+    size_t pad = (size_t)(lab_rand(&v->rng) % (uint64_t)(v->pad_max + 1));
+    uint64_t seq = v->sent[side]++;
+    memcpy(f->bytes + VHEAD, bytes, VMSG);
+    for (size_t i = 0; i < pad; i++)
+        f->bytes[VHEAD + VMSG + i] = (unsigned char)lab_rand(&v->rng);
+    uint64_t sum = vsum(side, seq, f->bytes + VHEAD, VMSG + pad);
+    memcpy(f->bytes, &seq, 8);
+    memcpy(f->bytes + 8, &sum, 8);
+    f->frame.len = VHEAD + VMSG + pad;
+    int rc = lull_send(&r->end[side].lb.ep, &f->frame);
+    if (rc < 0) r->error = rc;
+}
+
+static const lb_link_ops verify_ops = {verify_send, run_refresh};
+
+/* Each frame: the next sequence number of its direction (nothing lost,
+ * repeated or reordered) and its checksum (nothing corrupt), then the
+ * message to the workload. */
+static void on_frame_verified(lull_endpoint *ep, const void *bytes,
+                              size_t len) {
+    lend *e = LULL_CONTAINER_OF(ep, lend, lb.ep);
+    vstate *v = e->run->v;
+    const unsigned char *b = bytes;
+    if (len < VHEAD + VMSG || len > VHEAD + VMSG + VPAD_MAX) {
+        vfault(v, e->side, "length %zu (sequence number %" PRIu64 " next)", len,
+               v->received[e->side]);
+        return;
+    }
+    uint64_t seq, sum;
+    memcpy(&seq, b, 8);
+    memcpy(&sum, b + 8, 8);
+    if (seq != v->received[e->side])
+        vfault(v, e->side, "sequence number %" PRIu64 ", %" PRIu64 " expected",
+               seq, v->received[e->side]);
+    else if (sum != vsum(1 - e->side, seq, b + VHEAD, len - VHEAD))
+        vfault(v, e->side, "checksum wrong at sequence number %" PRIu64, seq);
+    else
+        v->verified++;
+    v->received[e->side] = seq + 1;
+    lb_work_frame(&e->run->w, e->side, b + VHEAD, VMSG);
+}
+
+/* One soak run (lab/soak.h): a mode, the workloads' sizes, repetitions
+ * on the one pair and the padding drawn from *seed. */
+int lab_loopback_soak(uint64_t *seed, lab_soak_result *out) {
+    static const char *const names[] = {"task", "timer0", "timer1ms"};
+    memset(out, 0, sizeof *out);
+    int mode = (int)(lab_rand(seed) % 3);
+    bool slow = mode == MODE_TIMER1; /* 1 ms per turn: small sizes */
+    lb_params p = {0};
+    p.commits = 1 + (int)(lab_rand(seed) % (slow ? 40 : 2000));
+    p.effects = 1 + (int)(lab_rand(seed) % (slow ? 8 : LB_MAX_EFFECTS));
+    p.graph_rounds = 1 + (int)(lab_rand(seed) % (slow ? 2 : 40));
+    int reps = 1 + (int)(lab_rand(seed) % (slow ? 1 : 8));
+    vstate *v = calloc(1, sizeof *v);
+    if (!v) return -ENOMEM;
+    v->out = out;
+    v->rng = lab_rand(seed) | 1;
+    v->pad_max = (int)(lab_rand(seed) % (VPAD_MAX + 1));
+    snprintf(out->sizes, sizeof out->sizes,
+             "%s, %d commits, graph %d effects x %d rounds, %d reps, "
+             "padding 0-%d B",
+             names[mode], p.commits, p.effects, p.graph_rounds, reps,
+             v->pad_max);
+    for (int i = 0; i < POOL; i++) {
+        vframe *f = &v->pool[i];
+        f->frame = (lull_frame){.bytes = f->bytes, .release = vrelease};
+        f->v = v;
+        f->next_free = v->free;
+        v->free = f;
+    }
+    lrun *r;
+    int rc = lrun_open(&r, mode, on_frame_verified);
+    if (rc < 0) {
+        free(v);
+        return rc;
+    }
+    r->v = v;
+    for (int rep = 0; rep < reps && rc == 0 && !v->faults; rep++)
+        for (int wl = 0; wl < LB_WORKLOADS && rc == 0 && !v->faults; wl++) {
+            lb_work_init(&r->w, &verify_ops, wl, &p);
+            lb_work_start(&r->w);
+            rc = lull_run(r->loop, LULL_RUN_DEFAULT);
+            if (rc == 0 && r->error) rc = r->error;
+            uint64_t want = lb_work_expected_frames(wl, &p);
+            if (rc == 0 && !v->faults && (!r->w.done || r->w.frames != want))
+                snprintf(out->why, sizeof out->why,
+                         "loopback: the %s workload ended %s after %" PRIu64
+                         " of %" PRIu64 " frames",
+                         wl == LB_COMMITS ? "commits" : "graph",
+                         r->w.done ? "done" : "unfinished", r->w.frames, want);
+        }
+    for (int side = 0; rc == 0 && side < 2 && !out->why[0]; side++)
+        if (v->sent[side] != v->received[1 - side])
+            snprintf(out->why, sizeof out->why,
+                     "loopback: %" PRIu64 " frames sent by the %s, %" PRIu64
+                     " received",
+                     v->sent[side], side ? "server" : "client",
+                     v->received[1 - side]);
+    out->verified = v->verified;
+    if (rc == 0 && (v->faults || out->why[0])) rc = -EPROTO;
+    int frc = lrun_close(r);
+    free(v);
+    return rc < 0 ? rc : frc;
+}

@@ -4,6 +4,7 @@
  * To add a scenario: declare its lab_scenario in lab/lab.h and list it in
  * `scenarios` below. `all` runs the table in order. */
 #include "lab.h"
+#include "soak.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -39,7 +40,10 @@ static void usage(FILE *out) {
             "  --journal   pump: add the journal variant (--only journal: "
             "it alone)\n"
             "  --kv PATH   serve: the lull-kv to run (default: the one built "
-            "beside lull-lab)\n",
+            "beside lull-lab)\n\n"
+            "  lull-lab soak [--seconds N] [--seed S] [--only NAME]: the "
+            "scenarios again and again at random sizes, every event and "
+            "frame checked, RSS and fds watched (lab/soak.c)\n",
             "all");
 }
 
@@ -99,6 +103,9 @@ static const lab_scenario *find(const char *name) {
 }
 
 int main(int argc, char **argv) {
+    /* The soak has options of its own. */
+    if (argc > 1 && strcmp(argv[1], "soak") == 0)
+        return lab_soak_main(argc - 1, argv + 1);
     lab_options opts = {.argv0 = argv[0]};
     const char *command = NULL;
     for (int i = 1; i < argc; i++) {

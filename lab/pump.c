@@ -37,9 +37,15 @@
  * time: a provider that falls behind catches up) to the driver, so it
  * includes the sync. The device's raw fdatasync latency is measured in
  * the same run; every stream is checked on disk (re-read and compared)
- * and in order at the driver. */
+ * and in order at the driver.
+ *
+ * lab_pump_soak (lab/soak.h, for `lull-lab soak`) runs the stream alone at
+ * random sizes in verify mode: the provider and the delivery pass are
+ * checked twins of the timed ones, chosen when the run opens, so the
+ * figures above never pay for the checks. */
 #include "lab.h"
 
+#include "soak.h"
 #include "window.h"
 #include <stddef.h>
 
@@ -77,6 +83,7 @@ typedef struct params {
     int scale_rounds;
     int scale[2]; /* larger session counts: 1,000 and 10,000 */
     uint64_t seed;
+    bool verify; /* the soak's runs: checked callbacks (see lab_pump_soak) */
 } params;
 
 /* ------------------------------------------------------------ sessions */
@@ -157,6 +164,8 @@ struct run {
     lull_journal shared;   /* one shared journal: its journal */
     int shared_fd;         /* ... and its file */
     char dir[96];          /* the temporary directory of the files */
+    lab_soak_result *soak; /* verify mode: counts and the first fault */
+    int soak_errors;       /* verify mode: events found wrong */
 };
 
 /* The driver: receives events in order, records how long each waited. */
@@ -211,6 +220,79 @@ static void provider_tick(lull_timer *t) {
                       1);
     lab_window_commit(&s->window);
     if (last) lull_timer_stop(t);
+}
+
+/* ------------------------------------------------- verify mode (soak) */
+
+/* The soak's payload of event k of session i: k in the high half (the
+ * provider's own sequence), a hash of (i, k) in the low half (its
+ * checksum: a corrupt event, or one delivered to the wrong session, fails
+ * it). */
+static uint64_t soak_value(int i, int k) {
+    uint64_t h =
+        ((uint64_t)(uint32_t)i << 32 | (uint32_t)k) ^ 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 31)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 29)) * 0x94D049BB133111EBull;
+    return (uint64_t)(uint32_t)k << 32 | (uint32_t)(h ^ (h >> 32));
+}
+
+static void soak_fault(run *r, const session *s, const char *what,
+                       const lab_window_event *ev) {
+    if (r->soak_errors++ == 0)
+        snprintf(r->soak->why, sizeof r->soak->why,
+                 "pump: session %d: %s (event %d of %d received: window seq "
+                 "%" PRIu64 ", value 0x%016" PRIx64 ", flags %u)",
+                 (int)(s - r->s), what, s->received, r->events, ev->seq,
+                 ev->value, ev->flags);
+}
+
+/* provider_tick with the soak's payload. */
+static void provider_tick_verified(lull_timer *t) {
+    session *s = LULL_CONTAINER_OF(t, session, provider);
+    int k = s->sent++;
+    bool last = s->sent == s->run->events;
+    lab_window_append(&s->window, soak_value((int)(s - s->run->s), k),
+                      last ? LAB_EVENT_TERMINAL : 0, 1);
+    lab_window_commit(&s->window);
+    if (last) lull_timer_stop(t);
+}
+
+/* deliver_pass with every event checked before the driver has it: the
+ * window's sequence number is the next of this session's turn (nothing
+ * lost, repeated or reordered), the payload is event `received` of this
+ * session (checksum), the terminal flag on the last event only. */
+static int deliver_pass_verified(lull_pump *p, uint64_t *retry_ns) {
+    (void)retry_ns;
+    session *s = LULL_CONTAINER_OF(p, session, pump);
+    run *r = s->run;
+    lab_window_event ev[BATCH];
+    int n = lab_window_read(&s->window, &s->cursor, ev, BATCH);
+    if (n == 0) return LULL_PASS_QUIET;
+    uint64_t now = lull_now_exact(r->loop);
+    for (int i = 0; i < n; i++) {
+        int k = s->received;
+        if (k >= r->events) {
+            soak_fault(r, s, "an event after the turn's last", &ev[i]);
+            continue; /* not to the driver: its arrays hold one turn */
+        }
+        bool last = k + 1 == r->events;
+        if (ev[i].seq != r->first_seq + (uint64_t)k)
+            soak_fault(r, s, "sequence number out of order", &ev[i]);
+        else if (ev[i].value >> 32 != (uint64_t)k)
+            soak_fault(r, s,
+                       "the provider's sequence number in the payload is "
+                       "not the next (lost, repeated or reordered)",
+                       &ev[i]);
+        else if (ev[i].value != soak_value((int)(s - r->s), k))
+            soak_fault(r, s, "payload checksum wrong", &ev[i]);
+        else if ((ev[i].flags & LAB_EVENT_TERMINAL) != (last ? 1u : 0u))
+            soak_fault(r, s, "terminal flag wrong", &ev[i]);
+        else
+            r->soak->verified++;
+        driver_receive(s, &ev[i], now);
+    }
+    lull_pump_delivered(p, (uint64_t)n);
+    return n == BATCH ? LULL_PASS_AGAIN : LULL_PASS_QUIET;
 }
 
 static void stream_deadline(lull_timer *t) {
@@ -308,9 +390,11 @@ static int run_open(run *r, int n, int mode, int retain, const params *p,
         lab_window_commit(&s->window); /* nobody listens yet */
         /* The driver has had them: its cursor is past them. */
         lab_window_cursor_open(&s->window, &s->cursor, s->window.readable);
-        lull_pump_init(r->loop, &s->pump, deliver_pass);
+        lull_pump_init(r->loop, &s->pump,
+                       p->verify ? deliver_pass_verified : deliver_pass);
         lull_timer_init(r->loop, &s->poll, poll_tick);
-        lull_timer_init(r->loop, &s->provider, provider_tick);
+        lull_timer_init(r->loop, &s->provider,
+                        p->verify ? provider_tick_verified : provider_tick);
         if (mode == MODE_POLL) {
             /* Sessions open at unrelated times: a random phase each. */
             uint64_t phase = 1000 + lab_rand(seed) % (p->poll_ns - 1000);
@@ -1383,3 +1467,44 @@ const lab_scenario lab_pump = {
     "passes over committed-event windows",
     run_pump,
 };
+
+/* ---------------------------------------------------------------- soak */
+
+/* One soak run (lab/soak.h): sessions, events per turn, retained events,
+ * the provider's period and the mode drawn from *seed; no idle window, the
+ * stream alone, every event checked as the driver receives it. */
+int lab_pump_soak(uint64_t *seed, lab_soak_result *out) {
+    memset(out, 0, sizeof *out);
+    params p;
+    set_params(&(lab_options){.quick = true}, &p);
+    p.verify = true;
+    int n = 1 + (int)(lab_rand(seed) % 128);
+    int mode = (int)(lab_rand(seed) % MODES);
+    int retain = (int)(lab_rand(seed) % 256);
+    p.events = 1 + (int)(lab_rand(seed) % 256);
+    p.interval_ns = 20000 + lab_rand(seed) % (2 * MS);
+    snprintf(out->sizes, sizeof out->sizes,
+             "%d sessions, %s, %d events every %.0f us, %d retained", n,
+             mode_name[mode], p.events, (double)p.interval_ns / 1e3, retain);
+    run r;
+    int rc = run_open(&r, n, mode, retain, &p, seed);
+    if (rc < 0) return rc;
+    r.soak = out;
+    r.first_seq = (uint64_t)retain + 1;
+    stream_result sr;
+    rc = stream(&r, &p, &sr);
+    for (int i = 0; rc == 0 && i < r.n && !r.soak_errors && !out->why[0]; i++)
+        if (r.s[i].received != p.events)
+            snprintf(out->why, sizeof out->why,
+                     "pump: session %d received %d of %d events%s", i,
+                     r.s[i].received, p.events,
+                     r.timed_out ? " (the stream's 60 s deadline hit)" : "");
+    if (rc == 0 && (r.soak_errors || out->why[0] || !sr.complete)) {
+        if (!out->why[0])
+            snprintf(out->why, sizeof out->why,
+                     "pump: the stream did not complete");
+        rc = -EPROTO;
+    }
+    run_close(&r);
+    return rc;
+}

@@ -38,11 +38,17 @@
  * record to one replica), records/s per replica, total time, ping round
  * trip p50/p99/max during catch-up, progress-timer lateness p99, writev
  * calls and bytes per writev. Then the write cost of one lull_send per
- * record and the 64-byte ping-pong (lab/replicate_write.c). */
+ * record and the 64-byte ping-pong (lab/replicate_write.c).
+ *
+ * lab_replicate_soak (lab/soak.h, for `lull-lab soak`) is one run at
+ * random sizes (records, record size, transaction, replicas, mode, skip,
+ * transport); the replicas' checks are the scenario's own. */
 #include "replicate.h"
 #include "lab.h"
+#include "soak.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -244,7 +250,9 @@ typedef struct result {
     double preemptions; /* of the source thread during the catch-up */
     uint64_t pings;
     uint64_t entries;
+    uint64_t received; /* records the replicas received and checked */
     int bad;
+    char why[160]; /* the first replica found wrong, when bad */
 } result;
 
 static void ring_release(lull_frame *f) {
@@ -608,8 +616,14 @@ static int run_once(const params *p, const log_store *log, int mode,
         }
         uint64_t want = (uint64_t)(skip ? log->kept : log->records);
         for (int i = 0; i < replicas; i++) {
+            if ((reps[i].bad || reps[i].got != want) && !out->bad)
+                snprintf(out->why, sizeof out->why,
+                         "replica %d: %" PRIu64 " records received of %" PRIu64
+                         ", %" PRIu64 " out of sequence or corrupt",
+                         i, reps[i].got, want, reps[i].bad);
             out->bad += (int)reps[i].bad;
             if (reps[i].got != want) out->bad++;
+            out->received += reps[i].got - reps[i].bad;
         }
         out->entries = entries;
         out->cpu_s = (double)(r->cpu_end - r->cpu_start) / 1e9;
@@ -920,3 +934,47 @@ const lab_scenario lab_replicate = {
     "shared quantum, over real sockets, with pings and a progress timer",
     run_replicate,
 };
+
+/* ---------------------------------------------------------------- soak */
+
+/* One soak run (lab/soak.h): the log's length and record size, the
+ * replicas, the mode, the skip filter and the transport drawn from *seed;
+ * each replica checks every record's sequence number and checksum (the
+ * scenario always does) and must receive the whole log, each record once.
+ * The log is at most 32 MB. */
+int lab_replicate_soak(uint64_t *seed, lab_soak_result *out) {
+    static int serial = 1 << 20; /* socket names apart from the scenario's */
+    memset(out, 0, sizeof *out);
+    params p;
+    set_params(&(lab_options){.quick = true}, &p);
+    p.record_size = (int)sizeof(rec_head) + (int)(lab_rand(seed) % 4073);
+    p.records = 1 + (int)(lab_rand(seed) % 100000);
+    if ((uint64_t)p.records * (uint64_t)p.record_size > 32u << 20)
+        p.records = (int)((32u << 20) / (unsigned)p.record_size);
+    p.txn = 1 + (int)(lab_rand(seed) % 32);
+    int replicas = 1 + (int)(lab_rand(seed) % 4);
+    int mode = (int)(lab_rand(seed) % MODES);
+    bool skip = lab_rand(seed) % 4 == 0;
+    p.tcp = lab_rand(seed) % 3 == 0;
+    snprintf(out->sizes, sizeof out->sizes,
+             "%d records of %d B, %d replicas, %s%s, %s", p.records,
+             p.record_size, replicas, mode_key[mode], skip ? " (skip)" : "",
+             p.tcp ? "tcp" : "unix");
+    log_store log;
+    int rc = log_make(&log, &p);
+    if (rc < 0) return rc;
+    result res;
+    rc = run_once(&p, &log, mode, replicas, skip, serial++, &res);
+    free(log.bytes);
+    if (rc < 0) {
+        snprintf(out->why, sizeof out->why, "replicate: the run failed: %s",
+                 strerror(-rc));
+        return rc == -EPROTO || rc == -EPIPE ? -EPROTO : rc;
+    }
+    out->verified = res.received;
+    if (res.bad) {
+        snprintf(out->why, sizeof out->why, "replicate: %s", res.why);
+        return -EPROTO;
+    }
+    return 0;
+}

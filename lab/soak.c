@@ -1,0 +1,254 @@
+/* `lull-lab soak [--seconds N] [--seed S] [--only NAME]` (issue 11): the
+ * scenarios' lull implementations run over and over in this one process,
+ * at sizes drawn at random for each run, with every delivered event and
+ * frame checked by sequence number and checksum (the hooks of lab/soak.h),
+ * and the process's resources watched across the runs.
+ *
+ * An iteration runs each entry of `entries` once. The first iteration is
+ * the warm-up (the allocator's arenas, thread stacks and caches settle);
+ * the resources measured after it are the baseline, and the soak fails
+ * when at the end any has grown past its tolerance: resident memory (RSS,
+ * /proc/self/statm) or the heap in use (mallinfo2) by more than a few MB,
+ * open fds (/proc/self/fd) or threads (/proc/self/status) by any. It fails
+ * at once when a run finds an event or frame lost, repeated, out of order
+ * or corrupt, and prints the run's seed and sizes.
+ *
+ * Each run's seed is a hash of the master seed (--seed, else the clock;
+ * printed), the iteration and the entry, so `--seed S --only NAME` draws
+ * the same runs of that entry as the full soak did. */
+#include "soak.h"
+#include "lab.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct soak_entry {
+    const char *name;
+    const char *unit; /* what its runs verify */
+    int (*run)(uint64_t *seed, lab_soak_result *out);
+} soak_entry;
+
+/* The scenarios soaked. `serve`: when lab/serve.c lands, its soak hook is
+ * declared in lab/soak.h and listed here ({"serve", "responses", ...}). */
+static const soak_entry entries[] = {
+    {"pump", "events", lab_pump_soak},
+    {"loopback", "frames", lab_loopback_soak},
+    {"replicate", "records", lab_replicate_soak},
+};
+#define ENTRIES (int)(sizeof entries / sizeof entries[0])
+
+/* Growth allowed from the warm-up to the end: the allocator keeps some
+ * freed memory and its arenas fragment, so a few MB are not a leak; a
+ * leak of one buffer per run over hundreds of runs is far more. An fd or
+ * a thread is never allowed. */
+#define RSS_TOLERANCE_KB  (4 * 1024)
+#define HEAP_TOLERANCE_KB (1 * 1024)
+
+/* Under AddressSanitizer freed memory waits in its quarantine (RSS grows
+ * by design) and mallinfo2 counts nothing: memory is not compared there,
+ * LeakSanitizer checks it at exit instead. Fds and threads still are. */
+#if defined(__SANITIZE_ADDRESS__)
+#define MEMORY_CHECKED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MEMORY_CHECKED 0
+#endif
+#endif
+#ifndef MEMORY_CHECKED
+#define MEMORY_CHECKED 1
+#endif
+
+typedef struct usage {
+    long rss_kb;
+    long heap_kb;
+    int fds;
+    int threads;
+} usage;
+
+static int count_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n - 1; /* the directory's own */
+}
+
+static int count_threads(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    int n = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1) break;
+    fclose(f);
+    return n;
+}
+
+/* Freed memory goes back to the kernel first (malloc_trim), so what is
+ * resident is what is held, plus fragmentation. */
+static void measure(usage *u) {
+    malloc_trim(0);
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+    if (f) fclose(f);
+    u->rss_kb = resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+    u->heap_kb = (long)(lab_heap_bytes() / 1024);
+    u->fds = count_fds();
+    u->threads = count_threads();
+}
+
+static void print_usage_line(const char *when, const usage *u) {
+    printf("  %-16s RSS %7.1f MB  heap in use %7.3f MB  open fds %3d  "
+           "threads %2d\n",
+           when, (double)u->rss_kb / 1024, (double)u->heap_kb / 1024, u->fds,
+           u->threads);
+}
+
+static uint64_t run_seed(uint64_t master, uint64_t iteration, int entry) {
+    uint64_t h =
+        master ^ (iteration * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)entry << 56);
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    return (h ^ (h >> 31)) | 1; /* xorshift's state is never 0 */
+}
+
+static void usage_text(FILE *out) {
+    fprintf(out, "usage: lull-lab soak [--seconds N] [--seed S] [--only "
+                 "NAME]\n"
+                 "  runs");
+    for (int i = 0; i < ENTRIES; i++)
+        fprintf(out, " %s", entries[i].name);
+    fprintf(out, " over and over for N seconds (default 60) at random "
+                 "sizes, checking every event and frame, and fails when "
+                 "one is lost, repeated, reordered or corrupt, or when RSS, "
+                 "heap, fds or threads grow past the warm-up\n");
+}
+
+int lab_soak_main(int argc, char **argv) {
+    double seconds = 60;
+    uint64_t master = 0;
+    bool seeded = false;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--seconds") == 0 && i + 1 < argc) {
+            seconds = atof(argv[++i]);
+        } else if (strcmp(a, "--seed") == 0 && i + 1 < argc) {
+            master = strtoull(argv[++i], NULL, 0);
+            seeded = true;
+        } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {
+            only = argv[++i];
+        } else {
+            usage_text(strcmp(a, "--help") == 0 ? stdout : stderr);
+            return strcmp(a, "--help") == 0 ? 0 : 2;
+        }
+    }
+    bool run[ENTRIES];
+    int chosen = 0;
+    for (int k = 0; k < ENTRIES; k++)
+        chosen += run[k] = !only || strcmp(only, entries[k].name) == 0;
+    if (!chosen || seconds < 0) {
+        usage_text(stderr);
+        return 2;
+    }
+    if (!seeded) master = lab_now_ns() ^ ((uint64_t)getpid() << 32);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    lab_raise_nofile();
+
+    printf("soak: seed 0x%016" PRIx64 ", %.0f s; every run at random sizes, "
+           "every event and frame checked by sequence number and checksum\n",
+           master, seconds);
+    usage u0, u1, u2;
+    measure(&u0);
+    print_usage_line("start", &u0);
+
+    uint64_t verified[ENTRIES] = {0}, runs[ENTRIES] = {0};
+    uint64_t t0 = lab_now_ns(), next_report = t0 + 10000000000ull;
+    uint64_t iteration = 0;
+    do {
+        for (int k = 0; k < ENTRIES; k++) {
+            if (!run[k]) continue;
+            uint64_t seed = run_seed(master, iteration, k);
+            uint64_t drawn = seed;
+            lab_soak_result res;
+            int rc = entries[k].run(&seed, &res);
+            if (rc < 0) {
+                printf("soak: FAILED in iteration %" PRIu64 ", %s (run seed "
+                       "0x%016" PRIx64 "; %s): %s\n"
+                       "  reproduce: lull-lab soak --seed 0x%016" PRIx64
+                       " --only %s\n",
+                       iteration, entries[k].name, drawn, res.sizes,
+                       rc == -EPROTO && res.why[0] ? res.why : strerror(-rc),
+                       master, entries[k].name);
+                return 1;
+            }
+            verified[k] += res.verified;
+            runs[k]++;
+        }
+        if (iteration++ == 0) {
+            measure(&u1);
+            print_usage_line("after warm-up", &u1);
+        }
+        uint64_t now = lab_now_ns();
+        if (now >= next_report) {
+            usage u;
+            measure(&u);
+            char when[32];
+            snprintf(when, sizeof when, "%.0f s, it. %" PRIu64,
+                     (double)(now - t0) / 1e9, iteration);
+            print_usage_line(when, &u);
+            next_report = now + 10000000000ull;
+        }
+    } while ((double)(lab_now_ns() - t0) / 1e9 < seconds);
+    double elapsed = (double)(lab_now_ns() - t0) / 1e9;
+    measure(&u2);
+    print_usage_line("end", &u2);
+
+    printf("soak: %.1f s, %" PRIu64 " iterations\n", elapsed, iteration);
+    for (int k = 0; k < ENTRIES; k++)
+        if (run[k])
+            printf("  %-10s %8" PRIu64 " runs  %12" PRIu64 " %s verified\n",
+                   entries[k].name, runs[k], verified[k], entries[k].unit);
+    int failed = 0;
+    if (!MEMORY_CHECKED)
+        printf("soak: RSS and heap not compared (AddressSanitizer build: "
+               "its quarantine keeps freed memory; LeakSanitizer checks at "
+               "exit)\n");
+    if (MEMORY_CHECKED && u1.rss_kb >= 0 &&
+        u2.rss_kb - u1.rss_kb > RSS_TOLERANCE_KB) {
+        printf("soak: FAILED: RSS grew %.1f MB after the warm-up (tolerance "
+               "%d MB)\n",
+               (double)(u2.rss_kb - u1.rss_kb) / 1024, RSS_TOLERANCE_KB / 1024);
+        failed = 1;
+    }
+    if (MEMORY_CHECKED && u2.heap_kb - u1.heap_kb > HEAP_TOLERANCE_KB) {
+        printf("soak: FAILED: the heap in use grew %.1f MB after the warm-up "
+               "(tolerance %d MB)\n",
+               (double)(u2.heap_kb - u1.heap_kb) / 1024,
+               HEAP_TOLERANCE_KB / 1024);
+        failed = 1;
+    }
+    if (u2.fds != u1.fds || u2.threads != u1.threads) {
+        printf("soak: FAILED: open fds %d -> %d, threads %d -> %d after the "
+               "warm-up\n",
+               u1.fds, u2.fds, u1.threads, u2.threads);
+        failed = 1;
+    }
+    if (!failed)
+        printf("soak: ok: nothing lost, repeated, reordered or corrupt; RSS "
+               "%+.1f MB, heap %+.1f MB, fds %+d, threads %+d since the "
+               "warm-up\n",
+               (double)(u2.rss_kb - u1.rss_kb) / 1024,
+               (double)(u2.heap_kb - u1.heap_kb) / 1024, u2.fds - u1.fds,
+               u2.threads - u1.threads);
+    return failed;
+}

@@ -1,0 +1,32 @@
+/* The soak's hooks into the scenarios (lab/soak.c drives them): each runs
+ * its scenario's lull implementation once at sizes drawn from *seed, with
+ * every delivered event or frame checked on receipt by sequence number and
+ * checksum. The timed benchmark paths do not pay for it: the checks are
+ * separate callbacks chosen when a run is opened in verify mode.
+ *
+ * Each returns 0 when everything arrived once, in order and intact, with
+ * out->verified the events or frames checked; -EPROTO with out->why set
+ * when one was lost, repeated, out of order or corrupt; or another negative
+ * errno when the run could not be set up. out->sizes says what was drawn.
+ */
+#ifndef LAB_SOAK_H
+#define LAB_SOAK_H
+
+#include <stdint.h>
+
+typedef struct lab_soak_result {
+    uint64_t verified; /* events (pump) or frames checked on receipt */
+    char sizes[160];   /* the sizes and modes drawn, for the report */
+    char why[256];     /* on -EPROTO: the first thing found wrong */
+} lab_soak_result;
+
+int lab_pump_soak(uint64_t *seed, lab_soak_result *out); /* pump.c */
+int lab_loopback_soak(uint64_t *seed,
+                      lab_soak_result *out); /* loopback_lull.c */
+int lab_replicate_soak(uint64_t *seed, lab_soak_result *out); /* replicate.c */
+
+/* `lull-lab soak ...` (lab/soak.c): argv[0] is "soak". Returns the exit
+ * status: 0, 1 when the soak failed, 2 for a usage error. */
+int lab_soak_main(int argc, char **argv);
+
+#endif /* LAB_SOAK_H */
