@@ -150,8 +150,19 @@ static server *the_server; /* lull_server has no data pointer: one server */
 
 /* ----------------------------------------------------------- helpers */
 
+/* ASCII case-insensitive, inline: the command dispatch compares the name
+ * against several literals per request, and strncasecmp's call and locale
+ * handling cost more than the compare. */
 static bool is(const resp_arg *a, const char *name) {
-    return a->len == strlen(name) && strncasecmp(a->p, name, a->len) == 0;
+    size_t n = strlen(name);
+    if (a->len != n) return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = (unsigned char)a->p[i], y = (unsigned char)name[i];
+        if (x >= 'a' && x <= 'z') x = (unsigned char)(x - 'a' + 'A');
+        if (y >= 'a' && y <= 'z') y = (unsigned char)(y - 'a' + 'A');
+        if (x != y) return false;
+    }
+    return true;
 }
 
 static bool parse_u64(const resp_arg *a, uint64_t *out) {
