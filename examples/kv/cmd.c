@@ -46,10 +46,22 @@ void buf_str(buf *b, const char *s) {
     buf_put(b, s, strlen(s));
 }
 
+/* By hand rather than snprintf: every GET reply has one (its "$len"), and
+ * snprintf's format parsing cost more than the rest of the reply. */
 void buf_int(buf *b, char tag, long long v) {
-    char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, "%c%lld\r\n", tag, v);
-    buf_put(b, tmp, (size_t)n);
+    char tmp[24]; /* tag, sign, 19 digits, CRLF */
+    char *e = tmp + sizeof tmp, *q = e;
+    *--q = '\n';
+    *--q = '\r';
+    unsigned long long u =
+        v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--q = '-';
+    *--q = tag;
+    buf_put(b, q, (size_t)(e - q));
 }
 
 void buf_bulk(buf *b, const char *p, size_t n) {
@@ -81,8 +93,19 @@ void kv_free(kv *k) {
     repl_log_free(&k->log);
 }
 
+/* ASCII case-insensitive, inline: the command dispatch compares the name
+ * against several literals per request, and strncasecmp's call and locale
+ * handling cost more than the compare. */
 static bool is(const resp_arg *a, const char *name) {
-    return a->len == strlen(name) && strncasecmp(a->p, name, a->len) == 0;
+    size_t n = strlen(name);
+    if (a->len != n) return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = (unsigned char)a->p[i], y = (unsigned char)name[i];
+        if (x >= 'a' && x <= 'z') x = (unsigned char)(x - 'a' + 'A');
+        if (y >= 'a' && y <= 'z') y = (unsigned char)(y - 'a' + 'A');
+        if (x != y) return false;
+    }
+    return true;
 }
 
 bool kv_parse_i64(const char *p, size_t n, long long *out) {

@@ -39,6 +39,20 @@ static int parse_num(const char *buf, size_t from, size_t to, int neg_ok,
  * *out, *pos past the CRLF), 0 incomplete, -1 error. */
 static int header(const char *buf, size_t len, size_t *pos, int neg_ok,
                   long long *out, const char **err) {
+    /* The common header, a few digits and CRLF all in the buffer, without
+     * the memchr and the checks below; anything else (a sign, a long or
+     * malformed line, one cut short) takes the general path, which gives
+     * the same answer for what this one takes. 18 digits cannot overflow. */
+    size_t i = *pos + 1;
+    unsigned long long v = 0;
+    while (i < len && i - *pos <= 18 && buf[i] >= '0' && buf[i] <= '9')
+        v = v * 10 + (unsigned long long)(buf[i++] - '0');
+    if (i > *pos + 1 && i - *pos <= 19 && len - i >= 2 && buf[i] == '\r' &&
+        buf[i + 1] == '\n') {
+        *out = (long long)v;
+        *pos = i + 2;
+        return 1;
+    }
     long lf = find_lf(buf, len, *pos);
     if (lf < 0) {
         if (len - *pos > HEADER_MAX) {

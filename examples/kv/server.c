@@ -150,8 +150,19 @@ static server *the_server; /* lull_server has no data pointer: one server */
 
 /* ----------------------------------------------------------- helpers */
 
+/* ASCII case-insensitive, inline: the command dispatch compares the name
+ * against several literals per request, and strncasecmp's call and locale
+ * handling cost more than the compare. */
 static bool is(const resp_arg *a, const char *name) {
-    return a->len == strlen(name) && strncasecmp(a->p, name, a->len) == 0;
+    size_t n = strlen(name);
+    if (a->len != n) return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = (unsigned char)a->p[i], y = (unsigned char)name[i];
+        if (x >= 'a' && x <= 'z') x = (unsigned char)(x - 'a' + 'A');
+        if (y >= 'a' && y <= 'z') y = (unsigned char)(y - 'a' + 'A');
+        if (x != y) return false;
+    }
+    return true;
 }
 
 static bool parse_u64(const resp_arg *a, uint64_t *out) {
@@ -401,14 +412,24 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
     server *srv = c->srv;
     if (c->closing) return;
-    buf_put(&c->in, bytes, len);
+    /* With nothing left over from the last chunk, commands are parsed in
+     * the stream's own buffer (valid for this call) and only an unparsed
+     * tail is copied: the common chunk of whole commands is not copied. */
+    bool direct = c->in.len == 0;
+    const char *p = bytes;
+    size_t total = len;
+    if (!direct) {
+        buf_put(&c->in, bytes, len);
+        p = c->in.p;
+        total = c->in.len;
+    }
     uint64_t log_end = srv->kv.log.end;
     size_t off = 0;
     while (!c->closing && !c->in.oom) {
         size_t argc;
         const char *err = NULL;
-        long n = resp_parse(&srv->lim, c->in.p + off, c->in.len - off,
-                            srv->argv, &argc, &err);
+        long n =
+            resp_parse(&srv->lim, p + off, total - off, srv->argv, &argc, &err);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) {
             buf_str(&c->out, "-ERR ");
@@ -437,13 +458,16 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         }
     }
     if (srv->kv.log.end != log_end) wake_links(srv);
+    /* Keep the unparsed tail at the front for the next chunk. */
+    if (!direct)
+        buf_consume(&c->in, off);
+    else if (off < total && !c->closing)
+        buf_put(&c->in, p + off, total - off);
     if (c->in.oom || c->out.oom) {
         lull_endpoint_close(&c->s.ep, -ENOMEM); /* no on_close follows */
         conn_free(c);
         return;
     }
-    /* Keep the unparsed tail at the front for the next chunk. */
-    buf_consume(&c->in, off);
     if (c->closing)
         conn_finish(c);
     else
