@@ -103,9 +103,10 @@ test-yield:
 # `make soak SECONDS=N` (issue 11): the reference model against fresh seeds
 # for N seconds under ASan+UBSan, then the cross-thread stress at
 # 10,000,000 operations under ThreadSanitizer (LULL_STRESS_OPS changes it),
-# then `lull-lab soak` for N seconds (Release): the pump, loopback and
-# replicate scenarios at random sizes, every event and frame checked, RSS,
-# heap, fds and threads compared with the warm-up (lab/soak.c). Its seed
+# then `lull-lab soak` for N seconds (Release): the pump, loopback,
+# replicate and serve (lull-kv) scenarios at random sizes, every event,
+# frame and reply checked, RSS, heap, fds and threads compared with the
+# warm-up (lab/soak.c). Its seed
 # is fresh each time and printed; SOAK_SEED=S repeats one.
 SECONDS ?= 60
 SOAK_SEED ?=

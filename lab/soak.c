@@ -2,7 +2,9 @@
  * scenarios' lull implementations run over and over in this one process,
  * at sizes drawn at random for each run, with every delivered event and
  * frame checked by sequence number and checksum (the hooks of lab/soak.h),
- * and the process's resources watched across the runs.
+ * and the process's resources watched across the runs. `serve` drives a
+ * lull-kv kept across the runs (its fds checked the same way by its end
+ * hook), and is dropped with one line when none was built.
  *
  * An iteration runs each entry of `entries` once. The first iteration is
  * the warm-up (the allocator's arenas, thread stacks and caches settle);
@@ -31,14 +33,16 @@ typedef struct soak_entry {
     const char *name;
     const char *unit; /* what its runs verify */
     int (*run)(uint64_t *seed, lab_soak_result *out);
+    int (*end)(lab_soak_result *out); /* NULL, or releases what runs kept */
 } soak_entry;
 
-/* The scenarios soaked. `serve`: when lab/serve.c lands, its soak hook is
- * declared in lab/soak.h and listed here ({"serve", "responses", ...}). */
+/* The scenarios soaked. `serve` runs against one lull-kv kept for the
+ * whole soak, and is dropped with a line when no lull-kv was built. */
 static const soak_entry entries[] = {
-    {"pump", "events", lab_pump_soak},
-    {"loopback", "frames", lab_loopback_soak},
-    {"replicate", "records", lab_replicate_soak},
+    {"pump", "events", lab_pump_soak, NULL},
+    {"loopback", "frames", lab_loopback_soak, NULL},
+    {"replicate", "records", lab_replicate_soak, NULL},
+    {"serve", "replies", lab_serve_soak, lab_serve_soak_end},
 };
 #define ENTRIES (int)(sizeof entries / sizeof entries[0])
 
@@ -121,6 +125,22 @@ static uint64_t run_seed(uint64_t master, uint64_t iteration, int entry) {
     return (h ^ (h >> 31)) | 1; /* xorshift's state is never 0 */
 }
 
+/* Every chosen entry's end hook; the first failure is printed. Returns 1
+ * when one failed. */
+static int end_entries(const bool *run) {
+    int failed = 0;
+    for (int k = 0; k < ENTRIES; k++) {
+        if (!run[k] || !entries[k].end) continue;
+        lab_soak_result res;
+        if (entries[k].end(&res) < 0 && !failed) {
+            printf("soak: FAILED: %s: %s\n", entries[k].name,
+                   res.why[0] ? res.why : "its end check failed");
+            failed = 1;
+        }
+    }
+    return failed;
+}
+
 static void usage_text(FILE *out) {
     fprintf(out, "usage: lull-lab soak [--seconds N] [--seed S] [--only "
                  "NAME]\n"
@@ -165,7 +185,8 @@ int lab_soak_main(int argc, char **argv) {
     lab_raise_nofile();
 
     printf("soak: seed 0x%016" PRIx64 ", %.0f s; every run at random sizes, "
-           "every event and frame checked by sequence number and checksum\n",
+           "every event, frame and reply checked by sequence number and "
+           "checksum\n",
            master, seconds);
     usage u0, u1, u2;
     measure(&u0);
@@ -180,15 +201,23 @@ int lab_soak_main(int argc, char **argv) {
             uint64_t seed = run_seed(master, iteration, k);
             uint64_t drawn = seed;
             lab_soak_result res;
+            memset(&res, 0, sizeof res);
             int rc = entries[k].run(&seed, &res);
+            if (rc == LAB_SOAK_SKIPPED) {
+                printf("soak: %s skipped: %s\n", entries[k].name, res.why);
+                run[k] = false;
+                if (--chosen == 0) return 0;
+                continue;
+            }
             if (rc < 0) {
                 printf("soak: FAILED in iteration %" PRIu64 ", %s (run seed "
                        "0x%016" PRIx64 "; %s): %s\n"
                        "  reproduce: lull-lab soak --seed 0x%016" PRIx64
                        " --only %s\n",
                        iteration, entries[k].name, drawn, res.sizes,
-                       rc == -EPROTO && res.why[0] ? res.why : strerror(-rc),
-                       master, entries[k].name);
+                       res.why[0] ? res.why : strerror(-rc), master,
+                       entries[k].name);
+                end_entries(run);
                 return 1;
             }
             verified[k] += res.verified;
@@ -218,7 +247,9 @@ int lab_soak_main(int argc, char **argv) {
         if (run[k])
             printf("  %-10s %8" PRIu64 " runs  %12" PRIu64 " %s verified\n",
                    entries[k].name, runs[k], verified[k], entries[k].unit);
-    int failed = 0;
+    /* After the soak's own end figures: an entry's end hook may close what
+     * it kept open since the warm-up. */
+    int failed = end_entries(run);
     if (!MEMORY_CHECKED)
         printf("soak: RSS and heap not compared (AddressSanitizer build: "
                "its quarantine keeps freed memory; LeakSanitizer checks at "
