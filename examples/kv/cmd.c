@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* ------------------------------------------------------------- buffers */
 
@@ -91,21 +90,6 @@ void kv_init(kv *k) {
 void kv_free(kv *k) {
     store_free(&k->db);
     repl_log_free(&k->log);
-}
-
-/* ASCII case-insensitive, inline: the command dispatch compares the name
- * against several literals per request, and strncasecmp's call and locale
- * handling cost more than the compare. */
-static bool is(const resp_arg *a, const char *name) {
-    size_t n = strlen(name);
-    if (a->len != n) return false;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char x = (unsigned char)a->p[i], y = (unsigned char)name[i];
-        if (x >= 'a' && x <= 'z') x = (unsigned char)(x - 'a' + 'A');
-        if (y >= 'a' && y <= 'z') y = (unsigned char)(y - 'a' + 'A');
-        if (x != y) return false;
-    }
-    return true;
 }
 
 bool kv_parse_i64(const char *p, size_t n, long long *out) {
@@ -187,7 +171,7 @@ static void config_get(buf *out, const resp_arg *name) {
     static const char *const params[][2] = {{"save", ""}, {"appendonly", "no"}};
     size_t n = 0, match[2];
     for (size_t i = 0; i < 2; i++)
-        if (is(name, "*") || is(name, params[i][0])) match[n++] = i;
+        if (resp_is(name, "*") || resp_is(name, params[i][0])) match[n++] = i;
     buf_int(out, '*', (long long)(2 * n));
     for (size_t i = 0; i < n; i++) {
         buf_bulk(out, params[match[i]][0], strlen(params[match[i]][0]));
@@ -196,8 +180,8 @@ static void config_get(buf *out, const resp_arg *name) {
 }
 
 static bool is_write(const resp_arg *cmd) {
-    return is(cmd, "SET") || is(cmd, "DEL") || is(cmd, "INCR") ||
-           is(cmd, "FLUSHALL") || is(cmd, "FLUSHDB");
+    return resp_is(cmd, "SET") || resp_is(cmd, "DEL") || resp_is(cmd, "INCR") ||
+           resp_is(cmd, "FLUSHALL") || resp_is(cmd, "FLUSHDB");
 }
 
 /* Reserves room in the primary's log for the record a write would add;
@@ -214,7 +198,7 @@ static void log_write(kv *k, const resp_arg *a, size_t argc) {
 }
 
 static void run_write(kv *k, const resp_arg *a, size_t argc, buf *out) {
-    if (is(&a[0], "SET")) {
+    if (resp_is(&a[0], "SET")) {
         if (argc != 3) { /* plain SET only: no EX, NX, ... */
             wrong_args(out, &a[0]);
             return;
@@ -226,7 +210,7 @@ static void run_write(kv *k, const resp_arg *a, size_t argc, buf *out) {
         }
         log_write(k, a, argc);
         buf_str(out, "+OK\r\n");
-    } else if (is(&a[0], "DEL")) {
+    } else if (resp_is(&a[0], "DEL")) {
         if (argc < 2) {
             wrong_args(out, &a[0]);
             return;
@@ -235,7 +219,7 @@ static void run_write(kv *k, const resp_arg *a, size_t argc, buf *out) {
         long long n = w_del(k, a + 1, argc - 1);
         if (n) log_write(k, a, argc);
         buf_int(out, ':', n);
-    } else if (is(&a[0], "INCR")) {
+    } else if (resp_is(&a[0], "INCR")) {
         if (argc != 2) {
             wrong_args(out, &a[0]);
             return;
@@ -273,20 +257,20 @@ int kv_exec(kv *k, const resp_arg *a, size_t argc, buf *out) {
             buf_str(out, KV_READONLY_ERR "\r\n");
         else
             run_write(k, a, argc, out);
-    } else if (is(&a[0], "PING")) {
+    } else if (resp_is(&a[0], "PING")) {
         if (argc == 1)
             buf_str(out, "+PONG\r\n");
         else if (argc == 2)
             buf_bulk(out, a[1].p, a[1].len);
         else
             wrong_args(out, &a[0]);
-    } else if (is(&a[0], "ECHO")) {
+    } else if (resp_is(&a[0], "ECHO")) {
         if (argc != 2) {
             wrong_args(out, &a[0]);
             return 0;
         }
         buf_bulk(out, a[1].p, a[1].len);
-    } else if (is(&a[0], "GET")) {
+    } else if (resp_is(&a[0], "GET")) {
         if (argc != 2) {
             wrong_args(out, &a[0]);
             return 0;
@@ -297,7 +281,7 @@ int kv_exec(kv *k, const resp_arg *a, size_t argc, buf *out) {
             buf_bulk(out, v, vlen);
         else
             buf_str(out, "$-1\r\n");
-    } else if (is(&a[0], "EXISTS")) {
+    } else if (resp_is(&a[0], "EXISTS")) {
         if (argc < 2) {
             wrong_args(out, &a[0]);
             return 0;
@@ -308,23 +292,23 @@ int kv_exec(kv *k, const resp_arg *a, size_t argc, buf *out) {
             n += store_get(db, a[i].p, a[i].len, &vlen) != NULL;
         }
         buf_int(out, ':', n);
-    } else if (is(&a[0], "DBSIZE")) {
+    } else if (resp_is(&a[0], "DBSIZE")) {
         buf_int(out, ':', (long long)db->count);
-    } else if (is(&a[0], "INFO")) {
+    } else if (resp_is(&a[0], "INFO")) {
         if (argc > 2) {
             wrong_args(out, &a[0]);
             return 0;
         }
         kv_info(k, argc == 2 ? &a[1] : NULL, out);
-    } else if (is(&a[0], "QUIT")) {
+    } else if (resp_is(&a[0], "QUIT")) {
         buf_str(out, "+OK\r\n");
         return KV_QUIT;
-    } else if (is(&a[0], "COMMAND")) {
+    } else if (resp_is(&a[0], "COMMAND")) {
         /* redis-cli asks for COMMAND DOCS to offer hints; it copes with an
          * empty answer. */
         buf_str(out, "*0\r\n");
-    } else if (is(&a[0], "CONFIG")) {
-        if (argc == 3 && is(&a[1], "GET"))
+    } else if (resp_is(&a[0], "CONFIG")) {
+        if (argc == 3 && resp_is(&a[1], "GET"))
             config_get(out, &a[2]);
         else
             buf_str(out, "-ERR CONFIG: only CONFIG GET is supported\r\n");
@@ -341,12 +325,12 @@ int kv_apply(kv *k, const resp_arg *a, size_t argc, const char **err) {
         *err = "empty record";
         return -EPROTO;
     }
-    if (is(&a[0], "SET") && argc == 3) {
+    if (resp_is(&a[0], "SET") && argc == 3) {
         if (store_set(&k->db, a[1].p, a[1].len, a[2].p, a[2].len) < 0)
             return -ENOMEM;
-    } else if (is(&a[0], "DEL") && argc >= 2) {
+    } else if (resp_is(&a[0], "DEL") && argc >= 2) {
         w_del(k, a + 1, argc - 1);
-    } else if (is(&a[0], "INCR") && argc == 2) {
+    } else if (resp_is(&a[0], "INCR") && argc == 2) {
         long long n;
         int rc = w_incr(k, &a[1], &n);
         if (rc == -ENOMEM) return rc;
@@ -356,7 +340,7 @@ int kv_apply(kv *k, const resp_arg *a, size_t argc, const char **err) {
             *err = "INCR on a value that is not an integer";
             return -EPROTO;
         }
-    } else if (is(&a[0], "FLUSHALL") && argc == 1) {
+    } else if (resp_is(&a[0], "FLUSHALL") && argc == 1) {
         store_clear(&k->db);
     } else {
         *err = "not a logged write (SET, DEL, INCR, FLUSHALL) with its "
@@ -435,15 +419,15 @@ static void info_replication(const kv *k, buf *b) {
 }
 
 void kv_info(const kv *k, const resp_arg *section, buf *out) {
-    bool all = !section || is(section, "all") || is(section, "default") ||
-               is(section, "everything");
+    bool all = !section || resp_is(section, "all") ||
+               resp_is(section, "default") || resp_is(section, "everything");
     buf b = {0};
-    if (all || is(section, "clients")) {
+    if (all || resp_is(section, "clients")) {
         info_line(&b, "# Clients");
         info_line(&b, "connected_clients:%zu", k->clients);
     }
     if (all) info_line(&b, "%s", "");
-    if (all || is(section, "replication")) info_replication(k, &b);
+    if (all || resp_is(section, "replication")) info_replication(k, &b);
     if (b.oom) out->oom = true;
     buf_bulk(out, b.p ? b.p : "", b.len);
     buf_free(&b);

@@ -15,12 +15,30 @@
 #ifndef LULL_KV_RESP_H
 #define LULL_KV_RESP_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 typedef struct resp_arg {
     const char *p; /* into the parsed buffer */
     size_t len;
 } resp_arg;
+
+/* Whether argument a is the word `name`, ASCII case-insensitively (command
+ * names). Inline: the command dispatch compares the name against several
+ * literals per request, and strncasecmp's call and locale handling cost
+ * more than the compare. */
+static inline bool resp_is(const resp_arg *a, const char *name) {
+    size_t n = strlen(name);
+    if (a->len != n) return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = (unsigned char)a->p[i], y = (unsigned char)name[i];
+        if (x >= 'a' && x <= 'z') x = (unsigned char)(x - 'a' + 'A');
+        if (y >= 'a' && y <= 'z') y = (unsigned char)(y - 'a' + 'A');
+        if (x != y) return false;
+    }
+    return true;
+}
 
 typedef struct resp_limits {
     size_t max_bulk; /* the longest argument accepted (a longer $<len> is a

@@ -63,7 +63,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -149,21 +148,6 @@ struct conn {
 static server *the_server; /* lull_server has no data pointer: one server */
 
 /* ----------------------------------------------------------- helpers */
-
-/* ASCII case-insensitive, inline: the command dispatch compares the name
- * against several literals per request, and strncasecmp's call and locale
- * handling cost more than the compare. */
-static bool is(const resp_arg *a, const char *name) {
-    size_t n = strlen(name);
-    if (a->len != n) return false;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char x = (unsigned char)a->p[i], y = (unsigned char)name[i];
-        if (x >= 'a' && x <= 'z') x = (unsigned char)(x - 'a' + 'A');
-        if (y >= 'a' && y <= 'z') y = (unsigned char)(y - 'a' + 'A');
-        if (x != y) return false;
-    }
-    return true;
-}
 
 static bool parse_u64(const resp_arg *a, uint64_t *out) {
     long long v;
@@ -316,7 +300,7 @@ static void start_link(conn *c, const resp_arg *a, size_t argc) {
 /* What a replica may send on its link: REPLACK <offset>. */
 static bool link_command(conn *c, const resp_arg *a, size_t argc) {
     uint64_t off;
-    if (argc != 2 || !is(&a[0], "REPLACK") || !parse_u64(&a[1], &off) ||
+    if (argc != 2 || !resp_is(&a[0], "REPLACK") || !parse_u64(&a[1], &off) ||
         off > c->srv->kv.log.end)
         return false;
     c->link->peer.offset = off;
@@ -330,8 +314,9 @@ static void conn_free(conn *c);
  * lull-kv knows. */
 static bool client_kill_replicas(server *srv, const resp_arg *a, size_t argc,
                                  buf *out) {
-    if (!(argc == 4 && is(&a[0], "CLIENT") && is(&a[1], "KILL") &&
-          is(&a[2], "TYPE") && (is(&a[3], "replica") || is(&a[3], "slave"))))
+    if (!(argc == 4 && resp_is(&a[0], "CLIENT") && resp_is(&a[1], "KILL") &&
+          resp_is(&a[2], "TYPE") &&
+          (resp_is(&a[3], "replica") || resp_is(&a[3], "slave"))))
         return false;
     long long n = 0;
     repl_peer *p = srv->kv.peers.next;
@@ -450,7 +435,7 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
                 conn_free(c);
                 return;
             }
-        } else if (is(&srv->argv[0], "REPLSYNC")) {
+        } else if (resp_is(&srv->argv[0], "REPLSYNC")) {
             start_link(c, srv->argv, argc);
         } else if (!client_kill_replicas(srv, srv->argv, argc, &c->out)) {
             if (kv_exec(&srv->kv, srv->argv, argc, &c->out) & KV_QUIT)
