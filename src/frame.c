@@ -61,13 +61,19 @@ __attribute__((noinline)) static int send_refused(const lull_endpoint *ep,
     return -EBUSY; /* in flight */
 }
 
+/* An accepted frame is in flight, unlinked, and counted as queued until
+ * the transport releases it. */
+static inline void accept_frame(lull_endpoint *ep, lull_frame *frame) {
+    frame->in_flight = true;
+    frame->next = NULL;
+    ep->queued += frame->len;
+}
+
 /* lull_send through the transport's ops: any transport but the loopback. */
 __attribute__((noinline)) static int send_by_ops(lull_endpoint *ep,
                                                  lull_frame *frame) {
     if (!ep->ops) return send_refused(ep, frame); /* never set up */
-    frame->in_flight = true;
-    frame->next = NULL;
-    ep->queued += frame->len;
+    accept_frame(ep, frame);
     ep->ops->send(ep, frame);
     return 0;
 }
@@ -83,9 +89,7 @@ int lull_send(lull_endpoint *ep, lull_frame *frame) {
      * round trip is what the bare turn is measured against. */
     if (LULL_UNLIKELY(ep->ops != &lull__loopback_task_ops))
         return send_by_ops(ep, frame);
-    frame->in_flight = true;
-    frame->next = NULL;
-    ep->queued += frame->len;
+    accept_frame(ep, frame);
     return lull__loopback_send_task(LULL_CONTAINER_OF(ep, lull_loopback, ep),
                                     frame);
 }

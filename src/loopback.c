@@ -129,17 +129,8 @@ static void loopback_send_task(lull_endpoint *ep, lull_frame *frame) {
 
 /* An end that delivers by timer: the same append, the timer's claim. */
 static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
-    lull_loopback *a = end_of(ep);
-    LULL_ASSERT_LOOP_THREAD(a->loop);
-    lull_loopback *b = a->peer;
-    LULL_ASSERT(b, "lull: an open loopback end without a peer");
-    if (b->head) {
-        b->tail->next = frame;
-    } else {
-        b->head = frame;
-    }
-    b->tail = frame;
-    claim_turn(b, true);
+    bool was_empty;
+    claim_turn(lull__loopback_append(end_of(ep), frame, &was_empty), true);
 }
 
 static void loopback_close(lull_endpoint *ep, int reason) {

@@ -21,19 +21,29 @@ extern const lull_frame_ops lull__loopback_task_ops;
  * b's delivery runs, and claims it when it ends, seeing the frame), while
  * an empty one has none. The inbox's tail is only read while head is
  * set. */
-static inline int lull__loopback_send_task(lull_loopback *a,
-                                           lull_frame *frame) {
+/* Appends frame to the inbox of a's peer, which it returns; `was_empty`
+ * says whether the inbox had no frame before. Both deliveries' sends. */
+static inline lull_loopback *
+lull__loopback_append(lull_loopback *a, lull_frame *frame, bool *was_empty) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
     lull_loopback *b = a->peer;
     LULL_ASSERT(b, "lull: an open loopback end without a peer");
+    *was_empty = b->head == NULL;
+    if (LULL_UNLIKELY(!*was_empty))
+        b->tail->next = frame;
+    else
+        b->head = frame;
+    b->tail = frame;
+    return b;
+}
+
+static inline int lull__loopback_send_task(lull_loopback *a,
+                                           lull_frame *frame) {
+    bool was_empty;
+    lull_loopback *b = lull__loopback_append(a, frame, &was_empty);
     LULL_ASSERT(b->deliver == LULL_DELIVER_TASK,
                 "lull: task ops on a loopback end that delivers by timer");
-    if (LULL_UNLIKELY(b->head != NULL)) {
-        b->tail->next = frame;
-        b->tail = frame;
-        return 0;
-    }
-    b->head = b->tail = frame;
+    if (LULL_UNLIKELY(!was_empty)) return 0;
     LULL_ASSERT(!lull__node_queued(&b->task.node) && !b->close_pending,
                 "lull: a loopback end with an empty inbox and a turn");
     b->turns++;
