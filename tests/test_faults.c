@@ -664,6 +664,19 @@ static void flow_end(flow *f) {
     free(f);
 }
 
+/* Sends each flow's frames, then runs until every one is over. */
+static int flows_run(lull_loop *loop, flow **all, int seconds) {
+    for (flow **f = all; *f; f++)
+        flow_send_all(*f);
+    return run_until_pred(loop, flows_over, all, seconds);
+}
+
+/* flow_end for each of a NULL-ended list. */
+static void flows_end(flow **all) {
+    for (; *all; all++)
+        flow_end(*all);
+}
+
 /* ------------------------------------------------------- recv faults */
 
 /* EINTR and EAGAIN from recv: the stream tries again when the socket is
@@ -676,16 +689,13 @@ TEST(recv_eintr_eagain_retried) {
     const int errs[] = {EINTR, EAGAIN};
     rule *r = add_rule(K_RECV, a->rxfd, 0, 3, UINT64_MAX, 3, errs, 2);
     arm(true);
-    flow_send_all(a);
-    flow_send_all(b);
     flow *all[] = {a, b, NULL};
-    run_until_pred(loop, flows_over, all, 10);
+    flows_run(loop, all, 10);
     CHECK(hits_of(r) > 0);
     check_complete(a);
     check_complete(b);
     report("recv_eintr_eagain_retried");
-    flow_end(a);
-    flow_end(b);
+    flows_end(all);
     end_loop(loop);
 }
 
@@ -696,15 +706,12 @@ TEST(recv_short_reads_reassembled) {
     const int errs[] = {SHORT};
     add_rule(K_RECV, a->rxfd, 0, 1, UINT64_MAX, 1, errs, 1);
     arm(true);
-    flow_send_all(a);
-    flow_send_all(b);
     flow *all[] = {a, b, NULL};
-    run_until_pred(loop, flows_over, all, 20);
+    flows_run(loop, all, 20);
     check_complete(a);
     check_complete(b);
     report("recv_short_reads_reassembled");
-    flow_end(a);
-    flow_end(b);
+    flows_end(all);
     end_loop(loop);
 }
 
@@ -718,11 +725,8 @@ TEST(recv_error_closes_one_stream) {
     fail_nth(K_RECV, a->rxfd, 3, 1, ECONNRESET);
     fail_nth(K_RECV, c->rxfd, 5, 1, ENOMEM);
     arm(true);
-    flow_send_all(a);
-    flow_send_all(b);
-    flow_send_all(c);
     flow *all[] = {a, b, c, NULL};
-    run_until_pred(loop, flows_over, all, 10);
+    flows_run(loop, all, 10);
     CHECK(a->rx_closed && a->tx_closed);
     CHECK_EQ(a->rx_reason, -ECONNRESET);
     CHECK(a->received < a->n);
@@ -734,9 +738,7 @@ TEST(recv_error_closes_one_stream) {
            "ENOMEM, peer %d\n",
            a->received, a->tx_reason, c->received, c->tx_reason);
     report("recv_error_closes_one_stream");
-    flow_end(a);
-    flow_end(b);
-    flow_end(c);
+    flows_end(all);
     end_loop(loop);
 }
 
@@ -751,17 +753,14 @@ TEST(sendmsg_eintr_eagain_retried) {
     const int errs[] = {EINTR, EAGAIN};
     rule *r = add_rule(K_SENDMSG, a->txfd, 0, 3, UINT64_MAX, 3, errs, 2);
     arm(true);
-    flow_send_all(a);
-    flow_send_all(b);
     flow *all[] = {a, b, NULL};
-    run_until_pred(loop, flows_over, all, 10);
+    flows_run(loop, all, 10);
     CHECK(hits_of(r) > 0);
     check_complete(a);
     check_complete(b);
     CHECK_EQ(a->released, a->n);
     report("sendmsg_eintr_eagain_retried");
-    flow_end(a);
-    flow_end(b);
+    flows_end(all);
     end_loop(loop);
 }
 
@@ -774,16 +773,13 @@ TEST(sendmsg_short_writes_complete) {
     const int errs[] = {SHORT};
     add_rule(K_SENDMSG, a->txfd, 0, 1, UINT64_MAX, 1, errs, 1);
     arm(true);
-    flow_send_all(a);
-    flow_send_all(b);
     flow *all[] = {a, b, NULL};
-    run_until_pred(loop, flows_over, all, 20);
+    flows_run(loop, all, 20);
     check_complete(a);
     check_complete(b);
     CHECK_EQ(a->released, a->n);
     report("sendmsg_short_writes_complete");
-    flow_end(a);
-    flow_end(b);
+    flows_end(all);
     end_loop(loop);
 }
 
@@ -799,11 +795,8 @@ TEST(sendmsg_error_closes_one_stream) {
      * high_water): its close must come in a later turn. */
     fail_nth(K_SENDMSG, c->txfd, 1, 1, EPIPE);
     arm(true);
-    flow_send_all(a);
-    flow_send_all(b);
-    flow_send_all(c);
     flow *all[] = {a, b, c, NULL};
-    run_until_pred(loop, flows_over, all, 10);
+    flows_run(loop, all, 10);
     CHECK(a->tx_closed && a->rx_closed);
     CHECK_EQ(a->tx_reason, -ECONNRESET);
     CHECK(c->tx_closed && c->rx_closed);
@@ -815,9 +808,7 @@ TEST(sendmsg_error_closes_one_stream) {
     printf("a: peer got %d frames, closed with %d; c: peer closed with %d\n",
            a->received, a->rx_reason, c->rx_reason);
     report("sendmsg_error_closes_one_stream");
-    flow_end(a);
-    flow_end(b);
-    flow_end(c);
+    flows_end(all);
     end_loop(loop);
 }
 
@@ -901,8 +892,7 @@ TEST(accept_faults_retried_or_paused) {
     CHECK_EQ(srv.paused, 3);
     CHECK_EQ(srv.accepted, 1);
     report("accept_faults_retried_or_paused");
-    flow_end(a);
-    flow_end(b);
+    flows_end(all);
     lull_server_close(&srv);
     end_loop(loop);
 }
@@ -925,7 +915,7 @@ TEST(accept_retry_survives_epoll_ctl_failure) {
     CHECK_EQ(srv.accepted, 1);
     CHECK_EQ(srv.paused, 2); /* out of fds, then the failed re-arm */
     report("accept_retry_survives_epoll_ctl_failure");
-    flow_end(a);
+    flows_end(all);
     lull_server_close(&srv);
     end_loop(loop);
 }
@@ -1023,17 +1013,14 @@ TEST(epoll_ctl_faults_reported_or_close_one_stream) {
     /* a's first interest change is the one to writable when it blocks. */
     add_rule(K_EPOLL_CTL, a->txfd, EPOLL_CTL_MOD, 1, 1, 1,
              (const int[]){ENOMEM}, 1);
-    flow_send_all(a);
-    flow_send_all(b);
     flow *all[] = {a, b, NULL};
-    run_until_pred(loop, flows_over, all, 10);
+    flows_run(loop, all, 10);
     CHECK(a->tx_closed && a->rx_closed);
     CHECK_EQ(a->tx_reason, -ENOMEM);
     CHECK_EQ(a->released, a->sent_n);
     check_complete(b);
     report("epoll_ctl_faults_reported_or_close_one_stream");
-    flow_end(a);
-    flow_end(b);
+    flows_end(all);
     close(p[0]);
     close(p[1]);
     end_loop(loop);
@@ -1059,14 +1046,13 @@ TEST(epoll_ctl_del_failure_rebuilds_the_set) {
     arm(true);
     io_calls = 0;
     lull_io_stop(&io);
-    flow_send_all(b);
     flow *all[] = {b, NULL};
-    run_until_pred(loop, flows_over, all, 5);
+    flows_run(loop, all, 5);
     CHECK_EQ(io_calls, 0);
     CHECK_EQ(hits_of(add), 1); /* a rebuild happened, and its ADD failed */
     check_complete(b);
     report("epoll_ctl_del_failure_rebuilds_the_set");
-    flow_end(b);
+    flows_end(all);
     close(p[0]);
     close(p[1]);
     end_loop(loop);
@@ -1093,16 +1079,15 @@ TEST(epoll_wait_faults_reported) {
     fail_nth(K_EPOLL_WAIT, -1, 2, 1, EINTR);
     fail_nth(K_EPOLL_WAIT, -1, 3, 1, EPERM);
     arm(true);
-    flow_send_all(a);
     flow *all[] = {a, NULL};
-    int err = run_until_pred(loop, flows_over, all, 10);
+    int err = flows_run(loop, all, 10);
     CHECK_EQ(run_errors, 1);
     CHECK_EQ(err, -EPERM);
     CHECK_EQ(injected_total(K_EPOLL_WAIT), 3);
     CHECK_EQ(injected_total(K_EPOLL_PWAIT2), 1);
     check_complete(a);
     report("epoll_wait_faults_reported");
-    flow_end(a);
+    flows_end(all);
     end_loop(loop);
 }
 
@@ -1447,11 +1432,10 @@ TEST(malloc_faults_return_enomem) {
     CHECK_EQ(lull_send_copy(&a->tx.ep, "abcd", 4), -ENOMEM);
     arm(false);
     CHECK_EQ(a->tx.ep.queued, q);
-    flow_send_all(a);
     flow *all[] = {a, NULL};
-    run_until_pred(loop, flows_over, all, 10);
+    flows_run(loop, all, 10);
     check_complete(a);
-    flow_end(a);
+    flows_end(all);
 
     /* lull_loop_name growing its table past 8 names. */
     static const lull_any_fn fns[9] = {
@@ -1497,8 +1481,7 @@ TEST(malloc_faults_return_enomem) {
     run_until_pred(loop, flows_over, bc, 10);
     CHECK(b->tx_closed); /* its connection was closed: EOF or reset */
     check_complete(c);
-    flow_end(b);
-    flow_end(c);
+    flows_end(bc);
     lull_server_close(&srv);
 
     CHECK(check_dies(heap_growth_fails, NULL,
@@ -1543,8 +1526,7 @@ TEST(malloc_read_buffer_growth_closes_one_stream) {
     CHECK_EQ(a->received, 0);
     check_complete(b);
     report("malloc_read_buffer_growth_closes_one_stream");
-    flow_end(a);
-    flow_end(b);
+    flows_end(all);
     end_loop(loop);
 }
 
