@@ -323,8 +323,13 @@ static bool client_kill_replicas(server *srv, const resp_arg *a, size_t argc,
     while (p != &srv->kv.peers) {
         repl_peer *next = p->next;
         conn *lc = LULL_CONTAINER_OF(p, rlink, peer)->c;
+        /* A link closing after a protocol error may still hold `fin`
+         * behind its records: the close releases it, and fin's release
+         * frees the connection (gone: it must not close it again). */
+        bool finishing = lc->fin.in_flight;
+        lc->gone = true;
         lull_endpoint_close(&lc->s.ep, 0); /* no on_close follows */
-        conn_free(lc);
+        if (!finishing) conn_free(lc);
         n++;
         p = next;
     }
