@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -226,10 +227,48 @@ static void first_line(int fd, char *buf, size_t size) {
     buf[strcspn(buf, "\n")] = '\0';
 }
 
+static double seconds(struct timeval tv) {
+    return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+/* A running process's CPU time so far (user + system, seconds) and its
+ * voluntary context switches (each one a sleep: for a server, a wait in
+ * epoll_wait with nothing ready). False when /proc cannot say. */
+static bool proc_cpu(pid_t pid, double *cpu_s, long *sleeps) {
+    char path[64], text[2048];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return false;
+    text[n] = '\0';
+    /* Fields after the command name, which may hold spaces: state is the
+     * 3rd field, utime the 14th, stime the 15th. */
+    const char *p = strrchr(text, ')');
+    unsigned long utime, stime;
+    if (!p || sscanf(p + 2,
+                     "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                     "%lu %lu",
+                     &utime, &stime) != 2)
+        return false;
+    *cpu_s = (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return false;
+    char line[256];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "voluntary_ctxt_switches: %ld", sleeps) == 1;
+    fclose(f);
+    return found;
+}
+
 /* Runs args to the end with stdout captured into buf (size-1 bytes at
- * most); gives up and kills it after timeout_ms without output. */
+ * most); gives up and kills it after timeout_ms without output. The
+ * child's CPU time goes to *cpu_s when cpu_s is not NULL. */
 static int run_capture(char *const *args, char *buf, size_t size,
-                       int timeout_ms, int cpu) {
+                       int timeout_ms, int cpu, double *cpu_s) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) return -errno;
     pid_t pid = spawn(args, pipefd[1], cpu);
@@ -260,11 +299,13 @@ static int run_capture(char *const *args, char *buf, size_t size,
     close(pipefd[0]);
     if (rc < 0) kill(pid, SIGKILL);
     int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    struct rusage ru = {0};
+    while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
     }
     forget(pid);
     if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
         rc = -ECHILD;
+    if (cpu_s) *cpu_s = seconds(ru.ru_utime) + seconds(ru.ru_stime);
     return rc;
 }
 
@@ -313,7 +354,7 @@ static bool tool_version(char *path, const char *marker, char *out,
                          size_t size) {
     char *args[] = {path, "--version", NULL};
     char buf[256];
-    if (run_capture(args, buf, sizeof buf, 5000, -1) != 0) return false;
+    if (run_capture(args, buf, sizeof buf, 5000, -1, NULL) != 0) return false;
     const char *v = strstr(buf, marker);
     if (!v) return false;
     v += strlen(marker);
@@ -629,6 +670,17 @@ typedef struct figure {
     lab_series rps, p50, p99;
 } figure;
 
+/* Where one server's benchmark run spent CPU, per request over its three
+ * tests: the server's and redis-benchmark's, and how many requests the
+ * server took per sleep. When redis-benchmark's CPU is the limit (one CPU
+ * busy), the rate follows its µs per request, and a server that sleeps
+ * more often costs the client more: each sleep is a wake-up the client's
+ * next write pays for, and a smaller batch of replies for it to read. */
+typedef struct cpu_figure {
+    lab_series server_us, client_us, per_sleep;
+    lab_series client_busy; /* redis-benchmark's CPU ÷ its run's time */
+} cpu_figure;
+
 /* Reads redis-benchmark's --csv: a header naming the columns, then one
  * line per test. Returns how many of the tests were found. */
 static int parse_csv(const char *text, double rps[TESTS], double p50[TESTS],
@@ -671,8 +723,9 @@ static int parse_csv(const char *text, double rps[TESTS], double p50[TESTS],
     return found;
 }
 
-static int benchmark(int port, int requests, int clients, int pipeline,
-                     figure out[TESTS]) {
+static int benchmark(const server *srv, int requests, int clients, int pipeline,
+                     figure out[TESTS], cpu_figure *cpu) {
+    int port = srv->port;
     char p[16], n[16], c[16], P[16];
     snprintf(p, sizeof p, "%d", port);
     snprintf(n, sizeof n, "%d", requests);
@@ -683,14 +736,30 @@ static int benchmark(int port, int requests, int clients, int pipeline,
         "-n",       n,    "-c",        c,    "-P", P,    "--csv",
         NULL};
     static char buf[8192];
-    int rc = run_capture(args, buf, sizeof buf, 60000, cpu_client);
+    double server_s[2], client_s;
+    long sleeps[2];
+    bool known = proc_cpu(srv->pid, &server_s[0], &sleeps[0]);
+    uint64_t t0 = lab_now_ns();
+    int rc = run_capture(args, buf, sizeof buf, 60000, cpu_client, &client_s);
     if (rc < 0) return rc;
+    double wall_s = (double)(lab_now_ns() - t0) / 1e9;
+    known = known && proc_cpu(srv->pid, &server_s[1], &sleeps[1]);
     double rps[TESTS], p50[TESTS], p99[TESTS];
     if (parse_csv(buf, rps, p50, p99) != TESTS) return -EPROTO;
     for (int t = 0; t < TESTS; t++) {
         lab_series_add(&out[t].rps, rps[t]);
         lab_series_add(&out[t].p50, p50[t]);
         lab_series_add(&out[t].p99, p99[t]);
+    }
+    double total = (double)requests * TESTS;
+    lab_series_add(&cpu->client_us, client_s * 1e6 / total);
+    lab_series_add(&cpu->client_busy, client_s / wall_s);
+    if (known) {
+        lab_series_add(&cpu->server_us,
+                       (server_s[1] - server_s[0]) * 1e6 / total);
+        long slept = sleeps[1] - sleeps[0];
+        lab_series_add(&cpu->per_sleep,
+                       total / (double)(slept > 0 ? slept : 1));
     }
     return 0;
 }
@@ -1043,6 +1112,45 @@ static void print_targets(figure f[SERVERS][DEPTHS][TESTS]) {
     }
 }
 
+/* The CPU table: why a rate is what it is (cpu_figure). */
+static void print_cpu(cpu_figure cpu[SERVERS][DEPTHS]) {
+    const char *header[] = {"depth",
+                            "lull-kv CPU µs/req",
+                            "redis-server CPU µs/req",
+                            "redis-benchmark µs/req, vs lull-kv",
+                            "vs redis-server",
+                            "req per sleep, lull-kv",
+                            "redis-server"};
+    lab_table t;
+    lab_table_init(&t, 7, header);
+    for (int d = 0; d < DEPTHS; d++) {
+        int row = lab_table_row(&t);
+        lab_table_set(&t, row, 0, "-P %d", depth[d]);
+        for (int s = 0; s < SERVERS; s++) {
+            cell(&t, row, 1 + s, &cpu[s][d].server_us);
+            cell(&t, row, 3 + s, &cpu[s][d].client_us);
+            cell(&t, row, 5 + s, &cpu[s][d].per_sleep);
+        }
+    }
+    printf("\nCPU per request over the three tests: each server's own "
+           "(/proc), redis-benchmark's (its rusage); requests per server "
+           "sleep (its voluntary context switches)\n");
+    lab_table_print(&t, stdout);
+    for (int d = 0; d < DEPTHS; d++) {
+        double busy_kv = lab_series_median(&cpu[S_KV][d].client_busy),
+               busy_redis = lab_series_median(&cpu[S_REDIS][d].client_busy);
+        printf("  -P %d: lull-kv's CPU per request is %.2f× redis-server's; "
+               "redis-benchmark kept %.2f and %.2f of a CPU busy%s\n",
+               depth[d],
+               lab_series_median(&cpu[S_KV][d].server_us) /
+                   lab_series_median(&cpu[S_REDIS][d].server_us),
+               busy_kv, busy_redis,
+               busy_kv > 0.95 && busy_redis > 0.95
+                   ? ": the client's CPU is the limit of both rates"
+                   : "");
+    }
+}
+
 static void print_repl(const params *p, repl_figures r[REPL_ROWS]) {
     const char *header[] = {"primary",     "catch-up s",
                             "ping p99 ms", "ping p99 ms, no replica",
@@ -1071,8 +1179,22 @@ static void print_repl(const params *p, repl_figures r[REPL_ROWS]) {
 }
 
 static void json_main(lab_json *j, figure f[SERVERS][DEPTHS][TESTS],
-                      const params *p) {
+                      cpu_figure cpu[SERVERS][DEPTHS], const params *p) {
     char key[64];
+    for (int s = 0; s < SERVERS; s++)
+        for (int d = 0; d < DEPTHS; d++) {
+            snprintf(key, sizeof key, "%s_cpu_p%d", server_key[s], depth[d]);
+            lab_json_key(j, key);
+            lab_json_begin_object(j);
+            lab_json_key(j, "server");
+            lab_json_string(j, server_name[s]);
+            lab_json_field(j, "pipeline", depth[d]);
+            lab_json_series(j, "server_cpu_us_per_req", &cpu[s][d].server_us);
+            lab_json_series(j, "client_cpu_us_per_req", &cpu[s][d].client_us);
+            lab_json_series(j, "client_busy", &cpu[s][d].client_busy);
+            lab_json_series(j, "req_per_server_sleep", &cpu[s][d].per_sleep);
+            lab_json_end_object(j);
+        }
     for (int s = 0; s < SERVERS; s++)
         for (int d = 0; d < DEPTHS; d++)
             for (int k = 0; k < TESTS; k++) {
@@ -1216,8 +1338,10 @@ static int serve_body(const lab_options *opts, lab_json *json,
         printf("one CPU: nothing pinned\n");
 
     static figure f[SERVERS][DEPTHS][TESTS];
+    static cpu_figure cpu[SERVERS][DEPTHS];
     static repl_figures r[REPL_ROWS];
     memset(f, 0, sizeof f);
+    memset(cpu, 0, sizeof cpu);
     memset(r, 0, sizeof r);
     server srv[SERVERS];
     int rc = 0;
@@ -1235,8 +1359,8 @@ static int serve_body(const lab_options *opts, lab_json *json,
     for (int round = 0; round < p->rounds && rc == 0; round++)
         for (int d = 0; d < DEPTHS && rc == 0; d++)
             for (int s = 0; s < SERVERS && rc == 0; s++) {
-                rc = benchmark(srv[s].port, p->requests[d], p->clients,
-                               depth[d], f[s][d]);
+                rc = benchmark(&srv[s], p->requests[d], p->clients, depth[d],
+                               f[s][d], &cpu[s][d]);
                 if (rc < 0)
                     printf("redis-benchmark against %s failed: %s\n",
                            server_name[s], strerror(-rc));
@@ -1246,7 +1370,8 @@ static int serve_body(const lab_options *opts, lab_json *json,
     if (rc < 0) return rc;
     print_main(f);
     print_targets(f);
-    if (json) json_main(json, f, p);
+    print_cpu(cpu);
+    if (json) json_main(json, f, cpu, p);
 
     if (opts->only && strcmp(opts->only, "replication") != 0) {
         printf("  (%.1f s)\n", (double)(lab_now_ns() - started) / 1e9);
@@ -1777,7 +1902,8 @@ int lab_serve_soak_end(lab_soak_result *out) {
 
 const lab_scenario lab_serve = {
     "serve",
-    "issue 9: lull-kv beside redis-server under redis-benchmark (ping, set, "
+    "a Redis-protocol server: lull-kv beside redis-server under "
+    "redis-benchmark (ping, set, "
     "get at -P 1 and 16), and a replica catching up while the primary "
     "answers pings",
     run_serve,
