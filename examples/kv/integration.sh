@@ -37,6 +37,16 @@ fail() {
     exit 1
 }
 
+# eventually CMD...: runs CMD every 50 ms until it succeeds, for up to 5 s;
+# its status is the last run's.
+eventually() {
+    for _ in $(seq 100); do
+        "$@" && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
 # start NAME ARGS...: runs lull-kv with its output in $dir/NAME.out; sets
 # $started (its pid) and $started_port.
 start() {
@@ -259,10 +269,7 @@ time.sleep(5)
 c.close()
 PY
     pids="$pids $!"
-    for _ in $(seq 100); do
-        [ -s "$dir/stall.ready" ] && break
-        sleep 0.05
-    done
+    eventually test -s "$dir/stall.ready"
     [ "$(cli CLIENT KILL TYPE replica)" = 2 ] || fail "CLIENT KILL of a stalled, closing link"
     kill -0 "$pid" || fail "lull-kv died killing a closing replica link"
     synced "$r3port"
@@ -301,16 +308,10 @@ while c.recv(4096):
 c.close()
 PY
     pids="$pids $!"
-    for _ in $(seq 100); do
-        [ -s "$dir/fake.port" ] && break
-        sleep 0.05
-    done
+    eventually test -s "$dir/fake.port"
     fport=$(cat "$dir/fake.port")
     start replica4 --port 0 --replica-of "127.0.0.1:$fport"
-    for _ in $(seq 100); do
-        grep -q "malformed" "$dir/replica4.out" && break
-        sleep 0.05
-    done
+    eventually grep -q "malformed" "$dir/replica4.out"
     grep -q "malformed replication stream from 127.0.0.1:$fport at offset 27: Protocol error: invalid bulk length; link closed" "$dir/replica4.out" ||
         fail "malformed stream: $(cat "$dir/replica4.out")"
     [ "$(redis-cli -p "$started_port" GET a)" = b ] || fail "the record before the garbage"
