@@ -13,14 +13,6 @@
  * with it, so the inline path below never asks which delivery it is. */
 extern const lull_frame_ops lull__loopback_task_ops;
 
-/* Appends an accepted frame (in flight, next NULL, counted) to the inbox
- * of a task-delivery end's peer and claims the peer's turn; 0, for
- * lull_send to return. By the invariant of src/loopback.c the inbox alone
- * says whether the turn needs claiming: b is a's peer, so b is open with
- * no close pending, and then a non-empty inbox has its turn claimed (or
- * b's delivery runs, and claims it when it ends, seeing the frame), while
- * an empty one has none. The inbox's tail is only read while head is
- * set. */
 /* Appends frame to the inbox of a's peer, which it returns; `was_empty`
  * says whether the inbox had no frame before. Both deliveries' sends. */
 static inline lull_loopback *
@@ -37,6 +29,14 @@ lull__loopback_append(lull_loopback *a, lull_frame *frame, bool *was_empty) {
     return b;
 }
 
+/* Appends an accepted frame (in flight, next NULL, counted) to the inbox
+ * of a task-delivery end's peer and claims the peer's turn; 0, for
+ * lull_send to return. By the invariant of src/loopback.c the inbox alone
+ * says whether the turn needs claiming: b is a's peer, so b is open with
+ * no close pending, and then a non-empty inbox has its turn claimed (or
+ * b's delivery runs, and claims it when it ends, seeing the frame), while
+ * an empty one has none. The inbox's tail is only read while head is
+ * set. */
 static inline int lull__loopback_send_task(lull_loopback *a,
                                            lull_frame *frame) {
     bool was_empty;
