@@ -32,7 +32,8 @@ for f in "$kv" "$shim"; do
 done
 
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+out=$(mktemp)
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -f "$out"' EXIT
 taskset -c 0 "$kv" --port 7391 >/dev/null 2>&1 &
 pids+=($!)
 LD_PRELOAD="$shim" SLEEP_LATER_NS="$spin" taskset -c 0 "$kv" --port 7392 \
@@ -47,8 +48,6 @@ names=("lull-kv" "lull-kv, sleep_later $spin ns" "redis-server")
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 sleeps() { awk '/^voluntary_ctxt_switches/ { print $2 }' "/proc/$1/status"; }
 tick=$(getconf CLK_TCK)
-out=$(mktemp)
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -f "$out"' EXIT
 
 for ((r = 0; r < rounds; r++)); do
     for i in 0 1 2; do
@@ -61,6 +60,11 @@ for ((r = 0; r < rounds; r++)); do
         t1=$(cpu_ticks "$pid")
         s1=$(sleeps "$pid")
         rps=$(echo "$res" | awk -F'"' '/^"PING_MBULK"/ { print $4 }')
+        if [ -z "$rps" ]; then
+            echo "kv_batching: redis-benchmark against ${names[$i]}:" \
+                "$(echo "$res" | tail -2)" >&2
+            exit 1
+        fi
         client=$(echo "$res" | tail -1)
         echo "$i $rps $client $((t1 - t0)) $((s1 - s0))" >>"$out"
     done

@@ -1137,6 +1137,11 @@ static void print_cpu(cpu_figure cpu[SERVERS][DEPTHS]) {
            "sleep (its voluntary context switches)\n");
     lab_table_print(&t, stdout);
     for (int d = 0; d < DEPTHS; d++) {
+        if (cpu[S_KV][d].server_us.n == 0 || cpu[S_REDIS][d].server_us.n == 0) {
+            printf("  -P %d: a server's CPU time was not readable from /proc\n",
+                   depth[d]);
+            continue;
+        }
         double busy_kv = lab_series_median(&cpu[S_KV][d].client_busy),
                busy_redis = lab_series_median(&cpu[S_REDIS][d].client_busy);
         printf("  -P %d: lull-kv's CPU per request is %.2f× redis-server's; "
