@@ -63,7 +63,7 @@ typedef struct reader {
 
 /* A pass: look at the source of truth, hand on what is there, and say what
  * is left. It never waits and never arms a timer itself. */
-static int pass(lull_pump *pump, uint64_t *retry_ns) {
+static lull_pass_result pass(lull_pump *pump, uint64_t *retry_ns) {
     reader *r = LULL_CONTAINER_OF(pump, reader, pump);
     lull_loop *loop = pump->loop;
     int backlog = r->log->readable - r->cursor; /* no state read needed */

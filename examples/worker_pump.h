@@ -85,7 +85,7 @@ static bool inbox_take(inbox *in) {
 
 /* The delivery pass: read the source of truth, hand on what is there, and
  * say what is left. It never waits and never arms a timer itself. */
-static int inbox_pass(lull_pump *pump, uint64_t *retry_ns) {
+static lull_pass_result inbox_pass(lull_pump *pump, uint64_t *retry_ns) {
     inbox *in = LULL_CONTAINER_OF(pump, inbox, pump);
     bool more = inbox_take(in);
     size_t n = 0;

@@ -46,9 +46,24 @@ typedef struct lull_loop lull_loop;
 typedef struct lull_task lull_task;
 typedef struct lull_timer lull_timer;
 
-enum { LULL_CLOCK_MONOTONIC = 0, LULL_CLOCK_VIRTUAL = 1 };
-enum { LULL_ROLE_SHARED = 0, LULL_ROLE_DEDICATED = 1 };
-enum { LULL_RUN_DEFAULT = 0, LULL_RUN_ONCE = 1, LULL_RUN_NOWAIT = 2 };
+/* Every enum has a type, so that a compiler warns (-Wenum-conversion, in
+ * gcc's and clang's -Wextra) when a constant of one is passed where another
+ * is expected: lull_loop_run(loop, LULL_CLOCK_VIRTUAL) does not compile
+ * quietly. Each is int-sized, and lull checks the values it is given at run
+ * time as well (-EINVAL). */
+typedef enum lull_clock {
+    LULL_CLOCK_MONOTONIC = 0, /* CLOCK_MONOTONIC, cached per iteration */
+    LULL_CLOCK_VIRTUAL = 1    /* moves only by lull_loop_advance (C7) */
+} lull_clock;
+typedef enum lull_role {
+    LULL_ROLE_SHARED = 0,   /* serves requests: 0.5 ms quantum */
+    LULL_ROLE_DEDICATED = 1 /* one long job (a sender): 2 ms quantum */
+} lull_role;
+typedef enum lull_run_mode {
+    LULL_RUN_DEFAULT = 0, /* while the loop is alive */
+    LULL_RUN_ONCE = 1,    /* one iteration; it may block */
+    LULL_RUN_NOWAIT = 2   /* one iteration without blocking */
+} lull_run_mode;
 
 /* lull_loop_options.flags */
 #define LULL_LOOP_AUTO_ADVANCE                                                 \
@@ -56,8 +71,8 @@ enum { LULL_RUN_DEFAULT = 0, LULL_RUN_ONCE = 1, LULL_RUN_NOWAIT = 2 };
             next deadline when nothing can run */
 
 typedef struct lull_loop_options { /* all zero = defaults */
-    int clock;           /* LULL_CLOCK_MONOTONIC (0) or LULL_CLOCK_VIRTUAL */
-    int role;            /* LULL_ROLE_SHARED (0): 0.5 ms quantum;
+    lull_clock clock;    /* LULL_CLOCK_MONOTONIC (0) or LULL_CLOCK_VIRTUAL */
+    lull_role role;      /* LULL_ROLE_SHARED (0): 0.5 ms quantum;
                             LULL_ROLE_DEDICATED: 2 ms quantum */
     uint64_t quantum_ns; /* 0 = the role's default */
     unsigned flags;      /* LULL_LOOP_* */
@@ -84,7 +99,7 @@ LULL_EXTERN int lull_loop_free(lull_loop *loop);
  * mode. DEFAULT runs while the loop is alive; ONCE runs one iteration (it may
  * block); NOWAIT runs one iteration without blocking. If the kernel refuses
  * to wait (an error other than EINTR), the run ends and returns it. */
-LULL_EXTERN int lull_loop_run(lull_loop *loop, int mode);
+LULL_EXTERN int lull_loop_run(lull_loop *loop, lull_run_mode mode);
 /* Ends the current run after the callback in progress; no-op outside a run.
  * From another thread, post a task that calls it. */
 LULL_EXTERN void lull_loop_stop(lull_loop *loop);
@@ -142,7 +157,7 @@ struct lull_task {
 };
 
 /* Prepares a task; call again only while it is not pending. */
-LULL_EXTERN void lull_task_init(lull_task *task, lull_task_fn fn);
+LULL_EXTERN int lull_task_init(lull_task *task, lull_task_fn fn);
 /* Queues the task at the tail; a no-op if it is already pending. The task
  * never runs inside this call. No allocation. */
 LULL_EXTERN void lull_task_post(lull_loop *loop, lull_task *task);
@@ -160,8 +175,8 @@ struct lull_timer {  /* 48 bytes, plus one 16-byte heap slot while armed */
     uint64_t repeat; /* period in ns, 0 = one-shot */
 };
 
-LULL_EXTERN void lull_timer_init(lull_loop *loop, lull_timer *timer,
-                                 lull_timer_fn fn);
+LULL_EXTERN int lull_timer_init(lull_loop *loop, lull_timer *timer,
+                                lull_timer_fn fn);
 /* Arms (or re-arms: new deadline, new arm order) the timer. delay 0 queues it
  * like a posted task; repeat > 0 fires every repeat ns, phase kept. A delay
  * counts from this call: on the real clock it reads CLOCK_MONOTONIC, so the
@@ -266,7 +281,7 @@ struct lull_notifier {
     unsigned raisers; /* threads inside lull_notifier_raise_remote (atomic) */
 };
 
-LULL_EXTERN void lull_notifier_init(lull_notifier *n);
+LULL_EXTERN int lull_notifier_init(lull_notifier *n);
 /* Subscribes l: each raise queues fn(l) in a later task, once however often
  * the notifier was raised before it ran. l needs no initialisation, but must
  * not be subscribed already. (lull_listener_stop reads l: call it only on a
@@ -291,12 +306,16 @@ LULL_EXTERN void lull_notifier_quiesce(lull_loop *loop, lull_notifier *n);
 
 /* ------------------------------------------------------------ pump: C4 */
 
-enum { LULL_PASS_QUIET = 0, LULL_PASS_AGAIN = 1, LULL_PASS_HELD = 2 };
+typedef enum lull_pass_result {
+    LULL_PASS_QUIET = 0, /* nothing left: no task, no timer */
+    LULL_PASS_AGAIN = 1, /* stopped early on purpose: again in the next task */
+    LULL_PASS_HELD = 2   /* something is held: retry after *retry_ns */
+} lull_pass_result;
 
 typedef struct lull_pump lull_pump;
 /* A pass returns LULL_PASS_QUIET, LULL_PASS_AGAIN (next task) or
  * LULL_PASS_HELD with *retry_ns set (0 means AGAIN). */
-typedef int (*lull_pass_fn)(lull_pump *pump, uint64_t *retry_ns);
+typedef lull_pass_result (*lull_pass_fn)(lull_pump *pump, uint64_t *retry_ns);
 
 struct lull_pump {
     lull_task task;   /* the queued pass */
@@ -312,8 +331,8 @@ struct lull_pump {
     struct lull__pass_frame *frame; /* the pass running, if any (pump.c) */
 };
 
-LULL_EXTERN void lull_pump_init(lull_loop *loop, lull_pump *pump,
-                                lull_pass_fn pass);
+LULL_EXTERN int lull_pump_init(lull_loop *loop, lull_pump *pump,
+                               lull_pass_fn pass);
 /* Schedules one pass in a later task; wakes before it runs share it. A wake
  * while held cancels the retry timer: the pass re-decides. */
 LULL_EXTERN void lull_pump_wake(lull_pump *pump);
@@ -426,7 +445,7 @@ LULL_EXTERN int lull_loop_name(lull_loop *loop, lull_any_fn fn,
  * a pass function are one source). A component that polls shows up as a
  * source with steady wakeups or empty passes per second while nothing
  * happens. docs/AUDIT.md shows how to read it. */
-enum {
+typedef enum lull_source_kind {
     LULL_SOURCE_TIMER = 1,  /* a timer's deadline woke the loop */
     LULL_SOURCE_IO = 2,     /* fd readiness woke the loop */
     LULL_SOURCE_REMOTE = 3, /* a cross-thread post woke the loop: its task,
@@ -436,11 +455,11 @@ enum {
         4,                 /* a pump's passes, and the wakeups of the
                               lull_notifier_raise_remote raises that reached it */
     LULL_SOURCE_SIGNAL = 5 /* a signal interrupted the wait (one row) */
-};
+} lull_source_kind;
 
 typedef struct lull_audit_entry {
     const char *name;      /* lull_loop_name, or "<kind> <address>" */
-    int kind;              /* LULL_SOURCE_* */
+    lull_source_kind kind; /* LULL_SOURCE_* */
     uint64_t wakeups;      /* kernel wakeups it caused in the window */
     uint64_t passes;       /* pump passes in the window */
     uint64_t empty_passes; /* ... that delivered nothing */
@@ -465,7 +484,7 @@ LULL_EXTERN void lull_loop_audit_reset(lull_loop *loop);
  * cause of -EBUSY except held references (a count: live_refs).
  *
  * lull_live.cause: what makes the handle live. */
-enum {
+typedef enum lull_live_cause {
     LULL_LIVE_READY = 1,      /* queued to run: ready queue, due list or
                                  flush queue */
     LULL_LIVE_ARMED = 2,      /* a timer waiting for its deadline */
@@ -473,9 +492,9 @@ enum {
     LULL_LIVE_SUBSCRIBED = 4, /* a listener on a notifier */
     LULL_LIVE_REMOTE = 5      /* posted from another thread, not yet taken
                                  by the loop (a run or lull_loop_settle takes it) */
-};
+} lull_live_cause;
 /* lull_live.kind: what `handle` points at. */
-enum {
+typedef enum lull_handle_kind {
     LULL_HANDLE_TASK = 1,     /* lull_task */
     LULL_HANDLE_TIMER = 2,    /* lull_timer */
     LULL_HANDLE_IO = 3,       /* lull_io */
@@ -484,21 +503,21 @@ enum {
                                  timer armed */
     LULL_HANDLE_NOTIFIER = 6  /* lull_notifier: a lull_notifier_raise_remote
                                  raise  on its way */
-};
+} lull_handle_kind;
 
 typedef struct lull_live {
-    int cause;          /* LULL_LIVE_* */
-    int kind;           /* LULL_HANDLE_* */
-    const void *handle; /* the handle, of the type `kind` names */
-    lull_any_fn fn;     /* the callback it leads to: yours, also behind
-                           lull's own forwarding (a listener's task, a
-                           pump's pass or retry: the pass; a notifier
-                           raise: its first listener's callback); NULL for
-                           a raise of a notifier with no listener */
-    const char *name;   /* lull_loop_name of fn, or NULL */
-    bool ref;           /* keeps lull_loop_run going (lull_loop_alive) */
-    uint64_t deadline;  /* ARMED: the absolute deadline; else 0 */
-    int fd;             /* STARTED: the watched fd; else -1 */
+    lull_live_cause cause; /* LULL_LIVE_* */
+    lull_handle_kind kind; /* LULL_HANDLE_* */
+    const void *handle;    /* the handle, of the type `kind` names */
+    lull_any_fn fn;        /* the callback it leads to: yours, also behind
+                              lull's own forwarding (a listener's task, a
+                              pump's pass or retry: the pass; a notifier
+                              raise: its first listener's callback); NULL for
+                              a raise of a notifier with no listener */
+    const char *name;      /* lull_loop_name of fn, or NULL */
+    bool ref;              /* keeps lull_loop_run going (lull_loop_alive) */
+    uint64_t deadline;     /* ARMED: the absolute deadline; else 0 */
+    int fd;                /* STARTED: the watched fd; else -1 */
 } lull_live;
 
 typedef void (*lull_walk_fn)(const lull_live *live, void *arg);
@@ -611,34 +630,37 @@ LULL_EXTERN bool lull_endpoint_closed(const lull_endpoint *ep);
  * returns before the next frame is delivered. The hand-over path never
  * allocates. */
 
-enum { LULL_DELIVER_TASK = 0, LULL_DELIVER_TIMER = 1 };
+typedef enum lull_deliver {
+    LULL_DELIVER_TASK = 0, /* one posted task per frame */
+    LULL_DELIVER_TIMER = 1 /* a timer armed for delay_ns per frame */
+} lull_deliver;
 
 typedef struct lull_loopback_options { /* all zero = defaults */
     size_t max_frame;                  /* 0 = LULL_FRAME_MAX_DEFAULT */
     size_t high_water;                 /* 0 = LULL_HIGH_WATER_DEFAULT */
-    int deliver;       /* LULL_DELIVER_TASK (0): one posted task per frame;
+    lull_deliver deliver; /* LULL_DELIVER_TASK (0): one posted task per frame;
                           LULL_DELIVER_TIMER: a timer armed for delay_ns */
-    uint64_t delay_ns; /* timer delivery: 0 is a zero-delay turn (by C3 the
-                          same order and cost as a task); more is a link
-                          that holds each frame that long */
+    uint64_t delay_ns;    /* timer delivery: 0 is a zero-delay turn (by C3 the
+                             same order and cost as a task); more is a link
+                             that holds each frame that long */
 } lull_loopback_options;
 
 typedef struct lull_loopback lull_loopback;
 struct lull_loopback {
-    lull_endpoint ep;    /* the frame interface: give &ep to your code */
-    lull_task task;      /* the delivery turn (LULL_DELIVER_TASK) */
-    lull_timer timer;    /* the delivery turn (LULL_DELIVER_TIMER) */
-    lull_loop *loop;     /* owning loop */
-    lull_loopback *peer; /* the other end; NULL once either end closed */
-    lull_frame *head;    /* the peer's frames not yet delivered, oldest */
-    lull_frame *tail;    /* first */
-    uint64_t delay_ns;   /* timer delivery's delay */
-    int deliver;         /* LULL_DELIVER_* */
-    int reason;          /* the peer's close reason, while close_pending */
-    bool close_pending;  /* the peer closed: deliver it after the frames */
-    uint64_t delivered;  /* frames delivered to this end */
-    uint64_t turns;      /* delivery turns claimed: posts or timer arms */
-    bool *closed_flag;   /* set by a close while a delivery to this end runs */
+    lull_endpoint ep;     /* the frame interface: give &ep to your code */
+    lull_task task;       /* the delivery turn (LULL_DELIVER_TASK) */
+    lull_timer timer;     /* the delivery turn (LULL_DELIVER_TIMER) */
+    lull_loop *loop;      /* owning loop */
+    lull_loopback *peer;  /* the other end; NULL once either end closed */
+    lull_frame *head;     /* the peer's frames not yet delivered, oldest */
+    lull_frame *tail;     /* first */
+    uint64_t delay_ns;    /* timer delivery's delay */
+    lull_deliver deliver; /* LULL_DELIVER_* */
+    int reason;           /* the peer's close reason, while close_pending */
+    bool close_pending;   /* the peer closed: deliver it after the frames */
+    uint64_t delivered;   /* frames delivered to this end */
+    uint64_t turns;       /* delivery turns claimed: posts or timer arms */
+    bool *closed_flag;    /* set by a close while a delivery to this end runs */
 };
 
 /* Connects a and b on loop (opts may be NULL): what &a->ep sends arrives at
@@ -876,8 +898,8 @@ LULL_EXTERN int lull_pool_set_default(lull_pool *pool);
 LULL_EXTERN void lull_pool_get_stats(lull_pool *pool, lull_pool_stats *out);
 
 /* Prepares a work item; call again only while it is not submitted. */
-LULL_EXTERN void lull_work_init(lull_work *work, lull_work_fn fn,
-                                lull_work_done_fn done);
+LULL_EXTERN int lull_work_init(lull_work *work, lull_work_fn fn,
+                               lull_work_done_fn done);
 /* Loop thread of `loop`; thread-safe towards the pool (loops may share one).
  * Queues fn for a pool thread; done then runs on `loop`, which stays alive
  * (a loop reference) until it has. -EBUSY while work is still submitted,

@@ -188,7 +188,7 @@ static void driver_receive(session *s, const lab_window_event *ev,
 /* The delivery pass, the same in both modes: one state read, every event
  * after the cursor to the driver. A full batch continues next task. */
 #define BATCH 64
-static int deliver_pass(lull_pump *p, uint64_t *retry_ns) {
+static lull_pass_result deliver_pass(lull_pump *p, uint64_t *retry_ns) {
     (void)retry_ns; /* this driver never holds anything back */
     session *s = LULL_CONTAINER_OF(p, session, pump);
     lab_window_event ev[BATCH];
@@ -261,7 +261,8 @@ static void provider_tick_verified(lull_timer *t) {
  * window's sequence number is the next of this session's turn (nothing
  * lost, repeated or reordered), the payload is event `received` of this
  * session (checksum), the terminal flag on the last event only. */
-static int deliver_pass_verified(lull_pump *p, uint64_t *retry_ns) {
+static lull_pass_result deliver_pass_verified(lull_pump *p,
+                                              uint64_t *retry_ns) {
     (void)retry_ns;
     session *s = LULL_CONTAINER_OF(p, session, pump);
     run *r = s->run;

@@ -170,7 +170,7 @@ static void idle_timer(lull_timer *timer) {
     (void)timer; /* due in an hour or more: never fires in the window */
 }
 
-static int idle_pass(lull_pump *pump, uint64_t *retry_ns) {
+static lull_pass_result idle_pass(lull_pump *pump, uint64_t *retry_ns) {
     (void)pump;
     (void)retry_ns;
     return LULL_PASS_QUIET;

@@ -409,7 +409,7 @@ static void run_end(lull_loop *loop) {
     loop->stop = false;
 }
 
-int lull_loop_run(lull_loop *loop, int mode) {
+int lull_loop_run(lull_loop *loop, lull_run_mode mode) {
     if (!loop) return -EINVAL;
     if (mode != LULL_RUN_DEFAULT && mode != LULL_RUN_ONCE &&
         mode != LULL_RUN_NOWAIT)

@@ -14,16 +14,19 @@
  * lull_notifier_raise_remote. */
 #include <sched.h>
 
+#include <errno.h>
+
 #include "internal.h"
 
 static void notify_from_remote(lull_task *task);
 
-void lull_notifier_init(lull_notifier *n) {
-    if (!n) return;
+int lull_notifier_init(lull_notifier *n) {
+    if (!n) return -EINVAL;
     n->head = n->tail = NULL;
     n->raised = 0;
     n->raisers = 0;
     lull_task_init(&n->remote, notify_from_remote);
+    return 0;
 }
 
 static void listener_run(lull_task *task) {

@@ -159,12 +159,13 @@ static void work_done(lull_task *task) {
     if (w->done) w->done(w, w->status);
 }
 
-void lull_work_init(lull_work *work, lull_work_fn fn, lull_work_done_fn done) {
-    if (!work) return;
+int lull_work_init(lull_work *work, lull_work_fn fn, lull_work_done_fn done) {
+    if (!work) return -EINVAL;
     memset(work, 0, sizeof *work);
     lull_task_init(&work->task, work_done);
     work->fn = fn;
     work->done = done;
+    return 0;
 }
 
 bool lull_work_busy(const lull_work *work) {

@@ -18,6 +18,8 @@
  * A wake during a pass queues the next one. The pump's listeners form a
  * doubly linked list (pump_next/pump_prev) that lull_listener_stop leaves, so a
  * listener is reusable anywhere after it. Loop thread only. */
+#include <errno.h>
+
 #include "internal.h"
 
 /* A pass in progress keeps its bookkeeping on run_pass's stack, and the
@@ -68,8 +70,8 @@ static void pass_retry(lull_timer *timer) {
     run_pass(LULL_CONTAINER_OF(timer, lull_pump, retry));
 }
 
-void lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
-    if (!loop || !pump || !pass) return;
+int lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
+    if (!loop || !pump || !pass) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
     lull_task_init(&pump->task, pass_task);
     lull_timer_init(loop, &pump->retry, pass_retry);
@@ -80,6 +82,7 @@ void lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
     pump->source = lull__source_of(loop, (lull_any_fn)pass, LULL_SOURCE_PUMP);
     pump->closed = false;
     pump->frame = NULL;
+    return 0;
 }
 
 void lull_pump_wake(lull_pump *pump) {

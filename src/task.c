@@ -9,10 +9,12 @@
  * before its callback runs, so the callback may re-post, free or hand the task
  * to another thread, and the loop does not touch it afterwards. Loop thread
  * only. */
+#include <errno.h>
+
 #include "internal.h"
 
-void lull_task_init(lull_task *task, lull_task_fn fn) {
-    if (!task) return;
+int lull_task_init(lull_task *task, lull_task_fn fn) {
+    if (!task) return -EINVAL;
     task->node.next = NULL;
     task->node.prev = NULL;
     task->node.fn.task = fn;
@@ -20,6 +22,7 @@ void lull_task_init(lull_task *task, lull_task_fn fn) {
     task->node.aux = 0;
     task->remote_next = NULL;
     task->loop = NULL;
+    return 0;
 }
 
 void lull_task_post(lull_loop *loop, lull_task *task) {

@@ -137,8 +137,8 @@ static void timer_unlink(lull_loop *loop, lull_timer *t) {
         drop_overrun(loop, t);
 }
 
-void lull_timer_init(lull_loop *loop, lull_timer *timer, lull_timer_fn fn) {
-    if (!loop || !timer) return;
+int lull_timer_init(lull_loop *loop, lull_timer *timer, lull_timer_fn fn) {
+    if (!loop || !timer || !fn) return -EINVAL;
     timer->node.next = NULL;
     timer->node.prev = NULL;
     timer->node.fn.timer = fn;
@@ -146,6 +146,7 @@ void lull_timer_init(lull_loop *loop, lull_timer *timer, lull_timer_fn fn) {
     timer->node.aux = 0;
     timer->loop = loop;
     timer->repeat = 0;
+    return 0;
 }
 
 /* The instant a delay counts from. On the real clock that is this call:

@@ -247,7 +247,7 @@ static void count_listener(lull_listener *l) {
 
 static int pass_mode; /* what the next pass reports */
 static uint64_t passes;
-static int pass_fn(lull_pump *pump, uint64_t *retry_ns) {
+static lull_pass_result pass_fn(lull_pump *pump, uint64_t *retry_ns) {
     (void)pump;
     passes++;
     int mode = pass_mode;

@@ -43,7 +43,7 @@ static void on_change(lull_listener *l) {
     (void)l;
     listener_runs++;
 }
-static int held_pass(lull_pump *p, uint64_t *retry_ns) {
+static lull_pass_result held_pass(lull_pump *p, uint64_t *retry_ns) {
     (void)p;
     pass_runs++;
     *retry_ns = 1000;
@@ -168,7 +168,8 @@ static void collect(const lull_live *e, void *arg) {
 }
 
 /* The entry for handle with cause, which must be there exactly once. */
-static const lull_live *find(const seen *s, const void *handle, int cause) {
+static const lull_live *find(const seen *s, const void *handle,
+                             lull_live_cause cause) {
     const lull_live *found = NULL;
     for (int i = 0; i < s->n; i++) {
         if (s->e[i].handle != handle || s->e[i].cause != cause) continue;

@@ -530,7 +530,7 @@ static void on_a(lull_listener *l) {
     sem_post(&the_raiser->seen);
 }
 
-static int pass_b(lull_pump *p, uint64_t *retry_ns) {
+static lull_pass_result pass_b(lull_pump *p, uint64_t *retry_ns) {
     (void)retry_ns;
     lull_pump_delivered(p, 1);
     sem_post(&the_raiser->seen);

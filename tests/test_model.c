@@ -946,7 +946,7 @@ static void r_timer_fn(lull_timer *timer) {
 static void r_listener_fn(lull_listener *l) {
     on_callback(&SR, E_LISTENER + LULL_CONTAINER_OF(l, rlistener, l)->idx);
 }
-static int r_pass_fn(lull_pump *pump, uint64_t *retry_ns) {
+static lull_pass_result r_pass_fn(lull_pump *pump, uint64_t *retry_ns) {
     return on_pass(&SR, LULL_CONTAINER_OF(pump, rpump, pump)->idx, retry_ns);
 }
 

@@ -27,7 +27,7 @@ typedef struct fixture {
     int depth; /* passes running: more than 1 means a pass ran inline */
 } fixture;
 
-static int pass(lull_pump *p, uint64_t *retry_ns) {
+static lull_pass_result pass(lull_pump *p, uint64_t *retry_ns) {
     fixture *f = LULL_CONTAINER_OF(p, fixture, pump);
     CHECK_EQ(++f->depth, 1);
     if (f->passes < 64) f->at[f->passes] = lull_loop_now(f->loop) - f->t0;
@@ -489,7 +489,7 @@ typedef struct session {
     bool hold_first; /* the first pass returns HELD: the retry ends it */
 } session;
 
-static int pass_then_free(lull_pump *p, uint64_t *retry_ns) {
+static lull_pass_result pass_then_free(lull_pump *p, uint64_t *retry_ns) {
     session *s = LULL_CONTAINER_OF(p, session, pump);
     if ((*s->passes)++ == 0 && s->hold_first) {
         *retry_ns = 5 * MS;

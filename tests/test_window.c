@@ -38,7 +38,7 @@ typedef struct session {
     bool check_model;
 } session;
 
-static int session_pass(lull_pump *p, uint64_t *retry_ns) {
+static lull_pass_result session_pass(lull_pump *p, uint64_t *retry_ns) {
     session *s = LULL_CONTAINER_OF(p, session, pump);
     if (s->busy) {
         /* Hold back what is readable and retry; with nothing readable there
