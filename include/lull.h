@@ -37,6 +37,37 @@ extern "C" {
 #define LULL_EXTERN
 #endif
 
+/* ------------------------------------------------------------- version */
+
+/* lull follows semantic versioning from 1.0 (NEWS.md): a minor release adds
+ * to the API and ABI, a patch release changes neither; anything else is a
+ * new major version, and a new soname (liblull.so.MAJOR). CI compares the
+ * ABI with the committed baseline (abi/lull.abi). The build reads these
+ * three lines. */
+#define LULL_VERSION_MAJOR 1
+#define LULL_VERSION_MINOR 0
+#define LULL_VERSION_PATCH 0
+/* MAJOR << 16 | MINOR << 8 | PATCH, to compare with lull_version(). */
+#define LULL_VERSION_HEX                                                       \
+    ((LULL_VERSION_MAJOR << 16) | (LULL_VERSION_MINOR << 8) |                  \
+     LULL_VERSION_PATCH)
+
+/* The version of the library linked at run time (which may be newer than
+ * the header a program was built with): LULL_VERSION_HEX's encoding, and as
+ * "MAJOR.MINOR.PATCH". Thread-safe. */
+LULL_EXTERN unsigned lull_version(void);
+LULL_EXTERN const char *lull_version_string(void);
+
+/* ------------------------------------------------------------- errors */
+
+/* Every call that can fail returns 0 (or a count) or a negative errno, and
+ * callbacks get the same values: lull_strerror(-ECONNRESET) is "Connection
+ * reset by peer", lull_err_name(-ECONNRESET) is "ECONNRESET". Either takes
+ * err or -err; unknown values give "Unknown error" and "UNKNOWN", 0 gives
+ * "Success" and "OK". Thread-safe, no allocation: the strings are static. */
+LULL_EXTERN const char *lull_strerror(int err);
+LULL_EXTERN const char *lull_err_name(int err);
+
 #define LULL_CONTAINER_OF(ptr, type, member)                                   \
     ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
