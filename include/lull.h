@@ -1,9 +1,18 @@
 /* lull — a C11 event loop for Linux that is quiet when idle, nearly free per
  * turn, and fair under load.
  *
- * One header, one section per module. Every handle is a caller-owned struct:
- * lull never allocates per operation. Functions that can fail return 0 or a
- * negative errno.
+ * One header, one section per module. Every handle is a caller-owned struct,
+ * and the calls made per operation never allocate: posting and cancelling
+ * tasks (remote posts too), arming and stopping timers, raising notifiers,
+ * pump passes, lull_endpoint_send of frames you own, stream reads and
+ * writes, pool submissions and completions (tests/test_alloc.c counts
+ * them). lull allocates only in: the _new and _start calls of loops, pools
+ * and per-core sets; lull_loop_name (once per name); lull_endpoint_send_copy
+ * (one block per frame, by design); a stream's set-up (its read buffer) and
+ * a framed stream's buffer growing for a longer frame than it has seen; and
+ * the loop's own tables when they reach a new high (the timer heap, the fd
+ * watcher table, the table of late repeating fires), amortized. Functions
+ * that can fail return 0 or a negative errno.
  *
  * Threads: a loop has one owner thread at a time. It is the thread that
  * created the loop until another thread runs it: lull_loop_run,
@@ -231,6 +240,14 @@ LULL_EXTERN uint64_t lull_timer_deadline(const lull_timer *timer);
  * fires once per period crossed, so it is 1. 0 outside the timer's callback and
  * in a zero-delay turn (which has no deadline). */
 LULL_EXTERN uint64_t lull_timer_overrun(const lull_timer *timer);
+/* Inside a repeating timer's own callback, when it fires for a deadline:
+ * the deadline this fire is for (with an overrun above 1, the first of the
+ * periods it stands for), so that its lateness is lull_loop_now() minus
+ * this. It equals lull_timer_deadline() - repeat * lull_timer_overrun()
+ * read at the start of the callback, kept even if the callback re-arms or
+ * stops the timer. 0 outside the callback, for a one-shot timer and in a
+ * zero-delay turn. */
+LULL_EXTERN uint64_t lull_timer_fire_deadline(const lull_timer *timer);
 /* An unreferenced timer does not keep lull_loop_run alive. */
 LULL_EXTERN void lull_timer_ref(lull_timer *timer);
 LULL_EXTERN void lull_timer_unref(lull_timer *timer);
@@ -1082,8 +1099,10 @@ typedef struct lull_percore_options { /* all zero = defaults */
  * it waits for remote posts with nothing else to do. */
 LULL_EXTERN int lull_percore_start(lull_percore **out,
                                    const lull_percore_options *opts);
-/* Thread-safe. */
+/* Thread-safe: the number of loops, fixed from start to stop. */
 LULL_EXTERN int lull_percore_count(const lull_percore *pc);
+/* Thread-safe: loop `index` (NULL out of range), fixed from start to stop;
+ * the address to lull_task_post_remote a hand-off to. */
 LULL_EXTERN lull_loop *lull_percore_loop(const lull_percore *pc, int index);
 /* Thread-safe: the loops in turn (round robin), for spreading hand-offs. */
 LULL_EXTERN lull_loop *lull_percore_next(lull_percore *pc);

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "lull.h"
+#include "own_name.h"
 
 enum { OP_OPEN, OP_CLOSE, OP_READ };
 
@@ -249,6 +250,7 @@ static void journal_start(lull_task *task) {
     /* Not sticky: nothing was written (a full or closed pool). */
     if (rc < 0) complete(list, rc, 0);
 }
+LULL__OWN_NAME(journal_start, "lull_journal batch start", lull_journal, start);
 
 static void journal_done(lull_work *work, int status) {
     lull_journal *j = LULL_CONTAINER_OF(work, lull_journal, work);

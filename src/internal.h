@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "heap.h"
+#include "own_name.h"
 
 struct epoll_event;
 
@@ -139,9 +140,11 @@ struct lull_loop {
     uint32_t overruns_head;  /* first entry not yet taken */
     uint32_t overruns_len;
     uint32_t overruns_cap;
-    lull_timer *firing;      /* the timer whose callback runs from the due
-                                list, NULL otherwise */
-    uint64_t firing_periods; /* ... and the periods its fire stands for */
+    lull_timer *firing;       /* the timer whose callback runs from the due
+                                 list, NULL otherwise */
+    uint64_t firing_periods;  /* ... and the periods its fire stands for */
+    uint64_t firing_deadline; /* ... and the deadline of the first of them
+                                 (a repeating timer's; 0 otherwise) */
 
     /* File descriptors (src/io.c, src/backend_epoll.c). */
     uint32_t io_active;         /* started watchers */
@@ -349,7 +352,8 @@ static inline void lull__post(lull_loop *loop, lull_task *task) {
     if (lull__node_queued(&task->node)) return; /* coalesced: runs once */
     lull__post_unqueued(loop, task);
 }
-/* The name given with lull_loop_name, or NULL. */
+/* The name given with lull_loop_name, else lull's own name for its own
+ * callbacks (LULL__OWN_NAME), else NULL. */
 const char *lull__name_lookup(lull_loop *loop, lull_any_fn fn);
 /* The same, or "(unnamed callback)" for a function without one. */
 const char *lull__name_of(lull_loop *loop, lull_any_fn fn);

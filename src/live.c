@@ -182,6 +182,11 @@ static void print_one(const lull_live *e, void *arg) {
         snprintf(what, sizeof what, "(no listener)");
     fprintf(p->out, "  %-10s %-8s %p  %s", cause_word(e->cause),
             kind_word(e->kind), e->handle, what);
+    /* lull's own handle: say whose it is. */
+    const lull__own_name *own = e->fn ? lull__own_name_of(e->fn) : NULL;
+    if (own)
+        fprintf(p->out, " of %s %p", own->owner,
+                (const void *)((const char *)e->handle - own->offset));
     if (e->cause == LULL_LIVE_STARTED) fprintf(p->out, "  fd %d", e->fd);
     if (e->cause == LULL_LIVE_ARMED) {
         uint64_t now = p->loop->now;

@@ -117,10 +117,14 @@ static inline void deliver(lull_loopback *lb, bool timer) {
 static void deliver_task(lull_task *t) {
     deliver(LULL_CONTAINER_OF(t, lull_loopback, task), false);
 }
+LULL__OWN_NAME(deliver_task, "lull_loopback delivery task", lull_loopback,
+               task);
 
 static void deliver_timer(lull_timer *t) {
     deliver(LULL_CONTAINER_OF(t, lull_loopback, timer), true);
 }
+LULL__OWN_NAME(deliver_timer, "lull_loopback delivery timer", lull_loopback,
+               timer);
 
 /* lull_endpoint_send runs lull__loopback_send_task itself; this entry serves
  * any other caller of the ops. */

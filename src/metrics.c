@@ -142,9 +142,23 @@ int lull_loop_name(lull_loop *loop, lull_any_fn fn, const char *name) {
     return 0;
 }
 
+/* The section the linker fills with every LULL__OWN_NAME of the modules
+ * linked in; weak, so a program that links none still links. */
+extern const lull__own_name __start_lull_own_names[] __attribute__((weak));
+extern const lull__own_name __stop_lull_own_names[] __attribute__((weak));
+
+const lull__own_name *lull__own_name_of(lull_any_fn fn) {
+    for (const lull__own_name *o = __start_lull_own_names;
+         o && o < __stop_lull_own_names; o++)
+        if (o->fn == fn) return o;
+    return NULL;
+}
+
 const char *lull__name_lookup(lull_loop *loop, lull_any_fn fn) {
     lull__name *named = find_name(loop, fn);
-    return named ? named->name : NULL;
+    if (named) return named->name;
+    const lull__own_name *own = lull__own_name_of(fn);
+    return own ? own->name : NULL;
 }
 
 const char *lull__name_of(lull_loop *loop, lull_any_fn fn) {

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "lull.h"
+#include "own_name.h"
 
 typedef struct slot {
     lull_percore *pc;
@@ -49,6 +50,7 @@ static void stop_task(lull_task *task) {
     if (s->pc->opts.stop) s->pc->opts.stop(s->loop, s->index, s->pc->opts.arg);
     lull_loop_unref(s->loop);
 }
+LULL__OWN_NAME(stop_task, "lull_percore stop", slot, stop);
 
 static void *loop_main(void *arg) {
     slot *s = arg;

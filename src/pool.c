@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "lull.h"
+#include "own_name.h"
 
 /* libuv's default too: enough to overlap a few syncs and lookups, few
  * enough to cost nothing on a small machine. */
@@ -158,6 +159,7 @@ static void work_done(lull_task *task) {
     lull_loop_unref(loop);
     if (w->done) w->done(w, w->status);
 }
+LULL__OWN_NAME(work_done, "lull_work completion", lull_work, task);
 
 int lull_work_init(lull_work *work, lull_work_fn fn, lull_work_done_fn done) {
     if (!work) return -EINVAL;

@@ -368,6 +368,7 @@ static bool flush_now(lull_stream *s) {
 static void flush_task(lull_task *t) {
     flush_now(LULL_CONTAINER_OF(t, lull_stream, flush));
 }
+LULL__OWN_NAME(flush_task, "lull_stream write flush", lull_stream, flush);
 
 static void stream_send(lull_endpoint *ep, lull_frame *frame) {
     lull_stream *s = stream_of(ep);
@@ -543,6 +544,7 @@ static void event_task(lull_task *t) {
         deliver_frames(s);
     }
 }
+LULL__OWN_NAME(event_task, "lull_stream event turn", lull_stream, event);
 
 static void on_timer(lull_timer *t) {
     lull_stream *s = LULL_CONTAINER_OF(t, lull_stream, timer);
@@ -559,6 +561,7 @@ static void on_timer(lull_timer *t) {
         lull_timer_start(&s->timer, s->idle_ns - idle, 0);
     }
 }
+LULL__OWN_NAME(on_timer, "lull_stream timeout", lull_stream, timer);
 
 static void on_io(lull_io *io, int events) {
     lull_stream *s = LULL_CONTAINER_OF(io, lull_stream, io);
@@ -587,6 +590,7 @@ static void on_io(lull_io *io, int events) {
         read_some(s);
     }
 }
+LULL__OWN_NAME(on_io, "lull_stream socket", lull_stream, io);
 
 /* --------------------------------------------------------------- setup */
 
@@ -776,6 +780,7 @@ static void server_retry(lull_timer *t) {
         lull_timer_start(&srv->retry, srv->retry_ns, 0);
     }
 }
+LULL__OWN_NAME(server_retry, "lull_server accept retry", lull_server, retry);
 
 static void server_io(lull_io *io, int events) {
     (void)events;
@@ -806,6 +811,7 @@ static void server_io(lull_io *io, int events) {
         srv->pending = -1;
     }
 }
+LULL__OWN_NAME(server_io, "lull_server listening socket", lull_server, io);
 
 int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
                         const struct sockaddr *addr, socklen_t len, int backlog,

@@ -283,6 +283,13 @@ void lull__timers_run_due(lull_loop *loop) {
         loop->firing_periods = 1;
         if (LULL_UNLIKELY(loop->overruns_head < loop->overruns_len))
             loop->firing_periods = take_overrun(loop, t);
+        /* A repeating timer is armed for its next period already: the
+         * deadline this fire is for is that many periods back, read now,
+         * before the callback may re-arm or stop it. */
+        loop->firing_deadline = 0;
+        if (t->repeat && lull__heap_contains(t))
+            loop->firing_deadline = lull__heap_deadline_of(&loop->heap, t) -
+                                    t->repeat * loop->firing_periods;
         lull__dispatch_node(loop, n);
         if (lull__after_callback(loop) && loop->stop) break;
     }
@@ -293,6 +300,11 @@ void lull__timers_run_due(lull_loop *loop) {
 uint64_t lull_timer_overrun(const lull_timer *timer) {
     if (!timer || !timer->loop || timer->loop->firing != timer) return 0;
     return timer->loop->firing_periods;
+}
+
+uint64_t lull_timer_fire_deadline(const lull_timer *timer) {
+    if (!timer || !timer->loop || timer->loop->firing != timer) return 0;
+    return timer->loop->firing_deadline;
 }
 
 /* ns until the earliest deadline (0 if due), or -1 with no timer. */

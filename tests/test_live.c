@@ -403,3 +403,46 @@ TEST(walk_shows_a_write_waiting_for_the_flush_point) {
     close(sv[1]);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* lull's own handles are named by what they are and whose they are: a
+ * stream's socket and write flush, a loopback end's delivery turn, and a
+ * user callback keeps the name the user gave it. */
+TEST(print_live_names_lulls_own_handles) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    lull_stream s;
+    CHECK_EQ(lull_stream_open(loop, &s, sv[0], NULL), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&s.ep, "hello", 5), 0);
+    lull_loopback a, b;
+    CHECK_EQ(lull_loopback_pair(loop, &a, &b, NULL), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "x", 1), 0);
+
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    CHECK(out != NULL);
+    CHECK_EQ(lull_loop_print_live(loop, out), 3);
+    CHECK_EQ(fclose(out), 0);
+    fputs(text, stderr);
+    char want[128];
+    snprintf(want, sizeof want, "lull_stream socket of lull_stream %p",
+             (void *)&s);
+    CHECK(strstr(text, want) != NULL);
+    snprintf(want, sizeof want, "lull_stream write flush of lull_stream %p",
+             (void *)&s);
+    CHECK(strstr(text, want) != NULL);
+    snprintf(want, sizeof want,
+             "lull_loopback delivery task of lull_loopback %p", (void *)&b);
+    CHECK(strstr(text, want) != NULL);
+    CHECK(strstr(text, "callback 0x") == NULL); /* nothing unnamed */
+    free(text);
+
+    CHECK(lull_loop_settle(loop) >= 2);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
+    close(sv[1]);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

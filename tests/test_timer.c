@@ -763,6 +763,7 @@ typedef struct overrun_probe {
     uint64_t fires;
     uint64_t max;  /* the largest overrun seen */
     bool phase_ok; /* every re-armed deadline matched the sum */
+    bool fire_ok;  /* every lull_timer_fire_deadline was the first period's */
     uint64_t stop_after;
 } overrun_probe;
 
@@ -770,6 +771,10 @@ static void probe_tick(lull_timer *t) {
     overrun_probe *p = LULL_CONTAINER_OF(t, overrun_probe, timer);
     uint64_t k = lull_timer_overrun(t);
     CHECK_LE(1, k);
+    /* The deadline this fire is for: the first of the k periods, which
+     * follows the periods all earlier fires stood for; 0 for a one-shot. */
+    uint64_t want = t->repeat ? p->first + p->periods * p->period : 0;
+    if (lull_timer_fire_deadline(t) != want) p->fire_ok = false;
     p->periods += k;
     p->fires++;
     if (k > p->max) p->max = k;
@@ -777,11 +782,14 @@ static void probe_tick(lull_timer *t) {
         p->phase_ok = false;
     if (p->fires == 1) check_spin_ns(p->period * 11 / 2);
     if (p->fires == p->stop_after) lull_timer_stop(t);
+    /* Kept whatever the callback did to the timer. */
+    if (lull_timer_fire_deadline(t) != want) p->fire_ok = false;
 }
 
 TEST(overrun_counts_the_periods_a_late_fire_stands_for) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    overrun_probe p = {.period = 2 * MS, .phase_ok = true, .stop_after = 4};
+    overrun_probe p = {
+        .period = 2 * MS, .phase_ok = true, .fire_ok = true, .stop_after = 4};
     lull_timer_init(loop, &p.timer, probe_tick);
     lull_timer_start(&p.timer, p.period, p.period);
     p.first = lull_timer_deadline(&p.timer);
@@ -789,6 +797,8 @@ TEST(overrun_counts_the_periods_a_late_fire_stands_for) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_U64_EQ(p.fires, 4);
     CHECK(p.phase_ok);
+    CHECK(p.fire_ok);
+    CHECK_U64_EQ(lull_timer_fire_deadline(&p.timer), 0); /* outside */
     /* The fire after the spin stood for at least the 5 periods that ended
      * during it (deadlines 2 .. 6 periods after the first one). */
     CHECK_LE(5, p.max);
@@ -807,7 +817,8 @@ static void stop_the_run(lull_timer *t) {
 TEST(overrun_of_a_fire_left_waiting_by_lull_stop) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     lull_timer stopper;
-    overrun_probe p = {.period = 2 * MS, .phase_ok = true, .stop_after = 1};
+    overrun_probe p = {
+        .period = 2 * MS, .phase_ok = true, .fire_ok = true, .stop_after = 1};
     lull_timer_init(loop, &stopper, stop_the_run);
     lull_timer_init(loop, &p.timer, probe_tick);
     /* Armed first with the same delay: the stopper is due no later and
@@ -825,6 +836,7 @@ TEST(overrun_of_a_fire_left_waiting_by_lull_stop) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_U64_EQ(p.fires, 1);
     CHECK(p.phase_ok);
+    CHECK(p.fire_ok); /* the first of the periods the late fire stands for */
     CHECK_LE(4, p.periods); /* its own period and at least three more */
     lull_timer_stop(&p.timer);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -833,14 +845,16 @@ TEST(overrun_of_a_fire_left_waiting_by_lull_stop) {
 /* On the virtual clock lull_loop_advance fires once per period crossed: every
  * fire stands for one period. A one-shot timer's fire is one period too,
  * and a zero-delay turn (no deadline) reports 0. */
-static uint64_t turn_overrun = 99;
+static uint64_t turn_overrun = 99, turn_fire_deadline = 99;
 static void note_turn(lull_timer *t) {
     turn_overrun = lull_timer_overrun(t);
+    turn_fire_deadline = lull_timer_fire_deadline(t);
 }
 
 TEST(overrun_is_one_per_period_on_the_virtual_clock) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    overrun_probe p = {.period = 10, .phase_ok = true, .stop_after = 0};
+    overrun_probe p = {
+        .period = 10, .phase_ok = true, .fire_ok = true, .stop_after = 0};
     lull_timer_init(loop, &p.timer, probe_tick);
     lull_timer_start(&p.timer, 10, 10);
     p.first = lull_timer_deadline(&p.timer);
@@ -851,20 +865,24 @@ TEST(overrun_is_one_per_period_on_the_virtual_clock) {
     CHECK_U64_EQ(p.periods, 100);
     CHECK_U64_EQ(p.max, 1);
     CHECK(p.phase_ok);
+    CHECK(p.fire_ok);
     lull_timer_stop(&p.timer);
 
-    overrun_probe once = {.period = 0, .phase_ok = true};
+    overrun_probe once = {.period = 0, .phase_ok = true, .fire_ok = true};
     lull_timer_init(loop, &once.timer, probe_tick);
     lull_timer_start(&once.timer, 5, 0);
     lull_loop_advance(loop, 5);
     CHECK_U64_EQ(once.fires, 1);
     CHECK_U64_EQ(once.periods, 1);
+    CHECK(once.fire_ok); /* a one-shot: 0 */
 
     lull_timer turn;
     lull_timer_init(loop, &turn, note_turn);
     lull_timer_start(&turn, 0, 0);
     CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_U64_EQ(turn_overrun, 0);
+    CHECK_U64_EQ(turn_fire_deadline, 0);
     CHECK_U64_EQ(lull_timer_overrun(NULL), 0);
+    CHECK_U64_EQ(lull_timer_fire_deadline(NULL), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
