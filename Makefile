@@ -81,8 +81,19 @@ test-valgrind:
 	$(CMAKE) --build build/valgrind -j$(JOBS) && \
 	$(CTEST) --test-dir build/valgrind $(CTEST_FLAGS) -LE install -E '$(VALGRIND_SKIP)'
 
-install: lab
-	$(CMAKE) --install build/release
+# `make install PREFIX=DIR` (default /usr/local): the Release library,
+# lull.h, lull.pc and the CMake package. CHECKED=1 installs a checked
+# library instead (Release, with lull's debug assertions kept: a call from
+# a thread that does not own the loop aborts with a message), for
+# development; its build tree is build/checked.
+PREFIX ?= /usr/local
+CHECKED ?=
+INSTALL_BUILD = $(if $(CHECKED),build/checked,build/release)
+install:
+	$(CMAKE) -S . -B $(INSTALL_BUILD) -DCMAKE_BUILD_TYPE=Release \
+	  $(if $(CHECKED),-DLULL_CHECKED=ON -DLULL_BUILD_TESTS=OFF -DLULL_BUILD_LAB=OFF -DLULL_BUILD_EXAMPLES=OFF)
+	$(CMAKE) --build $(INSTALL_BUILD) -j$(JOBS) --target lull lull_static
+	$(CMAKE) --install $(INSTALL_BUILD) --prefix $(PREFIX)
 
 format:
 	clang-format -i include/*.h src/*.c src/*.h tests/*.c tests/*.h lab/*.c lab/*.h lab/peers/*.c bench/*.c examples/*.c examples/kv/*.c examples/kv/*.h fuzz/*.c fuzz/*.h
