@@ -25,7 +25,15 @@
  * once no thread runs the loop.
  *
  * Getting from a handle back to your own struct: embed the handle and use
- * LULL_CONTAINER_OF(ptr, type, member). Handles carry no void *data.
+ * LULL_CONTAINER_OF(ptr, type, member). Handles carry no void *data, but for
+ * an endpoint (frames section), whose struct lives inside a transport's.
+ *
+ * Fields. Each struct shows first the fields you may read (and, where a
+ * comment says so, write), each with its meaning. The fields inside the
+ * unnamed struct marked "lull's own" are lull's bookkeeping: not part of
+ * the API, never to be read or written. They are in the header only so that
+ * handles can live in your memory; the struct's size is ABI, so they change
+ * only with a new major version (NEWS.md).
  *
  * The long form of every contract is in docs/. */
 #ifndef LULL_H
@@ -188,12 +196,13 @@ typedef struct lull__node {
 typedef void (*lull_task_fn)(lull_task *task);
 
 struct lull_task {
-    lull__node node;        /* ready-queue link (loop-owned) */
-    lull_task *remote_next; /* cross-thread link, separate from `node` */
-    lull_loop *loop;        /* the loop it was last queued on (NULL before
-                               the first post): in the callback, the loop
-                               running it. For the user; lull never reads
-                               it. */
+    struct {                    /* lull's own */
+        lull__node node;        /* ready-queue link, first: lull casts */
+        lull_task *remote_next; /* cross-thread link, separate from `node` */
+    };
+    lull_loop *loop; /* the loop it was last queued on (NULL before the
+                        first post): in the callback, the loop running it.
+                        lull writes it on a post and never reads it. */
 };
 
 /* Prepares a task; call again only while it is not pending. */
@@ -209,10 +218,12 @@ LULL_EXTERN bool lull_task_pending(const lull_task *task);
 
 typedef void (*lull_timer_fn)(lull_timer *timer);
 
-struct lull_timer {  /* 48 bytes, plus one 16-byte heap slot while armed */
-    lull__node node; /* ready-queue link; aux holds the heap position */
-    lull_loop *loop; /* owning loop */
-    uint64_t repeat; /* period in ns, 0 = one-shot */
+struct lull_timer {      /* 48 bytes, plus one 16-byte heap slot while armed */
+    struct {             /* lull's own */
+        lull__node node; /* ready-queue link, first; aux: heap position */
+    };
+    lull_loop *loop; /* the owning loop */
+    uint64_t repeat; /* the period in ns, 0 = one-shot (lull_timer_start) */
 };
 
 LULL_EXTERN int lull_timer_init(lull_loop *loop, lull_timer *timer,
@@ -263,12 +274,14 @@ typedef struct lull_io lull_io;
 typedef void (*lull_io_fn)(lull_io *io, int events);
 
 struct lull_io {
-    lull_loop *loop; /* owning loop */
-    lull_io_fn fn;   /* called with the ready LULL_* bits */
-    int fd;          /* the watched descriptor (not owned: never closed) */
-    int events;      /* interest the kernel holds; 0 while stopped */
-    uint32_t flags;  /* state bits (src/internal.h) */
-    uint32_t slot;   /* its slot in the loop's table while started */
+    lull_loop *loop;    /* the owning loop */
+    int fd;             /* the watched descriptor (not owned: never closed) */
+    int events;         /* the interest the kernel holds; 0 while stopped */
+    struct {            /* lull's own */
+        lull_io_fn fn;  /* called with the ready LULL_* bits */
+        uint32_t flags; /* state bits (src/internal.h) */
+        uint32_t slot;  /* its slot in the loop's table while started */
+    };
 };
 
 /* Level-triggered: the callback runs every iteration while the fd is ready
@@ -308,25 +321,32 @@ typedef struct lull_listener lull_listener;
 typedef void (*lull_listener_fn)(lull_listener *l);
 
 struct lull_listener {
-    lull_task task;      /* queued on raise; runs fn */
-    lull_task *target;   /* what a raise posts: &task, or a pump's pass */
-    lull_listener *next; /* subscription list, in subscription order */
-    lull_listener *prev;
-    lull_notifier *notifier; /* NULL while not subscribed */
-    lull_loop *loop;
-    lull_listener_fn fn;
-    lull_listener *pump_next; /* a pump's listeners, closed with it */
-    lull_listener *pump_prev;
-    lull_listener *loop_next; /* the loop's subscribed listeners, for */
-    lull_listener *loop_prev; /* lull_loop_walk (no allocation) */
+    lull_notifier *notifier; /* the notifier it listens to; NULL while not
+                                subscribed */
+    lull_loop *loop;         /* the loop its callback runs on */
+    struct {                 /* lull's own */
+        lull_task task;      /* queued on raise; runs fn */
+        lull_task *target;   /* what a raise posts: &task, or a pump's pass */
+        lull_listener *next; /* subscription list, in subscription order */
+        lull_listener *prev;
+        lull_listener_fn fn;
+        lull_listener *pump_next; /* a pump's listeners, closed with it */
+        lull_listener *pump_prev;
+        lull_listener *loop_next; /* the loop's subscribed listeners, for */
+        lull_listener *loop_prev; /* lull_loop_walk (no allocation) */
+    };
 };
 
 struct lull_notifier {
-    lull_listener *head; /* subscribers, oldest first */
-    lull_listener *tail;
-    lull_task remote; /* carries lull_notifier_raise_remote to the loop */
-    uint64_t raised;  /* lull_notifier_raise calls, for tests and audits */
-    unsigned raisers; /* threads inside lull_notifier_raise_remote (atomic) */
+    uint64_t raised; /* raises so far (lull_notifier_raise and the remote
+                        ones taken by the loop), for tests and audits */
+    struct {         /* lull's own */
+        lull_listener *head; /* subscribers, oldest first */
+        lull_listener *tail;
+        lull_task remote; /* carries lull_notifier_raise_remote to the loop */
+        unsigned raisers; /* threads inside lull_notifier_raise_remote
+                             (atomic) */
+    };
 };
 
 LULL_EXTERN int lull_notifier_init(lull_notifier *n);
@@ -366,17 +386,19 @@ typedef struct lull_pump lull_pump;
 typedef lull_pass_result (*lull_pass_fn)(lull_pump *pump, uint64_t *retry_ns);
 
 struct lull_pump {
-    lull_task task;   /* the queued pass */
-    lull_timer retry; /* armed only while something is held */
-    lull_loop *loop;
-    lull_pass_fn pass;
-    lull_listener *listeners; /* subscribed by lull_pump_listen */
-    int source;               /* its row in the wake audit, -1 if none */
-    uint64_t passes;          /* passes run */
-    uint64_t empty;           /* passes that reported no delivery */
-    uint64_t delivered;       /* items reported by lull_pump_delivered */
-    bool closed;
-    struct lull__pass_frame *frame; /* the pass running, if any (pump.c) */
+    lull_loop *loop;      /* the owning loop */
+    uint64_t passes;      /* passes run */
+    uint64_t empty;       /* passes that reported no delivery */
+    uint64_t delivered;   /* items reported by lull_pump_delivered */
+    struct {              /* lull's own */
+        lull_task task;   /* the queued pass */
+        lull_timer retry; /* armed only while something is held */
+        lull_pass_fn pass;
+        lull_listener *listeners; /* subscribed by lull_pump_listen */
+        int source;               /* its row in the wake audit, -1 if none */
+        bool closed;
+        struct lull__pass_frame *frame; /* the pass running (pump.c) */
+    };
 };
 
 LULL_EXTERN int lull_pump_init(lull_loop *loop, lull_pump *pump,
@@ -893,15 +915,17 @@ typedef int (*lull_work_fn)(lull_work *work);
 typedef void (*lull_work_done_fn)(lull_work *work, int status);
 
 struct lull_work {
-    lull_task task;         /* carries the completion to the loop */
-    lull_work_fn fn;        /* runs on a pool thread */
-    lull_work_done_fn done; /* runs on the loop; may be NULL */
-    lull_loop *loop;        /* the submitting loop, while submitted */
-    lull_pool *pool;        /* non-NULL from submit until done runs */
-    lull_work *next;        /* the pool's queue (under the pool's lock) */
-    lull_work *prev;
-    int status;  /* fn's return value or -ECANCELED, handed to done */
-    bool queued; /* waiting in the pool's queue (under the pool's lock) */
+    lull_loop *loop;            /* the submitting loop, while submitted */
+    lull_pool *pool;            /* non-NULL from submit until done runs */
+    struct {                    /* lull's own */
+        lull_task task;         /* carries the completion to the loop */
+        lull_work_fn fn;        /* runs on a pool thread */
+        lull_work_done_fn done; /* runs on the loop; may be NULL */
+        lull_work *next;        /* the pool's queue (under the pool's lock) */
+        lull_work *prev;
+        int status;  /* fn's return value or -ECANCELED, handed to done */
+        bool queued; /* waiting in the pool's queue (under its lock) */
+    };
 };
 
 typedef struct lull_pool_options { /* all zero = defaults */
@@ -972,17 +996,19 @@ typedef struct lull_fs lull_fs;
 typedef void (*lull_fs_fn)(lull_fs *req, int64_t result);
 
 struct lull_fs {
-    lull_work work; /* the operation, on the pool */
-    lull_fs_fn cb;
-    int op;           /* which operation (src/fs.c) */
-    int fd;           /* read, close */
-    int flags;        /* open */
-    unsigned mode;    /* open */
-    const char *path; /* open */
-    void *buf;        /* read: filled with up to len bytes */
-    size_t len;
-    uint64_t offset; /* read: file offset */
-    int64_t result;  /* what cb receives */
+    int64_t result;     /* what cb receives, once it ran */
+    struct {            /* lull's own */
+        lull_work work; /* the operation, on the pool */
+        lull_fs_fn cb;
+        int op;           /* which operation (src/fs.c) */
+        int fd;           /* read, close */
+        int flags;        /* open */
+        unsigned mode;    /* open */
+        const char *path; /* open */
+        void *buf;        /* read: filled with up to len bytes */
+        size_t len;
+        uint64_t offset; /* read: file offset */
+    };
 };
 
 /* Result: the new fd (opened with O_CLOEXEC added). */
@@ -1012,29 +1038,33 @@ typedef struct lull_append lull_append;
 typedef void (*lull_append_fn)(lull_append *req, int status);
 
 struct lull_append {
-    lull_append *next; /* the journal's queue (loop thread) */
-    lull_append_fn cb; /* on the loop: 0 once the bytes are durable */
-    const void *buf;   /* caller's, valid until cb runs */
-    size_t len;
-    uint64_t offset; /* where its bytes start in the file */
-    uint64_t sync;   /* the fdatasync that made it durable, counted from 1
-                        per journal: appends that shared one share it */
+    uint64_t offset;       /* where its bytes start in the file */
+    uint64_t sync;         /* the fdatasync that made it durable, counted from 1
+                              per journal: appends that shared one share it */
+    struct {               /* lull's own */
+        lull_append *next; /* the journal's queue (loop thread) */
+        lull_append_fn cb; /* on the loop: 0 once the bytes are durable */
+        const void *buf;   /* caller's, valid until cb runs */
+        size_t len;
+    };
 };
 
 struct lull_journal {
-    lull_work work;  /* one batch: its writes and its fdatasync */
-    lull_task start; /* starts the next batch in a later task */
     lull_loop *loop;
     lull_pool *pool;
-    int fd;            /* not owned: never closed */
-    int error;         /* sticky: the first write or sync error */
-    uint64_t end;      /* file offset the next batch starts at */
-    uint64_t syncs;    /* batches made durable */
-    lull_append *head; /* waiting for a batch, oldest first */
-    lull_append *tail;
-    lull_append *batch;   /* in flight; the pool thread reads it */
-    uint64_t batch_start; /* its first byte's offset */
-    uint64_t batch_bytes;
+    int fd;                /* not owned: never closed */
+    int error;             /* sticky: the first write or sync error */
+    uint64_t end;          /* file offset the next batch starts at */
+    uint64_t syncs;        /* batches made durable */
+    struct {               /* lull's own */
+        lull_work work;    /* one batch: its writes and its fdatasync */
+        lull_task start;   /* starts the next batch in a later task */
+        lull_append *head; /* waiting for a batch, oldest first */
+        lull_append *tail;
+        lull_append *batch;   /* in flight; the pool thread reads it */
+        uint64_t batch_start; /* its first byte's offset */
+        uint64_t batch_bytes;
+    };
 };
 
 /* Writes start at the file's current end (lseek SEEK_END). */
@@ -1060,13 +1090,15 @@ typedef void (*lull_lookup_fn)(lull_lookup *req, int status,
                                struct addrinfo *res);
 
 struct lull_lookup {
-    lull_work work;
-    lull_lookup_fn cb;
-    const char *node;
-    const char *service;
-    const struct addrinfo *hints;
-    struct addrinfo *res; /* set on success, handed to cb */
-    int sys_errno;        /* errno when status is EAI_SYSTEM */
+    struct addrinfo *res; /* set on success, handed to cb (yours to free) */
+    int sys_errno;        /* errno when the status is EAI_SYSTEM */
+    struct {              /* lull's own */
+        lull_work work;
+        lull_lookup_fn cb;
+        const char *node;
+        const char *service;
+        const struct addrinfo *hints;
+    };
 };
 
 LULL_EXTERN int lull_lookup_start(lull_loop *loop, lull_pool *pool,
@@ -1074,6 +1106,9 @@ LULL_EXTERN int lull_lookup_start(lull_loop *loop, lull_pool *pool,
                                   const char *service,
                                   const struct addrinfo *hints,
                                   lull_lookup_fn cb);
+/* lull_work_cancel for a lookup: 0 when it had not started (cb then runs in
+ * a later task with -ECANCELED), -EBUSY once it runs or ran. */
+LULL_EXTERN int lull_lookup_cancel(lull_lookup *req);
 
 /* ---------------------------------------------- pool: one loop per core */
 

@@ -161,6 +161,10 @@ int lull_lookup_start(lull_loop *loop, lull_pool *pool, lull_lookup *req,
     return lull_work_submit(loop, pool, &req->work);
 }
 
+int lull_lookup_cancel(lull_lookup *req) {
+    return req ? lull_work_cancel(&req->work) : -EINVAL;
+}
+
 /* ------------------------------------------------------------ journal */
 
 /* iovecs per pwritev call: 64 KiB of stack would buy little over 4 KiB,

@@ -376,3 +376,37 @@ TEST_THREADED(getaddrinfo_on_the_pool) {
     CHECK_EQ(lull_pool_free(pool), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A lookup cancelled before a pool thread took it: its callback runs once,
+ * with -ECANCELED and no list; cancelling again, or a NULL, is refused. */
+TEST_THREADED(getaddrinfo_cancel_before_start) {
+    make_dir();
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    gate g;
+    gate_hold(loop, pool, &g); /* the one pool thread is busy */
+    struct addrinfo hints = {.ai_family = AF_INET,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
+    lull_lookup req;
+    memset(&req, 0, sizeof req);
+    lookup_status = 1;
+    CHECK_EQ(lull_lookup_start(loop, pool, &req, "127.0.0.1", "80", &hints,
+                               looked_up),
+             0);
+    CHECK_EQ(lull_lookup_cancel(&req), 0);
+    CHECK_EQ(lull_lookup_cancel(&req), -EBUSY); /* cancelled, done owed */
+    CHECK_EQ(lookup_status, 1);                 /* never inside the call */
+    sem_post(&g.release);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lookup_status, -ECANCELED);
+    CHECK(req.res == NULL);
+    CHECK_EQ(lull_lookup_cancel(&req), -EINVAL); /* not started */
+    CHECK_EQ(lull_lookup_cancel(NULL), -EINVAL);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&g.started);
+    sem_destroy(&g.release);
+    CHECK_EQ(rmdir(dir), 0);
+}
