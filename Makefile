@@ -169,3 +169,14 @@ fuzz:
 	  grep -E '^stat::number_of_executed_units' build/fuzz/$$name.log; \
 	  echo "fuzz: $$name corpus $$(ls build/fuzz/corpus/$$name | wc -l) inputs"; \
 	done
+
+# The ABI baseline (abi/lull.abi, tests/abi_check.sh): `make abi-check`
+# compares the debug build's library with it (ctest runs it too, as
+# abi.check); `make abi-baseline` rewrites it from that library, for a
+# change that NEWS.md records.
+.PHONY: abi-check abi-baseline
+abi-check abi-baseline:
+	$(CMAKE) -S . -B build/debug -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	$(CMAKE) --build build/debug -j$(JOBS) --target lull
+	$(if $(filter abi-baseline,$@),ABI_WRITE_BASELINE=1) sh tests/abi_check.sh \
+	  build/debug/liblull.so . build/debug/tests/abi
