@@ -53,7 +53,12 @@ typedef struct side {
     int trace_base; /* frame id + this goes to the trace */
     bool quiet;     /* ... unless set: long runs stay out of the trace */
     void (*also)(struct side *s, int id); /* runs inside the frame callback */
+    void (*at_close)(struct side *s);     /* ... inside the close callback */
 } side;
+
+/* Set around lull_endpoint_close calls (close_checked): no close callback
+ * may run inside one. */
+static bool g_in_close_call;
 
 static side *side_of(lull_endpoint *ep) {
     return LULL_CONTAINER_OF(ep, side, lb.ep);
@@ -74,11 +79,23 @@ static void on_drain(lull_endpoint *ep) {
     side_of(ep)->drains++;
 }
 
+/* Every case checks the one free path here: an end's close callback runs
+ * once (pair_with zeroes the count), never inside lull_endpoint_close. */
 static void on_close(lull_endpoint *ep, int reason) {
     side *s = side_of(ep);
+    CHECK(!g_in_close_call);
+    CHECK_EQ(s->closes, 0);
     s->closes++;
     s->reason = reason;
     check_trace(s->trace_base + 999);
+    if (s->at_close) s->at_close(s);
+}
+
+static void close_checked(side *s, int reason) {
+    bool outer = g_in_close_call;
+    g_in_close_call = true;
+    CHECK_EQ(lull_endpoint_close(&s->lb.ep, reason), 0);
+    g_in_close_call = outer;
 }
 
 static void pair_with(lull_loop *loop, side *a, side *b,
@@ -115,9 +132,17 @@ static void owned_init(owned *o, int id) {
     o->frame.release = owned_release;
 }
 
+/* Closes both ends and runs their close turns: each end's close callback
+ * runs once, whoever closed first (one free path), so the loop frees. */
 static void close_both(side *a, side *b) {
-    CHECK_EQ(lull_endpoint_close(&a->lb.ep, 0), 0);
-    CHECK_EQ(lull_endpoint_close(&b->lb.ep, 0), 0);
+    int ca = a->closes, cb = b->closes;
+    close_checked(a, 0);
+    close_checked(b, 0);
+    CHECK_EQ(a->closes, ca); /* never inside the call */
+    CHECK_EQ(b->closes, cb);
+    run_ready(the_loop);
+    CHECK_EQ(a->closes, ca + (ca == 0));
+    CHECK_EQ(b->closes, cb + (cb == 0));
 }
 
 /* --------------------------------------------------------- turn contract */
@@ -266,9 +291,16 @@ TEST(pending_zero_delay_turn_visible_to_settle) {
         CHECK_EQ(lull_loop_settle(loop), 0);
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
         CHECK(lull_loopback_pending(&b.lb));
-        CHECK_EQ(lull_loop_settle(loop), 1); /* b is told a closed */
+        CHECK(lull_loopback_pending(&a.lb)); /* its own close turn */
+        CHECK_EQ(a.closes, 0);               /* never inside the call */
+        /* b is told a closed; a gets its own close callback. */
+        CHECK_EQ(lull_loop_settle(loop), 2);
         CHECK_EQ(b.closes, 1);
+        CHECK_EQ(a.closes, 1);
+        CHECK_U64_EQ(lull_loop_now(loop), t0);
         CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
+        CHECK_EQ(lull_loop_settle(loop), 0); /* b was told already */
+        CHECK_EQ(b.closes, 1);
         CHECK_EQ(lull_loop_free(loop), 0);
     }
 }
@@ -312,7 +344,7 @@ TEST(delayed_turn_carried_by_timer_alone) {
 
 /* Cancel stops a turn: a cancelled task, a stopped timer, and a receiver
  * closed before its delivery turn (its frames come back to their owners
- * undelivered). */
+ * undelivered, and the turn it then has is its close callback's). */
 TEST(cancel_stops_the_turn) {
     FOR_EACH_CLOCK(clk) {
         lull_loop *loop = new_loop(clk);
@@ -334,7 +366,9 @@ TEST(cancel_stops_the_turn) {
             CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
         }
         CHECK_EQ(lull_endpoint_close(&b.lb.ep, 4), 0);
-        CHECK(!lull_loopback_pending(&b.lb));
+        CHECK(lull_loopback_pending(&b.lb)); /* its close turn */
+        CHECK(!b.lb.head);
+        CHECK_EQ(b.closes, 0);
         for (int i = 0; i < 3; i++) {
             CHECK_EQ(f[i].releases, 1);
             CHECK(!f[i].frame.in_flight);
@@ -342,9 +376,13 @@ TEST(cancel_stops_the_turn) {
         run_ready(loop);
         CHECK_EQ(g_runs, 0);
         CHECK_EQ(b.frames, 0);
-        CHECK_EQ(b.closes, 0);
-        CHECK_EQ(a.closes, 1); /* a hears of b's close */
+        CHECK_U64_EQ(b.lb.delivered, 0);
+        CHECK_TRACE(1999, 2999); /* a hears of b's close; b of its own */
+        CHECK_EQ(a.closes, 1);
         CHECK_EQ(a.reason, 4);
+        CHECK_EQ(b.closes, 1);
+        CHECK_EQ(b.reason, 4);
+        CHECK(!lull_loopback_pending(&b.lb));
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
         CHECK_EQ(lull_loop_free(loop), 0);
     }
@@ -430,7 +468,8 @@ TEST(entry_cancelled_earlier_in_the_batch_does_not_run) {
         lull_task_init(&z.task, tagged_task);
         lull_task_post(loop, &z.task);
         run_ready(loop);
-        CHECK_TRACE(1, 6, 1999);
+        /* a is told of b's close, then b gets its own: both after z. */
+        CHECK_TRACE(1, 6, 1999, 2999);
         CHECK_EQ(b.frames, 0);
         CHECK_EQ(f.releases, 1);
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
@@ -553,11 +592,16 @@ TEST(close_delivers_what_was_queued_then_the_reason) {
         CHECK_EQ(send_id(&b, 9), -EPIPE); /* the peer is gone */
         CHECK(!lull_endpoint_writable(&a.lb.ep));
         CHECK(!lull_endpoint_writable(&b.lb.ep));
+        CHECK_EQ(a.closes, 0); /* never inside the call */
         run_ready(loop);
-        CHECK_TRACE(2001, 2002, 2003, 2999);
+        /* b gets the frames a sent before closing, then a's close; a's own
+         * close callback comes once those frames are delivered. */
+        CHECK_TRACE(2001, 2002, 2003, 2999, 1999);
         CHECK_EQ(b.reason, 42);
-        CHECK_EQ(a.frames, 0);
-        CHECK_EQ(a.closes, 0); /* the closing end hears nothing */
+        CHECK_EQ(a.frames, 0); /* its inbox was released, not delivered */
+        CHECK_EQ(a.closes, 1); /* the closing end too, once */
+        CHECK_EQ(a.reason, 42);
+        CHECK_EQ(b.closes, 1);
         CHECK(lull_endpoint_closed(&b.lb.ep));
         CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0); /* idempotent */
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
@@ -593,8 +637,13 @@ TEST(close_inside_callbacks) {
             CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
         }
         run_ready(loop);
-        CHECK_TRACE(2001, 2002, 1999);
+        /* b's close inside its frame callback: a is told, then b's own
+         * close callback, each once, in later turns. */
+        CHECK_TRACE(2001, 2002, 1999, 2999);
         CHECK_EQ(a.reason, 8);
+        CHECK_EQ(b.reason, 8);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(b.closes, 1);
         for (int i = 0; i < 4; i++)
             CHECK_EQ(f[i].releases, 1);
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
@@ -609,9 +658,13 @@ TEST(close_inside_callbacks) {
         CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[1].frame), 0);
         run_ready(loop);
         /* a closed after frame 1's release: frame 2, sent before, still
-         * arrives, then the reason. */
-        CHECK_TRACE(2001, 2002, 2999);
+         * arrives, then the reason; then a's own close callback, its
+         * frames delivered. */
+        CHECK_TRACE(2001, 2002, 2999, 1999);
         CHECK_EQ(b.reason, 5);
+        CHECK_EQ(a.reason, 5);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(b.closes, 1);
         CHECK_EQ(f[1].releases, 1);
         CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
         CHECK_EQ(lull_loop_free(loop), 0);
@@ -677,8 +730,11 @@ TEST(loop_free_waits_for_deliveries) {
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
     CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
-    CHECK_EQ(lull_loop_free(loop), -EBUSY); /* a is told */
-    CHECK_EQ(lull_loop_settle(loop), 1);
+    /* a is told, and b's own close callback is due. */
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_loop_settle(loop), 2);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(b.closes, 1);
     CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -820,7 +876,10 @@ TEST(oversize_frame_refused_and_neighbours_arrive) {
  * delivery, release, drain and close is checked against a model: per
  * direction a FIFO of the frames in flight. Nothing is lost, duplicated or
  * reordered before a close; after a close nothing more is delivered; every
- * handed-over frame comes back exactly once; drains match the crossings. */
+ * handed-over frame comes back exactly once; drains match the crossings;
+ * every end of every pair gets exactly one close callback, never inside
+ * lull_endpoint_close, with its own reason if it closed itself before the
+ * peer's close was delivered, else the peer's. */
 #define M_SENDS     100000
 #define M_POOL      512
 #define M_MAXLEN    200
@@ -853,11 +912,12 @@ typedef struct m_fifo { /* frames in flight in one direction, oldest first */
 static struct model {
     lull_loop *loop;
     lull_loopback end[2];
-    bool closed[2];    /* closed itself, or its close was delivered */
-    bool peer_gone[2]; /* the other end closed */
-    bool told[2];      /* its on_close ran */
-    int close_reason[2];
-    m_fifo fifo[2]; /* fifo[d]: frames end d sent to end 1 - d */
+    bool closed[2];      /* closed itself, or its close was delivered */
+    bool peer_gone[2];   /* the other end closed */
+    bool told[2];        /* its on_close ran */
+    int close_reason[2]; /* what its on_close must get */
+    long tolds;          /* on_close calls, over every pair */
+    m_fifo fifo[2];      /* fifo[d]: frames end d sent to end 1 - d */
     m_frame pool[M_POOL];
     long sends, accepted, handed, delivered, released, dropped, refused;
     long drains;
@@ -963,7 +1023,9 @@ static int m_send(int e) {
 static void m_close(int e) {
     int reason = (int)(m_rand() % 1000);
     if (M.closed[e]) {
+        bool told = M.told[e];
         CHECK_EQ(lull_endpoint_close(&M.end[e].ep, reason), 0);
+        CHECK_EQ(M.told[e], told); /* idempotent: no second close */
         return;
     }
     M.closes++;
@@ -975,6 +1037,7 @@ static void m_close(int e) {
         if (en->owned) en->owned->done = true;
     }
     CHECK_EQ(lull_endpoint_close(&M.end[e].ep, reason), 0);
+    CHECK(!M.told[e]); /* its close callback comes in a later turn */
     for (int i = 0; i < in->n; i++) {
         m_entry *en = &in->v[(in->head + i) % M_FIFO];
         if (en->owned) CHECK(en->owned->dir < 0);
@@ -984,6 +1047,9 @@ static void m_close(int e) {
     in->bytes = 0;
     bool other_open = !M.closed[1 - e] && !M.peer_gone[1 - e];
     M.closed[e] = true;
+    /* Its own reason, also when the peer's close was still on its way:
+     * the local close discards it. */
+    M.close_reason[e] = reason;
     M.fifo[e].crossings = 0;
     if (other_open) {
         M.peer_gone[1 - e] = true;
@@ -1032,13 +1098,13 @@ static void m_on_drain(lull_endpoint *ep) {
 
 static void m_on_close(lull_endpoint *ep, int reason) {
     int e = end_index(ep);
-    CHECK(M.peer_gone[e]);
-    CHECK(!M.closed[e]);
-    CHECK(!M.told[e]);
+    CHECK(M.peer_gone[e] || M.closed[e]); /* someone closed */
+    CHECK(!M.told[e]);                    /* once */
     CHECK_EQ(M.fifo[1 - e].n, 0); /* everything sent before came first */
     CHECK_EQ(reason, M.close_reason[e]);
     M.told[e] = true;
     M.closed[e] = true;
+    M.tolds++;
 }
 
 static void m_pair(void) {
@@ -1064,7 +1130,10 @@ static void m_drive(lull_task *t) {
     }
     bool done0 = M.closed[0] && !lull_loopback_pending(&M.end[0]);
     bool done1 = M.closed[1] && !lull_loopback_pending(&M.end[1]);
-    if (done0 && done1) m_pair();
+    if (done0 && done1) {
+        CHECK(M.told[0] && M.told[1]); /* both ends had their one close */
+        m_pair();
+    }
     int actions = (int)(m_rand() % 4);
     if (m_rand() % 50 == 0) actions = 10 + (int)(m_rand() % 20); /* a burst */
     for (int i = 0; i < actions && M.sends < M_SENDS; i++) {
@@ -1096,6 +1165,9 @@ TEST(model_random_sends_and_closes) {
     /* Both ends finish: everything in flight is delivered or dropped. */
     m_close(0);
     m_close(1);
+    CHECK(lull_loop_settle(M.loop) >= 0); /* the close callbacks */
+    CHECK(M.told[0] && M.told[1]);
+    CHECK_EQ(M.tolds, 2 * M.pairs); /* one close callback per end */
     CHECK_EQ(lull_loop_settle(M.loop), 0);
     for (int i = 0; i < M_POOL; i++)
         CHECK_EQ(M.pool[i].dir, -1); /* every frame came back */
