@@ -1346,6 +1346,509 @@ TEST(raw_echo_into_caller_buffer) {
     free_loop(loop);
 }
 
+/* ------------------------------------------ one free path: on_close */
+
+/* Every stream set up (lull_stream_open, lull_server_accept, a connect that
+ * returned 0) gets its close callback exactly once, whoever closed it, as
+ * its last callback, every frame it held released before: the owner frees
+ * in one place. A close by lull_endpoint_close gets it in a later turn,
+ * with the reason passed; the peer's EOF (0), a reset, a failed write, a
+ * bad frame, a timeout or a failed connect get it at once, in a callback
+ * context. Each case below is one reason; the owner frees itself in its
+ * close callback (ASan sees any later touch) and the case checks that
+ * nothing runs after. */
+typedef struct owner owner;
+typedef struct owner_frame {
+    lull_frame f;
+    owner *o;
+} owner_frame;
+
+struct owner {
+    lull_stream s;
+    owner_frame fr[8];
+    unsigned char blob[4096];
+    int sent, released;
+};
+
+static owner *g_owner;
+static int g_owner_closes, g_owner_reason, g_owner_connects;
+static int g_owner_connect_status, g_connects_at_close;
+static bool g_turn_ran, g_turn_ran_at_close;
+static lull_task g_turn; /* posted by the connect callback */
+
+static void mark_turn(lull_task *t) {
+    (void)t;
+    g_turn_ran = true;
+}
+
+static void owner_release(lull_frame *f) {
+    owner_frame *of = LULL_CONTAINER_OF(f, owner_frame, f);
+    of->o->released++; /* a use after free if the close came first */
+}
+
+static void owner_close(lull_endpoint *ep, int reason) {
+    owner *o = LULL_CONTAINER_OF(ep, owner, s.ep);
+    CHECK(o == g_owner);
+    CHECK(!g_in_close_call);
+    CHECK_EQ(g_owner_closes, 0);
+    CHECK_EQ(o->released, o->sent); /* every frame back first */
+    g_owner_closes++;
+    g_owner_reason = reason;
+    g_connects_at_close = g_owner_connects;
+    g_turn_ran_at_close = g_turn_ran;
+    memset(o, 0xa5, sizeof *o);
+    free(o);
+    g_owner = NULL;
+}
+
+static void owner_connected(lull_stream *s, int status) {
+    CHECK(LULL_CONTAINER_OF(s, owner, s) == g_owner);
+    CHECK_EQ(g_owner_closes, 0); /* the close callback comes after */
+    g_owner_connects++;
+    g_owner_connect_status = status;
+    lull_task_post(s->loop, &g_turn);
+}
+
+static owner *owner_new(void) {
+    owner *o = calloc(1, sizeof *o);
+    CHECK(o);
+    g_owner = o;
+    g_owner_closes = g_owner_connects = 0;
+    g_owner_reason = g_owner_connect_status = 1;
+    g_turn_ran = g_turn_ran_at_close = false;
+    lull_task_init(&g_turn, mark_turn);
+    return o;
+}
+
+static void owner_callbacks(owner *o) {
+    lull_endpoint_set_callbacks(&o->s.ep, NULL, NULL, owner_close);
+}
+
+/* Queues n frames of len bytes, handed over. */
+static void owner_send(owner *o, int n, size_t len) {
+    for (int i = 0; i < n; i++) {
+        owner_frame *of = &o->fr[o->sent];
+        *of = (owner_frame){
+            .f = {.bytes = o->blob, .len = len, .release = owner_release},
+            .o = o};
+        CHECK_EQ(lull_endpoint_send(&o->s.ep, &of->f), 0);
+        o->sent++;
+    }
+}
+
+/* A stream owned by a heap owner, its peer a plain socket. */
+static owner *owner_raw(lull_loop *loop, int *peer,
+                        const lull_stream_options *opt) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    owner *o = owner_new();
+    CHECK_EQ(lull_stream_open(loop, &o->s, sv[0], opt), 0);
+    owner_callbacks(o);
+    *peer = sv[1];
+    return o;
+}
+
+/* Runs until the owner's close callback ran, then a few more iterations:
+ * it never runs again, and the loop frees. */
+static void owner_closed_once(lull_loop *loop, int want) {
+    for (int i = 0; i < 1000 && !g_owner_closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK_EQ(g_owner_reason, want);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK(g_owner == NULL);
+}
+
+/* Fills the socket under a paused reader, so that frames stay queued. */
+static void shrink_buffers(int fd) {
+    int small = 4096;
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+}
+
+/* A local close: frames still queued are released inside the call; the
+ * close callback comes in a later turn with the reason passed; until then
+ * the loop is busy, after it the loop frees. */
+TEST(close_reason_local) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    owner *o = owner_raw(loop, &peer, NULL);
+    shrink_buffers(lull_stream_fd(&o->s));
+    shrink_buffers(peer);
+    owner_send(o, 8, sizeof o->blob); /* more than the socket holds */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(o->released < o->sent); /* some still queued */
+    close_checked(&o->s.ep, 11);
+    CHECK_EQ(o->released, o->sent); /* released inside the close */
+    CHECK_EQ(g_owner_closes, 0);
+    CHECK_EQ(lull_stream_fd(&o->s), -1);
+    CHECK(lull_task_pending(&o->s.event)); /* its close turn */
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK_EQ(g_owner_reason, 11);
+    close(peer);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    free_loop(loop);
+}
+
+/* Without a close callback the stream is the caller's again as soon as
+ * lull_endpoint_close returns: freed at once, nothing queued for it. */
+TEST(close_without_callback_frees_at_once) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    owner *o = owner_raw(loop, &peer, NULL);
+    lull_endpoint_set_callbacks(&o->s.ep, NULL, NULL, NULL);
+    owner_send(o, 2, 10);
+    CHECK_EQ(lull_endpoint_close(&o->s.ep, 3), 0);
+    CHECK_EQ(o->released, 2);
+    CHECK(!lull_task_pending(&o->s.event));
+    memset(o, 0xa5, sizeof *o);
+    free(o);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    char b[64];
+    CHECK_EQ(read(peer, b, sizeof b), 28); /* the last try wrote both */
+    CHECK_EQ(read(peer, b, sizeof b), 0);  /* then EOF */
+    close(peer);
+    free_loop(loop);
+}
+
+/* The peer's orderly EOF: 0, at once. */
+TEST(close_reason_eof) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    owner_raw(loop, &peer, NULL);
+    close(peer);
+    owner_closed_once(loop, 0);
+    free_loop(loop);
+}
+
+/* A TCP peer that resets: -ECONNRESET. */
+TEST(close_reason_reset) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    owner *o = owner_new();
+    lull_stream p;
+    CHECK(listen_pair(loop, VIA_TCP4, &o->s, &p, NULL));
+    owner_callbacks(o);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    CHECK_EQ(
+        setsockopt(lull_stream_fd(&p), SOL_SOCKET, SO_LINGER, &lg, sizeof lg),
+        0);
+    close_checked(&p.ep, 0); /* no close callback: at once */
+    owner_closed_once(loop, -ECONNRESET);
+    free_loop(loop);
+}
+
+/* A write the peer refuses (it shut its read side): -EPIPE, found at a
+ * flush point (at once), or inside lull_endpoint_send at high_water (in a
+ * later turn); the frames go back first. */
+TEST(close_reason_epipe) {
+    for (int in_send = 0; in_send < 2; in_send++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        lull_stream_options o = {.high_water = 1024};
+        int peer;
+        owner *ow = owner_raw(loop, &peer, &o);
+        CHECK_EQ(shutdown(peer, SHUT_RD), 0);
+        owner_send(ow, in_send ? 1 : 2, in_send ? 2048 : 16);
+        CHECK_EQ(ow->s.writes, (uint64_t)in_send); /* in the send, or not */
+        CHECK_EQ(g_owner_closes, 0);
+        owner_closed_once(loop, -EPIPE);
+        close(peer);
+        free_loop(loop);
+    }
+}
+
+/* A frame longer than max_frame: -EMSGSIZE; a frame cut short by the
+ * peer's EOF: -EPROTO. */
+TEST(close_reason_bad_frames) {
+    for (int cut = 0; cut < 2; cut++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        lull_stream_options o = {.max_frame = 100};
+        int peer;
+        owner_raw(loop, &peer, &o);
+        put_header(peer, cut ? 100 : 101);
+        if (cut) {
+            CHECK_EQ(write(peer, "half", 4), 4);
+            CHECK_EQ(shutdown(peer, SHUT_WR), 0);
+        }
+        owner_closed_once(loop, cut ? -EPROTO : -EMSGSIZE);
+        close(peer);
+        free_loop(loop);
+    }
+}
+
+/* Nothing read or written for idle_timeout_ns: -ETIMEDOUT, once, on the
+ * virtual clock. */
+TEST(close_reason_idle_timeout) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    lull_stream_options o = {.idle_timeout_ns = 1000000000};
+    int peer;
+    owner_raw(loop, &peer, &o);
+    lull_loop_advance(loop, 999999999);
+    CHECK_EQ(g_owner_closes, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK_EQ(g_owner_reason, -ETIMEDOUT);
+    lull_loop_advance(loop, 5000000000u);
+    CHECK_EQ(g_owner_closes, 1);
+    close(peer);
+    free_loop(loop);
+}
+
+/* A failed connect: the connect callback gets the errno, then the close
+ * callback, right after it in the same turn (the task the connect
+ * callback posts has not run yet), with the same errno; the frames queued
+ * meanwhile are released before it. */
+TEST(close_reason_connect_refused) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    owner *o = owner_new();
+    CHECK_EQ(lull_stream_connect_tcp(loop, &o->s, NULL, refused_port(), NULL,
+                                     owner_connected),
+             0);
+    owner_callbacks(o);
+    owner_send(o, 2, 10);
+    owner_closed_once(loop, -ECONNREFUSED);
+    CHECK_EQ(g_owner_connects, 1);
+    CHECK_EQ(g_connects_at_close, 1); /* the connect callback came first */
+    CHECK_EQ(g_owner_connect_status, -ECONNREFUSED);
+    CHECK(!g_turn_ran_at_close); /* same turn */
+    CHECK(g_turn_ran);
+    free_loop(loop);
+}
+
+/* A listener whose accept queue is full drops SYNs: a connect that never
+ * completes. Returns the listener; fill[] hold the queue. */
+static int hanging_listener(int fill[4], int *port) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(l, 0), 0);
+    socklen_t len = sizeof a;
+    CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &len), 0);
+    for (int i = 0; i < 4; i++) {
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(fill[i], (struct sockaddr *)&a, sizeof a);
+    }
+    usleep(20000); /* let the handshakes that can complete, complete */
+    *port = ntohs(a.sin_port);
+    return l;
+}
+
+/* The connect timeout: -ETIMEDOUT to the connect callback, then to the
+ * close callback, in the same turn. */
+TEST(close_reason_connect_timeout) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    int fill[4], port, l = hanging_listener(fill, &port);
+    owner *o = owner_new();
+    lull_stream_options opt = {.connect_timeout_ns = 50000000};
+    CHECK_EQ(lull_stream_connect_tcp(loop, &o->s, "127.0.0.1", port, &opt,
+                                     owner_connected),
+             0);
+    owner_callbacks(o);
+    owner_send(o, 1, 10);
+    lull_loop_advance(loop, 49999999);
+    CHECK_EQ(g_owner_connects + g_owner_closes, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(g_owner_connects, 1);
+    CHECK_EQ(g_owner_connect_status, -ETIMEDOUT);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK_EQ(g_owner_reason, -ETIMEDOUT);
+    CHECK(!g_turn_ran_at_close);
+    lull_loop_advance(loop, 1000000000);
+    CHECK_EQ(g_owner_closes, 1);
+    for (int i = 0; i < 4; i++)
+        close(fill[i]);
+    close(l);
+    free_loop(loop);
+}
+
+/* Closed by its owner before the connect completed: the connect callback
+ * never runs, the close callback does, once, later, with the reason. */
+TEST(close_while_connecting) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    int fill[4], port, l = hanging_listener(fill, &port);
+    owner *o = owner_new();
+    CHECK_EQ(lull_stream_connect_tcp(loop, &o->s, "127.0.0.1", port, NULL,
+                                     owner_connected),
+             0);
+    owner_callbacks(o);
+    owner_send(o, 2, 10);
+    close_checked(&o->s.ep, 13);
+    CHECK_EQ(g_owner_closes, 0);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK_EQ(g_owner_reason, 13);
+    lull_loop_advance(loop, 1000000000);
+    CHECK_EQ(g_owner_connects, 0);
+    CHECK_EQ(g_owner_closes, 1);
+    for (int i = 0; i < 4; i++)
+        close(fill[i]);
+    close(l);
+    free_loop(loop);
+}
+
+/* A local close racing a close the stream has found but not delivered
+ * yet (a failed write inside lull_endpoint_send, told in a later turn; the
+ * peer's EOF not read yet): the local close replaces it, and the one close
+ * callback has the local reason. */
+TEST(local_close_replaces_a_pending_close) {
+    for (int eof = 0; eof < 2; eof++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        lull_stream_options o = {.high_water = 1024};
+        int peer;
+        owner *ow = owner_raw(loop, &peer, &o);
+        if (eof) {
+            close(peer); /* the EOF waits in the socket */
+        } else {
+            CHECK_EQ(shutdown(peer, SHUT_RD), 0);
+            owner_send(ow, 1, 2048); /* EPIPE inside the send */
+            CHECK(lull_task_pending(&ow->s.event));
+        }
+        close_checked(&ow->s.ep, 14);
+        owner_closed_once(loop, 14);
+        if (!eof) close(peer);
+        free_loop(loop);
+    }
+}
+
+/* The owner frees itself in the close callback while its frames were
+ * queued behind a full socket and the peer went away: they are released
+ * first (their release writes into the owner), then the close. */
+TEST(owner_freed_in_close_callback_with_frames_queued) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    owner *o = owner_raw(loop, &peer, NULL);
+    shrink_buffers(lull_stream_fd(&o->s));
+    shrink_buffers(peer);
+    owner_send(o, 8, sizeof o->blob);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(o->released < o->sent);
+    close(peer); /* unread bytes: a reset for the writer */
+    for (int i = 0; i < 1000 && !g_owner_closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK(g_owner_reason == -ECONNRESET || g_owner_reason == -EPIPE ||
+          g_owner_reason == 0);
+    free_loop(loop);
+}
+
+/* A local close made inside a callback: of the closing stream itself (its
+ * frame, drain and release callbacks, and its own close callback, where a
+ * second close is a no-op), or of its peer (the peer's frame, drain and
+ * release callbacks). Every time: one close callback per stream. */
+enum {
+    AT_OWN_FRAME,
+    AT_OWN_DRAIN,
+    AT_OWN_RELEASE,
+    AT_OWN_CLOSE,
+    AT_PEER_FRAME,
+    AT_PEER_DRAIN,
+    AT_PEER_RELEASE,
+    AT_COUNT
+};
+static counter *g_sc;        /* the stream the hooks close */
+static lull_frame g_hf[6];   /* its three frames, then its peer's */
+static int g_hf_released[6]; /* ... releases of each */
+static int g_at, g_hooked;
+
+static void close_at(int at) {
+    if (g_at != at || g_hooked) return;
+    g_hooked = 1;
+    close_checked(&g_sc->s.ep, 42);
+}
+
+static void hook_frame(lull_endpoint *ep, const void *b, size_t n) {
+    count_frame(ep, b, n);
+    close_at(counter_of(ep) == g_sc ? AT_OWN_FRAME : AT_PEER_FRAME);
+}
+
+static void hook_drain(lull_endpoint *ep) {
+    count_drain(ep);
+    close_at(counter_of(ep) == g_sc ? AT_OWN_DRAIN : AT_PEER_DRAIN);
+}
+
+static void hook_release(lull_frame *f) {
+    int i = (int)(f - g_hf);
+    g_hf_released[i]++;
+    close_at(i < 3 ? AT_OWN_RELEASE : AT_PEER_RELEASE);
+}
+
+static void hook_close(lull_endpoint *ep, int reason) {
+    count_close(ep, reason);
+    if (counter_of(ep) == g_sc) close_at(AT_OWN_CLOSE);
+}
+
+/* What the peer of a stream closed locally may read: a socket cannot
+ * carry the reason. EOF, or a reset when bytes were left unread, or a
+ * frame cut short by the close (-EPROTO), or a write that failed. */
+static bool peer_reason_ok(int v) {
+    return v == 0 || v == -ECONNRESET || v == -EPIPE || v == -EPROTO;
+}
+
+TEST(close_inside_every_callback_once) {
+    for (int at = 0; at < AT_COUNT; at++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        counter a, b;
+        lull_stream_options o = {.high_water = 8192};
+        counters(loop, &a, &b, &o, &o);
+        lull_endpoint_set_callbacks(&a.s.ep, hook_frame, hook_drain,
+                                    hook_close);
+        lull_endpoint_set_callbacks(&b.s.ep, hook_frame, hook_drain,
+                                    hook_close);
+        g_sc = &a;
+        g_at = at;
+        g_hooked = 0;
+        if (at == AT_OWN_DRAIN || at == AT_PEER_DRAIN) {
+            /* The filler sees itself not writable, then drained. */
+            counter *filler = at == AT_OWN_DRAIN ? &a : &b;
+            counter *reader = filler == &a ? &b : &a;
+            shrink_buffers(lull_stream_fd(&filler->s));
+            shrink_buffers(lull_stream_fd(&reader->s));
+            CHECK_EQ(lull_stream_read_stop(&reader->s), 0);
+            fill(filler);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+            CHECK_EQ(lull_stream_read_start(&reader->s), 0);
+        } else {
+            for (int i = 0; i < 6; i++) {
+                g_hf[i] = (lull_frame){
+                    .bytes = "frame", .len = 5, .release = hook_release};
+                g_hf_released[i] = 0;
+                counter *from = i < 3 ? &a : &b;
+                CHECK_EQ(lull_endpoint_send(&from->s.ep, &g_hf[i]), 0);
+            }
+        }
+        if (at == AT_OWN_CLOSE) {
+            while (a.frames < 3 || b.frames < 3)
+                CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+            CHECK(!g_hooked);
+            close_checked(&b.s.ep, 7); /* a reads EOF: its close callback
+                                          closes it again */
+        }
+        while (!(a.closes && b.closes))
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK(g_hooked);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(b.closes, 1);
+        if (at == AT_OWN_CLOSE) {
+            CHECK(peer_reason_ok(a.reason));
+            CHECK_EQ(b.reason, 7);
+        } else {
+            CHECK_EQ(a.reason, 42);
+            CHECK(peer_reason_ok(b.reason));
+        }
+        if (at != AT_OWN_DRAIN && at != AT_PEER_DRAIN)
+            for (int i = 0; i < 6; i++)
+                CHECK_EQ(g_hf_released[i], 1);
+        for (int i = 0; i < 5; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(a.closes + b.closes, 2);
+        free_loop(loop);
+    }
+}
+
 TEST(argument_errors) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     lull_stream s;
@@ -1807,6 +2310,43 @@ TEST(connect_retried_from_its_close_callback) {
     CHECK_EQ(g_released, 1);
     CHECK(lull_endpoint_closed(&s.ep));
     free_loop(loop);
+}
+
+/* The struct of a failed connect is the library's until its close
+ * callback: setting it up again inside the connect callback, when a close
+ * callback is owed, trips an assert in debug builds (in release builds
+ * the close callback is then not called: the struct is another stream). */
+static void reuse_in_connect(lull_stream *s, int status) {
+    (void)status;
+    (void)lull_stream_connect_tcp(s->loop, s, NULL, g_retry_port, NULL, NULL);
+}
+
+static void never_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    (void)reason;
+    CHECK(false);
+}
+
+static void reuse_in_connect_child(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream s;
+    g_retry_port = refused_port();
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, NULL, g_retry_port, NULL,
+                                     reuse_in_connect),
+             0);
+    lull_endpoint_set_callbacks(&s.ep, NULL, NULL, never_close);
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+}
+
+TEST(reuse_inside_failed_connect_callback_asserts) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(reuse_in_connect_child, NULL,
+                     "set up again before its close callback ran"));
 }
 
 /* Framed reads into the caller's 16-byte buffer: frames up to 12 bytes
