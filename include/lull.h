@@ -632,15 +632,21 @@ struct lull_frame {    /* caller-owned; embed it and use LULL_CONTAINER_OF */
 typedef void (*lull_frame_fn)(lull_endpoint *ep, const void *bytes, size_t len);
 /* Queued bytes fell back below the high-water mark: writable again. */
 typedef void (*lull_drain_fn)(lull_endpoint *ep);
-/* The peer closed with `reason` (what it passed to lull_endpoint_close),
- * after every frame it sent before closing was delivered; or the transport
- * failed (a negative errno). The endpoint's last callback. */
+/* The endpoint's last callback, run exactly once for every endpoint a
+ * transport set up (lull_loopback_pair, lull_server_accept,
+ * lull_stream_open, a connect that returned 0), whoever closed it: the one
+ * place to free or reuse the struct. `reason` is what this end passed to
+ * lull_endpoint_close (then it runs in a later turn, never inside that
+ * call); or what the peer passed to it (loopback: after every frame the
+ * peer sent before closing; a socket carries no reason: its peer reads 0,
+ * EOF); or the transport's failure, a negative errno. Every frame this
+ * end sent has been released when it runs. */
 typedef void (*lull_close_fn)(lull_endpoint *ep, int reason);
 
 /* What a transport implements. lull_endpoint_send and lull_endpoint_close check
  * the arguments and the state, and count the bytes, before calling these; so
  * queueing cannot fail (the frame is its own queue link), and a transport
- * reports later trouble through the peer's close callback. */
+ * reports later trouble through the close callback. */
 typedef struct lull_frame_ops {
     void (*send)(lull_endpoint *ep, lull_frame *frame); /* queue it */
     void (*close)(lull_endpoint *ep, int reason);
@@ -665,7 +671,9 @@ struct lull_endpoint {
 #define LULL_HIGH_WATER_DEFAULT ((size_t)64 << 10)
 
 /* Sets the callbacks (any may be NULL). Call it before the loop can deliver
- * anything: right after the transport set the endpoint up. */
+ * anything: right after the transport set the endpoint up. With on_close
+ * NULL nothing is told of the close, and lull_endpoint_close hands the
+ * struct back at once. */
 LULL_EXTERN void lull_endpoint_set_callbacks(lull_endpoint *ep,
                                              lull_frame_fn on_frame,
                                              lull_drain_fn on_drain,
@@ -684,9 +692,15 @@ LULL_EXTERN int lull_endpoint_send_copy(lull_endpoint *ep, const void *bytes,
 /* Open, peer open, and fewer than high_water bytes queued. */
 LULL_EXTERN bool lull_endpoint_writable(const lull_endpoint *ep);
 /* Closes this end: its queued incoming frames are released undelivered and
- * it gets no more callbacks; frames it already sent are still delivered,
- * then the peer's close callback gets `reason`. Idempotent: 0, or -EINVAL
- * for NULL or an endpoint no transport set up. */
+ * it gets no frame or drain callback any more; frames it already sent are
+ * still delivered (loopback), then the peer's close callback gets
+ * `reason`. This end's own close callback, if set, runs in a later turn,
+ * never inside this call, with `reason`, once the frames it sent are
+ * released; the struct must stay valid until it has (lull_loop_free is
+ * -EBUSY meanwhile). Without one, the struct is the caller's again when
+ * this returns. A close of this end before the peer's close reached it
+ * replaces that: one close callback, this reason. Idempotent: 0, or
+ * -EINVAL for NULL or an endpoint no transport set up. */
 LULL_EXTERN int lull_endpoint_close(lull_endpoint *ep, int reason);
 /* Closed by lull_endpoint_close, or the peer's close was delivered. */
 LULL_EXTERN bool lull_endpoint_closed(const lull_endpoint *ep);
@@ -726,21 +740,26 @@ struct lull_loopback {
     lull_frame *tail;     /* first */
     uint64_t delay_ns;    /* timer delivery's delay */
     lull_deliver deliver; /* LULL_DELIVER_* */
-    int reason;           /* the peer's close reason, while close_pending */
-    bool close_pending;   /* the peer closed: deliver it after the frames */
-    uint64_t delivered;   /* frames delivered to this end */
-    uint64_t turns;       /* delivery turns claimed: posts or timer arms */
-    bool *closed_flag;    /* set by a close while a delivery to this end runs */
+    int reason;           /* the close callback's reason, while close_pending */
+    bool close_pending;   /* a close callback is owed: the peer's close
+                             (after its frames), or this end's own close
+                             (after the frames it sent) */
+    lull_loopback *closer; /* the closed peer whose close callback waits
+                              until this end's inbox (its frames) is empty */
+    uint64_t delivered;    /* frames delivered to this end */
+    uint64_t turns;        /* delivery turns claimed: posts or timer arms */
+    bool *closed_flag; /* set by a close while a delivery to this end runs */
 };
 
 /* Connects a and b on loop (opts may be NULL): what &a->ep sends arrives at
- * b's frame callback and the other way round. -EINVAL for NULL, a == b or
- * an unknown delivery. Re-pair ends only once both are closed and not
- * pending. */
+ * b's frame callback and the other way round; each end gets its close
+ * callback once, whichever closed. -EINVAL for NULL, a == b or an unknown
+ * delivery. Re-pair ends only once both are closed and not pending. */
 LULL_EXTERN int lull_loopback_pair(lull_loop *loop, lull_loopback *a,
                                    lull_loopback *b,
                                    const lull_loopback_options *opts);
-/* A delivery turn (a frame, or the peer's close) is queued for this end. */
+/* A delivery turn (a frame, or the peer's close) is queued for this end,
+ * or its own close callback is still owed. */
 LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
 
 /* -------------------------------------------------------------- streams */
@@ -762,22 +781,30 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
  * LULL_STREAM_NAGLE: batching is lull's job, not the kernel's. No SIGPIPE
  * ever (MSG_NOSIGNAL): a dead peer is a close reason.
  *
- * on_close gets 0 for the peer's orderly EOF, else -ECONNRESET, -EPIPE,
- * -ETIMEDOUT (idle_timeout_ns), -EMSGSIZE, -EPROTO or another errno; it is
- * the stream's last callback. lull_endpoint_close closes now: one last
- * write attempt, then what is still queued is released unwritten, the
- * socket is closed, and the struct may be freed or reused when it returns,
- * inside any of the stream's callbacks too. lull_stream_shutdown is the
- * graceful way: the queue is written, then the write side is shut.
- * docs/STREAMS.md has the long form. */
+ * on_close runs once per stream, whoever closed it, as its last callback,
+ * after every frame was released: the one place to free the stream. It
+ * gets 0 for the peer's orderly EOF, else -ECONNRESET, -EPIPE, -ETIMEDOUT
+ * (idle_timeout_ns), -EMSGSIZE, -EPROTO or another errno, at once; or the
+ * reason given to lull_endpoint_close, in a later turn. That closes now:
+ * one last write attempt, then what is still queued is released
+ * unwritten and the socket is closed (the peer reads EOF); the struct stays
+ * the library's until on_close ran, or, without one, is the caller's when
+ * the call returns, inside any of the stream's callbacks too.
+ * lull_stream_shutdown is the graceful way: the queue is written, then the
+ * write side is shut. A server (lull_server_close) has no close callback:
+ * it is the caller's when that returns. docs/STREAMS.md has the long
+ * form. */
 
 #define LULL_STREAM_RAW   0x1u /* bytes, not length-prefixed frames */
 #define LULL_STREAM_NAGLE 0x2u /* TCP: leave Nagle's algorithm on */
 
 typedef struct lull_stream lull_stream;
 typedef struct lull_server lull_server;
-/* Connected (status 0), or failed: -ECONNREFUSED, -ETIMEDOUT, -ENOENT ...;
- * a failed stream is already closed, its struct free to reuse. */
+/* Connected (status 0), or failed: -ECONNREFUSED, -ETIMEDOUT, -ENOENT ...
+ * A failed stream is closed: its close callback runs right after this one,
+ * in the same turn, with the same status. Free the struct or connect again
+ * there, not here (debug builds assert a stream set up again before its
+ * close callback). */
 typedef void (*lull_connect_fn)(lull_stream *s, int status);
 /* The peer shut its write side; the stream stays open for writing. */
 typedef void (*lull_end_fn)(lull_stream *s);
@@ -858,15 +885,18 @@ LULL_EXTERN int lull_server_listen_unix(lull_loop *loop, lull_server *srv,
                                         lull_connection_fn fn);
 /* The bound TCP port, or a negative errno. */
 LULL_EXTERN int lull_server_port(const lull_server *srv);
-/* Inside on_connection: makes s the waiting connection, reading at once.
- * -ENOENT when nothing is waiting. */
+/* Inside on_connection: makes s the waiting connection, reading at once;
+ * it gets its close callback once, whoever closes it. -ENOENT when nothing
+ * is waiting. */
 LULL_EXTERN int lull_server_accept(lull_server *srv, lull_stream *s,
                                    const lull_stream_options *opts);
-/* Stops listening and closes the socket; safe in any callback. */
+/* Stops listening and closes the socket; safe in any callback. No callback
+ * follows: the struct is the caller's when this returns. */
 LULL_EXTERN void lull_server_close(lull_server *srv);
 
-/* Non-blocking connect; fn runs in a later turn, never inside this call.
- * Frames sent before it runs are queued. Argument errors return at once. */
+/* Non-blocking connect; fn runs in a later turn, never inside this call
+ * (then, if it failed, the close callback). Frames sent before it runs are
+ * queued. Argument errors return at once, and no callback follows. */
 LULL_EXTERN int lull_stream_connect_tcp(lull_loop *loop, lull_stream *s,
                                         const char *host, int port,
                                         const lull_stream_options *opts,
@@ -876,7 +906,8 @@ LULL_EXTERN int lull_stream_connect_unix(lull_loop *loop, lull_stream *s,
                                          const lull_stream_options *opts,
                                          lull_connect_fn fn);
 /* Adopts a connected stream socket (e.g. one end of a socketpair): the
- * stream owns fd from here on, also on failure. Reading starts at once. */
+ * stream owns fd from here on, also on failure. Reading starts at once; on
+ * success the stream gets its close callback once, whoever closes it. */
 LULL_EXTERN int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
                                  const lull_stream_options *opts);
 /* Pause and resume reading (backpressure on the peer). Frames already

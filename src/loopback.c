@@ -16,20 +16,34 @@
  * its reason to the peer, which gets it after the frames already in its
  * inbox.
  *
+ * One free path: on_close runs once per end, whoever closed, as its last
+ * callback. The closing end gets its own in a later turn, once the frames
+ * it sent are back with their owners: at once if the peer's inbox is
+ * empty, else the peer hands the turn over when that inbox empties for good
+ * (its close notice delivered, or its own close: release_closer), so an
+ * owner may free frames embedded in the end's struct in its close callback.
+ * A close of an end whose peer's close notice is still queued to it drops
+ * the notice with the inbox: its close callback gets its own reason.
+ *
  * Invariants: an end with a non-empty inbox or a pending close has its
- * delivery turn claimed, except while that turn runs; a frame in an inbox is
- * in flight and counted in its sender's `queued`; `peer` is mutual and
- * cleared on both ends by the first close, so a closed end is never touched
- * again and may be reused or freed as soon as lull_endpoint_close returns,
- * inside a delivery to it too (closed_flag tells the delivery).
+ * delivery turn claimed, except while that turn runs and except a closed
+ * end whose close callback waits for its peer's inbox (the peer's
+ * `closer`); a frame in an inbox is in flight and counted in its sender's
+ * `queued`; `peer` is mutual and cleared on both ends by the first close,
+ * so a closed end is touched again only by its own close turn and its
+ * peer's release_closer: it may be reused or freed in its close callback,
+ * or as soon as lull_endpoint_close returns when it has none, inside a
+ * delivery to it too (closed_flag tells the delivery).
  *
  * The send half of an end that delivers by task lives in src/loopback.h,
  * so that lull_endpoint_send inlines it; it leans on the first invariant: an
  * open end's inbox alone says whether its turn is claimed.
  *
  * The five rows (BRIEF 1A):
- *   Trigger                 a send to this end, or the peer's close
- *   Source of truth         the inbox and close_pending
+ *   Trigger                 a send to this end, the peer's close, or
+ *                           this end's own close (its close callback, once
+ *                           the peer's inbox is empty)
+ *   Source of truth         the inbox, close_pending and the peer's closer
  *   Pending-work predicate  inbox non-empty or close_pending
  *   Next deadline or retry  none; timer delivery waits delay_ns per frame
  *   Quiet condition         inbox empty and no close pending: no task
@@ -65,12 +79,23 @@ static inline void claim_turn(lull_loopback *lb, bool timer) {
     lull__post(lb->loop, &lb->task);
 }
 
-/* The turn that finds no frame: the peer's close, once the frames before
- * it were delivered. Rare, so kept out of the frame path. */
+/* This end's inbox is empty for good: the closed peer whose close callback
+ * waited for its frames to be delivered or dropped gets its close turn. */
+static void release_closer(lull_loopback *lb) {
+    lull_loopback *closer = lb->closer;
+    if (!closer) return;
+    lb->closer = NULL;
+    claim_turn(closer, false);
+}
+
+/* The turn that finds no frame: the close, once the frames before it were
+ * delivered (the peer's close), or once the frames this end sent were (its
+ * own). Rare, so kept out of the frame path. */
 __attribute__((noinline)) static void deliver_close(lull_loopback *lb) {
     if (!lb->close_pending) return;
     lb->close_pending = false;
     lb->ep.flags |= LULL__EP_CLOSED;
+    release_closer(lb); /* its frames are all delivered now */
     if (lb->ep.on_close) lb->ep.on_close(&lb->ep, lb->reason);
 }
 
@@ -159,6 +184,24 @@ static void loopback_close(lull_endpoint *ep, int reason) {
         b->reason = reason;
         claim_turn(b, b->deliver == LULL_DELIVER_TIMER);
     }
+    /* One free path: this end's own close callback runs too, in a later
+     * turn (its task: the inbox is empty, so the delivery finds the close
+     * at once, whichever delivery the pair uses), and only once the frames
+     * it sent are back with their owners, so that the owner may free them
+     * there: while b still holds some, b hands the turn over when it has
+     * delivered them (release_closer). An end with no close callback is
+     * the caller's again as soon as this returns. */
+    if (a->ep.on_close) {
+        a->close_pending = true;
+        a->reason = reason;
+        if (b && b->head) {
+            b->closer = a;
+        } else {
+            claim_turn(a, false);
+        }
+    }
+    /* A closed peer waiting for this inbox: it is released below. */
+    release_closer(a);
     /* Last: a release callback may do anything, this end is consistent. */
     while (inbox) {
         lull_frame *next = inbox->next;
@@ -188,6 +231,7 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
     lb->deliver = o->deliver;
     lb->reason = 0;
     lb->close_pending = false;
+    lb->closer = NULL;
     lb->delivered = 0;
     lb->turns = 0;
     lb->closed_flag = NULL;
@@ -207,6 +251,8 @@ int lull_loopback_pair(lull_loop *loop, lull_loopback *a, lull_loopback *b,
 }
 
 bool lull_loopback_pending(const lull_loopback *lb) {
-    return lb &&
-           (lull_task_pending(&lb->task) || lull_timer_active(&lb->timer));
+    /* close_pending without a turn: a closed end whose close callback
+     * waits for its frames in the peer's inbox (the peer's `closer`). */
+    return lb && (lull_task_pending(&lb->task) ||
+                  lull_timer_active(&lb->timer) || lb->close_pending);
 }

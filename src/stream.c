@@ -28,13 +28,23 @@
  * Invariants: a frame is on exactly one of queue and done list from the send
  * that accepted it to its release; ep.queued is the payload bytes on the
  * queue (written frames are off it); BLOCKED implies writable interest;
- * a closed stream holds no fd, no frame, no buffer, no armed task or timer.
+ * a closed stream holds no fd, no frame, no buffer, no armed timer, and no
+ * queued task but the one that runs its close callback (S_CLOSE_CB).
+ *
+ * One free path: the close callback runs exactly once per stream that was
+ * set up, whoever closed it, as its last callback and after every frame
+ * the stream held was released (so the owner may free them with it): at
+ * once for a failure, the peer's EOF or a failed connect (a callback
+ * context, close_now), in a later turn for lull_endpoint_close (S_CLOSE_CB).
+ * A stream without one is not touched after its close.
  *
  * The five rows (BRIEF 1A), for a stream:
  *   Trigger                 a send (flush point), socket readiness, a
- *                           resume with buffered frames, a timeout
- *   Source of truth         the write queue; the socket
- *   Pending-work predicate  queue non-empty, or frames buffered and reading
+ *                           resume with buffered frames, a timeout, a
+ *                           close by lull_endpoint_close (its callback)
+ *   Source of truth         the write queue; the socket; the state bits
+ *   Pending-work predicate  queue non-empty, or frames buffered and reading,
+ *                           or a close callback owed
  *   Next deadline or retry  none, but the configured connect/idle timeout
  *                           (one timer; the idle one is re-armed lazily, at
  *                           most once per timeout, not per read)
@@ -97,6 +107,7 @@
 #define S_DELIVER    0x400u  /* event task: deliver buffered frames */
 #define S_CONNECT_CB 0x800u  /* event task: the connect result in `error` */
 #define S_FAIL       0x1000u /* event task: close with reason `error` */
+#define S_CLOSE_CB   0x2000u /* closed; event task: on_close(`error`) */
 
 /* Sends are refused (frame.c answers -EPIPE, lull_endpoint_writable is false)
  * once the write side is shut or failed: the bit frame.c uses for a gone peer.
@@ -197,14 +208,44 @@ static lull_frame *teardown(lull_stream *s) {
     return list;
 }
 
+/* A close the transport made (a failure, the peer's EOF, a failed
+ * connect), in a callback context: teardown, then `told` (the connect
+ * callback of a failed connect), then every frame back to its owner (the
+ * extra list `written` first: frames a flush took off the queue), then the
+ * close callback, the last. So an owner may free in its close callback
+ * whatever it embedded, frames included. Until then the struct is the
+ * library's: a guard tells whether a callback before it set the stream up
+ * again all the same (then it is another stream, whose close callback is
+ * not ours to call; debug builds say so). Without a close callback the
+ * stream is not touched after teardown. */
+static void close_now(lull_stream *s, int reason, lull_frame *written,
+                      lull_connect_fn told) {
+    bool owed = s->ep.on_close != NULL;
+    lull_frame *list = teardown(s);
+    if (!owed) {
+        if (told) told(s, reason);
+        release_list(written);
+        release_list(list);
+        return;
+    }
+    lull__stream_guard g;
+    guard_enter(&s->guard, &g);
+    if (told) told(s, reason);
+    release_list(written);
+    release_list(list);
+    bool same = s->guard == &g; /* a new setup zeroes the guard */
+    LULL_ASSERT(same, "lull: a stream set up again before its close callback "
+                      "ran: reuse it in on_close");
+    if (!same) return;
+    s->guard = g.outer;
+    if (s->ep.on_close) s->ep.on_close(&s->ep, reason);
+}
+
 /* The transport failed (or the peer ended it): the stream closes and its
  * close callback, the last, gets reason. A callback context. */
 static void fail_now(lull_stream *s, int reason) {
     if (s->ep.flags & LULL__EP_CLOSED) return;
-    lull_close_fn cb = s->ep.on_close;
-    lull_frame *list = teardown(s);
-    if (cb) cb(&s->ep, reason);
-    release_list(list); /* the stream may be gone: frames only */
+    close_now(s, reason, NULL, NULL);
 }
 
 /* A failure found where no callback may run (inside lull_endpoint_send): refuse
@@ -348,8 +389,7 @@ static bool flush_now(lull_stream *s) {
     if ((s->state & (S_CONNECTED | S_BLOCKED | S_FAIL)) == S_CONNECTED) {
         int err = write_out(s, &done, &done_tail);
         if (err) {
-            fail_now(s, err);
-            release_list(done);
+            close_now(s, err, done, NULL); /* open here: S_CONNECTED */
             return false;
         }
         after_write(s);
@@ -393,6 +433,14 @@ static void stream_close(lull_endpoint *ep, int reason) {
     if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head)
         (void)write_out(s, &done, &done_tail);
     lull_frame *list = teardown(s);
+    /* One free path: the close callback runs for this close too, in a later
+     * turn, so the owner frees in one place whoever closed. Without one, the
+     * struct is the caller's again when this returns. */
+    if (s->ep.on_close) {
+        s->state = S_CLOSE_CB;
+        s->error = reason;
+        lull_task_post(s->loop, &s->event);
+    }
     release_list(done);
     release_list(list);
 }
@@ -508,13 +556,13 @@ static void arm_idle(lull_stream *s) {
     lull_timer_start(&s->timer, s->idle_ns, 0);
 }
 
-/* The connect finished with err (0: connected). */
+/* The connect finished with err (0: connected). A failed one is a close:
+ * the connect callback hears of it, then the close callback, the last, as
+ * for any other close, so that the owner frees (or retries) in one place. */
 static void connect_done(lull_stream *s, int err) {
     lull_connect_fn cb = s->on_connect;
     if (err) {
-        lull_frame *list = teardown(s);
-        if (cb) cb(s, err);
-        release_list(list);
+        close_now(s, err, NULL, cb);
         return;
     }
     lull_timer_stop(&s->timer);
@@ -528,6 +576,11 @@ static void connect_done(lull_stream *s, int err) {
 
 static void event_task(lull_task *t) {
     lull_stream *s = LULL_CONTAINER_OF(t, lull_stream, event);
+    if (s->state & S_CLOSE_CB) { /* closed: the last callback */
+        s->state = 0;
+        if (s->ep.on_close) s->ep.on_close(&s->ep, s->error);
+        return;
+    }
     if (s->state & S_CONNECT_CB) {
         s->state &= ~S_CONNECT_CB;
         int err = s->error;

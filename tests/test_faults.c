@@ -555,10 +555,13 @@ static void flow_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     f->received++;
 }
 
+/* Once per stream, whoever closed it, never inside a lull call. */
 static void flow_tx_close(lull_endpoint *ep, int reason) {
     flow *f = LULL_CONTAINER_OF(ep, flow, tx.ep);
     CHECK(!in_call);
     CHECK(!f->tx_closed);
+    /* A failed connect: its callback first, then this, with its errno. */
+    if (f->connect_status < 0) CHECK_EQ(reason, f->connect_status);
     f->tx_closed = true;
     f->tx_reason = reason;
 }
@@ -653,11 +656,19 @@ static void check_complete(const flow *f) {
                    f->rx_reason);
 }
 
-/* Closes what is open and frees the flow: every frame sent is released. */
-static void flow_end(flow *f) {
-    in_call = false;
+/* Closes what is open: each close callback comes in a later turn, never
+ * inside lull_endpoint_close (in_call says so to the callbacks). */
+static void flow_close(flow *f) {
+    in_call = true;
     if (!f->tx_closed) lull_endpoint_close(&f->tx.ep, 0);
     if (f->rx_open && !f->rx_closed) lull_endpoint_close(&f->rx.ep, 0);
+    in_call = false;
+}
+
+/* Frees a flow whose streams both had their close callback: every frame
+ * sent was released. */
+static void flow_free(flow *f) {
+    CHECK(f->tx_closed && (f->rx_closed || !f->rx_open));
     CHECK_EQ(f->released, f->sent_n);
     for (int k = 0; k < f->n; k++)
         free(f->bufs[k]);
@@ -671,10 +682,15 @@ static int flows_run(lull_loop *loop, flow **all, int seconds) {
     return run_until_pred(loop, flows_over, all, seconds);
 }
 
-/* flow_end for each of a NULL-ended list. */
-static void flows_end(flow **all) {
+/* Ends each flow of a NULL-ended list: closes what is open, runs the close
+ * turns (faults off), and frees it once both its close callbacks ran. */
+static void flows_end(lull_loop *loop, flow **all) {
+    arm(false);
+    for (flow **f = all; *f; f++)
+        flow_close(*f);
+    CHECK(lull_loop_settle(loop) >= 0);
     for (; *all; all++)
-        flow_end(*all);
+        flow_free(*all);
 }
 
 /* ------------------------------------------------------- recv faults */
@@ -695,7 +711,7 @@ TEST(recv_eintr_eagain_retried) {
     check_complete(a);
     check_complete(b);
     report("recv_eintr_eagain_retried");
-    flows_end(all);
+    flows_end(loop, all);
     end_loop(loop);
 }
 
@@ -711,7 +727,7 @@ TEST(recv_short_reads_reassembled) {
     check_complete(a);
     check_complete(b);
     report("recv_short_reads_reassembled");
-    flows_end(all);
+    flows_end(loop, all);
     end_loop(loop);
 }
 
@@ -738,7 +754,7 @@ TEST(recv_error_closes_one_stream) {
            "ENOMEM, peer %d\n",
            a->received, a->tx_reason, c->received, c->tx_reason);
     report("recv_error_closes_one_stream");
-    flows_end(all);
+    flows_end(loop, all);
     end_loop(loop);
 }
 
@@ -760,7 +776,7 @@ TEST(sendmsg_eintr_eagain_retried) {
     check_complete(b);
     CHECK_EQ(a->released, a->n);
     report("sendmsg_eintr_eagain_retried");
-    flows_end(all);
+    flows_end(loop, all);
     end_loop(loop);
 }
 
@@ -779,7 +795,7 @@ TEST(sendmsg_short_writes_complete) {
     check_complete(b);
     CHECK_EQ(a->released, a->n);
     report("sendmsg_short_writes_complete");
-    flows_end(all);
+    flows_end(loop, all);
     end_loop(loop);
 }
 
@@ -808,7 +824,7 @@ TEST(sendmsg_error_closes_one_stream) {
     printf("a: peer got %d frames, closed with %d; c: peer closed with %d\n",
            a->received, a->rx_reason, c->rx_reason);
     report("sendmsg_error_closes_one_stream");
-    flows_end(all);
+    flows_end(loop, all);
     end_loop(loop);
 }
 
@@ -845,13 +861,11 @@ static void listen_tcp(lull_loop *loop) {
 static void flow_connected(lull_stream *s, int status) {
     flow *f = LULL_CONTAINER_OF(s, flow, tx);
     CHECK(!in_call);
+    CHECK(!f->tx_closed); /* the close callback comes after this */
     f->connect_status = status;
     f->connected = true;
-    if (status < 0) {
-        /* A failed connect is its close: the stream is already closed. */
-        f->tx_closed = f->rx_closed = true;
-        f->tx_reason = status;
-    }
+    /* Failed: no connection, so no rx; the close callback follows. */
+    if (status < 0) f->rx_closed = true;
 }
 
 /* A flow over TCP: tx connects to srv, the next accepted connection is its
@@ -895,7 +909,7 @@ TEST(accept_faults_retried_or_paused) {
     CHECK_EQ(srv.paused, 3);
     CHECK_EQ(srv.accepted, 1);
     report("accept_faults_retried_or_paused");
-    flows_end(all);
+    flows_end(loop, all);
     lull_server_close(&srv);
     end_loop(loop);
 }
@@ -918,7 +932,7 @@ TEST(accept_retry_survives_epoll_ctl_failure) {
     CHECK_EQ(srv.accepted, 1);
     CHECK_EQ(srv.paused, 2); /* out of fds, then the failed re-arm */
     report("accept_retry_survives_epoll_ctl_failure");
-    flows_end(all);
+    flows_end(loop, all);
     lull_server_close(&srv);
     end_loop(loop);
 }
@@ -965,12 +979,14 @@ TEST(connect_faults_reported_in_a_later_turn) {
     const int want[] = {-ECONNREFUSED, -EPERM, -EAGAIN, -ENOMEM};
     for (int i = 1; i < 5; i++) {
         CHECK_EQ(f[i]->connect_status, want[i - 1]);
+        /* Its close callback ran right after the connect callback. */
+        CHECK(f[i]->tx_closed);
+        CHECK_EQ(f[i]->tx_reason, want[i - 1]);
         CHECK_EQ(f[i]->released, f[i]->sent_n);
         CHECK_EQ(lull_stream_fd(&f[i]->tx), -1);
     }
     report("connect_faults_reported_in_a_later_turn");
-    for (int i = 0; i < 5; i++)
-        flow_end(f[i]);
+    flows_end(loop, f);
     lull_server_close(&srv);
     end_loop(loop);
 }
@@ -1023,7 +1039,7 @@ TEST(epoll_ctl_faults_reported_or_close_one_stream) {
     CHECK_EQ(a->released, a->sent_n);
     check_complete(b);
     report("epoll_ctl_faults_reported_or_close_one_stream");
-    flows_end(all);
+    flows_end(loop, all);
     close(p[0]);
     close(p[1]);
     end_loop(loop);
@@ -1055,7 +1071,7 @@ TEST(epoll_ctl_del_failure_rebuilds_the_set) {
     CHECK_EQ(hits_of(add), 1); /* a rebuild happened, and its ADD failed */
     check_complete(b);
     report("epoll_ctl_del_failure_rebuilds_the_set");
-    flows_end(all);
+    flows_end(loop, all);
     close(p[0]);
     close(p[1]);
     end_loop(loop);
@@ -1090,7 +1106,7 @@ TEST(epoll_wait_faults_reported) {
     CHECK_EQ(injected_total(K_EPOLL_PWAIT2), 1);
     check_complete(a);
     report("epoll_wait_faults_reported");
-    flows_end(all);
+    flows_end(loop, all);
     end_loop(loop);
 }
 
@@ -1438,7 +1454,7 @@ TEST(malloc_faults_return_enomem) {
     flow *all[] = {a, NULL};
     flows_run(loop, all, 10);
     check_complete(a);
-    flows_end(all);
+    flows_end(loop, all);
 
     /* lull_loop_name growing its table past 8 names. */
     static const lull_any_fn fns[9] = {
@@ -1486,7 +1502,7 @@ TEST(malloc_faults_return_enomem) {
     run_until_pred(loop, flows_over, bc, 10);
     CHECK(b->tx_closed); /* its connection was closed: EOF or reset */
     check_complete(c);
-    flows_end(bc);
+    flows_end(loop, bc);
     lull_server_close(&srv);
 
     CHECK(check_dies(heap_growth_fails, NULL,
@@ -1531,7 +1547,7 @@ TEST(malloc_read_buffer_growth_closes_one_stream) {
     CHECK_EQ(a->received, 0);
     check_complete(b);
     report("malloc_read_buffer_growth_closes_one_stream");
-    flows_end(all);
+    flows_end(loop, all);
     end_loop(loop);
 }
 
@@ -1550,7 +1566,7 @@ TEST(malloc_read_buffer_growth_closes_one_stream) {
 
 typedef struct rconn {
     int id, port, echoed, sent_n, released;
-    bool closed, done, hit;
+    bool closed, done, hit, closing;
     int reason;
     lull_stream cli;
     sent frames[R_FRAMES];
@@ -1585,24 +1601,29 @@ static void r_cli_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     if (c->echoed >= R_FRAMES || !frame_ok(bytes, len, c->id, c->echoed))
         r_fail(__LINE__, "echo out of order or corrupt", c->id);
     if (++c->echoed == R_FRAMES) {
-        c->done = c->closed = true;
-        lull_endpoint_close(ep, 0);
+        c->done = true;
+        c->closing = true;
+        lull_endpoint_close(ep, 0); /* on_close follows, in a later turn */
+        c->closing = false;
+        if (c->closed) r_fail(__LINE__, "closed inside the call", c->id);
     }
 }
 
+/* Every connection's one free path: its close callback, exactly once,
+ * whoever closed it (itself when done, a fault, the server). */
 static void r_cli_close(lull_endpoint *ep, int reason) {
     rconn *c = LULL_CONTAINER_OF(ep, rconn, cli.ep);
     if (c->closed) r_fail(__LINE__, "closed twice", c->id);
+    if (c->closing) r_fail(__LINE__, "closed inside the call", c->id);
+    if (c->done && reason != 0) r_fail(__LINE__, "not its own reason", c->id);
     c->closed = true;
     c->reason = reason;
 }
 
 static void r_cli_connected(lull_stream *s, int status) {
     rconn *c = LULL_CONTAINER_OF(s, rconn, cli);
-    if (status < 0) {
-        c->closed = true;
-        c->reason = status;
-    }
+    if (c->closed) r_fail(__LINE__, "closed before its connect", c->id);
+    if (status < 0) c->reason = status; /* the close callback follows */
 }
 
 static void r_release(lull_frame *fr) {

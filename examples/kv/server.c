@@ -18,7 +18,9 @@
  * the last replies go out as one frame of our own, the write side is shut,
  * and the frame's release (it is in the kernel) closes the socket, so the
  * server does not wait for the client to hang up. No other connection
- * notices.
+ * notices. A connection is freed in one place, its close callback, which
+ * lull runs once whoever closed it (lull-kv, the client, an error), after
+ * the stream gave back every frame, that last one included.
  *
  * Replication (docs/KV.md). A primary logs every write (repl.c); a
  * connection that sends `REPLSYNC <replid|?> <offset> <port>` becomes a
@@ -140,7 +142,6 @@ struct conn {
     buf in;         /* bytes read and not yet parsed into a command */
     buf out;        /* replies to the current chunk, sent at its end */
     bool closing;   /* QUIT or a protocol error: input is ignored now */
-    bool gone;      /* on_close ran while `fin` was in flight */
     lull_frame fin; /* the last replies (bytes: out): its release closes */
     rlink *link;    /* set by REPLSYNC: this is a replica's link */
 };
@@ -309,8 +310,6 @@ static bool link_command(conn *c, const resp_arg *a, size_t argc) {
     return true;
 }
 
-static void conn_free(conn *c);
-
 /* CLIENT KILL TYPE replica|slave: closes every replica link (they
  * reconnect and continue from their offsets). The one CLIENT form
  * lull-kv knows. */
@@ -321,19 +320,12 @@ static bool client_kill_replicas(server *srv, const resp_arg *a, size_t argc,
           (resp_is(&a[3], "replica") || resp_is(&a[3], "slave"))))
         return false;
     long long n = 0;
-    repl_peer *p = srv->kv.peers.next;
-    while (p != &srv->kv.peers) {
-        repl_peer *next = p->next;
+    for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers; p = p->next) {
         conn *lc = LULL_CONTAINER_OF(p, rlink, peer)->c;
-        /* A link closing after a protocol error may still hold `fin`
-         * behind its records: the close releases it, and fin's release
-         * frees the connection (gone: it must not close it again). */
-        bool finishing = lc->fin.in_flight;
-        lc->gone = true;
-        lull_endpoint_close(&lc->s.ep, 0); /* no on_close follows */
-        if (!finishing) conn_free(lc);
+        /* Closed, it leaves the list in its close callback, a later turn. */
+        if (lull_endpoint_closed(&lc->s.ep)) continue;
+        lull_endpoint_close(&lc->s.ep, 0); /* on_close frees it */
         n++;
-        p = next;
     }
     buf_int(out, ':', n);
     return true;
@@ -351,22 +343,19 @@ static void conn_free(conn *c) {
     free(c);
 }
 
+/* The connection's one free path, whoever closed it: lull-kv itself, the
+ * client (EOF, reset) or an error. Every frame the stream held, `fin`
+ * included, was released before. */
 static void on_close(lull_endpoint *ep, int reason) {
-    (void)reason; /* EOF, reset, ...: the client is gone either way */
-    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
-    if (c->fin.in_flight) {
-        c->gone = true; /* fin's release, right after this, frees it */
-        return;
-    }
-    conn_free(c);
+    (void)reason; /* the client is gone either way */
+    conn_free(LULL_CONTAINER_OF(ep, conn, s.ep));
 }
 
 /* The last replies are in the kernel (or were dropped by a close): the
- * connection is done. */
+ * connection is done (a no-op if it closed already). */
 static void fin_release(lull_frame *f) {
     conn *c = LULL_CONTAINER_OF(f, conn, fin);
-    if (!c->gone) lull_endpoint_close(&c->s.ep, 0);
-    conn_free(c);
+    lull_endpoint_close(&c->s.ep, 0);
 }
 
 /* Sends what the chunk produced, and pushes back when it piles up. The
@@ -386,15 +375,13 @@ static void on_drain(lull_endpoint *ep) {
 }
 
 /* Stops serving this client: its last replies leave as `fin`, the write
- * side is shut, and fin's release closes the socket. c may be gone when
- * this returns. */
+ * side is shut, and fin's release closes the socket. */
 static void conn_finish(conn *c) {
     c->closing = true;
     c->fin = (lull_frame){
         .bytes = c->out.p, .len = c->out.len, .release = fin_release};
     if (c->out.len == 0 || lull_endpoint_send(&c->s.ep, &c->fin) < 0) {
         lull_endpoint_close(&c->s.ep, 0);
-        conn_free(c);
         return;
     }
     lull_stream_shutdown(&c->s);
@@ -438,8 +425,7 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
                         "lull-kv: replica %s:%d sent what is not REPLACK "
                         "<offset>: link closed\n",
                         c->link->peer.ip, c->link->peer.port);
-                lull_endpoint_close(&c->s.ep, -EPROTO); /* no on_close */
-                conn_free(c);
+                lull_endpoint_close(&c->s.ep, -EPROTO); /* on_close frees */
                 return;
             }
         } else if (resp_is(&srv->argv[0], "REPLSYNC")) {
@@ -456,8 +442,7 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     else if (off < total && !c->closing)
         buf_put(&c->in, p + off, total - off);
     if (c->in.oom || c->out.oom) {
-        lull_endpoint_close(&c->s.ep, -ENOMEM); /* no on_close follows */
-        conn_free(c);
+        lull_endpoint_close(&c->s.ep, -ENOMEM); /* on_close frees */
         return;
     }
     if (c->closing)
@@ -487,7 +472,9 @@ static void master_retry(lull_timer *t) {
     master_connect(LULL_CONTAINER_OF(t, server, m.retry));
 }
 
-/* The link is down (closed, refused, malformed): try again later. */
+/* The link is down (closed, refused, malformed, a failed connect): try
+ * again later. Run by the link's close callback, or when a connect could
+ * not even start. */
 static void master_down(server *srv) {
     master *m = &srv->m;
     m->state = M_DOWN;
@@ -508,14 +495,18 @@ static void master_malformed(server *srv, const char *what) {
             "lull-kv: replica: malformed replication stream from %s:%d at "
             "offset %" PRIu64 ": %s; link closed\n",
             m->host, m->port, srv->kv.offset, what);
-    lull_endpoint_close(&m->s.ep, -EPROTO); /* no on_close follows */
-    master_down(srv);
+    m->state = M_DOWN; /* said why: master_closed need not */
+    lull_endpoint_close(&m->s.ep, -EPROTO); /* master_closed retries */
 }
 
+/* The link's close callback, once per link whoever closed it: the one
+ * place the link goes down. A link lull-kv closed (M_DOWN), or one whose
+ * connect failed (M_CONNECTING), was reported already. */
 static void master_closed(lull_endpoint *ep, int reason) {
     server *srv = LULL_CONTAINER_OF(ep, server, m.s.ep);
-    fprintf(stderr, "lull-kv: replica: link to %s:%d lost (%s)\n", srv->m.host,
-            srv->m.port, reason ? strerror(-reason) : "EOF");
+    if (srv->m.state == M_SYNC || srv->m.state == M_UP)
+        fprintf(stderr, "lull-kv: replica: link to %s:%d lost (%s)\n",
+                srv->m.host, srv->m.port, reason ? strerror(-reason) : "EOF");
     master_down(srv);
 }
 
@@ -568,8 +559,8 @@ static int master_handshake(server *srv) {
     if (line[0] == '-') {
         fprintf(stderr, "lull-kv: replica: %s:%d refused: %s\n", m->host,
                 m->port, line + 1);
-        lull_endpoint_close(&m->s.ep, 0);
-        master_down(srv);
+        m->state = M_DOWN;
+        lull_endpoint_close(&m->s.ep, 0); /* master_closed retries */
         return -1;
     }
     if (sscanf(line, "+FULLRESYNC %40[0-9a-f] %" SCNu64 "%c", id, &off,
@@ -620,10 +611,9 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
 static void master_connected(lull_stream *s, int status) {
     server *srv = LULL_CONTAINER_OF(s, server, m.s);
     master *m = &srv->m;
-    if (status < 0) {
+    if (status < 0) { /* master_closed, right after this, retries */
         fprintf(stderr, "lull-kv: replica: connect to %s:%d: %s\n", m->host,
                 m->port, strerror(-status));
-        master_down(srv);
         return;
     }
     m->state = M_SYNC;
