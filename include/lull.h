@@ -620,12 +620,15 @@ typedef struct lull_endpoint lull_endpoint;
  * the frame and its bytes are the caller's again (re-send or free them). */
 typedef void (*lull_release_fn)(lull_frame *frame);
 
-struct lull_frame {    /* caller-owned; embed it and use LULL_CONTAINER_OF */
-    const void *bytes; /* the payload: read in place, never copied */
-    size_t len;        /* bytes of payload; 0 is a valid frame */
+struct lull_frame { /* caller-owned; embed it and use LULL_CONTAINER_OF */
+    /* Yours to set before a send (not while in flight): */
+    const void *bytes;       /* the payload: read in place, never copied */
+    size_t len;              /* bytes of payload; 0 is a valid frame */
     lull_release_fn release; /* may be NULL */
-    lull_frame *next;        /* the transport's queue link while in flight */
-    bool in_flight;          /* accepted and not yet released */
+    bool in_flight;          /* read: accepted and not yet released */
+    struct {                 /* lull's own */
+        lull_frame *next;    /* the transport's queue link while in flight */
+    };
 };
 
 /* A frame from the peer; bytes are valid during the call only. */
@@ -643,24 +646,27 @@ typedef void (*lull_drain_fn)(lull_endpoint *ep);
  * end sent has been released when it runs. */
 typedef void (*lull_close_fn)(lull_endpoint *ep, int reason);
 
-/* What a transport implements. lull_endpoint_send and lull_endpoint_close check
- * the arguments and the state, and count the bytes, before calling these; so
- * queueing cannot fail (the frame is its own queue link), and a transport
- * reports later trouble through the close callback. */
-typedef struct lull_frame_ops {
-    void (*send)(lull_endpoint *ep, lull_frame *frame); /* queue it */
-    void (*close)(lull_endpoint *ep, int reason);
-} lull_frame_ops;
+struct lull__frame_ops; /* what a transport implements (src/frame.h) */
 
 struct lull_endpoint {
-    const lull_frame_ops *ops; /* the transport's; NULL until it set up */
-    lull_frame_fn on_frame;    /* NULL: frames are delivered to nobody */
-    lull_drain_fn on_drain;    /* may be NULL */
-    lull_close_fn on_close;    /* may be NULL */
+    /* Yours to read and write; lull never touches it, and a transport's
+     * set-up keeps it: the way back from the endpoint to your own object
+     * when the endpoint lives inside a transport's struct (a lull_stream,
+     * a lull_loopback) and your protocol code sees only lull_endpoint *. */
+    void *data;
+    /* Read: */
+    lull_frame_fn on_frame; /* lull_endpoint_set_callbacks */
+    lull_drain_fn on_drain;
+    lull_close_fn on_close;
     size_t queued;     /* bytes accepted and not yet delivered (or written) */
     size_t high_water; /* writable while queued < high_water */
     size_t max_frame;  /* a longer frame is refused with -EMSGSIZE */
-    uint32_t flags;    /* state bits (src/frame.h) */
+    size_t max_queued; /* a send past it is refused with -ENOBUFS and closes
+                          the endpoint with -ENOBUFS; SIZE_MAX: no bound */
+    struct {           /* lull's own */
+        const struct lull__frame_ops *ops; /* NULL until a transport set up */
+        uint32_t flags;                    /* state bits (src/frame.h) */
+    };
 };
 
 /* 16 MiB: far above any message lull's users exchange, low enough that a
@@ -669,6 +675,10 @@ struct lull_endpoint {
 /* 64 KiB: a socket's default send buffer order of magnitude; enough for
  * many small frames in flight before a producer is asked to wait. */
 #define LULL_HIGH_WATER_DEFAULT ((size_t)64 << 10)
+/* No bound on queued bytes unless max_queued is set: as with a socket's
+ * writes in libuv, a producer that ignores lull_endpoint_writable grows the
+ * queue; set max_queued to make that a close instead (STREAMS.md). */
+#define LULL_MAX_QUEUED_NONE SIZE_MAX
 
 /* Sets the callbacks (any may be NULL). Call it before the loop can deliver
  * anything: right after the transport set the endpoint up. With on_close
@@ -680,10 +690,13 @@ LULL_EXTERN void lull_endpoint_set_callbacks(lull_endpoint *ep,
                                              lull_close_fn on_close);
 /* Hands the frame over: no copy, no allocation; frame->release runs when
  * the transport is done with it. 0, or: -EINVAL (NULL, or bytes NULL with
- * len > 0), -EBUSY (that frame is still in flight), -EPIPE (this end or
- * its peer closed), -EMSGSIZE (len > max_frame). On an error the frame
- * stays the caller's and nothing else changes. Past the high-water mark a
- * send is still accepted: lull_endpoint_writable says when to stop. */
+ * len > 0), -EPIPE (this end or its peer closed), -EMSGSIZE (len >
+ * max_frame), -EBUSY (that frame is still in flight), -ENOBUFS (queued +
+ * len would pass max_queued). On an error the frame stays the caller's;
+ * only -ENOBUFS changes anything else: the endpoint closes, with -ENOBUFS
+ * for its close callback in a later turn, and refuses sends from then on.
+ * Past the high-water mark a send is still accepted (up to max_queued):
+ * lull_endpoint_writable says when to stop. */
 LULL_EXTERN int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame);
 /* Borrows and copies the bytes (allocates one block per frame); the same
  * errors, and -ENOMEM. */
@@ -722,6 +735,7 @@ typedef enum lull_deliver {
 typedef struct lull_loopback_options { /* all zero = defaults */
     size_t max_frame;                  /* 0 = LULL_FRAME_MAX_DEFAULT */
     size_t high_water;                 /* 0 = LULL_HIGH_WATER_DEFAULT */
+    size_t max_queued;                 /* 0 = no bound (lull_endpoint) */
     lull_deliver deliver; /* LULL_DELIVER_TASK (0): one posted task per frame;
                           LULL_DELIVER_TIMER: a timer armed for delay_ns */
     uint64_t delay_ns;    /* timer delivery: 0 is a zero-delay turn (by C3 the
@@ -731,24 +745,30 @@ typedef struct lull_loopback_options { /* all zero = defaults */
 
 typedef struct lull_loopback lull_loopback;
 struct lull_loopback {
-    lull_endpoint ep;     /* the frame interface: give &ep to your code */
-    lull_task task;       /* the delivery turn (LULL_DELIVER_TASK) */
-    lull_timer timer;     /* the delivery turn (LULL_DELIVER_TIMER) */
-    lull_loop *loop;      /* owning loop */
-    lull_loopback *peer;  /* the other end; NULL once either end closed */
-    lull_frame *head;     /* the peer's frames not yet delivered, oldest */
-    lull_frame *tail;     /* first */
-    uint64_t delay_ns;    /* timer delivery's delay */
-    lull_deliver deliver; /* LULL_DELIVER_* */
-    int reason;           /* the close callback's reason, while close_pending */
-    bool close_pending;   /* a close callback is owed: the peer's close
-                             (after its frames), or this end's own close
-                             (after the frames it sent) */
-    lull_loopback *closer; /* the closed peer whose close callback waits
-                              until this end's inbox (its frames) is empty */
-    uint64_t delivered;    /* frames delivered to this end */
-    uint64_t turns;        /* delivery turns claimed: posts or timer arms */
-    bool *closed_flag; /* set by a close while a delivery to this end runs */
+    lull_endpoint ep;          /* the frame interface: give &ep to your code */
+    lull_loop *loop;           /* the owning loop */
+    uint64_t delivered;        /* frames delivered to this end */
+    uint64_t turns;            /* delivery turns claimed: posts or timer arms */
+    struct {                   /* lull's own */
+        lull_task task;        /* the delivery turn (LULL_DELIVER_TASK) */
+        lull_timer timer;      /* the delivery turn (LULL_DELIVER_TIMER) */
+        lull_loopback *peer;   /* the other end; NULL once either closed */
+        lull_frame *head;      /* the peer's frames not yet delivered, */
+        lull_frame *tail;      /* oldest first */
+        uint64_t delay_ns;     /* timer delivery's delay */
+        lull_deliver deliver;  /* LULL_DELIVER_* */
+        int reason;            /* the close callback's reason, while pending */
+        bool close_pending;    /* a close callback is owed: the peer's close
+                                  (after its frames), this end's own close
+                                  (after the frames it sent), or a send past
+                                  max_queued (-ENOBUFS) */
+        bool failing;          /* ... that last: close this end in its turn */
+        lull_loopback *closer; /* the closed peer whose close callback waits
+                                  until this end's inbox is empty */
+        lull_frame *discard;   /* a failing end's inbox, released in its
+                                  turn (never inside a send) */
+        bool *closed_flag;     /* set by a close while a delivery here runs */
+    };
 };
 
 /* Connects a and b on loop (opts may be NULL): what &a->ep sends arrives at
@@ -821,54 +841,61 @@ typedef struct lull_stream_options { /* all zero = defaults */
     uint64_t connect_timeout_ns;     /* 0 = the kernel's (minutes) */
     uint64_t idle_timeout_ns;        /* nothing read or written this long:
                                         close with -ETIMEDOUT; 0 = never */
+    size_t max_queued;               /* 0 = no bound (lull_endpoint) */
     unsigned flags;                  /* LULL_STREAM_* */
 } lull_stream_options;
 
 typedef struct lull__stream_guard lull__stream_guard;
 
 struct lull_stream {
-    lull_endpoint ep; /* the frame interface: give &ep to your code */
-    lull_io io;       /* the socket (owned: closed with the stream) */
-    lull_task flush;  /* queued at the loop's flush points while writes wait */
-    lull_task event;  /* later turn: connect result, buffered frames after
-                         a resume, a failure found inside lull_endpoint_send */
-    lull_timer timer; /* connect and idle timeouts */
-    lull_loop *loop;
-    lull_connect_fn on_connect;
-    lull_end_fn on_end; /* NULL: the peer's EOF closes the stream */
-    lull_frame *head;   /* queued writes, oldest first */
-    lull_frame *tail;
-    size_t head_done; /* bytes of head (its length included) written */
-    lull_frame *done; /* written inside lull_endpoint_send, released at the */
-    lull_frame *done_tail; /* next flush point */
-    unsigned char *rbuf;   /* read buffer: owned, or the caller's */
-    size_t rcap;           /* its size */
-    size_t rstart;         /* unconsumed bytes are [rstart, rend) */
-    size_t rend;
-    lull__stream_guard *guard; /* innermost callback of ours running */
-    uint64_t idle_ns;          /* idle_timeout_ns */
-    uint64_t active_ns;        /* loop time of the last read or write */
-    unsigned flags;            /* LULL_STREAM_* */
-    uint32_t state;            /* state bits (src/stream.c) */
-    int error;                 /* a failure the event task delivers */
-    uint64_t writes;           /* writev (sendmsg) calls */
-    uint64_t bytes_written;
-    uint64_t reads; /* recv calls that returned data */
-    uint64_t bytes_read;
+    lull_endpoint ep;       /* the frame interface: give &ep to your code */
+    lull_loop *loop;        /* the owning loop */
+    uint64_t writes;        /* writev (sendmsg) calls */
+    uint64_t bytes_written; /* bytes they wrote */
+    uint64_t reads;         /* reads that returned data */
+    uint64_t bytes_read;    /* bytes they returned */
+    struct {                /* lull's own */
+        lull_io io;         /* the socket (owned: closed with the stream) */
+        lull_task flush;    /* queued at the loop's flush points while
+                               writes wait */
+        lull_task event;    /* later turn: connect result, buffered frames
+                               after a resume, a failure found inside
+                               lull_endpoint_send, the close callback */
+        lull_timer timer;   /* connect and idle timeouts */
+        lull_connect_fn on_connect;
+        lull_end_fn on_end; /* NULL: the peer's EOF closes the stream */
+        lull_frame *head;   /* queued writes, oldest first */
+        lull_frame *tail;
+        size_t head_done;      /* bytes of head (its length included) written */
+        lull_frame *done;      /* written inside lull_endpoint_send, released */
+        lull_frame *done_tail; /* at the next flush point */
+        unsigned char *rbuf;   /* read buffer: owned, or the caller's */
+        size_t rcap;           /* its size */
+        size_t rstart;         /* unconsumed bytes are [rstart, rend) */
+        size_t rend;
+        lull__stream_guard *guard; /* innermost callback of ours running */
+        uint64_t idle_ns;          /* idle_timeout_ns */
+        uint64_t active_ns;        /* loop time of the last read or write */
+        unsigned flags;            /* LULL_STREAM_* */
+        uint32_t state;            /* state bits (src/stream.c) */
+        int error;                 /* a failure the event task delivers */
+    };
 };
 
 struct lull_server {
-    lull_io io;       /* the listening socket (owned) */
-    lull_timer retry; /* resumes accepting after EMFILE / ENFILE */
-    lull_loop *loop;
-    lull_connection_fn on_connection;
-    lull__stream_guard *guard; /* on_connection running, if any */
-    int family;                /* AF_INET, AF_INET6 or AF_UNIX */
-    int pending;       /* the accepted fd lull_server_accept takes; -1 */
-    uint64_t retry_ns; /* pause after running out of fds */
-    uint64_t accepted; /* connections handed to on_connection */
-    uint64_t paused;   /* times accepting paused: out of fds, or accept
-                          failing for another reason than a race */
+    lull_loop *loop;      /* the owning loop */
+    uint64_t accepted;    /* connections handed to on_connection */
+    uint64_t paused;      /* times accepting paused: out of fds, or accept
+                             failing for another reason than a race */
+    struct {              /* lull's own */
+        lull_io io;       /* the listening socket (owned) */
+        lull_timer retry; /* resumes accepting after EMFILE / ENFILE */
+        lull_connection_fn on_connection;
+        lull__stream_guard *guard; /* on_connection running, if any */
+        int family;                /* AF_INET, AF_INET6 or AF_UNIX */
+        int pending;       /* the accepted fd lull_server_accept takes; -1 */
+        uint64_t retry_ns; /* pause after running out of fds */
+    };
 };
 
 /* Listens on host (numeric IPv4 or IPv6; NULL = "127.0.0.1") and port (0 =

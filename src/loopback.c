@@ -79,6 +79,15 @@ static inline void claim_turn(lull_loopback *lb, bool timer) {
     lull__post(lb->loop, &lb->task);
 }
 
+/* Releases a detached list of frames: touches only the frames. */
+static void release_list(lull_frame *f) {
+    while (f) {
+        lull_frame *next = f->next;
+        lull__frame_release(f);
+        f = next;
+    }
+}
+
 /* This end's inbox is empty for good: the closed peer whose close callback
  * waited for its frames to be delivered or dropped gets its close turn. */
 static void release_closer(lull_loopback *lb) {
@@ -96,6 +105,16 @@ __attribute__((noinline)) static void deliver_close(lull_loopback *lb) {
     lb->close_pending = false;
     lb->ep.flags |= LULL__EP_CLOSED;
     release_closer(lb); /* its frames are all delivered now */
+    if (LULL_UNLIKELY(lb->failing)) {
+        /* A send past max_queued closed it: the frames it had not
+         * delivered go back to their owners here, in a turn. A release
+         * callback may close this end (a no-op now) but not free it: its
+         * close callback, below, is still owed. */
+        lb->failing = false;
+        lull_frame *undelivered = lb->discard;
+        lb->discard = NULL;
+        release_list(undelivered);
+    }
     if (lb->ep.on_close) lb->ep.on_close(&lb->ep, lb->reason);
 }
 
@@ -163,21 +182,32 @@ static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
     claim_turn(lull__loopback_append(end_of(ep), frame, &was_empty), true);
 }
 
-static void loopback_close(lull_endpoint *ep, int reason) {
-    lull_loopback *a = end_of(ep);
+/* Closes a's half of the pair without running any callback: detaches the
+ * pair (the peer is told `reason` after the frames a sent), owes a's close
+ * turn, and returns a's undelivered frames (its inbox, and a failing end's
+ * discard) for the caller to release. The close turn is owed when a has a
+ * close callback, or when `turn` asks for one (a failing end, whose frames
+ * wait for it). */
+static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
     if (a->closed_flag) *a->closed_flag = true; /* a delivery to a runs */
     a->closed_flag = NULL;
     lull_task_cancel(&a->task);
     lull_timer_stop(&a->timer);
     a->close_pending = false;
+    a->failing = false;
     lull_frame *inbox = a->head;
-    a->head = a->tail = NULL;
+    if (inbox) {
+        a->tail->next = a->discard;
+    } else {
+        inbox = a->discard;
+    }
+    a->head = a->tail = a->discard = NULL;
     lull_loopback *b = a->peer;
     a->peer = NULL;
     if (b) {
-        /* b's frames to a are in a's inbox, released below: b owes no
-         * drain and can send nothing more. */
+        /* b's frames to a are in a's inbox, released by the caller: b owes
+         * no drain and can send nothing more. */
         b->peer = NULL;
         lull__endpoint_peer_gone(&b->ep);
         b->close_pending = true;
@@ -190,8 +220,8 @@ static void loopback_close(lull_endpoint *ep, int reason) {
      * it sent are back with their owners, so that the owner may free them
      * there: while b still holds some, b hands the turn over when it has
      * delivered them (release_closer). An end with no close callback is
-     * the caller's again as soon as this returns. */
-    if (a->ep.on_close) {
+     * the caller's again as soon as lull_endpoint_close returns. */
+    if (a->ep.on_close || turn) {
         a->close_pending = true;
         a->reason = reason;
         if (b && b->head) {
@@ -200,20 +230,30 @@ static void loopback_close(lull_endpoint *ep, int reason) {
             claim_turn(a, false);
         }
     }
-    /* A closed peer waiting for this inbox: it is released below. */
+    /* A closed peer waiting for this inbox: the caller releases it. */
     release_closer(a);
+    return inbox;
+}
+
+static void loopback_close(lull_endpoint *ep, int reason) {
     /* Last: a release callback may do anything, this end is consistent. */
-    while (inbox) {
-        lull_frame *next = inbox->next;
-        lull__frame_release(inbox);
-        inbox = next;
-    }
+    release_list(close_end(end_of(ep), reason, false));
+}
+
+/* A send past max_queued, inside lull_endpoint_send: the end closes now in
+ * every way but the callbacks, which its close turn runs: the release of
+ * its undelivered frames, then its close callback with `reason`. */
+static void loopback_fail(lull_endpoint *ep, int reason) {
+    lull_loopback *a = end_of(ep);
+    lull_frame *undelivered = close_end(a, reason, true);
+    a->discard = undelivered;
+    a->failing = true;
 }
 
 const lull_frame_ops lull__loopback_task_ops = {loopback_send_task,
-                                                loopback_close};
-static const lull_frame_ops loopback_timer_ops = {loopback_send_timer,
-                                                  loopback_close};
+                                                loopback_close, loopback_fail};
+static const lull_frame_ops loopback_timer_ops = {
+    loopback_send_timer, loopback_close, loopback_fail};
 
 static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                      const lull_loopback_options *o) {
@@ -221,7 +261,7 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                         o->deliver == LULL_DELIVER_TIMER
                             ? &loopback_timer_ops
                             : &lull__loopback_task_ops,
-                        o->max_frame, o->high_water);
+                        o->max_frame, o->high_water, o->max_queued);
     lull_task_init(&lb->task, deliver_task);
     lull_timer_init(loop, &lb->timer, deliver_timer);
     lb->loop = loop;
@@ -231,7 +271,9 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
     lb->deliver = o->deliver;
     lb->reason = 0;
     lb->close_pending = false;
+    lb->failing = false;
     lb->closer = NULL;
+    lb->discard = NULL;
     lb->delivered = 0;
     lb->turns = 0;
     lb->closed_flag = NULL;

@@ -445,7 +445,13 @@ static void stream_close(lull_endpoint *ep, int reason) {
     release_list(list);
 }
 
-static const lull_frame_ops stream_ops = {stream_send, stream_close};
+/* A send past max_queued (src/frame.c): close in a later turn. */
+static void stream_fail(lull_endpoint *ep, int reason) {
+    fail_later(stream_of(ep), reason);
+}
+
+static const lull_frame_ops stream_ops = {stream_send, stream_close,
+                                          stream_fail};
 
 /* ------------------------------------------------------------- reading */
 
@@ -651,8 +657,11 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
                  const lull_stream_options *opts, bool tcp) {
     static const lull_stream_options defaults;
     const lull_stream_options *o = opts ? opts : &defaults;
+    void *data = s->ep.data; /* the user's, kept */
     memset(s, 0, sizeof *s);
-    lull__endpoint_init(&s->ep, &stream_ops, o->max_frame, o->high_water);
+    s->ep.data = data;
+    lull__endpoint_init(&s->ep, &stream_ops, o->max_frame, o->high_water,
+                        o->max_queued);
     lull_io_init(loop, &s->io, fd, on_io);
     lull_task_init(&s->flush, flush_task);
     lull_task_init(&s->event, event_task);

@@ -1611,3 +1611,121 @@ TEST(copy_of_an_impossible_length) {
     close_both(&a, &b);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* ------------------------------------------------ max_queued and data */
+
+/* An end that sends past max_queued: the send is refused (-ENOBUFS), the
+ * end closes in a later turn with -ENOBUFS, the frames the peer had sent
+ * it and it never saw go back to their owner in that turn (never inside
+ * the send), the frames it sent are still delivered, then the peer is
+ * told -ENOBUFS. Both deliveries, both clocks. */
+TEST(max_queued_refuses_and_closes) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.max_queued = 3 * sizeof(int),
+                                       .deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            CHECK(a.lb.ep.max_queued == 3 * sizeof(int));
+            owned from_b;
+            owned_init(&from_b, 7);
+            CHECK_EQ(lull_endpoint_send(&b.lb.ep, &from_b.frame), 0);
+            owned f[4];
+            for (int i = 0; i < 4; i++)
+                owned_init(&f[i], i + 1);
+            for (int i = 0; i < 3; i++)
+                CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
+            CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[3].frame), -ENOBUFS);
+            CHECK(!f[3].frame.in_flight);
+            CHECK_EQ(from_b.releases, 0); /* not inside the send */
+            CHECK_EQ(a.closes, 0);
+            CHECK_EQ(send_id(&a, 9), -EPIPE);
+            CHECK_EQ(send_id(&b, 9), -EPIPE); /* b is told a is gone */
+            run_ready(loop);
+            CHECK_TRACE(2001, 2002, 2003, 2999, 1999);
+            CHECK_EQ(a.reason, -ENOBUFS);
+            CHECK_EQ(b.reason, -ENOBUFS);
+            CHECK_EQ(from_b.releases, 1);
+            CHECK_EQ(a.frames, 0); /* its inbox was dropped, not delivered */
+            for (int i = 0; i < 3; i++)
+                CHECK_EQ(f[i].releases, 1);
+            CHECK(lull_endpoint_closed(&a.lb.ep));
+            CHECK(!lull_loopback_pending(&a.lb));
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
+/* Inside its own frame callback, an end that sends past its bound is not
+ * touched again by the delivery; a close by the owner before the close
+ * turn replaces -ENOBUFS with its own reason; an end with no close
+ * callback is closed by the owner and free at once. */
+static void overfill(side *s, int id) {
+    (void)id;
+    CHECK_EQ(send_id(s, 1), 0);
+    CHECK_EQ(send_id(s, 2), 0);
+    CHECK_EQ(send_id(s, 3), -ENOBUFS);
+}
+
+TEST(max_queued_inside_a_callback_and_local_close) {
+    FOR_EACH_CLOCK(clk) {
+        lull_loop *loop = new_loop(clk);
+        lull_loopback_options o = {.max_queued = 2 * sizeof(int)};
+        side a, b;
+        pair_with(loop, &a, &b, &o);
+        a.also = overfill;
+        CHECK_EQ(send_id(&b, 5), 0);
+        CHECK_EQ(send_id(&b, 6), 0); /* undelivered when a fails */
+        run_ready(loop);
+        CHECK_EQ(a.frames, 1);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(a.reason, -ENOBUFS);
+        CHECK_EQ(b.frames, 2);
+        CHECK_EQ(b.reason, -ENOBUFS);
+        CHECK_EQ(lull_loop_free(loop), 0);
+
+        loop = new_loop(clk);
+        pair_with(loop, &a, &b, &o);
+        CHECK_EQ(send_id(&a, 1), 0);
+        CHECK_EQ(send_id(&a, 2), 0);
+        CHECK_EQ(send_id(&a, 3), -ENOBUFS);
+        close_checked(&a, 42);
+        run_ready(loop);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(a.reason, 42);
+        CHECK_EQ(b.reason, -ENOBUFS); /* told before the owner's close */
+        CHECK_EQ(lull_loop_free(loop), 0);
+
+        loop = new_loop(clk);
+        pair_with(loop, &a, &b, &o);
+        lull_endpoint_set_callbacks(&a.lb.ep, on_frame, on_drain, NULL);
+        CHECK_EQ(send_id(&b, 3), 0);
+        CHECK_EQ(send_id(&a, 1), 0);
+        CHECK_EQ(send_id(&a, 2), 0);
+        CHECK_EQ(send_id(&a, 3), -ENOBUFS);
+        close_checked(&a, 0); /* no close callback: a is free now */
+        CHECK(!lull_loopback_pending(&a.lb));
+        memset(&a, 0xab, sizeof a);
+        run_ready(loop);
+        CHECK_EQ(b.closes, 1);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
+/* The endpoint's data pointer is the user's: lull_loopback_pair keeps it,
+ * and protocol code that sees only the endpoint reaches its object. */
+TEST(endpoint_data_survives_pairing) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    int x, y;
+    lull_loopback a, b;
+    a.ep.data = &x;
+    b.ep.data = &y;
+    CHECK_EQ(lull_loopback_pair(loop, &a, &b, NULL), 0);
+    CHECK(a.ep.data == &x && b.ep.data == &y);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK(a.ep.data == &x && b.ep.data == &y);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

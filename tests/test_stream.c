@@ -2735,3 +2735,102 @@ TEST(signals_interrupt_reads_and_writes) {
     close_pair(loop, &a, &b);
     free_loop(loop);
 }
+
+/* --------------------------------------------- max_queued and data */
+
+/* A producer that ignores lull_endpoint_writable against a reader that
+ * never reads: the queue stops at max_queued. The send that would pass it
+ * is refused (-ENOBUFS) and closes the stream in a later turn, with
+ * -ENOBUFS for its close callback; later sends fail (-EPIPE); everything
+ * queued is released; the peer reads EOF after the bytes that were
+ * written. */
+TEST(max_queued_refuses_and_closes) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options oa = {.max_queued = 256 << 10,
+                              .flags = LULL_STREAM_RAW},
+                        ob = {.flags = LULL_STREAM_RAW};
+    counters(loop, &a, &b, &oa, &ob);
+    CHECK_EQ(lull_stream_read_stop(&b.s), 0); /* b never reads */
+    CHECK(a.s.ep.max_queued == (size_t)256 << 10);
+    CHECK(b.s.ep.max_queued == LULL_MAX_QUEUED_NONE);
+    static char chunk[8192];
+    g_released = 0;
+    static lull_frame frames[4096];
+    int sent = 0, rc = 0;
+    /* Run the loop between sends so the socket fills and writes stop. */
+    for (int i = 0; i < 4096; i++) {
+        frames[i] = (lull_frame){
+            .bytes = chunk, .len = sizeof chunk, .release = count_release};
+        rc = lull_endpoint_send(&a.s.ep, &frames[i]);
+        if (rc != 0) break;
+        sent++;
+        CHECK(a.s.ep.queued <= a.s.ep.max_queued);
+        if (i % 16 == 0) CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    CHECK_EQ(rc, -ENOBUFS);
+    CHECK(!frames[sent].in_flight); /* the refused frame stays the caller's */
+    CHECK_EQ(a.closes, 0);          /* never inside the send */
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "x", 1), -EPIPE);
+    CHECK(!lull_endpoint_writable(&a.s.ep));
+    CHECK(lull_loop_settle(loop) >= 1);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ENOBUFS);
+    CHECK(lull_endpoint_closed(&a.s.ep));
+    CHECK_EQ(g_released, sent); /* written or not, every frame came back */
+    /* b drains what reached it, then reads EOF. */
+    CHECK_EQ(lull_stream_read_start(&b.s), 0);
+    bool done = false;
+    for (int i = 0; i < 1000 && !done; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        done = b.closes == 1;
+    }
+    CHECK_EQ(b.reason, 0);
+    CHECK(b.bytes > 0 && b.bytes <= (size_t)sent * sizeof chunk);
+    CHECK_U64_EQ(b.bytes, a.s.bytes_written); /* nothing lost in between */
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
+/* The copy path is bounded the same way; a close by the owner before the
+ * close turn replaces the -ENOBUFS with its own reason, once. */
+TEST(max_queued_copy_then_local_close) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options oa = {.max_queued = 100};
+    counters(loop, &a, &b, &oa, NULL);
+    char buf[60] = {0};
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, buf, sizeof buf), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, buf, sizeof buf), -ENOBUFS);
+    close_checked(&a.s.ep, 7);
+    CHECK(lull_loop_settle(loop) >= 1);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, 7);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
+/* `data` is the user's: lull keeps it through every set-up (open, accept,
+ * connect) and never writes it. */
+TEST(endpoint_data_survives_set_up) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int marker[3];
+    lull_stream a, b, c, d;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.ep.data = &marker[0];
+    b.ep.data = &marker[1];
+    sp_pair(loop, &a, &b, NULL, NULL);
+    CHECK(a.ep.data == &marker[0] && b.ep.data == &marker[1]);
+    c.ep.data = &marker[2];
+    d.ep.data = &marker[1];
+    CHECK(listen_pair(loop, VIA_UNIX, &c, &d, NULL));
+    CHECK(c.ep.data == &marker[2] && d.ep.data == &marker[1]);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&c.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&d.ep, 0), 0);
+    CHECK(a.ep.data == &marker[0] && c.ep.data == &marker[2]);
+    CHECK(lull_loop_settle(loop) >= 0);
+    free_loop(loop);
+}
