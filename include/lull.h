@@ -745,8 +745,9 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
 
 /* -------------------------------------------------------------- streams */
 
-/* Socket streams (C6): TCP (IPv4 and IPv6, numeric addresses) and Unix
- * sockets, each an endpoint of the frame interface above. By default a
+/* Streams (C6): TCP (IPv4 and IPv6, numeric addresses) and Unix sockets,
+ * pipes and other byte-stream fds (lull_stream_open, lull_stream_open_pair),
+ * each an endpoint of the frame interface above. By default a
  * send is written as a 4-byte big-endian length and the bytes, and the
  * peer's frames arrive whole at on_frame; a frame longer than max_frame,
  * or cut short by the peer's EOF, closes that stream alone (-EMSGSIZE,
@@ -760,7 +761,8 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
  * the queue falls back below. A frame's release runs once it is written (never
  * inside lull_endpoint_send) or discarded by a close. TCP_NODELAY is on unless
  * LULL_STREAM_NAGLE: batching is lull's job, not the kernel's. No SIGPIPE
- * ever (MSG_NOSIGNAL): a dead peer is a close reason.
+ * ever (MSG_NOSIGNAL on sockets; on a pipe, SIGPIPE blocked in the loop's
+ * thread around the write and taken back): a dead peer is a close reason.
  *
  * on_close gets 0 for the peer's orderly EOF, else -ECONNRESET, -EPIPE,
  * -ETIMEDOUT (idle_timeout_ns), -EMSGSIZE, -EPROTO or another errno; it is
@@ -801,7 +803,7 @@ typedef struct lull__stream_guard lull__stream_guard;
 
 struct lull_stream {
     lull_endpoint ep; /* the frame interface: give &ep to your code */
-    lull_io io;       /* the socket (owned: closed with the stream) */
+    lull_io io;       /* the fd (owned: closed with the stream) */
     lull_task flush;  /* queued at the loop's flush points while writes wait */
     lull_task event;  /* later turn: connect result, buffered frames after
                          a resume, a failure found inside lull_endpoint_send */
@@ -828,6 +830,8 @@ struct lull_stream {
     uint64_t bytes_written;
     uint64_t reads; /* recv calls that returned data */
     uint64_t bytes_read;
+    lull_io wio; /* lull_stream_open_pair: the write fd (owned); unused
+                    otherwise */
 };
 
 struct lull_server {
@@ -875,10 +879,23 @@ LULL_EXTERN int lull_stream_connect_unix(lull_loop *loop, lull_stream *s,
                                          const char *path,
                                          const lull_stream_options *opts,
                                          lull_connect_fn fn);
-/* Adopts a connected stream socket (e.g. one end of a socketpair): the
- * stream owns fd from here on, also on failure. Reading starts at once. */
+/* Adopts a byte-stream fd: a connected stream socket (one end of a
+ * socketpair), a pipe or FIFO end, or a character device such as a tty; it
+ * is made non-blocking. The stream owns fd from here on, also on failure.
+ * Reading starts at once. An fd opened for reading only refuses sends
+ * (-EPIPE) and closes at EOF (reason 0); one opened for writing only never
+ * reads, and a pipe's write end closes with -EPIPE when its reader goes,
+ * also while nothing is queued. -EINVAL for anything else (a datagram
+ * socket, a regular file, a number that is not an open fd). */
 LULL_EXTERN int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
                                  const lull_stream_options *opts);
+/* One stream over two fds: it reads rfd and writes wfd (a pipe each way,
+ * say: a child's stdout and stdin). Owns both from here on, also on
+ * failure. lull_stream_shutdown closes wfd once the queue is written, so
+ * its reader sees EOF; reading goes on. rfd == wfd is lull_stream_open.
+ * -EINVAL when rfd cannot be read or wfd written. */
+LULL_EXTERN int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd,
+                                      int wfd, const lull_stream_options *opts);
 /* Pause and resume reading (backpressure on the peer). Frames already
  * buffered wait too; on resume they arrive in a later turn. */
 LULL_EXTERN int lull_stream_read_stop(lull_stream *s);
@@ -893,7 +910,7 @@ LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 /* Half-close: once everything queued is written, shut the write side (the
  * peer reads EOF); sends fail with -EPIPE from now on. Reading goes on. */
 LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
-/* The socket, or -1 once closed. */
+/* The fd it reads (a pair's rfd), or -1 once closed. */
 LULL_EXTERN int lull_stream_fd(const lull_stream *s);
 
 /* ------------------------------------------------------------------ pool */
