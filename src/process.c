@@ -269,13 +269,18 @@ static void undo(made *m, int parent_fds[3]) {
  * parent's ends in parent_fds. 0 or a negative errno. */
 static int make_stdio(const lull_process_options *o, made *m,
                       int parent_fds[3]) {
+    /* Which inherited fds are open, asked before this makes any fd: a
+     * pipe made for one slot may take the number of a closed 0, 1 or 2. */
+    bool open_before[3];
+    for (int i = 0; i < 3; i++)
+        open_before[i] = fd_open(i);
     for (int i = 0; i < 3; i++) {
         const lull_stdio *io = &o->stdio[i];
         int fds[2];
         switch (io->kind) {
         case LULL_STDIO_INHERIT:
             /* A closed fd stays closed in the child. */
-            m->child[i] = fd_open(i) ? i : -1;
+            m->child[i] = open_before[i] ? i : -1;
             break;
         case LULL_STDIO_FD:
             m->child[i] = io->fd;

@@ -520,6 +520,32 @@ TEST(child_has_only_its_stdio) {
     free_loop(loop);
 }
 
+/* LULL_STDIO_INHERIT of an fd the parent has closed: closed in the child
+ * too, even when a pipe the spawn makes for an earlier slot takes its
+ * number in the parent (here stdin's pipe takes the closed 1). */
+TEST(closed_stdout_stays_closed) {
+    lull_loop *loop = new_loop();
+    fflush(stdout);
+    close(1);
+    kid k = {0};
+    sink in = {0};
+    lull_process_options o = {
+        .argv = (char *[]){"sleep", "30", NULL},
+        .flags = LULL_PROCESS_KILL_ON_CLOSE,
+        .stdio = {{.kind = LULL_STDIO_PIPE, .stream = &in.s},
+                  {.kind = LULL_STDIO_INHERIT},
+                  {.kind = LULL_STDIO_NULL}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    char fds[256];
+    list_fds(k.p.pid, fds, sizeof fds);
+    if (strcmp(fds, "0,2") != 0) fprintf(stderr, "the child's fds: %s\n", fds);
+    CHECK_EQ(strcmp(fds, "0,2"), 0);
+    CHECK_EQ(lull_process_close(&k.p), 0);
+    CHECK_EQ(lull_endpoint_close(&in.s.ep, 0), 0);
+    run_until(loop, &k.exits, 1);
+    free_loop(loop);
+}
+
 static uint64_t status_mask(int pid, const char *field) {
     char path[64], line[256];
     snprintf(path, sizeof path, "/proc/%d/status", pid);
