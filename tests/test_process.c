@@ -490,6 +490,37 @@ static void list_fds(int pid, char *out, size_t cap) {
                                 fds[i]);
 }
 
+static char proc_state(int pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* the name may hold spaces */
+    return paren && paren[1] == ' ' ? paren[2] : '?';
+}
+
+/* The child's fds once it waits in its program's read of stdin: the
+ * loader and libc open files of their own while a program starts (with
+ * fd 1 closed, they would take 1 for a moment), so the list is taken when
+ * the child sleeps and stays the same 10 ms apart. */
+static void settled_fds(int pid, char *out, size_t cap) {
+    char again[256];
+    for (int i = 0; i < 400; i++) {
+        if (proc_state(pid) == 'S') {
+            list_fds(pid, out, cap);
+            usleep(10000);
+            list_fds(pid, again, sizeof again);
+            if (strcmp(out, again) == 0 && proc_state(pid) == 'S') return;
+        } else {
+            usleep(5000);
+        }
+    }
+    check_fail(__FILE__, __LINE__, "pid %d never settled", pid);
+}
+
 /* The child has stdin, stdout and stderr and nothing else, even when the
  * program leaks fds without close-on-exec (another part of it, a library):
  * listed from its /proc/<pid>/fd once it runs the program. */
@@ -500,18 +531,19 @@ TEST(child_has_only_its_stdio) {
     int leak2 = dup(leak[0]);
     CHECK(leak2 >= 0);
     kid k = {0};
-    sink out = {0};
+    sink in = {0}, out = {0};
     lull_process_options o = {
-        .argv = (char *[]){"sleep", "30", NULL},
+        .argv = SH("read x"), /* opens nothing: waits on stdin */
         .flags = LULL_PROCESS_KILL_ON_CLOSE,
-        .stdio = {{.kind = LULL_STDIO_NULL},
+        .stdio = {{.kind = LULL_STDIO_PIPE, .stream = &in.s},
                   {.kind = LULL_STDIO_PIPE, .stream = &out.s}}};
     CHECK_EQ(spawn(loop, &k, &o), 0);
     char fds[256];
-    list_fds(k.p.pid, fds, sizeof fds);
+    settled_fds(k.p.pid, fds, sizeof fds);
     printf("the child's fds: %s\n", fds);
     CHECK_EQ(strcmp(fds, "0,1,2"), 0);
     CHECK_EQ(lull_process_close(&k.p), 0);
+    CHECK_EQ(lull_endpoint_close(&in.s.ep, 0), 0);
     CHECK_EQ(lull_endpoint_close(&out.s.ep, 0), 0);
     run_until(loop, &k.exits, 1);
     close(leak[0]);
@@ -530,14 +562,14 @@ TEST(closed_stdout_stays_closed) {
     kid k = {0};
     sink in = {0};
     lull_process_options o = {
-        .argv = (char *[]){"sleep", "30", NULL},
+        .argv = SH("read x"),
         .flags = LULL_PROCESS_KILL_ON_CLOSE,
         .stdio = {{.kind = LULL_STDIO_PIPE, .stream = &in.s},
                   {.kind = LULL_STDIO_INHERIT},
                   {.kind = LULL_STDIO_NULL}}};
     CHECK_EQ(spawn(loop, &k, &o), 0);
     char fds[256];
-    list_fds(k.p.pid, fds, sizeof fds);
+    settled_fds(k.p.pid, fds, sizeof fds);
     if (strcmp(fds, "0,2") != 0) fprintf(stderr, "the child's fds: %s\n", fds);
     CHECK_EQ(strcmp(fds, "0,2"), 0);
     CHECK_EQ(lull_process_close(&k.p), 0);
