@@ -784,8 +784,9 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
 
 /* -------------------------------------------------------------- streams */
 
-/* Socket streams (C6): TCP (IPv4 and IPv6, numeric addresses) and Unix
- * sockets, each an endpoint of the frame interface above. By default a
+/* Streams (C6): TCP (IPv4 and IPv6, numeric addresses) and Unix sockets,
+ * pipes and other byte-stream fds (lull_stream_open, lull_stream_open_pair),
+ * each an endpoint of the frame interface above. By default a
  * send is written as a 4-byte big-endian length and the bytes, and the
  * peer's frames arrive whole at on_frame; a frame longer than max_frame,
  * or cut short by the peer's EOF, closes that stream alone (-EMSGSIZE,
@@ -799,7 +800,8 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
  * the queue falls back below. A frame's release runs once it is written (never
  * inside lull_endpoint_send) or discarded by a close. TCP_NODELAY is on unless
  * LULL_STREAM_NAGLE: batching is lull's job, not the kernel's. No SIGPIPE
- * ever (MSG_NOSIGNAL): a dead peer is a close reason.
+ * ever (MSG_NOSIGNAL on sockets; on a pipe, SIGPIPE blocked in the loop's
+ * thread around the write and taken back): a dead peer is a close reason.
  *
  * on_close runs once per stream, whoever closed it, as its last callback,
  * after every frame was released: the one place to free the stream. It
@@ -855,7 +857,9 @@ struct lull_stream {
     uint64_t reads;         /* reads that returned data */
     uint64_t bytes_read;    /* bytes they returned */
     struct {                /* lull's own */
-        lull_io io;         /* the socket (owned: closed with the stream) */
+        lull_io io;         /* the fd (owned: closed with the stream) */
+        lull_io wio;        /* lull_stream_open_pair: the write fd (owned);
+                               unused otherwise */
         lull_task flush;    /* queued at the loop's flush points while
                                writes wait */
         lull_task event;    /* later turn: connect result, buffered frames
@@ -932,11 +936,24 @@ LULL_EXTERN int lull_stream_connect_unix(lull_loop *loop, lull_stream *s,
                                          const char *path,
                                          const lull_stream_options *opts,
                                          lull_connect_fn fn);
-/* Adopts a connected stream socket (e.g. one end of a socketpair): the
- * stream owns fd from here on, also on failure. Reading starts at once; on
- * success the stream gets its close callback once, whoever closes it. */
+/* Adopts a byte-stream fd: a connected stream socket (one end of a
+ * socketpair), a pipe or FIFO end, or a character device such as a tty; it
+ * is made non-blocking. The stream owns fd from here on, also on failure.
+ * Reading starts at once; on success the stream gets its close callback
+ * once, whoever closes it. An fd opened for reading only refuses sends
+ * (-EPIPE) and closes at EOF (reason 0); one opened for writing only never
+ * reads, and a pipe's write end closes with -EPIPE when its reader goes,
+ * also while nothing is queued. -EINVAL for anything else (a datagram
+ * socket, a regular file, a number that is not an open fd). */
 LULL_EXTERN int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
                                  const lull_stream_options *opts);
+/* One stream over two fds: it reads rfd and writes wfd (a pipe each way,
+ * say: a child's stdout and stdin). Owns both from here on, also on
+ * failure. lull_stream_shutdown closes wfd once the queue is written, so
+ * its reader sees EOF; reading goes on. rfd == wfd is lull_stream_open.
+ * -EINVAL when rfd cannot be read or wfd written. */
+LULL_EXTERN int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd,
+                                      int wfd, const lull_stream_options *opts);
 /* Pause and resume reading (backpressure on the peer). Frames already
  * buffered wait too; on resume they arrive in a later turn. */
 LULL_EXTERN int lull_stream_read_stop(lull_stream *s);
@@ -951,8 +968,161 @@ LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 /* Half-close: once everything queued is written, shut the write side (the
  * peer reads EOF); sends fail with -EPIPE from now on. Reading goes on. */
 LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
-/* The socket, or -1 once closed. */
+/* The fd it reads (a pair's rfd), or -1 once closed. */
 LULL_EXTERN int lull_stream_fd(const lull_stream *s);
+
+/* ------------------------------------------------------------ processes */
+
+/* Child processes (docs/PROCESS.md). lull_process_spawn starts a program
+ * in a child and watches the child's pidfd: its exit arrives as on_exit on
+ * the loop, exactly once, from the pidfd's readiness, and the child is
+ * reaped: never left a zombie. No SIGCHLD handler is installed and no pid
+ * is waited for but the child's own, so other libraries' children are
+ * theirs. If another part of the program reaps lull's child first (a
+ * SIGCHLD handler calling waitpid(-1), or SIGCHLD set to SIG_IGN), on_exit
+ * still runs once, with the status the kernel kept for the pidfd (Linux
+ * 6.15), or -ECHILD where it keeps none. Each of stdin, stdout and stderr
+ * is inherited, /dev/null, a pipe or a socketpair whose other end comes
+ * back as a lull_stream, or a given fd; every other fd is closed in the
+ * child. Needs Linux 5.4 (pidfd, waitid(P_PIDFD)). */
+
+typedef struct lull_process lull_process;
+/* The child ended. It exited with exit_status (0-255; term_signal 0), or
+ * a signal ended it (term_signal; exit_status 0). exit_status is a
+ * negative errno when lull could not learn how it ended: -ECHILD for a
+ * handle inherited through fork() (lull_loop_fork), whose process is the
+ * parent's child, not this one's, and for a child another part of the
+ * program reaped on a kernel that keeps no status for its pidfd (before
+ * Linux 6.15). The handle's last callback: free or reuse p inside it. */
+typedef void (*lull_process_exit_fn)(lull_process *p, int exit_status,
+                                     int term_signal);
+
+typedef enum lull_stdio_kind {
+    LULL_STDIO_INHERIT = 0,    /* the parent's own fd 0, 1 or 2 */
+    LULL_STDIO_NULL = 1,       /* /dev/null */
+    LULL_STDIO_PIPE = 2,       /* a pipe; the parent's end opens as `stream` */
+    LULL_STDIO_SOCKETPAIR = 3, /* a Unix socketpair, both ways; the
+                                  parent's end opens as `stream` */
+    LULL_STDIO_FD = 4          /* `fd`, the caller's (lull never closes it) */
+} lull_stdio_kind;
+
+typedef struct lull_stdio { /* all zero = inherit */
+    lull_stdio_kind kind;   /* LULL_STDIO_* */
+    int fd;                 /* LULL_STDIO_FD: the fd the child gets */
+    lull_stream *stream;    /* PIPE, SOCKETPAIR: opened by the spawn over the
+                               parent's end, yours to close. stdin and
+                               stdout naming the same stream (both PIPE) open
+                               one stream that writes the child's stdin and
+                               reads its stdout (lull_stream_open_pair) */
+    const lull_stream_options *stream_opts; /* NULL = defaults */
+} lull_stdio;
+
+/* lull_process_options.flags. NEW_GROUP: setpgid(0, 0), a process group
+ * of its own (kill(-pid, sig) then reaches what it starts too). NEW_SESSION:
+ * setsid(), a session of its own, without a controlling terminal.
+ * KILL_ON_CLOSE: lull_process_close sends SIGKILL. */
+#define LULL_PROCESS_NEW_GROUP     0x1u
+#define LULL_PROCESS_NEW_SESSION   0x2u
+#define LULL_PROCESS_KILL_ON_CLOSE 0x4u
+
+typedef struct lull_process_options {
+    const char *file;    /* the program: a path with a '/', or a name looked up
+                            in PATH (envp's, else the parent's); NULL = argv[0] */
+    char *const *argv;   /* NULL-terminated; argv[0] set */
+    char *const *envp;   /* NULL-terminated; NULL = the parent's environ */
+    const char *cwd;     /* NULL = the parent's */
+    lull_stdio stdio[3]; /* stdin, stdout, stderr */
+    unsigned flags;      /* LULL_PROCESS_* */
+} lull_process_options;
+
+struct lull_process {
+    lull_loop *loop; /* the owning loop */
+    int pid;         /* the child's pid (a pid_t), kept after its exit */
+    int exit_status; /* once reaped: what on_exit got */
+    int term_signal;
+    struct {                          /* lull's own */
+        lull_io io;                   /* the pidfd (owned) */
+        lull_task done;               /* on_exit for a close in a fork */
+        lull_process_exit_fn on_exit; /* the last callback */
+        int owner_pid;                /* the process that spawned it */
+        unsigned flags;               /* LULL_PROCESS_* */
+        uint32_t state;               /* src/process.c */
+        uint32_t retries;             /* exit seen before its status was
+                                         recorded (src/process.c) */
+    };
+};
+
+/* Starts opts->file in a child and returns once it runs the program: an
+ * exec that fails (no such file, not executable, a cwd that does not exist)
+ * is this call's error (-ENOENT, -EACCES ...), never a child that exits
+ * 127; so is running out of fds (-EMFILE) or processes (-EAGAIN). Nothing
+ * is left behind on failure: no child, no fd, no stream. on_exit (required)
+ * runs once, on the loop, never inside this call. The handle keeps the loop
+ * alive until then (lull_process_unref). */
+LULL_EXTERN int lull_process_spawn(lull_loop *loop, lull_process *p,
+                                   const lull_process_options *opts,
+                                   lull_process_exit_fn on_exit);
+/* Sends signum (0 probes) with pidfd_send_signal: never to a reused pid.
+ * -ESRCH once on_exit ran, -ECHILD in a forked copy of the loop. */
+LULL_EXTERN int lull_process_kill(lull_process *p, int signum);
+/* Done with the child. With LULL_PROCESS_KILL_ON_CLOSE it is sent SIGKILL;
+ * without, it runs on, and the handle stops keeping the loop alive. Either
+ * way the handle reaps it: on_exit still runs once, as the last callback,
+ * when it ends (in a forked copy of the loop: in a later turn, with
+ * -ECHILD, and nothing is killed). Idempotent. */
+LULL_EXTERN int lull_process_close(lull_process *p);
+/* An unreferenced process does not keep lull_loop_run alive. */
+LULL_EXTERN void lull_process_ref(lull_process *p);
+LULL_EXTERN void lull_process_unref(lull_process *p);
+
+/* -------------------------------------------------------------- signals */
+
+/* Signals as handles (docs/PROCESS.md): a loop reads the signals its
+ * handles watch from one signalfd, and each delivery runs the callback of
+ * every handle watching that signal, once, on the loop. The kernel keeps one
+ * pending instance of a standard signal: several sent before the loop reads
+ * them may arrive as one (real-time signals queue). A watched signal must be
+ * blocked in every thread, or a thread that does not block it takes it
+ * with its usual action: lull_signal_start blocks it in the calling thread;
+ * call lull_signal_block in main before creating threads, and threads
+ * inherit it. A signal nobody watches keeps its usual action (lull never
+ * installs a handler); one that arrived while watched and is still pending
+ * when the last handle for it stops is dropped. Each signal is read by one
+ * loop: watch it on one. */
+
+typedef struct lull_signal lull_signal;
+typedef void (*lull_signal_fn)(lull_signal *sig, int signum);
+
+struct lull_signal {
+    lull_loop *loop;   /* the owning loop */
+    int signum;        /* the signal watched; 0 while stopped */
+    int sender_pid;    /* in the callback: the sender's pid (si_pid; 0 when
+                          the kernel sent it) */
+    uint64_t received; /* deliveries this handle saw */
+    struct {           /* lull's own */
+        lull_signal_fn fn;
+        lull_signal *next; /* the loop's started handles, in start order */
+        lull_signal *prev;
+        uint64_t seq;   /* start order: a delivery reaches older handles */
+        unsigned flags; /* src/signal.c */
+    };
+};
+
+LULL_EXTERN int lull_signal_init(lull_loop *loop, lull_signal *sig,
+                                 lull_signal_fn fn);
+/* Watches signum (restarting a started handle on another signal). -EINVAL
+ * for a signal that cannot be caught or blocked (SIGKILL, SIGSTOP, glibc's
+ * own 32 and 33) or out of range. */
+LULL_EXTERN int lull_signal_start(lull_signal *sig, int signum);
+/* No callback after this, also for a delivery already read. Idempotent. */
+LULL_EXTERN int lull_signal_stop(lull_signal *sig);
+/* An unreferenced signal handle does not keep lull_loop_run alive. */
+LULL_EXTERN void lull_signal_ref(lull_signal *sig);
+LULL_EXTERN void lull_signal_unref(lull_signal *sig);
+/* Thread-safe: blocks signum in the calling thread (pthread_sigmask), so
+ * that threads created afterwards inherit it. Call it in main, before any
+ * thread starts, for every signal a loop will watch. */
+LULL_EXTERN int lull_signal_block(int signum);
 
 /* ------------------------------------------------------------------ pool */
 

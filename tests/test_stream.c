@@ -17,12 +17,14 @@
 #include "check.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lull.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -1854,10 +1856,10 @@ TEST(argument_errors) {
     lull_stream s;
     lull_server srv;
     CHECK_EQ(lull_stream_open(NULL, &s, -1, NULL), -EINVAL);
-    int p[2];
-    CHECK_EQ(pipe(p), 0);
-    CHECK(lull_stream_open(loop, &s, p[0], NULL) < 0); /* not a socket */
-    close(p[1]);
+    int file = memfd_create("lull-test", MFD_CLOEXEC); /* a regular file */
+    CHECK(file >= 0);
+    CHECK_EQ(lull_stream_open(loop, &s, file, NULL), -EINVAL);
+    CHECK_EQ(fcntl(file, F_GETFD), -1); /* closed: the stream owned it */
     lull_stream_options bad = {.flags = 0x80};
     CHECK_EQ(lull_stream_connect_tcp(loop, &s, NULL, 1, &bad, NULL), -EINVAL);
     CHECK_EQ(lull_server_listen_unix(loop, &srv, "", 0, accept_one), -EINVAL);
