@@ -139,6 +139,46 @@ cli SET z 007 >/dev/null
 cli SET z +1 >/dev/null
 [ "$(cli INCR z)" = "ERR value is not an integer or out of range" ] || fail "INCR on +1"
 
+# ---------------------------------------------------------- large replies
+
+# raw PORT IN OUT: the bytes of file IN written on one connection (IN ends
+# with QUIT, so the server closes it), and everything the server answered
+# in OUT.
+raw() {
+    exec 5<>"/dev/tcp/127.0.0.1/$1"
+    cat "$2" >&5 &
+    local w=$!
+    timeout 60 cat <&5 >"$3"
+    wait $w
+    exec 5>&-
+}
+# value FILE BYTES: a value of BYTES bytes (binary: CR, LF and NUL inside).
+value() { head -c "$2" /dev/urandom >"$1"; }
+# bulk FILE: FILE as a bulk reply.
+bulk() { printf '$%d\r\n' "$(wc -c <"$1")"; cat "$1"; printf '\r\n'; }
+
+# A reply over 16 MiB (a stream's default max_frame): GET's answer comes
+# whole, and the PING after it gets its own +PONG.
+value "$dir/v17" $((17 << 20))
+[ "$(redis-cli -p "$port" -x SET big <"$dir/v17")" = OK ] || fail "SET of 17 MiB"
+printf '*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nQUIT\r\n' >"$dir/req"
+raw "$port" "$dir/req" "$dir/got"
+{ bulk "$dir/v17"; printf '+PONG\r\n+OK\r\n'; } >"$dir/want"
+cmp -s "$dir/got" "$dir/want" ||
+    fail "GET of 17 MiB then PING: $(wc -c <"$dir/got") bytes, want $(wc -c <"$dir/want"); starts '$(head -c 40 "$dir/got" | tr -d '\r')'"
+# 20 GETs of a 1 MiB value in one write: 20 answers.
+value "$dir/v1m" $((1 << 20))
+redis-cli -p "$port" -x SET m1 <"$dir/v1m" >/dev/null
+{
+    for _ in $(seq 20); do printf '*2\r\n$3\r\nGET\r\n$2\r\nm1\r\n'; done
+    printf '*1\r\n$4\r\nQUIT\r\n'
+} >"$dir/req"
+raw "$port" "$dir/req" "$dir/got"
+{ for _ in $(seq 20); do bulk "$dir/v1m"; done; printf '+OK\r\n'; } >"$dir/want"
+cmp -s "$dir/got" "$dir/want" ||
+    fail "20 pipelined GETs of 1 MiB: $(wc -c <"$dir/got") bytes, want $(wc -c <"$dir/want")"
+cli DEL big m1 >/dev/null
+
 # ---------------------------------------------------------- replication
 
 # info PORT FIELD: one field of INFO replication.

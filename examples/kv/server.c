@@ -59,6 +59,7 @@
 #include <inttypes.h>
 #include <lull.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,14 @@
 /* 1024 arguments: far more than any command lull-kv knows takes (SET has
  * three); a client sending more is sending something lull-kv cannot run. */
 #define MAX_ARGS 1024
+
+/* Replies at least this long are handed to the stream as they are (the
+ * buffer becomes the frame, freed once written) rather than copied, and a
+ * connection sends what it has gathered once it reaches this much: 64 KiB,
+ * the stream's high-water mark. So a large reply is never copied twice, a
+ * connection keeps no buffer larger than about this between bursts, and a
+ * pipeline of large replies waits for the client to read (on_drain). */
+#define REPLY_HANDOVER ((size_t)64 << 10)
 
 /* Frames a replica link can have in flight: the log's records are sent by
  * pointer, each in a lull_frame of the link's own. 4096 covers a stream's
@@ -140,6 +149,7 @@ struct conn {
     buf in;         /* bytes read and not yet parsed into a command */
     buf out;        /* replies to the current chunk, sent at its end */
     bool closing;   /* QUIT or a protocol error: input is ignored now */
+    bool waiting;   /* replies filled the stream: `in` waits for on_drain */
     bool gone;      /* on_close ran while `fin` was in flight */
     lull_frame fin; /* the last replies (bytes: out): its release closes */
     rlink *link;    /* set by REPLSYNC: this is a replica's link */
@@ -308,6 +318,7 @@ static bool link_command(conn *c, const resp_arg *a, size_t argc) {
 }
 
 static void conn_free(conn *c);
+static void conn_finish(conn *c);
 
 /* CLIENT KILL TYPE replica|slave: closes every replica link (they
  * reconnect and continue from their offsets). The one CLIENT form
@@ -349,6 +360,49 @@ static void conn_free(conn *c) {
     free(c);
 }
 
+/* "ip:port" of the connection's peer, for log lines ("unix" for a Unix
+ * socket). */
+static const char *conn_name(conn *c, char *s, size_t cap) {
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    snprintf(s, cap, "unix");
+    if (getpeername(lull_stream_fd(&c->s), (struct sockaddr *)&sa, &len) != 0)
+        return s;
+    if (sa.ss_family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&sa;
+        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
+        snprintf(s, cap, "%s:%d", ip, ntohs(in->sin_port));
+    } else if (sa.ss_family == AF_INET6) {
+        struct sockaddr_in6 *in = (struct sockaddr_in6 *)&sa;
+        inet_ntop(AF_INET6, &in->sin6_addr, ip, sizeof ip);
+        snprintf(s, cap, "[%s]:%d", ip, ntohs(in->sin6_port));
+    }
+    return s;
+}
+
+/* Closes the connection now and frees it (no on_close follows), after a
+ * line on stderr saying why. A connection whose last replies (`fin`) are
+ * still in flight is freed by fin's release, which the close runs. */
+static void conn_drop(conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void conn_drop(conn *c, const char *fmt, ...) {
+    if (fmt) {
+        char name[64], why[160];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, sizeof why, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "lull-kv: %s %s: %s; connection closed\n",
+                c->link ? "replica" : "client", conn_name(c, name, sizeof name),
+                why);
+    }
+    bool finishing = c->fin.in_flight;
+    c->gone = true;
+    lull_endpoint_close(&c->s.ep, 0);
+    if (!finishing) conn_free(c);
+}
+
 static void on_close(lull_endpoint *ep, int reason) {
     (void)reason; /* EOF, reset, ...: the client is gone either way */
     conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
@@ -367,59 +421,71 @@ static void fin_release(lull_frame *f) {
     conn_free(c);
 }
 
-/* Sends what the chunk produced, and pushes back when it piles up. The
- * copy is one allocation per chunk, not per command: the output buffer is
- * reused for the next chunk while lull still holds the copy. */
-static void flush(conn *c) {
-    if (c->out.len == 0) return;
-    lull_send_copy(&c->s.ep, c->out.p, c->out.len);
-    c->out.len = 0;
-    if (!lull_writable(&c->s.ep)) lull_stream_read_stop(&c->s);
+/* A reply buffer handed to the stream whole (see REPLY_HANDOVER). */
+typedef struct handover {
+    lull_frame f;
+    char *p; /* the buffer, freed once written */
+} handover;
+
+static void handover_release(lull_frame *f) {
+    handover *h = LULL_CONTAINER_OF(f, handover, f);
+    free(h->p);
+    free(h);
 }
 
-static void on_drain(lull_endpoint *ep) {
-    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
-    lull_stream_read_start(&c->s);
-    if (c->link) lull_post(c->srv->loop, &c->link->task);
-}
-
-/* Stops serving this client: its last replies leave as `fin`, the write
- * side is shut, and fin's release closes the socket. c may be gone when
- * this returns. */
-static void conn_finish(conn *c) {
-    c->closing = true;
-    c->fin = (lull_frame){
-        .bytes = c->out.p, .len = c->out.len, .release = fin_release};
-    if (c->out.len == 0 || lull_send(&c->s.ep, &c->fin) < 0) {
-        lull_endpoint_close(&c->s.ep, 0);
-        conn_free(c);
-        return;
+/* Sends the replies gathered so far. Small ones are copied (one
+ * allocation per batch, not per command: the output buffer is reused);
+ * from REPLY_HANDOVER bytes on, the buffer itself becomes the frame and a
+ * fresh one starts, so a large reply is neither copied again nor kept
+ * once written. A refused send closes the connection with the reason:
+ * a reply is never dropped while later ones still go out. False when the
+ * connection was closed. */
+static bool flush(conn *c) {
+    if (c->out.len == 0) return true;
+    size_t len = c->out.len;
+    int rc;
+    if (len >= REPLY_HANDOVER) {
+        handover *h = malloc(sizeof *h);
+        rc = -ENOMEM;
+        if (h) {
+            h->p = c->out.p;
+            h->f = (lull_frame){
+                .bytes = h->p, .len = len, .release = handover_release};
+            rc = lull_send(&c->s.ep, &h->f);
+            if (rc == 0)
+                c->out = (buf){0};
+            else
+                free(h);
+        }
+    } else {
+        rc = lull_send_copy(&c->s.ep, c->out.p, len);
+        c->out.len = 0;
     }
-    lull_stream_shutdown(&c->s);
+    if (rc < 0) {
+        conn_drop(c, "a reply of %zu bytes was refused (%s)", len,
+                  strerror(-rc));
+        return false;
+    }
+    return true;
 }
 
-static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
-    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
+/* Runs the complete commands at the front of p[0, len): *used gets the
+ * bytes they took. It stops at an incomplete command, when the connection
+ * starts closing (QUIT, a protocol error), or when its replies have filled
+ * the stream: then the rest waits for on_drain (c->waiting), so a
+ * connection holds at most about the high-water mark plus one reply
+ * however many requests one read brought. False when the connection was
+ * closed (and freed). */
+static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
     server *srv = c->srv;
-    if (c->closing) return;
-    /* With nothing left over from the last chunk, commands are parsed in
-     * the stream's own buffer (valid for this call) and only an unparsed
-     * tail is copied: the common chunk of whole commands is not copied. */
-    bool direct = c->in.len == 0;
-    const char *p = bytes;
-    size_t total = len;
-    if (!direct) {
-        buf_put(&c->in, bytes, len);
-        p = c->in.p;
-        total = c->in.len;
-    }
     uint64_t log_end = srv->kv.log.end;
     size_t off = 0;
-    while (!c->closing && !c->in.oom) {
+    bool alive = true;
+    while (!c->closing && !c->in.oom && !c->out.oom) {
         size_t argc;
         const char *err = NULL;
         long n =
-            resp_parse(&srv->lim, p + off, total - off, srv->argv, &argc, &err);
+            resp_parse(&srv->lim, p + off, len - off, srv->argv, &argc, &err);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) {
             buf_str(&c->out, "-ERR ");
@@ -432,13 +498,9 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         if (argc == 0) continue;
         if (c->link) {
             if (!link_command(c, srv->argv, argc)) {
-                fprintf(stderr,
-                        "lull-kv: replica %s:%d sent what is not REPLACK "
-                        "<offset>: link closed\n",
-                        c->link->peer.ip, c->link->peer.port);
-                lull_endpoint_close(&c->s.ep, -EPROTO); /* no on_close */
-                conn_free(c);
-                return;
+                conn_drop(c, "sent what is not REPLACK <offset>");
+                alive = false;
+                break;
             }
         } else if (resp_is(&srv->argv[0], "REPLSYNC")) {
             start_link(c, srv->argv, argc);
@@ -446,29 +508,99 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
             if (kv_exec(&srv->kv, srv->argv, argc, &c->out) & KV_QUIT)
                 c->closing = true;
         }
+        if (c->out.len >= REPLY_HANDOVER && !c->closing) {
+            if (!flush(c)) {
+                alive = false;
+                break;
+            }
+            if (!lull_writable(&c->s.ep)) {
+                c->waiting = true; /* on_drain runs the rest */
+                break;
+            }
+        }
     }
+    /* Records logged: every replica link sends them (even when this
+     * connection is gone: the writes were made). */
     if (srv->kv.log.end != log_end) wake_links(srv);
-    /* Keep the unparsed tail at the front for the next chunk. */
-    if (!direct)
-        buf_consume(&c->in, off);
-    else if (off < total && !c->closing)
-        buf_put(&c->in, p + off, total - off);
+    *used = off;
+    return alive;
+}
+
+/* After a batch of commands: send their replies, or end the connection,
+ * and stop reading while the stream is full. */
+static void conn_after(conn *c) {
     if (c->in.oom || c->out.oom) {
-        lull_endpoint_close(&c->s.ep, -ENOMEM); /* no on_close follows */
-        conn_free(c);
+        conn_drop(c, "out of memory");
         return;
     }
-    if (c->closing)
+    if (c->closing) {
         conn_finish(c);
-    else
-        flush(c);
+        return;
+    }
+    if (!flush(c)) return;
+    if (!lull_writable(&c->s.ep)) lull_stream_read_stop(&c->s);
+}
+
+static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
+    if (c->closing) return;
+    size_t used;
+    if (c->in.len == 0 && !c->waiting) {
+        /* Nothing left over: commands are parsed in the stream's own
+         * buffer (valid for this call) and only an unparsed tail is
+         * copied, so the common chunk of whole commands is not copied. */
+        if (!run_commands(c, bytes, len, &used)) return;
+        if (used < len && !c->closing)
+            buf_put(&c->in, (const char *)bytes + used, len - used);
+    } else {
+        buf_put(&c->in, bytes, len);
+        if (!c->waiting && !c->in.oom) {
+            if (!run_commands(c, c->in.p, c->in.len, &used)) return;
+            buf_consume(&c->in, used);
+        }
+    }
+    conn_after(c);
+}
+
+static void on_drain(lull_endpoint *ep) {
+    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
+    lull_stream_read_start(&c->s);
+    if (c->link) lull_post(c->srv->loop, &c->link->task);
+    if (!c->waiting || c->closing) return;
+    c->waiting = false;
+    size_t used;
+    if (!run_commands(c, c->in.p, c->in.len, &used)) return;
+    buf_consume(&c->in, used);
+    conn_after(c);
+}
+
+/* Stops serving this client: its last replies leave as `fin`, the write
+ * side is shut, and fin's release closes the socket. c may be gone when
+ * this returns. */
+static void conn_finish(conn *c) {
+    c->closing = true;
+    if (c->out.len == 0) {
+        conn_drop(c, NULL);
+        return;
+    }
+    c->fin = (lull_frame){
+        .bytes = c->out.p, .len = c->out.len, .release = fin_release};
+    int rc = lull_send(&c->s.ep, &c->fin);
+    if (rc < 0) {
+        conn_drop(c, "its last reply was refused (%s)", strerror(-rc));
+        return;
+    }
+    lull_stream_shutdown(&c->s);
 }
 
 static void accept_conn(lull_server *ls) {
     conn *c = calloc(1, sizeof *c);
     if (!c) return; /* the waiting connection is closed when we return */
     c->srv = the_server;
-    lull_stream_options o = {.flags = LULL_STREAM_RAW};
+    /* Raw: max_frame only bounds one send. lull-kv bounds what a
+     * connection holds itself (run_commands' backpressure), so a reply is
+     * never refused for its size: a 17 MiB GET answer is one frame. */
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
     if (lull_stream_accept(ls, &c->s, &o) < 0) {
         free(c);
         return;
