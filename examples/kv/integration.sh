@@ -218,6 +218,43 @@ same() {
     [ "$(redis-cli -p "$2" DBSIZE)" = "$(cli DBSIZE)" ] || fail "replica DBSIZE"
 }
 
+# Values of 1 B, 64 KiB, 1 MiB, 17 MiB (over a stream's default
+# max_frame) and the longest bulk allowed go through a client and a
+# replica; one byte longer is a protocol error. A small SET after them
+# must not overtake them on the replica.
+largest=$((24 << 20))
+start bigp --port 0 --max-bulk $largest
+bpid=$started
+bport=$started_port
+start bigr --port 0 --max-bulk $largest --replica-of "127.0.0.1:$bport"
+brpid=$started
+brport=$started_port
+: >"$dir/bigkeys"
+for size in 1 65536 $((1 << 20)) $((17 << 20)) $largest; do
+    value "$dir/v$size" $size
+    [ "$(redis-cli -p "$bport" -x SET "v$size" <"$dir/v$size")" = OK ] || fail "SET of $size bytes"
+    echo "v$size" >>"$dir/bigkeys"
+done
+redis-cli -p "$bport" SET small v >/dev/null
+echo small >>"$dir/bigkeys"
+value "$dir/over" $((largest + 1))
+{ printf '*3\r\n$3\r\nSET\r\n$4\r\nover\r\n$%d\r\n' $((largest + 1)); cat "$dir/over"; printf '\r\n'; } >"$dir/req"
+raw "$bport" "$dir/req" "$dir/got"
+[ "$(tr -d '\r' <"$dir/got")" = "-ERR Protocol error: invalid bulk length" ] ||
+    fail "a bulk over the limit: '$(head -c 80 "$dir/got")'"
+mport=$port
+port=$bport
+synced "$brport"
+same "$dir/bigkeys" "$brport"
+for size in 1 65536 $((1 << 20)) $((17 << 20)) $largest; do
+    printf '*2\r\n$3\r\nGET\r\n$%d\r\nv%d\r\n*1\r\n$4\r\nQUIT\r\n' $((${#size} + 1)) "$size" >"$dir/req"
+    { bulk "$dir/v$size"; printf '+OK\r\n'; } >"$dir/want"
+    raw "$brport" "$dir/req" "$dir/got"
+    cmp -s "$dir/got" "$dir/want" || fail "the replica's v$size differs"
+done
+port=$mport
+{ kill "$brpid" "$bpid"; wait "$brpid" "$bpid"; } 2>/dev/null
+
 awk -v n=$n 'BEGIN { for (i = 0; i < n; i++) print "key:" i; print "counter"; print "z" }' >"$dir/keys"
 start replica --port 0 --replica-of "127.0.0.1:$port"
 rpid=$started

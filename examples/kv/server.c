@@ -184,6 +184,9 @@ struct rlink {
     ring_frame ring[RING];
 };
 
+static void conn_drop(conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* The catch-up and follow sender: one record per step. */
 static void produce(lull_task *t) {
     rlink *l = LULL_CONTAINER_OF(t, rlink, task);
@@ -196,10 +199,22 @@ static void produce(lull_task *t) {
             l->starved = true;
             return;
         }
+        /* The cursor moves only once the stream took the record: a record
+         * that cannot be sent is never skipped. */
+        repl_cursor next = l->cur;
         size_t len;
-        rf->f.bytes = repl_log_next(log, &l->cur, &len);
+        rf->f.bytes = repl_log_next(log, &next, &len);
         rf->f.len = len;
-        if (lull_send(&l->c->s.ep, &rf->f) < 0) return; /* on_close follows */
+        int rc = lull_send(&l->c->s.ep, &rf->f);
+        if (rc < 0) {
+            /* The replica resyncs from its offset when it reconnects. */
+            conn_drop(l->c,
+                      "the record at offset %" PRIu64 " (%zu bytes) was "
+                      "refused (%s)",
+                      repl_log_offset(log, &l->cur), len, strerror(-rc));
+            return;
+        }
+        l->cur = next;
         l->ring_next++;
         l->inflight++;
         if (srv->per_record || lull_should_yield(srv->loop)) {
@@ -333,14 +348,7 @@ static bool client_kill_replicas(server *srv, const resp_arg *a, size_t argc,
     repl_peer *p = srv->kv.peers.next;
     while (p != &srv->kv.peers) {
         repl_peer *next = p->next;
-        conn *lc = LULL_CONTAINER_OF(p, rlink, peer)->c;
-        /* A link closing after a protocol error may still hold `fin`
-         * behind its records: the close releases it, and fin's release
-         * frees the connection (gone: it must not close it again). */
-        bool finishing = lc->fin.in_flight;
-        lc->gone = true;
-        lull_endpoint_close(&lc->s.ep, 0); /* no on_close follows */
-        if (!finishing) conn_free(lc);
+        conn_drop(LULL_CONTAINER_OF(p, rlink, peer)->c, NULL);
         n++;
         p = next;
     }
@@ -384,8 +392,6 @@ static const char *conn_name(conn *c, char *s, size_t cap) {
 /* Closes the connection now and frees it (no on_close follows), after a
  * line on stderr saying why. A connection whose last replies (`fin`) are
  * still in flight is freed by fin's release, which the close runs. */
-static void conn_drop(conn *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 static void conn_drop(conn *c, const char *fmt, ...) {
     if (fmt) {
         char name[64], why[160];
@@ -642,6 +648,17 @@ static void master_malformed(server *srv, const char *what) {
     master_down(srv);
 }
 
+/* A send on the link was refused: the link closes (the primary sees it
+ * go) and is retried, so the replica resyncs rather than wait on a link
+ * that lost what it had to say. */
+static void master_lost(server *srv, const char *what, int rc) {
+    fprintf(stderr,
+            "lull-kv: replica: %s to %s:%d was refused (%s); link closed\n",
+            what, srv->m.host, srv->m.port, strerror(-rc));
+    lull_endpoint_close(&srv->m.s.ep, rc); /* no on_close follows */
+    master_down(srv);
+}
+
 static void master_closed(lull_endpoint *ep, int reason) {
     server *srv = LULL_CONTAINER_OF(ep, server, m.s.ep);
     fprintf(stderr, "lull-kv: replica: link to %s:%d lost (%s)\n", srv->m.host,
@@ -663,7 +680,12 @@ static void ack_send(lull_task *t) {
                        "*2\r\n$7\r\nREPLACK\r\n$%d\r\n%s\r\n", n, num);
     m->ack_frame.bytes = m->ack_buf;
     m->ack_frame.len = (size_t)len;
-    if (lull_send(&m->s.ep, &m->ack_frame) == 0) m->acked = srv->kv.offset;
+    int rc = lull_send(&m->s.ep, &m->ack_frame);
+    if (rc < 0) {
+        master_lost(srv, "REPLACK", rc);
+        return;
+    }
+    m->acked = srv->kv.offset;
 }
 
 static void ack_release(lull_frame *f) {
@@ -764,7 +786,8 @@ static void master_connected(lull_stream *s, int status) {
                      "*4\r\n$8\r\nREPLSYNC\r\n$%zu\r\n%s\r\n$%d\r\n%s\r\n"
                      "$%d\r\n%s\r\n",
                      strlen(id), id, on, off, pn, port);
-    lull_send_copy(&m->s.ep, req, (size_t)n);
+    int rc = lull_send_copy(&m->s.ep, req, (size_t)n);
+    if (rc < 0) master_lost(srv, "REPLSYNC", rc);
 }
 
 static void master_connect(server *srv) {
