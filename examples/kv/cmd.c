@@ -69,9 +69,37 @@ void buf_bulk(buf *b, const char *p, size_t n) {
     buf_put(b, "\r\n", 2);
 }
 
+bool buf_reserve_upto(buf *b, size_t more, size_t want) {
+    if (b->cap - b->len >= more) return true;
+    /* The size the buffer will need, in one step: a large argument is
+     * received into its final place, with no realloc moving it on the
+     * way (the memory is only touched as the bytes arrive). */
+    size_t cap = want > b->len + more ? want : b->len + more;
+    if (cap < 4096) cap = 4096;
+    char *p = realloc(b->p, cap);
+    if (!p) return false;
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
+
 void buf_consume(buf *b, size_t n) {
+    if (n == 0) return;
     memmove(b->p, b->p + n, b->len - n);
     b->len -= n;
+}
+
+void buf_shrink(buf *b, size_t keep) {
+    if (b->cap <= keep || b->len > b->cap / 4) return;
+    if (b->len == 0) {
+        buf_free(b);
+        return;
+    }
+    size_t cap = b->len * 2 > keep ? b->len * 2 : keep;
+    char *p = realloc(b->p, cap);
+    if (!p) return; /* it stays as it was: still correct */
+    b->p = p;
+    b->cap = cap;
 }
 
 void buf_free(buf *b) {
@@ -351,8 +379,10 @@ int kv_apply(kv *k, const resp_arg *a, size_t argc, const char **err) {
 }
 
 long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
-                     const char *bytes, size_t len, const char **err) {
+                     const char *bytes, size_t len, const char **err,
+                     size_t *need) {
     size_t off = 0;
+    *need = 1;
     while (off < len) {
         /* The log holds multibulk requests only: an inline line here is
          * not lull-kv's log. */
@@ -361,9 +391,11 @@ long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
             return -EPROTO;
         }
         size_t argc;
-        long n = resp_parse(lim, bytes + off, len - off, argv, &argc, err);
+        long n = resp_parse_need(lim, bytes + off, len - off, argv, &argc, err,
+                                 need);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) return -EPROTO;
+        *need = 1;
         int rc = kv_apply(k, argv, argc, err);
         if (rc == -ENOMEM) {
             *err = "out of memory";

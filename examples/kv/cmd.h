@@ -29,8 +29,15 @@ void buf_put(buf *b, const void *p, size_t n);
 void buf_str(buf *b, const char *s);
 void buf_int(buf *b, char tag, long long v); /* ":12\r\n", "*3\r\n", ... */
 void buf_bulk(buf *b, const char *p, size_t n);
+/* buf_reserve when the final size is known (`want` bytes in all: the
+ * command being received, as far as its parser knows): grows to it in
+ * one step. */
+bool buf_reserve_upto(buf *b, size_t more, size_t want);
 /* Drops the first n bytes (the parsed ones). */
 void buf_consume(buf *b, size_t n);
+/* Gives memory back after a burst: a buffer over `keep` bytes that is at
+ * most a quarter full shrinks (freed when empty). */
+void buf_shrink(buf *b, size_t keep);
 void buf_free(buf *b);
 
 #define KV_READONLY_ERR "-READONLY You can't write against a read only replica."
@@ -70,10 +77,13 @@ int kv_apply(kv *k, const resp_arg *a, size_t argc, const char **err);
 
 /* Applies every complete record at the front of bytes[0, len) and adds
  * their bytes to k->offset. Returns the bytes taken (the rest waits for
- * more), or -EPROTO with *err set: a request that is not multibulk, a
- * protocol error, or a record kv_apply refuses. */
+ * more: *need is how many of the rest must be there before another call
+ * can take any, see resp_parse_need), or -EPROTO with *err set: a request
+ * that is not multibulk, a protocol error, or a record kv_apply
+ * refuses. */
 long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
-                     const char *bytes, size_t len, const char **err);
+                     const char *bytes, size_t len, const char **err,
+                     size_t *need);
 
 /* INCR's integer: what Redis accepts (an optional '-', digits without a
  * leading zero, within int64; no '+', no spaces). */

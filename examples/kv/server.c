@@ -121,6 +121,7 @@ typedef struct master {
     int port;        /* the primary's port */
     char replid[41]; /* the primary's id from the last full resync */
     buf in;          /* bytes of the link not yet applied */
+    size_t need;     /* apply again once `in` holds this many bytes */
     lull_timer retry;
     uint64_t backoff_ns;  /* the next retry's delay */
     lull_task ack;        /* sends REPLACK <offset> */
@@ -147,6 +148,7 @@ struct conn {
     lull_stream s;
     server *srv;
     buf in;         /* bytes read and not yet parsed into a command */
+    size_t need;    /* parse `in` again once it holds this many bytes */
     buf out;        /* replies to the current chunk, sent at its end */
     bool closing;   /* QUIT or a protocol error: input is ignored now */
     bool waiting;   /* replies filled the stream: `in` waits for on_drain */
@@ -490,8 +492,8 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
     while (!c->closing && !c->in.oom && !c->out.oom) {
         size_t argc;
         const char *err = NULL;
-        long n =
-            resp_parse(&srv->lim, p + off, len - off, srv->argv, &argc, &err);
+        long n = resp_parse_need(&srv->lim, p + off, len - off, srv->argv,
+                                 &argc, &err, &c->need);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) {
             buf_str(&c->out, "-ERR ");
@@ -547,6 +549,23 @@ static void conn_after(conn *c) {
     if (!lull_writable(&c->s.ep)) lull_stream_read_stop(&c->s);
 }
 
+/* Keeps the bytes of a command that is not all there. The buffer grows
+ * to the size the command needs (c->need, from the parser) and no more,
+ * and the parser runs again only once that many bytes are in: a large
+ * argument is copied once, from the stream's buffer into this one, and
+ * its read costs the same per byte however it is cut. */
+static void keep_input(conn *c, const char *bytes, size_t len) {
+    if (!buf_reserve_upto(&c->in, len, c->need)) {
+        c->in.oom = true;
+        return;
+    }
+    buf_put(&c->in, bytes, len);
+}
+
+/* Between bursts a connection keeps no large input buffer (64 KiB: one
+ * read of the stream's). */
+#define INPUT_KEEP ((size_t)64 << 10)
+
 static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
     if (c->closing) return;
@@ -557,12 +576,13 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
          * copied, so the common chunk of whole commands is not copied. */
         if (!run_commands(c, bytes, len, &used)) return;
         if (used < len && !c->closing)
-            buf_put(&c->in, (const char *)bytes + used, len - used);
+            keep_input(c, (const char *)bytes + used, len - used);
     } else {
-        buf_put(&c->in, bytes, len);
-        if (!c->waiting && !c->in.oom) {
+        keep_input(c, bytes, len);
+        if (!c->waiting && !c->in.oom && c->in.len >= c->need) {
             if (!run_commands(c, c->in.p, c->in.len, &used)) return;
             buf_consume(&c->in, used);
+            buf_shrink(&c->in, INPUT_KEEP);
         }
     }
     conn_after(c);
@@ -577,6 +597,7 @@ static void on_drain(lull_endpoint *ep) {
     size_t used;
     if (!run_commands(c, c->in.p, c->in.len, &used)) return;
     buf_consume(&c->in, used);
+    buf_shrink(&c->in, INPUT_KEEP);
     conn_after(c);
 }
 
@@ -629,6 +650,8 @@ static void master_down(server *srv) {
     m->state = M_DOWN;
     srv->kv.link_up = false;
     m->in.len = 0; /* a partial record: it comes again after the resync */
+    m->need = 0;
+    buf_shrink(&m->in, INPUT_KEEP);
     lull_cancel(&m->ack);
     fprintf(stderr, "lull-kv: replica: retrying %s:%d in %" PRIu64 " ms\n",
             m->host, m->port, m->backoff_ns / 1000000);
@@ -750,6 +773,9 @@ static int master_handshake(server *srv) {
 static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     server *srv = LULL_CONTAINER_OF(ep, server, m.s.ep);
     master *m = &srv->m;
+    /* As a client's input (keep_input): the buffer grows to the record
+     * being received, and records are parsed again only once it is in. */
+    if (!buf_reserve_upto(&m->in, len, m->need)) m->in.oom = true;
     buf_put(&m->in, bytes, len);
     if (m->in.oom) {
         m->in.oom = false;
@@ -757,14 +783,16 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         return;
     }
     if (m->state == M_SYNC && master_handshake(srv) <= 0) return;
+    if (m->in.len < m->need) return;
     const char *err = "";
     long n = kv_apply_stream(&srv->kv, &srv->lim, srv->argv, m->in.p, m->in.len,
-                             &err);
+                             &err, &m->need);
     if (n < 0) {
         master_malformed(srv, err);
         return;
     }
     buf_consume(&m->in, (size_t)n);
+    buf_shrink(&m->in, INPUT_KEEP);
     if (srv->kv.offset != m->acked) lull_post(srv->loop, &m->ack);
 }
 
