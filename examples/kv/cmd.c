@@ -13,10 +13,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------- buffers */
 
@@ -192,19 +194,24 @@ static void unknown(buf *out, const resp_arg *cmd) {
     buf_str(out, "'\r\n");
 }
 
-/* CONFIG GET: what a server without persistence says, for the parameters
- * redis-benchmark and redis-cli ask about at start-up; others are unknown
- * (an empty reply, as Redis gives for a name that matches nothing). */
-static void config_get(buf *out, const resp_arg *name) {
-    static const char *const params[][2] = {{"save", ""}, {"appendonly", "no"}};
-    size_t n = 0, match[2];
-    for (size_t i = 0; i < 2; i++)
-        if (resp_is(name, "*") || resp_is(name, params[i][0])) match[n++] = i;
-    buf_int(out, '*', (long long)(2 * n));
-    for (size_t i = 0; i < n; i++) {
-        buf_bulk(out, params[match[i]][0], strlen(params[match[i]][0]));
-        buf_bulk(out, params[match[i]][1], strlen(params[match[i]][1]));
+/* CONFIG GET: what a server without persistence says for the parameters
+ * redis-benchmark and redis-cli ask about at start-up, and the limits the
+ * server was started with (k->config); others are unknown (an empty
+ * reply, as Redis gives for a name that matches nothing). */
+static void config_get(const kv *k, buf *out, const resp_arg *name) {
+    static const char *const fixed[][2] = {{"save", ""}, {"appendonly", "no"}};
+    const char *match[2 * 8];
+    size_t n = 0;
+    for (size_t i = 0; i < 2 + k->nconfig && n < 16; i++) {
+        const char *const *p = i < 2 ? fixed[i] : k->config[i - 2];
+        if (resp_is(name, "*") || resp_is(name, p[0])) {
+            match[n++] = p[0];
+            match[n++] = p[1];
+        }
     }
+    buf_int(out, '*', (long long)n);
+    for (size_t i = 0; i < n; i++)
+        buf_bulk(out, match[i], strlen(match[i]));
 }
 
 static bool is_write(const resp_arg *cmd) {
@@ -337,7 +344,7 @@ int kv_exec(kv *k, const resp_arg *a, size_t argc, buf *out) {
         buf_str(out, "*0\r\n");
     } else if (resp_is(&a[0], "CONFIG")) {
         if (argc == 3 && resp_is(&a[1], "GET"))
-            config_get(out, &a[2]);
+            config_get(k, out, &a[2]);
         else
             buf_str(out, "-ERR CONFIG: only CONFIG GET is supported\r\n");
     } else {
@@ -450,6 +457,22 @@ static void info_replication(const kv *k, buf *b) {
     }
 }
 
+/* used_memory: the bytes malloc has handed out and not had back (heap
+ * and mmap'd blocks), what Redis counts as its own; used_memory_rss: the
+ * process's resident pages. */
+static void info_memory(buf *b) {
+    struct mallinfo2 mi = mallinfo2();
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%*s %ld", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    info_line(b, "# Memory");
+    info_line(b, "used_memory:%zu", mi.uordblks + mi.hblkhd);
+    info_line(b, "used_memory_rss:%ld", pages * sysconf(_SC_PAGESIZE));
+}
+
 void kv_info(const kv *k, const resp_arg *section, buf *out) {
     bool all = !section || resp_is(section, "all") ||
                resp_is(section, "default") || resp_is(section, "everything");
@@ -458,6 +481,8 @@ void kv_info(const kv *k, const resp_arg *section, buf *out) {
         info_line(&b, "# Clients");
         info_line(&b, "connected_clients:%zu", k->clients);
     }
+    if (all) info_line(&b, "%s", "");
+    if (all || resp_is(section, "memory")) info_memory(&b);
     if (all) info_line(&b, "%s", "");
     if (all || resp_is(section, "replication")) info_replication(k, &b);
     if (b.oom) out->oom = true;

@@ -57,7 +57,9 @@ typedef struct kv {
     bool link_up;    /* handshake done and the link open */
     uint64_t offset; /* bytes of the primary's log applied */
     /* Both: */
-    size_t clients; /* open client connections (INFO clients) */
+    size_t clients;                 /* open client connections (INFO clients) */
+    const char *const (*config)[2]; /* CONFIG GET: name, value pairs */
+    size_t nconfig;
 } kv;
 
 void kv_init(kv *k); /* store_init's error aside: 0 or -ENOMEM */

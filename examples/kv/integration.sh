@@ -177,7 +177,99 @@ raw "$port" "$dir/req" "$dir/got"
 { for _ in $(seq 20); do bulk "$dir/v1m"; done; printf '+OK\r\n'; } >"$dir/want"
 cmp -s "$dir/got" "$dir/want" ||
     fail "20 pipelined GETs of 1 MiB: $(wc -c <"$dir/got") bytes, want $(wc -c <"$dir/want")"
+# A client that sends 200 GETs of the 1 MiB value and reads nothing holds
+# about one reply in the server, not 200 MiB (the server stops running its
+# commands while its stream is full); once it reads, all 200 answers come,
+# and the server's memory is back where it was.
+py=/usr/bin/python3
+used_memory() { cli INFO memory | tr -d '\r' | sed -n 's/^used_memory://p'; }
+if [ -x "$py" ]; then
+    base=$(used_memory)
+    "$py" - "$port" "$dir/v1m" "$dir/slow.ready" "$dir/slow.go" "$dir/slow.result" <<'PY' &
+import os, socket, sys, time
+port, vfile, ready, go, result = sys.argv[1:]
+v = open(vfile, "rb").read()
+want = b"$%d\r\n%s\r\n" % (len(v), v)
+s = socket.create_connection(("127.0.0.1", int(port)))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+s.sendall(b"*2\r\n$3\r\nGET\r\n$2\r\nm1\r\n" * 200)
+open(ready, "w").write("1\n")
+while not os.path.exists(go):
+    time.sleep(0.02)
+buf = bytearray(len(want) * 200)
+view, got = memoryview(buf), 0
+s.settimeout(30)
+while got < len(buf):
+    n = s.recv_into(view[got:])
+    if n == 0:
+        break
+    got += n
+ok = got == len(buf) and all(buf[i * len(want):(i + 1) * len(want)] == want for i in range(200))
+open(result, "w").write("ok\n" if ok else "bad %d\n" % got)
+PY
+    spid=$!
+    eventually test -s "$dir/slow.ready"
+    sleep 0.5
+    held=$(( $(used_memory) - base ))
+    [ "$held" -lt $((16 << 20)) ] || fail "a client that does not read holds $held bytes"
+    touch "$dir/slow.go"
+    wait $spid
+    [ "$(cat "$dir/slow.result")" = ok ] || fail "200 GETs read late: $(cat "$dir/slow.result")"
+    after=$(( $(used_memory) - base ))
+    [ "$after" -lt $((2 << 20)) ] || fail "memory not returned after a burst: $after bytes"
+    slow="a client not reading held $((held >> 10)) KiB for 200 MiB of replies, $((after >> 10)) KiB after"
+else
+    slow="skipped (no /usr/bin/python3)"
+fi
 cli DEL big m1 >/dev/null
+
+# ---------------------------------------------------------- limits
+
+# client-query-buffer-limit: a command longer than it closes that
+# connection (with a line on stderr) as soon as its size is known.
+start limits --port 0 --client-query-buffer-limit 1mb
+lport=$started_port
+lpid=$started
+value "$dir/v2m" $((2 << 20))
+redis-cli -p "$lport" -x SET q <"$dir/v2m" >/dev/null 2>&1
+eventually grep -q "over client-query-buffer-limit (1048576); connection closed" "$dir/limits.out" ||
+    fail "query buffer limit: $(cat "$dir/limits.out")"
+[ "$(redis-cli -p "$lport" EXISTS q)" = 0 ] || fail "a SET over the query buffer limit ran"
+{ kill "$lpid"; wait "$lpid"; } 2>/dev/null
+start limits2 --port 0 --client-output-buffer-limit normal 16mb 4mb 1
+lport=$started_port
+lpid=$started
+# client-output-buffer-limit normal 16mb 4mb 1: a 32 MiB answer to a
+# client that does not read is over the hard limit at once (the kernel
+# takes at most a few MiB of it); a 12 MiB one stays over the soft limit
+# and is closed after 1 s.
+value "$dir/v32m" $((32 << 20))
+redis-cli -p "$lport" -x SET o <"$dir/v32m" >/dev/null
+printf '*2\r\n$3\r\nGET\r\n$1\r\no\r\n' >"$dir/req"
+raw "$lport" "$dir/req" "$dir/got"
+eventually grep -q "over the normal hard limit (16777216); connection closed" "$dir/limits2.out" ||
+    fail "normal hard limit: $(cat "$dir/limits2.out")"
+[ "$(wc -c <"$dir/got")" -lt $((32 << 20)) ] || fail "a reply over the hard limit was sent whole"
+if [ -x "$py" ]; then
+    value "$dir/v12m" $((12 << 20))
+    redis-cli -p "$lport" -x SET o <"$dir/v12m" >/dev/null
+    "$py" - "$lport" "$dir/limits2.out" <<'PY' || fail "normal soft limit: $(cat "$dir/limits2.out")"
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+s.connect(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"*2\r\n$3\r\nGET\r\n$1\r\no\r\n")
+t0 = time.time()
+while time.time() - t0 < 10:
+    if "over the normal soft limit (4194304) for 1 s; connection closed" in open(sys.argv[2]).read():
+        sys.exit(0 if time.time() - t0 >= 0.9 else 1)
+    time.sleep(0.05)
+sys.exit(1)
+PY
+fi
+[ "$(redis-cli -p "$lport" PING)" = PONG ] || fail "the other clients after the limits"
+{ kill "$lpid"; wait "$lpid"; } 2>/dev/null
+
 
 # ---------------------------------------------------------- replication
 
@@ -254,6 +346,57 @@ for size in 1 65536 $((1 << 20)) $((17 << 20)) $largest; do
 done
 port=$mport
 { kill "$brpid" "$bpid"; wait "$brpid" "$bpid"; } 2>/dev/null
+
+# client-output-buffer-limit replica 16mb 4mb 1. A replica stopped while
+# 100 MB are written is over the hard limit (the kernel holds some tens of
+# MiB of it at most): the primary closes its link, and the replica, once
+# running again, reconnects, resumes from its offset and ends equal.
+start rlp --port 0 --client-output-buffer-limit replica 16mb 4mb 1
+rlpid=$started
+rlport=$started_port
+start rlr --port 0 --replica-of "127.0.0.1:$rlport"
+rlrpid=$started
+rlrport=$started_port
+mport=$port
+port=$rlport
+redis-cli -p "$rlport" SET before stop >/dev/null
+synced "$rlrport"
+kill -STOP "$rlrpid"
+redis-benchmark -p "$rlport" -t set -n 1000 -r 1000 -d 100000 -c 4 -q >/dev/null 2>&1
+eventually grep -q "^lull-kv: replica 127.0.0.1:[0-9]*: output buffer of [0-9]* bytes over the replica hard limit (16777216); connection closed" "$dir/rlp.out" ||
+    fail "replica hard limit: $(cat "$dir/rlp.out")"
+[ "$(info "$rlport" connected_slaves)" = 0 ] || fail "the link over its limit stayed"
+kill -CONT "$rlrpid"
+synced "$rlrport"
+grep -q "in sync with 127.0.0.1:$rlport from offset [1-9][0-9]* (continue)" "$dir/rlr.out" ||
+    fail "the replica did not resume: $(cat "$dir/rlr.out")"
+{ echo before; awk 'BEGIN { for (i = 0; i < 1000; i++) printf "key:%012d\n", i }'; } >"$dir/rlkeys"
+same "$dir/rlkeys" "$rlrport"
+# A replica that never reads: the 8 MB written after it connected stay
+# over the soft limit (its catch-up of the older log has filled its
+# socket), and its link is closed after 1 s.
+if [ -x "$py" ]; then
+    "$py" - "$rlport" "$dir/rlp.out" <<'PY' &
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.connect(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"*4\r\n$8\r\nREPLSYNC\r\n$1\r\n?\r\n$1\r\n0\r\n$1\r\n1\r\n")
+t0 = time.time()
+while time.time() - t0 < 20 and "soft limit" not in open(sys.argv[2]).read():
+    time.sleep(0.05)
+PY
+    fpid=$!
+    eventually test "$(info "$rlport" connected_slaves)" = 2
+    redis-benchmark -p "$rlport" -t set -n 80 -r 1000 -d 100000 -c 1 -q >/dev/null 2>&1
+    eventually grep -q "output buffer of [0-9]* bytes over the replica soft limit (4194304) for 1 s; connection closed" "$dir/rlp.out" ||
+        fail "replica soft limit: $(cat "$dir/rlp.out")"
+    wait $fpid
+    synced "$rlrport"
+    [ "$(info "$rlport" connected_slaves)" = 1 ] || fail "connected_slaves after the soft limit"
+fi
+port=$mport
+{ kill "$rlrpid" "$rlpid"; wait "$rlrpid" "$rlpid"; } 2>/dev/null
 
 awk -v n=$n 'BEGIN { for (i = 0; i < n; i++) print "key:" i; print "counter"; print "z" }' >"$dir/keys"
 start replica --port 0 --replica-of "127.0.0.1:$port"
@@ -404,4 +547,4 @@ kill -0 "$pid" || fail "lull-kv died"
 echo "integration: $n keys via --pipe read back, 8 clients x 500 INCR = 4000, protocol error closed one connection only;" \
     "replica equal at offset; resumed from offset $before after its link was killed;" \
     "killed at offset $acked of $moff and restarted from 0, equal on $((n + big + 3)) keys; resynced after a primary restart;" \
-    "malformed stream $malformed"
+    "malformed stream $malformed; $slow"
