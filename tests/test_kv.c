@@ -267,7 +267,7 @@ TEST(store_keys) {
         int vn = snprintf(v, sizeof v, "value:%d", i * 7);
         CHECK_EQ(store_set(&st, k, (size_t)kn, v, (size_t)vn), 0);
     }
-    CHECK_EQ(st.count, 10000);
+    CHECK_EQ(store_count(&st), 10000);
     /* Overwrite half, delete a third, read all back. */
     for (int i = 0; i < 10000; i += 2) {
         int kn = snprintf(k, sizeof k, "key:%d", i);
@@ -280,7 +280,7 @@ TEST(store_keys) {
         CHECK_EQ(store_del(&st, k, (size_t)kn), 0);
         deleted++;
     }
-    CHECK_EQ(st.count, 10000 - deleted);
+    CHECK_EQ(store_count(&st), 10000 - deleted);
     for (int i = 0; i < 10000; i++) {
         int kn = snprintf(k, sizeof k, "key:%d", i);
         size_t vlen = 99;
@@ -303,10 +303,10 @@ TEST(store_keys) {
     CHECK(store_get(&st, "a\0b", 3, &vlen) != NULL);
     CHECK(store_get(&st, "", 0, &vlen) != NULL);
     store_clear(&st);
-    CHECK_EQ(st.count, 0);
+    CHECK_EQ(store_count(&st), 0);
     CHECK(store_get(&st, "key:1", 5, &vlen) == NULL);
     CHECK_EQ(store_set(&st, "k", 1, "v", 1), 0);
-    CHECK_EQ(st.count, 1);
+    CHECK_EQ(store_count(&st), 1);
     store_free(&st);
 }
 
@@ -321,7 +321,7 @@ static const char *exec_words(kv *k, buf *out, const char *line) {
     for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
         argv[argc++] = (resp_arg){w, strlen(w)};
     out->len = 0;
-    kv_exec(k, argv, argc, out);
+    kv_exec(k, NULL, argv, argc, out);
     buf_put(out, "", 1); /* NUL: the reply as a string */
     return out->p;
 }
@@ -335,7 +335,7 @@ static void kv_setup(kv *k, bool replica) {
 
 static bool same_keys(const store *a, const store *b, const char *const *keys,
                       size_t n) {
-    if (a->count != b->count) return false;
+    if (store_count(a) != store_count(b)) return false;
     for (size_t i = 0; i < n; i++) {
         size_t la, lb;
         const char *va = store_get(a, keys[i], strlen(keys[i]), &la);
@@ -506,7 +506,7 @@ TEST(replica_is_read_only) {
         CHECK(strcmp(exec_words(&r, &out, writes[i]),
                      "-READONLY You can't write against a read only "
                      "replica.\r\n") == 0);
-    CHECK_EQ(r.db.count, 0);
+    CHECK_EQ(store_count(&r.db), 0);
     CHECK_EQ(r.log.nrec, 0);
     /* Reads are answered, from what the primary's log put there. */
     CHECK_EQ(store_set(&r.db, "a", 1, "1", 1), 0);
@@ -569,7 +569,8 @@ TEST(info_replication_fields) {
     info = exec_words(&p, &out, "INFO");
     CHECK(strcmp(info_field(info, "connected_clients", v, sizeof v), "3") == 0);
     CHECK(info_field(info, "role", v, sizeof v) != NULL);
-    CHECK(strcmp(exec_words(&p, &out, "INFO keyspace"), "$0\r\n\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "INFO nosuchsection"), "$0\r\n\r\n") ==
+          0);
 
     kv r;
     kv_setup(&r, true);
@@ -644,4 +645,253 @@ TEST(incr_integers_as_redis_reads_them) {
     CHECK_EQ(p.log.nrec, 4); /* three SETs and the INCR that ran */
     buf_free(&out);
     kv_free(&p);
+}
+
+/* -------------------------------------------------------------- expiry */
+
+#include <lull.h>
+
+#include "../examples/kv/expiry.h"
+
+#define MS 1000000ull /* ns */
+
+/* A primary (or replica) on a virtual-clock loop, its clock at 10^12 ms
+ * (a time of day in 2001) when the loop's clock reads 0. */
+typedef struct vkv {
+    lull_loop *loop;
+    kv k;
+    kv_expiry x;
+    buf out;
+} vkv;
+
+static void vkv_open(vkv *v, lull_loop *loop, bool replica) {
+    memset(v, 0, sizeof *v);
+    v->loop = loop;
+    kv_setup(&v->k, replica);
+    kv_expiry_init(&v->x, loop, &v->k, 1000000000000ll);
+}
+
+/* Runs a command as the server does: then the timer follows. */
+static const char *vexec(vkv *v, const char *line) {
+    const char *r = exec_words(&v->k, &v->out, line);
+    if (v->k.expiry_changed) kv_expiry_rearm(&v->x);
+    return r;
+}
+
+static void vkv_close(vkv *v) {
+    kv_expiry_stop(&v->x);
+    buf_free(&v->out);
+    kv_free(&v->k);
+}
+
+static lull_loop *virtual_loop(void) {
+    lull_loop *loop;
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    return loop;
+}
+
+/* The last record of a primary's log, NUL-terminated in a static buffer. */
+static const char *last_record(const kv *k) {
+    static char rec[256];
+    CHECK(k->log.nrec > 0);
+    uint64_t at = k->log.starts[k->log.nrec - 1];
+    const repl_chunk *c = &k->log.chunks[k->log.nchunks - 1];
+    size_t len = (size_t)(k->log.end - at);
+    CHECK(at >= c->start && len < sizeof rec);
+    memcpy(rec, c->p + (at - c->start), len);
+    rec[len] = 0;
+    return rec;
+}
+
+TEST(expiry_never_early_never_late) {
+    /* A key set with PX 100 is there, with its time left, until the
+     * clock reads 100 ms later, and gone from then on: deleted by the
+     * timer at that instant with no command touching it, and the DEL
+     * logged for the replicas. */
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    CHECK(strcmp(vexec(&v, "SET a 1 PX 100"), "+OK\r\n") == 0);
+    CHECK(strstr(last_record(&v.k), "PXAT\r\n$13\r\n1000000000100\r\n"));
+    CHECK(lull_timer_active(&v.x.timer));
+    CHECK(strcmp(vexec(&v, "PTTL a"), ":100\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "TTL a"), ":0\r\n") == 0); /* (100 + 500) / 1000 */
+    lull_advance(loop, 99 * MS + 999999);
+    CHECK_EQ(v.x.fired, 0);
+    CHECK(strcmp(vexec(&v, "GET a"), "$1\r\n1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL a"), ":1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXISTS a"), ":1\r\n") == 0);
+    lull_advance(loop, 1);
+    CHECK_EQ(v.x.fired, 1);
+    CHECK_EQ(store_count(&v.k.db), 0);
+    CHECK(strcmp(last_record(&v.k), "*2\r\n$3\r\nDEL\r\n$1\r\na\r\n") == 0);
+    CHECK(!lull_timer_active(&v.x.timer));
+    CHECK(strcmp(vexec(&v, "GET a"), "$-1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "TTL a"), ":-2\r\n") == 0);
+
+    /* A command that reaches an expired key before the timer runs (the
+     * loop busy elsewhere) finds it gone too, and deletes it itself. */
+    vexec(&v, "SET b 1 PX 5");
+    lull_timer_stop(&v.x.timer); /* as if the timer were late */
+    lull_advance(loop, 5 * MS);
+    size_t nrec = v.k.log.nrec;
+    CHECK(strcmp(vexec(&v, "GET b"), "$-1\r\n") == 0);
+    CHECK_EQ(v.k.log.nrec, nrec + 1); /* the DEL */
+    CHECK_EQ(store_count(&v.k.db), 0);
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(expiry_commands) {
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    vexec(&v, "SET k v");
+    CHECK(strcmp(vexec(&v, "TTL k"), ":-1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXPIRE k 10"), ":1\r\n") == 0);
+    CHECK(strcmp(last_record(&v.k),
+                 "*3\r\n$9\r\nPEXPIREAT\r\n$1\r\nk\r\n$13\r\n1000000010000"
+                 "\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "TTL k"), ":10\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXPIRE k 20 NX"), ":0\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXPIRE k 5 GT"), ":0\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXPIRE k 5 LT"), ":1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PEXPIRE k 3000 XX"), ":1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":3000\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PERSIST k"), ":1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PERSIST k"), ":0\r\n") == 0);
+    CHECK(!lull_timer_active(&v.x.timer));
+    CHECK(strcmp(vexec(&v, "EXPIREAT k 1000000001"), ":1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":1000\r\n") == 0);
+    /* SET without KEEPTTL drops the expiry; with it, keeps it. */
+    CHECK(strcmp(vexec(&v, "SET k w KEEPTTL"), "+OK\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":1000\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "SET k w"), "+OK\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":-1\r\n") == 0);
+    /* NX, XX, GET; EX and EXAT. */
+    CHECK(strcmp(vexec(&v, "SET k x NX"), "$-1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "SET n x XX"), "$-1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "SET k x XX GET"), "$1\r\nw\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "SET k y EX 2"), "+OK\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":2000\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "SET k y EXAT 1000000003"), "+OK\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":3000\r\n") == 0);
+    /* A time already past deletes the key, and logs a DEL. */
+    CHECK(strcmp(vexec(&v, "EXPIRE k -1"), ":1\r\n") == 0);
+    CHECK(strcmp(last_record(&v.k), "*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXISTS k"), ":0\r\n") == 0);
+    /* Redis' errors, word for word (redis-server 7.0). */
+    static const char *const errors[][2] = {
+        {"SET k v EX 0", "-ERR invalid expire time in 'set' command\r\n"},
+        {"SET k v PX -5", "-ERR invalid expire time in 'set' command\r\n"},
+        {"SET k v EX x", "-ERR value is not an integer or out of range\r\n"},
+        {"SET k v NX XX", "-ERR syntax error\r\n"},
+        {"SET k v EX 1 PX 1", "-ERR syntax error\r\n"},
+        {"SET k v KEEPTTL EX 1", "-ERR syntax error\r\n"},
+        {"SET k v EX", "-ERR syntax error\r\n"},
+        {"SET k", "-ERR wrong number of arguments for 'set' command\r\n"},
+        {"EXPIRE k 10 NX XX", "-ERR NX and XX, GT or LT options at the same "
+                              "time are not compatible\r\n"},
+        {"EXPIRE k 10 GT LT",
+         "-ERR GT and LT options at the same time are not compatible\r\n"},
+        {"EXPIRE k 10 FOO", "-ERR Unsupported option FOO\r\n"},
+        {"EXPIRE k 99999999999999999",
+         "-ERR invalid expire time in 'expire' command\r\n"},
+        {"TTL", "-ERR wrong number of arguments for 'ttl' command\r\n"},
+    };
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+        const char *got = vexec(&v, errors[i][0]);
+        if (strcmp(got, errors[i][1]) != 0)
+            check_fail(__FILE__, __LINE__, "%s: %s", errors[i][0], got);
+    }
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(expiry_far_keys_arm_one_timer) {
+    /* 10,000 keys that expire in a day and more: one timer, armed for the
+     * earliest, and nothing runs for a day; then every key goes at its
+     * own millisecond, in a few timer runs. Removing the earliest key's
+     * expiry moves the timer to the next. */
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    enum { N = 10000 };
+    char line[64];
+    for (int i = 0; i < N; i++) {
+        snprintf(line, sizeof line, "SET key:%d v PX %d", i,
+                 86400000 + (N - i));
+        vexec(&v, line);
+    }
+    CHECK_EQ(v.k.db.nheap, N);
+    CHECK_U64_EQ(lull_timer_deadline(&v.x.timer), (86400000ull + 1) * MS);
+    vexec(&v, "PERSIST key:9999");
+    CHECK_U64_EQ(lull_timer_deadline(&v.x.timer), (86400000ull + 2) * MS);
+    lull_advance(loop, 86400000 * MS);
+    CHECK_EQ(v.x.fired, 0);
+    CHECK_EQ(store_count(&v.k.db), N);
+    lull_advance(loop, 2 * MS);
+    CHECK_EQ(v.x.fired, 1);
+    CHECK_EQ(store_count(&v.k.db), N - 1); /* key:9998; 9999 persists */
+    lull_advance(loop, (uint64_t)N * MS);
+    CHECK_EQ(store_count(&v.k.db), 1);
+    CHECK_EQ(v.k.db.nheap, 0);
+    if (v.x.fired > N - 1) /* each run expires a key at least */
+        check_fail(__FILE__, __LINE__, "fired %llu",
+                   (unsigned long long)v.x.fired);
+    CHECK(!lull_timer_active(&v.x.timer));
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(expiry_replicates_as_redis) {
+    /* A replica applies the primary's absolute times; it hides a key
+     * whose time has come but never deletes it on its own (no timer of
+     * its own): the primary's DEL does. */
+    lull_loop *loop = virtual_loop();
+    vkv p, r;
+    vkv_open(&p, loop, false);
+    vkv_open(&r, loop, true);
+    vexec(&p, "SET a 1 EX 10");
+    vexec(&p, "SET b 2");
+    vexec(&p, "PEXPIRE b 20000");
+    vexec(&p, "SET c 3 PX 30000");
+    vexec(&p, "PERSIST c");
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    const char *err = NULL;
+    size_t need;
+    CHECK_EQ(kv_apply_stream(&r.k, &lim, argv, p.k.log.chunks[0].p,
+                             (size_t)p.k.log.end, &err, &need),
+             (long)p.k.log.end);
+    if (r.k.expiry_changed) kv_expiry_rearm(&r.x);
+    CHECK(!lull_timer_active(&r.x.timer));
+    CHECK(strcmp(vexec(&r, "PTTL a"), ":10000\r\n") == 0);
+    CHECK(strcmp(vexec(&r, "PTTL b"), ":20000\r\n") == 0);
+    CHECK(strcmp(vexec(&r, "PTTL c"), ":-1\r\n") == 0);
+    /* The primary's timer is stopped (busy elsewhere): its DEL has not
+     * come; the replica hides the key from its clients and keeps it. */
+    lull_timer_stop(&p.x.timer);
+    lull_advance(loop, 10000 * MS);
+    CHECK(strcmp(vexec(&r, "GET a"), "$-1\r\n") == 0);
+    CHECK(strcmp(vexec(&r, "EXISTS a"), ":0\r\n") == 0);
+    CHECK(strcmp(vexec(&r, "TTL a"), ":-2\r\n") == 0);
+    CHECK_EQ(store_count(&r.k.db), 3);
+    /* The primary expires it and logs the DEL; the replica applies it. */
+    uint64_t from = p.k.log.end;
+    kv_expiry_rearm(&p.x);
+    lull_settle(loop);
+    CHECK_EQ(store_count(&p.k.db), 2);
+    CHECK(p.k.log.end > from);
+    CHECK_EQ(
+        kv_apply_stream(&r.k, &lim, argv,
+                        p.k.log.chunks[0].p + (from - p.k.log.chunks[0].start),
+                        (size_t)(p.k.log.end - from), &err, &need),
+        (long)(p.k.log.end - from));
+    CHECK_EQ(store_count(&r.k.db), 2);
+    CHECK_U64_EQ(r.k.offset, p.k.log.end);
+    vkv_close(&r);
+    vkv_close(&p);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }

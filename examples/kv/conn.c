@@ -248,7 +248,7 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         } else if (resp_is(&srv->argv[0], "REPLSYNC")) {
             start_link(c, srv->argv, argc);
         } else if (!client_kill_replicas(srv, srv->argv, argc, &c->out)) {
-            if (kv_exec(&srv->kv, srv->argv, argc, &c->out) & KV_QUIT)
+            if (kv_exec(&srv->kv, &c->cl, srv->argv, argc, &c->out) & KV_QUIT)
                 c->closing = true;
         }
         if (c->out.len >= REPLY_HANDOVER && !c->closing) {
@@ -263,8 +263,10 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         }
     }
     /* Records logged: every replica link sends them (even when this
-     * connection is gone: the writes were made). */
+     * connection is gone: the writes were made). Expiry times changed:
+     * the timer follows the earliest. */
     if (srv->kv.log.end != log_end) wake_links(srv);
+    if (srv->kv.expiry_changed) kv_expiry_rearm(&srv->expiry);
     *used = off;
     return alive;
 }
@@ -371,6 +373,7 @@ void accept_conn(lull_server *ls) {
     conn *c = calloc(1, sizeof *c);
     if (!c) return; /* the waiting connection is closed when we return */
     c->srv = the_server;
+    c->cl.owner = c;
     /* Raw: max_frame only bounds one send. lull-kv bounds what a
      * connection holds itself (run_commands' backpressure), so a reply is
      * never refused for its size: a 17 MiB GET answer is one frame. */

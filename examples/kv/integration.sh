@@ -101,7 +101,7 @@ wait $(jobs -p | grep -v -x -F "$(echo $pids | tr ' ' '\n')")
 [ "$(cli EXISTS key:1 key:2 nokey)" = 2 ] || fail "EXISTS"
 [ "$(cli DEL key:1 nokey)" = 1 ] || fail "DEL"
 [ "$(cli INCR key:2)" = "ERR value is not an integer or out of range" ] || fail "INCR on text"
-[ "$(cli NOSUCH)" = "ERR unknown command 'NOSUCH'" ] || fail "unknown"
+[ "$(cli NOSUCH a)" = "ERR unknown command 'NOSUCH', with args beginning with: 'a' " ] || fail "unknown: $(cli NOSUCH a)"
 
 # Inline commands and a protocol error on a raw connection: the error
 # line, then EOF; the other clients go on.
@@ -424,6 +424,43 @@ echo live >>"$dir/keys"
 synced "$rport"
 same "$dir/keys" "$rport"
 
+# Expiry, in real time: a key set with PX 300 is there with its time
+# left, then gone on the primary and, by the DEL the primary logs, on the
+# replica; EXPIRE and PERSIST reach the replica as absolute times.
+cli SET soon v PX 300 >/dev/null
+cli SET later v >/dev/null
+cli EXPIRE later 1000 >/dev/null
+cli SET kept v EX 1000 >/dev/null
+cli PERSIST kept >/dev/null
+t=$(cli PTTL soon)
+[ "$t" -gt 0 ] && [ "$t" -le 300 ] || fail "PTTL soon: $t"
+synced "$rport"
+t=$(redis-cli -p "$rport" PTTL later)
+[ "$t" -gt 990000 ] && [ "$t" -le 1000000 ] || fail "the replica's PTTL later: $t"
+[ "$(redis-cli -p "$rport" TTL kept)" = -1 ] || fail "PERSIST on the replica"
+[ "$(redis-cli -p "$rport" GET soon)" = v ] || fail "soon, on the replica, before its time"
+sleep 0.35
+[ "$(cli EXISTS soon)" = 0 ] || fail "soon is still there"
+synced "$rport"
+[ "$(redis-cli -p "$rport" EXISTS soon)" = 0 ] || fail "soon is still on the replica"
+[ "$(redis-cli -p "$rport" DBSIZE)" = "$(cli DBSIZE)" ] || fail "replica DBSIZE after an expiry"
+echo later >>"$dir/keys"
+echo kept >>"$dir/keys"
+same "$dir/keys" "$rport"
+# An idle lull-kv holding 100,000 keys that expire in a day wakes up not
+# once in a second (its timer is armed for the earliest of them).
+awk 'BEGIN { for (i = 0; i < 100000; i++) printf "*5\r\n$3\r\nSET\r\n$%d\r\nttl:%d\r\n$1\r\nv\r\n$2\r\nEX\r\n$5\r\n86400\r\n", length("ttl:" i), i }' >"$dir/ttlkeys"
+out=$(redis-cli -p "$port" --pipe <"$dir/ttlkeys" 2>&1)
+echo "$out" | grep -q "errors: 0, replies: 100000" || fail "--pipe of TTL keys: $out"
+synced "$rport"
+sleeps() { awk '/^voluntary_ctxt_switches/ { print $2 }' "/proc/$1/status"; }
+s0=$(sleeps "$pid")
+r0=$(sleeps "$rpid")
+sleep 1
+idle=$(( $(sleeps "$pid") - s0 ))
+ridle=$(( $(sleeps "$rpid") - r0 ))
+[ "$idle" = 0 ] && [ "$ridle" = 0 ] ||
+    fail "idle with 100,000 TTL keys: $idle wakeups (primary), $ridle (replica)"
 # The primary drops its replica links; the replica reconnects and resumes
 # from its offset (it still holds its keys).
 before=$(info "$rport" slave_repl_offset)

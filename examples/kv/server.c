@@ -6,7 +6,7 @@
  * what it does and does not do. This file holds main: the options, the
  * listening sockets and the loop; conn.c the client connections, link.c
  * replication, cmd.c the commands, store.c the keyspace, repl.c the write
- * log, resp.c the parser.
+ * log, resp.c the parser, expiry.c the expiry timer.
  *
  *   lull-kv [--port N] [--unix PATH] [--proto-max-bulk-len SIZE]
  *           [--client-query-buffer-limit SIZE]
@@ -30,8 +30,8 @@
  *   ready, and runs until killed.
  *
  * Build:
- *   cc -O2 -o lull-kv server.c conn.c link.c cmd.c repl.c resp.c store.c \
- *      $(pkg-config --cflags --libs lull) */
+ *   cc -O2 -o lull-kv server.c conn.c link.c expiry.c cmd.c buf.c dict.c \
+ *      repl.c resp.c store.c $(pkg-config --cflags --libs lull) */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* getrandom */
 #include "server.h"
@@ -47,6 +47,11 @@
 #include <unistd.h>
 
 server *the_server;
+
+/* Keys expired by the timer: their DELs are in the log. */
+static void keys_expired(void *arg) {
+    wake_links(arg);
+}
 
 static int usage(void) {
     fprintf(stderr,
@@ -266,12 +271,19 @@ int main(int argc, char **argv) {
         }
         srv.has_unix = true;
     }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    kv_expiry_init(&srv.expiry, srv.loop, &srv.kv,
+                   (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+    srv.expiry.expired = keys_expired;
+    srv.expiry.arg = &srv;
     srv.port = lull_server_port(&srv.tcp);
     printf("lull-kv: listening on 127.0.0.1:%d%s%s\n", srv.port,
            unix_path ? " and " : "", unix_path ? unix_path : "");
     fflush(stdout);
     if (srv.kv.replica) master_start(&srv);
     lull_run(srv.loop, LULL_RUN_DEFAULT);
+    kv_expiry_stop(&srv.expiry);
     lull_server_close(&srv.tcp);
     if (srv.has_unix) lull_server_close(&srv.unx);
     kv_free(&srv.kv);

@@ -1,6 +1,7 @@
 /* server.h: what lull-kv's socket side shares between its files.
  *
- *   server.c  main: options, listening sockets, the loop
+ *   server.c  main: options, listening sockets, the loop, the expiry
+ *             timer's hooks (expiry.c)
  *   conn.c    client connections: reading, running commands, sending
  *             replies, the input and output limits
  *   link.c    replication: a primary's links to its replicas, and a
@@ -21,6 +22,7 @@
 #include <stdint.h>
 
 #include "cmd.h"
+#include "expiry.h"
 #include "repl.h"
 #include "resp.h"
 
@@ -97,6 +99,7 @@ typedef struct server {
     lull_server unx;
     bool has_unix;
     kv kv;                   /* keyspace, write log, replication state */
+    kv_expiry expiry;        /* the keyspace's expiry timer and its clock */
     resp_limits lim;         /* proto-max-bulk-len, MAX_ARGS */
     size_t qbuf_limit;       /* client-query-buffer-limit */
     obuf_limit obl[CLASSES]; /* client-output-buffer-limit, per class */
@@ -112,6 +115,7 @@ struct conn {
     buf in;          /* bytes read and not yet parsed into a command */
     size_t need;     /* parse `in` again once it holds this many bytes */
     buf out;         /* replies not yet handed to the stream */
+    kv_client cl;    /* its state in the command layer */
     bool closing;    /* QUIT or a protocol error: input is ignored now */
     bool waiting;    /* replies filled the stream: `in` waits for on_drain */
     bool gone;       /* on_close ran while `fin` was in flight */
