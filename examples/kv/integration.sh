@@ -424,22 +424,25 @@ echo live >>"$dir/keys"
 synced "$rport"
 same "$dir/keys" "$rport"
 
-# Expiry, in real time: a key set with PX 300 is there with its time
+# Expiry, in real time: a key set with PX 1500 is there with its time
 # left, then gone on the primary and, by the DEL the primary logs, on the
 # replica; EXPIRE and PERSIST reach the replica as absolute times.
-cli SET soon v PX 300 >/dev/null
+cli SET soon v PX 1500 >/dev/null
 cli SET later v >/dev/null
 cli EXPIRE later 1000 >/dev/null
 cli SET kept v EX 1000 >/dev/null
 cli PERSIST kept >/dev/null
 t=$(cli PTTL soon)
-[ "$t" -gt 0 ] && [ "$t" -le 300 ] || fail "PTTL soon: $t"
+[ "$t" -gt 0 ] && [ "$t" -le 1500 ] || fail "PTTL soon: $t"
 synced "$rport"
 t=$(redis-cli -p "$rport" PTTL later)
 [ "$t" -gt 990000 ] && [ "$t" -le 1000000 ] || fail "the replica's PTTL later: $t"
 [ "$(redis-cli -p "$rport" TTL kept)" = -1 ] || fail "PERSIST on the replica"
-[ "$(redis-cli -p "$rport" GET soon)" = v ] || fail "soon, on the replica, before its time"
-sleep 0.35
+got=$(printf 'PTTL soon\nGET soon\n' | redis-cli -p "$rport" | tr '\n' ' ')
+# (a slow machine may have let it expire, or nearly, before we asked)
+[ "${got%% *}" -lt 100 ] || [ "${got#* }" = "v " ] ||
+    fail "soon, on the replica, before its time: $got"
+sleep 1.6
 [ "$(cli EXISTS soon)" = 0 ] || fail "soon is still there"
 synced "$rport"
 [ "$(redis-cli -p "$rport" EXISTS soon)" = 0 ] || fail "soon is still on the replica"
