@@ -387,7 +387,8 @@ while time.time() - t0 < 20 and "soft limit" not in open(sys.argv[2]).read():
     time.sleep(0.05)
 PY
     fpid=$!
-    eventually test "$(info "$rlport" connected_slaves)" = 2
+    two_links() { [ "$(info "$rlport" connected_slaves)" = 2 ]; }
+    eventually two_links || fail "the fake replica did not connect"
     redis-benchmark -p "$rlport" -t set -n 80 -r 1000 -d 100000 -c 1 -q >/dev/null 2>&1
     eventually grep -q "output buffer of [0-9]* bytes over the replica soft limit (4194304) for 1 s; connection closed" "$dir/rlp.out" ||
         fail "replica soft limit: $(cat "$dir/rlp.out")"
