@@ -895,3 +895,464 @@ TEST(expiry_replicates_as_redis) {
     vkv_close(&p);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* ------------------------------------------------ types, MULTI, pub/sub */
+
+#include "../examples/kv/types.h"
+
+/* Runs a request given as words on k for client cl (may be NULL). */
+static const char *exec_cl(kv *k, kv_client *cl, buf *out, const char *line) {
+    static char copy[4096];
+    resp_arg argv[MAX_ARGS];
+    size_t argc = 0;
+    snprintf(copy, sizeof copy, "%s", line);
+    for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
+        argv[argc++] = (resp_arg){w, strlen(w)};
+    out->len = 0;
+    kv_exec(k, cl, argv, argc, out);
+    buf_put(out, "", 1);
+    out->len--;
+    return out->p;
+}
+
+/* Every key of k, in key order, with its type, value (sets and hashes
+ * sorted) and expiry: two keyspaces are equal when their dumps are. */
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void dump_keyspace(kv *k, buf *d) {
+    d->len = 0;
+    size_t n = store_count(&k->db), i = 0;
+    char **keys = malloc((n + 1) * sizeof *keys);
+    for (size_t b = 0; b < k->db.d.nbuckets; b++)
+        for (dict_entry *e = k->db.d.buckets[b]; e; e = e->next) {
+            keys[i] = malloc(e->klen + 1);
+            memcpy(keys[i], dict_key(&k->db.d, e), e->klen);
+            keys[i][e->klen] = 0;
+            i++;
+        }
+    qsort(keys, n, sizeof *keys, cmp_str);
+    char line[512];
+    for (i = 0; i < n; i++) {
+        dict_entry *e = store_find(&k->db, keys[i], strlen(keys[i]));
+        kobj *o = store_obj(e);
+        snprintf(line, sizeof line, "%s type=%d expire=%lld: ", keys[i],
+                 o->type, (long long)o->expire);
+        buf_str(d, line);
+        char **items = NULL;
+        size_t m = 0;
+        if (o->type == KV_STRING) {
+            buf_put(d, o->val, o->len);
+        } else if (o->type == KV_LIST) {
+            kv_list *l = o->val;
+            for (size_t j = 0; j < l->n; j++) {
+                buf_put(d, list_at(l, j)->p, list_at(l, j)->len);
+                buf_str(d, ",");
+            }
+        } else if (o->type == KV_ZSET) {
+            kv_zset *z = o->val;
+            for (znode *x = z->head->lv[0].fwd; x; x = x->lv[0].fwd) {
+                size_t len;
+                const char *name = znode_name(z, x, &len);
+                buf_put(d, name, len);
+                snprintf(line, sizeof line, "=%.17g,", x->score);
+                buf_str(d, line);
+            }
+        } else {
+            dict *sd = o->type == KV_SET ? &((kv_set *)o->val)->d
+                                         : &((kv_hash *)o->val)->d;
+            items = malloc(sd->count * sizeof *items);
+            for (size_t b = 0; b < sd->nbuckets; b++)
+                for (dict_entry *f = sd->buckets[b]; f; f = f->next) {
+                    kv_elem *v = o->type == KV_HASH ? hash_value(f) : NULL;
+                    items[m] = calloc(1, f->klen + (v ? v->len : 0) + 2);
+                    memcpy(items[m], dict_key(sd, f), f->klen);
+                    if (v) {
+                        items[m][f->klen] = '=';
+                        memcpy(items[m] + f->klen + 1, v->p, v->len);
+                    }
+                    m++;
+                }
+            qsort(items, m, sizeof *items, cmp_str);
+            for (size_t j = 0; j < m; j++) {
+                buf_str(d, items[j]);
+                buf_str(d, ",");
+                free(items[j]);
+            }
+            free(items);
+        }
+        buf_str(d, "\n");
+        free(keys[i]);
+    }
+    free(keys);
+    buf_put(d, "", 1);
+}
+
+static const char *const type_script[] = {
+    "LPUSH l a b c",
+    "RPUSH l d e",
+    "LPOP l",
+    "RPOP l 2",
+    "LPUSHX nol x",
+    "RPUSHX l f",
+    "SADD s a b c d e f g",
+    "SREM s a zz",
+    "SPOP s",
+    "SPOP s 2",
+    "HSET h f1 v1 f2 v2",
+    "HSET h f1 w1",
+    "HDEL h f2 nof",
+    "HMSET h f3 v3",
+    "ZADD z 1 a 2 b 3 c",
+    "ZADD z INCR 5 a",
+    "ZADD z XX 0 b",
+    "ZADD z NX 9 b 4 d",
+    "ZADD z GT CH 1 c 10 d",
+    "ZINCRBY z -1.5 c",
+    "ZPOPMIN z",
+    "ZREM z nope d",
+    "MSET m1 1 m2 2",
+    "SETNX m1 x",
+    "SETNX m3 3",
+    "APPEND m1 23",
+    "APPEND m4 new",
+    "GETSET m2 two",
+    "INCRBY m3 10",
+    "DECRBY m3 4",
+    "DECR m3",
+    "SET t v EX 100",
+    "EXPIRE m1 50",
+    "LPOP nol 10",
+    "SADD e x",
+    "SPOP e",
+    "HSET hh a 1",
+    "HDEL hh a",
+    "ZADD zz 1 a",
+    "ZPOPMIN zz 5",
+    "DEL m4",
+    "SET big x",
+    "LPUSH big y",
+    "GET nokey",
+};
+
+TEST(types_replicate) {
+    /* A primary runs writes of every type (with some that change nothing
+     * and some that fail); a replica applying the log, cut at every byte,
+     * ends with the same keyspace, and the same offset. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    for (size_t i = 0; i < sizeof type_script / sizeof type_script[0]; i++)
+        exec_cl(&p, NULL, &out, type_script[i]);
+    CHECK(strcmp(exec_cl(&p, NULL, &out, "LPUSH big y"),
+                 "-WRONGTYPE Operation against a key holding the wrong kind "
+                 "of value\r\n") == 0);
+    buf dp = {0}, dr = {0};
+    dump_keyspace(&p, &dp);
+    CHECK(strstr(dp.p, "l type=1 expire=0: b,a,f,\n")); /* in order */
+    CHECK(strstr(dp.p, "z type=4 expire=0: c=1.5,a=6,\n"));
+    CHECK(strstr(dp.p, "h type=3 expire=0: f1=w1,f3=v3,\n"));
+    CHECK(!strstr(dp.p, "\ne type")); /* emptied keys are gone */
+    CHECK(!strstr(dp.p, "hh type") && !strstr(dp.p, "zz type"));
+    CHECK_EQ(p.log.nchunks, 1);
+    const char *bytes = p.log.chunks[0].p;
+    size_t n = (size_t)p.log.end;
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    for (size_t cut = 0; cut <= n; cut++) {
+        kv r;
+        kv_setup(&r, true);
+        const char *err = NULL;
+        size_t need;
+        long a = kv_apply_stream(&r, &lim, argv, bytes, cut, &err, &need);
+        CHECK(a >= 0);
+        long b = kv_apply_stream(&r, &lim, argv, bytes + a, n - (size_t)a, &err,
+                                 &need);
+        if (b < 0) check_fail(__FILE__, __LINE__, "cut %zu: %s", cut, err);
+        CHECK_U64_EQ(r.offset, p.log.end);
+        dump_keyspace(&r, &dr);
+        if (strcmp(dp.p, dr.p) != 0)
+            check_fail(__FILE__, __LINE__, "cut %zu:\n%s\nvs\n%s", cut, dp.p,
+                       dr.p);
+        kv_free(&r);
+    }
+    buf_free(&dp);
+    buf_free(&dr);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(types_replies_as_redis) {
+    /* Replies and errors word for word as redis-server 7.0 gives them. */
+    static const char *const cases[][2] = {
+        {"RPUSH l a b c", ":3\r\n"},
+        {"LRANGE l 0 -1", "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"},
+        {"LRANGE l -2 99", "*2\r\n$1\r\nb\r\n$1\r\nc\r\n"},
+        {"LRANGE l 5 9", "*0\r\n"},
+        {"LINDEX l -1", "$1\r\nc\r\n"},
+        {"LINDEX l 9", "$-1\r\n"},
+        {"LINDEX l x", "-ERR value is not an integer or out of range\r\n"},
+        {"LPOP l 0", "*0\r\n"},
+        {"LPOP l -1", "-ERR value is out of range, must be positive\r\n"},
+        {"LPOP nokey", "$-1\r\n"},
+        {"LPOP nokey 2", "*-1\r\n"},
+        {"LPOP l 1 2", "-ERR wrong number of arguments for 'lpop' command\r\n"},
+        {"LLEN l", ":3\r\n"},
+        {"LLEN nokey", ":0\r\n"},
+        {"SPOP nokey", "$-1\r\n"},
+        {"SPOP nokey 2", "*0\r\n"},
+        {"SADD s a", ":1\r\n"},
+        {"SPOP s -1", "-ERR value is out of range, must be positive\r\n"},
+        {"SPOP s 0", "*0\r\n"},
+        {"SISMEMBER s a", ":1\r\n"},
+        {"SCARD s", ":1\r\n"},
+        {"HSET h a", "-ERR wrong number of arguments for 'hset' command\r\n"},
+        {"HSET h a 1 b",
+         "-ERR wrong number of arguments for 'hset' command\r\n"},
+        {"HSET h a 1 b 2", ":2\r\n"},
+        {"HGET h a", "$1\r\n1\r\n"},
+        {"HMSET h c 3", "+OK\r\n"},
+        {"HLEN h", ":3\r\n"},
+        {"ZADD z 1.5 a", ":1\r\n"},
+        {"ZADD z 0.1 b", ":1\r\n"},
+        {"ZSCORE z b", "$19\r\n0.10000000000000001\r\n"},
+        {"ZADD z 3 c 1e300 d inf e", ":3\r\n"},
+        {"ZRANGE z 0 -1 WITHSCORES",
+         "*10\r\n$1\r\nb\r\n$19\r\n0.10000000000000001\r\n$1\r\na\r\n$3\r\n"
+         "1.5\r\n$1\r\nc\r\n$1\r\n3\r\n$1\r\nd\r\n$23\r\n1.0000000000000001e+"
+         "300\r\n$1\r\ne\r\n$3\r\ninf\r\n"},
+        {"ZADD z nan f", "-ERR value is not a valid float\r\n"},
+        {"ZADD z x f", "-ERR value is not a valid float\r\n"},
+        {"ZADD z 1", "-ERR wrong number of arguments for 'zadd' command\r\n"},
+        {"ZADD z 1 a 2", "-ERR syntax error\r\n"},
+        {"ZADD z INCR 1 a 2 b",
+         "-ERR INCR option supports a single increment-element pair\r\n"},
+        {"ZADD z NX XX 1 a",
+         "-ERR XX and NX options at the same time are not compatible\r\n"},
+        {"ZADD z GT LT 1 a", "-ERR GT, LT, and/or NX options at the same time "
+                             "are not compatible\r\n"},
+        {"ZINCRBY z 1 a", "$3\r\n2.5\r\n"},
+        {"ZPOPMIN z", "*2\r\n$1\r\nb\r\n$19\r\n0.10000000000000001\r\n"},
+        {"ZPOPMIN z -1", "-ERR value is out of range, must be positive\r\n"},
+        {"ZRANGE z 0 1 REV", "*2\r\n$1\r\ne\r\n$1\r\nd\r\n"},
+        {"ZCARD nokey", ":0\r\n"},
+        {"ZCARD z", ":4\r\n"},
+        {"MSET a", "-ERR wrong number of arguments for 'mset' command\r\n"},
+        {"MSET a 1 b", "-ERR wrong number of arguments for 'mset' command\r\n"},
+        {"MGET a b zz", "*3\r\n$-1\r\n$-1\r\n$-1\r\n"},
+        {"SETNX a 1", ":1\r\n"},
+        {"APPEND a xyz", ":4\r\n"},
+        {"STRLEN a", ":4\r\n"},
+        {"GETSET a new", "$4\r\n1xyz\r\n"},
+        {"GETSET h x", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"STRLEN h", "-WRONGTYPE Operation against a key holding the wrong "
+                     "kind of value\r\n"},
+        {"GET l", "-WRONGTYPE Operation against a key holding the wrong kind "
+                  "of value\r\n"},
+        {"INCR l", "-WRONGTYPE Operation against a key holding the wrong kind "
+                   "of value\r\n"},
+        {"LPUSH a x", "-WRONGTYPE Operation against a key holding the wrong "
+                      "kind of value\r\n"},
+        {"SADD h x", "-WRONGTYPE Operation against a key holding the wrong "
+                     "kind of value\r\n"},
+        {"HGET s x", "-WRONGTYPE Operation against a key holding the wrong "
+                     "kind of value\r\n"},
+        {"ZADD l 1 x", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"TYPE h", "+hash\r\n"},
+        {"TYPE z", "+zset\r\n"},
+        {"TYPE nokey", "+none\r\n"},
+        {"SCAN 0 COUNT x", "-ERR value is not an integer or out of range\r\n"},
+        {"SCAN x", "-ERR invalid cursor\r\n"},
+        {"SCAN 0 COUNT 0", "-ERR syntax error\r\n"},
+        {"SCAN 0 MATCH", "-ERR syntax error\r\n"},
+        {"KEYS", "-ERR wrong number of arguments for 'keys' command\r\n"},
+        {"NOSUCH a b", "-ERR unknown command 'NOSUCH', with args beginning "
+                       "with: 'a' 'b' \r\n"},
+        {"EXEC", "-ERR EXEC without MULTI\r\n"},
+        {"DISCARD", "-ERR DISCARD without MULTI\r\n"},
+    };
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = exec_cl(&p, &cl, &out, cases[i][0]);
+        if (strcmp(got, cases[i][1]) != 0)
+            check_fail(__FILE__, __LINE__, "%s: %s", cases[i][0], got);
+    }
+    kv_client_reset(&p, &cl);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(multi_exec_is_one_unit) {
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "MULTI"), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "MULTI"),
+                 "-ERR MULTI calls can not be nested\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "SET a 1"), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "INCR a"), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "GET a"), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "LPUSH a x"), "+QUEUED\r\n") == 0);
+    CHECK_EQ(store_count(&p.db), 0); /* nothing ran yet */
+    CHECK_EQ(p.log.nrec, 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "EXEC"),
+                 "*4\r\n+OK\r\n:2\r\n$1\r\n2\r\n-WRONGTYPE Operation against a "
+                 "key holding the wrong kind of value\r\n") == 0);
+    CHECK_EQ(p.log.nrec, 4); /* MULTI, SET, INCR, EXEC */
+    /* A refused command spoils the transaction; DISCARD drops it. */
+    exec_cl(&p, &cl, &out, "MULTI");
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "GET"),
+                 "-ERR wrong number of arguments for 'get' command\r\n") == 0);
+    exec_cl(&p, &cl, &out, "SET b 1");
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "EXEC"),
+                 "-EXECABORT Transaction discarded because of previous "
+                 "errors.\r\n") == 0);
+    exec_cl(&p, &cl, &out, "MULTI");
+    exec_cl(&p, &cl, &out, "SET b 1");
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "DISCARD"), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "EXISTS b"), ":0\r\n") == 0);
+    /* A transaction that writes nothing logs nothing. */
+    exec_cl(&p, &cl, &out, "MULTI");
+    exec_cl(&p, &cl, &out, "GET a");
+    exec_cl(&p, &cl, &out, "EXEC");
+    CHECK_EQ(p.log.nrec, 4);
+    /* A replica given the log cut inside the transaction applies none of
+     * it, and its offset stays before MULTI; with the rest, all of it. */
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    const char *bytes = p.log.chunks[0].p;
+    size_t n = (size_t)p.log.end;
+    for (size_t cut = 1; cut < n; cut++) {
+        kv r;
+        kv_setup(&r, true);
+        const char *err;
+        size_t need;
+        CHECK_EQ(kv_apply_stream(&r, &lim, argv, bytes, cut, &err, &need), 0);
+        CHECK(need > cut);
+        CHECK_EQ(store_count(&r.db), 0);
+        CHECK_EQ(kv_apply_stream(&r, &lim, argv, bytes, n, &err, &need),
+                 (long)n);
+        CHECK(strcmp(exec_words(&r, &out, "GET a"), "$1\r\n2\r\n") == 0);
+        kv_free(&r);
+    }
+    kv_client_reset(&p, &cl);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+static int woken;
+static void count_wake(kv_client *cl) {
+    (void)cl;
+    woken++;
+}
+
+TEST(pubsub_fan_out) {
+    kv k;
+    kv_setup(&k, false);
+    k.wake = count_wake;
+    buf o1 = {0}, o2 = {0}, o3 = {0}, tmp = {0};
+    kv_client a, b, c;
+    kv_client_init(&a, NULL, &o1);
+    kv_client_init(&b, NULL, &o2);
+    kv_client_init(&c, NULL, &o3);
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "SUBSCRIBE news"),
+                 "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &b, &o2, "PSUBSCRIBE n*"),
+                 "*3\r\n$10\r\npsubscribe\r\n$2\r\nn*\r\n:1\r\n") == 0);
+    exec_cl(&k, &b, &o2, "SUBSCRIBE news");
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "GET x"),
+                 "-ERR Can't execute 'get': only (P|S)SUBSCRIBE / "
+                 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                 "context\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "PING"),
+                 "*2\r\n$4\r\npong\r\n$0\r\n\r\n") == 0);
+    o1.len = o2.len = 0;
+    woken = 0;
+    CHECK(strcmp(exec_cl(&k, &c, &tmp, "PUBLISH news hi"), ":3\r\n") == 0);
+    CHECK_EQ(woken, 3);
+    buf_put(&o1, "", 1);
+    buf_put(&o2, "", 1);
+    CHECK(strcmp(o1.p, "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n") ==
+          0);
+    CHECK(strstr(o2.p, "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n"));
+    CHECK(strstr(o2.p, "*4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n"
+                       "$2\r\nhi\r\n"));
+    CHECK(strcmp(exec_cl(&k, &c, &tmp, "PUBLISH other x"), ":0\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "UNSUBSCRIBE"),
+                 "*3\r\n$11\r\nunsubscribe\r\n$4\r\nnews\r\n:0\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "UNSUBSCRIBE"),
+                 "*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "GET x"), "$-1\r\n") == 0);
+    kv_client_reset(&k, &b); /* b goes: its subscriptions with it */
+    CHECK_EQ(k.channels.count, 0);
+    CHECK_EQ(k.patterns.count, 0);
+    CHECK(strcmp(exec_cl(&k, &c, &tmp, "PUBLISH news hi"), ":0\r\n") == 0);
+    CHECK_EQ(k.log.nrec, 0); /* messages are not logged */
+    kv_client_reset(&k, &a);
+    kv_client_reset(&k, &c);
+    buf_free(&o1);
+    buf_free(&o2);
+    buf_free(&o3);
+    buf_free(&tmp);
+    kv_free(&k);
+}
+
+TEST(zset_ranks_follow_a_model) {
+    /* Random ZADD, moves and deletes on a skip list, checked after each
+     * step against a sorted array: order, ranks (zset_at) and back
+     * links. */
+    kv_zset *z = zset_new();
+    enum { M = 200 };
+    double score[M];
+    bool in[M] = {0};
+    uint64_t x = 12345;
+    char name[16];
+    for (int step = 0; step < 5000; step++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int m = (int)((x >> 33) % M);
+        snprintf(name, sizeof name, "m%03d", m);
+        if ((x >> 20) % 4 == 0 && in[m]) {
+            zset_delete(z, dict_find(&z->d, name, strlen(name)));
+            in[m] = false;
+        } else {
+            score[m] = (double)((x >> 40) % 50);
+            CHECK(zset_set(z, name, strlen(name), score[m]) >= 0);
+            in[m] = true;
+        }
+        /* the model: members in (score, name) order */
+        int order[M], n = 0;
+        for (int i = 0; i < M; i++)
+            if (in[i]) order[n++] = i;
+        for (int i = 1; i < n; i++)
+            for (int j = i; j > 0; j--) {
+                int p = order[j - 1], q = order[j];
+                if (score[p] < score[q] || (score[p] == score[q] && p < q))
+                    break;
+                order[j - 1] = q;
+                order[j] = p;
+            }
+        CHECK_EQ(zset_len(z), n);
+        znode *prev = NULL;
+        for (int r = 0; r < n; r++) {
+            znode *nd = zset_at(z, (size_t)r);
+            size_t len;
+            const char *nm = znode_name(z, nd, &len);
+            snprintf(name, sizeof name, "m%03d", order[r]);
+            CHECK(len == strlen(name) && memcmp(nm, name, len) == 0);
+            CHECK(nd->score == score[order[r]]);
+            CHECK(nd->back == prev);
+            prev = nd;
+        }
+        CHECK(z->tail == prev);
+    }
+    zset_free(z);
+}

@@ -39,11 +39,17 @@ void kv_init(kv *k) {
     memset(k, 0, sizeof *k);
     repl_log_init(&k->log);
     k->peers.next = k->peers.prev = &k->peers;
+    dict_init(&k->channels, sizeof(void *));
+    dict_init(&k->patterns, sizeof(void *));
 }
 
+/* The clients are reset first (kv_client_reset): no subscription is
+ * left. */
 void kv_free(kv *k) {
     store_free(&k->db);
     repl_log_free(&k->log);
+    dict_free(&k->channels);
+    dict_free(&k->patterns);
 }
 
 void kv_oom(const char *what) {
@@ -64,11 +70,20 @@ int64_t kv_now(kv *k) {
     return k->cmd_now;
 }
 
-void kv_log(kv *k, const resp_arg *a, size_t argc) {
-    if (k->replica) return;
+static void log_append(kv *k, const resp_arg *a, size_t argc) {
     if (repl_log_reserve(&k->log, repl_record_len(a, argc)) < 0)
         kv_oom("the write log");
     repl_log_append(&k->log, a, argc);
+}
+
+void kv_log(kv *k, const resp_arg *a, size_t argc) {
+    if (k->replica) return;
+    if (k->in_exec && !k->multi_logged) {
+        static const resp_arg multi = {"MULTI", 5};
+        log_append(k, &multi, 1);
+        k->multi_logged = true;
+    }
+    log_append(k, a, argc);
 }
 
 /* A primary deletes a key whose time has come and logs the DEL that
@@ -542,8 +557,14 @@ static void cmd_persist(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 static void cmd_ping(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      buf *out) {
     (void)k;
-    (void)cl;
-    if (argc == 1)
+    if (argc > 2) {
+        buf_str(out, "-ERR wrong number of arguments for 'ping' command\r\n");
+        return;
+    }
+    if (cl && kv_client_subscribed(cl)) { /* RESP2 while subscribed */
+        buf_str(out, "*2\r\n$4\r\npong\r\n");
+        buf_bulk(out, argc == 2 ? a[1].p : "", argc == 2 ? a[1].len : 0);
+    } else if (argc == 1)
         buf_str(out, "+PONG\r\n");
     else
         buf_bulk(out, a[1].p, a[1].len);
@@ -874,6 +895,8 @@ static void table_init(void) {
     if (done) return;
     done = true;
     kv_commands_add(commands, sizeof commands / sizeof commands[0]);
+    kv_types_init();
+    kv_client_commands_init();
 }
 
 const kv_cmd *kv_command(const resp_arg *name) {
@@ -917,24 +940,41 @@ bool kv_arity_ok(const kv_cmd *c, size_t argc) {
     return c->arity > 0 ? argc == (size_t)c->arity : argc >= (size_t)-c->arity;
 }
 
+void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
+    k->cmd_now = 0;
+    kv_command(&a[0])->fn(k, cl, a, argc, out);
+}
+
 int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     table_init();
     k->cmd_now = 0;
     const kv_cmd *c = kv_command(&a[0]);
+    /* Redis' order of checks, and inside MULTI a refused command spoils
+     * the transaction (EXEC answers -EXECABORT). */
     if (!c) {
         unknown(out, a, argc);
-        return 0;
-    }
-    if (!kv_arity_ok(c, argc)) {
+    } else if (!kv_arity_ok(c, argc)) {
         wrong_args(out, c);
-        return 0;
-    }
-    if ((c->flags & CMD_WRITE) && k->replica) {
+    } else if ((c->flags & CMD_WRITE) && k->replica) {
         buf_str(out, KV_READONLY_ERR "\r\n");
-        return 0;
+    } else if (cl && kv_client_subscribed(cl) && !(c->flags & CMD_PUBSUB)) {
+        buf_str(out, "-ERR Can't execute '");
+        buf_str(out, c->name);
+        buf_str(out, "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
+                     "QUIT / RESET are allowed in this context\r\n");
+    } else if (cl && cl->multi && !(c->flags & CMD_NOQUEUE) &&
+               c->fn != cmd_quit) {
+        if (kv_queue(cl, a, argc)) {
+            buf_str(out, "+QUEUED\r\n");
+            return 0;
+        }
+        reply_oom(out);
+    } else {
+        c->fn(k, cl, a, argc, out);
+        return c->fn == cmd_quit ? KV_QUIT : 0;
     }
-    c->fn(k, cl, a, argc, out);
-    return c->fn == cmd_quit ? KV_QUIT : 0;
+    if (cl && cl->multi) cl->multi_error = true;
+    return 0;
 }
 
 /* ---------------------------------------------------------- replication */
@@ -972,6 +1012,43 @@ static int apply_record(kv *k, const resp_arg *a, size_t argc,
     return 0;
 }
 
+static bool is_record(const resp_arg *a, size_t argc, const char *name) {
+    return argc == 1 && resp_is(&a[0], name);
+}
+
+/* The transaction whose MULTI record ends at `from` (bytes[start, from)
+ * being the MULTI): the offset just past its EXEC record; 0 when EXEC is
+ * not all there yet (*need then counts from start); or -EPROTO. */
+static long transaction_end(const resp_limits *lim, resp_arg *argv,
+                            const char *bytes, size_t len, size_t start,
+                            size_t from, const char **err, size_t *need) {
+    size_t pos = from;
+    for (;;) {
+        if (pos == len) {
+            *need = len - start + 1;
+            return 0;
+        }
+        if (bytes[pos] != '*') {
+            *err = "a record that is not a multibulk request";
+            return -EPROTO;
+        }
+        size_t argc, rneed;
+        long n = resp_parse_need(lim, bytes + pos, len - pos, argv, &argc, err,
+                                 &rneed);
+        if (n == RESP_INCOMPLETE) {
+            *need = pos - start + rneed;
+            return 0;
+        }
+        if (n == RESP_ERROR) return -EPROTO;
+        pos += (size_t)n;
+        if (is_record(argv, argc, "EXEC")) return (long)pos;
+        if (is_record(argv, argc, "MULTI")) {
+            *err = "a MULTI inside a transaction";
+            return -EPROTO;
+        }
+    }
+}
+
 long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
                      const char *bytes, size_t len, const char **err,
                      size_t *need) {
@@ -989,15 +1066,33 @@ long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
                                  need);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) return -EPROTO;
-        *need = 1;
-        int rc = apply_record(k, argv, argc, err);
-        if (rc == -ENOMEM) {
-            *err = "out of memory";
-            return rc;
+        size_t end = off + (size_t)n;
+        if (is_record(argv, argc, "MULTI")) {
+            /* A transaction: applied as a unit once its EXEC is in, so
+             * the replica's clients never see half of it. */
+            long t =
+                transaction_end(lim, argv, bytes, len, off, end, err, need);
+            if (t < 0) return t;
+            if (t == 0) break;
+            for (size_t pos = end; pos < (size_t)t;) {
+                size_t need2;
+                long m = resp_parse_need(lim, bytes + pos, len - pos, argv,
+                                         &argc, err, &need2);
+                pos += (size_t)m;
+                if (pos == (size_t)t) break; /* the EXEC */
+                int rc = apply_record(k, argv, argc, err);
+                if (rc == -ENOMEM) *err = "out of memory";
+                if (rc < 0) return rc;
+            }
+            end = (size_t)t;
+        } else {
+            int rc = apply_record(k, argv, argc, err);
+            if (rc == -ENOMEM) *err = "out of memory";
+            if (rc < 0) return rc;
         }
-        if (rc < 0) return rc;
-        off += (size_t)n;
-        k->offset += (uint64_t)n;
+        *need = 1;
+        k->offset += (uint64_t)(end - off);
+        off = end;
     }
     return (long)off;
 }

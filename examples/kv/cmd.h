@@ -20,11 +20,34 @@
 #define KV_READONLY_ERR "-READONLY You can't write against a read only replica."
 
 typedef struct kv kv;
+typedef struct kv_queued kv_queued;
+typedef struct kv_sub kv_sub;
 
-/* A client's own state, kept by its connection. */
+/* A client's own state, kept by its connection (kv_client_init, and
+ * kv_client_reset before it goes). */
 typedef struct kv_client {
-    void *owner; /* the connection (server side), for the hooks below */
+    void *owner; /* the connection (server side), for kv.wake */
+    buf *out;    /* where its replies go: published messages too */
+    /* MULTI ... EXEC */
+    bool multi;       /* between MULTI and EXEC or DISCARD */
+    bool multi_error; /* a command was refused while queueing: EXEC
+                         discards the transaction */
+    kv_queued *queue; /* the commands queued, in order */
+    kv_queued **queue_tail;
+    size_t queued; /* how many */
+    /* Pub/sub */
+    kv_sub *subs;     /* its subscriptions, channels and patterns */
+    size_t nchannels; /* channels subscribed */
+    size_t npatterns; /* patterns subscribed */
 } kv_client;
+
+void kv_client_init(kv_client *cl, void *owner, buf *out);
+/* The client goes (or stops listening): its subscriptions and queued
+ * commands are dropped. */
+void kv_client_reset(kv *k, kv_client *cl);
+static inline bool kv_client_subscribed(const kv_client *cl) {
+    return cl->nchannels + cl->npatterns > 0;
+}
 
 struct kv {
     store db;
@@ -56,6 +79,16 @@ struct kv {
     /* Running a record of the primary's (a replica): every key is seen as
      * it is (expiry is the primary's to decide), and writes are allowed. */
     bool applying;
+    /* EXEC running: the first write logs MULTI before it, and EXEC ends
+     * the run, so a replica applies the transaction as a unit. */
+    bool in_exec;
+    bool multi_logged;
+    /* Pub/sub: channel or pattern -> its subscribers (kv_chan). */
+    dict channels;
+    dict patterns;
+    /* A message was added to cl->out outside its own command: the owner
+     * sends it (and holds the client to its output limit). */
+    void (*wake)(kv_client *cl);
 };
 
 void kv_init(kv *k); /* store_init's error aside: 0 or -ENOMEM */

@@ -11,9 +11,10 @@ typedef void kv_cmd_fn(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                        buf *out);
 
 enum {
-    CMD_WRITE = 0x1,  /* changes the keyspace: refused on a replica, and
-                         what a primary's log may hold */
-    CMD_PUBSUB = 0x2, /* allowed while subscribed (RESP2) */
+    CMD_WRITE = 0x1,   /* changes the keyspace: refused on a replica, and
+                          what a primary's log may hold */
+    CMD_PUBSUB = 0x2,  /* allowed while subscribed (RESP2) */
+    CMD_NOQUEUE = 0x4, /* runs at once inside MULTI (MULTI, EXEC, DISCARD) */
 };
 
 typedef struct kv_cmd {
@@ -24,6 +25,13 @@ typedef struct kv_cmd {
     kv_cmd_fn *fn;
 } kv_cmd;
 
+/* The commands of cmd_types.c and cmd_client.c: add them to the table. */
+void kv_types_init(void);
+void kv_client_commands_init(void);
+/* Runs a command that passed kv_exec's checks (EXEC's queue). */
+void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out);
+/* Queues a copy of a command (MULTI). False when out of memory. */
+bool kv_queue(kv_client *cl, const resp_arg *a, size_t argc);
 /* Adds commands to the table (at start-up, once). */
 void kv_commands_add(const kv_cmd *cmds, size_t n);
 const kv_cmd *kv_command(const resp_arg *name);

@@ -33,11 +33,20 @@
 
 static void conn_finish(conn *c);
 
+/* The connection stops being a client: no subscription, no queued
+ * transaction, no message will be added to its output (which a `fin` in
+ * flight may be pointing at). Idempotent. */
+static void conn_quiet(conn *c) {
+    kv_client_reset(&c->srv->kv, &c->cl);
+    lull_cancel(&c->kick);
+}
+
 static void conn_free(conn *c) {
     if (c->link)
         link_drop(c->link);
     else
         c->srv->kv.clients--;
+    conn_quiet(c);
     lull_timer_stop(&c->soft);
     buf_free(&c->in);
     buf_free(&c->out);
@@ -80,6 +89,7 @@ void conn_drop(conn *c, const char *fmt, ...) {
     }
     bool finishing = c->fin.in_flight;
     c->gone = true;
+    conn_quiet(c);
     lull_endpoint_close(&c->s.ep, 0);
     if (!finishing) conn_free(c);
 }
@@ -89,6 +99,7 @@ static void on_close(lull_endpoint *ep, int reason) {
     conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
     if (c->fin.in_flight) {
         c->gone = true; /* fin's release, right after this, frees it */
+        conn_quiet(c);
         return;
     }
     conn_free(c);
@@ -107,7 +118,8 @@ static void fin_release(lull_frame *f) {
 static const char *const class_name[CLASSES] = {"normal", "replica", "pubsub"};
 
 static int conn_class(const conn *c) {
-    return c->link ? CLASS_REPLICA : CLASS_NORMAL;
+    if (c->link) return CLASS_REPLICA;
+    return kv_client_subscribed(&c->cl) ? CLASS_PUBSUB : CLASS_NORMAL;
 }
 
 /* What the connection holds for its peer: replies not yet handed to the
@@ -355,6 +367,7 @@ static void on_drain(lull_endpoint *ep) {
  * this returns. */
 static void conn_finish(conn *c) {
     c->closing = true;
+    conn_quiet(c);
     if (c->out.len == 0) {
         conn_drop(c, NULL);
         return;
@@ -369,11 +382,26 @@ static void conn_finish(conn *c) {
     lull_stream_shutdown(&c->s);
 }
 
+/* Messages were published to this client while it ran nothing itself:
+ * send them, and hold it to its output limit. */
+static void conn_kick(lull_task *t) {
+    conn *c = LULL_CONTAINER_OF(t, conn, kick);
+    if (c->closing) return;
+    if (!flush(c)) return;
+    buf_shrink(&c->out, REPLY_HANDOVER);
+}
+
+void conn_wake(kv_client *cl) {
+    conn *c = cl->owner;
+    lull_post(c->srv->loop, &c->kick);
+}
+
 void accept_conn(lull_server *ls) {
     conn *c = calloc(1, sizeof *c);
     if (!c) return; /* the waiting connection is closed when we return */
     c->srv = the_server;
-    c->cl.owner = c;
+    kv_client_init(&c->cl, c, &c->out);
+    lull_task_init(&c->kick, conn_kick);
     /* Raw: max_frame only bounds one send. lull-kv bounds what a
      * connection holds itself (run_commands' backpressure), so a reply is
      * never refused for its size: a 17 MiB GET answer is one frame. */

@@ -271,6 +271,307 @@ fi
 { kill "$lpid"; wait "$lpid"; } 2>/dev/null
 
 
+# ---------------------------------------------------------- commands
+
+# resp.py: a small RESP client for the checks below (raw replies, byte for
+# byte), and a keyspace dump that two servers can be compared by.
+cat >"$dir/resp.py" <<'PY'
+import socket
+def enc(args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+class Conn:
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", int(port)))
+        self.buf = b""
+    def _fill(self):
+        d = self.s.recv(1 << 20)
+        if not d:
+            raise EOFError
+        self.buf += d
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            self._fill()
+        i = self.buf.index(b"\r\n")
+        l, self.buf = self.buf[:i + 2], self.buf[i + 2:]
+        return l
+    def _n(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        r, self.buf = self.buf[:n], self.buf[n:]
+        return r
+    def reply(self):
+        l = self._line()
+        if l[:1] in b"+-:":
+            return l
+        n = int(l[1:-2])
+        if l[:1] == b"$":
+            return l if n < 0 else l + self._n(n + 2)
+        r = l
+        for _ in range(max(n, 0)):
+            r += self.reply()
+        return r
+    def ask(self, *args):
+        self.s.sendall(enc(args))
+        return self.reply()
+def parse(r):
+    """A raw reply as Python values (bulk strings as bytes)."""
+    def one(i):
+        j = r.index(b"\r\n", i)
+        t, v = r[i:i + 1], r[i + 1:j]
+        if t in b"+-":
+            return v, j + 2
+        if t == b":":
+            return int(v), j + 2
+        n = int(v)
+        if t == b"$":
+            return (None, j + 2) if n < 0 else (r[j + 2:j + 2 + n], j + 4 + n)
+        out, i = [], j + 2
+        for _ in range(max(n, 0)):
+            x, i = one(i)
+            out.append(x)
+        return out, i
+    return one(0)[0]
+def dump(port):
+    """Every key, its type, value and whether it expires, sorted."""
+    c, keys, cur = Conn(port), set(), b"0"
+    while True:
+        cur, ks = parse(c.ask("SCAN", cur, "COUNT", 1000))
+        keys.update(ks)
+        if cur == b"0":
+            break
+    out = []
+    for k in sorted(keys):
+        t = parse(c.ask("TYPE", k))
+        if t == b"string":
+            v = parse(c.ask("GET", k))
+        elif t == b"list":
+            v = parse(c.ask("LRANGE", k, 0, -1))
+        elif t == b"set":
+            v = sorted(parse(c.ask("SMEMBERS", k)))
+        elif t == b"hash":
+            h = parse(c.ask("HGETALL", k))
+            v = sorted(zip(h[0::2], h[1::2]))
+        else:
+            v = parse(c.ask("ZRANGE", k, 0, -1, "WITHSCORES"))
+        out.append((k, t, v, parse(c.ask("TTL", k)) > 0))
+    return out
+PY
+
+start cmdp --port 0
+cport=$started_port
+cpid=$started
+start cmdr --port 0 --replica-of "127.0.0.1:$cport"
+crport=$started_port
+crpid=$started
+
+# redis-benchmark's default suite (every test it runs without -t) runs to
+# the end, with a replica following; the replica's keys are then the
+# primary's, every type included.
+bench_out=$(redis-benchmark -p "$cport" -q -n 2000 -c 50 2>&1 | tr '\r' '\n')
+for t in PING_INLINE PING_MBULK SET GET INCR LPUSH RPUSH LPOP RPOP SADD HSET \
+    SPOP ZADD ZPOPMIN "LRANGE_100" "LRANGE_300" "LRANGE_500" "LRANGE_600" MSET; do
+    echo "$bench_out" | grep -q "^$t.*requests per second" ||
+        fail "redis-benchmark's default suite stopped before $t: $(echo "$bench_out" | grep -v '^ *$' | tail -3)"
+done
+# (its SPOP and ZPOPMIN tests empty their keys: a set and a sorted set more)
+redis-cli -p "$cport" SADD aset a b c >/dev/null
+redis-cli -p "$cport" ZADD azset 1 a 2.5 b >/dev/null
+redis-cli -p "$cport" SET ttlkey v EX 1000 >/dev/null
+mport=$port
+port=$cport
+synced "$crport"
+port=$mport
+if [ -x "$py" ]; then
+    PYTHONPATH="$dir" "$py" -c "
+import sys, resp
+p, r = resp.dump($cport), resp.dump($crport)
+types = sorted(set(t for _, t, _, _ in p))
+print(len(p), 'keys of types', b' '.join(types).decode())
+sys.exit(0 if p == r and len(types) == 5 else 1)" >"$dir/dump.out" ||
+        fail "the replica's keyspace after redis-benchmark: $(cat "$dir/dump.out")"
+fi
+
+# Replies byte for byte as a redis-server's, when one is installed: the
+# same requests on one connection to each, both starting empty.
+if [ -x "$py" ] && command -v redis-server >/dev/null 2>&1; then
+    rsport=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    redis-server --port "$rsport" --save '' --appendonly no >"$dir/redis.out" 2>&1 &
+    rspid=$!
+    pids="$pids $rspid"
+    redis_up() { [ "$(redis-cli -p "$rsport" PING 2>/dev/null)" = PONG ]; }
+    eventually redis_up || fail "redis-server did not start"
+    start cmp --port 0
+    PYTHONPATH="$dir" "$py" - "$started_port" "$rsport" >"$dir/cmp.out" <<'PY' || fail "replies differ from redis-server's: $(cat "$dir/cmp.out")"
+import sys, resp
+script = [
+    "SET s v", "GET s", "GET", "GET a b", "SET s v EX 0", "SET s v EX -1",
+    "SET s v EX x", "SET s v NX XX", "SET s v EX 10 PX 10", "SET s v KEEPTTL EX 1",
+    "SET s v EX", "SET s", "SET s w XX GET", "SET n v NX", "SET n v NX GET",
+    "INCR s", "SET i 10", "INCR i", "INCRBY i 5", "DECR i", "DECRBY i 3",
+    "INCRBY i x", "INCRBY i 9223372036854775807", "DECRBY i -9223372036854775808",
+    "SET z 007", "INCR z", "MSET a 1 b 2", "MSET a", "MSET a 1 b", "MGET a b nokey s",
+    "SETNX a 2", "SETNX c 3", "APPEND c 45", "APPEND d new", "STRLEN c", "STRLEN no",
+    "GETSET c x", "GETSET no y", "EXISTS a b no", "DEL a no", "EXPIRE c 100",
+    "TTL c", "EXPIRE c 10 NX XX", "EXPIRE c 10 GT LT", "EXPIRE c 10 FOO",
+    "EXPIRE c 99999999999999999", "EXPIRE c 50 GT", "EXPIRE c 50 LT", "TTL c",
+    "PERSIST c", "PERSIST c", "TTL c", "TTL no", "PTTL no", "EXPIRE no 10",
+    "RPUSH l a b c", "LPUSH l z", "LRANGE l 0 -1", "LRANGE l -2 99",
+    "LRANGE l 5 9", "LRANGE l x 1", "LINDEX l -1", "LINDEX l 9", "LINDEX l x",
+    "LLEN l", "LLEN no", "LPOP l", "RPOP l 2", "LPOP l 0", "LPOP l -1",
+    "LPOP l x", "LPOP no", "LPOP no 2", "LPOP l 1 2", "LPUSHX no a", "RPUSHX l q",
+    "SADD t a b c", "SADD t a", "SCARD t", "SISMEMBER t a", "SISMEMBER t q",
+    "SREM t a q", "SPOP no", "SPOP no 2", "SPOP t -1", "SPOP t 0", "SPOP t 1 2",
+    "HSET h a", "HSET h a 1 b", "HSET h a 1 b 2", "HSET h a 9", "HGET h a",
+    "HGET h no", "HGET no a", "HMSET h c 3", "HLEN h", "HLEN no", "HEXISTS h a",
+    "HMGET h a no b", "HDEL h a no", "ZADD z2 1.5 a", "ZADD z2 0.1 b",
+    "ZSCORE z2 b", "ZSCORE z2 no", "ZADD z2 3 c 1e300 d inf e -inf f",
+    "ZRANGE z2 0 -1 WITHSCORES", "ZRANGE z2 1 3", "ZRANGE z2 0 -1 REV",
+    "ZRANGE z2 -2 -1 REV WITHSCORES", "ZADD z2 nan f", "ZADD z2 x f", "ZADD z2 1",
+    "ZADD z2 1 a 2", "ZADD z2 INCR 1 a 2 b", "ZADD z2 NX XX 1 a", "ZADD z2 GT LT 1 a",
+    "ZADD z2 NX GT 1 a", "ZADD z2 XX 5 no", "ZADD z2 CH 5 a 6 new",
+    "ZADD z2 GT 1 a", "ZADD z2 LT CH 1 a", "ZADD z2 INCR 2 a", "ZADD z2 NX INCR 2 a",
+    "ZINCRBY z2 1 a", "ZINCRBY z2 x a", "ZCARD z2", "ZCARD no", "ZPOPMIN z2",
+    "ZPOPMIN z2 2", "ZPOPMIN z2 -1", "ZPOPMIN no", "ZREM z2 e no", "ZRANGE no 0 1",
+    "GET l", "INCR l", "LPUSH s x", "SADD h x", "HGET t x", "ZADD l 1 x",
+    "LRANGE h 0 1", "SCARD z2", "ZCARD h", "GETSET h x", "APPEND l x",
+    "TYPE s", "TYPE l", "TYPE t", "TYPE h", "TYPE z2", "TYPE no", "SCAN x",
+    "SCAN 0 COUNT x", "SCAN 0 COUNT 0", "SCAN 0 MATCH", "KEYS", "NOSUCH a b",
+    "nosuch", "MULTI", "MULTI", "SET m 1", "INCR m", "LPUSH m x", "GET m",
+    "EXEC", "MULTI", "GET", "SET m 2", "EXEC", "EXEC", "DISCARD", "MULTI",
+    "DISCARD", "PUBLISH ch x", "DEL s l t h z2 i z b c d n m", "DBSIZE",
+    "SUBSCRIBE c1 c2", "GET a", "PING", "PING x", "PSUBSCRIBE p*",
+    "UNSUBSCRIBE c2", "UNSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE",
+    "PUNSUBSCRIBE", "PING",
+]
+a, b = resp.Conn(sys.argv[1]), resp.Conn(sys.argv[2])
+bad = 0
+for line in script:
+    args = line.split(" ")
+    x, y = a.ask(*args), b.ask(*args)
+    if line == "SUBSCRIBE c1 c2":  # one answer per channel
+        x, y = x + a.reply(), y + b.reply()
+    if x != y:
+        bad += 1
+        print("%s: lull-kv %r, redis-server %r" % (line, x, y))
+print("%d requests, %d differ" % (len(script), bad))
+sys.exit(1 if bad else 0)
+PY
+    kill "$started" "$rspid" 2>/dev/null
+    compared="replies equal to redis-server's ($(tail -n 1 "$dir/cmp.out"))"
+else
+    compared="no comparison with redis-server (not installed)"
+fi
+
+# redis-py (python3-redis), a client library's everyday calls.
+if [ -x "$py" ] && "$py" -c 'import redis' 2>/dev/null; then
+    "$py" - "$cport" >"$dir/redispy.out" 2>&1 <<'PY' || fail "redis-py: $(cat "$dir/redispy.out")"
+import sys, time, redis
+r = redis.Redis(port=int(sys.argv[1]))
+assert r.ping()
+r.flushall()
+assert r.set("a", "1") and r.get("a") == b"1"
+assert r.incr("a") == 2 and r.incr("a", 5) == 7 and r.decr("a") == 6
+assert r.decr("a", 3) == 3
+p = r.pipeline()  # transaction=True: MULTI ... EXEC
+p.set("x", "1").incr("x").get("x").lpush("q", "a", "b").lrange("q", 0, -1)
+assert p.execute() == [True, 2, b"2", 2, [b"b", b"a"]]
+p = r.pipeline(transaction=False)
+for i in range(10000):
+    p.set("k%d" % i, i)
+assert all(p.execute())
+assert r.mget("k1", "k2", "nokey") == [b"1", b"2", None]
+assert r.set("e", "v", ex=100) and 95 <= r.ttl("e") <= 100
+assert r.set("e2", "v", px=100000) and r.pttl("e2") > 90000
+assert r.expire("a", 50) and 45 <= r.ttl("a") <= 50
+assert r.setnx("n", "1") and not r.setnx("n", "2")
+assert r.append("n", "23") == 3 and r.strlen("n") == 3
+assert r.getset("n", "new") == b"123" and r.get("n") == b"new"
+assert sorted(r.keys("k1?")) == [("k1%d" % i).encode() for i in range(10)]
+assert len(set(r.scan_iter(match="k*", count=500))) == 10000
+assert r.type("q") == b"list" and r.type("a") == b"string"
+assert r.type("nokey") == b"none"
+assert r.exists("a", "nokey") == 1 and r.delete("a") == 1
+assert r.sadd("s", "a", "b") == 2 and r.sismember("s", "a")
+assert r.hset("h", mapping={"f": "1", "g": "2"}) == 2 and r.hget("h", "f") == b"1"
+assert r.zadd("z", {"a": 1, "b": 2}) == 2 and r.zrange("z", 0, -1, withscores=True) == [(b"a", 1.0), (b"b", 2.0)]
+s = r.pubsub()
+s.subscribe("news")
+assert s.get_message(timeout=5)["type"] == "subscribe"
+assert r.publish("news", "hello") == 1
+m = s.get_message(timeout=5)
+assert m["type"] == "message" and m["channel"] == b"news" and m["data"] == b"hello", m
+s.psubscribe("n*")
+assert s.get_message(timeout=5)["type"] == "psubscribe"
+assert r.publish("news", "again") == 2
+got = {s.get_message(timeout=5)["type"], s.get_message(timeout=5)["type"]}
+assert got == {"message", "pmessage"}, got
+s.unsubscribe("news")
+s.punsubscribe()
+s.close()
+assert r.dbsize() > 10000
+print("redis-py: ok")
+PY
+    redispy="redis-py's everyday calls work"
+else
+    echo "skipped: redis-py (python3-redis for /usr/bin/python3) not installed"
+    redispy="redis-py skipped (not installed)"
+fi
+{ kill "$crpid" "$cpid"; wait "$crpid" "$cpid"; } 2>/dev/null
+
+# client-output-buffer-limit pubsub 4mb 2mb 1: a publisher, a subscriber
+# that reads and one that never does. The reader gets every message (the
+# publisher lets it keep within 500 KB); the one that does not read is
+# closed once over 4 MiB; the server's memory stays bounded.
+if [ -x "$py" ]; then
+    start psp --port 0 --client-output-buffer-limit pubsub 4mb 2mb 1
+    ppport=$started_port
+    PYTHONPATH="$dir" "$py" - "$ppport" >"$dir/pubsub.out" 2>&1 <<'PY' || fail "pub/sub limit: $(cat "$dir/pubsub.out") $(cat "$dir/psp.out")"
+import socket, sys, threading, time, resp
+port = int(sys.argv[1])
+N, msg = 20000, b"m" * 1000
+slow = socket.socket()
+slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+slow.connect(("127.0.0.1", port))
+slow.sendall(resp.enc(["SUBSCRIBE", "ch"]))
+reader = resp.Conn(port)
+reader.s.sendall(resp.enc(["SUBSCRIBE", "ch"]))
+reader.reply()
+got = [0]
+def read():
+    while got[0] < N:
+        r = resp.parse(reader.reply())
+        assert r == [b"message", b"ch", msg], r
+        got[0] += 1
+t = threading.Thread(target=read)
+t.start()
+pub = resp.Conn(port)
+used0 = int(resp.parse(pub.ask("INFO", "memory")).split(b"used_memory:")[1].split(b"\r\n")[0])
+peak = 0
+for i in range(0, N, 100):
+    pub.s.sendall(resp.enc(["PUBLISH", "ch", msg]) * 100)
+    counts = [resp.parse(pub.reply()) for _ in range(100)]
+    while got[0] < i - 500 and t.is_alive():
+        time.sleep(0.001)
+    used = int(resp.parse(pub.ask("INFO", "memory")).split(b"used_memory:")[1].split(b"\r\n")[0])
+    peak = max(peak, used - used0)
+t.join(30)
+assert got[0] == N, got
+assert counts[-1] == 1, counts[-1]  # only the reader is left
+assert peak < 16 << 20, peak
+print("reader got %d messages, server memory peak +%d KiB" % (got[0], peak >> 10))
+PY
+    grep -q "over the pubsub hard limit (4194304); connection closed" "$dir/psp.out" ||
+        fail "the subscriber that does not read was not closed: $(cat "$dir/psp.out")"
+    pubsub="pub/sub: $(cat "$dir/pubsub.out")"
+    kill "$started" 2>/dev/null
+else
+    pubsub="pub/sub limit skipped (no /usr/bin/python3)"
+fi
+
 # ---------------------------------------------------------- replication
 
 # info PORT FIELD: one field of INFO replication.
@@ -588,4 +889,5 @@ kill -0 "$pid" || fail "lull-kv died"
 echo "integration: $n keys via --pipe read back, 8 clients x 500 INCR = 4000, protocol error closed one connection only;" \
     "replica equal at offset; resumed from offset $before after its link was killed;" \
     "killed at offset $acked of $moff and restarted from 0, equal on $((n + big + 3)) keys; resynced after a primary restart;" \
-    "malformed stream $malformed; $slow"
+    "malformed stream $malformed; $slow; redis-benchmark's default suite ran," \
+    "replica equal on every type; $compared; $redispy; $pubsub"

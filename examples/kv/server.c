@@ -276,6 +276,7 @@ int main(int argc, char **argv) {
     kv_expiry_init(&srv.expiry, srv.loop, &srv.kv,
                    (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
     srv.expiry.expired = keys_expired;
+    srv.kv.wake = conn_wake;
     srv.expiry.arg = &srv;
     srv.port = lull_server_port(&srv.tcp);
     printf("lull-kv: listening on 127.0.0.1:%d%s%s\n", srv.port,

@@ -121,6 +121,7 @@ struct conn {
     bool gone;       /* on_close ran while `fin` was in flight */
     lull_frame fin;  /* the last replies (bytes: out): its release closes */
     lull_timer soft; /* armed while over the soft output limit */
+    lull_task kick;  /* sends messages published to it (conn_wake) */
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
 };
 
@@ -135,6 +136,8 @@ void conn_drop(conn *c, const char *fmt, ...)
 /* Holds c to its class's output limits (closing it when over); false
  * when it was closed. */
 bool conn_check_output(conn *c);
+/* kv.wake: a message was added to a client's output. */
+void conn_wake(kv_client *cl);
 
 /* link.c, primary side */
 typedef struct ring_frame {

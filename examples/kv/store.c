@@ -3,6 +3,8 @@
  * heap[i]'s expire is no later than its children's (2i + 1, 2i + 2). */
 #include "store.h"
 
+#include "types.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +16,23 @@ int store_init(store *st) {
 }
 
 void store_value_free(kobj *o) {
-    free(o->val); /* strings; the collections come with their types */
+    switch (o->type) {
+    case KV_LIST:
+        list_free(o->val);
+        break;
+    case KV_SET:
+        set_free(o->val);
+        break;
+    case KV_HASH:
+        hash_free(o->val);
+        break;
+    case KV_ZSET:
+        zset_free(o->val);
+        break;
+    default:
+        free(o->val);
+        break;
+    }
     o->val = NULL;
     o->len = 0;
 }
