@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool buf_reserve(buf *b, size_t more) {
-    if (b->cap - b->len >= more) return true;
+bool buf_grow(buf *b, size_t more) {
     size_t cap = b->cap ? b->cap : 4096;
     while (cap - b->len < more)
         cap *= 2;
@@ -14,43 +13,6 @@ bool buf_reserve(buf *b, size_t more) {
     b->p = p;
     b->cap = cap;
     return true;
-}
-
-void buf_put(buf *b, const void *p, size_t n) {
-    if (!buf_reserve(b, n)) {
-        b->oom = true;
-        return;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-}
-
-void buf_str(buf *b, const char *s) {
-    buf_put(b, s, strlen(s));
-}
-
-/* By hand rather than snprintf: every GET reply has one (its "$len"), and
- * snprintf's format parsing cost more than the rest of the reply. */
-void buf_int(buf *b, char tag, long long v) {
-    char tmp[24]; /* tag, sign, 19 digits, CRLF */
-    char *e = tmp + sizeof tmp, *q = e;
-    *--q = '\n';
-    *--q = '\r';
-    unsigned long long u =
-        v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    do {
-        *--q = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0) *--q = '-';
-    *--q = tag;
-    buf_put(b, q, (size_t)(e - q));
-}
-
-void buf_bulk(buf *b, const char *p, size_t n) {
-    buf_int(b, '$', (long long)n);
-    buf_put(b, p, n);
-    buf_put(b, "\r\n", 2);
 }
 
 bool buf_reserve_upto(buf *b, size_t more, size_t want) {

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 typedef struct buf {
     char *p;
@@ -14,11 +15,54 @@ typedef struct buf {
     bool oom; /* a write did not fit: the connection is dropped */
 } buf;
 
-bool buf_reserve(buf *b, size_t more);
-void buf_put(buf *b, const void *p, size_t n);
-void buf_str(buf *b, const char *s);
-void buf_int(buf *b, char tag, long long v); /* ":12\r\n", "*3\r\n", ... */
-void buf_bulk(buf *b, const char *p, size_t n);
+/* Makes room for `more` bytes (doubling); false when out of memory. The
+ * common case, room already there, is inline: every reply goes through
+ * here, and a call for it cost more than the copy. */
+bool buf_grow(buf *b, size_t more);
+static inline __attribute__((always_inline)) bool buf_reserve(buf *b,
+                                                              size_t more) {
+    return b->cap - b->len >= more || buf_grow(b, more);
+}
+static inline __attribute__((always_inline)) void buf_put(buf *b, const void *p,
+                                                          size_t n) {
+    if (!buf_reserve(b, n)) {
+        b->oom = true;
+        return;
+    }
+    if (n) memcpy(b->p + b->len, p, n); /* (b->p is NULL while empty) */
+    b->len += n;
+}
+/* (inline: the length of a literal is known when compiling) */
+static inline __attribute__((always_inline)) void buf_str(buf *b,
+                                                          const char *s) {
+    buf_put(b, s, strlen(s));
+}
+/* ":12\r\n", "*3\r\n", "$5\r\n" ... By hand rather than snprintf: every
+ * GET reply has one (its "$len"), and snprintf's format parsing cost more
+ * than the rest of the reply; inline with buf_bulk, as they are on every
+ * reply's path. */
+static inline __attribute__((always_inline)) void buf_int(buf *b, char tag,
+                                                          long long v) {
+    char tmp[24]; /* tag, sign, 19 digits, CRLF */
+    char *e = tmp + sizeof tmp, *q = e;
+    *--q = '\n';
+    *--q = '\r';
+    unsigned long long u =
+        v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--q = '-';
+    *--q = tag;
+    buf_put(b, q, (size_t)(e - q));
+}
+static inline __attribute__((always_inline)) void
+buf_bulk(buf *b, const char *p, size_t n) {
+    buf_int(b, '$', (long long)n);
+    buf_put(b, p, n);
+    buf_put(b, "\r\n", 2);
+}
 /* buf_reserve when the final size is known (`want` bytes in all: the
  * command being received, as far as its parser knows): grows to it in
  * one step. */

@@ -95,7 +95,9 @@ void kv_init(kv *k); /* store_init's error aside: 0 or -ENOMEM */
 void kv_free(kv *k);
 
 enum {
-    KV_QUIT = 0x1, /* QUIT: close once the reply is out */
+    KV_QUIT = 0x1,   /* QUIT: close once the reply is out */
+    KV_SERVER = 0x2, /* REPLSYNC or CLIENT: the server runs it (nothing
+                        was written to out) */
 };
 
 /* Runs one client request (argc > 0); the reply goes to out. cl may be

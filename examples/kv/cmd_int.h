@@ -15,6 +15,8 @@ enum {
                           what a primary's log may hold */
     CMD_PUBSUB = 0x2,  /* allowed while subscribed (RESP2) */
     CMD_NOQUEUE = 0x4, /* runs at once inside MULTI (MULTI, EXEC, DISCARD) */
+    CMD_SERVER = 0x8,  /* the server's to run (REPLSYNC, CLIENT): kv_exec
+                          returns KV_SERVER */
 };
 
 typedef struct kv_cmd {
@@ -35,7 +37,9 @@ bool kv_queue(kv_client *cl, const resp_arg *a, size_t argc);
 /* Adds commands to the table (at start-up, once). */
 void kv_commands_add(const kv_cmd *cmds, size_t n);
 const kv_cmd *kv_command(const resp_arg *name);
-bool kv_arity_ok(const kv_cmd *c, size_t argc);
+static inline bool kv_arity_ok(const kv_cmd *c, size_t argc) {
+    return c->arity > 0 ? argc == (size_t)c->arity : argc >= (size_t)-c->arity;
+}
 
 /* The current command's time (ms, kv.clock), read once per command. */
 int64_t kv_now(kv *k);

@@ -134,9 +134,8 @@ static void wrong_args(const resp_arg *name, buf *out) {
 /* -------------------------------------------------------------- strings */
 
 static int set_string(kv *k, const resp_arg *key, const char *p, size_t len) {
-    dict_entry *e;
-    if (store_set_entry(&k->db, key->p, key->len, p, len, &e) < 0)
-        return -ENOMEM;
+    dict_entry *e = kv_lookup(k, key);
+    if (store_put(&k->db, &e, key->p, key->len, p, len) < 0) return -ENOMEM;
     kv_set_expire(k, e, 0);
     return 0;
 }
@@ -216,8 +215,7 @@ static void cmd_append(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     dict_entry *e;
     if (!find_of(k, &a[1], KV_STRING, &e, out)) return;
     if (!e) {
-        if (store_set_entry(&k->db, a[1].p, a[1].len, a[2].p, a[2].len, &e) <
-            0) {
+        if (store_put(&k->db, &e, a[1].p, a[1].len, a[2].p, a[2].len) < 0) {
             reply_oom(out);
             return;
         }

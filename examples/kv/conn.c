@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 
 static void conn_finish(conn *c);
+static void server_command(conn *c, const resp_arg *a, size_t argc);
 
 /* The connection stops being a client: no subscription, no queued
  * transaction, no message will be added to its output (which a `fin` in
@@ -147,6 +148,7 @@ static size_t conn_output(const conn *c) {
  * it fires it looks again and closes only a connection still over. */
 static void soft_due(lull_timer *t) {
     conn *c = LULL_CONTAINER_OF(t, conn, soft);
+    c->soft_armed = false;
     const obuf_limit *lim = &c->srv->obl[conn_class(c)];
     size_t used = conn_output(c);
     if (lim->soft && used >= lim->soft)
@@ -160,7 +162,7 @@ static void soft_due(lull_timer *t) {
 bool conn_check_output(conn *c) {
     int cls = conn_class(c);
     const obuf_limit *lim = &c->srv->obl[cls];
-    if (!lim->hard && !lim->soft) return true;
+    if (!lim->hard && !lim->soft && !c->soft_armed) return true;
     size_t used = conn_output(c);
     if (lim->hard && used >= lim->hard) {
         conn_drop(c, "output buffer of %zu bytes over the %s hard limit (%zu)",
@@ -168,10 +170,11 @@ bool conn_check_output(conn *c) {
         return false;
     }
     if (lim->soft && used >= lim->soft) {
-        if (!lull_timer_active(&c->soft))
-            lull_timer_start(&c->soft, lim->soft_ns, 0);
-    } else if (lull_timer_active(&c->soft)) {
+        if (!c->soft_armed) lull_timer_start(&c->soft, lim->soft_ns, 0);
+        c->soft_armed = true;
+    } else if (c->soft_armed) {
         lull_timer_stop(&c->soft);
+        c->soft_armed = false;
     }
     return true;
 }
@@ -195,7 +198,7 @@ static void handover_release(lull_frame *f) {
  * once written. A refused send closes the connection with the reason:
  * a reply is never dropped while later ones still go out. False when the
  * connection was closed. */
-static bool flush(conn *c) {
+static inline __attribute__((always_inline)) bool flush(conn *c) {
     if (c->out.len == 0) return true;
     size_t len = c->out.len;
     int rc;
@@ -221,6 +224,11 @@ static bool flush(conn *c) {
                   strerror(-rc));
         return false;
     }
+    /* The common case, a client of a class with no limit and no soft
+     * deadline armed, costs a few loads here. */
+    if (!c->link && !kv_client_subscribed(&c->cl) && !c->srv->normal_limited &&
+        !c->soft_armed)
+        return true;
     return conn_check_output(c);
 }
 
@@ -237,6 +245,10 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
     size_t off = 0;
     bool alive = true;
     while (!c->closing && !c->in.oom && !c->out.oom) {
+        if (off == len) { /* all taken: the common end of a read */
+            c->need = 1;
+            break;
+        }
         size_t argc;
         const char *err = NULL;
         long n = resp_parse_need(&srv->lim, p + off, len - off, srv->argv,
@@ -257,11 +269,10 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
                 alive = false;
                 break;
             }
-        } else if (resp_is(&srv->argv[0], "REPLSYNC")) {
-            start_link(c, srv->argv, argc);
-        } else if (!client_kill_replicas(srv, srv->argv, argc, &c->out)) {
-            if (kv_exec(&srv->kv, &c->cl, srv->argv, argc, &c->out) & KV_QUIT)
-                c->closing = true;
+        } else {
+            int r = kv_exec(&srv->kv, &c->cl, srv->argv, argc, &c->out);
+            if (r & KV_QUIT) c->closing = true;
+            if (r & KV_SERVER) server_command(c, srv->argv, argc);
         }
         if (c->out.len >= REPLY_HANDOVER && !c->closing) {
             if (!flush(c)) {
@@ -277,15 +288,32 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
     /* Records logged: every replica link sends them (even when this
      * connection is gone: the writes were made). Expiry times changed:
      * the timer follows the earliest. */
-    if (srv->kv.log.end != log_end) wake_links(srv);
+    if (srv->kv.log.end != log_end && srv->kv.npeers) wake_links(srv);
     if (srv->kv.expiry_changed) kv_expiry_rearm(&srv->expiry);
     *used = off;
     return alive;
 }
 
+/* REPLSYNC (the connection becomes a replica link) and CLIENT: KILL TYPE
+ * replica|slave, and SETNAME / SETINFO, which client libraries send and
+ * lull-kv takes without keeping. */
+static void server_command(conn *c, const resp_arg *a, size_t argc) {
+    if (resp_is(&a[0], "REPLSYNC")) {
+        start_link(c, a, argc);
+    } else if (client_kill_replicas(c->srv, a, argc, &c->out)) {
+    } else if (argc >= 2 &&
+               (resp_is(&a[1], "SETNAME") || resp_is(&a[1], "SETINFO"))) {
+        buf_str(&c->out, "+OK\r\n");
+    } else {
+        buf_str(&c->out, "-ERR unknown subcommand '");
+        if (argc >= 2) buf_put(&c->out, a[1].p, a[1].len > 64 ? 64 : a[1].len);
+        buf_str(&c->out, "'. Try CLIENT HELP.\r\n");
+    }
+}
+
 /* After a batch of commands: send their replies, or end the connection,
  * and stop reading while the stream is full. */
-static void conn_after(conn *c) {
+static inline __attribute__((always_inline)) void conn_after(conn *c) {
     if (c->in.oom || c->out.oom) {
         conn_drop(c, "out of memory");
         return;
@@ -295,7 +323,7 @@ static void conn_after(conn *c) {
         return;
     }
     if (!flush(c)) return;
-    buf_shrink(&c->out, REPLY_HANDOVER);
+    if (c->out.cap > REPLY_HANDOVER) buf_shrink(&c->out, REPLY_HANDOVER);
     if (!lull_writable(&c->s.ep)) lull_stream_read_stop(&c->s);
 }
 

@@ -246,6 +246,8 @@ int main(int argc, char **argv) {
     }
     if (port < 0 || port > 65535) return usage();
     the_server = &srv;
+    srv.normal_limited =
+        srv.obl[CLASS_NORMAL].hard || srv.obl[CLASS_NORMAL].soft;
     fill_config(&srv);
     make_replid(srv.kv.replid);
     srv.argv = malloc(MAX_ARGS * sizeof *srv.argv);

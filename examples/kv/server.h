@@ -103,6 +103,7 @@ typedef struct server {
     resp_limits lim;         /* proto-max-bulk-len, MAX_ARGS */
     size_t qbuf_limit;       /* client-query-buffer-limit */
     obuf_limit obl[CLASSES]; /* client-output-buffer-limit, per class */
+    bool normal_limited;     /* the normal class has a limit */
     resp_arg *argv;          /* the command being run (MAX_ARGS entries) */
     bool per_record;         /* --repl-mode per-record */
     int port;                /* the bound TCP port (told to a primary) */
@@ -121,6 +122,7 @@ struct conn {
     bool gone;       /* on_close ran while `fin` was in flight */
     lull_frame fin;  /* the last replies (bytes: out): its release closes */
     lull_timer soft; /* armed while over the soft output limit */
+    bool soft_armed; /* `soft` is armed */
     lull_task kick;  /* sends messages published to it (conn_wake) */
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
 };

@@ -81,6 +81,10 @@ const char *store_get(const store *st, const char *key, size_t klen,
  * when not NULL, gets the entry. */
 int store_set(store *st, const char *key, size_t klen, const char *val,
               size_t vlen);
+/* store_set for a key already looked up: *pe is its entry (NULL when it
+ * is missing: it is added, and *pe set). One lookup per SET, not two. */
+int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
+              const char *val, size_t vlen);
 int store_set_entry(store *st, const char *key, size_t klen, const char *val,
                     size_t vlen, dict_entry **out);
 /* 1 when the key was there and is gone, 0 when it was not there. */
