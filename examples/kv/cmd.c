@@ -359,9 +359,18 @@ static void incr_by(kv *k, const resp_arg *a, size_t argc, long long by,
         buf_str(out, "-ERR increment or decrement would overflow\r\n");
         return;
     }
-    char tmp[24];
-    int len = snprintf(tmp, sizeof tmp, "%lld", n + by);
-    if (store_put(&k->db, &e, a[1].p, a[1].len, tmp, (size_t)len) < 0) {
+    /* The digits by hand (snprintf's format parsing cost a fifth of an
+     * INCR). */
+    char tmp[24], *end = tmp + sizeof tmp, *q = end;
+    long long v = n + by;
+    unsigned long long u =
+        v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--q = '-';
+    if (store_put(&k->db, &e, a[1].p, a[1].len, q, (size_t)(end - q)) < 0) {
         reply_oom(out);
         return;
     }
