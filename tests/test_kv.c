@@ -898,6 +898,7 @@ TEST(expiry_replicates_as_redis) {
 
 /* ------------------------------------------------ types, MULTI, pub/sub */
 
+#include "../examples/kv/cmd_int.h"
 #include "../examples/kv/types.h"
 
 /* Runs a request given as words on k for client cl (may be NULL). */
@@ -1355,4 +1356,60 @@ TEST(zset_ranks_follow_a_model) {
         CHECK(z->tail == prev);
     }
     zset_free(z);
+}
+
+TEST(large_value_kept_once_in_the_log) {
+    /* A primary keeps a large SET's value once, in its log. Overwriting
+     * it with another of the same length, APPEND and INCR never write
+     * into the log's copy: the log still replays to the same keys. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    size_t n = KV_SHARE_MIN + 10;
+    char *big = malloc(n), *big2 = malloc(n);
+    memset(big, 'a', n);
+    memset(big2, 'b', n);
+    resp_arg set[3] = {{"SET", 3}, {"k", 1}, {big, n}};
+    kv_exec(&p, NULL, set, 3, &out);
+    dict_entry *e = store_find(&p.db, "k", 1);
+    CHECK(e && store_obj(e)->shared);
+    const char *inlog = store_obj(e)->val;
+    CHECK(inlog >= p.log.chunks[p.log.nchunks - 1].p);
+    set[2].p = big2; /* the same length: not written in place */
+    out.len = 0;
+    kv_exec(&p, NULL, set, 3, &out);
+    CHECK(inlog[0] == 'a' && inlog[n - 1] == 'a');
+    e = store_find(&p.db, "k", 1);
+    CHECK(store_obj(e)->shared && ((char *)store_obj(e)->val)[0] == 'b');
+    resp_arg app[3] = {{"APPEND", 6}, {"k", 1}, {"zz", 2}};
+    out.len = 0;
+    kv_exec(&p, NULL, app, 3, &out);
+    e = store_find(&p.db, "k", 1);
+    CHECK(!store_obj(e)->shared && store_obj(e)->len == n + 2);
+    resp_arg small[3] = {{"SET", 3}, {"s", 1}, {"1", 1}};
+    kv_exec(&p, NULL, small, 3, &out);
+    CHECK(!store_obj(store_find(&p.db, "s", 1))->shared);
+    /* the log replays to the same keys */
+    kv r;
+    kv_setup(&r, true);
+    resp_limits lim = {.max_bulk = 2 * n, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    const char *err;
+    size_t need;
+    for (size_t c = 0; c < p.log.nchunks; c++)
+        CHECK_EQ(kv_apply_stream(&r, &lim, argv, p.log.chunks[c].p,
+                                 p.log.chunks[c].used, &err, &need),
+                 (long)p.log.chunks[c].used);
+    buf dp = {0}, dr = {0};
+    dump_keyspace(&p, &dp);
+    dump_keyspace(&r, &dr);
+    CHECK(strcmp(dp.p, dr.p) == 0);
+    CHECK(!store_obj(store_find(&r.db, "s", 1))->shared); /* replica: own */
+    kv_free(&r);
+    kv_free(&p);
+    buf_free(&dp);
+    buf_free(&dr);
+    buf_free(&out);
+    free(big);
+    free(big2);
 }

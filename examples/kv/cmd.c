@@ -76,14 +76,20 @@ static void log_append(kv *k, const resp_arg *a, size_t argc) {
     repl_log_append(&k->log, a, argc);
 }
 
-void kv_log(kv *k, const resp_arg *a, size_t argc) {
-    if (k->replica) return;
+const char *kv_log_arg(kv *k, const resp_arg *a, size_t argc, size_t want) {
+    if (k->replica) return NULL;
     if (k->in_exec && !k->multi_logged) {
         static const resp_arg multi = {"MULTI", 5};
         log_append(k, &multi, 1);
         k->multi_logged = true;
     }
-    log_append(k, a, argc);
+    if (repl_log_reserve(&k->log, repl_record_len(a, argc)) < 0)
+        kv_oom("the write log");
+    return repl_log_append_arg(&k->log, a, argc, want);
+}
+
+void kv_log(kv *k, const resp_arg *a, size_t argc) {
+    kv_log_arg(k, a, argc, SIZE_MAX);
 }
 
 /* A primary deletes a key whose time has come and logs the DEL that
@@ -306,7 +312,13 @@ static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         else
             reply_nil(out);
     }
-    if (store_put(&k->db, &e, a[1].p, a[1].len, a[2].p, a[2].len) < 0) {
+    /* A large value on a primary is kept once: the store points at its
+     * copy in the write log (which keeps it for ever anyway), so a 64 MiB
+     * SET copies the value twice (read, log), not three times. The entry
+     * is made first, so that nothing is logged that cannot be applied. */
+    bool share = !k->replica && a[2].len >= KV_SHARE_MIN;
+    if (share ? !e && !(e = store_add(&k->db, a[1].p, a[1].len, KV_STRING))
+              : store_put(&k->db, &e, a[1].p, a[1].len, a[2].p, a[2].len) < 0) {
         out->len = mark; /* the old value is still there: no GET reply */
         reply_oom(out);
         return;
@@ -335,7 +347,15 @@ static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     } else if (f & SET_KEEPTTL) {
         rec[n++] = (resp_arg){"KEEPTTL", 7};
     }
-    kv_log(k, rec, n);
+    const char *v = kv_log_arg(k, rec, n, 2);
+    if (share) {
+        kobj *o = store_obj(e);
+        store_value_free(o);
+        o->type = KV_STRING;
+        o->val = (char *)v;
+        o->len = a[2].len;
+        o->shared = 1;
+    }
     if (!(f & SET_GET)) reply_ok(out);
 }
 

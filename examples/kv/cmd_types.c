@@ -221,12 +221,17 @@ static void cmd_append(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         }
     } else {
         kobj *o = store_obj(e);
-        char *v = realloc(o->val, o->len + a[2].len + 1);
+        /* A value kept in the log is copied out first: the log's bytes
+         * are never written. */
+        char *v = o->shared ? malloc(o->len + a[2].len + 1)
+                            : realloc(o->val, o->len + a[2].len + 1);
         if (!v) {
             reply_oom(out);
             return;
         }
+        if (o->shared) memcpy(v, o->val, o->len);
         memcpy(v + o->len, a[2].p, a[2].len);
+        o->shared = 0;
         o->val = v;
         o->len += a[2].len;
     }

@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# lull-kv driven by redis-cli, a client nobody here wrote (CTest label
-# "integration"). Starts lull-kv on a free port and a Unix socket and checks:
-# 10,000 keys mass-inserted with `redis-cli --pipe` read back one by one over
-# the Unix socket; INCR from 8 concurrent redis-cli processes summed
-# correctly; DBSIZE, EXISTS, DEL, FLUSHALL; inline commands; a malformed
-# request closing that connection only; QUIT and a protocol error closing
-# the connection without waiting for the client; INCR refusing leading zeros.
+# lull-kv driven by clients nobody here wrote: redis-cli, redis-benchmark
+# and redis-py (CTest label "integration"). Starts lull-kv on a free port
+# and a Unix socket and checks: 10,000 keys mass-inserted with `redis-cli
+# --pipe` read back one by one over the Unix socket; INCR from 8
+# concurrent redis-cli processes summed correctly; DBSIZE, EXISTS, DEL,
+# FLUSHALL; inline commands; a malformed request closing that connection
+# only; QUIT and a protocol error closing the connection without waiting
+# for the client; INCR refusing leading zeros. Large replies (17 MiB, 20
+# pipelined of 1 MiB) answered whole and in order; a client that does not
+# read held to about one reply, its memory given back. The query and
+# output buffer limits closing what is over them. Values up to the longest
+# bulk through a replica; a replica over its output limit closed and
+# resuming. redis-benchmark's default suite with a replica following,
+# whose keyspace then equals the primary's; replies compared byte for byte
+# with a redis-server's; redis-py's everyday calls; pub/sub with a
+# subscriber that never reads. Expiry in real time, on the primary and
+# its replica, and no wakeup while idle with 100,000 keys that expire.
 # Replication: a replica catching up the 10,000 keys, reaching the
-# primary's offset and answering every key as the primary does; -READONLY;
-# INFO's fields; live follow; links killed by the primary and resumed from
-# the replica's offset; a replica killed (-9) in the middle of catching up
-# 200,000 keys and restarted, which starts over from 0 and ends equal; the
-# primary restarted (a new history), which the replica finds again by its
-# retry timer and resyncs from 0; a malformed stream from a fake primary
-# (python3; skipped without it) closing the link with a clear error.
+# primary's offset and answering every key as the primary does;
+# -READONLY; INFO's fields; live follow; links killed by the primary and
+# resumed from the replica's offset; a replica killed (-9) in the middle
+# of catching up 200,000 keys and restarted, which starts over from 0 and
+# ends equal; the primary restarted (a new history), which the replica
+# finds again by its retry timer and resyncs from 0; a malformed stream
+# from a fake primary (python3; skipped without it) closing the link with
+# a clear error. Parts that need /usr/bin/python3, python3-redis or
+# redis-server print a line and are skipped without them.
 #   integration.sh <path to lull-kv>
 # Prints one line and exits 0 when redis-cli is not installed.
 set -u

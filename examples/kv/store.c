@@ -16,6 +16,12 @@ int store_init(store *st) {
 }
 
 void store_value_free(kobj *o) {
+    if (o->shared) { /* the log's bytes */
+        o->shared = 0;
+        o->val = NULL;
+        o->len = 0;
+        return;
+    }
     switch (o->type) {
     case KV_LIST:
         list_free(o->val);
@@ -162,7 +168,7 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
               const char *val, size_t vlen) {
     dict_entry *old = *pe;
     if (old && store_obj(old)->type == KV_STRING &&
-        store_obj(old)->len == vlen) {
+        store_obj(old)->len == vlen && !store_obj(old)->shared) {
         /* The same length over a string: in place, no allocation (a
          * benchmark's SET, and many real overwrites). */
         if (vlen) memcpy(store_obj(old)->val, val, vlen);
