@@ -628,7 +628,7 @@ same() {
 # replica; one byte longer is a protocol error. A small SET after them
 # must not overtake them on the replica.
 largest=$((24 << 20))
-start bigp --port 0 --max-bulk $largest
+start bigp --port 0 --proto-max-bulk-len $largest
 bpid=$started
 bport=$started_port
 start bigr --port 0 --max-bulk $largest --replica-of "127.0.0.1:$bport"
