@@ -5,12 +5,12 @@
  *              with SO_REUSEPORT, and the kernel spreads new connections
  *              over them: no thread ever touches another loop;
  *   handoff    loop 0 alone accepts, and hands each connection to the
- *              loops in turn with lull_post_remote: the way to go when the
+ *              loops in turn with lull_task_post_remote: the way to go when the
  *              program, not the kernel, must choose the loop.
  *
  * Each connection echoes what it reads until the peer hangs up. A loop's
  * state is its own (one `server` per loop, touched only by that loop's
- * thread); the only cross-thread call is lull_post_remote.
+ * thread); the only cross-thread call is lull_task_post_remote.
  *
  * Stopping with hand-offs in flight: a hand-off posted to a loop whose run
  * has already ended would be stranded. So in handoff mode every other loop
@@ -174,7 +174,7 @@ static void on_accept(lull_io *io, int events) {
         int i = (int)(s->next++ % (unsigned)the_app.loops);
         c->srv = &the_app.servers[i];
         lull_task_init(&c->adopt, on_adopt);
-        lull_post_remote(c->srv->loop, &c->adopt);
+        lull_task_post_remote(c->srv->loop, &c->adopt);
     }
 }
 
@@ -234,7 +234,7 @@ static void loop_stop(lull_loop *loop, int index, void *arg) {
         conn_close(s->conns);
     if (a->mode == MODE_HANDOFF && index == 0)
         for (int i = 1; i < a->loops; i++)
-            lull_post_remote(a->servers[i].loop, &a->servers[i].last);
+            lull_task_post_remote(a->servers[i].loop, &a->servers[i].last);
 }
 
 /* Opens the listening sockets and starts the loops. */

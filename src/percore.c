@@ -2,10 +2,10 @@
  *
  * Owns: the loops and their threads. Each thread creates its loop (so the
  * loop is owned by the thread that runs it from the start), takes a loop
- * reference so that lull_run waits for remote posts with nothing else to
+ * reference so that lull_loop_run waits for remote posts with nothing else to
  * do, runs the user's start function and reports in; lull_percore_start
  * returns when all have. lull_percore_stop posts a stop task to each loop
- * (lull_post_remote, the only way in from another thread): it runs the
+ * (lull_task_post_remote, the only way in from another thread): it runs the
  * user's stop function and drops the reference, and the loop then runs
  * until nothing keeps it alive (work in flight on a pool comes home first),
  * and the thread ends; the loops are freed once every thread is joined. Uses
@@ -31,7 +31,7 @@ typedef struct slot {
     pthread_t thread;
     lull_loop *loop; /* set by the thread before it reports in */
     lull_task stop;  /* runs the user's stop, drops the reference */
-    int rc;          /* setup error, then lull_run's */
+    int rc;          /* setup error, then lull_loop_run's */
 } slot;
 
 struct lull_percore {
@@ -70,7 +70,7 @@ static void *loop_main(void *arg) {
     if (s->rc != 0) return NULL;
     if (!pc->go) /* another loop failed: undo what start did */
         stop_task(&s->stop);
-    int rc = lull_run(s->loop, LULL_RUN_DEFAULT);
+    int rc = lull_loop_run(s->loop, LULL_RUN_DEFAULT);
     if (rc < 0) s->rc = rc;
     return NULL;
 }
@@ -87,7 +87,7 @@ static int nth_cpu(const cpu_set_t *set, int i) {
 
 /* After the threads are joined: frees the loops and pc. The loops are freed
  * here rather than by their threads, so that the stop task's poster has
- * left lull_post_remote before its loop goes. */
+ * left lull_task_post_remote before its loop goes. */
 static int release(lull_percore *pc) {
     int rc = 0;
     for (int i = 0; i < pc->count; i++) {
@@ -178,7 +178,7 @@ int lull_percore_stop(lull_percore *pc) {
     for (int i = 0; i < pc->count; i++)
         if (pthread_equal(pc->slots[i].thread, pthread_self())) return -EDEADLK;
     for (int i = 0; i < pc->count; i++)
-        lull_post_remote(pc->slots[i].loop, &pc->slots[i].stop);
+        lull_task_post_remote(pc->slots[i].loop, &pc->slots[i].stop);
     for (int i = 0; i < pc->count; i++)
         pthread_join(pc->slots[i].thread, NULL);
     return release(pc);

@@ -717,12 +717,12 @@ TEST(expiry_never_early_never_late) {
     CHECK(lull_timer_active(&v.x.timer));
     CHECK(strcmp(vexec(&v, "PTTL a"), ":100\r\n") == 0);
     CHECK(strcmp(vexec(&v, "TTL a"), ":0\r\n") == 0); /* (100 + 500) / 1000 */
-    lull_advance(loop, 99 * MS + 999999);
+    lull_loop_advance(loop, 99 * MS + 999999);
     CHECK_EQ(v.x.fired, 0);
     CHECK(strcmp(vexec(&v, "GET a"), "$1\r\n1\r\n") == 0);
     CHECK(strcmp(vexec(&v, "PTTL a"), ":1\r\n") == 0);
     CHECK(strcmp(vexec(&v, "EXISTS a"), ":1\r\n") == 0);
-    lull_advance(loop, 1);
+    lull_loop_advance(loop, 1);
     CHECK_EQ(v.x.fired, 1);
     CHECK_EQ(store_count(&v.k.db), 0);
     CHECK(strcmp(last_record(&v.k), "*2\r\n$3\r\nDEL\r\n$1\r\na\r\n") == 0);
@@ -734,7 +734,7 @@ TEST(expiry_never_early_never_late) {
      * loop busy elsewhere) finds it gone too, and deletes it itself. */
     vexec(&v, "SET b 1 PX 5");
     lull_timer_stop(&v.x.timer); /* as if the timer were late */
-    lull_advance(loop, 5 * MS);
+    lull_loop_advance(loop, 5 * MS);
     size_t nrec = v.k.log.nrec;
     CHECK(strcmp(vexec(&v, "GET b"), "$-1\r\n") == 0);
     CHECK_EQ(v.k.log.nrec, nrec + 1); /* the DEL */
@@ -828,13 +828,13 @@ TEST(expiry_far_keys_arm_one_timer) {
     CHECK_U64_EQ(lull_timer_deadline(&v.x.timer), (86400000ull + 1) * MS);
     vexec(&v, "PERSIST key:9999");
     CHECK_U64_EQ(lull_timer_deadline(&v.x.timer), (86400000ull + 2) * MS);
-    lull_advance(loop, 86400000 * MS);
+    lull_loop_advance(loop, 86400000 * MS);
     CHECK_EQ(v.x.fired, 0);
     CHECK_EQ(store_count(&v.k.db), N);
-    lull_advance(loop, 2 * MS);
+    lull_loop_advance(loop, 2 * MS);
     CHECK_EQ(v.x.fired, 1);
     CHECK_EQ(store_count(&v.k.db), N - 1); /* key:9998; 9999 persists */
-    lull_advance(loop, (uint64_t)N * MS);
+    lull_loop_advance(loop, (uint64_t)N * MS);
     CHECK_EQ(store_count(&v.k.db), 1);
     CHECK_EQ(v.k.db.nheap, 0);
     if (v.x.fired > N - 1) /* each run expires a key at least */
@@ -873,7 +873,7 @@ TEST(expiry_replicates_as_redis) {
     /* The primary's timer is stopped (busy elsewhere): its DEL has not
      * come; the replica hides the key from its clients and keeps it. */
     lull_timer_stop(&p.x.timer);
-    lull_advance(loop, 10000 * MS);
+    lull_loop_advance(loop, 10000 * MS);
     CHECK(strcmp(vexec(&r, "GET a"), "$-1\r\n") == 0);
     CHECK(strcmp(vexec(&r, "EXISTS a"), ":0\r\n") == 0);
     CHECK(strcmp(vexec(&r, "TTL a"), ":-2\r\n") == 0);
@@ -881,7 +881,7 @@ TEST(expiry_replicates_as_redis) {
     /* The primary expires it and logs the DEL; the replica applies it. */
     uint64_t from = p.k.log.end;
     kv_expiry_rearm(&p.x);
-    lull_settle(loop);
+    lull_loop_settle(loop);
     CHECK_EQ(store_count(&p.k.db), 2);
     CHECK(p.k.log.end > from);
     CHECK_EQ(

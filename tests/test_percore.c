@@ -88,7 +88,7 @@ TEST_THREADED(percore_start_hand_off_stop) {
         CHECK(!pthread_equal(seen_by[i].thread, pthread_self()));
         h[i] = (hand){.ran = &ran};
         lull_task_init(&h[i].task, hand_run);
-        lull_post_remote(lull_percore_loop(pc, i), &h[i].task);
+        lull_task_post_remote(lull_percore_loop(pc, i), &h[i].task);
     }
     for (int i = 0; i < 3; i++)
         sem_wait_10s(&ran);
@@ -191,7 +191,7 @@ TEST_THREADED(percore_hands_a_connection_to_another_loop) {
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     the_conn = (conn){.fd = sv[0]};
     lull_task_init(&the_conn.adopt, conn_adopt);
-    lull_post_remote(lull_percore_loop(pc, 1), &the_conn.adopt);
+    lull_task_post_remote(lull_percore_loop(pc, 1), &the_conn.adopt);
     CHECK_EQ(write(sv[1], "ping", 4), 4);
     char buf[8] = "";
     size_t got = 0;
@@ -224,7 +224,7 @@ static void stop_work_done(lull_work *w, int status) {
     stop_dones[w - stop_work]++;
     /* lull_percore_stop frees this loop soon after: wait until every pool
      * thread has finished handing its completion over (left
-     * lull_post_remote), which the pool counts as completed. */
+     * lull_task_post_remote), which the pool counts as completed. */
     lull_pool_stats st;
     do {
         lull_pool_get_stats(stop_pool, &st);
@@ -272,8 +272,8 @@ TEST_THREADED(percore_stop_from_its_own_loop_is_refused) {
     lull_task_init(&self_task, stop_from_inside);
     hand h = {.ran = &ran};
     lull_task_init(&h.task, hand_run);
-    lull_post_remote(lull_percore_loop(self_pc, 0), &self_task);
-    lull_post_remote(lull_percore_loop(self_pc, 0), &h.task);
+    lull_task_post_remote(lull_percore_loop(self_pc, 0), &self_task);
+    lull_task_post_remote(lull_percore_loop(self_pc, 0), &h.task);
     sem_wait_10s(&ran); /* posted after the stop attempt: it has run */
     CHECK_EQ(self_rc, -EDEADLK);
     CHECK_EQ(lull_percore_stop(self_pc), 0);

@@ -39,7 +39,7 @@ static void server_command(conn *c, const resp_arg *a, size_t argc);
  * flight may be pointing at). Idempotent. */
 static void conn_quiet(conn *c) {
     kv_client_reset(&c->srv->kv, &c->cl);
-    lull_cancel(&c->kick);
+    lull_task_cancel(&c->kick);
 }
 
 static void conn_free(conn *c) {
@@ -209,14 +209,14 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
             h->p = c->out.p;
             h->f = (lull_frame){
                 .bytes = h->p, .len = len, .release = handover_release};
-            rc = lull_send(&c->s.ep, &h->f);
+            rc = lull_endpoint_send(&c->s.ep, &h->f);
             if (rc == 0)
                 c->out = (buf){0};
             else
                 free(h);
         }
     } else {
-        rc = lull_send_copy(&c->s.ep, c->out.p, len);
+        rc = lull_endpoint_send_copy(&c->s.ep, c->out.p, len);
         c->out.len = 0;
     }
     if (rc < 0) {
@@ -279,7 +279,7 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
                 alive = false;
                 break;
             }
-            if (!lull_writable(&c->s.ep)) {
+            if (!lull_endpoint_writable(&c->s.ep)) {
                 c->waiting = true; /* on_drain runs the rest */
                 break;
             }
@@ -324,7 +324,7 @@ static inline __attribute__((always_inline)) void conn_after(conn *c) {
     }
     if (!flush(c)) return;
     if (c->out.cap > REPLY_HANDOVER) buf_shrink(&c->out, REPLY_HANDOVER);
-    if (!lull_writable(&c->s.ep)) lull_stream_read_stop(&c->s);
+    if (!lull_endpoint_writable(&c->s.ep)) lull_stream_read_stop(&c->s);
 }
 
 /* Keeps the bytes of a command that is not all there. The buffer grows
@@ -380,7 +380,7 @@ static void on_drain(lull_endpoint *ep) {
     conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
     if (!conn_check_output(c)) return;
     lull_stream_read_start(&c->s);
-    if (c->link) lull_post(c->srv->loop, &c->link->task);
+    if (c->link) lull_task_post(c->srv->loop, &c->link->task);
     if (!c->waiting || c->closing) return;
     c->waiting = false;
     size_t used;
@@ -402,7 +402,7 @@ static void conn_finish(conn *c) {
     }
     c->fin = (lull_frame){
         .bytes = c->out.p, .len = c->out.len, .release = fin_release};
-    int rc = lull_send(&c->s.ep, &c->fin);
+    int rc = lull_endpoint_send(&c->s.ep, &c->fin);
     if (rc < 0) {
         conn_drop(c, "its last reply was refused (%s)", strerror(-rc));
         return;
@@ -421,7 +421,7 @@ static void conn_kick(lull_task *t) {
 
 void conn_wake(kv_client *cl) {
     conn *c = cl->owner;
-    lull_post(c->srv->loop, &c->kick);
+    lull_task_post(c->srv->loop, &c->kick);
 }
 
 void accept_conn(lull_server *ls) {
@@ -434,11 +434,11 @@ void accept_conn(lull_server *ls) {
      * connection holds itself (run_commands' backpressure), so a reply is
      * never refused for its size: a 17 MiB GET answer is one frame. */
     lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
-    if (lull_stream_accept(ls, &c->s, &o) < 0) {
+    if (lull_server_accept(ls, &c->s, &o) < 0) {
         free(c);
         return;
     }
     c->srv->kv.clients++;
     lull_timer_init(c->srv->loop, &c->soft, soft_due);
-    lull_endpoint_callbacks(&c->s.ep, on_frame, on_drain, on_close);
+    lull_endpoint_set_callbacks(&c->s.ep, on_frame, on_drain, on_close);
 }

@@ -5,7 +5,7 @@
 
 static int64_t loop_clock(kv *k) {
     kv_expiry *x = k->owner;
-    uint64_t ns = lull_now_exact(x->loop) - x->base_ns;
+    uint64_t ns = lull_loop_now_exact(x->loop) - x->base_ns;
     return x->base_ms + (int64_t)(ns / 1000000u);
 }
 
@@ -13,7 +13,7 @@ static int64_t loop_clock(kv *k) {
  * turn, after the fd callbacks and timers that were waiting. */
 static bool slice_left(void *arg) {
     kv_expiry *x = arg;
-    return !lull_should_yield(x->loop);
+    return !lull_loop_should_yield(x->loop);
 }
 
 static void due(lull_timer *t) {
@@ -26,7 +26,7 @@ static void due(lull_timer *t) {
 
 void kv_expiry_init(kv_expiry *x, lull_loop *loop, kv *k, int64_t base_ms) {
     *x = (kv_expiry){.loop = loop, .k = k, .base_ms = base_ms};
-    x->base_ns = lull_now_exact(loop);
+    x->base_ns = lull_loop_now_exact(loop);
     lull_timer_init(loop, &x->timer, due);
     k->clock = loop_clock;
     k->owner = x;
@@ -45,7 +45,7 @@ void kv_expiry_rearm(kv_expiry *x) {
     x->armed_at = at;
     /* The loop time at which the clock reads `at`: the clock counts whole
      * ms since base_ns, so it reads `at` from then on, never before. */
-    uint64_t now = lull_now_exact(x->loop);
+    uint64_t now = lull_loop_now_exact(x->loop);
     uint64_t delay = 0;
     if (at > x->base_ms) {
         uint64_t ms = (uint64_t)(at - x->base_ms);

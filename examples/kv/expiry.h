@@ -16,7 +16,7 @@
  *                    DELs expire its keys): no timer
  * Nothing samples keys on a period: an idle lull-kv holding a million
  * keys that expire tomorrow makes no wakeup until tomorrow. A run of due
- * keys is expired in slices (lull_should_yield), so a million keys due
+ * keys is expired in slices (lull_loop_should_yield), so a million keys due
  * at once do not hold the loop.
  *
  * The clock: the loop's (monotonic, or virtual in tests), put on the Unix

@@ -4,8 +4,8 @@
  * <port>` becomes a replica link. The primary answers `+FULLRESYNC
  * <replid> 0` or `+CONTINUE <offset>` and from then on streams its log
  * from that offset, record by record, as a producer (docs/STREAMS.md): one
- * lull_send per record, lull_should_yield on the loop's shared quantum
- * (budget mode) or a posted continuation after every record (per-record
+ * lull_endpoint_send per record, lull_loop_should_yield on the loop's shared
+ * quantum (budget mode) or a posted continuation after every record (per-record
  * mode), and a wait for on_drain when the stream is full, so clients are
  * served between slices while a replica catches up. The replica sends
  * `REPLACK <offset>` after it applied records; that is the offset INFO
@@ -51,7 +51,8 @@ static void produce(lull_task *t) {
     server *srv = the_server;
     const repl_log *log = &srv->kv.log;
     while (repl_log_more(log, &l->cur)) {
-        if (!lull_writable(&l->c->s.ep)) return; /* on_drain posts us */
+        if (!lull_endpoint_writable(&l->c->s.ep))
+            return; /* on_drain posts us */
         ring_frame *rf = &l->ring[l->ring_next % RING];
         if (rf->f.in_flight) { /* its release posts us */
             l->starved = true;
@@ -63,7 +64,7 @@ static void produce(lull_task *t) {
         size_t len;
         rf->f.bytes = repl_log_next(log, &next, &len);
         rf->f.len = len;
-        int rc = lull_send(&l->c->s.ep, &rf->f);
+        int rc = lull_endpoint_send(&l->c->s.ep, &rf->f);
         if (rc < 0) {
             /* The replica resyncs from its offset when it reconnects. */
             conn_drop(l->c,
@@ -75,8 +76,8 @@ static void produce(lull_task *t) {
         l->cur = next;
         l->ring_next++;
         l->inflight++;
-        if (srv->per_record || lull_should_yield(srv->loop)) {
-            lull_post(srv->loop, t);
+        if (srv->per_record || lull_loop_should_yield(srv->loop)) {
+            lull_task_post(srv->loop, t);
             return;
         }
     }
@@ -93,7 +94,7 @@ static void ring_release(lull_frame *f) {
     }
     if (l->starved) {
         l->starved = false;
-        lull_post(the_server->loop, &l->task);
+        lull_task_post(the_server->loop, &l->task);
     }
 }
 
@@ -111,7 +112,7 @@ void wake_links(server *srv) {
     while (p != &srv->kv.peers) {
         rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
         p = p->next; /* the check may close this link */
-        if (conn_check_output(l->c)) lull_post(srv->loop, &l->task);
+        if (conn_check_output(l->c)) lull_task_post(srv->loop, &l->task);
     }
 }
 
@@ -122,7 +123,7 @@ void link_drop(rlink *l) {
     l->peer.prev->next = l->peer.next;
     l->peer.next->prev = l->peer.prev;
     srv->kv.npeers--;
-    lull_cancel(&l->task);
+    lull_task_cancel(&l->task);
     l->c = NULL;
     if (l->inflight == 0) free(l);
 }
@@ -191,7 +192,7 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
     c->link = l;
     /* Posted: it runs after this chunk's replies, the answer above
      * included, are queued. */
-    lull_post(srv->loop, &l->task);
+    lull_task_post(srv->loop, &l->task);
 }
 
 /* What a replica may send on its link: REPLACK <offset>. */
@@ -241,7 +242,7 @@ static void master_down(server *srv) {
     m->in.len = 0; /* a partial record: it comes again after the resync */
     m->need = 0;
     buf_shrink(&m->in, INPUT_KEEP);
-    lull_cancel(&m->ack);
+    lull_task_cancel(&m->ack);
     fprintf(stderr, "lull-kv: replica: retrying %s:%d in %" PRIu64 " ms\n",
             m->host, m->port, m->backoff_ns / 1000000);
     lull_timer_start(&m->retry, m->backoff_ns, 0);
@@ -292,7 +293,7 @@ static void ack_send(lull_task *t) {
                        "*2\r\n$7\r\nREPLACK\r\n$%d\r\n%s\r\n", n, num);
     m->ack_frame.bytes = m->ack_buf;
     m->ack_frame.len = (size_t)len;
-    int rc = lull_send(&m->s.ep, &m->ack_frame);
+    int rc = lull_endpoint_send(&m->s.ep, &m->ack_frame);
     if (rc < 0) {
         master_lost(srv, "REPLACK", rc);
         return;
@@ -305,7 +306,7 @@ static void ack_release(lull_frame *f) {
     master *m = &srv->m;
     if (m->ack_again && m->state == M_UP) {
         m->ack_again = false;
-        lull_post(srv->loop, &m->ack);
+        lull_task_post(srv->loop, &m->ack);
     }
 }
 
@@ -382,7 +383,7 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     }
     buf_consume(&m->in, (size_t)n);
     buf_shrink(&m->in, INPUT_KEEP);
-    if (srv->kv.offset != m->acked) lull_post(srv->loop, &m->ack);
+    if (srv->kv.offset != m->acked) lull_task_post(srv->loop, &m->ack);
 }
 
 static void master_connected(lull_stream *s, int status) {
@@ -403,7 +404,7 @@ static void master_connected(lull_stream *s, int status) {
                      "*4\r\n$8\r\nREPLSYNC\r\n$%zu\r\n%s\r\n$%d\r\n%s\r\n"
                      "$%d\r\n%s\r\n",
                      strlen(id), id, on, off, pn, port);
-    int rc = lull_send_copy(&m->s.ep, req, (size_t)n);
+    int rc = lull_endpoint_send_copy(&m->s.ep, req, (size_t)n);
     if (rc < 0) master_lost(srv, "REPLSYNC", rc);
 }
 
@@ -412,15 +413,15 @@ static void master_connect(server *srv) {
     lull_stream_options o = {.flags = LULL_STREAM_RAW,
                              .connect_timeout_ns = CONNECT_TIMEOUT_NS};
     m->state = M_CONNECTING;
-    int rc = lull_tcp_connect(srv->loop, &m->s, m->addr, m->port, &o,
-                              master_connected);
+    int rc = lull_stream_connect_tcp(srv->loop, &m->s, m->addr, m->port, &o,
+                                     master_connected);
     if (rc < 0) {
         fprintf(stderr, "lull-kv: replica: connect to %s:%d: %s\n", m->host,
                 m->port, strerror(-rc));
         master_down(srv);
         return;
     }
-    lull_endpoint_callbacks(&m->s.ep, master_frame, NULL, master_closed);
+    lull_endpoint_set_callbacks(&m->s.ep, master_frame, NULL, master_closed);
 }
 
 void master_start(server *srv) {

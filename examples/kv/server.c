@@ -257,7 +257,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "lull-kv: %s\n", strerror(-rc));
         return 1;
     }
-    rc = lull_tcp_listen(srv.loop, &srv.tcp, "127.0.0.1", port, 0, accept_conn);
+    rc = lull_server_listen_tcp(srv.loop, &srv.tcp, "127.0.0.1", port, 0,
+                                accept_conn);
     if (rc < 0) {
         fprintf(stderr, "lull-kv: listen on 127.0.0.1:%d: %s\n", port,
                 strerror(-rc));
@@ -265,7 +266,8 @@ int main(int argc, char **argv) {
     }
     if (unix_path) {
         unlink(unix_path); /* a socket file left by an earlier run */
-        rc = lull_unix_listen(srv.loop, &srv.unx, unix_path, 0, accept_conn);
+        rc = lull_server_listen_unix(srv.loop, &srv.unx, unix_path, 0,
+                                     accept_conn);
         if (rc < 0) {
             fprintf(stderr, "lull-kv: listen on %s: %s\n", unix_path,
                     strerror(-rc));
@@ -285,7 +287,7 @@ int main(int argc, char **argv) {
            unix_path ? " and " : "", unix_path ? unix_path : "");
     fflush(stdout);
     if (srv.kv.replica) master_start(&srv);
-    lull_run(srv.loop, LULL_RUN_DEFAULT);
+    lull_loop_run(srv.loop, LULL_RUN_DEFAULT);
     kv_expiry_stop(&srv.expiry);
     lull_server_close(&srv.tcp);
     if (srv.has_unix) lull_server_close(&srv.unx);
