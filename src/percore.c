@@ -41,6 +41,7 @@ struct lull_percore {
     sem_t ready;   /* each thread posts once, set up or failed */
     bool go;       /* written before `run` is posted */
     sem_t run;     /* all set up: run (go) or give up (!go) */
+    bool stopping; /* atomic: set before any stop function runs */
     slot *slots;
 };
 
@@ -145,6 +146,7 @@ int lull_percore_start(lull_percore **out, const lull_percore_options *opts) {
     for (int i = 0; i < started && rc == 0; i++)
         rc = pc->slots[i].rc;
     pc->go = rc == 0;
+    if (!pc->go) __atomic_store_n(&pc->stopping, true, __ATOMIC_RELEASE);
     for (int i = 0; i < started; i++)
         sem_post(&pc->run);
     if (rc == 0) {
@@ -173,10 +175,17 @@ lull_loop *lull_percore_next(lull_percore *pc) {
     return pc->slots[i % (unsigned)pc->count].loop;
 }
 
+bool lull_percore_stopping(const lull_percore *pc) {
+    return pc && __atomic_load_n(&pc->stopping, __ATOMIC_ACQUIRE);
+}
+
 int lull_percore_stop(lull_percore *pc) {
     if (!pc) return -EINVAL;
     for (int i = 0; i < pc->count; i++)
         if (pthread_equal(pc->slots[i].thread, pthread_self())) return -EDEADLK;
+    /* Before the stop tasks are posted, so that every stop function, and
+     * every hand-off that runs after one, sees it. */
+    __atomic_store_n(&pc->stopping, true, __ATOMIC_RELEASE);
     for (int i = 0; i < pc->count; i++)
         lull_post_remote(pc->slots[i].loop, &pc->slots[i].stop);
     for (int i = 0; i < pc->count; i++)

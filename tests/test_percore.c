@@ -51,10 +51,15 @@ static void on_start(lull_loop *loop, int index, void *arg) {
         if (CPU_ISSET(c, &set)) s->cpu = c;
 }
 
+/* The set being stopped, for stop functions and hand-offs that ask
+ * lull_percore_stopping (NULL where a test does not set it). */
+static lull_percore *stopping_pc;
+
 static void on_stop(lull_loop *loop, int index, void *arg) {
     (void)arg;
     CHECK(loop == seen_by[index].loop);
     CHECK(pthread_equal(pthread_self(), seen_by[index].thread));
+    if (stopping_pc) CHECK(lull_percore_stopping(stopping_pc));
     seen_by[index].stops++;
 }
 
@@ -97,7 +102,11 @@ TEST_THREADED(percore_start_hand_off_stop) {
     /* Round robin. */
     for (int i = 0; i < 7; i++)
         CHECK(lull_percore_next(pc) == seen_by[i % 3].loop);
+    CHECK(!lull_percore_stopping(pc));
+    CHECK(!lull_percore_stopping(NULL));
+    stopping_pc = pc; /* every stop function sees it stopping */
     CHECK_EQ(lull_percore_stop(pc), 0);
+    stopping_pc = NULL;
     for (int i = 0; i < 3; i++)
         CHECK_EQ(seen_by[i].stops, 1);
     sem_destroy(&ran);
