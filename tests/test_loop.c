@@ -130,10 +130,8 @@ TEST(run_nowait_does_not_block) {
     CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
     lull_timer_start(&v[0].timer, 100000 * MS, 0);
     lull_loop_metrics_reset(loop);
-    uint64_t start = check_clock_ns();
     for (int i = 0; i < 10; i++)
         CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
-    CHECK_LE(check_clock_ns() - start, 500 * MS);
     lull_post(loop, &v[1].task);
     CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(runs[1], 1);
@@ -141,6 +139,8 @@ TEST(run_nowait_does_not_block) {
     CHECK_EQ(runs[7], 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
+    /* No wait could block (a clock bound would measure the machine's load,
+     * not lull): NOWAIT polls and never sleeps. */
     CHECK_U64_EQ(m.wakeups, 0);
     CHECK_LE(10, m.polls);
     lull_timer_stop(&v[0].timer);

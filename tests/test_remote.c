@@ -267,9 +267,13 @@ static void late_arrival(lull_task *t) {
 }
 
 static lull_task late_task;
+static int late_loop_tid;
 static void *post_late(void *arg) {
     (void)arg;
-    sleep_ms(50); /* the loop is blocked in the kernel by now */
+    /* Once the loop sleeps in its wait (a fixed sleep here, 50 ms, could
+     * end before a loaded machine let the loop reach it: no wakeup). */
+    check_wait_blocked(late_loop_tid, the_loop->backend_fd,
+                       &the_loop->sleeping);
     lull_post_remote(the_loop, &late_task);
     return NULL;
 }
@@ -284,6 +288,7 @@ TEST_THREADED(loop_ref_keeps_run_alive_for_remote_post) {
     CHECK(lull_loop_alive(the_loop));
     CHECK_EQ(lull_loop_free(the_loop), -EBUSY);
     lull_loop_metrics_reset(the_loop);
+    late_loop_tid = gettid();
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, post_late, NULL), 0);
     CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), 0);
