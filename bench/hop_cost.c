@@ -39,7 +39,7 @@ static void on_io(lull_io *io, int events) {
 static void task_hop(lull_task *task) {
     chain *c = LULL_CONTAINER_OF(task, chain, task);
     if (--c->left > 0) {
-        lull_post(c->loop, task);
+        lull_task_post(c->loop, task);
     } else {
         lull_io_stop(&c->io);
     }
@@ -65,7 +65,7 @@ static void bounce_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         return;
     }
     b->left--;
-    lull_send(ep, &b->frame[ep == &b->end[0].ep ? 0 : 1]);
+    lull_endpoint_send(ep, &b->frame[ep == &b->end[0].ep ? 0 : 1]);
 }
 
 static void timer_hop(lull_timer *timer) {
@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 2; i++) {
             b.frame[i] = (lull_frame){.bytes = &b.payload[i],
                                       .len = sizeof b.payload[i]};
-            lull_endpoint_callbacks(&b.end[i].ep, bounce_frame, NULL, NULL);
+            lull_endpoint_set_callbacks(&b.end[i].ep, bounce_frame, NULL, NULL);
         }
         b.io = &c.io;
         b.left = 2 * hops - 1;
@@ -133,17 +133,17 @@ int main(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (loopback) {
-        rc = lull_send(&b.end[0].ep, &b.frame[0]);
+        rc = lull_endpoint_send(&b.end[0].ep, &b.frame[0]);
         if (rc < 0) {
-            fprintf(stderr, "lull_send: %s\n", strerror(-rc));
+            fprintf(stderr, "lull_endpoint_send: %s\n", strerror(-rc));
             return 1;
         }
     } else if (timer) {
         lull_timer_start(&c.timer, 0, 0);
     } else {
-        lull_post(c.loop, &c.task);
+        lull_task_post(c.loop, &c.task);
     }
-    rc = lull_run(c.loop, LULL_RUN_DEFAULT);
+    rc = lull_loop_run(c.loop, LULL_RUN_DEFAULT);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ns = (double)(t1.tv_sec - t0.tv_sec) * 1e9 +
                 (double)(t1.tv_nsec - t0.tv_nsec);
@@ -156,7 +156,7 @@ int main(int argc, char **argv) {
         (b.left != 0 || b.end[0].delivered + b.end[1].delivered != 2 * hops))
         rc = -EPROTO;
     if (rc < 0 || c.left != 0) {
-        fprintf(stderr, "lull_run: %s (%lu hops left)\n", strerror(-rc),
+        fprintf(stderr, "lull_loop_run: %s (%lu hops left)\n", strerror(-rc),
                 c.left);
         return 1;
     }

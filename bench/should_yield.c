@@ -1,4 +1,4 @@
-/* What lull_should_yield costs per call, and how far a slice runs past its
+/* What lull_loop_should_yield costs per call, and how far a slice runs past its
  * quantum (C5). A producer task calls it once per record and re-posts
  * itself when it says yield, for a fixed wall time per case.
  *
@@ -101,7 +101,7 @@ static void produce(lull_task *task) {
             __asm__ volatile("" ::: "memory"); /* the no-op record */
         }
         calls++;
-        if (lull_should_yield(p->loop)) break;
+        if (lull_loop_should_yield(p->loop)) break;
     }
     uint64_t end = now_ns();
     p->calls += calls;
@@ -110,7 +110,7 @@ static void produce(lull_task *task) {
     p->nslices++;
     if (clean && p->nkept < MAX_SLICES)
         p->slices[p->nkept++] = (double)(end - start);
-    if (end < p->deadline) lull_post(p->loop, task);
+    if (end < p->deadline) lull_task_post(p->loop, task);
 }
 
 static int cmp(const void *a, const void *b) {
@@ -141,8 +141,8 @@ static int run_case(int role, enum pace pace, double seconds, outcome *o) {
     }
     lull_task_init(&p.task, produce);
     p.deadline = now_ns() + (uint64_t)(seconds * 1e9);
-    lull_post(p.loop, &p.task);
-    rc = lull_run(p.loop, LULL_RUN_DEFAULT);
+    lull_task_post(p.loop, &p.task);
+    rc = lull_loop_run(p.loop, LULL_RUN_DEFAULT);
     o->ns_per_call = (double)p.busy_ns / (double)p.calls;
     o->calls = p.calls;
     o->quantum = lull_loop_quantum(p.loop);
@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 1.0;
     if (seconds <= 0) seconds = 1.0;
     calibrate();
-    printf("lull_should_yield: %.2f s per case; a slow record is ~1 µs "
+    printf("lull_loop_should_yield: %.2f s per case; a slow record is ~1 µs "
            "(%lu spins)\n",
            seconds, spins_per_us);
 
@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
         if (noop[r].calls == 0) continue;
         double base = baseline_ns(noop[r].calls);
         printf("  %-10s %.2f ns per record with the call, %.2f ns without: "
-               "lull_should_yield ≈ %.2f ns per call\n",
+               "lull_loop_should_yield ≈ %.2f ns per call\n",
                roles[r].name, noop[r].ns_per_call, base,
                noop[r].ns_per_call - base);
     }

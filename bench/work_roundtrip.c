@@ -4,7 +4,7 @@
  *
  *  - the futex floor: two bare threads ping-ponging on a futex word;
  *  - lull's remote-post round trip: two loops on two threads, each posting
- *    a task to the other with lull_post_remote (what `turns` measures as
+ *    a task to the other with lull_task_post_remote (what `turns` measures as
  *    its cross-thread round trip);
  *  - libuv's uv_queue_work -> after_work_cb with UV_THREADPOOL_SIZE=1 (when
  *    pkg-config found libuv at build time; skipped with a line otherwise).
@@ -127,7 +127,7 @@ typedef struct trip {
 
 static void trip_pong(lull_task *t) {
     trip *tr = LULL_CONTAINER_OF(t, trip, pong);
-    lull_post_remote(tr->a, &tr->ping);
+    lull_task_post_remote(tr->a, &tr->ping);
 }
 
 static void trip_stop(lull_task *t) {
@@ -139,16 +139,16 @@ static void trip_ping(lull_task *t) {
     trip *tr = LULL_CONTAINER_OF(t, trip, ping);
     sample(tr->s);
     if (more(tr->s)) {
-        lull_post_remote(tr->b, &tr->pong);
+        lull_task_post_remote(tr->b, &tr->pong);
     } else {
-        lull_post_remote(tr->b, &tr->stop);
+        lull_task_post_remote(tr->b, &tr->stop);
         lull_loop_unref(tr->a);
     }
 }
 
 static void *trip_b(void *arg) {
     trip *tr = arg;
-    lull_run(tr->b, LULL_RUN_DEFAULT);
+    lull_loop_run(tr->b, LULL_RUN_DEFAULT);
     return NULL;
 }
 
@@ -168,11 +168,11 @@ static int run_remote(samples *s) {
     pthread_t t;
     if (pthread_create(&t, NULL, trip_b, &tr) != 0) return -EAGAIN;
     s->start = now_ns();
-    lull_post_remote(tr.b, &tr.pong);
-    rc = lull_run(tr.a, LULL_RUN_DEFAULT);
+    lull_task_post_remote(tr.b, &tr.pong);
+    rc = lull_loop_run(tr.a, LULL_RUN_DEFAULT);
     pthread_join(t, NULL);
     /* b's thread posted the last ping and has been joined: nobody is left
-     * inside lull_post_remote for a. */
+     * inside lull_task_post_remote for a. */
     if (lull_loop_free(tr.a) < 0 || lull_loop_free(tr.b) < 0) rc = -EBUSY;
     return rc;
 }
@@ -212,7 +212,7 @@ static int run_pool(samples *s, uint64_t *wakeups) {
     lull_work_init(&p.work, empty_work, work_back);
     s->start = now_ns();
     rc = lull_work_submit(p.loop, p.pool, &p.work);
-    if (rc == 0) rc = lull_run(p.loop, LULL_RUN_DEFAULT);
+    if (rc == 0) rc = lull_loop_run(p.loop, LULL_RUN_DEFAULT);
     if (rc == 0) rc = p.rc;
     lull_metrics m;
     lull_loop_metrics(p.loop, &m);
@@ -263,7 +263,7 @@ static int run_uv(samples *s) {
 enum { ROW_FUTEX, ROW_REMOTE, ROW_POOL, ROW_UV, ROWS };
 static const char *const row_names[ROWS] = {
     "futex ping-pong, no loop (floor)",
-    "lull: lull_post_remote round trip",
+    "lull: lull_task_post_remote round trip",
     "lull: lull_work_submit -> done",
     "libuv: uv_queue_work -> after_work",
 };

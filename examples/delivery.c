@@ -14,7 +14,7 @@
  * what it has and retries every 1 ms, only while something is held: before
  * the first commit nothing is held and nothing is retried. When the turn is
  * delivered and the writer is done, the loop has no timer and no task, and
- * lull_run returns by itself. It runs on the virtual clock with
+ * lull_loop_run returns by itself. It runs on the virtual clock with
  * LULL_LOOP_AUTO_ADVANCE, so the times printed are exact.
  *
  * Build:
@@ -39,8 +39,8 @@ typedef struct event_log {
 
 static void log_release(event_log *log) {
     if (log->checkpoints > 0 || log->readable == log->written) return;
-    log->readable = log->written; /* store first ... */
-    lull_notify(&log->changed);   /* ... then raise */
+    log->readable = log->written;       /* store first ... */
+    lull_notifier_raise(&log->changed); /* ... then raise */
 }
 
 static void log_commit(event_log *log, uint64_t value) {
@@ -70,14 +70,15 @@ static int pass(lull_pump *pump, uint64_t *retry_ns) {
     if (backlog == 0) return LULL_PASS_QUIET;
     if (!r->ready) {
         printf("%5.1f ms  pass: driver not ready, %d held, retry in 1 ms\n",
-               (double)lull_now(loop) / 1e6, backlog);
+               (double)lull_loop_now(loop) / 1e6, backlog);
         *retry_ns = 1 * MS; /* held: retried only while held */
         return LULL_PASS_HELD;
     }
     r->log->reads++;
     int n = 0;
     for (; n < 4 && r->cursor < r->log->readable; n++, r->cursor++)
-        printf("%5.1f ms  driver: event %llu\n", (double)lull_now(loop) / 1e6,
+        printf("%5.1f ms  driver: event %llu\n",
+               (double)lull_loop_now(loop) / 1e6,
                (unsigned long long)r->log->events[r->cursor]);
     lull_pump_delivered(pump, (uint64_t)n);
     /* A full batch may have left more: continue in the next task, so other
@@ -105,7 +106,7 @@ static void write_one(lull_timer *t) {
     log_commit(w->log, (uint64_t)k); /* raises the notifier, if readable */
     if (k == 6) {
         printf("%5.1f ms  writer: checkpoint releases 4-6\n",
-               (double)lull_now(t->loop) / 1e6);
+               (double)lull_loop_now(t->loop) / 1e6);
         log_checkpoint_end(w->log);
     }
     if (k == EVENTS) lull_timer_stop(t);
@@ -128,7 +129,7 @@ int main(void) {
     lull_timer_start(&w.tick, 1 * MS, 2 * MS);
 
     /* Virtual time jumps to each deadline; real time would do the same. */
-    lull_run(loop, LULL_RUN_DEFAULT);
+    lull_loop_run(loop, LULL_RUN_DEFAULT);
     printf("done: %d delivered in %llu passes (%llu empty), %llu state "
            "reads; pump quiet: %s\n",
            r.cursor, (unsigned long long)r.pump.passes,

@@ -9,7 +9,7 @@
  * socket cannot take at once is kept, and the connection stops reading and
  * waits until the socket is writable: the server buffers one read per
  * connection, never more. The stats timer is unreferenced: it reports while
- * the server runs but does not keep lull_run going by itself.
+ * the server runs but does not keep lull_loop_run going by itself.
  *
  *   echo [PORT]       serve on 127.0.0.1:PORT (default 7000) until killed;
  *                     try `nc 127.0.0.1 7000`
@@ -156,7 +156,7 @@ static void on_stats(lull_timer *t) {
 }
 
 /* Stops accepting; the open connections end on their own (peer or idle),
- * and then nothing referenced is left: lull_run returns. */
+ * and then nothing referenced is left: lull_loop_run returns. */
 static void on_stop(lull_task *t) {
     server *s = LULL_CONTAINER_OF(t, server, stop);
     lull_io_stop(&s->listen_io);
@@ -240,7 +240,7 @@ static void *client_main(void *arg) {
         close(quiet);
     }
     /* The only call another thread may make on the loop: a remote post. */
-    lull_post_remote(cl->srv->loop, &cl->srv->stop);
+    lull_task_post_remote(cl->srv->loop, &cl->srv->stop);
     return NULL;
 }
 
@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
     client cl = {.srv = &s, .port = port};
     pthread_t th;
     if (self_test && pthread_create(&th, NULL, client_main, &cl) != 0) return 1;
-    lull_run(s.loop, LULL_RUN_DEFAULT);
+    lull_loop_run(s.loop, LULL_RUN_DEFAULT);
     if (self_test) pthread_join(th, NULL);
 
     printf("echo: %llu connections, %llu bytes echoed, %llu closed by peer, "

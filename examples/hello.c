@@ -1,4 +1,4 @@
-/* hello: a task, a timer and an fd watcher; lull_run returns when idle.
+/* hello: a task, a timer and an fd watcher; lull_loop_run returns when idle.
  *
  * Build:
  *   cc -O2 -o hello hello.c $(pkg-config --cflags --libs lull)
@@ -22,7 +22,7 @@ static void on_fd(lull_io *io, int events) {
     char c;
     (void)events;
     if (read(io->fd, &c, 1) == 1) printf("fd: read '%c'\n", c);
-    lull_io_stop(io); /* nothing left: lull_run returns */
+    lull_io_stop(io); /* nothing left: lull_loop_run returns */
 }
 
 int main(void) {
@@ -33,13 +33,13 @@ int main(void) {
     int fds[2];
     if (lull_loop_new(&loop, NULL) < 0 || pipe(fds) < 0) return 1;
     lull_task_init(&task, on_task);
-    lull_post(loop, &task);
+    lull_task_post(loop, &task);
     lull_timer_init(loop, &timer, on_timer);
     lull_timer_start(&timer, 10 * 1000000ull, 0); /* ns */
     lull_io_init(loop, &io, fds[0], on_fd);
     lull_io_start(&io, LULL_READABLE);
     if (write(fds[1], "!", 1) != 1) return 1;
-    lull_run(loop, LULL_RUN_DEFAULT);
+    lull_loop_run(loop, LULL_RUN_DEFAULT);
     close(fds[0]);
     close(fds[1]);
     return lull_loop_free(loop) == 0 ? 0 : 1; /* every handle is done */

@@ -7,7 +7,7 @@
  * the server answers by copy. Nothing arrives inside a send: every delivery
  * is a turn of its own, and a reply lands between two requests. Then the
  * client closes; the server hears the reason after every frame the client
- * sent. lull_settle runs it all with time frozen.
+ * sent. lull_loop_settle runs it all with time frozen.
  *
  * Build:
  *   cc -O2 -o loopback loopback.c $(pkg-config --cflags --libs lull)
@@ -32,7 +32,7 @@ static void serve(lull_endpoint *ep, const void *bytes, size_t len) {
     char reply[32];
     int n =
         snprintf(reply, sizeof reply, "ok %.*s", (int)len, (const char *)bytes);
-    lull_send_copy(ep, reply, (size_t)n); /* arrives on a later turn */
+    lull_endpoint_send_copy(ep, reply, (size_t)n); /* arrives on a later turn */
 }
 
 static void server_closed(lull_endpoint *ep, int reason) {
@@ -51,26 +51,26 @@ int main(void) {
     if (lull_loop_new(&loop, &opts) < 0) return 1;
     lull_loopback client, server;
     if (lull_loopback_pair(loop, &client, &server, NULL) < 0) return 1;
-    lull_endpoint_callbacks(&client.ep, client_got, NULL, NULL);
-    lull_endpoint_callbacks(&server.ep, serve, NULL, server_closed);
+    lull_endpoint_set_callbacks(&client.ep, client_got, NULL, NULL);
+    lull_endpoint_set_callbacks(&server.ep, serve, NULL, server_closed);
 
     request req[2] = {{.text = "get a"}, {.text = "get b"}};
     for (int i = 0; i < 2; i++) {
         req[i].frame.bytes = req[i].text;
         req[i].frame.len = 5;
         req[i].frame.release = released;
-        lull_send(&client.ep, &req[i].frame);
+        lull_endpoint_send(&client.ep, &req[i].frame);
         printf("client: sent \"%s\"; server has %llu frames\n", req[i].text,
                (unsigned long long)server.delivered);
     }
-    int turns = lull_settle(loop);
+    int turns = lull_loop_settle(loop);
     printf("settle: %d turns, virtual time still %llu ns\n", turns,
-           (unsigned long long)lull_now(loop));
+           (unsigned long long)lull_loop_now(loop));
 
-    lull_send_copy(&client.ep, "bye", 3);
+    lull_endpoint_send_copy(&client.ep, "bye", 3);
     lull_endpoint_close(&client.ep, 7); /* "bye" is still delivered */
     printf("client: closed with reason 7\n");
-    lull_settle(loop);
+    lull_loop_settle(loop);
     lull_endpoint_close(&server.ep, 0); /* already closed by the peer: 0 */
     if (lull_loop_free(loop) != 0) return 1;
     printf("done: loop freed\n");

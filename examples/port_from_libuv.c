@@ -6,15 +6,14 @@
  * a uv_async_t (the hand-over), a uv_idle_t (a chunk per iteration) and a
  * uv_timer_t, each finding the job through handle->data. Here:
  *
- *   uv_async_t + uv_async_send  ->  a lull_task posted with lull_post_remote,
- *                                   plus lull_loop_ref while it is expected
- *                                   (an active uv_async_t keeps uv_run going;
- *                                   a task not yet posted does not)
+ *   uv_async_t + uv_async_send  ->  a lull_task posted with
+ * lull_task_post_remote, plus lull_loop_ref while it is expected (an active
+ * uv_async_t keeps uv_run going; a task not yet posted does not)
  *   uv_close(async)             ->  lull_loop_unref: a task needs no closing
- *   uv_idle_t                   ->  a task that runs until lull_should_yield
- *                                   and posts itself again
- *   uv_timer_start(t, cb, 20, 20) -> lull_timer_start(t, 20 ms, 20 ms) in ns
- *   handle->data                ->  LULL_CONTAINER_OF
+ *   uv_idle_t                   ->  a task that runs until
+ * lull_loop_should_yield and posts itself again uv_timer_start(t, cb, 20, 20)
+ * -> lull_timer_start(t, 20 ms, 20 ms) in ns handle->data                ->
+ * LULL_CONTAINER_OF
  *
  * Prints progress lines and a summary; exits 0 when the job completed.
  *
@@ -52,10 +51,10 @@ static void on_work(lull_task *t) {
     job *j = LULL_CONTAINER_OF(t, job, work);
     while (j->next < RECORDS) {
         j->sum = mix(j->sum, j->next++);
-        if (lull_should_yield(j->loop)) break;
+        if (lull_loop_should_yield(j->loop)) break;
     }
     if (j->next < RECORDS)
-        lull_post(j->loop, t);
+        lull_task_post(j->loop, t);
     else
         lull_timer_stop(&j->progress);
 }
@@ -70,14 +69,14 @@ static void on_seeded(lull_task *t) {
     job *j = LULL_CONTAINER_OF(t, job, seeded);
     lull_loop_unref(j->loop); /* nothing more to expect from the helper */
     j->sum = j->seed;
-    lull_post(j->loop, &j->work);
+    lull_task_post(j->loop, &j->work);
     lull_timer_start(&j->progress, 20 * MS, 20 * MS);
 }
 
 static void *helper(void *arg) {
     job *j = arg;
     j->seed = mix(0, 42);
-    lull_post_remote(j->loop, &j->seeded); /* was uv_async_send */
+    lull_task_post_remote(j->loop, &j->seeded); /* was uv_async_send */
     return NULL;
 }
 
@@ -91,7 +90,7 @@ int main(void) {
 
     pthread_t th;
     if (pthread_create(&th, NULL, helper, &j) != 0) return 1;
-    lull_run(j.loop, LULL_RUN_DEFAULT);
+    lull_loop_run(j.loop, LULL_RUN_DEFAULT);
     pthread_join(th, NULL); /* the helper may still be inside its post */
 
     printf("done: %llu records, checksum %016llx\n", (unsigned long long)j.next,

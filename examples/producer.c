@@ -1,12 +1,12 @@
 /* producer: a long job on the quantum, with a 10 ms timer beside it.
  *
  * The job mixes RECORDS records in one task that runs until
- * lull_should_yield says its slice is spent (0.5 ms on a shared loop), then
- * posts itself again. Between two slices the loop polls fds and runs due
+ * lull_loop_should_yield says its slice is spent (0.5 ms on a shared loop),
+ * then posts itself again. Between two slices the loop polls fds and runs due
  * timers, so the 10 ms timer fires within about one quantum of its
  * deadline while the job runs flat out, and the job pays one turn per
  * slice, not one per record. When the job is done it stops the timer;
- * nothing is left and lull_run returns.
+ * nothing is left and lull_loop_run returns.
  *
  * Prints one line per tick (how late it fired, how far the job is) and a
  * summary; exits 0 when every record was produced.
@@ -47,10 +47,10 @@ static void produce(lull_task *t) {
     j->slices++;
     while (j->next < RECORDS) {
         j->sum = mix(j->sum, j->next++);
-        if (lull_should_yield(j->loop)) break; /* a few ns: per record */
+        if (lull_loop_should_yield(j->loop)) break; /* a few ns: per record */
     }
     if (j->next < RECORDS)
-        lull_post(j->loop, t); /* behind the fds and timers that are due */
+        lull_task_post(j->loop, t); /* behind the fds and timers that are due */
     else
         lull_timer_stop(&j->tick); /* done: nothing keeps the loop alive */
 }
@@ -60,7 +60,7 @@ static void on_tick(lull_timer *t) {
     /* A repeating timer is re-armed before its callback runs: the deadline
      * that fired is the next one minus the period. */
     uint64_t due = lull_timer_deadline(t) - TICK_NS;
-    uint64_t now = lull_now_exact(j->loop);
+    uint64_t now = lull_loop_now_exact(j->loop);
     uint64_t late = now > due ? now - due : 0;
     if (late > j->worst_late_ns) j->worst_late_ns = late;
     j->ticks++;
@@ -73,12 +73,12 @@ int main(void) {
     job j = {0};
     if (lull_loop_new(&j.loop, NULL) != 0) return 1;
     lull_task_init(&j.task, produce);
-    lull_post(j.loop, &j.task);
+    lull_task_post(j.loop, &j.task);
     lull_timer_init(j.loop, &j.tick, on_tick);
     lull_timer_start(&j.tick, TICK_NS, TICK_NS);
     LULL_NAME(j.loop, produce, "producer: job");
 
-    lull_run(j.loop, LULL_RUN_DEFAULT);
+    lull_loop_run(j.loop, LULL_RUN_DEFAULT);
 
     printf("done: %llu records in %llu slices of %llu us (checksum %016llx); "
            "%llu ticks, the latest %.0f us after its deadline\n",

@@ -28,11 +28,12 @@ typedef struct producer {
 static void produce(lull_task *t) {
     producer *p = LULL_CONTAINER_OF(t, producer, task);
     while (p->next < RECORDS) {
-        if (!lull_writable(&p->out.ep)) return; /* on_drain resumes us */
-        if (lull_send_copy(&p->out.ep, p->record, 500) < 0) return;
+        if (!lull_endpoint_writable(&p->out.ep))
+            return; /* on_drain resumes us */
+        if (lull_endpoint_send_copy(&p->out.ep, p->record, 500) < 0) return;
         p->next++;
-        if (lull_should_yield(p->out.loop)) { /* the shared quantum */
-            lull_post(p->out.loop, t);        /* continue behind others */
+        if (lull_loop_should_yield(p->out.loop)) { /* the shared quantum */
+            lull_task_post(p->out.loop, t);        /* continue behind others */
             return;
         }
     }
@@ -41,7 +42,7 @@ static void produce(lull_task *t) {
 
 static void on_drain(lull_endpoint *ep) {
     producer *p = LULL_CONTAINER_OF(ep, producer, out.ep);
-    lull_post(p->out.loop, &p->task);
+    lull_task_post(p->out.loop, &p->task);
 }
 
 /* ------------------------------------------------------ the other end */
@@ -66,11 +67,11 @@ int main(void) {
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) return 1;
     if (lull_stream_open(loop, &p.out, sv[0], NULL) < 0) return 1;
     if (lull_stream_open(loop, &in, sv[1], NULL) < 0) return 1;
-    lull_endpoint_callbacks(&p.out.ep, NULL, on_drain, NULL);
-    lull_endpoint_callbacks(&in.ep, on_record, NULL, on_close);
+    lull_endpoint_set_callbacks(&p.out.ep, NULL, on_drain, NULL);
+    lull_endpoint_set_callbacks(&in.ep, on_record, NULL, on_close);
     lull_task_init(&p.task, produce);
-    lull_post(loop, &p.task);
-    lull_run(loop, LULL_RUN_DEFAULT);
+    lull_task_post(loop, &p.task);
+    lull_loop_run(loop, LULL_RUN_DEFAULT);
     printf("producer: %d records in %llu writev calls\n", p.next,
            (unsigned long long)p.out.writes);
     return lull_loop_free(loop) == 0 && received == RECORDS ? 0 : 1;

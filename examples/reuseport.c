@@ -5,12 +5,12 @@
  *              with SO_REUSEPORT, and the kernel spreads new connections
  *              over them: no thread ever touches another loop;
  *   handoff    loop 0 alone accepts, and hands each connection to the
- *              loops in turn with lull_post_remote: the way to go when the
+ *              loops in turn with lull_task_post_remote: the way to go when the
  *              program, not the kernel, must choose the loop.
  *
  * Each connection echoes what it reads until the peer hangs up. A loop's
  * state is its own (one `server` per loop, touched only by that loop's
- * thread); the only cross-thread call is lull_post_remote.
+ * thread); the only cross-thread call is lull_task_post_remote.
  *
  * Stopping with hand-offs in flight: lull_percore_stop runs every hand-off
  * the loops post, also one that lands after its loop's stop function ran;
@@ -170,7 +170,7 @@ static void on_accept(lull_io *io, int events) {
         int i = (int)(s->next++ % (unsigned)the_app.loops);
         c->srv = &the_app.servers[i];
         lull_task_init(&c->adopt, on_adopt);
-        lull_post_remote(c->srv->loop, &c->adopt);
+        lull_task_post_remote(c->srv->loop, &c->adopt);
     }
 }
 

@@ -1,13 +1,13 @@
 /* worker_pump: a worker thread feeds a pump on the loop thread through
- * lull_notify_remote, and ends the run cleanly when it is done.
+ * lull_notifier_raise_remote, and ends the run cleanly when it is done.
  *
  * The worker pushes ITEMS numbered items into an inbox (worker_pump.h: a
  * ring under a mutex, a notifier, and a pump whose pass delivers them in
  * batches to the sink) and then calls inbox_finish. The loop thread only
- * runs lull_run: the inbox holds a loop reference while the worker may
- * still post, and drops it when the last item is delivered, so lull_run
- * returns by itself. Raises coalesce: many lull_notify_remote calls reach
- * the loop as far fewer raises, and those as fewer passes.
+ * runs lull_loop_run: the inbox holds a loop reference while the worker may
+ * still post, and drops it when the last item is delivered, so lull_loop_run
+ * returns by itself. Raises coalesce: many lull_notifier_raise_remote calls
+ * reach the loop as far fewer raises, and those as fewer passes.
  *
  * Prints one summary line; exits 0 when every item arrived once, in order.
  *
@@ -56,20 +56,22 @@ int main(void) {
 
     pthread_t th;
     if (pthread_create(&th, NULL, worker, &a.in) != 0) return 1;
-    lull_run(loop, LULL_RUN_DEFAULT); /* returns when the session has ended */
-    pthread_join(th, NULL);           /* before anything is freed */
+    lull_loop_run(loop,
+                  LULL_RUN_DEFAULT); /* returns when the session has ended */
+    pthread_join(th, NULL);          /* before anything is freed */
 
     lull_metrics m;
     lull_loop_metrics(loop, &m);
-    printf("delivered %llu of %llu items, %llu out of order: %llu passes "
-           "(%llu empty), %llu raises for %llu lull_notify_remote calls, "
-           "%llu wakeups\n",
-           (unsigned long long)a.received, ITEMS,
-           (unsigned long long)a.out_of_order,
-           (unsigned long long)a.in.pump.passes,
-           (unsigned long long)a.in.pump.empty,
-           (unsigned long long)a.in.pushed.raised, ITEMS,
-           (unsigned long long)m.wakeups);
+    printf(
+        "delivered %llu of %llu items, %llu out of order: %llu passes "
+        "(%llu empty), %llu raises for %llu lull_notifier_raise_remote calls, "
+        "%llu wakeups\n",
+        (unsigned long long)a.received, ITEMS,
+        (unsigned long long)a.out_of_order,
+        (unsigned long long)a.in.pump.passes,
+        (unsigned long long)a.in.pump.empty,
+        (unsigned long long)a.in.pushed.raised, ITEMS,
+        (unsigned long long)m.wakeups);
     inbox_destroy(&a.in);
     if (lull_loop_free(loop) != 0) return 1;
     return a.received == ITEMS && a.out_of_order == 0 ? 0 : 1;

@@ -3,29 +3,28 @@
  * worker_pump_test.c (the same pipeline on the virtual clock).
  *
  * A producer pushes an item into a ring under a mutex, then raises the
- * inbox's notifier with lull_notify_remote, the thread-safe raise. The pump
- * listens to that notifier, so a raise queues one delivery pass on the loop
- * thread; raises that arrive before the pass runs share it. The pass copies
- * a batch out of the ring (one lock per pass, not per item) and hands each
- * item to the sink. Nothing polls: with the ring empty the pump has no task
- * and no timer.
+ * inbox's notifier with lull_notifier_raise_remote, the thread-safe raise. The
+ * pump listens to that notifier, so a raise queues one delivery pass on the
+ * loop thread; raises that arrive before the pass runs share it. The pass
+ * copies a batch out of the ring (one lock per pass, not per item) and hands
+ * each item to the sink. Nothing polls: with the ring empty the pump has no
+ * task and no timer.
  *
  * Ending the session (the "finish" pattern): the producer's last call,
- * inbox_finish, posts a task to the loop with lull_post_remote. That task
+ * inbox_finish, posts a task to the loop with lull_task_post_remote. That task
  * marks the inbox finishing and wakes the pump; the pass that finds the ring
  * and its batch empty then posts `end`, which closes the pump and drops the
- * loop reference inbox_open took. With nothing else on the loop, lull_run
+ * loop reference inbox_open took. With nothing else on the loop, lull_loop_run
  * returns. The session is not ended from the pass itself: a task does it,
  * after the pass has returned.
  *
  * The pump's five-row contract:
- *   trigger                 a push (lull_notify_remote of `pushed`), the
- *                           producer's finish, or the retry timer while held
- *   source of truth         the ring (under the lock) and the pass's batch
- *   pending-work predicate  items in the batch or the ring
- *   next deadline or retry  only while the sink refuses an item: every
- *                           INBOX_RETRY_NS, until it takes it
- *   quiet condition         ring and batch empty: no task, no timer
+ *   trigger                 a push (lull_notifier_raise_remote of `pushed`),
+ * the producer's finish, or the retry timer while held source of truth the ring
+ * (under the lock) and the pass's batch pending-work predicate  items in the
+ * batch or the ring next deadline or retry  only while the sink refuses an
+ * item: every INBOX_RETRY_NS, until it takes it quiet condition         ring
+ * and batch empty: no task, no timer
  *
  * Lifetimes: a producer must not call into the inbox after inbox_finish,
  * and the inbox and its loop must outlive every producer's last call: join
@@ -100,7 +99,7 @@ static int inbox_pass(lull_pump *pump, uint64_t *retry_ns) {
         return LULL_PASS_HELD;
     }
     if (more) return LULL_PASS_AGAIN; /* a full batch: the rest later */
-    if (in->finishing) lull_post(in->loop, &in->end);
+    if (in->finishing) lull_task_post(in->loop, &in->end);
     return LULL_PASS_QUIET;
 }
 
@@ -116,7 +115,7 @@ static void inbox_on_end(lull_task *t) {
     if (!in->open) return;
     in->open = false;
     lull_pump_close(&in->pump); /* unsubscribes the listener too */
-    lull_loop_unref(in->loop);  /* lull_run may return now */
+    lull_loop_unref(in->loop);  /* lull_loop_run may return now */
 }
 
 /* Loop thread, before any producer starts. Takes a loop reference: the
@@ -148,12 +147,12 @@ static void inbox_push(inbox *in, uint64_t item) {
     pthread_mutex_unlock(&in->lock);
     /* After the item is visible: a pass that runs for this raise sees it. A
      * raise already on its way to the loop absorbs this one. */
-    lull_notify_remote(in->loop, &in->pushed);
+    lull_notifier_raise_remote(in->loop, &in->pushed);
 }
 
 /* Any thread: the producer's last call. */
 static void inbox_finish(inbox *in) {
-    lull_post_remote(in->loop, &in->finish);
+    lull_task_post_remote(in->loop, &in->finish);
 }
 
 /* After the session ended (in->open is false) and every producer thread

@@ -1,12 +1,12 @@
 /* worker_pump_test: the worker_pump pipeline under test on the virtual clock.
  *
  * On a loop made with LULL_CLOCK_VIRTUAL, time moves only when the test
- * calls lull_advance, and lull_settle runs everything that is ready,
+ * calls lull_loop_advance, and lull_loop_settle runs everything that is ready,
  * cross-thread posts included, with time frozen. So the tests can say
  * exactly what happens when: that delivery needs no timer at all, that a
  * batch limit lets other work in, that a refused item is retried every
  * 1 ms and only while it is refused, and that the finish pattern ends
- * lull_run. No test sleeps or measures speed.
+ * lull_loop_run. No test sleeps or measures speed.
  *
  * Prints "ok <test>" per test; exits 0 when all pass.
  *
@@ -48,10 +48,10 @@ typedef struct fixture {
 
 static bool sink(inbox *in, uint64_t item) {
     fixture *f = LULL_CONTAINER_OF(in, fixture, in);
-    if (lull_now(f->loop) < f->ready_at) return false;
+    if (lull_loop_now(f->loop) < f->ready_at) return false;
     if (item != f->expect) f->out_of_order++;
     f->expect = item + 1;
-    if (f->received++ == 0) lull_post(f->loop, &f->probe);
+    if (f->received++ == 0) lull_task_post(f->loop, &f->probe);
     return true;
 }
 
@@ -73,7 +73,7 @@ static void setup(fixture *f, const char *name) {
  * be freed: nothing of the pipeline is left on the loop. */
 static void teardown(fixture *f) {
     inbox_finish(&f->in);
-    lull_settle(f->loop);
+    lull_loop_settle(f->loop);
     CHECK(!f->in.open);
     inbox_destroy(&f->in);
     CHECK(lull_loop_free(f->loop) == 0);
@@ -105,8 +105,8 @@ static void delivers_with_time_frozen(void) {
     pthread_join(th, NULL);
     CHECK(f.received == 0); /* nothing runs on the producer's thread */
 
-    lull_settle(f.loop);
-    CHECK(lull_now(f.loop) == 0);
+    lull_loop_settle(f.loop);
+    CHECK(lull_loop_now(f.loop) == 0);
     CHECK(f.received == 300 && f.out_of_order == 0);
     CHECK(f.in.pushed.raised == 1);
     CHECK(f.in.pump.passes == 5 && f.in.pump.empty == 0); /* 4 x 64 + 44 */
@@ -122,7 +122,7 @@ static void batches_let_other_work_run(void) {
     setup(&f, "batches_let_other_work_run");
     for (uint64_t i = 0; i < 200; i++)
         inbox_push(&f.in, i);
-    lull_settle(f.loop);
+    lull_loop_settle(f.loop);
     CHECK(f.received == 200);
     CHECK(f.probe_saw == INBOX_BATCH);
     teardown(&f);
@@ -138,28 +138,29 @@ static void held_items_are_retried_only_while_held(void) {
     f.ready_at = 3 * MS;
     for (uint64_t i = 0; i < 10; i++)
         inbox_push(&f.in, i);
-    lull_settle(f.loop);
+    lull_loop_settle(f.loop);
     CHECK(f.received == 0 && f.in.pump.passes == 1);
     CHECK(!lull_pump_quiet(&f.in.pump));
     CHECK(lull_timer_deadline(&f.in.pump.retry) == 1 * MS);
 
-    lull_advance(f.loop, 1 * MS - 1);
+    lull_loop_advance(f.loop, 1 * MS - 1);
     CHECK(f.in.pump.passes == 1); /* not a nanosecond early */
-    lull_advance(f.loop, 1);
+    lull_loop_advance(f.loop, 1);
     CHECK(f.received == 0 && f.in.pump.passes == 2);
 
-    lull_advance(f.loop, 2 * MS); /* retries at 2 and 3 ms; 3 ms delivers */
+    lull_loop_advance(f.loop,
+                      2 * MS); /* retries at 2 and 3 ms; 3 ms delivers */
     CHECK(f.received == 10 && f.out_of_order == 0);
     CHECK(f.in.pump.passes == 4 && f.in.pump.empty == 3);
     CHECK(lull_pump_quiet(&f.in.pump));
 
-    lull_advance(f.loop, 1000 * MS);
+    lull_loop_advance(f.loop, 1000 * MS);
     CHECK(f.in.pump.passes == 4);
     teardown(&f);
 }
 
 /* The finish pattern, threaded: a producer pushes more than the ring holds
- * (it waits for the passes to make room) and then finishes; lull_run on
+ * (it waits for the passes to make room) and then finishes; lull_loop_run on
  * the virtual loop sleeps until the producer's posts arrive and returns
  * once the session has ended, with virtual time still at 0. */
 static void finish_ends_the_run(void) {
@@ -168,12 +169,12 @@ static void finish_ends_the_run(void) {
     f.produce = 10 * INBOX_CAP;
     pthread_t th;
     CHECK(pthread_create(&th, NULL, producer_then_finish, &f) == 0);
-    CHECK(lull_run(f.loop, LULL_RUN_DEFAULT) == 0);
+    CHECK(lull_loop_run(f.loop, LULL_RUN_DEFAULT) == 0);
     pthread_join(th, NULL);
     CHECK(!f.in.open);
     CHECK(f.received == f.produce && f.out_of_order == 0);
     CHECK(f.in.pushed.raised <= f.produce);
-    CHECK(lull_now(f.loop) == 0);
+    CHECK(lull_loop_now(f.loop) == 0);
     inbox_destroy(&f.in);
     CHECK(lull_loop_free(f.loop) == 0);
     printf("ok %s\n", current_test);

@@ -78,7 +78,7 @@ static bool fuzz_open(fuzz_run *r, const uint8_t *in, size_t n, unsigned flags,
     lull_stream_options o = {
         .max_frame = max_frame, .read_size = (size_t)in[3] * 4, .flags = flags};
     if (lull_stream_open(r->loop, &r->s, sv[0], &o) != 0) abort();
-    lull_endpoint_callbacks(&r->s.ep, on_frame, NULL, fuzz_on_close);
+    lull_endpoint_set_callbacks(&r->s.ep, on_frame, NULL, fuzz_on_close);
     if ((in[0] & 1) &&
         lull_stream_read_into(&r->s, r->user_buf, FUZZ_USER_BUF + in[3]) != 0)
         abort();
@@ -104,7 +104,7 @@ static void fuzz_drain(fuzz_run *r) {
         }
         int unread = 0;
         if (ioctl(lull_stream_fd(&r->s), FIONREAD, &unread) != 0) abort();
-        if (lull_run(r->loop, LULL_RUN_NOWAIT) < 0) abort();
+        if (lull_loop_run(r->loop, LULL_RUN_NOWAIT) < 0) abort();
         idle = unread == 0 && !r->paused ? idle + 1 : 0;
     }
 }

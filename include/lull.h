@@ -6,13 +6,13 @@
  * negative errno.
  *
  * Threads: a loop has one owner thread at a time. It is the thread that
- * created the loop until another thread runs it: lull_run, lull_settle and
- * lull_advance make the calling thread the owner, and it stays the owner
- * after they return. lull_loop_adopt hands the loop to a thread that does
- * not run it (to set it up or tear it down). Unless a prototype says
- * "thread-safe", call it only on the owner; debug builds assert this in the
- * calls that reach the loop, before the first run as well as during one
- * (docs/API.md lists which). lull_loop_free may be called on any thread
+ * created the loop until another thread runs it: lull_loop_run,
+ * lull_loop_settle and lull_loop_advance make the calling thread the owner, and
+ * it stays the owner after they return. lull_loop_adopt hands the loop to a
+ * thread that does not run it (to set it up or tear it down). Unless a
+ * prototype says "thread-safe", call it only on the owner; debug builds assert
+ * this in the calls that reach the loop, before the first run as well as during
+ * one (docs/API.md lists which). lull_loop_free may be called on any thread
  * once no thread runs the loop.
  *
  * Getting from a handle back to your own struct: embed the handle and use
@@ -52,7 +52,7 @@ enum { LULL_RUN_DEFAULT = 0, LULL_RUN_ONCE = 1, LULL_RUN_NOWAIT = 2 };
 
 /* lull_loop_options.flags */
 #define LULL_LOOP_AUTO_ADVANCE                                                 \
-    0x1u /* virtual clock: lull_run jumps to the                               \
+    0x1u /* virtual clock: lull_loop_run jumps to the                          \
             next deadline when nothing can run */
 
 typedef struct lull_loop_options { /* all zero = defaults */
@@ -76,30 +76,30 @@ LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
  * listeners, held references or undrained remote posts remain; the loop is
  * then unchanged and usable (lull_loop_print_live lists what remains).
- * Never returns while another thread is still inside lull_post_remote or
- * lull_notify_remote for this loop (it waits for it to leave). A post made
- * after it returned is a use after free: stop posting threads first. */
+ * Never returns while another thread is still inside lull_task_post_remote or
+ * lull_notifier_raise_remote for this loop (it waits for it to leave). A post
+ * made after it returned is a use after free: stop posting threads first. */
 LULL_EXTERN int lull_loop_free(lull_loop *loop);
 /* Runs the loop. -EBUSY if already running (nested), -EINVAL on an unknown
  * mode. DEFAULT runs while the loop is alive; ONCE runs one iteration (it may
  * block); NOWAIT runs one iteration without blocking. If the kernel refuses
  * to wait (an error other than EINTR), the run ends and returns it. */
-LULL_EXTERN int lull_run(lull_loop *loop, int mode);
+LULL_EXTERN int lull_loop_run(lull_loop *loop, int mode);
 /* Ends the current run after the callback in progress; no-op outside a run.
  * From another thread, post a task that calls it. */
-LULL_EXTERN void lull_stop(lull_loop *loop);
+LULL_EXTERN void lull_loop_stop(lull_loop *loop);
 /* The loop's notion of now in ns: cached, refreshed each iteration, while
  * busy work runs and by each delayed timer arm (monotonic), or the virtual
  * time. */
-LULL_EXTERN uint64_t lull_now(lull_loop *loop);
+LULL_EXTERN uint64_t lull_loop_now(lull_loop *loop);
 /* Reads the loop's clock now (a syscall-free vDSO read on the real clock). */
-LULL_EXTERN uint64_t lull_now_exact(lull_loop *loop);
+LULL_EXTERN uint64_t lull_loop_now_exact(lull_loop *loop);
 /* Makes the calling thread the loop's owner (see Threads, above): for a
  * thread that sets up or tears down a loop another thread ran. The hand-over
  * must be ordered (a join, a mutex): lull does not synchronise it. -EBUSY
  * while the loop runs, -EINVAL for NULL. */
 LULL_EXTERN int lull_loop_adopt(lull_loop *loop);
-/* A reference for expected remote posts: keeps lull_run alive. */
+/* A reference for expected remote posts: keeps lull_loop_run alive. */
 LULL_EXTERN void lull_loop_ref(lull_loop *loop);
 LULL_EXTERN void lull_loop_unref(lull_loop *loop);
 /* Is the loop alive: ready tasks, referenced timers or fd watchers, refs. */
@@ -145,9 +145,9 @@ struct lull_task {
 LULL_EXTERN void lull_task_init(lull_task *task, lull_task_fn fn);
 /* Queues the task at the tail; a no-op if it is already pending. The task
  * never runs inside this call. No allocation. */
-LULL_EXTERN void lull_post(lull_loop *loop, lull_task *task);
+LULL_EXTERN void lull_task_post(lull_loop *loop, lull_task *task);
 /* Unlinks a pending task: it will not run, even if due in this batch. */
-LULL_EXTERN void lull_cancel(lull_task *task);
+LULL_EXTERN void lull_task_cancel(lull_task *task);
 LULL_EXTERN bool lull_task_pending(const lull_task *task);
 
 /* --------------------------------------------------------- timers: C3 */
@@ -181,11 +181,11 @@ LULL_EXTERN uint64_t lull_timer_deadline(const lull_timer *timer);
  * periods this fire stands for (timerfd's expiration count). 1 when the loop
  * was on time; on the real clock, a repeating timer whose loop was too busy
  * to see some periods fires once for all of them, and this says how many
- * (the skipped ones plus this one). On the virtual clock lull_advance fires
- * once per period crossed, so it is 1. 0 outside the timer's callback and
+ * (the skipped ones plus this one). On the virtual clock lull_loop_advance
+ * fires once per period crossed, so it is 1. 0 outside the timer's callback and
  * in a zero-delay turn (which has no deadline). */
 LULL_EXTERN uint64_t lull_timer_overrun(const lull_timer *timer);
-/* An unreferenced timer does not keep lull_run alive. */
+/* An unreferenced timer does not keep lull_loop_run alive. */
 LULL_EXTERN void lull_timer_ref(lull_timer *timer);
 LULL_EXTERN void lull_timer_unref(lull_timer *timer);
 
@@ -236,7 +236,7 @@ LULL_EXTERN void lull_io_unref(lull_io *io);
  * same task is already queued remotely. One eventfd write per burst. The
  * loop does not touch the task after calling its function. The loop must
  * exist when the call begins; lull_loop_free waits for the call to end. */
-LULL_EXTERN void lull_post_remote(lull_loop *loop, lull_task *task);
+LULL_EXTERN void lull_task_post_remote(lull_loop *loop, lull_task *task);
 
 /* -------------------------------------------- notifier, listener: C4 */
 
@@ -261,31 +261,32 @@ struct lull_listener {
 struct lull_notifier {
     lull_listener *head; /* subscribers, oldest first */
     lull_listener *tail;
-    lull_task remote; /* carries lull_notify_remote to the loop */
-    uint64_t raised;  /* lull_notify calls, for tests and audits */
-    unsigned raisers; /* threads inside lull_notify_remote (atomic) */
+    lull_task remote; /* carries lull_notifier_raise_remote to the loop */
+    uint64_t raised;  /* lull_notifier_raise calls, for tests and audits */
+    unsigned raisers; /* threads inside lull_notifier_raise_remote (atomic) */
 };
 
 LULL_EXTERN void lull_notifier_init(lull_notifier *n);
 /* Subscribes l: each raise queues fn(l) in a later task, once however often
  * the notifier was raised before it ran. l needs no initialisation, but must
- * not be subscribed already. (lull_unlisten reads l: call it only on a
+ * not be subscribed already. (lull_listener_stop reads l: call it only on a
  * listener that was subscribed once, or that you zeroed.) */
-LULL_EXTERN void lull_listen(lull_loop *loop, lull_notifier *n,
-                             lull_listener *l, lull_listener_fn fn);
+LULL_EXTERN void lull_listener_start(lull_loop *loop, lull_notifier *n,
+                                     lull_listener *l, lull_listener_fn fn);
 /* Unsubscribes; a queued, not yet run listener task is cancelled. A pump's
  * listener also leaves the pump. The listener is then free to be reused
- * with lull_listen or lull_pump_listen, on any notifier and loop. */
-LULL_EXTERN void lull_unlisten(lull_listener *l);
+ * with lull_listener_start or lull_pump_listen, on any notifier and loop. */
+LULL_EXTERN void lull_listener_stop(lull_listener *l);
 /* Raises: O(listeners), no allocation, never runs a listener inline. */
-LULL_EXTERN void lull_notify(lull_notifier *n);
+LULL_EXTERN void lull_notifier_raise(lull_notifier *n);
 /* Thread-safe raise for a notifier whose listeners all live on `loop`. The
  * notifier must exist when the call begins; see lull_notifier_quiesce. */
-LULL_EXTERN void lull_notify_remote(lull_loop *loop, lull_notifier *n);
+LULL_EXTERN void lull_notifier_raise_remote(lull_loop *loop, lull_notifier *n);
 /* Before freeing a notifier that other threads raise: waits until no thread
- * is inside lull_notify_remote(loop, n) any more, then withdraws a remote
- * raise of n that has not run yet. Afterwards n may be freed, provided no
- * thread begins another lull_notify_remote on it. Loop thread of `loop`. */
+ * is inside lull_notifier_raise_remote(loop, n) any more, then withdraws a
+ * remote raise of n that has not run yet. Afterwards n may be freed, provided
+ * no thread begins another lull_notifier_raise_remote on it. Loop thread of
+ * `loop`. */
 LULL_EXTERN void lull_notifier_quiesce(lull_loop *loop, lull_notifier *n);
 
 /* ------------------------------------------------------------ pump: C4 */
@@ -333,22 +334,22 @@ LULL_EXTERN bool lull_pump_quiet(const lull_pump *pump);
 /* True once the current slice of busy work has run for the quantum, or a
  * timer came due during it; false outside a callback. A few ns amortized:
  * call it per record. */
-LULL_EXTERN bool lull_should_yield(lull_loop *loop);
+LULL_EXTERN bool lull_loop_should_yield(lull_loop *loop);
 LULL_EXTERN uint64_t lull_loop_quantum(lull_loop *loop);
 
 /* ---------------------------------------------------- virtual clock: C7 */
 
 /* Moves virtual time forward by ns, firing due timers in deadline order and
  * running ready work between them. No-op on a monotonic loop. */
-LULL_EXTERN void lull_advance(lull_loop *loop, uint64_t ns);
+LULL_EXTERN void lull_loop_advance(lull_loop *loop, uint64_t ns);
 /* Runs ready work with time frozen, in rounds that each poll fds once
  * (without blocking) and take remote posts, until a round runs nothing, or
  * only fd callbacks of watchers the round before also ran, with nothing
  * queued after it: a level-triggered fd that stays ready (a writable pipe)
  * runs twice and settle returns; work that re-posts itself forever keeps
  * it running. Returns the callbacks run, -EBUSY when called inside a run,
- * or the poll's error as lull_run does. */
-LULL_EXTERN int lull_settle(lull_loop *loop);
+ * or the poll's error as lull_loop_run does. */
+LULL_EXTERN int lull_loop_settle(lull_loop *loop);
 
 /* --------------------------------------------------------- metrics: C8 */
 
@@ -397,14 +398,14 @@ typedef struct lull_metrics {
                                    queue, due list, flush queue (listener
                                    tasks and pump passes included) */
     uint64_t live_timers;       /* timers armed for a deadline, referenced */
-    uint64_t live_timers_unref; /* ... unreferenced (do not keep lull_run
+    uint64_t live_timers_unref; /* ... unreferenced (do not keep lull_loop_run
                                    going, but keep lull_loop_free busy) */
     uint64_t live_io;           /* started fd watchers, referenced */
     uint64_t live_io_unref;     /* ... unreferenced */
     uint64_t live_listeners;    /* subscribed listeners (pumps' included) */
     uint64_t live_refs;         /* lull_loop_ref references held */
-    uint64_t live_remote;       /* lull_post_remote / lull_notify_remote
-                                   posts the loop has not taken yet */
+    uint64_t live_remote; /* lull_task_post_remote / lull_notifier_raise_remote
+                             posts the loop has not taken yet */
 } lull_metrics;
 
 LULL_EXTERN void lull_loop_metrics(lull_loop *loop, lull_metrics *out);
@@ -429,11 +430,12 @@ enum {
     LULL_SOURCE_TIMER = 1,  /* a timer's deadline woke the loop */
     LULL_SOURCE_IO = 2,     /* fd readiness woke the loop */
     LULL_SOURCE_REMOTE = 3, /* a cross-thread post woke the loop: its task,
-                               or the listener a lull_notify_remote
+                               or the listener a lull_notifier_raise_remote
                                reached */
-    LULL_SOURCE_PUMP = 4,   /* a pump's passes, and the wakeups of the
-                               lull_notify_remote raises that reached it */
-    LULL_SOURCE_SIGNAL = 5  /* a signal interrupted the wait (one row) */
+    LULL_SOURCE_PUMP =
+        4,                 /* a pump's passes, and the wakeups of the
+                              lull_notifier_raise_remote raises that reached it */
+    LULL_SOURCE_SIGNAL = 5 /* a signal interrupted the wait (one row) */
 };
 
 typedef struct lull_audit_entry {
@@ -470,7 +472,7 @@ enum {
     LULL_LIVE_STARTED = 3,    /* a started fd watcher */
     LULL_LIVE_SUBSCRIBED = 4, /* a listener on a notifier */
     LULL_LIVE_REMOTE = 5      /* posted from another thread, not yet taken
-                                 by the loop (a run or lull_settle takes it) */
+                                 by the loop (a run or lull_loop_settle takes it) */
 };
 /* lull_live.kind: what `handle` points at. */
 enum {
@@ -480,8 +482,8 @@ enum {
     LULL_HANDLE_LISTENER = 4, /* lull_listener (a pump's too) */
     LULL_HANDLE_PUMP = 5,     /* lull_pump: its pass queued or its retry
                                  timer armed */
-    LULL_HANDLE_NOTIFIER = 6  /* lull_notifier: a lull_notify_remote raise
-                                 on its way */
+    LULL_HANDLE_NOTIFIER = 6  /* lull_notifier: a lull_notifier_raise_remote
+                                 raise  on its way */
 };
 
 typedef struct lull_live {
@@ -494,7 +496,7 @@ typedef struct lull_live {
                            raise: its first listener's callback); NULL for
                            a raise of a notifier with no listener */
     const char *name;   /* lull_loop_name of fn, or NULL */
-    bool ref;           /* keeps lull_run going (lull_loop_alive) */
+    bool ref;           /* keeps lull_loop_run going (lull_loop_alive) */
     uint64_t deadline;  /* ARMED: the absolute deadline; else 0 */
     int fd;             /* STARTED: the watched fd; else -1 */
 } lull_live;
@@ -546,8 +548,8 @@ typedef void (*lull_drain_fn)(lull_endpoint *ep);
  * failed (a negative errno). The endpoint's last callback. */
 typedef void (*lull_close_fn)(lull_endpoint *ep, int reason);
 
-/* What a transport implements. lull_send and lull_endpoint_close check the
- * arguments and the state, and count the bytes, before calling these; so
+/* What a transport implements. lull_endpoint_send and lull_endpoint_close check
+ * the arguments and the state, and count the bytes, before calling these; so
  * queueing cannot fail (the frame is its own queue link), and a transport
  * reports later trouble through the peer's close callback. */
 typedef struct lull_frame_ops {
@@ -575,23 +577,23 @@ struct lull_endpoint {
 
 /* Sets the callbacks (any may be NULL). Call it before the loop can deliver
  * anything: right after the transport set the endpoint up. */
-LULL_EXTERN void lull_endpoint_callbacks(lull_endpoint *ep,
-                                         lull_frame_fn on_frame,
-                                         lull_drain_fn on_drain,
-                                         lull_close_fn on_close);
+LULL_EXTERN void lull_endpoint_set_callbacks(lull_endpoint *ep,
+                                             lull_frame_fn on_frame,
+                                             lull_drain_fn on_drain,
+                                             lull_close_fn on_close);
 /* Hands the frame over: no copy, no allocation; frame->release runs when
  * the transport is done with it. 0, or: -EINVAL (NULL, or bytes NULL with
  * len > 0), -EBUSY (that frame is still in flight), -EPIPE (this end or
  * its peer closed), -EMSGSIZE (len > max_frame). On an error the frame
  * stays the caller's and nothing else changes. Past the high-water mark a
- * send is still accepted: lull_writable says when to stop. */
-LULL_EXTERN int lull_send(lull_endpoint *ep, lull_frame *frame);
+ * send is still accepted: lull_endpoint_writable says when to stop. */
+LULL_EXTERN int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame);
 /* Borrows and copies the bytes (allocates one block per frame); the same
  * errors, and -ENOMEM. */
-LULL_EXTERN int lull_send_copy(lull_endpoint *ep, const void *bytes,
-                               size_t len);
+LULL_EXTERN int lull_endpoint_send_copy(lull_endpoint *ep, const void *bytes,
+                                        size_t len);
 /* Open, peer open, and fewer than high_water bytes queued. */
-LULL_EXTERN bool lull_writable(const lull_endpoint *ep);
+LULL_EXTERN bool lull_endpoint_writable(const lull_endpoint *ep);
 /* Closes this end: its queued incoming frames are released undelivered and
  * it gets no more callbacks; frames it already sent are still delivered,
  * then the peer's close callback gets `reason`. Idempotent: 0, or -EINVAL
@@ -662,9 +664,9 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
  * Writes queue (the caller's frames, no copy) and leave together, in as few
  * writev calls as the kernel takes: after the fd callbacks of an iteration,
  * at the end of its slice, and at once when the queue reaches high_water.
- * Past high_water, lull_writable turns false; on_drain runs once when the
- * queue falls back below. A frame's release runs once it is written (never
- * inside lull_send) or discarded by a close. TCP_NODELAY is on unless
+ * Past high_water, lull_endpoint_writable turns false; on_drain runs once when
+ * the queue falls back below. A frame's release runs once it is written (never
+ * inside lull_endpoint_send) or discarded by a close. TCP_NODELAY is on unless
  * LULL_STREAM_NAGLE: batching is lull's job, not the kernel's. No SIGPIPE
  * ever (MSG_NOSIGNAL): a dead peer is a close reason.
  *
@@ -687,7 +689,7 @@ typedef struct lull_server lull_server;
 typedef void (*lull_connect_fn)(lull_stream *s, int status);
 /* The peer shut its write side; the stream stays open for writing. */
 typedef void (*lull_end_fn)(lull_stream *s);
-/* A connection is waiting: take it with lull_stream_accept inside this
+/* A connection is waiting: take it with lull_server_accept inside this
  * call, or it is closed when the call returns. */
 typedef void (*lull_connection_fn)(lull_server *srv);
 
@@ -710,15 +712,15 @@ struct lull_stream {
     lull_io io;       /* the socket (owned: closed with the stream) */
     lull_task flush;  /* queued at the loop's flush points while writes wait */
     lull_task event;  /* later turn: connect result, buffered frames after
-                         a resume, a failure found inside lull_send */
+                         a resume, a failure found inside lull_endpoint_send */
     lull_timer timer; /* connect and idle timeouts */
     lull_loop *loop;
     lull_connect_fn on_connect;
     lull_end_fn on_end; /* NULL: the peer's EOF closes the stream */
     lull_frame *head;   /* queued writes, oldest first */
     lull_frame *tail;
-    size_t head_done;      /* bytes of head (its length included) written */
-    lull_frame *done;      /* written inside lull_send, released at the */
+    size_t head_done; /* bytes of head (its length included) written */
+    lull_frame *done; /* written inside lull_endpoint_send, released at the */
     lull_frame *done_tail; /* next flush point */
     unsigned char *rbuf;   /* read buffer: owned, or the caller's */
     size_t rcap;           /* its size */
@@ -743,7 +745,7 @@ struct lull_server {
     lull_connection_fn on_connection;
     lull__stream_guard *guard; /* on_connection running, if any */
     int family;                /* AF_INET, AF_INET6 or AF_UNIX */
-    int pending;       /* the accepted fd lull_stream_accept takes; -1 */
+    int pending;       /* the accepted fd lull_server_accept takes; -1 */
     uint64_t retry_ns; /* pause after running out of fds */
     uint64_t accepted; /* connections handed to on_connection */
     uint64_t paused;   /* times accepting paused: out of fds, or accept
@@ -754,33 +756,33 @@ struct lull_server {
  * any: see lull_server_port). backlog <= 0 means SOMAXCONN. Running out of
  * fds (EMFILE, ENFILE) pauses accepting for 100 ms, leaving the waiting
  * connections in the kernel's backlog; nothing spins. */
-LULL_EXTERN int lull_tcp_listen(lull_loop *loop, lull_server *srv,
-                                const char *host, int port, int backlog,
-                                lull_connection_fn fn);
+LULL_EXTERN int lull_server_listen_tcp(lull_loop *loop, lull_server *srv,
+                                       const char *host, int port, int backlog,
+                                       lull_connection_fn fn);
 /* path: a filesystem path (not removed by lull), or "@name" for Linux's
  * abstract namespace. */
-LULL_EXTERN int lull_unix_listen(lull_loop *loop, lull_server *srv,
-                                 const char *path, int backlog,
-                                 lull_connection_fn fn);
+LULL_EXTERN int lull_server_listen_unix(lull_loop *loop, lull_server *srv,
+                                        const char *path, int backlog,
+                                        lull_connection_fn fn);
 /* The bound TCP port, or a negative errno. */
 LULL_EXTERN int lull_server_port(const lull_server *srv);
 /* Inside on_connection: makes s the waiting connection, reading at once.
  * -ENOENT when nothing is waiting. */
-LULL_EXTERN int lull_stream_accept(lull_server *srv, lull_stream *s,
+LULL_EXTERN int lull_server_accept(lull_server *srv, lull_stream *s,
                                    const lull_stream_options *opts);
 /* Stops listening and closes the socket; safe in any callback. */
 LULL_EXTERN void lull_server_close(lull_server *srv);
 
 /* Non-blocking connect; fn runs in a later turn, never inside this call.
  * Frames sent before it runs are queued. Argument errors return at once. */
-LULL_EXTERN int lull_tcp_connect(lull_loop *loop, lull_stream *s,
-                                 const char *host, int port,
-                                 const lull_stream_options *opts,
-                                 lull_connect_fn fn);
-LULL_EXTERN int lull_unix_connect(lull_loop *loop, lull_stream *s,
-                                  const char *path,
-                                  const lull_stream_options *opts,
-                                  lull_connect_fn fn);
+LULL_EXTERN int lull_stream_connect_tcp(lull_loop *loop, lull_stream *s,
+                                        const char *host, int port,
+                                        const lull_stream_options *opts,
+                                        lull_connect_fn fn);
+LULL_EXTERN int lull_stream_connect_unix(lull_loop *loop, lull_stream *s,
+                                         const char *path,
+                                         const lull_stream_options *opts,
+                                         lull_connect_fn fn);
 /* Adopts a connected stream socket (e.g. one end of a socketpair): the
  * stream owns fd from here on, also on failure. Reading starts at once. */
 LULL_EXTERN int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
@@ -795,7 +797,7 @@ LULL_EXTERN int lull_stream_read_start(lull_stream *s);
  * buffered. */
 LULL_EXTERN int lull_stream_read_into(lull_stream *s, void *buf, size_t cap);
 /* Keeps the stream open for writing after the peer's EOF; fn hears of it. */
-LULL_EXTERN void lull_stream_on_end(lull_stream *s, lull_end_fn fn);
+LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 /* Half-close: once everything queued is written, shut the write side (the
  * peer reads EOF); sends fail with -EPIPE from now on. Reading goes on. */
 LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
@@ -807,8 +809,8 @@ LULL_EXTERN int lull_stream_fd(const lull_stream *s);
 /* Blocking work off the loop (docs/POOL.md). A pool is a set of threads that
  * sleep on a futex while its queue is empty: no timer, no wakeup. Work is
  * submitted from a loop's thread; its done function runs back on that loop,
- * carried by lull_post_remote, so a burst of completions costs the loop one
- * wake. Lanes: create one pool per purpose (fsync, DNS, ...) so that slow
+ * carried by lull_task_post_remote, so a burst of completions costs the loop
+ * one wake. Lanes: create one pool per purpose (fsync, DNS, ...) so that slow
  * work in one never holds up short work in another. No allocation per
  * submission: the caller owns every lull_work. */
 
@@ -997,17 +999,17 @@ struct lull_lookup {
     int sys_errno;        /* errno when status is EAI_SYSTEM */
 };
 
-LULL_EXTERN int lull_getaddrinfo(lull_loop *loop, lull_pool *pool,
-                                 lull_lookup *req, const char *node,
-                                 const char *service,
-                                 const struct addrinfo *hints,
-                                 lull_lookup_fn cb);
+LULL_EXTERN int lull_lookup_start(lull_loop *loop, lull_pool *pool,
+                                  lull_lookup *req, const char *node,
+                                  const char *service,
+                                  const struct addrinfo *hints,
+                                  lull_lookup_fn cb);
 
 /* ---------------------------------------------- pool: one loop per core */
 
 /* N loops on N threads (pinned when asked), started together and stopped
  * together (docs/POOL.md). Hand a task or an accepted connection to another
- * loop with lull_post_remote(lull_percore_loop(pc, i), task). */
+ * loop with lull_task_post_remote(lull_percore_loop(pc, i), task). */
 typedef struct lull_percore lull_percore;
 /* Runs on loop `index`'s own thread. */
 typedef void (*lull_percore_fn)(lull_loop *loop, int index, void *arg);

@@ -1,11 +1,12 @@
 /* lull's rows of the `loopback` scenario: the workload of lab/loopback.h on
  * lull's real loopback pair (src/loopback.c), through include/lull.h only.
- * Frames are handed over from a pool (lull_send with a release callback),
- * as the peers' minimal loopback does, so no row allocates per frame.
+ * Frames are handed over from a pool (lull_endpoint_send with a release
+ * callback), as the peers' minimal loopback does, so no row allocates per
+ * frame.
  *
  * Modes differ only in what carries a turn, for the deliveries (the pair's
  * LULL_DELIVER_* option) and for the server's refresh alike:
- *   task    lull_post
+ *   task    lull_task_post
  *   timer0  lull_timer_start(0): by C3 the same queue, order and cost
  *   timer1  lull_timer_start(1 ms): a real wait per turn, the contrast
  *
@@ -77,7 +78,7 @@ static void run_send(lb_work *w, int side, const void *bytes, size_t len) {
     r->free = f->next_free;
     memcpy(f->bytes, bytes, len);
     f->frame.len = len;
-    int rc = lull_send(&r->end[side].lb.ep, &f->frame);
+    int rc = lull_endpoint_send(&r->end[side].lb.ep, &f->frame);
     if (rc < 0) r->error = rc;
 }
 
@@ -85,7 +86,7 @@ static void run_refresh(lb_work *w) {
     lrun *r = LULL_CONTAINER_OF(w, lrun, w);
     if (r->mode == MODE_TASK) {
         if (lull_task_pending(&r->refresh_task)) return;
-        lull_post(r->loop, &r->refresh_task);
+        lull_task_post(r->loop, &r->refresh_task);
     } else {
         if (lull_timer_active(&r->refresh_timer)) return;
         lull_timer_start(&r->refresh_timer,
@@ -116,7 +117,7 @@ static uint64_t turns_taken(const lrun *r) {
 static int run_once(lrun *r, int wl, const lb_params *p) {
     lb_work_init(&r->w, &ops, wl, p);
     lb_work_start(&r->w);
-    int rc = lull_run(r->loop, LULL_RUN_DEFAULT);
+    int rc = lull_loop_run(r->loop, LULL_RUN_DEFAULT);
     if (rc < 0) return rc;
     if (r->error) return r->error;
     if (!r->w.done || r->w.frames != lb_work_expected_frames(wl, p))
@@ -150,7 +151,7 @@ static int lrun_open(lrun **out, int mode, lull_frame_fn frame_cb) {
     for (int i = 0; i < 2 && rc == 0; i++) {
         r->end[i].run = r;
         r->end[i].side = i;
-        lull_endpoint_callbacks(&r->end[i].lb.ep, frame_cb, NULL, NULL);
+        lull_endpoint_set_callbacks(&r->end[i].lb.ep, frame_cb, NULL, NULL);
     }
     lull_task_init(&r->refresh_task, refresh_task);
     lull_timer_init(r->loop, &r->refresh_timer, refresh_timer);
@@ -253,9 +254,9 @@ typedef struct chain {
 static void hop(lull_task *t) {
     chain *c = LULL_CONTAINER_OF(t, chain, task);
     if (--c->left > 0) {
-        lull_post(c->loop, t);
+        lull_task_post(c->loop, t);
     } else {
-        lull_io_stop(&c->idle.io); /* nothing left: lull_run returns */
+        lull_io_stop(&c->idle.io); /* nothing left: lull_loop_run returns */
     }
 }
 
@@ -266,10 +267,10 @@ int lb_lull_task_hop(uint64_t hops, double *ns_per_hop) {
     rc = idle_fd_open(c.loop, &c.idle);
     if (rc == 0) {
         lull_task_init(&c.task, hop);
-        lull_run(c.loop, LULL_RUN_NOWAIT); /* the registration */
+        lull_loop_run(c.loop, LULL_RUN_NOWAIT); /* the registration */
         uint64_t t0 = lab_now_ns();
-        lull_post(c.loop, &c.task);
-        rc = lull_run(c.loop, LULL_RUN_DEFAULT);
+        lull_task_post(c.loop, &c.task);
+        rc = lull_loop_run(c.loop, LULL_RUN_DEFAULT);
         uint64_t t1 = lab_now_ns();
         *ns_per_hop = (double)(t1 - t0) / (double)hops;
         idle_fd_close(&c.idle);
@@ -300,7 +301,7 @@ static void bounce_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         return;
     }
     b->left--;
-    lull_send(ep, &b->frame[i]);
+    lull_endpoint_send(ep, &b->frame[i]);
 }
 
 int lb_lull_round_trip(uint64_t trips, double *ns_per_trip) {
@@ -318,14 +319,14 @@ int lb_lull_round_trip(uint64_t trips, double *ns_per_trip) {
     for (int i = 0; i < 2 && rc == 0; i++) {
         b.frame[i] =
             (lull_frame){.bytes = &b.payload[i], .len = sizeof b.payload[i]};
-        lull_endpoint_callbacks(&b.end[i].ep, bounce_frame, NULL, NULL);
+        lull_endpoint_set_callbacks(&b.end[i].ep, bounce_frame, NULL, NULL);
     }
     the_bounce = &b;
     b.left = 2 * trips - 1;
-    lull_run(loop, LULL_RUN_NOWAIT); /* the registration */
+    lull_loop_run(loop, LULL_RUN_NOWAIT); /* the registration */
     uint64_t t0 = lab_now_ns();
-    if (rc == 0) rc = lull_send(&b.end[0].ep, &b.frame[0]);
-    if (rc == 0) rc = lull_run(loop, LULL_RUN_DEFAULT);
+    if (rc == 0) rc = lull_endpoint_send(&b.end[0].ep, &b.frame[0]);
+    if (rc == 0) rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
     uint64_t t1 = lab_now_ns();
     *ns_per_trip = (double)(t1 - t0) / (double)trips;
     if (rc == 0 &&
@@ -424,7 +425,7 @@ static void verify_send(lb_work *w, int side, const void *bytes, size_t len) {
     memcpy(f->bytes, &seq, 8);
     memcpy(f->bytes + 8, &sum, 8);
     f->frame.len = VHEAD + VMSG + pad;
-    int rc = lull_send(&r->end[side].lb.ep, &f->frame);
+    int rc = lull_endpoint_send(&r->end[side].lb.ep, &f->frame);
     if (rc < 0) r->error = rc;
 }
 
@@ -497,7 +498,7 @@ int lab_loopback_soak(uint64_t *seed, lab_soak_result *out) {
         for (int wl = 0; wl < LB_WORKLOADS && rc == 0 && !v->faults; wl++) {
             lb_work_init(&r->w, &verify_ops, wl, &p);
             lb_work_start(&r->w);
-            rc = lull_run(r->loop, LULL_RUN_DEFAULT);
+            rc = lull_loop_run(r->loop, LULL_RUN_DEFAULT);
             if (rc == 0 && r->error) rc = r->error;
             uint64_t want = lb_work_expected_frames(wl, &p);
             if (rc == 0 && !v->faults && (!r->w.done || r->w.frames != want))

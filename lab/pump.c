@@ -181,7 +181,7 @@ static void driver_receive(session *s, const lab_window_event *ev,
     s->received++;
     if (ev->flags & LAB_EVENT_TERMINAL) {
         r->terminal[r->nterminal++] = wait;
-        if (++r->done == r->n) lull_stop(r->loop);
+        if (++r->done == r->n) lull_loop_stop(r->loop);
     }
 }
 
@@ -194,7 +194,7 @@ static int deliver_pass(lull_pump *p, uint64_t *retry_ns) {
     lab_window_event ev[BATCH];
     int n = lab_window_read(&s->window, &s->cursor, ev, BATCH);
     if (n == 0) return LULL_PASS_QUIET;
-    uint64_t now = lull_now_exact(s->run->loop);
+    uint64_t now = lull_loop_now_exact(s->run->loop);
     for (int i = 0; i < n; i++)
         driver_receive(s, &ev[i], now);
     lull_pump_delivered(p, (uint64_t)n);
@@ -268,7 +268,7 @@ static int deliver_pass_verified(lull_pump *p, uint64_t *retry_ns) {
     lab_window_event ev[BATCH];
     int n = lab_window_read(&s->window, &s->cursor, ev, BATCH);
     if (n == 0) return LULL_PASS_QUIET;
-    uint64_t now = lull_now_exact(r->loop);
+    uint64_t now = lull_loop_now_exact(r->loop);
     for (int i = 0; i < n; i++) {
         int k = s->received;
         if (k >= r->events) {
@@ -298,7 +298,7 @@ static int deliver_pass_verified(lull_pump *p, uint64_t *retry_ns) {
 static void stream_deadline(lull_timer *t) {
     run *r = LULL_CONTAINER_OF(t, run, deadline);
     r->timed_out = true;
-    lull_stop(t->loop);
+    lull_loop_stop(t->loop);
 }
 
 static void journal_close(run *r);
@@ -329,7 +329,7 @@ static void run_close(run *r) {
 /* Starts the timer of every slot that has sessions (an empty slot has no
  * timer in the runtime either), on the loop clock's millisecond grid. */
 static void start_slots(run *r, const params *p) {
-    uint64_t now = lull_now_exact(r->loop);
+    uint64_t now = lull_loop_now_exact(r->loop);
     uint64_t origin = (now / p->grid_ns + 1) * p->grid_ns;
     for (int k = 0; k < r->nslots; k++)
         if (r->slot[k].first)
@@ -479,7 +479,7 @@ static void window_stop(lull_task *t) {
     e->reads1 = total_reads(r);
     lull_loop_metrics(r->loop, &e->m1);
     lull_loop_unref(r->loop);
-    lull_stop(r->loop);
+    lull_loop_stop(r->loop);
 }
 
 static uint64_t read_clock(clockid_t id) {
@@ -504,7 +504,7 @@ static void *window_observer(void *arg) {
     }
     e->cpu1 = read_clock(e->loop_cpu);
     e->t1 = lab_now_ns();
-    lull_post_remote(r->loop, &e->stop);
+    lull_task_post_remote(r->loop, &e->stop);
     return NULL;
 }
 
@@ -512,7 +512,7 @@ static int idle_window(run *r, uint64_t idle_ns, idle_result *out) {
     memset(out, 0, sizeof *out);
     /* One non-blocking iteration first: registrations reach the kernel and
      * nothing left over from opening is counted. */
-    int rc = lull_run(r->loop, LULL_RUN_NOWAIT);
+    int rc = lull_loop_run(r->loop, LULL_RUN_NOWAIT);
     if (rc < 0) return rc;
     idle_edges *e = &r->idle;
     atomic_store(&e->begun, false);
@@ -520,17 +520,17 @@ static int idle_window(run *r, uint64_t idle_ns, idle_result *out) {
     if (err) return -err;
     lull_task_init(&e->begin, window_begin);
     lull_task_init(&e->stop, window_stop);
-    lull_post(r->loop, &e->begin);
+    lull_task_post(r->loop, &e->begin);
     lull_loop_ref(r->loop); /* alive until the observer's stop runs */
     e->end_at = lab_now_ns() + idle_ns;
     pthread_t observer;
     err = pthread_create(&observer, NULL, window_observer, r);
     if (err) {
-        lull_cancel(&e->begin);
+        lull_task_cancel(&e->begin);
         lull_loop_unref(r->loop);
         return -err;
     }
-    rc = lull_run(r->loop, LULL_RUN_DEFAULT);
+    rc = lull_loop_run(r->loop, LULL_RUN_DEFAULT);
     pthread_join(observer, NULL);
     if (rc < 0) return rc;
 
@@ -570,7 +570,7 @@ static int stream(run *r, const params *p, stream_result *out) {
     uint64_t passes0 = total_passes(r);
     /* Every session's provider starts in the same instant: all stream at
      * once, as in the reference benchmark. */
-    r->stream_start = lull_now_exact(r->loop);
+    r->stream_start = lull_loop_now_exact(r->loop);
     for (int i = 0; i < r->n; i++) {
         r->s[i].sent = r->s[i].received = 0;
         lull_timer_start(&r->s[i].provider, p->interval_ns, p->interval_ns);
@@ -578,7 +578,7 @@ static int stream(run *r, const params *p, stream_result *out) {
     /* Far beyond the 0.6 s the turn takes, even on a saturated loop. */
     r->timed_out = false;
     lull_timer_start(&r->deadline, 60000 * MS, 0);
-    int rc = lull_run(r->loop, LULL_RUN_DEFAULT);
+    int rc = lull_loop_run(r->loop, LULL_RUN_DEFAULT);
     lull_timer_stop(&r->deadline);
     if (rc < 0) return rc;
     out->complete = !r->timed_out && r->done == r->n;
@@ -984,7 +984,7 @@ static void journal_event(session *s, int k, uint64_t due) {
 static void journal_provider(lull_timer *t) {
     session *s = LULL_CONTAINER_OF(t, session, provider);
     run *r = s->run;
-    uint64_t now = lull_now_exact(r->loop);
+    uint64_t now = lull_loop_now_exact(r->loop);
     while (s->sent < r->events) {
         uint64_t due =
             r->stream_start + (uint64_t)(s->sent + 1) * r->interval_ns;
@@ -1126,7 +1126,7 @@ static void journal_close(run *r) {
         lull_pool_free(r->pool); /* cancels what waits, joins the threads */
         r->pool = NULL;
         for (int k = 0; k < 1000 && lull_loop_alive(r->loop); k++)
-            lull_run(r->loop, LULL_RUN_NOWAIT); /* their done functions */
+            lull_loop_run(r->loop, LULL_RUN_NOWAIT); /* their done functions */
     }
     for (int i = 0; i < r->n; i++) {
         session *s = &r->s[i];

@@ -24,7 +24,7 @@
  *   per-record post  a posted continuation after every record, on the
  *                    shared quantum: lull's turns are cheap, so this shows
  *                    what a turn costs when it does not poll
- *   budget shared    lull_should_yield per record, 0.5 ms quantum
+ *   budget shared    lull_loop_should_yield per record, 0.5 ms quantum
  *   budget dedicated the same, 2 ms quantum; the "after"
  * Records are sent zero-copy (a lull_frame pointing into the log) through
  * the frame interface; the stream batches them into writev calls.
@@ -37,7 +37,7 @@
  * Figures: sender CPU (thread CPU time, user + sys), CPU per entry sent (a
  * record to one replica), records/s per replica, total time, ping round
  * trip p50/p99/max during catch-up, progress-timer lateness p99, writev
- * calls and bytes per writev. Then the write cost of one lull_send per
+ * calls and bytes per writev. Then the write cost of one lull_endpoint_send per
  * record and the 64-byte ping-pong (lab/replicate_write.c).
  *
  * lab_replicate_soak (lab/soak.h, for `lull-lab soak`) is one run at
@@ -88,9 +88,10 @@ typedef struct rec_head {
     uint64_t sum; /* checksum of the payload */
 } rec_head;
 
-/* Frames one sender may have in flight: records written inside lull_send
- * are released at the next flush point, so the ring must cover what a
- * 2 ms slice sends (about 10,000 records at 0.2 us each) with room left. */
+/* Frames one sender may have in flight: records written inside
+ * lull_endpoint_send are released at the next flush point, so the ring must
+ * cover what a 2 ms slice sends (about 10,000 records at 0.2 us each) with room
+ * left. */
 #define RING 16384
 /* Skip variant: keep 1 record in this many. */
 #define SKIP_KEEP 100
@@ -182,7 +183,7 @@ static uint32_t ctl_type(const void *b) {
 static void ctl_send(lull_endpoint *ep, uint32_t type, uint32_t a, uint64_t v) {
     unsigned char b[CTL_LEN];
     ctl_pack(b, type, a, v);
-    lull_send_copy(ep, b, CTL_LEN);
+    lull_endpoint_send_copy(ep, b, CTL_LEN);
 }
 
 /* ----------------------------------------------------------- one run */
@@ -259,7 +260,7 @@ static void ring_release(lull_frame *f) {
     conn *c = ((ring_frame *)(void *)f)->conn;
     if (c->starved) {
         c->starved = false;
-        lull_post(c->run->loop, &c->task);
+        lull_task_post(c->run->loop, &c->task);
     }
 }
 
@@ -273,7 +274,7 @@ static void produce(lull_task *t) {
     run *r = c->run;
     const log_store *log = r->log;
     while (c->cursor < log->records) {
-        if (!lull_writable(&c->s.ep)) return; /* on_drain posts us */
+        if (!lull_endpoint_writable(&c->s.ep)) return; /* on_drain posts us */
         const unsigned char *rec =
             log->bytes + (size_t)c->cursor * (size_t)log->size;
         if (!r->skip || keep_record(rec, log->size)) {
@@ -285,12 +286,12 @@ static void produce(lull_task *t) {
             c->ring_next++;
             rf->frame.bytes = rec;
             rf->frame.len = (size_t)log->size;
-            if (lull_send(&c->s.ep, &rf->frame) < 0) return;
+            if (lull_endpoint_send(&c->s.ep, &rf->frame) < 0) return;
             c->sent++;
         }
         c->cursor++;
-        if (per_record(r) || lull_should_yield(r->loop)) {
-            lull_post(r->loop, t);
+        if (per_record(r) || lull_loop_should_yield(r->loop)) {
+            lull_task_post(r->loop, t);
             return;
         }
     }
@@ -298,19 +299,19 @@ static void produce(lull_task *t) {
         c->finished = true;
         ctl_pack(c->end_bytes, CTL_END, 0, c->sent);
         c->end = (lull_frame){.bytes = c->end_bytes, .len = CTL_LEN};
-        lull_send(&c->s.ep, &c->end);
+        lull_endpoint_send(&c->s.ep, &c->end);
     }
 }
 
 static void on_drain(lull_endpoint *ep) {
     conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
     if (c->kind == KIND_REPLICA && !c->finished)
-        lull_post(c->run->loop, &c->task);
+        lull_task_post(c->run->loop, &c->task);
 }
 
 static void progress_tick(lull_timer *t) {
     run *r = LULL_CONTAINER_OF(t, run, progress);
-    uint64_t now = lull_now_exact(r->loop);
+    uint64_t now = lull_loop_now_exact(r->loop);
     uint64_t due = lull_timer_deadline(t) - r->p->progress_ns;
     if (r->nlate < SAMPLES_CAP)
         r->late[r->nlate++] = now > due ? (double)(now - due) / 1e3 : 0;
@@ -337,7 +338,7 @@ static void start_catchup(run *r) {
         conn *c = &r->conns[i];
         c->s.writes = 0;
         c->s.bytes_written = 0;
-        if (c->kind == KIND_REPLICA) lull_post(r->loop, &c->task);
+        if (c->kind == KIND_REPLICA) lull_task_post(r->loop, &c->task);
     }
     lull_timer_start(&r->progress, r->p->progress_ns, r->p->progress_ns);
     if (r->replicas == 0) lull_timer_start(&r->idle_end, r->p->idle_ns, 0);
@@ -367,7 +368,7 @@ static void source_frame(lull_endpoint *ep, const void *b, size_t n) {
     uint32_t type = ctl_type(b), a;
     memcpy(&a, (const char *)b + 4, 4);
     if (type == CTL_PING) {
-        lull_send_copy(ep, b, n); /* the answer */
+        lull_endpoint_send_copy(ep, b, n); /* the answer */
     } else if (type == CTL_HELLO) {
         c->kind = (int)a;
         if (++r->hellos == r->replicas + 1) start_catchup(r);
@@ -388,7 +389,7 @@ static void source_accept(lull_server *srv) {
     if (r->accepted == r->replicas + 1) return; /* not ours: closed */
     conn *c = &r->conns[r->accepted];
     lull_stream_options o = {0};
-    if (lull_stream_accept(srv, &c->s, &o) < 0) {
+    if (lull_server_accept(srv, &c->s, &o) < 0) {
         r->failed = -EIO;
         return;
     }
@@ -399,7 +400,7 @@ static void source_accept(lull_server *srv) {
         c->ring[k].frame = (lull_frame){.release = ring_release};
         c->ring[k].conn = c;
     }
-    lull_endpoint_callbacks(&c->s.ep, source_frame, on_drain, source_close);
+    lull_endpoint_set_callbacks(&c->s.ep, source_frame, on_drain, source_close);
 }
 
 /* ------------------------------------------------------------ replicas */
@@ -471,9 +472,9 @@ static void replica_connected(lull_stream *s, int status) {
         if (rp->kind_pinger) lull_timer_stop(&rp->tick);
         return;
     }
-    lull_endpoint_callbacks(&s->ep,
-                            rp->kind_pinger ? pinger_frame : replica_frame,
-                            NULL, replica_close);
+    lull_endpoint_set_callbacks(&s->ep,
+                                rp->kind_pinger ? pinger_frame : replica_frame,
+                                NULL, replica_close);
     ctl_send(&s->ep, CTL_HELLO, rp->kind_pinger ? KIND_PINGER : KIND_REPLICA,
              0);
     if (rp->kind_pinger)
@@ -492,14 +493,14 @@ static void *replica_main(void *arg) {
     /* A big read buffer: a replica takes what the socket holds in one go. */
     lull_stream_options o = {.read_size = 256 << 10};
     if (rp->kind_pinger) lull_timer_init(rp->loop, &rp->tick, pinger_tick);
-    int rc = r->p->tcp ? lull_tcp_connect(rp->loop, &rp->s, "127.0.0.1",
-                                          r->port, &o, replica_connected)
-                       : lull_unix_connect(rp->loop, &rp->s, r->path, &o,
-                                           replica_connected);
+    int rc = r->p->tcp ? lull_stream_connect_tcp(rp->loop, &rp->s, "127.0.0.1",
+                                                 r->port, &o, replica_connected)
+                       : lull_stream_connect_unix(rp->loop, &rp->s, r->path, &o,
+                                                  replica_connected);
     if (rc < 0) {
         rp->connect_status = rc;
     } else {
-        lull_run(rp->loop, LULL_RUN_DEFAULT);
+        lull_loop_run(rp->loop, LULL_RUN_DEFAULT);
     }
     lull_loop_free(rp->loop);
     return NULL;
@@ -564,13 +565,14 @@ static int run_once(const params *p, const log_store *log, int mode,
         lull_timer_init(r->loop, &r->progress, progress_tick);
         lull_timer_init(r->loop, &r->idle_end, idle_over);
         if (p->tcp) {
-            rc = lull_tcp_listen(r->loop, &r->srv, "127.0.0.1", 0, 64,
-                                 source_accept);
+            rc = lull_server_listen_tcp(r->loop, &r->srv, "127.0.0.1", 0, 64,
+                                        source_accept);
             if (rc == 0) r->port = lull_server_port(&r->srv);
         } else {
             snprintf(r->path, sizeof r->path, "@lull-lab-replicate-%d-%d",
                      (int)getpid(), serial);
-            rc = lull_unix_listen(r->loop, &r->srv, r->path, 64, source_accept);
+            rc = lull_server_listen_unix(r->loop, &r->srv, r->path, 64,
+                                         source_accept);
         }
     }
     /* The source and the pinger share one CPU, the replicas the other: the
@@ -590,7 +592,7 @@ static int run_once(const params *p, const log_store *log, int mode,
         else
             started++;
     }
-    if (rc == 0) rc = lull_run(r->loop, LULL_RUN_DEFAULT);
+    if (rc == 0) rc = lull_loop_run(r->loop, LULL_RUN_DEFAULT);
     if (rc < 0 && r->loop) {
         /* Could not start: close what is open so the threads end. */
         lull_server_close(&r->srv);

@@ -5,16 +5,13 @@
  * thread's CPU time per record. Rows:
  *   write() per record     a blocking socket, one system call per record
  *   writev, 64 KiB         a blocking socket, 131 records per call, by hand
- *   lull_send per record   a producer on a lull loop (shared quantum), one
- *                          zero-copy lull_send per record; the stream
- *                          batches them (what issue 8 targets: the writev
- *                          row's cost, <= 0.25 us)
- *   uv_write per record    libuv (when installed): one uv_write per record,
- *                          which writes at once while the queue is empty
- *   bufferevent_write      libevent (when installed): copies into the
- *                          output buffer, flushed when the socket is
- *                          writable
- * Each loop row keeps at most 64 KiB queued (the same backpressure).
+ *   lull_endpoint_send per record   a producer on a lull loop (shared quantum),
+ * one zero-copy lull_endpoint_send per record; the stream batches them (what
+ * issue 8 targets: the writev row's cost, <= 0.25 us) uv_write per record libuv
+ * (when installed): one uv_write per record, which writes at once while the
+ * queue is empty bufferevent_write      libevent (when installed): copies into
+ * the output buffer, flushed when the socket is writable Each loop row keeps at
+ * most 64 KiB queued (the same backpressure).
  *
  * Ping-pong: 64-byte messages over a Unix socketpair, both threads pinned
  * to one CPU, so a round trip is two context switches: blocking read/write
@@ -45,11 +42,13 @@
 #define RING       16384      /* frames in flight for lull's row */
 
 enum { W_WRITE, W_WRITEV, W_LULL, W_UV, W_EVENT, WAYS };
-static const char *const way_key[WAYS] = {"write", "writev_64k", "lull_send",
-                                          "uv_write", "bufferevent_write"};
+static const char *const way_key[WAYS] = {"write", "writev_64k",
+                                          "lull_endpoint_send", "uv_write",
+                                          "bufferevent_write"};
 static const char *const way_label[WAYS] = {
-    "write() per record", "writev, 64 KiB by hand", "lull_send per record",
-    "uv_write per record (libuv)", "bufferevent_write (libevent)"};
+    "write() per record", "writev, 64 KiB by hand",
+    "lull_endpoint_send per record", "uv_write per record (libuv)",
+    "bufferevent_write (libevent)"};
 
 typedef struct wctx {
     int fd; /* the writing end */
@@ -157,14 +156,14 @@ static void lw_release(lull_frame *f) {
     (void)f;
     if (the_writer->starved) {
         the_writer->starved = false;
-        lull_post(the_writer->s.loop, &the_writer->task);
+        lull_task_post(the_writer->s.loop, &the_writer->task);
     }
 }
 
 static void lw_produce(lull_task *t) {
     lull_writer *lw = LULL_CONTAINER_OF(t, lull_writer, task);
     while (lw->next < lw->w->records) {
-        if (!lull_writable(&lw->s.ep)) return; /* on_drain */
+        if (!lull_endpoint_writable(&lw->s.ep)) return; /* on_drain */
         lull_frame *f = &lw->ring[lw->next % RING];
         if (f->in_flight) { /* released at the next flush point */
             lw->starved = true;
@@ -173,10 +172,10 @@ static void lw_produce(lull_task *t) {
         f->bytes = lw->w->rec;
         f->len = (size_t)lw->w->size;
         f->release = lw_release;
-        if (lull_send(&lw->s.ep, f) < 0) return;
+        if (lull_endpoint_send(&lw->s.ep, f) < 0) return;
         lw->next++;
-        if (lull_should_yield(lw->s.loop)) {
-            lull_post(lw->s.loop, t);
+        if (lull_loop_should_yield(lw->s.loop)) {
+            lull_task_post(lw->s.loop, t);
             return;
         }
     }
@@ -187,7 +186,7 @@ static void lw_produce(lull_task *t) {
 
 static void lw_drain(lull_endpoint *ep) {
     lull_writer *lw = LULL_CONTAINER_OF(ep, lull_writer, s.ep);
-    lull_post(lw->s.loop, &lw->task);
+    lull_task_post(lw->s.loop, &lw->task);
 }
 
 static int way_lull(wctx *w) {
@@ -203,10 +202,10 @@ static int way_lull(wctx *w) {
     the_writer = &lw;
     if (rc == 0) {
         lull_stream_read_stop(&lw.s); /* it only writes */
-        lull_endpoint_callbacks(&lw.s.ep, NULL, lw_drain, NULL);
+        lull_endpoint_set_callbacks(&lw.s.ep, NULL, lw_drain, NULL);
         lull_task_init(&lw.task, lw_produce);
-        lull_post(loop, &lw.task);
-        rc = lull_run(loop, LULL_RUN_DEFAULT);
+        lull_task_post(loop, &lw.task);
+        rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
         w->writes = lw.s.writes;
         if (rc == 0 && lw.next != w->records) rc = -EPIPE;
         lull_endpoint_close(&lw.s.ep, 0);
@@ -519,9 +518,9 @@ typedef struct pp_lull {
 
 static void pp_send(pp_lull *p) {
     if (p->frame.in_flight) {
-        lull_send_copy(&p->s.ep, p->bytes, PP_BYTES);
+        lull_endpoint_send_copy(&p->s.ep, p->bytes, PP_BYTES);
     } else {
-        lull_send(&p->s.ep, &p->frame);
+        lull_endpoint_send(&p->s.ep, &p->frame);
     }
 }
 
@@ -553,9 +552,9 @@ static void *pp_lull_main(void *arg) {
     p.frame = (lull_frame){.bytes = p.bytes, .len = PP_BYTES};
     lull_stream_options o = {.flags = LULL_STREAM_RAW};
     if (lull_stream_open(loop, &p.s, s->fd, &o) == 0) {
-        lull_endpoint_callbacks(&p.s.ep, pp_frame, NULL, NULL);
+        lull_endpoint_set_callbacks(&p.s.ep, pp_frame, NULL, NULL);
         if (s->starter) pp_send(&p);
-        lull_run(loop, LULL_RUN_DEFAULT);
+        lull_loop_run(loop, LULL_RUN_DEFAULT);
         if (s->starter && p.left != 0) s->err = -EIO;
     } else {
         s->err = -EIO;

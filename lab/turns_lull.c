@@ -38,9 +38,9 @@ static void chain_io(lull_io *io, int events) {
 static void task_hop(lull_task *task) {
     chain *c = LULL_CONTAINER_OF(task, chain, task);
     if (--c->left > 0) {
-        lull_post(c->loop, task);
+        lull_task_post(c->loop, task);
     } else {
-        lull_io_stop(&c->io); /* nothing left: lull_run returns */
+        lull_io_stop(&c->io); /* nothing left: lull_loop_run returns */
     }
 }
 
@@ -69,7 +69,7 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer,
     rc = lull_io_init(c.loop, &c.io, fds[0], chain_io);
     if (rc == 0) rc = lull_io_start(&c.io, LULL_READABLE);
     if (rc < 0) goto out_loop;
-    lull_run(c.loop, LULL_RUN_NOWAIT); /* the fd reaches the kernel */
+    lull_loop_run(c.loop, LULL_RUN_NOWAIT); /* the fd reaches the kernel */
 
     lull_task_init(&c.task, task_hop);
     lull_timer_init(c.loop, &c.timer, timer_hop);
@@ -79,9 +79,9 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer,
     if (timer) {
         lull_timer_start(&c.timer, 0, 0);
     } else {
-        lull_post(c.loop, &c.task);
+        lull_task_post(c.loop, &c.task);
     }
-    rc = lull_run(c.loop, LULL_RUN_DEFAULT);
+    rc = lull_loop_run(c.loop, LULL_RUN_DEFAULT);
     uint64_t t1 = lab_now_ns();
     uint64_t polls = turns_polls() - polls0;
     if (rc == 0 && c.left != 0) rc = -EPROTO; /* returned before the end */
@@ -142,7 +142,7 @@ static int lateness(const turns_params *p, turns_result *out) {
     lull_timer_init(loop, &l.timer, late_fire);
     l.due = lab_now_ns() + MS;
     lull_timer_start(&l.timer, MS, 0);
-    rc = lull_run(loop, LULL_RUN_DEFAULT);
+    rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
     if (rc == 0) turns_lateness_us(l.samples, l.n, out);
     lull_timer_stop(&l.timer);
     if (lull_loop_free(loop) < 0 && rc == 0) rc = -EBUSY;
@@ -177,7 +177,7 @@ static int idle_pass(lull_pump *pump, uint64_t *retry_ns) {
 }
 
 static void idle_end(lull_timer *timer) {
-    lull_stop(timer->loop);
+    lull_loop_stop(timer->loop);
 }
 
 static int idle(const turns_params *p, turns_result *out) {
@@ -212,13 +212,14 @@ static int idle(const turns_params *p, turns_result *out) {
     if (rc == 0) {
         lull_timer end;
         lull_timer_init(loop, &end, idle_end);
-        lull_run(loop, LULL_RUN_NOWAIT); /* registrations reach the kernel */
+        lull_loop_run(loop,
+                      LULL_RUN_NOWAIT); /* registrations reach the kernel */
 
         lull_metrics m0, m1;
         lull_loop_metrics(loop, &m0);
         uint64_t cpu0 = lab_thread_cpu_ns(), cs0 = lab_thread_nvcsw();
         lull_timer_start(&end, p->idle_window_ns, 0);
-        rc = lull_run(loop, LULL_RUN_DEFAULT);
+        rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
         uint64_t cpu1 = lab_thread_cpu_ns(), cs1 = lab_thread_nvcsw();
         lull_loop_metrics(loop, &m1);
         lull_timer_stop(&end);
@@ -232,7 +233,7 @@ static int idle(const turns_params *p, turns_result *out) {
         }
     }
     for (int i = 0; i < started; i++) {
-        lull_unlisten(&s[i].listener);
+        lull_listener_stop(&s[i].listener);
         lull_pump_close(&s[i].pump);
         lull_timer_stop(&s[i].timer);
         lull_io_stop(&s[i].io);
@@ -293,7 +294,7 @@ static void trip_unwatch(trip *t, int s) {
 
 static void trip_pong(lull_task *task) {
     trip *t = LULL_CONTAINER_OF(task, trip, pong);
-    lull_post_remote(t->a, &t->ping);
+    lull_task_post_remote(t->a, &t->ping);
 }
 
 static void trip_ping(lull_task *task) {
@@ -303,9 +304,9 @@ static void trip_ping(lull_task *task) {
     if (k >= 0) t->samples[k] = (double)(now - t->sent);
     if (t->done < t->p->warmup_trips + t->p->trips) {
         t->sent = lab_now_ns();
-        lull_post_remote(t->b, &t->pong);
+        lull_task_post_remote(t->b, &t->pong);
     } else {
-        lull_post_remote(t->b, &t->stop_b);
+        lull_task_post_remote(t->b, &t->stop_b);
         trip_unwatch(t, 0);
         lull_loop_unref(t->a); /* nothing else keeps a's run alive */
     }
@@ -335,8 +336,8 @@ static void *trip_side_a(void *arg) {
         return NULL;
     }
     t->sent = lab_now_ns();
-    lull_post_remote(t->b, &t->pong);
-    rc = lull_run(t->a, LULL_RUN_DEFAULT);
+    lull_task_post_remote(t->b, &t->pong);
+    rc = lull_loop_run(t->a, LULL_RUN_DEFAULT);
     if (rc < 0) t->rc = rc;
     if (lull_loop_free(t->a) < 0 && t->rc == 0) t->rc = -EBUSY;
     return NULL;
@@ -358,7 +359,7 @@ static void *trip_side_b(void *arg) {
         lull_loop_free(b);
         return NULL;
     }
-    rc = lull_run(b, LULL_RUN_DEFAULT);
+    rc = lull_loop_run(b, LULL_RUN_DEFAULT);
     if (rc < 0) t->rc = rc;
     if (lull_loop_free(b) < 0 && t->rc == 0) t->rc = -EBUSY;
     return NULL;
@@ -450,10 +451,11 @@ out:
 #endif
 
 static const turns_entry entries[] = {
-    {TURNS_CHAIN_TASK, "lull: lull_post", chain_task, EVERY_QUANTUM, TURNS_BASE,
-     TURNS_CLASS_QUANTUM},
-    {TURNS_CHAIN_TASK, "lull: lull_post, quantum_ns = 1", chain_task_every_hop,
-     "every hop (quantum_ns 1)", TURNS_BASE, TURNS_CLASS_EVERY_HOP},
+    {TURNS_CHAIN_TASK, "lull: lull_task_post", chain_task, EVERY_QUANTUM,
+     TURNS_BASE, TURNS_CLASS_QUANTUM},
+    {TURNS_CHAIN_TASK, "lull: lull_task_post, quantum_ns = 1",
+     chain_task_every_hop, "every hop (quantum_ns 1)", TURNS_BASE,
+     TURNS_CLASS_EVERY_HOP},
     {TURNS_CHAIN_TIMER0, "lull: lull_timer_start(0)", chain_timer0,
      EVERY_QUANTUM, TURNS_BASE, TURNS_CLASS_QUANTUM},
     {TURNS_CHAIN_TIMER0, "lull: lull_timer_start(0), quantum_ns = 1",

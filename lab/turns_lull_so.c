@@ -61,7 +61,7 @@ static int run(int figure, const char *label, const turns_params *p,
 }
 
 static int chain_task(const turns_params *p, turns_result *out) {
-    return run(TURNS_CHAIN_TASK, "lull: lull_post", p, out);
+    return run(TURNS_CHAIN_TASK, "lull: lull_task_post", p, out);
 }
 
 static int chain_timer0(const turns_params *p, turns_result *out) {
@@ -79,7 +79,7 @@ static bool available(char *why, size_t size) {
 }
 
 static const turns_entry entries[] = {
-    {TURNS_CHAIN_TASK, "lull (liblull.so): lull_post", chain_task,
+    {TURNS_CHAIN_TASK, "lull (liblull.so): lull_task_post", chain_task,
      "every 0.5 ms (quantum)", 0, TURNS_CLASS_QUANTUM},
     {TURNS_CHAIN_TIMER0, "lull (liblull.so): lull_timer_start(0)", chain_timer0,
      "every 0.5 ms (quantum)", 0, TURNS_CLASS_QUANTUM},

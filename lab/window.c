@@ -78,13 +78,13 @@ uint64_t lab_window_append(lab_window *w, uint64_t value, uint32_t flags,
 /* Makes committed events readable: stamp them, store, then raise. */
 static int release(lab_window *w) {
     if (w->readable == w->committed) return 0;
-    uint64_t now = lull_now_exact(w->loop);
+    uint64_t now = lull_loop_now_exact(w->loop);
     for (uint64_t s = w->readable; s < w->committed; s++)
         w->ring[s % w->capacity].readable_ns = now;
     int n = (int)(w->committed - w->readable);
     w->readable = w->committed;
     w->raises++;
-    lull_notify(&w->notifier);
+    lull_notifier_raise(&w->notifier);
     return n;
 }
 
@@ -133,7 +133,7 @@ int lab_window_cursor_seek(lab_window_cursor *c, uint64_t seq) {
     c->next = seq;
     trim(w); /* a forward move can release retained events */
     w->raises++;
-    lull_notify(&w->notifier);
+    lull_notifier_raise(&w->notifier);
     return 0;
 }
 

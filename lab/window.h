@@ -12,8 +12,8 @@
  * The window's notifier is raised after every change of what some reader
  * could read: a commit that made events readable, a checkpoint that released
  * events, a cursor move. It is raised after the new state is stored, and
- * lull_notify never runs a listener inline, so a listener always reads the
- * new state and never runs inside lab_window_commit. These three calls are
+ * lull_notifier_raise never runs a listener inline, so a listener always reads
+ * the new state and never runs inside lab_window_commit. These three calls are
  * the complete, closed set of wake sources; docs/PUMP.md and the tests guard
  * it (a change that does not notify leaves an event undelivered).
  *
@@ -33,7 +33,7 @@
 
 typedef struct lab_window_event {
     uint64_t seq;         /* 1, 2, 3, ... in append order */
-    uint64_t readable_ns; /* lull_now_exact when it became readable */
+    uint64_t readable_ns; /* lull_loop_now_exact when it became readable */
     uint64_t value;       /* the caller's payload */
     uint32_t flags;       /* the caller's LAB_EVENT_* bits */
     uint32_t turn;        /* the caller's turn number */

@@ -55,9 +55,9 @@ void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind) {
 }
 
 /* A remote post is charged to the callback it leads to, as the walk names
- * it (src/live.c): a plain task to its function; lull_notify_remote's raise,
- * whose task is lull's own forwarder shared by every notifier, to the first
- * listener it reaches, or to that listener's pump pass in the pump's own
+ * it (src/live.c): a plain task to its function; lull_notifier_raise_remote's
+ * raise, whose task is lull's own forwarder shared by every notifier, to the
+ * first listener it reaches, or to that listener's pump pass in the pump's own
  * row (one row per name: the pass's wakeups beside its passes). A raise of
  * a notifier with no listener keeps the forwarder's row, labelled so. */
 void lull__audit_remote_wakeup(lull_loop *loop, const lull_task *task) {
@@ -99,7 +99,7 @@ static const char *label(lull_loop *loop, lull__source *s) {
     /* Signals have no callback of lull's: one row for all of them. */
     if (s->kind == LULL_SOURCE_SIGNAL) return "signal (interrupted wait)";
     if (s->fn == lull__notify_raise_fn())
-        return "lull_notify_remote (a notifier with no listener)";
+        return "lull_notifier_raise_remote (a notifier with no listener)";
     const char *name = lull__name_lookup(loop, s->fn);
     if (name) return name;
     if (!s->label[0]) {

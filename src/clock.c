@@ -2,10 +2,10 @@
  *
  * Owns: the real clock read, the cached "now", and the quantum. A slice
  * begins when a poll returns and ends when the loop polls again; within it,
- * callbacks and lull_should_yield count down loop->countdown, and only when
- * it reaches zero is the clock read (lull__slice_check). The stride between
- * reads restarts at 1 each slice and adapts to the pace of the work: it may
- * at most double per read, never exceeds STRIDE_MAX calls, and a read is
+ * callbacks and lull_loop_should_yield count down loop->countdown, and only
+ * when it reaches zero is the clock read (lull__slice_check). The stride
+ * between reads restarts at 1 each slice and adapts to the pace of the work: it
+ * may at most double per read, never exceeds STRIDE_MAX calls, and a read is
  * planned no later than half the remaining quantum (but at least quantum/32
  * ahead), so the slice overshoots by about quantum/32 at a steady pace and a
  * sudden slowdown costs at most one stride of the slow calls.
@@ -62,11 +62,11 @@ bool lull__on_loop_thread(const lull_loop *loop) {
     return pthread_equal(loop->owner, pthread_self());
 }
 
-uint64_t lull_now(lull_loop *loop) {
+uint64_t lull_loop_now(lull_loop *loop) {
     return loop ? loop->now : 0;
 }
 
-uint64_t lull_now_exact(lull_loop *loop) {
+uint64_t lull_loop_now_exact(lull_loop *loop) {
     if (!loop) return 0;
     if (!loop->virtual_clock) loop->now = lull__clock_real();
     return loop->now;
@@ -240,7 +240,7 @@ static bool should_yield_check(lull_loop *loop) {
     return spent;
 }
 
-bool lull_should_yield(lull_loop *loop) {
+bool lull_loop_should_yield(lull_loop *loop) {
     if (LULL_UNLIKELY(!loop)) return false;
     return --loop->countdown <= 0 && should_yield_check(loop);
 }

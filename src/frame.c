@@ -1,12 +1,12 @@
 /* The frame interface (C6): the half every transport shares.
  *
- * Owns: the argument and state checks of lull_send, lull_send_copy and
- * lull_endpoint_close, so that every transport refuses the same things with
- * the same errno; the count of queued bytes and the writable / drain
- * crossing; the copy path's one allocation per frame. The transport owns the
- * queue, the delivery (or the writes) and the close handshake, through
- * lull_frame_ops and src/frame.h. One exception to the indirection:
- * lull_send runs the loopback's task-delivery send inline
+ * Owns: the argument and state checks of lull_endpoint_send,
+ * lull_endpoint_send_copy and lull_endpoint_close, so that every transport
+ * refuses the same things with the same errno; the count of queued bytes and
+ * the writable / drain crossing; the copy path's one allocation per frame. The
+ * transport owns the queue, the delivery (or the writes) and the close
+ * handshake, through lull_frame_ops and src/frame.h. One exception to the
+ * indirection: lull_endpoint_send runs the loopback's task-delivery send inline
  * (src/loopback.h), the in-process round trip being the hot path.
  *
  * Invariants: a frame is in flight from an accepted send until
@@ -14,8 +14,8 @@
  * flight that this end sent (0 once it or its peer closed); writable means
  * open, peer open and queued < high_water; the drain callback runs once
  * for every time `queued` falls from at or above high_water to below it
- * while open, and never inside lull_send. Loop thread only (the transport
- * asserts it). */
+ * while open, and never inside lull_endpoint_send. Loop thread only (the
+ * transport asserts it). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +35,9 @@ void lull__endpoint_init(lull_endpoint *ep, const lull_frame_ops *ops,
     ep->flags = 0;
 }
 
-void lull_endpoint_callbacks(lull_endpoint *ep, lull_frame_fn on_frame,
-                             lull_drain_fn on_drain, lull_close_fn on_close) {
+void lull_endpoint_set_callbacks(lull_endpoint *ep, lull_frame_fn on_frame,
+                                 lull_drain_fn on_drain,
+                                 lull_close_fn on_close) {
     if (!ep) return;
     ep->on_frame = on_frame;
     ep->on_drain = on_drain;
@@ -52,7 +53,7 @@ static int check_send(const lull_endpoint *ep, const void *bytes, size_t len) {
     return 0;
 }
 
-/* Why lull_send refused, in the documented order of the checks. */
+/* Why lull_endpoint_send refused, in the documented order of the checks. */
 __attribute__((noinline)) static int send_refused(const lull_endpoint *ep,
                                                   const lull_frame *frame) {
     if (!frame) return -EINVAL;
@@ -69,7 +70,8 @@ static inline void accept_frame(lull_endpoint *ep, lull_frame *frame) {
     ep->queued += frame->len;
 }
 
-/* lull_send through the transport's ops: any transport but the loopback. */
+/* lull_endpoint_send through the transport's ops: any transport but the
+ * loopback. */
 __attribute__((noinline)) static int send_by_ops(lull_endpoint *ep,
                                                  lull_frame *frame) {
     if (!ep->ops) return send_refused(ep, frame); /* never set up */
@@ -78,7 +80,7 @@ __attribute__((noinline)) static int send_by_ops(lull_endpoint *ep,
     return 0;
 }
 
-int lull_send(lull_endpoint *ep, lull_frame *frame) {
+int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame) {
     /* One test for every refusal, so a send costs a few compares. */
     if (__builtin_expect(!ep || !frame || (ep->flags & LULL__EP_NO_SEND) ||
                              frame->in_flight || frame->len > ep->max_frame ||
@@ -104,7 +106,7 @@ static void release_copy(lull_frame *frame) {
     free(LULL_CONTAINER_OF(frame, copied, frame));
 }
 
-int lull_send_copy(lull_endpoint *ep, const void *bytes, size_t len) {
+int lull_endpoint_send_copy(lull_endpoint *ep, const void *bytes, size_t len) {
     int rc = check_send(ep, bytes, len);
     if (rc < 0) return rc;
     /* max_frame may be lifted to SIZE_MAX: the block's size must not wrap. */
@@ -114,12 +116,12 @@ int lull_send_copy(lull_endpoint *ep, const void *bytes, size_t len) {
     if (len) memcpy(c->bytes, bytes, len);
     c->frame =
         (lull_frame){.bytes = c->bytes, .len = len, .release = release_copy};
-    rc = lull_send(ep, &c->frame);
+    rc = lull_endpoint_send(ep, &c->frame);
     if (rc < 0) free(c);
     return rc;
 }
 
-bool lull_writable(const lull_endpoint *ep) {
+bool lull_endpoint_writable(const lull_endpoint *ep) {
     return ep && ep->ops && !(ep->flags & LULL__EP_NO_SEND) &&
            ep->queued < ep->high_water;
 }

@@ -23,8 +23,8 @@ void lull__endpoint_drain(lull_endpoint *ep);
 /* `n` accepted bytes left the queue (delivered or written). When that takes
  * the count from at or above the high-water mark to below it, and the
  * endpoint is still open, its drain callback runs here, once: call this
- * where a callback may run, never inside lull_send. Inline: it runs once
- * per frame. The bytes must still be counted (an endpoint that closed, or
+ * where a callback may run, never inside lull_endpoint_send. Inline: it runs
+ * once per frame. The bytes must still be counted (an endpoint that closed, or
  * whose peer did, counts none: do not call this for it). The crossing is
  * `before` in [high_water, high_water + n): one unsigned compare. */
 static inline void lull__endpoint_sent(lull_endpoint *ep, size_t n) {
@@ -40,7 +40,8 @@ void lull__endpoint_peer_gone(lull_endpoint *ep);
 
 /* Gives a frame back to its owner: no longer in flight, then its release
  * callback. The transport must not touch the frame afterwards. `next` is
- * left as it was: it means nothing out of flight, and lull_send sets it. */
+ * left as it was: it means nothing out of flight, and lull_endpoint_send sets
+ * it. */
 static inline void lull__frame_release(lull_frame *frame) {
     frame->in_flight = false;
     if (frame->release) frame->release(frame);

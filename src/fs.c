@@ -145,9 +145,9 @@ static void lookup_done(lull_work *work, int status) {
     req->cb(req, status, res);
 }
 
-int lull_getaddrinfo(lull_loop *loop, lull_pool *pool, lull_lookup *req,
-                     const char *node, const char *service,
-                     const struct addrinfo *hints, lull_lookup_fn cb) {
+int lull_lookup_start(lull_loop *loop, lull_pool *pool, lull_lookup *req,
+                      const char *node, const char *service,
+                      const struct addrinfo *hints, lull_lookup_fn cb) {
     if (!loop || !pool || !req || !cb || (!node && !service)) return -EINVAL;
     if (lull_work_busy(&req->work)) return -EBUSY;
     lull_work_init(&req->work, lookup_run, lookup_done);
@@ -259,7 +259,7 @@ static void journal_done(lull_work *work, int status) {
          * everything from here on (a retried fsync may report success for
          * data the kernel already dropped). */
         j->error = status;
-        lull_cancel(&j->start);
+        lull_task_cancel(&j->start);
         complete(finished, status, 0);
         complete(take_queue(j), status, 0);
         return;
@@ -275,7 +275,7 @@ static void journal_done(lull_work *work, int status) {
         failed = j->head;
         rc = start_batch(j);
         if (rc == 0) failed = NULL;
-        lull_cancel(&j->start);
+        lull_task_cancel(&j->start);
     }
     complete(finished, status, sync);
     if (failed) complete(failed, rc, 0);
@@ -311,7 +311,7 @@ int lull_journal_append(lull_journal *j, lull_append *req, const void *buf,
     else
         j->head = req;
     j->tail = req;
-    if (!j->batch) lull_post(j->loop, &j->start);
+    if (!j->batch) lull_task_post(j->loop, &j->start);
     return 0;
 }
 

@@ -39,13 +39,13 @@ void lull__assert_fail(const char *msg, const char *file, int line)
  * order between two timers with the same deadline is exact as long as they
  * were armed fewer than 2^29 arms apart. */
 #define LULL__NODE_TIMER 0x1u /* the node is a lull_timer, else a lull_task */
-#define LULL__NODE_UNREF 0x2u /* timer: does not keep lull_run alive */
+#define LULL__NODE_UNREF 0x2u /* timer: does not keep lull_loop_run alive */
 #define LULL__SEQ_SHIFT  2
 #define LULL__SEQ_MASK   (~0u << LULL__SEQ_SHIFT)
 
 /* lull_io.flags */
 #define LULL__IO_ACTIVE 0x1u /* started */
-#define LULL__IO_UNREF  0x2u /* does not keep lull_run alive */
+#define LULL__IO_UNREF  0x2u /* does not keep lull_loop_run alive */
 /* Above the state bits: the settle round that last called the watcher
  * (lull__settle_note_io), 24 bits. */
 #define LULL__IO_ROUND_SHIFT 8
@@ -89,7 +89,7 @@ struct lull_loop {
     int64_t countdown;   /* callbacks (or should_yield calls) before the
                             next clock read; see lull__slice_check */
     uint64_t tasks_run;  /* every callback, of every kind */
-    bool sample_armed;   /* the next lull_post starts a wait sample */
+    bool sample_armed;   /* the next lull_task_post starts a wait sample */
     lull_any_fn current; /* callback running, for stall attribution */
 
     /* Time. */
@@ -216,7 +216,7 @@ uint64_t lull__slice_end_time(lull_loop *loop);
 bool lull__on_loop_thread(const lull_loop *loop);
 
 /* A callback has returned: count it, and every `stride` callbacks read the
- * clock. True when the slice must end (quantum spent, or lull_stop). */
+ * clock. True when the slice must end (quantum spent, or lull_loop_stop). */
 static inline bool lull__after_callback(lull_loop *loop) {
     return --loop->countdown <= 0 && lull__slice_check(loop);
 }
@@ -249,7 +249,7 @@ static inline void lull__dispatch_node(lull_loop *loop, lull__node *n) {
 /* Runs the nodes of queue q in order, each unlinked before its callback,
  * until the quantum is spent. Nodes a callback adds land behind the ones
  * already queued. (The due list has its own runner, which stops only for
- * lull_stop: lull__timers_run_due.) */
+ * lull_loop_stop: lull__timers_run_due.) */
 static inline void lull__run_queue(lull_loop *loop, lull__node *q) {
     while (q->next != q) {
         lull__node *n = q->next;
@@ -263,7 +263,7 @@ static inline void lull__run_queue(lull_loop *loop, lull__node *q) {
  * fd callbacks of an iteration, the end of its slice (before the loop polls
  * again; a queued flush task makes that poll non-blocking). A writer queues
  * its flush here so that everything written in between leaves in one system
- * call (src/stream.c); lull_cancel unlinks it. */
+ * call (src/stream.c); lull_task_cancel unlinks it. */
 void lull__at_flush(lull_loop *loop, lull_task *task);
 
 /* timer.c */
@@ -310,7 +310,8 @@ lull_any_fn lull__listener_fn(const lull_listener *l);
  * listener's callback (LULL_SOURCE_REMOTE) or that listener's pump's pass
  * (LULL_SOURCE_PUMP). False when n has no listener. */
 bool lull__notify_reaches(const lull_notifier *n, lull_any_fn *fn, int *kind);
-/* The function of a notifier's remote raise task (lull_notify_remote). */
+/* The function of a notifier's remote raise task (lull_notifier_raise_remote).
+ */
 lull_any_fn lull__notify_raise_fn(void);
 
 /* pump.c: the same for a pump's pass task and retry timer. */
@@ -334,7 +335,7 @@ void lull__describe_node(const lull__node *n, lull_live *e);
 /* metrics.c */
 void lull__wait_sample_begin(lull_loop *loop, lull__node *n);
 
-/* lull_post's work, for modules that post on their own hot path (a
+/* lull_task_post's work, for modules that post on their own hot path (a
  * transport's delivery turn): the same queue push and wait sample, without
  * the call and the argument checks the caller has already made. The
  * _unqueued half is for a caller that knows the task is not queued. */

@@ -101,7 +101,7 @@ static bool has_work_or_handles(lull_loop *loop) {
 int lull_loop_free(lull_loop *loop) {
     if (!loop) return -EINVAL;
     if (loop->running || has_work_or_handles(loop)) return -EBUSY;
-    /* A poster still inside lull_post_remote may have just published. */
+    /* A poster still inside lull_task_post_remote may have just published. */
     lull__remote_quiesce(loop);
     if (has_work_or_handles(loop)) return -EBUSY;
     lull__remote_close(loop);
@@ -135,7 +135,7 @@ void lull_loop_unref(lull_loop *loop) {
 }
 
 /* Can waiting make progress? On the virtual clock, timers only move when
- * the test advances time, unless lull_run may jump to them itself. */
+ * the test advances time, unless lull_loop_run may jump to them itself. */
 static bool timers_can_fire(lull_loop *loop) {
     return !loop->virtual_clock || (loop->flags & LULL_LOOP_AUTO_ADVANCE);
 }
@@ -234,8 +234,8 @@ static void precise_timers(lull_loop *loop) {
 
 /* The kernel refused to wait (the backend already fell back from
  * epoll_pwait2 where it could): retrying would spin on the same error, so
- * the run ends and returns it (lull_run, lull_settle). *timeout becomes 0:
- * the loop did not sleep, so this is no wakeup. */
+ * the run ends and returns it (lull_loop_run, lull_loop_settle). *timeout
+ * becomes 0: the loop did not sleep, so this is no wakeup. */
 static void poll_failed(lull_loop *loop, int err) {
     if (!loop->poll_error) loop->poll_error = err;
     loop->stop = true;
@@ -409,7 +409,7 @@ static void run_end(lull_loop *loop) {
     loop->stop = false;
 }
 
-int lull_run(lull_loop *loop, int mode) {
+int lull_loop_run(lull_loop *loop, int mode) {
     if (!loop) return -EINVAL;
     if (mode != LULL_RUN_DEFAULT && mode != LULL_RUN_ONCE &&
         mode != LULL_RUN_NOWAIT)
@@ -427,7 +427,7 @@ int lull_run(lull_loop *loop, int mode) {
     return loop->poll_error;
 }
 
-void lull_stop(lull_loop *loop) {
+void lull_loop_stop(lull_loop *loop) {
     if (!loop || !loop->running) return;
     LULL_ASSERT_LOOP_THREAD(loop);
     loop->stop = true;
@@ -476,7 +476,7 @@ static void settle_loop(lull_loop *loop) {
     loop->settling = false;
 }
 
-int lull_settle(lull_loop *loop) {
+int lull_loop_settle(lull_loop *loop) {
     if (!loop) return -EINVAL;
     int err = run_begin(loop);
     if (err) return err;
@@ -488,9 +488,9 @@ int lull_settle(lull_loop *loop) {
     return ran > INT32_MAX ? INT32_MAX : (int)ran;
 }
 
-void lull_advance(lull_loop *loop, uint64_t ns) {
+void lull_loop_advance(lull_loop *loop, uint64_t ns) {
     if (!loop || !loop->virtual_clock) return;
-    LULL_ASSERT(!loop->running, "lull: lull_advance inside a callback");
+    LULL_ASSERT(!loop->running, "lull: lull_loop_advance inside a callback");
     if (run_begin(loop) != 0) return;
     uint64_t target = loop->now + ns;
     if (target < loop->now) target = UINT64_MAX;

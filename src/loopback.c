@@ -24,8 +24,8 @@
  * inside a delivery to it too (closed_flag tells the delivery).
  *
  * The send half of an end that delivers by task lives in src/loopback.h,
- * so that lull_send inlines it; it leans on the first invariant: an open
- * end's inbox alone says whether its turn is claimed.
+ * so that lull_endpoint_send inlines it; it leans on the first invariant: an
+ * open end's inbox alone says whether its turn is claimed.
  *
  * The five rows (BRIEF 1A):
  *   Trigger                 a send to this end, or the peer's close
@@ -89,7 +89,8 @@ static inline void deliver(lull_loopback *lb, bool timer) {
     /* The frame, release and drain callbacks may close this end and free
      * it (a closed end is the caller's again): a close sets `closed`, and
      * then lb is not touched again. f is off the inbox, its own. (Turns do
-     * not nest: lull_run and lull_settle refuse to run inside a callback.) */
+     * not nest: lull_loop_run and lull_loop_settle refuse to run inside a
+     * callback.) */
     bool closed = false;
     lb->closed_flag = &closed;
     if (LULL_LIKELY(lb->ep.on_frame != NULL))
@@ -121,8 +122,8 @@ static void deliver_timer(lull_timer *t) {
     deliver(LULL_CONTAINER_OF(t, lull_loopback, timer), true);
 }
 
-/* lull_send runs lull__loopback_send_task itself; this entry serves any
- * other caller of the ops. */
+/* lull_endpoint_send runs lull__loopback_send_task itself; this entry serves
+ * any other caller of the ops. */
 static void loopback_send_task(lull_endpoint *ep, lull_frame *frame) {
     lull__loopback_send_task(end_of(ep), frame);
 }
@@ -138,7 +139,7 @@ static void loopback_close(lull_endpoint *ep, int reason) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
     if (a->closed_flag) *a->closed_flag = true; /* a delivery to a runs */
     a->closed_flag = NULL;
-    lull_cancel(&a->task);
+    lull_task_cancel(&a->task);
     lull_timer_stop(&a->timer);
     a->close_pending = false;
     lull_frame *inbox = a->head;

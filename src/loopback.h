@@ -1,6 +1,6 @@
 /* The loopback pair's hand-over path (src/loopback.c), inline so that
- * lull_send (src/frame.c) queues a loopback frame without an indirect call
- * into the transport: the loopback is the in-process link whose round trip
+ * lull_endpoint_send (src/frame.c) queues a loopback frame without an indirect
+ * call into the transport: the loopback is the in-process link whose round trip
  * is measured against the bare turn (issue 7), and this is its hot half.
  * Included by src/frame.c and src/loopback.c only. */
 #ifndef LULL_LOOPBACK_H
@@ -9,8 +9,8 @@
 #include "internal.h"
 
 /* The ops of a loopback end that delivers by task (the default; an end
- * that delivers by timer has ops of its own): lull_send compares ep->ops
- * with it, so the inline path below never asks which delivery it is. */
+ * that delivers by timer has ops of its own): lull_endpoint_send compares
+ * ep->ops with it, so the inline path below never asks which delivery it is. */
 extern const lull_frame_ops lull__loopback_task_ops;
 
 /* Appends frame to the inbox of a's peer, which it returns; `was_empty`
@@ -31,8 +31,8 @@ lull__loopback_append(lull_loopback *a, lull_frame *frame, bool *was_empty) {
 
 /* Appends an accepted frame (in flight, next NULL, counted) to the inbox
  * of a task-delivery end's peer and claims the peer's turn; 0, for
- * lull_send to return. By the invariant of src/loopback.c the inbox alone
- * says whether the turn needs claiming: b is a's peer, so b is open with
+ * lull_endpoint_send to return. By the invariant of src/loopback.c the inbox
+ * alone says whether the turn needs claiming: b is a's peer, so b is open with
  * no close pending, and then a non-empty inbox has its turn claimed (or
  * b's delivery runs, and claims it when it ends, seeing the frame), while
  * an empty one has none. The inbox's tail is only read while head is

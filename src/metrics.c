@@ -3,7 +3,7 @@
  * Owns: the histograms of task wait (post -> run) and callback duration,
  * and the table of callback names. Timing every callback would take two
  * clock reads, more than a whole hop costs, so latency is sampled: each
- * clock read of the slice logic arms a sample, the next lull_post is
+ * clock read of the slice logic arms a sample, the next lull_task_post is
  * stamped, and that task's wait and run time are recorded when it runs.
  * Loop thread only. */
 #include <errno.h>
@@ -83,7 +83,7 @@ void lull_loop_metrics_reset(lull_loop *loop) {
     memset(&loop->m, 0, sizeof loop->m);
     memset(&loop->wait_hist, 0, sizeof loop->wait_hist);
     memset(&loop->run_hist, 0, sizeof loop->run_hist);
-    /* tasks_run itself never goes back: lull_settle counts through it, and
+    /* tasks_run itself never goes back: lull_loop_settle counts through it, and
      * a callback may reset the metrics in the middle of a settle. */
     loop->tasks_run_base = loop->tasks_run;
 }

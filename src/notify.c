@@ -3,15 +3,15 @@
  * Owns: a notifier's subscriber list and the raise. A raise posts each
  * subscriber's target task; posting a pending task is a no-op, so however
  * often a notifier is raised before the listener runs, it runs once, and
- * never inside lull_notify. Listeners run in subscription order because
+ * never inside lull_notifier_raise. Listeners run in subscription order because
  * their tasks are posted in list order. No allocation: the list is threaded
  * through the caller-owned listeners.
  *
- * Contract (BRIEF 1A) of a listener: trigger: lull_notify; source of truth:
- * whatever state the notifier guards (the raise is a hint to look); pending
- * predicate: its task is queued; next deadline: none; quiet condition: not
- * queued (no timer is ever involved). Loop thread only, except
- * lull_notify_remote. */
+ * Contract (BRIEF 1A) of a listener: trigger: lull_notifier_raise; source of
+ * truth: whatever state the notifier guards (the raise is a hint to look);
+ * pending predicate: its task is queued; next deadline: none; quiet condition:
+ * not queued (no timer is ever involved). Loop thread only, except
+ * lull_notifier_raise_remote. */
 #include <sched.h>
 
 #include "internal.h"
@@ -62,8 +62,8 @@ static void subscribe(lull_loop *loop, lull_notifier *n, lull_listener *l) {
     loop->listening = l;
 }
 
-void lull_listen(lull_loop *loop, lull_notifier *n, lull_listener *l,
-                 lull_listener_fn fn) {
+void lull_listener_start(lull_loop *loop, lull_notifier *n, lull_listener *l,
+                         lull_listener_fn fn) {
     if (!loop || !n || !l || !fn) return;
     LULL_ASSERT_LOOP_THREAD(loop);
     lull_task_init(&l->task, listener_run);
@@ -82,7 +82,7 @@ void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
     subscribe(loop, n, l);
 }
 
-void lull_unlisten(lull_listener *l) {
+void lull_listener_stop(lull_listener *l) {
     if (!l || !l->notifier) return;
     LULL_ASSERT_LOOP_THREAD(l->loop);
     lull_notifier *n = l->notifier;
@@ -97,7 +97,7 @@ void lull_unlisten(lull_listener *l) {
     l->next = l->prev = NULL;
     l->notifier = NULL;
     if (l->target == &l->task)
-        lull_cancel(&l->task);
+        lull_task_cancel(&l->task);
     else
         lull__pump_unlink_listener(l); /* reusable anywhere from here */
     l->loop->listeners--;
@@ -109,25 +109,25 @@ void lull_unlisten(lull_listener *l) {
     l->loop_next = l->loop_prev = NULL;
 }
 
-void lull_notify(lull_notifier *n) {
+void lull_notifier_raise(lull_notifier *n) {
     if (!n) return;
     n->raised++;
     for (lull_listener *l = n->head; l; l = l->next)
-        lull_post(l->loop, l->target);
+        lull_task_post(l->loop, l->target);
 }
 
 static void notify_from_remote(lull_task *task) {
-    lull_notify(LULL_CONTAINER_OF(task, lull_notifier, remote));
+    lull_notifier_raise(LULL_CONTAINER_OF(task, lull_notifier, remote));
 }
 
 /* A raiser is counted for as long as it may touch the notifier (the claim
  * of n->remote, even one that finds it queued already), so that
  * lull_notifier_quiesce can wait for it as lull_loop_free waits for a
  * poster. */
-void lull_notify_remote(lull_loop *loop, lull_notifier *n) {
+void lull_notifier_raise_remote(lull_loop *loop, lull_notifier *n) {
     if (!loop || !n) return;
     __atomic_fetch_add(&n->raisers, 1, __ATOMIC_RELAXED);
-    lull_post_remote(loop, &n->remote);
+    lull_task_post_remote(loop, &n->remote);
     __atomic_fetch_sub(&n->raisers, 1, __ATOMIC_RELEASE);
 }
 
@@ -144,7 +144,7 @@ void lull_notifier_quiesce(lull_loop *loop, lull_notifier *n) {
     LULL_ASSERT(__atomic_load_n(&n->remote.remote_next, __ATOMIC_RELAXED) ==
                     NULL,
                 "lull: lull_notifier_quiesce on another loop than the raises");
-    lull_cancel(&n->remote);
+    lull_task_cancel(&n->remote);
 }
 
 lull_any_fn lull__listener_fn(const lull_listener *l) {

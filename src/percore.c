@@ -2,14 +2,14 @@
  *
  * Owns: the loops and their threads. Each thread creates its loop (so the
  * loop is owned by the thread that runs it from the start), takes a loop
- * reference so that lull_run waits for remote posts with nothing else to
+ * reference so that lull_loop_run waits for remote posts with nothing else to
  * do, runs the user's start function and reports in; lull_percore_start
  * returns when all have. The thread then runs its loop until the stop task
- * has run (a lull_stop from a callback ends one run, not the loop's life).
+ * has run (a lull_loop_stop from a callback ends one run, not the loop's life).
  *
  * Stopping. lull_percore_stop sets `stopping` and posts a stop task to each
- * loop (lull_post_remote, the only way in from another thread): it runs the
- * user's stop function and drops the reference, and the loop runs until
+ * loop (lull_task_post_remote, the only way in from another thread): it runs
+ * the user's stop function and drops the reference, and the loop runs until
  * nothing keeps it alive (work in flight on a pool comes home first). A
  * loop whose run has ended still receives hand-offs: another loop's stop
  * function, or a task still running there, may post one at any time. So
@@ -38,7 +38,7 @@
  * of truth: each loop's remote stack, read by its own thread after a round
  * ends; pending predicate: some loop found a post in the last round; next
  * deadline: none (a thread between rounds waits on a condition variable
- * with no timeout, a loop in a round blocks in lull_run as usual); quiet
+ * with no timeout, a loop in a round blocks in lull_loop_run as usual); quiet
  * condition: a round in which no loop found a post, after which the
  * threads end. */
 #include <errno.h>
@@ -58,7 +58,7 @@ typedef struct slot {
     lull_loop *loop; /* set by the thread before it reports in */
     lull_task stop;  /* runs the user's stop, drops the reference */
     bool stopped;    /* the stop task ran (the loop's thread only) */
-    int rc;          /* setup error, then lull_run's */
+    int rc;          /* setup error, then lull_loop_run's */
 } slot;
 
 struct lull_percore {
@@ -87,8 +87,8 @@ static void stop_task(lull_task *task) {
     s->stopped = true;
 }
 
-/* Would lull_run(DEFAULT) run anything: work queued, or a referenced handle
- * that can still fire (a virtual clock's timers fire only when advanced,
+/* Would lull_loop_run(DEFAULT) run anything: work queued, or a referenced
+ * handle that can still fire (a virtual clock's timers fire only when advanced,
  * unless the loop may jump to them itself). */
 static bool runnable(const slot *s) {
     lull_metrics m;
@@ -100,10 +100,10 @@ static bool runnable(const slot *s) {
            (m.live_timers && timers_fire);
 }
 
-/* Runs the loop until it is idle, going round again after a lull_stop. */
+/* Runs the loop until it is idle, going round again after a lull_loop_stop. */
 static void run_until_idle(slot *s, int rc) {
     while (rc == 0 && (!s->stopped || runnable(s)))
-        rc = lull_run(s->loop, LULL_RUN_DEFAULT);
+        rc = lull_loop_run(s->loop, LULL_RUN_DEFAULT);
     if (rc < 0) s->rc = rc;
 }
 
@@ -114,7 +114,7 @@ static uint64_t drain(slot *s) {
     if (s->rc < 0) return 0;
     lull_metrics m;
     lull_loop_metrics(s->loop, &m);
-    run_until_idle(s, lull_run(s->loop, LULL_RUN_NOWAIT));
+    run_until_idle(s, lull_loop_run(s->loop, LULL_RUN_NOWAIT));
     return m.live_remote;
 }
 
@@ -180,7 +180,7 @@ static int nth_cpu(const cpu_set_t *set, int i) {
 
 /* After the threads are joined: frees the loops and pc. The loops are freed
  * here rather than by their threads, so that the stop task's poster has
- * left lull_post_remote before its loop goes. */
+ * left lull_task_post_remote before its loop goes. */
 static int release(lull_percore *pc) {
     int rc = 0;
     for (int i = 0; i < pc->count; i++) {
@@ -285,7 +285,7 @@ int lull_percore_stop(lull_percore *pc) {
      * every hand-off that runs after one, sees it. */
     __atomic_store_n(&pc->stopping, true, __ATOMIC_RELEASE);
     for (int i = 0; i < pc->count; i++)
-        lull_post_remote(pc->slots[i].loop, &pc->slots[i].stop);
+        lull_task_post_remote(pc->slots[i].loop, &pc->slots[i].stop);
     for (int i = 0; i < pc->count; i++)
         pthread_join(pc->slots[i].thread, NULL);
     return release(pc);

@@ -4,13 +4,13 @@
  * their own fields: no allocation per submission) and the pool's threads.
  * The queue, its counters and the idle stack live under one mutex. The pool
  * reaches loops only through the public API: lull_loop_ref / lull_loop_unref
- * on the submitting loop's thread, lull_post_remote from any thread.
+ * on the submitting loop's thread, lull_task_post_remote from any thread.
  *
  * A work item's life:
  *   submit (loop thread)  queued under the lock, loop referenced, one idle
  *                         thread woken if none is already on its way
  *   a pool thread         unlinks it under the lock, runs fn unlocked, then
- *                         lull_post_remote(loop, &work->task): its last
+ *                         lull_task_post_remote(loop, &work->task): its last
  *                         touch of the item (done may free or resubmit it)
  *   cancel or close       unlinks a waiting item under the lock and hands it
  *                         to the loop with -ECANCELED: the lock decides
@@ -125,7 +125,7 @@ static void *worker_main(void *arg) {
             pthread_mutex_unlock(&p->lock);
             lull_loop *loop = w->loop;
             w->status = w->fn(w);
-            lull_post_remote(loop, &w->task); /* last touch of w */
+            lull_task_post_remote(loop, &w->task); /* last touch of w */
             pthread_mutex_lock(&p->lock);
             p->running--;
             p->completed++;
@@ -224,7 +224,7 @@ int lull_work_cancel(lull_work *work) {
     pthread_mutex_unlock(&p->lock);
     if (!waiting) return -EBUSY;
     work->status = -ECANCELED;
-    lull_post(work->loop, &work->task); /* a later task, never inline */
+    lull_task_post(work->loop, &work->task); /* a later task, never inline */
     return 0;
 }
 
@@ -308,7 +308,7 @@ void lull_pool_close(lull_pool *pool) {
                                               resubmit it at once */
         cancelled->next = cancelled->prev = NULL;
         cancelled->status = -ECANCELED;
-        lull_post_remote(cancelled->loop, &cancelled->task);
+        lull_task_post_remote(cancelled->loop, &cancelled->task);
         cancelled = next;
     }
 }

@@ -16,7 +16,7 @@
  * queued task and the retry timer), so a pass runs once however it was
  * reached, and a wake while held makes the next pass re-decide the retry.
  * A wake during a pass queues the next one. The pump's listeners form a
- * doubly linked list (pump_next/pump_prev) that lull_unlisten leaves, so a
+ * doubly linked list (pump_next/pump_prev) that lull_listener_stop leaves, so a
  * listener is reusable anywhere after it. Loop thread only. */
 #include "internal.h"
 
@@ -33,7 +33,7 @@ struct lull__pass_frame {
 
 static void run_pass(lull_pump *p) {
     if (p->closed) return;
-    lull_cancel(&p->task);
+    lull_task_cancel(&p->task);
     lull_timer_stop(&p->retry);
     lull_loop *loop = p->loop;
     int source = p->source;
@@ -55,7 +55,7 @@ static void run_pass(lull_pump *p) {
     if (lull_task_pending(&p->task)) return;
     if (status == LULL_PASS_HELD && retry_ns == 0) status = LULL_PASS_AGAIN;
     if (status == LULL_PASS_AGAIN)
-        lull_post(p->loop, &p->task);
+        lull_task_post(p->loop, &p->task);
     else if (status == LULL_PASS_HELD)
         lull_timer_start(&p->retry, retry_ns, 0);
 }
@@ -86,7 +86,7 @@ void lull_pump_wake(lull_pump *pump) {
     if (!pump || pump->closed) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     lull_timer_stop(&pump->retry);
-    lull_post(pump->loop, &pump->task);
+    lull_task_post(pump->loop, &pump->task);
 }
 
 void lull_pump_listen(lull_pump *pump, lull_notifier *n, lull_listener *l) {
@@ -99,10 +99,10 @@ void lull_pump_listen(lull_pump *pump, lull_notifier *n, lull_listener *l) {
     pump->listeners = l;
 }
 
-/* lull_unlisten of a pump's listener: it leaves the pump's list too, so
+/* lull_listener_stop of a pump's listener: it leaves the pump's list too, so
  * that it can be subscribed again anywhere without the list still holding
- * it (a later lull_pump_listen would make the list a cycle, a lull_listen
- * would cut it). */
+ * it (a later lull_pump_listen would make the list a cycle, a
+ * lull_listener_start would cut it). */
 void lull__pump_unlink_listener(lull_listener *l) {
     lull_pump *pump = LULL_CONTAINER_OF(l->target, lull_pump, task);
     if (l->pump_prev)
@@ -129,11 +129,11 @@ void lull_pump_close(lull_pump *pump) {
         pump->passes++;
         pump->empty += f->empty;
     }
-    lull_cancel(&pump->task);
+    lull_task_cancel(&pump->task);
     lull_timer_stop(&pump->retry);
     lull_listener *l;
     while ((l = pump->listeners) != NULL) {
-        lull_unlisten(l); /* unlinks it from the list */
+        lull_listener_stop(l); /* unlinks it from the list */
         if (pump->listeners == l) lull__pump_unlink_listener(l);
     }
 }

@@ -73,7 +73,7 @@ static void wake_loop(lull_loop *loop) {
     }
 }
 
-void lull_post_remote(lull_loop *loop, lull_task *task) {
+void lull_task_post_remote(lull_loop *loop, lull_task *task) {
     if (!loop || !task) return;
     lull_task *expected = NULL;
     /* Sequentially consistent both ways (on x86 the same locked cmpxchg):
@@ -115,7 +115,7 @@ void lull_post_remote(lull_loop *loop, lull_task *task) {
     if (counted) __atomic_fetch_sub(&loop->posters, 1, __ATOMIC_RELEASE);
 }
 
-/* Waits until no poster is left inside lull_post_remote for this loop (one
+/* Waits until no poster is left inside lull_task_post_remote for this loop (one
  * that has published can still be about to wake it). Posters leave after a
  * bounded number of steps, so a short spin that yields the CPU is enough;
  * the loop thread calls this only at lull_loop_free. */
@@ -150,7 +150,7 @@ void lull__remote_drain(lull_loop *loop) {
          * and the reset (a full barrier on x86) comes before the task's
          * reads of what that poster wrote first. */
         __atomic_store_n(&t->remote_next, NULL, __ATOMIC_SEQ_CST);
-        lull_post(loop, t);
+        lull_task_post(loop, t);
     }
 }
 

@@ -14,8 +14,8 @@
  * is full: the stream waits for writability (BLOCKED) and sends only queue
  * until then. sendmsg carries MSG_NOSIGNAL: no SIGPIPE, ever.
  *
- * Whose code runs where. Nothing of the user's runs inside lull_send: frames
- * written there wait on the done list for the next flush point to be
+ * Whose code runs where. Nothing of the user's runs inside lull_endpoint_send:
+ * frames written there wait on the done list for the next flush point to be
  * released, and a failure found there is delivered by the event task. At a
  * flush point, in the fd callback and in the event task, user code (frame,
  * drain, close and release callbacks) runs only once the stream's state is
@@ -98,8 +98,9 @@
 #define S_CONNECT_CB 0x800u  /* event task: the connect result in `error` */
 #define S_FAIL       0x1000u /* event task: close with reason `error` */
 
-/* Sends are refused (frame.c answers -EPIPE, lull_writable is false) once
- * the write side is shut or failed: the bit frame.c uses for a gone peer. */
+/* Sends are refused (frame.c answers -EPIPE, lull_endpoint_writable is false)
+ * once the write side is shut or failed: the bit frame.c uses for a gone peer.
+ */
 #define EP_NO_SEND LULL__EP_PEER_GONE
 
 struct lull__stream_guard {
@@ -176,8 +177,8 @@ static lull_frame *teardown(lull_stream *s) {
     lull_io_stop(&s->io);
     if (s->io.fd >= 0) close(s->io.fd);
     s->io.fd = -1;
-    lull_cancel(&s->flush);
-    lull_cancel(&s->event);
+    lull_task_cancel(&s->flush);
+    lull_task_cancel(&s->event);
     lull_timer_stop(&s->timer);
     lull_frame *list = s->done;
     if (s->done_tail) {
@@ -206,7 +207,7 @@ static void fail_now(lull_stream *s, int reason) {
     release_list(list); /* the stream may be gone: frames only */
 }
 
-/* A failure found where no callback may run (inside lull_send): refuse
+/* A failure found where no callback may run (inside lull_endpoint_send): refuse
  * sends now, deliver the close in a later turn. */
 static void fail_later(lull_stream *s, int reason) {
     if (s->state & S_FAIL) return;
@@ -214,7 +215,7 @@ static void fail_later(lull_stream *s, int reason) {
     s->error = reason;
     s->ep.flags |= EP_NO_SEND;
     lull_io_stop(&s->io);
-    lull_post(s->loop, &s->event);
+    lull_task_post(s->loop, &s->event);
 }
 
 /* ------------------------------------------------------------- writing */
@@ -303,7 +304,7 @@ static int write_out(lull_stream *s, lull_frame **done,
                 return -errno;
             }
             s->bytes_written += (uint64_t)w;
-            if (s->idle_ns) s->active_ns = lull_now(s->loop);
+            if (s->idle_ns) s->active_ns = lull_loop_now(s->loop);
         }
         advance(s, (size_t)w, done, done_tail);
         if ((size_t)w < total) {
@@ -326,8 +327,8 @@ static void after_write(lull_stream *s) {
     update_io(s);
 }
 
-/* Inside lull_send, the queue reached high_water: write now. Nothing of the
- * user's may run here: written frames wait for the next flush point. */
+/* Inside lull_endpoint_send, the queue reached high_water: write now. Nothing
+ * of the user's may run here: written frames wait for the next flush point. */
 static void flush_in_send(lull_stream *s) {
     int err = write_out(s, &s->done, &s->done_tail);
     if (err) {
@@ -485,7 +486,7 @@ static void read_some(lull_stream *s) {
     }
     s->reads++;
     s->bytes_read += (uint64_t)n;
-    if (s->idle_ns) s->active_ns = lull_now(s->loop);
+    if (s->idle_ns) s->active_ns = lull_loop_now(s->loop);
     if (framed(s)) {
         s->rend += (size_t)n;
         deliver_frames(s);
@@ -502,7 +503,7 @@ static void read_some(lull_stream *s) {
 
 static void arm_idle(lull_stream *s) {
     if (!s->idle_ns) return;
-    s->active_ns = lull_now(s->loop);
+    s->active_ns = lull_loop_now(s->loop);
     lull_timer_start(&s->timer, s->idle_ns, 0);
 }
 
@@ -551,7 +552,7 @@ static void on_timer(lull_timer *t) {
     }
     /* Idle: the timer is re-armed for what is left rather than on every
      * read and write, so an active stream pays nothing per operation. */
-    uint64_t now = lull_now(s->loop), idle = now - s->active_ns;
+    uint64_t now = lull_loop_now(s->loop), idle = now - s->active_ns;
     if (idle >= s->idle_ns) {
         fail_now(s, -ETIMEDOUT);
     } else {
@@ -698,7 +699,7 @@ int lull__stream_connect(lull_loop *loop, lull_stream *s, int family,
     }
     /* Known now, told in a later turn, never inside this call. */
     s->state |= S_CONNECT_CB;
-    lull_post(loop, &s->event);
+    lull_task_post(loop, &s->event);
     return 0;
 }
 
@@ -724,7 +725,7 @@ int lull_stream_read_start(lull_stream *s) {
     /* Frames that arrived before the pause: a later turn, not this call. */
     if (framed(s) && s->rend - s->rstart >= HDR) {
         s->state |= S_DELIVER;
-        lull_post(s->loop, &s->event);
+        lull_task_post(s->loop, &s->event);
     }
     return 0;
 }
@@ -741,7 +742,7 @@ int lull_stream_read_into(lull_stream *s, void *buf, size_t cap) {
     return 0;
 }
 
-void lull_stream_on_end(lull_stream *s, lull_end_fn fn) {
+void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn) {
     if (s) s->on_end = fn;
 }
 
@@ -837,7 +838,7 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
     return 0;
 }
 
-int lull_stream_accept(lull_server *srv, lull_stream *s,
+int lull_server_accept(lull_server *srv, lull_stream *s,
                        const lull_stream_options *opts) {
     if (!srv || !s || !srv->loop || !options_ok(opts)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(srv->loop);

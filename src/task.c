@@ -22,14 +22,14 @@ void lull_task_init(lull_task *task, lull_task_fn fn) {
     task->loop = NULL;
 }
 
-void lull_post(lull_loop *loop, lull_task *task) {
+void lull_task_post(lull_loop *loop, lull_task *task) {
     if (LULL_UNLIKELY(!loop || !task)) return;
     LULL_ASSERT_LOOP_THREAD(loop);
     LULL_ASSERT(task->node.fn.task, "lull: posting a task with no function");
     lull__post(loop, task);
 }
 
-void lull_cancel(lull_task *task) {
+void lull_task_cancel(lull_task *task) {
     if (!task || !lull__node_queued(&task->node)) return;
     lull__queue_remove(&task->node);
     task->node.aux = 0; /* a wait sample dies with the post */

@@ -41,8 +41,8 @@ static int tcp_address(const char *host, int port, struct sockaddr_storage *ss,
     return 0;
 }
 
-int lull_tcp_listen(lull_loop *loop, lull_server *srv, const char *host,
-                    int port, int backlog, lull_connection_fn fn) {
+int lull_server_listen_tcp(lull_loop *loop, lull_server *srv, const char *host,
+                           int port, int backlog, lull_connection_fn fn) {
     struct sockaddr_storage ss;
     socklen_t len;
     int family;
@@ -52,9 +52,9 @@ int lull_tcp_listen(lull_loop *loop, lull_server *srv, const char *host,
                                backlog, fn);
 }
 
-int lull_tcp_connect(lull_loop *loop, lull_stream *s, const char *host,
-                     int port, const lull_stream_options *opts,
-                     lull_connect_fn fn) {
+int lull_stream_connect_tcp(lull_loop *loop, lull_stream *s, const char *host,
+                            int port, const lull_stream_options *opts,
+                            lull_connect_fn fn) {
     struct sockaddr_storage ss;
     socklen_t len;
     int family;

@@ -7,14 +7,14 @@
  * cost). Only heap timers are counted for liveness. Repeating timers keep their
  * phase: the next deadline is the previous one plus the period; periods the
  * loop was too busy to see are skipped, one fire each time (no burst).
- * lull_advance steps through every deadline, so on the virtual clock nothing is
- * ever skipped. Loop thread only.
+ * lull_loop_advance steps through every deadline, so on the virtual clock
+ * nothing is ever skipped. Loop thread only.
  *
  * Never early (BRIEF 2.1): on the real clock a delayed arm reads
  * CLOCK_MONOTONIC and counts the delay from that reading, so a timer never
  * fires before delay_ns has passed since its lull_timer_start call. The
  * cached "now" can be arbitrarily old at an arm (a callback that ran long,
- * set-up code before lull_run); libuv and libev count from it and fire
+ * set-up code before lull_loop_run); libuv and libev count from it and fire
  * early. The read costs about 22 ns per delayed arm (bench/timer_scale.c
  * runs lull on both clocks to show it); arm + cancel with 10^6 armed stays
  * well under the 80 ns target. The alternative, arming from the cached now
@@ -150,7 +150,7 @@ void lull_timer_init(lull_loop *loop, lull_timer *timer, lull_timer_fn fn) {
 
 /* The instant a delay counts from. On the real clock that is this call:
  * the clock is read (vDSO, ~25 ns), because the cached "now" can be any
- * age here (a long callback, or set-up code before lull_run) and a
+ * age here (a long callback, or set-up code before lull_loop_run) and a
  * deadline counted from it could fire before delay_ns had passed. The
  * reading also refreshes the cache. The virtual clock is exact already. */
 static inline uint64_t arm_time(lull_loop *loop) {
@@ -270,7 +270,7 @@ void lull__timers_expire(lull_loop *loop, uint64_t now) {
     }
 }
 
-/* Like lull__run_queue on the due list (stopping only for lull_stop), and
+/* Like lull__run_queue on the due list (stopping only for lull_loop_stop), and
  * tells lull_timer_overrun which timer fires and for how many periods. */
 void lull__timers_run_due(lull_loop *loop) {
     lull__node *q = &loop->due;

@@ -30,8 +30,8 @@ static int unix_address(const char *path, struct sockaddr_un *sun,
     return 0;
 }
 
-int lull_unix_listen(lull_loop *loop, lull_server *srv, const char *path,
-                     int backlog, lull_connection_fn fn) {
+int lull_server_listen_unix(lull_loop *loop, lull_server *srv, const char *path,
+                            int backlog, lull_connection_fn fn) {
     struct sockaddr_un sun;
     socklen_t len;
     int rc = unix_address(path, &sun, &len);
@@ -40,8 +40,9 @@ int lull_unix_listen(lull_loop *loop, lull_server *srv, const char *path,
                                backlog, fn);
 }
 
-int lull_unix_connect(lull_loop *loop, lull_stream *s, const char *path,
-                      const lull_stream_options *opts, lull_connect_fn fn) {
+int lull_stream_connect_unix(lull_loop *loop, lull_stream *s, const char *path,
+                             const lull_stream_options *opts,
+                             lull_connect_fn fn) {
     struct sockaddr_un sun;
     socklen_t len;
     int rc = unix_address(path, &sun, &len);

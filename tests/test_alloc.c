@@ -96,7 +96,7 @@ static void count_task(lull_task *t) {
 static int chain_left;
 static void chain_hop(lull_task *t) {
     calls++;
-    if (--chain_left > 0) lull_post(the_loop, t);
+    if (--chain_left > 0) lull_task_post(the_loop, t);
 }
 
 TEST(post_and_run_no_alloc) {
@@ -104,23 +104,23 @@ TEST(post_and_run_no_alloc) {
     lull_task t, chain;
     lull_task_init(&t, count_task);
     lull_task_init(&chain, chain_hop);
-    lull_post(loop, &t); /* warm up: the first run's lazy setup */
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &t); /* warm up: the first run's lazy setup */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
 
     measure_begin();
     for (int i = 0; i < 100000; i++) {
-        lull_post(loop, &t);
-        lull_run(loop, LULL_RUN_DEFAULT);
+        lull_task_post(loop, &t);
+        lull_loop_run(loop, LULL_RUN_DEFAULT);
     }
     measure_end("100,000 posts + runs");
     CHECK_U64_EQ(calls, 100001);
 
     measure_begin();
     chain_left = 100000;
-    lull_post(loop, &chain);
-    lull_run(loop, LULL_RUN_DEFAULT);
-    lull_post(loop, &t);
-    lull_cancel(&t);
+    lull_task_post(loop, &chain);
+    lull_loop_run(loop, LULL_RUN_DEFAULT);
+    lull_task_post(loop, &t);
+    lull_task_cancel(&t);
     measure_end("a 100,000-hop chain, post + cancel");
     CHECK_EQ(chain_left, 0);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -130,13 +130,13 @@ TEST(remote_post_no_alloc) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
     lull_task t;
     lull_task_init(&t, count_task);
-    lull_post_remote(loop, &t);
-    CHECK_EQ(lull_settle(loop), 1);
+    lull_task_post_remote(loop, &t);
+    CHECK_EQ(lull_loop_settle(loop), 1);
 
     measure_begin();
     for (int i = 0; i < 10000; i++) {
-        lull_post_remote(loop, &t);
-        lull_settle(loop);
+        lull_task_post_remote(loop, &t);
+        lull_loop_settle(loop);
     }
     measure_end("10,000 remote posts + settles");
     CHECK_U64_EQ(calls, 10001);
@@ -174,14 +174,14 @@ TEST(timer_start_stop_no_alloc) {
         lull_timer *t = &timers[STAY + (int)(r % (WARM - STAY))];
         lull_timer_start(t, 1 + r % 1000000, (i & 7) == 0 ? 1000 : 0);
         if (i & 1) lull_timer_stop(t);
-        if ((i & 1023) == 0) lull_advance(loop, 100);
+        if ((i & 1023) == 0) lull_loop_advance(loop, 100);
     }
     for (int i = STAY; i < WARM; i++) {
         lull_timer_start(&timers[i], 0, 0); /* zero delay: the ready queue */
         lull_timer_stop(&timers[i]);
         lull_timer_start(&timers[i], 0, 0);
     }
-    lull_settle(loop);
+    lull_loop_settle(loop);
     for (int i = 0; i < WARM; i++)
         lull_timer_stop(&timers[i]);
     measure_end("100,000 timer starts and stops");
@@ -215,19 +215,19 @@ TEST(run_iterations_no_alloc) {
     lull_timer_init(loop, &tick, count_timer);
     CHECK_EQ(write(fds[1], "x", 1), 1);
     lull_timer_start(&tick, 100000, 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0); /* warm up */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0); /* warm up */
     lull_metrics m;
 
     measure_begin();
     for (int i = 0; i < 1000; i++) {
         if (write(fds[1], "x", 1) != 1) break;
         lull_timer_start(&zero, 0, 0);
-        lull_run(loop, LULL_RUN_NOWAIT);
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
         lull_loop_metrics(loop, &m);
     }
     for (int i = 0; i < 20; i++) { /* blocking waits for a real timer */
         lull_timer_start(&tick, 200000, 0);
-        lull_run(loop, LULL_RUN_ONCE);
+        lull_loop_run(loop, LULL_RUN_ONCE);
     }
     lull_loop_metrics_reset(loop);
     measure_end("1,000 NOWAIT and 20 blocking iterations");
@@ -263,36 +263,36 @@ TEST(notify_and_pump_no_alloc) {
     lull_pump pump;
     lull_notifier_init(&n);
     for (int i = 0; i < 3; i++)
-        lull_listen(loop, &n, &ls[i], count_listener);
+        lull_listener_start(loop, &n, &ls[i], count_listener);
     lull_pump_init(loop, &pump, pass_fn);
     lull_pump_listen(&pump, &n, &pl);
     /* Warm up, with a held pass: the first retry timer creates the timer
      * heap (setup, not the hot path). */
     pass_mode = LULL_PASS_HELD;
-    lull_notify(&n);
-    lull_settle(loop);
+    lull_notifier_raise(&n);
+    lull_loop_settle(loop);
     CHECK(!lull_pump_quiet(&pump));
-    lull_advance(loop, 100);
+    lull_loop_advance(loop, 100);
     CHECK(lull_pump_quiet(&pump));
     CHECK_EQ(calls, 3);
     CHECK_U64_EQ(passes, 2);
 
     measure_begin();
     for (int i = 0; i < 10000; i++) {
-        lull_notify(&n);
-        lull_notify(&n);
+        lull_notifier_raise(&n);
+        lull_notifier_raise(&n);
         pass_mode = i % 3; /* quiet, again, held */
-        lull_settle(loop);
+        lull_loop_settle(loop);
         lull_pump_wake(&pump);
-        lull_advance(loop, 100); /* a held pass retries */
+        lull_loop_advance(loop, 100); /* a held pass retries */
     }
     measure_end("10,000 notify + pump passes");
     CHECK_U64_EQ(calls, 3 + 3 * 10000);
     CHECK_LE(20000, passes);
     CHECK(lull_pump_quiet(&pump));
     for (int i = 0; i < 3; i++)
-        lull_unlisten(&ls[i]);
-    lull_unlisten(&pl);
+        lull_listener_stop(&ls[i]);
+    lull_listener_stop(&pl);
     lull_pump_close(&pump);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -323,7 +323,7 @@ static void lb_send_back(lull_endpoint *ep) {
     lb_end *e = LULL_CONTAINER_OF(ep, lb_end, lb.ep);
     if (lb_left == 0) return;
     lb_left--;
-    lull_send(ep, &e->frame);
+    lull_endpoint_send(ep, &e->frame);
 }
 
 static void lb_release(lull_frame *f) {
@@ -340,7 +340,7 @@ static void lb_pair(lull_loop *loop) {
                                 .release = lb_release};
         /* Each frame fills its sender to the mark: every delivery is a
          * crossing, and the drain sends the next one. */
-        lull_endpoint_callbacks(&e->lb.ep, lb_on_frame, lb_send_back, NULL);
+        lull_endpoint_set_callbacks(&e->lb.ep, lb_on_frame, lb_send_back, NULL);
     }
 }
 
@@ -352,9 +352,9 @@ TEST(loopback_handover_no_alloc) {
         lb_send_back(&lb_ends[0].lb.ep); /* warm up */
         lb_send_back(&lb_ends[1].lb.ep);
         if (clock == LULL_CLOCK_VIRTUAL) {
-            lull_settle(loop);
+            lull_loop_settle(loop);
         } else {
-            lull_run(loop, LULL_RUN_DEFAULT);
+            lull_loop_run(loop, LULL_RUN_DEFAULT);
         }
         calls = 0;
 
@@ -364,9 +364,9 @@ TEST(loopback_handover_no_alloc) {
             lb_send_back(&lb_ends[0].lb.ep);
             lb_send_back(&lb_ends[1].lb.ep);
             if (clock == LULL_CLOCK_VIRTUAL) {
-                lull_settle(loop);
+                lull_loop_settle(loop);
             } else {
-                lull_run(loop, LULL_RUN_DEFAULT);
+                lull_loop_run(loop, LULL_RUN_DEFAULT);
             }
             lull_endpoint_close(&lb_ends[0].lb.ep, 0);
             lull_endpoint_close(&lb_ends[1].lb.ep, 0);
@@ -399,7 +399,7 @@ static void st_on_frame(lull_endpoint *ep, const void *b, size_t n) {
     calls++;
     if (e->left > 0 && !e->frame.in_flight) {
         e->left--;
-        lull_send(ep, &e->frame);
+        lull_endpoint_send(ep, &e->frame);
     }
 }
 
@@ -411,21 +411,21 @@ TEST(stream_handover_no_alloc) {
         st_end *e = &st_ends[i];
         CHECK_EQ(lull_stream_open(loop, &e->s, sv[i], NULL), 0);
         e->frame = (lull_frame){.bytes = &e->payload, .len = sizeof e->payload};
-        lull_endpoint_callbacks(&e->s.ep, st_on_frame, NULL, NULL);
+        lull_endpoint_set_callbacks(&e->s.ep, st_on_frame, NULL, NULL);
     }
     st_ends[0].left = 5; /* warm up */
     st_ends[1].left = 5;
-    lull_send(&st_ends[0].s.ep, &st_ends[0].frame);
+    lull_endpoint_send(&st_ends[0].s.ep, &st_ends[0].frame);
     while (calls < 11)
-        lull_run(loop, LULL_RUN_ONCE);
+        lull_loop_run(loop, LULL_RUN_ONCE);
 
     calls = 0;
     measure_begin();
     st_ends[0].left = 5000;
     st_ends[1].left = 5000;
-    lull_send(&st_ends[0].s.ep, &st_ends[0].frame);
+    lull_endpoint_send(&st_ends[0].s.ep, &st_ends[0].frame);
     while (calls < 10001)
-        lull_run(loop, LULL_RUN_ONCE);
+        lull_loop_run(loop, LULL_RUN_ONCE);
     measure_end("10,000 frames over a socket stream");
     lull_endpoint_close(&st_ends[0].s.ep, 0);
     lull_endpoint_close(&st_ends[1].s.ep, 0);
@@ -457,17 +457,17 @@ TEST_THREADED(pool_submit_run_done_no_alloc) {
         lull_work_init(&w[i], empty_work, work_again);
     work_left = 1; /* warm up: every lazy first use */
     CHECK_EQ(lull_work_submit(loop, alloc_pool, &w[0]), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
 
     measure_begin();
     work_left = 10000;
     for (int i = 0; i < 4; i++)
         CHECK_EQ(lull_work_submit(loop, alloc_pool, &w[i]), 0);
-    lull_run(loop, LULL_RUN_DEFAULT);
+    lull_loop_run(loop, LULL_RUN_DEFAULT);
     CHECK_EQ(lull_work_submit(loop, alloc_pool, &w[0]), 0);
     int rc = lull_work_cancel(&w[0]); /* 0, or -EBUSY: it already ran */
     CHECK(rc == 0 || rc == -EBUSY);
-    lull_run(loop, LULL_RUN_DEFAULT);
+    lull_loop_run(loop, LULL_RUN_DEFAULT);
     measure_end("10,000 pool round trips, a cancel");
     CHECK_EQ(lull_pool_free(alloc_pool), 0);
     CHECK_EQ(lull_loop_free(loop), 0);

@@ -535,7 +535,7 @@ static int run_until_pred(lull_loop *loop, bool (*pred)(void *), void *arg,
     int last_err = 0;
     run_errors = 0;
     while (!pred(arg) && !watchdog_fired) {
-        int rc = lull_run(loop, LULL_RUN_ONCE);
+        int rc = lull_loop_run(loop, LULL_RUN_ONCE);
         if (rc < 0) {
             run_errors++;
             last_err = rc;
@@ -622,7 +622,7 @@ static flow *flow_alloc(int id, int n) {
 }
 
 static void rx_callbacks(flow *f) {
-    lull_endpoint_callbacks(&f->rx.ep, flow_frame, NULL, flow_rx_close);
+    lull_endpoint_set_callbacks(&f->rx.ep, flow_frame, NULL, flow_rx_close);
     f->rxfd = lull_stream_fd(&f->rx);
     f->rx_open = true;
 }
@@ -634,7 +634,7 @@ static flow *flow_new(lull_loop *loop, int id, int n) {
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     CHECK_EQ(lull_stream_open(loop, &f->tx, sv[0], NULL), 0);
     CHECK_EQ(lull_stream_open(loop, &f->rx, sv[1], NULL), 0);
-    lull_endpoint_callbacks(&f->tx.ep, NULL, NULL, flow_tx_close);
+    lull_endpoint_set_callbacks(&f->tx.ep, NULL, NULL, flow_tx_close);
     rx_callbacks(f);
     f->txfd = sv[0];
     f->connected = true;
@@ -650,7 +650,7 @@ static void small_sndbuf(int fd) {
 static void flow_send_all(flow *f) {
     for (int k = f->sent_n; k < f->n; k++) {
         in_call = true;
-        int rc = lull_send(&f->tx.ep, &f->frames[k].fr);
+        int rc = lull_endpoint_send(&f->tx.ep, &f->frames[k].fr);
         in_call = false;
         if (rc < 0) break; /* refused: the stream failed meanwhile */
         f->sent_n++;
@@ -810,14 +810,14 @@ TEST(sendmsg_short_writes_complete) {
 }
 
 /* sendmsg fails for good: the stream closes with the errno (in a later
- * turn when found inside lull_send), every queued frame is released, the
- * peer sees what was written and then the end; other streams go on. */
+ * turn when found inside lull_endpoint_send), every queued frame is released,
+ * the peer sees what was written and then the end; other streams go on. */
 TEST(sendmsg_error_closes_one_stream) {
     lull_loop *loop = new_loop();
     flow *a = flow_new(loop, 1, FLOW_FRAMES), *b = flow_new(loop, 2, 100),
          *c = flow_new(loop, 3, FLOW_FRAMES);
     fail_nth(K_SENDMSG, a->txfd, 3, 1, ECONNRESET);
-    /* c's first write happens inside lull_send (the queue reaches
+    /* c's first write happens inside lull_endpoint_send (the queue reaches
      * high_water): its close must come in a later turn. */
     fail_nth(K_SENDMSG, c->txfd, 1, 1, EPIPE);
     arm(true);
@@ -851,7 +851,7 @@ static void on_connection(lull_server *s) {
     CHECK(!in_call);
     if (accept_next >= accept_want) return; /* not taken: closed */
     flow *f = accept_queue[accept_next++];
-    accept_rc = lull_stream_accept(s, &f->rx, NULL);
+    accept_rc = lull_server_accept(s, &f->rx, NULL);
     if (accept_rc == 0) {
         rx_callbacks(f);
     } else {
@@ -863,7 +863,9 @@ static void on_connection(lull_server *s) {
 static void listen_tcp(lull_loop *loop) {
     accept_next = accept_want = 0;
     accept_rc = 0;
-    CHECK_EQ(lull_tcp_listen(loop, &srv, "127.0.0.1", 0, 16, on_connection), 0);
+    CHECK_EQ(
+        lull_server_listen_tcp(loop, &srv, "127.0.0.1", 0, 16, on_connection),
+        0);
 }
 
 static void flow_connected(lull_stream *s, int status) {
@@ -884,11 +886,12 @@ static flow *flow_tcp(lull_loop *loop, int id, int n) {
     flow *f = flow_alloc(id, n);
     accept_queue[accept_want++] = f;
     in_call = true;
-    int rc = lull_tcp_connect(loop, &f->tx, "127.0.0.1", lull_server_port(&srv),
-                              NULL, flow_connected);
+    int rc =
+        lull_stream_connect_tcp(loop, &f->tx, "127.0.0.1",
+                                lull_server_port(&srv), NULL, flow_connected);
     in_call = false;
     CHECK_EQ(rc, 0);
-    lull_endpoint_callbacks(&f->tx.ep, NULL, NULL, flow_tx_close);
+    lull_endpoint_set_callbacks(&f->tx.ep, NULL, NULL, flow_tx_close);
     f->txfd = lull_stream_fd(&f->tx);
     flow_send_all(f);
     return f;
@@ -956,8 +959,8 @@ static bool connects_over(void *arg) {
 /* connect: EINTR goes on in the background (the socket turns writable):
  * connected, frames delivered. ECONNREFUSED, EPERM, EAGAIN, and epoll_ctl
  * failing to watch the socket (ENOMEM): the connect callback gets the
- * errno in a later turn, never inside lull_tcp_connect, the frames queued
- * meanwhile are released, nothing is left open. */
+ * errno in a later turn, never inside lull_stream_connect_tcp, the frames
+ * queued meanwhile are released, nothing is left open. */
 TEST(connect_faults_reported_in_a_later_turn) {
     lull_loop *loop = new_loop();
     listen_tcp(loop);
@@ -1023,7 +1026,7 @@ TEST(epoll_ctl_faults_reported_or_close_one_stream) {
     CHECK_EQ(hits_of(r1), 1);
     CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0); /* and then it works */
     CHECK_EQ(write(p[1], "x", 1), 1);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(io_calls, 1);
     lull_io_stop(&io);
 
@@ -1135,7 +1138,7 @@ static void timer_through_epoll(lull_loop *loop) {
     uint64_t t0 = check_clock_ns();
     lull_timer_start(&t, 1500000, 0);
     while (timer_runs == 0)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(timer_runs, 1);
     CHECK(timer_at - t0 >= 1500000);
 }
@@ -1224,7 +1227,7 @@ static void *poster_main(void *arg) {
                p->want_sleep)
             sched_yield();
         __atomic_store_n(&p->round, r, __ATOMIC_RELEASE);
-        lull_post_remote(p->loop, &p->task);
+        lull_task_post_remote(p->loop, &p->task);
         while (!__atomic_load_n(&p->ran[r], __ATOMIC_ACQUIRE))
             sched_yield();
     }
@@ -1293,7 +1296,7 @@ TEST_THREADED(eventfd_drain_read_interrupted) {
 
 static void on_timer_stop(lull_timer *t) {
     on_timer(t);
-    lull_stop(t->loop);
+    lull_loop_stop(t->loop);
 }
 
 static void on_loop_post(lull_task *t) {
@@ -1335,7 +1338,7 @@ TEST_THREADED(futex_wait_faults_spurious) {
     lull_task_init(&ps.task, on_far_post);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, poster_main, &ps), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0); /* until the post */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* until the post */
     pthread_join(th, NULL);
     CHECK(ps.ran[0]);
     CHECK_EQ(timer_runs, 0);
@@ -1347,7 +1350,7 @@ TEST_THREADED(futex_wait_faults_spurious) {
     lull_timer_init(loop, &t, on_timer);
     uint64_t t0 = check_clock_ns();
     lull_timer_start(&t, 20000000, 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(timer_runs, 1);
     CHECK(timer_at - t0 >= 20000000);
 
@@ -1367,7 +1370,7 @@ TEST_THREADED(futex_wait_faults_spurious) {
     lull_timer_start(&dog, 10000000000u, 0);
     lull_loop_ref(loop);
     CHECK_EQ(pthread_create(&th, NULL, poster_main, &ps), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     pthread_join(th, NULL);
     CHECK_EQ(timer_runs, 0); /* the post woke it, not the watchdog */
     CHECK(ps.ran[0]);
@@ -1412,7 +1415,7 @@ TEST_THREADED(pool_futex_wait_faults_spurious) {
             lull_pool_get_stats(pool, &st);
         } while (st.idle != 1 || (i == 0 && hits_of(pool_waits) == 0));
         CHECK_EQ(lull_work_submit(loop, pool, &w[i]), 0);
-        CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
         CHECK(w[i].pool == NULL); /* done ran */
         CHECK_EQ(w[i].status, 7);
     }
@@ -1447,8 +1450,8 @@ static void heap_growth_fails(void *arg) {
 
 /* Where lull allocates, out of memory is an errno: lull_loop_new at each
  * of its allocations (nothing leaks: ASan checks), lull_io_start growing
- * the watcher table, lull_stream_open and lull_stream_accept (the read
- * buffer: the fd is closed), lull_send_copy (nothing queued),
+ * the watcher table, lull_stream_open and lull_server_accept (the read
+ * buffer: the fd is closed), lull_endpoint_send_copy (nothing queued),
  * lull_loop_name. lull_timer_start cannot return one: growing the timer
  * heap aborts with a message, as its documentation says. */
 TEST(malloc_faults_return_enomem) {
@@ -1501,7 +1504,7 @@ TEST(malloc_faults_return_enomem) {
     size_t q = a->tx.ep.queued;
     fail_nth(K_MALLOC, -1, 1, 1, ENOMEM);
     arm(true);
-    CHECK_EQ(lull_send_copy(&a->tx.ep, "abcd", 4), -ENOMEM);
+    CHECK_EQ(lull_endpoint_send_copy(&a->tx.ep, "abcd", 4), -ENOMEM);
     arm(false);
     CHECK_EQ(a->tx.ep.queued, q);
     flow *all[] = {a, NULL};
@@ -1523,7 +1526,7 @@ TEST(malloc_faults_return_enomem) {
     CHECK_EQ(lull_loop_name(loop, fns[8], "x"), -ENOMEM);
     arm(false);
 
-    /* lull_stream_accept: the connection is closed, the next one taken. */
+    /* lull_server_accept: the connection is closed, the next one taken. */
     listen_tcp(loop);
     flow *b = flow_alloc(2, 10), *c = flow_alloc(3, 10);
     accept_queue[0] = b;
@@ -1531,23 +1534,25 @@ TEST(malloc_faults_return_enomem) {
     accept_want = 2;
     fail_nth(K_MALLOC, -1, 1, 1, ENOMEM);
     in_call = true;
-    CHECK_EQ(lull_tcp_connect(loop, &b->tx, "127.0.0.1", lull_server_port(&srv),
-                              NULL, flow_connected),
+    CHECK_EQ(lull_stream_connect_tcp(loop, &b->tx, "127.0.0.1",
+                                     lull_server_port(&srv), NULL,
+                                     flow_connected),
              0);
     in_call = false;
-    lull_endpoint_callbacks(&b->tx.ep, NULL, NULL, flow_tx_close);
+    lull_endpoint_set_callbacks(&b->tx.ep, NULL, NULL, flow_tx_close);
     flow_send_all(b);
     arm(true); /* the next allocation is the accept's read buffer */
     while (accept_next < 1)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     arm(false);
     CHECK_EQ(accept_rc, -ENOMEM);
     in_call = true;
-    CHECK_EQ(lull_tcp_connect(loop, &c->tx, "127.0.0.1", lull_server_port(&srv),
-                              NULL, flow_connected),
+    CHECK_EQ(lull_stream_connect_tcp(loop, &c->tx, "127.0.0.1",
+                                     lull_server_port(&srv), NULL,
+                                     flow_connected),
              0);
     in_call = false;
-    lull_endpoint_callbacks(&c->tx.ep, NULL, NULL, flow_tx_close);
+    lull_endpoint_set_callbacks(&c->tx.ep, NULL, NULL, flow_tx_close);
     flow_send_all(c);
     flow *bc[] = {b, c, NULL};
     run_until_pred(loop, flows_over, bc, 10);
@@ -1574,7 +1579,7 @@ TEST(malloc_read_buffer_growth_closes_one_stream) {
     lull_stream_options small = {.read_size = 64};
     CHECK_EQ(lull_stream_open(loop, &a->tx, sv[0], NULL), 0);
     CHECK_EQ(lull_stream_open(loop, &a->rx, sv[1], &small), 0);
-    lull_endpoint_callbacks(&a->tx.ep, NULL, NULL, flow_tx_close);
+    lull_endpoint_set_callbacks(&a->tx.ep, NULL, NULL, flow_tx_close);
     rx_callbacks(a);
     a->txfd = sv[0];
     flow *b = flow_new(loop, 2, 100);
@@ -1678,7 +1683,7 @@ static void r_release(lull_frame *fr) {
 }
 
 static void r_srv_frame(lull_endpoint *ep, const void *bytes, size_t len) {
-    (void)lull_send_copy(ep, bytes, len); /* -EPIPE once it failed */
+    (void)lull_endpoint_send_copy(ep, bytes, len); /* -EPIPE once it failed */
 }
 
 static void r_srv_close(lull_endpoint *ep, int reason) {
@@ -1699,10 +1704,10 @@ static void r_connection(lull_server *s) {
     CHECK(id >= 0 && s->pending < FD_MAX);
     fd_conn[s->pending] = id + 1;
     sconn *sc = &sconns[nsconns++];
-    if (lull_stream_accept(s, &sc->s, NULL) < 0) return; /* fd closed */
+    if (lull_server_accept(s, &sc->s, NULL) < 0) return; /* fd closed */
     sc->open = true;
     sconns_open++;
-    lull_endpoint_callbacks(&sc->s.ep, r_srv_frame, NULL, r_srv_close);
+    lull_endpoint_set_callbacks(&sc->s.ep, r_srv_frame, NULL, r_srv_close);
 }
 
 static bool r_over(void *arg) {
@@ -1722,16 +1727,18 @@ static void random_seed(uint64_t seed) {
     nsconns = sconns_open = 0;
     rconns = calloc(R_CONNS, sizeof *rconns);
     CHECK(rconns);
-    CHECK_EQ(lull_tcp_listen(loop, &srv, "127.0.0.1", 0, 64, r_connection), 0);
+    CHECK_EQ(
+        lull_server_listen_tcp(loop, &srv, "127.0.0.1", 0, 64, r_connection),
+        0);
     srv.retry_ns = 1000000;
     for (int i = 0; i < R_CONNS; i++) {
         rconn *c = &rconns[i];
         c->id = i;
-        CHECK_EQ(lull_tcp_connect(loop, &c->cli, "127.0.0.1",
-                                  lull_server_port(&srv), NULL,
-                                  r_cli_connected),
+        CHECK_EQ(lull_stream_connect_tcp(loop, &c->cli, "127.0.0.1",
+                                         lull_server_port(&srv), NULL,
+                                         r_cli_connected),
                  0);
-        lull_endpoint_callbacks(&c->cli.ep, r_cli_frame, NULL, r_cli_close);
+        lull_endpoint_set_callbacks(&c->cli.ep, r_cli_frame, NULL, r_cli_close);
         int fd = lull_stream_fd(&c->cli);
         struct sockaddr_in me;
         socklen_t len = sizeof me;
@@ -1747,7 +1754,8 @@ static void random_seed(uint64_t seed) {
             c->frames[k] = (sent){
                 .fr = {.bytes = c->bufs[k], .len = n, .release = r_release},
                 .owner = (flow *)(void *)c};
-            if (lull_send(&c->cli.ep, &c->frames[k].fr) == 0) c->sent_n++;
+            if (lull_endpoint_send(&c->cli.ep, &c->frames[k].fr) == 0)
+                c->sent_n++;
         }
     }
     const int rw[] = {EINTR, EINTR, EINTR, EAGAIN, EAGAIN, EAGAIN,

@@ -29,7 +29,7 @@ static void on_readable(lull_io *io, int events) {
     char byte;
     CHECK_EQ(read(w->fds[0], &byte, 1), 1);
     w->calls++;
-    lull_stop(io->loop);
+    lull_loop_stop(io->loop);
 }
 
 static void never_called(lull_io *io, int events) {
@@ -66,7 +66,7 @@ static void run_until_called(lull_loop *loop, watched *w) {
     lull_timer_init(loop, &guard, guard_fired);
     lull_timer_start(&guard, GUARD_NS, 0);
     while (w->calls == before)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     lull_timer_stop(&guard);
 }
 
@@ -149,7 +149,7 @@ static void on_post(lull_task *t) {
 
 static void *post_from_thread(void *arg) {
     remote_case *rc = arg;
-    lull_post_remote(rc->loop, &rc->task);
+    lull_task_post_remote(rc->loop, &rc->task);
     return NULL;
 }
 
@@ -164,7 +164,7 @@ static void post_and_run(remote_case *rc) {
     lull_timer_unref(&guard);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, post_from_thread, rc), 0);
-    CHECK_EQ(lull_run(rc->loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(rc->loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(pthread_join(th, NULL), 0);
     lull_timer_stop(&guard);
     CHECK_EQ(rc->runs, runs + 1);
@@ -204,7 +204,7 @@ TEST_THREADED(fork_remote_posts_wake_each_process_own_loop) {
     CHECK(pid >= 0);
     if (pid == 0) {
         CHECK_EQ(lull_loop_fork(rc.loop), 0);
-        CHECK_EQ(lull_settle(rc.loop), 1); /* the pre-fork post */
+        CHECK_EQ(lull_loop_settle(rc.loop), 1); /* the pre-fork post */
         CHECK_EQ(rc.runs, 1);
         CHECK_EQ(lull_io_start(&ctl.io, LULL_READABLE), 0);
         lull_loop_metrics_reset(rc.loop);
@@ -220,7 +220,7 @@ TEST_THREADED(fork_remote_posts_wake_each_process_own_loop) {
         put_byte(to_parent[1]); /* done */
         _exit(0);
     }
-    CHECK_EQ(lull_settle(rc.loop), 1); /* the pre-fork post, here too */
+    CHECK_EQ(lull_loop_settle(rc.loop), 1); /* the pre-fork post, here too */
     CHECK_EQ(rc.runs, 1);
     take_byte(to_parent[0]);
     for (int i = 0; i < 3; i++)

@@ -89,7 +89,7 @@ TEST_THREADED(fs_open_read_close) {
     nresults = 0;
     CHECK_EQ(lull_fs_open(loop, pool, &req, path, O_RDONLY, 0, record), 0);
     CHECK_EQ(lull_fs_open(loop, pool, &req, path, O_RDONLY, 0, record), -EBUSY);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(nresults, 1);
     int fd = (int)results[0];
     CHECK(fd >= 0);
@@ -97,25 +97,25 @@ TEST_THREADED(fs_open_read_close) {
 
     char buf[32] = "";
     CHECK_EQ(lull_fs_read(loop, pool, &req, fd, buf, 10, 5, record), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(results[1], 10);
     CHECK(memcmp(buf, "56789abcde", 10) == 0);
     /* Past the end: what there is. */
     CHECK_EQ(lull_fs_read(loop, pool, &req, fd, buf, sizeof buf, 15, record),
              0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(results[2], 5);
     CHECK(memcmp(buf, "fghij", 5) == 0);
 
     CHECK_EQ(lull_fs_close(loop, pool, &req, fd, record), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(results[3], 0);
     CHECK_EQ(fcntl(fd, F_GETFD), -1); /* closed */
 
     char missing[160];
     snprintf(missing, sizeof missing, "%s/missing", dir);
     CHECK_EQ(lull_fs_open(loop, pool, &req, missing, O_RDONLY, 0, record), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(results[4], -ENOENT);
 
     CHECK_EQ(lull_fs_read(loop, pool, &req, -1, buf, 1, 0, record), -EBADF);
@@ -143,7 +143,7 @@ TEST_THREADED(fs_cancel_before_start) {
         0);
     CHECK_EQ(lull_fs_cancel(&req), 0);
     sem_post(&g.release);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(nresults, 1);
     CHECK_EQ(results[0], -ECANCELED);
     CHECK_EQ(access(path, F_OK), -1); /* never created */
@@ -222,13 +222,14 @@ TEST_THREADED(journal_batches_by_turn_and_by_sync_in_flight) {
     for (int i = 0; i < 3; i++)
         append(&j, i);
     CHECK(lull_journal_busy(&j));
-    CHECK_EQ(lull_settle(loop), 1); /* the batch leaves: queued on the pool */
+    CHECK_EQ(lull_loop_settle(loop),
+             1); /* the batch leaves: queued on the pool */
     CHECK_EQ(ncompleted, 0);
     for (int i = 3; i < 10; i++)
-        append(&j, i);              /* while it is in flight */
-    CHECK_EQ(lull_settle(loop), 0); /* ... they wait for it */
+        append(&j, i);                   /* while it is in flight */
+    CHECK_EQ(lull_loop_settle(loop), 0); /* ... they wait for it */
     sem_post(&g.release);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK(!lull_journal_busy(&j));
 
     CHECK_EQ(ncompleted, 10);
@@ -258,7 +259,7 @@ static int chain_next;
 static void chain(lull_task *t) {
     for (int k = 0; k < 7 && chain_next < RECORDS; k++)
         append(&chain_journal, chain_next++);
-    if (chain_next < RECORDS) lull_post(chain_journal.loop, t);
+    if (chain_next < RECORDS) lull_task_post(chain_journal.loop, t);
 }
 
 TEST_THREADED(journal_1000_records_on_disk_in_order) {
@@ -272,8 +273,8 @@ TEST_THREADED(journal_1000_records_on_disk_in_order) {
     ncompleted = 0;
     chain_next = 0;
     lull_task_init(&chain_task, chain);
-    lull_post(loop, &chain_task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &chain_task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(ncompleted, RECORDS);
     uint64_t prev_sync = 0;
     for (int i = 0; i < RECORDS; i++) {
@@ -312,15 +313,15 @@ TEST_THREADED(journal_error_is_sticky) {
     gate g;
     gate_hold(loop, pool, &g);
     append(&j, 0);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     append(&j, 1); /* queued behind the failing batch */
     sem_post(&g.release);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(ncompleted, 2);
     CHECK_EQ(last_status, -EBADF);
     CHECK_U64_EQ(recs[0].req.sync, 0);
     CHECK_EQ(lull_journal_append(&j, &recs[2].req, "x", 1, appended), -EBADF);
-    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK(!lull_journal_busy(&j));
     close(fd);
     CHECK_EQ(lull_pool_free(pool), 0);
@@ -357,20 +358,20 @@ TEST_THREADED(getaddrinfo_on_the_pool) {
                              .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
     lull_lookup req;
     memset(&req, 0, sizeof req);
-    CHECK_EQ(lull_getaddrinfo(loop, pool, &req, "127.0.0.1", "8080", &hints,
-                              looked_up),
+    CHECK_EQ(lull_lookup_start(loop, pool, &req, "127.0.0.1", "8080", &hints,
+                               looked_up),
              0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lookup_status, 0);
     CHECK_EQ(lookup_family, AF_INET);
     CHECK_EQ(lookup_port, 8080);
 
-    CHECK_EQ(lull_getaddrinfo(loop, pool, &req, "not an address", "1", &hints,
-                              looked_up),
+    CHECK_EQ(lull_lookup_start(loop, pool, &req, "not an address", "1", &hints,
+                               looked_up),
              0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lookup_status, EAI_NONAME);
-    CHECK_EQ(lull_getaddrinfo(loop, pool, &req, NULL, NULL, &hints, looked_up),
+    CHECK_EQ(lull_lookup_start(loop, pool, &req, NULL, NULL, &hints, looked_up),
              -EINVAL);
     CHECK_EQ(lull_pool_free(pool), 0);
     CHECK_EQ(lull_loop_free(loop), 0);

@@ -32,7 +32,7 @@ static lull_loop *new_loop(uint64_t seed) {
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, &o), 0);
     the_loop = loop;
-    t0 = lull_now(loop);
+    t0 = lull_loop_now(loop);
     rng = seed;
     return loop;
 }
@@ -55,7 +55,7 @@ static void note_error(const ht *h, const char *what) {
 
 static void on_fire(lull_timer *t) {
     ht *h = LULL_CONTAINER_OF(t, ht, timer);
-    uint64_t now = lull_now(the_loop) - t0;
+    uint64_t now = lull_loop_now(the_loop) - t0;
     if (!h->armed) note_error(h, "fired while cancelled or already fired");
     if (now != h->deadline) note_error(h, "fired at the wrong time");
     if (fires > 0 && (h->deadline < last_deadline ||
@@ -69,7 +69,7 @@ static void on_fire(lull_timer *t) {
 }
 
 static void arm(ht *h, uint64_t delay, uint32_t seq) {
-    h->deadline = lull_now(the_loop) - t0 + delay;
+    h->deadline = lull_loop_now(the_loop) - t0 + delay;
     h->seq = seq;
     h->armed = true;
     lull_timer_start(&h->timer, delay, 0);
@@ -110,8 +110,8 @@ TEST(heap_100k_random_deadlines_fire_in_order) {
         CHECK_EQ(lull_timer_active(&hs[i].timer), hs[i].armed);
 
     /* Advance in uneven steps past the last deadline. */
-    while (lull_now(loop) - t0 <= 50000)
-        lull_advance(loop, 1 + next_rand() % 3000);
+    while (lull_loop_now(loop) - t0 <= 50000)
+        lull_loop_advance(loop, 1 + next_rand() % 3000);
     CHECK_U64_EQ(errors, 0);
     CHECK_U64_EQ(fires, (uint64_t)expected);
     for (int i = 0; i < N; i++)
@@ -134,7 +134,7 @@ static uint32_t model_seq;
 /* The model: the fired timer must be the smallest (deadline, seq) armed. */
 static void on_fire_model(lull_timer *t) {
     ht *h = LULL_CONTAINER_OF(t, ht, timer);
-    uint64_t now = lull_now(the_loop) - t0;
+    uint64_t now = lull_loop_now(the_loop) - t0;
     if (!h->armed) note_error(h, "fired while not armed");
     if (now != h->deadline) note_error(h, "fired at the wrong time");
     for (int i = 0; i < M; i++) {
@@ -175,9 +175,9 @@ TEST(heap_churn_against_model) {
                 h->armed = false;
             }
         }
-        lull_advance(loop, next_rand() % 300);
+        lull_loop_advance(loop, next_rand() % 300);
         /* Nothing due was left behind. */
-        uint64_t now = lull_now(loop) - t0;
+        uint64_t now = lull_loop_now(loop) - t0;
         for (int i = 0; i < M; i++) {
             if (hs[i].armed && hs[i].deadline <= now)
                 note_error(&hs[i], "due but not fired");
@@ -256,8 +256,8 @@ TEST(heap_order_across_chunk_boundaries) {
             expected++;
         }
     }
-    while (lull_now(loop) - t0 <= 4 * (uint64_t)K)
-        lull_advance(loop, 1 + next_rand() % 5000);
+    while (lull_loop_now(loop) - t0 <= 4 * (uint64_t)K)
+        lull_loop_advance(loop, 1 + next_rand() % 5000);
     CHECK_U64_EQ(errors, 0);
     CHECK_U64_EQ(fires, expected);
     for (int i = 0; i < K; i++)
@@ -306,7 +306,7 @@ TEST(heap_first_chunk_doubling_keeps_timers) {
         hs[i].armed = false;
     }
     CHECK_LE(7, cancelled - n / 4); /* one per doubling, 64 .. 4096 */
-    lull_advance(loop, 100001);
+    lull_loop_advance(loop, 100001);
     CHECK_U64_EQ(errors, 0);
     CHECK_U64_EQ(fires, (uint64_t)(n - cancelled));
     free(hs);

@@ -81,10 +81,10 @@ TEST(pipe_readable) {
     CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, read_and_stop), 0);
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
     CHECK(lull_loop_alive(loop));
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.calls, 0); /* nothing to read yet */
     fill(w.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0); /* returns: it stops */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* returns: it stops */
     CHECK_EQ(w.calls, 1);
     CHECK(w.last_events & LULL_READABLE);
     CHECK(!(w.last_events & LULL_WRITABLE));
@@ -102,10 +102,10 @@ TEST(level_triggered) {
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
     fill(w.wfd);
     for (int i = 0; i < 3; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.calls, 3);
     drain(w.rfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.calls, 3);
     lull_io_stop(&w.io);
     close_pipe(&w);
@@ -122,10 +122,10 @@ TEST(pipe_writable) {
     }
     CHECK_EQ(lull_io_init(loop, &w.io, w.wfd, count_only), 0);
     CHECK_EQ(lull_io_start(&w.io, LULL_WRITABLE), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.calls, 0);
     drain(w.rfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(w.calls, 1);
     CHECK(w.last_events & LULL_WRITABLE);
     CHECK(!(w.last_events & LULL_READABLE));
@@ -142,14 +142,14 @@ TEST(restart_changes_interest) {
     watch w = {.rfd = sv[0], .wfd = sv[1]};
     CHECK_EQ(lull_io_init(loop, &w.io, sv[0], count_only), 0);
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.calls, 0);
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE | LULL_WRITABLE), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.calls, 1);
     CHECK_EQ(w.last_events & (LULL_READABLE | LULL_WRITABLE), LULL_WRITABLE);
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.calls, 1);
     lull_io_stop(&w.io);
     close_pipe(&w);
@@ -186,7 +186,7 @@ TEST(restart_filters_readiness_collected_in_the_same_batch) {
     CHECK_EQ(lull_io_init(loop, &b.io, b.fd, narrow_other), 0);
     CHECK_EQ(lull_io_start(&a.io, LULL_READABLE | LULL_WRITABLE), 0);
     CHECK_EQ(lull_io_start(&b.io, LULL_READABLE | LULL_WRITABLE), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(a.calls + b.calls, 1);
     lull_io_stop(&a.io);
     lull_io_stop(&b.io);
@@ -207,7 +207,7 @@ TEST(failed_restart_leaves_the_watcher_as_it_was) {
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE | 0x100), -EINVAL);
     CHECK(lull_loop_alive(loop));
     fill(w.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.calls, 1);
     CHECK_EQ(w.last_events, LULL_READABLE);
 
@@ -239,14 +239,14 @@ TEST(stop_inside_own_callback) {
     CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, stop_self_no_read), 0);
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
     fill(w.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(w.calls, 1);
     for (int i = 0; i < 3; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.calls, 1);
     /* Restartable after a stop. */
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(w.calls, 2);
     close_pipe(&w);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -275,10 +275,10 @@ TEST(stop_other_watcher_in_same_batch) {
     CHECK_EQ(lull_io_start(&b.io, LULL_READABLE), 0);
     fill(a.wfd);
     fill(b.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(a.calls + b.calls, 1);
     for (int i = 0; i < 3; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(a.calls + b.calls, 1); /* the stopped one still has data */
     lull_io_stop(&a.io);
     lull_io_stop(&b.io);
@@ -319,15 +319,15 @@ TEST(fd_closed_inside_callback_of_same_batch) {
     CHECK_EQ(lull_io_start(&b.io, LULL_READABLE), 0);
     fill(a.wfd);
     fill(b.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(a.calls + b.calls, 1);
     /* The fresh pipe is empty: its watcher must not see the old events. */
     for (int i = 0; i < 2; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(fresh.calls, 0);
     CHECK(lull_loop_alive(loop));
     fill(fresh.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(fresh.calls, 1);
     CHECK_EQ(a.calls + b.calls, 1);
     close_pipe(&a);
@@ -354,7 +354,7 @@ TEST(own_fd_closed_before_stop) {
     CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, close_then_stop), 0);
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
     fill(w.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(w.calls, 1);
     lull_io_stop(&w.io); /* again: a no-op */
 
@@ -364,7 +364,7 @@ TEST(own_fd_closed_before_stop) {
     CHECK_EQ(lull_io_init(loop, &n.io, n.rfd, read_and_stop), 0);
     CHECK_EQ(lull_io_start(&n.io, LULL_READABLE), 0);
     fill(n.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(n.calls, 1);
     CHECK_EQ(w.calls, 1);
     close_pipe(&n);
@@ -383,15 +383,15 @@ TEST(second_watcher_on_same_fd_eexist) {
     CHECK_EQ(lull_io_start(&b.io, LULL_WRITABLE), -EEXIST);
     /* The refused watcher is not started: the first still works alone. */
     fill(a.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(a.calls, 1);
     CHECK_EQ(b.calls, 0);
     lull_io_stop(&b.io); /* never started: a no-op, a still watched */
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(a.calls, 2);
     lull_io_stop(&a.io);
     CHECK_EQ(lull_io_start(&b.io, LULL_READABLE), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(b.calls, 1);
     CHECK_EQ(a.calls, 2);
     lull_io_stop(&b.io);
@@ -431,7 +431,7 @@ TEST(invalid_arguments) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* An unreferenced watcher does not keep lull_run alive, but is still
+/* An unreferenced watcher does not keep lull_loop_run alive, but is still
  * serviced while something else does. */
 static void stop_timer_cb(lull_timer *t) {
     (void)t;
@@ -446,7 +446,8 @@ TEST(unref_io_does_not_keep_loop_alive) {
     lull_io_unref(&w.io);
     CHECK(!lull_loop_alive(loop));
     lull_loop_metrics_reset(loop);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0); /* would block forever */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT),
+             0); /* would block forever */
     lull_metrics m;
     lull_loop_metrics(loop, &m);
     /* Returned without a wait that could block (a clock bound here would
@@ -467,7 +468,7 @@ TEST(unref_io_does_not_keep_loop_alive) {
     lull_timer_init(loop, &far, stop_timer_cb);
     lull_timer_start(&far, 100000 * MS, 0);
     fill(w.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(w.calls, 1);
     lull_timer_stop(&far);
     close_pipe(&w);
@@ -483,7 +484,7 @@ TEST(hangup_reported) {
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
     close(w.wfd);
     w.wfd = -1;
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(w.calls, 1);
     CHECK(w.last_events & LULL_HANGUP);
     close_pipe(&w);
@@ -580,7 +581,7 @@ static void readiness_seen(lull_loop *loop) {
     CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, count_only), 0);
     CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
     fill(w.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(w.calls, 1);
     drain(w.rfd);
 
@@ -590,7 +591,7 @@ static void readiness_seen(lull_loop *loop) {
     lull_io_unref(&w.io);
     lull_metrics m;
     lull_loop_metrics_reset(loop);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0); /* until the timer */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* until the timer */
     lull_loop_metrics(loop, &m);
     CHECK_LE(m.polls, 4);
     CHECK_EQ(w.calls, 1);
@@ -599,7 +600,7 @@ static void readiness_seen(lull_loop *loop) {
      * lull passes, and readiness still ends it. */
     lull_timer_start(&t, UINT64_MAX, 0);
     fill(w.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(w.calls, 2);
     lull_timer_stop(&t);
     lull_io_stop(&w.io);
@@ -630,10 +631,10 @@ static void no_wait_allowed(void) {
     deny_every_epoll_wait();
     lull_metrics m;
     lull_loop_metrics_reset(loop);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), -EPERM);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), -EPERM);
     lull_loop_metrics(loop, &m);
     CHECK_LE(m.polls, 2); /* pwait2, or the fallback's first try */
-    CHECK_EQ(lull_settle(loop), -EPERM);
+    CHECK_EQ(lull_loop_settle(loop), -EPERM);
     CHECK_EQ(w.calls, 0);
     lull_io_stop(&w.io);
     close_pipe(&w);
@@ -695,7 +696,7 @@ static uint64_t polls_over_window(lull_loop *loop) {
     lull_timer_start(&window_timer, 20 * MS, 0);
     lull_metrics m;
     lull_loop_metrics_reset(loop);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     lull_loop_metrics(loop, &m);
     return m.polls;
 }
@@ -729,7 +730,7 @@ TEST(stopped_watcher_with_fd_closed_and_a_dup_open) {
     CHECK_EQ(stale_calls, 0);
     CHECK_EQ(n.calls, 0);
     fill(n.wfd);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(n.calls, 1);
     CHECK_EQ(n.last_events, LULL_READABLE);
     lull_io_stop(&n.io);

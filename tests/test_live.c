@@ -101,12 +101,12 @@ TEST(live_counts_every_cause_of_ebusy) {
     lull_notifier_init(&n);
 
     /* An undrained remote post alone: not alive, but busy. */
-    lull_post_remote(loop, &remote);
+    lull_task_post_remote(loop, &remote);
     CHECK(!lull_loop_alive(loop));
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
     CHECK_COUNTS(loop, 0, 0, 0, 0, 0, 0, 0, 1);
     /* An unreferenced armed timer alone: the same. */
-    CHECK_EQ(lull_settle(loop), 1); /* settle takes the post and runs it */
+    CHECK_EQ(lull_loop_settle(loop), 1); /* settle takes the post and runs it */
     CHECK_EQ(task_runs, 1);
     lull_timer_start(&unref_timer, 1000, 0);
     lull_timer_unref(&unref_timer);
@@ -114,32 +114,32 @@ TEST(live_counts_every_cause_of_ebusy) {
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
     CHECK_COUNTS(loop, 0, 0, 1, 0, 0, 0, 0, 0);
 
-    lull_post(loop, &task);
+    lull_task_post(loop, &task);
     lull_timer_start(&ref_timer, 500, 0);
     CHECK_EQ(lull_io_start(&ref_io, LULL_READABLE), 0);
     CHECK_EQ(lull_io_start(&unref_io, LULL_READABLE), 0);
     lull_io_unref(&unref_io);
-    lull_listen(loop, &n, &l, on_change);
+    lull_listener_start(loop, &n, &l, on_change);
     lull_loop_ref(loop);
     lull_loop_ref(loop);
-    lull_post_remote(loop, &remote);
+    lull_task_post_remote(loop, &remote);
     CHECK_COUNTS(loop, 1, 1, 1, 1, 1, 1, 2, 1);
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
 
     /* Each cause, and what it needs. */
-    CHECK(lull_settle(loop) >= 2); /* ready tasks and remote posts: run */
+    CHECK(lull_loop_settle(loop) >= 2); /* ready tasks and remote posts: run */
     CHECK_EQ(task_runs, 3);
     CHECK_COUNTS(loop, 0, 1, 1, 1, 1, 1, 2, 0);
-    lull_advance(loop, 500); /* an armed timer: its deadline (or a stop) */
+    lull_loop_advance(loop, 500); /* an armed timer: its deadline (or a stop) */
     CHECK_EQ(timer_runs, 1);
     CHECK_COUNTS(loop, 0, 0, 1, 1, 1, 1, 2, 0);
     lull_timer_stop(&unref_timer); /* unreferenced, never due here: stop */
     lull_io_stop(&ref_io);
     lull_io_stop(&unref_io);
     CHECK_COUNTS(loop, 0, 0, 0, 0, 0, 1, 2, 0);
-    lull_notify(&n); /* a queued listener task is ready work */
+    lull_notifier_raise(&n); /* a queued listener task is ready work */
     CHECK_COUNTS(loop, 1, 0, 0, 0, 0, 1, 2, 0);
-    lull_unlisten(&l); /* ... and leaves with the subscription */
+    lull_listener_stop(&l); /* ... and leaves with the subscription */
     CHECK_COUNTS(loop, 0, 0, 0, 0, 0, 0, 2, 0);
     lull_loop_unref(loop);
     lull_loop_unref(loop);
@@ -220,27 +220,27 @@ TEST(walk_names_every_live_handle) {
     lull_pump_init(loop, &pump, held_pass);
     lull_pump_init(loop, &held, held_pass);
 
-    lull_post(loop, &task);
+    lull_task_post(loop, &task);
     lull_timer_start(&zero, 0, 0);
     lull_timer_start(&armed, 700, 0);
     lull_timer_unref(&armed);
     CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
     lull_io_unref(&io);
-    lull_listen(loop, &n, &l, on_change);
-    lull_notify(&n); /* l's task queued */
+    lull_listener_start(loop, &n, &l, on_change);
+    lull_notifier_raise(&n); /* l's task queued */
     lull_pump_listen(&pump, &n, &pl);
     lull_pump_wake(&pump);
     lull_pump_wake(&held);
-    CHECK_EQ(lull_settle(loop), 5); /* task, zero, listener, two passes */
-    CHECK_EQ(pass_runs, 2);         /* both held: retry timers armed */
-    lull_pump_wake(&pump);          /* pass queued, its retry cancelled */
-    lull_post(loop, &task);
+    CHECK_EQ(lull_loop_settle(loop), 5); /* task, zero, listener, two passes */
+    CHECK_EQ(pass_runs, 2);              /* both held: retry timers armed */
+    lull_pump_wake(&pump);               /* pass queued, its retry cancelled */
+    lull_task_post(loop, &task);
     lull_timer_start(&zero, 0, 0);
-    lull_notify(&n); /* l's task queued; the pump's pass already is */
+    lull_notifier_raise(&n); /* l's task queued; the pump's pass already is */
     lull_timer_start(&repeat, 100, 100);
-    lull_listen(loop, &n_remote, &l_remote, on_change);
-    lull_post_remote(loop, &remote);
-    lull_notify_remote(loop, &n_remote);
+    lull_listener_start(loop, &n_remote, &l_remote, on_change);
+    lull_task_post_remote(loop, &remote);
+    lull_notifier_raise_remote(loop, &n_remote);
     lull_loop_ref(loop);
 
     seen s = {.n = 0};
@@ -292,14 +292,15 @@ TEST(walk_names_every_live_handle) {
 
     /* Close everything; the walk then finds nothing and free succeeds. */
     lull_loop_unref(loop);
-    CHECK(lull_settle(loop) > 0); /* runs the ready work, takes the posts */
-    lull_cancel(&task);
+    CHECK(lull_loop_settle(loop) >
+          0); /* runs the ready work, takes the posts */
+    lull_task_cancel(&task);
     lull_timer_stop(&zero);
     lull_timer_stop(&armed);
     lull_timer_stop(&repeat);
     lull_io_stop(&io);
-    lull_unlisten(&l);
-    lull_unlisten(&l_remote);
+    lull_listener_stop(&l);
+    lull_listener_stop(&l_remote);
     lull_pump_close(&pump);
     lull_pump_close(&held);
     s.n = 0;
@@ -326,7 +327,7 @@ TEST(walk_inside_a_callback_sees_a_repeat_armed_again) {
     lull_timer_init(loop, &b, on_timer);
     lull_timer_start(&a, 10, 10);
     lull_timer_start(&b, 10, 10);
-    lull_advance(loop, 10); /* a runs first: b is still on the due list */
+    lull_loop_advance(loop, 10); /* a runs first: b is still on the due list */
     CHECK_EQ(timer_runs, 1);
     find(&inside, &a, LULL_LIVE_ARMED);
     find(&inside, &b, LULL_LIVE_ARMED);
@@ -347,7 +348,7 @@ TEST(print_live_lists_what_keeps_free_busy) {
     lull_timer_unref(&t);
     lull_task remote;
     lull_task_init(&remote, on_remote);
-    lull_post_remote(loop, &remote);
+    lull_task_post_remote(loop, &remote);
     lull_loop_ref(loop);
 
     char *text = NULL;
@@ -375,7 +376,7 @@ TEST(print_live_lists_what_keeps_free_busy) {
 
     lull_loop_unref(loop);
     lull_timer_stop(&t);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -387,7 +388,7 @@ TEST(walk_shows_a_write_waiting_for_the_flush_point) {
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
     lull_stream s;
     CHECK_EQ(lull_stream_open(loop, &s, sv[0], NULL), 0);
-    CHECK_EQ(lull_send_copy(&s.ep, "hello", 5), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&s.ep, "hello", 5), 0);
     seen w = {.n = 0};
     lull_loop_walk(loop, collect, &w);
     const lull_live *e = find(&w, &s.flush, LULL_LIVE_READY);
@@ -395,7 +396,7 @@ TEST(walk_shows_a_write_waiting_for_the_flush_point) {
     find(&w, &s.io, LULL_LIVE_STARTED);
     CHECK_EQ(w.n, 2);
     CHECK_U64_EQ(counts(loop).ready, 1);
-    CHECK(lull_settle(loop) >= 1); /* the flush point writes it */
+    CHECK(lull_loop_settle(loop) >= 1); /* the flush point writes it */
     CHECK_U64_EQ(counts(loop).ready, 0);
     CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
     close(sv[1]);

@@ -64,13 +64,13 @@ static void nothing_io(lull_io *io, int events) {
 TEST(run_default_returns_when_nothing_is_active) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     CHECK(!lull_loop_alive(loop));
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     item v[2];
     items_init(v, 2);
-    lull_post(loop, &v[0].task);
+    lull_task_post(loop, &v[0].task);
     lull_timer_start(&v[1].timer, 1 * MS, 0);
     CHECK(lull_loop_alive(loop));
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     /* Both ran (in either order: on a loaded machine the timer may already
      * be due when the run starts, and due timers run before ready tasks). */
     CHECK_EQ(runs[0], 1);
@@ -85,9 +85,9 @@ TEST(run_once) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     item v[3];
     items_init(v, 3);
-    lull_post(loop, &v[0].task);
+    lull_task_post(loop, &v[0].task);
     lull_timer_start(&v[1].timer, 100000 * MS, 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(runs[0], 1);
     CHECK_EQ(runs[1], 0);
     CHECK(lull_timer_active(&v[1].timer));
@@ -103,7 +103,7 @@ TEST(run_once) {
         lull_loop_metrics_reset(loop);
         runs[2] = 0;
         lull_timer_start(&v[2].timer, delay, 0);
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
         CHECK_EQ(runs[2], 1);
         lull_loop_metrics(loop, &m);
         if (m.wakeups != 0 || delay >= 5120 * MS) break;
@@ -131,9 +131,9 @@ TEST(run_nowait_does_not_block) {
     lull_timer_start(&v[0].timer, 100000 * MS, 0);
     lull_loop_metrics_reset(loop);
     for (int i = 0; i < 10; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
-    lull_post(loop, &v[1].task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_task_post(loop, &v[1].task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(runs[1], 1);
     CHECK_EQ(runs[0], 0);
     CHECK_EQ(runs[7], 0);
@@ -153,10 +153,10 @@ TEST(run_nowait_does_not_block) {
 static int nested_checked;
 static void try_nested(lull_task *t) {
     (void)t;
-    CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), -EBUSY);
-    CHECK_EQ(lull_run(the_loop, LULL_RUN_ONCE), -EBUSY);
-    CHECK_EQ(lull_run(the_loop, LULL_RUN_NOWAIT), -EBUSY);
-    CHECK_EQ(lull_settle(the_loop), -EBUSY);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), -EBUSY);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_ONCE), -EBUSY);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_NOWAIT), -EBUSY);
+    CHECK_EQ(lull_loop_settle(the_loop), -EBUSY);
     nested_checked++;
 }
 
@@ -164,8 +164,8 @@ TEST(nested_run_is_ebusy) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     lull_task t;
     lull_task_init(&t, try_nested);
-    lull_post(loop, &t);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &t);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(nested_checked, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -175,8 +175,8 @@ TEST(nested_run_inside_settle_is_ebusy) {
     lull_task t;
     lull_task_init(&t, try_nested);
     nested_checked = 0;
-    lull_post(loop, &t);
-    CHECK_EQ(lull_settle(loop), 1);
+    lull_task_post(loop, &t);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(nested_checked, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -185,12 +185,12 @@ TEST(unknown_mode_is_einval) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     item v[1];
     items_init(v, 1);
-    lull_post(loop, &v[0].task);
-    CHECK_EQ(lull_run(loop, 3), -EINVAL);
-    CHECK_EQ(lull_run(loop, -1), -EINVAL);
-    CHECK_EQ(lull_run(loop, 1000), -EINVAL);
+    lull_task_post(loop, &v[0].task);
+    CHECK_EQ(lull_loop_run(loop, 3), -EINVAL);
+    CHECK_EQ(lull_loop_run(loop, -1), -EINVAL);
+    CHECK_EQ(lull_loop_run(loop, 1000), -EINVAL);
     CHECK_EQ(runs[0], 0); /* refused before running anything */
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(runs[0], 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -198,7 +198,7 @@ TEST(unknown_mode_is_einval) {
 /* ----------------------------------------------------------------- stop */
 
 static void stop_then_finish(lull_task *t) {
-    lull_stop(the_loop);
+    lull_loop_stop(the_loop);
     record_task(t); /* the callback in progress completes */
 }
 
@@ -208,13 +208,13 @@ TEST(stop_ends_run_after_callback_in_progress) {
     items_init(v, 3);
     lull_task_init(&v[0].task, stop_then_finish);
     for (int i = 0; i < 3; i++)
-        lull_post(loop, &v[i].task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+        lull_task_post(loop, &v[i].task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(0);
     CHECK(lull_task_pending(&v[1].task));
     CHECK(lull_loop_alive(loop));
     /* The stop was for that run only. */
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(0, 1, 2);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -223,7 +223,7 @@ TEST(stop_ends_run_after_callback_in_progress) {
 static int ticks;
 static void tick_and_stop(lull_timer *t) {
     (void)t;
-    if (++ticks == 3) lull_stop(the_loop);
+    if (++ticks == 3) lull_loop_stop(the_loop);
 }
 
 TEST(stop_from_repeating_timer) {
@@ -231,7 +231,7 @@ TEST(stop_from_repeating_timer) {
     lull_timer t;
     lull_timer_init(loop, &t, tick_and_stop);
     lull_timer_start(&t, 1 * MS, 1 * MS);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(ticks, 3);
     CHECK(lull_timer_active(&t));
     lull_timer_stop(&t);
@@ -242,11 +242,11 @@ TEST(stop_outside_run_is_noop) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     item v[3];
     items_init(v, 3);
-    lull_stop(loop);
-    lull_stop(loop);
+    lull_loop_stop(loop);
+    lull_loop_stop(loop);
     for (int i = 0; i < 3; i++)
-        lull_post(loop, &v[i].task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+        lull_task_post(loop, &v[i].task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(0, 1, 2);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -257,10 +257,10 @@ TEST(free_busy_with_pending_task) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     item v[1];
     items_init(v, 1);
-    lull_post(loop, &v[0].task);
+    lull_task_post(loop, &v[0].task);
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
     CHECK(lull_task_pending(&v[0].task)); /* the refusal changed nothing */
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(runs[0], 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -276,7 +276,7 @@ TEST(free_busy_with_armed_timer) {
     lull_timer_stop(&v[0].timer);
     lull_timer_start(&v[1].timer, 0, 0); /* zero delay: queued */
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
-    lull_advance(loop, 100);
+    lull_loop_advance(loop, 100);
     CHECK_EQ(runs[1], 1);
     CHECK_EQ(runs[0], 0);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -321,13 +321,13 @@ TEST(free_busy_with_subscribed_listener) {
     lull_notifier n;
     lull_listener l;
     lull_notifier_init(&n);
-    lull_listen(loop, &n, &l, listener_fn);
+    lull_listener_start(loop, &n, &l, listener_fn);
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 1);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(runs[0], 1);
     CHECK_EQ(lull_loop_free(loop), -EBUSY); /* still subscribed */
-    lull_unlisten(&l);
+    lull_listener_stop(&l);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -347,9 +347,9 @@ TEST(invalid_arguments_einval) {
     o = (lull_loop_options){.flags = 0x80000000u};
     CHECK_EQ(lull_loop_new(&loop, &o), -EINVAL);
     CHECK_EQ(lull_loop_free(NULL), -EINVAL);
-    CHECK_EQ(lull_run(NULL, LULL_RUN_DEFAULT), -EINVAL);
-    CHECK_EQ(lull_run(NULL, LULL_RUN_NOWAIT), -EINVAL);
-    CHECK_EQ(lull_settle(NULL), -EINVAL);
+    CHECK_EQ(lull_loop_run(NULL, LULL_RUN_DEFAULT), -EINVAL);
+    CHECK_EQ(lull_loop_run(NULL, LULL_RUN_NOWAIT), -EINVAL);
+    CHECK_EQ(lull_loop_settle(NULL), -EINVAL);
     CHECK(lull_loop_name(NULL, (lull_any_fn)record_task, "x") < 0);
 
     /* Valid options still work after the refusals. */
@@ -364,7 +364,7 @@ TEST(invalid_arguments_einval) {
 }
 
 /* quantum_ns and stall_ns above their documented maxima are refused: near
- * UINT64_MAX the quantum wrapped the slice deadline, so lull_should_yield
+ * UINT64_MAX the quantum wrapped the slice deadline, so lull_loop_should_yield
  * was true at once, and a 2^61 quantum wrapped the default stall (8 quanta)
  * to 0, so every slice was a stall. At the maxima, a short slice neither
  * yields nor stalls. */
@@ -373,7 +373,7 @@ static void yield_probe(lull_task *t) {
     (void)t;
     max_calls++;
     for (int i = 0; i < 100; i++)
-        max_yields += lull_should_yield(the_loop);
+        max_yields += lull_loop_should_yield(the_loop);
 }
 
 TEST(quantum_and_stall_range_checked) {
@@ -396,8 +396,8 @@ TEST(quantum_and_stall_range_checked) {
     CHECK_U64_EQ(lull_loop_quantum(loop), LULL_QUANTUM_MAX_NS);
     lull_task t;
     lull_task_init(&t, yield_probe);
-    lull_post(loop, &t);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &t);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
     CHECK_EQ(max_calls, 1);
@@ -416,16 +416,16 @@ TEST(quantum_and_stall_range_checked) {
  * check almost nothing, so it could fail only by crashing.) */
 TEST(null_handles_do_nothing) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    lull_advance(loop, 1000);
-    uint64_t now = lull_now(loop);
+    lull_loop_advance(loop, 1000);
+    uint64_t now = lull_loop_now(loop);
     item v[1];
     items_init(v, 1);
 
-    lull_post(loop, NULL);
-    lull_post(NULL, &v[0].task);
+    lull_task_post(loop, NULL);
+    lull_task_post(NULL, &v[0].task);
     CHECK(!lull_task_pending(&v[0].task));
-    lull_post(NULL, NULL);
-    lull_cancel(NULL);
+    lull_task_post(NULL, NULL);
+    lull_task_cancel(NULL);
     CHECK(!lull_task_pending(NULL));
     lull_timer_start(NULL, 10, 0);
     lull_timer_stop(NULL);
@@ -437,18 +437,18 @@ TEST(null_handles_do_nothing) {
     lull_io_stop(NULL);
     lull_io_ref(NULL);
     lull_io_unref(NULL);
-    lull_stop(NULL);
-    lull_advance(NULL, 10);
+    lull_loop_stop(NULL);
+    lull_loop_advance(NULL, 10);
     lull_loop_ref(NULL);
     lull_loop_unref(NULL);
     CHECK(!lull_loop_alive(NULL));
-    CHECK(!lull_should_yield(NULL));
-    CHECK_U64_EQ(lull_now(NULL), 0);
-    CHECK_U64_EQ(lull_now_exact(NULL), 0);
+    CHECK(!lull_loop_should_yield(NULL));
+    CHECK_U64_EQ(lull_loop_now(NULL), 0);
+    CHECK_U64_EQ(lull_loop_now_exact(NULL), 0);
     CHECK_U64_EQ(lull_loop_quantum(NULL), 0);
-    lull_post_remote(NULL, NULL);
-    lull_post_remote(NULL, &v[0].task);
-    lull_post_remote(loop, NULL);
+    lull_task_post_remote(NULL, NULL);
+    lull_task_post_remote(NULL, &v[0].task);
+    lull_task_post_remote(loop, NULL);
     CHECK(!lull_task_pending(&v[0].task));
     lull_histogram_record(NULL, 5);
     CHECK_U64_EQ(lull_histogram_percentile(NULL, 0.5), 0);
@@ -465,9 +465,9 @@ TEST(null_handles_do_nothing) {
 
     /* Nothing reached the real loop: no work, no reference, no time. */
     CHECK(!lull_loop_alive(loop));
-    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(runs[0], 0);
-    CHECK_U64_EQ(lull_now(loop), now);
+    CHECK_U64_EQ(lull_loop_now(loop), now);
     lull_loop_metrics(loop, &m);
     CHECK_U64_EQ(m.tasks_run, 0);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -477,12 +477,12 @@ TEST(null_handles_do_nothing) {
 
 typedef struct intrusion {
     lull_loop *loop;
-    sem_t running;     /* posted by a task: the loop is inside lull_run */
+    sem_t running;     /* posted by a task: the loop is inside lull_loop_run */
     lull_task starter; /* posts `running` */
     lull_task victim;  /* what the intruder misuses */
     lull_timer timer;
     lull_task finish; /* posted remotely: drops the loop's reference */
-    int how;          /* 0: only legal calls; 1: lull_post; 2: timer */
+    int how;          /* 0: only legal calls; 1: lull_task_post; 2: timer */
 } intrusion;
 
 static intrusion *the_intrusion;
@@ -509,9 +509,9 @@ static void *intruder(void *arg) {
     intrusion *in = arg;
     while (sem_wait(&in->running) != 0) {
     }
-    if (in->how == 1) lull_post(in->loop, &in->victim);
+    if (in->how == 1) lull_task_post(in->loop, &in->victim);
     if (in->how == 2) lull_timer_start(&in->timer, 1000 * MS, 0);
-    lull_post_remote(in->loop, &in->finish); /* legal from any thread */
+    lull_task_post_remote(in->loop, &in->finish); /* legal from any thread */
     return NULL;
 }
 
@@ -527,13 +527,13 @@ static void intrude(void *arg) {
     lull_task_init(&in->finish, finish_fn);
     lull_timer_init(in->loop, &in->timer, victim_timer_fn);
     lull_loop_ref(in->loop);
-    lull_post(in->loop, &in->starter);
+    lull_task_post(in->loop, &in->starter);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, intruder, in), 0);
-    CHECK_EQ(lull_run(in->loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(in->loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(pthread_join(th, NULL), 0);
     lull_timer_stop(&in->timer);
-    lull_cancel(&in->victim);
+    lull_task_cancel(&in->victim);
     CHECK_EQ(lull_loop_free(in->loop), 0);
 }
 
@@ -559,7 +559,7 @@ typedef struct handover {
     lull_loop *loop;
     lull_task task;
     lull_timer timer;
-    int how; /* early: 0 lull_post, 1 lull_timer_start; late: 0 adopt
+    int how; /* early: 0 lull_task_post, 1 lull_timer_start; late: 0 adopt
                 first, 1 do not */
 } handover;
 
@@ -573,7 +573,7 @@ static void handover_timer(lull_timer *t) {
 
 static void *misuse_before_run(void *arg) {
     handover *h = arg;
-    if (h->how == 0) lull_post(h->loop, &h->task);
+    if (h->how == 0) lull_task_post(h->loop, &h->task);
     if (h->how == 1) lull_timer_start(&h->timer, 1000 * MS, 0);
     return NULL;
 }
@@ -606,10 +606,10 @@ TEST_THREADED(call_from_another_thread_before_run_asserts) {
  * back (lull_loop_adopt) before touching it again. */
 static void *run_then_post(void *arg) {
     handover *h = arg;
-    CHECK_EQ(lull_run(h->loop, LULL_RUN_NOWAIT), 0);
-    lull_post(h->loop, &h->task); /* legal: this thread owns it now */
-    CHECK_EQ(lull_run(h->loop, LULL_RUN_NOWAIT), 0);
-    lull_post(h->loop, &h->task);
+    CHECK_EQ(lull_loop_run(h->loop, LULL_RUN_NOWAIT), 0);
+    lull_task_post(h->loop, &h->task); /* legal: this thread owns it now */
+    CHECK_EQ(lull_loop_run(h->loop, LULL_RUN_NOWAIT), 0);
+    lull_task_post(h->loop, &h->task);
     return NULL;
 }
 
@@ -617,14 +617,14 @@ static void run_elsewhere(void *arg) {
     handover *h = arg;
     CHECK_EQ(lull_loop_new(&h->loop, NULL), 0);
     lull_task_init(&h->task, handover_task);
-    lull_post(h->loop, &h->task); /* legal: the creator, before the run */
+    lull_task_post(h->loop, &h->task); /* legal: the creator, before the run */
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, run_then_post, h), 0);
     CHECK_EQ(pthread_join(th, NULL), 0);
     if (h->how == 0) CHECK_EQ(lull_loop_adopt(h->loop), 0);
-    lull_cancel(&h->task);
-    lull_post(h->loop, &h->task); /* asserts unless adopted */
-    CHECK_EQ(lull_settle(h->loop), 1);
+    lull_task_cancel(&h->task);
+    lull_task_post(h->loop, &h->task); /* asserts unless adopted */
+    CHECK_EQ(lull_loop_settle(h->loop), 1);
     CHECK_EQ(lull_loop_free(h->loop), 0);
 }
 
@@ -652,8 +652,8 @@ TEST(adopt_refused_while_running) {
     lull_loop *loop = adopt_loop = new_loop(LULL_CLOCK_VIRTUAL);
     lull_task t;
     lull_task_init(&t, adopt_inside);
-    lull_post(loop, &t);
-    CHECK_EQ(lull_settle(loop), 1);
+    lull_task_post(loop, &t);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(adopt_result, -EBUSY);
     CHECK_EQ(lull_loop_adopt(loop), 0); /* the owner adopting: a no-op */
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -688,7 +688,7 @@ static void idle_far(lull_timer *t) {
 
 static void idle_end(lull_timer *t) {
     (void)t;
-    idle.end_now = lull_now(the_loop);
+    idle.end_now = lull_loop_now(the_loop);
     for (int i = 0; i < IDLE_PIPES; i++)
         lull_io_stop(&idle.io[i]);
     lull_timer_stop(&idle.far);
@@ -696,7 +696,7 @@ static void idle_end(lull_timer *t) {
 
 /* One idle window of `window` ns: starts the watchers and the far timer,
  * arms the end timer and runs until it fires. *before is the time between
- * arming the end timer and calling lull_run, which the loop cannot spend
+ * arming the end timer and calling lull_loop_run, which the loop cannot spend
  * asleep (a loaded machine can make it long). */
 static lull_metrics idle_window(lull_loop *loop, uint64_t window,
                                 uint64_t *elapsed, uint64_t *before,
@@ -705,11 +705,11 @@ static lull_metrics idle_window(lull_loop *loop, uint64_t window,
         CHECK_EQ(lull_io_start(&idle.io[i], LULL_READABLE), 0);
     lull_timer_start(&idle.far, 3600000 * MS, 0);
     uint64_t start = check_clock_ns();
-    *loop_start = lull_now_exact(loop);
+    *loop_start = lull_loop_now_exact(loop);
     lull_timer_start(&idle.end, window, 0); /* ends the window */
     lull_loop_metrics_reset(loop);
     *before = check_clock_ns() - start;
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     *elapsed = check_clock_ns() - start;
     lull_metrics m;
     lull_loop_metrics(loop, &m);
@@ -764,11 +764,11 @@ TEST(idle_loop_returns_from_kernel_zero_times) {
 
 TEST(now_exact_reads_the_clock) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    uint64_t a = lull_now_exact(loop);
+    uint64_t a = lull_loop_now_exact(loop);
     check_spin_ns(2 * MS);
-    uint64_t b = lull_now_exact(loop);
+    uint64_t b = lull_loop_now_exact(loop);
     CHECK_LE(a + 2 * MS, b);
-    CHECK_LE(lull_now(loop), b); /* the cache is never ahead */
+    CHECK_LE(lull_loop_now(loop), b); /* the cache is never ahead */
     CHECK_LE(b - a, 1000 * MS);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

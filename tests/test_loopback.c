@@ -1,7 +1,7 @@
 /* The frame interface and the loopback pair (C6), and the turn contract the
  * loopback investigation pinned (BRIEF 1B), on both clocks: a callback runs
  * on a later turn, never inside the call that claimed it; once however often
- * it was claimed; a pending zero-delay turn is visible to lull_settle; a
+ * it was claimed; a pending zero-delay turn is visible to lull_loop_settle; a
  * delayed turn is carried by its timer alone; cancel (close) stops it; timers
  * and tasks interleave in registration order; an entry cancelled earlier in
  * the same batch does not run; frames ride on tasks, so they arrive with
@@ -31,13 +31,13 @@ static lull_loop *new_loop(int clk) {
     return loop;
 }
 
-/* Runs what is ready: lull_settle on the virtual clock (time frozen),
- * lull_run until the loop is not alive on the real one. */
+/* Runs what is ready: lull_loop_settle on the virtual clock (time frozen),
+ * lull_loop_run until the loop is not alive on the real one. */
 static void run_ready(lull_loop *loop) {
     if (the_clock == LULL_CLOCK_VIRTUAL) {
-        CHECK(lull_settle(loop) >= 0);
+        CHECK(lull_loop_settle(loop) >= 0);
     } else {
-        CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     }
 }
 
@@ -86,14 +86,14 @@ static void pair_with(lull_loop *loop, side *a, side *b,
     memset(a, 0, sizeof *a);
     memset(b, 0, sizeof *b);
     CHECK_EQ(lull_loopback_pair(loop, &a->lb, &b->lb, o), 0);
-    lull_endpoint_callbacks(&a->lb.ep, on_frame, on_drain, on_close);
-    lull_endpoint_callbacks(&b->lb.ep, on_frame, on_drain, on_close);
+    lull_endpoint_set_callbacks(&a->lb.ep, on_frame, on_drain, on_close);
+    lull_endpoint_set_callbacks(&b->lb.ep, on_frame, on_drain, on_close);
     a->trace_base = 1000;
     b->trace_base = 2000;
 }
 
 static int send_id(side *s, int id) {
-    return lull_send_copy(&s->lb.ep, &id, sizeof id);
+    return lull_endpoint_send_copy(&s->lb.ep, &id, sizeof id);
 }
 
 /* A frame the test owns, handed over. */
@@ -157,7 +157,7 @@ TEST(frame_never_inside_the_sender) {
         CHECK_EQ(b.frames, 0);
         lull_task t;
         lull_task_init(&t, send_three);
-        lull_post(loop, &t);
+        lull_task_post(loop, &t);
         run_ready(loop);
         CHECK_TRACE(2000, 2001, 2002, 2003);
         CHECK_EQ(b.max_depth, 1);
@@ -175,7 +175,7 @@ static void follow_up(lull_task *t) {
 }
 
 static void post_and_reply(side *s, int id) {
-    lull_post(the_loop, &g_follow);
+    lull_task_post(the_loop, &g_follow);
     if (id < 3) CHECK_EQ(send_id(s, id + 10), 0); /* back to a */
     CHECK_EQ(g_a->frames, 0 + (id > 1) + (id > 2));
 }
@@ -222,9 +222,9 @@ TEST(turn_runs_once_however_claimed) {
         lull_task_init(&t, count_run);
         lull_timer_init(loop, &z, count_timer);
         g_runs = 0;
-        lull_post(loop, &t);
-        lull_post(loop, &t);
-        lull_post(loop, &t);
+        lull_task_post(loop, &t);
+        lull_task_post(loop, &t);
+        lull_task_post(loop, &t);
         lull_timer_start(&z, 0, 0);
         lull_timer_start(&z, 0, 0);
         run_ready(loop);
@@ -246,8 +246,8 @@ TEST(turn_runs_once_however_claimed) {
     }
 }
 
-/* A pending zero-delay turn is ready work: lull_settle runs it, time frozen,
- * by task delivery and by zero-delay timer delivery alike. */
+/* A pending zero-delay turn is ready work: lull_loop_settle runs it, time
+ * frozen, by task delivery and by zero-delay timer delivery alike. */
 TEST(pending_zero_delay_turn_visible_to_settle) {
     for (int mode = 0; mode < 2; mode++) {
         lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
@@ -255,18 +255,18 @@ TEST(pending_zero_delay_turn_visible_to_settle) {
                                                    : LULL_DELIVER_TASK};
         side a, b;
         pair_with(loop, &a, &b, &o);
-        uint64_t t0 = lull_now(loop);
+        uint64_t t0 = lull_loop_now(loop);
         CHECK_EQ(send_id(&a, 7), 0);
         CHECK(lull_loopback_pending(&b.lb));
         CHECK(lull_loop_alive(loop));
-        CHECK_EQ(lull_settle(loop), 1);
+        CHECK_EQ(lull_loop_settle(loop), 1);
         CHECK_EQ(b.frames, 1);
         CHECK(!lull_loopback_pending(&b.lb));
-        CHECK_U64_EQ(lull_now(loop), t0);
-        CHECK_EQ(lull_settle(loop), 0);
+        CHECK_U64_EQ(lull_loop_now(loop), t0);
+        CHECK_EQ(lull_loop_settle(loop), 0);
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
         CHECK(lull_loopback_pending(&b.lb));
-        CHECK_EQ(lull_settle(loop), 1); /* b is told a closed */
+        CHECK_EQ(lull_loop_settle(loop), 1); /* b is told a closed */
         CHECK_EQ(b.closes, 1);
         CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
         CHECK_EQ(lull_loop_free(loop), 0);
@@ -283,30 +283,30 @@ TEST(delayed_turn_carried_by_timer_alone) {
     pair_with(loop, &a, &b, &o);
     CHECK_EQ(send_id(&a, 1), 0);
     CHECK_EQ(send_id(&a, 2), 0);
-    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(b.frames, 0);
     CHECK(lull_loopback_pending(&b.lb));
     CHECK(!lull_task_pending(&b.lb.task));
-    CHECK_U64_EQ(lull_timer_deadline(&b.lb.timer), lull_now(loop) + ms);
-    lull_advance(loop, ms - 1);
+    CHECK_U64_EQ(lull_timer_deadline(&b.lb.timer), lull_loop_now(loop) + ms);
+    lull_loop_advance(loop, ms - 1);
     CHECK_EQ(b.frames, 0);
-    lull_advance(loop, 1);
+    lull_loop_advance(loop, 1);
     CHECK_EQ(b.frames, 1);
-    lull_advance(loop, ms); /* the second frame waits its own delay */
+    lull_loop_advance(loop, ms); /* the second frame waits its own delay */
     CHECK_EQ(b.frames, 2);
     close_both(&a, &b);
-    lull_advance(loop, ms);
+    lull_loop_advance(loop, ms);
     CHECK_EQ(lull_loop_free(loop), 0);
 
     loop = new_loop(LULL_CLOCK_MONOTONIC);
     pair_with(loop, &a, &b, &o);
     uint64_t t0 = check_clock_ns();
     CHECK_EQ(send_id(&a, 1), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(b.frames, 1);
     CHECK_LE(ms, check_clock_ns() - t0);
     close_both(&a, &b);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -321,9 +321,9 @@ TEST(cancel_stops_the_turn) {
         lull_task_init(&t, count_run);
         lull_timer_init(loop, &z, count_timer);
         g_runs = 0;
-        lull_post(loop, &t);
+        lull_task_post(loop, &t);
         lull_timer_start(&z, 0, 0);
-        lull_cancel(&t);
+        lull_task_cancel(&t);
         lull_timer_stop(&z);
 
         side a, b;
@@ -331,7 +331,7 @@ TEST(cancel_stops_the_turn) {
         owned f[3];
         for (int i = 0; i < 3; i++) {
             owned_init(&f[i], i);
-            CHECK_EQ(lull_send(&a.lb.ep, &f[i].frame), 0);
+            CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
         }
         CHECK_EQ(lull_endpoint_close(&b.lb.ep, 4), 0);
         CHECK(!lull_loopback_pending(&b.lb));
@@ -381,10 +381,10 @@ TEST(timers_tasks_and_frames_interleave_in_registration_order) {
         c.trace_base = 3000;
         d.trace_base = 4000;
 
-        lull_post(loop, &v[0].task);         /* 1 */
+        lull_task_post(loop, &v[0].task);    /* 1 */
         lull_timer_start(&v[1].timer, 0, 0); /* 2 */
         CHECK_EQ(send_id(&a, 1), 0);         /* 2001 */
-        lull_post(loop, &v[2].task);         /* 3 */
+        lull_task_post(loop, &v[2].task);    /* 3 */
         CHECK_EQ(send_id(&c, 1), 0);         /* 4001 */
         lull_timer_start(&v[3].timer, 0, 0); /* 4 */
         CHECK_EQ(send_id(&a, 2), 0);         /* 2002: after 2001's turn */
@@ -405,7 +405,7 @@ static void close_victim(lull_task *t) {
     (void)t;
     check_trace(1);
     CHECK_EQ(lull_endpoint_close(&g_victim->lb.ep, 0), 0);
-    lull_cancel(g_cancel_me);
+    lull_task_cancel(g_cancel_me);
 }
 
 TEST(entry_cancelled_earlier_in_the_batch_does_not_run) {
@@ -420,15 +420,15 @@ TEST(entry_cancelled_earlier_in_the_batch_does_not_run) {
         lull_task_init(&y.task, tagged_task);
         g_victim = &b;
         g_cancel_me = &y.task;
-        lull_post(loop, &x.task);
+        lull_task_post(loop, &x.task);
         owned f;
         owned_init(&f, 5);
-        CHECK_EQ(lull_send(&a.lb.ep, &f.frame), 0);
-        lull_post(loop, &y.task);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f.frame), 0);
+        lull_task_post(loop, &y.task);
         tagged z;
         z.id = 6;
         lull_task_init(&z.task, tagged_task);
-        lull_post(loop, &z.task);
+        lull_task_post(loop, &z.task);
         run_ready(loop);
         CHECK_TRACE(1, 6, 1999);
         CHECK_EQ(b.frames, 0);
@@ -440,7 +440,7 @@ TEST(entry_cancelled_earlier_in_the_batch_does_not_run) {
 
 /* Deliveries ride on tasks: with every timer frozen (virtual time never
  * moves, a far timer never fires) a long ping-pong completes under
- * lull_settle alone. */
+ * lull_loop_settle alone. */
 static void ping_back(side *s, int id) {
     if (id < 1000) CHECK_EQ(send_id(s, id + 1), 0);
 }
@@ -456,14 +456,14 @@ TEST(frames_arrive_with_every_timer_frozen) {
     a.also = b.also = ping_back;
     a.quiet = b.quiet = true;
     CHECK_EQ(send_id(&a, 1), 0);
-    int ran = lull_settle(loop);
+    int ran = lull_loop_settle(loop);
     CHECK_EQ(ran, 1000);
     CHECK_EQ(a.frames + b.frames, 1000);
     CHECK_EQ(g_runs, 0);
-    CHECK_U64_EQ(lull_now(loop), 0);
+    CHECK_U64_EQ(lull_loop_now(loop), 0);
     lull_timer_stop(&far);
     close_both(&a, &b);
-    CHECK_EQ(lull_settle(loop), 0); /* both closed: nothing to tell */
+    CHECK_EQ(lull_loop_settle(loop), 0); /* both closed: nothing to tell */
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -494,7 +494,7 @@ static void probe(lull_task *t) {
         send_id(g_ends[rnd() & 1], 0);
     for (int i = 0; i < 2; i++)
         check_claimed(g_ends[i]);
-    if (--g_probe_left > 0) lull_post(the_loop, t);
+    if (--g_probe_left > 0) lull_task_post(the_loop, t);
 }
 
 static void check_on_frame(side *s, int id) {
@@ -517,7 +517,7 @@ TEST(queued_frame_always_has_its_turn_claimed) {
         g_probe_left = 2000;
         lull_task t;
         lull_task_init(&t, probe);
-        lull_post(loop, &t);
+        lull_task_post(loop, &t);
         run_ready(loop);
         check_claimed(&a);
         check_claimed(&b);
@@ -541,7 +541,8 @@ TEST(close_delivers_what_was_queued_then_the_reason) {
         pair_with(loop, &a, &b, NULL);
         owned back;
         owned_init(&back, 77);
-        CHECK_EQ(lull_send(&b.lb.ep, &back.frame), 0); /* b -> a, queued */
+        CHECK_EQ(lull_endpoint_send(&b.lb.ep, &back.frame),
+                 0); /* b -> a, queued */
         for (int i = 1; i <= 3; i++)
             CHECK_EQ(send_id(&a, i), 0);
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 42), 0);
@@ -550,8 +551,8 @@ TEST(close_delivers_what_was_queued_then_the_reason) {
         CHECK_EQ(back.releases, 1); /* a's inbox: released undelivered */
         CHECK_EQ(send_id(&a, 9), -EPIPE);
         CHECK_EQ(send_id(&b, 9), -EPIPE); /* the peer is gone */
-        CHECK(!lull_writable(&a.lb.ep));
-        CHECK(!lull_writable(&b.lb.ep));
+        CHECK(!lull_endpoint_writable(&a.lb.ep));
+        CHECK(!lull_endpoint_writable(&b.lb.ep));
         run_ready(loop);
         CHECK_TRACE(2001, 2002, 2003, 2999);
         CHECK_EQ(b.reason, 42);
@@ -577,7 +578,7 @@ static void release_and_close(lull_frame *f) {
     owned_release(f);
     CHECK_EQ(lull_endpoint_close(&g_release_closes->lb.ep, 5), 0);
     /* Sending from a release callback of a closed end fails cleanly. */
-    CHECK_EQ(lull_send(&g_release_closes->lb.ep, f), -EPIPE);
+    CHECK_EQ(lull_endpoint_send(&g_release_closes->lb.ep, f), -EPIPE);
 }
 
 TEST(close_inside_callbacks) {
@@ -589,7 +590,7 @@ TEST(close_inside_callbacks) {
         owned f[4];
         for (int i = 0; i < 4; i++) {
             owned_init(&f[i], i + 1);
-            CHECK_EQ(lull_send(&a.lb.ep, &f[i].frame), 0);
+            CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
         }
         run_ready(loop);
         CHECK_TRACE(2001, 2002, 1999);
@@ -604,8 +605,8 @@ TEST(close_inside_callbacks) {
         owned_init(&f[0], 1);
         owned_init(&f[1], 2);
         f[0].frame.release = release_and_close;
-        CHECK_EQ(lull_send(&a.lb.ep, &f[0].frame), 0);
-        CHECK_EQ(lull_send(&a.lb.ep, &f[1].frame), 0);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[0].frame), 0);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[1].frame), 0);
         run_ready(loop);
         /* a closed after frame 1's release: frame 2, sent before, still
          * arrives, then the reason. */
@@ -629,37 +630,40 @@ TEST(errors) {
     memset(&none, 0, sizeof none);
     owned f;
     owned_init(&f, 1);
-    CHECK_EQ(lull_send(NULL, &f.frame), -EINVAL);
-    CHECK_EQ(lull_send(&none, &f.frame), -EINVAL); /* no transport */
-    CHECK_EQ(lull_send_copy(NULL, "x", 1), -EINVAL);
+    CHECK_EQ(lull_endpoint_send(NULL, &f.frame), -EINVAL);
+    CHECK_EQ(lull_endpoint_send(&none, &f.frame), -EINVAL); /* no transport */
+    CHECK_EQ(lull_endpoint_send_copy(NULL, "x", 1), -EINVAL);
     CHECK_EQ(lull_endpoint_close(NULL, 0), -EINVAL);
     CHECK_EQ(lull_endpoint_close(&none, 0), -EINVAL);
-    CHECK(!lull_writable(NULL));
-    CHECK(!lull_writable(&none));
+    CHECK(!lull_endpoint_writable(NULL));
+    CHECK(!lull_endpoint_writable(&none));
     CHECK(!lull_endpoint_closed(NULL));
     CHECK(!lull_loopback_pending(NULL));
-    lull_endpoint_callbacks(NULL, NULL, NULL, NULL);
+    lull_endpoint_set_callbacks(NULL, NULL, NULL, NULL);
 
     pair_with(loop, &a, &b, NULL);
-    CHECK(lull_writable(&a.lb.ep));
-    CHECK_EQ(lull_send(&a.lb.ep, NULL), -EINVAL);
-    CHECK_EQ(lull_send_copy(&a.lb.ep, NULL, 1), -EINVAL);
-    CHECK_EQ(lull_send_copy(&a.lb.ep, NULL, 0), 0); /* an empty frame */
+    CHECK(lull_endpoint_writable(&a.lb.ep));
+    CHECK_EQ(lull_endpoint_send(&a.lb.ep, NULL), -EINVAL);
+    CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, NULL, 1), -EINVAL);
+    CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, NULL, 0),
+             0); /* an empty frame */
     lull_frame nob = {.bytes = NULL, .len = 3};
-    CHECK_EQ(lull_send(&a.lb.ep, &nob), -EINVAL);
-    CHECK_EQ(lull_send(&a.lb.ep, &f.frame), 0);
+    CHECK_EQ(lull_endpoint_send(&a.lb.ep, &nob), -EINVAL);
+    CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f.frame), 0);
     CHECK(f.frame.in_flight);
-    CHECK_EQ(lull_send(&a.lb.ep, &f.frame), -EBUSY); /* still in flight */
-    CHECK_EQ(lull_send(&b.lb.ep, &f.frame), -EBUSY);
-    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f.frame),
+             -EBUSY); /* still in flight */
+    CHECK_EQ(lull_endpoint_send(&b.lb.ep, &f.frame), -EBUSY);
+    CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_EQ(b.frames, 2);
     CHECK_EQ(f.releases, 1);
     CHECK(!f.frame.in_flight);
-    CHECK_EQ(lull_send(&a.lb.ep, &f.frame), 0); /* released: reusable */
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f.frame),
+             0); /* released: reusable */
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(f.releases, 2);
     close_both(&a, &b);
-    CHECK_EQ(lull_send(&a.lb.ep, &f.frame), -EPIPE);
+    CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f.frame), -EPIPE);
     CHECK_EQ(f.releases, 2); /* refused: not taken, not released */
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -671,10 +675,10 @@ TEST(loop_free_waits_for_deliveries) {
     pair_with(loop, &a, &b, NULL);
     CHECK_EQ(send_id(&a, 1), 0);
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
     CHECK_EQ(lull_loop_free(loop), -EBUSY); /* a is told */
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -685,9 +689,9 @@ TEST(copy_path_copies) {
     side a, b;
     pair_with(loop, &a, &b, NULL);
     int id = 5;
-    CHECK_EQ(lull_send_copy(&a.lb.ep, &id, sizeof id), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, &id, sizeof id), 0);
     id = 6;
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_TRACE(2005);
     close_both(&a, &b);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -709,27 +713,27 @@ TEST(backpressure_drain_once_per_crossing) {
         lull_loopback_options o = {.high_water = 100};
         side a, b;
         pair_with(loop, &a, &b, &o);
-        lull_endpoint_callbacks(&a.lb.ep, on_frame, drain_resend, on_close);
+        lull_endpoint_set_callbacks(&a.lb.ep, on_frame, drain_resend, on_close);
         char buf[30] = {0};
         for (int crossing = 1; crossing <= 3; crossing++) {
             for (int i = 0; i < 3; i++) {
-                CHECK_EQ(lull_send_copy(&a.lb.ep, buf, sizeof buf), 0);
-                CHECK(lull_writable(&a.lb.ep));
+                CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, buf, sizeof buf), 0);
+                CHECK(lull_endpoint_writable(&a.lb.ep));
             }
-            CHECK_EQ(lull_send_copy(&a.lb.ep, buf, sizeof buf), 0);
-            CHECK(!lull_writable(&a.lb.ep)); /* 120 >= 100 */
+            CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, buf, sizeof buf), 0);
+            CHECK(!lull_endpoint_writable(&a.lb.ep)); /* 120 >= 100 */
             CHECK_U64_EQ(a.lb.ep.queued, 120);
             /* Past the mark a send is still accepted. */
-            CHECK_EQ(lull_send_copy(&a.lb.ep, buf, sizeof buf), 0);
+            CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, buf, sizeof buf), 0);
             CHECK_U64_EQ(a.lb.ep.queued, 150);
             CHECK_EQ(a.drains, crossing - 1); /* never inside a send */
             run_ready(loop);
             CHECK_EQ(a.drains, crossing);
-            CHECK(lull_writable(&a.lb.ep));
+            CHECK(lull_endpoint_writable(&a.lb.ep));
             CHECK_U64_EQ(a.lb.ep.queued, 0);
         }
         /* Below the mark all along: no drain. */
-        CHECK_EQ(lull_send_copy(&a.lb.ep, buf, sizeof buf), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, buf, sizeof buf), 0);
         run_ready(loop);
         CHECK_EQ(a.drains, 3);
         CHECK_EQ(b.drains, 0);
@@ -746,7 +750,7 @@ static int g_resends;
 static void drain_and_resend(lull_endpoint *ep) {
     side_of(ep)->drains++;
     CHECK(!g_resend->frame.in_flight);
-    if (g_resends-- > 0) CHECK_EQ(lull_send(ep, &g_resend->frame), 0);
+    if (g_resends-- > 0) CHECK_EQ(lull_endpoint_send(ep, &g_resend->frame), 0);
 }
 
 TEST(drain_may_resend_the_released_frame) {
@@ -754,7 +758,7 @@ TEST(drain_may_resend_the_released_frame) {
     lull_loopback_options o = {.high_water = 8};
     side a, b;
     pair_with(loop, &a, &b, &o);
-    lull_endpoint_callbacks(&a.lb.ep, on_frame, drain_and_resend, on_close);
+    lull_endpoint_set_callbacks(&a.lb.ep, on_frame, drain_and_resend, on_close);
     owned f;
     owned_init(&f, 3);
     uint64_t big[1] = {3};
@@ -762,9 +766,9 @@ TEST(drain_may_resend_the_released_frame) {
     f.frame.len = 8; /* exactly the mark */
     g_resend = &f;
     g_resends = 4;
-    CHECK_EQ(lull_send(&a.lb.ep, &f.frame), 0);
-    CHECK(!lull_writable(&a.lb.ep));
-    CHECK_EQ(lull_settle(loop), 5);
+    CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f.frame), 0);
+    CHECK(!lull_endpoint_writable(&a.lb.ep));
+    CHECK_EQ(lull_loop_settle(loop), 5);
     CHECK_EQ(b.frames, 5);
     CHECK_EQ(a.drains, 5);
     CHECK_EQ(f.releases, 5);
@@ -784,19 +788,20 @@ TEST(oversize_frame_refused_and_neighbours_arrive) {
         memset(buf, 0, sizeof buf);
         int id = 1;
         memcpy(buf, &id, sizeof id);
-        CHECK_EQ(lull_send_copy(&a.lb.ep, buf, 100), 0); /* at the limit */
+        CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, buf, 100),
+                 0); /* at the limit */
         owned big;
         owned_init(&big, 2);
         big.frame.bytes = buf;
         big.frame.len = 101;
-        CHECK_EQ(lull_send(&a.lb.ep, &big.frame), -EMSGSIZE);
-        CHECK_EQ(lull_send_copy(&a.lb.ep, buf, 101), -EMSGSIZE);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &big.frame), -EMSGSIZE);
+        CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, buf, 101), -EMSGSIZE);
         CHECK(!big.frame.in_flight);
         CHECK_U64_EQ(a.lb.ep.queued, 100);
-        CHECK(lull_writable(&a.lb.ep));
+        CHECK(lull_endpoint_writable(&a.lb.ep));
         id = 3;
         memcpy(buf, &id, sizeof id);
-        CHECK_EQ(lull_send_copy(&a.lb.ep, buf, 4), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, buf, 4), 0);
         run_ready(loop);
         CHECK_TRACE(2001, 2003);
         CHECK_EQ(big.releases, 0);
@@ -903,7 +908,7 @@ static void m_check_end(int e) {
     lull_endpoint *ep = &M.end[e].ep;
     size_t want = m_open(e) ? M.fifo[e].bytes : 0;
     CHECK_U64_EQ(ep->queued, want);
-    CHECK_EQ(lull_writable(ep), m_open(e) && want < M_HIGH);
+    CHECK_EQ(lull_endpoint_writable(ep), m_open(e) && want < M_HIGH);
     CHECK_EQ(lull_endpoint_closed(ep), M.closed[e]);
     lull_loopback *lb = &M.end[e];
     if (lb->head || lb->close_pending) CHECK(lull_loopback_pending(lb));
@@ -931,10 +936,10 @@ static int m_send(int e) {
         m->dir = e;
         m->seq = seq;
         m->done = false;
-        rc = lull_send(&M.end[e].ep, &m->frame);
+        rc = lull_endpoint_send(&M.end[e].ep, &m->frame);
         if (rc < 0) m->dir = -1;
     } else {
-        rc = lull_send_copy(&M.end[e].ep, bytes, (size_t)len);
+        rc = lull_endpoint_send_copy(&M.end[e].ep, bytes, (size_t)len);
     }
     if (!m_open(e)) {
         CHECK_EQ(rc, -EPIPE);
@@ -1040,8 +1045,8 @@ static void m_pair(void) {
     lull_loopback_options o = {.max_frame = M_MAX_FRAME, .high_water = M_HIGH};
     CHECK_EQ(lull_loopback_pair(M.loop, &M.end[0], &M.end[1], &o), 0);
     for (int e = 0; e < 2; e++) {
-        lull_endpoint_callbacks(&M.end[e].ep, m_on_frame, m_on_drain,
-                                m_on_close);
+        lull_endpoint_set_callbacks(&M.end[e].ep, m_on_frame, m_on_drain,
+                                    m_on_close);
         M.closed[e] = M.peer_gone[e] = M.told[e] = false;
         CHECK_EQ(M.fifo[e].n, 0);
         M.fifo[e].bytes = 0;
@@ -1067,13 +1072,14 @@ static void m_drive(lull_task *t) {
         uint64_t x = m_rand() % 1000;
         if (x < 2) {
             m_close(e);
-        } else if (lull_writable(&M.end[e].ep) || x < 100 || !m_open(e)) {
+        } else if (lull_endpoint_writable(&M.end[e].ep) || x < 100 ||
+                   !m_open(e)) {
             m_send(e); /* mostly respects backpressure */
         }
     }
     for (int e = 0; e < 2; e++)
         m_check_end(e);
-    if (M.sends < M_SENDS) lull_post(M.loop, t);
+    if (M.sends < M_SENDS) lull_task_post(M.loop, t);
 }
 
 TEST(model_random_sends_and_closes) {
@@ -1084,13 +1090,13 @@ TEST(model_random_sends_and_closes) {
         M.pool[i].dir = -1;
     m_pair();
     lull_task_init(&M.driver, m_drive);
-    lull_post(M.loop, &M.driver);
-    CHECK(lull_settle(M.loop) > 0);
+    lull_task_post(M.loop, &M.driver);
+    CHECK(lull_loop_settle(M.loop) > 0);
     CHECK_EQ(M.sends, M_SENDS);
     /* Both ends finish: everything in flight is delivered or dropped. */
     m_close(0);
     m_close(1);
-    CHECK_EQ(lull_settle(M.loop), 0);
+    CHECK_EQ(lull_loop_settle(M.loop), 0);
     for (int i = 0; i < M_POOL; i++)
         CHECK_EQ(M.pool[i].dir, -1); /* every frame came back */
     CHECK_EQ(M.accepted, M.delivered + M.dropped);
@@ -1156,15 +1162,15 @@ TEST(end_freed_inside_its_own_delivery) {
             doomed_end *d = malloc(sizeof *d);
             pair_with(loop, &a, &d->s, &o);
             d->free_at = at;
-            lull_endpoint_callbacks(&d->s.lb.ep, doom_in_frame, NULL, NULL);
-            lull_endpoint_callbacks(&a.lb.ep, on_frame, doom_in_drain,
-                                    on_close);
+            lull_endpoint_set_callbacks(&d->s.lb.ep, doom_in_frame, NULL, NULL);
+            lull_endpoint_set_callbacks(&a.lb.ep, on_frame, doom_in_drain,
+                                        on_close);
             g_doomed = d;
             owned f[3];
             for (int i = 0; i < 3; i++) {
                 owned_init(&f[i], i + 1);
                 f[i].frame.release = doom_in_release;
-                CHECK_EQ(lull_send(&a.lb.ep, &f[i].frame), 0);
+                CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
             }
             run_ready(loop);
             CHECK(g_doomed == NULL);
@@ -1189,11 +1195,11 @@ TEST(copy_of_an_impossible_length) {
     side a, b;
     pair_with(loop, &a, &b, &o);
     static const char byte = 1;
-    CHECK_EQ(lull_send_copy(&a.lb.ep, &byte, SIZE_MAX), -ENOMEM);
-    CHECK_EQ(lull_send_copy(&a.lb.ep, &byte, SIZE_MAX - 8), -ENOMEM);
+    CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, &byte, SIZE_MAX), -ENOMEM);
+    CHECK_EQ(lull_endpoint_send_copy(&a.lb.ep, &byte, SIZE_MAX - 8), -ENOMEM);
     CHECK_U64_EQ(a.lb.ep.queued, 0);
     CHECK(!lull_loopback_pending(&b.lb));
-    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(b.frames, 0);
     close_both(&a, &b);
     CHECK_EQ(lull_loop_free(loop), 0);

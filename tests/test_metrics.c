@@ -61,7 +61,7 @@ static void count_listener(lull_listener *l) {
 static int chain_left;
 static void chain_hop(lull_task *t) {
     calls++;
-    if (--chain_left > 0) lull_post(the_loop, t);
+    if (--chain_left > 0) lull_task_post(the_loop, t);
 }
 
 TEST(tasks_run_counts_every_callback) {
@@ -70,7 +70,7 @@ TEST(tasks_run_counts_every_callback) {
     lull_timer timers[5];
     for (int i = 0; i < 10; i++) {
         lull_task_init(&tasks[i], count_task);
-        lull_post(loop, &tasks[i]);
+        lull_task_post(loop, &tasks[i]);
     }
     for (int i = 0; i < 5; i++) {
         lull_timer_init(loop, &timers[i], count_timer);
@@ -85,12 +85,12 @@ TEST(tasks_run_counts_every_callback) {
     lull_notifier n;
     lull_listener l;
     lull_notifier_init(&n);
-    lull_listen(loop, &n, &l, count_listener);
-    lull_notify(&n);
-    lull_notify(&n); /* coalesced: one callback */
+    lull_listener_start(loop, &n, &l, count_listener);
+    lull_notifier_raise(&n);
+    lull_notifier_raise(&n); /* coalesced: one callback */
 
     CHECK_U64_EQ(metrics().tasks_run, 0);
-    lull_advance(loop, 10);
+    lull_loop_advance(loop, 10);
     CHECK_EQ(calls, 17); /* 10 tasks, 5 timers, 1 io, 1 listener */
     CHECK_U64_EQ(metrics().tasks_run, 17);
     /* The advance never blocks, so it polls exactly once per iteration and
@@ -110,11 +110,11 @@ TEST(tasks_run_counts_every_callback) {
     CHECK_U64_EQ(m.stalls, 0);
     CHECK_U64_EQ(m.task_wait.count, 0);
     CHECK_U64_EQ(m.task_run.count, 0);
-    lull_post(loop, &tasks[0]);
-    CHECK_EQ(lull_settle(loop), 1);
+    lull_task_post(loop, &tasks[0]);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_U64_EQ(metrics().tasks_run, 1);
 
-    lull_unlisten(&l);
+    lull_listener_stop(&l);
     close(fds[0]);
     close(fds[1]);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -131,7 +131,7 @@ TEST(polls_and_empty_polls) {
 
     /* Nothing ready: every poll is empty. */
     for (int i = 0; i < 5; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     lull_metrics a = metrics();
     CHECK_LE(5, a.polls);
     CHECK_U64_EQ(a.empty_polls, a.polls);
@@ -139,7 +139,7 @@ TEST(polls_and_empty_polls) {
 
     /* A readable pipe: at least one poll found something. */
     CHECK_EQ(write(fds[1], "x", 1), 1);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(calls, 1);
     lull_metrics b = metrics();
     CHECK_LE(a.polls + 1, b.polls);
@@ -150,8 +150,8 @@ TEST(polls_and_empty_polls) {
     lull_task t;
     lull_task_init(&t, chain_hop);
     chain_left = 10000;
-    lull_post(loop, &t);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &t);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     lull_metrics c = metrics();
     CHECK_EQ(chain_left, 0);
     if (!check_yield_often()) CHECK_LE(c.polls - b.polls, 3);
@@ -175,13 +175,13 @@ TEST(wakeups_count_only_blocking_returns) {
     lull_timer_start(&far, 100000 * MS, 0);
     lull_loop_metrics_reset(loop);
     for (int i = 0; i < 10; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     lull_task t;
     lull_task_init(&t, chain_hop);
     chain_left = 10000;
-    lull_post(loop, &t);
+    lull_task_post(loop, &t);
     lull_timer_unref(&far);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(calls, 10000);
     lull_metrics a = metrics();
     CHECK_U64_EQ(a.wakeups, 0);
@@ -192,7 +192,7 @@ TEST(wakeups_count_only_blocking_returns) {
         lull_loop_metrics_reset(loop);
         calls = 0;
         lull_timer_start(&near, delay, 0);
-        CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
         CHECK_EQ(calls, 1);
         b = metrics();
         if (b.wakeups != 0 || delay >= 5120 * MS) break;
@@ -220,7 +220,7 @@ static void shared_hop(lull_task *t) {
     calls++;
     if (reposts_left > 0) {
         reposts_left--;
-        lull_post(the_loop, t);
+        lull_task_post(the_loop, t);
     }
 }
 
@@ -232,9 +232,9 @@ TEST(wait_and_run_histograms_after_workload) {
     reposts_left = 100000;
     for (int i = 0; i < 100; i++) {
         lull_task_init(&tasks[i], shared_hop);
-        lull_post(loop, &tasks[i]);
+        lull_task_post(loop, &tasks[i]);
     }
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(calls, 100000 + 100);
     lull_metrics m = metrics();
     CHECK_LE(1, m.task_wait.count);
@@ -316,14 +316,14 @@ TEST(busy_and_idle_time) {
     lull_task t;
     lull_task_init(&t, spin_3ms);
     lull_timer_init(loop, &idle_timer, count_timer);
-    lull_post(loop, &t);
+    lull_task_post(loop, &t);
     uint64_t start = check_clock_ns();
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     uint64_t elapsed = check_clock_ns() - start;
     lull_metrics m = metrics();
     /* Under load the 3 ms spin may take longer in wall time (preemption),
      * which moves time from idle to busy; the sum is what must hold. Only
-     * lull_run's entry and exit fall outside both, hence the margin. */
+     * lull_loop_run's entry and exit fall outside both, hence the margin. */
     CHECK_LE(3 * MS, m.busy_ns);
     CHECK_LE(25 * MS, m.idle_ns);
     CHECK_LE(m.busy_ns + m.idle_ns, elapsed + 1 * MS);
@@ -366,8 +366,8 @@ TEST(stall_counted_and_named) {
     lull_task spin;
     lull_task_init(&spin, spinner);
     spin_ns = 5 * MS;
-    lull_post(loop, &spin);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &spin);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     m = metrics();
     CHECK_U64_EQ(m.stalls, 1);
     CHECK(m.worst_stall != NULL);
@@ -380,7 +380,7 @@ TEST(stall_counted_and_named) {
     lull_timer_init(loop, &t, slow_timer);
     spin_ns = m.worst_stall_ns + 3 * MS;
     lull_timer_start(&t, 0, 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     m = metrics();
     CHECK_U64_EQ(m.stalls, 2);
     CHECK_EQ(strcmp(m.worst_stall, "slow-timer"), 0);
@@ -389,8 +389,8 @@ TEST(stall_counted_and_named) {
     /* A shorter stall counts; the worst changes only with a longer one. */
     uint64_t worst = m.worst_stall_ns;
     spin_ns = 2 * MS;
-    lull_post(loop, &spin);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &spin);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     m = metrics();
     CHECK_U64_EQ(m.stalls, 3);
     if (m.worst_stall_ns == worst)
@@ -401,13 +401,13 @@ TEST(stall_counted_and_named) {
     /* An unnamed callback's stall counts too. */
     lull_task anon;
     lull_task_init(&anon, unnamed_spinner);
-    lull_post(loop, &anon);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &anon);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_U64_EQ(metrics().stalls, 4);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* lull_settle counts the callbacks it ran through a counter of its own: a
+/* lull_loop_settle counts the callbacks it ran through a counter of its own: a
  * callback that resets the metrics in the middle does not change the count
  * (it counted through the metric, and returned the wrapped difference
  * clamped to INT32_MAX). */
@@ -422,15 +422,15 @@ TEST(settle_counts_through_a_metrics_reset) {
     lull_task a, b;
     lull_task_init(&a, count_task);
     lull_task_init(&b, reset_metrics_task);
-    lull_post(loop, &a);
-    CHECK_EQ(lull_settle(loop), 1);
-    lull_post(loop, &a);
-    lull_post(loop, &b);
-    CHECK_EQ(lull_settle(loop), 2);
+    lull_task_post(loop, &a);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    lull_task_post(loop, &a);
+    lull_task_post(loop, &b);
+    CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_EQ(calls, 3);
     CHECK_U64_EQ(metrics().tasks_run, 0); /* reset by b, nothing ran after */
-    lull_post(loop, &a);
-    CHECK_EQ(lull_settle(loop), 1);
+    lull_task_post(loop, &a);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_U64_EQ(metrics().tasks_run, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -475,7 +475,7 @@ static void *signal_when_asleep(void *arg) {
             sched_yield();
     }
     check_wait_blocked(sg->tid, loop->backend_fd, &loop->sleeping);
-    lull_post_remote(loop, &sg->finish);
+    lull_task_post_remote(loop, &sg->finish);
     return NULL;
 }
 
@@ -497,7 +497,7 @@ static void signals_while_sleeping(lull_loop *loop, bool watch_fd) {
     __atomic_store_n(&sigs_seen, 0, __ATOMIC_SEQ_CST);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, signal_when_asleep, &sg), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(pthread_join(th, NULL), 0);
     CHECK_EQ(__atomic_load_n(&sigs_seen, __ATOMIC_SEQ_CST), 5);
     lull_metrics m = metrics();
@@ -542,7 +542,7 @@ TEST_THREADED(signals_are_their_own_wakeup_cause) {
 
 /* ------------------------------------ remote raises in the wake audit */
 
-/* A wakeup caused by lull_notify_remote is charged to what the raise
+/* A wakeup caused by lull_notifier_raise_remote is charged to what the raise
  * reaches: the first listener's callback, or the pump pass (in the pump's
  * own row, beside its passes), by name; never to lull's forwarding task,
  * which every notifier shares. A worker thread raises each notifier only
@@ -577,7 +577,7 @@ static int pass_b(lull_pump *p, uint64_t *retry_ns) {
 
 static void finish_raises(lull_task *t) {
     raiser *r = LULL_CONTAINER_OF(t, raiser, finish);
-    lull_unlisten(&r->la);
+    lull_listener_stop(&r->la);
     lull_pump_close(&r->pump);
     lull_loop_unref(r->loop);
 }
@@ -591,15 +591,15 @@ static void *raise_when_asleep(void *arg) {
     raiser *r = arg;
     for (int i = 0; i < RAISE_ROUNDS; i++) {
         wait_until_asleep(r);
-        lull_notify_remote(r->loop, &r->a);
+        lull_notifier_raise_remote(r->loop, &r->a);
         while (sem_wait(&r->seen) != 0) {
         }
         wait_until_asleep(r);
-        lull_notify_remote(r->loop, &r->b);
+        lull_notifier_raise_remote(r->loop, &r->b);
         while (sem_wait(&r->seen) != 0) {
         }
     }
-    lull_post_remote(r->loop, &r->finish);
+    lull_task_post_remote(r->loop, &r->finish);
     return NULL;
 }
 
@@ -619,7 +619,7 @@ TEST_THREADED(remote_raises_are_charged_to_what_they_reach) {
     CHECK_EQ(sem_init(&r.seen, 0, 0), 0);
     lull_notifier_init(&r.a);
     lull_notifier_init(&r.b);
-    lull_listen(loop, &r.a, &r.la, on_a);
+    lull_listener_start(loop, &r.a, &r.la, on_a);
     lull_pump_init(loop, &r.pump, pass_b);
     lull_pump_listen(&r.pump, &r.b, &r.lb);
     lull_task_init(&r.finish, finish_raises);
@@ -631,7 +631,7 @@ TEST_THREADED(remote_raises_are_charged_to_what_they_reach) {
     lull_loop_audit_reset(loop);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, raise_when_asleep, &r), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(pthread_join(th, NULL), 0);
 
     lull_metrics m = metrics();
@@ -646,7 +646,7 @@ TEST_THREADED(remote_raises_are_charged_to_what_they_reach) {
         sum += rows[i].wakeups;
         /* No row for lull's own forwarder. */
         CHECK(strstr(rows[i].name, "remote callback") == NULL);
-        CHECK(strstr(rows[i].name, "lull_notify_remote") == NULL);
+        CHECK(strstr(rows[i].name, "lull_notifier_raise_remote") == NULL);
     }
     CHECK_U64_EQ(sum, m.wakeups);
     const lull_audit_entry *la = row_named(rows, n, "app.listener");
@@ -664,7 +664,7 @@ TEST_THREADED(remote_raises_are_charged_to_what_they_reach) {
 static void *lone_raise(void *arg) {
     raiser *r = arg;
     wait_until_asleep(r);
-    lull_notify_remote(r->loop, &r->a);
+    lull_notifier_raise_remote(r->loop, &r->a);
     return NULL;
 }
 
@@ -683,12 +683,12 @@ TEST_THREADED(remote_raise_without_listener_has_its_own_row) {
      * post ends the run. */
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, lone_raise, &r), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(pthread_join(th, NULL), 0);
     lull_audit_entry rows[8];
     int n = lull_loop_audit(loop, rows, 8, NULL);
-    const lull_audit_entry *row =
-        row_named(rows, n, "lull_notify_remote (a notifier with no listener)");
+    const lull_audit_entry *row = row_named(
+        rows, n, "lull_notifier_raise_remote (a notifier with no listener)");
     CHECK(row != NULL);
     CHECK_U64_EQ(row->wakeups, 1);
     CHECK_EQ(row->kind, LULL_SOURCE_REMOTE);

@@ -5,8 +5,8 @@
  * both sides must agree on: the order of every callback, the virtual time
  * each ran at, the deadline a timer reports inside its own callback, the
  * pending / active / quiet state of every handle seen inside each callback
- * and after the operation, what lull_settle returned, what lull_loop_free
- * said, and lull_now.
+ * and after the operation, what lull_loop_settle returned, what lull_loop_free
+ * said, and lull_loop_now.
  *
  * The rules the model encodes (BRIEF C2-C4, C7, 2.1):
  *   - one FIFO of ready work: posted tasks, zero-delay timers, listener
@@ -30,8 +30,8 @@
  *     taken at the start of the next iteration, oldest first;
  *   - settle iterates until an iteration runs nothing; advance settles,
  *     then steps to each deadline up to the target, settling at each, then
- *     sets the target time and settles; lull_run on the virtual clock runs
- *     while something is ready; lull_stop ends any of them after the
+ *     sets the target time and settles; lull_loop_run on the virtual clock runs
+ *     while something is ready; lull_loop_stop ends any of them after the
  *     callback in progress (advance then stays at the time it reached);
  *   - lull_loop_free is -EBUSY while anything is queued, armed, subscribed
  *     or remotely posted.
@@ -85,7 +85,7 @@ enum {
 };
 
 /* Every operation is driven, including the two the model found broken
- * before they were fixed: a listener that left a pump by lull_unlisten and
+ * before they were fixed: a listener that left a pump by lull_listener_stop and
  * is reused (or freed) while that pump is open, and a pass that frees its
  * own pump, or closes and initialises it again. LULL_MODEL_ALL_OPS=0 skips
  * exactly those operations for one run (the generator is unchanged, so a
@@ -127,13 +127,13 @@ enum {
     A_PINIT,    /* a: pump (only a closed one) */
     A_PLISTEN,  /* a: pump, b: notifier, c: listener */
     A_RESULT,   /* a pass's result: a: status, x: retry */
-    A_STOP,     /* lull_stop */
-    A_YIELD,    /* lull_should_yield (result ignored) */
+    A_STOP,     /* lull_loop_stop */
+    A_YIELD,    /* lull_loop_should_yield (result ignored) */
     A_RECYCLE,  /* a: entity: stop it, free its memory, make a new one */
     /* Top level only. */
     A_SETTLE,
     A_ADVANCE,       /* x: ns */
-    A_RUN,           /* lull_run(DEFAULT) */
+    A_RUN,           /* lull_loop_run(DEFAULT) */
     A_POST_REMOTE,   /* a: task */
     A_NOTIFY_REMOTE, /* a: notifier */
     A_FREE,          /* lull_loop_free; on success a new loop */
@@ -258,13 +258,13 @@ typedef struct impl {
     void (*post_remote)(int t);
     void (*notify_remote)(int n);
     int (*loop_free)(void); /* on 0, a new loop with every handle fresh */
-    /* Observations, relative to the loop's first lull_now. */
+    /* Observations, relative to the loop's first lull_loop_now. */
     uint64_t (*now)(void);
     bool (*pending)(int t);
     bool (*active)(int m);
     uint64_t (*deadline)(int m);
     bool (*quiet)(int p);
-    bool (*yield_outside)(void); /* lull_should_yield outside a callback */
+    bool (*yield_outside)(void); /* lull_loop_should_yield outside a callback */
 } impl;
 
 /* One trace record: a callback, or a result of settle / loop_free. */
@@ -338,7 +338,7 @@ static uint32_t digest(side *s) {
     return d;
 }
 
-/* A listener that left an open pump by lull_unlisten (see
+/* A listener that left an open pump by lull_listener_stop (see
  * MODEL_ALL_OPS_DEFAULT). */
 static bool stale_listener(const side *s, int l) {
     return !all_ops && !s->subscribed[l] && s->pump_of[l] >= 0;
@@ -928,7 +928,7 @@ typedef struct rpump {
 
 static struct {
     lull_loop *loop;
-    uint64_t t0;         /* lull_now when the loop was made */
+    uint64_t t0;         /* lull_loop_now when the loop was made */
     uint64_t quantum_ns; /* this sequence's quantum (0 = default) */
     rtask *t[NT];
     rtimer *m[NM];
@@ -980,14 +980,14 @@ static void r_new_loop(void) {
     lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL,
                            .quantum_ns = R.quantum_ns};
     CHECK_EQ(lull_loop_new(&R.loop, &o), 0);
-    R.t0 = lull_now(R.loop);
+    R.t0 = lull_loop_now(R.loop);
 }
 
 static void ri_post(int t) {
-    lull_post(R.loop, &R.t[t]->task);
+    lull_task_post(R.loop, &R.t[t]->task);
 }
 static void ri_cancel(int t) {
-    lull_cancel(&R.t[t]->task);
+    lull_task_cancel(&R.t[t]->task);
 }
 static void ri_timer_start(int m, uint64_t delay, uint64_t repeat) {
     lull_timer_start(&R.m[m]->timer, delay, repeat);
@@ -996,13 +996,13 @@ static void ri_timer_stop(int m) {
     lull_timer_stop(&R.m[m]->timer);
 }
 static void ri_notify(int n) {
-    lull_notify(&R.n[n]);
+    lull_notifier_raise(&R.n[n]);
 }
 static void ri_listen(int l, int n) {
-    lull_listen(R.loop, &R.n[n], &R.l[l]->l, r_listener_fn);
+    lull_listener_start(R.loop, &R.n[n], &R.l[l]->l, r_listener_fn);
 }
 static void ri_unlisten(int l) {
-    lull_unlisten(&R.l[l]->l);
+    lull_listener_stop(&R.l[l]->l);
 }
 static void ri_wake(int p) {
     lull_pump_wake(&R.p[p]->pump);
@@ -1017,15 +1017,15 @@ static void ri_plisten(int p, int n, int l) {
     lull_pump_listen(&R.p[p]->pump, &R.n[n], &R.l[l]->l);
 }
 static void ri_stop(void) {
-    lull_stop(R.loop);
+    lull_loop_stop(R.loop);
 }
 static void ri_yield(void) {
-    (void)lull_should_yield(R.loop);
+    (void)lull_loop_should_yield(R.loop);
 }
 static void ri_recycle(int e) {
     if (e < E_TIMER) {
         int t = e - E_TASK;
-        lull_cancel(&R.t[t]->task);
+        lull_task_cancel(&R.t[t]->task);
         free(R.t[t]);
         r_new_task(t);
     } else if (e < E_LISTENER) {
@@ -1035,7 +1035,7 @@ static void ri_recycle(int e) {
         r_new_timer(m);
     } else if (e < E_PUMP) {
         int l = e - E_LISTENER;
-        lull_unlisten(&R.l[l]->l);
+        lull_listener_stop(&R.l[l]->l);
         free(R.l[l]);
         r_new_listener(l);
     } else {
@@ -1046,19 +1046,19 @@ static void ri_recycle(int e) {
     }
 }
 static int ri_settle(void) {
-    return lull_settle(R.loop);
+    return lull_loop_settle(R.loop);
 }
 static void ri_advance(uint64_t ns) {
-    lull_advance(R.loop, ns);
+    lull_loop_advance(R.loop, ns);
 }
 static void ri_run(void) {
-    CHECK_EQ(lull_run(R.loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(R.loop, LULL_RUN_DEFAULT), 0);
 }
 static void ri_post_remote(int t) {
-    lull_post_remote(R.loop, &R.t[t]->task);
+    lull_task_post_remote(R.loop, &R.t[t]->task);
 }
 static void ri_notify_remote(int n) {
-    lull_notify_remote(R.loop, &R.n[n]);
+    lull_notifier_raise_remote(R.loop, &R.n[n]);
 }
 static int ri_loop_free(void) {
     int r = lull_loop_free(R.loop);
@@ -1071,7 +1071,7 @@ static int ri_loop_free(void) {
     return 0;
 }
 static uint64_t ri_now(void) {
-    return lull_now(R.loop) - R.t0;
+    return lull_loop_now(R.loop) - R.t0;
 }
 static bool ri_pending(int t) {
     return lull_task_pending(&R.t[t]->task);
@@ -1087,7 +1087,7 @@ static bool ri_quiet(int p) {
     return lull_pump_quiet(&R.p[p]->pump);
 }
 static bool ri_yield_outside(void) {
-    return lull_should_yield(R.loop);
+    return lull_loop_should_yield(R.loop);
 }
 
 static const impl real_impl = {
@@ -1122,12 +1122,12 @@ static int real_end(void) {
     for (int p = 0; p < NP; p++)
         lull_pump_close(&R.p[p]->pump);
     for (int l = 0; l < NL; l++)
-        lull_unlisten(&R.l[l]->l);
+        lull_listener_stop(&R.l[l]->l);
     for (int m = 0; m < NM; m++)
         lull_timer_stop(&R.m[m]->timer);
     for (int t = 0; t < NT; t++)
-        lull_cancel(&R.t[t]->task);
-    lull_settle(R.loop); /* remote posts: taken, run with no actions */
+        lull_task_cancel(&R.t[t]->task);
+    lull_loop_settle(R.loop); /* remote posts: taken, run with no actions */
     for (int m = 0; m < NM; m++)
         lull_timer_stop(&R.m[m]->timer);
     for (int p = 0; p < NP; p++)
@@ -1361,7 +1361,7 @@ static bool agree(bool loud) {
         SR.checks += NM;
         if (same && SR.im->yield_outside()) {
             same = false;
-            what = "lull_should_yield outside a callback";
+            what = "lull_loop_should_yield outside a callback";
         }
         if (!same && loud)
             fprintf(stderr,

@@ -1,9 +1,9 @@
 /* Notifiers and listeners (C4): a raise never runs a listener inline; raises
  * before the listener runs coalesce into one call; listeners run in
  * subscription order; a listener removed before its task runs does not run;
- * lull_notify_remote delivers from another thread. Order on the virtual
- * clock with lull_settle (time never moves here). Zero allocation per raise
- * is covered by test_alloc. */
+ * lull_notifier_raise_remote delivers from another thread. Order on the virtual
+ * clock with lull_loop_settle (time never moves here). Zero allocation per
+ * raise is covered by test_alloc. */
 #include "check.h"
 
 #include <errno.h>
@@ -40,11 +40,12 @@ static void on_raise(lull_listener *l) {
     CHECK_EQ(++depth, 1);
     s->runs++;
     check_trace(s->id);
-    if (s->drop) lull_unlisten(&s->drop->l);
+    if (s->drop) lull_listener_stop(&s->drop->l);
     if (s->raise_again && s->raise_left > 0) {
         int runs = s->runs;
         s->raise_left--;
-        lull_notify(s->raise_again); /* queues a later call, never inline */
+        lull_notifier_raise(
+            s->raise_again); /* queues a later call, never inline */
         CHECK_EQ(s->runs, runs);
     }
     depth--;
@@ -55,15 +56,15 @@ TEST(raise_never_runs_listener_inline) {
     lull_notifier n;
     lull_notifier_init(&n);
     sub s = {.id = 1};
-    lull_listen(loop, &n, &s.l, on_raise);
-    lull_notify(&n);
-    CHECK_EQ(s.runs, 0); /* not inside lull_notify */
+    lull_listener_start(loop, &n, &s.l, on_raise);
+    lull_notifier_raise(&n);
+    CHECK_EQ(s.runs, 0); /* not inside lull_notifier_raise */
     CHECK(lull_loop_alive(loop));
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(s.runs, 1);
     CHECK_U64_EQ(n.raised, 1);
-    CHECK_EQ(lull_settle(loop), 0); /* nothing re-arms itself */
-    lull_unlisten(&s.l);
+    CHECK_EQ(lull_loop_settle(loop), 0); /* nothing re-arms itself */
+    lull_listener_stop(&s.l);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -72,18 +73,18 @@ TEST(raises_before_the_task_runs_coalesce) {
     lull_notifier n;
     lull_notifier_init(&n);
     sub s = {.id = 1};
-    lull_listen(loop, &n, &s.l, on_raise);
+    lull_listener_start(loop, &n, &s.l, on_raise);
     for (int i = 0; i < 7; i++)
-        lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 1);
+        lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(s.runs, 1);
     /* After it ran, a new raise is a new call. */
-    lull_notify(&n);
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 1);
+    lull_notifier_raise(&n);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(s.runs, 2);
     CHECK_U64_EQ(n.raised, 9);
-    lull_unlisten(&s.l);
+    lull_listener_stop(&s.l);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -92,12 +93,12 @@ TEST(raise_inside_listener_queues_a_later_call) {
     lull_notifier n;
     lull_notifier_init(&n);
     sub s = {.id = 1, .raise_again = &n, .raise_left = 3};
-    lull_listen(loop, &n, &s.l, on_raise);
-    lull_notify(&n);
+    lull_listener_start(loop, &n, &s.l, on_raise);
+    lull_notifier_raise(&n);
     /* Each run raised once more: 1 + 3 runs, one task each. */
-    CHECK_EQ(lull_settle(loop), 4);
+    CHECK_EQ(lull_loop_settle(loop), 4);
     CHECK_EQ(s.runs, 4);
-    lull_unlisten(&s.l);
+    lull_listener_stop(&s.l);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -108,20 +109,20 @@ TEST(listeners_run_in_subscription_order) {
     sub s[4] = {{.id = 0}, {.id = 1}, {.id = 2}, {.id = 3}};
     int order[4] = {2, 0, 3, 1};
     for (int i = 0; i < 4; i++)
-        lull_listen(loop, &n, &s[order[i]].l, on_raise);
-    lull_notify(&n);
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 4);
+        lull_listener_start(loop, &n, &s[order[i]].l, on_raise);
+    lull_notifier_raise(&n);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 4);
     CHECK_TRACE(2, 0, 3, 1);
     /* Re-subscribing moves a listener to the end. */
-    lull_unlisten(&s[2].l);
-    lull_listen(loop, &n, &s[2].l, on_raise);
+    lull_listener_stop(&s[2].l);
+    lull_listener_start(loop, &n, &s[2].l, on_raise);
     check_trace_reset();
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 4);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 4);
     CHECK_TRACE(0, 3, 1, 2);
     for (int i = 0; i < 4; i++)
-        lull_unlisten(&s[i].l);
+        lull_listener_stop(&s[i].l);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -133,16 +134,16 @@ TEST(listeners_of_two_notifiers_run_in_raise_order) {
     lull_notifier_init(&a);
     lull_notifier_init(&b);
     sub s[3] = {{.id = 0}, {.id = 1}, {.id = 2}};
-    lull_listen(loop, &a, &s[0].l, on_raise);
-    lull_listen(loop, &b, &s[1].l, on_raise);
-    lull_listen(loop, &a, &s[2].l, on_raise);
-    lull_notify(&b);
-    lull_notify(&a);
-    lull_notify(&b);
-    CHECK_EQ(lull_settle(loop), 3);
+    lull_listener_start(loop, &a, &s[0].l, on_raise);
+    lull_listener_start(loop, &b, &s[1].l, on_raise);
+    lull_listener_start(loop, &a, &s[2].l, on_raise);
+    lull_notifier_raise(&b);
+    lull_notifier_raise(&a);
+    lull_notifier_raise(&b);
+    CHECK_EQ(lull_loop_settle(loop), 3);
     CHECK_TRACE(1, 0, 2);
     for (int i = 0; i < 3; i++)
-        lull_unlisten(&s[i].l);
+        lull_listener_stop(&s[i].l);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -152,19 +153,19 @@ TEST(listener_removed_before_its_task_runs_does_not_run) {
     lull_notifier_init(&n);
     sub s[3] = {{.id = 0}, {.id = 1}, {.id = 2}};
     for (int i = 0; i < 3; i++)
-        lull_listen(loop, &n, &s[i].l, on_raise);
-    lull_notify(&n);
-    lull_unlisten(&s[1].l); /* its task is queued: it must not run */
-    CHECK_EQ(lull_settle(loop), 2);
+        lull_listener_start(loop, &n, &s[i].l, on_raise);
+    lull_notifier_raise(&n);
+    lull_listener_stop(&s[1].l); /* its task is queued: it must not run */
+    CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_TRACE(0, 2);
     CHECK_EQ(s[1].runs, 0);
     /* Unsubscribed: later raises do not reach it either. */
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 2);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_EQ(s[1].runs, 0);
-    lull_unlisten(&s[0].l);
-    lull_unlisten(&s[2].l);
-    lull_unlisten(&s[1].l); /* twice is harmless */
+    lull_listener_stop(&s[0].l);
+    lull_listener_stop(&s[2].l);
+    lull_listener_stop(&s[1].l); /* twice is harmless */
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -177,12 +178,12 @@ TEST(listener_removed_by_an_earlier_listener_of_the_batch) {
     sub s[3] = {{.id = 0}, {.id = 1}, {.id = 2}};
     s[0].drop = &s[2];
     for (int i = 0; i < 3; i++)
-        lull_listen(loop, &n, &s[i].l, on_raise);
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 2);
+        lull_listener_start(loop, &n, &s[i].l, on_raise);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_TRACE(0, 1);
-    lull_unlisten(&s[0].l);
-    lull_unlisten(&s[1].l);
+    lull_listener_stop(&s[0].l);
+    lull_listener_stop(&s[1].l);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -191,13 +192,13 @@ TEST(listener_subscribed_after_the_raise_is_not_called) {
     lull_notifier n;
     lull_notifier_init(&n);
     sub early = {.id = 0}, late = {.id = 1};
-    lull_listen(loop, &n, &early.l, on_raise);
-    lull_notify(&n);
-    lull_listen(loop, &n, &late.l, on_raise);
-    CHECK_EQ(lull_settle(loop), 1);
+    lull_listener_start(loop, &n, &early.l, on_raise);
+    lull_notifier_raise(&n);
+    lull_listener_start(loop, &n, &late.l, on_raise);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_TRACE(0);
-    lull_unlisten(&early.l);
-    lull_unlisten(&late.l);
+    lull_listener_stop(&early.l);
+    lull_listener_stop(&late.l);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -206,11 +207,11 @@ TEST(subscribed_listener_keeps_loop_from_freeing) {
     lull_notifier n;
     lull_notifier_init(&n);
     sub s = {.id = 0};
-    lull_notify(&n); /* no listeners: nothing queued */
-    CHECK_EQ(lull_settle(loop), 0);
-    lull_listen(loop, &n, &s.l, on_raise);
+    lull_notifier_raise(&n); /* no listeners: nothing queued */
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    lull_listener_start(loop, &n, &s.l, on_raise);
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
-    lull_unlisten(&s.l);
+    lull_listener_stop(&s.l);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -225,13 +226,13 @@ typedef struct remote_case {
     lull_loop *loop;
     lull_notifier n;
     sub s;
-    int raises; /* how many lull_notify_remote calls the thread makes */
+    int raises; /* how many lull_notifier_raise_remote calls the thread makes */
 } remote_case;
 
 static void *raise_from_thread(void *arg) {
     remote_case *rc = arg;
     for (int i = 0; i < rc->raises; i++)
-        lull_notify_remote(rc->loop, &rc->n);
+        lull_notifier_raise_remote(rc->loop, &rc->n);
     return NULL;
 }
 
@@ -240,7 +241,7 @@ static void on_remote_raise(lull_listener *l) {
     remote_case *rc = LULL_CONTAINER_OF(s, remote_case, s);
     s->runs++;
     /* Delivered on the loop thread: it may unsubscribe and drop the ref. */
-    lull_unlisten(l);
+    lull_listener_stop(l);
     lull_loop_unref(rc->loop);
 }
 
@@ -250,11 +251,11 @@ TEST_THREADED(notify_remote_from_another_thread_delivers) {
     CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     rc.loop = loop;
     lull_notifier_init(&rc.n);
-    lull_listen(loop, &rc.n, &rc.s.l, on_remote_raise);
+    lull_listener_start(loop, &rc.n, &rc.s.l, on_remote_raise);
     lull_loop_ref(loop); /* a remote raise is expected */
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, raise_from_thread, &rc), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK_EQ(rc.s.runs, 1);
     CHECK_U64_EQ(rc.n.raised, 1); /* the raise happened on the loop thread */
@@ -284,18 +285,18 @@ typedef struct burst_case {
 static void *raise_burst(void *arg) {
     burst_case *bc = arg;
     for (int i = 0; i < BURST; i++)
-        lull_notify_remote(bc->loop, &bc->n);
-    lull_post_remote(bc->loop, &bc->barrier);
+        lull_notifier_raise_remote(bc->loop, &bc->n);
+    lull_task_post_remote(bc->loop, &bc->barrier);
     while (sem_wait(&bc->settled) != 0) {
     }
     atomic_store(&bc->done, true);
-    lull_notify_remote(bc->loop, &bc->n);
+    lull_notifier_raise_remote(bc->loop, &bc->n);
     return NULL;
 }
 
 static void burst_barrier(lull_task *t) {
     burst_case *bc = LULL_CONTAINER_OF(t, burst_case, barrier);
-    lull_post(bc->loop, &bc->behind);
+    lull_task_post(bc->loop, &bc->behind);
 }
 
 static void burst_behind(lull_task *t) {
@@ -314,7 +315,7 @@ static void on_burst(lull_listener *l) {
     burst_case *bc = LULL_CONTAINER_OF(l, burst_case, l);
     bc->runs++;
     if (atomic_load(&bc->done)) {
-        lull_unlisten(l);
+        lull_listener_stop(l);
         lull_timer_stop(&bc->deadline);
         lull_loop_unref(bc->loop);
     }
@@ -331,7 +332,7 @@ TEST_THREADED(notify_remote_burst_while_running) {
     atomic_init(&bc.done, false);
     CHECK_EQ(sem_init(&bc.settled, 0, 0), 0);
     lull_notifier_init(&bc.n);
-    lull_listen(loop, &bc.n, &bc.l, on_burst);
+    lull_listener_start(loop, &bc.n, &bc.l, on_burst);
     lull_task_init(&bc.barrier, burst_barrier);
     lull_task_init(&bc.behind, burst_behind);
     lull_timer_init(loop, &bc.deadline, final_raise_lost);
@@ -340,7 +341,7 @@ TEST_THREADED(notify_remote_burst_while_running) {
     lull_loop_ref(loop);
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, raise_burst, &bc), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK(bc.runs_before_final >= 1);
     CHECK(bc.runs_before_final <= BURST);
@@ -361,7 +362,7 @@ typedef struct raise_once {
 
 static void *raise_once_from_thread(void *arg) {
     raise_once *ro = arg;
-    lull_notify_remote(ro->loop, ro->n);
+    lull_notifier_raise_remote(ro->loop, ro->n);
     return NULL;
 }
 
@@ -381,33 +382,33 @@ TEST_THREADED(notifier_quiesce_withdraws_remote_raises_not_yet_run) {
         CHECK(n != NULL);
         lull_notifier_init(n);
         sub s = {.id = 1};
-        lull_listen(loop, n, &s.l, on_raise);
+        lull_listener_start(loop, n, &s.l, on_raise);
         raise_once ro = {loop, n};
         pthread_t t;
         CHECK_EQ(pthread_create(&t, NULL, raise_once_from_thread, &ro), 0);
         CHECK_EQ(pthread_join(t, NULL), 0);
-        lull_unlisten(&s.l);
+        lull_listener_stop(&s.l);
         if (!queued_locally) {
             /* The raise is still on the loop's cross-thread stack. */
             lull_notifier_quiesce(loop, n);
             memset(n, 0xA5, sizeof *n);
             free(n);
-            CHECK_EQ(lull_settle(loop), 0);
+            CHECK_EQ(lull_loop_settle(loop), 0);
         } else {
             /* A task queued before the raise is taken runs first: by then
              * the poll has queued the raise behind it. */
             marker_task m = {.loop = loop};
             lull_task_init(&m.task, quiesce_and_free);
-            lull_post(loop, &m.task);
+            lull_task_post(loop, &m.task);
             quiesce_target = n;
-            CHECK_EQ(lull_settle(loop), 1);
+            CHECK_EQ(lull_loop_settle(loop), 1);
         }
         CHECK_EQ(s.runs, 0);
     }
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* lull_listen judges nothing from the caller's listener, which may come
+/* lull_listener_start judges nothing from the caller's listener, which may come
  * straight from uninitialised memory (valgrind checks that in `make
  * test-valgrind`) or hold stale bytes: here a by-value copy of a
  * subscribed listener, whose notifier and loop fields name the same
@@ -417,15 +418,15 @@ TEST(listen_needs_no_initialised_listener) {
     lull_notifier n;
     lull_notifier_init(&n);
     sub a = {.id = 1}, b;
-    lull_listen(loop, &n, &a.l, on_raise);
+    lull_listener_start(loop, &n, &a.l, on_raise);
     b = a; /* stale copy: never subscribed itself */
     b.id = 2;
-    lull_listen(loop, &n, &b.l, on_raise);
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 2);
+    lull_listener_start(loop, &n, &b.l, on_raise);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_TRACE(1, 2);
-    lull_unlisten(&a.l);
-    lull_unlisten(&b.l);
+    lull_listener_stop(&a.l);
+    lull_listener_stop(&b.l);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -435,8 +436,8 @@ static void subscribe_twice(void *arg) {
     lull_notifier n;
     lull_notifier_init(&n);
     sub a = {.id = 1};
-    lull_listen(loop, &n, &a.l, on_raise);
-    lull_listen(loop, &n, &a.l, on_raise);
+    lull_listener_start(loop, &n, &a.l, on_raise);
+    lull_listener_start(loop, &n, &a.l, on_raise);
 }
 
 TEST(listener_subscribed_twice_asserts_in_debug_builds) {

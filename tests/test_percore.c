@@ -93,7 +93,7 @@ TEST_THREADED(percore_start_hand_off_stop) {
         CHECK(!pthread_equal(seen_by[i].thread, pthread_self()));
         h[i] = (hand){.ran = &ran};
         lull_task_init(&h[i].task, hand_run);
-        lull_post_remote(lull_percore_loop(pc, i), &h[i].task);
+        lull_task_post_remote(lull_percore_loop(pc, i), &h[i].task);
     }
     for (int i = 0; i < 3; i++)
         sem_wait_10s(&ran);
@@ -200,7 +200,7 @@ TEST_THREADED(percore_hands_a_connection_to_another_loop) {
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     the_conn = (conn){.fd = sv[0]};
     lull_task_init(&the_conn.adopt, conn_adopt);
-    lull_post_remote(lull_percore_loop(pc, 1), &the_conn.adopt);
+    lull_task_post_remote(lull_percore_loop(pc, 1), &the_conn.adopt);
     CHECK_EQ(write(sv[1], "ping", 4), 4);
     char buf[8] = "";
     size_t got = 0;
@@ -233,7 +233,7 @@ static void stop_work_done(lull_work *w, int status) {
     stop_dones[w - stop_work]++;
     /* lull_percore_stop frees this loop soon after: wait until every pool
      * thread has finished handing its completion over (left
-     * lull_post_remote), which the pool counts as completed. */
+     * lull_task_post_remote), which the pool counts as completed. */
     lull_pool_stats st;
     do {
         lull_pool_get_stats(stop_pool, &st);
@@ -281,8 +281,8 @@ TEST_THREADED(percore_stop_from_its_own_loop_is_refused) {
     lull_task_init(&self_task, stop_from_inside);
     hand h = {.ran = &ran};
     lull_task_init(&h.task, hand_run);
-    lull_post_remote(lull_percore_loop(self_pc, 0), &self_task);
-    lull_post_remote(lull_percore_loop(self_pc, 0), &h.task);
+    lull_task_post_remote(lull_percore_loop(self_pc, 0), &self_task);
+    lull_task_post_remote(lull_percore_loop(self_pc, 0), &h.task);
     sem_wait_10s(&ran); /* posted after the stop attempt: it has run */
     CHECK_EQ(self_rc, -EDEADLK);
     CHECK_EQ(lull_percore_stop(self_pc), 0);
@@ -317,12 +317,12 @@ static void late_run(lull_task *t) {
     h->saw_stopping = lull_percore_stopping(late_pc);
     if (h->saw_stopping) CHECK_EQ(close(h->fd), 0);
     if (h->then)
-        lull_post_remote(lull_percore_loop(late_pc, h->then->target),
-                         &h->then->task);
+        lull_task_post_remote(lull_percore_loop(late_pc, h->then->target),
+                              &h->then->task);
 }
 
 static void late_post(late *h) {
-    lull_post_remote(lull_percore_loop(late_pc, h->target), &h->task);
+    lull_task_post_remote(lull_percore_loop(late_pc, h->target), &h->task);
 }
 
 /* Runs on loop 1 from before the stop: hands lates[0] to loop 0 once loop
@@ -370,7 +370,7 @@ TEST_THREADED(percore_stop_runs_hand_offs_posted_while_stopping) {
     CHECK_EQ(lull_percore_start(&late_pc, &o), 0);
     stopping_pc = late_pc;
     lull_task_init(&blocker, blocker_run);
-    lull_post_remote(lull_percore_loop(late_pc, 1), &blocker);
+    lull_task_post_remote(lull_percore_loop(late_pc, 1), &blocker);
     sem_wait_10s(&blocker_started);
     CHECK_EQ(lull_percore_stop(late_pc), 0);
     stopping_pc = NULL;
@@ -420,7 +420,7 @@ static uint64_t race_runs, race_after_stop; /* atomic */
 static void msg_post(msg *m, int target) {
     m->target = target;
     m->posts++;
-    lull_post_remote(lull_percore_loop(race_pc, target), &m->task);
+    lull_task_post_remote(lull_percore_loop(race_pc, target), &m->task);
 }
 
 static void msg_run(lull_task *t) {
@@ -493,11 +493,11 @@ TEST_THREADED(percore_stop_runs_hand_offs_racing_it) {
         CHECK_EQ(seen_by[i].stops, 1);
 }
 
-/* A lull_stop on one of the loops ends that run only: the thread runs its
+/* A lull_loop_stop on one of the loops ends that run only: the thread runs its
  * loop again, and a hand-off posted afterwards still runs there. */
 static void stop_the_run(lull_task *t) {
     (void)t;
-    lull_stop(seen_by[0].loop);
+    lull_loop_stop(seen_by[0].loop);
 }
 
 TEST_THREADED(percore_lull_stop_ends_one_run_only) {
@@ -509,10 +509,10 @@ TEST_THREADED(percore_lull_stop_ends_one_run_only) {
     sem_init(&ran, 0, 0);
     lull_task stopper;
     lull_task_init(&stopper, stop_the_run);
-    lull_post_remote(lull_percore_loop(pc, 0), &stopper);
+    lull_task_post_remote(lull_percore_loop(pc, 0), &stopper);
     hand h = {.ran = &ran};
     lull_task_init(&h.task, hand_run);
-    lull_post_remote(lull_percore_loop(pc, 0), &h.task);
+    lull_task_post_remote(lull_percore_loop(pc, 0), &h.task);
     sem_wait_10s(&ran);
     CHECK(pthread_equal(h.ran_on, seen_by[0].thread));
     CHECK_EQ(lull_percore_stop(pc), 0);

@@ -106,7 +106,7 @@ TEST_THREADED(pool_work_runs_off_loop_done_on_loop) {
     CHECK_EQ(lull_work_submit(loop, pool, &it.work), -EBUSY);
     CHECK(lull_loop_alive(loop)); /* the loop waits for the completion */
     CHECK_EQ(it.dones, 0);        /* never inside the submit */
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(it.runs, 1);
     CHECK_EQ(it.dones, 1);
     CHECK_EQ(it.last_status, 7);
@@ -196,7 +196,7 @@ static void *side_main(void *arg) {
     loop_side *s = arg;
     CHECK_EQ(lull_loop_adopt(s->loop), 0); /* set up here, before its run */
     side_start(s);
-    CHECK_EQ(lull_run(s->loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(s->loop, LULL_RUN_DEFAULT), 0);
     return NULL;
 }
 
@@ -306,7 +306,7 @@ static void race_cancel_some(lull_task *t) {
             s->cancel_idle++;
         }
     }
-    lull_post(s->loop, t);
+    lull_task_post(s->loop, t);
 }
 
 static void *race_main(void *arg) {
@@ -319,8 +319,8 @@ static void *race_main(void *arg) {
         CHECK_EQ(lull_work_submit(s->loop, s->pool, &it->work), 0);
     }
     lull_task_init(&s->canceller, race_cancel_some);
-    lull_post(s->loop, &s->canceller);
-    CHECK_EQ(lull_run(s->loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(s->loop, &s->canceller);
+    CHECK_EQ(lull_loop_run(s->loop, LULL_RUN_DEFAULT), 0);
     return NULL;
 }
 
@@ -400,7 +400,7 @@ TEST_THREADED(pool_cancel_before_start) {
     CHECK_EQ(lull_work_cancel(&a.work), -EBUSY); /* running */
     CHECK(lull_work_busy(&b.work));
     sem_post(&gate);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(a.dones, 1);
     CHECK_EQ(a.last_status, 7);
     CHECK_EQ(b.dones, 1);
@@ -446,14 +446,14 @@ TEST_THREADED(pool_queue_full_says_eagain) {
     CHECK_EQ(st.running, 1);
     CHECK_U64_EQ(st.rejected, 1);
     sem_post(&gate);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     for (int i = 0; i < 4; i++)
         CHECK_EQ(it[i].dones, 1);
     CHECK_EQ(it[4].dones, 0); /* refused: done never runs */
     CHECK_EQ(it[4].runs, 0);
     /* Room again: the refused item goes through now. */
     CHECK_EQ(lull_work_submit(loop, pool, &it[4].work), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(it[4].dones, 1);
     CHECK_EQ(lull_pool_free(pool), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -516,7 +516,7 @@ TEST_THREADED(pool_slow_lane_does_not_delay_fast_lane) {
     }
     lull_timer_init(loop, &lane_deadline, lane_timeout);
     lull_timer_start(&lane_deadline, 10000000000u, 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(fast_done, FAST);
     CHECK_EQ(slow_item.dones, 1);
     CHECK_EQ(lull_pool_free(slow), 0);
@@ -587,7 +587,7 @@ TEST_THREADED(pool_idle_makes_no_wakeups) {
         lull_work_init(&items[i].work, item_run, item_done);
         CHECK_EQ(lull_work_submit(loop, pool, &items[i].work), 0);
     }
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     /* Wait until every pool thread is asleep in the kernel. */
     int threads = 0;
     bool asleep = false;
@@ -660,12 +660,12 @@ TEST_THREADED(pool_burst_of_completions_runs_in_one_iteration) {
     CHECK_EQ(lull_pool_new(&burst_pool, &(lull_pool_options){.threads = 4}), 0);
     lull_task hold;
     lull_task_init(&hold, submit_and_wait);
-    lull_post(loop, &hold);
+    lull_task_post(loop, &hold);
     for (int i = 0; i < BURST; i++) {
         burst_items[i].loop = loop;
         lull_work_init(&burst_items[i].work, empty_run, burst_done);
     }
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(burst_dones, BURST);
     for (int i = 1; i < BURST; i++)
         CHECK_U64_EQ(burst_iteration[i], burst_iteration[0]);
@@ -715,7 +715,7 @@ TEST_THREADED(pool_close_with_work_in_flight) {
     sem_post(&gate);
     sem_post(&gate);
     CHECK_EQ(lull_pool_free(pool), 0); /* waits for the two running */
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     for (int i = 0; i < FLIGHT; i++) {
         CHECK_EQ(items[i].dones, 1);
         if (i < 2) {
@@ -793,8 +793,8 @@ static void *shut_main(void *arg) {
         s->accepted++;
     }
     lull_task_init(&s->hello, shut_hello);
-    lull_post(s->loop, &s->hello);
-    CHECK_EQ(lull_run(s->loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(s->loop, &s->hello);
+    CHECK_EQ(lull_loop_run(s->loop, LULL_RUN_DEFAULT), 0);
     return NULL;
 }
 
@@ -820,7 +820,7 @@ TEST_THREADED(pool_and_loops_shut_down_with_work_in_flight) {
     for (int i = 0; i < SHUT_LOOPS; i++)
         CHECK_EQ(pthread_join(sides_[i].thread, NULL), 0);
     /* Before the loops: a pool thread may still be inside the
-     * lull_post_remote of the last completion. */
+     * lull_task_post_remote of the last completion. */
     CHECK_EQ(lull_pool_free(pool), 0);
     uint64_t cancelled = 0;
     for (int i = 0; i < SHUT_LOOPS; i++) {
@@ -860,7 +860,7 @@ TEST_THREADED(pool_default_is_shared_and_sized_by_environment) {
     item it = {0};
     lull_work_init(&it.work, item_run, item_done);
     CHECK_EQ(lull_work_submit(loop, a, &it.work), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(it.dones, 1);
     /* The default pool is never freed: `completed` says when its thread
      * has finished handing the completion over, and left the loop alone. */
@@ -906,7 +906,7 @@ TEST_THREADED(pool_done_frees_its_own_pool) {
     sem_wait_10s(&started, "a started");
     CHECK_EQ(lull_work_submit(loop, freed_in_done, &b.work), 0);
     sem_post(&gate);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK(freed_in_done == NULL);
     CHECK_EQ(a.dones, 1);
     CHECK_EQ(a.last_status, 7);

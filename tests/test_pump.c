@@ -22,7 +22,7 @@ typedef struct fixture {
     int wake_inside;   /* the pass wakes its own pump this many times */
     bool close_inside; /* the pass closes its pump */
     bool release_per_pass; /* each HELD pass releases one held item */
-    uint64_t at[64];       /* lull_now at each pass, relative to t0 */
+    uint64_t at[64];       /* lull_loop_now at each pass, relative to t0 */
     uint64_t t0;
     int depth; /* passes running: more than 1 means a pass ran inline */
 } fixture;
@@ -30,7 +30,7 @@ typedef struct fixture {
 static int pass(lull_pump *p, uint64_t *retry_ns) {
     fixture *f = LULL_CONTAINER_OF(p, fixture, pump);
     CHECK_EQ(++f->depth, 1);
-    if (f->passes < 64) f->at[f->passes] = lull_now(f->loop) - f->t0;
+    if (f->passes < 64) f->at[f->passes] = lull_loop_now(f->loop) - f->t0;
     f->passes++;
     check_trace(100 + f->passes);
     int status = LULL_PASS_QUIET;
@@ -59,7 +59,7 @@ static lull_loop *setup(fixture *f) {
     lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, &o), 0);
-    *f = (fixture){.loop = loop, .retry_ns = 5 * MS, .t0 = lull_now(loop)};
+    *f = (fixture){.loop = loop, .retry_ns = 5 * MS, .t0 = lull_loop_now(loop)};
     lull_pump_init(loop, &f->pump, pass);
     check_trace_reset();
     return loop;
@@ -85,7 +85,7 @@ TEST(new_pump_is_quiet) {
     lull_loop *loop = setup(&f);
     CHECK(lull_pump_quiet(&f.pump));
     CHECK(!lull_loop_alive(loop));
-    lull_advance(loop, 1000 * MS);
+    lull_loop_advance(loop, 1000 * MS);
     CHECK_EQ(f.passes, 0);
     teardown(&f);
 }
@@ -95,11 +95,11 @@ TEST(wake_runs_one_pass_in_a_later_task) {
     lull_loop *loop = setup(&f);
     marker m = {.id = 1};
     lull_task_init(&m.task, mark);
-    lull_post(loop, &m.task);
+    lull_task_post(loop, &m.task);
     lull_pump_wake(&f.pump);
     CHECK_EQ(f.passes, 0); /* never inside the wake */
     CHECK(!lull_pump_quiet(&f.pump));
-    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_TRACE(1, 101); /* queued behind the task posted before the wake */
     CHECK(lull_pump_quiet(&f.pump));
     CHECK_U64_EQ(f.pump.passes, 1);
@@ -112,10 +112,10 @@ TEST(wakes_before_the_pass_share_it) {
     lull_loop *loop = setup(&f);
     for (int i = 0; i < 10; i++)
         lull_pump_wake(&f.pump);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(f.passes, 1);
     lull_pump_wake(&f.pump);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(f.passes, 2);
     teardown(&f);
 }
@@ -130,9 +130,9 @@ TEST(notifier_raises_in_one_task_cause_one_pass) {
     lull_notifier_init(&n);
     lull_pump_listen(&f.pump, &n, &l);
     for (int i = 0; i < 5; i++)
-        lull_notify(&n);
+        lull_notifier_raise(&n);
     CHECK_EQ(f.passes, 0);
-    CHECK_EQ(lull_settle(loop), 1); /* the pass, no listener task first */
+    CHECK_EQ(lull_loop_settle(loop), 1); /* the pass, no listener task first */
     CHECK_EQ(f.passes, 1);
     CHECK(lull_pump_quiet(&f.pump));
     teardown(&f); /* close unsubscribes l */
@@ -156,15 +156,15 @@ TEST(pump_and_listeners_run_in_subscription_order) {
     lull_notifier_init(&n);
     tagged a = {.id = 1}, b = {.id = 2};
     lull_listener pl;
-    lull_listen(loop, &n, &a.l, on_tagged);
+    lull_listener_start(loop, &n, &a.l, on_tagged);
     lull_pump_listen(&f.pump, &n, &pl);
-    lull_listen(loop, &n, &b.l, on_tagged);
-    lull_notify(&n);
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 3);
+    lull_listener_start(loop, &n, &b.l, on_tagged);
+    lull_notifier_raise(&n);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 3);
     CHECK_TRACE(1, 101, 2);
-    lull_unlisten(&a.l);
-    lull_unlisten(&b.l);
+    lull_listener_stop(&a.l);
+    lull_listener_stop(&b.l);
     teardown(&f);
 }
 
@@ -176,9 +176,9 @@ TEST(again_continues_in_the_next_task) {
     lull_task_init(&m[0].task, mark);
     lull_task_init(&m[1].task, mark);
     lull_pump_wake(&f.pump);
-    lull_post(loop, &m[0].task);
-    lull_post(loop, &m[1].task);
-    CHECK_EQ(lull_settle(loop), 5);
+    lull_task_post(loop, &m[0].task);
+    lull_task_post(loop, &m[1].task);
+    CHECK_EQ(lull_loop_settle(loop), 5);
     /* An AGAIN pass goes behind the work already queued. */
     CHECK_TRACE(101, 1, 2, 102, 103);
     CHECK(lull_pump_quiet(&f.pump));
@@ -191,23 +191,23 @@ TEST(held_is_retried_only_while_held_then_quiet) {
     lull_loop *loop = setup(&f);
     f.held = 1;
     lull_pump_wake(&f.pump);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(f.passes, 1);
     CHECK(!lull_pump_quiet(&f.pump)); /* the retry timer is armed */
-    lull_advance(loop, 5 * MS - 1);
+    lull_loop_advance(loop, 5 * MS - 1);
     CHECK_EQ(f.passes, 1);
-    lull_advance(loop, 1);
+    lull_loop_advance(loop, 1);
     CHECK_EQ(f.passes, 2); /* the retry timer ran the pass itself */
-    lull_advance(loop, 20 * MS);
+    lull_loop_advance(loop, 20 * MS);
     CHECK_EQ(f.passes, 6); /* every 5 ms while held */
     for (int i = 0; i < 6; i++)
         CHECK_U64_EQ(f.at[i], (uint64_t)i * 5 * MS);
     f.held = 0; /* released without a wake: the next retry finds it */
-    lull_advance(loop, 5 * MS);
+    lull_loop_advance(loop, 5 * MS);
     CHECK_EQ(f.passes, 7);
     CHECK(lull_pump_quiet(&f.pump));
     CHECK(!lull_loop_alive(loop)); /* no timer, no task */
-    lull_advance(loop, 1000 * MS);
+    lull_loop_advance(loop, 1000 * MS);
     CHECK_EQ(f.passes, 7);
     CHECK_U64_EQ(f.pump.empty, 6); /* the held passes delivered nothing */
     teardown(&f);
@@ -222,10 +222,10 @@ TEST(held_with_zero_retry_means_again) {
     marker m = {.id = 1};
     lull_task_init(&m.task, mark);
     lull_pump_wake(&f.pump);
-    lull_post(loop, &m.task);
+    lull_task_post(loop, &m.task);
     /* Queued as tasks, not timers: all four passes run with time frozen,
      * each behind the work queued before it. */
-    CHECK_EQ(lull_settle(loop), 5);
+    CHECK_EQ(lull_loop_settle(loop), 5);
     CHECK_TRACE(101, 1, 102, 103, 104);
     for (int i = 0; i < 4; i++)
         CHECK_U64_EQ(f.at[i], 0);
@@ -238,28 +238,28 @@ TEST(wake_while_held_cancels_the_retry_and_the_pass_redecides) {
     lull_loop *loop = setup(&f);
     f.held = 1;
     lull_pump_wake(&f.pump);
-    lull_settle(loop);
-    lull_advance(loop, 2 * MS);
+    lull_loop_settle(loop);
+    lull_loop_advance(loop, 2 * MS);
     CHECK_EQ(f.passes, 1);
     lull_pump_wake(&f.pump);
     CHECK(!lull_timer_active(&f.pump.retry)); /* cancelled by the wake */
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(f.passes, 2);
     CHECK_U64_EQ(f.at[1], 2 * MS); /* at once, not at the old retry */
     /* Still held: a new retry, counted from this pass. */
-    lull_advance(loop, 5 * MS - 1);
+    lull_loop_advance(loop, 5 * MS - 1);
     CHECK_EQ(f.passes, 2);
-    lull_advance(loop, 1);
+    lull_loop_advance(loop, 1);
     CHECK_EQ(f.passes, 3);
     CHECK_U64_EQ(f.at[2], 7 * MS);
     /* A wake after release: the pass decides quiet, the retry is gone. */
     f.held = 0;
-    lull_advance(loop, 1 * MS);
+    lull_loop_advance(loop, 1 * MS);
     lull_pump_wake(&f.pump);
-    lull_settle(loop);
+    lull_loop_settle(loop);
     CHECK_EQ(f.passes, 4);
     CHECK(lull_pump_quiet(&f.pump));
-    lull_advance(loop, 100 * MS);
+    lull_loop_advance(loop, 100 * MS);
     CHECK_EQ(f.passes, 4);
     teardown(&f);
 }
@@ -274,17 +274,17 @@ TEST(raise_while_held_runs_the_pass_now) {
     lull_notifier_init(&n);
     lull_pump_listen(&f.pump, &n, &l);
     f.held = 1;
-    lull_notify(&n);
-    lull_settle(loop);
-    lull_advance(loop, 3 * MS);
+    lull_notifier_raise(&n);
+    lull_loop_settle(loop);
+    lull_loop_advance(loop, 3 * MS);
     f.held = 0;
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 1);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(f.passes, 2);
     CHECK_U64_EQ(f.at[1], 3 * MS);
     CHECK(lull_pump_quiet(&f.pump));
     CHECK(!lull_loop_alive(loop));
-    lull_advance(loop, 100 * MS);
+    lull_loop_advance(loop, 100 * MS);
     CHECK_EQ(f.passes, 2);
     teardown(&f);
 }
@@ -295,12 +295,12 @@ TEST(wake_inside_the_pass_queues_the_next_one) {
     f.wake_inside = 1;
     f.held = 1; /* HELD, but a wake arrived during the pass: no timer */
     lull_pump_wake(&f.pump);
-    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_EQ(f.passes, 2);
     /* The second pass (no wake inside) armed the retry. */
     CHECK(lull_timer_active(&f.pump.retry));
     f.held = 0;
-    lull_advance(loop, 5 * MS);
+    lull_loop_advance(loop, 5 * MS);
     CHECK_EQ(f.passes, 3);
     CHECK(lull_pump_quiet(&f.pump));
     teardown(&f);
@@ -312,10 +312,10 @@ TEST(close_during_a_pending_wake_runs_nothing) {
     lull_pump_wake(&f.pump);
     lull_pump_close(&f.pump);
     CHECK(lull_pump_quiet(&f.pump));
-    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(f.passes, 0);
     lull_pump_wake(&f.pump); /* a closed pump ignores wakes */
-    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(f.passes, 0);
     teardown(&f);
 }
@@ -327,12 +327,12 @@ TEST(close_during_a_pending_raise_runs_nothing) {
     lull_listener l;
     lull_notifier_init(&n);
     lull_pump_listen(&f.pump, &n, &l);
-    lull_notify(&n);
+    lull_notifier_raise(&n);
     lull_pump_close(&f.pump);
     CHECK(l.notifier == NULL);
-    CHECK_EQ(lull_settle(loop), 0);
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(f.passes, 0);
     teardown(&f);
 }
@@ -342,12 +342,12 @@ TEST(close_while_held_cancels_the_retry) {
     lull_loop *loop = setup(&f);
     f.held = 1;
     lull_pump_wake(&f.pump);
-    lull_settle(loop);
+    lull_loop_settle(loop);
     CHECK(lull_timer_active(&f.pump.retry));
     lull_pump_close(&f.pump);
     CHECK(lull_pump_quiet(&f.pump));
     CHECK(!lull_loop_alive(loop));
-    lull_advance(loop, 100 * MS);
+    lull_loop_advance(loop, 100 * MS);
     CHECK_EQ(f.passes, 1);
     teardown(&f);
 }
@@ -358,9 +358,9 @@ TEST(close_inside_the_pass_ends_it) {
     f.close_inside = true;
     f.again = 1; /* the status of a closed pump's pass is ignored */
     lull_pump_wake(&f.pump);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK(lull_pump_quiet(&f.pump));
-    lull_advance(loop, 100 * MS);
+    lull_loop_advance(loop, 100 * MS);
     CHECK_EQ(f.passes, 1);
     teardown(&f);
 }
@@ -372,15 +372,15 @@ TEST(empty_passes_are_counted) {
     lull_loop *loop = setup(&f);
     f.again = 3; /* AGAIN passes do not call lull_pump_delivered */
     lull_pump_wake(&f.pump);
-    lull_settle(loop);
+    lull_loop_settle(loop);
     CHECK_U64_EQ(f.pump.passes, 4);
     CHECK_U64_EQ(f.pump.empty, 3);
     CHECK_U64_EQ(f.pump.delivered, 1);
     teardown(&f);
 }
 
-/* lull_unlisten on a pump's listener: later raises no longer wake the pump.
- * (A pass already queued stays queued: it may have been woken by other
+/* lull_listener_stop on a pump's listener: later raises no longer wake the
+ * pump. (A pass already queued stays queued: it may have been woken by other
  * means too; closing the pump is what cancels it.) */
 TEST(unlisten_of_a_pump_listener_stops_later_raises) {
     fixture f;
@@ -389,12 +389,12 @@ TEST(unlisten_of_a_pump_listener_stops_later_raises) {
     lull_listener l;
     lull_notifier_init(&n);
     lull_pump_listen(&f.pump, &n, &l);
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 1);
-    lull_unlisten(&l);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    lull_listener_stop(&l);
     CHECK(l.notifier == NULL);
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 0);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(f.passes, 1);
     teardown(&f); /* close after unlisten is harmless */
     CHECK_EQ(f.passes, 1);
@@ -413,12 +413,12 @@ TEST(pump_listener_reused_on_the_same_pump_after_unlisten) {
     lull_notifier_init(&n1);
     lull_notifier_init(&n2);
     lull_pump_listen(&f.pump, &n1, &l);
-    lull_unlisten(&l);
+    lull_listener_stop(&l);
     lull_pump_listen(&f.pump, &n2, &l);
-    lull_notify(&n1);
-    CHECK_EQ(lull_settle(loop), 0);
-    lull_notify(&n2);
-    CHECK_EQ(lull_settle(loop), 1);
+    lull_notifier_raise(&n1);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    lull_notifier_raise(&n2);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(f.passes, 1);
     lull_pump_close(&f.pump);
     CHECK(l.notifier == NULL);
@@ -440,17 +440,18 @@ TEST(pump_listener_reused_as_a_plain_listener_after_unlisten) {
     lull_notifier_init(&other);
     lull_pump_listen(&f.pump, &n, &a);
     lull_pump_listen(&f.pump, &n, &b);
-    lull_unlisten(&b);
-    lull_listen(loop, &other, &b, plain_listener);
+    lull_listener_stop(&b);
+    lull_listener_start(loop, &other, &b, plain_listener);
     lull_pump_close(&f.pump);
     CHECK(a.notifier == NULL);   /* close reached a */
     CHECK(b.notifier == &other); /* and left b where it now is */
-    lull_notify(&n);
-    lull_notify(&other);
-    CHECK_EQ(lull_settle(loop), 1); /* b's call; no pass of the closed pump */
+    lull_notifier_raise(&n);
+    lull_notifier_raise(&other);
+    CHECK_EQ(lull_loop_settle(loop),
+             1); /* b's call; no pass of the closed pump */
     CHECK_TRACE(7);
     CHECK_EQ(f.passes, 0);
-    lull_unlisten(&b);
+    lull_listener_stop(&b);
     teardown(&f);
 }
 
@@ -463,11 +464,11 @@ TEST(pump_listeners_unlistened_in_any_order) {
     lull_notifier_init(&n);
     for (int i = 0; i < 4; i++)
         lull_pump_listen(&f.pump, &n, &l[i]);
-    lull_unlisten(&l[1]); /* middle */
-    lull_unlisten(&l[3]); /* head: the newest */
-    lull_unlisten(&l[0]); /* tail */
-    lull_notify(&n);
-    CHECK_EQ(lull_settle(loop), 1); /* l[2] still wakes the pump */
+    lull_listener_stop(&l[1]); /* middle */
+    lull_listener_stop(&l[3]); /* head: the newest */
+    lull_listener_stop(&l[0]); /* tail */
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 1); /* l[2] still wakes the pump */
     lull_pump_listen(&f.pump, &n, &l[1]);
     lull_pump_close(&f.pump);
     for (int i = 0; i < 4; i++)
@@ -516,15 +517,15 @@ TEST(pass_that_closes_and_frees_its_pump) {
         lull_pump_init(loop, &s->pump, pass_then_free);
         lull_pump_listen(&s->pump, &n, &s->listener);
         if (how == 1)
-            lull_notify(&n);
+            lull_notifier_raise(&n);
         else
             lull_pump_wake(&s->pump);
-        lull_settle(loop);
-        lull_advance(loop, 10 * MS);
+        lull_loop_settle(loop);
+        lull_loop_advance(loop, 10 * MS);
         CHECK_EQ(passes, how == 2 ? 2 : 1);
         CHECK(!lull_loop_alive(loop));
-        lull_notify(&n); /* the freed pump's listener is gone */
-        CHECK_EQ(lull_settle(loop), 0);
+        lull_notifier_raise(&n); /* the freed pump's listener is gone */
+        CHECK_EQ(lull_loop_settle(loop), 0);
     }
     lull_audit_entry e[4];
     CHECK_EQ(lull_loop_audit(loop, e, 4, NULL), 1);

@@ -1,7 +1,7 @@
 /* The quantum (C5, BRIEF 2.1 "Quantum"): a producer calling
- * lull_should_yield yields; when the slice is spent the loop runs ready fds
- * and due timers before the tasks already queued. The quantum is real time on
- * both clocks, so these cases spin on the real clock; they check order, not
+ * lull_loop_should_yield yields; when the slice is spent the loop runs ready
+ * fds and due timers before the tasks already queued. The quantum is real time
+ * on both clocks, so these cases spin on the real clock; they check order, not
  * where exactly a slice ends. */
 #include "check.h"
 
@@ -36,7 +36,7 @@ static uint64_t cpu_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* A producer: emits records until lull_should_yield, then re-posts itself
+/* A producer: emits records until lull_loop_should_yield, then re-posts itself
  * (a new slice), until `left` records are done or, with `until` set, until
  * the thread has spent that much CPU time (cpu_ns). Trace id 1000 +
  * slice. */
@@ -45,7 +45,7 @@ typedef struct producer {
     uint64_t left;    /* records still to emit */
     uint64_t until;   /* != 0: stop at this thread CPU time instead */
     int slices;       /* callbacks run */
-    int yields;       /* slices that ended on lull_should_yield */
+    int yields;       /* slices that ended on lull_loop_should_yield */
     uint64_t busy_ns; /* real time inside the callbacks */
     int write_fd;     /* >= 0: write a byte here during the first slice */
     volatile uint64_t sink;
@@ -66,9 +66,9 @@ static void produce(lull_task *t) {
             p->sink = p->sink * 31 + (uint64_t)i;
         p->left--;
         if (p->until && cpu_ns() >= p->until) p->left = 0;
-        if (p->left && lull_should_yield(the_loop)) {
+        if (p->left && lull_loop_should_yield(the_loop)) {
             p->yields++;
-            lull_post(the_loop, t);
+            lull_task_post(the_loop, t);
             break;
         }
     }
@@ -87,8 +87,8 @@ TEST(producer_yields) {
     CHECK_U64_EQ(lull_loop_quantum(loop), 50 * US);
     producer_init(UINT64_MAX);
     prod.until = cpu_ns() + 20 * MS;
-    lull_post(loop, &prod.task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &prod.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_U64_EQ(prod.left, 0);
     CHECK_EQ(prod.slices, prod.yields + 1);
     /* 20 ms in 50 us slices: many slices, but slices are not cut short. */
@@ -125,15 +125,15 @@ TEST(readable_fd_serviced_before_producer_next_task) {
     prod.write_fd = req_fds[1];
     lull_task other;
     lull_task_init(&other, queued_task);
-    lull_post(loop, &prod.task);
-    lull_post(loop, &other);
+    lull_task_post(loop, &prod.task);
+    lull_task_post(loop, &other);
     while (check_trace_len() < 4)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(check_trace_find(1001), 0);
     CHECK_EQ(check_trace_find(1), 1);
     CHECK_EQ(check_trace_find(2), 2);
     CHECK_EQ(check_trace_find(1002), 3);
-    lull_cancel(&prod.task);
+    lull_task_cancel(&prod.task);
     close(req_fds[0]);
     close(req_fds[1]);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -148,13 +148,13 @@ TEST(readable_before_run_serviced_within_one_slice) {
     CHECK_EQ(lull_io_start(&req_io, LULL_READABLE), 0);
     CHECK_EQ(write(req_fds[1], "r", 1), 1);
     producer_init(1000000000);
-    lull_post(loop, &prod.task);
+    lull_task_post(loop, &prod.task);
     while (prod.slices < 3)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     int io_at = check_trace_find(1);
     CHECK_LE(0, io_at);
     CHECK(io_at < check_trace_find(1002));
-    lull_cancel(&prod.task);
+    lull_task_cancel(&prod.task);
     close(req_fds[0]);
     close(req_fds[1]);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -177,8 +177,8 @@ TEST(due_timer_fires_during_long_producer) {
     lull_timer t;
     lull_timer_init(loop, &t, on_timer);
     lull_timer_start(&t, 1 * MS, 0);
-    lull_post(loop, &prod.task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &prod.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_U64_EQ(prod.left, 0);
     /* Fired (0: before the first slice, when a loaded machine held the
      * thread past the 1 ms deadline before the run began), and before the
@@ -192,7 +192,7 @@ TEST(due_timer_fires_during_long_producer) {
  * producer's next continuation but one, once its deadline and the slice's
  * first eighth (clock.c, SLICE_TIMER_SHIFT) have passed, not when the 40
  * ms quantum is spent. The producer re-posts itself after CUT_RECORDS
- * calls of lull_should_yield, more than a stride (at most 32 calls
+ * calls of lull_loop_should_yield, more than a stride (at most 32 calls
  * between clock reads), so a read made after continuation k ended comes
  * no later than continuation k + 1, and a slice holds many continuations.
  * Each notes the loop's iteration and when it started and ended; the
@@ -232,14 +232,14 @@ static void cut_produce(lull_task *t) {
     for (int i = 0; i < CUT_RECORDS; i++) {
         for (int j = 0; j < 16; j++)
             cut.sink = cut.sink * 31 + (uint64_t)j;
-        if (lull_should_yield(the_loop)) break;
+        if (lull_loop_should_yield(the_loop)) break;
     }
     n->end = check_clock_ns();
     /* Two continuations past the last fire: the case needs them to see
      * that the fire did not wait for the quantum. */
     bool done =
         cut.fires == CUT_FIRES && cut.len >= cut.fired_after[CUT_FIRES - 1] + 2;
-    if (!done && cut.len < CUT_MAX) lull_post(the_loop, t);
+    if (!done && cut.len < CUT_MAX) lull_task_post(the_loop, t);
 }
 
 static void cut_fire(lull_timer *t) {
@@ -276,8 +276,8 @@ TEST(timer_coming_due_ends_the_slice) {
     CHECK(cut.notes != NULL);
     lull_task_init(&cut.task, cut_produce);
     lull_timer_init(loop, &cut.timer, cut_fire);
-    lull_post(loop, &cut.task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &cut.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(cut.fires, CUT_FIRES);
     for (int f = 0; f < CUT_FIRES; f++) {
         /* Continuations 0 .. k + 1 at most ran before the fire. With
@@ -319,10 +319,11 @@ static void over_produce(lull_task *t) {
     for (int i = 0; i < CUT_RECORDS; i++) {
         for (int j = 0; j < 16; j++)
             over.sink = over.sink * 31 + (uint64_t)j;
-        if (lull_should_yield(the_loop)) break;
+        if (lull_loop_should_yield(the_loop)) break;
     }
     over.last_end = check_clock_ns();
-    if (!over.b_fired || over.len < over.before_b + 2) lull_post(the_loop, t);
+    if (!over.b_fired || over.len < over.before_b + 2)
+        lull_task_post(the_loop, t);
 }
 
 static void over_a(lull_timer *t) {
@@ -348,8 +349,8 @@ TEST(overloaded_timers_leave_tasks_a_whole_quantum) {
     lull_timer_init(loop, &over.a, over_a);
     lull_timer_init(loop, &over.b, over_b);
     lull_timer_start(&over.a, 1 * MS, 0);
-    lull_post(loop, &over.task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &over.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK(over.b_fired);
     CHECK(over.after_a < over.before_b);
     CHECK_LE(OVER_QUANTUM / 2, over.span);
@@ -379,9 +380,9 @@ static void arm_zero_then_produce(lull_task *t) {
     (void)t;
     check_trace(1);
     lull_timer_start(&zero_timer, 0, 0);
-    lull_post(the_loop, &after_zero);
+    lull_task_post(the_loop, &after_zero);
     for (int i = 0; i < 10000; i++)
-        if (lull_should_yield(the_loop)) zero_yields++;
+        if (lull_loop_should_yield(the_loop)) zero_yields++;
 }
 
 TEST(zero_delay_timer_does_not_end_the_slice) {
@@ -396,8 +397,8 @@ TEST(zero_delay_timer_does_not_end_the_slice) {
     lull_task_init(&after_zero, after_zero_task);
     lull_task producer_task;
     lull_task_init(&producer_task, arm_zero_then_produce);
-    lull_post(loop, &producer_task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_task_post(loop, &producer_task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_TRACE(1, 2, 3);
     CHECK_EQ(zero_yields, 0);
     lull_timer_stop(&far_timer);
@@ -417,7 +418,7 @@ static void ask_for_20ms(lull_task *t) {
     uint64_t start = check_clock_ns();
     virtual_yield_after = 0;
     while (check_clock_ns() - start < 20 * MS) {
-        if (lull_should_yield(the_loop)) {
+        if (lull_loop_should_yield(the_loop)) {
             virtual_yield_after = check_clock_ns() - start;
             break;
         }
@@ -431,8 +432,8 @@ TEST(virtual_timer_does_not_end_the_slice) {
     lull_timer_start(&far_timer, 1, 0);
     lull_task t;
     lull_task_init(&t, ask_for_20ms);
-    lull_post(loop, &t);
-    lull_settle(loop);
+    lull_task_post(loop, &t);
+    lull_loop_settle(loop);
     if (virtual_yield_after) CHECK_LE(40 * MS, virtual_yield_after);
     CHECK(lull_timer_active(&far_timer)); /* virtual time did not move */
     lull_timer_stop(&far_timer);
@@ -443,33 +444,33 @@ TEST(virtual_timer_does_not_end_the_slice) {
 static bool first_call_in_slice = true;
 static void ask_at_start(lull_task *t) {
     (void)t;
-    first_call_in_slice = lull_should_yield(the_loop);
+    first_call_in_slice = lull_loop_should_yield(the_loop);
 }
 
 TEST(should_yield_outside_callback_is_false) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 50 * US);
     for (int i = 0; i < 1000; i++)
-        CHECK(!lull_should_yield(loop));
+        CHECK(!lull_loop_should_yield(loop));
     check_spin_ns(1 * MS); /* 20 quanta of real time, outside a callback */
     for (int i = 0; i < 100000; i++)
-        CHECK(!lull_should_yield(loop));
+        CHECK(!lull_loop_should_yield(loop));
 
     /* After a run, too. */
     lull_task t;
     lull_task_init(&t, ask_at_start);
-    lull_post(loop, &t);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &t);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     check_spin_ns(1 * MS);
     for (int i = 0; i < 100000; i++)
-        CHECK(!lull_should_yield(loop));
+        CHECK(!lull_loop_should_yield(loop));
     CHECK_EQ(lull_loop_free(loop), 0);
 
     /* A fresh slice with a 2 ms quantum is not spent at its first call. */
     lull_loop_options o = {.role = LULL_ROLE_DEDICATED};
     CHECK_EQ(lull_loop_new(&loop, &o), 0);
     the_loop = loop;
-    lull_post(loop, &t);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &t);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK(!first_call_in_slice);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -479,7 +480,7 @@ static uint64_t yield_after_ns;
 static void spin_until_yield(lull_task *t) {
     (void)t;
     uint64_t start = check_clock_ns();
-    while (!lull_should_yield(the_loop)) {
+    while (!lull_loop_should_yield(the_loop)) {
         if (check_clock_ns() - start > 1000 * MS) break; /* never true */
     }
     yield_after_ns = check_clock_ns() - start;
@@ -490,8 +491,8 @@ TEST(should_yield_turns_true_after_quantum) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 200 * US);
     lull_task t;
     lull_task_init(&t, spin_until_yield);
-    lull_post(loop, &t);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &t);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     /* The slice began at or before the callback's start: at least the
      * quantum minus the time before the callback; at most a generous
      * overshoot (a preempted vCPU). */
@@ -504,15 +505,15 @@ TEST(should_yield_turns_true_after_quantum) {
  * producer yields, and virtual time does not move. */
 TEST(quantum_on_virtual_clock) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 50 * US);
-    uint64_t t0 = lull_now(loop);
+    uint64_t t0 = lull_loop_now(loop);
     producer_init(UINT64_MAX);
     prod.until = cpu_ns() + 5 * MS;
-    lull_post(loop, &prod.task);
-    int ran = lull_settle(loop);
+    lull_task_post(loop, &prod.task);
+    int ran = lull_loop_settle(loop);
     CHECK_U64_EQ(prod.left, 0);
     CHECK_LE(5, prod.yields);
     CHECK_EQ(ran, prod.slices);
-    CHECK_U64_EQ(lull_now(loop), t0);
+    CHECK_U64_EQ(lull_loop_now(loop), t0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 

@@ -1,7 +1,7 @@
 /* Cross-thread posts: none lost under load, coalescing of a task queued
- * twice before the loop drains it, the loop reference that keeps lull_run
+ * twice before the loop drains it, the loop reference that keeps lull_loop_run
  * waiting for an expected post, and lull_loop_free waiting for a poster
- * still inside lull_post_remote. Real threads and the real clock.
+ * still inside lull_task_post_remote. Real threads and the real clock.
  *
  * write() and syscall() are wrapped at link time (tests/CMakeLists.txt) so
  * that a poster can be held inside its wake of the loop. */
@@ -84,7 +84,7 @@ static void *pinger(void *arg) {
     for (int i = 0; !p->last; i++) {
         p->last = i + 1 == ROUNDS ||
                   (i + 1 >= ROUNDS_MIN && check_clock_ns() > rounds_end);
-        lull_post_remote(the_loop, &p->ping);
+        lull_task_post_remote(the_loop, &p->ping);
         wait_reply(p, i);
         p->answered++;
     }
@@ -120,7 +120,7 @@ static void ping_pong_4_threads(bool watch_fd) {
         CHECK_EQ(sem_init(&peers[i].reply, 0, 0), 0);
         CHECK_EQ(pthread_create(&peers[i].thread, NULL, pinger, &peers[i]), 0);
     }
-    CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
     uint64_t sum = 0;
     for (int i = 0; i < THREADS; i++) {
         CHECK_EQ(pthread_join(peers[i].thread, NULL), 0);
@@ -168,22 +168,22 @@ static void on_loop_ping(lull_task *t) {
     p->received++;
     if (++total == (uint64_t)LOOP_THREADS * LOOP_ROUNDS)
         lull_loop_unref(the_loop);
-    lull_post_remote(p->loop, &p->pong);
+    lull_task_post_remote(p->loop, &p->pong);
 }
 
 static void on_pong(lull_task *t) {
     peer *p = LULL_CONTAINER_OF(t, peer, pong);
     p->answered++;
     if (++p->rounds < LOOP_ROUNDS)
-        lull_post_remote(the_loop, &p->ping);
+        lull_task_post_remote(the_loop, &p->ping);
     else
         lull_loop_unref(p->loop);
 }
 
 static void *loop_peer(void *arg) {
     peer *p = arg;
-    lull_post_remote(the_loop, &p->ping);
-    CHECK_EQ(lull_run(p->loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post_remote(the_loop, &p->ping);
+    CHECK_EQ(lull_loop_run(p->loop, LULL_RUN_DEFAULT), 0);
     return NULL;
 }
 
@@ -204,7 +204,7 @@ TEST_THREADED(remote_ping_pong_between_loops) {
     for (int i = 0; i < LOOP_THREADS; i++)
         CHECK_EQ(pthread_create(&peers[i].thread, NULL, loop_peer, &peers[i]),
                  0);
-    CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
     for (int i = 0; i < LOOP_THREADS; i++) {
         CHECK_EQ(pthread_join(peers[i].thread, NULL), 0);
         CHECK_U64_EQ(peers[i].received, LOOP_ROUNDS);
@@ -225,8 +225,8 @@ static void count_once(lull_task *t) {
 static lull_task shared_task;
 static void *post_twice(void *arg) {
     (void)arg;
-    lull_post_remote(the_loop, &shared_task);
-    lull_post_remote(the_loop, &shared_task);
+    lull_task_post_remote(the_loop, &shared_task);
+    lull_task_post_remote(the_loop, &shared_task);
     return NULL;
 }
 
@@ -242,17 +242,17 @@ TEST_THREADED(remote_post_twice_before_drain_runs_once) {
     /* Eight posts of one task, none drained yet: freeing is refused. */
     CHECK_EQ(lull_loop_free(the_loop), -EBUSY);
     lull_loop_ref(the_loop); /* count_once drops it */
-    CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(once_runs, 1);
     for (int i = 0; i < 3; i++)
-        CHECK_EQ(lull_run(the_loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(once_runs, 1);
     /* Drained: the task can be posted remotely again, and runs again. */
-    lull_post_remote(the_loop, &shared_task);
-    lull_post_remote(the_loop, &shared_task);
+    lull_task_post_remote(the_loop, &shared_task);
+    lull_task_post_remote(the_loop, &shared_task);
     lull_loop_ref(the_loop);
     once_runs = 0;
-    CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(once_runs, 1);
     CHECK_EQ(lull_loop_free(the_loop), 0);
 }
@@ -274,14 +274,15 @@ static void *post_late(void *arg) {
      * end before a loaded machine let the loop reach it: no wakeup). */
     check_wait_blocked(late_loop_tid, the_loop->backend_fd,
                        &the_loop->sleeping);
-    lull_post_remote(the_loop, &late_task);
+    lull_task_post_remote(the_loop, &late_task);
     return NULL;
 }
 
 TEST_THREADED(loop_ref_keeps_run_alive_for_remote_post) {
     CHECK_EQ(lull_loop_new(&the_loop, NULL), 0);
     CHECK(!lull_loop_alive(the_loop));
-    CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), 0); /* nothing: returns */
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT),
+             0); /* nothing: returns */
     lull_task_init(&late_task, late_arrival);
     late_runs = 0;
     lull_loop_ref(the_loop);
@@ -291,7 +292,7 @@ TEST_THREADED(loop_ref_keeps_run_alive_for_remote_post) {
     late_loop_tid = gettid();
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, post_late, NULL), 0);
-    CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(late_runs, 1);
     CHECK(!lull_loop_alive(the_loop));
     CHECK_EQ(pthread_join(th, NULL), 0);
@@ -307,14 +308,14 @@ static int stops_run;
 static void stop_loop(lull_task *t) {
     (void)t;
     stops_run++;
-    lull_stop(the_loop);
+    lull_loop_stop(the_loop);
 }
 
 static lull_task stop_task;
 static void *post_stop(void *arg) {
     (void)arg;
     sleep_ms(20);
-    lull_post_remote(the_loop, &stop_task);
+    lull_task_post_remote(the_loop, &stop_task);
     return NULL;
 }
 
@@ -325,7 +326,7 @@ TEST_THREADED(stop_from_another_thread_through_a_post) {
     lull_loop_ref(the_loop);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, post_stop, NULL), 0);
-    CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(stops_run, 1);
     CHECK(lull_loop_alive(the_loop)); /* stopped, not drained of refs */
     CHECK_EQ(pthread_join(th, NULL), 0);
@@ -333,7 +334,7 @@ TEST_THREADED(stop_from_another_thread_through_a_post) {
     CHECK_EQ(lull_loop_free(the_loop), 0);
 }
 
-/* lull_post_remote is legal from the loop thread too, also inside a
+/* lull_task_post_remote is legal from the loop thread too, also inside a
  * callback; the task runs in a later turn. */
 static lull_task inner;
 static int inner_runs;
@@ -344,7 +345,7 @@ static void run_inner(lull_task *t) {
 }
 static void post_inner_remote(lull_task *t) {
     (void)t;
-    lull_post_remote(the_loop, &inner);
+    lull_task_post_remote(the_loop, &inner);
     CHECK_EQ(inner_runs, 0);
 }
 
@@ -355,8 +356,8 @@ TEST(remote_post_from_loop_thread) {
     lull_task_init(&inner, run_inner);
     inner_runs = 0;
     lull_loop_ref(the_loop); /* run_inner drops it */
-    lull_post(the_loop, &outer);
-    CHECK_EQ(lull_run(the_loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(the_loop, &outer);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(inner_runs, 1);
     CHECK_EQ(lull_loop_free(the_loop), 0);
 }
@@ -431,14 +432,14 @@ static void *post_held(void *arg) {
     while (__atomic_load_n(&hc->loop->sleeping, __ATOMIC_SEQ_CST) != how)
         sleep_ms(1);
     delay_wake = true;
-    lull_post_remote(hc->loop, &hc->task);
+    lull_task_post_remote(hc->loop, &hc->task);
     return NULL;
 }
 
 /* The poster publishes its task and is held inside its wake; the loop,
  * interrupted, takes the post, the run ends, and the loop is freed.
  * lull_loop_free must not return before the poster has left
- * lull_post_remote. */
+ * lull_task_post_remote. */
 static void free_while_a_poster_is_held(bool watch_fd) {
     static held_case hc;
     hc = (held_case){.watch_fd = watch_fd};
@@ -459,7 +460,7 @@ static void free_while_a_poster_is_held(bool watch_fd) {
     lull_loop_ref(hc.loop);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, post_held, &hc), 0);
-    CHECK_EQ(lull_run(hc.loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(hc.loop, LULL_RUN_DEFAULT), 0);
     CHECK(atomic_load(&held)); /* the post did go through the held wake */
     if (watch_fd) {
         close(hc.fds[0]);
@@ -488,8 +489,8 @@ TEST_THREADED(loop_free_waits_for_a_poster_inside_its_futex_wake) {
     free_while_a_poster_is_held(false);
 }
 
-/* The same for a notifier: a raiser held inside lull_notify_remote (in its
- * wake of the loop, after the raise was queued) while the listener runs;
+/* The same for a notifier: a raiser held inside lull_notifier_raise_remote (in
+ * its wake of the loop, after the raise was queued) while the listener runs;
  * lull_notifier_quiesce must not return before the raiser has left. */
 typedef struct held_raise {
     lull_loop *loop;
@@ -501,7 +502,7 @@ typedef struct held_raise {
 static void on_held_raise(lull_listener *l) {
     held_raise *hr = LULL_CONTAINER_OF(l, held_raise, l);
     hr->runs++;
-    lull_unlisten(l);
+    lull_listener_stop(l);
     lull_loop_unref(hr->loop);
 }
 
@@ -511,7 +512,7 @@ static void *raise_held(void *arg) {
            LULL__SLEEP_FUTEX)
         sleep_ms(1);
     delay_wake = true;
-    lull_notify_remote(hr->loop, &hr->n);
+    lull_notifier_raise_remote(hr->loop, &hr->n);
     return NULL;
 }
 
@@ -526,11 +527,11 @@ TEST_THREADED(notifier_quiesce_waits_for_a_raiser_inside_notify_remote) {
     CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
     CHECK_EQ(lull_loop_new(&hr.loop, NULL), 0);
     lull_notifier_init(&hr.n);
-    lull_listen(hr.loop, &hr.n, &hr.l, on_held_raise);
+    lull_listener_start(hr.loop, &hr.n, &hr.l, on_held_raise);
     lull_loop_ref(hr.loop);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, raise_held, &hr), 0);
-    CHECK_EQ(lull_run(hr.loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(hr.loop, LULL_RUN_DEFAULT), 0);
     CHECK(atomic_load(&held));
     CHECK_EQ(hr.runs, 1);
     lull_notifier_quiesce(hr.loop, &hr.n);

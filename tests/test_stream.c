@@ -47,7 +47,7 @@ static void free_loop(lull_loop *loop) {
 /* Runs iterations (blocking for fds) until *flag, at most `max` of them. */
 static void run_until(lull_loop *loop, const bool *flag, int max) {
     for (int i = 0; i < max && !*flag; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK(*flag);
 }
 
@@ -84,7 +84,7 @@ typedef struct acceptor {
 static void accept_one(lull_server *srv) {
     acceptor *a = LULL_CONTAINER_OF(srv, acceptor, srv);
     if (a->accepted) return; /* not taken: closed */
-    CHECK_EQ(lull_stream_accept(srv, a->into, a->opts), 0);
+    CHECK_EQ(lull_server_accept(srv, a->into, a->opts), 0);
     a->accepted = true;
 }
 
@@ -108,11 +108,11 @@ static bool listen_pair(lull_loop *loop, int via, lull_stream *client,
     if (via == VIA_UNIX) {
         snprintf(path, sizeof path, "@lull-test-%d-%p", (int)getpid(),
                  (void *)client);
-        rc = lull_unix_listen(loop, &a.srv, path, 0, accept_one);
+        rc = lull_server_listen_unix(loop, &a.srv, path, 0, accept_one);
     } else {
-        rc =
-            lull_tcp_listen(loop, &a.srv, via == VIA_TCP4 ? "127.0.0.1" : "::1",
-                            0, 0, accept_one);
+        rc = lull_server_listen_tcp(loop, &a.srv,
+                                    via == VIA_TCP4 ? "127.0.0.1" : "::1", 0, 0,
+                                    accept_one);
     }
     if (via == VIA_TCP6 && rc == -EAFNOSUPPORT) {
         printf("IPv6 unavailable: skipped\n");
@@ -122,18 +122,19 @@ static bool listen_pair(lull_loop *loop, int via, lull_stream *client,
     g_connected = false;
     g_connect_status = 1;
     if (via == VIA_UNIX) {
-        CHECK_EQ(lull_unix_connect(loop, client, path, o, on_connect), 0);
+        CHECK_EQ(lull_stream_connect_unix(loop, client, path, o, on_connect),
+                 0);
     } else {
         int port = lull_server_port(&a.srv);
         CHECK(port > 0);
-        CHECK_EQ(lull_tcp_connect(loop, client,
-                                  via == VIA_TCP4 ? "127.0.0.1" : "[::1]", port,
-                                  o, on_connect),
+        CHECK_EQ(lull_stream_connect_tcp(
+                     loop, client, via == VIA_TCP4 ? "127.0.0.1" : "[::1]",
+                     port, o, on_connect),
                  0);
     }
     CHECK(!g_connected); /* never inside the call */
     for (int i = 0; i < 100 && !(g_connected && a.accepted); i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK(g_connected && a.accepted);
     CHECK_EQ(g_connect_status, 0);
     lull_server_close(&a.srv);
@@ -173,11 +174,11 @@ static void echo_release(lull_frame *f) {
 /* The client's producer: send while writable, then wait for drain. */
 static void echo_produce(lull_task *t) {
     echo *e = LULL_CONTAINER_OF(t, echo, producer);
-    while (e->sent < e->nframes && lull_writable(e->client)) {
-        CHECK_EQ(lull_send(e->client, &e->frames[e->sent]), 0);
+    while (e->sent < e->nframes && lull_endpoint_writable(e->client)) {
+        CHECK_EQ(lull_endpoint_send(e->client, &e->frames[e->sent]), 0);
         e->sent++;
-        if (lull_should_yield(e->loop)) {
-            lull_post(e->loop, t);
+        if (lull_loop_should_yield(e->loop)) {
+            lull_task_post(e->loop, t);
             return;
         }
     }
@@ -185,11 +186,11 @@ static void echo_produce(lull_task *t) {
 
 static void echo_drain(lull_endpoint *ep) {
     (void)ep;
-    lull_post(g_echo->loop, &g_echo->producer);
+    lull_task_post(g_echo->loop, &g_echo->producer);
 }
 
 static void echo_server_frame(lull_endpoint *ep, const void *b, size_t n) {
-    CHECK_EQ(lull_send_copy(ep, b, n), 0);
+    CHECK_EQ(lull_endpoint_send_copy(ep, b, n), 0);
 }
 
 static void echo_server_close(lull_endpoint *ep, int reason) {
@@ -242,12 +243,13 @@ static void echo_body(lull_loop *loop, lull_endpoint *client,
     e->loop = loop;
     e->client = client;
     e->server = server;
-    lull_endpoint_callbacks(client, echo_client_frame, echo_drain,
-                            echo_client_close);
-    lull_endpoint_callbacks(server, echo_server_frame, NULL, echo_server_close);
+    lull_endpoint_set_callbacks(client, echo_client_frame, echo_drain,
+                                echo_client_close);
+    lull_endpoint_set_callbacks(server, echo_server_frame, NULL,
+                                echo_server_close);
     lull_task_init(&e->producer, echo_produce);
-    lull_post(loop, &e->producer);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &e->producer);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(e->received, e->nframes);
     CHECK_EQ(e->released, e->nframes);
     CHECK_EQ(e->server_closes, 1);
@@ -310,20 +312,20 @@ static void thread_server_close(lull_endpoint *ep, int reason) {
 
 static void thread_accept(lull_server *srv) {
     server_thread *st = LULL_CONTAINER_OF(srv, server_thread, acc.srv);
-    CHECK_EQ(lull_stream_accept(srv, &st->conn, NULL), 0);
-    lull_endpoint_callbacks(&st->conn.ep, echo_server_frame, NULL,
-                            thread_server_close);
+    CHECK_EQ(lull_server_accept(srv, &st->conn, NULL), 0);
+    lull_endpoint_set_callbacks(&st->conn.ep, echo_server_frame, NULL,
+                                thread_server_close);
     lull_server_close(srv);
 }
 
 static void *server_main(void *arg) {
     server_thread *st = arg;
     CHECK_EQ(lull_loop_new(&st->loop, NULL), 0);
-    CHECK_EQ(
-        lull_unix_listen(st->loop, &st->acc.srv, st->path, 0, thread_accept),
-        0);
+    CHECK_EQ(lull_server_listen_unix(st->loop, &st->acc.srv, st->path, 0,
+                                     thread_accept),
+             0);
     atomic_store(&st->listening, true);
-    CHECK_EQ(lull_run(st->loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(st->loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(st->loop), 0);
     return NULL;
 }
@@ -343,7 +345,7 @@ TEST_THREADED(echo_threaded_server) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     lull_stream c;
     g_connected = false;
-    CHECK_EQ(lull_unix_connect(loop, &c, st.path, NULL, on_connect), 0);
+    CHECK_EQ(lull_stream_connect_unix(loop, &c, st.path, NULL, on_connect), 0);
     run_until(loop, &g_connected, 100);
     CHECK_EQ(g_connect_status, 0);
     echo *e = malloc(sizeof *e);
@@ -352,11 +354,11 @@ TEST_THREADED(echo_threaded_server) {
     g_echo = e;
     e->loop = loop;
     e->client = &c.ep;
-    lull_endpoint_callbacks(&c.ep, echo_client_frame, echo_drain,
-                            threaded_client_close);
+    lull_endpoint_set_callbacks(&c.ep, echo_client_frame, echo_drain,
+                                threaded_client_close);
     lull_task_init(&e->producer, echo_produce);
-    lull_post(loop, &e->producer);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &e->producer);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(e->received, e->nframes);
     CHECK_EQ(e->released, e->nframes);
     CHECK_EQ(pthread_join(th, NULL), 0);
@@ -403,8 +405,10 @@ static void counters(lull_loop *loop, counter *a, counter *b,
     memset(a, 0, sizeof *a);
     memset(b, 0, sizeof *b);
     sp_pair(loop, &a->s, &b->s, oa, ob);
-    lull_endpoint_callbacks(&a->s.ep, count_frame, count_drain, count_close);
-    lull_endpoint_callbacks(&b->s.ep, count_frame, count_drain, count_close);
+    lull_endpoint_set_callbacks(&a->s.ep, count_frame, count_drain,
+                                count_close);
+    lull_endpoint_set_callbacks(&b->s.ep, count_frame, count_drain,
+                                count_close);
 }
 
 /* A stream whose peer is a plain socket the test writes bytes into. */
@@ -414,7 +418,8 @@ static void raw_peer(lull_loop *loop, counter *c, int *peer,
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     memset(c, 0, sizeof *c);
     CHECK_EQ(lull_stream_open(loop, &c->s, sv[0], o), 0);
-    lull_endpoint_callbacks(&c->s.ep, count_frame, count_drain, count_close);
+    lull_endpoint_set_callbacks(&c->s.ep, count_frame, count_drain,
+                                count_close);
     *peer = sv[1];
 }
 
@@ -423,7 +428,7 @@ static counter *g_a;
 static void send_hundred(lull_task *t) {
     (void)t;
     for (int i = 0; i < 100; i++)
-        CHECK_EQ(lull_send_copy(&g_a->s.ep, &i, sizeof i), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&g_a->s.ep, &i, sizeof i), 0);
     CHECK_EQ(g_a->s.writes, 0); /* nothing left inside the callback */
 }
 
@@ -437,12 +442,12 @@ TEST(writes_in_one_callback_leave_in_one_writev) {
         g_a = &a;
         lull_task t;
         lull_task_init(&t, send_hundred);
-        lull_post(loop, &t);
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        lull_task_post(loop, &t);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
         CHECK_EQ(a.s.writes, 1);
         CHECK_EQ(a.s.bytes_written, 100 * (sizeof(int) + (m ? 0 : 4)));
         while (b.bytes < 100 * sizeof(int))
-            CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
         if (!m) CHECK_EQ(b.frames, 100);
         CHECK_EQ(a.s.writes, 1);
         lull_endpoint_close(&a.s.ep, 0);
@@ -455,18 +460,18 @@ TEST(writes_in_one_callback_leave_in_one_writev) {
  * stream however many callbacks wrote. */
 static void reply_three(lull_endpoint *ep, const void *b, size_t n) {
     for (int i = 0; i < 3; i++)
-        CHECK_EQ(lull_send_copy(ep, b, n), 0);
+        CHECK_EQ(lull_endpoint_send_copy(ep, b, n), 0);
 }
 
 TEST(replies_from_fd_callbacks_leave_together) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
     counters(loop, &a, &b, NULL, NULL);
-    lull_endpoint_callbacks(&b.s.ep, reply_three, NULL, count_close);
+    lull_endpoint_set_callbacks(&b.s.ep, reply_three, NULL, count_close);
     for (int i = 0; i < 10; i++)
-        CHECK_EQ(lull_send_copy(&a.s.ep, &i, sizeof i), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, &i, sizeof i), 0);
     while (a.frames < 30)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(a.s.writes, 1);
     CHECK_EQ(b.s.reads, 1);
     CHECK_EQ(b.s.writes, 1); /* 30 replies from 10 frame callbacks */
@@ -488,15 +493,15 @@ TEST(reply_leaves_before_queued_tasks) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
     counters(loop, &a, &b, NULL, NULL);
-    lull_endpoint_callbacks(&b.s.ep, reply_three, NULL, count_close);
+    lull_endpoint_set_callbacks(&b.s.ep, reply_three, NULL, count_close);
     g_replier = &b;
-    CHECK_EQ(lull_send_copy(&a.s.ep, "ping", 4), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0); /* the ping leaves */
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "ping", 4), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0); /* the ping leaves */
     lull_task t;
     lull_task_init(&t, check_reply_left);
-    lull_post(loop, &t); /* queued before the ping is read */
+    lull_task_post(loop, &t); /* queued before the ping is read */
     while (a.frames < 3)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(check_trace_len(), 1);
     lull_endpoint_close(&a.s.ep, 0);
     lull_endpoint_close(&b.s.ep, 0);
@@ -522,13 +527,13 @@ typedef struct waker {
 } waker;
 
 static void stop_posted(lull_task *t) {
-    lull_stop(LULL_CONTAINER_OF(t, waker, stop)->loop);
+    lull_loop_stop(LULL_CONTAINER_OF(t, waker, stop)->loop);
 }
 
 static void *post_when_asleep(void *arg) {
     waker *w = arg;
     check_wait_blocked(w->tid, w->loop->backend_fd, NULL);
-    lull_post_remote(w->loop, &w->stop);
+    lull_task_post_remote(w->loop, &w->stop);
     return NULL;
 }
 
@@ -540,9 +545,9 @@ TEST_THREADED(idle_stream_is_quiet) {
     counter a, b;
     counters(loop, &a, &b, NULL, NULL);
     for (int i = 0; i < 100; i++)
-        CHECK_EQ(lull_send_copy(&a.s.ep, &i, sizeof i), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, &i, sizeof i), 0);
     while (b.frames < 100)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     check_quiet(&a.s);
     check_quiet(&b.s);
     lull_loop_metrics_reset(loop);
@@ -550,7 +555,8 @@ TEST_THREADED(idle_stream_is_quiet) {
     lull_task_init(&w.stop, stop_posted);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, post_when_asleep, &w), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0); /* sleeps until the post */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT),
+             0); /* sleeps until the post */
     CHECK_EQ(pthread_join(th, NULL), 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
@@ -584,7 +590,7 @@ static void slow_bytes(lull_endpoint *ep, const void *b, size_t n) {
     CHECK(memcmp(b, r->want + r->got, n) == 0);
     r->got += n;
     lull_stream_read_stop(&r->s);
-    lull_post(r->s.loop, &r->resume);
+    lull_task_post(r->s.loop, &r->resume);
 }
 
 static int g_released;
@@ -608,8 +614,8 @@ TEST(partial_writes_keep_order) {
     CHECK_EQ(lull_stream_open(loop, &w.s, sv[0], &raw), 0);
     CHECK_EQ(lull_stream_open(loop, &r->s, sv[1], &raw), 0);
     CHECK_EQ(lull_stream_read_into(&r->s, r->buf, sizeof r->buf), 0);
-    lull_endpoint_callbacks(&w.s.ep, NULL, count_drain, count_close);
-    lull_endpoint_callbacks(&r->s.ep, slow_bytes, NULL, NULL);
+    lull_endpoint_set_callbacks(&w.s.ep, NULL, count_drain, count_close);
+    lull_endpoint_set_callbacks(&r->s.ep, slow_bytes, NULL, NULL);
     lull_task_init(&r->resume, slow_resume);
     size_t total = 1 << 20;
     unsigned char *data = malloc(total);
@@ -628,11 +634,11 @@ TEST(partial_writes_keep_order) {
         if (len > total - at) len = total - at;
         frames[nf] = (lull_frame){
             .bytes = data + at, .len = len, .release = count_release};
-        CHECK_EQ(lull_send(&w.s.ep, &frames[nf]), 0);
+        CHECK_EQ(lull_endpoint_send(&w.s.ep, &frames[nf]), 0);
         at += len;
     }
     while (r->got < total)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(r->got, total);
     CHECK_EQ(g_released, nf);
     CHECK(w.s.writes > 10); /* many partial writes */
@@ -649,8 +655,8 @@ TEST(partial_writes_keep_order) {
 static int fill(counter *c) {
     static unsigned char blob[1000];
     int n = 0;
-    while (lull_writable(&c->s.ep)) {
-        CHECK_EQ(lull_send_copy(&c->s.ep, blob, sizeof blob), 0);
+    while (lull_endpoint_writable(&c->s.ep)) {
+        CHECK_EQ(lull_endpoint_send_copy(&c->s.ep, blob, sizeof blob), 0);
         n++;
         CHECK(n < 100000);
     }
@@ -665,11 +671,11 @@ TEST(drain_once_per_crossing) {
     /* A crossing the stream writes away inside the send is no crossing:
      * the sender never saw it not writable. */
     static unsigned char hw[8192];
-    CHECK_EQ(lull_send_copy(&a.s.ep, hw, sizeof hw), 0);
-    CHECK(lull_writable(&a.s.ep));
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, hw, sizeof hw), 0);
+    CHECK(lull_endpoint_writable(&a.s.ep));
     CHECK_EQ(a.s.writes, 1); /* written inside the send */
     while (b.bytes < sizeof hw)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(a.drains, 0);
     int small = 4096;
     setsockopt(lull_stream_fd(&a.s), SOL_SOCKET, SO_SNDBUF, &small,
@@ -679,16 +685,16 @@ TEST(drain_once_per_crossing) {
         CHECK_EQ(lull_stream_read_stop(&b.s), 0);
         size_t before = b.bytes;
         int n = fill(&a);
-        CHECK(!lull_writable(&a.s.ep));
+        CHECK(!lull_endpoint_writable(&a.s.ep));
         /* Paused reader: no drain, however long we run. */
         for (int i = 0; i < 5; i++)
-            CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
         CHECK_EQ(a.drains, round - 1);
         CHECK_EQ(lull_stream_read_start(&b.s), 0);
         while (b.bytes < before + (size_t)n * 1000)
-            CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
         for (int i = 0; i < 3; i++)
-            CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
         CHECK_EQ(a.drains, round);
     }
     lull_endpoint_close(&a.s.ep, 0);
@@ -705,14 +711,14 @@ static counter *g_victim;
 static void keep_writing(lull_task *t) {
     static unsigned char blob[4096];
     counter *c = g_victim;
-    while (!lull_endpoint_closed(&c->s.ep) && lull_writable(&c->s.ep))
-        if (lull_send_copy(&c->s.ep, blob, sizeof blob) < 0) return;
+    while (!lull_endpoint_closed(&c->s.ep) && lull_endpoint_writable(&c->s.ep))
+        if (lull_endpoint_send_copy(&c->s.ep, blob, sizeof blob) < 0) return;
     (void)t;
 }
 
 static void victim_drain(lull_endpoint *ep) {
     (void)ep;
-    lull_post(g_victim->s.loop, &g_writer);
+    lull_task_post(g_victim->s.loop, &g_writer);
 }
 
 TEST(peer_reset_mid_write) {
@@ -720,17 +726,18 @@ TEST(peer_reset_mid_write) {
     counter *c = calloc(1, sizeof *c), *p = calloc(1, sizeof *p);
     CHECK(c && p);
     CHECK(listen_pair(loop, VIA_TCP4, &c->s, &p->s, NULL));
-    lull_endpoint_callbacks(&c->s.ep, count_frame, victim_drain, count_close);
-    lull_endpoint_callbacks(&p->s.ep, count_frame, NULL, count_close);
+    lull_endpoint_set_callbacks(&c->s.ep, count_frame, victim_drain,
+                                count_close);
+    lull_endpoint_set_callbacks(&p->s.ep, count_frame, NULL, count_close);
     /* Another pair that must keep working afterwards. */
     counter x, y;
     counters(loop, &x, &y, NULL, NULL);
 
     g_victim = c;
     lull_task_init(&g_writer, keep_writing);
-    lull_post(loop, &g_writer);
+    lull_task_post(loop, &g_writer);
     while (p->bytes < (1 << 20))
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     /* An abortive close: the kernel answers the writer with RST. */
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     CHECK_EQ(setsockopt(lull_stream_fd(&p->s), SOL_SOCKET, SO_LINGER, &lg,
@@ -738,33 +745,33 @@ TEST(peer_reset_mid_write) {
              0);
     lull_endpoint_close(&p->s.ep, 0);
     for (int i = 0; i < 1000 && !c->closes; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(c->closes, 1);
     CHECK(c->reason == -ECONNRESET || c->reason == -EPIPE);
-    CHECK(lull_send_copy(&c->s.ep, "x", 1) == -EPIPE);
+    CHECK(lull_endpoint_send_copy(&c->s.ep, "x", 1) == -EPIPE);
 
     /* A write to a peer that is gone: EPIPE, which without MSG_NOSIGNAL
-     * would be a SIGPIPE. Found inside lull_send (a write at high_water),
-     * so the close comes in a later turn. */
+     * would be a SIGPIPE. Found inside lull_endpoint_send (a write at
+     * high_water), so the close comes in a later turn. */
     counter w;
     int peer;
     lull_stream_options o = {.high_water = 1024};
     raw_peer(loop, &w, &peer, &o);
     close(peer);
     static unsigned char blob[2048];
-    CHECK_EQ(lull_send_copy(&w.s.ep, blob, sizeof blob), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&w.s.ep, blob, sizeof blob), 0);
     CHECK_EQ(w.s.writes, 1);
     CHECK_EQ(w.closes, 0);
-    CHECK_EQ(lull_send_copy(&w.s.ep, blob, 1), -EPIPE);
+    CHECK_EQ(lull_endpoint_send_copy(&w.s.ep, blob, 1), -EPIPE);
     for (int i = 0; i < 10 && !w.closes; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(w.closes, 1);
     CHECK_EQ(w.reason, -EPIPE);
 
     for (int i = 0; i < 10; i++)
-        CHECK_EQ(lull_send_copy(&x.s.ep, &i, sizeof i), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&x.s.ep, &i, sizeof i), 0);
     while (y.frames < 10)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     lull_endpoint_close(&x.s.ep, 0);
     lull_endpoint_close(&y.s.ep, 0);
     free(c);
@@ -793,7 +800,7 @@ TEST(bad_frames_close_only_their_connection) {
     CHECK_EQ(write(fd_cut, "0123456789", 10), 10);
     shutdown(fd_cut, SHUT_WR);
     for (int i = 0; i < 100 && !(big.closes && cut.closes); i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(big.closes, 1);
     CHECK_EQ(big.reason, -EMSGSIZE);
     CHECK_EQ(cut.closes, 1);
@@ -805,10 +812,10 @@ TEST(bad_frames_close_only_their_connection) {
 
     /* A sender is refused too: the limit is the endpoint's. */
     static unsigned char blob[1025];
-    CHECK_EQ(lull_send_copy(&good.s.ep, blob, sizeof blob), -EMSGSIZE);
-    CHECK_EQ(lull_send_copy(&good.s.ep, blob, 1024), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&good.s.ep, blob, sizeof blob), -EMSGSIZE);
+    CHECK_EQ(lull_endpoint_send_copy(&good.s.ep, blob, 1024), 0);
     while (good_peer.frames < 1)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(good_peer.bytes, 1024);
     CHECK_EQ(good.closes + good_peer.closes, 0);
     close(fd_big);
@@ -837,8 +844,8 @@ TEST(connect_errors) {
         int want;
     } cases[3];
     g_connected = false;
-    cases[0].rc = lull_tcp_connect(loop, &s, "127.0.0.1", refused_port(), NULL,
-                                   on_connect);
+    cases[0].rc = lull_stream_connect_tcp(loop, &s, "127.0.0.1", refused_port(),
+                                          NULL, on_connect);
     cases[0].want = -ECONNREFUSED;
     CHECK_EQ(cases[0].rc, 0);
     CHECK(!g_connected);
@@ -848,22 +855,23 @@ TEST(connect_errors) {
     CHECK_EQ(lull_stream_fd(&s), -1);
 
     g_connected = false;
-    CHECK_EQ(
-        lull_unix_connect(loop, &s, "/nonexistent/lull.sock", NULL, on_connect),
-        0);
+    CHECK_EQ(lull_stream_connect_unix(loop, &s, "/nonexistent/lull.sock", NULL,
+                                      on_connect),
+             0);
     run_until(loop, &g_connected, 100);
     CHECK_EQ(g_connect_status, -ENOENT);
 
     g_connected = false;
-    CHECK_EQ(
-        lull_unix_connect(loop, &s, "@lull-nobody-listens", NULL, on_connect),
-        0);
+    CHECK_EQ(lull_stream_connect_unix(loop, &s, "@lull-nobody-listens", NULL,
+                                      on_connect),
+             0);
     run_until(loop, &g_connected, 100);
     CHECK_EQ(g_connect_status, -ECONNREFUSED);
 
-    CHECK_EQ(lull_tcp_connect(loop, &s, "not-an-address", 80, NULL, NULL),
-             -EINVAL);
-    CHECK_EQ(lull_tcp_connect(loop, &s, "127.0.0.1", 70000, NULL, NULL),
+    CHECK_EQ(
+        lull_stream_connect_tcp(loop, &s, "not-an-address", 80, NULL, NULL),
+        -EINVAL);
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, "127.0.0.1", 70000, NULL, NULL),
              -EINVAL);
     free_loop(loop);
 }
@@ -888,12 +896,12 @@ TEST(connect_timeout) {
     lull_stream s;
     lull_stream_options o = {.connect_timeout_ns = 50000000};
     g_connected = false;
-    CHECK_EQ(lull_tcp_connect(loop, &s, "127.0.0.1", ntohs(a.sin_port), &o,
-                              on_connect),
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, "127.0.0.1", ntohs(a.sin_port),
+                                     &o, on_connect),
              0);
-    lull_advance(loop, 49000000);
+    lull_loop_advance(loop, 49000000);
     CHECK(!g_connected);
-    lull_advance(loop, 1000000);
+    lull_loop_advance(loop, 1000000);
     CHECK(g_connected);
     CHECK_EQ(g_connect_status, -ETIMEDOUT);
     for (int i = 0; i < 4; i++)
@@ -913,7 +921,7 @@ typedef struct many {
 static void accept_many(lull_server *srv) {
     many *m = LULL_CONTAINER_OF(srv, many, srv);
     CHECK(m->n < 8);
-    CHECK_EQ(lull_stream_accept(srv, &m->conns[m->n], NULL), 0);
+    CHECK_EQ(lull_server_accept(srv, &m->conns[m->n], NULL), 0);
     m->n++;
 }
 
@@ -923,12 +931,13 @@ TEST(accept_out_of_fds_does_not_spin) {
     CHECK(m);
     char path[64];
     snprintf(path, sizeof path, "@lull-test-emfile-%d", (int)getpid());
-    CHECK_EQ(lull_unix_listen(loop, &m->srv, path, 0, accept_many), 0);
+    CHECK_EQ(lull_server_listen_unix(loop, &m->srv, path, 0, accept_many), 0);
     lull_stream clients[3];
     for (int i = 0; i < 3; i++) {
         g_connected = false;
-        CHECK_EQ(lull_unix_connect(loop, &clients[i], path, NULL, on_connect),
-                 0);
+        CHECK_EQ(
+            lull_stream_connect_unix(loop, &clients[i], path, NULL, on_connect),
+            0);
     }
     struct rlimit old;
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
@@ -941,7 +950,7 @@ TEST(accept_out_of_fds_does_not_spin) {
     /* Ten iterations: a listener that kept watching would be ready (and
      * called) in every one of them. */
     for (int i = 0; i < 10; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
     lull_metrics mt;
     lull_loop_metrics(loop, &mt);
@@ -950,7 +959,7 @@ TEST(accept_out_of_fds_does_not_spin) {
     CHECK_EQ(m->srv.paused, 1);
     CHECK_EQ(m->n, 0);
     /* The retry timer resumes accepting; the backlog kept everyone. */
-    lull_advance(loop, 100000000);
+    lull_loop_advance(loop, 100000000);
     CHECK_EQ(m->n, 3);
     for (int i = 0; i < 3; i++) {
         lull_endpoint_close(&clients[i].ep, 0);
@@ -966,7 +975,7 @@ TEST(accept_out_of_fds_does_not_spin) {
 static int g_ends;
 static void on_end_reply(lull_stream *s) {
     g_ends++;
-    CHECK_EQ(lull_send_copy(&s->ep, "bye", 3), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&s->ep, "bye", 3), 0);
     CHECK_EQ(lull_stream_shutdown(s), 0);
 }
 
@@ -974,14 +983,14 @@ TEST(half_close) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
     counters(loop, &a, &b, NULL, NULL);
-    lull_stream_on_end(&b.s, on_end_reply);
+    lull_stream_set_on_end(&b.s, on_end_reply);
     g_ends = 0;
     for (int i = 0; i < 5; i++)
-        CHECK_EQ(lull_send_copy(&a.s.ep, &i, sizeof i), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, &i, sizeof i), 0);
     CHECK_EQ(lull_stream_shutdown(&a.s), 0);
-    CHECK_EQ(lull_send_copy(&a.s.ep, "x", 1), -EPIPE);
-    CHECK(!lull_writable(&a.s.ep));
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0); /* until both closed */
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "x", 1), -EPIPE);
+    CHECK(!lull_endpoint_writable(&a.s.ep));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* until both closed */
     CHECK_EQ(b.frames, 5);
     CHECK_EQ(g_ends, 1);
     CHECK_EQ(a.frames, 1); /* "bye", read after a shut its side */
@@ -997,17 +1006,18 @@ TEST(idle_timeout) {
     counter a, b;
     lull_stream_options o = {.idle_timeout_ns = 1000000000};
     counters(loop, &a, &b, &o, NULL);
-    lull_advance(loop, 600000000);
-    CHECK_EQ(lull_send_copy(&a.s.ep, "x", 1), 0); /* activity at 0.6 s */
-    lull_advance(loop, 600000000);                /* 1.2 s */
+    lull_loop_advance(loop, 600000000);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "x", 1),
+             0);                        /* activity at 0.6 s */
+    lull_loop_advance(loop, 600000000); /* 1.2 s */
     CHECK_EQ(a.closes, 0);
-    lull_advance(loop, 300000000); /* 1.5 s: idle 0.9 s */
+    lull_loop_advance(loop, 300000000); /* 1.5 s: idle 0.9 s */
     CHECK_EQ(a.closes, 0);
-    lull_advance(loop, 200000000); /* 1.7 s: idle 1.1 s */
+    lull_loop_advance(loop, 200000000); /* 1.7 s: idle 1.1 s */
     CHECK_EQ(a.closes, 1);
     CHECK_EQ(a.reason, -ETIMEDOUT);
     for (int i = 0; i < 10 && !b.closes; i++)
-        lull_settle(loop);
+        lull_loop_settle(loop);
     CHECK_EQ(b.closes, 1); /* its peer read EOF */
     CHECK_EQ(b.reason, 0);
     free_loop(loop);
@@ -1019,20 +1029,21 @@ TEST(sends_before_connect_are_queued) {
     counter server;
     memset(&server, 0, sizeof server);
     acc.into = &server.s;
-    CHECK_EQ(lull_tcp_listen(loop, &acc.srv, NULL, 0, 0, accept_one), 0);
+    CHECK_EQ(lull_server_listen_tcp(loop, &acc.srv, NULL, 0, 0, accept_one), 0);
     counter client;
     memset(&client, 0, sizeof client);
     g_connected = false;
-    CHECK_EQ(lull_tcp_connect(loop, &client.s, NULL, lull_server_port(&acc.srv),
-                              NULL, on_connect),
+    CHECK_EQ(lull_stream_connect_tcp(loop, &client.s, NULL,
+                                     lull_server_port(&acc.srv), NULL,
+                                     on_connect),
              0);
     for (int i = 0; i < 7; i++)
-        CHECK_EQ(lull_send_copy(&client.s.ep, &i, sizeof i), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&client.s.ep, &i, sizeof i), 0);
     run_until(loop, &acc.accepted, 100);
-    lull_endpoint_callbacks(&server.s.ep, count_frame, NULL, count_close);
+    lull_endpoint_set_callbacks(&server.s.ep, count_frame, NULL, count_close);
     lull_server_close(&acc.srv);
     while (server.frames < 7)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK(g_connected);
     lull_endpoint_close(&client.s.ep, 0);
     lull_endpoint_close(&server.s.ep, 0);
@@ -1075,12 +1086,12 @@ TEST(close_and_free_inside_callbacks) {
     counter peer;
     memset(&peer, 0, sizeof peer);
     sp_pair(loop, &peer.s, &d->s, NULL, NULL);
-    lull_endpoint_callbacks(&d->s.ep, close_and_free_on_third, NULL, NULL);
-    lull_endpoint_callbacks(&peer.s.ep, count_frame, NULL, count_close);
+    lull_endpoint_set_callbacks(&d->s.ep, close_and_free_on_third, NULL, NULL);
+    lull_endpoint_set_callbacks(&peer.s.ep, count_frame, NULL, count_close);
     for (int i = 0; i < 10; i++)
-        CHECK_EQ(lull_send_copy(&peer.s.ep, "frame", 5), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&peer.s.ep, "frame", 5), 0);
     while (!peer.closes)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(check_trace_len(), 1);
     CHECK_EQ(peer.reason, 0);
 
@@ -1089,31 +1100,31 @@ TEST(close_and_free_inside_callbacks) {
     counter other;
     memset(&other, 0, sizeof other);
     sp_pair(loop, &c->s, &other.s, NULL, NULL);
-    lull_endpoint_callbacks(&other.s.ep, count_frame, NULL, count_close);
+    lull_endpoint_set_callbacks(&other.s.ep, count_frame, NULL, count_close);
     g_release_victim = c;
     g_released = 0;
     lull_frame f[3];
     for (int i = 0; i < 3; i++) {
         f[i] =
             (lull_frame){.bytes = "abc", .len = 3, .release = close_in_release};
-        CHECK_EQ(lull_send(&c->s.ep, &f[i]), 0);
+        CHECK_EQ(lull_endpoint_send(&c->s.ep, &f[i]), 0);
     }
     while (!other.closes)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(g_released, 3);
     CHECK_EQ(other.frames, 3);
 
     /* A server closed inside its own connection callback. */
     many *m = calloc(1, sizeof *m);
-    CHECK_EQ(lull_tcp_listen(loop, &m->srv, NULL, 0, 0, accept_many), 0);
+    CHECK_EQ(lull_server_listen_tcp(loop, &m->srv, NULL, 0, 0, accept_many), 0);
     lull_stream cl;
     g_connected = false;
-    CHECK_EQ(lull_tcp_connect(loop, &cl, NULL, lull_server_port(&m->srv), NULL,
-                              on_connect),
+    CHECK_EQ(lull_stream_connect_tcp(loop, &cl, NULL, lull_server_port(&m->srv),
+                                     NULL, on_connect),
              0);
     run_until(loop, &g_connected, 100);
     while (m->n == 0)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     lull_server_close(&m->srv);
     lull_endpoint_close(&m->conns[0].ep, 0);
     lull_endpoint_close(&cl.ep, 0);
@@ -1146,15 +1157,17 @@ static void produce(lull_task *t) {
     check_trace(p->id * 1000 + p->slices);
     p->slices++;
     while (p->done < p->total) {
-        if (p->out && !lull_writable(&p->out->s.ep)) return; /* on drain */
-        if (p->out) CHECK_EQ(lull_send_copy(&p->out->s.ep, &p->done, 4), 0);
+        if (p->out && !lull_endpoint_writable(&p->out->s.ep))
+            return; /* on drain */
+        if (p->out)
+            CHECK_EQ(lull_endpoint_send_copy(&p->out->s.ep, &p->done, 4), 0);
         if (p->ping_fd >= 0 && p->done == 0)
             CHECK_EQ(write(p->ping_fd, "\0\0\0\1p", 5), 5);
         check_spin_ns(p->spin_ns);
         p->done++;
-        if (lull_should_yield(p->loop)) {
+        if (lull_loop_should_yield(p->loop)) {
             check_trace(T_YIELD + p->id);
-            lull_post(p->loop, t);
+            lull_task_post(p->loop, t);
             return;
         }
     }
@@ -1186,14 +1199,14 @@ TEST(producer_lets_fd_callback_run_within_a_quantum) {
     counter pinged;
     int peer;
     raw_peer(loop, &pinged, &peer, NULL);
-    lull_endpoint_callbacks(&pinged.s.ep, on_ping, NULL, NULL);
+    lull_endpoint_set_callbacks(&pinged.s.ep, on_ping, NULL, NULL);
     producer p;
     producer_init(&p, loop, 1, 100, 20000);
     p.ping_fd = peer;
     g_ping_producer = &p;
-    lull_post(loop, &p.task);
+    lull_task_post(loop, &p.task);
     while (p.done < p.total)
-        lull_settle(loop);
+        lull_loop_settle(loop);
     /* slice 0 of producer 1, its yield, the ping, slice 1 */
     int y = check_trace_find(T_YIELD + 1), h = check_trace_find(T_PING);
     CHECK_EQ(check_trace_find(1000), 0);
@@ -1210,10 +1223,10 @@ TEST(two_producers_alternate) {
     producer p1, p2;
     producer_init(&p1, loop, 1, 40, 10000);
     producer_init(&p2, loop, 2, 40, 10000);
-    lull_post(loop, &p1.task);
-    lull_post(loop, &p2.task);
+    lull_task_post(loop, &p1.task);
+    lull_task_post(loop, &p2.task);
     while (p1.done < p1.total || p2.done < p2.total)
-        lull_settle(loop);
+        lull_loop_settle(loop);
     CHECK(p1.slices >= 3 && p2.slices >= 3);
     /* Slice starts alternate: 1, 2, 1, 2 ... while both have work. */
     int last = 0, starts = 0;
@@ -1232,7 +1245,7 @@ TEST(two_producers_alternate) {
 static producer *g_blocked;
 static void blocked_drain(lull_endpoint *ep) {
     counter_of(ep)->drains++;
-    lull_post(g_blocked->loop, &g_blocked->task);
+    lull_task_post(g_blocked->loop, &g_blocked->task);
 }
 
 TEST(producer_waiting_for_drain_does_not_hold_the_slice) {
@@ -1245,16 +1258,16 @@ TEST(producer_waiting_for_drain_does_not_hold_the_slice) {
     setsockopt(lull_stream_fd(&out.s), SOL_SOCKET, SO_SNDBUF, &small,
                sizeof small);
     CHECK_EQ(lull_stream_read_stop(&sink.s), 0);
-    lull_endpoint_callbacks(&out.s.ep, NULL, blocked_drain, count_close);
+    lull_endpoint_set_callbacks(&out.s.ep, NULL, blocked_drain, count_close);
     producer p1, p2;
     producer_init(&p1, loop, 1, 100000, 0);
     p1.out = &out;
     g_blocked = &p1;
     producer_init(&p2, loop, 2, 60, 10000);
-    lull_post(loop, &p1.task);
-    lull_post(loop, &p2.task);
+    lull_task_post(loop, &p1.task);
+    lull_task_post(loop, &p2.task);
     while (p2.done < p2.total)
-        lull_settle(loop);
+        lull_loop_settle(loop);
     CHECK(p1.done < p1.total); /* still waiting for drain */
     int p1_slices = p1.slices;
     CHECK(p2.slices >= 3);
@@ -1262,7 +1275,7 @@ TEST(producer_waiting_for_drain_does_not_hold_the_slice) {
     CHECK_EQ(check_trace_find(1000 + p1_slices), -1);
     CHECK_EQ(lull_stream_read_start(&sink.s), 0);
     while (p1.done < p1.total)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK(out.drains >= 1);
     lull_endpoint_close(&out.s.ep, 0);
     lull_endpoint_close(&sink.s.ep, 0);
@@ -1272,7 +1285,7 @@ TEST(producer_waiting_for_drain_does_not_hold_the_slice) {
 /* ------------------------------------------------------------- raw mode */
 
 static void raw_echo(lull_endpoint *ep, const void *b, size_t n) {
-    CHECK_EQ(lull_send_copy(ep, b, n), 0);
+    CHECK_EQ(lull_endpoint_send_copy(ep, b, n), 0);
 }
 
 TEST(raw_echo_into_caller_buffer) {
@@ -1286,8 +1299,8 @@ TEST(raw_echo_into_caller_buffer) {
     CHECK_EQ(lull_stream_read_into(&e.s, ebuf, sizeof ebuf), 0);
     CHECK_EQ(lull_stream_read_into(&r->s, r->buf, sizeof r->buf), 0);
     lull_task_init(&r->resume, slow_resume);
-    lull_endpoint_callbacks(&e.s.ep, raw_echo, NULL, count_close);
-    lull_endpoint_callbacks(&r->s.ep, slow_bytes, NULL, NULL);
+    lull_endpoint_set_callbacks(&e.s.ep, raw_echo, NULL, count_close);
+    lull_endpoint_set_callbacks(&r->s.ep, slow_bytes, NULL, NULL);
     size_t total = 100000;
     unsigned char *data = malloc(total);
     for (size_t i = 0; i < total; i++)
@@ -1295,12 +1308,12 @@ TEST(raw_echo_into_caller_buffer) {
     r->want = data;
     r->total = total;
     for (size_t at = 0; at < total; at += 1000)
-        CHECK_EQ(lull_send_copy(&r->s.ep, data + at, 1000), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&r->s.ep, data + at, 1000), 0);
     while (r->got < total)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     lull_endpoint_close(&r->s.ep, 0);
     while (!e.closes)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(e.reason, 0);
     free(data);
     free(r);
@@ -1317,14 +1330,15 @@ TEST(argument_errors) {
     CHECK(lull_stream_open(loop, &s, p[0], NULL) < 0); /* not a socket */
     close(p[1]);
     lull_stream_options bad = {.flags = 0x80};
-    CHECK_EQ(lull_tcp_connect(loop, &s, NULL, 1, &bad, NULL), -EINVAL);
-    CHECK_EQ(lull_unix_listen(loop, &srv, "", 0, accept_one), -EINVAL);
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, NULL, 1, &bad, NULL), -EINVAL);
+    CHECK_EQ(lull_server_listen_unix(loop, &srv, "", 0, accept_one), -EINVAL);
     char longpath[200];
     memset(longpath, 'a', sizeof longpath - 1);
     longpath[sizeof longpath - 1] = '\0';
-    CHECK_EQ(lull_unix_listen(loop, &srv, longpath, 0, accept_one),
+    CHECK_EQ(lull_server_listen_unix(loop, &srv, longpath, 0, accept_one),
              -ENAMETOOLONG);
-    CHECK_EQ(lull_tcp_listen(loop, &srv, "::zz", 0, 0, accept_one), -EINVAL);
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, "::zz", 0, 0, accept_one),
+             -EINVAL);
     CHECK_EQ(lull_stream_read_start(NULL), -EINVAL);
     CHECK_EQ(lull_stream_shutdown(NULL), -EINVAL);
     free_loop(loop);
@@ -1345,7 +1359,7 @@ TEST(huge_max_frame_is_bounded_by_the_header) {
     CHECK_LE(c.s.ep.max_frame, 0xffffffffu);
     static const char byte = 0;
     lull_frame giant = {.bytes = &byte, .len = (size_t)1 << 32};
-    CHECK_EQ(lull_send(&c.s.ep, &giant), -EMSGSIZE);
+    CHECK_EQ(lull_endpoint_send(&c.s.ep, &giant), -EMSGSIZE);
     CHECK(!giant.in_flight);
     enum { N = 100000 };
     unsigned char *data = malloc(N);
@@ -1354,7 +1368,7 @@ TEST(huge_max_frame_is_bounded_by_the_header) {
     put_header(fd, N);
     CHECK_EQ(write(fd, data, N), N);
     for (int i = 0; i < 1000 && c.frames == 0 && !c.closes; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(c.closes, 0);
     CHECK_EQ(c.frames, 1);
     CHECK_EQ(c.bytes, N);
@@ -1380,7 +1394,7 @@ static void bounce_release(lull_frame *f) {
     bouncer *bo = LULL_CONTAINER_OF(f, bouncer, f);
     if (bo->left-- > 0) {
         bo->seq++;
-        CHECK_EQ(lull_send(bo->ep, f), 0);
+        CHECK_EQ(lull_endpoint_send(bo->ep, f), 0);
     }
 }
 
@@ -1398,16 +1412,16 @@ TEST(resend_from_own_release) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
     counters(loop, &a, &b, NULL, NULL);
-    lull_endpoint_callbacks(&b.s.ep, seq_frame, NULL, count_close);
+    lull_endpoint_set_callbacks(&b.s.ep, seq_frame, NULL, count_close);
     bouncer bo = {
         .f = {.len = 4, .release = bounce_release}, .ep = &a.s.ep, .left = 200};
     bo.f.bytes = &bo.seq;
     g_next_seq = 0;
-    CHECK_EQ(lull_send(&a.s.ep, &bo.f), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_endpoint_send(&a.s.ep, &bo.f), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_LE(a.s.writes, 2);
     for (int i = 0; i < 10000 && g_next_seq < 201; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(g_next_seq, 201);
     CHECK(!bo.f.in_flight);
     lull_endpoint_close(&a.s.ep, 0);
@@ -1440,7 +1454,7 @@ TEST(length_prefix_split_one_byte_per_read) {
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     dripped *d = calloc(1, sizeof *d);
     CHECK_EQ(lull_stream_open(loop, &d->s, sv[0], &o), 0);
-    lull_endpoint_callbacks(&d->s.ep, drip_frame, NULL, NULL);
+    lull_endpoint_set_callbacks(&d->s.ep, drip_frame, NULL, NULL);
     static const size_t lens[] = {3, 0, 1000, 5, 300};
     unsigned char wire[2000], want[2000];
     size_t w = 0, k = 0;
@@ -1453,7 +1467,7 @@ TEST(length_prefix_split_one_byte_per_read) {
     }
     for (size_t i = 0; i < w; i++) {
         CHECK_EQ(write(sv[1], wire + i, 1), 1);
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     }
     CHECK_EQ(d->frames, 5);
     for (int f = 0; f < 5; f++)
@@ -1504,14 +1518,14 @@ TEST(close_both_ends_in_one_callback) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     duo *d = calloc(1, sizeof *d);
     counters(loop, &d->a, &d->b, NULL, NULL);
-    lull_endpoint_callbacks(&d->b.s.ep, close_both_streams, NULL, NULL);
+    lull_endpoint_set_callbacks(&d->b.s.ep, close_both_streams, NULL, NULL);
     for (int i = 0; i < 5; i++) {
-        CHECK_EQ(lull_send_copy(&d->a.s.ep, "ab", 2), 0);
-        CHECK_EQ(lull_send_copy(&d->b.s.ep, "cd", 2), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&d->a.s.ep, "ab", 2), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&d->b.s.ep, "cd", 2), 0);
     }
     g_duo = d;
     for (int i = 0; i < 20 && g_duo; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK(!g_duo);
 
     /* Two sockets whose peers both went away: both are ready in one poll;
@@ -1520,15 +1534,17 @@ TEST(close_both_ends_in_one_callback) {
     int fx, fy;
     raw_peer(loop, x, &fx, NULL);
     raw_peer(loop, y, &fy, NULL);
-    lull_endpoint_callbacks(&x->s.ep, count_frame, NULL, close_other_on_close);
-    lull_endpoint_callbacks(&y->s.ep, count_frame, NULL, close_other_on_close);
+    lull_endpoint_set_callbacks(&x->s.ep, count_frame, NULL,
+                                close_other_on_close);
+    lull_endpoint_set_callbacks(&y->s.ep, count_frame, NULL,
+                                close_other_on_close);
     g_two[0] = x;
     g_two[1] = y;
     g_survivor = NULL;
     close(fx);
     close(fy);
     for (int i = 0; i < 5 && !g_survivor; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK(g_survivor);
     CHECK_EQ(g_survivor->closes, 1);
     CHECK_EQ(check_trace_len(), 2); /* one close callback, not two */
@@ -1558,7 +1574,7 @@ static void pause_on_first(lull_endpoint *ep, const void *b, size_t n) {
     pauser *p = LULL_CONTAINER_OF(ep, pauser, c.s.ep);
     if (p->c.frames == 1) {
         CHECK_EQ(lull_stream_read_stop(&p->c.s), 0);
-        lull_post(p->c.s.loop, &p->resume);
+        lull_task_post(p->c.s.loop, &p->resume);
     }
 }
 
@@ -1566,7 +1582,7 @@ static void resume_reading(lull_task *t) {
     pauser *p = LULL_CONTAINER_OF(t, pauser, resume);
     p->note =
         (lull_frame){.bytes = "ok", .len = 2, .release = resume_on_release};
-    CHECK_EQ(lull_send(&p->c.s.ep, &p->note), 0);
+    CHECK_EQ(lull_endpoint_send(&p->c.s.ep, &p->note), 0);
 }
 
 TEST(eof_after_paused_frames_loses_nothing) {
@@ -1574,7 +1590,7 @@ TEST(eof_after_paused_frames_loses_nothing) {
     pauser p;
     int fd;
     raw_peer(loop, &p.c, &fd, NULL);
-    lull_endpoint_callbacks(&p.c.s.ep, pause_on_first, NULL, count_close);
+    lull_endpoint_set_callbacks(&p.c.s.ep, pause_on_first, NULL, count_close);
     lull_task_init(&p.resume, resume_reading);
     for (int i = 0; i < 3; i++) {
         put_header(fd, 5);
@@ -1582,7 +1598,7 @@ TEST(eof_after_paused_frames_loses_nothing) {
     }
     CHECK_EQ(shutdown(fd, SHUT_WR), 0);
     for (int i = 0; i < 20 && !p.c.closes; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(p.c.frames, 3);
     CHECK_EQ(p.c.closes, 1);
     CHECK_EQ(p.c.reason, 0);
@@ -1607,38 +1623,49 @@ TEST(hostile_arguments) {
     CHECK_EQ(lull_stream_read_into(&z, buf, sizeof buf), -EINVAL);
     CHECK_EQ(lull_stream_shutdown(&z), -EINVAL);
     CHECK_EQ(lull_endpoint_close(&z.ep, 0), -EINVAL);
-    CHECK_EQ(lull_send_copy(&z.ep, "x", 1), -EINVAL);
+    CHECK_EQ(lull_endpoint_send_copy(&z.ep, "x", 1), -EINVAL);
     CHECK_EQ(lull_stream_fd(NULL), -1);
     CHECK_EQ(lull_server_port(NULL), -EINVAL);
     CHECK_EQ(lull_server_port(&zs), -EINVAL);
     lull_server_close(NULL);
     lull_server_close(&zs);
-    lull_stream_on_end(NULL, NULL);
-    CHECK_EQ(lull_stream_accept(NULL, &s, NULL), -EINVAL);
-    CHECK_EQ(lull_stream_accept(&zs, &s, NULL), -EINVAL);
+    lull_stream_set_on_end(NULL, NULL);
+    CHECK_EQ(lull_server_accept(NULL, &s, NULL), -EINVAL);
+    CHECK_EQ(lull_server_accept(&zs, &s, NULL), -EINVAL);
     /* Out-of-range numbers and bad addresses. */
     CHECK_EQ(lull_stream_open(loop, &s, -5, NULL), -EINVAL);
     CHECK(lull_stream_open(loop, &s, 1 << 20, NULL) < 0); /* not an fd */
-    CHECK_EQ(lull_tcp_listen(loop, &srv, NULL, -1, 0, accept_one), -EINVAL);
-    CHECK_EQ(lull_tcp_listen(loop, &srv, NULL, 65536, 0, accept_one), -EINVAL);
-    CHECK_EQ(lull_tcp_listen(loop, &srv, NULL, 0, 0, NULL), -EINVAL);
-    CHECK_EQ(lull_tcp_listen(NULL, &srv, NULL, 0, 0, accept_one), -EINVAL);
-    CHECK_EQ(lull_tcp_connect(loop, &s, NULL, 0, NULL, on_connect), -EINVAL);
-    CHECK_EQ(lull_tcp_connect(loop, &s, NULL, -80, NULL, on_connect), -EINVAL);
-    CHECK_EQ(lull_tcp_connect(loop, &s, "", 80, NULL, on_connect), -EINVAL);
-    CHECK_EQ(lull_tcp_connect(loop, &s, "[::1", 80, NULL, on_connect), -EINVAL);
-    CHECK_EQ(lull_tcp_connect(loop, &s, "[]", 80, NULL, on_connect), -EINVAL);
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, -1, 0, accept_one),
+             -EINVAL);
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 65536, 0, accept_one),
+             -EINVAL);
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, NULL), -EINVAL);
+    CHECK_EQ(lull_server_listen_tcp(NULL, &srv, NULL, 0, 0, accept_one),
+             -EINVAL);
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, NULL, 0, NULL, on_connect),
+             -EINVAL);
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, NULL, -80, NULL, on_connect),
+             -EINVAL);
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, "", 80, NULL, on_connect),
+             -EINVAL);
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, "[::1", 80, NULL, on_connect),
+             -EINVAL);
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, "[]", 80, NULL, on_connect),
+             -EINVAL);
     char longhost[300];
     memset(longhost, '1', sizeof longhost - 1);
     longhost[0] = '[';
     longhost[sizeof longhost - 2] = ']';
     longhost[sizeof longhost - 1] = '\0';
-    CHECK_EQ(lull_tcp_connect(loop, &s, longhost, 80, NULL, on_connect),
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, longhost, 80, NULL, on_connect),
              -EINVAL);
-    CHECK_EQ(lull_tcp_connect(NULL, &s, NULL, 80, NULL, on_connect), -EINVAL);
-    CHECK_EQ(lull_tcp_connect(loop, NULL, NULL, 80, NULL, on_connect), -EINVAL);
-    CHECK_EQ(lull_unix_connect(loop, &s, NULL, NULL, on_connect), -EINVAL);
-    CHECK_EQ(lull_unix_listen(loop, &srv, NULL, 0, accept_one), -EINVAL);
+    CHECK_EQ(lull_stream_connect_tcp(NULL, &s, NULL, 80, NULL, on_connect),
+             -EINVAL);
+    CHECK_EQ(lull_stream_connect_tcp(loop, NULL, NULL, 80, NULL, on_connect),
+             -EINVAL);
+    CHECK_EQ(lull_stream_connect_unix(loop, &s, NULL, NULL, on_connect),
+             -EINVAL);
+    CHECK_EQ(lull_server_listen_unix(loop, &srv, NULL, 0, accept_one), -EINVAL);
     /* A live stream: read_into's limits. */
     counter a, b;
     counters(loop, &a, &b, NULL, NULL);
@@ -1652,8 +1679,8 @@ TEST(hostile_arguments) {
     CHECK_EQ(lull_stream_read_start(&a.s), -ENOTCONN);
     CHECK_EQ(lull_stream_read_into(&a.s, buf, sizeof buf), -ENOTCONN);
     CHECK_EQ(lull_stream_shutdown(&a.s), -ENOTCONN);
-    CHECK_EQ(lull_send_copy(&a.s.ep, "x", 1), -EPIPE);
-    CHECK(!lull_writable(&a.s.ep));
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "x", 1), -EPIPE);
+    CHECK(!lull_endpoint_writable(&a.s.ep));
     CHECK_EQ(lull_stream_fd(&a.s), -1);
     CHECK_EQ(lull_endpoint_close(&b.s.ep, 0), 0);
     /* No fd left: the connect fails at once with the kernel's errno. */
@@ -1663,8 +1690,8 @@ TEST(hostile_arguments) {
     close(lowest);
     struct rlimit low = {.rlim_cur = (rlim_t)lowest, .rlim_max = old.rlim_max};
     CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-    int rc4 = lull_tcp_connect(loop, &s, NULL, 80, NULL, on_connect);
-    int rcu = lull_unix_connect(loop, &s, "@x", NULL, on_connect);
+    int rc4 = lull_stream_connect_tcp(loop, &s, NULL, 80, NULL, on_connect);
+    int rcu = lull_stream_connect_unix(loop, &s, "@x", NULL, on_connect);
     CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
     CHECK_EQ(rc4, -EMFILE);
     CHECK_EQ(rcu, -EMFILE);
@@ -1678,8 +1705,8 @@ static int g_retry_port;
 static void retry_connect(lull_stream *s, int status) {
     CHECK_EQ(status, -ECONNREFUSED);
     if (++g_retries < 3) {
-        CHECK_EQ(lull_tcp_connect(s->loop, s, NULL, g_retry_port, NULL,
-                                  retry_connect),
+        CHECK_EQ(lull_stream_connect_tcp(s->loop, s, NULL, g_retry_port, NULL,
+                                         retry_connect),
                  0);
     } else {
         g_connected = true;
@@ -1694,9 +1721,10 @@ TEST(connect_retried_from_its_callback) {
     g_retry_port = refused_port();
     lull_frame f = {.bytes = "q", .len = 1, .release = count_release};
     g_released = 0;
-    CHECK_EQ(
-        lull_tcp_connect(loop, &s, NULL, g_retry_port, NULL, retry_connect), 0);
-    CHECK_EQ(lull_send(&s.ep, &f), 0); /* queued, then discarded */
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, NULL, g_retry_port, NULL,
+                                     retry_connect),
+             0);
+    CHECK_EQ(lull_endpoint_send(&s.ep, &f), 0); /* queued, then discarded */
     run_until(loop, &g_connected, 100);
     CHECK_EQ(g_retries, 3);
     CHECK_EQ(g_released, 1);
@@ -1720,7 +1748,7 @@ TEST(framed_read_into_caller_buffer) {
     counter c;
     int fd;
     raw_peer(loop, &c, &fd, NULL);
-    lull_endpoint_callbacks(&c.s.ep, frame_then_busy, NULL, count_close);
+    lull_endpoint_set_callbacks(&c.s.ep, frame_then_busy, NULL, count_close);
     static unsigned char buf[16];
     CHECK_EQ(lull_stream_read_into(&c.s, buf, sizeof buf), 0);
     static const size_t lens[] = {1, 12, 3, 0, 12, 7};
@@ -1729,16 +1757,16 @@ TEST(framed_read_into_caller_buffer) {
         put_header(fd, (uint32_t)lens[f]);
         CHECK_EQ(write(fd, "abcdefghijkl", lens[f]), (ssize_t)lens[f]);
         total += lens[f];
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     }
     for (int i = 0; i < 10 && c.frames < 6; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(c.frames, 6);
     CHECK_EQ(c.bytes, total);
     put_header(fd, 13); /* 4 + 13 > 16 */
     CHECK_EQ(write(fd, "abcdefghijklm", 13), 13);
     for (int i = 0; i < 10 && !c.closes; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(c.closes, 1);
     CHECK_EQ(c.reason, -EMSGSIZE);
     CHECK_EQ(c.frames, 6);
@@ -1756,8 +1784,8 @@ typedef struct greeter {
 
 static void greet(lull_server *srv) {
     greeter *g = LULL_CONTAINER_OF(srv, greeter, srv);
-    CHECK_EQ(lull_stream_accept(srv, &g->conn, NULL), 0);
-    CHECK_EQ(lull_send_copy(&g->conn.ep, "hi", 2), 0);
+    CHECK_EQ(lull_server_accept(srv, &g->conn, NULL), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&g->conn.ep, "hi", 2), 0);
     g->accepted = true;
 }
 
@@ -1771,26 +1799,29 @@ TEST(read_stop_before_connect_holds) {
         snprintf(path, sizeof path, "@lull-test-greet-%d", (int)getpid());
         g_connected = false;
         if (via == VIA_UNIX) {
-            CHECK_EQ(lull_unix_listen(loop, &g->srv, path, 0, greet), 0);
-            CHECK_EQ(lull_unix_connect(loop, &c.s, path, NULL, on_connect), 0);
+            CHECK_EQ(lull_server_listen_unix(loop, &g->srv, path, 0, greet), 0);
+            CHECK_EQ(
+                lull_stream_connect_unix(loop, &c.s, path, NULL, on_connect),
+                0);
         } else {
-            CHECK_EQ(lull_tcp_listen(loop, &g->srv, NULL, 0, 0, greet), 0);
-            CHECK_EQ(lull_tcp_connect(loop, &c.s, NULL,
-                                      lull_server_port(&g->srv), NULL,
-                                      on_connect),
+            CHECK_EQ(lull_server_listen_tcp(loop, &g->srv, NULL, 0, 0, greet),
+                     0);
+            CHECK_EQ(lull_stream_connect_tcp(loop, &c.s, NULL,
+                                             lull_server_port(&g->srv), NULL,
+                                             on_connect),
                      0);
         }
-        lull_endpoint_callbacks(&c.s.ep, count_frame, NULL, count_close);
+        lull_endpoint_set_callbacks(&c.s.ep, count_frame, NULL, count_close);
         CHECK_EQ(lull_stream_read_stop(&c.s), 0);
         for (int i = 0; i < 100 && !(g_connected && g->accepted); i++)
-            CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
         CHECK_EQ(g_connect_status, 0);
         for (int i = 0; i < 5; i++)
-            CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
         CHECK_EQ(c.frames, 0); /* paused */
         CHECK_EQ(lull_stream_read_start(&c.s), 0);
         for (int i = 0; i < 100 && c.frames == 0; i++)
-            CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
         CHECK_EQ(c.frames, 1);
         lull_endpoint_close(&c.s.ep, 0);
         lull_endpoint_close(&g->conn.ep, 0);
@@ -1806,11 +1837,11 @@ TEST(read_stop_before_connect_holds) {
 TEST(accept_failing_for_good_does_not_spin) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
     many *m = calloc(1, sizeof *m);
-    CHECK_EQ(lull_tcp_listen(loop, &m->srv, NULL, 0, 0, accept_many), 0);
+    CHECK_EQ(lull_server_listen_tcp(loop, &m->srv, NULL, 0, 0, accept_many), 0);
     CHECK_EQ(shutdown(m->srv.io.fd, SHUT_RDWR), 0);
     lull_loop_metrics_reset(loop);
     for (int i = 0; i < 10; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     lull_metrics mt;
     lull_loop_metrics(loop, &mt);
     CHECK_EQ(mt.polls, 10);
@@ -1872,7 +1903,7 @@ static void fz_on_frame(lull_endpoint *ep, const void *b, size_t n) {
 static void fz_on_drain(lull_endpoint *ep) {
     fz_end *e = LULL_CONTAINER_OF(ep, fz_end, s.ep);
     CHECK(e->owed); /* once per crossing */
-    CHECK(lull_writable(ep));
+    CHECK(lull_endpoint_writable(ep));
     e->owed = false;
     FZ.drains++;
 }
@@ -1896,8 +1927,8 @@ static void fz_open(int p) {
         e->side = i;
         e->next_send = e->next_recv = 0;
         e->owed = false;
-        lull_endpoint_callbacks(&e->s.ep, fz_on_frame, fz_on_drain,
-                                fz_on_close);
+        lull_endpoint_set_callbacks(&e->s.ep, fz_on_frame, fz_on_drain,
+                                    fz_on_close);
     }
     FZ.open[p] = true;
 }
@@ -1913,7 +1944,7 @@ static void fz_step(lull_task *t) {
             continue;
         }
         if (op < 70) {
-            if (!lull_writable(&e->s.ep) && op < 60) continue;
+            if (!lull_endpoint_writable(&e->s.ep) && op < 60) continue;
             fz_frame *z = &FZ.pool[(r >> 24) % FZ_POOL];
             if (z->busy) continue;
             uint32_t seq = e->next_send;
@@ -1922,12 +1953,12 @@ static void fz_step(lull_task *t) {
             z->f = (lull_frame){.bytes = z->buf,
                                 .len = 12 + (seq * 7919u) % 2900u,
                                 .release = fz_release};
-            int rc = lull_send(&e->s.ep, &z->f);
+            int rc = lull_endpoint_send(&e->s.ep, &z->f);
             if (rc == 0) {
                 z->busy = 1;
                 e->next_send++;
                 FZ.accepted++;
-                if (!lull_writable(&e->s.ep)) e->owed = true;
+                if (!lull_endpoint_writable(&e->s.ep)) e->owed = true;
             } else {
                 FZ.refused++;
             }
@@ -1941,7 +1972,7 @@ static void fz_step(lull_task *t) {
             FZ.open[p] = false;
         }
     }
-    if (++FZ.steps < FZ_STEPS) lull_post(FZ.loop, t);
+    if (++FZ.steps < FZ_STEPS) lull_task_post(FZ.loop, t);
 }
 
 TEST(random_stream_operations_keep_order) {
@@ -1951,9 +1982,9 @@ TEST(random_stream_operations_keep_order) {
     for (int p = 0; p < FZ_PAIRS; p++)
         fz_open(p);
     lull_task_init(&FZ.driver, fz_step);
-    lull_post(FZ.loop, &FZ.driver);
+    lull_task_post(FZ.loop, &FZ.driver);
     while (FZ.steps < FZ_STEPS)
-        CHECK_EQ(lull_run(FZ.loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(FZ.loop, LULL_RUN_NOWAIT), 0);
     /* Everyone reads again until every queue is empty: each owed drain has
      * run by then (none is lost either). */
     for (int p = 0; p < FZ_PAIRS; p++)
@@ -1965,10 +1996,10 @@ TEST(random_stream_operations_keep_order) {
             for (int i = 0; FZ.open[p] && i < 2; i++)
                 busy |= FZ.ends[p][i].s.ep.queued > 0;
         if (!busy) break;
-        CHECK_EQ(lull_run(FZ.loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(FZ.loop, LULL_RUN_ONCE), 0);
     }
     for (int i = 0; i < 3; i++)
-        CHECK_EQ(lull_run(FZ.loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(FZ.loop, LULL_RUN_NOWAIT), 0);
     for (int p = 0; p < FZ_PAIRS; p++) {
         for (int i = 0; FZ.open[p] && i < 2; i++) {
             CHECK_U64_EQ(FZ.ends[p][i].s.ep.queued, 0);
@@ -1998,24 +2029,25 @@ TEST(peer_sends_garbage_then_resets) {
     counter *c = calloc(1, sizeof *c), *p = calloc(1, sizeof *p);
     CHECK(c && p);
     CHECK(listen_pair(loop, VIA_TCP4, &c->s, &p->s, NULL));
-    lull_endpoint_callbacks(&c->s.ep, count_frame, count_drain, count_close);
-    lull_endpoint_callbacks(&p->s.ep, count_frame, NULL, count_close);
+    lull_endpoint_set_callbacks(&c->s.ep, count_frame, count_drain,
+                                count_close);
+    lull_endpoint_set_callbacks(&p->s.ep, count_frame, NULL, count_close);
     int fd = lull_stream_fd(&p->s);
     put_header(fd, 100);
     CHECK_EQ(write(fd, "garbage!!!", 10), 10);
     for (int i = 0; i < 10; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
     lull_endpoint_close(&p->s.ep, 0);
     for (int i = 0; i < 1000 && !c->closes; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(c->closes, 1);
     CHECK(c->reason == -ECONNRESET || c->reason == -EPROTO);
     CHECK_EQ(c->frames, 0);
-    CHECK(lull_send_copy(&c->s.ep, "x", 1) == -EPIPE);
+    CHECK(lull_endpoint_send_copy(&c->s.ep, "x", 1) == -EPIPE);
     for (int i = 0; i < 10; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(c->closes, 1);
     free(c);
     free(p);
@@ -2045,10 +2077,10 @@ TEST(signals_interrupt_reads_and_writes) {
     static unsigned char blob[4096];
     enum { N = 2000 };
     for (int i = 0; i < N; i++)
-        CHECK_EQ(lull_send_copy(&a.s.ep, blob, sizeof blob), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, blob, sizeof blob), 0);
     uint64_t deadline = check_clock_ns() + 10000000000u;
     while (b.frames < N && check_clock_ns() < deadline)
-        CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(setitimer(ITIMER_REAL, &off, NULL), 0);
     CHECK_EQ(sigaction(SIGALRM, &old, NULL), 0);
     CHECK_EQ(b.frames, N);
@@ -2058,6 +2090,6 @@ TEST(signals_interrupt_reads_and_writes) {
     lull_endpoint_close(&a.s.ep, 0);
     lull_endpoint_close(&b.s.ep, 0);
     for (int i = 0; i < 10; i++)
-        CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     free_loop(loop);
 }

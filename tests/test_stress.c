@@ -12,8 +12,8 @@
  * slot's runs equal its posts.
  *
  * Raises: a poster adds 1 to its counter, then raises with
- * lull_notify_remote. Raises coalesce, so a lost raise shows only when no
- * later one covers it. Each loop has a notifier all posters raise (the
+ * lull_notifier_raise_remote. Raises coalesce, so a lost raise shows only when
+ * no later one covers it. Each loop has a notifier all posters raise (the
  * contended case; its two listeners check that no poster's counter goes
  * back, and at the end that they saw every final count), and one notifier
  * per poster, raised in bursts of 1-4 after which the poster waits until
@@ -178,11 +178,12 @@ static void *loop_thread(void *arg) {
     CHECK_EQ(lull_loop_new(&lp->loop, NULL), 0);
     lull_notifier_init(&lp->notifier);
     for (int k = 0; k < 2; k++)
-        lull_listen(lp->loop, &lp->notifier, &lp->listener[k], on_raise);
+        lull_listener_start(lp->loop, &lp->notifier, &lp->listener[k],
+                            on_raise);
     for (int p = 0; p < POSTERS; p++) {
         own *o = &posters[p].own[lp->id];
         lull_notifier_init(&o->notifier);
-        lull_listen(lp->loop, &o->notifier, &o->listener, on_own_raise);
+        lull_listener_start(lp->loop, &o->notifier, &o->listener, on_own_raise);
     }
     if (lp->id % 2) { /* sleeps in epoll, woken through the eventfd */
         CHECK_EQ(pipe(lp->fds), 0);
@@ -193,7 +194,7 @@ static void *loop_thread(void *arg) {
     lp->posters_left = POSTERS;
     lull_loop_ref(lp->loop); /* until every poster's done task has run */
     __atomic_fetch_add(&loops_ready, 1, __ATOMIC_RELEASE);
-    CHECK_EQ(lull_run(lp->loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(lp->loop, LULL_RUN_DEFAULT), 0);
 
     /* Stop posting, then free: wait until no poster is inside a call. */
     for (int p = 0; p < POSTERS; p++)
@@ -201,11 +202,11 @@ static void *loop_thread(void *arg) {
             sched_yield();
     lp->freed_while_posting =
         __atomic_load_n(&posters_running, __ATOMIC_ACQUIRE) > 0;
-    CHECK_EQ(lull_settle(lp->loop), 0); /* nothing arrived late */
+    CHECK_EQ(lull_loop_settle(lp->loop), 0); /* nothing arrived late */
     for (int k = 0; k < 2; k++)
-        lull_unlisten(&lp->listener[k]);
+        lull_listener_stop(&lp->listener[k]);
     for (int p = 0; p < POSTERS; p++)
-        lull_unlisten(&posters[p].own[lp->id].listener);
+        lull_listener_stop(&posters[p].own[lp->id].listener);
     if (lp->id % 2) {
         lull_io_stop(&lp->io);
         close(lp->fds[0]);
@@ -238,7 +239,7 @@ static void *poster_thread(void *arg) {
                 if (left[l] == 0) continue;
                 ps->cut += left[l];
                 left[l] = 0;
-                lull_post_remote(loopers[l].loop, &ps->done[l]);
+                lull_task_post_remote(loopers[l].loop, &ps->done[l]);
                 __atomic_store_n(&ps->returned[l], 1, __ATOMIC_RELEASE);
             }
             break;
@@ -258,7 +259,7 @@ static void *poster_thread(void *arg) {
         uint64_t ops = 1;
         if (r % (2 * RAISE_ONE_IN) == 0) {
             __atomic_fetch_add(&ps->raised[l], 1, __ATOMIC_RELEASE);
-            lull_notify_remote(lp->loop, &lp->notifier);
+            lull_notifier_raise_remote(lp->loop, &lp->notifier);
         } else if (r % (2 * RAISE_ONE_IN) == 1) {
             own *o = &ps->own[l];
             ops = 1 + (r >> 32) % BURST_MAX;
@@ -266,7 +267,7 @@ static void *poster_thread(void *arg) {
             uint64_t v = 0;
             for (uint64_t i = 0; i < ops; i++) {
                 v = __atomic_add_fetch(&o->raised, 1, __ATOMIC_RELEASE);
-                lull_notify_remote(lp->loop, &o->notifier);
+                lull_notifier_raise_remote(lp->loop, &o->notifier);
             }
             uint64_t give_up = check_clock_ns() + LOST_AFTER_S * SEC;
             while (__atomic_load_n(&o->seen, __ATOMIC_ACQUIRE) != v) {
@@ -294,12 +295,12 @@ static void *poster_thread(void *arg) {
             }
             __atomic_store_n(&s->inflight, 1, __ATOMIC_RELAXED);
             s->posted++;
-            lull_post_remote(lp->loop, &s->task);
+            lull_task_post_remote(lp->loop, &s->task);
         }
         total -= ops;
         left[l] -= ops;
         if (left[l] == 0) {
-            lull_post_remote(lp->loop, &ps->done[l]);
+            lull_task_post_remote(lp->loop, &ps->done[l]);
             __atomic_store_n(&ps->returned[l], 1, __ATOMIC_RELEASE);
         }
     }

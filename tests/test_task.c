@@ -49,8 +49,8 @@ TEST(fifo_order) {
     items_init(v, 8);
     int order[8] = {3, 0, 7, 1, 6, 2, 5, 4};
     for (int i = 0; i < 8; i++)
-        lull_post(loop, &v[order[i]].task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+        lull_task_post(loop, &v[order[i]].task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(3, 0, 7, 1, 6, 2, 5, 4);
     for (int i = 0; i < 8; i++)
         CHECK_EQ(v[i].runs, 1);
@@ -62,10 +62,10 @@ TEST(fifo_order_virtual_settle) {
     item v[5];
     items_init(v, 5);
     for (int i = 4; i >= 0; i--)
-        lull_post(loop, &v[i].task);
-    CHECK_EQ(lull_settle(loop), 5);
+        lull_task_post(loop, &v[i].task);
+    CHECK_EQ(lull_loop_settle(loop), 5);
     CHECK_TRACE(4, 3, 2, 1, 0);
-    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -74,13 +74,13 @@ TEST(tasks_and_zero_timers_interleaved) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     item v[6];
     items_init(v, 6);
-    lull_post(loop, &v[0].task);
+    lull_task_post(loop, &v[0].task);
     lull_timer_start(&v[1].timer, 0, 0);
-    lull_post(loop, &v[2].task);
+    lull_task_post(loop, &v[2].task);
     lull_timer_start(&v[3].timer, 0, 0);
     lull_timer_start(&v[4].timer, 0, 0);
-    lull_post(loop, &v[5].task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &v[5].task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(0, 1, 2, 3, 4, 5);
     for (int i = 0; i < 6; i++)
         CHECK(!lull_timer_active(&v[i].timer));
@@ -92,7 +92,7 @@ static item *cascade;
 static void cascade_first(lull_task *t) {
     check_trace(LULL_CONTAINER_OF(t, item, task)->id);
     lull_timer_start(&cascade[1].timer, 0, 0);
-    lull_post(the_loop, &cascade[2].task);
+    lull_task_post(the_loop, &cascade[2].task);
     lull_timer_start(&cascade[3].timer, 0, 0);
 }
 
@@ -102,20 +102,20 @@ TEST(zero_timers_interleaved_from_callback) {
     items_init(v, 5);
     cascade = v;
     lull_task_init(&v[0].task, cascade_first);
-    lull_post(loop, &v[0].task);
-    lull_post(loop, &v[4].task); /* queued before the cascade's work */
-    CHECK_EQ(lull_settle(loop), 5);
+    lull_task_post(loop, &v[0].task);
+    lull_task_post(loop, &v[4].task); /* queued before the cascade's work */
+    CHECK_EQ(lull_loop_settle(loop), 5);
     CHECK_TRACE(0, 4, 1, 2, 3);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* C2: a posted task never runs inside lull_post, also not inside a
+/* C2: a posted task never runs inside lull_task_post, also not inside a
  * callback's cascade. */
 static item *inline_target;
 static bool inline_checked;
 static void post_and_look(lull_task *t) {
     (void)t;
-    lull_post(the_loop, &inline_target->task);
+    lull_task_post(the_loop, &inline_target->task);
     CHECK_EQ(inline_target->runs, 0);
     CHECK(lull_task_pending(&inline_target->task));
     lull_timer_start(&inline_target->timer, 0, 0);
@@ -127,17 +127,17 @@ TEST(post_does_not_run_inline) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     item v[1];
     items_init(v, 1);
-    lull_post(loop, &v[0].task);
+    lull_task_post(loop, &v[0].task);
     CHECK_EQ(v[0].runs, 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(v[0].runs, 1);
 
     lull_task poster;
     lull_task_init(&poster, post_and_look);
     inline_target = &v[0];
     v[0].runs = 0;
-    lull_post(loop, &poster);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &poster);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK(inline_checked);
     CHECK_EQ(v[0].runs, 2); /* the task and the zero-delay timer */
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -148,12 +148,12 @@ TEST(double_post_runs_once) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     item v[3];
     items_init(v, 3);
-    lull_post(loop, &v[0].task);
-    lull_post(loop, &v[1].task);
-    lull_post(loop, &v[0].task);
-    lull_post(loop, &v[2].task);
-    lull_post(loop, &v[0].task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &v[0].task);
+    lull_task_post(loop, &v[1].task);
+    lull_task_post(loop, &v[0].task);
+    lull_task_post(loop, &v[2].task);
+    lull_task_post(loop, &v[0].task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(0, 1, 2);
     CHECK_EQ(v[0].runs, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -164,7 +164,7 @@ TEST(double_post_runs_once) {
 static item *cancel_victims;
 static void cancel_later(lull_task *t) {
     check_trace(LULL_CONTAINER_OF(t, item, task)->id);
-    lull_cancel(&cancel_victims[2].task);
+    lull_task_cancel(&cancel_victims[2].task);
     lull_timer_stop(&cancel_victims[3].timer);
     CHECK(!lull_task_pending(&cancel_victims[2].task));
 }
@@ -175,12 +175,12 @@ TEST(cancel_later_entry_in_same_batch) {
     items_init(v, 5);
     cancel_victims = v;
     lull_task_init(&v[0].task, cancel_later);
-    lull_post(loop, &v[0].task);
-    lull_post(loop, &v[1].task);
-    lull_post(loop, &v[2].task);
+    lull_task_post(loop, &v[0].task);
+    lull_task_post(loop, &v[1].task);
+    lull_task_post(loop, &v[2].task);
     lull_timer_start(&v[3].timer, 0, 0);
-    lull_post(loop, &v[4].task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &v[4].task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(0, 1, 4);
     CHECK_EQ(v[2].runs, 0);
     CHECK_EQ(v[3].runs, 0);
@@ -192,20 +192,20 @@ TEST(cancel_outside_run) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
     item v[3];
     items_init(v, 3);
-    lull_cancel(&v[0].task); /* never posted: a no-op */
-    lull_post(loop, &v[0].task);
-    lull_post(loop, &v[1].task);
-    lull_post(loop, &v[2].task);
-    lull_cancel(&v[1].task);
-    lull_cancel(&v[1].task); /* twice: still a no-op */
+    lull_task_cancel(&v[0].task); /* never posted: a no-op */
+    lull_task_post(loop, &v[0].task);
+    lull_task_post(loop, &v[1].task);
+    lull_task_post(loop, &v[2].task);
+    lull_task_cancel(&v[1].task);
+    lull_task_cancel(&v[1].task); /* twice: still a no-op */
     CHECK(!lull_task_pending(&v[1].task));
-    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_TRACE(0, 2);
     /* A loop with only a cancelled task is not alive. */
-    lull_post(loop, &v[0].task);
-    lull_cancel(&v[0].task);
+    lull_task_post(loop, &v[0].task);
+    lull_task_cancel(&v[0].task);
     CHECK(!lull_loop_alive(loop));
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(v[0].runs, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -214,30 +214,30 @@ TEST(cancel_outside_run) {
 static item *move_items;
 static void move_to_tail(lull_task *t) {
     check_trace(LULL_CONTAINER_OF(t, item, task)->id);
-    lull_cancel(&move_items[1].task);
-    lull_post(the_loop, &move_items[1].task);
+    lull_task_cancel(&move_items[1].task);
+    lull_task_post(the_loop, &move_items[1].task);
 }
 
 TEST(cancel_then_repost_goes_to_tail) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     item v[4];
     items_init(v, 4);
-    lull_post(loop, &v[0].task);
-    lull_post(loop, &v[1].task);
-    lull_post(loop, &v[2].task);
-    lull_cancel(&v[0].task);
-    lull_post(loop, &v[0].task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &v[0].task);
+    lull_task_post(loop, &v[1].task);
+    lull_task_post(loop, &v[2].task);
+    lull_task_cancel(&v[0].task);
+    lull_task_post(loop, &v[0].task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(1, 2, 0);
 
     /* The same from inside a batch. */
     check_trace_reset();
     move_items = v;
     lull_task_init(&v[3].task, move_to_tail);
-    lull_post(loop, &v[3].task);
-    lull_post(loop, &v[1].task);
-    lull_post(loop, &v[2].task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &v[3].task);
+    lull_task_post(loop, &v[1].task);
+    lull_task_post(loop, &v[2].task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(3, 2, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -250,9 +250,9 @@ static void repost_self(lull_task *t) {
     check_trace(100 + self_runs);
     CHECK(!lull_task_pending(t)); /* unlinked before its function runs */
     if (self_runs < 3) {
-        lull_post(the_loop, t);
+        lull_task_post(the_loop, t);
         CHECK(lull_task_pending(t));
-        lull_post(the_loop, t);
+        lull_task_post(the_loop, t);
     }
 }
 
@@ -263,9 +263,9 @@ TEST(task_reposting_itself) {
     lull_task self;
     lull_task_init(&self, repost_self);
     self_runs = 0;
-    lull_post(loop, &self);
-    lull_post(loop, &v[0].task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &self);
+    lull_task_post(loop, &v[0].task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(101, 0, 102, 103);
     CHECK_EQ(self_runs, 3);
     CHECK(!lull_task_pending(&self));
@@ -282,13 +282,13 @@ TEST(task_pending_states) {
     lull_task t;
     lull_task_init(&t, look_at_self);
     CHECK(!lull_task_pending(&t));
-    lull_post(loop, &t);
+    lull_task_post(loop, &t);
     CHECK(lull_task_pending(&t));
-    lull_cancel(&t);
+    lull_task_cancel(&t);
     CHECK(!lull_task_pending(&t));
-    lull_post(loop, &t);
+    lull_task_post(loop, &t);
     CHECK(lull_task_pending(&t));
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK(!seen_pending_in_callback);
     CHECK(!lull_task_pending(&t));
     /* Re-init is allowed while not pending. */
@@ -300,7 +300,7 @@ TEST(task_pending_states) {
 /* A long chain: one task re-posting itself 100,000 times, all in order. */
 static int chain_left;
 static void chain_hop(lull_task *t) {
-    if (--chain_left > 0) lull_post(the_loop, t);
+    if (--chain_left > 0) lull_task_post(the_loop, t);
 }
 
 TEST(long_chain) {
@@ -308,8 +308,8 @@ TEST(long_chain) {
     lull_task t;
     lull_task_init(&t, chain_hop);
     chain_left = 100000;
-    lull_post(loop, &t);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &t);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(chain_left, 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
@@ -325,7 +325,7 @@ static lull_loop *seen_loop;
 static int hops_left;
 static void hop_by_own_loop(lull_task *t) {
     seen_loop = t->loop;
-    if (--hops_left > 0) lull_post(t->loop, t);
+    if (--hops_left > 0) lull_task_post(t->loop, t);
 }
 
 TEST(task_knows_its_loop) {
@@ -335,21 +335,21 @@ TEST(task_knows_its_loop) {
     lull_task_init(&t, hop_by_own_loop);
     CHECK(t.loop == NULL);
     hops_left = 3;
-    lull_post(a, &t);
+    lull_task_post(a, &t);
     CHECK(t.loop == a);
-    CHECK_EQ(lull_settle(a), 3);
+    CHECK_EQ(lull_loop_settle(a), 3);
     CHECK(seen_loop == a);
     hops_left = 1;
-    lull_post(b, &t);
+    lull_task_post(b, &t);
     CHECK(t.loop == b);
-    lull_post(a, &t); /* pending on b: coalesced, still b's */
+    lull_task_post(a, &t); /* pending on b: coalesced, still b's */
     CHECK(t.loop == b);
-    CHECK_EQ(lull_settle(a), 0);
-    CHECK_EQ(lull_settle(b), 1);
+    CHECK_EQ(lull_loop_settle(a), 0);
+    CHECK_EQ(lull_loop_settle(b), 1);
     CHECK(seen_loop == b);
     hops_left = 1;
-    lull_post_remote(a, &t);
-    CHECK_EQ(lull_settle(a), 1);
+    lull_task_post_remote(a, &t);
+    CHECK_EQ(lull_loop_settle(a), 1);
     CHECK(seen_loop == a);
     CHECK_EQ(lull_loop_free(a), 0);
     CHECK_EQ(lull_loop_free(b), 0);

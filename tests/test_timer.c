@@ -16,7 +16,7 @@ typedef struct item {
     lull_task task;
     int id;
     int runs;
-    uint64_t fired_at; /* lull_now at the last fire, relative to t0 */
+    uint64_t fired_at; /* lull_loop_now at the last fire, relative to t0 */
 } item;
 
 static lull_loop *the_loop;
@@ -27,7 +27,7 @@ static lull_loop *new_loop(int clock) {
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, &o), 0);
     the_loop = loop;
-    t0 = lull_now(loop);
+    t0 = lull_loop_now(loop);
     check_trace_reset();
     return loop;
 }
@@ -35,7 +35,7 @@ static lull_loop *new_loop(int clock) {
 static void record_timer(lull_timer *t) {
     item *it = LULL_CONTAINER_OF(t, item, timer);
     it->runs++;
-    it->fired_at = lull_now(the_loop) - t0;
+    it->fired_at = lull_loop_now(the_loop) - t0;
     check_trace(it->id);
 }
 
@@ -64,11 +64,11 @@ TEST(deadline_order) {
         CHECK(lull_timer_active(&v[i].timer));
         CHECK_U64_EQ(lull_timer_deadline(&v[i].timer), t0 + delay[i]);
     }
-    lull_advance(loop, 9);
+    lull_loop_advance(loop, 9);
     CHECK_EQ(check_trace_len(), 0);
-    lull_advance(loop, 1);
+    lull_loop_advance(loop, 1);
     CHECK_TRACE(1);
-    lull_advance(loop, 100);
+    lull_loop_advance(loop, 100);
     CHECK_TRACE(1, 3, 0, 4, 2);
     for (int i = 0; i < 5; i++) {
         CHECK_U64_EQ(v[i].fired_at, delay[i]); /* fired at its deadline */
@@ -76,7 +76,7 @@ TEST(deadline_order) {
         CHECK(!lull_timer_active(&v[i].timer));
         CHECK_U64_EQ(lull_timer_deadline(&v[i].timer), 0);
     }
-    CHECK_U64_EQ(lull_now(loop) - t0, 110);
+    CHECK_U64_EQ(lull_loop_now(loop) - t0, 110);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -88,7 +88,7 @@ TEST(equal_deadlines_fire_in_arm_order) {
     for (int i = 0; i < 6; i++)
         lull_timer_start(&v[arm[i]].timer, 10 * MS, 0);
     lull_timer_start(&v[6].timer, 5 * MS, 0); /* armed last, due first */
-    lull_advance(loop, 10 * MS);
+    lull_loop_advance(loop, 10 * MS);
     CHECK_TRACE(6, 3, 1, 4, 0, 5, 2);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -98,7 +98,7 @@ TEST(equal_deadlines_fire_in_arm_order) {
 static item *simul;
 static void first_posts_task(lull_timer *t) {
     record_timer(t);
-    lull_post(the_loop, &simul[3].task);
+    lull_task_post(the_loop, &simul[3].task);
 }
 
 TEST(task_posted_by_simultaneous_timer_runs_after_them) {
@@ -109,7 +109,7 @@ TEST(task_posted_by_simultaneous_timer_runs_after_them) {
     lull_timer_init(loop, &v[0].timer, first_posts_task);
     for (int i = 0; i < 3; i++)
         lull_timer_start(&v[i].timer, 7, 0);
-    lull_advance(loop, 7);
+    lull_loop_advance(loop, 7);
     CHECK_TRACE(0, 1, 2, 3);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -135,13 +135,13 @@ TEST(task_posted_by_simultaneous_timer_runs_after_them_real_clock) {
     arm_these = v;
     lull_task arm;
     lull_task_init(&arm, arm_three);
-    lull_post(loop, &arm);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    lull_task_post(loop, &arm);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_LE(lull_timer_deadline(&v[0].timer),
              lull_timer_deadline(&v[1].timer));
     CHECK_LE(lull_timer_deadline(&v[1].timer),
              lull_timer_deadline(&v[2].timer));
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(0, 1, 2, 3);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -154,7 +154,7 @@ TEST(rearm_moves_to_tail) {
     for (int i = 0; i < 3; i++)
         lull_timer_start(&v[i].timer, 10, 0);
     lull_timer_start(&v[0].timer, 10, 0); /* same deadline, now last */
-    lull_advance(loop, 10);
+    lull_loop_advance(loop, 10);
     CHECK_TRACE(1, 2, 0);
     CHECK_EQ(v[0].runs, 1);
 
@@ -164,19 +164,19 @@ TEST(rearm_moves_to_tail) {
         lull_timer_start(&v[i].timer, 10, 0);
     lull_timer_start(&v[0].timer, 30, 0);
     lull_timer_start(&v[2].timer, 5, 0);
-    lull_advance(loop, 100);
+    lull_loop_advance(loop, 100);
     CHECK_TRACE(2, 1, 0);
     CHECK_U64_EQ(v[0].fired_at, 40);
     CHECK_U64_EQ(v[2].fired_at, 15);
 
     /* A zero-delay timer re-armed goes to the tail, unlike a task re-post. */
     check_trace_reset();
-    lull_post(loop, &v[0].task);
+    lull_task_post(loop, &v[0].task);
     lull_timer_start(&v[3].timer, 0, 0);
-    lull_post(loop, &v[1].task);
+    lull_task_post(loop, &v[1].task);
     lull_timer_start(&v[3].timer, 0, 0);
-    lull_post(loop, &v[0].task); /* pending: keeps its place */
-    CHECK_EQ(lull_settle(loop), 3);
+    lull_task_post(loop, &v[0].task); /* pending: keeps its place */
+    CHECK_EQ(lull_loop_settle(loop), 3);
     CHECK_TRACE(0, 1, 3);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -187,12 +187,12 @@ TEST(zero_delay_rearmed_with_delay) {
     item v[2];
     items_init(v, 2);
     lull_timer_start(&v[0].timer, 0, 0);
-    lull_post(loop, &v[1].task);
+    lull_task_post(loop, &v[1].task);
     lull_timer_start(&v[0].timer, 5, 0);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_TRACE(1);
     CHECK(lull_timer_active(&v[0].timer));
-    lull_advance(loop, 5);
+    lull_loop_advance(loop, 5);
     CHECK_TRACE(1, 0);
     CHECK_U64_EQ(v[0].fired_at, 5);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -206,9 +206,9 @@ static int fires;
 static bool drift_ok = true;
 static void check_phase(lull_timer *t) {
     uint64_t want = t0 + first_delay + (uint64_t)fires * period;
-    if (lull_now(the_loop) != want) {
+    if (lull_loop_now(the_loop) != want) {
         fprintf(stderr, "fire %d at %" PRIu64 ", want %" PRIu64 "\n", fires,
-                lull_now(the_loop), want);
+                lull_loop_now(the_loop), want);
         drift_ok = false;
     }
     /* Already armed for the next period, exactly one period on. */
@@ -226,21 +226,21 @@ TEST(repeat_without_drift) {
     lull_timer_start(&t, period, period);
     /* Uneven steps: some cross no deadline, some cross several. */
     uint64_t end = t0 + 1000 * period, step = 1;
-    while (lull_now(loop) < end) {
-        uint64_t left = end - lull_now(loop);
-        lull_advance(loop, step < left ? step : left);
+    while (lull_loop_now(loop) < end) {
+        uint64_t left = end - lull_loop_now(loop);
+        lull_loop_advance(loop, step < left ? step : left);
         step = step * 7 % 2999993 + 1;
     }
     CHECK(drift_ok);
     CHECK_EQ(fires, 1000);
     CHECK(lull_timer_active(&t));
-    lull_advance(loop, period - 1);
+    lull_loop_advance(loop, period - 1);
     CHECK_EQ(fires, 1000);
-    lull_advance(loop, 1);
+    lull_loop_advance(loop, 1);
     CHECK_EQ(fires, 1001);
     lull_timer_stop(&t);
     CHECK(!lull_timer_active(&t));
-    lull_advance(loop, 10 * period);
+    lull_loop_advance(loop, 10 * period);
     CHECK_EQ(fires, 1001);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -256,11 +256,11 @@ TEST(repeat_phase_follows_first_deadline) {
     fires = 0;
     drift_ok = true;
     lull_timer_start(&t, 3, 10);
-    lull_advance(loop, 2);
+    lull_loop_advance(loop, 2);
     CHECK_EQ(fires, 0);
-    lull_advance(loop, 1);
+    lull_loop_advance(loop, 1);
     CHECK_EQ(fires, 1);
-    lull_advance(loop, 50); /* now 53: fires at 13, 23, 33, 43, 53 */
+    lull_loop_advance(loop, 50); /* now 53: fires at 13, 23, 33, 43, 53 */
     CHECK_EQ(fires, 6);
     CHECK(drift_ok);
     lull_timer_stop(&t);
@@ -296,7 +296,7 @@ TEST(repeat_real_clock_skips_missed_periods) {
     lull_timer_init(loop, &t, real_tick);
     lull_timer_start(&t, 2 * MS, 2 * MS);
     rt_first = lull_timer_deadline(&t);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK(rt_phase_ok);
     CHECK_EQ(rt_fires, 5);
     CHECK_LE(1, rt_spin_end);
@@ -329,30 +329,30 @@ TEST(stop_and_restart_from_own_callback) {
     lull_timer_init(loop, &rep, stop_self_on_third);
     own_runs = 0;
     lull_timer_start(&rep, 10, 10);
-    lull_advance(loop, 1000);
+    lull_loop_advance(loop, 1000);
     CHECK_EQ(own_runs, 3);
     CHECK(!lull_timer_active(&rep));
 
     item v[2];
     items_init(v, 2);
-    t0 = lull_now(loop);
+    t0 = lull_loop_now(loop);
     lull_timer_init(loop, &v[0].timer, restart_self);
     lull_timer_start(&v[0].timer, 10, 0);
-    lull_advance(loop, 20);
+    lull_loop_advance(loop, 20);
     CHECK_EQ(v[0].runs, 2);
     CHECK_U64_EQ(v[0].fired_at, 17);
     CHECK(lull_timer_active(&v[0].timer));
-    lull_advance(loop, 100);
+    lull_loop_advance(loop, 100);
     CHECK_EQ(v[0].runs, 3);
     CHECK_U64_EQ(v[0].fired_at, 24);
     CHECK(!lull_timer_active(&v[0].timer));
 
     /* A repeating timer restarted from its callback takes the new schedule:
      * the restart wins over the repeat. */
-    t0 = lull_now(loop);
+    t0 = lull_loop_now(loop);
     lull_timer_init(loop, &v[1].timer, repeat_becomes_oneshot);
     lull_timer_start(&v[1].timer, 10, 10);
-    lull_advance(loop, 100);
+    lull_loop_advance(loop, 100);
     CHECK_EQ(v[1].runs, 2);
     CHECK_U64_EQ(v[1].fired_at, 13);
     CHECK(!lull_timer_active(&v[1].timer));
@@ -378,7 +378,7 @@ TEST(stop_other_timer_in_same_batch) {
     lull_timer_start(&v[1].timer, 10, 0);
     lull_timer_start(&v[4].timer, 10, 0);
     lull_timer_start(&v[2].timer, 20, 0);
-    lull_advance(loop, 30);
+    lull_loop_advance(loop, 30);
     CHECK_TRACE(0, 4);
     CHECK_EQ(v[1].runs, 0);
     CHECK_EQ(v[2].runs, 0);
@@ -388,7 +388,7 @@ TEST(stop_other_timer_in_same_batch) {
     lull_timer_start(&v[0].timer, 0, 0);
     lull_timer_start(&v[3].timer, 0, 0);
     lull_timer_start(&v[4].timer, 0, 0);
-    CHECK_EQ(lull_settle(loop), 2);
+    CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_TRACE(0, 4);
     CHECK_EQ(v[3].runs, 0);
     for (int i = 0; i < 5; i++)
@@ -396,7 +396,7 @@ TEST(stop_other_timer_in_same_batch) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* An unreferenced timer does not keep lull_run alive (real clock: a run
+/* An unreferenced timer does not keep lull_loop_run alive (real clock: a run
  * that waited for it would hang until the case's timeout). */
 TEST(unref_timer_does_not_keep_run_alive) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
@@ -406,7 +406,7 @@ TEST(unref_timer_does_not_keep_run_alive) {
     lull_timer_unref(&v[0].timer);
     CHECK(!lull_loop_alive(loop));
     lull_loop_metrics_reset(loop);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
     /* Returned without a wait that could block (a clock bound here would
@@ -431,7 +431,7 @@ TEST(unref_timer_does_not_keep_run_alive) {
     lull_timer_start(&v[0].timer, 1 * MS, 0);
     CHECK(!lull_loop_alive(loop));
     lull_timer_start(&v[1].timer, 3 * MS, 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(v[0].runs, 1);
     CHECK_EQ(v[1].runs, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -444,7 +444,7 @@ TEST(unref_timer_fires_on_virtual_advance) {
     lull_timer_unref(&v[0].timer);
     lull_timer_start(&v[0].timer, 10, 10);
     CHECK(!lull_loop_alive(loop));
-    lull_advance(loop, 25);
+    lull_loop_advance(loop, 25);
     CHECK_EQ(v[0].runs, 2);
     lull_timer_stop(&v[0].timer);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -456,14 +456,14 @@ TEST(zero_delay_is_queued_like_a_task) {
     item v[4];
     items_init(v, 4);
     lull_timer_start(&v[0].timer, 0, 0);
-    lull_post(loop, &v[1].task);
+    lull_task_post(loop, &v[1].task);
     lull_timer_start(&v[2].timer, 0, 0);
-    lull_post(loop, &v[3].task);
+    lull_task_post(loop, &v[3].task);
     CHECK(lull_timer_active(&v[0].timer));
-    CHECK_EQ(lull_settle(loop), 4); /* no time needs to pass */
+    CHECK_EQ(lull_loop_settle(loop), 4); /* no time needs to pass */
     CHECK_TRACE(0, 1, 2, 3);
     CHECK_U64_EQ(v[0].fired_at, 0);
-    CHECK_U64_EQ(lull_now(loop), t0);
+    CHECK_U64_EQ(lull_loop_now(loop), t0);
     CHECK(!lull_timer_active(&v[0].timer));
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -474,15 +474,15 @@ TEST(zero_delay_with_repeat) {
     item v[1];
     items_init(v, 1);
     lull_timer_start(&v[0].timer, 0, 10);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(v[0].runs, 1);
     CHECK(lull_timer_active(&v[0].timer));
-    lull_advance(loop, 9);
+    lull_loop_advance(loop, 9);
     CHECK_EQ(v[0].runs, 1);
-    lull_advance(loop, 1);
+    lull_loop_advance(loop, 1);
     CHECK_EQ(v[0].runs, 2);
     CHECK_U64_EQ(v[0].fired_at, 10);
-    lull_advance(loop, 20);
+    lull_loop_advance(loop, 20);
     CHECK_EQ(v[0].runs, 4);
     lull_timer_stop(&v[0].timer);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -500,11 +500,11 @@ TEST(stop_idempotent) {
     lull_timer_stop(&v[0].timer);
     lull_timer_stop(&v[0].timer);
     CHECK(!lull_timer_active(&v[0].timer));
-    lull_advance(loop, 10);
+    lull_loop_advance(loop, 10);
     CHECK_EQ(v[0].runs, 0);
     lull_timer_init(loop, &v[0].timer, record_timer);
     lull_timer_start(&v[0].timer, 1, 0);
-    lull_advance(loop, 1);
+    lull_loop_advance(loop, 1);
     CHECK_EQ(v[0].runs, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -527,7 +527,7 @@ TEST(huge_delays_on_the_real_clock) {
     lull_timer_start(&v[0].timer, UINT64_MAX, 1000 * MS);
     CHECK_U64_EQ(lull_timer_deadline(&v[0].timer), UINT64_MAX);
     lull_timer_start(&v[1].timer, 1, UINT64_MAX);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0); /* until v[1]'s 1 ns */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0); /* until v[1]'s 1 ns */
     CHECK_EQ(v[1].runs, 1);
     CHECK_U64_EQ(lull_timer_deadline(&v[1].timer), UINT64_MAX);
     CHECK_EQ(v[0].runs, 0);
@@ -542,7 +542,7 @@ TEST(huge_delays_on_the_real_clock) {
     CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
     lull_metrics m;
     lull_loop_metrics_reset(loop);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     lull_loop_metrics(loop, &m);
     CHECK_EQ(huge_ready_calls, 1);
     CHECK_U64_EQ(m.polls, 1);
@@ -559,7 +559,7 @@ TEST(huge_delays_on_the_real_clock) {
  * A delayed timer never fires before delay_ns has passed since its
  * lull_timer_start call, on CLOCK_MONOTONIC, however old the loop's cached
  * "now" is when it is armed. The cases make the cache stale on purpose (a
- * callback that runs for 5 ms, set-up work before lull_run) and compare
+ * callback that runs for 5 ms, set-up work before lull_loop_run) and compare
  * clock_gettime readings: a fire time minus the time just before the call
  * is never less than the delay. Real clock by necessity; no speed is
  * asserted, only an order of two clock readings. */
@@ -613,13 +613,14 @@ TEST(delay_counts_from_the_call_in_a_long_callback) {
     }
     lull_timer_init(loop, &kick, spin_then_arm);
     lull_timer_start(&kick, 1000, 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     for (int i = 0; i < 4; i++)
         check_not_early(&late_arms[i]);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* Set-up code before lull_run: the second arm comes 3 ms after the first. */
+/* Set-up code before lull_loop_run: the second arm comes 3 ms after the first.
+ */
 TEST(delay_counts_from_the_call_before_run) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     early e[2] = {{.delay = 1 * MS}, {.delay = 1 * MS}};
@@ -628,7 +629,7 @@ TEST(delay_counts_from_the_call_before_run) {
     early_arm(&e[0]);
     check_spin_ns(3 * MS);
     early_arm(&e[1]);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     check_not_early(&e[0]);
     check_not_early(&e[1]);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -672,7 +673,7 @@ TEST(repeat_armed_late_keeps_phase_and_skips_missed_periods) {
     lull_timer_init(loop, &rep.timer, rep_fired);
     lull_timer_init(loop, &kick, spin_then_arm_repeat);
     lull_timer_start(&kick, 1000, 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(rep.fires, 3);
     const uint64_t p = 2 * MS;
     /* Never early: the first deadline counts from the call. */
@@ -702,21 +703,21 @@ static void spin_then_arm_virtual(lull_task *t) {
     check_spin_ns(1 * MS);
     lull_timer_start(&virt[0].timer, 10, 0);
     virt_deadline = lull_timer_deadline(&virt[0].timer);
-    virt_now = lull_now(the_loop);
+    virt_now = lull_loop_now(the_loop);
 }
 
 TEST(virtual_arm_ignores_real_time) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    lull_advance(loop, 1000);
+    lull_loop_advance(loop, 1000);
     items_init(virt, 1);
     lull_task task;
     lull_task_init(&task, spin_then_arm_virtual);
-    lull_post(loop, &task);
-    CHECK_EQ(lull_settle(loop), 1);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_U64_EQ(virt_now, t0 + 1000);
     CHECK_U64_EQ(virt_deadline, t0 + 1010);
-    CHECK_U64_EQ(lull_now(loop), t0 + 1000);
-    lull_advance(loop, 10);
+    CHECK_U64_EQ(lull_loop_now(loop), t0 + 1000);
+    lull_loop_advance(loop, 10);
     CHECK_EQ(virt[0].runs, 1);
     CHECK_U64_EQ(virt[0].fired_at, 1010);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -724,19 +725,19 @@ TEST(virtual_arm_ignores_real_time) {
 
 /* A zero-delay arm is a queue push and reads no clock (C3: a task's cost),
  * also when it re-arms an armed timer; a delayed arm reads it, which shows
- * as a fresher lull_now. Inside one callback nothing else refreshes it. */
+ * as a fresher lull_loop_now. Inside one callback nothing else refreshes it. */
 static item zd[2];
 static uint64_t zd_before, zd_after_zero, zd_after_rearm, zd_after_delay;
 static void zero_delay_then_delayed(lull_task *t) {
     (void)t;
-    zd_before = lull_now(the_loop);
+    zd_before = lull_loop_now(the_loop);
     check_spin_ns(1 * MS);
     lull_timer_start(&zd[0].timer, 0, 0);
-    zd_after_zero = lull_now(the_loop);
+    zd_after_zero = lull_loop_now(the_loop);
     lull_timer_start(&zd[0].timer, 0, 0); /* re-arm: the out-of-line path */
-    zd_after_rearm = lull_now(the_loop);
+    zd_after_rearm = lull_loop_now(the_loop);
     lull_timer_start(&zd[1].timer, 1, 0);
-    zd_after_delay = lull_now(the_loop);
+    zd_after_delay = lull_loop_now(the_loop);
 }
 
 TEST(zero_delay_arm_reads_no_clock) {
@@ -744,8 +745,8 @@ TEST(zero_delay_arm_reads_no_clock) {
     items_init(zd, 2);
     lull_task task;
     lull_task_init(&task, zero_delay_then_delayed);
-    lull_post(loop, &task);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_U64_EQ(zd_after_zero, zd_before);
     CHECK_U64_EQ(zd_after_rearm, zd_before);
     CHECK_LE(zd_before + 1 * MS, zd_after_delay);
@@ -792,7 +793,7 @@ TEST(overrun_counts_the_periods_a_late_fire_stands_for) {
     lull_timer_start(&p.timer, p.period, p.period);
     p.first = lull_timer_deadline(&p.timer);
     CHECK_U64_EQ(lull_timer_overrun(&p.timer), 0); /* not in its callback */
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_U64_EQ(p.fires, 4);
     CHECK(p.phase_ok);
     /* The fire after the spin stood for at least the 5 periods that ended
@@ -803,11 +804,11 @@ TEST(overrun_counts_the_periods_a_late_fire_stands_for) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* A fire that waits in the due list (lull_stop ended the run before it)
+/* A fire that waits in the due list (lull_loop_stop ended the run before it)
  * while more periods expire stands for those too. */
 static void stop_the_run(lull_timer *t) {
     (void)t;
-    lull_stop(the_loop);
+    lull_loop_stop(the_loop);
 }
 
 TEST(overrun_of_a_fire_left_waiting_by_lull_stop) {
@@ -823,12 +824,12 @@ TEST(overrun_of_a_fire_left_waiting_by_lull_stop) {
     p.first = lull_timer_deadline(&p.timer);
     while (check_clock_ns() < p.first) {
     }
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_U64_EQ(p.fires, 0);
     CHECK(lull_timer_active(&p.timer)); /* due, waiting */
     check_spin_ns(3 * p.period);        /* three more periods expire */
     p.stop_after = 2;
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_U64_EQ(p.fires, 1);
     CHECK(p.phase_ok);
     CHECK_LE(4, p.periods); /* its own period and at least three more */
@@ -836,7 +837,7 @@ TEST(overrun_of_a_fire_left_waiting_by_lull_stop) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* On the virtual clock lull_advance fires once per period crossed: every
+/* On the virtual clock lull_loop_advance fires once per period crossed: every
  * fire stands for one period. A one-shot timer's fire is one period too,
  * and a zero-delay turn (no deadline) reports 0. */
 static uint64_t turn_overrun = 99;
@@ -852,7 +853,7 @@ TEST(overrun_is_one_per_period_on_the_virtual_clock) {
     p.first = lull_timer_deadline(&p.timer);
     /* probe_tick spins 5.5 periods of real time on its first fire: on the
      * virtual clock that moves nothing. */
-    lull_advance(loop, 1000);
+    lull_loop_advance(loop, 1000);
     CHECK_U64_EQ(p.fires, 100);
     CHECK_U64_EQ(p.periods, 100);
     CHECK_U64_EQ(p.max, 1);
@@ -862,14 +863,14 @@ TEST(overrun_is_one_per_period_on_the_virtual_clock) {
     overrun_probe once = {.period = 0, .phase_ok = true};
     lull_timer_init(loop, &once.timer, probe_tick);
     lull_timer_start(&once.timer, 5, 0);
-    lull_advance(loop, 5);
+    lull_loop_advance(loop, 5);
     CHECK_U64_EQ(once.fires, 1);
     CHECK_U64_EQ(once.periods, 1);
 
     lull_timer turn;
     lull_timer_init(loop, &turn, note_turn);
     lull_timer_start(&turn, 0, 0);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_U64_EQ(turn_overrun, 0);
     CHECK_U64_EQ(lull_timer_overrun(NULL), 0);
     CHECK_EQ(lull_loop_free(loop), 0);

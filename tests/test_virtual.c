@@ -1,8 +1,8 @@
-/* The virtual clock (C7): lull_advance steps through deadlines running ready
- * work between them, lull_settle runs ready work with time frozen and counts
- * callbacks, auto-advance lets lull_run jump to the next deadline. The start
- * value of virtual time is not specified: cases check time relative to the
- * loop's first lull_now. */
+/* The virtual clock (C7): lull_loop_advance steps through deadlines running
+ * ready work between them, lull_loop_settle runs ready work with time frozen
+ * and counts callbacks, auto-advance lets lull_loop_run jump to the next
+ * deadline. The start value of virtual time is not specified: cases check time
+ * relative to the loop's first lull_loop_now. */
 #include "check.h"
 
 #include <errno.h>
@@ -19,7 +19,7 @@ typedef struct item {
     lull_task task;
     int id;
     int runs;
-    uint64_t at; /* lull_now at the last run, relative to t0 */
+    uint64_t at; /* lull_loop_now at the last run, relative to t0 */
 } item;
 
 static lull_loop *the_loop;
@@ -30,14 +30,14 @@ static lull_loop *new_loop(unsigned flags) {
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, &o), 0);
     the_loop = loop;
-    t0 = lull_now(loop);
+    t0 = lull_loop_now(loop);
     check_trace_reset();
     return loop;
 }
 
 static void note(item *it) {
     it->runs++;
-    it->at = lull_now(the_loop) - t0;
+    it->at = lull_loop_now(the_loop) - t0;
     check_trace(it->id);
 }
 
@@ -62,7 +62,7 @@ static void items_init(item *v, int n) {
 static item *between;
 static void post_between(lull_timer *t) {
     record_timer(t);
-    lull_post(the_loop, &between[2].task);
+    lull_task_post(the_loop, &between[2].task);
 }
 
 TEST(advance_runs_ready_work_between_timers) {
@@ -73,12 +73,12 @@ TEST(advance_runs_ready_work_between_timers) {
     lull_timer_init(loop, &v[0].timer, post_between);
     lull_timer_start(&v[1].timer, 20, 0);
     lull_timer_start(&v[0].timer, 10, 0);
-    lull_advance(loop, 30);
+    lull_loop_advance(loop, 30);
     CHECK_TRACE(0, 2, 1);
     CHECK_U64_EQ(v[0].at, 10);
     CHECK_U64_EQ(v[2].at, 10);
     CHECK_U64_EQ(v[1].at, 20);
-    CHECK_U64_EQ(lull_now(loop) - t0, 30);
+    CHECK_U64_EQ(lull_loop_now(loop) - t0, 30);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -88,17 +88,17 @@ TEST(advance_runs_ready_work_first) {
     item v[2];
     items_init(v, 2);
     lull_timer_start(&v[0].timer, 1, 0);
-    lull_post(loop, &v[1].task);
-    lull_advance(loop, 5);
+    lull_task_post(loop, &v[1].task);
+    lull_loop_advance(loop, 5);
     CHECK_TRACE(1, 0);
     CHECK_U64_EQ(v[1].at, 0);
     CHECK_U64_EQ(v[0].at, 1);
     /* advance(0) runs ready work without moving time. */
-    lull_post(loop, &v[1].task);
-    lull_advance(loop, 0);
+    lull_task_post(loop, &v[1].task);
+    lull_loop_advance(loop, 0);
     CHECK_EQ(v[1].runs, 2);
     CHECK_U64_EQ(v[1].at, 5);
-    CHECK_U64_EQ(lull_now(loop) - t0, 5);
+    CHECK_U64_EQ(lull_loop_now(loop) - t0, 5);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -107,14 +107,14 @@ TEST(advance_fires_repeat_once_per_period_crossed) {
     item v[1];
     items_init(v, 1);
     lull_timer_start(&v[0].timer, 10, 10);
-    lull_advance(loop, 95); /* 10, 20, ..., 90 */
+    lull_loop_advance(loop, 95); /* 10, 20, ..., 90 */
     CHECK_EQ(v[0].runs, 9);
     CHECK_U64_EQ(v[0].at, 90);
-    CHECK_U64_EQ(lull_now(loop) - t0, 95);
-    lull_advance(loop, 5);
+    CHECK_U64_EQ(lull_loop_now(loop) - t0, 95);
+    lull_loop_advance(loop, 5);
     CHECK_EQ(v[0].runs, 10);
     CHECK_U64_EQ(v[0].at, 100);
-    lull_advance(loop, 1000 * 10); /* one big step, 1000 periods */
+    lull_loop_advance(loop, 1000 * 10); /* one big step, 1000 periods */
     CHECK_EQ(v[0].runs, 1010);
     lull_timer_stop(&v[0].timer);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -136,13 +136,13 @@ TEST(timers_armed_during_advance) {
     chain = v;
     lull_timer_init(loop, &v[0].timer, arm_more);
     lull_timer_start(&v[0].timer, 10, 0);
-    lull_advance(loop, 30);
+    lull_loop_advance(loop, 30);
     CHECK_TRACE(0, 1);
     CHECK_U64_EQ(v[1].at, 15);
     CHECK(lull_timer_active(&v[2].timer));
-    lull_advance(loop, 4);
+    lull_loop_advance(loop, 4);
     CHECK_EQ(v[2].runs, 0);
-    lull_advance(loop, 1);
+    lull_loop_advance(loop, 1);
     CHECK_TRACE(0, 1, 2);
     CHECK_U64_EQ(v[2].at, 35);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -153,7 +153,7 @@ TEST(timers_armed_during_advance) {
 static item *settle_items;
 static void post_follow_up(lull_task *t) {
     record_task(t);
-    lull_post(the_loop, &settle_items[4].task);
+    lull_task_post(the_loop, &settle_items[4].task);
 }
 
 static int io_calls;
@@ -172,15 +172,15 @@ TEST(settle_runs_ready_work_with_time_frozen) {
     items_init(v, 6);
     settle_items = v;
     lull_task_init(&v[0].task, post_follow_up);
-    lull_post(loop, &v[0].task);
-    lull_post(loop, &v[1].task);
+    lull_task_post(loop, &v[0].task);
+    lull_task_post(loop, &v[1].task);
     lull_timer_start(&v[2].timer, 0, 0);
     lull_timer_start(&v[3].timer, 1, 0); /* needs time: not run */
-    CHECK_EQ(lull_settle(loop), 4);
+    CHECK_EQ(lull_loop_settle(loop), 4);
     CHECK_TRACE(0, 1, 2, 4);
-    CHECK_U64_EQ(lull_now(loop), t0);
+    CHECK_U64_EQ(lull_loop_now(loop), t0);
     CHECK_EQ(v[3].runs, 0);
-    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
 
     /* A readable fd and a remote post (from this thread: allowed from any
      * thread) are collected without blocking. */
@@ -191,15 +191,15 @@ TEST(settle_runs_ready_work_with_time_frozen) {
     CHECK_EQ(lull_io_init(loop, &io, fds[0], on_readable), 0);
     CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
     CHECK_EQ(write(fds[1], "x", 1), 1);
-    lull_post_remote(loop, &v[5].task);
-    CHECK_EQ(lull_settle(loop), 2);
+    lull_task_post_remote(loop, &v[5].task);
+    CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_EQ(io_calls, 1);
     CHECK_EQ(v[5].runs, 1);
-    CHECK_U64_EQ(lull_now(loop), t0);
+    CHECK_U64_EQ(lull_loop_now(loop), t0);
     /* Nothing ready, a watcher on an empty pipe: settle returns at once. */
     CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
     lull_loop_metrics_reset(loop);
-    CHECK_EQ(lull_settle(loop), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
     /* Returned without a wait that could block (a clock bound here would
@@ -214,7 +214,7 @@ TEST(settle_runs_ready_work_with_time_frozen) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* Auto-advance: with nothing else to run, lull_run jumps to the next
+/* Auto-advance: with nothing else to run, lull_loop_run jumps to the next
  * deadline; an hour of virtual time passes at once. */
 static int auto_ticks;
 static void tick_five(lull_timer *t) {
@@ -228,9 +228,9 @@ TEST(auto_advance_jumps_to_next_deadline) {
     lull_timer_start(&v[0].timer, 3600 * SEC, 0);
     lull_timer_start(&v[1].timer, 2 * SEC, 0);
     lull_timer_start(&v[2].timer, 1 * SEC, 0);
-    lull_post(loop, &v[3].task);
+    lull_task_post(loop, &v[3].task);
     lull_loop_metrics_reset(loop);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
     /* Returned without a wait that could block (a clock bound here would
@@ -243,15 +243,15 @@ TEST(auto_advance_jumps_to_next_deadline) {
     CHECK_U64_EQ(v[2].at, 1 * SEC);
     CHECK_U64_EQ(v[1].at, 2 * SEC);
     CHECK_U64_EQ(v[0].at, 3600 * SEC);
-    CHECK_U64_EQ(lull_now(loop) - t0, 3600 * SEC);
+    CHECK_U64_EQ(lull_loop_now(loop) - t0, 3600 * SEC);
 
     /* A repeating timer that stops itself after five periods. */
     lull_timer t;
     lull_timer_init(loop, &t, tick_five);
     lull_timer_start(&t, 7 * MS, 7 * MS);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(auto_ticks, 5);
-    CHECK_U64_EQ(lull_now(loop) - t0, 3600 * SEC + 35 * MS);
+    CHECK_U64_EQ(lull_loop_now(loop) - t0, 3600 * SEC + 35 * MS);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -264,25 +264,25 @@ TEST(auto_advance_ignores_unreferenced_timer) {
     lull_timer_start(&v[0].timer, 10 * SEC, 0);
     lull_timer_unref(&v[0].timer);
     lull_timer_start(&v[1].timer, 1 * SEC, 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(v[1].runs, 1);
     CHECK_EQ(v[0].runs, 0);
-    CHECK_U64_EQ(lull_now(loop) - t0, 1 * SEC);
+    CHECK_U64_EQ(lull_loop_now(loop) - t0, 1 * SEC);
     lull_timer_stop(&v[0].timer);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* Without auto-advance, lull_run on a virtual loop with only timers returns
- * instead of waiting for time that only the test can move. */
+/* Without auto-advance, lull_loop_run on a virtual loop with only timers
+ * returns instead of waiting for time that only the test can move. */
 TEST(no_auto_advance_run_returns) {
     lull_loop *loop = new_loop(0);
     item v[2];
     items_init(v, 2);
     lull_timer_start(&v[0].timer, 1 * SEC, 0);
-    lull_post(loop, &v[1].task);
+    lull_task_post(loop, &v[1].task);
     lull_loop_metrics_reset(loop);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
     /* Returned without a wait that could block (a clock bound here would
@@ -293,8 +293,8 @@ TEST(no_auto_advance_run_returns) {
     CHECK_EQ(v[1].runs, 1); /* ready work still ran */
     CHECK_EQ(v[0].runs, 0);
     CHECK(lull_timer_active(&v[0].timer));
-    CHECK_U64_EQ(lull_now(loop), t0);
-    lull_advance(loop, 1 * SEC);
+    CHECK_U64_EQ(lull_loop_now(loop), t0);
+    lull_loop_advance(loop, 1 * SEC);
     CHECK_EQ(v[0].runs, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -303,34 +303,34 @@ TEST(no_auto_advance_run_returns) {
 TEST(virtual_now_moves_only_by_advance) {
     lull_loop *loop = new_loop(0);
     check_spin_ns(2 * MS);
-    CHECK_U64_EQ(lull_now(loop), t0);
-    CHECK_U64_EQ(lull_now_exact(loop), t0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_NOWAIT), 0);
-    CHECK_EQ(lull_settle(loop), 0);
-    CHECK_U64_EQ(lull_now(loop), t0);
-    lull_advance(loop, 12345);
-    CHECK_U64_EQ(lull_now(loop) - t0, 12345);
-    lull_advance(loop, 1);
-    CHECK_U64_EQ(lull_now_exact(loop) - t0, 12346);
+    CHECK_U64_EQ(lull_loop_now(loop), t0);
+    CHECK_U64_EQ(lull_loop_now_exact(loop), t0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_U64_EQ(lull_loop_now(loop), t0);
+    lull_loop_advance(loop, 12345);
+    CHECK_U64_EQ(lull_loop_now(loop) - t0, 12345);
+    lull_loop_advance(loop, 1);
+    CHECK_U64_EQ(lull_loop_now_exact(loop) - t0, 12346);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* lull_advance is a no-op on a monotonic loop: it neither runs work nor
+/* lull_loop_advance is a no-op on a monotonic loop: it neither runs work nor
  * moves anything. */
 TEST(advance_on_monotonic_loop_is_noop) {
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     the_loop = loop;
-    t0 = lull_now(loop);
+    t0 = lull_loop_now(loop);
     check_trace_reset();
     item v[1];
     items_init(v, 1);
-    lull_post(loop, &v[0].task);
-    lull_advance(loop, 10 * SEC);
+    lull_task_post(loop, &v[0].task);
+    lull_loop_advance(loop, 10 * SEC);
     CHECK_EQ(v[0].runs, 0);
     CHECK(lull_task_pending(&v[0].task));
-    CHECK_LE(lull_now(loop), t0 + 5 * SEC);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_LE(lull_loop_now(loop), t0 + 5 * SEC);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(v[0].runs, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -340,7 +340,7 @@ TEST(advance_on_monotonic_loop_is_noop) {
 static item *simul;
 static void first_posts(lull_timer *t) {
     record_timer(t);
-    lull_post(the_loop, &simul[3].task);
+    lull_task_post(the_loop, &simul[3].task);
 }
 
 TEST(simultaneous_timers_queued_together) {
@@ -351,7 +351,7 @@ TEST(simultaneous_timers_queued_together) {
     lull_timer_init(loop, &v[0].timer, first_posts);
     for (int i = 0; i < 3; i++)
         lull_timer_start(&v[i].timer, 1 * MS, 0);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_TRACE(0, 1, 2, 3);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -359,21 +359,21 @@ TEST(simultaneous_timers_queued_together) {
 /* Deadlines saturate at UINT64_MAX, the end of the clock: a timer due there
  * fires when virtual time gets there, and a repeating one then ends, having
  * no next period. (It used to be re-armed at UINT64_MAX, still due, forever:
- * lull_advance never returned.) */
+ * lull_loop_advance never returned.) */
 TEST(saturated_repeating_timer_fires_once_at_the_end_of_time) {
     lull_loop *loop = new_loop(0);
     item v[1];
     items_init(v, 1);
     lull_timer_start(&v[0].timer, UINT64_MAX, 1 * SEC);
     CHECK_U64_EQ(lull_timer_deadline(&v[0].timer), UINT64_MAX);
-    lull_advance(loop, UINT64_MAX);
+    lull_loop_advance(loop, UINT64_MAX);
     CHECK_EQ(v[0].runs, 1);
-    CHECK_U64_EQ(lull_now(loop), UINT64_MAX);
+    CHECK_U64_EQ(lull_loop_now(loop), UINT64_MAX);
     CHECK(!lull_timer_active(&v[0].timer));
     /* At the end of time every arm is due at once, and a repeat ends after
      * its first fire. */
     lull_timer_start(&v[0].timer, 5, 5);
-    lull_advance(loop, 10);
+    lull_loop_advance(loop, 10);
     CHECK_EQ(v[0].runs, 2);
     CHECK(!lull_timer_active(&v[0].timer));
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -387,21 +387,21 @@ TEST(repeat_period_past_the_end_of_time_is_cut_there) {
     items_init(v, 1);
     uint64_t period = UINT64_MAX / 2;
     lull_timer_start(&v[0].timer, 10, period);
-    lull_advance(loop, UINT64_MAX);
+    lull_loop_advance(loop, UINT64_MAX);
     CHECK_EQ(v[0].runs, 3);
     CHECK_U64_EQ(v[0].at, UINT64_MAX - t0);
     CHECK(!lull_timer_active(&v[0].timer));
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* The same with auto-advance: lull_run jumps to the end of time, fires the
+/* The same with auto-advance: lull_loop_run jumps to the end of time, fires the
  * timer once and returns. */
 TEST(auto_advance_to_a_saturated_repeating_timer_returns) {
     lull_loop *loop = new_loop(LULL_LOOP_AUTO_ADVANCE);
     item v[1];
     items_init(v, 1);
     lull_timer_start(&v[0].timer, UINT64_MAX, 1 * SEC);
-    CHECK_EQ(lull_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(v[0].runs, 1);
     CHECK(!lull_timer_active(&v[0].timer));
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -410,7 +410,7 @@ TEST(auto_advance_to_a_saturated_repeating_timer_returns) {
 /* ---------------------------------------- settle and level-triggered fds */
 
 /* A watched fd that stays ready (a pipe with room is always writable) is
- * reported by every poll. lull_settle runs it, then returns: a round that
+ * reported by every poll. lull_loop_settle runs it, then returns: a round that
  * ran only watchers the round before also ran has nothing new to show. */
 static int writable_calls;
 static void on_writable(lull_io *io, int events) {
@@ -426,23 +426,24 @@ TEST(settle_returns_while_an_fd_stays_ready) {
     lull_io io;
     CHECK_EQ(lull_io_init(loop, &io, fds[1], on_writable), 0);
     CHECK_EQ(lull_io_start(&io, LULL_WRITABLE), 0);
-    int ran = lull_settle(loop);
+    int ran = lull_loop_settle(loop);
     CHECK_LE(1, writable_calls);
     CHECK_EQ(ran, writable_calls);
     /* Every settle does the same: it runs the watcher and returns. */
     writable_calls = 0;
-    CHECK_EQ(lull_settle(loop), ran);
+    CHECK_EQ(lull_loop_settle(loop), ran);
     CHECK_EQ(writable_calls, ran);
     /* With ready work beside it, the work runs to the end as well. */
     item v[3];
     items_init(v, 3);
-    lull_post(loop, &v[0].task);
+    lull_task_post(loop, &v[0].task);
     lull_timer_start(&v[1].timer, 0, 0);
     lull_timer_start(&v[2].timer, 5, 0);
-    CHECK_LE(2, lull_settle(loop));
+    CHECK_LE(2, lull_loop_settle(loop));
     CHECK_TRACE(0, 1);
-    /* ... and lull_advance, which settles at every deadline, returns too. */
-    lull_advance(loop, 5);
+    /* ... and lull_loop_advance, which settles at every deadline, returns too.
+     */
+    lull_loop_advance(loop, 5);
     CHECK_TRACE(0, 1, 2);
     lull_io_stop(&io);
     close(fds[0]);
@@ -479,7 +480,7 @@ TEST(settle_follows_an_fd_ping_pong_to_the_end) {
     CHECK_EQ(lull_io_start(&a.io, LULL_READABLE), 0);
     CHECK_EQ(lull_io_start(&b.io, LULL_READABLE), 0);
     CHECK_EQ(write(a.fd, "t", 1), 1);
-    CHECK_EQ(lull_settle(loop), 2 * PING_PONG_ROUNDS - 1);
+    CHECK_EQ(lull_loop_settle(loop), 2 * PING_PONG_ROUNDS - 1);
     CHECK_EQ(b.received, PING_PONG_ROUNDS);
     CHECK_EQ(a.received, PING_PONG_ROUNDS - 1);
     lull_io_stop(&a.io);

@@ -114,7 +114,7 @@ TEST(commit_makes_a_batch_readable_and_raises_after) {
     lab_window w;
     CHECK_EQ(lab_window_init(&w, loop, 16, 4), 0);
     counted_runs = 0;
-    lull_listen(loop, &w.notifier, &counted, count_raise);
+    lull_listener_start(loop, &w.notifier, &counted, count_raise);
     lab_window_cursor c;
     lab_window_cursor_open(&w, &c, 1);
     CHECK_U64_EQ(lab_window_append(&w, 10, 0, 1), 1);
@@ -122,24 +122,24 @@ TEST(commit_makes_a_batch_readable_and_raises_after) {
     lab_window_event ev[8];
     CHECK_EQ(lab_window_read(&w, &c, ev, 8), 0); /* appended, not committed */
     CHECK_U64_EQ(w.raises, 0);
-    lull_advance(loop, 3 * MS);
+    lull_loop_advance(loop, 3 * MS);
     CHECK_EQ(lab_window_commit(&w), 2);
     CHECK_U64_EQ(w.raises, 1);
     CHECK_EQ(counted_runs, 0); /* never inside the commit */
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(counted_runs, 1);
     CHECK_U64_EQ(lab_window_backlog(&c), 2);
     CHECK_EQ(lab_window_read(&w, &c, ev, 1), 1);
     CHECK_U64_EQ(ev[0].seq, 1);
     CHECK_U64_EQ(ev[0].value, 10);
-    CHECK_U64_EQ(ev[0].readable_ns, lull_now(loop));
+    CHECK_U64_EQ(ev[0].readable_ns, lull_loop_now(loop));
     CHECK_EQ(lab_window_read(&w, &c, ev, 8), 1);
     CHECK_U64_EQ(ev[0].seq, 2);
     CHECK_EQ(lab_window_read(&w, &c, ev, 8), 0);
     CHECK_U64_EQ(w.reads, 4);           /* every call is a state read */
     CHECK_EQ(lab_window_commit(&w), 0); /* nothing new: no raise */
     CHECK_U64_EQ(w.raises, 1);
-    lull_unlisten(&counted);
+    lull_listener_stop(&counted);
     lab_window_cursor_close(&c);
     lab_window_free(&w);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -159,12 +159,13 @@ TEST(checkpoint_holds_commits_and_releases_them) {
     CHECK_U64_EQ(w.raises, 0); /* nothing a reader can see changed */
     CHECK_EQ(lab_window_checkpoint_end(&w), 0);
     CHECK_U64_EQ(lab_window_backlog(&c), 0);
-    lull_advance(loop, 7 * MS);
+    lull_loop_advance(loop, 7 * MS);
     CHECK_EQ(lab_window_checkpoint_end(&w), 1);
     CHECK_U64_EQ(w.raises, 1);
     lab_window_event ev[2];
     CHECK_EQ(lab_window_read(&w, &c, ev, 2), 1);
-    CHECK_U64_EQ(ev[0].readable_ns, lull_now(loop)); /* stamped at release */
+    CHECK_U64_EQ(ev[0].readable_ns,
+                 lull_loop_now(loop)); /* stamped at release */
     CHECK_EQ(lab_window_checkpoint_end(&w), -EINVAL);
     lab_window_cursor_close(&c);
     lab_window_free(&w);
@@ -253,10 +254,10 @@ static uint64_t idle_reads(bool polling) {
     session s;
     session_open(loop, &s, &w, polling);
     lull_pump_wake(&s.pump); /* deliver what is there at open */
-    lull_settle(loop);
+    lull_loop_settle(loop);
     CHECK_U64_EQ(s.delivered, 49);
     uint64_t before = w.reads;
-    lull_advance(loop, 2000 * MS);
+    lull_loop_advance(loop, 2000 * MS);
     uint64_t reads = w.reads - before;
     if (!polling) {
         CHECK(lull_pump_quiet(&s.pump));
@@ -277,7 +278,7 @@ TEST(idle_session_reads_400_times_in_poll_mode) {
     CHECK(reads >= 395 && reads <= 405);
 }
 
-/* With time frozen (no lull_advance anywhere), a provider task commits one
+/* With time frozen (no lull_loop_advance anywhere), a provider task commits one
  * event per task for a 40-event turn; at each commit it posts a probe task.
  * Every event must reach the driver before its probe runs: the order check
  * of the investigation, independent of host speed. */
@@ -310,8 +311,8 @@ static void provider_run(lull_task *t) {
                       k == TURN - 1 ? LAB_EVENT_TERMINAL : 0, 1);
     lab_window_commit(&f->w);
     /* The moment event k + 1 became readable: queue the probe. */
-    lull_post(f->loop, &f->probe[k]);
-    if (f->committed < TURN) lull_post(f->loop, &f->provider);
+    lull_task_post(f->loop, &f->probe[k]);
+    if (f->committed < TURN) lull_task_post(f->loop, &f->provider);
 }
 
 static void frozen_turn(bool polling, uint64_t *delivered, bool *order_ok) {
@@ -323,13 +324,13 @@ static void frozen_turn(bool polling, uint64_t *delivered, bool *order_ok) {
     f.order_ok = true;
     CHECK_EQ(lab_window_init(&f.w, loop, 128, 49), 0);
     session_open(loop, &f.s, &f.w, polling);
-    uint64_t t0 = lull_now(loop);
+    uint64_t t0 = lull_loop_now(loop);
     for (int k = 0; k < TURN; k++)
         lull_task_init(&f.probe[k], probe_run);
     lull_task_init(&f.provider, provider_run);
-    lull_post(loop, &f.provider);
-    lull_settle(loop); /* runs everything ready; never moves time */
-    CHECK_U64_EQ(lull_now(loop), t0);
+    lull_task_post(loop, &f.provider);
+    lull_loop_settle(loop); /* runs everything ready; never moves time */
+    CHECK_U64_EQ(lull_loop_now(loop), t0);
     CHECK_EQ(f.committed, TURN);
     CHECK_EQ(f.probes_run, TURN);
     *delivered = f.s.delivered;
@@ -372,20 +373,20 @@ TEST(held_items_are_retried_only_while_held) {
     s.busy = true;
     lab_window_append(&w, 1, 0, 1);
     lab_window_commit(&w);
-    lull_settle(loop);
+    lull_loop_settle(loop);
     CHECK_U64_EQ(s.pump.passes, 1);
     CHECK(!lull_pump_quiet(&s.pump));
-    lull_advance(loop, 23 * MS);
+    lull_loop_advance(loop, 23 * MS);
     CHECK_U64_EQ(s.pump.passes, 5); /* at 0, 5, 10, 15, 20 ms */
     CHECK_U64_EQ(s.delivered, 0);
-    CHECK_U64_EQ(w.reads, 0);   /* held passes decide without reading */
-    s.busy = false;             /* no raise: the retry finds it */
-    lull_advance(loop, 2 * MS); /* 25 ms */
+    CHECK_U64_EQ(w.reads, 0);        /* held passes decide without reading */
+    s.busy = false;                  /* no raise: the retry finds it */
+    lull_loop_advance(loop, 2 * MS); /* 25 ms */
     CHECK_U64_EQ(s.pump.passes, 6);
     CHECK_U64_EQ(s.delivered, 1);
     CHECK(lull_pump_quiet(&s.pump));
     CHECK(!lull_loop_alive(loop));
-    lull_advance(loop, 2000 * MS);
+    lull_loop_advance(loop, 2000 * MS);
     CHECK_U64_EQ(s.pump.passes, 6);
     CHECK_U64_EQ(w.reads, 1);
     session_close(&s);
@@ -404,15 +405,15 @@ TEST(commit_while_held_redecides_at_once) {
     s.busy = true;
     lab_window_append(&w, 1, 0, 1);
     lab_window_commit(&w);
-    lull_settle(loop);
-    lull_advance(loop, 2 * MS);
+    lull_loop_settle(loop);
+    lull_loop_advance(loop, 2 * MS);
     s.busy = false;
     lab_window_append(&w, 2, 0, 1);
     lab_window_commit(&w);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_U64_EQ(s.delivered, 2);
     CHECK(lull_pump_quiet(&s.pump)); /* the 5 ms retry is gone */
-    lull_advance(loop, 100 * MS);
+    lull_loop_advance(loop, 100 * MS);
     CHECK_U64_EQ(s.pump.passes, 2);
     session_close(&s);
     lab_window_free(&w);
@@ -441,8 +442,8 @@ TEST(several_commits_in_one_task_cause_one_pass) {
     session_open(loop, &s, &w, false);
     batch_writer b = {.w = &w, .commits = 7};
     lull_task_init(&b.task, write_batch);
-    lull_post(loop, &b.task);
-    CHECK_EQ(lull_settle(loop), 2); /* the writer, then one pass */
+    lull_task_post(loop, &b.task);
+    CHECK_EQ(lull_loop_settle(loop), 2); /* the writer, then one pass */
     CHECK_U64_EQ(w.raises, 7);
     CHECK_U64_EQ(s.pump.passes, 1);
     CHECK_U64_EQ(w.reads, 1);
@@ -459,12 +460,12 @@ TEST(close_or_unlisten_during_a_pending_wake_runs_nothing) {
     session s;
     session_open(loop, &s, &w, false);
     counted_runs = 0;
-    lull_listen(loop, &w.notifier, &counted, count_raise);
+    lull_listener_start(loop, &w.notifier, &counted, count_raise);
     lab_window_append(&w, 1, 0, 1);
     lab_window_commit(&w);
     lull_pump_close(&s.pump);
-    lull_unlisten(&counted);
-    CHECK_EQ(lull_settle(loop), 0);
+    lull_listener_stop(&counted);
+    CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_U64_EQ(s.pump.passes, 0);
     CHECK_EQ(counted_runs, 0);
     CHECK_U64_EQ(w.reads, 0);
@@ -484,10 +485,10 @@ TEST(cursor_move_wakes_the_reader) {
     for (int i = 0; i < 5; i++)
         lab_window_append(&w, (uint64_t)i, 0, 1);
     lab_window_commit(&w);
-    lull_settle(loop);
+    lull_loop_settle(loop);
     CHECK_U64_EQ(s.delivered, 5);
     CHECK_EQ(lab_window_cursor_seek(&s.cursor, 3), 0);
-    CHECK_EQ(lull_settle(loop), 1);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_U64_EQ(s.delivered, 8);
     CHECK_U64_EQ(s.last_seq, 5);
     session_close(&s);
@@ -592,10 +593,10 @@ static void property_run(uint64_t seed) {
             r[1].busy = !r[1].busy;
             break;
         case 10: /* a little time: held retries come due */
-            lull_advance(loop, ((x >> 8) % 7) * MS);
+            lull_loop_advance(loop, ((x >> 8) % 7) * MS);
             break;
         default: /* run what is ready */
-            lull_settle(loop);
+            lull_loop_settle(loop);
             settles++;
             check_after_settle(&r[0], true);
             check_after_settle(&r[1], false);
@@ -617,8 +618,8 @@ static void property_run(uint64_t seed) {
     while (holds-- > 0)
         lab_window_checkpoint_end(&w);
     r[1].busy = false;
-    lull_advance(loop, 10 * MS);
-    lull_settle(loop);
+    lull_loop_advance(loop, 10 * MS);
+    lull_loop_settle(loop);
     for (int i = 0; i < 2; i++) {
         check_after_settle(&r[i], true);
         CHECK_U64_EQ(r[i].cursor.next, model_next);

@@ -24,8 +24,8 @@
  * connection that sends `REPLSYNC <replid|?> <offset> <port>` becomes a
  * replica link: the primary answers `+FULLRESYNC <replid> 0` or
  * `+CONTINUE <offset>` and from then on streams its log from that offset,
- * record by record, as a producer (docs/STREAMS.md): one lull_send per
- * record, lull_should_yield on the loop's shared quantum (budget mode) or
+ * record by record, as a producer (docs/STREAMS.md): one lull_endpoint_send per
+ * record, lull_loop_should_yield on the loop's shared quantum (budget mode) or
  * a posted continuation after every record (per-record mode), and a wait
  * for on_drain when the stream is full, so clients are served between
  * slices while a replica catches up. The replica sends `REPLACK <offset>`
@@ -180,7 +180,8 @@ static void produce(lull_task *t) {
     server *srv = the_server;
     const repl_log *log = &srv->kv.log;
     while (repl_log_more(log, &l->cur)) {
-        if (!lull_writable(&l->c->s.ep)) return; /* on_drain posts us */
+        if (!lull_endpoint_writable(&l->c->s.ep))
+            return; /* on_drain posts us */
         ring_frame *rf = &l->ring[l->ring_next % RING];
         if (rf->f.in_flight) { /* its release posts us */
             l->starved = true;
@@ -189,11 +190,12 @@ static void produce(lull_task *t) {
         size_t len;
         rf->f.bytes = repl_log_next(log, &l->cur, &len);
         rf->f.len = len;
-        if (lull_send(&l->c->s.ep, &rf->f) < 0) return; /* on_close follows */
+        if (lull_endpoint_send(&l->c->s.ep, &rf->f) < 0)
+            return; /* on_close follows */
         l->ring_next++;
         l->inflight++;
-        if (srv->per_record || lull_should_yield(srv->loop)) {
-            lull_post(srv->loop, t);
+        if (srv->per_record || lull_loop_should_yield(srv->loop)) {
+            lull_task_post(srv->loop, t);
             return;
         }
     }
@@ -208,7 +210,7 @@ static void ring_release(lull_frame *f) {
     }
     if (l->starved) {
         l->starved = false;
-        lull_post(the_server->loop, &l->task);
+        lull_task_post(the_server->loop, &l->task);
     }
 }
 
@@ -216,7 +218,7 @@ static void ring_release(lull_frame *f) {
  * already queued). */
 static void wake_links(server *srv) {
     for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers; p = p->next)
-        lull_post(srv->loop, &LULL_CONTAINER_OF(p, rlink, peer)->task);
+        lull_task_post(srv->loop, &LULL_CONTAINER_OF(p, rlink, peer)->task);
 }
 
 /* The link's connection closed: it leaves INFO, its producer stops, and
@@ -226,7 +228,7 @@ static void link_drop(rlink *l) {
     l->peer.prev->next = l->peer.next;
     l->peer.next->prev = l->peer.prev;
     srv->kv.npeers--;
-    lull_cancel(&l->task);
+    lull_task_cancel(&l->task);
     l->c = NULL;
     if (l->inflight == 0) free(l);
 }
@@ -294,7 +296,7 @@ static void start_link(conn *c, const resp_arg *a, size_t argc) {
     c->link = l;
     /* Posted: it runs after this chunk's replies, the answer above
      * included, are queued. */
-    lull_post(srv->loop, &l->task);
+    lull_task_post(srv->loop, &l->task);
 }
 
 /* What a replica may send on its link: REPLACK <offset>. */
@@ -372,15 +374,15 @@ static void fin_release(lull_frame *f) {
  * reused for the next chunk while lull still holds the copy. */
 static void flush(conn *c) {
     if (c->out.len == 0) return;
-    lull_send_copy(&c->s.ep, c->out.p, c->out.len);
+    lull_endpoint_send_copy(&c->s.ep, c->out.p, c->out.len);
     c->out.len = 0;
-    if (!lull_writable(&c->s.ep)) lull_stream_read_stop(&c->s);
+    if (!lull_endpoint_writable(&c->s.ep)) lull_stream_read_stop(&c->s);
 }
 
 static void on_drain(lull_endpoint *ep) {
     conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
     lull_stream_read_start(&c->s);
-    if (c->link) lull_post(c->srv->loop, &c->link->task);
+    if (c->link) lull_task_post(c->srv->loop, &c->link->task);
 }
 
 /* Stops serving this client: its last replies leave as `fin`, the write
@@ -390,7 +392,7 @@ static void conn_finish(conn *c) {
     c->closing = true;
     c->fin = (lull_frame){
         .bytes = c->out.p, .len = c->out.len, .release = fin_release};
-    if (c->out.len == 0 || lull_send(&c->s.ep, &c->fin) < 0) {
+    if (c->out.len == 0 || lull_endpoint_send(&c->s.ep, &c->fin) < 0) {
         lull_endpoint_close(&c->s.ep, 0);
         conn_free(c);
         return;
@@ -469,12 +471,12 @@ static void accept_conn(lull_server *ls) {
     if (!c) return; /* the waiting connection is closed when we return */
     c->srv = the_server;
     lull_stream_options o = {.flags = LULL_STREAM_RAW};
-    if (lull_stream_accept(ls, &c->s, &o) < 0) {
+    if (lull_server_accept(ls, &c->s, &o) < 0) {
         free(c);
         return;
     }
     c->srv->kv.clients++;
-    lull_endpoint_callbacks(&c->s.ep, on_frame, on_drain, on_close);
+    lull_endpoint_set_callbacks(&c->s.ep, on_frame, on_drain, on_close);
 }
 
 /* ---------------------------------------------- replica: the primary link */
@@ -491,7 +493,7 @@ static void master_down(server *srv) {
     m->state = M_DOWN;
     srv->kv.link_up = false;
     m->in.len = 0; /* a partial record: it comes again after the resync */
-    lull_cancel(&m->ack);
+    lull_task_cancel(&m->ack);
     fprintf(stderr, "lull-kv: replica: retrying %s:%d in %" PRIu64 " ms\n",
             m->host, m->port, m->backoff_ns / 1000000);
     lull_timer_start(&m->retry, m->backoff_ns, 0);
@@ -531,7 +533,8 @@ static void ack_send(lull_task *t) {
                        "*2\r\n$7\r\nREPLACK\r\n$%d\r\n%s\r\n", n, num);
     m->ack_frame.bytes = m->ack_buf;
     m->ack_frame.len = (size_t)len;
-    if (lull_send(&m->s.ep, &m->ack_frame) == 0) m->acked = srv->kv.offset;
+    if (lull_endpoint_send(&m->s.ep, &m->ack_frame) == 0)
+        m->acked = srv->kv.offset;
 }
 
 static void ack_release(lull_frame *f) {
@@ -539,7 +542,7 @@ static void ack_release(lull_frame *f) {
     master *m = &srv->m;
     if (m->ack_again && m->state == M_UP) {
         m->ack_again = false;
-        lull_post(srv->loop, &m->ack);
+        lull_task_post(srv->loop, &m->ack);
     }
 }
 
@@ -611,7 +614,7 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         return;
     }
     buf_consume(&m->in, (size_t)n);
-    if (srv->kv.offset != m->acked) lull_post(srv->loop, &m->ack);
+    if (srv->kv.offset != m->acked) lull_task_post(srv->loop, &m->ack);
 }
 
 static void master_connected(lull_stream *s, int status) {
@@ -632,7 +635,7 @@ static void master_connected(lull_stream *s, int status) {
                      "*4\r\n$8\r\nREPLSYNC\r\n$%zu\r\n%s\r\n$%d\r\n%s\r\n"
                      "$%d\r\n%s\r\n",
                      strlen(id), id, on, off, pn, port);
-    lull_send_copy(&m->s.ep, req, (size_t)n);
+    lull_endpoint_send_copy(&m->s.ep, req, (size_t)n);
 }
 
 static void master_connect(server *srv) {
@@ -640,15 +643,15 @@ static void master_connect(server *srv) {
     lull_stream_options o = {.flags = LULL_STREAM_RAW,
                              .connect_timeout_ns = CONNECT_TIMEOUT_NS};
     m->state = M_CONNECTING;
-    int rc = lull_tcp_connect(srv->loop, &m->s, m->addr, m->port, &o,
-                              master_connected);
+    int rc = lull_stream_connect_tcp(srv->loop, &m->s, m->addr, m->port, &o,
+                                     master_connected);
     if (rc < 0) {
         fprintf(stderr, "lull-kv: replica: connect to %s:%d: %s\n", m->host,
                 m->port, strerror(-rc));
         master_down(srv);
         return;
     }
-    lull_endpoint_callbacks(&m->s.ep, master_frame, NULL, master_closed);
+    lull_endpoint_set_callbacks(&m->s.ep, master_frame, NULL, master_closed);
 }
 
 /* ----------------------------------------------------------------- main */
@@ -733,7 +736,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "lull-kv: %s\n", strerror(-rc));
         return 1;
     }
-    rc = lull_tcp_listen(srv.loop, &srv.tcp, "127.0.0.1", port, 0, accept_conn);
+    rc = lull_server_listen_tcp(srv.loop, &srv.tcp, "127.0.0.1", port, 0,
+                                accept_conn);
     if (rc < 0) {
         fprintf(stderr, "lull-kv: listen on 127.0.0.1:%d: %s\n", port,
                 strerror(-rc));
@@ -741,7 +745,8 @@ int main(int argc, char **argv) {
     }
     if (unix_path) {
         unlink(unix_path); /* a socket file left by an earlier run */
-        rc = lull_unix_listen(srv.loop, &srv.unx, unix_path, 0, accept_conn);
+        rc = lull_server_listen_unix(srv.loop, &srv.unx, unix_path, 0,
+                                     accept_conn);
         if (rc < 0) {
             fprintf(stderr, "lull-kv: listen on %s: %s\n", unix_path,
                     strerror(-rc));
@@ -762,7 +767,7 @@ int main(int argc, char **argv) {
         srv.m.ack_frame.release = ack_release;
         master_connect(&srv);
     }
-    lull_run(srv.loop, LULL_RUN_DEFAULT);
+    lull_loop_run(srv.loop, LULL_RUN_DEFAULT);
     lull_server_close(&srv.tcp);
     if (srv.has_unix) lull_server_close(&srv.unx);
     kv_free(&srv.kv);

@@ -16,8 +16,8 @@ int main(void) {
     if (lull_loop_new(&loop, NULL) != 0) return 1;
     lull_task task;
     lull_task_init(&task, on_task);
-    lull_post(loop, &task);
-    if (lull_run(loop, LULL_RUN_DEFAULT) != 0 || ran != 1) return 1;
+    lull_task_post(loop, &task);
+    if (lull_loop_run(loop, LULL_RUN_DEFAULT) != 0 || ran != 1) return 1;
     if (lull_loop_free(loop) != 0) return 1;
     puts("consumer: ok");
     return 0;
