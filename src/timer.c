@@ -46,7 +46,7 @@ static inline uint64_t saturating_add(uint64_t a, uint64_t b) {
 static void heap_add(lull_loop *loop, lull_timer *t, uint64_t deadline) {
     loop->arm_seq += 1u << LULL__SEQ_SHIFT;
     t->node.flags = (t->node.flags & ~LULL__SEQ_MASK) | loop->arm_seq;
-    if (lull__heap_insert(&loop->heap, t, deadline) != 0)
+    if (lull__heap_push(&loop->heap, t, deadline) != 0)
         lull__assert_fail("lull: out of memory growing the timer heap",
                           __FILE__, __LINE__);
     if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref++;
