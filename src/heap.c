@@ -2,8 +2,10 @@
  *
  * Invariant: for every position p in ROOT+1 .. ROOT+len-1, the slot at
  * parent(p) = p/8 + 6 fires no later than the slot at p, and the slot's
- * timer has node.aux == p. Chunks are only ever added; memory is returned
- * when the loop is freed (as with the single array before, and libev). */
+ * timer has node.aux == p. The deferred arms fill ROOT+len ..
+ * ROOT+len+pend-1 with no order among them, each with node.aux == its
+ * position. Chunks are only ever added; memory is returned when the loop is
+ * freed (as with the single array before, and libev). */
 #include "heap.h"
 
 #include <errno.h>
@@ -160,27 +162,76 @@ __attribute__((noinline, cold)) static int grow(lull__heap *h) {
     return 0;
 }
 
+/* Moves the slot at `from` to `to`, which is free. */
+static inline void move_slot(lull__heap *h, uint32_t from, uint32_t to) {
+    lull__slot *s = lull__heap_slot(h, to);
+    *s = *lull__heap_slot(h, from);
+    s->timer->node.aux = to;
+}
+
 int lull__heap_insert(lull__heap *h, lull_timer *t, uint64_t deadline) {
     uint32_t p = ROOT + h->len;
     /* Also the first insert: cap 0. Out of line, so the common insert
      * saves no registers for it. */
-    if (LULL_UNLIKELY(p >= h->cap) && grow(h) != 0) return -ENOMEM;
+    if (LULL_UNLIKELY(p + h->pend >= h->cap) && grow(h) != 0) return -ENOMEM;
+    /* The first deferred arm makes room: it moves behind the last. */
+    if (h->pend) move_slot(h, p, p + h->pend);
     h->len++;
     sift_up(h, p, (lull__slot){deadline, t});
     return 0;
 }
 
+int lull__heap_defer_slow(lull__heap *h, lull_timer *t, uint64_t delay) {
+    if (ROOT + h->len + h->pend >= h->cap && grow(h) != 0) return -ENOMEM;
+    lull__heap_try_defer(h, t, delay);
+    return 0;
+}
+
+static inline uint64_t saturating_add(uint64_t a, uint64_t b) {
+    return a + b < a ? UINT64_MAX : a + b;
+}
+
+/* Each deferred arm is in the place an insert would take (the end of the
+ * heap) already: it gets its deadline there and sifts up, in arm order. */
+void lull__heap_flush(lull__heap *h, uint64_t now) {
+    uint32_t p = ROOT + h->len, end = p + h->pend;
+    h->pend = 0;
+    for (; p < end; p++) {
+        lull__slot *s = lull__heap_slot(h, p);
+        uint64_t deadline = saturating_add(now, s->deadline);
+        h->len++;
+        /* Most stay where they are (heap.h): a store. */
+        if (LULL_LIKELY(p > ROOT) &&
+            lull__heap_slot(h, parent_of(p))->deadline < deadline) {
+            s->deadline = deadline;
+            continue;
+        }
+        sift_up(h, p, (lull__slot){deadline, s->timer});
+    }
+}
+
 void lull__heap_remove_slow(lull__heap *h, lull_timer *t) {
     uint32_t p = t->node.aux;
     t->node.aux = 0;
+    if (p >= ROOT + h->len) {
+        /* A deferred arm: the last one takes its place. */
+        uint32_t last = ROOT + h->len + --h->pend;
+        if (p != last) move_slot(h, last, p);
+        return;
+    }
     uint32_t end = ROOT + --h->len; /* the last position: now free */
-    if (p == end) return;
-    /* The last slot fills the hole and moves whichever way restores order. */
-    lull__slot last = *lull__heap_slot(h, end);
-    if (p > ROOT && fires_before(&last, lull__heap_slot(h, parent_of(p))))
-        sift_up(h, p, last);
-    else
-        sift_down(h, p, last);
+    if (p != end) {
+        /* The last slot fills the hole and moves whichever way restores
+         * order (within the heap, which now ends before `end`). */
+        lull__slot last = *lull__heap_slot(h, end);
+        if (p > ROOT && fires_before(&last, lull__heap_slot(h, parent_of(p))))
+            sift_up(h, p, last);
+        else
+            sift_down(h, p, last);
+    }
+    /* The deferred arms start right after the heap: the last moves into
+     * the position it gave up. */
+    if (h->pend) move_slot(h, end + h->pend, end);
 }
 
 void lull__heap_free(lull__heap *h) {
@@ -202,6 +253,12 @@ void lull__heap_verify(const lull__heap *h, const lull_loop *loop,
         LULL_ASSERT(p == ROOT || lull__heap_slot(h, parent_of(p))->deadline <=
                                      s->deadline,
                     "lull: timer heap out of order");
+    }
+    uint32_t d = h->pend < max ? h->pend : max;
+    for (uint32_t p = ROOT + h->len; p < ROOT + h->len + d; p++) {
+        const lull__slot *s = lull__heap_slot(h, p);
+        LULL_ASSERT(s->timer->node.aux == p && s->timer->loop == loop,
+                    "lull: deferred timer arm corrupted (a timer freed?)");
     }
 }
 #endif

@@ -4,6 +4,12 @@
  * Each timer remembers its position (node.aux; 0 = not in the heap), so
  * cancel is O(log n) without a search.
  *
+ * Deferred arms (src/timer.c) wait after the heap, in the positions the
+ * heap grows into: ROOT+len .. ROOT+len+pend-1, each slot holding the
+ * timer's delay, until lull__heap_flush gives them deadlines from one clock
+ * reading and sifts them in. They take no memory of their own, and a timer
+ * cancelled before the flush leaves without touching the heap.
+ *
  * Slots live in chunks of LULL__HEAP_CHUNK, found through a small table:
  * the heap grows by adding a chunk, never by copying what it holds, so no
  * arm pays for moving a large array (a doubling realloc of 2^20 slots took
@@ -35,7 +41,8 @@
 #define LULL__HEAP_LIKELY(x)   __builtin_expect(!!(x), 1)
 
 typedef struct lull__slot {
-    uint64_t deadline; /* absolute ns on the loop's clock */
+    uint64_t deadline; /* absolute ns on the loop's clock; a deferred arm's
+                          delay until its flush */
     lull_timer *timer;
 } lull__slot;
 
@@ -45,6 +52,8 @@ typedef struct lull__heap {
                            (one load and an add: lull__heap_slot) */
     void **mem;         /* what malloc returned for each chunk, for free */
     uint32_t len;       /* timers in the heap: positions ROOT .. ROOT+len-1 */
+    uint32_t pend;      /* deferred arms after them: ROOT+len ..
+                           ROOT+len+pend-1 (lull__heap_flush) */
     uint32_t cap;       /* positions allocated, the unused 0..6 included */
     uint32_t chunks;    /* chunks allocated */
     uint32_t table_cap; /* entries of base[] and mem[] */
@@ -53,6 +62,12 @@ typedef struct lull__heap {
 /* 0, or -ENOMEM when the heap cannot grow. (lull__heap_push is the same,
  * inline where it can be.) */
 int lull__heap_insert(lull__heap *h, lull_timer *t, uint64_t deadline);
+/* A deferred arm of t with `delay`, after the heap (lull__heap_try_defer
+ * inline where there is room). 0, or -ENOMEM. */
+int lull__heap_defer_slow(lull__heap *h, lull_timer *t, uint64_t delay);
+/* Gives every deferred arm the deadline now + its delay (saturated at
+ * UINT64_MAX) and puts it in the heap, in arm order. */
+void lull__heap_flush(lull__heap *h, uint64_t now);
 /* The general removal: lull__heap_remove inline where it can. */
 void lull__heap_remove_slow(lull__heap *h, lull_timer *t);
 void lull__heap_free(lull__heap *h);
@@ -76,10 +91,18 @@ static inline uint64_t lull__heap_min_deadline(const lull__heap *h) {
     return ((const lull__slot *)h->base[0])[LULL__HEAP_ROOT].deadline;
 }
 
+/* In the heap, or a deferred arm waiting after it. */
 static inline bool lull__heap_contains(const lull_timer *t) {
     return t->node.aux != 0;
 }
 
+/* Only for a timer that lull__heap_contains. */
+static inline bool lull__heap_deferred(const lull__heap *h,
+                                       const lull_timer *t) {
+    return t->node.aux >= LULL__HEAP_ROOT + h->len;
+}
+
+/* Only for a timer in the heap (not deferred). */
 static inline uint64_t lull__heap_deadline_of(const lull__heap *h,
                                               const lull_timer *t) {
     return lull__heap_slot(h, t->node.aux)->deadline;
@@ -93,7 +116,7 @@ static inline uint64_t lull__heap_deadline_of(const lull__heap *h,
 static inline int lull__heap_push(lull__heap *h, lull_timer *t,
                                   uint64_t deadline) {
     uint32_t p = LULL__HEAP_ROOT + h->len;
-    if (LULL__HEAP_LIKELY(p < h->cap && p > LULL__HEAP_ROOT) &&
+    if (LULL__HEAP_LIKELY(p < h->cap && p > LULL__HEAP_ROOT && !h->pend) &&
         lull__heap_slot(h, p / 8 + 6)->deadline < deadline) {
         h->len++;
         *lull__heap_slot(h, p) = (lull__slot){deadline, t};
@@ -103,10 +126,23 @@ static inline int lull__heap_push(lull__heap *h, lull_timer *t,
     return lull__heap_insert(h, t, deadline);
 }
 
+/* Appends a deferred arm where there is room (a few stores), else leaves
+ * it to lull__heap_defer_slow: false. */
+static inline bool lull__heap_try_defer(lull__heap *h, lull_timer *t,
+                                        uint64_t delay) {
+    uint32_t p = LULL__HEAP_ROOT + h->len + h->pend;
+    if (!LULL__HEAP_LIKELY(p < h->cap)) return false;
+    h->pend++;
+    *lull__heap_slot(h, p) = (lull__slot){delay, t};
+    t->node.aux = p;
+    return true;
+}
+
 static inline void lull__heap_remove(lull__heap *h, lull_timer *t) {
     uint32_t p = t->node.aux;
     uint32_t end = LULL__HEAP_ROOT + h->len - 1; /* the last position */
-    if (LULL__HEAP_LIKELY(p != end && 8 * (uint64_t)p - 48 >= end)) {
+    if (LULL__HEAP_LIKELY(!h->pend && p != end &&
+                          8 * (uint64_t)p - 48 >= end)) {
         /* A leaf whose parent fires earlier than the last slot: the last
          * slot fills it and moves neither way. */
         lull__slot *last = lull__heap_slot(h, end);
