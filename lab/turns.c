@@ -664,11 +664,12 @@ static void timer_checks(const row *rows, int nrows) {
             lull->values[TIMERS_ARM_NS].v[kl], ev->values[TIMERS_ARM_NS].v[ke],
             lull->values[TIMERS_CANCEL_NS].v[kl],
             ev->values[TIMERS_CANCEL_NS].v[ke]);
-        printf("    an arm that must never fire early counts its delay from "
-               "the clock at the call, not from the loop's cached time: one "
-               "CLOCK_MONOTONIC read costs %.3g ns here; libev's "
-               "ev_timer_start adds the delay to its cached ev_now() and "
-               "reads no clock\n",
+        printf("    these arms are made outside any run, where a lull arm, "
+               "which must never fire early, reads the clock: one "
+               "CLOCK_MONOTONIC read costs %.3g ns here (inside a callback "
+               "it waits for the loop's next reading instead: "
+               "bench/timer_scale); libev's ev_timer_start adds the delay "
+               "to its cached ev_now() and reads no clock\n",
                clock_ns);
     }
     if (lull && so)
