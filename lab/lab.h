@@ -29,6 +29,8 @@ typedef struct lab_options {
     const char *argv0;     /* how lull-lab was started */
     bool tcp;              /* --tcp (replicate): TCP loopback, not Unix */
     const char *kv_path;   /* --kv PATH (serve): the lull-kv to run */
+    bool verbose;          /* --verbose: every legend and every table */
+    bool strict;           /* --strict: a miss not marked noisy fails */
 } lab_options;
 
 typedef struct lab_json lab_json;
@@ -85,6 +87,9 @@ typedef struct lab_series {
 } lab_series;
 void lab_series_add(lab_series *s, double value);
 double lab_series_median(const lab_series *s);
+/* The round whose value is nearest the median (the median round itself
+ * when the rounds are odd in number). */
+int lab_series_median_index(const lab_series *s);
 double lab_series_min(const lab_series *s);
 double lab_series_max(const lab_series *s);
 
@@ -144,12 +149,12 @@ int lab_plot_close(lab_plot *p); /* writes the file: 0 or a negative errno */
 
 /* ---------------------------------------------------------------- peers */
 
-/* Probes one implementation a scenario runs beside lull (lab/stats.c):
+/* Probes one implementation a scenario runs beside lull (lab/engine.c):
  * present is false when it was not built in; available (may be NULL: always
  * available) says why it cannot run. Prints " name version" on the
- * "implementations:" line when it can run, else writes "name: why, skipped"
- * into skipped; with json, appends its {name, available, version, build,
- * why} object to the open "peers" array. Returns whether it can run. */
+ * "implementations:" line when it can run (--verbose), else writes "name: why,
+ * skipped" into skipped; with json, appends its {name, available, version,
+ * build, why} object to the open "peers" array. Returns whether it can run. */
 bool lab_peer_probe(lab_json *json, const char *name, bool present,
                     bool (*available)(char *why, size_t size),
                     const char *(*version)(void), const char *build,

@@ -3,7 +3,7 @@
  *
  * To add a scenario: declare its lab_scenario in lab/lab.h and list it in
  * `scenarios` below. `all` runs the table in order. */
-#include "lab.h"
+#include "engine.h"
 #include "soak.h"
 
 #include <errno.h>
@@ -163,6 +163,7 @@ int main(int argc, char **argv) {
         }
     }
 
+    lab_verbose = true;
     /* Tables are read while they print; do not hold them in a buffer. */
     setvbuf(stdout, NULL, _IOLBF, 0);
 
