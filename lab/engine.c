@@ -152,19 +152,22 @@ static void run_side_by_side(lab_fig *f, int round, const lab_options *opts) {
         if (started[i]) pthread_join(threads[i], NULL);
 }
 
-void lab_fig_run(lab_fig *f, const lab_options *opts, int rounds) {
-    if (rounds > LAB_MAX_ROUNDS) rounds = LAB_MAX_ROUNDS;
-    f->rounds = rounds;
+void lab_fig_round(lab_fig *f, const lab_options *opts, int round) {
+    if (round >= LAB_MAX_ROUNDS) return;
+    if (round + 1 > f->rounds) f->rounds = round + 1;
     uint64_t t0 = lab_now_ns();
-    for (int r = 0; r < rounds; r++) {
-        if (f->flags & LAB_FIG_SIDE_BY_SIDE) {
-            run_side_by_side(f, r, opts);
-            continue;
-        }
-        for (int k = 0; k < f->nrows && f->nrows > 0; k++)
-            measure_row(f, &f->rows[(k + r) % f->nrows], r, opts);
+    if (f->flags & LAB_FIG_SIDE_BY_SIDE) {
+        run_side_by_side(f, round, opts);
+    } else {
+        for (int k = 0; k < f->nrows; k++)
+            measure_row(f, &f->rows[(k + round) % f->nrows], round, opts);
     }
-    f->seconds = (double)(lab_now_ns() - t0) / 1e9;
+    f->seconds += (double)(lab_now_ns() - t0) / 1e9;
+}
+
+void lab_fig_run(lab_fig *f, const lab_options *opts, int rounds) {
+    for (int r = 0; r < rounds; r++)
+        lab_fig_round(f, opts, r);
 }
 
 /* ------------------------------------------------------------ queries */

@@ -130,6 +130,9 @@ lab_row *lab_fig_add(lab_fig *f, const char *peer, unsigned flags,
  * row always runs first (cold) or after the same neighbour; side-by-side
  * figures run all rows at once instead. */
 void lab_fig_run(lab_fig *f, const lab_options *opts, int rounds);
+/* One round of lab_fig_run, for scenarios that interleave the rounds of
+ * several figures (or a measurement of their own) round by round. */
+void lab_fig_round(lab_fig *f, const lab_options *opts, int round);
 
 /* The median of a row's value over its rounds; NaN when it has none. */
 double lab_row_median(const lab_row *row, int col);

@@ -205,6 +205,7 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (lab_checks_failed() > 0) failed = 1;
     if (json) {
         lab_json_end_object(json); /* scenarios */
         lab_json_end_object(json);
