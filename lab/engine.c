@@ -116,6 +116,11 @@ static void measure_row(lab_fig *f, lab_row *row, int round,
     if (rc < 0) {
         row->failures++;
         row->last_error = rc;
+        /* -EPROTO is the lab's "what arrived is wrong": a lost, repeated,
+         * reordered or corrupt event, frame, record or reply. */
+        if (rc == -EPROTO)
+            lab_check_failed("%s: %s, round %d: what was delivered is wrong",
+                             f->title, row->label, round + 1);
         return;
     }
     for (int i = 0; i < f->ncols && i < LAB_VALUES; i++)

@@ -65,7 +65,7 @@ typedef struct lab_fig lab_fig;
 
 /* Measures `row` once: fills v (LAB_VALUES of them, NaN where not
  * measured); returns 0, LAB_SKIPPED (not this round) or a negative
- * errno. */
+ * errno; -EPROTO says what was delivered was wrong, a failed check. */
 #define LAB_SKIPPED 1
 typedef int (*lab_measure_fn)(lab_fig *f, lab_row *row, int round, double *v);
 
