@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,11 @@ enum { W_WRITE, W_WRITEV, W_LULL, W_UV, W_EVENT, WAYS };
 static const char *const way_key[WAYS] = {"write", "writev_64k",
                                           "lull_endpoint_send", "uv_write",
                                           "bufferevent_write"};
+static const char *const way_peer[WAYS] = {"floor", "floor", "lull", "libuv",
+                                           "libevent"};
+/* BRIEF §5's reference for the row, on this project's machine. */
+static const char *const way_ref[WAYS] = {"1.88–2.01", "0.172–0.193",
+                                          "≤ 0.25 (target)", "–", "–"};
 static const char *const way_label[WAYS] = {
     "write() per record", "writev, 64 KiB by hand",
     "lull_endpoint_send per record", "uv_write per record (libuv)",
@@ -394,6 +400,36 @@ static int measure_way(int way, int records, const unsigned char *rec, int size,
     return rc;
 }
 
+enum { WV_CPU, WV_PER_CALL, WV_COUNT };
+static const lab_col wcols[WV_COUNT] = {
+    {"cpu_per_record_us", "CPU / record µs", 0},
+    {"records_per_syscall", "records / syscall", 0},
+};
+
+typedef struct wfig_ctx {
+    int records;
+    int size;
+    const unsigned char *rec;
+} wfig_ctx;
+
+static int wmeasure(lab_fig *fig, lab_row *row, int round, double *v) {
+    (void)round;
+    const wfig_ctx *c = fig->ctx;
+    double ns = 0, per = 0;
+    int rc = measure_way((int)row->tag, c->records, c->rec, c->size, &ns, &per);
+    if (rc < 0) return rc;
+    v[WV_CPU] = ns / 1e3;
+    if (per > 0) v[WV_PER_CALL] = per;
+    return 0;
+}
+
+static void wrow_json(const lab_fig *fig, const lab_row *row, lab_json *j) {
+    (void)fig;
+    if (!row) return;
+    lab_json_key(j, "way");
+    lab_json_string(j, way_key[row->tag]);
+}
+
 int replicate_write_cost(const lab_options *opts, lab_json *json,
                          int record_size) {
     int records = opts->quick ? 20000 : 200000;
@@ -401,78 +437,73 @@ int replicate_write_cost(const lab_options *opts, lab_json *json,
     unsigned char *rec = malloc((size_t)record_size);
     if (!rec) return -ENOMEM;
     memset(rec, 0x5a, (size_t)record_size);
-    printf("write cost: %d records of %d bytes into a Unix socket drained "
-           "by a reader thread; the writing thread's CPU per record; %d "
-           "rounds, ways alternating\n",
-           records, record_size, rounds);
-    static lab_series cpu[WAYS], batch[WAYS];
-    memset(cpu, 0, sizeof cpu);
-    memset(batch, 0, sizeof batch);
-    int rc = 0;
-    for (int round = 0; round < rounds && rc == 0; round++) {
-        for (int i = 0; i < WAYS && rc == 0; i++) {
-            int way = round % 2 == 0 ? i : WAYS - 1 - i;
-            if (!way_available(way)) continue;
-            double ns = 0, per = 0;
-            rc = measure_way(way, records, rec, record_size, &ns, &per);
-            if (rc == 0) {
-                lab_series_add(&cpu[way], ns / 1e3);
-                lab_series_add(&batch[way], per);
-            }
-        }
+    lab_detail("write cost: %d records of %d bytes into a Unix socket "
+               "drained by a reader thread; the writing thread's CPU per "
+               "record; %d rounds, the way that goes first rotating\n",
+               records, record_size, rounds);
+    wfig_ctx c = {records, record_size, rec};
+    lab_fig_spec spec = {"write_cost", "write cost", NULL, wcols,
+                         WV_COUNT,     WV_CPU,       0,    wmeasure,
+                         NULL,         wrow_json,    &c};
+    lab_fig *fig = lab_fig_new(&spec);
+    if (!fig) {
+        free(rec);
+        return -ENOMEM;
     }
-    free(rec);
-    if (rc < 0) return rc;
-    const char *header[] = {"way", "CPU / record µs", "records / syscall",
-                            "reference (peers, §5)"};
-    static const char *const ref[WAYS] = {"1.88–2.01", "0.172–0.193",
-                                          "≤ 0.25 (target)", "–", "–"};
-    lab_table t;
-    lab_table_init(&t, 4, header);
     for (int way = 0; way < WAYS; way++) {
-        int row = lab_table_row(&t);
-        char buf[LAB_CELL];
-        lab_table_set(&t, row, 0, "%s", way_label[way]);
-        if (!way_available(way)) {
-            lab_table_set(&t, row, 1, "not installed: skipped");
-            continue;
-        }
-        lab_format_series(buf, sizeof buf, &cpu[way]);
-        lab_table_set(&t, row, 1, "%s", buf);
-        if (batch[way].n && lab_series_median(&batch[way]) > 0) {
-            lab_format_value(buf, sizeof buf, lab_series_median(&batch[way]));
-            lab_table_set(&t, row, 2, "%s", buf);
-        } else {
-            lab_table_set(&t, row, 2, "–");
-        }
-        lab_table_set(&t, row, 3, "%s", ref[way]);
+        if (!way_available(way)) continue;
+        unsigned flags = way == W_LULL ? LAB_ROW_LULL | LAB_ROW_BASE : 0;
+        lab_row *r =
+            lab_fig_add(fig, way_peer[way], flags, "%s", way_label[way]);
+        r->tag = way;
+        r->policy = way_ref[way];
     }
-    lab_table_print(&t, stdout);
-    if (opts->plot) {
-        lab_plot_panel(opts->plot, "replicate: CPU per 500-byte record written",
-                       "us");
+    lab_fig_run(fig, opts, rounds);
+    free(rec);
+    int rc = 0;
+    for (int i = 0; i < fig->nrows; i++)
+        if (fig->rows[i].failures) rc = fig->rows[i].last_error;
+    if (rc == 0) {
+        const char *header[] = {"way", "CPU / record µs", "records / syscall",
+                                "reference (peers, §5)", "×"};
+        lab_table t;
+        lab_table_init(&t, 5, header);
+        const lab_row *base = lab_fig_base(fig, 0);
+        for (int i = 0; i < fig->nrows; i++) {
+            const lab_row *r = &fig->rows[i];
+            int row = lab_table_row(&t);
+            char buf[LAB_CELL];
+            lab_table_set(&t, row, 0, "%s", r->label);
+            lab_format_series(buf, sizeof buf, &r->v[WV_CPU]);
+            lab_table_set(&t, row, 1, "%s", buf);
+            double per = lab_row_median(r, WV_PER_CALL);
+            lab_table_set(&t, row, 2, "%s",
+                          isfinite(per) ? lab_fmt(buf, per) : "–");
+            lab_table_set(&t, row, 3, "%s", r->policy);
+            lab_table_set(&t, row, 4, "%s",
+                          lab_fmt(buf, lab_ratio(fig, base, r, WV_CPU)));
+        }
         for (int way = 0; way < WAYS; way++)
-            if (cpu[way].n)
-                lab_plot_bar(opts->plot, way_label[way], &cpu[way],
-                             way == W_LULL);
-    }
-    if (json) {
-        lab_json_key(json, "write_cost");
-        lab_json_begin_object(json);
-        lab_json_field(json, "records", records);
-        lab_json_field(json, "record_bytes", record_size);
-        for (int way = 0; way < WAYS; way++) {
-            if (!cpu[way].n) continue;
-            lab_json_key(json, way_key[way]);
+            if (!way_available(way)) {
+                int row = lab_table_row(&t);
+                lab_table_set(&t, row, 0, "%s", way_label[way]);
+                lab_table_set(&t, row, 1, "not installed: skipped");
+            }
+        lab_table_detail(&t);
+        lab_detail("  × : the row's CPU per record ÷ lull_endpoint_send's\n");
+        lab_fig_plot(fig, opts->plot, WV_CPU,
+                     "replicate: CPU per 500-byte record written", "us");
+        if (json) {
+            lab_json_key(json, "write_cost_params");
             lab_json_begin_object(json);
-            lab_json_series(json, "cpu_per_record_us", &cpu[way]);
-            if (batch[way].n)
-                lab_json_series(json, "records_per_syscall", &batch[way]);
+            lab_json_field(json, "records", records);
+            lab_json_field(json, "record_bytes", record_size);
             lab_json_end_object(json);
+            lab_fig_json(fig, json);
         }
-        lab_json_end_object(json);
     }
-    return 0;
+    lab_fig_free(fig);
+    return rc;
 }
 
 /* ----------------------------------------------------------- ping-pong */
@@ -593,50 +624,71 @@ static int pp_measure(bool with_lull, int trips, double *ns) {
     return a.err ? a.err : b.err;
 }
 
+enum { PV_US, PV_COUNT };
+static const lab_col pcols[PV_COUNT] = {
+    {"us_per_round_trip", "µs / round trip", 0}};
+
+static int pmeasure(lab_fig *fig, lab_row *row, int round, double *v) {
+    (void)round;
+    const int *trips = fig->ctx;
+    double ns = 0;
+    int rc = pp_measure(row->tag != 0, *trips, &ns);
+    if (rc == 0) v[PV_US] = ns / 1e3;
+    return rc;
+}
+
 int replicate_pingpong(const lab_options *opts, lab_json *json) {
     int trips = opts->quick ? 10000 : 100000;
     int rounds = lab_rounds(opts, 5, 3);
-    printf("ping-pong: %d round trips of %d bytes over a Unix socketpair, "
-           "both threads pinned to CPU %d; %d rounds, alternating\n",
-           trips, PP_BYTES, lab_first_cpu(), rounds);
-    lab_series raw = {0}, lu = {0}, ratio = {0};
-    for (int round = 0; round < rounds; round++) {
-        double a = 0, b = 0;
-        for (int k = 0; k < 2; k++) {
-            bool with_lull = (round + k) % 2 == 1;
-            int rc = pp_measure(with_lull, trips, with_lull ? &b : &a);
-            if (rc < 0) return rc;
-        }
-        lab_series_add(&raw, a / 1e3);
-        lab_series_add(&lu, b / 1e3);
-        lab_series_add(&ratio, b / a);
+    lab_detail("ping-pong: %d round trips of %d bytes over a Unix socketpair, "
+               "both threads pinned to CPU %d; %d rounds, the row that goes "
+               "first rotating\n",
+               trips, PP_BYTES, lab_first_cpu(), rounds);
+    lab_fig_spec spec = {"pingpong", "ping-pong", NULL, pcols, PV_COUNT, PV_US,
+                         0,          pmeasure,    NULL, NULL,  &trips};
+    lab_fig *fig = lab_fig_new(&spec);
+    if (!fig) return -ENOMEM;
+    lab_fig_add(fig, "floor", LAB_ROW_FLOOR, "blocking read/write (floor)")
+        ->tag = 0;
+    lab_fig_add(fig, "lull", LAB_ROW_LULL | LAB_ROW_BASE, "lull streams")->tag =
+        1;
+    lab_fig_run(fig, opts, rounds);
+    int rc = 0;
+    for (int i = 0; i < fig->nrows; i++)
+        if (fig->rows[i].failures) rc = fig->rows[i].last_error;
+    if (rc < 0) {
+        lab_fig_free(fig);
+        return rc;
     }
-    const char *header[] = {"", "µs / round trip", "ratio to floor"};
+    /* lull ÷ the floor, per round: the two ran in the same round. */
+    lab_series ratio = {0};
+    const lab_series *fl = &fig->rows[0].v[PV_US], *lu = &fig->rows[1].v[PV_US];
+    for (int i = 0; i < fl->n && i < lu->n; i++)
+        lab_series_add(&ratio, lu->v[i] / fl->v[i]);
+    const char *header[] = {"", "µs / round trip", "lull ÷ floor, per round"};
     lab_table t;
     lab_table_init(&t, 3, header);
     char buf[LAB_CELL];
-    int row = lab_table_row(&t);
-    lab_table_set(&t, row, 0, "blocking read/write (floor)");
-    lab_format_series(buf, sizeof buf, &raw);
-    lab_table_set(&t, row, 1, "%s", buf);
-    lab_table_set(&t, row, 2, "1");
-    row = lab_table_row(&t);
-    lab_table_set(&t, row, 0, "lull streams");
-    lab_format_series(buf, sizeof buf, &lu);
-    lab_table_set(&t, row, 1, "%s", buf);
-    lab_format_series(buf, sizeof buf, &ratio);
-    lab_table_set(&t, row, 2, "%s", buf);
-    lab_table_print(&t, stdout);
-    printf("  target: within 1.15x of the floor (peers: libevent 1.14x, "
-           "libuv 1.17x, libev 1.53x)\n");
-    if (json) {
-        lab_json_key(json, "pingpong");
-        lab_json_begin_object(json);
-        lab_json_field(json, "round_trips", trips);
-        lab_json_series(json, "floor_us", &raw);
-        lab_json_series(json, "lull_us", &lu);
-        lab_json_series(json, "ratio", &ratio);
-        lab_json_end_object(json);
+    for (int i = 0; i < 2; i++) {
+        int row = lab_table_row(&t);
+        lab_table_set(&t, row, 0, "%s", fig->rows[i].label);
+        lab_format_series(buf, sizeof buf, &fig->rows[i].v[PV_US]);
+        lab_table_set(&t, row, 1, "%s", buf);
+        if (i == 0) {
+            lab_table_set(&t, row, 2, "1");
+        } else {
+            lab_format_series(buf, sizeof buf, &ratio);
+            lab_table_set(&t, row, 2, "%s", buf);
+        }
     }
+    lab_table_detail(&t);
+    lab_detail("  target: within 1.15x of the floor (peers: libevent 1.14x, "
+               "libuv 1.17x, libev 1.53x)\n");
+    if (json) {
+        lab_json_field(json, "pingpong_round_trips", trips);
+        lab_json_series(json, "pingpong_lull_over_floor", &ratio);
+        lab_fig_json(fig, json);
+    }
+    lab_fig_free(fig);
     return 0;
 }
