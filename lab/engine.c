@@ -261,6 +261,21 @@ const char *lab_fmt(char *buf, double v) {
     return buf;
 }
 
+const char *lab_fmt3(char *buf, double v) {
+    double a = fabs(v);
+    if (!isfinite(v))
+        snprintf(buf, LAB_CELL, "–");
+    else if (a >= 100 || a == 0)
+        snprintf(buf, LAB_CELL, "%.0f", v);
+    else if (a >= 10)
+        snprintf(buf, LAB_CELL, "%.1f", v);
+    else if (a >= 1)
+        snprintf(buf, LAB_CELL, "%.2f", v);
+    else
+        snprintf(buf, LAB_CELL, "%.2g", v);
+    return buf;
+}
+
 const char *lab_fmt_ratio(char *buf, double v) {
     if (!isfinite(v)) {
         snprintf(buf, LAB_CELL, "–");

@@ -176,6 +176,9 @@ void lab_table_detail(const lab_table *t);
 void lab_table_brief(const lab_table *t, const char *title);
 /* A value as tables print it, into a LAB_CELL buffer; returns buf. */
 const char *lab_fmt(char *buf, double v);
+/* A value in at most three significant digits, for the verdict's narrow
+ * cells: 2925, 199, 3.48, 0.0047. */
+const char *lab_fmt3(char *buf, double v);
 /* "×1.23", "×" followed by the value as tables print it; "–" for NaN. */
 const char *lab_fmt_ratio(char *buf, double v);
 
@@ -205,11 +208,11 @@ typedef struct lab_verdict {
     int part;             /* order among the lines of one id */
     int status;           /* LAB_V_* */
     bool timing;          /* a time or rate: the machine's noise touches it */
-    char what[48];        /* what was measured, and lull's figure */
-    char target[40];      /* the README's target */
-    char peer[48];        /* the best like-for-like peer in the same run, × */
-    char noise[96];       /* the noise that touches it ("" when quiet) */
-    char note[96];        /* not run: why; else anything the line must say */
+    char what[160];       /* what was measured, and lull's figure */
+    char target[160];     /* the README's target */
+    char peer[160];       /* the best like-for-like peer in the same run, × */
+    char noise[160];      /* the noise that touches it ("" when quiet) */
+    char note[160];       /* not run: why; else anything the line must say */
     const char *scenario; /* set by the engine: who added it */
 } lab_verdict;
 

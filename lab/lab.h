@@ -37,11 +37,15 @@ typedef struct lab_json lab_json;
 
 /* A scenario prints its tables on stdout and, when json is not NULL, writes
  * its figures as the members of one JSON object (lab/main.c opens and closes
- * that object). Returns 0, or a negative errno when it could not run. */
+ * that object); it adds its lines to the verdict (lab/engine.h). Returns 0,
+ * or a negative errno when it could not run. */
 typedef struct lab_scenario {
     const char *name;        /* the subcommand */
-    const char *description; /* one line for `lull-lab help` */
+    const char *description; /* one line for `lull-lab help` and --verbose */
     int (*run)(const lab_options *opts, lab_json *json);
+    const char *title;    /* its heading in the short output (< 100 columns) */
+    const char *measures; /* the verdict's ids it adds lines for: contracts
+                             ("C1 C2") and its seed table (its own name) */
 } lab_scenario;
 
 extern const lab_scenario lab_turns;     /* lab/turns.c */

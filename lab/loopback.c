@@ -486,6 +486,69 @@ static void print_targets(const lab_fig *fig, const unit *u, lab_json *json) {
     lab_json_series(json, "round_trip_over_two_task_hops", &u->ratio);
 }
 
+/* ------------------------------------------------------ short, verdict */
+
+static void brief(const lab_fig *fig) {
+    static const struct {
+        const char *peer, *mode;
+    } shown[] = {
+        {"lull", "task"},         {"lull", "timer0"},
+        {"libuv", "timer0"},      {"libevent", "active"},
+        {"node", "setImmediate"}, {"node", "setTimeout"},
+    };
+    const char *header[] = {"implementation: turn", "100 commits, ms",
+                            "round trip, µs", "×"};
+    lab_table t;
+    lab_table_init(&t, 4, header);
+    const lab_row *base = lab_fig_base(fig, 0);
+    for (size_t k = 0; k < sizeof shown / sizeof shown[0]; k++) {
+        const lab_row *r = find_row(fig, shown[k].peer, shown[k].mode);
+        if (!r) continue;
+        int row = lab_table_row(&t);
+        char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL];
+        lab_table_set(&t, row, 0, "%s", r->label);
+        lab_table_set(&t, row, 1, "%s",
+                      lab_fmt(a, lab_row_median(r, LV_COMMITS_MS)));
+        lab_table_set(&t, row, 2, "%s",
+                      lab_fmt(b, lab_row_median(r, LV_TRIP_US)));
+        lab_table_set(&t, row, 3, "%s",
+                      lab_fmt_ratio(c, lab_ratio(fig, base, r, LV_COMMITS_MS)));
+    }
+    lab_table_brief(&t, NULL);
+}
+
+static void verdict(const lab_fig *fig, const unit *u) {
+    char a[LAB_CELL], b[LAB_CELL];
+    lab_verdict *v = lab_verdict_add("C6", 0);
+    if (v && u->ratio.n) {
+        double x = lab_series_median(&u->ratio);
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "loopback trip %s× 2 task hops",
+                 lab_fmt3(a, x));
+        snprintf(v->target, sizeof v->target, "≤ 2× 2 hops");
+        snprintf(v->peer, sizeof v->peer, "–");
+        lab_verdict_spread(v, "trip ÷ hops",
+                           lab_series_max(&u->ratio) /
+                               lab_series_min(&u->ratio));
+        lab_verdict_judge(v, x <= 2);
+    }
+    const lab_row *task = find_row(fig, "lull", "task");
+    const lab_row *timer0 = find_row(fig, "lull", "timer0");
+    const lab_row *node = find_row(fig, "node", "setImmediate");
+    if ((v = lab_verdict_add("loopback", 0)) && task && timer0) {
+        double x = ratio(timer0, task);
+        double n = lab_ratio(fig, timer0, node, LV_COMMITS_MS);
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "commits: zero-delay %s× task",
+                 lab_fmt3(a, x));
+        snprintf(v->target, sizeof v->target, "≤ 1.2×, Node ≥ ×10");
+        if (node)
+            snprintf(v->peer, sizeof v->peer, "setImmediate %s",
+                     lab_fmt_ratio(b, n));
+        lab_verdict_judge(v, x <= 1.2 && (!node || n >= 10));
+    }
+}
+
 static void row_json(const lab_fig *fig, const lab_row *row, lab_json *j) {
     (void)fig;
     if (!row) return;
@@ -573,6 +636,8 @@ static int run_loopback(const lab_options *opts, lab_json *json) {
     }
     print_targets(fig, &u, json);
     lab_detail("  (%.1f s)\n", fig->seconds);
+    brief(fig);
+    verdict(fig, &u);
     lab_fig_plot(fig, opts->plot, LV_COMMITS_MS,
                  "loopback: 100 sequential commits (wall time)", "ms");
     lab_fig_plot(fig, opts->plot, LV_GRAPH_MS,
@@ -587,4 +652,7 @@ const lab_scenario lab_loopback = {
     "pair, turns by task, zero-delay timer, 1 ms timer; beside Node, "
     "libuv, libev, libevent",
     run_loopback,
+    "loopback (1B): serialized commits over the loopback pair, one frame a "
+    "turn",
+    "C6 loopback",
 };

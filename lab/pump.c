@@ -347,6 +347,85 @@ static void print_legend(const params *p) {
                "is indexed)\n");
 }
 
+/* ------------------------------------------------------- short, verdict */
+
+static void brief(const lab_fig *main_f) {
+    const char *header[] = {"figure, 12 sessions", "poll, 1 ms grid",
+                            "poll, ns timers", "notify", "investigation"};
+    static const struct {
+        const char *what, *ref;
+        int v;
+    } rows[] = {
+        {"idle reads / session / s", "364 → 0", PV_READS},
+        {"idle CPU ms / s, 49 retained", "12.8 → 0.05", PV_CPU_SMALL},
+        {"idle wakeups / s", "–", PV_WAKEUPS},
+        {"delivery wait p50, µs", "3160 → 830", PV_P50},
+        {"delivery wait p99, µs", "–", PV_P99},
+        {"terminal-event wait p50, µs", "2370 → 80", PV_TERMINAL},
+    };
+    lab_table t;
+    lab_table_init(&t, 5, header);
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        int r = lab_table_row(&t);
+        lab_table_set(&t, r, 0, "%s", rows[k].what);
+        for (int m = 0; m < MODES; m++) {
+            char buf[LAB_CELL];
+            lab_table_set(&t, r, 1 + m, "%s",
+                          lab_fmt(buf, med(main_f, m, rows[k].v)));
+        }
+        lab_table_set(&t, r, 4, "%s", rows[k].ref);
+    }
+    lab_table_brief(&t, NULL);
+}
+
+static void verdict(const lab_fig *f) {
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL], d[LAB_CELL];
+    const lab_row *n = &f->rows[MODE_NOTIFY], *g = &f->rows[MODE_POLL_GRID];
+    double p50 = lab_row_median(n, PV_P50), p99 = lab_row_median(n, PV_P99);
+    lab_verdict *v = lab_verdict_add("C4", 0);
+    if (v) {
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "wait p50 %s, p99 %s µs",
+                 lab_fmt3(a, p50), lab_fmt3(b, p99));
+        snprintf(v->target, sizeof v->target, "≤ 5, ≤ 50 µs");
+        snprintf(v->peer, sizeof v->peer, "5 ms poll %s %s",
+                 lab_fmt3(c, lab_row_median(g, PV_P50)),
+                 lab_fmt_ratio(d, lab_ratio(f, n, g, PV_P50)));
+        lab_verdict_spread(v, "notify p50", lab_row_spread(n, PV_P50));
+        lab_verdict_judge(v, p50 <= 5 && p99 <= 50);
+    }
+    /* C8: every idle wakeup of the poll mode attributed to a source. */
+    const lab_row *pl = &f->rows[MODE_POLL];
+    double named = 0, counted = 0;
+    for (int i = 0; i < pl->v[PV_AUDIT_WAKEUPS].n; i++) {
+        named += pl->v[PV_AUDIT_WAKEUPS].v[i];
+        counted += pl->v[PV_METRIC_WAKEUPS].v[i];
+    }
+    if ((v = lab_verdict_add("C8", 0)) && counted > 0) {
+        snprintf(v->what, sizeof v->what,
+                 "audit named %.0f of %.0f "
+                 "wakeups",
+                 named, counted);
+        snprintf(v->target, sizeof v->target, "all named");
+        snprintf(v->peer, sizeof v->peer, "–");
+        lab_verdict_judge(v, named == counted);
+    }
+    double r0 = lab_row_median(g, PV_READS), r1 = lab_row_median(n, PV_READS);
+    double w0 = lab_row_median(g, PV_P50);
+    double c0 = lab_row_median(g, PV_CPU_SMALL),
+           c1 = lab_row_median(n, PV_CPU_SMALL);
+    if ((v = lab_verdict_add("pump", 0))) {
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "reads %s→%s/s, p50 %s→%s µs",
+                 lab_fmt3(a, r0), lab_fmt3(b, r1), lab_fmt3(c, w0),
+                 lab_fmt3(d, p50));
+        snprintf(v->target, sizeof v->target, "364→0, 3160→830");
+        snprintf(v->peer, sizeof v->peer, "CPU %s→%s ms/s", lab_fmt3(a, c0),
+                 lab_fmt3(b, c1));
+        lab_verdict_judge(v, r1 == 0 && r0 > 0 && p50 < w0 && c1 < c0);
+    }
+}
+
 static int run_pump(const lab_options *opts, lab_json *json) {
     params p;
     pump_set_params(opts, &p);
@@ -399,6 +478,8 @@ static int run_pump(const lab_options *opts, lab_json *json) {
         lab_fig_json(scale_f[k], json);
     }
     lab_table_detail(&t);
+    brief(main_f);
+    verdict(main_f);
     lab_fig_free(main_f);
     for (int k = 0; k < 2; k++)
         lab_fig_free(scale_f[k]);
@@ -411,4 +492,6 @@ const lab_scenario lab_pump = {
     "investigation 1A: a 5 ms polling delivery pump vs notifier-driven "
     "passes over committed-event windows",
     run_pump,
+    "pump (1A): a delivery pump polling every 5 ms vs woken by notification",
+    "C4 C8 pump",
 };

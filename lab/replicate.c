@@ -231,6 +231,140 @@ static void json_params(lab_json *json, const params *p) {
     lab_json_end_object(json);
 }
 
+/* ------------------------------------------------------ short, verdict */
+
+/* One line of the short table: lull's figure beside what it is compared
+ * with, and the × (the other's ÷ lull's). */
+static void brief_row(lab_table *t, const char *what, double lull,
+                      const char *unit, const char *other_label, double other) {
+    int r = lab_table_row(t);
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL];
+    lab_table_set(t, r, 0, "%s", what);
+    if (isfinite(lull)) lab_table_set(t, r, 1, "%s %s", lab_fmt(a, lull), unit);
+    if (other_label)
+        lab_table_set(t, r, 2, "%s %s", other_label, lab_fmt(b, other));
+    lab_table_set(t, r, 3, "%s", lab_fmt_ratio(c, other / lull));
+}
+
+typedef struct rfigs {
+    const lab_fig *f4, *skip, *idle, *write, *pp;
+} rfigs;
+
+static void brief(const rfigs *x) {
+    const char *header[] = {"figure", "lull", "compared with", "×"};
+    lab_table t;
+    lab_table_init(&t, 4, header);
+    const lab_fig *f = x->f4;
+    double b = med(f, M_BUDGET_SHARED, RV_CPU_PER_ENTRY);
+    brief_row(&t, "CPU / entry, 4 replicas, budget", b, "µs", "per-record turn",
+              med(f, M_PER_RECORD, RV_CPU_PER_ENTRY));
+    brief_row(&t, "", NAN, "", "per-record post",
+              med(f, M_PER_RECORD_POST, RV_CPU_PER_ENTRY));
+    lab_table_set(&t, t.rows - 1, 3, "%s", "");
+    char c[LAB_CELL];
+    lab_table_set(
+        &t, t.rows - 1, 3, "%s",
+        lab_fmt_ratio(c, med(f, M_PER_RECORD_POST, RV_CPU_PER_ENTRY) / b));
+    brief_row(&t, "ping p99 during catch-up",
+              med(f, M_BUDGET_SHARED, RV_PING_P99), "µs", "source idle",
+              lab_row_median(&x->idle->rows[0], RV_PING_P99));
+    brief_row(&t, "progress timer p99, skip run",
+              med(x->skip, M_BUDGET_SHARED, RV_LATE_P99), "µs", "per-record",
+              med(x->skip, M_PER_RECORD, RV_LATE_P99));
+    if (x->write) {
+        const lab_row *l = lab_fig_base(x->write, 0);
+        const lab_row *ev = lab_fig_find(x->write, "libevent", NULL);
+        const lab_row *wv = lab_fig_find(x->write, "floor", "writev");
+        double lc = lab_row_median(l, 0);
+        if (ev)
+            brief_row(&t, "CPU / 500-B record written", lc, "µs",
+                      "bufferevent_write", lab_row_median(ev, 0));
+        if (wv)
+            brief_row(&t, ev ? "" : "CPU / 500-B record written", ev ? NAN : lc,
+                      "µs", "writev by hand", lab_row_median(wv, 0));
+        if (ev && wv)
+            lab_table_set(&t, t.rows - 1, 3, "%s",
+                          lab_fmt_ratio(c, lab_row_median(wv, 0) / lc));
+    }
+    if (x->pp)
+        brief_row(&t, "64-B ping-pong, one CPU",
+                  lab_row_median(lab_fig_base(x->pp, 0), 0), "µs",
+                  "blocking floor",
+                  lab_row_median(lab_fig_find(x->pp, "floor", NULL), 0));
+    lab_table_brief(&t, NULL);
+}
+
+static void verdict(const rfigs *x) {
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL], d[LAB_CELL];
+    const lab_fig *f = x->f4;
+    double bs = med(f, M_BUDGET_SHARED, RV_CPU_PER_ENTRY);
+    double pr = med(f, M_PER_RECORD, RV_CPU_PER_ENTRY);
+    double po = med(f, M_PER_RECORD_POST, RV_CPU_PER_ENTRY);
+    lab_verdict *v = lab_verdict_add("C5", 0);
+    if (v) {
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "budget %s µs CPU / entry",
+                 lab_fmt3(a, bs));
+        snprintf(v->target, sizeof v->target, "≤ 0.5 µs, ≥ ×4");
+        snprintf(v->peer, sizeof v->peer, "turn %s, post %s",
+                 lab_fmt_ratio(b, pr / bs), lab_fmt_ratio(c, po / bs));
+        lab_verdict_judge(v, bs <= 0.5 && pr / bs >= 4);
+    }
+    double ping = med(f, M_BUDGET_SHARED, RV_PING_P99);
+    double late = med(x->skip, M_BUDGET_SHARED, RV_LATE_P99);
+    if ((v = lab_verdict_add("C5", 1))) {
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "ping p99 %s, timer p99 %s µs",
+                 lab_fmt3(a, ping), lab_fmt3(b, late));
+        snprintf(v->target, sizeof v->target, "≤ 700, ≤ 500 µs");
+        snprintf(v->peer, sizeof v->peer, "idle source %s",
+                 lab_fmt3(c, lab_row_median(&x->idle->rows[0], RV_PING_P99)));
+        lab_verdict_spread(v, "idle ping p99",
+                           lab_row_spread(&x->idle->rows[0], RV_PING_P99));
+        lab_verdict_judge(v, ping <= 700 && late <= 500);
+    }
+    if (x->write && (v = lab_verdict_add("C6", 1))) {
+        const lab_row *l = lab_fig_base(x->write, 0);
+        const lab_row *p = lab_fig_best_peer(x->write, 0, 0);
+        double lc = lab_row_median(l, 0);
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "a send per 500-B record %s µs",
+                 lab_fmt3(a, lc));
+        snprintf(v->target, sizeof v->target, "≤ 0.25 µs CPU");
+        if (p)
+            snprintf(v->peer, sizeof v->peer, "%s %s %s", p->peer,
+                     lab_fmt3(b, lab_row_median(p, 0)),
+                     lab_fmt_ratio(c, lab_ratio(x->write, l, p, 0)));
+        lab_verdict_judge(v, lc <= 0.25);
+    }
+    if (x->pp && (v = lab_verdict_add("C6", 2))) {
+        const lab_row *l = lab_fig_base(x->pp, 0);
+        const lab_row *fl = lab_fig_find(x->pp, "floor", NULL);
+        double r = lab_row_median(l, 0) / lab_row_median(fl, 0);
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "64-B ping-pong %s× floor",
+                 lab_fmt3(a, r));
+        snprintf(v->target, sizeof v->target, "≤ 1.15× floor");
+        const lab_row *p = lab_fig_best_peer(x->pp, 0, 0);
+        if (p)
+            snprintf(v->peer, sizeof v->peer, "%s %s× floor", p->peer,
+                     lab_fmt3(b, lab_row_median(p, 0) / lab_row_median(fl, 0)));
+        else
+            snprintf(v->peer, sizeof v->peer, "–");
+        lab_verdict_spread(v, "floor", lab_row_spread(fl, 0));
+        lab_verdict_judge(v, r <= 1.15);
+    }
+    if ((v = lab_verdict_add("replicate", 0))) {
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "turn %s, post %s → %s µs",
+                 lab_fmt3(a, pr), lab_fmt3(c, po), lab_fmt3(b, bs));
+        snprintf(v->target, sizeof v->target, "8.1 → 3.2 µs");
+        snprintf(v->peer, sizeof v->peer, "–");
+        (void)d;
+        lab_verdict_judge(v, bs < pr);
+    }
+}
+
 static int fig_error(const lab_fig *fig) {
     for (int i = 0; i < fig->nrows; i++)
         if (fig->rows[i].failures) return fig->rows[i].last_error;
@@ -296,19 +430,24 @@ static int run_replicate(const lab_options *opts, lab_json *json) {
         lab_fig_json(fs, json);
         lab_fig_json(idle, json);
     }
-    lab_fig_free(f[0]);
-    lab_fig_free(f[1]);
-    lab_fig_free(fs);
-    lab_fig_free(idle);
     free(log.bytes);
-    if (rc < 0) return rc;
-
-    lab_detail("\n");
-    rc = replicate_write_cost(opts, json, p.record_size);
+    lab_fig *write = NULL, *pp = NULL;
     if (rc == 0) {
         lab_detail("\n");
-        rc = replicate_pingpong(opts, json);
+        rc = replicate_write_cost(opts, json, p.record_size, &write);
     }
+    if (rc == 0) {
+        lab_detail("\n");
+        rc = replicate_pingpong(opts, json, &pp);
+    }
+    if (rc == 0) {
+        rfigs x = {f[1], fs, idle, write, pp};
+        brief(&x);
+        verdict(&x);
+    }
+    lab_fig *all[] = {f[0], f[1], fs, idle, write, pp};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+        lab_fig_free(all[k]);
     return rc;
 }
 
@@ -317,4 +456,6 @@ const lab_scenario lab_replicate = {
     "investigation 1C: a catch-up sender yielding per record vs on the "
     "shared quantum, over real sockets, with pings and a progress timer",
     run_replicate,
+    "replicate (1C): a catch-up sender yielding per record vs on the quantum",
+    "C5 C6 replicate",
 };

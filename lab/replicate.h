@@ -74,13 +74,15 @@ int rep_run_once(const params *p, const log_store *log, int mode, int replicas,
 
 /* 500-byte records written to a Unix socket whose other end a reader
  * thread drains: CPU per record of the writing thread, per way of writing.
- * Prints its table; writes "write_cost" into json when not NULL. */
+ * Prints its table; writes "write_cost" into json when not NULL; its
+ * figure goes to *out (the caller frees it) when out is not NULL. */
 int replicate_write_cost(const lab_options *opts, lab_json *json,
-                         int record_size);
+                         int record_size, lab_fig **out);
 
 /* 64-byte ping-pong over a Unix socketpair, both threads pinned to one CPU:
  * blocking read/write (the floor) against two lull loops with streams.
- * Prints its table; writes "pingpong" into json when not NULL. */
-int replicate_pingpong(const lab_options *opts, lab_json *json);
+ * Prints its table; writes "pingpong" into json when not NULL; its figure
+ * goes to *out as above. */
+int replicate_pingpong(const lab_options *opts, lab_json *json, lab_fig **out);
 
 #endif

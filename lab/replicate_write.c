@@ -431,7 +431,7 @@ static void wrow_json(const lab_fig *fig, const lab_row *row, lab_json *j) {
 }
 
 int replicate_write_cost(const lab_options *opts, lab_json *json,
-                         int record_size) {
+                         int record_size, lab_fig **out) {
     int records = opts->quick ? 20000 : 200000;
     int rounds = lab_rounds(opts, 5, 3);
     unsigned char *rec = malloc((size_t)record_size);
@@ -452,7 +452,10 @@ int replicate_write_cost(const lab_options *opts, lab_json *json,
     }
     for (int way = 0; way < WAYS; way++) {
         if (!way_available(way)) continue;
-        unsigned flags = way == W_LULL ? LAB_ROW_LULL | LAB_ROW_BASE : 0;
+        /* write() and writev by hand are floors: no loop at all. */
+        unsigned flags = way == W_LULL ? LAB_ROW_LULL | LAB_ROW_BASE
+                         : way == W_WRITE || way == W_WRITEV ? LAB_ROW_FLOOR
+                                                             : 0;
         lab_row *r =
             lab_fig_add(fig, way_peer[way], flags, "%s", way_label[way]);
         r->tag = way;
@@ -502,7 +505,10 @@ int replicate_write_cost(const lab_options *opts, lab_json *json,
             lab_fig_json(fig, json);
         }
     }
-    lab_fig_free(fig);
+    if (rc == 0 && out)
+        *out = fig;
+    else
+        lab_fig_free(fig);
     return rc;
 }
 
@@ -637,7 +643,7 @@ static int pmeasure(lab_fig *fig, lab_row *row, int round, double *v) {
     return rc;
 }
 
-int replicate_pingpong(const lab_options *opts, lab_json *json) {
+int replicate_pingpong(const lab_options *opts, lab_json *json, lab_fig **out) {
     int trips = opts->quick ? 10000 : 100000;
     int rounds = lab_rounds(opts, 5, 3);
     lab_detail("ping-pong: %d round trips of %d bytes over a Unix socketpair, "
@@ -689,6 +695,9 @@ int replicate_pingpong(const lab_options *opts, lab_json *json) {
         lab_json_series(json, "pingpong_lull_over_floor", &ratio);
         lab_fig_json(fig, json);
     }
-    lab_fig_free(fig);
+    if (out)
+        *out = fig;
+    else
+        lab_fig_free(fig);
     return 0;
 }

@@ -306,6 +306,64 @@ static void plot_figures(lab_plot *plot, lab_fig *const f[DEPTHS]) {
     }
 }
 
+/* ------------------------------------------------------ short, verdict */
+
+/* The short table: requests/s of each test and depth; the replication
+ * rows (lab/serve_repl.c) add their line to it before it prints. */
+static lab_table short_table;
+
+static void brief(lab_fig *const f[DEPTHS]) {
+    const char *header[] = {"requests/s, test, depth", "lull-kv",
+                            "redis-server", "×", "p99 ms, lull-kv / redis"};
+    lab_table *t = &short_table;
+    lab_table_init(t, 5, header);
+    for (int d = 0; d < DEPTHS; d++)
+        for (int k = 0; k < TESTS; k++) {
+            int row = lab_table_row(t);
+            char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL];
+            lab_table_set(t, row, 0, "%s -P %d", test_key[k], depth[d]);
+            lab_table_set(t, row, 1, "%s",
+                          lab_fmt(a, med(f, S_KV, d, SV_RPS + k)));
+            lab_table_set(t, row, 2, "%s",
+                          lab_fmt(b, med(f, S_REDIS, d, SV_RPS + k)));
+            lab_table_set(
+                t, row, 3, "%s",
+                lab_fmt_ratio(c, lab_ratio(f[d], &f[d]->rows[S_KV],
+                                           &f[d]->rows[S_REDIS], SV_RPS + k)));
+            lab_table_set(t, row, 4, "%s / %s",
+                          lab_fmt(a, med(f, S_KV, d, SV_P99 + k)),
+                          lab_fmt(b, med(f, S_REDIS, d, SV_P99 + k)));
+        }
+}
+
+static void verdict(lab_fig *const f[DEPTHS]) {
+    double lo[DEPTHS], hi[DEPTHS];
+    int ok = 0, n = 0;
+    for (int d = 0; d < DEPTHS; d++) {
+        lo[d] = INFINITY;
+        hi[d] = -INFINITY;
+        for (int k = 0; k < TESTS; k++) {
+            double x = lab_ratio(f[d], &f[d]->rows[S_KV], &f[d]->rows[S_REDIS],
+                                 SV_RPS + k);
+            if (x < lo[d]) lo[d] = x;
+            if (x > hi[d]) hi[d] = x;
+            n++;
+            ok += x >= 1 &&
+                  med(f, S_KV, d, SV_P99 + k) <= med(f, S_REDIS, d, SV_P99 + k);
+        }
+    }
+    lab_verdict *v = lab_verdict_add("serve", 0);
+    if (!v) return;
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL], e[LAB_CELL];
+    v->timing = true;
+    snprintf(v->what, sizeof v->what, "req/s ×%s–%s, ×%s–%s (-P 1, 16)",
+             lab_fmt3(a, lo[0]), lab_fmt3(b, hi[0]), lab_fmt3(c, lo[1]),
+             lab_fmt3(e, hi[1]));
+    snprintf(v->target, sizeof v->target, "≥ ×1, p99 ≤, 6 tests");
+    snprintf(v->peer, sizeof v->peer, "redis-server, %d of %d", ok, n);
+    lab_verdict_judge(v, ok == n);
+}
+
 /* ------------------------------------------------------------ scenario */
 
 static void set_params(const lab_options *opts, params *p) {
@@ -409,6 +467,8 @@ static int throughput(const lab_options *opts, const params *p,
         print_main(f);
         print_targets(f);
         print_cpu(f);
+        brief(f);
+        verdict(f);
         plot_figures(opts->plot, f);
         for (int d = 0; d < DEPTHS; d++) {
             char key[32];
@@ -443,10 +503,13 @@ static int serve_body(const lab_options *opts, lab_json *json,
         lab_detail("one CPU: nothing pinned\n");
     uint64_t started = lab_now_ns();
     bool repl_only = opts->only && strcmp(opts->only, "replication") == 0;
+    short_table.rows = 0;
     bool tput_only = opts->only && strcmp(opts->only, "throughput") == 0;
     int rc = 0;
     if (!repl_only) rc = throughput(opts, p, json);
-    if (rc == 0 && !tput_only) rc = serve_replication(opts, p, json);
+    if (rc == 0 && !tput_only)
+        rc = serve_replication(opts, p, json, &short_table);
+    if (short_table.rows > 1) lab_table_brief(&short_table, NULL);
     lab_detail("  (%.1f s)\n", (double)(lab_now_ns() - started) / 1e9);
     return rc;
 }
@@ -472,4 +535,6 @@ const lab_scenario lab_serve = {
     "get at -P 1 and 16), and a replica catching up while the primary "
     "answers pings",
     run_serve,
+    "serve: lull-kv beside redis-server, both under redis-benchmark",
+    "serve",
 };

@@ -105,7 +105,9 @@ bool serve_start_redis(server *s, int replica_of, int cpu);
 /* ------------------------------------------ replication (serve_repl.c) */
 
 /* The replication rows: a primary with p->keys keys, a replica catching
- * up while redis-benchmark pings the primary. Prints its table. */
-int serve_replication(const lab_options *opts, const params *p, lab_json *json);
+ * up while redis-benchmark pings the primary. Prints its table and adds
+ * its line to the short table `brief` (when that has its header). */
+int serve_replication(const lab_options *opts, const params *p, lab_json *json,
+                      lab_table *brief);
 
 #endif /* LAB_SERVE_H */

@@ -403,8 +403,44 @@ static void print_repl(const lab_fig *fig, const rctx *c) {
                    KV_QUANTUM_MS + 1);
 }
 
-int serve_replication(const lab_options *opts, const params *p,
-                      lab_json *json) {
+static void brief_verdict(const lab_fig *fig, const rctx *c, lab_table *t) {
+    const lab_row *b = &fig->rows[R_KV_BUDGET], *r = &fig->rows[R_REDIS];
+    if (t && t->rows > 0 && !c->r[R_KV_BUDGET].skipped) {
+        char a[LAB_CELL], d[LAB_CELL], e[LAB_CELL];
+        int row = lab_table_row(t);
+        lab_table_set(t, row, 0, "replica catch-up: ping p99 ms");
+        lab_table_set(t, row, 1, "%s",
+                      lab_fmt(a, lab_row_median(b, RV_PING_P99)));
+        lab_table_set(t, row, 2, "%s",
+                      lab_fmt(d, lab_row_median(r, RV_PING_P99)));
+        lab_table_set(t, row, 3, "%s",
+                      lab_fmt_ratio(e, lab_ratio(fig, b, r, RV_PING_P99)));
+        lab_table_set(t, row, 4, "catch-up %s / %s s",
+                      lab_fmt(a, lab_row_median(b, RV_CATCHUP_S)),
+                      lab_fmt(d, lab_row_median(r, RV_CATCHUP_S)));
+    }
+    lab_verdict *v = lab_verdict_add("serve", 1);
+    if (!v) return;
+    char a[LAB_CELL], d[LAB_CELL], e[LAB_CELL];
+    if (c->r[R_KV_BUDGET].skipped) {
+        snprintf(v->note, sizeof v->note, "%.150s", c->r[R_KV_BUDGET].why);
+        return;
+    }
+    double p99 = lab_row_median(b, RV_PING_P99);
+    v->timing = true;
+    snprintf(v->what, sizeof v->what, "catch-up: ping p99 %s ms",
+             lab_fmt3(a, p99));
+    snprintf(v->target, sizeof v->target, "≤ quantum + 1 ms");
+    snprintf(v->peer, sizeof v->peer, "redis-server %s %s",
+             lab_fmt3(d, lab_row_median(r, RV_PING_P99)),
+             lab_fmt_ratio(e, lab_ratio(fig, b, r, RV_PING_P99)));
+    lab_verdict_spread(v, "no-replica ping p99",
+                       lab_row_spread(b, RV_PING_P99_IDLE));
+    lab_verdict_judge(v, p99 <= KV_QUANTUM_MS + 1);
+}
+
+int serve_replication(const lab_options *opts, const params *p, lab_json *json,
+                      lab_table *brief) {
     lab_detail("\nreplication: the primary holds %d keys (%d-byte values); "
                "a replica starts and catches up from offset 0 while "
                "redis-benchmark -t ping_mbulk -c %d runs against the primary "
@@ -440,6 +476,7 @@ int serve_replication(const lab_options *opts, const params *p,
         if (fig->rows[i].failures) rc = fig->rows[i].last_error;
     if (rc == 0) {
         print_repl(fig, &c);
+        brief_verdict(fig, &c, brief);
         lab_fig_json(fig, json);
         if (!c.r[R_KV_BUDGET].skipped)
             lab_fig_plot(fig, opts->plot, RV_PING_P99,

@@ -25,6 +25,7 @@ enum {
     TURNS_ROUNDTRIP,      /* cross-thread round trip, both threads on one CPU */
     TURNS_ROUNDTRIP_2CPU, /* the same entries, the threads on two CPUs */
     TURNS_TIMERS,         /* arm + cancel with 1,000,000 timers armed */
+    TURNS_VIRTUAL,        /* the virtual clock against the real one (C7) */
     TURNS_FIGURES
 };
 
@@ -41,6 +42,12 @@ enum {
     TIMERS_FIRST_NS,     /* arm + cancel in the first round (growth) */
     TIMERS_FIRST_FAULTS, /* minor page faults in the first round */
     TIMERS_BYTES         /* bytes per armed timer */
+};
+enum {
+    VIRTUAL_SAME_ORDER, /* 1 when both clocks fired every timer in the
+                           order of its deadline, ties in arm order */
+    VIRTUAL_TIMERS,     /* timers in that comparison */
+    VIRTUAL_HOUR_MS     /* real ms to advance 1 h with 10,000 timers due */
 };
 #define TURNS_VALUES 6
 

@@ -412,6 +412,100 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------ virtual clock */
+
+/* C7: the same timers on the real clock and on the virtual one. Delays
+ * are whole 100 µs steps in [0, 20 ms), so many share one (ties go in arm
+ * order); both clocks must fire them sorted by (delay, arm order): the
+ * real clock because their deadlines are taken microseconds apart, in arm
+ * order, the virtual one by contract. Then 10,000 timers over an hour of
+ * virtual time, in the real time lull_loop_advance takes. */
+#define VT_TIMERS 200
+#define VT_HOUR   10000
+
+typedef struct vt_timer {
+    lull_timer t;
+    int id;
+    int *log; /* ids in firing order */
+    int *n;
+} vt_timer;
+
+static void vt_fire(lull_timer *t) {
+    vt_timer *v = LULL_CONTAINER_OF(t, vt_timer, t);
+    v->log[(*v->n)++] = v->id;
+}
+
+/* Arms n timers with delays (ns) on a loop of the given clock and runs
+ * them to the end: advances the virtual clock past the last, or runs the
+ * real one. Their ids in firing order go to log; *real_ns gets the real
+ * time it took. */
+static int vt_run(lull_clock clock, const uint64_t *delays, int n, int *log,
+                  uint64_t *real_ns) {
+    lull_loop_options o = {.clock = clock};
+    lull_loop *loop;
+    int rc = lull_loop_new(&loop, &o);
+    if (rc < 0) return rc;
+    vt_timer *v = calloc((size_t)n, sizeof *v);
+    int fired = 0;
+    uint64_t last = 0;
+    if (!v) rc = -ENOMEM;
+    uint64_t t0 = lab_now_ns();
+    for (int i = 0; rc == 0 && i < n; i++) {
+        v[i] = (vt_timer){.id = i, .log = log, .n = &fired};
+        lull_timer_init(loop, &v[i].t, vt_fire);
+        lull_timer_start(&v[i].t, delays[i], 0);
+        if (delays[i] > last) last = delays[i];
+    }
+    if (rc == 0 && clock == LULL_CLOCK_VIRTUAL)
+        lull_loop_advance(loop, last + 1);
+    else if (rc == 0)
+        rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
+    *real_ns = lab_now_ns() - t0;
+    if (rc == 0 && fired != n) rc = -EPROTO;
+    for (int i = 0; v && i < n; i++)
+        lull_timer_stop(&v[i].t);
+    if (lull_loop_free(loop) < 0 && rc == 0) rc = -EBUSY;
+    free(v);
+    return rc;
+}
+
+static int virtual_order(const turns_params *p, turns_result *out) {
+    uint64_t delays[VT_TIMERS];
+    int expect[VT_TIMERS], real[VT_TIMERS], virt[VT_TIMERS];
+    uint64_t seed = p->seed;
+    for (int i = 0; i < VT_TIMERS; i++)
+        delays[i] = (lab_rand(&seed) % 200) * 100000;
+    /* Sorted by (delay, arm order): an insertion sort keeps ties stable. */
+    for (int i = 0; i < VT_TIMERS; i++) {
+        int k = i;
+        while (k > 0 && delays[expect[k - 1]] > delays[i]) {
+            expect[k] = expect[k - 1];
+            k--;
+        }
+        expect[k] = i;
+    }
+    uint64_t real_ns;
+    int rc = vt_run(LULL_CLOCK_MONOTONIC, delays, VT_TIMERS, real, &real_ns);
+    if (rc == 0)
+        rc = vt_run(LULL_CLOCK_VIRTUAL, delays, VT_TIMERS, virt, &real_ns);
+    if (rc < 0) return rc;
+    bool same = memcmp(real, expect, sizeof expect) == 0 &&
+                memcmp(virt, expect, sizeof expect) == 0;
+    uint64_t *hour = calloc(VT_HOUR, sizeof *hour);
+    int *log = calloc(VT_HOUR, sizeof *log);
+    if (!hour || !log) rc = -ENOMEM;
+    for (int i = 0; rc == 0 && i < VT_HOUR; i++)
+        hour[i] = lab_rand(&seed) % (3600 * S);
+    if (rc == 0) rc = vt_run(LULL_CLOCK_VIRTUAL, hour, VT_HOUR, log, &real_ns);
+    free(hour);
+    free(log);
+    if (rc < 0) return rc;
+    out->v[VIRTUAL_SAME_ORDER] = same ? 1 : 0;
+    out->v[VIRTUAL_TIMERS] = VT_TIMERS;
+    out->v[VIRTUAL_HOUR_MS] = (double)real_ns / 1e6;
+    return 0;
+}
+
 #define EVERY_QUANTUM "every 0.5 ms (quantum)"
 
 #ifndef LAB_LULL_BUILD
@@ -437,6 +531,8 @@ static const turns_entry entries[] = {
     {TURNS_ROUNDTRIP, "lull: loops watching a socket (epoll sleep)",
      roundtrip_fd, NULL, TURNS_BASE, 0},
     {TURNS_TIMERS, "lull", timers, NULL, TURNS_BASE, 0},
+    {TURNS_VIRTUAL, "lull: real and virtual clock", virtual_order, NULL,
+     TURNS_BASE, 0},
 };
 
 const turns_peer turns_lull = {
