@@ -101,7 +101,7 @@ double lab_series_max(const lab_series *s);
 
 /* A text table: add the header, then rows, then print (columns are sized
  * to their widest cell; the first column is left-aligned). */
-#define LAB_TABLE_COLS 8
+#define LAB_TABLE_COLS 12
 #define LAB_TABLE_ROWS 32
 #define LAB_CELL       64
 typedef struct lab_table {
