@@ -273,12 +273,16 @@ static void brief(const rfigs *x) {
               med(x->skip, M_PER_RECORD, RV_LATE_P99));
     if (x->write) {
         const lab_row *l = lab_fig_base(x->write, 0);
-        const lab_row *ev = lab_fig_find(x->write, "libevent", NULL);
+        /* The best peer that also makes a call per record. */
+        const lab_row *ev = lab_fig_best_peer(x->write, 0, 0);
         const lab_row *wv = lab_fig_find(x->write, "floor", "writev");
         double lc = lab_row_median(l, 0);
-        if (ev)
-            brief_row(&t, "CPU / 500-B record written", lc, "µs",
-                      "bufferevent_write", lab_row_median(ev, 0));
+        char peer[LAB_CELL];
+        if (ev) {
+            snprintf(peer, sizeof peer, "%s per record", ev->peer);
+            brief_row(&t, "CPU / 500-B record written", lc, "µs", peer,
+                      lab_row_median(ev, 0));
+        }
         if (wv)
             brief_row(&t, ev ? "" : "CPU / 500-B record written", ev ? NAN : lc,
                       "µs", "writev by hand", lab_row_median(wv, 0));
