@@ -38,6 +38,7 @@ typedef struct params {
     int value_size;
     int repl_rounds;
     int ping_clients;
+    int keyspace; /* the second throughput table's -r (and -d value_size) */
 } params;
 /* ----------------------------------------------- processes (serve_proc.c) */
 
@@ -99,8 +100,10 @@ void serve_server_stop(server *s);
 bool serve_start_kv(server *s, const char *const *extra, int cpu);
 /* redis-server, persistence off, one I/O thread; replica_of > 0 makes it
  * a replica of 127.0.0.1:replica_of; spawn does not wait for it. */
-bool serve_spawn_redis(server *s, int replica_of, int cpu);
-bool serve_start_redis(server *s, int replica_of, int cpu);
+/* bgsave_cpu >= 0 pins the child it forks to write a snapshot (for a
+ * replica: fork + RDB) to that CPU (bgsave_cpulist), not to its own. */
+bool serve_spawn_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
+bool serve_start_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
 
 /* ------------------------------------------ replication (serve_repl.c) */
 

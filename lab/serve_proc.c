@@ -548,7 +548,7 @@ bool serve_start_kv(server *s, const char *const *extra, int cpu) {
 
 /* Starts redis-server, persistence off, one I/O thread; replica_of > 0
  * makes it a replica of 127.0.0.1:replica_of. */
-bool serve_spawn_redis(server *s, int replica_of, int cpu) {
+bool serve_spawn_redis(server *s, int replica_of, int cpu, int bgsave_cpu) {
     memset(s, 0, sizeof *s);
     s->out_fd = serve_temp_output();
     snprintf(s->dir, sizeof s->dir, "/tmp/lull-lab-redis-XXXXXX");
@@ -575,6 +575,12 @@ bool serve_spawn_redis(server *s, int replica_of, int cpu) {
                       "--repl-diskless-sync-delay", "0", "--repl-diskless-load",
                       "on-empty-db"};
     int n = 19;
+    char bgsave[16];
+    if (bgsave_cpu >= 0) {
+        snprintf(bgsave, sizeof bgsave, "%d", bgsave_cpu);
+        args[n++] = "--bgsave_cpulist";
+        args[n++] = bgsave;
+    }
     if (replica_of > 0) {
         args[n++] = "--replicaof";
         args[n++] = "127.0.0.1";
@@ -593,9 +599,9 @@ bool serve_spawn_redis(server *s, int replica_of, int cpu) {
 
 /* spawn_redis, then waits for PING. A port taken meanwhile by someone
  * else makes it exit at once: it is tried on another (three times). */
-bool serve_start_redis(server *s, int replica_of, int cpu) {
+bool serve_start_redis(server *s, int replica_of, int cpu, int bgsave_cpu) {
     for (int attempt = 0; attempt < 3; attempt++) {
-        if (!serve_spawn_redis(s, replica_of, cpu)) return false;
+        if (!serve_spawn_redis(s, replica_of, cpu, bgsave_cpu)) return false;
         if (serve_server_ready(s, false)) return true;
         serve_server_stop(s);
     }
