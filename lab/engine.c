@@ -251,7 +251,8 @@ void lab_table_detail(const lab_table *t) {
 }
 
 void lab_table_brief(const lab_table *t, const char *title) {
-    if (lab_verbose) return;
+    /* --verbose prints it too, after the scenario's long tables. */
+    if (lab_verbose) printf("\nsummary:\n");
     if (title) printf("%s\n", title);
     lab_table_print(t, stdout);
 }

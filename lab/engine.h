@@ -172,7 +172,8 @@ extern bool lab_verbose;
 void lab_detail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A table printed only with --verbose. */
 void lab_table_detail(const lab_table *t);
-/* A scenario's short table: always printed, under a one-line title. */
+/* A scenario's short table: always printed (with --verbose, after the
+ * long ones, headed "summary:"), under an optional one-line title. */
 void lab_table_brief(const lab_table *t, const char *title);
 /* A value as tables print it, into a LAB_CELL buffer; returns buf. */
 const char *lab_fmt(char *buf, double v);
