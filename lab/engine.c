@@ -177,6 +177,12 @@ void lab_fig_run(lab_fig *f, const lab_options *opts, int rounds) {
 
 /* ------------------------------------------------------------ queries */
 
+int lab_fig_error(const lab_fig *f) {
+    for (int i = 0; i < f->nrows; i++)
+        if (f->rows[i].failures) return f->rows[i].last_error;
+    return 0;
+}
+
 double lab_row_median(const lab_row *row, int col) {
     if (!row || col < 0 || col >= LAB_VALUES || row->v[col].n == 0) return NAN;
     return lab_series_median(&row->v[col]);

@@ -134,6 +134,8 @@ void lab_fig_run(lab_fig *f, const lab_options *opts, int rounds);
  * several figures (or a measurement of their own) round by round. */
 void lab_fig_round(lab_fig *f, const lab_options *opts, int round);
 
+/* The error of the first row that failed a round, or 0. */
+int lab_fig_error(const lab_fig *f);
 /* The median of a row's value over its rounds; NaN when it has none. */
 double lab_row_median(const lab_row *row, int col);
 /* Max ÷ min of a row's value over its rounds (1 for one round); NaN when

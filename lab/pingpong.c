@@ -186,9 +186,7 @@ int replicate_pingpong(const lab_options *opts, lab_json *json, lab_fig **out) {
         lab_fig_add(fig, sides[i].peer, sides[i].flags, "%s", sides[i].label)
             ->tag = i;
     lab_fig_run(fig, opts, rounds);
-    int rc = 0;
-    for (int i = 0; i < fig->nrows; i++)
-        if (fig->rows[i].failures) rc = fig->rows[i].last_error;
+    int rc = lab_fig_error(fig);
     if (rc < 0) {
         lab_fig_free(fig);
         return rc;

@@ -156,13 +156,6 @@ static lab_fig *run_size(const lab_options *opts, const params *p, int n,
     return fig;
 }
 
-/* The first error of a figure's rows, or 0. */
-static int fig_error(const lab_fig *fig) {
-    for (int i = 0; i < fig->nrows; i++)
-        if (fig->rows[i].failures) return fig->rows[i].last_error;
-    return 0;
-}
-
 /* --------------------------------------------------------------- output */
 
 static void cell(lab_table *t, int row, int col, const lab_series *s) {
@@ -402,10 +395,8 @@ static void verdict(const lab_fig *f) {
         counted += pl->v[PV_METRIC_WAKEUPS].v[i];
     }
     if ((v = lab_verdict_add("C8", 0)) && counted > 0) {
-        snprintf(v->what, sizeof v->what,
-                 "audit named %.0f of %.0f "
-                 "wakeups",
-                 named, counted);
+        snprintf(v->what, sizeof v->what, "%.0f of %.0f wakeups named", named,
+                 counted);
         snprintf(v->target, sizeof v->target, "all named");
         snprintf(v->peer, sizeof v->peer, "–");
         lab_verdict_judge(v, named == counted);
@@ -438,7 +429,7 @@ static int run_pump(const lab_options *opts, lab_json *json) {
     lab_fig *main_f =
         run_size(opts, &p, p.sessions, p.rounds, p.idle_ns, true, &main_c);
     if (!main_f) return -ENOMEM;
-    int rc = fig_error(main_f);
+    int rc = lab_fig_error(main_f);
     if (rc < 0) {
         lab_fig_free(main_f);
         return rc;
@@ -466,7 +457,7 @@ static int run_pump(const lab_options *opts, lab_json *json) {
         scale_f[k] = run_size(opts, &p, p.scale[k], p.scale_rounds,
                               p.scale_idle_ns, false, &scale_c[k]);
         if (!scale_f[k]) rc = -ENOMEM;
-        if (rc == 0 && (rc = fig_error(scale_f[k])) < 0)
+        if (rc == 0 && (rc = lab_fig_error(scale_f[k])) < 0)
             lab_detail("  %d sessions: failed: %s\n", p.scale[k],
                        strerror(-rc));
         if (rc < 0) break;

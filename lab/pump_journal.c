@@ -497,8 +497,7 @@ int pump_run_journal(const lab_options *opts, const params *p, lab_json *json) {
             lab_fig_round(figs[z], opts, round);
     }
     for (int z = 0; z < 2 && rc == 0; z++)
-        for (int i = 0; i < figs[z]->nrows; i++)
-            if (figs[z]->rows[i].failures) rc = figs[z]->rows[i].last_error;
+        rc = lab_fig_error(figs[z]);
     if (rc == 0) {
         char b50[LAB_CELL], b99[LAB_CELL];
         lab_format_series(b50, sizeof b50, &raw50);

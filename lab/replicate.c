@@ -369,12 +369,6 @@ static void verdict(const rfigs *x) {
     }
 }
 
-static int fig_error(const lab_fig *fig) {
-    for (int i = 0; i < fig->nrows; i++)
-        if (fig->rows[i].failures) return fig->rows[i].last_error;
-    return 0;
-}
-
 static int run_replicate(const lab_options *opts, lab_json *json) {
     static params p;
     rep_set_params(opts, &p);
@@ -404,7 +398,7 @@ static int run_replicate(const lab_options *opts, lab_json *json) {
         lab_fig_round(fs, opts, round);
         lab_fig *all[] = {idle, f[0], f[1], fs};
         for (int k = 0; k < 4 && rc == 0; k++)
-            rc = fig_error(all[k]);
+            rc = lab_fig_error(all[k]);
     }
     if (rc == 0) {
         print_table(&p, f);

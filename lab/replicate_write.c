@@ -314,9 +314,7 @@ int replicate_write_cost(const lab_options *opts, lab_json *json,
     }
     lab_fig_run(fig, opts, rounds);
     free(rec);
-    int rc = 0;
-    for (int i = 0; i < fig->nrows; i++)
-        if (fig->rows[i].failures) rc = fig->rows[i].last_error;
+    int rc = lab_fig_error(fig);
     if (rc == 0) {
         const char *header[] = {"way", "CPU / record µs", "records / syscall",
                                 "reference (peers, §5)", "×"};

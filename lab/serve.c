@@ -148,7 +148,10 @@ static int benchmark(const server *srv, int requests, int clients, int pipeline,
     long sleeps[2];
     bool known = serve_proc_cpu(srv->pid, &server_s[0], &sleeps[0]);
     uint64_t t0 = lab_now_ns();
-    int rc = serve_run_capture(args, buf, sizeof buf, 60000, serve_cpu_client,
+    /* redis-benchmark --csv prints a test's line when it ends: on a busy
+     * machine a full-size test of one key at -P 1 can take minutes. Five
+     * minutes of silence still catches a hang. */
+    int rc = serve_run_capture(args, buf, sizeof buf, 300000, serve_cpu_client,
                                &client_s);
     if (rc < 0) return rc;
     double wall_s = (double)(lab_now_ns() - t0) / 1e9;
@@ -178,8 +181,8 @@ static int measure(lab_fig *fig, lab_row *row, int round, double *v) {
     int rc = benchmark(&c->srv[s], c->p->requests[c->d], c->p->clients,
                        depth[c->d], c->keyspace, c->p->value_size, v);
     if (rc < 0)
-        lab_detail("redis-benchmark against %s failed: %s\n", server_name[s],
-                   strerror(-rc));
+        printf("redis-benchmark against %s failed: %s\n", server_name[s],
+               strerror(-rc));
     return rc;
 }
 
@@ -502,9 +505,7 @@ static int throughput(const lab_options *opts, const params *p,
         for (int v = 0; v < 2; v++)
             for (int d = 0; d < DEPTHS && rc == 0; d++) {
                 lab_fig_round(f[v][d], opts, round);
-                for (int s = 0; s < SERVERS; s++)
-                    if (f[v][d]->rows[s].failures)
-                        rc = f[v][d]->rows[s].last_error;
+                rc = lab_fig_error(f[v][d]);
             }
     serve_server_stop(&srv[S_KV]);
     serve_server_stop(&srv[S_REDIS]);

@@ -480,9 +480,7 @@ int serve_replication(const lab_options *opts, const params *p, lab_json *json,
                     i == R_REDIS ? 0 : LAB_ROW_LULL, "%s", repl_label[i])
             ->tag = i;
     lab_fig_run(fig, opts, p->repl_rounds);
-    int rc = 0;
-    for (int i = 0; i < fig->nrows; i++)
-        if (fig->rows[i].failures) rc = fig->rows[i].last_error;
+    int rc = lab_fig_error(fig);
     if (rc == 0) {
         print_repl(fig, &c);
         brief_verdict(fig, &c, brief);
