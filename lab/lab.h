@@ -17,7 +17,7 @@
 typedef struct lab_plot lab_plot;
 
 typedef struct lab_options {
-    bool quick; /* small sizes: `make demo` runs `all --quick` in < 60 s */
+    bool quick; /* small sizes: `make demo` runs `all --quick` */
     int rounds; /* rounds per figure; 0 = the scenario's default */
     const char *json_path; /* --json FILE, or NULL */
     const char *only;      /* --only NAME: the one figure of a scenario to

@@ -36,7 +36,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "  %-10s every scenario above, in order\n\n"
             "options:\n"
-            "  --quick     small sizes (`make demo`: all --quick in < 60 s)\n"
+            "  --quick     small sizes (`make demo` runs all --quick)\n"
             "  --rounds N  rounds per figure (default 5, 3 with --quick);\n"
             "              the row that goes first rotates round by round\n"
             "  --json FILE write every figure (median, min, max, rounds)\n"

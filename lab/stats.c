@@ -172,11 +172,15 @@ void lab_table_print(const lab_table *t, FILE *out) {
             if (w > width[c]) width[c] = w;
         }
     for (int r = 0; r < t->rows; r++) {
+        /* Trailing empty cells print nothing: no blanks at a line's end. */
+        int last = t->cols - 1;
+        while (last > 0 && !t->cell[r][last][0])
+            last--;
         fputs("  ", out);
-        for (int c = 0; c < t->cols; c++) {
+        for (int c = 0; c <= last; c++) {
             int pad = width[c] - text_width(t->cell[r][c]);
             if (c == 0) {
-                fprintf(out, "%s%*s", t->cell[r][c], pad, "");
+                fprintf(out, "%s%*s", t->cell[r][c], last ? pad : 0, "");
             } else {
                 fprintf(out, "  %*s%s", pad, "", t->cell[r][c]);
             }
