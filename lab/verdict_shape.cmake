@@ -8,7 +8,8 @@
 #     and each seed table (pump, loopback, replicate, serve), each ending
 #     in ✓, ✗, "✗ noisy" or "not run";
 #   - the same verdict in the JSON;
-#   - --verbose prints the long tables the short output leaves out.
+#   - --verbose prints the long tables the short output leaves out;
+#   - --strict exits 3 exactly when a miss is not marked noisy.
 #
 #   cmake -DLAB=path/to/lull-lab -DOUT=dir -P verdict_shape.cmake
 cmake_minimum_required(VERSION 3.19) # string(JSON)
@@ -94,4 +95,24 @@ if(short MATCHES "\\(7\\) virtual clock" OR NOT verbose MATCHES "\\(7\\) virtual
   message(FATAL_ERROR "--verbose and the short output are not told apart:\n"
     "short:\n${short}\nverbose:\n${verbose}")
 endif()
-message(STATUS "verdict: ${verdict_lines} lines, ${nverdict} in the JSON")
+# --strict exits 3 exactly when a line was missed and not marked noisy. The
+# loopback's line against Node at equal policy is a miss on any machine
+# (lull is about 5× cheaper there, the target ×10), so this exercises the
+# exit whichever way the machine's noise marks it.
+execute_process(COMMAND ${LAB} loopback --quick --rounds 1 --strict
+  --json ${OUT}/strict.json OUTPUT_VARIABLE strict_out RESULT_VARIABLE rc)
+file(READ ${OUT}/strict.json sjson)
+string(JSON ns LENGTH "${sjson}" verdict)
+math(EXPR last "${ns} - 1")
+set(want 0)
+foreach(i RANGE ${last})
+  string(JSON status GET "${sjson}" verdict ${i} status)
+  string(JSON noisy GET "${sjson}" verdict ${i} noisy)
+  if(status STREQUAL "missed" AND NOT noisy)
+    set(want 3)
+  endif()
+endforeach()
+if(NOT rc EQUAL want)
+  message(FATAL_ERROR "--strict exited ${rc}, the verdict says ${want}:\n${strict_out}")
+endif()
+message(STATUS "verdict: ${verdict_lines} lines, ${nverdict} in the JSON; --strict exit ${rc}")
