@@ -7,7 +7,9 @@
  * the server answers by copy. Nothing arrives inside a send: every delivery
  * is a turn of its own, and a reply lands between two requests. Then the
  * client closes; the server hears the reason after every frame the client
- * sent. lull_loop_settle runs it all with time frozen.
+ * sent, and the client's own close callback follows: each end's close
+ * callback runs once, whoever closed, and is the place to free it.
+ * lull_loop_settle runs it all with time frozen.
  *
  * Build:
  *   cc -O2 -o loopback loopback.c $(pkg-config --cflags --libs lull)
@@ -45,13 +47,20 @@ static void client_got(lull_endpoint *ep, const void *bytes, size_t len) {
     printf("  client: got \"%.*s\"\n", (int)len, (const char *)bytes);
 }
 
+/* Its own close, in a later turn, once the frames it sent were delivered:
+ * the one place a client would free its state. */
+static void client_closed(lull_endpoint *ep, int reason) {
+    (void)ep;
+    printf("  client: my close callback, reason %d: free it here\n", reason);
+}
+
 int main(void) {
     lull_loop *loop;
     lull_loop_options opts = {.clock = LULL_CLOCK_VIRTUAL};
     if (lull_loop_new(&loop, &opts) < 0) return 1;
     lull_loopback client, server;
     if (lull_loopback_pair(loop, &client, &server, NULL) < 0) return 1;
-    lull_endpoint_set_callbacks(&client.ep, client_got, NULL, NULL);
+    lull_endpoint_set_callbacks(&client.ep, client_got, NULL, client_closed);
     lull_endpoint_set_callbacks(&server.ep, serve, NULL, server_closed);
 
     request req[2] = {{.text = "get a"}, {.text = "get b"}};
@@ -70,7 +79,7 @@ int main(void) {
     lull_endpoint_send_copy(&client.ep, "bye", 3);
     lull_endpoint_close(&client.ep, 7); /* "bye" is still delivered */
     printf("client: closed with reason 7\n");
-    lull_loop_settle(loop);
+    lull_loop_settle(loop);             /* both close callbacks run in here */
     lull_endpoint_close(&server.ep, 0); /* already closed by the peer: 0 */
     if (lull_loop_free(loop) != 0) return 1;
     printf("done: loop freed\n");

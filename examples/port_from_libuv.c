@@ -1,4 +1,4 @@
-/* port_from_libuv: the small libuv program of docs/MIGRATING.md, ported.
+/* port_from_libuv: the second libuv program of docs/MIGRATING.md, ported.
  *
  * A helper thread works out a seed and hands it to the loop; the loop then
  * checksums RECORDS records in chunks while a 20 ms timer reports progress;
@@ -6,14 +6,16 @@
  * a uv_async_t (the hand-over), a uv_idle_t (a chunk per iteration) and a
  * uv_timer_t, each finding the job through handle->data. Here:
  *
- *   uv_async_t + uv_async_send  ->  a lull_task posted with
- * lull_task_post_remote, plus lull_loop_ref while it is expected (an active
- * uv_async_t keeps uv_run going; a task not yet posted does not)
- *   uv_close(async)             ->  lull_loop_unref: a task needs no closing
- *   uv_idle_t                   ->  a task that runs until
- * lull_loop_should_yield and posts itself again uv_timer_start(t, cb, 20, 20)
- * -> lull_timer_start(t, 20 ms, 20 ms) in ns handle->data                ->
- * LULL_CONTAINER_OF
+ *   uv_async_t + uv_async_send   ->  a lull_task posted with
+ *       lull_task_post_remote, and lull_loop_ref while it is expected
+ *       (an active uv_async_t keeps uv_run going; a task not yet posted
+ *       does not)
+ *   uv_close(async)              ->  lull_loop_unref: a task needs no
+ *       closing
+ *   uv_idle_t                    ->  a task that runs until
+ *       lull_loop_should_yield and posts itself again
+ *   uv_timer_start(t, cb, 20, 20) -> lull_timer_start(t, 20 ms, 20 ms), in ns
+ *   handle->data                 ->  LULL_CONTAINER_OF
  *
  * Prints progress lines and a summary; exits 0 when the job completed.
  *

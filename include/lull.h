@@ -620,41 +620,53 @@ typedef struct lull_endpoint lull_endpoint;
  * the frame and its bytes are the caller's again (re-send or free them). */
 typedef void (*lull_release_fn)(lull_frame *frame);
 
-struct lull_frame {    /* caller-owned; embed it and use LULL_CONTAINER_OF */
-    const void *bytes; /* the payload: read in place, never copied */
-    size_t len;        /* bytes of payload; 0 is a valid frame */
+struct lull_frame { /* caller-owned; embed it and use LULL_CONTAINER_OF */
+    /* Yours to set before a send (not while in flight): */
+    const void *bytes;       /* the payload: read in place, never copied */
+    size_t len;              /* bytes of payload; 0 is a valid frame */
     lull_release_fn release; /* may be NULL */
-    lull_frame *next;        /* the transport's queue link while in flight */
-    bool in_flight;          /* accepted and not yet released */
+    bool in_flight;          /* read: accepted and not yet released */
+    struct {                 /* lull's own */
+        lull_frame *next;    /* the transport's queue link while in flight */
+    };
 };
 
 /* A frame from the peer; bytes are valid during the call only. */
 typedef void (*lull_frame_fn)(lull_endpoint *ep, const void *bytes, size_t len);
 /* Queued bytes fell back below the high-water mark: writable again. */
 typedef void (*lull_drain_fn)(lull_endpoint *ep);
-/* The peer closed with `reason` (what it passed to lull_endpoint_close),
- * after every frame it sent before closing was delivered; or the transport
- * failed (a negative errno). The endpoint's last callback. */
+/* The endpoint's last callback, run exactly once for every endpoint a
+ * transport set up (lull_loopback_pair, lull_server_accept,
+ * lull_stream_open, a connect that returned 0), whoever closed it: the one
+ * place to free or reuse the struct. `reason` is what this end passed to
+ * lull_endpoint_close (then it runs in a later turn, never inside that
+ * call); or what the peer passed to it (loopback: after every frame the
+ * peer sent before closing; a socket carries no reason: its peer reads 0,
+ * EOF); or the transport's failure, a negative errno. Every frame this
+ * end sent has been released when it runs. */
 typedef void (*lull_close_fn)(lull_endpoint *ep, int reason);
 
-/* What a transport implements. lull_endpoint_send and lull_endpoint_close check
- * the arguments and the state, and count the bytes, before calling these; so
- * queueing cannot fail (the frame is its own queue link), and a transport
- * reports later trouble through the peer's close callback. */
-typedef struct lull_frame_ops {
-    void (*send)(lull_endpoint *ep, lull_frame *frame); /* queue it */
-    void (*close)(lull_endpoint *ep, int reason);
-} lull_frame_ops;
+struct lull__frame_ops; /* what a transport implements (src/frame.h) */
 
 struct lull_endpoint {
-    const lull_frame_ops *ops; /* the transport's; NULL until it set up */
-    lull_frame_fn on_frame;    /* NULL: frames are delivered to nobody */
-    lull_drain_fn on_drain;    /* may be NULL */
-    lull_close_fn on_close;    /* may be NULL */
+    /* Yours to read and write; lull never touches it, and a transport's
+     * set-up keeps it: the way back from the endpoint to your own object
+     * when the endpoint lives inside a transport's struct (a lull_stream,
+     * a lull_loopback) and your protocol code sees only lull_endpoint *. */
+    void *data;
+    /* Read: */
+    lull_frame_fn on_frame; /* lull_endpoint_set_callbacks */
+    lull_drain_fn on_drain;
+    lull_close_fn on_close;
     size_t queued;     /* bytes accepted and not yet delivered (or written) */
     size_t high_water; /* writable while queued < high_water */
     size_t max_frame;  /* a longer frame is refused with -EMSGSIZE */
-    uint32_t flags;    /* state bits (src/frame.h) */
+    size_t max_queued; /* a send past it is refused with -ENOBUFS and closes
+                          the endpoint with -ENOBUFS; SIZE_MAX: no bound */
+    struct {           /* lull's own */
+        const struct lull__frame_ops *ops; /* NULL until a transport set up */
+        uint32_t flags;                    /* state bits (src/frame.h) */
+    };
 };
 
 /* 16 MiB: far above any message lull's users exchange, low enough that a
@@ -663,19 +675,28 @@ struct lull_endpoint {
 /* 64 KiB: a socket's default send buffer order of magnitude; enough for
  * many small frames in flight before a producer is asked to wait. */
 #define LULL_HIGH_WATER_DEFAULT ((size_t)64 << 10)
+/* No bound on queued bytes unless max_queued is set: as with a socket's
+ * writes in libuv, a producer that ignores lull_endpoint_writable grows the
+ * queue; set max_queued to make that a close instead (STREAMS.md). */
+#define LULL_MAX_QUEUED_NONE SIZE_MAX
 
 /* Sets the callbacks (any may be NULL). Call it before the loop can deliver
- * anything: right after the transport set the endpoint up. */
+ * anything: right after the transport set the endpoint up. With on_close
+ * NULL nothing is told of the close, and lull_endpoint_close hands the
+ * struct back at once. */
 LULL_EXTERN void lull_endpoint_set_callbacks(lull_endpoint *ep,
                                              lull_frame_fn on_frame,
                                              lull_drain_fn on_drain,
                                              lull_close_fn on_close);
 /* Hands the frame over: no copy, no allocation; frame->release runs when
  * the transport is done with it. 0, or: -EINVAL (NULL, or bytes NULL with
- * len > 0), -EBUSY (that frame is still in flight), -EPIPE (this end or
- * its peer closed), -EMSGSIZE (len > max_frame). On an error the frame
- * stays the caller's and nothing else changes. Past the high-water mark a
- * send is still accepted: lull_endpoint_writable says when to stop. */
+ * len > 0), -EPIPE (this end or its peer closed), -EMSGSIZE (len >
+ * max_frame), -EBUSY (that frame is still in flight), -ENOBUFS (queued +
+ * len would pass max_queued). On an error the frame stays the caller's;
+ * only -ENOBUFS changes anything else: the endpoint closes, with -ENOBUFS
+ * for its close callback in a later turn, and refuses sends from then on.
+ * Past the high-water mark a send is still accepted (up to max_queued):
+ * lull_endpoint_writable says when to stop. */
 LULL_EXTERN int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame);
 /* Borrows and copies the bytes (allocates one block per frame); the same
  * errors, and -ENOMEM. */
@@ -684,9 +705,15 @@ LULL_EXTERN int lull_endpoint_send_copy(lull_endpoint *ep, const void *bytes,
 /* Open, peer open, and fewer than high_water bytes queued. */
 LULL_EXTERN bool lull_endpoint_writable(const lull_endpoint *ep);
 /* Closes this end: its queued incoming frames are released undelivered and
- * it gets no more callbacks; frames it already sent are still delivered,
- * then the peer's close callback gets `reason`. Idempotent: 0, or -EINVAL
- * for NULL or an endpoint no transport set up. */
+ * it gets no frame or drain callback any more; frames it already sent are
+ * still delivered (loopback), then the peer's close callback gets
+ * `reason`. This end's own close callback, if set, runs in a later turn,
+ * never inside this call, with `reason`, once the frames it sent are
+ * released; the struct must stay valid until it has (lull_loop_free is
+ * -EBUSY meanwhile). Without one, the struct is the caller's again when
+ * this returns. A close of this end before the peer's close reached it
+ * replaces that: one close callback, this reason. Idempotent: 0, or
+ * -EINVAL for NULL or an endpoint no transport set up. */
 LULL_EXTERN int lull_endpoint_close(lull_endpoint *ep, int reason);
 /* Closed by lull_endpoint_close, or the peer's close was delivered. */
 LULL_EXTERN bool lull_endpoint_closed(const lull_endpoint *ep);
@@ -708,6 +735,7 @@ typedef enum lull_deliver {
 typedef struct lull_loopback_options { /* all zero = defaults */
     size_t max_frame;                  /* 0 = LULL_FRAME_MAX_DEFAULT */
     size_t high_water;                 /* 0 = LULL_HIGH_WATER_DEFAULT */
+    size_t max_queued;                 /* 0 = no bound (lull_endpoint) */
     lull_deliver deliver; /* LULL_DELIVER_TASK (0): one posted task per frame;
                           LULL_DELIVER_TIMER: a timer armed for delay_ns */
     uint64_t delay_ns;    /* timer delivery: 0 is a zero-delay turn (by C3 the
@@ -717,36 +745,48 @@ typedef struct lull_loopback_options { /* all zero = defaults */
 
 typedef struct lull_loopback lull_loopback;
 struct lull_loopback {
-    lull_endpoint ep;     /* the frame interface: give &ep to your code */
-    lull_task task;       /* the delivery turn (LULL_DELIVER_TASK) */
-    lull_timer timer;     /* the delivery turn (LULL_DELIVER_TIMER) */
-    lull_loop *loop;      /* owning loop */
-    lull_loopback *peer;  /* the other end; NULL once either end closed */
-    lull_frame *head;     /* the peer's frames not yet delivered, oldest */
-    lull_frame *tail;     /* first */
-    uint64_t delay_ns;    /* timer delivery's delay */
-    lull_deliver deliver; /* LULL_DELIVER_* */
-    int reason;           /* the peer's close reason, while close_pending */
-    bool close_pending;   /* the peer closed: deliver it after the frames */
-    uint64_t delivered;   /* frames delivered to this end */
-    uint64_t turns;       /* delivery turns claimed: posts or timer arms */
-    bool *closed_flag;    /* set by a close while a delivery to this end runs */
+    lull_endpoint ep;          /* the frame interface: give &ep to your code */
+    lull_loop *loop;           /* the owning loop */
+    uint64_t delivered;        /* frames delivered to this end */
+    uint64_t turns;            /* delivery turns claimed: posts or timer arms */
+    struct {                   /* lull's own */
+        lull_task task;        /* the delivery turn (LULL_DELIVER_TASK) */
+        lull_timer timer;      /* the delivery turn (LULL_DELIVER_TIMER) */
+        lull_loopback *peer;   /* the other end; NULL once either closed */
+        lull_frame *head;      /* the peer's frames not yet delivered, */
+        lull_frame *tail;      /* oldest first */
+        uint64_t delay_ns;     /* timer delivery's delay */
+        lull_deliver deliver;  /* LULL_DELIVER_* */
+        int reason;            /* the close callback's reason, while pending */
+        bool close_pending;    /* a close callback is owed: the peer's close
+                                  (after its frames), this end's own close
+                                  (after the frames it sent), or a send past
+                                  max_queued (-ENOBUFS) */
+        bool failing;          /* ... that last: close this end in its turn */
+        lull_loopback *closer; /* the closed peer whose close callback waits
+                                  until this end's inbox is empty */
+        lull_frame *discard;   /* a failing end's inbox, released in its
+                                  turn (never inside a send) */
+        bool *closed_flag;     /* set by a close while a delivery here runs */
+    };
 };
 
 /* Connects a and b on loop (opts may be NULL): what &a->ep sends arrives at
- * b's frame callback and the other way round. -EINVAL for NULL, a == b or
- * an unknown delivery. Re-pair ends only once both are closed and not
- * pending. */
+ * b's frame callback and the other way round; each end gets its close
+ * callback once, whichever closed. -EINVAL for NULL, a == b or an unknown
+ * delivery. Re-pair ends only once both are closed and not pending. */
 LULL_EXTERN int lull_loopback_pair(lull_loop *loop, lull_loopback *a,
                                    lull_loopback *b,
                                    const lull_loopback_options *opts);
-/* A delivery turn (a frame, or the peer's close) is queued for this end. */
+/* A delivery turn (a frame, or the peer's close) is queued for this end,
+ * or its own close callback is still owed. */
 LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
 
 /* -------------------------------------------------------------- streams */
 
-/* Socket streams (C6): TCP (IPv4 and IPv6, numeric addresses) and Unix
- * sockets, each an endpoint of the frame interface above. By default a
+/* Streams (C6): TCP (IPv4 and IPv6, numeric addresses) and Unix sockets,
+ * pipes and other byte-stream fds (lull_stream_open, lull_stream_open_pair),
+ * each an endpoint of the frame interface above. By default a
  * send is written as a 4-byte big-endian length and the bytes, and the
  * peer's frames arrive whole at on_frame; a frame longer than max_frame,
  * or cut short by the peer's EOF, closes that stream alone (-EMSGSIZE,
@@ -760,24 +800,33 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
  * the queue falls back below. A frame's release runs once it is written (never
  * inside lull_endpoint_send) or discarded by a close. TCP_NODELAY is on unless
  * LULL_STREAM_NAGLE: batching is lull's job, not the kernel's. No SIGPIPE
- * ever (MSG_NOSIGNAL): a dead peer is a close reason.
+ * ever (MSG_NOSIGNAL on sockets; on a pipe, SIGPIPE blocked in the loop's
+ * thread around the write and taken back): a dead peer is a close reason.
  *
- * on_close gets 0 for the peer's orderly EOF, else -ECONNRESET, -EPIPE,
- * -ETIMEDOUT (idle_timeout_ns), -EMSGSIZE, -EPROTO or another errno; it is
- * the stream's last callback. lull_endpoint_close closes now: one last
- * write attempt, then what is still queued is released unwritten, the
- * socket is closed, and the struct may be freed or reused when it returns,
- * inside any of the stream's callbacks too. lull_stream_shutdown is the
- * graceful way: the queue is written, then the write side is shut.
- * docs/STREAMS.md has the long form. */
+ * on_close runs once per stream, whoever closed it, as its last callback,
+ * after every frame was released: the one place to free the stream. It
+ * gets 0 for the peer's orderly EOF, else -ECONNRESET, -EPIPE, -ETIMEDOUT
+ * (idle_timeout_ns), -EMSGSIZE, -EPROTO or another errno, at once; or the
+ * reason given to lull_endpoint_close, in a later turn. That closes now:
+ * one last write attempt, then what is still queued is released
+ * unwritten and the socket is closed (the peer reads EOF); the struct stays
+ * the library's until on_close ran, or, without one, is the caller's when
+ * the call returns, inside any of the stream's callbacks too.
+ * lull_stream_shutdown is the graceful way: the queue is written, then the
+ * write side is shut. A server (lull_server_close) has no close callback:
+ * it is the caller's when that returns. docs/STREAMS.md has the long
+ * form. */
 
 #define LULL_STREAM_RAW   0x1u /* bytes, not length-prefixed frames */
 #define LULL_STREAM_NAGLE 0x2u /* TCP: leave Nagle's algorithm on */
 
 typedef struct lull_stream lull_stream;
 typedef struct lull_server lull_server;
-/* Connected (status 0), or failed: -ECONNREFUSED, -ETIMEDOUT, -ENOENT ...;
- * a failed stream is already closed, its struct free to reuse. */
+/* Connected (status 0), or failed: -ECONNREFUSED, -ETIMEDOUT, -ENOENT ...
+ * A failed stream is closed: its close callback runs right after this one,
+ * in the same turn, with the same status. Free the struct or connect again
+ * there, not here (debug builds assert a stream set up again before its
+ * close callback). */
 typedef void (*lull_connect_fn)(lull_stream *s, int status);
 /* The peer shut its write side; the stream stays open for writing. */
 typedef void (*lull_end_fn)(lull_stream *s);
@@ -794,54 +843,63 @@ typedef struct lull_stream_options { /* all zero = defaults */
     uint64_t connect_timeout_ns;     /* 0 = the kernel's (minutes) */
     uint64_t idle_timeout_ns;        /* nothing read or written this long:
                                         close with -ETIMEDOUT; 0 = never */
+    size_t max_queued;               /* 0 = no bound (lull_endpoint) */
     unsigned flags;                  /* LULL_STREAM_* */
 } lull_stream_options;
 
 typedef struct lull__stream_guard lull__stream_guard;
 
 struct lull_stream {
-    lull_endpoint ep; /* the frame interface: give &ep to your code */
-    lull_io io;       /* the socket (owned: closed with the stream) */
-    lull_task flush;  /* queued at the loop's flush points while writes wait */
-    lull_task event;  /* later turn: connect result, buffered frames after
-                         a resume, a failure found inside lull_endpoint_send */
-    lull_timer timer; /* connect and idle timeouts */
-    lull_loop *loop;
-    lull_connect_fn on_connect;
-    lull_end_fn on_end; /* NULL: the peer's EOF closes the stream */
-    lull_frame *head;   /* queued writes, oldest first */
-    lull_frame *tail;
-    size_t head_done; /* bytes of head (its length included) written */
-    lull_frame *done; /* written inside lull_endpoint_send, released at the */
-    lull_frame *done_tail; /* next flush point */
-    unsigned char *rbuf;   /* read buffer: owned, or the caller's */
-    size_t rcap;           /* its size */
-    size_t rstart;         /* unconsumed bytes are [rstart, rend) */
-    size_t rend;
-    lull__stream_guard *guard; /* innermost callback of ours running */
-    uint64_t idle_ns;          /* idle_timeout_ns */
-    uint64_t active_ns;        /* loop time of the last read or write */
-    unsigned flags;            /* LULL_STREAM_* */
-    uint32_t state;            /* state bits (src/stream.c) */
-    int error;                 /* a failure the event task delivers */
-    uint64_t writes;           /* writev (sendmsg) calls */
-    uint64_t bytes_written;
-    uint64_t reads; /* recv calls that returned data */
-    uint64_t bytes_read;
+    lull_endpoint ep;       /* the frame interface: give &ep to your code */
+    lull_loop *loop;        /* the owning loop */
+    uint64_t writes;        /* writev (sendmsg) calls */
+    uint64_t bytes_written; /* bytes they wrote */
+    uint64_t reads;         /* reads that returned data */
+    uint64_t bytes_read;    /* bytes they returned */
+    struct {                /* lull's own */
+        lull_io io;         /* the fd (owned: closed with the stream) */
+        lull_io wio;        /* lull_stream_open_pair: the write fd (owned);
+                               unused otherwise */
+        lull_task flush;    /* queued at the loop's flush points while
+                               writes wait */
+        lull_task event;    /* later turn: connect result, buffered frames
+                               after a resume, a failure found inside
+                               lull_endpoint_send, the close callback */
+        lull_timer timer;   /* connect and idle timeouts */
+        lull_connect_fn on_connect;
+        lull_end_fn on_end; /* NULL: the peer's EOF closes the stream */
+        lull_frame *head;   /* queued writes, oldest first */
+        lull_frame *tail;
+        size_t head_done;      /* bytes of head (its length included) written */
+        lull_frame *done;      /* written inside lull_endpoint_send, released */
+        lull_frame *done_tail; /* at the next flush point */
+        unsigned char *rbuf;   /* read buffer: owned, or the caller's */
+        size_t rcap;           /* its size */
+        size_t rstart;         /* unconsumed bytes are [rstart, rend) */
+        size_t rend;
+        lull__stream_guard *guard; /* innermost callback of ours running */
+        uint64_t idle_ns;          /* idle_timeout_ns */
+        uint64_t active_ns;        /* loop time of the last read or write */
+        unsigned flags;            /* LULL_STREAM_* */
+        uint32_t state;            /* state bits (src/stream.c) */
+        int error;                 /* a failure the event task delivers */
+    };
 };
 
 struct lull_server {
-    lull_io io;       /* the listening socket (owned) */
-    lull_timer retry; /* resumes accepting after EMFILE / ENFILE */
-    lull_loop *loop;
-    lull_connection_fn on_connection;
-    lull__stream_guard *guard; /* on_connection running, if any */
-    int family;                /* AF_INET, AF_INET6 or AF_UNIX */
-    int pending;       /* the accepted fd lull_server_accept takes; -1 */
-    uint64_t retry_ns; /* pause after running out of fds */
-    uint64_t accepted; /* connections handed to on_connection */
-    uint64_t paused;   /* times accepting paused: out of fds, or accept
-                          failing for another reason than a race */
+    lull_loop *loop;      /* the owning loop */
+    uint64_t accepted;    /* connections handed to on_connection */
+    uint64_t paused;      /* times accepting paused: out of fds, or accept
+                             failing for another reason than a race */
+    struct {              /* lull's own */
+        lull_io io;       /* the listening socket (owned) */
+        lull_timer retry; /* resumes accepting after EMFILE / ENFILE */
+        lull_connection_fn on_connection;
+        lull__stream_guard *guard; /* on_connection running, if any */
+        int family;                /* AF_INET, AF_INET6 or AF_UNIX */
+        int pending;       /* the accepted fd lull_server_accept takes; -1 */
+        uint64_t retry_ns; /* pause after running out of fds */
+    };
 };
 
 /* Listens on host (numeric IPv4 or IPv6; NULL = "127.0.0.1") and port (0 =
@@ -858,15 +916,18 @@ LULL_EXTERN int lull_server_listen_unix(lull_loop *loop, lull_server *srv,
                                         lull_connection_fn fn);
 /* The bound TCP port, or a negative errno. */
 LULL_EXTERN int lull_server_port(const lull_server *srv);
-/* Inside on_connection: makes s the waiting connection, reading at once.
- * -ENOENT when nothing is waiting. */
+/* Inside on_connection: makes s the waiting connection, reading at once;
+ * it gets its close callback once, whoever closes it. -ENOENT when nothing
+ * is waiting. */
 LULL_EXTERN int lull_server_accept(lull_server *srv, lull_stream *s,
                                    const lull_stream_options *opts);
-/* Stops listening and closes the socket; safe in any callback. */
+/* Stops listening and closes the socket; safe in any callback. No callback
+ * follows: the struct is the caller's when this returns. */
 LULL_EXTERN void lull_server_close(lull_server *srv);
 
-/* Non-blocking connect; fn runs in a later turn, never inside this call.
- * Frames sent before it runs are queued. Argument errors return at once. */
+/* Non-blocking connect; fn runs in a later turn, never inside this call
+ * (then, if it failed, the close callback). Frames sent before it runs are
+ * queued. Argument errors return at once, and no callback follows. */
 LULL_EXTERN int lull_stream_connect_tcp(lull_loop *loop, lull_stream *s,
                                         const char *host, int port,
                                         const lull_stream_options *opts,
@@ -875,10 +936,24 @@ LULL_EXTERN int lull_stream_connect_unix(lull_loop *loop, lull_stream *s,
                                          const char *path,
                                          const lull_stream_options *opts,
                                          lull_connect_fn fn);
-/* Adopts a connected stream socket (e.g. one end of a socketpair): the
- * stream owns fd from here on, also on failure. Reading starts at once. */
+/* Adopts a byte-stream fd: a connected stream socket (one end of a
+ * socketpair), a pipe or FIFO end, or a character device such as a tty; it
+ * is made non-blocking. The stream owns fd from here on, also on failure.
+ * Reading starts at once; on success the stream gets its close callback
+ * once, whoever closes it. An fd opened for reading only refuses sends
+ * (-EPIPE) and closes at EOF (reason 0); one opened for writing only never
+ * reads, and a pipe's write end closes with -EPIPE when its reader goes,
+ * also while nothing is queued. -EINVAL for anything else (a datagram
+ * socket, a regular file, a number that is not an open fd). */
 LULL_EXTERN int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
                                  const lull_stream_options *opts);
+/* One stream over two fds: it reads rfd and writes wfd (a pipe each way,
+ * say: a child's stdout and stdin). Owns both from here on, also on
+ * failure. lull_stream_shutdown closes wfd once the queue is written, so
+ * its reader sees EOF; reading goes on. rfd == wfd is lull_stream_open.
+ * -EINVAL when rfd cannot be read or wfd written. */
+LULL_EXTERN int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd,
+                                      int wfd, const lull_stream_options *opts);
 /* Pause and resume reading (backpressure on the peer). Frames already
  * buffered wait too; on resume they arrive in a later turn. */
 LULL_EXTERN int lull_stream_read_stop(lull_stream *s);
@@ -893,8 +968,161 @@ LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 /* Half-close: once everything queued is written, shut the write side (the
  * peer reads EOF); sends fail with -EPIPE from now on. Reading goes on. */
 LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
-/* The socket, or -1 once closed. */
+/* The fd it reads (a pair's rfd), or -1 once closed. */
 LULL_EXTERN int lull_stream_fd(const lull_stream *s);
+
+/* ------------------------------------------------------------ processes */
+
+/* Child processes (docs/PROCESS.md). lull_process_spawn starts a program
+ * in a child and watches the child's pidfd: its exit arrives as on_exit on
+ * the loop, exactly once, from the pidfd's readiness, and the child is
+ * reaped: never left a zombie. No SIGCHLD handler is installed and no pid
+ * is waited for but the child's own, so other libraries' children are
+ * theirs. If another part of the program reaps lull's child first (a
+ * SIGCHLD handler calling waitpid(-1), or SIGCHLD set to SIG_IGN), on_exit
+ * still runs once, with the status the kernel kept for the pidfd (Linux
+ * 6.15), or -ECHILD where it keeps none. Each of stdin, stdout and stderr
+ * is inherited, /dev/null, a pipe or a socketpair whose other end comes
+ * back as a lull_stream, or a given fd; every other fd is closed in the
+ * child. Needs Linux 5.4 (pidfd, waitid(P_PIDFD)). */
+
+typedef struct lull_process lull_process;
+/* The child ended. It exited with exit_status (0-255; term_signal 0), or
+ * a signal ended it (term_signal; exit_status 0). exit_status is a
+ * negative errno when lull could not learn how it ended: -ECHILD for a
+ * handle inherited through fork() (lull_loop_fork), whose process is the
+ * parent's child, not this one's, and for a child another part of the
+ * program reaped on a kernel that keeps no status for its pidfd (before
+ * Linux 6.15). The handle's last callback: free or reuse p inside it. */
+typedef void (*lull_process_exit_fn)(lull_process *p, int exit_status,
+                                     int term_signal);
+
+typedef enum lull_stdio_kind {
+    LULL_STDIO_INHERIT = 0,    /* the parent's own fd 0, 1 or 2 */
+    LULL_STDIO_NULL = 1,       /* /dev/null */
+    LULL_STDIO_PIPE = 2,       /* a pipe; the parent's end opens as `stream` */
+    LULL_STDIO_SOCKETPAIR = 3, /* a Unix socketpair, both ways; the
+                                  parent's end opens as `stream` */
+    LULL_STDIO_FD = 4          /* `fd`, the caller's (lull never closes it) */
+} lull_stdio_kind;
+
+typedef struct lull_stdio { /* all zero = inherit */
+    lull_stdio_kind kind;   /* LULL_STDIO_* */
+    int fd;                 /* LULL_STDIO_FD: the fd the child gets */
+    lull_stream *stream;    /* PIPE, SOCKETPAIR: opened by the spawn over the
+                               parent's end, yours to close. stdin and
+                               stdout naming the same stream (both PIPE) open
+                               one stream that writes the child's stdin and
+                               reads its stdout (lull_stream_open_pair) */
+    const lull_stream_options *stream_opts; /* NULL = defaults */
+} lull_stdio;
+
+/* lull_process_options.flags. NEW_GROUP: setpgid(0, 0), a process group
+ * of its own (kill(-pid, sig) then reaches what it starts too). NEW_SESSION:
+ * setsid(), a session of its own, without a controlling terminal.
+ * KILL_ON_CLOSE: lull_process_close sends SIGKILL. */
+#define LULL_PROCESS_NEW_GROUP     0x1u
+#define LULL_PROCESS_NEW_SESSION   0x2u
+#define LULL_PROCESS_KILL_ON_CLOSE 0x4u
+
+typedef struct lull_process_options {
+    const char *file;    /* the program: a path with a '/', or a name looked up
+                            in PATH (envp's, else the parent's); NULL = argv[0] */
+    char *const *argv;   /* NULL-terminated; argv[0] set */
+    char *const *envp;   /* NULL-terminated; NULL = the parent's environ */
+    const char *cwd;     /* NULL = the parent's */
+    lull_stdio stdio[3]; /* stdin, stdout, stderr */
+    unsigned flags;      /* LULL_PROCESS_* */
+} lull_process_options;
+
+struct lull_process {
+    lull_loop *loop; /* the owning loop */
+    int pid;         /* the child's pid (a pid_t), kept after its exit */
+    int exit_status; /* once reaped: what on_exit got */
+    int term_signal;
+    struct {                          /* lull's own */
+        lull_io io;                   /* the pidfd (owned) */
+        lull_task done;               /* on_exit for a close in a fork */
+        lull_process_exit_fn on_exit; /* the last callback */
+        int owner_pid;                /* the process that spawned it */
+        unsigned flags;               /* LULL_PROCESS_* */
+        uint32_t state;               /* src/process.c */
+        uint32_t retries;             /* exit seen before its status was
+                                         recorded (src/process.c) */
+    };
+};
+
+/* Starts opts->file in a child and returns once it runs the program: an
+ * exec that fails (no such file, not executable, a cwd that does not exist)
+ * is this call's error (-ENOENT, -EACCES ...), never a child that exits
+ * 127; so is running out of fds (-EMFILE) or processes (-EAGAIN). Nothing
+ * is left behind on failure: no child, no fd, no stream. on_exit (required)
+ * runs once, on the loop, never inside this call. The handle keeps the loop
+ * alive until then (lull_process_unref). */
+LULL_EXTERN int lull_process_spawn(lull_loop *loop, lull_process *p,
+                                   const lull_process_options *opts,
+                                   lull_process_exit_fn on_exit);
+/* Sends signum (0 probes) with pidfd_send_signal: never to a reused pid.
+ * -ESRCH once on_exit ran, -ECHILD in a forked copy of the loop. */
+LULL_EXTERN int lull_process_kill(lull_process *p, int signum);
+/* Done with the child. With LULL_PROCESS_KILL_ON_CLOSE it is sent SIGKILL;
+ * without, it runs on, and the handle stops keeping the loop alive. Either
+ * way the handle reaps it: on_exit still runs once, as the last callback,
+ * when it ends (in a forked copy of the loop: in a later turn, with
+ * -ECHILD, and nothing is killed). Idempotent. */
+LULL_EXTERN int lull_process_close(lull_process *p);
+/* An unreferenced process does not keep lull_loop_run alive. */
+LULL_EXTERN void lull_process_ref(lull_process *p);
+LULL_EXTERN void lull_process_unref(lull_process *p);
+
+/* -------------------------------------------------------------- signals */
+
+/* Signals as handles (docs/PROCESS.md): a loop reads the signals its
+ * handles watch from one signalfd, and each delivery runs the callback of
+ * every handle watching that signal, once, on the loop. The kernel keeps one
+ * pending instance of a standard signal: several sent before the loop reads
+ * them may arrive as one (real-time signals queue). A watched signal must be
+ * blocked in every thread, or a thread that does not block it takes it
+ * with its usual action: lull_signal_start blocks it in the calling thread;
+ * call lull_signal_block in main before creating threads, and threads
+ * inherit it. A signal nobody watches keeps its usual action (lull never
+ * installs a handler); one that arrived while watched and is still pending
+ * when the last handle for it stops is dropped. Each signal is read by one
+ * loop: watch it on one. */
+
+typedef struct lull_signal lull_signal;
+typedef void (*lull_signal_fn)(lull_signal *sig, int signum);
+
+struct lull_signal {
+    lull_loop *loop;   /* the owning loop */
+    int signum;        /* the signal watched; 0 while stopped */
+    int sender_pid;    /* in the callback: the sender's pid (si_pid; 0 when
+                          the kernel sent it) */
+    uint64_t received; /* deliveries this handle saw */
+    struct {           /* lull's own */
+        lull_signal_fn fn;
+        lull_signal *next; /* the loop's started handles, in start order */
+        lull_signal *prev;
+        uint64_t seq;   /* start order: a delivery reaches older handles */
+        unsigned flags; /* src/signal.c */
+    };
+};
+
+LULL_EXTERN int lull_signal_init(lull_loop *loop, lull_signal *sig,
+                                 lull_signal_fn fn);
+/* Watches signum (restarting a started handle on another signal). -EINVAL
+ * for a signal that cannot be caught or blocked (SIGKILL, SIGSTOP, glibc's
+ * own 32 and 33) or out of range. */
+LULL_EXTERN int lull_signal_start(lull_signal *sig, int signum);
+/* No callback after this, also for a delivery already read. Idempotent. */
+LULL_EXTERN int lull_signal_stop(lull_signal *sig);
+/* An unreferenced signal handle does not keep lull_loop_run alive. */
+LULL_EXTERN void lull_signal_ref(lull_signal *sig);
+LULL_EXTERN void lull_signal_unref(lull_signal *sig);
+/* Thread-safe: blocks signum in the calling thread (pthread_sigmask), so
+ * that threads created afterwards inherit it. Call it in main, before any
+ * thread starts, for every signal a loop will watch. */
+LULL_EXTERN int lull_signal_block(int signum);
 
 /* ------------------------------------------------------------------ pool */
 
@@ -1141,10 +1369,19 @@ LULL_EXTERN int lull_percore_count(const lull_percore *pc);
 LULL_EXTERN lull_loop *lull_percore_loop(const lull_percore *pc, int index);
 /* Thread-safe: the loops in turn (round robin), for spreading hand-offs. */
 LULL_EXTERN lull_loop *lull_percore_next(lull_percore *pc);
+/* Thread-safe: true once lull_percore_stop has begun, before any stop
+ * function runs (false for NULL). A hand-off that finds it true closes what
+ * it carries instead of starting it: its loop's stop function may already
+ * have run. */
+LULL_EXTERN bool lull_percore_stopping(const lull_percore *pc);
 /* Runs each stop function on its loop, lets each loop finish what is left
- * (work in flight, timers) until it is no longer alive, frees the loops,
- * joins the threads and frees pc. Not from a loop of pc (-EDEADLK). -EBUSY
- * if a loop still held handles at the end (that loop is not freed). */
+ * (work in flight, timers) until it is no longer alive, and runs every
+ * hand-off the loops post meanwhile on its target loop's thread, also one
+ * that lands after that loop's stop function (see lull_percore_stopping);
+ * then joins the threads and frees the loops and pc. Other threads must
+ * have made their last post to the loops before this call. Not from a loop
+ * of pc (-EDEADLK). -EBUSY if a loop still held handles at the end (that
+ * loop is not freed). */
 LULL_EXTERN int lull_percore_stop(lull_percore *pc);
 
 #ifdef __cplusplus

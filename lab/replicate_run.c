@@ -541,10 +541,12 @@ int rep_run_once(const params *p, const log_store *log, int mode, int replicas,
     }
     if (rc == 0) rc = lull_loop_run(r->loop, LULL_RUN_DEFAULT);
     if (rc < 0 && r->loop) {
-        /* Could not start: close what is open so the threads end. */
+        /* Could not start: close what is open so the threads end, and
+         * run the close callbacks (later turns) so the loop can be freed. */
         lull_server_close(&r->srv);
         for (int i = 0; i < r->accepted; i++)
             lull_endpoint_close(&r->conns[i].s.ep, 0);
+        lull_loop_settle(r->loop);
     }
     for (int i = 0; i < started; i++)
         pthread_join(reps[i].thread, NULL);

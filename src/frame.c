@@ -24,15 +24,17 @@
 #include "loopback.h"
 
 void lull__endpoint_init(lull_endpoint *ep, const lull_frame_ops *ops,
-                         size_t max_frame, size_t high_water) {
-    ep->ops = ops;
+                         size_t max_frame, size_t high_water,
+                         size_t max_queued) {
+    ep->ops = ops; /* `data` is the user's: left as it was */
     ep->on_frame = NULL;
     ep->on_drain = NULL;
     ep->on_close = NULL;
     ep->queued = 0;
     ep->max_frame = max_frame ? max_frame : LULL_FRAME_MAX_DEFAULT;
     ep->high_water = high_water ? high_water : LULL_HIGH_WATER_DEFAULT;
-    ep->flags = 0;
+    ep->max_queued = max_queued ? max_queued : LULL_MAX_QUEUED_NONE;
+    ep->flags = max_queued ? LULL__EP_BOUNDED : 0;
 }
 
 void lull_endpoint_set_callbacks(lull_endpoint *ep, lull_frame_fn on_frame,
@@ -53,15 +55,6 @@ static int check_send(const lull_endpoint *ep, const void *bytes, size_t len) {
     return 0;
 }
 
-/* Why lull_endpoint_send refused, in the documented order of the checks. */
-__attribute__((noinline)) static int send_refused(const lull_endpoint *ep,
-                                                  const lull_frame *frame) {
-    if (!frame) return -EINVAL;
-    int rc = check_send(ep, frame->bytes, frame->len);
-    if (rc < 0) return rc;
-    return -EBUSY; /* in flight */
-}
-
 /* An accepted frame is in flight, unlinked, and counted as queued until
  * the transport releases it. */
 static inline void accept_frame(lull_endpoint *ep, lull_frame *frame) {
@@ -70,23 +63,51 @@ static inline void accept_frame(lull_endpoint *ep, lull_frame *frame) {
     ep->queued += frame->len;
 }
 
+/* The frame would take the queue past max_queued: refused, and the
+ * endpoint closes with -ENOBUFS in a later turn, as Redis disconnects a
+ * client past its output limit, so a producer that ignores
+ * lull_endpoint_writable loses its connection, not its memory, and the
+ * owner hears why. Sends are refused from here on. */
+static int over_max_queued(lull_endpoint *ep) {
+    ep->flags |= LULL__EP_PEER_GONE;
+    ep->ops->fail(ep, -ENOBUFS);
+    return -ENOBUFS;
+}
+
 /* lull_endpoint_send through the transport's ops: any transport but the
  * loopback. */
 __attribute__((noinline)) static int send_by_ops(lull_endpoint *ep,
                                                  lull_frame *frame) {
-    if (!ep->ops) return send_refused(ep, frame); /* never set up */
+    if (!ep->ops) return -EINVAL; /* never set up */
     accept_frame(ep, frame);
     ep->ops->send(ep, frame);
     return 0;
 }
 
+/* The send the fast path did not take: a refusal, in the documented order
+ * of the checks, or an endpoint with a max_queued bound (LULL__EP_BOUNDED),
+ * whose sends all come here so that the unbounded ones pay nothing for the
+ * bound. */
+__attribute__((noinline)) static int send_checked(lull_endpoint *ep,
+                                                  lull_frame *frame) {
+    if (!frame) return -EINVAL;
+    int rc = check_send(ep, frame->bytes, frame->len);
+    if (rc < 0) return rc;
+    if (frame->in_flight) return -EBUSY;
+    if (frame->len > ep->max_queued - ep->queued) return over_max_queued(ep);
+    return send_by_ops(ep, frame);
+}
+
 int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame) {
-    /* One test for every refusal, so a send costs a few compares. */
-    if (__builtin_expect(!ep || !frame || (ep->flags & LULL__EP_NO_SEND) ||
-                             frame->in_flight || frame->len > ep->max_frame ||
-                             (!frame->bytes && frame->len),
-                         0))
-        return send_refused(ep, frame);
+    /* One test for every refusal and for a bounded endpoint, so a send
+     * costs a few compares. */
+    if (__builtin_expect(
+            !ep || !frame ||
+                (ep->flags & (LULL__EP_NO_SEND | LULL__EP_BOUNDED)) ||
+                frame->in_flight || frame->len > ep->max_frame ||
+                (!frame->bytes && frame->len),
+            0))
+        return send_checked(ep, frame);
     /* The loopback's hand-over inline, not through an indirect call: its
      * round trip is what the bare turn is measured against. */
     if (LULL_UNLIKELY(ep->ops != &lull__loopback_task_ops))
@@ -109,6 +130,8 @@ static void release_copy(lull_frame *frame) {
 int lull_endpoint_send_copy(lull_endpoint *ep, const void *bytes, size_t len) {
     int rc = check_send(ep, bytes, len);
     if (rc < 0) return rc;
+    /* queued never exceeds max_queued: the subtraction cannot wrap. */
+    if (len > ep->max_queued - ep->queued) return over_max_queued(ep);
     /* max_frame may be lifted to SIZE_MAX: the block's size must not wrap. */
     if (len > SIZE_MAX - sizeof(copied)) return -ENOMEM;
     copied *c = malloc(sizeof *c + len);

@@ -7,14 +7,33 @@
 
 #include "internal.h"
 
+/* What a transport implements. lull_endpoint_send and lull_endpoint_close
+ * check the arguments and the state, and count the bytes, before calling
+ * these; so queueing cannot fail (the frame is its own queue link), and a
+ * transport reports later trouble through the close callback. */
+typedef struct lull__frame_ops {
+    void (*send)(lull_endpoint *ep, lull_frame *frame); /* queue it */
+    void (*close)(lull_endpoint *ep, int reason);
+    /* Called inside lull_endpoint_send, where no callback may run: the
+     * endpoint must close with `reason` in a later turn (its close callback
+     * getting `reason`, the peer told as of any close). Sends are refused
+     * already (LULL__EP_PEER_GONE). */
+    void (*fail)(lull_endpoint *ep, int reason);
+} lull_frame_ops;
+
 /* lull_endpoint.flags */
 #define LULL__EP_CLOSED    0x1u /* closed here, or the peer's close delivered */
 #define LULL__EP_PEER_GONE 0x2u /* the peer closed: sends fail with -EPIPE */
+#define LULL__EP_BOUNDED                                                       \
+    0x4u /* max_queued is set: sends take the checked                          \
+            path (frame.c), so unbounded ones pay                              \
+            nothing for the bound */
 
-/* Sets up the shared half of an endpoint: no callbacks, nothing queued.
- * Zero limits take the defaults. */
+/* Sets up the shared half of an endpoint: no callbacks, nothing queued,
+ * `data` left as it was. Zero limits take the defaults (max_queued: none). */
 void lull__endpoint_init(lull_endpoint *ep, const lull_frame_ops *ops,
-                         size_t max_frame, size_t high_water);
+                         size_t max_frame, size_t high_water,
+                         size_t max_queued);
 
 /* Runs the drain callback of an endpoint whose queue just crossed below
  * the high-water mark, if it is still open (lull__endpoint_sent). */

@@ -79,6 +79,20 @@ typedef struct lull__io_slot {
     uint32_t next_free; /* free list: next free slot + 1, 0 = end */
 } lull__io_slot;
 
+/* A loop's signal handles (src/signal.c): one signalfd, open while a
+ * handle is started. */
+typedef struct lull__signals {
+    lull_io io;        /* the signalfd; set up while `watched` is not 0 */
+    lull_signal *head; /* started handles, in start order */
+    lull_signal *tail;
+    lull_signal *next; /* a delivery's next handle (a stop moves it on) */
+    uint64_t watched;  /* bit n - 1: a started handle watches signal n */
+    uint64_t blocked;  /* bit n - 1: lull blocked signal n in `thread` */
+    pthread_t thread;  /* the thread lull blocked them in */
+    uint64_t seq;      /* start order, for delivery snapshots */
+    uint32_t refs;     /* started handles that keep the loop alive */
+} lull__signals;
+
 typedef struct lull__name {
     lull_any_fn fn;
     const char *name;
@@ -194,6 +208,9 @@ struct lull_loop {
     uint64_t audit_start; /* real ns the audit window began */
     bool audit_remote;    /* the next remote drain caused a wakeup */
     bool audit_timer;     /* the next expiry caused a wakeup */
+
+    /* Signals (src/signal.c). */
+    lull__signals signals;
 
     /* Names for callbacks (lull_loop_name). */
     lull__name *names;

@@ -16,20 +16,34 @@
  * its reason to the peer, which gets it after the frames already in its
  * inbox.
  *
+ * One free path: on_close runs once per end, whoever closed, as its last
+ * callback. The closing end gets its own in a later turn, once the frames
+ * it sent are back with their owners: at once if the peer's inbox is
+ * empty, else the peer hands the turn over when that inbox empties for good
+ * (its close notice delivered, or its own close: release_closer), so an
+ * owner may free frames embedded in the end's struct in its close callback.
+ * A close of an end whose peer's close notice is still queued to it drops
+ * the notice with the inbox: its close callback gets its own reason.
+ *
  * Invariants: an end with a non-empty inbox or a pending close has its
- * delivery turn claimed, except while that turn runs; a frame in an inbox is
- * in flight and counted in its sender's `queued`; `peer` is mutual and
- * cleared on both ends by the first close, so a closed end is never touched
- * again and may be reused or freed as soon as lull_endpoint_close returns,
- * inside a delivery to it too (closed_flag tells the delivery).
+ * delivery turn claimed, except while that turn runs and except a closed
+ * end whose close callback waits for its peer's inbox (the peer's
+ * `closer`); a frame in an inbox is in flight and counted in its sender's
+ * `queued`; `peer` is mutual and cleared on both ends by the first close,
+ * so a closed end is touched again only by its own close turn and its
+ * peer's release_closer: it may be reused or freed in its close callback,
+ * or as soon as lull_endpoint_close returns when it has none, inside a
+ * delivery to it too (closed_flag tells the delivery).
  *
  * The send half of an end that delivers by task lives in src/loopback.h,
  * so that lull_endpoint_send inlines it; it leans on the first invariant: an
  * open end's inbox alone says whether its turn is claimed.
  *
  * The five rows (BRIEF 1A):
- *   Trigger                 a send to this end, or the peer's close
- *   Source of truth         the inbox and close_pending
+ *   Trigger                 a send to this end, the peer's close, or
+ *                           this end's own close (its close callback, once
+ *                           the peer's inbox is empty)
+ *   Source of truth         the inbox, close_pending and the peer's closer
  *   Pending-work predicate  inbox non-empty or close_pending
  *   Next deadline or retry  none; timer delivery waits delay_ns per frame
  *   Quiet condition         inbox empty and no close pending: no task
@@ -65,12 +79,42 @@ static inline void claim_turn(lull_loopback *lb, bool timer) {
     lull__post(lb->loop, &lb->task);
 }
 
-/* The turn that finds no frame: the peer's close, once the frames before
- * it were delivered. Rare, so kept out of the frame path. */
+/* Releases a detached list of frames: touches only the frames. */
+static void release_list(lull_frame *f) {
+    while (f) {
+        lull_frame *next = f->next;
+        lull__frame_release(f);
+        f = next;
+    }
+}
+
+/* This end's inbox is empty for good: the closed peer whose close callback
+ * waited for its frames to be delivered or dropped gets its close turn. */
+static void release_closer(lull_loopback *lb) {
+    lull_loopback *closer = lb->closer;
+    if (!closer) return;
+    lb->closer = NULL;
+    claim_turn(closer, false);
+}
+
+/* The turn that finds no frame: the close, once the frames before it were
+ * delivered (the peer's close), or once the frames this end sent were (its
+ * own). Rare, so kept out of the frame path. */
 __attribute__((noinline)) static void deliver_close(lull_loopback *lb) {
     if (!lb->close_pending) return;
     lb->close_pending = false;
     lb->ep.flags |= LULL__EP_CLOSED;
+    release_closer(lb); /* its frames are all delivered now */
+    if (LULL_UNLIKELY(lb->failing)) {
+        /* A send past max_queued closed it: the frames it had not
+         * delivered go back to their owners here, in a turn. A release
+         * callback may close this end (a no-op now) but not free it: its
+         * close callback, below, is still owed. */
+        lb->failing = false;
+        lull_frame *undelivered = lb->discard;
+        lb->discard = NULL;
+        release_list(undelivered);
+    }
     if (lb->ep.on_close) lb->ep.on_close(&lb->ep, lb->reason);
 }
 
@@ -138,39 +182,78 @@ static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
     claim_turn(lull__loopback_append(end_of(ep), frame, &was_empty), true);
 }
 
-static void loopback_close(lull_endpoint *ep, int reason) {
-    lull_loopback *a = end_of(ep);
+/* Closes a's half of the pair without running any callback: detaches the
+ * pair (the peer is told `reason` after the frames a sent), owes a's close
+ * turn, and returns a's undelivered frames (its inbox, and a failing end's
+ * discard) for the caller to release. The close turn is owed when a has a
+ * close callback, or when `turn` asks for one (a failing end, whose frames
+ * wait for it). */
+static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
     if (a->closed_flag) *a->closed_flag = true; /* a delivery to a runs */
     a->closed_flag = NULL;
     lull_task_cancel(&a->task);
     lull_timer_stop(&a->timer);
     a->close_pending = false;
+    a->failing = false;
     lull_frame *inbox = a->head;
-    a->head = a->tail = NULL;
+    if (inbox) {
+        a->tail->next = a->discard;
+    } else {
+        inbox = a->discard;
+    }
+    a->head = a->tail = a->discard = NULL;
     lull_loopback *b = a->peer;
     a->peer = NULL;
     if (b) {
-        /* b's frames to a are in a's inbox, released below: b owes no
-         * drain and can send nothing more. */
+        /* b's frames to a are in a's inbox, released by the caller: b owes
+         * no drain and can send nothing more. */
         b->peer = NULL;
         lull__endpoint_peer_gone(&b->ep);
         b->close_pending = true;
         b->reason = reason;
         claim_turn(b, b->deliver == LULL_DELIVER_TIMER);
     }
-    /* Last: a release callback may do anything, this end is consistent. */
-    while (inbox) {
-        lull_frame *next = inbox->next;
-        lull__frame_release(inbox);
-        inbox = next;
+    /* One free path: this end's own close callback runs too, in a later
+     * turn (its task: the inbox is empty, so the delivery finds the close
+     * at once, whichever delivery the pair uses), and only once the frames
+     * it sent are back with their owners, so that the owner may free them
+     * there: while b still holds some, b hands the turn over when it has
+     * delivered them (release_closer). An end with no close callback is
+     * the caller's again as soon as lull_endpoint_close returns. */
+    if (a->ep.on_close || turn) {
+        a->close_pending = true;
+        a->reason = reason;
+        if (b && b->head) {
+            b->closer = a;
+        } else {
+            claim_turn(a, false);
+        }
     }
+    /* A closed peer waiting for this inbox: the caller releases it. */
+    release_closer(a);
+    return inbox;
+}
+
+static void loopback_close(lull_endpoint *ep, int reason) {
+    /* Last: a release callback may do anything, this end is consistent. */
+    release_list(close_end(end_of(ep), reason, false));
+}
+
+/* A send past max_queued, inside lull_endpoint_send: the end closes now in
+ * every way but the callbacks, which its close turn runs: the release of
+ * its undelivered frames, then its close callback with `reason`. */
+static void loopback_fail(lull_endpoint *ep, int reason) {
+    lull_loopback *a = end_of(ep);
+    lull_frame *undelivered = close_end(a, reason, true);
+    a->discard = undelivered;
+    a->failing = true;
 }
 
 const lull_frame_ops lull__loopback_task_ops = {loopback_send_task,
-                                                loopback_close};
-static const lull_frame_ops loopback_timer_ops = {loopback_send_timer,
-                                                  loopback_close};
+                                                loopback_close, loopback_fail};
+static const lull_frame_ops loopback_timer_ops = {
+    loopback_send_timer, loopback_close, loopback_fail};
 
 static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                      const lull_loopback_options *o) {
@@ -178,7 +261,7 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                         o->deliver == LULL_DELIVER_TIMER
                             ? &loopback_timer_ops
                             : &lull__loopback_task_ops,
-                        o->max_frame, o->high_water);
+                        o->max_frame, o->high_water, o->max_queued);
     lull_task_init(&lb->task, deliver_task);
     lull_timer_init(loop, &lb->timer, deliver_timer);
     lb->loop = loop;
@@ -188,6 +271,9 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
     lb->deliver = o->deliver;
     lb->reason = 0;
     lb->close_pending = false;
+    lb->failing = false;
+    lb->closer = NULL;
+    lb->discard = NULL;
     lb->delivered = 0;
     lb->turns = 0;
     lb->closed_flag = NULL;
@@ -207,6 +293,8 @@ int lull_loopback_pair(lull_loop *loop, lull_loopback *a, lull_loopback *b,
 }
 
 bool lull_loopback_pending(const lull_loopback *lb) {
-    return lb &&
-           (lull_task_pending(&lb->task) || lull_timer_active(&lb->timer));
+    /* close_pending without a turn: a closed end whose close callback
+     * waits for its frames in the peer's inbox (the peer's `closer`). */
+    return lb && (lull_task_pending(&lb->task) ||
+                  lull_timer_active(&lb->timer) || lb->close_pending);
 }

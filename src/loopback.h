@@ -6,7 +6,7 @@
 #ifndef LULL_LOOPBACK_H
 #define LULL_LOOPBACK_H
 
-#include "internal.h"
+#include "frame.h"
 
 /* The ops of a loopback end that delivers by task (the default; an end
  * that delivers by timer has ops of its own): lull_endpoint_send compares

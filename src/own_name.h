@@ -19,7 +19,7 @@
  * modules that declare them). */
 typedef struct lull__own_name {
     lull_any_fn fn;    /* the callback of lull's own */
-    const char *name;  /* "lull_stream socket" */
+    const char *name;  /* "lull_stream fd" */
     const char *owner; /* the struct the handle lives in: "lull_stream" */
     size_t offset;     /* the handle's offset in it */
 } lull__own_name;

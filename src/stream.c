@@ -1,5 +1,6 @@
-/* Socket streams (C6): the frame interface over a connected socket, and the
- * listening side. Address parsing lives in src/tcp.c and src/unix.c.
+/* Streams (C6): the frame interface over a connected socket, a pipe (or a
+ * pair of pipes, one each way) or another byte-stream fd, and the listening
+ * side. Address parsing lives in src/tcp.c and src/unix.c.
  *
  * Owns: a stream's write queue (the caller's lull_frame structs, linked
  * through frame->next: no allocation per write), its read buffer and frame
@@ -13,6 +14,21 @@
  * never buffers much more than high_water. A short write means the socket
  * is full: the stream waits for writability (BLOCKED) and sends only queue
  * until then. sendmsg carries MSG_NOSIGNAL: no SIGPIPE, ever.
+ *
+ * Other fds (lull_stream_open on a pipe, FIFO or character device;
+ * lull_stream_open_pair). The same queue, flush points, bound and drain;
+ * only the calls at the bottom differ (in_read, out_write): read and writev
+ * where the fd is not a socket. A pipe has no MSG_NOSIGNAL, so a pipe write
+ * runs with SIGPIPE blocked in the loop's thread and takes back the SIGPIPE
+ * it raised (pipe_writev): a gone reader is -EPIPE, a close reason, whatever
+ * the process's disposition of SIGPIPE, which lull never changes. An fd
+ * opened for reading only refuses sends (as after lull_stream_shutdown) and
+ * closes at EOF; one opened for writing only never reads, and, when it is a
+ * pipe, watches for its reader's close while nothing is queued (the kernel
+ * reports EPOLLERR on the write end: WATCH_HUP), so a stream to a child that
+ * died closes with -EPIPE without waiting for the next send. A pair reads
+ * one fd (io) and writes the other (wio); lull_stream_shutdown closes the
+ * write fd, which is how a pipe's reader learns of the end.
  *
  * Whose code runs where. Nothing of the user's runs inside lull_endpoint_send:
  * frames written there wait on the done list for the next flush point to be
@@ -28,13 +44,23 @@
  * Invariants: a frame is on exactly one of queue and done list from the send
  * that accepted it to its release; ep.queued is the payload bytes on the
  * queue (written frames are off it); BLOCKED implies writable interest;
- * a closed stream holds no fd, no frame, no buffer, no armed task or timer.
+ * a closed stream holds no fd, no frame, no buffer, no armed timer, and no
+ * queued task but the one that runs its close callback (S_CLOSE_CB).
+ *
+ * One free path: the close callback runs exactly once per stream that was
+ * set up, whoever closed it, as its last callback and after every frame
+ * the stream held was released (so the owner may free them with it): at
+ * once for a failure, the peer's EOF or a failed connect (a callback
+ * context, close_now), in a later turn for lull_endpoint_close (S_CLOSE_CB).
+ * A stream without one is not touched after its close.
  *
  * The five rows (BRIEF 1A), for a stream:
  *   Trigger                 a send (flush point), socket readiness, a
- *                           resume with buffered frames, a timeout
- *   Source of truth         the write queue; the socket
- *   Pending-work predicate  queue non-empty, or frames buffered and reading
+ *                           resume with buffered frames, a timeout, a
+ *                           close by lull_endpoint_close (its callback)
+ *   Source of truth         the write queue; the socket; the state bits
+ *   Pending-work predicate  queue non-empty, or frames buffered and reading,
+ *                           or a close callback owed
  *   Next deadline or retry  none, but the configured connect/idle timeout
  *                           (one timer; the idle one is re-armed lazily, at
  *                           most once per timeout, not per read)
@@ -49,8 +75,10 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -97,6 +125,14 @@
 #define S_DELIVER    0x400u  /* event task: deliver buffered frames */
 #define S_CONNECT_CB 0x800u  /* event task: the connect result in `error` */
 #define S_FAIL       0x1000u /* event task: close with reason `error` */
+#define S_CLOSE_CB   0x2000u /* closed; event task: on_close(`error`) */
+/* What the fds are (lull_stream_open, lull_stream_open_pair). A socket from
+ * connect or accept has S_SOCK | S_OUT_SOCK. */
+#define S_SOCK      0x10000u  /* the read fd is a socket: recv */
+#define S_OUT_SOCK  0x20000u  /* the write fd is a socket: sendmsg */
+#define S_OUT_FIFO  0x40000u  /* the write fd is a pipe: pipe_writev */
+#define S_PAIR      0x80000u  /* writes go to wio, a second fd */
+#define S_WATCH_HUP 0x100000u /* write-only pipe: watch for EPOLLERR */
 
 /* Sends are refused (frame.c answers -EPIPE, lull_endpoint_writable is false)
  * once the write side is shut or failed: the bit frame.c uses for a gone peer.
@@ -170,6 +206,13 @@ static void append(lull_frame **head, lull_frame **tail, lull_frame *f) {
 
 /* ------------------------------------------------------------ teardown */
 
+/* A pair's write fd: stopped and closed (its reader sees EOF). */
+static void close_wio(lull_stream *s) {
+    lull_io_stop(&s->wio);
+    if (s->wio.fd >= 0) close(s->wio.fd);
+    s->wio.fd = -1;
+}
+
 /* Closes the stream's kernel side and detaches everything it holds;
  * returns its frames (written ones first), for the caller to release once
  * it is done with the stream. Safe from any state. */
@@ -177,6 +220,7 @@ static lull_frame *teardown(lull_stream *s) {
     lull_io_stop(&s->io);
     if (s->io.fd >= 0) close(s->io.fd);
     s->io.fd = -1;
+    if (s->state & S_PAIR) close_wio(s);
     lull_task_cancel(&s->flush);
     lull_task_cancel(&s->event);
     lull_timer_stop(&s->timer);
@@ -197,14 +241,44 @@ static lull_frame *teardown(lull_stream *s) {
     return list;
 }
 
+/* A close the transport made (a failure, the peer's EOF, a failed
+ * connect), in a callback context: teardown, then `told` (the connect
+ * callback of a failed connect), then every frame back to its owner (the
+ * extra list `written` first: frames a flush took off the queue), then the
+ * close callback, the last. So an owner may free in its close callback
+ * whatever it embedded, frames included. Until then the struct is the
+ * library's: a guard tells whether a callback before it set the stream up
+ * again all the same (then it is another stream, whose close callback is
+ * not ours to call; debug builds say so). Without a close callback the
+ * stream is not touched after teardown. */
+static void close_now(lull_stream *s, int reason, lull_frame *written,
+                      lull_connect_fn told) {
+    bool owed = s->ep.on_close != NULL;
+    lull_frame *list = teardown(s);
+    if (!owed) {
+        if (told) told(s, reason);
+        release_list(written);
+        release_list(list);
+        return;
+    }
+    lull__stream_guard g;
+    guard_enter(&s->guard, &g);
+    if (told) told(s, reason);
+    release_list(written);
+    release_list(list);
+    bool same = s->guard == &g; /* a new setup zeroes the guard */
+    LULL_ASSERT(same, "lull: a stream set up again before its close callback "
+                      "ran: reuse it in on_close");
+    if (!same) return;
+    s->guard = g.outer;
+    if (s->ep.on_close) s->ep.on_close(&s->ep, reason);
+}
+
 /* The transport failed (or the peer ended it): the stream closes and its
  * close callback, the last, gets reason. A callback context. */
 static void fail_now(lull_stream *s, int reason) {
     if (s->ep.flags & LULL__EP_CLOSED) return;
-    lull_close_fn cb = s->ep.on_close;
-    lull_frame *list = teardown(s);
-    if (cb) cb(&s->ep, reason);
-    release_list(list); /* the stream may be gone: frames only */
+    close_now(s, reason, NULL, NULL);
 }
 
 /* A failure found where no callback may run (inside lull_endpoint_send): refuse
@@ -221,19 +295,32 @@ static void fail_later(lull_stream *s, int reason) {
 /* ------------------------------------------------------------- writing */
 
 /* The interest the kernel should hold for s. */
+static void set_interest(lull_stream *s, lull_io *io, int want) {
+    if (want == io->events) return;
+    if (!want) {
+        lull_io_stop(io);
+        return;
+    }
+    int rc = lull_io_start(io, want);
+    if (rc < 0) fail_later(s, rc);
+}
+
 static void update_io(lull_stream *s) {
     int want = 0;
     if (s->state & (S_CONNECTING | S_BLOCKED)) want |= LULL_WRITABLE;
     if ((s->state & (S_CONNECTED | S_READING | S_EOF)) ==
         (S_CONNECTED | S_READING))
         want |= LULL_READABLE;
-    if (want == s->io.events || (s->state & S_FAIL)) return;
-    if (!want) {
-        lull_io_stop(&s->io);
-        return;
+    if (s->state & S_FAIL) return;
+    if (s->state & S_PAIR) { /* reads on io, writes on wio */
+        set_interest(s, &s->wio, want & LULL_WRITABLE);
+        want &= ~LULL_WRITABLE;
+    } else if ((s->state & S_WATCH_HUP) && !(want & LULL_WRITABLE)) {
+        /* A write-only pipe end is never readable: this interest only
+         * hears the EPOLLERR of the reader's close. */
+        want |= LULL_READABLE;
     }
-    int rc = lull_io_start(&s->io, want);
-    if (rc < 0) fail_later(s, rc);
+    set_interest(s, &s->io, want);
 }
 
 /* Takes w written bytes off the queue; finished frames go to the done list
@@ -255,6 +342,50 @@ static void advance(lull_stream *s, size_t w, lull_frame **done,
         s->ep.queued = f->len < s->ep.queued ? s->ep.queued - f->len : 0;
         append(done, done_tail, f);
     }
+}
+
+/* A writev to a pipe, which raises SIGPIPE in this thread when the reader
+ * is gone: MSG_NOSIGNAL is for sockets only, and SIGPIPE's default action
+ * ends the process. lull leaves the process's disposition alone (it is the
+ * program's, and a handler may be installed after any check) and blocks
+ * SIGPIPE in this thread around the write instead; a SIGPIPE the write
+ * raised is then pending for this thread, and sigtimedwait takes it back
+ * before the old mask returns. One that was pending already (this thread
+ * blocked SIGPIPE itself, and one had come) is left alone: it is not ours.
+ * Two sigprocmask calls per writev, and a writev carries a whole batch. */
+static ssize_t pipe_writev(int fd, const struct iovec *iov, int n) {
+    sigset_t pipe_set, old;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    bool blocked = sigismember(&old, SIGPIPE);
+    bool pending_before = false;
+    if (blocked) {
+        sigset_t pending;
+        pending_before =
+            sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+    }
+    ssize_t w = writev(fd, iov, n);
+    int err = errno;
+    if (w < 0 && err == EPIPE && !pending_before) {
+        static const struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+        }
+    }
+    if (!blocked) pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = err;
+    return w;
+}
+
+/* One write of the queue's iovecs to the stream's write fd. */
+static ssize_t out_write(lull_stream *s, struct iovec *iov, int n) {
+    int fd = (s->state & S_PAIR) ? s->wio.fd : s->io.fd;
+    if (s->state & S_OUT_SOCK) {
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    if (s->state & S_OUT_FIFO) return pipe_writev(fd, iov, n);
+    return writev(fd, iov, n);
 }
 
 /* Writes what the kernel takes, IOV_CAP buffers per sendmsg, until the
@@ -292,8 +423,7 @@ static int write_out(lull_stream *s, lull_frame **done,
         }
         ssize_t w = 0;
         if (total > 0) {
-            struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-            w = sendmsg(s->io.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+            w = out_write(s, iov, n);
             s->writes++;
             if (w < 0) {
                 if (errno == EINTR) continue;
@@ -320,7 +450,13 @@ static int write_out(lull_stream *s, lull_frame **done,
 static void after_write(lull_stream *s) {
     if (!s->head && (s->state & S_SHUT_WANT) && !(s->state & S_SHUT_DONE)) {
         s->state |= S_SHUT_DONE;
-        shutdown(s->io.fd, SHUT_WR); /* a failure shows on the read side */
+        if (s->state & S_PAIR) {
+            close_wio(s); /* the reader's EOF */
+        } else if (s->state & S_OUT_SOCK) {
+            shutdown(s->io.fd, SHUT_WR); /* a failure shows on the read side */
+        }
+        /* A single fd of another kind cannot be half-closed: written out,
+         * it is done; a write-only one closes below (S_EOF). */
         /* Both ways done (on_end kept it open): nothing more can happen. */
         if (s->state & S_EOF) fail_later(s, 0);
     }
@@ -348,8 +484,7 @@ static bool flush_now(lull_stream *s) {
     if ((s->state & (S_CONNECTED | S_BLOCKED | S_FAIL)) == S_CONNECTED) {
         int err = write_out(s, &done, &done_tail);
         if (err) {
-            fail_now(s, err);
-            release_list(done);
+            close_now(s, err, done, NULL); /* open here: S_CONNECTED */
             return false;
         }
         after_write(s);
@@ -393,11 +528,25 @@ static void stream_close(lull_endpoint *ep, int reason) {
     if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head)
         (void)write_out(s, &done, &done_tail);
     lull_frame *list = teardown(s);
+    /* One free path: the close callback runs for this close too, in a later
+     * turn, so the owner frees in one place whoever closed. Without one, the
+     * struct is the caller's again when this returns. */
+    if (s->ep.on_close) {
+        s->state = S_CLOSE_CB;
+        s->error = reason;
+        lull_task_post(s->loop, &s->event);
+    }
     release_list(done);
     release_list(list);
 }
 
-static const lull_frame_ops stream_ops = {stream_send, stream_close};
+/* A send past max_queued (src/frame.c): close in a later turn. */
+static void stream_fail(lull_endpoint *ep, int reason) {
+    fail_later(stream_of(ep), reason);
+}
+
+static const lull_frame_ops stream_ops = {stream_send, stream_close,
+                                          stream_fail};
 
 /* ------------------------------------------------------------- reading */
 
@@ -475,7 +624,8 @@ static void read_some(lull_stream *s) {
         room = s->rcap - s->rend;
         if (room == 0) return; /* paused on whole frames: nothing to add */
     }
-    ssize_t n = recv(s->io.fd, at, room, 0);
+    ssize_t n = (s->state & S_SOCK) ? recv(s->io.fd, at, room, 0)
+                                    : read(s->io.fd, at, room);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
         fail_now(s, -errno);
@@ -508,13 +658,13 @@ static void arm_idle(lull_stream *s) {
     lull_timer_start(&s->timer, s->idle_ns, 0);
 }
 
-/* The connect finished with err (0: connected). */
+/* The connect finished with err (0: connected). A failed one is a close:
+ * the connect callback hears of it, then the close callback, the last, as
+ * for any other close, so that the owner frees (or retries) in one place. */
 static void connect_done(lull_stream *s, int err) {
     lull_connect_fn cb = s->on_connect;
     if (err) {
-        lull_frame *list = teardown(s);
-        if (cb) cb(s, err);
-        release_list(list);
+        close_now(s, err, NULL, cb);
         return;
     }
     lull_timer_stop(&s->timer);
@@ -528,6 +678,11 @@ static void connect_done(lull_stream *s, int err) {
 
 static void event_task(lull_task *t) {
     lull_stream *s = LULL_CONTAINER_OF(t, lull_stream, event);
+    if (s->state & S_CLOSE_CB) { /* closed: the last callback */
+        s->state = 0;
+        if (s->ep.on_close) s->ep.on_close(&s->ep, s->error);
+        return;
+    }
     if (s->state & S_CONNECT_CB) {
         s->state &= ~S_CONNECT_CB;
         int err = s->error;
@@ -577,6 +732,10 @@ static void on_io(lull_io *io, int events) {
         s->state &= ~S_BLOCKED;
         if (!flush_now(s)) return;
     }
+    if ((s->state & S_WATCH_HUP) && (events & (LULL_ERROR | LULL_HANGUP))) {
+        fail_now(s, -EPIPE); /* the pipe's reader is gone */
+        return;
+    }
     if ((events & (LULL_READABLE | LULL_HANGUP | LULL_ERROR)) &&
         (s->state & S_READING) && !(s->state & S_EOF)) {
         /* Frames buffered before a pause come before anything read now (the
@@ -590,7 +749,18 @@ static void on_io(lull_io *io, int events) {
         read_some(s);
     }
 }
-LULL__OWN_NAME(on_io, "lull_stream socket", lull_stream, io);
+LULL__OWN_NAME(on_io, "lull_stream fd", lull_stream, io);
+
+/* A pair's write fd became writable (or its reader went: the write says). */
+static void on_wio(lull_io *io, int events) {
+    lull_stream *s = LULL_CONTAINER_OF(io, lull_stream, wio);
+    if ((events & (LULL_WRITABLE | LULL_ERROR | LULL_HANGUP)) &&
+        (s->state & S_BLOCKED)) {
+        s->state &= ~S_BLOCKED;
+        flush_now(s);
+    }
+}
+LULL__OWN_NAME(on_wio, "lull_stream write fd", lull_stream, wio);
 
 /* --------------------------------------------------------------- setup */
 
@@ -598,8 +768,11 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
                  const lull_stream_options *opts, bool tcp) {
     static const lull_stream_options defaults;
     const lull_stream_options *o = opts ? opts : &defaults;
+    void *data = s->ep.data; /* the user's, kept */
     memset(s, 0, sizeof *s);
-    lull__endpoint_init(&s->ep, &stream_ops, o->max_frame, o->high_water);
+    s->ep.data = data;
+    lull__endpoint_init(&s->ep, &stream_ops, o->max_frame, o->high_water,
+                        o->max_queued);
     lull_io_init(loop, &s->io, fd, on_io);
     lull_task_init(&s->flush, flush_task);
     lull_task_init(&s->event, event_task);
@@ -622,7 +795,7 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
         return -ENOMEM;
     }
     s->rcap = size;
-    s->state = S_OWN_BUF | S_READING | (tcp ? S_TCP : 0);
+    s->state = S_OWN_BUF | S_READING | S_SOCK | S_OUT_SOCK | (tcp ? S_TCP : 0);
     if (tcp && !(o->flags & LULL_STREAM_NAGLE)) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -638,21 +811,75 @@ static bool options_ok(const lull_stream_options *o) {
 static int start_connected(lull_stream *s) {
     s->state |= S_CONNECTED;
     arm_idle(s);
-    int rc = lull_io_start(&s->io, LULL_READABLE);
+    int rc = 0;
+    /* A write-only fd has nothing to read (S_EOF from the start); a pipe's
+     * write end still watches for its reader's close. */
+    if (!(s->state & S_EOF) || (s->state & S_WATCH_HUP))
+        rc = lull_io_start(&s->io, LULL_READABLE);
     if (rc < 0) release_list(teardown(s));
     return rc;
 }
 
-static int family_of(int fd, bool *tcp) {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof ss;
-    int type = 0;
-    socklen_t tlen = sizeof type;
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0) return -errno;
-    if (type != SOCK_STREAM) return -EINVAL;
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0) return -errno;
-    *tcp = ss.ss_family == AF_INET || ss.ss_family == AF_INET6;
+/* The fd kinds a stream takes (fd_kind's result). */
+#define FD_READ  0x1 /* opened for reading */
+#define FD_WRITE 0x2 /* opened for writing */
+#define FD_SOCK  0x4 /* a connected stream socket */
+#define FD_TCP   0x8 /* ... over IPv4 or IPv6 */
+#define FD_FIFO  0x10
+
+/* What fd is: a stream socket, or a pipe, FIFO or character device (a
+ * tty), whichever ways it was opened; -EINVAL for anything else (a
+ * datagram socket, a regular file, an eventfd) or a number that is not an
+ * open fd. */
+static int fd_kind(int fd, int *kind) {
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) return -EINVAL;
+    if (S_ISSOCK(st.st_mode)) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        int type = 0;
+        socklen_t tlen = sizeof type;
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0)
+            return -errno;
+        if (type != SOCK_STREAM) return -EINVAL;
+        if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0) return -errno;
+        *kind = FD_READ | FD_WRITE | FD_SOCK;
+        if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)
+            *kind |= FD_TCP;
+        return 0;
+    }
+    if (!S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode)) return -EINVAL;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0) return -EINVAL;
+    int acc = fl & O_ACCMODE;
+    *kind = (S_ISFIFO(st.st_mode) ? FD_FIFO : 0) |
+            (acc != O_WRONLY ? FD_READ : 0) | (acc != O_RDONLY ? FD_WRITE : 0);
     return 0;
+}
+
+static int set_nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+    return 0;
+}
+
+/* The state bits of a stream whose reads come from an fd of kind `in` and
+ * whose writes go to one of kind `out` (the same fd unless a pair). A side
+ * the fd cannot do starts done: no writes is a write side already shut, no
+ * reads an EOF already read. */
+static void apply_kinds(lull_stream *s, int in, int out) {
+    s->state &= ~(S_SOCK | S_OUT_SOCK);
+    if (in & FD_SOCK) s->state |= S_SOCK;
+    if (out & FD_SOCK) s->state |= S_OUT_SOCK;
+    if (out & FD_FIFO) s->state |= S_OUT_FIFO;
+    if (!(out & FD_WRITE)) {
+        s->state |= S_SHUT_DONE;
+        s->ep.flags |= EP_NO_SEND;
+    }
+    if (!(in & FD_READ)) {
+        s->state |= S_EOF;
+        if (out & FD_FIFO) s->state |= S_WATCH_HUP;
+    }
 }
 
 int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
@@ -662,17 +889,37 @@ int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
         return -EINVAL;
     }
     LULL_ASSERT_LOOP_THREAD(loop);
-    bool tcp = false;
-    int rc = family_of(fd, &tcp);
-    if (rc == 0) {
-        int fl = fcntl(fd, F_GETFL);
-        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) rc = -errno;
-    }
-    if (rc == 0) rc = setup(loop, s, fd, opts, tcp);
+    int kind = 0;
+    int rc = fd_kind(fd, &kind);
+    if (rc == 0) rc = set_nonblock(fd);
+    if (rc == 0) rc = setup(loop, s, fd, opts, kind & FD_TCP);
     if (rc < 0) {
         close(fd);
         return rc;
     }
+    apply_kinds(s, kind, kind);
+    return start_connected(s);
+}
+
+int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd, int wfd,
+                          const lull_stream_options *opts) {
+    if (rfd >= 0 && rfd == wfd) return lull_stream_open(loop, s, rfd, opts);
+    int in = 0, out = 0, rc = -EINVAL;
+    if (loop && s && options_ok(opts) && fd_kind(rfd, &in) == 0 &&
+        fd_kind(wfd, &out) == 0 && (in & FD_READ) && (out & FD_WRITE))
+        rc = 0;
+    if (rc == 0) LULL_ASSERT_LOOP_THREAD(loop);
+    if (rc == 0) rc = set_nonblock(rfd);
+    if (rc == 0) rc = set_nonblock(wfd);
+    if (rc == 0) rc = setup(loop, s, rfd, opts, false);
+    if (rc < 0) { /* setup leaves nothing open on failure */
+        if (rfd >= 0) close(rfd);
+        if (wfd >= 0) close(wfd);
+        return rc;
+    }
+    lull_io_init(loop, &s->wio, wfd, on_wio); /* cannot fail: checked */
+    s->state |= S_PAIR;
+    apply_kinds(s, in, out);
     return start_connected(s);
 }
 

@@ -4,6 +4,7 @@
  * everywhere, so these take either sign; glibc's strerrordesc_np and
  * strerrorname_np give static strings (strerror may format an unknown
  * value into a static buffer, which is neither thread-safe nor stable). */
+#include <limits.h>
 #include <string.h>
 
 #include "internal.h"
@@ -20,8 +21,11 @@ const char *lull_version_string(void) {
         LULL_VERSION_PATCH);
 }
 
+/* -INT_MIN does not fit in an int (undefined behaviour): it is no errno,
+ * so any value that names none will do. */
 static int positive(int err) {
-    return err < 0 ? -err : err; /* INT_MIN stays negative: unknown */
+    if (err == INT_MIN) return INT_MAX;
+    return err < 0 ? -err : err;
 }
 
 const char *lull_strerror(int err) {

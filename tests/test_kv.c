@@ -31,6 +31,8 @@ typedef struct feed {
     const char *err; /* NULL while no protocol error */
     char buf[8192];  /* the connection's input buffer */
     size_t len;
+    size_t need;   /* parse again once len reaches it (resp_parse_need) */
+    size_t parses; /* resp_parse_need calls */
 } feed;
 
 static const resp_limits limits = {.max_bulk = 1000, .max_args = MAX_ARGS};
@@ -42,12 +44,16 @@ static void logs(feed *f, const char *p, size_t n) {
     f->log[f->log_len] = 0;
 }
 
-/* Appends a chunk and takes every complete command off the front. */
+/* Appends a chunk and takes every complete command off the front; as the
+ * server does, it parses again only once the buffer holds the bytes the
+ * parser said it needs, so a hint that was too high shows as a command
+ * missing from the log. */
 static void feed_chunk(feed *f, const char *p, size_t n) {
     if (f->err) return; /* the connection is closing: input is ignored */
     CHECK(f->len + n <= sizeof f->buf);
     memcpy(f->buf + f->len, p, n);
     f->len += n;
+    if (f->len < f->need) return;
     size_t off = 0;
     for (;;) {
         resp_arg argv[MAX_ARGS];
@@ -58,8 +64,12 @@ static void feed_chunk(feed *f, const char *p, size_t n) {
         size_t left = f->len - off;
         char *copy = malloc(left ? left : 1);
         memcpy(copy, f->buf + off, left);
-        long r = resp_parse(&limits, copy, left, argv, &argc, &err);
+        size_t need = 0;
+        long r = resp_parse_need(&limits, copy, left, argv, &argc, &err, &need);
+        f->parses++;
         if (r == RESP_INCOMPLETE) {
+            CHECK(need > left);
+            f->need = need;
             free(copy);
             break;
         }
@@ -161,6 +171,34 @@ TEST(resp_longest_bulk) {
     CHECK(g.err != NULL);
 }
 
+TEST(resp_large_argument_parsed_in_linear_time) {
+    /* A SET of a 900-byte value fed a byte at a time: with the parser's
+     * hint the buffer is parsed a few times (the headers, then once the
+     * value is in), not once per byte; and the hint names the end of the
+     * value as soon as its header is read. */
+    static char in[1000];
+    int n = snprintf(in, sizeof in, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$900\r\n");
+    size_t head = (size_t)n;
+    memset(in + head, 'v', 900);
+    memcpy(in + head + 900, "\r\n", 2);
+    size_t total = head + 902;
+    feed f = {0};
+    for (size_t i = 0; i < total; i++)
+        feed_chunk(&f, in + i, 1);
+    CHECK(f.err == NULL);
+    CHECK_EQ(f.log_len, 3 + 1 + 1 + 1 + 900 + 1); /* SET|k|v...; */
+    CHECK(f.parses <= head + 2);
+    resp_arg argv[MAX_ARGS];
+    size_t argc, need = 0;
+    const char *err = NULL;
+    CHECK_EQ(resp_parse_need(&limits, in, head, argv, &argc, &err, &need),
+             RESP_INCOMPLETE);
+    CHECK_EQ(need, total);
+    CHECK_EQ(resp_parse_need(&limits, in, total - 1, argv, &argc, &err, &need),
+             RESP_INCOMPLETE);
+    CHECK_EQ(need, total);
+}
+
 TEST(resp_malformed) {
     static const struct {
         const char *in;
@@ -229,7 +267,7 @@ TEST(store_keys) {
         int vn = snprintf(v, sizeof v, "value:%d", i * 7);
         CHECK_EQ(store_set(&st, k, (size_t)kn, v, (size_t)vn), 0);
     }
-    CHECK_EQ(st.count, 10000);
+    CHECK_EQ(store_count(&st), 10000);
     /* Overwrite half, delete a third, read all back. */
     for (int i = 0; i < 10000; i += 2) {
         int kn = snprintf(k, sizeof k, "key:%d", i);
@@ -242,7 +280,7 @@ TEST(store_keys) {
         CHECK_EQ(store_del(&st, k, (size_t)kn), 0);
         deleted++;
     }
-    CHECK_EQ(st.count, 10000 - deleted);
+    CHECK_EQ(store_count(&st), 10000 - deleted);
     for (int i = 0; i < 10000; i++) {
         int kn = snprintf(k, sizeof k, "key:%d", i);
         size_t vlen = 99;
@@ -265,10 +303,10 @@ TEST(store_keys) {
     CHECK(store_get(&st, "a\0b", 3, &vlen) != NULL);
     CHECK(store_get(&st, "", 0, &vlen) != NULL);
     store_clear(&st);
-    CHECK_EQ(st.count, 0);
+    CHECK_EQ(store_count(&st), 0);
     CHECK(store_get(&st, "key:1", 5, &vlen) == NULL);
     CHECK_EQ(store_set(&st, "k", 1, "v", 1), 0);
-    CHECK_EQ(st.count, 1);
+    CHECK_EQ(store_count(&st), 1);
     store_free(&st);
 }
 
@@ -283,7 +321,7 @@ static const char *exec_words(kv *k, buf *out, const char *line) {
     for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
         argv[argc++] = (resp_arg){w, strlen(w)};
     out->len = 0;
-    kv_exec(k, argv, argc, out);
+    kv_exec(k, NULL, argv, argc, out);
     buf_put(out, "", 1); /* NUL: the reply as a string */
     return out->p;
 }
@@ -297,7 +335,7 @@ static void kv_setup(kv *k, bool replica) {
 
 static bool same_keys(const store *a, const store *b, const char *const *keys,
                       size_t n) {
-    if (a->count != b->count) return false;
+    if (store_count(a) != store_count(b)) return false;
     for (size_t i = 0; i < n; i++) {
         size_t la, lb;
         const char *va = store_get(a, keys[i], strlen(keys[i]), &la);
@@ -406,12 +444,14 @@ TEST(repl_replica_equals_primary) {
         kv r;
         kv_setup(&r, true);
         const char *err = NULL;
-        long a = kv_apply_stream(&r, &lim, argv, bytes, cut, &err);
+        size_t need;
+        long a = kv_apply_stream(&r, &lim, argv, bytes, cut, &err, &need);
+        CHECK(need >= 1 && (size_t)a + need > cut);
         CHECK(a >= 0 && (size_t)a <= cut);
         CHECK_U64_EQ(r.offset, (uint64_t)a);
         /* the rest of the first piece, then the second */
-        long b =
-            kv_apply_stream(&r, &lim, argv, bytes + a, n - (size_t)a, &err);
+        long b = kv_apply_stream(&r, &lim, argv, bytes + a, n - (size_t)a, &err,
+                                 &need);
         CHECK_EQ((size_t)a + (size_t)b, n);
         CHECK_U64_EQ(r.offset, p.log.end);
         CHECK(same_keys(&p.db, &r.db, keys, sizeof keys / sizeof keys[0]));
@@ -442,12 +482,13 @@ TEST(repl_malformed_stream) {
     };
     resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
     resp_arg argv[MAX_ARGS];
+    size_t need;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kv r;
         kv_setup(&r, true);
         const char *err = NULL;
-        long got =
-            kv_apply_stream(&r, &lim, argv, cases[i].in, cases[i].n, &err);
+        long got = kv_apply_stream(&r, &lim, argv, cases[i].in, cases[i].n,
+                                   &err, &need);
         if (got != -EPROTO || !err || r.offset != cases[i].good)
             check_fail(__FILE__, __LINE__, "case %zu: %ld, offset %llu", i, got,
                        (unsigned long long)r.offset);
@@ -465,7 +506,7 @@ TEST(replica_is_read_only) {
         CHECK(strcmp(exec_words(&r, &out, writes[i]),
                      "-READONLY You can't write against a read only "
                      "replica.\r\n") == 0);
-    CHECK_EQ(r.db.count, 0);
+    CHECK_EQ(store_count(&r.db), 0);
     CHECK_EQ(r.log.nrec, 0);
     /* Reads are answered, from what the primary's log put there. */
     CHECK_EQ(store_set(&r.db, "a", 1, "1", 1), 0);
@@ -528,7 +569,8 @@ TEST(info_replication_fields) {
     info = exec_words(&p, &out, "INFO");
     CHECK(strcmp(info_field(info, "connected_clients", v, sizeof v), "3") == 0);
     CHECK(info_field(info, "role", v, sizeof v) != NULL);
-    CHECK(strcmp(exec_words(&p, &out, "INFO keyspace"), "$0\r\n\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "INFO nosuchsection"), "$0\r\n\r\n") ==
+          0);
 
     kv r;
     kv_setup(&r, true);
@@ -603,4 +645,771 @@ TEST(incr_integers_as_redis_reads_them) {
     CHECK_EQ(p.log.nrec, 4); /* three SETs and the INCR that ran */
     buf_free(&out);
     kv_free(&p);
+}
+
+/* -------------------------------------------------------------- expiry */
+
+#include <lull.h>
+
+#include "../examples/kv/expiry.h"
+
+#define MS 1000000ull /* ns */
+
+/* A primary (or replica) on a virtual-clock loop, its clock at 10^12 ms
+ * (a time of day in 2001) when the loop's clock reads 0. */
+typedef struct vkv {
+    lull_loop *loop;
+    kv k;
+    kv_expiry x;
+    buf out;
+} vkv;
+
+static void vkv_open(vkv *v, lull_loop *loop, bool replica) {
+    memset(v, 0, sizeof *v);
+    v->loop = loop;
+    kv_setup(&v->k, replica);
+    kv_expiry_init(&v->x, loop, &v->k, 1000000000000ll);
+}
+
+/* Runs a command as the server does: then the timer follows. */
+static const char *vexec(vkv *v, const char *line) {
+    const char *r = exec_words(&v->k, &v->out, line);
+    if (v->k.expiry_changed) kv_expiry_rearm(&v->x);
+    return r;
+}
+
+static void vkv_close(vkv *v) {
+    kv_expiry_stop(&v->x);
+    buf_free(&v->out);
+    kv_free(&v->k);
+}
+
+static lull_loop *virtual_loop(void) {
+    lull_loop *loop;
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    return loop;
+}
+
+/* The last record of a primary's log, NUL-terminated in a static buffer. */
+static const char *last_record(const kv *k) {
+    static char rec[256];
+    CHECK(k->log.nrec > 0);
+    uint64_t at = k->log.starts[k->log.nrec - 1];
+    const repl_chunk *c = &k->log.chunks[k->log.nchunks - 1];
+    size_t len = (size_t)(k->log.end - at);
+    CHECK(at >= c->start && len < sizeof rec);
+    memcpy(rec, c->p + (at - c->start), len);
+    rec[len] = 0;
+    return rec;
+}
+
+TEST(expiry_never_early_never_late) {
+    /* A key set with PX 100 is there, with its time left, until the
+     * clock reads 100 ms later, and gone from then on: deleted by the
+     * timer at that instant with no command touching it, and the DEL
+     * logged for the replicas. */
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    CHECK(strcmp(vexec(&v, "SET a 1 PX 100"), "+OK\r\n") == 0);
+    CHECK(strstr(last_record(&v.k), "PXAT\r\n$13\r\n1000000000100\r\n"));
+    CHECK(lull_timer_active(&v.x.timer));
+    CHECK(strcmp(vexec(&v, "PTTL a"), ":100\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "TTL a"), ":0\r\n") == 0); /* (100 + 500) / 1000 */
+    lull_loop_advance(loop, 99 * MS + 999999);
+    CHECK_EQ(v.x.fired, 0);
+    CHECK(strcmp(vexec(&v, "GET a"), "$1\r\n1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL a"), ":1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXISTS a"), ":1\r\n") == 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(v.x.fired, 1);
+    CHECK_EQ(store_count(&v.k.db), 0);
+    CHECK(strcmp(last_record(&v.k), "*2\r\n$3\r\nDEL\r\n$1\r\na\r\n") == 0);
+    CHECK(!lull_timer_active(&v.x.timer));
+    CHECK(strcmp(vexec(&v, "GET a"), "$-1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "TTL a"), ":-2\r\n") == 0);
+
+    /* A command that reaches an expired key before the timer runs (the
+     * loop busy elsewhere) finds it gone too, and deletes it itself. */
+    vexec(&v, "SET b 1 PX 5");
+    lull_timer_stop(&v.x.timer); /* as if the timer were late */
+    lull_loop_advance(loop, 5 * MS);
+    size_t nrec = v.k.log.nrec;
+    CHECK(strcmp(vexec(&v, "GET b"), "$-1\r\n") == 0);
+    CHECK_EQ(v.k.log.nrec, nrec + 1); /* the DEL */
+    CHECK_EQ(store_count(&v.k.db), 0);
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(expiry_commands) {
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    vexec(&v, "SET k v");
+    CHECK(strcmp(vexec(&v, "TTL k"), ":-1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXPIRE k 10"), ":1\r\n") == 0);
+    CHECK(strcmp(last_record(&v.k),
+                 "*3\r\n$9\r\nPEXPIREAT\r\n$1\r\nk\r\n$13\r\n1000000010000"
+                 "\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "TTL k"), ":10\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXPIRE k 20 NX"), ":0\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXPIRE k 5 GT"), ":0\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXPIRE k 5 LT"), ":1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PEXPIRE k 3000 XX"), ":1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":3000\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PERSIST k"), ":1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PERSIST k"), ":0\r\n") == 0);
+    CHECK(!lull_timer_active(&v.x.timer));
+    CHECK(strcmp(vexec(&v, "EXPIREAT k 1000000001"), ":1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":1000\r\n") == 0);
+    /* SET without KEEPTTL drops the expiry; with it, keeps it. */
+    CHECK(strcmp(vexec(&v, "SET k w KEEPTTL"), "+OK\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":1000\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "SET k w"), "+OK\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":-1\r\n") == 0);
+    /* NX, XX, GET; EX and EXAT. */
+    CHECK(strcmp(vexec(&v, "SET k x NX"), "$-1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "SET n x XX"), "$-1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "SET k x XX GET"), "$1\r\nw\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "SET k y EX 2"), "+OK\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":2000\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "SET k y EXAT 1000000003"), "+OK\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL k"), ":3000\r\n") == 0);
+    /* A time already past deletes the key, and logs a DEL. */
+    CHECK(strcmp(vexec(&v, "EXPIRE k -1"), ":1\r\n") == 0);
+    CHECK(strcmp(last_record(&v.k), "*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "EXISTS k"), ":0\r\n") == 0);
+    /* Redis' errors, word for word (redis-server 7.0). */
+    static const char *const errors[][2] = {
+        {"SET k v EX 0", "-ERR invalid expire time in 'set' command\r\n"},
+        {"SET k v PX -5", "-ERR invalid expire time in 'set' command\r\n"},
+        {"SET k v EX x", "-ERR value is not an integer or out of range\r\n"},
+        {"SET k v NX XX", "-ERR syntax error\r\n"},
+        {"SET k v EX 1 PX 1", "-ERR syntax error\r\n"},
+        {"SET k v KEEPTTL EX 1", "-ERR syntax error\r\n"},
+        {"SET k v EX", "-ERR syntax error\r\n"},
+        {"SET k", "-ERR wrong number of arguments for 'set' command\r\n"},
+        {"EXPIRE k 10 NX XX", "-ERR NX and XX, GT or LT options at the same "
+                              "time are not compatible\r\n"},
+        {"EXPIRE k 10 GT LT",
+         "-ERR GT and LT options at the same time are not compatible\r\n"},
+        {"EXPIRE k 10 FOO", "-ERR Unsupported option FOO\r\n"},
+        {"EXPIRE k 99999999999999999",
+         "-ERR invalid expire time in 'expire' command\r\n"},
+        {"TTL", "-ERR wrong number of arguments for 'ttl' command\r\n"},
+    };
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+        const char *got = vexec(&v, errors[i][0]);
+        if (strcmp(got, errors[i][1]) != 0)
+            check_fail(__FILE__, __LINE__, "%s: %s", errors[i][0], got);
+    }
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(expiry_far_keys_arm_one_timer) {
+    /* 10,000 keys that expire in a day and more: one timer, armed for the
+     * earliest, and nothing runs for a day; then every key goes at its
+     * own millisecond, in a few timer runs. Removing the earliest key's
+     * expiry moves the timer to the next. */
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    enum { N = 10000 };
+    char line[64];
+    for (int i = 0; i < N; i++) {
+        snprintf(line, sizeof line, "SET key:%d v PX %d", i,
+                 86400000 + (N - i));
+        vexec(&v, line);
+    }
+    CHECK_EQ(v.k.db.nheap, N);
+    CHECK_U64_EQ(lull_timer_deadline(&v.x.timer), (86400000ull + 1) * MS);
+    vexec(&v, "PERSIST key:9999");
+    CHECK_U64_EQ(lull_timer_deadline(&v.x.timer), (86400000ull + 2) * MS);
+    lull_loop_advance(loop, 86400000 * MS);
+    CHECK_EQ(v.x.fired, 0);
+    CHECK_EQ(store_count(&v.k.db), N);
+    lull_loop_advance(loop, 2 * MS);
+    CHECK_EQ(v.x.fired, 1);
+    CHECK_EQ(store_count(&v.k.db), N - 1); /* key:9998; 9999 persists */
+    lull_loop_advance(loop, (uint64_t)N * MS);
+    CHECK_EQ(store_count(&v.k.db), 1);
+    CHECK_EQ(v.k.db.nheap, 0);
+    if (v.x.fired > N - 1) /* each run expires a key at least */
+        check_fail(__FILE__, __LINE__, "fired %llu",
+                   (unsigned long long)v.x.fired);
+    CHECK(!lull_timer_active(&v.x.timer));
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(expiry_replicates_as_redis) {
+    /* A replica applies the primary's absolute times; it hides a key
+     * whose time has come but never deletes it on its own (no timer of
+     * its own): the primary's DEL does. */
+    lull_loop *loop = virtual_loop();
+    vkv p, r;
+    vkv_open(&p, loop, false);
+    vkv_open(&r, loop, true);
+    vexec(&p, "SET a 1 EX 10");
+    vexec(&p, "SET b 2");
+    vexec(&p, "PEXPIRE b 20000");
+    vexec(&p, "SET c 3 PX 30000");
+    vexec(&p, "PERSIST c");
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    const char *err = NULL;
+    size_t need;
+    CHECK_EQ(kv_apply_stream(&r.k, &lim, argv, p.k.log.chunks[0].p,
+                             (size_t)p.k.log.end, &err, &need),
+             (long)p.k.log.end);
+    if (r.k.expiry_changed) kv_expiry_rearm(&r.x);
+    CHECK(!lull_timer_active(&r.x.timer));
+    CHECK(strcmp(vexec(&r, "PTTL a"), ":10000\r\n") == 0);
+    CHECK(strcmp(vexec(&r, "PTTL b"), ":20000\r\n") == 0);
+    CHECK(strcmp(vexec(&r, "PTTL c"), ":-1\r\n") == 0);
+    /* The primary's timer is stopped (busy elsewhere): its DEL has not
+     * come; the replica hides the key from its clients and keeps it. */
+    lull_timer_stop(&p.x.timer);
+    lull_loop_advance(loop, 10000 * MS);
+    CHECK(strcmp(vexec(&r, "GET a"), "$-1\r\n") == 0);
+    CHECK(strcmp(vexec(&r, "EXISTS a"), ":0\r\n") == 0);
+    CHECK(strcmp(vexec(&r, "TTL a"), ":-2\r\n") == 0);
+    CHECK_EQ(store_count(&r.k.db), 3);
+    /* The primary expires it and logs the DEL; the replica applies it. */
+    uint64_t from = p.k.log.end;
+    kv_expiry_rearm(&p.x);
+    lull_loop_settle(loop);
+    CHECK_EQ(store_count(&p.k.db), 2);
+    CHECK(p.k.log.end > from);
+    CHECK_EQ(
+        kv_apply_stream(&r.k, &lim, argv,
+                        p.k.log.chunks[0].p + (from - p.k.log.chunks[0].start),
+                        (size_t)(p.k.log.end - from), &err, &need),
+        (long)(p.k.log.end - from));
+    CHECK_EQ(store_count(&r.k.db), 2);
+    CHECK_U64_EQ(r.k.offset, p.k.log.end);
+    vkv_close(&r);
+    vkv_close(&p);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------ types, MULTI, pub/sub */
+
+#include "../examples/kv/cmd_int.h"
+#include "../examples/kv/types.h"
+
+/* Runs a request given as words on k for client cl (may be NULL). */
+static const char *exec_cl(kv *k, kv_client *cl, buf *out, const char *line) {
+    static char copy[4096];
+    resp_arg argv[MAX_ARGS];
+    size_t argc = 0;
+    snprintf(copy, sizeof copy, "%s", line);
+    for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
+        argv[argc++] = (resp_arg){w, strlen(w)};
+    out->len = 0;
+    kv_exec(k, cl, argv, argc, out);
+    buf_put(out, "", 1);
+    out->len--;
+    return out->p;
+}
+
+/* Every key of k, in key order, with its type, value (sets and hashes
+ * sorted) and expiry: two keyspaces are equal when their dumps are. */
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void dump_keyspace(kv *k, buf *d) {
+    d->len = 0;
+    size_t n = store_count(&k->db), i = 0;
+    char **keys = malloc((n + 1) * sizeof *keys);
+    for (size_t b = 0; b < k->db.d.nbuckets; b++)
+        for (dict_entry *e = k->db.d.buckets[b]; e; e = e->next) {
+            keys[i] = malloc(e->klen + 1);
+            memcpy(keys[i], dict_key(&k->db.d, e), e->klen);
+            keys[i][e->klen] = 0;
+            i++;
+        }
+    qsort(keys, n, sizeof *keys, cmp_str);
+    char line[512];
+    for (i = 0; i < n; i++) {
+        dict_entry *e = store_find(&k->db, keys[i], strlen(keys[i]));
+        kobj *o = store_obj(e);
+        snprintf(line, sizeof line, "%s type=%d expire=%lld: ", keys[i],
+                 o->type, (long long)o->expire);
+        buf_str(d, line);
+        char **items = NULL;
+        size_t m = 0;
+        if (o->type == KV_STRING) {
+            buf_put(d, o->val, o->len);
+        } else if (o->type == KV_LIST) {
+            kv_list *l = o->val;
+            for (size_t j = 0; j < l->n; j++) {
+                buf_put(d, list_at(l, j)->p, list_at(l, j)->len);
+                buf_str(d, ",");
+            }
+        } else if (o->type == KV_ZSET) {
+            kv_zset *z = o->val;
+            for (znode *x = z->head->lv[0].fwd; x; x = x->lv[0].fwd) {
+                size_t len;
+                const char *name = znode_name(z, x, &len);
+                buf_put(d, name, len);
+                snprintf(line, sizeof line, "=%.17g,", x->score);
+                buf_str(d, line);
+            }
+        } else {
+            dict *sd = o->type == KV_SET ? &((kv_set *)o->val)->d
+                                         : &((kv_hash *)o->val)->d;
+            items = malloc(sd->count * sizeof *items);
+            for (size_t b = 0; b < sd->nbuckets; b++)
+                for (dict_entry *f = sd->buckets[b]; f; f = f->next) {
+                    kv_elem *v = o->type == KV_HASH ? hash_value(f) : NULL;
+                    items[m] = calloc(1, f->klen + (v ? v->len : 0) + 2);
+                    memcpy(items[m], dict_key(sd, f), f->klen);
+                    if (v) {
+                        items[m][f->klen] = '=';
+                        memcpy(items[m] + f->klen + 1, v->p, v->len);
+                    }
+                    m++;
+                }
+            qsort(items, m, sizeof *items, cmp_str);
+            for (size_t j = 0; j < m; j++) {
+                buf_str(d, items[j]);
+                buf_str(d, ",");
+                free(items[j]);
+            }
+            free(items);
+        }
+        buf_str(d, "\n");
+        free(keys[i]);
+    }
+    free(keys);
+    buf_put(d, "", 1);
+}
+
+static const char *const type_script[] = {
+    "LPUSH l a b c",
+    "RPUSH l d e",
+    "LPOP l",
+    "RPOP l 2",
+    "LPUSHX nol x",
+    "RPUSHX l f",
+    "SADD s a b c d e f g",
+    "SREM s a zz",
+    "SPOP s",
+    "SPOP s 2",
+    "HSET h f1 v1 f2 v2",
+    "HSET h f1 w1",
+    "HDEL h f2 nof",
+    "HMSET h f3 v3",
+    "ZADD z 1 a 2 b 3 c",
+    "ZADD z INCR 5 a",
+    "ZADD z XX 0 b",
+    "ZADD z NX 9 b 4 d",
+    "ZADD z GT CH 1 c 10 d",
+    "ZINCRBY z -1.5 c",
+    "ZPOPMIN z",
+    "ZREM z nope d",
+    "MSET m1 1 m2 2",
+    "SETNX m1 x",
+    "SETNX m3 3",
+    "APPEND m1 23",
+    "APPEND m4 new",
+    "GETSET m2 two",
+    "INCRBY m3 10",
+    "DECRBY m3 4",
+    "DECR m3",
+    "SET t v EX 100",
+    "EXPIRE m1 50",
+    "LPOP nol 10",
+    "SADD e x",
+    "SPOP e",
+    "HSET hh a 1",
+    "HDEL hh a",
+    "ZADD zz 1 a",
+    "ZPOPMIN zz 5",
+    "DEL m4",
+    "SET big x",
+    "LPUSH big y",
+    "GET nokey",
+};
+
+TEST(types_replicate) {
+    /* A primary runs writes of every type (with some that change nothing
+     * and some that fail); a replica applying the log, cut at every byte,
+     * ends with the same keyspace, and the same offset. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    for (size_t i = 0; i < sizeof type_script / sizeof type_script[0]; i++)
+        exec_cl(&p, NULL, &out, type_script[i]);
+    CHECK(strcmp(exec_cl(&p, NULL, &out, "LPUSH big y"),
+                 "-WRONGTYPE Operation against a key holding the wrong kind "
+                 "of value\r\n") == 0);
+    buf dp = {0}, dr = {0};
+    dump_keyspace(&p, &dp);
+    CHECK(strstr(dp.p, "l type=1 expire=0: b,a,f,\n")); /* in order */
+    CHECK(strstr(dp.p, "z type=4 expire=0: c=1.5,a=6,\n"));
+    CHECK(strstr(dp.p, "h type=3 expire=0: f1=w1,f3=v3,\n"));
+    CHECK(!strstr(dp.p, "\ne type")); /* emptied keys are gone */
+    CHECK(!strstr(dp.p, "hh type") && !strstr(dp.p, "zz type"));
+    CHECK_EQ(p.log.nchunks, 1);
+    const char *bytes = p.log.chunks[0].p;
+    size_t n = (size_t)p.log.end;
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    for (size_t cut = 0; cut <= n; cut++) {
+        kv r;
+        kv_setup(&r, true);
+        const char *err = NULL;
+        size_t need;
+        long a = kv_apply_stream(&r, &lim, argv, bytes, cut, &err, &need);
+        CHECK(a >= 0);
+        long b = kv_apply_stream(&r, &lim, argv, bytes + a, n - (size_t)a, &err,
+                                 &need);
+        if (b < 0) check_fail(__FILE__, __LINE__, "cut %zu: %s", cut, err);
+        CHECK_U64_EQ(r.offset, p.log.end);
+        dump_keyspace(&r, &dr);
+        if (strcmp(dp.p, dr.p) != 0)
+            check_fail(__FILE__, __LINE__, "cut %zu:\n%s\nvs\n%s", cut, dp.p,
+                       dr.p);
+        kv_free(&r);
+    }
+    buf_free(&dp);
+    buf_free(&dr);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(types_replies_as_redis) {
+    /* Replies and errors word for word as redis-server 7.0 gives them. */
+    static const char *const cases[][2] = {
+        {"RPUSH l a b c", ":3\r\n"},
+        {"LRANGE l 0 -1", "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"},
+        {"LRANGE l -2 99", "*2\r\n$1\r\nb\r\n$1\r\nc\r\n"},
+        {"LRANGE l 5 9", "*0\r\n"},
+        {"LINDEX l -1", "$1\r\nc\r\n"},
+        {"LINDEX l 9", "$-1\r\n"},
+        {"LINDEX l x", "-ERR value is not an integer or out of range\r\n"},
+        {"LPOP l 0", "*0\r\n"},
+        {"LPOP l -1", "-ERR value is out of range, must be positive\r\n"},
+        {"LPOP nokey", "$-1\r\n"},
+        {"LPOP nokey 2", "*-1\r\n"},
+        {"LPOP l 1 2", "-ERR wrong number of arguments for 'lpop' command\r\n"},
+        {"LLEN l", ":3\r\n"},
+        {"LLEN nokey", ":0\r\n"},
+        {"SPOP nokey", "$-1\r\n"},
+        {"SPOP nokey 2", "*0\r\n"},
+        {"SADD s a", ":1\r\n"},
+        {"SPOP s -1", "-ERR value is out of range, must be positive\r\n"},
+        {"SPOP s 0", "*0\r\n"},
+        {"SISMEMBER s a", ":1\r\n"},
+        {"SCARD s", ":1\r\n"},
+        {"HSET h a", "-ERR wrong number of arguments for 'hset' command\r\n"},
+        {"HSET h a 1 b",
+         "-ERR wrong number of arguments for 'hset' command\r\n"},
+        {"HSET h a 1 b 2", ":2\r\n"},
+        {"HGET h a", "$1\r\n1\r\n"},
+        {"HMSET h c 3", "+OK\r\n"},
+        {"HLEN h", ":3\r\n"},
+        {"ZADD z 1.5 a", ":1\r\n"},
+        {"ZADD z 0.1 b", ":1\r\n"},
+        {"ZSCORE z b", "$19\r\n0.10000000000000001\r\n"},
+        {"ZADD z 3 c 1e300 d inf e", ":3\r\n"},
+        {"ZRANGE z 0 -1 WITHSCORES",
+         "*10\r\n$1\r\nb\r\n$19\r\n0.10000000000000001\r\n$1\r\na\r\n$3\r\n"
+         "1.5\r\n$1\r\nc\r\n$1\r\n3\r\n$1\r\nd\r\n$23\r\n1.0000000000000001e+"
+         "300\r\n$1\r\ne\r\n$3\r\ninf\r\n"},
+        {"ZADD z nan f", "-ERR value is not a valid float\r\n"},
+        {"ZADD z x f", "-ERR value is not a valid float\r\n"},
+        {"ZADD z 1", "-ERR wrong number of arguments for 'zadd' command\r\n"},
+        {"ZADD z 1 a 2", "-ERR syntax error\r\n"},
+        {"ZADD z INCR 1 a 2 b",
+         "-ERR INCR option supports a single increment-element pair\r\n"},
+        {"ZADD z NX XX 1 a",
+         "-ERR XX and NX options at the same time are not compatible\r\n"},
+        {"ZADD z GT LT 1 a", "-ERR GT, LT, and/or NX options at the same time "
+                             "are not compatible\r\n"},
+        {"ZINCRBY z 1 a", "$3\r\n2.5\r\n"},
+        {"ZPOPMIN z", "*2\r\n$1\r\nb\r\n$19\r\n0.10000000000000001\r\n"},
+        {"ZPOPMIN z -1", "-ERR value is out of range, must be positive\r\n"},
+        {"ZRANGE z 0 1 REV", "*2\r\n$1\r\ne\r\n$1\r\nd\r\n"},
+        {"ZCARD nokey", ":0\r\n"},
+        {"ZCARD z", ":4\r\n"},
+        {"MSET a", "-ERR wrong number of arguments for 'mset' command\r\n"},
+        {"MSET a 1 b", "-ERR wrong number of arguments for 'mset' command\r\n"},
+        {"MGET a b zz", "*3\r\n$-1\r\n$-1\r\n$-1\r\n"},
+        {"SETNX a 1", ":1\r\n"},
+        {"APPEND a xyz", ":4\r\n"},
+        {"STRLEN a", ":4\r\n"},
+        {"GETSET a new", "$4\r\n1xyz\r\n"},
+        {"GETSET h x", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"STRLEN h", "-WRONGTYPE Operation against a key holding the wrong "
+                     "kind of value\r\n"},
+        {"GET l", "-WRONGTYPE Operation against a key holding the wrong kind "
+                  "of value\r\n"},
+        {"INCR l", "-WRONGTYPE Operation against a key holding the wrong kind "
+                   "of value\r\n"},
+        {"LPUSH a x", "-WRONGTYPE Operation against a key holding the wrong "
+                      "kind of value\r\n"},
+        {"SADD h x", "-WRONGTYPE Operation against a key holding the wrong "
+                     "kind of value\r\n"},
+        {"HGET s x", "-WRONGTYPE Operation against a key holding the wrong "
+                     "kind of value\r\n"},
+        {"ZADD l 1 x", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"TYPE h", "+hash\r\n"},
+        {"TYPE z", "+zset\r\n"},
+        {"TYPE nokey", "+none\r\n"},
+        {"SCAN 0 COUNT x", "-ERR value is not an integer or out of range\r\n"},
+        {"SCAN x", "-ERR invalid cursor\r\n"},
+        {"SCAN 0 COUNT 0", "-ERR syntax error\r\n"},
+        {"SCAN 0 MATCH", "-ERR syntax error\r\n"},
+        {"KEYS", "-ERR wrong number of arguments for 'keys' command\r\n"},
+        {"NOSUCH a b", "-ERR unknown command 'NOSUCH', with args beginning "
+                       "with: 'a' 'b' \r\n"},
+        {"EXEC", "-ERR EXEC without MULTI\r\n"},
+        {"DISCARD", "-ERR DISCARD without MULTI\r\n"},
+    };
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = exec_cl(&p, &cl, &out, cases[i][0]);
+        if (strcmp(got, cases[i][1]) != 0)
+            check_fail(__FILE__, __LINE__, "%s: %s", cases[i][0], got);
+    }
+    kv_client_reset(&p, &cl);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(multi_exec_is_one_unit) {
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "MULTI"), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "MULTI"),
+                 "-ERR MULTI calls can not be nested\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "SET a 1"), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "INCR a"), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "GET a"), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "LPUSH a x"), "+QUEUED\r\n") == 0);
+    CHECK_EQ(store_count(&p.db), 0); /* nothing ran yet */
+    CHECK_EQ(p.log.nrec, 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "EXEC"),
+                 "*4\r\n+OK\r\n:2\r\n$1\r\n2\r\n-WRONGTYPE Operation against a "
+                 "key holding the wrong kind of value\r\n") == 0);
+    CHECK_EQ(p.log.nrec, 4); /* MULTI, SET, INCR, EXEC */
+    /* A refused command spoils the transaction; DISCARD drops it. */
+    exec_cl(&p, &cl, &out, "MULTI");
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "GET"),
+                 "-ERR wrong number of arguments for 'get' command\r\n") == 0);
+    exec_cl(&p, &cl, &out, "SET b 1");
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "EXEC"),
+                 "-EXECABORT Transaction discarded because of previous "
+                 "errors.\r\n") == 0);
+    exec_cl(&p, &cl, &out, "MULTI");
+    exec_cl(&p, &cl, &out, "SET b 1");
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "DISCARD"), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&p, &cl, &out, "EXISTS b"), ":0\r\n") == 0);
+    /* A transaction that writes nothing logs nothing. */
+    exec_cl(&p, &cl, &out, "MULTI");
+    exec_cl(&p, &cl, &out, "GET a");
+    exec_cl(&p, &cl, &out, "EXEC");
+    CHECK_EQ(p.log.nrec, 4);
+    /* A replica given the log cut inside the transaction applies none of
+     * it, and its offset stays before MULTI; with the rest, all of it. */
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    const char *bytes = p.log.chunks[0].p;
+    size_t n = (size_t)p.log.end;
+    for (size_t cut = 1; cut < n; cut++) {
+        kv r;
+        kv_setup(&r, true);
+        const char *err;
+        size_t need;
+        CHECK_EQ(kv_apply_stream(&r, &lim, argv, bytes, cut, &err, &need), 0);
+        CHECK(need > cut);
+        CHECK_EQ(store_count(&r.db), 0);
+        CHECK_EQ(kv_apply_stream(&r, &lim, argv, bytes, n, &err, &need),
+                 (long)n);
+        CHECK(strcmp(exec_words(&r, &out, "GET a"), "$1\r\n2\r\n") == 0);
+        kv_free(&r);
+    }
+    kv_client_reset(&p, &cl);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+static int woken;
+static void count_wake(kv_client *cl) {
+    (void)cl;
+    woken++;
+}
+
+TEST(pubsub_fan_out) {
+    kv k;
+    kv_setup(&k, false);
+    k.wake = count_wake;
+    buf o1 = {0}, o2 = {0}, o3 = {0}, tmp = {0};
+    kv_client a, b, c;
+    kv_client_init(&a, NULL, &o1);
+    kv_client_init(&b, NULL, &o2);
+    kv_client_init(&c, NULL, &o3);
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "SUBSCRIBE news"),
+                 "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &b, &o2, "PSUBSCRIBE n*"),
+                 "*3\r\n$10\r\npsubscribe\r\n$2\r\nn*\r\n:1\r\n") == 0);
+    exec_cl(&k, &b, &o2, "SUBSCRIBE news");
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "GET x"),
+                 "-ERR Can't execute 'get': only (P|S)SUBSCRIBE / "
+                 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                 "context\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "PING"),
+                 "*2\r\n$4\r\npong\r\n$0\r\n\r\n") == 0);
+    o1.len = o2.len = 0;
+    woken = 0;
+    CHECK(strcmp(exec_cl(&k, &c, &tmp, "PUBLISH news hi"), ":3\r\n") == 0);
+    CHECK_EQ(woken, 3);
+    buf_put(&o1, "", 1);
+    buf_put(&o2, "", 1);
+    CHECK(strcmp(o1.p, "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n") ==
+          0);
+    CHECK(strstr(o2.p, "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n"));
+    CHECK(strstr(o2.p, "*4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n"
+                       "$2\r\nhi\r\n"));
+    CHECK(strcmp(exec_cl(&k, &c, &tmp, "PUBLISH other x"), ":0\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "UNSUBSCRIBE"),
+                 "*3\r\n$11\r\nunsubscribe\r\n$4\r\nnews\r\n:0\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "UNSUBSCRIBE"),
+                 "*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &a, &o1, "GET x"), "$-1\r\n") == 0);
+    kv_client_reset(&k, &b); /* b goes: its subscriptions with it */
+    CHECK_EQ(k.channels.count, 0);
+    CHECK_EQ(k.patterns.count, 0);
+    CHECK(strcmp(exec_cl(&k, &c, &tmp, "PUBLISH news hi"), ":0\r\n") == 0);
+    CHECK_EQ(k.log.nrec, 0); /* messages are not logged */
+    kv_client_reset(&k, &a);
+    kv_client_reset(&k, &c);
+    buf_free(&o1);
+    buf_free(&o2);
+    buf_free(&o3);
+    buf_free(&tmp);
+    kv_free(&k);
+}
+
+TEST(zset_ranks_follow_a_model) {
+    /* Random ZADD, moves and deletes on a skip list, checked after each
+     * step against a sorted array: order, ranks (zset_at) and back
+     * links. */
+    kv_zset *z = zset_new();
+    enum { M = 200 };
+    double score[M];
+    bool in[M] = {0};
+    uint64_t x = 12345;
+    char name[16];
+    for (int step = 0; step < 5000; step++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int m = (int)((x >> 33) % M);
+        snprintf(name, sizeof name, "m%03d", m);
+        if ((x >> 20) % 4 == 0 && in[m]) {
+            zset_delete(z, dict_find(&z->d, name, strlen(name)));
+            in[m] = false;
+        } else {
+            score[m] = (double)((x >> 40) % 50);
+            CHECK(zset_set(z, name, strlen(name), score[m]) >= 0);
+            in[m] = true;
+        }
+        /* the model: members in (score, name) order */
+        int order[M], n = 0;
+        for (int i = 0; i < M; i++)
+            if (in[i]) order[n++] = i;
+        for (int i = 1; i < n; i++)
+            for (int j = i; j > 0; j--) {
+                int p = order[j - 1], q = order[j];
+                if (score[p] < score[q] || (score[p] == score[q] && p < q))
+                    break;
+                order[j - 1] = q;
+                order[j] = p;
+            }
+        CHECK_EQ(zset_len(z), n);
+        znode *prev = NULL;
+        for (int r = 0; r < n; r++) {
+            znode *nd = zset_at(z, (size_t)r);
+            size_t len;
+            const char *nm = znode_name(z, nd, &len);
+            snprintf(name, sizeof name, "m%03d", order[r]);
+            CHECK(len == strlen(name) && memcmp(nm, name, len) == 0);
+            CHECK(nd->score == score[order[r]]);
+            CHECK(nd->back == prev);
+            prev = nd;
+        }
+        CHECK(z->tail == prev);
+    }
+    zset_free(z);
+}
+
+TEST(large_value_kept_once_in_the_log) {
+    /* A primary keeps a large SET's value once, in its log. Overwriting
+     * it with another of the same length, APPEND and INCR never write
+     * into the log's copy: the log still replays to the same keys. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    size_t n = KV_SHARE_MIN + 10;
+    char *big = malloc(n), *big2 = malloc(n);
+    memset(big, 'a', n);
+    memset(big2, 'b', n);
+    resp_arg set[3] = {{"SET", 3}, {"k", 1}, {big, n}};
+    kv_exec(&p, NULL, set, 3, &out);
+    dict_entry *e = store_find(&p.db, "k", 1);
+    CHECK(e && store_obj(e)->shared);
+    const char *inlog = store_obj(e)->val;
+    CHECK(inlog >= p.log.chunks[p.log.nchunks - 1].p);
+    set[2].p = big2; /* the same length: not written in place */
+    out.len = 0;
+    kv_exec(&p, NULL, set, 3, &out);
+    CHECK(inlog[0] == 'a' && inlog[n - 1] == 'a');
+    e = store_find(&p.db, "k", 1);
+    CHECK(store_obj(e)->shared && ((char *)store_obj(e)->val)[0] == 'b');
+    resp_arg app[3] = {{"APPEND", 6}, {"k", 1}, {"zz", 2}};
+    out.len = 0;
+    kv_exec(&p, NULL, app, 3, &out);
+    e = store_find(&p.db, "k", 1);
+    CHECK(!store_obj(e)->shared && store_obj(e)->len == n + 2);
+    resp_arg small[3] = {{"SET", 3}, {"s", 1}, {"1", 1}};
+    kv_exec(&p, NULL, small, 3, &out);
+    CHECK(!store_obj(store_find(&p.db, "s", 1))->shared);
+    /* the log replays to the same keys */
+    kv r;
+    kv_setup(&r, true);
+    resp_limits lim = {.max_bulk = 2 * n, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    const char *err;
+    size_t need;
+    for (size_t c = 0; c < p.log.nchunks; c++)
+        CHECK_EQ(kv_apply_stream(&r, &lim, argv, p.log.chunks[c].p,
+                                 p.log.chunks[c].used, &err, &need),
+                 (long)p.log.chunks[c].used);
+    buf dp = {0}, dr = {0};
+    dump_keyspace(&p, &dp);
+    dump_keyspace(&r, &dr);
+    CHECK(strcmp(dp.p, dr.p) == 0);
+    CHECK(!store_obj(store_find(&r.db, "s", 1))->shared); /* replica: own */
+    kv_free(&r);
+    kv_free(&p);
+    buf_free(&dp);
+    buf_free(&dr);
+    buf_free(&out);
+    free(big);
+    free(big2);
 }

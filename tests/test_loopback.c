@@ -53,7 +53,12 @@ typedef struct side {
     int trace_base; /* frame id + this goes to the trace */
     bool quiet;     /* ... unless set: long runs stay out of the trace */
     void (*also)(struct side *s, int id); /* runs inside the frame callback */
+    void (*at_close)(struct side *s);     /* ... inside the close callback */
 } side;
+
+/* Set around lull_endpoint_close calls (close_checked): no close callback
+ * may run inside one. */
+static bool g_in_close_call;
 
 static side *side_of(lull_endpoint *ep) {
     return LULL_CONTAINER_OF(ep, side, lb.ep);
@@ -74,11 +79,23 @@ static void on_drain(lull_endpoint *ep) {
     side_of(ep)->drains++;
 }
 
+/* Every case checks the one free path here: an end's close callback runs
+ * once (pair_with zeroes the count), never inside lull_endpoint_close. */
 static void on_close(lull_endpoint *ep, int reason) {
     side *s = side_of(ep);
+    CHECK(!g_in_close_call);
+    CHECK_EQ(s->closes, 0);
     s->closes++;
     s->reason = reason;
     check_trace(s->trace_base + 999);
+    if (s->at_close) s->at_close(s);
+}
+
+static void close_checked(side *s, int reason) {
+    bool outer = g_in_close_call;
+    g_in_close_call = true;
+    CHECK_EQ(lull_endpoint_close(&s->lb.ep, reason), 0);
+    g_in_close_call = outer;
 }
 
 static void pair_with(lull_loop *loop, side *a, side *b,
@@ -115,9 +132,17 @@ static void owned_init(owned *o, int id) {
     o->frame.release = owned_release;
 }
 
+/* Closes both ends and runs their close turns: each end's close callback
+ * runs once, whoever closed first (one free path), so the loop frees. */
 static void close_both(side *a, side *b) {
-    CHECK_EQ(lull_endpoint_close(&a->lb.ep, 0), 0);
-    CHECK_EQ(lull_endpoint_close(&b->lb.ep, 0), 0);
+    int ca = a->closes, cb = b->closes;
+    close_checked(a, 0);
+    close_checked(b, 0);
+    CHECK_EQ(a->closes, ca); /* never inside the call */
+    CHECK_EQ(b->closes, cb);
+    run_ready(the_loop);
+    CHECK_EQ(a->closes, ca + (ca == 0));
+    CHECK_EQ(b->closes, cb + (cb == 0));
 }
 
 /* --------------------------------------------------------- turn contract */
@@ -266,9 +291,16 @@ TEST(pending_zero_delay_turn_visible_to_settle) {
         CHECK_EQ(lull_loop_settle(loop), 0);
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
         CHECK(lull_loopback_pending(&b.lb));
-        CHECK_EQ(lull_loop_settle(loop), 1); /* b is told a closed */
+        CHECK(lull_loopback_pending(&a.lb)); /* its own close turn */
+        CHECK_EQ(a.closes, 0);               /* never inside the call */
+        /* b is told a closed; a gets its own close callback. */
+        CHECK_EQ(lull_loop_settle(loop), 2);
         CHECK_EQ(b.closes, 1);
+        CHECK_EQ(a.closes, 1);
+        CHECK_U64_EQ(lull_loop_now(loop), t0);
         CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
+        CHECK_EQ(lull_loop_settle(loop), 0); /* b was told already */
+        CHECK_EQ(b.closes, 1);
         CHECK_EQ(lull_loop_free(loop), 0);
     }
 }
@@ -312,7 +344,7 @@ TEST(delayed_turn_carried_by_timer_alone) {
 
 /* Cancel stops a turn: a cancelled task, a stopped timer, and a receiver
  * closed before its delivery turn (its frames come back to their owners
- * undelivered). */
+ * undelivered, and the turn it then has is its close callback's). */
 TEST(cancel_stops_the_turn) {
     FOR_EACH_CLOCK(clk) {
         lull_loop *loop = new_loop(clk);
@@ -334,7 +366,9 @@ TEST(cancel_stops_the_turn) {
             CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
         }
         CHECK_EQ(lull_endpoint_close(&b.lb.ep, 4), 0);
-        CHECK(!lull_loopback_pending(&b.lb));
+        CHECK(lull_loopback_pending(&b.lb)); /* its close turn */
+        CHECK(!b.lb.head);
+        CHECK_EQ(b.closes, 0);
         for (int i = 0; i < 3; i++) {
             CHECK_EQ(f[i].releases, 1);
             CHECK(!f[i].frame.in_flight);
@@ -342,9 +376,13 @@ TEST(cancel_stops_the_turn) {
         run_ready(loop);
         CHECK_EQ(g_runs, 0);
         CHECK_EQ(b.frames, 0);
-        CHECK_EQ(b.closes, 0);
-        CHECK_EQ(a.closes, 1); /* a hears of b's close */
+        CHECK_U64_EQ(b.lb.delivered, 0);
+        CHECK_TRACE(1999, 2999); /* a hears of b's close; b of its own */
+        CHECK_EQ(a.closes, 1);
         CHECK_EQ(a.reason, 4);
+        CHECK_EQ(b.closes, 1);
+        CHECK_EQ(b.reason, 4);
+        CHECK(!lull_loopback_pending(&b.lb));
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
         CHECK_EQ(lull_loop_free(loop), 0);
     }
@@ -430,7 +468,8 @@ TEST(entry_cancelled_earlier_in_the_batch_does_not_run) {
         lull_task_init(&z.task, tagged_task);
         lull_task_post(loop, &z.task);
         run_ready(loop);
-        CHECK_TRACE(1, 6, 1999);
+        /* a is told of b's close, then b gets its own: both after z. */
+        CHECK_TRACE(1, 6, 1999, 2999);
         CHECK_EQ(b.frames, 0);
         CHECK_EQ(f.releases, 1);
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
@@ -553,11 +592,16 @@ TEST(close_delivers_what_was_queued_then_the_reason) {
         CHECK_EQ(send_id(&b, 9), -EPIPE); /* the peer is gone */
         CHECK(!lull_endpoint_writable(&a.lb.ep));
         CHECK(!lull_endpoint_writable(&b.lb.ep));
+        CHECK_EQ(a.closes, 0); /* never inside the call */
         run_ready(loop);
-        CHECK_TRACE(2001, 2002, 2003, 2999);
+        /* b gets the frames a sent before closing, then a's close; a's own
+         * close callback comes once those frames are delivered. */
+        CHECK_TRACE(2001, 2002, 2003, 2999, 1999);
         CHECK_EQ(b.reason, 42);
-        CHECK_EQ(a.frames, 0);
-        CHECK_EQ(a.closes, 0); /* the closing end hears nothing */
+        CHECK_EQ(a.frames, 0); /* its inbox was released, not delivered */
+        CHECK_EQ(a.closes, 1); /* the closing end too, once */
+        CHECK_EQ(a.reason, 42);
+        CHECK_EQ(b.closes, 1);
         CHECK(lull_endpoint_closed(&b.lb.ep));
         CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0); /* idempotent */
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
@@ -593,8 +637,13 @@ TEST(close_inside_callbacks) {
             CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
         }
         run_ready(loop);
-        CHECK_TRACE(2001, 2002, 1999);
+        /* b's close inside its frame callback: a is told, then b's own
+         * close callback, each once, in later turns. */
+        CHECK_TRACE(2001, 2002, 1999, 2999);
         CHECK_EQ(a.reason, 8);
+        CHECK_EQ(b.reason, 8);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(b.closes, 1);
         for (int i = 0; i < 4; i++)
             CHECK_EQ(f[i].releases, 1);
         CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
@@ -609,12 +658,351 @@ TEST(close_inside_callbacks) {
         CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[1].frame), 0);
         run_ready(loop);
         /* a closed after frame 1's release: frame 2, sent before, still
-         * arrives, then the reason. */
-        CHECK_TRACE(2001, 2002, 2999);
+         * arrives, then the reason; then a's own close callback, its
+         * frames delivered. */
+        CHECK_TRACE(2001, 2002, 2999, 1999);
         CHECK_EQ(b.reason, 5);
+        CHECK_EQ(a.reason, 5);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(b.closes, 1);
         CHECK_EQ(f[1].releases, 1);
         CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
         CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
+/* ------------------------------------------ one free path: on_close */
+
+/* Every end a pair set up gets its close callback exactly once, whoever
+ * closed it, as its last callback: the owner frees in one place. A close
+ * by lull_endpoint_close gets it in a later turn (never inside the call),
+ * with the reason passed, once the frames the end sent are back with their
+ * owners; until then the loop is busy (-EBUSY) and the struct must stay.
+ * (on_close above checks "once" and "not inside the call" in every case.) */
+
+/* Frames sent by an end, each released once; at its close callback, how
+ * many of them had come back. */
+typedef struct tracked {
+    owned f[3];
+    int back_at_close; /* releases counted when the sender's close ran */
+} tracked;
+
+static tracked *g_tracked;
+static void count_back(side *s) {
+    (void)s;
+    g_tracked->back_at_close = 0;
+    for (int i = 0; i < 3; i++)
+        g_tracked->back_at_close += g_tracked->f[i].releases;
+}
+
+TEST(local_close_callback_once_in_a_later_turn) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            tracked t;
+            g_tracked = &t;
+            a.at_close = count_back;
+            for (int i = 0; i < 3; i++) {
+                owned_init(&t.f[i], i + 1);
+                CHECK_EQ(lull_endpoint_send(&a.lb.ep, &t.f[i].frame), 0);
+            }
+            close_checked(&a, 42);
+            CHECK(lull_endpoint_closed(&a.lb.ep));
+            CHECK_EQ(a.closes, 0);
+            CHECK(lull_loopback_pending(&a.lb)); /* its close is owed */
+            CHECK_EQ(lull_loop_free(loop),
+                     -EBUSY);     /* ... so the loop is busy */
+            close_checked(&a, 5); /* idempotent: nothing more is owed */
+            run_ready(loop);
+            /* b gets the three frames, then a's close; a's own close
+             * callback comes last, its frames all back. */
+            CHECK_TRACE(2001, 2002, 2003, 2999, 1999);
+            CHECK_EQ(a.closes, 1);
+            CHECK_EQ(a.reason, 42);
+            CHECK_EQ(t.back_at_close, 3);
+            CHECK_EQ(b.closes, 1);
+            CHECK_EQ(b.reason, 42);
+            CHECK(!lull_loopback_pending(&a.lb));
+            close_checked(&b, 0); /* told already: no second callback */
+            run_ready(loop);
+            CHECK_EQ(a.closes + b.closes, 2);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
+/* The loop cannot be freed while a close turn is pending, and can once it
+ * ran: nothing else holds it here (no frame was ever sent). */
+TEST(loop_busy_until_the_close_turn_ran) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    side a, b;
+    pair_with(loop, &a, &b, NULL);
+    lull_endpoint_set_callbacks(&b.lb.ep, on_frame, on_drain, NULL);
+    close_checked(&b, 1); /* b: no close callback, so only a's notice */
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+
+    loop = new_loop(LULL_CLOCK_VIRTUAL);
+    pair_with(loop, &a, &b, NULL);
+    lull_endpoint_set_callbacks(&b.lb.ep, on_frame, on_drain, NULL);
+    close_checked(&a, 2); /* a's own close turn, b's notice turn */
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.live_ready, 2);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_loop_settle(loop), 2);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, 2);
+    CHECK_EQ(b.closes, 0); /* it has none */
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* An end with no close callback is the caller's again as soon as
+ * lull_endpoint_close returns: freed at once (heap: ASan sees any later
+ * touch), as the sender with frames in flight and as the receiver with
+ * frames queued to it. Its peer is told once. */
+TEST(close_without_callback_frees_at_once) {
+    for (int receiver = 0; receiver < 2; receiver++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            side *x = malloc(sizeof *x), peer;
+            CHECK(x);
+            pair_with(loop, x, &peer, NULL);
+            lull_endpoint_set_callbacks(&x->lb.ep, on_frame, on_drain, NULL);
+            owned f[2];
+            side *from = receiver ? &peer : x;
+            for (int i = 0; i < 2; i++) {
+                owned_init(&f[i], i + 1);
+                CHECK_EQ(lull_endpoint_send(&from->lb.ep, &f[i].frame), 0);
+            }
+            CHECK_EQ(lull_endpoint_close(&x->lb.ep, 6), 0);
+            CHECK(!lull_loopback_pending(&x->lb));
+            memset(x, 0xa5, sizeof *x);
+            free(x);
+            run_ready(loop);
+            CHECK_EQ(peer.closes, 1);
+            CHECK_EQ(peer.reason, 6);
+            /* Sent by x: delivered to the peer; sent to x: released
+             * undelivered inside the close. */
+            CHECK_EQ(peer.frames, receiver ? 0 : 2);
+            for (int i = 0; i < 2; i++)
+                CHECK_EQ(f[i].releases, 1);
+            close_checked(&peer, 0);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
+/* A local close made inside a callback: of the closing end itself (its
+ * frame, drain and release callbacks, and its own close callback, where a
+ * second close is a no-op), or of its peer (the peer's frame, drain and
+ * release callbacks). Every time: one close callback per end, with the
+ * reason of the close that came first. */
+enum {
+    AT_OWN_FRAME,
+    AT_OWN_DRAIN,
+    AT_OWN_RELEASE,
+    AT_OWN_CLOSE,
+    AT_PEER_FRAME,
+    AT_PEER_DRAIN,
+    AT_PEER_RELEASE,
+    AT_COUNT
+};
+static const char *const at_name[AT_COUNT] = {
+    "own frame",  "own drain",  "own release",  "own close",
+    "peer frame", "peer drain", "peer release",
+};
+static side *g_closer;         /* the end the hooks close */
+static owned *g_closer_frames; /* its frames; the peer's follow */
+static int g_at, g_hooked;
+
+static void close_at(int at) {
+    if (g_at != at || g_hooked) return;
+    g_hooked = 1;
+    close_checked(g_closer, 42);
+}
+
+static void hook_frame(side *s, int id) {
+    (void)id;
+    close_at(s == g_closer ? AT_OWN_FRAME : AT_PEER_FRAME);
+}
+
+static void hook_drain(lull_endpoint *ep) {
+    side *s = side_of(ep);
+    s->drains++;
+    close_at(s == g_closer ? AT_OWN_DRAIN : AT_PEER_DRAIN);
+}
+
+static void hook_release(lull_frame *f) {
+    owned_release(f);
+    owned *o = LULL_CONTAINER_OF(f, owned, frame);
+    bool own = o >= g_closer_frames && o < g_closer_frames + 3;
+    close_at(own ? AT_OWN_RELEASE : AT_PEER_RELEASE);
+}
+
+static void hook_close(side *s) {
+    if (s == g_closer) close_at(AT_OWN_CLOSE);
+}
+
+TEST(close_inside_every_callback_once) {
+    for (int at = 0; at < AT_COUNT; at++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            /* Frames of 4 bytes, high water 8: the second send leaves the
+             * sender not writable, so each end owes the other a drain. */
+            lull_loopback_options o = {.high_water = 8};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            a.quiet = b.quiet = true;
+            a.also = b.also = hook_frame;
+            a.at_close = b.at_close = hook_close;
+            lull_endpoint_set_callbacks(&a.lb.ep, on_frame, hook_drain,
+                                        on_close);
+            lull_endpoint_set_callbacks(&b.lb.ep, on_frame, hook_drain,
+                                        on_close);
+            g_closer = &a;
+            g_at = at;
+            g_hooked = 0;
+            owned f[6]; /* a's three, then b's */
+            g_closer_frames = f;
+            for (int i = 0; i < 6; i++) {
+                owned_init(&f[i], i);
+                f[i].frame.release = hook_release;
+                side *from = i < 3 ? &a : &b;
+                CHECK_EQ(lull_endpoint_send(&from->lb.ep, &f[i].frame), 0);
+            }
+            run_ready(loop);
+            if (at == AT_OWN_CLOSE) {
+                CHECK(!g_hooked);
+                close_checked(&b, 7); /* a's close callback closes a */
+                run_ready(loop);
+            }
+            if (!g_hooked) printf("not reached: %s\n", at_name[at]);
+            CHECK(g_hooked);
+            int want = at == AT_OWN_CLOSE ? 7 : 42;
+            CHECK_EQ(a.closes, 1);
+            CHECK_EQ(a.reason, want);
+            CHECK_EQ(b.closes, 1);
+            CHECK_EQ(b.reason, want);
+            for (int i = 0; i < 6; i++)
+                CHECK_EQ(f[i].releases, 1);
+            close_checked(&a, 1);
+            close_checked(&b, 1);
+            run_ready(loop);
+            CHECK_EQ(a.closes + b.closes, 2);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
+/* A local close racing the peer's close that is still on its way (queued
+ * behind frames, or alone): the local close discards it, and the end's one
+ * close callback has its own reason. */
+TEST(local_close_replaces_the_peers_pending_close) {
+    for (int with_frames = 0; with_frames < 2; with_frames++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            side a, b;
+            pair_with(loop, &a, &b, NULL);
+            owned f;
+            owned_init(&f, 1);
+            if (with_frames)
+                CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f.frame), 0);
+            close_checked(&a, 1);
+            CHECK(b.lb.close_pending);         /* a's close, on its way to b */
+            close_checked(&b, 2);              /* b closes before it arrives */
+            CHECK_EQ(f.releases, with_frames); /* dropped, undelivered */
+            run_ready(loop);
+            CHECK_EQ(b.frames, 0);
+            CHECK_EQ(b.closes, 1);
+            CHECK_EQ(b.reason, 2); /* its own, not a's */
+            CHECK_EQ(a.closes, 1);
+            CHECK_EQ(a.reason, 1);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
+/* Each end frees its own struct inside its close callback, the frames it
+ * sent embedded in that struct: those were released before (ASan sees any
+ * touch after the free). Closed by itself with frames in flight both ways,
+ * closed by the peer, and closed from inside its own frame callback. */
+typedef struct heap_end {
+    side s;
+    owned f[3];
+    int *closed; /* counts close callbacks: the struct is gone after */
+} heap_end;
+
+static void free_on_close(lull_endpoint *ep, int reason) {
+    heap_end *h = LULL_CONTAINER_OF(ep, heap_end, s.lb.ep);
+    CHECK(!g_in_close_call);
+    (void)reason;
+    for (int i = 0; i < 3; i++)
+        CHECK(!h->f[i].frame.in_flight);
+    (*h->closed)++;
+    memset(h, 0xa5, sizeof *h);
+    free(h);
+}
+
+static void close_self_on_frame_2(lull_endpoint *ep, const void *b, size_t n) {
+    int id = 0;
+    if (n >= sizeof id) memcpy(&id, b, sizeof id);
+    if (id == 2) close_checked(side_of(ep), 3);
+}
+
+TEST(end_freed_inside_its_close_callback) {
+    for (int how = 0; how < 3; how++) {
+        for (int mode = 0; mode < 2; mode++) {
+            FOR_EACH_CLOCK(clk) {
+                lull_loop *loop = new_loop(clk);
+                lull_loopback_options o = {.deliver = mode ? LULL_DELIVER_TIMER
+                                                           : LULL_DELIVER_TASK};
+                heap_end *h[2];
+                int closed[2] = {0, 0};
+                for (int e = 0; e < 2; e++) {
+                    h[e] = calloc(1, sizeof *h[e]);
+                    CHECK(h[e]);
+                    h[e]->closed = &closed[e];
+                }
+                CHECK_EQ(lull_loopback_pair(loop, &h[0]->s.lb, &h[1]->s.lb, &o),
+                         0);
+                for (int e = 0; e < 2; e++) {
+                    lull_endpoint_set_callbacks(
+                        &h[e]->s.lb.ep, how == 2 ? close_self_on_frame_2 : NULL,
+                        NULL, free_on_close);
+                    for (int i = 0; i < 3; i++) {
+                        owned_init(&h[e]->f[i], i + 1);
+                        CHECK_EQ(lull_endpoint_send(&h[e]->s.lb.ep,
+                                                    &h[e]->f[i].frame),
+                                 0);
+                    }
+                }
+                if (how == 0) close_checked(&h[0]->s, 1); /* both in flight */
+                if (how == 1) {
+                    run_ready(loop); /* everything delivered first */
+                    close_checked(&h[1]->s, 2);
+                }
+                run_ready(loop);
+                if (how == 1) CHECK_EQ(closed[0] + closed[1], 2);
+                for (int e = 0; e < 2; e++) {
+                    if (closed[e]) continue;
+                    /* Still open (how 2: the end whose frame 2 came second
+                     * was told by the first): close it now. */
+                    close_checked(&h[e]->s, 0);
+                    run_ready(loop);
+                }
+                CHECK_EQ(closed[0], 1);
+                CHECK_EQ(closed[1], 1);
+                CHECK_EQ(lull_loop_free(loop), 0);
+            }
+        }
     }
 }
 
@@ -677,8 +1065,11 @@ TEST(loop_free_waits_for_deliveries) {
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
     CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
-    CHECK_EQ(lull_loop_free(loop), -EBUSY); /* a is told */
-    CHECK_EQ(lull_loop_settle(loop), 1);
+    /* a is told, and b's own close callback is due. */
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_loop_settle(loop), 2);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(b.closes, 1);
     CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -820,7 +1211,10 @@ TEST(oversize_frame_refused_and_neighbours_arrive) {
  * delivery, release, drain and close is checked against a model: per
  * direction a FIFO of the frames in flight. Nothing is lost, duplicated or
  * reordered before a close; after a close nothing more is delivered; every
- * handed-over frame comes back exactly once; drains match the crossings. */
+ * handed-over frame comes back exactly once; drains match the crossings;
+ * every end of every pair gets exactly one close callback, never inside
+ * lull_endpoint_close, with its own reason if it closed itself before the
+ * peer's close was delivered, else the peer's. */
 #define M_SENDS     100000
 #define M_POOL      512
 #define M_MAXLEN    200
@@ -853,11 +1247,12 @@ typedef struct m_fifo { /* frames in flight in one direction, oldest first */
 static struct model {
     lull_loop *loop;
     lull_loopback end[2];
-    bool closed[2];    /* closed itself, or its close was delivered */
-    bool peer_gone[2]; /* the other end closed */
-    bool told[2];      /* its on_close ran */
-    int close_reason[2];
-    m_fifo fifo[2]; /* fifo[d]: frames end d sent to end 1 - d */
+    bool closed[2];      /* closed itself, or its close was delivered */
+    bool peer_gone[2];   /* the other end closed */
+    bool told[2];        /* its on_close ran */
+    int close_reason[2]; /* what its on_close must get */
+    long tolds;          /* on_close calls, over every pair */
+    m_fifo fifo[2];      /* fifo[d]: frames end d sent to end 1 - d */
     m_frame pool[M_POOL];
     long sends, accepted, handed, delivered, released, dropped, refused;
     long drains;
@@ -963,7 +1358,9 @@ static int m_send(int e) {
 static void m_close(int e) {
     int reason = (int)(m_rand() % 1000);
     if (M.closed[e]) {
+        bool told = M.told[e];
         CHECK_EQ(lull_endpoint_close(&M.end[e].ep, reason), 0);
+        CHECK_EQ(M.told[e], told); /* idempotent: no second close */
         return;
     }
     M.closes++;
@@ -975,6 +1372,7 @@ static void m_close(int e) {
         if (en->owned) en->owned->done = true;
     }
     CHECK_EQ(lull_endpoint_close(&M.end[e].ep, reason), 0);
+    CHECK(!M.told[e]); /* its close callback comes in a later turn */
     for (int i = 0; i < in->n; i++) {
         m_entry *en = &in->v[(in->head + i) % M_FIFO];
         if (en->owned) CHECK(en->owned->dir < 0);
@@ -984,6 +1382,9 @@ static void m_close(int e) {
     in->bytes = 0;
     bool other_open = !M.closed[1 - e] && !M.peer_gone[1 - e];
     M.closed[e] = true;
+    /* Its own reason, also when the peer's close was still on its way:
+     * the local close discards it. */
+    M.close_reason[e] = reason;
     M.fifo[e].crossings = 0;
     if (other_open) {
         M.peer_gone[1 - e] = true;
@@ -1032,13 +1433,13 @@ static void m_on_drain(lull_endpoint *ep) {
 
 static void m_on_close(lull_endpoint *ep, int reason) {
     int e = end_index(ep);
-    CHECK(M.peer_gone[e]);
-    CHECK(!M.closed[e]);
-    CHECK(!M.told[e]);
+    CHECK(M.peer_gone[e] || M.closed[e]); /* someone closed */
+    CHECK(!M.told[e]);                    /* once */
     CHECK_EQ(M.fifo[1 - e].n, 0); /* everything sent before came first */
     CHECK_EQ(reason, M.close_reason[e]);
     M.told[e] = true;
     M.closed[e] = true;
+    M.tolds++;
 }
 
 static void m_pair(void) {
@@ -1064,7 +1465,10 @@ static void m_drive(lull_task *t) {
     }
     bool done0 = M.closed[0] && !lull_loopback_pending(&M.end[0]);
     bool done1 = M.closed[1] && !lull_loopback_pending(&M.end[1]);
-    if (done0 && done1) m_pair();
+    if (done0 && done1) {
+        CHECK(M.told[0] && M.told[1]); /* both ends had their one close */
+        m_pair();
+    }
     int actions = (int)(m_rand() % 4);
     if (m_rand() % 50 == 0) actions = 10 + (int)(m_rand() % 20); /* a burst */
     for (int i = 0; i < actions && M.sends < M_SENDS; i++) {
@@ -1096,6 +1500,9 @@ TEST(model_random_sends_and_closes) {
     /* Both ends finish: everything in flight is delivered or dropped. */
     m_close(0);
     m_close(1);
+    CHECK(lull_loop_settle(M.loop) >= 0); /* the close callbacks */
+    CHECK(M.told[0] && M.told[1]);
+    CHECK_EQ(M.tolds, 2 * M.pairs); /* one close callback per end */
     CHECK_EQ(lull_loop_settle(M.loop), 0);
     for (int i = 0; i < M_POOL; i++)
         CHECK_EQ(M.pool[i].dir, -1); /* every frame came back */
@@ -1202,5 +1609,123 @@ TEST(copy_of_an_impossible_length) {
     CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(b.frames, 0);
     close_both(&a, &b);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------ max_queued and data */
+
+/* An end that sends past max_queued: the send is refused (-ENOBUFS), the
+ * end closes in a later turn with -ENOBUFS, the frames the peer had sent
+ * it and it never saw go back to their owner in that turn (never inside
+ * the send), the frames it sent are still delivered, then the peer is
+ * told -ENOBUFS. Both deliveries, both clocks. */
+TEST(max_queued_refuses_and_closes) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.max_queued = 3 * sizeof(int),
+                                       .deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            CHECK(a.lb.ep.max_queued == 3 * sizeof(int));
+            owned from_b;
+            owned_init(&from_b, 7);
+            CHECK_EQ(lull_endpoint_send(&b.lb.ep, &from_b.frame), 0);
+            owned f[4];
+            for (int i = 0; i < 4; i++)
+                owned_init(&f[i], i + 1);
+            for (int i = 0; i < 3; i++)
+                CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
+            CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[3].frame), -ENOBUFS);
+            CHECK(!f[3].frame.in_flight);
+            CHECK_EQ(from_b.releases, 0); /* not inside the send */
+            CHECK_EQ(a.closes, 0);
+            CHECK_EQ(send_id(&a, 9), -EPIPE);
+            CHECK_EQ(send_id(&b, 9), -EPIPE); /* b is told a is gone */
+            run_ready(loop);
+            CHECK_TRACE(2001, 2002, 2003, 2999, 1999);
+            CHECK_EQ(a.reason, -ENOBUFS);
+            CHECK_EQ(b.reason, -ENOBUFS);
+            CHECK_EQ(from_b.releases, 1);
+            CHECK_EQ(a.frames, 0); /* its inbox was dropped, not delivered */
+            for (int i = 0; i < 3; i++)
+                CHECK_EQ(f[i].releases, 1);
+            CHECK(lull_endpoint_closed(&a.lb.ep));
+            CHECK(!lull_loopback_pending(&a.lb));
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
+/* Inside its own frame callback, an end that sends past its bound is not
+ * touched again by the delivery; a close by the owner before the close
+ * turn replaces -ENOBUFS with its own reason; an end with no close
+ * callback is closed by the owner and free at once. */
+static void overfill(side *s, int id) {
+    (void)id;
+    CHECK_EQ(send_id(s, 1), 0);
+    CHECK_EQ(send_id(s, 2), 0);
+    CHECK_EQ(send_id(s, 3), -ENOBUFS);
+}
+
+TEST(max_queued_inside_a_callback_and_local_close) {
+    FOR_EACH_CLOCK(clk) {
+        lull_loop *loop = new_loop(clk);
+        lull_loopback_options o = {.max_queued = 2 * sizeof(int)};
+        side a, b;
+        pair_with(loop, &a, &b, &o);
+        a.also = overfill;
+        CHECK_EQ(send_id(&b, 5), 0);
+        CHECK_EQ(send_id(&b, 6), 0); /* undelivered when a fails */
+        run_ready(loop);
+        CHECK_EQ(a.frames, 1);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(a.reason, -ENOBUFS);
+        CHECK_EQ(b.frames, 2);
+        CHECK_EQ(b.reason, -ENOBUFS);
+        CHECK_EQ(lull_loop_free(loop), 0);
+
+        loop = new_loop(clk);
+        pair_with(loop, &a, &b, &o);
+        CHECK_EQ(send_id(&a, 1), 0);
+        CHECK_EQ(send_id(&a, 2), 0);
+        CHECK_EQ(send_id(&a, 3), -ENOBUFS);
+        close_checked(&a, 42);
+        run_ready(loop);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(a.reason, 42);
+        CHECK_EQ(b.reason, -ENOBUFS); /* told before the owner's close */
+        CHECK_EQ(lull_loop_free(loop), 0);
+
+        loop = new_loop(clk);
+        pair_with(loop, &a, &b, &o);
+        lull_endpoint_set_callbacks(&a.lb.ep, on_frame, on_drain, NULL);
+        CHECK_EQ(send_id(&b, 3), 0);
+        CHECK_EQ(send_id(&a, 1), 0);
+        CHECK_EQ(send_id(&a, 2), 0);
+        CHECK_EQ(send_id(&a, 3), -ENOBUFS);
+        close_checked(&a, 0); /* no close callback: a is free now */
+        CHECK(!lull_loopback_pending(&a.lb));
+        memset(&a, 0xab, sizeof a);
+        run_ready(loop);
+        CHECK_EQ(b.closes, 1);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
+/* The endpoint's data pointer is the user's: lull_loopback_pair keeps it,
+ * and protocol code that sees only the endpoint reaches its object. */
+TEST(endpoint_data_survives_pairing) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    int x, y;
+    lull_loopback a, b;
+    a.ep.data = &x;
+    b.ep.data = &y;
+    CHECK_EQ(lull_loopback_pair(loop, &a, &b, NULL), 0);
+    CHECK(a.ep.data == &x && b.ep.data == &y);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK(a.ep.data == &x && b.ep.data == &y);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

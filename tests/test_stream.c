@@ -17,16 +17,20 @@
 #include "check.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lull.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
+
+#include "internal.h" /* a loop's epoll fd, to see it asleep */
 
 static lull_loop *new_loop(int clock, uint64_t quantum_ns) {
     lull_loop_options o = {.clock = clock, .quantum_ns = quantum_ns};
@@ -159,6 +163,7 @@ typedef struct echo {
     int server_closes;
     int server_reason;
     int client_closes;
+    int client_reason;
     lull_task producer;
 } echo;
 
@@ -203,13 +208,16 @@ static void echo_client_frame(lull_endpoint *ep, const void *b, size_t n) {
     const lull_frame *f = &e->frames[e->received];
     CHECK_EQ(n, f->len);
     CHECK(n == 0 || memcmp(b, f->bytes, n) == 0);
-    if (++e->received == e->nframes) CHECK_EQ(lull_endpoint_close(ep, 0), 0);
+    if (++e->received == e->nframes) {
+        CHECK_EQ(lull_endpoint_close(ep, 0), 0);
+        CHECK_EQ(e->client_closes, 0); /* its close callback comes later */
+    }
 }
 
 static void echo_client_close(lull_endpoint *ep, int reason) {
     (void)ep;
-    (void)reason;
     g_echo->client_closes++;
+    g_echo->client_reason = reason;
 }
 
 static void echo_prepare(echo *e) {
@@ -252,7 +260,8 @@ static void echo_body(lull_loop *loop, lull_endpoint *client,
     CHECK_EQ(e->released, e->nframes);
     CHECK_EQ(e->server_closes, 1);
     CHECK_EQ(e->server_reason, 0);
-    CHECK_EQ(e->client_closes, 0); /* closed by itself: no callback */
+    CHECK_EQ(e->client_closes, 1); /* closed by itself: once, all the same */
+    CHECK_EQ(e->client_reason, 0);
     CHECK(lull_endpoint_closed(client) && lull_endpoint_closed(server));
     free(e->data);
     free(e);
@@ -391,8 +400,23 @@ static void count_drain(lull_endpoint *ep) {
     counter_of(ep)->drains++;
 }
 
+/* Set around lull_endpoint_close calls (close_checked): no close callback
+ * may run inside one. */
+static bool g_in_close_call;
+
+static void close_checked(lull_endpoint *ep, int reason) {
+    bool outer = g_in_close_call;
+    g_in_close_call = true;
+    CHECK_EQ(lull_endpoint_close(ep, reason), 0);
+    g_in_close_call = outer;
+}
+
+/* The one free path, checked in every case that counts: a stream's close
+ * callback runs once, never inside lull_endpoint_close. */
 static void count_close(lull_endpoint *ep, int reason) {
     counter *c = counter_of(ep);
+    CHECK(!g_in_close_call);
+    CHECK_EQ(c->closes, 0);
     c->closes++;
     c->reason = reason;
 }
@@ -407,6 +431,33 @@ static void counters(lull_loop *loop, counter *a, counter *b,
                                 count_close);
     lull_endpoint_set_callbacks(&b->s.ep, count_frame, count_drain,
                                 count_close);
+}
+
+/* Closes both streams as their owner would: neither close callback runs
+ * inside lull_endpoint_close; after the close turns each stream has had
+ * exactly one, with the reason it was closed with (100 and 101) unless it
+ * had closed before (a failure, the peer's EOF). A stream with no close
+ * callback is the caller's again at once: nothing of it stays queued. */
+static void close_pair(lull_loop *loop, counter *a, counter *b) {
+    counter *c[2] = {a, b};
+    bool was_open[2];
+    int before[2];
+    for (int i = 0; i < 2; i++) {
+        was_open[i] = !lull_endpoint_closed(&c[i]->s.ep);
+        before[i] = c[i]->closes;
+        close_checked(&c[i]->s.ep, 100 + i);
+        CHECK_EQ(c[i]->closes, before[i]);
+        if (!c[i]->s.ep.on_close) CHECK(!lull_task_pending(&c[i]->s.event));
+    }
+    CHECK(lull_loop_settle(loop) >= 0);
+    for (int i = 0; i < 2; i++) {
+        if (!c[i]->s.ep.on_close) {
+            CHECK_EQ(c[i]->closes, before[i]);
+            continue;
+        }
+        CHECK_EQ(c[i]->closes, 1);
+        if (was_open[i]) CHECK_EQ(c[i]->reason, 100 + i);
+    }
 }
 
 /* A stream whose peer is a plain socket the test writes bytes into. */
@@ -448,8 +499,7 @@ TEST(writes_in_one_callback_leave_in_one_writev) {
             CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
         if (!m) CHECK_EQ(b.frames, 100);
         CHECK_EQ(a.s.writes, 1);
-        lull_endpoint_close(&a.s.ep, 0);
-        lull_endpoint_close(&b.s.ep, 0);
+        close_pair(loop, &a, &b);
         free_loop(loop);
     }
 }
@@ -473,8 +523,7 @@ TEST(replies_from_fd_callbacks_leave_together) {
     CHECK_EQ(a.s.writes, 1);
     CHECK_EQ(b.s.reads, 1);
     CHECK_EQ(b.s.writes, 1); /* 30 replies from 10 frame callbacks */
-    lull_endpoint_close(&a.s.ep, 0);
-    lull_endpoint_close(&b.s.ep, 0);
+    close_pair(loop, &a, &b);
     free_loop(loop);
 }
 
@@ -501,8 +550,7 @@ TEST(reply_leaves_before_queued_tasks) {
     while (a.frames < 3)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(check_trace_len(), 1);
-    lull_endpoint_close(&a.s.ep, 0);
-    lull_endpoint_close(&b.s.ep, 0);
+    close_pair(loop, &a, &b);
     free_loop(loop);
 }
 
@@ -516,11 +564,29 @@ static void check_quiet(const lull_stream *s) {
     CHECK_EQ(s->io.events, LULL_READABLE);
 }
 
-static void stop_loop(lull_timer *t) {
-    lull_loop_stop(t->loop);
+/* Ends a run from another thread once the loop sleeps in epoll: the post
+ * is then the run's only wakeup, however slow the machine. */
+typedef struct waker {
+    lull_loop *loop;
+    int tid; /* the loop's thread */
+    lull_task stop;
+} waker;
+
+static void stop_posted(lull_task *t) {
+    lull_loop_stop(LULL_CONTAINER_OF(t, waker, stop)->loop);
 }
 
-TEST(idle_stream_is_quiet) {
+static void *post_when_asleep(void *arg) {
+    waker *w = arg;
+    check_wait_blocked(w->tid, w->loop->backend_fd, NULL);
+    lull_task_post_remote(w->loop, &w->stop);
+    return NULL;
+}
+
+/* The idle loop sleeps in epoll with nothing to wake it but the post made
+ * once it sleeps (a timer would not do: on a loaded machine the loop can
+ * reach its wait after the deadline, and then it never sleeps at all). */
+TEST_THREADED(idle_stream_is_quiet) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
     counters(loop, &a, &b, NULL, NULL);
@@ -531,16 +597,19 @@ TEST(idle_stream_is_quiet) {
     check_quiet(&a.s);
     check_quiet(&b.s);
     lull_loop_metrics_reset(loop);
-    lull_timer t;
-    lull_timer_init(loop, &t, stop_loop);
-    lull_timer_start(&t, 20000000, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* sleeps until t */
+    waker w = {.loop = loop, .tid = gettid()};
+    lull_task_init(&w.stop, stop_posted);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_when_asleep, &w), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT),
+             0); /* sleeps until the post */
+    CHECK_EQ(pthread_join(th, NULL), 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
-    CHECK_EQ(m.wakeups, 1); /* the timer's, and nothing else */
+    CHECK_EQ(m.wakeups, 1); /* the post's, and nothing else */
+    CHECK_EQ(m.wakeups_remote, 1);
     CHECK_EQ(m.tasks_run, 1);
-    lull_endpoint_close(&a.s.ep, 0);
-    lull_endpoint_close(&b.s.ep, 0);
+    close_pair(loop, &a, &b);
     free_loop(loop);
 }
 
@@ -619,8 +688,15 @@ TEST(partial_writes_keep_order) {
     CHECK_EQ(g_released, nf);
     CHECK(w.s.writes > 10); /* many partial writes */
     CHECK_EQ(w.drains, 1);  /* it was past high_water once, then drained */
-    lull_endpoint_close(&w.s.ep, 0);
-    lull_endpoint_close(&r->s.ep, 0);
+    CHECK_EQ(lull_endpoint_close(&w.s.ep, 3), 0);
+    /* r has no close callback: it is the caller's at once, whatever w's
+     * close made it read. */
+    CHECK_EQ(lull_endpoint_close(&r->s.ep, 0), 0);
+    CHECK(!lull_task_pending(&r->s.event));
+    CHECK_EQ(w.closes, 0);
+    CHECK(lull_loop_settle(loop) >= 1);
+    CHECK_EQ(w.closes, 1);
+    CHECK_EQ(w.reason, 3);
     free(frames);
     free(data);
     free(r);
@@ -673,8 +749,7 @@ TEST(drain_once_per_crossing) {
             CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
         CHECK_EQ(a.drains, round);
     }
-    lull_endpoint_close(&a.s.ep, 0);
-    lull_endpoint_close(&b.s.ep, 0);
+    close_pair(loop, &a, &b);
     free_loop(loop);
 }
 
@@ -720,10 +795,13 @@ TEST(peer_reset_mid_write) {
                         sizeof lg),
              0);
     lull_endpoint_close(&p->s.ep, 0);
-    for (int i = 0; i < 1000 && !c->closes; i++)
+    CHECK_EQ(p->closes, 0);
+    for (int i = 0; i < 1000 && !(c->closes && p->closes); i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(c->closes, 1);
     CHECK(c->reason == -ECONNRESET || c->reason == -EPIPE);
+    CHECK_EQ(p->closes, 1); /* its own close, once, with its reason */
+    CHECK_EQ(p->reason, 0);
     CHECK(lull_endpoint_send_copy(&c->s.ep, "x", 1) == -EPIPE);
 
     /* A write to a peer that is gone: EPIPE, which without MSG_NOSIGNAL
@@ -748,8 +826,8 @@ TEST(peer_reset_mid_write) {
         CHECK_EQ(lull_endpoint_send_copy(&x.s.ep, &i, sizeof i), 0);
     while (y.frames < 10)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
-    lull_endpoint_close(&x.s.ep, 0);
-    lull_endpoint_close(&y.s.ep, 0);
+    close_pair(loop, &x, &y);
+    CHECK_EQ(c->closes + p->closes + w.closes, 3); /* still once each */
     free(c);
     free(p);
     free_loop(loop);
@@ -796,8 +874,8 @@ TEST(bad_frames_close_only_their_connection) {
     CHECK_EQ(good.closes + good_peer.closes, 0);
     close(fd_big);
     close(fd_cut);
-    lull_endpoint_close(&good.s.ep, 0);
-    lull_endpoint_close(&good_peer.s.ep, 0);
+    close_pair(loop, &good, &good_peer);
+    CHECK_EQ(big.closes + cut.closes, 2); /* closing others: none again */
     free_loop(loop);
 }
 
@@ -1021,8 +1099,7 @@ TEST(sends_before_connect_are_queued) {
     while (server.frames < 7)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK(g_connected);
-    lull_endpoint_close(&client.s.ep, 0);
-    lull_endpoint_close(&server.s.ep, 0);
+    close_pair(loop, &client, &server); /* client: no close callback */
     free_loop(loop);
 }
 
@@ -1253,8 +1330,7 @@ TEST(producer_waiting_for_drain_does_not_hold_the_slice) {
     while (p1.done < p1.total)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK(out.drains >= 1);
-    lull_endpoint_close(&out.s.ep, 0);
-    lull_endpoint_close(&sink.s.ep, 0);
+    close_pair(loop, &out, &sink);
     free_loop(loop);
 }
 
@@ -1296,15 +1372,518 @@ TEST(raw_echo_into_caller_buffer) {
     free_loop(loop);
 }
 
+/* ------------------------------------------ one free path: on_close */
+
+/* Every stream set up (lull_stream_open, lull_server_accept, a connect that
+ * returned 0) gets its close callback exactly once, whoever closed it, as
+ * its last callback, every frame it held released before: the owner frees
+ * in one place. A close by lull_endpoint_close gets it in a later turn,
+ * with the reason passed; the peer's EOF (0), a reset, a failed write, a
+ * bad frame, a timeout or a failed connect get it at once, in a callback
+ * context. Each case below is one reason; the owner frees itself in its
+ * close callback (ASan sees any later touch) and the case checks that
+ * nothing runs after. */
+typedef struct owner owner;
+typedef struct owner_frame {
+    lull_frame f;
+    owner *o;
+} owner_frame;
+
+struct owner {
+    lull_stream s;
+    owner_frame fr[8];
+    unsigned char blob[4096];
+    int sent, released;
+};
+
+static owner *g_owner;
+static int g_owner_closes, g_owner_reason, g_owner_connects;
+static int g_owner_connect_status, g_connects_at_close;
+static bool g_turn_ran, g_turn_ran_at_close;
+static lull_task g_turn; /* posted by the connect callback */
+
+static void mark_turn(lull_task *t) {
+    (void)t;
+    g_turn_ran = true;
+}
+
+static void owner_release(lull_frame *f) {
+    owner_frame *of = LULL_CONTAINER_OF(f, owner_frame, f);
+    of->o->released++; /* a use after free if the close came first */
+}
+
+static void owner_close(lull_endpoint *ep, int reason) {
+    owner *o = LULL_CONTAINER_OF(ep, owner, s.ep);
+    CHECK(o == g_owner);
+    CHECK(!g_in_close_call);
+    CHECK_EQ(g_owner_closes, 0);
+    CHECK_EQ(o->released, o->sent); /* every frame back first */
+    g_owner_closes++;
+    g_owner_reason = reason;
+    g_connects_at_close = g_owner_connects;
+    g_turn_ran_at_close = g_turn_ran;
+    memset(o, 0xa5, sizeof *o);
+    free(o);
+    g_owner = NULL;
+}
+
+static void owner_connected(lull_stream *s, int status) {
+    CHECK(LULL_CONTAINER_OF(s, owner, s) == g_owner);
+    CHECK_EQ(g_owner_closes, 0); /* the close callback comes after */
+    g_owner_connects++;
+    g_owner_connect_status = status;
+    lull_task_post(s->loop, &g_turn);
+}
+
+static owner *owner_new(void) {
+    owner *o = calloc(1, sizeof *o);
+    CHECK(o);
+    g_owner = o;
+    g_owner_closes = g_owner_connects = 0;
+    g_owner_reason = g_owner_connect_status = 1;
+    g_turn_ran = g_turn_ran_at_close = false;
+    lull_task_init(&g_turn, mark_turn);
+    return o;
+}
+
+static void owner_callbacks(owner *o) {
+    lull_endpoint_set_callbacks(&o->s.ep, NULL, NULL, owner_close);
+}
+
+/* Queues n frames of len bytes, handed over. */
+static void owner_send(owner *o, int n, size_t len) {
+    for (int i = 0; i < n; i++) {
+        owner_frame *of = &o->fr[o->sent];
+        *of = (owner_frame){
+            .f = {.bytes = o->blob, .len = len, .release = owner_release},
+            .o = o};
+        CHECK_EQ(lull_endpoint_send(&o->s.ep, &of->f), 0);
+        o->sent++;
+    }
+}
+
+/* A stream owned by a heap owner, its peer a plain socket. */
+static owner *owner_raw(lull_loop *loop, int *peer,
+                        const lull_stream_options *opt) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    owner *o = owner_new();
+    CHECK_EQ(lull_stream_open(loop, &o->s, sv[0], opt), 0);
+    owner_callbacks(o);
+    *peer = sv[1];
+    return o;
+}
+
+/* Runs until the owner's close callback ran, then a few more iterations:
+ * it never runs again, and the loop frees. */
+static void owner_closed_once(lull_loop *loop, int want) {
+    for (int i = 0; i < 1000 && !g_owner_closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK_EQ(g_owner_reason, want);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK(g_owner == NULL);
+}
+
+/* Fills the socket under a paused reader, so that frames stay queued. */
+static void shrink_buffers(int fd) {
+    int small = 4096;
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+}
+
+/* A local close: frames still queued are released inside the call; the
+ * close callback comes in a later turn with the reason passed; until then
+ * the loop is busy, after it the loop frees. */
+TEST(close_reason_local) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    owner *o = owner_raw(loop, &peer, NULL);
+    shrink_buffers(lull_stream_fd(&o->s));
+    shrink_buffers(peer);
+    owner_send(o, 8, sizeof o->blob); /* more than the socket holds */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(o->released < o->sent); /* some still queued */
+    close_checked(&o->s.ep, 11);
+    CHECK_EQ(o->released, o->sent); /* released inside the close */
+    CHECK_EQ(g_owner_closes, 0);
+    CHECK_EQ(lull_stream_fd(&o->s), -1);
+    CHECK(lull_task_pending(&o->s.event)); /* its close turn */
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK_EQ(g_owner_reason, 11);
+    close(peer);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    free_loop(loop);
+}
+
+/* Without a close callback the stream is the caller's again as soon as
+ * lull_endpoint_close returns: freed at once, nothing queued for it. */
+TEST(close_without_callback_frees_at_once) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    owner *o = owner_raw(loop, &peer, NULL);
+    lull_endpoint_set_callbacks(&o->s.ep, NULL, NULL, NULL);
+    owner_send(o, 2, 10);
+    CHECK_EQ(lull_endpoint_close(&o->s.ep, 3), 0);
+    CHECK_EQ(o->released, 2);
+    CHECK(!lull_task_pending(&o->s.event));
+    memset(o, 0xa5, sizeof *o);
+    free(o);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    char b[64];
+    CHECK_EQ(read(peer, b, sizeof b), 28); /* the last try wrote both */
+    CHECK_EQ(read(peer, b, sizeof b), 0);  /* then EOF */
+    close(peer);
+    free_loop(loop);
+}
+
+/* The peer's orderly EOF: 0, at once. */
+TEST(close_reason_eof) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    owner_raw(loop, &peer, NULL);
+    close(peer);
+    owner_closed_once(loop, 0);
+    free_loop(loop);
+}
+
+/* A TCP peer that resets: -ECONNRESET. */
+TEST(close_reason_reset) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    owner *o = owner_new();
+    lull_stream p;
+    CHECK(listen_pair(loop, VIA_TCP4, &o->s, &p, NULL));
+    owner_callbacks(o);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    CHECK_EQ(
+        setsockopt(lull_stream_fd(&p), SOL_SOCKET, SO_LINGER, &lg, sizeof lg),
+        0);
+    close_checked(&p.ep, 0); /* no close callback: at once */
+    owner_closed_once(loop, -ECONNRESET);
+    free_loop(loop);
+}
+
+/* A write the peer refuses (it shut its read side): -EPIPE, found at a
+ * flush point (at once), or inside lull_endpoint_send at high_water (in a
+ * later turn); the frames go back first. */
+TEST(close_reason_epipe) {
+    for (int in_send = 0; in_send < 2; in_send++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        lull_stream_options o = {.high_water = 1024};
+        int peer;
+        owner *ow = owner_raw(loop, &peer, &o);
+        CHECK_EQ(shutdown(peer, SHUT_RD), 0);
+        owner_send(ow, in_send ? 1 : 2, in_send ? 2048 : 16);
+        CHECK_EQ(ow->s.writes, (uint64_t)in_send); /* in the send, or not */
+        CHECK_EQ(g_owner_closes, 0);
+        owner_closed_once(loop, -EPIPE);
+        close(peer);
+        free_loop(loop);
+    }
+}
+
+/* A frame longer than max_frame: -EMSGSIZE; a frame cut short by the
+ * peer's EOF: -EPROTO. */
+TEST(close_reason_bad_frames) {
+    for (int cut = 0; cut < 2; cut++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        lull_stream_options o = {.max_frame = 100};
+        int peer;
+        owner_raw(loop, &peer, &o);
+        put_header(peer, cut ? 100 : 101);
+        if (cut) {
+            CHECK_EQ(write(peer, "half", 4), 4);
+            CHECK_EQ(shutdown(peer, SHUT_WR), 0);
+        }
+        owner_closed_once(loop, cut ? -EPROTO : -EMSGSIZE);
+        close(peer);
+        free_loop(loop);
+    }
+}
+
+/* Nothing read or written for idle_timeout_ns: -ETIMEDOUT, once, on the
+ * virtual clock. */
+TEST(close_reason_idle_timeout) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    lull_stream_options o = {.idle_timeout_ns = 1000000000};
+    int peer;
+    owner_raw(loop, &peer, &o);
+    lull_loop_advance(loop, 999999999);
+    CHECK_EQ(g_owner_closes, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK_EQ(g_owner_reason, -ETIMEDOUT);
+    lull_loop_advance(loop, 5000000000u);
+    CHECK_EQ(g_owner_closes, 1);
+    close(peer);
+    free_loop(loop);
+}
+
+/* A failed connect: the connect callback gets the errno, then the close
+ * callback, right after it in the same turn (the task the connect
+ * callback posts has not run yet), with the same errno; the frames queued
+ * meanwhile are released before it. */
+TEST(close_reason_connect_refused) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    owner *o = owner_new();
+    CHECK_EQ(lull_stream_connect_tcp(loop, &o->s, NULL, refused_port(), NULL,
+                                     owner_connected),
+             0);
+    owner_callbacks(o);
+    owner_send(o, 2, 10);
+    owner_closed_once(loop, -ECONNREFUSED);
+    CHECK_EQ(g_owner_connects, 1);
+    CHECK_EQ(g_connects_at_close, 1); /* the connect callback came first */
+    CHECK_EQ(g_owner_connect_status, -ECONNREFUSED);
+    CHECK(!g_turn_ran_at_close); /* same turn */
+    CHECK(g_turn_ran);
+    free_loop(loop);
+}
+
+/* A listener whose accept queue is full drops SYNs: a connect that never
+ * completes. Returns the listener; fill[] hold the queue. */
+static int hanging_listener(int fill[4], int *port) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(l, 0), 0);
+    socklen_t len = sizeof a;
+    CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &len), 0);
+    for (int i = 0; i < 4; i++) {
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(fill[i], (struct sockaddr *)&a, sizeof a);
+    }
+    usleep(20000); /* let the handshakes that can complete, complete */
+    *port = ntohs(a.sin_port);
+    return l;
+}
+
+/* The connect timeout: -ETIMEDOUT to the connect callback, then to the
+ * close callback, in the same turn. */
+TEST(close_reason_connect_timeout) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    int fill[4], port, l = hanging_listener(fill, &port);
+    owner *o = owner_new();
+    lull_stream_options opt = {.connect_timeout_ns = 50000000};
+    CHECK_EQ(lull_stream_connect_tcp(loop, &o->s, "127.0.0.1", port, &opt,
+                                     owner_connected),
+             0);
+    owner_callbacks(o);
+    owner_send(o, 1, 10);
+    lull_loop_advance(loop, 49999999);
+    CHECK_EQ(g_owner_connects + g_owner_closes, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(g_owner_connects, 1);
+    CHECK_EQ(g_owner_connect_status, -ETIMEDOUT);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK_EQ(g_owner_reason, -ETIMEDOUT);
+    CHECK(!g_turn_ran_at_close);
+    lull_loop_advance(loop, 1000000000);
+    CHECK_EQ(g_owner_closes, 1);
+    for (int i = 0; i < 4; i++)
+        close(fill[i]);
+    close(l);
+    free_loop(loop);
+}
+
+/* Closed by its owner before the connect completed: the connect callback
+ * never runs, the close callback does, once, later, with the reason. */
+TEST(close_while_connecting) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    int fill[4], port, l = hanging_listener(fill, &port);
+    owner *o = owner_new();
+    CHECK_EQ(lull_stream_connect_tcp(loop, &o->s, "127.0.0.1", port, NULL,
+                                     owner_connected),
+             0);
+    owner_callbacks(o);
+    owner_send(o, 2, 10);
+    close_checked(&o->s.ep, 13);
+    CHECK_EQ(g_owner_closes, 0);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK_EQ(g_owner_reason, 13);
+    lull_loop_advance(loop, 1000000000);
+    CHECK_EQ(g_owner_connects, 0);
+    CHECK_EQ(g_owner_closes, 1);
+    for (int i = 0; i < 4; i++)
+        close(fill[i]);
+    close(l);
+    free_loop(loop);
+}
+
+/* A local close racing a close the stream has found but not delivered
+ * yet (a failed write inside lull_endpoint_send, told in a later turn; the
+ * peer's EOF not read yet): the local close replaces it, and the one close
+ * callback has the local reason. */
+TEST(local_close_replaces_a_pending_close) {
+    for (int eof = 0; eof < 2; eof++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        lull_stream_options o = {.high_water = 1024};
+        int peer;
+        owner *ow = owner_raw(loop, &peer, &o);
+        if (eof) {
+            close(peer); /* the EOF waits in the socket */
+        } else {
+            CHECK_EQ(shutdown(peer, SHUT_RD), 0);
+            owner_send(ow, 1, 2048); /* EPIPE inside the send */
+            CHECK(lull_task_pending(&ow->s.event));
+        }
+        close_checked(&ow->s.ep, 14);
+        owner_closed_once(loop, 14);
+        if (!eof) close(peer);
+        free_loop(loop);
+    }
+}
+
+/* The owner frees itself in the close callback while its frames were
+ * queued behind a full socket and the peer went away: they are released
+ * first (their release writes into the owner), then the close. */
+TEST(owner_freed_in_close_callback_with_frames_queued) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    owner *o = owner_raw(loop, &peer, NULL);
+    shrink_buffers(lull_stream_fd(&o->s));
+    shrink_buffers(peer);
+    owner_send(o, 8, sizeof o->blob);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(o->released < o->sent);
+    close(peer); /* unread bytes: a reset for the writer */
+    for (int i = 0; i < 1000 && !g_owner_closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_owner_closes, 1);
+    CHECK(g_owner_reason == -ECONNRESET || g_owner_reason == -EPIPE ||
+          g_owner_reason == 0);
+    free_loop(loop);
+}
+
+/* A local close made inside a callback: of the closing stream itself (its
+ * frame, drain and release callbacks, and its own close callback, where a
+ * second close is a no-op), or of its peer (the peer's frame, drain and
+ * release callbacks). Every time: one close callback per stream. */
+enum {
+    AT_OWN_FRAME,
+    AT_OWN_DRAIN,
+    AT_OWN_RELEASE,
+    AT_OWN_CLOSE,
+    AT_PEER_FRAME,
+    AT_PEER_DRAIN,
+    AT_PEER_RELEASE,
+    AT_COUNT
+};
+static counter *g_sc;        /* the stream the hooks close */
+static lull_frame g_hf[6];   /* its three frames, then its peer's */
+static int g_hf_released[6]; /* ... releases of each */
+static int g_at, g_hooked;
+
+static void close_at(int at) {
+    if (g_at != at || g_hooked) return;
+    g_hooked = 1;
+    close_checked(&g_sc->s.ep, 42);
+}
+
+static void hook_frame(lull_endpoint *ep, const void *b, size_t n) {
+    count_frame(ep, b, n);
+    close_at(counter_of(ep) == g_sc ? AT_OWN_FRAME : AT_PEER_FRAME);
+}
+
+static void hook_drain(lull_endpoint *ep) {
+    count_drain(ep);
+    close_at(counter_of(ep) == g_sc ? AT_OWN_DRAIN : AT_PEER_DRAIN);
+}
+
+static void hook_release(lull_frame *f) {
+    int i = (int)(f - g_hf);
+    g_hf_released[i]++;
+    close_at(i < 3 ? AT_OWN_RELEASE : AT_PEER_RELEASE);
+}
+
+static void hook_close(lull_endpoint *ep, int reason) {
+    count_close(ep, reason);
+    if (counter_of(ep) == g_sc) close_at(AT_OWN_CLOSE);
+}
+
+/* What the peer of a stream closed locally may read: a socket cannot
+ * carry the reason. EOF, or a reset when bytes were left unread, or a
+ * frame cut short by the close (-EPROTO), or a write that failed. */
+static bool peer_reason_ok(int v) {
+    return v == 0 || v == -ECONNRESET || v == -EPIPE || v == -EPROTO;
+}
+
+TEST(close_inside_every_callback_once) {
+    for (int at = 0; at < AT_COUNT; at++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        counter a, b;
+        lull_stream_options o = {.high_water = 8192};
+        counters(loop, &a, &b, &o, &o);
+        lull_endpoint_set_callbacks(&a.s.ep, hook_frame, hook_drain,
+                                    hook_close);
+        lull_endpoint_set_callbacks(&b.s.ep, hook_frame, hook_drain,
+                                    hook_close);
+        g_sc = &a;
+        g_at = at;
+        g_hooked = 0;
+        if (at == AT_OWN_DRAIN || at == AT_PEER_DRAIN) {
+            /* The filler sees itself not writable, then drained. */
+            counter *filler = at == AT_OWN_DRAIN ? &a : &b;
+            counter *reader = filler == &a ? &b : &a;
+            shrink_buffers(lull_stream_fd(&filler->s));
+            shrink_buffers(lull_stream_fd(&reader->s));
+            CHECK_EQ(lull_stream_read_stop(&reader->s), 0);
+            fill(filler);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+            CHECK_EQ(lull_stream_read_start(&reader->s), 0);
+        } else {
+            for (int i = 0; i < 6; i++) {
+                g_hf[i] = (lull_frame){
+                    .bytes = "frame", .len = 5, .release = hook_release};
+                g_hf_released[i] = 0;
+                counter *from = i < 3 ? &a : &b;
+                CHECK_EQ(lull_endpoint_send(&from->s.ep, &g_hf[i]), 0);
+            }
+        }
+        if (at == AT_OWN_CLOSE) {
+            while (a.frames < 3 || b.frames < 3)
+                CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+            CHECK(!g_hooked);
+            close_checked(&b.s.ep, 7); /* a reads EOF: its close callback
+                                          closes it again */
+        }
+        while (!(a.closes && b.closes))
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK(g_hooked);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(b.closes, 1);
+        if (at == AT_OWN_CLOSE) {
+            CHECK(peer_reason_ok(a.reason));
+            CHECK_EQ(b.reason, 7);
+        } else {
+            CHECK_EQ(a.reason, 42);
+            CHECK(peer_reason_ok(b.reason));
+        }
+        if (at != AT_OWN_DRAIN && at != AT_PEER_DRAIN)
+            for (int i = 0; i < 6; i++)
+                CHECK_EQ(g_hf_released[i], 1);
+        for (int i = 0; i < 5; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(a.closes + b.closes, 2);
+        free_loop(loop);
+    }
+}
+
 TEST(argument_errors) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     lull_stream s;
     lull_server srv;
     CHECK_EQ(lull_stream_open(NULL, &s, -1, NULL), -EINVAL);
-    int p[2];
-    CHECK_EQ(pipe(p), 0);
-    CHECK(lull_stream_open(loop, &s, p[0], NULL) < 0); /* not a socket */
-    close(p[1]);
+    int file = memfd_create("lull-test", MFD_CLOEXEC); /* a regular file */
+    CHECK(file >= 0);
+    CHECK_EQ(lull_stream_open(loop, &s, file, NULL), -EINVAL);
+    CHECK_EQ(fcntl(file, F_GETFD), -1); /* closed: the stream owned it */
     lull_stream_options bad = {.flags = 0x80};
     CHECK_EQ(lull_stream_connect_tcp(loop, &s, NULL, 1, &bad, NULL), -EINVAL);
     CHECK_EQ(lull_server_listen_unix(loop, &srv, "", 0, accept_one), -EINVAL);
@@ -1350,7 +1929,11 @@ TEST(huge_max_frame_is_bounded_by_the_header) {
     CHECK_EQ(c.bytes, N);
     free(data);
     close(fd);
-    lull_endpoint_close(&c.s.ep, 0);
+    CHECK_EQ(lull_endpoint_close(&c.s.ep, 6), 0);
+    CHECK_EQ(c.closes, 0);
+    CHECK(lull_loop_settle(loop) >= 1);
+    CHECK_EQ(c.closes, 1); /* its own close, not the EOF behind it */
+    CHECK_EQ(c.reason, 6);
     free_loop(loop);
 }
 /* A frame re-sent from its own release callback, 200 times: every copy
@@ -1400,8 +1983,7 @@ TEST(resend_from_own_release) {
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(g_next_seq, 201);
     CHECK(!bo.f.in_flight);
-    lull_endpoint_close(&a.s.ep, 0);
-    lull_endpoint_close(&b.s.ep, 0);
+    close_pair(loop, &a, &b);
     free_loop(loop);
 }
 /* A peer that writes its frames one byte per loop iteration (lengths split
@@ -1457,13 +2039,16 @@ TEST(length_prefix_split_one_byte_per_read) {
     free_loop(loop);
 }
 
-/* Both ends closed (and freed) inside one frame callback, with frames still
- * queued each way, and a third stream's close freeing a fourth whose
- * readiness is in the same batch. */
+/* Both ends closed inside one frame callback, with frames still queued
+ * each way, the pair's struct freed in the last of their close callbacks
+ * (each runs once, later, with its own reason); and a third stream's close
+ * callback closing a fourth whose readiness is in the same batch: the
+ * fourth is not called for that readiness, its close callback has the
+ * reason of the close that replaced it, and each frees itself there. */
 typedef struct duo {
     counter a, b;
 } duo;
-static duo *g_duo;
+static duo *g_duo, *g_closing_duo;
 static void close_both_streams(lull_endpoint *ep, const void *b, size_t n) {
     (void)ep;
     (void)b;
@@ -1471,41 +2056,64 @@ static void close_both_streams(lull_endpoint *ep, const void *b, size_t n) {
     duo *d = g_duo;
     if (!d) return;
     g_duo = NULL;
-    lull_endpoint_close(&d->a.s.ep, 0);
-    lull_endpoint_close(&d->b.s.ep, 0);
-    free(d);
+    g_closing_duo = d;
+    CHECK_EQ(lull_endpoint_close(&d->a.s.ep, 1), 0);
+    CHECK_EQ(lull_endpoint_close(&d->b.s.ep, 2), 0);
+    CHECK_EQ(d->a.closes + d->b.closes, 0); /* later, not inside */
     check_trace(1);
 }
 
-static counter *g_two[2], *g_survivor;
+static void duo_close(lull_endpoint *ep, int reason) {
+    count_close(ep, reason);
+    duo *d = g_closing_duo;
+    CHECK(d);
+    CHECK_LE(d->a.closes, 1);
+    CHECK_LE(d->b.closes, 1);
+    if (!d->a.closes || !d->b.closes) return;
+    CHECK_EQ(d->a.reason, 1);
+    CHECK_EQ(d->b.reason, 2);
+    g_closing_duo = NULL;
+    free(d); /* the owner's one free path */
+    check_trace(2);
+}
+
+static counter *g_two[2];
+static int g_two_closes[2], g_two_reason[2], g_first;
 static void close_other_on_close(lull_endpoint *ep, int reason) {
     counter *c = counter_of(ep);
-    count_close(ep, reason);
-    counter *other = c == g_two[0] ? g_two[1] : g_two[0];
-    if (other && !g_survivor) {
-        g_survivor = c;
-        lull_endpoint_close(&other->s.ep, 0);
-        free(other);
-        check_trace(2);
+    int i = c == g_two[0] ? 0 : 1;
+    CHECK(c == g_two[i]);
+    g_two_closes[i]++;
+    g_two_reason[i] = reason;
+    g_two[i] = NULL; /* freed below */
+    if (g_first < 0) {
+        g_first = i;
+        CHECK_EQ(lull_endpoint_close(&g_two[1 - i]->s.ep, 9), 0);
+        check_trace(3);
     }
+    free(c);
 }
 
 TEST(close_both_ends_in_one_callback) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     duo *d = calloc(1, sizeof *d);
     counters(loop, &d->a, &d->b, NULL, NULL);
-    lull_endpoint_set_callbacks(&d->b.s.ep, close_both_streams, NULL, NULL);
+    lull_endpoint_set_callbacks(&d->a.s.ep, count_frame, NULL, duo_close);
+    lull_endpoint_set_callbacks(&d->b.s.ep, close_both_streams, NULL,
+                                duo_close);
     for (int i = 0; i < 5; i++) {
         CHECK_EQ(lull_endpoint_send_copy(&d->a.s.ep, "ab", 2), 0);
         CHECK_EQ(lull_endpoint_send_copy(&d->b.s.ep, "cd", 2), 0);
     }
     g_duo = d;
-    for (int i = 0; i < 20 && g_duo; i++)
+    g_closing_duo = NULL;
+    for (int i = 0; i < 20 && (g_duo || g_closing_duo); i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
-    CHECK(!g_duo);
+    CHECK(!g_duo && !g_closing_duo);
+    CHECK_TRACE(1, 2);
 
     /* Two sockets whose peers both went away: both are ready in one poll;
-     * the first close callback closes and frees the other stream. */
+     * the first close callback closes the other stream. */
     counter *x = calloc(1, sizeof *x), *y = calloc(1, sizeof *y);
     int fx, fy;
     raw_peer(loop, x, &fx, NULL);
@@ -1516,15 +2124,18 @@ TEST(close_both_ends_in_one_callback) {
                                 close_other_on_close);
     g_two[0] = x;
     g_two[1] = y;
-    g_survivor = NULL;
+    g_two_closes[0] = g_two_closes[1] = 0;
+    g_first = -1;
     close(fx);
     close(fy);
-    for (int i = 0; i < 5 && !g_survivor; i++)
+    for (int i = 0; i < 5 && (g_two[0] || g_two[1]); i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
-    CHECK(g_survivor);
-    CHECK_EQ(g_survivor->closes, 1);
-    CHECK_EQ(check_trace_len(), 2); /* one close callback, not two */
-    free(g_survivor);
+    CHECK(!g_two[0] && !g_two[1]);
+    CHECK_EQ(g_two_closes[0], 1);
+    CHECK_EQ(g_two_closes[1], 1);
+    CHECK_EQ(g_two_reason[g_first], 0);     /* the peer's EOF */
+    CHECK_EQ(g_two_reason[1 - g_first], 9); /* its local close, not the EOF */
+    CHECK_TRACE(1, 2, 3);
     free_loop(loop);
 }
 
@@ -1659,6 +2270,10 @@ TEST(hostile_arguments) {
     CHECK(!lull_endpoint_writable(&a.s.ep));
     CHECK_EQ(lull_stream_fd(&a.s), -1);
     CHECK_EQ(lull_endpoint_close(&b.s.ep, 0), 0);
+    CHECK_EQ(a.closes + b.closes, 0);
+    CHECK(lull_loop_settle(loop) >= 2);
+    CHECK_EQ(a.closes, 1); /* once, though closed twice */
+    CHECK_EQ(b.closes, 1);
     /* No fd left: the connect fails at once with the kernel's errno. */
     struct rlimit old;
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
@@ -1674,38 +2289,90 @@ TEST(hostile_arguments) {
     free_loop(loop);
 }
 
-/* A failed connect retried from its own callback, with the same struct:
- * the failed stream is "already closed, its struct free to reuse". */
+/* A failed connect retried from its close callback, with the same struct:
+ * the connect callback hears of the failure first, then the close callback
+ * runs right after it (the stream's last), and there the struct is the
+ * owner's again. */
 static int g_retries;
 static int g_retry_port;
-static void retry_connect(lull_stream *s, int status) {
+static int g_connect_calls;
+static void retry_connected(lull_stream *s, int status) {
+    (void)s;
     CHECK_EQ(status, -ECONNREFUSED);
+    CHECK_EQ(g_connect_calls, g_retries); /* before its close callback */
+    g_connect_calls++;
+}
+
+static void retry_close(lull_endpoint *ep, int reason) {
+    lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
+    CHECK_EQ(reason, -ECONNREFUSED);
+    CHECK_EQ(g_connect_calls, g_retries + 1); /* once per connect */
     if (++g_retries < 3) {
         CHECK_EQ(lull_stream_connect_tcp(s->loop, s, NULL, g_retry_port, NULL,
-                                         retry_connect),
+                                         retry_connected),
                  0);
+        lull_endpoint_set_callbacks(&s->ep, NULL, NULL, retry_close);
     } else {
         g_connected = true;
     }
 }
 
-TEST(connect_retried_from_its_callback) {
+TEST(connect_retried_from_its_close_callback) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     lull_stream s;
-    g_retries = 0;
+    g_retries = g_connect_calls = 0;
     g_connected = false;
     g_retry_port = refused_port();
     lull_frame f = {.bytes = "q", .len = 1, .release = count_release};
     g_released = 0;
     CHECK_EQ(lull_stream_connect_tcp(loop, &s, NULL, g_retry_port, NULL,
-                                     retry_connect),
+                                     retry_connected),
              0);
+    lull_endpoint_set_callbacks(&s.ep, NULL, NULL, retry_close);
     CHECK_EQ(lull_endpoint_send(&s.ep, &f), 0); /* queued, then discarded */
     run_until(loop, &g_connected, 100);
     CHECK_EQ(g_retries, 3);
+    CHECK_EQ(g_connect_calls, 3);
     CHECK_EQ(g_released, 1);
     CHECK(lull_endpoint_closed(&s.ep));
     free_loop(loop);
+}
+
+/* The struct of a failed connect is the library's until its close
+ * callback: setting it up again inside the connect callback, when a close
+ * callback is owed, trips an assert in debug builds (in release builds
+ * the close callback is then not called: the struct is another stream). */
+static void reuse_in_connect(lull_stream *s, int status) {
+    (void)status;
+    (void)lull_stream_connect_tcp(s->loop, s, NULL, g_retry_port, NULL, NULL);
+}
+
+static void never_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    (void)reason;
+    CHECK(false);
+}
+
+static void reuse_in_connect_child(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream s;
+    g_retry_port = refused_port();
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, NULL, g_retry_port, NULL,
+                                     reuse_in_connect),
+             0);
+    lull_endpoint_set_callbacks(&s.ep, NULL, NULL, never_close);
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+}
+
+TEST(reuse_inside_failed_connect_callback_asserts) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(reuse_in_connect_child, NULL,
+                     "set up again before its close callback ran"));
 }
 
 /* Framed reads into the caller's 16-byte buffer: frames up to 12 bytes
@@ -1800,9 +2467,12 @@ TEST(read_stop_before_connect_holds) {
             CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
         CHECK_EQ(c.frames, 1);
         lull_endpoint_close(&c.s.ep, 0);
-        lull_endpoint_close(&g->conn.ep, 0);
+        lull_endpoint_close(&g->conn.ep, 0); /* no close callback */
         lull_server_close(&g->srv);
         free(g);
+        /* c's close callback runs before c is reused. */
+        CHECK(lull_loop_settle(loop) >= 1);
+        CHECK_EQ(c.closes, 1);
     }
     free_loop(loop);
 }
@@ -1833,7 +2503,9 @@ TEST(accept_failing_for_good_does_not_spin) {
  * send buffers (partial writes everywhere), seeded: each direction's frames
  * arrive in order with no gap or duplicate until its pair is closed, a
  * drain runs only once per crossing a sender saw, every handed-over frame
- * is released exactly once, and nothing is touched after a close (ASan). */
+ * is released exactly once, every stream gets one close callback (never
+ * inside lull_endpoint_close) and is reopened only after it, and nothing
+ * is touched after a close (ASan). */
 enum { FZ_PAIRS = 4, FZ_POOL = 512, FZ_STEPS = 20000 };
 typedef struct fz_frame {
     lull_frame f;
@@ -1844,7 +2516,9 @@ typedef struct fz_end {
     lull_stream s;
     int pair, side;
     uint32_t next_send, next_recv;
-    bool owed; /* a send left it not writable: one drain is owed */
+    bool owed;    /* a send left it not writable: one drain is owed */
+    bool closing; /* inside lull_endpoint_close on it */
+    bool told;    /* its close callback ran: the struct is ours again */
 } fz_end;
 static struct {
     lull_loop *loop;
@@ -1853,7 +2527,7 @@ static struct {
     fz_frame pool[FZ_POOL];
     lull_task driver;
     int steps;
-    uint64_t accepted, released, received, refused, drains;
+    uint64_t accepted, released, received, refused, drains, closes, opens;
 } FZ;
 
 static void fz_release(lull_frame *f) {
@@ -1885,8 +2559,24 @@ static void fz_on_drain(lull_endpoint *ep) {
 }
 
 static void fz_on_close(lull_endpoint *ep, int reason) {
-    (void)ep;
-    (void)reason;
+    fz_end *e = LULL_CONTAINER_OF(ep, fz_end, s.ep);
+    CHECK(!e->closing);
+    CHECK(!e->told);
+    CHECK(!FZ.open[e->pair]); /* only the test closes: a pair at a time */
+    CHECK_EQ(reason, 5);
+    e->told = true;
+    FZ.closes++;
+}
+
+/* Closes both ends of pair p; their close callbacks come later. */
+static void fz_close(int p) {
+    FZ.open[p] = false;
+    for (int i = 0; i < 2; i++) {
+        fz_end *e = &FZ.ends[p][i];
+        e->closing = true;
+        lull_endpoint_close(&e->s.ep, 5);
+        e->closing = false;
+    }
 }
 
 static void fz_open(int p) {
@@ -1903,10 +2593,12 @@ static void fz_open(int p) {
         e->side = i;
         e->next_send = e->next_recv = 0;
         e->owed = false;
+        e->told = false;
         lull_endpoint_set_callbacks(&e->s.ep, fz_on_frame, fz_on_drain,
                                     fz_on_close);
     }
     FZ.open[p] = true;
+    FZ.opens++;
 }
 
 static void fz_step(lull_task *t) {
@@ -1916,7 +2608,8 @@ static void fz_step(lull_task *t) {
         fz_end *e = &FZ.ends[p][side];
         int op = (int)((r >> 16) % 100);
         if (!FZ.open[p]) {
-            if (op < 20) fz_open(p);
+            /* Reused only once both close callbacks ran. */
+            if (op < 20 && FZ.ends[p][0].told && FZ.ends[p][1].told) fz_open(p);
             continue;
         }
         if (op < 70) {
@@ -1943,9 +2636,7 @@ static void fz_step(lull_task *t) {
         } else if (op < 97) {
             lull_stream_read_start(&e->s);
         } else {
-            lull_endpoint_close(&FZ.ends[p][0].s.ep, 0);
-            lull_endpoint_close(&FZ.ends[p][1].s.ep, 0);
-            FZ.open[p] = false;
+            fz_close(p);
         }
     }
     if (++FZ.steps < FZ_STEPS) lull_task_post(FZ.loop, t);
@@ -1982,11 +2673,13 @@ TEST(random_stream_operations_keep_order) {
             CHECK(!FZ.ends[p][i].owed);
         }
     }
-    for (int p = 0; p < FZ_PAIRS; p++) {
-        if (!FZ.open[p]) continue;
+    for (int p = 0; p < FZ_PAIRS; p++)
+        if (FZ.open[p]) fz_close(p);
+    CHECK(lull_loop_settle(FZ.loop) >= 0);
+    for (int p = 0; p < FZ_PAIRS; p++)
         for (int i = 0; i < 2; i++)
-            lull_endpoint_close(&FZ.ends[p][i].s.ep, 0);
-    }
+            CHECK(FZ.ends[p][i].told);
+    CHECK_U64_EQ(FZ.closes, 2 * FZ.opens); /* one close callback each */
     CHECK_EQ(FZ.released, FZ.accepted);
     for (int i = 0; i < FZ_POOL; i++)
         CHECK_EQ(FZ.pool[i].busy, 0);
@@ -2016,8 +2709,10 @@ TEST(peer_sends_garbage_then_resets) {
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
     lull_endpoint_close(&p->s.ep, 0);
-    for (int i = 0; i < 1000 && !c->closes; i++)
+    for (int i = 0; i < 1000 && !(c->closes && p->closes); i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(p->closes, 1);
+    CHECK_EQ(p->reason, 0);
     CHECK_EQ(c->closes, 1);
     CHECK(c->reason == -ECONNRESET || c->reason == -EPROTO);
     CHECK_EQ(c->frames, 0);
@@ -2063,9 +2758,105 @@ TEST(signals_interrupt_reads_and_writes) {
     CHECK_EQ(b.bytes, (size_t)N * sizeof blob);
     CHECK_EQ(a.closes + b.closes, 0);
     printf("# %d alarms during the transfer\n", (int)alarms);
-    lull_endpoint_close(&a.s.ep, 0);
-    lull_endpoint_close(&b.s.ep, 0);
-    for (int i = 0; i < 10; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
+/* --------------------------------------------- max_queued and data */
+
+/* A producer that ignores lull_endpoint_writable against a reader that
+ * never reads: the queue stops at max_queued. The send that would pass it
+ * is refused (-ENOBUFS) and closes the stream in a later turn, with
+ * -ENOBUFS for its close callback; later sends fail (-EPIPE); everything
+ * queued is released; the peer reads EOF after the bytes that were
+ * written. */
+TEST(max_queued_refuses_and_closes) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options oa = {.max_queued = 256 << 10,
+                              .flags = LULL_STREAM_RAW},
+                        ob = {.flags = LULL_STREAM_RAW};
+    counters(loop, &a, &b, &oa, &ob);
+    CHECK_EQ(lull_stream_read_stop(&b.s), 0); /* b never reads */
+    CHECK(a.s.ep.max_queued == (size_t)256 << 10);
+    CHECK(b.s.ep.max_queued == LULL_MAX_QUEUED_NONE);
+    static char chunk[8192];
+    g_released = 0;
+    static lull_frame frames[4096];
+    int sent = 0, rc = 0;
+    /* Run the loop between sends so the socket fills and writes stop. */
+    for (int i = 0; i < 4096; i++) {
+        frames[i] = (lull_frame){
+            .bytes = chunk, .len = sizeof chunk, .release = count_release};
+        rc = lull_endpoint_send(&a.s.ep, &frames[i]);
+        if (rc != 0) break;
+        sent++;
+        CHECK(a.s.ep.queued <= a.s.ep.max_queued);
+        if (i % 16 == 0) CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    CHECK_EQ(rc, -ENOBUFS);
+    CHECK(!frames[sent].in_flight); /* the refused frame stays the caller's */
+    CHECK_EQ(a.closes, 0);          /* never inside the send */
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "x", 1), -EPIPE);
+    CHECK(!lull_endpoint_writable(&a.s.ep));
+    CHECK(lull_loop_settle(loop) >= 1);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ENOBUFS);
+    CHECK(lull_endpoint_closed(&a.s.ep));
+    CHECK_EQ(g_released, sent); /* written or not, every frame came back */
+    /* b drains what reached it, then reads EOF. */
+    CHECK_EQ(lull_stream_read_start(&b.s), 0);
+    bool done = false;
+    for (int i = 0; i < 1000 && !done; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        done = b.closes == 1;
+    }
+    CHECK_EQ(b.reason, 0);
+    CHECK(b.bytes > 0 && b.bytes <= (size_t)sent * sizeof chunk);
+    CHECK_U64_EQ(b.bytes, a.s.bytes_written); /* nothing lost in between */
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
+/* The copy path is bounded the same way; a close by the owner before the
+ * close turn replaces the -ENOBUFS with its own reason, once. */
+TEST(max_queued_copy_then_local_close) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options oa = {.max_queued = 100};
+    counters(loop, &a, &b, &oa, NULL);
+    char buf[60] = {0};
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, buf, sizeof buf), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, buf, sizeof buf), -ENOBUFS);
+    close_checked(&a.s.ep, 7);
+    CHECK(lull_loop_settle(loop) >= 1);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, 7);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
+/* `data` is the user's: lull keeps it through every set-up (open, accept,
+ * connect) and never writes it. */
+TEST(endpoint_data_survives_set_up) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int marker[3];
+    lull_stream a, b, c, d;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.ep.data = &marker[0];
+    b.ep.data = &marker[1];
+    sp_pair(loop, &a, &b, NULL, NULL);
+    CHECK(a.ep.data == &marker[0] && b.ep.data == &marker[1]);
+    c.ep.data = &marker[2];
+    d.ep.data = &marker[1];
+    CHECK(listen_pair(loop, VIA_UNIX, &c, &d, NULL));
+    CHECK(c.ep.data == &marker[2] && d.ep.data == &marker[1]);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&c.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&d.ep, 0), 0);
+    CHECK(a.ep.data == &marker[0] && c.ep.data == &marker[2]);
+    CHECK(lull_loop_settle(loop) >= 0);
     free_loop(loop);
 }

@@ -1,83 +1,37 @@
-/* cmd.c: lull-kv's commands (see cmd.h). One thread, the loop's, runs
- * them; nothing here blocks or knows of sockets.
+/* cmd.c: lull-kv's commands (see cmd.h): the table, the keyspace and
+ * string commands, expiry, applying a primary's log, INFO. One thread,
+ * the loop's, runs them; nothing here blocks or knows of sockets.
  *
  * The rule that keeps replicas equal to their primary: a write is logged
- * exactly when it changed the keyspace, as the request that repeats it (a
- * DEL that found nothing and an INCR refused are not logged; FLUSHDB is
- * logged as FLUSHALL, its equal with one database), and it is run only
- * once room for its record is reserved, so it can never be applied and
- * then fail to be logged. A replica runs the records with the same code
- * (the w_* functions below), so the same record on the same keyspace gives
- * the same keyspace. */
+ * exactly when it changed the keyspace, after it did, as a request that
+ * repeats it (a DEL that found nothing and an INCR refused are not
+ * logged; FLUSHDB is logged as FLUSHALL, its equal with one database;
+ * relative times become absolute: EXPIRE as PEXPIREAT, SET ... EX as SET
+ * ... PXAT). A replica runs the records with the same code, so the same
+ * record on the same keyspace gives the same keyspace. A write that
+ * cannot get memory for its value changes nothing and answers -OOM; one
+ * whose record cannot be logged stops lull-kv (as Redis stops when out of
+ * memory), since a replica missing a write is worse.
+ *
+ * Expiry follows Redis: a key is gone from the moment its time comes. A
+ * command that meets an expired key on a primary deletes it and logs a
+ * DEL for the replicas (the primary's timer does the same for keys
+ * nobody touches: kv_expire_due); a replica never deletes a key on its
+ * own, hides an expired key from its clients, and waits for the DEL. */
+#define _POSIX_C_SOURCE 200809L
 #include "cmd.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
-/* ------------------------------------------------------------- buffers */
-
-bool buf_reserve(buf *b, size_t more) {
-    if (b->cap - b->len >= more) return true;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap - b->len < more)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return false;
-    b->p = p;
-    b->cap = cap;
-    return true;
-}
-
-void buf_put(buf *b, const void *p, size_t n) {
-    if (!buf_reserve(b, n)) {
-        b->oom = true;
-        return;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-}
-
-void buf_str(buf *b, const char *s) {
-    buf_put(b, s, strlen(s));
-}
-
-/* By hand rather than snprintf: every GET reply has one (its "$len"), and
- * snprintf's format parsing cost more than the rest of the reply. */
-void buf_int(buf *b, char tag, long long v) {
-    char tmp[24]; /* tag, sign, 19 digits, CRLF */
-    char *e = tmp + sizeof tmp, *q = e;
-    *--q = '\n';
-    *--q = '\r';
-    unsigned long long u =
-        v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    do {
-        *--q = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0) *--q = '-';
-    *--q = tag;
-    buf_put(b, q, (size_t)(e - q));
-}
-
-void buf_bulk(buf *b, const char *p, size_t n) {
-    buf_int(b, '$', (long long)n);
-    buf_put(b, p, n);
-    buf_put(b, "\r\n", 2);
-}
-
-void buf_consume(buf *b, size_t n) {
-    memmove(b->p, b->p + n, b->len - n);
-    b->len -= n;
-}
-
-void buf_free(buf *b) {
-    free(b->p);
-    *b = (buf){0};
-}
+#include "cmd_int.h"
 
 /* ------------------------------------------------------------ keyspace */
 
@@ -85,11 +39,108 @@ void kv_init(kv *k) {
     memset(k, 0, sizeof *k);
     repl_log_init(&k->log);
     k->peers.next = k->peers.prev = &k->peers;
+    dict_init(&k->channels, sizeof(void *));
+    dict_init(&k->patterns, sizeof(void *));
 }
 
+/* The clients are reset first (kv_client_reset): no subscription is
+ * left. */
 void kv_free(kv *k) {
     store_free(&k->db);
     repl_log_free(&k->log);
+    dict_free(&k->channels);
+    dict_free(&k->patterns);
+}
+
+void kv_oom(const char *what) {
+    fprintf(stderr, "lull-kv: out of memory for %s: stopping\n", what);
+    abort();
+}
+
+int64_t kv_now(kv *k) {
+    if (!k->cmd_now) {
+        if (k->clock) {
+            k->cmd_now = k->clock(k);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            k->cmd_now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        }
+    }
+    return k->cmd_now;
+}
+
+static void log_append(kv *k, const resp_arg *a, size_t argc) {
+    if (repl_log_reserve(&k->log, repl_record_len(a, argc)) < 0)
+        kv_oom("the write log");
+    repl_log_append(&k->log, a, argc);
+}
+
+const char *kv_log_arg(kv *k, const resp_arg *a, size_t argc, size_t want) {
+    if (k->replica) return NULL;
+    if (k->in_exec && !k->multi_logged) {
+        static const resp_arg multi = {"MULTI", 5};
+        log_append(k, &multi, 1);
+        k->multi_logged = true;
+    }
+    if (repl_log_reserve(&k->log, repl_record_len(a, argc)) < 0)
+        kv_oom("the write log");
+    return repl_log_append_arg(&k->log, a, argc, want);
+}
+
+void kv_log(kv *k, const resp_arg *a, size_t argc) {
+    kv_log_arg(k, a, argc, SIZE_MAX);
+}
+
+/* A primary deletes a key whose time has come and logs the DEL that
+ * repeats it on its replicas. */
+static void expire_key(kv *k, dict_entry *e) {
+    resp_arg del[2] = {{"DEL", 3}, {dict_key(&k->db.d, e), e->klen}};
+    kv_log(k, del, 2);
+    store_delete(&k->db, e);
+    k->expiry_changed = true;
+}
+
+dict_entry *kv_lookup(kv *k, const resp_arg *key) {
+    dict_entry *e = store_find(&k->db, key->p, key->len);
+    if (!e || !store_obj(e)->expire || k->applying) return e;
+    if (store_obj(e)->expire > kv_now(k)) return e;
+    if (!k->replica) expire_key(k, e);
+    return NULL;
+}
+
+void kv_delete(kv *k, dict_entry *e) {
+    if (store_obj(e)->expire) k->expiry_changed = true;
+    store_delete(&k->db, e);
+}
+
+int kv_set_expire(kv *k, dict_entry *e, int64_t when) {
+    if (!store_obj(e)->expire && when <= 0) return 0;
+    k->expiry_changed = true;
+    return store_set_expire(&k->db, e, when);
+}
+
+static bool no_limit(void *arg) {
+    (void)arg;
+    return true;
+}
+
+size_t kv_expire_due(kv *k, bool (*more_ok)(void *arg), void *arg) {
+    if (k->replica) return 0;
+    if (!more_ok) more_ok = no_limit;
+    k->cmd_now = 0;
+    int64_t now = kv_now(k);
+    size_t n = 0;
+    dict_entry *e;
+    /* At least one key per call, whatever more_ok says: each run of the
+     * timer makes progress. */
+    while ((e = store_first_expiry(&k->db)) && store_obj(e)->expire <= now) {
+        expire_key(k, e);
+        n++;
+        if (!more_ok(arg)) break;
+    }
+    k->cmd_now = 0;
+    return n;
 }
 
 bool kv_parse_i64(const char *p, size_t n, long long *out) {
@@ -123,236 +174,963 @@ bool kv_parse_i64(const char *p, size_t n, long long *out) {
     return true;
 }
 
-/* The writes, shared by a primary's clients and a replica's log. */
+/* ------------------------------------------------------------- replies */
 
-static int w_incr(kv *k, const resp_arg *key, long long *res) {
-    size_t vlen;
-    const char *v = store_get(&k->db, key->p, key->len, &vlen);
-    long long n = 0;
-    if (v && !kv_parse_i64(v, vlen, &n)) return -EINVAL;
-    if (n == INT64_MAX) return -ERANGE;
-    char tmp[32];
-    int len = snprintf(tmp, sizeof tmp, "%lld", n + 1);
-    if (store_set(&k->db, key->p, key->len, tmp, (size_t)len) < 0)
-        return -ENOMEM;
-    *res = n + 1;
-    return 0;
+void reply_wrongtype(buf *out) {
+    buf_str(out, "-WRONGTYPE Operation against a key holding the wrong kind "
+                 "of value\r\n");
 }
 
-static long long w_del(kv *k, const resp_arg *keys, size_t n) {
-    long long gone = 0;
-    for (size_t i = 0; i < n; i++)
-        gone += store_del(&k->db, keys[i].p, keys[i].len);
-    return gone;
+void reply_not_integer(buf *out) {
+    buf_str(out, "-ERR value is not an integer or out of range\r\n");
 }
 
-/* ------------------------------------------------------------ commands */
-
-static void wrong_args(buf *out, const resp_arg *cmd) {
-    buf_str(out, "-ERR wrong number of arguments for '");
-    buf_put(out, cmd->p, cmd->len > 64 ? 64 : cmd->len);
-    buf_str(out, "' command\r\n");
+void reply_syntax(buf *out) {
+    buf_str(out, "-ERR syntax error\r\n");
 }
 
-static void unknown(buf *out, const resp_arg *cmd) {
-    buf_str(out, "-ERR unknown command '");
-    /* Echo at most 64 printable bytes: the reply is one line. */
-    for (size_t i = 0; i < cmd->len && i < 64; i++) {
-        char c = cmd->p[i];
-        buf_put(out, (c >= 0x20 && c < 0x7f) ? &c : "?", 1);
-    }
-    buf_str(out, "'\r\n");
+void reply_nil(buf *out) {
+    buf_str(out, "$-1\r\n");
 }
 
-/* CONFIG GET: what a server without persistence says, for the parameters
- * redis-benchmark and redis-cli ask about at start-up; others are unknown
- * (an empty reply, as Redis gives for a name that matches nothing). */
-static void config_get(buf *out, const resp_arg *name) {
-    static const char *const params[][2] = {{"save", ""}, {"appendonly", "no"}};
-    size_t n = 0, match[2];
-    for (size_t i = 0; i < 2; i++)
-        if (resp_is(name, "*") || resp_is(name, params[i][0])) match[n++] = i;
-    buf_int(out, '*', (long long)(2 * n));
-    for (size_t i = 0; i < n; i++) {
-        buf_bulk(out, params[match[i]][0], strlen(params[match[i]][0]));
-        buf_bulk(out, params[match[i]][1], strlen(params[match[i]][1]));
-    }
+void reply_ok(buf *out) {
+    buf_str(out, "+OK\r\n");
 }
 
-static bool is_write(const resp_arg *cmd) {
-    return resp_is(cmd, "SET") || resp_is(cmd, "DEL") || resp_is(cmd, "INCR") ||
-           resp_is(cmd, "FLUSHALL") || resp_is(cmd, "FLUSHDB");
+void reply_oom(buf *out) {
+    buf_str(out,
+            "-OOM command not allowed when used memory > 'maxmemory'.\r\n");
 }
 
-/* Reserves room in the primary's log for the record a write would add;
- * true on a replica (nothing is logged there). */
-static bool log_room(kv *k, const resp_arg *a, size_t argc, buf *out) {
-    if (k->replica) return true;
-    if (repl_log_reserve(&k->log, repl_record_len(a, argc)) == 0) return true;
-    buf_str(out, "-OOM out of memory\r\n");
+bool arg_i64(const resp_arg *a, long long *v, buf *out) {
+    if (kv_parse_i64(a->p, a->len, v)) return true;
+    reply_not_integer(out);
     return false;
 }
 
-static void log_write(kv *k, const resp_arg *a, size_t argc) {
-    if (!k->replica) repl_log_append(&k->log, a, argc);
-}
+/* -------------------------------------------------------------- strings */
 
-static void run_write(kv *k, const resp_arg *a, size_t argc, buf *out) {
-    if (resp_is(&a[0], "SET")) {
-        if (argc != 3) { /* plain SET only: no EX, NX, ... */
-            wrong_args(out, &a[0]);
-            return;
-        }
-        if (!log_room(k, a, argc, out)) return;
-        if (store_set(&k->db, a[1].p, a[1].len, a[2].p, a[2].len) < 0) {
-            buf_str(out, "-OOM out of memory\r\n");
-            return;
-        }
-        log_write(k, a, argc);
-        buf_str(out, "+OK\r\n");
-    } else if (resp_is(&a[0], "DEL")) {
-        if (argc < 2) {
-            wrong_args(out, &a[0]);
-            return;
-        }
-        if (!log_room(k, a, argc, out)) return;
-        long long n = w_del(k, a + 1, argc - 1);
-        if (n) log_write(k, a, argc);
-        buf_int(out, ':', n);
-    } else if (resp_is(&a[0], "INCR")) {
-        if (argc != 2) {
-            wrong_args(out, &a[0]);
-            return;
-        }
-        if (!log_room(k, a, argc, out)) return;
-        long long n;
-        int rc = w_incr(k, &a[1], &n);
-        if (rc == -EINVAL) {
-            buf_str(out, "-ERR value is not an integer or out of range\r\n");
-            return;
-        }
-        if (rc == -ERANGE) {
-            buf_str(out, "-ERR increment or decrement would overflow\r\n");
-            return;
-        }
-        if (rc < 0) {
-            buf_str(out, "-OOM out of memory\r\n");
-            return;
-        }
-        log_write(k, a, argc);
-        buf_int(out, ':', n);
-    } else { /* FLUSHALL, FLUSHDB */
-        static const resp_arg flushall = {"FLUSHALL", 8};
-        if (!log_room(k, &flushall, 1, out)) return;
-        store_clear(&k->db);
-        log_write(k, &flushall, 1);
-        buf_str(out, "+OK\r\n");
+static void cmd_get(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                    buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e = kv_lookup(k, &a[1]);
+    if (!e) {
+        reply_nil(out);
+        return;
     }
+    kobj *o = store_obj(e);
+    if (o->type != KV_STRING) {
+        reply_wrongtype(out);
+        return;
+    }
+    buf_bulk(out, o->val, o->len);
 }
 
-int kv_exec(kv *k, const resp_arg *a, size_t argc, buf *out) {
-    store *db = &k->db;
-    if (is_write(&a[0])) {
-        if (k->replica)
-            buf_str(out, KV_READONLY_ERR "\r\n");
-        else
-            run_write(k, a, argc, out);
-    } else if (resp_is(&a[0], "PING")) {
-        if (argc == 1)
-            buf_str(out, "+PONG\r\n");
-        else if (argc == 2)
-            buf_bulk(out, a[1].p, a[1].len);
-        else
-            wrong_args(out, &a[0]);
-    } else if (resp_is(&a[0], "ECHO")) {
-        if (argc != 2) {
-            wrong_args(out, &a[0]);
-            return 0;
+enum {
+    SET_NX = 0x1,
+    SET_XX = 0x2,
+    SET_GET = 0x4,
+    SET_KEEPTTL = 0x8,
+    SET_EX = 0x10,
+    SET_PX = 0x20,
+    SET_EXAT = 0x40,
+    SET_PXAT = 0x80,
+};
+#define SET_ANY_TTL (SET_EX | SET_PX | SET_EXAT | SET_PXAT)
+
+/* The milliseconds of EX / PX / EXAT / PXAT as an absolute time; false
+ * (with the reply) when it is not a valid one. Redis' rules and words. */
+static bool expire_arg(kv *k, const resp_arg *a, int unit_flag, const char *cmd,
+                       int64_t *when, buf *out) {
+    long long v;
+    if (!arg_i64(a, &v, out)) return false;
+    bool seconds = unit_flag & (SET_EX | SET_EXAT);
+    if (v <= 0 || (seconds && v > INT64_MAX / 1000)) goto bad;
+    if (seconds) v *= 1000;
+    if (unit_flag & (SET_EX | SET_PX)) {
+        if (v > INT64_MAX - kv_now(k)) goto bad;
+        v += kv_now(k);
+    }
+    *when = v;
+    return true;
+bad:
+    buf_str(out, "-ERR invalid expire time in '");
+    buf_str(out, cmd);
+    buf_str(out, "' command\r\n");
+    return false;
+}
+
+static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                    buf *out) {
+    (void)cl;
+    unsigned f = 0;
+    const resp_arg *ttl = NULL;
+    for (size_t j = 3; j < argc; j++) {
+        const resp_arg *o = &a[j];
+        bool next = j + 1 < argc;
+        if (resp_is(o, "NX") && !(f & SET_XX)) {
+            f |= SET_NX;
+        } else if (resp_is(o, "XX") && !(f & SET_NX)) {
+            f |= SET_XX;
+        } else if (resp_is(o, "GET")) {
+            f |= SET_GET;
+        } else if (resp_is(o, "KEEPTTL") && !(f & SET_ANY_TTL)) {
+            f |= SET_KEEPTTL;
+        } else if (next && !(f & (SET_KEEPTTL | SET_ANY_TTL)) &&
+                   (resp_is(o, "EX") || resp_is(o, "PX") ||
+                    resp_is(o, "EXAT") || resp_is(o, "PXAT"))) {
+            f |= resp_is(o, "EX")     ? SET_EX
+                 : resp_is(o, "PX")   ? SET_PX
+                 : resp_is(o, "EXAT") ? SET_EXAT
+                                      : SET_PXAT;
+            ttl = &a[++j];
+        } else {
+            reply_syntax(out);
+            return;
         }
+    }
+    int64_t when = 0;
+    if (ttl && !expire_arg(k, ttl, (int)(f & SET_ANY_TTL), "set", &when, out))
+        return;
+    dict_entry *e = kv_lookup(k, &a[1]);
+    if (e && (f & SET_GET) && store_obj(e)->type != KV_STRING) {
+        reply_wrongtype(out);
+        return;
+    }
+    size_t mark = out->len; /* where the reply starts, for an -OOM */
+    if ((f & SET_NX && e) || (f & SET_XX && !e)) {
+        if (f & SET_GET && e)
+            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+        else
+            reply_nil(out);
+        return;
+    }
+    if (f & SET_GET) {
+        if (e)
+            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+        else
+            reply_nil(out);
+    }
+    /* A large value on a primary is kept once: the store points at its
+     * copy in the write log (which keeps it for ever anyway), so a 64 MiB
+     * SET copies the value twice (read, log), not three times. The entry
+     * is made first, so that nothing is logged that cannot be applied. */
+    bool share = !k->replica && a[2].len >= KV_SHARE_MIN;
+    if (share ? !e && !(e = store_add(&k->db, a[1].p, a[1].len, KV_STRING))
+              : store_put(&k->db, &e, a[1].p, a[1].len, a[2].p, a[2].len) < 0) {
+        out->len = mark; /* the old value is still there: no GET reply */
+        reply_oom(out);
+        return;
+    }
+    if (!(f & SET_KEEPTTL) && (when || store_obj(e)->expire) &&
+        kv_set_expire(k, e, when) < 0) {
+        kv_delete(k, e); /* no room for its expiry: it must not outlive it */
+        resp_arg del[2] = {{"DEL", 3}, a[1]};
+        kv_log(k, del, 2);
+        out->len = mark;
+        reply_oom(out);
+        return;
+    }
+    /* The record: the key and value, and the expiry as an absolute time
+     * (or KEEPTTL), so that a replica applying it later agrees. */
+    char num[24];
+    resp_arg rec[5];
+    rec[0] = (resp_arg){"SET", 3};
+    rec[1] = a[1];
+    rec[2] = a[2];
+    size_t n = 3;
+    if (when) {
+        rec[n++] = (resp_arg){"PXAT", 4};
+        rec[n].len = (size_t)snprintf(num, sizeof num, "%" PRId64, when);
+        rec[n++].p = num;
+    } else if (f & SET_KEEPTTL) {
+        rec[n++] = (resp_arg){"KEEPTTL", 7};
+    }
+    const char *v = kv_log_arg(k, rec, n, 2);
+    if (share) {
+        kobj *o = store_obj(e);
+        store_value_free(o);
+        o->type = KV_STRING;
+        o->val = (char *)v;
+        o->len = a[2].len;
+        o->shared = 1;
+    }
+    if (!(f & SET_GET)) reply_ok(out);
+}
+
+/* INCR, DECR, INCRBY, DECRBY: by. The value keeps its expiry. */
+static void incr_by(kv *k, const resp_arg *a, size_t argc, long long by,
+                    buf *out) {
+    dict_entry *e = kv_lookup(k, &a[1]);
+    long long n = 0;
+    if (e) {
+        kobj *o = store_obj(e);
+        if (o->type != KV_STRING) {
+            reply_wrongtype(out);
+            return;
+        }
+        if (!kv_parse_i64(o->val, o->len, &n)) {
+            reply_not_integer(out);
+            return;
+        }
+    }
+    if ((by < 0 && n < INT64_MIN - by) || (by > 0 && n > INT64_MAX - by)) {
+        buf_str(out, "-ERR increment or decrement would overflow\r\n");
+        return;
+    }
+    /* The digits by hand (snprintf's format parsing cost a fifth of an
+     * INCR). */
+    char tmp[24], *end = tmp + sizeof tmp, *q = end;
+    long long v = n + by;
+    unsigned long long u =
+        v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--q = '-';
+    if (store_put(&k->db, &e, a[1].p, a[1].len, q, (size_t)(end - q)) < 0) {
+        reply_oom(out);
+        return;
+    }
+    kv_log(k, a, argc);
+    buf_int(out, ':', n + by);
+}
+
+static void cmd_incr(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    incr_by(k, a, argc, resp_is(&a[0], "DECR") ? -1 : 1, out);
+}
+
+static void cmd_incrby(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    long long by;
+    if (!arg_i64(&a[2], &by, out)) return;
+    if (resp_is(&a[0], "DECRBY")) {
+        if (by == INT64_MIN) {
+            buf_str(out, "-ERR decrement would overflow\r\n");
+            return;
+        }
+        by = -by;
+    }
+    incr_by(k, a, argc, by, out);
+}
+
+/* ----------------------------------------------------------------- keys */
+
+static void cmd_del(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                    buf *out) {
+    (void)cl;
+    long long n = 0;
+    for (size_t i = 1; i < argc; i++) {
+        dict_entry *e = kv_lookup(k, &a[i]);
+        if (e) {
+            kv_delete(k, e);
+            n++;
+        }
+    }
+    if (n) kv_log(k, a, argc);
+    buf_int(out, ':', n);
+}
+
+static void cmd_exists(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    long long n = 0;
+    for (size_t i = 1; i < argc; i++)
+        n += kv_lookup(k, &a[i]) != NULL;
+    buf_int(out, ':', n);
+}
+
+static void cmd_dbsize(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    (void)a;
+    (void)argc;
+    kv_expire_due(k, NULL, NULL); /* a due key is gone, timer or not */
+    buf_int(out, ':', (long long)store_count(&k->db));
+}
+
+static void cmd_flushall(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                         buf *out) {
+    (void)cl;
+    if (argc > 2 ||
+        (argc == 2 && !resp_is(&a[1], "SYNC") && !resp_is(&a[1], "ASYNC"))) {
+        reply_syntax(out);
+        return;
+    }
+    if (store_first_expiry(&k->db)) k->expiry_changed = true;
+    store_clear(&k->db);
+    static const resp_arg flushall = {"FLUSHALL", 8};
+    kv_log(k, &flushall, 1);
+    reply_ok(out);
+}
+
+/* EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT key time [NX|XX|GT|LT]. */
+static void cmd_expire(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    enum { NX = 1, XX = 2, GT = 4, LT = 8 };
+    unsigned f = 0;
+    for (size_t j = 3; j < argc; j++) {
+        if (resp_is(&a[j], "NX"))
+            f |= NX;
+        else if (resp_is(&a[j], "XX"))
+            f |= XX;
+        else if (resp_is(&a[j], "GT"))
+            f |= GT;
+        else if (resp_is(&a[j], "LT"))
+            f |= LT;
+        else {
+            buf_str(out, "-ERR Unsupported option ");
+            buf_put(out, a[j].p, a[j].len);
+            buf_str(out, "\r\n");
+            return;
+        }
+    }
+    if ((f & NX) && (f & (XX | GT | LT))) {
+        buf_str(out, "-ERR NX and XX, GT or LT options at the same time are "
+                     "not compatible\r\n");
+        return;
+    }
+    if ((f & GT) && (f & LT)) {
+        buf_str(out, "-ERR GT and LT options at the same time are not "
+                     "compatible\r\n");
+        return;
+    }
+    long long when;
+    if (!arg_i64(&a[2], &when, out)) return;
+    bool seconds = resp_is(&a[0], "EXPIRE") || resp_is(&a[0], "EXPIREAT");
+    bool relative = resp_is(&a[0], "EXPIRE") || resp_is(&a[0], "PEXPIRE");
+    int64_t base = relative ? kv_now(k) : 0;
+    if ((seconds && (when > INT64_MAX / 1000 || when < INT64_MIN / 1000)) ||
+        (seconds ? when * 1000 : when) > INT64_MAX - base) {
+        char name[16];
+        size_t n = a[0].len < sizeof name ? a[0].len : sizeof name - 1;
+        for (size_t i = 0; i < n; i++)
+            name[i] = (char)(a[0].p[i] | 0x20);
+        name[n] = 0;
+        buf_str(out, "-ERR invalid expire time in '");
+        buf_str(out, name);
+        buf_str(out, "' command\r\n");
+        return;
+    }
+    if (seconds) when *= 1000;
+    when += base;
+    dict_entry *e = kv_lookup(k, &a[1]);
+    if (!e) {
+        buf_str(out, ":0\r\n");
+        return;
+    }
+    int64_t cur = store_obj(e)->expire; /* 0: none, as Redis' -1 */
+    if (((f & NX) && cur) || ((f & XX) && !cur) ||
+        ((f & GT) && (!cur || when <= cur)) ||
+        ((f & LT) && cur && when >= cur)) {
+        buf_str(out, ":0\r\n");
+        return;
+    }
+    if (when <= kv_now(k) && !k->applying) {
+        /* Already past: the key goes now, and so it does on replicas. */
+        resp_arg del[2] = {{"DEL", 3}, a[1]};
+        kv_delete(k, e);
+        kv_log(k, del, 2);
+        buf_str(out, ":1\r\n");
+        return;
+    }
+    if (kv_set_expire(k, e, when) < 0) {
+        reply_oom(out);
+        return;
+    }
+    char num[24];
+    resp_arg rec[3] = {{"PEXPIREAT", 9}, a[1], {num, 0}};
+    rec[2].len = (size_t)snprintf(num, sizeof num, "%lld", when);
+    kv_log(k, rec, 3);
+    buf_str(out, ":1\r\n");
+}
+
+static void cmd_ttl(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                    buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e = kv_lookup(k, &a[1]);
+    if (!e) {
+        buf_str(out, ":-2\r\n");
+        return;
+    }
+    int64_t t = store_obj(e)->expire;
+    if (!t) {
+        buf_str(out, ":-1\r\n");
+        return;
+    }
+    int64_t left = t - kv_now(k);
+    if (left < 0)
+        left = 0; /* a replica's key that its primary has not
+                     deleted yet */
+    buf_int(out, ':', resp_is(&a[0], "PTTL") ? left : (left + 500) / 1000);
+}
+
+static void cmd_persist(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    dict_entry *e = kv_lookup(k, &a[1]);
+    if (!e || !store_obj(e)->expire) {
+        buf_str(out, ":0\r\n");
+        return;
+    }
+    kv_set_expire(k, e, 0);
+    kv_log(k, a, argc);
+    buf_str(out, ":1\r\n");
+}
+
+/* --------------------------------------------------------- the server */
+
+static void cmd_ping(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)k;
+    if (argc > 2) {
+        buf_str(out, "-ERR wrong number of arguments for 'ping' command\r\n");
+        return;
+    }
+    if (cl && kv_client_subscribed(cl)) { /* RESP2 while subscribed */
+        buf_str(out, "*2\r\n$4\r\npong\r\n");
+        buf_bulk(out, argc == 2 ? a[1].p : "", argc == 2 ? a[1].len : 0);
+    } else if (argc == 1)
+        buf_str(out, "+PONG\r\n");
+    else
         buf_bulk(out, a[1].p, a[1].len);
-    } else if (resp_is(&a[0], "GET")) {
-        if (argc != 2) {
-            wrong_args(out, &a[0]);
-            return 0;
-        }
-        size_t vlen;
-        const char *v = store_get(db, a[1].p, a[1].len, &vlen);
-        if (v)
-            buf_bulk(out, v, vlen);
-        else
-            buf_str(out, "$-1\r\n");
-    } else if (resp_is(&a[0], "EXISTS")) {
-        if (argc < 2) {
-            wrong_args(out, &a[0]);
-            return 0;
-        }
-        long long n = 0;
-        for (size_t i = 1; i < argc; i++) {
-            size_t vlen;
-            n += store_get(db, a[i].p, a[i].len, &vlen) != NULL;
-        }
-        buf_int(out, ':', n);
-    } else if (resp_is(&a[0], "DBSIZE")) {
-        buf_int(out, ':', (long long)db->count);
-    } else if (resp_is(&a[0], "INFO")) {
-        if (argc > 2) {
-            wrong_args(out, &a[0]);
-            return 0;
-        }
-        kv_info(k, argc == 2 ? &a[1] : NULL, out);
-    } else if (resp_is(&a[0], "QUIT")) {
-        buf_str(out, "+OK\r\n");
-        return KV_QUIT;
-    } else if (resp_is(&a[0], "COMMAND")) {
-        /* redis-cli asks for COMMAND DOCS to offer hints; it copes with an
-         * empty answer. */
-        buf_str(out, "*0\r\n");
-    } else if (resp_is(&a[0], "CONFIG")) {
-        if (argc == 3 && resp_is(&a[1], "GET"))
-            config_get(out, &a[2]);
-        else
-            buf_str(out, "-ERR CONFIG: only CONFIG GET is supported\r\n");
-    } else {
-        unknown(out, &a[0]);
+}
+
+static void cmd_echo(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)k;
+    (void)cl;
+    (void)argc;
+    buf_bulk(out, a[1].p, a[1].len);
+}
+
+static void cmd_info(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    if (argc > 2) {
+        reply_syntax(out);
+        return;
     }
+    kv_info(k, argc == 2 ? &a[1] : NULL, out);
+}
+
+static void cmd_quit(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)k;
+    (void)cl;
+    (void)a;
+    (void)argc;
+    reply_ok(out);
+}
+
+/* COMMAND [...]: redis-cli asks for COMMAND DOCS to offer hints; it
+ * copes with an empty answer. */
+static void cmd_command(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)k;
+    (void)cl;
+    (void)a;
+    (void)argc;
+    buf_str(out, "*0\r\n");
+}
+
+/* CONFIG GET: what a server without persistence says for the parameters
+ * redis-benchmark and redis-cli ask about at start-up, and the limits the
+ * server was started with (k->config); others are unknown (an empty
+ * reply, as Redis gives for a name that matches nothing). */
+static void cmd_config(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    if (argc != 3 || !resp_is(&a[1], "GET")) {
+        buf_str(out, "-ERR CONFIG: only CONFIG GET is supported\r\n");
+        return;
+    }
+    static const char *const fixed[][2] = {{"save", ""}, {"appendonly", "no"}};
+    const char *match[2 * 16];
+    size_t n = 0;
+    for (size_t i = 0; i < 2 + k->nconfig && n < 32; i++) {
+        const char *const *p = i < 2 ? fixed[i] : k->config[i - 2];
+        if (kv_glob(a[2].p, a[2].len, p[0], strlen(p[0]), true)) {
+            match[n++] = p[0];
+            match[n++] = p[1];
+        }
+    }
+    buf_int(out, '*', (long long)n);
+    for (size_t i = 0; i < n; i++)
+        buf_bulk(out, match[i], strlen(match[i]));
+}
+
+/* -------------------------------------------------------------- globs */
+
+/* Redis' glob: * ? [abc] [^a] [a-z] and \ escapes. */
+bool kv_glob(const char *pat, size_t plen, const char *s, size_t slen,
+             bool nocase) {
+    while (plen) {
+        switch (pat[0]) {
+        case '*':
+            while (plen > 1 && pat[1] == '*') {
+                pat++;
+                plen--;
+            }
+            if (plen == 1) return true;
+            for (size_t i = 0; i <= slen; i++)
+                if (kv_glob(pat + 1, plen - 1, s + i, slen - i, nocase))
+                    return true;
+            return false;
+        case '?':
+            if (!slen) return false;
+            s++;
+            slen--;
+            break;
+        case '[': {
+            if (!slen) return false;
+            pat++;
+            plen--;
+            bool neg = plen && pat[0] == '^';
+            if (neg) {
+                pat++;
+                plen--;
+            }
+            bool match = false;
+            while (plen && pat[0] != ']') {
+                if (pat[0] == '\\' && plen >= 2) {
+                    pat++;
+                    plen--;
+                    if (pat[0] == s[0]) match = true;
+                } else if (plen >= 3 && pat[1] == '-') {
+                    unsigned char lo = (unsigned char)pat[0];
+                    unsigned char hi = (unsigned char)pat[2];
+                    unsigned char c = (unsigned char)s[0];
+                    if (lo > hi) {
+                        unsigned char t = lo;
+                        lo = hi;
+                        hi = t;
+                    }
+                    if (nocase) {
+                        if (lo >= 'A' && lo <= 'Z') lo |= 0x20;
+                        if (hi >= 'A' && hi <= 'Z') hi |= 0x20;
+                        if (c >= 'A' && c <= 'Z') c |= 0x20;
+                    }
+                    pat += 2;
+                    plen -= 2;
+                    if (c >= lo && c <= hi) match = true;
+                } else {
+                    char x = pat[0], y = s[0];
+                    if (nocase && x >= 'A' && x <= 'Z') x |= 0x20;
+                    if (nocase && y >= 'A' && y <= 'Z') y |= 0x20;
+                    if (x == y) match = true;
+                }
+                pat++;
+                plen--;
+            }
+            if (!plen) return false; /* no closing ]: Redis matches nothing */
+            if (neg) match = !match;
+            if (!match) return false;
+            s++;
+            slen--;
+            break;
+        }
+        case '\\':
+            if (plen >= 2) {
+                pat++;
+                plen--;
+            }
+            /* fall through */
+        default: {
+            if (!slen) return false;
+            char x = pat[0], y = s[0];
+            if (nocase && x >= 'A' && x <= 'Z') x |= 0x20;
+            if (nocase && y >= 'A' && y <= 'Z') y |= 0x20;
+            if (x != y) return false;
+            s++;
+            slen--;
+            break;
+        }
+        }
+        pat++;
+        plen--;
+    }
+    return slen == 0;
+}
+
+/* -------------------------------------------------------- KEYS, SCAN */
+
+typedef struct keys_walk {
+    kv *k;
+    const resp_arg *pat; /* NULL: every key */
+    int type;            /* -1: any */
+    buf tmp;             /* the keys found, as bulk strings */
+    long long n;
+} keys_walk;
+
+static void keys_visit(const dict *d, dict_entry *e, void *arg) {
+    keys_walk *w = arg;
+    const char *key = dict_key(d, e);
+    kobj *o = store_obj(e);
+    if (o->expire && o->expire <= kv_now(w->k) && !w->k->applying) return;
+    if (w->type >= 0 && o->type != w->type) return;
+    if (w->pat && !kv_glob(w->pat->p, w->pat->len, key, e->klen, false)) return;
+    buf_bulk(&w->tmp, key, e->klen);
+    w->n++;
+}
+
+static void cmd_keys(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    (void)argc;
+    kv_expire_due(k, NULL, NULL);
+    keys_walk w = {.k = k, .type = -1};
+    if (!(a[1].len == 1 && a[1].p[0] == '*')) w.pat = &a[1];
+    uint64_t cur = 0;
+    do
+        cur = dict_scan(&k->db.d, cur, SIZE_MAX, keys_visit, &w);
+    while (cur);
+    buf_int(out, '*', w.n);
+    buf_put(out, w.tmp.p, w.tmp.len);
+    if (w.tmp.oom) out->oom = true;
+    buf_free(&w.tmp);
+}
+
+static const char *const type_names[] = {"string", "list", "set", "hash",
+                                         "zset"};
+
+static void cmd_type(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e = kv_lookup(k, &a[1]);
+    buf_str(out, "+");
+    buf_str(out, e ? type_names[store_obj(e)->type] : "none");
+    buf_str(out, "\r\n");
+}
+
+/* SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]. The cursor is dict's
+ * (reverse-binary): every key there for the whole walk comes back at
+ * least once, whatever the table does between calls. */
+static void cmd_scan(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    char *end;
+    char num[24];
+    if (a[1].len == 0 || a[1].len >= sizeof num) goto bad_cursor;
+    memcpy(num, a[1].p, a[1].len);
+    num[a[1].len] = 0;
+    errno = 0;
+    unsigned long long cur = strtoull(num, &end, 10);
+    if (*end || errno || num[0] == '-') goto bad_cursor;
+    keys_walk w = {.k = k, .type = -1};
+    long long count = 10;
+    for (size_t j = 2; j < argc; j += 2) {
+        if (j + 1 >= argc) {
+            reply_syntax(out);
+            return;
+        }
+        if (resp_is(&a[j], "MATCH")) {
+            if (!(a[j + 1].len == 1 && a[j + 1].p[0] == '*')) w.pat = &a[j + 1];
+        } else if (resp_is(&a[j], "COUNT")) {
+            if (!arg_i64(&a[j + 1], &count, out)) return;
+            if (count < 1) {
+                reply_syntax(out);
+                return;
+            }
+        } else if (resp_is(&a[j], "TYPE")) {
+            w.type = 99; /* a type name Redis does not know matches none */
+            for (int t = 0; t < 5; t++)
+                if (resp_is(&a[j + 1], type_names[t])) w.type = t;
+        } else {
+            reply_syntax(out);
+            return;
+        }
+    }
+    kv_expire_due(k, NULL, NULL);
+    cur = dict_scan(&k->db.d, cur, (size_t)count, keys_visit, &w);
+    buf_str(out, "*2\r\n");
+    char c[24];
+    int n = snprintf(c, sizeof c, "%llu", cur);
+    buf_bulk(out, c, (size_t)n);
+    buf_int(out, '*', w.n);
+    buf_put(out, w.tmp.p, w.tmp.len);
+    if (w.tmp.oom) out->oom = true;
+    buf_free(&w.tmp);
+    return;
+bad_cursor:
+    buf_str(out, "-ERR invalid cursor\r\n");
+}
+
+/* ---------------------------------------------------------- the table */
+
+static const kv_cmd commands[] = {
+    {"get", 2, 0, cmd_get},
+    {"set", -3, CMD_WRITE, cmd_set},
+    {"incr", 2, CMD_WRITE, cmd_incr},
+    {"decr", 2, CMD_WRITE, cmd_incr},
+    {"incrby", 3, CMD_WRITE, cmd_incrby},
+    {"decrby", 3, CMD_WRITE, cmd_incrby},
+    {"del", -2, CMD_WRITE, cmd_del},
+    {"exists", -2, 0, cmd_exists},
+    {"dbsize", 1, 0, cmd_dbsize},
+    {"flushall", -1, CMD_WRITE, cmd_flushall},
+    {"flushdb", -1, CMD_WRITE, cmd_flushall},
+    {"expire", -3, CMD_WRITE, cmd_expire},
+    {"pexpire", -3, CMD_WRITE, cmd_expire},
+    {"expireat", -3, CMD_WRITE, cmd_expire},
+    {"pexpireat", -3, CMD_WRITE, cmd_expire},
+    {"ttl", 2, 0, cmd_ttl},
+    {"pttl", 2, 0, cmd_ttl},
+    {"persist", 2, CMD_WRITE, cmd_persist},
+    {"keys", 2, 0, cmd_keys},
+    {"scan", -2, 0, cmd_scan},
+    {"type", 2, 0, cmd_type},
+    {"ping", -1, CMD_PUBSUB, cmd_ping},
+    {"echo", 2, 0, cmd_echo},
+    {"info", -1, 0, cmd_info},
+    {"quit", -1, CMD_PUBSUB, cmd_quit},
+    {"command", -1, 0, cmd_command},
+    {"config", -2, 0, cmd_config},
+    /* The server's own (conn.c, link.c): kv_exec returns KV_SERVER. */
+    {"replsync", -1, CMD_SERVER, NULL},
+    {"client", -1, CMD_SERVER, NULL},
+};
+
+/* The names, hashed case-insensitively into open slots. A name of up to
+ * 8 bytes (nearly all of them, and every one a benchmark sends) is read
+ * into one 64-bit word with its letters folded to lower case, hashed by a
+ * multiply, and compared as a word: some twenty instructions per command,
+ * where comparing letter by letter took three times that. Longer names go
+ * by their length, first and last letters, and a letter-by-letter
+ * compare. 256 slots each for some 90 names keeps the probes short.
+ *
+ * Folding with x | 0x20 is exact for names made of letters: a byte folds
+ * to a lower-case letter only when it is that letter in either case. */
+#define SLOTS 256
+static struct slot {
+    const kv_cmd *c;
+    uint64_t key; /* short names: the folded word; long: a hash */
+    size_t len;
+} shorts[SLOTS], longs[SLOTS];
+static bool table_ready;
+
+static inline uint64_t fold8(const char *p, size_t n) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v |= (uint64_t)(unsigned char)p[i] << (8 * i);
+    return v | (0x2020202020202020ull >> (64 - 8 * n));
+}
+
+static inline uint32_t short_slot(uint64_t key) {
+    return (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 56);
+}
+
+static uint64_t long_hash(const char *p, size_t n) {
+    uint64_t a = (unsigned char)(p[0] | 0x20);
+    uint64_t z = (unsigned char)(p[n - 1] | 0x20);
+    return n * 2654435761u ^ a * 40503u ^ z * 1103515245u;
+}
+
+static void table_add(const kv_cmd *c) {
+    size_t len = strlen(c->name);
+    struct slot *t = len <= 8 ? shorts : longs;
+    uint64_t key = len <= 8 ? fold8(c->name, len) : long_hash(c->name, len);
+    uint32_t i =
+        len <= 8 ? short_slot(key) : (uint32_t)(key >> 8) & (SLOTS - 1);
+    while (t[i].c)
+        i = (i + 1) & (SLOTS - 1);
+    t[i] = (struct slot){c, key, len};
+}
+
+void kv_commands_add(const kv_cmd *cmds, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        table_add(&cmds[i]);
+}
+
+/* Once, on the first command (cold: kept out of kv_command's way). */
+__attribute__((noinline, cold)) static void table_init(void) {
+    table_ready = true;
+    kv_commands_add(commands, sizeof commands / sizeof commands[0]);
+    kv_types_init();
+    kv_client_commands_init();
+}
+
+static const kv_cmd *long_command(const resp_arg *name) {
+    if (name->len > 32) return NULL;
+    uint64_t h = long_hash(name->p, name->len);
+    for (uint32_t i = (uint32_t)(h >> 8) & (SLOTS - 1); longs[i].c;
+         i = (i + 1) & (SLOTS - 1)) {
+        if (longs[i].key != h || longs[i].len != name->len) continue;
+        const char *n = longs[i].c->name;
+        size_t j = 0;
+        while (j < name->len && (name->p[j] | 0x20) == n[j])
+            j++;
+        if (j == name->len) return longs[i].c;
+    }
+    return NULL;
+}
+
+static inline __attribute__((always_inline)) const kv_cmd *
+find_command(const resp_arg *name) {
+    if (!table_ready) table_init();
+    size_t n = name->len;
+    if (n - 1 >= 8) return n ? long_command(name) : NULL;
+    uint64_t key = fold8(name->p, n);
+    for (uint32_t i = short_slot(key); shorts[i].c; i = (i + 1) & (SLOTS - 1))
+        if (shorts[i].key == key && shorts[i].len == n) return shorts[i].c;
+    return NULL;
+}
+
+const kv_cmd *kv_command(const resp_arg *name) {
+    return find_command(name);
+}
+
+static void wrong_args(buf *out, const kv_cmd *c) {
+    buf_str(out, "-ERR wrong number of arguments for '");
+    buf_str(out, c->name);
+    buf_str(out, "' command\r\n");
+}
+
+/* Redis' words: the name, then up to 128 bytes of the arguments, each in
+ * quotes; a CR or LF would end the line, so they become spaces. */
+static void unknown(buf *out, const resp_arg *a, size_t argc) {
+    buf tmp = {0};
+    buf_str(&tmp, "-ERR unknown command '");
+    buf_put(&tmp, a[0].p, a[0].len > 128 ? 128 : a[0].len);
+    buf_str(&tmp, "', with args beginning with: ");
+    size_t args = 0;
+    for (size_t i = 1; i < argc && args < 128; i++) {
+        size_t n = a[i].len > 128 - args ? 128 - args : a[i].len;
+        buf_str(&tmp, "'");
+        buf_put(&tmp, a[i].p, n);
+        buf_str(&tmp, "' ");
+        args += n + 3;
+    }
+    for (size_t i = 1; i < tmp.len; i++)
+        if (tmp.p[i] == '\r' || tmp.p[i] == '\n') tmp.p[i] = ' ';
+    buf_put(out, tmp.p, tmp.len);
+    buf_str(out, "\r\n");
+    if (tmp.oom) out->oom = true;
+    buf_free(&tmp);
+}
+
+void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
+    k->cmd_now = 0;
+    kv_command(&a[0])->fn(k, cl, a, argc, out);
+}
+
+int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
+    k->cmd_now = 0;
+    const kv_cmd *c = find_command(&a[0]);
+    /* Redis' order of checks, and inside MULTI a refused command spoils
+     * the transaction (EXEC answers -EXECABORT). */
+    if (!c) {
+        unknown(out, a, argc);
+    } else if (c->flags & CMD_SERVER) {
+        return KV_SERVER; /* the caller's to run */
+    } else if (!kv_arity_ok(c, argc)) {
+        wrong_args(out, c);
+    } else if ((c->flags & CMD_WRITE) && k->replica) {
+        buf_str(out, KV_READONLY_ERR "\r\n");
+    } else if (cl && kv_client_subscribed(cl) && !(c->flags & CMD_PUBSUB)) {
+        buf_str(out, "-ERR Can't execute '");
+        buf_str(out, c->name);
+        buf_str(out, "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
+                     "QUIT / RESET are allowed in this context\r\n");
+    } else if (cl && cl->multi && !(c->flags & CMD_NOQUEUE) &&
+               c->fn != cmd_quit) {
+        if (kv_queue(cl, a, argc)) {
+            buf_str(out, "+QUEUED\r\n");
+            return 0;
+        }
+        reply_oom(out);
+    } else {
+        c->fn(k, cl, a, argc, out);
+        return c->fn == cmd_quit ? KV_QUIT : 0;
+    }
+    if (cl && cl->multi) cl->multi_error = true;
     return 0;
 }
 
 /* ---------------------------------------------------------- replication */
 
-int kv_apply(kv *k, const resp_arg *a, size_t argc, const char **err) {
+/* Runs one record of the primary's log: a write, with its arguments, that
+ * succeeds here as it did there. */
+static int apply_record(kv *k, const resp_arg *a, size_t argc,
+                        const char **err) {
     if (argc == 0) {
         *err = "empty record";
         return -EPROTO;
     }
-    if (resp_is(&a[0], "SET") && argc == 3) {
-        if (store_set(&k->db, a[1].p, a[1].len, a[2].p, a[2].len) < 0)
-            return -ENOMEM;
-    } else if (resp_is(&a[0], "DEL") && argc >= 2) {
-        w_del(k, a + 1, argc - 1);
-    } else if (resp_is(&a[0], "INCR") && argc == 2) {
-        long long n;
-        int rc = w_incr(k, &a[1], &n);
-        if (rc == -ENOMEM) return rc;
-        if (rc < 0) {
-            /* The primary ran it on the same keyspace: refused here means
-             * the two have diverged. */
-            *err = "INCR on a value that is not an integer";
-            return -EPROTO;
-        }
-    } else if (resp_is(&a[0], "FLUSHALL") && argc == 1) {
-        store_clear(&k->db);
-    } else {
-        *err = "not a logged write (SET, DEL, INCR, FLUSHALL) with its "
-               "arguments";
+    const kv_cmd *c = kv_command(&a[0]);
+    if (!c || !(c->flags & CMD_WRITE) || !kv_arity_ok(c, argc)) {
+        *err = "not a logged write with its arguments";
         return -EPROTO;
     }
+    static buf scratch; /* the reply, looked at and dropped */
+    scratch.len = 0;
+    scratch.oom = false;
+    k->cmd_now = 0;
+    k->applying = true;
+    c->fn(k, NULL, a, argc, &scratch);
+    k->applying = false;
+    if (scratch.oom) return -ENOMEM;
+    if (scratch.len && scratch.p[0] == '-') {
+        if (strncmp(scratch.p, "-OOM", 4) == 0) return -ENOMEM;
+        /* The primary ran it on the same keyspace: refused here means the
+         * two have diverged. */
+        *err = "a record that fails here (the keyspaces have diverged)";
+        return -EPROTO;
+    }
+    buf_shrink(&scratch, 1 << 16);
     return 0;
 }
 
+static bool is_record(const resp_arg *a, size_t argc, const char *name) {
+    return argc == 1 && resp_is(&a[0], name);
+}
+
+/* The transaction whose MULTI record ends at `from` (bytes[start, from)
+ * being the MULTI): the offset just past its EXEC record; 0 when EXEC is
+ * not all there yet (*need then counts from start); or -EPROTO. */
+static long transaction_end(const resp_limits *lim, resp_arg *argv,
+                            const char *bytes, size_t len, size_t start,
+                            size_t from, const char **err, size_t *need) {
+    size_t pos = from;
+    for (;;) {
+        if (pos == len) {
+            *need = len - start + 1;
+            return 0;
+        }
+        if (bytes[pos] != '*') {
+            *err = "a record that is not a multibulk request";
+            return -EPROTO;
+        }
+        size_t argc, rneed;
+        long n = resp_parse_need(lim, bytes + pos, len - pos, argv, &argc, err,
+                                 &rneed);
+        if (n == RESP_INCOMPLETE) {
+            *need = pos - start + rneed;
+            return 0;
+        }
+        if (n == RESP_ERROR) return -EPROTO;
+        pos += (size_t)n;
+        if (is_record(argv, argc, "EXEC")) return (long)pos;
+        if (is_record(argv, argc, "MULTI")) {
+            *err = "a MULTI inside a transaction";
+            return -EPROTO;
+        }
+    }
+}
+
 long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
-                     const char *bytes, size_t len, const char **err) {
+                     const char *bytes, size_t len, const char **err,
+                     size_t *need) {
     size_t off = 0;
+    *need = 1;
     while (off < len) {
         /* The log holds multibulk requests only: an inline line here is
          * not lull-kv's log. */
@@ -361,22 +1139,42 @@ long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
             return -EPROTO;
         }
         size_t argc;
-        long n = resp_parse(lim, bytes + off, len - off, argv, &argc, err);
+        long n = resp_parse_need(lim, bytes + off, len - off, argv, &argc, err,
+                                 need);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) return -EPROTO;
-        int rc = kv_apply(k, argv, argc, err);
-        if (rc == -ENOMEM) {
-            *err = "out of memory";
-            return rc;
+        size_t end = off + (size_t)n;
+        if (is_record(argv, argc, "MULTI")) {
+            /* A transaction: applied as a unit once its EXEC is in, so
+             * the replica's clients never see half of it. */
+            long t =
+                transaction_end(lim, argv, bytes, len, off, end, err, need);
+            if (t < 0) return t;
+            if (t == 0) break;
+            for (size_t pos = end; pos < (size_t)t;) {
+                size_t need2;
+                long m = resp_parse_need(lim, bytes + pos, len - pos, argv,
+                                         &argc, err, &need2);
+                pos += (size_t)m;
+                if (pos == (size_t)t) break; /* the EXEC */
+                int rc = apply_record(k, argv, argc, err);
+                if (rc == -ENOMEM) *err = "out of memory";
+                if (rc < 0) return rc;
+            }
+            end = (size_t)t;
+        } else {
+            int rc = apply_record(k, argv, argc, err);
+            if (rc == -ENOMEM) *err = "out of memory";
+            if (rc < 0) return rc;
         }
-        if (rc < 0) return rc;
-        off += (size_t)n;
-        k->offset += (uint64_t)n;
+        *need = 1;
+        k->offset += (uint64_t)(end - off);
+        off = end;
     }
     return (long)off;
 }
 
-/* ---------------------------------------------------------------- INFO */
+/* ----------------------------------------------------------------- INFO */
 
 static void info_line(buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -392,8 +1190,6 @@ static void info_line(buf *b, const char *fmt, ...) {
     buf_put(b, "\r\n", 2);
 }
 
-/* The `key:value` lines of Redis's INFO, with the field names Redis uses,
- * so that tools reading Redis's INFO read lull-kv's. */
 static void info_replication(const kv *k, buf *b) {
     info_line(b, "# Replication");
     if (k->replica) {
@@ -418,16 +1214,56 @@ static void info_replication(const kv *k, buf *b) {
     }
 }
 
-void kv_info(const kv *k, const resp_arg *section, buf *out) {
+/* used_memory: the bytes malloc has handed out and not had back (heap
+ * and mmap'd blocks), what Redis counts as its own; used_memory_rss: the
+ * process's resident pages. */
+static void info_memory(buf *b) {
+    struct mallinfo2 mi = mallinfo2();
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%*s %ld", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    info_line(b, "# Memory");
+    info_line(b, "used_memory:%zu", mi.uordblks + mi.hblkhd);
+    info_line(b, "used_memory_rss:%ld", pages * sysconf(_SC_PAGESIZE));
+}
+
+/* db0's keys, and how many of them have an expiry (as Redis shows it;
+ * nothing when the keyspace is empty). */
+static void info_keyspace(kv *k, buf *b) {
+    info_line(b, "# Keyspace");
+    if (store_count(&k->db))
+        info_line(b, "db0:keys=%zu,expires=%zu,avg_ttl=0", store_count(&k->db),
+                  k->db.nheap);
+}
+
+void kv_info(kv *k, const resp_arg *section, buf *out) {
     bool all = !section || resp_is(section, "all") ||
                resp_is(section, "default") || resp_is(section, "everything");
     buf b = {0};
+    bool any = false;
     if (all || resp_is(section, "clients")) {
         info_line(&b, "# Clients");
         info_line(&b, "connected_clients:%zu", k->clients);
+        any = true;
     }
-    if (all) info_line(&b, "%s", "");
-    if (all || resp_is(section, "replication")) info_replication(k, &b);
+    if (all || resp_is(section, "memory")) {
+        if (any) info_line(&b, "%s", "");
+        info_memory(&b);
+        any = true;
+    }
+    if (all || resp_is(section, "replication")) {
+        if (any) info_line(&b, "%s", "");
+        info_replication(k, &b);
+        any = true;
+    }
+    if (all || resp_is(section, "keyspace")) {
+        if (any) info_line(&b, "%s", "");
+        kv_expire_due(k, NULL, NULL);
+        info_keyspace(k, &b);
+    }
     if (b.oom) out->oom = true;
     buf_bulk(out, b.p ? b.p : "", b.len);
     buf_free(&b);

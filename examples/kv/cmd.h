@@ -1,10 +1,10 @@
 /* cmd.h: lull-kv's commands, apart from the sockets that carry them.
  *
  * kv_exec runs one client request against the keyspace and writes its
- * reply; kv_apply runs one record of a primary's write log on a replica.
- * Both keep the primary's write log and the replication offsets that INFO
- * shows. No lull here: server.c owns the connections and calls in, and
- * tests/test_kv.c drives these directly. */
+ * reply; kv_apply_stream runs a primary's write log on a replica. Both
+ * keep the primary's write log and the replication offsets that INFO
+ * shows. No lull here: server.c owns the connections, the clock and the
+ * expiry timer, and calls in; tests/test_kv.c drives these directly. */
 #ifndef LULL_KV_CMD_H
 #define LULL_KV_CMD_H
 
@@ -12,30 +12,44 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "repl.h"
 #include "resp.h"
 #include "store.h"
 
-/* A growable byte buffer: a connection's input, or the replies to one
- * chunk of it. */
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-    bool oom; /* a write did not fit: the connection is dropped */
-} buf;
-
-bool buf_reserve(buf *b, size_t more);
-void buf_put(buf *b, const void *p, size_t n);
-void buf_str(buf *b, const char *s);
-void buf_int(buf *b, char tag, long long v); /* ":12\r\n", "*3\r\n", ... */
-void buf_bulk(buf *b, const char *p, size_t n);
-/* Drops the first n bytes (the parsed ones). */
-void buf_consume(buf *b, size_t n);
-void buf_free(buf *b);
-
 #define KV_READONLY_ERR "-READONLY You can't write against a read only replica."
 
-typedef struct kv {
+typedef struct kv kv;
+typedef struct kv_queued kv_queued;
+typedef struct kv_sub kv_sub;
+
+/* A client's own state, kept by its connection (kv_client_init, and
+ * kv_client_reset before it goes). */
+typedef struct kv_client {
+    void *owner; /* the connection (server side), for kv.wake */
+    buf *out;    /* where its replies go: published messages too */
+    /* MULTI ... EXEC */
+    bool multi;       /* between MULTI and EXEC or DISCARD */
+    bool multi_error; /* a command was refused while queueing: EXEC
+                         discards the transaction */
+    kv_queued *queue; /* the commands queued, in order */
+    kv_queued **queue_tail;
+    size_t queued; /* how many */
+    /* Pub/sub */
+    kv_sub *subs;     /* its subscriptions, channels and patterns */
+    size_t nchannels; /* channels subscribed */
+    size_t npatterns; /* patterns subscribed */
+} kv_client;
+
+void kv_client_init(kv_client *cl, void *owner, buf *out);
+/* The client goes (or stops listening): its subscriptions and queued
+ * commands are dropped. */
+void kv_client_reset(kv *k, kv_client *cl);
+static inline bool kv_client_subscribed(const kv_client *cl) {
+    return cl->nchannels + cl->npatterns > 0;
+}
+
+struct kv {
     store db;
     bool replica; /* --replica-of: clients may only read */
     /* Primary: */
@@ -50,37 +64,67 @@ typedef struct kv {
     bool link_up;    /* handshake done and the link open */
     uint64_t offset; /* bytes of the primary's log applied */
     /* Both: */
-    size_t clients; /* open client connections (INFO clients) */
-} kv;
+    size_t clients;                 /* open client connections (INFO) */
+    const char *const (*config)[2]; /* CONFIG GET: name, value pairs */
+    size_t nconfig;
+    /* Time. The owner's clock, in ms on the Unix epoch: expiry times are
+     * kept, logged and compared in it. NULL: the real time of day (the
+     * tests that do not care). Read at most once per command (cmd_now). */
+    int64_t (*clock)(kv *k);
+    void *owner;     /* the server, for `clock` */
+    int64_t cmd_now; /* the current command's now; 0 until read */
+    /* The earliest expiry may have moved (a key got, changed or lost its
+     * expiry): the owner re-arms its timer for store_first_expiry. */
+    bool expiry_changed;
+    /* Running a record of the primary's (a replica): every key is seen as
+     * it is (expiry is the primary's to decide), and writes are allowed. */
+    bool applying;
+    /* EXEC running: the first write logs MULTI before it, and EXEC ends
+     * the run, so a replica applies the transaction as a unit. */
+    bool in_exec;
+    bool multi_logged;
+    /* Pub/sub: channel or pattern -> its subscribers (kv_chan). */
+    dict channels;
+    dict patterns;
+    /* A message was added to cl->out outside its own command: the owner
+     * sends it (and holds the client to its output limit). */
+    void (*wake)(kv_client *cl);
+};
 
 void kv_init(kv *k); /* store_init's error aside: 0 or -ENOMEM */
 void kv_free(kv *k);
 
 enum {
-    KV_QUIT = 0x1, /* QUIT: close once the reply is out */
+    KV_QUIT = 0x1,   /* QUIT: close once the reply is out */
+    KV_SERVER = 0x2, /* REPLSYNC or CLIENT: the server runs it (nothing
+                        was written to out) */
 };
 
-/* Runs one client request; the reply goes to out. Returns KV_* flags. */
-int kv_exec(kv *k, const resp_arg *a, size_t argc, buf *out);
-
-/* Runs one record of the primary's log (replica). 0; or -EPROTO with *err
- * set when it is not a write lull-kv logs, with its arguments (the link is
- * then closed); or -ENOMEM. */
-int kv_apply(kv *k, const resp_arg *a, size_t argc, const char **err);
+/* Runs one client request (argc > 0); the reply goes to out. cl may be
+ * NULL (a client without state of its own: tests). Returns KV_* flags. */
+int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out);
 
 /* Applies every complete record at the front of bytes[0, len) and adds
  * their bytes to k->offset. Returns the bytes taken (the rest waits for
- * more), or -EPROTO with *err set: a request that is not multibulk, a
- * protocol error, or a record kv_apply refuses. */
+ * more: *need is how many of the rest must be there before another call
+ * can take any, see resp_parse_need), or -EPROTO with *err set: a request
+ * that is not multibulk, a protocol error, or a record that is not a
+ * write or that fails (the two keyspaces have diverged); or -ENOMEM. */
 long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
-                     const char *bytes, size_t len, const char **err);
+                     const char *bytes, size_t len, const char **err,
+                     size_t *need);
 
-/* INCR's integer: what Redis accepts (an optional '-', digits without a
- * leading zero, within int64; no '+', no spaces). */
+/* Expires the keys whose time has come (a primary: each is deleted and
+ * a DEL logged), oldest first, while more_ok() says so; returns how many
+ * it deleted. The owner calls it from its expiry timer. */
+size_t kv_expire_due(kv *k, bool (*more_ok)(void *arg), void *arg);
+
+/* Redis' integer: an optional '-', digits without a leading zero, within
+ * int64; no '+', no spaces. */
 bool kv_parse_i64(const char *p, size_t n, long long *out);
 
-/* INFO [section]: sections "replication" and "clients"; none, "all",
- * "default" or "everything" gives both. */
-void kv_info(const kv *k, const resp_arg *section, buf *out);
+/* INFO [section]: sections clients, memory, replication and keyspace;
+ * none, "all", "default" or "everything" gives them all. */
+void kv_info(kv *k, const resp_arg *section, buf *out);
 
 #endif

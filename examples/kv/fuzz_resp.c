@@ -4,7 +4,10 @@
  * complete command taken off the front until more is needed or an error.
  * It is parsed twice, whole and cut in two at a point the input's first
  * byte chooses, from exactly-sized copies (so ASan sees any read past the
- * end); both ways must give the same commands and the same outcome.
+ * end); both ways must give the same commands and the same outcome. As
+ * the server does, a feed parses again only once it holds the bytes
+ * resp_parse_need asked for, so a hint that is too high shows as a
+ * difference between the two ways.
  *
  *   built only by clang with -fsanitize=fuzzer support (examples/CMakeLists);
  *   ./fuzz_resp -max_total_time=60 */
@@ -24,12 +27,14 @@ typedef struct result {
     int error;      /* ended in a protocol error */
     char buf[8192]; /* the connection's buffer */
     size_t len;     /* bytes buffered (after an error: undefined) */
+    size_t need;    /* parse again once len reaches it */
 } result;
 
 static void feed(result *r, const uint8_t *p, size_t n) {
     if (r->error || r->len + n > sizeof r->buf) return;
     memcpy(r->buf + r->len, p, n);
     r->len += n;
+    if (r->len < r->need) return;
     size_t off = 0;
     for (;;) {
         size_t left = r->len - off, argc;
@@ -37,7 +42,13 @@ static void feed(result *r, const uint8_t *p, size_t n) {
         memcpy(copy, r->buf + off, left);
         resp_arg argv[MAX_ARGS];
         const char *err;
-        long got = resp_parse(&limits, copy, left, argv, &argc, &err);
+        size_t need;
+        long got =
+            resp_parse_need(&limits, copy, left, argv, &argc, &err, &need);
+        if (got == RESP_INCOMPLETE) {
+            if (need <= left) abort(); /* the hint must ask for more */
+            r->need = need;
+        }
         if (got <= 0) {
             r->error = got == RESP_ERROR;
             free(copy);

@@ -5,6 +5,7 @@
 #include "repl.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,12 +86,15 @@ static char *put_header(char *w, char tag, size_t n) {
     return w;
 }
 
-void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc) {
+const char *repl_log_append_arg(repl_log *log, const resp_arg *argv,
+                                size_t argc, size_t want) {
     repl_chunk *c = &log->chunks[log->nchunks - 1];
     char *w = c->p + c->used, *begin = w;
+    const char *at = NULL;
     w = put_header(w, '*', argc);
     for (size_t i = 0; i < argc; i++) {
         w = put_header(w, '$', argv[i].len);
+        if (i == want) at = w;
         memcpy(w, argv[i].p, argv[i].len);
         w += argv[i].len;
         *w++ = '\r';
@@ -100,6 +104,11 @@ void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc) {
     c->used += len;
     log->starts[log->nrec++] = log->end;
     log->end += len;
+    return at;
+}
+
+void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc) {
+    repl_log_append_arg(log, argv, argc, SIZE_MAX);
 }
 
 /* The first record starting at or after offset. */

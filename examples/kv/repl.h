@@ -61,6 +61,11 @@ int repl_log_reserve(repl_log *log, size_t len);
 /* Appends argv as one multibulk record (after a successful reserve of
  * repl_record_len(argv, argc) bytes). */
 void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc);
+/* repl_log_append, returning where argv[want]'s bytes now are in the log
+ * (they never move: a large value can be kept there once, see store.h's
+ * `shared`). */
+const char *repl_log_append_arg(repl_log *log, const resp_arg *argv,
+                                size_t argc, size_t want);
 
 /* Points cur at the record starting at offset (offset == end: at the end,
  * waiting for the next append). 0, or -EINVAL when offset is past the end

@@ -75,10 +75,14 @@ static int header(const char *buf, size_t len, size_t *pos, int neg_ok,
     return 1;
 }
 
+/* *need, on RESP_INCOMPLETE: the end of the first bulk not all there, or
+ * len + 1 when a header line is cut (the next byte may end it). */
 static long parse_multibulk(const resp_limits *lim, const char *buf, size_t len,
-                            resp_arg *argv, size_t *argc, const char **err) {
+                            resp_arg *argv, size_t *argc, const char **err,
+                            size_t *need) {
     size_t pos = 0;
     long long n;
+    *need = len + 1;
     int r = header(buf, len, &pos, 1, &n, err);
     if (r <= 0) return r < 0 ? RESP_ERROR : RESP_INCOMPLETE;
     if (n <= 0) { /* `*0` and `*-1`: an empty command, as Redis takes them */
@@ -102,10 +106,11 @@ static long parse_multibulk(const resp_limits *lim, const char *buf, size_t len,
             *err = "Protocol error: invalid bulk length";
             return RESP_ERROR;
         }
-        size_t need = (size_t)blen + 2;
-        if (len - pos < need) {
-            /* The CRLF after the body can be checked as soon as it is in:
-             * only the body itself may be missing. */
+        size_t body = (size_t)blen + 2;
+        if (len - pos < body) {
+            /* The CRLF after the body is checked once it is in: nothing
+             * can be learnt before the body and its CRLF are all there. */
+            *need = pos + body;
             return RESP_INCOMPLETE;
         }
         if (buf[pos + (size_t)blen] != '\r' ||
@@ -115,7 +120,7 @@ static long parse_multibulk(const resp_limits *lim, const char *buf, size_t len,
         }
         argv[i].p = buf + pos;
         argv[i].len = (size_t)blen;
-        pos += need;
+        pos += body;
     }
     *argc = (size_t)n;
     return (long)pos;
@@ -153,10 +158,19 @@ static long parse_inline(const resp_limits *lim, const char *buf, size_t len,
     return lf + 1;
 }
 
+long resp_parse_need(const resp_limits *lim, const char *buf, size_t len,
+                     resp_arg *argv, size_t *argc, const char **err,
+                     size_t *need) {
+    *argc = 0;
+    *need = len + 1;
+    if (len == 0) return RESP_INCOMPLETE;
+    if (buf[0] == '*')
+        return parse_multibulk(lim, buf, len, argv, argc, err, need);
+    return parse_inline(lim, buf, len, argv, argc, err);
+}
+
 long resp_parse(const resp_limits *lim, const char *buf, size_t len,
                 resp_arg *argv, size_t *argc, const char **err) {
-    *argc = 0;
-    if (len == 0) return RESP_INCOMPLETE;
-    if (buf[0] == '*') return parse_multibulk(lim, buf, len, argv, argc, err);
-    return parse_inline(lim, buf, len, argv, argc, err);
+    size_t need;
+    return resp_parse_need(lim, buf, len, argv, argc, err, &need);
 }

@@ -8,6 +8,13 @@
  * bodies are skipped by their length), and buys a parser whose only state
  * is the caller's buffer, so there is no half-parsed state to get wrong.
  *
+ * What keeps the rescans cheap for a large argument is resp_parse_need:
+ * on RESP_INCOMPLETE it says how many bytes the buffer must hold before
+ * parsing again can make progress (the end of the bulk being received).
+ * A caller that appends reads and parses again only then does linear
+ * work however the command is cut: a 64 MiB SET arriving in 64 KiB reads
+ * is parsed twice, not a thousand times.
+ *
  * Two request forms: multibulk (`*<n>\r\n` then n times `$<len>\r\n<bytes>
  * \r\n`, what clients send) and inline (a line of words separated by
  * spaces, what a person types into `nc`; no quoting). The arguments point
@@ -61,5 +68,12 @@ enum {
  * RESP_INCOMPLETE; or RESP_ERROR with *err a static message (no CRLF). */
 long resp_parse(const resp_limits *lim, const char *buf, size_t len,
                 resp_arg *argv, size_t *argc, const char **err);
+/* resp_parse, and on RESP_INCOMPLETE *need is the buffered length at
+ * which parsing again can give another answer (more than len): until the
+ * buffer holds that many bytes, resp_parse would say RESP_INCOMPLETE
+ * again. */
+long resp_parse_need(const resp_limits *lim, const char *buf, size_t len,
+                     resp_arg *argv, size_t *argc, const char **err,
+                     size_t *need);
 
 #endif

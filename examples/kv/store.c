@@ -1,149 +1,212 @@
-/* store.c: the keyspace as a chained hash table.
- *
- * Our own rather than a library's: it is some eighty lines, lull-kv then
- * needs nothing beyond lull and libc (the examples build against an
- * installed lull with no other package), and it does exactly what the five
- * keyspace commands need. Chaining keeps deletion simple; the table doubles
- * when it holds as many keys as buckets, so chains stay short on average.
- * The hash is FNV-1a: short, and good enough for keys a benchmark or a
- * test chooses (not hardened against keys chosen to collide, which a
- * server facing untrusted clients would need: a keyed hash such as
- * SipHash). Rehashing is done all at once, so the SET that grows the table
- * pays for it: fine for an example, a known stall for a real server. */
+/* store.c: the keyspace (see store.h). Invariants: every key with a
+ * non-zero expire is in the heap at index heap - 1, and no other key is;
+ * heap[i]'s expire is no later than its children's (2i + 1, 2i + 2). */
 #include "store.h"
 
+#include "types.h"
+
 #include <errno.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct store_entry {
-    store_entry *next; /* the bucket's chain */
-    uint64_t hash;
-    char *val; /* malloc'd, vlen bytes (never NULL: zero-length is 1 byte) */
-    size_t vlen;
-    size_t klen;
-    char key[]; /* klen bytes */
-};
-
-/* 16 buckets to start: a fresh server holds nothing, and doubling is cheap
- * while small. */
-#define INITIAL_BUCKETS 16
-
-static uint64_t hash(const char *p, size_t n) {
-    uint64_t h = 14695981039346656037ull; /* FNV-1a 64-bit offset basis */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 1099511628211ull; /* FNV-1a 64-bit prime */
-    }
-    return h;
-}
-
 int store_init(store *st) {
-    st->buckets = calloc(INITIAL_BUCKETS, sizeof *st->buckets);
-    if (!st->buckets) return -ENOMEM;
-    st->nbuckets = INITIAL_BUCKETS;
-    st->count = 0;
+    memset(st, 0, sizeof *st);
+    dict_init(&st->d, sizeof(kobj));
     return 0;
 }
 
-void store_clear(store *st) {
-    for (size_t i = 0; i < st->nbuckets; i++) {
-        store_entry *e = st->buckets[i];
-        while (e) {
-            store_entry *next = e->next;
-            free(e->val);
-            free(e);
-            e = next;
-        }
-        st->buckets[i] = NULL;
+void store_value_free(kobj *o) {
+    if (o->shared) { /* the log's bytes */
+        o->shared = 0;
+        o->val = NULL;
+        o->len = 0;
+        return;
     }
-    st->count = 0;
+    switch (o->type) {
+    case KV_LIST:
+        list_free(o->val);
+        break;
+    case KV_SET:
+        set_free(o->val);
+        break;
+    case KV_HASH:
+        hash_free(o->val);
+        break;
+    case KV_ZSET:
+        zset_free(o->val);
+        break;
+    default:
+        free(o->val);
+        break;
+    }
+    o->val = NULL;
+    o->len = 0;
+}
+
+static void drop_value(dict *d, dict_entry *e, void *arg) {
+    (void)d;
+    (void)arg;
+    store_value_free(store_obj(e));
+}
+
+void store_clear(store *st) {
+    dict_clear(&st->d, drop_value, NULL);
+    st->nheap = 0;
 }
 
 void store_free(store *st) {
     store_clear(st);
-    free(st->buckets);
-    st->buckets = NULL;
-    st->nbuckets = 0;
+    dict_free(&st->d);
+    free(st->heap);
+    st->heap = NULL;
+    st->heap_cap = 0;
 }
 
-static store_entry **find(const store *st, const char *key, size_t klen,
-                          uint64_t h) {
-    store_entry **pp = &st->buckets[h & (st->nbuckets - 1)];
-    for (; *pp; pp = &(*pp)->next) {
-        store_entry *e = *pp;
-        if (e->hash == h && e->klen == klen && memcmp(e->key, key, klen) == 0)
-            break;
+/* ------------------------------------------------------- expiry heap */
+
+static int64_t when(const store *st, size_t i) {
+    return store_obj(st->heap[i])->expire;
+}
+
+static void place(store *st, size_t i, dict_entry *e) {
+    st->heap[i] = e;
+    store_obj(e)->heap = (uint32_t)(i + 1);
+}
+
+static void sift_up(store *st, size_t i) {
+    dict_entry *e = st->heap[i];
+    int64_t t = store_obj(e)->expire;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (when(st, parent) <= t) break;
+        place(st, i, st->heap[parent]);
+        i = parent;
     }
-    return pp;
+    place(st, i, e);
+}
+
+static void sift_down(store *st, size_t i) {
+    dict_entry *e = st->heap[i];
+    int64_t t = store_obj(e)->expire;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= st->nheap) break;
+        if (c + 1 < st->nheap && when(st, c + 1) < when(st, c)) c++;
+        if (when(st, c) >= t) break;
+        place(st, i, st->heap[c]);
+        i = c;
+    }
+    place(st, i, e);
+}
+
+static void heap_remove(store *st, dict_entry *e) {
+    kobj *o = store_obj(e);
+    size_t i = o->heap - 1;
+    o->heap = 0;
+    st->nheap--;
+    if (i == st->nheap) return;
+    place(st, i, st->heap[st->nheap]);
+    sift_down(st, i);
+    sift_up(st, store_obj(st->heap[i])->heap - 1);
+}
+
+int store_set_expire(store *st, dict_entry *e, int64_t t) {
+    kobj *o = store_obj(e);
+    if (t <= 0) {
+        if (o->heap) heap_remove(st, e);
+        o->expire = 0;
+        return 0;
+    }
+    if (o->heap) {
+        int64_t old = o->expire;
+        o->expire = t;
+        if (t < old)
+            sift_up(st, o->heap - 1);
+        else
+            sift_down(st, o->heap - 1);
+        return 0;
+    }
+    if (st->nheap == st->heap_cap) {
+        size_t cap = st->heap_cap ? st->heap_cap * 2 : 64;
+        if (cap > UINT32_MAX) return -ENOMEM;
+        dict_entry **h = realloc(st->heap, cap * sizeof *h);
+        if (!h) return -ENOMEM;
+        st->heap = h;
+        st->heap_cap = cap;
+    }
+    o->expire = t;
+    st->heap[st->nheap] = e;
+    o->heap = (uint32_t)++st->nheap;
+    sift_up(st, st->nheap - 1);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- keys */
+
+dict_entry *store_add(store *st, const char *key, size_t klen, int type) {
+    dict_entry *e = dict_add(&st->d, key, klen);
+    if (e) store_obj(e)->type = (uint8_t)type;
+    return e;
+}
+
+void store_delete(store *st, dict_entry *e) {
+    kobj *o = store_obj(e);
+    if (o->heap) heap_remove(st, e);
+    store_value_free(o);
+    dict_delete(&st->d, e);
 }
 
 const char *store_get(const store *st, const char *key, size_t klen,
                       size_t *vlen) {
-    store_entry *e = *find(st, key, klen, hash(key, klen));
-    if (!e) return NULL;
-    *vlen = e->vlen;
-    return e->val;
+    dict_entry *e = store_find(st, key, klen);
+    if (!e || store_obj(e)->type != KV_STRING) return NULL;
+    *vlen = store_obj(e)->len;
+    return store_obj(e)->val;
 }
 
-/* Doubles the table; on -ENOMEM the old one stays (chains just grow). */
-static void grow(store *st) {
-    size_t n = st->nbuckets * 2;
-    store_entry **b = calloc(n, sizeof *b);
-    if (!b) return;
-    for (size_t i = 0; i < st->nbuckets; i++) {
-        store_entry *e = st->buckets[i];
-        while (e) {
-            store_entry *next = e->next;
-            store_entry **slot = &b[e->hash & (n - 1)];
-            e->next = *slot;
-            *slot = e;
-            e = next;
-        }
+int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
+              const char *val, size_t vlen) {
+    dict_entry *old = *pe;
+    if (old && store_obj(old)->type == KV_STRING &&
+        store_obj(old)->len == vlen && !store_obj(old)->shared) {
+        /* The same length over a string: in place, no allocation (a
+         * benchmark's SET, and many real overwrites). */
+        if (vlen) memcpy(store_obj(old)->val, val, vlen);
+        return 0;
     }
-    free(st->buckets);
-    st->buckets = b;
-    st->nbuckets = n;
+    char *v = malloc(vlen ? vlen : 1);
+    if (!v) return -ENOMEM;
+    if (vlen) memcpy(v, val, vlen);
+    dict_entry *e = *pe;
+    if (!e && !(e = store_add(st, key, klen, KV_STRING))) {
+        free(v);
+        return -ENOMEM;
+    }
+    kobj *o = store_obj(e);
+    store_value_free(o);
+    o->type = KV_STRING;
+    o->val = v;
+    o->len = vlen;
+    *pe = e;
+    return 0;
+}
+
+int store_set_entry(store *st, const char *key, size_t klen, const char *val,
+                    size_t vlen, dict_entry **out) {
+    dict_entry *e = store_find(st, key, klen);
+    int rc = store_put(st, &e, key, klen, val, vlen);
+    if (rc == 0 && out) *out = e;
+    return rc;
 }
 
 int store_set(store *st, const char *key, size_t klen, const char *val,
               size_t vlen) {
-    uint64_t h = hash(key, klen);
-    store_entry **pp = find(st, key, klen, h);
-    char *v = malloc(vlen ? vlen : 1);
-    if (!v) return -ENOMEM;
-    if (vlen) memcpy(v, val, vlen);
-    if (*pp) {
-        free((*pp)->val);
-        (*pp)->val = v;
-        (*pp)->vlen = vlen;
-        return 0;
-    }
-    store_entry *e = malloc(sizeof *e + klen);
-    if (!e) {
-        free(v);
-        return -ENOMEM;
-    }
-    e->hash = h;
-    e->val = v;
-    e->vlen = vlen;
-    e->klen = klen;
-    memcpy(e->key, key, klen);
-    e->next = *pp;
-    *pp = e;
-    st->count++;
-    if (st->count > st->nbuckets) grow(st);
-    return 0;
+    return store_set_entry(st, key, klen, val, vlen, NULL);
 }
 
 int store_del(store *st, const char *key, size_t klen) {
-    store_entry **pp = find(st, key, klen, hash(key, klen));
-    store_entry *e = *pp;
+    dict_entry *e = store_find(st, key, klen);
     if (!e) return 0;
-    *pp = e->next;
-    free(e->val);
-    free(e);
-    st->count--;
+    store_delete(st, e);
     return 1;
 }

@@ -1,28 +1,96 @@
-/* store.h: lull-kv's keyspace, an in-memory hash table from byte-string
- * keys to byte-string values. One thread (the loop's) owns it. */
+/* store.h: lull-kv's keyspace: keys (byte strings) to values of one of
+ * Redis' types, and the keys' expiry times. One thread (the loop's) owns
+ * it.
+ *
+ * Expiry. A key may carry an expiry time, in milliseconds on the clock of
+ * the keyspace's owner (cmd.c keeps it: the loop's monotonic clock, put
+ * on the Unix epoch once at start). The keys that carry one are also in a
+ * binary min-heap ordered by that time, so the earliest is found at once
+ * and a change costs O(log n): the owner arms one lull timer for the
+ * earliest expiry, not one per key (docs/KV.md has the measurement behind
+ * the choice). The heap is an array of entry pointers, and each entry
+ * keeps its place in it: 12 bytes per key that expires, beside the 8 of
+ * the expiry time itself. */
 #ifndef LULL_KV_STORE_H
 #define LULL_KV_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
-typedef struct store_entry store_entry;
+#include "dict.h"
+
+enum { KV_STRING, KV_LIST, KV_SET, KV_HASH, KV_ZSET };
+
+/* A key's value and expiry: the user data of its dict entry. */
+typedef struct kobj {
+    void *val;      /* string: its bytes (malloc'd, never NULL); else the
+                       collection (types.h) */
+    size_t len;     /* string: its length */
+    int64_t expire; /* when the key expires (ms, see above); 0: never */
+    uint32_t heap;  /* its index in the expiry heap + 1; 0: not there */
+    uint8_t type;   /* KV_* */
+    uint8_t shared; /* a string whose bytes are the write log's copy (a
+                       large SET's value on a primary, kept once: the log
+                       never moves or frees them): never freed or written
+                       here */
+} kobj;
 
 typedef struct store {
-    store_entry **buckets; /* chains; nbuckets is a power of two */
-    size_t nbuckets;
-    size_t count; /* keys held: DBSIZE */
+    dict d;            /* the keys */
+    dict_entry **heap; /* the keys with an expiry, a min-heap by it */
+    size_t nheap, heap_cap;
 } store;
 
 int store_init(store *st);   /* 0 or -ENOMEM */
 void store_free(store *st);  /* drops every key */
 void store_clear(store *st); /* FLUSHALL: drops every key, keeps the table */
-/* The value of key, or NULL; *vlen gets its length. Valid until the next
- * change to that key. */
+
+static inline kobj *store_obj(dict_entry *e) {
+    return (kobj *)dict_data(e);
+}
+static inline size_t store_count(const store *st) {
+    return st->d.count;
+}
+
+/* The key's entry, expired or not (cmd.c decides what an expired key
+ * means), or NULL. */
+static inline dict_entry *store_find(const store *st, const char *key,
+                                     size_t klen) {
+    return dict_find(&st->d, key, klen);
+}
+/* Adds a key (which must not be there) holding an empty value of `type`
+ * (for a string: no bytes yet, val NULL). NULL when out of memory. */
+dict_entry *store_add(store *st, const char *key, size_t klen, int type);
+/* Drops the key: its value, its expiry, the entry. */
+void store_delete(store *st, dict_entry *e);
+/* Frees a value (strings and collections alike); o is left empty. */
+void store_value_free(kobj *o);
+
+/* Sets (when > 0) or clears (0) the key's expiry time. 0, or -ENOMEM
+ * (the heap could not grow: nothing changed). */
+int store_set_expire(store *st, dict_entry *e, int64_t when);
+/* The key that expires first, or NULL when none has an expiry. */
+static inline dict_entry *store_first_expiry(const store *st) {
+    return st->nheap ? st->heap[0] : NULL;
+}
+
+/* Strings, for the commands and the tests. The value of key (expired or
+ * not), or NULL when it is missing or not a string; *vlen gets its
+ * length. Valid until the next change to that key. */
 const char *store_get(const store *st, const char *key, size_t klen,
                       size_t *vlen);
-/* Sets key to a copy of val. 0 or -ENOMEM (the key is then unchanged). */
+/* Sets key to a string copy of val, keeping its expiry (the caller
+ * decides about that). 0 or -ENOMEM (the key is then unchanged). *out,
+ * when not NULL, gets the entry. */
 int store_set(store *st, const char *key, size_t klen, const char *val,
               size_t vlen);
+/* store_set for a key already looked up: *pe is its entry (NULL when it
+ * is missing: it is added, and *pe set). One lookup per SET, not two. */
+int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
+              const char *val, size_t vlen);
+int store_set_entry(store *st, const char *key, size_t klen, const char *val,
+                    size_t vlen, dict_entry **out);
 /* 1 when the key was there and is gone, 0 when it was not there. */
 int store_del(store *st, const char *key, size_t klen);
 

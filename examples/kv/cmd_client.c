@@ -1,0 +1,357 @@
+/* cmd_client.c: the commands about a client's own state: MULTI, EXEC and
+ * DISCARD (a transaction: commands queued, then run at once on the loop,
+ * nothing else running between them), and pub/sub (SUBSCRIBE,
+ * UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH).
+ *
+ * A transaction's writes reach the log between a MULTI and an EXEC record
+ * (only when it wrote something), and a replica applies the records
+ * between them as one unit (cmd.c), as Redis propagates a transaction.
+ *
+ * Pub/sub is fan-out to readers of any speed: PUBLISH appends the message
+ * to each subscriber's output and asks the owner to send it (kv.wake);
+ * the owner holds a subscriber to the pubsub output limit, so one that
+ * does not read is closed rather than buffered for without bound.
+ * Messages are not logged: Redis propagates PUBLISH to its replicas, but
+ * lull-kv's log keeps every record for the life of the process, and a
+ * stream of messages would grow it for ever. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd_int.h"
+
+struct kv_queued {
+    kv_queued *next;
+    size_t argc;
+    resp_arg argv[]; /* then the arguments' bytes */
+};
+
+/* A client's subscription to one channel or pattern. */
+struct kv_sub {
+    kv_sub *cnext, *cprev; /* the channel's subscribers */
+    kv_sub *mine;          /* the client's next subscription */
+    kv_client *cl;
+    dict_entry *chan; /* in kv.channels or kv.patterns */
+    bool pattern;
+};
+
+/* A channel's (or pattern's) subscribers: the user data of its entry. */
+typedef struct kv_chan {
+    kv_sub *head;
+} kv_chan;
+
+static kv_chan *chan_of(dict_entry *e) {
+    return (kv_chan *)dict_data(e);
+}
+
+void kv_client_init(kv_client *cl, void *owner, buf *out) {
+    memset(cl, 0, sizeof *cl);
+    cl->owner = owner;
+    cl->out = out;
+    cl->queue_tail = &cl->queue;
+}
+
+static void queue_free(kv_client *cl) {
+    kv_queued *q = cl->queue;
+    while (q) {
+        kv_queued *next = q->next;
+        free(q);
+        q = next;
+    }
+    cl->queue = NULL;
+    cl->queue_tail = &cl->queue;
+    cl->queued = 0;
+    cl->multi = false;
+    cl->multi_error = false;
+}
+
+static void unsubscribe(kv *k, kv_client *cl, kv_sub *s) {
+    kv_sub **pp = &cl->subs;
+    while (*pp != s)
+        pp = &(*pp)->mine;
+    *pp = s->mine;
+    if (s->cprev)
+        s->cprev->cnext = s->cnext;
+    else
+        chan_of(s->chan)->head = s->cnext;
+    if (s->cnext) s->cnext->cprev = s->cprev;
+    if (!chan_of(s->chan)->head)
+        dict_delete(s->pattern ? &k->patterns : &k->channels, s->chan);
+    if (s->pattern)
+        cl->npatterns--;
+    else
+        cl->nchannels--;
+    free(s);
+}
+
+void kv_client_reset(kv *k, kv_client *cl) {
+    queue_free(cl);
+    while (cl->subs)
+        unsubscribe(k, cl, cl->subs);
+}
+
+/* --------------------------------------------------------- transactions */
+
+/* Queues a copy of the command (one allocation: the argument table, then
+ * the bytes). False when out of memory. */
+bool kv_queue(kv_client *cl, const resp_arg *a, size_t argc) {
+    size_t bytes = 0;
+    for (size_t i = 0; i < argc; i++)
+        bytes += a[i].len;
+    kv_queued *q = malloc(sizeof *q + argc * sizeof q->argv[0] + bytes);
+    if (!q) return false;
+    char *p = (char *)&q->argv[argc];
+    for (size_t i = 0; i < argc; i++) {
+        memcpy(p, a[i].p, a[i].len);
+        q->argv[i] = (resp_arg){p, a[i].len};
+        p += a[i].len;
+    }
+    q->argc = argc;
+    q->next = NULL;
+    *cl->queue_tail = q;
+    cl->queue_tail = &q->next;
+    cl->queued++;
+    return true;
+}
+
+static void cmd_multi(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)k;
+    (void)a;
+    (void)argc;
+    if (!cl) {
+        buf_str(out, "-ERR MULTI needs a client\r\n");
+        return;
+    }
+    if (cl->multi) {
+        buf_str(out, "-ERR MULTI calls can not be nested\r\n");
+        return;
+    }
+    cl->multi = true;
+    reply_ok(out);
+}
+
+static void cmd_discard(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)k;
+    (void)a;
+    (void)argc;
+    if (!cl || !cl->multi) {
+        buf_str(out, "-ERR DISCARD without MULTI\r\n");
+        return;
+    }
+    queue_free(cl);
+    reply_ok(out);
+}
+
+static void cmd_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)a;
+    (void)argc;
+    if (!cl || !cl->multi) {
+        buf_str(out, "-ERR EXEC without MULTI\r\n");
+        return;
+    }
+    if (cl->multi_error) {
+        queue_free(cl);
+        buf_str(out, "-EXECABORT Transaction discarded because of previous "
+                     "errors.\r\n");
+        return;
+    }
+    kv_queued *q = cl->queue;
+    cl->queue = NULL;
+    size_t n = cl->queued;
+    queue_free(cl); /* out of MULTI: the commands run as themselves */
+    buf_int(out, '*', (long long)n);
+    k->in_exec = true;
+    k->multi_logged = false;
+    while (q) {
+        kv_queued *next = q->next;
+        kv_run(k, cl, q->argv, q->argc, out);
+        free(q);
+        q = next;
+    }
+    k->in_exec = false;
+    if (k->multi_logged) {
+        static const resp_arg exec = {"EXEC", 4};
+        kv_log(k, &exec, 1);
+        k->multi_logged = false;
+    }
+}
+
+/* --------------------------------------------------------------- pub/sub */
+
+static kv_sub *find_sub(kv_client *cl, const resp_arg *name, bool pattern,
+                        const kv *k) {
+    for (kv_sub *s = cl->subs; s; s = s->mine) {
+        const dict *d = pattern ? &k->patterns : &k->channels;
+        if (s->pattern == pattern && s->chan->klen == name->len &&
+            memcmp(dict_key(d, s->chan), name->p, name->len) == 0)
+            return s;
+    }
+    return NULL;
+}
+
+/* *3 (kind, name or nil, the client's count). */
+static void sub_reply(buf *out, const char *kind, const resp_arg *name,
+                      const kv_client *cl) {
+    buf_str(out, "*3\r\n");
+    buf_bulk(out, kind, strlen(kind));
+    if (name)
+        buf_bulk(out, name->p, name->len);
+    else
+        reply_nil(out);
+    buf_int(out, ':', (long long)(cl->nchannels + cl->npatterns));
+}
+
+static void subscribe(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      bool pattern, buf *out) {
+    if (!cl) {
+        buf_str(out, "-ERR SUBSCRIBE needs a client\r\n");
+        return;
+    }
+    dict *d = pattern ? &k->patterns : &k->channels;
+    for (size_t i = 1; i < argc; i++) {
+        if (!find_sub(cl, &a[i], pattern, k)) {
+            kv_sub *s = calloc(1, sizeof *s);
+            dict_entry *e = dict_find(d, a[i].p, a[i].len);
+            if (!e) e = dict_add(d, a[i].p, a[i].len);
+            if (!s || !e) {
+                free(s);
+                reply_oom(out);
+                return;
+            }
+            s->cl = cl;
+            s->chan = e;
+            s->pattern = pattern;
+            s->cnext = chan_of(e)->head;
+            if (s->cnext) s->cnext->cprev = s;
+            chan_of(e)->head = s;
+            s->mine = cl->subs;
+            cl->subs = s;
+            if (pattern)
+                cl->npatterns++;
+            else
+                cl->nchannels++;
+        }
+        sub_reply(out, pattern ? "psubscribe" : "subscribe", &a[i], cl);
+    }
+}
+
+static void unsubscribe_cmd(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, bool pattern, buf *out) {
+    const char *kind = pattern ? "punsubscribe" : "unsubscribe";
+    if (!cl) {
+        sub_reply(out, kind, NULL, &(kv_client){0});
+        return;
+    }
+    if (argc > 1) {
+        for (size_t i = 1; i < argc; i++) {
+            kv_sub *s = find_sub(cl, &a[i], pattern, k);
+            if (s) unsubscribe(k, cl, s);
+            sub_reply(out, kind, &a[i], cl);
+        }
+        return;
+    }
+    /* None named: every one, each answered with its name. */
+    bool any = false;
+    kv_sub *s = cl->subs;
+    while (s) {
+        kv_sub *next = s->mine;
+        if (s->pattern == pattern) {
+            const dict *d = pattern ? &k->patterns : &k->channels;
+            buf name = {0};
+            buf_put(&name, dict_key(d, s->chan), s->chan->klen);
+            unsubscribe(k, cl, s);
+            resp_arg n = {name.p ? name.p : "", name.len};
+            sub_reply(out, kind, &n, cl);
+            buf_free(&name);
+            any = true;
+        }
+        s = next;
+    }
+    if (!any) sub_reply(out, kind, NULL, cl);
+}
+
+static void cmd_subscribe(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                          buf *out) {
+    subscribe(k, cl, a, argc, false, out);
+}
+
+static void cmd_psubscribe(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                           buf *out) {
+    subscribe(k, cl, a, argc, true, out);
+}
+
+static void cmd_unsubscribe(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    unsubscribe_cmd(k, cl, a, argc, false, out);
+}
+
+static void cmd_punsubscribe(kv *k, kv_client *cl, const resp_arg *a,
+                             size_t argc, buf *out) {
+    unsubscribe_cmd(k, cl, a, argc, true, out);
+}
+
+typedef struct publish_walk {
+    kv *k;
+    const resp_arg *chan, *msg;
+    long long n;
+} publish_walk;
+
+static void deliver(kv *k, kv_client *cl) {
+    if (k->wake) k->wake(cl);
+}
+
+static void publish_pattern(const dict *d, dict_entry *e, void *arg) {
+    publish_walk *w = arg;
+    const char *pat = dict_key(d, e);
+    if (!kv_glob(pat, e->klen, w->chan->p, w->chan->len, false)) return;
+    for (kv_sub *s = chan_of(e)->head; s; s = s->cnext) {
+        buf *o = s->cl->out;
+        buf_str(o, "*4\r\n$8\r\npmessage\r\n");
+        buf_bulk(o, pat, e->klen);
+        buf_bulk(o, w->chan->p, w->chan->len);
+        buf_bulk(o, w->msg->p, w->msg->len);
+        deliver(w->k, s->cl);
+        w->n++;
+    }
+}
+
+static void cmd_publish(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    (void)argc;
+    publish_walk w = {k, &a[1], &a[2], 0};
+    dict_entry *e = dict_find(&k->channels, a[1].p, a[1].len);
+    for (kv_sub *s = e ? chan_of(e)->head : NULL; s; s = s->cnext) {
+        buf *o = s->cl->out;
+        buf_str(o, "*3\r\n$7\r\nmessage\r\n");
+        buf_bulk(o, a[1].p, a[1].len);
+        buf_bulk(o, a[2].p, a[2].len);
+        deliver(k, s->cl);
+        w.n++;
+    }
+    if (k->patterns.count) {
+        uint64_t cur = 0;
+        do
+            cur = dict_scan(&k->patterns, cur, SIZE_MAX, publish_pattern, &w);
+        while (cur);
+    }
+    buf_int(out, ':', w.n);
+}
+
+static const kv_cmd client_commands[] = {
+    {"multi", 1, CMD_NOQUEUE, cmd_multi},
+    {"exec", 1, CMD_NOQUEUE, cmd_exec},
+    {"discard", 1, CMD_NOQUEUE, cmd_discard},
+    {"subscribe", -2, CMD_PUBSUB, cmd_subscribe},
+    {"psubscribe", -2, CMD_PUBSUB, cmd_psubscribe},
+    {"unsubscribe", -1, CMD_PUBSUB, cmd_unsubscribe},
+    {"punsubscribe", -1, CMD_PUBSUB, cmd_punsubscribe},
+    {"publish", 3, 0, cmd_publish},
+};
+
+void kv_client_commands_init(void) {
+    kv_commands_add(client_commands,
+                    sizeof client_commands / sizeof client_commands[0]);
+}

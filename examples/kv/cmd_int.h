@@ -1,0 +1,79 @@
+/* cmd_int.h: what lull-kv's command files share (cmd.c, and the
+ * collection commands in cmd_types.c): the command table's entries and
+ * the helpers every command uses. Not for the socket side: that goes
+ * through cmd.h. */
+#ifndef LULL_KV_CMD_INT_H
+#define LULL_KV_CMD_INT_H
+
+#include "cmd.h"
+
+typedef void kv_cmd_fn(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out);
+
+enum {
+    CMD_WRITE = 0x1,   /* changes the keyspace: refused on a replica, and
+                          what a primary's log may hold */
+    CMD_PUBSUB = 0x2,  /* allowed while subscribed (RESP2) */
+    CMD_NOQUEUE = 0x4, /* runs at once inside MULTI (MULTI, EXEC, DISCARD) */
+    CMD_SERVER = 0x8,  /* the server's to run (REPLSYNC, CLIENT): kv_exec
+                          returns KV_SERVER */
+};
+
+typedef struct kv_cmd {
+    const char *name; /* lower case: Redis' errors name commands so */
+    int arity;        /* Redis' convention: n exactly, -n at least n
+                         (the name counts) */
+    unsigned flags;   /* CMD_* */
+    kv_cmd_fn *fn;
+} kv_cmd;
+
+/* The commands of cmd_types.c and cmd_client.c: add them to the table. */
+void kv_types_init(void);
+void kv_client_commands_init(void);
+/* Runs a command that passed kv_exec's checks (EXEC's queue). */
+void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out);
+/* Queues a copy of a command (MULTI). False when out of memory. */
+bool kv_queue(kv_client *cl, const resp_arg *a, size_t argc);
+/* Adds commands to the table (at start-up, once). */
+void kv_commands_add(const kv_cmd *cmds, size_t n);
+const kv_cmd *kv_command(const resp_arg *name);
+static inline bool kv_arity_ok(const kv_cmd *c, size_t argc) {
+    return c->arity > 0 ? argc == (size_t)c->arity : argc >= (size_t)-c->arity;
+}
+
+/* The current command's time (ms, kv.clock), read once per command. */
+int64_t kv_now(kv *k);
+/* The key as a command sees it: NULL when missing or expired (a primary
+ * deletes an expired key at once and logs the DEL; a replica leaves it
+ * for its primary's DEL). */
+dict_entry *kv_lookup(kv *k, const resp_arg *key);
+/* Drops a key (no log: the command logs what it did). */
+void kv_delete(kv *k, dict_entry *e);
+/* Sets or (when <= 0) clears a key's expiry. 0 or -ENOMEM. */
+int kv_set_expire(kv *k, dict_entry *e, int64_t when);
+/* Appends a record to a primary's log (nothing on a replica). Out of
+ * memory stops lull-kv: a replica must never miss a write. */
+void kv_log(kv *k, const resp_arg *a, size_t argc);
+/* kv_log, returning where a[want]'s bytes are in the log (NULL on a
+ * replica). */
+const char *kv_log_arg(kv *k, const resp_arg *a, size_t argc, size_t want);
+/* A SET's value this long is kept once, in the write log (store.h). 64
+ * KiB: below it a copy costs less than it saves. */
+#define KV_SHARE_MIN ((size_t)64 << 10)
+void kv_oom(const char *what) __attribute__((noreturn));
+
+/* Redis' glob patterns (KEYS, SCAN MATCH, PSUBSCRIBE, CONFIG GET). */
+bool kv_glob(const char *pat, size_t plen, const char *s, size_t slen,
+             bool nocase);
+
+/* Replies, in Redis' words. */
+void reply_wrongtype(buf *out);
+void reply_not_integer(buf *out);
+void reply_syntax(buf *out);
+void reply_nil(buf *out);
+void reply_ok(buf *out);
+void reply_oom(buf *out);
+/* An integer argument, or false with the reply. */
+bool arg_i64(const resp_arg *a, long long *v, buf *out);
+
+#endif

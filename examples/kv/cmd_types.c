@@ -1,0 +1,932 @@
+/* cmd_types.c: the commands on lists, sets, hashes and sorted sets, and
+ * the string commands beyond GET and SET (MSET, MGET, SETNX, APPEND,
+ * STRLEN, GETSET). Their replies and errors are Redis 7.0's, word for
+ * word; examples/kv/integration.sh compares them with a redis-server's
+ * when one is installed.
+ *
+ * Each write logs what repeats it on a replica (cmd.c has the rule): the
+ * request itself when it is deterministic, SPOP as the SREM of what it
+ * popped. A collection emptied by a command is deleted, as in Redis. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd_int.h"
+#include "types.h"
+
+/* ------------------------------------------------------------ helpers */
+
+/* The key's value of `type` for a read: *e NULL when the key is missing;
+ * false (with the reply) when it holds another type. */
+static bool find_of(kv *k, const resp_arg *key, int type, dict_entry **e,
+                    buf *out) {
+    *e = kv_lookup(k, key);
+    if (*e && store_obj(*e)->type != type) {
+        reply_wrongtype(out);
+        return false;
+    }
+    return true;
+}
+
+static void *new_of(int type) {
+    switch (type) {
+    case KV_LIST:
+        return list_new();
+    case KV_SET:
+        return set_new();
+    case KV_HASH:
+        return hash_new();
+    default:
+        return zset_new();
+    }
+}
+
+/* The key's value of `type` for a write, made (empty) when the key is
+ * missing; NULL with the reply on a wrong type or out of memory. */
+static void *make_of(kv *k, const resp_arg *key, int type, dict_entry **pe,
+                     buf *out) {
+    dict_entry *e;
+    if (!find_of(k, key, type, &e, out)) return NULL;
+    if (!e) {
+        void *v = new_of(type);
+        if (!v || !(e = store_add(&k->db, key->p, key->len, type))) {
+            kobj tmp = {.val = v, .type = (uint8_t)type};
+            store_value_free(&tmp);
+            reply_oom(out);
+            return NULL;
+        }
+        store_obj(e)->val = v;
+    }
+    *pe = e;
+    return store_obj(e)->val;
+}
+
+/* A collection that a command emptied goes (Redis deletes empty keys). */
+static void drop_if_empty(kv *k, dict_entry *e, size_t n) {
+    if (n == 0) kv_delete(k, e);
+}
+
+/* Redis' count for LPOP, RPOP, SPOP and ZPOPMIN: an integer >= 0. */
+static bool arg_count(const resp_arg *a, long long *v, buf *out) {
+    if (kv_parse_i64(a->p, a->len, v) && *v >= 0) return true;
+    buf_str(out, "-ERR value is out of range, must be positive\r\n");
+    return false;
+}
+
+/* A score as Redis writes it in RESP2 (%.17g: 0.1 is
+ * 0.10000000000000001; inf and -inf). */
+static void reply_score(buf *out, double d) {
+    char tmp[32];
+    int n;
+    if (isinf(d))
+        n = snprintf(tmp, sizeof tmp, "%s", d > 0 ? "inf" : "-inf");
+    else
+        n = snprintf(tmp, sizeof tmp, "%.17g", d);
+    buf_bulk(out, tmp, (size_t)n);
+}
+
+/* A score argument: what strtod takes whole (inf included), no leading
+ * space, no NaN. */
+static bool arg_score(const resp_arg *a, double *d, buf *out) {
+    char tmp[64];
+    if (a->len == 0 || a->len >= sizeof tmp) goto bad;
+    memcpy(tmp, a->p, a->len);
+    tmp[a->len] = 0;
+    if (tmp[0] == ' ' || (tmp[0] >= '\t' && tmp[0] <= '\r')) goto bad;
+    char *end;
+    errno = 0;
+    *d = strtod(tmp, &end);
+    if (*end || isnan(*d) || (errno == ERANGE && !isinf(*d))) goto bad;
+    return true;
+bad:
+    buf_str(out, "-ERR value is not a valid float\r\n");
+    return false;
+}
+
+/* Start and stop of LRANGE and ZRANGE, made absolute and clipped to n.
+ * False when the range is empty. */
+static bool clip_range(long long start, long long stop, size_t n, size_t *from,
+                       size_t *to) {
+    long long len = (long long)n;
+    if (start < 0) start += len;
+    if (stop < 0) stop += len;
+    if (start < 0) start = 0;
+    if (start > stop || start >= len) return false;
+    if (stop >= len) stop = len - 1;
+    *from = (size_t)start;
+    *to = (size_t)stop;
+    return true;
+}
+
+static void wrong_args(const resp_arg *name, buf *out) {
+    char low[16];
+    size_t n = name->len < sizeof low ? name->len : sizeof low - 1;
+    for (size_t i = 0; i < n; i++)
+        low[i] = (char)(name->p[i] | 0x20);
+    low[n] = 0;
+    buf_str(out, "-ERR wrong number of arguments for '");
+    buf_str(out, low);
+    buf_str(out, "' command\r\n");
+}
+
+/* -------------------------------------------------------------- strings */
+
+static int set_string(kv *k, const resp_arg *key, const char *p, size_t len) {
+    dict_entry *e = kv_lookup(k, key);
+    if (store_put(&k->db, &e, key->p, key->len, p, len) < 0) return -ENOMEM;
+    kv_set_expire(k, e, 0);
+    return 0;
+}
+
+static void cmd_mset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    if (argc % 2 == 0) {
+        wrong_args(&a[0], out);
+        return;
+    }
+    for (size_t i = 1; i < argc; i += 2) {
+        if (set_string(k, &a[i], a[i + 1].p, a[i + 1].len) < 0) {
+            /* Those before it were set: log them, then say so. */
+            kv_log(k, a, i);
+            reply_oom(out);
+            return;
+        }
+    }
+    kv_log(k, a, argc);
+    reply_ok(out);
+}
+
+static void cmd_mget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    buf_int(out, '*', (long long)argc - 1);
+    for (size_t i = 1; i < argc; i++) {
+        dict_entry *e = kv_lookup(k, &a[i]);
+        if (e && store_obj(e)->type == KV_STRING)
+            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+        else
+            reply_nil(out);
+    }
+}
+
+static void cmd_setnx(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    (void)argc;
+    if (kv_lookup(k, &a[1])) {
+        buf_str(out, ":0\r\n");
+        return;
+    }
+    if (set_string(k, &a[1], a[2].p, a[2].len) < 0) {
+        reply_oom(out);
+        return;
+    }
+    resp_arg rec[3] = {{"SET", 3}, a[1], a[2]};
+    kv_log(k, rec, 3);
+    buf_str(out, ":1\r\n");
+}
+
+static void cmd_getset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_STRING, &e, out)) return;
+    size_t mark = out->len;
+    if (e)
+        buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+    else
+        reply_nil(out);
+    if (set_string(k, &a[1], a[2].p, a[2].len) < 0) {
+        out->len = mark;
+        reply_oom(out);
+        return;
+    }
+    resp_arg rec[3] = {{"SET", 3}, a[1], a[2]};
+    kv_log(k, rec, 3);
+}
+
+static void cmd_append(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_STRING, &e, out)) return;
+    if (!e) {
+        if (store_put(&k->db, &e, a[1].p, a[1].len, a[2].p, a[2].len) < 0) {
+            reply_oom(out);
+            return;
+        }
+    } else {
+        kobj *o = store_obj(e);
+        /* A value kept in the log is copied out first: the log's bytes
+         * are never written. */
+        char *v = o->shared ? malloc(o->len + a[2].len + 1)
+                            : realloc(o->val, o->len + a[2].len + 1);
+        if (!v) {
+            reply_oom(out);
+            return;
+        }
+        if (o->shared) memcpy(v, o->val, o->len);
+        memcpy(v + o->len, a[2].p, a[2].len);
+        o->shared = 0;
+        o->val = v;
+        o->len += a[2].len;
+    }
+    kv_log(k, a, argc);
+    buf_int(out, ':', (long long)store_obj(e)->len);
+}
+
+static void cmd_strlen(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_STRING, &e, out)) return;
+    buf_int(out, ':', e ? (long long)store_obj(e)->len : 0);
+}
+
+/* ---------------------------------------------------------------- lists */
+
+static void push(kv *k, const resp_arg *a, size_t argc, bool left, bool only_x,
+                 buf *out) {
+    dict_entry *e;
+    if (only_x) {
+        if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+        if (!e) {
+            buf_str(out, ":0\r\n");
+            return;
+        }
+    }
+    kv_list *l = make_of(k, &a[1], KV_LIST, &e, out);
+    if (!l) return;
+    size_t i = 2;
+    for (; i < argc; i++)
+        if (list_push(l, left, a[i].p, a[i].len) < 0) break;
+    if (i > 2) kv_log(k, a, i);
+    if (i < argc) {
+        drop_if_empty(k, e, l->n);
+        reply_oom(out);
+        return;
+    }
+    buf_int(out, ':', (long long)l->n);
+}
+
+static void cmd_lpush(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    push(k, a, argc, a[0].p[0] == 'L' || a[0].p[0] == 'l', a[0].len == 6, out);
+}
+
+static void cmd_lpop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    bool left = a[0].p[0] == 'L' || a[0].p[0] == 'l';
+    if (argc > 3) {
+        wrong_args(&a[0], out);
+        return;
+    }
+    long long count = 1;
+    if (argc == 3 && !arg_count(&a[2], &count, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    if (!e) {
+        buf_str(out, argc == 3 ? "*-1\r\n" : "$-1\r\n");
+        return;
+    }
+    kv_list *l = store_obj(e)->val;
+    size_t n = (size_t)count < l->n ? (size_t)count : l->n;
+    if (argc == 3) buf_int(out, '*', (long long)n);
+    for (size_t i = 0; i < n; i++) {
+        kv_elem x;
+        list_pop(l, left, &x);
+        buf_bulk(out, x.p, x.len);
+        free(x.p);
+    }
+    if (n) kv_log(k, a, argc);
+    drop_if_empty(k, e, l->n);
+}
+
+static void cmd_llen(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    buf_int(out, ':', e ? (long long)((kv_list *)store_obj(e)->val)->n : 0);
+}
+
+static void cmd_lindex(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    long long i;
+    if (!arg_i64(&a[2], &i, out)) return;
+    if (!e) {
+        reply_nil(out);
+        return;
+    }
+    kv_list *l = store_obj(e)->val;
+    if (i < 0) i += (long long)l->n;
+    if (i < 0 || i >= (long long)l->n) {
+        reply_nil(out);
+        return;
+    }
+    kv_elem *x = list_at(l, (size_t)i);
+    buf_bulk(out, x->p, x->len);
+}
+
+static void cmd_lrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    (void)argc;
+    long long start, stop;
+    if (!arg_i64(&a[2], &start, out) || !arg_i64(&a[3], &stop, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    size_t from, to;
+    if (!e || !clip_range(start, stop, ((kv_list *)store_obj(e)->val)->n, &from,
+                          &to)) {
+        buf_str(out, "*0\r\n");
+        return;
+    }
+    kv_list *l = store_obj(e)->val;
+    buf_int(out, '*', (long long)(to - from + 1));
+    for (size_t i = from; i <= to; i++)
+        buf_bulk(out, list_at(l, i)->p, list_at(l, i)->len);
+}
+
+/* ----------------------------------------------------------------- sets */
+
+static void cmd_sadd(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    dict_entry *e;
+    kv_set *s = make_of(k, &a[1], KV_SET, &e, out);
+    if (!s) return;
+    long long added = 0;
+    size_t i = 2;
+    for (; i < argc; i++) {
+        int rc = set_add(s, a[i].p, a[i].len);
+        if (rc < 0) break;
+        added += rc;
+    }
+    if (added) kv_log(k, a, i);
+    if (i < argc) {
+        drop_if_empty(k, e, s->d.count);
+        reply_oom(out);
+        return;
+    }
+    buf_int(out, ':', added);
+}
+
+static void cmd_srem(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_SET, &e, out)) return;
+    long long n = 0;
+    if (e) {
+        kv_set *s = store_obj(e)->val;
+        for (size_t i = 2; i < argc; i++)
+            n += set_remove(s, a[i].p, a[i].len);
+        if (n) kv_log(k, a, argc);
+        drop_if_empty(k, e, s->d.count);
+    }
+    buf_int(out, ':', n);
+}
+
+/* SPOP key [count]: logged as the SREM of the members it took, so a
+ * replica takes the same ones. */
+static void cmd_spop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    if (argc > 3) {
+        reply_syntax(out);
+        return;
+    }
+    long long count = 1;
+    if (argc == 3 && !arg_count(&a[2], &count, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_SET, &e, out)) return;
+    if (!e) {
+        buf_str(out, argc == 3 ? "*0\r\n" : "$-1\r\n");
+        return;
+    }
+    kv_set *s = store_obj(e)->val;
+    size_t n = (size_t)count < s->d.count ? (size_t)count : s->d.count;
+    /* The record's arguments, and where each popped member's bytes sit in
+     * `names` (which may move while it grows). */
+    resp_arg *rec = malloc((n + 2) * sizeof *rec);
+    size_t *offs = malloc((n + 1) * sizeof *offs);
+    buf names = {0};
+    if (!rec || !offs) {
+        free(rec);
+        free(offs);
+        reply_oom(out);
+        return;
+    }
+    if (argc == 3) buf_int(out, '*', (long long)n);
+    for (size_t i = 0; i < n; i++) {
+        dict_entry *m = set_random(s);
+        const char *name = dict_key(&s->d, m);
+        buf_bulk(out, name, m->klen);
+        offs[i] = names.len;
+        buf_put(&names, name, m->klen);
+        rec[i + 2].len = m->klen;
+        set_delete(s, m);
+    }
+    if (names.oom) kv_oom("SPOP's record");
+    rec[0] = (resp_arg){"SREM", 4};
+    rec[1] = a[1];
+    for (size_t i = 0; i < n; i++)
+        rec[i + 2].p = names.p + offs[i];
+    if (n) kv_log(k, rec, n + 2);
+    free(offs);
+    free(rec);
+    buf_free(&names);
+    drop_if_empty(k, e, s->d.count);
+}
+
+static void cmd_scard(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_SET, &e, out)) return;
+    buf_int(out, ':',
+            e ? (long long)((kv_set *)store_obj(e)->val)->d.count : 0);
+}
+
+static void cmd_sismember(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                          buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_SET, &e, out)) return;
+    bool in =
+        e && dict_find(&((kv_set *)store_obj(e)->val)->d, a[2].p, a[2].len);
+    buf_str(out, in ? ":1\r\n" : ":0\r\n");
+}
+
+static void cmd_smembers(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                         buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_SET, &e, out)) return;
+    if (!e) {
+        buf_str(out, "*0\r\n");
+        return;
+    }
+    kv_set *s = store_obj(e)->val;
+    buf_int(out, '*', (long long)s->d.count);
+    for (size_t i = 0; i < s->d.count; i++)
+        buf_bulk(out, dict_key(&s->d, s->arr[i]), s->arr[i]->klen);
+}
+
+/* --------------------------------------------------------------- hashes */
+
+static void cmd_hset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    if (argc % 2) {
+        wrong_args(&a[0], out);
+        return;
+    }
+    dict_entry *e;
+    kv_hash *h = make_of(k, &a[1], KV_HASH, &e, out);
+    if (!h) return;
+    long long added = 0;
+    size_t i = 2;
+    for (; i < argc; i += 2) {
+        int rc = hash_set(h, a[i].p, a[i].len, a[i + 1].p, a[i + 1].len);
+        if (rc < 0) break;
+        added += rc;
+    }
+    if (i > 2) kv_log(k, a, i);
+    if (i < argc) {
+        drop_if_empty(k, e, h->d.count);
+        reply_oom(out);
+        return;
+    }
+    if (a[0].len == 5) /* HMSET */
+        reply_ok(out);
+    else
+        buf_int(out, ':', added);
+}
+
+static void cmd_hget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
+    dict_entry *f =
+        e ? dict_find(&((kv_hash *)store_obj(e)->val)->d, a[2].p, a[2].len)
+          : NULL;
+    if (f)
+        buf_bulk(out, hash_value(f)->p, hash_value(f)->len);
+    else
+        reply_nil(out);
+}
+
+static void cmd_hmget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
+    buf_int(out, '*', (long long)argc - 2);
+    for (size_t i = 2; i < argc; i++) {
+        dict_entry *f =
+            e ? dict_find(&((kv_hash *)store_obj(e)->val)->d, a[i].p, a[i].len)
+              : NULL;
+        if (f)
+            buf_bulk(out, hash_value(f)->p, hash_value(f)->len);
+        else
+            reply_nil(out);
+    }
+}
+
+static void cmd_hlen(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
+    buf_int(out, ':',
+            e ? (long long)((kv_hash *)store_obj(e)->val)->d.count : 0);
+}
+
+static void cmd_hexists(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
+    bool in =
+        e && dict_find(&((kv_hash *)store_obj(e)->val)->d, a[2].p, a[2].len);
+    buf_str(out, in ? ":1\r\n" : ":0\r\n");
+}
+
+static void cmd_hdel(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
+    long long n = 0;
+    if (e) {
+        kv_hash *h = store_obj(e)->val;
+        for (size_t i = 2; i < argc; i++) {
+            dict_entry *f = dict_find(&h->d, a[i].p, a[i].len);
+            if (f) {
+                hash_delete(h, f);
+                n++;
+            }
+        }
+        if (n) kv_log(k, a, argc);
+        drop_if_empty(k, e, h->d.count);
+    }
+    buf_int(out, ':', n);
+}
+
+typedef struct pairs {
+    buf *out;
+} pairs;
+
+static void hash_pair(const dict *d, dict_entry *f, void *arg) {
+    buf *out = ((pairs *)arg)->out;
+    buf_bulk(out, dict_key(d, f), f->klen);
+    buf_bulk(out, hash_value(f)->p, hash_value(f)->len);
+}
+
+static void cmd_hgetall(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
+    if (!e) {
+        buf_str(out, "*0\r\n");
+        return;
+    }
+    kv_hash *h = store_obj(e)->val;
+    buf_int(out, '*', 2 * (long long)h->d.count);
+    pairs p = {out};
+    uint64_t cur = 0;
+    do
+        cur = dict_scan(&h->d, cur, SIZE_MAX, hash_pair, &p);
+    while (cur);
+}
+
+/* ---------------------------------------------------------- sorted sets */
+
+enum { Z_NX = 1, Z_XX = 2, Z_GT = 4, Z_LT = 8, Z_CH = 16, Z_INCR = 32 };
+
+/* ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member ..., and ZINCRBY
+ * (ZADD INCR with one pair). */
+static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
+                 size_t first, buf *out) {
+    size_t elements = argc - first;
+    if (elements % 2 || !elements) {
+        reply_syntax(out);
+        return;
+    }
+    elements /= 2;
+    if ((f & Z_NX) && (f & Z_XX)) {
+        buf_str(out, "-ERR XX and NX options at the same time are not "
+                     "compatible\r\n");
+        return;
+    }
+    if (((f & Z_GT) && (f & Z_NX)) || ((f & Z_LT) && (f & Z_NX)) ||
+        ((f & Z_GT) && (f & Z_LT))) {
+        buf_str(out, "-ERR GT, LT, and/or NX options at the same time are "
+                     "not compatible\r\n");
+        return;
+    }
+    if ((f & Z_INCR) && elements > 1) {
+        buf_str(out, "-ERR INCR option supports a single increment-element "
+                     "pair\r\n");
+        return;
+    }
+    double *scores = malloc(elements * sizeof *scores);
+    if (!scores) {
+        reply_oom(out);
+        return;
+    }
+    for (size_t i = 0; i < elements; i++)
+        if (!arg_score(&a[first + 2 * i], &scores[i], out)) {
+            free(scores);
+            return;
+        }
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_ZSET, &e, out)) {
+        free(scores);
+        return;
+    }
+    if (!e && (f & Z_XX)) { /* nothing to update, nothing made */
+        free(scores);
+        if (f & Z_INCR)
+            reply_nil(out);
+        else
+            buf_str(out, ":0\r\n");
+        return;
+    }
+    kv_zset *z = make_of(k, &a[1], KV_ZSET, &e, out);
+    if (!z) {
+        free(scores);
+        return;
+    }
+    long long added = 0, changed = 0;
+    bool skipped = false, oom = false;
+    double last = 0;
+    for (size_t i = 0; i < elements && !oom; i++) {
+        const resp_arg *m = &a[first + 2 * i + 1];
+        double score = scores[i];
+        dict_entry *me = dict_find(&z->d, m->p, m->len);
+        if (me) {
+            double cur = zset_member(me)->score;
+            if (f & Z_NX) {
+                skipped = true;
+                continue;
+            }
+            if (f & Z_INCR) {
+                score += cur;
+                if (isnan(score)) {
+                    buf_str(out,
+                            "-ERR resulting score is not a number (NaN)\r\n");
+                    free(scores);
+                    drop_if_empty(k, e, zset_len(z));
+                    return;
+                }
+            }
+            if (((f & Z_GT) && score <= cur) || ((f & Z_LT) && score >= cur)) {
+                skipped = true;
+                continue;
+            }
+            last = score;
+            if (score != cur) {
+                if (zset_set(z, m->p, m->len, score) < 0)
+                    oom = true;
+                else
+                    changed++;
+            }
+        } else {
+            if (f & Z_XX) {
+                skipped = true;
+                continue;
+            }
+            last = score;
+            if (zset_set(z, m->p, m->len, score) < 0)
+                oom = true;
+            else
+                added++;
+        }
+    }
+    free(scores);
+    if (added || changed) kv_log(k, a, argc);
+    drop_if_empty(k, e, zset_len(z));
+    if (oom) {
+        reply_oom(out);
+    } else if (f & Z_INCR) {
+        if (skipped)
+            reply_nil(out);
+        else
+            reply_score(out, last);
+    } else {
+        buf_int(out, ':', added + ((f & Z_CH) ? changed : 0));
+    }
+}
+
+static void cmd_zadd(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    unsigned f = 0;
+    size_t i = 2;
+    for (; i < argc; i++) {
+        if (resp_is(&a[i], "NX"))
+            f |= Z_NX;
+        else if (resp_is(&a[i], "XX"))
+            f |= Z_XX;
+        else if (resp_is(&a[i], "GT"))
+            f |= Z_GT;
+        else if (resp_is(&a[i], "LT"))
+            f |= Z_LT;
+        else if (resp_is(&a[i], "CH"))
+            f |= Z_CH;
+        else if (resp_is(&a[i], "INCR"))
+            f |= Z_INCR;
+        else
+            break;
+    }
+    zadd(k, a, argc, f, i, out);
+}
+
+static void cmd_zincrby(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    zadd(k, a, argc, Z_INCR, 2, out);
+}
+
+static void cmd_zpopmin(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    if (argc > 3) {
+        reply_syntax(out);
+        return;
+    }
+    long long count = 1;
+    if (argc == 3 && !arg_count(&a[2], &count, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
+    if (!e) {
+        buf_str(out, "*0\r\n");
+        return;
+    }
+    kv_zset *z = store_obj(e)->val;
+    size_t n = (size_t)count < zset_len(z) ? (size_t)count : zset_len(z);
+    buf_int(out, '*', 2 * (long long)n);
+    for (size_t i = 0; i < n; i++) {
+        znode *first = z->head->lv[0].fwd;
+        size_t len;
+        const char *name = znode_name(z, first, &len);
+        buf_bulk(out, name, len);
+        reply_score(out, first->score);
+        zset_delete(z, first->member);
+    }
+    if (n) kv_log(k, a, argc);
+    drop_if_empty(k, e, zset_len(z));
+}
+
+static void cmd_zrem(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
+    long long n = 0;
+    if (e) {
+        kv_zset *z = store_obj(e)->val;
+        for (size_t i = 2; i < argc; i++) {
+            dict_entry *m = dict_find(&z->d, a[i].p, a[i].len);
+            if (m) {
+                zset_delete(z, m);
+                n++;
+            }
+        }
+        if (n) kv_log(k, a, argc);
+        drop_if_empty(k, e, zset_len(z));
+    }
+    buf_int(out, ':', n);
+}
+
+static void cmd_zcard(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
+    buf_int(out, ':', e ? (long long)zset_len(store_obj(e)->val) : 0);
+}
+
+static void cmd_zscore(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
+    dict_entry *m =
+        e ? dict_find(&((kv_zset *)store_obj(e)->val)->d, a[2].p, a[2].len)
+          : NULL;
+    if (m)
+        reply_score(out, zset_member(m)->score);
+    else
+        reply_nil(out);
+}
+
+/* ZRANGE key start stop [REV] [WITHSCORES]: ranges by rank (lull-kv does
+ * not have BYSCORE, BYLEX or LIMIT). */
+static void cmd_zrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    bool scores = false, rev = false;
+    for (size_t i = 4; i < argc; i++) {
+        if (resp_is(&a[i], "WITHSCORES"))
+            scores = true;
+        else if (resp_is(&a[i], "REV"))
+            rev = true;
+        else {
+            reply_syntax(out);
+            return;
+        }
+    }
+    long long start, stop;
+    if (!arg_i64(&a[2], &start, out) || !arg_i64(&a[3], &stop, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
+    size_t from, to;
+    kv_zset *z = e ? store_obj(e)->val : NULL;
+    if (!z || !clip_range(start, stop, zset_len(z), &from, &to)) {
+        buf_str(out, "*0\r\n");
+        return;
+    }
+    size_t n = to - from + 1;
+    buf_int(out, '*', (long long)(scores ? 2 * n : n));
+    znode *x = zset_at(z, rev ? zset_len(z) - 1 - from : from);
+    for (size_t i = 0; i < n && x; i++) {
+        size_t len;
+        const char *name = znode_name(z, x, &len);
+        buf_bulk(out, name, len);
+        if (scores) reply_score(out, x->score);
+        x = rev ? x->back : x->lv[0].fwd;
+    }
+}
+
+/* ---------------------------------------------------------- the table */
+
+static const kv_cmd type_commands[] = {
+    {"mset", -3, CMD_WRITE, cmd_mset},
+    {"mget", -2, 0, cmd_mget},
+    {"setnx", 3, CMD_WRITE, cmd_setnx},
+    {"getset", 3, CMD_WRITE, cmd_getset},
+    {"append", 3, CMD_WRITE, cmd_append},
+    {"strlen", 2, 0, cmd_strlen},
+    {"lpush", -3, CMD_WRITE, cmd_lpush},
+    {"rpush", -3, CMD_WRITE, cmd_lpush},
+    {"lpushx", -3, CMD_WRITE, cmd_lpush},
+    {"rpushx", -3, CMD_WRITE, cmd_lpush},
+    {"lpop", -2, CMD_WRITE, cmd_lpop},
+    {"rpop", -2, CMD_WRITE, cmd_lpop},
+    {"llen", 2, 0, cmd_llen},
+    {"lindex", 3, 0, cmd_lindex},
+    {"lrange", 4, 0, cmd_lrange},
+    {"sadd", -3, CMD_WRITE, cmd_sadd},
+    {"srem", -3, CMD_WRITE, cmd_srem},
+    {"spop", -2, CMD_WRITE, cmd_spop},
+    {"scard", 2, 0, cmd_scard},
+    {"sismember", 3, 0, cmd_sismember},
+    {"smembers", 2, 0, cmd_smembers},
+    {"hset", -4, CMD_WRITE, cmd_hset},
+    {"hmset", -4, CMD_WRITE, cmd_hset},
+    {"hget", 3, 0, cmd_hget},
+    {"hmget", -3, 0, cmd_hmget},
+    {"hlen", 2, 0, cmd_hlen},
+    {"hexists", 3, 0, cmd_hexists},
+    {"hdel", -3, CMD_WRITE, cmd_hdel},
+    {"hgetall", 2, 0, cmd_hgetall},
+    {"zadd", -4, CMD_WRITE, cmd_zadd},
+    {"zincrby", 4, CMD_WRITE, cmd_zincrby},
+    {"zpopmin", -2, CMD_WRITE, cmd_zpopmin},
+    {"zrem", -3, CMD_WRITE, cmd_zrem},
+    {"zcard", 2, 0, cmd_zcard},
+    {"zscore", 3, 0, cmd_zscore},
+    {"zrange", -4, 0, cmd_zrange},
+};
+
+void kv_types_init(void) {
+    kv_commands_add(type_commands,
+                    sizeof type_commands / sizeof type_commands[0]);
+}

@@ -1,0 +1,436 @@
+/* conn.c: lull-kv's client connections.
+ *
+ * Each connection is a lull_stream in raw mode (LULL_STREAM_RAW): bytes
+ * arrive in chunks of any size at on_frame. Every complete command at the
+ * front of what arrived is run (pipelining), and what is left is kept for
+ * the next chunk (partial reads): a command that is not all there is kept
+ * in a buffer the size the parser says it needs, and parsed again only
+ * once that much is in, so a large argument costs the same per byte
+ * however it is cut. The replies to one chunk go out as one send, so a
+ * pipeline of N commands costs one write, not N; once they reach the
+ * stream's high-water mark the connection stops running commands and
+ * reading until they drain.
+ *
+ * QUIT and a protocol error (`-ERR Protocol error: ...`) end a connection:
+ * the last replies go out as one frame of our own, the write side is shut,
+ * and the frame's release (it is in the kernel) closes the socket, so the
+ * server does not wait for the client to hang up. A send the stream
+ * refuses, a query buffer over client-query-buffer-limit and an output
+ * buffer over client-output-buffer-limit close the connection with a line
+ * on stderr. No other connection notices. */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+static void conn_finish(conn *c);
+static void server_command(conn *c, const resp_arg *a, size_t argc);
+
+/* The connection stops being a client: no subscription, no queued
+ * transaction, no message will be added to its output (which a `fin` in
+ * flight may be pointing at). Idempotent. */
+static void conn_quiet(conn *c) {
+    kv_client_reset(&c->srv->kv, &c->cl);
+    lull_task_cancel(&c->kick);
+}
+
+static void conn_free(conn *c) {
+    if (c->link)
+        link_drop(c->link);
+    else
+        c->srv->kv.clients--;
+    conn_quiet(c);
+    lull_timer_stop(&c->soft);
+    buf_free(&c->in);
+    buf_free(&c->out);
+    free(c);
+}
+
+/* "ip:port" of the connection's peer, for log lines ("unix" for a Unix
+ * socket). */
+static const char *conn_name(conn *c, char *s, size_t cap) {
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    snprintf(s, cap, "unix");
+    if (getpeername(lull_stream_fd(&c->s), (struct sockaddr *)&sa, &len) != 0)
+        return s;
+    if (sa.ss_family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&sa;
+        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
+        snprintf(s, cap, "%s:%d", ip, ntohs(in->sin_port));
+    } else if (sa.ss_family == AF_INET6) {
+        struct sockaddr_in6 *in = (struct sockaddr_in6 *)&sa;
+        inet_ntop(AF_INET6, &in->sin6_addr, ip, sizeof ip);
+        snprintf(s, cap, "[%s]:%d", ip, ntohs(in->sin6_port));
+    }
+    return s;
+}
+
+/* Closes the connection, saying why (fmt) unless it is an ordinary end.
+ * Its memory goes in on_close, which lull runs once in a later turn, after
+ * every frame it sent (`fin` included) was released: the one place a
+ * connection is freed, whoever closed it. Idempotent. */
+void conn_drop(conn *c, const char *fmt, ...) {
+    if (c->gone) return; /* closed already: on_close frees it */
+    if (fmt) {
+        char name[64], why[160];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, sizeof why, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "lull-kv: %s %s: %s; connection closed\n",
+                c->link ? "replica" : "client", conn_name(c, name, sizeof name),
+                why);
+    }
+    c->gone = true;
+    conn_quiet(c);
+    lull_endpoint_close(&c->s.ep, 0);
+}
+
+static void on_close(lull_endpoint *ep, int reason) {
+    (void)reason; /* EOF, reset, ...: the client is gone either way */
+    conn_free(LULL_CONTAINER_OF(ep, conn, s.ep));
+}
+
+/* The last replies are in the kernel (or were dropped by a close): the
+ * connection is done, and closes if it has not already. */
+static void fin_release(lull_frame *f) {
+    conn_drop(LULL_CONTAINER_OF(f, conn, fin), NULL);
+}
+
+/* ------------------------------------------------------------ limits */
+
+static const char *const class_name[CLASSES] = {"normal", "replica", "pubsub"};
+
+static int conn_class(const conn *c) {
+    if (c->link) return CLASS_REPLICA;
+    return kv_client_subscribed(&c->cl) ? CLASS_PUBSUB : CLASS_NORMAL;
+}
+
+/* What the connection holds for its peer: replies not yet handed to the
+ * stream and bytes queued in it; for a replica link, the log it is
+ * behind by since it started (link_output). */
+static size_t conn_output(const conn *c) {
+    if (c->link) return link_output(c->link);
+    return c->out.len + c->s.ep.queued;
+}
+
+/* The soft output limit's deadline: a connection may stay over its
+ * class's soft limit for soft_ns, no longer. Its contract (BRIEF §1A):
+ *   trigger          conn_check_output finding the connection over the
+ *                    soft limit with the timer not armed: after replies
+ *                    were queued, after records were logged (replica
+ *                    links), and on drain
+ *   source of truth  conn_output(c) against srv->obl[class].soft
+ *   pending work     the connection was over the soft limit when last
+ *                    looked at
+ *   next deadline    soft_ns after it was first seen over (never moved
+ *                    while it stays over: Redis counts from the first
+ *                    crossing too)
+ *   quiet            seen under the soft limit, or no soft limit: no timer
+ * No check runs on a period: the timer is armed only while over, and when
+ * it fires it looks again and closes only a connection still over. */
+static void soft_due(lull_timer *t) {
+    conn *c = LULL_CONTAINER_OF(t, conn, soft);
+    c->soft_armed = false;
+    const obuf_limit *lim = &c->srv->obl[conn_class(c)];
+    size_t used = conn_output(c);
+    if (lim->soft && used >= lim->soft)
+        conn_drop(c,
+                  "output buffer of %zu bytes over the %s soft limit (%zu) "
+                  "for %" PRIu64 " s",
+                  used, class_name[conn_class(c)], lim->soft,
+                  lim->soft_ns / 1000000000u);
+}
+
+bool conn_check_output(conn *c) {
+    int cls = conn_class(c);
+    const obuf_limit *lim = &c->srv->obl[cls];
+    if (!lim->hard && !lim->soft && !c->soft_armed) return true;
+    size_t used = conn_output(c);
+    if (lim->hard && used >= lim->hard) {
+        conn_drop(c, "output buffer of %zu bytes over the %s hard limit (%zu)",
+                  used, class_name[cls], lim->hard);
+        return false;
+    }
+    if (lim->soft && used >= lim->soft) {
+        if (!c->soft_armed) lull_timer_start(&c->soft, lim->soft_ns, 0);
+        c->soft_armed = true;
+    } else if (c->soft_armed) {
+        lull_timer_stop(&c->soft);
+        c->soft_armed = false;
+    }
+    return true;
+}
+
+/* A reply buffer handed to the stream whole (see REPLY_HANDOVER). */
+typedef struct handover {
+    lull_frame f;
+    char *p; /* the buffer, freed once written */
+} handover;
+
+static void handover_release(lull_frame *f) {
+    handover *h = LULL_CONTAINER_OF(f, handover, f);
+    free(h->p);
+    free(h);
+}
+
+/* Sends the replies gathered so far. Small ones are copied (one
+ * allocation per batch, not per command: the output buffer is reused);
+ * from REPLY_HANDOVER bytes on, the buffer itself becomes the frame and a
+ * fresh one starts, so a large reply is neither copied again nor kept
+ * once written. A refused send closes the connection with the reason:
+ * a reply is never dropped while later ones still go out. False when the
+ * connection was closed. */
+static inline __attribute__((always_inline)) bool flush(conn *c) {
+    if (c->out.len == 0) return true;
+    size_t len = c->out.len;
+    int rc;
+    if (len >= REPLY_HANDOVER) {
+        handover *h = malloc(sizeof *h);
+        rc = -ENOMEM;
+        if (h) {
+            h->p = c->out.p;
+            h->f = (lull_frame){
+                .bytes = h->p, .len = len, .release = handover_release};
+            rc = lull_endpoint_send(&c->s.ep, &h->f);
+            if (rc == 0)
+                c->out = (buf){0};
+            else
+                free(h);
+        }
+    } else {
+        rc = lull_endpoint_send_copy(&c->s.ep, c->out.p, len);
+        c->out.len = 0;
+    }
+    if (rc < 0) {
+        conn_drop(c, "a reply of %zu bytes was refused (%s)", len,
+                  strerror(-rc));
+        return false;
+    }
+    /* The common case, a client of a class with no limit and no soft
+     * deadline armed, costs a few loads here. */
+    if (!c->link && !kv_client_subscribed(&c->cl) && !c->srv->normal_limited &&
+        !c->soft_armed)
+        return true;
+    return conn_check_output(c);
+}
+
+/* Runs the complete commands at the front of p[0, len): *used gets the
+ * bytes they took. It stops at an incomplete command, when the connection
+ * starts closing (QUIT, a protocol error), or when its replies have filled
+ * the stream: then the rest waits for on_drain (c->waiting), so a
+ * connection holds at most about the high-water mark plus one reply
+ * however many requests one read brought. False when the connection was
+ * closed (and freed). */
+static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
+    server *srv = c->srv;
+    uint64_t log_end = srv->kv.log.end;
+    size_t off = 0;
+    bool alive = true;
+    while (!c->closing && !c->in.oom && !c->out.oom) {
+        if (off == len) { /* all taken: the common end of a read */
+            c->need = 1;
+            break;
+        }
+        size_t argc;
+        const char *err = NULL;
+        long n = resp_parse_need(&srv->lim, p + off, len - off, srv->argv,
+                                 &argc, &err, &c->need);
+        if (n == RESP_INCOMPLETE) break;
+        if (n == RESP_ERROR) {
+            buf_str(&c->out, "-ERR ");
+            buf_str(&c->out, err);
+            buf_str(&c->out, "\r\n");
+            c->closing = true;
+            break;
+        }
+        off += (size_t)n;
+        if (argc == 0) continue;
+        if (c->link) {
+            if (!link_command(c, srv->argv, argc)) {
+                conn_drop(c, "sent what is not REPLACK <offset>");
+                alive = false;
+                break;
+            }
+        } else {
+            int r = kv_exec(&srv->kv, &c->cl, srv->argv, argc, &c->out);
+            if (r & KV_QUIT) c->closing = true;
+            if (r & KV_SERVER) server_command(c, srv->argv, argc);
+        }
+        if (c->out.len >= REPLY_HANDOVER && !c->closing) {
+            if (!flush(c)) {
+                alive = false;
+                break;
+            }
+            if (!lull_endpoint_writable(&c->s.ep)) {
+                c->waiting = true; /* on_drain runs the rest */
+                break;
+            }
+        }
+    }
+    /* Records logged: every replica link sends them (even when this
+     * connection is gone: the writes were made). Expiry times changed:
+     * the timer follows the earliest. */
+    if (srv->kv.log.end != log_end && srv->kv.npeers) wake_links(srv);
+    if (srv->kv.expiry_changed) kv_expiry_rearm(&srv->expiry);
+    *used = off;
+    return alive;
+}
+
+/* REPLSYNC (the connection becomes a replica link) and CLIENT: KILL TYPE
+ * replica|slave, and SETNAME / SETINFO, which client libraries send and
+ * lull-kv takes without keeping. */
+static void server_command(conn *c, const resp_arg *a, size_t argc) {
+    if (resp_is(&a[0], "REPLSYNC")) {
+        start_link(c, a, argc);
+    } else if (client_kill_replicas(c->srv, a, argc, &c->out)) {
+    } else if (argc >= 2 &&
+               (resp_is(&a[1], "SETNAME") || resp_is(&a[1], "SETINFO"))) {
+        buf_str(&c->out, "+OK\r\n");
+    } else {
+        buf_str(&c->out, "-ERR unknown subcommand '");
+        if (argc >= 2) buf_put(&c->out, a[1].p, a[1].len > 64 ? 64 : a[1].len);
+        buf_str(&c->out, "'. Try CLIENT HELP.\r\n");
+    }
+}
+
+/* After a batch of commands: send their replies, or end the connection,
+ * and stop reading while the stream is full. */
+static inline __attribute__((always_inline)) void conn_after(conn *c) {
+    if (c->in.oom || c->out.oom) {
+        conn_drop(c, "out of memory");
+        return;
+    }
+    if (c->closing) {
+        conn_finish(c);
+        return;
+    }
+    if (!flush(c)) return;
+    if (c->out.cap > REPLY_HANDOVER) buf_shrink(&c->out, REPLY_HANDOVER);
+    if (!lull_endpoint_writable(&c->s.ep)) lull_stream_read_stop(&c->s);
+}
+
+/* Keeps the bytes of a command that is not all there. The buffer grows
+ * to the size the command needs (c->need, from the parser) and no more,
+ * and the parser runs again only once that many bytes are in: a large
+ * argument is copied once, from the stream's buffer into this one, and
+ * its read costs the same per byte however it is cut. A command that
+ * needs more than client-query-buffer-limit closes the connection as soon
+ * as its size is known (Redis closes it once that much has arrived).
+ * False when the connection was closed. */
+static bool keep_input(conn *c, const char *bytes, size_t len) {
+    size_t limit = c->srv->qbuf_limit;
+    if (c->in.len + len > limit || c->need > limit) {
+        size_t n = c->in.len + len > c->need ? c->in.len + len : c->need;
+        conn_drop(c,
+                  "query buffer of %zu bytes over client-query-buffer-limit "
+                  "(%zu)",
+                  n, limit);
+        return false;
+    }
+    if (!buf_reserve_upto(&c->in, len, c->need)) {
+        c->in.oom = true;
+        return true;
+    }
+    buf_put(&c->in, bytes, len);
+    return true;
+}
+
+static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
+    if (c->closing) return;
+    size_t used;
+    if (c->in.len == 0 && !c->waiting) {
+        /* Nothing left over: commands are parsed in the stream's own
+         * buffer (valid for this call) and only an unparsed tail is
+         * copied, so the common chunk of whole commands is not copied. */
+        if (!run_commands(c, bytes, len, &used)) return;
+        if (used < len && !c->closing &&
+            !keep_input(c, (const char *)bytes + used, len - used))
+            return;
+    } else {
+        if (!keep_input(c, bytes, len)) return;
+        if (!c->waiting && !c->in.oom && c->in.len >= c->need) {
+            if (!run_commands(c, c->in.p, c->in.len, &used)) return;
+            buf_consume(&c->in, used);
+            buf_shrink(&c->in, INPUT_KEEP);
+        }
+    }
+    conn_after(c);
+}
+
+static void on_drain(lull_endpoint *ep) {
+    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
+    if (!conn_check_output(c)) return;
+    lull_stream_read_start(&c->s);
+    if (c->link) lull_task_post(c->srv->loop, &c->link->task);
+    if (!c->waiting || c->closing) return;
+    c->waiting = false;
+    size_t used;
+    if (!run_commands(c, c->in.p, c->in.len, &used)) return;
+    buf_consume(&c->in, used);
+    buf_shrink(&c->in, INPUT_KEEP);
+    conn_after(c);
+}
+
+/* Stops serving this client: its last replies leave as `fin`, the write
+ * side is shut, and fin's release closes the socket. */
+static void conn_finish(conn *c) {
+    c->closing = true;
+    conn_quiet(c);
+    if (c->out.len == 0) {
+        conn_drop(c, NULL);
+        return;
+    }
+    c->fin = (lull_frame){
+        .bytes = c->out.p, .len = c->out.len, .release = fin_release};
+    int rc = lull_endpoint_send(&c->s.ep, &c->fin);
+    if (rc < 0) {
+        conn_drop(c, "its last reply was refused (%s)", strerror(-rc));
+        return;
+    }
+    lull_stream_shutdown(&c->s);
+}
+
+/* Messages were published to this client while it ran nothing itself:
+ * send them, and hold it to its output limit. */
+static void conn_kick(lull_task *t) {
+    conn *c = LULL_CONTAINER_OF(t, conn, kick);
+    if (c->closing) return;
+    if (!flush(c)) return;
+    buf_shrink(&c->out, REPLY_HANDOVER);
+}
+
+void conn_wake(kv_client *cl) {
+    conn *c = cl->owner;
+    lull_task_post(c->srv->loop, &c->kick);
+}
+
+void accept_conn(lull_server *ls) {
+    conn *c = calloc(1, sizeof *c);
+    if (!c) return; /* the waiting connection is closed when we return */
+    c->srv = the_server;
+    kv_client_init(&c->cl, c, &c->out);
+    lull_task_init(&c->kick, conn_kick);
+    /* Raw: max_frame only bounds one send. lull-kv bounds what a
+     * connection holds itself (run_commands' backpressure), so a reply is
+     * never refused for its size: a 17 MiB GET answer is one frame. */
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    if (lull_server_accept(ls, &c->s, &o) < 0) {
+        free(c);
+        return;
+    }
+    c->srv->kv.clients++;
+    lull_timer_init(c->srv->loop, &c->soft, soft_due);
+    lull_endpoint_set_callbacks(&c->s.ep, on_frame, on_drain, on_close);
+}

@@ -1,0 +1,182 @@
+/* server.h: what lull-kv's socket side shares between its files.
+ *
+ *   server.c  main: options, listening sockets, the loop, the expiry
+ *             timer's hooks (expiry.c)
+ *   conn.c    client connections: reading, running commands, sending
+ *             replies, the input and output limits
+ *   link.c    replication: a primary's links to its replicas, and a
+ *             replica's link to its primary
+ *
+ * One loop thread runs all of it. The commands themselves (cmd.c) know
+ * nothing of sockets; these files know nothing of the keyspace but what
+ * cmd.h says. The calls that are about sockets rather than about frames
+ * (pausing reads, shutting a write side, peer addresses) are kept to a
+ * few functions in conn.c, so that the protocol can later run over any
+ * lull_endpoint. */
+#ifndef LULL_KV_SERVER_H
+#define LULL_KV_SERVER_H
+
+#include <lull.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cmd.h"
+#include "expiry.h"
+#include "repl.h"
+#include "resp.h"
+
+/* 1,048,576 arguments in one command (Redis' own bound before 7.0): the
+ * argument table is that long (16 MiB of address space, touched only as
+ * far as a command reaches), and the parser refuses more. */
+#define MAX_ARGS ((size_t)1 << 20)
+
+/* Replies at least this long are handed to the stream as they are (the
+ * buffer becomes the frame, freed once written) rather than copied, and a
+ * connection sends what it has gathered once it reaches this much: 64 KiB,
+ * the stream's high-water mark. So a large reply is never copied twice, a
+ * connection keeps no buffer larger than about this between bursts, and a
+ * pipeline of large replies waits for the client to read (on_drain). */
+#define REPLY_HANDOVER ((size_t)64 << 10)
+
+/* Between bursts a connection keeps no larger input buffer than this
+ * (64 KiB: one read of the stream's). */
+#define INPUT_KEEP ((size_t)64 << 10)
+
+/* Frames a replica link can have in flight: the log's records are sent by
+ * pointer, each in a lull_frame of the link's own. 4096 covers a stream's
+ * high-water mark (64 KiB) of records of 16 bytes and more; a sender that
+ * finds its next frame still in flight waits for that frame's release. */
+#define RING 4096
+
+/* The classes of client-output-buffer-limit, as Redis names them. */
+enum { CLASS_NORMAL, CLASS_REPLICA, CLASS_PUBSUB, CLASSES };
+
+typedef struct obuf_limit {
+    size_t hard;      /* over this: closed at once (0: no hard limit) */
+    size_t soft;      /* over this for soft_ns: closed (0: no soft limit) */
+    uint64_t soft_ns; /* how long a connection may stay over `soft` */
+} obuf_limit;
+
+typedef struct rlink rlink;
+typedef struct conn conn;
+
+enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP };
+
+/* The replica's link to its primary (--replica-of). Its contract (BRIEF
+ * §1A):
+ *   trigger          start-up; the link's close or a failed connect, which
+ *                    arms the retry timer; the retry timer, which connects
+ *   source of truth  m->state, and the offset and replid in srv->kv
+ *   pending work     state == M_DOWN: no link and no connect under way
+ *   next retry       the retry timer, backoff_ns after the failure (100 ms,
+ *                    doubling to 5 s; a completed handshake resets it)
+ *   quiet            connected or connecting: no timer, one socket in
+ *                    epoll; acks are sent only after records were applied
+ * There is no periodic check of a live link: a dead primary is seen as the
+ * socket's close (EOF, reset), and a silent one is simply idle. */
+typedef struct master {
+    lull_stream s;
+    int state;       /* M_* */
+    char host[64];   /* as given on the command line (INFO master_host) */
+    char addr[64];   /* numeric: host, or 127.0.0.1 for localhost */
+    int port;        /* the primary's port */
+    char replid[41]; /* the primary's id from the last full resync */
+    buf in;          /* bytes of the link not yet applied */
+    size_t need;     /* apply again once `in` holds this many bytes */
+    lull_timer retry;
+    uint64_t backoff_ns;  /* the next retry's delay */
+    lull_task ack;        /* sends REPLACK <offset> */
+    lull_frame ack_frame; /* its bytes: ack_buf (no allocation per ack) */
+    char ack_buf[64];     /* the REPLACK request in flight */
+    bool ack_again;       /* records applied while an ack was in flight */
+    uint64_t acked;       /* the offset last acknowledged */
+} master;
+
+typedef struct server {
+    lull_loop *loop;
+    lull_server tcp;
+    lull_server unx;
+    bool has_unix;
+    kv kv;                   /* keyspace, write log, replication state */
+    kv_expiry expiry;        /* the keyspace's expiry timer and its clock */
+    resp_limits lim;         /* proto-max-bulk-len, MAX_ARGS */
+    size_t qbuf_limit;       /* client-query-buffer-limit */
+    obuf_limit obl[CLASSES]; /* client-output-buffer-limit, per class */
+    bool normal_limited;     /* the normal class has a limit */
+    resp_arg *argv;          /* the command being run (MAX_ARGS entries) */
+    bool per_record;         /* --repl-mode per-record */
+    int port;                /* the bound TCP port (told to a primary) */
+    master m;                /* --replica-of */
+} server;
+
+struct conn {
+    lull_stream s;
+    server *srv;
+    buf in;          /* bytes read and not yet parsed into a command */
+    size_t need;     /* parse `in` again once it holds this many bytes */
+    buf out;         /* replies not yet handed to the stream */
+    kv_client cl;    /* its state in the command layer */
+    bool closing;    /* QUIT or a protocol error: input is ignored now */
+    bool waiting;    /* replies filled the stream: `in` waits for on_drain */
+    bool gone;       /* conn_drop closed it: on_close frees it */
+    lull_frame fin;  /* the last replies (bytes: out): its release closes */
+    lull_timer soft; /* armed while over the soft output limit */
+    bool soft_armed; /* `soft` is armed */
+    lull_task kick;  /* sends messages published to it (conn_wake) */
+    rlink *link;     /* set by REPLSYNC: this is a replica's link */
+};
+
+extern server *the_server; /* lull_server has no data pointer: one server */
+
+/* conn.c */
+void accept_conn(lull_server *ls);
+/* Closes the connection now and frees it, after a line on stderr saying
+ * why (fmt NULL: no line). No callback of it runs afterwards. */
+void conn_drop(conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Holds c to its class's output limits (closing it when over); false
+ * when it was closed. */
+bool conn_check_output(conn *c);
+/* kv.wake: a message was added to a client's output. */
+void conn_wake(kv_client *cl);
+
+/* link.c, primary side */
+typedef struct ring_frame {
+    lull_frame f;
+    rlink *l;
+} ring_frame;
+
+struct rlink {
+    repl_peer peer;     /* in kv.peers while the connection is open */
+    conn *c;            /* the connection; NULL once it closed */
+    lull_task task;     /* the producer */
+    repl_cursor cur;    /* the next record to send */
+    uint64_t start;     /* the log's end when the link started */
+    size_t inflight;    /* ring frames the stream holds (not released) */
+    uint64_t ring_next; /* the next ring frame to use */
+    bool starved;       /* waits for ring[ring_next]'s release */
+    ring_frame ring[RING];
+};
+
+/* REPLSYNC: c becomes a replica link; its answer goes to c->out. */
+void start_link(conn *c, const resp_arg *a, size_t argc);
+/* What a replica may send on its link (REPLACK); false for anything else. */
+bool link_command(conn *c, const resp_arg *a, size_t argc);
+/* The link's connection is closing: it leaves INFO and its producer stops. */
+void link_drop(rlink *l);
+/* New records in the log: every link sends them, and is held to its
+ * output limits. */
+void wake_links(server *srv);
+/* The bytes a replica link is behind that count as its output buffer:
+ * what the log grew since the link started and it has not been sent yet,
+ * plus what waits in its stream. */
+size_t link_output(const rlink *l);
+/* CLIENT KILL TYPE replica|slave; false when a/argc is not that. */
+bool client_kill_replicas(server *srv, const resp_arg *a, size_t argc,
+                          buf *out);
+
+/* link.c, replica side: connects to the primary, and keeps doing so. */
+void master_start(server *srv);
+
+#endif

@@ -1,0 +1,133 @@
+/* types.h: the collections a key can hold besides a string: lists, sets,
+ * hashes and sorted sets, as plain data structures (no commands, no
+ * replies: cmd_types.c has those). One thread owns them.
+ *
+ *  list  a ring buffer of elements: push and pop at both ends and index
+ *        in O(1), a range in O(its length)
+ *  set   a dict of members, plus an array of them for SPOP: a random
+ *        member in O(1) (each member keeps its place in the array)
+ *  hash  a dict from field to value
+ *  zset  a dict from member to score, plus a skip list ordered by (score,
+ *        member) whose links carry spans, so that a rank is found in
+ *        O(log n): ZADD, ZPOPMIN, ZRANGE by rank
+ *
+ * Every element, field, value and member is a copy of its own. Memory
+ * failures return -ENOMEM and leave the collection as it was. */
+#ifndef LULL_KV_TYPES_H
+#define LULL_KV_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dict.h"
+
+typedef struct kv_elem {
+    char *p;    /* malloc'd, never NULL */
+    size_t len; /* bytes */
+} kv_elem;
+
+/* ------------------------------------------------------------- lists */
+
+typedef struct kv_list {
+    kv_elem *a;  /* the ring: element i is a[(head + i) % cap] */
+    size_t head; /* the first element's slot */
+    size_t n;    /* elements */
+    size_t cap;  /* slots (a power of two, or 0) */
+} kv_list;
+
+kv_list *list_new(void);
+void list_free(kv_list *l);
+/* Pushes a copy at the head (left) or the tail. 0 or -ENOMEM. */
+int list_push(kv_list *l, bool left, const char *p, size_t len);
+/* Takes the head or tail element (the caller frees e->p). */
+void list_pop(kv_list *l, bool left, kv_elem *e);
+static inline kv_elem *list_at(kv_list *l, size_t i) {
+    return &l->a[(l->head + i) & (l->cap - 1)];
+}
+
+/* -------------------------------------------------------------- sets */
+
+typedef struct kv_set {
+    dict d;           /* member -> its index in arr (size_t) */
+    dict_entry **arr; /* the members, for a random pick */
+    size_t cap;       /* arr's size; d.count members are in use */
+} kv_set;
+
+kv_set *set_new(void);
+void set_free(kv_set *s);
+/* 1 added, 0 already there, -ENOMEM. */
+int set_add(kv_set *s, const char *m, size_t len);
+/* 1 removed, 0 not there. */
+int set_remove(kv_set *s, const char *m, size_t len);
+/* A member picked at random (the set must not be empty). */
+dict_entry *set_random(kv_set *s);
+void set_delete(kv_set *s, dict_entry *e);
+
+/* ------------------------------------------------------------ hashes */
+
+typedef struct kv_hash {
+    dict d; /* field -> kv_elem value */
+} kv_hash;
+
+kv_hash *hash_new(void);
+void hash_free(kv_hash *h);
+/* Sets field to a copy of val: 1 a new field, 0 an old one, -ENOMEM. */
+int hash_set(kv_hash *h, const char *f, size_t flen, const char *v,
+             size_t vlen);
+static inline kv_elem *hash_value(dict_entry *e) {
+    return (kv_elem *)dict_data(e);
+}
+void hash_delete(kv_hash *h, dict_entry *e);
+
+/* ------------------------------------------------------- sorted sets */
+
+#define ZSET_MAXLEVEL 32
+
+typedef struct znode znode;
+struct znode {
+    double score;
+    dict_entry *member; /* its entry in the zset's dict (holds the name) */
+    znode *back;        /* the previous node (NULL: the first) */
+    struct zlevel {
+        znode *fwd;  /* the next node at this level */
+        size_t span; /* nodes crossed by following fwd */
+    } lv[];
+};
+
+typedef struct kv_zset {
+    dict d;      /* member -> zmember */
+    znode *head; /* a node of ZSET_MAXLEVEL levels before the first */
+    znode *tail;
+    int level;    /* levels in use */
+    size_t nodes; /* nodes in the list (one more than members while a
+                     member moves) */
+} kv_zset;
+
+typedef struct zmember {
+    double score;
+    znode *node;
+} zmember;
+
+static inline zmember *zset_member(dict_entry *e) {
+    return (zmember *)dict_data(e);
+}
+static inline size_t zset_len(const kv_zset *z) {
+    return z->d.count;
+}
+
+kv_zset *zset_new(void);
+void zset_free(kv_zset *z);
+/* Adds member with score, or moves it to score. 1 added, 0 moved or
+ * unchanged, -ENOMEM. */
+int zset_set(kv_zset *z, const char *m, size_t len, double score);
+void zset_delete(kv_zset *z, dict_entry *e);
+/* The node of rank r (0-based, r < zset_len). */
+znode *zset_at(const kv_zset *z, size_t r);
+static inline const char *znode_name(const kv_zset *z, const znode *n,
+                                     size_t *len) {
+    *len = n->member->klen;
+    return dict_key(&z->d, n->member);
+}
+
+#endif

@@ -1,0 +1,480 @@
+/* Child processes as handles: spawn a program, learn of its exit on the
+ * loop, kill it.
+ *
+ * Owns: a process handle's pidfd and its watcher, the parent's ends of the
+ * child's stdio until they are handed over as streams, and reaping the
+ * child. The child itself is made in src/spawn.c (clone with CLONE_PIDFD
+ * and exit signal 0: why, there). One thread: the loop's.
+ *
+ * Exit. The pidfd turns readable when the child has exited; the watcher
+ * then reaps it with waitid(P_PIDFD, WNOHANG | __WALL), closes the pidfd
+ * and calls on_exit: exactly once, the handle's last callback, never inside
+ * the call that started or closed it. No SIGCHLD handler, no process-wide
+ * table: nothing is shared with other loops, threads or libraries, and
+ * nothing waits for a pid it does not own. Another part of the program may
+ * still reap lull's child first (a SIGCHLD handler that calls waitpid(-1),
+ * or SIGCHLD set to SIG_IGN, which makes the kernel reap): waitid then says
+ * ECHILD, and the status comes from what the kernel keeps for the pidfd
+ * (PIDFD_INFO_EXIT, Linux 6.15); where it keeps nothing, on_exit gets
+ * -ECHILD, still once. A pidfd is never reused for another process, so a
+ * kill can never reach a stranger (kill(pid) can, once the pid is reaped and
+ * reused).
+ *
+ * One free path. on_exit is the last callback whoever ended the child —
+ * it exited, a kill, lull_process_close — and the owner frees the handle in
+ * it. lull_process_close does not end the handle: the child is killed
+ * (LULL_PROCESS_KILL_ON_CLOSE) or left to run, and is reaped either way
+ * when it ends, so no zombie is left behind by a close. A handle in a
+ * forked copy of the loop belongs to a process that is not this one's
+ * child (waitid says ECHILD): its exit reports -ECHILD, and a close there
+ * kills nothing and reports -ECHILD in a later turn (the done task).
+ *
+ * Spawn's own failures are its return value: the parent's fds (pipes,
+ * /dev/null) and the streams over them are made before the child, and
+ * everything made is undone on any failure, the child too (an exec that
+ * failed is reaped before spawn returns: it has already exited).
+ *
+ * Invariants: STARTED from a successful spawn until on_exit is called; the
+ * io watches the pidfd exactly while STARTED and the pidfd is open; EXITED
+ * once on_exit was called (or is queued to be, DONE_QUEUED).
+ *
+ * The five rows (BRIEF 1A), for a running child:
+ *   Trigger                 the child exits (pidfd readable)
+ *   Source of truth         the kernel's state of the child: waitid, or the
+ *                           pidfd's exit information
+ *   Pending-work predicate  the pidfd is readable
+ *   Next deadline or retry  none; a child reaped by someone else whose
+ *                           status is not recorded yet is looked at again
+ *                           next iteration (the fd stays readable), at most
+ *                           EXIT_INFO_RETRIES times
+ *   Quiet condition         always while the child runs: one fd in epoll */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "spawn.h"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+/* PATH when neither envp nor the parent's environment has one. */
+#define PATH_DEFAULT "/usr/local/bin:/usr/bin:/bin"
+/* The fcntl fallback of the child's close-on-exec sweep (kernels before
+ * close_range's CLOSE_RANGE_CLOEXEC) stops here however high the limit. */
+#define FD_SWEEP_MAX (1 << 20)
+
+#define FLAGS_ALL                                                              \
+    (LULL_PROCESS_NEW_GROUP | LULL_PROCESS_NEW_SESSION |                       \
+     LULL_PROCESS_KILL_ON_CLOSE)
+
+/* lull_process.state */
+#define P_STARTED     0x1u /* spawned, on_exit not yet called */
+#define P_CLOSED      0x2u /* lull_process_close was called */
+#define P_EXITED      0x4u /* on_exit called, or queued (DONE_QUEUED) */
+#define P_DONE_QUEUED 0x8u /* the done task will call on_exit */
+
+extern char **environ;
+
+/* PIDFD_GET_INFO (linux/pidfd.h of Linux 6.13; its exit information 6.15),
+ * declared here for older headers: the first published layout, 64 bytes,
+ * which later kernels still accept. */
+typedef struct lull__pidfd_info {
+    uint64_t mask;
+    uint64_t cgroupid;
+    uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+    int32_t exit_code; /* a wait status, as waitpid gives it */
+} lull__pidfd_info;
+#define LULL__PIDFD_INFO_EXIT (1ull << 3)
+#define LULL__PIDFD_GET_INFO  _IOWR(0xFF, 11, lull__pidfd_info)
+/* How many readable callbacks may find a child reaped by someone else
+ * before the kernel recorded its status (microseconds: the reaper is
+ * between its wait and release_task): then the status is given up
+ * (-ECHILD) rather than spin. */
+#define EXIT_INFO_RETRIES 100000
+
+/* A handle made by this process, not inherited through fork(). */
+static bool ours(const lull_process *p) {
+    return p->owner_pid == (int)getpid();
+}
+
+/* pidfd_send_signal, which never reaches a stranger. Where it is refused
+ * (ENOSYS: a seccomp filter, valgrind), kill(pid) once the pidfd says the
+ * child has not exited: until it is reaped its pid cannot be reused, and
+ * after its exit there is nothing to send. */
+static int send_signal(lull_process *p, int signum) {
+    if (syscall(SYS_pidfd_send_signal, p->io.fd, signum, NULL, 0) == 0)
+        return 0;
+    if (errno != ENOSYS) return -errno;
+    struct pollfd pfd = {.fd = p->io.fd, .events = POLLIN};
+    if (poll(&pfd, 1, 0) == 1) return 0; /* exited: as for a zombie */
+    return kill(p->pid, signum) < 0 ? -errno : 0;
+}
+
+static void finish(lull_process *p, int exit_status, int term_signal) {
+    lull_io_stop(&p->io);
+    if (p->io.fd >= 0) close(p->io.fd);
+    p->io.fd = -1;
+    p->exit_status = exit_status;
+    p->term_signal = term_signal;
+    p->state = (p->state & ~(P_STARTED | P_DONE_QUEUED)) | P_EXITED;
+    /* The last callback: p may be freed inside it. */
+    p->on_exit(p, exit_status, term_signal);
+}
+
+/* A wait status (as waitpid gives it) into on_exit's two values. */
+static void finish_status(lull_process *p, int status) {
+    if (WIFEXITED(status))
+        finish(p, WEXITSTATUS(status), 0);
+    else
+        finish(p, 0, WTERMSIG(status));
+}
+
+/* The exit status the kernel kept for a child somebody else reaped
+ * (PIDFD_GET_INFO with PIDFD_INFO_EXIT, Linux 6.15): 0 with *status set;
+ * -EAGAIN while the reaping has not recorded it yet; another negative
+ * errno where the kernel cannot say (older kernels). */
+static int exit_info(int pidfd, int *status) {
+    lull__pidfd_info info;
+    memset(&info, 0, sizeof info);
+    info.mask = LULL__PIDFD_INFO_EXIT;
+    if (ioctl(pidfd, LULL__PIDFD_GET_INFO, &info) < 0) return -errno;
+    if (!(info.mask & LULL__PIDFD_INFO_EXIT)) return -EAGAIN;
+    *status = info.exit_code;
+    return 0;
+}
+
+/* The pidfd is readable: the child exited. */
+static void on_pidfd(lull_io *io, int events) {
+    (void)events;
+    lull_process *p = LULL_CONTAINER_OF(io, lull_process, io);
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    int rc = waitid((idtype_t)P_PIDFD, (id_t)io->fd, &si,
+                    WEXITED | WNOHANG | __WALL);
+    if (rc == 0) {
+        if (si.si_pid == 0) return; /* not yet: readable too early */
+        if (si.si_code == CLD_EXITED)
+            finish(p, si.si_status, 0);
+        else
+            finish(p, 0, si.si_status); /* CLD_KILLED, CLD_DUMPED */
+        return;
+    }
+    int err = errno;
+    if (err == EINTR) return; /* still readable: again next iteration */
+    if (err != ECHILD || !ours(p)) {
+        /* A handle inherited through fork(): the parent's child, never
+         * ours to wait for, and its exit status is the parent's. */
+        finish(p, -err, 0);
+        return;
+    }
+    /* Reaped by someone else: another library's waitpid(-1), or the
+     * kernel itself while SIGCHLD is ignored (exec made the child's exit
+     * signal SIGCHLD again: src/spawn.c). The kernel keeps its status for
+     * the pidfd; between the reap and the record there is a short window,
+     * which the fd, still readable, brings us back to. */
+    int status = 0;
+    rc = exit_info(io->fd, &status);
+    if (rc == 0) {
+        finish_status(p, status);
+    } else if (rc != -EAGAIN || ++p->retries > EXIT_INFO_RETRIES) {
+        finish(p, -ECHILD, 0);
+    }
+}
+LULL__OWN_NAME(on_pidfd, "lull_process pidfd", lull_process, io);
+
+/* A close in a forked copy of the loop: the exit this copy cannot see. */
+static void done_task(lull_task *t) {
+    lull_process *p = LULL_CONTAINER_OF(t, lull_process, done);
+    finish(p, -ECHILD, 0);
+}
+LULL__OWN_NAME(done_task, "lull_process exit turn", lull_process, done);
+
+/* ------------------------------------------------------------- spawning */
+
+/* What spawn made so far, for undoing it. */
+typedef struct made {
+    int child[3]; /* the fds the child gets (ours to close: kind made) */
+    bool own[3];  /* child[i] is ours (a pipe or socket end, /dev/null) */
+    lull_stream *streams[3]; /* opened over the parent's ends */
+    int devnull;
+} made;
+
+static bool fd_open(int fd) {
+    return fd >= 0 && fcntl(fd, F_GETFD) >= 0;
+}
+
+static bool options_ok(const lull_process_options *o) {
+    if (!o->argv || !o->argv[0] || (o->flags & ~FLAGS_ALL)) return false;
+    const char *file = o->file ? o->file : o->argv[0];
+    if (!file[0]) return false;
+    for (int i = 0; i < 3; i++) {
+        const lull_stdio *io = &o->stdio[i];
+        switch (io->kind) {
+        case LULL_STDIO_INHERIT:
+        case LULL_STDIO_NULL:
+            break;
+        case LULL_STDIO_PIPE:
+        case LULL_STDIO_SOCKETPAIR:
+            if (!io->stream) return false;
+            /* One stream per fd, but for stdin and stdout as one pair. */
+            for (int j = 0; j < i; j++) {
+                if (o->stdio[j].stream != io->stream) continue;
+                bool pair = j == 0 && i == 1 && io->kind == LULL_STDIO_PIPE &&
+                            o->stdio[0].kind == LULL_STDIO_PIPE;
+                if (!pair) return false;
+            }
+            break;
+        case LULL_STDIO_FD:
+            if (!fd_open(io->fd)) return false;
+            break;
+        default:
+            return false;
+        }
+    }
+    return true;
+}
+
+/* PATH for the lookup: envp's if it has one, else the parent's. */
+static const char *path_of(char *const *envp) {
+    if (envp) {
+        for (char *const *e = envp; *e; e++)
+            if (strncmp(*e, "PATH=", 5) == 0) return *e + 5;
+    }
+    const char *p = getenv("PATH");
+    return p ? p : PATH_DEFAULT;
+}
+
+static void undo(made *m, int parent_fds[3]) {
+    for (int i = 0; i < 3; i++) {
+        if (m->own[i] && m->child[i] >= 0 && m->child[i] != m->devnull)
+            close(m->child[i]);
+        if (parent_fds[i] >= 0) close(parent_fds[i]);
+        if (m->streams[i]) lull_endpoint_close(&m->streams[i]->ep, 0);
+    }
+    if (m->devnull >= 0) close(m->devnull);
+}
+
+/* Makes the fds of the child's stdio: the child's in m->child, the
+ * parent's ends in parent_fds. 0 or a negative errno. */
+static int make_stdio(const lull_process_options *o, made *m,
+                      int parent_fds[3]) {
+    /* Which inherited fds are open, asked before this makes any fd: a
+     * pipe made for one slot may take the number of a closed 0, 1 or 2. */
+    bool open_before[3];
+    for (int i = 0; i < 3; i++)
+        open_before[i] = fd_open(i);
+    for (int i = 0; i < 3; i++) {
+        const lull_stdio *io = &o->stdio[i];
+        int fds[2];
+        switch (io->kind) {
+        case LULL_STDIO_INHERIT:
+            /* A closed fd stays closed in the child. */
+            m->child[i] = open_before[i] ? i : -1;
+            break;
+        case LULL_STDIO_FD:
+            m->child[i] = io->fd;
+            break;
+        case LULL_STDIO_NULL:
+            if (m->devnull < 0) {
+                m->devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+                if (m->devnull < 0) return -errno;
+            }
+            m->child[i] = m->devnull;
+            break;
+        case LULL_STDIO_PIPE:
+            if (pipe2(fds, O_CLOEXEC) < 0) return -errno;
+            /* stdin: the child reads; stdout, stderr: the child writes. */
+            m->child[i] = i == 0 ? fds[0] : fds[1];
+            parent_fds[i] = i == 0 ? fds[1] : fds[0];
+            m->own[i] = true;
+            break;
+        case LULL_STDIO_SOCKETPAIR:
+            if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
+                return -errno;
+            m->child[i] = fds[1];
+            parent_fds[i] = fds[0];
+            m->own[i] = true;
+            break;
+        }
+    }
+    return 0;
+}
+
+/* Opens the caller's streams over the parent's ends (each stream owns its
+ * fds from the call on, also when it fails). */
+static int open_streams(lull_loop *loop, const lull_process_options *o, made *m,
+                        int parent_fds[3]) {
+    bool pair = o->stdio[0].kind == LULL_STDIO_PIPE &&
+                o->stdio[1].kind == LULL_STDIO_PIPE &&
+                o->stdio[0].stream == o->stdio[1].stream;
+    for (int i = 0; i < 3; i++) {
+        if (parent_fds[i] < 0 || (pair && i == 1)) continue;
+        lull_stream *s = o->stdio[i].stream;
+        const lull_stream_options *so = o->stdio[i].stream_opts;
+        int rc;
+        if (pair && i == 0) {
+            /* Reads the child's stdout, writes its stdin. */
+            rc = lull_stream_open_pair(loop, s, parent_fds[1], parent_fds[0],
+                                       so);
+            parent_fds[1] = -1;
+        } else {
+            rc = lull_stream_open(loop, s, parent_fds[i], so);
+        }
+        parent_fds[i] = -1;
+        if (rc < 0) return rc;
+        m->streams[i] = s;
+    }
+    return 0;
+}
+
+/* Reaps a child known to have exited or to exit at once (a failed exec),
+ * waiting for it. */
+static void reap_now(int pidfd) {
+    siginfo_t si;
+    while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL) < 0 &&
+           errno == EINTR) {
+    }
+    close(pidfd);
+}
+
+/* The child's report: 0 bytes when it exec'd, else its errno. */
+static int read_report(int fd) {
+    int err = 0;
+    ssize_t n;
+    do {
+        n = read(fd, &err, sizeof err);
+    } while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)sizeof err) return err > 0 ? -err : -EINVAL;
+    return n == 0 ? 0 : -EIO; /* a short report: cannot happen */
+}
+
+static int start_child(const lull_process_options *o, made *m, int *pidfd) {
+    struct rlimit rl;
+    int limit = FD_SWEEP_MAX;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)limit)
+        limit = (int)rl.rlim_cur;
+    int errp[2];
+    if (pipe2(errp, O_CLOEXEC) < 0) return -errno;
+    lull__spawn sp = {
+        .file = o->file ? o->file : o->argv[0],
+        .argv = o->argv,
+        .envp = o->envp ? o->envp : environ,
+        .path = path_of(o->envp),
+        .cwd = o->cwd,
+        .stdio = {m->child[0], m->child[1], m->child[2]},
+        .flags = o->flags,
+        .err_fd = errp[1],
+        .fd_limit = limit,
+    };
+    int pid = lull__spawn_child(&sp, pidfd);
+    close(errp[1]);
+    if (pid < 0) {
+        close(errp[0]);
+        return pid;
+    }
+    int rc = read_report(errp[0]);
+    close(errp[0]);
+    if (rc < 0) {
+        reap_now(*pidfd);
+        return rc;
+    }
+    return pid;
+}
+
+int lull_process_spawn(lull_loop *loop, lull_process *p,
+                       const lull_process_options *opts,
+                       lull_process_exit_fn on_exit) {
+    if (!loop || !p || !opts || !on_exit || !options_ok(opts)) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    memset(p, 0, sizeof *p);
+    p->io.fd = -1;
+    made m = {.child = {-1, -1, -1}, .devnull = -1};
+    int parent_fds[3] = {-1, -1, -1};
+    int rc = make_stdio(opts, &m, parent_fds);
+    if (rc == 0) rc = open_streams(loop, opts, &m, parent_fds);
+    int pidfd = -1, pid = 0;
+    if (rc == 0) {
+        pid = start_child(opts, &m, &pidfd);
+        if (pid < 0) rc = pid;
+    }
+    if (rc == 0) {
+        lull_io_init(loop, &p->io, pidfd, on_pidfd);
+        rc = lull_io_start(&p->io, LULL_READABLE);
+        if (rc < 0) {
+            p->pid = pid;
+            (void)send_signal(p, SIGKILL);
+            reap_now(pidfd);
+            p->io.fd = -1;
+        }
+    }
+    if (rc < 0) {
+        undo(&m, parent_fds);
+        return rc;
+    }
+    /* The child has its copies; the parent's are done with. */
+    memset(m.streams, 0, sizeof m.streams);
+    undo(&m, parent_fds);
+    lull_task_init(&p->done, done_task);
+    p->loop = loop;
+    p->pid = pid;
+    p->on_exit = on_exit;
+    p->owner_pid = (int)getpid();
+    p->flags = opts->flags;
+    p->state = P_STARTED;
+    return 0;
+}
+
+/* ------------------------------------------------------------ controls */
+
+int lull_process_kill(lull_process *p, int signum) {
+    if (!p || !p->loop || signum < 0 || signum > 64) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(p->loop);
+    if (!(p->state & P_STARTED) || (p->state & P_DONE_QUEUED)) return -ESRCH;
+    if (!ours(p)) return -ECHILD;
+    return send_signal(p, signum);
+}
+
+int lull_process_close(lull_process *p) {
+    if (!p || !p->loop) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(p->loop);
+    if (!(p->state & P_STARTED) || (p->state & P_CLOSED)) return 0;
+    p->state |= P_CLOSED;
+    if (!ours(p)) {
+        /* Not our child: nothing to kill or wait for here. */
+        lull_io_stop(&p->io);
+        close(p->io.fd);
+        p->io.fd = -1;
+        p->state |= P_DONE_QUEUED;
+        lull_task_post(p->loop, &p->done);
+        return 0;
+    }
+    if (p->flags & LULL_PROCESS_KILL_ON_CLOSE) {
+        /* An error means it already exited: its reaping is on its way. */
+        (void)send_signal(p, SIGKILL);
+    } else {
+        lull_io_unref(&p->io); /* left to run: reaped whenever it ends */
+    }
+    return 0;
+}
+
+/* A closed child left to run stays unreferenced: the close said so. */
+void lull_process_ref(lull_process *p) {
+    if (!p || !p->loop || (p->state & P_CLOSED)) return;
+    lull_io_ref(&p->io);
+}
+
+void lull_process_unref(lull_process *p) {
+    if (!p || !p->loop) return;
+    lull_io_unref(&p->io);
+}

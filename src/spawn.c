@@ -1,0 +1,204 @@
+/* The child's side of lull_process_spawn: the only code that runs in a new
+ * child between its birth and exec.
+ *
+ * How the child is made: glibc's clone() with CLONE_VM | CLONE_VFORK |
+ * CLONE_PIDFD and an exit signal of 0 (the low byte of the flags).
+ *   - CLONE_PIDFD hands the parent a pidfd atomically with the child: no
+ *     window in which the pid could be reaped by someone else and reused
+ *     (posix_spawn + pidfd_open has one: another library's SIGCHLD handler
+ *     calling waitpid(-1) may reap a fast child before pidfd_open runs).
+ *   - Exit signal 0, until exec: a child that fails before or at exec
+ *     raises no SIGCHLD, is not reaped by the kernel when SIGCHLD is
+ *     ignored, and is skipped by waitpid(-1) without __WALL, so nobody but
+ *     the spawn sees it, and the spawn reaps it (waitid(P_PIDFD, __WALL)).
+ *     A successful exec gives it SIGCHLD back (the kernel does so for any
+ *     exec'd child), so from then on another library's waitpid(-1), or the
+ *     kernel while SIGCHLD is ignored, may reap it first: src/process.c
+ *     then reads the status the kernel keeps for the pidfd.
+ *   - CLONE_VM | CLONE_VFORK, as posix_spawn does: no copy of the parent's
+ *     page tables (fork's cost grows with the parent's memory), and the
+ *     calling thread sleeps until the child has exec'd or exited. The child
+ *     runs on a stack of its own, an array in the caller's frame, which is
+ *     free to use because that caller is asleep meanwhile.
+ * clone3() would say the same with a struct, but glibc has no public
+ * wrapper that takes a stack and a function, and a raw clone3 system call
+ * cannot return into C code on a new stack.
+ *
+ * Rules for the child, which shares the parent's memory: it calls nothing
+ * but system calls (syscall(), no libc function that keeps state, takes a
+ * lock or is intercepted by a sanitizer: their interceptors would update
+ * the parent's bookkeeping from the child), writes only to its own stack,
+ * and is compiled without sanitizers or loop-to-memcpy rewriting
+ * (CMakeLists.txt). Signals: the parent blocks all of them before the
+ * clone, so none runs a parent's handler in the child; the child sets every
+ * disposition to its default (also the ignored ones: a child should not
+ * inherit SIGPIPE ignored because its parent chose to) and then unblocks
+ * all of them, just before exec. A failure writes its errno to a
+ * close-on-exec pipe (not to shared memory: valgrind runs such a clone as a
+ * fork, without CLONE_VM) and exits with 127; the parent reads 0 bytes
+ * from that pipe when exec succeeded.
+ *
+ * Thread: the loop's, which sleeps for the child's set-up and exec. Nothing
+ * runs in the background. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/close_range.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "lull.h"
+#include "spawn.h"
+
+/* glibc's clone(), under its own name: sanitizers intercept `clone` and
+ * treat it as fork (re-initialising their state in the child), which with
+ * CLONE_VM would rewrite the parent's. */
+extern int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
+
+/* The child's stack: its frames plus a PATH_MAX buffer for the PATH
+ * search, with room to spare. */
+#define STACK_SIZE (32 * 1024)
+
+/* rt_sigaction's and rt_sigprocmask's arguments: all zero is SIG_DFL with
+ * no flags and an empty mask, whatever the architecture's struct layout;
+ * 64 bytes is more than any layout. The kernel's sigset is 8 bytes. */
+static const unsigned char zero_action[64];
+static const uint64_t empty_set;
+
+static void child_fail(const lull__spawn *sp, int err) {
+    syscall(SYS_write, sp->err_fd, &err, sizeof err);
+    syscall(SYS_exit, 127);
+}
+
+static int fail_errno(void) {
+    return errno ? errno : EINVAL;
+}
+
+static size_t str_len(const char *s) {
+    size_t n = 0;
+    while (s[n])
+        n++;
+    return n;
+}
+
+static bool has_slash(const char *s) {
+    for (; *s; s++)
+        if (*s == '/') return true;
+    return false;
+}
+
+/* execve of file, looked up in sp->path if it has no '/', as execvp does:
+ * an entry that does not hold it is skipped; EACCES anywhere is remembered.
+ * Returns the errno to report (exec only returns on failure). */
+static int exec_search(const lull__spawn *sp) {
+    if (has_slash(sp->file)) {
+        syscall(SYS_execve, sp->file, sp->argv, sp->envp);
+        return fail_errno();
+    }
+    char buf[PATH_MAX];
+    size_t flen = str_len(sp->file);
+    bool eacces = false;
+    const char *p = sp->path;
+    for (;;) {
+        const char *end = p;
+        while (*end && *end != ':')
+            end++;
+        size_t dlen = (size_t)(end - p), k = 0;
+        if (dlen + 1 + flen + 1 <= sizeof buf) {
+            for (; k < dlen; k++)
+                buf[k] = p[k];
+            if (k) buf[k++] = '/'; /* an empty entry is the cwd */
+            for (size_t i = 0; i <= flen; i++)
+                buf[k + i] = sp->file[i];
+            syscall(SYS_execve, buf, sp->argv, sp->envp);
+            switch (errno) {
+            case EACCES:
+                eacces = true;
+                break;
+            case ENOENT:
+            case ENOTDIR:
+            case ESTALE:
+            case ENODEV:
+            case ETIMEDOUT:
+            case ELOOP:
+            case ENAMETOOLONG:
+                break;
+            default:
+                return fail_errno(); /* it is there, and cannot run */
+            }
+        }
+        if (!*end) break;
+        p = end + 1;
+    }
+    return eacces ? EACCES : ENOENT;
+}
+
+/* Every fd from 3 up closes at exec: close_range marks them all at once
+ * (Linux 5.11); before it, one fcntl per possible fd. */
+static void cloexec_the_rest(const lull__spawn *sp) {
+    if (syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) == 0) return;
+    for (int fd = 3; fd < sp->fd_limit; fd++) {
+        long fl = syscall(SYS_fcntl, fd, F_GETFD);
+        if (fl >= 0 && !(fl & FD_CLOEXEC))
+            syscall(SYS_fcntl, fd, F_SETFD, fl | FD_CLOEXEC);
+    }
+}
+
+static int child_main(void *arg) {
+    const lull__spawn *sp = arg;
+    for (int n = 1; n <= 64; n++)
+        if (n != SIGKILL && n != SIGSTOP)
+            syscall(SYS_rt_sigaction, n, zero_action, NULL, sizeof empty_set);
+    if ((sp->flags & LULL_PROCESS_NEW_SESSION) && syscall(SYS_setsid) < 0)
+        child_fail(sp, fail_errno());
+    if ((sp->flags & LULL_PROCESS_NEW_GROUP) &&
+        !(sp->flags & LULL_PROCESS_NEW_SESSION) &&
+        syscall(SYS_setpgid, 0, 0) < 0)
+        child_fail(sp, fail_errno());
+    /* stdio: first move every source below 3 that is not already in place
+     * out of the way, so that placing one cannot overwrite another. */
+    int src[3];
+    for (int i = 0; i < 3; i++) {
+        src[i] = sp->stdio[i];
+        if (src[i] >= 0 && src[i] < 3 && src[i] != i) {
+            src[i] = (int)syscall(SYS_fcntl, src[i], F_DUPFD_CLOEXEC, 3);
+            if (src[i] < 0) child_fail(sp, fail_errno());
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        if (src[i] < 0) {
+            syscall(SYS_close, i);
+        } else if (src[i] == i) {
+            syscall(SYS_fcntl, i, F_SETFD, 0); /* keep it across exec */
+        } else if (syscall(SYS_dup3, src[i], i, 0) < 0) {
+            child_fail(sp, fail_errno());
+        }
+    }
+    if (sp->cwd && syscall(SYS_chdir, sp->cwd) < 0)
+        child_fail(sp, fail_errno());
+    cloexec_the_rest(sp);
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty_set, NULL,
+            sizeof empty_set);
+    child_fail(sp, exec_search(sp));
+    return 127;
+}
+
+int lull__spawn_child(const lull__spawn *sp, int *pidfd) {
+    /* Stacks grow down on every architecture lull builds for. */
+    _Alignas(16) char stack[STACK_SIZE];
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int fd = -1;
+    int pid = __clone(child_main, stack + sizeof stack,
+                      CLONE_VM | CLONE_VFORK | CLONE_PIDFD, (void *)sp, &fd);
+    int err = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) return -err;
+    *pidfd = fd;
+    return pid;
+}

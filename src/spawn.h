@@ -1,0 +1,29 @@
+/* What the process module (src/process.c) hands to the code that starts a
+ * child (src/spawn.c): everything the child needs, prepared in the parent,
+ * so that the child only makes system calls between its birth and exec. */
+#ifndef LULL_SPAWN_H
+#define LULL_SPAWN_H
+
+typedef struct lull__spawn {
+    const char *file;  /* with a '/': run as is; without: looked up in path */
+    char *const *argv; /* NULL-terminated */
+    char *const *envp; /* NULL-terminated, never NULL */
+    const char *path;  /* the PATH to search, never NULL */
+    const char *cwd;   /* NULL: stay */
+    int stdio[3];      /* the fd the child gets as 0, 1, 2: i itself to keep
+                          it (inherit), -1 to close it */
+    unsigned flags;    /* LULL_PROCESS_NEW_GROUP, _NEW_SESSION */
+    int err_fd;        /* write end of a close-on-exec pipe: a failure before
+                          or at exec writes its errno (an int) here */
+    int fd_limit;      /* fds to mark close-on-exec by hand where
+                          close_range(CLOSE_RANGE_CLOEXEC) is missing */
+} lull__spawn;
+
+/* Starts the child: it sets itself up as sp says and execs, or writes an
+ * errno to sp->err_fd and exits with 127. Returns the child's pid, with
+ * its pidfd (close-on-exec) in *pidfd, once the child has exec'd or
+ * exited; or a negative errno (-EMFILE, -EAGAIN, -ENOMEM ...) and no child.
+ * The child sends no signal when it ends (exit signal 0). */
+int lull__spawn_child(const lull__spawn *sp, int *pidfd);
+
+#endif

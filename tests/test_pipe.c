@@ -1,0 +1,512 @@
+/* Streams over pipes and other fds that are not sockets (src/stream.c):
+ * lull_stream_open on a pipe end, lull_stream_open_pair over a pipe each
+ * way, what each kind's EOF, EPIPE and errors become, the same write
+ * batching, backpressure and read pause as a socket's, and SIGPIPE: a write
+ * to a pipe whose reader is gone is a close reason, never a signal, whatever
+ * the process's disposition and the thread's mask. Real pipes, real clock;
+ * every wait is bounded. */
+#include "check.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lull.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <termios.h>
+#include <unistd.h>
+
+static lull_loop *new_loop(void) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    /* The default action: a SIGPIPE anywhere kills the case. */
+    signal(SIGPIPE, SIG_DFL);
+    return loop;
+}
+
+/* Runs what is left (the close callbacks of local closes come in a later
+ * turn) and frees the loop. */
+static void free_loop(lull_loop *loop) {
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A stream and what reached it. */
+typedef struct end {
+    lull_stream s;
+    char *got; /* bytes (raw) or frames' bytes (framed), appended */
+    size_t len, cap;
+    int frames;
+    int closes;
+    int reason;
+    int drains;
+} end;
+
+static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    end *e = LULL_CONTAINER_OF(ep, end, s.ep);
+    if (e->len + len > e->cap) {
+        e->cap = (e->len + len) * 2 + 64;
+        e->got = realloc(e->got, e->cap);
+        CHECK(e->got != NULL);
+    }
+    memcpy(e->got + e->len, bytes, len);
+    e->len += len;
+    e->frames++;
+}
+
+static void on_drain(lull_endpoint *ep) {
+    LULL_CONTAINER_OF(ep, end, s.ep)->drains++;
+}
+
+static void on_close(lull_endpoint *ep, int reason) {
+    end *e = LULL_CONTAINER_OF(ep, end, s.ep);
+    e->closes++;
+    e->reason = reason;
+}
+
+static void watch(end *e) {
+    lull_endpoint_set_callbacks(&e->s.ep, on_frame, on_drain, on_close);
+}
+
+static void end_free(end *e) {
+    free(e->got);
+    e->got = NULL;
+}
+
+/* Runs iterations until *v reaches want, at most `max` of them. */
+static void run_until_at_least(lull_loop *loop, const int *v, int want,
+                               int max) {
+    for (int i = 0; i < max && *v < want; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(*v >= want);
+}
+
+static void run_until_len(lull_loop *loop, const end *e, size_t want) {
+    for (int i = 0; i < 100000 && e->len < want; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(e->len, want);
+}
+
+static int ioctl_fionread(int fd, int *n) {
+    return ioctl(fd, FIONREAD, n);
+}
+
+static bool sigpipe_pending(void) {
+    sigset_t p;
+    CHECK_EQ(sigpending(&p), 0);
+    return sigismember(&p, SIGPIPE);
+}
+
+static bool sigpipe_blocked(void) {
+    sigset_t m;
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, NULL, &m), 0);
+    return sigismember(&m, SIGPIPE);
+}
+
+/* ---------------------------------------------------------------- cases */
+
+/* A pipe's two ends as two streams: framed sends on the write end arrive
+ * whole and in order at the read end; the writer's close is the reader's
+ * EOF, reason 0. The read end cannot send; the write end reads nothing. */
+TEST(pipe_ends_carry_frames_and_eof) {
+    lull_loop *loop = new_loop();
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end w = {0}, r = {0};
+    CHECK_EQ(lull_stream_open(loop, &w.s, p[1], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &r.s, p[0], NULL), 0);
+    watch(&w);
+    watch(&r);
+    CHECK(lull_endpoint_writable(&w.s.ep));
+    CHECK(!lull_endpoint_writable(&r.s.ep)); /* a read end */
+    CHECK_EQ(lull_endpoint_send_copy(&r.s.ep, "x", 1), -EPIPE);
+    for (int i = 0; i < 10; i++) {
+        char msg[16];
+        int n = snprintf(msg, sizeof msg, "frame %d;", i);
+        CHECK_EQ(lull_endpoint_send_copy(&w.s.ep, msg, (size_t)n), 0);
+    }
+    CHECK_EQ(r.frames, 0); /* never inside the sends */
+    run_until_at_least(loop, &r.frames, 10, 100);
+    CHECK_EQ(memcmp(r.got, "frame 0;frame 1;", 16), 0);
+    CHECK_EQ(lull_endpoint_close(&w.s.ep, 7), 0);
+    CHECK_EQ(w.closes, 0); /* a local close: its callback comes later */
+    run_until_at_least(loop, &r.closes, 1, 100);
+    CHECK_EQ(r.reason, 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(w.closes, 1); /* once, with the reason given */
+    CHECK_EQ(w.reason, 7);
+    CHECK_EQ(r.frames, 10);
+    end_free(&w);
+    end_free(&r);
+    free_loop(loop);
+}
+
+/* One stream over a pipe each way is one endpoint: frames go both ways
+ * between two pairs; a pair's shutdown closes only its write fd (the peer
+ * reads EOF) and reading goes on. */
+TEST(pair_of_pipes_is_one_endpoint) {
+    lull_loop *loop = new_loop();
+    int ab[2], ba[2];
+    CHECK_EQ(pipe2(ab, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(ba, O_CLOEXEC), 0);
+    end a = {0}, b = {0};
+    CHECK_EQ(lull_stream_open_pair(loop, &a.s, ba[0], ab[1], NULL), 0);
+    CHECK_EQ(lull_stream_open_pair(loop, &b.s, ab[0], ba[1], NULL), 0);
+    watch(&a);
+    watch(&b);
+    CHECK_EQ(lull_stream_fd(&a.s), ba[0]);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "ping", 4), 0);
+    run_until_at_least(loop, &b.frames, 1, 100);
+    CHECK_EQ(lull_endpoint_send_copy(&b.s.ep, "pong", 4), 0);
+    run_until_at_least(loop, &a.frames, 1, 100);
+    CHECK_EQ(memcmp(a.got, "pong", 4), 0);
+    CHECK_EQ(memcmp(b.got, "ping", 4), 0);
+    /* a shuts its write side: b reads the frame, then EOF, and closes. */
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "last", 4), 0);
+    CHECK_EQ(lull_stream_shutdown(&a.s), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "x", 1), -EPIPE);
+    run_until_at_least(loop, &b.closes, 1, 100);
+    CHECK_EQ(b.reason, 0);
+    CHECK_EQ(b.frames, 2);
+    CHECK_EQ(a.closes, 0);
+    /* b closed, so its write fd did: a reads EOF and closes, reason 0. */
+    run_until_at_least(loop, &a.closes, 1, 100);
+    CHECK_EQ(a.reason, 0);
+    end_free(&a);
+    end_free(&b);
+    free_loop(loop);
+}
+
+/* The pipe's reader is gone: a send is a close with -EPIPE, and the
+ * process, whose SIGPIPE has its default action (death), lives on; no
+ * SIGPIPE is left pending and the thread's mask is as it was. */
+TEST(write_to_gone_reader_is_epipe_not_sigpipe) {
+    lull_loop *loop = new_loop();
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end w = {0};
+    CHECK_EQ(lull_stream_open(loop, &w.s, p[1], NULL), 0);
+    watch(&w);
+    close(p[0]);
+    /* The write-only end watches for its reader's close: the close comes
+     * without any send. */
+    run_until_at_least(loop, &w.closes, 1, 100);
+    CHECK_EQ(w.reason, -EPIPE);
+
+    /* A pair does not watch its write fd while idle (its reads go on
+     * after the reader of its writes left, as a socket's do): the flush's
+     * writev meets the gone reader, and so would a SIGPIPE. */
+    int in[2];
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end w2 = {0};
+    CHECK_EQ(lull_stream_open_pair(loop, &w2.s, in[0], p[1], NULL), 0);
+    watch(&w2);
+    close(p[0]);
+    CHECK_EQ(lull_endpoint_send_copy(&w2.s.ep, "lost", 4), 0);
+    run_until_at_least(loop, &w2.closes, 1, 100);
+    CHECK_EQ(w2.reason, -EPIPE);
+    CHECK_U64_EQ(w2.s.writes, 1);
+    close(in[1]);
+    CHECK(!sigpipe_pending());
+    CHECK(!sigpipe_blocked());
+    end_free(&w);
+    end_free(&w2);
+    free_loop(loop);
+}
+
+/* A thread that blocks SIGPIPE itself keeps its mask, and a SIGPIPE that
+ * was already pending for it (not lull's) stays pending. */
+TEST(sigpipe_blocked_by_the_program_stays_its_own) {
+    lull_loop *loop = new_loop();
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
+    CHECK_EQ(raise(SIGPIPE), 0); /* pending: blocked */
+    CHECK(sigpipe_pending());
+    int q[2], in[2];
+    CHECK_EQ(pipe2(q, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    end w2 = {0};
+    CHECK_EQ(lull_stream_open_pair(loop, &w2.s, in[0], q[1], NULL), 0);
+    watch(&w2);
+    close(q[0]);
+    CHECK_EQ(lull_endpoint_send_copy(&w2.s.ep, "x", 1), 0);
+    run_until_at_least(loop, &w2.closes, 1, 100);
+    CHECK_EQ(w2.reason, -EPIPE);
+    CHECK(sigpipe_blocked());
+    CHECK(sigpipe_pending()); /* the program's own, left alone */
+    static const struct timespec zero = {0, 0};
+    CHECK_EQ(sigtimedwait(&set, NULL, &zero), SIGPIPE);
+    CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &set, NULL), 0);
+    close(in[1]);
+    end_free(&w2);
+    free_loop(loop);
+}
+
+/* Writes queued in one callback leave together: 1,000 sends are a few
+ * writevs, not 1,000 writes. */
+TEST(pipe_writes_are_batched) {
+    lull_loop *loop = new_loop();
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end w = {0}, r = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW, .high_water = 1 << 20};
+    CHECK_EQ(lull_stream_open(loop, &w.s, p[1], &raw), 0);
+    CHECK_EQ(lull_stream_open(loop, &r.s, p[0], &raw), 0);
+    watch(&w);
+    watch(&r);
+    static lull_frame frames[1000];
+    static const char rec[] = "0123456789abcdef"; /* 16 bytes */
+    for (int i = 0; i < 1000; i++) {
+        frames[i] = (lull_frame){.bytes = rec, .len = 16};
+        CHECK_EQ(lull_endpoint_send(&w.s.ep, &frames[i]), 0);
+    }
+    run_until_len(loop, &r, 16000);
+    printf("1000 sends of 16 bytes: %llu writev calls\n",
+           (unsigned long long)w.s.writes);
+    CHECK_LE(w.s.writes, 4);
+    CHECK_U64_EQ(w.s.bytes_written, 16000);
+    CHECK_EQ(lull_endpoint_close(&w.s.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&r.s.ep, 0), 0);
+    end_free(&w);
+    end_free(&r);
+    free_loop(loop);
+}
+
+/* Backpressure on a pipe nobody reads: the pipe takes what fits, the queue
+ * grows to high_water and writable turns false; the loop is never blocked
+ * (a timer fires meanwhile). Once the reader reads, the queue drains, one
+ * drain callback runs, and every byte arrives in order. */
+static int timer_fires;
+static void count_fire(lull_timer *t) {
+    (void)t;
+    timer_fires++;
+}
+
+TEST(pipe_backpressure_bounds_and_drains) {
+    lull_loop *loop = new_loop();
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end w = {0}, r = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &w.s, p[1], &raw), 0);
+    watch(&w);
+    enum { CHUNK = 4096 };
+    static char data[4 << 20];
+    for (size_t i = 0; i < sizeof data; i++)
+        data[i] = (char)(i * 7 + (i >> 12));
+    size_t sent = 0;
+    static lull_frame frames[sizeof data / CHUNK];
+    int nf = 0;
+    while (lull_endpoint_writable(&w.s.ep) && sent < sizeof data) {
+        frames[nf] = (lull_frame){.bytes = data + sent, .len = CHUNK};
+        CHECK_EQ(lull_endpoint_send(&w.s.ep, &frames[nf]), 0);
+        nf++;
+        sent += CHUNK;
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    CHECK(!lull_endpoint_writable(&w.s.ep));
+    CHECK(sent < sizeof data); /* the bound held */
+    CHECK(w.s.ep.queued >= w.s.ep.high_water);
+    CHECK_LE(w.s.ep.queued, w.s.ep.high_water + CHUNK);
+    lull_timer t;
+    timer_fires = 0;
+    lull_timer_init(loop, &t, count_fire);
+    lull_timer_start(&t, 1000000, 0);
+    run_until_at_least(loop, &timer_fires, 1, 100);
+    CHECK_EQ(w.drains, 0);
+    CHECK_EQ(lull_stream_open(loop, &r.s, p[0], &raw), 0);
+    watch(&r);
+    run_until_len(loop, &r, sent);
+    CHECK_EQ(memcmp(r.got, data, sent), 0);
+    CHECK_EQ(w.drains, 1);
+    CHECK_EQ(lull_endpoint_close(&w.s.ep, 0), 0);
+    run_until_at_least(loop, &r.closes, 1, 100);
+    CHECK_EQ(r.reason, 0);
+    end_free(&w);
+    end_free(&r);
+    free_loop(loop);
+}
+
+/* lull_stream_read_stop on a pipe: nothing more is read (the bytes wait in
+ * the kernel, so the writer feels it); read_start resumes in order. */
+TEST(pipe_read_stop_leaves_bytes_in_the_pipe) {
+    lull_loop *loop = new_loop();
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end r = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &r.s, p[0], &raw), 0);
+    watch(&r);
+    CHECK_EQ(write(p[1], "abc", 3), 3);
+    run_until_len(loop, &r, 3);
+    CHECK_EQ(lull_stream_read_stop(&r.s), 0);
+    CHECK_EQ(write(p[1], "def", 3), 3);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(r.len, 3);
+    int queued = 0;
+    CHECK_EQ(ioctl_fionread(p[0], &queued), 0);
+    CHECK_EQ(queued, 3);
+    CHECK_EQ(lull_stream_read_start(&r.s), 0);
+    run_until_len(loop, &r, 6);
+    CHECK_EQ(memcmp(r.got, "abcdef", 6), 0);
+    close(p[1]);
+    run_until_at_least(loop, &r.closes, 1, 100);
+    CHECK_EQ(r.reason, 0);
+    end_free(&r);
+    free_loop(loop);
+}
+
+/* A socketpair end through lull_stream_open_pair(fd, fd) is an ordinary
+ * socket stream; a pair of a socket (reads) and a pipe (writes) works
+ * too. */
+TEST(pair_of_socket_and_pipe) {
+    lull_loop *loop = new_loop();
+    int sv[2], p[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end a = {0}, b = {0}, c = {0};
+    CHECK_EQ(lull_stream_open_pair(loop, &a.s, sv[0], sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open_pair(loop, &b.s, sv[1], p[1], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &c.s, p[0], NULL), 0);
+    watch(&a);
+    watch(&b);
+    watch(&c);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "to b", 4), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&b.s.ep, "to c", 4), 0);
+    run_until_at_least(loop, &b.frames, 1, 100);
+    run_until_at_least(loop, &c.frames, 1, 100);
+    CHECK_EQ(memcmp(b.got, "to b", 4), 0);
+    CHECK_EQ(memcmp(c.got, "to c", 4), 0);
+    CHECK_EQ(lull_endpoint_close(&a.s.ep, 0), 0);
+    run_until_at_least(loop, &b.closes, 1, 100); /* a's EOF */
+    run_until_at_least(loop, &c.closes, 1, 100); /* b closed its pipe */
+    end_free(&a);
+    end_free(&b);
+    end_free(&c);
+    free_loop(loop);
+}
+
+/* What a stream cannot be: -EINVAL, and the fds are closed (the stream
+ * owns them from the call on, also on failure). */
+static bool is_open(int fd) {
+    return fcntl(fd, F_GETFD) >= 0;
+}
+
+TEST(pipe_argument_errors) {
+    lull_loop *loop = new_loop();
+    end e = {0};
+    int file = memfd_create("lull-test", MFD_CLOEXEC); /* a regular file */
+    CHECK(file >= 0);
+    CHECK_EQ(lull_stream_open(loop, &e.s, file, NULL), -EINVAL);
+    CHECK(!is_open(file));
+    int efd = eventfd(0, EFD_CLOEXEC); /* no byte stream */
+    CHECK(efd >= 0);
+    CHECK_EQ(lull_stream_open(loop, &e.s, efd, NULL), -EINVAL);
+    CHECK(!is_open(efd));
+    int dg[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, dg), 0);
+    CHECK_EQ(lull_stream_open(loop, &e.s, dg[0], NULL), -EINVAL);
+    close(dg[1]);
+    CHECK_EQ(lull_stream_open(loop, &e.s, 1 << 20, NULL), -EINVAL);
+    CHECK_EQ(lull_stream_open(loop, &e.s, -1, NULL), -EINVAL);
+    CHECK_EQ(lull_stream_open(loop, &e.s, 0x7fffffff, NULL), -EINVAL);
+    /* A pair whose read fd is a write end, or whose write fd a read end. */
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, p[1], p[0], NULL), -EINVAL);
+    CHECK(!is_open(p[0]) && !is_open(p[1]));
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK_EQ(lull_stream_open_pair(NULL, &e.s, p[0], p[1], NULL), -EINVAL);
+    CHECK(!is_open(p[0]) && !is_open(p[1]));
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK_EQ(lull_stream_open_pair(loop, NULL, p[0], p[1], NULL), -EINVAL);
+    CHECK(!is_open(p[0]) && !is_open(p[1]));
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, p[0], -1, NULL), -EINVAL);
+    CHECK(!is_open(p[0]));
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, -7, p[1], NULL), -EINVAL);
+    CHECK(!is_open(p[1]));
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    lull_stream_options bad = {.flags = 0x80};
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, p[0], p[1], &bad), -EINVAL);
+    CHECK(!is_open(p[0]) && !is_open(p[1]));
+    free_loop(loop);
+}
+
+/* A framed stream over a pipe closes on a frame cut short by EOF, as a
+ * socket stream does (-EPROTO), and on an oversized length (-EMSGSIZE). */
+TEST(pipe_bad_frames_close_with_reasons) {
+    lull_loop *loop = new_loop();
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end r = {0};
+    CHECK_EQ(lull_stream_open(loop, &r.s, p[0], NULL), 0);
+    watch(&r);
+    CHECK_EQ(write(p[1],
+                   "\0\0\0\x08"
+                   "abc",
+                   7),
+             7); /* 8 promised, 3 sent */
+    close(p[1]);
+    run_until_at_least(loop, &r.closes, 1, 100);
+    CHECK_EQ(r.reason, -EPROTO);
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end r2 = {0};
+    lull_stream_options small = {.max_frame = 16};
+    CHECK_EQ(lull_stream_open(loop, &r2.s, p[0], &small), 0);
+    watch(&r2);
+    CHECK_EQ(write(p[1], "\0\0\1\0", 4), 4); /* 256 > 16 */
+    run_until_at_least(loop, &r2.closes, 1, 100);
+    CHECK_EQ(r2.reason, -EMSGSIZE);
+    close(p[1]);
+    end_free(&r);
+    end_free(&r2);
+    free_loop(loop);
+}
+
+/* A character device: a pty's master as a raw stream. Bytes go both ways;
+ * the slave's last close is the master's -EIO. */
+TEST(pty_master_is_a_stream) {
+    lull_loop *loop = new_loop();
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) {
+        printf("no pty here (%s): skipped\n", strerror(errno));
+        free_loop(loop);
+        return;
+    }
+    CHECK_EQ(grantpt(master), 0);
+    CHECK_EQ(unlockpt(master), 0);
+    int slave = open(ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(slave >= 0);
+    struct termios t;
+    CHECK_EQ(tcgetattr(slave, &t), 0);
+    cfmakeraw(&t);
+    CHECK_EQ(tcsetattr(slave, TCSANOW, &t), 0);
+    end m = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &m.s, master, &raw), 0);
+    watch(&m);
+    CHECK_EQ(write(slave, "hello", 5), 5);
+    run_until_len(loop, &m, 5);
+    CHECK_EQ(memcmp(m.got, "hello", 5), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&m.s.ep, "abc", 3), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    char buf[8];
+    CHECK_EQ(read(slave, buf, sizeof buf), 3);
+    CHECK_EQ(memcmp(buf, "abc", 3), 0);
+    close(slave);
+    run_until_at_least(loop, &m.closes, 1, 100);
+    CHECK_EQ(m.reason, -EIO);
+    end_free(&m);
+    free_loop(loop);
+}

@@ -1,0 +1,1296 @@
+/* Child processes (src/process.c, src/spawn.c): spawn, exit, kill, close,
+ * stdio, fds, process groups, exec failures, fd limits, fork, and what
+ * other parts of a program may do with SIGCHLD meanwhile. Real processes
+ * (/bin/sh, cat, sleep, seq) and the real clock; every wait is bounded by
+ * a guard timer that fails the case. */
+#include "check.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <lull.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define GUARD_NS (20 * 1000000000ull) /* no wait here takes this long */
+
+static lull_loop *new_loop(void) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    return loop;
+}
+
+static void free_loop(lull_loop *loop) {
+    int rc = lull_loop_free(loop);
+    if (rc != 0) lull_loop_print_live(loop, stderr);
+    CHECK_EQ(rc, 0);
+}
+
+static void guard_fired(lull_timer *t) {
+    (void)t;
+    check_fail(__FILE__, __LINE__, "pid %d: no progress in 20 s",
+               (int)getpid());
+}
+
+/* Runs iterations until *v >= want, or fails when *v has not moved for
+ * GUARD_NS (a bound on progress, not on the whole wait: under valgrind on
+ * a busy machine, 1,000 spawns may take longer than any one wait). */
+static void run_until(lull_loop *loop, const int *v, int want) {
+    lull_timer guard;
+    lull_timer_init(loop, &guard, guard_fired);
+    lull_timer_start(&guard, GUARD_NS, 0);
+    lull_timer_unref(&guard);
+    int seen = *v;
+    while (*v < want) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        if (*v != seen) {
+            seen = *v;
+            lull_timer_start(&guard, GUARD_NS, 0);
+        }
+    }
+    lull_timer_stop(&guard);
+}
+
+/* A child and what happened to it. */
+typedef struct kid {
+    lull_process p;
+    int exits;
+    int status;
+    int sig;
+    bool in_call; /* set around calls that must not run on_exit inline */
+} kid;
+
+static void on_exit_cb(lull_process *p, int status, int sig) {
+    kid *k = LULL_CONTAINER_OF(p, kid, p);
+    CHECK(!k->in_call);
+    k->exits++;
+    k->status = status;
+    k->sig = sig;
+}
+
+static int spawn(lull_loop *loop, kid *k, const lull_process_options *o) {
+    k->exits = 0;
+    k->in_call = true;
+    int rc = lull_process_spawn(loop, &k->p, o, on_exit_cb);
+    k->in_call = false;
+    return rc;
+}
+
+/* argv for /bin/sh -c script. */
+#define SH(script)                                                             \
+    (char *[]) {                                                               \
+        "/bin/sh", "-c", script, NULL                                          \
+    }
+
+/* A stream and the bytes it read. */
+typedef struct sink {
+    lull_stream s;
+    char buf[1 << 16];
+    size_t len;
+    int closes;
+    int reason;
+} sink;
+
+static void sink_frame(lull_endpoint *ep, const void *b, size_t n) {
+    sink *k = LULL_CONTAINER_OF(ep, sink, s.ep);
+    CHECK(k->len + n < sizeof k->buf);
+    memcpy(k->buf + k->len, b, n);
+    k->len += n;
+    k->buf[k->len] = '\0';
+}
+
+static void sink_close(lull_endpoint *ep, int reason) {
+    sink *k = LULL_CONTAINER_OF(ep, sink, s.ep);
+    k->closes++;
+    k->reason = reason;
+}
+
+static void sink_watch(sink *k) {
+    lull_endpoint_set_callbacks(&k->s.ep, sink_frame, NULL, sink_close);
+}
+
+static const lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+
+static int open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL);
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n - 1; /* the directory's own fd */
+}
+
+/* A zombie among this process's children: waitid would reap one (WNOWAIT
+ * only looks). */
+static bool have_zombie(void) {
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    int rc = waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT | __WALL);
+    return rc == 0 && si.si_pid != 0;
+}
+
+/* ---------------------------------------------------------------- basics */
+
+/* The exit arrives once, on the loop, after the spawn returned; the exit
+ * code and the pid are on the handle; nothing is left a zombie. */
+TEST(exit_status_arrives_once) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = SH("exit 7")};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK(k.p.pid > 0);
+    CHECK_EQ(k.exits, 0);
+    CHECK(lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(k.exits, 1);
+    CHECK_EQ(k.status, 7);
+    CHECK_EQ(k.sig, 0);
+    CHECK_EQ(k.p.exit_status, 7);
+    CHECK(!have_zombie());
+    CHECK_EQ(lull_process_kill(&k.p, SIGTERM), -ESRCH);
+    CHECK_EQ(lull_process_close(&k.p), 0); /* after the exit: nothing */
+    free_loop(loop);
+}
+
+/* A signal ends it: term_signal says which, exit_status is 0. Sent by
+ * lull_process_kill, and by the child to itself. */
+TEST(killed_by_a_signal) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &a, &o), 0);
+    CHECK_EQ(lull_process_kill(&a.p, 0), 0); /* a probe */
+    a.in_call = true;
+    CHECK_EQ(lull_process_kill(&a.p, SIGTERM), 0);
+    a.in_call = false;
+    lull_process_options self = {.argv = SH("kill -USR1 $$")};
+    CHECK_EQ(spawn(loop, &b, &self), 0);
+    run_until(loop, &a.exits, 1);
+    run_until(loop, &b.exits, 1);
+    CHECK_EQ(a.sig, SIGTERM);
+    CHECK_EQ(a.status, 0);
+    CHECK_EQ(b.sig, SIGUSR1);
+    CHECK_EQ(a.exits + b.exits, 2);
+    free_loop(loop);
+}
+
+/* LULL_PROCESS_KILL_ON_CLOSE: the close sends SIGKILL, and on_exit is the
+ * last callback, in a later turn; the loop stays alive until then. */
+TEST(kill_on_close) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    k.in_call = true;
+    CHECK_EQ(lull_process_close(&k.p), 0);
+    CHECK_EQ(lull_process_close(&k.p), 0); /* idempotent */
+    k.in_call = false;
+    CHECK(lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(k.exits, 1);
+    CHECK_EQ(k.sig, SIGKILL);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+/* Without KILL_ON_CLOSE a closed child runs on, and no longer keeps the
+ * loop alive; it is still reaped, and on_exit still runs, when it ends. */
+TEST(close_without_kill_leaves_it_running) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK_EQ(lull_process_close(&k.p), 0);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* returns at once */
+    CHECK_EQ(kill(k.p.pid, 0), 0);                      /* still running */
+    CHECK_EQ(k.exits, 0);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY); /* its pidfd is still watched */
+    CHECK_EQ(lull_process_kill(&k.p, SIGTERM), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.sig, SIGTERM);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+/* An unreferenced child does not keep lull_loop_run going. */
+TEST(unref_and_ref) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    lull_process_unref(&k.p);
+    CHECK(!lull_loop_alive(loop));
+    lull_process_ref(&k.p);
+    CHECK(lull_loop_alive(loop));
+    CHECK_EQ(lull_process_close(&k.p), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(k.exits, 1);
+    free_loop(loop);
+}
+
+/* An exec that fails is spawn's error, not a child exiting 127: a missing
+ * path, a name not on PATH, a directory, a file without the execute bit,
+ * one the kernel cannot run, a cwd that does not exist. Nothing is left:
+ * no child, no zombie, no fd, no stream open, no callback ever. */
+TEST(exec_failure_is_an_error_at_spawn) {
+    lull_loop *loop = new_loop();
+    char plain[] = "/tmp/lull-test-plain-XXXXXX";
+    int fd = mkstemp(plain);
+    CHECK(fd >= 0);
+    CHECK_EQ(write(fd, "not a program\n", 14), 14);
+    close(fd);
+    char noexec[] = "/tmp/lull-test-noexec-XXXXXX";
+    fd = mkstemp(noexec);
+    CHECK(fd >= 0);
+    CHECK_EQ(write(fd, "\x01\x02garbage\n", 10), 10);
+    close(fd);
+    CHECK_EQ(chmod(noexec, 0755), 0);
+    struct {
+        const char *file;
+        const char *cwd;
+        int err;
+    } cases[] = {
+        {"/nonexistent/lull-test", NULL, -ENOENT},
+        {"lull-test-no-such-program", NULL, -ENOENT},
+        {"/", NULL, -EACCES},
+        {plain, NULL, -EACCES},
+        {noexec, NULL, -ENOEXEC},
+        {"/bin/true", "/nonexistent/lull-test", -ENOENT},
+    };
+    int fds = open_fds();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kid k = {0};
+        sink out = {0};
+        char *argv[] = {"x", NULL};
+        lull_process_options o = {
+            .file = cases[i].file,
+            .argv = argv,
+            .cwd = cases[i].cwd,
+            .stdio = {{.kind = LULL_STDIO_NULL},
+                      {.kind = LULL_STDIO_PIPE, .stream = &out.s}}};
+        CHECK_EQ(spawn(loop, &k, &o), cases[i].err);
+        CHECK_EQ(lull_stream_fd(&out.s), -1);
+        CHECK_EQ(open_fds(), fds);
+        CHECK(!have_zombie());
+        siginfo_t si;
+        CHECK_EQ(waitid(P_ALL, 0, &si, WEXITED | WNOHANG | __WALL), -1);
+        CHECK_EQ(errno, ECHILD); /* no child at all */
+    }
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    unlink(plain);
+    unlink(noexec);
+    free_loop(loop);
+}
+
+/* Hostile arguments: -EINVAL, and nothing started. */
+TEST(process_argument_errors) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    sink s = {0};
+    char *argv[] = {"/bin/true", NULL};
+    char *empty[] = {NULL};
+    char *blank[] = {"", NULL};
+    lull_process_options ok = {.argv = argv};
+    CHECK_EQ(lull_process_spawn(NULL, &k.p, &ok, on_exit_cb), -EINVAL);
+    CHECK_EQ(lull_process_spawn(loop, NULL, &ok, on_exit_cb), -EINVAL);
+    CHECK_EQ(lull_process_spawn(loop, &k.p, NULL, on_exit_cb), -EINVAL);
+    CHECK_EQ(lull_process_spawn(loop, &k.p, &ok, NULL), -EINVAL);
+    lull_process_options o = ok;
+    o.argv = NULL;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.argv = empty;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.argv = blank;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o = ok;
+    o.file = "";
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o = ok;
+    o.flags = 0x80000000u;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o = ok;
+    o.stdio[1].kind = (lull_stdio_kind)99;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[1].kind = (lull_stdio_kind)-1;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o = ok;
+    o.stdio[1].kind = LULL_STDIO_PIPE; /* no stream */
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[1].stream = &s.s;
+    o.stdio[2] = o.stdio[1]; /* one stream for two fds */
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o = ok;
+    o.stdio[0] = (lull_stdio){.kind = LULL_STDIO_SOCKETPAIR, .stream = &s.s};
+    o.stdio[1] = (lull_stdio){.kind = LULL_STDIO_PIPE, .stream = &s.s};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL); /* a pair is two pipes */
+    int bad_fds[] = {-1, -100, 1 << 20, 0x7fffffff};
+    for (size_t i = 0; i < sizeof bad_fds / sizeof bad_fds[0]; i++) {
+        o = ok;
+        o.stdio[1] = (lull_stdio){.kind = LULL_STDIO_FD, .fd = bad_fds[i]};
+        CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    }
+    o = ok;
+    o.stdio[0] = (lull_stdio){.kind = LULL_STDIO_PIPE,
+                              .stream = &s.s,
+                              .stream_opts = &(lull_stream_options){
+                                  .flags = 0x80}}; /* bad stream flags */
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    CHECK(!have_zombie());
+    CHECK_EQ(lull_process_kill(NULL, 0), -EINVAL);
+    CHECK_EQ(lull_process_close(NULL), -EINVAL);
+    lull_process zero = {0};
+    CHECK_EQ(lull_process_kill(&zero, 0), -EINVAL);
+    CHECK_EQ(lull_process_close(&zero), -EINVAL);
+    lull_process_ref(NULL);
+    lull_process_unref(NULL);
+    lull_process_ref(&zero);
+    lull_process_unref(&zero);
+    /* A good spawn, then bad signal numbers. */
+    o = ok;
+    o.argv = (char *[]){"sleep", "30", NULL};
+    o.flags = LULL_PROCESS_KILL_ON_CLOSE;
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK_EQ(lull_process_kill(&k.p, -1), -EINVAL);
+    CHECK_EQ(lull_process_kill(&k.p, 65), -EINVAL);
+    CHECK_EQ(lull_process_kill(&k.p, 0x7fffffff), -EINVAL);
+    CHECK_EQ(lull_process_close(&k.p), 0);
+    run_until(loop, &k.exits, 1);
+    free_loop(loop);
+}
+
+/* ------------------------------------------------------------- stdio */
+
+/* stdin and stdout naming one stream: one endpoint that writes the
+ * child's stdin and reads its stdout. A shutdown is cat's EOF; cat's exit
+ * is the stream's (reason 0). */
+TEST(stdin_and_stdout_as_one_stream) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    sink io = {0};
+    lull_process_options o = {
+        .argv = (char *[]){"cat", NULL},
+        .stdio = {
+            {.kind = LULL_STDIO_PIPE, .stream = &io.s, .stream_opts = &raw},
+            {.kind = LULL_STDIO_PIPE, .stream = &io.s, .stream_opts = &raw}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    sink_watch(&io);
+    CHECK_EQ(lull_endpoint_send_copy(&io.s.ep, "hello, cat", 10), 0);
+    while (io.len < 10)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(strcmp(io.buf, "hello, cat"), 0);
+    CHECK_EQ(lull_stream_shutdown(&io.s), 0);
+    run_until(loop, &k.exits, 1);
+    run_until(loop, &io.closes, 1);
+    CHECK_EQ(k.status, 0);
+    CHECK_EQ(io.reason, 0);
+    free_loop(loop);
+}
+
+/* /dev/null, a socketpair (both ways on one fd), a given fd, and separate
+ * pipes for stdout and stderr. */
+TEST(stdio_null_socketpair_fd) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0}, c = {0};
+    sink out = {0}, err = {0}, sock = {0};
+    lull_process_options oa = {
+        .argv = SH("read x; echo \"[$x]\"; echo oops >&2"),
+        .stdio = {
+            {.kind = LULL_STDIO_NULL},
+            {.kind = LULL_STDIO_PIPE, .stream = &out.s, .stream_opts = &raw},
+            {.kind = LULL_STDIO_PIPE, .stream = &err.s, .stream_opts = &raw}}};
+    CHECK_EQ(spawn(loop, &a, &oa), 0);
+    sink_watch(&out);
+    sink_watch(&err);
+    lull_process_options ob = {.argv = SH("read x; echo \"got $x\" >&0"),
+                               .stdio = {{.kind = LULL_STDIO_SOCKETPAIR,
+                                          .stream = &sock.s,
+                                          .stream_opts = &raw}}};
+    CHECK_EQ(spawn(loop, &b, &ob), 0);
+    sink_watch(&sock);
+    CHECK_EQ(lull_endpoint_send_copy(&sock.s.ep, "ping\n", 5), 0);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    lull_process_options oc = {.argv = SH("echo to-fd; echo err-to-fd >&2"),
+                               .stdio = {{.kind = LULL_STDIO_NULL},
+                                         {.kind = LULL_STDIO_FD, .fd = p[1]},
+                                         {.kind = LULL_STDIO_FD, .fd = p[1]}}};
+    CHECK_EQ(spawn(loop, &c, &oc), 0);
+    CHECK(fcntl(p[1], F_GETFD) >= 0); /* still the caller's */
+    close(p[1]);
+    run_until(loop, &out.closes, 1);
+    run_until(loop, &err.closes, 1);
+    run_until(loop, &sock.closes, 1);
+    run_until(loop, &a.exits, 1);
+    run_until(loop, &b.exits, 1);
+    run_until(loop, &c.exits, 1);
+    CHECK_EQ(strcmp(out.buf, "[]\n"), 0);
+    CHECK_EQ(strcmp(err.buf, "oops\n"), 0);
+    CHECK_EQ(strcmp(sock.buf, "got ping\n"), 0);
+    char buf[64] = {0};
+    ssize_t n = 0, r;
+    while ((r = read(p[0], buf + n, sizeof buf - 1 - (size_t)n)) > 0)
+        n += r;
+    CHECK_EQ(strcmp(buf, "to-fd\nerr-to-fd\n"), 0);
+    close(p[0]);
+    CHECK_EQ(a.status + b.status + c.status, 0);
+    free_loop(loop);
+}
+
+/* cwd, envp, and PATH taken from envp for a name without '/'. */
+TEST(cwd_env_and_path) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    sink out = {0};
+    char *env[] = {"LULL_TEST_X=yes", "PATH=/nonexistent:/usr/bin:/bin", NULL};
+    lull_process_options o = {
+        .file = "sh",
+        .argv = SH("pwd; echo \"$LULL_TEST_X\"; echo \"$HOME\""),
+        .envp = env,
+        .cwd = "/",
+        .stdio = {
+            {.kind = LULL_STDIO_NULL},
+            {.kind = LULL_STDIO_PIPE, .stream = &out.s, .stream_opts = &raw}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    sink_watch(&out);
+    run_until(loop, &out.closes, 1);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(strcmp(out.buf, "/\nyes\n\n"), 0);
+    CHECK_EQ(k.status, 0);
+    free_loop(loop);
+}
+
+/* ------------------------------------------------------ fds and signals */
+
+static void list_fds(int pid, char *out, size_t cap) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", pid);
+    DIR *d = opendir(path);
+    CHECK(d != NULL);
+    int fds[64], n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        CHECK(n < 64);
+        fds[n++] = atoi(e->d_name);
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) /* sort: readdir's order is the kernel's */
+        for (int j = i + 1; j < n; j++)
+            if (fds[j] < fds[i]) {
+                int t = fds[i];
+                fds[i] = fds[j];
+                fds[j] = t;
+            }
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%d", i ? "," : "",
+                                fds[i]);
+}
+
+static char proc_state(int pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* the name may hold spaces */
+    return paren && paren[1] == ' ' ? paren[2] : '?';
+}
+
+/* The child's fds once it waits in its program's read of stdin: the
+ * loader and libc open files of their own while a program starts (with
+ * fd 1 closed, they would take 1 for a moment), so the list is taken when
+ * the child sleeps and stays the same 10 ms apart. */
+static void settled_fds(int pid, char *out, size_t cap) {
+    char again[256];
+    for (int i = 0; i < 400; i++) {
+        if (proc_state(pid) == 'S') {
+            list_fds(pid, out, cap);
+            usleep(10000);
+            list_fds(pid, again, sizeof again);
+            if (strcmp(out, again) == 0 && proc_state(pid) == 'S') return;
+        } else {
+            usleep(5000);
+        }
+    }
+    check_fail(__FILE__, __LINE__, "pid %d never settled", pid);
+}
+
+/* The child has stdin, stdout and stderr and nothing else, even when the
+ * program leaks fds without close-on-exec (another part of it, a library):
+ * listed from its /proc/<pid>/fd once it runs the program. */
+TEST(child_has_only_its_stdio) {
+    lull_loop *loop = new_loop();
+    int leak[2];
+    CHECK_EQ(pipe(leak), 0); /* no O_CLOEXEC, on purpose */
+    int leak2 = dup(leak[0]);
+    CHECK(leak2 >= 0);
+    kid k = {0};
+    sink in = {0}, out = {0};
+    lull_process_options o = {
+        .argv = SH("read x"), /* opens nothing: waits on stdin */
+        .flags = LULL_PROCESS_KILL_ON_CLOSE,
+        .stdio = {{.kind = LULL_STDIO_PIPE, .stream = &in.s},
+                  {.kind = LULL_STDIO_PIPE, .stream = &out.s}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    char fds[256];
+    settled_fds(k.p.pid, fds, sizeof fds);
+    printf("the child's fds: %s\n", fds);
+    CHECK_EQ(strcmp(fds, "0,1,2"), 0);
+    CHECK_EQ(lull_process_close(&k.p), 0);
+    CHECK_EQ(lull_endpoint_close(&in.s.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&out.s.ep, 0), 0);
+    run_until(loop, &k.exits, 1);
+    close(leak[0]);
+    close(leak[1]);
+    close(leak2);
+    free_loop(loop);
+}
+
+/* LULL_STDIO_INHERIT of an fd the parent has closed: closed in the child
+ * too, even when a pipe the spawn makes for an earlier slot takes its
+ * number in the parent (here stdin's pipe takes the closed 1). */
+TEST(closed_stdout_stays_closed) {
+    lull_loop *loop = new_loop();
+    fflush(stdout);
+    close(1);
+    kid k = {0};
+    sink in = {0};
+    lull_process_options o = {
+        .argv = SH("read x"),
+        .flags = LULL_PROCESS_KILL_ON_CLOSE,
+        .stdio = {{.kind = LULL_STDIO_PIPE, .stream = &in.s},
+                  {.kind = LULL_STDIO_INHERIT},
+                  {.kind = LULL_STDIO_NULL}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    char fds[256];
+    settled_fds(k.p.pid, fds, sizeof fds);
+    if (strcmp(fds, "0,2") != 0) fprintf(stderr, "the child's fds: %s\n", fds);
+    CHECK_EQ(strcmp(fds, "0,2"), 0);
+    CHECK_EQ(lull_process_close(&k.p), 0);
+    CHECK_EQ(lull_endpoint_close(&in.s.ep, 0), 0);
+    run_until(loop, &k.exits, 1);
+    free_loop(loop);
+}
+
+static uint64_t status_mask(int pid, const char *field) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    uint64_t v = UINT64_MAX;
+    size_t flen = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, field, flen) == 0 && line[flen] == ':')
+            v = strtoull(line + flen + 1, NULL, 16);
+    fclose(f);
+    CHECK(v != UINT64_MAX);
+    return v;
+}
+
+/* The child starts with every signal at its default action and none
+ * blocked, whatever the parent ignores or blocks (a parent blocking SIGTERM
+ * for its signal handle must not leave its children deaf to it). */
+TEST(child_starts_with_default_signals) {
+    lull_loop *loop = new_loop();
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK(status_mask((int)getpid(), "SigIgn") != 0); /* the test's own */
+    CHECK_U64_EQ(status_mask(k.p.pid, "SigIgn"), 0);
+    CHECK_U64_EQ(status_mask(k.p.pid, "SigBlk"), 0);
+    CHECK_EQ(lull_process_kill(&k.p, SIGTERM), 0); /* it listens */
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.sig, SIGTERM);
+    free_loop(loop);
+}
+
+/* A process group or a session of its own on request. */
+TEST(new_group_and_session) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0}, c = {0};
+    char *argv[] = {"sleep", "30", NULL};
+    lull_process_options o = {.argv = argv,
+                              .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(loop, &a, &o), 0);
+    o.flags |= LULL_PROCESS_NEW_GROUP;
+    CHECK_EQ(spawn(loop, &b, &o), 0);
+    o.flags = LULL_PROCESS_KILL_ON_CLOSE | LULL_PROCESS_NEW_SESSION;
+    CHECK_EQ(spawn(loop, &c, &o), 0);
+    CHECK_EQ(getpgid(a.p.pid), getpgrp());
+    CHECK_EQ(getpgid(b.p.pid), b.p.pid);
+    CHECK_EQ(getsid(b.p.pid), getsid(0));
+    CHECK_EQ(getsid(c.p.pid), c.p.pid);
+    CHECK_EQ(getpgid(c.p.pid), c.p.pid);
+    CHECK_EQ(lull_process_close(&a.p), 0);
+    CHECK_EQ(lull_process_close(&b.p), 0);
+    CHECK_EQ(lull_process_close(&c.p), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(a.exits + b.exits + c.exits, 3);
+    free_loop(loop);
+}
+
+/* ----------------------------------------------- many, and SIGCHLD */
+
+/* How many children the concurrency cases start: LULL_TEST_CHILDREN, else
+ * 1,000 (each is a /bin/sh that exits at once: about 1 ms of spawn and
+ * exec on this machine, so the case takes seconds). */
+static int child_count(void) {
+    const char *e = getenv("LULL_TEST_CHILDREN");
+    int n = e ? atoi(e) : 1000;
+    return n > 0 ? n : 1000;
+}
+
+/* Another part of the program: its own SIGCHLD handler, which reaps
+ * whatever it can with waitpid(-1) (what loses other libraries' exits),
+ * and its own plain fork()ed children. */
+#define FOREIGN_MAX 4096
+static volatile sig_atomic_t foreign_signals;
+static volatile sig_atomic_t foreign_reaped;
+static volatile pid_t foreign_reaped_pids[FOREIGN_MAX];
+
+static void foreign_sigchld(int sig, siginfo_t *si, void *uc) {
+    (void)sig;
+    (void)uc;
+    int saved = errno;
+    (void)si;
+    foreign_signals = foreign_signals + 1;
+    pid_t pid;
+    int status;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        int j = foreign_reaped;
+        if (j < FOREIGN_MAX) foreign_reaped_pids[j] = pid;
+        foreign_reaped = j + 1;
+    }
+    errno = saved;
+}
+
+typedef struct many {
+    lull_loop *loop;
+    kid *kids;
+    int n;
+    int spawned;
+    int exited;
+    lull_task spawner;
+    int own_forks;
+    bool kernel_keeps_status; /* PIDFD_INFO_EXIT (Linux 6.15) */
+    int lost;                 /* exits whose status could not be known */
+} many;
+
+/* Does the kernel keep a reaped child's status for its pidfd
+ * (PIDFD_GET_INFO, PIDFD_INFO_EXIT)? A plain fork, reaped, then asked. */
+static bool kernel_keeps_status(void) {
+    struct {
+        uint64_t mask, cgroupid;
+        uint32_t ids[11];
+        int32_t exit_code;
+    } info = {.mask = 1ull << 3};
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(42);
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    if (pidfd < 0) return false; /* refused here (valgrind): cannot say */
+    bool yes = ioctl(pidfd, _IOWR(0xFF, 11, info), &info) == 0 &&
+               (info.mask & (1ull << 3)) && WEXITSTATUS(info.exit_code) == 42;
+    close(pidfd);
+    return yes;
+}
+
+static many g_many;
+
+static void many_exit(lull_process *p, int status, int sig) {
+    kid *k = LULL_CONTAINER_OF(p, kid, p);
+    int i = (int)(k - g_many.kids);
+    k->exits++;
+    CHECK_EQ(k->exits, 1);
+    CHECK_EQ(sig, 0);
+    if (status == -ECHILD && !g_many.kernel_keeps_status) {
+        g_many.lost++; /* reaped by the other part; no record to read */
+    } else {
+        CHECK_EQ(status, i % 256);
+    }
+    g_many.exited++;
+}
+
+static pid_t own_fork(void) {
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(9);
+    return pid;
+}
+
+/* Spawns in slices of 50, forking one child of "the other part" per
+ * slice: spawning and reaping overlap. */
+static void spawn_some(lull_task *t) {
+    many *m = LULL_CONTAINER_OF(t, many, spawner);
+    for (int j = 0; j < 50 && m->spawned < m->n; j++) {
+        int i = m->spawned++;
+        char code[8];
+        snprintf(code, sizeof code, "%d", i % 256);
+        char *argv[] = {"/bin/sh", "-c", "exit $0", code, NULL};
+        lull_process_options o = {.argv = argv,
+                                  .stdio = {{.kind = LULL_STDIO_NULL}}};
+        CHECK_EQ(lull_process_spawn(m->loop, &m->kids[i].p, &o, many_exit), 0);
+    }
+    if (m->own_forks < 5) {
+        own_fork();
+        m->own_forks++;
+    }
+    if (m->spawned < m->n) lull_task_post(m->loop, t);
+}
+
+static bool pid_is_ours(const many *m, pid_t pid) {
+    for (int i = 0; i < m->spawned; i++)
+        if (m->kids[i].p.pid == pid) return true;
+    return false;
+}
+
+static void run_many(bool ignore_sigchld) {
+    uint64_t t0 = check_clock_ns();
+    many *m = &g_many;
+    *m = (many){.loop = new_loop(),
+                .n = child_count(),
+                .kernel_keeps_status = kernel_keeps_status()};
+    if (!m->kernel_keeps_status)
+        printf("this kernel keeps no exit status for a pidfd (before 6.15): "
+               "an exit the other part reaps first reports -ECHILD\n");
+    m->kids = calloc((size_t)m->n, sizeof *m->kids);
+    CHECK(m->kids != NULL);
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < (rlim_t)m->n + 64) {
+        rl.rlim_cur = rl.rlim_max;
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+        CHECK(rl.rlim_cur >= (rlim_t)m->n + 64);
+    }
+    struct sigaction sa = {0};
+    if (ignore_sigchld) {
+        sa.sa_handler = SIG_IGN;
+    } else {
+        sa.sa_sigaction = foreign_sigchld;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    }
+    sigemptyset(&sa.sa_mask);
+    CHECK_EQ(sigaction(SIGCHLD, &sa, NULL), 0);
+    lull_task_init(&m->spawner, spawn_some);
+    lull_task_post(m->loop, &m->spawner);
+    run_until(m->loop, &m->exited, m->n);
+    CHECK_EQ(m->spawned, m->n);
+    for (int i = 0; i < m->n; i++)
+        CHECK_EQ(m->kids[i].exits, 1);
+    if (!ignore_sigchld) {
+        /* Its own children are its own to reap (the last may still be on
+         * its way out). */
+        int own = 0, stolen = 0;
+        for (int tries = 0; tries < 5000 && own < m->own_forks; tries++) {
+            own = stolen = 0;
+            for (int i = 0; i < foreign_reaped && i < FOREIGN_MAX; i++) {
+                if (pid_is_ours(m, foreign_reaped_pids[i]))
+                    stolen++;
+                else
+                    own++;
+            }
+            if (own < m->own_forks) usleep(1000);
+        }
+        if (foreign_reaped > FOREIGN_MAX)
+            stolen += foreign_reaped - FOREIGN_MAX;
+        CHECK_EQ(own, m->own_forks); /* its own, each reaped by it */
+        printf("the other part's handler: %d SIGCHLDs; it reaped its %d "
+               "children and %d of lull's, whose exits lull still "
+               "delivered\n",
+               (int)foreign_signals, own, stolen);
+    }
+    if (m->kernel_keeps_status) CHECK_EQ(m->lost, 0);
+    /* Every child of lull's is gone; the other part's last fork may still
+     * be on its way out (the kernel reaps it: SIGCHLD is ignored, or the
+     * handler does). Then there is no child at all. */
+    siginfo_t si;
+    for (int i = 0; i < 5000; i++) {
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT | __WALL) < 0)
+            break;
+        usleep(1000);
+    }
+    CHECK_EQ(waitid(P_ALL, 0, &si, WEXITED | WNOHANG | __WALL), -1);
+    CHECK_EQ(errno, ECHILD);
+    printf("%d children spawned and reaped in %.2f s, each exit once\n", m->n,
+           (double)(check_clock_ns() - t0) / 1e9);
+    signal(SIGCHLD, SIG_DFL);
+    free(m->kids);
+    free_loop(m->loop);
+}
+
+TEST(thousand_children_beside_a_foreign_sigchld_handler) {
+    run_many(false);
+}
+
+TEST(thousand_children_with_sigchld_ignored) {
+    run_many(true);
+}
+
+/* Two loops on two threads spawn and reap at once: each gets its own
+ * children's exits, once; the close-on-exec fds of one never reach the
+ * other's children (each child's fd list is checked by its own output). */
+typedef struct lane {
+    lull_loop *loop;
+    int n;
+    int exited;
+    int bad;
+    kid kids[100];
+    sink outs[100];
+} lane;
+
+static void lane_exit(lull_process *p, int status, int sig) {
+    kid *k = LULL_CONTAINER_OF(p, kid, p);
+    k->exits++;
+    k->status = status;
+    k->sig = sig;
+}
+
+static void *lane_run(void *arg) {
+    lane *l = arg;
+    CHECK_EQ(lull_loop_adopt(l->loop), 0);
+    for (int i = 0; i < l->n; i++) {
+        lull_process_options o = {.argv = SH("ls /proc/$$/fd; true"),
+                                  .stdio = {{.kind = LULL_STDIO_NULL},
+                                            {.kind = LULL_STDIO_PIPE,
+                                             .stream = &l->outs[i].s,
+                                             .stream_opts = &raw}}};
+        CHECK_EQ(lull_process_spawn(l->loop, &l->kids[i].p, &o, lane_exit), 0);
+        lull_endpoint_set_callbacks(&l->outs[i].s.ep, sink_frame, NULL,
+                                    sink_close);
+    }
+    CHECK_EQ(lull_loop_run(l->loop, LULL_RUN_DEFAULT), 0);
+    for (int i = 0; i < l->n; i++) {
+        const kid *k = &l->kids[i];
+        if (k->exits != 1 || k->status != 0 || k->sig != 0) l->bad++;
+        if (strcmp(l->outs[i].buf, "0\n1\n2\n") != 0) {
+            fprintf(stderr, "a child's fds: %s\n", l->outs[i].buf);
+            l->bad++;
+        }
+    }
+    return NULL;
+}
+
+TEST_THREADED(two_loops_spawn_on_two_threads) {
+    static lane lanes[2];
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&lanes[i], 0, sizeof lanes[i]); /* 13 MB: not on the stack */
+        lanes[i].loop = new_loop();
+        lanes[i].n = 100;
+        CHECK_EQ(pthread_create(&t[i], NULL, lane_run, &lanes[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(pthread_join(t[i], NULL), 0);
+        CHECK_EQ(lull_loop_adopt(lanes[i].loop), 0);
+        CHECK_EQ(lanes[i].bad, 0);
+        free_loop(lanes[i].loop);
+    }
+    CHECK(!have_zombie());
+}
+
+/* ------------------------------------------------------ pipes, flows */
+
+/* A child writes about 100 MB to stdout as fast as it can (seq) while the
+ * parent reads slowly (a 1 ms pause after every 256 KiB): the parent's
+ * memory stays bounded (reading stops, the pipe fills, the child blocks),
+ * every line arrives in order, and a 1 ms repeating timer keeps firing
+ * meanwhile; its lateness is printed, not asserted tightly. */
+typedef struct flood {
+    lull_loop *loop;
+    lull_stream s;
+    lull_timer resume;
+    lull_timer tick;
+    uint64_t expect; /* the next number */
+    uint64_t cur;    /* digits of the line being read */
+    bool in_number;
+    uint64_t bytes;
+    uint64_t since_pause;
+    int closes;
+    int reason;
+    int pauses;
+    lull_histogram late;
+} flood;
+
+static void flood_frame(lull_endpoint *ep, const void *b, size_t n) {
+    flood *f = LULL_CONTAINER_OF(ep, flood, s.ep);
+    const char *p = b;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '\n') {
+            if (f->cur != f->expect)
+                check_fail(__FILE__, __LINE__, "line %llu: expected %llu",
+                           (unsigned long long)f->cur,
+                           (unsigned long long)f->expect);
+            f->expect++;
+            f->cur = 0;
+        } else {
+            f->cur = f->cur * 10 + (uint64_t)(p[i] - '0');
+        }
+    }
+    f->bytes += n;
+    f->since_pause += n;
+    if (f->since_pause >= (256u << 10)) {
+        f->since_pause = 0;
+        f->pauses++;
+        CHECK_EQ(lull_stream_read_stop(&f->s), 0);
+        lull_timer_start(&f->resume, 1000000, 0);
+    }
+}
+
+static void flood_close(lull_endpoint *ep, int reason) {
+    flood *f = LULL_CONTAINER_OF(ep, flood, s.ep);
+    f->closes++;
+    f->reason = reason;
+}
+
+static void flood_resume(lull_timer *t) {
+    flood *f = LULL_CONTAINER_OF(t, flood, resume);
+    if (f->closes == 0) CHECK_EQ(lull_stream_read_start(&f->s), 0);
+}
+
+static void flood_tick(lull_timer *t) {
+    flood *f = LULL_CONTAINER_OF(t, flood, tick);
+    lull_histogram_record(&f->late,
+                          lull_loop_now(t->loop) - lull_timer_fire_deadline(t));
+}
+
+static long rss_kib(void) {
+    char line[256];
+    long v = -1;
+    FILE *fp = fopen("/proc/self/status", "r");
+    CHECK(fp != NULL);
+    while (fgets(line, sizeof line, fp))
+        if (strncmp(line, "VmRSS:", 6) == 0) v = atol(line + 6);
+    fclose(fp);
+    return v;
+}
+
+TEST(child_floods_stdout_parent_reads_slowly) {
+    static flood f;
+    f = (flood){.loop = new_loop(), .expect = 1};
+    const char *lines = getenv("LULL_TEST_FLOOD_LINES");
+    /* 1..12,300,000, one per line: 100.4 MB. */
+    char last[24];
+    snprintf(last, sizeof last, "%s", lines ? lines : "12300000");
+    kid k = {0};
+    lull_process_options o = {
+        .argv = (char *[]){"seq", "1", last, NULL},
+        .stdio = {
+            {.kind = LULL_STDIO_NULL},
+            {.kind = LULL_STDIO_PIPE, .stream = &f.s, .stream_opts = &raw}}};
+    long rss0 = rss_kib();
+    uint64_t t0 = check_clock_ns();
+    CHECK_EQ(spawn(f.loop, &k, &o), 0);
+    lull_endpoint_set_callbacks(&f.s.ep, flood_frame, NULL, flood_close);
+    lull_timer_init(f.loop, &f.resume, flood_resume);
+    lull_timer_init(f.loop, &f.tick, flood_tick);
+    lull_timer_start(&f.tick, 1000000, 1000000);
+    lull_timer_unref(&f.tick);
+    long rss_max = rss0;
+    int checked = -1;
+    while (f.closes == 0 || k.exits == 0) {
+        CHECK_EQ(lull_loop_run(f.loop, LULL_RUN_ONCE), 0);
+        if (f.pauses != checked && (f.pauses & 15) == 0) {
+            checked = f.pauses;
+            long r = rss_kib();
+            if (r > rss_max) rss_max = r;
+        }
+        CHECK(check_clock_ns() - t0 < GUARD_NS * 5);
+    }
+    lull_timer_stop(&f.tick);
+    CHECK_EQ(f.reason, 0);
+    CHECK_EQ(k.status, 0);
+    CHECK_U64_EQ(f.expect - 1, strtoull(last, NULL, 10)); /* nothing lost */
+    printf("%.1f MB in %.2f s, %d read pauses; RSS %ld -> max %ld KiB; "
+           "1 ms timer lateness p50 %.0f us, p99 %.0f us, max %.0f us over "
+           "%llu fires\n",
+           (double)f.bytes / 1e6, (double)(check_clock_ns() - t0) / 1e9,
+           f.pauses, rss0, rss_max,
+           (double)lull_histogram_percentile(&f.late, 0.5) / 1e3,
+           (double)lull_histogram_percentile(&f.late, 0.99) / 1e3,
+           (double)f.late.max / 1e3, (unsigned long long)f.late.count);
+    CHECK(f.late.count > 0);
+    CHECK(rss_max - rss0 < 32 * 1024); /* bounded: far below 100 MB */
+    /* Responsive: sane bounds, not tight ones (the machine is shared). */
+    CHECK(lull_histogram_percentile(&f.late, 0.5) < 50000000u);
+    CHECK(f.late.max < 5000000000u);
+    free_loop(f.loop);
+}
+
+/* A child that never reads its stdin: the parent's writes fill the pipe,
+ * then the queue up to high_water (writable turns false), and the loop
+ * goes on (a timer fires); no drain ever comes. When the child dies, the
+ * stream closes with -EPIPE and the exit arrives, each once. */
+typedef struct deaf {
+    lull_stream s;
+    int closes;
+    int reason;
+    int drains;
+} deaf;
+
+static void deaf_drain(lull_endpoint *ep) {
+    LULL_CONTAINER_OF(ep, deaf, s.ep)->drains++;
+}
+
+static void deaf_close(lull_endpoint *ep, int reason) {
+    deaf *d = LULL_CONTAINER_OF(ep, deaf, s.ep);
+    d->closes++;
+    d->reason = reason;
+}
+
+static int ticks;
+static void tick(lull_timer *t) {
+    (void)t;
+    ticks++;
+}
+
+TEST(child_never_reads_stdin) {
+    lull_loop *loop = new_loop();
+    static deaf d;
+    d = (deaf){0};
+    kid k = {0};
+    lull_process_options o = {
+        .argv = (char *[]){"sleep", "30", NULL},
+        .stdio = {
+            {.kind = LULL_STDIO_PIPE, .stream = &d.s, .stream_opts = &raw}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    lull_endpoint_set_callbacks(&d.s.ep, NULL, deaf_drain, deaf_close);
+    static char chunk[4096];
+    size_t sent = 0;
+    while (lull_endpoint_writable(&d.s.ep)) {
+        CHECK_EQ(lull_endpoint_send_copy(&d.s.ep, chunk, sizeof chunk), 0);
+        sent += sizeof chunk;
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK(sent < (64u << 20));
+    }
+    printf("%zu bytes accepted before writable turned false (%zu queued)\n",
+           sent, d.s.ep.queued);
+    CHECK_LE(d.s.ep.queued, d.s.ep.high_water + sizeof chunk);
+    lull_timer t;
+    ticks = 0;
+    lull_timer_init(loop, &t, tick);
+    lull_timer_start(&t, 10000000, 0);
+    run_until(loop, &ticks, 1); /* the loop was never blocked */
+    CHECK(!lull_endpoint_writable(&d.s.ep));
+    CHECK_EQ(lull_process_kill(&k.p, SIGKILL), 0);
+    run_until(loop, &k.exits, 1);
+    run_until(loop, &d.closes, 1);
+    CHECK_EQ(d.reason, -EPIPE);
+    CHECK_EQ(d.drains, 0);
+    CHECK_EQ(k.sig, SIGKILL);
+    free_loop(loop);
+}
+
+/* -------------------------------------------------- limits and fork */
+
+/* Out of fds: spawn returns -EMFILE and leaves no fd, child or stream;
+ * with fds free again it works. In a child process of the test, whose
+ * RLIMIT_NOFILE is lowered. */
+static void emfile_body(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    int base = open_fds();
+    struct rlimit rl = {.rlim_cur = (rlim_t)base + 40, .rlim_max = 4096};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = (rlim_t)base + 40;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int held[64], n = 0;
+    for (;;) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) break;
+        CHECK(n < 64);
+        held[n++] = fd;
+    }
+    CHECK_EQ(errno, EMFILE);
+    kid k = {0};
+    sink out = {0};
+    lull_process_options piped = {
+        .argv = (char *[]){"/bin/true", NULL},
+        .stdio = {{.kind = LULL_STDIO_NULL},
+                  {.kind = LULL_STDIO_PIPE, .stream = &out.s}}};
+    lull_process_options plain = {.argv = (char *[]){"/bin/true", NULL}};
+    CHECK_EQ(spawn(loop, &k, &piped), -EMFILE);
+    CHECK_EQ(spawn(loop, &k, &plain), -EMFILE);
+    /* One fd free: the error pipe needs two. */
+    close(held[--n]);
+    CHECK_EQ(spawn(loop, &k, &plain), -EMFILE);
+    CHECK_EQ(spawn(loop, &k, &piped), -EMFILE);
+    /* Two free: the pipe, then the pidfd, which no longer fits. */
+    close(held[--n]);
+    CHECK_EQ(spawn(loop, &k, &plain), -EMFILE);
+    CHECK(!have_zombie());
+    siginfo_t si;
+    CHECK_EQ(waitid(P_ALL, 0, &si, WEXITED | WNOHANG | __WALL), -1);
+    /* Three free: it runs. */
+    close(held[--n]);
+    CHECK_EQ(spawn(loop, &k, &plain), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 0);
+    while (n > 0)
+        close(held[--n]);
+    CHECK_EQ(open_fds(), base);
+    free_loop(loop);
+}
+
+TEST(emfile_at_spawn) {
+    CHECK(check_exits_cleanly(emfile_body, NULL));
+}
+
+/* lull_loop_fork with children running. The forked copy cannot wait for
+ * its parent's children: their handles report -ECHILD (a close there kills
+ * nothing and reports it in a later turn; kill is refused), and it can
+ * spawn and reap children of its own. The parent's children were not
+ * touched, and the parent still gets each of their exits once. */
+typedef struct forked {
+    lull_loop *loop;
+    kid cats[2];
+    sink ins[2];
+} forked;
+
+static void fork_child_body(void *arg) {
+    forked *fk = arg;
+    CHECK_EQ(lull_loop_fork(fk->loop), 0);
+    kid own = {0};
+    lull_process_options o = {.argv = SH("exit 4")};
+    CHECK_EQ(spawn(fk->loop, &own, &o), 0);
+    run_until(fk->loop, &own.exits, 1);
+    CHECK_EQ(own.status, 4);
+    for (int i = 0; i < 2; i++) {
+        kid *c = &fk->cats[i];
+        CHECK_EQ(lull_process_kill(&c->p, SIGKILL), -ECHILD);
+        c->exits = 0;
+        c->in_call = true;
+        CHECK_EQ(lull_process_close(&c->p), 0);
+        c->in_call = false;
+        CHECK_EQ(c->exits, 0);
+    }
+    run_until(fk->loop, &fk->cats[0].exits, 1);
+    run_until(fk->loop, &fk->cats[1].exits, 1);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(fk->cats[i].status, -ECHILD);
+        CHECK_EQ(kill(fk->cats[i].p.pid, 0), 0); /* alive: not ours */
+        CHECK_EQ(lull_endpoint_close(&fk->ins[i].s.ep, 0), 0);
+    }
+    free_loop(fk->loop);
+}
+
+TEST(fork_with_children_running) {
+    static forked fk;
+    fk = (forked){.loop = new_loop()};
+    for (int i = 0; i < 2; i++) {
+        lull_process_options o = {
+            .argv = (char *[]){"cat", NULL},
+            .stdio = {{.kind = LULL_STDIO_PIPE, .stream = &fk.ins[i].s},
+                      {.kind = LULL_STDIO_NULL}}};
+        CHECK_EQ(spawn(fk.loop, &fk.cats[i], &o), 0);
+    }
+    CHECK(check_exits_cleanly(fork_child_body, &fk));
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(kill(fk.cats[i].p.pid, 0), 0);
+        CHECK_EQ(fk.cats[i].exits, 0);
+        CHECK_EQ(lull_endpoint_close(&fk.ins[i].s.ep, 0), 0); /* cat: EOF */
+    }
+    run_until(fk.loop, &fk.cats[0].exits, 1);
+    run_until(fk.loop, &fk.cats[1].exits, 1);
+    CHECK_EQ(fk.cats[0].status, 0);
+    CHECK_EQ(fk.cats[1].status, 0);
+    CHECK_EQ(lull_loop_run(fk.loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fk.cats[0].exits + fk.cats[1].exits, 2);
+    CHECK(!have_zombie());
+    free_loop(fk.loop);
+}
+
+/* --------------------------------------------------------------- quiet */
+
+/* 100 idle children, each with its stdin and stdout open as one stream,
+ * and two signal handles: a 3 s window on the real clock has no wakeup
+ * but the timer's that ends it. lull_loop_print_live names lull's own. */
+static void never(lull_signal *s, int signum) {
+    (void)s;
+    check_fail(__FILE__, __LINE__, "signal %d delivered", signum);
+}
+
+static void end_window(lull_timer *t) {
+    lull_loop_stop(t->loop);
+}
+
+TEST(idle_children_and_signals_make_no_wakeups) {
+    lull_loop *loop = new_loop();
+    enum { N = 100 };
+    static kid kids[N];
+    static sink ios[N];
+    for (int i = 0; i < N; i++) {
+        kids[i] = (kid){0};
+        ios[i] = (sink){0};
+        lull_process_options o = {
+            .argv = (char *[]){"cat", NULL},
+            .stdio = {{.kind = LULL_STDIO_PIPE, .stream = &ios[i].s},
+                      {.kind = LULL_STDIO_PIPE, .stream = &ios[i].s}}};
+        CHECK_EQ(spawn(loop, &kids[i], &o), 0);
+        sink_watch(&ios[i]);
+    }
+    lull_signal s1, s2;
+    CHECK_EQ(lull_signal_init(loop, &s1, never), 0);
+    CHECK_EQ(lull_signal_init(loop, &s2, never), 0);
+    CHECK_EQ(lull_signal_start(&s1, SIGUSR1), 0);
+    CHECK_EQ(lull_signal_start(&s2, SIGUSR2), 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    CHECK(lull_loop_print_live(loop, mem) > 2 * N);
+    fclose(mem);
+    CHECK(strstr(text, "lull_process pidfd") != NULL);
+    CHECK(strstr(text, "lull_signal signalfd") != NULL);
+    CHECK(strstr(text, "lull_stream fd") != NULL);
+    free(text);
+    CHECK(lull_loop_settle(loop) >= 0);
+    lull_timer window;
+    lull_timer_init(loop, &window, end_window);
+    lull_loop_metrics_reset(loop);
+    lull_timer_start(&window, 3000000000ull, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    printf(
+        "3 s, %d idle children with pipes, 2 signal handles: %llu wakeups "
+        "(timer %llu, io %llu, remote %llu, signal %llu)\n",
+        N, (unsigned long long)m.wakeups, (unsigned long long)m.wakeups_timer,
+        (unsigned long long)m.wakeups_io, (unsigned long long)m.wakeups_remote,
+        (unsigned long long)m.wakeups_signal);
+    CHECK_U64_EQ(m.wakeups, 1); /* the one that ends the window */
+    CHECK_U64_EQ(m.wakeups_timer, 1);
+    CHECK_U64_EQ(m.wakeups_io, 0);
+    CHECK_EQ(lull_signal_stop(&s1), 0);
+    CHECK_EQ(lull_signal_stop(&s2), 0);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(lull_stream_shutdown(&ios[i].s), 0);
+    for (int i = 0; i < N; i++)
+        run_until(loop, &kids[i].exits, 1);
+    for (int i = 0; i < N; i++)
+        run_until(loop, &ios[i].closes, 1);
+    free_loop(loop);
+}

@@ -1,0 +1,365 @@
+/* Signal handles (src/signal.c): every handle of a signal sees every
+ * delivery the loop reads, once; a signal from another thread wakes the
+ * loop; a stopped handle is never called, also for a signal already
+ * pending; a signal nobody watches keeps its usual action; the thread's
+ * mask is given back; forks. Real signals (raise, kill, pthread_kill); every
+ * wait is bounded. */
+#include "check.h"
+
+#include <errno.h>
+#include <lull.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define GUARD_NS (10 * 1000000000ull)
+
+static lull_loop *new_loop(void) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    check_trace_reset();
+    return loop;
+}
+
+static void free_loop(lull_loop *loop) {
+    int rc = lull_loop_free(loop);
+    if (rc != 0) lull_loop_print_live(loop, stderr);
+    CHECK_EQ(rc, 0);
+}
+
+static void guard_fired(lull_timer *t) {
+    (void)t;
+    check_fail(__FILE__, __LINE__, "no signal in 10 s");
+}
+
+/* Runs iterations until *v >= want, or fails after GUARD_NS. */
+static void run_until(lull_loop *loop, const int *v, int want) {
+    lull_timer guard;
+    lull_timer_init(loop, &guard, guard_fired);
+    lull_timer_start(&guard, GUARD_NS, 0);
+    while (*v < want)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    lull_timer_stop(&guard);
+}
+
+static bool blocked_here(int signum) {
+    sigset_t m;
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, NULL, &m), 0);
+    return sigismember(&m, signum);
+}
+
+static bool pending_here(int signum) {
+    sigset_t p;
+    CHECK_EQ(sigpending(&p), 0);
+    return sigismember(&p, signum);
+}
+
+/* A handle and what it saw. */
+typedef struct watcher {
+    lull_signal sig;
+    int id;
+    int calls;
+    int last;
+    int sender;
+    bool in_call;
+} watcher;
+
+static void seen(lull_signal *s, int signum) {
+    watcher *w = LULL_CONTAINER_OF(s, watcher, sig);
+    CHECK(!w->in_call);
+    CHECK_EQ(signum, s->signum);
+    w->calls++;
+    w->last = signum;
+    w->sender = s->sender_pid;
+    check_trace(w->id);
+}
+
+static void watch(lull_loop *loop, watcher *w, int id, int signum) {
+    w->id = id;
+    CHECK_EQ(lull_signal_init(loop, &w->sig, seen), 0);
+    w->in_call = true;
+    CHECK_EQ(lull_signal_start(&w->sig, signum), 0);
+    w->in_call = false;
+}
+
+/* ---------------------------------------------------------------- cases */
+
+/* Two handles for SIGUSR1 each see every delivery, once, in start order;
+ * a SIGUSR2 handle sees only its own. The signal is read on the loop,
+ * never inside raise. */
+TEST(two_handles_each_see_every_delivery) {
+    lull_loop *loop = new_loop();
+    watcher a = {0}, b = {0}, c = {0};
+    watch(loop, &a, 1, SIGUSR1);
+    watch(loop, &b, 2, SIGUSR1);
+    watch(loop, &c, 3, SIGUSR2);
+    CHECK(blocked_here(SIGUSR1)); /* so that signalfd reads it */
+    for (int i = 1; i <= 5; i++) {
+        a.in_call = b.in_call = true;
+        CHECK_EQ(raise(SIGUSR1), 0);
+        a.in_call = b.in_call = false;
+        CHECK_EQ(a.calls, i - 1);
+        run_until(loop, &b.calls, i);
+        CHECK_EQ(a.calls, i);
+        CHECK_EQ(b.calls, i);
+    }
+    CHECK_TRACE(1, 2, 1, 2, 1, 2, 1, 2, 1, 2);
+    CHECK_EQ(c.calls, 0);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    run_until(loop, &c.calls, 1);
+    CHECK_EQ(a.calls, 5);
+    CHECK_U64_EQ(a.sig.received, 5);
+    CHECK_EQ(a.sender, (int)getpid());
+    CHECK_EQ(lull_signal_stop(&a.sig), 0);
+    CHECK_EQ(lull_signal_stop(&b.sig), 0);
+    CHECK(!blocked_here(SIGUSR1)); /* given back once nobody watches */
+    CHECK(blocked_here(SIGUSR2));
+    CHECK_EQ(lull_signal_stop(&c.sig), 0);
+    CHECK(!blocked_here(SIGUSR2));
+    free_loop(loop);
+}
+
+/* A signal sent from another thread (to the process, and to the loop's
+ * thread) wakes a loop blocked in lull_loop_run. The watched signal is
+ * blocked in main before the thread starts (lull_signal_block), as
+ * docs/PROCESS.md says every program with threads must. */
+typedef struct sender {
+    pthread_t loop_thread;
+    int how; /* 0: kill() the process; 1: pthread_kill() the loop thread */
+} sender;
+
+static void *send_later(void *arg) {
+    sender *s = arg;
+    usleep(20000);
+    if (s->how == 0)
+        kill(getpid(), SIGUSR2);
+    else
+        pthread_kill(s->loop_thread, SIGUSR2);
+    return NULL;
+}
+
+static void stop_on_signal(lull_signal *s, int signum) {
+    seen(s, signum);
+    lull_loop_stop(s->loop);
+}
+
+TEST_THREADED(signal_from_another_thread) {
+    CHECK_EQ(lull_signal_block(SIGUSR2), 0);
+    lull_loop *loop = new_loop();
+    watcher w = {.id = 1};
+    CHECK_EQ(lull_signal_init(loop, &w.sig, stop_on_signal), 0);
+    CHECK_EQ(lull_signal_start(&w.sig, SIGUSR2), 0);
+    for (int how = 0; how < 2; how++) {
+        sender s = {.loop_thread = pthread_self(), .how = how};
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, send_later, &s), 0);
+        lull_timer guard;
+        lull_timer_init(loop, &guard, guard_fired);
+        lull_timer_start(&guard, GUARD_NS, 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        lull_timer_stop(&guard);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+        CHECK_EQ(w.calls, how + 1);
+    }
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK(m.wakeups_io >= 2); /* the signalfd woke it, not EINTR */
+    CHECK_EQ(lull_signal_stop(&w.sig), 0);
+    CHECK(blocked_here(SIGUSR2)); /* the program blocked it: it stays */
+    free_loop(loop);
+}
+
+/* A handle stopped while its signal is pending (sent, not yet read) is not
+ * called; another handle of the signal still is. When the last one stops
+ * with the signal still pending, the signal is dropped: it arrived while
+ * watched, and unblocking it would hand it to its default action, which
+ * for SIGUSR1 ends the process. */
+TEST(handle_stopped_while_signal_pending) {
+    lull_loop *loop = new_loop();
+    watcher a = {0}, b = {0};
+    watch(loop, &a, 1, SIGUSR1);
+    watch(loop, &b, 2, SIGUSR1);
+    CHECK_EQ(raise(SIGUSR1), 0);
+    CHECK(pending_here(SIGUSR1));
+    CHECK_EQ(lull_signal_stop(&a.sig), 0);
+    CHECK_EQ(lull_signal_stop(&a.sig), 0); /* idempotent */
+    run_until(loop, &b.calls, 1);
+    CHECK_EQ(a.calls, 0);
+    CHECK_EQ(raise(SIGUSR1), 0);
+    CHECK(pending_here(SIGUSR1));
+    CHECK_EQ(lull_signal_stop(&b.sig), 0);
+    CHECK(!pending_here(SIGUSR1));
+    CHECK(!blocked_here(SIGUSR1));
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(a.calls, 0);
+    CHECK_EQ(b.calls, 1);
+    /* Watched again: a new delivery arrives as usual. */
+    CHECK_EQ(lull_signal_start(&a.sig, SIGUSR1), 0);
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &a.calls, 1);
+    CHECK_EQ(lull_signal_stop(&a.sig), 0);
+    free_loop(loop);
+}
+
+/* Inside a delivery: a callback that stops the next handle keeps it from
+ * being called; a handle started inside the delivery does not see it (it
+ * started after); a handle that stops itself and frees nothing breaks
+ * nothing. */
+static watcher *g_victim, *g_late;
+static void stopper(lull_signal *s, int signum) {
+    seen(s, signum);
+    if (g_victim) CHECK_EQ(lull_signal_stop(&g_victim->sig), 0);
+    if (g_late) CHECK_EQ(lull_signal_start(&g_late->sig, SIGUSR1), 0);
+    CHECK_EQ(lull_signal_stop(s), 0);
+}
+
+TEST(handles_changed_inside_a_delivery) {
+    lull_loop *loop = new_loop();
+    watcher a = {.id = 1}, b = {0}, late = {0};
+    CHECK_EQ(lull_signal_init(loop, &a.sig, stopper), 0);
+    CHECK_EQ(lull_signal_start(&a.sig, SIGUSR1), 0);
+    watch(loop, &b, 2, SIGUSR1);
+    late.id = 3;
+    CHECK_EQ(lull_signal_init(loop, &late.sig, seen), 0);
+    g_victim = &b;
+    g_late = &late;
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &a.calls, 1);
+    CHECK_EQ(b.calls, 0);
+    CHECK_EQ(late.calls, 0);
+    g_victim = g_late = NULL;
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &late.calls, 1);
+    CHECK_EQ(a.calls, 1);
+    CHECK_TRACE(1, 3);
+    CHECK_EQ(lull_signal_stop(&late.sig), 0);
+    free_loop(loop);
+}
+
+/* A signal nobody watches keeps its default action: after a handle for
+ * SIGUSR1 started and stopped, SIGUSR1 ends the process as before. In a
+ * child process of the test. */
+static void raise_after_watch(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    watcher w = {0};
+    watch(loop, &w, 1, SIGUSR1);
+    CHECK_EQ(lull_signal_stop(&w.sig), 0);
+    free_loop(loop);
+    raise(SIGUSR1); /* the default action: death */
+    _exit(3);
+}
+
+TEST(unwatched_signal_keeps_its_default_action) {
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) raise_after_watch(NULL);
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFSIGNALED(st));
+    CHECK_EQ(WTERMSIG(st), SIGUSR1);
+}
+
+/* Real-time signals queue: three sent before the loop reads them arrive
+ * as three deliveries. */
+TEST(realtime_signals_queue) {
+    lull_loop *loop = new_loop();
+    watcher w = {0};
+    watch(loop, &w, 1, SIGRTMIN + 1);
+    union sigval v = {.sival_int = 0};
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(sigqueue(getpid(), SIGRTMIN + 1, v), 0);
+    run_until(loop, &w.calls, 3);
+    CHECK_EQ(w.calls, 3);
+    CHECK_EQ(lull_signal_stop(&w.sig), 0);
+    free_loop(loop);
+}
+
+/* A started handle keeps the loop alive unless unreferenced; a stopped one
+ * never does; a started one keeps lull_loop_free at -EBUSY. */
+TEST(signal_ref_unref_and_liveness) {
+    lull_loop *loop = new_loop();
+    watcher a = {0}, b = {0};
+    CHECK_EQ(lull_signal_init(loop, &a.sig, seen), 0);
+    CHECK(!lull_loop_alive(loop));
+    lull_signal_unref(&a.sig); /* before start: remembered */
+    CHECK_EQ(lull_signal_start(&a.sig, SIGUSR1), 0);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    watch(loop, &b, 2, SIGUSR2);
+    CHECK(lull_loop_alive(loop));
+    lull_signal_unref(&b.sig);
+    CHECK(!lull_loop_alive(loop));
+    lull_signal_ref(&a.sig);
+    CHECK(lull_loop_alive(loop));
+    CHECK_EQ(lull_signal_stop(&a.sig), 0);
+    CHECK(!lull_loop_alive(loop));
+    /* Restarting on another signal moves the handle. */
+    CHECK_EQ(lull_signal_start(&b.sig, SIGUSR1), 0);
+    CHECK_EQ(b.sig.signum, SIGUSR1);
+    CHECK(!blocked_here(SIGUSR2));
+    CHECK_EQ(lull_signal_start(&b.sig, SIGUSR1), 0); /* same: no-op */
+    CHECK_EQ(raise(SIGUSR1), 0);
+    CHECK_EQ(lull_loop_settle(loop) > 0, 1);
+    CHECK_EQ(b.calls, 1);
+    CHECK_EQ(lull_signal_stop(&b.sig), 0);
+    free_loop(loop);
+}
+
+/* Hostile arguments: -EINVAL, nothing watched, no mask changed. */
+TEST(signal_argument_errors) {
+    lull_loop *loop = new_loop();
+    lull_signal s;
+    CHECK_EQ(lull_signal_init(NULL, &s, seen), -EINVAL);
+    CHECK_EQ(lull_signal_init(loop, NULL, seen), -EINVAL);
+    CHECK_EQ(lull_signal_init(loop, &s, NULL), -EINVAL);
+    CHECK_EQ(lull_signal_init(loop, &s, seen), 0);
+    int bad[] = {0,          -1,      65,      1000, -2147483647 - 1,
+                 2147483647, SIGKILL, SIGSTOP, 32,   33};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ(lull_signal_start(&s, bad[i]), -EINVAL);
+        CHECK_EQ(lull_signal_block(bad[i]), -EINVAL);
+    }
+    CHECK_EQ(lull_signal_start(NULL, SIGUSR1), -EINVAL);
+    CHECK_EQ(lull_signal_stop(NULL), -EINVAL);
+    lull_signal zero = {0};
+    CHECK_EQ(lull_signal_start(&zero, SIGUSR1), -EINVAL);
+    CHECK_EQ(lull_signal_stop(&zero), -EINVAL);
+    lull_signal_ref(NULL);
+    lull_signal_unref(NULL);
+    lull_signal_ref(&zero);
+    lull_signal_unref(&zero);
+    CHECK_EQ(lull_signal_stop(&s), 0); /* never started */
+    CHECK(!blocked_here(SIGUSR1));
+    CHECK(!lull_loop_alive(loop));
+    free_loop(loop);
+}
+
+/* After fork() and lull_loop_fork, the child's handles read the child's
+ * signals, and the parent's the parent's. */
+static watcher g_fork_w;
+
+static void child_side(void *arg) {
+    lull_loop *loop = arg;
+    CHECK_EQ(lull_loop_fork(loop), 0);
+    int before = g_fork_w.calls;
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &g_fork_w.calls, before + 1);
+    CHECK_EQ(lull_signal_stop(&g_fork_w.sig), 0);
+    free_loop(loop);
+}
+
+TEST(signals_after_fork) {
+    lull_loop *loop = new_loop();
+    watch(loop, &g_fork_w, 1, SIGUSR1);
+    CHECK(check_exits_cleanly(child_side, loop));
+    CHECK_EQ(g_fork_w.calls, 0); /* the child's signal was the child's */
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &g_fork_w.calls, 1);
+    CHECK_EQ(lull_signal_stop(&g_fork_w.sig), 0);
+    free_loop(loop);
+}
