@@ -167,6 +167,14 @@ LULL_EXTERN void lull_loop_ref(lull_loop *loop);
 LULL_EXTERN void lull_loop_unref(lull_loop *loop);
 /* Is the loop alive: ready tasks, referenced timers or fd watchers, refs. */
 LULL_EXTERN bool lull_loop_alive(lull_loop *loop);
+/* Deterministic simulation (docs/SIMULATION.md): with `on`, each batch of
+ * ready fd callbacks runs in an order drawn from `seed` instead of the
+ * order epoll reported them in, which no contract fixes; the same seed
+ * draws the same orders again. Nothing the contracts order moves: tasks
+ * stay FIFO, timers run by deadline then arm order, an fd's callbacks stay
+ * in order, and the steps of an iteration keep their places. Off (the
+ * default) it costs one branch per poll. 0, or -EINVAL for NULL. */
+LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
 /* In a child after fork(), before it uses the loop: gives the child its own
  * kernel state (a new epoll set with every started watcher registered
  * again, and a new wake-up fd), so nothing the child does reaches the
