@@ -121,6 +121,7 @@ static void soft_due(lull_timer *t) {
     c->soft_armed = false;
     const obuf_limit *lim = &c->srv->obl[conn_class(c)];
     size_t used = conn_output(c);
+    if (lim->soft && used >= lim->soft && c->link) c->srv->links_over_limit++;
     if (lim->soft && used >= lim->soft)
         conn_drop(c,
                   "output buffer of %zu bytes over the %s soft limit (%zu) "
@@ -135,6 +136,7 @@ bool conn_check_output(conn *c) {
     if (!lim->hard && !lim->soft && !c->soft_armed) return true;
     size_t used = conn_output(c);
     if (lim->hard && used >= lim->hard) {
+        if (c->link) c->srv->links_over_limit++;
         conn_drop(c, "output buffer of %zu bytes over the %s hard limit (%zu)",
                   used, class_name[cls], lim->hard);
         return false;
