@@ -12,12 +12,9 @@
  * state is its own (one `server` per loop, touched only by that loop's
  * thread); the only cross-thread call is lull_task_post_remote.
  *
- * Stopping with hand-offs in flight: a hand-off posted to a loop whose run
- * has already ended would be stranded. So in handoff mode every other loop
- * holds a reference until loop 0, when it stops, posts each of them a last
- * task behind any hand-off it posted before (posts from one thread arrive
- * in order); a hand-off that lands after its loop's stop function closes
- * the connection at once.
+ * Stopping with hand-offs in flight: lull_percore_stop runs every hand-off
+ * the loops post, also one that lands after its loop's stop function ran;
+ * such a hand-off closes the connection at once instead of starting it.
  *
  *   reuseport [PORT [MODE]]  serve 127.0.0.1:PORT (default 7001) in MODE
  *                            (reuseport, the default, or handoff) until
@@ -58,7 +55,6 @@ typedef struct server { /* one per loop, touched by its thread only */
     lull_io listen_io; /* reuseport: every loop; handoff: loop 0 */
     conn *conns;       /* open connections, to close at stop */
     bool stopping;     /* the stop function ran */
-    lull_task last;    /* handoff: loop 0's last post, drops the ref */
     uint64_t served;   /* connections this loop echoed for */
     uint64_t bytes;    /* bytes echoed */
     unsigned next;     /* handoff, loop 0: the next loop to hand to */
@@ -198,11 +194,6 @@ static int listen_on(uint16_t port, uint16_t *bound) {
 
 /* -------------------------------------------- per-loop start and stop */
 
-static void drop_ref(lull_task *t) {
-    server *s = LULL_CONTAINER_OF(t, server, last);
-    lull_loop_unref(s->loop);
-}
-
 /* Runs on loop `index`'s thread before it runs. The listening sockets were
  * opened by main (so that a failure is reported before anything starts);
  * each loop watches its own. */
@@ -211,13 +202,10 @@ static void loop_start(lull_loop *loop, int index, void *arg) {
     server *s = &a->servers[index];
     s->loop = loop;
     s->index = index;
-    lull_task_init(&s->last, drop_ref);
     if (s->listen_fd >= 0) {
         lull_io_init(loop, &s->listen_io, s->listen_fd, on_accept);
         lull_io_start(&s->listen_io, LULL_READABLE);
     }
-    /* Handoff: wait for loop 0's last post before ending. */
-    if (a->mode == MODE_HANDOFF && index != 0) lull_loop_ref(loop);
 }
 
 static void loop_stop(lull_loop *loop, int index, void *arg) {
@@ -232,9 +220,6 @@ static void loop_stop(lull_loop *loop, int index, void *arg) {
     }
     while (s->conns)
         conn_close(s->conns);
-    if (a->mode == MODE_HANDOFF && index == 0)
-        for (int i = 1; i < a->loops; i++)
-            lull_task_post_remote(a->servers[i].loop, &a->servers[i].last);
 }
 
 /* Opens the listening sockets and starts the loops. */

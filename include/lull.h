@@ -1613,10 +1613,19 @@ LULL_EXTERN int lull_percore_count(const lull_percore *pc);
 LULL_EXTERN lull_loop *lull_percore_loop(const lull_percore *pc, int index);
 /* Thread-safe: the loops in turn (round robin), for spreading hand-offs. */
 LULL_EXTERN lull_loop *lull_percore_next(lull_percore *pc);
+/* Thread-safe: true once lull_percore_stop has begun, before any stop
+ * function runs (false for NULL). A hand-off that finds it true closes what
+ * it carries instead of starting it: its loop's stop function may already
+ * have run. */
+LULL_EXTERN bool lull_percore_stopping(const lull_percore *pc);
 /* Runs each stop function on its loop, lets each loop finish what is left
- * (work in flight, timers) until it is no longer alive, frees the loops,
- * joins the threads and frees pc. Not from a loop of pc (-EDEADLK). -EBUSY
- * if a loop still held handles at the end (that loop is not freed). */
+ * (work in flight, timers) until it is no longer alive, and runs every
+ * hand-off the loops post meanwhile on its target loop's thread, also one
+ * that lands after that loop's stop function (see lull_percore_stopping);
+ * then joins the threads and frees the loops and pc. Other threads must
+ * have made their last post to the loops before this call. Not from a loop
+ * of pc (-EDEADLK). -EBUSY if a loop still held handles at the end (that
+ * loop is not freed). */
 LULL_EXTERN int lull_percore_stop(lull_percore *pc);
 
 #ifdef __cplusplus

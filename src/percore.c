@@ -4,17 +4,43 @@
  * loop is owned by the thread that runs it from the start), takes a loop
  * reference so that lull_loop_run waits for remote posts with nothing else to
  * do, runs the user's start function and reports in; lull_percore_start
- * returns when all have. lull_percore_stop posts a stop task to each loop
- * (lull_task_post_remote, the only way in from another thread): it runs the
- * user's stop function and drops the reference, and the loop then runs
- * until nothing keeps it alive (work in flight on a pool comes home first),
- * and the thread ends; the loops are freed once every thread is joined. Uses
- * the public API only.
+ * returns when all have. The thread then runs its loop until the stop task
+ * has run (a lull_loop_stop from a callback ends one run, not the loop's life).
+ *
+ * Stopping. lull_percore_stop sets `stopping` and posts a stop task to each
+ * loop (lull_task_post_remote, the only way in from another thread): it runs
+ * the user's stop function and drops the reference, and the loop runs until
+ * nothing keeps it alive (work in flight on a pool comes home first). A
+ * loop whose run has ended still receives hand-offs: another loop's stop
+ * function, or a task still running there, may post one at any time. So
+ * the threads stay, and take what arrives in rounds: in each round every
+ * thread counts the posts waiting for its loop, runs them (and what they
+ * start) until its loop is idle again, and reports at the end of the round;
+ * the last to report decides for all. Invariant: when a round ends, every
+ * post made before any thread's previous report has been taken, because
+ * each thread looked at its own stack after the previous round ended (the
+ * lock orders those pushes before its look). A post is made by a callback
+ * (run for a post, or what one started), or by a pool thread for work a
+ * loop holds a reference for (and that loop is not idle until its done
+ * ran). So a round in which no loop found a post ran nothing on any loop,
+ * nothing was posted during it, and nothing is left: the loops are quiet,
+ * the threads end, and the loops are freed once every thread is joined.
+ * Posts are counted rather than callbacks so that a handle the user left
+ * started (an unreferenced watcher of a ready fd) cannot keep the rounds
+ * going: it only leaves its loop busy, which lull_percore_stop reports as
+ * -EBUSY, as before. Uses the public API only.
  *
  * Contract (BRIEF 1A) of the helper's own part of each loop: trigger: a
  * remote post (a hand-off, or the stop task); source of truth: the loop's
  * remote stack; pending predicate: a post not yet run; next deadline:
- * none; quiet condition: always (it adds a reference, no timer, no task). */
+ * none; quiet condition: always (it adds a reference, no timer, no task).
+ * The rounds at stop: trigger: lull_percore_stop (the stop task); source
+ * of truth: each loop's remote stack, read by its own thread after a round
+ * ends; pending predicate: some loop found a post in the last round; next
+ * deadline: none (a thread between rounds waits on a condition variable
+ * with no timeout, a loop in a round blocks in lull_loop_run as usual); quiet
+ * condition: a round in which no loop found a post, after which the
+ * threads end. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -32,6 +58,7 @@ typedef struct slot {
     pthread_t thread;
     lull_loop *loop; /* set by the thread before it reports in */
     lull_task stop;  /* runs the user's stop, drops the reference */
+    bool stopped;    /* the stop task ran (the loop's thread only) */
     int rc;          /* setup error, then lull_loop_run's */
 } slot;
 
@@ -42,13 +69,76 @@ struct lull_percore {
     sem_t ready;   /* each thread posts once, set up or failed */
     bool go;       /* written before `run` is posted */
     sem_t run;     /* all set up: run (go) or give up (!go) */
+    bool stopping; /* atomic: set before any stop function runs */
     slot *slots;
+    /* The rounds at stop (above), under `lock`. */
+    pthread_mutex_t lock;
+    pthread_cond_t round_ended;
+    int members;  /* threads that take part: set up, written before `run` */
+    int reported; /* members at the end of the current round */
+    unsigned long round; /* rounds ended */
+    uint64_t took;       /* posts the loops found in the current round */
+    bool quiet;          /* the last round that ended found none */
 };
 
 static void stop_task(lull_task *task) {
     slot *s = LULL_CONTAINER_OF(task, slot, stop);
     if (s->pc->opts.stop) s->pc->opts.stop(s->loop, s->index, s->pc->opts.arg);
     lull_loop_unref(s->loop);
+    s->stopped = true;
+}
+
+/* Would lull_loop_run(DEFAULT) run anything: work queued, or a referenced
+ * handle that can still fire (a virtual clock's timers fire only when advanced,
+ * unless the loop may jump to them itself). */
+static bool runnable(const slot *s) {
+    lull_metrics m;
+    lull_loop_metrics(s->loop, &m);
+    const lull_loop_options *o = &s->pc->opts.loop;
+    bool timers_fire =
+        o->clock != LULL_CLOCK_VIRTUAL || (o->flags & LULL_LOOP_AUTO_ADVANCE);
+    return m.live_ready || m.live_io || m.live_refs ||
+           (m.live_timers && timers_fire);
+}
+
+/* Runs the loop until it is idle, going round again after a lull_loop_stop. */
+static void run_until_idle(slot *s, int rc) {
+    while (rc == 0 && (!s->stopped || runnable(s)))
+        rc = lull_loop_run(s->loop, LULL_RUN_DEFAULT);
+    if (rc < 0) s->rc = rc;
+}
+
+/* One round on this loop: takes the posts waiting for it and runs until
+ * idle. Returns how many posts it found. A loop whose run failed takes
+ * nothing more: its posts stay, and stop reports the loop busy. */
+static uint64_t drain(slot *s) {
+    if (s->rc < 0) return 0;
+    lull_metrics m;
+    lull_loop_metrics(s->loop, &m);
+    run_until_idle(s, lull_loop_run(s->loop, LULL_RUN_NOWAIT));
+    return m.live_remote;
+}
+
+/* Reports this thread's round and waits for the others. True when the
+ * round found no post on any loop: the loops are quiet. */
+static bool round_end(lull_percore *pc, uint64_t took) {
+    pthread_mutex_lock(&pc->lock);
+    pc->took += took;
+    if (++pc->reported == pc->members) {
+        pc->quiet = pc->took == 0;
+        pc->took = 0;
+        pc->reported = 0;
+        pc->round++;
+        pthread_cond_broadcast(&pc->round_ended);
+    } else {
+        unsigned long round = pc->round;
+        while (pc->round == round)
+            pthread_cond_wait(&pc->round_ended, &pc->lock);
+    }
+    /* No round can end before this thread reports again: stable. */
+    bool quiet = pc->quiet;
+    pthread_mutex_unlock(&pc->lock);
+    return quiet;
 }
 LULL__OWN_NAME(stop_task, "lull_percore stop", slot, stop);
 
@@ -72,8 +162,11 @@ static void *loop_main(void *arg) {
     if (s->rc != 0) return NULL;
     if (!pc->go) /* another loop failed: undo what start did */
         stop_task(&s->stop);
-    int rc = lull_loop_run(s->loop, LULL_RUN_DEFAULT);
-    if (rc < 0) s->rc = rc;
+    run_until_idle(s, 0);
+    /* The first round ran the stop task: never quiet. */
+    bool quiet = round_end(pc, 1);
+    while (!quiet)
+        quiet = round_end(pc, drain(s));
     return NULL;
 }
 
@@ -101,6 +194,8 @@ static int release(lull_percore *pc) {
     }
     sem_destroy(&pc->ready);
     sem_destroy(&pc->run);
+    pthread_mutex_destroy(&pc->lock);
+    pthread_cond_destroy(&pc->round_ended);
     free(pc->slots);
     free(pc);
     return rc;
@@ -129,6 +224,8 @@ int lull_percore_start(lull_percore **out, const lull_percore_options *opts) {
     pc->count = count;
     sem_init(&pc->ready, 0, 0);
     sem_init(&pc->run, 0, 0);
+    pthread_mutex_init(&pc->lock, NULL);
+    pthread_cond_init(&pc->round_ended, NULL);
 
     int rc = 0, started = 0;
     for (int i = 0; i < count; i++) {
@@ -147,6 +244,9 @@ int lull_percore_start(lull_percore **out, const lull_percore_options *opts) {
     for (int i = 0; i < started && rc == 0; i++)
         rc = pc->slots[i].rc;
     pc->go = rc == 0;
+    for (int i = 0; i < started; i++)
+        pc->members += pc->slots[i].rc == 0;
+    if (!pc->go) __atomic_store_n(&pc->stopping, true, __ATOMIC_RELEASE);
     for (int i = 0; i < started; i++)
         sem_post(&pc->run);
     if (rc == 0) {
@@ -175,10 +275,17 @@ lull_loop *lull_percore_next(lull_percore *pc) {
     return pc->slots[i % (unsigned)pc->count].loop;
 }
 
+bool lull_percore_stopping(const lull_percore *pc) {
+    return pc && __atomic_load_n(&pc->stopping, __ATOMIC_ACQUIRE);
+}
+
 int lull_percore_stop(lull_percore *pc) {
     if (!pc) return -EINVAL;
     for (int i = 0; i < pc->count; i++)
         if (pthread_equal(pc->slots[i].thread, pthread_self())) return -EDEADLK;
+    /* Before the stop tasks are posted, so that every stop function, and
+     * every hand-off that runs after one, sees it. */
+    __atomic_store_n(&pc->stopping, true, __ATOMIC_RELEASE);
     for (int i = 0; i < pc->count; i++)
         lull_task_post_remote(pc->slots[i].loop, &pc->slots[i].stop);
     for (int i = 0; i < pc->count; i++)

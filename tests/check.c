@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -139,6 +140,57 @@ uint64_t check_clock_ns(void) {
 void check_spin_ns(uint64_t ns) {
     uint64_t end = check_clock_ns() + ns;
     while (check_clock_ns() < end) {
+    }
+}
+
+#ifndef SYS_epoll_pwait2
+#define SYS_epoll_pwait2 441 /* the unified number of new syscalls */
+#endif
+
+static bool epoll_wait_nr(long nr) {
+#ifdef SYS_epoll_wait /* not on aarch64, where libc uses epoll_pwait */
+    if (nr == SYS_epoll_wait) return true;
+#endif
+    return nr == SYS_epoll_pwait || nr == SYS_epoll_pwait2;
+}
+
+/* The syscall thread `tid` sleeps in ("running" while it runs) and its
+ * first argument; false if it is not blocked in a syscall. */
+static bool blocked_in(int tid, long *nr, unsigned long *arg0) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+    FILE *f = fopen(path, "r");
+    if (!f) check_fail(__FILE__, __LINE__, "cannot read %s", path);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *end;
+    *nr = strtol(buf, &end, 10);
+    if (end == buf || *nr < 0) return false; /* "running", or -1: no syscall */
+    *arg0 = strtoul(end, NULL, 16);
+    return true;
+}
+
+void check_wait_blocked(int tid, int epoll_fd, const void *futex_word) {
+    uint64_t give_up = check_clock_ns() + 10000000000ull;
+    for (;;) {
+        long nr;
+        unsigned long arg0;
+        if (blocked_in(tid, &nr, &arg0)) {
+            if (epoll_wait_nr(nr) && epoll_fd >= 0 &&
+                arg0 == (unsigned long)epoll_fd)
+                return;
+            if (nr == SYS_futex && futex_word &&
+                arg0 == (unsigned long)(uintptr_t)futex_word)
+                return;
+        }
+        if (check_clock_ns() > give_up)
+            check_fail(__FILE__, __LINE__,
+                       "thread %d not asleep in its loop's wait in 10 s", tid);
+        /* Polls every 100 us: a thread that spins here would slow the one
+         * it waits for (under valgrind threads run one at a time). */
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
     }
 }
 

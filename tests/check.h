@@ -37,6 +37,15 @@ bool check_yield_often(void);
 uint64_t check_clock_ns(void);
 void check_spin_ns(uint64_t ns);
 
+/* Waits until thread `tid` of this process sleeps in the kernel in an epoll
+ * wait on `epoll_fd` or a futex wait on `futex_word` (pass a loop's
+ * backend_fd and &sleeping, src/internal.h), as /proc says; fails after
+ * 10 s. For a case that must act only once a loop has gone to sleep (a
+ * wake-up it then causes is the only one): "S" in /proc's stat is not
+ * enough, since a thread waiting for a lock (valgrind's scheduler lock, to
+ * begin with) or on its way to the wait reads "S" too. */
+void check_wait_blocked(int tid, int epoll_fd, const void *futex_word);
+
 /* An order log: callbacks append ids, the case compares the sequence with
  * CHECK_TRACE(id, ...). Reset it at the start of every case that uses it. */
 void check_trace_reset(void);

@@ -392,7 +392,9 @@ long __wrap_syscall(long nr, ...) {
     va_end(ap);
     if (nr == SYS_futex &&
         (a[1] == FUTEX_WAIT_BITSET_PRIVATE || a[1] == FUTEX_WAIT_PRIVATE)) {
-        int err = fault_for(K_FUTEX_WAIT, -1, 0);
+        /* The op tells a pool thread's wait (FUTEX_WAIT) from a loop's
+         * (FUTEX_WAIT_BITSET) for rules that want one of them. */
+        int err = fault_for(K_FUTEX_WAIT, -1, (int)a[1]);
         if (err > 0) {
             errno = err;
             return -1;
@@ -464,9 +466,30 @@ static void end_loop(lull_loop *loop) {
     CHECK_EQ(open_fds(), fds_at_start);
 }
 
+/* The watchdog of run_until_pred fails a run only when it stops making
+ * progress: each time it fires, a run that called back anything since the
+ * last time (the watchdog aside) gets another period. A lost post, wake-up
+ * or frame leaves the loop asleep with nothing to call, and fails within
+ * two periods; a run that is merely slow goes on (one seed of
+ * random_faults_echo took over 20 s under valgrind beside eight busy
+ * CPUs), and the case's timeout bounds the rest. */
 static bool watchdog_fired;
+static uint64_t watchdog_ns;   /* the period */
+static uint64_t watchdog_seen; /* callbacks run when it last fired */
+
+static uint64_t callbacks_run(lull_loop *loop) {
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    return m.tasks_run;
+}
+
 static void on_watchdog(lull_timer *t) {
-    (void)t;
+    uint64_t now = callbacks_run(t->loop);
+    if (now - watchdog_seen > 1) { /* more than this call */
+        watchdog_seen = now;
+        lull_timer_start(t, watchdog_ns, 0);
+        return;
+    }
     watchdog_fired = true;
 }
 
@@ -496,8 +519,9 @@ static bool frame_ok(const unsigned char *b, size_t len, int id, int k) {
     return true;
 }
 
-/* Runs iterations until pred(arg), failing after `seconds`; returns how
- * many runs returned each error (a failed poll ends a run with it). */
+/* Runs iterations until pred(arg), failing after `seconds` without
+ * progress (the watchdog, above); returns the last error a run returned,
+ * and counts them in run_errors (a failed poll ends a run with it). */
 static int run_errors;
 static char fail_note[64]; /* added to a failure's message: the seed */
 static int run_until_pred(lull_loop *loop, bool (*pred)(void *), void *arg,
@@ -505,7 +529,9 @@ static int run_until_pred(lull_loop *loop, bool (*pred)(void *), void *arg,
     lull_timer dog;
     lull_timer_init(loop, &dog, on_watchdog);
     watchdog_fired = false;
-    lull_timer_start(&dog, (uint64_t)seconds * 1000000000u, 0);
+    watchdog_ns = (uint64_t)seconds * 1000000000u;
+    watchdog_seen = callbacks_run(loop);
+    lull_timer_start(&dog, watchdog_ns, 0);
     int last_err = 0;
     run_errors = 0;
     while (!pred(arg) && !watchdog_fired) {
@@ -517,8 +543,8 @@ static int run_until_pred(lull_loop *loop, bool (*pred)(void *), void *arg,
     }
     lull_timer_stop(&dog);
     if (!pred(arg))
-        check_fail(__FILE__, __LINE__, "not done in %d s%s", seconds,
-                   fail_note);
+        check_fail(__FILE__, __LINE__, "not done: no progress in %d s%s",
+                   seconds, fail_note);
     return last_err;
 }
 
@@ -1196,6 +1222,7 @@ typedef struct poster {
     lull_loop *loop;
     lull_task task;
     int want_sleep; /* wait for the loop to sleep this way, then post */
+    rule *after;    /* or NULL: first wait until this rule has fired */
     int rounds;
     bool ran[4]; /* atomic */
     int round;   /* atomic: which post the task stands for */
@@ -1210,6 +1237,8 @@ static void on_posted(lull_task *t) {
 static void *poster_main(void *arg) {
     poster *p = arg;
     for (int r = 0; r < p->rounds; r++) {
+        while (p->after && hits_of(p->after) == 0)
+            sched_yield();
         while (__atomic_load_n(&p->loop->sleeping, __ATOMIC_SEQ_CST) !=
                p->want_sleep)
             sched_yield();
@@ -1292,27 +1321,63 @@ static void on_loop_post(lull_task *t) {
     lull_loop_unref(p->loop);
 }
 
+static lull_timer far_timer;
+static void on_far_post(lull_task *t) {
+    on_posted(t);
+    lull_timer_stop(&far_timer);
+}
+
 /* FUTEX_WAIT returning at once (EINTR: a signal; EAGAIN: the word changed;
  * ETIMEDOUT) is a spurious wake: the loop sleeps again. A timer fires once
- * and not early; a remote post still wakes the loop. */
+ * and not early; a remote post still wakes the loop.
+ *
+ * The faults are driven, not left to the scheduler: a loop with a deadline
+ * an hour away makes its first three waits (each faulted) and a fourth,
+ * and only then does another thread post the task that ends the run; so
+ * all three are made however slow the machine is, and the hour's timer
+ * must not fire (a spurious ETIMEDOUT is no deadline). A post then wakes
+ * the loop asleep on its futex after one more spurious return. */
 TEST_THREADED(futex_wait_faults_spurious) {
     lull_loop *loop = new_loop();
-    fail_nth(K_FUTEX_WAIT, -1, 1, 1, EINTR);
-    fail_nth(K_FUTEX_WAIT, -1, 2, 1, EAGAIN);
-    fail_nth(K_FUTEX_WAIT, -1, 3, 1, ETIMEDOUT);
-    fail_nth(K_FUTEX_WAIT, -1, 5, 1, EINTR);
+    const int errs[3] = {EINTR, EAGAIN, ETIMEDOUT};
+    rule *spurious[3];
+    for (int i = 0; i < 3; i++)
+        spurious[i] = fail_nth(K_FUTEX_WAIT, -1, (uint64_t)i + 1, 1, errs[i]);
     arm(true);
+    lull_timer_init(loop, &far_timer, on_timer);
+    timer_runs = 0;
+    lull_timer_start(&far_timer, 3600000000000u, 0);
+    poster ps = {.loop = loop,
+                 .want_sleep = LULL__SLEEP_FUTEX,
+                 .after = spurious[2],
+                 .rounds = 1};
+    lull_task_init(&ps.task, on_far_post);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, poster_main, &ps), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* until the post */
+    pthread_join(th, NULL);
+    CHECK(ps.ran[0]);
+    CHECK_EQ(timer_runs, 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(hits_of(spurious[i]), 1);
+
+    /* A timer fires once and not early (no fault is needed for that). */
     lull_timer t;
     lull_timer_init(loop, &t, on_timer);
-    timer_runs = 0;
     uint64_t t0 = check_clock_ns();
     lull_timer_start(&t, 20000000, 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(timer_runs, 1);
     CHECK(timer_at - t0 >= 20000000);
-    /* A post from another thread to the loop asleep on its futex; a
-     * watchdog (unref'd) would stop the run if the post were lost. */
-    poster ps = {.loop = loop, .want_sleep = LULL__SLEEP_FUTEX, .rounds = 1};
+
+    /* A post from another thread to the loop asleep on its futex, after
+     * the first wait returned at once; a watchdog (unref'd) would stop the
+     * run if the post were lost. */
+    rule *intr = fail_nth(K_FUTEX_WAIT, -1, 1, 1, EINTR);
+    ps = (poster){.loop = loop,
+                  .want_sleep = LULL__SLEEP_FUTEX,
+                  .after = intr,
+                  .rounds = 1};
     lull_task_init(&ps.task, on_loop_post);
     lull_timer dog;
     lull_timer_init(loop, &dog, on_timer_stop);
@@ -1320,14 +1385,14 @@ TEST_THREADED(futex_wait_faults_spurious) {
     timer_runs = 0;
     lull_timer_start(&dog, 10000000000u, 0);
     lull_loop_ref(loop);
-    pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, poster_main, &ps), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     pthread_join(th, NULL);
     CHECK_EQ(timer_runs, 0); /* the post woke it, not the watchdog */
     CHECK(ps.ran[0]);
     lull_timer_stop(&dog);
-    CHECK(injected_total(K_FUTEX_WAIT) >= 3);
+    CHECK_EQ(hits_of(intr), 1);
+    CHECK_EQ(injected_total(K_FUTEX_WAIT), 4);
     report("futex_wait_faults_spurious");
     end_loop(loop);
 }
@@ -1340,15 +1405,22 @@ static int pool_work(lull_work *w) {
 /* A pool thread's FUTEX_WAIT returning at once (EINTR, EAGAIN) is counted
  * and slept again; the loop waiting for the completions sleeps on its own
  * futex and is faulted too. Each work item runs once and its done once,
- * with the work's status. */
+ * with the work's status. The shim is armed before the pool thread first
+ * sleeps, and the first item waits until that sleep was faulted (idle
+ * alone is not enough: a thread preempted between going idle and its wait
+ * sees the submit and never waits), so a fault is injected however busy
+ * the machine is; whether the loop's own waits come before its completions
+ * is up to the scheduler, so they are faulted but not counted on. */
 TEST_THREADED(pool_futex_wait_faults_spurious) {
     lull_loop *loop = new_loop();
+    const int errs[] = {EINTR, EAGAIN};
+    rule *pool_waits =
+        add_rule(K_FUTEX_WAIT, -1, FUTEX_WAIT_PRIVATE, 1, 6, 1, errs, 2);
+    add_rule(K_FUTEX_WAIT, -1, FUTEX_WAIT_BITSET_PRIVATE, 1, 6, 1, errs, 2);
+    arm(true); /* before the pool thread's first wait */
     lull_pool *pool = NULL;
     lull_pool_options o = {.threads = 1};
     CHECK_EQ(lull_pool_new(&pool, &o), 0);
-    const int errs[] = {EINTR, EAGAIN};
-    add_rule(K_FUTEX_WAIT, -1, 0, 1, 6, 1, errs, 2);
-    arm(true);
     lull_work w[3];
     for (int i = 0; i < 3; i++) {
         /* One at a time: the pool thread sleeps between them. */
@@ -1357,7 +1429,7 @@ TEST_THREADED(pool_futex_wait_faults_spurious) {
         do {
             usleep(1000);
             lull_pool_get_stats(pool, &st);
-        } while (st.idle != 1);
+        } while (st.idle != 1 || (i == 0 && hits_of(pool_waits) == 0));
         CHECK_EQ(lull_work_submit(loop, pool, &w[i]), 0);
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
         CHECK(w[i].pool == NULL); /* done ran */
@@ -1373,7 +1445,7 @@ TEST_THREADED(pool_futex_wait_faults_spurious) {
     } while (st.idle != 1);
     CHECK_EQ(st.submitted, 3);
     CHECK_EQ(st.completed, 3);
-    CHECK(injected_total(K_FUTEX_WAIT) > 0);
+    CHECK(hits_of(pool_waits) > 0);
     report("pool_futex_wait_faults_spurious");
     CHECK_EQ(lull_pool_free(pool), 0);
     end_loop(loop);

@@ -426,8 +426,7 @@ TEST(print_live_names_lulls_own_handles) {
     CHECK_EQ(fclose(out), 0);
     fputs(text, stderr);
     char want[128];
-    snprintf(want, sizeof want, "lull_stream fd of lull_stream %p",
-             (void *)&s);
+    snprintf(want, sizeof want, "lull_stream fd of lull_stream %p", (void *)&s);
     CHECK(strstr(text, want) != NULL);
     snprintf(want, sizeof want, "lull_stream write flush of lull_stream %p",
              (void *)&s);

@@ -51,10 +51,15 @@ static void on_start(lull_loop *loop, int index, void *arg) {
         if (CPU_ISSET(c, &set)) s->cpu = c;
 }
 
+/* The set being stopped, for stop functions and hand-offs that ask
+ * lull_percore_stopping (NULL where a test does not set it). */
+static lull_percore *stopping_pc;
+
 static void on_stop(lull_loop *loop, int index, void *arg) {
     (void)arg;
     CHECK(loop == seen_by[index].loop);
     CHECK(pthread_equal(pthread_self(), seen_by[index].thread));
+    if (stopping_pc) CHECK(lull_percore_stopping(stopping_pc));
     seen_by[index].stops++;
 }
 
@@ -97,7 +102,11 @@ TEST_THREADED(percore_start_hand_off_stop) {
     /* Round robin. */
     for (int i = 0; i < 7; i++)
         CHECK(lull_percore_next(pc) == seen_by[i % 3].loop);
+    CHECK(!lull_percore_stopping(pc));
+    CHECK(!lull_percore_stopping(NULL));
+    stopping_pc = pc; /* every stop function sees it stopping */
     CHECK_EQ(lull_percore_stop(pc), 0);
+    stopping_pc = NULL;
     for (int i = 0; i < 3; i++)
         CHECK_EQ(seen_by[i].stops, 1);
     sem_destroy(&ran);
@@ -277,5 +286,236 @@ TEST_THREADED(percore_stop_from_its_own_loop_is_refused) {
     sem_wait_10s(&ran); /* posted after the stop attempt: it has run */
     CHECK_EQ(self_rc, -EDEADLK);
     CHECK_EQ(lull_percore_stop(self_pc), 0);
+    sem_destroy(&ran);
+}
+
+/* ----------------------------------------------- hand-offs while stopping */
+
+/* A connection handed to a loop during lull_percore_stop. It runs after its
+ * loop's stop function, so it closes the connection (docs/POOL.md), and it
+ * may hand on another. */
+typedef struct late {
+    lull_task task;
+    int target;        /* the loop it must run on */
+    int fd;            /* closed by the hand-off */
+    int runs;          /* written on the target's thread */
+    bool saw_stopping; /* lull_percore_stopping when it ran */
+    pthread_t ran_on;  /* the thread it ran on */
+    struct late *then; /* handed on by this one, or NULL */
+} late;
+
+static lull_percore *late_pc;
+static sem_t loop0_stopped; /* loop 0's stop function ran (posted twice) */
+static sem_t blocker_started;
+static late lates[3];
+static lull_task blocker;
+
+static void late_run(lull_task *t) {
+    late *h = LULL_CONTAINER_OF(t, late, task);
+    h->runs++;
+    h->ran_on = pthread_self();
+    h->saw_stopping = lull_percore_stopping(late_pc);
+    if (h->saw_stopping) CHECK_EQ(close(h->fd), 0);
+    if (h->then)
+        lull_task_post_remote(lull_percore_loop(late_pc, h->then->target),
+                              &h->then->task);
+}
+
+static void late_post(late *h) {
+    lull_task_post_remote(lull_percore_loop(late_pc, h->target), &h->task);
+}
+
+/* Runs on loop 1 from before the stop: hands lates[0] to loop 0 once loop
+ * 0's stop function has run (the hand-off of a task running on loop 1). */
+static void blocker_run(lull_task *t) {
+    (void)t;
+    sem_post(&blocker_started);
+    sem_wait_10s(&loop0_stopped);
+    late_post(&lates[0]);
+}
+
+/* Loop 0 stops first; loop 1's stop function hands lates[1] to loop 0
+ * after that, and lates[1] hands lates[2] back to loop 1, whose stop
+ * function has run by then too. */
+static void late_stop(lull_loop *loop, int index, void *arg) {
+    on_stop(loop, index, arg);
+    if (index == 0) {
+        sem_post(&loop0_stopped); /* one for blocker_run, one for below */
+        sem_post(&loop0_stopped);
+    } else {
+        sem_wait_10s(&loop0_stopped);
+        late_post(&lates[1]);
+    }
+}
+
+/* Every hand-off that a loop of the set posts while the set stops, from a
+ * stop function or from a task, to a loop whose stop function has run (and
+ * whose run had ended), runs once on its target's thread; stop then frees
+ * every loop and returns 0, and no connection is left open. */
+TEST_THREADED(percore_stop_runs_hand_offs_posted_while_stopping) {
+    memset(seen_by, 0, sizeof seen_by);
+    sem_init(&loop0_stopped, 0, 0);
+    sem_init(&blocker_started, 0, 0);
+    int peer[3];
+    const int target[3] = {0, 0, 1};
+    for (int i = 0; i < 3; i++) {
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        lates[i] = (late){.target = target[i], .fd = sv[0]};
+        lull_task_init(&lates[i].task, late_run);
+        peer[i] = sv[1];
+    }
+    lates[1].then = &lates[2];
+    lull_percore_options o = {.loops = 2, .start = on_start, .stop = late_stop};
+    CHECK_EQ(lull_percore_start(&late_pc, &o), 0);
+    stopping_pc = late_pc;
+    lull_task_init(&blocker, blocker_run);
+    lull_task_post_remote(lull_percore_loop(late_pc, 1), &blocker);
+    sem_wait_10s(&blocker_started);
+    CHECK_EQ(lull_percore_stop(late_pc), 0);
+    stopping_pc = NULL;
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(lates[i].runs, 1);
+        CHECK(pthread_equal(lates[i].ran_on, seen_by[target[i]].thread));
+        CHECK(lates[i].saw_stopping);
+        char c;
+        CHECK_EQ(read(peer[i], &c, 1), 0); /* the hand-off closed it */
+        close(peer[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(seen_by[i].stops, 1);
+    sem_destroy(&loop0_stopped);
+    sem_destroy(&blocker_started);
+}
+
+/* Messages bouncing between the loops while the set stops: each run hands
+ * the message on to a loop of its choosing until its hops are spent,
+ * stopping or not, so hand-offs keep landing on loops whose stop function
+ * ran and whose run ended. The stop functions add messages of their own:
+ * one to their own loop, one to the next loop, and one from a pool thread
+ * (a work item posts it). Bounded by the hops; the order is left to the
+ * scheduler, and every outcome must satisfy the checks. */
+#define RACE_LOOPS 4
+#define RACE_START 16 /* messages per loop, posted by the test */
+#define RACE_STOP  3  /* messages per loop, from its stop function */
+#define RACE_MSGS  (RACE_LOOPS * (RACE_START + RACE_STOP))
+#define RACE_HOPS  200
+
+typedef struct msg {
+    lull_task task;
+    uint64_t rng; /* picks the next loop */
+    int target;   /* the loop it was posted to */
+    int hops;     /* hand-offs left */
+    int posts;    /* posted so far; written by the poster */
+    int runs;     /* runs so far; written on the target's thread */
+} msg;
+
+static lull_percore *race_pc;
+static msg race_msgs[RACE_MSGS];
+static lull_pool *race_pool;
+static lull_work race_work[RACE_LOOPS];
+static bool race_stopped[RACE_LOOPS];       /* each loop's own thread writes */
+static uint64_t race_runs, race_after_stop; /* atomic */
+
+static void msg_post(msg *m, int target) {
+    m->target = target;
+    m->posts++;
+    lull_task_post_remote(lull_percore_loop(race_pc, target), &m->task);
+}
+
+static void msg_run(lull_task *t) {
+    msg *m = LULL_CONTAINER_OF(t, msg, task);
+    CHECK(pthread_equal(pthread_self(), seen_by[m->target].thread));
+    m->runs++;
+    CHECK_EQ(m->runs, m->posts); /* once per post */
+    __atomic_fetch_add(&race_runs, 1, __ATOMIC_RELAXED);
+    if (race_stopped[m->target])
+        __atomic_fetch_add(&race_after_stop, 1, __ATOMIC_RELAXED);
+    if (m->hops == 0) return;
+    m->hops--;
+    m->rng = m->rng * 6364136223846793005ull + 1442695040888963407ull;
+    msg_post(m, (int)((m->rng >> 33) % RACE_LOOPS));
+}
+
+static msg *race_msg(int loop, int k) {
+    return &race_msgs[loop * (RACE_START + RACE_STOP) + k];
+}
+
+static int race_work_run(lull_work *w) {
+    int i = (int)(w - race_work);
+    msg_post(race_msg(i, RACE_START + 2), (i + 1) % RACE_LOOPS);
+    return 0;
+}
+
+static void race_work_done(lull_work *w, int status) {
+    (void)w;
+    CHECK_EQ(status, 0);
+}
+
+static void race_stop(lull_loop *loop, int index, void *arg) {
+    on_stop(loop, index, arg);
+    race_stopped[index] = true;
+    msg_post(race_msg(index, RACE_START), index);
+    msg_post(race_msg(index, RACE_START + 1), (index + 1) % RACE_LOOPS);
+    lull_work_init(&race_work[index], race_work_run, race_work_done);
+    CHECK_EQ(lull_work_submit(loop, race_pool, &race_work[index]), 0);
+}
+
+TEST_THREADED(percore_stop_runs_hand_offs_racing_it) {
+    memset(seen_by, 0, sizeof seen_by);
+    memset(race_stopped, 0, sizeof race_stopped);
+    race_runs = race_after_stop = 0;
+    for (int i = 0; i < RACE_MSGS; i++) {
+        race_msgs[i] = (msg){.rng = (uint64_t)i + 1, .hops = RACE_HOPS};
+        lull_task_init(&race_msgs[i].task, msg_run);
+    }
+    CHECK_EQ(lull_pool_new(&race_pool, &(lull_pool_options){.threads = 2}), 0);
+    lull_percore_options o = {
+        .loops = RACE_LOOPS, .start = on_start, .stop = race_stop};
+    CHECK_EQ(lull_percore_start(&race_pc, &o), 0);
+    for (int i = 0; i < RACE_LOOPS; i++)
+        for (int k = 0; k < RACE_START; k++)
+            msg_post(race_msg(i, k), i);
+    CHECK_EQ(lull_percore_stop(race_pc), 0);
+    CHECK_EQ(lull_pool_free(race_pool), 0);
+    for (int i = 0; i < RACE_MSGS; i++) {
+        CHECK_EQ(race_msgs[i].hops, 0);
+        CHECK_EQ(race_msgs[i].posts, RACE_HOPS + 1);
+        CHECK_EQ(race_msgs[i].runs, RACE_HOPS + 1);
+    }
+    CHECK_EQ(race_runs, (uint64_t)RACE_MSGS * (RACE_HOPS + 1));
+    /* At least the hops of the messages each stop function posted to its
+     * own loop ran there after it. */
+    CHECK(race_after_stop >= (uint64_t)RACE_LOOPS);
+    printf("%" PRIu64 " hand-offs, %" PRIu64 " on a loop whose stop had run\n",
+           race_runs, race_after_stop);
+    for (int i = 0; i < RACE_LOOPS; i++)
+        CHECK_EQ(seen_by[i].stops, 1);
+}
+
+/* A lull_loop_stop on one of the loops ends that run only: the thread runs its
+ * loop again, and a hand-off posted afterwards still runs there. */
+static void stop_the_run(lull_task *t) {
+    (void)t;
+    lull_loop_stop(seen_by[0].loop);
+}
+
+TEST_THREADED(percore_lull_stop_ends_one_run_only) {
+    memset(seen_by, 0, sizeof seen_by);
+    lull_percore *pc;
+    lull_percore_options o = {.loops = 1, .start = on_start, .stop = on_stop};
+    CHECK_EQ(lull_percore_start(&pc, &o), 0);
+    sem_t ran;
+    sem_init(&ran, 0, 0);
+    lull_task stopper;
+    lull_task_init(&stopper, stop_the_run);
+    lull_task_post_remote(lull_percore_loop(pc, 0), &stopper);
+    hand h = {.ran = &ran};
+    lull_task_init(&h.task, hand_run);
+    lull_task_post_remote(lull_percore_loop(pc, 0), &h.task);
+    sem_wait_10s(&ran);
+    CHECK(pthread_equal(h.ran_on, seen_by[0].thread));
+    CHECK_EQ(lull_percore_stop(pc), 0);
+    CHECK_EQ(seen_by[0].stops, 1);
     sem_destroy(&ran);
 }

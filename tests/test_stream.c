@@ -30,6 +30,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "internal.h" /* a loop's epoll fd, to see it asleep */
+
 static lull_loop *new_loop(int clock, uint64_t quantum_ns) {
     lull_loop_options o = {.clock = clock, .quantum_ns = quantum_ns};
     lull_loop *loop = NULL;
@@ -562,11 +564,29 @@ static void check_quiet(const lull_stream *s) {
     CHECK_EQ(s->io.events, LULL_READABLE);
 }
 
-static void stop_loop(lull_timer *t) {
-    lull_loop_stop(t->loop);
+/* Ends a run from another thread once the loop sleeps in epoll: the post
+ * is then the run's only wakeup, however slow the machine. */
+typedef struct waker {
+    lull_loop *loop;
+    int tid; /* the loop's thread */
+    lull_task stop;
+} waker;
+
+static void stop_posted(lull_task *t) {
+    lull_loop_stop(LULL_CONTAINER_OF(t, waker, stop)->loop);
 }
 
-TEST(idle_stream_is_quiet) {
+static void *post_when_asleep(void *arg) {
+    waker *w = arg;
+    check_wait_blocked(w->tid, w->loop->backend_fd, NULL);
+    lull_task_post_remote(w->loop, &w->stop);
+    return NULL;
+}
+
+/* The idle loop sleeps in epoll with nothing to wake it but the post made
+ * once it sleeps (a timer would not do: on a loaded machine the loop can
+ * reach its wait after the deadline, and then it never sleeps at all). */
+TEST_THREADED(idle_stream_is_quiet) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
     counters(loop, &a, &b, NULL, NULL);
@@ -577,13 +597,17 @@ TEST(idle_stream_is_quiet) {
     check_quiet(&a.s);
     check_quiet(&b.s);
     lull_loop_metrics_reset(loop);
-    lull_timer t;
-    lull_timer_init(loop, &t, stop_loop);
-    lull_timer_start(&t, 20000000, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* sleeps until t */
+    waker w = {.loop = loop, .tid = gettid()};
+    lull_task_init(&w.stop, stop_posted);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_when_asleep, &w), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT),
+             0); /* sleeps until the post */
+    CHECK_EQ(pthread_join(th, NULL), 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
-    CHECK_EQ(m.wakeups, 1); /* the timer's, and nothing else */
+    CHECK_EQ(m.wakeups, 1); /* the post's, and nothing else */
+    CHECK_EQ(m.wakeups_remote, 1);
     CHECK_EQ(m.tasks_run, 1);
     close_pair(loop, &a, &b);
     free_loop(loop);
