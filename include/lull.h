@@ -1016,7 +1016,10 @@ typedef struct lull_simserver lull_simserver;
 
 /* Faults, drawn from the network's seed. All zero: a perfect network (no
  * delay, no bandwidth limit, a 64 KiB window, nothing breaks). A share is
- * in thousandths. */
+ * in thousandths (over 1000: -EINVAL). Times and counts saturate: a
+ * delay, span or byte count of UINT64_MAX means never. The first five
+ * fields are per direction (an accept may give its own for what its end
+ * sends); the rest are the connection's, from its connect. */
 typedef struct lull_simfaults {
     uint64_t delay_ns;           /* one-way delay of every segment */
     uint64_t jitter_ns;          /* plus 0 to this per segment (order kept) */
@@ -1118,7 +1121,11 @@ typedef struct lull_simconn_options { /* all zero = defaults */
                                      port the network counts); NULL =
                                      "client" */
     const lull_simfaults *faults; /* connect: this connection's faults;
-                                     NULL = the network's */
+                                     NULL = the network's. accept: the
+                                     delay, jitter, bandwidth, window and
+                                     slow reader of what this end sends,
+                                     when they differ; NULL = the
+                                     connection's */
 } lull_simconn_options;
 
 struct lull_simconn {
@@ -1163,11 +1170,13 @@ struct lull_simserver {
 };
 
 /* Creates a network on a virtual-clock loop (allocates; not a hot path).
- * opts may be NULL. -EINVAL for a NULL loop or one on the real clock. */
+ * opts may be NULL. -EINVAL for a NULL loop, one on the real clock, or a
+ * share over 1000. */
 LULL_EXTERN int lull_simnet_new(lull_simnet **out, lull_loop *loop,
                                 const lull_simnet_options *opts);
 /* -EBUSY while a server listens or a connection end is not done (its
- * close callback owed); the network is then unchanged. */
+ * close callback owed), and inside the network's own callbacks; the
+ * network is then unchanged. */
 LULL_EXTERN int lull_simnet_free(lull_simnet *net);
 /* From now on, no fault: partitions under way end (what they held moves
  * on), pending resets and breaks are called off, no connect is refused.
@@ -1181,22 +1190,26 @@ LULL_EXTERN void lull_simnet_get_stats(const lull_simnet *net,
                                        lull_simnet_stats *out);
 
 /* Listens at addr (up to 31 bytes): connects to it reach fn. -EADDRINUSE,
- * -EINVAL for an empty or long addr. */
+ * -EBUSY for a server already listening, -EINVAL for an empty or long
+ * addr. */
 LULL_EXTERN int lull_simserver_listen(lull_simnet *net, lull_simserver *srv,
                                       const char *addr,
                                       lull_simconnection_fn fn);
 /* Inside on_connection: c becomes this end of the waiting connection,
  * open at once; it gets its close callback once, whoever closes it.
- * -ENOENT when nothing is waiting. */
+ * -ENOENT when nothing is waiting, -EBUSY when c is a live end (its close
+ * callback not run yet). */
 LULL_EXTERN int lull_simserver_accept(lull_simserver *srv, lull_simconn *c,
                                       const lull_simconn_options *opts);
 /* Stops listening; connects still under way are refused. No callback
- * follows: the struct is the caller's when this returns. */
+ * follows: the struct is the caller's when this returns (also inside its
+ * own on_connection). */
 LULL_EXTERN void lull_simserver_close(lull_simserver *srv);
 
 /* Connects to addr; fn runs in a later turn (then, on failure, the close
  * callback). Frames sent before it runs are queued. Argument errors return
- * at once, and no callback follows. */
+ * at once, and no callback follows: -EINVAL, or -EBUSY when c is a live
+ * end (its close callback not run yet). */
 LULL_EXTERN int lull_simconn_connect(lull_simnet *net, lull_simconn *c,
                                      const char *addr,
                                      const lull_simconn_options *opts,

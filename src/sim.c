@@ -112,8 +112,10 @@ struct lull_simnet {
     lull_simconn *ends; /* live ends, newest first */
     uint32_t nends;
     lull_simserver *servers;
-    uint64_t ports; /* connecting ends named so far */
-    bool stepping;  /* an event runs: lull_simnet_free is refused */
+    uint64_t ports;            /* connecting ends named so far */
+    bool stepping;             /* an event runs: lull_simnet_free is refused */
+    lull_simserver *accepting; /* its on_connection runs; NULL once it
+                                  closed inside it (the struct may be gone) */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -134,6 +136,17 @@ static uint64_t below(lull_simnet *net, uint64_t n) {
  * draw for faults it does not have. */
 static bool roll(lull_simnet *net, uint32_t permille) {
     return permille && rnd(net) % 1000 < permille;
+}
+
+/* 0 to n inclusive: a span of "up to n" (n may be NEVER). */
+static uint64_t upto(lull_simnet *net, uint64_t n) {
+    return n == NEVER ? rnd(net) : below(net, n + 1);
+}
+
+/* Times and byte positions saturate: a fault of UINT64_MAX ns means
+ * "never", not a wrap into the past. */
+static uint64_t sat_add(uint64_t a, uint64_t b) {
+    return a + b < a ? NEVER : a + b;
 }
 
 static uint64_t max64(uint64_t a, uint64_t b) {
@@ -409,6 +422,14 @@ static void advance_tx(lull_simconn *to) {
     }
 }
 
+/* The time n bytes occupy the link at its bandwidth (NEVER past 2^64 ns:
+ * a bandwidth of a byte per second carries 18 GB in that). */
+static uint64_t busy_ns(const lull__simdir *d, uint64_t n) {
+    if (!d->bandwidth) return 0;
+    unsigned __int128 t = (unsigned __int128)n * 1000000000u / d->bandwidth;
+    return t > NEVER ? NEVER : (uint64_t)t;
+}
+
 /* Puts the sender's queued bytes to `to` in flight, as far as the window
  * and the segments in flight allow, up to the reset's byte. */
 static void send_segments(lull_simnet *net, lull_simconn *to) {
@@ -436,10 +457,10 @@ static void send_segments(lull_simnet *net, lull_simconn *to) {
             n = d->reset_at - d->sent;
         }
         uint64_t start = max64(now, d->link_free);
-        uint64_t done =
-            start + (d->bandwidth ? n * 1000000000u / d->bandwidth : 0);
+        uint64_t done = sat_add(start, busy_ns(d, n));
         d->link_free = done;
-        uint64_t at = done + d->delay_ns + below(net, d->jitter_ns + 1);
+        uint64_t at =
+            sat_add(sat_add(done, d->delay_ns), upto(net, d->jitter_ns));
         if (at < d->last_arrival) at = d->last_arrival;
         d->last_arrival = at;
         if (n) {
@@ -611,7 +632,7 @@ static void notice(lull_simnet *net, lull_simconn *c) {
 static void start_partition(lull_simnet *net, lull_simconn *c, uint64_t span,
                             bool breaks) {
     lull_simconn *p = c->other;
-    uint64_t until = now_of(net) + span;
+    uint64_t until = sat_add(now_of(net), span);
     c->in.hold_until = max64(c->in.hold_until, until);
     p->in.hold_until = max64(p->in.hold_until, until);
     if (breaks) c->break_at = min64(c->break_at, until);
@@ -621,10 +642,15 @@ static void start_partition(lull_simnet *net, lull_simconn *c, uint64_t span,
     resched(net, p);
 }
 
+/* Up to twice the mean, at random (a mean past 2^63 ns: any time). */
+static uint64_t gap(lull_simnet *net, uint64_t every) {
+    return every > NEVER / 2 ? rnd(net) % NEVER : below(net, 2 * every);
+}
+
 /* The time until the next random partition of a connection. */
 static uint64_t partition_gap(lull_simnet *net, const lull_simfaults *f) {
     if (net->healed || !f->partition_every_ns) return NEVER;
-    return now_of(net) + 1 + below(net, 2 * f->partition_every_ns);
+    return sat_add(now_of(net), 1 + gap(net, f->partition_every_ns));
 }
 
 /* Hands the next chunk (raw) or frame to on_frame, then releases the
@@ -675,7 +701,7 @@ static void deliver(lull_simnet *net, lull_simconn *c) {
         n = f->len;
         d->read += wire(c, f);
     }
-    if (d->slow_read_ns) d->read_at = now + below(net, d->slow_read_ns + 1);
+    if (d->slow_read_ns) d->read_at = sat_add(now, upto(net, d->slow_read_ns));
     c->reads++;
     c->bytes_read += n;
     net->stats.reads++;
@@ -736,8 +762,13 @@ static void connect_step(lull_simnet *net, lull_simconn *c) {
         int status = -ECONNREFUSED;
         if (srv && !(!net->healed && roll(net, c->faults.refuse_permille))) {
             srv->pending = c;
+            net->accepting = srv;
             srv->on_connection(srv);
-            srv->pending = NULL;
+            /* It may have closed the server, and freed it: not touched
+             * again then. */
+            srv = net->accepting;
+            net->accepting = NULL;
+            if (srv) srv->pending = NULL;
             if (c->other) status = 0;
         }
         if (status) {
@@ -747,7 +778,7 @@ static void connect_step(lull_simnet *net, lull_simconn *c) {
         }
         c->status = status;
         c->state |= ST_ANSWERED;
-        c->connect_at = now_of(net) + c->faults.delay_ns;
+        c->connect_at = sat_add(now_of(net), c->faults.delay_ns);
         resched(net, c);
         return;
     }
@@ -777,12 +808,14 @@ static void connect_step(lull_simnet *net, lull_simconn *c) {
         release_list(f);
         return;
     }
-    /* Refused: closed, the close callback right after this one. */
-    lull_frame *drop = close_end(net, c, status, false, false);
+    /* Refused: closed, the close callback right after this one. Its
+     * struct stays live (owed) until then, so a connect of it again
+     * inside fn is refused (-EBUSY) rather than handed this close. */
+    lull_frame *drop = close_end(net, c, status, true, false);
     fn(c, status);
     release_list(drop);
-    trace(net, "closed %s %s", c->name, lull_err_name(status));
-    if (c->ep.on_close) c->ep.on_close(&c->ep, status);
+    heap_remove(net, c);
+    notice(net, c);
 }
 
 /* ------------------------------------------------------------ the step */
@@ -807,10 +840,10 @@ static void step(lull_simnet *net, lull_simconn *c) {
         c->partition_at = NEVER;
         if (c->other) {
             const lull_simfaults *f = &c->faults;
-            uint64_t span = 1 + below(net, f->partition_ns);
+            uint64_t span = sat_add(1, below(net, f->partition_ns));
             start_partition(net, c, span, roll(net, f->break_permille));
-            c->partition_at = max64(c->in.hold_until, now) + 1 +
-                              below(net, 2 * f->partition_every_ns);
+            c->partition_at = sat_add(max64(c->in.hold_until, now),
+                                      1 + gap(net, f->partition_every_ns));
         }
     }
     lull__simdir *d = &c->in;
@@ -906,6 +939,28 @@ static const lull_frame_ops sim_ops = {sim_send, sim_close, sim_fail};
 
 /* ------------------------------------------------------------ set-up */
 
+/* Is c a live end of this network, its struct still in use? Decided by
+ * the network's list alone, never by c's fields: a struct handed in to be
+ * set up may hold anything, uninitialised memory included. O(live ends)
+ * per connect or accept, which a simulation's set-up can afford. */
+static bool end_live(const lull_simnet *net, const lull_simconn *c) {
+    for (const lull_simconn *e = net->ends; e; e = e->net_next)
+        if (e == c) return true;
+    return false;
+}
+
+static bool server_listed(const lull_simnet *net, const lull_simserver *srv) {
+    for (const lull_simserver *s = net->servers; s; s = s->next)
+        if (s == srv) return true;
+    return false;
+}
+
+/* A share is in thousandths: more than 1000 is a mistake, not "always". */
+static bool faults_ok(const lull_simfaults *f) {
+    return f->slow_permille <= 1000 && f->break_permille <= 1000 &&
+           f->reset_permille <= 1000 && f->refuse_permille <= 1000;
+}
+
 static void dir_init(lull_simnet *net, lull__simdir *d,
                      const lull_simfaults *f) {
     memset(d, 0, sizeof *d);
@@ -950,6 +1005,7 @@ int lull_simnet_new(lull_simnet **out, lull_loop *loop,
     if (!loop || !loop->virtual_clock) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
     if (!opts) opts = &defaults;
+    if (!faults_ok(&opts->faults)) return -EINVAL;
     lull_simnet *net = calloc(1, sizeof *net);
     if (!net) return -ENOMEM;
     net->loop = loop;
@@ -1011,6 +1067,7 @@ static bool addr_ok(const char *addr, size_t cap) {
 int lull_simserver_listen(lull_simnet *net, lull_simserver *srv,
                           const char *addr, lull_simconnection_fn fn) {
     if (!net || !srv || !fn || !addr_ok(addr, sizeof srv->addr)) return -EINVAL;
+    if (server_listed(net, srv)) return -EBUSY;
     if (find_server(net, addr)) return -EADDRINUSE;
     memset(srv, 0, sizeof *srv);
     srv->net = net;
@@ -1026,10 +1083,13 @@ int lull_simserver_accept(lull_simserver *srv, lull_simconn *p,
                           const lull_simconn_options *opts) {
     static const lull_simconn_options defaults;
     if (!srv || !p) return -EINVAL;
+    const lull_simconn_options *o = opts ? opts : &defaults;
+    if (o->faults && !faults_ok(o->faults)) return -EINVAL;
     lull_simconn *c = srv->pending;
     if (!c || c->other) return -ENOENT;
     lull_simnet *net = srv->net;
-    int rc = end_init(net, p, opts ? opts : &defaults);
+    if (end_live(net, p)) return -EBUSY;
+    int rc = end_init(net, p, o);
     if (rc < 0) return rc;
     srv->accepted++;
     net->stats.accepted++;
@@ -1041,7 +1101,8 @@ int lull_simserver_accept(lull_simserver *srv, lull_simconn *p,
     c->other = p;
     p->other = c;
     dir_init(net, &p->in, &c->faults);
-    dir_init(net, &c->in, &c->faults);
+    /* What this end sends: its own profile, if it gave one. */
+    dir_init(net, &c->in, o->faults ? o->faults : &c->faults);
     if (!net->healed && roll(net, c->faults.reset_permille)) {
         lull__simdir *d = rnd(net) & 1 ? &p->in : &c->in;
         uint64_t within = c->faults.reset_within ? c->faults.reset_within
@@ -1062,6 +1123,8 @@ void lull_simserver_close(lull_simserver *srv) {
             break;
         }
     trace(net, "unlisten %s", srv->addr);
+    if (net->accepting == srv) net->accepting = NULL;
+    srv->pending = NULL;
     srv->net = NULL;
 }
 
@@ -1076,6 +1139,8 @@ int lull_simconn_connect(lull_simnet *net, lull_simconn *c, const char *addr,
     const lull_simconn_options *o = opts ? opts : &defaults;
     const char *name = o->name ? o->name : "client";
     if (strlen(name) > 24) return -EINVAL;
+    if (o->faults && !faults_ok(o->faults)) return -EINVAL;
+    if (end_live(net, c)) return -EBUSY;
     int rc = end_init(net, c, o); /* keeps ep.data, the caller's */
     if (rc < 0) return rc;
     net->stats.connects++;
@@ -1085,7 +1150,7 @@ int lull_simconn_connect(lull_simnet *net, lull_simconn *c, const char *addr,
     c->faults = o->faults ? *o->faults : net->faults;
     c->on_connect = fn;
     c->state |= ST_CONNECTING;
-    c->connect_at = now_of(net) + c->faults.delay_ns;
+    c->connect_at = sat_add(now_of(net), c->faults.delay_ns);
     trace(net, "connect %s -> %s", c->name, addr);
     resched(net, c);
     kick(net);
@@ -1140,7 +1205,7 @@ int lull_simconn_reset(lull_simconn *c, uint64_t after_bytes) {
     lull_simconn *p = c->other;
     if (!(c->state & ST_OPEN) || !p) return -ENOTCONN;
     lull__simdir *d = &p->in;
-    d->reset_at = d->sent + after_bytes;
+    d->reset_at = sat_add(d->sent, after_bytes); /* NEVER: no reset */
     d->rst_at = NEVER;
     trace(c->net, "reset %s>%s after %" PRIu64, c->name, p->name, after_bytes);
     send_segments(c->net, p);
