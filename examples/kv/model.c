@@ -4,6 +4,7 @@
 #include "model.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -246,6 +247,13 @@ bool model_key_has(const model_key *k, const model_val *s) {
     return false;
 }
 
+/* Copies a state: its header and the bytes in use, not the whole
+ * buffer (the simulator settles every key after every reply). */
+static void copy_val(model_val *to, const model_val *from) {
+    memcpy(to, from, offsetof(model_val, v));
+    memcpy(to->v, from->v, from->len);
+}
+
 static void add(model_key *k, const model_val *s) {
     if (model_key_has(k, s)) return;
     /* More states than the model holds: the oldest one goes. Never seen
@@ -254,7 +262,7 @@ static void add(model_key *k, const model_val *s) {
         memmove(&k->c[0], &k->c[1], (MODEL_CANDIDATES - 1) * sizeof k->c[0]);
         k->n--;
     }
-    k->c[k->n++] = *s;
+    copy_val(&k->c[k->n++], s);
 }
 
 bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
@@ -278,17 +286,23 @@ bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
         }
     }
     if (next.n == 0) return false;
-    *k = next;
+    k->n = next.n;
+    for (int i = 0; i < next.n; i++)
+        copy_val(&k->c[i], &next.c[i]);
     return true;
 }
 
+/* In place: the states kept move down over the ones merged away, and a
+ * state is only compared with those before it, already settled. */
 void model_settle(model_key *k, int64_t lo) {
-    model_key was = *k;
+    int n = k->n;
     k->n = 0;
-    for (int i = 0; i < was.n; i++) {
-        model_val s = was.c[i];
-        if (!alive(&s, lo)) clear(&s);
-        add(k, &s);
+    for (int i = 0; i < n; i++) {
+        model_val *s = &k->c[i];
+        if (!alive(s, lo)) clear(s);
+        if (model_key_has(k, s)) continue;
+        if (k->n != i) copy_val(&k->c[k->n], s);
+        k->n++;
     }
 }
 

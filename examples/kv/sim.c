@@ -501,7 +501,6 @@ static void check_reply(client *cl, const char *r, size_t len) {
                      now, mk->n, st, oneline(want, wn, w1, sizeof w1));
                 return;
             }
-            cl->keys[p->key[i]] = *mk;
             S->cmds_run++;
             e += el;
             left -= (size_t)el;
