@@ -44,7 +44,9 @@
  *                      --expect-find N, succeed when a seed of the first N
  *                      finds it, fail when none does
  *     --determinism N  a fault-free run of N commands, twice: the traces'
- *                      hashes must be equal
+ *                      hashes must be equal; with --once, one run, its
+ *                      hash printed (to compare across processes:
+ *                      kv/sim_determinism.cmake)
  * Exit status: 0 when every seed passed (or the planted bug was found). */
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
@@ -894,19 +896,20 @@ static void report_failure(uint64_t seed, unsigned plant, const outcome *o,
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: lull-kv-sim [--seeds N] [--first S] [--seconds T] "
-                    "[--seed S]\n"
-                    "                   [--plant resume-late|ack-before-log|"
-                    "lost-wakeup]\n"
-                    "                   [--expect-find N] [--determinism N] "
-                    "[--trace FILE] [--quiet]\n");
+    fprintf(stderr,
+            "usage: lull-kv-sim [--seeds N] [--first S] [--seconds T] "
+            "[--seed S]\n"
+            "                   [--plant resume-late|ack-before-log|"
+            "lost-wakeup]\n"
+            "                   [--expect-find N] [--determinism N [--once]]\n"
+            "                   [--trace FILE] [--quiet]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
     uint64_t first = 1, seeds = 100;
     double seconds = 0;
-    bool one = false, quiet = false, first_given = false;
+    bool one = false, quiet = false, first_given = false, once = false;
     unsigned plant = 0;
     uint64_t expect_find = 0;
     int64_t determinism = 0;
@@ -937,6 +940,8 @@ int main(int argc, char **argv) {
             trace_path = argv[++i];
         } else if (strcmp(a, "--quiet") == 0) {
             quiet = true;
+        } else if (strcmp(a, "--once") == 0) {
+            once = true;
         } else {
             return usage();
         }
@@ -948,6 +953,13 @@ int main(int argc, char **argv) {
         double t0 = real_s();
         run_seed(first, 0, NULL, determinism, &a);
         double t1 = real_s();
+        if (once) {
+            printf("determinism: %" PRIu64 " commands, %" PRIu64
+                   " events, trace hash %016" PRIx64 " (%.1f s)\n",
+                   a.commands, a.stats.events, a.trace_hash, t1 - t0);
+            if (a.failed) printf("FAILED: %s\n", a.why);
+            return a.failed || a.commands < (uint64_t)determinism;
+        }
         run_seed(first, 0, NULL, determinism, &b);
         double t2 = real_s();
         printf("determinism: %" PRIu64 " commands, %" PRIu64
