@@ -230,13 +230,24 @@ static int sim_connect(server *srv) {
 static const kv_net kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
                                   sim_peer, sim_connect};
 
+static void random_faults(sim *S, lull_simfaults *f);
+
 static void sim_accept(lull_simserver *ls) {
     node *n = LULL_CONTAINER_OF(ls, node, ls);
+    sim *S = n->S;
     conn *c = conn_new(&n->srv);
     if (!c) return;
     lull_simconn_options o = {.flags = LULL_SIMCONN_RAW,
                               .max_frame = SIZE_MAX,
-                              .high_water = n->S->high_water};
+                              .high_water = S->high_water};
+    /* A third of the links are asymmetric: what the primary sends (replies,
+     * the replication stream) has a delay, jitter, bandwidth, window and
+     * slow reader of its own. */
+    lull_simfaults back;
+    if (!S->no_faults && below(&S->rng, 3) == 0) {
+        random_faults(S, &back);
+        o.faults = &back;
+    }
     if (lull_simserver_accept(ls, &c->t.sim, &o) < 0) {
         conn_abort(c);
         return;
