@@ -127,7 +127,7 @@ clean:
 test-yield:
 	$(call quiet_pass,yield-often,build/yield,-DCMAKE_BUILD_TYPE=Debug -DLULL_TEST_YIELD_OFTEN=ON -DLULL_BUILD_LAB=OFF -DLULL_BUILD_EXAMPLES=OFF,,-LE install)
 
-# `make soak SECONDS=N` (issue 11): the reference model against fresh seeds
+# `make soak SECONDS=N`: the reference model against fresh seeds
 # for N seconds under ASan+UBSan, then the cross-thread stress at
 # 10,000,000 operations under ThreadSanitizer (LULL_STRESS_OPS changes it),
 # then `lull-lab soak` for N seconds (Release): the pump, loopback,
@@ -177,7 +177,7 @@ sim:
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \
 	  -P examples/kv/sim_determinism.cmake
 
-# `make fuzz FUZZ_SECONDS=N` (issue 11): the libFuzzer targets — fuzz_frame
+# `make fuzz FUZZ_SECONDS=N`: the libFuzzer targets — fuzz_frame
 # (a framed stream's decoder), fuzz_stream (a raw stream's reads cut at
 # random points), fuzz_resp (lull-kv's parser) — built by clang under
 # ASan+UBSan with the library coverage-instrumented, each run for N seconds
