@@ -57,11 +57,19 @@ static const lab_col cols[RV_COUNT] = {
 };
 
 /* The rows of a size: lull's two modes, then Node's. */
-enum { ROW_LULL_POLL, ROW_LULL_NOTIFY, ROW_NODE_POLL, ROW_NODE_NOTIFY, ROWS };
+enum {
+    ROW_LULL_POLL,
+    ROW_LULL_NOTIFY,
+    ROW_FLOOR,
+    ROW_NODE_POLL,
+    ROW_NODE_NOTIFY,
+    ROWS
+};
 static const char *const row_label[ROWS] = {
     "lull, 5 ms poll (before)", "lull, notify (after)",
-    "Node, setInterval 5 ms (before)", "Node, event-driven (after)"};
-static const char *const row_short[ROWS] = {"lull poll", "lull notify",
+    "floor: epoll_wait + read, no loop", "Node, setInterval 5 ms (before)",
+    "Node, event-driven (after)"};
+static const char *const row_short[ROWS] = {"lull poll", "lull notify", "floor",
                                             "Node poll", "Node notify"};
 
 typedef struct rctx {
@@ -73,6 +81,7 @@ static int measure(lab_fig *f, lab_row *row, int round, double *v) {
     rctx *c = f->ctx;
     int which = (int)row->tag;
     int mode = which == ROW_LULL_POLL || which == ROW_NODE_POLL ? RUNNER_POLL
+               : which == ROW_FLOOR                             ? RUNNER_FLOOR
                                                                 : RUNNER_NOTIFY;
     runner_result res;
     c->p.seed += 0x9E3779B97F4A7C15ull; /* new poll phases each round */
@@ -111,7 +120,8 @@ static void fig_json(const lab_fig *f, const lab_row *row, lab_json *j) {
     lab_json_key(j, "mode");
     lab_json_string(j, row->tag == ROW_LULL_POLL || row->tag == ROW_NODE_POLL
                            ? "poll"
-                           : "notify");
+                       : row->tag == ROW_FLOOR ? "floor"
+                                               : "notify");
 }
 
 /* A figure of n runners: lull's rows, and Node's when it can run. */
@@ -127,10 +137,15 @@ static lab_fig *size_fig(const lab_options *opts, const runner_params *base,
     if (!f) return NULL;
     for (int k = 0; k < ROWS; k++) {
         if (k >= ROW_NODE_POLL && !node) break;
-        bool lull = k < ROW_NODE_POLL;
-        lab_row *r = lab_fig_add(f, lull ? "lull" : "node",
-                                 lull ? LAB_ROW_LULL | LAB_ROW_BASE : 0, "%s",
-                                 row_label[k]);
+        bool lull = k == ROW_LULL_POLL || k == ROW_LULL_NOTIFY;
+        lab_row *r = lab_fig_add(f,
+                                 lull             ? "lull"
+                                 : k == ROW_FLOOR ? "floor"
+                                                  : "node",
+                                 lull             ? LAB_ROW_LULL | LAB_ROW_BASE
+                                 : k == ROW_FLOOR ? LAB_ROW_FLOOR
+                                                  : 0,
+                                 "%s", row_label[k]);
         r->tag = k;
         /* Like for like: each poll against lull's poll, each wake against
          * lull's notify. */
@@ -209,6 +224,9 @@ static void print_legend(const runner_params *p, int rounds) {
                "grid (the investigation's before), each a read() of the "
                "runner's pipe; lull, notify: the pipe's readiness wakes the "
                "pump, the pass (the same read) runs in the next task\n");
+    lab_detail("floor: no loop; the thread blocks in epoll_wait on every "
+               "runner's pipe and reads it at once (the kernel's share of a "
+               "wait)\n");
     lab_detail("Node: child_process.spawn with stdio pipes; setInterval(pass, "
                "%.0f) reading the stdout stream (before), or 'data' waking "
                "one pass by setImmediate (after)\n",
@@ -423,8 +441,8 @@ static int run_runner(const lab_options *opts, lab_json *json) {
     }
     if (t.rows > 1)
         lab_table_brief(&t, "per session per second; idle CPU: the "
-                            "transport's process; × p50: Node's ÷ lull's, "
-                            "same policy");
+                            "transport's process; × p50: the row's ÷ lull's "
+                            "of the same policy");
     if (!node) printf("  Node: not run (%s)\n", no_node);
     if (main_f) {
         verdict(main_f, sizes[0], node, no_node);

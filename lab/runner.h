@@ -97,8 +97,12 @@ typedef struct runner_params {
     uint64_t seed;        /* poll phases */
 } runner_params;
 
-/* The transports' modes: the investigation's before and after. */
-enum { RUNNER_POLL, RUNNER_NOTIFY, RUNNER_MODES };
+/* The transports' modes: the investigation's before and after; and, for
+ * lull's measure only, the floor: no loop, the thread blocked in
+ * epoll_wait on every runner's pipe and reading it at once, so the
+ * kernel's part of a wait (the pipe, the wakeup across processes, the
+ * scheduler) is measured alone. */
+enum { RUNNER_POLL, RUNNER_NOTIFY, RUNNER_FLOOR, RUNNER_MODES };
 
 /* One measurement: N runners spawned, an idle window, one turn each
  * streamed at once, the runners told to stop and reaped. */
@@ -119,9 +123,9 @@ typedef struct runner_result {
     char why[256];       /* the first thing found wrong, or "" */
 } runner_result;
 
-/* lull's transport (lab/runner_run.c). 0; -EPROTO when an event was lost,
- * repeated, out of order or corrupt, or a runner failed (out->why says
- * which); another negative errno when it could not run (-EMFILE, -EAGAIN:
+/* lull's transport (lab/runner_run.c), or the floor. 0; -EPROTO when an event
+ * was lost, repeated, out of order or corrupt, or a runner failed (out->why
+ * says which); another negative errno when it could not run (-EMFILE, -EAGAIN:
  * out of fds or processes, with out->why). */
 int runner_lull_measure(const runner_params *p, int mode, runner_result *out);
 

@@ -1,7 +1,8 @@
 # lab.runner_faults (ctest): the runner scenario's delivered-data checks can
 # fail. Each fault makes runner 1 misbehave (lab/runner_child.c,
 # LULL_LAB_RUNNER_FAULT); lull-lab must exit 1 and every transport that ran
-# (lull's two modes; Node's when node is on PATH) must say what it found.
+# (lull's two modes, the floor, and Node's two when node is on PATH)
+# must say what it found.
 #
 #   cmake -DLAB=path/to/lull-lab -P runner_faults.cmake
 cmake_minimum_required(VERSION 3.19)
@@ -23,7 +24,7 @@ foreach(fault IN LISTS faults)
   if(NOT rc EQUAL 1)
     message(FATAL_ERROR "fault ${fault}: lull-lab exited ${rc}, not 1:\n${out}\n${err}")
   endif()
-  set(rows "lull, 5 ms poll" "lull, notify")
+  set(rows "lull, 5 ms poll" "lull, notify" "floor: epoll_wait")
   if(out MATCHES "Node, event-driven")
     list(APPEND rows "Node, setInterval 5 ms" "Node, event-driven")
   endif()

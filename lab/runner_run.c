@@ -29,6 +29,11 @@
  * and no task while the pipe is empty. Poll mode has, by design, a timer
  * per slot that runs whatever the pipe holds: that is what is measured.
  *
+ * The floor (RUNNER_FLOOR) spawns, readies and reaps its runners the same
+ * way, but waits for the idle window and the stream in epoll_wait itself,
+ * reading each pipe the moment it is ready, with no loop, no task and no
+ * pump: what is left of a wait there is the kernel's.
+ *
  * One thread: the caller's, which runs the loop phase by phase (ready,
  * idle window, stream, shutdown), each phase ended by lull_loop_stop. */
 #include "runner.h"
@@ -40,6 +45,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -186,24 +192,22 @@ static void driver_receive(rsess *s, const runner_record *rec, uint64_t now) {
         lull_loop_stop(r->loop);
 }
 
-/* The delivery pass, the same in both modes: one read of the runner's
- * pipe, every whole record in it to the driver. A full buffer continues
- * in the next task. */
-static lull_pass_result deliver_pass(lull_pump *pump, uint64_t *retry_ns) {
-    (void)retry_ns; /* this transport never holds anything back */
-    rsess *s = LULL_CONTAINER_OF(pump, rsess, pump);
-    if (s->out < 0) return LULL_PASS_QUIET;
+/* One read of the runner's pipe, every whole record in it to the driver:
+ * the delivery pass's body, and the floor's. Returns the records read, 0
+ * when the pipe was empty, -EAGAIN after EINTR, or -EPIPE at EOF. */
+static int read_records(rsess *s, bool *full) {
     unsigned char buf[BATCH * RUNNER_RECORD];
     size_t have = s->npart;
     memcpy(buf, s->part, have);
     s->reads++;
+    *full = false;
     ssize_t got = read(s->out, buf + have, sizeof buf - have);
     if (got < 0) {
-        if (errno == EINTR) return LULL_PASS_AGAIN;
+        if (errno == EINTR) return -EAGAIN;
         if (errno != EAGAIN)
             fail(s->run, "runner %u: reading its pipe: %s", s->index,
                  strerror(errno));
-        return LULL_PASS_QUIET;
+        return 0;
     }
     if (got == 0) {
         /* EOF: the runner is gone. Its pipe stays readable for ever. */
@@ -213,7 +217,7 @@ static lull_pass_result deliver_pass(lull_pump *pump, uint64_t *retry_ns) {
         s->out = -1;
         if (have)
             fail(s->run, "runner %u: a record cut short at EOF", s->index);
-        return LULL_PASS_QUIET;
+        return -EPIPE;
     }
     uint64_t now = lab_now_ns();
     size_t total = have + (size_t)got;
@@ -225,8 +229,21 @@ static lull_pass_result deliver_pass(lull_pump *pump, uint64_t *retry_ns) {
     }
     s->npart = total - whole;
     memcpy(s->part, buf + whole, s->npart);
-    lull_pump_delivered(pump, whole / RUNNER_RECORD);
-    return (size_t)got == sizeof buf - have ? LULL_PASS_AGAIN : LULL_PASS_QUIET;
+    *full = (size_t)got == sizeof buf - have;
+    return (int)(whole / RUNNER_RECORD);
+}
+
+/* The delivery pass, the same in both modes: one read of the runner's
+ * pipe. A full buffer continues in the next task. */
+static lull_pass_result deliver_pass(lull_pump *pump, uint64_t *retry_ns) {
+    (void)retry_ns; /* this transport never holds anything back */
+    rsess *s = LULL_CONTAINER_OF(pump, rsess, pump);
+    if (s->out < 0) return LULL_PASS_QUIET;
+    bool full;
+    int n = read_records(s, &full);
+    if (n == -EAGAIN) return LULL_PASS_AGAIN;
+    if (n > 0) lull_pump_delivered(pump, (uint64_t)n);
+    return full ? LULL_PASS_AGAIN : LULL_PASS_QUIET;
 }
 
 /* notify: the runner committed (or went): look in the next task. */
@@ -473,6 +490,102 @@ static void shutdown_runners(rrun *r) {
     lull_timer_stop(&r->deadline);
 }
 
+/* ------------------------------------------------------------ floor */
+
+/* The floor's idle window: one epoll_wait for idle_ns on every pipe
+ * (nothing is due, so it sleeps through), measured as the loop's is. */
+static int floor_idle(rrun *r, int efd, runner_result *out) {
+    idle_begin(r);
+    struct epoll_event ev[8];
+    int ms = (int)(r->p->idle_ns / 1000000u);
+    uint64_t end = lab_now_ns() + r->p->idle_ns;
+    for (;;) {
+        int n = epoll_wait(efd, ev, 8, ms);
+        if (n < 0 && errno != EINTR) return -errno;
+        if (n > 0) {
+            fail(r, "a runner wrote during the idle window");
+            return 0;
+        }
+        uint64_t t = lab_now_ns();
+        if (t >= end) break;
+        ms = (int)((end - t + 999999u) / 1000000u);
+    }
+    window_ended(&r->window_end);
+    idle_figures(r, out);
+    out->loop_wakeups = NAN; /* no loop */
+    return 0;
+}
+
+/* A runner's pipe ended in the floor's stream, its turn unfinished: its
+ * exit says why (on_exit, run by the loop the floor otherwise leaves). */
+static void floor_pipe_ended(rrun *r, rsess *s) {
+    lull_timer_start(&r->deadline, 10000000000u, 0);
+    while (s->running && !r->timed_out && !r->errors)
+        if (lull_loop_run(r->loop, LULL_RUN_ONCE) < 0) break;
+    lull_timer_stop(&r->deadline);
+    if (!r->errors)
+        fail(r, "runner %u: its pipe closed before its turn ended", s->index);
+}
+
+/* The floor's stream: epoll_wait, then every ready pipe read at once. */
+static int floor_stream(rrun *r, int efd) {
+    uint64_t turn = (uint64_t)(r->p->events + 2) * r->p->interval_ns;
+    uint64_t end = lab_now_ns() + turn + 30000000000u;
+    r->phase = PH_STREAM;
+    struct epoll_event ev[64];
+    while (r->done < r->n && !r->errors) {
+        uint64_t t = lab_now_ns();
+        if (t >= end) return -ETIMEDOUT;
+        int n = epoll_wait(efd, ev, 64, (int)((end - t) / 1000000u) + 1);
+        if (n < 0 && errno != EINTR) return -errno;
+        for (int i = 0; i < n; i++) {
+            rsess *s = ev[i].data.ptr;
+            bool full = true;
+            int got = 1;
+            while (full && s->out >= 0 && (got = read_records(s, &full)) != 0)
+                if (got == -EPIPE) break;
+            if (got == -EPIPE && (int)s->next < r->p->events)
+                floor_pipe_ended(r, s);
+        }
+    }
+    return 0;
+}
+
+/* Runs the floor's two phases on an epoll set of its own; the runners'
+ * start commands leave through their lull streams first. */
+static int floor_run(rrun *r, runner_result *out) {
+    for (int i = 0; i < r->n; i++) {
+        if (r->s[i].io_on) lull_io_stop(&r->s[i].out_io);
+        r->s[i].io_on = false;
+    }
+    lull_loop_run(r->loop, LULL_RUN_NOWAIT);
+    int efd = epoll_create1(EPOLL_CLOEXEC);
+    if (efd < 0) return -errno;
+    int rc = 0;
+    for (int i = 0; i < r->n && rc == 0; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &r->s[i]};
+        if (epoll_ctl(efd, EPOLL_CTL_ADD, r->s[i].out, &ev) != 0) rc = -errno;
+    }
+    if (rc == 0) rc = floor_idle(r, efd, out);
+    if (rc == 0 && !r->errors) {
+        send_go(r);
+        /* The commands' writes leave at the loop's flush point. */
+        for (int k = 0; k < 100; k++) {
+            bool queued = false;
+            for (int i = 0; i < r->n; i++)
+                queued |= r->s[i].in.ep.queued > 0;
+            if (!queued) break;
+            lull_loop_run(r->loop, LULL_RUN_NOWAIT);
+        }
+        rc = floor_stream(r, efd);
+        if (rc == -ETIMEDOUT)
+            fail(r, "%d of %d turns delivered in full before the deadline",
+                 r->done, r->n);
+    }
+    close(efd);
+    return rc;
+}
+
 static void run_free(rrun *r) {
     for (int i = 0; i < r->n; i++)
         if (r->s[i].out >= 0) close(r->s[i].out);
@@ -534,11 +647,15 @@ int runner_lull_measure(const runner_params *p, int mode, runner_result *out) {
     }
     if (rc == 0)
         rc = mode == RUNNER_POLL ? (start_polls(&r), 0) : start_watches(&r);
+    /* The floor readies its runners as notify does, then goes on alone. */
     /* Up: every runner's READY read (30 s, and 10 ms a runner). */
     if (rc == 0)
         rc = run_phase(&r, PH_READY, 30000000000u + 10000000u * (uint64_t)r.n);
     out->ready_ms = (double)(lab_now_ns() - t_spawn) / 1e6;
-    if (rc == 0 && !r.errors) {
+    if (rc == 0 && !r.errors && mode == RUNNER_FLOOR) {
+        rc = floor_run(&r, out);
+        stream_figures(&r, out);
+    } else if (rc == 0 && !r.errors) {
         /* Anything left over from start-up runs before the window. */
         lull_loop_run(r.loop, LULL_RUN_NOWAIT);
         idle_begin(&r);
@@ -546,7 +663,7 @@ int runner_lull_measure(const runner_params *p, int mode, runner_result *out) {
         rc = run_phase(&r, PH_IDLE, p->idle_ns + 30000000000u);
         if (rc == 0) idle_figures(&r, out);
     }
-    if (rc == 0 && !r.errors) {
+    if (rc == 0 && !r.errors && mode != RUNNER_FLOOR) {
         send_go(&r);
         uint64_t turn = (uint64_t)(p->events + 2) * p->interval_ns;
         rc = run_phase(&r, PH_STREAM, turn + 30000000000u);
