@@ -12,7 +12,7 @@
  * with status 0; anything unexpected exits 1 with a line on stderr. One
  * thread.
  *
- * LULL_LAB_RUNNER_FAULT makes runner 1 misbehave on purpose, so a test can
+ * LAB_RUNNER_FAULT makes runner 1 misbehave on purpose, so a test can
  * see the transports' checks fail (lab/runner_faults.cmake): "lose" skips
  * its event 3, "repeat" writes it twice, "corrupt" spoils its checksum,
  * "exit" exits 3 after it. */
@@ -75,7 +75,7 @@ static int emit(uint32_t id, uint32_t seq, uint32_t flags, uint32_t turn,
 }
 
 static int fault_of(uint32_t id) {
-    const char *f = getenv("LULL_LAB_RUNNER_FAULT");
+    const char *f = getenv("LAB_RUNNER_FAULT");
     if (!f || id != 1) return FAULT_NONE;
     if (strcmp(f, "lose") == 0) return FAULT_LOSE;
     if (strcmp(f, "repeat") == 0) return FAULT_REPEAT;

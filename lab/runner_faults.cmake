@@ -1,6 +1,6 @@
 # lab.runner_faults (ctest): the runner scenario's delivered-data checks can
 # fail. Each fault makes runner 1 misbehave (lab/runner_child.c,
-# LULL_LAB_RUNNER_FAULT); lull-lab must exit 1 and every transport that ran
+# LAB_RUNNER_FAULT); lull-lab must exit 1 and every transport that ran
 # (lull's two modes, the floor, and Node's two when node is on PATH)
 # must say what it found.
 #
@@ -18,7 +18,7 @@ set(want_corrupt "runner 1: event 3: checksum wrong")
 set(want_exit "runner 1 [(a-z0-9 ]*[)]? ?ended before its transport was done: status 3")
 
 foreach(fault IN LISTS faults)
-  execute_process(COMMAND ${CMAKE_COMMAND} -E env LULL_LAB_RUNNER_FAULT=${fault}
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env LAB_RUNNER_FAULT=${fault}
       ${LAB} runner --only check
     OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   if(NOT rc EQUAL 1)
