@@ -441,8 +441,8 @@ static int run_runner(const lab_options *opts, lab_json *json) {
     }
     if (t.rows > 1)
         lab_table_brief(&t, "per session per second; idle CPU: the "
-                            "transport's process; × p50: the row's ÷ lull's "
-                            "of the same policy");
+                            "transport's process; × p50: the row's ÷ lull's, "
+                            "same policy");
     if (!node) printf("  Node: not run (%s)\n", no_node);
     if (main_f) {
         verdict(main_f, sizes[0], node, no_node);
