@@ -94,8 +94,7 @@ static int measure(lab_fig *f, lab_row *row, int round, double *v) {
         return rc;
     }
     if (c->check)
-        printf("  %d runners, %s: %.0f events delivered once, in order; "
-               "every runner exited 0\n",
+        printf("  %d runners, %s: %.0f events, each once and in order\n",
                c->p.runners, row->label, res.delivered);
     v[RV_P50] = res.wait_p50_us;
     v[RV_P95] = res.wait_p95_us;
