@@ -647,8 +647,8 @@ int runner_lull_measure(const runner_params *p, int mode, runner_result *out) {
     }
     if (rc == 0)
         rc = mode == RUNNER_POLL ? (start_polls(&r), 0) : start_watches(&r);
-    /* The floor readies its runners as notify does, then goes on alone. */
-    /* Up: every runner's READY read (30 s, and 10 ms a runner). */
+    /* Up: every runner's READY read (30 s, and 10 ms a runner). The floor
+     * readies its runners as notify does, then goes on alone. */
     if (rc == 0)
         rc = run_phase(&r, PH_READY, 30000000000u + 10000000u * (uint64_t)r.n);
     out->ready_ms = (double)(lab_now_ns() - t_spawn) / 1e6;
