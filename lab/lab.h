@@ -22,8 +22,11 @@ typedef struct lab_options {
     const char *json_path; /* --json FILE, or NULL */
     const char *only;      /* --only NAME: the one figure of a scenario to
                               run (its JSON key), or NULL for all */
-    int sessions;          /* --sessions N (pump); 0 = the default, 12 */
+    int sessions;          /* --sessions N (pump, runner); 0 = the
+                              default, 12 */
     bool journal;          /* --journal (pump): add the journal variant */
+    bool aligned;          /* --aligned (runner): every runner commits in
+                              the same instant */
     const char *plot_path; /* --plot FILE.svg, or NULL */
     lab_plot *plot;        /* open while scenarios run when plot_path set */
     const char *argv0;     /* how lull-lab was started */
@@ -53,6 +56,7 @@ extern const lab_scenario lab_pump;      /* lab/pump.c */
 extern const lab_scenario lab_loopback;  /* lab/loopback.c */
 extern const lab_scenario lab_replicate; /* lab/replicate.c */
 extern const lab_scenario lab_serve;     /* lab/serve.c */
+extern const lab_scenario lab_runner;    /* lab/runner.c */
 
 /* The rounds a figure runs: --rounds, else quick_default or full_default. */
 int lab_rounds(const lab_options *opts, int full_default, int quick_default);

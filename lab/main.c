@@ -11,6 +11,7 @@
  * failed or a scenario could not run, 2 for a usage error, 3 with
  * --strict when a target was missed on a machine quiet enough to judge. */
 #include "engine.h"
+#include "runner.h"
 #include "soak.h"
 
 #include <errno.h>
@@ -21,15 +22,16 @@
 #include <unistd.h>
 
 static const lab_scenario *const scenarios[] = {
-    &lab_turns, &lab_pump, &lab_loopback, &lab_replicate, &lab_serve,
+    &lab_turns,     &lab_pump,  &lab_loopback,
+    &lab_replicate, &lab_serve, &lab_runner,
 };
 #define SCENARIO_COUNT (sizeof scenarios / sizeof scenarios[0])
 
 static void usage(FILE *out) {
     fprintf(out, "usage: lull-lab SCENARIO|all|help [--quick] [--rounds N] "
                  "[--json FILE] [--plot FILE] [--only FIGURE] [--sessions "
-                 "N] [--tcp] [--journal] [--kv PATH] [--verbose] "
-                 "[--strict]\n\nscenarios:\n");
+                 "N] [--tcp] [--journal] [--aligned] [--kv PATH] "
+                 "[--verbose] [--strict]\n\nscenarios:\n");
     for (size_t i = 0; i < SCENARIO_COUNT; i++)
         fprintf(out, "  %-10s %s\n", scenarios[i]->name,
                 scenarios[i]->description);
@@ -43,7 +45,12 @@ static void usage(FILE *out) {
             "  --only NAME run one figure of the scenario (its JSON key)\n"
             "  --plot FILE write an SVG of every figure (bars: median, "
             "min-max)\n"
-            "  --sessions N  pump: sessions in the main table (default 12)\n"
+            "  --sessions N  pump, runner: sessions in the main table (default "
+            "12)\n"
+            "  --only check  runner: a few runners, every event checked, "
+            "nothing timed\n"
+            "  --aligned   runner: every runner commits in the same instant "
+            "(default: each on its own phase)\n"
             "  --tcp       replicate: TCP loopback instead of Unix sockets\n"
             "  --journal   pump: add the journal variant (--only journal: "
             "it alone)\n"
@@ -148,9 +155,12 @@ static const lab_scenario *find(const char *name) {
 }
 
 int main(int argc, char **argv) {
-    /* The soak has options of its own. */
+    /* The soak has options of its own; a runner child (lab/runner_child.c)
+     * is started by the runner scenario, never by hand. */
     if (argc > 1 && strcmp(argv[1], "soak") == 0)
         return lab_soak_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "runner-child") == 0)
+        return runner_child_main(argc - 1, argv + 1);
     lab_options opts = {.argv0 = argv[0]};
     const char *command = NULL;
     for (int i = 1; i < argc; i++) {
@@ -180,6 +190,8 @@ int main(int argc, char **argv) {
             opts.tcp = true;
         } else if (strcmp(a, "--journal") == 0) {
             opts.journal = true;
+        } else if (strcmp(a, "--aligned") == 0) {
+            opts.aligned = true;
         } else if (strcmp(a, "--kv") == 0 && i + 1 < argc) {
             opts.kv_path = argv[++i];
         } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {

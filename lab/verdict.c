@@ -40,7 +40,7 @@ static const struct {
     {"loopback", "1B"},
     {"replicate", "1C"},
     {"serve", "lull-kv"},
-    {"runner", "1A, processes"},
+    {"runner", "1A"},
 };
 
 static const char *name_of(const char *id) {

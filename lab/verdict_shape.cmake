@@ -5,8 +5,8 @@
 #   - lull-lab exits 0 (every delivered-data check passed);
 #   - no line wider than 100 columns (code points, not bytes);
 #   - a verdict of at most 25 lines with a line for each contract C1-C8
-#     and each seed table (pump, loopback, replicate, serve), each ending
-#     in ✓, ✗, "✗ noisy" or "not run";
+#     and each seed table (pump, loopback, replicate, serve, runner), each
+#     ending in ✓, ✗, "✗ noisy" or "not run";
 #   - the same verdict in the JSON;
 #   - --verbose prints the long tables the short output leaves out;
 #   - --strict exits 3 exactly when a miss is not marked noisy.
@@ -59,7 +59,7 @@ endif()
 if(verdict_lines GREATER 25)
   message(FATAL_ERROR "a verdict of ${verdict_lines} lines (over 25):\n${verdict_text}")
 endif()
-foreach(id C1 C2 C3 C4 C5 C6 C7 C8 pump loopback replicate serve)
+foreach(id C1 C2 C3 C4 C5 C6 C7 C8 pump loopback replicate serve runner)
   if(NOT verdict_text MATCHES "\n${id} ")
     message(FATAL_ERROR "no verdict line for ${id}:\n${verdict_text}")
   endif()
@@ -77,7 +77,7 @@ foreach(i RANGE ${last})
   endif()
   list(APPEND ids ${id})
 endforeach()
-foreach(id C1 C2 C3 C4 C5 C6 C7 C8 pump loopback replicate serve)
+foreach(id C1 C2 C3 C4 C5 C6 C7 C8 pump loopback replicate serve runner)
   if(NOT id IN_LIST ids)
     message(FATAL_ERROR "no verdict line for ${id} in ${OUT}/shape.json")
   endif()
