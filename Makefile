@@ -2,7 +2,8 @@
 #   make demo  builds lull-lab (Release) and runs every scenario on small sizes
 #   make test  runs the suite: a debug build, again under ASan+UBSan, the
 #              threaded cases under ThreadSanitizer, and the suite again
-#              with slices ending at random points (test-yield)
+#              with slices ending at random points (test-yield); one line
+#              per pass, the whole log in build/<pass>/test.log
 #   make test-valgrind  the debug suite under valgrind memcheck (CI runs it
 #              after make test; about 3 CPU-minutes: 3-6 minutes on 2
 #              cores, depending on what else runs)
@@ -11,7 +12,7 @@ CMAKE ?= cmake
 CTEST ?= ctest
 CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
 
-.PHONY: all demo test test-debug test-asan test-tsan test-valgrind lab bench format clean install
+.PHONY: all demo test test-debug test-asan test-tsan test-valgrind lab bench format clean install sim
 
 all: lab
 
@@ -36,23 +37,35 @@ demo:
 	@echo done
 	@./build/release/lab/lull-lab all --quick --json build/release/lab.json --plot build/release/lab.svg
 
+# `make test` prints one line per pass: its counts and how long it took;
+# the pass's whole output (configure, build, ctest) is in
+# build/<pass>/test.log, printed only when the pass fails.
+#   $(call quiet_pass,NAME,BUILD_DIR,CMAKE_ARGS,ENV,CTEST_ARGS)
+define quiet_pass
+	@mkdir -p $(2); start=$$(date +%s); \
+	{ $(CMAKE) -S . -B $(2) $(3) && \
+	  $(CMAKE) --build $(2) -j$(JOBS) && \
+	  $(4) $(CTEST) --test-dir $(2) $(CTEST_FLAGS) $(5); } > $(2)/test.log 2>&1; \
+	rc=$$?; secs=$$(( $$(date +%s) - start )); \
+	sum=$$(sed -n 's/^[0-9]*% tests passed, \([0-9]*\) tests failed out of \([0-9]*\)$$/\2 \1/p' $(2)/test.log | tail -n 1); \
+	skipped=$$(grep -c '\*\*\*Skipped\|Not Run' $(2)/test.log); \
+	if [ -n "$$sum" ]; then set -- $$sum; \
+	  line="$$(( $$1 - $$2 )) of $$1 passed, $$2 failed, $$skipped skipped"; \
+	else line="did not build or run"; fi; \
+	printf '%-12s %s  %dm%02ds  (%s)\n' '$(1)' "$$line" $$((secs / 60)) $$((secs % 60)) $(2)/test.log; \
+	if [ $$rc -ne 0 ]; then cat $(2)/test.log; exit $$rc; fi
+endef
+
 test: test-debug test-asan test-tsan test-yield
 
 test-debug:
-	$(CMAKE) -S . -B build/debug -DCMAKE_BUILD_TYPE=Debug
-	$(CMAKE) --build build/debug -j$(JOBS)
-	$(CTEST) --test-dir build/debug $(CTEST_FLAGS)
+	$(call quiet_pass,debug,build/debug,-DCMAKE_BUILD_TYPE=Debug,,)
 
 test-asan:
-	$(CMAKE) -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=address,undefined -DLULL_BUILD_LAB=OFF
-	$(CMAKE) --build build/asan -j$(JOBS)
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  $(CTEST) --test-dir build/asan $(CTEST_FLAGS)
+	$(call quiet_pass,ASan+UBSan,build/asan,-DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=address$(comma)undefined -DLULL_BUILD_LAB=OFF,ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1,)
 
 test-tsan:
-	$(CMAKE) -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=thread -DLULL_BUILD_LAB=OFF
-	$(CMAKE) --build build/tsan -j$(JOBS)
-	TSAN_OPTIONS=halt_on_error=1 $(CTEST) --test-dir build/tsan -L threaded $(CTEST_FLAGS)
+	$(call quiet_pass,TSan,build/tsan,-DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=thread -DLULL_BUILD_LAB=OFF,TSAN_OPTIONS=halt_on_error=1,-L threaded)
 
 # Valgrind memcheck: any error or definitely lost block fails the case.
 # The process cases start 100 children rather than 1,000
@@ -74,6 +87,7 @@ VALGRIND_FLAGS ?= --quiet --error-exitcode=99 --leak-check=full \
 VALGRIND_SKIP ?= test_metrics.busy_and_idle_time|test_quantum.producer_yields|test_quantum.due_timer_fires_during_long_producer|test_quantum.quantum_on_virtual_clock|test_timer.repeat_real_clock_skips_missed_periods|test_stream.producer_waiting_for_drain_does_not_hold_the_slice|test_stream.accept_out_of_fds_does_not_spin|test_stream.signals_interrupt_reads_and_writes|test_process.emfile_at_spawn
 empty :=
 space := $(empty) $(empty)
+comma := ,
 VALGRIND_LAUNCHER = $(subst $(space),;,$(strip $(VALGRIND) $(VALGRIND_FLAGS)))
 
 test-valgrind:
@@ -105,17 +119,15 @@ format:
 clean:
 	rm -rf build
 
-# The slice shuffle (issue 11): `make test-yield` runs the suite with
+# The slice shuffle: `make test-yield` runs the suite with
 # LULL_TEST_YIELD_OFTEN, where slices end at random points (src/clock.c);
 # nothing the contracts order may change.
 .PHONY: test-yield
 
 test-yield:
-	$(CMAKE) -S . -B build/yield -DCMAKE_BUILD_TYPE=Debug -DLULL_TEST_YIELD_OFTEN=ON -DLULL_BUILD_LAB=OFF -DLULL_BUILD_EXAMPLES=OFF
-	$(CMAKE) --build build/yield -j$(JOBS)
-	$(CTEST) --test-dir build/yield -LE install $(CTEST_FLAGS)
+	$(call quiet_pass,yield-often,build/yield,-DCMAKE_BUILD_TYPE=Debug -DLULL_TEST_YIELD_OFTEN=ON -DLULL_BUILD_LAB=OFF -DLULL_BUILD_EXAMPLES=OFF,,-LE install)
 
-# `make soak SECONDS=N` (issue 11): the reference model against fresh seeds
+# `make soak SECONDS=N`: the reference model against fresh seeds
 # for N seconds under ASan+UBSan, then the cross-thread stress at
 # 10,000,000 operations under ThreadSanitizer (LULL_STRESS_OPS changes it),
 # then `lull-lab soak` for N seconds (Release): the pump, loopback,
@@ -140,7 +152,32 @@ soak:
 	./build/release/lab/lull-lab soak --seconds $(SECONDS) \
 	  $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
-# `make fuzz FUZZ_SECONDS=N` (issue 11): the libFuzzer targets — fuzz_frame
+# `make sim` (docs/SIMULATION.md): lull-kv's primary, replicas and clients
+# on lull's simulated network (lull-kv-sim, Release), SEEDS seeds (each a
+# random cluster, workload and fault schedule, every reply and the
+# replicas' keyspaces checked); or, with SECONDS=N on the command line,
+# fresh seeds for N seconds (the soak; the first seed is printed). Then
+# each planted replication bug must be found within SIM_PLANT_SEEDS
+# seeds, and a fault-free run of SIM_COMMANDS commands, in two processes,
+# must give one trace hash. A failure prints its seed and the command that
+# replays it. The default, 10,000 seeds, is about 35 s of one CPU (the
+# target: at least 2,000 seeds within 2 minutes of one CPU); the 1,000,000
+# commands about 5 s a run (docs/RELIABILITY.md).
+SEEDS ?= 10000
+SIM_PLANT_SEEDS ?= 500
+SIM_COMMANDS ?= 1000000
+SIM = ./build/release/examples/lull-kv-sim
+
+sim:
+	$(CMAKE) -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
+	$(CMAKE) --build build/release -j$(JOBS) --target lull-kv-sim
+	$(SIM) $(if $(filter command line,$(origin SECONDS)),--seconds $(SECONDS),--seeds $(SEEDS))
+	for bug in resume-late ack-before-log lost-wakeup; do \
+	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
+	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \
+	  -P examples/kv/sim_determinism.cmake
+
+# `make fuzz FUZZ_SECONDS=N`: the libFuzzer targets — fuzz_frame
 # (a framed stream's decoder), fuzz_stream (a raw stream's reads cut at
 # random points), fuzz_resp (lull-kv's parser) — built by clang under
 # ASan+UBSan with the library coverage-instrumented, each run for N seconds

@@ -58,7 +58,7 @@ per_hop "lull: zero-delay timer (I/O every 0.5 ms)" "$bench/hop_cost" timer0
 per_hop "lull: zero-delay timer (I/O every hop)" "$bench/hop_cost" \
     timer0-every-hop
 # Not a hop: a loopback round trip (a frame each way, two delivery turns),
-# lull-lab loopback's "round trip alone"; issue 7 wants it ≤ 2 × two hops.
+# lull-lab loopback's "round trip alone"; the target is ≤ 2 × two hops.
 per_hop "lull: loopback round trip (2 turns, 2 frames)" "$bench/hop_cost" \
     loopback
 for mode in $("$bench/hop_cost_peers" list); do

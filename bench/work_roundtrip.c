@@ -21,7 +21,16 @@
  * CPU N: each wake is then a switch on one CPU, the issue's "on one CPU"
  * figure. --no-pin lets the threads float over every CPU. libuv's pool
  * threads are started once per process and keep the pinning they were
- * started with, so run the program once per mode. */
+ * started with, so run the program once per mode.
+ *
+ * Each row also prints the sched_yield calls per trip of the whole
+ * process: libuv 1.44's uv_async_send, which its pool's completion uses,
+ * spins in sched_yield when both threads share one CPU (lull-lab's
+ * `turns` shows the same in its cross-thread round trip). The program
+ * defines sched_yield itself, counts, and forwards to the C library's;
+ * libuv's shared library binds to it, as lull-lab's do (lab/turns_count.c).
+ * Rows take turns: round r starts at row r mod N. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -40,6 +49,20 @@
 
 static int trips = 20000;
 static int warmup = 2000;
+
+/* sched_yield calls of every thread of the process (atomic). */
+static uint64_t yields;
+
+int sched_yield(void) {
+    static int (*next)(void);
+    int (*fn)(void) = __atomic_load_n(&next, __ATOMIC_ACQUIRE);
+    if (!fn) {
+        fn = (int (*)(void))dlsym(RTLD_NEXT, "sched_yield");
+        __atomic_store_n(&next, fn, __ATOMIC_RELEASE);
+    }
+    __atomic_fetch_add(&yields, 1, __ATOMIC_RELAXED);
+    return fn();
+}
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -274,6 +297,7 @@ typedef struct row {
     double p50[MAX_ROUNDS], p99[MAX_ROUNDS];
     int n;
     int error;
+    uint64_t yields; /* sched_yield calls over its rounds */
 } row;
 
 static double median(double *v, int n, double *lo, double *hi) {
@@ -332,9 +356,11 @@ int main(int argc, char **argv) {
     if (!v) return 1;
     uint64_t pool_wakeups = 0;
     for (int r = 0; r < rounds; r++) {
-        for (int k = 0; k < ROWS; k++) {
+        for (int i = 0; i < ROWS; i++) {
+            int k = (i + r) % ROWS;
             samples s = {.v = v};
             int rc;
+            uint64_t yields0 = __atomic_load_n(&yields, __ATOMIC_RELAXED);
             switch (k) {
             case ROW_FUTEX:
                 rc = run_futex(&s);
@@ -356,6 +382,8 @@ int main(int argc, char **argv) {
 #endif
                 break;
             }
+            rows[k].yields +=
+                __atomic_load_n(&yields, __ATOMIC_RELAXED) - yields0;
             if (rc != 0) {
                 rows[k].error = rc;
                 continue;
@@ -375,7 +403,8 @@ int main(int argc, char **argv) {
     printf("work_roundtrip: round trip to another thread and back, %s\n"
            "median of %d rounds [min - max], %d trips each (+%d warm-up)\n\n",
            where, rounds, trips, warmup);
-    printf("%-36s %22s %22s\n", "", "p50, us", "p99, us");
+    printf("%-38s %22s %22s  %s\n", "", "p50, us", "p99, us",
+           "sched_yield/trip");
     double lo, hi;
     for (int k = 0; k < ROWS; k++) {
         const char *name = row_names[k];
@@ -389,20 +418,22 @@ int main(int argc, char **argv) {
 #else
         (void)label;
         if (k == ROW_UV) {
-            printf("%-36s skipped: libuv not found by pkg-config at build "
+            printf("%-38s skipped: libuv not found by pkg-config at build "
                    "time\n",
                    name);
             continue;
         }
 #endif
         if (rows[k].n == 0) {
-            printf("%-36s failed: %s\n", name, strerror(-rows[k].error));
+            printf("%-38s failed: %s\n", name, strerror(-rows[k].error));
             continue;
         }
         double m50 = median(rows[k].p50, rows[k].n, &lo, &hi);
-        printf("%-36s %6.2f [%5.2f - %5.2f] ", name, m50, lo, hi);
+        printf("%-38s %6.2f [%5.2f - %5.2f] ", name, m50, lo, hi);
         double m99 = median(rows[k].p99, rows[k].n, &lo, &hi);
-        printf("%6.2f [%5.2f - %5.2f]\n", m99, lo, hi);
+        printf("%6.2f [%5.2f - %5.2f]  %.3g\n", m99, lo, hi,
+               (double)rows[k].yields /
+                   ((double)rows[k].n * (double)(trips + warmup)));
     }
     if (rows[ROW_POOL].n && rows[ROW_REMOTE].n) {
         double ratio[MAX_ROUNDS];

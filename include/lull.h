@@ -167,6 +167,14 @@ LULL_EXTERN void lull_loop_ref(lull_loop *loop);
 LULL_EXTERN void lull_loop_unref(lull_loop *loop);
 /* Is the loop alive: ready tasks, referenced timers or fd watchers, refs. */
 LULL_EXTERN bool lull_loop_alive(lull_loop *loop);
+/* Deterministic simulation (docs/SIMULATION.md): with `on`, each batch of
+ * ready fd callbacks runs in an order drawn from `seed` instead of the
+ * order epoll reported them in, which no contract fixes; the same seed
+ * draws the same orders again. Nothing the contracts order moves: tasks
+ * stay FIFO, timers run by deadline then arm order, an fd's callbacks stay
+ * in order, and the steps of an iteration keep their places. Off (the
+ * default) it costs one branch per poll. 0, or -EINVAL for NULL. */
+LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
 /* In a child after fork(), before it uses the loop: gives the child its own
  * kernel state (a new epoll set with every started watcher registered
  * again, and a new wake-up fd), so nothing the child does reaches the
@@ -973,6 +981,255 @@ LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
 /* The fd it reads (a pair's rfd), or -1 once closed. */
 LULL_EXTERN int lull_stream_fd(const lull_stream *s);
+
+/* ----------------------------------------------------------- simulation */
+
+/* A simulated network for deterministic tests (docs/SIMULATION.md): named
+ * addresses, listen, accept and connect, and connections that are
+ * endpoints of the frame interface, so protocol code written against
+ * lull_endpoint runs over it unchanged, many peers in one process on one
+ * virtual-clock loop. Each connection carries faults drawn from the
+ * network's seed: per direction a delay with jitter, a bandwidth, a
+ * window of bytes in flight and a slow reader; partitions that hold
+ * everything for a span and then resume or break the connection; resets
+ * at a random byte; and refused connects. On a connection that does not
+ * break, a stream's guarantees hold: bytes in order, none lost, none
+ * duplicated. The same seed gives the same run: every event, the same
+ * byte counts at the same virtual instants, a line each in the trace.
+ *
+ * Delivery: one event per turn, never inside the call that caused it. The
+ * network keeps its own schedule and one lull timer armed for its
+ * earliest event; events due at the same instant on different connections
+ * run in an order drawn from the seed (what no contract fixes), and each
+ * connection's bytes stay in order. A connection made with
+ * LULL_SIMCONN_RAW hands on_frame the bytes in chunks of any size, cut
+ * where the seed says (a raw stream's partial reads); without it, whole
+ * frames (a framed stream's). on_close runs once per connection end,
+ * whoever closed it, as its last callback, after every frame it sent was
+ * released: as for streams, 0 for the peer's close or shutdown (EOF),
+ * -ECONNRESET for a reset, -ETIMEDOUT for a partition that broke the
+ * connection, or the reason given to lull_endpoint_close, in a later turn.
+ * A close writes what the window takes and drops the rest, as a socket's
+ * close does; lull_simconn_shutdown sends everything first. The loop must
+ * run on the virtual clock. */
+
+typedef struct lull_simnet lull_simnet;
+typedef struct lull_simconn lull_simconn;
+typedef struct lull_simserver lull_simserver;
+
+/* Faults, drawn from the network's seed. All zero: a perfect network (no
+ * delay, no bandwidth limit, a 64 KiB window, nothing breaks). A share is
+ * in thousandths (over 1000: -EINVAL). Times and counts saturate: a
+ * delay, span or byte count of UINT64_MAX means never. The first five
+ * fields are per direction (an accept may give its own for what its end
+ * sends); the rest are the connection's, from its connect. */
+typedef struct lull_simfaults {
+    uint64_t delay_ns;           /* one-way delay of every segment */
+    uint64_t jitter_ns;          /* plus 0 to this per segment (order kept) */
+    uint64_t bandwidth;          /* bytes per virtual second each way; 0 =
+                                    no limit */
+    size_t window;               /* bytes in flight each way (sent, not yet
+                                    read); 0 = 64 KiB */
+    uint32_t slow_permille;      /* directions whose reader is slow: it */
+    uint64_t slow_read_ns;       /* ... waits up to this between reads */
+    uint64_t partition_every_ns; /* a connection is partitioned about this
+                                    often (mean); 0 = never */
+    uint64_t partition_ns;       /* a partition lasts up to this */
+    uint32_t break_permille;     /* partitions that end by breaking the
+                                    connection (-ETIMEDOUT) */
+    uint32_t reset_permille;     /* connections reset (-ECONNRESET) at a
+                                    random byte of one direction, */
+    uint64_t reset_within;       /* ... among its first this many; 0 =
+                                    64 KiB */
+    uint32_t refuse_permille;    /* connects to a listening address that are
+                                    refused (-ECONNREFUSED) */
+} lull_simfaults;
+
+typedef void (*lull_simnet_fn)(lull_simnet *net, void *arg);
+
+typedef struct lull_simnet_options { /* all zero = defaults */
+    uint64_t seed;                   /* every choice the network makes */
+    lull_simfaults faults;   /* each connection's, unless its connect names
+                                its own */
+    FILE *trace;             /* a line per event; NULL = none (the trace's
+                                hash is kept either way) */
+    lull_simnet_fn on_event; /* after every event the network runs: the
+                                place for invariant checks; may be NULL */
+    void *arg;               /* for on_event */
+} lull_simnet_options;
+
+typedef struct lull_simnet_stats {
+    uint64_t events;     /* events run (one per turn) */
+    uint64_t connects;   /* lull_simconn_connect calls */
+    uint64_t accepted;   /* connections accepted */
+    uint64_t refused;    /* connects refused: nobody listening, a refusal
+                            fault, or not accepted */
+    uint64_t segments;   /* segments sent */
+    uint64_t bytes;      /* bytes sent */
+    uint64_t reads;      /* on_frame calls */
+    uint64_t partitions; /* partitions begun */
+    uint64_t breaks;     /* ... that broke their connection */
+    uint64_t resets;     /* connections reset */
+    uint64_t trace_hash; /* FNV-1a 64 of every trace line, written or not:
+                            two runs with equal hashes ran the same events */
+} lull_simnet_stats;
+
+/* Segments a direction holds in flight (sent, not yet arrived): the
+ * sender waits for an arrival past this many. */
+#define LULL__SIM_SEGS 16
+
+/* One direction of a connection, kept by its receiving end: the peer's
+ * frames not yet read, in stream positions (bytes since the start). */
+typedef struct lull__simdir {
+    lull_frame *head, *tail; /* frames sent to this end, not yet all read */
+    uint64_t head_pos;       /* stream position of head's first byte */
+    lull_frame *tx;          /* the first frame not wholly sent */
+    uint64_t tx_pos;         /* ... its first byte's position */
+    uint64_t read;           /* bytes read (handed to on_frame) */
+    uint64_t arrived;        /* bytes arrived */
+    uint64_t sent;           /* bytes sent */
+    uint64_t queued;         /* bytes accepted; where EOF is, once `eof` */
+    uint64_t reset_at;       /* the reset's byte; UINT64_MAX: none */
+    uint64_t rst_at;         /* when the reset arrives, once sent */
+    uint64_t link_free;      /* bandwidth: the link is busy until then */
+    uint64_t last_arrival;   /* arrivals keep send order */
+    uint64_t hold_until;     /* a partition: nothing arrives before */
+    uint64_t read_at;        /* a slow reader reads again from then */
+    uint64_t delay_ns, jitter_ns, bandwidth, slow_read_ns; /* its faults */
+    size_t window;
+    uint64_t seg_at[LULL__SIM_SEGS];  /* segments in flight: arrival, */
+    uint64_t seg_end[LULL__SIM_SEGS]; /* ... end position */
+    uint8_t seg_head, seg_len;
+    bool eof;             /* the sender is done: EOF at `queued` */
+    lull_simconn *closer; /* the closed sender whose close callback
+                             waits for this inbox to empty */
+} lull__simdir;
+
+/* A connection arrived at a listening address: accept it inside this
+ * call with lull_simserver_accept, or the connect is refused. */
+typedef void (*lull_simconnection_fn)(lull_simserver *srv);
+/* Connected (0), or refused (-ECONNREFUSED): a failed connection is
+ * closed, its close callback runs right after this, in the same turn. */
+typedef void (*lull_simconnect_fn)(lull_simconn *c, int status);
+
+#define LULL_SIMCONN_RAW 0x1u /* bytes in chunks, as LULL_STREAM_RAW */
+
+typedef struct lull_simconn_options { /* all zero = defaults */
+    size_t max_frame;                 /* 0 = LULL_FRAME_MAX_DEFAULT */
+    size_t high_water;                /* 0 = LULL_HIGH_WATER_DEFAULT */
+    size_t max_queued;                /* 0 = no bound (lull_endpoint) */
+    unsigned flags;                   /* LULL_SIMCONN_* */
+    const char *name;             /* connect: this end's name in the trace and
+                                     its peer's `peer` ("client:N" with N a
+                                     port the network counts); NULL =
+                                     "client" */
+    const lull_simfaults *faults; /* connect: this connection's faults;
+                                     NULL = the network's. accept: the
+                                     delay, jitter, bandwidth, window and
+                                     slow reader of what this end sends,
+                                     when they differ; NULL = the
+                                     connection's */
+} lull_simconn_options;
+
+struct lull_simconn {
+    lull_endpoint ep;        /* the frame interface: give &ep to your code */
+    lull_simnet *net;        /* the network */
+    char name[40];           /* this end ("client:3", or "primary#3" for the
+                                third connection accepted at "primary") */
+    char peer[40];           /* the other end's name */
+    uint64_t reads;          /* on_frame calls */
+    uint64_t bytes_read;     /* bytes they carried */
+    struct {                 /* lull's own */
+        lull__simdir in;     /* what the peer sends to this end */
+        lull_simconn *other; /* the peer end; NULL once either closed */
+        lull_simconn *net_next, *net_prev; /* the network's live ends */
+        lull_simconnect_fn on_connect;
+        lull_frame *early, *early_tail; /* sent before the connect ended */
+        lull_simfaults faults;          /* the connection's */
+        char target[32];                /* connect: the address */
+        uint64_t at;                    /* its next event, when scheduled */
+        uint64_t tie;                   /* same-instant order, from the seed */
+        uint64_t connect_at;            /* the connect's next step */
+        uint64_t partition_at; /* the next partition (connecting end) */
+        uint64_t break_at;     /* a partition breaks the connection */
+        uint32_t slot;         /* its place in the schedule + 1; 0: none */
+        uint32_t state;        /* src/sim.c */
+        int status;            /* the connect's result */
+        int reason;            /* the close callback's, while owed */
+        struct lull__simguard *guard; /* a read running (src/sim.c) */
+    };
+};
+
+struct lull_simserver {
+    lull_simnet *net;  /* the network */
+    uint64_t accepted; /* connections accepted */
+    uint64_t refused;  /* connects refused here */
+    struct {           /* lull's own */
+        char addr[32];
+        lull_simconnection_fn on_connection;
+        lull_simserver *next;  /* the network's servers */
+        lull_simconn *pending; /* the connect lull_simserver_accept takes */
+    };
+};
+
+/* Creates a network on a virtual-clock loop (allocates; not a hot path).
+ * opts may be NULL. -EINVAL for a NULL loop, one on the real clock, or a
+ * share over 1000. */
+LULL_EXTERN int lull_simnet_new(lull_simnet **out, lull_loop *loop,
+                                const lull_simnet_options *opts);
+/* -EBUSY while a server listens or a connection end is not done (its
+ * close callback owed), and inside the network's own callbacks; the
+ * network is then unchanged. */
+LULL_EXTERN int lull_simnet_free(lull_simnet *net);
+/* From now on, no fault: partitions under way end (what they held moves
+ * on), pending resets and breaks are called off, no connect is refused.
+ * Delays, bandwidths, windows and slow readers stay. */
+LULL_EXTERN void lull_simnet_heal(lull_simnet *net);
+/* Adds a line of the caller's to the trace (and to its hash), stamped
+ * with the virtual time like the network's own. */
+LULL_EXTERN void lull_simnet_log(lull_simnet *net, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+LULL_EXTERN void lull_simnet_get_stats(const lull_simnet *net,
+                                       lull_simnet_stats *out);
+
+/* Listens at addr (up to 31 bytes): connects to it reach fn. -EADDRINUSE,
+ * -EBUSY for a server already listening, -EINVAL for an empty or long
+ * addr. */
+LULL_EXTERN int lull_simserver_listen(lull_simnet *net, lull_simserver *srv,
+                                      const char *addr,
+                                      lull_simconnection_fn fn);
+/* Inside on_connection: c becomes this end of the waiting connection,
+ * open at once; it gets its close callback once, whoever closes it.
+ * -ENOENT when nothing is waiting, -EBUSY when c is a live end (its close
+ * callback not run yet). */
+LULL_EXTERN int lull_simserver_accept(lull_simserver *srv, lull_simconn *c,
+                                      const lull_simconn_options *opts);
+/* Stops listening; connects still under way are refused. No callback
+ * follows: the struct is the caller's when this returns (also inside its
+ * own on_connection). */
+LULL_EXTERN void lull_simserver_close(lull_simserver *srv);
+
+/* Connects to addr; fn runs in a later turn (then, on failure, the close
+ * callback). Frames sent before it runs are queued. Argument errors return
+ * at once, and no callback follows: -EINVAL, or -EBUSY when c is a live
+ * end (its close callback not run yet). */
+LULL_EXTERN int lull_simconn_connect(lull_simnet *net, lull_simconn *c,
+                                     const char *addr,
+                                     const lull_simconn_options *opts,
+                                     lull_simconnect_fn fn);
+/* Pause and resume reading: the sender's window fills, and its queue. */
+LULL_EXTERN int lull_simconn_read_stop(lull_simconn *c);
+LULL_EXTERN int lull_simconn_read_start(lull_simconn *c);
+/* Half-close: everything queued is sent, then the peer reads EOF; sends
+ * fail with -EPIPE from now on. Reading goes on. */
+LULL_EXTERN int lull_simconn_shutdown(lull_simconn *c);
+/* Faults on demand, for a test that wants one now: the connection holds
+ * everything for span_ns, then resumes, or breaks (-ETIMEDOUT at both
+ * ends); or it resets once after_bytes more bytes of c's direction were
+ * sent. -ENOTCONN when it is not open. */
+LULL_EXTERN int lull_simconn_partition(lull_simconn *c, uint64_t span_ns,
+                                       bool breaks);
+LULL_EXTERN int lull_simconn_reset(lull_simconn *c, uint64_t after_bytes);
 
 /* ------------------------------------------------------------ processes */
 

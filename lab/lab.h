@@ -17,29 +17,38 @@
 typedef struct lab_plot lab_plot;
 
 typedef struct lab_options {
-    bool quick; /* small sizes: `make demo` runs `all --quick` in < 60 s */
+    bool quick; /* small sizes: `make demo` runs `all --quick` */
     int rounds; /* rounds per figure; 0 = the scenario's default */
     const char *json_path; /* --json FILE, or NULL */
     const char *only;      /* --only NAME: the one figure of a scenario to
                               run (its JSON key), or NULL for all */
-    int sessions;          /* --sessions N (pump); 0 = the default, 12 */
+    int sessions;          /* --sessions N (pump, runner); 0 = the
+                              default, 12 */
     bool journal;          /* --journal (pump): add the journal variant */
+    bool aligned;          /* --aligned (runner): every runner commits in
+                              the same instant */
     const char *plot_path; /* --plot FILE.svg, or NULL */
     lab_plot *plot;        /* open while scenarios run when plot_path set */
     const char *argv0;     /* how lull-lab was started */
     bool tcp;              /* --tcp (replicate): TCP loopback, not Unix */
     const char *kv_path;   /* --kv PATH (serve): the lull-kv to run */
+    bool verbose;          /* --verbose: every legend and every table */
+    bool strict;           /* --strict: a miss not marked noisy fails */
 } lab_options;
 
 typedef struct lab_json lab_json;
 
 /* A scenario prints its tables on stdout and, when json is not NULL, writes
  * its figures as the members of one JSON object (lab/main.c opens and closes
- * that object). Returns 0, or a negative errno when it could not run. */
+ * that object); it adds its lines to the verdict (lab/engine.h). Returns 0,
+ * or a negative errno when it could not run. */
 typedef struct lab_scenario {
     const char *name;        /* the subcommand */
-    const char *description; /* one line for `lull-lab help` */
+    const char *description; /* one line for `lull-lab help` and --verbose */
     int (*run)(const lab_options *opts, lab_json *json);
+    const char *title;    /* its heading in the short output (< 100 columns) */
+    const char *measures; /* the verdict's ids it adds lines for: contracts
+                             ("C1 C2") and its seed table (its own name) */
 } lab_scenario;
 
 extern const lab_scenario lab_turns;     /* lab/turns.c */
@@ -47,6 +56,7 @@ extern const lab_scenario lab_pump;      /* lab/pump.c */
 extern const lab_scenario lab_loopback;  /* lab/loopback.c */
 extern const lab_scenario lab_replicate; /* lab/replicate.c */
 extern const lab_scenario lab_serve;     /* lab/serve.c */
+extern const lab_scenario lab_runner;    /* lab/runner.c */
 
 /* The rounds a figure runs: --rounds, else quick_default or full_default. */
 int lab_rounds(const lab_options *opts, int full_default, int quick_default);
@@ -85,6 +95,9 @@ typedef struct lab_series {
 } lab_series;
 void lab_series_add(lab_series *s, double value);
 double lab_series_median(const lab_series *s);
+/* The round whose value is nearest the median (the median round itself
+ * when the rounds are odd in number). */
+int lab_series_median_index(const lab_series *s);
 double lab_series_min(const lab_series *s);
 double lab_series_max(const lab_series *s);
 
@@ -92,7 +105,7 @@ double lab_series_max(const lab_series *s);
 
 /* A text table: add the header, then rows, then print (columns are sized
  * to their widest cell; the first column is left-aligned). */
-#define LAB_TABLE_COLS 8
+#define LAB_TABLE_COLS 12
 #define LAB_TABLE_ROWS 32
 #define LAB_CELL       64
 typedef struct lab_table {
@@ -144,12 +157,12 @@ int lab_plot_close(lab_plot *p); /* writes the file: 0 or a negative errno */
 
 /* ---------------------------------------------------------------- peers */
 
-/* Probes one implementation a scenario runs beside lull (lab/stats.c):
+/* Probes one implementation a scenario runs beside lull (lab/engine.c):
  * present is false when it was not built in; available (may be NULL: always
  * available) says why it cannot run. Prints " name version" on the
- * "implementations:" line when it can run, else writes "name: why, skipped"
- * into skipped; with json, appends its {name, available, version, build,
- * why} object to the open "peers" array. Returns whether it can run. */
+ * "implementations:" line when it can run (--verbose), else writes "name: why,
+ * skipped" into skipped; with json, appends its {name, available, version,
+ * build, why} object to the open "peers" array. Returns whether it can run. */
 bool lab_peer_probe(lab_json *json, const char *name, bool present,
                     bool (*available)(char *why, size_t size),
                     const char *(*version)(void), const char *build,

@@ -13,10 +13,12 @@
  * workload over a minimal loopback made of its own turns, when installed.
  *
  * This file owns the workload (lab/loopback.h), the peers' loopback over
- * their turns, and the driver: rows run in turn within each round, every
- * figure is the median [min–max] over rounds. One thread. */
+ * their turns, and the driver: every implementation is a row of one of
+ * the engine's figures, round r starting at row r mod N, every figure the
+ * median [min–max] over rounds. One thread. */
 #include "loopback.h"
-#include "lab.h"
+#include "engine.h"
+#include "turns.h"
 
 #include <errno.h>
 #include <math.h>
@@ -137,6 +139,7 @@ typedef struct pframe {
 
 typedef struct plink {
     lb_work w;
+    const lb_loop *loop;
     lb_turn *deliver[2]; /* by receiving side */
     lb_turn *refresh;
     pframe *head[2], *tail[2];
@@ -196,6 +199,7 @@ static void plink_deliver(lb_turn *t) {
     f->next = l->free;
     l->free = f;
     if (l->head[side]) turn_claim(t);
+    if (l->w.done) l->loop->stop(l->loop->loop);
 }
 
 static void plink_refresh_turn(lb_turn *t) {
@@ -205,22 +209,29 @@ static void plink_refresh_turn(lb_turn *t) {
 
 static const lb_link_ops plink_ops = {plink_send, plink_refresh};
 
-static int plink_run_once(plink *l, int wl, const lb_params *p,
-                          void (*run)(void *loop), void *loop) {
+static int plink_run_once(plink *l, int wl, const lb_params *p) {
     lb_work_init(&l->w, &plink_ops, wl, p);
     lb_work_start(&l->w);
-    run(loop);
+    l->loop->run(l->loop->loop);
     if (l->error) return l->error;
     if (!l->w.done || l->w.frames != lb_work_expected_frames(wl, p))
         return -EPROTO;
     return 0;
 }
 
+int lb_idle_open(int fds[2]) {
+    return turns_open_sockets(fds, 2);
+}
+
+void lb_idle_close(int fds[2]) {
+    turns_close_sockets(fds, 2);
+}
+
 int lb_link_measure(const lb_params *p, lb_turn *to_client, lb_turn *to_server,
-                    lb_turn *refresh, void (*run)(void *loop), void *loop,
-                    lb_result *out) {
+                    lb_turn *refresh, const lb_loop *loop, lb_result *out) {
     plink *l = calloc(1, sizeof *l);
     if (!l) return -ENOMEM;
+    l->loop = loop;
     for (int i = 0; i < POOL; i++) {
         l->pool[i].next = l->free;
         l->free = &l->pool[i];
@@ -235,7 +246,7 @@ int lb_link_measure(const lb_params *p, lb_turn *to_client, lb_turn *to_server,
     int rc = 0;
     for (int wl = 0; wl < LB_WORKLOADS && rc == 0; wl++) {
         /* Repeated rows first run once unmeasured (caches, lazy set-up). */
-        if (p->reps > 1) rc = plink_run_once(l, wl, p, run, loop);
+        if (p->reps > 1) rc = plink_run_once(l, wl, p);
         uint64_t arms0 = 0, timers0 = 0;
         for (int i = 0; i < 3; i++) {
             arms0 += turns[i]->arms;
@@ -243,11 +254,13 @@ int lb_link_measure(const lb_params *p, lb_turn *to_client, lb_turn *to_server,
         }
         double dur[LB_MAX_REPS];
         int n = 0;
+        uint64_t polls0 = turns_polls();
         for (int rep = 0; rep < p->reps && n < LB_MAX_REPS && rc == 0; rep++) {
             uint64_t t0 = lab_now_ns();
-            rc = plink_run_once(l, wl, p, run, loop);
+            rc = plink_run_once(l, wl, p);
             dur[n++] = (double)(lab_now_ns() - t0);
         }
+        out->polls[wl] = (double)(turns_polls() - polls0) / p->reps;
         uint64_t arms1 = 0, timers1 = 0;
         for (int i = 0; i < 3; i++) {
             arms1 += turns[i]->arms;
@@ -289,15 +302,43 @@ static const struct {
 };
 #define KNOWN_COUNT (sizeof known / sizeof known[0])
 
-#define MAX_ROWS 24
+/* The values of one measurement of a row. */
+enum {
+    LV_COMMITS_MS,     /* 100 sequential commits, wall time */
+    LV_GRAPH_MS,       /* the 24-effect graph, 10 rounds, wall time */
+    LV_TRIP_US,        /* the commits workload per round trip */
+    LV_FRAMES,         /* frames delivered, both workloads */
+    LV_TURNS_PER_TRIP, /* turns per round trip, commits workload */
+    LV_TIMERS,         /* timers armed, both workloads */
+    LV_COMMITS_FRAMES, /* frames of the commits workload */
+    LV_GRAPH_FRAMES,   /* ... of the graph */
+    LV_POLLS_PER_TURN, /* I/O checks per turn, commits workload */
+    LV_COUNT
+};
 
-typedef struct row {
-    const lb_peer *peer;
-    const lb_entry *entry;
-    lab_series commits_ms, graph_ms, trip_us, frames, turns_per_trip, timers;
-    double commits_frames, graph_frames;
-    int failures, last_error, skipped;
-} row;
+static const lab_col cols[LV_COUNT] = {
+    {"commits_ms", "100 commits, ms", 0},
+    {"graph_ms", "graph, ms", 0},
+    {"round_trip_us", "round trip, µs", 0},
+    {"frames", "frames", 0},
+    {"turns_per_round_trip", "turns / trip", 0},
+    {"timers_armed", "timers armed", 0},
+    {"commits_frames", "commits frames", 0},
+    {"graph_frames", "graph frames", 0},
+    {"polls_per_turn", "polls / turn", 0},
+};
+
+/* A class's policy in a word, for the short table. */
+static const char *const class_policy[] = {
+    [LB_CLASS_QUANTUM] = "every 0.5 ms",
+    [LB_CLASS_EVERY_TURN] = "every turn",
+    [LB_CLASS_NO_POLL] = "none",
+};
+
+typedef struct lctx {
+    const lab_options *opts;
+    lb_params p;
+} lctx;
 
 static void set_params(const lab_options *opts, lb_params *p) {
     memset(p, 0, sizeof *p);
@@ -309,116 +350,94 @@ static void set_params(const lab_options *opts, lb_params *p) {
 
 /* Fast modes repeat each workload: one run of lull's is a few µs. */
 static int reps_for(const lab_options *opts, const lb_entry *e) {
-    if (e->slow) return 1;
+    if (e && e->slow) return 1;
     return opts->quick ? 10 : 200;
 }
 
-static void run_row(row *rw, const lab_options *opts, const lb_params *base,
-                    int round) {
-    lb_params p = *base;
+static int measure(lab_fig *fig, lab_row *row, int round, double *v) {
+    const lctx *c = fig->ctx;
+    const lb_entry *e = row->arg;
+    lb_params p = c->p;
     p.round = round;
-    p.reps = reps_for(opts, rw->entry);
-    if (rw->entry->slow && opts->quick && round > 0) {
-        rw->skipped++;
-        return;
-    }
+    p.reps = reps_for(c->opts, e);
     lb_result r;
     for (int w = 0; w < LB_WORKLOADS; w++)
-        r.ms[w] = r.frames[w] = r.turns[w] = r.timers[w] = NAN;
-    uint64_t t0 = lab_now_ns();
-    int rc = rw->entry->fn(&p, &r);
-    if (getenv("LAB_TRACE")) /* where a slow run spends its time */
-        fprintf(stderr, "  [%s: %.3f s, rc %d]\n", rw->entry->label,
-                (double)(lab_now_ns() - t0) / 1e9, rc);
-    if (rc == LB_SKIPPED) {
-        rw->skipped++;
-        return;
-    }
-    if (rc < 0) {
-        rw->failures++;
-        rw->last_error = rc;
-        return;
-    }
-    lab_series_add(&rw->commits_ms, r.ms[LB_COMMITS]);
-    lab_series_add(&rw->graph_ms, r.ms[LB_GRAPH]);
-    lab_series_add(&rw->trip_us, r.ms[LB_COMMITS] * 1000.0 / p.commits);
-    lab_series_add(&rw->frames, r.frames[LB_COMMITS] + r.frames[LB_GRAPH]);
-    lab_series_add(&rw->turns_per_trip, r.turns[LB_COMMITS] / p.commits);
-    lab_series_add(&rw->timers, r.timers[LB_COMMITS] + r.timers[LB_GRAPH]);
-    rw->commits_frames = r.frames[LB_COMMITS];
-    rw->graph_frames = r.frames[LB_GRAPH];
+        r.ms[w] = r.frames[w] = r.turns[w] = r.timers[w] = r.polls[w] = NAN;
+    int rc = e->fn(&p, &r);
+    if (rc == LB_SKIPPED) return LAB_SKIPPED;
+    if (rc < 0) return rc;
+    v[LV_COMMITS_MS] = r.ms[LB_COMMITS];
+    v[LV_GRAPH_MS] = r.ms[LB_GRAPH];
+    v[LV_TRIP_US] = r.ms[LB_COMMITS] * 1000.0 / p.commits;
+    v[LV_FRAMES] = r.frames[LB_COMMITS] + r.frames[LB_GRAPH];
+    v[LV_TURNS_PER_TRIP] = r.turns[LB_COMMITS] / p.commits;
+    v[LV_TIMERS] = r.timers[LB_COMMITS] + r.timers[LB_GRAPH];
+    v[LV_COMMITS_FRAMES] = r.frames[LB_COMMITS];
+    v[LV_GRAPH_FRAMES] = r.frames[LB_GRAPH];
+    v[LV_POLLS_PER_TURN] = r.polls[LB_COMMITS] / r.turns[LB_COMMITS];
+    return 0;
 }
 
-static double median_or_nan(const lab_series *s) {
-    return s->n ? lab_series_median(s) : NAN;
-}
-
-static const row *find_row(const row *rows, int n, const char *peer,
-                           const char *mode) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(rows[i].peer->name, peer) == 0 &&
-            strcmp(rows[i].entry->mode, mode) == 0)
-            return &rows[i];
+static lab_row *find_row(const lab_fig *fig, const char *peer,
+                         const char *mode) {
+    for (int i = 0; i < fig->nrows; i++) {
+        const lb_entry *e = fig->rows[i].arg;
+        if (strcmp(fig->rows[i].peer, peer) == 0 && strcmp(e->mode, mode) == 0)
+            return (lab_row *)&fig->rows[i];
+    }
     return NULL;
 }
 
-static double ratio(const row *a, const row *b) {
-    if (!a || !b) return NAN;
-    double x = median_or_nan(&a->commits_ms), y = median_or_nan(&b->commits_ms);
+/* The commits workload's time of a over b's. */
+static double ratio(const lab_row *a, const lab_row *b) {
+    double x = lab_row_median(a, LV_COMMITS_MS);
+    double y = lab_row_median(b, LV_COMMITS_MS);
     return isfinite(x) && isfinite(y) && y > 0 ? x / y : NAN;
 }
 
-static void cell(lab_table *t, int r, int c, const lab_series *s) {
-    char buf[LAB_CELL];
-    lab_format_series(buf, sizeof buf, s);
-    lab_table_set(t, r, c, "%s", buf);
-}
-
-static void print_table(const row *rows, int nrows, int rounds) {
-    const char *header[] = {
-        "implementation: turn", "100 commits, ms", "graph, ms",
-        "round trip, µs",       "frames",          "turns / trip",
-        "timers armed",         "÷ lull task"};
+static void print_table(const lab_fig *fig) {
+    const char *header[] = {"implementation: turn", "I/O checked",
+                            "100 commits, ms",      "graph, ms",
+                            "round trip, µs",       "frames",
+                            "turns / trip",         "polls / turn",
+                            "timers armed",         "×"};
     lab_table t;
-    lab_table_init(&t, 8, header);
-    const row *base = find_row(rows, nrows, "lull", "task");
-    for (int i = 0; i < nrows; i++) {
-        const row *rw = &rows[i];
+    lab_table_init(&t, 10, header);
+    for (int i = 0; i < fig->nrows; i++) {
+        const lab_row *rw = &fig->rows[i];
         int r = lab_table_row(&t);
-        lab_table_set(&t, r, 0, "%s", rw->entry->label);
-        if (rw->commits_ms.n == 0) {
-            for (int c = 1; c < 8; c++)
+        lab_table_set(&t, r, 0, "%s", rw->label);
+        lab_table_set(&t, r, 1, "%s", rw->policy);
+        if (rw->v[LV_COMMITS_MS].n == 0) {
+            for (int c = 2; c < 10; c++)
                 lab_table_set(&t, r, c, "%s", rw->failures ? "failed" : "-");
             continue;
         }
-        cell(&t, r, 1, &rw->commits_ms);
-        cell(&t, r, 2, &rw->graph_ms);
-        cell(&t, r, 3, &rw->trip_us);
-        lab_table_set(&t, r, 4, "%.0f + %.0f", rw->commits_frames,
-                      rw->graph_frames);
-        char buf[24];
-        lab_format_value(buf, sizeof buf, median_or_nan(&rw->turns_per_trip));
-        lab_table_set(&t, r, 5, "%s", buf);
-        lab_format_value(buf, sizeof buf, median_or_nan(&rw->timers));
-        lab_table_set(&t, r, 6, "%s", buf);
-        double x = ratio(rw, base);
-        if (isfinite(x)) {
-            lab_table_set(&t, r, 7, "%.3g", x);
-        } else {
-            lab_table_set(&t, r, 7, "-");
+        static const int shown[] = {LV_COMMITS_MS, LV_GRAPH_MS, LV_TRIP_US};
+        for (int k = 0; k < 3; k++) {
+            char buf[LAB_CELL];
+            lab_format_series(buf, sizeof buf, &rw->v[shown[k]]);
+            lab_table_set(&t, r, 2 + k, "%s", buf);
         }
+        lab_table_set(&t, r, 5, "%.0f + %.0f",
+                      lab_row_median(rw, LV_COMMITS_FRAMES),
+                      lab_row_median(rw, LV_GRAPH_FRAMES));
+        char buf[LAB_CELL];
+        lab_table_set(&t, r, 6, "%s",
+                      lab_fmt(buf, lab_row_median(rw, LV_TURNS_PER_TRIP)));
+        lab_table_set(&t, r, 7, "%s",
+                      lab_fmt(buf, lab_row_median(rw, LV_POLLS_PER_TURN)));
+        lab_table_set(&t, r, 8, "%s",
+                      lab_fmt(buf, lab_row_median(rw, LV_TIMERS)));
+        double x = lab_ratio(fig, lab_fig_base_of(fig, rw), rw, LV_COMMITS_MS);
+        lab_table_set(&t, r, 9, "%s", isfinite(x) ? lab_fmt(buf, x) : "-");
     }
-    lab_table_print(&t, stdout);
-    for (int i = 0; i < nrows; i++) {
-        if (rows[i].failures)
-            printf("  note: %s failed %d of %d rounds (%s)\n",
-                   rows[i].entry->label, rows[i].failures, rounds,
-                   strerror(-rows[i].last_error));
-        if (rows[i].skipped && rows[i].commits_ms.n)
-            printf("  note: %s ran %d of %d rounds (a real wait per turn; "
-                   "--quick runs it once)\n",
-                   rows[i].entry->label, rows[i].commits_ms.n, rounds);
-    }
+    lab_table_detail(&t);
+    lab_detail("  × : the row's 100 commits ÷ lull's posted task's with the "
+               "same I/O policy (or lull's default row, for rows that check "
+               "none); polls: epoll calls counted in lull-lab for every C "
+               "row, Node's libuv iterations\n");
+    lab_fig_notes(fig);
 }
 
 /* The transport against the turn, measured side by side each round. */
@@ -447,102 +466,151 @@ static void measure_unit(unit *u, int tries) {
     lab_series_add(&u->ratio, lab_percentile(ratio, (size_t)tries, 0.5));
 }
 
-static void print_targets(const row *rows, int nrows, const unit *u,
-                          lab_json *json) {
-    const row *task = find_row(rows, nrows, "lull", "task");
-    const row *timer0 = find_row(rows, nrows, "lull", "timer0");
-    const row *immediate = find_row(rows, nrows, "node", "setImmediate");
+static void print_targets(const lab_fig *fig, const unit *u, lab_json *json) {
+    const lab_row *task = find_row(fig, "lull", "task");
+    const lab_row *timer0 = find_row(fig, "lull", "timer0");
+    const lab_row *timer0_q1 = find_row(fig, "lull", "timer0_q1");
+    const lab_row *immediate = find_row(fig, "node", "setImmediate");
     double t0_task = ratio(timer0, task);
     double node_t0 = ratio(immediate, timer0);
-    double hop_ns = median_or_nan(&u->hop);
-    double work_ns = task ? median_or_nan(&task->trip_us) * 1000 : NAN;
-    char a[24], b[24], c[LAB_CELL], d[LAB_CELL], e[LAB_CELL], f[24];
-    lab_format_value(a, sizeof a, t0_task);
-    lab_format_value(b, sizeof b, node_t0);
+    double node_q1 = ratio(immediate, timer0_q1);
+    double hop_ns = lab_series_median(&u->hop);
+    double work_ns = lab_row_median(task, LV_TRIP_US) * 1000;
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL], d[LAB_CELL], e[LAB_CELL],
+        f[LAB_CELL];
     lab_format_series(c, sizeof c, &u->ratio);
     lab_format_series(d, sizeof d, &u->trip);
     lab_format_series(e, sizeof e, &u->hop);
-    lab_format_value(f, sizeof f, work_ns / hop_ns);
-    printf("  targets (medians of this run):\n");
-    printf("    100 commits: lull zero-delay timer ÷ posted task   %s   "
-           "(≤ 1.2)\n",
-           a);
-    printf("    100 commits: node setImmediate ÷ lull zero-delay   %s   "
-           "(≥ 10)\n",
-           b);
-    printf("    loopback round trip ÷ two posted-task hops        %s   (≤ 2)\n"
-           "      a frame each way and nothing else: %s ns per round trip; "
-           "posted-task hop %s ns (the `turns` chain's method: one idle "
-           "socket watched, a fresh loop each; medians of short runs, same "
-           "round)\n"
-           "      the commits workload's round trip (three turns, two frames, "
-           "the server's work) is %s hops\n",
-           c, d, e, f);
-    printf("  reference (investigation 1B, a JavaScript runtime): 100 "
-           "commits 34.9 ms with immediates, 943 ms with zero-delay timers; "
-           "24-effect graph, 10 rounds, 141 → 1525 ms for ~560–590 frames\n");
+    lab_detail("  targets (medians of this run):\n");
+    lab_detail("    100 commits: lull zero-delay timer ÷ posted task   %s   "
+               "(≤ 1.2)\n",
+               lab_fmt(a, t0_task));
+    lab_detail("    100 commits: node setImmediate ÷ lull zero-delay, both "
+               "checking I/O every turn   %s   (≥ 10); with lull's default "
+               "policy %s\n",
+               lab_fmt(b, node_q1), lab_fmt(f, node_t0));
+    lab_detail("    loopback round trip ÷ two posted-task hops        %s   "
+               "(≤ 2)\n"
+               "      a frame each way and nothing else: %s ns per round "
+               "trip; posted-task hop %s ns (the `turns` chain's method: one "
+               "idle socket watched, a fresh loop each; medians of short "
+               "runs, same round)\n"
+               "      the commits workload's round trip (three turns, two "
+               "frames, the server's work) is %s hops\n",
+               c, d, e, lab_fmt(f, work_ns / hop_ns));
+    lab_detail("  reference (investigation 1B, a JavaScript runtime): 100 "
+               "commits 34.9 ms with immediates, 943 ms with zero-delay "
+               "timers; 24-effect graph, 10 rounds, 141 → 1525 ms for "
+               "~560–590 frames\n");
     if (!json) return;
     lab_json_key(json, "targets");
     lab_json_begin_object(json);
     lab_json_field(json, "timer0_over_task", t0_task);
     lab_json_field(json, "node_setimmediate_over_lull_timer0", node_t0);
+    lab_json_field(json, "node_setimmediate_over_lull_timer0_every_turn",
+                   node_q1);
     lab_json_end_object(json);
     lab_json_series(json, "lull_task_hop_ns", &u->hop);
     lab_json_series(json, "lull_round_trip_alone_ns", &u->trip);
     lab_json_series(json, "round_trip_over_two_task_hops", &u->ratio);
 }
 
-static void json_rows(lab_json *j, const row *rows, int nrows) {
-    lab_json_key(j, "rows");
-    lab_json_begin_array(j);
-    for (int i = 0; i < nrows; i++) {
-        const row *rw = &rows[i];
-        lab_json_begin_object(j);
-        lab_json_key(j, "implementation");
-        lab_json_string(j, rw->peer->name);
-        lab_json_key(j, "mode");
-        lab_json_string(j, rw->entry->mode);
-        lab_json_key(j, "label");
-        lab_json_string(j, rw->entry->label);
-        lab_json_field(j, "failures", rw->failures);
-        if (rw->commits_ms.n) {
-            lab_json_series(j, "commits_ms", &rw->commits_ms);
-            lab_json_series(j, "graph_ms", &rw->graph_ms);
-            lab_json_series(j, "round_trip_us", &rw->trip_us);
-            lab_json_series(j, "frames", &rw->frames);
-            lab_json_field(j, "commits_frames", rw->commits_frames);
-            lab_json_field(j, "graph_frames", rw->graph_frames);
-            lab_json_series(j, "turns_per_round_trip", &rw->turns_per_trip);
-            lab_json_series(j, "timers_armed", &rw->timers);
-        }
-        lab_json_end_object(j);
+/* ------------------------------------------------------ short, verdict */
+
+static void brief(const lab_fig *fig) {
+    static const struct {
+        const char *peer, *mode;
+    } shown[] = {
+        {"lull", "task"},         {"lull", "timer0"},
+        {"libevent", "active"},   {"lull", "task_q1"},
+        {"lull", "timer0_q1"},    {"libuv", "idle"},
+        {"node", "setImmediate"}, {"node", "setTimeout"},
+    };
+    const char *header[] = {"implementation: turn", "I/O checked", "polls/turn",
+                            "round trip, µs", "×"};
+    lab_table t;
+    lab_table_init(&t, 5, header);
+    for (size_t k = 0; k < sizeof shown / sizeof shown[0]; k++) {
+        const lab_row *r = find_row(fig, shown[k].peer, shown[k].mode);
+        if (!r) continue;
+        int row = lab_table_row(&t);
+        char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL];
+        lab_table_set(&t, row, 0, "%s", r->label);
+        lab_table_set(&t, row, 1, "%s", class_policy[r->cls]);
+        lab_table_set(&t, row, 2, "%s",
+                      lab_fmt(a, lab_row_median(r, LV_POLLS_PER_TURN)));
+        lab_table_set(&t, row, 3, "%s",
+                      lab_fmt(b, lab_row_median(r, LV_TRIP_US)));
+        lab_table_set(&t, row, 4, "%s",
+                      lab_fmt_ratio(c, lab_ratio(fig, lab_fig_base_of(fig, r),
+                                                 r, LV_COMMITS_MS)));
     }
-    lab_json_end_array(j);
+    lab_table_brief(&t, NULL);
 }
 
-static void plot_rows(lab_plot *plot, const row *rows, int nrows) {
-    if (!plot) return;
-    lab_plot_panel(plot, "loopback: 100 sequential commits (wall time)", "ms");
-    for (int i = 0; i < nrows; i++)
-        lab_plot_bar(plot, rows[i].entry->label, &rows[i].commits_ms,
-                     rows[i].peer == &lb_lull);
-    lab_plot_panel(plot, "loopback: 24-effect graph, 10 rounds (wall time)",
-                   "ms");
-    for (int i = 0; i < nrows; i++)
-        lab_plot_bar(plot, rows[i].entry->label, &rows[i].graph_ms,
-                     rows[i].peer == &lb_lull);
+static void verdict(const lab_fig *fig, const unit *u) {
+    char a[LAB_CELL], b[LAB_CELL];
+    lab_verdict *v = lab_verdict_add("C6", 0);
+    if (v && u->ratio.n) {
+        double x = lab_series_median(&u->ratio);
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "loopback trip %s× 2 task hops",
+                 lab_fmt3(a, x));
+        snprintf(v->target, sizeof v->target, "≤ 2× 2 hops");
+        snprintf(v->peer, sizeof v->peer, "–");
+        lab_verdict_spread(v, "trip ÷ hops",
+                           lab_series_max(&u->ratio) /
+                               lab_series_min(&u->ratio));
+        lab_verdict_judge(v, x <= 2);
+    }
+    const lab_row *task = find_row(fig, "lull", "task");
+    const lab_row *timer0 = find_row(fig, "lull", "timer0");
+    const lab_row *timer0_q1 = find_row(fig, "lull", "timer0_q1");
+    const lab_row *node = find_row(fig, "node", "setImmediate");
+    if ((v = lab_verdict_add("loopback", 0)) && task && timer0) {
+        double x = ratio(timer0, task);
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "commits: zero-delay %s× task",
+                 lab_fmt3(a, x));
+        snprintf(v->target, sizeof v->target, "≤ 1.2× task");
+        const lab_row *ev = find_row(fig, "libevent", "active");
+        if (ev)
+            snprintf(
+                v->peer, sizeof v->peer, "libevent 0.5 ms %s",
+                lab_fmt_ratio(b, lab_ratio(fig, timer0, ev, LV_COMMITS_MS)));
+        lab_verdict_judge(v, x <= 1.2);
+    }
+    /* The BRIEF's "≥ 10× Node's setImmediate", at equal policy: Node
+     * checks I/O on every turn, so lull's row here does too; the saving
+     * of lull's default policy beside it. */
+    if ((v = lab_verdict_add("loopback", 1)) && timer0_q1) {
+        if (!node) {
+            snprintf(v->note, sizeof v->note, "Node not found");
+        } else {
+            double x = lab_ratio(fig, timer0_q1, node, LV_COMMITS_MS);
+            v->timing = true;
+            snprintf(v->what, sizeof v->what, "vs Node, I/O every turn: %s",
+                     lab_fmt_ratio(a, x));
+            snprintf(v->target, sizeof v->target, "≥ ×10 setImmediate");
+            snprintf(
+                v->peer, sizeof v->peer, "default policy %s",
+                lab_fmt_ratio(b, lab_ratio(fig, timer0, node, LV_COMMITS_MS)));
+            lab_verdict_judge(v, x >= 10);
+        }
+    }
 }
 
-static int run_loopback(const lab_options *opts, lab_json *json) {
-    lb_params p;
-    set_params(opts, &p);
-    int rounds = lab_rounds(opts, 5, 3);
-    int unit_tries = opts->quick ? 5 : 21;
+static void row_json(const lab_fig *fig, const lab_row *row, lab_json *j) {
+    (void)fig;
+    if (!row) return;
+    const lb_entry *e = row->arg;
+    lab_json_key(j, "mode");
+    lab_json_string(j, e->mode);
+}
 
-    row rows[MAX_ROWS];
-    int nrows = 0;
-    memset(rows, 0, sizeof rows);
-    printf("implementations:");
+/* Every row of every peer that can run, in the table's order. */
+static void add_rows(lab_fig *fig, lab_json *json) {
+    lab_detail("implementations:");
     if (json) {
         lab_json_key(json, "peers");
         lab_json_begin_array(json);
@@ -558,52 +626,80 @@ static int run_loopback(const lab_options *opts, lab_json *json) {
             nskipped++;
             continue;
         }
-        for (int e = 0; e < peer->count && nrows < MAX_ROWS; e++) {
-            rows[nrows].peer = peer;
-            rows[nrows].entry = &peer->entries[e];
-            nrows++;
+        bool lull = peer == &lb_lull;
+        for (int e = 0; e < peer->count; e++) {
+            const lb_entry *en = &peer->entries[e];
+            /* lull's posted task is the base of its class: the default
+             * row, and the quantum_ns = 1 one. */
+            bool base = lull && strncmp(en->mode, "task", 4) == 0;
+            unsigned flags = (lull ? LAB_ROW_LULL : 0) |
+                             (en->slow ? LAB_ROW_SLOW : 0) |
+                             (base ? LAB_ROW_BASE : 0);
+            lab_row *r = lab_fig_add(fig, peer->name, flags, "%s", en->label);
+            if (!r) continue;
+            r->arg = en;
+            r->policy = en->policy;
+            r->cls = en->cls;
         }
     }
-    printf("\n");
+    lab_detail("\n");
     for (int i = 0; i < nskipped; i++)
-        printf("%s\n", skipped[i]);
+        lab_detail("%s\n", skipped[i]);
     if (json) lab_json_end_array(json);
-    printf("client and server on one loopback link, one frame per turn; "
-           "the server refreshes (ACK + fan-out UPDATEs) in a zero-delay "
-           "step after each commit\n"
-           "workloads: %d sequential commits (COMMIT -> refresh -> ACK); a "
-           "graph of %d effects in a tree over %d rounds\n"
-           "%d rounds, rows in turn within each round; median [min–max] over "
-           "rounds; fast rows: each round is the median of %d runs timed one "
-           "by one\n",
-           p.commits, p.effects, p.graph_rounds, rounds,
-           reps_for(opts, &(lb_entry){0}));
+}
+
+static int run_loopback(const lab_options *opts, lab_json *json) {
+    static lctx c;
+    c.opts = opts;
+    set_params(opts, &c.p);
+    int rounds = lab_rounds(opts, 5, 3);
+    int unit_tries = opts->quick ? 5 : 21;
+    lab_fig_spec spec = {"rows",   "loopback",    NULL, cols,
+                         LV_COUNT, LV_COMMITS_MS, 0,    measure,
+                         NULL,     row_json,      &c};
+    lab_fig *fig = lab_fig_new(&spec);
+    if (!fig) return -ENOMEM;
+    add_rows(fig, json);
+    lab_detail("client and server on one loopback link, one frame per turn; "
+               "the server refreshes (ACK + fan-out UPDATEs) in a zero-delay "
+               "step after each commit\n"
+               "workloads: %d sequential commits (COMMIT -> refresh -> ACK); "
+               "a graph of %d effects in a tree over %d rounds\n"
+               "%d rounds, the row that goes first rotating each round; "
+               "median [min–max] over rounds; fast rows: each round is the "
+               "median of %d runs timed one by one\n",
+               c.p.commits, c.p.effects, c.p.graph_rounds, rounds,
+               reps_for(opts, NULL));
 
     unit u;
     memset(&u, 0, sizeof u);
-    uint64_t started = lab_now_ns();
     for (int r = 0; r < rounds; r++) {
         measure_unit(&u, unit_tries);
-        for (int i = 0; i < nrows; i++)
-            run_row(&rows[i], opts, &p, r);
+        lab_fig_round(fig, opts, r);
     }
-    print_table(rows, nrows, rounds);
+    print_table(fig);
     if (json) {
         lab_json_key(json, "params");
         lab_json_begin_object(json);
         lab_json_field(json, "rounds", rounds);
-        lab_json_field(json, "commits", p.commits);
-        lab_json_field(json, "effects", p.effects);
-        lab_json_field(json, "graph_rounds", p.graph_rounds);
-        lab_json_field(json, "fast_reps", reps_for(opts, &(lb_entry){0}));
+        lab_json_field(json, "commits", c.p.commits);
+        lab_json_field(json, "effects", c.p.effects);
+        lab_json_field(json, "graph_rounds", c.p.graph_rounds);
+        lab_json_field(json, "fast_reps", reps_for(opts, NULL));
         lab_json_field(json, "unit_hops", UNIT_HOPS);
         lab_json_field(json, "unit_tries", unit_tries);
         lab_json_end_object(json);
-        json_rows(json, rows, nrows);
+        lab_fig_json(fig, json);
     }
-    print_targets(rows, nrows, &u, json);
-    printf("  (%.1f s)\n", (double)(lab_now_ns() - started) / 1e9);
-    plot_rows(opts->plot, rows, nrows);
+    print_targets(fig, &u, json);
+    lab_detail("  (%.1f s)\n", fig->seconds);
+    brief(fig);
+    verdict(fig, &u);
+    lab_fig_plot(fig, opts->plot, LV_COMMITS_MS,
+                 "loopback: 100 sequential commits (wall time)", "ms");
+    lab_fig_plot(fig, opts->plot, LV_GRAPH_MS,
+                 "loopback: 24-effect graph, 10 rounds (wall time)", "ms");
+    lab_fig_free(fig);
     return 0;
 }
 
@@ -613,4 +709,7 @@ const lab_scenario lab_loopback = {
     "pair, turns by task, zero-delay timer, 1 ms timer; beside Node, "
     "libuv, libev, libevent",
     run_loopback,
+    "loopback (1B): serialized commits over the loopback pair, one frame a "
+    "turn",
+    "C6 loopback",
 };

@@ -44,7 +44,18 @@ typedef struct lb_result {       /* per run of a workload */
     double frames[LB_WORKLOADS]; /* frames delivered */
     double turns[LB_WORKLOADS];  /* turns: deliveries + fan-out steps */
     double timers[LB_WORKLOADS]; /* timers armed */
+    double polls[LB_WORKLOADS];  /* I/O checks: epoll calls of the C rows
+                                    (lab/turns_count.c), Node's libuv
+                                    iterations */
 } lb_result;
+
+/* Classes of rows by their I/O policy: what compares like for like. The
+ * × of a row is taken to lull's row of its class, else of class 0. */
+enum {
+    LB_CLASS_QUANTUM = 0, /* I/O checked once per 0.5 ms of callbacks */
+    LB_CLASS_EVERY_TURN,  /* I/O checked on every turn */
+    LB_CLASS_NO_POLL,     /* no I/O check between turns */
+};
 
 /* Measures both workloads once (p->reps runs each). Returns 0, LB_SKIPPED
  * (not this round), or a negative errno. */
@@ -57,6 +68,8 @@ typedef struct lb_entry {
     lb_fn fn;
     bool slow; /* a real wait per turn: one run per measurement, and with
                   --quick the first round only */
+    const char *policy; /* when the row checks I/O (the table's column) */
+    int cls;            /* LB_CLASS_* */
 } lb_entry;
 
 typedef struct lb_peer {
@@ -145,12 +158,26 @@ struct lb_turn {
 };
 void lb_turn_run(lb_turn *t);
 
+/* A peer's loop as the link drives it: run(loop) runs it until stop(loop),
+ * which the link calls from a turn when the workload is done. Every
+ * peer's loop also watches one idle socket (lb_idle_open), so that its
+ * I/O check is real (libuv skips epoll when it watches no fd): the rows
+ * then differ only in when they check. */
+typedef struct lb_loop {
+    void (*run)(void *loop);
+    void (*stop)(void *loop);
+    void *loop;
+} lb_loop;
+
 /* Measures both workloads over a loopback made of three turns (delivery to
  * the client, to the server, and the server's refresh): p->reps runs each,
- * every run ending when `run(loop)` returns (it runs the peer's loop until
- * nothing is armed). */
+ * every run ending when the workload is done. */
 int lb_link_measure(const lb_params *p, lb_turn *to_client, lb_turn *to_server,
-                    lb_turn *refresh, void (*run)(void *loop), void *loop,
-                    lb_result *out);
+                    lb_turn *refresh, const lb_loop *loop, lb_result *out);
+
+/* A socketpair whose fds[0] a row's loop watches and nobody writes;
+ * 0 or a negative errno. lb_idle_close closes both ends. */
+int lb_idle_open(int fds[2]);
+void lb_idle_close(int fds[2]);
 
 #endif /* LAB_LOOPBACK_H */

@@ -17,6 +17,7 @@
 #include "lab.h"
 #include "loopback.h"
 #include "soak.h"
+#include "turns.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -31,6 +32,37 @@
 enum { MODE_TASK, MODE_TIMER0, MODE_TIMER1 };
 
 #define POOL 256
+
+/* One idle socket a row's loop watches, so its I/O check is real (every
+ * row of the scenario has one). */
+typedef struct idle_fd {
+    lull_io io;
+    int fds[2];
+} idle_fd;
+
+static void never_readable(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+}
+
+static int idle_fd_open(lull_loop *loop, idle_fd *f) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
+                   f->fds) != 0)
+        return -errno;
+    int rc = lull_io_init(loop, &f->io, f->fds[0], never_readable);
+    if (rc == 0) rc = lull_io_start(&f->io, LULL_READABLE);
+    if (rc < 0) {
+        close(f->fds[0]);
+        close(f->fds[1]);
+    }
+    return rc;
+}
+
+static void idle_fd_close(idle_fd *f) {
+    lull_io_stop(&f->io);
+    close(f->fds[0]);
+    close(f->fds[1]);
+}
 
 typedef struct lrun lrun;
 typedef struct vstate vstate;
@@ -51,6 +83,7 @@ typedef struct lend {
 struct lrun {
     lb_work w;
     lull_loop *loop;
+    idle_fd idle; /* watched, unreferenced: never keeps a run going */
     lend end[2];
     lull_task refresh_task;
     lull_timer refresh_timer;
@@ -128,15 +161,23 @@ static int run_once(lrun *r, int wl, const lb_params *p) {
 /* A loop, its loopback pair in `mode`, the frame pool and the refresh
  * step; each end's frames go to `frame_cb`. On success *out is the run
  * (lrun_close frees it). */
-static int lrun_open(lrun **out, int mode, lull_frame_fn frame_cb) {
+static int lrun_open(lrun **out, int mode, uint64_t quantum_ns,
+                     lull_frame_fn frame_cb) {
     lrun *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
     r->mode = mode;
-    int rc = lull_loop_new(&r->loop, NULL);
+    lull_loop_options lo = {.quantum_ns = quantum_ns};
+    int rc = lull_loop_new(&r->loop, &lo);
     if (rc < 0) {
         free(r);
         return rc;
     }
+    if ((rc = idle_fd_open(r->loop, &r->idle)) < 0) {
+        lull_loop_free(r->loop);
+        free(r);
+        return rc;
+    }
+    lull_io_unref(&r->idle.io);
     for (int i = 0; i < POOL; i++) {
         lframe *f = &r->pool[i];
         f->frame = (lull_frame){.bytes = f->bytes, .release = release};
@@ -156,6 +197,7 @@ static int lrun_open(lrun **out, int mode, lull_frame_fn frame_cb) {
     lull_task_init(&r->refresh_task, refresh_task);
     lull_timer_init(r->loop, &r->refresh_timer, refresh_timer);
     if (rc < 0) {
+        idle_fd_close(&r->idle);
         lull_loop_free(r->loop);
         free(r);
         return rc;
@@ -169,19 +211,25 @@ static int lrun_open(lrun **out, int mode, lull_frame_fn frame_cb) {
 static int lrun_close(lrun *r) {
     lull_endpoint_close(&r->end[0].lb.ep, 0);
     lull_endpoint_close(&r->end[1].lb.ep, 0);
+    idle_fd_close(&r->idle);
     int rc = lull_loop_free(r->loop);
     free(r);
     return rc;
 }
 
-static int measure(const lb_params *p, lb_result *out, int mode) {
+/* quantum_ns 0 is lull's default (0.5 ms: I/O checked once per quantum of
+ * busy work); 1 ends a slice after every callback, so the loop checks I/O
+ * on every turn, as the peers' next-iteration callbacks do. */
+static int measure(const lb_params *p, lb_result *out, int mode,
+                   uint64_t quantum_ns) {
     lrun *r;
-    int rc = lrun_open(&r, mode, on_frame);
+    int rc = lrun_open(&r, mode, quantum_ns, on_frame);
     if (rc < 0) return rc;
     for (int wl = 0; wl < LB_WORKLOADS && rc == 0; wl++) {
         /* Repeated rows first run once unmeasured, as the peers do. */
         if (p->reps > 1) rc = run_once(r, wl, p);
         uint64_t turns0 = turns_taken(r);
+        uint64_t polls0 = turns_polls();
         double dur[LB_MAX_REPS];
         int n = 0;
         for (int rep = 0; rep < p->reps && n < LB_MAX_REPS && rc == 0; rep++) {
@@ -190,6 +238,7 @@ static int measure(const lb_params *p, lb_result *out, int mode) {
             dur[n++] = (double)(lab_now_ns() - t0);
         }
         double turns = (double)(turns_taken(r) - turns0) / p->reps;
+        out->polls[wl] = (double)(turns_polls() - polls0) / p->reps;
         out->ms[wl] = lab_percentile(dur, (size_t)n, 0.5) / 1e6;
         out->frames[wl] = (double)r->w.frames;
         out->turns[wl] = turns;
@@ -200,50 +249,29 @@ static int measure(const lb_params *p, lb_result *out, int mode) {
 }
 
 static int task(const lb_params *p, lb_result *out) {
-    return measure(p, out, MODE_TASK);
+    return measure(p, out, MODE_TASK, 0);
 }
 
 static int timer0(const lb_params *p, lb_result *out) {
-    return measure(p, out, MODE_TIMER0);
+    return measure(p, out, MODE_TIMER0, 0);
+}
+
+static int task_every_turn(const lb_params *p, lb_result *out) {
+    return measure(p, out, MODE_TASK, 1);
+}
+
+static int timer0_every_turn(const lb_params *p, lb_result *out) {
+    return measure(p, out, MODE_TIMER0, 1);
 }
 
 static int timer1(const lb_params *p, lb_result *out) {
-    return measure(p, out, MODE_TIMER1);
+    return measure(p, out, MODE_TIMER1, 0);
 }
 
 /* The unit the loopback's round trip is compared with, and the round trip
  * alone, measured the same way: the `turns` chain's method (one idle
  * socket watched, so the loop's I/O check is real), each on a fresh loop,
  * in the same round. */
-typedef struct idle_fd {
-    lull_io io;
-    int fds[2];
-} idle_fd;
-
-static void never_readable(lull_io *io, int events) {
-    (void)io;
-    (void)events;
-}
-
-static int idle_fd_open(lull_loop *loop, idle_fd *f) {
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
-                   f->fds) != 0)
-        return -errno;
-    int rc = lull_io_init(loop, &f->io, f->fds[0], never_readable);
-    if (rc == 0) rc = lull_io_start(&f->io, LULL_READABLE);
-    if (rc < 0) {
-        close(f->fds[0]);
-        close(f->fds[1]);
-    }
-    return rc;
-}
-
-static void idle_fd_close(idle_fd *f) {
-    lull_io_stop(&f->io);
-    close(f->fds[0]);
-    close(f->fds[1]);
-}
-
 typedef struct chain {
     lull_task task;
     lull_loop *loop;
@@ -341,9 +369,16 @@ int lb_lull_round_trip(uint64_t trips, double *ns_per_trip) {
 }
 
 static const lb_entry entries[] = {
-    {"task", "lull: posted task", task, false},
-    {"timer0", "lull: zero-delay timer", timer0, false},
-    {"timer1ms", "lull: 1 ms timer", timer1, true},
+    {"task", "lull: posted task", task, false, "every 0.5 ms (quantum)",
+     LB_CLASS_QUANTUM},
+    {"timer0", "lull: zero-delay timer", timer0, false,
+     "every 0.5 ms (quantum)", LB_CLASS_QUANTUM},
+    {"task_q1", "lull: posted task, quantum_ns = 1", task_every_turn, false,
+     "every turn (quantum_ns 1)", LB_CLASS_EVERY_TURN},
+    {"timer0_q1", "lull: zero-delay timer, quantum_ns = 1", timer0_every_turn,
+     false, "every turn (quantum_ns 1)", LB_CLASS_EVERY_TURN},
+    {"timer1ms", "lull: 1 ms timer", timer1, true, "a real wait each turn",
+     LB_CLASS_QUANTUM},
 };
 
 const lb_peer lb_lull = {
@@ -488,7 +523,7 @@ int lab_loopback_soak(uint64_t *seed, lab_soak_result *out) {
         v->free = f;
     }
     lrun *r;
-    int rc = lrun_open(&r, mode, on_frame_verified);
+    int rc = lrun_open(&r, mode, 0, on_frame_verified);
     if (rc < 0) {
         free(v);
         return rc;

@@ -3,7 +3,9 @@
  * lab/CMakeLists.txt) with `node` from PATH, one process per measurement,
  * and reads the one JSON line it prints. Node is skipped with a line when it
  * is not on PATH. The fast modes first run as many unmeasured runs as they
- * measure, so V8 has compiled the workload (the C rows need one). */
+ * measure, so V8 has compiled the workload (the C rows need one). Its
+ * polls are libuv's iterations (performance.nodeTiming.uvMetricsInfo
+ * .loopCount, one poll each), where this Node has them. */
 #include "lab.h"
 #include "loopback.h"
 
@@ -53,6 +55,8 @@ static int measure(const char *mode, const lb_params *p, lb_result *out) {
         out->turns[w] = field(buf, key);
         snprintf(key, sizeof key, "%s_timers", names[w]);
         out->timers[w] = field(buf, key);
+        snprintf(key, sizeof key, "%s_polls", names[w]);
+        out->polls[w] = field(buf, key); /* NaN where Node cannot say */
         if (!isfinite(out->ms[w]) ||
             out->frames[w] != (double)lb_work_expected_frames(w, p))
             return -EPROTO;
@@ -77,9 +81,12 @@ static bool available(char *why, size_t size) {
 }
 
 static const lb_entry entries[] = {
-    {"setTimeout", "node: setTimeout(0)", set_timeout, true},
-    {"setImmediate", "node: setImmediate", set_immediate, false},
-    {"MessageChannel", "node: MessageChannel", message_channel, false},
+    {"setTimeout", "node: setTimeout(0)", set_timeout, true,
+     "every turn (1 ms clamp)", LB_CLASS_EVERY_TURN},
+    {"setImmediate", "node: setImmediate", set_immediate, false, "every turn",
+     LB_CLASS_EVERY_TURN},
+    {"MessageChannel", "node: MessageChannel", message_channel, false,
+     "every turn", LB_CLASS_EVERY_TURN},
 };
 
 const lb_peer lb_node = {

@@ -1,9 +1,17 @@
 /* lull-lab's entry point: the scenario table, option parsing, the machine
- * header and the JSON document that wraps every scenario's figures.
+ * header, the noise measured around each scenario, the verdict that closes
+ * the run, the exit status, and the JSON document that wraps it all.
  *
  * To add a scenario: declare its lab_scenario in lab/lab.h and list it in
- * `scenarios` below. `all` runs the table in order. */
-#include "lab.h"
+ * `scenarios` below; its `measures` names the verdict lines it adds (its
+ * seed table's id is its own name), so a run without it still says
+ * "not run" on each. `all` runs the table in order.
+ *
+ * Exit status: 0 when every delivered-data check passed, 1 when one
+ * failed or a scenario could not run, 2 for a usage error, 3 with
+ * --strict when a target was missed on a machine quiet enough to judge. */
+#include "engine.h"
+#include "runner.h"
 #include "soak.h"
 
 #include <errno.h>
@@ -14,33 +22,44 @@
 #include <unistd.h>
 
 static const lab_scenario *const scenarios[] = {
-    &lab_turns, &lab_pump, &lab_loopback, &lab_replicate, &lab_serve,
+    &lab_turns,     &lab_pump,  &lab_loopback,
+    &lab_replicate, &lab_serve, &lab_runner,
 };
 #define SCENARIO_COUNT (sizeof scenarios / sizeof scenarios[0])
 
 static void usage(FILE *out) {
     fprintf(out, "usage: lull-lab SCENARIO|all|help [--quick] [--rounds N] "
                  "[--json FILE] [--plot FILE] [--only FIGURE] [--sessions "
-                 "N] [--tcp] [--journal] [--kv PATH]\n\nscenarios:\n");
+                 "N] [--tcp] [--journal] [--aligned] [--kv PATH] "
+                 "[--verbose] [--strict]\n\nscenarios:\n");
     for (size_t i = 0; i < SCENARIO_COUNT; i++)
         fprintf(out, "  %-10s %s\n", scenarios[i]->name,
                 scenarios[i]->description);
     fprintf(out,
             "  %-10s every scenario above, in order\n\n"
             "options:\n"
-            "  --quick     small sizes (`make demo`: all --quick in < 60 s)\n"
+            "  --quick     small sizes (`make demo` runs all --quick)\n"
             "  --rounds N  rounds per figure (default 5, 3 with --quick);\n"
-            "              implementations alternate within each round\n"
+            "              the row that goes first rotates round by round\n"
             "  --json FILE write every figure (median, min, max, rounds)\n"
             "  --only NAME run one figure of the scenario (its JSON key)\n"
             "  --plot FILE write an SVG of every figure (bars: median, "
             "min-max)\n"
-            "  --sessions N  pump: sessions in the main table (default 12)\n"
+            "  --sessions N  pump, runner: sessions in the main table (default "
+            "12)\n"
+            "  --only check  runner: a few runners, every event checked, "
+            "nothing timed\n"
+            "  --aligned   runner: every runner commits in the same instant "
+            "(default: each on its own phase)\n"
             "  --tcp       replicate: TCP loopback instead of Unix sockets\n"
             "  --journal   pump: add the journal variant (--only journal: "
             "it alone)\n"
             "  --kv PATH   serve: the lull-kv to run (default: the one built "
-            "beside lull-lab)\n\n"
+            "beside lull-lab)\n"
+            "  --verbose   every legend and every table (default: one short "
+            "table per scenario and the verdict)\n"
+            "  --strict    exit 3 when a target was missed and the run was "
+            "not marked noisy\n\n"
             "  lull-lab soak [--seconds N] [--seed S] [--only NAME]: the "
             "scenarios again and again at random sizes, every event and "
             "frame checked, RSS and fds watched (lab/soak.c)\n",
@@ -76,9 +95,10 @@ static void machine_notes(const lab_options *opts, lab_json *json) {
     time_t t = time(NULL);
     char when[32];
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-    printf("lull-lab  %s  |  nproc %ld, %s, kernel %s %s  |  %s%s\n", when,
-           nproc, cpu, u.sysname, u.release, opts->quick ? "quick" : "full",
-           opts->rounds > 0 ? " (rounds set)" : "");
+    /* One line, whatever the CPU's name: it is cut to fit 100 columns. */
+    printf("lull-lab %s | %ld CPUs, %.28s | %s %.24s | %s%s\n", when, nproc,
+           cpu, u.sysname, u.release, opts->quick ? "quick" : "full",
+           opts->rounds > 0 ? ", rounds set" : "");
     if (!json) return;
     lab_json_key(json, "machine");
     lab_json_begin_object(json);
@@ -96,6 +116,38 @@ static void machine_notes(const lab_options *opts, lab_json *json) {
     lab_json_bool(json, opts->quick);
 }
 
+/* The contracts every verdict has a line for (README: The contracts). */
+static const char *const contracts[] = {"C1", "C2", "C3", "C4",
+                                        "C5", "C6", "C7", "C8"};
+
+/* A line for every contract and every seed table, "not run" with the
+ * reason when no scenario of this run measured it. */
+static void expect_verdict(const lab_scenario *only) {
+    char why[96];
+    for (size_t c = 0; c < sizeof contracts / sizeof contracts[0]; c++) {
+        const lab_scenario *by = NULL;
+        for (size_t i = 0; i < SCENARIO_COUNT && !by; i++)
+            if (strstr(scenarios[i]->measures, contracts[c])) by = scenarios[i];
+        if (!by)
+            snprintf(why, sizeof why, "no scenario measures it");
+        else if (only && only != by)
+            snprintf(why, sizeof why, "`lull-lab %s` measures it", by->name);
+        else
+            snprintf(why, sizeof why, "%s did not measure it (see above)",
+                     by->name);
+        lab_verdict_expect(contracts[c], why);
+    }
+    for (size_t i = 0; i < SCENARIO_COUNT; i++) {
+        const lab_scenario *s = scenarios[i];
+        if (!strstr(s->measures, s->name)) continue;
+        if (only && only != s)
+            snprintf(why, sizeof why, "`lull-lab %s` reproduces it", s->name);
+        else
+            snprintf(why, sizeof why, "%s did not run (see above)", s->name);
+        lab_verdict_expect(s->name, why);
+    }
+}
+
 static const lab_scenario *find(const char *name) {
     for (size_t i = 0; i < SCENARIO_COUNT; i++)
         if (strcmp(scenarios[i]->name, name) == 0) return scenarios[i];
@@ -103,9 +155,12 @@ static const lab_scenario *find(const char *name) {
 }
 
 int main(int argc, char **argv) {
-    /* The soak has options of its own. */
+    /* The soak has options of its own; a runner child (lab/runner_child.c)
+     * is started by the runner scenario, never by hand. */
     if (argc > 1 && strcmp(argv[1], "soak") == 0)
         return lab_soak_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "runner-child") == 0)
+        return runner_child_main(argc - 1, argv + 1);
     lab_options opts = {.argv0 = argv[0]};
     const char *command = NULL;
     for (int i = 1; i < argc; i++) {
@@ -127,10 +182,16 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "lull-lab: --sessions takes a count >= 1\n");
                 return 2;
             }
+        } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
+            opts.verbose = true;
+        } else if (strcmp(a, "--strict") == 0) {
+            opts.strict = true;
         } else if (strcmp(a, "--tcp") == 0) {
             opts.tcp = true;
         } else if (strcmp(a, "--journal") == 0) {
             opts.journal = true;
+        } else if (strcmp(a, "--aligned") == 0) {
+            opts.aligned = true;
         } else if (strcmp(a, "--kv") == 0 && i + 1 < argc) {
             opts.kv_path = argv[++i];
         } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {
@@ -163,6 +224,7 @@ int main(int argc, char **argv) {
         }
     }
 
+    lab_verbose = opts.verbose;
     /* Tables are read while they print; do not hold them in a buffer. */
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -186,16 +248,26 @@ int main(int argc, char **argv) {
         lab_json_begin_object(json);
     }
 
+    if (!opts.verbose) printf("%s\n", LAB_RATIO_RULE);
     int failed = 0;
+    static lab_noise noise[SCENARIO_COUNT];
     for (size_t i = 0; i < SCENARIO_COUNT; i++) {
         const lab_scenario *s = scenarios[i];
         if (only && s != only) continue;
-        printf("\n=== %s: %s\n", s->name, s->description);
+        if (opts.verbose)
+            printf("\n=== %s: %s\n", s->name, s->description);
+        else
+            printf("\n%s\n", s->title);
+        fflush(stdout);
         if (json) {
             lab_json_key(json, s->name);
             lab_json_begin_object(json);
         }
+        lab_noise_begin(&noise[i]);
+        lab_verdict_begin(s->name);
         int rc = s->run(&opts, json);
+        lab_noise_end(&noise[i]);
+        lab_verdict_end(&noise[i]);
         if (json) lab_json_end_object(json);
         if (rc < 0) {
             fprintf(stderr, "lull-lab: %s failed: %s\n", s->name,
@@ -203,9 +275,20 @@ int main(int argc, char **argv) {
             failed = 1;
         }
     }
-
     if (json) {
         lab_json_end_object(json); /* scenarios */
+        lab_json_key(json, "noise");
+        lab_json_begin_object(json);
+        for (size_t i = 0; i < SCENARIO_COUNT; i++)
+            if (!only || scenarios[i] == only)
+                lab_noise_json(json, scenarios[i]->name, &noise[i]);
+        lab_json_end_object(json);
+    }
+    expect_verdict(only);
+    int strict_misses = lab_verdict_print(json);
+    if (lab_checks_failed() > 0) failed = 1;
+    if (json) {
+        lab_json_field(json, "checks_failed", lab_checks_failed());
         lab_json_end_object(json);
         int rc = lab_json_close(json);
         if (rc < 0) {
@@ -213,7 +296,8 @@ int main(int argc, char **argv) {
                     strerror(-rc));
             return 1;
         }
-        printf("\nfigures written to %s\n", opts.json_path);
+        printf("figures written to %s%s", opts.json_path,
+               opts.plot ? "" : "\n");
     }
     if (opts.plot) {
         int rc = lab_plot_close(opts.plot);
@@ -222,7 +306,9 @@ int main(int argc, char **argv) {
                     strerror(-rc));
             return 1;
         }
-        printf("plot written to %s\n", opts.plot_path);
+        printf("%s%s\n", opts.json_path ? ", plot to " : "plot written to ",
+               opts.plot_path);
     }
-    return failed;
+    if (failed) return 1;
+    return opts.strict && strict_misses > 0 ? 3 : 0;
 }

@@ -1,695 +1,125 @@
 /* The `replicate` scenario (BRIEF §4, investigation 1C): a catch-up sender
- * on a source loop streams a log to replicas over real sockets while the
- * same loop answers pings and publishes its progress.
+ * on a source loop streams a log of ~500-byte records to 1 and 4 replicas
+ * over real sockets while the same loop answers pings and publishes its
+ * progress; the sender yields per record (the investigation's "before",
+ * and the same without the poll) or on lull's quantum (shared and
+ * dedicated). The runs are lab/replicate_run.c; the write cost and the
+ * ping-pong, printed after, lab/replicate_write.c.
  *
- * The source (the calling thread, one lull loop) holds a log of N records
- * of ~500 bytes in 10-record transactions, generated in memory, and listens
- * on a Unix socket (--tcp: TCP on 127.0.0.1). P replicas (1 and 4), each a
- * thread with its own loop, connect, say hello, and apply what arrives:
- * each record's checksum and sequence are verified. A ping client on its
- * own thread sends a small request every 1 ms that the source echoes, and
- * records every round trip. When every replica and the pinger are there,
- * the source starts one producer per replica at cursor 0 and a progress
- * timer (a cursor publication every 10 ms) and measures its own thread CPU
- * until every replica acknowledged the end of the log. With two CPUs or
- * more, the source and the pinger are pinned to one and the replicas to
- * another, so that the source's figures are not its replicas' preemptions;
- * its involuntary context switches are reported beside them. A baseline
- * run with no replicas gives the pinger's round trip on an idle source.
- *
- * Modes (the producer's code is the same; only where it yields differs):
- *   per-record       a yield after every record, taken as a full loop turn
- *                    with I/O polled in between (quantum of 1 ns): what the
- *                    investigation's sender paid; the "before"
- *   per-record post  a posted continuation after every record, on the
- *                    shared quantum: lull's turns are cheap, so this shows
- *                    what a turn costs when it does not poll
- *   budget shared    lull_loop_should_yield per record, 0.5 ms quantum
- *   budget dedicated the same, 2 ms quantum; the "after"
- * Records are sent zero-copy (a lull_frame pointing into the log) through
- * the frame interface; the stream batches them into writev calls.
- *
- * A skip variant filters out 99% of the records, deciding from the
- * record's payload (a filter reads what it filters), so the run is mostly
- * skipped records: the progress timer must still fire on time, which it
- * does only because skips count against the quantum too.
- *
- * Figures: sender CPU (thread CPU time, user + sys), CPU per entry sent (a
- * record to one replica), records/s per replica, total time, ping round
- * trip p50/p99/max during catch-up, progress-timer lateness p99, writev
- * calls and bytes per writev. Then the write cost of one lull_endpoint_send per
- * record and the 64-byte ping-pong (lab/replicate_write.c).
- *
- * lab_replicate_soak (lab/soak.h, for `lull-lab soak`) is one run at
- * random sizes (records, record size, transaction, replicas, mode, skip,
- * transport); the replicas' checks are the scenario's own. */
+ * Each replica count is one of the engine's figures, its modes the rows,
+ * and so is the skip variant (99% of records filtered out: the progress
+ * timer must keep its period) and the idle baseline (the pinger alone:
+ * the machine's scheduling noise, a floor). Every round runs the
+ * baseline, then each figure once, round r starting at mode r mod 4. One
+ * thread (and the runs' replica and pinger threads). */
 #include "replicate.h"
-#include "lab.h"
-#include "soak.h"
 
 #include <errno.h>
-#include <inttypes.h>
-#include <pthread.h>
-#include <sched.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
-#include <lull.h>
-
-#define US 1000ull
-#define MS 1000000ull
-
+/* The values of one run. */
 enum {
-    M_PER_RECORD,
-    M_PER_RECORD_POST,
-    M_BUDGET_SHARED,
-    M_BUDGET_DEDICATED,
-    MODES
+    RV_CPU_S,
+    RV_CPU_PER_ENTRY,
+    RV_RATE,
+    RV_TOTAL_S,
+    RV_PING_P50,
+    RV_PING_P99,
+    RV_PING_MAX,
+    RV_LATE_P99,
+    RV_WRITES_PER_ENTRY,
+    RV_BYTES_PER_WRITEV,
+    RV_PREEMPTIONS,
+    RV_COUNT
 };
-static const char *const mode_key[MODES] = {
-    "per_record", "per_record_post", "budget_shared", "budget_dedicated"};
-static const char *const mode_label[MODES] = {
-    "per-record turn (before)", "per-record post", "budget, shared 0.5 ms",
-    "budget, dedicated 2 ms"};
 
-/* Frames on the wire besides records (records are record_size bytes;
- * control frames are 16, so the length tells them apart). */
-enum { CTL_HELLO = 1, CTL_END = 2, CTL_ACK = 3, CTL_PING = 4 };
-enum { KIND_REPLICA = 1, KIND_PINGER = 2 };
-#define CTL_LEN 16
+static const lab_col cols[RV_COUNT] = {
+    {"sender_cpu_s", "sender CPU s", 0},
+    {"cpu_per_entry_us", "CPU / entry µs", 0},
+    {"rate_per_replica", "records/s / replica", LAB_COL_RATE},
+    {"total_s", "total s", 0},
+    {"ping_p50_us", "ping p50 µs", 0},
+    {"ping_p99_us", "ping p99 µs", 0},
+    {"ping_max_us", "ping max µs", 0},
+    {"progress_late_p99_us", "progress late p99 µs", 0},
+    {"writev_per_entry", "writev / entry", 0},
+    {"bytes_per_writev", "B / writev", 0},
+    {"source_preemptions", "preemptions", 0},
+};
 
-/* A record's head; the payload fills the rest of record_size. */
-typedef struct rec_head {
-    uint64_t seq;
-    uint32_t txn;
-    uint32_t len; /* payload bytes */
-    uint64_t sum; /* checksum of the payload */
-} rec_head;
+typedef struct rctx {
+    const params *p;
+    const log_store *log;
+    int replicas;
+    bool skip;
+    int *serial; /* shared by every figure: socket names apart */
+    uint64_t pings[MODES];
+    int bad[MODES];
+} rctx;
 
-/* Frames one sender may have in flight: records written inside
- * lull_endpoint_send are released at the next flush point, so the ring must
- * cover what a 2 ms slice sends (about 10,000 records at 0.2 us each) with room
- * left. */
-#define RING 16384
-/* Skip variant: keep 1 record in this many. */
-#define SKIP_KEEP 100
-/* Ping and progress-sample arrays: enough for a 20-minute run. */
-#define SAMPLES_CAP (1200 * 1000)
-
-typedef struct params {
-    int records;
-    int txn;         /* records per transaction */
-    int record_size; /* bytes, head included */
-    int replicas[2];
-    int rounds;
-    bool tcp;
-    uint64_t ping_ns;
-    uint64_t progress_ns;
-    uint64_t idle_ns; /* the idle baseline's length */
-} params;
-
-typedef struct log_store {
-    unsigned char *bytes;
-    int records;
-    int size;
-    int kept; /* records the skip filter keeps */
-} log_store;
-
-/* ---------------------------------------------------------------- log */
-
-static uint64_t payload_sum(const unsigned char *p, size_t n) {
-    uint64_t s = 0x243f6a8885a308d3ull;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        s = (s ^ w) * 0x100000001b3ull;
+static int measure(lab_fig *fig, lab_row *row, int round, double *v) {
+    (void)round;
+    rctx *c = fig->ctx;
+    int mode = (int)row->tag;
+    result res;
+    int rc = rep_run_once(c->p, c->log, mode, c->replicas, c->skip,
+                          (*c->serial)++, &res);
+    if (rc < 0) return rc;
+    if (res.bad) {
+        c->bad[mode] += res.bad;
+        lab_check_failed("replicate, %d replicas, %s: %s", c->replicas,
+                         rep_mode_label[mode], res.why);
     }
-    for (; i < n; i++)
-        s = (s ^ p[i]) * 0x100000001b3ull;
-    return s;
-}
-
-/* The skip filter: decides from the payload, as a filter that must decode
- * a record to know whether a replica wants it. */
-static bool keep_record(const unsigned char *rec, int size) {
-    return payload_sum(rec + sizeof(rec_head),
-                       (size_t)size - sizeof(rec_head)) %
-               SKIP_KEEP ==
-           0;
-}
-
-static int log_make(log_store *l, const params *p) {
-    l->records = p->records;
-    l->size = p->record_size;
-    l->bytes = malloc((size_t)p->records * (size_t)p->record_size);
-    if (!l->bytes) return -ENOMEM;
-    uint64_t seed = 0x9E3779B97F4A7C15ull;
-    l->kept = 0;
-    for (int i = 0; i < p->records; i++) {
-        unsigned char *r = l->bytes + (size_t)i * (size_t)p->record_size;
-        size_t len = (size_t)p->record_size - sizeof(rec_head);
-        for (size_t k = 0; k < len; k += 8) {
-            uint64_t v = lab_rand(&seed);
-            memcpy(r + sizeof(rec_head) + k, &v, len - k < 8 ? len - k : 8);
-        }
-        rec_head h = {.seq = (uint64_t)i,
-                      .txn = (uint32_t)(i / p->txn),
-                      .len = (uint32_t)len,
-                      .sum = payload_sum(r + sizeof(rec_head), len)};
-        memcpy(r, &h, sizeof h);
-        if (keep_record(r, p->record_size)) l->kept++;
-    }
+    c->pings[mode] += res.pings;
+    v[RV_CPU_S] = res.cpu_s;
+    v[RV_CPU_PER_ENTRY] = res.cpu_per_entry_us;
+    v[RV_RATE] = res.rate;
+    v[RV_TOTAL_S] = res.total_s;
+    v[RV_PING_P50] = res.ping_p50;
+    v[RV_PING_P99] = res.ping_p99;
+    v[RV_PING_MAX] = res.ping_max;
+    v[RV_LATE_P99] = res.late_p99;
+    v[RV_WRITES_PER_ENTRY] = res.writes_per_record;
+    v[RV_BYTES_PER_WRITEV] = res.bytes_per_writev;
+    v[RV_PREEMPTIONS] = res.preemptions;
     return 0;
 }
 
-/* -------------------------------------------------------- control frames */
-
-static void ctl_pack(unsigned char *b, uint32_t type, uint32_t a, uint64_t v) {
-    memset(b, 0, CTL_LEN);
-    memcpy(b, &type, 4);
-    memcpy(b + 4, &a, 4);
-    memcpy(b + 8, &v, 8);
-}
-
-static uint32_t ctl_type(const void *b) {
-    uint32_t t;
-    memcpy(&t, b, 4);
-    return t;
-}
-
-static void ctl_send(lull_endpoint *ep, uint32_t type, uint32_t a, uint64_t v) {
-    unsigned char b[CTL_LEN];
-    ctl_pack(b, type, a, v);
-    lull_endpoint_send_copy(ep, b, CTL_LEN);
-}
-
-/* ----------------------------------------------------------- one run */
-
-typedef struct run run;
-
-typedef struct ring_frame {
-    lull_frame frame;
-    struct conn *conn;
-} ring_frame;
-
-/* One accepted connection at the source: a replica's sender, or the
- * pinger's, told apart by the hello. */
-typedef struct conn {
-    lull_stream s;
-    lull_task task; /* the producer */
-    run *run;
-    int kind;
-    int id;
-    int cursor; /* next record to look at */
-    uint64_t sent;
-    ring_frame *ring;
-    uint64_t ring_next;
-    bool starved;  /* waits for a ring frame: its release posts us */
-    bool finished; /* the END marker is queued */
-    bool acked;
-    lull_frame end;
-    unsigned char end_bytes[CTL_LEN];
-} conn;
-
-struct run {
-    const params *p;
-    const log_store *log;
-    int mode;
-    int replicas;
-    bool skip;
-    lull_loop *loop;
-    lull_server srv;
-    char path[96];
-    int port;
-    conn *conns; /* replicas + 1 */
-    int accepted;
-    int hellos;
-    int acks;
-    lull_timer progress;
-    lull_timer idle_end; /* the idle baseline (no replicas) ends here */
-    double *late;        /* progress-timer lateness samples, us */
-    size_t nlate;
-    uint64_t t_start, t_end, cpu_start, cpu_end;
-    uint64_t preempt_start, preempt_end; /* involuntary switches */
-    uint64_t published; /* the cursor the progress timer publishes */
-    int failed;         /* a negative errno, or a verification failure */
-};
-
-/* Figures of one run. */
-typedef struct result {
-    double cpu_s;
-    double cpu_per_entry_us;
-    double rate;
-    double total_s;
-    double ping_p50, ping_p99, ping_max;
-    double late_p99;
-    double writes_per_record;
-    double bytes_per_writev;
-    double preemptions; /* of the source thread during the catch-up */
-    uint64_t pings;
-    uint64_t entries;
-    uint64_t received; /* records the replicas received and checked */
-    int bad;
-    char why[160]; /* the first replica found wrong, when bad */
-} result;
-
-static void ring_release(lull_frame *f) {
-    conn *c = ((ring_frame *)(void *)f)->conn;
-    if (c->starved) {
-        c->starved = false;
-        lull_task_post(c->run->loop, &c->task);
-    }
-}
-
-static bool per_record(const run *r) {
-    return r->mode == M_PER_RECORD || r->mode == M_PER_RECORD_POST;
-}
-
-/* The catch-up sender: one record (sent or skipped) per step. */
-static void produce(lull_task *t) {
-    conn *c = LULL_CONTAINER_OF(t, conn, task);
-    run *r = c->run;
-    const log_store *log = r->log;
-    while (c->cursor < log->records) {
-        if (!lull_endpoint_writable(&c->s.ep)) return; /* on_drain posts us */
-        const unsigned char *rec =
-            log->bytes + (size_t)c->cursor * (size_t)log->size;
-        if (!r->skip || keep_record(rec, log->size)) {
-            ring_frame *rf = &c->ring[c->ring_next % RING];
-            if (rf->frame.in_flight) {
-                c->starved = true;
-                return;
-            }
-            c->ring_next++;
-            rf->frame.bytes = rec;
-            rf->frame.len = (size_t)log->size;
-            if (lull_endpoint_send(&c->s.ep, &rf->frame) < 0) return;
-            c->sent++;
-        }
-        c->cursor++;
-        if (per_record(r) || lull_loop_should_yield(r->loop)) {
-            lull_task_post(r->loop, t);
-            return;
-        }
-    }
-    if (!c->finished) {
-        c->finished = true;
-        ctl_pack(c->end_bytes, CTL_END, 0, c->sent);
-        c->end = (lull_frame){.bytes = c->end_bytes, .len = CTL_LEN};
-        lull_endpoint_send(&c->s.ep, &c->end);
-    }
-}
-
-static void on_drain(lull_endpoint *ep) {
-    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
-    if (c->kind == KIND_REPLICA && !c->finished)
-        lull_task_post(c->run->loop, &c->task);
-}
-
-static void progress_tick(lull_timer *t) {
-    run *r = LULL_CONTAINER_OF(t, run, progress);
-    uint64_t now = lull_loop_now_exact(r->loop);
-    uint64_t due = lull_timer_deadline(t) - r->p->progress_ns;
-    if (r->nlate < SAMPLES_CAP)
-        r->late[r->nlate++] = now > due ? (double)(now - due) / 1e3 : 0;
-    /* The publication: the slowest replica's cursor. */
-    uint64_t min = UINT64_MAX;
-    for (int i = 0; i < r->replicas + 1; i++)
-        if (r->conns[i].kind == KIND_REPLICA &&
-            (uint64_t)r->conns[i].cursor < min)
-            min = (uint64_t)r->conns[i].cursor;
-    r->published = min;
-}
-
-static uint64_t involuntary_switches(void) {
-    struct rusage ru;
-    if (getrusage(RUSAGE_THREAD, &ru) != 0) return 0;
-    return (uint64_t)ru.ru_nivcsw;
-}
-
-static void start_catchup(run *r) {
-    r->preempt_start = involuntary_switches();
-    r->t_start = lab_now_ns();
-    r->cpu_start = lab_thread_cpu_ns();
-    for (int i = 0; i < r->replicas + 1; i++) {
-        conn *c = &r->conns[i];
-        c->s.writes = 0;
-        c->s.bytes_written = 0;
-        if (c->kind == KIND_REPLICA) lull_task_post(r->loop, &c->task);
-    }
-    lull_timer_start(&r->progress, r->p->progress_ns, r->p->progress_ns);
-    if (r->replicas == 0) lull_timer_start(&r->idle_end, r->p->idle_ns, 0);
-}
-
-static void finish_catchup(run *r) {
-    r->cpu_end = lab_thread_cpu_ns();
-    r->t_end = lab_now_ns();
-    r->preempt_end = involuntary_switches();
-    lull_timer_stop(&r->progress);
-    lull_server_close(&r->srv);
-    for (int i = 0; i < r->replicas + 1; i++)
-        lull_endpoint_close(&r->conns[i].s.ep, 0);
-}
-
-static void idle_over(lull_timer *t) {
-    finish_catchup(LULL_CONTAINER_OF(t, run, idle_end));
-}
-
-static void source_frame(lull_endpoint *ep, const void *b, size_t n) {
-    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
-    run *r = c->run;
-    if (n != CTL_LEN) {
-        r->failed = -EPROTO;
+static void row_json(const lab_fig *fig, const lab_row *row, lab_json *j) {
+    const rctx *c = fig->ctx;
+    if (!row) {
+        lab_json_field(j, "replicas", c->replicas);
+        lab_json_key(j, "skip");
+        lab_json_bool(j, c->skip);
         return;
     }
-    uint32_t type = ctl_type(b), a;
-    memcpy(&a, (const char *)b + 4, 4);
-    if (type == CTL_PING) {
-        lull_endpoint_send_copy(ep, b, n); /* the answer */
-    } else if (type == CTL_HELLO) {
-        c->kind = (int)a;
-        if (++r->hellos == r->replicas + 1) start_catchup(r);
-    } else if (type == CTL_ACK && !c->acked) {
-        c->acked = true;
-        if (++r->acks == r->replicas) finish_catchup(r);
-    }
+    int m = (int)row->tag;
+    lab_json_key(j, "mode");
+    lab_json_string(j, rep_mode_key[m]);
+    lab_json_field(j, "pings", (double)c->pings[m]);
+    lab_json_field(j, "verification_failures", c->bad[m]);
 }
 
-static void source_close(lull_endpoint *ep, int reason) {
-    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
-    if (!c->acked && c->kind == KIND_REPLICA)
-        c->run->failed = reason ? reason : -EPIPE;
-}
-
-static void source_accept(lull_server *srv) {
-    run *r = LULL_CONTAINER_OF(srv, run, srv);
-    if (r->accepted == r->replicas + 1) return; /* not ours: closed */
-    conn *c = &r->conns[r->accepted];
-    lull_stream_options o = {0};
-    if (lull_server_accept(srv, &c->s, &o) < 0) {
-        r->failed = -EIO;
-        return;
+/* A figure of every mode (or, modes == 0, the idle baseline's one row). */
+static lab_fig *new_fig(rctx *c, const char *key, int modes) {
+    lab_fig_spec spec = {key, "replicate", NULL, cols,     RV_COUNT, -1,
+                         0,   measure,     NULL, row_json, c};
+    lab_fig *fig = lab_fig_new(&spec);
+    if (!fig) return NULL;
+    if (modes == 0) {
+        lab_fig_add(fig, "floor", LAB_ROW_FLOOR, "the source idle")->tag =
+            M_BUDGET_SHARED;
+        return fig;
     }
-    c->run = r;
-    c->id = r->accepted++;
-    lull_task_init(&c->task, produce);
-    for (int k = 0; k < RING; k++) {
-        c->ring[k].frame = (lull_frame){.release = ring_release};
-        c->ring[k].conn = c;
-    }
-    lull_endpoint_set_callbacks(&c->s.ep, source_frame, on_drain, source_close);
-}
-
-/* ------------------------------------------------------------ replicas */
-
-typedef struct replica {
-    pthread_t thread;
-    run *run;
-    lull_loop *loop;
-    lull_stream s;
-    uint64_t expect; /* the next sequence number it may accept */
-    uint64_t got;
-    uint64_t bad;
-    bool kind_pinger;
-    int cpu; /* pinned to it, or -1 */
-    /* pinger */
-    lull_timer tick;
-    double *rtt;  /* us */
-    uint64_t *at; /* send time, ns */
-    size_t nrtt;
-    int connect_status;
-} replica;
-
-static void replica_frame(lull_endpoint *ep, const void *b, size_t n) {
-    replica *rp = LULL_CONTAINER_OF(ep, replica, s.ep);
-    const run *r = rp->run;
-    if (n == CTL_LEN) {
-        if (ctl_type(b) == CTL_END) ctl_send(ep, CTL_ACK, 0, rp->got);
-        return;
-    }
-    const unsigned char *rec = b;
-    rec_head h;
-    memcpy(&h, rec, sizeof h);
-    bool ok = n == (size_t)r->log->size && h.len == n - sizeof h &&
-              h.seq >= rp->expect &&
-              payload_sum(rec + sizeof h, h.len) == h.sum;
-    if (ok && !r->skip) ok = h.seq == rp->expect;
-    if (ok && r->skip) ok = keep_record(rec, (int)n);
-    if (!ok) rp->bad++;
-    rp->expect = h.seq + 1;
-    rp->got++;
-}
-
-static void pinger_frame(lull_endpoint *ep, const void *b, size_t n) {
-    replica *rp = LULL_CONTAINER_OF(ep, replica, s.ep);
-    uint64_t now = lab_now_ns(), sent;
-    if (n != CTL_LEN || ctl_type(b) != CTL_PING) return;
-    memcpy(&sent, (const char *)b + 8, 8);
-    if (rp->nrtt < SAMPLES_CAP) {
-        rp->at[rp->nrtt] = sent;
-        rp->rtt[rp->nrtt++] = (double)(now - sent) / 1e3;
-    }
-}
-
-static void pinger_tick(lull_timer *t) {
-    replica *rp = LULL_CONTAINER_OF(t, replica, tick);
-    ctl_send(&rp->s.ep, CTL_PING, 0, lab_now_ns());
-}
-
-static void replica_close(lull_endpoint *ep, int reason) {
-    (void)reason;
-    replica *rp = LULL_CONTAINER_OF(ep, replica, s.ep);
-    if (rp->kind_pinger) lull_timer_stop(&rp->tick);
-}
-
-static void replica_connected(lull_stream *s, int status) {
-    replica *rp = LULL_CONTAINER_OF(s, replica, s);
-    rp->connect_status = status;
-    if (status < 0) {
-        if (rp->kind_pinger) lull_timer_stop(&rp->tick);
-        return;
-    }
-    lull_endpoint_set_callbacks(&s->ep,
-                                rp->kind_pinger ? pinger_frame : replica_frame,
-                                NULL, replica_close);
-    ctl_send(&s->ep, CTL_HELLO, rp->kind_pinger ? KIND_PINGER : KIND_REPLICA,
-             0);
-    if (rp->kind_pinger)
-        lull_timer_start(&rp->tick, rp->run->p->ping_ns, rp->run->p->ping_ns);
-}
-
-static void *replica_main(void *arg) {
-    replica *rp = arg;
-    const run *r = rp->run;
-    if (rp->cpu >= 0) lab_pin_cpu(rp->cpu);
-    lull_loop_options lo = {.role = LULL_ROLE_DEDICATED};
-    if (lull_loop_new(&rp->loop, &lo) < 0) {
-        rp->connect_status = -ENOMEM;
-        return NULL;
-    }
-    /* A big read buffer: a replica takes what the socket holds in one go. */
-    lull_stream_options o = {.read_size = 256 << 10};
-    if (rp->kind_pinger) lull_timer_init(rp->loop, &rp->tick, pinger_tick);
-    int rc = r->p->tcp ? lull_stream_connect_tcp(rp->loop, &rp->s, "127.0.0.1",
-                                                 r->port, &o, replica_connected)
-                       : lull_stream_connect_unix(rp->loop, &rp->s, r->path, &o,
-                                                  replica_connected);
-    if (rc < 0) {
-        rp->connect_status = rc;
-    } else {
-        lull_loop_run(rp->loop, LULL_RUN_DEFAULT);
-    }
-    lull_loop_free(rp->loop);
-    return NULL;
-}
-
-/* ------------------------------------------------------------- a run */
-
-static int loop_for_mode(int mode, lull_loop **loop) {
-    lull_loop_options o = {0};
-    switch (mode) {
-    case M_PER_RECORD:
-        /* Every callback spends the slice: each continuation is a loop
-         * turn with a poll before it, as the investigation's were. */
-        o.quantum_ns = 1;
-        break;
-    case M_BUDGET_DEDICATED:
-        o.role = LULL_ROLE_DEDICATED;
-        break;
-    default:
-        o.role = LULL_ROLE_SHARED;
-    }
-    return lull_loop_new(loop, &o);
-}
-
-/* The next CPU this process may use after `first`, or -1. */
-static int second_cpu(int first) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
-    for (int cpu = first + 1; cpu < CPU_SETSIZE; cpu++)
-        if (CPU_ISSET(cpu, &set)) return cpu;
-    return -1;
-}
-
-static int run_once(const params *p, const log_store *log, int mode,
-                    int replicas, bool skip, int serial, result *out) {
-    memset(out, 0, sizeof *out);
-    run *r = calloc(1, sizeof *r);
-    replica *reps = calloc((size_t)replicas + 1, sizeof *reps);
-    if (!r || !reps) {
-        free(r);
-        free(reps);
-        return -ENOMEM;
-    }
-    r->p = p;
-    r->log = log;
-    r->mode = mode;
-    r->replicas = replicas;
-    r->skip = skip;
-    r->conns = calloc((size_t)replicas + 1, sizeof *r->conns);
-    r->late = malloc(SAMPLES_CAP * sizeof *r->late);
-    int rc = r->conns && r->late ? 0 : -ENOMEM;
-    for (int i = 0; rc == 0 && i < replicas + 1; i++) {
-        r->conns[i].ring = calloc(RING, sizeof(ring_frame));
-        if (!r->conns[i].ring) rc = -ENOMEM;
-    }
-    reps[replicas].kind_pinger = true;
-    reps[replicas].rtt = malloc(SAMPLES_CAP * sizeof(double));
-    reps[replicas].at = malloc(SAMPLES_CAP * sizeof(uint64_t));
-    if (!reps[replicas].rtt || !reps[replicas].at) rc = -ENOMEM;
-    if (rc == 0) rc = loop_for_mode(mode, &r->loop);
-    if (rc == 0) {
-        lull_timer_init(r->loop, &r->progress, progress_tick);
-        lull_timer_init(r->loop, &r->idle_end, idle_over);
-        if (p->tcp) {
-            rc = lull_server_listen_tcp(r->loop, &r->srv, "127.0.0.1", 0, 64,
-                                        source_accept);
-            if (rc == 0) r->port = lull_server_port(&r->srv);
-        } else {
-            snprintf(r->path, sizeof r->path, "@lull-lab-replicate-%d-%d",
-                     (int)getpid(), serial);
-            rc = lull_server_listen_unix(r->loop, &r->srv, r->path, 64,
-                                         source_accept);
-        }
-    }
-    /* The source and the pinger share one CPU, the replicas the other: the
-     * source's figures are then its own, not its replicas' preemptions. */
-    cpu_set_t saved;
-    bool pinned = false;
-    int c0 = lab_first_cpu(), c1 = second_cpu(c0);
-    if (c1 >= 0 &&
-        pthread_getaffinity_np(pthread_self(), sizeof saved, &saved) == 0)
-        pinned = lab_pin_cpu(c0) == 0;
-    int started = 0;
-    for (int i = 0; rc == 0 && i < replicas + 1; i++) {
-        reps[i].run = r;
-        reps[i].cpu = !pinned ? -1 : reps[i].kind_pinger ? c0 : c1;
-        if (pthread_create(&reps[i].thread, NULL, replica_main, &reps[i]) != 0)
-            rc = -EAGAIN;
-        else
-            started++;
-    }
-    if (rc == 0) rc = lull_loop_run(r->loop, LULL_RUN_DEFAULT);
-    if (rc < 0 && r->loop) {
-        /* Could not start: close what is open so the threads end, and
-         * run the close callbacks (later turns) so the loop can be freed. */
-        lull_server_close(&r->srv);
-        for (int i = 0; i < r->accepted; i++)
-            lull_endpoint_close(&r->conns[i].s.ep, 0);
-        lull_loop_settle(r->loop);
-    }
-    for (int i = 0; i < started; i++)
-        pthread_join(reps[i].thread, NULL);
-    if (pinned) pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
-
-    if (rc == 0 && (r->failed || r->acks != replicas))
-        rc = r->failed ? r->failed : -EPIPE;
-    for (int i = 0; rc == 0 && i < replicas + 1; i++)
-        if (reps[i].connect_status < 0) rc = reps[i].connect_status;
-    if (rc == 0) {
-        uint64_t entries = 0, writes = 0, bytes = 0;
-        for (int i = 0; i < replicas + 1; i++) {
-            conn *c = &r->conns[i];
-            if (c->kind != KIND_REPLICA) continue;
-            entries += c->sent;
-            writes += c->s.writes;
-            bytes += c->s.bytes_written;
-        }
-        uint64_t want = (uint64_t)(skip ? log->kept : log->records);
-        for (int i = 0; i < replicas; i++) {
-            if ((reps[i].bad || reps[i].got != want) && !out->bad)
-                snprintf(out->why, sizeof out->why,
-                         "replica %d: %" PRIu64 " records received of %" PRIu64
-                         ", %" PRIu64 " out of sequence or corrupt",
-                         i, reps[i].got, want, reps[i].bad);
-            out->bad += (int)reps[i].bad;
-            if (reps[i].got != want) out->bad++;
-            out->received += reps[i].got - reps[i].bad;
-        }
-        out->entries = entries;
-        out->cpu_s = (double)(r->cpu_end - r->cpu_start) / 1e9;
-        out->total_s = (double)(r->t_end - r->t_start) / 1e9;
-        out->cpu_per_entry_us = entries ? (double)(r->cpu_end - r->cpu_start) /
-                                              1e3 / (double)entries
-                                        : 0;
-        out->rate = out->total_s > 0 ? (double)log->records / out->total_s : 0;
-        out->writes_per_record = entries ? (double)writes / (double)entries : 0;
-        out->bytes_per_writev = writes ? (double)bytes / (double)writes : 0;
-        out->preemptions = (double)(r->preempt_end - r->preempt_start);
-        /* Pings sent during the catch-up only. */
-        replica *pg = &reps[replicas];
-        size_t k = 0;
-        for (size_t i = 0; i < pg->nrtt; i++)
-            if (pg->at[i] >= r->t_start && pg->at[i] < r->t_end)
-                pg->rtt[k++] = pg->rtt[i];
-        out->pings = k;
-        out->ping_p50 = lab_percentile(pg->rtt, k, 0.5);
-        out->ping_p99 = lab_percentile(pg->rtt, k, 0.99);
-        out->ping_max = lab_percentile(pg->rtt, k, 1.0);
-        out->late_p99 = lab_percentile(r->late, r->nlate, 0.99);
-    }
-    if (r->loop) {
-        lull_server_close(&r->srv);
-        lull_loop_free(r->loop);
-    }
-    for (int i = 0; i < replicas + 1; i++)
-        if (r->conns) free(r->conns[i].ring);
-    free(reps[replicas].rtt);
-    free(reps[replicas].at);
-    free(r->conns);
-    free(r->late);
-    free(r);
-    free(reps);
-    return rc;
+    for (int m = 0; m < modes; m++)
+        lab_fig_add(fig, "lull", LAB_ROW_LULL, "%s", rep_mode_label[m])->tag =
+            m;
+    return fig;
 }
 
 /* -------------------------------------------------------------- output */
-
-typedef struct figures {
-    lab_series cpu_s, cpu_per_entry, rate, total_s, ping_p50, ping_p99,
-        ping_max, late_p99, writes_per_record, bytes_per_writev, preemptions;
-    uint64_t pings;
-    int bad;
-} figures;
-
-static void add_result(figures *f, const result *r) {
-    lab_series_add(&f->cpu_s, r->cpu_s);
-    lab_series_add(&f->cpu_per_entry, r->cpu_per_entry_us);
-    lab_series_add(&f->rate, r->rate);
-    lab_series_add(&f->total_s, r->total_s);
-    lab_series_add(&f->ping_p50, r->ping_p50);
-    lab_series_add(&f->ping_p99, r->ping_p99);
-    lab_series_add(&f->ping_max, r->ping_max);
-    lab_series_add(&f->late_p99, r->late_p99);
-    lab_series_add(&f->writes_per_record, r->writes_per_record);
-    lab_series_add(&f->bytes_per_writev, r->bytes_per_writev);
-    lab_series_add(&f->preemptions, r->preemptions);
-    f->pings += r->pings;
-    f->bad += r->bad;
-}
 
 static void cell(lab_table *t, int row, int col, const lab_series *s) {
     char buf[LAB_CELL];
@@ -697,46 +127,11 @@ static void cell(lab_table *t, int row, int col, const lab_series *s) {
     lab_table_set(t, row, col, "%s", buf);
 }
 
-static void json_figures(lab_json *j, const char *key, int mode, int replicas,
-                         bool skip, const figures *f) {
-    lab_json_key(j, key);
-    lab_json_begin_object(j);
-    lab_json_key(j, "mode");
-    lab_json_string(j, mode_key[mode]);
-    lab_json_field(j, "replicas", replicas);
-    lab_json_key(j, "skip");
-    lab_json_bool(j, skip);
-    lab_json_series(j, "sender_cpu_s", &f->cpu_s);
-    lab_json_series(j, "cpu_per_entry_us", &f->cpu_per_entry);
-    lab_json_series(j, "rate_per_replica", &f->rate);
-    lab_json_series(j, "total_s", &f->total_s);
-    lab_json_series(j, "ping_p50_us", &f->ping_p50);
-    lab_json_series(j, "ping_p99_us", &f->ping_p99);
-    lab_json_series(j, "ping_max_us", &f->ping_max);
-    lab_json_series(j, "progress_late_p99_us", &f->late_p99);
-    lab_json_series(j, "writev_per_entry", &f->writes_per_record);
-    lab_json_series(j, "bytes_per_writev", &f->bytes_per_writev);
-    lab_json_series(j, "source_preemptions", &f->preemptions);
-    lab_json_field(j, "pings", (double)f->pings);
-    lab_json_field(j, "verification_failures", f->bad);
-    lab_json_end_object(j);
+static double med(const lab_fig *fig, int mode, int v) {
+    return lab_row_median(&fig->rows[mode], v);
 }
 
-static void set_params(const lab_options *opts, params *p) {
-    memset(p, 0, sizeof *p);
-    p->records = opts->quick ? 50000 : 1000000;
-    p->txn = 10;
-    p->record_size = 500;
-    p->replicas[0] = 1;
-    p->replicas[1] = 4;
-    p->rounds = lab_rounds(opts, 3, 1);
-    p->tcp = opts->tcp;
-    p->ping_ns = 1 * MS;
-    p->progress_ns = 10 * MS;
-    p->idle_ns = (opts->quick ? 300 : 1000) * MS;
-}
-
-static void print_table(const params *p, figures f[2][MODES]) {
+static void print_table(const params *p, lab_fig *const f[2]) {
     const char *header[] = {"replicas, mode",       "CPU / entry µs",
                             "sender CPU s",         "records/s / replica",
                             "ping p50 / p99 µs",    "ping max µs",
@@ -745,191 +140,313 @@ static void print_table(const params *p, figures f[2][MODES]) {
     lab_table_init(&t, 8, header);
     for (int k = 0; k < 2; k++) {
         for (int m = 0; m < MODES; m++) {
-            figures *x = &f[k][m];
+            const lab_row *x = &f[k]->rows[m];
             int row = lab_table_row(&t);
-            lab_table_set(&t, row, 0, "%d, %s", p->replicas[k], mode_label[m]);
-            cell(&t, row, 1, &x->cpu_per_entry);
-            cell(&t, row, 2, &x->cpu_s);
-            cell(&t, row, 3, &x->rate);
+            lab_table_set(&t, row, 0, "%d, %s", p->replicas[k],
+                          rep_mode_label[m]);
+            cell(&t, row, 1, &x->v[RV_CPU_PER_ENTRY]);
+            cell(&t, row, 2, &x->v[RV_CPU_S]);
+            cell(&t, row, 3, &x->v[RV_RATE]);
             char a[LAB_CELL], b[LAB_CELL];
-            lab_format_value(a, sizeof a, lab_series_median(&x->ping_p50));
-            lab_format_value(b, sizeof b, lab_series_median(&x->ping_p99));
-            lab_table_set(&t, row, 4, "%s / %s", a, b);
-            cell(&t, row, 5, &x->ping_max);
-            cell(&t, row, 6, &x->late_p99);
-            cell(&t, row, 7, &x->bytes_per_writev);
+            lab_table_set(&t, row, 4, "%s / %s",
+                          lab_fmt(a, lab_row_median(x, RV_PING_P50)),
+                          lab_fmt(b, lab_row_median(x, RV_PING_P99)));
+            cell(&t, row, 5, &x->v[RV_PING_MAX]);
+            cell(&t, row, 6, &x->v[RV_LATE_P99]);
+            cell(&t, row, 7, &x->v[RV_BYTES_PER_WRITEV]);
         }
     }
-    lab_table_print(&t, stdout);
+    lab_table_detail(&t);
 }
 
-static void print_targets(figures f[2][MODES]) {
-    figures *b = &f[1][M_BUDGET_SHARED], *d = &f[1][M_BUDGET_DEDICATED],
-            *pr = &f[1][M_PER_RECORD];
-    double pr_cpu = lab_series_median(&pr->cpu_per_entry);
-    printf("  4 replicas, CPU per entry: per-record %.3f µs; budget shared "
-           "%.3f µs (%.1fx below), dedicated %.3f µs (%.1fx below); target "
-           "≤ 0.5 µs and ≥ 4x below\n",
-           pr_cpu, lab_series_median(&b->cpu_per_entry),
-           pr_cpu / lab_series_median(&b->cpu_per_entry),
-           lab_series_median(&d->cpu_per_entry),
-           pr_cpu / lab_series_median(&d->cpu_per_entry));
-    printf("  ping p99, budget shared, 4 replicas: %.0f µs; target ≤ "
-           "quantum + 200 = 700 µs\n",
-           lab_series_median(&b->ping_p99));
+static void print_targets(const lab_fig *f4) {
+    double pr = med(f4, M_PER_RECORD, RV_CPU_PER_ENTRY);
+    double b = med(f4, M_BUDGET_SHARED, RV_CPU_PER_ENTRY);
+    double d = med(f4, M_BUDGET_DEDICATED, RV_CPU_PER_ENTRY);
+    char x1[LAB_CELL], x2[LAB_CELL];
+    lab_detail("  4 replicas, CPU per entry: per-record %.3f µs; budget "
+               "shared %.3f µs (%s), dedicated %.3f µs (%s), × = per-record "
+               "÷ budget; target ≤ 0.5 µs and ≥ ×4\n",
+               pr, b, lab_fmt_ratio(x1, pr / b), d, lab_fmt_ratio(x2, pr / d));
+    lab_detail("  ping p99, budget shared, 4 replicas: %.0f µs; target ≤ "
+               "quantum + 200 = 700 µs\n",
+               med(f4, M_BUDGET_SHARED, RV_PING_P99));
 }
 
-static void plot_figures(lab_plot *plot, const params *p, figures f[2][MODES]) {
-    if (!plot) return;
-    char title[128];
-    snprintf(title, sizeof title,
-             "replicate, %d replicas: sender CPU per entry sent",
-             p->replicas[1]);
-    lab_plot_panel(plot, title, "us");
-    for (int m = 0; m < MODES; m++)
-        lab_plot_bar(plot, mode_label[m], &f[1][m].cpu_per_entry,
-                     m == M_BUDGET_SHARED);
-    snprintf(title, sizeof title,
-             "replicate, %d replicas: ping round trip p99 during catch-up",
-             p->replicas[1]);
-    lab_plot_panel(plot, title, "us");
-    for (int m = 0; m < MODES; m++)
-        lab_plot_bar(plot, mode_label[m], &f[1][m].ping_p99,
-                     m == M_BUDGET_SHARED);
-}
-
-static int run_replicate(const lab_options *opts, lab_json *json) {
-    params p;
-    set_params(opts, &p);
-    log_store log;
-    int rc = log_make(&log, &p);
-    if (rc < 0) return rc;
-    printf("source loop + %d and %d replicas (a thread and loop each) over "
-           "%s; log of %d records of %d bytes in %d-record transactions, "
-           "catch-up from 0; a pinger sends a request every %.0f ms that "
-           "the source answers; a progress timer every %.0f ms\n",
-           p.replicas[0], p.replicas[1],
-           p.tcp ? "TCP loopback" : "Unix sockets", p.records, p.record_size,
-           p.txn, (double)p.ping_ns / 1e6, (double)p.progress_ns / 1e6);
-    printf("%d round%s; median [min–max] over rounds; CPU = the source "
-           "thread's CPU time (user + sys) from the first record to the "
-           "last acknowledgement; an entry = a record sent to one replica\n",
-           p.rounds, p.rounds == 1 ? "" : "s");
-    printf("reference: investigation 1C, 4 peers: CPU per entry 8.1 → 3.2 "
-           "µs; rate per peer 19.1–19.3k → 21.4–21.9k/s (1 peer 27.5k → "
-           "30.8k/s); writev was 18%% of the profile before\n");
-    if (json) {
-        lab_json_key(json, "params");
-        lab_json_begin_object(json);
-        lab_json_field(json, "records", p.records);
-        lab_json_field(json, "record_bytes", p.record_size);
-        lab_json_field(json, "txn_records", p.txn);
-        lab_json_field(json, "rounds", p.rounds);
-        lab_json_key(json, "transport");
-        lab_json_string(json, p.tcp ? "tcp" : "unix");
-        lab_json_field(json, "skip_keep_one_in", SKIP_KEEP);
-        lab_json_end_object(json);
-    }
-
-    static figures f[2][MODES], fs[MODES], idle;
-    memset(f, 0, sizeof f);
-    memset(fs, 0, sizeof fs);
-    memset(&idle, 0, sizeof idle);
-    int serial = 0;
-    for (int round = 0; round < p.rounds && rc == 0; round++) {
-        /* The noise floor of the ping: the same pinger, the source idle. */
-        result base;
-        rc = run_once(&p, &log, M_BUDGET_SHARED, 0, false, serial++, &base);
-        if (rc == 0) add_result(&idle, &base);
-        for (int k = 0; k < 2 && rc == 0; k++) {
-            for (int i = 0; i < MODES && rc == 0; i++) {
-                int m = round % 2 == 0 ? i : MODES - 1 - i;
-                result res;
-                rc =
-                    run_once(&p, &log, m, p.replicas[k], false, serial++, &res);
-                if (rc == 0) add_result(&f[k][m], &res);
-            }
-        }
-        for (int i = 0; i < MODES && rc == 0; i++) {
-            int m = round % 2 == 0 ? i : MODES - 1 - i;
-            result res;
-            rc = run_once(&p, &log, m, p.replicas[1], true, serial++, &res);
-            if (rc == 0) add_result(&fs[m], &res);
-        }
-    }
-    if (rc < 0) {
-        free(log.bytes);
-        return rc;
-    }
-    print_table(&p, f);
-    printf("  ping with the source idle (no replicas; the machine's "
-           "scheduling noise): p50 %.1f µs, p99 %.1f µs, max %.1f µs\n",
-           lab_series_median(&idle.ping_p50), lab_series_median(&idle.ping_p99),
-           lab_series_median(&idle.ping_max));
-    printf("  the source thread was preempted (involuntary switches, 4 "
-           "replicas):");
-    for (int m = 0; m < MODES; m++)
-        printf(" %s %.0f%s", mode_key[m],
-               lab_series_median(&f[1][m].preemptions),
-               m + 1 < MODES ? "," : "\n");
-    print_targets(f);
-    int bad = 0;
-    for (int k = 0; k < 2; k++)
-        for (int m = 0; m < MODES; m++)
-            bad += f[k][m].bad;
-
-    printf("\nskip variant: %d replicas, 1 record in %d kept (the filter "
-           "reads each record's payload); the progress timer must keep "
-           "its 10 ms period\n",
-           p.replicas[1], SKIP_KEEP);
+static void print_skip(const lab_fig *fs, const params *p, int kept) {
+    lab_detail("\nskip variant: %d replicas, 1 record in %d kept (the filter "
+               "reads each record's payload); the progress timer must keep "
+               "its 10 ms period\n",
+               p->replicas[1], SKIP_KEEP);
     const char *header[] = {"mode",        "sender CPU s",
                             "total s",     "progress late p99 µs",
                             "ping p99 µs", "entries sent"};
     lab_table t;
     lab_table_init(&t, 6, header);
     for (int m = 0; m < MODES; m++) {
+        const lab_row *x = &fs->rows[m];
         int row = lab_table_row(&t);
-        lab_table_set(&t, row, 0, "%s", mode_label[m]);
-        cell(&t, row, 1, &fs[m].cpu_s);
-        cell(&t, row, 2, &fs[m].total_s);
-        cell(&t, row, 3, &fs[m].late_p99);
-        cell(&t, row, 4, &fs[m].ping_p99);
-        lab_table_set(&t, row, 5, "%d", log.kept * p.replicas[1]);
-        bad += fs[m].bad;
+        lab_table_set(&t, row, 0, "%s", rep_mode_label[m]);
+        cell(&t, row, 1, &x->v[RV_CPU_S]);
+        cell(&t, row, 2, &x->v[RV_TOTAL_S]);
+        cell(&t, row, 3, &x->v[RV_LATE_P99]);
+        cell(&t, row, 4, &x->v[RV_PING_P99]);
+        lab_table_set(&t, row, 5, "%d", kept * p->replicas[1]);
     }
-    lab_table_print(&t, stdout);
-    printf("  target: progress-timer lateness p99 ≤ one quantum (500 µs "
-           "shared, 2000 µs dedicated)\n");
-    if (bad) printf("  VERIFICATION FAILURES: %d\n", bad);
-    plot_figures(opts->plot, &p, f);
+    lab_table_detail(&t);
+    lab_detail("  target: progress-timer lateness p99 ≤ one quantum (500 µs "
+               "shared, 2000 µs dedicated)\n");
+}
 
-    if (json) {
-        char key[64];
-        for (int k = 0; k < 2; k++)
-            for (int m = 0; m < MODES; m++) {
-                snprintf(key, sizeof key, "%s_%d", mode_key[m], p.replicas[k]);
-                json_figures(json, key, m, p.replicas[k], false, &f[k][m]);
-            }
-        for (int m = 0; m < MODES; m++) {
-            snprintf(key, sizeof key, "skip_%s_%d", mode_key[m], p.replicas[1]);
-            json_figures(json, key, m, p.replicas[1], true, &fs[m]);
+static void print_legend(const params *p) {
+    lab_detail("source loop + %d and %d replicas (a thread and loop each) "
+               "over %s; log of %d records of %d bytes in %d-record "
+               "transactions, catch-up from 0; a pinger sends a request "
+               "every %.0f ms that the source answers; a progress timer "
+               "every %.0f ms\n",
+               p->replicas[0], p->replicas[1],
+               p->tcp ? "TCP loopback" : "Unix sockets", p->records,
+               p->record_size, p->txn, (double)p->ping_ns / 1e6,
+               (double)p->progress_ns / 1e6);
+    lab_detail("%d round%s, the mode that runs first rotating; median "
+               "[min–max] over rounds; CPU = the source thread's CPU time "
+               "(user + sys) from the first record to the last "
+               "acknowledgement; an entry = a record sent to one replica\n",
+               p->rounds, p->rounds == 1 ? "" : "s");
+    lab_detail("reference: investigation 1C, 4 peers: CPU per entry 8.1 → "
+               "3.2 µs; rate per peer 19.1–19.3k → 21.4–21.9k/s (1 peer "
+               "27.5k → 30.8k/s); writev was 18%% of the profile before\n");
+}
+
+static void json_params(lab_json *json, const params *p) {
+    lab_json_key(json, "params");
+    lab_json_begin_object(json);
+    lab_json_field(json, "records", p->records);
+    lab_json_field(json, "record_bytes", p->record_size);
+    lab_json_field(json, "txn_records", p->txn);
+    lab_json_field(json, "rounds", p->rounds);
+    lab_json_key(json, "transport");
+    lab_json_string(json, p->tcp ? "tcp" : "unix");
+    lab_json_field(json, "skip_keep_one_in", SKIP_KEEP);
+    lab_json_end_object(json);
+}
+
+/* ------------------------------------------------------ short, verdict */
+
+/* One line of the short table: lull's figure beside what it is compared
+ * with, and the × (the other's ÷ lull's). */
+static void brief_row(lab_table *t, const char *what, double lull,
+                      const char *unit, const char *other_label, double other) {
+    int r = lab_table_row(t);
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL];
+    lab_table_set(t, r, 0, "%s", what);
+    if (isfinite(lull)) lab_table_set(t, r, 1, "%s %s", lab_fmt(a, lull), unit);
+    if (other_label)
+        lab_table_set(t, r, 2, "%s %s", other_label, lab_fmt(b, other));
+    lab_table_set(t, r, 3, "%s", lab_fmt_ratio(c, other / lull));
+}
+
+typedef struct rfigs {
+    const lab_fig *f4, *skip, *idle, *write, *pp;
+} rfigs;
+
+static void brief(const rfigs *x) {
+    const char *header[] = {"figure", "lull", "compared with", "×"};
+    lab_table t;
+    lab_table_init(&t, 4, header);
+    const lab_fig *f = x->f4;
+    double b = med(f, M_BUDGET_SHARED, RV_CPU_PER_ENTRY);
+    brief_row(&t, "CPU / entry, 4 replicas, budget", b, "µs", "per-record turn",
+              med(f, M_PER_RECORD, RV_CPU_PER_ENTRY));
+    brief_row(&t, "", NAN, "", "per-record post",
+              med(f, M_PER_RECORD_POST, RV_CPU_PER_ENTRY));
+    lab_table_set(&t, t.rows - 1, 3, "%s", "");
+    char c[LAB_CELL];
+    lab_table_set(
+        &t, t.rows - 1, 3, "%s",
+        lab_fmt_ratio(c, med(f, M_PER_RECORD_POST, RV_CPU_PER_ENTRY) / b));
+    brief_row(&t, "ping p99 during catch-up",
+              med(f, M_BUDGET_SHARED, RV_PING_P99), "µs", "source idle",
+              lab_row_median(&x->idle->rows[0], RV_PING_P99));
+    brief_row(&t, "progress timer p99, skip run",
+              med(x->skip, M_BUDGET_SHARED, RV_LATE_P99), "µs", "per-record",
+              med(x->skip, M_PER_RECORD, RV_LATE_P99));
+    if (x->write) {
+        const lab_row *l = lab_fig_base(x->write, 0);
+        /* The best peer that also makes a call per record. */
+        const lab_row *ev = lab_fig_best_peer(x->write, 0, 0);
+        const lab_row *wv = lab_fig_find(x->write, "floor", "writev");
+        double lc = lab_row_median(l, 0);
+        char peer[LAB_CELL];
+        if (ev) {
+            snprintf(peer, sizeof peer, "%s per record", ev->peer);
+            brief_row(&t, "CPU / 500-B record written", lc, "µs", peer,
+                      lab_row_median(ev, 0));
         }
-        lab_json_key(json, "idle_ping");
-        lab_json_begin_object(json);
-        lab_json_series(json, "ping_p50_us", &idle.ping_p50);
-        lab_json_series(json, "ping_p99_us", &idle.ping_p99);
-        lab_json_series(json, "ping_max_us", &idle.ping_max);
-        lab_json_end_object(json);
+        if (wv)
+            brief_row(&t, ev ? "" : "CPU / 500-B record written", ev ? NAN : lc,
+                      "µs", "writev by hand", lab_row_median(wv, 0));
+        if (ev && wv)
+            lab_table_set(&t, t.rows - 1, 3, "%s",
+                          lab_fmt_ratio(c, lab_row_median(wv, 0) / lc));
+    }
+    if (x->pp)
+        brief_row(&t, "64-B ping-pong, one CPU",
+                  lab_row_median(lab_fig_base(x->pp, 0), 0), "µs",
+                  "blocking floor",
+                  lab_row_median(lab_fig_find(x->pp, "floor", NULL), 0));
+    lab_table_brief(&t, NULL);
+}
+
+static void verdict(const rfigs *x) {
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL], d[LAB_CELL];
+    const lab_fig *f = x->f4;
+    double bs = med(f, M_BUDGET_SHARED, RV_CPU_PER_ENTRY);
+    double pr = med(f, M_PER_RECORD, RV_CPU_PER_ENTRY);
+    double po = med(f, M_PER_RECORD_POST, RV_CPU_PER_ENTRY);
+    lab_verdict *v = lab_verdict_add("C5", 0);
+    if (v) {
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "budget %s µs CPU / entry",
+                 lab_fmt3(a, bs));
+        snprintf(v->target, sizeof v->target, "≤ 0.5 µs, ≥ ×4");
+        snprintf(v->peer, sizeof v->peer, "turn %s, post %s",
+                 lab_fmt_ratio(b, pr / bs), lab_fmt_ratio(c, po / bs));
+        lab_verdict_judge(v, bs <= 0.5 && pr / bs >= 4);
+    }
+    double ping = med(f, M_BUDGET_SHARED, RV_PING_P99);
+    double late = med(x->skip, M_BUDGET_SHARED, RV_LATE_P99);
+    if ((v = lab_verdict_add("C5", 1))) {
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "ping p99 %s, timer p99 %s µs",
+                 lab_fmt3(a, ping), lab_fmt3(b, late));
+        snprintf(v->target, sizeof v->target, "≤ 700, ≤ 500 µs");
+        snprintf(v->peer, sizeof v->peer, "idle source %s",
+                 lab_fmt3(c, lab_row_median(&x->idle->rows[0], RV_PING_P99)));
+        lab_verdict_spread(v, "idle ping p99",
+                           lab_row_spread(&x->idle->rows[0], RV_PING_P99));
+        lab_verdict_judge(v, ping <= 700 && late <= 500);
+    }
+    if (x->write && (v = lab_verdict_add("C6", 1))) {
+        const lab_row *l = lab_fig_base(x->write, 0);
+        const lab_row *p = lab_fig_best_peer(x->write, 0, 0);
+        double lc = lab_row_median(l, 0);
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "a send per 500-B record %s µs",
+                 lab_fmt3(a, lc));
+        snprintf(v->target, sizeof v->target, "≤ 0.25 µs CPU");
+        if (p)
+            snprintf(v->peer, sizeof v->peer, "%s %s %s", p->peer,
+                     lab_fmt3(b, lab_row_median(p, 0)),
+                     lab_fmt_ratio(c, lab_ratio(x->write, l, p, 0)));
+        lab_verdict_judge(v, lc <= 0.25);
+    }
+    if (x->pp && (v = lab_verdict_add("C6", 2))) {
+        const lab_row *l = lab_fig_base(x->pp, 0);
+        const lab_row *fl = lab_fig_find(x->pp, "floor", NULL);
+        double r = lab_row_median(l, 0) / lab_row_median(fl, 0);
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "64-B ping-pong %s× floor",
+                 lab_fmt3(a, r));
+        snprintf(v->target, sizeof v->target, "≤ 1.15× floor");
+        const lab_row *p = lab_fig_best_peer(x->pp, 0, 0);
+        if (p)
+            snprintf(v->peer, sizeof v->peer, "%s %s× floor", p->peer,
+                     lab_fmt3(b, lab_row_median(p, 0) / lab_row_median(fl, 0)));
+        else
+            snprintf(v->peer, sizeof v->peer, "–");
+        lab_verdict_spread(v, "floor", lab_row_spread(fl, 0));
+        lab_verdict_judge(v, r <= 1.15);
+    }
+    if ((v = lab_verdict_add("replicate", 0))) {
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "turn %s, post %s → %s µs",
+                 lab_fmt3(a, pr), lab_fmt3(c, po), lab_fmt3(b, bs));
+        snprintf(v->target, sizeof v->target, "8.1 → 3.2 µs");
+        snprintf(v->peer, sizeof v->peer, "–");
+        (void)d;
+        lab_verdict_judge(v, bs < pr);
+    }
+}
+
+static int run_replicate(const lab_options *opts, lab_json *json) {
+    static params p;
+    rep_set_params(opts, &p);
+    static log_store log;
+    int rc = rep_log_make(&log, &p);
+    if (rc < 0) return rc;
+    print_legend(&p);
+    if (json) json_params(json, &p);
+
+    static int serial;
+    static rctx c[4];
+    for (int k = 0; k < 4; k++)
+        c[k] = (rctx){
+            &p,     &log,    k < 2 ? p.replicas[k] : k == 2 ? p.replicas[1] : 0,
+            k == 2, &serial, {0},
+            {0}};
+    lab_fig *f[2] = {new_fig(&c[0], "replicas_1", MODES),
+                     new_fig(&c[1], "replicas_4", MODES)};
+    lab_fig *fs = new_fig(&c[2], "skip", MODES);
+    lab_fig *idle = new_fig(&c[3], "idle_ping", 0);
+    if (!f[0] || !f[1] || !fs || !idle) rc = -ENOMEM;
+    for (int round = 0; round < p.rounds && rc == 0; round++) {
+        /* The noise floor of the ping: the same pinger, the source idle. */
+        lab_fig_round(idle, opts, round);
+        lab_fig_round(f[0], opts, round);
+        lab_fig_round(f[1], opts, round);
+        lab_fig_round(fs, opts, round);
+        lab_fig *all[] = {idle, f[0], f[1], fs};
+        for (int k = 0; k < 4 && rc == 0; k++)
+            rc = lab_fig_error(all[k]);
+    }
+    if (rc == 0) {
+        print_table(&p, f);
+        const lab_row *i0 = &idle->rows[0];
+        lab_detail("  ping with the source idle (no replicas; the machine's "
+                   "scheduling noise): p50 %.1f µs, p99 %.1f µs, max %.1f "
+                   "µs\n",
+                   lab_row_median(i0, RV_PING_P50),
+                   lab_row_median(i0, RV_PING_P99),
+                   lab_row_median(i0, RV_PING_MAX));
+        lab_detail("  the source thread was preempted (involuntary switches, "
+                   "4 replicas):");
+        for (int m = 0; m < MODES; m++)
+            lab_detail(" %s %.0f%s", rep_mode_key[m],
+                       med(f[1], m, RV_PREEMPTIONS),
+                       m + 1 < MODES ? "," : "\n");
+        print_targets(f[1]);
+        print_skip(fs, &p, log.kept);
+        lab_fig_plot(f[1], opts->plot, RV_CPU_PER_ENTRY,
+                     "replicate, 4 replicas: sender CPU per entry sent", "us");
+        lab_fig_plot(f[1], opts->plot, RV_PING_P99,
+                     "replicate, 4 replicas: ping round trip p99 during "
+                     "catch-up",
+                     "us");
+        lab_fig_json(f[0], json);
+        lab_fig_json(f[1], json);
+        lab_fig_json(fs, json);
+        lab_fig_json(idle, json);
     }
     free(log.bytes);
-
-    printf("\n");
-    rc = replicate_write_cost(opts, json, p.record_size);
+    lab_fig *write = NULL, *pp = NULL;
     if (rc == 0) {
-        printf("\n");
-        rc = replicate_pingpong(opts, json);
+        lab_detail("\n");
+        rc = replicate_write_cost(opts, json, p.record_size, &write);
     }
-    return rc < 0 ? rc : (bad ? -EPROTO : 0);
+    if (rc == 0) {
+        lab_detail("\n");
+        rc = replicate_pingpong(opts, json, &pp);
+    }
+    if (rc == 0) {
+        rfigs x = {f[1], fs, idle, write, pp};
+        brief(&x);
+        verdict(&x);
+    }
+    lab_fig *all[] = {f[0], f[1], fs, idle, write, pp};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+        lab_fig_free(all[k]);
+    return rc;
 }
 
 const lab_scenario lab_replicate = {
@@ -937,48 +454,6 @@ const lab_scenario lab_replicate = {
     "investigation 1C: a catch-up sender yielding per record vs on the "
     "shared quantum, over real sockets, with pings and a progress timer",
     run_replicate,
+    "replicate (1C): a catch-up sender yielding per record vs on the quantum",
+    "C5 C6 replicate",
 };
-
-/* ---------------------------------------------------------------- soak */
-
-/* One soak run (lab/soak.h): the log's length and record size, the
- * replicas, the mode, the skip filter and the transport drawn from *seed;
- * each replica checks every record's sequence number and checksum (the
- * scenario always does) and must receive the whole log, each record once.
- * The log is at most 32 MB. */
-int lab_replicate_soak(uint64_t *seed, lab_soak_result *out) {
-    static int serial = 1 << 20; /* socket names apart from the scenario's */
-    memset(out, 0, sizeof *out);
-    params p;
-    set_params(&(lab_options){.quick = true}, &p);
-    p.record_size = (int)sizeof(rec_head) + (int)(lab_rand(seed) % 4073);
-    p.records = 1 + (int)(lab_rand(seed) % 100000);
-    if ((uint64_t)p.records * (uint64_t)p.record_size > 32u << 20)
-        p.records = (int)((32u << 20) / (unsigned)p.record_size);
-    p.txn = 1 + (int)(lab_rand(seed) % 32);
-    int replicas = 1 + (int)(lab_rand(seed) % 4);
-    int mode = (int)(lab_rand(seed) % MODES);
-    bool skip = lab_rand(seed) % 4 == 0;
-    p.tcp = lab_rand(seed) % 3 == 0;
-    snprintf(out->sizes, sizeof out->sizes,
-             "%d records of %d B, %d replicas, %s%s, %s", p.records,
-             p.record_size, replicas, mode_key[mode], skip ? " (skip)" : "",
-             p.tcp ? "tcp" : "unix");
-    log_store log;
-    int rc = log_make(&log, &p);
-    if (rc < 0) return rc;
-    result res;
-    rc = run_once(&p, &log, mode, replicas, skip, serial++, &res);
-    free(log.bytes);
-    if (rc < 0) {
-        snprintf(out->why, sizeof out->why, "replicate: the run failed: %s",
-                 strerror(-rc));
-        return rc == -EPROTO || rc == -EPIPE ? -EPROTO : rc;
-    }
-    out->verified = res.received;
-    if (res.bad) {
-        snprintf(out->why, sizeof out->why, "replicate: %s", res.why);
-        return -EPROTO;
-    }
-    return 0;
-}

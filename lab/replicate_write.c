@@ -1,25 +1,24 @@
-/* Two stream figures of the `replicate` scenario (lab/replicate.c).
- *
- * Write cost: M records of 500 bytes into a Unix socketpair whose other end
- * a reader thread drains with 256 KiB reads; the figure is the writing
- * thread's CPU time per record. Rows:
- *   write() per record     a blocking socket, one system call per record
- *   writev, 64 KiB         a blocking socket, 131 records per call, by hand
- *   lull_endpoint_send per record   a producer on a lull loop (shared quantum),
- * one zero-copy lull_endpoint_send per record; the stream batches them (what
- * issue 8 targets: the writev row's cost, <= 0.25 us) uv_write per record libuv
- * (when installed): one uv_write per record, which writes at once while the
- * queue is empty bufferevent_write      libevent (when installed): copies into
- * the output buffer, flushed when the socket is writable Each loop row keeps at
- * most 64 KiB queued (the same backpressure).
- *
- * Ping-pong: 64-byte messages over a Unix socketpair, both threads pinned
- * to one CPU, so a round trip is two context switches: blocking read/write
- * is the floor, against two lull loops each with a raw stream. */
+/* The write cost, a stream figure of the `replicate` scenario
+ * (lab/replicate.c): M records of 500 bytes into a Unix socketpair whose
+ * other end a reader thread drains with 256 KiB reads; the figure is the
+ * writing thread's CPU time per record. Rows:
+ *   write() per record          a blocking socket, a system call per record
+ *   writev, 64 KiB by hand      a blocking socket, 131 records per call
+ *   lull_endpoint_send per record  a producer on a lull loop (shared
+ *                               quantum), one zero-copy send per record;
+ *                               the stream batches them into writev calls
+ *   uv_write per record, uv_write of 131 bufs, bufferevent_write per
+ *   record, evbuffer_add_reference per record: libuv's and libevent's,
+ *                               when installed (lab/peers/<peer>_stream.c)
+ * Each loop row keeps at most 64 KiB queued (the same backpressure). The
+ * per-record rows are what a producer that sends each record as it makes
+ * it costs; the batched ones, what batching by hand saves. */
 #include "replicate.h"
+#include "stream_peers.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,34 +28,43 @@
 
 #include <lull.h>
 
+#define HIGH_WATER STREAM_HIGH_WATER
+#define RING       STREAM_RING /* frames in flight for lull's row */
+
+static int way_write(wctx *w);
+static int way_writev(wctx *w);
+static int way_lull(wctx *w);
+
+typedef struct way_row {
+    const char *key;   /* JSON */
+    const char *label; /* the table's */
+    const char *peer;
+    const char *ref; /* BRIEF §5's reference on this project's machine */
+    stream_way_fn fn;
+    int cls; /* 0: a call per record; 1: batched by hand */
+} way_row;
+
+static const way_row ways[] = {
+    {"write", "write() per record", "floor", "1.88–2.01", way_write, 0},
+    {"writev_64k", "writev, 64 KiB by hand", "floor", "0.172–0.193", way_writev,
+     1},
+    {"lull_endpoint_send", "lull_endpoint_send per record", "lull",
+     "≤ 0.25 (target)", way_lull, 0},
 #ifdef LAB_HAVE_UV
-#include <uv.h>
+    {"uv_write", "uv_write per record (libuv)", "libuv", "–", uv_way_per_record,
+     0},
+    {"uv_write_bufs", "uv_write, 131 bufs a request (libuv)", "libuv", "–",
+     uv_way_batched, 1},
 #endif
 #ifdef LAB_HAVE_EVENT
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
+    {"bufferevent_write", "bufferevent_write per record (libevent)", "libevent",
+     "–", event_way_write, 0},
+    {"evbuffer_add_reference", "evbuffer_add_reference per record (libevent)",
+     "libevent", "–", event_way_reference, 0},
 #endif
-
-#define HIGH_WATER (64 << 10) /* every loop row's queue bound */
-#define RING       16384      /* frames in flight for lull's row */
-
-enum { W_WRITE, W_WRITEV, W_LULL, W_UV, W_EVENT, WAYS };
-static const char *const way_key[WAYS] = {"write", "writev_64k",
-                                          "lull_endpoint_send", "uv_write",
-                                          "bufferevent_write"};
-static const char *const way_label[WAYS] = {
-    "write() per record", "writev, 64 KiB by hand",
-    "lull_endpoint_send per record", "uv_write per record (libuv)",
-    "bufferevent_write (libevent)"};
-
-typedef struct wctx {
-    int fd; /* the writing end */
-    int records;
-    int size;
-    const unsigned char *rec; /* one record's bytes, written M times */
-    uint64_t writes;          /* system calls that wrote (where known) */
-} wctx;
+};
+#define WAYS (int)(sizeof ways / sizeof ways[0])
+enum { W_WRITE, W_WRITEV, W_LULL };
 
 /* ---------------------------------------------------------- the reader */
 
@@ -215,135 +223,7 @@ static int way_lull(wctx *w) {
     return rc;
 }
 
-/* ----------------------------------------------------------- libuv row */
-
-#ifdef LAB_HAVE_UV
-typedef struct uv_writer {
-    uv_pipe_t pipe;
-    uv_write_t *reqs;
-    wctx *w;
-    int next;
-    int completed;
-    bool producing;
-    int err;
-} uv_writer;
-
-static void uw_produce(uv_writer *u);
-
-static void uw_written(uv_write_t *req, int status) {
-    uv_writer *u = req->data;
-    if (status < 0 && !u->err) u->err = status;
-    if (++u->completed == u->w->records) {
-        uv_close((uv_handle_t *)&u->pipe, NULL); /* nothing pending */
-        return;
-    }
-    if (uv_stream_get_write_queue_size((uv_stream_t *)&u->pipe) <
-        HIGH_WATER / 2)
-        uw_produce(u);
-}
-
-static void uw_produce(uv_writer *u) {
-    if (u->producing || u->err) return;
-    u->producing = true;
-    /* libuv counts bytes not yet written, not requests whose callbacks
-     * are still to come (it runs those on a later iteration), so the ring
-     * also bounds the requests in flight: a slot is reused only after its
-     * callback ran. */
-    while (u->next < u->w->records && u->next - u->completed < RING &&
-           uv_stream_get_write_queue_size((uv_stream_t *)&u->pipe) <
-               HIGH_WATER) {
-        uv_write_t *req = &u->reqs[u->next % RING];
-        req->data = u;
-        uv_buf_t b = uv_buf_init((char *)u->w->rec, (unsigned)u->w->size);
-        int rc = uv_write(req, (uv_stream_t *)&u->pipe, &b, 1, uw_written);
-        if (rc < 0) {
-            u->err = rc;
-            break;
-        }
-        u->next++;
-    }
-    u->producing = false;
-}
-
-static int way_uv(wctx *w) {
-    uv_loop_t loop;
-    if (uv_loop_init(&loop) < 0) return -ENOMEM;
-    uv_writer u = {.w = w};
-    u.reqs = calloc(RING, sizeof *u.reqs);
-    int rc = u.reqs ? uv_pipe_init(&loop, &u.pipe, 0) : -ENOMEM;
-    if (rc == 0) rc = uv_pipe_open(&u.pipe, dup(w->fd));
-    if (rc == 0) {
-        uw_produce(&u);
-        uv_run(&loop, UV_RUN_DEFAULT);
-        rc = u.err;
-    }
-    uv_loop_close(&loop);
-    free(u.reqs);
-    return rc < 0 ? -EIO : 0;
-}
-#endif
-
-/* -------------------------------------------------------- libevent row */
-
-#ifdef LAB_HAVE_EVENT
-typedef struct ev_writer {
-    struct bufferevent *bev;
-    wctx *w;
-    int next;
-    bool done;
-} ev_writer;
-
-static void ew_produce(struct bufferevent *bev, void *arg) {
-    ev_writer *e = arg;
-    struct evbuffer *out = bufferevent_get_output(bev);
-    while (e->next < e->w->records && evbuffer_get_length(out) < HIGH_WATER) {
-        bufferevent_write(bev, e->w->rec, (size_t)e->w->size);
-        e->next++;
-    }
-    if (e->next < e->w->records || e->done) return;
-    if (evbuffer_get_length(out) == 0) {
-        e->done = true;
-        bufferevent_free(bev); /* closes the fd: the reader sees EOF */
-    } else {
-        /* All queued: be called back when the output is empty. */
-        bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
-    }
-}
-
-static int way_event(wctx *w) {
-    struct event_base *base = event_base_new();
-    if (!base) return -ENOMEM;
-    ev_writer e = {.w = w};
-    int fd = dup(w->fd);
-    evutil_make_socket_nonblocking(fd);
-    e.bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!e.bev) {
-        event_base_free(base);
-        return -ENOMEM;
-    }
-    /* The write callback runs when the output falls to the low mark. */
-    bufferevent_setwatermark(e.bev, EV_WRITE, HIGH_WATER / 2, 0);
-    bufferevent_setcb(e.bev, NULL, ew_produce, NULL, &e);
-    bufferevent_enable(e.bev, EV_WRITE);
-    ew_produce(e.bev, &e);
-    event_base_dispatch(base);
-    event_base_free(base);
-    return e.done ? 0 : -EIO;
-}
-#endif
-
 /* ----------------------------------------------------------- the figure */
-
-static bool way_available(int way) {
-#ifndef LAB_HAVE_UV
-    if (way == W_UV) return false;
-#endif
-#ifndef LAB_HAVE_EVENT
-    if (way == W_EVENT) return false;
-#endif
-    (void)way;
-    return true;
-}
 
 /* One measurement: CPU ns per record of the writing thread. */
 static int measure_way(int way, int records, const unsigned char *rec, int size,
@@ -360,30 +240,7 @@ static int measure_way(int way, int records, const unsigned char *rec, int size,
     }
     wctx w = {.fd = sv[0], .records = records, .size = size, .rec = rec};
     uint64_t c0 = lab_thread_cpu_ns();
-    int rc = 0;
-    switch (way) {
-    case W_WRITE:
-        rc = way_write(&w);
-        break;
-    case W_WRITEV:
-        rc = way_writev(&w);
-        break;
-    case W_LULL:
-        rc = way_lull(&w);
-        break;
-#ifdef LAB_HAVE_UV
-    case W_UV:
-        rc = way_uv(&w);
-        break;
-#endif
-#ifdef LAB_HAVE_EVENT
-    case W_EVENT:
-        rc = way_event(&w);
-        break;
-#endif
-    default:
-        rc = -ENOSYS;
-    }
+    int rc = ways[way].fn(&w);
     uint64_t c1 = lab_thread_cpu_ns();
     close(sv[0]); /* every row closed its dup: the reader sees EOF */
     pthread_join(th, NULL);
@@ -394,249 +251,106 @@ static int measure_way(int way, int records, const unsigned char *rec, int size,
     return rc;
 }
 
+enum { WV_CPU, WV_PER_CALL, WV_COUNT };
+static const lab_col wcols[WV_COUNT] = {
+    {"cpu_per_record_us", "CPU / record µs", 0},
+    {"records_per_syscall", "records / syscall", 0},
+};
+
+typedef struct wfig_ctx {
+    int records;
+    int size;
+    const unsigned char *rec;
+} wfig_ctx;
+
+static int wmeasure(lab_fig *fig, lab_row *row, int round, double *v) {
+    (void)round;
+    const wfig_ctx *c = fig->ctx;
+    double ns = 0, per = 0;
+    int rc = measure_way((int)row->tag, c->records, c->rec, c->size, &ns, &per);
+    if (rc < 0) return rc;
+    v[WV_CPU] = ns / 1e3;
+    if (per > 0) v[WV_PER_CALL] = per;
+    return 0;
+}
+
+static void wrow_json(const lab_fig *fig, const lab_row *row, lab_json *j) {
+    (void)fig;
+    if (!row) return;
+    lab_json_key(j, "way");
+    lab_json_string(j, ways[row->tag].key);
+}
+
 int replicate_write_cost(const lab_options *opts, lab_json *json,
-                         int record_size) {
+                         int record_size, lab_fig **out) {
     int records = opts->quick ? 20000 : 200000;
     int rounds = lab_rounds(opts, 5, 3);
     unsigned char *rec = malloc((size_t)record_size);
     if (!rec) return -ENOMEM;
     memset(rec, 0x5a, (size_t)record_size);
-    printf("write cost: %d records of %d bytes into a Unix socket drained "
-           "by a reader thread; the writing thread's CPU per record; %d "
-           "rounds, ways alternating\n",
-           records, record_size, rounds);
-    static lab_series cpu[WAYS], batch[WAYS];
-    memset(cpu, 0, sizeof cpu);
-    memset(batch, 0, sizeof batch);
-    int rc = 0;
-    for (int round = 0; round < rounds && rc == 0; round++) {
-        for (int i = 0; i < WAYS && rc == 0; i++) {
-            int way = round % 2 == 0 ? i : WAYS - 1 - i;
-            if (!way_available(way)) continue;
-            double ns = 0, per = 0;
-            rc = measure_way(way, records, rec, record_size, &ns, &per);
-            if (rc == 0) {
-                lab_series_add(&cpu[way], ns / 1e3);
-                lab_series_add(&batch[way], per);
-            }
-        }
+    lab_detail("write cost: %d records of %d bytes into a Unix socket "
+               "drained by a reader thread; the writing thread's CPU per "
+               "record; %d rounds, the way that goes first rotating\n",
+               records, record_size, rounds);
+    wfig_ctx c = {records, record_size, rec};
+    lab_fig_spec spec = {"write_cost", "write cost", NULL, wcols,
+                         WV_COUNT,     WV_CPU,       0,    wmeasure,
+                         NULL,         wrow_json,    &c};
+    lab_fig *fig = lab_fig_new(&spec);
+    if (!fig) {
+        free(rec);
+        return -ENOMEM;
     }
-    free(rec);
-    if (rc < 0) return rc;
-    const char *header[] = {"way", "CPU / record µs", "records / syscall",
-                            "reference (peers, §5)"};
-    static const char *const ref[WAYS] = {"1.88–2.01", "0.172–0.193",
-                                          "≤ 0.25 (target)", "–", "–"};
-    lab_table t;
-    lab_table_init(&t, 4, header);
     for (int way = 0; way < WAYS; way++) {
-        int row = lab_table_row(&t);
-        char buf[LAB_CELL];
-        lab_table_set(&t, row, 0, "%s", way_label[way]);
-        if (!way_available(way)) {
-            lab_table_set(&t, row, 1, "not installed: skipped");
-            continue;
-        }
-        lab_format_series(buf, sizeof buf, &cpu[way]);
-        lab_table_set(&t, row, 1, "%s", buf);
-        if (batch[way].n && lab_series_median(&batch[way]) > 0) {
-            lab_format_value(buf, sizeof buf, lab_series_median(&batch[way]));
-            lab_table_set(&t, row, 2, "%s", buf);
-        } else {
-            lab_table_set(&t, row, 2, "–");
-        }
-        lab_table_set(&t, row, 3, "%s", ref[way]);
+        /* write() and writev by hand are floors: no loop at all. */
+        unsigned flags = way == W_LULL ? LAB_ROW_LULL | LAB_ROW_BASE
+                         : way == W_WRITE || way == W_WRITEV ? LAB_ROW_FLOOR
+                                                             : 0;
+        lab_row *r =
+            lab_fig_add(fig, ways[way].peer, flags, "%s", ways[way].label);
+        r->tag = way;
+        r->cls = ways[way].cls;
+        r->policy = ways[way].ref;
     }
-    lab_table_print(&t, stdout);
-    if (opts->plot) {
-        lab_plot_panel(opts->plot, "replicate: CPU per 500-byte record written",
-                       "us");
-        for (int way = 0; way < WAYS; way++)
-            if (cpu[way].n)
-                lab_plot_bar(opts->plot, way_label[way], &cpu[way],
-                             way == W_LULL);
-    }
-    if (json) {
-        lab_json_key(json, "write_cost");
-        lab_json_begin_object(json);
-        lab_json_field(json, "records", records);
-        lab_json_field(json, "record_bytes", record_size);
-        for (int way = 0; way < WAYS; way++) {
-            if (!cpu[way].n) continue;
-            lab_json_key(json, way_key[way]);
+    lab_fig_run(fig, opts, rounds);
+    free(rec);
+    int rc = lab_fig_error(fig);
+    if (rc == 0) {
+        const char *header[] = {"way", "CPU / record µs", "records / syscall",
+                                "reference (peers, §5)", "×"};
+        lab_table t;
+        lab_table_init(&t, 5, header);
+        const lab_row *base = lab_fig_base(fig, 0);
+        for (int i = 0; i < fig->nrows; i++) {
+            const lab_row *r = &fig->rows[i];
+            int row = lab_table_row(&t);
+            char buf[LAB_CELL];
+            lab_table_set(&t, row, 0, "%s", r->label);
+            lab_format_series(buf, sizeof buf, &r->v[WV_CPU]);
+            lab_table_set(&t, row, 1, "%s", buf);
+            double per = lab_row_median(r, WV_PER_CALL);
+            lab_table_set(&t, row, 2, "%s",
+                          isfinite(per) ? lab_fmt(buf, per) : "–");
+            lab_table_set(&t, row, 3, "%s", r->policy);
+            lab_table_set(&t, row, 4, "%s",
+                          lab_fmt(buf, lab_ratio(fig, base, r, WV_CPU)));
+        }
+        lab_table_detail(&t);
+        lab_detail("  × : the row's CPU per record ÷ lull_endpoint_send's\n");
+        lab_fig_plot(fig, opts->plot, WV_CPU,
+                     "replicate: CPU per 500-byte record written", "us");
+        if (json) {
+            lab_json_key(json, "write_cost_params");
             lab_json_begin_object(json);
-            lab_json_series(json, "cpu_per_record_us", &cpu[way]);
-            if (batch[way].n)
-                lab_json_series(json, "records_per_syscall", &batch[way]);
+            lab_json_field(json, "records", records);
+            lab_json_field(json, "record_bytes", record_size);
             lab_json_end_object(json);
+            lab_fig_json(fig, json);
         }
-        lab_json_end_object(json);
     }
-    return 0;
-}
-
-/* ----------------------------------------------------------- ping-pong */
-
-#define PP_BYTES 64
-
-typedef struct pp_side {
-    int fd;
-    int trips;
-    int cpu;
-    bool starter; /* sends first */
-    int err;
-} pp_side;
-
-static void *pp_raw_main(void *arg) {
-    pp_side *s = arg;
-    lab_pin_cpu(s->cpu);
-    char b[PP_BYTES] = {0};
-    for (int i = 0; i < s->trips; i++) {
-        if (s->starter && write_full(s->fd, b, PP_BYTES) < 0) break;
-        size_t got = 0;
-        while (got < PP_BYTES) {
-            ssize_t n = read(s->fd, b + got, PP_BYTES - got);
-            if (n <= 0) {
-                s->err = -EIO;
-                return NULL;
-            }
-            got += (size_t)n;
-        }
-        if (!s->starter && write_full(s->fd, b, PP_BYTES) < 0) break;
-    }
-    return NULL;
-}
-
-typedef struct pp_lull {
-    lull_stream s;
-    lull_frame frame;
-    char bytes[PP_BYTES];
-    size_t got;
-    int left;
-    bool starter;
-} pp_lull;
-
-static void pp_send(pp_lull *p) {
-    if (p->frame.in_flight) {
-        lull_endpoint_send_copy(&p->s.ep, p->bytes, PP_BYTES);
-    } else {
-        lull_endpoint_send(&p->s.ep, &p->frame);
-    }
-}
-
-static void pp_frame(lull_endpoint *ep, const void *b, size_t n) {
-    (void)b;
-    pp_lull *p = LULL_CONTAINER_OF(ep, pp_lull, s.ep);
-    p->got += n;
-    while (p->got >= PP_BYTES) {
-        p->got -= PP_BYTES;
-        if (p->starter) {
-            if (--p->left == 0) {
-                lull_endpoint_close(ep, 0); /* the other side reads EOF */
-                return;
-            }
-        }
-        pp_send(p);
-    }
-}
-
-static void *pp_lull_main(void *arg) {
-    pp_side *s = arg;
-    lab_pin_cpu(s->cpu);
-    lull_loop *loop;
-    if (lull_loop_new(&loop, NULL) < 0) {
-        s->err = -ENOMEM;
-        return NULL;
-    }
-    pp_lull p = {.left = s->trips, .starter = s->starter};
-    p.frame = (lull_frame){.bytes = p.bytes, .len = PP_BYTES};
-    lull_stream_options o = {.flags = LULL_STREAM_RAW};
-    if (lull_stream_open(loop, &p.s, s->fd, &o) == 0) {
-        lull_endpoint_set_callbacks(&p.s.ep, pp_frame, NULL, NULL);
-        if (s->starter) pp_send(&p);
-        lull_loop_run(loop, LULL_RUN_DEFAULT);
-        if (s->starter && p.left != 0) s->err = -EIO;
-    } else {
-        s->err = -EIO;
-    }
-    if (!lull_endpoint_closed(&p.s.ep)) lull_endpoint_close(&p.s.ep, 0);
-    lull_loop_free(loop);
-    return NULL;
-}
-
-/* ns per round trip, both sides pinned to one CPU. */
-static int pp_measure(bool with_lull, int trips, double *ns) {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
-        return -errno;
-    int cpu = lab_first_cpu();
-    pp_side a = {.fd = sv[0], .trips = trips, .cpu = cpu, .starter = true};
-    pp_side b = {.fd = sv[1], .trips = trips, .cpu = cpu};
-    void *(*fn)(void *) = with_lull ? pp_lull_main : pp_raw_main;
-    pthread_t ta, tb;
-    uint64_t t0 = lab_now_ns();
-    if (pthread_create(&tb, NULL, fn, &b) != 0) return -EAGAIN;
-    if (pthread_create(&ta, NULL, fn, &a) != 0) {
-        close(sv[0]);
-        pthread_join(tb, NULL);
-        close(sv[1]);
-        return -EAGAIN;
-    }
-    pthread_join(ta, NULL);
-    pthread_join(tb, NULL);
-    uint64_t t1 = lab_now_ns();
-    if (!with_lull) {
-        close(sv[0]);
-        close(sv[1]);
-    } /* with lull, the streams owned and closed them */
-    *ns = (double)(t1 - t0) / trips;
-    return a.err ? a.err : b.err;
-}
-
-int replicate_pingpong(const lab_options *opts, lab_json *json) {
-    int trips = opts->quick ? 10000 : 100000;
-    int rounds = lab_rounds(opts, 5, 3);
-    printf("ping-pong: %d round trips of %d bytes over a Unix socketpair, "
-           "both threads pinned to CPU %d; %d rounds, alternating\n",
-           trips, PP_BYTES, lab_first_cpu(), rounds);
-    lab_series raw = {0}, lu = {0}, ratio = {0};
-    for (int round = 0; round < rounds; round++) {
-        double a = 0, b = 0;
-        for (int k = 0; k < 2; k++) {
-            bool with_lull = (round + k) % 2 == 1;
-            int rc = pp_measure(with_lull, trips, with_lull ? &b : &a);
-            if (rc < 0) return rc;
-        }
-        lab_series_add(&raw, a / 1e3);
-        lab_series_add(&lu, b / 1e3);
-        lab_series_add(&ratio, b / a);
-    }
-    const char *header[] = {"", "µs / round trip", "ratio to floor"};
-    lab_table t;
-    lab_table_init(&t, 3, header);
-    char buf[LAB_CELL];
-    int row = lab_table_row(&t);
-    lab_table_set(&t, row, 0, "blocking read/write (floor)");
-    lab_format_series(buf, sizeof buf, &raw);
-    lab_table_set(&t, row, 1, "%s", buf);
-    lab_table_set(&t, row, 2, "1");
-    row = lab_table_row(&t);
-    lab_table_set(&t, row, 0, "lull streams");
-    lab_format_series(buf, sizeof buf, &lu);
-    lab_table_set(&t, row, 1, "%s", buf);
-    lab_format_series(buf, sizeof buf, &ratio);
-    lab_table_set(&t, row, 2, "%s", buf);
-    lab_table_print(&t, stdout);
-    printf("  target: within 1.15x of the floor (peers: libevent 1.14x, "
-           "libuv 1.17x, libev 1.53x)\n");
-    if (json) {
-        lab_json_key(json, "pingpong");
-        lab_json_begin_object(json);
-        lab_json_field(json, "round_trips", trips);
-        lab_json_series(json, "floor_us", &raw);
-        lab_json_series(json, "lull_us", &lu);
-        lab_json_series(json, "ratio", &ratio);
-        lab_json_end_object(json);
-    }
-    return 0;
+    if (rc == 0 && out)
+        *out = fig;
+    else
+        lab_fig_free(fig);
+    return rc;
 }

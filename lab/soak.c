@@ -1,4 +1,4 @@
-/* `lull-lab soak [--seconds N] [--seed S] [--only NAME]` (issue 11): the
+/* `lull-lab soak [--seconds N] [--seed S] [--only NAME]`: the
  * scenarios' lull implementations run over and over in this one process,
  * at sizes drawn at random for each run, with every delivered event and
  * frame checked by sequence number and checksum (the hooks of lab/soak.h),

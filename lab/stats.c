@@ -110,6 +110,14 @@ double lab_series_median(const lab_series *s) {
     return lab_percentile(tmp, (size_t)s->n, 0.5);
 }
 
+int lab_series_median_index(const lab_series *s) {
+    double m = lab_series_median(s);
+    int k = 0;
+    for (int i = 1; i < s->n; i++)
+        if (fabs(s->v[i] - m) < fabs(s->v[k] - m)) k = i;
+    return k;
+}
+
 double lab_series_min(const lab_series *s) {
     double m = s->n ? s->v[0] : 0;
     for (int i = 1; i < s->n; i++)
@@ -164,11 +172,15 @@ void lab_table_print(const lab_table *t, FILE *out) {
             if (w > width[c]) width[c] = w;
         }
     for (int r = 0; r < t->rows; r++) {
+        /* Trailing empty cells print nothing: no blanks at a line's end. */
+        int last = t->cols - 1;
+        while (last > 0 && !t->cell[r][last][0])
+            last--;
         fputs("  ", out);
-        for (int c = 0; c < t->cols; c++) {
+        for (int c = 0; c <= last; c++) {
             int pad = width[c] - text_width(t->cell[r][c]);
             if (c == 0) {
-                fprintf(out, "%s%*s", t->cell[r][c], pad, "");
+                fprintf(out, "%s%*s", t->cell[r][c], last ? pad : 0, "");
             } else {
                 fprintf(out, "  %*s%s", pad, "", t->cell[r][c]);
             }
@@ -354,40 +366,4 @@ void lab_json_series(lab_json *j, const char *key, const lab_series *s) {
         lab_json_number(j, s->v[i]);
     lab_json_end_array(j);
     lab_json_end_object(j);
-}
-
-/* ---------------------------------------------------------------- peers */
-
-bool lab_peer_probe(lab_json *json, const char *name, bool present,
-                    bool (*available)(char *why, size_t size),
-                    const char *(*version)(void), const char *build,
-                    char *skipped, size_t skipped_size) {
-    char why[128] = "not installed";
-    bool ok = present && (!available || available(why, sizeof why));
-    const char *ver = ok && version ? version() : NULL;
-    if (ok)
-        printf(" %s%s%s", name, ver ? " " : "", ver ? ver : "");
-    else
-        snprintf(skipped, skipped_size, "%s: %s, skipped", name, why);
-    if (json) {
-        lab_json_begin_object(json);
-        lab_json_key(json, "name");
-        lab_json_string(json, name);
-        lab_json_key(json, "available");
-        lab_json_bool(json, ok);
-        if (ver) {
-            lab_json_key(json, "version");
-            lab_json_string(json, ver);
-        }
-        if (present && build) {
-            lab_json_key(json, "build");
-            lab_json_string(json, build);
-        }
-        if (!ok) {
-            lab_json_key(json, "why");
-            lab_json_string(json, why);
-        }
-        lab_json_end_object(json);
-    }
-    return ok;
 }

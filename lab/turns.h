@@ -25,6 +25,7 @@ enum {
     TURNS_ROUNDTRIP,      /* cross-thread round trip, both threads on one CPU */
     TURNS_ROUNDTRIP_2CPU, /* the same entries, the threads on two CPUs */
     TURNS_TIMERS,         /* arm + cancel with 1,000,000 timers armed */
+    TURNS_VIRTUAL,        /* the virtual clock against the real one (C7) */
     TURNS_FIGURES
 };
 
@@ -41,6 +42,12 @@ enum {
     TIMERS_FIRST_NS,     /* arm + cancel in the first round (growth) */
     TIMERS_FIRST_FAULTS, /* minor page faults in the first round */
     TIMERS_BYTES         /* bytes per armed timer */
+};
+enum {
+    VIRTUAL_SAME_ORDER, /* 1 when both clocks fired every timer in the
+                           order of its deadline, ties in arm order */
+    VIRTUAL_TIMERS,     /* timers in that comparison */
+    VIRTUAL_HOUR_MS     /* real ms to advance 1 h with 10,000 timers due */
 };
 #define TURNS_VALUES 6
 
@@ -140,8 +147,60 @@ extern const turns_peer turns_event; /* lab/peers/event.c */
 
 /* Sets every value to NaN ("not measured by this implementation"). */
 void turns_result_clear(turns_result *out);
-/* Fills p50 / p99 / max / min of lateness samples in ns, in µs (sorts). */
-void turns_lateness_us(double *samples_ns, int n, turns_result *out);
+
+/* A chain's measurement: the clock and the calling thread's polls from
+ * just before the first hop is queued to the loop's return. */
+typedef struct turns_chain_clock {
+    uint64_t polls0, t0;
+} turns_chain_clock;
+void turns_chain_begin(turns_chain_clock *c);
+/* Fills ns/hop and polls/hop over p->hops hops. */
+void turns_chain_end(const turns_chain_clock *c, const turns_params *p,
+                     turns_result *out);
+
+/* The lateness figure's samples: a 1 ms timer, due 1 ms after each arm. */
+typedef struct turns_late {
+    double *samples;
+    int n, want;
+    uint64_t due; /* CLOCK_MONOTONIC ns the timer is due at */
+} turns_late;
+/* Allocates p->lateness_samples samples; 0 or -ENOMEM. */
+int turns_late_open(turns_late *l, const turns_params *p);
+/* Call just before arming the 1 ms timer: its due time is now + 1 ms. */
+void turns_late_arm(turns_late *l);
+/* The timer fired: records its lateness (< 0: early). Returns true when
+ * another sample is wanted: turns_late_arm and arm the timer again. */
+bool turns_late_fired(turns_late *l);
+/* Fills p50 / p99 / max / min in µs when rc is 0; frees; returns rc. */
+int turns_late_close(turns_late *l, int rc, turns_result *out);
+
+/* The idle figure's window: the calling thread's CPU time and voluntary
+ * context switches from begin (just before the window's timer is armed)
+ * to end (the loop returned). */
+typedef struct turns_idle_clock {
+    uint64_t cpu0, cs0;
+} turns_idle_clock;
+void turns_idle_begin(turns_idle_clock *c);
+void turns_idle_end(const turns_idle_clock *c, const turns_params *p,
+                    turns_result *out);
+
+/* The round trip's bookkeeping on side A: when the ping left, and each
+ * trip's time once warm. */
+typedef struct turns_trip_clock {
+    const turns_params *p;
+    double *samples;
+    int done;      /* trips completed, warm-up included */
+    uint64_t sent; /* when the ping of the trip in flight left */
+} turns_trip_clock;
+/* Allocates p->trips samples; 0 or -ENOMEM. */
+int turns_trip_open(turns_trip_clock *t, const turns_params *p);
+/* Side A sends a ping now. */
+void turns_trip_send(turns_trip_clock *t);
+/* The pong arrived at side A: records the trip. Returns true when another
+ * trip is due (its send time is taken: send it), false after the last. */
+bool turns_trip_arrived(turns_trip_clock *t);
+/* Fills p50 / p99 / mean in µs when rc is 0; frees; returns rc. */
+int turns_trip_close(turns_trip_clock *t, int rc, turns_result *out);
 /* Fills p50 / p99 / mean of round-trip samples in ns, in µs (sorts). */
 void turns_trip_us(double *samples_ns, int n, turns_result *out);
 /* Opens n/2 socketpairs into fds[0..n) (n rounded up to even), all

@@ -74,21 +74,16 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer,
     lull_task_init(&c.task, task_hop);
     lull_timer_init(c.loop, &c.timer, timer_hop);
     c.left = p->hops;
-    uint64_t polls0 = turns_polls();
-    uint64_t t0 = lab_now_ns();
+    turns_chain_clock clk;
+    turns_chain_begin(&clk);
     if (timer) {
         lull_timer_start(&c.timer, 0, 0);
     } else {
         lull_task_post(c.loop, &c.task);
     }
     rc = lull_loop_run(c.loop, LULL_RUN_DEFAULT);
-    uint64_t t1 = lab_now_ns();
-    uint64_t polls = turns_polls() - polls0;
+    turns_chain_end(&clk, p, out);
     if (rc == 0 && c.left != 0) rc = -EPROTO; /* returned before the end */
-    if (rc == 0) {
-        out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
-        out->v[CHAIN_POLLS_PER_HOP] = (double)polls / (double)p->hops;
-    }
 out_loop:
     lull_io_stop(&c.io);
     if (lull_loop_free(c.loop) < 0 && rc == 0) rc = -EBUSY;
@@ -117,38 +112,27 @@ static int chain_timer0_every_hop(const turns_params *p, turns_result *out) {
 
 typedef struct late {
     lull_timer timer;
-    double *samples;
-    int n, want;
-    uint64_t due; /* CLOCK_MONOTONIC ns the timer is due at */
+    turns_late l;
 } late;
 
 static void late_fire(lull_timer *timer) {
-    late *l = LULL_CONTAINER_OF(timer, late, timer);
-    uint64_t now = lab_now_ns();
-    l->samples[l->n++] = (double)(int64_t)(now - l->due); /* < 0: early */
-    if (l->n < l->want) {
-        l->due = lab_now_ns() + MS;
-        lull_timer_start(timer, MS, 0);
-    }
+    late *x = LULL_CONTAINER_OF(timer, late, timer);
+    if (turns_late_fired(&x->l)) lull_timer_start(timer, MS, 0);
 }
 
 static int lateness(const turns_params *p, turns_result *out) {
-    late l = {.want = p->lateness_samples};
-    l.samples = calloc((size_t)l.want, sizeof *l.samples);
-    if (!l.samples) return -ENOMEM;
+    late x;
+    int rc = turns_late_open(&x.l, p);
     lull_loop *loop;
-    int rc = lull_loop_new(&loop, NULL);
-    if (rc < 0) goto out;
-    lull_timer_init(loop, &l.timer, late_fire);
-    l.due = lab_now_ns() + MS;
-    lull_timer_start(&l.timer, MS, 0);
+    if (rc == 0) rc = lull_loop_new(&loop, NULL);
+    if (rc < 0) return turns_late_close(&x.l, rc, out);
+    lull_timer_init(loop, &x.timer, late_fire);
+    turns_late_arm(&x.l);
+    lull_timer_start(&x.timer, MS, 0);
     rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
-    if (rc == 0) turns_lateness_us(l.samples, l.n, out);
-    lull_timer_stop(&l.timer);
+    lull_timer_stop(&x.timer);
     if (lull_loop_free(loop) < 0 && rc == 0) rc = -EBUSY;
-out:
-    free(l.samples);
-    return rc;
+    return turns_late_close(&x.l, rc, out);
 }
 
 /* --------------------------------------------------------------- idle */
@@ -217,20 +201,14 @@ static int idle(const turns_params *p, turns_result *out) {
 
         lull_metrics m0, m1;
         lull_loop_metrics(loop, &m0);
-        uint64_t cpu0 = lab_thread_cpu_ns(), cs0 = lab_thread_nvcsw();
+        turns_idle_clock clk;
+        turns_idle_begin(&clk);
         lull_timer_start(&end, p->idle_window_ns, 0);
         rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
-        uint64_t cpu1 = lab_thread_cpu_ns(), cs1 = lab_thread_nvcsw();
+        turns_idle_end(&clk, p, out);
         lull_loop_metrics(loop, &m1);
         lull_timer_stop(&end);
-        if (rc == 0) {
-            double cpu_us = (double)(cpu1 - cpu0) / 1e3;
-            out->v[IDLE_WAKEUPS] = (double)(m1.wakeups - m0.wakeups);
-            out->v[IDLE_NVCSW] = (double)(cs1 - cs0);
-            out->v[IDLE_CPU_US] = cpu_us;
-            out->v[IDLE_CPU_US_PER_S] =
-                cpu_us / ((double)p->idle_window_ns / 1e9);
-        }
+        out->v[IDLE_WAKEUPS] = (double)(m1.wakeups - m0.wakeups);
     }
     for (int i = 0; i < started; i++) {
         lull_listener_stop(&s[i].listener);
@@ -254,10 +232,7 @@ typedef struct trip {
     lull_task ping;   /* runs on a: a trip ended */
     lull_task pong;   /* runs on b: posts ping back */
     lull_task stop_b; /* runs on b: ends b's run */
-    const turns_params *p;
-    double *samples;
-    int done;      /* trips completed, warm-up included */
-    uint64_t sent; /* when a posted pong */
+    turns_trip_clock clk;
     int rc;
     bool watch_fd; /* each loop also watches an idle socket, so it sleeps
                       in epoll rather than on its futex */
@@ -299,11 +274,7 @@ static void trip_pong(lull_task *task) {
 
 static void trip_ping(lull_task *task) {
     trip *t = LULL_CONTAINER_OF(task, trip, ping);
-    uint64_t now = lab_now_ns();
-    int k = t->done++ - t->p->warmup_trips;
-    if (k >= 0) t->samples[k] = (double)(now - t->sent);
-    if (t->done < t->p->warmup_trips + t->p->trips) {
-        t->sent = lab_now_ns();
+    if (turns_trip_arrived(&t->clk)) {
         lull_task_post_remote(t->b, &t->pong);
     } else {
         lull_task_post_remote(t->b, &t->stop_b);
@@ -335,7 +306,7 @@ static void *trip_side_a(void *arg) {
         }
         return NULL;
     }
-    t->sent = lab_now_ns();
+    turns_trip_send(&t->clk);
     lull_task_post_remote(t->b, &t->pong);
     rc = lull_loop_run(t->a, LULL_RUN_DEFAULT);
     if (rc < 0) t->rc = rc;
@@ -369,19 +340,16 @@ static int trip_run(const turns_params *p, turns_result *out, bool watch_fd) {
     trip t;
     memset(&t, 0, sizeof t);
     t.watch_fd = watch_fd;
-    t.p = p;
-    t.samples = calloc((size_t)p->trips, sizeof *t.samples);
-    if (!t.samples) return -ENOMEM;
+    int rc = turns_trip_open(&t.clk, p);
+    if (rc < 0) return rc;
     lull_task_init(&t.ping, trip_ping);
     lull_task_init(&t.pong, trip_pong);
     lull_task_init(&t.stop_b, trip_stop_b);
-    int rc = turns_pair_run(p, trip_side_a, trip_side_b, &t);
+    rc = turns_pair_run(p, trip_side_a, trip_side_b, &t);
     if (rc == 0) rc = t.rc;
     for (int s = 0; watch_fd && s < 2; s++)
         if (t.fds[s][0] >= 0) turns_close_sockets(t.fds[s], 2);
-    if (rc == 0) turns_trip_us(t.samples, p->trips, out);
-    free(t.samples);
-    return rc;
+    return turns_trip_close(&t.clk, rc, out);
 }
 
 /* Loops that watch no fd sleep on a futex; loops that do sleep in epoll.
@@ -444,6 +412,100 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------ virtual clock */
+
+/* C7: the same timers on the real clock and on the virtual one. Delays
+ * are whole 100 µs steps in [0, 20 ms), so many share one (ties go in arm
+ * order); both clocks must fire them sorted by (delay, arm order): the
+ * real clock because their deadlines are taken microseconds apart, in arm
+ * order, the virtual one by contract. Then 10,000 timers over an hour of
+ * virtual time, in the real time lull_loop_advance takes. */
+#define VT_TIMERS 200
+#define VT_HOUR   10000
+
+typedef struct vt_timer {
+    lull_timer t;
+    int id;
+    int *log; /* ids in firing order */
+    int *n;
+} vt_timer;
+
+static void vt_fire(lull_timer *t) {
+    vt_timer *v = LULL_CONTAINER_OF(t, vt_timer, t);
+    v->log[(*v->n)++] = v->id;
+}
+
+/* Arms n timers with delays (ns) on a loop of the given clock and runs
+ * them to the end: advances the virtual clock past the last, or runs the
+ * real one. Their ids in firing order go to log; *real_ns gets the real
+ * time it took. */
+static int vt_run(lull_clock clock, const uint64_t *delays, int n, int *log,
+                  uint64_t *real_ns) {
+    lull_loop_options o = {.clock = clock};
+    lull_loop *loop;
+    int rc = lull_loop_new(&loop, &o);
+    if (rc < 0) return rc;
+    vt_timer *v = calloc((size_t)n, sizeof *v);
+    int fired = 0;
+    uint64_t last = 0;
+    if (!v) rc = -ENOMEM;
+    uint64_t t0 = lab_now_ns();
+    for (int i = 0; rc == 0 && i < n; i++) {
+        v[i] = (vt_timer){.id = i, .log = log, .n = &fired};
+        lull_timer_init(loop, &v[i].t, vt_fire);
+        lull_timer_start(&v[i].t, delays[i], 0);
+        if (delays[i] > last) last = delays[i];
+    }
+    if (rc == 0 && clock == LULL_CLOCK_VIRTUAL)
+        lull_loop_advance(loop, last + 1);
+    else if (rc == 0)
+        rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
+    *real_ns = lab_now_ns() - t0;
+    if (rc == 0 && fired != n) rc = -EPROTO;
+    for (int i = 0; v && i < n; i++)
+        lull_timer_stop(&v[i].t);
+    if (lull_loop_free(loop) < 0 && rc == 0) rc = -EBUSY;
+    free(v);
+    return rc;
+}
+
+static int virtual_order(const turns_params *p, turns_result *out) {
+    uint64_t delays[VT_TIMERS];
+    int expect[VT_TIMERS], real[VT_TIMERS], virt[VT_TIMERS];
+    uint64_t seed = p->seed;
+    for (int i = 0; i < VT_TIMERS; i++)
+        delays[i] = (lab_rand(&seed) % 200) * 100000;
+    /* Sorted by (delay, arm order): an insertion sort keeps ties stable. */
+    for (int i = 0; i < VT_TIMERS; i++) {
+        int k = i;
+        while (k > 0 && delays[expect[k - 1]] > delays[i]) {
+            expect[k] = expect[k - 1];
+            k--;
+        }
+        expect[k] = i;
+    }
+    uint64_t real_ns;
+    int rc = vt_run(LULL_CLOCK_MONOTONIC, delays, VT_TIMERS, real, &real_ns);
+    if (rc == 0)
+        rc = vt_run(LULL_CLOCK_VIRTUAL, delays, VT_TIMERS, virt, &real_ns);
+    if (rc < 0) return rc;
+    bool same = memcmp(real, expect, sizeof expect) == 0 &&
+                memcmp(virt, expect, sizeof expect) == 0;
+    uint64_t *hour = calloc(VT_HOUR, sizeof *hour);
+    int *log = calloc(VT_HOUR, sizeof *log);
+    if (!hour || !log) rc = -ENOMEM;
+    for (int i = 0; rc == 0 && i < VT_HOUR; i++)
+        hour[i] = lab_rand(&seed) % (3600 * S);
+    if (rc == 0) rc = vt_run(LULL_CLOCK_VIRTUAL, hour, VT_HOUR, log, &real_ns);
+    free(hour);
+    free(log);
+    if (rc < 0) return rc;
+    out->v[VIRTUAL_SAME_ORDER] = same ? 1 : 0;
+    out->v[VIRTUAL_TIMERS] = VT_TIMERS;
+    out->v[VIRTUAL_HOUR_MS] = (double)real_ns / 1e6;
+    return 0;
+}
+
 #define EVERY_QUANTUM "every 0.5 ms (quantum)"
 
 #ifndef LAB_LULL_BUILD
@@ -469,6 +531,8 @@ static const turns_entry entries[] = {
     {TURNS_ROUNDTRIP, "lull: loops watching a socket (epoll sleep)",
      roundtrip_fd, NULL, TURNS_BASE, 0},
     {TURNS_TIMERS, "lull", timers, NULL, TURNS_BASE, 0},
+    {TURNS_VIRTUAL, "lull: real and virtual clock", virtual_order, NULL,
+     TURNS_BASE, 0},
 };
 
 const turns_peer turns_lull = {

@@ -19,12 +19,102 @@ void turns_result_clear(turns_result *out) {
         out->v[i] = NAN;
 }
 
-void turns_lateness_us(double *samples_ns, int n, turns_result *out) {
-    if (n <= 0) return;
-    out->v[LATE_P50_US] = lab_percentile(samples_ns, (size_t)n, 0.50) / 1e3;
-    out->v[LATE_P99_US] = lab_percentile(samples_ns, (size_t)n, 0.99) / 1e3;
-    out->v[LATE_MAX_US] = samples_ns[n - 1] / 1e3; /* sorted above */
-    out->v[LATE_MIN_US] = samples_ns[0] / 1e3;
+/* ------------------------------------------------------------- chains */
+
+void turns_chain_begin(turns_chain_clock *c) {
+    c->polls0 = turns_polls();
+    c->t0 = lab_now_ns();
+}
+
+void turns_chain_end(const turns_chain_clock *c, const turns_params *p,
+                     turns_result *out) {
+    uint64_t t1 = lab_now_ns();
+    out->v[CHAIN_NS_PER_HOP] = (double)(t1 - c->t0) / (double)p->hops;
+    out->v[CHAIN_POLLS_PER_HOP] =
+        (double)(turns_polls() - c->polls0) / (double)p->hops;
+}
+
+/* ----------------------------------------------------------- lateness */
+
+#define MS 1000000ull
+
+int turns_late_open(turns_late *l, const turns_params *p) {
+    l->n = 0;
+    l->want = p->lateness_samples;
+    l->samples = calloc((size_t)l->want, sizeof *l->samples);
+    return l->samples ? 0 : -ENOMEM;
+}
+
+void turns_late_arm(turns_late *l) {
+    l->due = lab_now_ns() + MS;
+}
+
+bool turns_late_fired(turns_late *l) {
+    uint64_t now = lab_now_ns();
+    l->samples[l->n++] = (double)(int64_t)(now - l->due); /* < 0: early */
+    if (l->n >= l->want) return false;
+    turns_late_arm(l);
+    return true;
+}
+
+int turns_late_close(turns_late *l, int rc, turns_result *out) {
+    if (rc == 0 && l->n > 0) {
+        double *v = l->samples;
+        int n = l->n;
+        out->v[LATE_P50_US] = lab_percentile(v, (size_t)n, 0.50) / 1e3;
+        out->v[LATE_P99_US] = lab_percentile(v, (size_t)n, 0.99) / 1e3;
+        out->v[LATE_MAX_US] = v[n - 1] / 1e3; /* sorted above */
+        out->v[LATE_MIN_US] = v[0] / 1e3;
+    }
+    free(l->samples);
+    l->samples = NULL;
+    return rc;
+}
+
+/* --------------------------------------------------------------- idle */
+
+void turns_idle_begin(turns_idle_clock *c) {
+    c->cpu0 = lab_thread_cpu_ns();
+    c->cs0 = lab_thread_nvcsw();
+}
+
+void turns_idle_end(const turns_idle_clock *c, const turns_params *p,
+                    turns_result *out) {
+    uint64_t cpu1 = lab_thread_cpu_ns(), cs1 = lab_thread_nvcsw();
+    double cpu_us = (double)(cpu1 - c->cpu0) / 1e3;
+    out->v[IDLE_NVCSW] = (double)(cs1 - c->cs0);
+    out->v[IDLE_CPU_US] = cpu_us;
+    out->v[IDLE_CPU_US_PER_S] = cpu_us / ((double)p->idle_window_ns / 1e9);
+}
+
+/* --------------------------------------------------------- round trip */
+
+int turns_trip_open(turns_trip_clock *t, const turns_params *p) {
+    t->p = p;
+    t->done = 0;
+    t->sent = 0;
+    t->samples = calloc((size_t)p->trips, sizeof *t->samples);
+    return t->samples ? 0 : -ENOMEM;
+}
+
+void turns_trip_send(turns_trip_clock *t) {
+    t->sent = lab_now_ns();
+}
+
+bool turns_trip_arrived(turns_trip_clock *t) {
+    uint64_t now = lab_now_ns();
+    int k = t->done++ - t->p->warmup_trips;
+    if (k >= 0) t->samples[k] = (double)(now - t->sent);
+    if (t->done >= t->p->warmup_trips + t->p->trips) return false;
+    turns_trip_send(t);
+    return true;
+}
+
+int turns_trip_close(turns_trip_clock *t, int rc, turns_result *out) {
+    if (rc == 0) turns_trip_us(t->samples, t->p->trips, out);
+    free(t->samples);
+    t->samples = NULL;
+    return rc;
 }
 
 void turns_trip_us(double *samples_ns, int n, turns_result *out) {

@@ -211,6 +211,34 @@ static int timeout_ms(int64_t timeout_ns) {
     return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
+/* lull_loop_shuffle: a batch of readiness in an order drawn from the
+ * loop's generator (splitmix64, then a Fisher-Yates pass), so a seed picks
+ * one of the orders epoll may report and the same seed picks it again.
+ * Only the order of different fds moves: each fd is in a batch once. */
+static uint64_t shuffle_next(lull_loop *loop) {
+    uint64_t z = (loop->shuffle_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__attribute__((noinline)) static void shuffle_batch(lull_loop *loop, int n) {
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(shuffle_next(loop) % (uint64_t)(i + 1));
+        struct epoll_event t = loop->events[i];
+        loop->events[i] = loop->events[j];
+        loop->events[j] = t;
+    }
+}
+
+int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed) {
+    if (!loop) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    loop->shuffle = on;
+    loop->shuffle_state = seed;
+    return 0;
+}
+
 int lull__backend_poll(lull_loop *loop, int64_t timeout_ns) {
     int n = -1;
     /* A failed rebuild (out of fds) is retried at every poll: meanwhile the
@@ -237,6 +265,8 @@ int lull__backend_poll(lull_loop *loop, int64_t timeout_ns) {
                        timeout_ms(timeout_ns));
     if (n < 0) return -errno;
     loop->events_len = n;
+    /* Off, this is one predictable branch per poll. */
+    if (LULL_UNLIKELY(loop->shuffle) && n > 1) shuffle_batch(loop, n);
     return n;
 }
 

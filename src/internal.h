@@ -172,10 +172,13 @@ struct lull_loop {
     int events_next;            /* next one to dispatch */
     lull__io_slot *io_slots;    /* started watchers, by slot */
     uint32_t io_slots_cap;
-    uint32_t io_free;   /* first free slot + 1, 0 = none */
-    int wake_fd;        /* the wake-up fd, registered again on a rebuild */
-    bool backend_stale; /* a registration nobody owns reported: rebuild
-                           the epoll set before the next poll */
+    uint32_t io_free;       /* first free slot + 1, 0 = none */
+    int wake_fd;            /* the wake-up fd, registered again on a rebuild */
+    bool backend_stale;     /* a registration nobody owns reported: rebuild
+                               the epoll set before the next poll */
+    bool shuffle;           /* lull_loop_shuffle: batches of fd readiness
+                               in a seeded order (else epoll's) */
+    uint64_t shuffle_state; /* ... its generator */
 
     /* Liveness and subscriptions. */
     uint32_t refs;            /* lull_loop_ref count */

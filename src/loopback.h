@@ -1,7 +1,7 @@
 /* The loopback pair's hand-over path (src/loopback.c), inline so that
  * lull_endpoint_send (src/frame.c) queues a loopback frame without an indirect
  * call into the transport: the loopback is the in-process link whose round trip
- * is measured against the bare turn (issue 7), and this is its hot half.
+ * is measured against the bare turn, and this is its hot half.
  * Included by src/frame.c and src/loopback.c only. */
 #ifndef LULL_LOOPBACK_H
 #define LULL_LOOPBACK_H

@@ -23,7 +23,7 @@ static inline bool lull__node_queued(const lull__node *n) {
 
 /* The store to tail->next sits between n's two links on purpose: the
  * compiler cannot then pair them into one vector store, from which the
- * scalar loads of the next queue walk forward slowly (issue 7: the
+ * scalar loads of the next queue walk forward slowly (the
  * loopback round trip and the task hop both wait on that forward). */
 static inline void lull__queue_push(lull__node *q, lull__node *n) {
     lull__node *tail = q->prev;

@@ -7,7 +7,7 @@
 file(READ ${SOURCE_DIR}/include/lull.h header)
 set(types loop task timer io notifier listener pump histogram endpoint
   loopback server stream pool work fs journal lookup percore process pipe
-  signal)
+  signal simnet simserver simconn)
 set(library_calls lull_version lull_version_string lull_strerror lull_err_name)
 string(REGEX MATCHALL "\nLULL_EXTERN [^;(#]*\\(" decls "${header}")
 string(REPLACE ";" "|" type_alt "${types}")

@@ -1,4 +1,4 @@
-/* Injected syscall faults (issue 11 item 4): the calls lull makes fail with
+/* Injected syscall faults: the calls lull makes fail with
  * EINTR, EAGAIN, short counts, ECONNRESET, EMFILE, ENOMEM or EPERM at a
  * chosen call (the Nth that matches a rule) or at random seeded calls, and
  * each must be handled: retried (the data arrives complete and in order),

@@ -11,6 +11,7 @@
 #include <lull.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -783,4 +784,143 @@ TEST(stopped_watcher_with_fd_closed_and_a_child_holding_it) {
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------ lull_loop_shuffle */
+
+enum { SHUF_N = 8 };
+
+typedef struct shuf_fd {
+    watch w;
+    int id;
+    lull_task task; /* posted by the fd's callback */
+} shuf_fd;
+
+static int shuf_order[4 * SHUF_N], shuf_len;
+static int task_order[4 * SHUF_N], task_len;
+
+static void shuf_task(lull_task *t) {
+    shuf_fd *s = LULL_CONTAINER_OF(t, shuf_fd, task);
+    task_order[task_len++] = s->id;
+}
+
+static void shuf_read(lull_io *io, int events) {
+    (void)events;
+    shuf_fd *s = LULL_CONTAINER_OF(io, shuf_fd, w.io);
+    drain(s->w.rfd);
+    shuf_order[shuf_len++] = s->id;
+    lull_task_post(io->loop, &s->task);
+}
+
+/* Makes SHUF_N pipes readable at once and runs one iteration: the order
+ * the fd callbacks ran in goes to out[] (and the posted tasks' order is
+ * checked to be the same). `seed` < 0: no shuffle. */
+static void one_batch(long long seed, int *out) {
+    lull_loop *loop = new_loop();
+    if (seed >= 0) CHECK_EQ(lull_loop_shuffle(loop, true, (uint64_t)seed), 0);
+    shuf_fd s[SHUF_N];
+    for (int i = 0; i < SHUF_N; i++) {
+        s[i].id = i;
+        make_pipe(&s[i].w);
+        CHECK_EQ(lull_io_init(loop, &s[i].w.io, s[i].w.rfd, shuf_read), 0);
+        CHECK_EQ(lull_io_start(&s[i].w.io, LULL_READABLE), 0);
+        CHECK_EQ(lull_task_init(&s[i].task, shuf_task), 0);
+    }
+    for (int i = 0; i < SHUF_N; i++)
+        fill(s[i].w.wfd);
+    shuf_len = task_len = 0;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    /* Where slices end at random (LULL_TEST_YIELD_OFTEN), the tasks may
+     * be left for a later iteration: they run there, in the same order. */
+    for (int i = 0; i < 100 && task_len < SHUF_N; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    /* One batch: every fd once; the tasks they posted ran after the fd
+     * callbacks, in post order (C2), which is the callbacks' order. */
+    CHECK_EQ(shuf_len, SHUF_N);
+    CHECK_EQ(task_len, SHUF_N);
+    for (int i = 0; i < SHUF_N; i++) {
+        CHECK_EQ(task_order[i], shuf_order[i]);
+        out[i] = shuf_order[i];
+    }
+    bool seen[SHUF_N] = {0};
+    for (int i = 0; i < SHUF_N; i++) {
+        CHECK(!seen[out[i]]);
+        seen[out[i]] = true;
+    }
+    for (int i = 0; i < SHUF_N; i++) {
+        lull_io_stop(&s[i].w.io);
+        close_pipe(&s[i].w);
+    }
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(shuffle_orders_a_batch_by_seed) {
+    /* Eight fds ready in one poll: without a shuffle they run in epoll's
+     * order; with one, in an order the seed picks, the same for the same
+     * seed; over 20 seeds, several orders (a shuffle that never moved
+     * anything would pass the rest). */
+    int plain[SHUF_N], a[SHUF_N], b[SHUF_N];
+    one_batch(-1, plain);
+    int distinct = 0, differs_from_plain = 0;
+    int seen[20][SHUF_N];
+    for (int seed = 0; seed < 20; seed++) {
+        one_batch(seed, a);
+        one_batch(seed, b);
+        for (int i = 0; i < SHUF_N; i++)
+            CHECK_EQ(a[i], b[i]);
+        bool is_new = true;
+        for (int j = 0; j < distinct; j++)
+            if (memcmp(seen[j], a, sizeof a) == 0) is_new = false;
+        if (is_new) memcpy(seen[distinct++], a, sizeof a);
+        if (memcmp(a, plain, sizeof a) != 0) differs_from_plain++;
+    }
+    if (distinct < 10 || differs_from_plain < 10)
+        check_fail(__FILE__, __LINE__, "%d orders, %d not epoll's", distinct,
+                   differs_from_plain);
+}
+
+static lull_timer *order_timers; /* the case's array: an id is an index */
+
+static void order_timer(lull_timer *t) {
+    check_trace((int)(t - order_timers));
+}
+
+static void order_task(lull_task *t) {
+    (void)t;
+    check_trace(100);
+}
+
+TEST(shuffle_keeps_the_contracted_orders) {
+    /* With the shuffle on: timers due at one deadline run in arm order,
+     * zero-delay timers and posted tasks share one FIFO (C2, C3), and a
+     * re-armed timer goes to the tail, on a virtual clock. */
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    CHECK_EQ(lull_loop_shuffle(loop, true, 42), 0);
+    check_trace_reset();
+    lull_timer t[6];
+    lull_task task;
+    CHECK_EQ(lull_task_init(&task, order_task), 0);
+    order_timers = t;
+    for (int i = 0; i < 6; i++)
+        CHECK_EQ(lull_timer_init(loop, &t[i], order_timer), 0);
+    /* Same deadline, armed 3, 1, 2: fire 3, 1, 2. */
+    int ids[3] = {3, 1, 2};
+    for (int i = 0; i < 3; i++)
+        lull_timer_start(&t[ids[i]], 5 * MS, 0);
+    lull_loop_advance(loop, 5 * MS);
+    int want1[] = {3, 1, 2};
+    check_trace_expect(__FILE__, __LINE__, want1, 3);
+    /* Zero-delay timers and a task, in arm/post order; 4 re-armed last. */
+    check_trace_reset();
+    lull_timer_start(&t[4], 0, 0);
+    lull_task_post(loop, &task);
+    lull_timer_start(&t[5], 0, 0);
+    lull_timer_start(&t[4], 0, 0);
+    CHECK(lull_loop_settle(loop) >= 3);
+    int want2[] = {100, 5, 4};
+    check_trace_expect(__FILE__, __LINE__, want2, 3);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(lull_loop_shuffle(NULL, true, 1), -EINVAL);
 }

@@ -916,79 +916,9 @@ static const char *exec_cl(kv *k, kv_client *cl, buf *out, const char *line) {
     return out->p;
 }
 
-/* Every key of k, in key order, with its type, value (sets and hashes
- * sorted) and expiry: two keyspaces are equal when their dumps are. */
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static void dump_keyspace(kv *k, buf *d) {
-    d->len = 0;
-    size_t n = store_count(&k->db), i = 0;
-    char **keys = malloc((n + 1) * sizeof *keys);
-    for (size_t b = 0; b < k->db.d.nbuckets; b++)
-        for (dict_entry *e = k->db.d.buckets[b]; e; e = e->next) {
-            keys[i] = malloc(e->klen + 1);
-            memcpy(keys[i], dict_key(&k->db.d, e), e->klen);
-            keys[i][e->klen] = 0;
-            i++;
-        }
-    qsort(keys, n, sizeof *keys, cmp_str);
-    char line[512];
-    for (i = 0; i < n; i++) {
-        dict_entry *e = store_find(&k->db, keys[i], strlen(keys[i]));
-        kobj *o = store_obj(e);
-        snprintf(line, sizeof line, "%s type=%d expire=%lld: ", keys[i],
-                 o->type, (long long)o->expire);
-        buf_str(d, line);
-        char **items = NULL;
-        size_t m = 0;
-        if (o->type == KV_STRING) {
-            buf_put(d, o->val, o->len);
-        } else if (o->type == KV_LIST) {
-            kv_list *l = o->val;
-            for (size_t j = 0; j < l->n; j++) {
-                buf_put(d, list_at(l, j)->p, list_at(l, j)->len);
-                buf_str(d, ",");
-            }
-        } else if (o->type == KV_ZSET) {
-            kv_zset *z = o->val;
-            for (znode *x = z->head->lv[0].fwd; x; x = x->lv[0].fwd) {
-                size_t len;
-                const char *name = znode_name(z, x, &len);
-                buf_put(d, name, len);
-                snprintf(line, sizeof line, "=%.17g,", x->score);
-                buf_str(d, line);
-            }
-        } else {
-            dict *sd = o->type == KV_SET ? &((kv_set *)o->val)->d
-                                         : &((kv_hash *)o->val)->d;
-            items = malloc(sd->count * sizeof *items);
-            for (size_t b = 0; b < sd->nbuckets; b++)
-                for (dict_entry *f = sd->buckets[b]; f; f = f->next) {
-                    kv_elem *v = o->type == KV_HASH ? hash_value(f) : NULL;
-                    items[m] = calloc(1, f->klen + (v ? v->len : 0) + 2);
-                    memcpy(items[m], dict_key(sd, f), f->klen);
-                    if (v) {
-                        items[m][f->klen] = '=';
-                        memcpy(items[m] + f->klen + 1, v->p, v->len);
-                    }
-                    m++;
-                }
-            qsort(items, m, sizeof *items, cmp_str);
-            for (size_t j = 0; j < m; j++) {
-                buf_str(d, items[j]);
-                buf_str(d, ",");
-                free(items[j]);
-            }
-            free(items);
-        }
-        buf_str(d, "\n");
-        free(keys[i]);
-    }
-    free(keys);
-    buf_put(d, "", 1);
-}
+/* Two keyspaces are equal when their dumps are (examples/kv/dump.c). */
+#include "../examples/kv/dump.h"
+#define dump_keyspace kv_dump
 
 static const char *const type_script[] = {
     "LPUSH l a b c",
@@ -1412,4 +1342,108 @@ TEST(large_value_kept_once_in_the_log) {
     buf_free(&out);
     free(big);
     free(big2);
+}
+
+/* ------------------------------------------------- the reference model */
+
+#include "../examples/kv/model.h"
+
+TEST(model_agrees_with_the_commands) {
+    /* The simulator's reference model (examples/kv/model.c) against
+     * kv_exec: random commands on a few keys, strings and lists, expiry
+     * times in the past and future, time moving between them (so keys
+     * expire by the timer and by lookup). Each reply must be one the
+     * model allows at that instant, and the model must be left with one
+     * state per key, the store's. */
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    enum { KEYS = 4 };
+    model_key keys[KEYS];
+    for (int i = 0; i < KEYS; i++)
+        model_key_init(&keys[i]);
+    uint64_t x = 99;
+    char req[200];
+    resp_arg argv[MAX_ARGS];
+    buf out = {0};
+    int ops_seen[OP_COUNT] = {0};
+    for (int step = 0; step < 20000; step++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        model_cmd c = {.op = (int)((x >> 33) % OP_COUNT)};
+        int key = (int)((x >> 20) % KEYS);
+        snprintf(c.key, sizeof c.key, "k%d", key);
+        int64_t now = 1000000000000ll + (int64_t)(lull_loop_now(loop) / MS);
+        uint32_t r = (uint32_t)(x >> 40);
+        if (r % 3 == 0)
+            snprintf(c.val, sizeof c.val, "%d", (int)(r % 200) - 20);
+        else
+            snprintf(c.val, sizeof c.val, "v%u", r % 1000);
+        c.at = now - 50 + (int64_t)(r % 400);
+        if ((c.op == OP_APPEND || c.op == OP_RPUSH) && keys[key].c[0].len > 400)
+            c.op = OP_DEL;
+        ops_seen[c.op]++;
+        size_t n = model_request(&c, req);
+        size_t argc;
+        const char *err = NULL;
+        resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+        CHECK_EQ(resp_parse(&lim, req, n, argv, &argc, &err), (long)n);
+        out.len = 0;
+        v.k.cmd_now = 0;
+        kv_exec(&v.k, NULL, argv, argc, &out);
+        if (v.k.expiry_changed) kv_expiry_rearm(&v.x);
+        if (!model_apply(&keys[key], &c, now, now, out.p, out.len)) {
+            char want[700], st[800];
+            size_t w = model_reply(&keys[key].c[0], &c, now, want);
+            model_describe(&keys[key].c[0], st, sizeof st);
+            check_fail(__FILE__, __LINE__,
+                       "step %d: %.*s: got %.*s, model %.*s (%s)", step, (int)n,
+                       req, (int)out.len, out.p, (int)w, want, st);
+        }
+        model_settle(&keys[key], now);
+        CHECK_EQ(keys[key].n, 1);
+        if (r % 7 == 0) lull_loop_advance(loop, (r % 100) * MS);
+    }
+    for (int i = 0; i < OP_COUNT; i++)
+        CHECK(ops_seen[i] > 100);
+    /* The store holds what the model says. */
+    lull_loop_advance(loop, 1000 * MS);
+    int64_t now = 1000000000000ll + (int64_t)(lull_loop_now(loop) / MS);
+    for (int i = 0; i < KEYS; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "k%d", i);
+        model_val s;
+        CHECK(model_from_store(&v.k.db, name, now, &s));
+        model_settle(&keys[i], now);
+        CHECK(model_key_has(&keys[i], &s));
+    }
+    buf_free(&out);
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(model_keeps_what_an_uncertain_instant_allows) {
+    /* A key that expires inside a command's window may be read as there
+     * or gone; the reply decides, and the model keeps only that. */
+    model_key k;
+    model_key_init(&k);
+    model_cmd set = {.op = OP_SET_PXAT, .key = "a", .val = "1", .at = 150};
+    CHECK(model_apply(&k, &set, 100, 100, "+OK\r\n", 5));
+    model_cmd get = {.op = OP_GET, .key = "a"};
+    model_key k2 = k;
+    CHECK(model_apply(&k, &get, 120, 200, "$1\r\n1\r\n", 7));
+    CHECK(model_apply(&k2, &get, 120, 200, "$-1\r\n", 5));
+    model_key k3 = k2;
+    CHECK(!model_apply(&k3, &get, 200, 300, "$1\r\n1\r\n", 7));
+    model_cmd incr = {.op = OP_INCR, .key = "a"};
+    model_key k4;
+    model_key_init(&k4);
+    CHECK(model_apply(&k4, &set, 100, 100, "+OK\r\n", 5));
+    CHECK(model_apply(&k4, &incr, 120, 200, ":2\r\n", 4));
+    CHECK_EQ(k4.n, 1);
+    CHECK(!model_apply(&k4, &incr, 120, 200, ":9\r\n", 4));
+    /* The reply lengths RESP says. */
+    CHECK_EQ(model_reply_len("*2\r\n$1\r\na\r\n:3\r\n", 15), 15);
+    CHECK_EQ(model_reply_len("*2\r\n$1\r\na\r\n:3\r", 14), 0);
+    CHECK_EQ(model_reply_len("$-1\r\n+OK\r\n", 10), 5);
+    CHECK_EQ(model_reply_len("?x\r\n", 4), -1);
 }

@@ -1,4 +1,4 @@
-/* The reference model (issue 11): lull's ordering rules written a second
+/* The reference model: lull's ordering rules written a second
  * time, for obviousness rather than speed, and a seeded generator of random
  * operation sequences that runs each sequence against the model and against
  * the real loop on the virtual clock, in lockstep. After every operation

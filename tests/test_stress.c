@@ -1,4 +1,4 @@
-/* Cross-thread stress (issue 11): 8 threads post tasks and raise notifiers
+/* Cross-thread stress: 8 threads post tasks and raise notifiers
  * on 4 loops at once, with nothing lost and nothing run twice, counted per
  * poster; each loop is freed as soon as its posters have stopped, while the
  * same posters still post to the other loops.

@@ -89,6 +89,24 @@ struct kv {
     /* A message was added to cl->out outside its own command: the owner
      * sends it (and holds the client to its output limit). */
     void (*wake)(kv_client *cl);
+    /* Test only: known replication bugs planted on purpose (KV_PLANT_*),
+     * which the simulator (sim.c) must find. 0 in lull-kv itself. */
+    unsigned plant;
+    buf held; /* KV_PLANT_ACK_BEFORE_LOG: the write not logged yet */
+    size_t held_argc;
+};
+
+/* The planted bugs (kv.plant). */
+enum {
+    /* A replica that continues from its offset is sent the log from one
+     * record later: one write is never applied there. */
+    KV_PLANT_RESUME_LATE = 0x1,
+    /* A write is acknowledged before it is in the log: its record goes in
+     * with the next write (so the last one never reaches a replica). */
+    KV_PLANT_ACK_BEFORE_LOG = 0x2,
+    /* Keys the expiry timer deleted are logged as DELs, but the replica
+     * links are not woken to send them. */
+    KV_PLANT_LOST_WAKEUP = 0x4,
 };
 
 void kv_init(kv *k); /* store_init's error aside: 0 or -ENOMEM */

@@ -1,6 +1,7 @@
 /* conn.c: lull-kv's client connections.
  *
- * Each connection is a lull_stream in raw mode (LULL_STREAM_RAW): bytes
+ * Each connection is an endpoint in raw mode (a lull_stream with
+ * LULL_STREAM_RAW, or a simulated connection with LULL_SIMCONN_RAW): bytes
  * arrive in chunks of any size at on_frame. Every complete command at the
  * front of what arrived is run (pipelining), and what is left is kept for
  * the next chunk (partial reads): a command that is not all there is kept
@@ -21,15 +22,12 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 static void conn_finish(conn *c);
 static void server_command(conn *c, const resp_arg *a, size_t argc);
@@ -54,27 +52,6 @@ static void conn_free(conn *c) {
     free(c);
 }
 
-/* "ip:port" of the connection's peer, for log lines ("unix" for a Unix
- * socket). */
-static const char *conn_name(conn *c, char *s, size_t cap) {
-    struct sockaddr_storage sa;
-    socklen_t len = sizeof sa;
-    char ip[INET6_ADDRSTRLEN] = "?";
-    snprintf(s, cap, "unix");
-    if (getpeername(lull_stream_fd(&c->s), (struct sockaddr *)&sa, &len) != 0)
-        return s;
-    if (sa.ss_family == AF_INET) {
-        struct sockaddr_in *in = (struct sockaddr_in *)&sa;
-        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
-        snprintf(s, cap, "%s:%d", ip, ntohs(in->sin_port));
-    } else if (sa.ss_family == AF_INET6) {
-        struct sockaddr_in6 *in = (struct sockaddr_in6 *)&sa;
-        inet_ntop(AF_INET6, &in->sin6_addr, ip, sizeof ip);
-        snprintf(s, cap, "[%s]:%d", ip, ntohs(in->sin6_port));
-    }
-    return s;
-}
-
 /* Closes the connection, saying why (fmt) unless it is an ordinary end.
  * Its memory goes in on_close, which lull runs once in a later turn, after
  * every frame it sent (`fin` included) was released: the one place a
@@ -87,18 +64,18 @@ void conn_drop(conn *c, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(why, sizeof why, fmt, ap);
         va_end(ap);
-        fprintf(stderr, "lull-kv: %s %s: %s; connection closed\n",
-                c->link ? "replica" : "client", conn_name(c, name, sizeof name),
-                why);
+        c->srv->net->peer(c->ep, name, sizeof name, true);
+        srv_log(c->srv, "%s %s: %s; connection closed",
+                c->link ? "replica" : "client", name, why);
     }
     c->gone = true;
     conn_quiet(c);
-    lull_endpoint_close(&c->s.ep, 0);
+    lull_endpoint_close(c->ep, 0);
 }
 
 static void on_close(lull_endpoint *ep, int reason) {
     (void)reason; /* EOF, reset, ...: the client is gone either way */
-    conn_free(LULL_CONTAINER_OF(ep, conn, s.ep));
+    conn_free(ep->data);
 }
 
 /* The last replies are in the kernel (or were dropped by a close): the
@@ -121,7 +98,7 @@ static int conn_class(const conn *c) {
  * behind by since it started (link_output). */
 static size_t conn_output(const conn *c) {
     if (c->link) return link_output(c->link);
-    return c->out.len + c->s.ep.queued;
+    return c->out.len + c->ep->queued;
 }
 
 /* The soft output limit's deadline: a connection may stay over its
@@ -144,6 +121,7 @@ static void soft_due(lull_timer *t) {
     c->soft_armed = false;
     const obuf_limit *lim = &c->srv->obl[conn_class(c)];
     size_t used = conn_output(c);
+    if (lim->soft && used >= lim->soft && c->link) c->srv->links_over_limit++;
     if (lim->soft && used >= lim->soft)
         conn_drop(c,
                   "output buffer of %zu bytes over the %s soft limit (%zu) "
@@ -158,6 +136,7 @@ bool conn_check_output(conn *c) {
     if (!lim->hard && !lim->soft && !c->soft_armed) return true;
     size_t used = conn_output(c);
     if (lim->hard && used >= lim->hard) {
+        if (c->link) c->srv->links_over_limit++;
         conn_drop(c, "output buffer of %zu bytes over the %s hard limit (%zu)",
                   used, class_name[cls], lim->hard);
         return false;
@@ -202,14 +181,14 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
             h->p = c->out.p;
             h->f = (lull_frame){
                 .bytes = h->p, .len = len, .release = handover_release};
-            rc = lull_endpoint_send(&c->s.ep, &h->f);
+            rc = lull_endpoint_send(c->ep, &h->f);
             if (rc == 0)
                 c->out = (buf){0};
             else
                 free(h);
         }
     } else {
-        rc = lull_endpoint_send_copy(&c->s.ep, c->out.p, len);
+        rc = lull_endpoint_send_copy(c->ep, c->out.p, len);
         c->out.len = 0;
     }
     if (rc < 0) {
@@ -272,7 +251,7 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
                 alive = false;
                 break;
             }
-            if (!lull_endpoint_writable(&c->s.ep)) {
+            if (!lull_endpoint_writable(c->ep)) {
                 c->waiting = true; /* on_drain runs the rest */
                 break;
             }
@@ -317,7 +296,7 @@ static inline __attribute__((always_inline)) void conn_after(conn *c) {
     }
     if (!flush(c)) return;
     if (c->out.cap > REPLY_HANDOVER) buf_shrink(&c->out, REPLY_HANDOVER);
-    if (!lull_endpoint_writable(&c->s.ep)) lull_stream_read_stop(&c->s);
+    if (!lull_endpoint_writable(c->ep)) c->srv->net->read_stop(c->ep);
 }
 
 /* Keeps the bytes of a command that is not all there. The buffer grows
@@ -347,7 +326,7 @@ static bool keep_input(conn *c, const char *bytes, size_t len) {
 }
 
 static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
-    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
+    conn *c = ep->data;
     if (c->closing) return;
     size_t used;
     if (c->in.len == 0 && !c->waiting) {
@@ -370,9 +349,9 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
 }
 
 static void on_drain(lull_endpoint *ep) {
-    conn *c = LULL_CONTAINER_OF(ep, conn, s.ep);
+    conn *c = ep->data;
     if (!conn_check_output(c)) return;
-    lull_stream_read_start(&c->s);
+    c->srv->net->read_start(c->ep);
     if (c->link) lull_task_post(c->srv->loop, &c->link->task);
     if (!c->waiting || c->closing) return;
     c->waiting = false;
@@ -394,12 +373,12 @@ static void conn_finish(conn *c) {
     }
     c->fin = (lull_frame){
         .bytes = c->out.p, .len = c->out.len, .release = fin_release};
-    int rc = lull_endpoint_send(&c->s.ep, &c->fin);
+    int rc = lull_endpoint_send(c->ep, &c->fin);
     if (rc < 0) {
         conn_drop(c, "its last reply was refused (%s)", strerror(-rc));
         return;
     }
-    lull_stream_shutdown(&c->s);
+    c->srv->net->shutdown(c->ep);
 }
 
 /* Messages were published to this client while it ran nothing itself:
@@ -416,21 +395,23 @@ void conn_wake(kv_client *cl) {
     lull_task_post(c->srv->loop, &c->kick);
 }
 
-void accept_conn(lull_server *ls) {
+conn *conn_new(server *srv) {
     conn *c = calloc(1, sizeof *c);
-    if (!c) return; /* the waiting connection is closed when we return */
-    c->srv = the_server;
+    if (!c) return NULL;
+    c->srv = srv;
     kv_client_init(&c->cl, c, &c->out);
     lull_task_init(&c->kick, conn_kick);
-    /* Raw: max_frame only bounds one send. lull-kv bounds what a
-     * connection holds itself (run_commands' backpressure), so a reply is
-     * never refused for its size: a 17 MiB GET answer is one frame. */
-    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
-    if (lull_server_accept(ls, &c->s, &o) < 0) {
-        free(c);
-        return;
-    }
+    return c;
+}
+
+void conn_abort(conn *c) {
+    free(c);
+}
+
+void conn_start(conn *c, lull_endpoint *ep) {
+    c->ep = ep;
+    ep->data = c;
     c->srv->kv.clients++;
     lull_timer_init(c->srv->loop, &c->soft, soft_due);
-    lull_endpoint_set_callbacks(&c->s.ep, on_frame, on_drain, on_close);
+    lull_endpoint_set_callbacks(ep, on_frame, on_drain, on_close);
 }

@@ -13,6 +13,7 @@ static int64_t loop_clock(kv *k) {
  * turn, after the fd callbacks and timers that were waiting. */
 static bool slice_left(void *arg) {
     kv_expiry *x = arg;
+    if (x->should_yield) return !x->should_yield(x->loop);
     return !lull_loop_should_yield(x->loop);
 }
 

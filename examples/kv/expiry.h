@@ -40,6 +40,9 @@ typedef struct kv_expiry {
     int64_t armed_at; /* the expiry time (ms) the timer is armed for */
     void (*expired)(void *arg); /* keys were expired (DELs logged) */
     void *arg;
+    /* Where a run of due keys stops for the loop: NULL is
+     * lull_loop_should_yield (a simulation brings a seeded one). */
+    bool (*should_yield)(lull_loop *loop);
     uint64_t fired; /* times the timer ran: a measure of its wakeups */
 } kv_expiry;
 

@@ -81,6 +81,20 @@ start primary --port 0 --unix "$dir/kv.sock"
 pid=$started
 port=$started_port
 cli() { redis-cli -p "$port" "$@"; }
+# info PORT FIELD: one field of INFO replication.
+info() { redis-cli -p "$1" INFO replication | tr -d '\r' | sed -n "s/^$2://p"; }
+# synced RPORT: waits until the replica's link is up and its offset is the
+# primary's (up to 60 s).
+synced() {
+    local m r
+    for _ in $(seq 1200); do
+        m=$(info "$port" master_repl_offset)
+        r=$(info "$1" slave_repl_offset)
+        [ -n "$m" ] && [ "$m" = "$r" ] && [ "$(info "$1" master_link_status)" = up ] && return 0
+        sleep 0.05
+    done
+    fail "replica on $1 at offset '$r', primary at '$m'"
+}
 
 [ "$(cli PING)" = PONG ] || fail "PING"
 
@@ -586,20 +600,6 @@ fi
 
 # ---------------------------------------------------------- replication
 
-# info PORT FIELD: one field of INFO replication.
-info() { redis-cli -p "$1" INFO replication | tr -d '\r' | sed -n "s/^$2://p"; }
-# synced RPORT: waits until the replica's link is up and its offset is the
-# primary's (up to 60 s).
-synced() {
-    local m r
-    for _ in $(seq 1200); do
-        m=$(info "$port" master_repl_offset)
-        r=$(info "$1" slave_repl_offset)
-        [ -n "$m" ] && [ "$m" = "$r" ] && [ "$(info "$1" master_link_status)" = up ] && return 0
-        sleep 0.05
-    done
-    fail "replica on $1 at offset '$r', primary at '$m'"
-}
 # dump PORT KEYS OUT: GET of every key in the file KEYS, pipelined on one
 # connection, ended by QUIT (the server closes after it); replies in OUT.
 dump() {

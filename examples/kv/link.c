@@ -1,4 +1,5 @@
-/* link.c: lull-kv's replication over sockets (docs/KV.md, Replication).
+/* link.c: lull-kv's replication (docs/KV.md, Replication), over any
+ * transport (kv_net): sockets, or the simulator's network.
  *
  * Primary side: a connection that sends `REPLSYNC <replid|?> <offset>
  * <port>` becomes a replica link. The primary answers `+FULLRESYNC
@@ -18,23 +19,17 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 /* The replica's reconnect backoff: 100 ms at first (a primary restarting
  * is back within a few hundred ms), doubled per failure up to 5 s (a
  * primary that is gone for good costs a connect every 5 s, no more). */
 #define RETRY_MIN_NS 100000000ull
 #define RETRY_MAX_NS 5000000000ull
-/* A primary that accepts but never answers the connect is given up on
- * after 2 s, and retried with the backoff. */
-#define CONNECT_TIMEOUT_NS 2000000000ull
 
 static bool parse_u64(const resp_arg *a, uint64_t *out) {
     long long v;
@@ -48,11 +43,18 @@ static bool parse_u64(const resp_arg *a, uint64_t *out) {
 /* The catch-up and follow sender: one record per step. */
 static void produce(lull_task *t) {
     rlink *l = LULL_CONTAINER_OF(t, rlink, task);
-    server *srv = the_server;
+    server *srv = l->srv;
     const repl_log *log = &srv->kv.log;
     while (repl_log_more(log, &l->cur)) {
-        if (!lull_endpoint_writable(&l->c->s.ep))
-            return; /* on_drain posts us */
+        if (l->skip_next) {
+            /* KV_PLANT_RESUME_LATE: a record is skipped, as a resume
+             * off by one would. */
+            size_t len;
+            repl_log_next(log, &l->cur, &len);
+            l->skip_next = false;
+            continue;
+        }
+        if (!lull_endpoint_writable(l->c->ep)) return; /* on_drain posts us */
         ring_frame *rf = &l->ring[l->ring_next % RING];
         if (rf->f.in_flight) { /* its release posts us */
             l->starved = true;
@@ -64,7 +66,7 @@ static void produce(lull_task *t) {
         size_t len;
         rf->f.bytes = repl_log_next(log, &next, &len);
         rf->f.len = len;
-        int rc = lull_endpoint_send(&l->c->s.ep, &rf->f);
+        int rc = lull_endpoint_send(l->c->ep, &rf->f);
         if (rc < 0) {
             /* The replica resyncs from its offset when it reconnects. */
             conn_drop(l->c,
@@ -76,7 +78,7 @@ static void produce(lull_task *t) {
         l->cur = next;
         l->ring_next++;
         l->inflight++;
-        if (srv->per_record || lull_loop_should_yield(srv->loop)) {
+        if (srv->per_record || srv->should_yield(srv->loop)) {
             lull_task_post(srv->loop, t);
             return;
         }
@@ -94,15 +96,15 @@ static void ring_release(lull_frame *f) {
     }
     if (l->starved) {
         l->starved = false;
-        lull_task_post(the_server->loop, &l->task);
+        lull_task_post(l->srv->loop, &l->task);
     }
 }
 
 size_t link_output(const rlink *l) {
-    const repl_log *log = &the_server->kv.log;
+    const repl_log *log = &l->srv->kv.log;
     uint64_t sent = repl_log_offset(log, &l->cur);
     if (sent < l->start) sent = l->start;
-    return (size_t)(log->end - sent) + l->c->s.ep.queued;
+    return (size_t)(log->end - sent) + l->c->ep->queued;
 }
 
 /* New records: every link's producer sends them (a no-op for a producer
@@ -119,27 +121,13 @@ void wake_links(server *srv) {
 /* The link's connection closed: it leaves INFO, its producer stops, and
  * its memory goes with the last frame the stream still holds. */
 void link_drop(rlink *l) {
-    server *srv = the_server;
+    server *srv = l->srv;
     l->peer.prev->next = l->peer.next;
     l->peer.next->prev = l->peer.prev;
     srv->kv.npeers--;
     lull_task_cancel(&l->task);
     l->c = NULL;
     if (l->inflight == 0) free(l);
-}
-
-static void peer_ip(conn *c, char *ip, size_t cap) {
-    struct sockaddr_storage sa;
-    socklen_t len = sizeof sa;
-    snprintf(ip, cap, "unix");
-    if (getpeername(lull_stream_fd(&c->s), (struct sockaddr *)&sa, &len) != 0)
-        return;
-    if (sa.ss_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, ip,
-                  (socklen_t)cap);
-    else if (sa.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, ip,
-                  (socklen_t)cap);
 }
 
 /* REPLSYNC <replid|?> <offset> <listening-port>: the connection becomes a
@@ -169,6 +157,7 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
     char reply[96];
     if (same && repl_log_seek(&k->log, offset, &l->cur) == 0) {
         snprintf(reply, sizeof reply, "+CONTINUE %" PRIu64 "\r\n", offset);
+        l->skip_next = k->plant & KV_PLANT_RESUME_LATE;
     } else {
         offset = 0;
         repl_log_seek(&k->log, 0, &l->cur);
@@ -178,8 +167,9 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
     for (size_t i = 0; i < RING; i++)
         l->ring[i] = (ring_frame){.f = {.release = ring_release}, .l = l};
     l->c = c;
+    l->srv = srv;
     lull_task_init(&l->task, produce);
-    peer_ip(c, l->peer.ip, sizeof l->peer.ip);
+    srv->net->peer(c->ep, l->peer.ip, sizeof l->peer.ip, false);
     l->peer.port = (int)port;
     l->peer.offset = offset;
     l->start = k->log.end;
@@ -243,8 +233,9 @@ static void master_down(server *srv) {
     m->need = 0;
     buf_shrink(&m->in, INPUT_KEEP);
     lull_task_cancel(&m->ack);
-    fprintf(stderr, "lull-kv: replica: retrying %s:%d in %" PRIu64 " ms\n",
-            m->host, m->port, m->backoff_ns / 1000000);
+    if (srv->stopping) return;
+    srv_log(srv, "replica: retrying %s:%d in %" PRIu64 " ms", m->host, m->port,
+            m->backoff_ns / 1000000);
     lull_timer_start(&m->retry, m->backoff_ns, 0);
     m->backoff_ns =
         m->backoff_ns * 2 > RETRY_MAX_NS ? RETRY_MAX_NS : m->backoff_ns * 2;
@@ -253,23 +244,22 @@ static void master_down(server *srv) {
 /* The primary sent what lull-kv's replication protocol does not allow. */
 static void master_malformed(server *srv, const char *what) {
     master *m = &srv->m;
-    fprintf(stderr,
-            "lull-kv: replica: malformed replication stream from %s:%d at "
-            "offset %" PRIu64 ": %s; link closed\n",
+    srv_log(srv,
+            "replica: malformed replication stream from %s:%d at offset "
+            "%" PRIu64 ": %s; link closed",
             m->host, m->port, srv->kv.offset, what);
-    m->state = M_DOWN; /* said why: master_closed need not */
-    lull_endpoint_close(&m->s.ep, -EPROTO); /* master_closed retries */
+    m->state = M_DOWN;                   /* said why: master_closed need not */
+    lull_endpoint_close(m->ep, -EPROTO); /* master_closed retries */
 }
 
 /* A send on the link was refused: the link closes (the primary sees it
  * go) and is retried, so the replica resyncs rather than wait on a link
  * that lost what it had to say. */
 static void master_lost(server *srv, const char *what, int rc) {
-    fprintf(stderr,
-            "lull-kv: replica: %s to %s:%d was refused (%s); link closed\n",
-            what, srv->m.host, srv->m.port, strerror(-rc));
-    srv->m.state = M_DOWN; /* said why: master_closed need not */
-    lull_endpoint_close(&srv->m.s.ep, rc); /* master_closed retries */
+    srv_log(srv, "replica: %s to %s:%d was refused (%s); link closed", what,
+            srv->m.host, srv->m.port, strerror(-rc));
+    srv->m.state = M_DOWN;              /* said why: master_closed need not */
+    lull_endpoint_close(srv->m.ep, rc); /* master_closed retries */
 }
 
 /* The link's close callback, which lull runs once whoever closed it: the
@@ -277,10 +267,10 @@ static void master_lost(server *srv, const char *what, int rc) {
  * closed itself (already M_DOWN, having said why), or one whose connect
  * failed (said by master_connected), is not reported lost again. */
 static void master_closed(lull_endpoint *ep, int reason) {
-    server *srv = LULL_CONTAINER_OF(ep, server, m.s.ep);
+    server *srv = ep->data;
     if (srv->m.state == M_SYNC || srv->m.state == M_UP)
-        fprintf(stderr, "lull-kv: replica: link to %s:%d lost (%s)\n",
-                srv->m.host, srv->m.port, reason ? strerror(-reason) : "EOF");
+        srv_log(srv, "replica: link to %s:%d lost (%s)", srv->m.host,
+                srv->m.port, reason ? strerror(-reason) : "EOF");
     master_down(srv);
 }
 
@@ -298,7 +288,7 @@ static void ack_send(lull_task *t) {
                        "*2\r\n$7\r\nREPLACK\r\n$%d\r\n%s\r\n", n, num);
     m->ack_frame.bytes = m->ack_buf;
     m->ack_frame.len = (size_t)len;
-    int rc = lull_endpoint_send(&m->s.ep, &m->ack_frame);
+    int rc = lull_endpoint_send(m->ep, &m->ack_frame);
     if (rc < 0) {
         master_lost(srv, "REPLACK", rc);
         return;
@@ -335,10 +325,9 @@ static int master_handshake(server *srv) {
     uint64_t off;
     char tail;
     if (line[0] == '-') {
-        fprintf(stderr, "lull-kv: replica: %s:%d refused: %s\n", m->host,
-                m->port, line + 1);
+        srv_log(srv, "replica: %s:%d refused: %s", m->host, m->port, line + 1);
         m->state = M_DOWN;
-        lull_endpoint_close(&m->s.ep, 0); /* master_closed retries */
+        lull_endpoint_close(m->ep, 0); /* master_closed retries */
         return -1;
     }
     if (sscanf(line, "+FULLRESYNC %40[0-9a-f] %" SCNu64 "%c", id, &off,
@@ -358,15 +347,13 @@ static int master_handshake(server *srv) {
     k->link_up = true;
     m->backoff_ns = RETRY_MIN_NS;
     m->acked = k->offset;
-    fprintf(stderr,
-            "lull-kv: replica: in sync with %s:%d from offset %" PRIu64
-            " (%s)\n",
+    srv_log(srv, "replica: in sync with %s:%d from offset %" PRIu64 " (%s)",
             m->host, m->port, k->offset, line[1] == 'F' ? "full" : "continue");
     return 1;
 }
 
 static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
-    server *srv = LULL_CONTAINER_OF(ep, server, m.s.ep);
+    server *srv = ep->data;
     master *m = &srv->m;
     /* As a client's input (keep_input): the buffer grows to the record
      * being received, and records are parsed again only once it is in. */
@@ -391,12 +378,11 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     if (srv->kv.offset != m->acked) lull_task_post(srv->loop, &m->ack);
 }
 
-static void master_connected(lull_stream *s, int status) {
-    server *srv = LULL_CONTAINER_OF(s, server, m.s);
+void master_connected(server *srv, int status) {
     master *m = &srv->m;
     if (status < 0) { /* master_closed, right after this, retries */
-        fprintf(stderr, "lull-kv: replica: connect to %s:%d: %s\n", m->host,
-                m->port, strerror(-status));
+        srv_log(srv, "replica: connect to %s:%d: %s", m->host, m->port,
+                strerror(-status));
         m->state = M_DOWN;
         return;
     }
@@ -409,24 +395,21 @@ static void master_connected(lull_stream *s, int status) {
                      "*4\r\n$8\r\nREPLSYNC\r\n$%zu\r\n%s\r\n$%d\r\n%s\r\n"
                      "$%d\r\n%s\r\n",
                      strlen(id), id, on, off, pn, port);
-    int rc = lull_endpoint_send_copy(&m->s.ep, req, (size_t)n);
+    int rc = lull_endpoint_send_copy(m->ep, req, (size_t)n);
     if (rc < 0) master_lost(srv, "REPLSYNC", rc);
 }
 
 static void master_connect(server *srv) {
     master *m = &srv->m;
-    lull_stream_options o = {.flags = LULL_STREAM_RAW,
-                             .connect_timeout_ns = CONNECT_TIMEOUT_NS};
     m->state = M_CONNECTING;
-    int rc = lull_stream_connect_tcp(srv->loop, &m->s, m->addr, m->port, &o,
-                                     master_connected);
+    int rc = srv->net->connect(srv);
     if (rc < 0) {
-        fprintf(stderr, "lull-kv: replica: connect to %s:%d: %s\n", m->host,
-                m->port, strerror(-rc));
+        srv_log(srv, "replica: connect to %s:%d: %s", m->host, m->port,
+                strerror(-rc));
         master_down(srv);
         return;
     }
-    lull_endpoint_set_callbacks(&m->s.ep, master_frame, NULL, master_closed);
+    lull_endpoint_set_callbacks(m->ep, master_frame, NULL, master_closed);
 }
 
 void master_start(server *srv) {
@@ -438,4 +421,15 @@ void master_start(server *srv) {
     lull_task_init(&m->ack, ack_send);
     m->ack_frame.release = ack_release;
     master_connect(srv);
+}
+
+void master_stop(server *srv) {
+    master *m = &srv->m;
+    srv->stopping = true;
+    lull_timer_stop(&m->retry);
+    lull_task_cancel(&m->ack);
+    if (m->state != M_DOWN) {
+        m->state = M_DOWN; /* master_closed: no retry */
+        lull_endpoint_close(m->ep, 0);
+    }
 }

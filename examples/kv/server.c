@@ -3,10 +3,11 @@
  * An example of a real protocol server on lull's public API, and a vehicle
  * for benchmarks against clients nobody here wrote (redis-cli,
  * redis-benchmark, redis-py). Not a Redis replacement: docs/KV.md says
- * what it does and does not do. This file holds main: the options, the
- * listening sockets and the loop; conn.c the client connections, link.c
- * replication, cmd.c the commands, store.c the keyspace, repl.c the write
- * log, resp.c the parser, expiry.c the expiry timer.
+ * what it does and does not do. This file holds main (the options, the
+ * listening sockets and the loop) and the socket transport (kv_net_socket:
+ * lull streams); node.c a server's set-up, conn.c the client connections,
+ * link.c replication, cmd.c the commands, store.c the keyspace, repl.c the
+ * write log, resp.c the parser, expiry.c the expiry timer.
  *
  *   lull-kv [--port N] [--unix PATH] [--proto-max-bulk-len SIZE]
  *           [--client-query-buffer-limit SIZE]
@@ -30,28 +31,120 @@
  *   ready, and runs until killed.
  *
  * Build:
- *   cc -O2 -o lull-kv server.c conn.c link.c expiry.c cmd.c buf.c dict.c \
- *      repl.c resp.c store.c $(pkg-config --cflags --libs lull) */
+ *   cc -O2 -o lull-kv server.c node.c conn.c link.c expiry.c cmd.c \
+ *      cmd_types.c cmd_client.c types.c buf.c dict.c repl.c resp.c store.c \
+ *      $(pkg-config --cflags --libs lull) -lm */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* getrandom */
 #include "server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-server *the_server;
+/* ------------------------------------------------ the socket transport */
 
-/* Keys expired by the timer: their DELs are in the log. */
-static void keys_expired(void *arg) {
-    wake_links(arg);
+/* A primary that accepts but never answers the connect is given up on
+ * after 2 s, and retried with the backoff. */
+#define CONNECT_TIMEOUT_NS 2000000000ull
+
+static lull_stream *stream_of(lull_endpoint *ep) {
+    return LULL_CONTAINER_OF(ep, lull_stream, ep);
 }
+
+static int socket_read_stop(lull_endpoint *ep) {
+    return lull_stream_read_stop(stream_of(ep));
+}
+
+static int socket_read_start(lull_endpoint *ep) {
+    return lull_stream_read_start(stream_of(ep));
+}
+
+static int socket_shutdown(lull_endpoint *ep) {
+    return lull_stream_shutdown(stream_of(ep));
+}
+
+/* "ip:port" (or "ip") of the connection's peer; "unix" for a Unix
+ * socket. */
+static void socket_peer(lull_endpoint *ep, char *s, size_t cap,
+                        bool with_port) {
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    snprintf(s, cap, "unix");
+    if (getpeername(lull_stream_fd(stream_of(ep)), (struct sockaddr *)&sa,
+                    &len) != 0)
+        return;
+    int port = 0;
+    if (sa.ss_family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&sa;
+        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
+        port = ntohs(in->sin_port);
+    } else if (sa.ss_family == AF_INET6) {
+        struct sockaddr_in6 *in = (struct sockaddr_in6 *)&sa;
+        inet_ntop(AF_INET6, &in->sin6_addr, ip, sizeof ip);
+        port = ntohs(in->sin6_port);
+    } else {
+        return;
+    }
+    if (!with_port)
+        snprintf(s, cap, "%s", ip);
+    else if (sa.ss_family == AF_INET6)
+        snprintf(s, cap, "[%s]:%d", ip, port);
+    else
+        snprintf(s, cap, "%s:%d", ip, port);
+}
+
+static void socket_connected(lull_stream *s, int status) {
+    master_connected(s->ep.data, status);
+}
+
+static int socket_connect(server *srv) {
+    master *m = &srv->m;
+    lull_stream_options o = {.flags = LULL_STREAM_RAW,
+                             .connect_timeout_ns = CONNECT_TIMEOUT_NS};
+    m->t.stream.ep.data = srv;
+    m->ep = &m->t.stream.ep;
+    return lull_stream_connect_tcp(srv->loop, &m->t.stream, m->addr, m->port,
+                                   &o, socket_connected);
+}
+
+const kv_net kv_net_socket = {socket_read_stop, socket_read_start,
+                              socket_shutdown, socket_peer, socket_connect};
+
+static void accept_on(server *srv, lull_server *ls) {
+    conn *c = conn_new(srv);
+    if (!c) return; /* the waiting connection is closed when we return */
+    /* Raw: max_frame only bounds one send. lull-kv bounds what a
+     * connection holds itself (run_commands' backpressure), so a reply is
+     * never refused for its size: a 17 MiB GET answer is one frame. */
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    if (lull_server_accept(ls, &c->t.stream, &o) < 0) {
+        conn_abort(c);
+        return;
+    }
+    conn_start(c, &c->t.stream.ep);
+}
+
+/* lull_server has no data pointer: the server is found around it. */
+static void accept_tcp(lull_server *ls) {
+    accept_on(LULL_CONTAINER_OF(ls, server, tcp), ls);
+}
+
+static void accept_unix(lull_server *ls) {
+    accept_on(LULL_CONTAINER_OF(ls, server, unx), ls);
+}
+
+/* ------------------------------------------------------------- main */
 
 static int usage(void) {
     fprintf(stderr,
@@ -201,17 +294,7 @@ int main(int argc, char **argv) {
     static server srv;
     int port = 6380;
     const char *unix_path = NULL;
-    kv_init(&srv.kv);
-    /* Redis' defaults (redis.conf): proto-max-bulk-len 512mb,
-     * client-query-buffer-limit 1gb, client-output-buffer-limit normal
-     * 0 0 0, replica 256mb 64mb 60, pubsub 32mb 8mb 60. */
-    srv.lim.max_bulk = (size_t)512 << 20;
-    srv.lim.max_args = MAX_ARGS;
-    srv.qbuf_limit = (size_t)1 << 30;
-    srv.obl[CLASS_REPLICA] =
-        (obuf_limit){(size_t)256 << 20, (size_t)64 << 20, 60 * 1000000000ull};
-    srv.obl[CLASS_PUBSUB] =
-        (obuf_limit){(size_t)32 << 20, (size_t)8 << 20, 60 * 1000000000ull};
+    server_defaults(&srv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -245,20 +328,20 @@ int main(int argc, char **argv) {
         }
     }
     if (port < 0 || port > 65535) return usage();
-    the_server = &srv;
-    srv.normal_limited =
-        srv.obl[CLASS_NORMAL].hard || srv.obl[CLASS_NORMAL].soft;
     fill_config(&srv);
     make_replid(srv.kv.replid);
-    srv.argv = malloc(MAX_ARGS * sizeof *srv.argv);
-    int rc = srv.argv ? 0 : -ENOMEM;
-    if (rc < 0 || (rc = store_init(&srv.kv.db)) < 0 ||
-        (rc = lull_loop_new(&srv.loop, NULL)) < 0) {
+    lull_loop *loop;
+    int rc = lull_loop_new(&loop, NULL);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (rc < 0 || (rc = server_open(&srv, loop, &kv_net_socket,
+                                    (int64_t)now.tv_sec * 1000 +
+                                        now.tv_nsec / 1000000)) < 0) {
         fprintf(stderr, "lull-kv: %s\n", strerror(-rc));
         return 1;
     }
-    rc = lull_server_listen_tcp(srv.loop, &srv.tcp, "127.0.0.1", port, 0,
-                                accept_conn);
+    rc = lull_server_listen_tcp(loop, &srv.tcp, "127.0.0.1", port, 0,
+                                accept_tcp);
     if (rc < 0) {
         fprintf(stderr, "lull-kv: listen on 127.0.0.1:%d: %s\n", port,
                 strerror(-rc));
@@ -266,8 +349,7 @@ int main(int argc, char **argv) {
     }
     if (unix_path) {
         unlink(unix_path); /* a socket file left by an earlier run */
-        rc = lull_server_listen_unix(srv.loop, &srv.unx, unix_path, 0,
-                                     accept_conn);
+        rc = lull_server_listen_unix(loop, &srv.unx, unix_path, 0, accept_unix);
         if (rc < 0) {
             fprintf(stderr, "lull-kv: listen on %s: %s\n", unix_path,
                     strerror(-rc));
@@ -275,24 +357,16 @@ int main(int argc, char **argv) {
         }
         srv.has_unix = true;
     }
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    kv_expiry_init(&srv.expiry, srv.loop, &srv.kv,
-                   (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
-    srv.expiry.expired = keys_expired;
-    srv.kv.wake = conn_wake;
-    srv.expiry.arg = &srv;
     srv.port = lull_server_port(&srv.tcp);
     printf("lull-kv: listening on 127.0.0.1:%d%s%s\n", srv.port,
            unix_path ? " and " : "", unix_path ? unix_path : "");
     fflush(stdout);
-    if (srv.kv.replica) master_start(&srv);
-    lull_loop_run(srv.loop, LULL_RUN_DEFAULT);
-    kv_expiry_stop(&srv.expiry);
+    server_start(&srv);
+    lull_loop_run(loop, LULL_RUN_DEFAULT);
+    server_stop(&srv);
     lull_server_close(&srv.tcp);
     if (srv.has_unix) lull_server_close(&srv.unx);
-    kv_free(&srv.kv);
-    free(srv.argv);
-    lull_loop_free(srv.loop);
+    server_free(&srv);
+    lull_loop_free(loop);
     return 0;
 }

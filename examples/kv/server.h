@@ -1,18 +1,22 @@
-/* server.h: what lull-kv's socket side shares between its files.
+/* server.h: what lull-kv's server side shares between its files.
  *
- *   server.c  main: options, listening sockets, the loop, the expiry
- *             timer's hooks (expiry.c)
+ *   server.c  main: options, listening sockets, the loop; and the socket
+ *             transport (kv_net_socket)
+ *   node.c    one server's life (set up, start, stop, free), its log
+ *             lines, the expiry timer's hooks (expiry.c)
  *   conn.c    client connections: reading, running commands, sending
  *             replies, the input and output limits
  *   link.c    replication: a primary's links to its replicas, and a
  *             replica's link to its primary
  *
  * One loop thread runs all of it. The commands themselves (cmd.c) know
- * nothing of sockets; these files know nothing of the keyspace but what
- * cmd.h says. The calls that are about sockets rather than about frames
- * (pausing reads, shutting a write side, peer addresses) are kept to a
- * few functions in conn.c, so that the protocol can later run over any
- * lull_endpoint. */
+ * nothing of connections; these files know nothing of the keyspace but
+ * what cmd.h says, and nothing of sockets: a connection is a
+ * lull_endpoint, and the few calls that are about the transport rather
+ * than about frames (pausing reads, shutting a write side, the peer's
+ * address, the replica's connect) go through the server's kv_net. Sockets
+ * are one kv_net (server.c); the simulator's network is another (sim.c),
+ * which runs a primary, its replicas and their clients in one process. */
 #ifndef LULL_KV_SERVER_H
 #define LULL_KV_SERVER_H
 
@@ -60,6 +64,30 @@ typedef struct obuf_limit {
 
 typedef struct rlink rlink;
 typedef struct conn conn;
+typedef struct server server;
+
+/* The transport a server's connections run over: what lull-kv needs of a
+ * connection beyond lull_endpoint. Each call takes the endpoint of a
+ * connection the transport set up (inside a kv_transport). */
+typedef struct kv_net {
+    int (*read_stop)(lull_endpoint *ep);  /* backpressure: stop reading */
+    int (*read_start)(lull_endpoint *ep); /* ... and read again */
+    /* Half-close once everything queued is written (QUIT). */
+    int (*shutdown)(lull_endpoint *ep);
+    /* The peer's address for log lines ("ip:port") and INFO ("ip"). */
+    void (*peer)(lull_endpoint *ep, char *s, size_t cap, bool with_port);
+    /* A replica's connect to its primary (srv->m): sets m.ep (ep->data =
+     * srv) and returns 0, then calls master_connected(srv, status) in a
+     * later turn (and, on failure, the endpoint's close callback); or
+     * returns a negative errno, and nothing follows. */
+    int (*connect)(server *srv);
+} kv_net;
+
+/* Room for one connection's handle, whichever transport set it up. */
+typedef union kv_transport {
+    lull_stream stream;
+    lull_simconn sim;
+} kv_transport;
 
 enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP };
 
@@ -76,14 +104,15 @@ enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP };
  * There is no periodic check of a live link: a dead primary is seen as the
  * socket's close (EOF, reset), and a silent one is simply idle. */
 typedef struct master {
-    lull_stream s;
-    int state;       /* M_* */
-    char host[64];   /* as given on the command line (INFO master_host) */
-    char addr[64];   /* numeric: host, or 127.0.0.1 for localhost */
-    int port;        /* the primary's port */
-    char replid[41]; /* the primary's id from the last full resync */
-    buf in;          /* bytes of the link not yet applied */
-    size_t need;     /* apply again once `in` holds this many bytes */
+    kv_transport t;    /* the link's handle (kv_net.connect sets it up) */
+    lull_endpoint *ep; /* its endpoint; ep->data: the server */
+    int state;         /* M_* */
+    char host[64];     /* as given on the command line (INFO master_host) */
+    char addr[64];     /* numeric: host, or 127.0.0.1 for localhost */
+    int port;          /* the primary's port */
+    char replid[41];   /* the primary's id from the last full resync */
+    buf in;            /* bytes of the link not yet applied */
+    size_t need;       /* apply again once `in` holds this many bytes */
     lull_timer retry;
     uint64_t backoff_ns;  /* the next retry's delay */
     lull_task ack;        /* sends REPLACK <offset> */
@@ -93,8 +122,12 @@ typedef struct master {
     uint64_t acked;       /* the offset last acknowledged */
 } master;
 
-typedef struct server {
+struct server {
     lull_loop *loop;
+    const kv_net *net; /* the transport: kv_net_socket, or the simulator's */
+    void *net_arg;     /* the transport's own (the simulated network) */
+    const char *name;  /* for log lines: NULL (sockets) or a simulated node's
+                          address */
     lull_server tcp;
     lull_server unx;
     bool has_unix;
@@ -108,10 +141,20 @@ typedef struct server {
     bool per_record;         /* --repl-mode per-record */
     int port;                /* the bound TCP port (told to a primary) */
     master m;                /* --replica-of */
-} server;
+    bool stopping;           /* server_stop: the link is not retried */
+    /* Where a slice of busy work ends (the replication sender, the expiry
+     * timer): lull_loop_should_yield, or the simulator's seeded stand-in
+     * (the quantum is real time, and a simulation must not depend on it). */
+    bool (*should_yield)(lull_loop *loop);
+    /* Log lines: NULL writes them to stderr; the simulator puts them in
+     * its trace. */
+    void (*log)(server *srv, const char *line);
+    uint64_t links_over_limit; /* replica links closed for their output */
+};
 
 struct conn {
-    lull_stream s;
+    kv_transport t;    /* the connection's handle (its transport sets it up) */
+    lull_endpoint *ep; /* its endpoint; ep->data: this conn */
     server *srv;
     buf in;          /* bytes read and not yet parsed into a command */
     size_t need;     /* parse `in` again once it holds this many bytes */
@@ -127,10 +170,35 @@ struct conn {
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
 };
 
-extern server *the_server; /* lull_server has no data pointer: one server */
+/* node.c */
+/* kv_init and Redis' default limits, before options change them. */
+void server_defaults(server *srv);
+/* Sets the server up on a loop and a transport: its keyspace, argument
+ * table (lim.max_args entries) and expiry timer, on a clock reading
+ * clock_ms (ms on the Unix epoch) at the loop's now. 0 or -ENOMEM. */
+int server_open(server *srv, lull_loop *loop, const kv_net *net,
+                int64_t clock_ms);
+/* Starts what runs on its own: a replica's link to its primary. */
+void server_start(server *srv);
+/* Stops what runs on its own: a replica's link is closed and not retried,
+ * the expiry timer stopped. Connections close when their peers do. */
+void server_stop(server *srv);
+/* Frees what server_open and the options made. */
+void server_free(server *srv);
+/* A log line (printf-style), "lull-kv: " first, to stderr or srv->log. */
+void srv_log(server *srv, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Keys were expired by the timer (kv_expiry.expired): their DELs are in
+ * the log, for the links. */
+void keys_expired(void *arg);
 
 /* conn.c */
-void accept_conn(lull_server *ls);
+/* A new client connection of srv: its transport sets up c->t (with
+ * ep.data = c), then calls conn_start with the endpoint, or conn_abort if
+ * that failed. NULL when out of memory. */
+conn *conn_new(server *srv);
+void conn_start(conn *c, lull_endpoint *ep);
+void conn_abort(conn *c);
 /* Closes the connection now and frees it, after a line on stderr saying
  * why (fmt NULL: no line). No callback of it runs afterwards. */
 void conn_drop(conn *c, const char *fmt, ...)
@@ -149,7 +217,10 @@ typedef struct ring_frame {
 
 struct rlink {
     repl_peer peer;     /* in kv.peers while the connection is open */
+    server *srv;        /* the primary */
     conn *c;            /* the connection; NULL once it closed */
+    bool skip_next;     /* planted bug (KV_PLANT_RESUME_LATE): the next
+                           record is not sent */
     lull_task task;     /* the producer */
     repl_cursor cur;    /* the next record to send */
     uint64_t start;     /* the log's end when the link started */
@@ -178,5 +249,12 @@ bool client_kill_replicas(server *srv, const resp_arg *a, size_t argc,
 
 /* link.c, replica side: connects to the primary, and keeps doing so. */
 void master_start(server *srv);
+/* The transport's answer to kv_net.connect. */
+void master_connected(server *srv, int status);
+/* Closes the link for good (server_stop). */
+void master_stop(server *srv);
+
+/* server.c: the socket transport. */
+extern const kv_net kv_net_socket;
 
 #endif

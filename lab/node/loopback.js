@@ -12,8 +12,9 @@
 // functions in them (the C rows run one unmeasured run each).
 // Prints one JSON line: {"mode": ..., "commits_ms": ..., "graph_ms": ...,
 // "commits_frames": ..., "graph_frames": ..., "commits_turns": ...,
-// "graph_turns": ..., "commits_timers": ..., "graph_timers": ...}, per run
-// of a workload (ms: the median of `reps` runs timed one by one).
+// "graph_turns": ..., "commits_timers": ..., "graph_timers": ...,
+// "commits_polls": ..., "graph_polls": ...}, per run of a workload (ms: the
+// median of `reps` runs timed one by one; polls: libuv iterations).
 'use strict';
 
 const { MessageChannel } = require('worker_threads');
@@ -26,6 +27,14 @@ for (const arg of process.argv.slice(2)) {
 }
 
 const now = () => process.hrtime.bigint();
+
+// libuv iterations so far (one poll each); null where Node does not say
+// (uvMetricsInfo arrived in Node 20.18 and 22.8).
+function loopCount() {
+  const { performance } = require('perf_hooks');
+  const info = performance.nodeTiming.uvMetricsInfo;
+  return info ? info.loopCount : null;
+}
 const COMMIT = 1, ACK = 2, UPDATE = 3;
 
 // A turn: at most one pending run of fn, claimed by claim().
@@ -155,6 +164,7 @@ const out = { mode: opt.mode };
 function measure(graph, next) {
   const name = graph ? 'graph' : 'commits';
   const arms0 = arms;
+  const loops0 = loopCount();
   const durations = [];
   let t0 = now();
   const again = (frames) => {
@@ -168,6 +178,9 @@ function measure(graph, next) {
       return runWorkload(graph, again);
     }
     const turns = (arms - arms0) / opt.reps;
+    const loops1 = loopCount();
+    out[`${name}_polls`] =
+      loops0 === null || loops1 === null ? null : (loops1 - loops0) / opt.reps;
     out[`${name}_ms`] = median(durations) / 1e6;
     out[`${name}_frames`] = frames;
     out[`${name}_turns`] = turns;

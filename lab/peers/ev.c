@@ -1,7 +1,8 @@
 /* libev's implementation of the `turns` figures (compiled when ev.h and
  * libev are found). The next-iteration chain is an ev_idle watcher (libev
  * polls with a zero timeout while one is active); the zero-delay chain
- * re-arms an ev_timer with 0. from its callback. */
+ * re-arms an ev_timer with 0. from its callback. The clocks and samples
+ * are lab/turns_util.c's, the same for every row. */
 #include "../lab.h"
 #include "../turns.h"
 
@@ -69,18 +70,15 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer) {
     ev_io_start(loop, &c.io);
     ev_run(loop, EVRUN_NOWAIT);
     c.left = p->hops;
-    uint64_t polls0 = turns_polls();
-    uint64_t t0 = lab_now_ns();
+    turns_chain_clock clk;
+    turns_chain_begin(&clk);
     if (timer) {
         ev_timer_start(loop, &c.timer);
     } else {
         ev_idle_start(loop, &c.idle);
     }
     ev_run(loop, 0);
-    uint64_t t1 = lab_now_ns();
-    out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
-    out->v[CHAIN_POLLS_PER_HOP] =
-        (double)(turns_polls() - polls0) / (double)p->hops;
+    turns_chain_end(&clk, p, out);
     rc = c.left == 0 ? 0 : -EPROTO;
     ev_loop_destroy(loop);
     turns_close_sockets(fds, 2);
@@ -99,42 +97,33 @@ static int chain_timer0(const turns_params *p, turns_result *out) {
 
 typedef struct late {
     ev_timer timer;
-    double *samples;
-    int n, want;
-    uint64_t due;
+    turns_late l;
 } late;
 
 static void late_fire(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)revents;
-    late *l = w->data;
-    uint64_t now = lab_now_ns();
-    l->samples[l->n++] = (double)(int64_t)(now - l->due); /* < 0: early */
-    if (l->n < l->want) {
-        l->due = lab_now_ns() + 1000000;
+    late *x = w->data;
+    if (turns_late_fired(&x->l)) {
         ev_timer_set(w, 0.001, 0.);
         ev_timer_start(loop, w);
     }
 }
 
 static int lateness(const turns_params *p, turns_result *out) {
-    late l = {.want = p->lateness_samples};
-    l.samples = calloc((size_t)l.want, sizeof *l.samples);
-    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-    if (!l.samples || !loop) {
-        free(l.samples);
-        if (loop) ev_loop_destroy(loop);
-        return -ENOMEM;
+    late x;
+    int rc = turns_late_open(&x.l, p);
+    struct ev_loop *loop = rc == 0 ? ev_loop_new(EVFLAG_AUTO) : NULL;
+    if (rc == 0 && !loop) rc = -ENOMEM;
+    if (rc == 0) {
+        ev_timer_init(&x.timer, late_fire, 0.001, 0.);
+        x.timer.data = &x;
+        ev_now_update(loop);
+        turns_late_arm(&x.l);
+        ev_timer_start(loop, &x.timer);
+        ev_run(loop, 0);
+        ev_loop_destroy(loop);
     }
-    ev_timer_init(&l.timer, late_fire, 0.001, 0.);
-    l.timer.data = &l;
-    ev_now_update(loop);
-    l.due = lab_now_ns() + 1000000;
-    ev_timer_start(loop, &l.timer);
-    ev_run(loop, 0);
-    turns_lateness_us(l.samples, l.n, out);
-    ev_loop_destroy(loop);
-    free(l.samples);
-    return 0;
+    return turns_late_close(&x.l, rc, out);
 }
 
 /* --------------------------------------------------------------- idle */
@@ -168,15 +157,12 @@ static int idle(const turns_params *p, turns_result *out) {
         ev_timer end;
         ev_timer_init(&end, idle_end, (double)p->idle_window_ns / 1e9, 0.);
         ev_run(loop, EVRUN_NOWAIT);
-        uint64_t cpu0 = lab_thread_cpu_ns(), cs0 = lab_thread_nvcsw();
+        turns_idle_clock clk;
+        turns_idle_begin(&clk);
         ev_now_update(loop);
         ev_timer_start(loop, &end);
         ev_run(loop, 0);
-        uint64_t cpu1 = lab_thread_cpu_ns(), cs1 = lab_thread_nvcsw();
-        double cpu_us = (double)(cpu1 - cpu0) / 1e3;
-        out->v[IDLE_NVCSW] = (double)(cs1 - cs0);
-        out->v[IDLE_CPU_US] = cpu_us;
-        out->v[IDLE_CPU_US_PER_S] = cpu_us / ((double)p->idle_window_ns / 1e9);
+        turns_idle_end(&clk, p, out);
         for (int i = 0; i < n; i++)
             ev_io_stop(loop, &ios[i]);
         ev_loop_destroy(loop);
@@ -193,22 +179,14 @@ out:
 typedef struct trip {
     struct ev_loop *la, *lb;
     ev_async aa, ab; /* aa wakes a (trip ended), ab wakes b */
-    const turns_params *p;
-    double *samples;
-    int done;
-    uint64_t sent;
+    turns_trip_clock clk;
     volatile int stop;
 } trip;
 
 static void trip_on_a(struct ev_loop *loop, ev_async *w, int revents) {
     (void)revents;
     trip *t = w->data;
-    uint64_t now = lab_now_ns();
-    int k = t->done++ - t->p->warmup_trips;
-    if (k >= 0) t->samples[k] = (double)(now - t->sent);
-    if (t->done < t->p->warmup_trips + t->p->trips) {
-        t->sent = lab_now_ns();
-    } else {
+    if (!turns_trip_arrived(&t->clk)) {
         __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
         ev_break(loop, EVBREAK_ALL);
     }
@@ -228,7 +206,7 @@ static void trip_on_b(struct ev_loop *loop, ev_async *w, int revents) {
 static void *trip_side_a(void *arg) {
     trip *t = arg;
     turns_pair_ready();
-    t->sent = lab_now_ns();
+    turns_trip_send(&t->clk);
     ev_async_send(t->lb, &t->ab);
     ev_run(t->la, 0);
     return NULL;
@@ -244,11 +222,10 @@ static void *trip_side_b(void *arg) {
 static int roundtrip(const turns_params *p, turns_result *out) {
     trip t;
     memset(&t, 0, sizeof t);
-    t.p = p;
-    t.samples = calloc((size_t)p->trips, sizeof *t.samples);
+    int rc = turns_trip_open(&t.clk, p);
     t.la = ev_loop_new(EVFLAG_AUTO);
     t.lb = ev_loop_new(EVFLAG_AUTO);
-    int rc = t.samples && t.la && t.lb ? 0 : -ENOMEM;
+    if (rc == 0 && (!t.la || !t.lb)) rc = -ENOMEM;
     if (rc == 0) {
         /* Both asyncs are started before either thread runs: a send to a
          * watcher that is not started is lost. */
@@ -258,14 +235,12 @@ static int roundtrip(const turns_params *p, turns_result *out) {
         ev_async_start(t.la, &t.aa);
         ev_async_start(t.lb, &t.ab);
         rc = turns_pair_run(p, trip_side_a, trip_side_b, &t);
-        if (rc == 0) turns_trip_us(t.samples, p->trips, out);
         ev_async_stop(t.la, &t.aa);
         ev_async_stop(t.lb, &t.ab);
     }
     if (t.la) ev_loop_destroy(t.la);
     if (t.lb) ev_loop_destroy(t.lb);
-    free(t.samples);
-    return rc;
+    return turns_trip_close(&t.clk, rc, out);
 }
 
 /* ------------------------------------------------------------- timers */

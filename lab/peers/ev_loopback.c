@@ -52,9 +52,28 @@ static void run(void *loop) {
     ev_run(loop, 0);
 }
 
+static void stop(void *loop) {
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void never_ready(struct ev_loop *loop, ev_io *w, int revents) {
+    (void)loop;
+    (void)w;
+    (void)revents;
+}
+
 static int measure(const lb_params *p, lb_result *out, bool timer) {
+    int fds[2];
+    int rc = lb_idle_open(fds);
+    if (rc < 0) return rc;
     struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-    if (!loop) return -ENOMEM;
+    if (!loop) {
+        lb_idle_close(fds);
+        return -ENOMEM;
+    }
+    ev_io idle_fd; /* one idle socket: the I/O check is real */
+    ev_io_init(&idle_fd, never_ready, fds[0], EV_READ);
+    ev_io_start(loop, &idle_fd);
     ev_turn t[3];
     memset(t, 0, sizeof t);
     for (int i = 0; i < 3; i++) {
@@ -65,9 +84,11 @@ static int measure(const lb_params *p, lb_result *out, bool timer) {
         t[i].turn.arm = timer ? arm_timer : arm_idle;
         t[i].turn.is_timer = timer;
     }
-    int rc =
-        lb_link_measure(p, &t[0].turn, &t[1].turn, &t[2].turn, run, loop, out);
+    lb_loop l = {run, stop, loop};
+    rc = lb_link_measure(p, &t[0].turn, &t[1].turn, &t[2].turn, &l, out);
+    ev_io_stop(loop, &idle_fd);
     ev_loop_destroy(loop);
+    lb_idle_close(fds);
     return rc;
 }
 
@@ -80,8 +101,9 @@ static int idle(const lb_params *p, lb_result *out) {
 }
 
 static const lb_entry entries[] = {
-    {"timer0", "libev: ev_timer 0.", timer0, false},
-    {"idle", "libev: ev_idle", idle, false},
+    {"timer0", "libev: ev_timer 0.", timer0, false, "every turn",
+     LB_CLASS_EVERY_TURN},
+    {"idle", "libev: ev_idle", idle, false, "every turn", LB_CLASS_EVERY_TURN},
 };
 
 const lb_peer lb_ev = {

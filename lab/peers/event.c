@@ -12,7 +12,8 @@
  *    after every callback, like uv_idle, ev_idle and lull with
  *    quantum_ns = 1.
  * Lateness is measured with the default clock (CLOCK_MONOTONIC_COARSE) and
- * with EVENT_BASE_FLAG_PRECISE_TIMER. */
+ * with EVENT_BASE_FLAG_PRECISE_TIMER. The clocks and samples are
+ * lab/turns_util.c's, the same for every row. */
 #include "../lab.h"
 #include "../turns.h"
 
@@ -105,8 +106,8 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer,
     event_add(&c.io, NULL);
     event_base_loop(base, EVLOOP_NONBLOCK);
     c.left = p->hops;
-    uint64_t polls0 = turns_polls();
-    uint64_t t0 = lab_now_ns();
+    turns_chain_clock clk;
+    turns_chain_begin(&clk);
     if (timer) {
         static const struct timeval zero = {0, 0};
         evtimer_add(&c.hop, &zero);
@@ -114,10 +115,7 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer,
         event_active(&c.hop, EV_TIMEOUT, 0);
     }
     event_base_loop(base, 0);
-    uint64_t t1 = lab_now_ns();
-    out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
-    out->v[CHAIN_POLLS_PER_HOP] =
-        (double)(turns_polls() - polls0) / (double)p->hops;
+    turns_chain_end(&clk, p, out);
     rc = c.left == 0 ? 0 : -EPROTO;
     event_del(&c.hop);
     event_del(&c.io);
@@ -146,9 +144,7 @@ static int chain_timer0(const turns_params *p, turns_result *out) {
 
 typedef struct late {
     struct event timer;
-    double *samples;
-    int n, want;
-    uint64_t due;
+    turns_late l;
 } late;
 
 static const struct timeval one_ms = {0, 1000};
@@ -156,33 +152,25 @@ static const struct timeval one_ms = {0, 1000};
 static void late_fire(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
-    late *l = arg;
-    uint64_t now = lab_now_ns();
-    l->samples[l->n++] = (double)(int64_t)(now - l->due); /* < 0: early */
-    if (l->n < l->want) {
-        l->due = lab_now_ns() + 1000000;
-        evtimer_add(&l->timer, &one_ms);
-    }
+    late *x = arg;
+    if (turns_late_fired(&x->l)) evtimer_add(&x->timer, &one_ms);
 }
 
 static int run_lateness(const turns_params *p, turns_result *out, int flags) {
-    late l = {.want = p->lateness_samples};
-    l.samples = calloc((size_t)l.want, sizeof *l.samples);
-    struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK | flags, drain);
-    if (!l.samples || !base) {
-        free(l.samples);
-        if (base) event_base_free(base);
-        return -ENOMEM;
+    late x;
+    int rc = turns_late_open(&x.l, p);
+    struct event_base *base =
+        rc == 0 ? new_base(EVENT_BASE_FLAG_NOLOCK | flags, drain) : NULL;
+    if (rc == 0 && !base) rc = -ENOMEM;
+    if (rc == 0) {
+        evtimer_assign(&x.timer, base, late_fire, &x);
+        event_base_update_cache_time(base);
+        turns_late_arm(&x.l);
+        evtimer_add(&x.timer, &one_ms);
+        event_base_loop(base, 0);
+        event_base_free(base);
     }
-    evtimer_assign(&l.timer, base, late_fire, &l);
-    event_base_update_cache_time(base);
-    l.due = lab_now_ns() + 1000000;
-    evtimer_add(&l.timer, &one_ms);
-    event_base_loop(base, 0);
-    turns_lateness_us(l.samples, l.n, out);
-    event_base_free(base);
-    free(l.samples);
-    return 0;
+    return turns_late_close(&x.l, rc, out);
 }
 
 static int lateness_default(const turns_params *p, turns_result *out) {
@@ -225,17 +213,14 @@ static int idle(const turns_params *p, turns_result *out) {
         struct event end;
         evtimer_assign(&end, base, idle_end, base);
         event_base_loop(base, EVLOOP_NONBLOCK);
-        uint64_t cpu0 = lab_thread_cpu_ns(), cs0 = lab_thread_nvcsw();
+        turns_idle_clock clk;
+        turns_idle_begin(&clk);
         struct timeval window = {
             (time_t)(p->idle_window_ns / 1000000000),
             (suseconds_t)(p->idle_window_ns % 1000000000 / 1000)};
         evtimer_add(&end, &window);
         event_base_loop(base, 0);
-        uint64_t cpu1 = lab_thread_cpu_ns(), cs1 = lab_thread_nvcsw();
-        double cpu_us = (double)(cpu1 - cpu0) / 1e3;
-        out->v[IDLE_NVCSW] = (double)(cs1 - cs0);
-        out->v[IDLE_CPU_US] = cpu_us;
-        out->v[IDLE_CPU_US_PER_S] = cpu_us / ((double)p->idle_window_ns / 1e9);
+        turns_idle_end(&clk, p, out);
         for (int i = 0; i < n; i++)
             event_del(&evs[i]);
         event_del(&end);
@@ -260,10 +245,7 @@ static void use_threads(void) {
 typedef struct trip {
     struct event_base *ba, *bb;
     struct event ea, eb; /* ea wakes a (trip ended), eb wakes b */
-    const turns_params *p;
-    double *samples;
-    int done;
-    uint64_t sent;
+    turns_trip_clock clk;
     volatile int stop;
 } trip;
 
@@ -271,12 +253,7 @@ static void trip_on_a(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     trip *t = arg;
-    uint64_t now = lab_now_ns();
-    int k = t->done++ - t->p->warmup_trips;
-    if (k >= 0) t->samples[k] = (double)(now - t->sent);
-    if (t->done < t->p->warmup_trips + t->p->trips) {
-        t->sent = lab_now_ns();
-    } else {
+    if (!turns_trip_arrived(&t->clk)) {
         __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
         event_base_loopbreak(t->ba);
     }
@@ -297,7 +274,7 @@ static void trip_on_b(evutil_socket_t fd, short what, void *arg) {
 static void *trip_side_a(void *arg) {
     trip *t = arg;
     turns_pair_ready();
-    t->sent = lab_now_ns();
+    turns_trip_send(&t->clk);
     event_active(&t->eb, EV_READ, 0);
     event_base_loop(t->ba, EVLOOP_NO_EXIT_ON_EMPTY);
     return NULL;
@@ -315,25 +292,22 @@ static int roundtrip(const turns_params *p, turns_result *out) {
     if (threads_rc != 0) return -ENOSYS;
     trip t;
     memset(&t, 0, sizeof t);
-    t.p = p;
-    t.samples = calloc((size_t)p->trips, sizeof *t.samples);
+    int rc = turns_trip_open(&t.clk, p);
     /* With threads enabled, a new base is notifiable: event_active from
      * another thread writes its eventfd. */
     t.ba = new_base(0, drain);
     t.bb = new_base(0, drain);
-    int rc = t.samples && t.ba && t.bb ? 0 : -ENOMEM;
+    if (rc == 0 && (!t.ba || !t.bb)) rc = -ENOMEM;
     if (rc == 0) {
         event_assign(&t.ea, t.ba, -1, 0, trip_on_a, &t);
         event_assign(&t.eb, t.bb, -1, 0, trip_on_b, &t);
         rc = turns_pair_run(p, trip_side_a, trip_side_b, &t);
-        if (rc == 0) turns_trip_us(t.samples, p->trips, out);
         event_del(&t.ea);
         event_del(&t.eb);
     }
     if (t.ba) event_base_free(t.ba);
     if (t.bb) event_base_free(t.bb);
-    free(t.samples);
-    return rc;
+    return turns_trip_close(&t.clk, rc, out);
 }
 
 /* ------------------------------------------------------------- timers */

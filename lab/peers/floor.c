@@ -33,8 +33,7 @@ enum { TURN_B = 1, TURN_A = 2, TURN_END = 3 };
 
 typedef struct ping {
     int word; /* whose turn: TURN_B, TURN_A or TURN_END */
-    const turns_params *p;
-    double *samples;
+    turns_trip_clock clk;
 } ping;
 
 static void futex_wait(int *word, int expected) {
@@ -61,15 +60,11 @@ static int wait_change(ping *x, int from) {
 static void *side_a(void *arg) {
     ping *x = arg;
     turns_pair_ready();
-    int total = x->p->warmup_trips + x->p->trips;
-    for (int i = 0; i < total; i++) {
-        uint64_t t0 = lab_now_ns();
+    turns_trip_send(&x->clk);
+    do {
         pass_to(x, TURN_B);
         wait_change(x, TURN_B);
-        uint64_t t1 = lab_now_ns();
-        int k = i - x->p->warmup_trips;
-        if (k >= 0) x->samples[k] = (double)(t1 - t0);
-    }
+    } while (turns_trip_arrived(&x->clk));
     pass_to(x, TURN_END);
     return NULL;
 }
@@ -86,13 +81,10 @@ static void *side_b(void *arg) {
 }
 
 static int roundtrip(const turns_params *p, turns_result *out) {
-    ping x = {.word = TURN_A, .p = p};
-    x.samples = calloc((size_t)p->trips, sizeof *x.samples);
-    if (!x.samples) return -ENOMEM;
-    int rc = turns_pair_run(p, side_a, side_b, &x);
-    if (rc == 0) turns_trip_us(x.samples, p->trips, out);
-    free(x.samples);
-    return rc;
+    ping x = {.word = TURN_A};
+    int rc = turns_trip_open(&x.clk, p);
+    if (rc == 0) rc = turns_pair_run(p, side_a, side_b, &x);
+    return turns_trip_close(&x.clk, rc, out);
 }
 
 /* ------------------------------------------------------ eventfd+epoll */
@@ -105,8 +97,7 @@ typedef struct efd_side {
 typedef struct efd_ping {
     efd_side a, b;
     int stop;
-    const turns_params *p;
-    double *samples;
+    turns_trip_clock clk;
 } efd_ping;
 
 static void efd_signal(efd_side *s) {
@@ -124,15 +115,11 @@ static void efd_wait(efd_side *s) {
 static void *efd_side_a(void *arg) {
     efd_ping *x = arg;
     turns_pair_ready();
-    int total = x->p->warmup_trips + x->p->trips;
-    for (int i = 0; i < total; i++) {
-        uint64_t t0 = lab_now_ns();
+    turns_trip_send(&x->clk);
+    do {
         efd_signal(&x->b);
         efd_wait(&x->a);
-        uint64_t t1 = lab_now_ns();
-        int k = i - x->p->warmup_trips;
-        if (k >= 0) x->samples[k] = (double)(t1 - t0);
-    }
+    } while (turns_trip_arrived(&x->clk));
     __atomic_store_n(&x->stop, 1, __ATOMIC_RELEASE);
     efd_signal(&x->b);
     return NULL;
@@ -164,22 +151,17 @@ static void efd_close(efd_side *s) {
 }
 
 static int roundtrip_epoll(const turns_params *p, turns_result *out) {
-    efd_ping x = {.a = {-1, -1}, .b = {-1, -1}, .p = p};
-    x.samples = calloc((size_t)p->trips, sizeof *x.samples);
-    int rc = x.samples ? 0 : -ENOMEM;
+    efd_ping x = {.a = {-1, -1}, .b = {-1, -1}};
+    int rc = turns_trip_open(&x.clk, p);
     if (rc == 0) rc = efd_open(&x.a);
     if (rc == 0) rc = efd_open(&x.b);
     if (rc == 0) rc = turns_pair_run(p, efd_side_a, efd_side_b, &x);
-    if (rc == 0) turns_trip_us(x.samples, p->trips, out);
     efd_close(&x.a);
     efd_close(&x.b);
-    free(x.samples);
-    return rc;
+    return turns_trip_close(&x.clk, rc, out);
 }
 
 /* ----------------------------------------------------------- lateness */
-
-#define MS 1000000ull
 
 static struct timespec to_timespec(uint64_t ns) {
     struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
@@ -187,46 +169,40 @@ static struct timespec to_timespec(uint64_t ns) {
 }
 
 static int late_nanosleep(const turns_params *p, turns_result *out) {
-    int n = p->lateness_samples;
-    double *samples = calloc((size_t)n, sizeof *samples);
-    if (!samples) return -ENOMEM;
-    for (int i = 0; i < n; i++) {
-        uint64_t due = lab_now_ns() + MS;
-        struct timespec ts = to_timespec(due);
+    turns_late l;
+    int rc = turns_late_open(&l, p);
+    if (rc < 0) return rc;
+    turns_late_arm(&l);
+    do {
+        struct timespec ts = to_timespec(l.due);
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
                EINTR) {
         }
-        samples[i] = (double)(int64_t)(lab_now_ns() - due); /* < 0: early */
-    }
-    turns_lateness_us(samples, n, out);
-    free(samples);
-    return 0;
+    } while (turns_late_fired(&l));
+    return turns_late_close(&l, 0, out);
 }
 
 static int late_epoll(const turns_params *p, turns_result *out) {
-    int n = p->lateness_samples;
-    double *samples = calloc((size_t)n, sizeof *samples);
-    if (!samples) return -ENOMEM;
+    turns_late l;
+    int rc = turns_late_open(&l, p);
+    if (rc < 0) return rc;
     int epfd = epoll_create1(EPOLL_CLOEXEC);
-    int rc = epfd < 0 ? -errno : 0;
-    for (int i = 0; rc == 0 && i < n; i++) {
-        uint64_t due = lab_now_ns() + MS;
+    rc = epfd < 0 ? -errno : 0;
+    turns_late_arm(&l);
+    do {
         for (;;) { /* until due, as a loop would after an early return */
             uint64_t now = lab_now_ns();
-            if (now >= due) break;
-            struct timespec ts = to_timespec(due - now);
+            if (now >= l.due) break;
+            struct timespec ts = to_timespec(l.due - now);
             struct epoll_event ev;
             if (epoll_pwait2(epfd, &ev, 1, &ts, NULL) < 0 && errno != EINTR) {
                 rc = -errno; /* ENOSYS: a kernel before 5.11 */
                 break;
             }
         }
-        samples[i] = (double)(int64_t)(lab_now_ns() - due);
-    }
-    if (rc == 0) turns_lateness_us(samples, n, out);
+    } while (rc == 0 && turns_late_fired(&l));
     if (epfd >= 0) close(epfd);
-    free(samples);
-    return rc;
+    return turns_late_close(&l, rc, out);
 }
 
 static const turns_entry entries[] = {

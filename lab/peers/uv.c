@@ -1,7 +1,8 @@
 /* libuv's implementation of the `turns` figures (compiled when pkg-config
  * finds libuv). Written the way a libuv user would: the next-iteration
  * chain is a uv_idle_t callback, which makes the loop poll with a zero
- * timeout every iteration; the zero-delay chain is uv_timer_start(0). */
+ * timeout every iteration; the zero-delay chain is uv_timer_start(0). The
+ * clocks and samples are lab/turns_util.c's, the same for every row. */
 #include "../lab.h"
 #include "../turns.h"
 
@@ -27,6 +28,12 @@ static int close_loop(uv_loop_t *loop) {
     return uv_loop_close(loop);
 }
 
+static void never_ready(uv_poll_t *h, int status, int events) {
+    (void)h;
+    (void)status;
+    (void)events;
+}
+
 /* ------------------------------------------------------------- chains */
 
 typedef struct chain {
@@ -35,12 +42,6 @@ typedef struct chain {
     uv_poll_t poll; /* one idle socket: the I/O check is real */
     uint64_t left;
 } chain;
-
-static void chain_poll(uv_poll_t *h, int status, int events) {
-    (void)h;
-    (void)status;
-    (void)events;
-}
 
 static void idle_hop(uv_idle_t *h) {
     chain *c = h->data;
@@ -71,21 +72,18 @@ static int run_chain(const turns_params *p, turns_result *out, bool timer) {
     uv_timer_init(&loop, &c.timer);
     uv_poll_init(&loop, &c.poll, fds[0]);
     c.idle.data = c.timer.data = c.poll.data = &c;
-    uv_poll_start(&c.poll, UV_READABLE, chain_poll);
+    uv_poll_start(&c.poll, UV_READABLE, never_ready);
     uv_run(&loop, UV_RUN_NOWAIT);
     c.left = p->hops;
-    uint64_t polls0 = turns_polls();
-    uint64_t t0 = lab_now_ns();
+    turns_chain_clock clk;
+    turns_chain_begin(&clk);
     if (timer) {
         uv_timer_start(&c.timer, timer_hop, 0, 0);
     } else {
         uv_idle_start(&c.idle, idle_hop);
     }
     uv_run(&loop, UV_RUN_DEFAULT);
-    uint64_t t1 = lab_now_ns();
-    out->v[CHAIN_NS_PER_HOP] = (double)(t1 - t0) / (double)p->hops;
-    out->v[CHAIN_POLLS_PER_HOP] =
-        (double)(turns_polls() - polls0) / (double)p->hops;
+    turns_chain_end(&clk, p, out);
     rc = c.left == 0 ? 0 : -EPROTO;
     close_loop(&loop);
 out_fds:
@@ -105,48 +103,32 @@ static int chain_timer0(const turns_params *p, turns_result *out) {
 
 typedef struct late {
     uv_timer_t timer;
-    double *samples;
-    int n, want;
-    uint64_t due;
+    turns_late l;
 } late;
 
 static void late_fire(uv_timer_t *h) {
-    late *l = h->data;
-    uint64_t now = lab_now_ns();
-    l->samples[l->n++] = (double)(int64_t)(now - l->due); /* < 0: early */
-    if (l->n < l->want) {
-        l->due = lab_now_ns() + 1000000;
-        uv_timer_start(h, late_fire, 1, 0);
-    }
+    late *x = h->data;
+    if (turns_late_fired(&x->l)) uv_timer_start(h, late_fire, 1, 0);
 }
 
 static int lateness(const turns_params *p, turns_result *out) {
-    late l = {.want = p->lateness_samples};
-    l.samples = calloc((size_t)l.want, sizeof *l.samples);
-    if (!l.samples) return -ENOMEM;
+    late x;
+    int rc = turns_late_open(&x.l, p);
     uv_loop_t loop;
-    int rc = uv_loop_init(&loop);
+    if (rc == 0) rc = uv_loop_init(&loop);
     if (rc == 0) {
-        uv_timer_init(&loop, &l.timer);
-        l.timer.data = &l;
+        uv_timer_init(&loop, &x.timer);
+        x.timer.data = &x;
         uv_update_time(&loop);
-        l.due = lab_now_ns() + 1000000;
-        uv_timer_start(&l.timer, late_fire, 1, 0);
+        turns_late_arm(&x.l);
+        uv_timer_start(&x.timer, late_fire, 1, 0);
         uv_run(&loop, UV_RUN_DEFAULT);
-        turns_lateness_us(l.samples, l.n, out);
         close_loop(&loop);
     }
-    free(l.samples);
-    return rc;
+    return turns_late_close(&x.l, rc, out);
 }
 
 /* --------------------------------------------------------------- idle */
-
-static void idle_poll(uv_poll_t *h, int status, int events) {
-    (void)h;
-    (void)status;
-    (void)events;
-}
 
 static void idle_end(uv_timer_t *h) {
     uv_stop(h->loop);
@@ -163,20 +145,17 @@ static int idle(const turns_params *p, turns_result *out) {
     if (rc == 0) {
         for (int i = 0; i < n; i++) {
             uv_poll_init(&loop, &polls[i], fds[i]);
-            uv_poll_start(&polls[i], UV_READABLE, idle_poll);
+            uv_poll_start(&polls[i], UV_READABLE, never_ready);
         }
         uv_timer_t end;
         uv_timer_init(&loop, &end);
         uv_run(&loop, UV_RUN_NOWAIT);
-        uint64_t cpu0 = lab_thread_cpu_ns(), cs0 = lab_thread_nvcsw();
+        turns_idle_clock clk;
+        turns_idle_begin(&clk);
         uv_update_time(&loop);
         uv_timer_start(&end, idle_end, p->idle_window_ns / 1000000, 0);
         uv_run(&loop, UV_RUN_DEFAULT);
-        uint64_t cpu1 = lab_thread_cpu_ns(), cs1 = lab_thread_nvcsw();
-        double cpu_us = (double)(cpu1 - cpu0) / 1e3;
-        out->v[IDLE_NVCSW] = (double)(cs1 - cs0);
-        out->v[IDLE_CPU_US] = cpu_us;
-        out->v[IDLE_CPU_US_PER_S] = cpu_us / ((double)p->idle_window_ns / 1e9);
+        turns_idle_end(&clk, p, out);
         close_loop(&loop);
     }
     turns_close_sockets(fds, n);
@@ -191,22 +170,13 @@ out:
 typedef struct trip {
     uv_loop_t la, lb;
     uv_async_t aa, ab; /* aa wakes a (trip ended), ab wakes b */
-    const turns_params *p;
-    double *samples;
-    int done;
-    uint64_t sent;
+    turns_trip_clock clk;
     volatile int stop; /* set by a before its last send to b */
-    int rc;
 } trip;
 
 static void trip_on_a(uv_async_t *h) {
     trip *t = h->data;
-    uint64_t now = lab_now_ns();
-    int k = t->done++ - t->p->warmup_trips;
-    if (k >= 0) t->samples[k] = (double)(now - t->sent);
-    if (t->done < t->p->warmup_trips + t->p->trips) {
-        t->sent = lab_now_ns();
-    } else {
+    if (!turns_trip_arrived(&t->clk)) {
         __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
         uv_close((uv_handle_t *)h, NULL);
     }
@@ -225,7 +195,7 @@ static void trip_on_b(uv_async_t *h) {
 static void *trip_side_a(void *arg) {
     trip *t = arg;
     turns_pair_ready();
-    t->sent = lab_now_ns();
+    turns_trip_send(&t->clk);
     uv_async_send(&t->ab);
     uv_run(&t->la, UV_RUN_DEFAULT);
     return NULL;
@@ -241,9 +211,7 @@ static void *trip_side_b(void *arg) {
 static int roundtrip(const turns_params *p, turns_result *out) {
     trip *t = calloc(1, sizeof *t);
     if (!t) return -ENOMEM;
-    t->p = p;
-    t->samples = calloc((size_t)p->trips, sizeof *t->samples);
-    int rc = t->samples ? 0 : -ENOMEM;
+    int rc = turns_trip_open(&t->clk, p);
     /* Both loops and asyncs exist before either thread runs: uv_async_send
      * needs an initialised handle. */
     if (rc == 0) rc = uv_loop_init(&t->la);
@@ -253,11 +221,10 @@ static int roundtrip(const turns_params *p, turns_result *out) {
         uv_async_init(&t->lb, &t->ab, trip_on_b);
         t->aa.data = t->ab.data = t;
         rc = turns_pair_run(p, trip_side_a, trip_side_b, t);
-        if (rc == 0) turns_trip_us(t->samples, p->trips, out);
         close_loop(&t->la);
         close_loop(&t->lb);
     }
-    free(t->samples);
+    rc = turns_trip_close(&t->clk, rc, out);
     free(t);
     return rc;
 }

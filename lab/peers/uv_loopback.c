@@ -45,6 +45,16 @@ static void run(void *loop) {
     uv_run(loop, UV_RUN_DEFAULT);
 }
 
+static void stop(void *loop) {
+    uv_stop(loop);
+}
+
+static void never_ready(uv_poll_t *h, int status, int events) {
+    (void)h;
+    (void)status;
+    (void)events;
+}
+
 static void close_walk(uv_handle_t *h, void *arg) {
     (void)arg;
     if (!uv_is_closing(h)) uv_close(h, NULL);
@@ -54,6 +64,14 @@ static int measure(const lb_params *p, lb_result *out, bool timer) {
     uv_loop_t loop;
     int rc = uv_loop_init(&loop);
     if (rc < 0) return rc;
+    int fds[2];
+    if ((rc = lb_idle_open(fds)) < 0) {
+        uv_loop_close(&loop);
+        return rc;
+    }
+    uv_poll_t idle_fd; /* one idle socket: the I/O check is real */
+    uv_poll_init(&loop, &idle_fd, fds[0]);
+    uv_poll_start(&idle_fd, UV_READABLE, never_ready);
     uv_turn t[3];
     memset(t, 0, sizeof t);
     for (int i = 0; i < 3; i++) {
@@ -63,11 +81,12 @@ static int measure(const lb_params *p, lb_result *out, bool timer) {
         t[i].turn.arm = timer ? arm_timer : arm_idle;
         t[i].turn.is_timer = timer;
     }
-    rc =
-        lb_link_measure(p, &t[0].turn, &t[1].turn, &t[2].turn, run, &loop, out);
+    lb_loop l = {run, stop, &loop};
+    rc = lb_link_measure(p, &t[0].turn, &t[1].turn, &t[2].turn, &l, out);
     uv_walk(&loop, close_walk, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     int crc = uv_loop_close(&loop);
+    lb_idle_close(fds);
     return rc < 0 ? rc : crc;
 }
 
@@ -80,8 +99,9 @@ static int idle(const lb_params *p, lb_result *out) {
 }
 
 static const lb_entry entries[] = {
-    {"timer0", "libuv: uv_timer_start(0)", timer0, false},
-    {"idle", "libuv: uv_idle", idle, false},
+    {"timer0", "libuv: uv_timer_start(0)", timer0, false, "none between turns",
+     LB_CLASS_NO_POLL},
+    {"idle", "libuv: uv_idle", idle, false, "every turn", LB_CLASS_EVERY_TURN},
 };
 
 const lb_peer lb_uv = {

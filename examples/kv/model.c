@@ -1,0 +1,396 @@
+/* model.c: the reference model of lull-kv's string and list commands
+ * (see model.h). Written from Redis' documented behaviour, not from
+ * cmd.c: a reply both agree on is evidence, not an echo. */
+#include "model.h"
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "types.h"
+
+#define WRONGTYPE                                                              \
+    "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+#define NOT_INTEGER "-ERR value is not an integer or out of range\r\n"
+
+void model_key_init(model_key *k) {
+    k->n = 1;
+    memset(&k->c[0], 0, sizeof k->c[0]);
+}
+
+static size_t put(char *out, size_t at, const char *s, size_t n) {
+    memcpy(out + at, s, n);
+    return at + n;
+}
+
+/* A constant reply. */
+static size_t put_s(char *out, const char *s) {
+    return put(out, 0, s, strlen(s));
+}
+
+static size_t put_bulk(char *out, size_t at, const char *s, size_t n) {
+    at += (size_t)sprintf(out + at, "$%zu\r\n", n);
+    at = put(out, at, s, n);
+    return put(out, at, "\r\n", 2);
+}
+
+static const char *const names[OP_COUNT] = {
+    "SET",    "SET",       "SET",     "SET",   "GET",  "DEL",  "INCR", "APPEND",
+    "EXISTS", "PEXPIREAT", "PERSIST", "RPUSH", "LPOP", "LLEN", "TYPE"};
+
+void model_cmd_text(const model_cmd *c, char *out, size_t cap) {
+    char req[200];
+    size_t n = model_request(c, req), at = 0;
+    /* The bulk strings' bytes, space-separated: skip the headers. */
+    size_t i = 0, o = 0;
+    while (i < n && o + 1 < cap) {
+        if (req[i] == '*' || req[i] == '$') {
+            while (i < n && req[i] != '\n')
+                i++;
+            i++;
+            continue;
+        }
+        while (i < n && req[i] != '\r' && o + 1 < cap)
+            out[o++] = req[i++];
+        i += 2;
+        if (i < n && o + 1 < cap) out[o++] = ' ';
+        at++;
+    }
+    out[o] = 0;
+}
+
+size_t model_request(const model_cmd *c, char *out) {
+    const char *argv[5];
+    size_t lens[5], argc = 0;
+    char num[24];
+    argv[argc] = names[c->op];
+    lens[argc++] = strlen(names[c->op]);
+    argv[argc] = c->key;
+    lens[argc++] = strlen(c->key);
+    switch (c->op) {
+    case OP_SET:
+    case OP_SET_PXAT:
+    case OP_SET_NX:
+    case OP_SET_XX:
+    case OP_APPEND:
+    case OP_RPUSH:
+        argv[argc] = c->val;
+        lens[argc++] = strlen(c->val);
+        break;
+    case OP_PEXPIREAT:
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->at);
+        break;
+    default:
+        break;
+    }
+    if (c->op == OP_SET_PXAT) {
+        argv[argc] = "PXAT";
+        lens[argc++] = 4;
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->at);
+    } else if (c->op == OP_SET_NX || c->op == OP_SET_XX) {
+        argv[argc] = c->op == OP_SET_NX ? "NX" : "XX";
+        lens[argc++] = 2;
+    }
+    size_t at = (size_t)sprintf(out, "*%zu\r\n", argc);
+    for (size_t i = 0; i < argc; i++)
+        at = put_bulk(out, at, argv[i], lens[i]);
+    return at;
+}
+
+static bool alive(const model_val *s, int64_t now) {
+    return s->type != MODEL_NONE && (!s->expire || s->expire > now);
+}
+
+static void clear(model_val *s) {
+    s->type = MODEL_NONE;
+    s->expire = 0;
+    s->len = s->items = 0;
+}
+
+static void set_string(model_val *s, const char *v, size_t n) {
+    s->type = MODEL_STRING;
+    s->expire = 0;
+    s->items = 0;
+    s->len = (uint16_t)n;
+    memcpy(s->v, v, n);
+}
+
+/* Redis' integer: an optional '-', digits without a leading zero, in
+ * range. */
+static bool as_integer(const model_val *s, long long *out) {
+    if (s->len == 0 || s->len > 20) return false;
+    const char *p = s->v, *end = s->v + s->len;
+    bool neg = *p == '-';
+    if (neg && ++p == end) return false;
+    if (*p == '0' && end - p > 1) return false;
+    if (neg && *p == '0') return false;
+    long long v = 0;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9') return false;
+        if (v > (INT64_MAX - (*p - '0')) / 10) return false;
+        v = v * 10 + (*p - '0');
+    }
+    *out = neg ? -v : v;
+    return true;
+}
+
+static size_t put_int(char *out, size_t at, long long n) {
+    return at + (size_t)sprintf(out + at, ":%lld\r\n", n);
+}
+
+/* The command on state s (updated in place) at instant now; the reply
+ * into out. */
+static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
+    bool live = alive(s, now);
+    if (!live) clear(s);
+    size_t vlen = strlen(c->val);
+    switch (c->op) {
+    case OP_SET:
+    case OP_SET_PXAT:
+        set_string(s, c->val, vlen);
+        if (c->op == OP_SET_PXAT) s->expire = c->at;
+        return put_s(out, "+OK\r\n");
+    case OP_SET_NX:
+    case OP_SET_XX:
+        if (live != (c->op == OP_SET_XX)) return put_s(out, "$-1\r\n");
+        set_string(s, c->val, vlen);
+        return put_s(out, "+OK\r\n");
+    case OP_GET:
+        if (!live) return put_s(out, "$-1\r\n");
+        if (s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
+        return put_bulk(out, 0, s->v, s->len);
+    case OP_DEL:
+        clear(s);
+        return put_int(out, 0, live);
+    case OP_EXISTS:
+        return put_int(out, 0, live);
+    case OP_INCR: {
+        long long n = 0;
+        if (live && s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
+        if (live && !as_integer(s, &n)) return put_s(out, NOT_INTEGER);
+        char num[24];
+        int len = snprintf(num, sizeof num, "%lld", n + 1);
+        int64_t keep = s->expire;
+        set_string(s, num, (size_t)len);
+        s->expire = keep;
+        return put_int(out, 0, n + 1);
+    }
+    case OP_APPEND:
+        if (!live) {
+            set_string(s, c->val, vlen);
+            return put_int(out, 0, (long long)vlen);
+        }
+        if (s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
+        memcpy(s->v + s->len, c->val, vlen);
+        s->len = (uint16_t)(s->len + vlen);
+        return put_int(out, 0, s->len);
+    case OP_PEXPIREAT:
+        if (!live) return put_s(out, ":0\r\n");
+        if (c->at <= now)
+            clear(s); /* a time already past deletes the key */
+        else
+            s->expire = c->at;
+        return put_s(out, ":1\r\n");
+    case OP_PERSIST:
+        if (!live || !s->expire) return put_s(out, ":0\r\n");
+        s->expire = 0;
+        return put_s(out, ":1\r\n");
+    case OP_RPUSH:
+        if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
+        if (!live) {
+            clear(s);
+            s->type = MODEL_LIST;
+        }
+        s->v[s->len++] = (char)vlen;
+        memcpy(s->v + s->len, c->val, vlen);
+        s->len = (uint16_t)(s->len + vlen);
+        s->items++;
+        return put_int(out, 0, s->items);
+    case OP_LPOP: {
+        if (!live) return put_s(out, "$-1\r\n");
+        if (s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
+        size_t n = (unsigned char)s->v[0];
+        size_t at = put_bulk(out, 0, s->v + 1, n);
+        memmove(s->v, s->v + 1 + n, s->len - 1 - n);
+        s->len = (uint16_t)(s->len - 1 - n);
+        if (--s->items == 0) clear(s);
+        return at;
+    }
+    case OP_LLEN:
+        if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
+        return put_int(out, 0, live ? s->items : 0);
+    case OP_TYPE:
+        if (!live) return put_s(out, "+none\r\n");
+        return s->type == MODEL_STRING ? put_s(out, "+string\r\n")
+                                       : put_s(out, "+list\r\n");
+    }
+    return 0;
+}
+
+size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
+                   char *out) {
+    model_val copy = *s;
+    return run(&copy, c, now, out);
+}
+
+static bool same(const model_val *a, const model_val *b) {
+    return a->type == b->type && a->expire == b->expire && a->len == b->len &&
+           a->items == b->items && memcmp(a->v, b->v, a->len) == 0;
+}
+
+bool model_key_has(const model_key *k, const model_val *s) {
+    for (int i = 0; i < k->n; i++)
+        if (same(&k->c[i], s)) return true;
+    return false;
+}
+
+/* Copies a state: its header and the bytes in use, not the whole
+ * buffer (the simulator settles every key after every reply). */
+static void copy_val(model_val *to, const model_val *from) {
+    memcpy(to, from, offsetof(model_val, v));
+    memcpy(to->v, from->v, from->len);
+}
+
+static void add(model_key *k, const model_val *s) {
+    if (model_key_has(k, s)) return;
+    /* More states than the model holds: the oldest one goes. Never seen
+     * in practice (a reply narrows them to one or two). */
+    if (k->n == MODEL_CANDIDATES) {
+        memmove(&k->c[0], &k->c[1], (MODEL_CANDIDATES - 1) * sizeof k->c[0]);
+        k->n--;
+    }
+    copy_val(&k->c[k->n++], s);
+}
+
+bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
+                 const char *reply, size_t len) {
+    static model_key next;
+    next.n = 0;
+    char out[700];
+    for (int i = 0; i < k->n; i++) {
+        /* The outcome changes only where an instant in the window reaches
+         * the key's expiry or the command's time: try lo and those. */
+        int64_t at[3] = {lo, 0, 0};
+        int nat = 1;
+        int64_t e = k->c[i].expire;
+        if (e > lo && e <= hi) at[nat++] = e;
+        if ((c->op == OP_PEXPIREAT) && c->at > lo && c->at <= hi && c->at != e)
+            at[nat++] = c->at;
+        for (int j = 0; j < nat; j++) {
+            model_val s = k->c[i];
+            size_t n = run(&s, c, at[j], out);
+            if (n == len && memcmp(out, reply, len) == 0) add(&next, &s);
+        }
+    }
+    if (next.n == 0) return false;
+    k->n = next.n;
+    for (int i = 0; i < next.n; i++)
+        copy_val(&k->c[i], &next.c[i]);
+    return true;
+}
+
+/* In place: the states kept move down over the ones merged away, and a
+ * state is only compared with those before it, already settled. */
+void model_settle(model_key *k, int64_t lo) {
+    int n = k->n;
+    k->n = 0;
+    for (int i = 0; i < n; i++) {
+        model_val *s = &k->c[i];
+        if (!alive(s, lo)) clear(s);
+        if (model_key_has(k, s)) continue;
+        if (k->n != i) copy_val(&k->c[k->n], s);
+        k->n++;
+    }
+}
+
+bool model_from_store(const store *st, const char *key, int64_t now,
+                      model_val *out) {
+    memset(out, 0, sizeof *out);
+    dict_entry *e = store_find(st, key, strlen(key));
+    if (!e) return true;
+    kobj *o = store_obj(e);
+    if (o->expire && o->expire <= now) return true;
+    out->expire = o->expire;
+    if (o->type == KV_STRING) {
+        if (o->len > MODEL_VAL_MAX) return false;
+        set_string(out, o->val, o->len);
+        out->expire = o->expire;
+        return true;
+    }
+    if (o->type != KV_LIST) return false;
+    kv_list *l = o->val;
+    out->type = MODEL_LIST;
+    for (size_t i = 0; i < l->n; i++) {
+        kv_elem *x = list_at(l, i);
+        if (x->len > 255 || out->len + 1 + x->len > MODEL_VAL_MAX) return false;
+        out->v[out->len++] = (char)x->len;
+        memcpy(out->v + out->len, x->p, x->len);
+        out->len = (uint16_t)(out->len + x->len);
+        out->items++;
+    }
+    return true;
+}
+
+void model_describe(const model_val *s, char *out, size_t cap) {
+    if (s->type == MODEL_NONE) {
+        snprintf(out, cap, "none");
+        return;
+    }
+    int n = snprintf(out, cap, "%s \"",
+                     s->type == MODEL_STRING ? "string" : "list");
+    for (size_t i = 0; i < s->len && (size_t)n + 8 < cap; i++) {
+        unsigned char ch = (unsigned char)s->v[i];
+        if (s->type == MODEL_LIST && ch < 32)
+            n += snprintf(out + n, cap - (size_t)n, "|");
+        else
+            out[n++] = (char)ch;
+    }
+    snprintf(out + n, cap - (size_t)n, "\" expire %" PRId64, s->expire);
+}
+
+/* The end of a CRLF-terminated line from p, or NULL. */
+static const char *line_end(const char *p, const char *end) {
+    for (; p + 1 < end; p++)
+        if (p[0] == '\r' && p[1] == '\n') return p;
+    return NULL;
+}
+
+static long parse_one(const char *p, const char *end, int depth) {
+    if (p >= end) return 0;
+    const char *lf = line_end(p, end);
+    if (!lf) return 0;
+    long head = (long)(lf - p) + 2;
+    long long n = 0;
+    switch (p[0]) {
+    case '+':
+    case '-':
+    case ':':
+        return head;
+    case '$':
+    case '*':
+        if (sscanf(p + 1, "%lld", &n) != 1) return -1;
+        break;
+    default:
+        return -1;
+    }
+    if (n < 0) return head;
+    if (p[0] == '$') {
+        if (end - (p + head) < n + 2) return 0;
+        return head + (long)n + 2;
+    }
+    if (depth > 4) return -1;
+    long at = head;
+    for (long long i = 0; i < n; i++) {
+        long r = parse_one(p + at, end, depth + 1);
+        if (r <= 0) return r;
+        at += r;
+    }
+    return at;
+}
+
+long model_reply_len(const char *p, size_t n) {
+    return parse_one(p, p + n, 0);
+}

@@ -1,0 +1,116 @@
+/* model.h: a reference model of lull-kv's commands on strings and lists,
+ * with expiry, written apart from lull-kv's own code (cmd.c): the reply
+ * each command must get and what each key holds afterwards. The
+ * simulator (sim.c) checks every reply its clients get against it, and
+ * tests/test_kv.c checks it against kv_exec directly.
+ *
+ * Time is uncertain: a client knows only that its command ran at some
+ * instant between sending it and reading the reply, so a key whose expiry
+ * falls in between may be there or gone, and a PEXPIREAT for an instant
+ * in between may delete the key or arm it. The model keeps every state a
+ * key may be in (its candidates): each command is worked out on each
+ * candidate at each instant of its window where the outcome can change,
+ * and only the outcomes whose reply is the reply received are kept. A
+ * reply no candidate gives is a failure. Keys are independent (each
+ * command names one), so the uncertainty stays per key.
+ *
+ * Pure data: no lull, no sockets. */
+#ifndef LULL_KV_MODEL_H
+#define LULL_KV_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+enum { MODEL_NONE, MODEL_STRING, MODEL_LIST };
+
+/* The longest value the model holds: a string's bytes, or a list's items
+ * each as a length byte and its bytes. The workload keeps below it. */
+#define MODEL_VAL_MAX 600
+
+/* One state of a key. */
+typedef struct model_val {
+    int type;       /* MODEL_* */
+    int64_t expire; /* ms on the server's clock; 0: none */
+    uint16_t len;   /* bytes of v */
+    uint16_t items; /* a list's items */
+    char v[MODEL_VAL_MAX];
+} model_val;
+
+/* The states a key may be in. */
+#define MODEL_CANDIDATES 16
+typedef struct model_key {
+    int n; /* 1..MODEL_CANDIDATES */
+    model_val c[MODEL_CANDIDATES];
+} model_key;
+
+enum {
+    OP_SET,       /* SET k v */
+    OP_SET_PXAT,  /* SET k v PXAT t */
+    OP_SET_NX,    /* SET k v NX */
+    OP_SET_XX,    /* SET k v XX */
+    OP_GET,       /* GET k */
+    OP_DEL,       /* DEL k */
+    OP_INCR,      /* INCR k */
+    OP_APPEND,    /* APPEND k v */
+    OP_EXISTS,    /* EXISTS k */
+    OP_PEXPIREAT, /* PEXPIREAT k t */
+    OP_PERSIST,   /* PERSIST k */
+    OP_RPUSH,     /* RPUSH k v */
+    OP_LPOP,      /* LPOP k */
+    OP_LLEN,      /* LLEN k */
+    OP_TYPE,      /* TYPE k */
+    OP_COUNT
+};
+
+/* A command the model knows: one key, and a value or a time. */
+typedef struct model_cmd {
+    int op;
+    char key[32];
+    char val[24]; /* SET, APPEND, RPUSH */
+    int64_t at;   /* SET PXAT, PEXPIREAT: ms on the server's clock */
+} model_cmd;
+
+void model_key_init(model_key *k); /* one candidate: no key */
+
+/* The command as words ("SET c1:k2 v7 PXAT 1700000000123"), for traces
+ * and messages. */
+void model_cmd_text(const model_cmd *c, char *out, size_t cap);
+
+/* The request as RESP (multibulk) into out (>= 160 bytes); its length. */
+size_t model_request(const model_cmd *c, char *out);
+
+/* The command ran at some ms in [lo, hi] on one of k's states: keeps the
+ * outcomes whose reply is reply[0, len). False (k unchanged) when none
+ * is. */
+bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
+                 const char *reply, size_t len);
+
+/* Every command from now on runs at `lo` ms or later: states expired by
+ * then are no key, and equal states merge. */
+void model_settle(model_key *k, int64_t lo);
+
+/* The reply a command gets on one state at one instant, into out (>= 700
+ * bytes); its length. For messages. */
+size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
+                   char *out);
+
+/* A key as a store holds it, read into the model's terms (MODEL_NONE
+ * when missing or expired at `now`). False when it holds what the model
+ * does not know (another type, a longer value). */
+bool model_from_store(const store *st, const char *key, int64_t now,
+                      model_val *out);
+
+/* s is one of k's candidates (after model_settle). */
+bool model_key_has(const model_key *k, const model_val *s);
+
+/* A state as text, for messages ("string \"v1\" expire 123"). */
+void model_describe(const model_val *s, char *out, size_t cap);
+
+/* The length of the first complete RESP reply in p[0, n) (arrays
+ * nested), 0 when it is not all there, -1 when it is not RESP. */
+long model_reply_len(const char *p, size_t n);
+
+#endif

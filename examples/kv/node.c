@@ -1,0 +1,89 @@
+/* node.c: one lull-kv server's life, whatever carries its connections:
+ * set up, started, stopped and freed; its log lines; the expiry timer's
+ * hook. main (server.c) runs one over sockets; the simulator (sim.c) runs
+ * a primary and its replicas in one process over its network. */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void srv_log(server *srv, const char *fmt, ...) {
+    char line[512];
+    int n = snprintf(line, sizeof line, "lull-kv: ");
+    if (srv->name)
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s: ", srv->name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (srv->log) {
+        srv->log(srv, line);
+        return;
+    }
+    fprintf(stderr, "%s\n", line);
+}
+
+void keys_expired(void *arg) {
+    server *srv = arg;
+    /* KV_PLANT_LOST_WAKEUP: the records are logged, and nobody is told. */
+    if (srv->kv.plant & KV_PLANT_LOST_WAKEUP) return;
+    wake_links(srv);
+}
+
+void server_defaults(server *srv) {
+    memset(srv, 0, sizeof *srv);
+    kv_init(&srv->kv);
+    /* Redis' defaults (redis.conf): proto-max-bulk-len 512mb,
+     * client-query-buffer-limit 1gb, client-output-buffer-limit normal
+     * 0 0 0, replica 256mb 64mb 60, pubsub 32mb 8mb 60. */
+    srv->lim.max_bulk = (size_t)512 << 20;
+    srv->lim.max_args = MAX_ARGS;
+    srv->qbuf_limit = (size_t)1 << 30;
+    srv->obl[CLASS_REPLICA] =
+        (obuf_limit){(size_t)256 << 20, (size_t)64 << 20, 60 * 1000000000ull};
+    srv->obl[CLASS_PUBSUB] =
+        (obuf_limit){(size_t)32 << 20, (size_t)8 << 20, 60 * 1000000000ull};
+    srv->should_yield = lull_loop_should_yield;
+}
+
+int server_open(server *srv, lull_loop *loop, const kv_net *net,
+                int64_t clock_ms) {
+    srv->loop = loop;
+    srv->net = net;
+    srv->normal_limited =
+        srv->obl[CLASS_NORMAL].hard || srv->obl[CLASS_NORMAL].soft;
+    srv->argv = malloc(srv->lim.max_args * sizeof *srv->argv);
+    if (!srv->argv) return -ENOMEM;
+    int rc = store_init(&srv->kv.db);
+    if (rc < 0) {
+        free(srv->argv);
+        srv->argv = NULL;
+        return rc;
+    }
+    kv_expiry_init(&srv->expiry, loop, &srv->kv, clock_ms);
+    srv->expiry.expired = keys_expired;
+    srv->expiry.arg = srv;
+    srv->expiry.should_yield = srv->should_yield;
+    srv->kv.wake = conn_wake;
+    return 0;
+}
+
+void server_start(server *srv) {
+    if (srv->kv.replica) master_start(srv);
+}
+
+void server_stop(server *srv) {
+    if (srv->kv.replica) master_stop(srv);
+    kv_expiry_stop(&srv->expiry);
+}
+
+void server_free(server *srv) {
+    kv_free(&srv->kv);
+    buf_free(&srv->m.in);
+    free(srv->argv);
+    srv->argv = NULL;
+}

@@ -1,0 +1,1067 @@
+/* lull-kv-sim: lull-kv's replication proven on a simulated network
+ * (docs/SIMULATION.md).
+ *
+ * Each seed builds a cluster in one process, on one virtual-clock loop,
+ * over lull_simnet: a primary, one to three replicas and one to four
+ * clients, every connection with faults drawn from the seed (delay,
+ * jitter, bandwidth, windows, slow readers, partitions that resume or
+ * break, resets at a random byte, refused connects). The clients run a
+ * random workload of strings, lists, expiry times and transactions, with
+ * pipelining; a client whose connection fails reconnects, and first
+ * deletes the keys whose last commands it cannot know the fate of. When
+ * the clients are done the network heals and the cluster settles. The
+ * server is lull-kv's own code (node.c, conn.c, link.c, cmd*.c), the
+ * socket program's, over a kv_net of the simulated network's.
+ *
+ * Checked, per seed:
+ *   - every reply a client got is one the reference model (model.c)
+ *     allows for that command at some instant between its send and its
+ *     reply;
+ *   - at the end every key the clients know holds what the model says,
+ *     on the primary: every acknowledged write is there;
+ *   - every replica's link is up, its offset is the primary's and its
+ *     keyspace is the primary's, byte for byte (kv_dump): every write is
+ *     there too, and a replica that fell too far behind (closed for its
+ *     output, with small limits) came back;
+ *   - a replica's offset never goes backwards (after every event of the
+ *     network), but to start a new history;
+ *   - nothing is left: every connection closed, lull_simnet_free and
+ *     lull_loop_free return 0.
+ * A failure prints its seed, the command that replays it, and the end of
+ * its trace (written to a file by a second run of the seed, which must
+ * fail the same way, with the same trace hash).
+ *
+ *   lull-kv-sim [--seeds N] [--first S] [--seconds T] [--seed S]
+ *               [--plant BUG] [--expect-find N] [--determinism N]
+ *               [--trace FILE] [--quiet]
+ *     --seeds N        seeds S..S+N-1 (default 100; --first S, default 1)
+ *     --seconds T      fresh seeds for T seconds (the soak); the first
+ *                      is printed
+ *     --seed S         one seed; with --trace FILE (- for stdout) its
+ *                      trace
+ *     --plant BUG      plant a known bug in the primary (resume-late,
+ *                      ack-before-log, lost-wakeup); with
+ *                      --expect-find N, succeed when a seed of the first N
+ *                      finds it, fail when none does
+ *     --determinism N  a fault-free run of N commands, twice: the traces'
+ *                      hashes must be equal; with --once, one run, its
+ *                      hash printed (to compare across processes:
+ *                      kv/sim_determinism.cmake)
+ * Exit status: 0 when every seed passed (or the planted bug was found). */
+#define _POSIX_C_SOURCE 200809L
+#include "server.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dump.h"
+#include "model.h"
+
+#define MS 1000000ull
+/* The servers' clock reads this (ms on the Unix epoch) at virtual 0. */
+#define BASE_MS      1700000000000ll
+#define KEYS         6  /* keys per client */
+#define PIPE_MAX     4  /* requests a client may have in flight */
+#define SIM_ARGS     64 /* a server's argument table: the workload's need */
+#define REPLICAS_MAX 3
+#define CLIENTS_MAX  4
+/* A run that has not settled this long (virtual) after the heal failed. */
+#define SETTLE_NS (600 * 1000 * MS)
+/* Clients that are not done by then are helped: the network heals. */
+#define WORKLOAD_NS (300 * 1000 * MS)
+
+typedef struct sim sim;
+
+typedef struct node {
+    server srv; /* first: the server's hooks find the node */
+    sim *S;
+    lull_simserver ls; /* the primary's listening address */
+    char name[24];
+    uint64_t last_offset; /* for "offsets never go backwards" */
+    char last_replid[41];
+} node;
+
+enum { P_CMD, P_MULTI, P_FORGET };
+
+/* A request in flight: one command, a transaction, or the DEL that
+ * forgets the keys a failed connection left uncertain. */
+typedef struct pending {
+    int kind;
+    int ncmd;
+    model_cmd cmd[3];
+    int key[3];
+    int step;         /* P_MULTI: replies taken (MULTI, QUEUED...) */
+    uint64_t sent_ns; /* when it was sent */
+} pending;
+
+enum { C_DOWN, C_CONNECTING, C_UP, C_CLOSING, C_DONE };
+
+typedef struct client {
+    sim *S;
+    int id;
+    lull_simconn c;
+    int state;
+    pending q[PIPE_MAX];
+    int qhead, qlen;
+    buf in;
+    model_key keys[KEYS];
+    bool unknown[KEYS];
+    int64_t lb; /* no command from now on runs before this (ms) */
+    int remaining;
+    int depth;
+    uint64_t rng;
+    lull_timer timer; /* think time, reconnect */
+    uint64_t replies;
+} client;
+
+enum { PLANT_NONE = 0 };
+
+struct sim {
+    uint64_t seed;
+    unsigned plant;
+    FILE *trace;
+    lull_loop *loop;
+    lull_simnet *net;
+    uint64_t rng;       /* the workload's choices */
+    uint64_t yield_rng; /* slice ends (should_yield) */
+    node nodes[1 + REPLICAS_MAX];
+    int nreplicas;
+    client clients[CLIENTS_MAX];
+    int nclients;
+    int active; /* clients not done */
+    bool healed;
+    bool failed;
+    char why[1024];
+    lull_timer deadline; /* WORKLOAD_NS, then SETTLE_NS */
+    bool per_record;
+    size_t repl_limit;  /* replica output limit (0: Redis' default) */
+    size_t high_water;  /* the primary's connections' (0: default) */
+    bool no_faults;     /* --determinism */
+    int64_t commands;   /* --determinism: the total */
+    uint64_t cmds_run;  /* commands whose replies were checked */
+    bool tearing_down;  /* the checks are over */
+    uint64_t multis;    /* transactions sent */
+    uint64_t lost;      /* client connections lost */
+    uint64_t continues; /* replicas resumed from their offsets */
+    uint64_t fulls;     /* full resyncs */
+};
+
+static sim *the_sim; /* for should_yield, whose hook has no argument */
+
+static uint64_t rnd(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t below(uint64_t *s, uint64_t n) {
+    return n ? rnd(s) % n : 0;
+}
+
+__attribute__((format(printf, 2, 3))) static void fail(sim *S, const char *fmt,
+                                                       ...) {
+    if (S->failed || S->tearing_down) return;
+    S->failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(S->why, sizeof S->why, fmt, ap);
+    va_end(ap);
+    lull_simnet_log(S->net, "FAIL %s", S->why);
+    lull_loop_stop(S->loop);
+}
+
+/* A reply or request as one line: CRLF as spaces, cut at 120 bytes. */
+static const char *oneline(const char *p, size_t n, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 4 < cap && o < 120; i++)
+        out[o++] = p[i] == '\r' ? ' ' : p[i] == '\n' ? '|' : p[i];
+    if (o && out[o - 1] == '|') o--;
+    if (o && out[o - 1] == ' ') o--;
+    out[o] = 0;
+    return out;
+}
+
+static int64_t ms_now(sim *S) {
+    return BASE_MS + (int64_t)(lull_loop_now(S->loop) / MS);
+}
+
+/* ------------------------------------------------ the simulated kv_net */
+
+static lull_simconn *sc(lull_endpoint *ep) {
+    return LULL_CONTAINER_OF(ep, lull_simconn, ep);
+}
+
+static int sim_read_stop(lull_endpoint *ep) {
+    return lull_simconn_read_stop(sc(ep));
+}
+
+static int sim_read_start(lull_endpoint *ep) {
+    return lull_simconn_read_start(sc(ep));
+}
+
+static int sim_shutdown(lull_endpoint *ep) {
+    return lull_simconn_shutdown(sc(ep));
+}
+
+static void sim_peer(lull_endpoint *ep, char *s, size_t cap, bool with_port) {
+    (void)with_port;
+    snprintf(s, cap, "%s", sc(ep)->peer);
+}
+
+static void sim_connected(lull_simconn *c, int status) {
+    master_connected(c->ep.data, status);
+}
+
+static int sim_connect(server *srv) {
+    master *m = &srv->m;
+    m->t.sim.ep.data = srv;
+    m->ep = &m->t.sim.ep;
+    lull_simconn_options o = {.flags = LULL_SIMCONN_RAW, .name = srv->name};
+    return lull_simconn_connect(srv->net_arg, &m->t.sim, m->host, &o,
+                                sim_connected);
+}
+
+static const kv_net kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
+                                  sim_peer, sim_connect};
+
+static void random_faults(sim *S, lull_simfaults *f);
+
+static void sim_accept(lull_simserver *ls) {
+    node *n = LULL_CONTAINER_OF(ls, node, ls);
+    sim *S = n->S;
+    conn *c = conn_new(&n->srv);
+    if (!c) return;
+    lull_simconn_options o = {.flags = LULL_SIMCONN_RAW,
+                              .max_frame = SIZE_MAX,
+                              .high_water = S->high_water};
+    /* A third of the links are asymmetric: what the primary sends (replies,
+     * the replication stream) has a delay, jitter, bandwidth, window and
+     * slow reader of its own. */
+    lull_simfaults back;
+    if (!S->no_faults && below(&S->rng, 3) == 0) {
+        random_faults(S, &back);
+        o.faults = &back;
+    }
+    if (lull_simserver_accept(ls, &c->t.sim, &o) < 0) {
+        conn_abort(c);
+        return;
+    }
+    conn_start(c, &c->t.sim.ep);
+}
+
+/* lull-kv's log lines go to the trace. */
+static void sim_log(server *srv, const char *line) {
+    node *n = LULL_CONTAINER_OF(srv, node, srv);
+    lull_simnet_log(n->S->net, "%s", line);
+    if (strstr(line, "in sync with")) {
+        if (strstr(line, "(continue)")) n->S->continues++;
+        if (strstr(line, "(full)")) n->S->fulls++;
+    }
+}
+
+/* Slices of busy work end where the seed says, not where real time does
+ * (the quantum is real time). */
+static bool sim_yield(lull_loop *loop) {
+    (void)loop;
+    return rnd(&the_sim->yield_rng) % 4 == 0;
+}
+
+static int node_open(sim *S, node *n, int index) {
+    server *srv = &n->srv;
+    server_defaults(srv);
+    n->S = S;
+    bool replica = index > 0;
+    if (replica)
+        snprintf(n->name, sizeof n->name, "replica%d", index);
+    else
+        snprintf(n->name, sizeof n->name, "primary");
+    srv->name = n->name;
+    srv->log = sim_log;
+    srv->net_arg = S->net;
+    srv->should_yield = sim_yield;
+    srv->per_record = S->per_record;
+    srv->lim.max_args = SIM_ARGS;
+    if (S->repl_limit)
+        srv->obl[CLASS_REPLICA] = (obuf_limit){S->repl_limit, 0, 0};
+    /* A fixed history id: the seed alone decides the run. */
+    snprintf(srv->kv.replid, sizeof srv->kv.replid, "%040" PRIx64, S->seed);
+    if (replica) {
+        srv->kv.replica = true;
+        snprintf(srv->m.host, sizeof srv->m.host, "primary");
+        srv->m.port = 6380;
+        srv->port = 6380 + index;
+    } else {
+        srv->kv.plant = S->plant;
+        srv->port = 6380;
+    }
+    int rc = server_open(srv, S->loop, &kv_net_sim, BASE_MS);
+    if (rc < 0) return rc;
+    if (!replica)
+        rc = lull_simserver_listen(S->net, &n->ls, "primary", sim_accept);
+    return rc;
+}
+
+/* ------------------------------------------------------------ clients */
+
+static void client_pump(client *cl);
+static void client_connect(client *cl);
+
+static void finished(client *cl) {
+    sim *S = cl->S;
+    cl->state = C_DONE;
+    lull_simnet_log(S->net, "c%d done", cl->id);
+    if (--S->active == 0 && !S->healed && !S->tearing_down) {
+        S->healed = true;
+        lull_simnet_heal(S->net);
+        lull_timer_start(&S->deadline, SETTLE_NS, 0);
+        lull_timer_unref(&S->deadline);
+    }
+}
+
+static pending *push(client *cl) {
+    pending *p = &cl->q[(cl->qhead + cl->qlen++) % PIPE_MAX];
+    memset(p, 0, sizeof *p);
+    p->sent_ns = lull_loop_now(cl->S->loop);
+    return p;
+}
+
+/* A connection that just failed refuses sends (-EPIPE) before its close
+ * callback comes: the request stays in flight, and is forgotten with the
+ * others there. */
+static void send_bytes(client *cl, const char *b, size_t n) {
+    int rc = lull_endpoint_send_copy(&cl->c.ep, b, n);
+    if (rc < 0 && rc != -EPIPE)
+        fail(cl->S, "c%d: a send was refused: %s", cl->id, strerror(-rc));
+}
+
+/* The DEL that forgets the keys a failed connection left uncertain. */
+static void send_forget(client *cl) {
+    char req[512];
+    int nk = 0;
+    for (int i = 0; i < KEYS; i++)
+        nk += cl->unknown[i];
+    if (!nk) return;
+    int n = sprintf(req, "*%d\r\n$3\r\nDEL\r\n", nk + 1);
+    for (int i = 0; i < KEYS; i++) {
+        if (!cl->unknown[i]) continue;
+        char key[32];
+        int kl = snprintf(key, sizeof key, "c%d:k%d", cl->id, i);
+        n += sprintf(req + n, "$%d\r\n%s\r\n", kl, key);
+    }
+    pending *p = push(cl);
+    p->kind = P_FORGET;
+    p->ncmd = nk;
+    lull_simnet_log(cl->S->net, "c%d > DEL of %d uncertain keys", cl->id, nk);
+    send_bytes(cl, req, (size_t)n);
+}
+
+static int pick_op(uint64_t *r) {
+    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5,
+                                          4,  6, 3, 8, 6,  3, 2};
+    int total = 0;
+    for (int i = 0; i < OP_COUNT; i++)
+        total += weights[i];
+    int x = (int)below(r, (uint64_t)total);
+    for (int i = 0; i < OP_COUNT; i++) {
+        if (x < weights[i]) return i;
+        x -= weights[i];
+    }
+    return OP_GET;
+}
+
+static void make_cmd(client *cl, model_cmd *c, int *key) {
+    sim *S = cl->S;
+    uint64_t *r = &S->rng;
+    int k = (int)below(r, KEYS);
+    *key = k;
+    memset(c, 0, sizeof *c);
+    c->op = pick_op(r);
+    snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
+    if (below(r, 3) == 0)
+        snprintf(c->val, sizeof c->val, "%d", (int)below(r, 1000) - 100);
+    else
+        snprintf(c->val, sizeof c->val, "v%" PRIu64, below(r, 100000));
+    /* Mostly ahead (up to 1.5 s), sometimes just past. */
+    c->at = ms_now(S) + (below(r, 10) == 0 ? -(int64_t)below(r, 50)
+                                           : 1 + (int64_t)below(r, 1500));
+    if (c->op == OP_APPEND || c->op == OP_RPUSH) {
+        const model_key *mk = &cl->keys[k];
+        for (int i = 0; i < mk->n; i++)
+            if (mk->c[i].len > 300) c->op = OP_DEL;
+    }
+    if (S->no_faults && (c->op == OP_SET_PXAT || c->op == OP_PEXPIREAT))
+        c->at += 100; /* keys live long enough to be read */
+}
+
+static void send_cmd(client *cl) {
+    sim *S = cl->S;
+    char req[512];
+    size_t n = 0;
+    pending *p = push(cl);
+    bool multi = cl->remaining >= 2 && below(&S->rng, 10) == 0;
+    if (multi) {
+        p->kind = P_MULTI;
+        p->ncmd = 1 + (int)below(&S->rng, 3);
+        if (p->ncmd > cl->remaining) p->ncmd = cl->remaining;
+        n += (size_t)sprintf(req, "*1\r\n$5\r\nMULTI\r\n");
+    } else {
+        p->kind = P_CMD;
+        p->ncmd = 1;
+    }
+    for (int i = 0; i < p->ncmd; i++) {
+        make_cmd(cl, &p->cmd[i], &p->key[i]);
+        n += model_request(&p->cmd[i], req + n);
+    }
+    if (multi) n += (size_t)sprintf(req + n, "*1\r\n$4\r\nEXEC\r\n");
+    cl->remaining -= p->ncmd;
+    char text[3][96];
+    for (int i = 0; i < p->ncmd; i++)
+        model_cmd_text(&p->cmd[i], text[i], sizeof text[i]);
+    if (multi)
+        lull_simnet_log(S->net, "c%d > MULTI; %s%s%s%s%s; EXEC", cl->id,
+                        text[0], p->ncmd > 1 ? "; " : "",
+                        p->ncmd > 1 ? text[1] : "", p->ncmd > 2 ? "; " : "",
+                        p->ncmd > 2 ? text[2] : "");
+    else
+        lull_simnet_log(S->net, "c%d > %s", cl->id, text[0]);
+    S->multis += multi;
+    send_bytes(cl, req, n);
+}
+
+/* Sends while the pipeline has room, with think times the seed picks;
+ * done and closes once every reply is in. */
+static void client_pump(client *cl) {
+    sim *S = cl->S;
+    if (cl->state != C_UP || S->failed) return;
+    while (cl->qlen < cl->depth && cl->remaining > 0) {
+        if (lull_timer_active(&cl->timer)) return;
+        send_cmd(cl);
+        if (S->failed || cl->state != C_UP) return;
+        uint64_t think = below(&S->rng, 4);
+        if (think) {
+            lull_timer_start(&cl->timer, think * below(&S->rng, MS), 0);
+            return;
+        }
+    }
+    if (cl->remaining == 0 && cl->qlen == 0) {
+        cl->state = C_CLOSING;
+        lull_endpoint_close(&cl->c.ep, 0);
+    }
+}
+
+/* One reply for the head request. */
+static void check_reply(client *cl, const char *r, size_t len) {
+    sim *S = cl->S;
+    pending *p = &cl->q[cl->qhead];
+    int64_t now = ms_now(S);
+    int64_t lo = BASE_MS + (int64_t)(p->sent_ns / MS);
+    if (lo < cl->lb) lo = cl->lb;
+    bool done = true;
+    if (p->kind == P_FORGET) {
+        long long n;
+        if (sscanf(r, ":%lld", &n) != 1 || n < 0 || n > p->ncmd)
+            fail(S, "c%d: DEL of %d keys got %.*s", cl->id, p->ncmd, (int)len,
+                 r);
+        for (int i = 0; i < KEYS; i++)
+            if (cl->unknown[i]) {
+                cl->unknown[i] = false;
+                model_key_init(&cl->keys[i]);
+            }
+    } else if (p->kind == P_MULTI && p->step <= p->ncmd) {
+        const char *want = p->step == 0 ? "+OK\r\n" : "+QUEUED\r\n";
+        if (len != strlen(want) || memcmp(r, want, len) != 0)
+            fail(S, "c%d: %s got %.*s", cl->id,
+                 p->step == 0 ? "MULTI" : "a queued command", (int)len, r);
+        p->step++;
+        done = false;
+    } else {
+        /* A command's reply, or EXEC's array of them. */
+        const char *e = r;
+        size_t left = len;
+        if (p->kind == P_MULTI) {
+            char head[16];
+            int hn = snprintf(head, sizeof head, "*%d\r\n", p->ncmd);
+            if (len < (size_t)hn || memcmp(r, head, (size_t)hn) != 0) {
+                fail(S, "c%d: EXEC got %.*s", cl->id, (int)len, r);
+                return;
+            }
+            e += hn;
+            left -= (size_t)hn;
+        }
+        for (int i = 0; i < p->ncmd && !S->failed; i++) {
+            long el = model_reply_len(e, left);
+            if (el <= 0) {
+                fail(S, "c%d: a malformed reply %.*s", cl->id, (int)len, r);
+                return;
+            }
+            model_key *mk = &cl->keys[p->key[i]];
+            if (!model_apply(mk, &p->cmd[i], lo, now, e, (size_t)el)) {
+                char req[96], want[700], st[800], got[160], w1[160];
+                model_cmd_text(&p->cmd[i], req, sizeof req);
+                size_t wn = model_reply(&mk->c[0], &p->cmd[i], lo, want);
+                model_describe(&mk->c[0], st, sizeof st);
+                fail(S,
+                     "c%d: %s got %s; the model allows no such reply at any "
+                     "instant in [%" PRId64 ", %" PRId64 "] ms (%d states; "
+                     "first: %s, which gives %s)",
+                     cl->id, req, oneline(e, (size_t)el, got, sizeof got), lo,
+                     now, mk->n, st, oneline(want, wn, w1, sizeof w1));
+                return;
+            }
+            S->cmds_run++;
+            e += el;
+            left -= (size_t)el;
+        }
+    }
+    if (!done) return;
+    char text[160];
+    lull_simnet_log(S->net, "c%d < %s", cl->id,
+                    oneline(r, len, text, sizeof text));
+    cl->lb = lo;
+    for (int i = 0; i < KEYS; i++)
+        model_settle(&cl->keys[i], cl->lb);
+    cl->qhead = (cl->qhead + 1) % PIPE_MAX;
+    cl->qlen--;
+    cl->replies++;
+}
+
+static void client_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    client *cl = ep->data;
+    sim *S = cl->S;
+    buf_put(&cl->in, bytes, len);
+    size_t at = 0;
+    while (at < cl->in.len && !S->failed) {
+        long n = model_reply_len(cl->in.p + at, cl->in.len - at);
+        if (n == 0) break;
+        if (n < 0 || cl->qlen == 0) {
+            fail(S, "c%d: a reply nobody asked for: %.*s", cl->id,
+                 (int)(cl->in.len - at), cl->in.p + at);
+            return;
+        }
+        check_reply(cl, cl->in.p + at, (size_t)n);
+        at += (size_t)n;
+    }
+    buf_consume(&cl->in, at);
+    client_pump(cl);
+}
+
+static void client_closed(lull_endpoint *ep, int reason) {
+    client *cl = ep->data;
+    sim *S = cl->S;
+    lull_simnet_log(S->net, "c%d closed (%s), %d in flight", cl->id,
+                    lull_err_name(reason), cl->qlen);
+    if (cl->state == C_CLOSING) {
+        finished(cl);
+        return;
+    }
+    /* Lost: what was in flight may or may not have run. Those keys are
+     * forgotten (deleted first thing on the next connection). */
+    S->lost++;
+    for (int i = 0; i < cl->qlen; i++) {
+        pending *p = &cl->q[(cl->qhead + i) % PIPE_MAX];
+        if (p->kind == P_FORGET) continue; /* its keys stay unknown */
+        for (int j = 0; j < p->ncmd; j++)
+            cl->unknown[p->key[j]] = true;
+    }
+    cl->qlen = 0;
+    cl->in.len = 0;
+    cl->state = C_DOWN;
+    lull_timer_start(&cl->timer, 1 * MS + below(&S->rng, 20 * MS), 0);
+}
+
+static void client_connected(lull_simconn *c, int status) {
+    client *cl = c->ep.data;
+    if (status < 0) return; /* client_closed, right after, retries */
+    cl->state = C_UP;
+    send_forget(cl);
+    client_pump(cl);
+}
+
+static void client_connect(client *cl) {
+    sim *S = cl->S;
+    char name[16];
+    snprintf(name, sizeof name, "c%d", cl->id);
+    lull_simconn_options o = {.flags = LULL_SIMCONN_RAW, .name = name};
+    cl->c.ep.data = cl;
+    cl->state = C_CONNECTING;
+    int rc =
+        lull_simconn_connect(S->net, &cl->c, "primary", &o, client_connected);
+    if (rc < 0) {
+        fail(S, "c%d: connect: %s", cl->id, strerror(-rc));
+        return;
+    }
+    lull_endpoint_set_callbacks(&cl->c.ep, client_frame, NULL, client_closed);
+}
+
+static void client_timer(lull_timer *t) {
+    client *cl = LULL_CONTAINER_OF(t, client, timer);
+    if (cl->state == C_DOWN)
+        client_connect(cl);
+    else
+        client_pump(cl);
+}
+
+/* ------------------------------------------------------------ checks */
+
+/* After every event: no replica's offset goes back, but to begin a new
+ * history (a full resync from another replid). */
+static void check_offsets(lull_simnet *net, void *arg) {
+    (void)net;
+    sim *S = arg;
+    if (S->failed || S->tearing_down) return;
+    for (int i = 1; i <= S->nreplicas; i++) {
+        node *n = &S->nodes[i];
+        const master *m = &n->srv.m;
+        uint64_t off = n->srv.kv.offset;
+        if (strcmp(m->replid, n->last_replid) != 0) {
+            memcpy(n->last_replid, m->replid, sizeof n->last_replid);
+        } else if (off < n->last_offset) {
+            fail(S, "%s: offset went back from %" PRIu64 " to %" PRIu64,
+                 n->name, n->last_offset, off);
+            return;
+        }
+        n->last_offset = off;
+    }
+}
+
+static void deadline_due(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, deadline);
+    if (!S->healed) {
+        /* Clients still busy: heal, and let them finish. */
+        lull_simnet_log(S->net, "workload deadline: heal");
+        S->healed = true;
+        lull_simnet_heal(S->net);
+        lull_timer_start(&S->deadline, SETTLE_NS, 0);
+        lull_timer_unref(&S->deadline);
+        return;
+    }
+    fail(S, "did not settle within %llu s of the heal",
+         (unsigned long long)(SETTLE_NS / 1000 / MS));
+}
+
+static void final_checks(sim *S) {
+    server *p = &S->nodes[0].srv;
+    int64_t now = ms_now(S);
+    for (int c = 0; c < S->nclients && !S->failed; c++) {
+        client *cl = &S->clients[c];
+        if (cl->state != C_DONE) {
+            fail(S, "c%d did not finish (%d commands left)", cl->id,
+                 cl->remaining);
+            return;
+        }
+        for (int k = 0; k < KEYS; k++) {
+            char key[32];
+            snprintf(key, sizeof key, "c%d:k%d", cl->id, k);
+            model_val s;
+            if (!model_from_store(&p->kv.db, key, now, &s)) {
+                fail(S, "primary: %s holds what no command wrote", key);
+                return;
+            }
+            model_settle(&cl->keys[k], now);
+            if (!model_key_has(&cl->keys[k], &s)) {
+                char got[800], want[800];
+                model_describe(&s, got, sizeof got);
+                model_describe(&cl->keys[k].c[0], want, sizeof want);
+                fail(S, "primary: %s is %s; the model says %s%s", key, got,
+                     want, cl->keys[k].n > 1 ? " (or another)" : "");
+                return;
+            }
+        }
+    }
+    buf dp = {0}, dr = {0};
+    kv_dump(&p->kv, &dp);
+    for (int i = 1; i <= S->nreplicas && !S->failed; i++) {
+        node *n = &S->nodes[i];
+        server *r = &n->srv;
+        if (r->m.state != M_UP || !r->kv.link_up)
+            fail(S, "%s: link not up after the settle (state %d)", n->name,
+                 r->m.state);
+        else if (r->kv.offset != p->kv.log.end)
+            fail(S, "%s: offset %" PRIu64 ", the primary's %" PRIu64, n->name,
+                 r->kv.offset, p->kv.log.end);
+        if (S->failed) break;
+        kv_dump(&r->kv, &dr);
+        if (strcmp(dp.p, dr.p) != 0) {
+            /* The first line that differs. */
+            const char *a = dp.p, *b = dr.p;
+            while (*a && *a == *b)
+                a++, b++;
+            while (a > dp.p && a[-1] != '\n')
+                a--, b--;
+            fail(S,
+                 "%s: keyspace differs from the primary's at:\n  primary: "
+                 "%.*s\n  %s: %.*s",
+                 n->name, (int)strcspn(a, "\n"), a, n->name,
+                 (int)strcspn(b, "\n"), b);
+        }
+    }
+    buf_free(&dp);
+    buf_free(&dr);
+}
+
+/* ------------------------------------------------------------ one seed */
+
+typedef struct outcome {
+    bool failed;
+    char why[1024];
+    uint64_t trace_hash;
+    lull_simnet_stats stats;
+    uint64_t commands;
+    uint64_t over_limit;
+    uint64_t multis, lost, continues, fulls, expired;
+} outcome;
+
+static void random_faults(sim *S, lull_simfaults *f) {
+    uint64_t *r = &S->rng;
+    memset(f, 0, sizeof *f);
+    if (S->no_faults) return;
+    f->delay_ns = below(r, 5 * MS);
+    f->jitter_ns = below(r, 3) ? below(r, 5 * MS) : 0;
+    f->bandwidth = below(r, 2) ? 50000 + below(r, 10u << 20) : 0;
+    f->window = below(r, 2) ? 256 + below(r, 16384) : 0;
+    f->slow_permille = (uint32_t)below(r, 500);
+    f->slow_read_ns = below(r, 2 * MS);
+    if (below(r, 4)) {
+        f->partition_every_ns = 50 * MS + below(r, 2000 * MS);
+        f->partition_ns = 1 + below(r, 1000 * MS);
+        f->break_permille = (uint32_t)below(r, 600);
+    }
+    f->reset_permille = below(r, 4) ? (uint32_t)below(r, 600) : 0;
+    f->reset_within = 256 + below(r, 32768);
+    f->refuse_permille = below(r, 3) ? 0 : (uint32_t)below(r, 300);
+}
+
+static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
+                     int64_t determinism, outcome *out) {
+    sim *S = calloc(1, sizeof *S);
+    if (!S) abort();
+    the_sim = S;
+    S->seed = seed;
+    S->plant = plant;
+    S->trace = trace;
+    S->rng = seed * 0x2545f4914f6cdd1dull + 1;
+    S->yield_rng = seed ^ 0x5bd1e995u;
+    S->no_faults = determinism > 0;
+    uint64_t *r = &S->rng;
+    S->nreplicas = 1 + (int)below(r, REPLICAS_MAX);
+    S->nclients = 1 + (int)below(r, CLIENTS_MAX);
+    S->per_record = below(r, 4) == 0;
+    if (!S->no_faults && below(r, 3) == 0) {
+        /* Small limits: a replica left behind by a partition is closed
+         * for its output and must come back. */
+        S->repl_limit = 2048 + below(r, 8192);
+        S->high_water = 1024;
+    }
+    lull_simnet_options no = {.seed = seed ^ 0xabcdef12345ull,
+                              .trace = trace,
+                              .on_event = check_offsets,
+                              .arg = S};
+    random_faults(S, &no.faults);
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    if (lull_loop_new(&S->loop, &lo) < 0 ||
+        lull_simnet_new(&S->net, S->loop, &no) < 0)
+        abort();
+    lull_simnet_log(S->net,
+                    "seed %" PRIu64 ": %d replicas, %d clients, %s, replica "
+                    "limit %zu",
+                    seed, S->nreplicas, S->nclients,
+                    S->per_record ? "per-record" : "budget", S->repl_limit);
+    for (int i = 0; i <= S->nreplicas; i++)
+        if (node_open(S, &S->nodes[i], i) < 0) abort();
+    lull_timer_init(S->loop, &S->deadline, deadline_due);
+    if (!S->no_faults) lull_timer_start(&S->deadline, WORKLOAD_NS, 0);
+    for (int i = 0; i <= S->nreplicas; i++)
+        server_start(&S->nodes[i].srv);
+    int64_t per_client =
+        determinism > 0 ? (determinism + S->nclients - 1) / S->nclients : 0;
+    S->active = S->nclients;
+    for (int i = 0; i < S->nclients; i++) {
+        client *cl = &S->clients[i];
+        cl->S = S;
+        cl->id = i + 1;
+        cl->remaining = per_client ? (int)per_client : 20 + (int)below(r, 400);
+        cl->depth = 1 + (int)below(r, PIPE_MAX);
+        for (int k = 0; k < KEYS; k++)
+            model_key_init(&cl->keys[k]);
+        lull_timer_init(S->loop, &cl->timer, client_timer);
+        cl->state = C_DOWN;
+        lull_timer_start(&cl->timer, below(r, 5 * MS), 0);
+    }
+    lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+    if (!S->failed) final_checks(S);
+    out->commands = S->cmds_run;
+    out->over_limit = S->nodes[0].srv.links_over_limit;
+    out->multis = S->multis;
+    out->lost = S->lost;
+    out->continues = S->continues;
+    out->fulls = S->fulls;
+    out->expired = S->nodes[0].srv.expiry.fired;
+    /* Tear down: the replicas' links close, the primary stops listening,
+     * and every connection's close reaches both ends. */
+    S->tearing_down = true;
+    for (int i = 0; i < S->nclients; i++) {
+        client *cl = &S->clients[i];
+        lull_timer_stop(&cl->timer);
+        if (cl->state == C_UP || cl->state == C_CONNECTING) {
+            cl->state = C_CLOSING;
+            lull_endpoint_close(&cl->c.ep, 0);
+        }
+    }
+    for (int i = 1; i <= S->nreplicas; i++)
+        server_stop(&S->nodes[i].srv);
+    lull_simserver_close(&S->nodes[0].ls);
+    server_stop(&S->nodes[0].srv);
+    lull_timer_stop(&S->deadline);
+    lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+    server *p = &S->nodes[0].srv;
+    if (!S->failed && (p->kv.clients || p->kv.npeers)) {
+        S->failed = true;
+        snprintf(S->why, sizeof S->why,
+                 "primary: %zu clients and %zu replica links left",
+                 p->kv.clients, p->kv.npeers);
+    }
+    lull_simnet_get_stats(S->net, &out->stats);
+    for (int i = 0; i <= S->nreplicas; i++)
+        server_free(&S->nodes[i].srv);
+    for (int i = 0; i < S->nclients; i++)
+        buf_free(&S->clients[i].in);
+    int rc = lull_simnet_free(S->net);
+    if (rc < 0 && !S->failed) {
+        S->failed = true;
+        snprintf(S->why, sizeof S->why, "lull_simnet_free: %s", strerror(-rc));
+    }
+    rc = lull_loop_free(S->loop);
+    if (rc < 0) {
+        if (!S->failed) {
+            S->failed = true;
+            snprintf(S->why, sizeof S->why, "lull_loop_free: %s",
+                     strerror(-rc));
+        }
+        lull_loop_print_live(S->loop, stderr);
+    }
+    out->failed = S->failed;
+    memcpy(out->why, S->why, sizeof out->why);
+    out->trace_hash = out->stats.trace_hash;
+    the_sim = NULL;
+    free(S);
+}
+
+/* ------------------------------------------------------------ main */
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} plants[] = {{"resume-late", KV_PLANT_RESUME_LATE},
+              {"ack-before-log", KV_PLANT_ACK_BEFORE_LOG},
+              {"lost-wakeup", KV_PLANT_LOST_WAKEUP}};
+
+static const char *plant_name(unsigned plant) {
+    for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++)
+        if (plants[i].bit == plant) return plants[i].name;
+    return "none";
+}
+
+static double real_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A failed seed: said, the command that replays it, and the end of its
+ * trace from a second run, which must fail the same way. */
+static void report_failure(uint64_t seed, unsigned plant, const outcome *o,
+                           const char *argv0) {
+    char path[64];
+    snprintf(path, sizeof path, "lull-kv-sim-%" PRIu64 ".trace", seed);
+    printf("seed %" PRIu64 " FAILED: %s\n", seed, o->why);
+    printf("replay: %s --seed %" PRIu64 "%s%s --trace %s\n", argv0, seed,
+           plant ? " --plant " : "", plant ? plant_name(plant) : "", path);
+    FILE *f = fopen(path, "w");
+    outcome again;
+    run_seed(seed, plant, f, 0, &again);
+    if (f) fclose(f);
+    if (!again.failed || strcmp(again.why, o->why) != 0 ||
+        again.trace_hash != o->trace_hash)
+        printf("the replay did NOT repeat the run (%s; hash %016" PRIx64
+               " vs %016" PRIx64 ")\n",
+               again.failed ? again.why : "passed", again.trace_hash,
+               o->trace_hash);
+    f = fopen(path, "r");
+    if (!f) return;
+    /* The last 40 lines. */
+    static char lines[40][400];
+    int n = 0;
+    while (fgets(lines[n % 40], sizeof lines[0], f))
+        n++;
+    fclose(f);
+    printf("the trace (%s), last %d lines:\n", path, n < 40 ? n : 40);
+    for (int i = n < 40 ? 0 : n - 40; i < n; i++)
+        fputs(lines[i % 40], stdout);
+}
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: lull-kv-sim [--seeds N] [--first S] [--seconds T] "
+            "[--seed S]\n"
+            "                   [--plant resume-late|ack-before-log|"
+            "lost-wakeup]\n"
+            "                   [--expect-find N] [--determinism N [--once]]\n"
+            "                   [--trace FILE] [--quiet]\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    uint64_t first = 1, seeds = 100;
+    double seconds = 0;
+    bool one = false, quiet = false, first_given = false, once = false;
+    unsigned plant = 0;
+    uint64_t expect_find = 0;
+    int64_t determinism = 0;
+    const char *trace_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool more = i + 1 < argc;
+        if (more && strcmp(a, "--seeds") == 0) {
+            seeds = strtoull(argv[++i], NULL, 10);
+        } else if (more && strcmp(a, "--first") == 0) {
+            first = strtoull(argv[++i], NULL, 10);
+            first_given = true;
+        } else if (more && strcmp(a, "--seconds") == 0) {
+            seconds = atof(argv[++i]);
+        } else if (more && strcmp(a, "--seed") == 0) {
+            first = strtoull(argv[++i], NULL, 10);
+            one = true;
+        } else if (more && strcmp(a, "--plant") == 0) {
+            const char *n = argv[++i];
+            for (size_t j = 0; j < sizeof plants / sizeof plants[0]; j++)
+                if (strcmp(n, plants[j].name) == 0) plant = plants[j].bit;
+            if (!plant) return usage();
+        } else if (more && strcmp(a, "--expect-find") == 0) {
+            expect_find = strtoull(argv[++i], NULL, 10);
+        } else if (more && strcmp(a, "--determinism") == 0) {
+            determinism = strtoll(argv[++i], NULL, 10);
+        } else if (more && strcmp(a, "--trace") == 0) {
+            trace_path = argv[++i];
+        } else if (strcmp(a, "--quiet") == 0) {
+            quiet = true;
+        } else if (strcmp(a, "--once") == 0) {
+            once = true;
+        } else {
+            return usage();
+        }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (determinism > 0) {
+        /* One fault-free seed, twice: the same trace, by its hash. */
+        outcome a, b;
+        double t0 = real_s();
+        run_seed(first, 0, NULL, determinism, &a);
+        double t1 = real_s();
+        if (once) {
+            printf("determinism: %" PRIu64 " commands, %" PRIu64
+                   " events, trace hash %016" PRIx64 " (%.1f s)\n",
+                   a.commands, a.stats.events, a.trace_hash, t1 - t0);
+            if (a.failed) printf("FAILED: %s\n", a.why);
+            return a.failed || a.commands < (uint64_t)determinism;
+        }
+        run_seed(first, 0, NULL, determinism, &b);
+        double t2 = real_s();
+        printf("determinism: %" PRIu64 " commands, %" PRIu64
+               " events, trace hash %016" PRIx64 " and %016" PRIx64
+               " (%.1f s, %.1f s)\n",
+               a.commands, a.stats.events, a.trace_hash, b.trace_hash, t1 - t0,
+               t2 - t1);
+        if (a.failed || b.failed) {
+            printf("FAILED: %s\n", a.failed ? a.why : b.why);
+            return 1;
+        }
+        if (a.trace_hash != b.trace_hash ||
+            a.commands < (uint64_t)determinism) {
+            printf("FAILED: the two runs differ\n");
+            return 1;
+        }
+        return 0;
+    }
+    if (one) {
+        FILE *f = NULL;
+        if (trace_path)
+            f = strcmp(trace_path, "-") == 0 ? stdout : fopen(trace_path, "w");
+        outcome o;
+        run_seed(first, plant, f, 0, &o);
+        if (f && f != stdout) fclose(f);
+        printf("seed %" PRIu64 ": %s%s (%" PRIu64 " commands, %" PRIu64
+               " events, trace hash %016" PRIx64 ")\n",
+               first, o.failed ? "FAILED: " : "passed", o.failed ? o.why : "",
+               o.commands, o.stats.events, o.trace_hash);
+        return o.failed ? 1 : 0;
+    }
+    if (seconds > 0 && !first_given) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        first = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    }
+    if (expect_find) seeds = expect_find;
+    double t0 = real_s();
+    uint64_t n = 0, failures = 0;
+    lull_simnet_stats total = {0};
+    uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
+    uint64_t continues = 0, fulls = 0, expired = 0;
+    if (seconds > 0 && !quiet)
+        printf("soak: %.0f s of seeds from %" PRIu64 "\n", seconds, first);
+    for (uint64_t s = first;; s++) {
+        if (seconds > 0 ? real_s() - t0 >= seconds : n >= seeds) break;
+        outcome o;
+        run_seed(s, plant, NULL, 0, &o);
+        n++;
+        commands += o.commands;
+        over_limit += o.over_limit;
+        multis += o.multis;
+        lost += o.lost;
+        continues += o.continues;
+        fulls += o.fulls;
+        expired += o.expired;
+        total.events += o.stats.events;
+        total.partitions += o.stats.partitions;
+        total.breaks += o.stats.breaks;
+        total.resets += o.stats.resets;
+        total.refused += o.stats.refused;
+        if (!o.failed) continue;
+        failures++;
+        if (plant && expect_find) {
+            printf("planted %s: found by seed %" PRIu64 " (%" PRIu64
+                   " seeds run): %s\n",
+                   plant_name(plant), s, n, o.why);
+            printf("replay: %s --seed %" PRIu64 " --plant %s --trace "
+                   "lull-kv-sim-%" PRIu64 ".trace\n",
+                   argv[0], s, plant_name(plant), s);
+            return 0;
+        }
+        report_failure(s, plant, &o, argv[0]);
+        return 1;
+    }
+    double dt = real_s() - t0;
+    if (plant && expect_find) {
+        printf("planted %s: NOT found in %" PRIu64 " seeds\n",
+               plant_name(plant), n);
+        return 1;
+    }
+    printf("%" PRIu64 " seeds passed in %.1f s (%.0f seeds/s): %" PRIu64
+           " commands checked (%" PRIu64 " transactions), %" PRIu64
+           " network events; faults: %" PRIu64 " partitions (%" PRIu64
+           " broke), %" PRIu64 " resets, %" PRIu64 " refused connects; %" PRIu64
+           " client connections lost, %" PRIu64
+           " replica links closed for their output, %" PRIu64
+           " replica resumes from an offset, %" PRIu64 " full syncs, %" PRIu64
+           " expiry timer runs\n",
+           n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
+           total.partitions, total.breaks, total.resets, total.refused, lost,
+           over_limit, continues, fulls, expired);
+    return failures ? 1 : 0;
+}

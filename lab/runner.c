@@ -1,0 +1,462 @@
+/* The `runner` scenario (BRIEF §4, investigation 1A in its real setting):
+ * each session's runner is a separate process that commits events, and
+ * the parent's transport delivers them to a driver. The runners are
+ * lull-lab itself, re-executed (`lull-lab runner-child`, lab/runner_child.c);
+ * the same runners are driven by lull's transport (lab/runner_run.c) and,
+ * when `node` is on PATH, by a Node transport (lab/node/runner.js), each
+ * in the investigation's two modes: a 5 ms poll (before) and a wake on the
+ * runner's commit (after). Every measurement spawns its own N runners,
+ * waits for them, measures an idle window, streams one turn per session
+ * (40 events, one every 15 ms, every session at once), checks every
+ * event (once, in order, intact: a failure is an error of the run,
+ * -EPROTO), and reaps the runners.
+ *
+ * Each size (12 runners, then 100 and 1,000 at full size; --sessions N
+ * alone) is one of the engine's figures, its four transports the rows,
+ * round r starting at row r mod 4 (A B A B ...). `--only check` is the
+ * smallest form, for ctest: a few runners, a short turn, every transport
+ * once, the checks and nothing timed. One thread (Node runs in its own
+ * process per measurement). */
+#include "runner.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define MS 1000000ull
+
+enum {
+    RV_P50,
+    RV_P95,
+    RV_P99,
+    RV_MAX,
+    RV_MEAN,
+    RV_READS,    /* idle reads / session / s */
+    RV_WAKEUPS,  /* idle voluntary switches / session / s */
+    RV_CPU,      /* idle CPU of the transport's process, ms / s */
+    RV_LOOP_WAK, /* lull: idle wakeups lull counted / session / s */
+    RV_READY,    /* spawn -> all ready, ms */
+    RV_COUNT
+};
+
+static const lab_col cols[RV_COUNT] = {
+    {"wait_p50_us", "delivery wait p50, µs", 0},
+    {"wait_p95_us", "p95, µs", 0},
+    {"wait_p99_us", "p99, µs", 0},
+    {"wait_max_us", "max, µs", 0},
+    {"wait_mean_us", "mean, µs", 0},
+    {"idle_reads_per_session_s", "idle reads / session / s", 0},
+    {"idle_wakeups_per_session_s", "idle wakeups / session / s", 0},
+    {"idle_cpu_ms_per_s", "idle CPU, ms / s", 0},
+    {"idle_loop_wakeups_per_session_s", "lull-counted wakeups / session / s",
+     0},
+    {"ready_ms", "spawn → all ready, ms", 0},
+};
+
+/* The rows of a size: lull's two modes, then Node's. */
+enum {
+    ROW_LULL_POLL,
+    ROW_LULL_NOTIFY,
+    ROW_FLOOR,
+    ROW_NODE_POLL,
+    ROW_NODE_NOTIFY,
+    ROWS
+};
+static const char *const row_label[ROWS] = {
+    "lull, 5 ms poll (before)", "lull, notify (after)",
+    "floor: epoll_wait + read, no loop", "Node, setInterval 5 ms (before)",
+    "Node, event-driven (after)"};
+static const char *const row_short[ROWS] = {"lull poll", "lull notify", "floor",
+                                            "Node poll", "Node notify"};
+
+typedef struct rctx {
+    runner_params p;
+    bool check; /* --only check: say what was checked */
+} rctx;
+
+static int measure(lab_fig *f, lab_row *row, int round, double *v) {
+    rctx *c = f->ctx;
+    int which = (int)row->tag;
+    int mode = which == ROW_LULL_POLL || which == ROW_NODE_POLL ? RUNNER_POLL
+               : which == ROW_FLOOR                             ? RUNNER_FLOOR
+                                                                : RUNNER_NOTIFY;
+    runner_result res;
+    c->p.seed += 0x9E3779B97F4A7C15ull; /* new poll phases each round */
+    int rc = which >= ROW_NODE_POLL ? runner_node_measure(&c->p, mode, &res)
+                                    : runner_lull_measure(&c->p, mode, &res);
+    if (rc < 0) {
+        /* Said at once, whatever --verbose: a failed row is news. */
+        printf("  runner, %d runners, %s, round %d: %s\n", c->p.runners,
+               row->label, round + 1, res.why[0] ? res.why : strerror(-rc));
+        return rc;
+    }
+    if (c->check)
+        printf("  %d runners, %s: %.0f events, each once and in order\n",
+               c->p.runners, row->label, res.delivered);
+    v[RV_P50] = res.wait_p50_us;
+    v[RV_P95] = res.wait_p95_us;
+    v[RV_P99] = res.wait_p99_us;
+    v[RV_MAX] = res.wait_max_us;
+    v[RV_MEAN] = res.wait_mean_us;
+    v[RV_READS] = res.idle_reads;
+    v[RV_WAKEUPS] = res.idle_wakeups;
+    v[RV_CPU] = res.idle_cpu_ms;
+    v[RV_LOOP_WAK] = res.loop_wakeups;
+    v[RV_READY] = res.ready_ms;
+    return 0;
+}
+
+static void fig_json(const lab_fig *f, const lab_row *row, lab_json *j) {
+    const rctx *c = f->ctx;
+    if (!row) {
+        lab_json_field(j, "runners", c->p.runners);
+        lab_json_field(j, "idle_s", (double)c->p.idle_ns / 1e9);
+        return;
+    }
+    lab_json_key(j, "mode");
+    lab_json_string(j, row->tag == ROW_LULL_POLL || row->tag == ROW_NODE_POLL
+                           ? "poll"
+                       : row->tag == ROW_FLOOR ? "floor"
+                                               : "notify");
+}
+
+/* A figure of n runners: lull's rows, and Node's when it can run. */
+static lab_fig *size_fig(const lab_options *opts, const runner_params *base,
+                         int n, uint64_t idle_ns, int rounds, bool node,
+                         bool check, rctx *c) {
+    *c = (rctx){.p = *base, .check = check};
+    c->p.runners = n;
+    c->p.idle_ns = idle_ns;
+    lab_fig_spec spec = {"main", "runner", NULL, cols,     RV_COUNT, RV_P50,
+                         0,      measure,  NULL, fig_json, c};
+    lab_fig *f = lab_fig_new(&spec);
+    if (!f) return NULL;
+    for (int k = 0; k < ROWS; k++) {
+        if (k >= ROW_NODE_POLL && !node) break;
+        bool lull = k == ROW_LULL_POLL || k == ROW_LULL_NOTIFY;
+        lab_row *r = lab_fig_add(f,
+                                 lull             ? "lull"
+                                 : k == ROW_FLOOR ? "floor"
+                                                  : "node",
+                                 lull             ? LAB_ROW_LULL | LAB_ROW_BASE
+                                 : k == ROW_FLOOR ? LAB_ROW_FLOOR
+                                                  : 0,
+                                 "%s", row_label[k]);
+        r->tag = k;
+        /* Like for like: each poll against lull's poll, each wake against
+         * lull's notify. */
+        r->cls = k == ROW_LULL_POLL || k == ROW_NODE_POLL ? 1 : 0;
+    }
+    lab_fig_run(f, opts, rounds);
+    return f;
+}
+
+/* ------------------------------------------------------------- limits */
+
+/* Whether n runners fit the process's limits (the soft RLIMIT_NOFILE is
+ * raised to the hard one first); else a line saying which limit and how to
+ * raise it, and false: the size is not run. */
+static bool limits_allow(int n, char *why, size_t size) {
+    long need = runner_fds_needed(n);
+    long have = lab_raise_nofile();
+    if (have >= 0 && have < need) {
+        snprintf(why, size,
+                 "%d runners need about %ld fds, and RLIMIT_NOFILE allows %ld "
+                 "(raise the hard limit: ulimit -Hn %ld, as root)",
+                 n, need, have, need);
+        return false;
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (long)rl.rlim_cur < n + 64) {
+        snprintf(why, size,
+                 "%d runners need %d processes, and RLIMIT_NPROC allows %ld "
+                 "for the whole user (ulimit -u)",
+                 n, n + 64, (long)rl.rlim_cur);
+        return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------- output */
+
+static double med(const lab_fig *f, int row, int v) {
+    const lab_row *r = lab_fig_find(f, NULL, row_label[row]);
+    return r ? lab_row_median(r, v) : NAN;
+}
+
+static void brief_rows(lab_table *t, const lab_fig *f, int n) {
+    for (int k = 0; k < f->nrows; k++) {
+        const lab_row *r = &f->rows[k];
+        int tr = lab_table_row(t);
+        char buf[LAB_CELL];
+        lab_table_set(t, tr, 0, "%d, %s", n, row_short[r->tag]);
+        bool measured = r->v[RV_P50].n > 0;
+        static const int v[] = {RV_P50, RV_P99, RV_READS, RV_WAKEUPS, RV_CPU};
+        for (int c = 0; c < 5; c++)
+            lab_table_set(t, tr, 1 + c, "%s",
+                          measured ? lab_fmt(buf, lab_row_median(r, v[c]))
+                                   : "failed");
+        const lab_row *base = lab_fig_base_of(f, r);
+        if (r->flags & LAB_ROW_LULL)
+            lab_table_set(t, tr, 6, "–");
+        else
+            lab_table_set(t, tr, 6, "%s",
+                          lab_fmt_ratio(buf, lab_ratio(f, base, r, RV_P50)));
+    }
+}
+
+static void print_legend(const runner_params *p, int rounds) {
+    lab_detail("each session's runner a process (lull-lab runner-child, "
+               "spawned per measurement); one turn per session, %d events, "
+               "one every %.0f ms, every session at once, %s; idle window "
+               "first\n",
+               p->events, (double)p->interval_ns / 1e6,
+               p->aligned ? "every runner committing in the same instant "
+                            "(--aligned)"
+                          : "each runner on a phase of its own within the "
+                            "period (--aligned: all in one instant)");
+    lab_detail("lull, 5 ms poll: a 5 ms poll per session on a 1 ms timer "
+               "grid (the investigation's before), each a read() of the "
+               "runner's pipe; lull, notify: the pipe's readiness wakes the "
+               "pump, the pass (the same read) runs in the next task\n");
+    lab_detail("floor: no loop; the thread blocks in epoll_wait on every "
+               "runner's pipe and reads it at once (the kernel's share of a "
+               "wait)\n");
+    lab_detail("Node: child_process.spawn with stdio pipes; setInterval(pass, "
+               "%.0f) reading the stdout stream (before), or 'data' waking "
+               "one pass by setImmediate (after)\n",
+               (double)p->poll_ns / 1e6);
+    lab_detail("%d rounds, the row that runs first rotating; wait = the "
+               "runner's CLOCK_MONOTONIC stamp at its commit (its write) -> "
+               "the driver has it; idle wakeups = the transport thread's "
+               "voluntary context switches less the one that ends the "
+               "window; idle CPU = the transport's process\n",
+               rounds);
+}
+
+static void plot_size(lab_plot *plot, const lab_fig *f, int n) {
+    if (!plot) return;
+    char title[96];
+    snprintf(title, sizeof title, "runner, %d processes: delivery wait p50", n);
+    lab_fig_plot(f, plot, RV_P50, title, "us");
+    snprintf(title, sizeof title, "runner, %d processes: idle wakeups", n);
+    lab_fig_plot(f, plot, RV_WAKEUPS, title, "per session per s");
+}
+
+/* ------------------------------------------------------------ verdict */
+
+static double row_max(const lab_fig *f, int row, int v) {
+    const lab_row *r = lab_fig_find(f, NULL, row_label[row]);
+    return r && r->v[v].n ? lab_series_max(&r->v[v]) : NAN;
+}
+
+static void verdict(const lab_fig *f, int n, bool node, const char *no_node) {
+    const char *node_cell = strcmp(no_node, "node not found") == 0
+                                ? "Node not found"
+                                : "Node not run";
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL];
+    const lab_row *ln = lab_fig_find(f, "lull", row_label[ROW_LULL_NOTIFY]);
+    const lab_row *nn = lab_fig_find(f, "node", row_label[ROW_NODE_NOTIFY]);
+    double p50 = med(f, ROW_LULL_NOTIFY, RV_P50);
+    double p99 = med(f, ROW_LULL_NOTIFY, RV_P99);
+    double x = nn ? lab_ratio(f, ln, nn, RV_P50) : NAN;
+    lab_verdict *v;
+    if (!isfinite(p50)) {
+        if ((v = lab_verdict_add("runner", 0)))
+            snprintf(v->note, sizeof v->note,
+                     "%d runners: lull's notify row failed (see above)", n);
+        return;
+    }
+    /* The default size is the README's (12); another is named. */
+    char size[16] = "";
+    if (n != 12) snprintf(size, sizeof size, ", %d", n);
+    if ((v = lab_verdict_add("runner", 0))) {
+        v->timing = true;
+        snprintf(v->what, sizeof v->what, "notify%s: p50 %s, p99 %s µs", size,
+                 lab_fmt3(a, p50), lab_fmt3(b, p99));
+        snprintf(v->target, sizeof v->target, "≤ 50, ≤ 500, ×10");
+        if (node && nn)
+            snprintf(v->peer, sizeof v->peer, "Node %s %s",
+                     lab_fmt3(a, med(f, ROW_NODE_NOTIFY, RV_P50)),
+                     lab_fmt_ratio(c, x));
+        else
+            snprintf(v->peer, sizeof v->peer, "%s", node_cell);
+        lab_verdict_spread(v, "lull notify p50", lab_row_spread(ln, RV_P50));
+        bool ok = p50 <= 50 && p99 <= 500;
+        if (node) ok = ok && x >= 10; /* no Node: the target's absolute part */
+        lab_verdict_judge(v, ok);
+    }
+    /* Every round, not the median: an idle window has no noise to hide. */
+    double reads = row_max(f, ROW_LULL_NOTIFY, RV_READS);
+    double wakeups = row_max(f, ROW_LULL_NOTIFY, RV_WAKEUPS);
+    if ((v = lab_verdict_add("runner", 1))) {
+        snprintf(v->what, sizeof v->what, "idle%s %s reads, %s wakes; %s ms/s",
+                 size, lab_fmt3(a, reads), lab_fmt3(b, wakeups),
+                 lab_fmt3(c, med(f, ROW_LULL_NOTIFY, RV_CPU)));
+        snprintf(v->target, sizeof v->target, "0, 0 / session");
+        if (node && nn)
+            snprintf(v->peer, sizeof v->peer, "Node CPU %s ms/s",
+                     lab_fmt3(a, med(f, ROW_NODE_NOTIFY, RV_CPU)));
+        else
+            snprintf(v->peer, sizeof v->peer, "%s", node_cell);
+        lab_verdict_judge(v, reads == 0 && wakeups == 0);
+    }
+}
+
+/* ------------------------------------------------------------- driver */
+
+/* `--only check`: the smallest form, every event checked, nothing timed. */
+static int run_check(const lab_options *opts, runner_params *p, bool node,
+                     const char *no_node) {
+    int n = opts->sessions > 0 ? opts->sessions : 3;
+    char why[256];
+    if (!limits_allow(n, why, sizeof why)) {
+        printf("  runner: not run: %s\n", why);
+        return -EMFILE;
+    }
+    p->events = 10;
+    p->interval_ns = 2 * MS;
+    static rctx c;
+    lab_fig *f = size_fig(opts, p, n, 100 * MS, 1, node, true, &c);
+    if (!f) return -ENOMEM;
+    if (!node) printf("  Node: not run (%s)\n", no_node);
+    int rc = lab_fig_error(f);
+    lab_verdict *v = lab_verdict_add("runner", 0);
+    if (v)
+        snprintf(v->note, sizeof v->note,
+                 "check only: %d runners × %d transports, %s", n, f->nrows,
+                 rc == 0 ? "every event once, in order" : "FAILED");
+    lab_fig_free(f);
+    return rc == -EPROTO ? 0 : rc; /* -EPROTO: counted as a failed check */
+}
+
+static int run_runner(const lab_options *opts, lab_json *json) {
+    static char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return -errno;
+    exe[len] = '\0';
+    runner_params p = {.events = 40,
+                       .interval_ns = 15 * MS,
+                       .poll_ns = 5 * MS,
+                       .grid_ns = 1 * MS,
+                       .exe = exe,
+                       .aligned = opts->aligned,
+                       .seed = 0x9E3779B97F4A7C15ull};
+    char no_node[128] = "node not found";
+    char skipped[160] = "";
+    lab_detail("implementations: lull");
+    if (json) {
+        lab_json_key(json, "peers");
+        lab_json_begin_array(json);
+    }
+    bool node = lab_peer_probe(json, "node", true, runner_node_available,
+                               lab_node_version, NULL, skipped, sizeof skipped);
+    if (json) lab_json_end_array(json);
+    if (!node) {
+        char why[128];
+        runner_node_available(why, sizeof why);
+        snprintf(no_node, sizeof no_node, "%s",
+                 strstr(why, "not on PATH") ? "node not found" : why);
+    }
+    lab_detail("\n");
+    if (opts->only && strcmp(opts->only, "check") == 0)
+        return run_check(opts, &p, node, no_node);
+    if (opts->only) {
+        fprintf(stderr, "lull-lab runner: no figure '%s' (only: check)\n",
+                opts->only);
+        return -EINVAL;
+    }
+
+    /* Sizes: --sessions N alone; else 12, and at full size 100 and 1,000. */
+    int sizes[3] = {opts->sessions > 0 ? opts->sessions : 12, 100, 1000};
+    int nsizes = opts->sessions > 0 || opts->quick ? 1 : 3;
+    int rounds = lab_rounds(opts, 5, 2);
+    int scale_rounds = opts->rounds > 0 ? opts->rounds : 3;
+    uint64_t idle = (opts->quick ? 300 : 2000) * MS;
+    uint64_t scale_idle = 1000 * MS;
+    print_legend(&p, rounds);
+    if (json) {
+        lab_json_key(json, "params");
+        lab_json_begin_object(json);
+        lab_json_field(json, "events_per_turn", p.events);
+        lab_json_field(json, "interval_ms", (double)p.interval_ns / 1e6);
+        lab_json_field(json, "poll_ms", (double)p.poll_ns / 1e6);
+        lab_json_field(json, "poll_grid_ms", (double)p.grid_ns / 1e6);
+        lab_json_key(json, "commits");
+        lab_json_string(json, p.aligned ? "aligned: every runner in the same "
+                                          "instant"
+                                        : "each runner on its own phase");
+        lab_json_key(json, "node");
+        lab_json_string(json, node ? lab_node_version() : no_node);
+        lab_json_key(json, "runners_exe");
+        lab_json_string(json, exe);
+        lab_json_end_object(json);
+    }
+
+    const char *header[] = {
+        "runners, transport", "wait p50, µs",   "p99, µs", "idle reads/s",
+        "idle wakeups/s",     "idle CPU, ms/s", "× p50"};
+    lab_table t;
+    lab_table_init(&t, 7, header);
+    static rctx ctx[3];
+    static char keys[3][32];
+    lab_fig *main_f = NULL;
+    int rc = 0;
+    for (int k = 0; k < nsizes; k++) {
+        int n = sizes[k];
+        char why[256];
+        if (!limits_allow(n, why, sizeof why)) {
+            printf("  runner: %d runners not run: %s\n", n, why);
+            lab_verdict *v = k == 0 ? lab_verdict_add("runner", 0) : NULL;
+            if (v)
+                snprintf(v->note, sizeof v->note, "%d runners: %s", n,
+                         strstr(why, "RLIMIT_NOFILE") ? "too few fds allowed"
+                                                      : "too few processes "
+                                                        "allowed");
+            continue;
+        }
+        lab_fig *f = size_fig(opts, &p, n, k ? scale_idle : idle,
+                              k ? scale_rounds : rounds, node, false, &ctx[k]);
+        if (!f) return -ENOMEM;
+        lab_detail("\n%d runners:\n", n);
+        lab_fig_print(f);
+        lab_fig_notes(f);
+        brief_rows(&t, f, n);
+        snprintf(keys[k], sizeof keys[k], "runners_%d", n);
+        f->key = keys[k];
+        lab_fig_json(f, json);
+        int err = lab_fig_error(f);
+        if (err < 0 && err != -EPROTO && rc == 0) rc = err;
+        if (k == 0) {
+            plot_size(opts->plot, f, n);
+            main_f = f;
+        } else {
+            lab_fig_free(f);
+        }
+    }
+    if (t.rows > 1)
+        lab_table_brief(&t, "per session per second; idle CPU: the "
+                            "transport's process; × p50: the row's ÷ lull's, "
+                            "same policy");
+    if (!node) printf("  Node: not run (%s)\n", no_node);
+    if (main_f) {
+        verdict(main_f, sizes[0], node, no_node);
+        lab_fig_free(main_f);
+    }
+    return rc;
+}
+
+const lab_scenario lab_runner = {
+    "runner",
+    "investigation 1A on real processes: runner children commit events, the "
+    "parent's transport delivers them, polling every 5 ms vs woken by the "
+    "commit; lull beside Node",
+    run_runner,
+    "runner (1A, processes): runners commit, a transport polls every 5 ms or "
+    "is woken; beside Node",
+    "runner",
+};

@@ -1,0 +1,116 @@
+/* What the `serve` scenario's files share: its tables of servers, tests
+ * and depths, its parameters, the processes it starts (lab/serve_proc.c:
+ * children, tools, a blocking client, the servers), the replication rows
+ * (lab/serve_repl.c) and the soak's lull-kv (lab/serve_soak.c). The driver
+ * is lab/serve.c. */
+#ifndef LAB_SERVE_H
+#define LAB_SERVE_H
+
+#include "engine.h"
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#define MS 1000000ull
+
+enum { S_KV, S_REDIS, SERVERS };
+extern const char *const server_name[SERVERS];
+extern const char *const server_key[SERVERS];
+
+enum { T_PING, T_SET, T_GET, TESTS };
+extern const char *const test_csv[TESTS];
+extern const char *const test_key[TESTS];
+
+#define DEPTHS 2
+extern const int depth[DEPTHS];
+
+enum { R_KV_PER_RECORD, R_KV_BUDGET, R_REDIS, REPL_ROWS };
+
+/* lull-kv's default quantum (a shared loop's: BRIEF C5); the budget-mode
+ * target is this plus 1 ms. */
+#define KV_QUANTUM_MS 0.5
+
+typedef struct params {
+    int rounds;
+    int requests[DEPTHS]; /* -n per test at each depth */
+    int clients;
+    int keys; /* written before a replica catches up */
+    int value_size;
+    int repl_rounds;
+    int ping_clients;
+    int keyspace; /* the second throughput table's -r (and -d value_size) */
+} params;
+/* ----------------------------------------------- processes (serve_proc.c) */
+
+/* Every process this scenario started and has not reaped yet. */
+#define MAX_CHILDREN 8
+extern volatile pid_t serve_children[MAX_CHILDREN];
+/* The two CPUs the servers and the clients are pinned to (-1: not
+ * pinned, when this process may run on one CPU only). */
+extern int serve_cpu_server, serve_cpu_client;
+extern char serve_kv_path[512], serve_redis_path[512], serve_bench_path[512];
+/* --kv PATH, else the lull-kv built beside lull-lab. */
+extern const char *serve_kv_option;
+
+void serve_kill_all_children(void);
+/* On: SIGINT/SIGTERM/SIGHUP kill the children, then re-raise. */
+void serve_guard_children(bool on);
+void serve_choose_cpus(void);
+/* Starts args, its stdout and stderr on out_fd (-1: /dev/null), pinned to
+ * cpu (-1: not pinned). Returns its pid, or a negative errno. */
+pid_t serve_spawn(char *const *args, int out_fd, int cpu);
+/* Reaps pid if it has exited; true when it has (or is unknown). */
+bool serve_exited(pid_t pid);
+void serve_stop(pid_t pid);
+void serve_sleep_ms(int ms);
+int serve_temp_output(void);
+void serve_first_line(int fd, char *buf, size_t size);
+/* A running process's CPU time so far and its voluntary switches. */
+bool serve_proc_cpu(pid_t pid, double *cpu_s, long *sleeps);
+/* Runs args to the end with stdout captured into buf; its CPU time into
+ * *cpu_s (may be NULL). */
+int serve_run_capture(char *const *args, char *buf, size_t size, int timeout_ms,
+                      int cpu, double *cpu_s);
+bool serve_kv_available(char *why, size_t size);
+bool serve_redis_available(char *why, size_t size);
+bool serve_bench_available(char *why, size_t size);
+const char *serve_get_redis_version(void);
+const char *serve_get_bench_version(void);
+
+/* A blocking connection to 127.0.0.1:port with 5 s timeouts, or -1. */
+int serve_client_connect(int port);
+int serve_send_all(int fd, const char *p, size_t n);
+int serve_recv_exact(int fd, char *p, size_t n);
+int serve_info_replication(int fd, char *buf, size_t size);
+long long serve_info_number(const char *text, const char *name);
+bool serve_info_has(const char *text, const char *line);
+/* Writes keys "key:%08d" with value_size-byte values. 0 or -1. */
+int serve_load_keys(int port, int keys, int value_size);
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    int out_fd;    /* its stdout and stderr */
+    char dir[64];  /* redis-server's working directory, or "" */
+    char why[160]; /* why it did not start */
+} server;
+
+void serve_server_stop(server *s);
+/* lull-kv on a port of its choosing, with extra arguments (NULL-ended). */
+bool serve_start_kv(server *s, const char *const *extra, int cpu);
+/* redis-server, persistence off, one I/O thread; replica_of > 0 makes it
+ * a replica of 127.0.0.1:replica_of; spawn does not wait for it. */
+/* bgsave_cpu >= 0 pins the child it forks to write a snapshot (for a
+ * replica: fork + RDB) to that CPU (bgsave_cpulist), not to its own. */
+bool serve_spawn_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
+bool serve_start_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
+
+/* ------------------------------------------ replication (serve_repl.c) */
+
+/* The replication rows: a primary with p->keys keys, a replica catching
+ * up while redis-benchmark pings the primary. Prints its table and adds
+ * its line to the short table `brief` (when that has its header). */
+int serve_replication(const lab_options *opts, const params *p, lab_json *json,
+                      lab_table *brief);
+
+#endif /* LAB_SERVE_H */

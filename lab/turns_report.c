@@ -1,0 +1,398 @@
+/* What the `turns` figures are judged by (lab/turns_report.h): the notes
+ * under each table (like for like, ratios to the floors, sched_yield
+ * spins), the scenario's short table and its verdict lines. */
+#include "turns_report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* lull's task chain, ns/hop, for (2)'s target; NaN until (1) ran. */
+static double lull_task_ns = NAN;
+
+/* Like for like in the chains: lull's row beside the cheapest peer row
+ * that checks I/O the same way. */
+static void chain_checks(const lab_fig *fig, int f) {
+    static const char *const policy[TURNS_CLASSES] = {
+        [TURNS_CLASS_QUANTUM] = "I/O every 0.5 ms",
+        [TURNS_CLASS_EVERY_HOP] = "I/O every hop",
+    };
+    lab_detail("  like for like, ns/hop (× = the peer's ÷ lull's; > 1: lull "
+               "cheaper):\n");
+    for (int cls = 0; cls < TURNS_CLASSES; cls++) {
+        const lab_row *b = lab_fig_base(fig, cls);
+        if (!b) continue;
+        const lab_row *best = lab_fig_best_peer(fig, cls, CHAIN_NS_PER_HOP);
+        double lull = lab_row_median(b, CHAIN_NS_PER_HOP);
+        char a[LAB_CELL], c[LAB_CELL];
+        if (!best) {
+            lab_detail("    %s: lull %s; no peer row runs this policy\n",
+                       policy[cls], lab_fmt(a, lull));
+            continue;
+        }
+        double peer = lab_row_median(best, CHAIN_NS_PER_HOP);
+        lab_detail("    %s: lull %s, cheapest peer %s (%s): %.2f×\n",
+                   policy[cls], lab_fmt(a, lull), lab_fmt(c, peer), best->label,
+                   peer / lull);
+    }
+    const lab_row *q = lab_fig_base(fig, TURNS_CLASS_QUANTUM);
+    const lab_row *e = lab_fig_base(fig, TURNS_CLASS_EVERY_HOP);
+    double dq = lab_row_median(q, CHAIN_NS_PER_HOP);
+    double de = lab_row_median(e, CHAIN_NS_PER_HOP);
+    char a[LAB_CELL], c[LAB_CELL];
+    if (isfinite(dq) && isfinite(de))
+        lab_detail(
+            "  lull's default policy saves: %s ns/hop checking I/O every "
+            "hop ÷ %s by default = %.3g×\n",
+            lab_fmt(a, de), lab_fmt(c, dq), de / dq);
+    for (int i = 0; i < fig->nrows; i++)
+        if (fig->rows[i].cls == TURNS_CLASS_NO_POLL)
+            lab_detail(
+                "  %s checks no I/O between hops; its ratio is to lull's "
+                "default row, which does\n",
+                fig->rows[i].label);
+    if (f == TURNS_CHAIN_TASK) {
+        lull_task_ns = dq;
+    } else if (isfinite(lull_task_ns) && isfinite(dq)) {
+        lab_detail("  lull's zero-delay timer ÷ its posted task: %.3g×\n",
+                   dq / lull_task_ns);
+    }
+    const lab_row *uv = lab_fig_find(fig, NULL, "libuv: uv_timer_start(0)");
+    if (f == TURNS_CHAIN_TIMER0 && uv)
+        lab_detail(
+            "  note: libuv 1.44 runs a timer armed from a timer callback "
+            "again in the same iteration, without polling I/O (a "
+            "starvation bug of that version)\n");
+}
+
+static void lateness_checks(const lab_fig *fig) {
+    const lab_row *lull = lab_fig_base(fig, 0);
+    const lab_row *sleep = lab_fig_find(fig, "floor", "clock_nanosleep");
+    const lab_row *epoll = lab_fig_find(fig, "floor", "epoll_pwait2");
+    double l99 = lab_row_median(lull, LATE_P99_US);
+    if (sleep)
+        lab_detail("  lull's p99 ÷ the clock_nanosleep floor's: %.3g (target "
+                   "≤ 1.1)\n",
+                   l99 / lab_row_median(sleep, LATE_P99_US));
+    if (epoll)
+        lab_detail("  lull's p99 ÷ the epoll_pwait2 floor's: %.3g\n",
+                   l99 / lab_row_median(epoll, LATE_P99_US));
+    if (lull && lull->v[LATE_MIN_US].n)
+        lab_detail("  lull's earliest fire over the rounds: %.3g µs (< 0: it "
+                   "fired early)\n",
+                   lab_series_min(&lull->v[LATE_MIN_US]));
+}
+
+static void trip_checks(const lab_fig *fig, int f) {
+    if (f == TURNS_ROUNDTRIP_2CPU && lab_fig_find(fig, "node", ""))
+        lab_detail("  node's threads are not pinned: the scheduler may keep "
+                   "both on one CPU, so its row is not a two-CPU figure\n");
+    const lab_row *futex = lab_fig_find(fig, "floor", "futex");
+    const lab_row *efd = lab_fig_find(fig, "floor", "eventfd");
+    const lab_row *lf = lab_fig_find(fig, "lull", "futex sleep");
+    const lab_row *le = lab_fig_find(fig, "lull", "epoll sleep");
+    if (f == TURNS_ROUNDTRIP && lf && futex)
+        lab_detail("  lull (futex sleep) ÷ futex floor: %.3g (target ≤ 1.2)\n",
+                   lab_row_median(lf, TRIP_P50_US) /
+                       lab_row_median(futex, TRIP_P50_US));
+    if (le && efd)
+        lab_detail("  lull (epoll sleep) ÷ eventfd+epoll floor: %.3g\n",
+                   lab_row_median(le, TRIP_P50_US) /
+                       lab_row_median(efd, TRIP_P50_US));
+    for (int i = 0; i < fig->nrows; i++) {
+        double y = lab_row_median(&fig->rows[i], TRIP_YIELDS);
+        if (!(y > 0.1)) continue;
+        lab_detail("  %s: %.2g sched_yield per trip: a spin-wait inside the "
+                   "library\n",
+                   fig->rows[i].label, y);
+        if (strcmp(fig->rows[i].peer, "libuv") == 0 && f == TURNS_ROUNDTRIP)
+            lab_detail(
+                "    libuv 1.44: uv_async_send's eventfd write wakes the "
+                "other loop, which preempts the sender on the shared CPU "
+                "before it marks the send done; the woken loop spins on "
+                "that mark and calls sched_yield until the sender runs "
+                "again. (5b) has no shared CPU.\n");
+    }
+}
+
+/* One CLOCK_MONOTONIC read, ns: the cheapest of three runs of a million. */
+static double clock_read_ns(void) {
+    double best = INFINITY;
+    for (int run = 0; run < 3; run++) {
+        uint64_t sink = 0, t0 = lab_now_ns();
+        for (int i = 0; i < 1000000; i++)
+            sink += lab_now_ns();
+        uint64_t t1 = lab_now_ns();
+        __asm__ volatile("" : : "r"(sink));
+        double ns = (double)(t1 - t0) / 1e6;
+        if (ns < best) best = ns;
+    }
+    return best;
+}
+
+static void timer_checks(const lab_fig *fig) {
+    const lab_row *lull = lab_fig_base(fig, 0);
+    const lab_row *ev = NULL;
+    for (int i = 0; i < fig->nrows; i++)
+        if (strcmp(fig->rows[i].peer, "libev") == 0) ev = &fig->rows[i];
+    const lab_row *so = lab_fig_find(fig, "lull.so", "lull");
+    turns_clock_ns = clock_read_ns();
+    if (lull && ev && lull->v[TIMERS_STEADY_NS].n &&
+        ev->v[TIMERS_STEADY_NS].n) {
+        int kl = lab_series_median_index(&lull->v[TIMERS_STEADY_NS]);
+        int ke = lab_series_median_index(&ev->v[TIMERS_STEADY_NS]);
+        lab_detail("  lull ÷ libev, steady arm+cancel: %.3g (arm %.3g vs %.3g "
+                   "ns, cancel %.3g vs %.3g)\n",
+                   lab_row_median(lull, TIMERS_STEADY_NS) /
+                       lab_row_median(ev, TIMERS_STEADY_NS),
+                   lull->v[TIMERS_ARM_NS].v[kl], ev->v[TIMERS_ARM_NS].v[ke],
+                   lull->v[TIMERS_CANCEL_NS].v[kl],
+                   ev->v[TIMERS_CANCEL_NS].v[ke]);
+        lab_detail("    these arms are made outside any run, where a lull arm, "
+                   "which must never fire early, reads the clock: one "
+                   "CLOCK_MONOTONIC read costs %.3g ns here (inside a callback "
+                   "it waits for the loop's next reading instead: "
+                   "bench/timer_scale); libev's ev_timer_start adds the delay "
+                   "to its cached ev_now() and reads no clock\n",
+                   turns_clock_ns);
+    }
+    if (lull && so)
+        lab_detail("  lull linked shared ÷ static, steady arm+cancel: %.3g\n",
+                   lab_row_median(so, TIMERS_STEADY_NS) /
+                       lab_row_median(lull, TIMERS_STEADY_NS));
+}
+
+void turns_report_figure(const lab_fig *fig, int f, const turns_params *p) {
+    (void)p;
+    if (f == TURNS_CHAIN_TASK || f == TURNS_CHAIN_TIMER0) {
+        lab_detail("  × : the row's ns/hop ÷ lull's with the same I/O policy "
+                   "(or lull's default row, for rows that check none)\n");
+        chain_checks(fig, f);
+    } else if (f == TURNS_LATENESS) {
+        lateness_checks(fig);
+    } else if (turns_is_trip(f)) {
+        lab_detail("  × : the row's p50 ÷ lull's whose loops sleep in epoll, "
+                   "as the peers' do\n");
+        trip_checks(fig, f);
+    } else if (f == TURNS_TIMERS) {
+        timer_checks(fig);
+    }
+}
+
+/* --------------------------------------------------------- short table */
+
+/* "libevent 45.70": a row's peer and its median, or "–". */
+static const char *peer_cell(char *buf, const lab_row *r, int col) {
+    char v[LAB_CELL];
+    if (!r || !isfinite(lab_row_median(r, col))) return "–";
+    snprintf(buf, LAB_CELL, "%s %s", r->peer,
+             lab_fmt(v, lab_row_median(r, col)));
+    return buf;
+}
+
+/* peer_cell in three significant digits, for the verdict. */
+static const char *peer_cell3(char *buf, const lab_row *r, int col) {
+    char v[LAB_CELL];
+    if (!r || !isfinite(lab_row_median(r, col))) return "–";
+    snprintf(buf, LAB_CELL, "%s %s", r->peer,
+             lab_fmt3(v, lab_row_median(r, col)));
+    return buf;
+}
+
+/* The larger spread (max ÷ min over rounds) of two rows' values. */
+static double spread2(const lab_row *a, const lab_row *b, int col) {
+    double x = lab_row_spread(a, col), y = lab_row_spread(b, col);
+    if (!isfinite(x)) return y;
+    if (!isfinite(y)) return x;
+    return x > y ? x : y;
+}
+
+/* One line of the short table: the figure, lull's median with its unit,
+ * the best peer of the same class, its ×, and a floor when there is one. */
+static void brief_row(lab_table *t, const char *what, const lab_fig *fig,
+                      const lab_row *lull, const lab_row *peer,
+                      const lab_row *floor, int col, const char *unit) {
+    if (!fig || !lull) return;
+    int r = lab_table_row(t);
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL], d[LAB_CELL];
+    lab_table_set(t, r, 0, "%s", what);
+    lab_table_set(t, r, 1, "%s %s", lab_fmt(a, lab_row_median(lull, col)),
+                  unit);
+    lab_table_set(t, r, 2, "%s", peer_cell(b, peer, col));
+    lab_table_set(t, r, 3, "%s",
+                  lab_fmt_ratio(c, lab_ratio(fig, lull, peer, col)));
+    if (floor)
+        lab_table_set(t, r, 4, "%s %s", lab_fmt(d, lab_row_median(floor, col)),
+                      lab_fmt_ratio(c, lab_ratio(fig, lull, floor, col)));
+}
+
+/* A lateness row at the lab's common slack (not a default-slack one). */
+static lab_row *best_late_peer(const lab_fig *fig) {
+    return lab_fig_best_peer(fig, 0, LATE_P99_US);
+}
+
+static void brief(lab_fig *const figs[TURNS_FIGURES]) {
+    const char *header[] = {"figure", "lull", "best peer, same policy", "×",
+                            "floor, ×"};
+    lab_table t;
+    lab_table_init(&t, 5, header);
+    const lab_fig *f = figs[TURNS_CHAIN_TASK];
+    if (f) {
+        brief_row(&t, "posted task, I/O every 0.5 ms", f,
+                  lab_fig_base(f, TURNS_CLASS_QUANTUM),
+                  lab_fig_best_peer(f, TURNS_CLASS_QUANTUM, CHAIN_NS_PER_HOP),
+                  NULL, CHAIN_NS_PER_HOP, "ns");
+        brief_row(&t, "posted task, I/O every hop", f,
+                  lab_fig_base(f, TURNS_CLASS_EVERY_HOP),
+                  lab_fig_best_peer(f, TURNS_CLASS_EVERY_HOP, CHAIN_NS_PER_HOP),
+                  NULL, CHAIN_NS_PER_HOP, "ns");
+    }
+    if ((f = figs[TURNS_CHAIN_TIMER0])) {
+        brief_row(&t, "zero-delay timer, every 0.5 ms", f,
+                  lab_fig_base(f, TURNS_CLASS_QUANTUM),
+                  lab_fig_best_peer(f, TURNS_CLASS_QUANTUM, CHAIN_NS_PER_HOP),
+                  NULL, CHAIN_NS_PER_HOP, "ns");
+        brief_row(&t, "zero-delay timer, every hop", f,
+                  lab_fig_base(f, TURNS_CLASS_EVERY_HOP),
+                  lab_fig_best_peer(f, TURNS_CLASS_EVERY_HOP, CHAIN_NS_PER_HOP),
+                  NULL, CHAIN_NS_PER_HOP, "ns");
+    }
+    if ((f = figs[TURNS_LATENESS]))
+        brief_row(&t, "1 ms timer lateness p99", f, lab_fig_base(f, 0),
+                  best_late_peer(f), lab_fig_find(f, "floor", "nanosleep"),
+                  LATE_P99_US, "µs");
+    if ((f = figs[TURNS_IDLE])) {
+        lab_row *l = lab_fig_find(f, "lull", NULL);
+        brief_row(&t, "idle CPU/s, 10k (peers 1k)", f, l,
+                  lab_fig_best_peer(f, 0, IDLE_CPU_US_PER_S), NULL,
+                  IDLE_CPU_US_PER_S, "µs");
+    }
+    if ((f = figs[TURNS_ROUNDTRIP]))
+        brief_row(&t, "cross-thread trip p50, 1 CPU", f, lab_fig_base(f, 0),
+                  lab_fig_best_peer(f, 0, TRIP_P50_US),
+                  lab_fig_find(f, "floor", "eventfd"), TRIP_P50_US, "µs");
+    if ((f = figs[TURNS_ROUNDTRIP_2CPU]))
+        brief_row(&t, "cross-thread trip p50, 2 CPUs", f, lab_fig_base(f, 0),
+                  lab_fig_best_peer(f, 0, TRIP_P50_US),
+                  lab_fig_find(f, "floor", "eventfd"), TRIP_P50_US, "µs");
+    if ((f = figs[TURNS_TIMERS]))
+        brief_row(&t, "arm+cancel, 10^6 timers armed", f, lab_fig_base(f, 0),
+                  lab_fig_best_peer(f, 0, TIMERS_STEADY_NS), NULL,
+                  TIMERS_STEADY_NS, "ns");
+    if (t.rows > 1) lab_table_brief(&t, NULL);
+}
+
+/* ------------------------------------------------------------- verdict */
+
+static void verdict_quiet(const lab_fig *f) {
+    lab_row *l = lab_fig_find(f, "lull", NULL);
+    lab_verdict *v = lab_verdict_add("C1", 0);
+    if (!v || !l) return;
+    double w = lab_row_median(l, IDLE_WAKEUPS);
+    double cpu = lab_row_median(l, IDLE_CPU_US_PER_S);
+    char a[LAB_CELL], b[LAB_CELL];
+    v->timing = true;
+    snprintf(v->what, sizeof v->what, "idle 10k: %.0f wakeup, %s µs CPU/s", w,
+             lab_fmt3(b, cpu));
+    snprintf(v->target, sizeof v->target, "≤ 1, < 100 µs/s");
+    lab_row *p = lab_fig_best_peer(f, 0, IDLE_CPU_US_PER_S);
+    if (p)
+        snprintf(v->peer, sizeof v->peer, "%s %s",
+                 peer_cell3(a, p, IDLE_CPU_US_PER_S),
+                 lab_fmt_ratio(b, lab_ratio(f, l, p, IDLE_CPU_US_PER_S)));
+    lab_verdict_judge(v, w <= 1 && cpu < 100);
+}
+
+/* lull's row of class cls against the best peer of that class. */
+static void verdict_peer(lab_verdict *v, const lab_fig *f, const lab_row *l,
+                         const lab_row *p, int col) {
+    char a[LAB_CELL], b[LAB_CELL];
+    if (!p) {
+        snprintf(v->peer, sizeof v->peer, "none at this policy");
+        return;
+    }
+    snprintf(v->peer, sizeof v->peer, "%s %s", peer_cell3(a, p, col),
+             lab_fmt_ratio(b, lab_ratio(f, l, p, col)));
+    lab_verdict_spread(v, "rows'", spread2(l, p, col));
+}
+
+static void verdict_turns(const lab_fig *task, const lab_fig *timer0) {
+    char a[LAB_CELL];
+    if (task) {
+        lab_row *l = lab_fig_base(task, TURNS_CLASS_QUANTUM);
+        lab_row *p =
+            lab_fig_best_peer(task, TURNS_CLASS_QUANTUM, CHAIN_NS_PER_HOP);
+        lab_verdict *v = lab_verdict_add("C2", 0);
+        if (v && l) {
+            v->timing = true;
+            snprintf(v->what, sizeof v->what, "task %s ns/hop, I/O per 0.5 ms",
+                     lab_fmt3(a, lab_row_median(l, CHAIN_NS_PER_HOP)));
+            snprintf(v->target, sizeof v->target, "< best peer");
+            verdict_peer(v, task, l, p, CHAIN_NS_PER_HOP);
+            lab_verdict_judge(v, lab_ratio(task, l, p, CHAIN_NS_PER_HOP) > 1);
+        }
+    }
+    if (task && timer0) {
+        lab_row *lt = lab_fig_base(task, TURNS_CLASS_QUANTUM);
+        lab_row *l0 = lab_fig_base(timer0, TURNS_CLASS_QUANTUM);
+        lab_row *e0 = lab_fig_base(timer0, TURNS_CLASS_EVERY_HOP);
+        lab_verdict *v = lab_verdict_add("C3", 0);
+        if (v && lt && l0) {
+            double x = lab_row_median(l0, CHAIN_NS_PER_HOP) /
+                       lab_row_median(lt, CHAIN_NS_PER_HOP);
+            v->timing = true;
+            snprintf(v->what, sizeof v->what, "zero-delay timer %s× a task",
+                     lab_fmt3(a, x));
+            snprintf(v->target, sizeof v->target, "≤ 1.5× a task");
+            if (e0)
+                verdict_peer(v, timer0, e0,
+                             lab_fig_best_peer(timer0, TURNS_CLASS_EVERY_HOP,
+                                               CHAIN_NS_PER_HOP),
+                             CHAIN_NS_PER_HOP);
+            lab_verdict_judge(v, x <= 1.5);
+        }
+    }
+}
+
+static void verdict_lateness(const lab_fig *f) {
+    lab_row *l = lab_fig_base(f, 0);
+    lab_row *floor = lab_fig_find(f, "floor", "nanosleep");
+    lab_verdict *v = lab_verdict_add("C3", 1);
+    if (!v || !l || !floor) return;
+    double x =
+        lab_row_median(l, LATE_P99_US) / lab_row_median(floor, LATE_P99_US);
+    double early = lab_series_min(&l->v[LATE_MIN_US]);
+    char a[LAB_CELL], b[LAB_CELL];
+    v->timing = true;
+    snprintf(v->what, sizeof v->what, "1 ms p99 %s µs = %s× floor%s",
+             lab_fmt3(a, lab_row_median(l, LATE_P99_US)), lab_fmt3(b, x),
+             early < 0 ? ", early" : "");
+    snprintf(v->target, sizeof v->target, "≤ 1.1× floor");
+    verdict_peer(v, f, l, best_late_peer(f), LATE_P99_US);
+    v->noise[0] = '\0'; /* the floor's spread is the noise here */
+    lab_verdict_spread(v, "floor p99", lab_row_spread(floor, LATE_P99_US));
+    lab_verdict_judge(v, x <= 1.1 && early >= 0);
+}
+
+static void verdict_virtual(const lab_fig *f) {
+    lab_row *l = lab_fig_base(f, 0);
+    lab_verdict *v = lab_verdict_add("C7", 0);
+    if (!v || !l || l->v[VIRTUAL_SAME_ORDER].n == 0) return;
+    bool same = lab_series_min(&l->v[VIRTUAL_SAME_ORDER]) == 1;
+    char a[LAB_CELL];
+    snprintf(v->what, sizeof v->what, "%s order; 1 h in %s ms",
+             same ? "same" : "NOT the same",
+             lab_fmt3(a, lab_row_median(l, VIRTUAL_HOUR_MS)));
+    snprintf(v->target, sizeof v->target, "same as real");
+    snprintf(v->peer, sizeof v->peer, "–");
+    lab_verdict_judge(v, same);
+}
+
+void turns_report(lab_fig *const figs[TURNS_FIGURES], const lab_options *opts) {
+    (void)opts;
+    brief(figs);
+    if (figs[TURNS_IDLE]) verdict_quiet(figs[TURNS_IDLE]);
+    verdict_turns(figs[TURNS_CHAIN_TASK], figs[TURNS_CHAIN_TIMER0]);
+    if (figs[TURNS_LATENESS]) verdict_lateness(figs[TURNS_LATENESS]);
+    if (figs[TURNS_VIRTUAL]) verdict_virtual(figs[TURNS_VIRTUAL]);
+}

@@ -1,0 +1,118 @@
+# lab.verdict_shape (ctest): the shape of what `make demo` prints, on a
+# quick run of every scenario (one round each). The figures themselves are
+# not checked (a debug build on a busy machine measures nothing useful);
+# the shape is:
+#   - lull-lab exits 0 (every delivered-data check passed);
+#   - no line wider than 100 columns (code points, not bytes);
+#   - a verdict of at most 25 lines with a line for each contract C1-C8
+#     and each seed table (pump, loopback, replicate, serve, runner), each
+#     ending in ✓, ✗, "✗ noisy" or "not run";
+#   - the same verdict in the JSON;
+#   - --verbose prints the long tables the short output leaves out;
+#   - --strict exits 3 exactly when a miss is not marked noisy.
+#
+#   cmake -DLAB=path/to/lull-lab -DOUT=dir -P verdict_shape.cmake
+cmake_minimum_required(VERSION 3.19) # string(JSON)
+if(NOT LAB OR NOT OUT)
+  message(FATAL_ERROR "usage: cmake -DLAB=lull-lab -DOUT=dir -P verdict_shape.cmake")
+endif()
+file(MAKE_DIRECTORY ${OUT})
+
+execute_process(COMMAND ${LAB} all --quick --rounds 1 --json ${OUT}/shape.json
+  OUTPUT_VARIABLE text ERROR_VARIABLE err RESULT_VARIABLE rc)
+file(WRITE ${OUT}/shape.txt "${text}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "lull-lab all --quick exited ${rc}:\n${text}\n${err}")
+endif()
+
+# Lines, and their width in columns: each of the non-ASCII characters
+# lull-lab prints takes one column (CMake counts bytes); any other would
+# count as its bytes, which can only fail the check, never pass it.
+string(REPLACE ";" "\\;" text_escaped "${text}")
+string(REPLACE "\n" ";" lines "${text_escaped}")
+set(in_verdict OFF)
+set(verdict_lines 0)
+set(verdict_text "")
+foreach(line IN LISTS lines)
+  string(REGEX REPLACE "(×|÷|–|µ|→|←|✓|✗|…|≤|≥|§)" "." narrow "${line}")
+  string(LENGTH "${narrow}" width)
+  if(width GREATER 100)
+    message(FATAL_ERROR "a line of ${width} columns (over 100):\n${line}")
+  endif()
+  if(line MATCHES "^verdict: ")
+    set(in_verdict ON)
+  elseif(line MATCHES "^figures written")
+    set(in_verdict OFF)
+  endif()
+  if(in_verdict)
+    math(EXPR verdict_lines "${verdict_lines} + 1")
+    string(APPEND verdict_text "${line}\n")
+    if(NOT line MATCHES "^(verdict: |contract |noisy )" AND
+       NOT line MATCHES "(✓|✗|✗ noisy|not run)$")
+      message(FATAL_ERROR "a verdict line without a result:\n${line}")
+    endif()
+  endif()
+endforeach()
+if(verdict_lines EQUAL 0)
+  message(FATAL_ERROR "no verdict in:\n${text}")
+endif()
+if(verdict_lines GREATER 25)
+  message(FATAL_ERROR "a verdict of ${verdict_lines} lines (over 25):\n${verdict_text}")
+endif()
+foreach(id C1 C2 C3 C4 C5 C6 C7 C8 pump loopback replicate serve runner)
+  if(NOT verdict_text MATCHES "\n${id} ")
+    message(FATAL_ERROR "no verdict line for ${id}:\n${verdict_text}")
+  endif()
+endforeach()
+
+file(READ ${OUT}/shape.json json)
+string(JSON nverdict LENGTH "${json}" verdict)
+set(ids "")
+math(EXPR last "${nverdict} - 1")
+foreach(i RANGE ${last})
+  string(JSON id GET "${json}" verdict ${i} id)
+  string(JSON status GET "${json}" verdict ${i} status)
+  if(NOT status MATCHES "^(met|missed|not run)$")
+    message(FATAL_ERROR "verdict ${id} in the JSON: status '${status}'")
+  endif()
+  list(APPEND ids ${id})
+endforeach()
+foreach(id C1 C2 C3 C4 C5 C6 C7 C8 pump loopback replicate serve runner)
+  if(NOT id IN_LIST ids)
+    message(FATAL_ERROR "no verdict line for ${id} in ${OUT}/shape.json")
+  endif()
+endforeach()
+
+# --verbose prints a figure's whole table; the short output does not.
+execute_process(COMMAND ${LAB} turns --quick --rounds 1 --only virtual_clock
+  OUTPUT_VARIABLE short RESULT_VARIABLE rc)
+execute_process(COMMAND ${LAB} turns --quick --rounds 1 --only virtual_clock
+  --verbose OUTPUT_VARIABLE verbose RESULT_VARIABLE rc_v)
+if(NOT rc EQUAL 0 OR NOT rc_v EQUAL 0)
+  message(FATAL_ERROR "lull-lab turns --only virtual_clock exited ${rc}/${rc_v}")
+endif()
+if(short MATCHES "\\(7\\) virtual clock" OR NOT verbose MATCHES "\\(7\\) virtual clock")
+  message(FATAL_ERROR "--verbose and the short output are not told apart:\n"
+    "short:\n${short}\nverbose:\n${verbose}")
+endif()
+# --strict exits 3 exactly when a line was missed and not marked noisy. The
+# loopback's line against Node at equal policy is a miss on any machine
+# (lull is about 5× cheaper there, the target ×10), so this exercises the
+# exit whichever way the machine's noise marks it.
+execute_process(COMMAND ${LAB} loopback --quick --rounds 1 --strict
+  --json ${OUT}/strict.json OUTPUT_VARIABLE strict_out RESULT_VARIABLE rc)
+file(READ ${OUT}/strict.json sjson)
+string(JSON ns LENGTH "${sjson}" verdict)
+math(EXPR last "${ns} - 1")
+set(want 0)
+foreach(i RANGE ${last})
+  string(JSON status GET "${sjson}" verdict ${i} status)
+  string(JSON noisy GET "${sjson}" verdict ${i} noisy)
+  if(status STREQUAL "missed" AND NOT noisy)
+    set(want 3)
+  endif()
+endforeach()
+if(NOT rc EQUAL want)
+  message(FATAL_ERROR "--strict exited ${rc}, the verdict says ${want}:\n${strict_out}")
+endif()
+message(STATUS "verdict: ${verdict_lines} lines, ${nverdict} in the JSON; --strict exit ${rc}")

@@ -1,0 +1,1561 @@
+/* The simulated network (src/sim.c): listen, accept and connect; a
+ * stream's guarantees on connections that do not break (bytes in order,
+ * none lost, none duplicated) under delay, jitter, bandwidth, small
+ * windows and slow readers, for many seeds; each fault kind seen to
+ * happen (partitions that resume or break, resets at a byte, refused
+ * connects, reads cut into chunks of every size); the close handshake;
+ * one event per turn; and the same seed giving the same trace. All on the
+ * virtual clock. */
+#include "check.h"
+
+#include <errno.h>
+#include <lull.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MS 1000000ull
+
+static lull_loop *vloop(void) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL,
+                           .flags = LULL_LOOP_AUTO_ADVANCE};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    return loop;
+}
+
+/* The byte at position i of a test stream. */
+static unsigned char pattern(uint64_t i) {
+    return (unsigned char)(i * 131u + (i >> 9));
+}
+
+/* One end of a connection under test. */
+typedef struct end {
+    lull_simconn c;
+    int connects, connect_status;
+    int closes, close_reason;
+    uint64_t close_time;
+    uint64_t got;    /* bytes read, checked against pattern() (raw) */
+    uint64_t frames; /* on_frame calls */
+    size_t min_chunk, max_chunk;
+    uint64_t first_at; /* virtual time of the first read */
+    uint64_t last_at;  /* ... of the last */
+    uint64_t instants; /* distinct virtual times reads ran at */
+    bool echo;         /* send every frame back (framed) */
+    bool bad;          /* a byte out of order was read */
+    uint64_t drains;
+} end;
+
+static lull_loop *L;
+
+static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    end *e = ep->data;
+    uint64_t now = lull_loop_now(L);
+    if (e->frames == 0) e->first_at = now;
+    if (e->frames == 0 || now != e->last_at) e->instants++;
+    e->last_at = now;
+    e->frames++;
+    if (len < e->min_chunk) e->min_chunk = len;
+    if (len > e->max_chunk) e->max_chunk = len;
+    const unsigned char *b = bytes;
+    for (size_t i = 0; i < len; i++)
+        if (b[i] != pattern(e->got + i)) e->bad = true;
+    e->got += len;
+    if (e->echo) CHECK_EQ(lull_endpoint_send_copy(ep, bytes, len), 0);
+}
+
+static void on_drain(lull_endpoint *ep) {
+    end *e = ep->data;
+    e->drains++;
+}
+
+static void on_close(lull_endpoint *ep, int reason) {
+    end *e = ep->data;
+    e->closes++;
+    e->close_reason = reason;
+    e->close_time = lull_loop_now(L);
+}
+
+static void on_connect(lull_simconn *c, int status) {
+    end *e = LULL_CONTAINER_OF(c, end, c);
+    e->connects++;
+    e->connect_status = status;
+}
+
+static void end_setup(end *e) {
+    memset(e, 0, sizeof *e);
+    e->min_chunk = SIZE_MAX;
+    e->c.ep.data = e;
+}
+
+/* The server side: accepts into `accepted` (one connection per case). */
+static end accepted;
+static lull_simconn_options accept_opts;
+static bool dont_accept;
+static int accept_want; /* what lull_simserver_accept must return */
+
+static void on_connection(lull_simserver *srv) {
+    if (dont_accept) return;
+    bool echo = accepted.echo;
+    end_setup(&accepted);
+    CHECK_EQ(lull_simserver_accept(srv, &accepted.c, &accept_opts),
+             accept_want);
+    if (accept_want) return;
+    accepted.echo = echo;
+    lull_endpoint_set_callbacks(&accepted.c.ep, on_frame, on_drain, on_close);
+}
+
+static void client_connect(lull_simnet *net, end *e, const char *addr,
+                           const lull_simconn_options *o) {
+    end_setup(e);
+    CHECK_EQ(lull_simconn_connect(net, &e->c, addr, o, on_connect), 0);
+    lull_endpoint_set_callbacks(&e->c.ep, on_frame, on_drain, on_close);
+}
+
+/* Sends `total` bytes of the pattern from position *pos in frames of
+ * random sizes (copied). */
+static void send_pattern(lull_endpoint *ep, uint64_t *pos, uint64_t total,
+                         uint64_t *rng) {
+    static unsigned char buf[8192];
+    while (total) {
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        size_t n = 1 + (size_t)((*rng >> 33) % sizeof buf);
+        if (n > total) n = (size_t)total;
+        for (size_t i = 0; i < n; i++)
+            buf[i] = pattern(*pos + i);
+        CHECK_EQ(lull_endpoint_send_copy(ep, buf, n), 0);
+        *pos += n;
+        total -= n;
+    }
+}
+
+static void finish(lull_loop *loop, lull_simnet *net, lull_simserver *srv) {
+    if (srv) lull_simserver_close(srv);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_simnet_free(net), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(connect_send_echo_close) {
+    /* A framed echo on a perfect network: frames back whole and in
+     * order, nothing inside the sender's call, each close callback once,
+     * and everything freed. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options no = {.trace = getenv("SIM_TRACE") ? stderr : NULL};
+    CHECK_EQ(lull_simnet_new(&net, loop, &no), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){0};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "echo", on_connection), 0);
+    accepted.echo = true;
+    end cl;
+    client_connect(net, &cl, "echo", NULL);
+    uint64_t pos = 0, rng = 1;
+    send_pattern(&cl.c.ep, &pos, 3000, &rng); /* queued before connect */
+    CHECK_EQ(cl.frames, 0);
+    CHECK_EQ(lull_loop_settle(loop) > 0, 1);
+    CHECK_EQ(cl.connects, 1);
+    CHECK_EQ(cl.connect_status, 0);
+    CHECK_EQ(srv.accepted, 1);
+    CHECK(strcmp(accepted.c.peer, "client:1") == 0);
+    CHECK(strcmp(cl.c.peer, "echo#1") == 0);
+    CHECK_U64_EQ(accepted.got, 3000);
+    CHECK_U64_EQ(cl.got, 3000);
+    CHECK(!cl.bad && !accepted.bad);
+    CHECK_U64_EQ(cl.frames, accepted.frames); /* framed: whole frames */
+    CHECK_EQ(lull_endpoint_close(&cl.c.ep, 0), 0);
+    CHECK_EQ(cl.closes, 0); /* a later turn */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(cl.close_reason, 0);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_EQ(accepted.close_reason, 0);      /* EOF */
+    CHECK_EQ(lull_simnet_free(net), -EBUSY); /* still listening */
+    finish(loop, net, &srv);
+}
+
+TEST(refused_connects) {
+    /* Nobody listening, a refusal fault, and a server that does not
+     * accept: the connect callback gets -ECONNREFUSED in a later turn,
+     * then the close callback, in the same turn. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options o = {.seed = 3};
+    o.faults.delay_ns = 5 * MS;
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    end a;
+    client_connect(net, &a, "nobody", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(a.connect_status, -ECONNREFUSED);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.close_reason, -ECONNREFUSED);
+    CHECK_U64_EQ(a.close_time, 10 * MS); /* there and back */
+    lull_simserver srv;
+    dont_accept = false;
+    accept_opts = (lull_simconn_options){0};
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    lull_simfaults refuse = {.refuse_permille = 1000};
+    lull_simconn_options co = {.faults = &refuse};
+    client_connect(net, &a, "s", &co);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(a.connect_status, -ECONNREFUSED);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(srv.refused, 1);
+    dont_accept = true;
+    client_connect(net, &a, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(a.connect_status, -ECONNREFUSED);
+    CHECK_EQ(srv.refused, 2);
+    CHECK_EQ(srv.accepted, 0);
+    lull_simnet_stats st;
+    lull_simnet_get_stats(net, &st);
+    CHECK_U64_EQ(st.refused, 3);
+    dont_accept = false;
+    finish(loop, net, &srv);
+}
+
+/* A raw connection with every fault that does not break it: the bytes
+ * arrive in order, none lost, none duplicated, in chunks of every size. */
+static void stream_case(uint64_t seed, bool raw, end *cl_out) {
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options o = {.seed = seed};
+    o.faults = (lull_simfaults){.delay_ns = 2 * MS,
+                                .jitter_ns = 3 * MS,
+                                .bandwidth = 10u << 20,
+                                .window = 3000,
+                                .slow_permille = 500,
+                                .slow_read_ns = 1 * MS};
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.flags = raw ? LULL_SIMCONN_RAW : 0};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "sink", on_connection), 0);
+    end *cl = cl_out;
+    client_connect(net, cl, "sink", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    uint64_t pos = 0, rng = seed + 1, total = 200000;
+    send_pattern(&cl->c.ep, &pos, total, &rng);
+    uint64_t t0 = lull_loop_now(loop);
+    CHECK_EQ(lull_simconn_shutdown(&cl->c), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&cl->c.ep, "x", 1), -EPIPE);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    if (accepted.got != total || accepted.bad)
+        check_fail(__FILE__, __LINE__, "seed %llu: got %llu of %llu%s",
+                   (unsigned long long)seed, (unsigned long long)accepted.got,
+                   (unsigned long long)total, accepted.bad ? ", bad" : "");
+    /* EOF after the last byte, and the client's close callback after
+     * that (the server closed on EOF, the client reads its EOF). */
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_EQ(accepted.close_reason, 0);
+    CHECK_EQ(cl->closes, 1);
+    CHECK_EQ(cl->close_reason, 0);
+    /* The bandwidth: 200,000 bytes at 10 MiB/s take 19 ms at least; the
+     * delay: nothing before 2 ms. */
+    CHECK(accepted.close_time - t0 >= 19 * MS);
+    CHECK(accepted.first_at >= 2 * MS);
+    finish(loop, net, &srv);
+}
+
+TEST(raw_stream_guarantees_for_many_seeds) {
+    size_t min_chunk = SIZE_MAX, max_chunk = 0;
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        end cl;
+        stream_case(seed, true, &cl);
+        if (accepted.min_chunk < min_chunk) min_chunk = accepted.min_chunk;
+        if (accepted.max_chunk > max_chunk) max_chunk = accepted.max_chunk;
+    }
+    /* Partial reads of every size: single bytes, and reads across frames
+     * (longer than any one send's piece of the window). */
+    CHECK_EQ(min_chunk, 1);
+    CHECK(max_chunk > 1460);
+}
+
+TEST(framed_frames_whole_for_many_seeds) {
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        end cl;
+        stream_case(seed, false, &cl);
+        CHECK(accepted.frames > 0);
+    }
+}
+
+TEST(partition_holds_then_resumes) {
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options o = {.seed = 9};
+    o.faults.delay_ns = 1 * MS;
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "p", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "p", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    uint64_t t0 = lull_loop_now(loop);
+    CHECK_EQ(lull_simconn_partition(&cl.c, 500 * MS, false), 0);
+    uint64_t pos = 0, rng = 5;
+    send_pattern(&cl.c.ep, &pos, 50000, &rng);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.got, 50000);
+    CHECK(!accepted.bad);
+    CHECK_U64_EQ(accepted.first_at, t0 + 500 * MS); /* held, then on */
+    CHECK_EQ(accepted.closes, 0);
+    lull_simnet_stats st;
+    lull_simnet_get_stats(net, &st);
+    CHECK_U64_EQ(st.partitions, 1);
+    CHECK_U64_EQ(st.breaks, 0);
+    /* A partition that breaks: both ends closed with -ETIMEDOUT when it
+     * ends; what was held is lost. */
+    t0 = lull_loop_now(loop);
+    CHECK_EQ(lull_simconn_partition(&accepted.c, 200 * MS, true), 0);
+    send_pattern(&cl.c.ep, &pos, 1000, &rng);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(cl.close_reason, -ETIMEDOUT);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_EQ(accepted.close_reason, -ETIMEDOUT);
+    CHECK_U64_EQ(cl.close_time, t0 + 200 * MS);
+    CHECK_U64_EQ(accepted.got, 50000);
+    lull_simnet_get_stats(net, &st);
+    CHECK_U64_EQ(st.breaks, 1);
+    finish(loop, net, &srv);
+}
+
+TEST(reset_at_a_byte) {
+    /* lull_simconn_reset: the receiver reads exactly the bytes before the
+     * reset's, then both ends close with -ECONNRESET. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "r", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "r", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_simconn_reset(&cl.c, 1234), 0);
+    uint64_t pos = 0, rng = 7;
+    send_pattern(&cl.c.ep, &pos, 20000, &rng);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.got, 1234);
+    CHECK(!accepted.bad);
+    CHECK_EQ(accepted.close_reason, -ECONNRESET);
+    CHECK_EQ(cl.close_reason, -ECONNRESET);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(accepted.closes, 1);
+    finish(loop, net, &srv);
+}
+
+TEST(random_resets_cut_at_random_bytes) {
+    /* Every connection resets (reset_permille 1000) within its first
+     * 5,000 bytes of one direction: a prefix of the bytes, in order, then
+     * -ECONNRESET at both ends; the cut falls at many places. */
+    int cuts_seen = 0;
+    uint64_t last_cut = UINT64_MAX;
+    for (uint64_t seed = 1; seed <= 30; seed++) {
+        lull_loop *loop = L = vloop();
+        lull_simnet *net;
+        lull_simnet_options o = {.seed = seed};
+        o.faults = (lull_simfaults){
+            .reset_permille = 1000, .reset_within = 5000, .jitter_ns = MS};
+        CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+        lull_simserver srv;
+        accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+        accepted.echo = false;
+        dont_accept = false;
+        CHECK_EQ(lull_simserver_listen(net, &srv, "r", on_connection), 0);
+        end cl;
+        lull_simconn_options co = {.flags = LULL_SIMCONN_RAW};
+        client_connect(net, &cl, "r", &co);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        uint64_t p1 = 0, p2 = 0, rng = seed;
+        send_pattern(&cl.c.ep, &p1, 6000, &rng);
+        send_pattern(&accepted.c.ep, &p2, 6000, &rng);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(cl.close_reason, -ECONNRESET);
+        CHECK_EQ(accepted.close_reason, -ECONNRESET);
+        CHECK(!cl.bad && !accepted.bad);
+        /* The reset's direction was cut before byte 5,000; the other one
+         * wherever it was when the reset came. */
+        uint64_t cut = cl.got < accepted.got ? cl.got : accepted.got;
+        CHECK(cut < 5000);
+        if (cut != last_cut) cuts_seen++;
+        last_cut = cut;
+        lull_simnet_stats st;
+        lull_simnet_get_stats(net, &st);
+        CHECK_U64_EQ(st.resets, 1);
+        finish(loop, net, &srv);
+    }
+    CHECK(cuts_seen > 20);
+}
+
+TEST(random_partitions_happen_and_heal_ends_them) {
+    /* A connection partitioned every 100 ms on average for up to 50 ms,
+     * never breaking: the bytes still all arrive; partitions were seen;
+     * after lull_simnet_heal no new one starts. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options o = {.seed = 11};
+    o.faults = (lull_simfaults){.partition_every_ns = 100 * MS,
+                                .partition_ns = 50 * MS,
+                                .bandwidth = 1 << 20};
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "p", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "p", NULL);
+    lull_loop_advance(loop, MS);
+    uint64_t pos = 0, rng = 3;
+    send_pattern(&cl.c.ep, &pos, 2000000, &rng); /* ~2 s at 1 MiB/s */
+    lull_loop_advance(loop, 5000 * MS);
+    CHECK_U64_EQ(accepted.got, 2000000);
+    CHECK(!accepted.bad);
+    lull_simnet_stats st;
+    lull_simnet_get_stats(net, &st);
+    CHECK(st.partitions >= 10);
+    uint64_t before = st.partitions;
+    lull_simnet_heal(net);
+    lull_loop_advance(loop, 5000 * MS);
+    lull_simnet_get_stats(net, &st);
+    CHECK_U64_EQ(st.partitions, before);
+    CHECK_EQ(lull_endpoint_close(&cl.c.ep, 0), 0);
+    finish(loop, net, &srv);
+}
+
+TEST(slow_reader_backpressure_and_drain) {
+    /* A reader that stops: the window fills, the sender's queue passes
+     * high water (not writable); resumed, everything arrives and the
+     * sender is drained once. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    lull_simconn_options co = {.high_water = 10000};
+    client_connect(net, &cl, "s", &co);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_simconn_read_stop(&accepted.c), 0);
+    uint64_t pos = 0, rng = 2;
+    send_pattern(&cl.c.ep, &pos, 100000, &rng);
+    CHECK(!lull_endpoint_writable(&cl.c.ep));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.got, 0);
+    CHECK(!lull_endpoint_writable(&cl.c.ep));
+    CHECK_U64_EQ(cl.c.ep.queued, 100000);
+    CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.got, 100000);
+    CHECK_U64_EQ(cl.drains, 1);
+    CHECK(lull_endpoint_writable(&cl.c.ep));
+    CHECK_EQ(lull_endpoint_close(&accepted.c.ep, -ECONNABORTED), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(accepted.close_reason, -ECONNABORTED);
+    CHECK_EQ(cl.close_reason, 0);
+    finish(loop, net, &srv);
+}
+
+TEST(close_sends_what_the_window_takes) {
+    /* A close drops what never left, as a socket's does: the reader
+     * (paused) gets the window's worth, then EOF; the sender's frames are
+     * all released before its close callback. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options o = {.faults = {.window = 4096}};
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_simconn_read_stop(&accepted.c), 0);
+    uint64_t pos = 0, rng = 4;
+    send_pattern(&cl.c.ep, &pos, 20000, &rng);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_endpoint_close(&cl.c.ep, 0), 0);
+    CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.got, 4096);
+    CHECK(!accepted.bad);
+    CHECK_EQ(accepted.close_reason, 0);
+    CHECK_EQ(cl.closes, 1);
+    finish(loop, net, &srv);
+}
+
+/* A frame of our own, to see its release. */
+typedef struct owned {
+    lull_frame f;
+    int released;
+} owned;
+
+static void owned_release(lull_frame *f) {
+    LULL_CONTAINER_OF(f, owned, f)->released++;
+}
+
+static end *closing_end;
+static void close_inside_frame(lull_endpoint *ep, const void *b, size_t n) {
+    on_frame(ep, b, n);
+    lull_endpoint_close(ep, -ECANCELED);
+    lull_endpoint_close(ep, 0); /* idempotent */
+}
+
+TEST(close_inside_on_frame) {
+    /* The reader closes in its frame callback: the frame is released
+     * after the callback returned, once; the sender's own frames too,
+     * before its close callback. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){0};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    closing_end = &accepted;
+    lull_endpoint_set_callbacks(&accepted.c.ep, close_inside_frame, NULL,
+                                on_close);
+    owned fr[3];
+    static const char text[] = "0123456789";
+    for (int i = 0; i < 3; i++) {
+        fr[i] =
+            (owned){.f = {.bytes = text, .len = 10, .release = owned_release}};
+        CHECK_EQ(lull_endpoint_send(&cl.c.ep, &fr[i].f), 0);
+    }
+    CHECK_EQ(lull_endpoint_send(&cl.c.ep, &fr[0].f), -EBUSY);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.frames, 1);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(fr[i].released, 1);
+    CHECK_EQ(accepted.close_reason, -ECANCELED);
+    CHECK_EQ(cl.close_reason, 0);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_EQ(cl.closes, 1);
+    finish(loop, net, &srv);
+}
+
+TEST(max_queued_closes_with_enobufs) {
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){0};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    lull_simconn_options co = {.max_queued = 100};
+    client_connect(net, &cl, "s", &co);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    char b[60] = {0};
+    CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, b, 60), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, b, 60), -ENOBUFS);
+    CHECK_EQ(cl.closes, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(cl.close_reason, -ENOBUFS);
+    CHECK_EQ(accepted.closes, 1);
+    finish(loop, net, &srv);
+}
+
+/* ------------------------------------------------ order and determinism */
+
+enum { NCONN = 5 };
+static end conns[NCONN], servs[NCONN];
+static int order[64], norder;
+
+static void order_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)b;
+    (void)n;
+    end *e = ep->data;
+    order[norder++] = (int)(e - servs);
+}
+
+static int naccepted;
+static void accept_many(lull_simserver *srv) {
+    end *e = &servs[naccepted++];
+    end_setup(e);
+    CHECK_EQ(lull_simserver_accept(srv, &e->c, NULL), 0);
+    lull_endpoint_set_callbacks(&e->c.ep, order_frame, NULL, on_close);
+}
+
+/* NCONN connections each send one frame at the same instant: the order
+ * the frames are read in. Returns the trace hash. */
+static uint64_t same_instant(uint64_t seed, FILE *trace) {
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options o = {.seed = seed, .trace = trace};
+    o.faults.delay_ns = MS;
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    lull_simserver srv;
+    naccepted = norder = 0;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", accept_many), 0);
+    for (int i = 0; i < NCONN; i++)
+        client_connect(net, &conns[i], "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(naccepted, NCONN);
+    /* servs[] in accept order; each client sends one frame to its own. */
+    for (int i = 0; i < NCONN; i++)
+        CHECK_EQ(lull_endpoint_send_copy(&conns[i].c.ep, "x", 1), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(norder, NCONN);
+    for (int i = 0; i < NCONN; i++)
+        lull_endpoint_close(&conns[i].c.ep, 0);
+    lull_simserver_close(&srv);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_simnet_stats st;
+    lull_simnet_get_stats(net, &st);
+    CHECK_EQ(lull_simnet_free(net), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    return st.trace_hash;
+}
+
+TEST(same_instant_order_is_drawn_from_the_seed) {
+    int first[NCONN];
+    int distinct = 0;
+    int seen[16][NCONN];
+    for (uint64_t seed = 1; seed <= 16; seed++) {
+        same_instant(seed, NULL);
+        memcpy(first, order, sizeof first);
+        same_instant(seed, NULL);
+        CHECK(memcmp(first, order, sizeof first) == 0);
+        bool is_new = true;
+        for (int j = 0; j < distinct; j++)
+            if (memcmp(seen[j], first, sizeof first) == 0) is_new = false;
+        if (is_new) memcpy(seen[distinct++], first, sizeof first);
+    }
+    CHECK(distinct >= 8);
+}
+
+/* A busy case with every fault: the trace, written and hashed. */
+static uint64_t faulty_run(uint64_t seed, FILE *trace) {
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options o = {.seed = seed, .trace = trace};
+    o.faults = (lull_simfaults){.delay_ns = MS,
+                                .jitter_ns = 2 * MS,
+                                .bandwidth = 1 << 20,
+                                .window = 2000,
+                                .slow_permille = 300,
+                                .slow_read_ns = MS,
+                                .partition_every_ns = 20 * MS,
+                                .partition_ns = 10 * MS,
+                                .break_permille = 200,
+                                .reset_permille = 300};
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+    accepted.echo = true;
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    lull_loop_advance(loop, 10 * MS);
+    uint64_t pos = 0, rng = seed;
+    if (cl.connect_status == 0) send_pattern(&cl.c.ep, &pos, 30000, &rng);
+    lull_loop_advance(loop, 2000 * MS);
+    lull_simnet_log(net, "client got %llu", (unsigned long long)cl.got);
+    if (!cl.closes) lull_endpoint_close(&cl.c.ep, 0);
+    lull_simserver_close(&srv);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    accepted.echo = false;
+    lull_simnet_stats st;
+    lull_simnet_get_stats(net, &st);
+    CHECK_EQ(lull_simnet_free(net), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    return st.trace_hash;
+}
+
+TEST(same_seed_same_trace) {
+    /* The trace of a faulty run, written twice and compared byte for
+     * byte; its hash kept without writing it; another seed, another
+     * trace. */
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        char *b1 = NULL, *b2 = NULL;
+        size_t n1 = 0, n2 = 0;
+        FILE *f1 = open_memstream(&b1, &n1);
+        FILE *f2 = open_memstream(&b2, &n2);
+        uint64_t h1 = faulty_run(seed, f1);
+        uint64_t h2 = faulty_run(seed, f2);
+        fclose(f1);
+        fclose(f2);
+        CHECK(n1 > 0 && n1 == n2 && memcmp(b1, b2, n1) == 0);
+        CHECK_U64_EQ(h1, h2);
+        CHECK_U64_EQ(faulty_run(seed, NULL), h1);
+        CHECK(faulty_run(seed + 1000, NULL) != h1);
+        free(b1);
+        free(b2);
+    }
+}
+
+/* ------------------------------------------------------- bad arguments */
+
+TEST(invalid_arguments) {
+    lull_loop *real = NULL;
+    CHECK_EQ(lull_loop_new(&real, NULL), 0);
+    lull_simnet *net = NULL;
+    CHECK_EQ(lull_simnet_new(&net, real, NULL), -EINVAL);
+    CHECK(net == NULL);
+    CHECK_EQ(lull_loop_free(real), 0);
+    lull_loop *loop = L = vloop();
+    CHECK_EQ(lull_simnet_new(NULL, loop, NULL), -EINVAL);
+    CHECK_EQ(lull_simnet_new(&net, NULL, NULL), -EINVAL);
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver a, b;
+    CHECK_EQ(lull_simserver_listen(net, &a, "", on_connection), -EINVAL);
+    CHECK_EQ(lull_simserver_listen(net, &a, "x", NULL), -EINVAL);
+    CHECK_EQ(lull_simserver_listen(net, &a, "x", on_connection), 0);
+    CHECK_EQ(lull_simserver_listen(net, &b, "x", on_connection), -EADDRINUSE);
+    lull_simconn c;
+    CHECK_EQ(lull_simserver_accept(&a, &c, NULL), -ENOENT);
+    CHECK_EQ(lull_simconn_connect(net, &c, "x", NULL, NULL), -EINVAL);
+    CHECK_EQ(lull_simconn_connect(net, &c, NULL, NULL, on_connect), -EINVAL);
+    CHECK_EQ(lull_simconn_read_stop(NULL), -EINVAL);
+    CHECK_EQ(lull_simconn_partition(NULL, 1, false), -EINVAL);
+    end e;
+    client_connect(net, &e, "x", NULL);
+    CHECK_EQ(lull_simconn_partition(&e.c, 1, false), -ENOTCONN);
+    CHECK_EQ(lull_simconn_reset(&e.c, 1), -ENOTCONN);
+    CHECK_EQ(lull_simnet_free(net), -EBUSY);
+    lull_simserver_close(&a);
+    lull_simserver_close(&a); /* idempotent */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(e.connect_status, -ECONNREFUSED);
+    CHECK_EQ(lull_simnet_free(net), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* --------------------------------------------------------- turns */
+
+static lull_task cascade;
+static int cascade_pending, cascade_broken, turn_frames;
+
+static void cascade_fn(lull_task *t) {
+    (void)t;
+    cascade_pending = 0;
+}
+
+static void turn_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)b;
+    (void)n;
+    /* The task posted by the read before ran before this read: each
+     * read's cascade finishes before the next event. */
+    if (cascade_pending) cascade_broken++;
+    cascade_pending = 1;
+    turn_frames++;
+    lull_task_post(L, &cascade);
+    (void)ep;
+}
+
+TEST(each_read_is_a_turn) {
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){0};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_task_init(&cascade, cascade_fn), 0);
+    lull_endpoint_set_callbacks(&accepted.c.ep, turn_frame, NULL, on_close);
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, "abc", 3), 0);
+    CHECK_EQ(turn_frames, 0); /* never inside the send */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(turn_frames, 50);
+    CHECK_EQ(cascade_broken, 0);
+    lull_endpoint_close(&cl.c.ep, 0);
+    finish(loop, net, &srv);
+}
+
+/* ------------------------------------------- each fault, alone, seen */
+
+/* A network with faults f (NULL: none), a server at "s" whose accepted
+ * ends send with `back` (NULL: the connection's faults), and cl connected
+ * to it: the loop has run until nothing was left. */
+static lull_simnet *open_pair(uint64_t seed, const lull_simfaults *f,
+                              const lull_simfaults *back, unsigned flags,
+                              lull_simserver *srv, end *cl) {
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options o = {.seed = seed,
+                             .trace = getenv("SIM_TRACE") ? stderr : NULL};
+    if (f) o.faults = *f;
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    accept_opts = (lull_simconn_options){.flags = flags, .faults = back};
+    dont_accept = false;
+    accepted.echo = false;
+    CHECK_EQ(lull_simserver_listen(net, srv, "s", on_connection), 0);
+    lull_simconn_options co = {.flags = flags};
+    client_connect(net, cl, "s", &co);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl->connect_status, 0);
+    return net;
+}
+
+static void close_both(lull_simnet *net, lull_simserver *srv, end *cl) {
+    lull_endpoint_close(&cl->c.ep, 0);
+    lull_endpoint_close(&accepted.c.ep, 0);
+    finish(L, net, srv);
+}
+
+TEST(delay_alone_is_seen) {
+    /* A 7 ms delay: the connect's answer after 14 ms (there and back), a
+     * frame 7 ms after its send, a reply 7 ms after that. Without it, the
+     * same frame arrives at its send's instant (in a later turn). */
+    for (int on = 0; on <= 1; on++) {
+        lull_simfaults f = {.delay_ns = on ? 7 * MS : 0};
+        lull_simserver srv;
+        end cl;
+        lull_simnet *net = open_pair(1, &f, NULL, 0, &srv, &cl);
+        CHECK_U64_EQ(lull_loop_now(L), on ? 14 * MS : 0);
+        uint64_t t0 = lull_loop_now(L);
+        CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, "x", 1), 0);
+        CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+        CHECK_U64_EQ(accepted.first_at, t0 + f.delay_ns);
+        CHECK_EQ(lull_endpoint_send_copy(&accepted.c.ep, "\x00", 1), 0);
+        CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+        CHECK_U64_EQ(cl.first_at, t0 + 2 * f.delay_ns);
+        close_both(net, &srv, &cl);
+    }
+}
+
+TEST(jitter_alone_is_seen) {
+    /* Up to 5 ms of jitter: one frame at a time, each latency within it
+     * and many different ones; without jitter, every latency is 0. Frames
+     * sent together still arrive in order (send_pattern's bytes). */
+    for (int on = 0; on <= 1; on++) {
+        lull_simfaults f = {.jitter_ns = on ? 5 * MS : 0};
+        lull_simserver srv;
+        end cl;
+        lull_simnet *net = open_pair(2, &f, NULL, 0, &srv, &cl);
+        uint64_t seen[64];
+        int distinct = 0;
+        for (int i = 0; i < 50; i++) {
+            uint64_t t0 = lull_loop_now(L), pos = accepted.got, rng = 9;
+            send_pattern(&cl.c.ep, &pos, 1, &rng);
+            CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+            uint64_t lat = accepted.last_at - t0;
+            CHECK(lat <= f.jitter_ns);
+            int j = 0;
+            while (j < distinct && seen[j] != lat)
+                j++;
+            if (j == distinct) seen[distinct++] = lat;
+        }
+        CHECK(on ? distinct >= 30 : distinct == 1);
+        uint64_t pos = accepted.got, rng = 3;
+        send_pattern(&cl.c.ep, &pos, 50000, &rng);
+        CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+        CHECK_U64_EQ(accepted.got, pos);
+        CHECK(!accepted.bad);
+        close_both(net, &srv, &cl);
+    }
+}
+
+TEST(bandwidth_alone_is_seen) {
+    /* 1,000,000 bytes per second: 100,000 bytes take 100 ms (less at most
+     * a ns per segment, each rounded down), read as they come; without
+     * the limit, all at the instant they were sent. */
+    for (int on = 0; on <= 1; on++) {
+        lull_simfaults f = {.bandwidth = on ? 1000000 : 0};
+        lull_simserver srv;
+        end cl;
+        lull_simnet *net = open_pair(3, &f, NULL, LULL_SIMCONN_RAW, &srv, &cl);
+        uint64_t t0 = lull_loop_now(L), pos = 0, rng = 5;
+        send_pattern(&cl.c.ep, &pos, 100000, &rng);
+        CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+        CHECK_U64_EQ(accepted.got, 100000);
+        CHECK(!accepted.bad);
+        uint64_t took = accepted.last_at - t0;
+        if (on)
+            CHECK(took >= 99 * MS && took <= 100 * MS);
+        else
+            CHECK_U64_EQ(took, 0);
+        close_both(net, &srv, &cl);
+    }
+}
+
+TEST(window_alone_is_seen) {
+    /* A paused reader: exactly the window's bytes leave the sender (1,000,
+     * or 64 KiB by default), the rest waits in its queue; resumed, all of
+     * it arrives. */
+    for (int on = 0; on <= 1; on++) {
+        lull_simfaults f = {.window = on ? 1000 : 0};
+        lull_simserver srv;
+        end cl;
+        lull_simnet *net = open_pair(4, &f, NULL, LULL_SIMCONN_RAW, &srv, &cl);
+        CHECK_EQ(lull_simconn_read_stop(&accepted.c), 0);
+        uint64_t pos = 0, rng = 6;
+        send_pattern(&cl.c.ep, &pos, 100000, &rng);
+        CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+        lull_simnet_stats st;
+        lull_simnet_get_stats(net, &st);
+        CHECK_U64_EQ(st.bytes, on ? 1000 : 65536);
+        CHECK_U64_EQ(accepted.got, 0);
+        CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
+        CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+        CHECK_U64_EQ(accepted.got, 100000);
+        CHECK(!accepted.bad);
+        close_both(net, &srv, &cl);
+    }
+}
+
+TEST(slow_reader_alone_is_seen) {
+    /* A reader that waits up to 10 ms between reads: 20 frames sent at
+     * once are read at many instants, within 20 x 10 ms; a reader that is
+     * not slow reads them all at the instant they came. */
+    for (int on = 0; on <= 1; on++) {
+        lull_simfaults f = {.slow_permille = on ? 1000 : 0,
+                            .slow_read_ns = 10 * MS};
+        lull_simserver srv;
+        end cl;
+        lull_simnet *net = open_pair(5, &f, NULL, 0, &srv, &cl);
+        uint64_t t0 = lull_loop_now(L), pos = 0, rng = 7;
+        for (int i = 0; i < 20; i++)
+            send_pattern(&cl.c.ep, &pos, 1, &rng);
+        CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+        CHECK_U64_EQ(accepted.frames, 20);
+        CHECK(!accepted.bad);
+        if (on) {
+            CHECK(accepted.instants >= 10);
+            CHECK(accepted.last_at - t0 <= 20 * 10 * MS);
+        } else {
+            CHECK_U64_EQ(accepted.instants, 1);
+            CHECK_U64_EQ(accepted.last_at, t0);
+        }
+        close_both(net, &srv, &cl);
+    }
+}
+
+TEST(directions_have_their_own_faults) {
+    /* The client's connect gives 1 ms of delay; the accept gives what its
+     * end sends 20 ms and a bandwidth: an echo takes 1 ms one way, 20 ms
+     * and the bandwidth's time back. An accept whose profile is invalid
+     * fails, and the connect is refused. */
+    lull_simfaults f = {.delay_ns = 1 * MS};
+    lull_simfaults back = {.delay_ns = 20 * MS, .bandwidth = 1000000};
+    lull_simserver srv;
+    end cl;
+    lull_simnet *net = open_pair(6, &f, &back, 0, &srv, &cl);
+    accepted.echo = true;
+    uint64_t t0 = lull_loop_now(L);
+    char b[996] = {0};
+    CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, b, sizeof b), 0);
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.first_at, t0 + 1 * MS);
+    /* 996 bytes and a 4-byte header at 1,000,000 bytes/s: 1 ms. */
+    CHECK_U64_EQ(cl.first_at, t0 + 1 * MS + 1 * MS + 20 * MS);
+    accepted.echo = false;
+    lull_endpoint_close(&cl.c.ep, 0);
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    lull_simfaults bad = {.slow_permille = 1001};
+    accept_opts.faults = &bad;
+    accept_want = -EINVAL;
+    end again;
+    client_connect(net, &again, "s", NULL);
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    accept_want = 0;
+    CHECK_EQ(again.connect_status, -ECONNREFUSED);
+    CHECK_EQ(again.closes, 1);
+    finish(L, net, &srv);
+}
+
+/* ------------------------------------------- a hostile user's arguments */
+
+TEST(null_and_zeroed_arguments) {
+    lull_simnet_stats st;
+    lull_simserver srv;
+    lull_simconn c;
+    CHECK_EQ(lull_simnet_free(NULL), -EINVAL);
+    lull_simnet_heal(NULL);
+    lull_simnet_log(NULL, "x");
+    lull_simnet_get_stats(NULL, &st);
+    lull_simserver_close(NULL);
+    CHECK_EQ(lull_simserver_accept(NULL, &c, NULL), -EINVAL);
+    CHECK_EQ(lull_simconn_connect(NULL, &c, "a", NULL, on_connect), -EINVAL);
+    CHECK_EQ(lull_simconn_read_start(NULL), -EINVAL);
+    CHECK_EQ(lull_simconn_shutdown(NULL), -EINVAL);
+    CHECK_EQ(lull_simconn_reset(NULL, 0), -EINVAL);
+    CHECK_EQ(lull_loop_shuffle(NULL, true, 1), -EINVAL);
+    /* Structs never set up (zeroed): refused, nothing touched. */
+    memset(&c, 0, sizeof c);
+    memset(&srv, 0, sizeof srv);
+    CHECK_EQ(lull_simconn_read_stop(&c), -EINVAL);
+    CHECK_EQ(lull_simconn_read_start(&c), -EINVAL);
+    CHECK_EQ(lull_simconn_shutdown(&c), -EINVAL);
+    CHECK_EQ(lull_simconn_partition(&c, MS, true), -EINVAL);
+    CHECK_EQ(lull_simconn_reset(&c, 1), -EINVAL);
+    CHECK_EQ(lull_endpoint_close(&c.ep, 0), -EINVAL);
+    CHECK_EQ(lull_endpoint_send_copy(&c.ep, "x", 1), -EINVAL);
+    lull_simserver_close(&srv);
+    CHECK_EQ(lull_simserver_accept(&srv, &c, NULL), -ENOENT);
+
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options bad = {.faults = {.reset_permille = 1001}};
+    CHECK_EQ(lull_simnet_new(&net, loop, &bad), -EINVAL);
+    lull_simnet_options o = {.seed = UINT64_MAX};
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    CHECK_EQ(lull_simserver_listen(net, NULL, "a", on_connection), -EINVAL);
+    CHECK_EQ(lull_simserver_listen(net, &srv, NULL, on_connection), -EINVAL);
+    lull_simnet_log(net, NULL);
+    lull_simnet_get_stats(net, NULL);
+    /* A line far past the trace's line length is cut, not overrun. */
+    static char big[10000];
+    memset(big, 'a', sizeof big - 1);
+    lull_simnet_log(net, "%s%s", big, big);
+    /* Names at and past their limits: 31 bytes of address, 24 of name. */
+    char a31[32], a32[33], n24[25], n25[26];
+    memset(a31, 'a', 31), a31[31] = 0;
+    memset(a32, 'a', 32), a32[32] = 0;
+    memset(n24, 'n', 24), n24[24] = 0;
+    memset(n25, 'n', 25), n25[25] = 0;
+    CHECK_EQ(lull_simserver_listen(net, &srv, a32, on_connection), -EINVAL);
+    CHECK_EQ(lull_simserver_listen(net, &srv, a31, on_connection), 0);
+    dont_accept = false;
+    accept_opts = (lull_simconn_options){0};
+    end e;
+    end_setup(&e);
+    CHECK_EQ(lull_simconn_connect(net, &e.c, a32, NULL, on_connect), -EINVAL);
+    lull_simconn_options co = {.name = n25};
+    CHECK_EQ(lull_simconn_connect(net, &e.c, a31, &co, on_connect), -EINVAL);
+    lull_simfaults share = {.refuse_permille = 1001};
+    co = (lull_simconn_options){.faults = &share};
+    CHECK_EQ(lull_simconn_connect(net, &e.c, a31, &co, on_connect), -EINVAL);
+    end e2;
+    co = (lull_simconn_options){.name = ""};
+    client_connect(net, &e2, a31, &co);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(e2.connect_status, 0);
+    CHECK(e2.c.name[0] == ':');
+    lull_endpoint_close(&e2.c.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(e2.closes, 1);
+    co = (lull_simconn_options){.name = n24};
+    CHECK_EQ(lull_simconn_connect(net, &e.c, a31, &co, on_connect), 0);
+    lull_endpoint_set_callbacks(&e.c.ep, on_frame, NULL, on_close);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(e.connect_status, 0);
+    CHECK(strncmp(e.c.name, n24, 24) == 0 && e.c.name[24] == ':');
+    /* Sends of nothing, and of a NULL buffer with a length. */
+    CHECK_EQ(lull_endpoint_send_copy(&e.c.ep, NULL, 0), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&e.c.ep, NULL, 5), -EINVAL);
+    lull_endpoint_close(&e.c.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(e.closes, 1);
+    /* Calls on ends that are done: refused or harmless. */
+    CHECK_EQ(lull_simconn_shutdown(&e.c), -ENOTCONN);
+    CHECK_EQ(lull_simconn_partition(&e.c, MS, false), -ENOTCONN);
+    CHECK_EQ(lull_simconn_reset(&e.c, 0), -ENOTCONN);
+    CHECK_EQ(lull_endpoint_send_copy(&e.c.ep, "x", 1), -EPIPE);
+    CHECK_EQ(lull_simconn_read_stop(&e.c), 0);
+    CHECK_EQ(lull_simconn_read_start(&e.c), 0);
+    CHECK_EQ(lull_endpoint_close(&e.c.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(e.closes, 1);
+    finish(loop, net, &srv);
+}
+
+static lull_simconn *accept_into; /* on_connection's target, if set */
+static int accept_rc;
+static void accept_into_fn(lull_simserver *srv) {
+    accept_rc = lull_simserver_accept(srv, accept_into, NULL);
+}
+
+TEST(live_structs_are_not_set_up_again) {
+    /* A struct in use (listening, connecting, open, or owed its close
+     * callback) given to listen, connect or accept again: -EBUSY, and the
+     * first use goes on unharmed. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv, other;
+    dont_accept = false;
+    accept_opts = (lull_simconn_options){0};
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    CHECK_EQ(lull_simserver_listen(net, &srv, "t", on_connection), -EBUSY);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_simconn_connect(net, &cl.c, "s", NULL, on_connect), -EBUSY);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.connect_status, 0);
+    CHECK_EQ(lull_simconn_connect(net, &cl.c, "s", NULL, on_connect), -EBUSY);
+    /* Accept into an end that is open (the client's own; the accepted
+     * one): refused, so the connect is refused. */
+    CHECK_EQ(lull_simserver_listen(net, &other, "o", accept_into_fn), 0);
+    lull_simconn *targets[2] = {&cl.c, &accepted.c};
+    for (int i = 0; i < 2; i++) {
+        accept_into = targets[i];
+        end x;
+        client_connect(net, &x, "o", NULL);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(accept_rc, -EBUSY);
+        CHECK_EQ(x.connect_status, -ECONNREFUSED);
+    }
+    /* Closed, its close callback owed: still busy until it ran. */
+    lull_endpoint_close(&cl.c.ep, 0);
+    CHECK_EQ(lull_simconn_connect(net, &cl.c, "s", NULL, on_connect), -EBUSY);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(accepted.closes, 1);
+    /* Done: set up again. */
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.connect_status, 0);
+    CHECK_U64_EQ(srv.accepted, 2);
+    lull_endpoint_close(&cl.c.ep, 0);
+    lull_simserver_close(&other);
+    finish(loop, net, &srv);
+}
+
+TEST(huge_arguments_saturate) {
+    /* UINT64_MAX as a span or a byte count means never, not a wrap into
+     * the past: a partition that never ends on its own (heal ends it), a
+     * reset that never comes, a connect whose answer never comes (closing
+     * it ends it). Extreme profiles run and free cleanly. */
+    lull_simserver srv;
+    end cl;
+    lull_simnet *net = open_pair(7, NULL, NULL, LULL_SIMCONN_RAW, &srv, &cl);
+    /* Later than 0 and past byte 0, where a sum would wrap. */
+    uint64_t pos = 0, rng = 1;
+    send_pattern(&cl.c.ep, &pos, 100, &rng);
+    lull_loop_advance(L, MS);
+    CHECK_U64_EQ(accepted.got, 100);
+    CHECK_EQ(lull_simconn_partition(&cl.c, UINT64_MAX, true), 0);
+    CHECK_EQ(lull_simconn_reset(&cl.c, UINT64_MAX), 0);
+    send_pattern(&cl.c.ep, &pos, 4900, &rng);
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.got, 100);
+    CHECK_U64_EQ(lull_loop_now(L), MS);
+    CHECK_EQ(cl.closes, 0);
+    lull_simnet_heal(net);
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.got, 5000);
+    CHECK(!accepted.bad);
+    CHECK_EQ(accepted.closes, 0);
+    /* A reset at the very next byte: nothing more is read. */
+    CHECK_EQ(lull_simconn_reset(&cl.c, 0), 0);
+    send_pattern(&cl.c.ep, &pos, 10, &rng);
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.got, 5000);
+    CHECK_EQ(cl.close_reason, -ECONNRESET);
+    CHECK_EQ(accepted.close_reason, -ECONNRESET);
+    finish(L, net, &srv);
+
+    /* A connect that never arrives: pending until closed. */
+    lull_loop *loop = L = vloop();
+    lull_simnet_options o = {.faults = {.delay_ns = UINT64_MAX - 1}};
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    lull_loop_advance(loop, MS);
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.connects, 0);
+    CHECK_EQ(lull_simnet_free(net), -EBUSY);
+    lull_endpoint_close(&cl.c.ep, -ECANCELED);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.connects, 0);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(cl.close_reason, -ECANCELED);
+    finish(loop, net, &srv);
+
+    /* Every field at its extreme, one at a time, and all at once: a
+     * connection carries what it can, and both ends close and free. */
+    for (int field = 0; field <= 9; field++) {
+        lull_simfaults f = {0};
+        bool all = field == 9;
+        if (field == 0 || all) {
+            f.jitter_ns = UINT64_MAX;
+            f.delay_ns = UINT64_MAX / 2;
+        }
+        if (field == 1 || all) f.bandwidth = 1;
+        if (field == 2 || all) f.window = SIZE_MAX;
+        if (field == 3 || all) {
+            f.slow_permille = 1000;
+            f.slow_read_ns = UINT64_MAX;
+        }
+        if (field == 4 || all) {
+            f.partition_every_ns = UINT64_MAX;
+            f.partition_ns = UINT64_MAX;
+            f.break_permille = 1000;
+        }
+        if (field == 5) {
+            /* A partition every microsecond or so (every nanosecond is
+             * as valid, and as slow: 10^8 events per 100 ms). */
+            f.partition_every_ns = 1000;
+            f.partition_ns = 1;
+        }
+        if (field == 6 || all) {
+            f.reset_permille = 1000;
+            f.reset_within = UINT64_MAX;
+        }
+        if (field == 7) f.bandwidth = UINT64_MAX;
+        if (field == 8) f.window = 1;
+        loop = L = vloop();
+        end_setup(&accepted); /* stays so if the connect never arrives */
+        lull_simnet_options fo = {.seed = (uint64_t)field, .faults = f};
+        CHECK_EQ(lull_simnet_new(&net, loop, &fo), 0);
+        dont_accept = false;
+        accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+        CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+        client_connect(net, &cl, "s", NULL);
+        lull_loop_advance(loop, MS);
+        pos = 0;
+        if (cl.connect_status == 0) send_pattern(&cl.c.ep, &pos, 3000, &rng);
+        lull_loop_advance(loop, 100 * MS);
+        CHECK(!accepted.bad);
+        lull_endpoint_close(&cl.c.ep, 0);
+        lull_endpoint_close(&accepted.c.ep, 0);
+        finish(loop, net, &srv);
+        CHECK(accepted.got <= 3000);
+        if (field == 7 || field == 8) CHECK_U64_EQ(accepted.got, 3000);
+    }
+}
+
+/* -------------------------------- close and free inside the callbacks */
+
+/* A connection end on the heap, freed in its close callback (the one
+ * free path): ASan sees a use after it. */
+typedef struct heap_end {
+    lull_simconn c;
+    int *closes;
+    int mode; /* what its on_frame does */
+    struct heap_end **self;
+} heap_end;
+
+static lull_simnet *hostile_net;
+static int heap_closes;
+
+enum {
+    H_NOTHING,
+    H_CLOSE_SELF,
+    H_CLOSE_PEER,
+    H_HEAL,
+    H_PARTITION,
+    H_RESET,
+    H_FREE_NET
+};
+
+static heap_end *heap_peer_of(heap_end *h);
+static heap_end *heap_client, *heap_server;
+
+static void heap_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)b;
+    (void)n;
+    heap_end *h = ep->data;
+    switch (h->mode) {
+    case H_CLOSE_SELF:
+        lull_endpoint_close(ep, -ECANCELED);
+        CHECK_EQ(lull_endpoint_send_copy(ep, "x", 1), -EPIPE);
+        break;
+    case H_CLOSE_PEER: {
+        heap_end *p = heap_peer_of(h);
+        if (p) lull_endpoint_close(&p->c.ep, 0);
+        break;
+    }
+    case H_HEAL:
+        lull_simnet_heal(hostile_net);
+        break;
+    case H_PARTITION:
+        lull_simconn_partition(&h->c, MS, true);
+        break;
+    case H_RESET:
+        lull_simconn_reset(&h->c, 0);
+        break;
+    case H_FREE_NET:
+        CHECK_EQ(lull_simnet_free(hostile_net), -EBUSY);
+        break;
+    }
+    lull_endpoint_send_copy(ep, "echo", 4);
+}
+
+static void heap_close(lull_endpoint *ep, int reason) {
+    (void)reason;
+    heap_end *h = ep->data;
+    heap_closes++;
+    CHECK_EQ(lull_simnet_free(hostile_net), -EBUSY); /* inside an event */
+    *h->self = NULL;
+    memset(h, 0xa5, sizeof *h);
+    free(h);
+}
+
+static heap_end *heap_peer_of(heap_end *h) {
+    return h == heap_client ? heap_server : heap_client;
+}
+
+static heap_end *heap_new(heap_end **self, int mode) {
+    heap_end *h = calloc(1, sizeof *h);
+    CHECK(h != NULL);
+    h->c.ep.data = h;
+    h->mode = mode;
+    h->self = self;
+    *self = h;
+    return h;
+}
+
+static int heap_server_mode;
+static void heap_accept(lull_simserver *srv) {
+    heap_end *h = heap_new(&heap_server, heap_server_mode);
+    lull_simconn_options o = {.flags = LULL_SIMCONN_RAW};
+    CHECK_EQ(lull_simserver_accept(srv, &h->c, &o), 0);
+    lull_endpoint_set_callbacks(&h->c.ep, heap_frame, NULL, heap_close);
+}
+
+static void heap_connected(lull_simconn *c, int status) {
+    (void)c;
+    (void)status;
+}
+
+TEST(close_and_free_inside_callbacks) {
+    /* Each end on the heap, freed by its close callback; the server's
+     * on_frame closes itself, closes its peer, heals, partitions, resets,
+     * or tries to free the network, with frames in flight both ways and
+     * faults on. Every end gets its close callback once; everything
+     * frees. */
+    static const int modes[] = {H_NOTHING,   H_CLOSE_SELF, H_CLOSE_PEER, H_HEAL,
+                                H_PARTITION, H_RESET,      H_FREE_NET};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++)
+        for (uint64_t seed = 1; seed <= 5; seed++) {
+            lull_loop *loop = L = vloop();
+            lull_simnet_options o = {.seed = seed};
+            o.faults = (lull_simfaults){.delay_ns = MS,
+                                        .jitter_ns = MS,
+                                        .window = 700,
+                                        .slow_permille = 500,
+                                        .slow_read_ns = MS};
+            CHECK_EQ(lull_simnet_new(&hostile_net, loop, &o), 0);
+            lull_simserver srv;
+            CHECK_EQ(lull_simserver_listen(hostile_net, &srv, "s", heap_accept),
+                     0);
+            heap_server_mode = modes[m];
+            heap_closes = 0;
+            heap_end *c = heap_new(&heap_client, H_NOTHING);
+            lull_simconn_options co = {.flags = LULL_SIMCONN_RAW};
+            CHECK_EQ(lull_simconn_connect(hostile_net, &c->c, "s", &co,
+                                          heap_connected),
+                     0);
+            lull_endpoint_set_callbacks(&c->c.ep, heap_frame, NULL, heap_close);
+            uint64_t pos = 0, rng = seed;
+            send_pattern(&c->c.ep, &pos, 3000, &rng);
+            lull_loop_advance(loop, 50 * MS);
+            /* Whatever is left open is closed now. */
+            if (heap_client) lull_endpoint_close(&heap_client->c.ep, 0);
+            if (heap_server) lull_endpoint_close(&heap_server->c.ep, 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+            CHECK_EQ(heap_closes, 2);
+            CHECK(heap_client == NULL && heap_server == NULL);
+            lull_simserver_close(&srv);
+            CHECK_EQ(lull_simnet_free(hostile_net), 0);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+}
+
+/* A server on the heap that closes and frees itself inside its own
+ * on_connection, having accepted or not. */
+typedef struct heap_server_t {
+    lull_simserver srv;
+    bool accept;
+} heap_server_t;
+static end freed_server_end;
+
+static void close_free_server(lull_simserver *srv) {
+    heap_server_t *h = LULL_CONTAINER_OF(srv, heap_server_t, srv);
+    if (h->accept) {
+        end_setup(&freed_server_end);
+        CHECK_EQ(lull_simserver_accept(srv, &freed_server_end.c, NULL), 0);
+        lull_endpoint_set_callbacks(&freed_server_end.c.ep, on_frame, NULL,
+                                    on_close);
+    }
+    lull_simserver_close(srv);
+    CHECK_EQ(lull_simserver_accept(srv, &freed_server_end.c, NULL), -ENOENT);
+    memset(h, 0xa5, sizeof *h);
+    free(h);
+}
+
+TEST(server_closed_and_freed_inside_on_connection) {
+    for (int accept = 0; accept <= 1; accept++) {
+        lull_loop *loop = L = vloop();
+        lull_simnet *net;
+        CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+        heap_server_t *h = calloc(1, sizeof *h);
+        CHECK(h != NULL);
+        h->accept = accept;
+        CHECK_EQ(lull_simserver_listen(net, &h->srv, "s", close_free_server),
+                 0);
+        end cl;
+        client_connect(net, &cl, "s", NULL);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(cl.connect_status, accept ? 0 : -ECONNREFUSED);
+        if (accept) {
+            CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, "abc", 3), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+            CHECK_U64_EQ(freed_server_end.frames, 1);
+            lull_endpoint_close(&cl.c.ep, 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+            CHECK_EQ(freed_server_end.closes, 1);
+        }
+        CHECK_EQ(cl.closes, 1);
+        /* Nothing listens there any more. */
+        end again;
+        client_connect(net, &again, "s", NULL);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(again.connect_status, -ECONNREFUSED);
+        finish(loop, net, NULL);
+    }
+}
+
+static int reconnect_rc;
+static lull_simnet *reconnect_net;
+static end *reconnecting;
+static void reconnect_in_refused(lull_simconn *c, int status) {
+    end *e = LULL_CONTAINER_OF(c, end, c);
+    e->connects++;
+    e->connect_status = status;
+    /* The struct is still owed its close callback: not set up again. */
+    reconnect_rc =
+        lull_simconn_connect(reconnect_net, c, "s", NULL, on_connect);
+}
+
+static void close_in_connected(lull_simconn *c, int status) {
+    on_connect(c, status);
+    if (status == 0) lull_endpoint_close(&c->ep, -ECANCELED);
+}
+
+static int reconnects_left;
+static void reconnect_in_close(lull_endpoint *ep, int reason) {
+    on_close(ep, reason);
+    end *e = ep->data;
+    if (reconnects_left-- > 0) {
+        CHECK_EQ(lull_simconn_connect(reconnect_net, &e->c, "nobody", NULL,
+                                      reconnect_in_refused),
+                 0);
+        lull_endpoint_set_callbacks(ep, on_frame, NULL, reconnect_in_close);
+    }
+}
+
+TEST(connect_callbacks_close_and_reconnect) {
+    /* Inside a refused connect's callback, a connect of the same struct is
+     * -EBUSY (its close callback comes right after, and is this
+     * connection's); inside the close callback, it may connect again. A
+     * connection closed inside its own connect callback gets its close
+     * callback once, later. */
+    lull_loop *loop = L = vloop();
+    CHECK_EQ(lull_simnet_new(&reconnect_net, loop, NULL), 0);
+    end e;
+    end_setup(&e);
+    reconnects_left = 3;
+    CHECK_EQ(lull_simconn_connect(reconnect_net, &e.c, "nobody", NULL,
+                                  reconnect_in_refused),
+             0);
+    lull_endpoint_set_callbacks(&e.c.ep, on_frame, NULL, reconnect_in_close);
+    reconnecting = &e;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(reconnect_rc, -EBUSY);
+    CHECK_EQ(e.connects, 4);
+    CHECK_EQ(e.closes, 4);
+    CHECK_EQ(e.close_reason, -ECONNREFUSED);
+    lull_simserver srv;
+    dont_accept = false;
+    accept_opts = (lull_simconn_options){0};
+    CHECK_EQ(lull_simserver_listen(reconnect_net, &srv, "s", on_connection), 0);
+    end_setup(&e);
+    CHECK_EQ(lull_simconn_connect(reconnect_net, &e.c, "s", NULL,
+                                  close_in_connected),
+             0);
+    lull_endpoint_set_callbacks(&e.c.ep, on_frame, NULL, on_close);
+    CHECK_EQ(lull_endpoint_send_copy(&e.c.ep, "early", 5), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(e.connects, 1);
+    CHECK_EQ(e.closes, 1);
+    CHECK_EQ(e.close_reason, -ECANCELED);
+    CHECK_EQ(accepted.closes, 1);
+    finish(loop, reconnect_net, &srv);
+}
+
+/* Frames whose release callback closes the endpoint that sent them. */
+typedef struct closing_frame {
+    lull_frame f;
+    lull_endpoint *ep;
+} closing_frame;
+
+static int closing_released;
+static void release_and_close(lull_frame *f) {
+    closing_frame *cf = LULL_CONTAINER_OF(f, closing_frame, f);
+    closing_released++;
+    lull_endpoint_close(cf->ep, -ECANCELED);
+}
+
+static void close_in_drain(lull_endpoint *ep) {
+    on_drain(ep);
+    lull_endpoint_close(ep, -EINTR);
+}
+
+TEST(close_inside_release_and_drain) {
+    /* A frame's release callback closes its own endpoint (while the
+     * network releases it after a read); then a drain callback closes its
+     * endpoint. Each close callback once; every frame released once. */
+    lull_simserver srv;
+    end cl;
+    lull_simnet *net = open_pair(8, NULL, NULL, 0, &srv, &cl);
+    closing_frame fr[3];
+    static const char text[] = "abcdef";
+    for (int i = 0; i < 3; i++) {
+        fr[i] = (closing_frame){
+            .f = {.bytes = text, .len = 6, .release = release_and_close},
+            .ep = &cl.c.ep};
+        CHECK_EQ(lull_endpoint_send(&cl.c.ep, &fr[i].f), 0);
+    }
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(closing_released, 3);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(cl.close_reason, -ECANCELED);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK(accepted.frames >= 1);
+    finish(L, net, &srv);
+
+    lull_simfaults f = {.window = 100};
+    net = open_pair(9, &f, NULL, 0, &srv, &cl);
+    lull_endpoint_set_callbacks(&cl.c.ep, on_frame, close_in_drain, on_close);
+    CHECK_EQ(lull_simconn_read_stop(&accepted.c), 0);
+    static char b[200000]; /* past the default high-water mark */
+    CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, b, sizeof b), 0);
+    CHECK(!lull_endpoint_writable(&cl.c.ep));
+    CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(cl.drains, 1);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(cl.close_reason, -EINTR);
+    CHECK_EQ(accepted.closes, 1);
+    finish(L, net, &srv);
+}
+
+static int event_free_rc = 1;
+static lull_simnet *event_net;
+static void free_in_event(lull_simnet *net, void *arg) {
+    (void)arg;
+    CHECK(net == event_net);
+    event_free_rc = lull_simnet_free(net);
+}
+
+TEST(net_free_inside_on_event_is_busy) {
+    lull_loop *loop = L = vloop();
+    lull_simnet_options o = {.on_event = free_in_event};
+    CHECK_EQ(lull_simnet_new(&event_net, loop, &o), 0);
+    end e;
+    client_connect(event_net, &e, "nobody", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(event_free_rc, -EBUSY);
+    CHECK_EQ(e.closes, 1);
+    finish(loop, event_net, NULL);
+}
