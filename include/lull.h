@@ -237,11 +237,13 @@ struct lull_timer {      /* 48 bytes, plus one 16-byte heap slot while armed */
 LULL_EXTERN int lull_timer_init(lull_loop *loop, lull_timer *timer,
                                 lull_timer_fn fn);
 /* Arms (or re-arms: new deadline, new arm order) the timer. delay 0 queues it
- * like a posted task; repeat > 0 fires every repeat ns, phase kept. A delay
- * counts from this call: on the real clock it reads CLOCK_MONOTONIC, so the
- * timer never fires before delay_ns has passed since the call. Deadlines
- * saturate at UINT64_MAX (never, on the real clock); a repeating timer that
- * fires at UINT64_MAX has no next period and stops. */
+ * like a posted task; repeat > 0 fires every repeat ns, phase kept. On the
+ * real clock the timer never fires before delay_ns has passed since this
+ * call on CLOCK_MONOTONIC: inside a callback the delay counts from the
+ * loop's next clock reading (no read here; at the latest when the slice
+ * ends), elsewhere from a reading taken here. Deadlines saturate at
+ * UINT64_MAX (never, on the real clock); a repeating timer that fires at
+ * UINT64_MAX has no next period and stops. */
 LULL_EXTERN void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
                                   uint64_t repeat_ns);
 LULL_EXTERN void lull_timer_stop(lull_timer *timer);
@@ -249,7 +251,8 @@ LULL_EXTERN bool lull_timer_active(const lull_timer *timer);
 /* The absolute deadline (loop clock, ns) the timer is armed for, or 0 when
  * it is not waiting for one (stopped, or due and queued). A repeating timer
  * is armed for its next period before its callback runs, so inside the
- * callback this is already the next deadline. */
+ * callback this is already the next deadline. An arm still waiting for the
+ * loop's next reading gets its deadline from a reading taken here. */
 LULL_EXTERN uint64_t lull_timer_deadline(const lull_timer *timer);
 /* Inside the timer's own callback, when it fires for a deadline: how many
  * periods this fire stands for (timerfd's expiration count). 1 when the loop

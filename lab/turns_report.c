@@ -148,13 +148,13 @@ static void timer_checks(const lab_fig *fig) {
                    lull->v[TIMERS_ARM_NS].v[kl], ev->v[TIMERS_ARM_NS].v[ke],
                    lull->v[TIMERS_CANCEL_NS].v[kl],
                    ev->v[TIMERS_CANCEL_NS].v[ke]);
-        lab_detail(
-            "    an arm that must never fire early counts its delay from "
-            "the clock at the call, not from the loop's cached time: one "
-            "CLOCK_MONOTONIC read costs %.3g ns here; libev's "
-            "ev_timer_start adds the delay to its cached ev_now() and "
-            "reads no clock\n",
-            turns_clock_ns);
+        lab_detail("    these arms are made outside any run, where a lull arm, "
+                   "which must never fire early, reads the clock: one "
+                   "CLOCK_MONOTONIC read costs %.3g ns here (inside a callback "
+                   "it waits for the loop's next reading instead: "
+                   "bench/timer_scale); libev's ev_timer_start adds the delay "
+                   "to its cached ev_now() and reads no clock\n",
+                   turns_clock_ns);
     }
     if (lull && so)
         lab_detail("  lull linked shared ÷ static, steady arm+cancel: %.3g\n",

@@ -68,7 +68,10 @@ uint64_t lull_loop_now(lull_loop *loop) {
 
 uint64_t lull_loop_now_exact(lull_loop *loop) {
     if (!loop) return 0;
-    if (!loop->virtual_clock) loop->now = lull__clock_real();
+    if (!loop->virtual_clock) {
+        loop->now = lull__clock_real();
+        lull__timers_flush(loop, loop->now);
+    }
     return loop->now;
 }
 
@@ -93,6 +96,7 @@ static void start_quantum(lull_loop *loop, uint64_t t) {
 
 void lull__slice_begin(lull_loop *loop, uint64_t t) {
     loop->in_slice = true;
+    loop->defer_arms = !loop->virtual_clock;
     loop->busy_start = t;
     start_quantum(loop, t);
 }
@@ -106,6 +110,7 @@ void lull__slice_begin(lull_loop *loop, uint64_t t) {
 void lull__slice_renew(lull_loop *loop) {
     if (!loop->slice_spent || loop->stop) return;
     uint64_t t = lull__clock_real();
+    lull__timers_flush(loop, t);
     bool overrun = t >= loop->slice_deadline;
     if (t - loop->slice_start >= loop->stall_ns) note_stall(loop, t);
     start_quantum(loop, t);
@@ -115,9 +120,12 @@ void lull__slice_renew(lull_loop *loop) {
 /* t: the real time the slice ended (the caller reads it anyway). A stall is
  * also caught here, for callbacks that never reach a clock read. */
 void lull__slice_end(lull_loop *loop, uint64_t t) {
+    LULL_ASSERT(!loop->heap.pend,
+                "lull: a slice ended with timer arms deferred");
     if (t - loop->slice_start >= loop->stall_ns) note_stall(loop, t);
     loop->m.busy_ns += t - loop->busy_start;
     loop->in_slice = false;
+    loop->defer_arms = false;
     loop->countdown = LULL__COUNTDOWN_IDLE;
 }
 
@@ -204,6 +212,7 @@ bool lull__slice_check(lull_loop *loop) {
 #endif
     uint64_t t = lull__clock_real();
     if (!loop->virtual_clock) loop->now = t;
+    lull__timers_flush(loop, t); /* before a deferred arm could come due */
     loop->read_time = t;
     loop->read_tasks = loop->tasks_run;
     if (t - loop->sample_last >= SAMPLE_GAP_NS) {
@@ -223,13 +232,23 @@ bool lull__slice_check(lull_loop *loop) {
     return false;
 }
 
+/* A reading that flushes the deferred arms. */
+__attribute__((noinline)) static uint64_t read_and_flush(lull_loop *loop) {
+    uint64_t t = lull__clock_real();
+    lull__timers_flush(loop, t);
+    return t;
+}
+
 /* The end of a slice: the clock read made after the last callback
  * returned, when no callback has run since (a loop that polls on every hop
- * then reads the clock once per hop, not twice), or a fresh one. */
+ * then reads the clock once per hop, not twice; that read flushed every
+ * deferred arm, and no callback could defer one since), or a fresh one,
+ * which flushes the deferred arms: none outlives its slice. */
 uint64_t lull__slice_end_time(lull_loop *loop) {
-    if (loop->in_slice && loop->read_tasks == loop->tasks_run)
+    if (loop->in_slice && loop->read_tasks == loop->tasks_run &&
+        LULL_LIKELY(!loop->heap.pend))
         return loop->read_time;
-    return lull__clock_real();
+    return read_and_flush(loop);
 }
 
 /* A read made here is inside a callback that goes on running: it cannot

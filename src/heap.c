@@ -1,9 +1,11 @@
-/* The 4-ary timer heap (see heap.h). Single-threaded: the loop's own.
+/* The 8-ary timer heap (see heap.h). Single-threaded: the loop's own.
  *
  * Invariant: for every position p in ROOT+1 .. ROOT+len-1, the slot at
- * parent(p) = p/4 + 2 fires no later than the slot at p, and the slot's
- * timer has node.aux == p. Chunks are only ever added; memory is returned
- * when the loop is freed (as with the single array before, and libev). */
+ * parent(p) = p/8 + 6 fires no later than the slot at p, and the slot's
+ * timer has node.aux == p. The deferred arms fill ROOT+len ..
+ * ROOT+len+pend-1 with no order among them, each with node.aux == its
+ * position. Chunks are only ever added; memory is returned when the loop is
+ * freed (as with the single array before, and libev). */
 #include "heap.h"
 
 #include <errno.h>
@@ -18,18 +20,19 @@
 /* The first chunk starts this small: a loop that arms any timer at all
  * usually arms a few, and 64 slots are one 1 KiB block. */
 #define HEAP_MIN_CAP 64
-/* Positions stay below 2^30, so 4p - 5 (the last child) fits in 32 bits:
- * a billion timers, 64 GiB of handles and slots, before -ENOMEM. */
+/* Positions stay below 2^30: a billion timers, 64 GiB of handles and
+ * slots, before -ENOMEM. A first child, 8p - 48, can pass 2^32 then, so
+ * it is computed in 64 bits. */
 #define HEAP_MAX_POS (1u << 30)
-/* Siblings share a cache line (see heap.h). */
-#define LINE 64
+/* Siblings fill two cache lines of a chunk aligned to this (see heap.h). */
+#define LINE 128
 
 static inline uint32_t parent_of(uint32_t p) {
-    return p / 4 + 2;
+    return p / 8 + 6;
 }
 
-static inline uint32_t first_child(uint32_t p) {
-    return 4 * p - 8;
+static inline uint64_t first_child(uint32_t p) {
+    return 8 * (uint64_t)p - 48;
 }
 
 /* Does slot a fire before slot b? Equal deadlines: the earlier arm (serial
@@ -57,101 +60,185 @@ static void sift_up(lull__heap *h, uint32_t p, lull__slot s) {
     s.timer->node.aux = p;
 }
 
-/* Moves the hole at p down until s fits. The four children of a position
- * are one aligned group of slots in one chunk: one cache line a level. */
+/* The child of a full group of four (eight) that fires first: a
+ * tournament, so the first compares do not wait for each other. */
+static inline lull__slot *least_of_four(lull__slot *c) {
+    lull__slot *a = fires_before(&c[1], &c[0]) ? &c[1] : &c[0];
+    lull__slot *b = fires_before(&c[3], &c[2]) ? &c[3] : &c[2];
+    return fires_before(b, a) ? b : a;
+}
+
+static inline lull__slot *least_of_eight(lull__slot *c) {
+    lull__slot *a = least_of_four(c), *b = least_of_four(c + 4);
+    return fires_before(b, a) ? b : a;
+}
+
+/* Moves the hole at p down until s fits. The eight children of a
+ * position are one aligned group of slots in one chunk: two cache lines a
+ * level. */
 static void sift_down(lull__heap *h, uint32_t p, lull__slot s) {
     uint32_t end = ROOT + h->len;
     lull__slot *hole = lull__heap_slot(h, p);
     for (;;) {
-        uint32_t first = first_child(p);
-        if (first >= end) break;
-        lull__slot *c = lull__heap_slot(h, first);
-        uint32_t n = end - first < 4 ? end - first : 4;
-        uint32_t best = 0;
-        for (uint32_t j = 1; j < n; j++)
-            if (fires_before(&c[j], &c[best])) best = j;
-        if (!fires_before(&c[best], &s)) break;
-        *hole = c[best];
+        if (first_child(p) >= end) break;
+        uint32_t first = (uint32_t)first_child(p);
+        lull__slot *c = lull__heap_slot(h, first), *best;
+        if (LULL_LIKELY(end - first >= 8)) {
+            best = least_of_eight(c);
+        } else {
+            best = c;
+            for (uint32_t j = 1; j < end - first; j++)
+                if (fires_before(&c[j], best)) best = &c[j];
+        }
+        if (!fires_before(best, &s)) break;
+        *hole = *best;
         hole->timer->node.aux = p;
-        hole = &c[best];
-        p = first + best;
+        hole = best;
+        p = first + (uint32_t)(best - c);
     }
     *hole = s;
     s.timer->node.aux = p;
 }
 
-/* n slots, 64-byte aligned, from plain malloc (so test_alloc sees it). */
-static int chunk_alloc(lull__chunk *c, uint32_t n) {
-    void *mem = malloc((size_t)n * sizeof(lull__slot) + LINE - 1);
-    if (!mem) return -ENOMEM;
-    uintptr_t at = ((uintptr_t)mem + LINE - 1) & ~(uintptr_t)(LINE - 1);
-    c->mem = mem;
-    c->slots = (lull__slot *)at;
-    return 0;
+/* n slots, LINE-aligned, from plain malloc (so test_alloc sees it):
+ * *mem gets what malloc returned, and the aligned start is returned. */
+static lull__slot *chunk_alloc(void **mem, uint32_t n) {
+    *mem = malloc((size_t)n * sizeof(lull__slot) + LINE - 1);
+    if (!*mem) return NULL;
+    uintptr_t at = ((uintptr_t)*mem + LINE - 1) & ~(uintptr_t)(LINE - 1);
+    return (lull__slot *)at;
 }
 
-/* Room for one more position. The first chunk doubles up to CHUNK slots
- * (a copy of at most 32 KiB); after that each growth adds a chunk, and the
- * table of chunks, 16 bytes per 4,096 timers, is all that is ever copied. */
+/* Room for one more position. The
+ * first chunk doubles up to CHUNK slots (a copy of at most 32 KiB); after
+ * that each growth adds a chunk, and the table of chunks, 16 bytes per
+ * 4,096 timers, is all that is ever copied. */
 __attribute__((noinline, cold)) static int grow(lull__heap *h) {
     if (h->cap >= HEAP_MAX_POS) return -ENOMEM;
+    if (!h->base) {
+        h->base = malloc(sizeof *h->base);
+        h->mem = malloc(sizeof *h->mem);
+        if (!h->base || !h->mem) {
+            free(h->base);
+            free(h->mem);
+            h->base = NULL;
+            h->mem = NULL;
+            return -ENOMEM;
+        }
+        h->table_cap = 1;
+    }
     if (h->cap < CHUNK) {
-        if (!h->chunk) {
-            h->chunk = malloc(sizeof *h->chunk);
-            if (!h->chunk) return -ENOMEM;
-            h->table_cap = 1;
-        }
         uint32_t cap = h->cap ? h->cap * 2 : HEAP_MIN_CAP;
-        lull__chunk c;
-        if (chunk_alloc(&c, cap) != 0) return -ENOMEM;
+        void *mem;
+        lull__slot *slots = chunk_alloc(&mem, cap);
+        if (!slots) return -ENOMEM;
         if (h->chunks) {
-            memcpy(c.slots, h->chunk[0].slots, h->cap * sizeof(lull__slot));
-            free(h->chunk[0].mem);
+            memcpy(slots, (void *)h->base[0], h->cap * sizeof(lull__slot));
+            free(h->mem[0]);
         }
-        h->chunk[0] = c;
+        h->base[0] = (uintptr_t)slots;
+        h->mem[0] = mem;
         h->chunks = 1;
         h->cap = cap;
         return 0;
     }
     if (h->chunks == h->table_cap) {
         uint32_t n = h->table_cap * 2;
-        lull__chunk *t = realloc(h->chunk, n * sizeof *t);
-        if (!t) return -ENOMEM;
-        h->chunk = t;
+        uintptr_t *b = realloc(h->base, n * sizeof *b);
+        if (!b) return -ENOMEM;
+        h->base = b;
+        void **m = realloc(h->mem, n * sizeof *m);
+        if (!m) return -ENOMEM; /* base[] is merely larger: harmless */
+        h->mem = m;
         h->table_cap = n;
     }
-    if (chunk_alloc(&h->chunk[h->chunks], CHUNK) != 0) return -ENOMEM;
-    h->chunks++;
+    void *mem;
+    lull__slot *slots = chunk_alloc(&mem, CHUNK);
+    if (!slots) return -ENOMEM;
+    uint32_t c = h->chunks++;
+    h->base[c] = (uintptr_t)slots - (uintptr_t)c * CHUNK * sizeof(lull__slot);
+    h->mem[c] = mem;
     h->cap += CHUNK;
     return 0;
+}
+
+/* Moves the slot at `from` to `to`, which is free. */
+static inline void move_slot(lull__heap *h, uint32_t from, uint32_t to) {
+    lull__slot *s = lull__heap_slot(h, to);
+    *s = *lull__heap_slot(h, from);
+    s->timer->node.aux = to;
 }
 
 int lull__heap_insert(lull__heap *h, lull_timer *t, uint64_t deadline) {
     uint32_t p = ROOT + h->len;
     /* Also the first insert: cap 0. Out of line, so the common insert
      * saves no registers for it. */
-    if (LULL_UNLIKELY(p >= h->cap) && grow(h) != 0) return -ENOMEM;
+    if (LULL_UNLIKELY(p + h->pend >= h->cap) && grow(h) != 0) return -ENOMEM;
+    /* The first deferred arm makes room: it moves behind the last. */
+    if (h->pend) move_slot(h, p, p + h->pend);
     h->len++;
     sift_up(h, p, (lull__slot){deadline, t});
     return 0;
 }
 
-void lull__heap_remove(lull__heap *h, lull_timer *t) {
+int lull__heap_defer_slow(lull__heap *h, lull_timer *t, uint64_t delay) {
+    if (ROOT + h->len + h->pend >= h->cap && grow(h) != 0) return -ENOMEM;
+    lull__heap_try_defer(h, t, delay);
+    return 0;
+}
+
+static inline uint64_t saturating_add(uint64_t a, uint64_t b) {
+    return a + b < a ? UINT64_MAX : a + b;
+}
+
+/* Each deferred arm is in the place an insert would take (the end of the
+ * heap) already: it gets its deadline there and sifts up, in arm order. */
+void lull__heap_flush(lull__heap *h, uint64_t now) {
+    uint32_t p = ROOT + h->len, end = p + h->pend;
+    h->pend = 0;
+    for (; p < end; p++) {
+        lull__slot *s = lull__heap_slot(h, p);
+        uint64_t deadline = saturating_add(now, s->deadline);
+        h->len++;
+        /* Most stay where they are (heap.h): a store. */
+        if (LULL_LIKELY(p > ROOT) &&
+            lull__heap_slot(h, parent_of(p))->deadline < deadline) {
+            s->deadline = deadline;
+            continue;
+        }
+        sift_up(h, p, (lull__slot){deadline, s->timer});
+    }
+}
+
+void lull__heap_remove_slow(lull__heap *h, lull_timer *t) {
     uint32_t p = t->node.aux;
     t->node.aux = 0;
-    lull__slot last = *lull__heap_slot(h, ROOT + --h->len);
-    if (last.timer == t) return;
-    /* The last slot fills the hole and moves whichever way restores order. */
-    if (p > ROOT && fires_before(&last, lull__heap_slot(h, parent_of(p))))
-        sift_up(h, p, last);
-    else
-        sift_down(h, p, last);
+    if (p >= ROOT + h->len) {
+        /* A deferred arm: the last one takes its place. */
+        uint32_t last = ROOT + h->len + --h->pend;
+        if (p != last) move_slot(h, last, p);
+        return;
+    }
+    uint32_t end = ROOT + --h->len; /* the last position: now free */
+    if (p != end) {
+        /* The last slot fills the hole and moves whichever way restores
+         * order (within the heap, which now ends before `end`). */
+        lull__slot last = *lull__heap_slot(h, end);
+        if (p > ROOT && fires_before(&last, lull__heap_slot(h, parent_of(p))))
+            sift_up(h, p, last);
+        else
+            sift_down(h, p, last);
+    }
+    /* The deferred arms start right after the heap: the last moves into
+     * the position it gave up. */
+    if (h->pend) move_slot(h, end + h->pend, end);
 }
 
 void lull__heap_free(lull__heap *h) {
     for (uint32_t c = 0; c < h->chunks; c++)
-        free(h->chunk[c].mem);
-    free(h->chunk);
+        free(h->mem[c]);
+    free(h->base);
+    free(h->mem);
     memset(h, 0, sizeof *h);
 }
 
@@ -166,6 +253,12 @@ void lull__heap_verify(const lull__heap *h, const lull_loop *loop,
         LULL_ASSERT(p == ROOT || lull__heap_slot(h, parent_of(p))->deadline <=
                                      s->deadline,
                     "lull: timer heap out of order");
+    }
+    uint32_t d = h->pend < max ? h->pend : max;
+    for (uint32_t p = ROOT + h->len; p < ROOT + h->len + d; p++) {
+        const lull__slot *s = lull__heap_slot(h, p);
+        LULL_ASSERT(s->timer->node.aux == p && s->timer->loop == loop,
+                    "lull: deferred timer arm corrupted (a timer freed?)");
     }
 }
 #endif

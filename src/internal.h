@@ -110,7 +110,9 @@ struct lull_loop {
     /* Time. */
     uint64_t now; /* cached ns: real or virtual */
     bool virtual_clock;
-    unsigned flags; /* LULL_LOOP_* */
+    bool defer_arms; /* in a slice on the real clock: delayed arms wait for
+                        the loop's next clock reading (src/timer.c) */
+    unsigned flags;  /* LULL_LOOP_* */
 
     /* The slice of busy work (C5). All real-clock ns. */
     uint64_t quantum_ns;
@@ -290,6 +292,14 @@ static inline void lull__run_queue(lull_loop *loop, lull__node *q) {
 void lull__at_flush(lull_loop *loop, lull_task *task);
 
 /* timer.c */
+/* t is a real-clock reading the loop just took: the deferred arms (made
+ * before it, on this thread) get their deadlines from it. */
+static inline void lull__timers_flush(lull_loop *loop, uint64_t t) {
+    if (LULL_UNLIKELY(loop->heap.pend)) lull__heap_flush(&loop->heap, t);
+}
+/* The same with a reading of its own, for an answer that needs every
+ * deadline now (lull_timer_deadline, lull_loop_walk). Real clock only. */
+void lull__timers_flush_now(lull_loop *loop);
 void lull__timers_expire(lull_loop *loop, uint64_t now);
 /* Runs the due list (iteration step 5), noting which timer fires and the
  * periods its fire stands for (lull_timer_overrun). */

@@ -59,6 +59,8 @@ static void walk_remote_one(lull_task *t, void *arg) {
 
 static int walk_all(lull_loop *loop, lull_walk_fn fn, void *arg) {
     walk w = {.loop = loop, .fn = fn, .arg = arg};
+    /* Deferred arms get their deadlines first: a walk reports them. */
+    if (loop->heap.pend) lull__timers_flush_now(loop);
     walk_queue(&w, &loop->ready);
     walk_queue(&w, &loop->due);
     walk_queue(&w, &loop->flush);
@@ -125,7 +127,7 @@ void lull__live_count(lull_loop *loop, lull_metrics *m) {
     walk_queue(&w, &loop->flush);
     lull__remote_each(loop, walk_remote_one, &w);
     m->live_timers = loop->timers_ref;
-    m->live_timers_unref = loop->heap.len - loop->timers_ref;
+    m->live_timers_unref = loop->heap.len + loop->heap.pend - loop->timers_ref;
     m->live_io = loop->io_ref;
     m->live_io_unref = loop->io_active - loop->io_ref;
     m->live_listeners = loop->listeners;

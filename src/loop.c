@@ -94,8 +94,9 @@ static bool ready_now(lull_loop *loop) {
 }
 
 static bool has_work_or_handles(lull_loop *loop) {
-    return ready_now(loop) || loop->heap.len || loop->io_active || loop->refs ||
-           loop->listeners || lull__remote_pending(loop);
+    return ready_now(loop) || loop->heap.len || loop->heap.pend ||
+           loop->io_active || loop->refs || loop->listeners ||
+           lull__remote_pending(loop);
 }
 
 int lull_loop_free(lull_loop *loop) {

@@ -1,29 +1,69 @@
 /* Timers (C3) on top of the heap and the ready queue.
  *
  * Owns: arming, re-arming, stopping and firing. A timer is in exactly one of
- * three places while armed: the heap (delay > 0, not yet due), the due list
- * (expired this iteration, run in (deadline, arm) order before ready tasks),
- * or the ready queue (delay 0: queued like a posted task, same order, same
- * cost). Only heap timers are counted for liveness. Repeating timers keep their
- * phase: the next deadline is the previous one plus the period; periods the
- * loop was too busy to see are skipped, one fire each time (no burst).
- * lull_loop_advance steps through every deadline, so on the virtual clock
- * nothing is ever skipped. Loop thread only.
+ * three places while armed: the heap (delay > 0, not yet due; or waiting
+ * after it for its deadline, a deferred arm, below), the due list (expired
+ * this iteration, run in (deadline, arm) order before ready tasks), or the
+ * ready queue (delay 0: queued like a posted task, same order, same cost).
+ * Only heap timers, deferred ones included, are counted for liveness.
+ * Repeating timers keep their phase: the next deadline is the previous one
+ * plus the period; periods the loop was too busy to see are skipped, one
+ * fire each time (no burst). lull_loop_advance steps through every
+ * deadline, so on the virtual clock nothing is ever skipped. Loop thread
+ * only (lull_timer_start and lull_timer_stop assert it in debug builds).
  *
- * Never early (BRIEF 2.1): on the real clock a delayed arm reads
- * CLOCK_MONOTONIC and counts the delay from that reading, so a timer never
- * fires before delay_ns has passed since its lull_timer_start call. The
- * cached "now" can be arbitrarily old at an arm (a callback that ran long,
- * set-up code before lull_loop_run); libuv and libev count from it and fire
- * early. The read costs about 22 ns per delayed arm (bench/timer_scale.c
- * runs lull on both clocks to show it); arm + cancel with 10^6 armed stays
- * well under the 80 ns target. The alternative, arming from the cached now
- * and re-checking at expiry, cannot work: without a read at the call, the
- * instant the delay must count from is unknown. Zero-delay arms read no clock
- * (C3), and the virtual clock is exact, so it is never read there. A
- * consequence: timers armed one after another on the real clock get distinct
- * deadlines in arm order, and fire together when they are due by the same
- * expiry. */
+ * Never early (BRIEF 2.1): on the real clock a timer never fires before
+ * delay_ns has passed since its lull_timer_start call on CLOCK_MONOTONIC.
+ * The cached "now" can be arbitrarily old at an arm (a callback that ran
+ * long, set-up code before lull_loop_run); libuv and libev count from it
+ * and fire early. lull counts from a reading taken at the call or after
+ * it, never before:
+ *
+ *  - Deferred arms, inside a slice on the real clock (loop->defer_arms: a
+ *    callback of a running loop). The arm reads no clock: it stores its
+ *    delay in the heap's deferred area (heap.h), and the loop's next
+ *    real-clock reading gives every deferred arm its deadline, reading +
+ *    delay (lull__timers_flush; clock.c calls it at each reading). Why
+ *    that is never early: the reading is taken on the loop's thread after
+ *    the arm returned (program order), and CLOCK_MONOTONIC never goes
+ *    back, on any CPU, so the reading is at least the time of the call.
+ *    The arm saves a clock read (~24 ns here, half of an arm + cancel
+ *    with 10^6 armed). It costs lateness instead: the delay starts at the
+ *    reading, which comes when the arming callback has returned and at
+ *    most one stride of callbacks later (clock.c reads at least every 32
+ *    callbacks, sooner when they are slow), and at the latest when the
+ *    slice ends, before the loop polls again (bench/timer_scale prints
+ *    these delays: ~0.2 us for a timer re-armed from its own callback on
+ *    an idle loop). Until its flush a deferred timer is armed (active,
+ *    keeps the loop alive) but has no deadline: lull_timer_deadline and
+ *    lull_loop_walk take a reading to give it one.
+ *    Threads and processes: a deferred arm never outlives its slice (the
+ *    slice's end asserts it), so a loop that moves to another thread
+ *    between runs carries none; a child forked inside a callback holds a
+ *    copy of the parent's slice, and its loop flushes the copy by its own
+ *    readings when the callback returns.
+ *    Background-work table (BRIEF 1A), though nothing runs on its own:
+ *    trigger: a real-clock reading the loop takes anyway (slice checks,
+ *    lull_loop_should_yield's reads, the slice's end, lull_loop_now_exact);
+ *    source of truth: the deferred area (heap.pend); pending-work
+ *    predicate: heap.pend > 0; next deadline or retry: none, the slice's
+ *    end reads at the latest; quiet condition: always outside a slice.
+ *  - Outside a slice (set-up code, another loop's callback) no reading is
+ *    coming at a known time, so a delayed arm reads CLOCK_MONOTONIC (the
+ *    vDSO) and counts from it, as lull_loop_now_exact does.
+ *  - The virtual clock is exact, never read, and never deferred: a
+ *    deadline is the virtual now + delay at the call.
+ * A calibrated TSC (rdtsc, ~10 ns here where the kernel's clocksource is
+ * tsc) would still be a read per arm, and would need a calibration kept on
+ * the safe side of CLOCK_MONOTONIC's NTP slewing; deferring needs neither,
+ * so lull does not read the TSC.
+ *
+ * Deadlines saturate at UINT64_MAX (a delay that would pass it never
+ * fires) instead of wrapping into the past, deferred or not. Zero-delay
+ * arms read no clock either way (C3). Timers armed one after another
+ * outside a slice get distinct deadlines in arm order, and fire together
+ * when they are due by the same expiry; arms one reading flushes with
+ * equal delays get equal deadlines, and fire in arm order. */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -41,15 +81,46 @@ static inline uint64_t saturating_add(uint64_t a, uint64_t b) {
     return a + b < a ? UINT64_MAX : a + b;
 }
 
-/* Only timers in the heap are counted: one in the due list or the ready
- * queue is ready work, which keeps the loop alive by itself. */
-static void heap_add(lull_loop *loop, lull_timer *t, uint64_t deadline) {
+__attribute__((noinline, cold, noreturn)) static void heap_oom(void) {
+    lull__assert_fail("lull: out of memory growing the timer heap", __FILE__,
+                      __LINE__);
+}
+
+/* The next arm order, which breaks ties of equal deadlines (heap.c). */
+static inline void arm_order(lull_loop *loop, lull_timer *t) {
     loop->arm_seq += 1u << LULL__SEQ_SHIFT;
     t->node.flags = (t->node.flags & ~LULL__SEQ_MASK) | loop->arm_seq;
-    if (lull__heap_insert(&loop->heap, t, deadline) != 0)
-        lull__assert_fail("lull: out of memory growing the timer heap",
-                          __FILE__, __LINE__);
+}
+
+/* Only timers in the heap, deferred ones included, are counted: one in the
+ * due list or the ready queue is ready work, which keeps the loop alive by
+ * itself. */
+static inline void count_armed(lull_loop *loop, const lull_timer *t) {
     if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref++;
+}
+
+static void heap_add(lull_loop *loop, lull_timer *t, uint64_t deadline) {
+    arm_order(loop, t);
+    if (lull__heap_push(&loop->heap, t, deadline) != 0) heap_oom();
+    count_armed(loop, t);
+}
+
+/* A deferred arm (see the top of this file): its deadline comes with the
+ * loop's next clock reading. The try is the inline fast path, and does
+ * nothing but return false when the heap must grow first. */
+static inline bool heap_try_defer(lull_loop *loop, lull_timer *t,
+                                  uint64_t delay) {
+    if (!lull__heap_try_defer(&loop->heap, t, delay)) return false;
+    arm_order(loop, t);
+    count_armed(loop, t);
+    return true;
+}
+
+static void heap_defer(lull_loop *loop, lull_timer *t, uint64_t delay) {
+    if (heap_try_defer(loop, t, delay)) return;
+    if (lull__heap_defer_slow(&loop->heap, t, delay) != 0) heap_oom();
+    arm_order(loop, t);
+    count_armed(loop, t);
 }
 
 static void heap_del(lull_loop *loop, lull_timer *t) {
@@ -149,14 +220,28 @@ int lull_timer_init(lull_loop *loop, lull_timer *timer, lull_timer_fn fn) {
     return 0;
 }
 
-/* The instant a delay counts from. On the real clock that is this call:
- * the clock is read (vDSO, ~25 ns), because the cached "now" can be any
- * age here (a long callback, or set-up code before lull_loop_run) and a
- * deadline counted from it could fire before delay_ns had passed. The
- * reading also refreshes the cache. The virtual clock is exact already. */
+/* Can a delayed arm wait for the loop's next clock reading? Inside a
+ * slice on the real clock: one is coming before the slice ends. */
+static inline bool arm_deferred(const lull_loop *loop) {
+    return loop->defer_arms; /* in_slice && !virtual_clock */
+}
+
+/* The instant a delay counts from, for an arm that is not deferred: on the
+ * real clock a fresh reading (vDSO, ~25 ns), because the cached "now" can
+ * be any age here (set-up code before lull_loop_run); the reading also
+ * refreshes the cache. The virtual clock is exact already. */
 static inline uint64_t arm_time(lull_loop *loop) {
     if (!loop->virtual_clock) loop->now = lull__clock_real();
     return loop->now;
+}
+
+/* Arms t for `delay` > 0 from now: deferred inside a slice on the real
+ * clock, else counted from arm_time. */
+static inline void arm_delayed(lull_loop *loop, lull_timer *t, uint64_t delay) {
+    if (arm_deferred(loop))
+        heap_defer(loop, t, delay);
+    else
+        heap_add(loop, t, saturating_add(arm_time(loop), delay));
 }
 
 /* Everything but the common zero-delay arm of an idle one-shot timer. Kept
@@ -173,11 +258,10 @@ __attribute__((noinline)) static void timer_start_slow(lull_loop *loop,
          * A repeating one also waits in the heap for its next period. No
          * clock read for a turn: it has no deadline. */
         lull__queue_push(&loop->ready, &timer->node);
-        if (repeat_ns)
-            heap_add(loop, timer, saturating_add(arm_time(loop), repeat_ns));
-        return;
+        if (!repeat_ns) return;
+        delay_ns = repeat_ns;
     }
-    heap_add(loop, timer, saturating_add(arm_time(loop), delay_ns));
+    arm_delayed(loop, timer, delay_ns);
 }
 
 void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
@@ -192,6 +276,13 @@ void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
         timer->repeat = 0;
         lull__queue_push(&loop->ready, &timer->node);
         return;
+    }
+    if (delay_ns && repeat_ns == 0 && arm_deferred(loop) &&
+        !timer_armed(timer)) {
+        /* The common delayed arm (a request timeout armed by a callback):
+         * a few stores, where the heap has room. */
+        timer->repeat = 0;
+        if (heap_try_defer(loop, timer, delay_ns)) return;
     }
     timer_start_slow(loop, timer, delay_ns, repeat_ns);
 }
@@ -208,7 +299,20 @@ bool lull_timer_active(const lull_timer *timer) {
 
 uint64_t lull_timer_deadline(const lull_timer *timer) {
     if (!timer || !timer->loop || !lull__heap_contains(timer)) return 0;
-    return lull__heap_deadline_of(&timer->loop->heap, timer);
+    lull_loop *loop = timer->loop;
+    if (LULL_UNLIKELY(lull__heap_deferred(&loop->heap, timer))) {
+        /* A deferred arm has no deadline yet: a reading now gives it one,
+         * counted from after the call like the loop's own reading would. */
+        LULL_ASSERT_LOOP_THREAD(loop);
+        lull__timers_flush_now(loop);
+    }
+    return lull__heap_deadline_of(&loop->heap, timer);
+}
+
+void lull__timers_flush_now(lull_loop *loop) {
+    uint64_t t = lull__clock_real();
+    loop->now = t; /* only deferred on the real clock */
+    lull__heap_flush(&loop->heap, t);
 }
 
 static void set_unref(lull_timer *timer, bool unref) {
@@ -287,7 +391,8 @@ void lull__timers_run_due(lull_loop *loop) {
          * deadline this fire is for is that many periods back, read now,
          * before the callback may re-arm or stop it. */
         loop->firing_deadline = 0;
-        if (t->repeat && lull__heap_contains(t))
+        if (t->repeat && lull__heap_contains(t) &&
+            !lull__heap_deferred(&loop->heap, t))
             loop->firing_deadline = lull__heap_deadline_of(&loop->heap, t) -
                                     t->repeat * loop->firing_periods;
         lull__dispatch_node(loop, n);

@@ -5,6 +5,7 @@
 
 #include <lull.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "heap.h" /* the chunk size, to place timers at chunk edges */
 
@@ -310,5 +311,201 @@ TEST(heap_first_chunk_doubling_keeps_timers) {
     CHECK_U64_EQ(errors, 0);
     CHECK_U64_EQ(fires, (uint64_t)(n - cancelled));
     free(hs);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------ deferred arms (src/timer.c) ---
+ * On the real clock a callback's delayed arms wait after the heap until the
+ * loop's next reading, which gives each its deadline, reading + delay. Arms
+ * made with no reading between them are flushed by the same reading, so
+ * their deadlines differ exactly by their delays, and they fire in (delay,
+ * arm order) whatever the machine's speed: the real clock, checked as
+ * exactly as the virtual one. */
+
+typedef struct dt {
+    lull_timer timer;
+    uint64_t delay;
+    uint64_t called; /* CLOCK_MONOTONIC just before the last arm */
+    uint32_t seq;    /* arm order, for the ones one reading flushes */
+    int group;       /* which callback's arms (one reading each), or -1 */
+    bool armed;      /* the model's view */
+    bool expect;     /* armed when the arming callback returned */
+    int fired;
+} dt;
+
+static dt *ds;
+static int ds_n;
+static uint32_t d_seq;
+static const dt *d_last; /* the last fire of the group that is ordered */
+static uint64_t d_fires;
+
+static void d_error(const dt *d, const char *what) {
+    if (errors++ < 5)
+        fprintf(stderr, "timer %td (delay %" PRIu64 ", seq %u): %s\n", d - ds,
+                d->delay, d->seq, what);
+}
+
+static void d_fired(lull_timer *t) {
+    dt *d = LULL_CONTAINER_OF(t, dt, timer);
+    if (!d->armed) d_error(d, "fired while not armed");
+    if (check_clock_ns() < d->called + d->delay) d_error(d, "fired early");
+    if (d->group == 0) {
+        if (d_last && (d->delay < d_last->delay ||
+                       (d->delay == d_last->delay && d->seq <= d_last->seq)))
+            d_error(d, "out of (delay, arm order)");
+        d_last = d;
+    }
+    d->armed = false;
+    d->fired++;
+    d_fires++;
+}
+
+static void d_arm(dt *d, uint64_t delay, int group) {
+    d->delay = delay;
+    d->seq = d_seq++;
+    d->group = group;
+    d->armed = true;
+    d->called = check_clock_ns();
+    lull_timer_start(&d->timer, delay, 0);
+}
+
+static void d_stop(dt *d) {
+    lull_timer_stop(&d->timer);
+    d->armed = false;
+}
+
+/* One callback: every timer armed (the deferred area grows across chunk
+ * boundaries), then 20,000 random stops and re-arms, all before any
+ * reading: deferred slots leave from the middle and the end, and the ones
+ * stopped and armed again go last. */
+static void d_arm_all(lull_task *t) {
+    (void)t;
+    for (int i = 0; i < ds_n; i++)
+        d_arm(&ds[i], 1 * 1000000 + (next_rand() % 200) * 5000, 0);
+    for (int op = 0; op < 20000; op++) {
+        dt *d = &ds[next_rand() % (uint64_t)ds_n];
+        if (d->armed && next_rand() % 2)
+            d_stop(d);
+        else
+            d_arm(d, 1 * 1000000 + (next_rand() % 200) * 5000, 0);
+    }
+    for (int i = 0; i < ds_n; i++) {
+        if (lull_timer_active(&ds[i].timer) != ds[i].armed)
+            d_error(&ds[i], "lull_timer_active disagrees");
+        ds[i].expect = ds[i].armed;
+    }
+}
+
+TEST(deferred_arms_of_one_callback_fire_in_delay_and_arm_order) {
+    lull_loop_options o = {.clock = LULL_CLOCK_MONOTONIC};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    rng = 0xdeadbeefcafef00dull;
+    ds_n = K;
+    ds = calloc((size_t)ds_n, sizeof *ds);
+    CHECK(ds != NULL);
+    errors = d_fires = 0;
+    d_seq = 0;
+    d_last = NULL;
+    for (int i = 0; i < ds_n; i++)
+        lull_timer_init(loop, &ds[i].timer, d_fired);
+    lull_task task;
+    lull_task_init(&task, d_arm_all);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(errors, 0);
+    uint64_t expected = 0;
+    for (int i = 0; i < ds_n; i++) {
+        CHECK(!lull_timer_active(&ds[i].timer));
+        CHECK_EQ(ds[i].fired, ds[i].expect ? 1 : 0);
+        expected += ds[i].fired;
+    }
+    CHECK_U64_EQ(d_fires, expected);
+    CHECK_LE((uint64_t)K / 2, d_fires);
+    free(ds);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Deferred arms beside a heap that moves: four always-readable pipes run
+ * four fd callbacks an iteration, each stopping and arming random timers
+ * (deferred, and stops of deferred and of heap timers), and a 200 us
+ * repeating timer is re-armed by the expiry that follows them, often while
+ * arms are still deferred (no reading between the later fd callbacks and
+ * the expiry): an insert into the heap moves the first deferred slot, a
+ * removal from it moves the last. For 2,000 fd callbacks (500 iterations,
+ * a count, not a time: valgrind runs them 30 times slower); each fire is
+ * of an armed timer and never early, every timer's state agrees with the
+ * model, and the debug build's loop_verify walks heap and deferred area at
+ * every iteration. */
+#define D_POOL  3000
+#define D_PIPES 4
+#define D_CALLS 2000
+
+static lull_timer d_tick;
+static lull_io d_ios[D_PIPES];
+static uint64_t d_ticks, d_calls;
+
+static void d_on_tick(lull_timer *t) {
+    (void)t;
+    d_ticks++;
+}
+
+static void d_on_readable(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+    if (++d_calls == D_CALLS) {
+        lull_timer_stop(&d_tick);
+        for (int i = 0; i < D_PIPES; i++)
+            lull_io_stop(&d_ios[i]);
+        return;
+    }
+    for (int op = 0; op < 16; op++) {
+        dt *d = &ds[next_rand() % D_POOL];
+        if (d->armed && next_rand() % 3 == 0)
+            d_stop(d);
+        else
+            d_arm(d, 100000 + next_rand() % 2000000, -1);
+    }
+}
+
+TEST(deferred_arms_beside_a_moving_heap) {
+    lull_loop_options o = {.clock = LULL_CLOCK_MONOTONIC};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    rng = 0x0123456789abcdefull;
+    ds_n = D_POOL;
+    ds = calloc(D_POOL, sizeof *ds);
+    CHECK(ds != NULL);
+    errors = d_fires = d_ticks = d_calls = 0;
+    d_seq = 0;
+    d_last = NULL;
+    for (int i = 0; i < D_POOL; i++)
+        lull_timer_init(loop, &ds[i].timer, d_fired);
+    int fds[D_PIPES][2];
+    for (int i = 0; i < D_PIPES; i++) {
+        CHECK_EQ(pipe(fds[i]), 0);
+        CHECK_EQ(write(fds[i][1], "x", 1), 1); /* readable until closed */
+        CHECK_EQ(lull_io_init(loop, &d_ios[i], fds[i][0], d_on_readable), 0);
+        CHECK_EQ(lull_io_start(&d_ios[i], LULL_READABLE), 0);
+    }
+    lull_timer_init(loop, &d_tick, d_on_tick);
+    lull_timer_start(&d_tick, 200000, 200000);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(errors, 0);
+    CHECK_LE(2, d_ticks);
+    CHECK_LE(100, d_fires);
+    for (int i = 0; i < D_POOL; i++) {
+        if (lull_timer_active(&ds[i].timer) != ds[i].armed)
+            d_error(&ds[i], "lull_timer_active disagrees");
+        lull_timer_stop(&ds[i].timer);
+    }
+    CHECK_U64_EQ(errors, 0);
+    for (int i = 0; i < D_PIPES; i++) {
+        close(fds[i][0]);
+        close(fds[i][1]);
+    }
+    free(ds);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
