@@ -272,9 +272,14 @@ lpid=$started
 value "$dir/v32m" $((32 << 20))
 redis-cli -p "$lport" -x SET o <"$dir/v32m" >/dev/null
 printf '*2\r\n$3\r\nGET\r\n$1\r\no\r\n' >"$dir/req"
-raw "$lport" "$dir/req" "$dir/got"
+# The client reads nothing until the server has closed it: what it then
+# finds is what the kernel's buffers took, never the whole answer.
+exec 6<>"/dev/tcp/127.0.0.1/$lport"
+cat "$dir/req" >&6
 eventually grep -q "over the normal hard limit (16777216); connection closed" "$dir/limits2.out" ||
     fail "normal hard limit: $(cat "$dir/limits2.out")"
+timeout 10 cat <&6 >"$dir/got" || true
+exec 6>&-
 [ "$(wc -c <"$dir/got")" -lt $((32 << 20)) ] || fail "a reply over the hard limit was sent whole"
 if [ -x "$py" ]; then
     value "$dir/v12m" $((12 << 20))
