@@ -412,6 +412,79 @@ out:
     return rc;
 }
 
+/* The same arm + cancel from callbacks, as a server arms its timeouts:
+ * one posted task arms the batch, the loop iteration ends, a second task
+ * cancels it. An arm inside a callback reads no clock (it counts from the
+ * loop's next reading, src/timer.c), so this is the row a running program
+ * pays; `timers` above arms outside any run, where every arm reads it. */
+typedef struct cb_timers {
+    lull_task arm, cancel;
+    lull_timer *extra;
+    const uint64_t *delays;
+    size_t pairs;
+    turns_timer_rounds *tr;
+} cb_timers;
+
+static void cb_arm(lull_task *task) {
+    cb_timers *c = LULL_CONTAINER_OF(task, cb_timers, arm);
+    turns_timer_arms(c->tr);
+    for (size_t i = 0; i < c->pairs; i++)
+        lull_timer_start(&c->extra[i], c->delays[i], 0);
+}
+
+static void cb_cancel(lull_task *task) {
+    cb_timers *c = LULL_CONTAINER_OF(task, cb_timers, cancel);
+    turns_timer_cancels(c->tr);
+    for (size_t i = 0; i < c->pairs; i++)
+        lull_timer_stop(&c->extra[i]);
+    turns_timer_done(c->tr);
+}
+
+static int timers_in_callbacks(const turns_params *p, turns_result *out) {
+    size_t n = (size_t)p->timers, pairs = (size_t)p->timer_pairs;
+    lull_loop *loop;
+    int rc = lull_loop_new(&loop, NULL);
+    if (rc < 0) return rc;
+    lull_timer *extra = calloc(pairs, sizeof *extra);
+    uint64_t *delays = calloc(pairs, sizeof *delays);
+    uint64_t seed = p->seed;
+    uint64_t heap0 = lab_heap_bytes();
+    lull_timer *t = calloc(n, sizeof *t);
+    if (!t || !extra || !delays) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        lull_timer_init(loop, &t[i], never);
+        lull_timer_start(&t[i], turns_random_delay(&seed, 1 * S, 1000 * S), 0);
+    }
+    uint64_t heap1 = lab_heap_bytes();
+    for (size_t i = 0; i < pairs; i++) {
+        lull_timer_init(loop, &extra[i], never);
+        delays[i] = turns_random_delay(&seed, 1 * S, 1000 * S);
+    }
+    turns_timer_rounds tr = {0};
+    cb_timers c = {.extra = extra, .delays = delays, .pairs = pairs, .tr = &tr};
+    lull_task_init(&c.arm, cb_arm);
+    lull_task_init(&c.cancel, cb_cancel);
+    for (int r = 0; r < TURNS_TIMER_ROUNDS && rc == 0; r++) {
+        lull_task_post(loop, &c.arm);
+        rc = lull_loop_run(loop, LULL_RUN_NOWAIT);
+        lull_task_post(loop, &c.cancel);
+        if (rc == 0) rc = lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    if (rc > 0) rc = 0; /* NOWAIT: 1 says the loop is still alive */
+    turns_timer_figures(out, &tr, n, pairs, (double)heap1 - (double)heap0);
+    for (size_t i = 0; i < n; i++)
+        lull_timer_stop(&t[i]);
+out:
+    if (lull_loop_free(loop) < 0 && rc == 0) rc = -EBUSY;
+    free(t);
+    free(extra);
+    free(delays);
+    return rc;
+}
+
 /* ------------------------------------------------------ virtual clock */
 
 /* C7: the same timers on the real clock and on the virtual one. Delays
@@ -530,7 +603,10 @@ static const turns_entry entries[] = {
     /* The base: the peers' loops sleep in epoll, as this one does. */
     {TURNS_ROUNDTRIP, "lull: loops watching a socket (epoll sleep)",
      roundtrip_fd, NULL, TURNS_BASE, 0},
-    {TURNS_TIMERS, "lull", timers, NULL, TURNS_BASE, 0},
+    {TURNS_TIMERS, "lull: armed in callbacks", timers_in_callbacks, NULL,
+     TURNS_BASE, 0},
+    {TURNS_TIMERS, "lull: armed outside a run (a clock read each)", timers,
+     NULL, 0, 0},
     {TURNS_VIRTUAL, "lull: real and virtual clock", virtual_order, NULL,
      TURNS_BASE, 0},
 };

@@ -69,7 +69,7 @@ static int chain_timer0(const turns_params *p, turns_result *out) {
 }
 
 static int timers(const turns_params *p, turns_result *out) {
-    return run(TURNS_TIMERS, "lull", p, out);
+    return run(TURNS_TIMERS, "lull: armed in callbacks", p, out);
 }
 
 static bool available(char *why, size_t size) {
@@ -83,7 +83,7 @@ static const turns_entry entries[] = {
      "every 0.5 ms (quantum)", 0, TURNS_CLASS_QUANTUM},
     {TURNS_CHAIN_TIMER0, "lull (liblull.so): lull_timer_start(0)", chain_timer0,
      "every 0.5 ms (quantum)", 0, TURNS_CLASS_QUANTUM},
-    {TURNS_TIMERS, "lull (liblull.so)", timers, NULL, 0, 0},
+    {TURNS_TIMERS, "lull (liblull.so): armed in callbacks", timers, NULL, 0, 0},
 };
 
 const turns_peer turns_lull_so = {

@@ -148,12 +148,12 @@ static void timer_checks(const lab_fig *fig) {
                    lull->v[TIMERS_ARM_NS].v[kl], ev->v[TIMERS_ARM_NS].v[ke],
                    lull->v[TIMERS_CANCEL_NS].v[kl],
                    ev->v[TIMERS_CANCEL_NS].v[ke]);
-        lab_detail("    these arms are made outside any run, where a lull arm, "
-                   "which must never fire early, reads the clock: one "
-                   "CLOCK_MONOTONIC read costs %.3g ns here (inside a callback "
-                   "it waits for the loop's next reading instead: "
-                   "bench/timer_scale); libev's ev_timer_start adds the delay "
-                   "to its cached ev_now() and reads no clock\n",
+        lab_detail("    lull's row arms from callbacks, as a running program "
+                   "does: such an arm reads no clock and counts its delay "
+                   "from the loop's next reading (never early); outside any "
+                   "run every lull arm reads CLOCK_MONOTONIC, %.3g ns here "
+                   "(the row below it); libev's ev_timer_start adds the delay "
+                   "to its cached ev_now() in both cases and reads no clock\n",
                    turns_clock_ns);
     }
     if (lull && so)
