@@ -88,7 +88,8 @@ static int measure(lab_fig *f, lab_row *row, int round, double *v) {
     return 0;
 }
 
-int serve_idle(const lab_options *opts, lab_json *json, lab_table *brief) {
+int serve_idle(const lab_options *opts, lab_json *json, lab_table *brief,
+               serve_side *side) {
     static idle_ctx c;
     memset(&c, 0, sizeof c);
     for (int s = 0; s < SERVERS; s++)
@@ -136,14 +137,10 @@ int serve_idle(const lab_options *opts, lab_json *json, lab_table *brief) {
     }
     for (int s = 0; s < SERVERS; s++)
         serve_server_stop(&c.srv[s]);
-    lab_verdict *v = lab_verdict_add("serve", SERVE_V_IDLE);
     if (why[0] || rc < 0) {
         printf("idle row: not run (%s)\n", why[0] ? why : strerror(-rc));
-        if (v) {
-            snprintf(v->what, sizeof v->what, "idle, keys with a TTL");
-            snprintf(v->note, sizeof v->note, "%s",
-                     why[0] ? why : strerror(-rc));
-        }
+        snprintf(side->why, sizeof side->why, "idle: %.140s",
+                 why[0] ? why : strerror(-rc));
         lab_fig_free(f);
         return rc;
     }
@@ -151,20 +148,14 @@ int serve_idle(const lab_options *opts, lab_json *json, lab_table *brief) {
     const lab_row *kv = &f->rows[S_KV], *redis = &f->rows[S_REDIS];
     /* The target is none at all: the worst window counts, not the
      * median. */
-    double worst = lab_series_max(&kv->v[IV_WAKEUPS]);
-    double other = lab_row_median(redis, IV_WAKEUPS);
+    side->idle_ran = true;
+    side->idle_kv = lab_series_max(&kv->v[IV_WAKEUPS]);
+    side->idle_redis = lab_row_median(redis, IV_WAKEUPS);
     char label[64];
     snprintf(label, sizeof label, "idle, 10^%d keys with a TTL: wakeups/s",
              keys == 1000000 ? 6 : 5);
-    serve_brief_row(brief, label, lab_row_median(kv, IV_WAKEUPS), other, NAN);
-    if (v) {
-        snprintf(v->what, sizeof v->what,
-                 "idle, 10^%d TTL keys: %.3g wakeups/s",
-                 keys == 1000000 ? 6 : 5, worst);
-        snprintf(v->target, sizeof v->target, "0/s");
-        snprintf(v->peer, sizeof v->peer, "redis-server %.1f/s", other);
-        lab_verdict_judge(v, worst == 0);
-    }
+    serve_brief_row(brief, label, lab_row_median(kv, IV_WAKEUPS),
+                    side->idle_redis, NAN);
     lab_fig_json(f, json);
     lab_fig_free(f);
     return 0;

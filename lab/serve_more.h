@@ -14,10 +14,23 @@
 
 #include <stdint.h>
 
-/* The verdict's "serve" lines, in order: the throughput table's (none:
- * the suite's line replaces it), the catch-up (part 1, serve_repl.c),
- * then these. */
-enum { SERVE_V_SUITE = 0, SERVE_V_BIGVALUE = 2, SERVE_V_IDLE = 3 };
+/* The verdict's "serve" lines, in order: the suite's (it replaces the
+ * throughput table's), the catch-up (part 1, serve_repl.c), then the 64
+ * MiB value's and the idle row's, which share one line: the verdict has
+ * 25 lines for every scenario. */
+enum { SERVE_V_SUITE = 0, SERVE_V_BESIDE = 2 };
+
+/* What the 64 MiB row and the idle row found, for their line. */
+typedef struct serve_side {
+    bool big_ran;        /* measured */
+    double big_kv_ms;    /* lull-kv's SET + GET, median */
+    double big_redis_ms; /* redis-server's */
+    double big_x;        /* × (redis-server's time ÷ lull-kv's) */
+    bool idle_ran;       /* measured */
+    double idle_kv;      /* lull-kv's wakeups/s, the worst window */
+    double idle_redis;   /* redis-server's, median */
+    char why[160];       /* why a row did not run */
+} serve_side;
 
 /* Whether `serve --only NAME` runs the figure `name` (no --only: all). */
 bool serve_wants(const lab_options *opts, const char *name);
@@ -27,14 +40,16 @@ bool serve_wants(const lab_options *opts, const char *name);
  * failed against a server that was running. */
 int serve_suite(const lab_options *opts, lab_json *json);
 /* The 64 MiB value, the idle row and the pub/sub row, their short table
- * and their verdict lines. */
+ * and their verdict line. */
 int serve_beside(const lab_options *opts, lab_json *json);
 /* serve could not run (a tool missing): one "not run" verdict line for
  * each of the targets above, saying which tool. */
 void serve_more_not_run(void);
 
-int serve_bigvalue(const lab_options *opts, lab_json *json, lab_table *brief);
-int serve_idle(const lab_options *opts, lab_json *json, lab_table *brief);
+int serve_bigvalue(const lab_options *opts, lab_json *json, lab_table *brief,
+                   serve_side *side);
+int serve_idle(const lab_options *opts, lab_json *json, lab_table *brief,
+               serve_side *side);
 int serve_pubsub(const lab_options *opts, lab_json *json, lab_table *brief);
 
 /* ------------------------------------------- helpers (serve_beside.c) */
