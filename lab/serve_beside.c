@@ -146,11 +146,10 @@ static void side_verdict(const serve_side *side) {
              idle_what);
     snprintf(v->target, sizeof v->target, "%s%s%s", side->big_ran ? "≤ 2×" : "",
              both ? "; " : "", side->idle_ran ? "0/s" : "");
-    snprintf(v->peer, sizeof v->peer, "redis %s%s%s%s",
+    if (side->idle_ran) snprintf(c, sizeof c, "%.3g/s", side->idle_redis);
+    snprintf(v->peer, sizeof v->peer, "redis %s%s%s",
              side->big_ran ? lab_fmt_ratio(b, side->big_x) : "",
-             both ? "; " : "",
-             side->idle_ran ? lab_fmt3(c, side->idle_redis) : "",
-             side->idle_ran ? "/s" : "");
+             both ? "; " : "", side->idle_ran ? c : "");
     v->timing = !big_ok && idle_ok;
     lab_verdict_judge(v, big_ok && idle_ok);
 }
