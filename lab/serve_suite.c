@@ -1,0 +1,636 @@
+/* `serve`'s default-suite rows (lab/serve_more.h): redis-benchmark with
+ * no -t runs the whole suite it runs by default (20 tests, PING_INLINE to
+ * MSET, the LRANGE replies of 100 to 600 elements among them) against
+ * lull-kv and redis-server, 50 clients, at -P 1 and -P 16; --quick runs
+ * a subset (-t).
+ *
+ * What a test costs the server comes first: its CPU time (every thread,
+ * serve_cpu_ns) read from /proc each time redis-benchmark prints a test's
+ * CSV line, which it does as the test ends; the difference between two
+ * lines is that test's, per request of it. redis-benchmark writes to a
+ * pseudo-terminal, not a pipe, so its stdio flushes each line at once (to
+ * a pipe it would hold them all to its exit). A request is one command:
+ * one MSET of 10 keys, one LRANGE of 600 elements. req/s, p50 and p99 are
+ * redis-benchmark's own (its CSV). Each run starts its server afresh, so
+ * both servers run every test on the same keyspace (the pops take what
+ * the pushes left) and lull-kv's write log starts empty.
+ *
+ * Figures: one per depth whose rows are the two servers (suite_p1,
+ * suite_p16): measuring a row runs the suite once, and the server that
+ * goes first rotates round by round. Its per-test values fill one figure
+ * per test (suite_<test>: each server at each depth), whose rows take the
+ * values of the round's runs. One thread. */
+#include "serve_more.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <termios.h>
+#include <unistd.h>
+
+typedef struct suite_test {
+    const char *csv;   /* its first CSV cell */
+    const char *key;   /* JSON: suite_<key> */
+    const char *label; /* the tables' */
+    bool quick;        /* in --quick's subset */
+} suite_test;
+
+/* redis-benchmark 7.0's default suite, in its order. */
+#define SUITE_TESTS 20
+static const suite_test tests[SUITE_TESTS] = {
+    {"PING_INLINE", "ping_inline", "PING_INLINE", false},
+    {"PING_MBULK", "ping_mbulk", "PING_MBULK", false},
+    {"SET", "set", "SET", true},
+    {"GET", "get", "GET", true},
+    {"INCR", "incr", "INCR", false},
+    {"LPUSH", "lpush", "LPUSH", false},
+    {"RPUSH", "rpush", "RPUSH", false},
+    {"LPOP", "lpop", "LPOP", false},
+    {"RPOP", "rpop", "RPOP", false},
+    {"SADD", "sadd", "SADD", false},
+    {"HSET", "hset", "HSET", false},
+    {"SPOP", "spop", "SPOP", false},
+    {"ZADD", "zadd", "ZADD", false},
+    {"ZPOPMIN", "zpopmin", "ZPOPMIN", false},
+    {"LPUSH (needed to benchmark LRANGE)", "lpush_for_lrange",
+     "LPUSH (for LRANGE)", true},
+    {"LRANGE_100 (first 100 elements)", "lrange_100", "LRANGE_100", true},
+    {"LRANGE_300 (first 300 elements)", "lrange_300", "LRANGE_300", false},
+    {"LRANGE_500 (first 500 elements)", "lrange_500", "LRANGE_500", false},
+    {"LRANGE_600 (first 600 elements)", "lrange_600", "LRANGE_600", true},
+    {"MSET (10 keys)", "mset", "MSET (10 keys)", false},
+};
+/* --quick's -t: the tests marked quick above (redis-benchmark runs the
+ * LPUSH that LRANGE needs by itself). */
+#define QUICK_T "set,get,lrange_100,lrange_600"
+
+#define CLIENTS 50
+/* Requests per test: `redis-benchmark -n 100000`, the suite's usual size;
+ * --quick's are a few ms of each test at -P 1 and -P 16. A test's CSV
+ * line comes when it ends, so a test that hangs is seen after
+ * LINE_WAIT_MS. */
+#define REQUESTS       100000
+#define QUICK_REQUESTS 4000
+#define QUICK_P16      10000
+#define LINE_WAIT_MS   300000
+
+/* Each test's values, and the columns of its figure. */
+enum { TV_CPU, TV_RPS, TV_P50, TV_P99, TV_CLIENT, TV_BUSY, TV_COUNT };
+static const lab_col test_cols[TV_COUNT] = {
+    {"server_cpu_us_per_req", "server CPU µs/req", 0},
+    {"rps", "req/s", LAB_COL_RATE},
+    {"p50_ms", "p50 ms", 0},
+    {"p99_ms", "p99 ms", 0},
+    {"client_cpu_us_per_req", "redis-benchmark CPU µs/req", 0},
+    {"server_busy", "server CPU ÷ test time", 0},
+};
+
+/* A whole run's values (the depth figures' columns). */
+enum { DV_CPU, DV_CLIENT, DV_SECONDS, DV_COUNT };
+static const lab_col drive_cols[DV_COUNT] = {
+    {"server_cpu_us_per_req", "server CPU µs/req, whole suite", 0},
+    {"client_cpu_us_per_req", "redis-benchmark CPU µs/req", 0},
+    {"seconds", "suite s", 0},
+};
+
+typedef struct suite {
+    int requests[DEPTHS]; /* -n */
+    bool quick;
+    int expected; /* CSV lines a run prints */
+    /* The round's runs: [depth][server][test][TV_*]. */
+    double res[DEPTHS][SERVERS][SUITE_TESTS][TV_COUNT];
+    bool have[DEPTHS][SERVERS][SUITE_TESTS];
+} suite;
+
+typedef struct drive_ctx {
+    suite *su;
+    int d; /* the depth's index */
+} drive_ctx;
+
+typedef struct test_ctx {
+    suite *su;
+    int t; /* the test's index */
+} test_ctx;
+
+/* --------------------------------------------------------------- a run */
+
+/* A pseudo-terminal: *master to read, *slave for the child's stdout;
+ * raw, so that no CR is added and nothing echoes. */
+static int open_pty(int *master, int *slave) {
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    if (m < 0) return -errno;
+    fcntl(m, F_SETFD, FD_CLOEXEC);
+    char name[64];
+    if (grantpt(m) != 0 || unlockpt(m) != 0 ||
+        ptsname_r(m, name, sizeof name) != 0) {
+        int err = errno;
+        close(m);
+        return -err;
+    }
+    int s = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (s < 0) {
+        int err = errno;
+        close(m);
+        return -err;
+    }
+    struct termios t;
+    if (tcgetattr(s, &t) == 0) {
+        cfmakeraw(&t);
+        tcsetattr(s, TCSANOW, &t);
+    }
+    *master = m;
+    *slave = s;
+    return 0;
+}
+
+/* The comma-separated, quoted cells of one CSV line, in place. */
+static int csv_cells(char *line, char **cells, int max) {
+    int n = 0;
+    for (char *save = NULL, *c = strtok_r(line, ",\r", &save); c && n < max;
+         c = strtok_r(NULL, ",\r", &save)) {
+        if (*c == '"') c++;
+        c[strcspn(c, "\"")] = '\0';
+        cells[n++] = c;
+    }
+    return n;
+}
+
+static int test_of(const char *csv) {
+    for (int t = 0; t < SUITE_TESTS; t++)
+        if (strcmp(tests[t].csv, csv) == 0) return t;
+    return -1;
+}
+
+/* CPU of the server and of redis-benchmark, at an instant. */
+typedef struct sample {
+    uint64_t t_ns, server_ns, client_ns;
+    bool client_ok;
+} sample;
+
+static void take(sample *s, pid_t server_pid, pid_t client) {
+    s->t_ns = lab_now_ns();
+    if (!serve_cpu_ns(server_pid, &s->server_ns)) s->server_ns = 0;
+    s->client_ok = serve_cpu_ns(client, &s->client_ns);
+}
+
+/* What a run's reader keeps between lines. */
+typedef struct reader {
+    suite *su;
+    int d, s;
+    int col_rps, col_p50, col_p99; /* from the header; -1 before */
+    sample first, prev;
+    int found;
+    bool stale;    /* a line of the same read as the one before: no CPU */
+    char why[160]; /* the first line that was not CSV */
+} reader;
+
+static void on_line(reader *r, char *line, const sample *now) {
+    char copy[120]; /* the start of a line that is not CSV, for an error */
+    snprintf(copy, sizeof copy, "%.119s", line);
+    char *cells[16];
+    int n = csv_cells(line, cells, 16);
+    if (n >= 2 && strcmp(cells[0], "test") == 0) {
+        for (int i = 1; i < n; i++) {
+            if (strcmp(cells[i], "rps") == 0) r->col_rps = i;
+            if (strcmp(cells[i], "p50_latency_ms") == 0) r->col_p50 = i;
+            if (strcmp(cells[i], "p99_latency_ms") == 0) r->col_p99 = i;
+        }
+        r->first = r->prev = *now;
+        return;
+    }
+    int t = n > 0 ? test_of(cells[0]) : -1;
+    if (t < 0 || r->col_rps < 0 || r->col_p50 < 0 || r->col_p99 < 0 ||
+        r->col_rps >= n || r->col_p50 >= n || r->col_p99 >= n) {
+        if (!r->why[0] && copy[0]) snprintf(r->why, sizeof r->why, "%s", copy);
+        return;
+    }
+    double *v = r->su->res[r->d][r->s][t];
+    double reqs = r->su->requests[r->d];
+    v[TV_RPS] = strtod(cells[r->col_rps], NULL);
+    v[TV_P50] = strtod(cells[r->col_p50], NULL);
+    v[TV_P99] = strtod(cells[r->col_p99], NULL);
+    double server_ns = (double)(now->server_ns - r->prev.server_ns);
+    double wall_ns = (double)(now->t_ns - r->prev.t_ns);
+    v[TV_CPU] = r->stale ? NAN : server_ns / 1e3 / reqs;
+    v[TV_BUSY] = r->stale || wall_ns <= 0 ? NAN : server_ns / wall_ns;
+    v[TV_CLIENT] =
+        r->stale || !now->client_ok || !r->prev.client_ok
+            ? NAN
+            : (double)(now->client_ns - r->prev.client_ns) / 1e3 / reqs;
+    r->su->have[r->d][r->s][t] = true;
+    r->found++;
+    r->prev = *now;
+    r->stale = true; /* until the next read */
+}
+
+/* One run of the suite against srv: its lines read as they come. */
+static int run_suite(suite *su, const server *srv, int d, int s, double *v,
+                     char *why, size_t why_size) {
+    char port[16], n[16], c[16], P[16];
+    snprintf(port, sizeof port, "%d", srv->port);
+    snprintf(n, sizeof n, "%d", su->requests[d]);
+    snprintf(c, sizeof c, "%d", CLIENTS);
+    snprintf(P, sizeof P, "%d", depth[d]);
+    char *args[] = {serve_bench_path,
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    port,
+                    "-n",
+                    n,
+                    "-c",
+                    c,
+                    "-P",
+                    P,
+                    "--csv",
+                    NULL,
+                    NULL,
+                    NULL};
+    if (su->quick) {
+        args[12] = "-t";
+        args[13] = QUICK_T;
+    }
+    int master = -1, slave = -1;
+    int rc = open_pty(&master, &slave);
+    if (rc < 0) {
+        snprintf(why, why_size, "no pseudo-terminal: %s", strerror(-rc));
+        return rc;
+    }
+    pid_t pid = serve_spawn(args, slave, serve_cpu_client);
+    close(slave);
+    if (pid < 0) {
+        close(master);
+        snprintf(why, why_size, "cannot start redis-benchmark: %s",
+                 strerror(-pid));
+        return pid;
+    }
+    reader r = {
+        .su = su, .d = d, .s = s, .col_rps = -1, .col_p50 = -1, .col_p99 = -1};
+    take(&r.first, srv->pid, pid);
+    r.prev = r.first;
+    static char buf[8192];
+    size_t used = 0;
+    for (;;) {
+        struct pollfd pfd = {.fd = master, .events = POLLIN};
+        int ready = poll(&pfd, 1, LINE_WAIT_MS);
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready == 0) {
+            snprintf(why, why_size, "redis-benchmark printed nothing for %d s",
+                     LINE_WAIT_MS / 1000);
+            rc = -ETIMEDOUT;
+            break;
+        }
+        ssize_t got = read(master, buf + used, sizeof buf - 1 - used);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break; /* EIO: every end of the terminal closed */
+        sample now;
+        take(&now, srv->pid, pid);
+        r.stale = false;
+        used += (size_t)got;
+        buf[used] = '\0';
+        char *line = buf, *end;
+        while ((end = strchr(line, '\n'))) {
+            *end = '\0';
+            on_line(&r, line, &now);
+            line = end + 1;
+        }
+        used -= (size_t)(line - buf);
+        memmove(buf, line, used);
+        if (used == sizeof buf - 1) used = 0; /* a line too long: not CSV */
+    }
+    close(master);
+    serve_stop(pid); /* reaps it; kills it first if it still runs */
+    if (rc == 0 && r.found != su->expected) {
+        snprintf(why, why_size, "redis-benchmark reported %d of %d tests%s%s",
+                 r.found, su->expected, r.why[0] ? ": " : "", r.why);
+        rc = -EIO;
+    }
+    if (rc < 0) return rc;
+    double total = (double)su->requests[d] * r.found;
+    v[DV_CPU] = (double)(r.prev.server_ns - r.first.server_ns) / 1e3 / total;
+    if (r.prev.client_ok && r.first.client_ok)
+        v[DV_CLIENT] =
+            (double)(r.prev.client_ns - r.first.client_ns) / 1e3 / total;
+    v[DV_SECONDS] = (double)(r.prev.t_ns - r.first.t_ns) / 1e9;
+    return 0;
+}
+
+/* A depth figure's row: a fresh server, the suite once, the server gone. */
+static int drive_measure(lab_fig *f, lab_row *row, int round, double *v) {
+    (void)round;
+    const drive_ctx *c = f->ctx;
+    int s = (int)row->tag;
+    server srv;
+    bool ok = s == S_KV ? serve_start_kv(&srv, NULL, serve_cpu_server)
+                        : serve_start_redis(&srv, 0, serve_cpu_server, -1);
+    char why[240];
+    int rc;
+    if (!ok) {
+        snprintf(why, sizeof why, "%.200s", srv.why);
+        rc = -EIO;
+    } else {
+        rc = run_suite(c->su, &srv, c->d, s, v, why, sizeof why);
+        serve_server_stop(&srv);
+    }
+    if (rc < 0)
+        printf("default suite, %s -P %d: %s\n", server_name[s], depth[c->d],
+               why);
+    return rc;
+}
+
+/* A test figure's row: the value its depth figure's run left. */
+static int test_measure(lab_fig *f, lab_row *row, int round, double *v) {
+    (void)round;
+    const test_ctx *c = f->ctx;
+    int d = (int)row->tag / SERVERS, s = (int)row->tag % SERVERS;
+    if (!c->su->have[d][s][c->t]) return LAB_SKIPPED;
+    memcpy(v, c->su->res[d][s][c->t], sizeof(double) * TV_COUNT);
+    return 0;
+}
+
+static void drive_json(const lab_fig *f, const lab_row *row, lab_json *j) {
+    const drive_ctx *c = f->ctx;
+    if (row) return;
+    lab_json_field(j, "pipeline", depth[c->d]);
+    lab_json_field(j, "requests_per_test", c->su->requests[c->d]);
+    lab_json_field(j, "clients", CLIENTS);
+    lab_json_key(j, "tests");
+    lab_json_string(j, c->su->quick ? QUICK_T : "all (no -t)");
+}
+
+static void test_json(const lab_fig *f, const lab_row *row, lab_json *j) {
+    if (!row) return;
+    (void)f;
+    lab_json_key(j, "server");
+    lab_json_string(j, server_name[row->tag % SERVERS]);
+    lab_json_field(j, "pipeline", depth[row->tag / SERVERS]);
+}
+
+/* ------------------------------------------------------------- output */
+
+static double med(const lab_fig *f, int d, int s, int col) {
+    return lab_row_median(&f->rows[d * SERVERS + s], col);
+}
+
+static double ratio(const lab_fig *f, int d, int col) {
+    return lab_ratio(f, &f->rows[d * SERVERS + S_KV],
+                     &f->rows[d * SERVERS + S_REDIS], col);
+}
+
+static void series_cell(lab_table *t, int row, int col, const lab_series *s) {
+    char buf[LAB_CELL];
+    lab_format_series(buf, sizeof buf, s);
+    lab_table_set(t, row, col, "%s", buf);
+}
+
+static void print_depth(lab_fig *const *tf, int d) {
+    const char *header[] = {"test",
+                            "lull-kv CPU µs/req",
+                            "redis-server",
+                            "×",
+                            "lull-kv req/s",
+                            "redis-server",
+                            "×",
+                            "p50 / p99 ms, lull-kv",
+                            "redis-server",
+                            "redis-benchmark µs/req, kv / redis"};
+    lab_table t;
+    lab_table_init(&t, 10, header);
+    for (int k = 0; k < SUITE_TESTS; k++) {
+        const lab_fig *f = tf[k];
+        if (!f) continue;
+        int row = lab_table_row(&t);
+        char a[LAB_CELL], b[LAB_CELL];
+        lab_table_set(&t, row, 0, "%s -P %d", tests[k].label, depth[d]);
+        for (int s = 0; s < SERVERS; s++) {
+            const lab_row *r = &f->rows[d * SERVERS + s];
+            series_cell(&t, row, 1 + s, &r->v[TV_CPU]);
+            series_cell(&t, row, 4 + s, &r->v[TV_RPS]);
+            lab_table_set(&t, row, 7 + s, "%s / %s",
+                          lab_fmt(a, lab_row_median(r, TV_P50)),
+                          lab_fmt(b, lab_row_median(r, TV_P99)));
+        }
+        lab_table_set(&t, row, 3, "%s", lab_fmt_ratio(a, ratio(f, d, TV_CPU)));
+        lab_table_set(&t, row, 6, "%s", lab_fmt_ratio(a, ratio(f, d, TV_RPS)));
+        lab_table_set(&t, row, 9, "%s / %s",
+                      lab_fmt(a, med(f, d, S_KV, TV_CLIENT)),
+                      lab_fmt(b, med(f, d, S_REDIS, TV_CLIENT)));
+    }
+    lab_table_detail(&t);
+}
+
+static void print_brief(lab_fig *const *tf) {
+    const char *header[] = {
+        "default suite", "µs/req -P 1", "×",     "req/s", "×",
+        "µs/req -P 16",  "×",           "req/s", "×"};
+    lab_table t;
+    lab_table_init(&t, 9, header);
+    for (int k = 0; k < SUITE_TESTS; k++) {
+        const lab_fig *f = tf[k];
+        if (!f) continue;
+        int row = lab_table_row(&t);
+        char a[LAB_CELL];
+        lab_table_set(&t, row, 0, "%s", tests[k].label);
+        for (int d = 0; d < DEPTHS; d++) {
+            lab_table_set(&t, row, 1 + 4 * d, "%s",
+                          lab_fmt(a, med(f, d, S_KV, TV_CPU)));
+            lab_table_set(&t, row, 2 + 4 * d, "%s",
+                          lab_fmt_ratio(a, ratio(f, d, TV_CPU)));
+            lab_table_set(&t, row, 3 + 4 * d, "%s",
+                          lab_fmt(a, med(f, d, S_KV, TV_RPS)));
+            lab_table_set(&t, row, 4 + 4 * d, "%s",
+                          lab_fmt_ratio(a, ratio(f, d, TV_RPS)));
+        }
+    }
+#define BRIEF_TITLE                                                            \
+    "redis-benchmark's default suite, 50 clients: lull-kv's CPU µs/req and "  \
+    "req/s, × vs redis-server" /* 94 columns: at most 100 */
+    /* A blank line after the short table before it (--verbose has one). */
+    lab_table_brief(&t, lab_verbose ? BRIEF_TITLE : "\n" BRIEF_TITLE);
+}
+
+/* The targets: server CPU per request ≤ 0.9× redis-server's (× ≥ 1/0.9)
+ * and req/s ≥ 0.95× in every test at both depths. */
+#define CPU_TARGET (1 / 0.9)
+#define RPS_TARGET 0.95
+
+static void verdict(lab_fig *const *tf) {
+    double cpu_lo = INFINITY, cpu_hi = -INFINITY;
+    double rps_lo = INFINITY, rps_hi = -INFINITY;
+    int cpu_ok = 0, rps_ok = 0, n = 0;
+    for (int k = 0; k < SUITE_TESTS; k++)
+        for (int d = 0; d < DEPTHS && tf[k]; d++) {
+            double x = ratio(tf[k], d, TV_CPU), y = ratio(tf[k], d, TV_RPS);
+            n++;
+            cpu_ok += x >= CPU_TARGET;
+            rps_ok += y >= RPS_TARGET;
+            cpu_lo = fmin(cpu_lo, x);
+            cpu_hi = fmax(cpu_hi, x);
+            rps_lo = fmin(rps_lo, y);
+            rps_hi = fmax(rps_hi, y);
+        }
+    lab_verdict *v = lab_verdict_add("serve", SERVE_V_SUITE);
+    if (!v || n == 0) return;
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL], e[LAB_CELL];
+    v->timing = true;
+    /* Narrow cells: the verdict's columns are shared by every line. */
+    snprintf(v->what, sizeof v->what, "CPU ×%s–%s, req/s ×%s–%s",
+             lab_fmt3(a, cpu_lo), lab_fmt3(b, cpu_hi), lab_fmt3(c, rps_lo),
+             lab_fmt3(e, rps_hi));
+    snprintf(v->target, sizeof v->target, "≥ ×1.11, ×0.95");
+    snprintf(v->peer, sizeof v->peer, "met %d / %d of %d", cpu_ok, rps_ok, n);
+    lab_verdict_judge(v, cpu_ok == n && rps_ok == n);
+}
+
+static void plot(lab_plot *p, lab_fig *const *tf) {
+    if (!p) return;
+    for (int d = 0; d < DEPTHS; d++) {
+        char title[96];
+        snprintf(title, sizeof title,
+                 "serve: default suite, server CPU per request, -P %d",
+                 depth[d]);
+        lab_plot_panel(p, title, "µs");
+        for (int k = 0; k < SUITE_TESTS; k++)
+            for (int s = 0; tf[k] && s < SERVERS; s++) {
+                char label[64];
+                snprintf(label, sizeof label, "%s %s", server_name[s],
+                         tests[k].label);
+                lab_plot_bar(p, label, &tf[k]->rows[d * SERVERS + s].v[TV_CPU],
+                             s == S_KV);
+            }
+    }
+}
+
+/* ----------------------------------------------------------- the rows */
+
+int serve_suite(const lab_options *opts, lab_json *json) {
+    /* Without a pseudo-terminal redis-benchmark's lines come all at its
+     * exit, and a test's CPU cannot be told from the next one's. */
+    int master, slave, err = open_pty(&master, &slave);
+    if (err < 0) {
+        printf("default suite: not run (no pseudo-terminal: %s)\n",
+               strerror(-err));
+        lab_verdict *v = lab_verdict_add("serve", SERVE_V_SUITE);
+        if (v) {
+            snprintf(v->what, sizeof v->what, "default suite");
+            snprintf(v->note, sizeof v->note, "no pseudo-terminal: %s",
+                     strerror(-err));
+        }
+        return 0;
+    }
+    close(master);
+    close(slave);
+    static suite su;
+    memset(&su, 0, sizeof su);
+    su.quick = opts->quick;
+    su.requests[0] = opts->quick ? QUICK_REQUESTS : REQUESTS;
+    su.requests[1] = opts->quick ? QUICK_P16 : REQUESTS;
+    for (int k = 0; k < SUITE_TESTS; k++)
+        su.expected += !su.quick || tests[k].quick;
+    int rounds = lab_rounds(opts, 3, 1);
+    lab_detail("\ndefault suite: redis-benchmark -c %d --csv %s%s at -P 1 "
+               "(-n %d) and -P 16 (-n %d), against a fresh lull-kv and a fresh "
+               "redis-server each run; the server that goes first rotating; "
+               "%d round%s, median [min–max]; a test's server CPU is the "
+               "server's CPU time (/proc/PID/task/*/schedstat) between its "
+               "CSV line and the one before\n",
+               CLIENTS, su.quick ? "-t " : "(no -t)", su.quick ? QUICK_T : "",
+               su.requests[0], su.requests[1], rounds, rounds == 1 ? "" : "s");
+
+    static drive_ctx dc[DEPTHS];
+    static test_ctx tc[SUITE_TESTS];
+    static const char *const drive_key[DEPTHS] = {"suite_p1", "suite_p16"};
+    static char test_key_buf[SUITE_TESTS][40];
+    lab_fig *df[DEPTHS] = {NULL}, *tf[SUITE_TESTS] = {NULL};
+    int rc = 0;
+    for (int d = 0; d < DEPTHS && rc == 0; d++) {
+        dc[d] = (drive_ctx){&su, d};
+        lab_fig_spec spec = {drive_key[d],
+                             "serve: default suite",
+                             NULL,
+                             drive_cols,
+                             DV_COUNT,
+                             DV_CPU,
+                             0,
+                             drive_measure,
+                             NULL,
+                             drive_json,
+                             &dc[d]};
+        df[d] = lab_fig_new(&spec);
+        if (!df[d]) {
+            rc = -ENOMEM;
+            break;
+        }
+        for (int s = 0; s < SERVERS; s++)
+            lab_fig_add(df[d], s == S_KV ? "lull" : "redis-server",
+                        s == S_KV ? LAB_ROW_LULL | LAB_ROW_BASE : 0, "%s",
+                        server_name[s])
+                ->tag = s;
+    }
+    for (int k = 0; k < SUITE_TESTS && rc == 0; k++) {
+        if (su.quick && !tests[k].quick) continue;
+        tc[k] = (test_ctx){&su, k};
+        snprintf(test_key_buf[k], sizeof test_key_buf[k], "suite_%s",
+                 tests[k].key);
+        lab_fig_spec spec = {test_key_buf[k],
+                             tests[k].label,
+                             NULL,
+                             test_cols,
+                             TV_COUNT,
+                             TV_CPU,
+                             0,
+                             test_measure,
+                             NULL,
+                             test_json,
+                             &tc[k]};
+        tf[k] = lab_fig_new(&spec);
+        if (!tf[k]) {
+            rc = -ENOMEM;
+            break;
+        }
+        for (int d = 0; d < DEPTHS; d++)
+            for (int s = 0; s < SERVERS; s++) {
+                lab_row *r =
+                    lab_fig_add(tf[k], s == S_KV ? "lull" : "redis-server",
+                                s == S_KV ? LAB_ROW_LULL | LAB_ROW_BASE : 0,
+                                "%s -P %d", server_name[s], depth[d]);
+                r->tag = d * SERVERS + s;
+                r->cls = d;
+            }
+    }
+    for (int round = 0; round < rounds && rc == 0; round++) {
+        memset(su.have, 0, sizeof su.have);
+        for (int d = 0; d < DEPTHS && rc == 0; d++) {
+            lab_fig_round(df[d], opts, round);
+            rc = lab_fig_error(df[d]);
+        }
+        for (int k = 0; k < SUITE_TESTS && rc == 0; k++)
+            if (tf[k]) lab_fig_round(tf[k], opts, round);
+    }
+    if (rc == 0) {
+        for (int d = 0; d < DEPTHS; d++) {
+            lab_detail("\n");
+            lab_fig_print(df[d]);
+            print_depth(tf, d);
+        }
+        lab_detail("  × : redis-server's CPU ÷ lull-kv's; lull-kv's req/s ÷ "
+                   "redis-server's. Targets: CPU ≤ 0.9× redis-server's (× ≥ "
+                   "1.11) and req/s ≥ 0.95× in every test at both depths\n");
+        print_brief(tf);
+        verdict(tf);
+        plot(opts->plot, tf);
+        for (int d = 0; d < DEPTHS; d++)
+            lab_fig_json(df[d], json);
+        for (int k = 0; k < SUITE_TESTS; k++)
+            if (tf[k]) lab_fig_json(tf[k], json);
+    }
+    for (int d = 0; d < DEPTHS; d++)
+        lab_fig_free(df[d]);
+    for (int k = 0; k < SUITE_TESTS; k++)
+        lab_fig_free(tf[k]);
+    return rc;
+}
