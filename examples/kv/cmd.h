@@ -89,6 +89,9 @@ struct kv {
     /* A message was added to cl->out outside its own command: the owner
      * sends it (and holds the client to its output limit). */
     void (*wake)(kv_client *cl);
+    /* INFO stats: the owner's lines (what its event loop counted), or
+     * NULL: the section has its header only. */
+    void (*stats)(kv *k, buf *b);
 };
 
 void kv_init(kv *k); /* store_init's error aside: 0 or -ENOMEM */
@@ -123,8 +126,8 @@ size_t kv_expire_due(kv *k, bool (*more_ok)(void *arg), void *arg);
  * int64; no '+', no spaces. */
 bool kv_parse_i64(const char *p, size_t n, long long *out);
 
-/* INFO [section]: sections clients, memory, replication and keyspace;
- * none, "all", "default" or "everything" gives them all. */
+/* INFO [section]: sections clients, memory, stats, replication and
+ * keyspace; none, "all", "default" or "everything" gives them all. */
 void kv_info(kv *k, const resp_arg *section, buf *out);
 
 #endif

@@ -43,6 +43,14 @@ static void conn_quiet(conn *c) {
 }
 
 static void conn_free(conn *c) {
+    server *srv = c->srv;
+    srv->gone_reads += c->s.reads;
+    srv->gone_writes += c->s.writes;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
     if (c->link)
         link_drop(c->link);
     else
@@ -431,6 +439,18 @@ void accept_conn(lull_server *ls) {
         return;
     }
     c->srv->kv.clients++;
+    c->next = c->srv->conns;
+    if (c->next) c->next->prev = c;
+    c->srv->conns = c;
     lull_timer_init(c->srv->loop, &c->soft, soft_due);
     lull_endpoint_set_callbacks(&c->s.ep, on_frame, on_drain, on_close);
+}
+
+void conn_io_totals(const server *srv, uint64_t *reads, uint64_t *writes) {
+    *reads = srv->gone_reads;
+    *writes = srv->gone_writes;
+    for (const conn *c = srv->conns; c; c = c->next) {
+        *reads += c->s.reads;
+        *writes += c->s.writes;
+    }
 }

@@ -108,6 +108,9 @@ typedef struct server {
     bool per_record;         /* --repl-mode per-record */
     int port;                /* the bound TCP port (told to a primary) */
     master m;                /* --replica-of */
+    conn *conns;             /* open connections, linked by conn.next */
+    uint64_t gone_reads;     /* lull_stream reads and writes of the */
+    uint64_t gone_writes;    /* connections closed so far (INFO stats) */
 } server;
 
 struct conn {
@@ -125,6 +128,8 @@ struct conn {
     bool soft_armed; /* `soft` is armed */
     lull_task kick;  /* sends messages published to it (conn_wake) */
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
+    conn *next;      /* srv->conns, for INFO stats */
+    conn *prev;
 };
 
 extern server *the_server; /* lull_server has no data pointer: one server */
@@ -140,6 +145,9 @@ void conn_drop(conn *c, const char *fmt, ...)
 bool conn_check_output(conn *c);
 /* kv.wake: a message was added to a client's output. */
 void conn_wake(kv_client *cl);
+/* The lull_stream reads (that returned data) and writes (sendmsg calls)
+ * of every connection, open or closed, since the server started. */
+void conn_io_totals(const server *srv, uint64_t *reads, uint64_t *writes);
 
 /* link.c, primary side */
 typedef struct ring_frame {
