@@ -10,7 +10,8 @@
  * CSV for requests/s, p50 and p99 (ms), and /proc for each server's CPU.
  * Figures: median [min–max] over rounds.
  *
- * The replication rows are lab/serve_repl.c (`--only replication` runs
+ * The floor rows are lab/serve_floor.c (`--only floors` runs them alone),
+ * the replication rows lab/serve_repl.c (`--only replication` runs
  * them alone, `--only throughput` the first table alone); the processes,
  * tools and client lab/serve_proc.c; the soak's lull-kv lab/serve_soak.c.
  *
@@ -563,9 +564,11 @@ static int serve_body(const lab_options *opts, lab_json *json,
     bool repl_only = opts->only && strcmp(opts->only, "replication") == 0;
     short_table.rows = 0;
     bool tput_only = opts->only && strcmp(opts->only, "throughput") == 0;
+    bool floors_only = opts->only && strcmp(opts->only, "floors") == 0;
     int rc = 0;
-    if (!repl_only) rc = throughput(opts, p, json);
-    if (rc == 0 && !tput_only)
+    if (!repl_only && !floors_only) rc = throughput(opts, p, json);
+    if (rc == 0 && !repl_only && !tput_only) rc = serve_floors(opts, json);
+    if (rc == 0 && !tput_only && !floors_only)
         rc = serve_replication(opts, p, json, &short_table);
     if (short_table.rows > 1) lab_table_brief(&short_table, NULL);
     lab_detail("  (%.1f s)\n", (double)(lab_now_ns() - started) / 1e9);
