@@ -10,7 +10,8 @@
  * CSV for requests/s, p50 and p99 (ms), and /proc for each server's CPU.
  * Figures: median [min–max] over rounds.
  *
- * The replication rows are lab/serve_repl.c (`--only replication` runs
+ * The floor rows are lab/serve_floor.c (`--only floors` runs them
+ * alone), the replication rows lab/serve_repl.c (`--only replication` runs
  * them alone, `--only throughput` the first table alone); redis-benchmark's
  * whole default suite, a 64 MiB value, idle with keys that expire and
  * pub/sub are lab/serve_more.h's (`--only suite`, `bigvalue`, `idle`,
@@ -536,6 +537,7 @@ static int serve_body(const lab_options *opts, lab_json *json,
     short_table.rows = 0;
     int rc = 0;
     if (serve_wants(opts, "throughput")) rc = throughput(opts, p, json);
+    if (rc == 0 && serve_wants(opts, "floors")) rc = serve_floors(opts, json);
     if (rc == 0 && serve_wants(opts, "replication"))
         rc = serve_replication(opts, p, json, &short_table);
     if (short_table.rows > 1) lab_table_brief(&short_table, NULL);

@@ -96,6 +96,9 @@ typedef struct server {
 } server;
 
 void serve_server_stop(server *s);
+/* Waits up to 10 s for s to answer PING (read_port: first reads its port
+ * from its "listening on 127.0.0.1:PORT" line); false with s->why set. */
+bool serve_server_ready(server *s, bool read_port);
 /* lull-kv on a port of its choosing, with extra arguments (NULL-ended). */
 bool serve_start_kv(server *s, const char *const *extra, int cpu);
 /* redis-server, persistence off, one I/O thread; replica_of > 0 makes it
@@ -104,6 +107,13 @@ bool serve_start_kv(server *s, const char *const *extra, int cpu);
  * replica: fork + RDB) to that CPU (bgsave_cpulist), not to its own. */
 bool serve_spawn_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
 bool serve_start_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
+
+/* --------------------------------------------- floors (serve_floor.c) */
+
+/* The floor rows: servers with no loop library beside lull-kv and
+ * redis-server, their CPU and system calls per request; adds its verdict
+ * line and prints its short table. */
+int serve_floors(const lab_options *opts, lab_json *json);
 
 /* ------------------------------------------ replication (serve_repl.c) */
 

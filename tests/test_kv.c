@@ -534,6 +534,12 @@ static const char *info_field(const char *info, const char *name, char *val,
     return NULL;
 }
 
+/* An owner's INFO stats lines (server.c writes what its loop counted). */
+static void stats_lines(kv *k, buf *b) {
+    (void)k;
+    buf_str(b, "loop_polls:7\r\n");
+}
+
 TEST(info_replication_fields) {
     char v[128];
     buf out = {0};
@@ -571,6 +577,16 @@ TEST(info_replication_fields) {
     CHECK(info_field(info, "role", v, sizeof v) != NULL);
     CHECK(strcmp(exec_words(&p, &out, "INFO nosuchsection"), "$0\r\n\r\n") ==
           0);
+    /* INFO stats: the owner's lines under the section's header, in INFO
+     * alone too. */
+    CHECK(strcmp(exec_words(&p, &out, "INFO stats"), "$9\r\n# Stats\r\n\r\n") ==
+          0);
+    p.stats = stats_lines;
+    info = exec_words(&p, &out, "INFO stats");
+    CHECK(strcmp(info_field(info, "loop_polls", v, sizeof v), "7") == 0);
+    info = exec_words(&p, &out, "INFO");
+    CHECK(strcmp(info_field(info, "loop_polls", v, sizeof v), "7") == 0);
+    CHECK(info_field(info, "role", v, sizeof v) != NULL);
 
     kv r;
     kv_setup(&r, true);

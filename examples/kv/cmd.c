@@ -1288,6 +1288,12 @@ void kv_info(kv *k, const resp_arg *section, buf *out) {
         info_memory(&b);
         any = true;
     }
+    if (all || resp_is(section, "stats")) {
+        if (any) info_line(&b, "%s", "");
+        info_line(&b, "# Stats");
+        if (k->stats) k->stats(k, &b);
+        any = true;
+    }
     if (all || resp_is(section, "replication")) {
         if (any) info_line(&b, "%s", "");
         info_replication(k, &b);

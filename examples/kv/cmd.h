@@ -89,6 +89,9 @@ struct kv {
     /* A message was added to cl->out outside its own command: the owner
      * sends it (and holds the client to its output limit). */
     void (*wake)(kv_client *cl);
+    /* INFO stats: the owner's lines (what its event loop counted), or
+     * NULL: the section has its header only. */
+    void (*stats)(kv *k, buf *b);
     /* Test only: known replication bugs planted on purpose (KV_PLANT_*),
      * which the simulator (sim.c) must find. 0 in lull-kv itself. */
     unsigned plant;

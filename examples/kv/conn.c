@@ -41,6 +41,18 @@ static void conn_quiet(conn *c) {
 }
 
 static void conn_free(conn *c) {
+    server *srv = c->srv;
+    if (c->ep && srv->net->io_counts) {
+        uint64_t r, w;
+        srv->net->io_counts(c->ep, &r, &w);
+        srv->gone_reads += r;
+        srv->gone_writes += w;
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
     if (c->link)
         link_drop(c->link);
     else
@@ -412,6 +424,21 @@ void conn_start(conn *c, lull_endpoint *ep) {
     c->ep = ep;
     ep->data = c;
     c->srv->kv.clients++;
+    c->next = c->srv->conns;
+    if (c->next) c->next->prev = c;
+    c->srv->conns = c;
     lull_timer_init(c->srv->loop, &c->soft, soft_due);
     lull_endpoint_set_callbacks(ep, on_frame, on_drain, on_close);
+}
+
+void conn_io_totals(const server *srv, uint64_t *reads, uint64_t *writes) {
+    *reads = srv->gone_reads;
+    *writes = srv->gone_writes;
+    if (!srv->net->io_counts) return;
+    for (const conn *c = srv->conns; c; c = c->next) {
+        uint64_t r, w;
+        srv->net->io_counts(c->ep, &r, &w);
+        *reads += r;
+        *writes += w;
+    }
 }

@@ -81,6 +81,10 @@ typedef struct kv_net {
      * later turn (and, on failure, the endpoint's close callback); or
      * returns a negative errno, and nothing follows. */
     int (*connect)(server *srv);
+    /* The reads that returned data and the writes the connection's
+     * transport made (INFO stats), or NULL: it counts none. */
+    void (*io_counts)(const lull_endpoint *ep, uint64_t *reads,
+                      uint64_t *writes);
 } kv_net;
 
 /* Room for one connection's handle, whichever transport set it up. */
@@ -150,6 +154,9 @@ struct server {
      * its trace. */
     void (*log)(server *srv, const char *line);
     uint64_t links_over_limit; /* replica links closed for their output */
+    conn *conns;               /* open connections, linked by conn.next */
+    uint64_t gone_reads;       /* the transport's reads and writes of the */
+    uint64_t gone_writes;      /* connections closed so far (INFO stats) */
 };
 
 struct conn {
@@ -168,6 +175,8 @@ struct conn {
     bool soft_armed; /* `soft` is armed */
     lull_task kick;  /* sends messages published to it (conn_wake) */
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
+    conn *next;      /* srv->conns, for INFO stats */
+    conn *prev;
 };
 
 /* node.c */
@@ -199,6 +208,8 @@ void keys_expired(void *arg);
 conn *conn_new(server *srv);
 void conn_start(conn *c, lull_endpoint *ep);
 void conn_abort(conn *c);
+/* The reads and writes of every connection, open or closed (INFO stats). */
+void conn_io_totals(const server *srv, uint64_t *reads, uint64_t *writes);
 /* Closes the connection now and frees it, after a line on stderr saying
  * why (fmt NULL: no line). No callback of it runs afterwards. */
 void conn_drop(conn *c, const char *fmt, ...)

@@ -227,8 +227,9 @@ static int sim_connect(server *srv) {
                                 sim_connected);
 }
 
+/* The simulated links count no system calls: no io_counts. */
 static const kv_net kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
-                                  sim_peer, sim_connect};
+                                  sim_peer, sim_connect, NULL};
 
 static void random_faults(sim *S, lull_simfaults *f);
 

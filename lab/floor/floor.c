@@ -1,0 +1,283 @@
+/* What the two floor servers share (lab/floor/floor.h): the options, the
+ * listening socket, the counters and the protocol: RESP multibulk (what
+ * redis-benchmark and lull-lab send) and inline commands (what a person
+ * types into nc), answered for PING, GET, SET, INFO and CONFIG GET, and
+ * -ERR for anything else. The parser takes only what a floor needs: the
+ * command's name and first two arguments. One thread. */
+#define _GNU_SOURCE
+#include "floor.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+floor_counts floor_n;
+
+static const char *floor_name = "floor"; /* "lull-floor-epoll", ... */
+static const char *floor_mode = "";      /* how it waits, for INFO */
+static char value[512] = "xxx";          /* what GET answers */
+static char get_reply[600];              /* "$3\r\nxxx\r\n" */
+static size_t get_reply_len;
+
+/* The longest argument a floor takes: its commands have short ones, so a
+ * length beyond this is a client gone wrong. */
+#define MAX_BULK (1L << 20)
+/* Arguments in one command: CONFIG GET takes 3, SET with options a few. */
+#define MAX_ARGC 1024
+
+/* ------------------------------------------------------------- buffers */
+
+bool floor_buf_put(floor_buf *b, const void *p, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) return false;
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return true;
+}
+
+void floor_buf_consume(floor_buf *b, size_t n) {
+    if (n >= b->len) {
+        b->len = 0;
+        return;
+    }
+    memmove(b->p, b->p + n, b->len - n);
+    b->len -= n;
+}
+
+void floor_buf_free(floor_buf *b) {
+    free(b->p);
+    *b = (floor_buf){0};
+}
+
+/* ------------------------------------------------------------ protocol */
+
+typedef struct arg {
+    const char *p;
+    size_t len;
+} arg;
+
+/* The number and line end after a type byte ("3\r\n" of "*3\r\n"): the
+ * bytes through "\r\n", 0 when the line is not all there, -1 when it is
+ * not a number of at most MAX_BULK. */
+static long number_line(const char *p, const char *end, long *out) {
+    const char *q = p;
+    long v = 0;
+    while (q < end && (unsigned)(*q - '0') < 10) {
+        v = v * 10 + (*q - '0');
+        if (v > MAX_BULK) return -1;
+        q++;
+    }
+    if (q < end && *q != '\r') return -1;
+    if (end - q < 2) return 0;
+    if (q == p || q[1] != '\n') return -1;
+    *out = v;
+    return q + 2 - p;
+}
+
+/* An inline command: one line, words split by spaces. */
+static long inline_command(const char *p, const char *end, arg *a, int *argc) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl) return end - p > MAX_BULK ? -1 : 0;
+    const char *q = p, *stop = nl > p && nl[-1] == '\r' ? nl - 1 : nl;
+    int n = 0;
+    while (q < stop) {
+        while (q < stop && *q == ' ')
+            q++;
+        const char *w = q;
+        while (q < stop && *q != ' ')
+            q++;
+        if (q > w) {
+            if (n < 3) a[n] = (arg){w, (size_t)(q - w)};
+            n++;
+        }
+    }
+    *argc = n;
+    return nl + 1 - p;
+}
+
+/* One command at p: its first three arguments into a[] and their count;
+ * the bytes it takes, 0 when it is not all there, -1 when malformed. */
+static long command(const char *p, const char *end, arg *a, int *argc) {
+    if (*p != '*') return inline_command(p, end, a, argc);
+    long n, len;
+    long h = number_line(p + 1, end, &n);
+    if (h <= 0) return h;
+    if (n < 1 || n > MAX_ARGC) return -1;
+    const char *q = p + 1 + h;
+    for (long i = 0; i < n; i++) {
+        if (q >= end) return 0;
+        if (*q != '$') return -1;
+        h = number_line(q + 1, end, &len);
+        if (h <= 0) return h;
+        q += 1 + h;
+        if (end - q < len + 2) return 0;
+        if (q[len] != '\r' || q[len + 1] != '\n') return -1;
+        if (i < 3) a[i] = (arg){q, (size_t)len};
+        q += len + 2;
+    }
+    *argc = (int)n;
+    return q - p;
+}
+
+static bool is(const arg *a, const char *name, size_t len) {
+    return a->len == len && strncasecmp(a->p, name, len) == 0;
+}
+
+static bool put_bulk(floor_buf *out, const char *p, size_t len) {
+    char head[32];
+    int h = snprintf(head, sizeof head, "$%zu\r\n", len);
+    return floor_buf_put(out, head, (size_t)h) && floor_buf_put(out, p, len) &&
+           floor_buf_put(out, "\r\n", 2);
+}
+
+/* INFO: the counters, as "name:value" lines. */
+static bool put_info(floor_buf *out) {
+    char text[512];
+    int n = snprintf(text, sizeof text,
+                     "# Floor\r\nserver:%s\r\nmode:%s\r\nsyscalls:%" PRIu64
+                     "\r\nwaits:%" PRIu64 "\r\nreads:%" PRIu64
+                     "\r\nwrites:%" PRIu64 "\r\ncommands:%" PRIu64 "\r\n",
+                     floor_name, floor_mode, floor_n.syscalls, floor_n.waits,
+                     floor_n.reads, floor_n.writes, floor_n.commands);
+    return put_bulk(out, text, (size_t)n);
+}
+
+#define PUT(s) floor_buf_put(out, s, sizeof s - 1)
+
+static bool reply(const arg *a, int argc, floor_buf *out) {
+    floor_n.commands++;
+    switch (a[0].len) {
+    case 3:
+        if (is(&a[0], "GET", 3) && argc == 2)
+            return floor_buf_put(out, get_reply, get_reply_len);
+        if (is(&a[0], "SET", 3) && argc >= 3) return PUT("+OK\r\n");
+        break;
+    case 4:
+        if (is(&a[0], "PING", 4)) {
+            if (argc == 1) return PUT("+PONG\r\n");
+            return put_bulk(out, a[1].p, a[1].len);
+        }
+        if (is(&a[0], "INFO", 4)) return put_info(out);
+        break;
+    case 6:
+        /* redis-benchmark asks for `save` and `appendonly` at its start:
+         * an empty value of the name asked. */
+        if (is(&a[0], "CONFIG", 6) && argc == 3 && is(&a[1], "GET", 3))
+            return PUT("*2\r\n") && put_bulk(out, a[2].p, a[2].len) &&
+                   PUT("$0\r\n\r\n");
+        break;
+    }
+    return PUT("-ERR unknown command or wrong number of arguments\r\n");
+}
+
+long floor_answer(const char *p, size_t len, floor_buf *out) {
+    const char *q = p, *end = p + len;
+    while (q < end) {
+        arg a[3];
+        int argc = 0;
+        long n = command(q, end, a, &argc);
+        if (n == 0) break;
+        if (n < 0) {
+            PUT("-ERR Protocol error\r\n");
+            return -1;
+        }
+        q += n;
+        if (argc > 0 && !reply(a, argc, out)) return -1;
+    }
+    return q - p;
+}
+
+/* ----------------------------------------------------- start, signals */
+
+int floor_sigfd = -1;
+
+static void report(void) {
+    double per = floor_n.commands ? (double)floor_n.commands : 1;
+    fprintf(stderr,
+            "%s (%s): %" PRIu64 " commands, %" PRIu64
+            " system calls (%.3f per command): %" PRIu64 " waits, %" PRIu64
+            " reads, %" PRIu64 " writes\n",
+            floor_name, floor_mode, floor_n.commands, floor_n.syscalls,
+            (double)floor_n.syscalls / per, floor_n.waits, floor_n.reads,
+            floor_n.writes);
+}
+
+void floor_on_signal(void) {
+    struct signalfd_siginfo si;
+    while (read(floor_sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        floor_n.syscalls++;
+        report();
+        if (si.ssi_signo != SIGUSR1) exit(0);
+    }
+    floor_n.syscalls++; /* the read that found no more */
+}
+
+static void usage(const char *name) {
+    fprintf(stderr, "usage: %s [--port N] [--value V]\n", name);
+    exit(2);
+}
+
+int floor_start(int argc, char **argv, const char *name, const char *mode) {
+    floor_name = name;
+    floor_mode = mode;
+    int port = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
+            port = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--value") == 0 && i + 1 < argc &&
+                 strlen(argv[i + 1]) < sizeof value)
+            snprintf(value, sizeof value, "%s", argv[++i]);
+        else
+            usage(name);
+    }
+    if (port < 0 || port > 65535) usage(name);
+    get_reply_len = (size_t)snprintf(get_reply, sizeof get_reply,
+                                     "$%zu\r\n%s\r\n", strlen(value), value);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    floor_sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (floor_sigfd < 0) {
+        fprintf(stderr, "%s: signalfd: %s\n", name, strerror(errno));
+        exit(1);
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    struct sockaddr_in sin = {.sin_family = AF_INET,
+                              .sin_port = htons((uint16_t)port),
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sin;
+    if (fd < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)&sin, sizeof sin) != 0 ||
+        listen(fd, 511) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sin, &len) != 0) {
+        fprintf(stderr, "%s: listen on 127.0.0.1:%d: %s\n", name, port,
+                strerror(errno));
+        exit(1);
+    }
+    printf("%s: listening on 127.0.0.1:%d (%s)\n", name, ntohs(sin.sin_port),
+           mode);
+    fflush(stdout);
+    return fd;
+}
