@@ -368,55 +368,11 @@ static void never(lull_timer *timer) {
     (void)timer; /* deadlines are 1 s or more away; nothing runs the loop */
 }
 
-static int timers(const turns_params *p, turns_result *out) {
-    size_t n = (size_t)p->timers, pairs = (size_t)p->timer_pairs;
-    lull_loop *loop;
-    int rc = lull_loop_new(&loop, NULL);
-    if (rc < 0) return rc;
-    lull_timer *extra = calloc(pairs, sizeof *extra);
-    uint64_t *delays = calloc(pairs, sizeof *delays);
-    uint64_t seed = p->seed;
-    uint64_t heap0 = lab_heap_bytes();
-    lull_timer *t = calloc(n, sizeof *t);
-    if (!t || !extra || !delays) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        lull_timer_init(loop, &t[i], never);
-        lull_timer_start(&t[i], turns_random_delay(&seed, 1 * S, 1000 * S), 0);
-    }
-    uint64_t heap1 = lab_heap_bytes();
-    for (size_t i = 0; i < pairs; i++) {
-        lull_timer_init(loop, &extra[i], never);
-        delays[i] = turns_random_delay(&seed, 1 * S, 1000 * S);
-    }
-    turns_timer_rounds tr = {0};
-    for (int r = 0; r < TURNS_TIMER_ROUNDS; r++) {
-        turns_timer_arms(&tr);
-        for (size_t i = 0; i < pairs; i++)
-            lull_timer_start(&extra[i], delays[i], 0);
-        turns_timer_cancels(&tr);
-        for (size_t i = 0; i < pairs; i++)
-            lull_timer_stop(&extra[i]);
-        turns_timer_done(&tr);
-    }
-    turns_timer_figures(out, &tr, n, pairs, (double)heap1 - (double)heap0);
-    for (size_t i = 0; i < n; i++)
-        lull_timer_stop(&t[i]);
-out:
-    if (lull_loop_free(loop) < 0 && rc == 0) rc = -EBUSY;
-    free(t);
-    free(extra);
-    free(delays);
-    return rc;
-}
-
 /* The same arm + cancel from callbacks, as a server arms its timeouts:
  * one posted task arms the batch, the loop iteration ends, a second task
  * cancels it. An arm inside a callback reads no clock (it counts from the
  * loop's next reading, src/timer.c), so this is the row a running program
- * pays; `timers` above arms outside any run, where every arm reads it. */
+ * pays; `timers` arms outside any run, where every arm reads it. */
 typedef struct cb_timers {
     lull_task arm, cancel;
     lull_timer *extra;
@@ -440,7 +396,10 @@ static void cb_cancel(lull_task *task) {
     turns_timer_done(c->tr);
 }
 
-static int timers_in_callbacks(const turns_params *p, turns_result *out) {
+/* Arms n timers, then measures TURNS_TIMER_ROUNDS rounds of arming and
+ * cancelling `pairs` more: outside any run, or from two posted tasks. */
+static int timers_run(const turns_params *p, turns_result *out,
+                      bool in_callbacks) {
     size_t n = (size_t)p->timers, pairs = (size_t)p->timer_pairs;
     lull_loop *loop;
     int rc = lull_loop_new(&loop, NULL);
@@ -468,12 +427,17 @@ static int timers_in_callbacks(const turns_params *p, turns_result *out) {
     lull_task_init(&c.arm, cb_arm);
     lull_task_init(&c.cancel, cb_cancel);
     for (int r = 0; r < TURNS_TIMER_ROUNDS && rc == 0; r++) {
+        if (!in_callbacks) {
+            cb_arm(&c.arm);
+            cb_cancel(&c.cancel);
+            continue;
+        }
         lull_task_post(loop, &c.arm);
         rc = lull_loop_run(loop, LULL_RUN_NOWAIT);
         lull_task_post(loop, &c.cancel);
         if (rc == 0) rc = lull_loop_run(loop, LULL_RUN_NOWAIT);
     }
-    if (rc > 0) rc = 0; /* NOWAIT: 1 says the loop is still alive */
+    if (rc > 0) rc = 0;
     turns_timer_figures(out, &tr, n, pairs, (double)heap1 - (double)heap0);
     for (size_t i = 0; i < n; i++)
         lull_timer_stop(&t[i]);
@@ -483,6 +447,14 @@ out:
     free(extra);
     free(delays);
     return rc;
+}
+
+static int timers(const turns_params *p, turns_result *out) {
+    return timers_run(p, out, false);
+}
+
+static int timers_in_callbacks(const turns_params *p, turns_result *out) {
+    return timers_run(p, out, true);
 }
 
 /* ------------------------------------------------------ virtual clock */
