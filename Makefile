@@ -114,7 +114,7 @@ install:
 	$(CMAKE) --install $(INSTALL_BUILD) --prefix $(PREFIX)
 
 format:
-	clang-format -i include/*.h src/*.c src/*.h tests/*.c tests/*.h lab/*.c lab/*.h lab/peers/*.c bench/*.c examples/*.c examples/kv/*.c examples/kv/*.h fuzz/*.c fuzz/*.h
+	clang-format -i include/*.h src/*.c src/*.h tests/*.c tests/*.h lab/*.c lab/*.h lab/peers/*.c bench/*.c examples/*.c kv/*.c kv/*.h fuzz/*.c fuzz/*.h
 
 clean:
 	rm -rf build
@@ -166,7 +166,7 @@ soak:
 SEEDS ?= 10000
 SIM_PLANT_SEEDS ?= 500
 SIM_COMMANDS ?= 1000000
-SIM = ./build/release/examples/lull-kv-sim
+SIM = ./build/release/kv/lull-kv-sim
 
 sim:
 	$(CMAKE) -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -175,7 +175,7 @@ sim:
 	for bug in resume-late ack-before-log lost-wakeup; do \
 	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \
-	  -P examples/kv/sim_determinism.cmake
+	  -P kv/sim_determinism.cmake
 
 # `make fuzz FUZZ_SECONDS=N`: the libFuzzer targets — fuzz_frame
 # (a framed stream's decoder), fuzz_stream (a raw stream's reads cut at
@@ -187,7 +187,7 @@ sim:
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS = fuzz/fuzz_frame:fuzz/corpus_frame \
   fuzz/fuzz_stream:fuzz/corpus_stream \
-  examples/fuzz_resp:examples/kv/fuzz_corpus
+  kv/fuzz_resp:kv/fuzz_corpus
 .PHONY: fuzz
 
 fuzz:
