@@ -6,8 +6,8 @@
  * runs a timer of its own.
  *
  * Build (libuv1-dev):
- *   cc -O2 -pthread -o embed_libuv embed_libuv.c \
- *      $(pkg-config --cflags --libs lull libuv) */
+ *   cc -O2 -pthread -o embed_libuv embed_libuv.c $(pkg-config --cflags --libs lull libuv)
+ */
 #define _POSIX_C_SOURCE 200809L
 #include <lull.h>
 #include <pthread.h>

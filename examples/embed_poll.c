@@ -8,7 +8,8 @@
  * libuv (uv_poll_t on the fd and a uv_timer_t), a game's frame loop.
  *
  * Build:
- *   cc -O2 -pthread -o embed_poll embed_poll.c $(pkg-config --cflags --libs lull) */
+ *   cc -O2 -pthread -o embed_poll embed_poll.c $(pkg-config --cflags --libs lull)
+ */
 #define _POSIX_C_SOURCE 200809L
 #include <lull.h>
 #include <poll.h>

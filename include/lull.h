@@ -43,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h> /* struct sockaddr_storage: UDP send requests */
 
 #ifdef __cplusplus
 extern "C" {
@@ -995,6 +996,167 @@ LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
 /* The fd it reads (a pair's rfd), or -1 once closed. */
 LULL_EXTERN int lull_stream_fd(const lull_stream *s);
+
+/* ------------------------------------------------------------------ UDP */
+
+/* Datagram sockets with the loop's discipline (docs/UDP.md): sends queued
+ * within a slice leave together in one sendmmsg at the loop's next flush
+ * point, in send order (several destinations in one call), and a readable
+ * socket is drained with recvmmsg, a bounded number of batches per
+ * iteration, so a flood cannot hold the loop. Nothing is allocated per
+ * datagram: a send takes a caller-owned request, received datagrams are
+ * read into the handle's buffer (allocated once, at lull_udp_recv_start).
+ * Datagrams are lossy by nature: a send past max_queued is refused, the
+ * handle stays open. IPv4 and IPv6 (numeric addresses, as streams take). */
+
+typedef struct lull_udp lull_udp;
+typedef struct lull_datagram lull_datagram;
+
+/* A datagram arrived: bytes and len are valid during the call only; from is
+ * the sender. flags: LULL_UDP_TRUNCATED when it was longer than
+ * max_datagram (bytes holds its first max_datagram bytes). status < 0
+ * instead reports an error the socket carries (-ECONNREFUSED: an ICMP port
+ * unreachable answered an earlier send of a connected socket), with bytes
+ * NULL; reading goes on. */
+typedef void (*lull_udp_recv_fn)(lull_udp *udp, int status, const void *bytes,
+                                 size_t len, const struct sockaddr *from,
+                                 unsigned flags);
+/* The datagram was handed to the kernel (0), or was not: a negative errno
+ * (-EMSGSIZE, -ECONNREFUSED, -ENETUNREACH ..., -ECANCELED when the handle
+ * closed first). Runs in a later turn than lull_udp_send, never inside it;
+ * the request and its bytes are the caller's again. */
+typedef void (*lull_udp_send_fn)(lull_datagram *req, int status);
+/* The handle's last callback, in a later turn than lull_udp_close, after
+ * every pending send's callback: the one place to free or reuse it. */
+typedef void (*lull_udp_close_fn)(lull_udp *udp);
+
+#define LULL_UDP_TRUNCATED 0x1u /* lull_udp_recv_fn flags */
+
+/* lull_udp_bind flags */
+#define LULL_UDP_REUSEADDR 0x1u /* SO_REUSEADDR */
+#define LULL_UDP_REUSEPORT                                                     \
+    0x2u /* SO_REUSEPORT: the kernel spreads datagrams                         \
+            over the sockets bound to the port */
+#define LULL_UDP_IPV6ONLY                                                      \
+    0x4u /* an IPv6 socket takes no IPv4 datagrams                             \
+            (default: dual-stack) */
+
+typedef struct lull_udp_options { /* all zero = defaults */
+    size_t max_datagram; /* a receive slot's size; 0 = 65536, the largest
+                            datagram UDP carries. A longer one is truncated
+                            (LULL_UDP_TRUNCATED). */
+    unsigned recv_batch; /* datagrams per recvmmsg; 0 = 16, at most 1024 */
+    size_t max_queued;   /* bytes queued for sending before a send is
+                            refused with -ENOBUFS; 0 = no bound */
+    size_t gso_segment;  /* > 0: a send longer than this leaves as datagrams
+                            of this size (the last may be shorter), as one
+                            message with UDP_SEGMENT where the kernel takes
+                            it, else one datagram each */
+    bool gro;            /* receive with UDP_GRO where the kernel has it:
+                            datagrams it coalesced are split again, so the
+                            callback still sees one datagram a call */
+} lull_udp_options;
+
+struct lull_datagram { /* caller-owned, one per datagram in flight */
+    void *data;        /* yours; lull never touches it */
+    const void *bytes; /* what lull_udp_send was given */
+    size_t len;
+    struct {                 /* lull's own */
+        lull_datagram *next; /* the handle's queue while in flight */
+        lull_udp_send_fn cb;
+        lull_udp *udp;
+        struct sockaddr_storage to; /* the destination; family 0 on a
+                                       connected socket */
+        int status;                 /* the result its callback gets */
+    };
+};
+
+struct lull_udp {
+    void *data;          /* yours; lull never touches it */
+    lull_loop *loop;     /* the owning loop */
+    size_t queued;       /* bytes of datagrams waiting to be sent */
+    uint64_t sent;       /* datagrams handed to the kernel */
+    uint64_t send_calls; /* sendmmsg calls that sent them */
+    uint64_t received;   /* datagrams delivered to the callback */
+    uint64_t recv_calls; /* recvmmsg calls that returned them */
+    struct {             /* lull's own */
+        lull_io io;      /* the socket (owned: closed with the handle) */
+        lull_task flush; /* at the loop's flush point while sends wait */
+        lull_task event; /* later turn: send results, the close callback */
+        lull_udp_recv_fn on_recv;
+        lull_udp_close_fn on_close;
+        lull_datagram *head; /* sends not yet handed to the kernel */
+        lull_datagram *tail;
+        lull_datagram *done; /* sends whose callback is owed */
+        lull_datagram *done_tail;
+        unsigned char *rbuf; /* recv_batch slots of max_datagram bytes */
+        void *rmeta;         /* recvmmsg's headers for the slots */
+        size_t max_datagram;
+        size_t max_queued;
+        size_t gso_segment;
+        unsigned recv_batch;
+        unsigned state;     /* src/udp.c */
+        unsigned rnext;     /* the last batch's next slot to deliver */
+        unsigned rgot;      /* ... and its slots: a recv_stop inside the
+                               callback keeps the rest for the next
+                               lull_udp_recv_start */
+        size_t roff;        /* delivered bytes of slot rnext (GRO) */
+        bool *closed_guard; /* set by a close inside our callback */
+    };
+};
+
+/* Prepares the handle; no socket yet (bind, connect or the first send
+ * makes one). opts may be NULL. -EINVAL for NULL or recv_batch > 1024. */
+LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
+                              const lull_udp_options *opts);
+/* Binds to host (numeric; NULL = "127.0.0.1", "::" for every address of
+ * both families) and port (0 = any: lull_udp_local_port). -EINVAL,
+ * -EADDRINUSE, another errno of socket or bind; -EBUSY if already bound. */
+LULL_EXTERN int lull_udp_bind(lull_udp *udp, const char *host, int port,
+                              unsigned flags);
+/* Adopts a datagram socket (made non-blocking; closed with the handle).
+ * -EINVAL for a socket that is not SOCK_DGRAM, -EBUSY if it has one. */
+LULL_EXTERN int lull_udp_open(lull_udp *udp, int fd);
+/* Connects: sends then go to host:port with to == NULL, only datagrams
+ * from it are received, and ICMP errors reach the callbacks. host NULL
+ * disconnects. Binds to any port first if unbound. */
+LULL_EXTERN int lull_udp_connect(lull_udp *udp, const char *host, int port);
+/* The bound port, or a negative errno (-EBADF before a socket exists). */
+LULL_EXTERN int lull_udp_local_port(const lull_udp *udp);
+/* Queues one datagram of len bytes (read in place: they must stay valid
+ * until cb runs) to `to` (NULL on a connected socket). 0, or: -EINVAL
+ * (NULL handle or request, bytes NULL with len > 0, to NULL on an
+ * unconnected socket, a family the socket does not take), -EMSGSIZE
+ * (len > 65507, or past gso_segment's 64 segments), -EBUSY (the request is
+ * in flight), -ENOBUFS (queued + len would pass max_queued), -EPIPE
+ * (closed). cb may be NULL. */
+LULL_EXTERN int lull_udp_send(lull_udp *udp, lull_datagram *req,
+                              const void *bytes, size_t len,
+                              const struct sockaddr *to, lull_udp_send_fn cb);
+/* Starts (or, with another fn, redirects) receiving. Allocates the
+ * receive buffer on first use. -EINVAL, -EBADF without a socket,
+ * -ENOMEM. */
+LULL_EXTERN int lull_udp_recv_start(lull_udp *udp, lull_udp_recv_fn fn);
+/* No recv callback after this. Datagrams already read from the socket in
+ * this batch are kept, not dropped: the next lull_udp_recv_start delivers
+ * them first, in a later turn. Idempotent. */
+LULL_EXTERN int lull_udp_recv_stop(lull_udp *udp);
+/* Closes the socket; queued sends complete with -ECANCELED, then fn runs,
+ * all in later turns. Safe in any callback of the handle. Idempotent:
+ * -EINVAL for NULL. */
+LULL_EXTERN int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn);
+/* Socket options, each 0 or a negative errno (-EBADF without a socket). */
+LULL_EXTERN int lull_udp_set_broadcast(lull_udp *udp, bool on);
+LULL_EXTERN int lull_udp_set_ttl(lull_udp *udp, int ttl); /* 1..255 */
+LULL_EXTERN int lull_udp_set_multicast_ttl(lull_udp *udp, int ttl);
+LULL_EXTERN int lull_udp_set_multicast_loop(lull_udp *udp, bool on);
+/* iface: the numeric address of the interface (IPv4) or its name (IPv6);
+ * NULL = the kernel's choice. */
+LULL_EXTERN int lull_udp_set_multicast_interface(lull_udp *udp,
+                                                 const char *iface);
+/* Joins (join true) or leaves the multicast group (numeric) on iface. */
+LULL_EXTERN int lull_udp_set_membership(lull_udp *udp, const char *group,
+                                        const char *iface, bool join);
 
 /* ----------------------------------------------------------- simulation */
 

@@ -95,8 +95,8 @@ typedef union kv_transport {
 
 enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP };
 
-/* The replica's link to its primary (--replica-of). Its contract (BRIEF
- * §1A):
+/* The replica's link to its primary (--replica-of). Its five rows
+ * (README, "The contracts"):
  *   trigger          start-up; the link's close or a failed connect, which
  *                    arms the retry timer; the retry timer, which connects
  *   source of truth  m->state, and the offset and replid in srv->kv

@@ -392,4 +392,10 @@ const char *lull__name_lookup(lull_loop *loop, lull_any_fn fn);
 const char *lull__name_of(lull_loop *loop, lull_any_fn fn);
 void lull__names_free(lull_loop *loop);
 
+/* tcp.c: a numeric IPv4 or IPv6 host ("[::1]" too; NULL is 127.0.0.1)
+ * and port to a sockaddr; -EINVAL otherwise. Streams and UDP share it. */
+struct sockaddr_storage;
+int lull__inet_address(const char *host, int port, struct sockaddr_storage *ss,
+                       socklen_t *len, int *family);
+
 #endif

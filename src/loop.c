@@ -22,7 +22,7 @@
 
 #include "backend.h"
 
-/* Role defaults of the quantum (BRIEF C5): a shared loop also serves
+/* Role defaults of the quantum (C5): a shared loop also serves
  * requests, so it yields often; a dedicated one amortizes more per slice. */
 #define QUANTUM_SHARED_NS    500000u
 #define QUANTUM_DEDICATED_NS 2000000u

@@ -39,7 +39,7 @@
  * so that lull_endpoint_send inlines it; it leans on the first invariant: an
  * open end's inbox alone says whether its turn is claimed.
  *
- * The five rows (BRIEF 1A):
+ * The five rows (README, "The contracts"):
  *   Trigger                 a send to this end, the peer's close, or
  *                           this end's own close (its close callback, once
  *                           the peer's inbox is empty)

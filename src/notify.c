@@ -7,7 +7,7 @@
  * their tasks are posted in list order. No allocation: the list is threaded
  * through the caller-owned listeners.
  *
- * Contract (BRIEF 1A) of a listener: trigger: lull_notifier_raise; source of
+ * The five rows (README, "The contracts") of a listener: trigger: lull_notifier_raise; source of
  * truth: whatever state the notifier guards (the raise is a hint to look);
  * pending predicate: its task is queued; next deadline: none; quiet condition:
  * not queued (no timer is ever involved). Loop thread only, except

@@ -30,7 +30,7 @@
  * going: it only leaves its loop busy, which lull_percore_stop reports as
  * -EBUSY, as before. Uses the public API only.
  *
- * Contract (BRIEF 1A) of the helper's own part of each loop: trigger: a
+ * The five rows (README, "The contracts") of the helper's own part of each loop: trigger: a
  * remote post (a hand-off, or the stop task); source of truth: the loop's
  * remote stack; pending predicate: a post not yet run; next deadline:
  * none; quiet condition: always (it adds a reference, no timer, no task).

@@ -38,7 +38,7 @@
  * io watches the pidfd exactly while STARTED and the pidfd is open; EXITED
  * once on_exit was called (or is queued to be, DONE_QUEUED).
  *
- * The five rows (BRIEF 1A), for a running child:
+ * The five rows (README, "The contracts"), for a running child:
  *   Trigger                 the child exits (pidfd readable)
  *   Source of truth         the kernel's state of the child: waitid, or the
  *                           pidfd's exit information

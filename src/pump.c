@@ -1,7 +1,7 @@
 /* The pump (C4): one delivery pass at a time, woken by change, never by a
  * clock.
  *
- * Contract (BRIEF 1A):
+ * The five rows (README, "The contracts"):
  *   trigger                 lull_pump_wake, or a raise of a notifier the
  *                           pump listens to (lull_pump_listen)
  *   source of truth         whatever the pass reads; a wake is a hint

@@ -32,7 +32,7 @@
  * the started handles that are referenced, and the io is referenced exactly
  * while refs > 0; blocked is a subset of watched.
  *
- * The five rows (BRIEF 1A):
+ * The five rows (README, "The contracts"):
  *   Trigger                 a watched signal becomes pending (signalfd
  *                           readable)
  *   Source of truth         the kernel's pending signals, read from the fd

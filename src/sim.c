@@ -40,7 +40,7 @@
  * the heap exactly when next_time() is not NEVER (after every change, via
  * resched); the timer is armed exactly when the heap is not empty (kick).
  *
- * The five rows (BRIEF 1A):
+ * The five rows (README, "The contracts"):
  *   Trigger                 a send, close, shutdown, read pause or resume,
  *                           connect, fault call or heal; the timer
  *   Source of truth         each end's inbox positions, state and fault

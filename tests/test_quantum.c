@@ -1,4 +1,4 @@
-/* The quantum (C5, BRIEF 2.1 "Quantum"): a producer calling
+/* The quantum (C5): a producer calling
  * lull_loop_should_yield yields; when the slice is spent the loop runs ready
  * fds and due timers before the tasks already queued. The quantum is real time
  * on both clocks, so these cases spin on the real clock; they check order, not
@@ -99,7 +99,7 @@ TEST(producer_yields) {
 
 /* A pipe made readable during the producer's first slice is serviced before
  * the producer's next slice, and before a task that was already queued
- * behind the producer (BRIEF 2.1). Trace: 1001 P1, 1 io, 2 the queued task,
+ * behind the producer. Trace: 1001 P1, 1 io, 2 the queued task,
  * 1002 P2. */
 static lull_io req_io;
 static int req_fds[2];

@@ -1,4 +1,4 @@
-/* Timers (C3, BRIEF 2.1 "Timers"): deadline order, arm order for equal
+/* Timers (C3): deadline order, arm order for equal
  * deadlines, re-arm, repeat without drift, stop/restart from callbacks,
  * references. Order and time on the virtual clock, except where a case says
  * why it needs the real one. */
@@ -557,7 +557,7 @@ TEST(huge_delays_on_the_real_clock) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* ------------------------------------------------- never early (BRIEF 2.1)
+/* ------------------------------------------------- never early
  * A delayed timer never fires before delay_ns has passed since its
  * lull_timer_start call, on CLOCK_MONOTONIC, however old the loop's cached
  * "now" is when it is armed. The cases make the cache stale on purpose (a

@@ -102,6 +102,18 @@ elseif(STEP STREQUAL "pkg_config")
     if(NOT n EQUAL 1)
       message(FATAL_ERROR "${name}: no single `cc ... $(pkg-config --cflags --libs lull)` build line in its header comment")
     endif()
+    # An example that builds on another library too (embed_libuv: libuv)
+    # is skipped, with a line, where that library is not installed.
+    string(REGEX MATCH "--libs lull ([a-z0-9_ -]+)\\)" other "${lines}")
+    if(other)
+      string(STRIP "${CMAKE_MATCH_1}" other)
+      separate_arguments(other UNIX_COMMAND "${other}")
+      execute_process(COMMAND ${PKG_CONFIG} --exists ${other} RESULT_VARIABLE has)
+      if(NOT has EQUAL 0)
+        message(STATUS "${name}: skipped, needs ${other}")
+        continue()
+      endif()
+    endif()
     string(REGEX REPLACE "^ \\*   cc " "${CC} -Wall -Wextra -Werror " line "${lines}")
     execute_process(COMMAND sh -c "${line}"
       WORKING_DIRECTORY ${dir}/examples
