@@ -1318,7 +1318,8 @@ struct lull_process {
  * 127; so is running out of fds (-EMFILE) or processes (-EAGAIN). Nothing
  * is left behind on failure: no child, no fd, no stream. on_exit (required)
  * runs once, on the loop, never inside this call. The handle keeps the loop
- * alive until then (lull_process_unref). */
+ * alive until then (lull_process_unref). -EBUSY into a handle that is still
+ * live (on_exit not yet run); after on_exit it may be spawned into again. */
 LULL_EXTERN int lull_process_spawn(lull_loop *loop, lull_process *p,
                                    const lull_process_options *opts,
                                    lull_process_exit_fn on_exit);

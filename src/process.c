@@ -392,11 +392,25 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
     return pid;
 }
 
+/* A handle still live on loop: its pidfd watched (by the loop's own table,
+ * not by the handle's word alone: a handle's memory may be anything before
+ * its first spawn) or its exit turn queued. Reads only p and the loop. */
+static bool live_on(const lull_loop *loop, const lull_process *p) {
+    if (p->loop != loop || !(p->state & P_STARTED)) return false;
+    const lull_io *io = &p->io;
+    if ((io->flags & LULL__IO_ACTIVE) && io->slot < loop->io_slots_cap &&
+        loop->io_slots[io->slot].io == io)
+        return true;
+    return (p->state & P_DONE_QUEUED) && lull_task_pending(&p->done);
+}
+
 int lull_process_spawn(lull_loop *loop, lull_process *p,
                        const lull_process_options *opts,
                        lull_process_exit_fn on_exit) {
     if (!loop || !p || !opts || !on_exit || !options_ok(opts)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
+    /* Clearing a live handle would orphan its registered pidfd. */
+    if (live_on(loop, p)) return -EBUSY;
     memset(p, 0, sizeof *p);
     p->io.fd = -1;
     made m = {.child = {-1, -1, -1}, .devnull = -1};

@@ -370,6 +370,48 @@ TEST(process_argument_errors) {
     free_loop(loop);
 }
 
+/* A spawn into a handle that is still live (running, closed and left to
+ * run, or killed and not yet reaped) is refused with -EBUSY and leaves the
+ * handle as it was: its exit still arrives once. Once on_exit ran, the
+ * handle is free to spawn into again, also from inside on_exit. */
+static lull_process_options respawn_opts;
+static int respawn_rc = 1;
+
+static void respawn_exit(lull_process *p, int status, int sig) {
+    on_exit_cb(p, status, sig);
+    kid *k = LULL_CONTAINER_OF(p, kid, p);
+    if (k->exits == 1)
+        respawn_rc = lull_process_spawn(p->loop, p, &respawn_opts, on_exit_cb);
+}
+
+TEST(spawn_into_live_handle_is_refused) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int pid = k.p.pid;
+    CHECK_EQ(spawn(loop, &k, &o), -EBUSY);
+    CHECK_EQ(k.p.pid, pid);
+    CHECK_EQ(lull_process_close(&k.p), 0); /* left to run: still live */
+    CHECK_EQ(spawn(loop, &k, &o), -EBUSY);
+    CHECK_EQ(lull_process_kill(&k.p, SIGKILL), 0);
+    CHECK_EQ(spawn(loop, &k, &o), -EBUSY); /* killed, not reaped yet */
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.sig, SIGKILL);
+    CHECK_EQ(k.exits, 1);
+    /* Ended: free to reuse, here from inside on_exit. */
+    respawn_opts = (lull_process_options){.argv = SH("exit 3")};
+    CHECK_EQ(lull_process_spawn(loop, &k.p, &o, respawn_exit), 0);
+    CHECK_EQ(lull_process_kill(&k.p, SIGKILL), 0);
+    k.exits = 0;
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(respawn_rc, 0);
+    run_until(loop, &k.exits, 2);
+    CHECK_EQ(k.status, 3);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
 /* ------------------------------------------------------------- stdio */
 
 /* stdin and stdout naming one stream: one endpoint that writes the
