@@ -348,13 +348,28 @@ static void reap_now(int pidfd) {
     close(pidfd);
 }
 
-/* The child's report: 0 bytes when it exec'd, else its errno. */
-static int read_report(int fd) {
+/* The child's report: nothing when it exec'd, else its errno. The pipe
+ * is non-blocking. When the clone returned after the child's exec or exit
+ * (CLONE_VFORK held: `settled`), whatever the child wrote is there already,
+ * and an empty pipe means it exec'd: waiting for EOF instead would wait for
+ * every other holder of the write end, such as a process another thread
+ * forked while the pipe was open, which may live for hours. Where the
+ * clone was run as a fork (valgrind), the child may not have got that far:
+ * then the EOF is the only word of its exec, and it is waited for. */
+static int read_report(int fd, bool settled) {
     int err = 0;
     ssize_t n;
-    do {
+    for (;;) {
         n = read(fd, &err, sizeof err);
-    } while (n < 0 && errno == EINTR);
+        if (n >= 0 || errno == EINTR) {
+            if (n >= 0) break;
+            continue;
+        }
+        if (errno != EAGAIN) return -errno;
+        if (settled) return 0; /* nothing written: it exec'd */
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        (void)poll(&pfd, 1, -1);
+    }
     if (n == (ssize_t)sizeof err) return err > 0 ? -err : -EINVAL;
     return n == 0 ? 0 : -EIO; /* a short report: cannot happen */
 }
@@ -365,7 +380,8 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)limit)
         limit = (int)rl.rlim_cur;
     int errp[2];
-    if (pipe2(errp, O_CLOEXEC) < 0) return -errno;
+    if (pipe2(errp, O_CLOEXEC | O_NONBLOCK) < 0) return -errno;
+    volatile int ran_shared = 0;
     lull__spawn sp = {
         .file = o->file ? o->file : o->argv[0],
         .argv = o->argv,
@@ -375,6 +391,7 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
         .stdio = {m->child[0], m->child[1], m->child[2]},
         .flags = o->flags,
         .err_fd = errp[1],
+        .ran_shared = &ran_shared,
         .fd_limit = limit,
     };
     int pid = lull__spawn_child(&sp, pidfd);
@@ -383,7 +400,7 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
         close(errp[0]);
         return pid;
     }
-    int rc = read_report(errp[0]);
+    int rc = read_report(errp[0], ran_shared == 1);
     close(errp[0]);
     if (rc < 0) {
         reap_now(*pidfd);

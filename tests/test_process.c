@@ -9,8 +9,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -1144,6 +1146,146 @@ TEST(child_never_reads_stdin) {
     CHECK_EQ(d.reason, -EPIPE);
     CHECK_EQ(d.drains, 0);
     CHECK_EQ(k.sig, SIGKILL);
+    free_loop(loop);
+}
+
+/* Another thread forks while the loop spawns: a forked copy of the
+ * program inherits whatever fds are open at that instant, the spawn's
+ * error pipe among them, and may hold them for as long as it lives. The
+ * spawn must not wait for that copy. Each copy the forking thread makes
+ * looks for a spawn's error pipe (a close-on-exec pipe's write end) among
+ * what it inherited; one that holds one reports it and keeps it until told
+ * to go. Meanwhile the forking thread asks the kernel whether the loop's
+ * thread sleeps in a read of that very pipe
+ * (/proc/self/task/<tid>/syscall): such a spawn is blocked, and can only
+ * go on once the holder is gone, which the thread then sees to. A spawn is
+ * counted blocked only on that evidence, never on how long it took. */
+typedef struct forker {
+    int loop_tid;
+    int report[2]; /* holders -> the forking thread: {pid, inode} */
+    int done[2];   /* EOF: holders exit */
+    atomic_int spawns_done;
+    atomic_bool stop;
+    int holders; /* copies that caught a spawn's error pipe */
+    int blocked; /* spawns seen asleep on a pipe a holder kept open */
+} forker;
+
+/* In the forked copy: system calls only (another thread may have held a
+ * lock of libc's at the fork). */
+static void holder_main(forker *f) {
+    syscall(SYS_close, f->done[1]);
+    syscall(SYS_close, f->report[0]);
+    for (int fd = 3; fd < 256; fd++) {
+        if (fd == f->report[1] || fd == f->done[0]) continue;
+        struct stat st;
+        if (syscall(SYS_fstat, fd, &st) < 0 || !S_ISFIFO(st.st_mode)) continue;
+        long fl = syscall(SYS_fcntl, fd, F_GETFL);
+        long fdfl = syscall(SYS_fcntl, fd, F_GETFD);
+        if ((fl & O_ACCMODE) != O_WRONLY || !(fdfl & FD_CLOEXEC)) continue;
+        long msg[2] = {(long)syscall(SYS_getpid), (long)st.st_ino};
+        syscall(SYS_write, f->report[1], msg, sizeof msg);
+        char c;
+        syscall(SYS_read, f->done[0], &c, 1); /* until told */
+        syscall(SYS_exit_group, 0);
+    }
+    syscall(SYS_exit_group, 0);
+}
+
+/* Is the loop's thread asleep in read() of the pipe with this inode? */
+static bool loop_reads_pipe(const forker *f, long ino) {
+    char path[96], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", f->loop_tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    long nr = -1;
+    unsigned long arg0 = 0;
+    if (sscanf(buf, "%ld %lx", &nr, &arg0) != 2 || nr != SYS_read) return false;
+    snprintf(path, sizeof path, "/proc/self/fd/%lu", arg0);
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISFIFO(st.st_mode) &&
+           (long)st.st_ino == ino;
+}
+
+static void *forker_run(void *arg) {
+    forker *f = arg;
+    while (!atomic_load(&f->stop)) {
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) holder_main(f);
+        struct pollfd pfd = {.fd = f->report[0], .events = POLLIN};
+        long msg[2];
+        int st;
+        /* A copy that caught nothing exits at once, with no report. */
+        for (;;) {
+            if (poll(&pfd, 1, 0) == 1) break;
+            if (waitpid(pid, &st, WNOHANG) == pid) {
+                pid = 0;
+                break;
+            }
+        }
+        if (pid == 0) continue;
+        CHECK_EQ(read(f->report[0], msg, sizeof msg), (ssize_t)sizeof msg);
+        CHECK_EQ(msg[0], pid);
+        f->holders++;
+        int at = atomic_load(&f->spawns_done);
+        while (atomic_load(&f->spawns_done) == at && !atomic_load(&f->stop)) {
+            if (loop_reads_pipe(f, msg[1])) {
+                f->blocked++;
+                break;
+            }
+            usleep(100);
+        }
+        kill(pid, SIGKILL);
+        CHECK_EQ(waitpid(pid, &st, 0), pid);
+    }
+    return NULL;
+}
+
+TEST_THREADED(spawn_does_not_wait_for_another_threads_fork) {
+    const char *pre = getenv("LD_PRELOAD");
+    if (pre && strstr(pre, "vgpreload")) {
+        printf("skipped: valgrind runs the spawn's clone as a fork, and the "
+               "spawn then waits for its error pipe's EOF\n");
+        return;
+    }
+    lull_loop *loop = new_loop();
+    static forker f;
+    f = (forker){.loop_tid = (int)syscall(SYS_gettid)};
+    CHECK_EQ(pipe2(f.report, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(f.done, O_CLOEXEC), 0);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, forker_run, &f), 0);
+    int spawns = 0;
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"/bin/true", NULL},
+                              .stdio = {{.kind = LULL_STDIO_NULL},
+                                        {.kind = LULL_STDIO_NULL},
+                                        {.kind = LULL_STDIO_NULL}}};
+    /* Until several copies caught an error pipe (each one a spawn that
+     * could have been blocked), or enough spawns to say the race is rare
+     * here. */
+    while (spawns < 2000 && f.holders < 5) {
+        CHECK_EQ(spawn(loop, &k, &o), 0);
+        atomic_fetch_add(&f.spawns_done, 1);
+        spawns++;
+        run_until(loop, &k.exits, 1);
+        CHECK_EQ(k.status, 0);
+    }
+    atomic_store(&f.stop, true);
+    close(f.done[1]);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    printf("%d spawns; %d forked copies held a spawn's error pipe; %d spawns "
+           "blocked on one\n",
+           spawns, f.holders, f.blocked);
+    CHECK_EQ(f.blocked, 0);
+    close(f.done[0]);
+    close(f.report[0]);
+    close(f.report[1]);
+    CHECK(!have_zombie());
     free_loop(loop);
 }
 
