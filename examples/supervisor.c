@@ -183,11 +183,8 @@ static void start_worker(worker *w) {
     lull_process_options o = {
         .argv = w->argv,
         .flags = LULL_PROCESS_NEW_GROUP, /* kill(-pid) reaches its children */
-        .stdio = {
-            {.kind = LULL_STDIO_NULL},
-            {.kind = LULL_STDIO_PIPE,
-             .stream = &w->out,
-             .stream_opts = &(lull_stream_options){.flags = LULL_STREAM_RAW}}}};
+        .stdio = {{.kind = LULL_STDIO_NULL},
+                  {.kind = LULL_STDIO_PIPE, .stream = &w->out}}}; /* bytes */
     int rc = lull_process_spawn(s->loop, &w->proc, &o, on_exit_cb);
     if (rc < 0) {
         fprintf(stderr, "worker %d: %s; retrying\n", w->index,

@@ -1266,6 +1266,12 @@ typedef enum lull_stdio_kind {
     LULL_STDIO_FD = 4          /* `fd`, the caller's (lull never closes it) */
 } lull_stdio_kind;
 
+/* lull_stdio.flags. FRAMED: the stream carries length-prefixed frames
+ * (a 4-byte big-endian length before each), for a child that speaks lull's
+ * framing. Without it a PIPE or SOCKETPAIR stream is raw (LULL_STREAM_RAW,
+ * whatever stream_opts says): a program's stdio is bytes. */
+#define LULL_STDIO_FRAMED 0x1u
+
 typedef struct lull_stdio { /* all zero = inherit */
     lull_stdio_kind kind;   /* LULL_STDIO_* */
     int fd;                 /* LULL_STDIO_FD: the fd the child gets */
@@ -1274,7 +1280,9 @@ typedef struct lull_stdio { /* all zero = inherit */
                                stdout naming the same stream (both PIPE) open
                                one stream that writes the child's stdin and
                                reads its stdout (lull_stream_open_pair) */
-    const lull_stream_options *stream_opts; /* NULL = defaults */
+    const lull_stream_options *stream_opts; /* NULL = defaults (raw) */
+    unsigned flags;                         /* LULL_STDIO_FRAMED; PIPE,
+                                               SOCKETPAIR only */
 } lull_stdio;
 
 /* lull_process_options.flags. NEW_GROUP: setpgid(0, 0), a process group

@@ -226,12 +226,17 @@ static bool options_ok(const lull_process_options *o) {
             break;
         case LULL_STDIO_PIPE:
         case LULL_STDIO_SOCKETPAIR:
-            if (!io->stream) return false;
+            if (!io->stream || (io->flags & ~LULL_STDIO_FRAMED)) return false;
+            /* Framed on request contradicts raw asked for. */
+            if ((io->flags & LULL_STDIO_FRAMED) && io->stream_opts &&
+                (io->stream_opts->flags & LULL_STREAM_RAW))
+                return false;
             /* One stream per fd, but for stdin and stdout as one pair. */
             for (int j = 0; j < i; j++) {
                 if (o->stdio[j].stream != io->stream) continue;
                 bool pair = j == 0 && i == 1 && io->kind == LULL_STDIO_PIPE &&
-                            o->stdio[0].kind == LULL_STDIO_PIPE;
+                            o->stdio[0].kind == LULL_STDIO_PIPE &&
+                            o->stdio[0].flags == io->flags;
                 if (!pair) return false;
             }
             break;
@@ -241,6 +246,9 @@ static bool options_ok(const lull_process_options *o) {
         default:
             return false;
         }
+        if (io->flags && io->kind != LULL_STDIO_PIPE &&
+            io->kind != LULL_STDIO_SOCKETPAIR)
+            return false; /* no stream to frame */
     }
     return true;
 }
@@ -321,7 +329,12 @@ static int open_streams(lull_loop *loop, const lull_process_options *o, made *m,
     for (int i = 0; i < 3; i++) {
         if (parent_fds[i] < 0 || (pair && i == 1)) continue;
         lull_stream *s = o->stdio[i].stream;
-        const lull_stream_options *so = o->stdio[i].stream_opts;
+        /* A program's stdio is bytes: raw unless framing was asked for. */
+        lull_stream_options opts = {0};
+        if (o->stdio[i].stream_opts) opts = *o->stdio[i].stream_opts;
+        if (!(o->stdio[i].flags & LULL_STDIO_FRAMED))
+            opts.flags |= LULL_STREAM_RAW;
+        const lull_stream_options *so = &opts;
         int rc;
         if (pair && i == 0) {
             /* Reads the child's stdout, writes its stdin. */

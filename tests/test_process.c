@@ -492,6 +492,82 @@ TEST(stdio_null_socketpair_fd) {
     free_loop(loop);
 }
 
+/* A pipe to a program carries bytes: with no stream options, `echo hello`
+ * arrives as "hello\n" (a framed stream would take "hell" for a length and
+ * deliver nothing). Framing is there on request, LULL_STDIO_FRAMED: a
+ * child that writes one length-prefixed frame is delivered one frame.
+ * Contradictions and flags where there is no stream are -EINVAL. */
+typedef struct frames {
+    sink k;
+    int count;
+} frames;
+
+static void frames_frame(lull_endpoint *ep, const void *b, size_t n) {
+    sink_frame(ep, b, n);
+    LULL_CONTAINER_OF(ep, frames, k.s.ep)->count++;
+}
+
+TEST(stdio_streams_are_raw_by_default) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0}, c = {0};
+    sink out = {0}, sock = {0};
+    frames fr = {0};
+    lull_process_options oa = {
+        .argv = (char *[]){"echo", "hello", NULL},
+        .stdio = {{.kind = LULL_STDIO_NULL},
+                  {.kind = LULL_STDIO_PIPE, .stream = &out.s}}};
+    CHECK_EQ(spawn(loop, &a, &oa), 0);
+    sink_watch(&out);
+    lull_process_options ob = {
+        .argv = SH("echo hi >&0"),
+        .stdio = {{.kind = LULL_STDIO_SOCKETPAIR, .stream = &sock.s}}};
+    CHECK_EQ(spawn(loop, &b, &ob), 0);
+    sink_watch(&sock);
+    lull_process_options oc = {.argv = SH("printf '\\000\\000\\000\\005hello'"),
+                               .stdio = {{.kind = LULL_STDIO_NULL},
+                                         {.kind = LULL_STDIO_PIPE,
+                                          .stream = &fr.k.s,
+                                          .flags = LULL_STDIO_FRAMED}}};
+    CHECK_EQ(spawn(loop, &c, &oc), 0);
+    lull_endpoint_set_callbacks(&fr.k.s.ep, frames_frame, NULL, sink_close);
+    run_until(loop, &out.closes, 1);
+    run_until(loop, &sock.closes, 1);
+    run_until(loop, &fr.k.closes, 1);
+    run_until(loop, &a.exits, 1);
+    run_until(loop, &b.exits, 1);
+    run_until(loop, &c.exits, 1);
+    CHECK_EQ(out.reason, 0);
+    CHECK_EQ(strcmp(out.buf, "hello\n"), 0);
+    CHECK_EQ(sock.reason, 0);
+    CHECK_EQ(strcmp(sock.buf, "hi\n"), 0);
+    CHECK_EQ(fr.k.reason, 0);
+    CHECK_EQ(fr.count, 1);
+    CHECK_EQ(strcmp(fr.k.buf, "hello"), 0);
+    /* Hostile: unknown flags, framed and raw at once, a flag on a kind
+     * without a stream, a stdin+stdout pair that disagrees. */
+    kid k = {0};
+    sink s1 = {0};
+    lull_process_options o = {.argv = (char *[]){"/bin/true", NULL}};
+    o.stdio[1] =
+        (lull_stdio){.kind = LULL_STDIO_PIPE, .stream = &s1.s, .flags = 0x2};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[1].flags = LULL_STDIO_FRAMED;
+    o.stdio[1].stream_opts = &raw;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[1] =
+        (lull_stdio){.kind = LULL_STDIO_NULL, .flags = LULL_STDIO_FRAMED};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[1] =
+        (lull_stdio){.kind = LULL_STDIO_INHERIT, .flags = LULL_STDIO_FRAMED};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[0] = (lull_stdio){
+        .kind = LULL_STDIO_PIPE, .stream = &s1.s, .flags = LULL_STDIO_FRAMED};
+    o.stdio[1] = (lull_stdio){.kind = LULL_STDIO_PIPE, .stream = &s1.s};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
 /* cwd, envp, and PATH taken from envp for a name without '/'. */
 TEST(cwd_env_and_path) {
     lull_loop *loop = new_loop();
