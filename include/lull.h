@@ -1309,7 +1309,10 @@ struct lull_process {
     int exit_status; /* once reaped: what on_exit got */
     int term_signal;
     struct {                          /* lull's own */
-        lull_io io;                   /* the pidfd (owned) */
+        lull_io io;                   /* watches the pidfd, or edge_fd
+                                         while a tracer holds the exit */
+        int pidfd;                    /* the child's pidfd (owned); -1 once
+                                         reaped */
         lull_task done;               /* on_exit for a close in a fork */
         lull_process_exit_fn on_exit; /* the last callback */
         int owner_pid;                /* the process that spawned it */

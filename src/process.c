@@ -29,6 +29,11 @@
  * child (waitid says ECHILD): its exit reports -ECHILD, and a close there
  * kills nothing and reports -ECHILD in a later turn (the done task).
  *
+ * A tracer (ptrace) holds a traced child's exit: its pidfd is readable but
+ * waitid has nothing until the tracer waits or goes. The pidfd is then
+ * watched edge-triggered through an epoll of the handle's own (made on
+ * first need), which the tracer's release wakes (wait_for_tracer).
+ *
  * Spawn's own failures are its return value: the parent's fds (pipes,
  * /dev/null) and the streams over them are made before the child, and
  * everything made is undone on any failure, the child too (an exec that
@@ -42,18 +47,21 @@
  *   Trigger                 the child exits (pidfd readable)
  *   Source of truth         the kernel's state of the child: waitid, or the
  *                           pidfd's exit information
- *   Pending-work predicate  the pidfd is readable
+ *   Pending-work predicate  the pidfd is readable (while a tracer holds
+ *                           the exit: the pidfd woke since last looked at)
  *   Next deadline or retry  none; a child reaped by someone else whose
  *                           status is not recorded yet is looked at again
  *                           next iteration (the fd stays readable), at most
  *                           EXIT_INFO_RETRIES times
- *   Quiet condition         always while the child runs: one fd in epoll */
+ *   Quiet condition         always while the child runs, and while a
+ *                           tracer holds its exit: one fd in epoll */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -113,18 +121,25 @@ static bool ours(const lull_process *p) {
  * child has not exited: until it is reaped its pid cannot be reused, and
  * after its exit there is nothing to send. */
 static int send_signal(lull_process *p, int signum) {
-    if (syscall(SYS_pidfd_send_signal, p->io.fd, signum, NULL, 0) == 0)
+    if (syscall(SYS_pidfd_send_signal, p->pidfd, signum, NULL, 0) == 0)
         return 0;
     if (errno != ENOSYS) return -errno;
-    struct pollfd pfd = {.fd = p->io.fd, .events = POLLIN};
+    struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
     if (poll(&pfd, 1, 0) == 1) return 0; /* exited: as for a zombie */
     return kill(p->pid, signum) < 0 ? -errno : 0;
 }
 
-static void finish(lull_process *p, int exit_status, int term_signal) {
+/* Stops watching and closes the pidfd (and the edge epoll, if any). */
+static void release_fds(lull_process *p) {
     lull_io_stop(&p->io);
-    if (p->io.fd >= 0) close(p->io.fd);
+    if (p->io.fd >= 0 && p->io.fd != p->pidfd) close(p->io.fd);
+    if (p->pidfd >= 0) close(p->pidfd);
     p->io.fd = -1;
+    p->pidfd = -1;
+}
+
+static void finish(lull_process *p, int exit_status, int term_signal) {
+    release_fds(p);
     p->exit_status = exit_status;
     p->term_signal = term_signal;
     p->state = (p->state & ~(P_STARTED | P_DONE_QUEUED)) | P_EXITED;
@@ -154,16 +169,70 @@ static int exit_info(int pidfd, int *status) {
     return 0;
 }
 
-/* The pidfd is readable: the child exited. */
+/* Points the watcher at fd (the pidfd, or the edge epoll over it),
+ * keeping its reference state. False if the loop would not take it: the
+ * watcher is then as it was. */
+static bool watch_fd(lull_process *p, int fd) {
+    int old = p->io.fd;
+    lull_io_stop(&p->io);
+    p->io.fd = fd;
+    if (lull_io_start(&p->io, LULL_READABLE) == 0) return true;
+    p->io.fd = old;
+    (void)lull_io_start(&p->io, LULL_READABLE);
+    return false;
+}
+
+/* Takes what the edge epoll collected, so that it reports only the next
+ * wake-up of the pidfd. */
+static void drain_edge(int ep) {
+    struct epoll_event ev;
+    while (epoll_wait(ep, &ev, 1, 0) > 0) {
+    }
+}
+
+/* A tracer (ptrace) holds the child's exit: the child is a zombie, so its
+ * pidfd is readable, but waitid reports nothing until the tracer has
+ * waited for it or let go. Watched level-triggered, the pidfd would run
+ * the loop without sleeping for as long as that lasts. So it is watched
+ * edge-triggered instead, through an epoll of its own: the tracer's wait
+ * or detach wakes the pidfd (the kernel notifies the real parent then),
+ * and only that wake-up brings the loop back. Made when first needed,
+ * since a traced exit is rare. Where it cannot be made, the level stays:
+ * the loop spins, and is still right. */
+static void wait_for_tracer(lull_process *p) {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET};
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, p->pidfd, &ev) < 0 || !watch_fd(p, ep)) {
+        close(ep);
+        return;
+    }
+    /* The add reported the pidfd's present readiness: take it; the caller
+     * then looks again, so a release before the add is not missed. */
+    drain_edge(ep);
+}
+
+/* The pidfd is readable (or woke, through the edge epoll): the child
+ * exited. */
 static void on_pidfd(lull_io *io, int events) {
     (void)events;
     lull_process *p = LULL_CONTAINER_OF(io, lull_process, io);
+    /* The edge epoll is shared with the parent after fork(): a copy that
+     * took its events would take the parent's wake-up. */
+    if (io->fd != p->pidfd && ours(p)) drain_edge(io->fd);
     siginfo_t si;
     memset(&si, 0, sizeof si);
-    int rc = waitid((idtype_t)P_PIDFD, (id_t)io->fd, &si,
+    int rc = waitid((idtype_t)P_PIDFD, (id_t)p->pidfd, &si,
                     WEXITED | WNOHANG | __WALL);
+    if (rc == 0 && si.si_pid == 0 && io->fd == p->pidfd) {
+        /* Readable but nothing to reap: a tracer holds the exit. */
+        wait_for_tracer(p);
+        memset(&si, 0, sizeof si);
+        rc = waitid((idtype_t)P_PIDFD, (id_t)p->pidfd, &si,
+                    WEXITED | WNOHANG | __WALL);
+    }
     if (rc == 0) {
-        if (si.si_pid == 0) return; /* not yet: readable too early */
+        if (si.si_pid == 0) return; /* held: the next wake-up says more */
         if (si.si_code == CLD_EXITED)
             finish(p, si.si_status, 0);
         else
@@ -184,11 +253,16 @@ static void on_pidfd(lull_io *io, int events) {
      * the pidfd; between the reap and the record there is a short window,
      * which the fd, still readable, brings us back to. */
     int status = 0;
-    rc = exit_info(io->fd, &status);
+    rc = exit_info(p->pidfd, &status);
     if (rc == 0) {
         finish_status(p, status);
     } else if (rc != -EAGAIN || ++p->retries > EXIT_INFO_RETRIES) {
         finish(p, -ECHILD, 0);
+    } else if (io->fd != p->pidfd) {
+        /* The status is recorded without a wake-up: back to the level,
+         * which brings the loop back each iteration until it is. */
+        int ep = io->fd;
+        if (watch_fd(p, p->pidfd)) close(ep);
     }
 }
 LULL__OWN_NAME(on_pidfd, "lull_process pidfd", lull_process, io);
@@ -443,6 +517,7 @@ int lull_process_spawn(lull_loop *loop, lull_process *p,
     if (live_on(loop, p)) return -EBUSY;
     memset(p, 0, sizeof *p);
     p->io.fd = -1;
+    p->pidfd = -1;
     made m = {.child = {-1, -1, -1}, .devnull = -1};
     int parent_fds[3] = {-1, -1, -1};
     int rc = make_stdio(opts, &m, parent_fds);
@@ -454,12 +529,14 @@ int lull_process_spawn(lull_loop *loop, lull_process *p,
     }
     if (rc == 0) {
         lull_io_init(loop, &p->io, pidfd, on_pidfd);
+        p->pidfd = pidfd;
         rc = lull_io_start(&p->io, LULL_READABLE);
         if (rc < 0) {
             p->pid = pid;
             (void)send_signal(p, SIGKILL);
             reap_now(pidfd);
             p->io.fd = -1;
+            p->pidfd = -1;
         }
     }
     if (rc < 0) {
@@ -496,9 +573,7 @@ int lull_process_close(lull_process *p) {
     p->state |= P_CLOSED;
     if (!ours(p)) {
         /* Not our child: nothing to kill or wait for here. */
-        lull_io_stop(&p->io);
-        close(p->io.fd);
-        p->io.fd = -1;
+        release_fds(p);
         p->state |= P_DONE_QUEUED;
         lull_task_post(p->loop, &p->done);
         return 0;

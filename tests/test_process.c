@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -60,6 +61,8 @@ static void run_until(lull_loop *loop, const int *v, int want) {
     }
     lull_timer_stop(&guard);
 }
+
+static void end_window(lull_timer *t);
 
 /* A child and what happened to it. */
 typedef struct kid {
@@ -1363,6 +1366,94 @@ TEST_THREADED(spawn_does_not_wait_for_another_threads_fork) {
     close(f.report[1]);
     CHECK(!have_zombie());
     free_loop(loop);
+}
+
+/* A tracer (ptrace) holds the child's exit: the child is a zombie, its
+ * pidfd readable, and waitid has nothing for the parent until the tracer
+ * waits for it (mode 0) or goes away (mode 1). Meanwhile the loop sleeps:
+ * over a 100 ms window it runs a handful of iterations, not one per
+ * instant. Then the exit arrives once. The tracer is a forked process
+ * (one in the same thread group would count as the parent); where ptrace
+ * is refused, the case says so and passes. */
+static void traced_exit(int mode) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .stdio = {{.kind = LULL_STDIO_NULL},
+                                        {.kind = LULL_STDIO_NULL},
+                                        {.kind = LULL_STDIO_NULL}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int go[2], rep[2];
+    CHECK_EQ(pipe2(go, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(rep, O_CLOEXEC), 0);
+    fflush(NULL);
+    pid_t tracer = fork();
+    CHECK(tracer >= 0);
+    if (tracer == 0) {
+        close(go[1]);
+        close(rep[0]);
+        int err = 0;
+        if (ptrace(PTRACE_SEIZE, k.p.pid, NULL, NULL) < 0) err = errno;
+        if (write(rep[1], &err, sizeof err) != (ssize_t)sizeof err) _exit(1);
+        if (err) _exit(0);
+        char c;
+        while (read(go[0], &c, 1) < 0 && errno == EINTR) {
+        }
+        if (mode == 1) _exit(0); /* gone: the kernel detaches it */
+        int st;
+        for (;;) {
+            pid_t w = waitpid(k.p.pid, &st, __WALL);
+            if (w < 0 && errno != EINTR) _exit(2);
+            if (w == k.p.pid && (WIFEXITED(st) || WIFSIGNALED(st))) _exit(0);
+        }
+    }
+    close(go[0]);
+    close(rep[1]);
+    int err = -1;
+    CHECK_EQ(read(rep[0], &err, sizeof err), (ssize_t)sizeof err);
+    close(rep[0]);
+    if (err != 0) {
+        printf("skipped: ptrace refused here (%s)\n", strerror(err));
+        close(go[1]);
+        int st;
+        CHECK_EQ(waitpid(tracer, &st, 0), tracer);
+        CHECK_EQ(lull_process_kill(&k.p, SIGKILL), 0);
+        run_until(loop, &k.exits, 1);
+        free_loop(loop);
+        return;
+    }
+    CHECK_EQ(lull_process_kill(&k.p, SIGKILL), 0);
+    for (int i = 0; i < 20000 && proc_state(k.p.pid) != 'Z'; i++)
+        usleep(100);
+    CHECK_EQ(proc_state(k.p.pid), 'Z'); /* exited; the tracer holds it */
+    lull_timer window;
+    lull_timer_init(loop, &window, end_window);
+    lull_loop_metrics_reset(loop);
+    lull_timer_start(&window, 100000000, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    printf("100 ms with the exit held by a tracer: %llu loop iterations "
+           "(%llu io wakeups)\n",
+           (unsigned long long)m.iterations, (unsigned long long)m.wakeups_io);
+    CHECK_EQ(k.exits, 0);
+    CHECK(m.iterations <= 4); /* the exit's wake-up, the window's timer */
+    close(go[1]);             /* the tracer lets go */
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.sig, SIGKILL);
+    int st;
+    CHECK_EQ(waitpid(tracer, &st, 0), tracer);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+TEST(traced_child_exit_does_not_spin_tracer_waits) {
+    traced_exit(0);
+}
+
+TEST(traced_child_exit_does_not_spin_tracer_exits) {
+    traced_exit(1);
 }
 
 /* -------------------------------------------------- limits and fork */
