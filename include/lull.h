@@ -1253,7 +1253,8 @@ typedef struct lull_process lull_process;
  * handle inherited through fork() (lull_loop_fork), whose process is the
  * parent's child, not this one's, and for a child another part of the
  * program reaped on a kernel that keeps no status for its pidfd (before
- * Linux 6.15). The handle's last callback: free or reuse p inside it. */
+ * Linux 6.15). The handle's last callback: free or reuse p inside it
+ * (never called after lull_process_detach). */
 typedef void (*lull_process_exit_fn)(lull_process *p, int exit_status,
                                      int term_signal);
 
@@ -1337,6 +1338,22 @@ LULL_EXTERN int lull_process_spawn(lull_loop *loop, lull_process *p,
 /* Sends signum (0 probes) with pidfd_send_signal: never to a reused pid.
  * -ESRCH once on_exit ran, -ECHILD in a forked copy of the loop. */
 LULL_EXTERN int lull_process_kill(lull_process *p, int signum);
+/* Sends signum to the child's process group, kill(-pid): the group the
+ * child leads (LULL_PROCESS_NEW_GROUP or _NEW_SESSION), its own children
+ * too, even after the child itself exited. Until lull reaps the child its
+ * pid cannot be reused, so the signal cannot reach a stranger's group;
+ * from the reap on it is refused: -ESRCH once on_exit ran or another part
+ * of the program reaped the child, and when the child leads no group.
+ * -ECHILD in a forked copy of the loop. */
+LULL_EXTERN int lull_process_kill_group(lull_process *p, int signum);
+/* Stops watching the child and ends the handle at once, with no callback:
+ * p is the caller's again when this returns, the loop no longer holds it
+ * (lull_loop_free may follow), and the child runs on. lull still reaps it
+ * when it exits, on a thread of its own started by the first detach, so it
+ * is never left a zombie. -ESRCH once on_exit ran (or is queued, or after
+ * a detach). In a forked copy of the loop the handle just lets go of the
+ * parent's child. */
+LULL_EXTERN int lull_process_detach(lull_process *p);
 /* Done with the child. With LULL_PROCESS_KILL_ON_CLOSE it is sent SIGKILL;
  * without, it runs on, and the handle stops keeping the loop alive. Either
  * way the handle reaps it: on_exit still runs once, as the last callback,

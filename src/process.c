@@ -22,11 +22,13 @@
  *
  * One free path. on_exit is the last callback whoever ended the child —
  * it exited, a kill, lull_process_close — and the owner frees the handle in
- * it. lull_process_close does not end the handle: the child is killed
- * (LULL_PROCESS_KILL_ON_CLOSE) or left to run, and is reaped either way
- * when it ends, so no zombie is left behind by a close. A handle in a
- * forked copy of the loop belongs to a process that is not this one's
- * child (waitid says ECHILD): its exit reports -ECHILD, and a close there
+ * it. lull_process_detach is the one way to end a handle without it: the
+ * handle is the caller's when the call returns, and the child's reaping
+ * passes to the reaper thread (below). lull_process_close does not end the
+ * handle: the child is killed (LULL_PROCESS_KILL_ON_CLOSE) or left to run, and
+ * is reaped either way when it ends, so no zombie is left behind by a close. A
+ * handle in a forked copy of the loop belongs to a process that is not this
+ * one's child (waitid says ECHILD): its exit reports -ECHILD, and a close there
  * kills nothing and reports -ECHILD in a later turn (the done task).
  *
  * A tracer (ptrace) holds a traced child's exit: its pidfd is readable but
@@ -58,7 +60,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -87,10 +91,11 @@
      LULL_PROCESS_KILL_ON_CLOSE)
 
 /* lull_process.state */
-#define P_STARTED     0x1u /* spawned, on_exit not yet called */
-#define P_CLOSED      0x2u /* lull_process_close was called */
-#define P_EXITED      0x4u /* on_exit called, or queued (DONE_QUEUED) */
-#define P_DONE_QUEUED 0x8u /* the done task will call on_exit */
+#define P_STARTED     0x1u  /* spawned, on_exit not yet called */
+#define P_CLOSED      0x2u  /* lull_process_close was called */
+#define P_EXITED      0x4u  /* on_exit called, or queued (DONE_QUEUED) */
+#define P_DONE_QUEUED 0x8u  /* the done task will call on_exit */
+#define P_DETACHED    0x10u /* lull_process_detach ended the handle */
 
 extern char **environ;
 
@@ -566,6 +571,26 @@ int lull_process_kill(lull_process *p, int signum) {
     return send_signal(p, signum);
 }
 
+/* kill(-pid): the group whose id is the child's pid. A group's id is its
+ * leader's pid, and the kernel keeps a pid from reuse while a process or a
+ * group holds it, so until the child is reaped the only group that can
+ * bear its pid is one the child made. lull reaps it only on the loop's
+ * thread, here; that nobody else reaped it (a waitpid(-1) elsewhere in the
+ * program) is asked with WNOWAIT just before: the one window left is a
+ * reap by another thread between that question and the kill. */
+int lull_process_kill_group(lull_process *p, int signum) {
+    if (!p || !p->loop || signum < 0 || signum > 64) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(p->loop);
+    if (!(p->state & P_STARTED) || (p->state & P_DONE_QUEUED)) return -ESRCH;
+    if (!ours(p)) return -ECHILD;
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid((idtype_t)P_PIDFD, (id_t)p->pidfd, &si,
+               WEXITED | WNOHANG | WNOWAIT | __WALL) < 0)
+        return -ESRCH; /* reaped by someone else: the pid may be reused */
+    return kill(-p->pid, signum) < 0 ? -errno : 0;
+}
+
 int lull_process_close(lull_process *p) {
     if (!p || !p->loop) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(p->loop);
@@ -584,6 +609,156 @@ int lull_process_close(lull_process *p) {
     } else {
         lull_io_unref(&p->io); /* left to run: reaped whenever it ends */
     }
+    return 0;
+}
+
+/* ------------------------------------------------------------ detached */
+
+/* Detached children are reaped by a thread of lull's, so that one that
+ * exits while the program runs on is never left a zombie, and no loop has
+ * to stay for it. Started on the first detach, in each process (a fork()ed
+ * copy has no thread: it starts its own, and closes what it inherited).
+ *   Trigger                 a detached child's pidfd wakes
+ *                           (edge-triggered: a tracer-held exit wakes it
+ *                           again when released, as in on_pidfd)
+ *   Source of truth         waitid(P_PIDFD) on that pidfd
+ *   Pending-work predicate  a pidfd in its epoll woke
+ *   Next deadline or retry  none
+ *   Quiet condition         asleep in epoll_wait; no timer. The thread
+ *                           lives as long as the process.
+ * The lock guards the fields below; it is held across fork() (atfork) so a
+ * copy never inherits it taken. */
+static pthread_mutex_t reaper_lock = PTHREAD_MUTEX_INITIALIZER;
+static int reaper_ep = -1; /* the thread's epoll; -1 before the first */
+static int reaper_owner;   /* the process whose thread watches it */
+static int *reaper_fds;    /* pidfds it holds, to close in a fork's copy */
+static size_t reaper_n, reaper_cap;
+static bool reaper_atfork_set;
+
+static void reaper_forget(int fd) {
+    for (size_t i = 0; i < reaper_n; i++) {
+        if (reaper_fds[i] != fd) continue;
+        reaper_fds[i] = reaper_fds[--reaper_n];
+        return;
+    }
+}
+
+static void *reaper_main(void *arg) {
+    int ep = (int)(intptr_t)arg;
+    struct epoll_event evs[16]; /* a batch; more wait for the next call */
+    for (;;) {
+        int n = epoll_wait(ep, evs, 16, -1);
+        if (n < 0 && errno != EINTR) return NULL; /* EBADF: cannot be */
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            int rc = waitid((idtype_t)P_PIDFD, (id_t)fd, &si,
+                            WEXITED | WNOHANG | __WALL);
+            if (rc == 0 && si.si_pid == 0) continue; /* running, or held */
+            /* Reaped, or reaped by someone else (ECHILD): done with it. */
+            pthread_mutex_lock(&reaper_lock);
+            epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+            close(fd);
+            reaper_forget(fd);
+            pthread_mutex_unlock(&reaper_lock);
+        }
+    }
+}
+
+static void reaper_prepare(void) {
+    pthread_mutex_lock(&reaper_lock);
+}
+
+static void reaper_parent(void) {
+    pthread_mutex_unlock(&reaper_lock);
+}
+
+/* The copy has no reaper thread, and the children are not its own. */
+static void reaper_child(void) {
+    if (reaper_ep >= 0) close(reaper_ep);
+    for (size_t i = 0; i < reaper_n; i++)
+        close(reaper_fds[i]);
+    reaper_ep = -1;
+    reaper_n = 0;
+    pthread_mutex_unlock(&reaper_lock);
+}
+
+/* Starts this process's reaper if it has none. Under reaper_lock. */
+static int reaper_start(void) {
+    int self = (int)getpid();
+    if (reaper_ep >= 0 && reaper_owner == self) return 0;
+    if (!reaper_atfork_set) {
+        int rc = pthread_atfork(reaper_prepare, reaper_parent, reaper_child);
+        if (rc != 0) return -rc;
+        reaper_atfork_set = true;
+    }
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return -errno;
+    /* Every signal blocked in the thread: a process-directed signal must
+     * reach the program's threads, never lull's. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* Its frames are small: 64 KiB rather than the default 8 MiB. */
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, reaper_main, (void *)(intptr_t)ep);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        close(ep);
+        return -rc;
+    }
+    reaper_ep = ep;
+    reaper_owner = self;
+    return 0;
+}
+
+/* Hands a pidfd (owned from here on, also on failure) to the reaper. */
+static int reaper_take(int fd) {
+    pthread_mutex_lock(&reaper_lock);
+    int rc = reaper_start();
+    if (rc == 0 && reaper_n == reaper_cap) {
+        size_t cap = reaper_cap ? reaper_cap * 2 : 16;
+        int *a = realloc(reaper_fds, cap * sizeof *a);
+        if (a) {
+            reaper_fds = a;
+            reaper_cap = cap;
+        } else {
+            rc = -ENOMEM;
+        }
+    }
+    if (rc == 0) {
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.fd = fd};
+        if (epoll_ctl(reaper_ep, EPOLL_CTL_ADD, fd, &ev) < 0)
+            rc = -errno;
+        else
+            reaper_fds[reaper_n++] = fd;
+    }
+    if (rc < 0) close(fd);
+    pthread_mutex_unlock(&reaper_lock);
+    return rc;
+}
+
+int lull_process_detach(lull_process *p) {
+    if (!p || !p->loop) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(p->loop);
+    if (!(p->state & P_STARTED) || (p->state & P_DONE_QUEUED)) return -ESRCH;
+    if (ours(p)) {
+        /* The reaper gets a copy of the pidfd, so that a failure leaves
+         * the handle as it was, still watching. */
+        int fd = fcntl(p->pidfd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) return -errno;
+        int rc = reaper_take(fd);
+        if (rc < 0) return rc;
+    }
+    /* Not ours (a fork's copy): the parent's child, nothing to reap. */
+    release_fds(p);
+    p->state = (p->state & ~P_STARTED) | P_DETACHED;
     return 0;
 }
 

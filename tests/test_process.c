@@ -1456,6 +1456,279 @@ TEST(traced_child_exit_does_not_spin_tracer_exits) {
     traced_exit(1);
 }
 
+/* -------------------------------------------- group kill and detach */
+
+/* Waits (bounded) until pid is gone or a zombie: dead either way. */
+static bool dies(int pid) {
+    for (int i = 0; i < 50000; i++) {
+        char st = proc_state(pid);
+        if (st == '?' || st == 'Z' || st == 'X') return true;
+        usleep(100);
+    }
+    return false;
+}
+
+/* Reads the shell's "$!" line from a stream sink. */
+static int read_pid_line(lull_loop *loop, sink *out) {
+    while (!strchr(out->buf, '\n') && out->closes == 0)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    int pid = atoi(out->buf);
+    CHECK(pid > 0);
+    return pid;
+}
+
+/* kill(-pid) reaches the child's group: its own children too, also after
+ * the leader itself exited and before lull reaped it. From the reap on it
+ * is refused (-ESRCH), as it is for a child that leads no group. */
+TEST(kill_group_reaches_the_group) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0};
+    sink out = {0};
+    /* The leader exits at its stdin's EOF, leaving its background child. */
+    lull_process_options o = {
+        .argv = SH("sleep 30 & echo $!; read x; exit 5"),
+        .flags = LULL_PROCESS_NEW_GROUP,
+        .stdio = {{.kind = LULL_STDIO_PIPE, .stream = &out.s},
+                  {.kind = LULL_STDIO_PIPE, .stream = &out.s}}};
+    CHECK_EQ(spawn(loop, &a, &o), 0);
+    sink_watch(&out);
+    int bg = read_pid_line(loop, &out);
+    CHECK_EQ(getpgid(bg), a.p.pid);
+    CHECK_EQ(lull_stream_shutdown(&out.s), 0); /* written at once: no data */
+    for (int i = 0; i < 50000 && proc_state(a.p.pid) != 'Z'; i++)
+        usleep(100);
+    CHECK_EQ(proc_state(a.p.pid), 'Z'); /* exited, not reaped: pid held */
+    CHECK_EQ(a.exits, 0);
+    CHECK_EQ(lull_process_kill_group(&a.p, 0), 0); /* a probe */
+    a.in_call = true;
+    CHECK_EQ(lull_process_kill_group(&a.p, SIGKILL), 0);
+    a.in_call = false;
+    CHECK(dies(bg));
+    run_until(loop, &a.exits, 1);
+    run_until(loop, &out.closes, 1);
+    CHECK_EQ(a.status, 5);
+    CHECK_EQ(lull_process_kill_group(&a.p, SIGKILL), -ESRCH); /* reaped */
+    /* A child without a group of its own: no group bears its pid. */
+    lull_process_options plain = {.argv = (char *[]){"sleep", "30", NULL},
+                                  .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(loop, &b, &plain), 0);
+    CHECK_EQ(lull_process_kill_group(&b.p, SIGTERM), -ESRCH);
+    CHECK_EQ(kill(b.p.pid, 0), 0); /* untouched */
+    CHECK_EQ(lull_process_kill_group(&b.p, -1), -EINVAL);
+    CHECK_EQ(lull_process_kill_group(&b.p, 65), -EINVAL);
+    CHECK_EQ(lull_process_close(&b.p), 0);
+    run_until(loop, &b.exits, 1);
+    CHECK_EQ(lull_process_kill_group(NULL, 0), -EINVAL);
+    lull_process zero = {0};
+    CHECK_EQ(lull_process_kill_group(&zero, 0), -EINVAL);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+/* Reaped by another part of the program (its waitpid on the pid): the pid
+ * may be reused at once, so a group kill is refused, and the exit is still
+ * delivered once. */
+TEST(kill_group_refused_after_someone_else_reaps) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = SH("exit 2"),
+                              .flags = LULL_PROCESS_NEW_GROUP};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int st;
+    CHECK_EQ(waitpid(k.p.pid, &st, 0), k.p.pid);
+    CHECK_EQ(lull_process_kill_group(&k.p, SIGKILL), -ESRCH);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.exits, 1);
+    free_loop(loop);
+}
+
+/* Inside on_exit the child is reaped: a group kill and a detach are
+ * refused there (-ESRCH), as a kill is. */
+static int in_exit_group_rc = 1, in_exit_detach_rc = 1, in_exit_kill_rc = 1;
+
+static void exit_then_refuse(lull_process *p, int status, int sig) {
+    on_exit_cb(p, status, sig);
+    in_exit_group_rc = lull_process_kill_group(p, SIGKILL);
+    in_exit_detach_rc = lull_process_detach(p);
+    in_exit_kill_rc = lull_process_kill(p, SIGKILL);
+}
+
+TEST(kill_group_and_detach_inside_on_exit) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = SH("exit 0"),
+                              .flags = LULL_PROCESS_NEW_GROUP};
+    CHECK_EQ(lull_process_spawn(loop, &k.p, &o, exit_then_refuse), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(in_exit_group_rc, -ESRCH);
+    CHECK_EQ(in_exit_detach_rc, -ESRCH);
+    CHECK_EQ(in_exit_kill_rc, -ESRCH);
+    free_loop(loop);
+}
+
+/* Bounded wait for this process to have no zombie and pid to be gone. */
+static void reaped_by_lull(int pid) {
+    for (int i = 0; i < 50000; i++) {
+        if (!have_zombie() && proc_state(pid) == '?') return;
+        usleep(100);
+    }
+    check_fail(__FILE__, __LINE__, "pid %d never reaped", pid);
+}
+
+/* A detached child runs on, the handle is done at once (no callback,
+ * ever), the loop frees; when the child exits it is reaped all the same:
+ * no zombie. Also a child that had already exited, its exit not yet
+ * delivered, and one closed with KILL_ON_CLOSE before the detach. */
+TEST(detach_then_free_the_loop) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0}, c = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &a, &o), 0);
+    lull_process_options quick = {.argv = SH("exit 1")};
+    CHECK_EQ(spawn(loop, &b, &quick), 0);
+    for (int i = 0; i < 50000 && proc_state(b.p.pid) != 'Z'; i++)
+        usleep(100);
+    lull_process_options killed = {.argv = (char *[]){"sleep", "30", NULL},
+                                   .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(loop, &c, &killed), 0);
+    CHECK_EQ(lull_process_close(&c.p), 0);
+    a.in_call = b.in_call = c.in_call = true;
+    CHECK_EQ(lull_process_detach(&a.p), 0);
+    CHECK_EQ(lull_process_detach(&b.p), 0);
+    CHECK_EQ(lull_process_detach(&c.p), 0);
+    a.in_call = b.in_call = c.in_call = false;
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    int pid = a.p.pid;
+    CHECK_EQ(kill(pid, 0), 0); /* runs on */
+    reaped_by_lull(b.p.pid);
+    reaped_by_lull(c.p.pid);
+    /* Done with: every call refuses or does nothing, the loop frees. */
+    CHECK_EQ(lull_process_detach(&a.p), -ESRCH);
+    CHECK_EQ(lull_process_kill(&a.p, SIGTERM), -ESRCH);
+    CHECK_EQ(lull_process_kill_group(&a.p, SIGTERM), -ESRCH);
+    CHECK_EQ(lull_process_close(&a.p), 0);
+    free_loop(loop);
+    CHECK_EQ(kill(pid, 0), 0); /* the loop is gone; the child is not */
+    CHECK_EQ(kill(pid, SIGKILL), 0);
+    reaped_by_lull(pid);
+    CHECK_EQ(a.exits + b.exits + c.exits, 0);
+    /* Hostile: NULL, never spawned. */
+    CHECK_EQ(lull_process_detach(NULL), -EINVAL);
+    lull_process zero = {0};
+    CHECK_EQ(lull_process_detach(&zero), -EINVAL);
+}
+
+/* A detached handle may be spawned into again; the new child is watched
+ * as any other. */
+TEST(detach_then_respawn) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int first = k.p.pid;
+    CHECK_EQ(lull_process_detach(&k.p), 0);
+    lull_process_options quick = {.argv = SH("exit 6")};
+    CHECK_EQ(spawn(loop, &k, &quick), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 6);
+    CHECK_EQ(kill(first, SIGKILL), 0);
+    reaped_by_lull(first);
+    free_loop(loop);
+}
+
+/* fork() and detach. In a forked copy of the loop, detaching an inherited
+ * handle lets go of the parent's child (kills nothing, reaps nothing); the
+ * parent still gets its exit. And a thread detaching children while the
+ * main thread forks: each forked copy detaches a child of its own without
+ * waiting on a lock the fork caught taken. */
+typedef struct detach_fork {
+    lull_loop *loop;
+    kid cat;
+} detach_fork;
+
+static void detach_in_fork_body(void *arg) {
+    detach_fork *d = arg;
+    CHECK_EQ(lull_loop_fork(d->loop), 0);
+    CHECK_EQ(lull_process_detach(&d->cat.p), 0);
+    CHECK_EQ(kill(d->cat.p.pid, 0), 0); /* the parent's: untouched */
+    /* A child of its own, detached: reaped by this process's reaper. */
+    kid own = {0};
+    lull_process_options o = {.argv = SH("exit 0")};
+    CHECK_EQ(spawn(d->loop, &own, &o), 0);
+    CHECK_EQ(lull_process_detach(&own.p), 0);
+    reaped_by_lull(own.p.pid);
+    free_loop(d->loop);
+}
+
+TEST(detach_in_a_forked_copy) {
+    static detach_fork d;
+    d = (detach_fork){.loop = new_loop()};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(d.loop, &d.cat, &o), 0);
+    /* A detach before the fork: the copy inherits the reaper's fds. */
+    kid early = {0};
+    CHECK_EQ(spawn(d.loop, &early, &o), 0);
+    CHECK_EQ(lull_process_detach(&early.p), 0);
+    CHECK(check_exits_cleanly(detach_in_fork_body, &d));
+    CHECK_EQ(kill(d.cat.p.pid, 0), 0);
+    CHECK_EQ(d.cat.exits, 0);
+    CHECK_EQ(lull_process_close(&d.cat.p), 0);
+    run_until(d.loop, &d.cat.exits, 1);
+    CHECK_EQ(d.cat.sig, SIGKILL);
+    CHECK_EQ(kill(early.p.pid, SIGKILL), 0);
+    reaped_by_lull(early.p.pid);
+    free_loop(d.loop);
+}
+
+typedef struct detacher {
+    atomic_bool stop;
+    int detached;
+} detacher;
+
+static void *detacher_run(void *arg) {
+    detacher *d = arg;
+    lull_loop *loop = new_loop();
+    while (!atomic_load(&d->stop)) {
+        kid k = {0};
+        lull_process_options o = {.argv = SH("exit 0"),
+                                  .stdio = {{.kind = LULL_STDIO_NULL}}};
+        CHECK_EQ(spawn(loop, &k, &o), 0);
+        CHECK_EQ(lull_process_detach(&k.p), 0);
+        d->detached++;
+    }
+    free_loop(loop);
+    return NULL;
+}
+
+static void fork_detach_body(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = SH("exit 0")};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK_EQ(lull_process_detach(&k.p), 0);
+    reaped_by_lull(k.p.pid);
+    free_loop(loop);
+}
+
+TEST_THREADED(fork_while_another_thread_detaches) {
+    static detacher d;
+    d = (detacher){0};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, detacher_run, &d), 0);
+    for (int i = 0; i < 20; i++)
+        CHECK(check_exits_cleanly(fork_detach_body, NULL));
+    atomic_store(&d.stop, true);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    printf("20 forks while another thread detached %d children\n", d.detached);
+    /* Every detached child was reaped by lull's thread. */
+    for (int i = 0; i < 50000 && have_zombie(); i++)
+        usleep(100);
+    CHECK(!have_zombie());
+}
+
 /* -------------------------------------------------- limits and fork */
 
 /* Out of fds: spawn returns -EMFILE and leaves no fd, child or stream;
