@@ -1245,8 +1245,8 @@ typedef struct forker {
     int done[2];   /* EOF: holders exit */
     atomic_int spawns_done;
     atomic_bool stop;
-    int holders; /* copies that caught a spawn's error pipe */
-    int blocked; /* spawns seen asleep on a pipe a holder kept open */
+    atomic_int holders; /* copies that caught a spawn's error pipe */
+    atomic_int blocked; /* spawns seen asleep on a pipe a holder kept open */
 } forker;
 
 /* In the forked copy: system calls only (another thread may have held a
@@ -1309,11 +1309,11 @@ static void *forker_run(void *arg) {
         if (pid == 0) continue;
         CHECK_EQ(read(f->report[0], msg, sizeof msg), (ssize_t)sizeof msg);
         CHECK_EQ(msg[0], pid);
-        f->holders++;
+        atomic_fetch_add(&f->holders, 1);
         int at = atomic_load(&f->spawns_done);
         while (atomic_load(&f->spawns_done) == at && !atomic_load(&f->stop)) {
             if (loop_reads_pipe(f, msg[1])) {
-                f->blocked++;
+                atomic_fetch_add(&f->blocked, 1);
                 break;
             }
             usleep(100);
@@ -1347,7 +1347,7 @@ TEST_THREADED(spawn_does_not_wait_for_another_threads_fork) {
     /* Until several copies caught an error pipe (each one a spawn that
      * could have been blocked), or enough spawns to say the race is rare
      * here. */
-    while (spawns < 2000 && f.holders < 5) {
+    while (spawns < 2000 && atomic_load(&f.holders) < 5) {
         CHECK_EQ(spawn(loop, &k, &o), 0);
         atomic_fetch_add(&f.spawns_done, 1);
         spawns++;
@@ -1359,8 +1359,8 @@ TEST_THREADED(spawn_does_not_wait_for_another_threads_fork) {
     CHECK_EQ(pthread_join(t, NULL), 0);
     printf("%d spawns; %d forked copies held a spawn's error pipe; %d spawns "
            "blocked on one\n",
-           spawns, f.holders, f.blocked);
-    CHECK_EQ(f.blocked, 0);
+           spawns, atomic_load(&f.holders), atomic_load(&f.blocked));
+    CHECK_EQ(atomic_load(&f.blocked), 0);
     close(f.done[0]);
     close(f.report[0]);
     close(f.report[1]);
@@ -1457,6 +1457,33 @@ TEST(traced_child_exit_does_not_spin_tracer_exits) {
 }
 
 /* -------------------------------------------- group kill and detach */
+
+/* ThreadSanitizer ends a fork()ed copy of a threaded program that starts a
+ * thread (its die_after_fork), and a detach in such a copy starts lull's
+ * reaper thread: there, under TSan, that one step is left out. */
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifndef UNDER_TSAN
+#define UNDER_TSAN 0
+#endif
+/* ASan's and TSan's allocators are not fork-safe (seen here: a copy made
+ * while another thread allocated waits forever for the allocator's lock,
+ * in its first malloc or in LeakSanitizer's check at exit). */
+#if UNDER_TSAN || defined(__SANITIZE_ADDRESS__)
+#define FORK_CANNOT_ALLOCATE 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FORK_CANNOT_ALLOCATE 1
+#endif
+#endif
+#ifndef FORK_CANNOT_ALLOCATE
+#define FORK_CANNOT_ALLOCATE 0
+#endif
 
 /* Waits (bounded) until pid is gone or a zombie: dead either way. */
 static bool dies(int pid) {
@@ -1652,6 +1679,11 @@ static void detach_in_fork_body(void *arg) {
     CHECK_EQ(lull_loop_fork(d->loop), 0);
     CHECK_EQ(lull_process_detach(&d->cat.p), 0);
     CHECK_EQ(kill(d->cat.p.pid, 0), 0); /* the parent's: untouched */
+    if (UNDER_TSAN) {
+        printf("under TSan: no detach of the copy's own child (a thread)\n");
+        free_loop(d->loop);
+        return;
+    }
     /* A child of its own, detached: reaped by this process's reaper. */
     kid own = {0};
     lull_process_options o = {.argv = SH("exit 0")};
@@ -1714,6 +1746,11 @@ static void fork_detach_body(void *arg) {
 }
 
 TEST_THREADED(fork_while_another_thread_detaches) {
+    if (FORK_CANNOT_ALLOCATE) {
+        printf("skipped under a sanitizer: a fork()ed copy of a threaded "
+               "program may find its allocator locked for good\n");
+        return;
+    }
     static detacher d;
     d = (detacher){0};
     pthread_t t;
