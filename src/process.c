@@ -4,13 +4,15 @@
  * Owns: a process handle's pidfd and its watcher, the parent's ends of the
  * child's stdio until they are handed over as streams, and reaping the
  * child. The child itself is made in src/spawn.c (clone with CLONE_PIDFD
- * and exit signal 0: why, there). One thread: the loop's.
+ * and exit signal 0: why, there). One thread: the loop's; detached
+ * children alone are reaped by a thread of lull's (the last section).
  *
  * Exit. The pidfd turns readable when the child has exited; the watcher
  * then reaps it with waitid(P_PIDFD, WNOHANG | __WALL), closes the pidfd
  * and calls on_exit: exactly once, the handle's last callback, never inside
  * the call that started or closed it. No SIGCHLD handler, no process-wide
- * table: nothing is shared with other loops, threads or libraries, and
+ * table of watched children: nothing is shared with other loops, threads
+ * or libraries (but the detached children's reaper), and
  * nothing waits for a pid it does not own. Another part of the program may
  * still reap lull's child first (a SIGCHLD handler that calls waitpid(-1),
  * or SIGCHLD set to SIG_IGN, which makes the kernel reap): waitid then says
