@@ -1429,7 +1429,8 @@ typedef struct lull_process lull_process;
  * handle inherited through fork() (lull_loop_fork), whose process is the
  * parent's child, not this one's, and for a child another part of the
  * program reaped on a kernel that keeps no status for its pidfd (before
- * Linux 6.15). The handle's last callback: free or reuse p inside it. */
+ * Linux 6.15). The handle's last callback: free or reuse p inside it
+ * (never called after lull_process_detach). */
 typedef void (*lull_process_exit_fn)(lull_process *p, int exit_status,
                                      int term_signal);
 
@@ -1442,6 +1443,12 @@ typedef enum lull_stdio_kind {
     LULL_STDIO_FD = 4          /* `fd`, the caller's (lull never closes it) */
 } lull_stdio_kind;
 
+/* lull_stdio.flags. FRAMED: the stream carries length-prefixed frames
+ * (a 4-byte big-endian length before each), for a child that speaks lull's
+ * framing. Without it a PIPE or SOCKETPAIR stream is raw (LULL_STREAM_RAW,
+ * whatever stream_opts says): a program's stdio is bytes. */
+#define LULL_STDIO_FRAMED 0x1u
+
 typedef struct lull_stdio { /* all zero = inherit */
     lull_stdio_kind kind;   /* LULL_STDIO_* */
     int fd;                 /* LULL_STDIO_FD: the fd the child gets */
@@ -1450,7 +1457,9 @@ typedef struct lull_stdio { /* all zero = inherit */
                                stdout naming the same stream (both PIPE) open
                                one stream that writes the child's stdin and
                                reads its stdout (lull_stream_open_pair) */
-    const lull_stream_options *stream_opts; /* NULL = defaults */
+    const lull_stream_options *stream_opts; /* NULL = defaults (raw) */
+    unsigned flags;                         /* LULL_STDIO_FRAMED; PIPE,
+                                               SOCKETPAIR only */
 } lull_stdio;
 
 /* lull_process_options.flags. NEW_GROUP: setpgid(0, 0), a process group
@@ -1477,7 +1486,10 @@ struct lull_process {
     int exit_status; /* once reaped: what on_exit got */
     int term_signal;
     struct {                          /* lull's own */
-        lull_io io;                   /* the pidfd (owned) */
+        lull_io io;                   /* watches the pidfd, or edge_fd
+                                         while a tracer holds the exit */
+        int pidfd;                    /* the child's pidfd (owned); -1 once
+                                         reaped */
         lull_task done;               /* on_exit for a close in a fork */
         lull_process_exit_fn on_exit; /* the last callback */
         int owner_pid;                /* the process that spawned it */
@@ -1494,13 +1506,30 @@ struct lull_process {
  * 127; so is running out of fds (-EMFILE) or processes (-EAGAIN). Nothing
  * is left behind on failure: no child, no fd, no stream. on_exit (required)
  * runs once, on the loop, never inside this call. The handle keeps the loop
- * alive until then (lull_process_unref). */
+ * alive until then (lull_process_unref). -EBUSY into a handle that is still
+ * live (on_exit not yet run); after on_exit it may be spawned into again. */
 LULL_EXTERN int lull_process_spawn(lull_loop *loop, lull_process *p,
                                    const lull_process_options *opts,
                                    lull_process_exit_fn on_exit);
 /* Sends signum (0 probes) with pidfd_send_signal: never to a reused pid.
  * -ESRCH once on_exit ran, -ECHILD in a forked copy of the loop. */
 LULL_EXTERN int lull_process_kill(lull_process *p, int signum);
+/* Sends signum to the child's process group, kill(-pid): the group the
+ * child leads (LULL_PROCESS_NEW_GROUP or _NEW_SESSION), its own children
+ * too, even after the child itself exited. Until lull reaps the child its
+ * pid cannot be reused, so the signal cannot reach a stranger's group;
+ * from the reap on it is refused: -ESRCH once on_exit ran or another part
+ * of the program reaped the child, and when the child leads no group.
+ * -ECHILD in a forked copy of the loop. */
+LULL_EXTERN int lull_process_kill_group(lull_process *p, int signum);
+/* Stops watching the child and ends the handle at once, with no callback:
+ * p is the caller's again when this returns, the loop no longer holds it
+ * (lull_loop_free may follow), and the child runs on. lull still reaps it
+ * when it exits, on a thread of its own started by the first detach, so it
+ * is never left a zombie. -ESRCH once on_exit ran (or is queued, or after
+ * a detach). In a forked copy of the loop the handle just lets go of the
+ * parent's child. */
+LULL_EXTERN int lull_process_detach(lull_process *p);
 /* Done with the child. With LULL_PROCESS_KILL_ON_CLOSE it is sent SIGKILL;
  * without, it runs on, and the handle stops keeping the loop alive. Either
  * way the handle reaps it: on_exit still runs once, as the last callback,
