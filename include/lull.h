@@ -1343,11 +1343,17 @@ LULL_EXTERN void lull_process_unref(lull_process *p);
  * pending instance of a standard signal: several sent before the loop reads
  * them may arrive as one (real-time signals queue). A watched signal must be
  * blocked in every thread, or a thread that does not block it takes it
- * with its usual action: lull_signal_start blocks it in the calling thread;
- * call lull_signal_block in main before creating threads, and threads
- * inherit it. A signal nobody watches keeps its usual action (lull never
- * installs a handler); one that arrived while watched and is still pending
- * when the last handle for it stops is dropped. Each signal is read by one
+ * with its usual action: call lull_signal_block in main before creating
+ * threads, and threads inherit it. lull installs no handler, and a thread's
+ * mask is its own, so the mask rules are (docs/API.md, "The mask rules"):
+ * the first handle of a signal blocks it in the calling thread, and the
+ * block is lull's if it was not blocked there. The last stop of a signal
+ * lull blocked drops an instance still pending (it arrived while watched)
+ * and unblocks it in the calling thread; in another thread lull blocked it
+ * in (set up in main, run on another thread), at that thread's next
+ * lull_signal_*, lull_loop_adopt or lull_loop_free call. A block that is
+ * the program's (lull_signal_block, before or after the start) stays, and
+ * so does an instance pending at the last stop. Each signal is read by one
  * loop: watch it on one. */
 
 typedef struct lull_signal lull_signal;
@@ -1381,7 +1387,8 @@ LULL_EXTERN void lull_signal_ref(lull_signal *sig);
 LULL_EXTERN void lull_signal_unref(lull_signal *sig);
 /* Thread-safe: blocks signum in the calling thread (pthread_sigmask), so
  * that threads created afterwards inherit it. Call it in main, before any
- * thread starts, for every signal a loop will watch. */
+ * thread starts, for every signal a loop will watch. The block is the
+ * program's: lull never lifts it. */
 LULL_EXTERN int lull_signal_block(int signum);
 
 /* ------------------------------------------------------------------ pool */
