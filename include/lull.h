@@ -24,9 +24,18 @@
  * one (docs/API.md lists which). lull_loop_free may be called on any thread
  * once no thread runs the loop.
  *
- * Getting from a handle back to your own struct: embed the handle and use
- * LULL_CONTAINER_OF(ptr, type, member). Handles carry no void *data, but for
- * an endpoint (frames section), whose struct lives inside a transport's.
+ * Getting from a handle back to your own struct: every handle has a
+ * `void *data` that is yours, as libuv's handles do: lull never reads it,
+ * and writes it only in the call that sets the handle up (its _init,
+ * lull_server_listen_*, lull_simserver_listen, lull_process_spawn), which
+ * clears it with the rest: set it afterwards. A request with no set-up
+ * call (lull_listener, lull_fs, lull_append, lull_lookup) keeps what you
+ * put there. A transport's handle (lull_stream, lull_loopback,
+ * lull_simconn) uses its endpoint's: ep.data, which every set-up keeps.
+ * The exception is lull_timer, which stays at 48 bytes (a timer costs 64
+ * with its heap slot, the target docs/BENCHMARKS.md holds it to): embed
+ * it and use LULL_CONTAINER_OF(ptr, type, member), which works for any
+ * handle.
  *
  * Fields. Each struct shows first the fields you may read (and, where a
  * comment says so, write), each with its meaning. The fields inside the
@@ -211,6 +220,7 @@ struct lull_task {
     lull_loop *loop; /* the loop it was last queued on (NULL before the
                         first post): in the callback, the loop running it.
                         lull writes it on a post and never reads it. */
+    void *data;      /* yours (lull_task_init clears it) */
 };
 
 /* Prepares a task; call again only while it is not pending. */
@@ -285,6 +295,7 @@ typedef struct lull_io lull_io;
 typedef void (*lull_io_fn)(lull_io *io, int events);
 
 struct lull_io {
+    void *data;         /* yours (lull_io_init clears it) */
     lull_loop *loop;    /* the owning loop */
     int fd;             /* the watched descriptor (not owned: never closed) */
     int events;         /* the interest the kernel holds; 0 while stopped */
@@ -332,6 +343,7 @@ typedef struct lull_listener lull_listener;
 typedef void (*lull_listener_fn)(lull_listener *l);
 
 struct lull_listener {
+    void *data;              /* yours (lull never touches it) */
     lull_notifier *notifier; /* the notifier it listens to; NULL while not
                                 subscribed */
     lull_loop *loop;         /* the loop its callback runs on */
@@ -349,6 +361,7 @@ struct lull_listener {
 };
 
 struct lull_notifier {
+    void *data;      /* yours (lull_notifier_init clears it) */
     uint64_t raised; /* raises so far (lull_notifier_raise and the remote
                         ones taken by the loop), for tests and audits */
     struct {         /* lull's own */
@@ -397,6 +410,7 @@ typedef struct lull_pump lull_pump;
 typedef lull_pass_result (*lull_pass_fn)(lull_pump *pump, uint64_t *retry_ns);
 
 struct lull_pump {
+    void *data;           /* yours (lull_pump_init clears it) */
     lull_loop *loop;      /* the owning loop */
     uint64_t passes;      /* passes run */
     uint64_t empty;       /* passes that reported no delivery */
@@ -898,6 +912,7 @@ struct lull_stream {
 };
 
 struct lull_server {
+    void *data;           /* yours (lull_server_listen_* clears it) */
     lull_loop *loop;      /* the owning loop */
     uint64_t accepted;    /* connections handed to on_connection */
     uint64_t paused;      /* times accepting paused: out of fds, or accept
@@ -1161,6 +1176,7 @@ struct lull_simconn {
 };
 
 struct lull_simserver {
+    void *data;        /* yours (lull_simserver_listen clears it) */
     lull_simnet *net;  /* the network */
     uint64_t accepted; /* connections accepted */
     uint64_t refused;  /* connects refused here */
@@ -1296,6 +1312,7 @@ typedef struct lull_process_options {
 } lull_process_options;
 
 struct lull_process {
+    void *data;      /* yours (lull_process_spawn clears it) */
     lull_loop *loop; /* the owning loop */
     int pid;         /* the child's pid (a pid_t), kept after its exit */
     int exit_status; /* once reaped: what on_exit got */
@@ -1360,6 +1377,7 @@ typedef struct lull_signal lull_signal;
 typedef void (*lull_signal_fn)(lull_signal *sig, int signum);
 
 struct lull_signal {
+    void *data;        /* yours (lull_signal_init clears it) */
     lull_loop *loop;   /* the owning loop */
     int signum;        /* the signal watched; 0 while stopped */
     int sender_pid;    /* in the callback: the sender's pid (si_pid; 0 when
@@ -1410,6 +1428,7 @@ typedef int (*lull_work_fn)(lull_work *work);
 typedef void (*lull_work_done_fn)(lull_work *work, int status);
 
 struct lull_work {
+    void *data;                 /* yours (lull_work_init clears it) */
     lull_loop *loop;            /* the submitting loop, while submitted */
     lull_pool *pool;            /* non-NULL from submit until done runs */
     struct {                    /* lull's own */
@@ -1491,6 +1510,7 @@ typedef struct lull_fs lull_fs;
 typedef void (*lull_fs_fn)(lull_fs *req, int64_t result);
 
 struct lull_fs {
+    void *data;         /* yours (lull never touches it) */
     int64_t result;     /* what cb receives, once it ran */
     struct {            /* lull's own */
         lull_work work; /* the operation, on the pool */
@@ -1533,6 +1553,7 @@ typedef struct lull_append lull_append;
 typedef void (*lull_append_fn)(lull_append *req, int status);
 
 struct lull_append {
+    void *data;            /* yours (lull never touches it) */
     uint64_t offset;       /* where its bytes start in the file */
     uint64_t sync;         /* the fdatasync that made it durable, counted from 1
                               per journal: appends that shared one share it */
@@ -1545,6 +1566,7 @@ struct lull_append {
 };
 
 struct lull_journal {
+    void *data; /* yours (lull_journal_init clears it) */
     lull_loop *loop;
     lull_pool *pool;
     int fd;                /* not owned: never closed */
@@ -1585,6 +1607,7 @@ typedef void (*lull_lookup_fn)(lull_lookup *req, int status,
                                struct addrinfo *res);
 
 struct lull_lookup {
+    void *data;           /* yours (lull never touches it) */
     struct addrinfo *res; /* set on success, handed to cb (yours to free) */
     int sys_errno;        /* errno when the status is EAI_SYSTEM */
     struct {              /* lull's own */

@@ -540,3 +540,48 @@ TEST_THREADED(signal_started_and_stopped_on_the_loop_thread) {
     free_loop(loop);
     CHECK(!blocked_here(SIGUSR2));
 }
+
+/* Two handles share one callback and find their own objects through
+ * `data` (not their struct's place): set after init, kept across starts,
+ * stops and deliveries; lull_signal_init clears it. */
+typedef struct service {
+    const char *name;
+    int signals;
+} service;
+
+static void count_for_service(lull_signal *s, int signum) {
+    (void)signum;
+    service *svc = s->data;
+    svc->signals++;
+}
+
+TEST(shared_callback_finds_its_own_data) {
+    lull_loop *loop = new_loop();
+    service web = {.name = "web"}, db = {.name = "db"};
+    lull_signal a, b;
+    a.data = &db; /* before init: cleared */
+    CHECK_EQ(lull_signal_init(loop, &a, count_for_service), 0);
+    CHECK(a.data == NULL);
+    CHECK_EQ(lull_signal_init(loop, &b, count_for_service), 0);
+    a.data = &web;
+    b.data = &db;
+    CHECK_EQ(lull_signal_start(&a, SIGUSR1), 0);
+    CHECK_EQ(lull_signal_start(&b, SIGUSR2), 0);
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &web.signals, 1);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    run_until(loop, &db.signals, 1);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    run_until(loop, &db.signals, 2);
+    CHECK_EQ(web.signals, 1);
+    CHECK_EQ(lull_signal_stop(&a), 0);
+    CHECK_EQ(lull_signal_start(&a, SIGUSR2), 0); /* both on SIGUSR2 now */
+    CHECK(a.data == &web);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    run_until(loop, &db.signals, 3);
+    CHECK_EQ(web.signals, 2);
+    CHECK_EQ(lull_signal_stop(&a), 0);
+    CHECK_EQ(lull_signal_stop(&b), 0);
+    CHECK(a.data == &web && b.data == &db);
+    free_loop(loop);
+}
