@@ -742,6 +742,24 @@ LULL_EXTERN bool lull_endpoint_writable(const lull_endpoint *ep);
 LULL_EXTERN int lull_endpoint_close(lull_endpoint *ep, int reason);
 /* Closed by lull_endpoint_close, or the peer's close was delivered. */
 LULL_EXTERN bool lull_endpoint_closed(const lull_endpoint *ep);
+/* Reading paused and resumed through the endpoint, whatever the transport
+ * (on a stream, lull_stream_read_stop / _read_start; a simulated
+ * connection, lull_simconn_*): while paused, no frame and no close from
+ * the peer reach ep; the peer's frames wait, counted in its `queued`, so
+ * its lull_endpoint_writable turns false at its high-water mark; after a
+ * resume they arrive in a later turn. Idempotent. 0, or: -EINVAL (NULL, or
+ * an endpoint no transport set up), -ENOTCONN once closed. */
+LULL_EXTERN int lull_endpoint_read_stop(lull_endpoint *ep);
+LULL_EXTERN int lull_endpoint_read_start(lull_endpoint *ep);
+/* Half-close through the endpoint (lull_stream_shutdown on a stream,
+ * lull_simconn_shutdown on a simulated connection): sends fail with -EPIPE
+ * from now on, frames already sent are still delivered, and then the peer
+ * hears the end: a stream's peer reads EOF (its on_end, or its close with
+ * 0); a loopback peer closes itself with reason 0, as a stream without an
+ * on_end does, so this end, which reads on, gets the frames the peer sent
+ * before and then its close callback with 0. Idempotent (0 also once the
+ * peer closed); the errors of lull_endpoint_read_stop. */
+LULL_EXTERN int lull_endpoint_shutdown(lull_endpoint *ep);
 
 /* ------------------------------------------------------------- loopback */
 
@@ -788,6 +806,9 @@ struct lull_loopback {
                                   (after the frames it sent), or a send past
                                   max_queued (-ENOBUFS) */
         bool failing;          /* ... that last: close this end in its turn */
+        bool paused;           /* lull_endpoint_read_stop: no delivery */
+        bool eof;              /* the peer shut down: once the inbox is
+                                  empty, this end closes with 0 */
         lull_loopback *closer; /* the closed peer whose close callback waits
                                   until this end's inbox is empty */
         lull_frame *discard;   /* a failing end's inbox, released in its
