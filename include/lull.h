@@ -234,6 +234,14 @@ LULL_EXTERN bool lull_task_pending(const lull_task *task);
 
 /* --------------------------------------------------------- timers: C3 */
 
+/* Durations: every time in lull is in ns (uint64_t), so
+ * lull_timer_start(&t, LULL_MS(250), 0) fires in 250 ms. x is an integer
+ * (a fraction is cut: write LULL_US(1500), not LULL_MS(1.5)); it is
+ * converted to uint64_t first, so LULL_S(5) does not overflow an int. */
+#define LULL_S(x)  ((uint64_t)(x)*1000000000u)
+#define LULL_MS(x) ((uint64_t)(x)*1000000u)
+#define LULL_US(x) ((uint64_t)(x)*1000u)
+
 typedef void (*lull_timer_fn)(lull_timer *timer);
 
 struct lull_timer {      /* 48 bytes, plus one 16-byte heap slot while armed */
