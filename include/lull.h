@@ -160,9 +160,13 @@ LULL_EXTERN int lull_loop_run(lull_loop *loop, lull_run_mode mode);
 /* Ends the current run after the callback in progress; no-op outside a run.
  * From another thread, post a task that calls it. */
 LULL_EXTERN void lull_loop_stop(lull_loop *loop);
-/* The loop's notion of now in ns: cached, refreshed each iteration, while
- * busy work runs and by each delayed timer arm (monotonic), or the virtual
- * time. */
+/* The loop's notion of now in ns. On the real clock, the loop's last
+ * CLOCK_MONOTONIC reading: each iteration, every few callbacks while busy
+ * work runs, lull_loop_now_exact, and a delayed timer arm made outside a
+ * callback (set-up code), which reads the clock. A delayed arm inside a
+ * callback reads nothing and leaves it as it was: its delay counts from
+ * the loop's next reading (lull_timer_start). On the virtual clock, the
+ * virtual time. Reads no clock. */
 LULL_EXTERN uint64_t lull_loop_now(lull_loop *loop);
 /* Reads the loop's clock now (a syscall-free vDSO read on the real clock). */
 LULL_EXTERN uint64_t lull_loop_now_exact(lull_loop *loop);
