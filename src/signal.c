@@ -232,9 +232,11 @@ static void unwatch(lull_loop *loop, int signum) {
     ss->blocked &= ~bit;
     if (__atomic_sub_fetch(&held[signum - 1], 1, __ATOMIC_ACQ_REL))
         return; /* another loop still watches it: settled when it stops */
-    if (!(held_here & bit))
-        return; /* lull_signal_block made it the
-                   program's in this thread */
+    /* Not held here: lull_signal_block made this thread's block the
+     * program's (it and a pending instance stay), or this thread never had
+     * it blocked (then nothing can be pending for the process: this thread
+     * would have taken it). Another thread that holds it settles later. */
+    if (!(held_here & bit)) return;
     sigset_t one;
     sigemptyset(&one);
     sigaddset(&one, signum);

@@ -370,7 +370,8 @@ TEST(signals_after_fork) {
  * paragraph): main starts a SIGTERM handle, so lull blocks SIGTERM in main,
  * and the loop's thread inherits the block. The handle stops on the loop's
  * thread: SIGTERM is unblocked there at once, and in main at main's next
- * lull call (here lull_loop_adopt), since a thread's mask is its own. Then a
+ * lull call (lull_loop_adopt, or lull_loop_free), since a thread's mask is
+ * its own. Then a
  * SIGTERM does what it did before lull: here, run the test's handler. */
 static volatile sig_atomic_t g_handled;
 static void count_signal(int signum) {
@@ -395,9 +396,11 @@ static bool handled_soon(int want) {
     return g_handled >= want;
 }
 
+static lull_timer *g_guard; /* stopped with the handle, when set */
 static void stop_self(lull_signal *s, int signum) {
     seen(s, signum);
     CHECK_EQ(lull_signal_stop(s), 0);
+    if (g_guard) lull_timer_stop(g_guard);
 }
 
 typedef struct runner {
@@ -416,7 +419,7 @@ static void *run_then_report(void *arg) {
     return NULL;
 }
 
-TEST_THREADED(signal_set_up_on_one_thread_run_on_another) {
+static void set_up_here_run_there(bool adopt) {
     install_counter(SIGTERM);
     CHECK(!blocked_here(SIGTERM));
     lull_loop *loop = new_loop();
@@ -428,6 +431,7 @@ TEST_THREADED(signal_set_up_on_one_thread_run_on_another) {
     lull_timer_init(loop, &guard, guard_fired);
     lull_timer_start(&guard, GUARD_NS, 0);
     lull_timer_unref(&guard);
+    g_guard = adopt ? NULL : &guard;
     runner r = {.loop = loop, .w = &w};
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, run_then_report, &r), 0);
@@ -437,12 +441,23 @@ TEST_THREADED(signal_set_up_on_one_thread_run_on_another) {
     CHECK_EQ(g_handled, 0);       /* the handle took it, not the handler */
     CHECK(!r.blocked_after);      /* given back in the thread that stopped it */
     CHECK(blocked_here(SIGTERM)); /* main's own: given back at its next call */
-    CHECK_EQ(lull_loop_adopt(loop), 0);
-    CHECK(!blocked_here(SIGTERM));
-    lull_timer_stop(&guard);
+    if (adopt) {
+        CHECK_EQ(lull_loop_adopt(loop), 0);
+        CHECK(!blocked_here(SIGTERM));
+        lull_timer_stop(&guard);
+    }
     free_loop(loop);
+    CHECK(!blocked_here(SIGTERM));
     CHECK_EQ(kill(getpid(), SIGTERM), 0);
     CHECK(handled_soon(1)); /* its usual action again */
+}
+
+TEST_THREADED(signal_set_up_on_one_thread_run_on_another) {
+    set_up_here_run_there(true); /* main adopts the loop back */
+}
+
+TEST_THREADED(signal_set_up_here_run_there_then_freed_here) {
+    set_up_here_run_there(false); /* main only frees it */
 }
 
 /* The loop handed back: main sets up, a thread runs it for a while, main
