@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum { LOOPBACK, STREAM };
+enum { LOOPBACK, LOOPBACK_TIMER, STREAM };
 
 /* One end's protocol state, reached through ep->data. */
 typedef struct side {
@@ -65,8 +65,12 @@ static void pair_open(pair *p, int kind) {
     signal(SIGPIPE, SIG_DFL); /* a SIGPIPE anywhere fails the case */
     CHECK_EQ(lull_loop_new(&p->loop, NULL), 0);
     check_trace_reset();
-    if (kind == LOOPBACK) {
-        CHECK_EQ(lull_loopback_pair(p->loop, &p->la, &p->lb, NULL), 0);
+    if (kind != STREAM) {
+        /* LOOPBACK_TIMER: each frame a zero-delay timer turn. */
+        lull_loopback_options o = {.deliver = kind == LOOPBACK_TIMER
+                                                  ? LULL_DELIVER_TIMER
+                                                  : LULL_DELIVER_TASK};
+        CHECK_EQ(lull_loopback_pair(p->loop, &p->la, &p->lb, &o), 0);
         p->a = &p->la.ep;
         p->b = &p->lb.ep;
     } else {
@@ -122,7 +126,7 @@ static void read_stop_and_start(int kind) {
         CHECK_EQ(send_u32(p.a, i), 0);
     run_a_while(&p);
     CHECK_EQ(p.B.frames, 0);
-    if (kind == LOOPBACK) CHECK_EQ(p.a->queued, 3 * sizeof(uint32_t));
+    if (kind != STREAM) CHECK_EQ(p.a->queued, 3 * sizeof(uint32_t));
     CHECK_EQ(lull_endpoint_read_start(p.b), 0);
     CHECK_EQ(p.B.frames, 0); /* in a later turn, not inside the call */
     CHECK_EQ(lull_endpoint_read_start(p.b), 0);
@@ -145,6 +149,10 @@ static void read_stop_and_start(int kind) {
 
 TEST(loopback_read_stop_and_start) {
     read_stop_and_start(LOOPBACK);
+}
+
+TEST(loopback_timer_read_stop_and_start) {
+    read_stop_and_start(LOOPBACK_TIMER);
 }
 
 TEST(stream_read_stop_and_start) {
@@ -183,6 +191,10 @@ TEST(loopback_shutdown_half_closes) {
     shutdown_half_closes(LOOPBACK);
 }
 
+TEST(loopback_timer_shutdown_half_closes) {
+    shutdown_half_closes(LOOPBACK_TIMER);
+}
+
 TEST(stream_shutdown_half_closes) {
     shutdown_half_closes(STREAM);
 }
@@ -210,6 +222,10 @@ TEST(loopback_shutdown_to_a_paused_peer) {
     shutdown_to_a_paused_peer(LOOPBACK);
 }
 
+TEST(loopback_timer_shutdown_to_a_paused_peer) {
+    shutdown_to_a_paused_peer(LOOPBACK_TIMER);
+}
+
 TEST(stream_shutdown_to_a_paused_peer) {
     shutdown_to_a_paused_peer(STREAM);
 }
@@ -230,6 +246,10 @@ static void close_while_paused(int kind) {
 
 TEST(loopback_close_while_paused) {
     close_while_paused(LOOPBACK);
+}
+
+TEST(loopback_timer_close_while_paused) {
+    close_while_paused(LOOPBACK_TIMER);
 }
 
 TEST(stream_close_while_paused) {
@@ -259,6 +279,61 @@ TEST(loopback_control_errors) {
     control_errors(LOOPBACK);
 }
 
+TEST(loopback_timer_control_errors) {
+    control_errors(LOOPBACK_TIMER);
+}
+
 TEST(stream_control_errors) {
     control_errors(STREAM);
+}
+
+/* Hostile use from inside callbacks: the sender shuts down from inside
+ * the receiver's frame callback, the receiver pauses and resumes itself
+ * there, and a closed end answers -ENOTCONN inside its close callback
+ * (where it is the caller's, and may be freed). */
+static pair *g_p;
+static int g_in_close_rc = 1;
+
+static void on_frame_meddling(lull_endpoint *ep, const void *bytes,
+                              size_t len) {
+    on_frame(ep, bytes, len);
+    side *s = ep->data;
+    if (s->frames == 1) {
+        CHECK_EQ(lull_endpoint_shutdown(g_p->a), 0); /* the sender's */
+        CHECK_EQ(lull_endpoint_read_stop(ep), 0);
+        CHECK_EQ(lull_endpoint_read_start(ep), 0);
+    }
+}
+
+static void on_close_asking(lull_endpoint *ep, int reason) {
+    on_close(ep, reason);
+    g_in_close_rc = lull_endpoint_read_start(ep);
+}
+
+static void meddling_in_callbacks(int kind) {
+    pair p;
+    pair_open(&p, kind);
+    g_p = &p;
+    g_in_close_rc = 1;
+    lull_endpoint_set_callbacks(p.b, on_frame_meddling, NULL, on_close_asking);
+    CHECK_EQ(send_u32(p.a, 0), 0);
+    CHECK_EQ(send_u32(p.a, 1), 0);
+    run_until_closed(&p);
+    CHECK_EQ(p.B.frames, 2); /* sent before the shutdown: delivered */
+    CHECK_EQ(p.B.reason, 0);
+    CHECK_EQ(p.A.reason, 0);
+    CHECK_EQ(g_in_close_rc, -ENOTCONN);
+    CHECK_EQ(lull_loop_free(p.loop), 0);
+}
+
+TEST(loopback_meddling_in_callbacks) {
+    meddling_in_callbacks(LOOPBACK);
+}
+
+TEST(loopback_timer_meddling_in_callbacks) {
+    meddling_in_callbacks(LOOPBACK_TIMER);
+}
+
+TEST(stream_meddling_in_callbacks) {
+    meddling_in_callbacks(STREAM);
 }
