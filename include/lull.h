@@ -175,6 +175,20 @@ LULL_EXTERN uint64_t lull_loop_now_exact(lull_loop *loop);
  * must be ordered (a join, a mutex): lull does not synchronise it. -EBUSY
  * while the loop runs, -EINVAL for NULL. */
 LULL_EXTERN int lull_loop_adopt(lull_loop *loop);
+/* Embedding: a program whose main loop is another's (GLib, Qt, a game
+ * loop, another event library) drives lull with these two and
+ * lull_loop_run(loop, LULL_RUN_NOWAIT). lull_loop_backend_fd gives an fd
+ * that polls readable when an fd watcher, signal handle, process or remote
+ * post has work (the loop's epoll instance); it stays the same until
+ * lull_loop_fork, which makes a new one. lull_loop_backend_timeout sets
+ * *timeout_ns to how long the host may wait before running lull again: 0
+ * when work is ready now, the time to the earliest timer, or -1 when only
+ * the fd can bring work. Call it just before the host waits: from then on,
+ * a remote post makes the fd readable. Round up when the host's wait takes
+ * ms, or a timer runs early: ms = (ns + 999999) / 1000000. Both -EINVAL for
+ * NULL; the timeout -EBUSY inside a run (a callback). Loop thread only. */
+LULL_EXTERN int lull_loop_backend_fd(lull_loop *loop);
+LULL_EXTERN int lull_loop_backend_timeout(lull_loop *loop, int64_t *timeout_ns);
 /* A reference for expected remote posts: keeps lull_loop_run alive. */
 LULL_EXTERN void lull_loop_ref(lull_loop *loop);
 LULL_EXTERN void lull_loop_unref(lull_loop *loop);

@@ -190,6 +190,9 @@ struct lull_loop {
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
     int sleeping;           /* atomic, a futex word: LULL__AWAKE, or how the
                                loop is blocked (src/remote.c) */
+    bool embedded;          /* lull_loop_backend_timeout announced an epoll
+                               sleep the host does for it: the next run
+                               starts awake */
     int remote_fd;          /* eventfd, written once per burst */
     unsigned posters;       /* atomic: posters that may still touch the
                                loop after publishing (lull_loop_free waits

@@ -48,6 +48,23 @@ if(STEP STREQUAL "install")
       message(FATAL_ERROR "not installed: ${prefix}/${f}")
     endif()
   endforeach()
+  # The programs, where this build made them: each answers --help from
+  # the prefix, and lull-lab finds what it runs there (lab/paths.c).
+  if(EXISTS ${BUILD_DIR}/kv/lull-kv)
+    run("installed lull-kv --help" ${prefix}/bin/lull-kv --help)
+    if(NOT run_output MATCHES "--replica-of")
+      message(FATAL_ERROR "lull-kv --help lists no options:\n${run_output}")
+    endif()
+  endif()
+  if(EXISTS ${BUILD_DIR}/lab/lull-lab)
+    run("installed lull-lab --help" ${prefix}/bin/lull-lab --help)
+    foreach(f libexec/lull/lull-lab-so libexec/lull/lull-floor-epoll
+              share/lull/lab/node/turns.js)
+      if(NOT EXISTS ${prefix}/${f})
+        message(FATAL_ERROR "not installed: ${prefix}/${f}")
+      endif()
+    endforeach()
+  endif()
   message(STATUS "installed into ${prefix}")
 
 elseif(STEP STREQUAL "pkg_config")

@@ -1,5 +1,5 @@
 /* lull-kv's request parser, keyspace, commands and write log
- * (examples/kv/resp.c, store.c, cmd.c, repl.c), tested directly: no loop,
+ * (resp.c, store.c, cmd.c, repl.c beside this file), tested directly: no loop,
  * no sockets.
  *
  * The parser is driven the way the server drives it: bytes arrive in
@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../examples/kv/cmd.h"
-#include "../examples/kv/repl.h"
-#include "../examples/kv/resp.h"
-#include "../examples/kv/store.h"
+#include "cmd.h"
+#include "repl.h"
+#include "resp.h"
+#include "store.h"
 
 #define MAX_ARGS 16
 
@@ -667,7 +667,7 @@ TEST(incr_integers_as_redis_reads_them) {
 
 #include <lull.h>
 
-#include "../examples/kv/expiry.h"
+#include "expiry.h"
 
 #define MS 1000000ull /* ns */
 
@@ -914,8 +914,8 @@ TEST(expiry_replicates_as_redis) {
 
 /* ------------------------------------------------ types, MULTI, pub/sub */
 
-#include "../examples/kv/cmd_int.h"
-#include "../examples/kv/types.h"
+#include "cmd_int.h"
+#include "types.h"
 
 /* Runs a request given as words on k for client cl (may be NULL). */
 static const char *exec_cl(kv *k, kv_client *cl, buf *out, const char *line) {
@@ -932,8 +932,8 @@ static const char *exec_cl(kv *k, kv_client *cl, buf *out, const char *line) {
     return out->p;
 }
 
-/* Two keyspaces are equal when their dumps are (examples/kv/dump.c). */
-#include "../examples/kv/dump.h"
+/* Two keyspaces are equal when their dumps are (dump.c). */
+#include "dump.h"
 #define dump_keyspace kv_dump
 
 static const char *const type_script[] = {
@@ -1362,10 +1362,10 @@ TEST(large_value_kept_once_in_the_log) {
 
 /* ------------------------------------------------- the reference model */
 
-#include "../examples/kv/model.h"
+#include "model.h"
 
 TEST(model_agrees_with_the_commands) {
-    /* The simulator's reference model (examples/kv/model.c) against
+    /* The simulator's reference model (model.c) against
      * kv_exec: random commands on a few keys, strings and lists, expiry
      * times in the past and future, time moving between them (so keys
      * expire by the timer and by lookup). Each reply must be one the
