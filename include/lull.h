@@ -24,9 +24,18 @@
  * one (docs/API.md lists which). lull_loop_free may be called on any thread
  * once no thread runs the loop.
  *
- * Getting from a handle back to your own struct: embed the handle and use
- * LULL_CONTAINER_OF(ptr, type, member). Handles carry no void *data, but for
- * an endpoint (frames section), whose struct lives inside a transport's.
+ * Getting from a handle back to your own struct: every handle has a
+ * `void *data` that is yours, as libuv's handles do: lull never reads it,
+ * and writes it only in the call that sets the handle up (its _init,
+ * lull_server_listen_*, lull_simserver_listen, lull_process_spawn), which
+ * clears it with the rest: set it afterwards. A request with no set-up
+ * call (lull_listener, lull_fs, lull_append, lull_lookup) keeps what you
+ * put there. A transport's handle (lull_stream, lull_loopback,
+ * lull_simconn) uses its endpoint's: ep.data, which every set-up keeps.
+ * The exception is lull_timer, which stays at 48 bytes (a timer costs 64
+ * with its heap slot, the target docs/BENCHMARKS.md holds it to): embed
+ * it and use LULL_CONTAINER_OF(ptr, type, member), which works for any
+ * handle.
  *
  * Fields. Each struct shows first the fields you may read (and, where a
  * comment says so, write), each with its meaning. The fields inside the
@@ -152,9 +161,13 @@ LULL_EXTERN int lull_loop_run(lull_loop *loop, lull_run_mode mode);
 /* Ends the current run after the callback in progress; no-op outside a run.
  * From another thread, post a task that calls it. */
 LULL_EXTERN void lull_loop_stop(lull_loop *loop);
-/* The loop's notion of now in ns: cached, refreshed each iteration, while
- * busy work runs and by each delayed timer arm (monotonic), or the virtual
- * time. */
+/* The loop's notion of now in ns. On the real clock, the loop's last
+ * CLOCK_MONOTONIC reading: each iteration, every few callbacks while busy
+ * work runs, lull_loop_now_exact, and a delayed timer arm made outside a
+ * callback (set-up code), which reads the clock. A delayed arm inside a
+ * callback reads nothing and leaves it as it was: its delay counts from
+ * the loop's next reading (lull_timer_start). On the virtual clock, the
+ * virtual time. Reads no clock. */
 LULL_EXTERN uint64_t lull_loop_now(lull_loop *loop);
 /* Reads the loop's clock now (a syscall-free vDSO read on the real clock). */
 LULL_EXTERN uint64_t lull_loop_now_exact(lull_loop *loop);
@@ -226,6 +239,7 @@ struct lull_task {
     lull_loop *loop; /* the loop it was last queued on (NULL before the
                         first post): in the callback, the loop running it.
                         lull writes it on a post and never reads it. */
+    void *data;      /* yours (lull_task_init clears it) */
 };
 
 /* Prepares a task; call again only while it is not pending. */
@@ -238,6 +252,14 @@ LULL_EXTERN void lull_task_cancel(lull_task *task);
 LULL_EXTERN bool lull_task_pending(const lull_task *task);
 
 /* --------------------------------------------------------- timers: C3 */
+
+/* Durations: every time in lull is in ns (uint64_t), so
+ * lull_timer_start(&t, LULL_MS(250), 0) fires in 250 ms. x is an integer
+ * (a fraction is cut: write LULL_US(1500), not LULL_MS(1.5)); it is
+ * converted to uint64_t first, so LULL_S(5) does not overflow an int. */
+#define LULL_S(x)  ((uint64_t)(x)*1000000000u)
+#define LULL_MS(x) ((uint64_t)(x)*1000000u)
+#define LULL_US(x) ((uint64_t)(x)*1000u)
 
 typedef void (*lull_timer_fn)(lull_timer *timer);
 
@@ -300,6 +322,7 @@ typedef struct lull_io lull_io;
 typedef void (*lull_io_fn)(lull_io *io, int events);
 
 struct lull_io {
+    void *data;         /* yours (lull_io_init clears it) */
     lull_loop *loop;    /* the owning loop */
     int fd;             /* the watched descriptor (not owned: never closed) */
     int events;         /* the interest the kernel holds; 0 while stopped */
@@ -347,6 +370,7 @@ typedef struct lull_listener lull_listener;
 typedef void (*lull_listener_fn)(lull_listener *l);
 
 struct lull_listener {
+    void *data;              /* yours (lull never touches it) */
     lull_notifier *notifier; /* the notifier it listens to; NULL while not
                                 subscribed */
     lull_loop *loop;         /* the loop its callback runs on */
@@ -364,6 +388,7 @@ struct lull_listener {
 };
 
 struct lull_notifier {
+    void *data;      /* yours (lull_notifier_init clears it) */
     uint64_t raised; /* raises so far (lull_notifier_raise and the remote
                         ones taken by the loop), for tests and audits */
     struct {         /* lull's own */
@@ -412,6 +437,7 @@ typedef struct lull_pump lull_pump;
 typedef lull_pass_result (*lull_pass_fn)(lull_pump *pump, uint64_t *retry_ns);
 
 struct lull_pump {
+    void *data;           /* yours (lull_pump_init clears it) */
     lull_loop *loop;      /* the owning loop */
     uint64_t passes;      /* passes run */
     uint64_t empty;       /* passes that reported no delivery */
@@ -743,6 +769,24 @@ LULL_EXTERN bool lull_endpoint_writable(const lull_endpoint *ep);
 LULL_EXTERN int lull_endpoint_close(lull_endpoint *ep, int reason);
 /* Closed by lull_endpoint_close, or the peer's close was delivered. */
 LULL_EXTERN bool lull_endpoint_closed(const lull_endpoint *ep);
+/* Reading paused and resumed through the endpoint, whatever the transport
+ * (on a stream, lull_stream_read_stop / _read_start; a simulated
+ * connection, lull_simconn_*): while paused, no frame and no close from
+ * the peer reach ep; the peer's frames wait, counted in its `queued`, so
+ * its lull_endpoint_writable turns false at its high-water mark; after a
+ * resume they arrive in a later turn. Idempotent. 0, or: -EINVAL (NULL, or
+ * an endpoint no transport set up), -ENOTCONN once closed. */
+LULL_EXTERN int lull_endpoint_read_stop(lull_endpoint *ep);
+LULL_EXTERN int lull_endpoint_read_start(lull_endpoint *ep);
+/* Half-close through the endpoint (lull_stream_shutdown on a stream,
+ * lull_simconn_shutdown on a simulated connection): sends fail with -EPIPE
+ * from now on, frames already sent are still delivered, and then the peer
+ * hears the end: a stream's peer reads EOF (its on_end, or its close with
+ * 0); a loopback peer closes itself with reason 0, as a stream without an
+ * on_end does, so this end, which reads on, gets the frames the peer sent
+ * before and then its close callback with 0. Idempotent (0 also once the
+ * peer closed); the errors of lull_endpoint_read_stop. */
+LULL_EXTERN int lull_endpoint_shutdown(lull_endpoint *ep);
 
 /* ------------------------------------------------------------- loopback */
 
@@ -789,6 +833,9 @@ struct lull_loopback {
                                   (after the frames it sent), or a send past
                                   max_queued (-ENOBUFS) */
         bool failing;          /* ... that last: close this end in its turn */
+        bool paused;           /* lull_endpoint_read_stop: no delivery */
+        bool eof;              /* the peer shut down: once the inbox is
+                                  empty, this end closes with 0 */
         lull_loopback *closer; /* the closed peer whose close callback waits
                                   until this end's inbox is empty */
         lull_frame *discard;   /* a failing end's inbox, released in its
@@ -913,6 +960,7 @@ struct lull_stream {
 };
 
 struct lull_server {
+    void *data;           /* yours (lull_server_listen_* clears it) */
     lull_loop *loop;      /* the owning loop */
     uint64_t accepted;    /* connections handed to on_connection */
     uint64_t paused;      /* times accepting paused: out of fds, or accept
@@ -1337,6 +1385,7 @@ struct lull_simconn {
 };
 
 struct lull_simserver {
+    void *data;        /* yours (lull_simserver_listen clears it) */
     lull_simnet *net;  /* the network */
     uint64_t accepted; /* connections accepted */
     uint64_t refused;  /* connects refused here */
@@ -1481,6 +1530,7 @@ typedef struct lull_process_options {
 } lull_process_options;
 
 struct lull_process {
+    void *data;      /* yours (lull_process_spawn clears it) */
     lull_loop *loop; /* the owning loop */
     int pid;         /* the child's pid (a pid_t), kept after its exit */
     int exit_status; /* once reaped: what on_exit got */
@@ -1548,17 +1598,24 @@ LULL_EXTERN void lull_process_unref(lull_process *p);
  * pending instance of a standard signal: several sent before the loop reads
  * them may arrive as one (real-time signals queue). A watched signal must be
  * blocked in every thread, or a thread that does not block it takes it
- * with its usual action: lull_signal_start blocks it in the calling thread;
- * call lull_signal_block in main before creating threads, and threads
- * inherit it. A signal nobody watches keeps its usual action (lull never
- * installs a handler); one that arrived while watched and is still pending
- * when the last handle for it stops is dropped. Each signal is read by one
+ * with its usual action: call lull_signal_block in main before creating
+ * threads, and threads inherit it. lull installs no handler, and a thread's
+ * mask is its own, so the mask rules are (docs/API.md, "The mask rules"):
+ * the first handle of a signal blocks it in the calling thread, and the
+ * block is lull's if it was not blocked there. The last stop of a signal
+ * lull blocked drops an instance still pending (it arrived while watched)
+ * and unblocks it in the calling thread; in another thread lull blocked it
+ * in (set up in main, run on another thread), at that thread's next
+ * lull_signal_*, lull_loop_adopt or lull_loop_free call. A block that is
+ * the program's (lull_signal_block, before or after the start) stays, and
+ * so does an instance pending at the last stop. Each signal is read by one
  * loop: watch it on one. */
 
 typedef struct lull_signal lull_signal;
 typedef void (*lull_signal_fn)(lull_signal *sig, int signum);
 
 struct lull_signal {
+    void *data;        /* yours (lull_signal_init clears it) */
     lull_loop *loop;   /* the owning loop */
     int signum;        /* the signal watched; 0 while stopped */
     int sender_pid;    /* in the callback: the sender's pid (si_pid; 0 when
@@ -1586,7 +1643,8 @@ LULL_EXTERN void lull_signal_ref(lull_signal *sig);
 LULL_EXTERN void lull_signal_unref(lull_signal *sig);
 /* Thread-safe: blocks signum in the calling thread (pthread_sigmask), so
  * that threads created afterwards inherit it. Call it in main, before any
- * thread starts, for every signal a loop will watch. */
+ * thread starts, for every signal a loop will watch. The block is the
+ * program's: lull never lifts it. */
 LULL_EXTERN int lull_signal_block(int signum);
 
 /* ------------------------------------------------------------------ pool */
@@ -1608,6 +1666,7 @@ typedef int (*lull_work_fn)(lull_work *work);
 typedef void (*lull_work_done_fn)(lull_work *work, int status);
 
 struct lull_work {
+    void *data;                 /* yours (lull_work_init clears it) */
     lull_loop *loop;            /* the submitting loop, while submitted */
     lull_pool *pool;            /* non-NULL from submit until done runs */
     struct {                    /* lull's own */
@@ -1689,6 +1748,7 @@ typedef struct lull_fs lull_fs;
 typedef void (*lull_fs_fn)(lull_fs *req, int64_t result);
 
 struct lull_fs {
+    void *data;         /* yours (lull never touches it) */
     int64_t result;     /* what cb receives, once it ran */
     struct {            /* lull's own */
         lull_work work; /* the operation, on the pool */
@@ -1731,6 +1791,7 @@ typedef struct lull_append lull_append;
 typedef void (*lull_append_fn)(lull_append *req, int status);
 
 struct lull_append {
+    void *data;            /* yours (lull never touches it) */
     uint64_t offset;       /* where its bytes start in the file */
     uint64_t sync;         /* the fdatasync that made it durable, counted from 1
                               per journal: appends that shared one share it */
@@ -1743,6 +1804,7 @@ struct lull_append {
 };
 
 struct lull_journal {
+    void *data; /* yours (lull_journal_init clears it) */
     lull_loop *loop;
     lull_pool *pool;
     int fd;                /* not owned: never closed */
@@ -1783,6 +1845,7 @@ typedef void (*lull_lookup_fn)(lull_lookup *req, int status,
                                struct addrinfo *res);
 
 struct lull_lookup {
+    void *data;           /* yours (lull never touches it) */
     struct addrinfo *res; /* set on success, handed to cb (yours to free) */
     int sys_errno;        /* errno when the status is EAI_SYSTEM */
     struct {              /* lull's own */

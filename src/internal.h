@@ -87,8 +87,8 @@ typedef struct lull__signals {
     lull_signal *tail;
     lull_signal *next; /* a delivery's next handle (a stop moves it on) */
     uint64_t watched;  /* bit n - 1: a started handle watches signal n */
-    uint64_t blocked;  /* bit n - 1: lull blocked signal n in `thread` */
-    pthread_t thread;  /* the thread lull blocked them in */
+    uint64_t blocked;  /* bit n - 1: signal n's block is lull's, not the
+                          program's (src/signal.c) */
     uint64_t seq;      /* start order, for delivery snapshots */
     uint32_t refs;     /* started handles that keep the loop alive */
 } lull__signals;
@@ -329,6 +329,11 @@ void lull__remote_awake(lull_loop *loop);
 
 void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),
                        void *arg);
+
+/* signal.c: the calling thread takes the loop over (a run on a new owner,
+ * lull_loop_adopt), or may give back signal blocks no loop needs. */
+void lull__signals_take(lull_loop *loop);
+void lull__signals_settle(void);
 
 /* pump.c */
 void lull__pump_unlink_listener(lull_listener *l);

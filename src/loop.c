@@ -101,6 +101,7 @@ static bool has_work_or_handles(lull_loop *loop) {
 
 int lull_loop_free(lull_loop *loop) {
     if (!loop) return -EINVAL;
+    lull__signals_settle();
     if (loop->running || has_work_or_handles(loop)) return -EBUSY;
     /* A poster still inside lull_task_post_remote may have just published. */
     lull__remote_quiesce(loop);
@@ -118,6 +119,10 @@ int lull_loop_free(lull_loop *loop) {
 int lull_loop_adopt(lull_loop *loop) {
     if (!loop) return -EINVAL;
     if (loop->running) return -EBUSY;
+    if (pthread_equal(loop->owner, pthread_self()))
+        lull__signals_settle();
+    else
+        lull__signals_take(loop);
     loop->owner = pthread_self();
     return 0;
 }
@@ -399,6 +404,7 @@ static int run_begin(lull_loop *loop) {
         lull__remote_awake(loop);
     }
     loop->running = true;
+    if (!pthread_equal(loop->owner, pthread_self())) lull__signals_take(loop);
     loop->owner = pthread_self();
     loop->stop = false;
     loop->poll_error = 0;

@@ -25,6 +25,7 @@ int lull_notifier_init(lull_notifier *n) {
     n->head = n->tail = NULL;
     n->raised = 0;
     n->raisers = 0;
+    n->data = NULL;
     lull_task_init(&n->remote, notify_from_remote);
     return 0;
 }

@@ -82,6 +82,7 @@ int lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
     pump->source = lull__source_of(loop, (lull_any_fn)pass, LULL_SOURCE_PUMP);
     pump->closed = false;
     pump->frame = NULL;
+    pump->data = NULL;
     return 0;
 }
 
