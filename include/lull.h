@@ -1206,6 +1206,74 @@ LULL_EXTERN int lull_udp_set_multicast_interface(lull_udp *udp,
 LULL_EXTERN int lull_udp_set_membership(lull_udp *udp, const char *group,
                                         const char *iface, bool join);
 
+/* ------------------------------------------------ file-system events */
+
+/* Watches a file or a directory (inotify; docs/API.md "File-system
+ * events"). A loop's watches share one inotify fd, read in bounded batches;
+ * the events of one batch are coalesced per watch and name, so a burst of
+ * writes to one file is one MODIFIED in that turn, and a rename between
+ * two watched directories is matched by inotify's cookie. An idle watch
+ * makes no wakeup. */
+
+typedef struct lull_fsevent lull_fsevent;
+
+#define LULL_FSEVENT_CREATED  0x001u /* a name appeared */
+#define LULL_FSEVENT_MODIFIED 0x002u /* contents written */
+#define LULL_FSEVENT_ATTRIB   0x004u /* metadata: mode, owner, times, links */
+#define LULL_FSEVENT_DELETED  0x008u /* a name was removed */
+#define LULL_FSEVENT_MOVED_FROM                                                \
+    0x010u /* a name left: other_name is where it                              \
+              went, if into a watched directory */
+#define LULL_FSEVENT_MOVED_TO                                                  \
+    0x020u /* a name arrived: other_name is the                                \
+              name it had, if it came from a                                   \
+              watched directory */
+#define LULL_FSEVENT_MOVED_SELF                                                \
+    0x040u /* the watched path itself was moved;                               \
+              the watch follows it */
+#define LULL_FSEVENT_GONE                                                      \
+    0x080u /* the watched path was deleted (or its                             \
+              file system unmounted): the watch                                \
+              has ended, no callback follows */
+#define LULL_FSEVENT_OVERFLOW                                                  \
+    0x100u /* the kernel's queue overflowed and                                \
+              events were lost: rescan */
+
+/* events: LULL_FSEVENT_* bits seen for `name` in this turn (CREATED |
+ * DELETED: it came and went). name: the entry in a watched directory, or
+ * NULL for the watched path itself (and for OVERFLOW). Both strings are
+ * valid during the call only. */
+typedef void (*lull_fsevent_fn)(lull_fsevent *w, unsigned events,
+                                const char *name, const char *other_name);
+
+struct lull_fsevent {
+    void *data;      /* yours; lull never touches it */
+    lull_loop *loop; /* the owning loop */
+    struct {         /* lull's own */
+        lull_fsevent_fn fn;
+        lull_fsevent *next; /* the loop's started watches */
+        int wd;             /* inotify's watch descriptor; -1 stopped */
+        bool ref;
+    };
+};
+
+/* -EINVAL for NULL. */
+LULL_EXTERN int lull_fsevent_init(lull_loop *loop, lull_fsevent *w);
+/* Starts watching path (a file or a directory; a symbolic link is
+ * followed). 0, or -EINVAL (NULL, empty, fn NULL), -EBUSY (started),
+ * the errno of inotify_add_watch (-ENOENT, -EACCES, -ENOSPC: the
+ * watch limit, fs.inotify.max_user_watches) or of inotify_init1
+ * (-EMFILE: fs.inotify.max_user_instances). Two watches of one path on a
+ * loop: -EEXIST (inotify gives both one descriptor). */
+LULL_EXTERN int lull_fsevent_start(lull_fsevent *w, const char *path,
+                                   lull_fsevent_fn fn);
+/* No callback after this, also for events already read. Safe inside any
+ * callback. Idempotent. */
+LULL_EXTERN int lull_fsevent_stop(lull_fsevent *w);
+/* An unreferenced watch does not keep lull_loop_run alive. */
+LULL_EXTERN void lull_fsevent_ref(lull_fsevent *w);
+LULL_EXTERN void lull_fsevent_unref(lull_fsevent *w);
+
 /* ----------------------------------------------------------- simulation */
 
 /* A simulated network for deterministic tests (docs/SIMULATION.md): named

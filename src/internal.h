@@ -220,6 +220,10 @@ struct lull_loop {
     /* Signals (src/signal.c). */
     lull__signals signals;
 
+    /* File-system watches (src/fsevent.c): the inotify fd and its started
+     * watches, allocated with the first watch, freed with the last. */
+    struct lull__fsevents *fsevents;
+
     /* Names for callbacks (lull_loop_name). */
     lull__name *names;
     int names_len;
