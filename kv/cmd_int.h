@@ -62,9 +62,14 @@ const char *kv_log_arg(kv *k, const resp_arg *a, size_t argc, size_t want);
 #define KV_SHARE_MIN ((size_t)64 << 10)
 void kv_oom(const char *what) __attribute__((noreturn));
 
-/* Redis' glob patterns (KEYS, SCAN MATCH, PSUBSCRIBE, CONFIG GET). */
+/* Redis' glob patterns (KEYS, SCAN MATCH, PSUBSCRIBE, CONFIG GET), in
+ * O(plen * slen) at worst. */
 bool kv_glob(const char *pat, size_t plen, const char *s, size_t slen,
              bool nocase);
+/* kv_glob, counting its steps (elements compared with a byte, and bytes
+ * of a class read) into *steps: the tests' bound on its work. */
+bool kv_glob_steps(const char *pat, size_t plen, const char *s, size_t slen,
+                   bool nocase, size_t *steps);
 
 /* Replies, in Redis' words. */
 void reply_wrongtype(buf *out);

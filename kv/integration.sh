@@ -13,9 +13,11 @@
 # bulk through a replica; a replica over its output limit closed and
 # resuming. redis-benchmark's default suite with a replica following,
 # whose keyspace then equals the primary's; replies compared byte for byte
-# with a redis-server's; redis-py's everyday calls; pub/sub with a
-# subscriber that never reads. Expiry in real time, on the primary and
-# its replica, and no wakeup while idle with 100,000 keys that expire.
+# with a redis-server's, glob patterns' matches too (and a pattern that
+# once hung the server answered at once); redis-py's everyday calls;
+# pub/sub with a subscriber that never reads. Expiry in real time, on the
+# primary and its replica, and no wakeup while idle with 100,000 keys that
+# expire.
 # Replication: a replica catching up the 10,000 keys, reaching the
 # primary's offset and answering every key as the primary does;
 # -READONLY; INFO's fields; live follow; links killed by the primary and
@@ -491,8 +493,55 @@ for line in script:
 print("%d requests, %d differ" % (len(script), bad))
 sys.exit(1 if bad else 0)
 PY
+    # Glob patterns (KEYS, SCAN MATCH, PSUBSCRIBE, CONFIG GET) as
+    # redis-server answers them, the corners included; the pattern that
+    # hung lull-kv's old recursive glob ("*a" 11 times, "*b", against 60
+    # 'a's) answered at once.
+    PYTHONPATH="$dir" "$py" - "$started_port" "$rsport" >"$dir/glob.out" <<'PY' || fail "globs differ from redis-server's: $(cat "$dir/glob.out")"
+import sys, time, resp
+a, b = resp.Conn(sys.argv[1]), resp.Conn(sys.argv[2])
+keys = [b"", b"a", b"aa", b"ab", b"a" * 60, b"a\0b", b"\xff", b"\x80", b"0",
+        b"[", b"]", b"\\", b"-", b"*", b"?", b"A", b"h\xe9llo", b"hallo"]
+hang = b"*a" * 11 + b"*b"
+pats = [b"", b"**", b"?", b"*?", b"a*", b"*a", b"[ab", b"[", b"[^", b"[^a",
+        b"[]", b"[^]", b"[]]", b"[a-]", b"[z-a]", b"[a-\xff]", b"[\x80-\xff]",
+        b"\\", b"\\*", b"*\\", b"[\\]]", b"[a\\]", b"[\\", b"a\0?", b"?\0*",
+        b"[\0]", b"h[^e]llo", b"h?llo", b"[A-Z]", b"*" * (2 << 20), hang,
+        b"*a" * 1000, b"*a" * 1001, b"*a" * 1000 + b"*"]
+bad = 0
+def same(what, x, y):
+    global bad
+    if x != y:
+        bad += 1
+        print("%s: lull-kv %r, redis-server %r" % (what, x[:200], y[:200]))
+for c in (a, b):
+    c.ask("FLUSHALL")
+    for k in keys:
+        c.ask("SET", k, "v")
+for p in pats:
+    t = time.time()
+    x = sorted(resp.parse(a.ask("KEYS", p)))
+    if time.time() - t > 1:
+        bad += 1
+        print("KEYS %r took %.1f s" % (p[:30], time.time() - t))
+    same("KEYS %r" % p[:30], x, sorted(resp.parse(b.ask("KEYS", p))))
+    x = resp.parse(a.ask("SCAN", 0, "MATCH", p, "COUNT", 1000))
+    y = resp.parse(b.ask("SCAN", 0, "MATCH", p, "COUNT", 1000))
+    same("SCAN MATCH %r" % p[:30], sorted(x[1]), sorted(y[1]))
+for p in (b"SAV[A-E]", b"APPENDONL?", b"[a]ppendonly", b"*PENDON*"):
+    same("CONFIG GET %r" % p, a.ask("CONFIG", "GET", p), b.ask("CONFIG", "GET", p))
+# PSUBSCRIBE: how many patterns each PUBLISH reaches.
+subs = [resp.Conn(sys.argv[1]), resp.Conn(sys.argv[2])]
+for s in subs:
+    for p in (b"*", b"**", b"", b"a*", b"[a", hang):
+        s.ask("PSUBSCRIBE", p)
+for ch in (b"", b"a", b"a" * 60, b"x", b"[a"):
+    same("PUBLISH %r" % ch[:30], a.ask("PUBLISH", ch, "m"), b.ask("PUBLISH", ch, "m"))
+print("%d patterns, %d differ" % (len(pats), bad))
+sys.exit(1 if bad else 0)
+PY
     kill "$started" "$rspid" 2>/dev/null
-    compared="replies equal to redis-server's ($(tail -n 1 "$dir/cmp.out"))"
+    compared="replies equal to redis-server's ($(tail -n 1 "$dir/cmp.out"); $(tail -n 1 "$dir/glob.out"))"
 else
     compared="no comparison with redis-server (not installed)"
 fi

@@ -1360,6 +1360,432 @@ TEST(large_value_kept_once_in_the_log) {
     free(big2);
 }
 
+/* ---------------------------------------------------------------- globs */
+
+/* lull-kv's glob before it became a one-pass walk: a recursion on every
+ * '*'. Kept here as the reference for patterns where it is fast and where
+ * it already gave redis-server's answers (glob_agrees_with_the_old_one). */
+static bool old_glob(const char *pat, size_t plen, const char *s, size_t slen,
+                     bool nocase) {
+    while (plen) {
+        switch (pat[0]) {
+        case '*':
+            while (plen > 1 && pat[1] == '*') {
+                pat++;
+                plen--;
+            }
+            if (plen == 1) return true;
+            for (size_t i = 0; i <= slen; i++)
+                if (old_glob(pat + 1, plen - 1, s + i, slen - i, nocase))
+                    return true;
+            return false;
+        case '?':
+            if (!slen) return false;
+            s++;
+            slen--;
+            break;
+        case '[': {
+            if (!slen) return false;
+            pat++;
+            plen--;
+            bool neg = plen && pat[0] == '^';
+            if (neg) {
+                pat++;
+                plen--;
+            }
+            bool match = false;
+            while (plen && pat[0] != ']') {
+                if (pat[0] == '\\' && plen >= 2) {
+                    pat++;
+                    plen--;
+                    if (pat[0] == s[0]) match = true;
+                } else if (plen >= 3 && pat[1] == '-') {
+                    unsigned char lo = (unsigned char)pat[0];
+                    unsigned char hi = (unsigned char)pat[2];
+                    unsigned char c = (unsigned char)s[0];
+                    if (lo > hi) {
+                        unsigned char t = lo;
+                        lo = hi;
+                        hi = t;
+                    }
+                    if (nocase) {
+                        if (lo >= 'A' && lo <= 'Z') lo |= 0x20;
+                        if (hi >= 'A' && hi <= 'Z') hi |= 0x20;
+                        if (c >= 'A' && c <= 'Z') c |= 0x20;
+                    }
+                    pat += 2;
+                    plen -= 2;
+                    if (c >= lo && c <= hi) match = true;
+                } else {
+                    char x = pat[0], y = s[0];
+                    if (nocase && x >= 'A' && x <= 'Z') x |= 0x20;
+                    if (nocase && y >= 'A' && y <= 'Z') y |= 0x20;
+                    if (x == y) match = true;
+                }
+                pat++;
+                plen--;
+            }
+            if (!plen) return false;
+            if (neg) match = !match;
+            if (!match) return false;
+            s++;
+            slen--;
+            break;
+        }
+        case '\\':
+            if (plen >= 2) {
+                pat++;
+                plen--;
+            }
+            /* fall through */
+        default: {
+            if (!slen) return false;
+            char x = pat[0], y = s[0];
+            if (nocase && x >= 'A' && x <= 'Z') x |= 0x20;
+            if (nocase && y >= 'A' && y <= 'Z') y |= 0x20;
+            if (x != y) return false;
+            s++;
+            slen--;
+            break;
+        }
+        }
+        pat++;
+        plen--;
+    }
+    return slen == 0;
+}
+
+typedef struct glob_case {
+    const char *pat, *s;
+    size_t plen, slen; /* 0: strlen (for cases with a NUL in them) */
+    bool nocase, match;
+} glob_case;
+
+/* redis-server 7.0's answers (KEYS pattern against one key; CONFIG GET's
+ * nocase where marked), including the corners where lull-kv's old glob
+ * answered otherwise: the empty key, a class with no closing ], and
+ * ranges over bytes of 0x80 and more. */
+static const glob_case redis_globs[] = {
+    {"**", "", 0, 0, false, false},
+    {"", "", 0, 0, false, true},
+    {"", "a", 0, 0, false, false},
+    {"?", "", 0, 0, false, false},
+    {"*?", "", 0, 0, false, false},
+    {"*?", "a", 0, 0, false, true},
+    {"*a", "a", 0, 0, false, true},
+    {"a*", "a", 0, 0, false, true},
+    {"a**", "a", 0, 0, false, true},
+    {"**a**", "a", 0, 0, false, true},
+    {"*****", "x", 0, 0, false, true},
+    {"[abc", "a", 0, 0, false, true},
+    {"[abc", "d", 0, 0, false, false},
+    {"[", "[", 0, 0, false, false},
+    {"[", "a", 0, 0, false, false},
+    {"[^", "a", 0, 0, false, true},
+    {"[^a", "b", 0, 0, false, true},
+    {"[^a", "a", 0, 0, false, false},
+    {"x[ab", "xa", 0, 0, false, true},
+    {"x[ab", "xab", 0, 0, false, false},
+    {"[ab*", "a", 0, 0, false, true},
+    {"[ab*", "*", 0, 0, false, true},
+    {"[ab*", "ab", 0, 0, false, false},
+    {"*[", "a[", 0, 0, false, false},
+    {"*[a", "xa", 0, 0, false, true},
+    {"\\", "\\", 0, 0, false, true},
+    {"a\\", "a\\", 0, 0, false, true},
+    {"a\\", "a", 0, 0, false, false},
+    {"*\\", "x\\", 0, 0, false, true},
+    {"\\*", "*", 0, 0, false, true},
+    {"\\*", "a", 0, 0, false, false},
+    {"\\a", "a", 0, 0, false, true},
+    {"[z-a]", "m", 0, 0, false, true},
+    {"[z-a]", "Z", 0, 0, false, false},
+    {"[a-z]", "-", 0, 0, false, false},
+    {"[a-]", "-", 0, 0, false, false},
+    {"[a-]", "a", 0, 0, false, true},
+    {"[a-]x", "-x", 0, 0, false, false},
+    {"[a-]x", "]x", 0, 0, false, false},
+    {"[-a]", "-", 0, 0, false, true},
+    {"[]]", "]", 0, 0, false, false},
+    {"[]a]", "a", 0, 0, false, false},
+    {"[]", "a", 0, 0, false, false},
+    {"[]", "]", 0, 0, false, false},
+    {"a[]", "a]", 0, 0, false, false},
+    {"[^]", "a", 0, 0, false, true},
+    {"[^]]", "a", 0, 0, false, false},
+    {"[^]]", "]", 0, 0, false, false},
+    {"[\\]]", "]", 0, 0, false, true},
+    {"[a\\]", "]", 0, 0, false, true},
+    {"[a\\]", "a", 0, 0, false, true},
+    {"[a\\", "\\", 0, 0, false, true},
+    {"[\\", "\\", 0, 0, false, true},
+    {"[\\", "a", 0, 0, false, false},
+    {"[\\-]", "-", 0, 0, false, true},
+    {"[a-\\]]", "]", 0, 0, false, false},
+    {"[a-\xff]", "b", 0, 0, false, false},
+    {"[a-\xff]", "0", 0, 0, false, true},
+    {"[a-\xff]", "\x80", 0, 0, false, false},
+    {"[\x80-\xff]", "\x90", 0, 0, false, true},
+    {"[!a]", "!", 0, 0, false, true},
+    {"a?c", "abc", 0, 0, false, true},
+    {"a?c", "ac", 0, 0, false, false},
+    {"a\0b", "a\0b", 3, 3, false, true},
+    {"a\0*", "a\0bc", 3, 4, false, true},
+    {"*\0", "\0", 2, 1, false, true},
+    {"?", "\0", 0, 1, false, true},
+    {"[\0]", "\0", 3, 1, false, true},
+    {"*a*b", "xaxb", 0, 0, false, true},
+    {"*a*b", "xaxbx", 0, 0, false, false},
+    {"h[^e]llo", "hallo", 0, 0, false, true},
+    {"h[^e]llo", "hello", 0, 0, false, false},
+    {"[A-Z]", "a", 0, 0, false, false},
+    {"[a-Z]", "_", 0, 0, false, true},
+    {"[a-c-e]", "d", 0, 0, false, false},
+    {"[a-c-e]", "-", 0, 0, false, true},
+    {"[a-c-e]", "e", 0, 0, false, true},
+    /* nocase (CONFIG GET): A-Z fold; a range is folded after its ends
+     * are put in order, so [Z-a] folds to the empty z..a; a \ in a class
+     * compares as is. */
+    {"SAV[A-E]", "save", 0, 0, true, true},
+    {"*OUTPUT*", "client-output-buffer-limit", 0, 0, true, true},
+    {"[Z-a]", "_", 0, 0, true, false},
+    {"[Z-a]", "_", 0, 0, false, true},
+    {"[\\A]", "a", 0, 0, true, false},
+    {"[^A]", "a", 0, 0, true, false},
+    {"\xc0", "\xe0", 0, 0, true, false},
+};
+
+TEST(glob_answers_as_redis) {
+    for (size_t i = 0; i < sizeof redis_globs / sizeof redis_globs[0]; i++) {
+        const glob_case *g = &redis_globs[i];
+        size_t pl = g->plen ? g->plen : strlen(g->pat);
+        size_t sl = g->slen ? g->slen : strlen(g->s);
+        bool m = kv_glob(g->pat, pl, g->s, sl, g->nocase);
+        if (m != g->match)
+            fprintf(stderr, "case %zu: \"%s\" against \"%s\": %d\n", i, g->pat,
+                    g->s, m);
+        CHECK(m == g->match);
+    }
+}
+
+/* A random pattern of well-formed elements (every class closed, ranges
+ * over bytes below 0x80, at most a few stars): where the old glob was
+ * fast and already answered as redis-server does. */
+static size_t random_pattern(uint64_t *x, char *p) {
+    static const char lit[] = "ab-]^\0\xff";
+    static const char mem[] = "ab*?\0\xff";
+    static const char rng[] = "abcA0";
+    size_t n = 0, stars = 0;
+    size_t elems = 1 + (size_t)(*x >> 60) % 6;
+    for (size_t e = 0; e < elems; e++) {
+        *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned r = (unsigned)(*x >> 33);
+        switch (r % 6) {
+        case 0:
+            p[n++] = lit[(r >> 3) % (sizeof lit - 1)];
+            break;
+        case 1:
+            p[n++] = '?';
+            break;
+        case 2:
+            if (stars++ < 4) p[n++] = '*';
+            break;
+        case 3:
+            p[n++] = '\\';
+            p[n++] = "*[\\a]?"[(r >> 3) % 6];
+            break;
+        default: {
+            p[n++] = '[';
+            if ((r >> 3) & 1) p[n++] = '^';
+            for (unsigned m = 0; m < ((r >> 4) & 3); m++) {
+                unsigned k = r >> (6 + 4 * m);
+                if (k % 3 == 0) {
+                    p[n++] = mem[(k >> 2) % (sizeof mem - 1)];
+                } else if (k % 3 == 1) {
+                    p[n++] = '\\';
+                    p[n++] = "]\\a-"[(k >> 2) % 4];
+                } else {
+                    p[n++] = rng[(k >> 2) % (sizeof rng - 1)];
+                    p[n++] = '-';
+                    p[n++] = rng[(k >> 5) % (sizeof rng - 1)];
+                }
+            }
+            p[n++] = ']';
+        }
+        }
+    }
+    if ((*x >> 20) % 16 == 0) p[n++] = '\\'; /* a trailing backslash */
+    return n;
+}
+
+TEST(glob_agrees_with_the_old_one) {
+    uint64_t x = 7;
+    char pat[64], s[16];
+    static const char bytes[] = "abcA*?[]\\-\0\xff";
+    size_t matched = 0;
+    for (int t = 0; t < 200000; t++) {
+        size_t pl = random_pattern(&x, pat);
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        size_t sl = 1 + (size_t)(x >> 61); /* the old glob differed on "" */
+        for (size_t i = 0; i < sl; i++)
+            s[i] = bytes[(x >> (4 * i + 8)) % (sizeof bytes - 1)];
+        bool nocase = (x >> 7) & 1;
+        bool old = old_glob(pat, pl, s, sl, nocase);
+        if (kv_glob(pat, pl, s, sl, nocase) != old)
+            fprintf(stderr, "\"%.*s\" against \"%.*s\": old %d\n", (int)pl, pat,
+                    (int)sl, s, old);
+        CHECK(kv_glob(pat, pl, s, sl, nocase) == old);
+        matched += old;
+    }
+    CHECK(matched > 1000); /* the sample is not all misses */
+}
+
+/* The glob's work is at most one step per pattern byte per string byte
+ * (plus one): "*a" n times then "*b" against many 'a's, the case a
+ * recursion on every '*' takes exponential time for. */
+static void check_glob_bound(size_t stars, size_t slen) {
+    size_t plen = 2 * stars;
+    char *pat = malloc(plen), *s = malloc(slen);
+    for (size_t i = 0; i < stars; i++) {
+        pat[2 * i] = '*';
+        pat[2 * i + 1] = i + 1 < stars ? 'a' : 'b';
+    }
+    memset(s, 'a', slen);
+    size_t steps;
+    CHECK(!kv_glob_steps(pat, plen, s, slen, false, &steps));
+    CHECK(steps <= (plen + 1) * (slen + 1));
+    s[slen - 1] = 'b';
+    CHECK(kv_glob_steps(pat, plen, s, slen, false, &steps) == (stars <= slen));
+    CHECK(steps <= (plen + 1) * (slen + 1));
+    free(pat);
+    free(s);
+}
+
+TEST(glob_pathological_pattern_is_polynomial) {
+    check_glob_bound(12, 60);
+    check_glob_bound(200, 5000);
+    check_glob_bound(1000, 1000);
+    /* Through the commands: KEYS, SCAN MATCH, PSUBSCRIBE and PUBLISH, with
+     * the old glob's hang: 12 stars against a key of 60 'a's. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    kv_client cl, pub;
+    kv_client_init(&cl, NULL, &out);
+    kv_client_init(&pub, NULL, &out);
+    char key[61], pat[25];
+    memset(key, 'a', 60);
+    key[60] = 0;
+    for (int i = 0; i < 12; i++) {
+        pat[2 * i] = '*';
+        pat[2 * i + 1] = i < 11 ? 'a' : 'b';
+    }
+    pat[24] = 0;
+    char line[256];
+    snprintf(line, sizeof line, "SET %s 1", key);
+    exec_cl(&k, &cl, &out, line);
+    snprintf(line, sizeof line, "KEYS %s", pat);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, line), "*0\r\n") == 0);
+    snprintf(line, sizeof line, "SCAN 0 MATCH %s COUNT 1000", pat);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, line), "*2\r\n$1\r\n0\r\n*0\r\n") == 0);
+    snprintf(line, sizeof line, "PSUBSCRIBE %s", pat);
+    exec_cl(&k, &cl, &out, line);
+    snprintf(line, sizeof line, "PUBLISH %s m", key);
+    CHECK(strcmp(exec_cl(&k, &pub, &out, line), ":0\r\n") == 0);
+    kv_client_reset(&k, &cl);
+    kv_client_reset(&k, &pub);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+/* Runs a request of binary arguments on k for cl; the reply as a string. */
+static const char *exec_args(kv *k, kv_client *cl, buf *out,
+                             const resp_arg *argv, size_t argc) {
+    out->len = 0;
+    kv_exec(k, cl, argv, argc, out);
+    buf_put(out, "", 1);
+    out->len--;
+    return out->p;
+}
+
+TEST(glob_huge_empty_and_binary_patterns) {
+    /* A pattern of a million stars: one run, matching everything but the
+     * empty string. */
+    size_t big = (size_t)1 << 20;
+    char *stars = malloc(big + 2);
+    memset(stars, '*', big);
+    size_t steps;
+    CHECK(kv_glob_steps(stars, big, "key", 3, false, &steps));
+    CHECK(steps <= 1);
+    CHECK(!kv_glob(stars, big, "", 0, false));
+    /* redis-server stops at 1000 runs of '*' before the pattern's end:
+     * "*a" 1000 times matches 2000 'a's, 1001 times nothing, and 1000
+     * times then a last "*" all of them. */
+    char *pat = malloc(2 * 1002), *s = malloc(2000);
+    memset(s, 'a', 2000);
+    for (size_t i = 0; i < 1002; i++) {
+        pat[2 * i] = '*';
+        pat[2 * i + 1] = 'a';
+    }
+    CHECK(kv_glob(pat, 2000, s, 2000, false));
+    CHECK(!kv_glob(pat, 2002, s, 2000, false));
+    CHECK(kv_glob(pat, 2001, s, 2000, false));
+    CHECK(!kv_glob(pat, 2003, s, 2000, false));
+    /* Through KEYS: the empty pattern finds the empty key only; "**" all
+     * but it; NULs in patterns and keys are bytes like others. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    resp_arg set[3] = {{"SET", 3}, {"", 0}, {"v", 1}};
+    exec_args(&k, &cl, &out, set, 3);
+    set[1] = (resp_arg){"a\0b", 3};
+    exec_args(&k, &cl, &out, set, 3);
+    resp_arg keys[2] = {{"KEYS", 4}, {"", 0}};
+    CHECK(strcmp(exec_args(&k, &cl, &out, keys, 2), "*1\r\n$0\r\n\r\n") == 0);
+    keys[1] = (resp_arg){"**", 2};
+    exec_args(&k, &cl, &out, keys, 2);
+    CHECK(out.len == 13 && memcmp(out.p, "*1\r\n$3\r\na\0b\r\n", 13) == 0);
+    keys[1] = (resp_arg){"?\0?", 3};
+    exec_args(&k, &cl, &out, keys, 2);
+    CHECK(out.len == 13 && memcmp(out.p, "*1\r\n$3\r\na\0b\r\n", 13) == 0);
+    keys[1] = (resp_arg){"a[\0]", 4};
+    CHECK(strcmp(exec_args(&k, &cl, &out, keys, 2), "*0\r\n") == 0);
+    keys[1] = (resp_arg){stars, big};
+    exec_args(&k, &cl, &out, keys, 2);
+    CHECK(out.len == 13 && memcmp(out.p, "*1\r\n$3\r\na\0b\r\n", 13) == 0);
+    resp_arg scan[4] = {{"SCAN", 4}, {"0", 1}, {"MATCH", 5}, {"", 0}};
+    CHECK(strcmp(exec_args(&k, &cl, &out, scan, 4),
+                 "*2\r\n$1\r\n0\r\n*1\r\n$0\r\n\r\n") == 0);
+    /* PUBLISH to the empty channel reaches a "" subscriber, not a "*"
+     * one (as redis-server). */
+    kv_client sub, pub;
+    buf sout = {0};
+    kv_client_init(&sub, NULL, &sout);
+    kv_client_init(&pub, NULL, &out);
+    resp_arg ps[4] = {{"PSUBSCRIBE", 10}, {"*", 1}, {"**", 2}, {"", 0}};
+    exec_args(&k, &sub, &sout, ps, 4);
+    sout.len = 0;
+    resp_arg publish[3] = {{"PUBLISH", 7}, {"", 0}, {"m", 1}};
+    CHECK(strcmp(exec_args(&k, &pub, &out, publish, 3), ":1\r\n") == 0);
+    CHECK(sout.len == 37 && memcmp(sout.p,
+                                   "*4\r\n$8\r\npmessage\r\n$0\r\n\r\n$0\r\n"
+                                   "\r\n$1\r\nm\r\n",
+                                   37) == 0);
+    publish[1] = (resp_arg){"x", 1};
+    CHECK(strcmp(exec_args(&k, &pub, &out, publish, 3), ":2\r\n") == 0);
+    kv_client_reset(&k, &sub);
+    kv_client_reset(&k, &pub);
+    kv_client_reset(&k, &cl);
+    buf_free(&sout);
+    buf_free(&out);
+    kv_free(&k);
+    free(stars);
+    free(pat);
+    free(s);
+}
+
 /* ------------------------------------------------- the reference model */
 
 #include "model.h"
