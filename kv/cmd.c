@@ -964,9 +964,10 @@ static const kv_cmd commands[] = {
     {"quit", -1, CMD_PUBSUB, cmd_quit},
     {"command", -1, 0, cmd_command},
     {"config", -2, 0, cmd_config},
-    /* The server's own (conn.c, link.c): kv_exec returns KV_SERVER. */
-    {"replsync", -1, CMD_SERVER, NULL},
-    {"client", -1, CMD_SERVER, NULL},
+    /* The server's own (conn.c, link.c): kv_exec returns KV_SERVER. A
+     * connection that becomes a replica link stops being a client, so
+     * neither a transaction nor a subscribed client may turn into one. */
+    {"replsync", -1, CMD_SERVER | CMD_NOMULTI, NULL},
 };
 
 /* The names, hashed case-insensitively into open slots. A name of up to
@@ -1087,22 +1088,59 @@ static void unknown(buf *out, const resp_arg *a, size_t argc) {
     buf_free(&tmp);
 }
 
+/* Redis' words for a container's unknown subcommand: the name up to 128
+ * bytes or its first NUL (Redis formats it as a C string), the command
+ * in upper case; a CR or LF becomes a space. */
+static void unknown_sub(buf *out, const resp_arg *a) {
+    buf_str(out, "-ERR unknown subcommand '");
+    for (size_t i = 0; i < a[1].len && i < 128 && a[1].p[i]; i++) {
+        char ch = a[1].p[i];
+        buf_put(out, ch == '\r' || ch == '\n' ? " " : &ch, 1);
+    }
+    buf_str(out, "'. Try ");
+    for (size_t i = 0; i < a[0].len; i++) {
+        char ch = a[0].p[i];
+        if (ch >= 'a' && ch <= 'z') ch = (char)(ch - 'a' + 'A');
+        buf_put(out, &ch, 1);
+    }
+    buf_str(out, " HELP.\r\n");
+}
+
+/* The command a request names: a container's subcommand when it has
+ * one (*bad when that is unknown); the container itself without one
+ * (its arity then refuses it). */
+static const kv_cmd *resolve(const kv_cmd *c, const resp_arg *a, size_t argc,
+                             bool *bad) {
+    *bad = false;
+    if (!c || !(c->flags & CMD_CONTAINER) || argc < 2) return c;
+    const kv_cmd *s = kv_client_subcommand(&a[1]);
+    *bad = !s;
+    return s ? s : c;
+}
+
 void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     k->cmd_now = 0;
-    kv_command(&a[0])->fn(k, cl, a, argc, out);
+    bool bad;
+    const kv_cmd *c = resolve(kv_command(&a[0]), a, argc, &bad);
+    /* Queued only once kv_exec's checks passed: never a container or a
+     * CMD_SERVER command. */
+    c->fn(k, cl, a, argc, out);
 }
 
 int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     k->cmd_now = 0;
-    const kv_cmd *c = find_command(&a[0]);
+    bool bad_sub;
+    const kv_cmd *c = resolve(find_command(&a[0]), a, argc, &bad_sub);
     /* Redis' order of checks, and inside MULTI a refused command spoils
      * the transaction (EXEC answers -EXECABORT). */
     if (!c) {
         unknown(out, a, argc);
-    } else if (c->flags & CMD_SERVER) {
-        return KV_SERVER; /* the caller's to run */
+    } else if (bad_sub) {
+        unknown_sub(out, a);
     } else if (!kv_arity_ok(c, argc)) {
         wrong_args(out, c);
+    } else if ((c->flags & CMD_NOMULTI) && cl && cl->multi) {
+        buf_str(out, "-ERR Command not allowed inside a transaction\r\n");
     } else if ((c->flags & CMD_WRITE) && k->replica) {
         buf_str(out, KV_READONLY_ERR "\r\n");
     } else if (cl && kv_client_subscribed(cl) && !(c->flags & CMD_PUBSUB)) {
@@ -1117,6 +1155,8 @@ int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
             return 0;
         }
         reply_oom(out);
+    } else if (c->flags & CMD_SERVER) {
+        return KV_SERVER; /* the caller's to run */
     } else {
         c->fn(k, cl, a, argc, out);
         return c->fn == cmd_quit ? KV_QUIT : 0;

@@ -13,8 +13,9 @@
 # bulk through a replica; a replica over its output limit closed and
 # resuming. redis-benchmark's default suite with a replica following,
 # whose keyspace then equals the primary's; replies compared byte for byte
-# with a redis-server's, glob patterns' matches too (and a pattern that
-# once hung the server answered at once); redis-py's everyday calls;
+# with a redis-server's, glob patterns' matches and CLIENT in a
+# transaction or subscribed too (and a pattern that once hung the server
+# answered at once); redis-py's everyday calls;
 # pub/sub with a subscriber that never reads. Expiry in real time, on the
 # primary and its replica, and no wakeup while idle with 100,000 keys that
 # expire.
@@ -540,8 +541,61 @@ for ch in (b"", b"a", b"a" * 60, b"x", b"[a"):
 print("%d patterns, %d differ" % (len(pats), bad))
 sys.exit(1 if bad else 0)
 PY
+    # CLIENT inside MULTI and while subscribed, as redis-server: queued and
+    # answered in EXEC's array, an unknown subcommand or a wrong arity
+    # spoiling the transaction, refused while subscribed. REPLSYNC (which
+    # redis-server does not know) refused in both as it refuses SYNC: the
+    # connection stays a client, and no replica link is made.
+    PYTHONPATH="$dir" "$py" - "$started_port" "$rsport" >"$dir/client.out" <<'PY' || fail "CLIENT differs from redis-server's: $(cat "$dir/client.out")"
+import sys, resp
+runs = [
+    [["MULTI"], ["CLIENT", "SETNAME", "x"], ["SET", "a", "1"], ["EXEC"]],
+    [["MULTI"], ["CLIENT", "KILL", "TYPE", "replica"], ["EXEC"]],
+    [["MULTI"], ["CLIENT", "FOO"], ["SET", "a", "1"], ["EXEC"]],
+    [["MULTI"], ["client", "setname"], ["EXEC"]],
+    [["MULTI"], ["CLIENT"], ["EXEC"]],
+    [["SUBSCRIBE", "c"], ["CLIENT", "SETNAME", "x"], ["CLIENT", "FOO"],
+     ["CLIENT"], ["CLIENT", "SETNAME"], ["CLIENT", "KILL", "TYPE", "slave"],
+     ["PING"], ["UNSUBSCRIBE"], ["PING"]],
+    [["CLIENT", "a\r\nb"], ["CLIENT", b"x\0y"], ["CLIENT", "z" * 200],
+     ["CLIENT", "SETNAME", "a b"], ["CLIENT", "SETNAME", ""],
+     ["CLIENT", "SETNAME", "~!"], ["CLIENT", "KILL", "TYPE", "Replica"]],
+]
+bad = n = 0
+for run in runs:
+    a, b = resp.Conn(sys.argv[1]), resp.Conn(sys.argv[2])
+    for req in run:
+        x, y = a.ask(*req), b.ask(*req)
+        n += 1
+        if x != y:
+            bad += 1
+            print("%r: lull-kv %r, redis-server %r" % (req, x, y))
+# lull-kv's own: REPLSYNC refused in MULTI and while subscribed.
+a = resp.Conn(sys.argv[1])
+want = [(["MULTI"], b"+OK\r\n"),
+        (["REPLSYNC", "?", "0", "0"],
+         b"-ERR Command not allowed inside a transaction\r\n"),
+        (["EXEC"], b"-EXECABORT Transaction discarded because of previous errors.\r\n"),
+        (["SUBSCRIBE", "c"], b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n"),
+        (["REPLSYNC", "?", "0", "0"],
+         b"-ERR Can't execute 'replsync': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE"
+         b" / PING / QUIT / RESET are allowed in this context\r\n"),
+        (["PING"], b"*2\r\n$4\r\npong\r\n$0\r\n\r\n")]
+for req, w in want:
+    x = a.ask(*req)
+    n += 1
+    if x != w:
+        bad += 1
+        print("%r: lull-kv %r, want %r" % (req, x, w))
+info = resp.Conn(sys.argv[1]).ask("INFO", "replication")
+if b"connected_slaves:0\r\n" not in info:
+    bad += 1
+    print("a replica link was made: %r" % info)
+print("%d CLIENT and REPLSYNC requests, %d differ" % (n, bad))
+sys.exit(1 if bad else 0)
+PY
     kill "$started" "$rspid" 2>/dev/null
-    compared="replies equal to redis-server's ($(tail -n 1 "$dir/cmp.out"); $(tail -n 1 "$dir/glob.out"))"
+    compared="replies equal to redis-server's ($(tail -n 1 "$dir/cmp.out"); $(tail -n 1 "$dir/glob.out"); $(tail -n 1 "$dir/client.out"))"
 else
     compared="no comparison with redis-server (not installed)"
 fi

@@ -1786,6 +1786,161 @@ TEST(glob_huge_empty_and_binary_patterns) {
     free(s);
 }
 
+/* ------------------------------------------------- CLIENT and REPLSYNC */
+
+static int kills;
+static long long count_kills(kv *k) {
+    (void)k;
+    kills++;
+    return 2;
+}
+
+/* What redis-server 7.0 answers, byte for byte (REPLSYNC aside, which it
+ * does not know: refused as it refuses SYNC). */
+TEST(client_and_replsync_keep_transactions_and_subscriptions) {
+    kv k;
+    kv_setup(&k, false);
+    k.kill_replicas = count_kills;
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    /* CLIENT queues inside MULTI and answers in EXEC's array. */
+    exec_cl(&k, &cl, &out, "MULTI");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETNAME x"), "+QUEUED\r\n") ==
+          0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE replica"),
+                 "+QUEUED\r\n") == 0);
+    CHECK_EQ(kills, 0);
+    exec_cl(&k, &cl, &out, "SET a 1");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC"),
+                 "*3\r\n+OK\r\n:2\r\n+OK\r\n") == 0);
+    CHECK_EQ(kills, 1);
+    /* An unknown subcommand, or a wrong arity, spoils the transaction. */
+    static const char *const spoil[][2] = {
+        {"CLIENT FOO", "-ERR unknown subcommand 'FOO'. Try CLIENT HELP.\r\n"},
+        {"client setname",
+         "-ERR wrong number of arguments for 'client|setname' command\r\n"},
+        {"CLIENT", "-ERR wrong number of arguments for 'client' command\r\n"},
+        {"CLIENT KILL",
+         "-ERR wrong number of arguments for 'client|kill' command\r\n"},
+        {"REPLSYNC ? 0 1", "-ERR Command not allowed inside a transaction\r\n"},
+    };
+    for (size_t i = 0; i < sizeof spoil / sizeof spoil[0]; i++) {
+        exec_cl(&k, &cl, &out, "MULTI");
+        out.len = 0;
+        resp_arg argv[MAX_ARGS];
+        char copy[64];
+        size_t argc = 0;
+        snprintf(copy, sizeof copy, "%s", spoil[i][0]);
+        for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
+            argv[argc++] = (resp_arg){w, strlen(w)};
+        CHECK_EQ(kv_exec(&k, &cl, argv, argc, &out), 0); /* not KV_SERVER */
+        buf_put(&out, "", 1);
+        CHECK(strcmp(out.p, spoil[i][1]) == 0);
+        CHECK(strcmp(exec_cl(&k, &cl, &out, "SET b 1"), "+QUEUED\r\n") == 0);
+        CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC"),
+                     "-EXECABORT Transaction discarded because of previous "
+                     "errors.\r\n") == 0);
+    }
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXISTS b"), ":0\r\n") == 0);
+    CHECK_EQ(kills, 1);
+    /* Outside a transaction: REPLSYNC is the server's, CLIENT runs. */
+    resp_arg rs[4] = {{"REPLSYNC", 8}, {"?", 1}, {"0", 1}, {"1", 1}};
+    out.len = 0;
+    CHECK_EQ(kv_exec(&k, &cl, rs, 4, &out), KV_SERVER);
+    CHECK_EQ(out.len, 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE slave"), ":2\r\n") ==
+          0);
+    /* Subscribed: both refused as Redis refuses any other command; an
+     * unknown subcommand and a wrong arity are refused first. */
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    out.len = 0;
+    CHECK_EQ(kv_exec(&k, &cl, rs, 4, &out), 0);
+    buf_put(&out, "", 1);
+    CHECK(strcmp(out.p, "-ERR Can't execute 'replsync': only (P|S)SUBSCRIBE / "
+                        "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed "
+                        "in this context\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETNAME x"),
+                 "-ERR Can't execute 'client|setname': only (P|S)SUBSCRIBE / "
+                 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                 "context\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE replica"),
+                 "-ERR Can't execute 'client|kill': only (P|S)SUBSCRIBE / "
+                 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                 "context\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT foo"),
+                 "-ERR unknown subcommand 'foo'. Try CLIENT HELP.\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT"),
+                 "-ERR wrong number of arguments for 'client' command\r\n") ==
+          0);
+    CHECK_EQ(kills, 2);
+    exec_cl(&k, &cl, &out, "UNSUBSCRIBE");
+    kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(client_subcommands_as_redis) {
+    kv k;
+    kv_setup(&k, false); /* no kill_replicas: no replica links */
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    /* The subcommand's name as Redis formats it: 128 bytes at most, up to
+     * a NUL, CR and LF as spaces; the command in upper case. */
+    char longname[200];
+    memset(longname, 'z', sizeof longname);
+    resp_arg a[3] = {{"cLiEnT", 6}, {"a\r\nb", 4}, {"", 0}};
+    CHECK(strcmp(exec_args(&k, &cl, &out, a, 2),
+                 "-ERR unknown subcommand 'a  b'. Try CLIENT HELP.\r\n") == 0);
+    a[1] = (resp_arg){"x\0y", 3};
+    CHECK(strcmp(exec_args(&k, &cl, &out, a, 2),
+                 "-ERR unknown subcommand 'x'. Try CLIENT HELP.\r\n") == 0);
+    a[1] = (resp_arg){longname, sizeof longname};
+    exec_args(&k, &cl, &out, a, 2);
+    CHECK_EQ(out.len,
+             sizeof "-ERR unknown subcommand ''. Try CLIENT HELP.\r\n" - 1 +
+                 128);
+    /* SETNAME checks the name as Redis does, and keeps nothing. */
+    a[1] = (resp_arg){"SETNAME", 7};
+    a[2] = (resp_arg){"a b", 3};
+    CHECK(strcmp(exec_args(&k, &cl, &out, a, 3),
+                 "-ERR Client names cannot contain spaces, newlines or "
+                 "special characters.\r\n") == 0);
+    a[2] = (resp_arg){"\x7f", 1};
+    CHECK(strncmp(exec_args(&k, &cl, &out, a, 3), "-ERR Client names", 17) ==
+          0);
+    a[2] = (resp_arg){"", 0};
+    CHECK(strcmp(exec_args(&k, &cl, &out, a, 3), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETNAME ~!"), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETINFO lib-name x"),
+                 "+OK\r\n") == 0);
+    /* KILL: TYPE replica or slave only; without replica links, 0. */
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE Replica"),
+                 ":0\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL 1.2.3.4:5"),
+                 "-ERR CLIENT KILL: only CLIENT KILL TYPE replica is "
+                 "supported\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE normal"),
+                 "-ERR CLIENT KILL: only CLIENT KILL TYPE replica is "
+                 "supported\r\n") == 0);
+    /* A subcommand's full name is no command of its own. */
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "client|kill"),
+                 "-ERR unknown command 'client|kill', with args beginning "
+                 "with: \r\n") == 0);
+    /* Without a client (a replica's log, tests): CLIENT is not a write. */
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    const char *rec = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$1\r\nx\r\n";
+    const char *err = NULL;
+    size_t need;
+    CHECK_EQ(kv_apply_stream(&k, &lim, argv, rec, strlen(rec), &err, &need),
+             -EPROTO);
+    kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+}
+
 /* ------------------------------------------------- the reference model */
 
 #include "model.h"
