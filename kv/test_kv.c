@@ -1641,30 +1641,54 @@ TEST(glob_agrees_with_the_old_one) {
 }
 
 /* The glob's work is at most one step per pattern byte per string byte
- * (plus one): "*a" n times then "*b" against many 'a's, the case a
- * recursion on every '*' takes exponential time for. */
-static void check_glob_bound(size_t stars, size_t slen) {
+ * (plus one), against slen 'a's and against slen - 1 'a's and a 'b'; the
+ * answers are those given. */
+static void check_glob_bound(const char *pat, size_t plen, size_t slen,
+                             bool all_a, bool ends_b) {
+    char *s = malloc(slen);
+    memset(s, 'a', slen);
+    size_t steps;
+    CHECK(kv_glob_steps(pat, plen, s, slen, false, &steps) == all_a);
+    CHECK(steps <= (plen + 1) * (slen + 1));
+    s[slen - 1] = 'b';
+    CHECK(kv_glob_steps(pat, plen, s, slen, false, &steps) == ends_b);
+    CHECK(steps <= (plen + 1) * (slen + 1));
+    free(s);
+}
+
+/* "*a" n - 1 times then "*b": a recursion on every '*' takes time
+ * exponential in n for it. */
+static void check_stars(size_t stars, size_t slen) {
     size_t plen = 2 * stars;
-    char *pat = malloc(plen), *s = malloc(slen);
+    char *pat = malloc(plen);
     for (size_t i = 0; i < stars; i++) {
         pat[2 * i] = '*';
         pat[2 * i + 1] = i + 1 < stars ? 'a' : 'b';
     }
-    memset(s, 'a', slen);
-    size_t steps;
-    CHECK(!kv_glob_steps(pat, plen, s, slen, false, &steps));
-    CHECK(steps <= (plen + 1) * (slen + 1));
-    s[slen - 1] = 'b';
-    CHECK(kv_glob_steps(pat, plen, s, slen, false, &steps) == (stars <= slen));
-    CHECK(steps <= (plen + 1) * (slen + 1));
+    check_glob_bound(pat, plen, slen, false, stars <= slen);
     free(pat);
-    free(s);
 }
 
 TEST(glob_pathological_pattern_is_polynomial) {
-    check_glob_bound(12, 60);
-    check_glob_bound(200, 5000);
-    check_glob_bound(1000, 1000);
+    check_stars(12, 60);
+    check_stars(200, 5000);
+    check_stars(1000, 1000);
+    /* The walk's own worst case: one '*', then elements that match long
+     * runs before failing ("*" "a" x 300 "b", and the same with classes),
+     * retried from each byte. */
+    char pat[2048];
+    pat[0] = '*';
+    memset(pat + 1, 'a', 300);
+    pat[301] = 'b';
+    check_glob_bound(pat, 302, 2000, false, true);
+    size_t n = 1;
+    for (int i = 0; i < 200; i++) {
+        memcpy(pat + n, "[xa]", 4);
+        n += 4;
+    }
+    pat[n++] = '?';
+    pat[n++] = 'b';
+    check_glob_bound(pat, n, 1000, false, true);
     /* Through the commands: KEYS, SCAN MATCH, PSUBSCRIBE and PUBLISH, with
      * the old glob's hang: 12 stars against a key of 60 'a's. */
     kv k;
@@ -1673,7 +1697,7 @@ TEST(glob_pathological_pattern_is_polynomial) {
     kv_client cl, pub;
     kv_client_init(&cl, NULL, &out);
     kv_client_init(&pub, NULL, &out);
-    char key[61], pat[25];
+    char key[61];
     memset(key, 'a', 60);
     key[60] = 0;
     for (int i = 0; i < 12; i++) {
@@ -1681,7 +1705,7 @@ TEST(glob_pathological_pattern_is_polynomial) {
         pat[2 * i + 1] = i < 11 ? 'a' : 'b';
     }
     pat[24] = 0;
-    char line[256];
+    char line[2200];
     snprintf(line, sizeof line, "SET %s 1", key);
     exec_cl(&k, &cl, &out, line);
     snprintf(line, sizeof line, "KEYS %s", pat);
