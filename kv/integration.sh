@@ -522,9 +522,11 @@ for c in (a, b):
 for p in pats:
     t = time.time()
     x = sorted(resp.parse(a.ask("KEYS", p)))
-    if time.time() - t > 1:
+    # (the old glob would take days on it; 10 s leaves room for a
+    # sanitizer build on a loaded machine)
+    if p == hang and time.time() - t > 10:
         bad += 1
-        print("KEYS %r took %.1f s" % (p[:30], time.time() - t))
+        print("KEYS %r took %.1f s" % (p, time.time() - t))
     same("KEYS %r" % p[:30], x, sorted(resp.parse(b.ask("KEYS", p))))
     x = resp.parse(a.ask("SCAN", 0, "MATCH", p, "COUNT", 1000))
     y = resp.parse(b.ask("SCAN", 0, "MATCH", p, "COUNT", 1000))
