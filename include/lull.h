@@ -1934,6 +1934,84 @@ LULL_EXTERN int lull_lookup_start(lull_loop *loop, lull_pool *pool,
  * a later task with -ECANCELED), -EBUSY once it runs or ran. */
 LULL_EXTERN int lull_lookup_cancel(lull_lookup *req);
 
+/* ----------------------------------------------------- dialing by name */
+
+/* A TCP connection to a host name and port, as RFC 8305 ("Happy
+ * Eyeballs") describes: the name resolves on a pool (a numeric host
+ * does not need one), the addresses are tried with IPv6 and IPv4
+ * interleaved, the next attempt starts attempt_delay_ns after the previous
+ * one unless that one failed first, the first to connect wins and the rest
+ * are closed. One callback for the whole dial; on success the stream is
+ * open on the winning socket, as lull_stream_open leaves it. */
+
+struct addrinfo;
+typedef struct lull_dial lull_dial;
+/* status 0: d->stream is open (its close callback owed, as for any
+ * stream). Else the dial failed and the stream was never set up:
+ * -ECANCELED (lull_dial_cancel), -ETIMEDOUT (timeout_ns), -EHOSTUNREACH
+ * (the name has no address of the family asked for: d->gai_error holds
+ * getaddrinfo's code), or the last attempt's connect error
+ * (-ECONNREFUSED ...). Runs in a later turn than lull_dial_start. */
+typedef void (*lull_dial_fn)(lull_dial *d, int status);
+
+typedef struct lull_dial_options {     /* all zero = defaults */
+    const lull_stream_options *stream; /* for the stream, as connect's */
+    uint64_t attempt_delay_ns;         /* 0 = 250 ms (RFC 8305's default) */
+    uint64_t timeout_ns;               /* the whole dial; 0 = none */
+    int family;                        /* AF_INET or AF_INET6 only; 0 = both */
+} lull_dial_options;
+
+/* Addresses in flight at once: an attempt every 250 ms, and a connect
+ * to a host that does not answer takes minutes to fail. */
+#define LULL_DIAL_MAX_ATTEMPTS 8
+
+struct lull_dial {
+    void *data;          /* yours; lull never touches it */
+    lull_stream *stream; /* the stream given to lull_dial_start */
+    int attempts;        /* connects started */
+    int gai_error;       /* getaddrinfo's code when the name failed */
+    struct {             /* lull's own */
+        lull_loop *loop;
+        lull_lookup lookup;
+        lull_timer timer; /* the next attempt; the whole dial's end */
+        lull_task done;   /* the callback's turn */
+        lull_io io[LULL_DIAL_MAX_ATTEMPTS]; /* attempts in flight */
+        struct addrinfo *res;    /* resolved (getaddrinfo's, freed at end) */
+        struct addrinfo **order; /* the addresses, families interleaved */
+        int n, next;             /* ... how many, the next to try */
+        char *host;              /* a copy, for the pool */
+        char service[8];
+        lull_stream_options opts;
+        bool has_opts;
+        uint64_t attempt_delay_ns;
+        uint64_t deadline; /* the whole dial's, or 0 */
+        lull_dial_fn fn;
+        int status;     /* the callback's, once decided */
+        unsigned state; /* src/dial.c */
+    };
+};
+
+/* Starts dialing host:port (a name, or a numeric address). pool: where
+ * the name resolves (NULL: lull_pool_default). 0, or -EINVAL (NULL, port
+ * outside 1..65535, a family other than 0, AF_INET, AF_INET6), -EBUSY
+ * (dialing already), -ENOMEM. Cancel with lull_dial_cancel; the callback
+ * runs once, in a later turn. */
+LULL_EXTERN int lull_dial_start(lull_loop *loop, lull_pool *pool, lull_dial *d,
+                                lull_stream *s, const char *host, int port,
+                                const lull_dial_options *opts, lull_dial_fn fn);
+/* The same with addresses the caller resolved (a list as getaddrinfo
+ * gives; entries that are not AF_INET or AF_INET6 are skipped): no pool.
+ * The list must stay valid until the callback runs. */
+LULL_EXTERN int lull_dial_start_addrs(lull_loop *loop, lull_dial *d,
+                                      lull_stream *s,
+                                      const struct addrinfo *list,
+                                      const lull_dial_options *opts,
+                                      lull_dial_fn fn);
+/* Stops the dial: attempts closed, the callback gets -ECANCELED in a later
+ * turn (or the status it was about to get, when it was decided already).
+ * 0, or -EINVAL when it is not dialing. */
+LULL_EXTERN int lull_dial_cancel(lull_dial *d);
+
 /* ---------------------------------------------- pool: one loop per core */
 
 /* N loops on N threads (pinned when asked), started together and stopped
