@@ -822,7 +822,10 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
  * one last write attempt, then what is still queued is released
  * unwritten and the socket is closed (the peer reads EOF); the struct stays
  * the library's until on_close ran, or, without one, is the caller's when
- * the call returns, inside any of the stream's callbacks too.
+ * the call returns, inside any of the stream's callbacks too. A failed
+ * write ends the writing only (sends fail with -EPIPE; the peer reads
+ * EOF): reading goes on to the peer's EOF, and on_close then gets the
+ * write's error, the first failure.
  * lull_stream_shutdown is the graceful way: the queue is written, then the
  * write side is shut. A server (lull_server_close) has no close callback:
  * it is the caller's when that returns. docs/STREAMS.md has the long

@@ -30,6 +30,12 @@
  * one fd (io) and writes the other (wio); lull_stream_shutdown closes the
  * write fd, which is how a pipe's reader learns of the end.
  *
+ * A failed write ends the write side only (write_failed): a peer that
+ * stopped reading may still be writing (a child that closed its stdin and
+ * then writes its output). The queue is released, the write side shut,
+ * and reading goes on to the peer's EOF; the write's error is the close
+ * reason then (S_WFAIL: the first failure wins).
+ *
  * Whose code runs where. Nothing of the user's runs inside lull_endpoint_send:
  * frames written there wait on the done list for the next flush point to be
  * released, and a failure found there is delivered by the event task. At a
@@ -133,6 +139,10 @@
 #define S_OUT_FIFO  0x40000u  /* the write fd is a pipe: pipe_writev */
 #define S_PAIR      0x80000u  /* writes go to wio, a second fd */
 #define S_WATCH_HUP 0x100000u /* write-only pipe: watch for EPOLLERR */
+/* A write failed (EPIPE, ECONNRESET ...): the write side is done (with
+ * S_SHUT_DONE) and `error` holds the failure, the close reason whatever
+ * ends the read side later (the first failure wins). */
+#define S_WFAIL 0x200000u
 
 /* Sends are refused (frame.c answers -EPIPE, lull_endpoint_writable is false)
  * once the write side is shut or failed: the bit frame.c uses for a gone peer.
@@ -253,6 +263,7 @@ static lull_frame *teardown(lull_stream *s) {
  * stream is not touched after teardown. */
 static void close_now(lull_stream *s, int reason, lull_frame *written,
                       lull_connect_fn told) {
+    if (s->state & S_WFAIL) reason = s->error; /* the first failure */
     bool owed = s->ep.on_close != NULL;
     lull_frame *list = teardown(s);
     if (!owed) {
@@ -286,7 +297,7 @@ static void fail_now(lull_stream *s, int reason) {
 static void fail_later(lull_stream *s, int reason) {
     if (s->state & S_FAIL) return;
     s->state |= S_FAIL;
-    s->error = reason;
+    if (!(s->state & S_WFAIL)) s->error = reason; /* the first failure */
     s->ep.flags |= EP_NO_SEND;
     lull_io_stop(&s->io);
     lull_task_post(s->loop, &s->event);
@@ -463,15 +474,52 @@ static void after_write(lull_stream *s) {
     update_io(s);
 }
 
+/* A write failed with err: the write side ends, and only it. Reading goes
+ * on to the peer's EOF, because a peer that stopped reading may still be
+ * writing: a child that exits after its first line (head -n 1) closes its
+ * stdin before it flushes its stdout, and a pipe or socketpair to it fails
+ * our next write while its output is on its way. What was queued can never
+ * be written: it joins the done list (released where user code may run),
+ * and err becomes the close reason whatever ends the read side (S_WFAIL).
+ * True when the read side is done already: the stream is to close now. */
+static bool write_failed(lull_stream *s, int err, lull_frame **done,
+                         lull_frame **done_tail) {
+    s->state |= S_WFAIL | S_SHUT_DONE;
+    s->state &= ~(S_BLOCKED | S_SHUT_WANT | S_FULL);
+    s->error = err;
+    s->ep.flags |= EP_NO_SEND;
+    while (s->head) {
+        lull_frame *f = s->head;
+        s->head = f->next;
+        append(done, done_tail, f);
+    }
+    s->tail = NULL;
+    s->head_done = 0;
+    s->ep.queued = 0;
+    /* Ended as a shutdown ends it: a peer that is still there (the write
+     * failed for another reason than its going) reads EOF. */
+    if (s->state & S_PAIR) {
+        close_wio(s);
+    } else if (s->state & S_OUT_SOCK) {
+        shutdown(s->io.fd, SHUT_WR);
+    }
+    if (s->state & S_EOF) return true;
+    update_io(s);
+    return false;
+}
+
 /* Inside lull_endpoint_send, the queue reached high_water: write now. Nothing
  * of the user's may run here: written frames wait for the next flush point. */
 static void flush_in_send(lull_stream *s) {
     int err = write_out(s, &s->done, &s->done_tail);
     if (err) {
-        fail_later(s, err);
-        return;
+        if (write_failed(s, err, &s->done, &s->done_tail)) {
+            fail_later(s, err);
+            return;
+        }
+    } else {
+        after_write(s);
     }
-    after_write(s);
     if (s->done) lull__at_flush(s->loop, &s->flush);
 }
 
@@ -483,11 +531,11 @@ static bool flush_now(lull_stream *s) {
     s->done = s->done_tail = NULL;
     if ((s->state & (S_CONNECTED | S_BLOCKED | S_FAIL)) == S_CONNECTED) {
         int err = write_out(s, &done, &done_tail);
-        if (err) {
+        if (err && write_failed(s, err, &done, &done_tail)) {
             close_now(s, err, done, NULL); /* open here: S_CONNECTED */
             return false;
         }
-        after_write(s);
+        if (!err) after_write(s);
     }
     bool drain = (s->state & S_FULL) && s->ep.queued < s->ep.high_water &&
                  !(s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND));

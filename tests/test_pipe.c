@@ -7,9 +7,11 @@
  * every wait is bounded. */
 #include "check.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -18,6 +20,8 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -200,7 +204,9 @@ TEST(write_to_gone_reader_is_epipe_not_sigpipe) {
 
     /* A pair does not watch its write fd while idle (its reads go on
      * after the reader of its writes left, as a socket's do): the flush's
-     * writev meets the gone reader, and so would a SIGPIPE. */
+     * writev meets the gone reader, and so would a SIGPIPE. The write side
+     * ends there; the stream closes, with the write's -EPIPE, once its
+     * read side reaches EOF too. */
     int in[2];
     CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
     CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
@@ -209,10 +215,14 @@ TEST(write_to_gone_reader_is_epipe_not_sigpipe) {
     watch(&w2);
     close(p[0]);
     CHECK_EQ(lull_endpoint_send_copy(&w2.s.ep, "lost", 4), 0);
+    for (int i = 0; i < 100 && w2.s.writes < 1; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_U64_EQ(w2.s.writes, 1);
+    CHECK_EQ(lull_endpoint_send_copy(&w2.s.ep, "more", 4), -EPIPE);
+    CHECK_EQ(w2.closes, 0);
+    close(in[1]);
     run_until_at_least(loop, &w2.closes, 1, 100);
     CHECK_EQ(w2.reason, -EPIPE);
-    CHECK_U64_EQ(w2.s.writes, 1);
-    close(in[1]);
     CHECK(!sigpipe_pending());
     CHECK(!sigpipe_blocked());
     end_free(&w);
@@ -238,6 +248,9 @@ TEST(sigpipe_blocked_by_the_program_stays_its_own) {
     watch(&w2);
     close(q[0]);
     CHECK_EQ(lull_endpoint_send_copy(&w2.s.ep, "x", 1), 0);
+    for (int i = 0; i < 100 && w2.s.writes < 1; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    close(in[1]); /* the read side ends too: the stream closes */
     run_until_at_least(loop, &w2.closes, 1, 100);
     CHECK_EQ(w2.reason, -EPIPE);
     CHECK(sigpipe_blocked());
@@ -245,7 +258,6 @@ TEST(sigpipe_blocked_by_the_program_stays_its_own) {
     static const struct timespec zero = {0, 0};
     CHECK_EQ(sigtimedwait(&set, NULL, &zero), SIGPIPE);
     CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &set, NULL), 0);
-    close(in[1]);
     end_free(&w2);
     free_loop(loop);
 }
@@ -508,5 +520,298 @@ TEST(pty_master_is_a_stream) {
     run_until_at_least(loop, &m.closes, 1, 100);
     CHECK_EQ(m.reason, -EIO);
     end_free(&m);
+    free_loop(loop);
+}
+
+/* ------------------------------------ a failed write ends one direction */
+
+/* 1 MiB of input, more than any pipe or socket buffer holds: the writer
+ * is always blocked when its reader goes. */
+#define BIG ((size_t)1 << 20)
+static char g_big[BIG];
+
+static int g_big_released;
+static void big_release(lull_frame *f) {
+    (void)f;
+    g_big_released++;
+}
+
+/* Sends 1 MiB that starts with a line: "first line\n". */
+static void send_big(end *e) {
+    static lull_frame f;
+    memset(g_big, 'x', BIG);
+    memcpy(g_big, "first line\n", 11);
+    f = (lull_frame){.bytes = g_big, .len = BIG, .release = big_release};
+    g_big_released = 0;
+    CHECK_EQ(lull_endpoint_send(&e->s.ep, &f), 0);
+}
+
+/* Runs until the stream's write side has ended: the input, never written
+ * whole, is released, and sends are refused. */
+static void run_until_write_ended(lull_loop *loop, end *e) {
+    for (int i = 0; i < 1000 && !g_big_released; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_big_released, 1);
+    CHECK(e->s.bytes_written < BIG);
+    CHECK(!lull_endpoint_writable(&e->s.ep));
+}
+
+/* One socket is the peer's stdin and stdout (a child on a socketpair): it
+ * read a little of a 1 MiB input, wrote its output and went away with the
+ * rest unread. Our write fails (-EPIPE); the output, already in our socket,
+ * is still read, and the stream closes once, after it, with the write's
+ * error. Sends after the failure are refused, never a crash. */
+TEST(failed_write_keeps_reading_a_socket) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &e.s, sv[0], &raw), 0);
+    watch(&e);
+    send_big(&e);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    char line[16];
+    CHECK_EQ(read(sv[1], line, sizeof line), (ssize_t)sizeof line);
+    CHECK_EQ(write(sv[1], "first line\n", 11), 11);
+    close(sv[1]); /* unread input: a reset for us, after the output */
+    run_until_at_least(loop, &e.closes, 1, 1000);
+    CHECK_EQ(e.len, 11);
+    CHECK_EQ(memcmp(e.got, "first line\n", 11), 0);
+    CHECK_EQ(e.reason, -EPIPE);
+    CHECK_EQ(lull_endpoint_send_copy(&e.s.ep, "late", 4), -EPIPE);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(e.closes, 1);
+    end_free(&e);
+    free_loop(loop);
+}
+
+/* The same over a pipe each way (a child's stdin and stdout): the peer
+ * closed its stdin first, then wrote its output, as head does. The write
+ * side ends at the failed write; sends, and a shutdown, change nothing;
+ * the output arrives, and the close (the write's -EPIPE) waits for the
+ * output's EOF. */
+TEST(failed_write_keeps_reading_a_pair) {
+    lull_loop *loop = new_loop();
+    int in[2], out[2];
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(out, O_CLOEXEC), 0);
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, in[0], out[1], &raw), 0);
+    watch(&e);
+    send_big(&e);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    close(out[0]); /* the peer's stdin */
+    run_until_write_ended(loop, &e);
+    CHECK_EQ(e.closes, 0);
+    CHECK_EQ(lull_endpoint_send_copy(&e.s.ep, "late", 4), -EPIPE);
+    CHECK_EQ(lull_stream_shutdown(&e.s), 0); /* already ended: nothing */
+    CHECK_EQ(write(in[1], "first line\n", 11), 11);
+    run_until_len(loop, &e, 11);
+    CHECK_EQ(e.closes, 0);
+    CHECK_EQ(write(in[1], "second\n", 7), 7);
+    close(in[1]);
+    run_until_at_least(loop, &e.closes, 1, 1000);
+    CHECK_EQ(e.len, 18);
+    CHECK_EQ(memcmp(e.got, "first line\nsecond\n", 18), 0);
+    CHECK_EQ(e.reason, -EPIPE);
+    CHECK(!sigpipe_pending());
+    end_free(&e);
+    free_loop(loop);
+}
+
+/* A read callback closes the stream after its write side failed: one
+ * close callback, with the caller's reason. */
+static void close_on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    on_frame(ep, bytes, len);
+    lull_endpoint_close(ep, 77);
+    lull_endpoint_close(ep, 78); /* a second close: nothing */
+}
+
+TEST(read_callback_closes_after_failed_write) {
+    lull_loop *loop = new_loop();
+    int in[2], out[2];
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(out, O_CLOEXEC), 0);
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, in[0], out[1], &raw), 0);
+    lull_endpoint_set_callbacks(&e.s.ep, close_on_frame, on_drain, on_close);
+    send_big(&e);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    close(out[0]);
+    run_until_write_ended(loop, &e);
+    CHECK_EQ(write(in[1], "out", 3), 3);
+    run_until_at_least(loop, &e.closes, 1, 1000);
+    CHECK_EQ(e.reason, 77);
+    CHECK_EQ(e.len, 3);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(e.closes, 1);
+    close(in[1]);
+    end_free(&e);
+    free_loop(loop);
+}
+
+/* Over TCP, the peer resets (SO_LINGER 0) while our 1 MiB is queued and
+ * its bytes are on their way: one close callback, with the first failure
+ * (-ECONNRESET or -EPIPE), and nothing else. */
+static end g_tcp;
+static void accept_one(lull_server *srv) {
+    CHECK_EQ(lull_server_accept(srv, &g_tcp.s, NULL), 0);
+    watch(&g_tcp);
+}
+
+TEST(peer_reset_mid_read_after_failed_write) {
+    lull_loop *loop = new_loop();
+    lull_server srv;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, "127.0.0.1", 0, 0, accept_one),
+             0);
+    int port = lull_server_port(&srv);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    for (int i = 0; i < 100 && srv.accepted == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_U64_EQ(srv.accepted, 1);
+    lull_server_close(&srv);
+    send_big(&g_tcp);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    /* Half a frame on its way, then the reset. */
+    uint32_t hdr = htonl(100);
+    CHECK_EQ(write(fd, &hdr, sizeof hdr), (ssize_t)sizeof hdr);
+    CHECK_EQ(write(fd, "half", 4), 4);
+    struct linger l = {.l_onoff = 1, .l_linger = 0};
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l), 0);
+    close(fd);
+    run_until_at_least(loop, &g_tcp.closes, 1, 1000);
+    CHECK(g_tcp.reason == -ECONNRESET || g_tcp.reason == -EPIPE);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_tcp.closes, 1);
+    end_free(&g_tcp);
+    free_loop(loop);
+}
+
+/* head -n 1 fed 1 MiB through one stream for both its stdin and its
+ * stdout: a pipe each way, and one socket for both. head reads a buffer,
+ * closes its stdin and then writes its line, so our write fails while its
+ * output is on its way: the line arrives, head exits 0 (no SIGPIPE: we
+ * never closed its stdout's reader), and the stream closes once, with the
+ * write's -EPIPE. A few runs each, since where the failure lands varies. */
+static int g_exits, g_exit_status, g_exit_signal;
+static void on_head_exit(lull_process *p, int status, int sig) {
+    (void)p;
+    g_exits++;
+    g_exit_status = status;
+    g_exit_signal = sig;
+}
+
+TEST(head_gets_its_line_through_one_stream) {
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    for (int run = 0; run < 6; run++) {
+        bool sock = run % 2;
+        lull_loop *loop = new_loop();
+        end e = {0};
+        lull_process p;
+        lull_process_options o = {.argv = (char *[]){"head", "-n", "1", NULL}};
+        int sv[2] = {-1, -1};
+        if (sock) {
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+            o.stdio[0] = (lull_stdio){.kind = LULL_STDIO_FD, .fd = sv[1]};
+            o.stdio[1] = (lull_stdio){.kind = LULL_STDIO_FD, .fd = sv[1]};
+        } else {
+            o.stdio[0] = (lull_stdio){
+                .kind = LULL_STDIO_PIPE, .stream = &e.s, .stream_opts = &raw};
+            o.stdio[1] = o.stdio[0];
+        }
+        g_exits = 0;
+        g_exit_status = g_exit_signal = -1;
+        CHECK_EQ(lull_process_spawn(loop, &p, &o, on_head_exit), 0);
+        if (sock) {
+            close(sv[1]);
+            CHECK_EQ(lull_stream_open(loop, &e.s, sv[0], &raw), 0);
+        }
+        watch(&e);
+        send_big(&e);
+        for (int i = 0; i < 100000 && (!e.closes || !g_exits); i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(g_exits, 1);
+        CHECK_EQ(g_exit_signal, 0);
+        CHECK_EQ(g_exit_status, 0);
+        CHECK_EQ(e.closes, 1);
+        CHECK_EQ(e.reason, -EPIPE);
+        CHECK_EQ(e.len, 11);
+        CHECK_EQ(memcmp(e.got, "first line\n", 11), 0);
+        end_free(&e);
+        free_loop(loop);
+    }
+}
+
+/* Signals land while the stream writes and reads (SIGALRM every 50 us,
+ * a handler without SA_RESTART, so a call it interrupts fails EINTR):
+ * 16 MiB through a pipe arrive whole, and the writer ends with reason 0
+ * (its shutdown), not an error. The mask lull sets around a pipe write is
+ * restored each time. */
+static volatile sig_atomic_t g_alarms;
+static void on_alarm(int sig) {
+    (void)sig;
+    g_alarms++;
+}
+
+static end g_w;
+static int g_rounds;
+static void resend(lull_frame *f) {
+    if (++g_rounds < 16) {
+        CHECK_EQ(lull_endpoint_send(&g_w.s.ep, f), 0);
+    } else {
+        CHECK_EQ(lull_stream_shutdown(&g_w.s), 0);
+    }
+}
+
+TEST(signals_during_writes_change_nothing) {
+    lull_loop *loop = new_loop();
+    struct sigaction sa = {.sa_handler = on_alarm}, old;
+    sigemptyset(&sa.sa_mask);
+    CHECK_EQ(sigaction(SIGALRM, &sa, &old), 0);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    end r = {0};
+    g_w = (end){0};
+    CHECK_EQ(lull_stream_open(loop, &r.s, p[0], &raw), 0);
+    CHECK_EQ(lull_stream_open(loop, &g_w.s, p[1], &raw), 0);
+    watch(&r);
+    watch(&g_w);
+    static lull_frame f;
+    memset(g_big, 'y', BIG);
+    f = (lull_frame){.bytes = g_big, .len = BIG, .release = resend};
+    g_rounds = 0;
+    CHECK_EQ(lull_endpoint_send(&g_w.s.ep, &f), 0);
+    struct itimerval it = {{0, 50}, {0, 50}}, off = {{0, 0}, {0, 0}};
+    CHECK_EQ(setitimer(ITIMER_REAL, &it, NULL), 0);
+    for (int i = 0; i < 1000000 && (!r.closes || !g_w.closes); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(setitimer(ITIMER_REAL, &off, NULL), 0);
+    CHECK_EQ(sigaction(SIGALRM, &old, NULL), 0);
+    CHECK_EQ(g_rounds, 16);
+    CHECK_EQ(r.len, 16 * BIG);
+    CHECK_EQ(r.reason, 0);
+    CHECK_EQ(g_w.reason, 0);
+    CHECK_EQ(g_w.closes, 1);
+    CHECK(!sigpipe_blocked());
+    for (size_t i = 0; i < r.len; i += 4096)
+        CHECK_EQ(r.got[i], 'y');
+    printf("%d alarms during the transfer\n", (int)g_alarms);
+    end_free(&r);
+    end_free(&g_w);
     free_loop(loop);
 }

@@ -1033,6 +1033,11 @@ static void on_end_reply(lull_stream *s) {
     CHECK_EQ(lull_stream_shutdown(s), 0);
 }
 
+static void count_end(lull_stream *s) {
+    (void)s;
+    g_ends++;
+}
+
 TEST(half_close) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
@@ -1579,9 +1584,16 @@ TEST(close_reason_epipe) {
         CHECK_EQ(shutdown(peer, SHUT_RD), 0);
         owner_send(ow, in_send ? 1 : 2, in_send ? 2048 : 16);
         CHECK_EQ(ow->s.writes, (uint64_t)in_send); /* in the send, or not */
+        for (int i = 0; i < 100 && ow->released < ow->sent; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        /* The write side ended (its frames released, sends refused); the
+         * peer may still write, so the stream stays open for reading. */
+        CHECK_EQ(ow->released, ow->sent);
+        CHECK(!lull_endpoint_writable(&ow->s.ep));
+        CHECK_EQ(lull_endpoint_send_copy(&ow->s.ep, "x", 1), -EPIPE);
         CHECK_EQ(g_owner_closes, 0);
+        close(peer); /* the read side's EOF: both ways done */
         owner_closed_once(loop, -EPIPE);
-        close(peer);
         free_loop(loop);
     }
 }
@@ -1729,6 +1741,14 @@ TEST(local_close_replaces_a_pending_close) {
         if (eof) {
             close(peer); /* the EOF waits in the socket */
         } else {
+            /* The read side ended first (on_end kept the stream open), so
+             * the write's failure ends the stream: a close is pending. */
+            lull_stream_set_on_end(&ow->s, count_end);
+            g_ends = 0;
+            CHECK_EQ(shutdown(peer, SHUT_WR), 0);
+            for (int i = 0; i < 100 && !g_ends; i++)
+                CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+            CHECK_EQ(g_ends, 1);
             CHECK_EQ(shutdown(peer, SHUT_RD), 0);
             owner_send(ow, 1, 2048); /* EPIPE inside the send */
             CHECK(lull_task_pending(&ow->s.event));
