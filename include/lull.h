@@ -951,8 +951,12 @@ LULL_EXTERN int lull_stream_connect_unix(lull_loop *loop, lull_stream *s,
                                          const lull_stream_options *opts,
                                          lull_connect_fn fn);
 /* Adopts a byte-stream fd: a connected stream socket (one end of a
- * socketpair), a pipe or FIFO end, or a character device such as a tty; it
- * is made non-blocking. The stream owns fd from here on, also on failure.
+ * socketpair), a pipe or FIFO end, or a character device such as a tty.
+ * Its shared O_NONBLOCK is left alone for a socket (MSG_DONTWAIT) and a
+ * pipe on Linux 6.5+ (RWF_NOWAIT); a tty, a named FIFO or an older
+ * kernel's pipe gets it set while the stream has the fd, cleared again
+ * when the stream closes it (STREAMS.md, "The fd's flags"). The stream
+ * owns fd from here on, also on failure.
  * Reading starts at once; on success the stream gets its close callback
  * once, whoever closes it. An fd opened for reading only refuses sends
  * (-EPIPE) and closes at EOF (reason 0); one opened for writing only never

@@ -18,7 +18,12 @@
  * Other fds (lull_stream_open on a pipe, FIFO or character device;
  * lull_stream_open_pair). The same queue, flush points, bound and drain;
  * only the calls at the bottom differ (in_read, out_write): read and writev
- * where the fd is not a socket. A pipe has no MSG_NOSIGNAL, so a pipe write
+ * where the fd is not a socket. An fd from elsewhere shares its open file
+ * description (a dup, a child's stdout, a shell's terminal), and with it
+ * O_NONBLOCK: a socket is never switched (MSG_DONTWAIT per call), nor is a
+ * pipe where the kernel honours RWF_NOWAIT (preadv2, pwritev2); anything
+ * else gets O_NONBLOCK, and lull clears it before it closes the fd (NB
+ * bits, give_back). A pipe has no MSG_NOSIGNAL, so a pipe write
  * runs with SIGPIPE blocked in the loop's thread and takes back the SIGPIPE
  * it raised (pipe_writev): a gone reader is -EPIPE, a close reason, whatever
  * the process's disposition of SIGPIPE, which lull never changes. An fd
@@ -82,10 +87,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "frame.h"
@@ -143,6 +150,16 @@
  * S_SHUT_DONE) and `error` holds the failure, the close reason whatever
  * ends the read side later (the first failure wins). */
 #define S_WFAIL 0x200000u
+/* How the fds are kept from blocking without changing what others share.
+ * A socket: MSG_DONTWAIT on every call (no bit). A pipe: RWF_NOWAIT on
+ * every call (NOWAIT). Anything else: O_NONBLOCK on the open file
+ * description, set by lull and cleared again before lull closes the fd
+ * (NB). IO is the read fd, and the write fd but for a pair; WIO a pair's
+ * write fd. */
+#define S_IO_NOWAIT  0x400000u
+#define S_WIO_NOWAIT 0x800000u
+#define S_IO_NB      0x1000000u
+#define S_WIO_NB     0x2000000u
 
 /* Sends are refused (frame.c answers -EPIPE, lull_endpoint_writable is false)
  * once the write side is shut or failed: the bit frame.c uses for a gone peer.
@@ -216,9 +233,20 @@ static void append(lull_frame **head, lull_frame **tail, lull_frame *f) {
 
 /* ------------------------------------------------------------ teardown */
 
+/* Clears the O_NONBLOCK lull set on fd's open file description, which
+ * may be shared (a dup, a child's stdout, a shell's terminal): the others
+ * get it back as they left it. Only the flag lull set is touched. */
+static void give_back(int fd, bool was_set) {
+    if (!was_set || fd < 0) return;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0 && (fl & O_NONBLOCK)) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+}
+
 /* A pair's write fd: stopped and closed (its reader sees EOF). */
 static void close_wio(lull_stream *s) {
     lull_io_stop(&s->wio);
+    give_back(s->wio.fd, s->state & S_WIO_NB);
+    s->state &= ~S_WIO_NB;
     if (s->wio.fd >= 0) close(s->wio.fd);
     s->wio.fd = -1;
 }
@@ -228,6 +256,7 @@ static void close_wio(lull_stream *s) {
  * it is done with the stream. Safe from any state. */
 static lull_frame *teardown(lull_stream *s) {
     lull_io_stop(&s->io);
+    give_back(s->io.fd, s->state & S_IO_NB);
     if (s->io.fd >= 0) close(s->io.fd);
     s->io.fd = -1;
     if (s->state & S_PAIR) close_wio(s);
@@ -364,7 +393,8 @@ static void advance(lull_stream *s, size_t w, lull_frame **done,
  * before the old mask returns. One that was pending already (this thread
  * blocked SIGPIPE itself, and one had come) is left alone: it is not ours.
  * Two sigprocmask calls per writev, and a writev carries a whole batch. */
-static ssize_t pipe_writev(int fd, const struct iovec *iov, int n) {
+static ssize_t pipe_writev(int fd, const struct iovec *iov, int n,
+                           bool nowait) {
     sigset_t pipe_set, old;
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
@@ -376,7 +406,8 @@ static ssize_t pipe_writev(int fd, const struct iovec *iov, int n) {
         pending_before =
             sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
     }
-    ssize_t w = writev(fd, iov, n);
+    ssize_t w =
+        nowait ? pwritev2(fd, iov, n, -1, RWF_NOWAIT) : writev(fd, iov, n);
     int err = errno;
     if (w < 0 && err == EPIPE && !pending_before) {
         static const struct timespec zero = {0, 0};
@@ -388,15 +419,50 @@ static ssize_t pipe_writev(int fd, const struct iovec *iov, int n) {
     return w;
 }
 
+/* The kernel refused RWF_NOWAIT on fd (EOPNOTSUPP: a FIFO opened by path,
+ * whose file lacks FMODE_NOWAIT): fall back to O_NONBLOCK on its
+ * description, given back at close. 0, or -1 with errno set. */
+static int nowait_refused(lull_stream *s, int fd, uint32_t nowait,
+                          uint32_t nb) {
+    s->state &= ~nowait;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0) return -1;
+    if (fl & O_NONBLOCK) return 0;
+    if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -1;
+    s->state |= nb;
+    return 0;
+}
+
 /* One write of the queue's iovecs to the stream's write fd. */
 static ssize_t out_write(lull_stream *s, struct iovec *iov, int n) {
-    int fd = (s->state & S_PAIR) ? s->wio.fd : s->io.fd;
+    bool pair = s->state & S_PAIR;
+    int fd = pair ? s->wio.fd : s->io.fd;
     if (s->state & S_OUT_SOCK) {
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
-    if (s->state & S_OUT_FIFO) return pipe_writev(fd, iov, n);
+    uint32_t nowait = pair ? S_WIO_NOWAIT : S_IO_NOWAIT;
+    if (s->state & S_OUT_FIFO) {
+        ssize_t w = pipe_writev(fd, iov, n, s->state & nowait);
+        if (w >= 0 || errno != EOPNOTSUPP || !(s->state & nowait)) return w;
+        if (nowait_refused(s, fd, nowait, pair ? S_WIO_NB : S_IO_NB) < 0)
+            return -1;
+        return pipe_writev(fd, iov, n, false);
+    }
     return writev(fd, iov, n);
+}
+
+/* One read from the stream's read fd, never blocking (see S_IO_NOWAIT). */
+static ssize_t in_read(lull_stream *s, void *at, size_t room) {
+    int fd = s->io.fd;
+    if (s->state & S_SOCK) return recv(fd, at, room, MSG_DONTWAIT);
+    if (s->state & S_IO_NOWAIT) {
+        struct iovec iov = {at, room};
+        ssize_t n = preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
+        if (n >= 0 || errno != EOPNOTSUPP) return n;
+        if (nowait_refused(s, fd, S_IO_NOWAIT, S_IO_NB) < 0) return -1;
+    }
+    return read(fd, at, room);
 }
 
 /* Writes what the kernel takes, IOV_CAP buffers per sendmsg, until the
@@ -672,8 +738,7 @@ static void read_some(lull_stream *s) {
         room = s->rcap - s->rend;
         if (room == 0) return; /* paused on whole frames: nothing to add */
     }
-    ssize_t n = (s->state & S_SOCK) ? recv(s->io.fd, at, room, 0)
-                                    : read(s->io.fd, at, room);
+    ssize_t n = in_read(s, at, room);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
         fail_now(s, -errno);
@@ -905,9 +970,42 @@ static int fd_kind(int fd, int *kind) {
     return 0;
 }
 
-static int set_nonblock(int fd) {
+/* Whether this kernel's pipes take RWF_NOWAIT and honour it: pipes have
+ * FMODE_NOWAIT since Linux 6.4, whose first release candidate did not yet
+ * check IOCB_NOWAIT before waiting (a read would block the loop); 6.5 is
+ * the first release that surely does. Before, preadv2 says EOPNOTSUPP.
+ * Read once per process: the answer cannot change. */
+static bool pipes_nowait(void) {
+    static int known; /* 0 unknown, 1 yes, 2 no; a race only repeats it */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (k == 0) {
+        struct utsname u;
+        int major = 0, minor = 0;
+        if (uname(&u) == 0) sscanf(u.release, "%d.%d", &major, &minor);
+        k = (major > 6 || (major == 6 && minor >= 5)) ? 1 : 2;
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+    }
+    return k == 1;
+}
+
+/* Makes the stream's use of fd (kind: fd_kind's) non-blocking, leaving the
+ * open file description as it is wherever the kernel has a per-call way:
+ * a socket takes MSG_DONTWAIT, a pipe RWF_NOWAIT. Anything else (a tty, a
+ * FIFO or pipe on an older kernel) gets O_NONBLOCK on its description,
+ * unless it has it already; the `nb` bit says lull set it, to give it back
+ * when the stream closes the fd. 0 or a negative errno. */
+static int make_nonblocking(lull_stream *s, int fd, int kind, uint32_t nowait,
+                            uint32_t nb) {
+    if (kind & FD_SOCK) return 0;
     int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+    if (fl < 0) return -errno;
+    if (fl & O_NONBLOCK) return 0;
+    if ((kind & FD_FIFO) && pipes_nowait()) {
+        s->state |= nowait;
+        return 0;
+    }
+    if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+    s->state |= nb;
     return 0;
 }
 
@@ -939,10 +1037,14 @@ int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
     LULL_ASSERT_LOOP_THREAD(loop);
     int kind = 0;
     int rc = fd_kind(fd, &kind);
-    if (rc == 0) rc = set_nonblock(fd);
     if (rc == 0) rc = setup(loop, s, fd, opts, kind & FD_TCP);
     if (rc < 0) {
         close(fd);
+        return rc;
+    }
+    rc = make_nonblocking(s, fd, kind, S_IO_NOWAIT, S_IO_NB);
+    if (rc < 0) {
+        release_list(teardown(s)); /* gives back what it changed */
         return rc;
     }
     apply_kinds(s, kind, kind);
@@ -957,8 +1059,6 @@ int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd, int wfd,
         fd_kind(wfd, &out) == 0 && (in & FD_READ) && (out & FD_WRITE))
         rc = 0;
     if (rc == 0) LULL_ASSERT_LOOP_THREAD(loop);
-    if (rc == 0) rc = set_nonblock(rfd);
-    if (rc == 0) rc = set_nonblock(wfd);
     if (rc == 0) rc = setup(loop, s, rfd, opts, false);
     if (rc < 0) { /* setup leaves nothing open on failure */
         if (rfd >= 0) close(rfd);
@@ -967,6 +1067,12 @@ int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd, int wfd,
     }
     lull_io_init(loop, &s->wio, wfd, on_wio); /* cannot fail: checked */
     s->state |= S_PAIR;
+    rc = make_nonblocking(s, rfd, in, S_IO_NOWAIT, S_IO_NB);
+    if (rc == 0) rc = make_nonblocking(s, wfd, out, S_WIO_NOWAIT, S_WIO_NB);
+    if (rc < 0) {
+        release_list(teardown(s)); /* gives back what it changed */
+        return rc;
+    }
     apply_kinds(s, in, out);
     return start_connected(s);
 }

@@ -14,13 +14,16 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -813,5 +816,197 @@ TEST(signals_during_writes_change_nothing) {
     printf("%d alarms during the transfer\n", (int)g_alarms);
     end_free(&r);
     end_free(&g_w);
+    free_loop(loop);
+}
+
+/* ------------------------------------- the descriptions' flags are kept */
+
+static bool nonblocking(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    CHECK(fl >= 0);
+    return fl & O_NONBLOCK;
+}
+
+/* Pipes take RWF_NOWAIT, and honour it, from Linux 6.5 (STREAMS.md). */
+static bool pipes_take_nowait(void) {
+    struct utsname u;
+    int major = 0, minor = 0;
+    CHECK_EQ(uname(&u), 0);
+    CHECK(sscanf(u.release, "%d.%d", &major, &minor) == 2);
+    return major > 6 || (major == 6 && minor >= 5);
+}
+
+/* Bytes both ways through a raw stream and the peer's fds. */
+static void exchange(lull_loop *loop, end *e, int peer_in, int peer_out) {
+    size_t had = e->len;
+    CHECK_EQ(write(peer_out, "ping", 4), 4);
+    run_until_len(loop, e, had + 4);
+    CHECK_EQ(lull_endpoint_send_copy(&e->s.ep, "pong", 4), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    char buf[4];
+    CHECK_EQ(read(peer_in, buf, 4), 4);
+    CHECK_EQ(memcmp(buf, "pong", 4), 0);
+}
+
+/* A socket and a pipe each way, their descriptions shared with a dup
+ * lull does not know of, left blocking by their owner: they stay
+ * blocking while the stream uses them (MSG_DONTWAIT, RWF_NOWAIT) and
+ * after it closed its fds. */
+TEST(open_leaves_a_shared_description_blocking) {
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int keep = dup(sv[0]);
+    end e = {0};
+    CHECK_EQ(lull_stream_open(loop, &e.s, sv[0], &raw), 0);
+    watch(&e);
+    CHECK(!nonblocking(keep));
+    exchange(loop, &e, sv[1], sv[1]);
+    CHECK(!nonblocking(keep));
+    lull_endpoint_close(&e.s.ep, 0);
+    CHECK(!nonblocking(keep));
+    close(keep);
+    close(sv[1]);
+    end_free(&e);
+
+    bool nowait = pipes_take_nowait();
+    int in[2], out[2];
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(out, O_CLOEXEC), 0);
+    int keep_r = dup(in[0]), keep_w = dup(out[1]);
+    end p = {0};
+    CHECK_EQ(lull_stream_open_pair(loop, &p.s, in[0], out[1], &raw), 0);
+    watch(&p);
+    exchange(loop, &p, out[0], in[1]);
+    if (nowait) {
+        CHECK(!nonblocking(keep_r));
+        CHECK(!nonblocking(keep_w));
+    } else {
+        printf("Linux before 6.5: pipes are made non-blocking while open\n");
+    }
+    CHECK_EQ(lull_stream_shutdown(&p.s), 0); /* closes out[1] */
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(!nonblocking(keep_w));
+    lull_endpoint_close(&p.s.ep, 0);
+    CHECK(!nonblocking(keep_r));
+    close(keep_r);
+    close(keep_w);
+    close(in[1]);
+    close(out[0]);
+    end_free(&p);
+    free_loop(loop);
+}
+
+/* Where the kernel has no per-call way (a named FIFO: RWF_NOWAIT is
+ * refused; a tty), the description is non-blocking while the stream has
+ * the fd and as its owner left it once the stream closed it; a flag the
+ * owner set stays set. */
+TEST(open_gives_the_flag_back_where_it_sets_it) {
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    char dir[] = "/tmp/lull-fifo-XXXXXX", path[64];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/f", dir);
+    CHECK_EQ(mkfifo(path, 0600), 0);
+    int fd = open(path, O_RDWR | O_CLOEXEC); /* reads its own writes */
+    CHECK(fd >= 0);
+    int keep = dup(fd);
+    end e = {0};
+    CHECK_EQ(lull_stream_open(loop, &e.s, fd, &raw), 0);
+    watch(&e);
+    CHECK_EQ(lull_endpoint_send_copy(&e.s.ep, "loop", 4), 0);
+    run_until_len(loop, &e, 4);
+    CHECK(nonblocking(keep)); /* refused RWF_NOWAIT: the flag, for now */
+    lull_endpoint_close(&e.s.ep, 0);
+    CHECK(!nonblocking(keep));
+    run_until_at_least(loop, &e.closes, 1, 10);
+    close(keep);
+    end_free(&e);
+
+    /* The owner's own O_NONBLOCK is the owner's: it stays. */
+    fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+    CHECK(fd >= 0);
+    keep = dup(fd);
+    e = (end){0};
+    CHECK_EQ(lull_stream_open(loop, &e.s, fd, &raw), 0);
+    watch(&e);
+    CHECK_EQ(lull_endpoint_send_copy(&e.s.ep, "loop", 4), 0);
+    run_until_len(loop, &e, 4);
+    lull_endpoint_close(&e.s.ep, 0);
+    CHECK(nonblocking(keep));
+    run_until_at_least(loop, &e.closes, 1, 10);
+    close(keep);
+    end_free(&e);
+    CHECK_EQ(unlink(path), 0);
+    CHECK_EQ(rmdir(dir), 0);
+
+    /* A pty's master, also as a pair's write fd, given back at shutdown. */
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) {
+        printf("no pty here (%s): that part skipped\n", strerror(errno));
+        free_loop(loop);
+        return;
+    }
+    CHECK_EQ(grantpt(master), 0);
+    CHECK_EQ(unlockpt(master), 0);
+    int slave = open(ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(slave >= 0);
+    int in[2];
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    e = (end){0};
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, in[0], dup(master), &raw), 0);
+    watch(&e);
+    CHECK(nonblocking(master));
+    CHECK_EQ(lull_stream_shutdown(&e.s), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(!nonblocking(master));
+    lull_endpoint_close(&e.s.ep, 0);
+    close(in[1]);
+    close(slave);
+    close(master);
+    end_free(&e);
+    free_loop(loop);
+}
+
+/* The case that hurt: a stream has one end of a pipe, and a child writes
+ * 1,000,000 bytes into the same description. Non-blocking, its stdout
+ * would fail with EAGAIN once the pipe is full (head exited 1 after
+ * 65,536 bytes); blocking, as its owner left it, all arrive. */
+TEST(child_sharing_the_description_writes_all) {
+    if (!pipes_take_nowait()) {
+        printf("Linux before 6.5: the pipe is non-blocking while open "
+               "(documented): skipped\n");
+        return;
+    }
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end r = {0}, w = {0};
+    CHECK_EQ(lull_stream_open(loop, &r.s, p[0], &raw), 0);
+    CHECK_EQ(lull_stream_open(loop, &w.s, dup(p[1]), &raw), 0);
+    watch(&r);
+    watch(&w);
+    lull_process proc;
+    lull_process_options o = {
+        .argv = (char *[]){"head", "-c", "1000000", "/dev/zero", NULL}};
+    o.stdio[1] = (lull_stdio){.kind = LULL_STDIO_FD, .fd = p[1]};
+    g_exits = 0;
+    CHECK_EQ(lull_process_spawn(loop, &proc, &o, on_head_exit), 0);
+    close(p[1]);
+    for (int i = 0; i < 100000 && (r.len < 1000000 || !g_exits); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_exits, 1);
+    CHECK_EQ(g_exit_status, 0);
+    CHECK_EQ(r.len, 1000000);
+    lull_endpoint_close(&w.s.ep, 0); /* the last writer: r reads EOF */
+    run_until_at_least(loop, &r.closes, 1, 100);
+    CHECK_EQ(r.reason, 0);
+    end_free(&r);
+    end_free(&w);
     free_loop(loop);
 }
