@@ -942,8 +942,8 @@ static int start_connected(lull_stream *s) {
 
 /* What fd is: a stream socket, or a pipe, FIFO or character device (a
  * tty), whichever ways it was opened; -EINVAL for anything else (a
- * datagram socket, a regular file, an eventfd) or a number that is not an
- * open fd. */
+ * datagram socket, a listening socket, a regular file, an eventfd) or a
+ * number that is not an open fd. */
 static int fd_kind(int fd, int *kind) {
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) return -EINVAL;
@@ -955,6 +955,13 @@ static int fd_kind(int fd, int *kind) {
         if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0)
             return -errno;
         if (type != SOCK_STREAM) return -EINVAL;
+        /* A listening socket is never connected: refused now rather than
+         * closed later with -ENOTCONN from its first read. */
+        int listening = 0;
+        tlen = sizeof listening;
+        if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &tlen) == 0 &&
+            listening)
+            return -EINVAL;
         if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0) return -errno;
         *kind = FD_READ | FD_WRITE | FD_SOCK;
         if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)
