@@ -962,7 +962,8 @@ LULL_EXTERN int lull_stream_connect_unix(lull_loop *loop, lull_stream *s,
  * (-EPIPE) and closes at EOF (reason 0); one opened for writing only never
  * reads, and a pipe's write end closes with -EPIPE when its reader goes,
  * also while nothing is queued. -EINVAL for anything else (a datagram
- * socket, a regular file, a number that is not an open fd). */
+ * socket, a listening socket, a regular file, a number that is not an
+ * open fd). */
 LULL_EXTERN int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
                                  const lull_stream_options *opts);
 /* One stream over two fds: it reads rfd and writes wfd (a pipe each way,
@@ -1647,8 +1648,9 @@ LULL_EXTERN bool lull_percore_stopping(const lull_percore *pc);
  * that lands after that loop's stop function (see lull_percore_stopping);
  * then joins the threads and frees the loops and pc. Other threads must
  * have made their last post to the loops before this call. Not from a loop
- * of pc (-EDEADLK). -EBUSY if a loop still held handles at the end (that
- * loop is not freed). */
+ * of pc nor from a pool thread (-EDEADLK). Hand-offs that never stop keep
+ * it waiting; after 1,000 rounds it names them on stderr, once. -EBUSY if
+ * a loop still held handles at the end (that loop is not freed). */
 LULL_EXTERN int lull_percore_stop(lull_percore *pc);
 
 #ifdef __cplusplus
