@@ -22,18 +22,19 @@
  * description (a dup, a child's stdout, a shell's terminal), and with it
  * O_NONBLOCK: a socket is never switched (MSG_DONTWAIT per call), nor is a
  * pipe where the kernel honours RWF_NOWAIT (preadv2, pwritev2); anything
- * else gets O_NONBLOCK, and lull clears it before it closes the fd (NB
- * bits, give_back). A pipe has no MSG_NOSIGNAL, so a pipe write
- * runs with SIGPIPE blocked in the loop's thread and takes back the SIGPIPE
- * it raised (pipe_writev): a gone reader is -EPIPE, a close reason, whatever
- * the process's disposition of SIGPIPE, which lull never changes. An fd
- * opened for reading only refuses sends (as after lull_stream_shutdown) and
- * closes at EOF; one opened for writing only never reads, and, when it is a
- * pipe, watches for its reader's close while nothing is queued (the kernel
- * reports EPOLLERR on the write end: WATCH_HUP), so a stream to a child that
- * died closes with -EPIPE without waiting for the next send. A pair reads
- * one fd (io) and writes the other (wio); lull_stream_shutdown closes the
- * write fd, which is how a pipe's reader learns of the end.
+ * else gets O_NONBLOCK, and lull clears it when the last of its streams on
+ * that description closes its fd (NB bits, nb_take, nb_give). A pipe has no
+ * MSG_NOSIGNAL, so a pipe write runs with SIGPIPE blocked in the loop's thread
+ * and takes back the SIGPIPE it raised (pipe_writev): a gone reader is -EPIPE,
+ * a close reason, whatever the process's disposition of SIGPIPE, which lull
+ * never changes. An fd opened for reading only refuses sends (as after
+ * lull_stream_shutdown) and closes at EOF; one opened for writing only never
+ * reads, and, when it is a pipe, watches for its reader's close while nothing
+ * is queued (the kernel reports EPOLLERR on the write end: WATCH_HUP), so a
+ * stream to a child that died closes with -EPIPE without waiting for the next
+ * send. A pair reads one fd (io) and writes the other (wio);
+ * lull_stream_shutdown closes the write fd, which is how a pipe's reader learns
+ * of the end.
  *
  * A failed write ends the write side only (write_failed): a peer that
  * stopped reading may still be writing (a child that closed its stdin and
@@ -84,13 +85,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/kcmp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -153,9 +157,9 @@
 /* How the fds are kept from blocking without changing what others share.
  * A socket: MSG_DONTWAIT on every call (no bit). A pipe: RWF_NOWAIT on
  * every call (NOWAIT). Anything else: O_NONBLOCK on the open file
- * description, set by lull and cleared again before lull closes the fd
- * (NB). IO is the read fd, and the write fd but for a pair; WIO a pair's
- * write fd. */
+ * description, an entry in the process's list of such fds (NB: nb_take),
+ * which clears the flag when the last stream on it lets go (nb_give). IO
+ * is the read fd, and the write fd but for a pair; WIO a pair's write fd. */
 #define S_IO_NOWAIT  0x400000u
 #define S_WIO_NOWAIT 0x800000u
 #define S_IO_NB      0x1000000u
@@ -233,19 +237,109 @@ static void append(lull_frame **head, lull_frame **tail, lull_frame *f) {
 
 /* ------------------------------------------------------------ teardown */
 
-/* Clears the O_NONBLOCK lull set on fd's open file description, which
- * may be shared (a dup, a child's stdout, a shell's terminal): the others
- * get it back as they left it. Only the flag lull set is touched. */
-static void give_back(int fd, bool was_set) {
-    if (!was_set || fd < 0) return;
+/* The descriptions lull keeps non-blocking for its streams: one entry per
+ * stream fd that relies on O_NONBLOCK (a tty, a FIFO, an older kernel's
+ * pipe), under one lock, since streams on several loops may share a
+ * description (stdin and stdout of one terminal are one description). The
+ * flag is cleared when the last of the process's streams on a description
+ * lets go of it, and only if lull set it: another stream of lull's may
+ * still need it, and the flag is the owner's if it was there first. An
+ * entry is made at set-up and dropped at teardown (never on a hot path);
+ * after fork() the child's copies of the parent's entries never clear
+ * anything (the parent's streams still use the description). */
+typedef struct nb_entry {
+    const lull_io *key; /* &s->io or &s->wio of the stream */
+    int fd;
+    dev_t dev; /* the file (a description's, not its identity) */
+    ino_t ino;
+    pid_t pid; /* the process that made the entry */
+    bool set;  /* lull set the flag: the last entry on it clears it */
+} nb_entry;
+
+static pthread_mutex_t nb_lock = PTHREAD_MUTEX_INITIALIZER;
+static nb_entry *nb_list; /* under nb_lock */
+static size_t nb_len, nb_cap;
+
+/* Whether fd and e's fd are one open file description: kcmp says so
+ * exactly; where it is missing (a kernel without CONFIG_KCMP), the same
+ * file is taken for the same description, which can only keep a flag set
+ * longer, never clear one another stream needs. */
+static bool nb_shared(const nb_entry *e, int fd, const struct stat *st) {
+    if (e->dev != st->st_dev || e->ino != st->st_ino) return false;
+    long r = syscall(SYS_kcmp, (pid_t)getpid(), (pid_t)getpid(), KCMP_FILE,
+                     e->fd, fd);
+    return r <= 0; /* 0: the same; an error: assume so */
+}
+
+/* The stream's fd (key) needs O_NONBLOCK: sets it unless it is set, and
+ * records whether lull did. 0 or a negative errno. */
+static int nb_take(const lull_io *key, int fd) {
+    struct stat st;
+    if (fstat(fd, &st) < 0) return -errno;
+    int rc = 0;
+    pthread_mutex_lock(&nb_lock);
+    if (nb_len == nb_cap) {
+        size_t cap = nb_cap ? nb_cap * 2 : 8;
+        nb_entry *l = realloc(nb_list, cap * sizeof *l);
+        if (!l) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        nb_list = l;
+        nb_cap = cap;
+    }
     int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0 && (fl & O_NONBLOCK)) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (fl < 0 ||
+        (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
+        rc = -errno;
+        goto out;
+    }
+    nb_list[nb_len++] =
+        (nb_entry){key, fd, st.st_dev, st.st_ino, getpid(), !(fl & O_NONBLOCK)};
+out:
+    pthread_mutex_unlock(&nb_lock);
+    return rc;
+}
+
+/* The stream lets go of its fd (key), which is still open: the flag is
+ * cleared if lull set it and no other stream of this process is on the
+ * description; otherwise the duty passes to one that is. */
+static void nb_give(const lull_io *key) {
+    pid_t me = getpid();
+    pthread_mutex_lock(&nb_lock);
+    size_t i = 0;
+    while (i < nb_len && nb_list[i].key != key)
+        i++;
+    if (i < nb_len) {
+        nb_entry e = nb_list[i];
+        nb_list[i] = nb_list[--nb_len];
+        struct stat st;
+        if (e.set && e.pid == me && fstat(e.fd, &st) == 0) {
+            size_t j = 0;
+            while (j < nb_len &&
+                   (nb_list[j].pid != me || !nb_shared(&nb_list[j], e.fd, &st)))
+                j++;
+            if (j < nb_len) {
+                nb_list[j].set = true;
+            } else {
+                int fl = fcntl(e.fd, F_GETFL);
+                if (fl >= 0 && (fl & O_NONBLOCK))
+                    fcntl(e.fd, F_SETFL, fl & ~O_NONBLOCK);
+            }
+        }
+        if (nb_len == 0) {
+            free(nb_list);
+            nb_list = NULL;
+            nb_cap = 0;
+        }
+    }
+    pthread_mutex_unlock(&nb_lock);
 }
 
 /* A pair's write fd: stopped and closed (its reader sees EOF). */
 static void close_wio(lull_stream *s) {
     lull_io_stop(&s->wio);
-    give_back(s->wio.fd, s->state & S_WIO_NB);
+    if (s->state & S_WIO_NB) nb_give(&s->wio);
     s->state &= ~S_WIO_NB;
     if (s->wio.fd >= 0) close(s->wio.fd);
     s->wio.fd = -1;
@@ -256,7 +350,7 @@ static void close_wio(lull_stream *s) {
  * it is done with the stream. Safe from any state. */
 static lull_frame *teardown(lull_stream *s) {
     lull_io_stop(&s->io);
-    give_back(s->io.fd, s->state & S_IO_NB);
+    if (s->state & S_IO_NB) nb_give(&s->io);
     if (s->io.fd >= 0) close(s->io.fd);
     s->io.fd = -1;
     if (s->state & S_PAIR) close_wio(s);
@@ -425,10 +519,11 @@ static ssize_t pipe_writev(int fd, const struct iovec *iov, int n,
 static int nowait_refused(lull_stream *s, int fd, uint32_t nowait,
                           uint32_t nb) {
     s->state &= ~nowait;
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0) return -1;
-    if (fl & O_NONBLOCK) return 0;
-    if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -1;
+    int rc = nb_take(nb == S_IO_NB ? &s->io : &s->wio, fd);
+    if (rc < 0) {
+        errno = -rc;
+        return -1;
+    }
     s->state |= nb;
     return 0;
 }
@@ -998,22 +1093,19 @@ static bool pipes_nowait(void) {
 /* Makes the stream's use of fd (kind: fd_kind's) non-blocking, leaving the
  * open file description as it is wherever the kernel has a per-call way:
  * a socket takes MSG_DONTWAIT, a pipe RWF_NOWAIT. Anything else (a tty, a
- * FIFO or pipe on an older kernel) gets O_NONBLOCK on its description,
- * unless it has it already; the `nb` bit says lull set it, to give it back
- * when the stream closes the fd. 0 or a negative errno. */
+ * FIFO or pipe on an older kernel) gets O_NONBLOCK on its description
+ * (nb_take), given back when the stream closes the fd. 0 or a negative
+ * errno. */
 static int make_nonblocking(lull_stream *s, int fd, int kind, uint32_t nowait,
                             uint32_t nb) {
     if (kind & FD_SOCK) return 0;
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0) return -errno;
-    if (fl & O_NONBLOCK) return 0;
     if ((kind & FD_FIFO) && pipes_nowait()) {
         s->state |= nowait;
         return 0;
     }
-    if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
-    s->state |= nb;
-    return 0;
+    int rc = nb_take(nb == S_IO_NB ? &s->io : &s->wio, fd);
+    if (rc == 0) s->state |= nb;
+    return rc;
 }
 
 /* The state bits of a stream whose reads come from an fd of kind `in` and

@@ -1010,3 +1010,89 @@ TEST(child_sharing_the_description_writes_all) {
     end_free(&w);
     free_loop(loop);
 }
+
+/* A pty master opened for the case: -1 (and a message) where there is none. */
+static int open_master(int *slave) {
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) {
+        printf("no pty here (%s): skipped\n", strerror(errno));
+        return -1;
+    }
+    CHECK_EQ(grantpt(master), 0);
+    CHECK_EQ(unlockpt(master), 0);
+    *slave = open(ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(*slave >= 0);
+    struct termios t;
+    CHECK_EQ(tcgetattr(*slave, &t), 0);
+    cfmakeraw(&t);
+    CHECK_EQ(tcsetattr(*slave, TCSANOW, &t), 0);
+    return master;
+}
+
+/* Two streams on one description (a terminal's stdin and stdout are one):
+ * the first to close leaves the flag to the other, which still needs it
+ * (a blocking read would stall its loop); the last clears it. */
+TEST(streams_sharing_a_description_share_its_flag) {
+    int slave;
+    int master = open_master(&slave);
+    if (master < 0) return;
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    end a = {0}, b = {0};
+    CHECK_EQ(lull_stream_open(loop, &a.s, dup(master), &raw), 0);
+    CHECK_EQ(lull_stream_open(loop, &b.s, dup(master), &raw), 0);
+    watch(&a);
+    watch(&b);
+    CHECK(nonblocking(master));
+    lull_endpoint_close(&a.s.ep, 0);
+    CHECK(nonblocking(master)); /* b still reads it */
+    run_until_at_least(loop, &a.closes, 1, 10);
+    exchange(loop, &b, slave, slave);
+    for (int i = 0; i < 10; i++) /* nothing to read: must not block */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_endpoint_close(&b.s.ep, 0);
+    CHECK(!nonblocking(master));
+    run_until_at_least(loop, &b.closes, 1, 10);
+    close(slave);
+    close(master);
+    end_free(&a);
+    end_free(&b);
+    free_loop(loop);
+}
+
+/* After fork(), the child's copy of a stream shares the parent's
+ * description: the child closing its copy leaves the flag alone (the
+ * parent's stream still needs it); the parent's close gives it back. */
+TEST(a_forked_child_leaves_the_parents_flag) {
+    int slave;
+    int master = open_master(&slave);
+    if (master < 0) return;
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    end e = {0};
+    CHECK_EQ(lull_stream_open(loop, &e.s, dup(master), &raw), 0);
+    watch(&e);
+    CHECK(nonblocking(master));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int ok = lull_loop_fork(loop) == 0;
+        lull_endpoint_close(&e.s.ep, 0);
+        for (int i = 0; i < 10 && !e.closes; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ok = ok && e.closes == 1 && nonblocking(master);
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(nonblocking(master));
+    exchange(loop, &e, slave, slave);
+    lull_endpoint_close(&e.s.ep, 0);
+    CHECK(!nonblocking(master));
+    run_until_at_least(loop, &e.closes, 1, 10);
+    close(slave);
+    close(master);
+    end_free(&e);
+    free_loop(loop);
+}
