@@ -314,7 +314,10 @@ static void nb_give(const lull_io *key) {
         nb_entry e = nb_list[i];
         nb_list[i] = nb_list[--nb_len];
         struct stat st;
-        if (e.set && e.pid == me && fstat(e.fd, &st) == 0) {
+        /* A file other than the one recorded: the fd was closed under the
+         * stream and its number reused; that description is not ours. */
+        if (e.set && e.pid == me && fstat(e.fd, &st) == 0 &&
+            st.st_dev == e.dev && st.st_ino == e.ino) {
             size_t j = 0;
             while (j < nb_len &&
                    (nb_list[j].pid != me || !nb_shared(&nb_list[j], e.fd, &st)))

@@ -1096,3 +1096,36 @@ TEST(a_forked_child_leaves_the_parents_flag) {
     end_free(&e);
     free_loop(loop);
 }
+
+/* The fd closed under the stream (a misuse) and its number reused by a
+ * non-blocking pipe: the stream's close must not take the flag from a
+ * description that is not its own. */
+TEST(fd_closed_early_and_reused_keeps_its_flag) {
+    int slave;
+    int master = open_master(&slave);
+    if (master < 0) return;
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    end e = {0};
+    int fd = dup(master);
+    CHECK_EQ(lull_stream_open(loop, &e.s, fd, &raw), 0);
+    watch(&e);
+    CHECK(nonblocking(master));
+    CHECK_EQ(lull_stream_read_stop(&e.s), 0); /* no watcher on the fd */
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    close(fd);
+    CHECK_EQ(dup2(p[0], fd), fd);    /* the number, now a pipe's */
+    lull_endpoint_close(&e.s.ep, 0); /* closes fd: the pipe's dup */
+    run_until_at_least(loop, &e.closes, 1, 10);
+    CHECK(nonblocking(p[0]));
+    /* The stream's own description is left as lull set it: it had no fd
+     * left to give it back through. */
+    CHECK(nonblocking(master));
+    close(p[0]);
+    close(p[1]);
+    close(slave);
+    close(master);
+    end_free(&e);
+    free_loop(loop);
+}
