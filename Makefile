@@ -100,7 +100,8 @@ test-valgrind:
 	  $(CTEST) --test-dir build/valgrind $(CTEST_FLAGS) -LE install -E '$(VALGRIND_SKIP)'
 
 # `make install PREFIX=DIR` (default /usr/local): the Release library,
-# lull.h, lull.pc and the CMake package. CHECKED=1 installs a checked
+# lull.h, lull.pc and the CMake package, and the programs lull-kv and
+# lull-lab (bin/; what lull-lab runs in libexec/lull and share/lull). CHECKED=1 installs a checked
 # library instead (Release, with lull's debug assertions kept: a call from
 # a thread that does not own the loop aborts with a message), for
 # development; its build tree is build/checked.
@@ -109,12 +110,13 @@ CHECKED ?=
 INSTALL_BUILD = $(if $(CHECKED),build/checked,build/release)
 install:
 	$(CMAKE) -S . -B $(INSTALL_BUILD) -DCMAKE_BUILD_TYPE=Release \
-	  $(if $(CHECKED),-DLULL_CHECKED=ON -DLULL_BUILD_TESTS=OFF -DLULL_BUILD_LAB=OFF -DLULL_BUILD_EXAMPLES=OFF)
-	$(CMAKE) --build $(INSTALL_BUILD) -j$(JOBS) --target lull lull_static
+	  $(if $(CHECKED),-DLULL_CHECKED=ON -DLULL_BUILD_TESTS=OFF -DLULL_BUILD_LAB=OFF -DLULL_BUILD_EXAMPLES=OFF -DLULL_BUILD_KV=OFF)
+	$(CMAKE) --build $(INSTALL_BUILD) -j$(JOBS) --target lull lull_static \
+	  $(if $(CHECKED),,lull-kv lull-lab)
 	$(CMAKE) --install $(INSTALL_BUILD) --prefix $(PREFIX)
 
 format:
-	clang-format -i include/*.h src/*.c src/*.h tests/*.c tests/*.h lab/*.c lab/*.h lab/peers/*.c bench/*.c examples/*.c examples/kv/*.c examples/kv/*.h fuzz/*.c fuzz/*.h
+	clang-format -i include/*.h src/*.c src/*.h tests/*.c tests/*.h lab/*.c lab/*.h lab/peers/*.c bench/*.c examples/*.c kv/*.c kv/*.h fuzz/*.c fuzz/*.h
 
 clean:
 	rm -rf build
@@ -166,7 +168,7 @@ soak:
 SEEDS ?= 10000
 SIM_PLANT_SEEDS ?= 500
 SIM_COMMANDS ?= 1000000
-SIM = ./build/release/examples/lull-kv-sim
+SIM = ./build/release/kv/lull-kv-sim
 
 sim:
 	$(CMAKE) -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -175,7 +177,7 @@ sim:
 	for bug in resume-late ack-before-log lost-wakeup; do \
 	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \
-	  -P examples/kv/sim_determinism.cmake
+	  -P kv/sim_determinism.cmake
 
 # `make fuzz FUZZ_SECONDS=N`: the libFuzzer targets — fuzz_frame
 # (a framed stream's decoder), fuzz_stream (a raw stream's reads cut at
@@ -187,7 +189,7 @@ sim:
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS = fuzz/fuzz_frame:fuzz/corpus_frame \
   fuzz/fuzz_stream:fuzz/corpus_stream \
-  examples/fuzz_resp:examples/kv/fuzz_corpus
+  kv/fuzz_resp:kv/fuzz_corpus
 .PHONY: fuzz
 
 fuzz:

@@ -16,7 +16,7 @@ rounds=${2:-5}
 n=${3:-300000}
 spin=${4:-3000}
 depth=${5:-1}
-kv="$build/examples/lull-kv"
+kv="$build/kv/lull-kv"
 shim="$(cd "$build/bench" 2>/dev/null && pwd)/libsleep_later.so"
 for tool in redis-server redis-benchmark taskset; do
     if ! command -v "$tool" >/dev/null 2>&1; then

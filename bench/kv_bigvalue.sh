@@ -10,10 +10,10 @@
 # max. Time linear in the size shows as a constant ms/MiB down a column.
 #
 #   bench/kv_bigvalue.sh [LULL_KV] [ROUNDS] [SIZES_MIB]
-#   (defaults: build/release/examples/lull-kv, 5, "8 16 32 64")
+#   (defaults: build/release/kv/lull-kv, 5, "8 16 32 64")
 set -eu
 
-kv=${1:-build/release/examples/lull-kv}
+kv=${1:-build/release/kv/lull-kv}
 rounds=${2:-5}
 sizes=${3:-8 16 32 64}
 py=/usr/bin/python3

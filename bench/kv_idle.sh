@@ -9,10 +9,10 @@
 # and the heap slot of a key that has one).
 #
 #   bench/kv_idle.sh [LULL_KV] [N] [SECONDS]
-#   (defaults: build/release/examples/lull-kv, 1000000, 5)
+#   (defaults: build/release/kv/lull-kv, 1000000, 5)
 set -eu
 
-kv=${1:-build/release/examples/lull-kv}
+kv=${1:-build/release/kv/lull-kv}
 n=${2:-1000000}
 secs=${3:-5}
 for tool in redis-server redis-cli; do

@@ -11,11 +11,11 @@
 # what each server's code does per request, the same way on any machine.
 #
 #   bench/kv_instructions.sh [LULL_KV] [N] [DEPTHS] [TESTS]
-#   (defaults: build/release/examples/lull-kv, 20000, "1 16", every test of
+#   (defaults: build/release/kv/lull-kv, 20000, "1 16", every test of
 #    redis-benchmark's default suite)
 set -eu
 
-kv=${1:-build/release/examples/lull-kv}
+kv=${1:-build/release/kv/lull-kv}
 n=${2:-20000}
 depths=${3:-1 16}
 tests=${4:-ping_inline ping_mbulk set get incr lpush rpush lpop rpop sadd hset spop zadd zpopmin lrange_100 lrange_300 lrange_500 lrange_600 mset}

@@ -16,7 +16,7 @@
  *   done       starts the next batch (what queued meanwhile) before
  *              running the finished one's callbacks, so the disk is busy
  *              while they run
- * Contract (BRIEF 1A): trigger: an append, or its batch's completion;
+ * The five rows (README, "The contracts"): trigger: an append, or its batch's completion;
  * source of truth: the queue and the batch; pending predicate: something
  * queued with no batch in flight; next deadline: none; quiet condition:
  * nothing queued and no batch in flight (no task, no timer, no work). */

@@ -35,7 +35,7 @@
  * may be waiting for, is refused (-EDEADLK). Uses the public API only, and
  * src/pool.h's lull__pool_thread.
  *
- * Contract (BRIEF 1A) of the helper's own part of each loop: trigger: a
+ * The five rows (README, "The contracts") of the helper's own part of each loop: trigger: a
  * remote post (a hand-off, or the stop task); source of truth: the loop's
  * remote stack; pending predicate: a post not yet run; next deadline:
  * none; quiet condition: always (it adds a reference, no timer, no task).

@@ -31,7 +31,7 @@
  * items wakes at most N threads, and a thread that is running picks up
  * queued items without any wake at all.
  *
- * Contract (BRIEF 1A) of the pool's idle threads:
+ * The five rows (README, "The contracts") of the pool's idle threads:
  *   trigger              a submit (wakes one idle thread's futex word), or
  *                        lull_pool_close (wakes them all)
  *   source of truth      the queue, under the pool's lock

@@ -66,7 +66,7 @@
  * context, close_now), in a later turn for lull_endpoint_close (S_CLOSE_CB).
  * A stream without one is not touched after its close.
  *
- * The five rows (BRIEF 1A), for a stream:
+ * The five rows (README, "The contracts"), for a stream:
  *   Trigger                 a send (flush point), socket readiness, a
  *                           resume with buffered frames, a timeout, a
  *                           close by lull_endpoint_close (its callback)

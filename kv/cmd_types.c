@@ -1,7 +1,7 @@
 /* cmd_types.c: the commands on lists, sets, hashes and sorted sets, and
  * the string commands beyond GET and SET (MSET, MGET, SETNX, APPEND,
  * STRLEN, GETSET). Their replies and errors are Redis 7.0's, word for
- * word; examples/kv/integration.sh compares them with a redis-server's
+ * word; kv/integration.sh compares them with a redis-server's
  * when one is installed.
  *
  * Each write logs what repeats it on a replica (cmd.c has the rule): the

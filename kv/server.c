@@ -181,15 +181,38 @@ static void accept_unix(lull_server *ls) {
 
 /* ------------------------------------------------------------- main */
 
+/* The options, as --help prints them (to stdout, exit 0) and a wrong
+ * option's message ends with (to stderr, exit 2). */
+static const char usage_text[] =
+    "usage: lull-kv [OPTION]...\n"
+    "A Redis-protocol (RESP2) key-value server on one lull loop.\n"
+    "\n"
+    "  --port N          TCP on 127.0.0.1:N (default 6380; 0 = any free port)\n"
+    "  --unix PATH       also listen on a Unix socket (an old file is "
+    "removed)\n"
+    "  --proto-max-bulk-len SIZE\n"
+    "                    the longest argument (default 512mb; --max-bulk is\n"
+    "                    the same)\n"
+    "  --client-query-buffer-limit SIZE\n"
+    "                    the most a client's unparsed input may hold\n"
+    "                    (default 1gb)\n"
+    "  --client-output-buffer-limit CLASS HARD SOFT SECONDS ...\n"
+    "                    per class (normal, replica or slave, pubsub), as\n"
+    "                    Redis writes it; several classes may follow\n"
+    "  --replica-of HOST:PORT\n"
+    "                    be a replica of that primary (HOST numeric, or\n"
+    "                    localhost)\n"
+    "  --repl-mode budget|per-record\n"
+    "                    how a primary sends to catching-up replicas\n"
+    "                    (default budget)\n"
+    "  --help            print this and exit\n"
+    "\n"
+    "SIZE is bytes, or a number with k, kb, m, mb, g or gb (k is 1000, kb\n"
+    "1024). lull-kv prints \"lull-kv: listening on 127.0.0.1:PORT\" once\n"
+    "ready and runs until killed. docs/KV.md has the commands it serves.\n";
+
 static int usage(void) {
-    fprintf(stderr,
-            "usage: lull-kv [--port N] [--unix PATH] "
-            "[--proto-max-bulk-len SIZE]\n"
-            "               [--client-query-buffer-limit SIZE]\n"
-            "               [--client-output-buffer-limit CLASS HARD SOFT "
-            "SECONDS ...]\n"
-            "               [--replica-of HOST:PORT] "
-            "[--repl-mode per-record|budget]\n");
+    fputs(usage_text, stderr);
     return 2;
 }
 
@@ -333,7 +356,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
-        if (more && strcmp(a, "--port") == 0) {
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (more && strcmp(a, "--port") == 0) {
             port = atoi(argv[++i]);
         } else if (more && strcmp(a, "--unix") == 0) {
             unix_path = argv[++i];
