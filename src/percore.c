@@ -35,11 +35,11 @@
  * may be waiting for, is refused (-EDEADLK). Uses the public API only, and
  * src/pool.h's lull__pool_thread.
  *
- * The five rows (README, "The contracts") of the helper's own part of each loop: trigger: a
- * remote post (a hand-off, or the stop task); source of truth: the loop's
- * remote stack; pending predicate: a post not yet run; next deadline:
- * none; quiet condition: always (it adds a reference, no timer, no task).
- * The rounds at stop: trigger: lull_percore_stop (the stop task); source
+ * The five rows (README, "The contracts") of the helper's own part of each
+ * loop: trigger: a remote post (a hand-off, or the stop task); source of truth:
+ * the loop's remote stack; pending predicate: a post not yet run; next
+ * deadline: none; quiet condition: always (it adds a reference, no timer, no
+ * task). The rounds at stop: trigger: lull_percore_stop (the stop task); source
  * of truth: each loop's remote stack, read by its own thread after a round
  * ends; pending predicate: some loop found a post in the last round; next
  * deadline: none (a thread between rounds waits on a condition variable
