@@ -259,6 +259,22 @@ typedef struct nb_entry {
 static pthread_mutex_t nb_lock = PTHREAD_MUTEX_INITIALIZER;
 static nb_entry *nb_list; /* under nb_lock */
 static size_t nb_len, nb_cap;
+static pthread_once_t nb_once = PTHREAD_ONCE_INIT;
+
+/* A fork() while another thread holds nb_lock would leave the child's copy
+ * locked for ever: the fork waits for the lock (held only for a few system
+ * calls at a stream's set-up or teardown) and both sides release it. */
+static void nb_prepare(void) {
+    pthread_mutex_lock(&nb_lock);
+}
+
+static void nb_after(void) {
+    pthread_mutex_unlock(&nb_lock);
+}
+
+static void nb_init(void) {
+    pthread_atfork(nb_prepare, nb_after, nb_after);
+}
 
 /* Whether fd and e's fd are one open file description: kcmp says so
  * exactly; where it is missing (a kernel without CONFIG_KCMP), the same
@@ -276,6 +292,7 @@ static bool nb_shared(const nb_entry *e, int fd, const struct stat *st) {
 static int nb_take(const lull_io *key, int fd) {
     struct stat st;
     if (fstat(fd, &st) < 0) return -errno;
+    pthread_once(&nb_once, nb_init);
     int rc = 0;
     pthread_mutex_lock(&nb_lock);
     if (nb_len == nb_cap) {
