@@ -884,7 +884,10 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
  * one last write attempt, then what is still queued is released
  * unwritten and the socket is closed (the peer reads EOF); the struct stays
  * the library's until on_close ran, or, without one, is the caller's when
- * the call returns, inside any of the stream's callbacks too.
+ * the call returns, inside any of the stream's callbacks too. A failed
+ * write ends the writing only (sends fail with -EPIPE; the peer reads
+ * EOF): reading goes on to the peer's EOF, and on_close then gets the
+ * write's error, the first failure.
  * lull_stream_shutdown is the graceful way: the queue is written, then the
  * write side is shut. A server (lull_server_close) has no close callback:
  * it is the caller's when that returns. docs/STREAMS.md has the long
@@ -1011,14 +1014,19 @@ LULL_EXTERN int lull_stream_connect_unix(lull_loop *loop, lull_stream *s,
                                          const lull_stream_options *opts,
                                          lull_connect_fn fn);
 /* Adopts a byte-stream fd: a connected stream socket (one end of a
- * socketpair), a pipe or FIFO end, or a character device such as a tty; it
- * is made non-blocking. The stream owns fd from here on, also on failure.
+ * socketpair), a pipe or FIFO end, or a character device such as a tty.
+ * Its shared O_NONBLOCK is left alone for a socket (MSG_DONTWAIT) and a
+ * pipe on Linux 6.5+ (RWF_NOWAIT); a tty, a named FIFO or an older
+ * kernel's pipe gets it set while the stream has the fd, cleared again
+ * when the stream closes it (STREAMS.md, "The fd's flags"). The stream
+ * owns fd from here on, also on failure.
  * Reading starts at once; on success the stream gets its close callback
  * once, whoever closes it. An fd opened for reading only refuses sends
  * (-EPIPE) and closes at EOF (reason 0); one opened for writing only never
  * reads, and a pipe's write end closes with -EPIPE when its reader goes,
  * also while nothing is queued. -EINVAL for anything else (a datagram
- * socket, a regular file, a number that is not an open fd). */
+ * socket, a listening socket, a regular file, a number that is not an
+ * open fd). */
 LULL_EXTERN int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
                                  const lull_stream_options *opts);
 /* One stream over two fds: it reads rfd and writes wfd (a pipe each way,
@@ -2054,8 +2062,9 @@ LULL_EXTERN bool lull_percore_stopping(const lull_percore *pc);
  * that lands after that loop's stop function (see lull_percore_stopping);
  * then joins the threads and frees the loops and pc. Other threads must
  * have made their last post to the loops before this call. Not from a loop
- * of pc (-EDEADLK). -EBUSY if a loop still held handles at the end (that
- * loop is not freed). */
+ * of pc nor from a pool thread (-EDEADLK). Hand-offs that never stop keep
+ * it waiting; after 1,000 rounds it names them on stderr, once. -EBUSY if
+ * a loop still held handles at the end (that loop is not freed). */
 LULL_EXTERN int lull_percore_stop(lull_percore *pc);
 
 #ifdef __cplusplus
