@@ -2,11 +2,11 @@
  * operations are src/fsops.c).
  *
  * Owns: getaddrinfo requests, a caller-owned struct around a lull_work,
- * and the journal: appends to one
- * file made durable with fdatasync, batched. Everything here is built on
- * lull_work_submit; the pool threads run only the *_run functions, which
- * touch nothing but their own request (and, for the journal, the batch it
- * was handed). Everything else runs on the loop thread.
+ * and the journal: appends to one file made durable with fdatasync,
+ * batched. Everything here is built on lull_work_submit; the pool threads run
+ * only the *_run functions, which touch nothing but their own request (and, for
+ * the journal, the batch it was handed). Everything else runs on the loop
+ * thread.
  *
  * The journal keeps at most one batch in flight, so batches are written and
  * synced in order and a completed sync covers every byte before it:

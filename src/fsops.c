@@ -27,8 +27,8 @@
 #include <string.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -280,7 +280,7 @@ static void scandir_run(lull_fs *req) {
 
 static int fs_run(lull_work *work) {
     lull_fs *req = LULL_CONTAINER_OF(work, lull_fs, work);
-    const struct timespec *ts = (const struct timespec *)(void *)req->times;
+    struct timespec ts[2]; /* utime: copied out, as they were copied in */
     int64_t r = 0;
     switch (req->op) {
     case OP_OPEN:
@@ -380,9 +380,11 @@ static int fs_run(lull_work *work) {
         r = sys(fchown(req->fd, req->uid, req->gid));
         break;
     case OP_UTIME:
+        memcpy(ts, req->times, sizeof ts);
         r = sys(utimensat(AT_FDCWD, req->path, req->flags ? NULL : ts, 0));
         break;
     case OP_FUTIME:
+        memcpy(ts, req->times, sizeof ts);
         r = sys(futimens(req->fd, req->flags ? NULL : ts));
         break;
     }
