@@ -1059,3 +1059,102 @@ TEST_THREADED(fs_emfile_reported) {
     CHECK_EQ(r2, -EMFILE);
     fs_teardown();
 }
+
+/* Cancelled while its next trip waits in the queue (behind a gate that
+ * holds the pool's only thread): cb gets -ECANCELED once, after one batch,
+ * and the listing's state is freed (ASan). */
+static gate between;
+static lull_task cancel_task;
+
+static void cancel_queued(lull_task *t) {
+    (void)t;
+    CHECK_EQ(lull_fs_cancel(&R), 0);
+    CHECK_EQ(lull_fs_cancel(&R), -EBUSY); /* its cb is on its way */
+    sem_post(&between.release);
+}
+
+static bool gate_then_cancel(lull_fs *req) {
+    (void)req;
+    if (batches != 1) return true;
+    sem_init(&between.started, 0, 0);
+    sem_init(&between.release, 0, 0);
+    lull_work_init(&between.work, gate_run, NULL);
+    CHECK_EQ(lull_work_submit(L, P, &between.work), 0);
+    lull_task_init(&cancel_task, cancel_queued);
+    lull_task_post(L, &cancel_task); /* after this batch's trip is queued */
+    return true;
+}
+
+TEST_THREADED(fs_scandir_cancelled_between_batches) {
+    make_dir();
+    CHECK_EQ(lull_loop_new(&L, NULL), 0);
+    CHECK_EQ(lull_pool_new(&P, &(lull_pool_options){.threads = 1}), 0);
+    memset(&R, 0, sizeof R);
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    on_batch_hook = gate_then_cancel;
+    CHECK_EQ(list(in_dir("d")), -ECANCELED);
+    on_batch_hook = NULL;
+    CHECK_EQ(batches, 1);
+    fs_teardown();
+}
+
+/* The pool closed while a listing is between batches: its next trip is
+ * refused, and cb gets that error once. */
+static bool close_pool(lull_fs *req) {
+    (void)req;
+    lull_pool_close(P);
+    return true;
+}
+
+TEST_THREADED(fs_scandir_pool_closed_mid_listing) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    on_batch_hook = close_pool;
+    CHECK_EQ(list(in_dir("d")), -ESHUTDOWN);
+    on_batch_hook = NULL;
+    CHECK_EQ(batches, 1);
+    CHECK_EQ(lull_fs_unlink(L, P, &R, path, on_fs), -ESHUTDOWN);
+    fs_teardown();
+}
+
+/* The file lane: a file operation stuck on its pool (a slow disk, played by
+ * a gate) holds neither the loop nor work on another pool. */
+static int cpu_done;
+
+static int cpu_run(lull_work *w) {
+    (void)w;
+    return 7;
+}
+
+static void cpu_back(lull_work *w, int status) {
+    (void)w;
+    CHECK_EQ(status, 7);
+    CHECK_EQ(ncalls, 0); /* the file operation is still held */
+    cpu_done++;
+    sem_post(&between.release);
+}
+
+TEST_THREADED(fs_file_lane_leaves_other_pools_alone) {
+    make_dir();
+    CHECK_EQ(lull_loop_new(&L, NULL), 0);
+    lull_pool *cpu;
+    CHECK_EQ(lull_pool_new(&P, &(lull_pool_options){.threads = 1}), 0);
+    CHECK_EQ(lull_pool_new(&cpu, &(lull_pool_options){.threads = 1}), 0);
+    memset(&R, 0, sizeof R);
+    gate_hold(L, P, &between);
+    lull_stat st;
+    CHECK_EQ(lull_fs_stat(L, P, &R, dir, &st, on_fs), 0);
+    lull_work w;
+    lull_work_init(&w, cpu_run, cpu_back);
+    CHECK_EQ(lull_work_submit(L, cpu, &w), 0);
+    ncalls = 0;
+    cpu_done = 0;
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cpu_done, 1);
+    CHECK_EQ(ncalls, 1);
+    CHECK_EQ(last, 0);
+    CHECK_EQ(lull_pool_free(cpu), 0);
+    fs_teardown();
+}
