@@ -690,6 +690,22 @@ TEST_THREADED(fs_copy_range_and_its_fallback) {
     CHECK_EQ(lull_fs_copy_range(L, P, &R, out, 0, in, 0, (size_t)SSIZE_MAX + 1,
                                 on_fs),
              -EINVAL);
+    /* Across filesystems (tmpfs to /tmp where both exist): the kernel
+     * copies or says EXDEV, and either way the bytes arrive. */
+    char shm[] = "/dev/shm/lull-test-fs-XXXXXX";
+    int other = access("/dev/shm", W_OK) == 0 ? mkstemp(shm) : -1;
+    if (other >= 0) {
+        unlink(shm);
+        CHECK_EQ(
+            run(lull_fs_copy_range(L, P, &R, other, 0, in, 0, 100000, on_fs)),
+            100000);
+        same_bytes(in, 0, other, 0, 100000);
+        CHECK_EQ(
+            run(lull_fs_copy_range(L, P, &R, out, 0, other, 0, 100000, on_fs)),
+            100000);
+        same_bytes(in, 0, out, 0, 100000);
+        close(other);
+    }
     int ro = open(path, O_RDONLY);
     CHECK_EQ(run(lull_fs_copy_range(L, P, &R, ro, 0, in, 0, 10, on_fs)),
              -EBADF);
