@@ -1816,12 +1816,41 @@ LULL_EXTERN bool lull_work_busy(const lull_work *work);
 
 /* ----------------------------------------------- pool: file helpers */
 
-/* One-shot file operations on a pool: the request is caller-owned, cb runs
- * on the loop with the result (a non-negative value or a negative errno;
- * -ECANCELED when cancelled). Paths and buffers stay the caller's and must
- * stay valid until cb runs. */
+/* One-shot file operations on a pool (docs/POOL.md): the request is
+ * caller-owned, cb runs on the loop once with the result (a non-negative
+ * value or a negative errno, the kernel's; -ECANCELED when cancelled). Paths
+ * and buffers stay the caller's and must stay valid until cb runs. Refused
+ * at once (cb never runs): -EINVAL for NULL arguments, a path of PATH_MAX
+ * bytes or more, a length past SSIZE_MAX; -EBUSY while req is in flight;
+ * -EAGAIN, -ESHUTDOWN as lull_work_submit. Give files a pool of their own
+ * (a lane), so a slow disk never holds up other work. Loop thread. */
 typedef struct lull_fs lull_fs;
 typedef void (*lull_fs_fn)(lull_fs *req, int64_t result);
+
+/* lull_fs_stat's result, filled from statx (fstatat where statx is
+ * missing: btime then stays 0). Times are nanoseconds since the epoch. */
+typedef struct lull_stat {
+    uint64_t dev, ino, rdev;
+    uint32_t mode, nlink, uid, gid;
+    uint64_t size, blksize, blocks;
+    int64_t atime_ns, mtime_ns, ctime_ns, btime_ns;
+} lull_stat;
+
+/* One directory entry of a lull_fs_scandir batch. */
+typedef struct lull_dirent {
+    uint64_t ino;
+    unsigned char type; /* DT_REG, DT_DIR, ... (DT_UNKNOWN on some fs) */
+    char name[256];     /* NUL-terminated; never "." or ".." */
+} lull_dirent;
+
+/* Runs on the loop for each batch of at most LULL_FS_DIR_BATCH entries;
+ * the array is lull's, valid during the call. Return false to stop (cb
+ * then gets the count so far). */
+typedef bool (*lull_fs_dir_fn)(lull_fs *req, const lull_dirent *ents, size_t n);
+#define LULL_FS_DIR_BATCH 256
+
+struct iovec;
+struct timespec;
 
 struct lull_fs {
     void *data;         /* yours (lull never touches it) */
@@ -1829,14 +1858,22 @@ struct lull_fs {
     struct {            /* lull's own */
         lull_work work; /* the operation, on the pool */
         lull_fs_fn cb;
-        int op;           /* which operation (src/fs.c) */
-        int fd;           /* read, close */
-        int flags;        /* open */
-        unsigned mode;    /* open */
-        const char *path; /* open */
-        void *buf;        /* read: filled with up to len bytes */
+        int op;            /* which operation (src/fs.c) */
+        int fd, fd2;       /* fd2: the destination of copies */
+        int flags;         /* open */
+        unsigned mode;     /* open, mkdir, chmod */
+        uint32_t uid, gid; /* chown */
+        const char *path;  /* the path, or a link's target */
+        const char *path2; /* rename, link, symlink: the new name */
+        void *buf;         /* read, write, readlink, realpath, stat */
         size_t len;
-        uint64_t offset; /* read: file offset */
+        uint64_t offset, offset2; /* offset2: the destination's */
+        const struct iovec *iov;  /* readv, writev */
+        int iovcnt;
+        bool stop;             /* scandir: cancelled inside a batch */
+        int64_t times[4];      /* utime: atime, mtime (sec, nsec) */
+        lull_fs_dir_fn dir_cb; /* scandir */
+        void *dir;             /* scandir: its state, allocated */
     };
 };
 
@@ -1852,7 +1889,101 @@ LULL_EXTERN int lull_fs_close(lull_loop *loop, lull_pool *pool, lull_fs *req,
 LULL_EXTERN int lull_fs_read(lull_loop *loop, lull_pool *pool, lull_fs *req,
                              int fd, void *buf, size_t len, uint64_t offset,
                              lull_fs_fn cb);
-/* lull_work_cancel for a file request. */
+/* Writes all len bytes at offset. Result: len, or what was written before
+ * an error (the error when nothing was). */
+LULL_EXTERN int lull_fs_write(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              int fd, const void *buf, size_t len,
+                              uint64_t offset, lull_fs_fn cb);
+/* preadv/pwritev, completed as lull_fs_read/lull_fs_write; 1 to IOV_MAX
+ * buffers (the array stays the caller's until cb). */
+LULL_EXTERN int lull_fs_readv(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              int fd, const struct iovec *iov, int iovcnt,
+                              uint64_t offset, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_writev(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               int fd, const struct iovec *iov, int iovcnt,
+                               uint64_t offset, lull_fs_fn cb);
+/* Fill *out (the caller's until cb). Result: 0. lstat does not follow a
+ * final symlink. */
+LULL_EXTERN int lull_fs_stat(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                             const char *path, lull_stat *out, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_lstat(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, lull_stat *out, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_fstat(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              int fd, lull_stat *out, lull_fs_fn cb);
+/* Path operations. Result: 0. */
+LULL_EXTERN int lull_fs_rename(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               const char *from, const char *to, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_unlink(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               const char *path, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_mkdir(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, unsigned mode, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_rmdir(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, lull_fs_fn cb);
+/* tmpl ends in "XXXXXX", replaced in place by the new directory's name. */
+LULL_EXTERN int lull_fs_mkdtemp(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                char *tmpl, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_link(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                             const char *from, const char *to, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_symlink(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                const char *target, const char *linkpath,
+                                lull_fs_fn cb);
+/* Into buf (NUL-terminated). Result: the length; -ENAMETOOLONG when it
+ * does not fit. */
+LULL_EXTERN int lull_fs_readlink(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                 const char *path, char *buf, size_t size,
+                                 lull_fs_fn cb);
+LULL_EXTERN int lull_fs_realpath(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                 const char *path, char *buf, size_t size,
+                                 lull_fs_fn cb);
+/* Lists path in batches: dir_cb per batch, then cb with the entry count.
+ * The batches are separate pool trips, so the loop runs between them. The
+ * one file operation that allocates: one batch (about 70 KB) per listing,
+ * freed before cb. */
+LULL_EXTERN int lull_fs_scandir(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                const char *path, lull_fs_dir_fn dir_cb,
+                                lull_fs_fn cb);
+/* Result: 0. */
+LULL_EXTERN int lull_fs_fsync(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              int fd, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_fdatasync(lull_loop *loop, lull_pool *pool,
+                                  lull_fs *req, int fd, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_ftruncate(lull_loop *loop, lull_pool *pool,
+                                  lull_fs *req, int fd, uint64_t len,
+                                  lull_fs_fn cb);
+/* Copies len bytes from fd_in at off_in to fd_out at off_out with
+ * copy_file_range, by pread/pwrite where the kernel refuses (EXDEV, EINVAL,
+ * ENOSYS, EOPNOTSUPP). Result: bytes copied (fewer at fd_in's end). */
+LULL_EXTERN int lull_fs_copy_range(lull_loop *loop, lull_pool *pool,
+                                   lull_fs *req, int fd_out, uint64_t off_out,
+                                   int fd_in, uint64_t off_in, size_t len,
+                                   lull_fs_fn cb);
+/* sendfile: fd_in at off_in to fd_out at its current position (a socket,
+ * a pipe), by pread/write where the kernel refuses. Result: bytes sent. */
+LULL_EXTERN int lull_fs_sendfile(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                 int fd_out, int fd_in, uint64_t off_in,
+                                 size_t len, lull_fs_fn cb);
+/* Result: 0. uid or gid (uint32_t)-1 leaves it unchanged. */
+LULL_EXTERN int lull_fs_chmod(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, unsigned mode, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_fchmod(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               int fd, unsigned mode, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_chown(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, uint32_t uid, uint32_t gid,
+                              lull_fs_fn cb);
+LULL_EXTERN int lull_fs_fchown(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               int fd, uint32_t uid, uint32_t gid,
+                               lull_fs_fn cb);
+/* utimensat/futimens: ts[0] atime, ts[1] mtime (copied; UTIME_NOW and
+ * UTIME_OMIT as the kernel's; NULL = now). Result: 0. */
+LULL_EXTERN int lull_fs_utime(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, const struct timespec *ts,
+                              lull_fs_fn cb);
+LULL_EXTERN int lull_fs_futime(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               int fd, const struct timespec *ts,
+                               lull_fs_fn cb);
+/* lull_work_cancel for a file request: 0 while it waits (cb then gets
+ * -ECANCELED once, in a later task), also for a scandir between batches or
+ * inside its dir_cb; -EBUSY once a thread runs it. */
 LULL_EXTERN int lull_fs_cancel(lull_fs *req);
 
 /* A journal: appends to one file, written and made durable with fdatasync
