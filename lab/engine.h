@@ -234,6 +234,8 @@ void lab_verdict_expect(const char *id, const char *why);
 /* Prints the verdict; writes it into json (may be NULL) as "verdict".
  * Returns the lines missed and not marked noisy (what --strict fails on). */
 int lab_verdict_print(lab_json *json);
+/* The verdict's fixed lines, for `lull-lab titles`. */
+void lab_verdict_titles(void);
 
 /* -------------------------------------------------------------- noise */
 

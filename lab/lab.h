@@ -17,8 +17,8 @@
 typedef struct lab_plot lab_plot;
 
 typedef struct lab_options {
-    bool quick; /* small sizes: `make demo` runs `all --quick` */
-    int rounds; /* rounds per figure; 0 = the scenario's default */
+    bool quick;            /* small sizes: `make demo` runs `all --quick` */
+    int rounds;            /* rounds per figure; 0 = the scenario's default */
     const char *json_path; /* --json FILE, or NULL */
     const char *only;      /* --only NAME: the one figure of a scenario to
                               run (its JSON key), or NULL for all */
@@ -48,7 +48,11 @@ typedef struct lab_scenario {
     int (*run)(const lab_options *opts, lab_json *json);
     const char *title;    /* its heading in the short output (< 100 columns) */
     const char *measures; /* the verdict's ids it adds lines for: contracts
-                             ("C1 C2") and its seed table (its own name) */
+                             ("C1 C2") and its own line (its name) */
+    /* Every other fixed line its short output may print, each variant of
+     * it (NULL-terminated; may be NULL): `lull-lab titles` lists them with
+     * the titles, so a test checks their width whatever the machine. */
+    const char *const *headings;
 } lab_scenario;
 
 extern const lab_scenario lab_turns;     /* lab/turns.c */

@@ -712,4 +712,5 @@ const lab_scenario lab_loopback = {
     "loopback (1B): serialized commits over the loopback pair, one frame a "
     "turn",
     "C6 loopback",
+    NULL,
 };

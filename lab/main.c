@@ -148,6 +148,21 @@ static void expect_verdict(const lab_scenario *only) {
     }
 }
 
+/* `lull-lab titles`: every fixed line of the short output, each variant
+ * once, one a line, measuring nothing. The width test reads it
+ * (lab/CMakeLists.txt: lab.title_widths), so a variant this machine would
+ * not print (no tracefs, no io_uring) is checked all the same. */
+static int titles(void) {
+    printf("%s\n", LAB_RATIO_RULE);
+    for (size_t i = 0; i < SCENARIO_COUNT; i++) {
+        printf("%s\n", scenarios[i]->title);
+        for (const char *const *h = scenarios[i]->headings; h && *h; h++)
+            printf("%s\n", *h[0] == '\n' ? *h + 1 : *h);
+    }
+    lab_verdict_titles();
+    return 0;
+}
+
 static const lab_scenario *find(const char *name) {
     for (size_t i = 0; i < SCENARIO_COUNT; i++)
         if (strcmp(scenarios[i]->name, name) == 0) return scenarios[i];
@@ -161,6 +176,7 @@ int main(int argc, char **argv) {
         return lab_soak_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "runner-child") == 0)
         return runner_child_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "titles") == 0) return titles();
     lab_options opts = {.argv0 = argv[0]};
     const char *command = NULL;
     for (int i = 1; i < argc; i++) {

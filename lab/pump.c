@@ -485,4 +485,5 @@ const lab_scenario lab_pump = {
     run_pump,
     "pump (1A): a delivery pump polling every 5 ms vs woken by notification",
     "C4 C8 pump",
+    NULL,
 };

@@ -456,4 +456,5 @@ const lab_scenario lab_replicate = {
     run_replicate,
     "replicate (1C): a catch-up sender yielding per record vs on the quantum",
     "C5 C6 replicate",
+    NULL,
 };

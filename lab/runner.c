@@ -28,6 +28,11 @@
 
 #define MS 1000000ull
 
+/* The line under the short table's title. */
+#define RUNNER_LEGEND                                                          \
+    "per session per second; idle CPU: the transport's process; × p50: the "  \
+    "row's ÷ lull's, same policy"
+
 enum {
     RV_P50,
     RV_P95,
@@ -438,10 +443,7 @@ static int run_runner(const lab_options *opts, lab_json *json) {
             lab_fig_free(f);
         }
     }
-    if (t.rows > 1)
-        lab_table_brief(&t, "per session per second; idle CPU: the "
-                            "transport's process; × p50: the row's ÷ lull's, "
-                            "same policy");
+    if (t.rows > 1) lab_table_brief(&t, RUNNER_LEGEND);
     if (!node) printf("  Node: not run (%s)\n", no_node);
     if (main_f) {
         verdict(main_f, sizes[0], node, no_node);
@@ -449,6 +451,8 @@ static int run_runner(const lab_options *opts, lab_json *json) {
     }
     return rc;
 }
+
+static const char *const runner_headings[] = {RUNNER_LEGEND, NULL};
 
 const lab_scenario lab_runner = {
     "runner",
@@ -459,4 +463,5 @@ const lab_scenario lab_runner = {
     "runner (1A, processes): runners commit, a transport polls every 5 ms or "
     "is woken; beside Node",
     "runner",
+    runner_headings,
 };

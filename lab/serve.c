@@ -566,6 +566,9 @@ static int run_serve(const lab_options *opts, lab_json *json) {
     return rc;
 }
 
+static const char *const serve_headings[] = {
+    SERVE_FLOOR_TITLE_KERNEL, SERVE_FLOOR_TITLE_OWN, SERVE_SUITE_TITLE, NULL};
+
 const lab_scenario lab_serve = {
     "serve",
     "a Redis-protocol server: lull-kv beside redis-server under "
@@ -576,4 +579,5 @@ const lab_scenario lab_serve = {
     run_serve,
     "serve: lull-kv beside redis-server, both under redis-benchmark",
     "serve",
+    serve_headings,
 };

@@ -26,7 +26,20 @@ extern const int depth[DEPTHS];
 
 enum { R_KV_PER_RECORD, R_KV_BUDGET, R_REDIS, REPL_ROWS };
 
-/* lull-kv's default quantum (a shared loop's: BRIEF C5); the budget-mode
+/* The floor table's title, one for each source of its system-call count
+ * (lab/serve_floor.c): `lull-lab titles` lists both, so the width test
+ * sees each whatever the machine exposes. */
+#define SERVE_FLOOR_TITLE_KERNEL                                               \
+    "floors: plain C servers, no lull; [system calls], the kernel's count; "   \
+    "ratios round by round"
+#define SERVE_FLOOR_TITLE_OWN                                                  \
+    "floors: plain C servers, no lull; [system calls], the server's own "      \
+    "count; ratios round by round"
+#define SERVE_SUITE_TITLE                                                      \
+    "redis-benchmark's default suite, 50 clients: lull-kv's CPU µs/req and "  \
+    "req/s, × vs redis-server"
+
+/* lull-kv's default quantum (a shared loop's, contract C5); the budget-mode
  * target is this plus 1 ms. */
 #define KV_QUANTUM_MS 0.5
 

@@ -446,11 +446,9 @@ static void print_brief(lab_fig *const *tf) {
                           lab_fmt_ratio(a, ratio(f, d, TV_RPS)));
         }
     }
-#define BRIEF_TITLE                                                            \
-    "redis-benchmark's default suite, 50 clients: lull-kv's CPU µs/req and "  \
-    "req/s, × vs redis-server" /* 94 columns: at most 100 */
     /* A blank line after the short table before it (--verbose has one). */
-    lab_table_brief(&t, lab_verbose ? BRIEF_TITLE : "\n" BRIEF_TITLE);
+    lab_table_brief(&t,
+                    lab_verbose ? SERVE_SUITE_TITLE : "\n" SERVE_SUITE_TITLE);
 }
 
 /* The targets: server CPU per request ≤ 0.9× redis-server's (× ≥ 1/0.9)

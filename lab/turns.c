@@ -573,4 +573,5 @@ const lab_scenario lab_turns = {
     "turns: what a turn, a timer and an idle loop cost, beside libuv, libev, "
     "libevent and Node",
     "C1 C2 C3 C7",
+    NULL,
 };

@@ -28,18 +28,10 @@ static const char *current; /* the scenario running, for lab_verdict_add */
 static const struct {
     const char *id, *name;
 } names[] = {
-    {"C1", "Quiet"},
-    {"C2", "Turns"},
-    {"C3", "Zero-delay"},
-    {"C4", "Notification"},
-    {"C5", "Budget"},
-    {"C6", "Transports"},
-    {"C7", "Deterministic"},
-    {"C8", "Visible"},
-    {"pump", "1A"},
-    {"loopback", "1B"},
-    {"replicate", "1C"},
-    {"serve", "lull-kv"},
+    {"C1", "Quiet"},         {"C2", "Turns"},     {"C3", "Zero-delay"},
+    {"C4", "Notification"},  {"C5", "Budget"},    {"C6", "Transports"},
+    {"C7", "Deterministic"}, {"C8", "Visible"},   {"pump", "1A"},
+    {"loopback", "1B"},      {"replicate", "1C"}, {"serve", "lull-kv"},
     {"runner", "1A"},
 };
 
@@ -166,9 +158,8 @@ static void fill_row(vrow *r, const lab_verdict *v, bool first) {
     if (v->status == LAB_V_NOT_RUN) {
         /* Precisions so the compiler can see it fits: the cell is cut to
          * its column anyway. */
-        snprintf(r->cell[COL_WHAT], sizeof r->cell[0], "%.96s%s%.96s",
-                 v->what, v->what[0] ? ": " : "",
-                 v->note[0] ? v->note : "not run");
+        snprintf(r->cell[COL_WHAT], sizeof r->cell[0], "%.96s%s%.96s", v->what,
+                 v->what[0] ? ": " : "", v->note[0] ? v->note : "not run");
     } else {
         snprintf(r->cell[COL_WHAT], sizeof r->cell[0], "%s", v->what);
         snprintf(r->cell[COL_TARGET], sizeof r->cell[0], "%s", v->target);
@@ -337,6 +328,11 @@ int lab_verdict_print(lab_json *json) {
         lab_json_end_array(json);
     }
     return strict;
+}
+
+void lab_verdict_titles(void) {
+    printf("verdict: %d met (✓), %d missed (✗), %d not run\n", MAX_LINES,
+           MAX_LINES, MAX_LINES);
 }
 
 /* -------------------------------------------------------------- noise */
