@@ -123,6 +123,9 @@ int lab_table_row(lab_table *t);
 void lab_table_set(lab_table *t, int row, int col, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void lab_table_print(const lab_table *t, FILE *out);
+/* The same without the rule under the header: the short output's tables,
+ * whose header is the line under their title. */
+void lab_table_print_short(const lab_table *t, FILE *out);
 
 /* Formats "median [min–max]" with a precision suited to the magnitude. */
 void lab_format_series(char *buf, size_t size, const lab_series *s);

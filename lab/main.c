@@ -4,7 +4,7 @@
  *
  * To add a scenario: declare its lab_scenario in lab/lab.h and list it in
  * `scenarios` below; its `measures` names the verdict lines it adds (its
- * seed table's id is its own name), so a run without it still says
+ * own line's id is its name), so a run without it still says
  * "not run" on each. `all` runs the table in order.
  *
  * Exit status: 0 when every delivered-data check passed, 1 when one
@@ -120,7 +120,7 @@ static void machine_notes(const lab_options *opts, lab_json *json) {
 static const char *const contracts[] = {"C1", "C2", "C3", "C4",
                                         "C5", "C6", "C7", "C8"};
 
-/* A line for every contract and every seed table, "not run" with the
+/* A line for every contract and every scenario, "not run" with the
  * reason when no scenario of this run measured it. */
 static void expect_verdict(const lab_scenario *only) {
     char why[96];

@@ -22,8 +22,8 @@ extern const char *const pump_mode_name[MODES];  /* JSON */
 extern const char *const pump_mode_label[MODES]; /* tables */
 
 typedef struct params {
-    int sessions;           /* the main table's size (default 12) */
-    int events;             /* per turn: 40, the investigation's */
+    int sessions; /* the main table's size (default 12) */
+    int events;   /* per turn: 40, as the polling pump was first measured */
     uint64_t interval_ns;   /* provider: one event every 15 ms */
     uint64_t poll_ns;       /* poll modes' period: 5 ms */
     uint64_t grid_ns;       /* poll_ms_grid: the runtime's timer unit, 1 ms */

@@ -2,7 +2,7 @@
  * it alone): each event is appended to a per-session journal file and made
  * durable with fdatasync before its commit becomes readable, in notify
  * mode. Four variants, 4 and 12 sessions: in memory (no journal, the
- * baseline); sync on the loop thread (the investigation's "before": write
+ * baseline); sync on the loop thread (the "before": write
  * + fdatasync in the provider's callback); a lull_journal per session on a
  * worker pool (the commit becomes readable in the sync's completion); and
  * one shared lull_journal for every session (group commit across
@@ -87,7 +87,7 @@ static void journal_event(session *s, int k, uint64_t due) {
     case J_MEMORY:
         make_readable(s, j);
         break;
-    case J_LOOP: /* the investigation's "before": the loop thread blocks */
+    case J_LOOP: /* the "before": the loop thread blocks */
         if (write_at(s->fd, j->bytes, JREC, s->jend) < 0 ||
             fdatasync(s->fd) < 0)
             r->journal_errors++;

@@ -577,7 +577,8 @@ const lab_scenario lab_serve = {
     "64 MiB value, idle with 10^6 keys that expire, pub/sub with a "
     "subscriber that never reads",
     run_serve,
-    "serve: lull-kv beside redis-server, both under redis-benchmark",
+    "serve: lull-kv beside redis-server and floors (plain C servers, no "
+    "lull), under redis-benchmark",
     "serve",
     serve_headings,
 };

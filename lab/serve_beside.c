@@ -120,9 +120,7 @@ void serve_brief_row(lab_table *t, const char *label, double kv, double redis,
 }
 
 /* The 64 MiB value within 2× of redis-server's time and no wakeup when
- * idle, on one line. The line is a timing one (which the machine's noise
- * may excuse) only when the 64 MiB part alone missed: a wakeup is a
- * count, whatever else the machine did. */
+ * idle, on one line. */
 static void side_verdict(const serve_side *side) {
     lab_verdict *v = lab_verdict_add("serve", SERVE_V_BESIDE);
     if (!v) return;
@@ -140,8 +138,7 @@ static void side_verdict(const serve_side *side) {
         snprintf(big_what, sizeof big_what, "64 MiB %s ms",
                  lab_fmt3(a, side->big_kv_ms));
     if (side->idle_ran)
-        snprintf(idle_what, sizeof idle_what, "idle %.3g wakeups/s",
-                 side->idle_kv);
+        snprintf(idle_what, sizeof idle_what, "idle %.3g/s", side->idle_kv);
     snprintf(v->what, sizeof v->what, "%s%s%s", big_what, both ? "; " : "",
              idle_what);
     snprintf(v->target, sizeof v->target, "%s%s%s", side->big_ran ? "≤ 2×" : "",
@@ -150,8 +147,12 @@ static void side_verdict(const serve_side *side) {
     snprintf(v->peer, sizeof v->peer, "redis %s%s%s",
              side->big_ran ? lab_fmt_ratio(b, side->big_x) : "",
              both ? "; " : "", side->idle_ran ? c : "");
-    v->timing = !big_ok && idle_ok;
-    lab_verdict_judge(v, big_ok && idle_ok);
+    v->timing = true;
+    (void)big_ok;
+    (void)idle_ok;
+    /* A wakeup is a count: its miss has no size, so never noise. */
+    if (side->big_ran) lab_verdict_bound(v, side->big_x, 0.5, false);
+    if (side->idle_ran) lab_verdict_bound(v, side->idle_kv, 0, true);
 }
 
 int serve_beside(const lab_options *opts, lab_json *json) {
@@ -167,8 +168,9 @@ int serve_beside(const lab_options *opts, lab_json *json) {
     if (rc == 0 && idle) rc = serve_idle(opts, json, &t, &side);
     if (rc == 0 && serve_wants(opts, "pubsub"))
         rc = serve_pubsub(opts, json, &t);
-    /* "": a blank line, after the short table before it. */
-    if (t.rows > 1) lab_table_brief(&t, lab_verbose ? NULL : "");
+    /* --verbose only: the short output's verdict has the 64 MiB value and
+     * the idle wakeups (and the demo fits 80 lines). */
+    if (t.rows > 1 && lab_verbose) lab_table_brief(&t, NULL);
     if (rc == 0 && (big || idle)) side_verdict(&side);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* The `turns` scenario (BRIEF §4): what one turn of the loop costs, lull
+/* The `turns` scenario: what one turn of the loop costs, lull
  * beside libuv, libev, libevent and Node on the same machine in one run.
  *
  * Figures: (1) posted-task (next-iteration) chain and (2) zero-delay timer

@@ -10,7 +10,7 @@
 typedef struct turns_figure {
     lab_fig_spec spec;  /* key, title, policy header, columns, ×, flags */
     const char *method; /* how it is measured; NULL: print_method says */
-    const char *target; /* lull's target from BRIEF §5 */
+    const char *target; /* lull's target (README: The contracts) */
     int rows_of;        /* the figure whose entries it runs */
 } turns_figure;
 
