@@ -414,13 +414,76 @@ void lab_verdict_titles(void) {
     printf("verdict: %d met (✓), %d missed (✗: %d noisy, %d floor-bound), "
            "%d not run\n",
            MAX_LINES, MAX_LINES, MAX_LINES, MAX_LINES, MAX_LINES);
-    lab_verdict v = {.id = "replicate",
+    lab_verdict w = {.id = "replicate",
                      .moved = "the epoll floor's CPU/req",
-                     .moved_by = 99.9,
-                     .miss = 99.9};
+                     .moved_by = 99.99,
+                     .miss = 99.99};
     char buf[WIDTH * 3];
-    noisy_reason(&v, buf, sizeof buf);
+    noisy_reason(&w, buf, sizeof buf);
     puts(buf);
+
+    /* A verdict of made-up lines, one of each reading, with cells as wide
+     * as the scenarios' widest: lab.verdict_rules checks how each reads,
+     * lab.title_widths that it fits. */
+    nlines = 0;
+    current = "sample";
+    lab_verdict *v;
+    /* Missed by 2×; a peer moved 3× in the same rounds: noisy. */
+    if ((v = lab_verdict_add("C1", 0))) {
+        snprintf(v->what, sizeof v->what, "10k idle: 1 wakeup, 200 µs/s");
+        snprintf(v->target, sizeof v->target, "≤ 1, < 100 µs/s");
+        snprintf(v->peer, sizeof v->peer, "libevent 35.0 ×0.18");
+        lab_verdict_spread(v, "libevent's idle CPU", 3);
+        lab_verdict_bound(v, 200, 100, true);
+    }
+    /* The same, but a peer met the target in the same rounds: plain. */
+    if ((v = lab_verdict_add("C2", 0))) {
+        snprintf(v->what, sizeof v->what, "task 26.5 ns a hop, I/O 0.5 ms");
+        snprintf(v->target, sizeof v->target, "< best peer");
+        snprintf(v->peer, sizeof v->peer, "libevent 13.2 ×0.50");
+        lab_verdict_spread(v, "libevent's row", 3);
+        lab_verdict_peer_met(v, "libevent");
+        lab_verdict_bound(v, 26.5, 13.2, true);
+    }
+    /* The floor misses the bound too, by 1.74×: floor-bound. */
+    if ((v = lab_verdict_add("C3", 0))) {
+        snprintf(v->what, sizeof v->what, "notify: p50 27.8, p99 601 µs");
+        snprintf(v->target, sizeof v->target, "≤ 50, ≤ 500, ×10");
+        snprintf(v->peer, sizeof v->peer, "Node 211 ×7.57");
+        lab_verdict_bound_floor(v, 27.8, 50, true, 23.6, "p50 ≤ 2.1× floor");
+        lab_verdict_bound_floor(v, 601, 500, true, 872, "p99 ≤ 0.57× floor");
+    }
+    /* The floor misses one bound, but another is missed too: plain. */
+    if ((v = lab_verdict_add("C3", 1))) {
+        snprintf(v->what, sizeof v->what, "notify: p50 80.0, p99 601 µs");
+        snprintf(v->target, sizeof v->target, "≤ 50, ≤ 500 µs");
+        lab_verdict_bound_floor(v, 80, 50, true, 23.6, "p50 ≤ 2.1× floor");
+        lab_verdict_bound_floor(v, 601, 500, true, 872, "p99 ≤ 0.57× floor");
+    }
+    /* Missed by 1.5×; the floor moved 1.2×, less: plain. */
+    if ((v = lab_verdict_add("C4", 0))) {
+        snprintf(v->what, sizeof v->what, "64-B ping-pong 1.73× floor");
+        snprintf(v->target, sizeof v->target, "≤ 1.15× floor");
+        snprintf(v->peer, sizeof v->peer, "met in 7, 10 of 10 tests");
+        lab_verdict_spread(v, "the blocking floor", 1.2);
+        lab_verdict_bound(v, 1.73, 1.15, true);
+    }
+    /* A count, missed: never noisy, whatever moved. */
+    if ((v = lab_verdict_add("C5", 0))) {
+        snprintf(v->what, sizeof v->what, "idle: 3 reads, 0 wakeups");
+        snprintf(v->target, sizeof v->target, "0, 0 / session");
+        lab_verdict_spread(v, "Node's CPU", 50);
+        lab_verdict_bound(v, 3, 0, true);
+    }
+    if ((v = lab_verdict_add("C7", 0))) {
+        snprintf(v->what, sizeof v->what, "same order; 1 h in 27.8 ms");
+        snprintf(v->target, sizeof v->target, "same as real");
+        snprintf(v->peer, sizeof v->peer, "–");
+        lab_verdict_judge(v, true);
+    }
+    lab_verdict_expect("C8", "`lull-lab pump` measures it");
+    current = NULL;
+    lab_verdict_print(NULL);
 }
 
 /* -------------------------------------------------------------- noise */
