@@ -257,7 +257,7 @@ static void brief(const rfigs *x) {
     lab_table_init(&t, 4, header);
     const lab_fig *f = x->f4;
     double b = med(f, M_BUDGET_SHARED, RV_CPU_PER_ENTRY);
-    brief_row(&t, "CPU / entry, 4 replicas, budget", b, "µs", "per-record turn",
+    brief_row(&t, "CPU / entry, 4 replicas, budget", b, "µs", "lull per-record",
               med(f, M_PER_RECORD, RV_CPU_PER_ENTRY));
     /* The per-record post, the ping and the progress timer: --verbose
      * and the verdict's C5 lines (the demo fits 80 lines). */
