@@ -121,6 +121,30 @@ bool serve_start_kv(server *s, const char *const *extra, int cpu);
 bool serve_spawn_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
 bool serve_start_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
 
+/* The rows' helpers (serve_proc.c): */
+
+/* Whether `serve --only NAME` runs the figure `name` (no --only: all). */
+bool serve_wants(const lab_options *opts, const char *name);
+
+/* CPU time of every thread of pid in ns, from /proc/PID/task/TID/schedstat
+ * (the time /proc/PID/stat's utime + stime count, to the ns rather than
+ * in 10 ms ticks), else from stat's ticks. False when pid is gone. */
+bool serve_cpu_ns(pid_t pid, uint64_t *ns);
+/* A number from /proc/PID/status ("VmHWM", "VmRSS" in kB;
+ * "voluntary_ctxt_switches"), or -1. */
+long long serve_status_field(pid_t pid, const char *name);
+/* Runs fn(arg) on a new thread pinned to cpu (-1: not pinned) and waits
+ * for it: the clients of lull-lab's own run beside the server's CPU, as
+ * redis-benchmark does. Returns what fn returned (an int cast to void *),
+ * or a negative errno when the thread could not start. */
+int serve_run_pinned(int cpu, void *(*fn)(void *), void *arg);
+/* One request and its whole reply over a blocking connection: the text
+ * of `INFO section`'s bulk reply into buf; 0 or -1. */
+int serve_info(int fd, const char *section, char *buf, size_t size);
+/* The short table's row: a figure, lull-kv's value, redis-server's, ×. */
+void serve_brief_row(lab_table *t, const char *label, double kv, double redis,
+                     double ratio);
+
 /* --------------------------------------------- floors (serve_floor.c) */
 
 /* The floor rows: servers with no loop library beside lull-kv and
