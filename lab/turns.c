@@ -130,10 +130,6 @@ const turns_figure turns_figures[TURNS_FIGURES] = {
                        TURNS_VIRTUAL},
 };
 
-bool turns_is_trip(int f) {
-    return turns_figures[f].rows_of == TURNS_ROUNDTRIP;
-}
-
 /* ----------------------------------------------------------- the peers */
 
 /* Every implementation the lab knows, in row order; a NULL peer was not
@@ -290,9 +286,6 @@ static bool timers_cell(const lab_fig *f, const lab_row *rw, int v, char *buf,
     snprintf(buf, size, "%s [%s–%s]", mid, lo, hi);
     return true;
 }
-
-/* Measured by turns_report_timers, written to the timers figure's JSON. */
-double turns_clock_ns = NAN;
 
 static void fig_json(const lab_fig *fig, const lab_row *rw, lab_json *j) {
     const fig_ctx *c = fig->ctx;
