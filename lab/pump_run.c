@@ -179,7 +179,6 @@ static void stream_deadline(lull_timer *t) {
 }
 
 void pump_run_close(run *r) {
-    if (r->journal) pump_journal_close(r);
     for (int i = 0; i < r->n; i++) {
         session *s = &r->s[i];
         lull_timer_stop(&s->poll);
