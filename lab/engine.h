@@ -229,8 +229,12 @@ typedef struct lab_verdict {
     char note[160];    /* not run: why; else anything the line must say */
     double miss;       /* missed: lull's figure ÷ the target (≥ 1); NAN
                           when the miss has no size (a count, an order) */
-    char moved[64];    /* the floor or peer that moved the most ... */
+    char moved[64];    /* what moved enough to explain the largest miss */
     double moved_by;   /* ... and by how much over the rounds (max ÷ min) */
+    char ev[64];       /* the evidence for the bounds that follow: the */
+    double ev_by;      /* floor or peer that moved most, and by how much */
+    bool ev_used;      /* a bound took it: the next spread starts anew */
+    bool unexplained;  /* a bound missed by more than its evidence moved */
     char peer_met[64]; /* a peer that met the target in the same rounds */
     double floor_by;   /* a bound lull and the floor both missed: the
                           floor's figure ÷ the bound (> 1); NAN: none */
@@ -251,7 +255,9 @@ void lab_verdict_judge(lab_verdict *v, bool ok);
  * the largest miss (value ÷ bound, or bound ÷ value). */
 void lab_verdict_bound(lab_verdict *v, double value, double bound, bool upper);
 /* A floor or peer measured in the same rounds as lull's figure, and its
- * spread over them (max ÷ min): the evidence a miss may be noise. */
+ * spread over them (max ÷ min): the evidence a miss of the bounds that
+ * follow (up to the next spread after a bound) may be noise. A line is
+ * noisy when every bound it missed had evidence that moved as much. */
 void lab_verdict_spread(lab_verdict *v, const char *what, double spread);
 /* A peer that met the target in the same rounds: a miss is then plain. */
 void lab_verdict_peer_met(lab_verdict *v, const char *peer);

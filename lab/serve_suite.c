@@ -475,9 +475,9 @@ static void verdict(lab_fig *const *tf) {
             const lab_row *r = &tf[k]->rows[d * SERVERS + S_REDIS];
             lab_verdict_spread(v, "redis-server's CPU/req",
                                lab_row_spread(r, TV_CPU));
+            lab_verdict_bound(v, x, CPU_TARGET, false);
             lab_verdict_spread(v, "redis-server's req/s",
                                lab_row_spread(r, TV_RPS));
-            lab_verdict_bound(v, x, CPU_TARGET, false);
             lab_verdict_bound(v, y, RPS_TARGET, false);
         }
     if (!v || n == 0) return;

@@ -384,7 +384,7 @@ static void verdict_lateness(const lab_fig *f) {
     lab_verdict_bound(v, x, 1.1, true);
     if (early < 0) { /* a timer early is a plain miss, whatever the noise */
         lab_verdict_judge(v, false);
-        v->miss = INFINITY;
+        v->unexplained = true;
     }
 }
 

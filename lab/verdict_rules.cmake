@@ -7,6 +7,8 @@
 #       ... and another bound missed besides               ✗
 #   C4  missed by 1.5×, the floor moved 1.2×               ✗
 #   C5  a count missed (no size), a peer moved 50×         ✗
+#   C6  the floor moved 4× before a bound met; Node 1.1×
+#       before the bound missed by 1.5×                    ✗
 #   C7  met ✓; C8 not run
 # On failure it prints the sample verdict.
 #
@@ -29,6 +31,7 @@ set(expect
   "\nC3 [^\n]*p99 ≤ 0.57× floor  +✗ floor-bound \\(floor ×1.7\\)\n +notify: p50 80[^\n]*[^)]  ✗\n"
   "\nC4 [^\n]*[^y]  ✗\n"
   "\nC5 [^\n]*[^y]  ✗\n"
+  "\nC6 [^\n]*[^y]  ✗\n"
   "\nC7 [^\n]*  ✓\n"
   "\nC8 [^\n]*not run\n"
   "\nnoisy C1: libevent's idle CPU moved 3.00× [^\n]*missed by 2.00×\n")
