@@ -566,6 +566,9 @@ static int run_serve(const lab_options *opts, lab_json *json) {
     return rc;
 }
 
+static const char *const serve_headings[] = {
+    SERVE_FLOOR_TITLE_KERNEL, SERVE_FLOOR_TITLE_OWN, SERVE_SUITE_TITLE, NULL};
+
 const lab_scenario lab_serve = {
     "serve",
     "a Redis-protocol server: lull-kv beside redis-server under "
@@ -574,6 +577,8 @@ const lab_scenario lab_serve = {
     "64 MiB value, idle with 10^6 keys that expire, pub/sub with a "
     "subscriber that never reads",
     run_serve,
-    "serve: lull-kv beside redis-server, both under redis-benchmark",
+    "serve: lull-kv beside redis-server and floors (plain C servers, no "
+    "lull), under redis-benchmark",
     "serve",
+    serve_headings,
 };
