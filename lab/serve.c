@@ -413,9 +413,17 @@ static bool probe_tools(lab_json *json) {
     lab_detail("\n");
     if (json) lab_json_end_array(json);
     if (have_kv && have_redis && have_bench) return true;
-    printf("serve skipped (it needs all three):");
-    for (int i = 0; i < nskipped; i++)
-        printf(" %s%s", skipped[i], i + 1 < nskipped ? ";" : "\n");
+    /* One line a missing program, each cut to fit 100 columns (a reason
+     * may hold a path), so the skip reads the same on any machine. */
+    printf("serve skipped: it needs lull-kv, redis-server and "
+           "redis-benchmark\n");
+    for (int i = 0; i < nskipped; i++) {
+        size_t n = strlen(skipped[i]);
+        if (n > 96)
+            printf("  %.93s...\n", skipped[i]);
+        else
+            printf("  %s\n", skipped[i]);
+    }
     return false;
 }
 
