@@ -1274,6 +1274,77 @@ LULL_EXTERN int lull_fsevent_stop(lull_fsevent *w);
 LULL_EXTERN void lull_fsevent_ref(lull_fsevent *w);
 LULL_EXTERN void lull_fsevent_unref(lull_fsevent *w);
 
+/* ------------------------------------------------------------ terminals */
+
+/* A terminal as a handle (docs/API.md "Terminals"): its modes, set and
+ * always given back, its window size, and its bytes as a raw lull_stream.
+ * lull_tty_init opens the terminal anew by its name (ttyname_r, then
+ * O_RDWR | O_NOCTTY | O_NONBLOCK), so the non-blocking flag lull needs is
+ * on a file description of lull's own, never on the one the program's fd
+ * shares with the shell. An fd with no name to open (a pty's master side,
+ * a terminal from another mount namespace) is used through a dup instead:
+ * the shared description is then non-blocking while the tty is open, and
+ * lull_tty_close and lull_tty_reset_mode give it its flags back. Window
+ * changes arrive as SIGWINCH: watch it with a lull_signal and call
+ * lull_tty_get_winsize in its callback (examples/tty_raw.c). */
+
+typedef struct lull_tty lull_tty;
+
+/* Modes. NORMAL: the one the terminal had at init. RAW: keys as typed,
+ * no echo, no line editing, ^C and ^Z are bytes; output still turns "\n"
+ * into "\r\n". IO: cfmakeraw, output unprocessed too. */
+#define LULL_TTY_MODE_NORMAL 0
+#define LULL_TTY_MODE_RAW    1
+#define LULL_TTY_MODE_IO     2
+
+struct lull_tty {
+    lull_stream stream; /* the terminal's bytes, raw: hand &stream.ep to
+                           your code and set its callbacks after init */
+    void *data;         /* yours (lull_tty_init clears it) */
+    lull_loop *loop;    /* the owning loop */
+    int fd;             /* the fd given to lull_tty_init: the caller's, never
+                           closed, its file status flags never changed when
+                           the terminal could be opened anew */
+    int mode;           /* LULL_TTY_MODE_* in force */
+    struct {            /* lull's own */
+        int ctl;        /* lull's description of the terminal: modes and
+                           size; -1 once closed */
+        int slot;       /* its entry in lull_tty_reset_mode's table; -1 */
+        int fl_saved;   /* no name: the shared description's flags to give
+                           back; -1 when opened anew */
+        uint32_t saved[16]; /* the struct termios at init (src/tty.c
+                               asserts it fits) */
+    };
+};
+
+/* Opens the terminal behind fd (kept open by the caller while the tty
+ * lives) and its stream, reading at once. opts as for lull_stream_open,
+ * always raw. 0, or -EINVAL (NULL, fd < 0), -ENOTTY (not a terminal),
+ * -EBADF, an error of open or of lull_stream_open; nothing is left open
+ * on failure. */
+LULL_EXTERN int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
+                              const lull_stream_options *opts);
+/* LULL_TTY_MODE_*. The first mode other than NORMAL enters the tty in
+ * lull_tty_reset_mode's table (-ENOSPC past 64 such ttys at once). 0, or
+ * -EINVAL, -EBADF once closed, tcsetattr's errno (-EIO: hung up). */
+LULL_EXTERN int lull_tty_set_mode(lull_tty *t, int mode);
+/* The window's size in character cells. 0, -EINVAL, -EBADF once closed,
+ * or the ioctl's errno. */
+LULL_EXTERN int lull_tty_get_winsize(lull_tty *t, int *cols, int *rows);
+/* Gives the terminal its mode (and, with no name, its flags) back, closes
+ * lull's description of it and the stream. The stream's on_close, if it
+ * has not run yet, runs in a later turn, the tty's last callback: free
+ * the tty there, or when this returns if it has run or none is set. Call
+ * it also after the stream ended by itself. Idempotent. 0, -EINVAL, or
+ * the restore's error (-EIO: the terminal is gone); closed either way. */
+LULL_EXTERN int lull_tty_close(lull_tty *t);
+/* Async-signal-safe and thread-safe: gives every tty lull set to a mode
+ * other than NORMAL its mode from init back (tcsetattr of a saved copy),
+ * and a shared description its flags. Call it at exit (atexit) and in the
+ * handlers of fatal signals (SIGSEGV, SIGABRT ...), where the loop cannot
+ * run. The handles are not told: it is for a program that is ending. */
+LULL_EXTERN void lull_tty_reset_mode(void);
+
 /* ----------------------------------------------------------- simulation */
 
 /* A simulated network for deterministic tests (docs/SIMULATION.md): named
