@@ -1607,8 +1607,10 @@ LULL_EXTERN int lull_simconn_reset(lull_simconn *c, uint64_t after_bytes);
  * still runs once, with the status the kernel kept for the pidfd (Linux
  * 6.15), or -ECHILD where it keeps none. Each of stdin, stdout and stderr
  * is inherited, /dev/null, a pipe or a socketpair whose other end comes
- * back as a lull_stream, or a given fd; every other fd is closed in the
- * child. Needs Linux 5.4 (pidfd, waitid(P_PIDFD)). */
+ * back as a lull_stream, or a given fd, and so may be fds 3 and up
+ * (more_stdio); every other fd is closed in the child. The child may get
+ * another uid, gid and groups, resource limits, and a pty as its
+ * controlling terminal. Needs Linux 5.4 (pidfd, waitid(P_PIDFD)). */
 
 typedef struct lull_process lull_process;
 /* The child ended. It exited with exit_status (0-255; term_signal 0), or
@@ -1636,6 +1638,12 @@ typedef enum lull_stdio_kind {
  * framing. Without it a PIPE or SOCKETPAIR stream is raw (LULL_STREAM_RAW,
  * whatever stream_opts says): a program's stdio is bytes. */
 #define LULL_STDIO_FRAMED 0x1u
+/* lull_stdio.flags, a PIPE at fd 3 or above: the child reads it and the
+ * parent's stream writes. Without it the child writes and the stream
+ * reads. (fd 0 is always the child's to read, 1 and 2 to write.) */
+#define LULL_STDIO_CHILD_READS 0x2u
+/* The most fds a child is given: stdio[0..2] and more_stdio, fds 3 to 63. */
+#define LULL_STDIO_MAX 64
 
 typedef struct lull_stdio { /* all zero = inherit */
     lull_stdio_kind kind;   /* LULL_STDIO_* */
@@ -1647,16 +1655,37 @@ typedef struct lull_stdio { /* all zero = inherit */
                                reads its stdout (lull_stream_open_pair) */
     const lull_stream_options *stream_opts; /* NULL = defaults (raw) */
     unsigned flags;                         /* LULL_STDIO_FRAMED; PIPE,
-                                               SOCKETPAIR only */
+                                               SOCKETPAIR only;
+                                               LULL_STDIO_CHILD_READS */
 } lull_stdio;
 
 /* lull_process_options.flags. NEW_GROUP: setpgid(0, 0), a process group
  * of its own (kill(-pid, sig) then reaches what it starts too). NEW_SESSION:
  * setsid(), a session of its own, without a controlling terminal.
- * KILL_ON_CLOSE: lull_process_close sends SIGKILL. */
-#define LULL_PROCESS_NEW_GROUP     0x1u
-#define LULL_PROCESS_NEW_SESSION   0x2u
-#define LULL_PROCESS_KILL_ON_CLOSE 0x4u
+ * KILL_ON_CLOSE: lull_process_close sends SIGKILL. SETUID, SETGID: the
+ * child takes uid, gid (and with either, the groups below) before exec;
+ * not permitted is the spawn's -EPERM. CONTROLLING_TTY: a new session
+ * (implies NEW_SESSION) whose controlling terminal is the child's fd 0, a
+ * terminal such as a pty's slave given as LULL_STDIO_FD (TIOCSCTTY; not a
+ * terminal: -ENOTTY; another session's: -EPERM). */
+#define LULL_PROCESS_NEW_GROUP       0x1u
+#define LULL_PROCESS_NEW_SESSION     0x2u
+#define LULL_PROCESS_KILL_ON_CLOSE   0x4u
+#define LULL_PROCESS_SETUID          0x8u
+#define LULL_PROCESS_SETGID          0x10u
+#define LULL_PROCESS_CONTROLLING_TTY 0x20u
+
+/* A resource limit for the child, set before exec (prlimit): resource is
+ * an RLIMIT_* of <sys/resource.h>, cur and max its soft and hard limits
+ * (UINT64_MAX: RLIM_INFINITY). Above the parent's hard limit needs
+ * privilege (-EPERM); an unknown resource or cur > max: -EINVAL. */
+typedef struct lull_rlimit {
+    int resource;
+    uint64_t cur;
+    uint64_t max;
+} lull_rlimit;
+/* The most limits one spawn sets: one per resource Linux has. */
+#define LULL_RLIMIT_MAX 16
 
 typedef struct lull_process_options {
     const char *file;    /* the program: a path with a '/', or a name looked up
@@ -1666,6 +1695,19 @@ typedef struct lull_process_options {
     const char *cwd;     /* NULL = the parent's */
     lull_stdio stdio[3]; /* stdin, stdout, stderr */
     unsigned flags;      /* LULL_PROCESS_* */
+    const lull_stdio *more_stdio; /* the child's fds 3, 4 ...: more_stdio[i]
+                                     is fd 3 + i (INHERIT: the parent's fd
+                                     3 + i); the same kinds as stdio */
+    int more_stdio_count;         /* 0 to LULL_STDIO_MAX - 3 */
+    uint32_t uid;                 /* LULL_PROCESS_SETUID */
+    uint32_t gid;                 /* LULL_PROCESS_SETGID */
+    const uint32_t *groups; /* supplementary groups (setgroups), group_count
+                               of them; NULL with count 0: with SETUID or
+                               SETGID, none where permitted, else the
+                               parent's */
+    int group_count;
+    const lull_rlimit *rlimits; /* set in the child before exec */
+    int rlimit_count;           /* 0 to LULL_RLIMIT_MAX */
 } lull_process_options;
 
 struct lull_process {
