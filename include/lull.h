@@ -1320,8 +1320,9 @@ struct lull_tty {
 /* Opens the terminal behind fd (kept open by the caller while the tty
  * lives) and its stream, reading at once. opts as for lull_stream_open,
  * always raw. 0, or -EINVAL (NULL, fd < 0), -ENOTTY (not a terminal),
- * -EBADF, an error of open or of lull_stream_open; nothing is left open
- * on failure. */
+ * -EBADF, an error of open or of lull_stream_open (-EMFILE); nothing is
+ * left open on failure. Set a tty up again only once its stream's
+ * on_close ran, as for a stream. */
 LULL_EXTERN int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
                               const lull_stream_options *opts);
 /* LULL_TTY_MODE_*. The first mode other than NORMAL enters the tty in
@@ -1698,7 +1699,8 @@ typedef struct lull_process_options {
     const lull_stdio *more_stdio; /* the child's fds 3, 4 ...: more_stdio[i]
                                      is fd 3 + i (INHERIT: the parent's fd
                                      3 + i); the same kinds as stdio */
-    int more_stdio_count;         /* 0 to LULL_STDIO_MAX - 3 */
+    int more_stdio_count;         /* 0 to LULL_STDIO_MAX - 3; fds past
+                                     RLIMIT_NOFILE: -EMFILE */
     uint32_t uid;                 /* LULL_PROCESS_SETUID */
     uint32_t gid;                 /* LULL_PROCESS_SETGID */
     const uint32_t *groups; /* supplementary groups (setgroups), group_count

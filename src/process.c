@@ -563,6 +563,13 @@ int lull_process_spawn(lull_loop *loop, lull_process *p,
     LULL_ASSERT_LOOP_THREAD(loop);
     /* Clearing a live handle would orphan its registered pidfd. */
     if (live_on(loop, p)) return -EBUSY;
+    /* The child places fds 0 to n - 1 and keeps its report pipe at n:
+     * past the fd limit that is -EMFILE, said here rather than as the
+     * child's EBADF from dup3. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+        rl.rlim_cur < (rlim_t)(4 + opts->more_stdio_count))
+        return -EMFILE;
     memset(p, 0, sizeof *p);
     p->io.fd = -1;
     p->pidfd = -1;

@@ -45,6 +45,9 @@
 
 _Static_assert(sizeof(struct termios) <= sizeof(((lull_tty *)0)->saved),
                "lull_tty.saved holds a struct termios");
+/* lull_tty_reset_mode runs in signal handlers: its atomics must not lock. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_BOOL_LOCK_FREE == 2,
+               "lock-free atomics");
 
 /* Ttys in a mode other than NORMAL at once (and ttys with no name, whose
  * flags are given back): a program has one terminal, a multiplexer a few;
@@ -56,6 +59,9 @@ enum { SLOT_FREE, SLOT_CLAIMED, SLOT_READY, SLOT_RESETTING };
 
 typedef struct reset_slot {
     _Atomic int state;    /* SLOT_* */
+    _Atomic bool moded;   /* the tty is out of NORMAL: restore the mode (a
+                             tty with no name is entered for its flags
+                             alone while NORMAL) */
     int fd;               /* lull's description of the terminal */
     int fl;               /* the flags to give back; -1: none */
     struct termios saved; /* the mode at init */
@@ -81,6 +87,7 @@ static int slot_enter(lull_tty *t) {
         if (!atomic_compare_exchange_strong(&slots[i].state, &want,
                                             SLOT_CLAIMED))
             continue;
+        atomic_store(&slots[i].moded, false);
         slots[i].fd = t->ctl;
         slots[i].fl = t->fl_saved;
         memcpy(&slots[i].saved, saved_of(t), sizeof(struct termios));
@@ -114,7 +121,7 @@ void lull_tty_reset_mode(void) {
         int want = SLOT_READY;
         if (!atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
             continue;
-        (void)tcsetattr(s->fd, TCSANOW, &s->saved);
+        if (atomic_load(&s->moded)) (void)tcsetattr(s->fd, TCSANOW, &s->saved);
         if (s->fl >= 0) (void)fcntl(s->fd, F_SETFL, s->fl);
         atomic_store(&s->state, SLOT_READY);
     }
@@ -206,6 +213,16 @@ static void make_mode(struct termios *tio, int mode) {
     }
 }
 
+/* Back in NORMAL: nothing to restore. A tty with no name keeps its entry
+ * for its flags. */
+static void normal_again(lull_tty *t) {
+    if (t->slot < 0) return;
+    if (t->fl_saved >= 0)
+        atomic_store(&slots[t->slot].moded, false);
+    else
+        slot_leave(t);
+}
+
 int lull_tty_set_mode(lull_tty *t, int mode) {
     if (!t || !t->loop || mode < LULL_TTY_MODE_NORMAL ||
         mode > LULL_TTY_MODE_IO)
@@ -216,20 +233,23 @@ int lull_tty_set_mode(lull_tty *t, int mode) {
     struct termios tio = *saved_of(t);
     make_mode(&tio, mode);
     /* Entered before the change: a crash right after it is covered. */
-    if (mode != LULL_TTY_MODE_NORMAL && t->slot < 0) {
-        int rc = slot_enter(t);
-        if (rc < 0) return rc;
+    if (mode != LULL_TTY_MODE_NORMAL) {
+        if (t->slot < 0) {
+            int rc = slot_enter(t);
+            if (rc < 0) return rc;
+        }
+        atomic_store(&slots[t->slot].moded, true);
     }
     /* TCSANOW, not TCSADRAIN: draining waits for the reader of the
      * terminal's output, which may never read, and this is the loop's
      * thread. */
     int rc = set_attr(t->ctl, &tio);
     if (rc < 0) {
-        if (t->mode == LULL_TTY_MODE_NORMAL && t->fl_saved < 0) slot_leave(t);
+        if (t->mode == LULL_TTY_MODE_NORMAL) normal_again(t);
         return rc;
     }
     t->mode = mode;
-    if (mode == LULL_TTY_MODE_NORMAL && t->fl_saved < 0) slot_leave(t);
+    if (mode == LULL_TTY_MODE_NORMAL) normal_again(t);
     return 0;
 }
 

@@ -2270,3 +2270,57 @@ TEST(exec_failure_with_stdin_and_stdout_closed) {
     CHECK(!have_zombie());
     free_loop(loop);
 }
+
+/* The highest fd open here. */
+static int highest_fd(void) {
+    int hi = -1;
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL);
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d) &&
+            atoi(e->d_name) > hi)
+            hi = atoi(e->d_name);
+    closedir(d);
+    return hi;
+}
+
+/* Fds up to 63 under a lowered RLIMIT_NOFILE: past the limit the spawn is
+ * -EMFILE, leaving nothing; within it the child gets them. */
+TEST(more_stdio_past_the_fd_limit) {
+    lull_loop *loop = new_loop();
+    /* Room for the parent's own fds of a spawn (pipes, /dev/null, the
+     * pidfd) above what is open. */
+    int limit = highest_fd() + 8;
+    if (limit < 16) limit = 16;
+    if (limit > 60) {
+        printf("skipped: too many fds open here (%d)\n", limit);
+        free_loop(loop);
+        return;
+    }
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rl.rlim_cur = (rlim_t)limit;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    lull_stdio more[LULL_STDIO_MAX - 3];
+    memset(more, 0, sizeof more);
+    for (int i = 0; i < LULL_STDIO_MAX - 3; i++)
+        more[i].kind = LULL_STDIO_NULL;
+    char script[64];
+    snprintf(script, sizeof script, "test -e /proc/self/fd/%d", limit - 2);
+    kid k = {0};
+    lull_process_options o = {.argv = SH(script),
+                              .more_stdio = more,
+                              .more_stdio_count = LULL_STDIO_MAX - 3};
+    int before = open_fds();
+    CHECK_EQ(spawn(loop, &k, &o), -EMFILE);
+    o.more_stdio_count = limit - 3; /* fds 0 to limit - 1: no room for
+                                       the report pipe */
+    CHECK_EQ(spawn(loop, &k, &o), -EMFILE);
+    CHECK_EQ(open_fds(), before);
+    o.more_stdio_count = limit - 4; /* fds 0 to limit - 2 */
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 0);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -337,6 +338,7 @@ TEST(master_fd_falls_back_and_gives_flags_back) {
     CHECK_EQ(c, 'm');
     lull_tty_reset_mode(); /* a crash path: the flags come back */
     CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    CHECK(is_raw(p.slave)); /* NORMAL: the mode is not touched */
     CHECK_EQ(fcntl(p.master, F_SETFL, fl | O_NONBLOCK), 0);
     term_close_and_wait(loop, &k);
     CHECK_EQ(fcntl(p.master, F_GETFL), fl);
@@ -490,6 +492,80 @@ TEST(close_inside_on_frame) {
     CHECK_EQ(k.len, 1);
     struct termios now = mode_of(p.slave);
     CHECK(same_mode(&before, &now));
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* Out of fds at each step of the set-up (the reopen, the stream's dup,
+ * the stream's buffer): a clean error, nothing left open, no entry left
+ * in the reset table (64 ttys still go raw afterwards). */
+TEST(tty_init_out_of_fds) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    struct rlimit saved;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    int base = open_fds();
+    int lowest = dup(0); /* the lowest free fd number */
+    CHECK(lowest >= 0);
+    close(lowest);
+    int fails = 0;
+    for (int extra = 0; extra < 4; extra++) {
+        struct rlimit rl = saved;
+        rl.rlim_cur = (rlim_t)(lowest + extra);
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+        lull_tty t;
+        int rc = lull_tty_init(loop, &t, p.master, NULL); /* no name */
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+        if (rc == 0) {
+            CHECK_EQ(lull_tty_close(&t), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        } else {
+            CHECK_EQ(rc, -EMFILE);
+            fails++;
+        }
+        CHECK_EQ(open_fds(), base);
+        CHECK_EQ(fcntl(p.master, F_GETFL) & O_NONBLOCK, 0);
+    }
+    CHECK(fails >= 1);
+    enum { N = 64 };
+    term *k = calloc(N, sizeof *k);
+    CHECK(k != NULL);
+    for (int i = 0; i < N; i++) {
+        term_init(loop, &k[i], p.slave);
+        CHECK_EQ(lull_tty_set_mode(&k[i].t, LULL_TTY_MODE_RAW), 0);
+    }
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(lull_tty_close(&k[i].t), 0);
+    for (int i = 0; i < N; i++)
+        run_until(loop, &k[i].closes, 1);
+    free(k);
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* The terminal hangs up and the tty is closed inside the stream's own
+ * on_close. */
+static void close_tty_in_on_close(lull_endpoint *ep, int reason) {
+    term_close(ep, reason);
+    term *k = LULL_CONTAINER_OF(ep, term, t.stream.ep);
+    int rc = lull_tty_close(&k->t);
+    CHECK(rc == 0 || rc == -EIO);
+}
+
+TEST(close_inside_on_close_after_hangup) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    term k;
+    term_init(loop, &k, p.slave);
+    lull_endpoint_set_callbacks(&k.t.stream.ep, term_frame, NULL,
+                                close_tty_in_on_close);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    close(p.master);
+    p.master = -1;
+    run_until(loop, &k.closes, 1);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(k.closes, 1);
+    CHECK_EQ(k.t.mode, LULL_TTY_MODE_NORMAL);
     free_loop(loop);
     pty_close(&p);
 }
