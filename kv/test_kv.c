@@ -1463,3 +1463,39 @@ TEST(model_keeps_what_an_uncertain_instant_allows) {
     CHECK_EQ(model_reply_len("$-1\r\n+OK\r\n", 10), 5);
     CHECK_EQ(model_reply_len("?x\r\n", 4), -1);
 }
+
+/* ------------------------------- pub/sub sets, resumed parses, SPOP "" */
+
+TEST(spop_of_the_empty_member) {
+    /* A set whose only member is "": SPOP takes it, logs SREM s "" and a
+     * replica applying the log ends with no key. The record's argument
+     * must not point at NULL (the sanitizer build stops on a NULL
+     * memcpy source, even of 0 bytes). */
+    kv p, r;
+    kv_setup(&p, false);
+    kv_setup(&r, true);
+    buf out = {0};
+    resp_arg sadd[] = {{"SADD", 4}, {"s", 1}, {"", 0}};
+    kv_exec(&p, NULL, sadd, 3, &out);
+    buf_put(&out, "", 1);
+    CHECK(strcmp(out.p, ":1\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "SPOP s"), "$0\r\n\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "EXISTS s"), ":0\r\n") == 0);
+    kv_exec(&p, NULL, sadd, 3, &out);
+    CHECK(strcmp(exec_words(&p, &out, "SPOP s 5"), "*1\r\n$0\r\n\r\n") == 0);
+    static const char rec[] = "*3\r\n$4\r\nSREM\r\n$1\r\ns\r\n$0\r\n\r\n";
+    CHECK(p.log.end >= sizeof rec - 1);
+    CHECK(memcmp(p.log.chunks[0].p + p.log.end - (sizeof rec - 1), rec,
+                 sizeof rec - 1) == 0);
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    const char *err = NULL;
+    size_t need;
+    CHECK_EQ(kv_apply_stream(&r, &lim, argv, p.log.chunks[0].p,
+                             (size_t)p.log.end, &err, &need),
+             (long)p.log.end);
+    CHECK_EQ(store_count(&r.db), 0);
+    buf_free(&out);
+    kv_free(&r);
+    kv_free(&p);
+}
