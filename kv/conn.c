@@ -71,14 +71,13 @@ static void conn_free(conn *c) {
 void conn_drop(conn *c, const char *fmt, ...) {
     if (c->gone) return; /* closed already: on_close frees it */
     if (fmt) {
-        char name[64], why[160];
+        char why[160];
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(why, sizeof why, fmt, ap);
         va_end(ap);
-        c->srv->net->peer(c->ep, name, sizeof name, true);
         srv_log(c->srv, "%s %s: %s; connection closed",
-                c->link ? "replica" : "client", name, why);
+                c->link ? "replica" : "client", c->name, why);
     }
     c->gone = true;
     conn_quiet(c);
@@ -423,6 +422,7 @@ void conn_abort(conn *c) {
 void conn_start(conn *c, lull_endpoint *ep) {
     c->ep = ep;
     ep->data = c;
+    c->srv->net->peer(ep, c->name, sizeof c->name, true);
     c->srv->kv.clients++;
     c->next = c->srv->conns;
     if (c->next) c->next->prev = c;

@@ -177,6 +177,9 @@ struct conn {
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
     conn *next;      /* srv->conns, for INFO stats */
     conn *prev;
+    /* The peer's "ip:port" for log lines, taken at accept: once the peer
+     * has gone the socket can no longer say (getpeername fails). */
+    char name[64];
 };
 
 /* node.c */
