@@ -1499,3 +1499,147 @@ TEST(spop_of_the_empty_member) {
     kv_free(&r);
     kv_free(&p);
 }
+
+/* Runs `cmd` with n channel names c0 ... c<n-1> on client cl. */
+static void exec_names(kv *k, kv_client *cl, buf *out, const char *cmd,
+                       size_t from, size_t n) {
+    resp_arg *argv = malloc((n + 1) * sizeof *argv);
+    char *names = malloc(n * 16);
+    CHECK(argv && names);
+    argv[0] = (resp_arg){cmd, strlen(cmd)};
+    for (size_t i = 0; i < n; i++) {
+        int len = snprintf(names + i * 16, 16, "c%zu", from + i);
+        argv[i + 1] = (resp_arg){names + i * 16, (size_t)len};
+    }
+    out->len = 0;
+    kv_exec(k, cl, argv, n + 1, out);
+    free(names);
+    free(argv);
+}
+
+/* The subscriptions looked at while one client subscribes to n channels,
+ * subscribes to them again, unsubscribes from half by name and the rest
+ * with no name. */
+static uint64_t subscribe_steps(size_t n) {
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    exec_names(&k, &cl, &out, "SUBSCRIBE", 0, n);
+    CHECK_EQ(k.channels.count, n);
+    /* A lookup in the client's set is one step: its table has a bucket
+     * per name at least, so its chains stay short. */
+    CHECK_EQ(cl.subs[0].count, n);
+    CHECK(cl.subs[0].nbuckets >= n);
+    exec_names(&k, &cl, &out, "SUBSCRIBE", 0, n);
+    exec_names(&k, &cl, &out, "UNSUBSCRIBE", 0, n / 2);
+    CHECK_EQ(k.channels.count, n - n / 2);
+    exec_names(&k, &cl, &out, "UNSUBSCRIBE", 0, 0);
+    CHECK_EQ(k.channels.count, 0);
+    CHECK(!kv_client_subscribed(&cl));
+    uint64_t steps = k.pubsub_steps;
+    kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+    return steps;
+}
+
+TEST(pubsub_subscribe_cost_is_linear) {
+    /* Twice the channels, twice the work (a walk of the client's list per
+     * name made it four times); and a few steps per name, not n. */
+    uint64_t a = subscribe_steps(1000), b = subscribe_steps(2000);
+    printf("steps: %llu for 1,000 channels, %llu for 2,000\n",
+           (unsigned long long)a, (unsigned long long)b);
+    CHECK(a <= 10 * 1000);
+    CHECK(b * 10 <= a * 25);
+}
+
+/* The replies to `line` from client cl, each (kind, name, count) of
+ * `want` in turn (name NULL: a nil). */
+static void check_sub_replies(kv *k, kv_client *cl, buf *out, const char *line,
+                              const char *const *want, size_t n) {
+    char exp[1024];
+    size_t len = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        const char *kind = want[i], *name = want[i + 1], *count = want[i + 2];
+        len += (size_t)snprintf(exp + len, sizeof exp - len,
+                                "*3\r\n$%zu\r\n%s\r\n", strlen(kind), kind);
+        if (name)
+            len += (size_t)snprintf(exp + len, sizeof exp - len,
+                                    "$%zu\r\n%s\r\n", strlen(name), name);
+        else
+            len += (size_t)snprintf(exp + len, sizeof exp - len, "$-1\r\n");
+        len += (size_t)snprintf(exp + len, sizeof exp - len, ":%s\r\n", count);
+    }
+    const char *got = exec_cl(k, cl, out, line);
+    if (strcmp(got, exp) != 0)
+        check_fail(__FILE__, __LINE__, "%s: got %s, want %s", line, got, exp);
+}
+
+#define SUB_REPLIES(line, ...)                                                 \
+    do {                                                                       \
+        static const char *const w_[] = {__VA_ARGS__};                         \
+        check_sub_replies(&k, &cl, &out, line, w_, sizeof w_ / sizeof *w_);    \
+    } while (0)
+
+TEST(pubsub_replies_as_redis) {
+    /* What redis-server 7.0 answered, reply for reply: a name subscribed
+     * twice counts once, a name not subscribed is answered with the count
+     * unchanged, a channel and a pattern of the same name are two
+     * subscriptions, and UNSUBSCRIBE with no name answers every one, then
+     * a nil. Redis answers those in its hash table's order (seeded at
+     * random per process), lull-kv oldest first. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    SUB_REPLIES("SUBSCRIBE a b c d e f g h a", "subscribe", "a", "1",
+                "subscribe", "b", "2", "subscribe", "c", "3", "subscribe", "d",
+                "4", "subscribe", "e", "5", "subscribe", "f", "6", "subscribe",
+                "g", "7", "subscribe", "h", "8", "subscribe", "a", "8");
+    SUB_REPLIES("UNSUBSCRIBE x b", "unsubscribe", "x", "8", "unsubscribe", "b",
+                "7");
+    SUB_REPLIES("UNSUBSCRIBE", "unsubscribe", "a", "6", "unsubscribe", "c", "5",
+                "unsubscribe", "d", "4", "unsubscribe", "e", "3", "unsubscribe",
+                "f", "2", "unsubscribe", "g", "1", "unsubscribe", "h", "0");
+    CHECK_EQ(k.channels.count, 0);
+    SUB_REPLIES("UNSUBSCRIBE", "unsubscribe", NULL, "0");
+    SUB_REPLIES("PSUBSCRIBE p1 p2 p3 p1", "psubscribe", "p1", "1", "psubscribe",
+                "p2", "2", "psubscribe", "p3", "3", "psubscribe", "p1", "3");
+    SUB_REPLIES("SUBSCRIBE z p1", "subscribe", "z", "4", "subscribe", "p1",
+                "5");
+    SUB_REPLIES("PUNSUBSCRIBE p9", "punsubscribe", "p9", "5");
+    SUB_REPLIES("PUNSUBSCRIBE", "punsubscribe", "p1", "4", "punsubscribe", "p2",
+                "3", "punsubscribe", "p3", "2");
+    CHECK_EQ(k.patterns.count, 0);
+    SUB_REPLIES("PUNSUBSCRIBE", "punsubscribe", NULL, "2");
+    SUB_REPLIES("UNSUBSCRIBE", "unsubscribe", "z", "1", "unsubscribe", "p1",
+                "0");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "PING"), "+PONG\r\n") == 0);
+    /* A client reset, then subscribed again: its set starts over. Two
+     * subscribers of one channel: the channel stays while one is left. */
+    SUB_REPLIES("SUBSCRIBE a", "subscribe", "a", "1");
+    kv_client_reset(&k, &cl);
+    CHECK_EQ(k.channels.count, 0);
+    CHECK(!kv_client_subscribed(&cl));
+    buf o2 = {0};
+    kv_client other;
+    kv_client_init(&other, NULL, &o2);
+    SUB_REPLIES("SUBSCRIBE a b", "subscribe", "a", "1", "subscribe", "b", "2");
+    exec_cl(&k, &other, &o2, "SUBSCRIBE a");
+    SUB_REPLIES("UNSUBSCRIBE a", "unsubscribe", "a", "1");
+    CHECK_EQ(k.channels.count, 2);
+    buf o3 = {0};
+    CHECK(strcmp(exec_words(&k, &o3, "PUBLISH a m"), ":1\r\n") == 0);
+    buf_free(&o3);
+    kv_client_reset(&k, &other);
+    kv_client_reset(&k, &other); /* twice: nothing left to do */
+    CHECK_EQ(k.channels.count, 1);
+    kv_client_reset(&k, &cl);
+    CHECK_EQ(k.channels.count, 0);
+    buf_free(&o2);
+    buf_free(&out);
+    kv_free(&k);
+}
