@@ -16,7 +16,9 @@ static long find_lf(const char *buf, size_t len, size_t pos) {
 }
 
 /* Parses the decimal in buf[from, to): digits only, with one leading '-'
- * when neg_ok. 0, or -1 for an empty, malformed or overflowing number. */
+ * when neg_ok. 0, or -1 for an empty, malformed or overflowing number.
+ * As Redis reads a length (string2ll): no leading zero ("04", "00"), no
+ * "-0", no '+'. */
 static int parse_num(const char *buf, size_t from, size_t to, int neg_ok,
                      long long *out) {
     int neg = 0;
@@ -25,6 +27,7 @@ static int parse_num(const char *buf, size_t from, size_t to, int neg_ok,
         from++;
     }
     if (from == to) return -1;
+    if (buf[from] == '0' && (neg || to - from > 1)) return -1;
     unsigned long long v = 0;
     for (size_t i = from; i < to; i++) {
         if (buf[i] < '0' || buf[i] > '9') return -1;
@@ -48,7 +51,7 @@ static int header(const char *buf, size_t len, size_t *pos, int neg_ok,
     while (i < len && i - *pos <= 18 && buf[i] >= '0' && buf[i] <= '9')
         v = v * 10 + (unsigned long long)(buf[i++] - '0');
     if (i > *pos + 1 && i - *pos <= 19 && len - i >= 2 && buf[i] == '\r' &&
-        buf[i + 1] == '\n') {
+        buf[i + 1] == '\n' && (buf[*pos + 1] != '0' || i == *pos + 2)) {
         *out = (long long)v;
         *pos = i + 2;
         return 1;

@@ -1643,3 +1643,46 @@ TEST(pubsub_replies_as_redis) {
     buf_free(&out);
     kv_free(&k);
 }
+
+TEST(resp_lengths_as_redis_reads_them) {
+    /* Redis reads a length with string2ll: no leading zero, no '+', no
+     * "-0". Each of these got "-ERR Protocol error: invalid (multi)bulk
+     * length" from redis-server 7.0, which then closed the connection;
+     * "*-5" and "*0" are empty commands there, "$0" an empty argument. */
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *err; /* NULL: it parses, to `log` */
+        const char *log;
+    } cases[] = {
+        {S("*1\r\n$04\r\nPING\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$00\r\n\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$-0\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$+4\r\nPING\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$000000000000000000004\r\nPING\r\n"),
+         "Protocol error: invalid bulk length", ""},
+        {S("*01\r\n$4\r\nPING\r\n"), "Protocol error: invalid multibulk length",
+         ""},
+        {S("*00\r\n"), "Protocol error: invalid multibulk length", ""},
+        {S("*-0\r\n"), "Protocol error: invalid multibulk length", ""},
+        {S("*-01\r\n"), "Protocol error: invalid multibulk length", ""},
+        {S("*+1\r\n"), "Protocol error: invalid multibulk length", ""},
+        {S("PING\r\n*02\r\n"), "Protocol error: invalid multibulk length",
+         "PING;"},
+        {S("*0\r\n*-5\r\n*1\r\n$0\r\n\r\n"), NULL, ";;;"},
+        {S("*1\r\n$10\r\n0123456789\r\n"), NULL, "0123456789;"},
+        {S("*10\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\ne\r\n"
+           "$1\r\nf\r\n$1\r\ng\r\n$1\r\nh\r\n$1\r\ni\r\n$1\r\nj\r\n"),
+         NULL, "a|b|c|d|e|f|g|h|i|j;"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        feed f;
+        feed_all_ways(cases[i].in, cases[i].n, &f);
+        bool ok =
+            strcmp(f.log, cases[i].log) == 0 &&
+            (cases[i].err ? f.err && strcmp(f.err, cases[i].err) == 0 : !f.err);
+        if (!ok)
+            check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
+                       f.log, f.err ? f.err : "no error");
+    }
+}
