@@ -7,10 +7,11 @@
  * the next chunk (partial reads): a command that is not all there is kept
  * in a buffer the size the parser says it needs, and parsed again only
  * once that much is in, so a large argument costs the same per byte
- * however it is cut. The replies to one chunk go out as one send, so a
- * pipeline of N commands costs one write, not N; once they reach the
- * stream's high-water mark the connection stops running commands and
- * reading until they drain.
+ * however it is cut; and its parse goes on where the last read's stopped
+ * (c->ps), so a command of many arguments does too. The replies to one
+ * chunk go out as one send, so a pipeline of N commands costs one write,
+ * not N; once they reach the stream's high-water mark the connection stops
+ * running commands and reading until they drain.
  *
  * QUIT and a protocol error (`-ERR Protocol error: ...`) end a connection:
  * the last replies go out as one frame of our own, the write side is shut,
@@ -234,8 +235,8 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         }
         size_t argc;
         const char *err = NULL;
-        long n = resp_parse_need(&srv->lim, p + off, len - off, srv->argv,
-                                 &argc, &err, &c->need);
+        long n = resp_parse_resume(&srv->lim, &c->ps, p + off, len - off,
+                                   srv->argv, &argc, &err, &c->need);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) {
             buf_str(&c->out, "-ERR ");

@@ -33,6 +33,7 @@ typedef struct feed {
     size_t len;
     size_t need;   /* parse again once len reaches it (resp_parse_need) */
     size_t parses; /* resp_parse_need calls */
+    resp_state st; /* the parse of the command at the front of buf */
 } feed;
 
 static const resp_limits limits = {.max_bulk = 1000, .max_args = MAX_ARGS};
@@ -60,12 +61,14 @@ static void feed_chunk(feed *f, const char *p, size_t n) {
         size_t argc = 99;
         const char *err = NULL;
         /* Parse from a copy of exactly the unparsed bytes, so ASan sees any
-         * read past the end. */
+         * read past the end; a new copy each time, so an argument pointing
+         * into an earlier call's bytes shows too. */
         size_t left = f->len - off;
         char *copy = malloc(left ? left : 1);
         memcpy(copy, f->buf + off, left);
         size_t need = 0;
-        long r = resp_parse_need(&limits, copy, left, argv, &argc, &err, &need);
+        long r = resp_parse_resume(&limits, &f->st, copy, left, argv, &argc,
+                                   &err, &need);
         f->parses++;
         if (r == RESP_INCOMPLETE) {
             CHECK(need > left);
@@ -1685,4 +1688,104 @@ TEST(resp_lengths_as_redis_reads_them) {
             check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
                        f.log, f.err ? f.err : "no error");
     }
+}
+
+/* Feeds n bytes of `in` in chunks of `chunk` bytes to a parse of its own
+ * (max_args `max`), as a connection does: into a buffer of the bytes not
+ * parsed yet, parsed again once it holds what the parser needs. The
+ * bytes the parser looked at; the commands it returned in *cmds. */
+static uint64_t feed_scanned(const char *in, size_t n, size_t chunk, size_t max,
+                             size_t *cmds) {
+    resp_limits lim = {.max_bulk = 1000, .max_args = max};
+    resp_arg *argv = malloc(max * sizeof *argv);
+    char *b = malloc(n);
+    CHECK(argv && b);
+    resp_state st = {0};
+    size_t len = 0, need = 0;
+    *cmds = 0;
+    for (size_t at = 0; at < n; at += chunk) {
+        size_t k = n - at < chunk ? n - at : chunk;
+        memcpy(b + len, in + at, k);
+        len += k;
+        while (len >= need) {
+            size_t argc;
+            const char *err = NULL;
+            long r =
+                resp_parse_resume(&lim, &st, b, len, argv, &argc, &err, &need);
+            CHECK(r != RESP_ERROR);
+            if (r == RESP_INCOMPLETE) break;
+            /* Every argument points into the buffer as it is now (the
+             * PING after the command aside). */
+            for (size_t i = 0; i < argc && argc > 1; i++)
+                CHECK(argv[i].p >= b && argv[i].p + argv[i].len <= b + len &&
+                      argv[i].len == 1 && argv[i].p[0] == "ab"[i % 2]);
+            (*cmds)++;
+            memmove(b, b + r, len - (size_t)r);
+            len -= (size_t)r;
+            need = 0;
+        }
+    }
+    CHECK_EQ(len, 0);
+    free(b);
+    free(argv);
+    return st.scanned;
+}
+
+/* A command of n arguments "a", "b", "a", ... and a PING after it. */
+static char *many_args(size_t n, size_t *len) {
+    char *p = malloc(32 + n * 7 + 16);
+    CHECK(p);
+    size_t w = (size_t)sprintf(p, "*%zu\r\n", n);
+    for (size_t i = 0; i < n; i++)
+        w += (size_t)sprintf(p + w, "$1\r\n%c\r\n", "ab"[i % 2]);
+    w += (size_t)sprintf(p + w, "PING\r\n");
+    *len = w;
+    return p;
+}
+
+TEST(resp_many_arguments_parsed_in_linear_time) {
+    /* A command of 20,000 arguments arriving a byte at a time, then in
+     * 100-byte reads, then whole: each byte is looked at a few times, not
+     * once per read (parsed from its start on every read, the byte at a
+     * time feed would look at some 10^10 bytes). Twice the arguments,
+     * twice the work. */
+    size_t n, cmds;
+    char *in = many_args(20000, &n);
+    uint64_t one = feed_scanned(in, n, 1, 1 << 20, &cmds);
+    CHECK_EQ(cmds, 2);
+    uint64_t hundred = feed_scanned(in, n, 100, 1 << 20, &cmds);
+    CHECK_EQ(cmds, 2);
+    uint64_t whole = feed_scanned(in, n, n, 1 << 20, &cmds);
+    CHECK_EQ(cmds, 2);
+    printf("bytes looked at for %zu: %llu a byte at a time, %llu in 100-byte "
+           "reads, %llu whole\n",
+           n, (unsigned long long)one, (unsigned long long)hundred,
+           (unsigned long long)whole);
+    CHECK(one <= 4 * (uint64_t)n);
+    CHECK(hundred <= 3 * (uint64_t)n);
+    CHECK(whole <= 2 * (uint64_t)n);
+    size_t n2;
+    char *in2 = many_args(40000, &n2);
+    uint64_t two = feed_scanned(in2, n2, 100, 1 << 20, &cmds);
+    CHECK(two * 10 <= hundred * 25);
+    /* An inline line a byte at a time: its bytes are searched once. */
+    char line[4000];
+    memset(line, 'x', sizeof line - 2);
+    memcpy(line + sizeof line - 2, "\r\n", 2);
+    resp_limits lim = {.max_bulk = 1000, .max_args = 4};
+    resp_state st = {0};
+    resp_arg argv[4];
+    size_t argc, need;
+    const char *err;
+    for (size_t i = 1; i < sizeof line; i++)
+        CHECK_EQ(
+            resp_parse_resume(&lim, &st, line, i, argv, &argc, &err, &need),
+            RESP_INCOMPLETE);
+    CHECK_EQ(resp_parse_resume(&lim, &st, line, sizeof line, argv, &argc, &err,
+                               &need),
+             (long)sizeof line);
+    CHECK_EQ(argc, 1);
+    CHECK(st.scanned <= 3 * sizeof line);
+    free(in2);
+    free(in);
 }
