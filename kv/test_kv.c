@@ -1789,3 +1789,48 @@ TEST(resp_many_arguments_parsed_in_linear_time) {
     free(in2);
     free(in);
 }
+
+TEST(resp_resume_after_errors_and_misuse) {
+    resp_state st = {0};
+    resp_arg argv[MAX_ARGS];
+    size_t argc, need;
+    const char *err = NULL;
+    /* Two arguments in, then a bad header: an error, and the state is a
+     * new command's again. */
+    static const char bad[] = "*3\r\n$1\r\na\r\n$1\r\nb\r\n$x\r\n";
+    CHECK_EQ(resp_parse_resume(&limits, &st, bad, 20, argv, &argc, &err, &need),
+             RESP_INCOMPLETE);
+    CHECK_EQ(st.got, 2);
+    CHECK_EQ(resp_parse_resume(&limits, &st, bad, sizeof bad - 1, argv, &argc,
+                               &err, &need),
+             RESP_ERROR);
+    CHECK(strcmp(err, "Protocol error: invalid bulk length") == 0);
+    CHECK(st.nargs == 0 && st.got == 0 && st.pos == 0);
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    CHECK_EQ(resp_parse_resume(&limits, &st, ping, sizeof ping - 1, argv, &argc,
+                               &err, &need),
+             (long)sizeof ping - 1);
+    CHECK(argc == 1 && argv[0].len == 4 && argv[0].p == ping + 8);
+    /* A caller that gives fewer bytes than were parsed (not the same
+     * command) gets a parse from the start, not a read past its bytes. */
+    CHECK_EQ(resp_parse_resume(&limits, &st, bad, 20, argv, &argc, &err, &need),
+             RESP_INCOMPLETE);
+    static const char inl[] = "PING\r\n";
+    CHECK_EQ(resp_parse_resume(&limits, &st, inl, sizeof inl - 1, argv, &argc,
+                               &err, &need),
+             (long)sizeof inl - 1);
+    CHECK(argc == 1 && argv[0].len == 4);
+    /* An inline line cut, then the rest. */
+    CHECK_EQ(
+        resp_parse_resume(&limits, &st, "ECHO h", 6, argv, &argc, &err, &need),
+        RESP_INCOMPLETE);
+    CHECK_EQ(resp_parse_resume(&limits, &st, "ECHO hi\r\n", 9, argv, &argc,
+                               &err, &need),
+             9);
+    CHECK(argc == 2 && argv[1].len == 2 && memcmp(argv[1].p, "hi", 2) == 0);
+    /* Too many arguments: refused at the count, before any argument. */
+    CHECK_EQ(
+        resp_parse_resume(&limits, &st, "*17\r\n", 5, argv, &argc, &err, &need),
+        RESP_ERROR);
+    CHECK(st.nargs == 0);
+}
