@@ -312,12 +312,15 @@ static inline __attribute__((always_inline)) void conn_after(conn *c) {
 }
 
 /* Keeps the bytes of a command that is not all there. The buffer grows
- * to the size the command needs (c->need, from the parser) and no more,
- * and the parser runs again only once that many bytes are in: a large
- * argument is copied once, from the stream's buffer into this one, and
- * its read costs the same per byte however it is cut. A command that
- * needs more than client-query-buffer-limit closes the connection as soon
- * as its size is known (Redis closes it once that much has arrived).
+ * to the size the command needs (c->need, from the parser), or to twice
+ * its size (within the limit) when that is more, and the parser runs
+ * again only once that many bytes are in: a large argument is copied
+ * once, from the stream's buffer into this one, and its read costs the
+ * same per byte however it is cut. (The parser's need is only the end of
+ * the argument being received: grown to just that, a command of many
+ * small arguments would be moved by realloc at every read.) A command
+ * that needs more than client-query-buffer-limit closes the connection as
+ * soon as its size is known (Redis closes it once that much has arrived).
  * False when the connection was closed. */
 static bool keep_input(conn *c, const char *bytes, size_t len) {
     size_t limit = c->srv->qbuf_limit;
@@ -329,7 +332,9 @@ static bool keep_input(conn *c, const char *bytes, size_t len) {
                   n, limit);
         return false;
     }
-    if (!buf_reserve_upto(&c->in, len, c->need)) {
+    size_t want = 2 * c->in.cap < limit ? 2 * c->in.cap : limit;
+    if (want < c->need) want = c->need;
+    if (!buf_reserve_upto(&c->in, len, want)) {
         c->in.oom = true;
         return true;
     }
