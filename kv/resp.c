@@ -39,10 +39,9 @@ static int parse_num(const char *buf, size_t from, size_t to, int neg_ok,
 }
 
 /* Reads the header line at buf[*pos] starting with `tag`. 1 done (value in
- * *out, *pos past the CRLF), 0 incomplete, -1 error. The bytes it looked
- * at are added to *scanned. */
+ * *out, *pos past the CRLF), 0 incomplete, -1 error. */
 static int header(const char *buf, size_t len, size_t *pos, int neg_ok,
-                  long long *out, const char **err, uint64_t *scanned) {
+                  long long *out, const char **err) {
     /* The common header, a few digits and CRLF all in the buffer, without
      * the memchr and the checks below; anything else (a sign, a long or
      * malformed line, one cut short) takes the general path, which gives
@@ -55,7 +54,6 @@ static int header(const char *buf, size_t len, size_t *pos, int neg_ok,
     if (i > *pos + 1 && i - *pos <= 19 && len - i >= 2 && buf[i] == '\r' &&
         buf[i + 1] == '\n' && (buf[*pos + 1] != '0' || i == *pos + 2)) {
         *out = (long long)v;
-        *scanned += i + 2 - *pos;
         *pos = i + 2;
         return 1;
     }
@@ -63,7 +61,6 @@ static int header(const char *buf, size_t len, size_t *pos, int neg_ok,
      * cut short costs at most that much per look however much follows. */
     size_t window = len - *pos > HEADER_MAX + 1 ? HEADER_MAX + 1 : len - *pos;
     long lf = find_lf(buf, *pos + window, *pos);
-    *scanned += lf < 0 ? window : (size_t)lf + 1 - *pos;
     if (lf < 0) {
         if (len - *pos > HEADER_MAX) {
             *err = "Protocol error: header line too long";
@@ -92,68 +89,73 @@ static void state_reset(resp_state *st) {
 }
 
 /* argv[0, n) once more, for arguments parsed by earlier calls (into a
- * buffer that may since have moved): their headers are known good, so
- * this walk only reads the lengths. */
-static void refill(resp_state *st, const char *buf, size_t len, resp_arg *argv,
-                   size_t n) {
-    size_t pos = st->first;
+ * buffer that may since have moved), the first one's header at `first`:
+ * their headers are known good, so this walk only reads the lengths.
+ * The bytes it goes over are added to *scanned. */
+static void refill(const char *buf, size_t len, size_t first, resp_arg *argv,
+                   size_t n, uint64_t *scanned) {
+    size_t pos = first;
     for (size_t i = 0; i < n; i++) {
         size_t blen = 0, at = pos + 1;
         while (at < len && buf[at] != '\r')
             blen = blen * 10 + (size_t)(buf[at++] - '0');
-        st->scanned += at + 2 - pos;
         argv[i].p = buf + at + 2;
         argv[i].len = blen;
         pos = at + 2 + blen + 2;
     }
-}
-
-/* Argument i, whose header is at pos, is not all there: the next call
- * starts with it. */
-static long suspend(resp_state *st, size_t pos, size_t i) {
-    st->pos = pos;
-    st->got = i;
-    return RESP_INCOMPLETE;
+    *scanned += pos - first;
 }
 
 /* *need, on RESP_INCOMPLETE: the end of the first bulk not all there, or
  * len + 1 when a header line is cut (the next byte may end it). Whole
  * arguments stay parsed in *st: the next call starts at the first one not
- * all there. */
-static long multibulk(const resp_limits *lim, resp_state *st, const char *buf,
-                      size_t len, resp_arg *argv, size_t *argc,
-                      const char **err, size_t *need, uint64_t *scanned) {
+ * all there. The state is written only then: a command parsed in one
+ * call (the common case) leaves it as it found it, zeroed. st->scanned
+ * counts the bytes each call goes over, from where it starts to where it
+ * stops (headers read, bodies stepped over): once per call, not per
+ * argument, to keep the common path short. */
+static long parse_multibulk(const resp_limits *lim, resp_state *st,
+                            const char *buf, size_t len, resp_arg *argv,
+                            size_t *argc, const char **err, size_t *need) {
     *need = len + 1;
-    if (st->nargs == 0) { /* the count is not read yet */
-        size_t pos = 0;
+    size_t n = st->nargs, first = st->first, pos = st->pos, i = st->got;
+    size_t entry = pos;
+    if (n == 0) { /* the count is not read yet */
         long long count;
-        int r = header(buf, len, &pos, 1, &count, err, scanned);
-        if (r <= 0) return r < 0 ? RESP_ERROR : RESP_INCOMPLETE;
+        int r = header(buf, len, &pos, 1, &count, err);
+        if (r < 0) return RESP_ERROR;
+        if (r == 0) {
+            st->scanned += len;
+            return RESP_INCOMPLETE;
+        }
         /* `*0` and `*-1`: an empty command, as Redis takes them. */
         if (count <= 0) {
             *argc = 0;
+            st->scanned += pos;
             return (long)pos;
         }
         if ((unsigned long long)count > lim->max_args) {
             *err = "Protocol error: too many arguments";
             return RESP_ERROR;
         }
-        st->nargs = (size_t)count;
-        st->first = st->pos = pos;
+        n = (size_t)count;
+        first = pos;
     }
-    size_t before = st->got; /* argv[0, before) point into an older buffer */
-    size_t pos = st->pos, n = st->nargs;
-    for (size_t i = st->got; i < n; i++) {
+    size_t before = i; /* argv[0, before) point into an older buffer */
+    for (; i < n; i++) {
         size_t start = pos; /* where to go on from, if not all there */
-        if (pos == len) return suspend(st, start, i);
+        if (pos == len) goto suspend;
         if (buf[pos] != '$') {
             *err = "Protocol error: expected '$'";
             return RESP_ERROR;
         }
         long long blen;
-        int r = header(buf, len, &pos, 0, &blen, err, scanned);
+        int r = header(buf, len, &pos, 0, &blen, err);
         if (r < 0) return RESP_ERROR;
-        if (r == 0) return suspend(st, start, i);
+        if (r == 0) {
+            pos = start;
+            goto suspend;
+        }
         if ((unsigned long long)blen > lim->max_bulk) {
             *err = "Protocol error: invalid bulk length";
             return RESP_ERROR;
@@ -164,9 +166,9 @@ static long multibulk(const resp_limits *lim, resp_state *st, const char *buf,
              * can be learnt before the body and its CRLF are all there.
              * The header is read again then (a few bytes). */
             *need = pos + body;
-            return suspend(st, start, i);
+            pos = start;
+            goto suspend;
         }
-        *scanned += 2;
         if (buf[pos + (size_t)blen] != '\r' ||
             buf[pos + (size_t)blen + 1] != '\n') {
             *err = "Protocol error: expected CRLF after bulk";
@@ -176,20 +178,20 @@ static long multibulk(const resp_limits *lim, resp_state *st, const char *buf,
         argv[i].len = (size_t)blen;
         pos += body;
     }
-    if (before) refill(st, buf, len, argv, before);
+    st->scanned += pos - entry;
+    if (entry) { /* resumed: the next call starts a new command */
+        refill(buf, len, first, argv, before, &st->scanned);
+        state_reset(st);
+    }
     *argc = n;
     return (long)pos;
-}
-
-/* multibulk, counting the bytes it looks at in a local (one add to the
- * state per call, not one per argument). */
-static long parse_multibulk(const resp_limits *lim, resp_state *st,
-                            const char *buf, size_t len, resp_arg *argv,
-                            size_t *argc, const char **err, size_t *need) {
-    uint64_t scanned = 0;
-    long r = multibulk(lim, st, buf, len, argv, argc, err, need, &scanned);
-    st->scanned += scanned;
-    return r;
+suspend: /* argument i, its header at pos, is not all there */
+    st->scanned += len - entry;
+    st->nargs = n;
+    st->first = first;
+    st->pos = pos;
+    st->got = i;
+    return RESP_INCOMPLETE;
 }
 
 /* st->pos: the bytes of the line already searched for its LF. */
@@ -207,7 +209,8 @@ static long parse_inline(const resp_limits *lim, resp_state *st,
         return RESP_INCOMPLETE;
     }
     st->scanned += (size_t)lf; /* the words, split below */
-    size_t end = (size_t)lf;   /* a bare LF ends a line too, as in Redis */
+    if (st->pos) state_reset(st);
+    size_t end = (size_t)lf; /* a bare LF ends a line too, as in Redis */
     if (end > 0 && buf[end - 1] == '\r') end--;
     size_t n = 0, i = 0;
     while (i < end) {
@@ -239,7 +242,9 @@ long resp_parse_resume(const resp_limits *lim, resp_state *st, const char *buf,
     long r = buf[0] == '*'
                  ? parse_multibulk(lim, st, buf, len, argv, argc, err, need)
                  : parse_inline(lim, st, buf, len, argv, argc, err);
-    if (r != RESP_INCOMPLETE) state_reset(st);
+    /* After an error the next call starts a new command (after a command
+     * too: the parsers reset the state when they had left it in use). */
+    if (r == RESP_ERROR) state_reset(st);
     return r;
 }
 

@@ -79,8 +79,9 @@ typedef struct resp_state {
     size_t nargs;     /* multibulk: the argument count; 0 before it is read */
     size_t got;       /* multibulk: the arguments parsed so far */
     size_t first;     /* multibulk: the first argument's header */
-    uint64_t scanned; /* bytes looked at, over every command (what the tests
-                         measure the parser's work by) */
+    uint64_t scanned; /* bytes gone over (headers read, bodies stepped
+                         over), over every command: what the tests
+                         measure the parser's work by */
 } resp_state;
 
 /* Parses one command from buf[0, len). Returns the bytes it took (> 0),
