@@ -100,7 +100,8 @@ test-valgrind:
 	  $(CTEST) --test-dir build/valgrind $(CTEST_FLAGS) -LE install -E '$(VALGRIND_SKIP)'
 
 # `make install PREFIX=DIR` (default /usr/local): the Release library,
-# lull.h, lull.pc and the CMake package. CHECKED=1 installs a checked
+# lull.h, lull.pc and the CMake package, and the programs lull-kv and
+# lull-lab (bin/; what lull-lab runs in libexec/lull and share/lull). CHECKED=1 installs a checked
 # library instead (Release, with lull's debug assertions kept: a call from
 # a thread that does not own the loop aborts with a message), for
 # development; its build tree is build/checked.
@@ -109,8 +110,9 @@ CHECKED ?=
 INSTALL_BUILD = $(if $(CHECKED),build/checked,build/release)
 install:
 	$(CMAKE) -S . -B $(INSTALL_BUILD) -DCMAKE_BUILD_TYPE=Release \
-	  $(if $(CHECKED),-DLULL_CHECKED=ON -DLULL_BUILD_TESTS=OFF -DLULL_BUILD_LAB=OFF -DLULL_BUILD_EXAMPLES=OFF)
-	$(CMAKE) --build $(INSTALL_BUILD) -j$(JOBS) --target lull lull_static
+	  $(if $(CHECKED),-DLULL_CHECKED=ON -DLULL_BUILD_TESTS=OFF -DLULL_BUILD_LAB=OFF -DLULL_BUILD_EXAMPLES=OFF -DLULL_BUILD_KV=OFF)
+	$(CMAKE) --build $(INSTALL_BUILD) -j$(JOBS) --target lull lull_static \
+	  $(if $(CHECKED),,lull-kv lull-lab)
 	$(CMAKE) --install $(INSTALL_BUILD) --prefix $(PREFIX)
 
 format:

@@ -77,4 +77,4 @@ for mode in $("$bench/hop_cost_peers" list); do
 done
 echo "  (a 0.5 ms policy polls more often under callgrind, which runs the"
 echo "  chain far slower than natively: those rows are upper bounds)"
-echo "  target: lull ≤ 60 instructions per hop (BRIEF §5)"
+echo "  target: lull ≤ 60 instructions per hop"

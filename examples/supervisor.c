@@ -182,12 +182,9 @@ static void start_worker(worker *w) {
     supervisor *s = w->sup;
     lull_process_options o = {
         .argv = w->argv,
-        .flags = LULL_PROCESS_NEW_GROUP, /* kill(-pid) reaches its children */
-        .stdio = {
-            {.kind = LULL_STDIO_NULL},
-            {.kind = LULL_STDIO_PIPE,
-             .stream = &w->out,
-             .stream_opts = &(lull_stream_options){.flags = LULL_STREAM_RAW}}}};
+        .flags = LULL_PROCESS_NEW_GROUP, /* a group kill reaches its children */
+        .stdio = {{.kind = LULL_STDIO_NULL},
+                  {.kind = LULL_STDIO_PIPE, .stream = &w->out}}}; /* bytes */
     int rc = lull_process_spawn(s->loop, &w->proc, &o, on_exit_cb);
     if (rc < 0) {
         fprintf(stderr, "worker %d: %s; retrying\n", w->index,
@@ -206,9 +203,9 @@ static void start_worker(worker *w) {
 /* ---------------------------------------------------------- shutdown */
 
 static void kill_group(worker *w, int sig) {
-    /* The worker leads its own group: until it is reaped (on_exit has not
-     * run), its pid is still its own and the group's id. */
-    if (w->running) kill(-w->proc.pid, sig);
+    /* The worker leads its own group; lull refuses once it reaped the
+     * worker (-ESRCH), when its pid could name a stranger's group. */
+    if (w->running) (void)lull_process_kill_group(&w->proc, sig);
 }
 
 static void grace_over(lull_timer *t) {

@@ -24,9 +24,18 @@
  * one (docs/API.md lists which). lull_loop_free may be called on any thread
  * once no thread runs the loop.
  *
- * Getting from a handle back to your own struct: embed the handle and use
- * LULL_CONTAINER_OF(ptr, type, member). Handles carry no void *data, but for
- * an endpoint (frames section), whose struct lives inside a transport's.
+ * Getting from a handle back to your own struct: every handle has a
+ * `void *data` that is yours, as libuv's handles do: lull never reads it,
+ * and writes it only in the call that sets the handle up (its _init,
+ * lull_server_listen_*, lull_simserver_listen, lull_process_spawn), which
+ * clears it with the rest: set it afterwards. A request with no set-up
+ * call (lull_listener, lull_fs, lull_append, lull_lookup) keeps what you
+ * put there. A transport's handle (lull_stream, lull_loopback,
+ * lull_simconn) uses its endpoint's: ep.data, which every set-up keeps.
+ * The exception is lull_timer, which stays at 48 bytes (a timer costs 64
+ * with its heap slot, the target docs/BENCHMARKS.md holds it to): embed
+ * it and use LULL_CONTAINER_OF(ptr, type, member), which works for any
+ * handle.
  *
  * Fields. Each struct shows first the fields you may read (and, where a
  * comment says so, write), each with its meaning. The fields inside the
@@ -43,6 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h> /* struct sockaddr_storage: UDP send requests */
 
 #ifdef __cplusplus
 extern "C" {
@@ -151,9 +161,13 @@ LULL_EXTERN int lull_loop_run(lull_loop *loop, lull_run_mode mode);
 /* Ends the current run after the callback in progress; no-op outside a run.
  * From another thread, post a task that calls it. */
 LULL_EXTERN void lull_loop_stop(lull_loop *loop);
-/* The loop's notion of now in ns: cached, refreshed each iteration, while
- * busy work runs and by each delayed timer arm (monotonic), or the virtual
- * time. */
+/* The loop's notion of now in ns. On the real clock, the loop's last
+ * CLOCK_MONOTONIC reading: each iteration, every few callbacks while busy
+ * work runs, lull_loop_now_exact, and a delayed timer arm made outside a
+ * callback (set-up code), which reads the clock. A delayed arm inside a
+ * callback reads nothing and leaves it as it was: its delay counts from
+ * the loop's next reading (lull_timer_start). On the virtual clock, the
+ * virtual time. Reads no clock. */
 LULL_EXTERN uint64_t lull_loop_now(lull_loop *loop);
 /* Reads the loop's clock now (a syscall-free vDSO read on the real clock). */
 LULL_EXTERN uint64_t lull_loop_now_exact(lull_loop *loop);
@@ -162,6 +176,20 @@ LULL_EXTERN uint64_t lull_loop_now_exact(lull_loop *loop);
  * must be ordered (a join, a mutex): lull does not synchronise it. -EBUSY
  * while the loop runs, -EINVAL for NULL. */
 LULL_EXTERN int lull_loop_adopt(lull_loop *loop);
+/* Embedding: a program whose main loop is another's (GLib, Qt, a game
+ * loop, another event library) drives lull with these two and
+ * lull_loop_run(loop, LULL_RUN_NOWAIT). lull_loop_backend_fd gives an fd
+ * that polls readable when an fd watcher, signal handle, process or remote
+ * post has work (the loop's epoll instance); it stays the same until
+ * lull_loop_fork, which makes a new one. lull_loop_backend_timeout sets
+ * *timeout_ns to how long the host may wait before running lull again: 0
+ * when work is ready now, the time to the earliest timer, or -1 when only
+ * the fd can bring work. Call it just before the host waits: from then on,
+ * a remote post makes the fd readable. Round up when the host's wait takes
+ * ms, or a timer runs early: ms = (ns + 999999) / 1000000. Both -EINVAL for
+ * NULL; the timeout -EBUSY inside a run (a callback). Loop thread only. */
+LULL_EXTERN int lull_loop_backend_fd(lull_loop *loop);
+LULL_EXTERN int lull_loop_backend_timeout(lull_loop *loop, int64_t *timeout_ns);
 /* A reference for expected remote posts: keeps lull_loop_run alive. */
 LULL_EXTERN void lull_loop_ref(lull_loop *loop);
 LULL_EXTERN void lull_loop_unref(lull_loop *loop);
@@ -211,6 +239,7 @@ struct lull_task {
     lull_loop *loop; /* the loop it was last queued on (NULL before the
                         first post): in the callback, the loop running it.
                         lull writes it on a post and never reads it. */
+    void *data;      /* yours (lull_task_init clears it) */
 };
 
 /* Prepares a task; call again only while it is not pending. */
@@ -223,6 +252,14 @@ LULL_EXTERN void lull_task_cancel(lull_task *task);
 LULL_EXTERN bool lull_task_pending(const lull_task *task);
 
 /* --------------------------------------------------------- timers: C3 */
+
+/* Durations: every time in lull is in ns (uint64_t), so
+ * lull_timer_start(&t, LULL_MS(250), 0) fires in 250 ms. x is an integer
+ * (a fraction is cut: write LULL_US(1500), not LULL_MS(1.5)); it is
+ * converted to uint64_t first, so LULL_S(5) does not overflow an int. */
+#define LULL_S(x)  ((uint64_t)(x)*1000000000u)
+#define LULL_MS(x) ((uint64_t)(x)*1000000u)
+#define LULL_US(x) ((uint64_t)(x)*1000u)
 
 typedef void (*lull_timer_fn)(lull_timer *timer);
 
@@ -285,6 +322,7 @@ typedef struct lull_io lull_io;
 typedef void (*lull_io_fn)(lull_io *io, int events);
 
 struct lull_io {
+    void *data;         /* yours (lull_io_init clears it) */
     lull_loop *loop;    /* the owning loop */
     int fd;             /* the watched descriptor (not owned: never closed) */
     int events;         /* the interest the kernel holds; 0 while stopped */
@@ -332,6 +370,7 @@ typedef struct lull_listener lull_listener;
 typedef void (*lull_listener_fn)(lull_listener *l);
 
 struct lull_listener {
+    void *data;              /* yours (lull never touches it) */
     lull_notifier *notifier; /* the notifier it listens to; NULL while not
                                 subscribed */
     lull_loop *loop;         /* the loop its callback runs on */
@@ -349,6 +388,7 @@ struct lull_listener {
 };
 
 struct lull_notifier {
+    void *data;      /* yours (lull_notifier_init clears it) */
     uint64_t raised; /* raises so far (lull_notifier_raise and the remote
                         ones taken by the loop), for tests and audits */
     struct {         /* lull's own */
@@ -397,6 +437,7 @@ typedef struct lull_pump lull_pump;
 typedef lull_pass_result (*lull_pass_fn)(lull_pump *pump, uint64_t *retry_ns);
 
 struct lull_pump {
+    void *data;           /* yours (lull_pump_init clears it) */
     lull_loop *loop;      /* the owning loop */
     uint64_t passes;      /* passes run */
     uint64_t empty;       /* passes that reported no delivery */
@@ -728,6 +769,24 @@ LULL_EXTERN bool lull_endpoint_writable(const lull_endpoint *ep);
 LULL_EXTERN int lull_endpoint_close(lull_endpoint *ep, int reason);
 /* Closed by lull_endpoint_close, or the peer's close was delivered. */
 LULL_EXTERN bool lull_endpoint_closed(const lull_endpoint *ep);
+/* Reading paused and resumed through the endpoint, whatever the transport
+ * (on a stream, lull_stream_read_stop / _read_start; a simulated
+ * connection, lull_simconn_*): while paused, no frame and no close from
+ * the peer reach ep; the peer's frames wait, counted in its `queued`, so
+ * its lull_endpoint_writable turns false at its high-water mark; after a
+ * resume they arrive in a later turn. Idempotent. 0, or: -EINVAL (NULL, or
+ * an endpoint no transport set up), -ENOTCONN once closed. */
+LULL_EXTERN int lull_endpoint_read_stop(lull_endpoint *ep);
+LULL_EXTERN int lull_endpoint_read_start(lull_endpoint *ep);
+/* Half-close through the endpoint (lull_stream_shutdown on a stream,
+ * lull_simconn_shutdown on a simulated connection): sends fail with -EPIPE
+ * from now on, frames already sent are still delivered, and then the peer
+ * hears the end: a stream's peer reads EOF (its on_end, or its close with
+ * 0); a loopback peer closes itself with reason 0, as a stream without an
+ * on_end does, so this end, which reads on, gets the frames the peer sent
+ * before and then its close callback with 0. Idempotent (0 also once the
+ * peer closed); the errors of lull_endpoint_read_stop. */
+LULL_EXTERN int lull_endpoint_shutdown(lull_endpoint *ep);
 
 /* ------------------------------------------------------------- loopback */
 
@@ -774,6 +833,9 @@ struct lull_loopback {
                                   (after the frames it sent), or a send past
                                   max_queued (-ENOBUFS) */
         bool failing;          /* ... that last: close this end in its turn */
+        bool paused;           /* lull_endpoint_read_stop: no delivery */
+        bool eof;              /* the peer shut down: once the inbox is
+                                  empty, this end closes with 0 */
         lull_loopback *closer; /* the closed peer whose close callback waits
                                   until this end's inbox is empty */
         lull_frame *discard;   /* a failing end's inbox, released in its
@@ -822,7 +884,10 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
  * one last write attempt, then what is still queued is released
  * unwritten and the socket is closed (the peer reads EOF); the struct stays
  * the library's until on_close ran, or, without one, is the caller's when
- * the call returns, inside any of the stream's callbacks too.
+ * the call returns, inside any of the stream's callbacks too. A failed
+ * write ends the writing only (sends fail with -EPIPE; the peer reads
+ * EOF): reading goes on to the peer's EOF, and on_close then gets the
+ * write's error, the first failure.
  * lull_stream_shutdown is the graceful way: the queue is written, then the
  * write side is shut. A server (lull_server_close) has no close callback:
  * it is the caller's when that returns. docs/STREAMS.md has the long
@@ -898,6 +963,7 @@ struct lull_stream {
 };
 
 struct lull_server {
+    void *data;           /* yours (lull_server_listen_* clears it) */
     lull_loop *loop;      /* the owning loop */
     uint64_t accepted;    /* connections handed to on_connection */
     uint64_t paused;      /* times accepting paused: out of fds, or accept
@@ -948,14 +1014,19 @@ LULL_EXTERN int lull_stream_connect_unix(lull_loop *loop, lull_stream *s,
                                          const lull_stream_options *opts,
                                          lull_connect_fn fn);
 /* Adopts a byte-stream fd: a connected stream socket (one end of a
- * socketpair), a pipe or FIFO end, or a character device such as a tty; it
- * is made non-blocking. The stream owns fd from here on, also on failure.
+ * socketpair), a pipe or FIFO end, or a character device such as a tty.
+ * Its shared O_NONBLOCK is left alone for a socket (MSG_DONTWAIT) and a
+ * pipe on Linux 6.5+ (RWF_NOWAIT); a tty, a named FIFO or an older
+ * kernel's pipe gets it set while the stream has the fd, cleared again
+ * when the stream closes it (STREAMS.md, "The fd's flags"). The stream
+ * owns fd from here on, also on failure.
  * Reading starts at once; on success the stream gets its close callback
  * once, whoever closes it. An fd opened for reading only refuses sends
  * (-EPIPE) and closes at EOF (reason 0); one opened for writing only never
  * reads, and a pipe's write end closes with -EPIPE when its reader goes,
  * also while nothing is queued. -EINVAL for anything else (a datagram
- * socket, a regular file, a number that is not an open fd). */
+ * socket, a listening socket, a regular file, a number that is not an
+ * open fd). */
 LULL_EXTERN int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
                                  const lull_stream_options *opts);
 /* One stream over two fds: it reads rfd and writes wfd (a pipe each way,
@@ -981,6 +1052,235 @@ LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
 /* The fd it reads (a pair's rfd), or -1 once closed. */
 LULL_EXTERN int lull_stream_fd(const lull_stream *s);
+
+/* ------------------------------------------------------------------ UDP */
+
+/* Datagram sockets with the loop's discipline (docs/UDP.md): sends queued
+ * within a slice leave together in one sendmmsg at the loop's next flush
+ * point, in send order (several destinations in one call), and a readable
+ * socket is drained with recvmmsg, a bounded number of batches per
+ * iteration, so a flood cannot hold the loop. Nothing is allocated per
+ * datagram: a send takes a caller-owned request, received datagrams are
+ * read into the handle's buffer (allocated once, at lull_udp_recv_start).
+ * Datagrams are lossy by nature: a send past max_queued is refused, the
+ * handle stays open. IPv4 and IPv6 (numeric addresses, as streams take). */
+
+typedef struct lull_udp lull_udp;
+typedef struct lull_datagram lull_datagram;
+
+/* A datagram arrived: bytes and len are valid during the call only; from is
+ * the sender. flags: LULL_UDP_TRUNCATED when it was longer than
+ * max_datagram (bytes holds its first max_datagram bytes). status < 0
+ * instead reports an error the socket carries (-ECONNREFUSED: an ICMP port
+ * unreachable answered an earlier send of a connected socket), with bytes
+ * NULL; reading goes on. */
+typedef void (*lull_udp_recv_fn)(lull_udp *udp, int status, const void *bytes,
+                                 size_t len, const struct sockaddr *from,
+                                 unsigned flags);
+/* The datagram was handed to the kernel (0), or was not: a negative errno
+ * (-EMSGSIZE, -ECONNREFUSED, -ENETUNREACH ..., -ECANCELED when the handle
+ * closed first). Runs in a later turn than lull_udp_send, never inside it;
+ * the request and its bytes are the caller's again. */
+typedef void (*lull_udp_send_fn)(lull_datagram *req, int status);
+/* The handle's last callback, in a later turn than lull_udp_close, after
+ * every pending send's callback: the one place to free or reuse it. */
+typedef void (*lull_udp_close_fn)(lull_udp *udp);
+
+#define LULL_UDP_TRUNCATED 0x1u /* lull_udp_recv_fn flags */
+
+/* lull_udp_bind flags */
+#define LULL_UDP_REUSEADDR 0x1u /* SO_REUSEADDR */
+#define LULL_UDP_REUSEPORT                                                     \
+    0x2u /* SO_REUSEPORT: the kernel spreads datagrams                         \
+            over the sockets bound to the port */
+#define LULL_UDP_IPV6ONLY                                                      \
+    0x4u /* an IPv6 socket takes no IPv4 datagrams                             \
+            (default: dual-stack) */
+
+typedef struct lull_udp_options { /* all zero = defaults */
+    size_t max_datagram; /* a receive slot's size; 0 = 65536, the largest
+                            datagram UDP carries. A longer one is truncated
+                            (LULL_UDP_TRUNCATED). */
+    unsigned recv_batch; /* datagrams per recvmmsg; 0 = 16, at most 1024 */
+    size_t max_queued;   /* bytes queued for sending before a send is
+                            refused with -ENOBUFS; 0 = no bound */
+    size_t gso_segment;  /* > 0: a send longer than this leaves as datagrams
+                            of this size (the last may be shorter), as one
+                            message with UDP_SEGMENT where the kernel takes
+                            it, else one datagram each */
+    bool gro;            /* receive with UDP_GRO where the kernel has it:
+                            datagrams it coalesced are split again, so the
+                            callback still sees one datagram a call */
+} lull_udp_options;
+
+struct lull_datagram { /* caller-owned, one per datagram in flight */
+    void *data;        /* yours; lull never touches it */
+    const void *bytes; /* what lull_udp_send was given */
+    size_t len;
+    struct {                 /* lull's own */
+        lull_datagram *next; /* the handle's queue while in flight */
+        lull_udp_send_fn cb;
+        lull_udp *udp;
+        struct sockaddr_storage to; /* the destination; family 0 on a
+                                       connected socket */
+        int status;                 /* the result its callback gets */
+    };
+};
+
+struct lull_udp {
+    void *data;          /* yours; lull never touches it */
+    lull_loop *loop;     /* the owning loop */
+    size_t queued;       /* bytes of datagrams waiting to be sent */
+    uint64_t sent;       /* datagrams handed to the kernel */
+    uint64_t send_calls; /* sendmmsg calls that sent them */
+    uint64_t received;   /* datagrams delivered to the callback */
+    uint64_t recv_calls; /* recvmmsg calls that returned them */
+    struct {             /* lull's own */
+        lull_io io;      /* the socket (owned: closed with the handle) */
+        lull_task flush; /* at the loop's flush point while sends wait */
+        lull_task event; /* later turn: send results, the close callback */
+        lull_udp_recv_fn on_recv;
+        lull_udp_close_fn on_close;
+        lull_datagram *head; /* sends not yet handed to the kernel */
+        lull_datagram *tail;
+        lull_datagram *done; /* sends whose callback is owed */
+        lull_datagram *done_tail;
+        unsigned char *rbuf; /* recv_batch slots of max_datagram bytes */
+        void *rmeta;         /* recvmmsg's headers for the slots */
+        size_t max_datagram;
+        size_t max_queued;
+        size_t gso_segment;
+        unsigned recv_batch;
+        unsigned state;     /* src/udp.c */
+        unsigned rnext;     /* the last batch's next slot to deliver */
+        unsigned rgot;      /* ... and its slots: a recv_stop inside the
+                               callback keeps the rest for the next
+                               lull_udp_recv_start */
+        size_t roff;        /* delivered bytes of slot rnext (GRO) */
+        bool *closed_guard; /* set by a close inside our callback */
+    };
+};
+
+/* Prepares the handle; no socket yet (bind, connect or the first send
+ * makes one). opts may be NULL. -EINVAL for NULL or recv_batch > 1024. */
+LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
+                              const lull_udp_options *opts);
+/* Binds to host (numeric; NULL = "127.0.0.1", "::" for every address of
+ * both families) and port (0 = any: lull_udp_local_port). -EINVAL,
+ * -EADDRINUSE, another errno of socket or bind; -EBUSY if already bound. */
+LULL_EXTERN int lull_udp_bind(lull_udp *udp, const char *host, int port,
+                              unsigned flags);
+/* Adopts a datagram socket (made non-blocking; closed with the handle).
+ * -EINVAL for a socket that is not SOCK_DGRAM, -EBUSY if it has one. */
+LULL_EXTERN int lull_udp_open(lull_udp *udp, int fd);
+/* Connects: sends then go to host:port with to == NULL, only datagrams
+ * from it are received, and ICMP errors reach the callbacks. host NULL
+ * disconnects. Binds to any port first if unbound. */
+LULL_EXTERN int lull_udp_connect(lull_udp *udp, const char *host, int port);
+/* The bound port, or a negative errno (-EBADF before a socket exists). */
+LULL_EXTERN int lull_udp_local_port(const lull_udp *udp);
+/* Queues one datagram of len bytes (read in place: they must stay valid
+ * until cb runs) to `to` (NULL on a connected socket). 0, or: -EINVAL
+ * (NULL handle or request, bytes NULL with len > 0, to NULL on an
+ * unconnected socket, a family the socket does not take), -EMSGSIZE
+ * (len > 65507, or past gso_segment's 64 segments), -EBUSY (the request is
+ * in flight), -ENOBUFS (queued + len would pass max_queued), -EPIPE
+ * (closed). cb may be NULL. */
+LULL_EXTERN int lull_udp_send(lull_udp *udp, lull_datagram *req,
+                              const void *bytes, size_t len,
+                              const struct sockaddr *to, lull_udp_send_fn cb);
+/* Starts (or, with another fn, redirects) receiving. Allocates the
+ * receive buffer on first use. -EINVAL, -EBADF without a socket,
+ * -ENOMEM. */
+LULL_EXTERN int lull_udp_recv_start(lull_udp *udp, lull_udp_recv_fn fn);
+/* No recv callback after this. Datagrams already read from the socket in
+ * this batch are kept, not dropped: the next lull_udp_recv_start delivers
+ * them first, in a later turn. Idempotent. */
+LULL_EXTERN int lull_udp_recv_stop(lull_udp *udp);
+/* Closes the socket; queued sends complete with -ECANCELED, then fn runs,
+ * all in later turns. Safe in any callback of the handle. Idempotent:
+ * -EINVAL for NULL. */
+LULL_EXTERN int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn);
+/* Socket options, each 0 or a negative errno (-EBADF without a socket). */
+LULL_EXTERN int lull_udp_set_broadcast(lull_udp *udp, bool on);
+LULL_EXTERN int lull_udp_set_ttl(lull_udp *udp, int ttl); /* 1..255 */
+LULL_EXTERN int lull_udp_set_multicast_ttl(lull_udp *udp, int ttl);
+LULL_EXTERN int lull_udp_set_multicast_loop(lull_udp *udp, bool on);
+/* iface: the numeric address of the interface (IPv4) or its name (IPv6);
+ * NULL = the kernel's choice. */
+LULL_EXTERN int lull_udp_set_multicast_interface(lull_udp *udp,
+                                                 const char *iface);
+/* Joins (join true) or leaves the multicast group (numeric) on iface. */
+LULL_EXTERN int lull_udp_set_membership(lull_udp *udp, const char *group,
+                                        const char *iface, bool join);
+
+/* ------------------------------------------------ file-system events */
+
+/* Watches a file or a directory (inotify; docs/API.md "File-system
+ * events"). A loop's watches share one inotify fd, read in bounded batches;
+ * the events of one batch are coalesced per watch and name, so a burst of
+ * writes to one file is one MODIFIED in that turn, and a rename between
+ * two watched directories is matched by inotify's cookie. An idle watch
+ * makes no wakeup. */
+
+typedef struct lull_fsevent lull_fsevent;
+
+#define LULL_FSEVENT_CREATED  0x001u /* a name appeared */
+#define LULL_FSEVENT_MODIFIED 0x002u /* contents written */
+#define LULL_FSEVENT_ATTRIB   0x004u /* metadata: mode, owner, times, links */
+#define LULL_FSEVENT_DELETED  0x008u /* a name was removed */
+#define LULL_FSEVENT_MOVED_FROM                                                \
+    0x010u /* a name left: other_name is where it                              \
+              went, if into a watched directory */
+#define LULL_FSEVENT_MOVED_TO                                                  \
+    0x020u /* a name arrived: other_name is the                                \
+              name it had, if it came from a                                   \
+              watched directory */
+#define LULL_FSEVENT_MOVED_SELF                                                \
+    0x040u /* the watched path itself was moved;                               \
+              the watch follows it */
+#define LULL_FSEVENT_GONE                                                      \
+    0x080u /* the watched path was deleted (or its                             \
+              file system unmounted): the watch                                \
+              has ended, no callback follows */
+#define LULL_FSEVENT_OVERFLOW                                                  \
+    0x100u /* the kernel's queue overflowed and                                \
+              events were lost: rescan */
+
+/* events: LULL_FSEVENT_* bits seen for `name` in this turn (CREATED |
+ * DELETED: it came and went). name: the entry in a watched directory, or
+ * NULL for the watched path itself (and for OVERFLOW). Both strings are
+ * valid during the call only. */
+typedef void (*lull_fsevent_fn)(lull_fsevent *w, unsigned events,
+                                const char *name, const char *other_name);
+
+struct lull_fsevent {
+    void *data;      /* yours; lull never touches it */
+    lull_loop *loop; /* the owning loop */
+    struct {         /* lull's own */
+        lull_fsevent_fn fn;
+        lull_fsevent *next; /* the loop's started watches */
+        int wd;             /* inotify's watch descriptor; -1 stopped */
+        bool ref;
+    };
+};
+
+/* -EINVAL for NULL. */
+LULL_EXTERN int lull_fsevent_init(lull_loop *loop, lull_fsevent *w);
+/* Starts watching path (a file or a directory; a symbolic link is
+ * followed). 0, or -EINVAL (NULL, empty, fn NULL), -EBUSY (started),
+ * the errno of inotify_add_watch (-ENOENT, -EACCES, -ENOSPC: the
+ * watch limit, fs.inotify.max_user_watches) or of inotify_init1
+ * (-EMFILE: fs.inotify.max_user_instances). Two watches of one path on a
+ * loop: -EEXIST (inotify gives both one descriptor). */
+LULL_EXTERN int lull_fsevent_start(lull_fsevent *w, const char *path,
+                                   lull_fsevent_fn fn);
+/* No callback after this, also for events already read. Safe inside any
+ * callback. Idempotent. */
+LULL_EXTERN int lull_fsevent_stop(lull_fsevent *w);
+/* An unreferenced watch does not keep lull_loop_run alive. */
+LULL_EXTERN void lull_fsevent_ref(lull_fsevent *w);
+LULL_EXTERN void lull_fsevent_unref(lull_fsevent *w);
 
 /* ----------------------------------------------------------- simulation */
 
@@ -1161,6 +1461,7 @@ struct lull_simconn {
 };
 
 struct lull_simserver {
+    void *data;        /* yours (lull_simserver_listen clears it) */
     lull_simnet *net;  /* the network */
     uint64_t accepted; /* connections accepted */
     uint64_t refused;  /* connects refused here */
@@ -1253,7 +1554,8 @@ typedef struct lull_process lull_process;
  * handle inherited through fork() (lull_loop_fork), whose process is the
  * parent's child, not this one's, and for a child another part of the
  * program reaped on a kernel that keeps no status for its pidfd (before
- * Linux 6.15). The handle's last callback: free or reuse p inside it. */
+ * Linux 6.15). The handle's last callback: free or reuse p inside it
+ * (never called after lull_process_detach). */
 typedef void (*lull_process_exit_fn)(lull_process *p, int exit_status,
                                      int term_signal);
 
@@ -1266,6 +1568,12 @@ typedef enum lull_stdio_kind {
     LULL_STDIO_FD = 4          /* `fd`, the caller's (lull never closes it) */
 } lull_stdio_kind;
 
+/* lull_stdio.flags. FRAMED: the stream carries length-prefixed frames
+ * (a 4-byte big-endian length before each), for a child that speaks lull's
+ * framing. Without it a PIPE or SOCKETPAIR stream is raw (LULL_STREAM_RAW,
+ * whatever stream_opts says): a program's stdio is bytes. */
+#define LULL_STDIO_FRAMED 0x1u
+
 typedef struct lull_stdio { /* all zero = inherit */
     lull_stdio_kind kind;   /* LULL_STDIO_* */
     int fd;                 /* LULL_STDIO_FD: the fd the child gets */
@@ -1274,7 +1582,9 @@ typedef struct lull_stdio { /* all zero = inherit */
                                stdout naming the same stream (both PIPE) open
                                one stream that writes the child's stdin and
                                reads its stdout (lull_stream_open_pair) */
-    const lull_stream_options *stream_opts; /* NULL = defaults */
+    const lull_stream_options *stream_opts; /* NULL = defaults (raw) */
+    unsigned flags;                         /* LULL_STDIO_FRAMED; PIPE,
+                                               SOCKETPAIR only */
 } lull_stdio;
 
 /* lull_process_options.flags. NEW_GROUP: setpgid(0, 0), a process group
@@ -1296,12 +1606,16 @@ typedef struct lull_process_options {
 } lull_process_options;
 
 struct lull_process {
+    void *data;      /* yours (lull_process_spawn clears it) */
     lull_loop *loop; /* the owning loop */
     int pid;         /* the child's pid (a pid_t), kept after its exit */
     int exit_status; /* once reaped: what on_exit got */
     int term_signal;
     struct {                          /* lull's own */
-        lull_io io;                   /* the pidfd (owned) */
+        lull_io io;                   /* watches the pidfd, or edge_fd
+                                         while a tracer holds the exit */
+        int pidfd;                    /* the child's pidfd (owned); -1 once
+                                         reaped */
         lull_task done;               /* on_exit for a close in a fork */
         lull_process_exit_fn on_exit; /* the last callback */
         int owner_pid;                /* the process that spawned it */
@@ -1318,13 +1632,30 @@ struct lull_process {
  * 127; so is running out of fds (-EMFILE) or processes (-EAGAIN). Nothing
  * is left behind on failure: no child, no fd, no stream. on_exit (required)
  * runs once, on the loop, never inside this call. The handle keeps the loop
- * alive until then (lull_process_unref). */
+ * alive until then (lull_process_unref). -EBUSY into a handle that is still
+ * live (on_exit not yet run); after on_exit it may be spawned into again. */
 LULL_EXTERN int lull_process_spawn(lull_loop *loop, lull_process *p,
                                    const lull_process_options *opts,
                                    lull_process_exit_fn on_exit);
 /* Sends signum (0 probes) with pidfd_send_signal: never to a reused pid.
  * -ESRCH once on_exit ran, -ECHILD in a forked copy of the loop. */
 LULL_EXTERN int lull_process_kill(lull_process *p, int signum);
+/* Sends signum to the child's process group, kill(-pid): the group the
+ * child leads (LULL_PROCESS_NEW_GROUP or _NEW_SESSION), its own children
+ * too, even after the child itself exited. Until lull reaps the child its
+ * pid cannot be reused, so the signal cannot reach a stranger's group;
+ * from the reap on it is refused: -ESRCH once on_exit ran or another part
+ * of the program reaped the child, and when the child leads no group.
+ * -ECHILD in a forked copy of the loop. */
+LULL_EXTERN int lull_process_kill_group(lull_process *p, int signum);
+/* Stops watching the child and ends the handle at once, with no callback:
+ * p is the caller's again when this returns, the loop no longer holds it
+ * (lull_loop_free may follow), and the child runs on. lull still reaps it
+ * when it exits, on a thread of its own started by the first detach, so it
+ * is never left a zombie. -ESRCH once on_exit ran (or is queued, or after
+ * a detach). In a forked copy of the loop the handle just lets go of the
+ * parent's child. */
+LULL_EXTERN int lull_process_detach(lull_process *p);
 /* Done with the child. With LULL_PROCESS_KILL_ON_CLOSE it is sent SIGKILL;
  * without, it runs on, and the handle stops keeping the loop alive. Either
  * way the handle reaps it: on_exit still runs once, as the last callback,
@@ -1343,17 +1674,24 @@ LULL_EXTERN void lull_process_unref(lull_process *p);
  * pending instance of a standard signal: several sent before the loop reads
  * them may arrive as one (real-time signals queue). A watched signal must be
  * blocked in every thread, or a thread that does not block it takes it
- * with its usual action: lull_signal_start blocks it in the calling thread;
- * call lull_signal_block in main before creating threads, and threads
- * inherit it. A signal nobody watches keeps its usual action (lull never
- * installs a handler); one that arrived while watched and is still pending
- * when the last handle for it stops is dropped. Each signal is read by one
+ * with its usual action: call lull_signal_block in main before creating
+ * threads, and threads inherit it. lull installs no handler, and a thread's
+ * mask is its own, so the mask rules are (docs/API.md, "The mask rules"):
+ * the first handle of a signal blocks it in the calling thread, and the
+ * block is lull's if it was not blocked there. The last stop of a signal
+ * lull blocked drops an instance still pending (it arrived while watched)
+ * and unblocks it in the calling thread; in another thread lull blocked it
+ * in (set up in main, run on another thread), at that thread's next
+ * lull_signal_*, lull_loop_adopt or lull_loop_free call. A block that is
+ * the program's (lull_signal_block, before or after the start) stays, and
+ * so does an instance pending at the last stop. Each signal is read by one
  * loop: watch it on one. */
 
 typedef struct lull_signal lull_signal;
 typedef void (*lull_signal_fn)(lull_signal *sig, int signum);
 
 struct lull_signal {
+    void *data;        /* yours (lull_signal_init clears it) */
     lull_loop *loop;   /* the owning loop */
     int signum;        /* the signal watched; 0 while stopped */
     int sender_pid;    /* in the callback: the sender's pid (si_pid; 0 when
@@ -1381,7 +1719,8 @@ LULL_EXTERN void lull_signal_ref(lull_signal *sig);
 LULL_EXTERN void lull_signal_unref(lull_signal *sig);
 /* Thread-safe: blocks signum in the calling thread (pthread_sigmask), so
  * that threads created afterwards inherit it. Call it in main, before any
- * thread starts, for every signal a loop will watch. */
+ * thread starts, for every signal a loop will watch. The block is the
+ * program's: lull never lifts it. */
 LULL_EXTERN int lull_signal_block(int signum);
 
 /* ------------------------------------------------------------------ pool */
@@ -1403,6 +1742,7 @@ typedef int (*lull_work_fn)(lull_work *work);
 typedef void (*lull_work_done_fn)(lull_work *work, int status);
 
 struct lull_work {
+    void *data;                 /* yours (lull_work_init clears it) */
     lull_loop *loop;            /* the submitting loop, while submitted */
     lull_pool *pool;            /* non-NULL from submit until done runs */
     struct {                    /* lull's own */
@@ -1476,26 +1816,64 @@ LULL_EXTERN bool lull_work_busy(const lull_work *work);
 
 /* ----------------------------------------------- pool: file helpers */
 
-/* One-shot file operations on a pool: the request is caller-owned, cb runs
- * on the loop with the result (a non-negative value or a negative errno;
- * -ECANCELED when cancelled). Paths and buffers stay the caller's and must
- * stay valid until cb runs. */
+/* One-shot file operations on a pool (docs/POOL.md): the request is
+ * caller-owned, cb runs on the loop once with the result (a non-negative
+ * value or a negative errno, the kernel's; -ECANCELED when cancelled). Paths
+ * and buffers stay the caller's and must stay valid until cb runs. Refused
+ * at once (cb never runs): -EINVAL for NULL arguments, a path of PATH_MAX
+ * bytes or more, a length past SSIZE_MAX; -EBUSY while req is in flight;
+ * -EAGAIN, -ESHUTDOWN as lull_work_submit. Give files a pool of their own
+ * (a lane), so a slow disk never holds up other work. Loop thread. */
 typedef struct lull_fs lull_fs;
 typedef void (*lull_fs_fn)(lull_fs *req, int64_t result);
 
+/* lull_fs_stat's result, filled from statx (fstatat where statx is
+ * missing: btime then stays 0). Times are nanoseconds since the epoch. */
+typedef struct lull_stat {
+    uint64_t dev, ino, rdev;
+    uint32_t mode, nlink, uid, gid;
+    uint64_t size, blksize, blocks;
+    int64_t atime_ns, mtime_ns, ctime_ns, btime_ns;
+} lull_stat;
+
+/* One directory entry of a lull_fs_scandir batch. */
+typedef struct lull_dirent {
+    uint64_t ino;
+    unsigned char type; /* DT_REG, DT_DIR, ... (DT_UNKNOWN on some fs) */
+    char name[256];     /* NUL-terminated; never "." or ".." */
+} lull_dirent;
+
+/* Runs on the loop for each batch of at most LULL_FS_DIR_BATCH entries;
+ * the array is lull's, valid during the call. Return false to stop (cb
+ * then gets the count so far). */
+typedef bool (*lull_fs_dir_fn)(lull_fs *req, const lull_dirent *ents, size_t n);
+#define LULL_FS_DIR_BATCH 256
+
+struct iovec;
+struct timespec;
+
 struct lull_fs {
+    void *data;         /* yours (lull never touches it) */
     int64_t result;     /* what cb receives, once it ran */
     struct {            /* lull's own */
         lull_work work; /* the operation, on the pool */
         lull_fs_fn cb;
-        int op;           /* which operation (src/fs.c) */
-        int fd;           /* read, close */
-        int flags;        /* open */
-        unsigned mode;    /* open */
-        const char *path; /* open */
-        void *buf;        /* read: filled with up to len bytes */
+        int op;            /* which operation (src/fs.c) */
+        int fd, fd2;       /* fd2: the destination of copies */
+        int flags;         /* open */
+        unsigned mode;     /* open, mkdir, chmod */
+        uint32_t uid, gid; /* chown */
+        const char *path;  /* the path, or a link's target */
+        const char *path2; /* rename, link, symlink: the new name */
+        void *buf;         /* read, write, readlink, realpath, stat */
         size_t len;
-        uint64_t offset; /* read: file offset */
+        uint64_t offset, offset2; /* offset2: the destination's */
+        const struct iovec *iov;  /* readv, writev */
+        int iovcnt;
+        bool stop;             /* scandir: cancelled inside a batch */
+        int64_t times[4];      /* utime: atime, mtime (sec, nsec) */
+        lull_fs_dir_fn dir_cb; /* scandir */
+        void *dir;             /* scandir: its state, allocated */
     };
 };
 
@@ -1511,7 +1889,101 @@ LULL_EXTERN int lull_fs_close(lull_loop *loop, lull_pool *pool, lull_fs *req,
 LULL_EXTERN int lull_fs_read(lull_loop *loop, lull_pool *pool, lull_fs *req,
                              int fd, void *buf, size_t len, uint64_t offset,
                              lull_fs_fn cb);
-/* lull_work_cancel for a file request. */
+/* Writes all len bytes at offset. Result: len, or what was written before
+ * an error (the error when nothing was). */
+LULL_EXTERN int lull_fs_write(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              int fd, const void *buf, size_t len,
+                              uint64_t offset, lull_fs_fn cb);
+/* preadv/pwritev, completed as lull_fs_read/lull_fs_write; 1 to IOV_MAX
+ * buffers (the array stays the caller's until cb). */
+LULL_EXTERN int lull_fs_readv(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              int fd, const struct iovec *iov, int iovcnt,
+                              uint64_t offset, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_writev(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               int fd, const struct iovec *iov, int iovcnt,
+                               uint64_t offset, lull_fs_fn cb);
+/* Fill *out (the caller's until cb). Result: 0. lstat does not follow a
+ * final symlink. */
+LULL_EXTERN int lull_fs_stat(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                             const char *path, lull_stat *out, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_lstat(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, lull_stat *out, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_fstat(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              int fd, lull_stat *out, lull_fs_fn cb);
+/* Path operations. Result: 0. */
+LULL_EXTERN int lull_fs_rename(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               const char *from, const char *to, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_unlink(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               const char *path, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_mkdir(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, unsigned mode, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_rmdir(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, lull_fs_fn cb);
+/* tmpl ends in "XXXXXX", replaced in place by the new directory's name. */
+LULL_EXTERN int lull_fs_mkdtemp(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                char *tmpl, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_link(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                             const char *from, const char *to, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_symlink(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                const char *target, const char *linkpath,
+                                lull_fs_fn cb);
+/* Into buf (NUL-terminated). Result: the length; -ENAMETOOLONG when it
+ * does not fit. */
+LULL_EXTERN int lull_fs_readlink(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                 const char *path, char *buf, size_t size,
+                                 lull_fs_fn cb);
+LULL_EXTERN int lull_fs_realpath(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                 const char *path, char *buf, size_t size,
+                                 lull_fs_fn cb);
+/* Lists path in batches: dir_cb per batch, then cb with the entry count.
+ * The batches are separate pool trips, so the loop runs between them. The
+ * one file operation that allocates: one batch (about 70 KB) per listing,
+ * freed before cb. */
+LULL_EXTERN int lull_fs_scandir(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                const char *path, lull_fs_dir_fn dir_cb,
+                                lull_fs_fn cb);
+/* Result: 0. */
+LULL_EXTERN int lull_fs_fsync(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              int fd, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_fdatasync(lull_loop *loop, lull_pool *pool,
+                                  lull_fs *req, int fd, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_ftruncate(lull_loop *loop, lull_pool *pool,
+                                  lull_fs *req, int fd, uint64_t len,
+                                  lull_fs_fn cb);
+/* Copies len bytes from fd_in at off_in to fd_out at off_out with
+ * copy_file_range, by pread/pwrite where the kernel refuses (EXDEV, EINVAL,
+ * ENOSYS, EOPNOTSUPP). Result: bytes copied (fewer at fd_in's end). */
+LULL_EXTERN int lull_fs_copy_range(lull_loop *loop, lull_pool *pool,
+                                   lull_fs *req, int fd_out, uint64_t off_out,
+                                   int fd_in, uint64_t off_in, size_t len,
+                                   lull_fs_fn cb);
+/* sendfile: fd_in at off_in to fd_out at its current position (a socket,
+ * a pipe), by pread/write where the kernel refuses. Result: bytes sent. */
+LULL_EXTERN int lull_fs_sendfile(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                                 int fd_out, int fd_in, uint64_t off_in,
+                                 size_t len, lull_fs_fn cb);
+/* Result: 0. uid or gid (uint32_t)-1 leaves it unchanged. */
+LULL_EXTERN int lull_fs_chmod(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, unsigned mode, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_fchmod(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               int fd, unsigned mode, lull_fs_fn cb);
+LULL_EXTERN int lull_fs_chown(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, uint32_t uid, uint32_t gid,
+                              lull_fs_fn cb);
+LULL_EXTERN int lull_fs_fchown(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               int fd, uint32_t uid, uint32_t gid,
+                               lull_fs_fn cb);
+/* utimensat/futimens: ts[0] atime, ts[1] mtime (copied; UTIME_NOW and
+ * UTIME_OMIT as the kernel's; NULL = now). Result: 0. */
+LULL_EXTERN int lull_fs_utime(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                              const char *path, const struct timespec *ts,
+                              lull_fs_fn cb);
+LULL_EXTERN int lull_fs_futime(lull_loop *loop, lull_pool *pool, lull_fs *req,
+                               int fd, const struct timespec *ts,
+                               lull_fs_fn cb);
+/* lull_work_cancel for a file request: 0 while it waits (cb then gets
+ * -ECANCELED once, in a later task), also for a scandir between batches or
+ * inside its dir_cb; -EBUSY once a thread runs it. */
 LULL_EXTERN int lull_fs_cancel(lull_fs *req);
 
 /* A journal: appends to one file, written and made durable with fdatasync
@@ -1526,6 +1998,7 @@ typedef struct lull_append lull_append;
 typedef void (*lull_append_fn)(lull_append *req, int status);
 
 struct lull_append {
+    void *data;            /* yours (lull never touches it) */
     uint64_t offset;       /* where its bytes start in the file */
     uint64_t sync;         /* the fdatasync that made it durable, counted from 1
                               per journal: appends that shared one share it */
@@ -1538,6 +2011,7 @@ struct lull_append {
 };
 
 struct lull_journal {
+    void *data; /* yours (lull_journal_init clears it) */
     lull_loop *loop;
     lull_pool *pool;
     int fd;                /* not owned: never closed */
@@ -1578,6 +2052,7 @@ typedef void (*lull_lookup_fn)(lull_lookup *req, int status,
                                struct addrinfo *res);
 
 struct lull_lookup {
+    void *data;           /* yours (lull never touches it) */
     struct addrinfo *res; /* set on success, handed to cb (yours to free) */
     int sys_errno;        /* errno when the status is EAI_SYSTEM */
     struct {              /* lull's own */
@@ -1597,6 +2072,84 @@ LULL_EXTERN int lull_lookup_start(lull_loop *loop, lull_pool *pool,
 /* lull_work_cancel for a lookup: 0 when it had not started (cb then runs in
  * a later task with -ECANCELED), -EBUSY once it runs or ran. */
 LULL_EXTERN int lull_lookup_cancel(lull_lookup *req);
+
+/* ----------------------------------------------------- dialing by name */
+
+/* A TCP connection to a host name and port, as RFC 8305 ("Happy
+ * Eyeballs") describes: the name resolves on a pool (a numeric host
+ * does not need one), the addresses are tried with IPv6 and IPv4
+ * interleaved, the next attempt starts attempt_delay_ns after the previous
+ * one unless that one failed first, the first to connect wins and the rest
+ * are closed. One callback for the whole dial; on success the stream is
+ * open on the winning socket, as lull_stream_open leaves it. */
+
+struct addrinfo;
+typedef struct lull_dial lull_dial;
+/* status 0: d->stream is open (its close callback owed, as for any
+ * stream). Else the dial failed and the stream was never set up:
+ * -ECANCELED (lull_dial_cancel), -ETIMEDOUT (timeout_ns), -EHOSTUNREACH
+ * (the name has no address of the family asked for: d->gai_error holds
+ * getaddrinfo's code), or the last attempt's connect error
+ * (-ECONNREFUSED ...). Runs in a later turn than lull_dial_start. */
+typedef void (*lull_dial_fn)(lull_dial *d, int status);
+
+typedef struct lull_dial_options {     /* all zero = defaults */
+    const lull_stream_options *stream; /* for the stream, as connect's */
+    uint64_t attempt_delay_ns;         /* 0 = 250 ms (RFC 8305's default) */
+    uint64_t timeout_ns;               /* the whole dial; 0 = none */
+    int family;                        /* AF_INET or AF_INET6 only; 0 = both */
+} lull_dial_options;
+
+/* Addresses in flight at once: an attempt every 250 ms, and a connect
+ * to a host that does not answer takes minutes to fail. */
+#define LULL_DIAL_MAX_ATTEMPTS 8
+
+struct lull_dial {
+    void *data;          /* yours; lull never touches it */
+    lull_stream *stream; /* the stream given to lull_dial_start */
+    int attempts;        /* connects started */
+    int gai_error;       /* getaddrinfo's code when the name failed */
+    struct {             /* lull's own */
+        lull_loop *loop;
+        lull_lookup lookup;
+        lull_timer timer; /* the next attempt; the whole dial's end */
+        lull_task done;   /* the callback's turn */
+        lull_io io[LULL_DIAL_MAX_ATTEMPTS]; /* attempts in flight */
+        struct addrinfo *res;    /* resolved (getaddrinfo's, freed at end) */
+        struct addrinfo **order; /* the addresses, families interleaved */
+        int n, next;             /* ... how many, the next to try */
+        char *host;              /* a copy, for the pool */
+        char service[8];
+        lull_stream_options opts;
+        bool has_opts;
+        uint64_t attempt_delay_ns;
+        uint64_t deadline; /* the whole dial's, or 0 */
+        lull_dial_fn fn;
+        int status;     /* the callback's, once decided */
+        unsigned state; /* src/dial.c */
+    };
+};
+
+/* Starts dialing host:port (a name, or a numeric address). pool: where
+ * the name resolves (NULL: lull_pool_default). 0, or -EINVAL (NULL, port
+ * outside 1..65535, a family other than 0, AF_INET, AF_INET6), -EBUSY
+ * (dialing already), -ENOMEM. Cancel with lull_dial_cancel; the callback
+ * runs once, in a later turn. */
+LULL_EXTERN int lull_dial_start(lull_loop *loop, lull_pool *pool, lull_dial *d,
+                                lull_stream *s, const char *host, int port,
+                                const lull_dial_options *opts, lull_dial_fn fn);
+/* The same with addresses the caller resolved (a list as getaddrinfo
+ * gives; entries that are not AF_INET or AF_INET6 are skipped): no pool.
+ * The list must stay valid until the callback runs. */
+LULL_EXTERN int lull_dial_start_addrs(lull_loop *loop, lull_dial *d,
+                                      lull_stream *s,
+                                      const struct addrinfo *list,
+                                      const lull_dial_options *opts,
+                                      lull_dial_fn fn);
+/* Stops the dial: attempts closed, the callback gets -ECANCELED in a later
+ * turn (or the status it was about to get, when it was decided already).
+ * 0, or -EINVAL when it is not dialing. */
+LULL_EXTERN int lull_dial_cancel(lull_dial *d);
 
 /* ---------------------------------------------- pool: one loop per core */
 
@@ -1640,8 +2193,9 @@ LULL_EXTERN bool lull_percore_stopping(const lull_percore *pc);
  * that lands after that loop's stop function (see lull_percore_stopping);
  * then joins the threads and frees the loops and pc. Other threads must
  * have made their last post to the loops before this call. Not from a loop
- * of pc (-EDEADLK). -EBUSY if a loop still held handles at the end (that
- * loop is not freed). */
+ * of pc nor from a pool thread (-EDEADLK). Hand-offs that never stop keep
+ * it waiting; after 1,000 rounds it names them on stderr, once. -EBUSY if
+ * a loop still held handles at the end (that loop is not freed). */
 LULL_EXTERN int lull_percore_stop(lull_percore *pc);
 
 #ifdef __cplusplus

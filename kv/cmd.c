@@ -703,95 +703,131 @@ static void cmd_config(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 
 /* -------------------------------------------------------------- globs */
 
-/* Redis' glob: * ? [abc] [^a] [a-z] and \ escapes. */
+/* Redis' glob: * ? [abc] [^a] [a-z] and \ escapes, with redis-server's
+ * answers in the corners:
+ *   - an empty string matches only the empty pattern: not even "*" (KEYS
+ *     and SCAN MATCH take a pattern of one "*" as "every key" before
+ *     matching, but a "*" subscriber gets nothing published to "");
+ *   - a class with no closing ] runs to the end of the pattern ("[ab"
+ *     matches "a"); "[]" and "[^]" are the empty class and its negation;
+ *   - a range's ends are swapped when reversed ([z-a] is [a-z]); "a-]" is
+ *     the range from a to ], as the class is read left to right; ranges
+ *     compare bytes as C's char, signed as redis-server on x86-64 has it
+ *     (a byte of 0x80 or more sorts below '\0');
+ *   - a \ in a class escapes the next byte, compared without nocase; a \
+ *     at the end of the pattern is a literal \;
+ *   - nocase folds A-Z only (the C locale's tolower);
+ *   - a pattern with more than GLOB_MAX_STARS runs of '*' before an
+ *     element that is not '*' matches nothing: redis-server's recursion
+ *     gives up at that depth.
+ *
+ * The match is the classic walk with one backtrack point: the elements other
+ * than '*' each take exactly one byte, so after a mismatch only the last
+ * '*' seen needs to take one byte more (an earlier star taking more could
+ * only lead to a position the last one reaches too). Each element is
+ * compared with each byte at most once per start the last star tries:
+ * O(pattern * string) at worst, where a recursion on every '*' (lull-kv's
+ * before this) is exponential in the stars: "*a" 7 times then "*b"
+ * against 60 'a's took 26 s at -O2, some eight times more per star. */
+#define GLOB_MAX_STARS 1000
+
+static inline char glob_fold(char c, bool nocase) {
+    return nocase && c >= 'A' && c <= 'Z' ? (char)(c | 0x20) : c;
+}
+
+/* Whether the element at pat[i] (not a '*') takes byte c; *next is where
+ * the element after it starts. */
+static inline bool glob_one(const char *pat, size_t plen, size_t i, char c,
+                            bool nocase, size_t *next, size_t *steps) {
+    if (pat[i] == '?') {
+        *next = i + 1;
+        return true;
+    }
+    if (pat[i] != '[') {
+        if (pat[i] == '\\' && i + 1 < plen) i++;
+        *next = i + 1;
+        return glob_fold(pat[i], nocase) == glob_fold(c, nocase);
+    }
+    i++;
+    bool neg = i < plen && pat[i] == '^';
+    i += neg;
+    bool match = false;
+    for (;; i++) {
+        (*steps)++;
+        if (i == plen) { /* no closing ]: the class ends with the pattern */
+            *next = plen;
+            return match != neg;
+        }
+        if (pat[i] == '\\' && i + 1 < plen) {
+            i++;
+            match |= pat[i] == c;
+        } else if (pat[i] == ']') {
+            *next = i + 1;
+            return match != neg;
+        } else if (i + 2 < plen && pat[i + 1] == '-') {
+            /* C's char: signed here, as in redis-server on x86-64. */
+            int lo = (signed char)pat[i], hi = (signed char)pat[i + 2];
+            int x = (signed char)c;
+            if (lo > hi) {
+                int t = lo;
+                lo = hi;
+                hi = t;
+            }
+            lo = glob_fold((char)lo, nocase);
+            hi = glob_fold((char)hi, nocase);
+            x = glob_fold((char)x, nocase);
+            match |= x >= lo && x <= hi;
+            i += 2;
+        } else {
+            match |= glob_fold(pat[i], nocase) == glob_fold(c, nocase);
+        }
+    }
+}
+
+static inline bool glob(const char *pat, size_t plen, const char *s,
+                        size_t slen, bool nocase, size_t *steps) {
+    if (slen == 0) return plen == 0;
+    size_t p = 0, i = 0;
+    size_t star_p = SIZE_MAX; /* the element after the last '*' seen */
+    size_t star_i = 0;        /* where that star's match ends now */
+    size_t stars = 0;         /* runs of '*' passed (each is passed once) */
+    while (i < slen) {
+        (*steps)++;
+        if (p < plen && pat[p] == '*') {
+            while (p < plen && pat[p] == '*')
+                p++;
+            if (p == plen) return true;
+            if (++stars > GLOB_MAX_STARS) return false;
+            star_p = p;
+            star_i = i;
+            continue;
+        }
+        size_t next;
+        if (p < plen && glob_one(pat, plen, p, s[i], nocase, &next, steps)) {
+            p = next;
+            i++;
+        } else if (star_p != SIZE_MAX) {
+            p = star_p;
+            i = ++star_i;
+        } else {
+            return false;
+        }
+    }
+    while (p < plen && pat[p] == '*')
+        p++;
+    return p == plen;
+}
+
 bool kv_glob(const char *pat, size_t plen, const char *s, size_t slen,
              bool nocase) {
-    while (plen) {
-        switch (pat[0]) {
-        case '*':
-            while (plen > 1 && pat[1] == '*') {
-                pat++;
-                plen--;
-            }
-            if (plen == 1) return true;
-            for (size_t i = 0; i <= slen; i++)
-                if (kv_glob(pat + 1, plen - 1, s + i, slen - i, nocase))
-                    return true;
-            return false;
-        case '?':
-            if (!slen) return false;
-            s++;
-            slen--;
-            break;
-        case '[': {
-            if (!slen) return false;
-            pat++;
-            plen--;
-            bool neg = plen && pat[0] == '^';
-            if (neg) {
-                pat++;
-                plen--;
-            }
-            bool match = false;
-            while (plen && pat[0] != ']') {
-                if (pat[0] == '\\' && plen >= 2) {
-                    pat++;
-                    plen--;
-                    if (pat[0] == s[0]) match = true;
-                } else if (plen >= 3 && pat[1] == '-') {
-                    unsigned char lo = (unsigned char)pat[0];
-                    unsigned char hi = (unsigned char)pat[2];
-                    unsigned char c = (unsigned char)s[0];
-                    if (lo > hi) {
-                        unsigned char t = lo;
-                        lo = hi;
-                        hi = t;
-                    }
-                    if (nocase) {
-                        if (lo >= 'A' && lo <= 'Z') lo |= 0x20;
-                        if (hi >= 'A' && hi <= 'Z') hi |= 0x20;
-                        if (c >= 'A' && c <= 'Z') c |= 0x20;
-                    }
-                    pat += 2;
-                    plen -= 2;
-                    if (c >= lo && c <= hi) match = true;
-                } else {
-                    char x = pat[0], y = s[0];
-                    if (nocase && x >= 'A' && x <= 'Z') x |= 0x20;
-                    if (nocase && y >= 'A' && y <= 'Z') y |= 0x20;
-                    if (x == y) match = true;
-                }
-                pat++;
-                plen--;
-            }
-            if (!plen) return false; /* no closing ]: Redis matches nothing */
-            if (neg) match = !match;
-            if (!match) return false;
-            s++;
-            slen--;
-            break;
-        }
-        case '\\':
-            if (plen >= 2) {
-                pat++;
-                plen--;
-            }
-            /* fall through */
-        default: {
-            if (!slen) return false;
-            char x = pat[0], y = s[0];
-            if (nocase && x >= 'A' && x <= 'Z') x |= 0x20;
-            if (nocase && y >= 'A' && y <= 'Z') y |= 0x20;
-            if (x != y) return false;
-            s++;
-            slen--;
-            break;
-        }
-        }
-        pat++;
-        plen--;
-    }
-    return slen == 0;
+    size_t steps = 0;
+    return glob(pat, plen, s, slen, nocase, &steps);
+}
+
+bool kv_glob_steps(const char *pat, size_t plen, const char *s, size_t slen,
+                   bool nocase, size_t *steps) {
+    *steps = 0;
+    return glob(pat, plen, s, slen, nocase, steps);
 }
 
 /* -------------------------------------------------------- KEYS, SCAN */
@@ -928,9 +964,10 @@ static const kv_cmd commands[] = {
     {"quit", -1, CMD_PUBSUB, cmd_quit},
     {"command", -1, 0, cmd_command},
     {"config", -2, 0, cmd_config},
-    /* The server's own (conn.c, link.c): kv_exec returns KV_SERVER. */
-    {"replsync", -1, CMD_SERVER, NULL},
-    {"client", -1, CMD_SERVER, NULL},
+    /* The server's own (conn.c, link.c): kv_exec returns KV_SERVER. A
+     * connection that becomes a replica link stops being a client, so
+     * neither a transaction nor a subscribed client may turn into one. */
+    {"replsync", -1, CMD_SERVER | CMD_NOMULTI, NULL},
 };
 
 /* The names, hashed case-insensitively into open slots. A name of up to
@@ -1051,22 +1088,59 @@ static void unknown(buf *out, const resp_arg *a, size_t argc) {
     buf_free(&tmp);
 }
 
+/* Redis' words for a container's unknown subcommand: the name up to 128
+ * bytes or its first NUL (Redis formats it as a C string), the command
+ * in upper case; a CR or LF becomes a space. */
+static void unknown_sub(buf *out, const resp_arg *a) {
+    buf_str(out, "-ERR unknown subcommand '");
+    for (size_t i = 0; i < a[1].len && i < 128 && a[1].p[i]; i++) {
+        char ch = a[1].p[i];
+        buf_put(out, ch == '\r' || ch == '\n' ? " " : &ch, 1);
+    }
+    buf_str(out, "'. Try ");
+    for (size_t i = 0; i < a[0].len; i++) {
+        char ch = a[0].p[i];
+        if (ch >= 'a' && ch <= 'z') ch = (char)(ch - 'a' + 'A');
+        buf_put(out, &ch, 1);
+    }
+    buf_str(out, " HELP.\r\n");
+}
+
+/* The command a request names: a container's subcommand when it has
+ * one (*bad when that is unknown); the container itself without one
+ * (its arity then refuses it). */
+static const kv_cmd *resolve(const kv_cmd *c, const resp_arg *a, size_t argc,
+                             bool *bad) {
+    *bad = false;
+    if (!c || !(c->flags & CMD_CONTAINER) || argc < 2) return c;
+    const kv_cmd *s = kv_client_subcommand(&a[1]);
+    *bad = !s;
+    return s ? s : c;
+}
+
 void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     k->cmd_now = 0;
-    kv_command(&a[0])->fn(k, cl, a, argc, out);
+    bool bad;
+    const kv_cmd *c = resolve(kv_command(&a[0]), a, argc, &bad);
+    /* Queued only once kv_exec's checks passed: never a container or a
+     * CMD_SERVER command. */
+    c->fn(k, cl, a, argc, out);
 }
 
 int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     k->cmd_now = 0;
-    const kv_cmd *c = find_command(&a[0]);
+    bool bad_sub;
+    const kv_cmd *c = resolve(find_command(&a[0]), a, argc, &bad_sub);
     /* Redis' order of checks, and inside MULTI a refused command spoils
      * the transaction (EXEC answers -EXECABORT). */
     if (!c) {
         unknown(out, a, argc);
-    } else if (c->flags & CMD_SERVER) {
-        return KV_SERVER; /* the caller's to run */
+    } else if (bad_sub) {
+        unknown_sub(out, a);
     } else if (!kv_arity_ok(c, argc)) {
         wrong_args(out, c);
+    } else if ((c->flags & CMD_NOMULTI) && cl && cl->multi) {
+        buf_str(out, "-ERR Command not allowed inside a transaction\r\n");
     } else if ((c->flags & CMD_WRITE) && k->replica) {
         buf_str(out, KV_READONLY_ERR "\r\n");
     } else if (cl && kv_client_subscribed(cl) && !(c->flags & CMD_PUBSUB)) {
@@ -1081,6 +1155,8 @@ int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
             return 0;
         }
         reply_oom(out);
+    } else if (c->flags & CMD_SERVER) {
+        return KV_SERVER; /* the caller's to run */
     } else {
         c->fn(k, cl, a, argc, out);
         return c->fn == cmd_quit ? KV_QUIT : 0;

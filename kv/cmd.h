@@ -98,6 +98,9 @@ struct kv {
     /* INFO stats: the owner's lines (what its event loop counted), or
      * NULL: the section has its header only. */
     void (*stats)(kv *k, buf *b);
+    /* CLIENT KILL TYPE replica: the owner closes its replica links and
+     * returns how many it closed. NULL: there are none (tests). */
+    long long (*kill_replicas)(kv *k);
     /* Test only: known replication bugs planted on purpose (KV_PLANT_*),
      * which the simulator (sim.c) must find. 0 in lull-kv itself. */
     unsigned plant;
@@ -123,8 +126,8 @@ void kv_free(kv *k);
 
 enum {
     KV_QUIT = 0x1,   /* QUIT: close once the reply is out */
-    KV_SERVER = 0x2, /* REPLSYNC or CLIENT: the server runs it (nothing
-                        was written to out) */
+    KV_SERVER = 0x2, /* REPLSYNC: the server runs it (nothing was
+                        written to out) */
 };
 
 /* Runs one client request (argc > 0); the reply goes to out. cl may be

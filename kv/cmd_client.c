@@ -1,7 +1,7 @@
 /* cmd_client.c: the commands about a client's own state: MULTI, EXEC and
  * DISCARD (a transaction: commands queued, then run at once on the loop,
- * nothing else running between them), and pub/sub (SUBSCRIBE,
- * UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH).
+ * nothing else running between them), pub/sub (SUBSCRIBE, UNSUBSCRIBE,
+ * PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH), and CLIENT.
  *
  * A transaction's writes reach the log between a MULTI and an EXEC record
  * (only when it wrote something), and a replica applies the records
@@ -359,7 +359,68 @@ static void cmd_publish(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     buf_int(out, ':', w.n);
 }
 
+/* ---------------------------------------------------------------- CLIENT */
+
+/* CLIENT SETNAME name: taken and not kept (client libraries send it), after
+ * Redis' check of the name. */
+static void cmd_client_setname(kv *k, kv_client *cl, const resp_arg *a,
+                               size_t argc, buf *out) {
+    (void)k;
+    (void)cl;
+    (void)argc;
+    for (size_t i = 0; i < a[2].len; i++)
+        if (a[2].p[i] < '!' || a[2].p[i] > '~') {
+            buf_str(out, "-ERR Client names cannot contain spaces, newlines "
+                         "or special characters.\r\n");
+            return;
+        }
+    reply_ok(out);
+}
+
+/* CLIENT SETINFO attr value: taken and not kept (redis-py sends it; Redis
+ * 7.2 knows it, 7.0 does not). */
+static void cmd_client_setinfo(kv *k, kv_client *cl, const resp_arg *a,
+                               size_t argc, buf *out) {
+    (void)k;
+    (void)cl;
+    (void)a;
+    (void)argc;
+    reply_ok(out);
+}
+
+/* CLIENT KILL TYPE replica|slave: the owner closes every replica link
+ * (they reconnect and continue from their offsets). The one CLIENT KILL
+ * form lull-kv knows. */
+static void cmd_client_kill(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    (void)cl;
+    if (argc != 4 || !resp_is(&a[2], "TYPE") ||
+        !(resp_is(&a[3], "replica") || resp_is(&a[3], "slave"))) {
+        buf_str(out, "-ERR CLIENT KILL: only CLIENT KILL TYPE replica is "
+                     "supported\r\n");
+        return;
+    }
+    buf_int(out, ':', k->kill_replicas ? k->kill_replicas(k) : 0);
+}
+
+/* Redis' names and arities; they queue inside MULTI and are refused while
+ * subscribed, as any command but the pub/sub ones. */
+static const kv_cmd client_subcommands[] = {
+    {"client|kill", -3, 0, cmd_client_kill},
+    {"client|setname", 3, 0, cmd_client_setname},
+    {"client|setinfo", 4, 0, cmd_client_setinfo},
+};
+
+const kv_cmd *kv_client_subcommand(const resp_arg *name) {
+    for (size_t i = 0;
+         i < sizeof client_subcommands / sizeof *client_subcommands; i++)
+        if (resp_is(name, client_subcommands[i].name + sizeof "client|" - 1))
+            return &client_subcommands[i];
+    return NULL;
+}
+
 static const kv_cmd client_commands[] = {
+    {"client", -2, CMD_CONTAINER, NULL},
     {"multi", 1, CMD_NOQUEUE, cmd_multi},
     {"exec", 1, CMD_NOQUEUE, cmd_exec},
     {"discard", 1, CMD_NOQUEUE, cmd_discard},

@@ -11,21 +11,32 @@ typedef void kv_cmd_fn(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                        buf *out);
 
 enum {
-    CMD_WRITE = 0x1,   /* changes the keyspace: refused on a replica, and
-                          what a primary's log may hold */
-    CMD_PUBSUB = 0x2,  /* allowed while subscribed (RESP2) */
-    CMD_NOQUEUE = 0x4, /* runs at once inside MULTI (MULTI, EXEC, DISCARD) */
-    CMD_SERVER = 0x8,  /* the server's to run (REPLSYNC, CLIENT): kv_exec
-                          returns KV_SERVER */
+    CMD_WRITE = 0x1,      /* changes the keyspace: refused on a replica, and
+                             what a primary's log may hold */
+    CMD_PUBSUB = 0x2,     /* allowed while subscribed (RESP2) */
+    CMD_NOQUEUE = 0x4,    /* runs at once inside MULTI (MULTI, EXEC, DISCARD) */
+    CMD_SERVER = 0x8,     /* the server's to run (REPLSYNC): kv_exec
+                             returns KV_SERVER once its checks pass */
+    CMD_NOMULTI = 0x10,   /* refused inside MULTI, and the transaction with
+                             it (REPLSYNC, as Redis refuses SYNC) */
+    CMD_CONTAINER = 0x20, /* runs as its subcommand (CLIENT KILL ...):
+                             kv_client_subcommand */
 };
 
 typedef struct kv_cmd {
-    const char *name; /* lower case: Redis' errors name commands so */
+    const char *name; /* lower case: Redis' errors name commands so; a
+                         subcommand "client|kill", as Redis names it */
     int arity;        /* Redis' convention: n exactly, -n at least n
                          (the name counts) */
     unsigned flags;   /* CMD_* */
-    kv_cmd_fn *fn;
+    kv_cmd_fn *fn;    /* NULL for a container and a CMD_SERVER command */
 } kv_cmd;
+
+/* CLIENT's subcommand named by name (CLIENT is lull-kv's one
+ * CMD_CONTAINER command), or NULL. The subcommand is found before the
+ * checks (an unknown one is refused as Redis refuses it, spoiling a
+ * transaction), and its own arity and flags are the ones checked. */
+const kv_cmd *kv_client_subcommand(const resp_arg *name);
 
 /* The commands of cmd_types.c and cmd_client.c: add them to the table. */
 void kv_types_init(void);
@@ -62,9 +73,14 @@ const char *kv_log_arg(kv *k, const resp_arg *a, size_t argc, size_t want);
 #define KV_SHARE_MIN ((size_t)64 << 10)
 void kv_oom(const char *what) __attribute__((noreturn));
 
-/* Redis' glob patterns (KEYS, SCAN MATCH, PSUBSCRIBE, CONFIG GET). */
+/* Redis' glob patterns (KEYS, SCAN MATCH, PSUBSCRIBE, CONFIG GET), in
+ * O(plen * slen) at worst. */
 bool kv_glob(const char *pat, size_t plen, const char *s, size_t slen,
              bool nocase);
+/* kv_glob, counting its steps (elements compared with a byte, and bytes
+ * of a class read) into *steps: the tests' bound on its work. */
+bool kv_glob_steps(const char *pat, size_t plen, const char *s, size_t slen,
+                   bool nocase, size_t *steps);
 
 /* Replies, in Redis' words. */
 void reply_wrongtype(buf *out);

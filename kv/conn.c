@@ -278,21 +278,11 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
     return alive;
 }
 
-/* REPLSYNC (the connection becomes a replica link) and CLIENT: KILL TYPE
- * replica|slave, and SETNAME / SETINFO, which client libraries send and
- * lull-kv takes without keeping. */
+/* REPLSYNC, the one command kv_exec leaves to the server (once its checks
+ * passed: not in a transaction, not subscribed): the connection becomes a
+ * replica link. */
 static void server_command(conn *c, const resp_arg *a, size_t argc) {
-    if (resp_is(&a[0], "REPLSYNC")) {
-        start_link(c, a, argc);
-    } else if (client_kill_replicas(c->srv, a, argc, &c->out)) {
-    } else if (argc >= 2 &&
-               (resp_is(&a[1], "SETNAME") || resp_is(&a[1], "SETINFO"))) {
-        buf_str(&c->out, "+OK\r\n");
-    } else {
-        buf_str(&c->out, "-ERR unknown subcommand '");
-        if (argc >= 2) buf_put(&c->out, a[1].p, a[1].len > 64 ? 64 : a[1].len);
-        buf_str(&c->out, "'. Try CLIENT HELP.\r\n");
-    }
+    start_link(c, a, argc);
 }
 
 /* After a batch of commands: send their replies, or end the connection,

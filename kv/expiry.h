@@ -4,7 +4,7 @@
  * One lull timer, armed for the earliest expiry in the keyspace (the
  * store's heap keeps it at hand), not one per key: 20 bytes per expiring
  * key in the heap and the key's entry, against 64 for a lull timer and
- * its heap slot (docs/KV.md has the figures). Its contract (BRIEF §1A):
+ * its heap slot (docs/KV.md has the figures). Its five rows (README, "The contracts"):
  *   trigger          a command or record that moved the earliest expiry
  *                    (kv.expiry_changed, looked at after each batch:
  *                    kv_expiry_rearm), and the timer itself

@@ -13,9 +13,12 @@
 # bulk through a replica; a replica over its output limit closed and
 # resuming. redis-benchmark's default suite with a replica following,
 # whose keyspace then equals the primary's; replies compared byte for byte
-# with a redis-server's; redis-py's everyday calls; pub/sub with a
-# subscriber that never reads. Expiry in real time, on the primary and
-# its replica, and no wakeup while idle with 100,000 keys that expire.
+# with a redis-server's, glob patterns' matches and CLIENT in a
+# transaction or subscribed too (and a pattern that once hung the server
+# answered at once); redis-py's everyday calls;
+# pub/sub with a subscriber that never reads. Expiry in real time, on the
+# primary and its replica, and no wakeup while idle with 100,000 keys that
+# expire.
 # Replication: a replica catching up the 10,000 keys, reaching the
 # primary's offset and answering every key as the primary does;
 # -READONLY; INFO's fields; live follow; links killed by the primary and
@@ -514,8 +517,110 @@ for line in script:
 print("%d requests, %d differ" % (len(script), bad))
 sys.exit(1 if bad else 0)
 PY
+    # Glob patterns (KEYS, SCAN MATCH, PSUBSCRIBE, CONFIG GET) as
+    # redis-server answers them, the corners included; the pattern that
+    # hung lull-kv's old recursive glob ("*a" 11 times, "*b", against 60
+    # 'a's) answered at once.
+    PYTHONPATH="$dir" "$py" - "$started_port" "$rsport" >"$dir/glob.out" <<'PY' || fail "globs differ from redis-server's: $(cat "$dir/glob.out")"
+import sys, time, resp
+a, b = resp.Conn(sys.argv[1]), resp.Conn(sys.argv[2])
+keys = [b"", b"a", b"aa", b"ab", b"a" * 60, b"a\0b", b"\xff", b"\x80", b"0",
+        b"[", b"]", b"\\", b"-", b"*", b"?", b"A", b"h\xe9llo", b"hallo"]
+hang = b"*a" * 11 + b"*b"
+pats = [b"", b"**", b"?", b"*?", b"a*", b"*a", b"[ab", b"[", b"[^", b"[^a",
+        b"[]", b"[^]", b"[]]", b"[a-]", b"[z-a]", b"[a-\xff]", b"[\x80-\xff]",
+        b"\\", b"\\*", b"*\\", b"[\\]]", b"[a\\]", b"[\\", b"a\0?", b"?\0*",
+        b"[\0]", b"h[^e]llo", b"h?llo", b"[A-Z]", b"*" * (2 << 20), hang,
+        b"*a" * 1000, b"*a" * 1001, b"*a" * 1000 + b"*"]
+bad = 0
+def same(what, x, y):
+    global bad
+    if x != y:
+        bad += 1
+        print("%s: lull-kv %r, redis-server %r" % (what, x[:200], y[:200]))
+for c in (a, b):
+    c.ask("FLUSHALL")
+    for k in keys:
+        c.ask("SET", k, "v")
+for p in pats:
+    t = time.time()
+    x = sorted(resp.parse(a.ask("KEYS", p)))
+    # (the old glob would take days on it; 10 s leaves room for a
+    # sanitizer build on a loaded machine)
+    if p == hang and time.time() - t > 10:
+        bad += 1
+        print("KEYS %r took %.1f s" % (p, time.time() - t))
+    same("KEYS %r" % p[:30], x, sorted(resp.parse(b.ask("KEYS", p))))
+    x = resp.parse(a.ask("SCAN", 0, "MATCH", p, "COUNT", 1000))
+    y = resp.parse(b.ask("SCAN", 0, "MATCH", p, "COUNT", 1000))
+    same("SCAN MATCH %r" % p[:30], sorted(x[1]), sorted(y[1]))
+for p in (b"SAV[A-E]", b"APPENDONL?", b"[a]ppendonly", b"*PENDON*"):
+    same("CONFIG GET %r" % p, a.ask("CONFIG", "GET", p), b.ask("CONFIG", "GET", p))
+# PSUBSCRIBE: how many patterns each PUBLISH reaches.
+subs = [resp.Conn(sys.argv[1]), resp.Conn(sys.argv[2])]
+for s in subs:
+    for p in (b"*", b"**", b"", b"a*", b"[a", hang):
+        s.ask("PSUBSCRIBE", p)
+for ch in (b"", b"a", b"a" * 60, b"x", b"[a"):
+    same("PUBLISH %r" % ch[:30], a.ask("PUBLISH", ch, "m"), b.ask("PUBLISH", ch, "m"))
+print("%d patterns, %d differ" % (len(pats), bad))
+sys.exit(1 if bad else 0)
+PY
+    # CLIENT inside MULTI and while subscribed, as redis-server: queued and
+    # answered in EXEC's array, an unknown subcommand or a wrong arity
+    # spoiling the transaction, refused while subscribed. REPLSYNC (which
+    # redis-server does not know) refused in both as it refuses SYNC: the
+    # connection stays a client, and no replica link is made.
+    PYTHONPATH="$dir" "$py" - "$started_port" "$rsport" >"$dir/client.out" <<'PY' || fail "CLIENT differs from redis-server's: $(cat "$dir/client.out")"
+import sys, resp
+runs = [
+    [["MULTI"], ["CLIENT", "SETNAME", "x"], ["SET", "a", "1"], ["EXEC"]],
+    [["MULTI"], ["CLIENT", "KILL", "TYPE", "replica"], ["EXEC"]],
+    [["MULTI"], ["CLIENT", "FOO"], ["SET", "a", "1"], ["EXEC"]],
+    [["MULTI"], ["client", "setname"], ["EXEC"]],
+    [["MULTI"], ["CLIENT"], ["EXEC"]],
+    [["SUBSCRIBE", "c"], ["CLIENT", "SETNAME", "x"], ["CLIENT", "FOO"],
+     ["CLIENT"], ["CLIENT", "SETNAME"], ["CLIENT", "KILL", "TYPE", "slave"],
+     ["PING"], ["UNSUBSCRIBE"], ["PING"]],
+    [["CLIENT", "a\r\nb"], ["CLIENT", b"x\0y"], ["CLIENT", "z" * 200],
+     ["CLIENT", "SETNAME", "a b"], ["CLIENT", "SETNAME", ""],
+     ["CLIENT", "SETNAME", "~!"], ["CLIENT", "KILL", "TYPE", "Replica"]],
+]
+bad = n = 0
+for run in runs:
+    a, b = resp.Conn(sys.argv[1]), resp.Conn(sys.argv[2])
+    for req in run:
+        x, y = a.ask(*req), b.ask(*req)
+        n += 1
+        if x != y:
+            bad += 1
+            print("%r: lull-kv %r, redis-server %r" % (req, x, y))
+# lull-kv's own: REPLSYNC refused in MULTI and while subscribed.
+a = resp.Conn(sys.argv[1])
+want = [(["MULTI"], b"+OK\r\n"),
+        (["REPLSYNC", "?", "0", "0"],
+         b"-ERR Command not allowed inside a transaction\r\n"),
+        (["EXEC"], b"-EXECABORT Transaction discarded because of previous errors.\r\n"),
+        (["SUBSCRIBE", "c"], b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n"),
+        (["REPLSYNC", "?", "0", "0"],
+         b"-ERR Can't execute 'replsync': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE"
+         b" / PING / QUIT / RESET are allowed in this context\r\n"),
+        (["PING"], b"*2\r\n$4\r\npong\r\n$0\r\n\r\n")]
+for req, w in want:
+    x = a.ask(*req)
+    n += 1
+    if x != w:
+        bad += 1
+        print("%r: lull-kv %r, want %r" % (req, x, w))
+info = resp.Conn(sys.argv[1]).ask("INFO", "replication")
+if b"connected_slaves:0\r\n" not in info:
+    bad += 1
+    print("a replica link was made: %r" % info)
+print("%d CLIENT and REPLSYNC requests, %d differ" % (n, bad))
+sys.exit(1 if bad else 0)
+PY
     kill "$started" "$rspid" 2>/dev/null
-    compared="replies equal to redis-server's ($(tail -n 1 "$dir/cmp.out"))"
+    compared="replies equal to redis-server's ($(tail -n 1 "$dir/cmp.out"); $(tail -n 1 "$dir/glob.out"); $(tail -n 1 "$dir/client.out"))"
 else
     compared="no comparison with redis-server (not installed)"
 fi

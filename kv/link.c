@@ -195,15 +195,10 @@ bool link_command(conn *c, const resp_arg *a, size_t argc) {
     return true;
 }
 
-/* CLIENT KILL TYPE replica|slave: closes every replica link (they
- * reconnect and continue from their offsets). The one CLIENT form
- * lull-kv knows. */
-bool client_kill_replicas(server *srv, const resp_arg *a, size_t argc,
-                          buf *out) {
-    if (!(argc == 4 && resp_is(&a[0], "CLIENT") && resp_is(&a[1], "KILL") &&
-          resp_is(&a[2], "TYPE") &&
-          (resp_is(&a[3], "replica") || resp_is(&a[3], "slave"))))
-        return false;
+/* CLIENT KILL TYPE replica|slave (kv.kill_replicas): closes every replica
+ * link (they reconnect and continue from their offsets). */
+long long kill_replicas(kv *k) {
+    server *srv = LULL_CONTAINER_OF(k, server, kv);
     long long n = 0;
     repl_peer *p = srv->kv.peers.next;
     while (p != &srv->kv.peers) {
@@ -212,8 +207,7 @@ bool client_kill_replicas(server *srv, const resp_arg *a, size_t argc,
         n++;
         p = next;
     }
-    buf_int(out, ':', n);
-    return true;
+    return n;
 }
 
 /* ---------------------------------------------- replica: the primary link */

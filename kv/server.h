@@ -95,8 +95,8 @@ typedef union kv_transport {
 
 enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP };
 
-/* The replica's link to its primary (--replica-of). Its contract (BRIEF
- * §1A):
+/* The replica's link to its primary (--replica-of). Its five rows
+ * (README, "The contracts"):
  *   trigger          start-up; the link's close or a failed connect, which
  *                    arms the retry timer; the retry timer, which connects
  *   source of truth  m->state, and the offset and replid in srv->kv
@@ -258,9 +258,9 @@ void wake_links(server *srv);
  * what the log grew since the link started and it has not been sent yet,
  * plus what waits in its stream. */
 size_t link_output(const rlink *l);
-/* CLIENT KILL TYPE replica|slave; false when a/argc is not that. */
-bool client_kill_replicas(server *srv, const resp_arg *a, size_t argc,
-                          buf *out);
+/* CLIENT KILL TYPE replica|slave (kv.kill_replicas): how many links it
+ * closed. */
+long long kill_replicas(kv *k);
 
 /* link.c, replica side: connects to the primary, and keeps doing so. */
 void master_start(server *srv);

@@ -1363,6 +1363,611 @@ TEST(large_value_kept_once_in_the_log) {
     free(big2);
 }
 
+/* ---------------------------------------------------------------- globs */
+
+/* lull-kv's glob before it became a one-pass walk: a recursion on every
+ * '*'. Kept here as the reference for patterns where it is fast and where
+ * it already gave redis-server's answers (glob_agrees_with_the_old_one). */
+static bool old_glob(const char *pat, size_t plen, const char *s, size_t slen,
+                     bool nocase) {
+    while (plen) {
+        switch (pat[0]) {
+        case '*':
+            while (plen > 1 && pat[1] == '*') {
+                pat++;
+                plen--;
+            }
+            if (plen == 1) return true;
+            for (size_t i = 0; i <= slen; i++)
+                if (old_glob(pat + 1, plen - 1, s + i, slen - i, nocase))
+                    return true;
+            return false;
+        case '?':
+            if (!slen) return false;
+            s++;
+            slen--;
+            break;
+        case '[': {
+            if (!slen) return false;
+            pat++;
+            plen--;
+            bool neg = plen && pat[0] == '^';
+            if (neg) {
+                pat++;
+                plen--;
+            }
+            bool match = false;
+            while (plen && pat[0] != ']') {
+                if (pat[0] == '\\' && plen >= 2) {
+                    pat++;
+                    plen--;
+                    if (pat[0] == s[0]) match = true;
+                } else if (plen >= 3 && pat[1] == '-') {
+                    unsigned char lo = (unsigned char)pat[0];
+                    unsigned char hi = (unsigned char)pat[2];
+                    unsigned char c = (unsigned char)s[0];
+                    if (lo > hi) {
+                        unsigned char t = lo;
+                        lo = hi;
+                        hi = t;
+                    }
+                    if (nocase) {
+                        if (lo >= 'A' && lo <= 'Z') lo |= 0x20;
+                        if (hi >= 'A' && hi <= 'Z') hi |= 0x20;
+                        if (c >= 'A' && c <= 'Z') c |= 0x20;
+                    }
+                    pat += 2;
+                    plen -= 2;
+                    if (c >= lo && c <= hi) match = true;
+                } else {
+                    char x = pat[0], y = s[0];
+                    if (nocase && x >= 'A' && x <= 'Z') x |= 0x20;
+                    if (nocase && y >= 'A' && y <= 'Z') y |= 0x20;
+                    if (x == y) match = true;
+                }
+                pat++;
+                plen--;
+            }
+            if (!plen) return false;
+            if (neg) match = !match;
+            if (!match) return false;
+            s++;
+            slen--;
+            break;
+        }
+        case '\\':
+            if (plen >= 2) {
+                pat++;
+                plen--;
+            }
+            /* fall through */
+        default: {
+            if (!slen) return false;
+            char x = pat[0], y = s[0];
+            if (nocase && x >= 'A' && x <= 'Z') x |= 0x20;
+            if (nocase && y >= 'A' && y <= 'Z') y |= 0x20;
+            if (x != y) return false;
+            s++;
+            slen--;
+            break;
+        }
+        }
+        pat++;
+        plen--;
+    }
+    return slen == 0;
+}
+
+typedef struct glob_case {
+    const char *pat, *s;
+    size_t plen, slen; /* 0: strlen (for cases with a NUL in them) */
+    bool nocase, match;
+} glob_case;
+
+/* redis-server 7.0's answers (KEYS pattern against one key; CONFIG GET's
+ * nocase where marked), including the corners where lull-kv's old glob
+ * answered otherwise: the empty key, a class with no closing ], and
+ * ranges over bytes of 0x80 and more. */
+static const glob_case redis_globs[] = {
+    {"**", "", 0, 0, false, false},
+    {"", "", 0, 0, false, true},
+    {"", "a", 0, 0, false, false},
+    {"?", "", 0, 0, false, false},
+    {"*?", "", 0, 0, false, false},
+    {"*?", "a", 0, 0, false, true},
+    {"*a", "a", 0, 0, false, true},
+    {"a*", "a", 0, 0, false, true},
+    {"a**", "a", 0, 0, false, true},
+    {"**a**", "a", 0, 0, false, true},
+    {"*****", "x", 0, 0, false, true},
+    {"[abc", "a", 0, 0, false, true},
+    {"[abc", "d", 0, 0, false, false},
+    {"[", "[", 0, 0, false, false},
+    {"[", "a", 0, 0, false, false},
+    {"[^", "a", 0, 0, false, true},
+    {"[^a", "b", 0, 0, false, true},
+    {"[^a", "a", 0, 0, false, false},
+    {"x[ab", "xa", 0, 0, false, true},
+    {"x[ab", "xab", 0, 0, false, false},
+    {"[ab*", "a", 0, 0, false, true},
+    {"[ab*", "*", 0, 0, false, true},
+    {"[ab*", "ab", 0, 0, false, false},
+    {"*[", "a[", 0, 0, false, false},
+    {"*[a", "xa", 0, 0, false, true},
+    {"\\", "\\", 0, 0, false, true},
+    {"a\\", "a\\", 0, 0, false, true},
+    {"a\\", "a", 0, 0, false, false},
+    {"*\\", "x\\", 0, 0, false, true},
+    {"\\*", "*", 0, 0, false, true},
+    {"\\*", "a", 0, 0, false, false},
+    {"\\a", "a", 0, 0, false, true},
+    {"[z-a]", "m", 0, 0, false, true},
+    {"[z-a]", "Z", 0, 0, false, false},
+    {"[a-z]", "-", 0, 0, false, false},
+    {"[a-]", "-", 0, 0, false, false},
+    {"[a-]", "a", 0, 0, false, true},
+    {"[a-]x", "-x", 0, 0, false, false},
+    {"[a-]x", "]x", 0, 0, false, false},
+    {"[-a]", "-", 0, 0, false, true},
+    {"[]]", "]", 0, 0, false, false},
+    {"[]a]", "a", 0, 0, false, false},
+    {"[]", "a", 0, 0, false, false},
+    {"[]", "]", 0, 0, false, false},
+    {"a[]", "a]", 0, 0, false, false},
+    {"[^]", "a", 0, 0, false, true},
+    {"[^]]", "a", 0, 0, false, false},
+    {"[^]]", "]", 0, 0, false, false},
+    {"[\\]]", "]", 0, 0, false, true},
+    {"[a\\]", "]", 0, 0, false, true},
+    {"[a\\]", "a", 0, 0, false, true},
+    {"[a\\", "\\", 0, 0, false, true},
+    {"[\\", "\\", 0, 0, false, true},
+    {"[\\", "a", 0, 0, false, false},
+    {"[\\-]", "-", 0, 0, false, true},
+    {"[a-\\]]", "]", 0, 0, false, false},
+    {"[a-\xff]", "b", 0, 0, false, false},
+    {"[a-\xff]", "0", 0, 0, false, true},
+    {"[a-\xff]", "\x80", 0, 0, false, false},
+    {"[\x80-\xff]", "\x90", 0, 0, false, true},
+    {"[!a]", "!", 0, 0, false, true},
+    {"a?c", "abc", 0, 0, false, true},
+    {"a?c", "ac", 0, 0, false, false},
+    {"a\0b", "a\0b", 3, 3, false, true},
+    {"a\0*", "a\0bc", 3, 4, false, true},
+    {"*\0", "\0", 2, 1, false, true},
+    {"?", "\0", 0, 1, false, true},
+    {"[\0]", "\0", 3, 1, false, true},
+    {"*a*b", "xaxb", 0, 0, false, true},
+    {"*a*b", "xaxbx", 0, 0, false, false},
+    {"h[^e]llo", "hallo", 0, 0, false, true},
+    {"h[^e]llo", "hello", 0, 0, false, false},
+    {"[A-Z]", "a", 0, 0, false, false},
+    {"[a-Z]", "_", 0, 0, false, true},
+    {"[a-c-e]", "d", 0, 0, false, false},
+    {"[a-c-e]", "-", 0, 0, false, true},
+    {"[a-c-e]", "e", 0, 0, false, true},
+    /* nocase (CONFIG GET): A-Z fold; a range is folded after its ends
+     * are put in order, so [Z-a] folds to the empty z..a; a \ in a class
+     * compares as is. */
+    {"SAV[A-E]", "save", 0, 0, true, true},
+    {"*OUTPUT*", "client-output-buffer-limit", 0, 0, true, true},
+    {"[Z-a]", "_", 0, 0, true, false},
+    {"[Z-a]", "_", 0, 0, false, true},
+    {"[\\A]", "a", 0, 0, true, false},
+    {"[^A]", "a", 0, 0, true, false},
+    {"\xc0", "\xe0", 0, 0, true, false},
+};
+
+TEST(glob_answers_as_redis) {
+    for (size_t i = 0; i < sizeof redis_globs / sizeof redis_globs[0]; i++) {
+        const glob_case *g = &redis_globs[i];
+        size_t pl = g->plen ? g->plen : strlen(g->pat);
+        size_t sl = g->slen ? g->slen : strlen(g->s);
+        bool m = kv_glob(g->pat, pl, g->s, sl, g->nocase);
+        if (m != g->match)
+            fprintf(stderr, "case %zu: \"%s\" against \"%s\": %d\n", i, g->pat,
+                    g->s, m);
+        CHECK(m == g->match);
+    }
+}
+
+/* A random pattern of well-formed elements (every class closed, ranges
+ * over bytes below 0x80, at most a few stars): where the old glob was
+ * fast and already answered as redis-server does. */
+static size_t random_pattern(uint64_t *x, char *p) {
+    static const char lit[] = "ab-]^\0\xff";
+    static const char mem[] = "ab*?\0\xff";
+    static const char rng[] = "abcA0";
+    size_t n = 0, stars = 0;
+    size_t elems = 1 + (size_t)(*x >> 60) % 6;
+    for (size_t e = 0; e < elems; e++) {
+        *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned r = (unsigned)(*x >> 33);
+        switch (r % 6) {
+        case 0:
+            p[n++] = lit[(r >> 3) % (sizeof lit - 1)];
+            break;
+        case 1:
+            p[n++] = '?';
+            break;
+        case 2:
+            if (stars++ < 4) p[n++] = '*';
+            break;
+        case 3:
+            p[n++] = '\\';
+            p[n++] = "*[\\a]?"[(r >> 3) % 6];
+            break;
+        default: {
+            p[n++] = '[';
+            if ((r >> 3) & 1) p[n++] = '^';
+            for (unsigned m = 0; m < ((r >> 4) & 3); m++) {
+                unsigned k = r >> (6 + 4 * m);
+                if (k % 3 == 0) {
+                    p[n++] = mem[(k >> 2) % (sizeof mem - 1)];
+                } else if (k % 3 == 1) {
+                    p[n++] = '\\';
+                    p[n++] = "]\\a-"[(k >> 2) % 4];
+                } else {
+                    p[n++] = rng[(k >> 2) % (sizeof rng - 1)];
+                    p[n++] = '-';
+                    p[n++] = rng[(k >> 5) % (sizeof rng - 1)];
+                }
+            }
+            p[n++] = ']';
+        }
+        }
+    }
+    if ((*x >> 20) % 16 == 0) p[n++] = '\\'; /* a trailing backslash */
+    return n;
+}
+
+TEST(glob_agrees_with_the_old_one) {
+    uint64_t x = 7;
+    char pat[64], s[16];
+    static const char bytes[] = "abcA*?[]\\-\0\xff";
+    size_t matched = 0;
+    for (int t = 0; t < 200000; t++) {
+        size_t pl = random_pattern(&x, pat);
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        size_t sl = 1 + (size_t)(x >> 61); /* the old glob differed on "" */
+        for (size_t i = 0; i < sl; i++)
+            s[i] = bytes[(x >> (4 * i + 8)) % (sizeof bytes - 1)];
+        bool nocase = (x >> 7) & 1;
+        bool old = old_glob(pat, pl, s, sl, nocase);
+        if (kv_glob(pat, pl, s, sl, nocase) != old)
+            fprintf(stderr, "\"%.*s\" against \"%.*s\": old %d\n", (int)pl, pat,
+                    (int)sl, s, old);
+        CHECK(kv_glob(pat, pl, s, sl, nocase) == old);
+        matched += old;
+    }
+    CHECK(matched > 1000); /* the sample is not all misses */
+}
+
+/* The glob's work is at most one step per pattern byte per string byte
+ * (plus one), against slen 'a's and against slen - 1 'a's and a 'b'; the
+ * answers are those given. */
+static void check_glob_bound(const char *pat, size_t plen, size_t slen,
+                             bool all_a, bool ends_b) {
+    char *s = malloc(slen);
+    memset(s, 'a', slen);
+    size_t steps;
+    CHECK(kv_glob_steps(pat, plen, s, slen, false, &steps) == all_a);
+    CHECK(steps <= (plen + 1) * (slen + 1));
+    s[slen - 1] = 'b';
+    CHECK(kv_glob_steps(pat, plen, s, slen, false, &steps) == ends_b);
+    CHECK(steps <= (plen + 1) * (slen + 1));
+    free(s);
+}
+
+/* "*a" n - 1 times then "*b": a recursion on every '*' takes time
+ * exponential in n for it. */
+static void check_stars(size_t stars, size_t slen) {
+    size_t plen = 2 * stars;
+    char *pat = malloc(plen);
+    for (size_t i = 0; i < stars; i++) {
+        pat[2 * i] = '*';
+        pat[2 * i + 1] = i + 1 < stars ? 'a' : 'b';
+    }
+    check_glob_bound(pat, plen, slen, false, stars <= slen);
+    free(pat);
+}
+
+TEST(glob_pathological_pattern_is_polynomial) {
+    check_stars(12, 60);
+    check_stars(200, 5000);
+    check_stars(1000, 1000);
+    /* The walk's own worst case: one '*', then elements that match long
+     * runs before failing ("*" "a" x 300 "b", and the same with classes),
+     * retried from each byte. */
+    char pat[2048];
+    pat[0] = '*';
+    memset(pat + 1, 'a', 300);
+    pat[301] = 'b';
+    check_glob_bound(pat, 302, 2000, false, true);
+    size_t n = 1;
+    for (int i = 0; i < 200; i++) {
+        memcpy(pat + n, "[xa]", 4);
+        n += 4;
+    }
+    pat[n++] = '?';
+    pat[n++] = 'b';
+    check_glob_bound(pat, n, 1000, false, true);
+    /* Through the commands: KEYS, SCAN MATCH, PSUBSCRIBE and PUBLISH, with
+     * the old glob's hang: 12 stars against a key of 60 'a's. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    kv_client cl, pub;
+    kv_client_init(&cl, NULL, &out);
+    kv_client_init(&pub, NULL, &out);
+    char key[61];
+    memset(key, 'a', 60);
+    key[60] = 0;
+    for (int i = 0; i < 12; i++) {
+        pat[2 * i] = '*';
+        pat[2 * i + 1] = i < 11 ? 'a' : 'b';
+    }
+    pat[24] = 0;
+    char line[2200];
+    snprintf(line, sizeof line, "SET %s 1", key);
+    exec_cl(&k, &cl, &out, line);
+    snprintf(line, sizeof line, "KEYS %s", pat);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, line), "*0\r\n") == 0);
+    snprintf(line, sizeof line, "SCAN 0 MATCH %s COUNT 1000", pat);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, line), "*2\r\n$1\r\n0\r\n*0\r\n") == 0);
+    snprintf(line, sizeof line, "PSUBSCRIBE %s", pat);
+    exec_cl(&k, &cl, &out, line);
+    snprintf(line, sizeof line, "PUBLISH %s m", key);
+    CHECK(strcmp(exec_cl(&k, &pub, &out, line), ":0\r\n") == 0);
+    kv_client_reset(&k, &cl);
+    kv_client_reset(&k, &pub);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+/* Runs a request of binary arguments on k for cl; the reply as a string. */
+static const char *exec_args(kv *k, kv_client *cl, buf *out,
+                             const resp_arg *argv, size_t argc) {
+    out->len = 0;
+    kv_exec(k, cl, argv, argc, out);
+    buf_put(out, "", 1);
+    out->len--;
+    return out->p;
+}
+
+TEST(glob_huge_empty_and_binary_patterns) {
+    /* A pattern of a million stars: one run, matching everything but the
+     * empty string. */
+    size_t big = (size_t)1 << 20;
+    char *stars = malloc(big + 2);
+    memset(stars, '*', big);
+    size_t steps;
+    CHECK(kv_glob_steps(stars, big, "key", 3, false, &steps));
+    CHECK(steps <= 1);
+    CHECK(!kv_glob(stars, big, "", 0, false));
+    /* redis-server stops at 1000 runs of '*' before the pattern's end:
+     * "*a" 1000 times matches 2000 'a's, 1001 times nothing, and 1000
+     * times then a last "*" all of them. */
+    char *pat = malloc(2 * 1002), *s = malloc(2000);
+    memset(s, 'a', 2000);
+    for (size_t i = 0; i < 1002; i++) {
+        pat[2 * i] = '*';
+        pat[2 * i + 1] = 'a';
+    }
+    CHECK(kv_glob(pat, 2000, s, 2000, false));
+    CHECK(!kv_glob(pat, 2002, s, 2000, false));
+    CHECK(kv_glob(pat, 2001, s, 2000, false));
+    CHECK(!kv_glob(pat, 2003, s, 2000, false));
+    /* Through KEYS: the empty pattern finds the empty key only; "**" all
+     * but it; NULs in patterns and keys are bytes like others. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    resp_arg set[3] = {{"SET", 3}, {"", 0}, {"v", 1}};
+    exec_args(&k, &cl, &out, set, 3);
+    set[1] = (resp_arg){"a\0b", 3};
+    exec_args(&k, &cl, &out, set, 3);
+    resp_arg keys[2] = {{"KEYS", 4}, {"", 0}};
+    CHECK(strcmp(exec_args(&k, &cl, &out, keys, 2), "*1\r\n$0\r\n\r\n") == 0);
+    keys[1] = (resp_arg){"**", 2};
+    exec_args(&k, &cl, &out, keys, 2);
+    CHECK(out.len == 13 && memcmp(out.p, "*1\r\n$3\r\na\0b\r\n", 13) == 0);
+    keys[1] = (resp_arg){"?\0?", 3};
+    exec_args(&k, &cl, &out, keys, 2);
+    CHECK(out.len == 13 && memcmp(out.p, "*1\r\n$3\r\na\0b\r\n", 13) == 0);
+    keys[1] = (resp_arg){"a[\0]", 4};
+    CHECK(strcmp(exec_args(&k, &cl, &out, keys, 2), "*0\r\n") == 0);
+    keys[1] = (resp_arg){stars, big};
+    exec_args(&k, &cl, &out, keys, 2);
+    CHECK(out.len == 13 && memcmp(out.p, "*1\r\n$3\r\na\0b\r\n", 13) == 0);
+    resp_arg scan[4] = {{"SCAN", 4}, {"0", 1}, {"MATCH", 5}, {"", 0}};
+    CHECK(strcmp(exec_args(&k, &cl, &out, scan, 4),
+                 "*2\r\n$1\r\n0\r\n*1\r\n$0\r\n\r\n") == 0);
+    /* PUBLISH to the empty channel reaches a "" subscriber, not a "*"
+     * one (as redis-server). */
+    kv_client sub, pub;
+    buf sout = {0};
+    kv_client_init(&sub, NULL, &sout);
+    kv_client_init(&pub, NULL, &out);
+    resp_arg ps[4] = {{"PSUBSCRIBE", 10}, {"*", 1}, {"**", 2}, {"", 0}};
+    exec_args(&k, &sub, &sout, ps, 4);
+    sout.len = 0;
+    resp_arg publish[3] = {{"PUBLISH", 7}, {"", 0}, {"m", 1}};
+    CHECK(strcmp(exec_args(&k, &pub, &out, publish, 3), ":1\r\n") == 0);
+    CHECK(sout.len == 37 && memcmp(sout.p,
+                                   "*4\r\n$8\r\npmessage\r\n$0\r\n\r\n$0\r\n"
+                                   "\r\n$1\r\nm\r\n",
+                                   37) == 0);
+    publish[1] = (resp_arg){"x", 1};
+    CHECK(strcmp(exec_args(&k, &pub, &out, publish, 3), ":2\r\n") == 0);
+    kv_client_reset(&k, &sub);
+    kv_client_reset(&k, &pub);
+    kv_client_reset(&k, &cl);
+    buf_free(&sout);
+    buf_free(&out);
+    kv_free(&k);
+    free(stars);
+    free(pat);
+    free(s);
+}
+
+/* ------------------------------------------------- CLIENT and REPLSYNC */
+
+static int kills;
+static long long count_kills(kv *k) {
+    (void)k;
+    kills++;
+    return 2;
+}
+
+/* What redis-server 7.0 answers, byte for byte (REPLSYNC aside, which it
+ * does not know: refused as it refuses SYNC). */
+TEST(client_and_replsync_keep_transactions_and_subscriptions) {
+    kv k;
+    kv_setup(&k, false);
+    k.kill_replicas = count_kills;
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    /* CLIENT queues inside MULTI and answers in EXEC's array. */
+    exec_cl(&k, &cl, &out, "MULTI");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETNAME x"), "+QUEUED\r\n") ==
+          0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE replica"),
+                 "+QUEUED\r\n") == 0);
+    CHECK_EQ(kills, 0);
+    exec_cl(&k, &cl, &out, "SET a 1");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC"),
+                 "*3\r\n+OK\r\n:2\r\n+OK\r\n") == 0);
+    CHECK_EQ(kills, 1);
+    /* An unknown subcommand, or a wrong arity, spoils the transaction. */
+    static const char *const spoil[][2] = {
+        {"CLIENT FOO", "-ERR unknown subcommand 'FOO'. Try CLIENT HELP.\r\n"},
+        {"client setname",
+         "-ERR wrong number of arguments for 'client|setname' command\r\n"},
+        {"CLIENT", "-ERR wrong number of arguments for 'client' command\r\n"},
+        {"CLIENT KILL",
+         "-ERR wrong number of arguments for 'client|kill' command\r\n"},
+        {"REPLSYNC ? 0 1", "-ERR Command not allowed inside a transaction\r\n"},
+    };
+    for (size_t i = 0; i < sizeof spoil / sizeof spoil[0]; i++) {
+        exec_cl(&k, &cl, &out, "MULTI");
+        out.len = 0;
+        resp_arg argv[MAX_ARGS];
+        char copy[64];
+        size_t argc = 0;
+        snprintf(copy, sizeof copy, "%s", spoil[i][0]);
+        for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
+            argv[argc++] = (resp_arg){w, strlen(w)};
+        CHECK_EQ(kv_exec(&k, &cl, argv, argc, &out), 0); /* not KV_SERVER */
+        buf_put(&out, "", 1);
+        CHECK(strcmp(out.p, spoil[i][1]) == 0);
+        CHECK(strcmp(exec_cl(&k, &cl, &out, "SET b 1"), "+QUEUED\r\n") == 0);
+        CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC"),
+                     "-EXECABORT Transaction discarded because of previous "
+                     "errors.\r\n") == 0);
+    }
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXISTS b"), ":0\r\n") == 0);
+    CHECK_EQ(kills, 1);
+    /* Outside a transaction: REPLSYNC is the server's, CLIENT runs. */
+    resp_arg rs[4] = {{"REPLSYNC", 8}, {"?", 1}, {"0", 1}, {"1", 1}};
+    out.len = 0;
+    CHECK_EQ(kv_exec(&k, &cl, rs, 4, &out), KV_SERVER);
+    CHECK_EQ(out.len, 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE slave"), ":2\r\n") ==
+          0);
+    /* Subscribed: both refused as Redis refuses any other command; an
+     * unknown subcommand and a wrong arity are refused first. */
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    out.len = 0;
+    CHECK_EQ(kv_exec(&k, &cl, rs, 4, &out), 0);
+    buf_put(&out, "", 1);
+    CHECK(strcmp(out.p, "-ERR Can't execute 'replsync': only (P|S)SUBSCRIBE / "
+                        "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed "
+                        "in this context\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETNAME x"),
+                 "-ERR Can't execute 'client|setname': only (P|S)SUBSCRIBE / "
+                 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                 "context\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE replica"),
+                 "-ERR Can't execute 'client|kill': only (P|S)SUBSCRIBE / "
+                 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                 "context\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT foo"),
+                 "-ERR unknown subcommand 'foo'. Try CLIENT HELP.\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT"),
+                 "-ERR wrong number of arguments for 'client' command\r\n") ==
+          0);
+    CHECK_EQ(kills, 2);
+    exec_cl(&k, &cl, &out, "UNSUBSCRIBE");
+    kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(client_subcommands_as_redis) {
+    kv k;
+    kv_setup(&k, false); /* no kill_replicas: no replica links */
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    /* The subcommand's name as Redis formats it: 128 bytes at most, up to
+     * a NUL, CR and LF as spaces; the command in upper case. */
+    char longname[200];
+    memset(longname, 'z', sizeof longname);
+    resp_arg a[3] = {{"cLiEnT", 6}, {"a\r\nb", 4}, {"", 0}};
+    CHECK(strcmp(exec_args(&k, &cl, &out, a, 2),
+                 "-ERR unknown subcommand 'a  b'. Try CLIENT HELP.\r\n") == 0);
+    a[1] = (resp_arg){"x\0y", 3};
+    CHECK(strcmp(exec_args(&k, &cl, &out, a, 2),
+                 "-ERR unknown subcommand 'x'. Try CLIENT HELP.\r\n") == 0);
+    a[1] = (resp_arg){longname, sizeof longname};
+    exec_args(&k, &cl, &out, a, 2);
+    CHECK_EQ(out.len,
+             sizeof "-ERR unknown subcommand ''. Try CLIENT HELP.\r\n" - 1 +
+                 128);
+    /* SETNAME checks the name as Redis does, and keeps nothing. */
+    a[1] = (resp_arg){"SETNAME", 7};
+    a[2] = (resp_arg){"a b", 3};
+    CHECK(strcmp(exec_args(&k, &cl, &out, a, 3),
+                 "-ERR Client names cannot contain spaces, newlines or "
+                 "special characters.\r\n") == 0);
+    a[2] = (resp_arg){"\x7f", 1};
+    CHECK(strncmp(exec_args(&k, &cl, &out, a, 3), "-ERR Client names", 17) ==
+          0);
+    a[2] = (resp_arg){"", 0};
+    CHECK(strcmp(exec_args(&k, &cl, &out, a, 3), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETNAME ~!"), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETINFO lib-name x"),
+                 "+OK\r\n") == 0);
+    /* KILL: TYPE replica or slave only; without replica links, 0. */
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE Replica"),
+                 ":0\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL 1.2.3.4:5"),
+                 "-ERR CLIENT KILL: only CLIENT KILL TYPE replica is "
+                 "supported\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE normal"),
+                 "-ERR CLIENT KILL: only CLIENT KILL TYPE replica is "
+                 "supported\r\n") == 0);
+    /* A subcommand's full name is no command of its own. */
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "client|kill"),
+                 "-ERR unknown command 'client|kill', with args beginning "
+                 "with: \r\n") == 0);
+    /* Without a client (a replica's log, tests): CLIENT is not a write. */
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    const char *rec = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$1\r\nx\r\n";
+    const char *err = NULL;
+    size_t need;
+    CHECK_EQ(kv_apply_stream(&k, &lim, argv, rec, strlen(rec), &err, &need),
+             -EPROTO);
+    kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+}
+
 /* ------------------------------------------------- the reference model */
 
 #include "model.h"

@@ -17,8 +17,8 @@
 typedef struct lab_plot lab_plot;
 
 typedef struct lab_options {
-    bool quick; /* small sizes: `make demo` runs `all --quick` */
-    int rounds; /* rounds per figure; 0 = the scenario's default */
+    bool quick;            /* small sizes: `make demo` runs `all --quick` */
+    int rounds;            /* rounds per figure; 0 = the scenario's default */
     const char *json_path; /* --json FILE, or NULL */
     const char *only;      /* --only NAME: the one figure of a scenario to
                               run (its JSON key), or NULL for all */
@@ -182,5 +182,10 @@ int lab_node_run(char *const *args, int pin_cpu, int pin_cpu_b, long slack_ns,
                  char *buf, size_t size);
 char *lab_node_path(void);
 const char *lab_node_version(void);
+
+/* rel's path under an installed lull-lab's prefix (lab/paths.c) when that
+ * file exists, written into buf; else `built`, where this build made it. */
+const char *lab_installed_path(const char *rel, const char *built, char *buf,
+                               size_t size);
 
 #endif /* LAB_H */

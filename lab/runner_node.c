@@ -16,7 +16,15 @@
 #ifndef LAB_SOURCE_DIR
 #define LAB_SOURCE_DIR "."
 #endif
-#define SCRIPT LAB_SOURCE_DIR "/node/runner.js"
+/* The script, installed or in the source tree (char *: it goes into
+ * execv's argument array, which nothing writes to). */
+static char *script_path(void) {
+    static char buf[4096];
+    return (char *)lab_installed_path("share/lull/lab/node/runner.js",
+                                      LAB_SOURCE_DIR "/node/runner.js", buf,
+                                      sizeof buf);
+}
+#define SCRIPT script_path()
 
 /* The number after "key": in a flat JSON object, or NaN (null too). */
 static double field(const char *json, const char *key) {

@@ -389,11 +389,18 @@ static bool preload(const server *s) {
 /* The floors' programs built beside lull-lab; not_run says why not. */
 static const char *floor_path(int r) {
     const char *path = NULL;
+    static char installed[2][4096];
 #ifdef LAB_FLOOR_EPOLL_PATH
-    if (r == F_EPOLL) path = LAB_FLOOR_EPOLL_PATH;
+    if (r == F_EPOLL)
+        path = lab_installed_path("libexec/lull/lull-floor-epoll",
+                                  LAB_FLOOR_EPOLL_PATH, installed[0],
+                                  sizeof installed[0]);
 #endif
 #ifdef LAB_FLOOR_URING_PATH
-    if (r == F_URING) path = LAB_FLOOR_URING_PATH;
+    if (r == F_URING)
+        path = lab_installed_path("libexec/lull/lull-floor-uring",
+                                  LAB_FLOOR_URING_PATH, installed[1],
+                                  sizeof installed[1]);
 #endif
     if (!path)
         snprintf(not_run[r], sizeof not_run[r], "%s",

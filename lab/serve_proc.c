@@ -270,17 +270,23 @@ bool serve_on_path(const char *name, char *out, size_t size) {
     return false;
 }
 
-/* --kv PATH, else the lull-kv built beside lull-lab (its path is compiled
- * in when the examples are built). */
+/* --kv PATH, else the lull-kv installed beside lull-lab, else the one this
+ * build made (its path is compiled in when kv/ is built). */
 const char *serve_kv_option;
 
 bool serve_kv_available(char *why, size_t size) {
     const char *p = serve_kv_option;
 #ifdef LAB_KV_PATH
-    if (!p) p = LAB_KV_PATH;
+    const char *built = LAB_KV_PATH;
+#else
+    const char *built = NULL;
 #endif
+    static char installed[4096];
+    if (!p)
+        p = lab_installed_path("bin/lull-kv", built, installed,
+                               sizeof installed);
     if (!p) {
-        snprintf(why, size, "not built (examples off; --kv PATH names one)");
+        snprintf(why, size, "not built (kv/ off; --kv PATH names one)");
         return false;
     }
     snprintf(serve_kv_path, sizeof serve_kv_path, "%s", p);

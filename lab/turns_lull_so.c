@@ -19,6 +19,13 @@
 #define LAB_SO_RUNNER "lull-lab-so"
 #endif
 
+/* lull-lab-so, installed or where this build made it. */
+static const char *so_runner(void) {
+    static char buf[4096];
+    return lab_installed_path("libexec/lull/lull-lab-so", LAB_SO_RUNNER, buf,
+                              sizeof buf);
+}
+
 /* Runs lull-lab-so on lull's entry `label` of `figure`. */
 static int run(int figure, const char *label, const turns_params *p,
                turns_result *out) {
@@ -36,7 +43,7 @@ static int run(int figure, const char *label, const turns_params *p,
     if (pid == 0) {
         dup2(in[0], STDIN_FILENO);
         dup2(res[1], STDOUT_FILENO);
-        execl(LAB_SO_RUNNER, LAB_SO_RUNNER, fig, label, (char *)NULL);
+        execl(so_runner(), so_runner(), fig, label, (char *)NULL);
         _exit(127);
     }
     close(in[0]);
@@ -73,8 +80,8 @@ static int timers(const turns_params *p, turns_result *out) {
 }
 
 static bool available(char *why, size_t size) {
-    if (access(LAB_SO_RUNNER, X_OK) == 0) return true;
-    snprintf(why, size, "%s not built", LAB_SO_RUNNER);
+    if (access(so_runner(), X_OK) == 0) return true;
+    snprintf(why, size, "%s not built", so_runner());
     return false;
 }
 

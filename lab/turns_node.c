@@ -20,7 +20,15 @@
 #ifndef LAB_SOURCE_DIR
 #define LAB_SOURCE_DIR "."
 #endif
-#define SCRIPT LAB_SOURCE_DIR "/node/turns.js"
+/* The script, installed or in the source tree (char *: it goes into
+ * execv's argument array, which nothing writes to). */
+static char *script_path(void) {
+    static char buf[4096];
+    return (char *)lab_installed_path("share/lull/lab/node/turns.js",
+                                      LAB_SOURCE_DIR "/node/turns.js", buf,
+                                      sizeof buf);
+}
+#define SCRIPT script_path()
 
 /* Reads the numbers of "values": [...] into out (null -> NaN). */
 static int parse_values(const char *json, turns_result *out) {

@@ -7,7 +7,9 @@
  * transport owns the queue, the delivery (or the writes) and the close
  * handshake, through lull_frame_ops and src/frame.h. One exception to the
  * indirection: lull_endpoint_send runs the loopback's task-delivery send inline
- * (src/loopback.h), the in-process round trip being the hot path.
+ * (src/loopback.h), the in-process round trip being the hot path. And the
+ * calls protocol code makes on the reading side (read_stop, read_start,
+ * shutdown) go to the transport's own, picked by its ops table (control).
  *
  * Invariants: a frame is in flight from an accepted send until
  * lull__frame_release; `queued` is the sum of the lengths of the frames in
@@ -22,6 +24,7 @@
 
 #include "frame.h"
 #include "loopback.h"
+#include "own_name.h"
 
 void lull__endpoint_init(lull_endpoint *ep, const lull_frame_ops *ops,
                          size_t max_frame, size_t high_water,
@@ -158,6 +161,46 @@ int lull_endpoint_close(lull_endpoint *ep, int reason) {
     ep->queued = 0;
     ep->ops->close(ep, reason);
     return 0;
+}
+
+/* The endpoint calls lull_frame_ops has no entry for, by transport
+ * (src/frame.h). */
+enum { READ_STOP, READ_START, SHUTDOWN };
+
+static int control(lull_endpoint *ep, int what) {
+    if (!ep || !ep->ops) return -EINVAL;
+    if (ep->flags & LULL__EP_CLOSED) return -ENOTCONN;
+    const lull_frame_ops *ops = ep->ops;
+    if (ops == &lull__loopback_task_ops || ops == &lull__loopback_timer_ops)
+        return what == SHUTDOWN ? lull__loopback_shutdown(ep)
+                                : lull__loopback_read(ep, what == READ_START);
+    if (ops == &lull__sim_ops) {
+        lull_simconn *c = LULL_CONTAINER_OF(ep, lull_simconn, ep);
+        return what == SHUTDOWN     ? lull_simconn_shutdown(c)
+               : what == READ_START ? lull_simconn_read_start(c)
+                                    : lull_simconn_read_stop(c);
+    }
+    lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
+#ifndef NDEBUG
+    const lull__own_name *own = lull__own_name_of((lull_any_fn)s->io.fn);
+    LULL_ASSERT(own && strcmp(own->owner, "lull_stream") == 0,
+                "lull: an endpoint of a transport src/frame.c does not know");
+#endif
+    return what == SHUTDOWN     ? lull_stream_shutdown(s)
+           : what == READ_START ? lull_stream_read_start(s)
+                                : lull_stream_read_stop(s);
+}
+
+int lull_endpoint_read_stop(lull_endpoint *ep) {
+    return control(ep, READ_STOP);
+}
+
+int lull_endpoint_read_start(lull_endpoint *ep) {
+    return control(ep, READ_START);
+}
+
+int lull_endpoint_shutdown(lull_endpoint *ep) {
+    return control(ep, SHUTDOWN);
 }
 
 bool lull_endpoint_closed(const lull_endpoint *ep) {

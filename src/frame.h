@@ -21,6 +21,17 @@ typedef struct lull__frame_ops {
     void (*fail)(lull_endpoint *ep, int reason);
 } lull_frame_ops;
 
+/* lull_endpoint_read_stop / _read_start / _shutdown have no entry above:
+ * src/frame.c picks the transport's own call by its table. The loopback's
+ * and the simulated network's are named here; any other table is the
+ * stream's (src/stream.c), whose public calls serve. A new transport adds
+ * its table to the dispatch in src/frame.c. */
+extern const lull_frame_ops lull__loopback_timer_ops;
+extern const lull_frame_ops lull__sim_ops;
+/* Reading paused (on false) or resumed; shut down. Open ends only. */
+int lull__loopback_read(lull_endpoint *ep, bool on);
+int lull__loopback_shutdown(lull_endpoint *ep);
+
 /* lull_endpoint.flags */
 #define LULL__EP_CLOSED    0x1u /* closed here, or the peer's close delivered */
 #define LULL__EP_PEER_GONE 0x2u /* the peer closed: sends fail with -EPIPE */

@@ -1,11 +1,12 @@
-/* File helpers and name resolution on the worker pool.
+/* Name resolution and the journal on the worker pool (the one-shot file
+ * operations are src/fsops.c).
  *
- * Owns: one-shot requests (open, close, read at offset, getaddrinfo), each a
- * caller-owned struct around a lull_work, and the journal: appends to one
- * file made durable with fdatasync, batched. Everything here is built on
- * lull_work_submit; the pool threads run only the *_run functions, which
- * touch nothing but their own request (and, for the journal, the batch it
- * was handed). Everything else runs on the loop thread.
+ * Owns: getaddrinfo requests, a caller-owned struct around a lull_work,
+ * and the journal: appends to one file made durable with fdatasync,
+ * batched. Everything here is built on lull_work_submit; the pool threads run
+ * only the *_run functions, which touch nothing but their own request (and, for
+ * the journal, the batch it was handed). Everything else runs on the loop
+ * thread.
  *
  * The journal keeps at most one batch in flight, so batches are written and
  * synced in order and a completed sync covers every byte before it:
@@ -16,10 +17,11 @@
  *   done       starts the next batch (what queued meanwhile) before
  *              running the finished one's callbacks, so the disk is busy
  *              while they run
- * Contract (BRIEF 1A): trigger: an append, or its batch's completion;
- * source of truth: the queue and the batch; pending predicate: something
- * queued with no batch in flight; next deadline: none; quiet condition:
- * nothing queued and no batch in flight (no task, no timer, no work). */
+ * The five rows (README, "The contracts"): trigger: an append, or its batch's
+ * completion; source of truth: the queue and the batch; pending predicate:
+ * something queued with no batch in flight; next deadline: none; quiet
+ * condition: nothing queued and no batch in flight (no task, no timer, no
+ * work). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -30,105 +32,6 @@
 
 #include "lull.h"
 #include "own_name.h"
-
-enum { OP_OPEN, OP_CLOSE, OP_READ };
-
-/* ------------------------------------------------- one-shot requests */
-
-static int fs_run(lull_work *work) {
-    lull_fs *req = LULL_CONTAINER_OF(work, lull_fs, work);
-    int64_t r = 0;
-    switch (req->op) {
-    case OP_OPEN:
-        do {
-            r = open(req->path, req->flags | O_CLOEXEC, (mode_t)req->mode);
-        } while (r < 0 && errno == EINTR);
-        if (r < 0) r = -errno;
-        break;
-    case OP_CLOSE:
-        /* Linux frees the descriptor even when close reports EINTR: never
-         * retry, another thread may already own the number. */
-        r = close(req->fd) < 0 && errno != EINTR ? -errno : 0;
-        break;
-    case OP_READ: {
-        size_t got = 0;
-        while (got < req->len) {
-            ssize_t n = pread(req->fd, (char *)req->buf + got, req->len - got,
-                              (off_t)(req->offset + got));
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) {
-                if (got == 0) r = -errno;
-                break;
-            }
-            if (n == 0) break; /* end of file */
-            got += (size_t)n;
-        }
-        if (r == 0) r = (int64_t)got;
-        break;
-    }
-    }
-    req->result = r;
-    return 0;
-}
-
-static void fs_done(lull_work *work, int status) {
-    lull_fs *req = LULL_CONTAINER_OF(work, lull_fs, work);
-    req->cb(req, status < 0 ? status : req->result);
-}
-
-static int fs_submit(lull_loop *loop, lull_pool *pool, lull_fs *req, int op,
-                     lull_fs_fn cb) {
-    req->op = op;
-    req->cb = cb;
-    req->result = 0;
-    return lull_work_submit(loop, pool, &req->work);
-}
-
-/* The request must not be in flight when its fields are rewritten. */
-static int fs_check(lull_loop *loop, lull_pool *pool, lull_fs *req,
-                    lull_fs_fn cb) {
-    if (!loop || !pool || !req || !cb) return -EINVAL;
-    if (lull_work_busy(&req->work)) return -EBUSY;
-    lull_work_init(&req->work, fs_run, fs_done);
-    return 0;
-}
-
-int lull_fs_open(lull_loop *loop, lull_pool *pool, lull_fs *req,
-                 const char *path, int flags, unsigned mode, lull_fs_fn cb) {
-    int rc = fs_check(loop, pool, req, cb);
-    if (rc) return rc;
-    if (!path) return -EINVAL;
-    req->path = path;
-    req->flags = flags;
-    req->mode = mode;
-    return fs_submit(loop, pool, req, OP_OPEN, cb);
-}
-
-int lull_fs_close(lull_loop *loop, lull_pool *pool, lull_fs *req, int fd,
-                  lull_fs_fn cb) {
-    int rc = fs_check(loop, pool, req, cb);
-    if (rc) return rc;
-    if (fd < 0) return -EBADF;
-    req->fd = fd;
-    return fs_submit(loop, pool, req, OP_CLOSE, cb);
-}
-
-int lull_fs_read(lull_loop *loop, lull_pool *pool, lull_fs *req, int fd,
-                 void *buf, size_t len, uint64_t offset, lull_fs_fn cb) {
-    int rc = fs_check(loop, pool, req, cb);
-    if (rc) return rc;
-    if (fd < 0) return -EBADF;
-    if ((!buf && len) || offset > INT64_MAX) return -EINVAL;
-    req->fd = fd;
-    req->buf = buf;
-    req->len = len;
-    req->offset = offset;
-    return fs_submit(loop, pool, req, OP_READ, cb);
-}
-
-int lull_fs_cancel(lull_fs *req) {
-    return req ? lull_work_cancel(&req->work) : -EINVAL;
-}
 
 /* ------------------------------------------------------- getaddrinfo */
 

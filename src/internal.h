@@ -87,8 +87,8 @@ typedef struct lull__signals {
     lull_signal *tail;
     lull_signal *next; /* a delivery's next handle (a stop moves it on) */
     uint64_t watched;  /* bit n - 1: a started handle watches signal n */
-    uint64_t blocked;  /* bit n - 1: lull blocked signal n in `thread` */
-    pthread_t thread;  /* the thread lull blocked them in */
+    uint64_t blocked;  /* bit n - 1: signal n's block is lull's, not the
+                          program's (src/signal.c) */
     uint64_t seq;      /* start order, for delivery snapshots */
     uint32_t refs;     /* started handles that keep the loop alive */
 } lull__signals;
@@ -190,6 +190,9 @@ struct lull_loop {
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
     int sleeping;           /* atomic, a futex word: LULL__AWAKE, or how the
                                loop is blocked (src/remote.c) */
+    bool embedded;          /* lull_loop_backend_timeout announced an epoll
+                               sleep the host does for it: the next run
+                               starts awake */
     int remote_fd;          /* eventfd, written once per burst */
     unsigned posters;       /* atomic: posters that may still touch the
                                loop after publishing (lull_loop_free waits
@@ -216,6 +219,10 @@ struct lull_loop {
 
     /* Signals (src/signal.c). */
     lull__signals signals;
+
+    /* File-system watches (src/fsevent.c): the inotify fd and its started
+     * watches, allocated with the first watch, freed with the last. */
+    struct lull__fsevents *fsevents;
 
     /* Names for callbacks (lull_loop_name). */
     lull__name *names;
@@ -327,6 +334,11 @@ void lull__remote_awake(lull_loop *loop);
 void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),
                        void *arg);
 
+/* signal.c: the calling thread takes the loop over (a run on a new owner,
+ * lull_loop_adopt), or may give back signal blocks no loop needs. */
+void lull__signals_take(lull_loop *loop);
+void lull__signals_settle(void);
+
 /* pump.c */
 void lull__pump_unlink_listener(lull_listener *l);
 
@@ -388,5 +400,11 @@ const char *lull__name_lookup(lull_loop *loop, lull_any_fn fn);
 /* The same, or "(unnamed callback)" for a function without one. */
 const char *lull__name_of(lull_loop *loop, lull_any_fn fn);
 void lull__names_free(lull_loop *loop);
+
+/* tcp.c: a numeric IPv4 or IPv6 host ("[::1]" too; NULL is 127.0.0.1)
+ * and port to a sockaddr; -EINVAL otherwise. Streams and UDP share it. */
+struct sockaddr_storage;
+int lull__inet_address(const char *host, int port, struct sockaddr_storage *ss,
+                       socklen_t *len, int *family);
 
 #endif

@@ -21,6 +21,7 @@ int lull_io_init(lull_loop *loop, lull_io *io, int fd, lull_io_fn fn) {
     io->fd = fd;
     io->events = 0;
     io->flags = 0;
+    io->data = NULL;
     return 0;
 }
 

@@ -22,7 +22,7 @@
 
 #include "backend.h"
 
-/* Role defaults of the quantum (BRIEF C5): a shared loop also serves
+/* Role defaults of the quantum (C5): a shared loop also serves
  * requests, so it yields often; a dedicated one amortizes more per slice. */
 #define QUANTUM_SHARED_NS    500000u
 #define QUANTUM_DEDICATED_NS 2000000u
@@ -101,6 +101,7 @@ static bool has_work_or_handles(lull_loop *loop) {
 
 int lull_loop_free(lull_loop *loop) {
     if (!loop) return -EINVAL;
+    lull__signals_settle();
     if (loop->running || has_work_or_handles(loop)) return -EBUSY;
     /* A poster still inside lull_task_post_remote may have just published. */
     lull__remote_quiesce(loop);
@@ -118,6 +119,10 @@ int lull_loop_free(lull_loop *loop) {
 int lull_loop_adopt(lull_loop *loop) {
     if (!loop) return -EINVAL;
     if (loop->running) return -EBUSY;
+    if (pthread_equal(loop->owner, pthread_self()))
+        lull__signals_settle();
+    else
+        lull__signals_take(loop);
     loop->owner = pthread_self();
     return 0;
 }
@@ -394,7 +399,12 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
  * ordered by whatever started the thread. */
 static int run_begin(lull_loop *loop) {
     if (loop->running) return -EBUSY;
+    if (loop->embedded) {
+        loop->embedded = false;
+        lull__remote_awake(loop);
+    }
     loop->running = true;
+    if (!pthread_equal(loop->owner, pthread_self())) lull__signals_take(loop);
     loop->owner = pthread_self();
     loop->stop = false;
     loop->poll_error = 0;
@@ -426,6 +436,38 @@ int lull_loop_run(lull_loop *loop, lull_run_mode mode) {
     }
     run_end(loop);
     return loop->poll_error;
+}
+
+/* ------------------------------------------------------------ embedding */
+
+int lull_loop_backend_fd(lull_loop *loop) {
+    if (!loop) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    return loop->backend_fd;
+}
+
+/* The host's wait is the loop's sleep, done elsewhere: it is announced as
+ * an epoll sleep, so that a poster writes the eventfd (which the epoll fd
+ * then reports) instead of counting on the loop to look before it sleeps.
+ * A post that came first makes the timeout 0 (the same Dekker pair as the
+ * loop's own sleep, src/remote.c). The next run starts awake. */
+int lull_loop_backend_timeout(lull_loop *loop, int64_t *timeout_ns) {
+    if (!loop || !timeout_ns) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    if (loop->running) return -EBUSY;
+    int64_t timeout = poll_timeout(loop, lull__clock_real());
+    /* poll_timeout's 0 for "nothing to wait for" is, to a host, a wait for
+     * the fd alone. */
+    if (timeout == 0 && !ready_now(loop) && !alive_for_run(loop)) timeout = -1;
+    /* On the virtual clock time moves only by lull_loop_advance: a
+     * NOWAIT run never jumps to a deadline, so only work ready now counts. */
+    if (loop->virtual_clock && !ready_now(loop)) timeout = -1;
+    if (timeout != 0) {
+        loop->embedded = true;
+        if (!lull__remote_sleep(loop, LULL__SLEEP_EPOLL)) timeout = 0;
+    }
+    *timeout_ns = timeout;
+    return 0;
 }
 
 void lull_loop_stop(lull_loop *loop) {

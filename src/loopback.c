@@ -25,21 +25,32 @@
  * A close of an end whose peer's close notice is still queued to it drops
  * the notice with the inbox: its close callback gets its own reason.
  *
- * Invariants: an end with a non-empty inbox or a pending close has its
- * delivery turn claimed, except while that turn runs and except a closed
- * end whose close callback waits for its peer's inbox (the peer's
- * `closer`); a frame in an inbox is in flight and counted in its sender's
- * `queued`; `peer` is mutual and cleared on both ends by the first close,
- * so a closed end is touched again only by its own close turn and its
- * peer's release_closer: it may be reused or freed in its close callback,
- * or as soon as lull_endpoint_close returns when it has none, inside a
- * delivery to it too (closed_flag tells the delivery).
+ * Reading paused (lull_endpoint_read_stop): the turn delivers nothing,
+ * not even the peer's close, and claims no next one; the inbox grows and
+ * the sender's queued with it, so its lull_endpoint_writable falls at the
+ * high-water mark, as a paused stream's peer fills the socket. A resume
+ * claims the turn again. A close of the paused end un-pauses it: its own
+ * close callback is owed. Shut down (lull_endpoint_shutdown): sends are
+ * refused at once; the peer is marked `eof` and, once it has delivered
+ * every frame this end sent, closes itself with reason 0, as a stream
+ * without an on_end does at EOF; this end reads on until that close
+ * reaches it.
+ *
+ * Invariants: an end with a non-empty inbox, a pending close or `eof` has
+ * its delivery turn claimed, except while that turn runs, while it is
+ * paused, and except a closed end whose close callback waits for its
+ * peer's inbox (the peer's `closer`); a frame in an inbox is in flight and
+ * counted in its sender's `queued`; `peer` is mutual and cleared on both ends
+ * by the first close, so a closed end is touched again only by its own close
+ * turn and its peer's release_closer: it may be reused or freed in its close
+ * callback, or as soon as lull_endpoint_close returns when it has none, inside
+ * a delivery to it too (closed_flag tells the delivery).
  *
  * The send half of an end that delivers by task lives in src/loopback.h,
  * so that lull_endpoint_send inlines it; it leans on the first invariant: an
  * open end's inbox alone says whether its turn is claimed.
  *
- * The five rows (BRIEF 1A):
+ * The five rows (README, "The contracts"):
  *   Trigger                 a send to this end, the peer's close, or
  *                           this end's own close (its close callback, once
  *                           the peer's inbox is empty)
@@ -118,13 +129,25 @@ __attribute__((noinline)) static void deliver_close(lull_loopback *lb) {
     if (lb->ep.on_close) lb->ep.on_close(&lb->ep, lb->reason);
 }
 
+/* The turn that finds no frame: the peer's or this end's close, or the
+ * peer's shutdown, once every frame it sent was delivered: this end then
+ * closes with 0 (its peer gets 0 after the frames this end sent). */
+__attribute__((noinline)) static void deliver_end(lull_loopback *lb) {
+    if (lb->close_pending || !lb->eof) {
+        deliver_close(lb);
+        return;
+    }
+    lb->eof = false;
+    lull_endpoint_close(&lb->ep, 0);
+}
+
 /* One turn: the oldest frame, or the peer's close once no frame is left.
  * The inbox's tail is only read while head is set, so taking the last
  * frame leaves it stale rather than spending a store on it. */
 static inline void deliver(lull_loopback *lb, bool timer) {
     lull_frame *f = lb->head;
-    if (LULL_UNLIKELY(!f)) {
-        deliver_close(lb);
+    if (LULL_UNLIKELY(!f || lb->paused)) {
+        if (!lb->paused) deliver_end(lb);
         return;
     }
     lb->head = f->next;
@@ -155,7 +178,8 @@ static inline void deliver(lull_loopback *lb, bool timer) {
      * a frame or the peer's close waits. */
     LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
                 "lull: a closed loopback end past its delivery");
-    if (lb->head || LULL_UNLIKELY(lb->close_pending)) claim_turn(lb, timer);
+    if (lb->head || LULL_UNLIKELY(lb->close_pending || lb->eof))
+        claim_turn(lb, timer);
 }
 
 static void deliver_task(lull_task *t) {
@@ -196,6 +220,8 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     lull_timer_stop(&a->timer);
     a->close_pending = false;
     a->failing = false;
+    a->paused = false; /* its close callback is owed */
+    a->eof = false;
     lull_frame *inbox = a->head;
     if (inbox) {
         a->tail->next = a->discard;
@@ -250,16 +276,40 @@ static void loopback_fail(lull_endpoint *ep, int reason) {
     a->failing = true;
 }
 
+int lull__loopback_read(lull_endpoint *ep, bool on) {
+    lull_loopback *lb = end_of(ep);
+    LULL_ASSERT_LOOP_THREAD(lb->loop);
+    if (lb->paused != on) return 0; /* already so */
+    lb->paused = !on;
+    /* Resumed: what waited arrives in a later turn, never inside this. */
+    if (on && (lb->head || lb->close_pending || lb->eof))
+        claim_turn(lb, lb->deliver == LULL_DELIVER_TIMER);
+    return 0;
+}
+
+int lull__loopback_shutdown(lull_endpoint *ep) {
+    lull_loopback *a = end_of(ep);
+    LULL_ASSERT_LOOP_THREAD(a->loop);
+    /* Shut already, or the peer closed (a send past max_queued too): the
+     * peer has heard or will hear of the end. */
+    if (a->ep.flags & LULL__EP_PEER_GONE) return 0;
+    a->ep.flags |= LULL__EP_PEER_GONE; /* sends fail; queued still counts */
+    lull_loopback *b = a->peer;
+    b->eof = true;
+    if (!b->head && !b->paused) claim_turn(b, b->deliver == LULL_DELIVER_TIMER);
+    return 0;
+}
+
 const lull_frame_ops lull__loopback_task_ops = {loopback_send_task,
                                                 loopback_close, loopback_fail};
-static const lull_frame_ops loopback_timer_ops = {
-    loopback_send_timer, loopback_close, loopback_fail};
+const lull_frame_ops lull__loopback_timer_ops = {loopback_send_timer,
+                                                 loopback_close, loopback_fail};
 
 static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                      const lull_loopback_options *o) {
     lull__endpoint_init(&lb->ep,
                         o->deliver == LULL_DELIVER_TIMER
-                            ? &loopback_timer_ops
+                            ? &lull__loopback_timer_ops
                             : &lull__loopback_task_ops,
                         o->max_frame, o->high_water, o->max_queued);
     lull_task_init(&lb->task, deliver_task);
@@ -272,6 +322,8 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
     lb->reason = 0;
     lb->close_pending = false;
     lb->failing = false;
+    lb->paused = false;
+    lb->eof = false;
     lb->closer = NULL;
     lb->discard = NULL;
     lb->delivered = 0;

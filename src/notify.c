@@ -7,7 +7,7 @@
  * their tasks are posted in list order. No allocation: the list is threaded
  * through the caller-owned listeners.
  *
- * Contract (BRIEF 1A) of a listener: trigger: lull_notifier_raise; source of
+ * The five rows (README, "The contracts") of a listener: trigger: lull_notifier_raise; source of
  * truth: whatever state the notifier guards (the raise is a hint to look);
  * pending predicate: its task is queued; next deadline: none; quiet condition:
  * not queued (no timer is ever involved). Loop thread only, except
@@ -25,6 +25,7 @@ int lull_notifier_init(lull_notifier *n) {
     n->head = n->tail = NULL;
     n->raised = 0;
     n->raisers = 0;
+    n->data = NULL;
     lull_task_init(&n->remote, notify_from_remote);
     return 0;
 }

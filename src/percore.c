@@ -28,13 +28,18 @@
  * Posts are counted rather than callbacks so that a handle the user left
  * started (an unreferenced watcher of a ready fd) cannot keep the rounds
  * going: it only leaves its loop busy, which lull_percore_stop reports as
- * -EBUSY, as before. Uses the public API only.
+ * -EBUSY, as before. Rounds that never end (hand-offs that ignore
+ * lull_percore_stopping) are named on stderr once, at BOUNCE_ROUNDS, by
+ * each loop that found a post in that round; the stop goes on waiting.
+ * A stop from a loop of the set, or from a pool thread whose work a loop
+ * may be waiting for, is refused (-EDEADLK). Uses the public API only, and
+ * src/pool.h's lull__pool_thread.
  *
- * Contract (BRIEF 1A) of the helper's own part of each loop: trigger: a
- * remote post (a hand-off, or the stop task); source of truth: the loop's
- * remote stack; pending predicate: a post not yet run; next deadline:
- * none; quiet condition: always (it adds a reference, no timer, no task).
- * The rounds at stop: trigger: lull_percore_stop (the stop task); source
+ * The five rows (README, "The contracts") of the helper's own part of each
+ * loop: trigger: a remote post (a hand-off, or the stop task); source of truth:
+ * the loop's remote stack; pending predicate: a post not yet run; next
+ * deadline: none; quiet condition: always (it adds a reference, no timer, no
+ * task). The rounds at stop: trigger: lull_percore_stop (the stop task); source
  * of truth: each loop's remote stack, read by its own thread after a round
  * ends; pending predicate: some loop found a post in the last round; next
  * deadline: none (a thread between rounds waits on a condition variable
@@ -45,11 +50,21 @@
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lull.h"
 #include "own_name.h"
+#include "pool.h"
+
+/* Rounds at stop after which the hand-offs still going are named on
+ * stderr, once. A program that honours lull_percore_stopping ends its
+ * hand-offs within a few rounds (one for a hand-off, one more for each
+ * reply it sends back); one that ignores it bounces for ever, and the stop
+ * waits for ever. 1,000 rounds is far past any honest chain, and says
+ * which posts keep it going before anyone gives up on a silent hang. */
+#define BOUNCE_ROUNDS 1000
 
 typedef struct slot {
     lull_percore *pc;
@@ -79,6 +94,7 @@ struct lull_percore {
     unsigned long round; /* rounds ended */
     uint64_t took;       /* posts the loops found in the current round */
     bool quiet;          /* the last round that ended found none */
+    bool warned;         /* atomic: the bounce was named on stderr */
 };
 
 static void stop_task(lull_task *task) {
@@ -108,13 +124,46 @@ static void run_until_idle(slot *s, int rc) {
     if (rc < 0) s->rc = rc;
 }
 
+typedef struct bounce {
+    int index; /* the loop's */
+} bounce;
+
+static void print_post(const lull_live *e, void *arg) {
+    if (e->cause != LULL_LIVE_REMOTE) return;
+    const bounce *b = arg;
+    if (e->name)
+        fprintf(stderr, "  loop %d: task %p  %s\n", b->index, e->handle,
+                e->name);
+    else
+        fprintf(stderr, "  loop %d: task %p  callback %#lx\n", b->index,
+                e->handle, (unsigned long)(uintptr_t)e->fn);
+}
+
+/* The stop has gone BOUNCE_ROUNDS rounds: names the posts waiting for this
+ * loop (the hand-offs that keep the rounds going), under the stderr lock
+ * so that the loops' lists do not mix; the first loop to print says what
+ * the lists are. The stop goes on waiting. */
+static void name_bounce(slot *s) {
+    bounce b = {s->index};
+    flockfile(stderr);
+    if (!__atomic_exchange_n(&s->pc->warned, true, __ATOMIC_RELAXED))
+        fprintf(stderr,
+                "lull_percore_stop: hand-offs still going after %d rounds "
+                "(does a hand-off ignore lull_percore_stopping?); still "
+                "waiting for them:\n",
+                BOUNCE_ROUNDS);
+    lull_loop_walk(s->loop, print_post, &b);
+    funlockfile(stderr);
+}
+
 /* One round on this loop: takes the posts waiting for it and runs until
  * idle. Returns how many posts it found. A loop whose run failed takes
  * nothing more: its posts stay, and stop reports the loop busy. */
-static uint64_t drain(slot *s) {
+static uint64_t drain(slot *s, unsigned long round) {
     if (s->rc < 0) return 0;
     lull_metrics m;
     lull_loop_metrics(s->loop, &m);
+    if (round == BOUNCE_ROUNDS && m.live_remote) name_bounce(s);
     run_until_idle(s, lull_loop_run(s->loop, LULL_RUN_NOWAIT));
     return m.live_remote;
 }
@@ -163,10 +212,11 @@ static void *loop_main(void *arg) {
     if (!pc->go) /* another loop failed: undo what start did */
         stop_task(&s->stop);
     run_until_idle(s, 0);
-    /* The first round ran the stop task: never quiet. */
+    /* The first round ran the stop task: never quiet. Every thread takes
+     * part in every round, so each counts the same rounds. */
     bool quiet = round_end(pc, 1);
-    while (!quiet)
-        quiet = round_end(pc, drain(s));
+    for (unsigned long round = 1; !quiet; round++)
+        quiet = round_end(pc, drain(s, round));
     return NULL;
 }
 
@@ -283,6 +333,10 @@ int lull_percore_stop(lull_percore *pc) {
     if (!pc) return -EINVAL;
     for (int i = 0; i < pc->count; i++)
         if (pthread_equal(pc->slots[i].thread, pthread_self())) return -EDEADLK;
+    /* A pool thread would wait for loops whose work in flight needs it (a
+     * loop holds a reference for its work until done ran): the same
+     * deadlock, one hop away. */
+    if (lull__pool_thread()) return -EDEADLK;
     /* Before the stop tasks are posted, so that every stop function, and
      * every hand-off that runs after one, sees it. */
     __atomic_store_n(&pc->stopping, true, __ATOMIC_RELEASE);

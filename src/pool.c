@@ -31,7 +31,7 @@
  * items wakes at most N threads, and a thread that is running picks up
  * queued items without any wake at all.
  *
- * Contract (BRIEF 1A) of the pool's idle threads:
+ * The five rows (README, "The contracts") of the pool's idle threads:
  *   trigger              a submit (wakes one idle thread's futex word), or
  *                        lull_pool_close (wakes them all)
  *   source of truth      the queue, under the pool's lock
@@ -52,6 +52,7 @@
 
 #include "lull.h"
 #include "own_name.h"
+#include "pool.h"
 
 /* libuv's default too: enough to overlap a few syncs and lookups, few
  * enough to cost nothing on a small machine. */
@@ -114,9 +115,17 @@ static void unlink_work(lull_pool *p, lull_work *w) {
     p->queued--;
 }
 
+/* Set once by each pool thread, for lull__pool_thread. */
+static _Thread_local bool is_pool_thread;
+
+bool lull__pool_thread(void) {
+    return is_pool_thread;
+}
+
 static void *worker_main(void *arg) {
     worker *me = arg;
     lull_pool *p = me->pool;
+    is_pool_thread = true;
     pthread_mutex_lock(&p->lock);
     for (;;) {
         lull_work *w = p->head;

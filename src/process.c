@@ -4,13 +4,15 @@
  * Owns: a process handle's pidfd and its watcher, the parent's ends of the
  * child's stdio until they are handed over as streams, and reaping the
  * child. The child itself is made in src/spawn.c (clone with CLONE_PIDFD
- * and exit signal 0: why, there). One thread: the loop's.
+ * and exit signal 0: why, there). One thread: the loop's; detached
+ * children alone are reaped by a thread of lull's (the last section).
  *
  * Exit. The pidfd turns readable when the child has exited; the watcher
  * then reaps it with waitid(P_PIDFD, WNOHANG | __WALL), closes the pidfd
  * and calls on_exit: exactly once, the handle's last callback, never inside
  * the call that started or closed it. No SIGCHLD handler, no process-wide
- * table: nothing is shared with other loops, threads or libraries, and
+ * table of watched children: nothing is shared with other loops, threads
+ * or libraries (but the detached children's reaper), and
  * nothing waits for a pid it does not own. Another part of the program may
  * still reap lull's child first (a SIGCHLD handler that calls waitpid(-1),
  * or SIGCHLD set to SIG_IGN, which makes the kernel reap): waitid then says
@@ -22,12 +24,19 @@
  *
  * One free path. on_exit is the last callback whoever ended the child —
  * it exited, a kill, lull_process_close — and the owner frees the handle in
- * it. lull_process_close does not end the handle: the child is killed
- * (LULL_PROCESS_KILL_ON_CLOSE) or left to run, and is reaped either way
- * when it ends, so no zombie is left behind by a close. A handle in a
- * forked copy of the loop belongs to a process that is not this one's
- * child (waitid says ECHILD): its exit reports -ECHILD, and a close there
+ * it. lull_process_detach is the one way to end a handle without it: the
+ * handle is the caller's when the call returns, and the child's reaping
+ * passes to the reaper thread (below). lull_process_close does not end the
+ * handle: the child is killed (LULL_PROCESS_KILL_ON_CLOSE) or left to run, and
+ * is reaped either way when it ends, so no zombie is left behind by a close. A
+ * handle in a forked copy of the loop belongs to a process that is not this
+ * one's child (waitid says ECHILD): its exit reports -ECHILD, and a close there
  * kills nothing and reports -ECHILD in a later turn (the done task).
+ *
+ * A tracer (ptrace) holds a traced child's exit: its pidfd is readable but
+ * waitid has nothing until the tracer waits or goes. The pidfd is then
+ * watched edge-triggered through an epoll of the handle's own (made on
+ * first need), which the tracer's release wakes (wait_for_tracer).
  *
  * Spawn's own failures are its return value: the parent's fds (pipes,
  * /dev/null) and the streams over them are made before the child, and
@@ -38,22 +47,27 @@
  * io watches the pidfd exactly while STARTED and the pidfd is open; EXITED
  * once on_exit was called (or is queued to be, DONE_QUEUED).
  *
- * The five rows (BRIEF 1A), for a running child:
+ * The five rows (README, "The contracts"), for a running child:
  *   Trigger                 the child exits (pidfd readable)
  *   Source of truth         the kernel's state of the child: waitid, or the
  *                           pidfd's exit information
- *   Pending-work predicate  the pidfd is readable
+ *   Pending-work predicate  the pidfd is readable (while a tracer holds
+ *                           the exit: the pidfd woke since last looked at)
  *   Next deadline or retry  none; a child reaped by someone else whose
  *                           status is not recorded yet is looked at again
  *                           next iteration (the fd stays readable), at most
  *                           EXIT_INFO_RETRIES times
- *   Quiet condition         always while the child runs: one fd in epoll */
+ *   Quiet condition         always while the child runs, and while a
+ *                           tracer holds its exit: one fd in epoll */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -79,10 +93,11 @@
      LULL_PROCESS_KILL_ON_CLOSE)
 
 /* lull_process.state */
-#define P_STARTED     0x1u /* spawned, on_exit not yet called */
-#define P_CLOSED      0x2u /* lull_process_close was called */
-#define P_EXITED      0x4u /* on_exit called, or queued (DONE_QUEUED) */
-#define P_DONE_QUEUED 0x8u /* the done task will call on_exit */
+#define P_STARTED     0x1u  /* spawned, on_exit not yet called */
+#define P_CLOSED      0x2u  /* lull_process_close was called */
+#define P_EXITED      0x4u  /* on_exit called, or queued (DONE_QUEUED) */
+#define P_DONE_QUEUED 0x8u  /* the done task will call on_exit */
+#define P_DETACHED    0x10u /* lull_process_detach ended the handle */
 
 extern char **environ;
 
@@ -113,18 +128,25 @@ static bool ours(const lull_process *p) {
  * child has not exited: until it is reaped its pid cannot be reused, and
  * after its exit there is nothing to send. */
 static int send_signal(lull_process *p, int signum) {
-    if (syscall(SYS_pidfd_send_signal, p->io.fd, signum, NULL, 0) == 0)
+    if (syscall(SYS_pidfd_send_signal, p->pidfd, signum, NULL, 0) == 0)
         return 0;
     if (errno != ENOSYS) return -errno;
-    struct pollfd pfd = {.fd = p->io.fd, .events = POLLIN};
+    struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
     if (poll(&pfd, 1, 0) == 1) return 0; /* exited: as for a zombie */
     return kill(p->pid, signum) < 0 ? -errno : 0;
 }
 
-static void finish(lull_process *p, int exit_status, int term_signal) {
+/* Stops watching and closes the pidfd (and the edge epoll, if any). */
+static void release_fds(lull_process *p) {
     lull_io_stop(&p->io);
-    if (p->io.fd >= 0) close(p->io.fd);
+    if (p->io.fd >= 0 && p->io.fd != p->pidfd) close(p->io.fd);
+    if (p->pidfd >= 0) close(p->pidfd);
     p->io.fd = -1;
+    p->pidfd = -1;
+}
+
+static void finish(lull_process *p, int exit_status, int term_signal) {
+    release_fds(p);
     p->exit_status = exit_status;
     p->term_signal = term_signal;
     p->state = (p->state & ~(P_STARTED | P_DONE_QUEUED)) | P_EXITED;
@@ -154,16 +176,70 @@ static int exit_info(int pidfd, int *status) {
     return 0;
 }
 
-/* The pidfd is readable: the child exited. */
+/* Points the watcher at fd (the pidfd, or the edge epoll over it),
+ * keeping its reference state. False if the loop would not take it: the
+ * watcher is then as it was. */
+static bool watch_fd(lull_process *p, int fd) {
+    int old = p->io.fd;
+    lull_io_stop(&p->io);
+    p->io.fd = fd;
+    if (lull_io_start(&p->io, LULL_READABLE) == 0) return true;
+    p->io.fd = old;
+    (void)lull_io_start(&p->io, LULL_READABLE);
+    return false;
+}
+
+/* Takes what the edge epoll collected, so that it reports only the next
+ * wake-up of the pidfd. */
+static void drain_edge(int ep) {
+    struct epoll_event ev;
+    while (epoll_wait(ep, &ev, 1, 0) > 0) {
+    }
+}
+
+/* A tracer (ptrace) holds the child's exit: the child is a zombie, so its
+ * pidfd is readable, but waitid reports nothing until the tracer has
+ * waited for it or let go. Watched level-triggered, the pidfd would run
+ * the loop without sleeping for as long as that lasts. So it is watched
+ * edge-triggered instead, through an epoll of its own: the tracer's wait
+ * or detach wakes the pidfd (the kernel notifies the real parent then),
+ * and only that wake-up brings the loop back. Made when first needed,
+ * since a traced exit is rare. Where it cannot be made, the level stays:
+ * the loop spins, and is still right. */
+static void wait_for_tracer(lull_process *p) {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET};
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, p->pidfd, &ev) < 0 || !watch_fd(p, ep)) {
+        close(ep);
+        return;
+    }
+    /* The add reported the pidfd's present readiness: take it; the caller
+     * then looks again, so a release before the add is not missed. */
+    drain_edge(ep);
+}
+
+/* The pidfd is readable (or woke, through the edge epoll): the child
+ * exited. */
 static void on_pidfd(lull_io *io, int events) {
     (void)events;
     lull_process *p = LULL_CONTAINER_OF(io, lull_process, io);
+    /* The edge epoll is shared with the parent after fork(): a copy that
+     * took its events would take the parent's wake-up. */
+    if (io->fd != p->pidfd && ours(p)) drain_edge(io->fd);
     siginfo_t si;
     memset(&si, 0, sizeof si);
-    int rc = waitid((idtype_t)P_PIDFD, (id_t)io->fd, &si,
+    int rc = waitid((idtype_t)P_PIDFD, (id_t)p->pidfd, &si,
                     WEXITED | WNOHANG | __WALL);
+    if (rc == 0 && si.si_pid == 0 && io->fd == p->pidfd) {
+        /* Readable but nothing to reap: a tracer holds the exit. */
+        wait_for_tracer(p);
+        memset(&si, 0, sizeof si);
+        rc = waitid((idtype_t)P_PIDFD, (id_t)p->pidfd, &si,
+                    WEXITED | WNOHANG | __WALL);
+    }
     if (rc == 0) {
-        if (si.si_pid == 0) return; /* not yet: readable too early */
+        if (si.si_pid == 0) return; /* held: the next wake-up says more */
         if (si.si_code == CLD_EXITED)
             finish(p, si.si_status, 0);
         else
@@ -184,11 +260,16 @@ static void on_pidfd(lull_io *io, int events) {
      * the pidfd; between the reap and the record there is a short window,
      * which the fd, still readable, brings us back to. */
     int status = 0;
-    rc = exit_info(io->fd, &status);
+    rc = exit_info(p->pidfd, &status);
     if (rc == 0) {
         finish_status(p, status);
     } else if (rc != -EAGAIN || ++p->retries > EXIT_INFO_RETRIES) {
         finish(p, -ECHILD, 0);
+    } else if (io->fd != p->pidfd) {
+        /* The status is recorded without a wake-up: back to the level,
+         * which brings the loop back each iteration until it is. */
+        int ep = io->fd;
+        if (watch_fd(p, p->pidfd)) close(ep);
     }
 }
 LULL__OWN_NAME(on_pidfd, "lull_process pidfd", lull_process, io);
@@ -226,12 +307,17 @@ static bool options_ok(const lull_process_options *o) {
             break;
         case LULL_STDIO_PIPE:
         case LULL_STDIO_SOCKETPAIR:
-            if (!io->stream) return false;
+            if (!io->stream || (io->flags & ~LULL_STDIO_FRAMED)) return false;
+            /* Framed on request contradicts raw asked for. */
+            if ((io->flags & LULL_STDIO_FRAMED) && io->stream_opts &&
+                (io->stream_opts->flags & LULL_STREAM_RAW))
+                return false;
             /* One stream per fd, but for stdin and stdout as one pair. */
             for (int j = 0; j < i; j++) {
                 if (o->stdio[j].stream != io->stream) continue;
                 bool pair = j == 0 && i == 1 && io->kind == LULL_STDIO_PIPE &&
-                            o->stdio[0].kind == LULL_STDIO_PIPE;
+                            o->stdio[0].kind == LULL_STDIO_PIPE &&
+                            o->stdio[0].flags == io->flags;
                 if (!pair) return false;
             }
             break;
@@ -241,6 +327,9 @@ static bool options_ok(const lull_process_options *o) {
         default:
             return false;
         }
+        if (io->flags && io->kind != LULL_STDIO_PIPE &&
+            io->kind != LULL_STDIO_SOCKETPAIR)
+            return false; /* no stream to frame */
     }
     return true;
 }
@@ -321,7 +410,12 @@ static int open_streams(lull_loop *loop, const lull_process_options *o, made *m,
     for (int i = 0; i < 3; i++) {
         if (parent_fds[i] < 0 || (pair && i == 1)) continue;
         lull_stream *s = o->stdio[i].stream;
-        const lull_stream_options *so = o->stdio[i].stream_opts;
+        /* A program's stdio is bytes: raw unless framing was asked for. */
+        lull_stream_options opts = {0};
+        if (o->stdio[i].stream_opts) opts = *o->stdio[i].stream_opts;
+        if (!(o->stdio[i].flags & LULL_STDIO_FRAMED))
+            opts.flags |= LULL_STREAM_RAW;
+        const lull_stream_options *so = &opts;
         int rc;
         if (pair && i == 0) {
             /* Reads the child's stdout, writes its stdin. */
@@ -348,13 +442,28 @@ static void reap_now(int pidfd) {
     close(pidfd);
 }
 
-/* The child's report: 0 bytes when it exec'd, else its errno. */
-static int read_report(int fd) {
+/* The child's report: nothing when it exec'd, else its errno. The pipe
+ * is non-blocking. When the clone returned after the child's exec or exit
+ * (CLONE_VFORK held: `settled`), whatever the child wrote is there already,
+ * and an empty pipe means it exec'd: waiting for EOF instead would wait for
+ * every other holder of the write end, such as a process another thread
+ * forked while the pipe was open, which may live for hours. Where the
+ * clone was run as a fork (valgrind), the child may not have got that far:
+ * then the EOF is the only word of its exec, and it is waited for. */
+static int read_report(int fd, bool settled) {
     int err = 0;
     ssize_t n;
-    do {
+    for (;;) {
         n = read(fd, &err, sizeof err);
-    } while (n < 0 && errno == EINTR);
+        if (n >= 0 || errno == EINTR) {
+            if (n >= 0) break;
+            continue;
+        }
+        if (errno != EAGAIN) return -errno;
+        if (settled) return 0; /* nothing written: it exec'd */
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        (void)poll(&pfd, 1, -1);
+    }
     if (n == (ssize_t)sizeof err) return err > 0 ? -err : -EINVAL;
     return n == 0 ? 0 : -EIO; /* a short report: cannot happen */
 }
@@ -365,7 +474,8 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)limit)
         limit = (int)rl.rlim_cur;
     int errp[2];
-    if (pipe2(errp, O_CLOEXEC) < 0) return -errno;
+    if (pipe2(errp, O_CLOEXEC | O_NONBLOCK) < 0) return -errno;
+    volatile int ran_shared = 0;
     lull__spawn sp = {
         .file = o->file ? o->file : o->argv[0],
         .argv = o->argv,
@@ -375,6 +485,7 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
         .stdio = {m->child[0], m->child[1], m->child[2]},
         .flags = o->flags,
         .err_fd = errp[1],
+        .ran_shared = &ran_shared,
         .fd_limit = limit,
     };
     int pid = lull__spawn_child(&sp, pidfd);
@@ -383,7 +494,7 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
         close(errp[0]);
         return pid;
     }
-    int rc = read_report(errp[0]);
+    int rc = read_report(errp[0], ran_shared == 1);
     close(errp[0]);
     if (rc < 0) {
         reap_now(*pidfd);
@@ -392,13 +503,28 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
     return pid;
 }
 
+/* A handle still live on loop: its pidfd watched (by the loop's own table,
+ * not by the handle's word alone: a handle's memory may be anything before
+ * its first spawn) or its exit turn queued. Reads only p and the loop. */
+static bool live_on(const lull_loop *loop, const lull_process *p) {
+    if (p->loop != loop || !(p->state & P_STARTED)) return false;
+    const lull_io *io = &p->io;
+    if ((io->flags & LULL__IO_ACTIVE) && io->slot < loop->io_slots_cap &&
+        loop->io_slots[io->slot].io == io)
+        return true;
+    return (p->state & P_DONE_QUEUED) && lull_task_pending(&p->done);
+}
+
 int lull_process_spawn(lull_loop *loop, lull_process *p,
                        const lull_process_options *opts,
                        lull_process_exit_fn on_exit) {
     if (!loop || !p || !opts || !on_exit || !options_ok(opts)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
+    /* Clearing a live handle would orphan its registered pidfd. */
+    if (live_on(loop, p)) return -EBUSY;
     memset(p, 0, sizeof *p);
     p->io.fd = -1;
+    p->pidfd = -1;
     made m = {.child = {-1, -1, -1}, .devnull = -1};
     int parent_fds[3] = {-1, -1, -1};
     int rc = make_stdio(opts, &m, parent_fds);
@@ -410,12 +536,14 @@ int lull_process_spawn(lull_loop *loop, lull_process *p,
     }
     if (rc == 0) {
         lull_io_init(loop, &p->io, pidfd, on_pidfd);
+        p->pidfd = pidfd;
         rc = lull_io_start(&p->io, LULL_READABLE);
         if (rc < 0) {
             p->pid = pid;
             (void)send_signal(p, SIGKILL);
             reap_now(pidfd);
             p->io.fd = -1;
+            p->pidfd = -1;
         }
     }
     if (rc < 0) {
@@ -445,6 +573,26 @@ int lull_process_kill(lull_process *p, int signum) {
     return send_signal(p, signum);
 }
 
+/* kill(-pid): the group whose id is the child's pid. A group's id is its
+ * leader's pid, and the kernel keeps a pid from reuse while a process or a
+ * group holds it, so until the child is reaped the only group that can
+ * bear its pid is one the child made. lull reaps it only on the loop's
+ * thread, here; that nobody else reaped it (a waitpid(-1) elsewhere in the
+ * program) is asked with WNOWAIT just before: the one window left is a
+ * reap by another thread between that question and the kill. */
+int lull_process_kill_group(lull_process *p, int signum) {
+    if (!p || !p->loop || signum < 0 || signum > 64) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(p->loop);
+    if (!(p->state & P_STARTED) || (p->state & P_DONE_QUEUED)) return -ESRCH;
+    if (!ours(p)) return -ECHILD;
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid((idtype_t)P_PIDFD, (id_t)p->pidfd, &si,
+               WEXITED | WNOHANG | WNOWAIT | __WALL) < 0)
+        return -ESRCH; /* reaped by someone else: the pid may be reused */
+    return kill(-p->pid, signum) < 0 ? -errno : 0;
+}
+
 int lull_process_close(lull_process *p) {
     if (!p || !p->loop) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(p->loop);
@@ -452,9 +600,7 @@ int lull_process_close(lull_process *p) {
     p->state |= P_CLOSED;
     if (!ours(p)) {
         /* Not our child: nothing to kill or wait for here. */
-        lull_io_stop(&p->io);
-        close(p->io.fd);
-        p->io.fd = -1;
+        release_fds(p);
         p->state |= P_DONE_QUEUED;
         lull_task_post(p->loop, &p->done);
         return 0;
@@ -465,6 +611,156 @@ int lull_process_close(lull_process *p) {
     } else {
         lull_io_unref(&p->io); /* left to run: reaped whenever it ends */
     }
+    return 0;
+}
+
+/* ------------------------------------------------------------ detached */
+
+/* Detached children are reaped by a thread of lull's, so that one that
+ * exits while the program runs on is never left a zombie, and no loop has
+ * to stay for it. Started on the first detach, in each process (a fork()ed
+ * copy has no thread: it starts its own, and closes what it inherited).
+ *   Trigger                 a detached child's pidfd wakes
+ *                           (edge-triggered: a tracer-held exit wakes it
+ *                           again when released, as in on_pidfd)
+ *   Source of truth         waitid(P_PIDFD) on that pidfd
+ *   Pending-work predicate  a pidfd in its epoll woke
+ *   Next deadline or retry  none
+ *   Quiet condition         asleep in epoll_wait; no timer. The thread
+ *                           lives as long as the process.
+ * The lock guards the fields below; it is held across fork() (atfork) so a
+ * copy never inherits it taken. */
+static pthread_mutex_t reaper_lock = PTHREAD_MUTEX_INITIALIZER;
+static int reaper_ep = -1; /* the thread's epoll; -1 before the first */
+static int reaper_owner;   /* the process whose thread watches it */
+static int *reaper_fds;    /* pidfds it holds, to close in a fork's copy */
+static size_t reaper_n, reaper_cap;
+static bool reaper_atfork_set;
+
+static void reaper_forget(int fd) {
+    for (size_t i = 0; i < reaper_n; i++) {
+        if (reaper_fds[i] != fd) continue;
+        reaper_fds[i] = reaper_fds[--reaper_n];
+        return;
+    }
+}
+
+static void *reaper_main(void *arg) {
+    int ep = (int)(intptr_t)arg;
+    struct epoll_event evs[16]; /* a batch; more wait for the next call */
+    for (;;) {
+        int n = epoll_wait(ep, evs, 16, -1);
+        if (n < 0 && errno != EINTR) return NULL; /* EBADF: cannot be */
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            int rc = waitid((idtype_t)P_PIDFD, (id_t)fd, &si,
+                            WEXITED | WNOHANG | __WALL);
+            if (rc == 0 && si.si_pid == 0) continue; /* running, or held */
+            /* Reaped, or reaped by someone else (ECHILD): done with it. */
+            pthread_mutex_lock(&reaper_lock);
+            epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+            close(fd);
+            reaper_forget(fd);
+            pthread_mutex_unlock(&reaper_lock);
+        }
+    }
+}
+
+static void reaper_prepare(void) {
+    pthread_mutex_lock(&reaper_lock);
+}
+
+static void reaper_parent(void) {
+    pthread_mutex_unlock(&reaper_lock);
+}
+
+/* The copy has no reaper thread, and the children are not its own. */
+static void reaper_child(void) {
+    if (reaper_ep >= 0) close(reaper_ep);
+    for (size_t i = 0; i < reaper_n; i++)
+        close(reaper_fds[i]);
+    reaper_ep = -1;
+    reaper_n = 0;
+    pthread_mutex_unlock(&reaper_lock);
+}
+
+/* Starts this process's reaper if it has none. Under reaper_lock. */
+static int reaper_start(void) {
+    int self = (int)getpid();
+    if (reaper_ep >= 0 && reaper_owner == self) return 0;
+    if (!reaper_atfork_set) {
+        int rc = pthread_atfork(reaper_prepare, reaper_parent, reaper_child);
+        if (rc != 0) return -rc;
+        reaper_atfork_set = true;
+    }
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return -errno;
+    /* Every signal blocked in the thread: a process-directed signal must
+     * reach the program's threads, never lull's. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* Its frames are small: 64 KiB rather than the default 8 MiB. */
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, reaper_main, (void *)(intptr_t)ep);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        close(ep);
+        return -rc;
+    }
+    reaper_ep = ep;
+    reaper_owner = self;
+    return 0;
+}
+
+/* Hands a pidfd (owned from here on, also on failure) to the reaper. */
+static int reaper_take(int fd) {
+    pthread_mutex_lock(&reaper_lock);
+    int rc = reaper_start();
+    if (rc == 0 && reaper_n == reaper_cap) {
+        size_t cap = reaper_cap ? reaper_cap * 2 : 16;
+        int *a = realloc(reaper_fds, cap * sizeof *a);
+        if (a) {
+            reaper_fds = a;
+            reaper_cap = cap;
+        } else {
+            rc = -ENOMEM;
+        }
+    }
+    if (rc == 0) {
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.fd = fd};
+        if (epoll_ctl(reaper_ep, EPOLL_CTL_ADD, fd, &ev) < 0)
+            rc = -errno;
+        else
+            reaper_fds[reaper_n++] = fd;
+    }
+    if (rc < 0) close(fd);
+    pthread_mutex_unlock(&reaper_lock);
+    return rc;
+}
+
+int lull_process_detach(lull_process *p) {
+    if (!p || !p->loop) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(p->loop);
+    if (!(p->state & P_STARTED) || (p->state & P_DONE_QUEUED)) return -ESRCH;
+    if (ours(p)) {
+        /* The reaper gets a copy of the pidfd, so that a failure leaves
+         * the handle as it was, still watching. */
+        int fd = fcntl(p->pidfd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) return -errno;
+        int rc = reaper_take(fd);
+        if (rc < 0) return rc;
+    }
+    /* Not ours (a fork's copy): the parent's child, nothing to reap. */
+    release_fds(p);
+    p->state = (p->state & ~P_STARTED) | P_DETACHED;
     return 0;
 }
 

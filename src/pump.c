@@ -1,7 +1,7 @@
 /* The pump (C4): one delivery pass at a time, woken by change, never by a
  * clock.
  *
- * Contract (BRIEF 1A):
+ * The five rows (README, "The contracts"):
  *   trigger                 lull_pump_wake, or a raise of a notifier the
  *                           pump listens to (lull_pump_listen)
  *   source of truth         whatever the pass reads; a wake is a hint
@@ -82,6 +82,7 @@ int lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
     pump->source = lull__source_of(loop, (lull_any_fn)pass, LULL_SOURCE_PUMP);
     pump->closed = false;
     pump->frame = NULL;
+    pump->data = NULL;
     return 0;
 }
 

@@ -39,7 +39,7 @@
  * handle's pending flag for the same reason). The uncontended post pays one
  * atomic add and one subtract; posts onto a non-empty stack pay nothing.
  *
- * Contract (BRIEF 1A): trigger: a poster's wake (eventfd edge or futex),
+ * The five rows (README, "The contracts"): trigger: a poster's wake (eventfd edge or futex),
  * and the loop looks after every poll; source of truth: the stack;
  * pending-work predicate: stack non-empty; next deadline: none; quiet
  * condition: always quiet between posts (no timer, no task). */

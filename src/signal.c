@@ -13,13 +13,28 @@
  *
  * The mask. signalfd reads only signals that are blocked: an unblocked
  * one is delivered the usual way (its handler, or its default action)
- * instead. So the first handle of a signal blocks it in the calling thread
- * (noting that it did, if it was not blocked already), and the last stop
- * unblocks it again there: a signal nobody watches keeps its usual action.
- * Other threads are the program's to mask (lull_signal_block before they
- * start; docs/PROCESS.md). The last stop first takes back (sigtimedwait, no
- * wait) an instance still pending: it arrived while watched, and unblocking
- * would hand it to the default action (death, for most).
+ * instead. A thread's mask can be changed only by that thread, so lull
+ * keeps two records: the loop's `blocked` (signals whose block is lull's,
+ * not the program's: they were not blocked when the loop's first handle
+ * for them started) and, per thread, `held_here` (signals lull holds
+ * blocked in this thread). The rules (docs/PROCESS.md):
+ *   - the first handle of a signal blocks it in the calling thread; if it
+ *     was not blocked there, the block is lull's (both records);
+ *   - a thread that takes the loop over (a run, lull_loop_adopt) and finds
+ *     one of the loop's `blocked` signals blocked in its own mask got that
+ *     block from the thread that created it: lull holds it there too;
+ *   - the last stop of a signal whose block is lull's takes back (no wait)
+ *     an instance still pending (it arrived while watched, and unblocking
+ *     would hand it to the default action: death, for most) and unblocks
+ *     it in the calling thread;
+ *   - any other thread where lull still holds it unblocks it at its next
+ *     lull_signal_*, lull_loop_adopt or lull_loop_free call (settle): lull
+ *     cannot reach into another thread's mask;
+ *   - a block that is the program's (lull_signal_block, pthread_sigmask
+ *     before the first start) stays, and so does an instance pending at
+ *     the last stop: both are the program's.
+ * `held` counts, process-wide, the loops holding each signal's block, so
+ * that a thread never gives back a block another loop still needs.
  *
  * Delivery. One read of up to READ_BATCH signals per readable callback
  * (level-triggered: the rest come next iteration). A delivery walks the
@@ -30,9 +45,10 @@
  * Invariants: watched == the union of the started handles' signals; the io
  * is set up (its fd open, started) exactly while watched != 0; refs counts
  * the started handles that are referenced, and the io is referenced exactly
- * while refs > 0; blocked is a subset of watched.
+ * while refs > 0; blocked is a subset of watched; held[n - 1] is the number
+ * of loops whose `blocked` has n.
  *
- * The five rows (BRIEF 1A):
+ * The five rows (README, "The contracts"):
  *   Trigger                 a watched signal becomes pending (signalfd
  *                           readable)
  *   Source of truth         the kernel's pending signals, read from the fd
@@ -115,6 +131,50 @@ LULL__OWN_NAME(on_signalfd, "lull_signal signalfd", lull_loop, signals.io);
 
 /* ------------------------------------------------------ the loop's mask */
 
+/* Signals lull holds blocked in this thread (a thread's mask is its own). */
+static _Thread_local uint64_t held_here;
+
+/* Per signal, the loops whose block of it is lull's (their `blocked`). */
+static uint32_t held[64];
+
+static uint64_t held_anywhere(void) {
+    uint64_t bits = 0;
+    for (int n = 1; n <= 64; n++)
+        if (__atomic_load_n(&held[n - 1], __ATOMIC_ACQUIRE)) bits |= bit_of(n);
+    return bits;
+}
+
+static void unblock_here(uint64_t bits) {
+    sigset_t set;
+    sigset_of(bits, &set);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    held_here &= ~bits;
+}
+
+/* Gives back the blocks lull holds in this thread that no loop needs any
+ * more: their last handle stopped on another thread. An instance pending
+ * now goes to its usual action, as it would have without lull. */
+static void settle(void) {
+    if (!held_here) return; /* the common case: one thread-local read */
+    uint64_t stale = held_here & ~held_anywhere();
+    if (stale) unblock_here(stale);
+}
+
+void lull__signals_take(lull_loop *loop) {
+    settle();
+    uint64_t lulls = loop->signals.blocked & ~held_here;
+    if (!lulls) return;
+    sigset_t mask;
+    if (pthread_sigmask(SIG_BLOCK, NULL, &mask)) return;
+    for (int n = 1; n <= 64; n++)
+        if ((lulls & bit_of(n)) && sigismember(&mask, n))
+            held_here |= bit_of(n);
+}
+
+void lull__signals_settle(void) {
+    settle();
+}
+
 /* Blocks signum in this thread and makes the signalfd read `watched`. */
 static int watch(lull_loop *loop, int signum) {
     lull__signals *ss = &loop->signals;
@@ -142,9 +202,11 @@ static int watch(lull_loop *loop, int signum) {
         if (!was_blocked) pthread_sigmask(SIG_UNBLOCK, &one, NULL);
         return rc;
     }
-    if (!was_blocked) {
-        if (!ss->blocked) ss->thread = pthread_self();
-        if (pthread_equal(ss->thread, pthread_self())) ss->blocked |= bit;
+    /* Blocked before and not by lull: the program's block, which stays. */
+    if (!was_blocked || (held_here & bit)) {
+        held_here |= bit;
+        ss->blocked |= bit;
+        __atomic_fetch_add(&held[signum - 1], 1, __ATOMIC_RELEASE);
     }
     ss->watched = want;
     return 0;
@@ -166,6 +228,15 @@ static void unwatch(lull_loop *loop, int signum) {
         close(ss->io.fd);
         ss->io.fd = -1;
     }
+    if (!(ss->blocked & bit)) return; /* the program's block and instance */
+    ss->blocked &= ~bit;
+    if (__atomic_sub_fetch(&held[signum - 1], 1, __ATOMIC_ACQ_REL))
+        return; /* another loop still watches it: settled when it stops */
+    /* Not held here: lull_signal_block made this thread's block the
+     * program's (it and a pending instance stay), or this thread never had
+     * it blocked (then nothing can be pending for the process: this thread
+     * would have taken it). Another thread that holds it settles later. */
+    if (!(held_here & bit)) return;
     sigset_t one;
     sigemptyset(&one);
     sigaddset(&one, signum);
@@ -174,10 +245,7 @@ static void unwatch(lull_loop *loop, int signum) {
     do {
         got = sigtimedwait(&one, NULL, &zero);
     } while (got == signum || (got < 0 && errno == EINTR));
-    if ((ss->blocked & bit) && pthread_equal(ss->thread, pthread_self())) {
-        ss->blocked &= ~bit;
-        pthread_sigmask(SIG_UNBLOCK, &one, NULL);
-    }
+    unblock_here(bit);
 }
 
 /* ------------------------------------------------------------ handles */
@@ -194,6 +262,7 @@ int lull_signal_start(lull_signal *sig, int signum) {
     if (!sig || !sig->loop || !sig->fn || !watchable(signum)) return -EINVAL;
     lull_loop *loop = sig->loop;
     LULL_ASSERT_LOOP_THREAD(loop);
+    settle();
     if (sig->flags & SIG_STARTED) {
         if (sig->signum == signum) return 0;
         lull_signal_stop(sig);
@@ -220,6 +289,7 @@ int lull_signal_start(lull_signal *sig, int signum) {
 
 int lull_signal_stop(lull_signal *sig) {
     if (!sig || !sig->loop) return -EINVAL;
+    settle();
     if (!(sig->flags & SIG_STARTED)) return 0;
     lull_loop *loop = sig->loop;
     LULL_ASSERT_LOOP_THREAD(loop);
@@ -273,6 +343,10 @@ void lull_signal_unref(lull_signal *sig) {
 
 int lull_signal_block(int signum) {
     if (!watchable(signum)) return -EINVAL;
+    settle();
+    /* From now on the block in this thread is the program's, even if lull
+     * blocked it first: the last stop leaves it. */
+    held_here &= ~bit_of(signum);
     sigset_t one;
     sigemptyset(&one);
     sigaddset(&one, signum);

@@ -40,7 +40,7 @@
  * the heap exactly when next_time() is not NEVER (after every change, via
  * resched); the timer is armed exactly when the heap is not empty (kick).
  *
- * The five rows (BRIEF 1A):
+ * The five rows (README, "The contracts"):
  *   Trigger                 a send, close, shutdown, read pause or resume,
  *                           connect, fault call or heal; the timer
  *   Source of truth         each end's inbox positions, state and fault
@@ -956,7 +956,7 @@ static void sim_fail(lull_endpoint *ep, int reason) {
     kick(net);
 }
 
-static const lull_frame_ops sim_ops = {sim_send, sim_close, sim_fail};
+const lull_frame_ops lull__sim_ops = {sim_send, sim_close, sim_fail};
 
 /* ------------------------------------------------------------ set-up */
 
@@ -996,7 +996,7 @@ static void dir_init(lull_simnet *net, lull__simdir *d,
 static int end_init(lull_simnet *net, lull_simconn *c,
                     const lull_simconn_options *o) {
     if (heap_reserve(net, net->nends + 1) < 0) return -ENOMEM;
-    lull__endpoint_init(&c->ep, &sim_ops, o->max_frame, o->high_water,
+    lull__endpoint_init(&c->ep, &lull__sim_ops, o->max_frame, o->high_water,
                         o->max_queued);
     c->net = net;
     c->reads = c->bytes_read = 0;

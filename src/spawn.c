@@ -27,16 +27,20 @@
  * Rules for the child, which shares the parent's memory: it calls nothing
  * but system calls (syscall(), no libc function that keeps state, takes a
  * lock or is intercepted by a sanitizer: their interceptors would update
- * the parent's bookkeeping from the child), writes only to its own stack,
- * and is compiled without sanitizers or loop-to-memcpy rewriting
- * (CMakeLists.txt). Signals: the parent blocks all of them before the
- * clone, so none runs a parent's handler in the child; the child sets every
- * disposition to its default (also the ignored ones: a child should not
- * inherit SIGPIPE ignored because its parent chose to) and then unblocks
- * all of them, just before exec. A failure writes its errno to a
+ * the parent's bookkeeping from the child), writes only to its own stack
+ * and to one int the parent reads once the clone returned (sp->ran_shared:
+ * proof that the clone really was CLONE_VM | CLONE_VFORK, so that its
+ * return means exec'd or exited), and is compiled without sanitizers or
+ * loop-to-memcpy rewriting (CMakeLists.txt). Signals: the parent blocks all of
+ * them before the clone, so none runs a parent's handler in the child; the
+ * child sets every disposition to its default (also the ignored ones: a child
+ * should not inherit SIGPIPE ignored because its parent chose to) and then
+ * unblocks all of them, just before exec. A failure writes its errno to a
  * close-on-exec pipe (not to shared memory: valgrind runs such a clone as a
- * fork, without CLONE_VM) and exits with 127; the parent reads 0 bytes
- * from that pipe when exec succeeded.
+ * fork, without CLONE_VM) and exits with 127; the parent finds the pipe
+ * empty when exec succeeded. It does not wait for the pipe's EOF, which
+ * every process another thread forks while the pipe is open holds off
+ * (src/process.c).
  *
  * Thread: the loop's, which sleeps for the child's set-up and exec. Nothing
  * runs in the background. */
@@ -150,6 +154,7 @@ static void cloexec_the_rest(const lull__spawn *sp) {
 
 static int child_main(void *arg) {
     const lull__spawn *sp = arg;
+    *sp->ran_shared = 1; /* the parent sleeps until exec or exit */
     for (int n = 1; n <= 64; n++)
         if (n != SIGKILL && n != SIGSTOP)
             syscall(SYS_rt_sigaction, n, zero_action, NULL, sizeof empty_set);

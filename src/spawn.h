@@ -15,14 +15,19 @@ typedef struct lull__spawn {
     unsigned flags;    /* LULL_PROCESS_NEW_GROUP, _NEW_SESSION */
     int err_fd;        /* write end of a close-on-exec pipe: a failure before
                           or at exec writes its errno (an int) here */
-    int fd_limit;      /* fds to mark close-on-exec by hand where
-                          close_range(CLOSE_RANGE_CLOEXEC) is missing */
+    volatile int *ran_shared; /* the child sets it to 1 first thing: it
+                                 runs in the parent's memory (CLONE_VM held,
+                                 and so CLONE_VFORK) */
+    int fd_limit;             /* fds to mark close-on-exec by hand where
+                                 close_range(CLOSE_RANGE_CLOEXEC) is missing */
 } lull__spawn;
 
 /* Starts the child: it sets itself up as sp says and execs, or writes an
  * errno to sp->err_fd and exits with 127. Returns the child's pid, with
  * its pidfd (close-on-exec) in *pidfd, once the child has exec'd or
- * exited; or a negative errno (-EMFILE, -EAGAIN, -ENOMEM ...) and no child.
+ * exited if *sp->ran_shared reads 1 then (else at once: the clone was run
+ * as a fork, as valgrind does); or a negative errno (-EMFILE, -EAGAIN,
+ * -ENOMEM ...) and no child.
  * The child sends no signal when it ends (exit signal 0). */
 int lull__spawn_child(const lull__spawn *sp, int *pidfd);
 

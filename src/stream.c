@@ -18,17 +18,29 @@
  * Other fds (lull_stream_open on a pipe, FIFO or character device;
  * lull_stream_open_pair). The same queue, flush points, bound and drain;
  * only the calls at the bottom differ (in_read, out_write): read and writev
- * where the fd is not a socket. A pipe has no MSG_NOSIGNAL, so a pipe write
- * runs with SIGPIPE blocked in the loop's thread and takes back the SIGPIPE
- * it raised (pipe_writev): a gone reader is -EPIPE, a close reason, whatever
- * the process's disposition of SIGPIPE, which lull never changes. An fd
- * opened for reading only refuses sends (as after lull_stream_shutdown) and
- * closes at EOF; one opened for writing only never reads, and, when it is a
- * pipe, watches for its reader's close while nothing is queued (the kernel
- * reports EPOLLERR on the write end: WATCH_HUP), so a stream to a child that
- * died closes with -EPIPE without waiting for the next send. A pair reads
- * one fd (io) and writes the other (wio); lull_stream_shutdown closes the
- * write fd, which is how a pipe's reader learns of the end.
+ * where the fd is not a socket. An fd from elsewhere shares its open file
+ * description (a dup, a child's stdout, a shell's terminal), and with it
+ * O_NONBLOCK: a socket is never switched (MSG_DONTWAIT per call), nor is a
+ * pipe where the kernel honours RWF_NOWAIT (preadv2, pwritev2); anything
+ * else gets O_NONBLOCK, and lull clears it when the last of its streams on
+ * that description closes its fd (NB bits, nb_take, nb_give). A pipe has no
+ * MSG_NOSIGNAL, so a pipe write runs with SIGPIPE blocked in the loop's thread
+ * and takes back the SIGPIPE it raised (pipe_writev): a gone reader is -EPIPE,
+ * a close reason, whatever the process's disposition of SIGPIPE, which lull
+ * never changes. An fd opened for reading only refuses sends (as after
+ * lull_stream_shutdown) and closes at EOF; one opened for writing only never
+ * reads, and, when it is a pipe, watches for its reader's close while nothing
+ * is queued (the kernel reports EPOLLERR on the write end: WATCH_HUP), so a
+ * stream to a child that died closes with -EPIPE without waiting for the next
+ * send. A pair reads one fd (io) and writes the other (wio);
+ * lull_stream_shutdown closes the write fd, which is how a pipe's reader learns
+ * of the end.
+ *
+ * A failed write ends the write side only (write_failed): a peer that
+ * stopped reading may still be writing (a child that closed its stdin and
+ * then writes its output). The queue is released, the write side shut,
+ * and reading goes on to the peer's EOF; the write's error is the close
+ * reason then (S_WFAIL: the first failure wins).
  *
  * Whose code runs where. Nothing of the user's runs inside lull_endpoint_send:
  * frames written there wait on the done list for the next flush point to be
@@ -54,7 +66,7 @@
  * context, close_now), in a later turn for lull_endpoint_close (S_CLOSE_CB).
  * A stream without one is not touched after its close.
  *
- * The five rows (BRIEF 1A), for a stream:
+ * The five rows (README, "The contracts"), for a stream:
  *   Trigger                 a send (flush point), socket readiness, a
  *                           resume with buffered frames, a timeout, a
  *                           close by lull_endpoint_close (its callback)
@@ -73,13 +85,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/kcmp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "frame.h"
@@ -133,6 +150,20 @@
 #define S_OUT_FIFO  0x40000u  /* the write fd is a pipe: pipe_writev */
 #define S_PAIR      0x80000u  /* writes go to wio, a second fd */
 #define S_WATCH_HUP 0x100000u /* write-only pipe: watch for EPOLLERR */
+/* A write failed (EPIPE, ECONNRESET ...): the write side is done (with
+ * S_SHUT_DONE) and `error` holds the failure, the close reason whatever
+ * ends the read side later (the first failure wins). */
+#define S_WFAIL 0x200000u
+/* How the fds are kept from blocking without changing what others share.
+ * A socket: MSG_DONTWAIT on every call (no bit). A pipe: RWF_NOWAIT on
+ * every call (NOWAIT). Anything else: O_NONBLOCK on the open file
+ * description, an entry in the process's list of such fds (NB: nb_take),
+ * which clears the flag when the last stream on it lets go (nb_give). IO
+ * is the read fd, and the write fd but for a pair; WIO a pair's write fd. */
+#define S_IO_NOWAIT  0x400000u
+#define S_WIO_NOWAIT 0x800000u
+#define S_IO_NB      0x1000000u
+#define S_WIO_NB     0x2000000u
 
 /* Sends are refused (frame.c answers -EPIPE, lull_endpoint_writable is false)
  * once the write side is shut or failed: the bit frame.c uses for a gone peer.
@@ -206,9 +237,130 @@ static void append(lull_frame **head, lull_frame **tail, lull_frame *f) {
 
 /* ------------------------------------------------------------ teardown */
 
+/* The descriptions lull keeps non-blocking for its streams: one entry per
+ * stream fd that relies on O_NONBLOCK (a tty, a FIFO, an older kernel's
+ * pipe), under one lock, since streams on several loops may share a
+ * description (stdin and stdout of one terminal are one description). The
+ * flag is cleared when the last of the process's streams on a description
+ * lets go of it, and only if lull set it: another stream of lull's may
+ * still need it, and the flag is the owner's if it was there first. An
+ * entry is made at set-up and dropped at teardown (never on a hot path);
+ * after fork() the child's copies of the parent's entries never clear
+ * anything (the parent's streams still use the description). */
+typedef struct nb_entry {
+    const lull_io *key; /* &s->io or &s->wio of the stream */
+    int fd;
+    dev_t dev; /* the file (a description's, not its identity) */
+    ino_t ino;
+    pid_t pid; /* the process that made the entry */
+    bool set;  /* lull set the flag: the last entry on it clears it */
+} nb_entry;
+
+static pthread_mutex_t nb_lock = PTHREAD_MUTEX_INITIALIZER;
+static nb_entry *nb_list; /* under nb_lock */
+static size_t nb_len, nb_cap;
+static pthread_once_t nb_once = PTHREAD_ONCE_INIT;
+
+/* A fork() while another thread holds nb_lock would leave the child's copy
+ * locked for ever: the fork waits for the lock (held only for a few system
+ * calls at a stream's set-up or teardown) and both sides release it. */
+static void nb_prepare(void) {
+    pthread_mutex_lock(&nb_lock);
+}
+
+static void nb_after(void) {
+    pthread_mutex_unlock(&nb_lock);
+}
+
+static void nb_init(void) {
+    pthread_atfork(nb_prepare, nb_after, nb_after);
+}
+
+/* Whether fd and e's fd are one open file description: kcmp says so
+ * exactly; where it is missing (a kernel without CONFIG_KCMP), the same
+ * file is taken for the same description, which can only keep a flag set
+ * longer, never clear one another stream needs. */
+static bool nb_shared(const nb_entry *e, int fd, const struct stat *st) {
+    if (e->dev != st->st_dev || e->ino != st->st_ino) return false;
+    long r = syscall(SYS_kcmp, (pid_t)getpid(), (pid_t)getpid(), KCMP_FILE,
+                     e->fd, fd);
+    return r <= 0; /* 0: the same; an error: assume so */
+}
+
+/* The stream's fd (key) needs O_NONBLOCK: sets it unless it is set, and
+ * records whether lull did. 0 or a negative errno. */
+static int nb_take(const lull_io *key, int fd) {
+    struct stat st;
+    if (fstat(fd, &st) < 0) return -errno;
+    pthread_once(&nb_once, nb_init);
+    int rc = 0;
+    pthread_mutex_lock(&nb_lock);
+    if (nb_len == nb_cap) {
+        size_t cap = nb_cap ? nb_cap * 2 : 8;
+        nb_entry *l = realloc(nb_list, cap * sizeof *l);
+        if (!l) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        nb_list = l;
+        nb_cap = cap;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 ||
+        (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
+        rc = -errno;
+        goto out;
+    }
+    nb_list[nb_len++] =
+        (nb_entry){key, fd, st.st_dev, st.st_ino, getpid(), !(fl & O_NONBLOCK)};
+out:
+    pthread_mutex_unlock(&nb_lock);
+    return rc;
+}
+
+/* The stream lets go of its fd (key), which is still open: the flag is
+ * cleared if lull set it and no other stream of this process is on the
+ * description; otherwise the duty passes to one that is. */
+static void nb_give(const lull_io *key) {
+    pid_t me = getpid();
+    pthread_mutex_lock(&nb_lock);
+    size_t i = 0;
+    while (i < nb_len && nb_list[i].key != key)
+        i++;
+    if (i < nb_len) {
+        nb_entry e = nb_list[i];
+        nb_list[i] = nb_list[--nb_len];
+        struct stat st;
+        /* A file other than the one recorded: the fd was closed under the
+         * stream and its number reused; that description is not ours. */
+        if (e.set && e.pid == me && fstat(e.fd, &st) == 0 &&
+            st.st_dev == e.dev && st.st_ino == e.ino) {
+            size_t j = 0;
+            while (j < nb_len &&
+                   (nb_list[j].pid != me || !nb_shared(&nb_list[j], e.fd, &st)))
+                j++;
+            if (j < nb_len) {
+                nb_list[j].set = true;
+            } else {
+                int fl = fcntl(e.fd, F_GETFL);
+                if (fl >= 0 && (fl & O_NONBLOCK))
+                    fcntl(e.fd, F_SETFL, fl & ~O_NONBLOCK);
+            }
+        }
+        if (nb_len == 0) {
+            free(nb_list);
+            nb_list = NULL;
+            nb_cap = 0;
+        }
+    }
+    pthread_mutex_unlock(&nb_lock);
+}
+
 /* A pair's write fd: stopped and closed (its reader sees EOF). */
 static void close_wio(lull_stream *s) {
     lull_io_stop(&s->wio);
+    if (s->state & S_WIO_NB) nb_give(&s->wio);
+    s->state &= ~S_WIO_NB;
     if (s->wio.fd >= 0) close(s->wio.fd);
     s->wio.fd = -1;
 }
@@ -218,6 +370,7 @@ static void close_wio(lull_stream *s) {
  * it is done with the stream. Safe from any state. */
 static lull_frame *teardown(lull_stream *s) {
     lull_io_stop(&s->io);
+    if (s->state & S_IO_NB) nb_give(&s->io);
     if (s->io.fd >= 0) close(s->io.fd);
     s->io.fd = -1;
     if (s->state & S_PAIR) close_wio(s);
@@ -253,6 +406,7 @@ static lull_frame *teardown(lull_stream *s) {
  * stream is not touched after teardown. */
 static void close_now(lull_stream *s, int reason, lull_frame *written,
                       lull_connect_fn told) {
+    if (s->state & S_WFAIL) reason = s->error; /* the first failure */
     bool owed = s->ep.on_close != NULL;
     lull_frame *list = teardown(s);
     if (!owed) {
@@ -286,7 +440,7 @@ static void fail_now(lull_stream *s, int reason) {
 static void fail_later(lull_stream *s, int reason) {
     if (s->state & S_FAIL) return;
     s->state |= S_FAIL;
-    s->error = reason;
+    if (!(s->state & S_WFAIL)) s->error = reason; /* the first failure */
     s->ep.flags |= EP_NO_SEND;
     lull_io_stop(&s->io);
     lull_task_post(s->loop, &s->event);
@@ -353,7 +507,8 @@ static void advance(lull_stream *s, size_t w, lull_frame **done,
  * before the old mask returns. One that was pending already (this thread
  * blocked SIGPIPE itself, and one had come) is left alone: it is not ours.
  * Two sigprocmask calls per writev, and a writev carries a whole batch. */
-static ssize_t pipe_writev(int fd, const struct iovec *iov, int n) {
+static ssize_t pipe_writev(int fd, const struct iovec *iov, int n,
+                           bool nowait) {
     sigset_t pipe_set, old;
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
@@ -365,7 +520,8 @@ static ssize_t pipe_writev(int fd, const struct iovec *iov, int n) {
         pending_before =
             sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
     }
-    ssize_t w = writev(fd, iov, n);
+    ssize_t w =
+        nowait ? pwritev2(fd, iov, n, -1, RWF_NOWAIT) : writev(fd, iov, n);
     int err = errno;
     if (w < 0 && err == EPIPE && !pending_before) {
         static const struct timespec zero = {0, 0};
@@ -377,15 +533,51 @@ static ssize_t pipe_writev(int fd, const struct iovec *iov, int n) {
     return w;
 }
 
+/* The kernel refused RWF_NOWAIT on fd (EOPNOTSUPP: a FIFO opened by path,
+ * whose file lacks FMODE_NOWAIT): fall back to O_NONBLOCK on its
+ * description, given back at close. 0, or -1 with errno set. */
+static int nowait_refused(lull_stream *s, int fd, uint32_t nowait,
+                          uint32_t nb) {
+    s->state &= ~nowait;
+    int rc = nb_take(nb == S_IO_NB ? &s->io : &s->wio, fd);
+    if (rc < 0) {
+        errno = -rc;
+        return -1;
+    }
+    s->state |= nb;
+    return 0;
+}
+
 /* One write of the queue's iovecs to the stream's write fd. */
 static ssize_t out_write(lull_stream *s, struct iovec *iov, int n) {
-    int fd = (s->state & S_PAIR) ? s->wio.fd : s->io.fd;
+    bool pair = s->state & S_PAIR;
+    int fd = pair ? s->wio.fd : s->io.fd;
     if (s->state & S_OUT_SOCK) {
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
-    if (s->state & S_OUT_FIFO) return pipe_writev(fd, iov, n);
+    uint32_t nowait = pair ? S_WIO_NOWAIT : S_IO_NOWAIT;
+    if (s->state & S_OUT_FIFO) {
+        ssize_t w = pipe_writev(fd, iov, n, s->state & nowait);
+        if (w >= 0 || errno != EOPNOTSUPP || !(s->state & nowait)) return w;
+        if (nowait_refused(s, fd, nowait, pair ? S_WIO_NB : S_IO_NB) < 0)
+            return -1;
+        return pipe_writev(fd, iov, n, false);
+    }
     return writev(fd, iov, n);
+}
+
+/* One read from the stream's read fd, never blocking (see S_IO_NOWAIT). */
+static ssize_t in_read(lull_stream *s, void *at, size_t room) {
+    int fd = s->io.fd;
+    if (s->state & S_SOCK) return recv(fd, at, room, MSG_DONTWAIT);
+    if (s->state & S_IO_NOWAIT) {
+        struct iovec iov = {at, room};
+        ssize_t n = preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
+        if (n >= 0 || errno != EOPNOTSUPP) return n;
+        if (nowait_refused(s, fd, S_IO_NOWAIT, S_IO_NB) < 0) return -1;
+    }
+    return read(fd, at, room);
 }
 
 /* Writes what the kernel takes, IOV_CAP buffers per sendmsg, until the
@@ -463,15 +655,52 @@ static void after_write(lull_stream *s) {
     update_io(s);
 }
 
+/* A write failed with err: the write side ends, and only it. Reading goes
+ * on to the peer's EOF, because a peer that stopped reading may still be
+ * writing: a child that exits after its first line (head -n 1) closes its
+ * stdin before it flushes its stdout, and a pipe or socketpair to it fails
+ * our next write while its output is on its way. What was queued can never
+ * be written: it joins the done list (released where user code may run),
+ * and err becomes the close reason whatever ends the read side (S_WFAIL).
+ * True when the read side is done already: the stream is to close now. */
+static bool write_failed(lull_stream *s, int err, lull_frame **done,
+                         lull_frame **done_tail) {
+    s->state |= S_WFAIL | S_SHUT_DONE;
+    s->state &= ~(S_BLOCKED | S_SHUT_WANT | S_FULL);
+    s->error = err;
+    s->ep.flags |= EP_NO_SEND;
+    while (s->head) {
+        lull_frame *f = s->head;
+        s->head = f->next;
+        append(done, done_tail, f);
+    }
+    s->tail = NULL;
+    s->head_done = 0;
+    s->ep.queued = 0;
+    /* Ended as a shutdown ends it: a peer that is still there (the write
+     * failed for another reason than its going) reads EOF. */
+    if (s->state & S_PAIR) {
+        close_wio(s);
+    } else if (s->state & S_OUT_SOCK) {
+        shutdown(s->io.fd, SHUT_WR);
+    }
+    if (s->state & S_EOF) return true;
+    update_io(s);
+    return false;
+}
+
 /* Inside lull_endpoint_send, the queue reached high_water: write now. Nothing
  * of the user's may run here: written frames wait for the next flush point. */
 static void flush_in_send(lull_stream *s) {
     int err = write_out(s, &s->done, &s->done_tail);
     if (err) {
-        fail_later(s, err);
-        return;
+        if (write_failed(s, err, &s->done, &s->done_tail)) {
+            fail_later(s, err);
+            return;
+        }
+    } else {
+        after_write(s);
     }
-    after_write(s);
     if (s->done) lull__at_flush(s->loop, &s->flush);
 }
 
@@ -483,11 +712,11 @@ static bool flush_now(lull_stream *s) {
     s->done = s->done_tail = NULL;
     if ((s->state & (S_CONNECTED | S_BLOCKED | S_FAIL)) == S_CONNECTED) {
         int err = write_out(s, &done, &done_tail);
-        if (err) {
+        if (err && write_failed(s, err, &done, &done_tail)) {
             close_now(s, err, done, NULL); /* open here: S_CONNECTED */
             return false;
         }
-        after_write(s);
+        if (!err) after_write(s);
     }
     bool drain = (s->state & S_FULL) && s->ep.queued < s->ep.high_water &&
                  !(s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND));
@@ -624,8 +853,7 @@ static void read_some(lull_stream *s) {
         room = s->rcap - s->rend;
         if (room == 0) return; /* paused on whole frames: nothing to add */
     }
-    ssize_t n = (s->state & S_SOCK) ? recv(s->io.fd, at, room, 0)
-                                    : read(s->io.fd, at, room);
+    ssize_t n = in_read(s, at, room);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
         fail_now(s, -errno);
@@ -829,8 +1057,8 @@ static int start_connected(lull_stream *s) {
 
 /* What fd is: a stream socket, or a pipe, FIFO or character device (a
  * tty), whichever ways it was opened; -EINVAL for anything else (a
- * datagram socket, a regular file, an eventfd) or a number that is not an
- * open fd. */
+ * datagram socket, a listening socket, a regular file, an eventfd) or a
+ * number that is not an open fd. */
 static int fd_kind(int fd, int *kind) {
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) return -EINVAL;
@@ -842,6 +1070,13 @@ static int fd_kind(int fd, int *kind) {
         if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0)
             return -errno;
         if (type != SOCK_STREAM) return -EINVAL;
+        /* A listening socket is never connected: refused now rather than
+         * closed later with -ENOTCONN from its first read. */
+        int listening = 0;
+        tlen = sizeof listening;
+        if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &tlen) == 0 &&
+            listening)
+            return -EINVAL;
         if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0) return -errno;
         *kind = FD_READ | FD_WRITE | FD_SOCK;
         if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)
@@ -857,10 +1092,40 @@ static int fd_kind(int fd, int *kind) {
     return 0;
 }
 
-static int set_nonblock(int fd) {
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
-    return 0;
+/* Whether this kernel's pipes take RWF_NOWAIT and honour it: pipes have
+ * FMODE_NOWAIT since Linux 6.4, whose first release candidate did not yet
+ * check IOCB_NOWAIT before waiting (a read would block the loop); 6.5 is
+ * the first release that surely does. Before, preadv2 says EOPNOTSUPP.
+ * Read once per process: the answer cannot change. */
+static bool pipes_nowait(void) {
+    static int known; /* 0 unknown, 1 yes, 2 no; a race only repeats it */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (k == 0) {
+        struct utsname u;
+        int major = 0, minor = 0;
+        if (uname(&u) == 0) sscanf(u.release, "%d.%d", &major, &minor);
+        k = (major > 6 || (major == 6 && minor >= 5)) ? 1 : 2;
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+    }
+    return k == 1;
+}
+
+/* Makes the stream's use of fd (kind: fd_kind's) non-blocking, leaving the
+ * open file description as it is wherever the kernel has a per-call way:
+ * a socket takes MSG_DONTWAIT, a pipe RWF_NOWAIT. Anything else (a tty, a
+ * FIFO or pipe on an older kernel) gets O_NONBLOCK on its description
+ * (nb_take), given back when the stream closes the fd. 0 or a negative
+ * errno. */
+static int make_nonblocking(lull_stream *s, int fd, int kind, uint32_t nowait,
+                            uint32_t nb) {
+    if (kind & FD_SOCK) return 0;
+    if ((kind & FD_FIFO) && pipes_nowait()) {
+        s->state |= nowait;
+        return 0;
+    }
+    int rc = nb_take(nb == S_IO_NB ? &s->io : &s->wio, fd);
+    if (rc == 0) s->state |= nb;
+    return rc;
 }
 
 /* The state bits of a stream whose reads come from an fd of kind `in` and
@@ -891,10 +1156,14 @@ int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
     LULL_ASSERT_LOOP_THREAD(loop);
     int kind = 0;
     int rc = fd_kind(fd, &kind);
-    if (rc == 0) rc = set_nonblock(fd);
     if (rc == 0) rc = setup(loop, s, fd, opts, kind & FD_TCP);
     if (rc < 0) {
         close(fd);
+        return rc;
+    }
+    rc = make_nonblocking(s, fd, kind, S_IO_NOWAIT, S_IO_NB);
+    if (rc < 0) {
+        release_list(teardown(s)); /* gives back what it changed */
         return rc;
     }
     apply_kinds(s, kind, kind);
@@ -909,8 +1178,6 @@ int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd, int wfd,
         fd_kind(wfd, &out) == 0 && (in & FD_READ) && (out & FD_WRITE))
         rc = 0;
     if (rc == 0) LULL_ASSERT_LOOP_THREAD(loop);
-    if (rc == 0) rc = set_nonblock(rfd);
-    if (rc == 0) rc = set_nonblock(wfd);
     if (rc == 0) rc = setup(loop, s, rfd, opts, false);
     if (rc < 0) { /* setup leaves nothing open on failure */
         if (rfd >= 0) close(rfd);
@@ -919,6 +1186,12 @@ int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd, int wfd,
     }
     lull_io_init(loop, &s->wio, wfd, on_wio); /* cannot fail: checked */
     s->state |= S_PAIR;
+    rc = make_nonblocking(s, rfd, in, S_IO_NOWAIT, S_IO_NB);
+    if (rc == 0) rc = make_nonblocking(s, wfd, out, S_WIO_NOWAIT, S_WIO_NB);
+    if (rc < 0) {
+        release_list(teardown(s)); /* gives back what it changed */
+        return rc;
+    }
     apply_kinds(s, in, out);
     return start_connected(s);
 }

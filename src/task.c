@@ -22,6 +22,7 @@ int lull_task_init(lull_task *task, lull_task_fn fn) {
     task->node.aux = 0;
     task->remote_next = NULL;
     task->loop = NULL;
+    task->data = NULL;
     return 0;
 }
 

@@ -10,8 +10,9 @@
 #include "internal.h"
 #include "stream.h"
 
-/* host: "1.2.3.4", "::1" or "[::1]"; NULL is 127.0.0.1. */
-static int tcp_address(const char *host, int port, struct sockaddr_storage *ss,
+/* host: "1.2.3.4", "::1" or "[::1]"; NULL is 127.0.0.1. UDP (src/udp.c)
+ * takes its addresses the same way. */
+int lull__inet_address(const char *host, int port, struct sockaddr_storage *ss,
                        socklen_t *len, int *family) {
     if (port < 0 || port > 65535) return -EINVAL;
     memset(ss, 0, sizeof *ss);
@@ -46,7 +47,7 @@ int lull_server_listen_tcp(lull_loop *loop, lull_server *srv, const char *host,
     struct sockaddr_storage ss;
     socklen_t len;
     int family;
-    int rc = tcp_address(host, port, &ss, &len, &family);
+    int rc = lull__inet_address(host, port, &ss, &len, &family);
     if (rc < 0) return rc;
     return lull__server_listen(loop, srv, family, (struct sockaddr *)&ss, len,
                                backlog, fn);
@@ -58,7 +59,7 @@ int lull_stream_connect_tcp(lull_loop *loop, lull_stream *s, const char *host,
     struct sockaddr_storage ss;
     socklen_t len;
     int family;
-    int rc = tcp_address(host, port, &ss, &len, &family);
+    int rc = lull__inet_address(host, port, &ss, &len, &family);
     if (rc < 0) return rc;
     if (port == 0) return -EINVAL;
     return lull__stream_connect(loop, s, family, (struct sockaddr *)&ss, len,

@@ -12,7 +12,7 @@
  * deadline, so on the virtual clock nothing is ever skipped. Loop thread
  * only (lull_timer_start and lull_timer_stop assert it in debug builds).
  *
- * Never early (BRIEF 2.1): on the real clock a timer never fires before
+ * Never early (lull.h, lull_timer_start): on the real clock a timer never fires before
  * delay_ns has passed since its lull_timer_start call on CLOCK_MONOTONIC.
  * The cached "now" can be arbitrarily old at an arm (a callback that ran
  * long, set-up code before lull_loop_run); libuv and libev count from it
@@ -42,7 +42,7 @@
  *    between runs carries none; a child forked inside a callback holds a
  *    copy of the parent's slice, and its loop flushes the copy by its own
  *    readings when the callback returns.
- *    Background-work table (BRIEF 1A), though nothing runs on its own:
+ *    The five rows (README, "The contracts"), though nothing runs on its own:
  *    trigger: a real-clock reading the loop takes anyway (slice checks,
  *    lull_loop_should_yield's reads, the slice's end, lull_loop_now_exact);
  *    source of truth: the deferred area (heap.pend); pending-work
@@ -134,8 +134,8 @@ static void heap_del(lull_loop *loop, lull_timer *t) {
  * was taken from the heap: one when the loop is on time, more when it was
  * late (the periods between are skipped, not fired: no burst), and
  * lull_timer_overrun tells the callback how many. The count lives outside
- * the timer, which stays 48 bytes (64 per armed timer with its heap slot,
- * BRIEF 5): only a fire that stands for more than one period gets an entry,
+ * the timer, which stays 48 bytes (64 per armed timer with its heap
+ * slot): only a fire that stands for more than one period gets an entry,
  * in a table kept in due-list order, so the due runner finds its entry at
  * the head. The table empties whenever the due list drains, so it holds one
  * batch's late fires at most; an entry is dropped when its timer is stopped

@@ -1,4 +1,4 @@
-/* No allocation on the hot path (BRIEF 5): malloc, calloc, realloc and free
+/* No allocation on the hot path: malloc, calloc, realloc and free
  * are wrapped at link time (tests/CMakeLists.txt passes --wrap for this
  * binary, and links lull statically so the library's calls are wrapped too)
  * and counted while a measured region runs. Setup may allocate: loops,

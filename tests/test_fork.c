@@ -1,4 +1,4 @@
-/* fork() (BRIEF 2.1 "Fork"): after lull_loop_fork in the child, parent and
+/* fork() (GUIDE.md): after lull_loop_fork in the child, parent and
  * child each have their own kernel state. Both run at the same time, each
  * gets its own fd readiness, and the parent's watcher keeps working after
  * the child has stopped its inherited watchers and freed its loop (with one

@@ -1,4 +1,6 @@
-/* File helpers and name resolution on the pool: open, read at offset and
+/* File operations and name resolution on the pool: every lull_fs_* call,
+ * its errno path, cancel while queued, hostile arguments, listings of
+ * 100,000 entries in bounded batches; open, read at offset and
  * close; the journal's batching (appends of one turn share a sync, appends
  * made while a sync is in flight share the next), its order, its data on
  * disk (re-read and compared) and its sticky errors; getaddrinfo. Files
@@ -409,4 +411,766 @@ TEST_THREADED(getaddrinfo_cancel_before_start) {
     sem_destroy(&g.started);
     sem_destroy(&g.release);
     CHECK_EQ(rmdir(dir), 0);
+}
+
+/* ------------------------------------------------- the uv_fs_* set */
+
+#include <dirent.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+
+static lull_loop *L;
+static lull_pool *P;
+static lull_fs R;
+static int64_t last;
+static int ncalls;
+
+static void on_fs(lull_fs *req, int64_t result) {
+    CHECK_EQ(req->result, result);
+    last = result;
+    ncalls++;
+}
+
+static void fs_setup_in(const char *base) {
+    snprintf(dir, sizeof dir, "%s/lull-test-fs-XXXXXX", base);
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/file", dir);
+    CHECK_EQ(lull_loop_new(&L, NULL), 0);
+    CHECK_EQ(lull_pool_new(&P, &(lull_pool_options){.threads = 2}), 0);
+    memset(&R, 0, sizeof R);
+}
+
+static void fs_setup(void) {
+    fs_setup_in("/tmp");
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag,
+                  struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+static void fs_teardown(void) {
+    CHECK_EQ(lull_pool_free(P), 0);
+    CHECK_EQ(lull_loop_free(L), 0);
+    CHECK_EQ(nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
+/* Runs the loop after a submit that must be accepted: cb ran exactly once;
+ * its result. */
+static int64_t run(int rc) {
+    CHECK_EQ(rc, 0);
+    ncalls = 0;
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncalls, 1);
+    return last;
+}
+
+static const char *in_dir(const char *name) {
+    static char bufs[4][192];
+    static int next;
+    char *b = bufs[next++ % 4];
+    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
+    return b;
+}
+
+static int open_rw(const char *p) {
+    return (int)run(
+        lull_fs_open(L, P, &R, p, O_RDWR | O_CREAT | O_TRUNC, 0600, on_fs));
+}
+
+TEST_THREADED(fs_write_read_at_offset) {
+    fs_setup();
+    int fd = open_rw(path);
+    CHECK(fd >= 0);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, "hello", 5, 10, on_fs)), 5);
+    char buf[32];
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, sizeof buf, 0, on_fs)), 15);
+    CHECK(memcmp(buf + 10, "hello", 5) == 0);
+    CHECK_EQ(buf[0], 0); /* the hole */
+    /* Errno paths: the kernel's. */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, dfd, buf, 4, 0, on_fs)), -EISDIR);
+    int ro = open(path, O_RDONLY);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, ro, "x", 1, 0, on_fs)), -EBADF);
+    close(ro);
+    close(dfd);
+    CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), 0);
+    fs_teardown();
+}
+
+TEST_THREADED(fs_readv_writev) {
+    fs_setup();
+    int fd = open_rw(path);
+    struct iovec w[2] = {{"abc", 3}, {"defgh", 5}};
+    CHECK_EQ(run(lull_fs_writev(L, P, &R, fd, w, 2, 1, on_fs)), 8);
+    char a[2], b[4], c[8];
+    struct iovec r[3] = {{a, 2}, {b, 4}, {c, 8}};
+    CHECK_EQ(run(lull_fs_readv(L, P, &R, fd, r, 3, 0, on_fs)), 9);
+    CHECK(memcmp(a, "\0a", 2) == 0);
+    CHECK(memcmp(b, "bcde", 4) == 0);
+    CHECK(memcmp(c, "fgh", 3) == 0);
+    /* Refused before any thread: counts and sizes. */
+    CHECK_EQ(lull_fs_readv(L, P, &R, fd, r, 0, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readv(L, P, &R, fd, r, IOV_MAX + 1, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readv(L, P, &R, fd, NULL, 1, 0, on_fs), -EINVAL);
+    struct iovec huge[2] = {{a, SSIZE_MAX}, {b, 2}};
+    CHECK_EQ(lull_fs_writev(L, P, &R, fd, huge, 2, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readv(L, P, &R, -1, r, 3, 0, on_fs), -EBADF);
+    close(fd);
+    CHECK_EQ(run(lull_fs_readv(L, P, &R, fd, r, 3, 0, on_fs)), -EBADF);
+    fs_teardown();
+}
+
+TEST_THREADED(fs_stat_fstat_lstat) {
+    fs_setup();
+    int fd = open_rw(path);
+    CHECK_EQ(write(fd, "0123456789", 10), 10);
+    CHECK_EQ(symlink(path, in_dir("link")), 0);
+    lull_stat st;
+    CHECK_EQ(run(lull_fs_stat(L, P, &R, in_dir("link"), &st, on_fs)), 0);
+    CHECK(S_ISREG(st.mode));
+    CHECK_EQ(st.size, 10);
+    CHECK_EQ(st.uid, getuid());
+    CHECK(st.mtime_ns > 0);
+    struct stat ref;
+    CHECK_EQ(stat(path, &ref), 0);
+    CHECK_EQ(st.ino, ref.st_ino);
+    CHECK_EQ(st.dev, ref.st_dev);
+    CHECK_EQ(st.mtime_ns,
+             (int64_t)ref.st_mtim.tv_sec * 1000000000 + ref.st_mtim.tv_nsec);
+    CHECK_EQ(run(lull_fs_lstat(L, P, &R, in_dir("link"), &st, on_fs)), 0);
+    CHECK(S_ISLNK(st.mode));
+    CHECK_EQ(run(lull_fs_fstat(L, P, &R, fd, &st, on_fs)), 0);
+    CHECK_EQ(st.ino, ref.st_ino);
+    CHECK_EQ(run(lull_fs_stat(L, P, &R, in_dir("none"), &st, on_fs)), -ENOENT);
+    CHECK_EQ(run(lull_fs_stat(L, P, &R, in_dir("file/x"), &st, on_fs)),
+             -ENOTDIR);
+    CHECK_EQ(lull_fs_stat(L, P, &R, path, NULL, on_fs), -EINVAL);
+    close(fd);
+    CHECK_EQ(run(lull_fs_fstat(L, P, &R, fd, &st, on_fs)), -EBADF);
+    fs_teardown();
+}
+
+TEST_THREADED(fs_rename_unlink) {
+    fs_setup();
+    close(open_rw(path));
+    CHECK_EQ(run(lull_fs_rename(L, P, &R, path, in_dir("moved"), on_fs)), 0);
+    CHECK_EQ(access(path, F_OK), -1);
+    CHECK_EQ(access(in_dir("moved"), F_OK), 0);
+    CHECK_EQ(run(lull_fs_rename(L, P, &R, path, in_dir("x"), on_fs)), -ENOENT);
+    CHECK_EQ(run(lull_fs_unlink(L, P, &R, in_dir("moved"), on_fs)), 0);
+    CHECK_EQ(run(lull_fs_unlink(L, P, &R, in_dir("moved"), on_fs)), -ENOENT);
+    CHECK_EQ(run(lull_fs_unlink(L, P, &R, dir, on_fs)), -EISDIR);
+    fs_teardown();
+}
+
+TEST_THREADED(fs_mkdir_rmdir_mkdtemp) {
+    fs_setup();
+    const char *d = in_dir("sub");
+    CHECK_EQ(run(lull_fs_mkdir(L, P, &R, d, 0700, on_fs)), 0);
+    CHECK_EQ(run(lull_fs_mkdir(L, P, &R, d, 0700, on_fs)), -EEXIST);
+    close(open(in_dir("sub/f"), O_CREAT | O_WRONLY, 0600));
+    CHECK_EQ(run(lull_fs_rmdir(L, P, &R, d, on_fs)), -ENOTEMPTY);
+    unlink(in_dir("sub/f"));
+    CHECK_EQ(run(lull_fs_rmdir(L, P, &R, d, on_fs)), 0);
+    CHECK_EQ(run(lull_fs_rmdir(L, P, &R, d, on_fs)), -ENOENT);
+    char tmpl[192];
+    snprintf(tmpl, sizeof tmpl, "%s/tmp-XXXXXX", dir);
+    CHECK_EQ(run(lull_fs_mkdtemp(L, P, &R, tmpl, on_fs)), 0);
+    CHECK(strstr(tmpl, "XXXXXX") == NULL);
+    struct stat st;
+    CHECK_EQ(stat(tmpl, &st), 0);
+    CHECK(S_ISDIR(st.st_mode));
+    char bad[192];
+    snprintf(bad, sizeof bad, "%s/no-template", dir);
+    CHECK_EQ(run(lull_fs_mkdtemp(L, P, &R, bad, on_fs)), -EINVAL);
+    fs_teardown();
+}
+
+TEST_THREADED(fs_links_readlink_realpath) {
+    fs_setup();
+    close(open_rw(path));
+    CHECK_EQ(run(lull_fs_link(L, P, &R, path, in_dir("hard"), on_fs)), 0);
+    CHECK_EQ(run(lull_fs_link(L, P, &R, path, in_dir("hard"), on_fs)), -EEXIST);
+    CHECK_EQ(run(lull_fs_symlink(L, P, &R, "file", in_dir("soft"), on_fs)), 0);
+    char buf[PATH_MAX];
+    CHECK_EQ(
+        run(lull_fs_readlink(L, P, &R, in_dir("soft"), buf, sizeof buf, on_fs)),
+        4);
+    CHECK(strcmp(buf, "file") == 0);
+    /* Room for the bytes but not the NUL: refused, not truncated. */
+    CHECK_EQ(run(lull_fs_readlink(L, P, &R, in_dir("soft"), buf, 4, on_fs)),
+             -ENAMETOOLONG);
+    CHECK_EQ(run(lull_fs_readlink(L, P, &R, path, buf, sizeof buf, on_fs)),
+             -EINVAL);
+    CHECK_EQ(run(lull_fs_realpath(L, P, &R, in_dir("./soft"), buf, sizeof buf,
+                                  on_fs)),
+             (int64_t)strlen(path));
+    char want[PATH_MAX];
+    CHECK(realpath(path, want) != NULL);
+    CHECK(strcmp(buf, want) == 0);
+    CHECK_EQ(
+        run(lull_fs_realpath(L, P, &R, in_dir("none"), buf, sizeof buf, on_fs)),
+        -ENOENT);
+    CHECK_EQ(run(lull_fs_realpath(L, P, &R, path, buf, 3, on_fs)),
+             -ENAMETOOLONG);
+    CHECK_EQ(lull_fs_readlink(L, P, &R, path, buf, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_symlink(L, P, &R, "file", NULL, on_fs), -EINVAL);
+    fs_teardown();
+}
+
+TEST_THREADED(fs_fsync_fdatasync_ftruncate) {
+    fs_setup();
+    int fd = open_rw(path);
+    CHECK_EQ(run(lull_fs_ftruncate(L, P, &R, fd, 100, on_fs)), 0);
+    struct stat st;
+    CHECK_EQ(fstat(fd, &st), 0);
+    CHECK_EQ(st.st_size, 100);
+    CHECK_EQ(run(lull_fs_fsync(L, P, &R, fd, on_fs)), 0);
+    CHECK_EQ(run(lull_fs_fdatasync(L, P, &R, fd, on_fs)), 0);
+    CHECK_EQ(lull_fs_ftruncate(L, P, &R, fd, (uint64_t)INT64_MAX + 1, on_fs),
+             -EINVAL);
+    int ro = open(path, O_RDONLY);
+    CHECK_EQ(run(lull_fs_ftruncate(L, P, &R, ro, 0, on_fs)), -EINVAL);
+    close(ro);
+    close(fd);
+    CHECK_EQ(run(lull_fs_fsync(L, P, &R, fd, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_fdatasync(L, P, &R, fd, on_fs)), -EBADF);
+    fs_teardown();
+}
+
+static void fill(int fd, size_t n) {
+    char b[4096];
+    for (size_t i = 0; i < n; i += sizeof b) {
+        for (size_t k = 0; k < sizeof b; k++)
+            b[k] = (char)((i + k) * 7 + (i + k) / 4096);
+        CHECK_EQ(write(fd, b, n - i < sizeof b ? n - i : sizeof b),
+                 (ssize_t)(n - i < sizeof b ? n - i : sizeof b));
+    }
+}
+
+static void same_bytes(int a, off_t oa, int b, off_t ob, size_t n) {
+    char *x = malloc(n), *y = malloc(n);
+    CHECK_EQ(pread(a, x, n, oa), (ssize_t)n);
+    CHECK_EQ(pread(b, y, n, ob), (ssize_t)n);
+    CHECK(memcmp(x, y, n) == 0);
+    free(x);
+    free(y);
+}
+
+TEST_THREADED(fs_copy_range_and_its_fallback) {
+    fs_setup();
+    int in = open_rw(path);
+    fill(in, 300000);
+    int out = open_rw(in_dir("copy"));
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, out, 5, in, 1000, 400000, on_fs)),
+             299000); /* fewer at the source's end */
+    same_bytes(in, 1000, out, 5, 299000);
+    /* Overlapping ranges of one file: the kernel says EINVAL, the
+     * fallback copies. */
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, in, 10, in, 0, 20, on_fs)), 20);
+    char b[30];
+    CHECK_EQ(pread(in, b, 30, 0), 30);
+    CHECK(memcmp(b, b + 10, 10) == 0);
+    /* procfs reports size 0, copy_file_range copies nothing: the fallback
+     * reads it. */
+    int proc = open("/proc/self/status", O_RDONLY);
+    int64_t n =
+        run(lull_fs_copy_range(L, P, &R, out, 0, proc, 0, 1 << 16, on_fs));
+    CHECK(n > 0);
+    CHECK_EQ(pread(out, b, 5, 0), 5);
+    CHECK(memcmp(b, "Name:", 5) == 0);
+    close(proc);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, out, 0, -1, 0, 1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, out, 0, in, 0, (size_t)SSIZE_MAX + 1,
+                                on_fs),
+             -EINVAL);
+    /* Across filesystems (tmpfs to /tmp where both exist): the kernel
+     * copies or says EXDEV, and either way the bytes arrive. */
+    char shm[] = "/dev/shm/lull-test-fs-XXXXXX";
+    int other = access("/dev/shm", W_OK) == 0 ? mkstemp(shm) : -1;
+    if (other >= 0) {
+        unlink(shm);
+        CHECK_EQ(
+            run(lull_fs_copy_range(L, P, &R, other, 0, in, 0, 100000, on_fs)),
+            100000);
+        same_bytes(in, 0, other, 0, 100000);
+        CHECK_EQ(
+            run(lull_fs_copy_range(L, P, &R, out, 0, other, 0, 100000, on_fs)),
+            100000);
+        same_bytes(in, 0, out, 0, 100000);
+        close(other);
+    }
+    int ro = open(path, O_RDONLY);
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, ro, 0, in, 0, 10, on_fs)),
+             -EBADF);
+    close(ro);
+    close(in);
+    close(out);
+    fs_teardown();
+}
+
+TEST_THREADED(fs_sendfile_to_a_pipe) {
+    fs_setup();
+    int in = open_rw(path);
+    fill(in, 10000);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, p[1], in, 100, 5000, on_fs)), 5000);
+    char got[5000], want[5000];
+    size_t have = 0;
+    while (have < sizeof got) {
+        ssize_t k = read(p[0], got + have, sizeof got - have);
+        CHECK(k > 0);
+        have += (size_t)k;
+    }
+    CHECK_EQ(pread(in, want, sizeof want, 100), 5000);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    close(p[0]); /* no reader: the kernel's EPIPE (SIGPIPE is blocked on
+                    pool threads) */
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, p[1], in, 0, 100, on_fs)), -EPIPE);
+    close(p[1]);
+    close(in);
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, 1, in, 0, 100, on_fs)), -EBADF);
+    fs_teardown();
+}
+
+TEST_THREADED(fs_chmod_chown_utime) {
+    fs_setup();
+    int fd = open_rw(path);
+    struct stat st;
+    CHECK_EQ(run(lull_fs_chmod(L, P, &R, path, 0640, on_fs)), 0);
+    CHECK_EQ(stat(path, &st), 0);
+    CHECK_EQ(st.st_mode & 0777, 0640);
+    CHECK_EQ(run(lull_fs_fchmod(L, P, &R, fd, 0604, on_fs)), 0);
+    CHECK_EQ(stat(path, &st), 0);
+    CHECK_EQ(st.st_mode & 0777, 0604);
+    CHECK_EQ(run(lull_fs_chmod(L, P, &R, in_dir("none"), 0600, on_fs)),
+             -ENOENT);
+    /* To the owner it has: allowed to anyone; -1 leaves it alone. */
+    CHECK_EQ(run(lull_fs_chown(L, P, &R, path, getuid(), (uint32_t)-1, on_fs)),
+             0);
+    CHECK_EQ(run(lull_fs_fchown(L, P, &R, fd, (uint32_t)-1, getgid(), on_fs)),
+             0);
+    CHECK_EQ(
+        run(lull_fs_chown(L, P, &R, in_dir("none"), getuid(), getgid(), on_fs)),
+        -ENOENT);
+    struct timespec ts[2] = {{1000000000, 5}, {1200000000, 7}};
+    CHECK_EQ(run(lull_fs_utime(L, P, &R, path, ts, on_fs)), 0);
+    CHECK_EQ(stat(path, &st), 0);
+    CHECK_EQ(st.st_atim.tv_sec, 1000000000);
+    CHECK_EQ(st.st_mtim.tv_sec, 1200000000);
+    CHECK_EQ(st.st_mtim.tv_nsec, 7);
+    ts[0].tv_nsec = UTIME_OMIT;
+    ts[1].tv_sec = 1300000000;
+    CHECK_EQ(run(lull_fs_futime(L, P, &R, fd, ts, on_fs)), 0);
+    CHECK_EQ(stat(path, &st), 0);
+    CHECK_EQ(st.st_atim.tv_sec, 1000000000);
+    CHECK_EQ(st.st_mtim.tv_sec, 1300000000);
+    CHECK_EQ(run(lull_fs_futime(L, P, &R, fd, NULL, on_fs)), 0); /* now */
+    CHECK_EQ(stat(path, &st), 0);
+    CHECK(st.st_mtim.tv_sec > 1300000000);
+    CHECK_EQ(run(lull_fs_utime(L, P, &R, in_dir("none"), NULL, on_fs)),
+             -ENOENT);
+    close(fd);
+    CHECK_EQ(run(lull_fs_fchmod(L, P, &R, fd, 0600, on_fs)), -EBADF);
+    fs_teardown();
+}
+
+/* ------------------------------------------------------------ scandir */
+
+static size_t batches, entries, max_batch, bad_batches;
+static uint64_t ticks, ticks_at_batch;
+static bool listing;
+static lull_task tick;
+static char seen_mark[100001];
+static bool (*on_batch_hook)(lull_fs *req);
+
+/* A task that keeps posting itself while a listing runs: the loop's other
+ * work, which must get turns between batches. */
+static void tick_fn(lull_task *t) {
+    ticks++;
+    if (listing) lull_task_post(L, t);
+}
+
+static bool on_batch(lull_fs *req, const lull_dirent *e, size_t n) {
+    if (batches && ticks == ticks_at_batch) bad_batches++;
+    ticks_at_batch = ticks;
+    batches++;
+    entries += n;
+    if (n > max_batch) max_batch = n;
+    for (size_t i = 0; i < n; i++) {
+        int k = atoi(e[i].name + 1);
+        CHECK(e[i].name[0] == 'f' && k >= 0 && k <= 100000);
+        CHECK(!seen_mark[k]);
+        seen_mark[k] = 1;
+        CHECK(e[i].type == DT_REG || e[i].type == DT_UNKNOWN);
+    }
+    return on_batch_hook ? on_batch_hook(req) : true;
+}
+
+static void on_listed(lull_fs *req, int64_t result) {
+    listing = false;
+    on_fs(req, result);
+}
+
+static void make_entries(const char *d, int n) {
+    char p[256];
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof p, "%s/f%d", d, i);
+        int fd = open(p, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+        CHECK(fd >= 0);
+        close(fd);
+    }
+}
+
+static int64_t list(const char *d) {
+    batches = entries = max_batch = bad_batches = 0;
+    ticks = ticks_at_batch = 0;
+    memset(seen_mark, 0, sizeof seen_mark);
+    listing = true;
+    lull_task_init(&tick, tick_fn);
+    lull_task_post(L, &tick);
+    return run(lull_fs_scandir(L, P, &R, d, on_batch, on_listed));
+}
+
+TEST_THREADED(fs_scandir_lists_in_batches) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 600);
+    CHECK_EQ(list(in_dir("d")), 600);
+    CHECK_EQ(entries, 600);
+    CHECK(batches >= (600 + LULL_FS_DIR_BATCH - 1) / LULL_FS_DIR_BATCH);
+    CHECK(max_batch <= LULL_FS_DIR_BATCH);
+    /* An empty directory: no batch, a count of 0. */
+    CHECK_EQ(mkdir(in_dir("e"), 0700), 0);
+    CHECK_EQ(list(in_dir("e")), 0);
+    CHECK_EQ(batches, 0);
+    CHECK_EQ(list(in_dir("none")), -ENOENT);
+    close(open_rw(path));
+    CHECK_EQ(list(path), -ENOTDIR);
+    fs_teardown();
+}
+
+/* 100,000 entries: every batch bounded, every one seen once, and the loop
+ * ran its other task between each two batches. */
+TEST_THREADED(fs_scandir_100000_entries) {
+    /* In memory where there is a tmpfs: 100,000 creates and unlinks on a
+     * journaled disk take seconds of the case's timeout. */
+    fs_setup_in(access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+    CHECK_EQ(mkdir(in_dir("big"), 0700), 0);
+    make_entries(in_dir("big"), 100000);
+    CHECK_EQ(list(in_dir("big")), 100000);
+    CHECK_EQ(entries, 100000);
+    CHECK(max_batch <= LULL_FS_DIR_BATCH);
+    CHECK(batches >= 100000 / LULL_FS_DIR_BATCH);
+    CHECK_EQ(bad_batches, 0);
+    for (int i = 0; i < 100000; i++)
+        CHECK(seen_mark[i]);
+    fs_teardown();
+}
+
+static const char *renamed_to;
+
+static bool rename_once(lull_fs *req) {
+    (void)req;
+    if (batches == 1) CHECK_EQ(rename(in_dir("d"), renamed_to), 0);
+    return true;
+}
+
+TEST_THREADED(fs_scandir_directory_renamed_while_listed) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    char to[192];
+    snprintf(to, sizeof to, "%s/renamed", dir);
+    renamed_to = to;
+    on_batch_hook = rename_once;
+    /* The listing holds the directory open: the rest comes from it. */
+    CHECK_EQ(list(in_dir("d")), 1000);
+    on_batch_hook = NULL;
+    CHECK_EQ(entries, 1000);
+    CHECK(batches > 1);
+    fs_teardown();
+}
+
+static bool stop_now(lull_fs *req) {
+    (void)req;
+    return false;
+}
+
+static bool cancel_now(lull_fs *req) {
+    CHECK_EQ(lull_fs_cancel(req), 0);
+    return true;
+}
+
+TEST_THREADED(fs_scandir_stopped_or_cancelled_in_a_batch) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    on_batch_hook = stop_now;
+    CHECK_EQ(list(in_dir("d")), LULL_FS_DIR_BATCH);
+    CHECK_EQ(batches, 1);
+    on_batch_hook = cancel_now;
+    CHECK_EQ(list(in_dir("d")), -ECANCELED);
+    CHECK_EQ(batches, 1);
+    on_batch_hook = NULL;
+    /* The request is free again at once. */
+    CHECK_EQ(list(in_dir("d")), 1000);
+    fs_teardown();
+}
+
+/* Every kind of request cancelled while it waits behind a held thread:
+ * its cb gets -ECANCELED once and nothing happened on disk. */
+static int cancelled_calls;
+
+static void on_cancelled(lull_fs *req, int64_t result) {
+    CHECK_EQ(result, -ECANCELED);
+    CHECK_EQ(req->result, -ECANCELED);
+    cancelled_calls++;
+}
+
+static bool never_batch(lull_fs *req, const lull_dirent *e, size_t n) {
+    (void)req, (void)e, (void)n;
+    CHECK(!"a cancelled listing reached its batch");
+    return false;
+}
+
+TEST_THREADED(fs_cancel_while_queued) {
+    make_dir();
+    CHECK_EQ(lull_loop_new(&L, NULL), 0);
+    CHECK_EQ(lull_pool_new(&P, &(lull_pool_options){.threads = 1}), 0);
+    gate g;
+    gate_hold(L, P, &g);
+    static lull_fs reqs[6];
+    memset(reqs, 0, sizeof reqs);
+    lull_stat st;
+    char buf[16];
+    CHECK_EQ(lull_fs_mkdir(L, P, &reqs[0], in_dir("m"), 0700, on_cancelled), 0);
+    CHECK_EQ(lull_fs_stat(L, P, &reqs[1], dir, &st, on_cancelled), 0);
+    CHECK_EQ(lull_fs_write(L, P, &reqs[2], 1, "x", 1, 0, on_cancelled), 0);
+    CHECK_EQ(lull_fs_scandir(L, P, &reqs[3], dir, never_batch, on_cancelled),
+             0);
+    CHECK_EQ(
+        lull_fs_readlink(L, P, &reqs[4], dir, buf, sizeof buf, on_cancelled),
+        0);
+    CHECK_EQ(lull_fs_symlink(L, P, &reqs[5], "x", in_dir("s"), on_cancelled),
+             0);
+    for (int i = 0; i < 6; i++)
+        CHECK_EQ(lull_fs_cancel(&reqs[i]), 0);
+    CHECK_EQ(lull_fs_cancel(&reqs[0]), -EBUSY); /* its cb is on its way */
+    sem_post(&g.release);
+    cancelled_calls = 0;
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cancelled_calls, 6);
+    CHECK_EQ(access(in_dir("m"), F_OK), -1);
+    CHECK_EQ(access(in_dir("s"), F_OK), -1);
+    CHECK_EQ(lull_fs_cancel(&reqs[0]), -EINVAL); /* not in flight */
+    CHECK_EQ(lull_pool_free(P), 0);
+    CHECK_EQ(lull_loop_free(L), 0);
+    CHECK_EQ(rmdir(dir), 0);
+}
+
+/* Hostile arguments: refused at once with -EINVAL (or -EBADF for a
+ * negative fd), never a crash; an empty path is the kernel's -ENOENT. */
+TEST_THREADED(fs_hostile_arguments) {
+    fs_setup();
+    char *long_path = malloc(PATH_MAX + 1);
+    memset(long_path, 'a', PATH_MAX);
+    long_path[PATH_MAX] = '\0';
+    lull_stat st;
+    char buf[8];
+    CHECK_EQ(lull_fs_open(L, P, &R, NULL, O_RDONLY, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_open(L, P, &R, long_path, O_RDONLY, 0, on_fs), -EINVAL);
+    long_path[PATH_MAX - 1] = '\0'; /* PATH_MAX bytes with its NUL: fine */
+    CHECK_EQ(run(lull_fs_stat(L, P, &R, long_path, &st, on_fs)), -ENAMETOOLONG);
+    long_path[PATH_MAX - 1] = 'a';
+    CHECK_EQ(lull_fs_rename(L, P, &R, path, long_path, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_rename(L, P, &R, path, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_link(L, P, &R, NULL, path, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_scandir(L, P, &R, NULL, on_batch, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_scandir(L, P, &R, dir, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_unlink(L, P, &R, long_path, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_mkdtemp(L, P, &R, NULL, on_fs), -EINVAL);
+    free(long_path);
+    CHECK_EQ(run(lull_fs_stat(L, P, &R, "", &st, on_fs)), -ENOENT);
+    CHECK_EQ(run(lull_fs_unlink(L, P, &R, "", on_fs)), -ENOENT);
+    CHECK_EQ(run(lull_fs_scandir(L, P, &R, "", on_batch, on_fs)), -ENOENT);
+    CHECK_EQ(lull_fs_read(L, P, &R, 0, buf, (size_t)SSIZE_MAX + 1, 0, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_write(L, P, &R, 0, buf, SIZE_MAX, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_read(L, P, &R, 0, buf, 1, (uint64_t)INT64_MAX + 1, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_write(L, P, &R, 0, NULL, 1, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_fsync(L, P, &R, -1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_fstat(L, P, &R, 0, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_realpath(L, P, &R, dir, NULL, 8, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_unlink(NULL, P, &R, path, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_unlink(L, NULL, &R, path, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_unlink(L, P, NULL, path, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_unlink(L, P, &R, path, NULL), -EINVAL);
+    CHECK_EQ(lull_fs_cancel(NULL), -EINVAL);
+    /* In flight: every submit says -EBUSY and leaves it alone. */
+    CHECK_EQ(lull_fs_stat(L, P, &R, dir, &st, on_fs), 0);
+    CHECK_EQ(lull_fs_unlink(L, P, &R, path, on_fs), -EBUSY);
+    CHECK_EQ(lull_fs_scandir(L, P, &R, dir, on_batch, on_fs), -EBUSY);
+    CHECK_EQ(run(0), 0);
+    CHECK(S_ISDIR(st.mode));
+    fs_teardown();
+}
+
+TEST_THREADED(fs_file_removed_between_open_and_read) {
+    fs_setup();
+    int fd = open_rw(path);
+    CHECK_EQ(write(fd, "still here", 10), 10);
+    CHECK_EQ(run(lull_fs_unlink(L, P, &R, path, on_fs)), 0);
+    char buf[16];
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, sizeof buf, 0, on_fs)), 10);
+    CHECK(memcmp(buf, "still here", 10) == 0);
+    lull_stat st;
+    CHECK_EQ(run(lull_fs_fstat(L, P, &R, fd, &st, on_fs)), 0);
+    CHECK_EQ(st.nlink, 0);
+    CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), 0);
+    fs_teardown();
+}
+
+TEST_THREADED(fs_closed_fd) {
+    fs_setup();
+    int fd = open_rw(path);
+    CHECK_EQ(close(fd), 0);
+    char buf[4];
+    lull_stat st;
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, 4, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, "x", 1, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_fstat(L, P, &R, fd, &st, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_ftruncate(L, P, &R, fd, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_futime(L, P, &R, fd, NULL, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), -EBADF);
+    fs_teardown();
+}
+
+/* RLIMIT_NOFILE lowered to the fds already open: the kernel's -EMFILE
+ * comes back through cb, for an open and for a listing's open. */
+TEST_THREADED(fs_emfile_reported) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int probe = dup(0);
+    CHECK(probe >= 0);
+    close(probe);
+    low = old;
+    low.rlim_cur = (rlim_t)probe; /* every fd below it is taken */
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int64_t r1 =
+        run(lull_fs_open(L, P, &R, path, O_RDWR | O_CREAT, 0600, on_fs));
+    int64_t r2 = run(lull_fs_scandir(L, P, &R, in_dir("d"), on_batch, on_fs));
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(r1, -EMFILE);
+    CHECK_EQ(r2, -EMFILE);
+    fs_teardown();
+}
+
+/* Cancelled while its next trip waits in the queue (behind a gate that
+ * holds the pool's only thread): cb gets -ECANCELED once, after one batch,
+ * and the listing's state is freed (ASan). */
+static gate between;
+static lull_task cancel_task;
+
+static void cancel_queued(lull_task *t) {
+    (void)t;
+    CHECK_EQ(lull_fs_cancel(&R), 0);
+    CHECK_EQ(lull_fs_cancel(&R), -EBUSY); /* its cb is on its way */
+    sem_post(&between.release);
+}
+
+static bool gate_then_cancel(lull_fs *req) {
+    (void)req;
+    if (batches != 1) return true;
+    sem_init(&between.started, 0, 0);
+    sem_init(&between.release, 0, 0);
+    lull_work_init(&between.work, gate_run, NULL);
+    CHECK_EQ(lull_work_submit(L, P, &between.work), 0);
+    lull_task_init(&cancel_task, cancel_queued);
+    lull_task_post(L, &cancel_task); /* after this batch's trip is queued */
+    return true;
+}
+
+TEST_THREADED(fs_scandir_cancelled_between_batches) {
+    make_dir();
+    CHECK_EQ(lull_loop_new(&L, NULL), 0);
+    CHECK_EQ(lull_pool_new(&P, &(lull_pool_options){.threads = 1}), 0);
+    memset(&R, 0, sizeof R);
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    on_batch_hook = gate_then_cancel;
+    CHECK_EQ(list(in_dir("d")), -ECANCELED);
+    on_batch_hook = NULL;
+    CHECK_EQ(batches, 1);
+    fs_teardown();
+}
+
+/* The pool closed while a listing is between batches: its next trip is
+ * refused, and cb gets that error once. */
+static bool close_pool(lull_fs *req) {
+    (void)req;
+    lull_pool_close(P);
+    return true;
+}
+
+TEST_THREADED(fs_scandir_pool_closed_mid_listing) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    on_batch_hook = close_pool;
+    CHECK_EQ(list(in_dir("d")), -ESHUTDOWN);
+    on_batch_hook = NULL;
+    CHECK_EQ(batches, 1);
+    CHECK_EQ(lull_fs_unlink(L, P, &R, path, on_fs), -ESHUTDOWN);
+    fs_teardown();
+}
+
+/* The file lane: a file operation stuck on its pool (a slow disk, played by
+ * a gate) holds neither the loop nor work on another pool. */
+static int cpu_done;
+
+static int cpu_run(lull_work *w) {
+    (void)w;
+    return 7;
+}
+
+static void cpu_back(lull_work *w, int status) {
+    (void)w;
+    CHECK_EQ(status, 7);
+    CHECK_EQ(ncalls, 0); /* the file operation is still held */
+    cpu_done++;
+    sem_post(&between.release);
+}
+
+TEST_THREADED(fs_file_lane_leaves_other_pools_alone) {
+    make_dir();
+    CHECK_EQ(lull_loop_new(&L, NULL), 0);
+    lull_pool *cpu;
+    CHECK_EQ(lull_pool_new(&P, &(lull_pool_options){.threads = 1}), 0);
+    CHECK_EQ(lull_pool_new(&cpu, &(lull_pool_options){.threads = 1}), 0);
+    memset(&R, 0, sizeof R);
+    gate_hold(L, P, &between);
+    lull_stat st;
+    CHECK_EQ(lull_fs_stat(L, P, &R, dir, &st, on_fs), 0);
+    lull_work w;
+    lull_work_init(&w, cpu_run, cpu_back);
+    CHECK_EQ(lull_work_submit(L, cpu, &w), 0);
+    ncalls = 0;
+    cpu_done = 0;
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cpu_done, 1);
+    CHECK_EQ(ncalls, 1);
+    CHECK_EQ(last, 0);
+    CHECK_EQ(lull_pool_free(cpu), 0);
+    fs_teardown();
 }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
+#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <unistd.h>
@@ -770,5 +771,220 @@ TEST(now_exact_reads_the_clock) {
     CHECK_LE(a + 2 * MS, b);
     CHECK_LE(lull_loop_now(loop), b); /* the cache is never ahead */
     CHECK_LE(b - a, 1000 * MS);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------------------ embedding */
+
+/* A host's wait: poll() on lull's fd for lull's timeout, rounded up to
+ * whole ms so a timer is never run early. Returns poll's result. */
+static int host_wait(lull_loop *loop, int64_t *timeout_ns) {
+    CHECK_EQ(lull_loop_backend_timeout(loop, timeout_ns), 0);
+    struct pollfd p = {.fd = lull_loop_backend_fd(loop), .events = POLLIN};
+    int ms = *timeout_ns < 0 ? -1 : (int)((*timeout_ns + 999999) / 1000000);
+    return poll(&p, 1, ms);
+}
+
+static void embed_count(lull_task *t) {
+    (void)t;
+    runs[0]++;
+}
+
+static void embed_read(lull_io *io, int events) {
+    char c;
+    CHECK(events & LULL_READABLE);
+    CHECK_EQ(read(io->fd, &c, 1), 1);
+    runs[1]++;
+}
+
+TEST(embed_arguments) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int64_t t;
+    CHECK_EQ(lull_loop_backend_fd(NULL), -EINVAL);
+    CHECK_EQ(lull_loop_backend_timeout(NULL, &t), -EINVAL);
+    CHECK_EQ(lull_loop_backend_timeout(loop, NULL), -EINVAL);
+    CHECK(lull_loop_backend_fd(loop) >= 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Nothing to do: the host waits for the fd alone, and it stays quiet. */
+TEST(embed_idle_loop_waits_for_the_fd_alone) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int64_t t = 0;
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK_EQ(t, -1);
+    struct pollfd p = {.fd = lull_loop_backend_fd(loop), .events = POLLIN};
+    CHECK_EQ(poll(&p, 1, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.wakeups, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A posted task is work ready now: timeout 0, and one NOWAIT run runs it. */
+TEST(embed_posted_task_is_ready_now) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_task task;
+    lull_task_init(&task, embed_count);
+    lull_task_post(loop, &task);
+    int64_t t = -5;
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK_EQ(t, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(runs[0], 1);
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK_EQ(t, -1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* An fd watcher's readiness makes lull's fd readable. */
+TEST(embed_fd_readiness_shows_on_the_backend_fd) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, fds[0], embed_read), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    int64_t t;
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK_EQ(t, -1);
+    struct pollfd p = {.fd = lull_loop_backend_fd(loop), .events = POLLIN};
+    CHECK_EQ(poll(&p, 1, 0), 0);
+    CHECK_EQ(write(fds[1], "x", 1), 1);
+    CHECK_EQ(host_wait(loop, &t), 1);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(runs[1], 1);
+    /* Read: the fd is quiet again. */
+    CHECK_EQ(poll(&p, 1, 0), 0);
+    lull_io_stop(&io);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static void embed_timer_fired(lull_timer *timer) {
+    runs[2]++;
+    runs[3] = lull_loop_now(timer->loop) >= (uint64_t)runs[4] * 1000ull;
+}
+
+/* A due timer and nothing else: the host sleeps for the timeout it was
+ * given (the fd never becomes readable for a timer), then one NOWAIT run
+ * fires it, never early. */
+TEST(embed_due_timer_and_nothing_else) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer timer;
+    CHECK_EQ(lull_timer_init(loop, &timer, embed_timer_fired), 0);
+    uint64_t armed = lull_loop_now_exact(loop);
+    lull_timer_start(&timer, 3 * MS, 0);
+    uint64_t deadline = lull_timer_deadline(&timer);
+    CHECK_LE(armed + 3 * MS, deadline);
+    runs[4] = (int)(deadline / 1000); /* us, for the callback's check */
+    int64_t t = 0;
+    int iterations = 0;
+    while (runs[2] == 0) {
+        CHECK_EQ(host_wait(loop, &t), 0); /* woken by the timeout alone */
+        CHECK(t > 0 || lull_loop_now_exact(loop) >= deadline);
+        CHECK_LE(t, (int64_t)(3 * MS));
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK(++iterations < 100);
+    }
+    CHECK_EQ(runs[3], 1); /* never early */
+    CHECK_LE(deadline, lull_loop_now_exact(loop));
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK_EQ(t, -1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Virtual time moves only by lull_loop_advance: a timer is no reason for a
+ * host to wake. */
+TEST(embed_virtual_clock_timer_is_not_a_deadline) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_timer timer;
+    CHECK_EQ(lull_timer_init(loop, &timer, embed_timer_fired), 0);
+    lull_timer_start(&timer, 3 * MS, 0);
+    int64_t t = 0;
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK_EQ(t, -1);
+    lull_loop_advance(loop, 3 * MS);
+    CHECK_EQ(runs[2], 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static void embed_inside_callback(lull_task *task) {
+    int64_t t;
+    runs[5] = lull_loop_backend_timeout(task->loop, &t);
+}
+
+TEST(embed_timeout_inside_a_callback_is_busy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_task task;
+    lull_task_init(&task, embed_inside_callback);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(runs[5], -EBUSY);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A quantum's worth of work ends the NOWAIT run with more still ready:
+ * the host is told to come back at once, and the rest runs then. */
+static void embed_long_task(lull_task *task) {
+    runs[6]++;
+    check_spin_ns(200000); /* 0.2 ms: three of them pass a 0.5 ms quantum */
+    (void)task;
+}
+
+TEST(embed_quantum_splits_work_across_host_turns) {
+    CHECK_SKIP_IF_YIELD_OFTEN();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    enum { N = 20 };
+    lull_task tasks[N];
+    for (int i = 0; i < N; i++) {
+        lull_task_init(&tasks[i], embed_long_task);
+        lull_task_post(loop, &tasks[i]);
+    }
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(runs[6] < N); /* the slice ended before the batch did */
+    int64_t t = -1;
+    int turns = 1;
+    while (runs[6] < N) {
+        CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+        CHECK_EQ(t, 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK(++turns <= N);
+    }
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK_EQ(t, -1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A remote post while the host sleeps in poll() on lull's fd wakes it. */
+static lull_task embed_remote_task;
+static sem_t embed_host_waiting;
+
+static void *embed_poster(void *arg) {
+    lull_loop *loop = arg;
+    sem_wait(&embed_host_waiting);
+    check_spin_ns(2 * MS); /* let the host enter poll(); either order works */
+    lull_task_post_remote(loop, &embed_remote_task);
+    return NULL;
+}
+
+TEST_THREADED(embed_remote_post_wakes_the_host) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_task_init(&embed_remote_task, embed_count);
+    sem_init(&embed_host_waiting, 0, 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, embed_poster, loop), 0);
+    int64_t t;
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK_EQ(t, -1);
+    sem_post(&embed_host_waiting);
+    struct pollfd p = {.fd = lull_loop_backend_fd(loop), .events = POLLIN};
+    CHECK_EQ(poll(&p, 1, 10000), 1); /* woken by the post, not the limit */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(runs[0], 1);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    sem_destroy(&embed_host_waiting);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -1,5 +1,5 @@
 /* The frame interface and the loopback pair (C6), and the turn contract the
- * loopback investigation pinned (BRIEF 1B), on both clocks: a callback runs
+ * loopback investigation pinned (the zero-delay timer, README), on both clocks: a callback runs
  * on a later turn, never inside the call that claimed it; once however often
  * it was claimed; a pending zero-delay turn is visible to lull_loop_settle; a
  * delayed turn is carried by its timer alone; cancel (close) stops it; timers

@@ -8,7 +8,7 @@
  * and after the operation, what lull_loop_settle returned, what lull_loop_free
  * said, and lull_loop_now.
  *
- * The rules the model encodes (BRIEF C2-C4, C7, 2.1):
+ * The rules the model encodes (C2-C4, C7):
  *   - one FIFO of ready work: posted tasks, zero-delay timers, listener
  *     calls and pump passes, in the order they were queued; re-posting a
  *     pending task keeps its place; cancel unlinks;

@@ -170,7 +170,7 @@ TEST(listener_removed_before_its_task_runs_does_not_run) {
 }
 
 /* The same, from a listener of the same batch: an entry cleared by an
- * earlier callback must not run (BRIEF 1B's harness lesson). */
+ * earlier callback must not run (the zero-delay timer's harness lesson: an entry cleared by an earlier callback of the batch must not run). */
 TEST(listener_removed_by_an_earlier_listener_of_the_batch) {
     lull_loop *loop = new_loop();
     lull_notifier n;

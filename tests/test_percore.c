@@ -4,7 +4,9 @@
 #include "check.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lull.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
@@ -518,4 +520,124 @@ TEST_THREADED(percore_lull_stop_ends_one_run_only) {
     CHECK_EQ(lull_percore_stop(pc), 0);
     CHECK_EQ(seen_by[0].stops, 1);
     sem_destroy(&ran);
+}
+
+/* ------------------------------------------------- stop misuse, bounces */
+
+/* lull_percore_stop from a lull_work function on a pool: the work's loop,
+ * one of the set's, holds a reference for it until its done runs, so the
+ * stop would wait for the very thread it blocks. Refused like a stop from
+ * a loop's own thread (-EDEADLK); the real stop then works. */
+static lull_percore *pool_pc;
+static lull_pool *pool_of_pc;
+static lull_work pool_work;
+static lull_task pool_submit;
+static int pool_stop_rc = 1, pool_done_status = 1;
+static sem_t pool_done;
+
+static int stop_from_work(lull_work *w) {
+    (void)w;
+    pool_stop_rc = lull_percore_stop(pool_pc);
+    return 0;
+}
+
+static void work_done(lull_work *w, int status) {
+    (void)w;
+    pool_done_status = status;
+    sem_post(&pool_done);
+}
+
+static void submit_stopper(lull_task *t) {
+    (void)t;
+    lull_loop *loop = lull_percore_loop(pool_pc, 0);
+    CHECK_EQ(lull_work_init(&pool_work, stop_from_work, work_done), 0);
+    CHECK_EQ(lull_work_submit(loop, pool_of_pc, &pool_work), 0);
+}
+
+TEST_THREADED(percore_stop_from_a_pool_thread_is_refused) {
+    CHECK_EQ(lull_pool_new(&pool_of_pc, &(lull_pool_options){.threads = 1}), 0);
+    lull_percore_options o = {.loops = 1};
+    CHECK_EQ(lull_percore_start(&pool_pc, &o), 0);
+    sem_init(&pool_done, 0, 0);
+    lull_task_init(&pool_submit, submit_stopper);
+    lull_task_post_remote(lull_percore_loop(pool_pc, 0), &pool_submit);
+    sem_wait_10s(&pool_done);
+    CHECK_EQ(pool_stop_rc, -EDEADLK);
+    CHECK_EQ(pool_done_status, 0);
+    CHECK_EQ(lull_percore_stop(pool_pc), 0);
+    CHECK_EQ(lull_pool_free(pool_of_pc), 0);
+    sem_destroy(&pool_done);
+}
+
+/* A program that ignores lull_percore_stopping: a task handed back and
+ * forth between two loops for ever. The stop waits, as it must, but after
+ * a bounded number of rounds it names what is still being handed off, on
+ * stderr, once. Here the bounce stops on its own a while after the message
+ * (or, without one, after many more hops than the bound, so a missing
+ * message fails the case rather than hanging it). */
+#define BOUNCE_LIMIT 200000
+#define BOUNCE_AFTER 5000
+
+typedef struct bouncer {
+    lull_task task;
+    int at;      /* the loop it runs on */
+    int hops;    /* hand-offs made */
+    int after;   /* hand-offs made since the message appeared */
+    int read_fd; /* the captured stderr's read end */
+} bouncer;
+
+static lull_percore *bounce_pc;
+static bouncer bouncing;
+
+static bool message_seen(int fd) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 1;
+}
+
+static void bounce_run(lull_task *t) {
+    bouncer *b = LULL_CONTAINER_OF(t, bouncer, task);
+    if (b->after > 0 || message_seen(b->read_fd)) b->after++;
+    if (b->after >= BOUNCE_AFTER || ++b->hops >= BOUNCE_LIMIT) return;
+    b->at = 1 - b->at;
+    lull_task_post_remote(lull_percore_loop(bounce_pc, b->at), t);
+}
+
+static void name_bouncer(lull_loop *loop, int index, void *arg) {
+    (void)index;
+    (void)arg;
+    CHECK_EQ(lull_loop_name(loop, (lull_any_fn)bounce_run, "bounce_run"), 0);
+}
+
+TEST_THREADED(percore_stop_names_hand_offs_that_keep_bouncing) {
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    lull_percore_options o = {.loops = 2, .start = name_bouncer};
+    CHECK_EQ(lull_percore_start(&bounce_pc, &o), 0);
+    bouncing = (bouncer){.read_fd = p[0]};
+    lull_task_init(&bouncing.task, bounce_run);
+    fflush(stderr);
+    int saved = dup(2);
+    CHECK(saved >= 0);
+    CHECK_EQ(dup2(p[1], 2), 2);
+    lull_task_post_remote(lull_percore_loop(bounce_pc, 0), &bouncing.task);
+    int rc = lull_percore_stop(bounce_pc);
+    fflush(stderr);
+    CHECK_EQ(dup2(saved, 2), 2);
+    close(saved);
+    CHECK_EQ(rc, 0);
+    static char out[16384];
+    ssize_t n = read(p[0], out, sizeof out - 1);
+    CHECK(n > 0);
+    out[n] = '\0';
+    fputs(out, stderr);                  /* for whoever reads the log */
+    CHECK(bouncing.hops < BOUNCE_LIMIT); /* the message came, and ended it */
+    const char *what = "lull_percore_stop: hand-offs still going";
+    const char *first = strstr(out, what);
+    CHECK(first != NULL);
+    CHECK(strstr(first + 1, what) == NULL); /* once */
+    CHECK(strstr(out, "bounce_run") != NULL);
+    printf("%d hand-offs, %d of them after the message\n", bouncing.hops,
+           bouncing.after);
+    close(p[0]);
+    close(p[1]);
 }

@@ -7,17 +7,24 @@
  * every wait is bounded. */
 #include "check.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -200,7 +207,9 @@ TEST(write_to_gone_reader_is_epipe_not_sigpipe) {
 
     /* A pair does not watch its write fd while idle (its reads go on
      * after the reader of its writes left, as a socket's do): the flush's
-     * writev meets the gone reader, and so would a SIGPIPE. */
+     * writev meets the gone reader, and so would a SIGPIPE. The write side
+     * ends there; the stream closes, with the write's -EPIPE, once its
+     * read side reaches EOF too. */
     int in[2];
     CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
     CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
@@ -209,10 +218,14 @@ TEST(write_to_gone_reader_is_epipe_not_sigpipe) {
     watch(&w2);
     close(p[0]);
     CHECK_EQ(lull_endpoint_send_copy(&w2.s.ep, "lost", 4), 0);
+    for (int i = 0; i < 100 && w2.s.writes < 1; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_U64_EQ(w2.s.writes, 1);
+    CHECK_EQ(lull_endpoint_send_copy(&w2.s.ep, "more", 4), -EPIPE);
+    CHECK_EQ(w2.closes, 0);
+    close(in[1]);
     run_until_at_least(loop, &w2.closes, 1, 100);
     CHECK_EQ(w2.reason, -EPIPE);
-    CHECK_U64_EQ(w2.s.writes, 1);
-    close(in[1]);
     CHECK(!sigpipe_pending());
     CHECK(!sigpipe_blocked());
     end_free(&w);
@@ -238,6 +251,9 @@ TEST(sigpipe_blocked_by_the_program_stays_its_own) {
     watch(&w2);
     close(q[0]);
     CHECK_EQ(lull_endpoint_send_copy(&w2.s.ep, "x", 1), 0);
+    for (int i = 0; i < 100 && w2.s.writes < 1; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    close(in[1]); /* the read side ends too: the stream closes */
     run_until_at_least(loop, &w2.closes, 1, 100);
     CHECK_EQ(w2.reason, -EPIPE);
     CHECK(sigpipe_blocked());
@@ -245,7 +261,6 @@ TEST(sigpipe_blocked_by_the_program_stays_its_own) {
     static const struct timespec zero = {0, 0};
     CHECK_EQ(sigtimedwait(&set, NULL, &zero), SIGPIPE);
     CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &set, NULL), 0);
-    close(in[1]);
     end_free(&w2);
     free_loop(loop);
 }
@@ -508,5 +523,609 @@ TEST(pty_master_is_a_stream) {
     run_until_at_least(loop, &m.closes, 1, 100);
     CHECK_EQ(m.reason, -EIO);
     end_free(&m);
+    free_loop(loop);
+}
+
+/* ------------------------------------ a failed write ends one direction */
+
+/* 1 MiB of input, more than any pipe or socket buffer holds: the writer
+ * is always blocked when its reader goes. */
+#define BIG ((size_t)1 << 20)
+static char g_big[BIG];
+
+static int g_big_released;
+static void big_release(lull_frame *f) {
+    (void)f;
+    g_big_released++;
+}
+
+/* Sends 1 MiB that starts with a line: "first line\n". */
+static void send_big(end *e) {
+    static lull_frame f;
+    memset(g_big, 'x', BIG);
+    memcpy(g_big, "first line\n", 11);
+    f = (lull_frame){.bytes = g_big, .len = BIG, .release = big_release};
+    g_big_released = 0;
+    CHECK_EQ(lull_endpoint_send(&e->s.ep, &f), 0);
+}
+
+/* Runs until the stream's write side has ended: the input, never written
+ * whole, is released, and sends are refused. */
+static void run_until_write_ended(lull_loop *loop, end *e) {
+    for (int i = 0; i < 1000 && !g_big_released; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_big_released, 1);
+    CHECK(e->s.bytes_written < BIG);
+    CHECK(!lull_endpoint_writable(&e->s.ep));
+}
+
+/* One socket is the peer's stdin and stdout (a child on a socketpair): it
+ * read a little of a 1 MiB input, wrote its output and went away with the
+ * rest unread. Our write fails (-EPIPE); the output, already in our socket,
+ * is still read, and the stream closes once, after it, with the write's
+ * error. Sends after the failure are refused, never a crash. */
+TEST(failed_write_keeps_reading_a_socket) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &e.s, sv[0], &raw), 0);
+    watch(&e);
+    send_big(&e);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    char line[16];
+    CHECK_EQ(read(sv[1], line, sizeof line), (ssize_t)sizeof line);
+    CHECK_EQ(write(sv[1], "first line\n", 11), 11);
+    close(sv[1]); /* unread input: a reset for us, after the output */
+    run_until_at_least(loop, &e.closes, 1, 1000);
+    CHECK_EQ(e.len, 11);
+    CHECK_EQ(memcmp(e.got, "first line\n", 11), 0);
+    CHECK_EQ(e.reason, -EPIPE);
+    CHECK_EQ(lull_endpoint_send_copy(&e.s.ep, "late", 4), -EPIPE);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(e.closes, 1);
+    end_free(&e);
+    free_loop(loop);
+}
+
+/* The same over a pipe each way (a child's stdin and stdout): the peer
+ * closed its stdin first, then wrote its output, as head does. The write
+ * side ends at the failed write; sends, and a shutdown, change nothing;
+ * the output arrives, and the close (the write's -EPIPE) waits for the
+ * output's EOF. */
+TEST(failed_write_keeps_reading_a_pair) {
+    lull_loop *loop = new_loop();
+    int in[2], out[2];
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(out, O_CLOEXEC), 0);
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, in[0], out[1], &raw), 0);
+    watch(&e);
+    send_big(&e);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    close(out[0]); /* the peer's stdin */
+    run_until_write_ended(loop, &e);
+    CHECK_EQ(e.closes, 0);
+    CHECK_EQ(lull_endpoint_send_copy(&e.s.ep, "late", 4), -EPIPE);
+    CHECK_EQ(lull_stream_shutdown(&e.s), 0); /* already ended: nothing */
+    CHECK_EQ(write(in[1], "first line\n", 11), 11);
+    run_until_len(loop, &e, 11);
+    CHECK_EQ(e.closes, 0);
+    CHECK_EQ(write(in[1], "second\n", 7), 7);
+    close(in[1]);
+    run_until_at_least(loop, &e.closes, 1, 1000);
+    CHECK_EQ(e.len, 18);
+    CHECK_EQ(memcmp(e.got, "first line\nsecond\n", 18), 0);
+    CHECK_EQ(e.reason, -EPIPE);
+    CHECK(!sigpipe_pending());
+    end_free(&e);
+    free_loop(loop);
+}
+
+/* A read callback closes the stream after its write side failed: one
+ * close callback, with the caller's reason. */
+static void close_on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    on_frame(ep, bytes, len);
+    lull_endpoint_close(ep, 77);
+    lull_endpoint_close(ep, 78); /* a second close: nothing */
+}
+
+TEST(read_callback_closes_after_failed_write) {
+    lull_loop *loop = new_loop();
+    int in[2], out[2];
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(out, O_CLOEXEC), 0);
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, in[0], out[1], &raw), 0);
+    lull_endpoint_set_callbacks(&e.s.ep, close_on_frame, on_drain, on_close);
+    send_big(&e);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    close(out[0]);
+    run_until_write_ended(loop, &e);
+    CHECK_EQ(write(in[1], "out", 3), 3);
+    run_until_at_least(loop, &e.closes, 1, 1000);
+    CHECK_EQ(e.reason, 77);
+    CHECK_EQ(e.len, 3);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(e.closes, 1);
+    close(in[1]);
+    end_free(&e);
+    free_loop(loop);
+}
+
+/* Over TCP, the peer resets (SO_LINGER 0) while our 1 MiB is queued and
+ * its bytes are on their way: one close callback, with the first failure
+ * (-ECONNRESET or -EPIPE), and nothing else. */
+static end g_tcp;
+static void accept_one(lull_server *srv) {
+    CHECK_EQ(lull_server_accept(srv, &g_tcp.s, NULL), 0);
+    watch(&g_tcp);
+}
+
+TEST(peer_reset_mid_read_after_failed_write) {
+    lull_loop *loop = new_loop();
+    lull_server srv;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, "127.0.0.1", 0, 0, accept_one),
+             0);
+    int port = lull_server_port(&srv);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    for (int i = 0; i < 100 && srv.accepted == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_U64_EQ(srv.accepted, 1);
+    lull_server_close(&srv);
+    send_big(&g_tcp);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    /* Half a frame on its way, then the reset. */
+    uint32_t hdr = htonl(100);
+    CHECK_EQ(write(fd, &hdr, sizeof hdr), (ssize_t)sizeof hdr);
+    CHECK_EQ(write(fd, "half", 4), 4);
+    struct linger l = {.l_onoff = 1, .l_linger = 0};
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l), 0);
+    close(fd);
+    run_until_at_least(loop, &g_tcp.closes, 1, 1000);
+    CHECK(g_tcp.reason == -ECONNRESET || g_tcp.reason == -EPIPE);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_tcp.closes, 1);
+    end_free(&g_tcp);
+    free_loop(loop);
+}
+
+/* head -n 1 fed 1 MiB through one stream for both its stdin and its
+ * stdout: a pipe each way, and one socket for both. head reads a buffer,
+ * closes its stdin and then writes its line, so our write fails while its
+ * output is on its way: the line arrives, head exits 0 (no SIGPIPE: we
+ * never closed its stdout's reader), and the stream closes once, with the
+ * write's -EPIPE. A few runs each, since where the failure lands varies. */
+static int g_exits, g_exit_status, g_exit_signal;
+static void on_head_exit(lull_process *p, int status, int sig) {
+    (void)p;
+    g_exits++;
+    g_exit_status = status;
+    g_exit_signal = sig;
+}
+
+TEST(head_gets_its_line_through_one_stream) {
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    for (int run = 0; run < 6; run++) {
+        bool sock = run % 2;
+        lull_loop *loop = new_loop();
+        end e = {0};
+        lull_process p;
+        lull_process_options o = {.argv = (char *[]){"head", "-n", "1", NULL}};
+        int sv[2] = {-1, -1};
+        if (sock) {
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+            o.stdio[0] = (lull_stdio){.kind = LULL_STDIO_FD, .fd = sv[1]};
+            o.stdio[1] = (lull_stdio){.kind = LULL_STDIO_FD, .fd = sv[1]};
+        } else {
+            o.stdio[0] = (lull_stdio){
+                .kind = LULL_STDIO_PIPE, .stream = &e.s, .stream_opts = &raw};
+            o.stdio[1] = o.stdio[0];
+        }
+        g_exits = 0;
+        g_exit_status = g_exit_signal = -1;
+        CHECK_EQ(lull_process_spawn(loop, &p, &o, on_head_exit), 0);
+        if (sock) {
+            close(sv[1]);
+            CHECK_EQ(lull_stream_open(loop, &e.s, sv[0], &raw), 0);
+        }
+        watch(&e);
+        send_big(&e);
+        for (int i = 0; i < 100000 && (!e.closes || !g_exits); i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(g_exits, 1);
+        CHECK_EQ(g_exit_signal, 0);
+        CHECK_EQ(g_exit_status, 0);
+        CHECK_EQ(e.closes, 1);
+        CHECK_EQ(e.reason, -EPIPE);
+        CHECK_EQ(e.len, 11);
+        CHECK_EQ(memcmp(e.got, "first line\n", 11), 0);
+        end_free(&e);
+        free_loop(loop);
+    }
+}
+
+/* Signals land while the stream writes and reads (SIGALRM every 50 us,
+ * a handler without SA_RESTART, so a call it interrupts fails EINTR):
+ * 16 MiB through a pipe arrive whole, and the writer ends with reason 0
+ * (its shutdown), not an error. The mask lull sets around a pipe write is
+ * restored each time. */
+static volatile sig_atomic_t g_alarms;
+static void on_alarm(int sig) {
+    (void)sig;
+    g_alarms++;
+}
+
+static end g_w;
+static int g_rounds;
+static void resend(lull_frame *f) {
+    if (++g_rounds < 16) {
+        CHECK_EQ(lull_endpoint_send(&g_w.s.ep, f), 0);
+    } else {
+        CHECK_EQ(lull_stream_shutdown(&g_w.s), 0);
+    }
+}
+
+TEST(signals_during_writes_change_nothing) {
+    lull_loop *loop = new_loop();
+    struct sigaction sa = {.sa_handler = on_alarm}, old;
+    sigemptyset(&sa.sa_mask);
+    CHECK_EQ(sigaction(SIGALRM, &sa, &old), 0);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    end r = {0};
+    g_w = (end){0};
+    CHECK_EQ(lull_stream_open(loop, &r.s, p[0], &raw), 0);
+    CHECK_EQ(lull_stream_open(loop, &g_w.s, p[1], &raw), 0);
+    watch(&r);
+    watch(&g_w);
+    static lull_frame f;
+    memset(g_big, 'y', BIG);
+    f = (lull_frame){.bytes = g_big, .len = BIG, .release = resend};
+    g_rounds = 0;
+    CHECK_EQ(lull_endpoint_send(&g_w.s.ep, &f), 0);
+    struct itimerval it = {{0, 50}, {0, 50}}, off = {{0, 0}, {0, 0}};
+    CHECK_EQ(setitimer(ITIMER_REAL, &it, NULL), 0);
+    for (int i = 0; i < 1000000 && (!r.closes || !g_w.closes); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(setitimer(ITIMER_REAL, &off, NULL), 0);
+    CHECK_EQ(sigaction(SIGALRM, &old, NULL), 0);
+    CHECK_EQ(g_rounds, 16);
+    CHECK_EQ(r.len, 16 * BIG);
+    CHECK_EQ(r.reason, 0);
+    CHECK_EQ(g_w.reason, 0);
+    CHECK_EQ(g_w.closes, 1);
+    CHECK(!sigpipe_blocked());
+    for (size_t i = 0; i < r.len; i += 4096)
+        CHECK_EQ(r.got[i], 'y');
+    printf("%d alarms during the transfer\n", (int)g_alarms);
+    end_free(&r);
+    end_free(&g_w);
+    free_loop(loop);
+}
+
+/* ------------------------------------- the descriptions' flags are kept */
+
+static bool nonblocking(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    CHECK(fl >= 0);
+    return fl & O_NONBLOCK;
+}
+
+/* Pipes take RWF_NOWAIT, and honour it, from Linux 6.5 (STREAMS.md). */
+static bool pipes_take_nowait(void) {
+    struct utsname u;
+    int major = 0, minor = 0;
+    CHECK_EQ(uname(&u), 0);
+    CHECK(sscanf(u.release, "%d.%d", &major, &minor) == 2);
+    return major > 6 || (major == 6 && minor >= 5);
+}
+
+/* Bytes both ways through a raw stream and the peer's fds. */
+static void exchange(lull_loop *loop, end *e, int peer_in, int peer_out) {
+    size_t had = e->len;
+    CHECK_EQ(write(peer_out, "ping", 4), 4);
+    run_until_len(loop, e, had + 4);
+    CHECK_EQ(lull_endpoint_send_copy(&e->s.ep, "pong", 4), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    char buf[4];
+    CHECK_EQ(read(peer_in, buf, 4), 4);
+    CHECK_EQ(memcmp(buf, "pong", 4), 0);
+}
+
+/* A socket and a pipe each way, their descriptions shared with a dup
+ * lull does not know of, left blocking by their owner: they stay
+ * blocking while the stream uses them (MSG_DONTWAIT, RWF_NOWAIT) and
+ * after it closed its fds. */
+TEST(open_leaves_a_shared_description_blocking) {
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int keep = dup(sv[0]);
+    end e = {0};
+    CHECK_EQ(lull_stream_open(loop, &e.s, sv[0], &raw), 0);
+    watch(&e);
+    CHECK(!nonblocking(keep));
+    exchange(loop, &e, sv[1], sv[1]);
+    CHECK(!nonblocking(keep));
+    lull_endpoint_close(&e.s.ep, 0);
+    CHECK(!nonblocking(keep));
+    close(keep);
+    close(sv[1]);
+    end_free(&e);
+
+    bool nowait = pipes_take_nowait();
+    int in[2], out[2];
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(out, O_CLOEXEC), 0);
+    int keep_r = dup(in[0]), keep_w = dup(out[1]);
+    end p = {0};
+    CHECK_EQ(lull_stream_open_pair(loop, &p.s, in[0], out[1], &raw), 0);
+    watch(&p);
+    exchange(loop, &p, out[0], in[1]);
+    if (nowait) {
+        CHECK(!nonblocking(keep_r));
+        CHECK(!nonblocking(keep_w));
+    } else {
+        printf("Linux before 6.5: pipes are made non-blocking while open\n");
+    }
+    CHECK_EQ(lull_stream_shutdown(&p.s), 0); /* closes out[1] */
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(!nonblocking(keep_w));
+    lull_endpoint_close(&p.s.ep, 0);
+    CHECK(!nonblocking(keep_r));
+    close(keep_r);
+    close(keep_w);
+    close(in[1]);
+    close(out[0]);
+    end_free(&p);
+    free_loop(loop);
+}
+
+/* Where the kernel has no per-call way (a named FIFO: RWF_NOWAIT is
+ * refused; a tty), the description is non-blocking while the stream has
+ * the fd and as its owner left it once the stream closed it; a flag the
+ * owner set stays set. */
+TEST(open_gives_the_flag_back_where_it_sets_it) {
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    char dir[] = "/tmp/lull-fifo-XXXXXX", path[64];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/f", dir);
+    CHECK_EQ(mkfifo(path, 0600), 0);
+    int fd = open(path, O_RDWR | O_CLOEXEC); /* reads its own writes */
+    CHECK(fd >= 0);
+    int keep = dup(fd);
+    end e = {0};
+    CHECK_EQ(lull_stream_open(loop, &e.s, fd, &raw), 0);
+    watch(&e);
+    CHECK_EQ(lull_endpoint_send_copy(&e.s.ep, "loop", 4), 0);
+    run_until_len(loop, &e, 4);
+    CHECK(nonblocking(keep)); /* refused RWF_NOWAIT: the flag, for now */
+    lull_endpoint_close(&e.s.ep, 0);
+    CHECK(!nonblocking(keep));
+    run_until_at_least(loop, &e.closes, 1, 10);
+    close(keep);
+    end_free(&e);
+
+    /* The owner's own O_NONBLOCK is the owner's: it stays. */
+    fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+    CHECK(fd >= 0);
+    keep = dup(fd);
+    e = (end){0};
+    CHECK_EQ(lull_stream_open(loop, &e.s, fd, &raw), 0);
+    watch(&e);
+    CHECK_EQ(lull_endpoint_send_copy(&e.s.ep, "loop", 4), 0);
+    run_until_len(loop, &e, 4);
+    lull_endpoint_close(&e.s.ep, 0);
+    CHECK(nonblocking(keep));
+    run_until_at_least(loop, &e.closes, 1, 10);
+    close(keep);
+    end_free(&e);
+    CHECK_EQ(unlink(path), 0);
+    CHECK_EQ(rmdir(dir), 0);
+
+    /* A pty's master, also as a pair's write fd, given back at shutdown. */
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) {
+        printf("no pty here (%s): that part skipped\n", strerror(errno));
+        free_loop(loop);
+        return;
+    }
+    CHECK_EQ(grantpt(master), 0);
+    CHECK_EQ(unlockpt(master), 0);
+    int slave = open(ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(slave >= 0);
+    int in[2];
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    e = (end){0};
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, in[0], dup(master), &raw), 0);
+    watch(&e);
+    CHECK(nonblocking(master));
+    CHECK_EQ(lull_stream_shutdown(&e.s), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(!nonblocking(master));
+    lull_endpoint_close(&e.s.ep, 0);
+    close(in[1]);
+    close(slave);
+    close(master);
+    end_free(&e);
+    free_loop(loop);
+}
+
+/* The case that hurt: a stream has one end of a pipe, and a child writes
+ * 1,000,000 bytes into the same description. Non-blocking, its stdout
+ * would fail with EAGAIN once the pipe is full (head exited 1 after
+ * 65,536 bytes); blocking, as its owner left it, all arrive. */
+TEST(child_sharing_the_description_writes_all) {
+    if (!pipes_take_nowait()) {
+        printf("Linux before 6.5: the pipe is non-blocking while open "
+               "(documented): skipped\n");
+        return;
+    }
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end r = {0}, w = {0};
+    CHECK_EQ(lull_stream_open(loop, &r.s, p[0], &raw), 0);
+    CHECK_EQ(lull_stream_open(loop, &w.s, dup(p[1]), &raw), 0);
+    watch(&r);
+    watch(&w);
+    lull_process proc;
+    lull_process_options o = {
+        .argv = (char *[]){"head", "-c", "1000000", "/dev/zero", NULL}};
+    o.stdio[1] = (lull_stdio){.kind = LULL_STDIO_FD, .fd = p[1]};
+    g_exits = 0;
+    CHECK_EQ(lull_process_spawn(loop, &proc, &o, on_head_exit), 0);
+    close(p[1]);
+    for (int i = 0; i < 100000 && (r.len < 1000000 || !g_exits); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_exits, 1);
+    CHECK_EQ(g_exit_status, 0);
+    CHECK_EQ(r.len, 1000000);
+    lull_endpoint_close(&w.s.ep, 0); /* the last writer: r reads EOF */
+    run_until_at_least(loop, &r.closes, 1, 100);
+    CHECK_EQ(r.reason, 0);
+    end_free(&r);
+    end_free(&w);
+    free_loop(loop);
+}
+
+/* A pty master opened for the case: -1 (and a message) where there is none. */
+static int open_master(int *slave) {
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) {
+        printf("no pty here (%s): skipped\n", strerror(errno));
+        return -1;
+    }
+    CHECK_EQ(grantpt(master), 0);
+    CHECK_EQ(unlockpt(master), 0);
+    *slave = open(ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(*slave >= 0);
+    struct termios t;
+    CHECK_EQ(tcgetattr(*slave, &t), 0);
+    cfmakeraw(&t);
+    CHECK_EQ(tcsetattr(*slave, TCSANOW, &t), 0);
+    return master;
+}
+
+/* Two streams on one description (a terminal's stdin and stdout are one):
+ * the first to close leaves the flag to the other, which still needs it
+ * (a blocking read would stall its loop); the last clears it. */
+TEST(streams_sharing_a_description_share_its_flag) {
+    int slave;
+    int master = open_master(&slave);
+    if (master < 0) return;
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    end a = {0}, b = {0};
+    CHECK_EQ(lull_stream_open(loop, &a.s, dup(master), &raw), 0);
+    CHECK_EQ(lull_stream_open(loop, &b.s, dup(master), &raw), 0);
+    watch(&a);
+    watch(&b);
+    CHECK(nonblocking(master));
+    lull_endpoint_close(&a.s.ep, 0);
+    CHECK(nonblocking(master)); /* b still reads it */
+    run_until_at_least(loop, &a.closes, 1, 10);
+    exchange(loop, &b, slave, slave);
+    for (int i = 0; i < 10; i++) /* nothing to read: must not block */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_endpoint_close(&b.s.ep, 0);
+    CHECK(!nonblocking(master));
+    run_until_at_least(loop, &b.closes, 1, 10);
+    close(slave);
+    close(master);
+    end_free(&a);
+    end_free(&b);
+    free_loop(loop);
+}
+
+/* After fork(), the child's copy of a stream shares the parent's
+ * description: the child closing its copy leaves the flag alone (the
+ * parent's stream still needs it); the parent's close gives it back. */
+TEST(a_forked_child_leaves_the_parents_flag) {
+    int slave;
+    int master = open_master(&slave);
+    if (master < 0) return;
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    end e = {0};
+    CHECK_EQ(lull_stream_open(loop, &e.s, dup(master), &raw), 0);
+    watch(&e);
+    CHECK(nonblocking(master));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int ok = lull_loop_fork(loop) == 0;
+        lull_endpoint_close(&e.s.ep, 0);
+        for (int i = 0; i < 10 && !e.closes; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ok = ok && e.closes == 1 && nonblocking(master);
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(nonblocking(master));
+    exchange(loop, &e, slave, slave);
+    lull_endpoint_close(&e.s.ep, 0);
+    CHECK(!nonblocking(master));
+    run_until_at_least(loop, &e.closes, 1, 10);
+    close(slave);
+    close(master);
+    end_free(&e);
+    free_loop(loop);
+}
+
+/* The fd closed under the stream (a misuse) and its number reused by a
+ * non-blocking pipe: the stream's close must not take the flag from a
+ * description that is not its own. */
+TEST(fd_closed_early_and_reused_keeps_its_flag) {
+    int slave;
+    int master = open_master(&slave);
+    if (master < 0) return;
+    lull_loop *loop = new_loop();
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    end e = {0};
+    int fd = dup(master);
+    CHECK_EQ(lull_stream_open(loop, &e.s, fd, &raw), 0);
+    watch(&e);
+    CHECK(nonblocking(master));
+    CHECK_EQ(lull_stream_read_stop(&e.s), 0); /* no watcher on the fd */
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    close(fd);
+    CHECK_EQ(dup2(p[0], fd), fd);    /* the number, now a pipe's */
+    lull_endpoint_close(&e.s.ep, 0); /* closes fd: the pipe's dup */
+    run_until_at_least(loop, &e.closes, 1, 10);
+    CHECK(nonblocking(p[0]));
+    /* The stream's own description is left as lull set it: it had no fd
+     * left to give it back through. */
+    CHECK(nonblocking(master));
+    close(p[0]);
+    close(p[1]);
+    close(slave);
+    close(master);
+    end_free(&e);
     free_loop(loop);
 }

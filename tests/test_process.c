@@ -9,11 +9,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -58,6 +61,8 @@ static void run_until(lull_loop *loop, const int *v, int want) {
     }
     lull_timer_stop(&guard);
 }
+
+static void end_window(lull_timer *t);
 
 /* A child and what happened to it. */
 typedef struct kid {
@@ -370,6 +375,48 @@ TEST(process_argument_errors) {
     free_loop(loop);
 }
 
+/* A spawn into a handle that is still live (running, closed and left to
+ * run, or killed and not yet reaped) is refused with -EBUSY and leaves the
+ * handle as it was: its exit still arrives once. Once on_exit ran, the
+ * handle is free to spawn into again, also from inside on_exit. */
+static lull_process_options respawn_opts;
+static int respawn_rc = 1;
+
+static void respawn_exit(lull_process *p, int status, int sig) {
+    on_exit_cb(p, status, sig);
+    kid *k = LULL_CONTAINER_OF(p, kid, p);
+    if (k->exits == 1)
+        respawn_rc = lull_process_spawn(p->loop, p, &respawn_opts, on_exit_cb);
+}
+
+TEST(spawn_into_live_handle_is_refused) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int pid = k.p.pid;
+    CHECK_EQ(spawn(loop, &k, &o), -EBUSY);
+    CHECK_EQ(k.p.pid, pid);
+    CHECK_EQ(lull_process_close(&k.p), 0); /* left to run: still live */
+    CHECK_EQ(spawn(loop, &k, &o), -EBUSY);
+    CHECK_EQ(lull_process_kill(&k.p, SIGKILL), 0);
+    CHECK_EQ(spawn(loop, &k, &o), -EBUSY); /* killed, not reaped yet */
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.sig, SIGKILL);
+    CHECK_EQ(k.exits, 1);
+    /* Ended: free to reuse, here from inside on_exit. */
+    respawn_opts = (lull_process_options){.argv = SH("exit 3")};
+    CHECK_EQ(lull_process_spawn(loop, &k.p, &o, respawn_exit), 0);
+    CHECK_EQ(lull_process_kill(&k.p, SIGKILL), 0);
+    k.exits = 0;
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(respawn_rc, 0);
+    run_until(loop, &k.exits, 2);
+    CHECK_EQ(k.status, 3);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
 /* ------------------------------------------------------------- stdio */
 
 /* stdin and stdout naming one stream: one endpoint that writes the
@@ -445,6 +492,82 @@ TEST(stdio_null_socketpair_fd) {
     CHECK_EQ(strcmp(buf, "to-fd\nerr-to-fd\n"), 0);
     close(p[0]);
     CHECK_EQ(a.status + b.status + c.status, 0);
+    free_loop(loop);
+}
+
+/* A pipe to a program carries bytes: with no stream options, `echo hello`
+ * arrives as "hello\n" (a framed stream would take "hell" for a length and
+ * deliver nothing). Framing is there on request, LULL_STDIO_FRAMED: a
+ * child that writes one length-prefixed frame is delivered one frame.
+ * Contradictions and flags where there is no stream are -EINVAL. */
+typedef struct frames {
+    sink k;
+    int count;
+} frames;
+
+static void frames_frame(lull_endpoint *ep, const void *b, size_t n) {
+    sink_frame(ep, b, n);
+    LULL_CONTAINER_OF(ep, frames, k.s.ep)->count++;
+}
+
+TEST(stdio_streams_are_raw_by_default) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0}, c = {0};
+    sink out = {0}, sock = {0};
+    frames fr = {0};
+    lull_process_options oa = {
+        .argv = (char *[]){"echo", "hello", NULL},
+        .stdio = {{.kind = LULL_STDIO_NULL},
+                  {.kind = LULL_STDIO_PIPE, .stream = &out.s}}};
+    CHECK_EQ(spawn(loop, &a, &oa), 0);
+    sink_watch(&out);
+    lull_process_options ob = {
+        .argv = SH("echo hi >&0"),
+        .stdio = {{.kind = LULL_STDIO_SOCKETPAIR, .stream = &sock.s}}};
+    CHECK_EQ(spawn(loop, &b, &ob), 0);
+    sink_watch(&sock);
+    lull_process_options oc = {.argv = SH("printf '\\000\\000\\000\\005hello'"),
+                               .stdio = {{.kind = LULL_STDIO_NULL},
+                                         {.kind = LULL_STDIO_PIPE,
+                                          .stream = &fr.k.s,
+                                          .flags = LULL_STDIO_FRAMED}}};
+    CHECK_EQ(spawn(loop, &c, &oc), 0);
+    lull_endpoint_set_callbacks(&fr.k.s.ep, frames_frame, NULL, sink_close);
+    run_until(loop, &out.closes, 1);
+    run_until(loop, &sock.closes, 1);
+    run_until(loop, &fr.k.closes, 1);
+    run_until(loop, &a.exits, 1);
+    run_until(loop, &b.exits, 1);
+    run_until(loop, &c.exits, 1);
+    CHECK_EQ(out.reason, 0);
+    CHECK_EQ(strcmp(out.buf, "hello\n"), 0);
+    CHECK_EQ(sock.reason, 0);
+    CHECK_EQ(strcmp(sock.buf, "hi\n"), 0);
+    CHECK_EQ(fr.k.reason, 0);
+    CHECK_EQ(fr.count, 1);
+    CHECK_EQ(strcmp(fr.k.buf, "hello"), 0);
+    /* Hostile: unknown flags, framed and raw at once, a flag on a kind
+     * without a stream, a stdin+stdout pair that disagrees. */
+    kid k = {0};
+    sink s1 = {0};
+    lull_process_options o = {.argv = (char *[]){"/bin/true", NULL}};
+    o.stdio[1] =
+        (lull_stdio){.kind = LULL_STDIO_PIPE, .stream = &s1.s, .flags = 0x2};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[1].flags = LULL_STDIO_FRAMED;
+    o.stdio[1].stream_opts = &raw;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[1] =
+        (lull_stdio){.kind = LULL_STDIO_NULL, .flags = LULL_STDIO_FRAMED};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[1] =
+        (lull_stdio){.kind = LULL_STDIO_INHERIT, .flags = LULL_STDIO_FRAMED};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[0] = (lull_stdio){
+        .kind = LULL_STDIO_PIPE, .stream = &s1.s, .flags = LULL_STDIO_FRAMED};
+    o.stdio[1] = (lull_stdio){.kind = LULL_STDIO_PIPE, .stream = &s1.s};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    CHECK(!have_zombie());
     free_loop(loop);
 }
 
@@ -1103,6 +1226,544 @@ TEST(child_never_reads_stdin) {
     CHECK_EQ(d.drains, 0);
     CHECK_EQ(k.sig, SIGKILL);
     free_loop(loop);
+}
+
+/* Another thread forks while the loop spawns: a forked copy of the
+ * program inherits whatever fds are open at that instant, the spawn's
+ * error pipe among them, and may hold them for as long as it lives. The
+ * spawn must not wait for that copy. Each copy the forking thread makes
+ * looks for a spawn's error pipe (a close-on-exec pipe's write end) among
+ * what it inherited; one that holds one reports it and keeps it until told
+ * to go. Meanwhile the forking thread asks the kernel whether the loop's
+ * thread sleeps in a read of that very pipe
+ * (/proc/self/task/<tid>/syscall): such a spawn is blocked, and can only
+ * go on once the holder is gone, which the thread then sees to. A spawn is
+ * counted blocked only on that evidence, never on how long it took. */
+typedef struct forker {
+    int loop_tid;
+    int report[2]; /* holders -> the forking thread: {pid, inode} */
+    int done[2];   /* EOF: holders exit */
+    atomic_int spawns_done;
+    atomic_bool stop;
+    atomic_int holders; /* copies that caught a spawn's error pipe */
+    atomic_int blocked; /* spawns seen asleep on a pipe a holder kept open */
+} forker;
+
+/* In the forked copy: system calls only (another thread may have held a
+ * lock of libc's at the fork). */
+static void holder_main(forker *f) {
+    syscall(SYS_close, f->done[1]);
+    syscall(SYS_close, f->report[0]);
+    for (int fd = 3; fd < 256; fd++) {
+        if (fd == f->report[1] || fd == f->done[0]) continue;
+        struct stat st;
+        if (syscall(SYS_fstat, fd, &st) < 0 || !S_ISFIFO(st.st_mode)) continue;
+        long fl = syscall(SYS_fcntl, fd, F_GETFL);
+        long fdfl = syscall(SYS_fcntl, fd, F_GETFD);
+        if ((fl & O_ACCMODE) != O_WRONLY || !(fdfl & FD_CLOEXEC)) continue;
+        long msg[2] = {(long)syscall(SYS_getpid), (long)st.st_ino};
+        syscall(SYS_write, f->report[1], msg, sizeof msg);
+        char c;
+        syscall(SYS_read, f->done[0], &c, 1); /* until told */
+        syscall(SYS_exit_group, 0);
+    }
+    syscall(SYS_exit_group, 0);
+}
+
+/* Is the loop's thread asleep in read() of the pipe with this inode? */
+static bool loop_reads_pipe(const forker *f, long ino) {
+    char path[96], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", f->loop_tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    long nr = -1;
+    unsigned long arg0 = 0;
+    if (sscanf(buf, "%ld %lx", &nr, &arg0) != 2 || nr != SYS_read) return false;
+    snprintf(path, sizeof path, "/proc/self/fd/%lu", arg0);
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISFIFO(st.st_mode) &&
+           (long)st.st_ino == ino;
+}
+
+static void *forker_run(void *arg) {
+    forker *f = arg;
+    while (!atomic_load(&f->stop)) {
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) holder_main(f);
+        struct pollfd pfd = {.fd = f->report[0], .events = POLLIN};
+        long msg[2];
+        int st;
+        /* A copy that caught nothing exits at once, with no report. */
+        for (;;) {
+            if (poll(&pfd, 1, 0) == 1) break;
+            if (waitpid(pid, &st, WNOHANG) == pid) {
+                pid = 0;
+                break;
+            }
+        }
+        if (pid == 0) continue;
+        CHECK_EQ(read(f->report[0], msg, sizeof msg), (ssize_t)sizeof msg);
+        CHECK_EQ(msg[0], pid);
+        atomic_fetch_add(&f->holders, 1);
+        int at = atomic_load(&f->spawns_done);
+        while (atomic_load(&f->spawns_done) == at && !atomic_load(&f->stop)) {
+            if (loop_reads_pipe(f, msg[1])) {
+                atomic_fetch_add(&f->blocked, 1);
+                break;
+            }
+            usleep(100);
+        }
+        kill(pid, SIGKILL);
+        CHECK_EQ(waitpid(pid, &st, 0), pid);
+    }
+    return NULL;
+}
+
+TEST_THREADED(spawn_does_not_wait_for_another_threads_fork) {
+    const char *pre = getenv("LD_PRELOAD");
+    if (pre && strstr(pre, "vgpreload")) {
+        printf("skipped: valgrind runs the spawn's clone as a fork, and the "
+               "spawn then waits for its error pipe's EOF\n");
+        return;
+    }
+    lull_loop *loop = new_loop();
+    static forker f;
+    f = (forker){.loop_tid = (int)syscall(SYS_gettid)};
+    CHECK_EQ(pipe2(f.report, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(f.done, O_CLOEXEC), 0);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, forker_run, &f), 0);
+    int spawns = 0;
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"/bin/true", NULL},
+                              .stdio = {{.kind = LULL_STDIO_NULL},
+                                        {.kind = LULL_STDIO_NULL},
+                                        {.kind = LULL_STDIO_NULL}}};
+    /* Until several copies caught an error pipe (each one a spawn that
+     * could have been blocked), or enough spawns to say the race is rare
+     * here. */
+    while (spawns < 2000 && atomic_load(&f.holders) < 5) {
+        CHECK_EQ(spawn(loop, &k, &o), 0);
+        atomic_fetch_add(&f.spawns_done, 1);
+        spawns++;
+        run_until(loop, &k.exits, 1);
+        CHECK_EQ(k.status, 0);
+    }
+    atomic_store(&f.stop, true);
+    close(f.done[1]);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    printf("%d spawns; %d forked copies held a spawn's error pipe; %d spawns "
+           "blocked on one\n",
+           spawns, atomic_load(&f.holders), atomic_load(&f.blocked));
+    CHECK_EQ(atomic_load(&f.blocked), 0);
+    close(f.done[0]);
+    close(f.report[0]);
+    close(f.report[1]);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+/* A tracer (ptrace) holds the child's exit: the child is a zombie, its
+ * pidfd readable, and waitid has nothing for the parent until the tracer
+ * waits for it (mode 0) or goes away (mode 1). Meanwhile the loop sleeps:
+ * over a 100 ms window it runs a handful of iterations, not one per
+ * instant. Then the exit arrives once. The tracer is a forked process
+ * (one in the same thread group would count as the parent); where ptrace
+ * is refused, the case says so and passes. */
+static void traced_exit(int mode) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .stdio = {{.kind = LULL_STDIO_NULL},
+                                        {.kind = LULL_STDIO_NULL},
+                                        {.kind = LULL_STDIO_NULL}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int go[2], rep[2];
+    CHECK_EQ(pipe2(go, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(rep, O_CLOEXEC), 0);
+    fflush(NULL);
+    pid_t tracer = fork();
+    CHECK(tracer >= 0);
+    if (tracer == 0) {
+        close(go[1]);
+        close(rep[0]);
+        int err = 0;
+        if (ptrace(PTRACE_SEIZE, k.p.pid, NULL, NULL) < 0) err = errno;
+        if (write(rep[1], &err, sizeof err) != (ssize_t)sizeof err) _exit(1);
+        if (err) _exit(0);
+        char c;
+        while (read(go[0], &c, 1) < 0 && errno == EINTR) {
+        }
+        if (mode == 1) _exit(0); /* gone: the kernel detaches it */
+        int st;
+        for (;;) {
+            pid_t w = waitpid(k.p.pid, &st, __WALL);
+            if (w < 0 && errno != EINTR) _exit(2);
+            if (w == k.p.pid && (WIFEXITED(st) || WIFSIGNALED(st))) _exit(0);
+        }
+    }
+    close(go[0]);
+    close(rep[1]);
+    int err = -1;
+    CHECK_EQ(read(rep[0], &err, sizeof err), (ssize_t)sizeof err);
+    close(rep[0]);
+    if (err != 0) {
+        printf("skipped: ptrace refused here (%s)\n", strerror(err));
+        close(go[1]);
+        int st;
+        CHECK_EQ(waitpid(tracer, &st, 0), tracer);
+        CHECK_EQ(lull_process_kill(&k.p, SIGKILL), 0);
+        run_until(loop, &k.exits, 1);
+        free_loop(loop);
+        return;
+    }
+    CHECK_EQ(lull_process_kill(&k.p, SIGKILL), 0);
+    for (int i = 0; i < 20000 && proc_state(k.p.pid) != 'Z'; i++)
+        usleep(100);
+    CHECK_EQ(proc_state(k.p.pid), 'Z'); /* exited; the tracer holds it */
+    lull_timer window;
+    lull_timer_init(loop, &window, end_window);
+    lull_loop_metrics_reset(loop);
+    lull_timer_start(&window, 100000000, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    printf("100 ms with the exit held by a tracer: %llu loop iterations "
+           "(%llu io wakeups)\n",
+           (unsigned long long)m.iterations, (unsigned long long)m.wakeups_io);
+    CHECK_EQ(k.exits, 0);
+    CHECK(m.iterations <= 4); /* the exit's wake-up, the window's timer */
+    close(go[1]);             /* the tracer lets go */
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.sig, SIGKILL);
+    int st;
+    CHECK_EQ(waitpid(tracer, &st, 0), tracer);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+TEST(traced_child_exit_does_not_spin_tracer_waits) {
+    traced_exit(0);
+}
+
+TEST(traced_child_exit_does_not_spin_tracer_exits) {
+    traced_exit(1);
+}
+
+/* -------------------------------------------- group kill and detach */
+
+/* ThreadSanitizer ends a fork()ed copy of a threaded program that starts a
+ * thread (its die_after_fork), and a detach in such a copy starts lull's
+ * reaper thread: there, under TSan, that one step is left out. */
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifndef UNDER_TSAN
+#define UNDER_TSAN 0
+#endif
+/* ASan's and TSan's allocators are not fork-safe (seen here: a copy made
+ * while another thread allocated waits forever for the allocator's lock,
+ * in its first malloc or in LeakSanitizer's check at exit). */
+#if UNDER_TSAN || defined(__SANITIZE_ADDRESS__)
+#define FORK_CANNOT_ALLOCATE 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FORK_CANNOT_ALLOCATE 1
+#endif
+#endif
+#ifndef FORK_CANNOT_ALLOCATE
+#define FORK_CANNOT_ALLOCATE 0
+#endif
+
+/* Waits (bounded) until pid is gone or a zombie: dead either way. */
+static bool dies(int pid) {
+    for (int i = 0; i < 50000; i++) {
+        char st = proc_state(pid);
+        if (st == '?' || st == 'Z' || st == 'X') return true;
+        usleep(100);
+    }
+    return false;
+}
+
+/* Reads the shell's "$!" line from a stream sink. */
+static int read_pid_line(lull_loop *loop, sink *out) {
+    while (!strchr(out->buf, '\n') && out->closes == 0)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    int pid = atoi(out->buf);
+    CHECK(pid > 0);
+    return pid;
+}
+
+/* kill(-pid) reaches the child's group: its own children too, also after
+ * the leader itself exited and before lull reaped it. From the reap on it
+ * is refused (-ESRCH), as it is for a child that leads no group. */
+TEST(kill_group_reaches_the_group) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0};
+    sink out = {0};
+    /* The leader exits at its stdin's EOF, leaving its background child. */
+    lull_process_options o = {
+        .argv = SH("sleep 30 & echo $!; read x; exit 5"),
+        .flags = LULL_PROCESS_NEW_GROUP,
+        .stdio = {{.kind = LULL_STDIO_PIPE, .stream = &out.s},
+                  {.kind = LULL_STDIO_PIPE, .stream = &out.s}}};
+    CHECK_EQ(spawn(loop, &a, &o), 0);
+    sink_watch(&out);
+    int bg = read_pid_line(loop, &out);
+    CHECK_EQ(getpgid(bg), a.p.pid);
+    CHECK_EQ(lull_stream_shutdown(&out.s), 0); /* written at once: no data */
+    for (int i = 0; i < 50000 && proc_state(a.p.pid) != 'Z'; i++)
+        usleep(100);
+    CHECK_EQ(proc_state(a.p.pid), 'Z'); /* exited, not reaped: pid held */
+    CHECK_EQ(a.exits, 0);
+    CHECK_EQ(lull_process_kill_group(&a.p, 0), 0); /* a probe */
+    a.in_call = true;
+    CHECK_EQ(lull_process_kill_group(&a.p, SIGKILL), 0);
+    a.in_call = false;
+    CHECK(dies(bg));
+    run_until(loop, &a.exits, 1);
+    run_until(loop, &out.closes, 1);
+    CHECK_EQ(a.status, 5);
+    CHECK_EQ(lull_process_kill_group(&a.p, SIGKILL), -ESRCH); /* reaped */
+    /* A child without a group of its own: no group bears its pid. */
+    lull_process_options plain = {.argv = (char *[]){"sleep", "30", NULL},
+                                  .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(loop, &b, &plain), 0);
+    CHECK_EQ(lull_process_kill_group(&b.p, SIGTERM), -ESRCH);
+    CHECK_EQ(kill(b.p.pid, 0), 0); /* untouched */
+    CHECK_EQ(lull_process_kill_group(&b.p, -1), -EINVAL);
+    CHECK_EQ(lull_process_kill_group(&b.p, 65), -EINVAL);
+    CHECK_EQ(lull_process_close(&b.p), 0);
+    run_until(loop, &b.exits, 1);
+    CHECK_EQ(lull_process_kill_group(NULL, 0), -EINVAL);
+    lull_process zero = {0};
+    CHECK_EQ(lull_process_kill_group(&zero, 0), -EINVAL);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+/* Reaped by another part of the program (its waitpid on the pid): the pid
+ * may be reused at once, so a group kill is refused, and the exit is still
+ * delivered once. */
+TEST(kill_group_refused_after_someone_else_reaps) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = SH("exit 2"),
+                              .flags = LULL_PROCESS_NEW_GROUP};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int st;
+    CHECK_EQ(waitpid(k.p.pid, &st, 0), k.p.pid);
+    CHECK_EQ(lull_process_kill_group(&k.p, SIGKILL), -ESRCH);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.exits, 1);
+    free_loop(loop);
+}
+
+/* Inside on_exit the child is reaped: a group kill and a detach are
+ * refused there (-ESRCH), as a kill is. */
+static int in_exit_group_rc = 1, in_exit_detach_rc = 1, in_exit_kill_rc = 1;
+
+static void exit_then_refuse(lull_process *p, int status, int sig) {
+    on_exit_cb(p, status, sig);
+    in_exit_group_rc = lull_process_kill_group(p, SIGKILL);
+    in_exit_detach_rc = lull_process_detach(p);
+    in_exit_kill_rc = lull_process_kill(p, SIGKILL);
+}
+
+TEST(kill_group_and_detach_inside_on_exit) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = SH("exit 0"),
+                              .flags = LULL_PROCESS_NEW_GROUP};
+    CHECK_EQ(lull_process_spawn(loop, &k.p, &o, exit_then_refuse), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(in_exit_group_rc, -ESRCH);
+    CHECK_EQ(in_exit_detach_rc, -ESRCH);
+    CHECK_EQ(in_exit_kill_rc, -ESRCH);
+    free_loop(loop);
+}
+
+/* Bounded wait for this process to have no zombie and pid to be gone. */
+static void reaped_by_lull(int pid) {
+    for (int i = 0; i < 50000; i++) {
+        if (!have_zombie() && proc_state(pid) == '?') return;
+        usleep(100);
+    }
+    check_fail(__FILE__, __LINE__, "pid %d never reaped", pid);
+}
+
+/* A detached child runs on, the handle is done at once (no callback,
+ * ever), the loop frees; when the child exits it is reaped all the same:
+ * no zombie. Also a child that had already exited, its exit not yet
+ * delivered, and one closed with KILL_ON_CLOSE before the detach. */
+TEST(detach_then_free_the_loop) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0}, c = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &a, &o), 0);
+    lull_process_options quick = {.argv = SH("exit 1")};
+    CHECK_EQ(spawn(loop, &b, &quick), 0);
+    for (int i = 0; i < 50000 && proc_state(b.p.pid) != 'Z'; i++)
+        usleep(100);
+    lull_process_options killed = {.argv = (char *[]){"sleep", "30", NULL},
+                                   .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(loop, &c, &killed), 0);
+    CHECK_EQ(lull_process_close(&c.p), 0);
+    a.in_call = b.in_call = c.in_call = true;
+    CHECK_EQ(lull_process_detach(&a.p), 0);
+    CHECK_EQ(lull_process_detach(&b.p), 0);
+    CHECK_EQ(lull_process_detach(&c.p), 0);
+    a.in_call = b.in_call = c.in_call = false;
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    int pid = a.p.pid;
+    CHECK_EQ(kill(pid, 0), 0); /* runs on */
+    reaped_by_lull(b.p.pid);
+    reaped_by_lull(c.p.pid);
+    /* Done with: every call refuses or does nothing, the loop frees. */
+    CHECK_EQ(lull_process_detach(&a.p), -ESRCH);
+    CHECK_EQ(lull_process_kill(&a.p, SIGTERM), -ESRCH);
+    CHECK_EQ(lull_process_kill_group(&a.p, SIGTERM), -ESRCH);
+    CHECK_EQ(lull_process_close(&a.p), 0);
+    free_loop(loop);
+    CHECK_EQ(kill(pid, 0), 0); /* the loop is gone; the child is not */
+    CHECK_EQ(kill(pid, SIGKILL), 0);
+    reaped_by_lull(pid);
+    CHECK_EQ(a.exits + b.exits + c.exits, 0);
+    /* Hostile: NULL, never spawned. */
+    CHECK_EQ(lull_process_detach(NULL), -EINVAL);
+    lull_process zero = {0};
+    CHECK_EQ(lull_process_detach(&zero), -EINVAL);
+}
+
+/* A detached handle may be spawned into again; the new child is watched
+ * as any other. */
+TEST(detach_then_respawn) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int first = k.p.pid;
+    CHECK_EQ(lull_process_detach(&k.p), 0);
+    lull_process_options quick = {.argv = SH("exit 6")};
+    CHECK_EQ(spawn(loop, &k, &quick), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 6);
+    CHECK_EQ(kill(first, SIGKILL), 0);
+    reaped_by_lull(first);
+    free_loop(loop);
+}
+
+/* fork() and detach. In a forked copy of the loop, detaching an inherited
+ * handle lets go of the parent's child (kills nothing, reaps nothing); the
+ * parent still gets its exit. And a thread detaching children while the
+ * main thread forks: each forked copy detaches a child of its own without
+ * waiting on a lock the fork caught taken. */
+typedef struct detach_fork {
+    lull_loop *loop;
+    kid cat;
+} detach_fork;
+
+static void detach_in_fork_body(void *arg) {
+    detach_fork *d = arg;
+    CHECK_EQ(lull_loop_fork(d->loop), 0);
+    CHECK_EQ(lull_process_detach(&d->cat.p), 0);
+    CHECK_EQ(kill(d->cat.p.pid, 0), 0); /* the parent's: untouched */
+    if (UNDER_TSAN) {
+        printf("under TSan: no detach of the copy's own child (a thread)\n");
+        free_loop(d->loop);
+        return;
+    }
+    /* A child of its own, detached: reaped by this process's reaper. */
+    kid own = {0};
+    lull_process_options o = {.argv = SH("exit 0")};
+    CHECK_EQ(spawn(d->loop, &own, &o), 0);
+    CHECK_EQ(lull_process_detach(&own.p), 0);
+    reaped_by_lull(own.p.pid);
+    free_loop(d->loop);
+}
+
+TEST(detach_in_a_forked_copy) {
+    static detach_fork d;
+    d = (detach_fork){.loop = new_loop()};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(d.loop, &d.cat, &o), 0);
+    /* A detach before the fork: the copy inherits the reaper's fds. */
+    kid early = {0};
+    CHECK_EQ(spawn(d.loop, &early, &o), 0);
+    CHECK_EQ(lull_process_detach(&early.p), 0);
+    CHECK(check_exits_cleanly(detach_in_fork_body, &d));
+    CHECK_EQ(kill(d.cat.p.pid, 0), 0);
+    CHECK_EQ(d.cat.exits, 0);
+    CHECK_EQ(lull_process_close(&d.cat.p), 0);
+    run_until(d.loop, &d.cat.exits, 1);
+    CHECK_EQ(d.cat.sig, SIGKILL);
+    CHECK_EQ(kill(early.p.pid, SIGKILL), 0);
+    reaped_by_lull(early.p.pid);
+    free_loop(d.loop);
+}
+
+typedef struct detacher {
+    atomic_bool stop;
+    int detached;
+} detacher;
+
+static void *detacher_run(void *arg) {
+    detacher *d = arg;
+    lull_loop *loop = new_loop();
+    while (!atomic_load(&d->stop)) {
+        kid k = {0};
+        lull_process_options o = {.argv = SH("exit 0"),
+                                  .stdio = {{.kind = LULL_STDIO_NULL}}};
+        CHECK_EQ(spawn(loop, &k, &o), 0);
+        CHECK_EQ(lull_process_detach(&k.p), 0);
+        d->detached++;
+    }
+    free_loop(loop);
+    return NULL;
+}
+
+static void fork_detach_body(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = SH("exit 0")};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK_EQ(lull_process_detach(&k.p), 0);
+    reaped_by_lull(k.p.pid);
+    free_loop(loop);
+}
+
+TEST_THREADED(fork_while_another_thread_detaches) {
+    if (FORK_CANNOT_ALLOCATE) {
+        printf("skipped under a sanitizer: a fork()ed copy of a threaded "
+               "program may find its allocator locked for good\n");
+        return;
+    }
+    static detacher d;
+    d = (detacher){0};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, detacher_run, &d), 0);
+    for (int i = 0; i < 20; i++)
+        CHECK(check_exits_cleanly(fork_detach_body, NULL));
+    atomic_store(&d.stop, true);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    printf("20 forks while another thread detached %d children\n", d.detached);
+    /* Every detached child was reaped by lull's thread. */
+    for (int i = 0; i < 50000 && have_zombie(); i++)
+        usleep(100);
+    CHECK(!have_zombie());
 }
 
 /* -------------------------------------------------- limits and fork */

@@ -1,4 +1,4 @@
-/* The pump (C4, BRIEF 2.1 "Pump"): a wake runs one pass in a later task,
+/* The pump (C4): a wake runs one pass in a later task,
  * shared by every wake before it; AGAIN continues in the next task; HELD
  * retries after *retry_ns only while held, and the retry timer runs the pass
  * itself; a wake while held cancels the retry and the pass re-decides;
@@ -400,7 +400,7 @@ TEST(unlisten_of_a_pump_listener_stops_later_raises) {
     CHECK_EQ(f.passes, 1);
 }
 
-/* An unlistened pump listener is reusable anywhere (BRIEF 2.1): on the same
+/* An unlistened pump listener is reusable anywhere: on the same
  * pump with another notifier (the pump's list used to become a cycle, so
  * lull_pump_close never returned), and as a plain listener (the list used
  * to be cut, so close missed the other listener and the closed pump's pass

@@ -363,3 +363,240 @@ TEST(signals_after_fork) {
     CHECK_EQ(lull_signal_stop(&g_fork_w.sig), 0);
     free_loop(loop);
 }
+
+/* ------------------------------------------------- masks across threads */
+
+/* Set up on one thread, run on another (the pattern of lull.h's Threads
+ * paragraph): main starts a SIGTERM handle, so lull blocks SIGTERM in main,
+ * and the loop's thread inherits the block. The handle stops on the loop's
+ * thread: SIGTERM is unblocked there at once, and in main at main's next
+ * lull call (lull_loop_adopt, or lull_loop_free), since a thread's mask is
+ * its own. Then a
+ * SIGTERM does what it did before lull: here, run the test's handler. */
+static volatile sig_atomic_t g_handled;
+static void count_signal(int signum) {
+    (void)signum;
+    g_handled++;
+}
+
+static void install_counter(int signum) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = count_signal;
+    sigemptyset(&sa.sa_mask);
+    CHECK_EQ(sigaction(signum, &sa, NULL), 0);
+    g_handled = 0;
+}
+
+/* Waits (bounded) for the handler: a sanitizer may hold a signal back
+ * until the thread's next intercepted call. */
+static bool handled_soon(int want) {
+    for (int i = 0; i < 10000 && g_handled < want; i++)
+        usleep(1000);
+    return g_handled >= want;
+}
+
+static lull_timer *g_guard; /* stopped with the handle, when set */
+static void stop_self(lull_signal *s, int signum) {
+    seen(s, signum);
+    CHECK_EQ(lull_signal_stop(s), 0);
+    if (g_guard) lull_timer_stop(g_guard);
+}
+
+typedef struct runner {
+    lull_loop *loop;
+    watcher *w;
+    bool blocked_after; /* SIGTERM blocked in the loop's thread at the end */
+    bool blocked_in_run;
+} runner;
+
+static void *run_then_report(void *arg) {
+    runner *r = arg;
+    r->blocked_in_run = blocked_here(SIGTERM); /* inherited from main */
+    CHECK_EQ(kill(getpid(), SIGTERM), 0);
+    CHECK_EQ(lull_loop_run(r->loop, LULL_RUN_DEFAULT), 0); /* stop_self */
+    r->blocked_after = blocked_here(SIGTERM);
+    return NULL;
+}
+
+static void set_up_here_run_there(bool adopt) {
+    install_counter(SIGTERM);
+    CHECK(!blocked_here(SIGTERM));
+    lull_loop *loop = new_loop();
+    watcher w = {.id = 1};
+    CHECK_EQ(lull_signal_init(loop, &w.sig, stop_self), 0);
+    CHECK_EQ(lull_signal_start(&w.sig, SIGTERM), 0);
+    CHECK(blocked_here(SIGTERM));
+    lull_timer guard; /* unreferenced: the handle keeps the run alive */
+    lull_timer_init(loop, &guard, guard_fired);
+    lull_timer_start(&guard, GUARD_NS, 0);
+    lull_timer_unref(&guard);
+    g_guard = adopt ? NULL : &guard;
+    runner r = {.loop = loop, .w = &w};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, run_then_report, &r), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK(r.blocked_in_run);
+    CHECK_EQ(w.calls, 1);
+    CHECK_EQ(g_handled, 0);       /* the handle took it, not the handler */
+    CHECK(!r.blocked_after);      /* given back in the thread that stopped it */
+    CHECK(blocked_here(SIGTERM)); /* main's own: given back at its next call */
+    if (adopt) {
+        CHECK_EQ(lull_loop_adopt(loop), 0);
+        CHECK(!blocked_here(SIGTERM));
+        lull_timer_stop(&guard);
+    }
+    free_loop(loop);
+    CHECK(!blocked_here(SIGTERM));
+    CHECK_EQ(kill(getpid(), SIGTERM), 0);
+    CHECK(handled_soon(1)); /* its usual action again */
+}
+
+TEST_THREADED(signal_set_up_on_one_thread_run_on_another) {
+    set_up_here_run_there(true); /* main adopts the loop back */
+}
+
+TEST_THREADED(signal_set_up_here_run_there_then_freed_here) {
+    set_up_here_run_there(false); /* main only frees it */
+}
+
+/* The loop handed back: main sets up, a thread runs it for a while, main
+ * adopts it again and stops the handle. lull unblocks in main; no
+ * instance is left pending. */
+static void *run_nowait(void *arg) {
+    lull_loop *loop = arg;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    return NULL;
+}
+
+TEST_THREADED(signal_loop_handed_back_and_stopped_on_main) {
+    install_counter(SIGUSR1);
+    lull_loop *loop = new_loop();
+    watcher w = {0};
+    watch(loop, &w, 1, SIGUSR1);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, run_nowait, loop), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_EQ(lull_loop_adopt(loop), 0);
+    CHECK(blocked_here(SIGUSR1));
+    CHECK_EQ(raise(SIGUSR1), 0); /* arrives while watched: lull's */
+    CHECK_EQ(lull_signal_stop(&w.sig), 0);
+    CHECK(!blocked_here(SIGUSR1));
+    CHECK(!pending_here(SIGUSR1));
+    CHECK_EQ(g_handled, 0); /* taken back, not handed to the handler */
+    free_loop(loop);
+}
+
+/* A block that is the program's stays after the last stop, and so does an
+ * instance pending then: lull took neither. Blocked before the first start
+ * (lull_signal_block in main), or made the program's after it. */
+TEST(program_block_and_instance_outlive_the_last_stop) {
+    for (int when = 0; when < 2; when++) {
+        lull_loop *loop = new_loop();
+        watcher w = {0};
+        if (when == 0) CHECK_EQ(lull_signal_block(SIGUSR1), 0);
+        watch(loop, &w, 1, SIGUSR1);
+        if (when == 1) CHECK_EQ(lull_signal_block(SIGUSR1), 0);
+        CHECK_EQ(raise(SIGUSR1), 0);
+        CHECK_EQ(lull_signal_stop(&w.sig), 0);
+        CHECK(blocked_here(SIGUSR1));
+        CHECK(pending_here(SIGUSR1)); /* the program's to take */
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, SIGUSR1);
+        static const struct timespec zero = {0, 0};
+        CHECK_EQ(sigtimedwait(&one, NULL, &zero), SIGUSR1);
+        CHECK_EQ(w.calls, 0);
+        free_loop(loop);
+        CHECK(blocked_here(SIGUSR1));
+        CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &one, NULL), 0);
+    }
+}
+
+/* Started on the loop's thread, for a signal sent to that thread: lull
+ * blocks and unblocks it there; main's mask is never touched. */
+static watcher *g_started;
+static void start_on_loop(lull_task *t) {
+    (void)t;
+    CHECK(!blocked_here(SIGUSR2));
+    CHECK_EQ(lull_signal_start(&g_started->sig, SIGUSR2), 0);
+    CHECK(blocked_here(SIGUSR2));
+    CHECK_EQ(raise(SIGUSR2), 0); /* to this thread */
+}
+
+static void *run_default(void *arg) {
+    runner *r = arg;
+    CHECK_EQ(lull_loop_run(r->loop, LULL_RUN_DEFAULT), 0);
+    r->blocked_after = blocked_here(SIGUSR2);
+    return NULL;
+}
+
+TEST_THREADED(signal_started_and_stopped_on_the_loop_thread) {
+    lull_loop *loop = new_loop();
+    watcher w = {.id = 1};
+    CHECK_EQ(lull_signal_init(loop, &w.sig, stop_self), 0);
+    lull_task task;
+    g_started = &w;
+    CHECK_EQ(lull_task_init(&task, start_on_loop), 0);
+    lull_task_post(loop, &task);
+    lull_timer guard;
+    lull_timer_init(loop, &guard, guard_fired);
+    lull_timer_start(&guard, GUARD_NS, 0);
+    lull_timer_unref(&guard);
+    runner r = {.loop = loop, .w = &w};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, run_default, &r), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_EQ(w.calls, 1);
+    CHECK(!r.blocked_after);
+    CHECK(!blocked_here(SIGUSR2));
+    CHECK_EQ(lull_loop_adopt(loop), 0);
+    lull_timer_stop(&guard);
+    free_loop(loop);
+    CHECK(!blocked_here(SIGUSR2));
+}
+
+/* Two handles share one callback and find their own objects through
+ * `data` (not their struct's place): set after init, kept across starts,
+ * stops and deliveries; lull_signal_init clears it. */
+typedef struct service {
+    const char *name;
+    int signals;
+} service;
+
+static void count_for_service(lull_signal *s, int signum) {
+    (void)signum;
+    service *svc = s->data;
+    svc->signals++;
+}
+
+TEST(shared_callback_finds_its_own_data) {
+    lull_loop *loop = new_loop();
+    service web = {.name = "web"}, db = {.name = "db"};
+    lull_signal a, b;
+    a.data = &db; /* before init: cleared */
+    CHECK_EQ(lull_signal_init(loop, &a, count_for_service), 0);
+    CHECK(a.data == NULL);
+    CHECK_EQ(lull_signal_init(loop, &b, count_for_service), 0);
+    a.data = &web;
+    b.data = &db;
+    CHECK_EQ(lull_signal_start(&a, SIGUSR1), 0);
+    CHECK_EQ(lull_signal_start(&b, SIGUSR2), 0);
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &web.signals, 1);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    run_until(loop, &db.signals, 1);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    run_until(loop, &db.signals, 2);
+    CHECK_EQ(web.signals, 1);
+    CHECK_EQ(lull_signal_stop(&a), 0);
+    CHECK_EQ(lull_signal_start(&a, SIGUSR2), 0); /* both on SIGUSR2 now */
+    CHECK(a.data == &web);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    run_until(loop, &db.signals, 3);
+    CHECK_EQ(web.signals, 2);
+    CHECK_EQ(lull_signal_stop(&a), 0);
+    CHECK_EQ(lull_signal_stop(&b), 0);
+    CHECK(a.data == &web && b.data == &db);
+    free_loop(loop);
+}

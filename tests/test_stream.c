@@ -16,6 +16,7 @@
  * slice (orders asserted, on the virtual clock where time matters). */
 #include "check.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
@@ -23,11 +24,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "internal.h" /* a loop's epoll fd, to see it asleep */
@@ -1033,6 +1036,11 @@ static void on_end_reply(lull_stream *s) {
     CHECK_EQ(lull_stream_shutdown(s), 0);
 }
 
+static void count_end(lull_stream *s) {
+    (void)s;
+    g_ends++;
+}
+
 TEST(half_close) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
@@ -1579,9 +1587,16 @@ TEST(close_reason_epipe) {
         CHECK_EQ(shutdown(peer, SHUT_RD), 0);
         owner_send(ow, in_send ? 1 : 2, in_send ? 2048 : 16);
         CHECK_EQ(ow->s.writes, (uint64_t)in_send); /* in the send, or not */
+        for (int i = 0; i < 100 && ow->released < ow->sent; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        /* The write side ended (its frames released, sends refused); the
+         * peer may still write, so the stream stays open for reading. */
+        CHECK_EQ(ow->released, ow->sent);
+        CHECK(!lull_endpoint_writable(&ow->s.ep));
+        CHECK_EQ(lull_endpoint_send_copy(&ow->s.ep, "x", 1), -EPIPE);
         CHECK_EQ(g_owner_closes, 0);
+        close(peer); /* the read side's EOF: both ways done */
         owner_closed_once(loop, -EPIPE);
-        close(peer);
         free_loop(loop);
     }
 }
@@ -1729,6 +1744,14 @@ TEST(local_close_replaces_a_pending_close) {
         if (eof) {
             close(peer); /* the EOF waits in the socket */
         } else {
+            /* The read side ended first (on_end kept the stream open), so
+             * the write's failure ends the stream: a close is pending. */
+            lull_stream_set_on_end(&ow->s, count_end);
+            g_ends = 0;
+            CHECK_EQ(shutdown(peer, SHUT_WR), 0);
+            for (int i = 0; i < 100 && !g_ends; i++)
+                CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+            CHECK_EQ(g_ends, 1);
             CHECK_EQ(shutdown(peer, SHUT_RD), 0);
             owner_send(ow, 1, 2048); /* EPIPE inside the send */
             CHECK(lull_task_pending(&ow->s.event));
@@ -2858,5 +2881,48 @@ TEST(endpoint_data_survives_set_up) {
     CHECK_EQ(lull_endpoint_close(&d.ep, 0), 0);
     CHECK(a.ep.data == &marker[0] && c.ep.data == &marker[2]);
     CHECK(lull_loop_settle(loop) >= 0);
+    free_loop(loop);
+}
+
+/* A listening socket is not a connected stream: lull_stream_open and
+ * lull_stream_open_pair refuse it at once (-EINVAL), closing the fd they
+ * were given, rather than open it and close later with -ENOTCONN. An
+ * unconnected socket that never listened is left to its first read. */
+TEST(open_refuses_a_listening_socket) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    for (int family = 0; family < 2; family++) {
+        int fd =
+            socket(family ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(fd >= 0);
+        if (family) {
+            struct sockaddr_in a = {.sin_family = AF_INET};
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+        } else {
+            struct sockaddr_un a = {.sun_family = AF_UNIX};
+            snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "lull-listen-%d",
+                     (int)getpid());
+            CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+        }
+        CHECK_EQ(listen(fd, 4), 0);
+        lull_stream s;
+        memset(&s, 0, sizeof s);
+        CHECK_EQ(lull_stream_open(loop, &s, fd, NULL), -EINVAL);
+        CHECK(fcntl(fd, F_GETFD) < 0); /* closed: the stream owned it */
+    }
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(l >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(l, 4), 0);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    lull_stream s;
+    memset(&s, 0, sizeof s);
+    CHECK_EQ(lull_stream_open_pair(loop, &s, l, p[1], NULL), -EINVAL);
+    CHECK(fcntl(l, F_GETFD) < 0);
+    CHECK(fcntl(p[1], F_GETFD) < 0);
+    close(p[0]);
     free_loop(loop);
 }

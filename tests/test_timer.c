@@ -1,4 +1,4 @@
-/* Timers (C3, BRIEF 2.1 "Timers"): deadline order, arm order for equal
+/* Timers (C3): deadline order, arm order for equal
  * deadlines, re-arm, repeat without drift, stop/restart from callbacks,
  * references. Order and time on the virtual clock, except where a case says
  * why it needs the real one. */
@@ -557,7 +557,7 @@ TEST(huge_delays_on_the_real_clock) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* ------------------------------------------------- never early (BRIEF 2.1)
+/* ------------------------------------------------- never early
  * A delayed timer never fires before delay_ns has passed since its
  * lull_timer_start call, on CLOCK_MONOTONIC, however old the loop's cached
  * "now" is when it is armed. The cases make the cache stale on purpose (a
@@ -1279,5 +1279,30 @@ TEST(overrun_is_one_per_period_on_the_virtual_clock) {
     CHECK_U64_EQ(turn_fire_deadline, 0);
     CHECK_U64_EQ(lull_timer_overrun(NULL), 0);
     CHECK_U64_EQ(lull_timer_fire_deadline(NULL), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* LULL_S, LULL_MS and LULL_US give uint64_t ns, multiply after widening
+ * (no int overflow), take any expression, and drive a timer as written. */
+TEST(duration_macros) {
+    CHECK_U64_EQ(LULL_S(1), 1000000000u);
+    CHECK_U64_EQ(LULL_MS(1), 1000000u);
+    CHECK_U64_EQ(LULL_US(1), 1000u);
+    CHECK_U64_EQ(LULL_S(5), 5000000000ull); /* past INT_MAX */
+    CHECK_U64_EQ(LULL_S(86400 * 365), 31536000000000000ull);
+    CHECK_U64_EQ(LULL_MS(1 + 1), 2000000u); /* x parenthesized */
+    CHECK_U64_EQ(LULL_US(1500), LULL_MS(1) + LULL_US(500));
+    CHECK_EQ((int)sizeof(LULL_MS(1)), 8);
+    int n = 3;
+    CHECK_U64_EQ(LULL_MS(n), 3000000u);
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item it[1];
+    items_init(it, 1);
+    lull_timer_start(&it[0].timer, LULL_MS(250), 0);
+    lull_loop_advance(loop, LULL_MS(250) - 1);
+    CHECK_EQ(it[0].runs, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(it[0].runs, 1);
+    CHECK_U64_EQ(it[0].fired_at, LULL_MS(250));
     CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -1,0 +1,372 @@
+/* Dialing by name: a TCP connect to host:port as RFC 8305 ("Happy
+ * Eyeballs") describes, built on the public API (a lookup on the pool,
+ * fd watchers, a timer, lull_stream_open for the winner).
+ *
+ * Owns: the dial's attempts (non-blocking sockets, each watched for
+ * writability in io[]), the resolved list and its interleaved order, and
+ * the timer that starts the next attempt or ends the dial. The stream the
+ * caller gave is untouched until an attempt wins; then lull_stream_open
+ * takes the winning socket. One thread: the loop's.
+ *
+ * Order of attempts: getaddrinfo's order (RFC 6724's preference), with
+ * the families interleaved from the first one's (v6, v4, v6, v4 ...).
+ * An attempt starts when the previous one fails, or attempt_delay_ns after
+ * it started, whichever is first; several stay in flight, up to
+ * LULL_DIAL_MAX_ATTEMPTS. The first to connect wins; the others are
+ * closed. When every address failed, the dial fails with the last error.
+ *
+ * The callback runs once, from the `done` task (a later turn than the
+ * call that decided it: a start, a cancel, a connect result).
+ *
+ * The five rows (README, "The contracts"), for a dial:
+ *   Trigger                 the lookup's completion; an attempt's socket
+ *                           becoming writable; the timer
+ *   Source of truth         the attempts' sockets (SO_ERROR)
+ *   Pending-work predicate  an address not yet tried, or an attempt in
+ *                           flight
+ *   Next deadline or retry  the next attempt's start, or the dial's
+ *                           timeout, only while dialing
+ *   Quiet condition         done: no socket, no timer, no task */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "lull.h"
+#include "own_name.h"
+
+/* RFC 8305's recommended Connection Attempt Delay. */
+#define ATTEMPT_DELAY_DEFAULT_NS 250000000ull
+
+/* lull_dial.state */
+#define D_DIALING   0x1u /* started, callback not yet run */
+#define D_RESOLVING 0x2u /* the lookup is on the pool */
+#define D_DECIDED   0x4u /* status set; the done task runs the callback */
+#define D_USER_LIST 0x8u /* res is the caller's (lull_dial_start_addrs) */
+
+static void on_resolved(lull_lookup *req, int status, struct addrinfo *res);
+static void on_attempt(lull_io *io, int events);
+static void on_timer(lull_timer *t);
+static void on_done(lull_task *t);
+LULL__OWN_NAME(on_timer, "lull_dial attempt timer", lull_dial, timer);
+LULL__OWN_NAME(on_done, "lull_dial result turn", lull_dial, done);
+
+static void close_attempt(lull_io *io) {
+    if (io->fd < 0) return;
+    lull_io_stop(io);
+    close(io->fd);
+    io->fd = -1;
+}
+
+static int in_flight(const lull_dial *d) {
+    int n = 0;
+    for (int i = 0; i < LULL_DIAL_MAX_ATTEMPTS; i++)
+        n += d->io[i].fd >= 0;
+    return n;
+}
+
+/* Releases everything the dial holds but the stream, and queues the
+ * callback with status. */
+static void decide(lull_dial *d, int status) {
+    if (d->state & D_DECIDED) return;
+    d->state |= D_DECIDED;
+    d->status = status;
+    for (int i = 0; i < LULL_DIAL_MAX_ATTEMPTS; i++)
+        close_attempt(&d->io[i]);
+    lull_timer_stop(&d->timer);
+    /* A lookup still on the pool calls back later: the callback waits for
+     * it, so that the caller never frees a dial the pool still holds. */
+    if (!(d->state & D_RESOLVING)) lull_task_post(d->loop, &d->done);
+}
+
+static void free_resolved(lull_dial *d) {
+    if (d->res && !(d->state & D_USER_LIST)) freeaddrinfo(d->res);
+    free(d->order);
+    free(d->host);
+    d->res = NULL;
+    d->order = NULL;
+    d->host = NULL;
+    d->n = d->next = 0;
+}
+
+static void on_done(lull_task *t) {
+    lull_dial *d = LULL_CONTAINER_OF(t, lull_dial, done);
+    free_resolved(d);
+    d->state = 0;
+    d->fn(d, d->status); /* the struct is the caller's again */
+}
+
+/* Arms the timer for whichever comes first: the next attempt's start (when
+ * addresses remain) or the dial's deadline. */
+static void arm(lull_dial *d, bool attempt_pending) {
+    uint64_t now = lull_loop_now(d->loop);
+    uint64_t at = d->deadline;
+    if (attempt_pending && d->next < d->n) {
+        uint64_t next = now + d->attempt_delay_ns;
+        if (!at || next < at) at = next;
+    }
+    if (!at) {
+        lull_timer_stop(&d->timer);
+        return;
+    }
+    lull_timer_start(&d->timer, at > now ? at - now : 0, 0);
+}
+
+/* The winner: every other attempt closed, the stream takes its socket. */
+static void win(lull_dial *d, lull_io *io) {
+    int fd = io->fd;
+    lull_io_stop(io);
+    io->fd = -1;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int rc =
+        lull_stream_open(d->loop, d->stream, fd, d->has_opts ? &d->opts : NULL);
+    decide(d, rc); /* lull_stream_open owns fd even on failure */
+}
+
+static void start_attempts(lull_dial *d);
+
+/* One attempt failed: the next starts now, not at the timer. */
+static void attempt_failed(lull_dial *d, lull_io *io, int err) {
+    close_attempt(io);
+    d->status = err;
+    start_attempts(d);
+}
+
+/* Starts the next address's connect; false when none could start (the
+ * caller then decides). */
+static bool start_one(lull_dial *d) {
+    while (d->next < d->n) {
+        int slot = -1;
+        for (int i = 0; i < LULL_DIAL_MAX_ATTEMPTS && slot < 0; i++)
+            if (d->io[i].fd < 0) slot = i;
+        if (slot < 0) return true; /* all slots busy: wait for one */
+        struct addrinfo *ai = d->order[d->next++];
+        int fd = socket(ai->ai_family,
+                        SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            d->status = -errno;
+            continue;
+        }
+        d->attempts++;
+        lull_io *io = &d->io[slot];
+        lull_io_init(d->loop, io, fd, on_attempt);
+        io->data = d;
+        int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (rc == 0 || errno == EINPROGRESS) {
+            rc = lull_io_start(io, LULL_WRITABLE);
+            if (rc == 0) return true;
+        } else {
+            rc = -errno;
+        }
+        close(fd);
+        io->fd = -1;
+        d->status = rc;
+    }
+    return false;
+}
+
+static void start_attempts(lull_dial *d) {
+    if (d->state & D_DECIDED) return;
+    if (start_one(d)) {
+        arm(d, true);
+        return;
+    }
+    if (in_flight(d) == 0)
+        decide(d, d->status ? d->status : -EHOSTUNREACH);
+    else
+        arm(d, false);
+}
+
+static void on_attempt(lull_io *io, int events) {
+    lull_dial *d = io->data;
+    (void)events;
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err == 0)
+        win(d, io);
+    else
+        attempt_failed(d, io, -err);
+}
+
+static void on_timer(lull_timer *t) {
+    lull_dial *d = LULL_CONTAINER_OF(t, lull_dial, timer);
+    if (d->deadline && lull_loop_now(d->loop) >= d->deadline) {
+        decide(d, -ETIMEDOUT);
+        return;
+    }
+    start_attempts(d);
+}
+
+/* getaddrinfo's order, the families interleaved from the first one's. */
+static int interleave(lull_dial *d, struct addrinfo *res) {
+    int n = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
+        n += ai->ai_family == AF_INET || ai->ai_family == AF_INET6;
+    if (!n) return 0;
+    d->order = malloc(sizeof *d->order * (size_t)n);
+    if (!d->order) return -ENOMEM;
+    int first = -1, k = 0;
+    struct addrinfo *a = res, *b = res; /* next of the first family, other */
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
+        if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6) {
+            first = ai->ai_family;
+            break;
+        }
+    for (bool take_first = true; k < n; take_first = !take_first) {
+        struct addrinfo **p = take_first ? &a : &b;
+        while (*p &&
+               ((*p)->ai_family !=
+                (take_first ? first : (first == AF_INET ? AF_INET6 : AF_INET))))
+            *p = (*p)->ai_next;
+        if (*p) {
+            d->order[k++] = *p;
+            *p = (*p)->ai_next;
+        }
+    }
+    d->n = n;
+    return n;
+}
+
+static void resolved(lull_dial *d, int status, struct addrinfo *res) {
+    d->state &= ~D_RESOLVING;
+    if (d->state & D_DECIDED) { /* cancelled, or timed out, meanwhile */
+        if (res) freeaddrinfo(res);
+        lull_task_post(d->loop, &d->done);
+        return;
+    }
+    if (status != 0) {
+        d->gai_error = status;
+        decide(d, status == -ECANCELED ? -ECANCELED : -EHOSTUNREACH);
+        return;
+    }
+    d->res = res;
+    int n = interleave(d, res);
+    if (n < 0) {
+        decide(d, n);
+        return;
+    }
+    if (n == 0) {
+        d->gai_error = EAI_NONAME;
+        decide(d, -EHOSTUNREACH);
+        return;
+    }
+    start_attempts(d);
+}
+
+static void on_resolved(lull_lookup *req, int status, struct addrinfo *res) {
+    lull_dial *d = LULL_CONTAINER_OF(req, lull_dial, lookup);
+    resolved(d, status, res);
+}
+
+/* What both starts share: checks, then the dial's state, timeout armed. */
+static int begin(lull_loop *loop, lull_dial *d, lull_stream *s,
+                 const lull_dial_options *opts, lull_dial_fn fn) {
+    if (!loop || !d || !s || !fn) return -EINVAL;
+    if (opts && opts->family != 0 && opts->family != AF_INET &&
+        opts->family != AF_INET6)
+        return -EINVAL;
+    if (d->state & D_DIALING) return -EBUSY;
+    void *data = d->data;
+    memset(d, 0, sizeof *d);
+    d->data = data;
+    d->loop = loop;
+    d->stream = s;
+    d->fn = fn;
+    for (int i = 0; i < LULL_DIAL_MAX_ATTEMPTS; i++)
+        d->io[i].fd = -1;
+    lull_timer_init(loop, &d->timer, on_timer);
+    lull_task_init(&d->done, on_done);
+    d->attempt_delay_ns = opts && opts->attempt_delay_ns
+                              ? opts->attempt_delay_ns
+                              : ATTEMPT_DELAY_DEFAULT_NS;
+    if (opts && opts->stream) {
+        d->opts = *opts->stream;
+        d->has_opts = true;
+    }
+    d->state = D_DIALING;
+    if (opts && opts->timeout_ns) {
+        d->deadline = lull_loop_now(loop) + opts->timeout_ns;
+        arm(d, false);
+    }
+    return 0;
+}
+
+/* A start that failed after begin: nothing queued, the dial not started. */
+static int abandon(lull_dial *d, int rc) {
+    lull_timer_stop(&d->timer);
+    free(d->host);
+    d->host = NULL;
+    d->state = 0;
+    return rc;
+}
+
+int lull_dial_start(lull_loop *loop, lull_pool *pool, lull_dial *d,
+                    lull_stream *s, const char *host, int port,
+                    const lull_dial_options *opts, lull_dial_fn fn) {
+    if (!host || !*host || port < 1 || port > 65535) return -EINVAL;
+    int rc = begin(loop, d, s, opts, fn);
+    if (rc < 0) return rc;
+    snprintf(d->service, sizeof d->service, "%d", port);
+    struct addrinfo hints = {.ai_family = opts ? opts->family : AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV};
+    /* A numeric host needs no pool: getaddrinfo answers without asking
+     * anyone (and without blocking). */
+    struct addrinfo numeric = hints, *res = NULL;
+    numeric.ai_flags |= AI_NUMERICHOST;
+    if (getaddrinfo(host, d->service, &numeric, &res) == 0) {
+        resolved(d, 0, res);
+        return 0;
+    }
+    if (!pool && (rc = lull_pool_default(&pool)) < 0) return abandon(d, rc);
+    d->host = strdup(host);
+    if (!d->host) return abandon(d, -ENOMEM);
+    /* The pool reads the hints when it runs: they must outlive this call. */
+    static const struct addrinfo by_family[] = {
+        {.ai_family = AF_UNSPEC,
+         .ai_socktype = SOCK_STREAM,
+         .ai_flags = AI_NUMERICSERV},
+        {.ai_family = AF_INET,
+         .ai_socktype = SOCK_STREAM,
+         .ai_flags = AI_NUMERICSERV},
+        {.ai_family = AF_INET6,
+         .ai_socktype = SOCK_STREAM,
+         .ai_flags = AI_NUMERICSERV},
+    };
+    int k = hints.ai_family == AF_INET    ? 1
+            : hints.ai_family == AF_INET6 ? 2
+                                          : 0;
+    rc = lull_lookup_start(loop, pool, &d->lookup, d->host, d->service,
+                           &by_family[k], on_resolved);
+    if (rc < 0) return abandon(d, rc);
+    d->state |= D_RESOLVING;
+    return 0;
+}
+
+int lull_dial_start_addrs(lull_loop *loop, lull_dial *d, lull_stream *s,
+                          const struct addrinfo *list,
+                          const lull_dial_options *opts, lull_dial_fn fn) {
+    if (!list) return -EINVAL;
+    int rc = begin(loop, d, s, opts, fn);
+    if (rc < 0) return rc;
+    d->state |= D_USER_LIST;
+    resolved(d, 0, (struct addrinfo *)list);
+    return 0;
+}
+
+int lull_dial_cancel(lull_dial *d) {
+    if (!d || !(d->state & D_DIALING)) return -EINVAL;
+    if (d->state & D_DECIDED) return 0;
+    /* A lookup already running finishes on the pool; its result is then
+     * dropped (resolved, D_DECIDED). One not started never runs. */
+    if (d->state & D_RESOLVING) lull_lookup_cancel(&d->lookup);
+    decide(d, -ECANCELED);
+    return 0;
+}

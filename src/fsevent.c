@@ -1,0 +1,317 @@
+/* File-system events: inotify watches as handles.
+ *
+ * Owns: a loop's inotify fd and its read buffer (struct lull__fsevents,
+ * allocated with the loop's first started watch and freed with its last),
+ * the list of started watches, and the coalescing of one read's events.
+ * One thread: the loop's.
+ *
+ * One fd for all of a loop's watches, so that both halves of a rename
+ * between two watched directories come through one queue and can be
+ * matched by inotify's cookie. A readable fd is read once per iteration
+ * (BUF_SIZE bytes at most: the rest waits, level-triggered, so a storm of
+ * events costs a bounded slice), and that read's events are coalesced per
+ * (watch, name) into one callback each, in the order of their first
+ * event: a burst of writes to one file is one MODIFIED per turn.
+ *
+ * Whose code runs where. A callback may stop any watch, start others or
+ * stop the last one: entries are matched to their watch by descriptor at
+ * delivery time (a stopped watch has none), and the fd and buffer are
+ * freed only after the batch (`delivering`).
+ *
+ * The five rows (README, "The contracts"):
+ *   Trigger                 the inotify fd is readable
+ *   Source of truth         the kernel's event queue
+ *   Pending-work predicate  the fd stays readable (level-triggered)
+ *   Next deadline or retry  none
+ *   Quiet condition         always between events: the fd waits in epoll,
+ *                           no task, no timer */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "own_name.h"
+
+/* One read: at least one event with the longest name fits; 64 KiB takes
+ * ~2,000 events of short names, a storm's worth per iteration. */
+#define BUF_SIZE ((size_t)64 << 10)
+/* Entries one read can yield (each event is at least 16 bytes), and the
+ * coalescing table: a power of two at least twice that. */
+#define MAX_ENTRIES (BUF_SIZE / sizeof(struct inotify_event))
+#define TABLE_SIZE  (2 * MAX_ENTRIES)
+
+/* What a watch asks of the kernel. IN_CLOSE_WRITE is left out: a written
+ * file reports IN_MODIFY already, and a created-then-closed file would
+ * cost two events per file (a burst of 10,000 new files must fit the
+ * kernel's 16,384-event queue). */
+#define WATCH_MASK                                                             \
+    (IN_CREATE | IN_MODIFY | IN_ATTRIB | IN_DELETE | IN_MOVED_FROM |           \
+     IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
+
+typedef struct entry {
+    int wd;
+    unsigned events;   /* LULL_FSEVENT_* */
+    const char *name;  /* in the buffer, or NULL */
+    const char *other; /* a move's other name, or NULL */
+    uint32_t cookie;   /* a pending IN_MOVED_FROM's, to match its TO */
+} entry;
+
+struct lull__fsevents {
+    lull_io io;         /* the inotify fd (first: tests reach it) */
+    lull_fsevent *head; /* started watches */
+    uint32_t refs;      /* ... referenced ones */
+    bool delivering;    /* inside the batch: free only after it */
+    char buf[BUF_SIZE]
+        __attribute__((aligned(__alignof__(struct inotify_event))));
+    entry entries[MAX_ENTRIES];
+    int32_t table[TABLE_SIZE]; /* index + 1 into entries, 0 = empty */
+};
+
+static void on_inotify(lull_io *io, int events);
+LULL__OWN_NAME(on_inotify, "lull_fsevent inotify fd", struct lull__fsevents,
+               io);
+
+int lull_fsevent_init(lull_loop *loop, lull_fsevent *w) {
+    if (!loop || !w) return -EINVAL;
+    void *data = w->data;
+    memset(w, 0, sizeof *w);
+    w->data = data;
+    w->loop = loop;
+    w->wd = -1;
+    w->ref = true;
+    return 0;
+}
+
+static lull_fsevent *by_wd(struct lull__fsevents *fs, int wd) {
+    for (lull_fsevent *w = fs->head; w; w = w->next)
+        if (w->wd == wd) return w;
+    return NULL;
+}
+
+static void release_if_unused(lull_loop *loop) {
+    struct lull__fsevents *fs = loop->fsevents;
+    if (!fs || fs->head || fs->delivering) return;
+    lull_io_stop(&fs->io);
+    close(fs->io.fd);
+    free(fs);
+    loop->fsevents = NULL;
+}
+
+static int open_inotify(lull_loop *loop) {
+    if (loop->fsevents) return 0;
+    struct lull__fsevents *fs = malloc(sizeof *fs);
+    if (!fs) return -ENOMEM;
+    memset(fs, 0, offsetof(struct lull__fsevents, buf));
+    int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) {
+        int err = -errno;
+        free(fs);
+        return err;
+    }
+    int rc = lull_io_init(loop, &fs->io, fd, on_inotify);
+    if (rc == 0) rc = lull_io_start(&fs->io, LULL_READABLE);
+    if (rc < 0) {
+        close(fd);
+        free(fs);
+        return rc;
+    }
+    lull_io_unref(&fs->io); /* referenced while a referenced watch is */
+    loop->fsevents = fs;
+    return 0;
+}
+
+static void ref_io(struct lull__fsevents *fs, bool up) {
+    if (up && fs->refs++ == 0) lull_io_ref(&fs->io);
+    if (!up && --fs->refs == 0) lull_io_unref(&fs->io);
+}
+
+int lull_fsevent_start(lull_fsevent *w, const char *path, lull_fsevent_fn fn) {
+    if (!w || !w->loop || !path || !*path || !fn) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(w->loop);
+    if (w->wd >= 0) return -EBUSY;
+    if (strlen(path) >= PATH_MAX) return -ENAMETOOLONG;
+    lull_loop *loop = w->loop;
+    int rc = open_inotify(loop);
+    if (rc < 0) return rc;
+    struct lull__fsevents *fs = loop->fsevents;
+    int wd = inotify_add_watch(fs->io.fd, path, WATCH_MASK | IN_MASK_CREATE);
+    if (wd < 0) {
+        rc = -errno;
+        release_if_unused(loop);
+        return rc;
+    }
+    w->wd = wd;
+    w->fn = fn;
+    w->next = fs->head;
+    fs->head = w;
+    if (w->ref) ref_io(fs, true);
+    return 0;
+}
+
+/* Off the list; the kernel's watch is removed by the caller (or is gone). */
+static void unlink_watch(struct lull__fsevents *fs, lull_fsevent *w) {
+    for (lull_fsevent **p = &fs->head; *p; p = &(*p)->next) {
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    }
+    if (w->ref) ref_io(fs, false);
+    w->next = NULL;
+    w->wd = -1;
+}
+
+int lull_fsevent_stop(lull_fsevent *w) {
+    if (!w || !w->loop) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(w->loop);
+    if (w->wd < 0) return 0;
+    struct lull__fsevents *fs = w->loop->fsevents;
+    inotify_rm_watch(fs->io.fd, w->wd); /* EINVAL if the kernel dropped it */
+    unlink_watch(fs, w);
+    release_if_unused(w->loop);
+    return 0;
+}
+
+void lull_fsevent_ref(lull_fsevent *w) {
+    if (!w || w->ref) return;
+    w->ref = true;
+    if (w->wd >= 0) ref_io(w->loop->fsevents, true);
+}
+
+void lull_fsevent_unref(lull_fsevent *w) {
+    if (!w || !w->ref) return;
+    w->ref = false;
+    if (w->wd >= 0) ref_io(w->loop->fsevents, false);
+}
+
+/* ------------------------------------------------------------ coalescing */
+
+static uint32_t hash(int wd, const char *name) {
+    uint32_t h = 2166136261u ^ (uint32_t)wd; /* FNV-1a */
+    for (const char *p = name ? name : ""; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return h;
+}
+
+static bool same_name(const char *a, const char *b) {
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* The entry for (wd, name) in this batch, made if new; NULL when the
+ * batch's entries are used up (cannot happen: one per event at most). */
+static entry *entry_for(struct lull__fsevents *fs, int *n, int wd,
+                        const char *name) {
+    uint32_t i = hash(wd, name) & (TABLE_SIZE - 1);
+    while (fs->table[i]) {
+        entry *e = &fs->entries[fs->table[i] - 1];
+        if (e->wd == wd && same_name(e->name, name)) return e;
+        i = (i + 1) & (TABLE_SIZE - 1);
+    }
+    if (*n >= (int)MAX_ENTRIES) return NULL;
+    entry *e = &fs->entries[*n];
+    *e = (entry){.wd = wd, .name = name};
+    fs->table[i] = ++*n;
+    return e;
+}
+
+static unsigned to_bits(uint32_t mask) {
+    unsigned b = 0;
+    if (mask & IN_CREATE) b |= LULL_FSEVENT_CREATED;
+    if (mask & IN_MODIFY) b |= LULL_FSEVENT_MODIFIED;
+    if (mask & IN_ATTRIB) b |= LULL_FSEVENT_ATTRIB;
+    if (mask & IN_DELETE) b |= LULL_FSEVENT_DELETED;
+    if (mask & IN_MOVED_FROM) b |= LULL_FSEVENT_MOVED_FROM;
+    if (mask & IN_MOVED_TO) b |= LULL_FSEVENT_MOVED_TO;
+    if (mask & IN_MOVE_SELF) b |= LULL_FSEVENT_MOVED_SELF;
+    if (mask & (IN_IGNORED | IN_UNMOUNT)) b |= LULL_FSEVENT_GONE;
+    return b;
+}
+
+/* A MOVED_TO whose cookie matches this batch's last unmatched MOVED_FROM:
+ * each side learns the other's name. inotify queues the two halves of one
+ * rename next to each other, so the last FROM is the one to look at. */
+static void match_move(entry *from, entry *to, uint32_t cookie) {
+    if (!from || !to || from->cookie != cookie || !cookie) return;
+    from->cookie = 0;
+    to->other = from->name;
+    if (from->wd == to->wd) {
+        /* A rename inside one watched directory: one callback, on the new
+         * name, with both bits and the old name. */
+        from->events &= ~LULL_FSEVENT_MOVED_FROM;
+        to->events |= LULL_FSEVENT_MOVED_FROM;
+        return;
+    }
+    from->other = to->name;
+}
+
+/* Parses one read into coalesced entries; returns how many. */
+static int coalesce(struct lull__fsevents *fs, size_t len, bool *overflow) {
+    memset(fs->table, 0, sizeof fs->table);
+    int n = 0;
+    entry *last_from = NULL;
+    for (size_t off = 0; off + sizeof(struct inotify_event) <= len;) {
+        struct inotify_event *ev = (struct inotify_event *)(fs->buf + off);
+        off += sizeof *ev + ev->len;
+        if (ev->mask & IN_Q_OVERFLOW) {
+            *overflow = true;
+            continue;
+        }
+        const char *name = ev->len ? ev->name : NULL;
+        entry *e = entry_for(fs, &n, ev->wd, name);
+        if (!e) break;
+        e->events |= to_bits(ev->mask);
+        if (ev->mask & IN_MOVED_FROM) {
+            e->cookie = ev->cookie;
+            last_from = e;
+        } else if (ev->mask & IN_MOVED_TO) {
+            match_move(last_from, e, ev->cookie);
+        }
+    }
+    return n;
+}
+
+/* Calls the watch of each entry that is still started. A GONE watch ends
+ * before its callback (the kernel already dropped it). */
+static void deliver(struct lull__fsevents *fs, int n) {
+    for (int i = 0; i < n; i++) {
+        entry *e = &fs->entries[i];
+        lull_fsevent *w = by_wd(fs, e->wd);
+        if (!w || !e->events) continue;
+        if (e->events & LULL_FSEVENT_GONE) unlink_watch(fs, w);
+        w->fn(w, e->events, e->name, e->other);
+    }
+}
+
+static void deliver_overflow(struct lull__fsevents *fs) {
+    /* Every watch lost events; the list may change under the calls, so
+     * each is looked up again by position after a callback. */
+    for (int k = 0;; k++) {
+        lull_fsevent *w = fs->head;
+        for (int j = 0; w && j < k; j++)
+            w = w->next;
+        if (!w) break;
+        w->fn(w, LULL_FSEVENT_OVERFLOW, NULL, NULL);
+    }
+}
+
+static void on_inotify(lull_io *io, int events) {
+    struct lull__fsevents *fs =
+        LULL_CONTAINER_OF(io, struct lull__fsevents, io);
+    lull_loop *loop = io->loop;
+    (void)events;
+    ssize_t len;
+    do {
+        len = read(io->fd, fs->buf, sizeof fs->buf);
+    } while (len < 0 && errno == EINTR);
+    if (len <= 0) return; /* EAGAIN: another reader's turn took them */
+    bool overflow = false;
+    fs->delivering = true;
+    int n = coalesce(fs, (size_t)len, &overflow);
+    deliver(fs, n);
+    if (overflow) deliver_overflow(fs);
+    fs->delivering = false;
+    release_if_unused(loop);
+}

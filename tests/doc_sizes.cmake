@@ -1,0 +1,35 @@
+# The docs stay readable (cmake -P, run by ctest as docs.sizes): every file
+# of docs/ but the API reference is at most 40 KB, and docs/ as a whole,
+# pictures included, at most 250 KB (KB = 1000 bytes). A page that grows
+# past its limit says what it repeats or narrates; cut that, or move it.
+#   cmake -DSOURCE_DIR=<repo> -P tests/doc_sizes.cmake
+cmake_minimum_required(VERSION 3.20)
+set(page_limit 40000)
+set(total_limit 250000)
+set(exempt docs/API.md) # a reference: one entry per function, however many
+file(GLOB files ${SOURCE_DIR}/docs/*)
+set(total 0)
+set(over "")
+set(report "")
+foreach(f ${files})
+  if(IS_DIRECTORY ${f})
+    continue()
+  endif()
+  file(RELATIVE_PATH rel ${SOURCE_DIR} ${f})
+  file(SIZE ${f} size)
+  math(EXPR total "${total} + ${size}")
+  list(APPEND report "${rel} ${size}")
+  list(FIND exempt ${rel} e)
+  if(e LESS 0 AND size GREATER page_limit)
+    list(APPEND over "${rel}: ${size} bytes, over ${page_limit}")
+  endif()
+endforeach()
+if(total GREATER total_limit)
+  list(APPEND over "docs/ in all: ${total} bytes, over ${total_limit}")
+endif()
+string(REPLACE ";" "\n  " report "${report}")
+if(over)
+  string(REPLACE ";" "\n  " over "${over}")
+  message(FATAL_ERROR "docs too large:\n  ${over}\nsizes:\n  ${report}")
+endif()
+message(STATUS "docs/ ${total} of ${total_limit} bytes; every page within ${page_limit} but ${exempt}:\n  ${report}")

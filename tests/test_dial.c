@@ -1,0 +1,399 @@
+/* Dialing by name (src/dial.c), on 127.0.0.1 and ::1 only: listeners
+ * that accept, a port that refuses, and a "black hole" (a listener whose
+ * accept queue is full, so the kernel drops further SYNs: a connect that
+ * never answers, without leaving the machine). The attempt delay and the
+ * timeout are checked on the virtual clock: the second attempt starts
+ * exactly at 250 ms, not before; a refusal starts the next at once; the
+ * families interleave; the first to connect wins and the others close;
+ * one callback, in a later turn; cancel while resolving and connecting;
+ * names from /etc/hosts resolve on the pool; hostile arguments. */
+#include "check.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <lull.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static lull_loop *new_loop(lull_clock clock) {
+    lull_loop_options o = {.clock = clock};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    return loop;
+}
+
+/* A listening socket on addr:0 (family AF_INET or AF_INET6); its port in
+ * *port. backlog 0 and one connection queued: a black hole. */
+static int listener(int family, int backlog, int *port) {
+    /* Non-blocking: accepted() looks, it never waits. */
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_storage ss = {0};
+    socklen_t len;
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        len = sizeof *a;
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_loopback;
+        len = sizeof *a;
+    }
+    if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
+        close(fd);
+        return -1;
+    }
+    CHECK_EQ(listen(fd, backlog), 0);
+    CHECK_EQ(getsockname(fd, (struct sockaddr *)&ss, &len), 0);
+    *port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                    : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    return fd;
+}
+
+/* Fills a black hole's accept queue: the next SYN is dropped. */
+static int fill_queue(int family, int port) {
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_storage ss = {0};
+    socklen_t len;
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        len = sizeof *a;
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        a->sin6_addr = in6addr_loopback;
+        len = sizeof *a;
+    }
+    CHECK_EQ(connect(fd, (struct sockaddr *)&ss, len), 0);
+    return fd;
+}
+
+static int closed_port(void) {
+    int port;
+    int fd = listener(AF_INET, 1, &port);
+    close(fd);
+    return port;
+}
+
+/* A list of addresses, as getaddrinfo would give. */
+typedef struct addrs {
+    struct addrinfo ai[4];
+    struct sockaddr_storage ss[4];
+    int n;
+} addrs;
+
+static void add(addrs *l, int family, int port) {
+    struct addrinfo *ai = &l->ai[l->n];
+    struct sockaddr_storage *ss = &l->ss[l->n];
+    memset(ai, 0, sizeof *ai);
+    memset(ss, 0, sizeof *ss);
+    ai->ai_family = family;
+    ai->ai_socktype = SOCK_STREAM;
+    ai->ai_addr = (struct sockaddr *)ss;
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ai->ai_addrlen = sizeof *a;
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        a->sin6_addr = in6addr_loopback;
+        ai->ai_addrlen = sizeof *a;
+    }
+    if (l->n) l->ai[l->n - 1].ai_next = ai;
+    l->n++;
+}
+
+static int dial_calls, dial_status;
+
+static void on_stream_close(lull_endpoint *ep, int reason) {
+    (void)ep, (void)reason;
+}
+
+static void on_dial(lull_dial *d, int status) {
+    dial_calls++;
+    dial_status = status;
+    if (status == 0) {
+        lull_endpoint_set_callbacks(&d->stream->ep, NULL, NULL,
+                                    on_stream_close);
+        lull_endpoint_close(&d->stream->ep, 0);
+    }
+}
+
+static void reset(void) {
+    dial_calls = dial_status = 0;
+}
+
+/* The one accepted connection of a listener, or -1. */
+static int accepted(int lfd) {
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) close(fd);
+    return fd >= 0;
+}
+
+TEST(numeric_host_connects_without_a_pool) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int port, lfd = listener(AF_INET, 8, &port);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(
+        lull_dial_start(loop, NULL, &d, &s, "127.0.0.1", port, NULL, on_dial),
+        0);
+    CHECK_EQ(dial_calls, 0); /* never inside the call */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(d.attempts, 1);
+    CHECK_EQ(accepted(lfd), 1);
+    CHECK_EQ(lull_dial_cancel(&d), -EINVAL); /* done: not dialing */
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST_THREADED(name_resolves_on_the_pool) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int port, lfd = listener(AF_INET, 8, &port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.family = AF_INET}; /* only one family */
+    CHECK_EQ(
+        lull_dial_start(loop, NULL, &d, &s, "localhost", port, &o, on_dial), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(accepted(lfd), 1);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST_THREADED(a_name_with_no_address_of_the_family) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.family = AF_INET6};
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "127.0.0.1", 80, &o, on_dial),
+             0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -EHOSTUNREACH);
+    CHECK(d.gai_error != 0);
+    CHECK_EQ(d.attempts, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(refused_address_starts_the_next_at_once) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    int port, lfd = listener(AF_INET, 8, &port);
+    addrs l = {0};
+    add(&l, AF_INET, closed_port());
+    add(&l, AF_INET, port);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
+    for (int i = 0; i < 100 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(d.attempts, 2);
+    CHECK_U64_EQ(lull_loop_now(loop), 0); /* no time passed */
+    CHECK_EQ(accepted(lfd), 1);
+    CHECK(lull_loop_settle(loop) >= 0);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(silent_address_waits_250_ms_then_the_next_wins) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    int bport, hole = listener(AF_INET, 0, &bport);
+    int filler = fill_queue(AF_INET, bport);
+    int port, lfd = listener(AF_INET, 8, &port);
+    addrs l = {0};
+    add(&l, AF_INET, bport);
+    add(&l, AF_INET, port);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(d.attempts, 1);
+    lull_loop_advance(loop, LULL_MS(249));
+    CHECK_EQ(d.attempts, 1); /* not early */
+    CHECK_EQ(dial_calls, 0);
+    lull_loop_advance(loop, LULL_MS(1));
+    CHECK_EQ(d.attempts, 2);
+    for (int i = 0; i < 100 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(accepted(lfd), 1); /* the second address won */
+    CHECK(lull_loop_settle(loop) >= 0);
+    close(lfd);
+    close(filler);
+    close(hole);
+    CHECK_EQ(lull_loop_free(loop), 0); /* the silent attempt was closed */
+}
+
+/* IPv6 first, then IPv4, then IPv6 again: with the first silent, the
+ * second attempt is the IPv4 address, not the second IPv6 one. */
+TEST(families_interleave) {
+    int probe, p6 = listener(AF_INET6, 8, &probe);
+    if (p6 < 0) {
+        printf("skipped: no IPv6 loopback here\n");
+        return;
+    }
+    close(p6);
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    int bport, hole = listener(AF_INET6, 0, &bport);
+    int filler = fill_queue(AF_INET6, bport);
+    int port6, l6 = listener(AF_INET6, 8, &port6);
+    int port4, l4 = listener(AF_INET, 8, &port4);
+    addrs l = {0};
+    add(&l, AF_INET6, bport);
+    add(&l, AF_INET6, port6);
+    add(&l, AF_INET, port4);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    lull_loop_advance(loop, LULL_MS(250));
+    for (int i = 0; i < 100 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(d.attempts, 2);
+    CHECK_EQ(accepted(l4), 1);
+    CHECK_EQ(accepted(l6), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    close(l4);
+    close(l6);
+    close(filler);
+    close(hole);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(timeout_ends_the_dial) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    int bport, hole = listener(AF_INET, 0, &bport);
+    int filler = fill_queue(AF_INET, bport);
+    addrs l = {0};
+    add(&l, AF_INET, bport);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.timeout_ns = LULL_S(3)};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    lull_loop_advance(loop, LULL_S(3) - 1);
+    CHECK_EQ(dial_calls, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    close(filler);
+    close(hole);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(every_address_refused_gives_the_last_error) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    addrs l = {0};
+    add(&l, AF_INET, closed_port());
+    add(&l, AF_INET, closed_port());
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
+    for (int i = 0; i < 100 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ECONNREFUSED);
+    CHECK_EQ(d.attempts, 2);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(cancel_while_connecting) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    int bport, hole = listener(AF_INET, 0, &bport);
+    int filler = fill_queue(AF_INET, bport);
+    addrs l = {0};
+    add(&l, AF_INET, bport);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    CHECK_EQ(lull_dial_cancel(&d), 0); /* decided: nothing more */
+    CHECK_EQ(dial_calls, 0);           /* not inside the call */
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ECANCELED);
+    CHECK_EQ(lull_dial_cancel(&d), -EINVAL);
+    close(filler);
+    close(hole);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST_THREADED(cancel_while_resolving) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "localhost", 9, NULL, on_dial),
+             0);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1); /* once, after the pool gave the lookup back */
+    CHECK_EQ(dial_status, -ECANCELED);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(hostile_arguments) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_dial d = {0};
+    lull_stream s;
+    addrs l = {0};
+    add(&l, AF_INET, 9);
+    lull_dial_options bad = {.family = AF_UNIX};
+    CHECK_EQ(lull_dial_start(NULL, NULL, &d, &s, "x", 1, NULL, on_dial),
+             -EINVAL);
+    CHECK_EQ(lull_dial_start(loop, NULL, NULL, &s, "x", 1, NULL, on_dial),
+             -EINVAL);
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, NULL, "x", 1, NULL, on_dial),
+             -EINVAL);
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, NULL, 1, NULL, on_dial),
+             -EINVAL);
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "", 1, NULL, on_dial),
+             -EINVAL);
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "x", 0, NULL, on_dial),
+             -EINVAL);
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "x", 65536, NULL, on_dial),
+             -EINVAL);
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "x", 1, NULL, NULL), -EINVAL);
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "x", 1, &bad, on_dial),
+             -EINVAL);
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, NULL, NULL, on_dial), -EINVAL);
+    CHECK_EQ(lull_dial_cancel(NULL), -EINVAL);
+    CHECK_EQ(lull_dial_cancel(&d), -EINVAL);
+    reset();
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), -EBUSY);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

@@ -1,0 +1,373 @@
+/* File-system events (src/fsevent.c) on real directories under a fresh
+ * temporary one: a burst of writes to one file is one MODIFIED; 10,000
+ * files created in a burst are each reported once, none lost; a rename
+ * between two watched directories reaches both with both names, one inside
+ * a directory is one callback; a watched file removed, or a watched
+ * directory removed or moved, says so; an idle watch makes no wakeup; the
+ * watch limit (inotify_add_watch wrapped to fail: tests/CMakeLists.txt)
+ * and the kernel's queue overflow (read wrapped) reach the caller; stops
+ * inside callbacks; hostile arguments. */
+#include "check.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <lull.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ------------------------------------------------------------ wrappers */
+
+static int fail_add_watch;   /* errno to fail inotify_add_watch with, or 0 */
+static int overflow_fd = -1; /* the next read of this fd reports overflow */
+
+int __real_inotify_add_watch(int fd, const char *path, uint32_t mask);
+int __wrap_inotify_add_watch(int fd, const char *path, uint32_t mask) {
+    if (fail_add_watch) {
+        errno = fail_add_watch;
+        return -1;
+    }
+    return __real_inotify_add_watch(fd, path, mask);
+}
+
+ssize_t __real_read(int fd, void *buf, size_t n);
+ssize_t __wrap_read(int fd, void *buf, size_t n) {
+    if (fd >= 0 && fd == overflow_fd && n >= sizeof(struct inotify_event)) {
+        overflow_fd = -1;
+        struct inotify_event ev = {.wd = -1, .mask = IN_Q_OVERFLOW};
+        memcpy(buf, &ev, sizeof ev);
+        return (ssize_t)sizeof ev;
+    }
+    return __real_read(fd, buf, n);
+}
+
+/* ------------------------------------------------------------- helpers */
+
+static char root[64];
+
+static void make_root(void) {
+    snprintf(root, sizeof root, "/tmp/lull-fsevent-XXXXXX");
+    CHECK(mkdtemp(root) != NULL);
+}
+
+static void remove_tree(const char *dir) {
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
+static const char *at(const char *name) {
+    static char paths[4][PATH_MAX];
+    static int next;
+    char *p = paths[next++ % 4];
+    snprintf(p, PATH_MAX, "%s/%s", root, name);
+    return p;
+}
+
+static lull_loop *new_loop(void) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    return loop;
+}
+
+/* What a watch saw. */
+typedef struct seen {
+    int calls;
+    unsigned all;      /* every bit seen */
+    char names[8][64]; /* the first calls' names */
+    char others[8][64];
+    unsigned events[8];
+    lull_fsevent *stop_other; /* stopped at the first call */
+    bool stop_self;
+} seen;
+
+static void on_event(lull_fsevent *w, unsigned events, const char *name,
+                     const char *other) {
+    seen *s = w->data;
+    if (s->calls < 8) {
+        snprintf(s->names[s->calls], 64, "%s", name ? name : "(self)");
+        snprintf(s->others[s->calls], 64, "%s", other ? other : "");
+        s->events[s->calls] = events;
+    }
+    s->calls++;
+    s->all |= events;
+    if (s->stop_other) lull_fsevent_stop(s->stop_other);
+    if (s->stop_self) lull_fsevent_stop(w);
+}
+
+static void watch(lull_loop *loop, lull_fsevent *w, seen *s, const char *path) {
+    memset(s, 0, sizeof *s);
+    w->data = s;
+    CHECK_EQ(lull_fsevent_init(loop, w), 0);
+    CHECK_EQ(w->data, s);
+    CHECK_EQ(lull_fsevent_start(w, path, on_event), 0);
+}
+
+static void touch(const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    close(fd);
+}
+
+/* ---------------------------------------------------------------- cases */
+
+TEST(hostile_arguments) {
+    make_root();
+    lull_loop *loop = new_loop();
+    lull_fsevent w, w2;
+    seen s;
+    CHECK_EQ(lull_fsevent_init(NULL, &w), -EINVAL);
+    CHECK_EQ(lull_fsevent_init(loop, NULL), -EINVAL);
+    CHECK_EQ(lull_fsevent_init(loop, &w), 0);
+    w.data = &s;
+    CHECK_EQ(lull_fsevent_start(NULL, root, on_event), -EINVAL);
+    CHECK_EQ(lull_fsevent_start(&w, NULL, on_event), -EINVAL);
+    CHECK_EQ(lull_fsevent_start(&w, "", on_event), -EINVAL);
+    CHECK_EQ(lull_fsevent_start(&w, root, NULL), -EINVAL);
+    CHECK_EQ(lull_fsevent_start(&w, at("missing"), on_event), -ENOENT);
+    static char long_path[PATH_MAX + 10];
+    memset(long_path, 'a', sizeof long_path - 1);
+    CHECK_EQ(lull_fsevent_start(&w, long_path, on_event), -ENAMETOOLONG);
+    CHECK_EQ(lull_loop_free(loop), 0); /* failed starts left nothing */
+    loop = new_loop();
+    CHECK_EQ(lull_fsevent_init(loop, &w), 0);
+    CHECK_EQ(lull_fsevent_start(&w, root, on_event), 0);
+    CHECK_EQ(lull_fsevent_start(&w, root, on_event), -EBUSY);
+    CHECK_EQ(lull_fsevent_init(loop, &w2), 0);
+    CHECK_EQ(lull_fsevent_start(&w2, root, on_event), -EEXIST);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_fsevent_stop(&w), 0);
+    CHECK_EQ(lull_fsevent_stop(&w), 0); /* idempotent */
+    CHECK_EQ(lull_fsevent_stop(&w2), 0);
+    CHECK_EQ(lull_fsevent_stop(NULL), -EINVAL);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+TEST(burst_of_writes_is_one_modified) {
+    make_root();
+    touch(at("f"));
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    seen s;
+    watch(loop, &w, &s, root);
+    int fd = open(at("f"), O_WRONLY);
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ(write(fd, "x", 1), 1);
+    close(fd);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.calls, 1);
+    CHECK_EQ(strcmp(s.names[0], "f"), 0);
+    CHECK_EQ(s.events[0], LULL_FSEVENT_MODIFIED);
+    lull_fsevent_stop(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+/* Counts distinct names. */
+static int burst_seen;
+static unsigned char burst_names[10000];
+static void on_burst(lull_fsevent *w, unsigned events, const char *name,
+                     const char *other) {
+    (void)w, (void)other;
+    CHECK_EQ(events, LULL_FSEVENT_CREATED);
+    int i = atoi(name);
+    CHECK(i >= 0 && i < 10000);
+    CHECK_EQ(burst_names[i], 0);
+    burst_names[i] = 1;
+    burst_seen++;
+}
+
+TEST(ten_thousand_files_created_in_a_burst) {
+    make_root();
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    CHECK_EQ(lull_fsevent_init(loop, &w), 0);
+    CHECK_EQ(lull_fsevent_start(&w, root, on_burst), 0);
+    /* mknod: one event a file (open + close would add a second). */
+    for (int i = 0; i < 10000; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", i);
+        CHECK_EQ(mknod(at(name), S_IFREG | 0644, 0), 0);
+    }
+    int runs = 0;
+    while (burst_seen < 10000 && runs++ < 1000)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(burst_seen, 10000);
+    CHECK(runs > 1); /* read in bounded batches, not in one */
+    lull_fsevent_stop(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+TEST(rename_between_two_watched_directories) {
+    make_root();
+    CHECK_EQ(mkdir(at("a"), 0755), 0);
+    CHECK_EQ(mkdir(at("b"), 0755), 0);
+    touch(at("a/x"));
+    lull_loop *loop = new_loop();
+    lull_fsevent wa, wb;
+    seen sa, sb;
+    watch(loop, &wa, &sa, at("a"));
+    watch(loop, &wb, &sb, at("b"));
+    CHECK_EQ(rename(at("a/x"), at("b/y")), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(sa.calls, 1);
+    CHECK_EQ(sa.events[0], LULL_FSEVENT_MOVED_FROM);
+    CHECK_EQ(strcmp(sa.names[0], "x"), 0);
+    CHECK_EQ(strcmp(sa.others[0], "y"), 0);
+    CHECK_EQ(sb.calls, 1);
+    CHECK_EQ(sb.events[0], LULL_FSEVENT_MOVED_TO);
+    CHECK_EQ(strcmp(sb.names[0], "y"), 0);
+    CHECK_EQ(strcmp(sb.others[0], "x"), 0);
+    /* Inside one directory: one callback, on the new name. */
+    CHECK_EQ(rename(at("b/y"), at("b/z")), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(sb.calls, 2);
+    CHECK_EQ(sb.events[1], LULL_FSEVENT_MOVED_FROM | LULL_FSEVENT_MOVED_TO);
+    CHECK_EQ(strcmp(sb.names[1], "z"), 0);
+    CHECK_EQ(strcmp(sb.others[1], "y"), 0);
+    /* Out of every watched directory: a MOVED_FROM with no other name. */
+    CHECK_EQ(rename(at("b/z"), at("away")), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(sb.calls, 3);
+    CHECK_EQ(sb.events[2], LULL_FSEVENT_MOVED_FROM);
+    CHECK_EQ(strcmp(sb.others[2], ""), 0);
+    lull_fsevent_stop(&wa);
+    lull_fsevent_stop(&wb);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+TEST(file_removed_under_an_open_watch) {
+    make_root();
+    touch(at("f"));
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    seen s;
+    watch(loop, &w, &s, at("f"));
+    CHECK_EQ(unlink(at("f")), 0);
+    for (int i = 0; i < 10 && !(s.all & LULL_FSEVENT_GONE); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(s.all & LULL_FSEVENT_GONE);
+    CHECK_EQ(strcmp(s.names[s.calls - 1], "(self)"), 0);
+    /* The watch ended with it: the loop is free to go. */
+    CHECK_EQ(lull_fsevent_stop(&w), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+TEST(watched_directory_moved_then_removed) {
+    make_root();
+    CHECK_EQ(mkdir(at("d"), 0755), 0);
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    seen s;
+    watch(loop, &w, &s, at("d"));
+    CHECK_EQ(rename(at("d"), at("e")), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.events[0], LULL_FSEVENT_MOVED_SELF);
+    touch(at("e/inside")); /* the watch follows the directory */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(strcmp(s.names[1], "inside"), 0);
+    CHECK(s.events[1] & LULL_FSEVENT_CREATED);
+    CHECK_EQ(unlink(at("e/inside")), 0);
+    CHECK_EQ(rmdir(at("e")), 0);
+    for (int i = 0; i < 10 && !(s.all & LULL_FSEVENT_GONE); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(s.all & LULL_FSEVENT_GONE);
+    int calls = s.calls;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* nothing left */
+    CHECK_EQ(s.calls, calls);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+static void end_idle(lull_timer *t) {
+    (void)t;
+}
+
+TEST(idle_watch_makes_no_wakeup) {
+    make_root();
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    seen s;
+    watch(loop, &w, &s, root);
+    lull_fsevent_unref(&w); /* the run ends with the timer */
+    lull_timer t;
+    lull_timer_init(loop, &t, end_idle);
+    lull_timer_start(&t, LULL_MS(20), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.wakeups, 1); /* the timer's */
+    CHECK_U64_EQ(m.wakeups_io, 0);
+    CHECK_EQ(s.calls, 0);
+    lull_fsevent_ref(&w);
+    lull_fsevent_stop(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+TEST(watch_limit_is_reported) {
+    make_root();
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    CHECK_EQ(lull_fsevent_init(loop, &w), 0);
+    fail_add_watch = ENOSPC;
+    CHECK_EQ(lull_fsevent_start(&w, root, on_event), -ENOSPC);
+    fail_add_watch = 0;
+    CHECK(loop->fsevents == NULL); /* its inotify fd closed again */
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+TEST(overflow_reaches_every_watch) {
+    make_root();
+    CHECK_EQ(mkdir(at("a"), 0755), 0);
+    lull_loop *loop = new_loop();
+    lull_fsevent w1, w2;
+    seen s1, s2;
+    watch(loop, &w1, &s1, root);
+    watch(loop, &w2, &s2, at("a"));
+    overflow_fd = ((lull_io *)loop->fsevents)->fd;
+    touch(at("poke")); /* makes the fd readable; the read says overflow */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s1.all, LULL_FSEVENT_OVERFLOW);
+    CHECK_EQ(s2.all, LULL_FSEVENT_OVERFLOW);
+    CHECK_EQ(strcmp(s1.names[0], "(self)"), 0);
+    lull_fsevent_stop(&w1);
+    lull_fsevent_stop(&w2);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+/* One batch with events for two watches: the first callback stops the
+ * second watch, and then itself (the loop's last): nothing more is
+ * called, nothing is touched after (ASan). */
+TEST(stops_inside_callbacks) {
+    make_root();
+    CHECK_EQ(mkdir(at("a"), 0755), 0);
+    CHECK_EQ(mkdir(at("b"), 0755), 0);
+    lull_loop *loop = new_loop();
+    lull_fsevent wa, wb;
+    seen sa, sb;
+    watch(loop, &wa, &sa, at("a"));
+    watch(loop, &wb, &sb, at("b"));
+    sa.stop_other = &wb;
+    sb.stop_other = &wa;
+    sa.stop_self = sb.stop_self = true;
+    touch(at("a/1"));
+    touch(at("b/1"));
+    touch(at("a/2"));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(sa.calls + sb.calls, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}

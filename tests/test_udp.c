@@ -1,0 +1,726 @@
+/* UDP handles (src/udp.c), on 127.0.0.1 and ::1 and on Unix datagram
+ * socketpairs (lull_udp_open), where a full receiver makes the sender
+ * wait: echo, every datagram checked, in order; the sends of one slice in
+ * one sendmmsg (counted by the handle, not timed); a flood read a bounded
+ * number of batches per iteration (a task posted by the first datagram runs
+ * before the rest); truncation reported; ICMP's refusal on a connected
+ * socket reported; GSO and GRO giving the same datagrams as plain sends;
+ * the send bound; close and recv_stop inside every callback; hostile
+ * arguments. */
+#include "check.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <lull.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static lull_loop *new_loop(void) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    check_trace_reset();
+    return loop;
+}
+
+static struct sockaddr_in v4(int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+}
+
+/* A receiver that records what it got. */
+typedef struct rx {
+    lull_udp udp;
+    int count;
+    int errors;
+    int last_error;
+    unsigned char seen[256]; /* first byte of each datagram, in order */
+    size_t lens[256];
+    unsigned flags[256];
+    int close_at; /* close the handle at this datagram (1-based), or 0 */
+    int stop_at;  /* recv_stop at this datagram, or 0 */
+    int closes;   /* close callbacks */
+    lull_task *post_at_first; /* posted at the first datagram */
+    int family[256];
+} rx;
+
+static void rx_recv(lull_udp *udp, int status, const void *bytes, size_t len,
+                    const struct sockaddr *from, unsigned flags) {
+    rx *r = udp->data;
+    if (status < 0) {
+        r->errors++;
+        r->last_error = status;
+        CHECK(bytes == NULL);
+        return;
+    }
+    CHECK(from != NULL);
+    if (r->count < 256) {
+        r->seen[r->count] = len ? ((const unsigned char *)bytes)[0] : 0;
+        r->lens[r->count] = len;
+        r->flags[r->count] = flags;
+        r->family[r->count] = from->sa_family;
+    }
+    r->count++;
+    if (r->count == 1 && r->post_at_first)
+        lull_task_post(udp->loop, r->post_at_first);
+    if (r->count == r->close_at) lull_udp_close(udp, NULL);
+    if (r->count == r->stop_at) lull_udp_recv_stop(udp);
+}
+
+static void rx_closed(lull_udp *udp) {
+    rx *r = udp->data;
+    r->closes++;
+}
+
+static void rx_bind(lull_loop *loop, rx *r, const lull_udp_options *o) {
+    memset(r, 0, sizeof *r);
+    r->udp.data = r;
+    CHECK_EQ(lull_udp_init(loop, &r->udp, o), 0);
+    CHECK_EQ(r->udp.data, r); /* init keeps the owner's pointer */
+    CHECK_EQ(lull_udp_bind(&r->udp, "127.0.0.1", 0, 0), 0);
+    CHECK(lull_udp_local_port(&r->udp) > 0);
+    CHECK_EQ(lull_udp_recv_start(&r->udp, rx_recv), 0);
+}
+
+static void rx_close(rx *r) {
+    CHECK_EQ(lull_udp_close(&r->udp, rx_closed), 0);
+}
+
+/* Sends, results recorded. */
+static int send_status[512];
+static int sends_done;
+
+static void on_sent(lull_datagram *d, int status) {
+    int i = (int)(intptr_t)d->data;
+    send_status[i] = status;
+    sends_done++;
+    check_trace(i);
+}
+
+static unsigned char payload[512][8];
+static lull_datagram dgrams[512];
+
+static int send_n(lull_udp *u, int n, const struct sockaddr *to) {
+    sends_done = 0;
+    for (int i = 0; i < n; i++) {
+        memset(payload[i], i & 0xff, sizeof payload[i]);
+        dgrams[i].data = (void *)(intptr_t)i;
+        send_status[i] = 1;
+        int rc = lull_udp_send(u, &dgrams[i], payload[i], sizeof payload[i], to,
+                               on_sent);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+static void run_until(lull_loop *loop, const int *counter, int want) {
+    for (int i = 0; i < 10000 && *counter < want; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(*counter, want);
+}
+
+TEST(sends_of_one_slice_leave_in_one_sendmmsg) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    CHECK_EQ(send_n(&tx, 50, (struct sockaddr *)&to), 0);
+    CHECK_EQ(sends_done, 0); /* no callback inside the sends */
+    CHECK_U64_EQ(tx.send_calls, 0);
+    CHECK_EQ(tx.queued, 50 * 8);
+    run_until(loop, &r.count, 50);
+    CHECK_U64_EQ(tx.send_calls, 1);
+    CHECK_U64_EQ(tx.sent, 50);
+    CHECK_EQ(tx.queued, 0);
+    CHECK_EQ(sends_done, 50);
+    for (int i = 0; i < 50; i++) {
+        CHECK_EQ(send_status[i], 0);
+        CHECK_EQ(r.seen[i], i);
+        CHECK_EQ(r.lens[i], 8);
+        CHECK_EQ(r.flags[i], 0);
+        CHECK_EQ(r.family[i], AF_INET);
+    }
+    CHECK_U64_EQ(r.udp.received, 50);
+    CHECK(r.udp.recv_calls <= 4); /* batches of 16 */
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.closes, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A server that echoes, and a client: the classic round trip. */
+static lull_datagram echo_reply;
+static unsigned char echo_buf[64];
+
+static void echo_recv(lull_udp *udp, int status, const void *bytes, size_t len,
+                      const struct sockaddr *from, unsigned flags) {
+    CHECK_EQ(status, 0);
+    CHECK_EQ(flags, 0);
+    CHECK(len <= sizeof echo_buf);
+    memcpy(echo_buf, bytes, len);
+    CHECK_EQ(lull_udp_send(udp, &echo_reply, echo_buf, len, from, NULL), 0);
+}
+
+TEST(echo_round_trips_ipv4) {
+    lull_loop *loop = new_loop();
+    lull_udp srv;
+    CHECK_EQ(lull_udp_init(loop, &srv, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&srv, NULL, 0, LULL_UDP_REUSEADDR), 0);
+    CHECK_EQ(lull_udp_recv_start(&srv, echo_recv), 0);
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_connect(&r.udp, "127.0.0.1", lull_udp_local_port(&srv)),
+             0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    for (int i = 0; i < 20; i++) {
+        static unsigned char b[5];
+        static lull_datagram d;
+        memset(b, 'a' + i, sizeof b);
+        CHECK_EQ(lull_udp_send(&r.udp, &d, b, sizeof b, NULL, NULL), 0);
+        run_until(loop, &r.count, i + 1);
+        CHECK_EQ(r.seen[i], 'a' + i);
+        CHECK_EQ(r.lens[i], 5);
+    }
+    lull_udp_close(&srv, NULL);
+    lull_udp_close(&r.udp, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(dual_stack_socket_takes_ipv4) {
+    int probe = socket(AF_INET6, SOCK_DGRAM, 0);
+    if (probe < 0) {
+        printf("skipped: no IPv6 here (%s)\n", strerror(errno));
+        return;
+    }
+    close(probe);
+    lull_loop *loop = new_loop();
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    int rc = lull_udp_bind(&r.udp, "::", 0, 0);
+    if (rc == -EADDRNOTAVAIL) {
+        printf("skipped: no IPv6 address to bind here\n");
+        lull_udp_close(&r.udp, NULL);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+        return;
+    }
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    int port = lull_udp_local_port(&r.udp);
+    lull_udp tx4, tx6;
+    CHECK_EQ(lull_udp_init(loop, &tx4, NULL), 0);
+    CHECK_EQ(lull_udp_init(loop, &tx6, NULL), 0);
+    struct sockaddr_in to4 = v4(port);
+    struct sockaddr_in6 to6 = {.sin6_family = AF_INET6,
+                               .sin6_port = htons((uint16_t)port)};
+    to6.sin6_addr = in6addr_loopback;
+    static lull_datagram d4, d6, d_mapped;
+    CHECK_EQ(lull_udp_send(&tx4, &d4, "4", 1, (struct sockaddr *)&to4, NULL),
+             0);
+    CHECK_EQ(lull_udp_send(&tx6, &d6, "6", 1, (struct sockaddr *)&to6, NULL),
+             0);
+    run_until(loop, &r.count, 2);
+    CHECK_EQ(r.family[0], AF_INET6); /* v4-mapped on a dual-stack socket */
+    CHECK_EQ(r.family[1], AF_INET6);
+    /* An IPv4 destination from an IPv6 socket goes as a mapped address;
+     * an IPv6 one cannot leave an IPv4 socket. */
+    CHECK_EQ(
+        lull_udp_send(&tx6, &d_mapped, "m", 1, (struct sockaddr *)&to4, NULL),
+        0);
+    CHECK_EQ(lull_udp_send(&tx4, &d4, "x", 1, (struct sockaddr *)&to6, NULL),
+             -EINVAL);
+    run_until(loop, &r.count, 3);
+    CHECK_EQ(r.seen[2], 'm');
+    lull_udp_close(&tx4, NULL);
+    lull_udp_close(&tx6, NULL);
+    lull_udp_close(&r.udp, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Posted by the first datagram of a flood: runs after at most four
+ * batches, not after the whole flood. */
+static rx *flood_rx;
+static int flood_seen_at_task;
+
+static void flood_task(lull_task *t) {
+    (void)t;
+    flood_seen_at_task = flood_rx->count;
+}
+
+TEST(flood_is_read_a_bounded_number_of_batches_per_iteration) {
+    lull_loop *loop = new_loop();
+    lull_udp_options o = {.recv_batch = 8};
+    rx r;
+    rx_bind(loop, &r, &o);
+    lull_task task;
+    lull_task_init(&task, flood_task);
+    r.post_at_first = &task;
+    flood_rx = &r;
+    flood_seen_at_task = -1;
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    CHECK_EQ(send_n(&tx, 100, (struct sockaddr *)&to), 0);
+    run_until(loop, &r.count, 100);
+    /* 4 rounds of 8 datagrams, then the task; the rest later. */
+    CHECK_EQ(flood_seen_at_task, 32);
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(truncated_datagram_is_reported) {
+    lull_loop *loop = new_loop();
+    lull_udp_options o = {.max_datagram = 16};
+    rx r;
+    rx_bind(loop, &r, &o);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    static unsigned char big[100];
+    memset(big, 'B', sizeof big);
+    static lull_datagram d, d2;
+    CHECK_EQ(
+        lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to, NULL),
+        0);
+    CHECK_EQ(lull_udp_send(&tx, &d2, big, 16, (struct sockaddr *)&to, NULL), 0);
+    run_until(loop, &r.count, 2);
+    CHECK_EQ(r.lens[0], 16);
+    CHECK_EQ(r.flags[0], LULL_UDP_TRUNCATED);
+    CHECK_EQ(r.lens[1], 16);
+    CHECK_EQ(r.flags[1], 0); /* exactly the slot's size fits */
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A port nobody listens on: the kernel answers with ICMP port unreachable,
+ * and a connected socket reports it, to the reader and to the next send. */
+static int free_udp_port(void) {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in a = v4(0);
+    CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+TEST(connected_socket_reports_icmp_refusal) {
+    lull_loop *loop = new_loop();
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_connect(&r.udp, "127.0.0.1", free_udp_port()), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    CHECK_EQ(send_n(&r.udp, 1, NULL), 0);
+    run_until(loop, &r.errors, 1);
+    CHECK_EQ(r.last_error, -ECONNREFUSED);
+    CHECK_EQ(send_status[0], 0); /* the datagram itself left */
+    CHECK_EQ(r.count, 0);
+    /* Not reading: the next send that meets the error fails with it. */
+    CHECK_EQ(lull_udp_recv_stop(&r.udp), 0);
+    CHECK_EQ(send_n(&r.udp, 1, NULL), 0);
+    run_until(loop, &sends_done, 1);
+    CHECK_EQ(send_status[0], 0);
+    CHECK_EQ(send_n(&r.udp, 1, NULL), 0);
+    run_until(loop, &sends_done, 1);
+    CHECK_EQ(send_status[0], -ECONNREFUSED);
+    lull_udp_close(&r.udp, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(send_bound_refuses_and_keeps_the_handle) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    lull_udp_options o = {.max_queued = 20};
+    CHECK_EQ(lull_udp_init(loop, &tx, &o), 0);
+    CHECK_EQ(send_n(&tx, 2, (struct sockaddr *)&to), 0); /* 16 bytes */
+    CHECK_EQ(lull_udp_send(&tx, &dgrams[2], payload[0], 8,
+                           (struct sockaddr *)&to, NULL),
+             -ENOBUFS);
+    CHECK_EQ(lull_udp_send(&tx, &dgrams[2], payload[0], 4,
+                           (struct sockaddr *)&to, NULL),
+             0); /* up to the bound exactly */
+    run_until(loop, &r.count, 3);
+    CHECK_EQ(tx.queued, 0);
+    CHECK_EQ(send_n(&tx, 2, (struct sockaddr *)&to), 0); /* room again */
+    run_until(loop, &r.count, 5);
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Close right after sending: every queued send's callback gets
+ * -ECANCELED, in send order, then the close callback, all later. */
+static int close_cb_calls;
+static void count_close(lull_udp *u) {
+    (void)u;
+    close_cb_calls++;
+    check_trace(100);
+}
+
+TEST(close_cancels_queued_sends_then_calls_back_once) {
+    lull_loop *loop = new_loop();
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    struct sockaddr_in to = v4(9); /* never reached */
+    CHECK_EQ(send_n(&tx, 3, (struct sockaddr *)&to), 0);
+    close_cb_calls = 0;
+    CHECK_EQ(lull_udp_close(&tx, count_close), 0);
+    CHECK_EQ(lull_udp_close(&tx, count_close), 0); /* idempotent */
+    CHECK_EQ(sends_done, 0);
+    CHECK_EQ(close_cb_calls, 0); /* never inside the call */
+    CHECK_EQ(
+        lull_udp_send(&tx, &dgrams[5], "x", 1, (struct sockaddr *)&to, NULL),
+        -EPIPE);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_TRACE(0, 1, 2, 100);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(send_status[i], -ECANCELED);
+    CHECK_EQ(close_cb_calls, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A close inside a send callback: the rest are cancelled, and the close
+ * callback still comes in a turn of its own. */
+static lull_udp *close_in_cb_udp;
+static void close_in_send_cb(lull_datagram *d, int status) {
+    on_sent(d, status);
+    if ((intptr_t)d->data == 0) lull_udp_close(close_in_cb_udp, count_close);
+}
+
+TEST(close_inside_a_send_callback) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    close_in_cb_udp = &tx;
+    close_cb_calls = 0;
+    sends_done = 0;
+    static unsigned char b[3];
+    for (int i = 0; i < 3; i++) {
+        dgrams[i].data = (void *)(intptr_t)i;
+        CHECK_EQ(lull_udp_send(&tx, &dgrams[i], b, 1, (struct sockaddr *)&to,
+                               close_in_send_cb),
+                 0);
+    }
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    run_until(loop, &close_cb_calls, 1);
+    CHECK_EQ(sends_done, 3); /* all three had left already */
+    CHECK_TRACE(0, 1, 2, 100);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(close_inside_the_recv_callback_delivers_nothing_more) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    r.close_at = 1;
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    CHECK_EQ(send_n(&tx, 10, (struct sockaddr *)&to), 0);
+    /* Nothing but the sends keeps the loop alive once r closed. */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.count, 1);
+    CHECK_EQ(sends_done, 10);
+    CHECK_EQ(r.closes, 0); /* closed with no callback */
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), -EINVAL);
+    lull_udp_close(&tx, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(recv_stop_inside_the_callback_holds_the_rest) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    r.stop_at = 3;
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    CHECK_EQ(send_n(&tx, 10, (struct sockaddr *)&to), 0);
+    /* Returns: once r stopped, nothing is watched. */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.count, 3);
+    r.stop_at = 0;
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    CHECK_EQ(r.count, 3); /* the kept rest comes in a later turn */
+    run_until(loop, &r.count, 10);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(r.seen[i], i); /* none lost, none twice */
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A full receiver: Unix datagram sockets make the sender wait (UDP on
+ * loopback would drop instead). Every datagram arrives, in order, once
+ * the receiver reads; the sender waited in epoll, not in a spin. */
+TEST(full_socket_waits_for_writability) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);
+    lull_udp tx;
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    CHECK_EQ(lull_udp_open(&tx, sv[0]), 0);
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_open(&r.udp, sv[1]), 0);
+    enum { N = 500 };
+    CHECK_EQ(send_n(&tx, N, NULL), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(sends_done < N); /* the receiver's queue filled */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    uint64_t before = m.iterations;
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    run_until(loop, &r.count, N);
+    run_until(loop, &sends_done, N);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(send_status[i], 0);
+        if (i < 256) CHECK_EQ(r.seen[i], i & 0xff);
+    }
+    lull_loop_metrics(loop, &m);
+    CHECK(m.iterations - before < 200); /* no spin while waiting */
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* One long send cut into datagrams of gso_segment bytes, by the kernel
+ * (UDP_SEGMENT) or by lull where the kernel refuses; received plain and
+ * with GRO: the receiver sees the same ten datagrams either way. */
+static void segmented(bool gro) {
+    lull_loop *loop = new_loop();
+    lull_udp_options ro = {.gro = gro};
+    rx r;
+    rx_bind(loop, &r, &ro);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[1000];
+    for (int i = 0; i < 1000; i++)
+        big[i] = (unsigned char)(i / 100);
+    static lull_datagram d;
+    CHECK_EQ(lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to,
+                           on_sent),
+             0);
+    sends_done = 0;
+    run_until(loop, &r.count, 10);
+    run_until(loop, &sends_done, 1);
+    CHECK_U64_EQ(tx.sent, 10);
+    for (int i = 0; i < 10; i++) {
+        CHECK_EQ(r.lens[i], 100);
+        CHECK_EQ(r.seen[i], i);
+    }
+    CHECK_EQ(
+        lull_udp_send(&tx, &d, big, 100 * 65, (struct sockaddr *)&to, NULL),
+        -EMSGSIZE); /* past the kernel's 64 segments */
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(gso_send_arrives_as_datagrams) {
+    segmented(false);
+}
+
+/* Where UDP_SEGMENT cannot be used (a Unix datagram socket here), lull
+ * cuts the send itself: the same datagrams. */
+TEST(gso_without_the_kernel_splits_by_hand) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    CHECK_EQ(lull_udp_open(&tx, sv[0]), 0);
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_open(&r.udp, sv[1]), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    static unsigned char big[950];
+    for (int i = 0; i < 950; i++)
+        big[i] = (unsigned char)(i / 100);
+    static lull_datagram d;
+    sends_done = 0;
+    CHECK_EQ(lull_udp_send(&tx, &d, big, sizeof big, NULL, on_sent), 0);
+    run_until(loop, &r.count, 10);
+    run_until(loop, &sends_done, 1);
+    for (int i = 0; i < 10; i++) {
+        CHECK_EQ(r.lens[i], i < 9 ? 100 : 50);
+        CHECK_EQ(r.seen[i], i);
+    }
+    CHECK_U64_EQ(tx.sent, 10);
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+TEST(gro_receive_splits_coalesced_datagrams) {
+    segmented(true);
+}
+
+TEST(multicast_on_the_loopback_interface) {
+    lull_loop *loop = new_loop();
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&r.udp, "0.0.0.0", 0, LULL_UDP_REUSEADDR), 0);
+    int rc = lull_udp_set_membership(&r.udp, "239.255.77.1", "127.0.0.1", true);
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&tx, "127.0.0.1", 0, 0), 0);
+    if (rc == 0) rc = lull_udp_set_multicast_interface(&tx, "127.0.0.1");
+    if (rc == 0) rc = lull_udp_set_multicast_loop(&tx, true);
+    CHECK_EQ(lull_udp_set_multicast_ttl(&tx, 1), 0);
+    if (rc != 0) {
+        printf("skipped: no multicast on the loopback interface here (%s)\n",
+               strerror(-rc));
+    } else {
+        CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+        struct sockaddr_in group = v4(lull_udp_local_port(&r.udp));
+        inet_pton(AF_INET, "239.255.77.1", &group.sin_addr);
+        CHECK_EQ(send_n(&tx, 3, (struct sockaddr *)&group), 0);
+        run_until(loop, &sends_done, 3);
+        if (send_status[0] != 0) {
+            printf("skipped: multicast send refused here (%s)\n",
+                   strerror(-send_status[0]));
+        } else {
+            run_until(loop, &r.count, 3);
+            CHECK_EQ(lull_udp_set_membership(&r.udp, "239.255.77.1",
+                                             "127.0.0.1", false),
+                     0);
+        }
+    }
+    CHECK_EQ(lull_udp_set_membership(&r.udp, "not-a-group", NULL, true),
+             -EINVAL);
+    CHECK_EQ(lull_udp_set_membership(&r.udp, "239.255.77.1", "nope", true),
+             -EINVAL);
+    lull_udp_close(&tx, NULL);
+    lull_udp_close(&r.udp, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(hostile_arguments) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    lull_udp_options bad = {.recv_batch = 1025};
+    CHECK_EQ(lull_udp_init(NULL, &u, NULL), -EINVAL);
+    CHECK_EQ(lull_udp_init(loop, NULL, NULL), -EINVAL);
+    CHECK_EQ(lull_udp_init(loop, &u, &bad), -EINVAL);
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    static lull_datagram d;
+    struct sockaddr_in to = v4(9);
+    struct sockaddr un = {.sa_family = AF_UNIX};
+    /* Options need a socket; nothing is made for them. */
+    CHECK_EQ(lull_udp_set_ttl(&u, 5), -EBADF);
+    CHECK_EQ(lull_udp_set_broadcast(&u, true), -EBADF);
+    CHECK_EQ(lull_udp_local_port(&u), -EBADF);
+    CHECK_EQ(lull_udp_recv_start(&u, rx_recv), -EBADF);
+    CHECK_EQ(lull_udp_connect(&u, NULL, 0), -EBADF);
+    CHECK_EQ(lull_udp_send(NULL, &d, "x", 1, NULL, NULL), -EINVAL);
+    CHECK_EQ(lull_udp_send(&u, NULL, "x", 1, NULL, NULL), -EINVAL);
+    CHECK_EQ(lull_udp_send(&u, &d, NULL, 1, (struct sockaddr *)&to, NULL),
+             -EINVAL);
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, NULL, NULL), -EINVAL); /* no peer */
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, &un, NULL), -EINVAL);
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 65508, (struct sockaddr *)&to, NULL),
+             -EMSGSIZE);
+    CHECK_EQ(lull_udp_bind(&u, "nonsense", 0, 0), -EINVAL);
+    CHECK_EQ(lull_udp_bind(&u, NULL, 70000, 0), -EINVAL);
+    CHECK_EQ(lull_udp_bind(&u, NULL, -1, 0), -EINVAL);
+    CHECK_EQ(lull_udp_bind(&u, NULL, 0, 0x80), -EINVAL);
+    CHECK_EQ(lull_udp_bind(&u, NULL, 0, 0), 0);
+    CHECK_EQ(lull_udp_bind(&u, NULL, 0, 0), -EBUSY);
+    CHECK_EQ(lull_udp_recv_start(&u, NULL), -EINVAL);
+    CHECK_EQ(lull_udp_set_ttl(&u, 0), -EINVAL);
+    CHECK_EQ(lull_udp_set_ttl(&u, 256), -EINVAL);
+    CHECK_EQ(lull_udp_set_ttl(&u, 64), 0);
+    CHECK_EQ(lull_udp_set_broadcast(&u, true), 0);
+    CHECK_EQ(lull_udp_set_multicast_interface(&u, "x.y"), -EINVAL);
+    /* A zero-length datagram is a datagram. */
+    CHECK_EQ(lull_udp_send(&u, &d, NULL, 0, (struct sockaddr *)&to, NULL), 0);
+    CHECK_EQ(lull_udp_send(&u, &d, NULL, 0, (struct sockaddr *)&to, NULL),
+             -EBUSY); /* in flight */
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", 0), -EINVAL);
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", 9), 0);
+    static lull_datagram d2;
+    CHECK_EQ(lull_udp_send(&u, &d2, "x", 1, (struct sockaddr *)&to, NULL),
+             -EISCONN);
+    CHECK_EQ(lull_udp_connect(&u, NULL, 0), 0); /* disconnect */
+    CHECK_EQ(lull_udp_send(&u, &d2, "x", 1, NULL, NULL), -EINVAL);
+    /* lull_udp_open takes datagram sockets only, and only one. */
+    lull_udp o;
+    CHECK_EQ(lull_udp_init(loop, &o, NULL), 0);
+    int tcp = socket(AF_INET, SOCK_STREAM, 0);
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0);
+    CHECK_EQ(lull_udp_open(&o, tcp), -EINVAL);
+    CHECK_EQ(lull_udp_open(&o, fds[0]), -EINVAL);
+    CHECK_EQ(lull_udp_open(&o, -1), -EINVAL);
+    close(tcp);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK_EQ(lull_udp_close(&o, NULL), 0);
+    CHECK_EQ(lull_udp_close(NULL, NULL), -EINVAL);
+    CHECK_EQ(lull_udp_close(&u, NULL), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_udp_recv_stop(&u), -EINVAL); /* the caller's again */
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* lull_loop_free refuses while a handle reads, and a closed handle's
+ * socket is gone. */
+TEST(loop_free_waits_for_the_close) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    int fd = r.udp.io.fd;
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY); /* its close callback is owed */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.closes, 1);
+    CHECK_EQ(fcntl(fd, F_GETFD), -1); /* closed (nothing here reopened it) */
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
