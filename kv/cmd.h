@@ -35,10 +35,13 @@ typedef struct kv_client {
     kv_queued *queue; /* the commands queued, in order */
     kv_queued **queue_tail;
     size_t queued; /* how many */
-    /* Pub/sub */
-    kv_sub *subs;     /* its subscriptions, channels and patterns */
-    size_t nchannels; /* channels subscribed */
-    size_t npatterns; /* patterns subscribed */
+    /* Pub/sub, [0] channels and [1] patterns. A set of names (each entry's
+     * data is its kv_sub), so SUBSCRIBE and UNSUBSCRIBE cost the same per
+     * name however many the client holds; and the same subscriptions in
+     * the order they were made, which UNSUBSCRIBE with no name answers
+     * in. */
+    dict subs[2];
+    kv_sub *first[2], *last[2];
 } kv_client;
 
 void kv_client_init(kv_client *cl, void *owner, buf *out);
@@ -46,7 +49,7 @@ void kv_client_init(kv_client *cl, void *owner, buf *out);
  * commands are dropped. */
 void kv_client_reset(kv *k, kv_client *cl);
 static inline bool kv_client_subscribed(const kv_client *cl) {
-    return cl->nchannels + cl->npatterns > 0;
+    return cl->subs[0].count + cl->subs[1].count > 0;
 }
 
 struct kv {
@@ -86,6 +89,9 @@ struct kv {
     /* Pub/sub: channel or pattern -> its subscribers (kv_chan). */
     dict channels;
     dict patterns;
+    /* Subscriptions looked at or looked up by (P)SUBSCRIBE and
+     * (P)UNSUBSCRIBE: what the tests measure their cost by. */
+    uint64_t pubsub_steps;
     /* A message was added to cl->out outside its own command: the owner
      * sends it (and holds the client to its output limit). */
     void (*wake)(kv_client *cl);

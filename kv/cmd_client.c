@@ -25,12 +25,14 @@ struct kv_queued {
     resp_arg argv[]; /* then the arguments' bytes */
 };
 
-/* A client's subscription to one channel or pattern. */
+/* A client's subscription to one channel or pattern: the data of its
+ * entry in the client's set (cl->subs[pattern]), whose key is the name. */
 struct kv_sub {
     kv_sub *cnext, *cprev; /* the channel's subscribers */
-    kv_sub *mine;          /* the client's next subscription */
+    kv_sub *mnext, *mprev; /* the client's of the same kind, oldest first */
     kv_client *cl;
     dict_entry *chan; /* in kv.channels or kv.patterns */
+    dict_entry *self; /* in cl->subs[pattern] */
     bool pattern;
 };
 
@@ -48,6 +50,8 @@ void kv_client_init(kv_client *cl, void *owner, buf *out) {
     cl->owner = owner;
     cl->out = out;
     cl->queue_tail = &cl->queue;
+    dict_init(&cl->subs[0], sizeof(kv_sub));
+    dict_init(&cl->subs[1], sizeof(kv_sub));
 }
 
 static void queue_free(kv_client *cl) {
@@ -64,29 +68,36 @@ static void queue_free(kv_client *cl) {
     cl->multi_error = false;
 }
 
+/* Ends one subscription: out of its channel's subscribers (the channel
+ * goes with its last one), the client's order and the client's set. */
 static void unsubscribe(kv *k, kv_client *cl, kv_sub *s) {
-    kv_sub **pp = &cl->subs;
-    while (*pp != s)
-        pp = &(*pp)->mine;
-    *pp = s->mine;
+    int kind = s->pattern;
+    k->pubsub_steps++;
     if (s->cprev)
         s->cprev->cnext = s->cnext;
     else
         chan_of(s->chan)->head = s->cnext;
     if (s->cnext) s->cnext->cprev = s->cprev;
     if (!chan_of(s->chan)->head)
-        dict_delete(s->pattern ? &k->patterns : &k->channels, s->chan);
-    if (s->pattern)
-        cl->npatterns--;
+        dict_delete(kind ? &k->patterns : &k->channels, s->chan);
+    if (s->mprev)
+        s->mprev->mnext = s->mnext;
     else
-        cl->nchannels--;
-    free(s);
+        cl->first[kind] = s->mnext;
+    if (s->mnext)
+        s->mnext->mprev = s->mprev;
+    else
+        cl->last[kind] = s->mprev;
+    dict_delete(&cl->subs[kind], s->self); /* frees s */
 }
 
 void kv_client_reset(kv *k, kv_client *cl) {
     queue_free(cl);
-    while (cl->subs)
-        unsubscribe(k, cl, cl->subs);
+    for (int kind = 0; kind < 2; kind++) {
+        while (cl->first[kind])
+            unsubscribe(k, cl, cl->first[kind]);
+        dict_free(&cl->subs[kind]); /* empty; its table goes too */
+    }
 }
 
 /* --------------------------------------------------------- transactions */
@@ -180,27 +191,55 @@ static void cmd_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 
 /* --------------------------------------------------------------- pub/sub */
 
-static kv_sub *find_sub(kv_client *cl, const resp_arg *name, bool pattern,
-                        const kv *k) {
-    for (kv_sub *s = cl->subs; s; s = s->mine) {
-        const dict *d = pattern ? &k->patterns : &k->channels;
-        if (s->pattern == pattern && s->chan->klen == name->len &&
-            memcmp(dict_key(d, s->chan), name->p, name->len) == 0)
-            return s;
-    }
-    return NULL;
+static kv_sub *find_sub(kv *k, kv_client *cl, const resp_arg *name,
+                        bool pattern) {
+    k->pubsub_steps++;
+    dict_entry *e = dict_find(&cl->subs[pattern], name->p, name->len);
+    return e ? (kv_sub *)dict_data(e) : NULL;
+}
+
+static size_t sub_count(const kv_client *cl) {
+    return cl->subs[0].count + cl->subs[1].count;
 }
 
 /* *3 (kind, name or nil, the client's count). */
-static void sub_reply(buf *out, const char *kind, const resp_arg *name,
-                      const kv_client *cl) {
+static void sub_reply(buf *out, const char *kind, const char *name, size_t len,
+                      size_t count) {
     buf_str(out, "*3\r\n");
     buf_bulk(out, kind, strlen(kind));
     if (name)
-        buf_bulk(out, name->p, name->len);
+        buf_bulk(out, name, len);
     else
         reply_nil(out);
-    buf_int(out, ':', (long long)(cl->nchannels + cl->npatterns));
+    buf_int(out, ':', (long long)count);
+}
+
+/* A new subscription of cl to a[i]'s channel or pattern. False when out
+ * of memory (nothing changed). */
+static bool add_sub(kv *k, kv_client *cl, const resp_arg *name, bool pattern) {
+    dict *d = pattern ? &k->patterns : &k->channels;
+    dict_entry *e = dict_find(d, name->p, name->len);
+    if (!e && !(e = dict_add(d, name->p, name->len))) return false;
+    dict_entry *self = dict_add(&cl->subs[pattern], name->p, name->len);
+    if (!self) {
+        if (!chan_of(e)->head) dict_delete(d, e);
+        return false;
+    }
+    kv_sub *s = dict_data(self);
+    s->cl = cl;
+    s->chan = e;
+    s->self = self;
+    s->pattern = pattern;
+    s->cnext = chan_of(e)->head;
+    if (s->cnext) s->cnext->cprev = s;
+    chan_of(e)->head = s;
+    s->mprev = cl->last[pattern];
+    if (s->mprev)
+        s->mprev->mnext = s;
+    else
+        cl->first[pattern] = s;
+    cl->last[pattern] = s;
+    return true;
 }
 
 static void subscribe(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -209,31 +248,14 @@ static void subscribe(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_str(out, "-ERR SUBSCRIBE needs a client\r\n");
         return;
     }
-    dict *d = pattern ? &k->patterns : &k->channels;
     for (size_t i = 1; i < argc; i++) {
-        if (!find_sub(cl, &a[i], pattern, k)) {
-            kv_sub *s = calloc(1, sizeof *s);
-            dict_entry *e = dict_find(d, a[i].p, a[i].len);
-            if (!e) e = dict_add(d, a[i].p, a[i].len);
-            if (!s || !e) {
-                free(s);
-                reply_oom(out);
-                return;
-            }
-            s->cl = cl;
-            s->chan = e;
-            s->pattern = pattern;
-            s->cnext = chan_of(e)->head;
-            if (s->cnext) s->cnext->cprev = s;
-            chan_of(e)->head = s;
-            s->mine = cl->subs;
-            cl->subs = s;
-            if (pattern)
-                cl->npatterns++;
-            else
-                cl->nchannels++;
+        if (!find_sub(k, cl, &a[i], pattern) &&
+            !add_sub(k, cl, &a[i], pattern)) {
+            reply_oom(out);
+            return;
         }
-        sub_reply(out, pattern ? "psubscribe" : "subscribe", &a[i], cl);
+        sub_reply(out, pattern ? "psubscribe" : "subscribe", a[i].p, a[i].len,
+                  sub_count(cl));
     }
 }
 
@@ -241,35 +263,32 @@ static void unsubscribe_cmd(kv *k, kv_client *cl, const resp_arg *a,
                             size_t argc, bool pattern, buf *out) {
     const char *kind = pattern ? "punsubscribe" : "unsubscribe";
     if (!cl) {
-        sub_reply(out, kind, NULL, &(kv_client){0});
+        sub_reply(out, kind, NULL, 0, 0);
         return;
     }
     if (argc > 1) {
         for (size_t i = 1; i < argc; i++) {
-            kv_sub *s = find_sub(cl, &a[i], pattern, k);
+            kv_sub *s = find_sub(k, cl, &a[i], pattern);
             if (s) unsubscribe(k, cl, s);
-            sub_reply(out, kind, &a[i], cl);
+            sub_reply(out, kind, a[i].p, a[i].len, sub_count(cl));
         }
         return;
     }
-    /* None named: every one, each answered with its name. */
-    bool any = false;
-    kv_sub *s = cl->subs;
-    while (s) {
-        kv_sub *next = s->mine;
-        if (s->pattern == pattern) {
-            const dict *d = pattern ? &k->patterns : &k->channels;
-            buf name = {0};
-            buf_put(&name, dict_key(d, s->chan), s->chan->klen);
-            unsubscribe(k, cl, s);
-            resp_arg n = {name.p ? name.p : "", name.len};
-            sub_reply(out, kind, &n, cl);
-            buf_free(&name);
-            any = true;
-        }
-        s = next;
+    /* None named: every one, each answered with its name and the count
+     * left, oldest first. (Redis 7.0 answers patterns in that order, and
+     * channels in the order of its hash table, which is seeded at random
+     * per process: any order is one it could give.) The reply is written
+     * before the subscription goes, while its name is still there. */
+    if (!cl->first[pattern]) {
+        sub_reply(out, kind, NULL, 0, sub_count(cl));
+        return;
     }
-    if (!any) sub_reply(out, kind, NULL, cl);
+    while (cl->first[pattern]) {
+        kv_sub *s = cl->first[pattern];
+        sub_reply(out, kind, dict_key(&cl->subs[pattern], s->self),
+                  s->self->klen, sub_count(cl) - 1);
+        unsubscribe(k, cl, s);
+    }
 }
 
 static void cmd_subscribe(kv *k, kv_client *cl, const resp_arg *a, size_t argc,

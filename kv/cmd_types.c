@@ -443,8 +443,11 @@ static void cmd_spop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     if (names.oom) kv_oom("SPOP's record");
     rec[0] = (resp_arg){"SREM", 4};
     rec[1] = a[1];
+    /* names.p is NULL when every member taken was "" (nothing was put):
+     * the record's arguments then point at a literal, never at NULL (the
+     * log copies them with memcpy, which must not be given NULL). */
     for (size_t i = 0; i < n; i++)
-        rec[i + 2].p = names.p + offs[i];
+        rec[i + 2].p = names.p ? names.p + offs[i] : "";
     if (n) kv_log(k, rec, n + 2);
     free(offs);
     free(rec);

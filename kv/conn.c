@@ -7,10 +7,11 @@
  * the next chunk (partial reads): a command that is not all there is kept
  * in a buffer the size the parser says it needs, and parsed again only
  * once that much is in, so a large argument costs the same per byte
- * however it is cut. The replies to one chunk go out as one send, so a
- * pipeline of N commands costs one write, not N; once they reach the
- * stream's high-water mark the connection stops running commands and
- * reading until they drain.
+ * however it is cut; and its parse goes on where the last read's stopped
+ * (c->ps), so a command of many arguments does too. The replies to one
+ * chunk go out as one send, so a pipeline of N commands costs one write,
+ * not N; once they reach the stream's high-water mark the connection stops
+ * running commands and reading until they drain.
  *
  * QUIT and a protocol error (`-ERR Protocol error: ...`) end a connection:
  * the last replies go out as one frame of our own, the write side is shut,
@@ -71,14 +72,13 @@ static void conn_free(conn *c) {
 void conn_drop(conn *c, const char *fmt, ...) {
     if (c->gone) return; /* closed already: on_close frees it */
     if (fmt) {
-        char name[64], why[160];
+        char why[160];
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(why, sizeof why, fmt, ap);
         va_end(ap);
-        c->srv->net->peer(c->ep, name, sizeof name, true);
         srv_log(c->srv, "%s %s: %s; connection closed",
-                c->link ? "replica" : "client", name, why);
+                c->link ? "replica" : "client", c->name, why);
     }
     c->gone = true;
     conn_quiet(c);
@@ -235,8 +235,8 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         }
         size_t argc;
         const char *err = NULL;
-        long n = resp_parse_need(&srv->lim, p + off, len - off, srv->argv,
-                                 &argc, &err, &c->need);
+        long n = resp_parse_resume(&srv->lim, &c->ps, p + off, len - off,
+                                   srv->argv, &argc, &err, &c->need);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) {
             buf_str(&c->out, "-ERR ");
@@ -302,12 +302,15 @@ static inline __attribute__((always_inline)) void conn_after(conn *c) {
 }
 
 /* Keeps the bytes of a command that is not all there. The buffer grows
- * to the size the command needs (c->need, from the parser) and no more,
- * and the parser runs again only once that many bytes are in: a large
- * argument is copied once, from the stream's buffer into this one, and
- * its read costs the same per byte however it is cut. A command that
- * needs more than client-query-buffer-limit closes the connection as soon
- * as its size is known (Redis closes it once that much has arrived).
+ * to the size the command needs (c->need, from the parser), or to twice
+ * its size (within the limit) when that is more, and the parser runs
+ * again only once that many bytes are in: a large argument is copied
+ * once, from the stream's buffer into this one, and its read costs the
+ * same per byte however it is cut. (The parser's need is only the end of
+ * the argument being received: grown to just that, a command of many
+ * small arguments would be moved by realloc at every read.) A command
+ * that needs more than client-query-buffer-limit closes the connection as
+ * soon as its size is known (Redis closes it once that much has arrived).
  * False when the connection was closed. */
 static bool keep_input(conn *c, const char *bytes, size_t len) {
     size_t limit = c->srv->qbuf_limit;
@@ -319,7 +322,9 @@ static bool keep_input(conn *c, const char *bytes, size_t len) {
                   n, limit);
         return false;
     }
-    if (!buf_reserve_upto(&c->in, len, c->need)) {
+    size_t want = 2 * c->in.cap < limit ? 2 * c->in.cap : limit;
+    if (want < c->need) want = c->need;
+    if (!buf_reserve_upto(&c->in, len, want)) {
         c->in.oom = true;
         return true;
     }
@@ -413,6 +418,7 @@ void conn_abort(conn *c) {
 void conn_start(conn *c, lull_endpoint *ep) {
     c->ep = ep;
     ep->data = c;
+    c->srv->net->peer(ep, c->name, sizeof c->name, true);
     c->srv->kv.clients++;
     c->next = c->srv->conns;
     if (c->next) c->next->prev = c;

@@ -264,6 +264,29 @@ redis-cli -p "$lport" -x SET q <"$dir/v2m" >/dev/null 2>&1
 eventually grep -q "over client-query-buffer-limit (1048576); connection closed" "$dir/limits.out" ||
     fail "query buffer limit: $(cat "$dir/limits.out")"
 [ "$(redis-cli -p "$lport" EXISTS q)" = 0 ] || fail "a SET over the query buffer limit ran"
+# The same, from a client that is gone (reset) before the server reads
+# its request: the line still names it by the address it had (the server
+# is stopped meanwhile, so the reset comes first).
+if [ -x "$py" ]; then
+    gone=$("$py" - "$lport" "$lpid" <<'PY'
+import os, signal, socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+pid = int(sys.argv[2])
+s.sendall(b"PING\r\n")
+assert s.recv(64) == b"+PONG\r\n"  # accepted
+os.kill(pid, signal.SIGSTOP)
+try:
+    s.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\ng\r\n$2000000\r\n")
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    print("%s:%d" % s.getsockname())
+    s.close()
+finally:
+    os.kill(pid, signal.SIGCONT)
+PY
+)
+    eventually grep -q "client $gone: query buffer of [0-9]* bytes over client-query-buffer-limit" "$dir/limits.out" ||
+        fail "a gone client's log line: $(cat "$dir/limits.out")"
+fi
 { kill "$lpid"; wait "$lpid"; } 2>/dev/null
 start limits2 --port 0 --client-output-buffer-limit normal 16mb 4mb 1
 lport=$started_port

@@ -1,5 +1,5 @@
-/* resp.c: the RESP2 request parser (see resp.h). Pure functions over the
- * caller's bytes: no allocation, no state, no lull. */
+/* resp.c: the RESP2 request parser (see resp.h). Functions over the
+ * caller's bytes and its resp_state: no allocation, no lull. */
 #include "resp.h"
 
 #include <stdint.h>
@@ -16,7 +16,9 @@ static long find_lf(const char *buf, size_t len, size_t pos) {
 }
 
 /* Parses the decimal in buf[from, to): digits only, with one leading '-'
- * when neg_ok. 0, or -1 for an empty, malformed or overflowing number. */
+ * when neg_ok. 0, or -1 for an empty, malformed or overflowing number.
+ * As Redis reads a length (string2ll): no leading zero ("04", "00"), no
+ * "-0", no '+'. */
 static int parse_num(const char *buf, size_t from, size_t to, int neg_ok,
                      long long *out) {
     int neg = 0;
@@ -25,6 +27,7 @@ static int parse_num(const char *buf, size_t from, size_t to, int neg_ok,
         from++;
     }
     if (from == to) return -1;
+    if (buf[from] == '0' && (neg || to - from > 1)) return -1;
     unsigned long long v = 0;
     for (size_t i = from; i < to; i++) {
         if (buf[i] < '0' || buf[i] > '9') return -1;
@@ -42,18 +45,22 @@ static int header(const char *buf, size_t len, size_t *pos, int neg_ok,
     /* The common header, a few digits and CRLF all in the buffer, without
      * the memchr and the checks below; anything else (a sign, a long or
      * malformed line, one cut short) takes the general path, which gives
-     * the same answer for what this one takes. 18 digits cannot overflow. */
+     * the same answer for what this one takes. 18 digits cannot overflow.
+     * A leading zero is left to the general path (which refuses it). */
     size_t i = *pos + 1;
     unsigned long long v = 0;
     while (i < len && i - *pos <= 18 && buf[i] >= '0' && buf[i] <= '9')
         v = v * 10 + (unsigned long long)(buf[i++] - '0');
     if (i > *pos + 1 && i - *pos <= 19 && len - i >= 2 && buf[i] == '\r' &&
-        buf[i + 1] == '\n') {
+        buf[i + 1] == '\n' && (buf[*pos + 1] != '0' || i == *pos + 2)) {
         *out = (long long)v;
         *pos = i + 2;
         return 1;
     }
-    long lf = find_lf(buf, len, *pos);
+    /* The LF is looked for only as far as a header may reach, so a line
+     * cut short costs at most that much per look however much follows. */
+    size_t window = len - *pos > HEADER_MAX + 1 ? HEADER_MAX + 1 : len - *pos;
+    long lf = find_lf(buf, *pos + window, *pos);
     if (lf < 0) {
         if (len - *pos > HEADER_MAX) {
             *err = "Protocol error: header line too long";
@@ -61,8 +68,7 @@ static int header(const char *buf, size_t len, size_t *pos, int neg_ok,
         }
         return 0;
     }
-    if ((size_t)lf - *pos > HEADER_MAX || lf == (long)*pos + 1 ||
-        buf[lf - 1] != '\r') {
+    if (lf == (long)*pos + 1 || buf[lf - 1] != '\r') {
         *err = "Protocol error: bad header line";
         return -1;
     }
@@ -75,33 +81,81 @@ static int header(const char *buf, size_t len, size_t *pos, int neg_ok,
     return 1;
 }
 
+/* A new request: nothing of it parsed yet (the count of bytes looked at
+ * goes on). */
+static void state_reset(resp_state *st) {
+    uint64_t scanned = st->scanned;
+    *st = (resp_state){.scanned = scanned};
+}
+
+/* argv[0, n) once more, for arguments parsed by earlier calls (into a
+ * buffer that may since have moved), the first one's header at `first`:
+ * their headers are known good, so this walk only reads the lengths.
+ * The bytes it goes over are added to *scanned. */
+static void refill(const char *buf, size_t len, size_t first, resp_arg *argv,
+                   size_t n, uint64_t *scanned) {
+    size_t pos = first;
+    for (size_t i = 0; i < n; i++) {
+        size_t blen = 0, at = pos + 1;
+        while (at < len && buf[at] != '\r')
+            blen = blen * 10 + (size_t)(buf[at++] - '0');
+        argv[i].p = buf + at + 2;
+        argv[i].len = blen;
+        pos = at + 2 + blen + 2;
+    }
+    *scanned += pos - first;
+}
+
 /* *need, on RESP_INCOMPLETE: the end of the first bulk not all there, or
- * len + 1 when a header line is cut (the next byte may end it). */
-static long parse_multibulk(const resp_limits *lim, const char *buf, size_t len,
-                            resp_arg *argv, size_t *argc, const char **err,
-                            size_t *need) {
-    size_t pos = 0;
-    long long n;
+ * len + 1 when a header line is cut (the next byte may end it). Whole
+ * arguments stay parsed in *st: the next call starts at the first one not
+ * all there. The state is written only then: a command parsed in one
+ * call (the common case) leaves it as it found it, zeroed. st->scanned
+ * counts the bytes each call goes over, from where it starts to where it
+ * stops (headers read, bodies stepped over): once per call, not per
+ * argument, to keep the common path short. */
+static long parse_multibulk(const resp_limits *lim, resp_state *st,
+                            const char *buf, size_t len, resp_arg *argv,
+                            size_t *argc, const char **err, size_t *need) {
     *need = len + 1;
-    int r = header(buf, len, &pos, 1, &n, err);
-    if (r <= 0) return r < 0 ? RESP_ERROR : RESP_INCOMPLETE;
-    if (n <= 0) { /* `*0` and `*-1`: an empty command, as Redis takes them */
-        *argc = 0;
-        return (long)pos;
+    size_t n = st->nargs, first = st->first, pos = st->pos, i = st->got;
+    size_t entry = pos;
+    if (n == 0) { /* the count is not read yet */
+        long long count;
+        int r = header(buf, len, &pos, 1, &count, err);
+        if (r < 0) return RESP_ERROR;
+        if (r == 0) {
+            st->scanned += len;
+            return RESP_INCOMPLETE;
+        }
+        /* `*0` and `*-1`: an empty command, as Redis takes them. */
+        if (count <= 0) {
+            *argc = 0;
+            st->scanned += pos;
+            return (long)pos;
+        }
+        if ((unsigned long long)count > lim->max_args) {
+            *err = "Protocol error: too many arguments";
+            return RESP_ERROR;
+        }
+        n = (size_t)count;
+        first = pos;
     }
-    if ((unsigned long long)n > lim->max_args) {
-        *err = "Protocol error: too many arguments";
-        return RESP_ERROR;
-    }
-    for (long long i = 0; i < n; i++) {
-        if (pos == len) return RESP_INCOMPLETE;
+    size_t before = i; /* argv[0, before) point into an older buffer */
+    for (; i < n; i++) {
+        size_t start = pos; /* where to go on from, if not all there */
+        if (pos == len) goto suspend;
         if (buf[pos] != '$') {
             *err = "Protocol error: expected '$'";
             return RESP_ERROR;
         }
         long long blen;
-        r = header(buf, len, &pos, 0, &blen, err);
-        if (r <= 0) return r < 0 ? RESP_ERROR : RESP_INCOMPLETE;
+        int r = header(buf, len, &pos, 0, &blen, err);
+        if (r < 0) return RESP_ERROR;
+        if (r == 0) {
+            pos = start;
+            goto suspend;
+        }
         if ((unsigned long long)blen > lim->max_bulk) {
             *err = "Protocol error: invalid bulk length";
             return RESP_ERROR;
@@ -109,9 +163,11 @@ static long parse_multibulk(const resp_limits *lim, const char *buf, size_t len,
         size_t body = (size_t)blen + 2;
         if (len - pos < body) {
             /* The CRLF after the body is checked once it is in: nothing
-             * can be learnt before the body and its CRLF are all there. */
+             * can be learnt before the body and its CRLF are all there.
+             * The header is read again then (a few bytes). */
             *need = pos + body;
-            return RESP_INCOMPLETE;
+            pos = start;
+            goto suspend;
         }
         if (buf[pos + (size_t)blen] != '\r' ||
             buf[pos + (size_t)blen + 1] != '\n') {
@@ -122,20 +178,38 @@ static long parse_multibulk(const resp_limits *lim, const char *buf, size_t len,
         argv[i].len = (size_t)blen;
         pos += body;
     }
-    *argc = (size_t)n;
+    st->scanned += pos - entry;
+    if (entry) { /* resumed: the next call starts a new command */
+        refill(buf, len, first, argv, before, &st->scanned);
+        state_reset(st);
+    }
+    *argc = n;
     return (long)pos;
+suspend: /* argument i, its header at pos, is not all there */
+    st->scanned += len - entry;
+    st->nargs = n;
+    st->first = first;
+    st->pos = pos;
+    st->got = i;
+    return RESP_INCOMPLETE;
 }
 
-static long parse_inline(const resp_limits *lim, const char *buf, size_t len,
-                         resp_arg *argv, size_t *argc, const char **err) {
-    long lf = find_lf(buf, len, 0);
+/* st->pos: the bytes of the line already searched for its LF. */
+static long parse_inline(const resp_limits *lim, resp_state *st,
+                         const char *buf, size_t len, resp_arg *argv,
+                         size_t *argc, const char **err) {
+    long lf = find_lf(buf, len, st->pos);
+    st->scanned += (lf < 0 ? len : (size_t)lf + 1) - st->pos;
     if (lf < 0) {
         if (len > RESP_MAX_INLINE) {
             *err = "Protocol error: too big inline request";
             return RESP_ERROR;
         }
+        st->pos = len;
         return RESP_INCOMPLETE;
     }
+    st->scanned += (size_t)lf; /* the words, split below */
+    if (st->pos) state_reset(st);
     size_t end = (size_t)lf; /* a bare LF ends a line too, as in Redis */
     if (end > 0 && buf[end - 1] == '\r') end--;
     size_t n = 0, i = 0;
@@ -158,15 +232,27 @@ static long parse_inline(const resp_limits *lim, const char *buf, size_t len,
     return lf + 1;
 }
 
+long resp_parse_resume(const resp_limits *lim, resp_state *st, const char *buf,
+                       size_t len, resp_arg *argv, size_t *argc,
+                       const char **err, size_t *need) {
+    *argc = 0;
+    *need = len + 1;
+    if (st->pos > len) state_reset(st); /* not the bytes it was given */
+    if (len == 0) return RESP_INCOMPLETE;
+    long r = buf[0] == '*'
+                 ? parse_multibulk(lim, st, buf, len, argv, argc, err, need)
+                 : parse_inline(lim, st, buf, len, argv, argc, err);
+    /* After an error the next call starts a new command (after a command
+     * too: the parsers reset the state when they had left it in use). */
+    if (r == RESP_ERROR) state_reset(st);
+    return r;
+}
+
 long resp_parse_need(const resp_limits *lim, const char *buf, size_t len,
                      resp_arg *argv, size_t *argc, const char **err,
                      size_t *need) {
-    *argc = 0;
-    *need = len + 1;
-    if (len == 0) return RESP_INCOMPLETE;
-    if (buf[0] == '*')
-        return parse_multibulk(lim, buf, len, argv, argc, err, need);
-    return parse_inline(lim, buf, len, argv, argc, err);
+    resp_state st = {0};
+    return resp_parse_resume(lim, &st, buf, len, argv, argc, err, need);
 }
 
 long resp_parse(const resp_limits *lim, const char *buf, size_t len,

@@ -2,18 +2,24 @@
  *
  * resp_parse looks at the bytes a connection has buffered and takes one
  * command off the front, or says that more bytes are needed, or that the
- * bytes can never be a request. It keeps no state between calls: a command
- * cut at any byte boundary is parsed again from its start when the rest
- * arrives. That costs a rescan of the headers (a few bytes each; bulk
- * bodies are skipped by their length), and buys a parser whose only state
- * is the caller's buffer, so there is no half-parsed state to get wrong.
+ * bytes can never be a request. A command cut at any byte boundary is
+ * parsed on from where the last call stopped: resp_parse_resume keeps, in
+ * the connection's resp_state, how far the command's bytes were parsed
+ * (its header and the arguments all there), and starts the next call at
+ * the first argument not all there. So a command of many arguments
+ * arriving in many reads costs each byte one look, not one per read; the
+ * arguments of earlier calls are pointed at again (a walk of their
+ * headers) once the command is complete, since the buffer may have moved
+ * in between. resp_parse and resp_parse_need keep no state: they parse a
+ * command from its start.
  *
- * What keeps the rescans cheap for a large argument is resp_parse_need:
- * on RESP_INCOMPLETE it says how many bytes the buffer must hold before
- * parsing again can make progress (the end of the bulk being received).
- * A caller that appends reads and parses again only then does linear
- * work however the command is cut: a 64 MiB SET arriving in 64 KiB reads
- * is parsed twice, not a thousand times.
+ * What keeps the calls few for a large argument is the `need` of
+ * resp_parse_need and resp_parse_resume: on RESP_INCOMPLETE it says how
+ * many bytes the buffer must hold before parsing again can make progress
+ * (the end of the bulk being received). A caller that appends reads and
+ * parses again only then does linear work however the command is cut: a
+ * 64 MiB SET arriving in 64 KiB reads is parsed twice, not a thousand
+ * times.
  *
  * Two request forms: multibulk (`*<n>\r\n` then n times `$<len>\r\n<bytes>
  * \r\n`, what clients send) and inline (a line of words separated by
@@ -24,6 +30,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef struct resp_arg {
@@ -63,6 +70,20 @@ enum {
     RESP_ERROR = -1,     /* a protocol error: *err says which */
 };
 
+/* Where a connection's parse of the command at the front of its buffer
+ * stopped. Zeroed before the first command; resp_parse_resume resets it
+ * (all but `scanned`) when it returns a command or an error. */
+typedef struct resp_state {
+    size_t pos;       /* multibulk: the next argument's header; inline: the
+                         bytes of the line searched for its LF */
+    size_t nargs;     /* multibulk: the argument count; 0 before it is read */
+    size_t got;       /* multibulk: the arguments parsed so far */
+    size_t first;     /* multibulk: the first argument's header */
+    uint64_t scanned; /* bytes gone over (headers read, bodies stepped
+                         over), over every command: what the tests
+                         measure the parser's work by */
+} resp_state;
+
 /* Parses one command from buf[0, len). Returns the bytes it took (> 0),
  * with *argc arguments in argv (0 for an empty line or `*0`: skip it);
  * RESP_INCOMPLETE; or RESP_ERROR with *err a static message (no CRLF). */
@@ -75,5 +96,13 @@ long resp_parse(const resp_limits *lim, const char *buf, size_t len,
 long resp_parse_need(const resp_limits *lim, const char *buf, size_t len,
                      resp_arg *argv, size_t *argc, const char **err,
                      size_t *need);
+/* resp_parse_need, going on from where the last call on st stopped. buf
+ * holds the same command from its first byte as the last call's (it may
+ * have moved, and more bytes may have been added at its end); after
+ * RESP_INCOMPLETE the caller calls again with them, or zeroes st before
+ * another command. */
+long resp_parse_resume(const resp_limits *lim, resp_state *st, const char *buf,
+                       size_t len, resp_arg *argv, size_t *argc,
+                       const char **err, size_t *need);
 
 #endif

@@ -165,6 +165,7 @@ struct conn {
     server *srv;
     buf in;          /* bytes read and not yet parsed into a command */
     size_t need;     /* parse `in` again once it holds this many bytes */
+    resp_state ps;   /* how far the command at the front of `in` is parsed */
     buf out;         /* replies not yet handed to the stream */
     kv_client cl;    /* its state in the command layer */
     bool closing;    /* QUIT or a protocol error: input is ignored now */
@@ -177,6 +178,9 @@ struct conn {
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
     conn *next;      /* srv->conns, for INFO stats */
     conn *prev;
+    /* The peer's "ip:port" for log lines, taken at accept: once the peer
+     * has gone the socket can no longer say (getpeername fails). */
+    char name[64];
 };
 
 /* node.c */

@@ -33,6 +33,7 @@ typedef struct feed {
     size_t len;
     size_t need;   /* parse again once len reaches it (resp_parse_need) */
     size_t parses; /* resp_parse_need calls */
+    resp_state st; /* the parse of the command at the front of buf */
 } feed;
 
 static const resp_limits limits = {.max_bulk = 1000, .max_args = MAX_ARGS};
@@ -60,12 +61,14 @@ static void feed_chunk(feed *f, const char *p, size_t n) {
         size_t argc = 99;
         const char *err = NULL;
         /* Parse from a copy of exactly the unparsed bytes, so ASan sees any
-         * read past the end. */
+         * read past the end; a new copy each time, so an argument pointing
+         * into an earlier call's bytes shows too. */
         size_t left = f->len - off;
         char *copy = malloc(left ? left : 1);
         memcpy(copy, f->buf + off, left);
         size_t need = 0;
-        long r = resp_parse_need(&limits, copy, left, argv, &argc, &err, &need);
+        long r = resp_parse_resume(&limits, &f->st, copy, left, argv, &argc,
+                                   &err, &need);
         f->parses++;
         if (r == RESP_INCOMPLETE) {
             CHECK(need > left);
@@ -2067,4 +2070,372 @@ TEST(model_keeps_what_an_uncertain_instant_allows) {
     CHECK_EQ(model_reply_len("*2\r\n$1\r\na\r\n:3\r", 14), 0);
     CHECK_EQ(model_reply_len("$-1\r\n+OK\r\n", 10), 5);
     CHECK_EQ(model_reply_len("?x\r\n", 4), -1);
+}
+
+/* ------------------------------- pub/sub sets, resumed parses, SPOP "" */
+
+TEST(spop_of_the_empty_member) {
+    /* A set whose only member is "": SPOP takes it, logs SREM s "" and a
+     * replica applying the log ends with no key. The record's argument
+     * must not point at NULL (the sanitizer build stops on a NULL
+     * memcpy source, even of 0 bytes). */
+    kv p, r;
+    kv_setup(&p, false);
+    kv_setup(&r, true);
+    buf out = {0};
+    resp_arg sadd[] = {{"SADD", 4}, {"s", 1}, {"", 0}};
+    kv_exec(&p, NULL, sadd, 3, &out);
+    buf_put(&out, "", 1);
+    CHECK(strcmp(out.p, ":1\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "SPOP s"), "$0\r\n\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "EXISTS s"), ":0\r\n") == 0);
+    kv_exec(&p, NULL, sadd, 3, &out);
+    CHECK(strcmp(exec_words(&p, &out, "SPOP s 5"), "*1\r\n$0\r\n\r\n") == 0);
+    static const char rec[] = "*3\r\n$4\r\nSREM\r\n$1\r\ns\r\n$0\r\n\r\n";
+    CHECK(p.log.end >= sizeof rec - 1);
+    CHECK(memcmp(p.log.chunks[0].p + p.log.end - (sizeof rec - 1), rec,
+                 sizeof rec - 1) == 0);
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    const char *err = NULL;
+    size_t need;
+    CHECK_EQ(kv_apply_stream(&r, &lim, argv, p.log.chunks[0].p,
+                             (size_t)p.log.end, &err, &need),
+             (long)p.log.end);
+    CHECK_EQ(store_count(&r.db), 0);
+    buf_free(&out);
+    kv_free(&r);
+    kv_free(&p);
+}
+
+/* Runs `cmd` with n channel names c0 ... c<n-1> on client cl. */
+static void exec_names(kv *k, kv_client *cl, buf *out, const char *cmd,
+                       size_t from, size_t n) {
+    resp_arg *argv = malloc((n + 1) * sizeof *argv);
+    char *names = malloc(n * 16);
+    CHECK(argv && names);
+    argv[0] = (resp_arg){cmd, strlen(cmd)};
+    for (size_t i = 0; i < n; i++) {
+        int len = snprintf(names + i * 16, 16, "c%zu", from + i);
+        argv[i + 1] = (resp_arg){names + i * 16, (size_t)len};
+    }
+    out->len = 0;
+    kv_exec(k, cl, argv, n + 1, out);
+    free(names);
+    free(argv);
+}
+
+/* The subscriptions looked at while one client subscribes to n channels,
+ * subscribes to them again, unsubscribes from half by name and the rest
+ * with no name. */
+static uint64_t subscribe_steps(size_t n) {
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    exec_names(&k, &cl, &out, "SUBSCRIBE", 0, n);
+    CHECK_EQ(k.channels.count, n);
+    /* A lookup in the client's set is one step: its table has a bucket
+     * per name at least, so its chains stay short. */
+    CHECK_EQ(cl.subs[0].count, n);
+    CHECK(cl.subs[0].nbuckets >= n);
+    exec_names(&k, &cl, &out, "SUBSCRIBE", 0, n);
+    exec_names(&k, &cl, &out, "UNSUBSCRIBE", 0, n / 2);
+    CHECK_EQ(k.channels.count, n - n / 2);
+    exec_names(&k, &cl, &out, "UNSUBSCRIBE", 0, 0);
+    CHECK_EQ(k.channels.count, 0);
+    CHECK(!kv_client_subscribed(&cl));
+    uint64_t steps = k.pubsub_steps;
+    kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+    return steps;
+}
+
+TEST(pubsub_subscribe_cost_is_linear) {
+    /* Twice the channels, twice the work (a walk of the client's list per
+     * name made it four times); and a few steps per name, not n. */
+    uint64_t a = subscribe_steps(1000), b = subscribe_steps(2000);
+    printf("steps: %llu for 1,000 channels, %llu for 2,000\n",
+           (unsigned long long)a, (unsigned long long)b);
+    CHECK(a <= 10 * 1000);
+    CHECK(b * 10 <= a * 25);
+}
+
+/* The replies to `line` from client cl, each (kind, name, count) of
+ * `want` in turn (name NULL: a nil). */
+static void check_sub_replies(kv *k, kv_client *cl, buf *out, const char *line,
+                              const char *const *want, size_t n) {
+    char exp[1024];
+    size_t len = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        const char *kind = want[i], *name = want[i + 1], *count = want[i + 2];
+        len += (size_t)snprintf(exp + len, sizeof exp - len,
+                                "*3\r\n$%zu\r\n%s\r\n", strlen(kind), kind);
+        if (name)
+            len += (size_t)snprintf(exp + len, sizeof exp - len,
+                                    "$%zu\r\n%s\r\n", strlen(name), name);
+        else
+            len += (size_t)snprintf(exp + len, sizeof exp - len, "$-1\r\n");
+        len += (size_t)snprintf(exp + len, sizeof exp - len, ":%s\r\n", count);
+    }
+    const char *got = exec_cl(k, cl, out, line);
+    if (strcmp(got, exp) != 0)
+        check_fail(__FILE__, __LINE__, "%s: got %s, want %s", line, got, exp);
+}
+
+#define SUB_REPLIES(line, ...)                                                 \
+    do {                                                                       \
+        static const char *const w_[] = {__VA_ARGS__};                         \
+        check_sub_replies(&k, &cl, &out, line, w_, sizeof w_ / sizeof *w_);    \
+    } while (0)
+
+TEST(pubsub_replies_as_redis) {
+    /* What redis-server 7.0 answered, reply for reply: a name subscribed
+     * twice counts once, a name not subscribed is answered with the count
+     * unchanged, a channel and a pattern of the same name are two
+     * subscriptions, and UNSUBSCRIBE with no name answers every one, then
+     * a nil. Redis answers those in its hash table's order (seeded at
+     * random per process), lull-kv oldest first. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    SUB_REPLIES("SUBSCRIBE a b c d e f g h a", "subscribe", "a", "1",
+                "subscribe", "b", "2", "subscribe", "c", "3", "subscribe", "d",
+                "4", "subscribe", "e", "5", "subscribe", "f", "6", "subscribe",
+                "g", "7", "subscribe", "h", "8", "subscribe", "a", "8");
+    SUB_REPLIES("UNSUBSCRIBE x b", "unsubscribe", "x", "8", "unsubscribe", "b",
+                "7");
+    SUB_REPLIES("UNSUBSCRIBE", "unsubscribe", "a", "6", "unsubscribe", "c", "5",
+                "unsubscribe", "d", "4", "unsubscribe", "e", "3", "unsubscribe",
+                "f", "2", "unsubscribe", "g", "1", "unsubscribe", "h", "0");
+    CHECK_EQ(k.channels.count, 0);
+    SUB_REPLIES("UNSUBSCRIBE", "unsubscribe", NULL, "0");
+    SUB_REPLIES("PSUBSCRIBE p1 p2 p3 p1", "psubscribe", "p1", "1", "psubscribe",
+                "p2", "2", "psubscribe", "p3", "3", "psubscribe", "p1", "3");
+    SUB_REPLIES("SUBSCRIBE z p1", "subscribe", "z", "4", "subscribe", "p1",
+                "5");
+    SUB_REPLIES("PUNSUBSCRIBE p9", "punsubscribe", "p9", "5");
+    SUB_REPLIES("PUNSUBSCRIBE", "punsubscribe", "p1", "4", "punsubscribe", "p2",
+                "3", "punsubscribe", "p3", "2");
+    CHECK_EQ(k.patterns.count, 0);
+    SUB_REPLIES("PUNSUBSCRIBE", "punsubscribe", NULL, "2");
+    SUB_REPLIES("UNSUBSCRIBE", "unsubscribe", "z", "1", "unsubscribe", "p1",
+                "0");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "PING"), "+PONG\r\n") == 0);
+    /* A client reset, then subscribed again: its set starts over. Two
+     * subscribers of one channel: the channel stays while one is left. */
+    SUB_REPLIES("SUBSCRIBE a", "subscribe", "a", "1");
+    kv_client_reset(&k, &cl);
+    CHECK_EQ(k.channels.count, 0);
+    CHECK(!kv_client_subscribed(&cl));
+    buf o2 = {0};
+    kv_client other;
+    kv_client_init(&other, NULL, &o2);
+    SUB_REPLIES("SUBSCRIBE a b", "subscribe", "a", "1", "subscribe", "b", "2");
+    exec_cl(&k, &other, &o2, "SUBSCRIBE a");
+    SUB_REPLIES("UNSUBSCRIBE a", "unsubscribe", "a", "1");
+    CHECK_EQ(k.channels.count, 2);
+    buf o3 = {0};
+    CHECK(strcmp(exec_words(&k, &o3, "PUBLISH a m"), ":1\r\n") == 0);
+    buf_free(&o3);
+    kv_client_reset(&k, &other);
+    kv_client_reset(&k, &other); /* twice: nothing left to do */
+    CHECK_EQ(k.channels.count, 1);
+    kv_client_reset(&k, &cl);
+    CHECK_EQ(k.channels.count, 0);
+    buf_free(&o2);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(resp_lengths_as_redis_reads_them) {
+    /* Redis reads a length with string2ll: no leading zero, no '+', no
+     * "-0". Each of these got "-ERR Protocol error: invalid (multi)bulk
+     * length" from redis-server 7.0, which then closed the connection;
+     * "*-5" and "*0" are empty commands there, "$0" an empty argument. */
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *err; /* NULL: it parses, to `log` */
+        const char *log;
+    } cases[] = {
+        {S("*1\r\n$04\r\nPING\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$00\r\n\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$-0\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$+4\r\nPING\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$000000000000000000004\r\nPING\r\n"),
+         "Protocol error: invalid bulk length", ""},
+        {S("*01\r\n$4\r\nPING\r\n"), "Protocol error: invalid multibulk length",
+         ""},
+        {S("*00\r\n"), "Protocol error: invalid multibulk length", ""},
+        {S("*-0\r\n"), "Protocol error: invalid multibulk length", ""},
+        {S("*-01\r\n"), "Protocol error: invalid multibulk length", ""},
+        {S("*+1\r\n"), "Protocol error: invalid multibulk length", ""},
+        {S("PING\r\n*02\r\n"), "Protocol error: invalid multibulk length",
+         "PING;"},
+        {S("*0\r\n*-5\r\n*1\r\n$0\r\n\r\n"), NULL, ";;;"},
+        {S("*1\r\n$10\r\n0123456789\r\n"), NULL, "0123456789;"},
+        {S("*10\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\ne\r\n"
+           "$1\r\nf\r\n$1\r\ng\r\n$1\r\nh\r\n$1\r\ni\r\n$1\r\nj\r\n"),
+         NULL, "a|b|c|d|e|f|g|h|i|j;"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        feed f;
+        feed_all_ways(cases[i].in, cases[i].n, &f);
+        bool ok =
+            strcmp(f.log, cases[i].log) == 0 &&
+            (cases[i].err ? f.err && strcmp(f.err, cases[i].err) == 0 : !f.err);
+        if (!ok)
+            check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
+                       f.log, f.err ? f.err : "no error");
+    }
+}
+
+/* Feeds n bytes of `in` in chunks of `chunk` bytes to a parse of its own
+ * (max_args `max`), as a connection does: into a buffer of the bytes not
+ * parsed yet, parsed again once it holds what the parser needs. The
+ * bytes the parser looked at; the commands it returned in *cmds. */
+static uint64_t feed_scanned(const char *in, size_t n, size_t chunk, size_t max,
+                             size_t *cmds) {
+    resp_limits lim = {.max_bulk = 1000, .max_args = max};
+    resp_arg *argv = malloc(max * sizeof *argv);
+    char *b = malloc(n);
+    CHECK(argv && b);
+    resp_state st = {0};
+    size_t len = 0, need = 0;
+    *cmds = 0;
+    for (size_t at = 0; at < n; at += chunk) {
+        size_t k = n - at < chunk ? n - at : chunk;
+        memcpy(b + len, in + at, k);
+        len += k;
+        while (len >= need) {
+            size_t argc;
+            const char *err = NULL;
+            long r =
+                resp_parse_resume(&lim, &st, b, len, argv, &argc, &err, &need);
+            CHECK(r != RESP_ERROR);
+            if (r == RESP_INCOMPLETE) break;
+            /* Every argument points into the buffer as it is now (the
+             * PING after the command aside). */
+            for (size_t i = 0; i < argc && argc > 1; i++)
+                CHECK(argv[i].p >= b && argv[i].p + argv[i].len <= b + len &&
+                      argv[i].len == 1 && argv[i].p[0] == "ab"[i % 2]);
+            (*cmds)++;
+            memmove(b, b + r, len - (size_t)r);
+            len -= (size_t)r;
+            need = 0;
+        }
+    }
+    CHECK_EQ(len, 0);
+    free(b);
+    free(argv);
+    return st.scanned;
+}
+
+/* A command of n arguments "a", "b", "a", ... and a PING after it. */
+static char *many_args(size_t n, size_t *len) {
+    char *p = malloc(32 + n * 7 + 16);
+    CHECK(p);
+    size_t w = (size_t)sprintf(p, "*%zu\r\n", n);
+    for (size_t i = 0; i < n; i++)
+        w += (size_t)sprintf(p + w, "$1\r\n%c\r\n", "ab"[i % 2]);
+    w += (size_t)sprintf(p + w, "PING\r\n");
+    *len = w;
+    return p;
+}
+
+TEST(resp_many_arguments_parsed_in_linear_time) {
+    /* A command of 20,000 arguments arriving a byte at a time, then in
+     * 100-byte reads, then whole: each byte is looked at a few times, not
+     * once per read (parsed from its start on every read, the byte at a
+     * time feed would look at some 10^10 bytes). Twice the arguments,
+     * twice the work. */
+    size_t n, cmds;
+    char *in = many_args(20000, &n);
+    uint64_t one = feed_scanned(in, n, 1, 1 << 20, &cmds);
+    CHECK_EQ(cmds, 2);
+    uint64_t hundred = feed_scanned(in, n, 100, 1 << 20, &cmds);
+    CHECK_EQ(cmds, 2);
+    uint64_t whole = feed_scanned(in, n, n, 1 << 20, &cmds);
+    CHECK_EQ(cmds, 2);
+    printf("bytes looked at for %zu: %llu a byte at a time, %llu in 100-byte "
+           "reads, %llu whole\n",
+           n, (unsigned long long)one, (unsigned long long)hundred,
+           (unsigned long long)whole);
+    CHECK(one <= 4 * (uint64_t)n);
+    CHECK(hundred <= 3 * (uint64_t)n);
+    CHECK(whole <= 2 * (uint64_t)n);
+    size_t n2;
+    char *in2 = many_args(40000, &n2);
+    uint64_t two = feed_scanned(in2, n2, 100, 1 << 20, &cmds);
+    CHECK(two * 10 <= hundred * 25);
+    /* An inline line a byte at a time: its bytes are searched once. */
+    char line[4000];
+    memset(line, 'x', sizeof line - 2);
+    memcpy(line + sizeof line - 2, "\r\n", 2);
+    resp_limits lim = {.max_bulk = 1000, .max_args = 4};
+    resp_state st = {0};
+    resp_arg argv[4];
+    size_t argc, need;
+    const char *err;
+    for (size_t i = 1; i < sizeof line; i++)
+        CHECK_EQ(
+            resp_parse_resume(&lim, &st, line, i, argv, &argc, &err, &need),
+            RESP_INCOMPLETE);
+    CHECK_EQ(resp_parse_resume(&lim, &st, line, sizeof line, argv, &argc, &err,
+                               &need),
+             (long)sizeof line);
+    CHECK_EQ(argc, 1);
+    CHECK(st.scanned <= 3 * sizeof line);
+    free(in2);
+    free(in);
+}
+
+TEST(resp_resume_after_errors_and_misuse) {
+    resp_state st = {0};
+    resp_arg argv[MAX_ARGS];
+    size_t argc, need;
+    const char *err = NULL;
+    /* Two arguments in, then a bad header: an error, and the state is a
+     * new command's again. */
+    static const char bad[] = "*3\r\n$1\r\na\r\n$1\r\nb\r\n$x\r\n";
+    CHECK_EQ(resp_parse_resume(&limits, &st, bad, 20, argv, &argc, &err, &need),
+             RESP_INCOMPLETE);
+    CHECK_EQ(st.got, 2);
+    CHECK_EQ(resp_parse_resume(&limits, &st, bad, sizeof bad - 1, argv, &argc,
+                               &err, &need),
+             RESP_ERROR);
+    CHECK(strcmp(err, "Protocol error: invalid bulk length") == 0);
+    CHECK(st.nargs == 0 && st.got == 0 && st.pos == 0);
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    CHECK_EQ(resp_parse_resume(&limits, &st, ping, sizeof ping - 1, argv, &argc,
+                               &err, &need),
+             (long)sizeof ping - 1);
+    CHECK(argc == 1 && argv[0].len == 4 && argv[0].p == ping + 8);
+    /* A caller that gives fewer bytes than were parsed (not the same
+     * command) gets a parse from the start, not a read past its bytes. */
+    CHECK_EQ(resp_parse_resume(&limits, &st, bad, 20, argv, &argc, &err, &need),
+             RESP_INCOMPLETE);
+    static const char inl[] = "PING\r\n";
+    CHECK_EQ(resp_parse_resume(&limits, &st, inl, sizeof inl - 1, argv, &argc,
+                               &err, &need),
+             (long)sizeof inl - 1);
+    CHECK(argc == 1 && argv[0].len == 4);
+    /* An inline line cut, then the rest. */
+    CHECK_EQ(
+        resp_parse_resume(&limits, &st, "ECHO h", 6, argv, &argc, &err, &need),
+        RESP_INCOMPLETE);
+    CHECK_EQ(resp_parse_resume(&limits, &st, "ECHO hi\r\n", 9, argv, &argc,
+                               &err, &need),
+             9);
+    CHECK(argc == 2 && argv[1].len == 2 && memcmp(argv[1].p, "hi", 2) == 0);
+    /* Too many arguments: refused at the count, before any argument. */
+    CHECK_EQ(
+        resp_parse_resume(&limits, &st, "*17\r\n", 5, argv, &argc, &err, &need),
+        RESP_ERROR);
+    CHECK(st.nargs == 0);
 }
