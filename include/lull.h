@@ -685,7 +685,9 @@ struct lull_frame { /* caller-owned; embed it and use LULL_CONTAINER_OF */
 
 /* A frame from the peer; bytes are valid during the call only. */
 typedef void (*lull_frame_fn)(lull_endpoint *ep, const void *bytes, size_t len);
-/* Queued bytes fell back below the high-water mark: writable again. */
+/* Queued bytes fell back below the high-water mark: writable again. A
+ * stream whose write failed (the peer went) still pays a drain owed, once,
+ * so a producer waiting for it learns: its next send returns -EPIPE. */
 typedef void (*lull_drain_fn)(lull_endpoint *ep);
 /* The endpoint's last callback, run exactly once for every endpoint a
  * transport set up (lull_loopback_pair, lull_server_accept,

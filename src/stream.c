@@ -666,7 +666,10 @@ static void after_write(lull_stream *s) {
 static bool write_failed(lull_stream *s, int err, lull_frame **done,
                          lull_frame **done_tail) {
     s->state |= S_WFAIL | S_SHUT_DONE;
-    s->state &= ~(S_BLOCKED | S_SHUT_WANT | S_FULL);
+    /* S_FULL stays: a drain owed is paid (flush_now), so a producer that
+     * stopped to wait for it hears of the failure (its next send is
+     * -EPIPE) instead of waiting for good. */
+    s->state &= ~(S_BLOCKED | S_SHUT_WANT);
     s->error = err;
     s->ep.flags |= EP_NO_SEND;
     while (s->head) {
@@ -719,7 +722,8 @@ static bool flush_now(lull_stream *s) {
         if (!err) after_write(s);
     }
     bool drain = (s->state & S_FULL) && s->ep.queued < s->ep.high_water &&
-                 !(s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND));
+                 !(s->ep.flags & LULL__EP_CLOSED) &&
+                 (!(s->ep.flags & EP_NO_SEND) || (s->state & S_WFAIL));
     if (drain) s->state &= ~S_FULL;
     if (!done && !drain) return true;
     lull__stream_guard g;

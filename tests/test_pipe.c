@@ -1129,3 +1129,35 @@ TEST(fd_closed_early_and_reused_keeps_its_flag) {
     end_free(&e);
     free_loop(loop);
 }
+
+/* A producer that saw the queue full and stopped reading to wait for the
+ * drain (lull-kv's backpressure), then the peer goes away: the write
+ * fails, and the drain owed still comes, so the producer hears of it (its
+ * next send is -EPIPE) and can read on to the close, instead of waiting
+ * for a drain that would never come. */
+TEST(drain_owed_is_paid_after_a_failed_write) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &e.s, sv[0], &raw), 0);
+    watch(&e);
+    send_big(&e); /* past high_water: the user sees it full */
+    CHECK(!lull_endpoint_writable(&e.s.ep));
+    CHECK_EQ(lull_stream_read_stop(&e.s), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(e.drains, 0); /* the peer reads nothing: still full */
+    close(sv[1]);
+    run_until_at_least(loop, &e.drains, 1, 1000);
+    CHECK_EQ(e.drains, 1);
+    CHECK_EQ(e.closes, 0); /* reading was stopped: the close waits for it */
+    CHECK_EQ(lull_endpoint_send_copy(&e.s.ep, "late", 4), -EPIPE);
+    CHECK_EQ(lull_stream_read_start(&e.s), 0);
+    run_until_at_least(loop, &e.closes, 1, 1000);
+    CHECK_EQ(e.reason, -EPIPE);
+    CHECK_EQ(e.drains, 1);
+    end_free(&e);
+    free_loop(loop);
+}
