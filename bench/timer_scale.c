@@ -47,7 +47,7 @@
  *
  * Delays are pseudo-random in [1 h, 2 h), so nothing fires and each timer
  * lands at a random place in the heap. lull runs twice: on the real clock,
- * where a delayed arm must never fire early, and on the virtual
+ * where a delayed arm must never fire early (contract C3), and on the virtual
  * clock, which needs no reading at all. libev and libuv count from a cached
  * loop time and read no clock per arm.
  *

@@ -1282,6 +1282,78 @@ LULL_EXTERN int lull_fsevent_stop(lull_fsevent *w);
 LULL_EXTERN void lull_fsevent_ref(lull_fsevent *w);
 LULL_EXTERN void lull_fsevent_unref(lull_fsevent *w);
 
+/* ------------------------------------------------------------ terminals */
+
+/* A terminal as a handle (docs/API.md "Terminals"): its modes, set and
+ * always given back, its window size, and its bytes as a raw lull_stream.
+ * lull_tty_init opens the terminal anew by its name (ttyname_r, then
+ * O_RDWR | O_NOCTTY | O_NONBLOCK), so the non-blocking flag lull needs is
+ * on a file description of lull's own, never on the one the program's fd
+ * shares with the shell. An fd with no name to open (a pty's master side,
+ * a terminal from another mount namespace) is used through a dup instead:
+ * the shared description is then non-blocking while the tty is open, and
+ * lull_tty_close and lull_tty_reset_mode give it its flags back. Window
+ * changes arrive as SIGWINCH: watch it with a lull_signal and call
+ * lull_tty_get_winsize in its callback (examples/tty_raw.c). */
+
+typedef struct lull_tty lull_tty;
+
+/* Modes. NORMAL: the one the terminal had at init. RAW: keys as typed,
+ * no echo, no line editing, ^C and ^Z are bytes; output still turns "\n"
+ * into "\r\n". IO: cfmakeraw, output unprocessed too. */
+#define LULL_TTY_MODE_NORMAL 0
+#define LULL_TTY_MODE_RAW    1
+#define LULL_TTY_MODE_IO     2
+
+struct lull_tty {
+    lull_stream stream; /* the terminal's bytes, raw: hand &stream.ep to
+                           your code and set its callbacks after init */
+    void *data;         /* yours (lull_tty_init clears it) */
+    lull_loop *loop;    /* the owning loop */
+    int fd;             /* the fd given to lull_tty_init: the caller's, never
+                           closed, its file status flags never changed when
+                           the terminal could be opened anew */
+    int mode;           /* LULL_TTY_MODE_* in force */
+    struct {            /* lull's own */
+        int ctl;        /* lull's description of the terminal: modes and
+                           size; -1 once closed */
+        int slot;       /* its entry in lull_tty_reset_mode's table; -1 */
+        int fl_saved;   /* no name: the shared description's flags to give
+                           back; -1 when opened anew */
+        uint32_t saved[16]; /* the struct termios at init (src/tty.c
+                               asserts it fits) */
+    };
+};
+
+/* Opens the terminal behind fd (kept open by the caller while the tty
+ * lives) and its stream, reading at once. opts as for lull_stream_open,
+ * always raw. 0, or -EINVAL (NULL, fd < 0), -ENOTTY (not a terminal),
+ * -EBADF, an error of open or of lull_stream_open (-EMFILE); nothing is
+ * left open on failure. Set a tty up again only once its stream's
+ * on_close ran, as for a stream. */
+LULL_EXTERN int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
+                              const lull_stream_options *opts);
+/* LULL_TTY_MODE_*. The first mode other than NORMAL enters the tty in
+ * lull_tty_reset_mode's table (-ENOSPC past 64 such ttys at once). 0, or
+ * -EINVAL, -EBADF once closed, tcsetattr's errno (-EIO: hung up). */
+LULL_EXTERN int lull_tty_set_mode(lull_tty *t, int mode);
+/* The window's size in character cells. 0, -EINVAL, -EBADF once closed,
+ * or the ioctl's errno. */
+LULL_EXTERN int lull_tty_get_winsize(lull_tty *t, int *cols, int *rows);
+/* Gives the terminal its mode (and, with no name, its flags) back, closes
+ * lull's description of it and the stream. The stream's on_close, if it
+ * has not run yet, runs in a later turn, the tty's last callback: free
+ * the tty there, or when this returns if it has run or none is set. Call
+ * it also after the stream ended by itself. Idempotent. 0, -EINVAL, or
+ * the restore's error (-EIO: the terminal is gone); closed either way. */
+LULL_EXTERN int lull_tty_close(lull_tty *t);
+/* Async-signal-safe and thread-safe: gives every tty lull set to a mode
+ * other than NORMAL its mode from init back (tcsetattr of a saved copy),
+ * and a shared description its flags. Call it at exit (atexit) and in the
+ * handlers of fatal signals (SIGSEGV, SIGABRT ...), where the loop cannot
+ * run. The handles are not told: it is for a program that is ending. */
+LULL_EXTERN void lull_tty_reset_mode(void);
+
 /* ----------------------------------------------------------- simulation */
 
 /* A simulated network for deterministic tests (docs/SIMULATION.md): named
@@ -1544,8 +1616,10 @@ LULL_EXTERN int lull_simconn_reset(lull_simconn *c, uint64_t after_bytes);
  * still runs once, with the status the kernel kept for the pidfd (Linux
  * 6.15), or -ECHILD where it keeps none. Each of stdin, stdout and stderr
  * is inherited, /dev/null, a pipe or a socketpair whose other end comes
- * back as a lull_stream, or a given fd; every other fd is closed in the
- * child. Needs Linux 5.4 (pidfd, waitid(P_PIDFD)). */
+ * back as a lull_stream, or a given fd, and so may be fds 3 and up
+ * (more_stdio); every other fd is closed in the child. The child may get
+ * another uid, gid and groups, resource limits, and a pty as its
+ * controlling terminal. Needs Linux 5.4 (pidfd, waitid(P_PIDFD)). */
 
 typedef struct lull_process lull_process;
 /* The child ended. It exited with exit_status (0-255; term_signal 0), or
@@ -1573,6 +1647,12 @@ typedef enum lull_stdio_kind {
  * framing. Without it a PIPE or SOCKETPAIR stream is raw (LULL_STREAM_RAW,
  * whatever stream_opts says): a program's stdio is bytes. */
 #define LULL_STDIO_FRAMED 0x1u
+/* lull_stdio.flags, a PIPE at fd 3 or above: the child reads it and the
+ * parent's stream writes. Without it the child writes and the stream
+ * reads. (fd 0 is always the child's to read, 1 and 2 to write.) */
+#define LULL_STDIO_CHILD_READS 0x2u
+/* The most fds a child is given: stdio[0..2] and more_stdio, fds 3 to 63. */
+#define LULL_STDIO_MAX 64
 
 typedef struct lull_stdio { /* all zero = inherit */
     lull_stdio_kind kind;   /* LULL_STDIO_* */
@@ -1584,16 +1664,37 @@ typedef struct lull_stdio { /* all zero = inherit */
                                reads its stdout (lull_stream_open_pair) */
     const lull_stream_options *stream_opts; /* NULL = defaults (raw) */
     unsigned flags;                         /* LULL_STDIO_FRAMED; PIPE,
-                                               SOCKETPAIR only */
+                                               SOCKETPAIR only;
+                                               LULL_STDIO_CHILD_READS */
 } lull_stdio;
 
 /* lull_process_options.flags. NEW_GROUP: setpgid(0, 0), a process group
  * of its own (kill(-pid, sig) then reaches what it starts too). NEW_SESSION:
  * setsid(), a session of its own, without a controlling terminal.
- * KILL_ON_CLOSE: lull_process_close sends SIGKILL. */
-#define LULL_PROCESS_NEW_GROUP     0x1u
-#define LULL_PROCESS_NEW_SESSION   0x2u
-#define LULL_PROCESS_KILL_ON_CLOSE 0x4u
+ * KILL_ON_CLOSE: lull_process_close sends SIGKILL. SETUID, SETGID: the
+ * child takes uid, gid (and with either, the groups below) before exec;
+ * not permitted is the spawn's -EPERM. CONTROLLING_TTY: a new session
+ * (implies NEW_SESSION) whose controlling terminal is the child's fd 0, a
+ * terminal such as a pty's slave given as LULL_STDIO_FD (TIOCSCTTY; not a
+ * terminal: -ENOTTY; another session's: -EPERM). */
+#define LULL_PROCESS_NEW_GROUP       0x1u
+#define LULL_PROCESS_NEW_SESSION     0x2u
+#define LULL_PROCESS_KILL_ON_CLOSE   0x4u
+#define LULL_PROCESS_SETUID          0x8u
+#define LULL_PROCESS_SETGID          0x10u
+#define LULL_PROCESS_CONTROLLING_TTY 0x20u
+
+/* A resource limit for the child, set before exec (prlimit): resource is
+ * an RLIMIT_* of <sys/resource.h>, cur and max its soft and hard limits
+ * (UINT64_MAX: RLIM_INFINITY). Above the parent's hard limit needs
+ * privilege (-EPERM); an unknown resource or cur > max: -EINVAL. */
+typedef struct lull_rlimit {
+    int resource;
+    uint64_t cur;
+    uint64_t max;
+} lull_rlimit;
+/* The most limits one spawn sets: one per resource Linux has. */
+#define LULL_RLIMIT_MAX 16
 
 typedef struct lull_process_options {
     const char *file;    /* the program: a path with a '/', or a name looked up
@@ -1603,6 +1704,20 @@ typedef struct lull_process_options {
     const char *cwd;     /* NULL = the parent's */
     lull_stdio stdio[3]; /* stdin, stdout, stderr */
     unsigned flags;      /* LULL_PROCESS_* */
+    const lull_stdio *more_stdio; /* the child's fds 3, 4 ...: more_stdio[i]
+                                     is fd 3 + i (INHERIT: the parent's fd
+                                     3 + i); the same kinds as stdio */
+    int more_stdio_count;         /* 0 to LULL_STDIO_MAX - 3; fds past
+                                     RLIMIT_NOFILE: -EMFILE */
+    uint32_t uid;                 /* LULL_PROCESS_SETUID */
+    uint32_t gid;                 /* LULL_PROCESS_SETGID */
+    const uint32_t *groups; /* supplementary groups (setgroups), group_count
+                               of them; NULL with count 0: with SETUID or
+                               SETGID, none where permitted, else the
+                               parent's */
+    int group_count;
+    const lull_rlimit *rlimits; /* set in the child before exec */
+    int rlimit_count;           /* 0 to LULL_RLIMIT_MAX */
 } lull_process_options;
 
 struct lull_process {

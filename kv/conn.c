@@ -114,7 +114,7 @@ static size_t conn_output(const conn *c) {
 }
 
 /* The soft output limit's deadline: a connection may stay over its
- * class's soft limit for soft_ns, no longer. Its contract (BRIEF §1A):
+ * class's soft limit for soft_ns, no longer. Its five rows (README):
  *   trigger          conn_check_output finding the connection over the
  *                    soft limit with the timer not armed: after replies
  *                    were queued, after records were logged (replica

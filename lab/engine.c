@@ -260,7 +260,10 @@ void lab_table_brief(const lab_table *t, const char *title) {
     /* --verbose prints it too, after the scenario's long tables. */
     if (lab_verbose) printf("\nsummary:\n");
     if (title) printf("%s\n", title);
-    lab_table_print(t, stdout);
+    if (lab_verbose)
+        lab_table_print(t, stdout);
+    else
+        lab_table_print_short(t, stdout); /* the demo fits 80 lines */
 }
 
 const char *lab_fmt(char *buf, double v) {

@@ -196,10 +196,22 @@ int lab_checks_failed(void);
 /* ------------------------------------------------------------ verdict */
 
 /* One line of the verdict: a contract's figure (id "C1".."C8"; a contract
- * may have several parts, one line each) or a scenario's reproduction of
- * its seed table (id = the scenario's name). The cells are short, in the
+ * may have several parts, one line each) or a scenario's own line, what
+ * it reproduces (id = the scenario's name). The cells are short, in the
  * README's words: the verdict is at most 25 lines of at most 100 columns,
- * and longer cells are cut there (the JSON keeps them whole). */
+ * and every cell fits its column whole (the JSON has the same text).
+ *
+ * A missed line reads, in this order of precedence:
+ *   "✗ floor-bound (floor ×F)"  the floor measured beside lull (the same
+ *       work with no loop) misses the target itself, by F: no loop could
+ *       meet it on this machine; the target is restated against the floor;
+ *   "✗"        a peer met the target in the same rounds, so the machine
+ *       could: the miss is lull's;
+ *   "✗ noisy"  the floor or a peer measured in the same rounds moved, over
+ *       those rounds (max ÷ min), by at least the miss (lull's figure ÷ the
+ *       target): noise could explain it. A reason line under the verdict
+ *       says which moved and by how much;
+ *   "✗"        otherwise. */
 enum {
     LAB_V_NOT_RUN, /* note says why */
     LAB_V_MET,
@@ -207,26 +219,55 @@ enum {
 };
 
 typedef struct lab_verdict {
-    char id[12];          /* "C1".."C8", or a seed table's scenario */
-    int part;             /* order among the lines of one id */
-    int status;           /* LAB_V_* */
-    bool timing;          /* a time or rate: the machine's noise touches it */
-    char what[160];       /* what was measured, and lull's figure */
-    char target[160];     /* the README's target */
-    char peer[160];       /* the best like-for-like peer in the same run, × */
-    char noise[160];      /* the noise that touches it ("" when quiet) */
-    char note[160];       /* not run: why; else anything the line must say */
-    const char *scenario; /* set by the engine: who added it */
+    char id[12];       /* "C1".."C8", or a scenario's name */
+    int part;          /* order among the lines of one id */
+    int status;        /* LAB_V_* */
+    bool timing;       /* a time or rate: the machine's noise touches it */
+    char what[160];    /* what was measured, and lull's figure */
+    char target[160];  /* the README's target */
+    char peer[160];    /* what it is compared with in the same run, × */
+    char note[160];    /* not run: why; else anything the line must say */
+    double miss;       /* missed: lull's figure ÷ the target (≥ 1); NAN
+                          when the miss has no size (a count, an order) */
+    char moved[64];    /* what moved enough to explain the largest miss */
+    double moved_by;   /* ... and by how much over the rounds (max ÷ min) */
+    char ev[64];       /* the evidence for the bounds that follow: the */
+    double ev_by;      /* floor or peer that moved most, and by how much */
+    bool ev_used;      /* a bound took it: the next spread starts anew */
+    bool unexplained;  /* a bound missed by more than its evidence moved */
+    char peer_met[64]; /* a peer that met the target in the same rounds */
+    double floor_by;   /* a bound lull and the floor both missed: the
+                          floor's figure ÷ the bound (> 1); NAN: none */
+    bool beyond_floor; /* a bound missed that the floor met, or that has
+                          no floor: the line is not floor-bound */
+    char floor_target[64]; /* the target restated against the floor, shown
+                              when the line is floor-bound */
+    const char *scenario;  /* set by the engine: who added it */
 } lab_verdict;
 
 /* A new line (zeroed but for id, part and scenario); NULL when full. */
 lab_verdict *lab_verdict_add(const char *id, int part);
-/* Sets a line's status from a comparison: met when ok, else missed. */
+/* Sets a line's status from a comparison: met when ok, else missed, a
+ * miss without a size (never noisy). */
 void lab_verdict_judge(lab_verdict *v, bool ok);
-/* Marks the line noisy when spread (a floor's max ÷ min over rounds) is
- * above LAB_NOISY_SPREAD: "floor p99 spread 3.4×". */
-#define LAB_NOISY_SPREAD 1.5
+/* One bound of the line's target: value ≤ bound (upper) or ≥ bound. The
+ * first call marks the line met; a bound missed marks it missed and keeps
+ * the largest miss (value ÷ bound, or bound ÷ value). */
+void lab_verdict_bound(lab_verdict *v, double value, double bound, bool upper);
+/* A floor or peer measured in the same rounds as lull's figure, and its
+ * spread over them (max ÷ min): the evidence a miss of the bounds that
+ * follow (up to the next spread after a bound) may be noise. A line is
+ * noisy when every bound it missed had evidence that moved as much. */
 void lab_verdict_spread(lab_verdict *v, const char *what, double spread);
+/* A peer that met the target in the same rounds: a miss is then plain. */
+void lab_verdict_peer_met(lab_verdict *v, const char *peer);
+/* lab_verdict_bound for a bound the floor, measured in the same rounds, is
+ * held to as well (its figure floor, in value's unit). When lull and the
+ * floor both miss it, the line is floor-bound (unless another bound was
+ * missed) and its target cell becomes restated: the target relative to
+ * the floor ("≤ 0.57× floor"). */
+void lab_verdict_bound_floor(lab_verdict *v, double value, double bound,
+                             bool upper, double floor, const char *restated);
 
 /* The scenarios' declarations (lab/main.c): every contract gets a line,
  * "not run (why)" when no scenario of this run measured it. */
@@ -234,6 +275,8 @@ void lab_verdict_expect(const char *id, const char *why);
 /* Prints the verdict; writes it into json (may be NULL) as "verdict".
  * Returns the lines missed and not marked noisy (what --strict fails on). */
 int lab_verdict_print(lab_json *json);
+/* The verdict's fixed lines, for `lull-lab titles`. */
+void lab_verdict_titles(void);
 
 /* -------------------------------------------------------------- noise */
 
@@ -255,8 +298,9 @@ void lab_noise_end(lab_noise *n);
 #define LAB_NOISY_OTHERS 0.25 /* CPUs: a build job uses 1 */
 #define LAB_NOISY_STEAL  2.0  /* percent */
 bool lab_noise_text(const lab_noise *n, char *buf, size_t size);
-/* lab/main.c brackets each scenario: lines added in between are its, and
- * its timing lines are marked noisy when n says the machine was busy. */
+/* lab/main.c brackets each scenario: lines added in between are its. What
+ * else the machine did (n) goes into the JSON; it marks no line noisy by
+ * itself: only a floor or a peer that moved in the same rounds does. */
 void lab_verdict_begin(const char *scenario);
 void lab_verdict_end(const lab_noise *n);
 void lab_noise_json(lab_json *j, const char *scenario, const lab_noise *n);

@@ -48,7 +48,11 @@ typedef struct lab_scenario {
     int (*run)(const lab_options *opts, lab_json *json);
     const char *title;    /* its heading in the short output (< 100 columns) */
     const char *measures; /* the verdict's ids it adds lines for: contracts
-                             ("C1 C2") and its seed table (its own name) */
+                             ("C1 C2") and its own line (its name) */
+    /* Every other fixed line its short output may print, each variant of
+     * it (NULL-terminated; may be NULL): `lull-lab titles` lists them with
+     * the titles, so a test checks their width whatever the machine. */
+    const char *const *headings;
 } lab_scenario;
 
 extern const lab_scenario lab_turns;     /* lab/turns.c */
@@ -119,6 +123,9 @@ int lab_table_row(lab_table *t);
 void lab_table_set(lab_table *t, int row, int col, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void lab_table_print(const lab_table *t, FILE *out);
+/* The same without the rule under the header: the short output's tables,
+ * whose header is the line under their title. */
+void lab_table_print_short(const lab_table *t, FILE *out);
 
 /* Formats "median [min–max]" with a precision suited to the magnitude. */
 void lab_format_series(char *buf, size_t size, const lab_series *s);

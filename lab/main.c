@@ -4,7 +4,7 @@
  *
  * To add a scenario: declare its lab_scenario in lab/lab.h and list it in
  * `scenarios` below; its `measures` names the verdict lines it adds (its
- * seed table's id is its own name), so a run without it still says
+ * own line's id is its name), so a run without it still says
  * "not run" on each. `all` runs the table in order.
  *
  * Exit status: 0 when every delivered-data check passed, 1 when one
@@ -120,7 +120,7 @@ static void machine_notes(const lab_options *opts, lab_json *json) {
 static const char *const contracts[] = {"C1", "C2", "C3", "C4",
                                         "C5", "C6", "C7", "C8"};
 
-/* A line for every contract and every seed table, "not run" with the
+/* A line for every contract and every scenario, "not run" with the
  * reason when no scenario of this run measured it. */
 static void expect_verdict(const lab_scenario *only) {
     char why[96];
@@ -148,6 +148,21 @@ static void expect_verdict(const lab_scenario *only) {
     }
 }
 
+/* `lull-lab titles`: every fixed line of the short output, each variant
+ * once, one a line, measuring nothing. The width test reads it
+ * (lab/CMakeLists.txt: lab.title_widths), so a variant this machine would
+ * not print (no tracefs, no io_uring) is checked all the same. */
+static int titles(void) {
+    printf("%s\n", LAB_RATIO_RULE);
+    for (size_t i = 0; i < SCENARIO_COUNT; i++) {
+        printf("%s\n", scenarios[i]->title);
+        for (const char *const *h = scenarios[i]->headings; h && *h; h++)
+            printf("%s\n", *h[0] == '\n' ? *h + 1 : *h);
+    }
+    lab_verdict_titles();
+    return 0;
+}
+
 static const lab_scenario *find(const char *name) {
     for (size_t i = 0; i < SCENARIO_COUNT; i++)
         if (strcmp(scenarios[i]->name, name) == 0) return scenarios[i];
@@ -161,6 +176,7 @@ int main(int argc, char **argv) {
         return lab_soak_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "runner-child") == 0)
         return runner_child_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "titles") == 0) return titles();
     lab_options opts = {.argv0 = argv[0]};
     const char *command = NULL;
     for (int i = 1; i < argc; i++) {

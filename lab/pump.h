@@ -22,8 +22,8 @@ extern const char *const pump_mode_name[MODES];  /* JSON */
 extern const char *const pump_mode_label[MODES]; /* tables */
 
 typedef struct params {
-    int sessions;           /* the main table's size (default 12) */
-    int events;             /* per turn: 40, the investigation's */
+    int sessions; /* the main table's size (default 12) */
+    int events;   /* per turn: 40, as the polling pump was first measured */
     uint64_t interval_ns;   /* provider: one event every 15 ms */
     uint64_t poll_ns;       /* poll modes' period: 5 ms */
     uint64_t grid_ns;       /* poll_ms_grid: the runtime's timer unit, 1 ms */
@@ -151,6 +151,8 @@ void pump_set_params(const lab_options *opts, params *p);
  * their pumps woken as `mode` says. */
 int pump_run_open(run *r, int n, int mode, int retain, const params *p,
                   uint64_t *seed);
+/* Closes a run; a journal run's journal is closed first by its own file
+ * (lab/pump_journal.c), which calls this file and is never called by it. */
 void pump_run_close(run *r);
 /* The idle window: reads, utilisation, the loop thread's CPU, wakeups and
  * the wake audit, over idle_ns. */
@@ -160,7 +162,5 @@ int pump_stream(run *r, const params *p, stream_result *out);
 
 /* The journal variant (--journal; --only journal alone). */
 int pump_run_journal(const lab_options *opts, const params *p, lab_json *json);
-/* Before pump_run_close's own teardown of a journal run. */
-void pump_journal_close(run *r);
 
 #endif /* LAB_PUMP_H */

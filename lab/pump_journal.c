@@ -2,7 +2,7 @@
  * it alone): each event is appended to a per-session journal file and made
  * durable with fdatasync before its commit becomes readable, in notify
  * mode. Four variants, 4 and 12 sessions: in memory (no journal, the
- * baseline); sync on the loop thread (the investigation's "before": write
+ * baseline); sync on the loop thread (the "before": write
  * + fdatasync in the provider's callback); a lull_journal per session on a
  * worker pool (the commit becomes readable in the sync's completion); and
  * one shared lull_journal for every session (group commit across
@@ -87,7 +87,7 @@ static void journal_event(session *s, int k, uint64_t due) {
     case J_MEMORY:
         make_readable(s, j);
         break;
-    case J_LOOP: /* the investigation's "before": the loop thread blocks */
+    case J_LOOP: /* the "before": the loop thread blocks */
         if (write_at(s->fd, j->bytes, JREC, s->jend) < 0 ||
             fdatasync(s->fd) < 0)
             r->journal_errors++;
@@ -249,7 +249,7 @@ static void unlink_in(const run *r, const char *name) {
 /* Before run_close's own teardown: the pool's work comes home first (a
  * pool thread may still be inside the post of a last completion until the
  * pool is freed), then the files go. */
-void pump_journal_close(run *r) {
+static void journal_close(run *r) {
     for (int i = 0; i < r->n; i++)
         lull_timer_stop(&r->s[i].provider);
     lull_timer_stop(&r->deadline);
@@ -276,6 +276,12 @@ void pump_journal_close(run *r) {
     }
     if (r->dir[0]) rmdir(r->dir);
     r->journal = J_OFF;
+}
+
+/* A journal run's end: its journal first, then the run (lab/pump_run.c). */
+static void close_run(run *r) {
+    if (r->journal) journal_close(r);
+    pump_run_close(r);
 }
 
 /* The device's own fdatasync latency, in the journals' directory: a
@@ -359,7 +365,7 @@ static int journal_measure(lab_fig *fig, lab_row *row, int round, double *v) {
     int rc = pump_run_open(&r, n, MODE_NOTIFY, p->retain_small, p, &c->seed);
     if (rc < 0) return rc;
     if ((rc = journal_open(&r, variant, p)) < 0) {
-        pump_run_close(&r);
+        close_run(&r);
         return rc;
     }
     LULL_NAME(r.loop, journal_provider, "pump: provider fixture (journal)");
@@ -397,7 +403,7 @@ static int journal_measure(lab_fig *fig, lab_row *row, int round, double *v) {
         k->errors += r.journal_errors;
         k->streams++;
     }
-    pump_run_close(&r);
+    close_run(&r);
     return rc;
 }
 

@@ -2,7 +2,7 @@
  * committed-event window (lab/window.c) whose pump delivers to a driver,
  * on one lull loop. Three modes on the same session code; only the
  * trigger of the pass differs:
- *   poll_ms_grid  the investigation's "before", setInterval(pass, 5) on a
+ *   poll_ms_grid  the polling pump as first written, setInterval(pass, 5) on a
  *                 runtime whose timers are whole milliseconds: every
  *                 session's 5 ms poll falls on one of five 1 ms slots, and
  *                 the polls of a slot share one timer (the runtime's timer
@@ -179,7 +179,6 @@ static void stream_deadline(lull_timer *t) {
 }
 
 void pump_run_close(run *r) {
-    if (r->journal) pump_journal_close(r);
     for (int i = 0; i < r->n; i++) {
         session *s = &r->s[i];
         lull_timer_stop(&s->poll);

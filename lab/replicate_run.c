@@ -1,5 +1,5 @@
 /* The `replicate` scenario's runs (lab/replicate.h; the driver is
- * lab/replicate.c). Investigation 1C: a catch-up sender
+ * lab/replicate.c). The per-record yield: a catch-up sender
  * on a source loop streams a log to replicas over real sockets while the
  * same loop answers pings and publishes its progress.
  *
@@ -21,7 +21,7 @@
  * Modes (the producer's code is the same; only where it yields differs):
  *   per-record       a yield after every record, taken as a full loop turn
  *                    with I/O polled in between (quantum of 1 ns): what the
- *                    investigation's sender paid; the "before"
+ *                    per-record yield paid; the "before"
  *   per-record post  a posted continuation after every record, on the
  *                    shared quantum: lull's turns are cheap, so this shows
  *                    what a turn costs when it does not poll
@@ -460,7 +460,7 @@ static int loop_for_mode(int mode, lull_loop **loop) {
     switch (mode) {
     case M_PER_RECORD:
         /* Every callback spends the slice: each continuation is a loop
-         * turn with a poll before it, as the investigation's were. */
+         * turn with a poll before it, as the per-record yield's were. */
         o.quantum_ns = 1;
         break;
     case M_BUDGET_DEDICATED:

@@ -39,7 +39,8 @@ typedef struct way_row {
     const char *key;   /* JSON */
     const char *label; /* the table's */
     const char *peer;
-    const char *ref; /* BRIEF §5's reference on this project's machine */
+    const char *ref; /* the figure the target was set from, measured on
+                        another machine: a reference, not this run's */
     stream_way_fn fn;
     int cls; /* 0: a call per record; 1: batched by hand */
 } way_row;
@@ -317,7 +318,7 @@ int replicate_write_cost(const lab_options *opts, lab_json *json,
     int rc = lab_fig_error(fig);
     if (rc == 0) {
         const char *header[] = {"way", "CPU / record µs", "records / syscall",
-                                "reference (peers, §5)", "×"};
+                                "reference, elsewhere", "×"};
         lab_table t;
         lab_table_init(&t, 5, header);
         const lab_row *base = lab_fig_base(fig, 0);

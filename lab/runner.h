@@ -1,5 +1,5 @@
-/* What the `runner` scenario's files share (BRIEF 1A in its real setting):
- * the runner processes' wire format, the parameters of a run, and one
+/* What the `runner` scenario's files share (the polling pump in its real
+ * setting): the runner processes' wire format, the parameters of a run, and one
  * measurement of a transport — lull's (lab/runner_run.c) or Node's
  * (lab/runner_node.c, lab/node/runner.js). The runner child itself is
  * lab/runner_child.c; the figures, tables and verdict are lab/runner.c.
@@ -16,7 +16,7 @@
  * it, and a read of it is a state read.
  *
  * Every runner gets the same start, so every session streams its turn at
- * once, as in the investigation's benchmark; each on a phase of its own
+ * once, as the polling pump was first measured; each on a phase of its own
  * within the period (runner_phase), as separate programs would. With
  * RUNNER_GO_ALIGNED (`lull-lab runner --aligned`) the phase is 0 and all
  * N runners commit in the same instant: N processes woken together on the
@@ -87,7 +87,7 @@ int runner_child_main(int argc, char **argv);
 
 typedef struct runner_params {
     int runners;          /* this measurement's N */
-    int events;           /* per turn: 40, the investigation's */
+    int events;           /* per turn: 40, as the polling pump's */
     uint64_t interval_ns; /* one event every 15 ms */
     uint64_t poll_ns;     /* poll mode: every 5 ms */
     uint64_t grid_ns;     /* poll mode: on a 1 ms timer grid */
@@ -97,11 +97,10 @@ typedef struct runner_params {
     uint64_t seed;        /* poll phases */
 } runner_params;
 
-/* The transports' modes: the investigation's before and after; and, for
- * lull's measure only, the floor: no loop, the thread blocked in
- * epoll_wait on every runner's pipe and reading it at once, so the
- * kernel's part of a wait (the pipe, the wakeup across processes, the
- * scheduler) is measured alone. */
+/* The transports' modes: the polling pump (before) and the wake (after); and,
+ * for lull's measure only, the floor: no loop, the thread blocked in epoll_wait
+ * on every runner's pipe and reading it at once, so the kernel's part of a wait
+ * (the pipe, the wakeup across processes, the scheduler) is measured alone. */
 enum { RUNNER_POLL, RUNNER_NOTIFY, RUNNER_FLOOR, RUNNER_MODES };
 
 /* One measurement: N runners spawned, an idle window, one turn each

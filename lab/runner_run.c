@@ -3,7 +3,7 @@
  * read from its runner's stdout and handed to a driver by a lull_pump.
  * Two modes, one delivery pass; only what wakes the pass differs:
  *
- *   poll    the investigation's before, setInterval(pass, 5) on a runtime
+ *   poll    the polling pump, setInterval(pass, 5) on a runtime
  *           whose timers are whole milliseconds: each session's 5 ms poll
  *           falls on one of five 1 ms slots, and a slot's polls share one
  *           timer and one wakeup (as lab/pump_run.c's poll_ms_grid). The
@@ -22,8 +22,8 @@
  * pass's clock read. The runners' stdin is a lull_stream over a pipe (the
  * start command goes down it; closing it is the runners' signal to exit).
  *
- * The transport's background components and their contract rows (BRIEF
- * 1A), notify mode: trigger, the pipe's readiness; source of truth, the
+ * The transport's background components and their contract rows, notify
+ * mode: trigger, the pipe's readiness; source of truth, the
  * pipe's contents; pending work, unread bytes; next deadline, none (a
  * pass that fills its buffer continues in the next task); quiet, no timer
  * and no task while the pipe is empty. Poll mode has, by design, a timer

@@ -26,7 +26,20 @@ extern const int depth[DEPTHS];
 
 enum { R_KV_PER_RECORD, R_KV_BUDGET, R_REDIS, REPL_ROWS };
 
-/* lull-kv's default quantum (a shared loop's: BRIEF C5); the budget-mode
+/* The floor table's title, one for each source of its system-call count
+ * (lab/serve_floor.c): `lull-lab titles` lists both, so the width test
+ * sees each whatever the machine exposes. */
+#define SERVE_FLOOR_TITLE_KERNEL                                               \
+    "floors: plain C servers, no lull; [system calls], the kernel's count; "   \
+    "ratios round by round"
+#define SERVE_FLOOR_TITLE_OWN                                                  \
+    "floors: plain C servers, no lull; [system calls], the server's own "      \
+    "count; ratios round by round"
+#define SERVE_SUITE_TITLE                                                      \
+    "redis-benchmark's default suite, 50 clients: lull-kv's CPU µs/req and "  \
+    "req/s, × vs redis-server"
+
+/* lull-kv's default quantum (a shared loop's, contract C5); the budget-mode
  * target is this plus 1 ms. */
 #define KV_QUANTUM_MS 0.5
 
@@ -107,6 +120,30 @@ bool serve_start_kv(server *s, const char *const *extra, int cpu);
  * replica: fork + RDB) to that CPU (bgsave_cpulist), not to its own. */
 bool serve_spawn_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
 bool serve_start_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
+
+/* The rows' helpers (serve_proc.c): */
+
+/* Whether `serve --only NAME` runs the figure `name` (no --only: all). */
+bool serve_wants(const lab_options *opts, const char *name);
+
+/* CPU time of every thread of pid in ns, from /proc/PID/task/TID/schedstat
+ * (the time /proc/PID/stat's utime + stime count, to the ns rather than
+ * in 10 ms ticks), else from stat's ticks. False when pid is gone. */
+bool serve_cpu_ns(pid_t pid, uint64_t *ns);
+/* A number from /proc/PID/status ("VmHWM", "VmRSS" in kB;
+ * "voluntary_ctxt_switches"), or -1. */
+long long serve_status_field(pid_t pid, const char *name);
+/* Runs fn(arg) on a new thread pinned to cpu (-1: not pinned) and waits
+ * for it: the clients of lull-lab's own run beside the server's CPU, as
+ * redis-benchmark does. Returns what fn returned (an int cast to void *),
+ * or a negative errno when the thread could not start. */
+int serve_run_pinned(int cpu, void *(*fn)(void *), void *arg);
+/* One request and its whole reply over a blocking connection: the text
+ * of `INFO section`'s bulk reply into buf; 0 or -1. */
+int serve_info(int fd, const char *section, char *buf, size_t size);
+/* The short table's row: a figure, lull-kv's value, redis-server's, ×. */
+void serve_brief_row(lab_table *t, const char *label, double kv, double redis,
+                     double ratio);
 
 /* --------------------------------------------- floors (serve_floor.c) */
 

@@ -32,9 +32,6 @@ typedef struct serve_side {
     char why[160];       /* why a row did not run */
 } serve_side;
 
-/* Whether `serve --only NAME` runs the figure `name` (no --only: all). */
-bool serve_wants(const lab_options *opts, const char *name);
-
 /* The whole default suite at -P 1 and -P 16: its figures, its short
  * table, its verdict line. 0, or a negative errno when redis-benchmark
  * failed against a server that was running. */
@@ -51,26 +48,5 @@ int serve_bigvalue(const lab_options *opts, lab_json *json, lab_table *brief,
 int serve_idle(const lab_options *opts, lab_json *json, lab_table *brief,
                serve_side *side);
 int serve_pubsub(const lab_options *opts, lab_json *json, lab_table *brief);
-
-/* ------------------------------------------- helpers (serve_beside.c) */
-
-/* CPU time of every thread of pid in ns, from /proc/PID/task/TID/schedstat
- * (the time /proc/PID/stat's utime + stime count, to the ns rather than
- * in 10 ms ticks), else from stat's ticks. False when pid is gone. */
-bool serve_cpu_ns(pid_t pid, uint64_t *ns);
-/* A number from /proc/PID/status ("VmHWM", "VmRSS" in kB;
- * "voluntary_ctxt_switches"), or -1. */
-long long serve_status_field(pid_t pid, const char *name);
-/* Runs fn(arg) on a new thread pinned to cpu (-1: not pinned) and waits
- * for it: the clients of lull-lab's own run beside the server's CPU, as
- * redis-benchmark does. Returns what fn returned (an int cast to void *),
- * or a negative errno when the thread could not start. */
-int serve_run_pinned(int cpu, void *(*fn)(void *), void *arg);
-/* One request and its whole reply over a blocking connection: the text
- * of `INFO section`'s bulk reply into buf; 0 or -1. */
-int serve_info(int fd, const char *section, char *buf, size_t size);
-/* The short table's row: a figure, lull-kv's value, redis-server's, ×. */
-void serve_brief_row(lab_table *t, const char *label, double kv, double redis,
-                     double ratio);
 
 #endif /* LAB_SERVE_MORE_H */

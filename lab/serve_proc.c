@@ -5,15 +5,20 @@
  * blocking client for PING, INFO and loading keys; and the two servers,
  * lull-kv on a port of its choosing (read from its "listening on" line)
  * and redis-server on one the kernel just handed out (restarted on
- * another if it fails to bind). One thread. */
+ * another if it fails to bind); and the helpers every figure of the
+ * scenario shares (--only, CPU time and status from /proc, a pinned
+ * client thread, INFO, a short-table row). It calls no other file of the
+ * scenario. One thread. */
 #include "serve.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -612,4 +617,110 @@ bool serve_start_redis(server *s, int replica_of, int cpu, int bgsave_cpu) {
         serve_server_stop(s);
     }
     return false;
+}
+
+/* ------------------------------------------------ helpers of the rows */
+
+bool serve_wants(const lab_options *opts, const char *name) {
+    return !opts->only || strcmp(opts->only, name) == 0;
+}
+
+/* ---------------------------------------------------------------- /proc */
+
+bool serve_cpu_ns(pid_t pid, uint64_t *ns) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    uint64_t sum = 0;
+    bool any = false;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char file[128];
+        snprintf(file, sizeof file, "%.63s/%.32s/schedstat", path, e->d_name);
+        FILE *f = fopen(file, "re");
+        unsigned long long on_cpu;
+        if (f && fscanf(f, "%llu", &on_cpu) == 1) {
+            sum += on_cpu;
+            any = true;
+        }
+        if (f) fclose(f);
+    }
+    if (d) closedir(d);
+    if (!any) { /* a kernel without schedstat: stat's ticks */
+        double s;
+        long sleeps;
+        if (!serve_proc_cpu(pid, &s, &sleeps)) return false;
+        sum = (uint64_t)(s * 1e9);
+    }
+    *ns = sum;
+    return true;
+}
+
+long long serve_status_field(pid_t pid, const char *name) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return -1;
+    size_t n = strlen(name);
+    long long v = -1;
+    while (v < 0 && fgets(line, sizeof line, f))
+        if (strncmp(line, name, n) == 0 && line[n] == ':')
+            v = strtoll(line + n + 1, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* --------------------------------------------------------------- threads */
+
+int serve_run_pinned(int cpu, void *(*fn)(void *), void *arg) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+    }
+    pthread_t t;
+    int err = pthread_create(&t, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    if (err) return -err;
+    void *rc;
+    pthread_join(t, &rc);
+    return (int)(intptr_t)rc;
+}
+
+/* ------------------------------------------------------------------ INFO */
+
+int serve_info(int fd, const char *section, char *buf, size_t size) {
+    char req[96];
+    int n = snprintf(req, sizeof req, "*2\r\n$4\r\nINFO\r\n$%zu\r\n%s\r\n",
+                     strlen(section), section);
+    if (serve_send_all(fd, req, (size_t)n) < 0) return -1;
+    char head[32];
+    size_t h = 0;
+    while (h < sizeof head - 1) { /* "$<len>\r\n" */
+        if (serve_recv_exact(fd, head + h, 1) < 0) return -1;
+        if (head[h++] == '\n') break;
+    }
+    head[h] = '\0';
+    if (head[0] != '$') return -1;
+    long len = strtol(head + 1, NULL, 10);
+    if (len < 0 || (size_t)len + 2 > size) return -1;
+    if (serve_recv_exact(fd, buf, (size_t)len + 2) < 0) return -1;
+    buf[len] = '\0';
+    return 0;
+}
+
+/* ---------------------------------------------------------- short table */
+
+void serve_brief_row(lab_table *t, const char *label, double kv, double redis,
+                     double ratio) {
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL];
+    int row = lab_table_row(t);
+    if (row < 0) return;
+    lab_table_set(t, row, 0, "%s", label);
+    lab_table_set(t, row, 1, "%s", isfinite(kv) ? lab_fmt(a, kv) : "–");
+    lab_table_set(t, row, 2, "%s", isfinite(redis) ? lab_fmt(b, redis) : "–");
+    lab_table_set(t, row, 3, "%s", lab_fmt_ratio(c, ratio));
 }

@@ -164,7 +164,7 @@ static int text_width(const char *s) {
     return w;
 }
 
-void lab_table_print(const lab_table *t, FILE *out) {
+static void print_table(const lab_table *t, FILE *out, bool rule) {
     int width[LAB_TABLE_COLS] = {0};
     for (int r = 0; r < t->rows; r++)
         for (int c = 0; c < t->cols; c++) {
@@ -186,7 +186,7 @@ void lab_table_print(const lab_table *t, FILE *out) {
             }
         }
         fputc('\n', out);
-        if (r == 0) {
+        if (r == 0 && rule) {
             fputs("  ", out);
             for (int c = 0; c < t->cols; c++) {
                 if (c) fputs("  ", out);
@@ -196,6 +196,14 @@ void lab_table_print(const lab_table *t, FILE *out) {
             fputc('\n', out);
         }
     }
+}
+
+void lab_table_print(const lab_table *t, FILE *out) {
+    print_table(t, out, true);
+}
+
+void lab_table_print_short(const lab_table *t, FILE *out) {
+    print_table(t, out, false);
 }
 
 void lab_format_value(char *buf, size_t size, double v) {

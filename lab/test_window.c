@@ -1,5 +1,5 @@
 /* The committed-event window (lab/window.c) and the regression tests of
- * BRIEF 1A, ported to lull: an idle session reads nothing in notify mode
+ * the polling pump's fix (README), ported to lull: an idle session reads nothing in notify mode
  * (and ~400 times in 2 s in poll mode); with time frozen a whole turn is
  * delivered, each event before a task posted the moment it became
  * readable; held items are retried only while held; several commits in one
@@ -239,7 +239,7 @@ TEST(retention_keeps_events_behind_the_slowest_cursor) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* --------------------------------------------- BRIEF 1A regression tests */
+/* ------------------------------- the polling pump's regression tests */
 
 /* An open idle session reads the window (near) never in notify mode; the
  * 5 ms poll reads it 400 times in 2 s. The investigation's bound: < 100

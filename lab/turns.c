@@ -1,4 +1,4 @@
-/* The `turns` scenario (BRIEF §4): what one turn of the loop costs, lull
+/* The `turns` scenario: what one turn of the loop costs, lull
  * beside libuv, libev, libevent and Node on the same machine in one run.
  *
  * Figures: (1) posted-task (next-iteration) chain and (2) zero-delay timer
@@ -129,10 +129,6 @@ const turns_figure turns_figures[TURNS_FIGURES] = {
                        "virtual time in far less than an hour",
                        TURNS_VIRTUAL},
 };
-
-bool turns_is_trip(int f) {
-    return turns_figures[f].rows_of == TURNS_ROUNDTRIP;
-}
 
 /* ----------------------------------------------------------- the peers */
 
@@ -290,9 +286,6 @@ static bool timers_cell(const lab_fig *f, const lab_row *rw, int v, char *buf,
     snprintf(buf, size, "%s [%s–%s]", mid, lo, hi);
     return true;
 }
-
-/* Measured by turns_report_timers, written to the timers figure's JSON. */
-double turns_clock_ns = NAN;
 
 static void fig_json(const lab_fig *fig, const lab_row *rw, lab_json *j) {
     const fig_ctx *c = fig->ctx;
@@ -573,4 +566,5 @@ const lab_scenario lab_turns = {
     "turns: what a turn, a timer and an idle loop cost, beside libuv, libev, "
     "libevent and Node",
     "C1 C2 C3 C7",
+    NULL,
 };

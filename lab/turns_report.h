@@ -1,6 +1,7 @@
 /* What lab/turns.c (the `turns` figures and their rows) shares with
  * lab/turns_report.c (what the figures are judged by: the notes under each
- * table, the short table and the verdict lines). */
+ * table, the short table and the verdict lines). lab/turns.c calls
+ * lab/turns_report.c, never the other way. */
 #ifndef LAB_TURNS_REPORT_H
 #define LAB_TURNS_REPORT_H
 
@@ -10,11 +11,13 @@
 typedef struct turns_figure {
     lab_fig_spec spec;  /* key, title, policy header, columns, ×, flags */
     const char *method; /* how it is measured; NULL: print_method says */
-    const char *target; /* lull's target from BRIEF §5 */
+    const char *target; /* lull's target (README: The contracts) */
     int rows_of;        /* the figure whose entries it runs */
 } turns_figure;
 
-extern const turns_figure turns_figures[TURNS_FIGURES];
+extern const turns_figure turns_figures[TURNS_FIGURES]; /* lab/turns.c */
+/* Whether figure f is a cross-thread round trip (one CPU or two): its
+ * rows are the round trip's entries. */
 bool turns_is_trip(int f);
 /* The thread's timer slack when lull-lab started. */
 extern long turns_default_slack_ns;

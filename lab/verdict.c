@@ -2,12 +2,12 @@
  * the same run (lab/engine.h).
  *
  * Scenarios add the lines they measured (lab_verdict_add); lab/main.c
- * declares a line for each contract C1-C8 and each scenario's seed table,
+ * declares a line for each contract C1-C8 and each scenario's own line,
  * so a contract no scenario of this run measured still gets its line, as
- * "not run" with the reason. Around each scenario lab/main.c reads what
- * the rest of the machine did (lab_noise_*), and marks the timing lines
- * that scenario added as noisy when it was busy: a miss then reads "✗
- * noisy", and --strict does not count it. One thread. */
+ * "not run" with the reason. A miss is told apart here, by the evidence
+ * each line carries (lab/engine.h: floor-bound, noisy, or plain); what
+ * the rest of the machine did (lab_noise_*) goes into the JSON beside it.
+ * One thread. */
 #include "engine.h"
 
 #include <math.h>
@@ -18,7 +18,6 @@
 
 #define MAX_LINES 48
 #define WIDTH     100 /* columns of every verdict line */
-#define MAX_PRINT 25  /* lines of the whole verdict */
 
 static lab_verdict lines[MAX_LINES];
 static int nlines;
@@ -28,19 +27,11 @@ static const char *current; /* the scenario running, for lab_verdict_add */
 static const struct {
     const char *id, *name;
 } names[] = {
-    {"C1", "Quiet"},
-    {"C2", "Turns"},
-    {"C3", "Zero-delay"},
-    {"C4", "Notification"},
-    {"C5", "Budget"},
-    {"C6", "Transports"},
-    {"C7", "Deterministic"},
-    {"C8", "Visible"},
-    {"pump", "1A"},
-    {"loopback", "1B"},
-    {"replicate", "1C"},
-    {"serve", "lull-kv"},
-    {"runner", "1A"},
+    {"C1", "Quiet"},         {"C2", "Turns"},   {"C3", "Zero-delay"},
+    {"C4", "Notification"},  {"C5", "Budget"},  {"C6", "Transports"},
+    {"C7", "Deterministic"}, {"C8", "Visible"}, {"pump", ""},
+    {"loopback", ""},        {"replicate", ""}, {"serve", "lull-kv"},
+    {"runner", ""},
 };
 
 static const char *name_of(const char *id) {
@@ -49,7 +40,7 @@ static const char *name_of(const char *id) {
     return "";
 }
 
-/* Contracts first, in order, then the seed tables in the order above. */
+/* Contracts first, in order, then the scenarios in the order above. */
 static int rank_of(const char *id) {
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(names[i].id, id) == 0) return (int)i;
@@ -64,6 +55,10 @@ lab_verdict *lab_verdict_add(const char *id, int part) {
     v->part = part;
     v->scenario = current;
     v->status = LAB_V_NOT_RUN;
+    v->miss = NAN;
+    v->moved_by = NAN;
+    v->ev_by = NAN;
+    v->floor_by = NAN;
     return v;
 }
 
@@ -71,10 +66,71 @@ void lab_verdict_judge(lab_verdict *v, bool ok) {
     if (v) v->status = ok ? LAB_V_MET : LAB_V_MISSED;
 }
 
+/* A bound missed: the largest miss is kept, and whether the evidence
+ * before it moved as much. A miss of unknown size (NAN, or a bound of 0)
+ * is never noise. */
+static bool missed_bound(lab_verdict *v, double value, double bound,
+                         bool upper) {
+    if (v->status == LAB_V_NOT_RUN) v->status = LAB_V_MET;
+    v->ev_used = true;
+    if (upper ? value <= bound : value >= bound) return false;
+    double by = upper ? value / bound : bound / value;
+    if (!isfinite(by)) by = INFINITY;
+    v->status = LAB_V_MISSED;
+    bool explained = v->ev_by >= by;
+    if (!explained) v->unexplained = true;
+    if (!(by <= v->miss)) {
+        v->miss = by;
+        if (explained) {
+            memcpy(v->moved, v->ev, sizeof v->moved);
+            v->moved_by = v->ev_by;
+        }
+    }
+    return true;
+}
+
+void lab_verdict_bound(lab_verdict *v, double value, double bound, bool upper) {
+    if (v && missed_bound(v, value, bound, upper)) v->beyond_floor = true;
+}
+
+void lab_verdict_bound_floor(lab_verdict *v, double value, double bound,
+                             bool upper, double floor, const char *restated) {
+    if (!v || !missed_bound(v, value, bound, upper)) return;
+    double by = upper ? floor / bound : bound / floor;
+    if (!(by > 1)) {
+        v->beyond_floor = true;
+        return;
+    }
+    if (!(by <= v->floor_by)) v->floor_by = by;
+    if (restated)
+        snprintf(v->floor_target, sizeof v->floor_target, "%s", restated);
+}
+
 void lab_verdict_spread(lab_verdict *v, const char *what, double spread) {
-    if (!v || !isfinite(spread) || spread <= LAB_NOISY_SPREAD) return;
-    snprintf(v->noise, sizeof v->noise, "%s spread %.1f× over rounds", what,
-             spread);
+    if (!v) return;
+    if (v->ev_used) { /* evidence for the bounds to come, not the last */
+        v->ev_used = false;
+        v->ev[0] = '\0';
+        v->ev_by = NAN;
+    }
+    if (!isfinite(spread) || spread <= v->ev_by) return;
+    snprintf(v->ev, sizeof v->ev, "%s", what);
+    v->ev_by = spread;
+}
+
+void lab_verdict_peer_met(lab_verdict *v, const char *peer) {
+    if (v && peer) snprintf(v->peer_met, sizeof v->peer_met, "%s", peer);
+}
+
+/* How a line reads: the rules of lab/engine.h, in their order. */
+enum { R_MET, R_NOT_RUN, R_FLOOR, R_PLAIN, R_NOISY };
+static int reading(const lab_verdict *v) {
+    if (v->status == LAB_V_MET) return R_MET;
+    if (v->status == LAB_V_NOT_RUN) return R_NOT_RUN;
+    if (v->floor_by > 1 && !v->beyond_floor) return R_FLOOR;
+    if (v->peer_met[0]) return R_PLAIN;
+    if (isfinite(v->miss) && !v->unexplained) return R_NOISY;
+    return R_PLAIN;
 }
 
 /* A placeholder line, replaced by any line a scenario adds for the id. */
@@ -95,14 +151,7 @@ void lab_verdict_begin(const char *scenario) {
 }
 
 void lab_verdict_end(const lab_noise *n) {
-    char text[96];
-    bool noisy = n && lab_noise_text(n, text, sizeof text);
-    for (int i = 0; noisy && current && i < nlines; i++) {
-        lab_verdict *v = &lines[i];
-        if (!v->scenario || strcmp(v->scenario, current) != 0) continue;
-        if (v->timing && !v->noise[0])
-            snprintf(v->noise, sizeof v->noise, "%s", text);
-    }
+    (void)n; /* the JSON has it (lab_noise_json); it marks no line */
     current = NULL;
 }
 
@@ -147,34 +196,44 @@ static int cmp_line(const void *a, const void *b) {
     return x->part - y->part;
 }
 
-static const char *status_text(const lab_verdict *v) {
-    switch (v->status) {
-    case LAB_V_MET:
-        return "✓";
-    case LAB_V_MISSED:
-        return v->noise[0] ? "✗ noisy" : "✗";
+static void status_text(const lab_verdict *v, char *buf, size_t size) {
+    switch (reading(v)) {
+    case R_MET:
+        snprintf(buf, size, "✓");
+        break;
+    case R_NOT_RUN:
+        snprintf(buf, size, "not run");
+        break;
+    case R_FLOOR:
+        snprintf(buf, size, "✗ floor-bound (floor ×%.1f)", v->floor_by);
+        break;
+    case R_NOISY:
+        snprintf(buf, size, "✗ noisy");
+        break;
     default:
-        return "not run";
+        snprintf(buf, size, "✗");
     }
 }
 
 static void fill_row(vrow *r, const lab_verdict *v, bool first) {
     memset(r, 0, sizeof *r);
     if (first)
-        snprintf(r->cell[COL_ID], sizeof r->cell[0], "%s %s", v->id,
-                 name_of(v->id));
+        snprintf(r->cell[COL_ID], sizeof r->cell[0], "%s%s%s", v->id,
+                 name_of(v->id)[0] ? " " : "", name_of(v->id));
     if (v->status == LAB_V_NOT_RUN) {
-        /* Precisions so the compiler can see it fits: the cell is cut to
-         * its column anyway. */
-        snprintf(r->cell[COL_WHAT], sizeof r->cell[0], "%.96s%s%.96s",
-                 v->what, v->what[0] ? ": " : "",
-                 v->note[0] ? v->note : "not run");
+        /* Precisions so the compiler can see it fits. */
+        snprintf(r->cell[COL_WHAT], sizeof r->cell[0], "%.96s%s%.96s", v->what,
+                 v->what[0] ? ": " : "", v->note[0] ? v->note : "not run");
     } else {
         snprintf(r->cell[COL_WHAT], sizeof r->cell[0], "%s", v->what);
-        snprintf(r->cell[COL_TARGET], sizeof r->cell[0], "%s", v->target);
-        snprintf(r->cell[COL_PEER], sizeof r->cell[0], "%s", v->peer);
+        snprintf(r->cell[COL_TARGET], sizeof r->cell[0], "%s",
+                 reading(v) == R_FLOOR && v->floor_target[0] ? v->floor_target
+                                                             : v->target);
+        /* A floor-bound line's result says what it is compared with. */
+        if (reading(v) != R_FLOOR)
+            snprintf(r->cell[COL_PEER], sizeof r->cell[0], "%s", v->peer);
     }
-    snprintf(r->cell[COL_RESULT], sizeof r->cell[0], "%s", status_text(v));
+    status_text(v, r->cell[COL_RESULT], sizeof r->cell[0]);
 }
 
 /* A not-run line has only its reason, which spans the three middle
@@ -183,9 +242,15 @@ static bool spans(const vrow *r) {
     return !r->cell[COL_TARGET][0] && !r->cell[COL_PEER][0];
 }
 
-/* Column widths within WIDTH: the widest of what, peer and target loses a
- * column at a time until every line fits; spanning cells are cut to the
- * three columns they span. */
+/* Column widths: each the widest of its cells, so no cell is cut. The
+ * results are right-aligned at the table's right edge, just past the
+ * widest "compared with" cell and its result together: a long result (a
+ * floor-bound line's, whose "compared with" cell is empty) takes that
+ * cell's room. A spanning cell (not run) takes the three middle columns.
+ * The cells are written short enough that the whole fits WIDTH
+ * (lab.verdict_shape checks it); past WIDTH, as a last resort, the widest
+ * of what and target is cut with "…". width[COL_RESULT] is the tail: the
+ * columns from the "compared with" column's start to the right edge. */
 static void fit(vrow *rows, int n, int width[COLS]) {
     for (int c = 0; c < COLS; c++) {
         width[c] = 0;
@@ -194,26 +259,22 @@ static void fit(vrow *rows, int n, int width[COLS]) {
                 width_of(rows[i].cell[c]) > width[c])
                 width[c] = width_of(rows[i].cell[c]);
     }
-    /* Over WIDTH: the peer column gives first, down to 20 columns, then
-     * the target, down to 16, then what was measured, then all three. */
-    static const int floor_of[COLS] = {0, 0, 16, 20, 0};
+    int tail = width[COL_PEER];
+    for (int i = 0; i < n; i++) {
+        int peer = width_of(rows[i].cell[COL_PEER]);
+        int t = (peer ? peer + 2 : 0) + width_of(rows[i].cell[COL_RESULT]);
+        if (t > tail) tail = t;
+    }
+    width[COL_RESULT] = tail;
     for (;;) {
-        int total = 2 * (COLS - 1);
-        for (int c = 0; c < COLS; c++)
-            total += width[c];
+        int total =
+            width[COL_ID] + width[COL_WHAT] + width[COL_TARGET] + 6 + tail;
         if (total <= WIDTH) break;
-        int c = COL_WHAT;
-        if (width[COL_PEER] > floor_of[COL_PEER])
-            c = COL_PEER;
-        else if (width[COL_TARGET] > floor_of[COL_TARGET])
-            c = COL_TARGET;
-        else if (width[COL_WHAT] <= 24)
-            c = width[COL_PEER] >= width[COL_TARGET] ? COL_PEER : COL_TARGET;
-        width[c]--;
+        width[width[COL_TARGET] > width[COL_WHAT] ? COL_TARGET : COL_WHAT]--;
     }
     int span = width[COL_WHAT] + width[COL_TARGET] + width[COL_PEER] + 4;
     for (int i = 0; i < n; i++)
-        for (int c = 0; c < COLS; c++)
+        for (int c = 0; c < COL_PEER; c++)
             cut(rows[i].cell[c],
                 c == COL_WHAT && spans(&rows[i]) ? span : width[c]);
 }
@@ -221,23 +282,42 @@ static void fit(vrow *rows, int n, int width[COLS]) {
 static void print_row(const vrow *r, const int width[COLS]) {
     char line[8 * WIDTH];
     size_t used = 0;
-    for (int c = 0; c < COLS; c++) {
+    int col = 0; /* columns printed so far */
+    for (int c = 0; c < COL_RESULT; c++) {
         int w = width[c];
         if (spans(r) && c == COL_WHAT)
             w += width[COL_TARGET] + width[COL_PEER] + 4;
         if (spans(r) && (c == COL_TARGET || c == COL_PEER)) continue;
         int pad = w - width_of(r->cell[c]);
-        if (c == COLS - 1 || pad < 0) pad = 0; /* no trailing blanks */
+        if (pad < 0) pad = 0;
         used += (size_t)snprintf(line + used, sizeof line - used, "%s%s%*s",
                                  c ? "  " : "", r->cell[c], pad, "");
+        col += (c ? 2 : 0) + width_of(r->cell[c]) + pad;
     }
+    /* The result, right-aligned at the right edge, over the blanks. */
+    int edge = width[COL_ID] + width[COL_WHAT] + width[COL_TARGET] + 6 +
+               width[COL_RESULT];
+    int start = edge - width_of(r->cell[COL_RESULT]);
     while (used > 0 && line[used - 1] == ' ')
-        line[--used] = '\0';
+        line[--used] = '\0', col--;
+    if (r->cell[COL_RESULT][0])
+        snprintf(line + used, sizeof line - used, "%*s%s",
+                 start - col >= 2 ? start - col : 2, "", r->cell[COL_RESULT]);
     puts(line);
+}
+
+/* The reason under the verdict for a noisy line: which floor or peer
+ * moved, by how much, beside the size of the miss. */
+static void noisy_reason(const lab_verdict *v, char *buf, size_t size) {
+    snprintf(buf, size,
+             "noisy %.11s: %.63s moved %.2f× over the same rounds; lull "
+             "missed by %.2f×",
+             v->id, v->moved, v->moved_by, v->miss);
 }
 
 static void json_line(lab_json *j, const lab_verdict *v) {
     static const char *const status[] = {"not run", "met", "missed"};
+    int how = reading(v);
     lab_json_begin_object(j);
     lab_json_key(j, "id");
     lab_json_string(j, v->id);
@@ -247,14 +327,32 @@ static void json_line(lab_json *j, const lab_verdict *v) {
     lab_json_key(j, "status");
     lab_json_string(j, status[v->status]);
     lab_json_key(j, "noisy");
-    lab_json_bool(j, v->noise[0] != '\0');
-    const char *keys[] = {"measured", "target", "peer", "noise", "note"};
-    const char *vals[] = {v->what, v->target, v->peer, v->noise, v->note};
-    for (int k = 0; k < 5; k++) {
+    lab_json_bool(j, how == R_NOISY);
+    lab_json_key(j, "floor_bound");
+    lab_json_bool(j, how == R_FLOOR);
+    char noise[WIDTH * 2] = "";
+    if (how == R_NOISY) noisy_reason(v, noise, sizeof noise);
+    const char *keys[] = {"measured", "target",   "peer",        "noise",
+                          "note",     "peer_met", "floor_target"};
+    const char *vals[] = {v->what,
+                          v->target,
+                          v->peer,
+                          noise,
+                          v->note,
+                          v->peer_met,
+                          how == R_FLOOR ? v->floor_target : ""};
+    for (int k = 0; k < 7; k++) {
         if (!vals[k][0]) continue;
         lab_json_key(j, keys[k]);
         lab_json_string(j, vals[k]);
     }
+    if (isfinite(v->miss)) lab_json_field(j, "missed_by", v->miss);
+    if (isfinite(v->moved_by)) {
+        lab_json_key(j, "moved");
+        lab_json_string(j, v->moved);
+        lab_json_field(j, "moved_by", v->moved_by);
+    }
+    if (isfinite(v->floor_by)) lab_json_field(j, "floor_by", v->floor_by);
     if (v->scenario) {
         lab_json_key(j, "scenario");
         lab_json_string(j, v->scenario);
@@ -286,47 +384,37 @@ int lab_verdict_print(lab_json *json) {
     snprintf(rows[0].cell[COL_WHAT], sizeof rows[0].cell[0],
              "lull in this run");
     snprintf(rows[0].cell[COL_TARGET], sizeof rows[0].cell[0], "target");
-    snprintf(rows[0].cell[COL_PEER], sizeof rows[0].cell[0], "best peer, ×");
-    int strict = 0, missed = 0, met = 0, notrun = 0;
+    snprintf(rows[0].cell[COL_PEER], sizeof rows[0].cell[0],
+             "compared with, ×");
+    int strict = 0, missed = 0, met = 0, notrun = 0, noisy = 0, bound = 0;
     for (int i = 0; i < nlines; i++) {
         bool first = i == 0 || strcmp(lines[i].id, lines[i - 1].id) != 0;
         fill_row(&rows[i + 1], &lines[i], first);
+        int how = reading(&lines[i]);
         if (lines[i].status == LAB_V_MISSED) {
             missed++;
-            if (!lines[i].noise[0]) strict++;
+            if (how != R_NOISY) strict++;
         }
-        met += lines[i].status == LAB_V_MET;
-        notrun += lines[i].status == LAB_V_NOT_RUN;
+        noisy += how == R_NOISY;
+        bound += how == R_FLOOR;
+        met += how == R_MET;
+        notrun += how == R_NOT_RUN;
     }
     int width[COLS];
     fit(rows, nlines + 1, width);
 
-    printf("\nverdict: %d met (✓), %d missed (✗), %d not run\n", met, missed,
-           notrun);
-    int printed = 1;
-    for (int i = 0; i < nlines + 1 && printed < MAX_PRINT - 2; i++, printed++)
+    printf("\nverdict: %d met (✓), %d missed (✗: %d noisy, %d floor-bound), "
+           "%d not run\n",
+           met, missed, noisy, bound, notrun);
+    for (int i = 0; i < nlines + 1; i++)
         print_row(&rows[i], width);
-    /* The noise behind each "noisy": once per cause, with its lines. */
-    for (int i = 0; i < nlines && printed < MAX_PRINT; i++) {
-        if (!lines[i].noise[0] || lines[i].status != LAB_V_MISSED) continue;
-        bool seen = false;
-        for (int k = 0; k < i; k++)
-            seen |= lines[k].status == LAB_V_MISSED &&
-                    strcmp(lines[k].noise, lines[i].noise) == 0;
-        if (seen) continue;
-        char ids[64] = "";
-        for (int k = i; k < nlines; k++)
-            if (lines[k].status == LAB_V_MISSED &&
-                strcmp(lines[k].noise, lines[i].noise) == 0 &&
-                !strstr(ids, lines[k].id))
-                snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%s",
-                         ids[0] ? ", " : "", lines[k].id);
+    /* A reason for every noisy mark, one line each. */
+    for (int i = 0; i < nlines; i++) {
+        if (reading(&lines[i]) != R_NOISY) continue;
         char note[WIDTH * 3];
-        snprintf(note, sizeof note, "noisy %s: %s; rerun on a quiet machine",
-                 ids, lines[i].noise);
+        noisy_reason(&lines[i], note, sizeof note);
         cut(note, WIDTH);
         puts(note);
-        printed++;
     }
 
     if (json) {
@@ -337,6 +425,94 @@ int lab_verdict_print(lab_json *json) {
         lab_json_end_array(json);
     }
     return strict;
+}
+
+void lab_verdict_titles(void) {
+    printf("verdict: %d met (✓), %d missed (✗: %d noisy, %d floor-bound), "
+           "%d not run\n",
+           MAX_LINES, MAX_LINES, MAX_LINES, MAX_LINES, MAX_LINES);
+    lab_verdict w = {.id = "replicate",
+                     .moved = "the epoll floor's CPU/req",
+                     .moved_by = 99.99,
+                     .miss = 99.99};
+    char buf[WIDTH * 3];
+    noisy_reason(&w, buf, sizeof buf);
+    puts(buf);
+
+    /* A verdict of made-up lines, one of each reading, with cells as wide
+     * as the scenarios' widest: lab.verdict_rules checks how each reads,
+     * lab.title_widths that it fits. */
+    nlines = 0;
+    current = "sample";
+    lab_verdict *v;
+    /* Missed by 2×; a peer moved 3× in the same rounds: noisy. */
+    if ((v = lab_verdict_add("C1", 0))) {
+        snprintf(v->what, sizeof v->what, "10k idle: 1 wakeup, 200 µs/s");
+        snprintf(v->target, sizeof v->target, "≤ 1, < 100 µs/s");
+        snprintf(v->peer, sizeof v->peer, "libevent 35.0 ×0.18");
+        lab_verdict_spread(v, "libevent's idle CPU", 3);
+        lab_verdict_bound(v, 200, 100, true);
+    }
+    /* The same, but a peer met the target in the same rounds: plain. */
+    if ((v = lab_verdict_add("C2", 0))) {
+        snprintf(v->what, sizeof v->what, "task 26.5 ns a hop, I/O 0.5 ms");
+        snprintf(v->target, sizeof v->target, "< best peer");
+        snprintf(v->peer, sizeof v->peer, "libevent 13.2 ×0.50");
+        lab_verdict_spread(v, "libevent's row", 3);
+        lab_verdict_peer_met(v, "libevent");
+        lab_verdict_bound(v, 26.5, 13.2, true);
+    }
+    /* The floor misses the bound too, by 1.74×: floor-bound. */
+    if ((v = lab_verdict_add("C3", 0))) {
+        snprintf(v->what, sizeof v->what, "notify: p50 27.8, p99 601 µs");
+        snprintf(v->target, sizeof v->target, "≤ 50, ≤ 500, ×10");
+        snprintf(v->peer, sizeof v->peer, "Node 211 ×7.57");
+        lab_verdict_bound_floor(v, 27.8, 50, true, 23.6, "p50 ≤ 2.1× floor");
+        lab_verdict_bound_floor(v, 601, 500, true, 872, "p99 ≤ 0.57× floor");
+    }
+    /* The floor misses one bound, but another is missed too: plain. */
+    if ((v = lab_verdict_add("C3", 1))) {
+        snprintf(v->what, sizeof v->what, "notify: p50 80.0, p99 601 µs");
+        snprintf(v->target, sizeof v->target, "≤ 50, ≤ 500 µs");
+        lab_verdict_bound_floor(v, 80, 50, true, 23.6, "p50 ≤ 2.1× floor");
+        lab_verdict_bound_floor(v, 601, 500, true, 872, "p99 ≤ 0.57× floor");
+    }
+    /* Missed by 1.5×; the floor moved 1.2×, less: plain. */
+    if ((v = lab_verdict_add("C4", 0))) {
+        snprintf(v->what, sizeof v->what, "64-B ping-pong 1.73× floor");
+        snprintf(v->target, sizeof v->target, "≤ 1.15× floor");
+        snprintf(v->peer, sizeof v->peer, "met in 7, 10 of 10 tests");
+        lab_verdict_spread(v, "the blocking floor", 1.2);
+        lab_verdict_bound(v, 1.73, 1.15, true);
+    }
+    /* A count, missed: never noisy, whatever moved. */
+    if ((v = lab_verdict_add("C5", 0))) {
+        snprintf(v->what, sizeof v->what, "idle: 3 reads, 0 wakeups");
+        snprintf(v->target, sizeof v->target, "0, 0 / session");
+        lab_verdict_spread(v, "Node's CPU", 50);
+        lab_verdict_bound(v, 3, 0, true);
+    }
+    /* The floor moved 4× before the p99's bound (met); Node moved 1.1×
+     * before the ×10 bound, missed by 1.5×: the floor's spread does not
+     * explain it, so plain. */
+    if ((v = lab_verdict_add("C6", 0))) {
+        snprintf(v->what, sizeof v->what, "notify: p50 13.1, p99 33.6 µs");
+        snprintf(v->target, sizeof v->target, "≤ 50, ≤ 500, ×10");
+        snprintf(v->peer, sizeof v->peer, "Node 90.3 ×6.87");
+        lab_verdict_spread(v, "the floor's p99", 4);
+        lab_verdict_bound(v, 33.6, 500, true);
+        lab_verdict_spread(v, "Node's p50", 1.1);
+        lab_verdict_bound(v, 6.87, 10, false);
+    }
+    if ((v = lab_verdict_add("C7", 0))) {
+        snprintf(v->what, sizeof v->what, "same order; 1 h in 27.8 ms");
+        snprintf(v->target, sizeof v->target, "same as real");
+        snprintf(v->peer, sizeof v->peer, "–");
+        lab_verdict_judge(v, true);
+    }
+    lab_verdict_expect("C8", "`lull-lab pump` measures it");
+    current = NULL;
+    lab_verdict_print(NULL);
 }
 
 /* -------------------------------------------------------------- noise */

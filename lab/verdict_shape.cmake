@@ -3,10 +3,13 @@
 # not checked (a debug build on a busy machine measures nothing useful);
 # the shape is:
 #   - lull-lab exits 0 (every delivered-data check passed);
-#   - no line wider than 100 columns (code points, not bytes);
+#   - at most 79 lines (`make demo` adds its build line: 80), none wider
+#     than 100 columns (code points, not bytes), no undefined term
+#     (lab/text.cmake);
 #   - a verdict of at most 25 lines with a line for each contract C1-C8
-#     and each seed table (pump, loopback, replicate, serve, runner), each
-#     ending in ✓, ✗, "✗ noisy" or "not run";
+#     and each scenario (pump, loopback, replicate, serve, runner), each
+#     ending in ✓, ✗, "✗ noisy", "✗ floor-bound (floor ×F)" or "not run",
+#     no cell cut short ("…"), and a reason line for every noisy mark;
 #   - the same verdict in the JSON;
 #   - --verbose prints the long tables the short output leaves out;
 #   - --strict exits 3 exactly when a miss is not marked noisy.
@@ -22,22 +25,35 @@ execute_process(COMMAND ${LAB} all --quick --rounds 1 --json ${OUT}/shape.json
   OUTPUT_VARIABLE text ERROR_VARIABLE err RESULT_VARIABLE rc)
 file(WRITE ${OUT}/shape.txt "${text}")
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "lull-lab all --quick exited ${rc}:\n${text}\n${err}")
+  # The failing check prints its own line (lab_check_failed), on stdout
+  # among the tables: that line and stderr, not the whole run.
+  string(REGEX MATCHALL "[^\n]*CHECK FAILED[^\n]*" failed "${text}")
+  list(JOIN failed "\n" failed)
+  message(FATAL_ERROR "lull-lab all --quick exited ${rc} (its output: "
+    "${OUT}/shape.txt):\n${failed}\n${err}")
 endif()
 
-# Lines, and their width in columns: each of the non-ASCII characters
-# lull-lab prints takes one column (CMake counts bytes); any other would
-# count as its bytes, which can only fail the check, never pass it.
-string(REPLACE ";" "\\;" text_escaped "${text}")
-string(REPLACE "\n" ";" lines "${text_escaped}")
+include(${CMAKE_CURRENT_LIST_DIR}/text.cmake)
+lab_lines("${text}" lines)
 set(in_verdict OFF)
 set(verdict_lines 0)
 set(verdict_text "")
+list(LENGTH lines nlines)
+if(text MATCHES "\n$")
+  math(EXPR nlines "${nlines} - 1")
+endif()
+if(nlines GREATER 79)
+  message(FATAL_ERROR "${nlines} lines (over 79; ${OUT}/shape.txt)")
+endif()
+set(noisy_marks 0)
+set(noisy_reasons 0)
 foreach(line IN LISTS lines)
-  string(REGEX REPLACE "(×|÷|–|µ|→|←|✓|✗|…|≤|≥|§)" "." narrow "${line}")
-  string(LENGTH "${narrow}" width)
+  lab_width("${line}" width)
   if(width GREATER 100)
     message(FATAL_ERROR "a line of ${width} columns (over 100):\n${line}")
+  endif()
+  if(line MATCHES "${LAB_UNDEFINED_TERMS}")
+    message(FATAL_ERROR "a term the project does not define:\n${line}")
   endif()
   if(line MATCHES "^verdict: ")
     set(in_verdict ON)
@@ -48,13 +64,25 @@ foreach(line IN LISTS lines)
     math(EXPR verdict_lines "${verdict_lines} + 1")
     string(APPEND verdict_text "${line}\n")
     if(NOT line MATCHES "^(verdict: |contract |noisy )" AND
-       NOT line MATCHES "(✓|✗|✗ noisy|not run)$")
+       NOT line MATCHES "(✓|✗|✗ noisy|✗ floor-bound \\(floor ×[0-9.]+\\)|not run)$")
       message(FATAL_ERROR "a verdict line without a result:\n${line}")
+    endif()
+    if(line MATCHES "…")
+      message(FATAL_ERROR "a verdict cell cut short:\n${line}")
+    endif()
+    if(line MATCHES "✗ noisy$")
+      math(EXPR noisy_marks "${noisy_marks} + 1")
+    elseif(line MATCHES "^noisy ")
+      math(EXPR noisy_reasons "${noisy_reasons} + 1")
     endif()
   endif()
 endforeach()
+if(NOT noisy_marks EQUAL noisy_reasons)
+  message(FATAL_ERROR "${noisy_marks} noisy marks, ${noisy_reasons} reasons:\n"
+    "${verdict_text}")
+endif()
 if(verdict_lines EQUAL 0)
-  message(FATAL_ERROR "no verdict in:\n${text}")
+  message(FATAL_ERROR "no verdict in ${OUT}/shape.txt")
 endif()
 if(verdict_lines GREATER 25)
   message(FATAL_ERROR "a verdict of ${verdict_lines} lines (over 25):\n${verdict_text}")

@@ -8,7 +8,7 @@
  * cursor is followed by one raise of the notifier; nothing else raises it.
  * Loop thread only.
  *
- * Contract (BRIEF 1A), as a component that wakes its readers:
+ * Contract (the polling pump's cure), as a component that wakes its readers:
  *   trigger                 lab_window_commit, lab_window_checkpoint_end,
  *                           lab_window_cursor_seek (the closed set)
  *   source of truth         `readable` and each reader's cursor

@@ -1,6 +1,6 @@
 /* A committed-event window: the source of truth of the `pump` scenario
- * (BRIEF 1A) and of tests/test_window.c, written against lull.h only so it
- * can be lifted into a program as is.
+ * (the polling pump's) and of tests/test_window.c, written against lull.h only
+ * so it can be lifted into a program as is.
  *
  * A writer appends events (each gets the next sequence number, from 1) and
  * commits them as a batch. A committed batch becomes readable at once, or,

@@ -90,7 +90,10 @@
 
 #define FLAGS_ALL                                                              \
     (LULL_PROCESS_NEW_GROUP | LULL_PROCESS_NEW_SESSION |                       \
-     LULL_PROCESS_KILL_ON_CLOSE)
+     LULL_PROCESS_KILL_ON_CLOSE | LULL_PROCESS_SETUID | LULL_PROCESS_SETGID |  \
+     LULL_PROCESS_CONTROLLING_TTY)
+/* setgroups' own bound (NGROUPS_MAX, Linux's 65536). */
+#define GROUPS_MAX 65536
 
 /* lull_process.state */
 #define P_STARTED     0x1u  /* spawned, on_exit not yet called */
@@ -285,11 +288,24 @@ LULL__OWN_NAME(done_task, "lull_process exit turn", lull_process, done);
 
 /* What spawn made so far, for undoing it. */
 typedef struct made {
-    int child[3]; /* the fds the child gets (ours to close: kind made) */
-    bool own[3];  /* child[i] is ours (a pipe or socket end, /dev/null) */
-    lull_stream *streams[3]; /* opened over the parent's ends */
+    int n;                     /* the child's fds: 3 + more_stdio_count */
+    int child[LULL_STDIO_MAX]; /* the fds the child gets (ours to close:
+                                  kind made) */
+    bool own[LULL_STDIO_MAX];  /* child[i] is ours (a pipe or socket end) */
+    lull_stream *streams[LULL_STDIO_MAX]; /* opened over the parent's ends */
     int devnull;
 } made;
+
+/* The child's fd i: stdio[i], or more_stdio[i - 3]. */
+static const lull_stdio *stdio_at(const lull_process_options *o, int i) {
+    return i < 3 ? &o->stdio[i] : &o->more_stdio[i - 3];
+}
+
+/* Fd i of a PIPE is the child's to read. */
+static bool child_reads(const lull_process_options *o, int i) {
+    return i == 0 ||
+           (i >= 3 && (stdio_at(o, i)->flags & LULL_STDIO_CHILD_READS));
+}
 
 static bool fd_open(int fd) {
     return fd >= 0 && fcntl(fd, F_GETFD) >= 0;
@@ -299,22 +315,39 @@ static bool options_ok(const lull_process_options *o) {
     if (!o->argv || !o->argv[0] || (o->flags & ~FLAGS_ALL)) return false;
     const char *file = o->file ? o->file : o->argv[0];
     if (!file[0]) return false;
-    for (int i = 0; i < 3; i++) {
-        const lull_stdio *io = &o->stdio[i];
+    if (o->more_stdio_count < 0 || o->more_stdio_count > LULL_STDIO_MAX - 3 ||
+        (o->more_stdio_count && !o->more_stdio))
+        return false;
+    if (o->group_count < 0 || o->group_count > GROUPS_MAX ||
+        (o->group_count && !o->groups))
+        return false;
+    if (o->rlimit_count < 0 || o->rlimit_count > LULL_RLIMIT_MAX ||
+        (o->rlimit_count && !o->rlimits))
+        return false;
+    int n = 3 + o->more_stdio_count;
+    for (int i = 0; i < n; i++) {
+        const lull_stdio *io = stdio_at(o, i);
+        unsigned allowed = LULL_STDIO_FRAMED;
+        if (i >= 3 && io->kind == LULL_STDIO_PIPE)
+            allowed |= LULL_STDIO_CHILD_READS;
         switch (io->kind) {
         case LULL_STDIO_INHERIT:
         case LULL_STDIO_NULL:
             break;
         case LULL_STDIO_PIPE:
         case LULL_STDIO_SOCKETPAIR:
-            if (!io->stream || (io->flags & ~LULL_STDIO_FRAMED)) return false;
+            if (!io->stream || (io->flags & ~allowed)) return false;
             /* Framed on request contradicts raw asked for. */
             if ((io->flags & LULL_STDIO_FRAMED) && io->stream_opts &&
                 (io->stream_opts->flags & LULL_STREAM_RAW))
                 return false;
             /* One stream per fd, but for stdin and stdout as one pair. */
             for (int j = 0; j < i; j++) {
-                if (o->stdio[j].stream != io->stream) continue;
+                const lull_stdio *o_j = stdio_at(o, j);
+                if ((o_j->kind != LULL_STDIO_PIPE &&
+                     o_j->kind != LULL_STDIO_SOCKETPAIR) ||
+                    o_j->stream != io->stream)
+                    continue;
                 bool pair = j == 0 && i == 1 && io->kind == LULL_STDIO_PIPE &&
                             o->stdio[0].kind == LULL_STDIO_PIPE &&
                             o->stdio[0].flags == io->flags;
@@ -344,8 +377,8 @@ static const char *path_of(char *const *envp) {
     return p ? p : PATH_DEFAULT;
 }
 
-static void undo(made *m, int parent_fds[3]) {
-    for (int i = 0; i < 3; i++) {
+static void undo(made *m, int *parent_fds) {
+    for (int i = 0; i < m->n; i++) {
         if (m->own[i] && m->child[i] >= 0 && m->child[i] != m->devnull)
             close(m->child[i]);
         if (parent_fds[i] >= 0) close(parent_fds[i]);
@@ -356,15 +389,14 @@ static void undo(made *m, int parent_fds[3]) {
 
 /* Makes the fds of the child's stdio: the child's in m->child, the
  * parent's ends in parent_fds. 0 or a negative errno. */
-static int make_stdio(const lull_process_options *o, made *m,
-                      int parent_fds[3]) {
+static int make_stdio(const lull_process_options *o, made *m, int *parent_fds) {
     /* Which inherited fds are open, asked before this makes any fd: a
-     * pipe made for one slot may take the number of a closed 0, 1 or 2. */
-    bool open_before[3];
-    for (int i = 0; i < 3; i++)
+     * pipe made for one slot may take the number of a closed one. */
+    bool open_before[LULL_STDIO_MAX];
+    for (int i = 0; i < m->n; i++)
         open_before[i] = fd_open(i);
-    for (int i = 0; i < 3; i++) {
-        const lull_stdio *io = &o->stdio[i];
+    for (int i = 0; i < m->n; i++) {
+        const lull_stdio *io = stdio_at(o, i);
         int fds[2];
         switch (io->kind) {
         case LULL_STDIO_INHERIT:
@@ -383,9 +415,10 @@ static int make_stdio(const lull_process_options *o, made *m,
             break;
         case LULL_STDIO_PIPE:
             if (pipe2(fds, O_CLOEXEC) < 0) return -errno;
-            /* stdin: the child reads; stdout, stderr: the child writes. */
-            m->child[i] = i == 0 ? fds[0] : fds[1];
-            parent_fds[i] = i == 0 ? fds[1] : fds[0];
+            /* stdin: the child reads; stdout, stderr: the child writes;
+             * above: as the flags say. */
+            m->child[i] = child_reads(o, i) ? fds[0] : fds[1];
+            parent_fds[i] = child_reads(o, i) ? fds[1] : fds[0];
             m->own[i] = true;
             break;
         case LULL_STDIO_SOCKETPAIR:
@@ -403,18 +436,18 @@ static int make_stdio(const lull_process_options *o, made *m,
 /* Opens the caller's streams over the parent's ends (each stream owns its
  * fds from the call on, also when it fails). */
 static int open_streams(lull_loop *loop, const lull_process_options *o, made *m,
-                        int parent_fds[3]) {
+                        int *parent_fds) {
     bool pair = o->stdio[0].kind == LULL_STDIO_PIPE &&
                 o->stdio[1].kind == LULL_STDIO_PIPE &&
                 o->stdio[0].stream == o->stdio[1].stream;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < m->n; i++) {
         if (parent_fds[i] < 0 || (pair && i == 1)) continue;
-        lull_stream *s = o->stdio[i].stream;
+        const lull_stdio *io = stdio_at(o, i);
+        lull_stream *s = io->stream;
         /* A program's stdio is bytes: raw unless framing was asked for. */
         lull_stream_options opts = {0};
-        if (o->stdio[i].stream_opts) opts = *o->stdio[i].stream_opts;
-        if (!(o->stdio[i].flags & LULL_STDIO_FRAMED))
-            opts.flags |= LULL_STREAM_RAW;
+        if (io->stream_opts) opts = *io->stream_opts;
+        if (!(io->flags & LULL_STDIO_FRAMED)) opts.flags |= LULL_STREAM_RAW;
         const lull_stream_options *so = &opts;
         int rc;
         if (pair && i == 0) {
@@ -482,12 +515,20 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
         .envp = o->envp ? o->envp : environ,
         .path = path_of(o->envp),
         .cwd = o->cwd,
-        .stdio = {m->child[0], m->child[1], m->child[2]},
+        .stdio_count = m->n,
         .flags = o->flags,
+        .uid = o->uid,
+        .gid = o->gid,
+        .groups = o->groups,
+        .group_count = o->group_count,
+        .set_groups = o->groups != NULL,
+        .rlimits = o->rlimits,
+        .rlimit_count = o->rlimit_count,
         .err_fd = errp[1],
         .ran_shared = &ran_shared,
         .fd_limit = limit,
     };
+    memcpy(sp.stdio, m->child, (size_t)m->n * sizeof m->child[0]);
     int pid = lull__spawn_child(&sp, pidfd);
     close(errp[1]);
     if (pid < 0) {
@@ -522,11 +563,20 @@ int lull_process_spawn(lull_loop *loop, lull_process *p,
     LULL_ASSERT_LOOP_THREAD(loop);
     /* Clearing a live handle would orphan its registered pidfd. */
     if (live_on(loop, p)) return -EBUSY;
+    /* The child places fds 0 to n - 1 and keeps its report pipe at n:
+     * past the fd limit that is -EMFILE, said here rather than as the
+     * child's EBADF from dup3. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+        rl.rlim_cur < (rlim_t)(4 + opts->more_stdio_count))
+        return -EMFILE;
     memset(p, 0, sizeof *p);
     p->io.fd = -1;
     p->pidfd = -1;
-    made m = {.child = {-1, -1, -1}, .devnull = -1};
-    int parent_fds[3] = {-1, -1, -1};
+    made m = {.n = 3 + opts->more_stdio_count, .devnull = -1};
+    int parent_fds[LULL_STDIO_MAX];
+    for (int i = 0; i < LULL_STDIO_MAX; i++)
+        m.child[i] = parent_fds[i] = -1;
     int rc = make_stdio(opts, &m, parent_fds);
     if (rc == 0) rc = open_streams(loop, opts, &m, parent_fds);
     int pidfd = -1, pid = 0;

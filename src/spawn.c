@@ -52,6 +52,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -73,8 +74,8 @@ extern int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
 static const unsigned char zero_action[64];
 static const uint64_t empty_set;
 
-static void child_fail(const lull__spawn *sp, int err) {
-    syscall(SYS_write, sp->err_fd, &err, sizeof err);
+static void child_fail(int err_fd, int err) {
+    syscall(SYS_write, err_fd, &err, sizeof err);
     syscall(SYS_exit, 127);
 }
 
@@ -141,54 +142,100 @@ static int exec_search(const lull__spawn *sp) {
     return eacces ? EACCES : ENOENT;
 }
 
-/* Every fd from 3 up closes at exec: close_range marks them all at once
+/* Every fd from n up closes at exec: close_range marks them all at once
  * (Linux 5.11); before it, one fcntl per possible fd. */
-static void cloexec_the_rest(const lull__spawn *sp) {
-    if (syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) == 0) return;
-    for (int fd = 3; fd < sp->fd_limit; fd++) {
+static void cloexec_the_rest(const lull__spawn *sp, int n) {
+    if (syscall(SYS_close_range, (unsigned)n, ~0u, CLOSE_RANGE_CLOEXEC) == 0)
+        return;
+    for (int fd = n; fd < sp->fd_limit; fd++) {
         long fl = syscall(SYS_fcntl, fd, F_GETFD);
         if (fl >= 0 && !(fl & FD_CLOEXEC))
             syscall(SYS_fcntl, fd, F_SETFD, fl | FD_CLOEXEC);
     }
 }
 
+/* The kernel's struct rlimit64 (prlimit64): two 64-bit limits. */
+typedef struct {
+    uint64_t cur, max;
+} limit64;
+
+/* Who the child runs as: limits first (raising a hard limit needs the
+ * privilege the id change drops), then groups, gid, uid, in that order
+ * (after setuid, setgid is no longer permitted). Raw system calls: glibc's
+ * setuid would broadcast the change to every thread it knows, which in a
+ * CLONE_VM child are the parent's. The child is a process of its own (no
+ * CLONE_THREAD), so the call changes it alone. */
+static void become(const lull__spawn *sp, int efd) {
+    for (int i = 0; i < sp->rlimit_count; i++) {
+        limit64 l = {sp->rlimits[i].cur, sp->rlimits[i].max};
+        if (syscall(SYS_prlimit64, 0, sp->rlimits[i].resource, &l, NULL) < 0)
+            child_fail(efd, fail_errno());
+    }
+    bool ids = sp->flags & (LULL_PROCESS_SETUID | LULL_PROCESS_SETGID);
+    if (sp->set_groups) {
+        if (syscall(SYS_setgroups, sp->group_count, sp->groups) < 0)
+            child_fail(efd, fail_errno());
+    } else if (ids) {
+        /* The parent's groups (root's, say) must not follow a drop; an
+         * unprivileged parent cannot clear them, and its setuid below
+         * reports that. */
+        syscall(SYS_setgroups, 0, NULL);
+    }
+    if ((sp->flags & LULL_PROCESS_SETGID) && syscall(SYS_setgid, sp->gid) < 0)
+        child_fail(efd, fail_errno());
+    if ((sp->flags & LULL_PROCESS_SETUID) && syscall(SYS_setuid, sp->uid) < 0)
+        child_fail(efd, fail_errno());
+}
+
 static int child_main(void *arg) {
     const lull__spawn *sp = arg;
     *sp->ran_shared = 1; /* the parent sleeps until exec or exit */
-    for (int n = 1; n <= 64; n++)
-        if (n != SIGKILL && n != SIGSTOP)
-            syscall(SYS_rt_sigaction, n, zero_action, NULL, sizeof empty_set);
-    if ((sp->flags & LULL_PROCESS_NEW_SESSION) && syscall(SYS_setsid) < 0)
-        child_fail(sp, fail_errno());
-    if ((sp->flags & LULL_PROCESS_NEW_GROUP) &&
-        !(sp->flags & LULL_PROCESS_NEW_SESSION) &&
+    int n = sp->stdio_count;
+    int efd = sp->err_fd;
+    for (int s = 1; s <= 64; s++)
+        if (s != SIGKILL && s != SIGSTOP)
+            syscall(SYS_rt_sigaction, s, zero_action, NULL, sizeof empty_set);
+    bool session =
+        sp->flags & (LULL_PROCESS_NEW_SESSION | LULL_PROCESS_CONTROLLING_TTY);
+    if (session && syscall(SYS_setsid) < 0) child_fail(efd, fail_errno());
+    if ((sp->flags & LULL_PROCESS_NEW_GROUP) && !session &&
         syscall(SYS_setpgid, 0, 0) < 0)
-        child_fail(sp, fail_errno());
-    /* stdio: first move every source below 3 that is not already in place
-     * out of the way, so that placing one cannot overwrite another. */
-    int src[3];
-    for (int i = 0; i < 3; i++) {
+        child_fail(efd, fail_errno());
+    /* The report pipe lives above the fds being placed, or placing one
+     * would overwrite (or close) it. */
+    if (efd < n) {
+        efd = (int)syscall(SYS_fcntl, efd, F_DUPFD_CLOEXEC, n);
+        if (efd < 0) syscall(SYS_exit, 127); /* no way to say why */
+    }
+    /* Then every source below n that is not already in place moves out of
+     * the way, so that placing one cannot overwrite another. */
+    int src[LULL_STDIO_MAX];
+    for (int i = 0; i < n; i++) {
         src[i] = sp->stdio[i];
-        if (src[i] >= 0 && src[i] < 3 && src[i] != i) {
-            src[i] = (int)syscall(SYS_fcntl, src[i], F_DUPFD_CLOEXEC, 3);
-            if (src[i] < 0) child_fail(sp, fail_errno());
+        if (src[i] >= 0 && src[i] < n && src[i] != i) {
+            src[i] = (int)syscall(SYS_fcntl, src[i], F_DUPFD_CLOEXEC, n);
+            if (src[i] < 0) child_fail(efd, fail_errno());
         }
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < n; i++) {
         if (src[i] < 0) {
             syscall(SYS_close, i);
         } else if (src[i] == i) {
             syscall(SYS_fcntl, i, F_SETFD, 0); /* keep it across exec */
         } else if (syscall(SYS_dup3, src[i], i, 0) < 0) {
-            child_fail(sp, fail_errno());
+            child_fail(efd, fail_errno());
         }
     }
+    if ((sp->flags & LULL_PROCESS_CONTROLLING_TTY) &&
+        syscall(SYS_ioctl, 0, TIOCSCTTY, 0) < 0)
+        child_fail(efd, fail_errno());
     if (sp->cwd && syscall(SYS_chdir, sp->cwd) < 0)
-        child_fail(sp, fail_errno());
-    cloexec_the_rest(sp);
+        child_fail(efd, fail_errno());
+    become(sp, efd);
+    cloexec_the_rest(sp, n);
     syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty_set, NULL,
             sizeof empty_set);
-    child_fail(sp, exec_search(sp));
+    child_fail(efd, exec_search(sp));
     return 127;
 }
 

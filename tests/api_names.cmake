@@ -7,7 +7,7 @@
 # and the failure names it.
 #   cmake -DSOURCE_DIR=<repo> -P tests/api_names.cmake
 file(READ ${SOURCE_DIR}/include/lull.h header)
-set(types loop task timer io notifier listener pump histogram endpoint udp fsevent dial
+set(types loop task timer io notifier listener pump histogram endpoint udp fsevent dial tty
   loopback server stream pool work fs journal lookup percore process
   signal simnet simserver simconn)
 set(library_calls lull_version lull_version_string lull_strerror lull_err_name)

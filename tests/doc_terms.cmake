@@ -13,13 +13,35 @@ set(patterns
   "§"
   "[Ii]nvestigation[s]? [0-9]"
   "[Ss]eed[ -]tables?")
+# The docs, and the code and build files around them (comments and
+# strings): the repository defines every word it uses.
 file(GLOB docs ${SOURCE_DIR}/docs/*.md)
-set(files ${SOURCE_DIR}/README.md ${docs})
+file(GLOB_RECURSE code
+  ${SOURCE_DIR}/src/*.[ch] ${SOURCE_DIR}/include/*.h ${SOURCE_DIR}/tests/*.[ch]
+  ${SOURCE_DIR}/kv/*.[ch] ${SOURCE_DIR}/kv/*.sh ${SOURCE_DIR}/lab/*.[ch]
+  ${SOURCE_DIR}/lab/*.js ${SOURCE_DIR}/bench/*.[ch] ${SOURCE_DIR}/bench/*.sh
+  ${SOURCE_DIR}/examples/*.[ch] ${SOURCE_DIR}/fuzz/*.[ch]
+  ${SOURCE_DIR}/*/CMakeLists.txt ${SOURCE_DIR}/CMakeLists.txt
+  ${SOURCE_DIR}/Makefile ${SOURCE_DIR}/.ci/run)
+set(files ${SOURCE_DIR}/README.md ${SOURCE_DIR}/NEWS.md ${docs} ${code})
 set(hits "")
-set(lines_read 0)
 foreach(f ${files})
   file(RELATIVE_PATH rel ${SOURCE_DIR} ${f})
   file(READ ${f} text)
+  # Most files have no hit: one look at the whole text first (the line
+  # walk below is slow in CMake).
+  set(any FALSE)
+  foreach(p IN LISTS patterns)
+    string(REGEX REPLACE "^\\(\\^\\|" "(" whole "${p}")
+    string(REGEX REPLACE "\\|\\$\\)$" ")" whole "${whole}")
+    if(text MATCHES "${whole}")
+      set(any TRUE)
+      break()
+    endif()
+  endforeach()
+  if(NOT any)
+    continue()
+  endif()
   # One list item per line: no ";" or bracket of the text may split or
   # join them.
   string(REPLACE ";" "," text "${text}")
@@ -37,7 +59,6 @@ foreach(f ${files})
       endif()
     endforeach()
   endforeach()
-  math(EXPR lines_read "${lines_read} + ${n}")
 endforeach()
 if(hits)
   list(LENGTH hits n_hits)
@@ -45,4 +66,4 @@ if(hits)
   message(FATAL_ERROR "${n_hits} lines use an undefined term (say the polling pump, the zero-delay timer, the per-record yield, or plain words):\n  ${hits}")
 endif()
 list(LENGTH files n_files)
-message(STATUS "${n_files} docs, ${lines_read} lines: no undefined term")
+message(STATUS "${n_files} files: no undefined term")

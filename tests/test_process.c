@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <lull.h>
 #include <poll.h>
 #include <pthread.h>
@@ -20,6 +21,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1953,5 +1955,372 @@ TEST(idle_children_and_signals_make_no_wakeups) {
         run_until(loop, &kids[i].exits, 1);
     for (int i = 0; i < N; i++)
         run_until(loop, &ios[i].closes, 1);
+    free_loop(loop);
+}
+
+/* ------------------------------------------- fds above 2, ids, limits */
+
+/* Spawns sh -c script with stdout into `out` and the options' extras, and
+ * waits for both ends. */
+static void run_sh(lull_loop *loop, kid *k, sink *out,
+                   lull_process_options *o) {
+    o->stdio[1] = (lull_stdio){.kind = LULL_STDIO_PIPE, .stream = &out->s};
+    CHECK_EQ(spawn(loop, k, o), 0);
+    sink_watch(out);
+    run_until(loop, &k->exits, 1);
+    run_until(loop, &out->closes, 1);
+}
+
+/* Fds 3 and 4 given by the parent (LULL_STDIO_FD: pipes it filled): the
+ * child reads both; the parent's fds are its own still. */
+TEST(child_reads_fds_3_and_4) {
+    lull_loop *loop = new_loop();
+    int a[2], b[2];
+    CHECK_EQ(pipe2(a, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(b, O_CLOEXEC), 0);
+    CHECK_EQ(write(a[1], "three,", 6), 6);
+    CHECK_EQ(write(b[1], "four", 4), 4);
+    close(a[1]);
+    close(b[1]);
+    lull_stdio more[2] = {{.kind = LULL_STDIO_FD, .fd = a[0]},
+                          {.kind = LULL_STDIO_FD, .fd = b[0]}};
+    kid k = {0};
+    sink out = {0};
+    lull_process_options o = {.argv = SH("cat <&3; cat <&4"),
+                              .more_stdio = more,
+                              .more_stdio_count = 2};
+    run_sh(loop, &k, &out, &o);
+    CHECK_EQ(k.status, 0);
+    CHECK_EQ(strcmp(out.buf, "three,four"), 0);
+    CHECK(fcntl(a[0], F_GETFD) >= 0); /* the caller's: not closed */
+    close(a[0]);
+    close(b[0]);
+    free_loop(loop);
+}
+
+/* Fd 5 a pipe back to the parent, fd 3 a pipe to the child
+ * (LULL_STDIO_CHILD_READS), fd 4 /dev/null: the child copies 3 to 5, and
+ * has exactly fds 0-5. */
+TEST(child_fd_5_pipe_back_to_the_parent) {
+    lull_loop *loop = new_loop();
+    sink in = {0}, back = {0};
+    lull_stdio more[3] = {{.kind = LULL_STDIO_PIPE,
+                           .stream = &in.s,
+                           .flags = LULL_STDIO_CHILD_READS},
+                          {.kind = LULL_STDIO_NULL},
+                          {.kind = LULL_STDIO_PIPE, .stream = &back.s}};
+    kid k = {0};
+    sink out = {0};
+    lull_process_options o = {
+        .argv = SH("cat <&3 >&5; ls /proc/self/fd | tr '\\n' ' '"),
+        .more_stdio = more,
+        .more_stdio_count = 3};
+    o.stdio[1] = (lull_stdio){.kind = LULL_STDIO_PIPE, .stream = &out.s};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    sink_watch(&in);
+    sink_watch(&back);
+    sink_watch(&out);
+    CHECK_EQ(lull_endpoint_send_copy(&in.s.ep, "up and back", 11), 0);
+    CHECK_EQ(lull_stream_shutdown(&in.s), 0);
+    run_until(loop, &k.exits, 1);
+    run_until(loop, &back.closes, 1);
+    run_until(loop, &out.closes, 1);
+    CHECK_EQ(k.status, 0);
+    CHECK_EQ(strcmp(back.buf, "up and back"), 0);
+    /* ls's own fds: 0-5 and the directory it reads (3 is taken). */
+    CHECK_EQ(strncmp(out.buf, "0 1 2 3 4 5 ", 12), 0);
+    CHECK_EQ(lull_endpoint_close(&in.s.ep, 0), 0);
+    run_until(loop, &in.closes, 1);
+    free_loop(loop);
+}
+
+/* Fds 3 to 22 inherited from the parent, most of them closed there: the
+ * child's report pipe is made among them, and must survive the placing,
+ * or an exec failure would look like success. */
+TEST(exec_failure_with_many_inherited_fds) {
+    lull_loop *loop = new_loop();
+    lull_stdio more[20];
+    memset(more, 0, sizeof more);
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"/nonexistent/x", NULL},
+                              .more_stdio = more,
+                              .more_stdio_count = 20};
+    int before = open_fds();
+    CHECK_EQ(spawn(loop, &k, &o), -ENOENT);
+    CHECK_EQ(open_fds(), before);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+/* Out of range and inconsistent options are -EINVAL. */
+TEST(more_stdio_and_ids_argument_errors) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    sink s = {0};
+    lull_stdio more[LULL_STDIO_MAX] = {0};
+    lull_process_options o = {.argv = (char *[]){"true", NULL},
+                              .more_stdio = more};
+    o.more_stdio_count = LULL_STDIO_MAX - 2;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.more_stdio_count = -1;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.more_stdio_count = 1;
+    o.more_stdio = NULL;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.more_stdio = more;
+    more[0] =
+        (lull_stdio){.kind = LULL_STDIO_NULL, .flags = LULL_STDIO_CHILD_READS};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    more[0] = (lull_stdio){.kind = LULL_STDIO_PIPE}; /* no stream */
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    more[0] = (lull_stdio){.kind = 99};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    more[0] = (lull_stdio){.kind = LULL_STDIO_FD, .fd = 1000};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    /* One stream for two fds, and CHILD_READS on stdout. */
+    more[0] = (lull_stdio){.kind = LULL_STDIO_PIPE, .stream = &s.s};
+    o.stdio[1] = (lull_stdio){.kind = LULL_STDIO_PIPE, .stream = &s.s};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[1] = (lull_stdio){.kind = LULL_STDIO_PIPE,
+                              .stream = &s.s,
+                              .flags = LULL_STDIO_CHILD_READS};
+    o.more_stdio_count = 0;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.stdio[1] = (lull_stdio){0};
+    o.group_count = -1;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.group_count = 1; /* groups NULL */
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.group_count = 0;
+    o.rlimit_count = LULL_RLIMIT_MAX + 1;
+    o.rlimits = &(lull_rlimit){0};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.rlimit_count = 1;
+    o.rlimits = NULL;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.rlimit_count = 0;
+    o.flags = 0x40u;
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    /* The kernel's refusals are the spawn's: an unknown resource, and a
+     * soft limit above the hard one. */
+    o.flags = 0;
+    o.rlimit_count = 1;
+    o.rlimits = &(lull_rlimit){.resource = 999, .cur = 1, .max = 1};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    o.rlimits =
+        &(lull_rlimit){.resource = RLIMIT_NOFILE, .cur = 100, .max = 50};
+    CHECK_EQ(spawn(loop, &k, &o), -EINVAL);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+/* uid, gid and groups: to nobody (65534) when the case runs as root; the
+ * parent's groups do not follow unless given. */
+TEST(setuid_to_nobody) {
+    if (geteuid() != 0) {
+        printf("skipped: needs root to change ids\n");
+        return;
+    }
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    sink out = {0};
+    lull_process_options o = {.argv = SH("id -u; id -g; id -G"),
+                              .flags =
+                                  LULL_PROCESS_SETUID | LULL_PROCESS_SETGID,
+                              .uid = 65534,
+                              .gid = 65534};
+    run_sh(loop, &k, &out, &o);
+    CHECK_EQ(k.status, 0);
+    CHECK_EQ(strcmp(out.buf, "65534\n65534\n65534\n"), 0);
+    uint32_t groups[] = {65534, 100};
+    kid k2 = {0};
+    sink out2 = {0};
+    o.argv = SH("id -G");
+    o.groups = groups;
+    o.group_count = 2;
+    run_sh(loop, &k2, &out2, &o);
+    CHECK_EQ(k2.status, 0);
+    CHECK_EQ(strcmp(out2.buf, "65534 100\n"), 0);
+    free_loop(loop);
+}
+
+/* Not permitted: a process that dropped its privileges asks for uid 0,
+ * gid 0, or groups: each is the spawn's -EPERM, and nothing is left. */
+static void spawn_unprivileged(void *arg) {
+    (void)arg;
+    if (geteuid() == 0) {
+        CHECK_EQ(setgroups(0, NULL), 0);
+        CHECK_EQ(setgid(65534), 0);
+        CHECK_EQ(setuid(65534), 0);
+    }
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"true", NULL},
+                              .flags = LULL_PROCESS_SETUID};
+    CHECK_EQ(spawn(loop, &k, &o), -EPERM);
+    o.flags = LULL_PROCESS_SETGID;
+    CHECK_EQ(spawn(loop, &k, &o), -EPERM);
+    o.flags = 0;
+    o.groups = (const uint32_t[]){0};
+    o.group_count = 1;
+    CHECK_EQ(spawn(loop, &k, &o), -EPERM);
+    /* A hard limit above the parent's needs privilege too. */
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max != RLIM_INFINITY) {
+        o.groups = NULL;
+        o.group_count = 0;
+        o.rlimit_count = 1;
+        o.rlimits = &(lull_rlimit){.resource = RLIMIT_NOFILE,
+                                   .cur = rl.rlim_cur,
+                                   .max = (uint64_t)rl.rlim_max + 1};
+        CHECK_EQ(spawn(loop, &k, &o), -EPERM);
+    }
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+TEST(setuid_refused_when_not_permitted) {
+    CHECK(check_exits_cleanly(spawn_unprivileged, NULL));
+}
+
+/* A child in a new session whose controlling terminal is a pty's slave
+ * (given as its stdin): /proc's stat of the shell says its session is its
+ * own and its tty is the slave's device. Not a terminal: -ENOTTY. */
+TEST(controlling_tty_is_the_pty) {
+    lull_loop *loop = new_loop();
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(master >= 0);
+    CHECK_EQ(grantpt(master), 0);
+    CHECK_EQ(unlockpt(master), 0);
+    char name[64];
+    CHECK_EQ(ptsname_r(master, name, sizeof name), 0);
+    int slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(slave >= 0);
+    kid k = {0};
+    sink out = {0};
+    /* Fields 6 and 7 of stat: session, tty_nr (comm "sh" has no space). */
+    lull_process_options o = {
+        .argv = SH("echo $$ $(cut -d' ' -f6,7 /proc/$$/stat)"),
+        .flags = LULL_PROCESS_CONTROLLING_TTY};
+    o.stdio[0] = (lull_stdio){.kind = LULL_STDIO_FD, .fd = slave};
+    run_sh(loop, &k, &out, &o);
+    CHECK_EQ(k.status, 0);
+    int pid = 0, sid = 0;
+    unsigned tty_nr = 0;
+    CHECK_EQ(sscanf(out.buf, "%d %d %u", &pid, &sid, &tty_nr), 3);
+    CHECK_EQ(pid, k.p.pid);
+    CHECK_EQ(sid, k.p.pid);
+    struct stat st;
+    CHECK_EQ(fstat(slave, &st), 0);
+    unsigned want = (major(st.st_rdev) << 8) | (minor(st.st_rdev) & 0xff) |
+                    ((minor(st.st_rdev) & ~0xffu) << 12);
+    CHECK_EQ(tty_nr, want);
+    /* Without the flag: no controlling terminal (tty_nr 0). */
+    kid k2 = {0};
+    sink out2 = {0};
+    o.flags = LULL_PROCESS_NEW_SESSION;
+    run_sh(loop, &k2, &out2, &o);
+    CHECK_EQ(sscanf(out2.buf, "%d %d %u", &pid, &sid, &tty_nr), 3);
+    CHECK_EQ(tty_nr, 0);
+    /* Stdin not a terminal. */
+    kid k3 = {0};
+    o.flags = LULL_PROCESS_CONTROLLING_TTY;
+    o.stdio[0] = (lull_stdio){.kind = LULL_STDIO_NULL};
+    o.stdio[1] = (lull_stdio){0};
+    CHECK_EQ(spawn(loop, &k3, &o), -ENOTTY);
+    close(slave);
+    close(master);
+    free_loop(loop);
+}
+
+/* RLIMIT_NOFILE for the child alone: its shell says so, the parent's
+ * stays. */
+TEST(rlimit_nofile_for_the_child) {
+    lull_loop *loop = new_loop();
+    struct rlimit before;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
+    lull_rlimit lim = {.resource = RLIMIT_NOFILE, .cur = 37, .max = 64};
+    kid k = {0};
+    sink out = {0};
+    lull_process_options o = {.argv = SH("ulimit -n; ulimit -H -n"),
+                              .rlimits = &lim,
+                              .rlimit_count = 1};
+    run_sh(loop, &k, &out, &o);
+    CHECK_EQ(k.status, 0);
+    CHECK_EQ(strcmp(out.buf, "37\n64\n"), 0);
+    struct rlimit after;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &after), 0);
+    CHECK_EQ(after.rlim_cur, before.rlim_cur);
+    CHECK_EQ(after.rlim_max, before.rlim_max);
+    free_loop(loop);
+}
+
+/* With fds 0 and 1 closed, the child's report pipe takes their numbers;
+ * the child keeps them closed (inherited as closed) and must still report
+ * its exec failure. */
+TEST(exec_failure_with_stdin_and_stdout_closed) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"/nonexistent/x", NULL}};
+    close(0);
+    close(1);
+    CHECK_EQ(spawn(loop, &k, &o), -ENOENT);
+    CHECK(fcntl(0, F_GETFD) < 0 && fcntl(1, F_GETFD) < 0);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+/* The highest fd open here. */
+static int highest_fd(void) {
+    int hi = -1;
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL);
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d) &&
+            atoi(e->d_name) > hi)
+            hi = atoi(e->d_name);
+    closedir(d);
+    return hi;
+}
+
+/* Fds up to 63 under a lowered RLIMIT_NOFILE: past the limit the spawn is
+ * -EMFILE, leaving nothing; within it the child gets them. */
+TEST(more_stdio_past_the_fd_limit) {
+    lull_loop *loop = new_loop();
+    /* Room for the parent's own fds of a spawn (pipes, /dev/null, the
+     * pidfd) above what is open. */
+    int limit = highest_fd() + 8;
+    if (limit < 16) limit = 16;
+    if (limit > 60) {
+        printf("skipped: too many fds open here (%d)\n", limit);
+        free_loop(loop);
+        return;
+    }
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rl.rlim_cur = (rlim_t)limit;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    lull_stdio more[LULL_STDIO_MAX - 3];
+    memset(more, 0, sizeof more);
+    for (int i = 0; i < LULL_STDIO_MAX - 3; i++)
+        more[i].kind = LULL_STDIO_NULL;
+    char script[64];
+    snprintf(script, sizeof script, "test -e /proc/self/fd/%d", limit - 2);
+    kid k = {0};
+    lull_process_options o = {.argv = SH(script),
+                              .more_stdio = more,
+                              .more_stdio_count = LULL_STDIO_MAX - 3};
+    int before = open_fds();
+    CHECK_EQ(spawn(loop, &k, &o), -EMFILE);
+    o.more_stdio_count = limit - 3; /* fds 0 to limit - 1: no room for
+                                       the report pipe */
+    CHECK_EQ(spawn(loop, &k, &o), -EMFILE);
+    CHECK_EQ(open_fds(), before);
+    o.more_stdio_count = limit - 4; /* fds 0 to limit - 2 */
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 0);
+    CHECK(!have_zombie());
     free_loop(loop);
 }

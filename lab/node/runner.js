@@ -13,7 +13,7 @@
 // every event (once, in order, intact), closes the runners' stdin and
 // waits for their exits. Prints one JSON line on stdout.
 //
-//   poll    the investigation's before: setInterval(pass, 5) per session;
+//   poll    the polling pump: setInterval(pass, 5) per session;
 //           the pass reads the runner's stdout stream (stream.read(): what
 //           libuv has read from the pipe into the stream's buffer).
 //   notify  the after: the stream's 'data' appends to the session's window

@@ -1,0 +1,282 @@
+/* Terminals as handles: modes set and always given back, the window size,
+ * and the terminal's bytes as a raw lull_stream.
+ *
+ * Owns: lull's own description of the terminal (`ctl`: opened anew by
+ * name, or a dup where the fd has no name), the stream over a dup of it,
+ * and one entry per tty in a mode other than NORMAL in a process-wide
+ * table that lull_tty_reset_mode reads.
+ *
+ * Why open anew. O_NONBLOCK is a flag of the open file description, which
+ * a terminal fd shares with every process that inherited it: the shell
+ * that started the program, the programs after it. Set on fd 0 and left
+ * behind by a crash, it makes the shell's next read fail with EAGAIN.
+ * Opening the terminal's path again gives lull a description of its own,
+ * which it may make non-blocking freely (libuv does the same). A pty's
+ * master side cannot be opened again (its name is /dev/ptmx, which makes a
+ * new pty), nor can a terminal whose name does not resolve here: then lull
+ * uses a dup, the shared description is non-blocking while the tty is open,
+ * and its flags are given back by lull_tty_close and lull_tty_reset_mode.
+ *
+ * The reset table. lull_tty_reset_mode runs in signal handlers and at
+ * exit, on any thread, so it reads only this file's static table, each
+ * entry a copy (the fd, the termios from init, the flags to give back)
+ * guarded by an atomic state: FREE, CLAIMED (being filled or emptied by
+ * the loop's thread: skipped), READY, RESETTING (a reset is using it). The
+ * loop's thread empties an entry only from READY, so an entry a reset
+ * holds is waited for; a reset on the same thread cannot be in progress
+ * then, since a handler runs to its end before the interrupted code goes
+ * on. Entries are entered before the mode changes and emptied after it is
+ * given back, so a crash at any point finds the mode to restore.
+ *
+ * Thread: the loop's, but for lull_tty_reset_mode. Nothing runs in the
+ * background: no timer, no task, no fd beyond the stream's. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+_Static_assert(sizeof(struct termios) <= sizeof(((lull_tty *)0)->saved),
+               "lull_tty.saved holds a struct termios");
+/* lull_tty_reset_mode runs in signal handlers: its atomics must not lock. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_BOOL_LOCK_FREE == 2,
+               "lock-free atomics");
+
+/* Ttys in a mode other than NORMAL at once (and ttys with no name, whose
+ * flags are given back): a program has one terminal, a multiplexer a few;
+ * 64 is room to spare, and a fixed table is what a signal handler can
+ * walk. */
+#define RESET_SLOTS 64
+
+enum { SLOT_FREE, SLOT_CLAIMED, SLOT_READY, SLOT_RESETTING };
+
+typedef struct reset_slot {
+    _Atomic int state;    /* SLOT_* */
+    _Atomic bool moded;   /* the tty is out of NORMAL: restore the mode (a
+                             tty with no name is entered for its flags
+                             alone while NORMAL) */
+    int fd;               /* lull's description of the terminal */
+    int fl;               /* the flags to give back; -1: none */
+    struct termios saved; /* the mode at init */
+} reset_slot;
+
+static reset_slot slots[RESET_SLOTS];
+
+static const struct termios *saved_of(const lull_tty *t) {
+    return (const struct termios *)(const void *)t->saved;
+}
+
+/* tcsetattr, again after a signal. */
+static int set_attr(int fd, const struct termios *tio) {
+    while (tcsetattr(fd, TCSANOW, tio) < 0) {
+        if (errno != EINTR) return -errno;
+    }
+    return 0;
+}
+
+static int slot_enter(lull_tty *t) {
+    for (int i = 0; i < RESET_SLOTS; i++) {
+        int want = SLOT_FREE;
+        if (!atomic_compare_exchange_strong(&slots[i].state, &want,
+                                            SLOT_CLAIMED))
+            continue;
+        atomic_store(&slots[i].moded, false);
+        slots[i].fd = t->ctl;
+        slots[i].fl = t->fl_saved;
+        memcpy(&slots[i].saved, saved_of(t), sizeof(struct termios));
+        atomic_store(&slots[i].state, SLOT_READY);
+        t->slot = i;
+        return 0;
+    }
+    return -ENOSPC;
+}
+
+static void slot_leave(lull_tty *t) {
+    if (t->slot < 0) return;
+    reset_slot *s = &slots[t->slot];
+    for (;;) {
+        int want = SLOT_READY;
+        if (atomic_compare_exchange_strong(&s->state, &want, SLOT_CLAIMED))
+            break;
+        sched_yield(); /* a reset on another thread holds it: brief */
+    }
+    s->fd = -1;
+    atomic_store(&s->state, SLOT_FREE);
+    t->slot = -1;
+}
+
+/* Only async-signal-safe calls: tcsetattr (an ioctl), fcntl. errno is
+ * kept for the code the handler interrupted. */
+void lull_tty_reset_mode(void) {
+    int saved_errno = errno;
+    for (int i = 0; i < RESET_SLOTS; i++) {
+        reset_slot *s = &slots[i];
+        int want = SLOT_READY;
+        if (!atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
+            continue;
+        if (atomic_load(&s->moded)) (void)tcsetattr(s->fd, TCSANOW, &s->saved);
+        if (s->fl >= 0) (void)fcntl(s->fd, F_SETFL, s->fl);
+        atomic_store(&s->state, SLOT_READY);
+    }
+    errno = saved_errno;
+}
+
+/* A pty's master side: TIOCGPTN answers only there. */
+static bool pty_master(int fd) {
+    unsigned n;
+    return ioctl(fd, TIOCGPTN, &n) == 0;
+}
+
+/* lull's description of fd's terminal: opened by name, or -1 when it has
+ * none that opens to the same terminal. */
+static int open_anew(int fd) {
+    char name[PATH_MAX];
+    if (pty_master(fd) || ttyname_r(fd, name, sizeof name) != 0) return -1;
+    int nfd = open(name, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (nfd < 0) return -1;
+    struct stat a, b;
+    if (fstat(fd, &a) < 0 || fstat(nfd, &b) < 0 || a.st_rdev != b.st_rdev) {
+        close(nfd);
+        return -1;
+    }
+    return nfd;
+}
+
+int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
+                  const lull_stream_options *opts) {
+    if (!loop || !t || fd < 0) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    struct termios tio;
+    if (tcgetattr(fd, &tio) < 0) return -errno;
+    memset(t, 0, sizeof *t);
+    t->loop = loop;
+    t->fd = fd;
+    t->slot = -1;
+    t->fl_saved = -1;
+    memcpy(t->saved, &tio, sizeof tio);
+    t->ctl = open_anew(fd);
+    if (t->ctl < 0) {
+        /* No name: the shared description, given its flags back later. */
+        t->fl_saved = fcntl(fd, F_GETFL);
+        t->ctl = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (t->fl_saved < 0 || t->ctl < 0) {
+            int err = -errno;
+            if (t->ctl >= 0) close(t->ctl);
+            t->ctl = -1;
+            return err;
+        }
+        int rc = slot_enter(t);
+        if (rc < 0) {
+            close(t->ctl);
+            t->ctl = -1;
+            return rc;
+        }
+    }
+    int sfd = fcntl(t->ctl, F_DUPFD_CLOEXEC, 0);
+    int rc = sfd < 0 ? -errno : 0;
+    if (rc == 0) {
+        lull_stream_options so = {0};
+        if (opts) so = *opts;
+        so.flags |= LULL_STREAM_RAW; /* a terminal's bytes are not frames */
+        rc = lull_stream_open(loop, &t->stream, sfd, &so); /* owns sfd */
+    }
+    if (rc < 0) {
+        if (t->fl_saved >= 0) (void)fcntl(t->ctl, F_SETFL, t->fl_saved);
+        slot_leave(t);
+        close(t->ctl);
+        t->ctl = -1;
+        return rc;
+    }
+    return 0;
+}
+
+/* The mode's termios, made from the one at init. RAW is libuv's raw mode
+ * (output processing stays, so "\n" still starts a line); IO is
+ * cfmakeraw. */
+static void make_mode(struct termios *tio, int mode) {
+    if (mode == LULL_TTY_MODE_RAW) {
+        tio->c_iflag &= ~(tcflag_t)(BRKINT | ICRNL | INPCK | ISTRIP | IXON);
+        tio->c_oflag |= ONLCR;
+        tio->c_cflag |= CS8;
+        tio->c_lflag &= ~(tcflag_t)(ECHO | ICANON | IEXTEN | ISIG);
+        tio->c_cc[VMIN] = 1;
+        tio->c_cc[VTIME] = 0;
+    } else if (mode == LULL_TTY_MODE_IO) {
+        cfmakeraw(tio);
+    }
+}
+
+/* Back in NORMAL: nothing to restore. A tty with no name keeps its entry
+ * for its flags. */
+static void normal_again(lull_tty *t) {
+    if (t->slot < 0) return;
+    if (t->fl_saved >= 0)
+        atomic_store(&slots[t->slot].moded, false);
+    else
+        slot_leave(t);
+}
+
+int lull_tty_set_mode(lull_tty *t, int mode) {
+    if (!t || !t->loop || mode < LULL_TTY_MODE_NORMAL ||
+        mode > LULL_TTY_MODE_IO)
+        return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(t->loop);
+    if (t->ctl < 0) return -EBADF;
+    if (mode == t->mode) return 0;
+    struct termios tio = *saved_of(t);
+    make_mode(&tio, mode);
+    /* Entered before the change: a crash right after it is covered. */
+    if (mode != LULL_TTY_MODE_NORMAL) {
+        if (t->slot < 0) {
+            int rc = slot_enter(t);
+            if (rc < 0) return rc;
+        }
+        atomic_store(&slots[t->slot].moded, true);
+    }
+    /* TCSANOW, not TCSADRAIN: draining waits for the reader of the
+     * terminal's output, which may never read, and this is the loop's
+     * thread. */
+    int rc = set_attr(t->ctl, &tio);
+    if (rc < 0) {
+        if (t->mode == LULL_TTY_MODE_NORMAL) normal_again(t);
+        return rc;
+    }
+    t->mode = mode;
+    if (mode == LULL_TTY_MODE_NORMAL) normal_again(t);
+    return 0;
+}
+
+int lull_tty_get_winsize(lull_tty *t, int *cols, int *rows) {
+    if (!t || !t->loop || !cols || !rows) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(t->loop);
+    if (t->ctl < 0) return -EBADF;
+    struct winsize ws;
+    if (ioctl(t->ctl, TIOCGWINSZ, &ws) < 0) return -errno;
+    *cols = ws.ws_col;
+    *rows = ws.ws_row;
+    return 0;
+}
+
+int lull_tty_close(lull_tty *t) {
+    if (!t || !t->loop) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(t->loop);
+    if (t->ctl < 0) return 0;
+    int rc = 0;
+    if (t->mode != LULL_TTY_MODE_NORMAL) rc = set_attr(t->ctl, saved_of(t));
+    if (t->fl_saved >= 0 && fcntl(t->ctl, F_SETFL, t->fl_saved) < 0 && rc == 0)
+        rc = -errno;
+    /* Emptied after the restore: a crash in between still restores. */
+    slot_leave(t);
+    close(t->ctl);
+    t->ctl = -1;
+    t->mode = LULL_TTY_MODE_NORMAL;
+    (void)lull_endpoint_close(&t->stream.ep, 0); /* idempotent */
+    return rc;
+}

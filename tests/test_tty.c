@@ -1,0 +1,571 @@
+/* Terminals (src/tty.c), on a pty this case opens itself (posix_openpt),
+ * never the machine's own terminal: modes set and given back (on close,
+ * by lull_tty_reset_mode, in a process that crashes), bytes both ways, the
+ * window size and SIGWINCH, the caller's fd flags left alone, a master fd
+ * with no name, a terminal that hangs up, and bad arguments. Every wait is
+ * bounded by a guard timer. */
+#include "check.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <lull.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#define GUARD_NS (20 * 1000000000ull)
+
+static lull_loop *new_loop(void) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    return loop;
+}
+
+static void free_loop(lull_loop *loop) {
+    int rc = lull_loop_free(loop);
+    if (rc != 0) lull_loop_print_live(loop, stderr);
+    CHECK_EQ(rc, 0);
+}
+
+static void guard_fired(lull_timer *t) {
+    (void)t;
+    check_fail(__FILE__, __LINE__, "no progress in 20 s");
+}
+
+/* Runs iterations until *v >= want. */
+static void run_until(lull_loop *loop, const int *v, int want) {
+    lull_timer guard;
+    lull_timer_init(loop, &guard, guard_fired);
+    lull_timer_start(&guard, GUARD_NS, 0);
+    lull_timer_unref(&guard);
+    while (*v < want)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    lull_timer_stop(&guard);
+}
+
+typedef struct pty {
+    int master;
+    int slave;
+} pty;
+
+static pty pty_open(void) {
+    pty p;
+    p.master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(p.master >= 0);
+    CHECK_EQ(grantpt(p.master), 0);
+    CHECK_EQ(unlockpt(p.master), 0);
+    char name[128];
+    CHECK_EQ(ptsname_r(p.master, name, sizeof name), 0);
+    p.slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(p.slave >= 0);
+    return p;
+}
+
+static void pty_close(pty *p) {
+    if (p->master >= 0) close(p->master);
+    if (p->slave >= 0) close(p->slave);
+}
+
+/* The mode's own fields: what tcsetattr sets. */
+static bool same_mode(const struct termios *a, const struct termios *b) {
+    return a->c_iflag == b->c_iflag && a->c_oflag == b->c_oflag &&
+           a->c_cflag == b->c_cflag && a->c_lflag == b->c_lflag &&
+           memcmp(a->c_cc, b->c_cc, sizeof a->c_cc) == 0;
+}
+
+static struct termios mode_of(int fd) {
+    struct termios t;
+    CHECK_EQ(tcgetattr(fd, &t), 0);
+    return t;
+}
+
+static bool is_raw(int fd) {
+    struct termios t = mode_of(fd);
+    return !(t.c_lflag & (ICANON | ECHO | ISIG));
+}
+
+/* A tty and what its stream read. */
+typedef struct term {
+    lull_tty t;
+    char buf[4096];
+    size_t len;
+    int nread; /* len, as an int for run_until */
+    int closes;
+    int reason;
+    int winches; /* SIGWINCH deliveries seen */
+    bool close_in_frame;
+} term;
+
+static void term_frame(lull_endpoint *ep, const void *b, size_t n) {
+    term *k = LULL_CONTAINER_OF(ep, term, t.stream.ep);
+    CHECK(k->len + n < sizeof k->buf);
+    memcpy(k->buf + k->len, b, n);
+    k->len += n;
+    k->buf[k->len] = '\0';
+    k->nread = (int)k->len;
+    if (k->close_in_frame) CHECK_EQ(lull_tty_close(&k->t), 0);
+}
+
+static void term_close(lull_endpoint *ep, int reason) {
+    term *k = LULL_CONTAINER_OF(ep, term, t.stream.ep);
+    k->closes++;
+    k->reason = reason;
+}
+
+static void term_init(lull_loop *loop, term *k, int fd) {
+    memset(k, 0, sizeof *k);
+    CHECK_EQ(lull_tty_init(loop, &k->t, fd, NULL), 0);
+    lull_endpoint_set_callbacks(&k->t.stream.ep, term_frame, NULL, term_close);
+}
+
+static void term_close_and_wait(lull_loop *loop, term *k) {
+    CHECK_EQ(lull_tty_close(&k->t), 0);
+    run_until(loop, &k->closes, 1);
+}
+
+/* Reads from fd until `want` bytes came or 10 s passed. */
+static size_t read_some(int fd, char *buf, size_t want) {
+    size_t got = 0;
+    while (got < want) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 10000) != 1) break;
+        ssize_t n = read(fd, buf + got, want - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    return got;
+}
+
+static int open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL);
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n - 1;
+}
+
+/* ------------------------------------------------------------- modes */
+
+/* RAW and IO change the mode, NORMAL gives the one from init back, and a
+ * close in RAW gives it back too. */
+TEST(raw_mode_set_and_restored) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    struct termios before = mode_of(p.slave);
+    term k;
+    term_init(loop, &k, p.slave);
+    CHECK_EQ(k.t.mode, LULL_TTY_MODE_NORMAL);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    CHECK(is_raw(p.slave));
+    CHECK(mode_of(p.slave).c_oflag & OPOST); /* RAW keeps "\n" -> "\r\n" */
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_IO), 0);
+    CHECK(is_raw(p.slave));
+    CHECK(!(mode_of(p.slave).c_oflag & OPOST));
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_NORMAL), 0);
+    struct termios now = mode_of(p.slave);
+    CHECK(same_mode(&before, &now));
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0); /* again: 0 */
+    term_close_and_wait(loop, &k);
+    CHECK_EQ(k.reason, 0);
+    now = mode_of(p.slave);
+    CHECK(same_mode(&before, &now));
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* lull_tty_reset_mode, called directly as an exit path would: the mode
+ * comes back although the handle is still open and thinks it is raw; the
+ * close afterwards restores again, harmlessly. */
+TEST(reset_mode_restores_without_the_loop) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    struct termios before = mode_of(p.slave);
+    term k;
+    term_init(loop, &k, p.slave);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    CHECK(is_raw(p.slave));
+    lull_tty_reset_mode();
+    struct termios now = mode_of(p.slave);
+    CHECK(same_mode(&before, &now));
+    CHECK_EQ(k.t.mode, LULL_TTY_MODE_RAW);
+    term_close_and_wait(loop, &k);
+    now = mode_of(p.slave);
+    CHECK(same_mode(&before, &now));
+    lull_tty_reset_mode(); /* nothing entered: touches nothing */
+    free_loop(loop);
+    pty_close(&p);
+}
+
+static void crash_handler(int sig) {
+    (void)sig;
+    lull_tty_reset_mode();
+    _exit(42);
+}
+
+/* A process that sets RAW and then crashes (SIGSEGV, its handler calling
+ * lull_tty_reset_mode and _exit) leaves the terminal as it found it. */
+TEST(reset_mode_in_a_crash_handler) {
+    pty p = pty_open();
+    struct termios before = mode_of(p.slave);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = crash_handler;
+        sigaction(SIGSEGV, &sa, NULL);
+        lull_loop *loop = new_loop();
+        term k;
+        term_init(loop, &k, p.slave);
+        CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_IO), 0);
+        if (!is_raw(p.slave)) _exit(1);
+        raise(SIGSEGV);
+        _exit(2);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 42);
+    struct termios now = mode_of(p.slave);
+    CHECK(same_mode(&before, &now));
+    pty_close(&p);
+}
+
+/* 64 ttys in a mode other than NORMAL fill the reset table: the 65th is
+ * refused with -ENOSPC and left as it was; going back to NORMAL frees an
+ * entry, and so does a close. */
+TEST(reset_table_full) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    enum { N = 65 };
+    term *k = calloc(N, sizeof *k);
+    CHECK(k != NULL);
+    for (int i = 0; i < N; i++)
+        term_init(loop, &k[i], p.slave);
+    for (int i = 0; i < N - 1; i++)
+        CHECK_EQ(lull_tty_set_mode(&k[i].t, LULL_TTY_MODE_RAW), 0);
+    CHECK_EQ(lull_tty_set_mode(&k[N - 1].t, LULL_TTY_MODE_RAW), -ENOSPC);
+    CHECK_EQ(k[N - 1].t.mode, LULL_TTY_MODE_NORMAL);
+    CHECK_EQ(lull_tty_set_mode(&k[0].t, LULL_TTY_MODE_NORMAL), 0);
+    CHECK_EQ(lull_tty_set_mode(&k[N - 1].t, LULL_TTY_MODE_RAW), 0);
+    CHECK_EQ(lull_tty_set_mode(&k[0].t, LULL_TTY_MODE_RAW), -ENOSPC);
+    CHECK_EQ(lull_tty_close(&k[1].t), 0);
+    CHECK_EQ(lull_tty_set_mode(&k[0].t, LULL_TTY_MODE_RAW), 0);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(lull_tty_close(&k[i].t), 0);
+    for (int i = 0; i < N; i++)
+        run_until(loop, &k[i].closes, 1);
+    free(k);
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* ------------------------------------------------------------ bytes */
+
+/* What lull sends arrives on the master; what the master writes arrives
+ * as on_frame, at once in RAW (no line to wait for). */
+TEST(bytes_both_ways) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    term k;
+    term_init(loop, &k, p.slave);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_IO), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&k.t.stream.ep, "hello\n", 6), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    char buf[16] = {0};
+    CHECK_EQ(read_some(p.master, buf, 6), 6);
+    CHECK(memcmp(buf, "hello\n", 6) == 0);     /* IO: no "\r" added */
+    CHECK_EQ(write(p.master, "ab\003", 3), 3); /* ^C is a byte in raw */
+    run_until(loop, &k.nread, 3);
+    CHECK(memcmp(k.buf, "ab\003", 3) == 0);
+    CHECK(k.t.stream.bytes_read >= 3);
+    term_close_and_wait(loop, &k);
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* The caller's fd keeps its flags: the tty opened the terminal anew, and
+ * O_NONBLOCK is on lull's description only. */
+TEST(caller_fd_stays_blocking) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    int fl = fcntl(p.slave, F_GETFL);
+    CHECK(!(fl & O_NONBLOCK));
+    term k;
+    term_init(loop, &k, p.slave);
+    CHECK(k.t.stream.ep.on_frame != NULL);
+    CHECK(fcntl(lull_stream_fd(&k.t.stream), F_GETFL) & O_NONBLOCK);
+    CHECK_EQ(fcntl(p.slave, F_GETFL), fl);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&k.t.stream.ep, "x", 1), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fcntl(p.slave, F_GETFL), fl);
+    term_close_and_wait(loop, &k);
+    CHECK_EQ(fcntl(p.slave, F_GETFL), fl);
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* A pty's master has no name to open anew (/dev/ptmx would make a new
+ * pty): the tty uses the shared description, non-blocking while open,
+ * and gives its flags back on close and in lull_tty_reset_mode. */
+TEST(master_fd_falls_back_and_gives_flags_back) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    int fl = fcntl(p.master, F_GETFL);
+    CHECK(!(fl & O_NONBLOCK));
+    term k;
+    term_init(loop, &k, p.master);
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
+    /* Still the same pty: bytes reach the slave. */
+    CHECK_EQ(lull_endpoint_send_copy(&k.t.stream.ep, "m", 1), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    struct termios raw = mode_of(p.slave);
+    cfmakeraw(&raw);
+    CHECK_EQ(tcsetattr(p.slave, TCSANOW, &raw), 0);
+    char c = 0;
+    CHECK_EQ(read_some(p.slave, &c, 1), 1);
+    CHECK_EQ(c, 'm');
+    lull_tty_reset_mode(); /* a crash path: the flags come back */
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    CHECK(is_raw(p.slave)); /* NORMAL: the mode is not touched */
+    CHECK_EQ(fcntl(p.master, F_SETFL, fl | O_NONBLOCK), 0);
+    term_close_and_wait(loop, &k);
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* ------------------------------------------------------ window size */
+
+static void on_winch(lull_signal *sig, int signum) {
+    term *k = sig->data;
+    CHECK_EQ(signum, SIGWINCH);
+    int cols = 0, rows = 0;
+    CHECK_EQ(lull_tty_get_winsize(&k->t, &cols, &rows), 0);
+    CHECK_EQ(cols, 132);
+    CHECK_EQ(rows, 43);
+    k->winches++;
+}
+
+/* The size the master set is read back; a resize is SIGWINCH on a
+ * lull_signal, whose callback reads the new size. */
+TEST(winsize_and_resize_by_sigwinch) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    struct winsize ws = {.ws_row = 24, .ws_col = 80};
+    CHECK_EQ(ioctl(p.master, TIOCSWINSZ, &ws), 0);
+    term k;
+    term_init(loop, &k, p.slave);
+    int cols = 0, rows = 0;
+    CHECK_EQ(lull_tty_get_winsize(&k.t, &cols, &rows), 0);
+    CHECK_EQ(cols, 80);
+    CHECK_EQ(rows, 24);
+    lull_signal sig;
+    CHECK_EQ(lull_signal_init(loop, &sig, on_winch), 0);
+    sig.data = &k;
+    CHECK_EQ(lull_signal_start(&sig, SIGWINCH), 0);
+    ws.ws_row = 43;
+    ws.ws_col = 132;
+    CHECK_EQ(ioctl(p.master, TIOCSWINSZ, &ws), 0);
+    /* The kernel signals the terminal's foreground group; this pty is no
+     * one's controlling terminal, so the case sends it itself. */
+    CHECK_EQ(kill(getpid(), SIGWINCH), 0);
+    run_until(loop, &k.winches, 1);
+    CHECK_EQ(sig.received, 1);
+    CHECK_EQ(lull_signal_stop(&sig), 0);
+    term_close_and_wait(loop, &k);
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* ---------------------------------------------------------- hostile */
+
+/* Not a terminal: -ENOTTY (a pipe, /dev/null); a closed fd -EBADF;
+ * nothing is left open. */
+TEST(not_a_tty) {
+    lull_loop *loop = new_loop();
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0);
+    int null = open("/dev/null", O_RDWR);
+    CHECK(null >= 0);
+    int open_before = open_fds();
+    lull_tty t;
+    CHECK_EQ(lull_tty_init(loop, &t, fds[0], NULL), -ENOTTY);
+    CHECK_EQ(lull_tty_init(loop, &t, null, NULL), -ENOTTY);
+    CHECK_EQ(lull_tty_init(loop, &t, 1000, NULL), -EBADF);
+    CHECK_EQ(open_fds(), open_before);
+    CHECK_EQ(fcntl(fds[0], F_GETFL) & O_NONBLOCK, 0);
+    close(fds[0]);
+    close(fds[1]);
+    close(null);
+    free_loop(loop);
+}
+
+/* NULL and out-of-range arguments are -EINVAL; a closed tty is -EBADF
+ * and closes again with 0. */
+TEST(tty_argument_errors) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    lull_tty t;
+    CHECK_EQ(lull_tty_init(NULL, &t, p.slave, NULL), -EINVAL);
+    CHECK_EQ(lull_tty_init(loop, NULL, p.slave, NULL), -EINVAL);
+    CHECK_EQ(lull_tty_init(loop, &t, -1, NULL), -EINVAL);
+    CHECK_EQ(lull_tty_set_mode(NULL, LULL_TTY_MODE_RAW), -EINVAL);
+    CHECK_EQ(lull_tty_get_winsize(NULL, &(int){0}, &(int){0}), -EINVAL);
+    CHECK_EQ(lull_tty_close(NULL), -EINVAL);
+    term k;
+    term_init(loop, &k, p.slave);
+    CHECK_EQ(lull_tty_set_mode(&k.t, -1), -EINVAL);
+    CHECK_EQ(lull_tty_set_mode(&k.t, 3), -EINVAL);
+    CHECK_EQ(lull_tty_get_winsize(&k.t, NULL, &(int){0}), -EINVAL);
+    CHECK_EQ(lull_tty_get_winsize(&k.t, &(int){0}, NULL), -EINVAL);
+    term_close_and_wait(loop, &k);
+    CHECK_EQ(lull_tty_close(&k.t), 0);
+    CHECK_EQ(k.closes, 1);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), -EBADF);
+    CHECK_EQ(lull_tty_get_winsize(&k.t, &(int){0}, &(int){0}), -EBADF);
+    /* Bad stream options: refused, nothing left behind. */
+    int open_before = open_fds();
+    lull_stream_options bad = {.max_frame = (size_t)UINT32_MAX + 1};
+    lull_tty t2;
+    int rc = lull_tty_init(loop, &t2, p.slave, &bad);
+    if (rc == 0) {
+        CHECK_EQ(lull_tty_close(&t2), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    } else {
+        CHECK_EQ(rc, -EINVAL);
+    }
+    CHECK_EQ(open_fds(), open_before);
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* The master goes away under RAW: the stream ends (the terminal hung
+ * up: EOF), and the close afterwards, whose restore the dead
+ * terminal may refuse, neither crashes nor leaks. */
+TEST(hangup_under_raw_mode) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    int open_before = open_fds();
+    term k;
+    term_init(loop, &k, p.slave);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    close(p.master);
+    p.master = -1;
+    run_until(loop, &k.closes, 1);
+    /* A hung-up terminal reads as EOF (Linux's hung_up_tty_read). */
+    CHECK(k.reason == 0 || k.reason == -EIO);
+    CHECK_EQ(lull_endpoint_send_copy(&k.t.stream.ep, "x", 1), -EPIPE);
+    int rc = lull_tty_close(&k.t);
+    CHECK(rc == 0 || rc == -EIO);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(k.closes, 1);
+    CHECK_EQ(open_fds(), open_before - 1); /* the master, closed above */
+    lull_tty_reset_mode(); /* the entry is gone: nothing to touch */
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* A close inside the stream's own on_frame: the mode is back at once, the
+ * stream's close callback follows in a later turn. */
+TEST(close_inside_on_frame) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    struct termios before = mode_of(p.slave);
+    term k;
+    term_init(loop, &k, p.slave);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    k.close_in_frame = true;
+    CHECK_EQ(write(p.master, "q", 1), 1);
+    run_until(loop, &k.closes, 1);
+    CHECK_EQ(k.len, 1);
+    struct termios now = mode_of(p.slave);
+    CHECK(same_mode(&before, &now));
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* Out of fds at each step of the set-up (the reopen, the stream's dup,
+ * the stream's buffer): a clean error, nothing left open, no entry left
+ * in the reset table (64 ttys still go raw afterwards). */
+TEST(tty_init_out_of_fds) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    struct rlimit saved;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    int base = open_fds();
+    int lowest = dup(0); /* the lowest free fd number */
+    CHECK(lowest >= 0);
+    close(lowest);
+    int fails = 0;
+    for (int extra = 0; extra < 4; extra++) {
+        struct rlimit rl = saved;
+        rl.rlim_cur = (rlim_t)(lowest + extra);
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+        lull_tty t;
+        int rc = lull_tty_init(loop, &t, p.master, NULL); /* no name */
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+        if (rc == 0) {
+            CHECK_EQ(lull_tty_close(&t), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        } else {
+            CHECK_EQ(rc, -EMFILE);
+            fails++;
+        }
+        CHECK_EQ(open_fds(), base);
+        CHECK_EQ(fcntl(p.master, F_GETFL) & O_NONBLOCK, 0);
+    }
+    CHECK(fails >= 1);
+    enum { N = 64 };
+    term *k = calloc(N, sizeof *k);
+    CHECK(k != NULL);
+    for (int i = 0; i < N; i++) {
+        term_init(loop, &k[i], p.slave);
+        CHECK_EQ(lull_tty_set_mode(&k[i].t, LULL_TTY_MODE_RAW), 0);
+    }
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(lull_tty_close(&k[i].t), 0);
+    for (int i = 0; i < N; i++)
+        run_until(loop, &k[i].closes, 1);
+    free(k);
+    free_loop(loop);
+    pty_close(&p);
+}
+
+/* The terminal hangs up and the tty is closed inside the stream's own
+ * on_close. */
+static void close_tty_in_on_close(lull_endpoint *ep, int reason) {
+    term_close(ep, reason);
+    term *k = LULL_CONTAINER_OF(ep, term, t.stream.ep);
+    int rc = lull_tty_close(&k->t);
+    CHECK(rc == 0 || rc == -EIO);
+}
+
+TEST(close_inside_on_close_after_hangup) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    term k;
+    term_init(loop, &k, p.slave);
+    lull_endpoint_set_callbacks(&k.t.stream.ep, term_frame, NULL,
+                                close_tty_in_on_close);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    close(p.master);
+    p.master = -1;
+    run_until(loop, &k.closes, 1);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(k.closes, 1);
+    CHECK_EQ(k.t.mode, LULL_TTY_MODE_NORMAL);
+    free_loop(loop);
+    pty_close(&p);
+}
