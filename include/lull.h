@@ -1262,41 +1262,42 @@ typedef struct lull_tls_config { /* all zero = a verifying client */
     bool no_tickets;           /* no session resumption */
 } lull_tls_config;
 
-typedef struct lull_tls_options {   /* all zero = defaults */
-    lull_stream_options stream;     /* framing and limits of the plaintext,
-                                       the socket's timeouts */
-    const char *server_name;        /* client: SNI, and the name (or IP)
-                                       the certificate must carry */
-    uint64_t handshake_timeout_ns;  /* 0 = 10 s */
+typedef struct lull_tls_options {       /* all zero = defaults */
+    lull_stream_options stream;         /* framing and limits of the plaintext,
+                                           the socket's timeouts */
+    const char *server_name;            /* client: SNI, and the name (or IP)
+                                           the certificate must carry */
+    uint64_t handshake_timeout_ns;      /* 0 = 10 s */
     lull_tls_handshake_fn on_handshake; /* may be NULL */
 } lull_tls_options;
 
 struct lull_tls {
-    lull_endpoint ep;       /* the frame interface: give &ep to your code */
-    lull_loop *loop;        /* the owning loop */
-    uint64_t flushes;       /* flush points that encrypted frames */
-    uint64_t records_bytes; /* ciphertext bytes handed to the socket */
-    struct {                /* lull's own */
-        lull_stream stream; /* the socket the records travel on */
-        lull_task flush;    /* at the loop's flush point: encrypt */
-        lull_task event;    /* later turn: resume, failure, close callback */
-        lull_timer timer;   /* the handshake timeout */
-        lull_tls_ctx *ctx;
-        void *ssl;          /* SSL * */
-        void *guard;        /* innermost callback of ours running */
-        lull_frame *head;   /* plaintext frames not yet encrypted */
-        lull_frame *tail;
-        void *out;          /* ciphertext chunks: filling, and free */
-        void *spare;
-        unsigned char *pbuf; /* plaintext read buffer */
-        size_t pcap, pstart, pend;
-        unsigned char *stage; /* small frames coalesced into one record */
+    lull_endpoint ep;         /* the frame interface: give &ep to your code */
+    lull_loop *loop;          /* the owning loop */
+    uint64_t flushes;         /* flush points that encrypted frames */
+    uint64_t cipher_bytes;    /* record bytes handed to the socket's stream */
+    struct {                  /* lull's own */
+        lull_stream stream;   /* the socket the records travel on */
+        lull_task flush;      /* at the loop's flush point: encrypt */
+        lull_task event;      /* later turn: resume, failure, close */
+        lull_timer timer;     /* the handshake timeout */
+        lull_tls_ctx *ctx;    /* a reference, dropped at the close */
+        void *ssl;            /* OpenSSL's SSL * */
+        void *guard;          /* innermost callback of ours running */
+        lull_frame *head;     /* plaintext frames not yet encrypted, */
+        lull_frame *tail;     /* oldest first */
+        void *out;            /* ciphertext chunks: filling and spare */
+        unsigned char *pbuf;  /* decrypted bytes, framed: parsed here */
+        size_t pcap;          /* its size */
+        size_t pstart, pend;  /* unconsumed bytes are [pstart, pend) */
+        unsigned char *stage; /* small frames gathered into a record */
         unsigned char *saved; /* ciphertext read while paused */
-        size_t saved_cap, saved_len;
-        const unsigned char *in; /* ciphertext being fed to OpenSSL */
-        size_t in_len;
+        size_t saved_cap;     /* its size */
+        size_t saved_len;     /* ... and what it holds */
+        const unsigned char *in; /* ciphertext OpenSSL is reading */
+        size_t in_len;           /* ... and what is left of it */
         lull_tls_handshake_fn on_handshake;
-        uint32_t state; /* src/tls.c */
+        uint32_t state; /* state bits (src/tls.c) */
         int error;      /* the reason the event task delivers */
         char why[120];  /* lull_tls_error_string */
     };
@@ -1326,9 +1327,8 @@ LULL_EXTERN int lull_tls_connect_unix(lull_loop *loop, lull_tls *tls,
                                       const lull_tls_options *opts);
 /* Over a connected stream socket (owned from here on, also on failure),
  * in the role ctx has. */
-LULL_EXTERN int lull_tls_open(lull_loop *loop, lull_tls *tls,
-                              lull_tls_ctx *ctx, int fd,
-                              const lull_tls_options *opts);
+LULL_EXTERN int lull_tls_open(lull_loop *loop, lull_tls *tls, lull_tls_ctx *ctx,
+                              int fd, const lull_tls_options *opts);
 /* After the handshake: the session was resumed; the SNI name the client
  * sent (NULL if none); the ALPN protocol chosen, copied into buf
  * (its length, or -ENOENT when none was). */

@@ -399,7 +399,7 @@ static int send_out(lull_tls *t) {
         }
         c->frame = (lull_frame){
             .bytes = c->bytes, .len = c->used, .release = chunk_release};
-        t->records_bytes += c->used;
+        t->cipher_bytes += c->used;
         rc = lull_endpoint_send(&t->stream.ep, &c->frame);
         if (rc < 0) free(c);
     }

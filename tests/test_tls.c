@@ -1025,7 +1025,7 @@ TEST(small_sends_in_one_callback_leave_together) {
     CHECK_EQ(c.t.flushes - f0, 1);
     CHECK_EQ(c.t.stream.writes - w0, 1);
     printf("500 frames of 10 bytes: %llu ciphertext bytes\n",
-           (unsigned long long)c.t.records_bytes);
+           (unsigned long long)c.t.cipher_bytes);
     CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
     settle_closes(loop, &c, &s);
     free_loop(loop);
