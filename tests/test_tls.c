@@ -1415,3 +1415,86 @@ TEST_THREADED(context_shared_by_two_threads) {
     lull_tls_ctx_free(cctx);
     teardown_pki();
 }
+
+/* Raw plaintext (LULL_STREAM_RAW) over a Unix socket: bytes in chunks,
+ * joined they are what was sent. */
+typedef struct raw_end {
+    end e;
+    char got[8192];
+    size_t n;
+} raw_end;
+
+static void raw_end_frame(lull_endpoint *ep, const void *b, size_t n) {
+    raw_end *r = LULL_CONTAINER_OF(ep, raw_end, e.t.ep);
+    CHECK(n > 0 && r->n + n <= sizeof r->got);
+    memcpy(r->got + r->n, b, n);
+    r->n += n;
+}
+
+TEST(raw_bytes_over_unix_connect) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    raw_end *c = calloc(1, sizeof *c), *s = calloc(1, sizeof *s);
+    tcp_acceptor a = {.into = &s->e.t, .ctx = sctx};
+    a.opts.stream.flags = LULL_STREAM_RAW;
+    char path[64];
+    snprintf(path, sizeof path, "@lull-tls-test-%d", (int)getpid());
+    CHECK_EQ(lull_server_listen_unix(loop, &a.srv, path, 0, accept_tls), 0);
+    lull_tls_options co = {.server_name = "localhost",
+                           .stream.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_tls_connect_unix(loop, &c->e.t, cctx, path, &co), 0);
+    lull_endpoint_set_callbacks(&c->e.t.ep, raw_end_frame, NULL, end_close);
+    for (int i = 0; i < 100 && !a.accepted; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.accepted, 1);
+    lull_endpoint_set_callbacks(&s->e.t.ep, raw_end_frame, NULL, end_close);
+    lull_server_close(&a.srv);
+    char msg[5000];
+    for (size_t i = 0; i < sizeof msg; i++)
+        msg[i] = (char)('a' + i % 26);
+    for (size_t at = 0; at < sizeof msg; at += 1000)
+        CHECK_EQ(lull_endpoint_send_copy(&c->e.t.ep, msg + at, 1000), 0);
+    for (int i = 0; i < 100 && s->n < sizeof msg; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s->n, sizeof msg);
+    CHECK(memcmp(s->got, msg, sizeof msg) == 0); /* no length prefixes */
+    CHECK_EQ(lull_endpoint_close(&c->e.t.ep, 0), 0);
+    settle_closes(loop, &c->e, &s->e);
+    CHECK_EQ(s->e.reason, 0);
+    free(c);
+    free(s);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* A frame longer than the reader's max_frame closes that end with
+ * -EMSGSIZE; its peer sees the connection end without close_notify. */
+TEST(frame_over_max_frame_closes_the_reader) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    end c, s;
+    end_init(&c);
+    end_init(&s);
+    lull_tls_options so = {.stream.max_frame = 100};
+    tls_pair(loop, &c.t, cctx, NULL, &s.t, sctx, &so);
+    end_watch(&c);
+    end_watch(&s);
+    static char big[200];
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, 50), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, sizeof big), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(s.frames, 1);
+    CHECK_EQ(s.reason, -EMSGSIZE);
+    CHECK_EQ(c.reason, -EPROTO); /* a truncation, as it sees it */
+    CHECK_EQ(lull_tls_key_update(&c.t), -EINVAL); /* closed */
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
