@@ -1220,8 +1220,9 @@ LULL_EXTERN int lull_udp_set_membership(lull_udp *udp, const char *group,
  * Verification is on by default: a client checks the server's chain
  * against ca_file / ca_dir / ca_pem (none given: the system store) and the
  * name in options.server_name (also sent as SNI). Tickets resume sessions
- * (a client context keeps the last one per host). TLS 1.3 key updates are
- * answered; TLS 1.2 renegotiation is refused.
+ * (a client context keeps the last one, for the next connection to the
+ * same name). TLS 1.3 key updates are answered; TLS 1.2 renegotiation is
+ * refused.
  *
  * on_close gets, besides the stream's reasons: 0 for the peer's
  * close_notify; -ECONNABORTED when the handshake failed; -EKEYREJECTED
