@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1495,6 +1496,33 @@ TEST(frame_over_max_frame_closes_the_reader) {
     CHECK_EQ(lull_tls_key_update(&c.t), -EINVAL); /* closed */
     free_loop(loop);
     lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* Out of fds: the connect fails at once, nothing is left behind (the
+ * context's reference included: ASan and valgrind see its free). */
+TEST(connect_out_of_fds_leaves_nothing) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *cctx = client_ctx(NULL);
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int probe = dup(0);
+    CHECK(probe >= 0);
+    close(probe);
+    low = old;
+    low.rlim_cur = (rlim_t)probe; /* the next fd is past the limit */
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    lull_tls t;
+    int rc =
+        lull_tls_connect_tcp(loop, &t, cctx, "127.0.0.1", 9, &g_client_opts);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(rc, -EMFILE);
+    CHECK(lull_endpoint_closed(&t.ep));
+    CHECK_EQ(lull_endpoint_send_copy(&t.ep, "x", 1), -EPIPE);
+    free_loop(loop);
     lull_tls_ctx_free(cctx);
     teardown_pki();
 }
