@@ -1211,7 +1211,7 @@ LULL_EXTERN int lull_udp_set_membership(lull_udp *udp, const char *group,
 /* TLS 1.2 and 1.3 (OpenSSL 3) as an endpoint of the frame interface: a
  * protocol written against lull_endpoint runs unchanged over it. A
  * lull_tls carries its records on a lull_stream of its own (raw), so
- * connect, accept, timeouts, pipes and the flush-point batching are the
+ * connect, accept, timeouts and the flush-point batching are the
  * stream's: the frames sent within a slice are encrypted together at the
  * loop's flush point, small ones coalesced into full records, and leave in
  * one write. Plaintext is framed (a 4-byte length) or raw, as the stream

@@ -8,9 +8,9 @@
  * session cache has a lock.
  *
  * Why over a lull_stream and not the fd. The records ride on a raw
- * lull_stream the lull_tls embeds, so TCP, Unix sockets, socketpairs and
- * pipes, connect and accept, their timeouts and the flush-point batching
- * are the stream's, tested there. OpenSSL talks to a BIO of ours: its
+ * lull_stream the lull_tls embeds, so TCP, Unix sockets and socketpairs,
+ * connect and accept, their timeouts and the flush-point batching are the
+ * stream's, tested there. OpenSSL talks to a BIO of ours: its
  * reads take the bytes the stream just read (no copy into a memory BIO),
  * its writes append to 64 KiB chunks that are sent on the stream as raw
  * frames and come back to a free list when written. The price: OpenSSL's
