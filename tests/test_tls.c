@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Allocations, counted while `counting`: lull's (this binary links it
@@ -1524,5 +1525,75 @@ TEST(connect_out_of_fds_leaves_nothing) {
     CHECK_EQ(lull_endpoint_send_copy(&t.ep, "x", 1), -EPIPE);
     free_loop(loop);
     lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* Certificates and trust from files: a key and chain, a CA file, a CA
+ * directory (named by subject hash, as c_rehash names them). Written to a
+ * temporary directory for the case and removed after it. */
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f);
+    CHECK_EQ(fputs(text, f) >= 0, 1);
+    CHECK_EQ(fclose(f), 0);
+}
+
+static void one_hello(lull_tls_ctx *cctx, lull_tls_ctx *sctx) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "files", 5), 0);
+    for (int i = 0; i < 100 && s.frames == 0 && !s.closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(strcmp(s.last, "files") == 0);
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(s.reason, 0);
+    free_loop(loop);
+}
+
+TEST(certificates_and_trust_from_files) {
+    if (skip()) return;
+    setup();
+    char dir[] = "/tmp/lull-test-tls.XXXXXX";
+    CHECK(mkdtemp(dir));
+    char cert[128], key[128], ca[128], cadir[128], hashed[192];
+    snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+    snprintf(key, sizeof key, "%s/key.pem", dir);
+    snprintf(ca, sizeof ca, "%s/ca.pem", dir);
+    snprintf(cadir, sizeof cadir, "%s/cas", dir);
+    write_file(cert, g_pki.server_cert);
+    write_file(key, g_pki.server_key);
+    write_file(ca, g_pki.ca);
+    CHECK_EQ(mkdir(cadir, 0700), 0);
+    unsigned long hash = 0;
+#ifdef LULL_HAVE_OPENSSL
+    BIO *b = BIO_new_mem_buf(g_pki.ca, -1);
+    X509 *x = PEM_read_bio_X509(b, NULL, NULL, NULL);
+    CHECK(x);
+    hash = X509_subject_name_hash(x);
+    X509_free(x);
+    BIO_free(b);
+#endif
+    snprintf(hashed, sizeof hashed, "%s/%08lx.0", cadir, hash);
+    write_file(hashed, g_pki.ca);
+    lull_tls_config sc = {.server = true, .cert_file = cert, .key_file = key};
+    lull_tls_config by_file = {.ca_file = ca};
+    lull_tls_config by_dir = {.ca_dir = cadir};
+    lull_tls_ctx *sctx = NULL, *c1 = NULL, *c2 = NULL;
+    CHECK_EQ(lull_tls_ctx_new(&sc, &sctx), 0);
+    CHECK_EQ(lull_tls_ctx_new(&by_file, &c1), 0);
+    CHECK_EQ(lull_tls_ctx_new(&by_dir, &c2), 0);
+    unlink(cert); /* read: the contexts hold what they need */
+    unlink(key);
+    unlink(ca);
+    one_hello(c1, sctx);
+    one_hello(c2, sctx); /* the directory is read at verification time */
+    unlink(hashed);
+    rmdir(cadir);
+    rmdir(dir);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(c1);
+    lull_tls_ctx_free(c2);
     teardown_pki();
 }
