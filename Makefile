@@ -181,7 +181,8 @@ sim:
 
 # `make fuzz FUZZ_SECONDS=N`: the libFuzzer targets — fuzz_frame
 # (a framed stream's decoder), fuzz_stream (a raw stream's reads cut at
-# random points), fuzz_resp (lull-kv's parser) — built by clang under
+# random points), fuzz_tls (a TLS server's handshake), fuzz_resp
+# (lull-kv's parser) — built by clang under
 # ASan+UBSan with the library coverage-instrumented, each run for N seconds
 # on a copy of its seed corpus in build/fuzz/corpus. Any crash, leak,
 # sanitizer report or input slower than 10 s fails; the input that did is
@@ -189,6 +190,7 @@ sim:
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS = fuzz/fuzz_frame:fuzz/corpus_frame \
   fuzz/fuzz_stream:fuzz/corpus_stream \
+  fuzz/fuzz_tls:fuzz/corpus_tls \
   kv/fuzz_resp:kv/fuzz_corpus
 .PHONY: fuzz
 
@@ -198,7 +200,7 @@ fuzz:
 	CC=clang $(CMAKE) -S . -B build/fuzz -DCMAKE_BUILD_TYPE=Debug \
 	  -DLULL_SANITIZE=address,undefined -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link \
 	  -DLULL_BUILD_LAB=OFF >/dev/null && \
-	$(CMAKE) --build build/fuzz -j$(JOBS) --target fuzz_frame fuzz_stream fuzz_resp && \
+	$(CMAKE) --build build/fuzz -j$(JOBS) --target fuzz_frame fuzz_stream fuzz_tls fuzz_resp && \
 	for t in $(FUZZ_TARGETS); do \
 	  bin=$${t%%:*}; seeds=$${t#*:}; name=$${bin##*/}; \
 	  rm -rf build/fuzz/corpus/$$name && mkdir -p build/fuzz/corpus/$$name && \

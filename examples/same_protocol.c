@@ -1,9 +1,10 @@
 /* same_protocol: one protocol, written once against the frame interface
- * (lull_endpoint), run over a loopback pair and over a socket stream.
+ * (lull_endpoint), run over a loopback pair, a socket stream and, when lull
+ * was built with OpenSSL, TLS.
  *
  * The protocol code never learns which transport it runs on: its callbacks
- * get a lull_endpoint *, which lives inside a lull_loopback or a
- * lull_stream, and ep->data (the user's; lull never touches it) leads back
+ * get a lull_endpoint *, which lives inside a lull_loopback, a lull_stream
+ * or a lull_tls, and ep->data (the user's; lull never touches it) leads back
  * to the session the protocol keeps per connection. Each session is
  * allocated when its connection starts and freed in one place, its close
  * callback, whoever closed: the client's own close here, the peer's close
@@ -11,7 +12,9 @@
  *
  * The protocol: the client sends "add N" requests; the server keeps a
  * running total per session and answers "total T"; after the last reply
- * the client closes. Both runs must print the same replies.
+ * the client closes. Every run must print the same replies. The TLS run
+ * makes a throwaway self-signed certificate for localhost with the openssl
+ * command in a temporary directory (skipped, with a line, without it).
  *
  * Build:
  *   cc -O2 -o same_protocol same_protocol.c $(pkg-config --cflags --libs lull)
@@ -70,14 +73,15 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
 
 /* The one free path: the session goes with its connection, whoever ended
  * it. The client's log is kept by the caller (copied out first). */
-static char last_log[2][256];
+static char last_log[3][256]; /* loopback, stream, tls */
 
 static void on_close(lull_endpoint *ep, int reason) {
     session *s = session_of(ep);
     if (!s->server) {
         printf("  %-8s client: %s (closed: %s)\n", s->via, s->log,
                lull_err_name(reason));
-        snprintf(last_log[s->via[0] == 's'], sizeof last_log[0], "%s", s->log);
+        int i = s->via[0] == 'l' ? 0 : s->via[0] == 's' ? 1 : 2;
+        snprintf(last_log[i], sizeof last_log[0], "%s", s->log);
     }
     free(s);
     ep->data = NULL;
@@ -131,17 +135,70 @@ static int over_stream(void) {
     return lull_loop_free(loop);
 }
 
+/* TLS over a socketpair: a server of a fresh self-signed certificate for
+ * localhost, a client that trusts exactly that certificate and checks the
+ * name. 1 when skipped. */
+static int over_tls(void) {
+    if (!lull_tls_available()) {
+        printf("  tls      skipped: lull was built without OpenSSL\n");
+        return 1;
+    }
+    char dir[] = "/tmp/same_protocol.XXXXXX";
+    if (!mkdtemp(dir)) return -1;
+    char cmd[512], cert[64], key[64];
+    snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+    snprintf(key, sizeof key, "%s/key.pem", dir);
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+             "-nodes -days 1 -subj /CN=localhost "
+             "-addext subjectAltName=DNS:localhost -keyout %s -out %s "
+             ">/dev/null 2>&1",
+             key, cert);
+    int made = system(cmd);
+    lull_tls_config sc = {.server = true, .cert_file = cert, .key_file = key};
+    lull_tls_config cc = {.ca_file = cert};
+    lull_tls_ctx *sctx = NULL, *cctx = NULL;
+    int rc = made == 0 ? lull_tls_ctx_new(&sc, &sctx) : 1;
+    if (rc == 0) rc = lull_tls_ctx_new(&cc, &cctx);
+    unlink(cert); /* the contexts hold what they need */
+    unlink(key);
+    rmdir(dir);
+    if (made != 0) {
+        printf("  tls      skipped: no openssl command to make a "
+               "certificate\n");
+        return 1;
+    }
+    lull_loop *loop;
+    int sv[2];
+    lull_tls client, server;
+    lull_tls_options co = {.server_name = "localhost"};
+    if (rc < 0 || lull_loop_new(&loop, NULL) < 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 ||
+        lull_tls_open(loop, &server, sctx, sv[1], NULL) < 0 ||
+        lull_tls_open(loop, &client, cctx, sv[0], &co) < 0)
+        return -1;
+    if (start(&server.ep, true, "tls") < 0 ||
+        start(&client.ep, false, "tls") < 0)
+        return -1;
+    if (lull_loop_run(loop, LULL_RUN_DEFAULT) < 0) return -1;
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    return lull_loop_free(loop);
+}
+
 int main(void) {
-    printf("same_protocol: one protocol, two transports\n");
-    if (over_loopback() != 0 || over_stream() != 0) {
+    printf("same_protocol: one protocol, every transport\n");
+    int tls = over_loopback() == 0 && over_stream() == 0 ? over_tls() : -1;
+    if (tls < 0) {
         fprintf(stderr, "same_protocol: a run failed\n");
         return 1;
     }
-    if (strcmp(last_log[0], last_log[1]) != 0 || !last_log[0][0]) {
+    if (strcmp(last_log[0], last_log[1]) != 0 || !last_log[0][0] ||
+        (tls == 0 && strcmp(last_log[0], last_log[2]) != 0)) {
         fprintf(stderr, "same_protocol: the transports disagree\n");
         return 1;
     }
-    printf("same_protocol: both transports gave the same %d replies\n",
-           REQUESTS);
+    printf("same_protocol: the %d transports gave the same %d replies\n",
+           tls == 0 ? 3 : 2, REQUESTS);
     return 0;
 }

@@ -1355,6 +1355,143 @@ LULL_EXTERN int lull_tty_close(lull_tty *t);
  * handlers of fatal signals (SIGSEGV, SIGABRT ...), where the loop cannot
  * run. The handles are not told: it is for a program that is ending. */
 LULL_EXTERN void lull_tty_reset_mode(void);
+/* ------------------------------------------------------------------ TLS */
+
+/* TLS 1.2 and 1.3 (OpenSSL 3) as an endpoint of the frame interface: a
+ * protocol written against lull_endpoint runs unchanged over it. A
+ * lull_tls carries its records on a lull_stream of its own (raw), so
+ * connect, accept, timeouts and the flush-point batching are the
+ * stream's: the frames sent within a slice are encrypted together at the
+ * loop's flush point, small ones coalesced into full records, and leave in
+ * one write. Plaintext is framed (a 4-byte length) or raw, as the stream
+ * options say. Sends made before the handshake completes wait for it.
+ *
+ * Verification is on by default: a client checks the server's chain
+ * against ca_file / ca_dir / ca_pem (none given: the system store) and the
+ * name in options.server_name (also sent as SNI). Tickets resume sessions
+ * (a client context keeps the last one, for the next connection to the
+ * same name). TLS 1.3 key updates are answered; TLS 1.2 renegotiation is
+ * refused.
+ *
+ * on_close gets, besides the stream's reasons: 0 for the peer's
+ * close_notify; -ECONNABORTED when the handshake failed; -EKEYREJECTED
+ * when a certificate was refused (by this end or, as its alert says, the
+ * peer); -EPROTO for a protocol error after the handshake, or an EOF
+ * without close_notify (a truncation); -ETIMEDOUT when the handshake
+ * outlived handshake_timeout_ns. lull_tls_error_string says why in
+ * OpenSSL's words. lull_endpoint_close sends close_notify first.
+ *
+ * Built without OpenSSL, every call returns -ENOTSUP (or NULL / false),
+ * so a program compiles the same either way: lull_tls_available says. */
+
+typedef struct lull_tls lull_tls;
+typedef struct lull_tls_ctx lull_tls_ctx; /* opaque; thread-safe */
+/* The handshake completed: the peer's name, ALPN and resumption can be
+ * read. Runs once, before any frame arrives. */
+typedef void (*lull_tls_handshake_fn)(lull_tls *tls);
+
+typedef struct lull_tls_config { /* all zero = a verifying client */
+    bool server;
+    /* This end's certificate chain and key: files, or PEM text in memory
+     * (a NUL-terminated string). A server needs one; a client's is sent
+     * to a server that asks (mutual TLS). */
+    const char *cert_file, *key_file;
+    const char *cert_pem, *key_pem;
+    /* Whom to trust (a client: servers; a server: clients). None given:
+     * the system store. */
+    const char *ca_file, *ca_dir, *ca_pem;
+    bool verify_client;        /* server: ask for a client certificate and
+                                  verify one that is sent */
+    bool require_client_cert;  /* server: ... and refuse a client without */
+    bool insecure_skip_verify; /* client: accept ANY server certificate
+                                  and name; for tests only */
+    const char *alpn;          /* "h2,http/1.1": offered (client) or
+                                  accepted in this order (server) */
+    int min_version;           /* 0x0303 TLS 1.2 (0: the default), 0x0304 */
+    int max_version;           /* 0: the newest */
+    bool no_tickets;           /* no session resumption */
+} lull_tls_config;
+
+typedef struct lull_tls_options {       /* all zero = defaults */
+    lull_stream_options stream;         /* framing and limits of the plaintext,
+                                           the socket's timeouts */
+    const char *server_name;            /* client: SNI, and the name (or IP)
+                                           the certificate must carry */
+    uint64_t handshake_timeout_ns;      /* 0 = 10 s */
+    lull_tls_handshake_fn on_handshake; /* may be NULL */
+} lull_tls_options;
+
+struct lull_tls {
+    lull_endpoint ep;         /* the frame interface: give &ep to your code */
+    lull_loop *loop;          /* the owning loop */
+    uint64_t flushes;         /* flush points that encrypted frames */
+    uint64_t cipher_bytes;    /* record bytes handed to the socket's stream */
+    struct {                  /* lull's own */
+        lull_stream stream;   /* the socket the records travel on */
+        lull_task flush;      /* at the loop's flush point: encrypt */
+        lull_task event;      /* later turn: resume, failure, close */
+        lull_timer timer;     /* the handshake timeout */
+        lull_tls_ctx *ctx;    /* a reference, dropped at the close */
+        void *ssl;            /* OpenSSL's SSL * */
+        void *guard;          /* innermost callback of ours running */
+        lull_frame *head;     /* plaintext frames not yet encrypted, */
+        lull_frame *tail;     /* oldest first */
+        void *out;            /* ciphertext chunks: filling and spare */
+        unsigned char *pbuf;  /* decrypted bytes, framed: parsed here */
+        size_t pcap;          /* its size */
+        size_t pstart, pend;  /* unconsumed bytes are [pstart, pend) */
+        unsigned char *stage; /* small frames gathered into a record */
+        unsigned char *saved; /* ciphertext read while paused */
+        size_t saved_cap;     /* its size */
+        size_t saved_len;     /* ... and what it holds */
+        const unsigned char *in; /* ciphertext OpenSSL is reading */
+        size_t in_len;           /* ... and what is left of it */
+        lull_tls_handshake_fn on_handshake;
+        uint32_t state; /* state bits (src/tls.c) */
+        int error;      /* the reason the event task delivers */
+        char why[120];  /* lull_tls_error_string */
+    };
+};
+
+/* True when lull was built with OpenSSL. */
+LULL_EXTERN bool lull_tls_available(void);
+/* A context for many connections (on any loops): its certificates, trust
+ * and options. 0, or -EINVAL (a bad config, an unreadable certificate or
+ * key, a key that does not match), -ENOENT (a file missing), -ENOMEM,
+ * -ENOTSUP. Free it once no connection made with it is open. */
+LULL_EXTERN int lull_tls_ctx_new(const lull_tls_config *cfg,
+                                 lull_tls_ctx **out);
+LULL_EXTERN void lull_tls_ctx_free(lull_tls_ctx *ctx);
+/* Inside on_connection: the waiting connection becomes a TLS server end
+ * (ctx a server's). The handshake starts at once. */
+LULL_EXTERN int lull_tls_accept(lull_server *srv, lull_tls *tls,
+                                lull_tls_ctx *ctx,
+                                const lull_tls_options *opts);
+/* A client: connects, then shakes hands. Without insecure_skip_verify,
+ * opts->server_name is required (-EINVAL). */
+LULL_EXTERN int lull_tls_connect_tcp(lull_loop *loop, lull_tls *tls,
+                                     lull_tls_ctx *ctx, const char *host,
+                                     int port, const lull_tls_options *opts);
+LULL_EXTERN int lull_tls_connect_unix(lull_loop *loop, lull_tls *tls,
+                                      lull_tls_ctx *ctx, const char *path,
+                                      const lull_tls_options *opts);
+/* Over a connected stream socket (owned from here on, also on failure),
+ * in the role ctx has. */
+LULL_EXTERN int lull_tls_open(lull_loop *loop, lull_tls *tls, lull_tls_ctx *ctx,
+                              int fd, const lull_tls_options *opts);
+/* After the handshake: the session was resumed; the SNI name the client
+ * sent (NULL if none); the ALPN protocol chosen, copied into buf
+ * (its length, or -ENOENT when none was). */
+LULL_EXTERN bool lull_tls_resumed(const lull_tls *tls);
+LULL_EXTERN const char *lull_tls_server_name(const lull_tls *tls);
+LULL_EXTERN int lull_tls_alpn(const lull_tls *tls, char *buf, size_t cap);
+/* TLS 1.3: new keys for both directions, sent at the next flush point.
+ * -EINVAL before the handshake or on TLS 1.2. */
+LULL_EXTERN int lull_tls_key_update(lull_tls *tls);
+/* Why the connection failed, in OpenSSL's words ("certificate verify
+ * failed: certificate has expired"); "" if it did not. Valid until the
+ * struct is set up again. */
+LULL_EXTERN const char *lull_tls_error_string(const lull_tls *tls);
 
 /* ----------------------------------------------------------- simulation */
 

@@ -25,6 +25,7 @@
 #include "frame.h"
 #include "loopback.h"
 #include "own_name.h"
+#include "tls.h"
 
 void lull__endpoint_init(lull_endpoint *ep, const lull_frame_ops *ops,
                          size_t max_frame, size_t high_water,
@@ -180,6 +181,9 @@ static int control(lull_endpoint *ep, int what) {
                : what == READ_START ? lull_simconn_read_start(c)
                                     : lull_simconn_read_stop(c);
     }
+    if (ops == &lull__tls_ops)
+        return what == SHUTDOWN ? lull__tls_shutdown(ep)
+                                : lull__tls_read(ep, what == READ_START);
     lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
 #ifndef NDEBUG
     const lull__own_name *own = lull__own_name_of((lull_any_fn)s->io.fn);

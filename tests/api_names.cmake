@@ -9,7 +9,7 @@
 file(READ ${SOURCE_DIR}/include/lull.h header)
 set(types loop task timer io notifier listener pump histogram endpoint udp fsevent dial tty
   loopback server stream pool work fs journal lookup percore process
-  signal simnet simserver simconn)
+  signal simnet simserver simconn tls)
 set(library_calls lull_version lull_version_string lull_strerror lull_err_name)
 string(REGEX MATCHALL "\nLULL_EXTERN [^;(#]*\\(" decls "${header}")
 string(REPLACE ";" "|" type_alt "${types}")

@@ -1,0 +1,1599 @@
+/* TLS (src/tls.c): the frame interface over OpenSSL. Certificates are made
+ * here at run time (EC keys and X509s in memory, never kept on disk); a
+ * "raw" client drives plain OpenSSL over a socket by hand, to stall, send
+ * garbage, cut a record short or reset. Built without OpenSSL, every case
+ * prints a line and skips. */
+#include "check.h"
+
+#include <errno.h>
+#include <lull.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Allocations, counted while `counting`: lull's (this binary links it
+ * statically, with malloc wrapped) and OpenSSL's (its memory hook). */
+static atomic_long g_allocs;         /* lull's */
+static atomic_long g_openssl_allocs; /* OpenSSL's */
+static atomic_bool g_counting;
+void *__real_malloc(size_t size);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t size);
+void *__wrap_malloc(size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t size);
+void *__wrap_malloc(size_t size) {
+    if (atomic_load(&g_counting)) atomic_fetch_add(&g_allocs, 1);
+    return __real_malloc(size);
+}
+void *__wrap_calloc(size_t n, size_t size) {
+    if (atomic_load(&g_counting)) atomic_fetch_add(&g_allocs, 1);
+    return __real_calloc(n, size);
+}
+void *__wrap_realloc(void *p, size_t size) {
+    if (atomic_load(&g_counting)) atomic_fetch_add(&g_allocs, 1);
+    return __real_realloc(p, size);
+}
+
+static bool skip(void) {
+    if (lull_tls_available()) return false;
+    printf("skipped: lull was built without OpenSSL (libssl-dev)\n");
+    return true;
+}
+
+static lull_loop *new_loop(int clock) {
+    lull_loop_options o = {.clock = clock};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    signal(SIGPIPE, SIG_DFL); /* a SIGPIPE anywhere kills the case */
+    return loop;
+}
+
+static void free_loop(lull_loop *loop) {
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static void run_until(lull_loop *loop, const bool *flag, int max) {
+    for (int i = 0; i < max && !*flag; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(*flag);
+}
+
+/* ------------------------------------------------------ certificates */
+
+typedef struct pki {
+    char *ca;                       /* the trusted CA */
+    char *server_cert, *server_key; /* localhost, 127.0.0.1 */
+    char *client_cert, *client_key;
+    char *expired_cert; /* the server's key, expired yesterday */
+    char *other_ca;     /* a CA nobody trusts */
+    char *stranger_cert, *stranger_key; /* localhost, signed by other_ca */
+} pki;
+
+#ifdef LULL_HAVE_OPENSSL
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+static void add_ext(X509 *x, X509V3_CTX *v, int nid, const char *value) {
+    X509_EXTENSION *e = X509V3_EXT_conf_nid(NULL, v, nid, value);
+    CHECK(e);
+    CHECK_EQ(X509_add_ext(x, e, -1), 1);
+    X509_EXTENSION_free(e);
+}
+
+/* A certificate for key, signed by issuer (NULL: self-signed), valid from
+ * `from` to `to` seconds from now. */
+static X509 *make_cert(EVP_PKEY *key, const char *cn, X509 *issuer,
+                       EVP_PKEY *ikey, bool ca, long from, long to,
+                       const char *san) {
+    static long serial = 1;
+    X509 *x = X509_new();
+    CHECK(x);
+    X509_set_version(x, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), serial++);
+    X509_gmtime_adj(X509_getm_notBefore(x), from);
+    X509_gmtime_adj(X509_getm_notAfter(x), to);
+    X509_set_pubkey(x, key);
+    X509_NAME *name = X509_get_subject_name(x);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                               (const unsigned char *)cn, -1, -1, 0);
+    X509_set_issuer_name(x, issuer ? X509_get_subject_name(issuer) : name);
+    X509V3_CTX v;
+    X509V3_set_ctx_nodb(&v);
+    X509V3_set_ctx(&v, issuer ? issuer : x, x, NULL, NULL, 0);
+    add_ext(x, &v, NID_basic_constraints, ca ? "critical,CA:TRUE" : "CA:FALSE");
+    if (ca) add_ext(x, &v, NID_key_usage, "critical,keyCertSign,cRLSign");
+    add_ext(x, &v, NID_subject_key_identifier, "hash");
+    if (issuer) add_ext(x, &v, NID_authority_key_identifier, "keyid:always");
+    if (san) add_ext(x, &v, NID_subject_alt_name, san);
+    CHECK(X509_sign(x, ikey ? ikey : key, EVP_sha256()) > 0);
+    return x;
+}
+
+static char *bio_string(BIO *b) {
+    char *p = NULL;
+    long n = BIO_get_mem_data(b, &p);
+    char *s = strndup(p, (size_t)n);
+    CHECK(s);
+    BIO_free(b);
+    return s;
+}
+
+static char *cert_pem(X509 *x) {
+    BIO *b = BIO_new(BIO_s_mem());
+    CHECK(PEM_write_bio_X509(b, x) == 1);
+    return bio_string(b);
+}
+
+static char *key_pem(EVP_PKEY *k) {
+    BIO *b = BIO_new(BIO_s_mem());
+    CHECK(PEM_write_bio_PrivateKey(b, k, NULL, NULL, 0, NULL, NULL) == 1);
+    return bio_string(b);
+}
+
+static void pki_make(pki *p) {
+    const long day = 86400;
+    EVP_PKEY *cak = EVP_EC_gen("P-256"), *sk = EVP_EC_gen("P-256");
+    EVP_PKEY *ck = EVP_EC_gen("P-256"), *ok = EVP_EC_gen("P-256");
+    EVP_PKEY *xk = EVP_EC_gen("P-256");
+    CHECK(cak && sk && ck && ok && xk);
+    X509 *ca =
+        make_cert(cak, "lull test CA", NULL, NULL, true, -day, day, NULL);
+    X509 *srv = make_cert(sk, "localhost", ca, cak, false, -day, day,
+                          "DNS:localhost,IP:127.0.0.1");
+    X509 *cli = make_cert(ck, "client", ca, cak, false, -day, day, NULL);
+    X509 *exp = make_cert(sk, "localhost", ca, cak, false, -2 * day, -day,
+                          "DNS:localhost,IP:127.0.0.1");
+    X509 *oca = make_cert(ok, "other CA", NULL, NULL, true, -day, day, NULL);
+    X509 *str = make_cert(xk, "localhost", oca, ok, false, -day, day,
+                          "DNS:localhost,IP:127.0.0.1");
+    p->ca = cert_pem(ca);
+    p->server_cert = cert_pem(srv);
+    p->server_key = key_pem(sk);
+    p->client_cert = cert_pem(cli);
+    p->client_key = key_pem(ck);
+    p->expired_cert = cert_pem(exp);
+    p->other_ca = cert_pem(oca);
+    p->stranger_cert = cert_pem(str);
+    p->stranger_key = key_pem(xk);
+    X509 *xs[] = {ca, srv, cli, exp, oca, str};
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++)
+        X509_free(xs[i]);
+    EVP_PKEY *ks[] = {cak, sk, ck, ok, xk};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
+        EVP_PKEY_free(ks[i]);
+}
+
+/* A client of plain OpenSSL over a socket, moved by hand: its records go
+ * through memory BIOs, so the case decides what reaches the socket. */
+typedef struct raw {
+    int fd;
+    SSL_CTX *ctx;
+    SSL *ssl;
+    BIO *rb, *wb; /* what it reads, what it wrote */
+} raw;
+
+static raw *raw_new(int fd, int max_version) {
+    raw *r = calloc(1, sizeof *r);
+    CHECK(r);
+    r->fd = fd;
+    r->ctx = SSL_CTX_new(TLS_client_method());
+    if (max_version) SSL_CTX_set_max_proto_version(r->ctx, max_version);
+    SSL_CTX_set_verify(r->ctx, SSL_VERIFY_NONE, NULL);
+    r->ssl = SSL_new(r->ctx);
+    r->rb = BIO_new(BIO_s_mem());
+    r->wb = BIO_new(BIO_s_mem());
+    SSL_set_bio(r->ssl, r->rb, r->wb);
+    SSL_set_connect_state(r->ssl);
+    SSL_set_tlsext_host_name(r->ssl, "localhost");
+    return r;
+}
+
+/* What the client wrote, taken (not sent). */
+static size_t raw_take(raw *r, unsigned char *buf, size_t cap) {
+    int n = BIO_read(r->wb, buf, (int)cap);
+    return n > 0 ? (size_t)n : 0;
+}
+
+static void raw_send(raw *r, const void *p, size_t n) {
+    CHECK_EQ(send(r->fd, p, n, MSG_NOSIGNAL), (long long)n);
+}
+
+/* Moves bytes both ways once: written ones to the socket, read ones in. */
+static void raw_pump(raw *r) {
+    unsigned char buf[16384];
+    size_t n;
+    while ((n = raw_take(r, buf, sizeof buf)) > 0)
+        raw_send(r, buf, n);
+    ssize_t got;
+    while ((got = recv(r->fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+        BIO_write(r->rb, buf, (int)got);
+}
+
+/* Shakes hands with a lull server on `loop`. */
+static void raw_handshake(raw *r, lull_loop *loop) {
+    for (int i = 0; i < 200; i++) {
+        int rc = SSL_do_handshake(r->ssl);
+        raw_pump(r);
+        if (rc == 1) return;
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        usleep(1000);
+    }
+    CHECK(!"raw handshake did not complete");
+}
+
+static void raw_close(raw *r) {
+    close(r->fd);
+    r->fd = -1;
+}
+
+static void raw_free(raw *r) {
+    if (r->fd >= 0) close(r->fd);
+    SSL_free(r->ssl);
+    SSL_CTX_free(r->ctx);
+    free(r);
+    ERR_clear_error();
+}
+
+static bool is_openssl(void) {
+    return true;
+}
+
+static void *count_malloc(size_t n, const char *file, int line) {
+    (void)file;
+    (void)line;
+    if (atomic_load(&g_counting)) atomic_fetch_add(&g_openssl_allocs, 1);
+    return __real_malloc(n);
+}
+static void *count_realloc(void *p, size_t n, const char *file, int line) {
+    (void)file;
+    (void)line;
+    if (atomic_load(&g_counting)) atomic_fetch_add(&g_openssl_allocs, 1);
+    return __real_realloc(p, n);
+}
+static void count_free(void *p, const char *file, int line) {
+    (void)file;
+    (void)line;
+    free(p);
+}
+
+/* Before OpenSSL allocates anything: its allocations counted too. */
+static bool count_openssl_allocations(void) {
+    return CRYPTO_set_mem_functions(count_malloc, count_realloc, count_free) ==
+           1;
+}
+#else
+typedef struct raw raw;
+static void pki_make(pki *p) {
+    memset(p, 0, sizeof *p);
+}
+static raw *raw_new(int fd, int max_version) {
+    (void)fd;
+    (void)max_version;
+    abort();
+}
+static size_t raw_take(raw *r, unsigned char *buf, size_t cap) {
+    (void)r;
+    (void)buf;
+    (void)cap;
+    abort();
+}
+static void raw_send(raw *r, const void *p, size_t n) {
+    (void)r;
+    (void)p;
+    (void)n;
+    abort();
+}
+static void raw_pump(raw *r) {
+    (void)r;
+    abort();
+}
+static void raw_handshake(raw *r, lull_loop *loop) {
+    (void)r;
+    (void)loop;
+    abort();
+}
+static void raw_close(raw *r) {
+    (void)r;
+    abort();
+}
+static void raw_free(raw *r) {
+    (void)r;
+}
+static bool is_openssl(void) {
+    return false;
+}
+static bool count_openssl_allocations(void) {
+    return false;
+}
+#endif
+
+static pki g_pki;
+
+/* The contexts most cases use: a server of localhost, a client trusting
+ * the test CA. */
+static lull_tls_ctx *server_ctx(const lull_tls_config *extra) {
+    lull_tls_config c = extra ? *extra : (lull_tls_config){0};
+    c.server = true;
+    if (!c.cert_pem) c.cert_pem = g_pki.server_cert;
+    if (!c.key_pem) c.key_pem = g_pki.server_key;
+    if ((c.verify_client || c.require_client_cert) && !c.ca_pem)
+        c.ca_pem = g_pki.ca;
+    lull_tls_ctx *ctx = NULL;
+    CHECK_EQ(lull_tls_ctx_new(&c, &ctx), 0);
+    return ctx;
+}
+
+static lull_tls_ctx *client_ctx(const lull_tls_config *extra) {
+    lull_tls_config c = extra ? *extra : (lull_tls_config){0};
+    if (!c.ca_pem && !c.insecure_skip_verify) c.ca_pem = g_pki.ca;
+    lull_tls_ctx *ctx = NULL;
+    CHECK_EQ(lull_tls_ctx_new(&c, &ctx), 0);
+    return ctx;
+}
+
+static const lull_tls_options g_client_opts = {.server_name = "localhost"};
+
+/* Two TLS ends over a socketpair. */
+static void tls_pair(lull_loop *loop, lull_tls *client, lull_tls_ctx *cctx,
+                     const lull_tls_options *co, lull_tls *server,
+                     lull_tls_ctx *sctx, const lull_tls_options *so) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_tls_open(loop, server, sctx, sv[1], so), 0);
+    CHECK_EQ(lull_tls_open(loop, client, cctx, sv[0], co ? co : &g_client_opts),
+             0);
+}
+
+/* A counting end: frames, closes, the reason, the handshake. */
+typedef struct end {
+    lull_tls t;
+    int frames;
+    size_t bytes;
+    int closes;
+    int reason;
+    bool handshaken;
+    bool closed;
+    char why[128];
+    char last[64];
+} end;
+
+static void end_frame(lull_endpoint *ep, const void *b, size_t n) {
+    end *e = LULL_CONTAINER_OF(ep, end, t.ep);
+    e->frames++;
+    e->bytes += n;
+    size_t k = n < sizeof e->last - 1 ? n : sizeof e->last - 1;
+    memcpy(e->last, b, k);
+    e->last[k] = '\0';
+}
+
+static void end_close(lull_endpoint *ep, int reason) {
+    end *e = LULL_CONTAINER_OF(ep, end, t.ep);
+    e->closes++;
+    e->reason = reason;
+    e->closed = true;
+    snprintf(e->why, sizeof e->why, "%s", lull_tls_error_string(&e->t));
+}
+
+static void end_handshake(lull_tls *t) {
+    LULL_CONTAINER_OF(t, end, t)->handshaken = true;
+}
+
+static void end_init(end *e) {
+    memset(e, 0, sizeof *e);
+}
+
+static void end_watch(end *e) {
+    lull_endpoint_set_callbacks(&e->t.ep, end_frame, NULL, end_close);
+}
+
+static lull_tls_options opts_hs(const char *name) {
+    lull_tls_options o = {.server_name = name, .on_handshake = end_handshake};
+    return o;
+}
+
+/* A pair of counting ends, connected over a socketpair. */
+static void end_pair(lull_loop *loop, end *c, lull_tls_ctx *cctx, end *s,
+                     lull_tls_ctx *sctx, const char *name) {
+    end_init(c);
+    end_init(s);
+    lull_tls_options co = opts_hs(name), so = opts_hs(NULL);
+    tls_pair(loop, &c->t, cctx, &co, &s->t, sctx, &so);
+    end_watch(c);
+    end_watch(s);
+}
+
+static void settle_closes(lull_loop *loop, end *a, end *b) {
+    for (int i = 0; i < 200 && !(a->closed && b->closed); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(a->closed && b->closed);
+}
+
+/* ------------------------------------------ the echo body: frames only */
+
+#define ECHO_TOTAL ((size_t)1 << 20)
+#define ECHO_MAX   16384
+#define ECHO_CAP   1024
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+    uint64_t x = rng_state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng_state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+typedef struct echo {
+    lull_loop *loop;
+    lull_endpoint *client;
+    unsigned char *data;
+    lull_frame frames[ECHO_CAP];
+    int nframes, sent, released, received;
+    int server_closes, server_reason, client_closes, client_reason;
+    lull_task producer;
+} echo;
+
+static echo *g_echo;
+
+static void echo_release(lull_frame *f) {
+    (void)f;
+    g_echo->released++;
+}
+
+static void echo_produce(lull_task *t) {
+    echo *e = LULL_CONTAINER_OF(t, echo, producer);
+    while (e->sent < e->nframes && lull_endpoint_writable(e->client)) {
+        CHECK_EQ(lull_endpoint_send(e->client, &e->frames[e->sent]), 0);
+        e->sent++;
+        if (lull_loop_should_yield(e->loop)) {
+            lull_task_post(e->loop, t);
+            return;
+        }
+    }
+}
+
+static void echo_drain(lull_endpoint *ep) {
+    (void)ep;
+    lull_task_post(g_echo->loop, &g_echo->producer);
+}
+
+static void echo_server_frame(lull_endpoint *ep, const void *b, size_t n) {
+    CHECK_EQ(lull_endpoint_send_copy(ep, b, n), 0);
+}
+
+static void echo_server_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    g_echo->server_closes++;
+    g_echo->server_reason = reason;
+}
+
+static void echo_client_frame(lull_endpoint *ep, const void *b, size_t n) {
+    echo *e = g_echo;
+    CHECK(e->received < e->sent);
+    const lull_frame *f = &e->frames[e->received];
+    CHECK_EQ(n, f->len);
+    CHECK(n == 0 || memcmp(b, f->bytes, n) == 0);
+    if (++e->received == e->nframes) {
+        CHECK_EQ(lull_endpoint_close(ep, 0), 0);
+        CHECK_EQ(e->client_closes, 0);
+    }
+}
+
+static void echo_client_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    g_echo->client_closes++;
+    g_echo->client_reason = reason;
+}
+
+/* The body of test_stream's echo, unchanged: code that knows only the
+ * frame interface. */
+static void echo_body(lull_loop *loop, lull_endpoint *client,
+                      lull_endpoint *server) {
+    echo *e = calloc(1, sizeof *e);
+    CHECK(e);
+    e->data = malloc(ECHO_TOTAL);
+    CHECK(e->data);
+    for (size_t i = 0; i < ECHO_TOTAL; i++)
+        e->data[i] = (unsigned char)rnd();
+    size_t at = 0;
+    while (at < ECHO_TOTAL && e->nframes < ECHO_CAP) {
+        size_t len = (size_t)(rnd() % (ECHO_MAX + 1));
+        if (len > ECHO_TOTAL - at) len = ECHO_TOTAL - at;
+        lull_frame *f = &e->frames[e->nframes++];
+        f->bytes = e->data + at;
+        f->len = len;
+        f->release = echo_release;
+        at += len;
+    }
+    CHECK_EQ(at, ECHO_TOTAL);
+    g_echo = e;
+    e->loop = loop;
+    e->client = client;
+    lull_endpoint_set_callbacks(client, echo_client_frame, echo_drain,
+                                echo_client_close);
+    lull_endpoint_set_callbacks(server, echo_server_frame, NULL,
+                                echo_server_close);
+    lull_task_init(&e->producer, echo_produce);
+    lull_task_post(loop, &e->producer);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(e->received, e->nframes);
+    CHECK_EQ(e->released, e->nframes);
+    CHECK_EQ(e->server_closes, 1);
+    CHECK_EQ(e->server_reason, 0); /* close_notify: not a truncation */
+    CHECK_EQ(e->client_closes, 1);
+    CHECK_EQ(e->client_reason, 0);
+    CHECK(lull_endpoint_closed(client) && lull_endpoint_closed(server));
+    free(e->data);
+    free(e);
+}
+
+static void setup(void) {
+    pki_make(&g_pki);
+}
+
+static void teardown_pki(void) {
+    char *all[] = {g_pki.ca,          g_pki.server_cert,   g_pki.server_key,
+                   g_pki.client_cert, g_pki.client_key,    g_pki.expired_cert,
+                   g_pki.other_ca,    g_pki.stranger_cert, g_pki.stranger_key};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free(all[i]);
+}
+
+/* ------------------------------------------------------------- cases */
+
+TEST(echo_1mib_socketpair) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls c, s;
+    tls_pair(loop, &c, cctx, NULL, &s, sctx, NULL);
+    uint64_t t0 = check_clock_ns();
+    echo_body(loop, &c.ep, &s.ep);
+    uint64_t ns = check_clock_ns() - t0;
+    printf("1 MiB echoed over TLS in %.1f ms; client: %llu flushes, %llu "
+           "writes for %d frames\n",
+           (double)ns / 1e6, (unsigned long long)c.flushes,
+           (unsigned long long)c.stream.writes, ECHO_CAP);
+    CHECK(c.stream.writes < (uint64_t)ECHO_CAP); /* batched */
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    free_loop(loop);
+    teardown_pki();
+}
+
+typedef struct tcp_acceptor {
+    lull_server srv;
+    lull_tls *into;
+    lull_tls_ctx *ctx;
+    lull_tls_options opts;
+    int accepted;
+} tcp_acceptor;
+
+static void accept_tls(lull_server *srv) {
+    tcp_acceptor *a = LULL_CONTAINER_OF(srv, tcp_acceptor, srv);
+    if (a->accepted) return;
+    CHECK_EQ(lull_tls_accept(srv, a->into, a->ctx, &a->opts), 0);
+    a->accepted++;
+}
+
+TEST(echo_tcp_same_body) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls c, s;
+    tcp_acceptor a = {.into = &s, .ctx = sctx};
+    CHECK_EQ(
+        lull_server_listen_tcp(loop, &a.srv, "127.0.0.1", 0, 0, accept_tls), 0);
+    lull_tls_options co = {.server_name = "127.0.0.1"}; /* an IP SAN */
+    CHECK_EQ(lull_tls_connect_tcp(loop, &c, cctx, "127.0.0.1",
+                                  lull_server_port(&a.srv), &co),
+             0);
+    for (int i = 0; i < 100 && !a.accepted; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.accepted, 1);
+    lull_server_close(&a.srv);
+    echo_body(loop, &c.ep, &s.ep);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    free_loop(loop);
+    teardown_pki();
+}
+
+/* A client of cctx to a server of sctx: both close; their reasons. */
+static void refused(lull_tls_ctx *cctx, lull_tls_ctx *sctx, const char *name,
+                    end *c, end *s) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    end_pair(loop, c, cctx, s, sctx, name);
+    CHECK_EQ(lull_endpoint_send_copy(&c->t.ep, "hello", 5), 0);
+    settle_closes(loop, c, s);
+    CHECK_EQ(c->closes, 1);
+    CHECK_EQ(s->closes, 1);
+    CHECK_EQ(s->frames, 0); /* nothing got through */
+    printf("client: %d (%s); server: %d (%s)\n", c->reason, c->why, s->reason,
+           s->why);
+    free_loop(loop);
+    lull_tls_ctx_free(cctx);
+    lull_tls_ctx_free(sctx);
+}
+
+TEST(unknown_ca_refused) {
+    if (skip()) return;
+    setup();
+    lull_tls_config sc = {.cert_pem = g_pki.stranger_cert,
+                          .key_pem = g_pki.stranger_key};
+    end c, s;
+    refused(client_ctx(NULL), server_ctx(&sc), "localhost", &c, &s);
+    CHECK_EQ(c.reason, -EKEYREJECTED);
+    CHECK(strstr(c.why, "unable to get local issuer certificate"));
+    CHECK(!c.handshaken);
+    CHECK_EQ(s.reason, -EKEYREJECTED); /* the client's alert: unknown CA */
+    teardown_pki();
+}
+
+TEST(expired_certificate_refused) {
+    if (skip()) return;
+    setup();
+    lull_tls_config sc = {.cert_pem = g_pki.expired_cert};
+    end c, s;
+    refused(client_ctx(NULL), server_ctx(&sc), "localhost", &c, &s);
+    CHECK_EQ(c.reason, -EKEYREJECTED);
+    CHECK(strstr(c.why, "expired"));
+    CHECK(s.reason < 0);
+    teardown_pki();
+}
+
+TEST(wrong_hostname_refused) {
+    if (skip()) return;
+    setup();
+    end c, s;
+    refused(client_ctx(NULL), server_ctx(NULL), "example.com", &c, &s);
+    CHECK_EQ(c.reason, -EKEYREJECTED);
+    CHECK(strstr(c.why, "hostname mismatch"));
+    CHECK(s.reason < 0);
+    teardown_pki();
+}
+
+TEST(skip_verify_accepts_explicitly) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_config sc = {.cert_pem = g_pki.stranger_cert,
+                          .key_pem = g_pki.stranger_key};
+    lull_tls_config cc = {.insecure_skip_verify = true};
+    lull_tls_ctx *sctx = server_ctx(&sc), *cctx = client_ctx(&cc);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, NULL); /* no name needed either */
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "hello", 5), 0);
+    for (int i = 0; i < 100 && s.frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.frames, 1);
+    CHECK(strcmp(s.last, "hello") == 0);
+    CHECK(c.handshaken && s.handshaken);
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(s.reason, 0);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* A recorded ClientHello (the raw client's first flight). */
+static size_t client_hello(unsigned char *buf, size_t cap) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    close(sv[1]);
+    raw *r = raw_new(sv[0], 0);
+#ifdef LULL_HAVE_OPENSSL
+    CHECK(SSL_do_handshake(r->ssl) != 1);
+#endif
+    size_t n = raw_take(r, buf, cap);
+    raw_free(r);
+    CHECK(n > 100);
+    return n;
+}
+
+TEST(stalled_handshake_closes_at_the_timeout) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_tls_ctx *sctx = server_ctx(NULL);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end s;
+    end_init(&s);
+    lull_tls_options so = {.handshake_timeout_ns = 2000000000};
+    CHECK_EQ(lull_tls_open(loop, &s.t, sctx, sv[1], &so), 0);
+    end_watch(&s);
+    unsigned char hello[4096];
+    size_t n = client_hello(hello, sizeof hello);
+    CHECK_EQ(write(sv[0], hello, n / 2), (long long)(n / 2)); /* halfway */
+    for (int i = 0; i < 5; i++)
+        lull_loop_settle(loop);
+    lull_loop_advance(loop, 1900000000);
+    CHECK_EQ(s.closes, 0);
+    lull_loop_advance(loop, 200000000);
+    CHECK_EQ(s.closes, 1);
+    CHECK_EQ(s.reason, -ETIMEDOUT);
+    CHECK(strstr(s.why, "timed out"));
+    char b;
+    CHECK_EQ(read(sv[0], &b, 1), 0); /* the peer sees the socket close */
+    close(sv[0]);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    teardown_pki();
+}
+
+TEST(garbage_instead_of_client_hello_closes_that_connection_alone) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end bad;
+    end_init(&bad);
+    CHECK_EQ(lull_tls_open(loop, &bad.t, sctx, sv[1], NULL), 0);
+    end_watch(&bad);
+    end c, s; /* a good connection beside it, on the same context */
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    static const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(write(sv[0], garbage, sizeof garbage - 1),
+             (long long)sizeof garbage - 1);
+    run_until(loop, &bad.closed, 100);
+    CHECK_EQ(bad.reason, -ECONNABORTED);
+    CHECK(bad.why[0] != '\0');
+    printf("garbage: %d (%s)\n", bad.reason, bad.why);
+    CHECK_EQ(bad.frames, 0);
+    /* The peer gets an alert and EOF, nothing else. */
+    unsigned char buf[256];
+    ssize_t got, total = 0;
+    while ((got = read(sv[0], buf, sizeof buf)) > 0) {
+        CHECK_EQ(buf[0], 0x15); /* an alert record */
+        total += got;
+    }
+    CHECK_EQ(got, 0);
+    CHECK(total <= 7 * 2);
+    close(sv[0]);
+    /* The good one still works. */
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "still", 5), 0);
+    for (int i = 0; i < 100 && s.frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(strcmp(s.last, "still") == 0);
+    CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(c.reason, 0);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+TEST(mutual_tls_required_and_missing_is_refused) {
+    if (skip()) return;
+    setup();
+    lull_tls_config sc = {.require_client_cert = true};
+    end c, s;
+    refused(client_ctx(NULL), server_ctx(&sc), "localhost", &c, &s);
+    CHECK_EQ(s.reason, -EKEYREJECTED);
+    CHECK_EQ(c.reason, -EKEYREJECTED); /* the server's alert */
+    teardown_pki();
+}
+
+TEST(mutual_tls_with_a_client_certificate) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_config sc = {.require_client_cert = true};
+    lull_tls_config cc = {.cert_pem = g_pki.client_cert,
+                          .key_pem = g_pki.client_key};
+    lull_tls_ctx *sctx = server_ctx(&sc), *cctx = client_ctx(&cc);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "mtls", 4), 0);
+    for (int i = 0; i < 100 && s.frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(strcmp(s.last, "mtls") == 0);
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(s.reason, 0);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* One exchange on a fresh pair; whether it resumed, at each end. */
+static void one_exchange(lull_loop *loop, lull_tls_ctx *cctx,
+                         lull_tls_ctx *sctx, bool *cres, bool *sres) {
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "ping", 4), 0);
+    for (int i = 0; i < 100 && s.frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, "pong", 4), 0);
+    for (int i = 0; i < 100 && c.frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(c.frames, 1);
+    *cres = lull_tls_resumed(&c.t);
+    *sres = lull_tls_resumed(&s.t);
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(s.reason, 0);
+}
+
+TEST(session_resumption_with_tickets) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    bool cr, sr;
+    one_exchange(loop, cctx, sctx, &cr, &sr);
+    CHECK(!cr && !sr);
+    one_exchange(loop, cctx, sctx, &cr, &sr);
+    CHECK(cr && sr);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+TEST(session_resumption_over_tls12) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_config cc = {.max_version = 0x0303};
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(&cc);
+    bool cr, sr;
+    one_exchange(loop, cctx, sctx, &cr, &sr);
+    CHECK(!cr && !sr);
+    one_exchange(loop, cctx, sctx, &cr, &sr);
+    CHECK(cr && sr);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+TEST(alpn_and_sni) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_config sc = {.alpn = "lull/2,lull/1"};
+    lull_tls_config cc = {.alpn = "lull/1,lull/2"};
+    lull_tls_ctx *sctx = server_ctx(&sc), *cctx = client_ctx(&cc);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    run_until(loop, &s.handshaken, 100);
+    run_until(loop, &c.handshaken, 100);
+    char a[32], b[32];
+    CHECK_EQ(lull_tls_alpn(&c.t, a, sizeof a), 6);
+    CHECK_EQ(lull_tls_alpn(&s.t, b, sizeof b), 6);
+    CHECK(strcmp(a, "lull/2") == 0 && strcmp(b, "lull/2") == 0);
+    CHECK_EQ(lull_tls_alpn(&c.t, a, 3), -ENOSPC);
+    CHECK(lull_tls_server_name(&s.t));
+    CHECK(strcmp(lull_tls_server_name(&s.t), "localhost") == 0);
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    /* No protocol in common: the handshake fails. */
+    lull_tls_config sc2 = {.alpn = "other"};
+    end c2, s2;
+    refused(client_ctx(&cc), server_ctx(&sc2), "localhost", &c2, &s2);
+    CHECK_EQ(s2.reason, -ECONNABORTED);
+    CHECK_EQ(c2.reason, -ECONNABORTED);
+    free_loop(loop);
+    teardown_pki();
+}
+
+TEST(close_notify_on_close_and_truncation_is_an_error) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    run_until(loop, &s.handshaken, 100);
+    CHECK_EQ(lull_endpoint_close(&s.t.ep, 7), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(s.reason, 7);
+    CHECK_EQ(c.reason, 0); /* close_notify, then EOF: clean */
+    /* The socket closed without close_notify: a truncation. */
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end_init(&s);
+    CHECK_EQ(lull_tls_open(loop, &s.t, sctx, sv[1], NULL), 0);
+    end_watch(&s);
+    raw *r = raw_new(sv[0], 0);
+    raw_handshake(r, loop);
+    for (int i = 0; i < 10; i++) /* the server's tickets go out */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    raw_pump(r); /* read them: unread bytes would make the close a reset */
+    raw_close(r);
+    run_until(loop, &s.closed, 100);
+    CHECK_EQ(s.reason, -EPROTO);
+    CHECK(strstr(s.why, "close_notify"));
+    raw_free(r);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+TEST(peer_reset_mid_record) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL);
+    end s;
+    end_init(&s);
+    tcp_acceptor a = {.into = &s.t, .ctx = sctx};
+    CHECK_EQ(
+        lull_server_listen_tcp(loop, &a.srv, "127.0.0.1", 0, 0, accept_tls), 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET,
+                              .sin_port =
+                                  htons((uint16_t)lull_server_port(&a.srv)),
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+    for (int i = 0; i < 100 && !a.accepted; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    end_watch(&s);
+    lull_server_close(&a.srv);
+    raw *r = raw_new(fd, 0);
+    raw_handshake(r, loop);
+    /* Half a record of application data, then a reset. */
+    unsigned char rec[4096];
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(SSL_write(r->ssl, "0123456789abcdef0123456789abcdef", 32), 32);
+#endif
+    size_t n = raw_take(r, rec, sizeof rec);
+    CHECK(n > 32);
+    raw_send(r, rec, n / 2);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    raw_close(r);
+    run_until(loop, &s.closed, 100);
+    CHECK_EQ(s.reason, -ECONNRESET);
+    CHECK_EQ(s.frames, 0);
+    raw_free(r);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    teardown_pki();
+}
+
+TEST(tls12_renegotiation_is_refused) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end s;
+    end_init(&s);
+    CHECK_EQ(lull_tls_open(loop, &s.t, sctx, sv[1], NULL), 0);
+    end_watch(&s);
+    raw *r = raw_new(sv[0], 0x0303);
+    raw_handshake(r, loop);
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(SSL_version(r->ssl), TLS1_2_VERSION);
+    CHECK_EQ(SSL_renegotiate(r->ssl), 1);
+    int rc = 0;
+    for (int i = 0; i < 50; i++) {
+        rc = SSL_do_handshake(r->ssl);
+        raw_pump(r);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        if (rc != 1 && SSL_get_error(r->ssl, rc) == SSL_ERROR_SSL) break;
+        usleep(1000);
+    }
+    CHECK(rc != 1); /* the server said no */
+    ERR_clear_error();
+#endif
+    CHECK(s.closes == 0 || s.reason != 0);
+    raw_free(r);
+    run_until(loop, &s.closed, 100);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    teardown_pki();
+}
+
+/* Key updates mid-stream: the echo goes on under the new keys. */
+typedef struct ku {
+    end c, s;
+    int updates;
+} ku;
+
+static void ku_server_frame(lull_endpoint *ep, const void *b, size_t n) {
+    CHECK_EQ(lull_endpoint_send_copy(ep, b, n), 0);
+}
+
+static void ku_client_frame(lull_endpoint *ep, const void *b, size_t n) {
+    end_frame(ep, b, n);
+    ku *k = LULL_CONTAINER_OF(ep, ku, c.t.ep);
+    if (k->c.frames % 10 == 0) {
+        CHECK_EQ(lull_tls_key_update(&k->c.t), 0);
+        k->updates++;
+    }
+    if (k->c.frames < 100) {
+        CHECK_EQ(lull_endpoint_send_copy(ep, b, n), 0);
+    } else {
+        CHECK_EQ(lull_endpoint_close(ep, 0), 0);
+    }
+}
+
+TEST(tls13_key_update_mid_stream) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    ku *k = calloc(1, sizeof *k);
+    end_pair(loop, &k->c, cctx, &k->s, sctx, "localhost");
+    lull_endpoint_set_callbacks(&k->c.t.ep, ku_client_frame, NULL, end_close);
+    lull_endpoint_set_callbacks(&k->s.t.ep, ku_server_frame, NULL, end_close);
+    CHECK_EQ(lull_tls_key_update(&k->c.t), -EINVAL); /* not open yet */
+    CHECK_EQ(lull_endpoint_send_copy(&k->c.t.ep, "key", 3), 0);
+    for (int i = 0; i < 2000 && !(k->c.closed && k->s.closed); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(k->c.frames, 100);
+    CHECK_EQ(k->updates, 10);
+    CHECK_EQ(k->c.reason, 0);
+    CHECK_EQ(k->s.reason, 0);
+    free(k);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* A burst of small sends: one flush, few writes. */
+TEST(small_sends_in_one_callback_leave_together) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    run_until(loop, &c.handshaken, 100);
+    for (int i = 0; i < 20; i++) /* tickets, the server's finish */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    uint64_t w0 = c.t.stream.writes, f0 = c.t.flushes;
+    for (int i = 0; i < 500; i++)
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "0123456789", 10), 0);
+    for (int i = 0; i < 200 && s.frames < 500; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.frames, 500);
+    CHECK_EQ(c.t.flushes - f0, 1);
+    CHECK_EQ(c.t.stream.writes - w0, 1);
+    printf("500 frames of 10 bytes: %llu ciphertext bytes\n",
+           (unsigned long long)c.t.cipher_bytes);
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+TEST(max_queued_closes_with_enobufs) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    end c, s;
+    end_init(&c);
+    end_init(&s);
+    lull_tls_options co = {.server_name = "localhost",
+                           .stream.max_queued = 100};
+    tls_pair(loop, &c.t, cctx, &co, &s.t, sctx, NULL);
+    end_watch(&c);
+    end_watch(&s);
+    static char big[60];
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, sizeof big), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, sizeof big), -ENOBUFS);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, 1), -EPIPE);
+    CHECK_EQ(c.closes, 0); /* never inside the send */
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(c.reason, -ENOBUFS);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* Paused reading holds the frames; the resume delivers them in order. */
+TEST(read_stop_and_start_through_the_endpoint) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    run_until(loop, &s.handshaken, 100);
+    CHECK_EQ(lull_endpoint_read_stop(&s.t.ep), 0);
+    char msg[16];
+    for (int i = 0; i < 300; i++) {
+        snprintf(msg, sizeof msg, "m%d", i);
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, msg, strlen(msg)), 0);
+    }
+    for (int i = 0; i < 30; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s.frames, 0);
+    CHECK_EQ(lull_endpoint_read_start(&s.t.ep), 0);
+    CHECK_EQ(s.frames, 0); /* a later turn */
+    for (int i = 0; i < 100 && s.frames < 300; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.frames, 300);
+    CHECK(strcmp(s.last, "m299") == 0);
+    CHECK_EQ(lull_endpoint_shutdown(&c.t.ep), 0); /* half-close */
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "x", 1), -EPIPE);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(s.reason, 0);
+    CHECK_EQ(c.reason, 0);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* Closing inside each callback: one close callback, nothing after. */
+enum { IN_HANDSHAKE, IN_FRAME, IN_RELEASE, IN_DRAIN, IN_CLOSE, IN_COUNT };
+
+typedef struct closer {
+    end c, s;
+    int where;
+    lull_frame frame;
+    bool released;
+} closer;
+
+static closer *g_closer;
+
+static void closer_handshake(lull_tls *t) {
+    if (g_closer->where == IN_HANDSHAKE && t == &g_closer->c.t)
+        CHECK_EQ(lull_endpoint_close(&t->ep, -1), 0);
+}
+
+static void closer_frame(lull_endpoint *ep, const void *b, size_t n) {
+    end_frame(ep, b, n);
+    if (g_closer->where == IN_FRAME) {
+        CHECK_EQ(lull_endpoint_close(ep, -1), 0);
+        CHECK_EQ(lull_endpoint_close(ep, -2), 0); /* idempotent */
+    }
+}
+
+static void closer_release(lull_frame *f) {
+    (void)f;
+    g_closer->released = true;
+    if (g_closer->where == IN_RELEASE)
+        CHECK_EQ(lull_endpoint_close(&g_closer->c.t.ep, -1), 0);
+}
+
+static void closer_drain(lull_endpoint *ep) {
+    if (g_closer->where == IN_DRAIN) CHECK_EQ(lull_endpoint_close(ep, -1), 0);
+}
+
+static void closer_close(lull_endpoint *ep, int reason) {
+    end_close(ep, reason);
+    CHECK_EQ(lull_endpoint_close(ep, -3), 0); /* closed already: 0 */
+}
+
+TEST(close_inside_every_callback) {
+    if (skip()) return;
+    setup();
+    for (int where = 0; where < IN_COUNT; where++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+        lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+        closer *k = calloc(1, sizeof *k);
+        g_closer = k;
+        k->where = where;
+        lull_tls_options co = {.server_name = "localhost",
+                               .on_handshake = closer_handshake,
+                               .stream.high_water = 64};
+        tls_pair(loop, &k->c.t, cctx, &co, &k->s.t, sctx, NULL);
+        lull_endpoint_set_callbacks(&k->c.t.ep, closer_frame, closer_drain,
+                                    closer_close);
+        lull_endpoint_set_callbacks(&k->s.t.ep, echo_server_frame, NULL,
+                                    closer_close);
+        static char payload[100];
+        k->frame = (lull_frame){
+            .bytes = payload, .len = sizeof payload, .release = closer_release};
+        CHECK_EQ(lull_endpoint_send(&k->c.t.ep, &k->frame), 0);
+        CHECK(!lull_endpoint_writable(&k->c.t.ep)); /* past 64 bytes */
+        for (int i = 0; i < 200 && !(k->c.closed && k->s.closed); i++) {
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+            if (where == IN_CLOSE && k->c.frames && !k->c.closed)
+                CHECK_EQ(lull_endpoint_close(&k->c.t.ep, -1), 0);
+        }
+        CHECK(k->c.closed && k->s.closed);
+        CHECK_EQ(k->c.closes, 1);
+        CHECK_EQ(k->s.closes, 1);
+        CHECK(k->released);
+        if (where != IN_CLOSE) CHECK_EQ(k->c.reason, -1);
+        free(k);
+        free_loop(loop);
+        lull_tls_ctx_free(sctx);
+        lull_tls_ctx_free(cctx);
+    }
+    teardown_pki();
+}
+
+TEST(argument_errors) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *ctx = NULL;
+    CHECK_EQ(lull_tls_ctx_new(NULL, &ctx), -EINVAL);
+    CHECK_EQ(lull_tls_ctx_new(&(lull_tls_config){0}, NULL), -EINVAL);
+    /* A server needs a certificate; a key must match it. */
+    CHECK_EQ(lull_tls_ctx_new(&(lull_tls_config){.server = true}, &ctx),
+             -EINVAL);
+    CHECK(ctx == NULL);
+    lull_tls_config bad = {.server = true,
+                           .cert_pem = g_pki.server_cert,
+                           .key_pem = g_pki.client_key};
+    CHECK_EQ(lull_tls_ctx_new(&bad, &ctx), -EINVAL);
+    lull_tls_config junk = {
+        .server = true, .cert_pem = "not a pem", .key_pem = g_pki.server_key};
+    CHECK_EQ(lull_tls_ctx_new(&junk, &ctx), -EINVAL);
+    lull_tls_config missing = {.server = true,
+                               .cert_file = "/nonexistent/cert.pem",
+                               .key_file = "/nonexistent/key.pem"};
+    CHECK_EQ(lull_tls_ctx_new(&missing, &ctx), -ENOENT);
+    lull_tls_config alpn = {.alpn = "a,,b"};
+    CHECK_EQ(lull_tls_ctx_new(&alpn, &ctx), -EINVAL);
+    lull_tls_config vers = {.min_version = 0x0301};
+    CHECK_EQ(lull_tls_ctx_new(&vers, &ctx), -EINVAL);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls t;
+    /* A verifying client needs a name to check. */
+    CHECK_EQ(lull_tls_connect_tcp(loop, &t, cctx, "127.0.0.1", 1, NULL),
+             -EINVAL);
+    /* Roles must match: a server context cannot connect. */
+    CHECK_EQ(
+        lull_tls_connect_tcp(loop, &t, sctx, "127.0.0.1", 1, &g_client_opts),
+        -EINVAL);
+    CHECK_EQ(
+        lull_tls_connect_tcp(NULL, &t, cctx, "127.0.0.1", 1, &g_client_opts),
+        -EINVAL);
+    CHECK_EQ(lull_tls_connect_unix(loop, &t, cctx, NULL, &g_client_opts),
+             -EINVAL);
+    CHECK_EQ(lull_tls_open(loop, &t, NULL, -1, NULL), -EINVAL);
+    CHECK_EQ(lull_tls_open(loop, NULL, sctx, -1, NULL), -EINVAL);
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    CHECK_EQ(lull_tls_open(loop, &t, sctx, fd, NULL), -EINVAL); /* owned */
+    CHECK_EQ(lull_tls_accept(NULL, &t, sctx, NULL), -EINVAL);
+    CHECK_EQ(lull_tls_alpn(NULL, NULL, 0), -EINVAL);
+    CHECK(!lull_tls_resumed(NULL));
+    CHECK(lull_tls_server_name(NULL) == NULL);
+    CHECK_EQ(lull_tls_key_update(NULL), -EINVAL);
+    CHECK(strcmp(lull_tls_error_string(NULL), "") == 0);
+    lull_tls_ctx_free(NULL);
+    /* A connect that fails: one close, the stream's reason. */
+    end c;
+    end_init(&c);
+    CHECK_EQ(lull_tls_connect_unix(loop, &c.t, cctx, "@lull-tls-nobody",
+                                   &g_client_opts),
+             0);
+    end_watch(&c);
+    run_until(loop, &c.closed, 100);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, -ECONNREFUSED);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* The context outlives nothing it need not: freed with connections still
+ * open, it goes when the last one closes. */
+TEST(context_freed_before_its_connections) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "late", 4), 0);
+    for (int i = 0; i < 100 && s.frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(strcmp(s.last, "late") == 0);
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    free_loop(loop);
+    teardown_pki();
+    (void)is_openssl;
+}
+
+/* The hot path: once warm, a send, its record and its delivery allocate
+ * nothing in lull; OpenSSL's own allocations (a few small ones per record
+ * in 3.0's record layer) are counted and printed. Caller-owned frames,
+ * one way. */
+typedef struct one_way {
+    end c, s;
+    lull_frame frames[64];
+    int released;
+} one_way;
+
+static one_way *g_one_way;
+
+static void one_way_release(lull_frame *f) {
+    (void)f;
+    g_one_way->released++;
+}
+
+/* Sends the 64 frames and runs until the server has them all. */
+static void one_way_round(lull_loop *loop, one_way *w) {
+    int want = w->s.frames + 64;
+    w->released = 0;
+    for (int i = 0; i < 64; i++)
+        CHECK_EQ(lull_endpoint_send(&w->c.t.ep, &w->frames[i]), 0);
+    for (int i = 0; i < 200 && (w->s.frames < want || w->released < 64); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(w->s.frames, want);
+    CHECK_EQ(w->released, 64);
+}
+
+TEST(steady_state_allocates_nothing_per_record) {
+    if (skip()) return;
+    CHECK(count_openssl_allocations());
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    one_way *w = calloc(1, sizeof *w);
+    g_one_way = w;
+    end_pair(loop, &w->c, cctx, &w->s, sctx, "localhost");
+    static char payload[3000];
+    for (int i = 0; i < 64; i++)
+        w->frames[i] = (lull_frame){.bytes = payload,
+                                    .len = (size_t)(i * 47) % sizeof payload,
+                                    .release = one_way_release};
+    for (int i = 0; i < 3; i++) /* warm: buffers, chunks, tickets */
+        one_way_round(loop, w);
+    atomic_store(&g_counting, true);
+    for (int i = 0; i < 20; i++)
+        one_way_round(loop, w);
+    atomic_store(&g_counting, false);
+    long n = atomic_load(&g_allocs), o = atomic_load(&g_openssl_allocs);
+    printf("%d frames after warm-up: %ld allocations in lull, %ld in "
+           "OpenSSL; %llu flushes\n",
+           20 * 64, n, o, (unsigned long long)w->c.t.flushes);
+    CHECK_EQ(n, 0);
+    CHECK_EQ(lull_endpoint_close(&w->c.t.ep, 0), 0);
+    settle_closes(loop, &w->c, &w->s);
+    free(w);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* One context, two loops on two threads, each with connections that
+ * resume sessions from it. */
+typedef struct worker {
+    lull_tls_ctx *sctx, *cctx;
+    int resumed;
+} worker;
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    for (int i = 0; i < 4; i++) {
+        bool cr, sr;
+        one_exchange(loop, w->cctx, w->sctx, &cr, &sr);
+        w->resumed += cr;
+    }
+    free_loop(loop);
+    return NULL;
+}
+
+TEST_THREADED(context_shared_by_two_threads) {
+    if (skip()) return;
+    setup();
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    worker w[2] = {{sctx, cctx, 0}, {sctx, cctx, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(pthread_join(th[i], NULL), 0);
+    CHECK(w[0].resumed + w[1].resumed >= 4); /* all but the first ones */
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* Raw plaintext (LULL_STREAM_RAW) over a Unix socket: bytes in chunks,
+ * joined they are what was sent. */
+typedef struct raw_end {
+    end e;
+    char got[8192];
+    size_t n;
+} raw_end;
+
+static void raw_end_frame(lull_endpoint *ep, const void *b, size_t n) {
+    raw_end *r = LULL_CONTAINER_OF(ep, raw_end, e.t.ep);
+    CHECK(n > 0 && r->n + n <= sizeof r->got);
+    memcpy(r->got + r->n, b, n);
+    r->n += n;
+}
+
+TEST(raw_bytes_over_unix_connect) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    raw_end *c = calloc(1, sizeof *c), *s = calloc(1, sizeof *s);
+    tcp_acceptor a = {.into = &s->e.t, .ctx = sctx};
+    a.opts.stream.flags = LULL_STREAM_RAW;
+    char path[64];
+    snprintf(path, sizeof path, "@lull-tls-test-%d", (int)getpid());
+    CHECK_EQ(lull_server_listen_unix(loop, &a.srv, path, 0, accept_tls), 0);
+    lull_tls_options co = {.server_name = "localhost",
+                           .stream.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_tls_connect_unix(loop, &c->e.t, cctx, path, &co), 0);
+    lull_endpoint_set_callbacks(&c->e.t.ep, raw_end_frame, NULL, end_close);
+    for (int i = 0; i < 100 && !a.accepted; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.accepted, 1);
+    lull_endpoint_set_callbacks(&s->e.t.ep, raw_end_frame, NULL, end_close);
+    lull_server_close(&a.srv);
+    char msg[5000];
+    for (size_t i = 0; i < sizeof msg; i++)
+        msg[i] = (char)('a' + i % 26);
+    for (size_t at = 0; at < sizeof msg; at += 1000)
+        CHECK_EQ(lull_endpoint_send_copy(&c->e.t.ep, msg + at, 1000), 0);
+    for (int i = 0; i < 100 && s->n < sizeof msg; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s->n, sizeof msg);
+    CHECK(memcmp(s->got, msg, sizeof msg) == 0); /* no length prefixes */
+    CHECK_EQ(lull_endpoint_close(&c->e.t.ep, 0), 0);
+    settle_closes(loop, &c->e, &s->e);
+    CHECK_EQ(s->e.reason, 0);
+    free(c);
+    free(s);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* A frame longer than the reader's max_frame closes that end with
+ * -EMSGSIZE; its peer sees the connection end without close_notify. */
+TEST(frame_over_max_frame_closes_the_reader) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    end c, s;
+    end_init(&c);
+    end_init(&s);
+    lull_tls_options so = {.stream.max_frame = 100};
+    tls_pair(loop, &c.t, cctx, NULL, &s.t, sctx, &so);
+    end_watch(&c);
+    end_watch(&s);
+    static char big[200];
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, 50), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, sizeof big), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(s.frames, 1);
+    CHECK_EQ(s.reason, -EMSGSIZE);
+    CHECK_EQ(c.reason, -EPROTO); /* a truncation, as it sees it */
+    CHECK_EQ(lull_tls_key_update(&c.t), -EINVAL); /* closed */
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* Out of fds: the connect fails at once, nothing is left behind (the
+ * context's reference included: ASan and valgrind see its free). */
+TEST(connect_out_of_fds_leaves_nothing) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *cctx = client_ctx(NULL);
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int probe = dup(0);
+    CHECK(probe >= 0);
+    close(probe);
+    low = old;
+    low.rlim_cur = (rlim_t)probe; /* the next fd is past the limit */
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    lull_tls t;
+    int rc =
+        lull_tls_connect_tcp(loop, &t, cctx, "127.0.0.1", 9, &g_client_opts);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(rc, -EMFILE);
+    CHECK(lull_endpoint_closed(&t.ep));
+    CHECK_EQ(lull_endpoint_send_copy(&t.ep, "x", 1), -EPIPE);
+    free_loop(loop);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
+/* Certificates and trust from files: a key and chain, a CA file, a CA
+ * directory (named by subject hash, as c_rehash names them). Written to a
+ * temporary directory for the case and removed after it. */
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f);
+    CHECK_EQ(fputs(text, f) >= 0, 1);
+    CHECK_EQ(fclose(f), 0);
+}
+
+static void one_hello(lull_tls_ctx *cctx, lull_tls_ctx *sctx) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "files", 5), 0);
+    for (int i = 0; i < 100 && s.frames == 0 && !s.closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(strcmp(s.last, "files") == 0);
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(s.reason, 0);
+    free_loop(loop);
+}
+
+TEST(certificates_and_trust_from_files) {
+    if (skip()) return;
+    setup();
+    char dir[] = "/tmp/lull-test-tls.XXXXXX";
+    CHECK(mkdtemp(dir));
+    char cert[128], key[128], ca[128], cadir[128], hashed[192];
+    snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+    snprintf(key, sizeof key, "%s/key.pem", dir);
+    snprintf(ca, sizeof ca, "%s/ca.pem", dir);
+    snprintf(cadir, sizeof cadir, "%s/cas", dir);
+    write_file(cert, g_pki.server_cert);
+    write_file(key, g_pki.server_key);
+    write_file(ca, g_pki.ca);
+    CHECK_EQ(mkdir(cadir, 0700), 0);
+    unsigned long hash = 0;
+#ifdef LULL_HAVE_OPENSSL
+    BIO *b = BIO_new_mem_buf(g_pki.ca, -1);
+    X509 *x = PEM_read_bio_X509(b, NULL, NULL, NULL);
+    CHECK(x);
+    hash = X509_subject_name_hash(x);
+    X509_free(x);
+    BIO_free(b);
+#endif
+    snprintf(hashed, sizeof hashed, "%s/%08lx.0", cadir, hash);
+    write_file(hashed, g_pki.ca);
+    lull_tls_config sc = {.server = true, .cert_file = cert, .key_file = key};
+    lull_tls_config by_file = {.ca_file = ca};
+    lull_tls_config by_dir = {.ca_dir = cadir};
+    lull_tls_ctx *sctx = NULL, *c1 = NULL, *c2 = NULL;
+    CHECK_EQ(lull_tls_ctx_new(&sc, &sctx), 0);
+    CHECK_EQ(lull_tls_ctx_new(&by_file, &c1), 0);
+    CHECK_EQ(lull_tls_ctx_new(&by_dir, &c2), 0);
+    unlink(cert); /* read: the contexts hold what they need */
+    unlink(key);
+    unlink(ca);
+    one_hello(c1, sctx);
+    one_hello(c2, sctx); /* the directory is read at verification time */
+    unlink(hashed);
+    rmdir(cadir);
+    rmdir(dir);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(c1);
+    lull_tls_ctx_free(c2);
+    teardown_pki();
+}
