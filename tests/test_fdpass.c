@@ -646,3 +646,84 @@ TEST(server_open_refuses_what_is_not_listening) {
     CHECK_EQ(lull_loop_free(loop), 0);
     CHECK_EQ(fd_count(), before);
 }
+
+/* A frame far larger than the socket's buffer, its fd with it: the fd goes
+ * with the first part written, and still reaches that frame, not the small
+ * one after it. */
+static char big_payload[1 << 20];
+
+TEST(fds_of_a_frame_written_in_parts) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    lull_stream a, b;
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int small = 4096;
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    lull_stream_options ob = {.read_size = 1000}; /* grows to the frame */
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], &ob), 0);
+    memset(&g_rx, 0, sizeof g_rx);
+    g_rx.take_max = 8;
+    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    memset(big_payload, 'B', sizeof big_payload);
+    lull_frame f0 = {.bytes = "0", .len = 1};
+    lull_frame f1 = {.bytes = big_payload, .len = sizeof big_payload};
+    lull_frame f2 = {.bytes = "2", .len = 1};
+    int in[2] = {0, 1};
+    CHECK_EQ(lull_endpoint_send(&a.ep, &f0), 0);
+    CHECK_EQ(lull_stream_send_fds(&a, &f1, in, 2), 0);
+    CHECK_EQ(lull_stream_send_fds(&a, &f2, in, 1), 0);
+    for (int i = 0; i < 10000 && g_rx.frames < 3; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_rx.frames, 3);
+    CHECK(a.writes > 3); /* it did leave in parts */
+    CHECK_EQ(g_rx.tag[0], '0');
+    CHECK_EQ(g_rx.nfds[0], 0);
+    CHECK_EQ(g_rx.tag[1], 'B');
+    CHECK_EQ(g_rx.nfds[1], 2);
+    CHECK_EQ(g_rx.tag[2], '2');
+    CHECK_EQ(g_rx.nfds[2], 1);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < g_rx.nfds[i]; j++)
+            close(g_rx.fds[i][j]);
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&b.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* A frame callback that closes its stream without taking the fds, or
+ * after taking some: the rest are closed with the stream. */
+static int g_close_after_take;
+static void close_in_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)bytes;
+    (void)len;
+    lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
+    int fd;
+    if (g_close_after_take && lull_stream_take_fds(s, &fd, 1) == 1) close(fd);
+    lull_endpoint_close(ep, 0);
+    CHECK_EQ(lull_stream_take_fds(s, &fd, 1), 0); /* closed: nothing */
+}
+
+TEST(close_inside_on_frame_closes_untaken_fds) {
+    for (g_close_after_take = 0; g_close_after_take < 2; g_close_after_take++) {
+        int before = fd_count();
+        lull_loop *loop = new_loop();
+        lull_stream a, b;
+        sp_pair(loop, &a, &b, NULL);
+        lull_endpoint_set_callbacks(&b.ep, close_in_frame, NULL, NULL);
+        int three[3] = {0, 1, 2};
+        lull_frame f1 = {.bytes = "a", .len = 1}, f2 = {.bytes = "b", .len = 1};
+        CHECK_EQ(lull_stream_send_fds(&a, &f1, three, 3), 0);
+        CHECK_EQ(lull_stream_send_fds(&a, &f2, three, 3), 0);
+        for (int i = 0; i < 100 && !lull_endpoint_closed(&b.ep); i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK(lull_endpoint_closed(&b.ep));
+        lull_endpoint_close(&a.ep, 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+        CHECK_EQ(fd_count(), before);
+    }
+}
