@@ -727,3 +727,34 @@ TEST(close_inside_on_frame_closes_untaken_fds) {
         CHECK_EQ(fd_count(), before);
     }
 }
+
+/* The sender out of fds for its copies: -EMFILE, nothing kept, the stream
+ * fine for the next send. */
+TEST(send_fds_out_of_fds_for_the_copies) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    lull_stream a, b;
+    sp_pair(loop, &a, &b, NULL);
+    int lim = 0; /* a limit that leaves 2 free fd numbers below it */
+    for (int free_seen = 0; free_seen < 2; lim++)
+        if (fcntl(lim, F_GETFD) < 0) free_seen++;
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = (rlim_t)lim;
+    int five[5] = {0, 1, 2, 0, 1};
+    lull_frame f = {.bytes = "x", .len = 1};
+    int open_now = fd_count();
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int rc = lull_stream_send_fds(&a, &f, five, 5);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(rc, -EMFILE);
+    CHECK(!f.in_flight);
+    CHECK_EQ(fd_count(), open_now);
+    CHECK_EQ(lull_stream_send_fds(&a, &f, five, 1), 0);
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&b.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
