@@ -4,7 +4,9 @@
  *
  * Owns: a stream's write queue (the caller's lull_frame structs, linked
  * through frame->next: no allocation per write), its read buffer and frame
- * parser, its close, and a server's accept loop. One thread: the loop's.
+ * parser, its close, a server's accept loop, and the descriptors a Unix
+ * stream passes with its frames ("passing fds" below). One thread: the
+ * loop's.
  *
  * When writes leave. A send appends to the queue and queues the stream's
  * flush task at the loop's next flush point (lull__at_flush: after the fd
