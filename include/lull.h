@@ -53,6 +53,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/socket.h> /* struct sockaddr_storage: UDP send requests */
+#include <sys/types.h>  /* pid_t, uid_t, gid_t: lull_stream_peer_cred */
 
 #ifdef __cplusplus
 extern "C" {
@@ -955,12 +956,14 @@ struct lull_stream {
         size_t rcap;           /* its size */
         size_t rstart;         /* unconsumed bytes are [rstart, rend) */
         size_t rend;
-        lull__stream_guard *guard; /* innermost callback of ours running */
-        uint64_t idle_ns;          /* idle_timeout_ns */
-        uint64_t active_ns;        /* loop time of the last read or write */
-        unsigned flags;            /* LULL_STREAM_* */
-        uint32_t state;            /* state bits (src/stream.c) */
-        int error;                 /* a failure the event task delivers */
+        lull__stream_guard *guard;    /* innermost callback of ours running */
+        uint64_t idle_ns;             /* idle_timeout_ns */
+        uint64_t active_ns;           /* loop time of the last read or write */
+        unsigned flags;               /* LULL_STREAM_* */
+        uint32_t state;               /* state bits (src/stream.c) */
+        int error;                    /* a failure the event task delivers */
+        struct lull__stream_fds *fds; /* descriptors passed either way over
+                                         a Unix socket; NULL until then */
     };
 };
 
@@ -993,6 +996,12 @@ LULL_EXTERN int lull_server_listen_tcp(lull_loop *loop, lull_server *srv,
 LULL_EXTERN int lull_server_listen_unix(lull_loop *loop, lull_server *srv,
                                         const char *path, int backlog,
                                         lull_connection_fn fn);
+/* Adopts a listening stream socket (TCP or Unix), one passed by another
+ * process (lull_stream_take_fds) say: accepts as the listen calls do.
+ * Sets O_NONBLOCK on it, which its other holders share. Owns fd from here
+ * on, also on failure; -EINVAL for anything but a listening socket. */
+LULL_EXTERN int lull_server_open(lull_loop *loop, lull_server *srv, int fd,
+                                 lull_connection_fn fn);
 /* The bound TCP port, or a negative errno. */
 LULL_EXTERN int lull_server_port(const lull_server *srv);
 /* Inside on_connection: makes s the waiting connection, reading at once;
@@ -1054,6 +1063,39 @@ LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
 /* The fd it reads (a pair's rfd), or -1 once closed. */
 LULL_EXTERN int lull_stream_fd(const lull_stream *s);
+/* Sends frame as lull_endpoint_send does, with nfds descriptors (1 to 253,
+ * SCM_MAX_FD) attached over a Unix stream socket (SCM_RIGHTS). They are
+ * dup'ed: close yours when this returns; lull closes its copies once the
+ * frame's first byte is written, or when a close discards it. One
+ * allocation per call. 0, or the errors of lull_endpoint_send, and:
+ * -EINVAL (nfds out of range, fds NULL, a raw frame of 0 bytes), -EBADF (a
+ * number in fds that is not open), -ENOTSUP (not a Unix socket: TCP, a
+ * pipe), -EMFILE (no fd left for the copies). */
+LULL_EXTERN int lull_stream_send_fds(lull_stream *s, lull_frame *frame,
+                                     const int *fds, int nfds);
+/* Inside on_frame: moves up to max of the descriptors that came with this
+ * frame into fds (received with O_CLOEXEC) and returns how many (0: none,
+ * or not inside on_frame). They are the caller's to close; the ones not
+ * taken when on_frame returns are closed by lull, as are those of a frame
+ * a close discards. Framed, they come with the frame they were sent with;
+ * raw, with the read whose bytes hold the first byte of that send.
+ * Descriptors the kernel dropped on the way (the receiver out of fds:
+ * RLIMIT_NOFILE) close the stream with -EMFILE. -EINVAL for NULL or max <
+ * 0. */
+LULL_EXTERN int lull_stream_take_fds(lull_stream *s, int *fds, int max);
+/* The peer's process, user and group when it connected (SO_PEERCRED; a
+ * socketpair's: its creator). Any out pointer may be NULL. 0, -EINVAL,
+ * -ENOTCONN once closed, -ENOTSUP for anything but a Unix socket. */
+LULL_EXTERN int lull_stream_peer_cred(const lull_stream *s, pid_t *pid,
+                                      uid_t *uid, gid_t *gid);
+/* Writes now what the kernel takes of bytes, without queueing (raw streams
+ * only): how many (>= 0, perhaps fewer than len; 0 for len 0), or -EAGAIN
+ * (nothing fits now, or still connecting), -EBUSY (queued writes are pending:
+ * writing around them would reorder the bytes), -EPIPE (closed, shut or failed
+ * for writing), -ENOTSUP (a framed stream), -EINVAL. A failure of the write
+ * itself ends the write side as a failed queued write does. */
+LULL_EXTERN int lull_stream_try_write(lull_stream *s, const void *bytes,
+                                      size_t len);
 
 /* ------------------------------------------------------------------ UDP */
 

@@ -4,7 +4,9 @@
  *
  * Owns: a stream's write queue (the caller's lull_frame structs, linked
  * through frame->next: no allocation per write), its read buffer and frame
- * parser, its close, and a server's accept loop. One thread: the loop's.
+ * parser, its close, a server's accept loop, and the descriptors a Unix
+ * stream passes with its frames ("passing fds" below). One thread: the
+ * loop's.
  *
  * When writes leave. A send appends to the queue and queues the stream's
  * flush task at the loop's next flush point (lull__at_flush: after the fd
@@ -164,6 +166,9 @@
 #define S_WIO_NOWAIT 0x800000u
 #define S_IO_NB      0x1000000u
 #define S_WIO_NB     0x2000000u
+/* A single Unix stream socket: descriptors may pass with frames
+ * (SCM_RIGHTS), and reads use recvmsg to take them. */
+#define S_UNIX 0x4000000u
 
 /* Sends are refused (frame.c answers -EPIPE, lull_endpoint_writable is false)
  * once the write side is shut or failed: the bit frame.c uses for a gone peer.
@@ -233,6 +238,104 @@ static void append(lull_frame **head, lull_frame **tail, lull_frame *f) {
         *head = f;
     }
     *tail = f;
+}
+
+/* ---------------------------------------------------- passing fds */
+
+/* Descriptors passed with frames over a Unix socket (SCM_RIGHTS).
+ *
+ * Sending: lull_stream_send_fds dups the caller's fds into a batch that
+ * names its frame; write_out sends that frame alone, from its first byte,
+ * in one sendmsg with the batch as SCM_RIGHTS, so the kernel attaches the
+ * fds to a socket buffer holding only that frame's bytes, its header
+ * first. Once sendmsg took a byte the kernel holds its own references and
+ * the copies are closed.
+ *
+ * Receiving: a Unix stream's recvmsg stops after the buffer that carried
+ * fds, so the read that brings them ends inside the frame they were sent
+ * with. A batch records the read buffer offset of that read's last byte
+ * (`at`); the frame that holds it owns the batch. deliver_frames opens the
+ * batches of the frame it hands over (lull_stream_take_fds) and closes
+ * what was not taken when on_frame returns. A raw stream's batch goes with
+ * the read itself. Every received fd is handed over or closed: by that
+ * drop, or by teardown for frames never delivered.
+ *
+ * One allocation per batch, either way: passing fds is rare next to the
+ * frames a stream carries, and a stream that never passes one pays a
+ * NULL pointer (s->fds) and recvmsg in place of recv. */
+typedef struct fd_batch {
+    struct fd_batch *next;
+    lull_frame *frame; /* sending: the frame the fds go with */
+    size_t at;         /* receiving: see above; compaction moves it */
+    int n;             /* fds in fd[] */
+    int taken;         /* receiving: fd[0..taken) were handed over */
+    int fd[];
+} fd_batch;
+
+struct lull__stream_fds {
+    fd_batch *out, *out_tail; /* copies waiting to be sent, in send order */
+    fd_batch *in, *in_tail;   /* received, not yet handed over, in order */
+    size_t limit;             /* inside on_frame: batches with at < limit
+                                 are the frame's */
+    bool delivering;          /* on_frame is running: take_fds may take */
+};
+
+/* SCM_MAX_FD: the most fds the kernel passes in one message. */
+#define FDS_MAX 253
+
+static void batch_free(fd_batch *b) {
+    for (int i = b->taken; i < b->n; i++)
+        close(b->fd[i]);
+    free(b);
+}
+
+static struct lull__stream_fds *fds_get(lull_stream *s) {
+    if (!s->fds) s->fds = calloc(1, sizeof *s->fds);
+    return s->fds;
+}
+
+static void batch_push(fd_batch **head, fd_batch **tail, fd_batch *b) {
+    b->next = NULL;
+    if (*tail) {
+        (*tail)->next = b;
+    } else {
+        *head = b;
+    }
+    *tail = b;
+}
+
+/* Closes the received fds of the frame (or raw read) that ends before
+ * buffer offset limit: not taken inside on_frame, or never delivered. */
+static void fds_drop_in(lull_stream *s, size_t limit) {
+    struct lull__stream_fds *f = s->fds;
+    if (!f) return;
+    while (f->in && f->in->at < limit) {
+        fd_batch *b = f->in;
+        f->in = b->next;
+        if (!f->in) f->in_tail = NULL;
+        batch_free(b);
+    }
+}
+
+/* Queued frames were discarded (a failed write, a close): their copies go. */
+static void fds_drop_out(lull_stream *s) {
+    struct lull__stream_fds *f = s->fds;
+    if (!f) return;
+    while (f->out) {
+        fd_batch *b = f->out;
+        f->out = b->next;
+        batch_free(b);
+    }
+    f->out_tail = NULL;
+}
+
+/* Teardown: every fd held either way is closed. */
+static void fds_free(lull_stream *s) {
+    if (!s->fds) return;
+    fds_drop_out(s);
+    fds_drop_in(s, SIZE_MAX);
+    free(s->fds);
+    s->fds = NULL;
 }
 
 /* ------------------------------------------------------------ teardown */
@@ -385,6 +488,7 @@ static lull_frame *teardown(lull_stream *s) {
     }
     s->head = s->tail = s->done = s->done_tail = NULL;
     s->head_done = 0;
+    fds_free(s);
     guards_close(&s->guard, (s->state & S_OWN_BUF) ? s->rbuf : NULL);
     s->rbuf = NULL;
     s->rcap = s->rstart = s->rend = 0;
@@ -548,12 +652,28 @@ static int nowait_refused(lull_stream *s, int fd, uint32_t nowait,
     return 0;
 }
 
-/* One write of the queue's iovecs to the stream's write fd. */
-static ssize_t out_write(lull_stream *s, struct iovec *iov, int n) {
+/* One write of the queue's iovecs to the stream's write fd, with the
+ * batch b's fds attached when b is not NULL (a Unix socket). */
+static ssize_t out_write(lull_stream *s, struct iovec *iov, int n,
+                         const fd_batch *b) {
     bool pair = s->state & S_PAIR;
     int fd = pair ? s->wio.fd : s->io.fd;
     if (s->state & S_OUT_SOCK) {
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        union {
+            char buf[CMSG_SPACE(sizeof(int) * FDS_MAX)];
+            struct cmsghdr align;
+        } ctl;
+        if (b) {
+            size_t fl = sizeof(int) * (size_t)b->n;
+            msg.msg_control = ctl.buf;
+            msg.msg_controllen = CMSG_SPACE(fl);
+            struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_RIGHTS;
+            c->cmsg_len = CMSG_LEN(fl);
+            memcpy(CMSG_DATA(c), b->fd, fl);
+        }
         return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     uint32_t nowait = pair ? S_WIO_NOWAIT : S_IO_NOWAIT;
@@ -567,9 +687,68 @@ static ssize_t out_write(lull_stream *s, struct iovec *iov, int n) {
     return writev(fd, iov, n);
 }
 
+/* A read from a Unix socket, which may bring fds: they become a batch (see
+ * "passing fds"), O_CLOEXEC from the kernel on. Fds the kernel dropped
+ * (MSG_CTRUNC: the receiver out of fds, or a peer sending more than fit)
+ * cannot be given to their frame: the read fails with EMFILE, the close
+ * reason, after closing the ones that did arrive. */
+static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * FDS_MAX)];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {at, room};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = ctl.buf,
+                         .msg_controllen = sizeof ctl.buf};
+    ssize_t n = recvmsg(s->io.fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0) return n;
+    int got[FDS_MAX], k = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        int m = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < m; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (k < FDS_MAX) {
+                got[k++] = fd;
+            } else {
+                close(fd);
+            }
+        }
+    }
+    int err = 0;
+    fd_batch *b = NULL;
+    if (msg.msg_flags & MSG_CTRUNC) {
+        err = EMFILE;
+    } else if (k > 0 && n > 0) {
+        b = malloc(sizeof *b + sizeof(int) * (size_t)k);
+        if (!b || !fds_get(s)) err = ENOMEM;
+    }
+    if (err || (k > 0 && n == 0)) {
+        for (int i = 0; i < k; i++)
+            close(got[i]);
+        free(b);
+        if (!err) return n;
+        errno = err;
+        return -1;
+    }
+    if (b) {
+        b->frame = NULL;
+        b->at = (size_t)(at - s->rbuf) + (size_t)n - 1;
+        b->n = k;
+        b->taken = 0;
+        memcpy(b->fd, got, sizeof(int) * (size_t)k);
+        batch_push(&s->fds->in, &s->fds->in_tail, b);
+    }
+    return n;
+}
+
 /* One read from the stream's read fd, never blocking (see S_IO_NOWAIT). */
 static ssize_t in_read(lull_stream *s, void *at, size_t room) {
     int fd = s->io.fd;
+    if (s->state & S_UNIX) return unix_read(s, at, room);
     if (s->state & S_SOCK) return recv(fd, at, room, MSG_DONTWAIT);
     if (s->state & S_IO_NOWAIT) {
         struct iovec iov = {at, room};
@@ -591,7 +770,12 @@ static int write_out(lull_stream *s, lull_frame **done,
     while (s->head) {
         int n = 0, k = 0;
         size_t total = 0, off = s->head_done;
+        /* A frame with fds leaves alone, from its first byte (see "passing
+         * fds"): a batch stops before it, and it is a batch of its own. */
+        fd_batch *fb = s->fds ? s->fds->out : NULL;
+        lull_frame *with_fds = fb ? fb->frame : NULL;
         for (lull_frame *f = s->head; f && n <= IOV_CAP - 2; f = f->next) {
+            if (f == with_fds && f != s->head) break;
             if (with_hdr) {
                 if (off < HDR) {
                     hdr[k] = htonl((uint32_t)f->len);
@@ -612,10 +796,12 @@ static int write_out(lull_stream *s, lull_frame **done,
                 n++;
             }
             off = 0;
+            if (f == with_fds) break;
         }
+        if (with_fds != s->head) fb = NULL;
         ssize_t w = 0;
         if (total > 0) {
-            w = out_write(s, iov, n);
+            w = out_write(s, iov, n, fb);
             s->writes++;
             if (w < 0) {
                 if (errno == EINTR) continue;
@@ -627,6 +813,11 @@ static int write_out(lull_stream *s, lull_frame **done,
             }
             s->bytes_written += (uint64_t)w;
             if (s->idle_ns) s->active_ns = lull_loop_now(s->loop);
+            if (fb && w > 0) { /* the kernel holds them now */
+                s->fds->out = fb->next;
+                if (!fb->next) s->fds->out_tail = NULL;
+                batch_free(fb);
+            }
         }
         advance(s, (size_t)w, done, done_tail);
         if ((size_t)w < total) {
@@ -680,6 +871,7 @@ static bool write_failed(lull_stream *s, int err, lull_frame **done,
     s->tail = NULL;
     s->head_done = 0;
     s->ep.queued = 0;
+    fds_drop_out(s);
     /* Ended as a shutdown ends it: a peer that is still there (the write
      * failed for another reason than its going) reads EOF. */
     if (s->state & S_PAIR) {
@@ -787,6 +979,9 @@ static const lull_frame_ops stream_ops = {stream_send, stream_close,
  * owned buffer (up to the frame limit). False when it cannot. */
 static bool make_room(lull_stream *s, size_t need) {
     if (s->rstart > 0) {
+        if (s->fds)
+            for (fd_batch *b = s->fds->in; b; b = b->next)
+                b->at -= s->rstart; /* all at >= rstart: earlier ones went */
         memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
         s->rend -= s->rstart;
         s->rstart = 0;
@@ -821,11 +1016,22 @@ static bool deliver_frames(lull_stream *s) {
             break;
         }
         s->rstart += HDR + len;
-        if (!s->ep.on_frame) continue;
+        if (!s->ep.on_frame) {
+            fds_drop_in(s, s->rstart);
+            continue;
+        }
+        if (s->fds) {
+            s->fds->limit = s->rstart;
+            s->fds->delivering = true;
+        }
         lull__stream_guard g;
         guard_enter(&s->guard, &g);
         s->ep.on_frame(&s->ep, p + HDR, len);
         if (!guard_leave(&s->guard, &g)) return false;
+        if (s->fds) {
+            s->fds->delivering = false;
+            fds_drop_in(s, s->rstart);
+        }
     }
     if (s->rstart == s->rend) s->rstart = s->rend = 0;
     return true;
@@ -875,11 +1081,22 @@ static void read_some(lull_stream *s) {
         deliver_frames(s);
         return;
     }
-    if (!s->ep.on_frame) return;
+    if (!s->ep.on_frame) {
+        fds_drop_in(s, SIZE_MAX);
+        return;
+    }
+    if (s->fds) {
+        s->fds->limit = (size_t)n;
+        s->fds->delivering = true;
+    }
     lull__stream_guard g;
     guard_enter(&s->guard, &g);
     s->ep.on_frame(&s->ep, at, (size_t)n);
-    guard_leave(&s->guard, &g);
+    if (!guard_leave(&s->guard, &g)) return;
+    if (s->fds) {
+        s->fds->delivering = false;
+        fds_drop_in(s, SIZE_MAX); /* a raw read's batch is its own */
+    }
 }
 
 /* ---------------------------------------------------- connect, events */
@@ -1058,6 +1275,7 @@ static int start_connected(lull_stream *s) {
 #define FD_SOCK  0x4 /* a connected stream socket */
 #define FD_TCP   0x8 /* ... over IPv4 or IPv6 */
 #define FD_FIFO  0x10
+#define FD_UNIX  0x20 /* a Unix stream socket: fds may pass */
 
 /* What fd is: a stream socket, or a pipe, FIFO or character device (a
  * tty), whichever ways it was opened; -EINVAL for anything else (a
@@ -1085,6 +1303,7 @@ static int fd_kind(int fd, int *kind) {
         *kind = FD_READ | FD_WRITE | FD_SOCK;
         if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)
             *kind |= FD_TCP;
+        if (ss.ss_family == AF_UNIX) *kind |= FD_UNIX;
         return 0;
     }
     if (!S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode)) return -EINVAL;
@@ -1171,6 +1390,7 @@ int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
         return rc;
     }
     apply_kinds(s, kind, kind);
+    if (kind & FD_UNIX) s->state |= S_UNIX;
     return start_connected(s);
 }
 
@@ -1213,7 +1433,7 @@ int lull__stream_connect(lull_loop *loop, lull_stream *s, int family,
         return rc;
     }
     s->on_connect = fn;
-    s->state |= S_CONNECTING;
+    s->state |= S_CONNECTING | (family == AF_UNIX ? S_UNIX : 0);
     if (opts && opts->connect_timeout_ns)
         lull_timer_start(&s->timer, opts->connect_timeout_ns, 0);
     if (connect(fd, addr, len) == 0) {
@@ -1292,6 +1512,108 @@ int lull_stream_fd(const lull_stream *s) {
     return s->io.fd;
 }
 
+int lull_stream_send_fds(lull_stream *s, lull_frame *frame, const int *fds,
+                         int nfds) {
+    if (!s || !s->loop || !frame || !fds || nfds < 1 || nfds > FDS_MAX)
+        return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(s->loop);
+    if (s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND)) return -EPIPE;
+    if (!(s->state & S_UNIX)) return -ENOTSUP;
+    /* A raw write of no bytes sends nothing, and with it no fds. */
+    if (!framed(s) && frame->len == 0) return -EINVAL;
+    if (frame->in_flight) return -EBUSY;
+    fd_batch *b = malloc(sizeof *b + sizeof(int) * (size_t)nfds);
+    if (!b || !fds_get(s)) {
+        free(b);
+        return -ENOMEM;
+    }
+    b->frame = frame;
+    b->at = 0;
+    b->n = 0;
+    b->taken = 0;
+    for (int i = 0; i < nfds; i++) {
+        /* A copy, so the caller may close theirs at once, and a number that
+         * is not open is refused here rather than failing a later write. */
+        int fd = fds[i] < 0 ? -1 : fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) {
+            int err = fds[i] < 0 ? EBADF : errno;
+            batch_free(b);
+            return -err;
+        }
+        b->fd[b->n++] = fd;
+    }
+    struct lull__stream_fds *f = s->fds;
+    fd_batch *before = f->out_tail;
+    batch_push(&f->out, &f->out_tail, b);
+    int rc = lull_endpoint_send(&s->ep, frame);
+    if (rc < 0) { /* not queued: the batch is still the last */
+        f->out_tail = before;
+        if (before) {
+            before->next = NULL;
+        } else {
+            f->out = NULL;
+        }
+        batch_free(b);
+    }
+    return rc;
+}
+
+int lull_stream_take_fds(lull_stream *s, int *fds, int max) {
+    if (!s || max < 0 || (max > 0 && !fds)) return -EINVAL;
+    struct lull__stream_fds *f = s->fds;
+    if (!f || !f->delivering) return 0;
+    int k = 0;
+    for (fd_batch *b = f->in; b && b->at < f->limit && k < max; b = b->next)
+        while (b->taken < b->n && k < max)
+            fds[k++] = b->fd[b->taken++];
+    return k;
+}
+
+int lull_stream_peer_cred(const lull_stream *s, pid_t *pid, uid_t *uid,
+                          gid_t *gid) {
+    if (!s || !s->loop) return -EINVAL;
+    if (s->ep.flags & LULL__EP_CLOSED) return -ENOTCONN;
+    if (!(s->state & S_UNIX)) return -ENOTSUP;
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(s->io.fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+        return -errno;
+    if (pid) *pid = cr.pid;
+    if (uid) *uid = cr.uid;
+    if (gid) *gid = cr.gid;
+    return 0;
+}
+
+int lull_stream_try_write(lull_stream *s, const void *bytes, size_t len) {
+    if (!s || !s->loop || (len > 0 && !bytes)) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(s->loop);
+    if (s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND)) return -EPIPE;
+    if (framed(s)) return -ENOTSUP; /* part of a frame would cut the framing */
+    if (s->head) return -EBUSY;
+    if (!(s->state & S_CONNECTED) || (s->state & S_FAIL)) return -EAGAIN;
+    if (len == 0) return 0;
+    /* One call returns what it wrote, so the count must fit the int. */
+    if (len > INT_MAX) len = INT_MAX;
+    struct iovec iov = {(void *)bytes, len};
+    ssize_t w;
+    do {
+        w = out_write(s, &iov, 1, NULL);
+    } while (w < 0 && errno == EINTR);
+    s->writes++;
+    if (w >= 0) {
+        s->bytes_written += (uint64_t)w;
+        if (s->idle_ns) s->active_ns = lull_loop_now(s->loop);
+        return (int)w;
+    }
+    int err = errno;
+    if (err == EAGAIN || err == EWOULDBLOCK) return -EAGAIN;
+    /* As a failed queued write: the write side ends, reading goes on; the
+     * close, if the read side is done too, comes in a later turn, since
+     * this may run where no callback may (nothing was queued to release). */
+    if (write_failed(s, -err, &s->done, &s->done_tail)) fail_later(s, -err);
+    return -err;
+}
+
 /* -------------------------------------------------------------- server */
 
 static void server_retry(lull_timer *t) {
@@ -1368,6 +1690,48 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
     return 0;
 }
 
+int lull_server_open(lull_loop *loop, lull_server *srv, int fd,
+                     lull_connection_fn fn) {
+    if (!loop || !srv || !fn || fd < 0) {
+        if (fd >= 0) close(fd);
+        return -EINVAL;
+    }
+    LULL_ASSERT_LOOP_THREAD(loop);
+    memset(srv, 0, sizeof *srv);
+    srv->pending = -1;
+    srv->io.fd = -1;
+    int listening = 0, type = 0;
+    socklen_t len = sizeof listening, tlen = sizeof type;
+    struct sockaddr_storage ss;
+    socklen_t slen = sizeof ss;
+    int rc = 0;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 ||
+        getsockname(fd, (struct sockaddr *)&ss, &slen) < 0 || !listening ||
+        type != SOCK_STREAM)
+        rc = -EINVAL;
+    /* accept4 has no per-call MSG_DONTWAIT: the description (shared with
+     * whoever passed it, who accepts the same way) must not block, or a
+     * connection another process took first would hang this loop. */
+    int fl = rc == 0 ? fcntl(fd, F_GETFL) : -1;
+    if (rc == 0 && (fl < 0 || (!(fl & O_NONBLOCK) &&
+                               fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)))
+        rc = -errno;
+    if (rc == 0) rc = lull_io_init(loop, &srv->io, fd, server_io);
+    if (rc == 0) rc = lull_io_start(&srv->io, LULL_READABLE);
+    if (rc < 0) {
+        close(fd);
+        srv->io.fd = -1;
+        return rc;
+    }
+    lull_timer_init(loop, &srv->retry, server_retry);
+    srv->loop = loop;
+    srv->on_connection = fn;
+    srv->family = ss.ss_family;
+    srv->retry_ns = ACCEPT_RETRY_NS;
+    return 0;
+}
+
 int lull_server_accept(lull_server *srv, lull_stream *s,
                        const lull_stream_options *opts) {
     if (!srv || !s || !srv->loop || !options_ok(opts)) return -EINVAL;
@@ -1380,6 +1744,7 @@ int lull_server_accept(lull_server *srv, lull_stream *s,
         close(fd);
         return rc;
     }
+    if (srv->family == AF_UNIX) s->state |= S_UNIX;
     return start_connected(s);
 }
 

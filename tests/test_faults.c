@@ -254,6 +254,27 @@ ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags) {
     return __real_recv(fd, buf, len, flags);
 }
 
+/* A Unix stream reads with recvmsg (it may bring fds): the same faults
+ * as recv, on its one buffer. */
+ssize_t __real_recvmsg(int fd, struct msghdr *msg, int flags);
+ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags);
+ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags) {
+    int err = fault_for(K_RECV, fd, 0);
+    if (err == SHORT && msg->msg_iovlen == 1 && msg->msg_iov[0].iov_len > 1) {
+        struct iovec *iov = msg->msg_iov, cut = *iov;
+        cut.iov_len = shorter(cut.iov_len);
+        msg->msg_iov = &cut;
+        ssize_t n = __real_recvmsg(fd, msg, flags);
+        msg->msg_iov = iov;
+        return n;
+    }
+    if (err > 0 && err != SHORT) {
+        errno = err;
+        return -1;
+    }
+    return __real_recvmsg(fd, msg, flags);
+}
+
 ssize_t __real_sendmsg(int fd, const struct msghdr *msg, int flags);
 ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags);
 ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags) {

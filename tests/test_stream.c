@@ -2926,3 +2926,134 @@ TEST(open_refuses_a_listening_socket) {
     close(p[0]);
     free_loop(loop);
 }
+
+/* ------------------------------------------------- lull_stream_try_write */
+
+static size_t g_tw_got;
+static char g_tw_buf[16];
+static void tw_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)ep;
+    if (g_tw_got + len <= sizeof g_tw_buf)
+        memcpy(g_tw_buf + g_tw_got, bytes, len);
+    g_tw_got += len;
+}
+
+static bool g_tw_closed;
+static int g_tw_reason;
+static void tw_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    g_tw_closed = true;
+    g_tw_reason = reason;
+}
+
+/* Into an empty socket it writes everything at once, no flush point
+ * needed; behind queued writes it refuses (-EBUSY) rather than reorder. */
+TEST(try_write_writes_now_or_refuses_behind_a_queue) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream a, b;
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    sp_pair(loop, &a, &b, &raw, &raw);
+    g_tw_got = 0;
+    lull_endpoint_set_callbacks(&b.ep, tw_frame, NULL, NULL);
+    CHECK_EQ(lull_stream_try_write(&a, "hello", 5), 5);
+    CHECK_EQ(a.writes, 1u);
+    CHECK_EQ(lull_stream_try_write(&a, NULL, 0), 0);
+    CHECK_EQ(lull_stream_try_write(&a, NULL, 1), -EINVAL);
+    CHECK_EQ(lull_stream_try_write(NULL, "x", 1), -EINVAL);
+    lull_frame f = {.bytes = "queued", .len = 6};
+    CHECK_EQ(lull_endpoint_send(&a.ep, &f), 0);
+    CHECK_EQ(lull_stream_try_write(&a, "x", 1), -EBUSY);
+    while (g_tw_got < 11)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(memcmp(g_tw_buf, "helloqueued", 11) == 0);
+    CHECK_EQ(lull_stream_try_write(&a, "!", 1), 1); /* the queue is empty */
+    /* A framed stream: part of a frame would break the framing. */
+    lull_stream c, d;
+    sp_pair(loop, &c, &d, NULL, NULL);
+    CHECK_EQ(lull_stream_try_write(&c, "x", 1), -ENOTSUP);
+    /* Shut or closed: -EPIPE. */
+    CHECK_EQ(lull_stream_shutdown(&a), 0);
+    CHECK_EQ(lull_stream_try_write(&a, "x", 1), -EPIPE);
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&b.ep, 0);
+    lull_endpoint_close(&c.ep, 0);
+    lull_endpoint_close(&d.ep, 0);
+    CHECK_EQ(lull_stream_try_write(&a, "x", 1), -EPIPE);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    free_loop(loop);
+}
+
+/* Under a tiny send buffer and a peer that does not read, it writes part
+ * and says how much, then -EAGAIN once the socket is full; queued writes
+ * still work after. */
+TEST(try_write_partial_under_a_tiny_sndbuf) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int small = 4096;
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    lull_stream a;
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], &raw), 0);
+    static char big[1 << 20];
+    memset(big, 'z', sizeof big);
+    int w = lull_stream_try_write(&a, big, sizeof big);
+    CHECK(w > 0 && (size_t)w < sizeof big);
+    size_t total = (size_t)w;
+    int rc;
+    while ((rc = lull_stream_try_write(&a, big, sizeof big)) > 0)
+        total += (size_t)rc;
+    CHECK_EQ(rc, -EAGAIN);
+    /* Everything written arrives, byte for byte. */
+    size_t got = 0;
+    char buf[65536];
+    while (got < total) {
+        ssize_t n = read(sv[1], buf, sizeof buf);
+        CHECK(n > 0);
+        for (ssize_t i = 0; i < n; i++)
+            CHECK_EQ(buf[i], 'z');
+        got += (size_t)n;
+    }
+    CHECK_EQ(got, total);
+    lull_endpoint_close(&a.ep, 0);
+    close(sv[1]);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    free_loop(loop);
+}
+
+/* The peer is gone: -EPIPE (no SIGPIPE), the write side ends, and the
+ * close reason is that failure once the read side ends. A pipe's write end
+ * the same. */
+TEST(try_write_to_a_gone_peer) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a;
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], &raw), 0);
+    g_tw_closed = false;
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, tw_close);
+    close(sv[1]);
+    CHECK_EQ(lull_stream_try_write(&a, "x", 1), -EPIPE);
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "y", 1), -EPIPE);
+    CHECK_EQ(lull_stream_try_write(&a, "x", 1), -EPIPE);
+    for (int i = 0; i < 10 && !g_tw_closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(g_tw_closed);
+    CHECK_EQ(g_tw_reason, -EPIPE);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK_EQ(lull_stream_open(loop, &a, p[1], &raw), 0);
+    CHECK_EQ(lull_stream_try_write(&a, "abc", 3), 3);
+    char buf[3];
+    CHECK_EQ(read(p[0], buf, 3), 3);
+    close(p[0]);
+    g_tw_closed = false;
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, tw_close);
+    CHECK_EQ(lull_stream_try_write(&a, "abc", 3), -EPIPE);
+    for (int i = 0; i < 10 && !g_tw_closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(g_tw_closed);
+    CHECK_EQ(g_tw_reason, -EPIPE);
+    free_loop(loop);
+}

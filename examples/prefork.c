@@ -1,0 +1,231 @@
+/* prefork: a parent accepts TCP connections and hands each one to a worker
+ * process, which serves it (echo).
+ *
+ * The workers are this program again, started with --worker by
+ * lull_process_spawn, stdin a Unix socketpair (LULL_STDIO_SOCKETPAIR,
+ * framed): the parent's end comes back as a lull stream. For each accepted
+ * connection the parent sends a frame of no bytes with the connection's fd
+ * attached (lull_stream_send_fds, which dups it: the parent then closes
+ * its own), to the workers in turn. A worker takes the fd inside on_frame
+ * (lull_stream_take_fds) and opens it as a raw stream that echoes. When the
+ * parent closes its end, a worker stops taking connections and exits once
+ * those it has are closed.
+ *
+ *   prefork [port]       listen on 127.0.0.1:port (default 7000), 2 workers
+ *   prefork --self-test  listen on a free port, connect 6 clients from the
+ *                        parent's own loop, check every echo, then close
+ *                        the workers' sockets and wait for them to exit 0
+ *
+ * Build:
+ *   cc -O2 -o prefork prefork.c $(pkg-config --cflags --libs lull)
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <lull.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WORKERS 2
+#define CLIENTS 6
+
+/* ------------------------------------------------------------ worker */
+
+typedef struct conn {
+    lull_stream s;
+} conn;
+
+static void conn_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    if (lull_endpoint_send_copy(ep, bytes, len) < 0) lull_endpoint_close(ep, 0);
+}
+
+static void conn_close(lull_endpoint *ep, int reason) {
+    (void)reason;
+    free(LULL_CONTAINER_OF(ep, conn, s.ep));
+}
+
+/* A frame from the parent: the connection's fd came with it. */
+static void ctl_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)bytes;
+    (void)len;
+    lull_stream *ctl = LULL_CONTAINER_OF(ep, lull_stream, ep);
+    int fd;
+    if (lull_stream_take_fds(ctl, &fd, 1) != 1) return;
+    conn *c = malloc(sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    if (lull_stream_open(ctl->loop, &c->s, fd, &raw) < 0) { /* fd closed */
+        free(c);
+        return;
+    }
+    lull_endpoint_set_callbacks(&c->s.ep, conn_frame, NULL, conn_close);
+}
+
+static int worker_main(void) {
+    lull_loop *loop;
+    if (lull_loop_new(&loop, NULL) < 0) return 1;
+    lull_stream ctl;
+    if (lull_stream_open(loop, &ctl, 0, NULL) < 0) return 1; /* framed */
+    /* No close callback: the parent's EOF ends it, and the loop runs until
+     * the connections it handed over are closed too. */
+    lull_endpoint_set_callbacks(&ctl.ep, ctl_frame, NULL, NULL);
+    int rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
+    return rc == 0 && lull_loop_free(loop) == 0 ? 0 : 1;
+}
+
+/* ------------------------------------------------------------ parent */
+
+typedef struct handoff {
+    lull_frame frame;
+} handoff;
+
+static void handoff_done(lull_frame *f) {
+    free(LULL_CONTAINER_OF(f, handoff, frame));
+}
+
+typedef struct worker {
+    lull_process proc;
+    lull_stream ctl; /* the socketpair to its stdin: frames with fds */
+    int handed;      /* connections sent to it */
+    bool exited;
+    int status;
+} worker;
+
+static worker workers[WORKERS];
+static int next_worker;
+static int exited;
+
+static void on_exit_cb(lull_process *p, int status, int sig) {
+    worker *w = LULL_CONTAINER_OF(p, worker, proc);
+    w->exited = true;
+    w->status = sig ? 128 + sig : status;
+    exited++;
+}
+
+/* An accepted connection goes to the next worker, fd attached. */
+static void on_connection(lull_server *srv) {
+    lull_stream s = {0};
+    if (lull_server_accept(srv, &s, NULL) < 0) return;
+    int fd = lull_stream_fd(&s);
+    handoff *h = calloc(1, sizeof *h);
+    worker *w = &workers[next_worker++ % WORKERS];
+    if (h) {
+        h->frame.release = handoff_done;
+        if (lull_stream_send_fds(&w->ctl, &h->frame, &fd, 1) == 0) {
+            w->handed++;
+        } else {
+            free(h);
+        }
+    }
+    /* The worker has its own copy now: ours closes (no close callback, so
+     * the struct on this stack is ours again at once). */
+    lull_endpoint_close(&s.ep, 0);
+}
+
+static int spawn_workers(lull_loop *loop, const char *self) {
+    char *argv[] = {(char *)self, "--worker", NULL};
+    for (int i = 0; i < WORKERS; i++) {
+        lull_process_options o = {
+            .file = "/proc/self/exe",
+            .argv = argv,
+            .stdio = {{.kind = LULL_STDIO_SOCKETPAIR,
+                       .stream = &workers[i].ctl,
+                       .flags = LULL_STDIO_FRAMED}},
+        };
+        int rc = lull_process_spawn(loop, &workers[i].proc, &o, on_exit_cb);
+        if (rc < 0) {
+            fprintf(stderr, "prefork: spawn: %s\n", lull_strerror(rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------- the self-test's clients */
+
+typedef struct client {
+    lull_stream s;
+    char msg[32];
+    char got[32];
+    size_t want, have;
+    bool ok;
+} client;
+
+static client clients[CLIENTS];
+static int clients_done, clients_ok;
+static lull_server server;
+
+static void client_finished(void) {
+    if (++clients_done < CLIENTS) return;
+    /* Every client has its answer: the workers may go. */
+    for (int i = 0; i < WORKERS; i++)
+        lull_endpoint_close(&workers[i].ctl.ep, 0);
+    lull_server_close(&server);
+}
+
+static void client_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    client *c = LULL_CONTAINER_OF(ep, client, s.ep);
+    if (c->have + len > c->want) len = c->want - c->have;
+    memcpy(c->got + c->have, bytes, len);
+    c->have += len;
+    if (c->have < c->want) return;
+    c->ok = memcmp(c->got, c->msg, c->want) == 0;
+    clients_ok += c->ok;
+    lull_endpoint_close(ep, 0);
+}
+
+static void client_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    (void)reason;
+    client_finished();
+}
+
+static void client_connected(lull_stream *s, int status) {
+    if (status < 0) return; /* its close callback follows */
+    client *c = LULL_CONTAINER_OF(s, client, s);
+    lull_endpoint_send_copy(&s->ep, c->msg, c->want);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--worker") == 0) return worker_main();
+    bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
+    int port = self_test ? 0 : (argc > 1 ? atoi(argv[1]) : 7000);
+    lull_loop *loop;
+    if (lull_loop_new(&loop, NULL) < 0) return 1;
+    int rc = lull_server_listen_tcp(loop, &server, "127.0.0.1", port, 0,
+                                    on_connection);
+    if (rc == 0) rc = spawn_workers(loop, argv[0]);
+    if (rc < 0) {
+        fprintf(stderr, "prefork: %s\n", lull_strerror(rc));
+        return 1;
+    }
+    port = lull_server_port(&server);
+    if (!self_test) printf("prefork: listening on 127.0.0.1:%d\n", port);
+    if (self_test) {
+        lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+        for (int i = 0; i < CLIENTS; i++) {
+            client *c = &clients[i];
+            c->want = (size_t)snprintf(c->msg, sizeof c->msg, "hello %d", i);
+            rc = lull_stream_connect_tcp(loop, &c->s, "127.0.0.1", port, &raw,
+                                         client_connected);
+            if (rc < 0) return 1;
+            lull_endpoint_set_callbacks(&c->s.ep, client_frame, NULL,
+                                        client_close);
+        }
+    }
+    rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
+    bool workers_ok = true;
+    for (int i = 0; i < WORKERS; i++)
+        workers_ok &= workers[i].exited && workers[i].status == 0;
+    if (lull_loop_free(loop) < 0) return 1;
+    if (!self_test) return rc == 0 ? 0 : 1;
+    printf("prefork: %d of %d connections echoed, handed %d and %d to %d "
+           "workers, which exited %s\n",
+           clients_ok, CLIENTS, workers[0].handed, workers[1].handed, WORKERS,
+           workers_ok ? "0" : "badly");
+    return clients_ok == CLIENTS && workers_ok ? 0 : 1;
+}

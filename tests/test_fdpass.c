@@ -1,0 +1,760 @@
+/* Descriptors passed over Unix stream sockets (lull_stream_send_fds,
+ * lull_stream_take_fds), the peer's credentials, a listening socket adopted
+ * (lull_server_open), and the non-queueing write (lull_stream_try_write).
+ *
+ * Every fd case counts /proc/self/fd before and after: each passed fd is
+ * handed over or closed, whoever closed the connection and whenever (a
+ * frame never delivered, a peer gone before reading, a frame cut short,
+ * fds the kernel dropped under a lowered RLIMIT_NOFILE). */
+#include "check.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <lull.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static lull_loop *new_loop(void) {
+    lull_loop_options o = {.clock = LULL_CLOCK_MONOTONIC};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    signal(SIGPIPE, SIG_DFL); /* a SIGPIPE anywhere kills the case */
+    return loop;
+}
+
+static int fd_count(void) {
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n - 1; /* the directory's own fd */
+}
+
+static void run_until(lull_loop *loop, const bool *flag, int max) {
+    for (int i = 0; i < max && !*flag; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(*flag);
+}
+
+static void sp_pair(lull_loop *loop, lull_stream *a, lull_stream *b,
+                    const lull_stream_options *o) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_stream_open(loop, a, sv[0], o), 0);
+    CHECK_EQ(lull_stream_open(loop, b, sv[1], o), 0);
+}
+
+/* What a receiver saw: per frame, its first byte and the fds it took. */
+typedef struct rx {
+    int frames;
+    int take_max; /* fds taken per frame (at most 8) */
+    char tag[64];
+    int nfds[64];
+    int fds[64][8];
+    bool closed;
+    int reason;
+} rx;
+
+static rx g_rx;
+
+static void rx_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
+    int i = g_rx.frames++;
+    CHECK(i < 64);
+    g_rx.tag[i] = len ? *(const char *)bytes : 0;
+    g_rx.nfds[i] = lull_stream_take_fds(s, g_rx.fds[i], g_rx.take_max);
+}
+
+static void rx_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    g_rx.closed = true;
+    g_rx.reason = reason;
+}
+
+static bool g_a_closed;
+static void a_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    (void)reason;
+    g_a_closed = true;
+}
+
+static int g_released;
+static void count_release(lull_frame *f) {
+    (void)f;
+    g_released++;
+}
+
+/* Each frame's fds arrive with that frame, not its neighbours, though
+ * the frames around it leave in the same batch of writes. */
+TEST(fds_arrive_with_their_frame) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    int loop_fds = fd_count() - before;
+    (void)loop_fds;
+    lull_stream a, b;
+    sp_pair(loop, &a, &b, NULL);
+    memset(&g_rx, 0, sizeof g_rx);
+    g_rx.take_max = 8;
+    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    int p1[2], p2[2];
+    CHECK_EQ(pipe(p1), 0);
+    CHECK_EQ(pipe(p2), 0);
+    static char payload[40][100];
+    lull_frame f[40];
+    for (int i = 0; i < 40; i++) {
+        memset(payload[i], 'A' + i % 26, sizeof payload[i]);
+        f[i] = (lull_frame){.bytes = payload[i], .len = sizeof payload[i]};
+    }
+    f[5].len = 0; /* a frame of no bytes carries fds too */
+    g_released = 0;
+    for (int i = 0; i < 40; i++) {
+        f[i].release = count_release;
+        if (i == 5) {
+            CHECK_EQ(lull_stream_send_fds(&a, &f[i], &p1[1], 1), 0);
+        } else if (i == 6 || i == 30) {
+            int two[2] = {p2[1], p1[1]};
+            CHECK_EQ(lull_stream_send_fds(&a, &f[i], two, 2), 0);
+        } else {
+            CHECK_EQ(lull_endpoint_send(&a.ep, &f[i]), 0);
+        }
+    }
+    /* The copies are lull's: the caller's may go at once. */
+    close(p1[1]);
+    close(p2[1]);
+    bool done = false;
+    for (int i = 0; i < 100 && !done; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        done = g_rx.frames == 40;
+    }
+    CHECK_EQ(g_rx.frames, 40);
+    CHECK_EQ(g_released, 40);
+    for (int i = 0; i < 40; i++) {
+        int want = i == 5 ? 1 : (i == 6 || i == 30) ? 2 : 0;
+        CHECK_EQ(g_rx.nfds[i], want);
+        if (i != 5) CHECK_EQ(g_rx.tag[i], 'A' + i % 26);
+    }
+    /* Received with O_CLOEXEC, and they work: each is a pipe's write end. */
+    CHECK(fcntl(g_rx.fds[5][0], F_GETFD) & FD_CLOEXEC);
+    CHECK_EQ(write(g_rx.fds[5][0], "x", 1), 1);
+    CHECK_EQ(write(g_rx.fds[6][0], "y", 1), 1);
+    CHECK_EQ(write(g_rx.fds[30][1], "z", 1), 1);
+    char c[2];
+    CHECK_EQ(read(p1[0], c, 2), 2);
+    CHECK(memcmp(c, "xz", 2) == 0);
+    CHECK_EQ(read(p2[0], c, 1), 1);
+    CHECK_EQ(c[0], 'y');
+    close(g_rx.fds[5][0]);
+    close(g_rx.fds[6][0]);
+    close(g_rx.fds[6][1]);
+    close(g_rx.fds[30][0]);
+    close(g_rx.fds[30][1]);
+    close(p1[0]);
+    close(p2[0]);
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&b.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* Fds a frame's callback did not take are closed when it returns; a
+ * callback may take some and leave the rest; outside on_frame nothing is
+ * there to take. */
+TEST(untaken_fds_are_closed) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    int loop_fds = fd_count() - before;
+    (void)loop_fds;
+    lull_stream a, b;
+    sp_pair(loop, &a, &b, NULL);
+    memset(&g_rx, 0, sizeof g_rx);
+    g_rx.take_max = 1;
+    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    int three[3] = {0, 1, 2};
+    lull_frame f1 = {.bytes = "a", .len = 1}, f2 = {.bytes = "b", .len = 1};
+    CHECK_EQ(lull_stream_send_fds(&a, &f1, three, 3), 0);
+    CHECK_EQ(lull_stream_send_fds(&a, &f2, three, 3), 0);
+    int t;
+    CHECK_EQ(lull_stream_take_fds(&b, &t, 1), 0); /* not inside on_frame */
+    bool done = false;
+    for (int i = 0; i < 100 && !done; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        done = g_rx.frames == 2;
+    }
+    CHECK_EQ(g_rx.nfds[0], 1);
+    CHECK_EQ(g_rx.nfds[1], 1);
+    /* The 2 taken are ours; the 4 others were closed. */
+    CHECK_EQ(fd_count(), before + loop_fds + 2 + 2);
+    close(g_rx.fds[0][0]);
+    close(g_rx.fds[1][0]);
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&b.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* A raw stream: the fds come with the read that holds the first byte of
+ * the send they were attached to. */
+TEST(raw_stream_fds_come_with_the_read) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    int loop_fds = fd_count() - before;
+    (void)loop_fds;
+    lull_stream a, b;
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    sp_pair(loop, &a, &b, &raw);
+    memset(&g_rx, 0, sizeof g_rx);
+    g_rx.take_max = 8;
+    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    lull_frame f = {.bytes = "hello", .len = 5}, z = {.bytes = "", .len = 0};
+    int in = 0;
+    CHECK_EQ(lull_stream_send_fds(&a, &z, &in, 1), -EINVAL); /* no bytes */
+    CHECK_EQ(lull_stream_send_fds(&a, &f, &in, 1), 0);
+    bool got = false;
+    for (int i = 0; i < 100 && !got; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        got = g_rx.frames > 0;
+    }
+    CHECK_EQ(g_rx.tag[0], 'h');
+    CHECK_EQ(g_rx.nfds[0], 1);
+    close(g_rx.fds[0][0]);
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&b.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* Frames with fds buffered, never delivered (reading paused), when the
+ * receiver closes: the fds close with them. */
+TEST(undelivered_frames_close_their_fds) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    int loop_fds = fd_count() - before;
+    (void)loop_fds;
+    lull_stream a, b;
+    sp_pair(loop, &a, &b, NULL);
+    memset(&g_rx, 0, sizeof g_rx);
+    g_rx.take_max = 8;
+    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    int fds[4] = {0, 1, 2, 0};
+    lull_frame f[3] = {{.bytes = "1", .len = 1},
+                       {.bytes = "2", .len = 1},
+                       {.bytes = "3", .len = 1}};
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_stream_send_fds(&a, &f[i], fds, 4), 0);
+    /* The first frame's callback pauses reading: the others wait in the
+     * buffer, with their fds. */
+    bool one = false;
+    for (int i = 0; i < 100 && !one; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        if (g_rx.frames > 0 && !one) {
+            one = true;
+            lull_stream_read_stop(&b);
+        }
+    }
+    /* Let the rest arrive and sit. */
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(g_rx.frames < 3);
+    for (int i = 0; i < g_rx.frames; i++)
+        for (int j = 0; j < g_rx.nfds[i]; j++)
+            close(g_rx.fds[i][j]);
+    lull_endpoint_close(&b.ep, 0);
+    lull_endpoint_close(&a.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* A peer that sends fds with the start of a frame and closes before the
+ * rest: the stream closes with -EPROTO, and the fds of the cut frame are
+ * closed. */
+TEST(connection_closed_mid_frame_leaks_nothing) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    int loop_fds = fd_count() - before;
+    (void)loop_fds;
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream b;
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
+    memset(&g_rx, 0, sizeof g_rx);
+    g_rx.take_max = 8;
+    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    /* A header announcing 1000 bytes, 10 of them, and 3 fds. */
+    char buf[14] = {0, 0, 3, (char)232};
+    memset(buf + 4, 'x', 10);
+    int three[3] = {0, 1, 2};
+    union {
+        char b[CMSG_SPACE(sizeof three)];
+        struct cmsghdr a;
+    } ctl;
+    struct iovec iov = {buf, sizeof buf};
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = ctl.b,
+                       .msg_controllen = sizeof ctl.b};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof three);
+    memcpy(CMSG_DATA(c), three, sizeof three);
+    CHECK_EQ(sendmsg(sv[0], &m, 0), (ssize_t)sizeof buf);
+    /* Read the start with its fds first, then the EOF. */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    close(sv[0]);
+    run_until(loop, &g_rx.closed, 100);
+    CHECK_EQ(g_rx.reason, -EPROTO);
+    CHECK_EQ(g_rx.frames, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* Fds sent to a peer that closes before reading them: nothing is left on
+ * either side (the kernel frees fds in flight with the socket). */
+TEST(peer_closed_before_reading) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    int loop_fds = fd_count() - before;
+    (void)loop_fds;
+    lull_stream a, b;
+    sp_pair(loop, &a, &b, NULL);
+    g_a_closed = false;
+    memset(&g_rx, 0, sizeof g_rx);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, a_close);
+    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    CHECK_EQ(lull_stream_read_stop(&b), 0);
+    int fds[2] = {0, 1};
+    lull_frame f = {.bytes = "x", .len = 1};
+    g_released = 0;
+    f.release = count_release;
+    CHECK_EQ(lull_stream_send_fds(&a, &f, fds, 2), 0);
+    while (g_released == 0)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    lull_endpoint_close(&b.ep, 0);
+    run_until(loop, &g_rx.closed, 100);
+    run_until(loop, &g_a_closed, 100); /* its EOF */
+    CHECK_EQ(g_rx.frames, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+    /* The same with the sender's copies still queued (never written): a
+     * close of the sender discards them. */
+    loop = new_loop();
+    sp_pair(loop, &a, &b, NULL);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, a_close);
+    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    CHECK_EQ(lull_stream_send_fds(&a, &f, fds, 2), 0);
+    CHECK_EQ(fd_count(), before + loop_fds + 4); /* the pair, 2 copies */
+    lull_endpoint_close(&b.ep, 0);
+    lull_endpoint_close(&a.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* The kernel drops fds it cannot install (the receiver's RLIMIT_NOFILE):
+ * MSG_CTRUNC closes the stream with -EMFILE, and the fds that did arrive
+ * are closed. */
+TEST(fds_dropped_under_low_rlimit_close_the_stream) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    int loop_fds = fd_count() - before;
+    (void)loop_fds;
+    lull_stream a, b;
+    sp_pair(loop, &a, &b, NULL);
+    memset(&g_rx, 0, sizeof g_rx);
+    g_rx.take_max = 8;
+    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    CHECK_EQ(lull_stream_read_stop(&b), 0);
+    int fds[40];
+    for (int i = 0; i < 40; i++)
+        fds[i] = i % 3;
+    lull_frame f = {.bytes = "x", .len = 1};
+    g_released = 0;
+    f.release = count_release;
+    CHECK_EQ(lull_stream_send_fds(&a, &f, fds, 40), 0);
+    while (g_released == 0) /* written: the copies are closed */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    /* A limit that leaves 4 free fd numbers below it (whatever holes the
+     * inherited fds leave), fewer than the 40 on their way. */
+    int lim = 0;
+    for (int free_seen = 0; free_seen < 4; lim++)
+        if (fcntl(lim, F_GETFD) < 0) free_seen++;
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = (rlim_t)lim;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    CHECK_EQ(lull_stream_read_start(&b), 0);
+    run_until(loop, &g_rx.closed, 100);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(g_rx.reason, -EMFILE);
+    CHECK_EQ(g_rx.frames, 0);
+    lull_endpoint_close(&a.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+TEST(send_fds_hostile_arguments) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    int loop_fds = fd_count() - before;
+    (void)loop_fds;
+    lull_stream a, b;
+    sp_pair(loop, &a, &b, NULL);
+    lull_frame f = {.bytes = "x", .len = 1};
+    int many[254];
+    for (int i = 0; i < 254; i++)
+        many[i] = 0;
+    CHECK_EQ(lull_stream_send_fds(NULL, &f, many, 1), -EINVAL);
+    CHECK_EQ(lull_stream_send_fds(&a, NULL, many, 1), -EINVAL);
+    CHECK_EQ(lull_stream_send_fds(&a, &f, NULL, 1), -EINVAL);
+    CHECK_EQ(lull_stream_send_fds(&a, &f, many, 0), -EINVAL);
+    CHECK_EQ(lull_stream_send_fds(&a, &f, many, -1), -EINVAL);
+    CHECK_EQ(lull_stream_send_fds(&a, &f, many, 254), -EINVAL);
+    /* A number that is not open, after good ones: nothing is kept. */
+    /* Not a freed low number: the copies of 0 and 1 would take it. */
+    int dead = 900;
+    CHECK_EQ(fcntl(dead, F_GETFD), -1);
+    int mixed[3] = {0, 1, dead};
+    CHECK_EQ(lull_stream_send_fds(&a, &f, mixed, 3), -EBADF);
+    mixed[2] = -5;
+    CHECK_EQ(lull_stream_send_fds(&a, &f, mixed, 3), -EBADF);
+    CHECK(!f.in_flight);
+    CHECK_EQ(fd_count(), before + loop_fds + 2);
+    /* In flight already. */
+    CHECK_EQ(lull_endpoint_send(&a.ep, &f), 0);
+    CHECK_EQ(lull_stream_send_fds(&a, &f, many, 1), -EBUSY);
+    /* The most the kernel passes at once is fine. */
+    lull_frame g = {.bytes = "y", .len = 1};
+    CHECK_EQ(lull_stream_send_fds(&a, &g, many, 253), 0);
+    int t[4];
+    CHECK_EQ(lull_stream_take_fds(NULL, t, 1), -EINVAL);
+    CHECK_EQ(lull_stream_take_fds(&b, t, -1), -EINVAL);
+    CHECK_EQ(lull_stream_take_fds(&b, NULL, 1), -EINVAL);
+    CHECK_EQ(lull_stream_take_fds(&b, NULL, 0), 0);
+    /* A pipe is no socket; TCP carries no fds. */
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    lull_stream ps;
+    CHECK_EQ(lull_stream_open(loop, &ps, p[1], NULL), 0);
+    lull_frame h = {.bytes = "z", .len = 1};
+    CHECK_EQ(lull_stream_send_fds(&ps, &h, many, 1), -ENOTSUP);
+    CHECK_EQ(lull_stream_peer_cred(&ps, NULL, NULL, NULL), -ENOTSUP);
+    lull_endpoint_close(&ps.ep, 0);
+    close(p[0]);
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET,
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sin;
+    CHECK_EQ(bind(l, (struct sockaddr *)&sin, sizeof sin), 0);
+    CHECK_EQ(listen(l, 1), 0);
+    CHECK_EQ(getsockname(l, (struct sockaddr *)&sin, &sl), 0);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_EQ(connect(c, (struct sockaddr *)&sin, sizeof sin), 0);
+    lull_stream tcp;
+    CHECK_EQ(lull_stream_open(loop, &tcp, c, NULL), 0);
+    CHECK_EQ(lull_stream_send_fds(&tcp, &h, many, 1), -ENOTSUP);
+    CHECK_EQ(lull_stream_peer_cred(&tcp, NULL, NULL, NULL), -ENOTSUP);
+    lull_endpoint_close(&tcp.ep, 0);
+    close(l);
+    /* Closed: -EPIPE, as any send. */
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&b.ep, 0);
+    CHECK_EQ(lull_stream_send_fds(&a, &h, many, 1), -EPIPE);
+    CHECK_EQ(lull_stream_peer_cred(&a, NULL, NULL, NULL), -ENOTCONN);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* SO_PEERCRED: a socketpair's peer is this process; so is a Unix
+ * listener's client. */
+static lull_stream g_srv_side;
+static bool g_accepted;
+static void accept_into(lull_server *srv) {
+    CHECK_EQ(lull_server_accept(srv, &g_srv_side, NULL), 0);
+    g_accepted = true;
+}
+
+TEST(peer_credentials) {
+    lull_loop *loop = new_loop();
+    lull_stream a, b;
+    sp_pair(loop, &a, &b, NULL);
+    pid_t pid = 0;
+    uid_t uid = 1;
+    gid_t gid = 1;
+    CHECK_EQ(lull_stream_peer_cred(&a, &pid, &uid, &gid), 0);
+    CHECK_EQ(pid, getpid());
+    CHECK_EQ(uid, getuid());
+    CHECK_EQ(gid, getgid());
+    CHECK_EQ(lull_stream_peer_cred(NULL, &pid, &uid, &gid), -EINVAL);
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&b.ep, 0);
+    /* Over a Unix listener, both ways, and fds pass there too. */
+    char path[64];
+    snprintf(path, sizeof path, "@lull-fdpass-%d", (int)getpid());
+    lull_server srv;
+    CHECK_EQ(lull_server_listen_unix(loop, &srv, path, 0, accept_into), 0);
+    g_accepted = false;
+    CHECK_EQ(lull_stream_connect_unix(loop, &a, path, NULL, NULL), 0);
+    memset(&g_rx, 0, sizeof g_rx);
+    g_rx.take_max = 8;
+    lull_frame f = {.bytes = "q", .len = 1};
+    int zero = 0;
+    CHECK_EQ(lull_stream_send_fds(&a, &f, &zero, 1), 0); /* while connecting */
+    run_until(loop, &g_accepted, 100);
+    lull_endpoint_set_callbacks(&g_srv_side.ep, rx_frame, NULL, rx_close);
+    pid = 0;
+    CHECK_EQ(lull_stream_peer_cred(&g_srv_side, &pid, NULL, NULL), 0);
+    CHECK_EQ(pid, getpid());
+    for (int i = 0; i < 100 && g_rx.frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_rx.nfds[0], 1);
+    close(g_rx.fds[0][0]);
+    lull_server_close(&srv);
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&g_srv_side.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------- a listening socket passed */
+
+/* The worker: takes the listening socket that comes with the first frame,
+ * adopts it (lull_server_open), accepts one connection and echoes it. */
+static lull_server w_srv;
+static lull_stream w_conn;
+static bool w_done;
+static int w_listen_fd = -1;
+
+static void w_echo(lull_endpoint *ep, const void *bytes, size_t len) {
+    CHECK_EQ(lull_endpoint_send_copy(ep, bytes, len), 0);
+}
+
+static void w_conn_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    (void)reason;
+    w_done = true;
+}
+
+static void w_accept(lull_server *srv) {
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_server_accept(srv, &w_conn, &raw), 0);
+    lull_endpoint_set_callbacks(&w_conn.ep, w_echo, NULL, w_conn_close);
+    lull_server_close(srv);
+}
+
+static void w_ctl_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)bytes;
+    (void)len;
+    lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
+    CHECK_EQ(lull_stream_take_fds(s, &w_listen_fd, 1), 1);
+}
+
+static void worker(int ctl) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    lull_stream s;
+    CHECK_EQ(lull_stream_open(loop, &s, ctl, NULL), 0);
+    lull_endpoint_set_callbacks(&s.ep, w_ctl_frame, NULL, NULL);
+    while (w_listen_fd < 0)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_server_open(loop, &w_srv, w_listen_fd, w_accept), 0);
+    while (!w_done)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    lull_endpoint_close(&s.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    _exit(0);
+}
+
+TEST(worker_takes_over_a_listening_socket) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(sv[0]);
+        worker(sv[1]);
+    }
+    close(sv[1]);
+    lull_loop *loop = new_loop();
+    lull_stream ctl;
+    CHECK_EQ(lull_stream_open(loop, &ctl, sv[0], NULL), 0);
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET,
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sin;
+    CHECK_EQ(bind(l, (struct sockaddr *)&sin, sizeof sin), 0);
+    CHECK_EQ(listen(l, 4), 0);
+    CHECK_EQ(getsockname(l, (struct sockaddr *)&sin, &sl), 0);
+    lull_frame f = {.bytes = "listen", .len = 6};
+    g_released = 0;
+    f.release = count_release;
+    CHECK_EQ(lull_stream_send_fds(&ctl, &f, &l, 1), 0);
+    close(l); /* the worker has it now */
+    while (g_released == 0)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    /* A client, blocking: the worker accepts and echoes. */
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_EQ(connect(c, (struct sockaddr *)&sin, sizeof sin), 0);
+    CHECK_EQ(write(c, "ping", 4), 4);
+    char got[4];
+    size_t have = 0;
+    while (have < 4) {
+        ssize_t n = read(c, got + have, 4 - have);
+        CHECK(n > 0);
+        have += (size_t)n;
+    }
+    CHECK(memcmp(got, "ping", 4) == 0);
+    close(c);
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    lull_endpoint_close(&ctl.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(server_open_refuses_what_is_not_listening) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    int loop_fds = fd_count() - before;
+    (void)loop_fds;
+    lull_server srv;
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_server_open(loop, &srv, sv[0], w_accept), -EINVAL);
+    CHECK_EQ(fcntl(sv[0], F_GETFD), -1); /* owned, also on failure */
+    CHECK_EQ(lull_server_open(loop, &srv, sv[1], NULL), -EINVAL);
+    CHECK_EQ(lull_server_open(loop, &srv, -1, w_accept), -EINVAL);
+    CHECK_EQ(lull_server_open(NULL, &srv, -1, w_accept), -EINVAL);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* A frame far larger than the socket's buffer, its fd with it: the fd goes
+ * with the first part written, and still reaches that frame, not the small
+ * one after it. */
+static char big_payload[1 << 20];
+
+TEST(fds_of_a_frame_written_in_parts) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    lull_stream a, b;
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int small = 4096;
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    lull_stream_options ob = {.read_size = 1000}; /* grows to the frame */
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], &ob), 0);
+    memset(&g_rx, 0, sizeof g_rx);
+    g_rx.take_max = 8;
+    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    memset(big_payload, 'B', sizeof big_payload);
+    lull_frame f0 = {.bytes = "0", .len = 1};
+    lull_frame f1 = {.bytes = big_payload, .len = sizeof big_payload};
+    lull_frame f2 = {.bytes = "2", .len = 1};
+    int in[2] = {0, 1};
+    CHECK_EQ(lull_endpoint_send(&a.ep, &f0), 0);
+    CHECK_EQ(lull_stream_send_fds(&a, &f1, in, 2), 0);
+    CHECK_EQ(lull_stream_send_fds(&a, &f2, in, 1), 0);
+    for (int i = 0; i < 10000 && g_rx.frames < 3; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_rx.frames, 3);
+    CHECK(a.writes > 3); /* it did leave in parts */
+    CHECK_EQ(g_rx.tag[0], '0');
+    CHECK_EQ(g_rx.nfds[0], 0);
+    CHECK_EQ(g_rx.tag[1], 'B');
+    CHECK_EQ(g_rx.nfds[1], 2);
+    CHECK_EQ(g_rx.tag[2], '2');
+    CHECK_EQ(g_rx.nfds[2], 1);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < g_rx.nfds[i]; j++)
+            close(g_rx.fds[i][j]);
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&b.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* A frame callback that closes its stream without taking the fds, or
+ * after taking some: the rest are closed with the stream. */
+static int g_close_after_take;
+static void close_in_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)bytes;
+    (void)len;
+    lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
+    int fd;
+    if (g_close_after_take && lull_stream_take_fds(s, &fd, 1) == 1) close(fd);
+    lull_endpoint_close(ep, 0);
+    CHECK_EQ(lull_stream_take_fds(s, &fd, 1), 0); /* closed: nothing */
+}
+
+TEST(close_inside_on_frame_closes_untaken_fds) {
+    for (g_close_after_take = 0; g_close_after_take < 2; g_close_after_take++) {
+        int before = fd_count();
+        lull_loop *loop = new_loop();
+        lull_stream a, b;
+        sp_pair(loop, &a, &b, NULL);
+        lull_endpoint_set_callbacks(&b.ep, close_in_frame, NULL, NULL);
+        int three[3] = {0, 1, 2};
+        lull_frame f1 = {.bytes = "a", .len = 1}, f2 = {.bytes = "b", .len = 1};
+        CHECK_EQ(lull_stream_send_fds(&a, &f1, three, 3), 0);
+        CHECK_EQ(lull_stream_send_fds(&a, &f2, three, 3), 0);
+        for (int i = 0; i < 100 && !lull_endpoint_closed(&b.ep); i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK(lull_endpoint_closed(&b.ep));
+        lull_endpoint_close(&a.ep, 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+        CHECK_EQ(fd_count(), before);
+    }
+}
+
+/* The sender out of fds for its copies: -EMFILE, nothing kept, the stream
+ * fine for the next send. */
+TEST(send_fds_out_of_fds_for_the_copies) {
+    int before = fd_count();
+    lull_loop *loop = new_loop();
+    lull_stream a, b;
+    sp_pair(loop, &a, &b, NULL);
+    int lim = 0; /* a limit that leaves 2 free fd numbers below it */
+    for (int free_seen = 0; free_seen < 2; lim++)
+        if (fcntl(lim, F_GETFD) < 0) free_seen++;
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = (rlim_t)lim;
+    int five[5] = {0, 1, 2, 0, 1};
+    lull_frame f = {.bytes = "x", .len = 1};
+    int open_now = fd_count();
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int rc = lull_stream_send_fds(&a, &f, five, 5);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(rc, -EMFILE);
+    CHECK(!f.in_flight);
+    CHECK_EQ(fd_count(), open_now);
+    CHECK_EQ(lull_stream_send_fds(&a, &f, five, 1), 0);
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&b.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
