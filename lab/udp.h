@@ -39,12 +39,13 @@ enum { UDP_SERVER, UDP_CLIENT };
           than are ever in flight (window / 16 + 1) */
 
 /* The per-thread system calls an implementation made, counted the same way
- * for all of them (lab/udp_count.c): datagram calls, polls, epoll_ctl. */
+ * for all of them (lab/udp_count.c): datagram calls, polls, the rest a
+ * datagram path might make (epoll_ctl, getsockname, getpeername). */
 typedef struct udp_calls {
     uint64_t sends; /* sendto, sendmsg, sendmmsg (syscall() included) */
     uint64_t recvs; /* recvfrom, recvmsg, recvmmsg (syscall() included) */
     uint64_t polls; /* epoll_wait, epoll_pwait, epoll_pwait2 */
-    uint64_t ctls;  /* epoll_ctl */
+    uint64_t other; /* epoll_ctl, getsockname, getpeername */
 } udp_calls;
 void udp_calls_now(udp_calls *out); /* the calling thread's, so far */
 

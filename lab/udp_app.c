@@ -364,7 +364,7 @@ int udp_measure(udp_run_fn run, unsigned variant, int workload, size_t size,
         out->calls.sends += s->c1.sends - s->c0.sends;
         out->calls.recvs += s->c1.recvs - s->c0.recvs;
         out->calls.polls += s->c1.polls - s->c0.polls;
-        out->calls.ctls += s->c1.ctls - s->c0.ctls;
+        out->calls.other += s->c1.other - s->c0.other;
     }
     out->own_calls = srv->own_calls + cli->own_calls;
     out->p50_us = out->p99_us = NAN;

@@ -1,9 +1,11 @@
-/* Counts the datagram system calls and epoll_ctl calls of every
+/* Counts the datagram system calls, and the others a datagram path might
+ * make (epoll_ctl, getsockname, getpeername), of every
  * implementation in the process the same way for all of them, for the
  * `udp` scenario's calls per datagram (polls: lab/turns_count.c).
  *
  * How: as lab/turns_count.c does for epoll_wait, lull-lab defines sendto,
- * sendmsg, sendmmsg, recvfrom, recvmsg, recvmmsg and epoll_ctl itself; the
+ * sendmsg, sendmmsg, recvfrom, recvmsg, recvmmsg, epoll_ctl, getsockname
+ * and getpeername itself; the
  * peers' shared libraries bind to these definitions (the executable comes
  * first in the lookup order) and lull, linked statically, binds to them at
  * link time. Each counts and forwards to the C library's function, found
@@ -92,8 +94,26 @@ int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags,
 int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
     int (*fn)(int, int, int, struct epoll_event *) =
         next(&ctl_next, "epoll_ctl");
-    counts.ctls++;
+    counts.other++;
     return fn(epfd, op, fd, ev);
+}
+
+static void *getsockname_next, *getpeername_next;
+
+int getsockname(int fd, struct sockaddr *restrict addr,
+                socklen_t *restrict len) {
+    int (*fn)(int, struct sockaddr *, socklen_t *) =
+        next(&getsockname_next, "getsockname");
+    counts.other++;
+    return fn(fd, addr, len);
+}
+
+int getpeername(int fd, struct sockaddr *restrict addr,
+                socklen_t *restrict len) {
+    int (*fn)(int, struct sockaddr *, socklen_t *) =
+        next(&getpeername_next, "getpeername");
+    counts.other++;
+    return fn(fd, addr, len);
 }
 
 long syscall(long number, ...) {
@@ -109,7 +129,8 @@ long syscall(long number, ...) {
     else if (number == SYS_recvmmsg || number == SYS_recvmsg ||
              number == SYS_recvfrom)
         counts.recvs++;
-    else if (number == SYS_epoll_ctl)
-        counts.ctls++;
+    else if (number == SYS_epoll_ctl || number == SYS_getsockname ||
+             number == SYS_getpeername)
+        counts.other++;
     return fn(number, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
