@@ -4,8 +4,9 @@
  * each readiness, recvmmsg batches of FLOOR_BATCH until one comes back
  * short (the socket was empty then), and after each batch the replies it
  * made leave in one sendmmsg, pointing at the received bytes themselves
- * (no copy: they stay put until the send). No timers, no queues, nothing
- * but the calls a datagram needs. */
+ * (no copy: they stay put until the send). Each datagram's sender is
+ * read with it, as any server must to reply. No timers, no queues,
+ * nothing but the calls a datagram needs. */
 #include "udp.h"
 
 #include <errno.h>
@@ -75,6 +76,7 @@ int udp_floor_run(udp_side *s) {
     floor_side *f = calloc(1, sizeof *f);
     struct mmsghdr in[FLOOR_BATCH];
     struct iovec iov[FLOOR_BATCH];
+    struct sockaddr_in from[FLOOR_BATCH];
     /* A slot a byte longer than a datagram, so a longer one shows. */
     size_t slot = s->size + 1;
     unsigned char *buf = malloc(FLOOR_BATCH * slot);
@@ -98,6 +100,10 @@ int udp_floor_run(udp_side *s) {
             for (int i = 0; i < FLOOR_BATCH; i++) {
                 iov[i] = (struct iovec){buf + (size_t)i * slot, slot};
                 memset(&in[i].msg_hdr, 0, sizeof in[i].msg_hdr);
+                /* Every sender's address, as a server needs it to
+                 * reply (and as lull and libuv hand it over). */
+                in[i].msg_hdr.msg_name = &from[i];
+                in[i].msg_hdr.msg_namelen = sizeof from[i];
                 in[i].msg_hdr.msg_iov = &iov[i];
                 in[i].msg_hdr.msg_iovlen = 1;
             }

@@ -48,7 +48,10 @@ static void readable(evutil_socket_t fd, short what, void *arg) {
     eside *e = arg;
     udp_side *s = e->s;
     for (int i = 0; i < READS_PER_CALLBACK && !s->done && !s->err; i++) {
-        ssize_t n = recvfrom(fd, e->buf, s->size + 1, 0, NULL, NULL);
+        struct sockaddr_in from; /* a server replies to it */
+        socklen_t fromlen = sizeof from;
+        ssize_t n = recvfrom(fd, e->buf, s->size + 1, 0,
+                             (struct sockaddr *)&from, &fromlen);
         if (n < 0) {
             if (errno != EAGAIN && errno != EINTR) set_err(s, -errno, "recv");
             if (errno != EINTR) break;
