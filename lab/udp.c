@@ -278,7 +278,9 @@ static void verdict(lab_fig *const figs[FIGS], const bool ok[IMPLS]) {
         }
     }
     lab_verdict *v = lab_verdict_add("udp", 0);
-    if (v && isfinite(worst)) {
+    if (v && !isfinite(worst)) {
+        snprintf(v->note, sizeof v->note, "CPU/dg: not measured (--only)");
+    } else if (v) {
         v->timing = true;
         snprintf(v->what, sizeof v->what, "CPU/dg %s× floor (%s)",
                  lab_fmt3(a, worst), figures[wf].title);
@@ -350,7 +352,9 @@ static void verdict(lab_fig *const figs[FIGS], const bool ok[IMPLS]) {
             spread = lab_row_spread(row_of(figs[k], I_FLOOR), UV_P50);
         }
     }
-    if ((v = lab_verdict_add("udp", 3)) && isfinite(worst)) {
+    if ((v = lab_verdict_add("udp", 3)) && !isfinite(worst)) {
+        snprintf(v->note, sizeof v->note, "echo p50: not measured (--only)");
+    } else if (v) {
         v->timing = true;
         snprintf(v->what, sizeof v->what, "echo p50 %s× floor (%s)",
                  lab_fmt3(a, worst), figures[wf].title);
