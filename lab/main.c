@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "runner.h"
 #include "soak.h"
+#include "udp.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 static const lab_scenario *const scenarios[] = {
     &lab_turns,     &lab_pump,  &lab_loopback,
     &lab_replicate, &lab_serve, &lab_runner,
+    &lab_udp,
 };
 #define SCENARIO_COUNT (sizeof scenarios / sizeof scenarios[0])
 

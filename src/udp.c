@@ -96,6 +96,8 @@
 #define U_GRO       0x40u  /* UDP_GRO is on */
 #define U_INIT      0x80u  /* lull_udp_init ran */
 #define U_RPEND     0x100u /* event task: deliver the rest of a batch */
+#define U_INET      0x200u /* the socket is AF_INET (read once, at adopt) */
+#define U_INET6     0x400u /* the socket is AF_INET6 (ditto) */
 
 /* One receive slot's headers. */
 typedef struct recv_meta {
@@ -172,7 +174,13 @@ static int socket_family(const lull_udp *udp);
 static int adopt(lull_udp *udp, int fd) {
     int rc = lull_io_init(udp->loop, &udp->io, fd, on_io);
     if (rc < 0) return rc;
+    /* A socket keeps its family: read it here once, so that a send, which
+     * checks its destination against it, makes no system call of its own
+     * (it was a getsockname per datagram). */
     int family = socket_family(udp);
+    udp->state &= ~(U_INET | U_INET6);
+    if (family == AF_INET) udp->state |= U_INET;
+    if (family == AF_INET6) udp->state |= U_INET6;
     if (family != AF_INET && family != AF_INET6) {
         udp->state |= U_NO_GSO;
         udp->state &= ~U_GRO;
@@ -311,7 +319,9 @@ static int take_destination(lull_udp *udp, lull_datagram *req,
     }
     /* An IPv4 destination on a dual-stack IPv6 socket goes as a mapped
      * address; an IPv6 one on an IPv4 socket cannot go at all. */
-    int family = socket_family(udp);
+    int family = (udp->state & U_INET)    ? AF_INET
+                 : (udp->state & U_INET6) ? AF_INET6
+                                          : AF_UNSPEC; /* not an IP socket */
     if (family == AF_INET && to->sa_family == AF_INET6) return -EINVAL;
     if (family == AF_INET6 && to->sa_family == AF_INET) {
         const struct sockaddr_in *v4 = (const struct sockaddr_in *)to;
