@@ -2,7 +2,7 @@
  * poll() loop with a watcher of its own (a pipe it reads); lull runs a
  * repeating timer and a task posted from a worker thread. The host asks
  * lull for its fd and its timeout, waits on both with its own, and runs
- * lull without blocking when either says so (docs/API.md, "Embedding").
+ * lull without blocking when either says so (docs/API.md, lull_loop_backend_fd).
  * The same three calls fit any loop that can watch an fd and sleep for a
  * time: GLib (g_unix_fd_add and a timeout source), Qt (QSocketNotifier),
  * libuv (uv_poll_t on the fd and a uv_timer_t), a game's frame loop.

@@ -1099,7 +1099,7 @@ LULL_EXTERN int lull_stream_try_write(lull_stream *s, const void *bytes,
 
 /* ------------------------------------------------------------------ UDP */
 
-/* Datagram sockets with the loop's discipline (docs/UDP.md): sends queued
+/* Datagram sockets with the loop's discipline (docs/API.md, "UDP"): sends queued
  * within a slice leave together in one sendmmsg at the loop's next flush
  * point, in send order (several destinations in one call), and a readable
  * socket is drained with recvmmsg, a bounded number of batches per
