@@ -44,12 +44,13 @@ void kv_expiry_rearm(kv_expiry *x) {
     int64_t at = store_obj(e)->expire;
     if (at == x->armed_at && lull_timer_active(&x->timer)) return;
     x->armed_at = at;
-    /* The loop time at which the clock reads `at`: the clock counts whole
-     * ms since base_ns, so it reads `at` from then on, never before. */
+    /* The loop time at which the clock reads `at` + 1, the first ms the
+     * key is expired at (store_expired): the clock counts whole ms since
+     * base_ns, so it reads that from then on, never before. */
     uint64_t now = lull_loop_now_exact(x->loop);
     uint64_t delay = 0;
-    if (at > x->base_ms) {
-        uint64_t ms = (uint64_t)(at - x->base_ms);
+    if (at >= x->base_ms) {
+        uint64_t ms = (uint64_t)at - (uint64_t)x->base_ms + 1;
         uint64_t target = ms > (UINT64_MAX - x->base_ns) / 1000000u
                               ? UINT64_MAX
                               : x->base_ns + ms * 1000000u;

@@ -101,7 +101,7 @@ size_t model_request(const model_cmd *c, char *out) {
 }
 
 static bool alive(const model_val *s, int64_t now) {
-    return s->type != MODEL_NONE && (!s->expire || s->expire > now);
+    return s->type != MODEL_NONE && !store_expired(s->expire, now);
 }
 
 static void clear(model_val *s) {
@@ -271,11 +271,12 @@ bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
     next.n = 0;
     char out[700];
     for (int i = 0; i < k->n; i++) {
-        /* The outcome changes only where an instant in the window reaches
-         * the key's expiry or the command's time: try lo and those. */
+        /* The outcome changes only where an instant in the window passes
+         * the key's expiry (the ms after it) or reaches the command's
+         * time: try lo and those. */
         int64_t at[3] = {lo, 0, 0};
         int nat = 1;
-        int64_t e = k->c[i].expire;
+        int64_t e = k->c[i].expire ? k->c[i].expire + 1 : 0;
         if (e > lo && e <= hi) at[nat++] = e;
         if ((c->op == OP_PEXPIREAT) && c->at > lo && c->at <= hi && c->at != e)
             at[nat++] = c->at;
@@ -312,7 +313,7 @@ bool model_from_store(const store *st, const char *key, int64_t now,
     dict_entry *e = store_find(st, key, strlen(key));
     if (!e) return true;
     kobj *o = store_obj(e);
-    if (o->expire && o->expire <= now) return true;
+    if (store_expired(o->expire, now)) return true;
     out->expire = o->expire;
     if (o->type == KV_STRING) {
         if (o->len > MODEL_VAL_MAX) return false;
