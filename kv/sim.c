@@ -47,6 +47,9 @@
  *                      hashes must be equal; with --once, one run, its
  *                      hash printed (to compare across processes:
  *                      kv/sim_determinism.cmake)
+ *     --unread-close   one directed run: a replica closes its link with
+ *                      bytes the primary has not read (kv.sim_replica_
+ *                      close_unread)
  * Exit status: 0 when every seed passed (or the planted bug was found). */
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
@@ -229,7 +232,7 @@ static int sim_connect(server *srv) {
 
 /* The simulated links count no system calls: no io_counts. */
 static const kv_net kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
-                                  sim_peer, sim_connect, NULL};
+                                  sim_peer,      sim_connect,    NULL};
 
 static void random_faults(sim *S, lull_simfaults *f);
 
@@ -854,6 +857,114 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     free(S);
 }
 
+/* ------------------------------------------- a replica's close, unread */
+
+/* A replica closes its link right after sending a REPLACK, so the
+ * primary's end holds unread bytes when it learns its peer is gone (the
+ * simulated network, as the loopback pair, marks it at once; a socket
+ * learns it only from a failed write, which closes the stream). The
+ * primary must still read them and the EOF after, close its end (which
+ * releases the replica's REPLACK, and so runs the replica's close
+ * callback), and the replica must reconnect and resume. One run, no
+ * seed: 0 when it did. */
+static void unread_step(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, deadline);
+    server *r = &S->nodes[1].srv;
+    server *p = &S->nodes[0].srv;
+    static const char ack[] = "*2\r\n$7\r\nREPLACK\r\n$1\r\n0\r\n";
+    int step = (int)S->cmds_run++;
+    if ((step == 1 || step == 3) && (p->kv.npeers != 1 || r->m.state != M_UP)) {
+        fail(S,
+             "2 s after replica1 closed its link (%s): the primary has %zu "
+             "replica links, replica1's link is %s",
+             step == 1 ? "a REPLACK unread at the primary"
+                       : "the primary not reading, its output full",
+             p->kv.npeers, r->m.state == M_UP ? "up" : "not up");
+        return;
+    }
+    switch (step) {
+    case 0: /* the close, a REPLACK just sent */
+    case 2: /* the close, the primary's end not reading (below) */
+        if (r->m.state != M_UP) {
+            fail(S, "replica1: link not up before the close");
+            return;
+        }
+        if (step == 0) lull_endpoint_send_copy(r->m.ep, ack, sizeof ack - 1);
+        r->m.state = M_DOWN; /* master_closed retries */
+        lull_endpoint_close(r->m.ep, 0);
+        lull_timer_start(t, 2000 * MS, 0);
+        return;
+    case 1: {
+        /* The replica stops reading; the primary's output to it fills
+         * (64 records of 1 KiB over a high-water mark of 1 KiB); then a
+         * REPLACK comes, which the primary reads with its output full,
+         * and stops reading. */
+        lull_simconn_read_stop(&r->m.t.sim);
+        static char val[1024];
+        memset(val, 'x', sizeof val);
+        for (int i = 0; i < 64; i++) {
+            char key[16];
+            resp_arg a[3] = {{"SET", 3}, {key, 0}, {val, sizeof val}};
+            a[1].len = (size_t)snprintf(key, sizeof key, "k%d", i);
+            buf out = {0};
+            kv_exec(&p->kv, NULL, a, 3, &out);
+            buf_free(&out);
+        }
+        wake_links(p);
+        lull_timer_start(t, 100 * MS, 0);
+        lull_endpoint_send_copy(r->m.ep, ack, sizeof ack - 1);
+        return;
+    }
+    default:
+        lull_loop_stop(S->loop);
+        return;
+    }
+}
+
+static int run_unread_close(void) {
+    sim *S = calloc(1, sizeof *S);
+    if (!S) abort();
+    the_sim = S;
+    S->seed = 1;
+    S->no_faults = true;
+    S->nreplicas = 1;
+    S->high_water = 1024;
+    lull_simnet_options no = {.seed = 1, .faults.delay_ns = 2 * MS};
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    if (lull_loop_new(&S->loop, &lo) < 0 ||
+        lull_simnet_new(&S->net, S->loop, &no) < 0)
+        abort();
+    for (int i = 0; i <= S->nreplicas; i++)
+        if (node_open(S, &S->nodes[i], i) < 0) abort();
+    for (int i = 0; i <= S->nreplicas; i++)
+        server_start(&S->nodes[i].srv);
+    lull_timer_init(S->loop, &S->deadline, unread_step);
+    lull_timer_start(&S->deadline, 500 * MS, 0);
+    lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+    S->tearing_down = true;
+    server_stop(&S->nodes[1].srv);
+    lull_simserver_close(&S->nodes[0].ls);
+    server_stop(&S->nodes[0].srv);
+    lull_timer_stop(&S->deadline);
+    lull_loop_run(S->loop, LULL_RUN_NOWAIT);
+    for (int i = 0; i <= S->nreplicas; i++)
+        server_free(&S->nodes[i].srv);
+    int bad = S->failed;
+    printf("replica close with unread data: %s\n",
+           S->failed ? S->why
+                     : "the primary read the EOF, the replica "
+                       "resumed");
+    /* A stalled run leaves its connections behind: not freed. */
+    if (!bad) {
+        lull_simnet_free(S->net);
+        lull_loop_free(S->loop);
+    }
+    the_sim = NULL;
+    free(S);
+    return bad;
+}
+
 /* ------------------------------------------------------------ main */
 
 static const struct {
@@ -954,6 +1065,8 @@ int main(int argc, char **argv) {
             quiet = true;
         } else if (strcmp(a, "--once") == 0) {
             once = true;
+        } else if (strcmp(a, "--unread-close") == 0) {
+            return run_unread_close();
         } else {
             return usage();
         }

@@ -559,6 +559,7 @@ static lull_frame *close_end(lull_simnet *net, lull_simconn *c, int reason,
         (c->state & ~(ST_CONNECTING | ST_ANSWERED | ST_OPEN)) | ST_CLOSED;
     c->partition_at = c->break_at = NEVER;
     lull_frame *drop = take_all(&c->in);
+    bool unread = drop != NULL; /* the peer's bytes, dropped unread */
     release_closer(net, c);
     /* Frames sent before the connect ended never left. */
     if (c->early) {
@@ -595,6 +596,17 @@ static lull_frame *close_end(lull_simnet *net, lull_simconn *c, int reason,
         d->tx = NULL;
         d->queued = d->sent;
         if (!flush) d->reset_at = d->rst_at = NEVER;
+        if (unread && (p->state & ST_PAUSED)) {
+            /* A socket closed with its peer's bytes unread answers them
+             * with a reset, and the peer's write of what it still has
+             * queued fails: a peer that is not reading (output full,
+             * waiting for a drain that can no longer come) learns of the
+             * close that way, where it would never read the EOF. It
+             * fails now if it is still not reading when the reset comes;
+             * one that reads again first reads what came, then EOF. */
+            d->reset_at = NEVER;
+            d->rst_at = now_of(net);
+        }
         d->eof = true;
         if (owe && d->head) {
             d->closer = c;

@@ -1559,3 +1559,40 @@ TEST(net_free_inside_on_event_is_busy) {
     CHECK_EQ(e.closes, 1);
     finish(loop, event_net, NULL);
 }
+
+TEST(close_with_peer_bytes_unread_resets_a_paused_peer) {
+    /* An end closes with bytes of its peer unread, while the peer is not
+     * reading (its output full, waiting for a drain): a socket answers
+     * those bytes with a reset, and the peer's pending write fails, so
+     * the peer learns of the close though it never reads the EOF. Here
+     * too: -ECONNRESET, and its frames released. A peer that reads again
+     * before that reads what came, then EOF (0), as before. */
+    for (int resume = 0; resume < 2; resume++) {
+        lull_loop *loop = L = vloop();
+        lull_simnet *net;
+        lull_simnet_options o = {.faults = {.delay_ns = 1000000}};
+        CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+        lull_simserver srv;
+        accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+        dont_accept = false;
+        CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+        end cl;
+        client_connect(net, &cl, "s", NULL);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_simconn_read_stop(&cl.c), 0);
+        CHECK_EQ(lull_simconn_read_stop(&accepted.c), 0);
+        uint64_t pos = 0, rng = 9;
+        send_pattern(&accepted.c.ep, &pos, 5000, &rng);
+        pos = 0;
+        send_pattern(&cl.c.ep, &pos, 300, &rng);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_endpoint_close(&cl.c.ep, 0), 0);
+        if (resume) CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(accepted.closes, 1);
+        CHECK_EQ(accepted.close_reason, resume ? 0 : -ECONNRESET);
+        CHECK_U64_EQ(accepted.got, resume ? 300 : 0);
+        CHECK_EQ(cl.closes, 1);
+        finish(loop, net, &srv);
+    }
+}
