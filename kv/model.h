@@ -27,8 +27,11 @@
 enum { MODEL_NONE, MODEL_STRING, MODEL_LIST };
 
 /* The longest value the model holds: a string's bytes, or a list's items
- * each as a length byte and its bytes. The workload keeps below it. */
-#define MODEL_VAL_MAX 600
+ * each as a length byte and its bytes. The workload keeps below it, and
+ * reaches past the write log's chunks in the simulator's small mode. */
+#define MODEL_VAL_MAX 5000
+/* The longest request model_request writes. */
+#define MODEL_REQ_MAX (MODEL_VAL_MAX + 200)
 
 /* One state of a key. */
 typedef struct model_val {
@@ -62,6 +65,8 @@ enum {
     OP_LPOP,      /* LPOP k */
     OP_LLEN,      /* LLEN k */
     OP_TYPE,      /* TYPE k */
+    OP_INCRBY,    /* INCRBY k n (n in val) */
+    OP_DECRBY,    /* DECRBY k n */
     OP_COUNT
 };
 
@@ -69,7 +74,9 @@ enum {
 typedef struct model_cmd {
     int op;
     char key[32];
-    char val[24]; /* SET, APPEND, RPUSH */
+    char val[24]; /* SET, APPEND, RPUSH; INCRBY's and DECRBY's n */
+    uint16_t pad; /* SET: the value goes on with this many bytes of a
+                     pattern (model_pad), to reach large values */
     int64_t at;   /* SET PXAT, PEXPIREAT: ms on the server's clock */
 } model_cmd;
 
@@ -79,7 +86,8 @@ void model_key_init(model_key *k); /* one candidate: no key */
  * and messages. */
 void model_cmd_text(const model_cmd *c, char *out, size_t cap);
 
-/* The request as RESP (multibulk) into out (>= 160 bytes); its length. */
+/* The request as RESP (multibulk) into out (>= MODEL_REQ_MAX bytes); its
+ * length. */
 size_t model_request(const model_cmd *c, char *out);
 
 /* The command ran at some ms in [lo, hi] on one of k's states: keeps the

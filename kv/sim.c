@@ -87,6 +87,8 @@ typedef struct node {
     char name[24];
     uint64_t last_offset; /* for "offsets never go backwards" */
     char last_replid[41];
+    uint64_t compared; /* the offset its keyspace was last compared at + 1 */
+    bool why_down;     /* a replica said why its link went down */
 } node;
 
 enum { P_CMD, P_MULTI, P_FORGET };
@@ -144,6 +146,8 @@ struct sim {
     bool per_record;
     size_t repl_limit;  /* replica output limit (0: Redis' default) */
     size_t high_water;  /* the primary's connections' (0: default) */
+    size_t chunk_size;  /* the write log's chunks (0: REPL_CHUNK) */
+    bool small;         /* small chunks and stream buffers */
     bool no_faults;     /* --determinism */
     int64_t commands;   /* --determinism: the total */
     uint64_t cmds_run;  /* commands whose replies were checked */
@@ -259,13 +263,42 @@ static void sim_accept(lull_simserver *ls) {
     conn_start(c, &c->t.sim.ep);
 }
 
-/* lull-kv's log lines go to the trace. */
+__attribute__((format(printf, 2, 3))) static void fail(sim *S, const char *fmt,
+                                                       ...);
+
+/* Lines a correct cluster on this network never logs: the first one is
+ * the failure, said as it was logged (a malformed record names its
+ * offset), not what it led to. */
+static const char *const never_logged[] = {
+    "malformed", "not REPLACK", "out of memory", "client-query-buffer-limit"};
+
+/* lull-kv's log lines go to the trace, and are checked. */
 static void sim_log(server *srv, const char *line) {
     node *n = LULL_CONTAINER_OF(srv, node, srv);
-    lull_simnet_log(n->S->net, "%s", line);
+    sim *S = n->S;
+    lull_simnet_log(S->net, "%s", line);
+    for (size_t i = 0; i < sizeof never_logged / sizeof never_logged[0]; i++)
+        if (strstr(line, never_logged[i])) {
+            fail(S, "%s", line + strlen("lull-kv: "));
+            return;
+        }
     if (strstr(line, "in sync with")) {
-        if (strstr(line, "(continue)")) n->S->continues++;
-        if (strstr(line, "(full)")) n->S->fulls++;
+        if (strstr(line, "(continue)")) S->continues++;
+        if (strstr(line, "(full)")) S->fulls++;
+    }
+    /* A replica's link goes down for a reason it says (lost, refused, a
+     * connect that failed) before it retries: one that retries with
+     * nothing said dropped its link on its own, silently. */
+    if (strstr(line, "lost (") || strstr(line, "refused") ||
+        strstr(line, "connect to"))
+        n->why_down = true;
+    if (strstr(line, "replica: retrying")) {
+        if (!n->why_down)
+            fail(S,
+                 "%s: its link went down with no reason said (offset "
+                 "%" PRIu64 ")",
+                 n->name, srv->kv.offset);
+        n->why_down = false;
     }
 }
 
@@ -295,6 +328,12 @@ static int node_open(sim *S, node *n, int index) {
         srv->obl[CLASS_REPLICA] = (obuf_limit){S->repl_limit, 0, 0};
     /* A fixed history id: the seed alone decides the run. */
     snprintf(srv->kv.replid, sizeof srv->kv.replid, "%040" PRIx64, S->seed);
+    /* The log's and links' planted bugs live on both sides; the older
+     * three are the primary's. */
+    srv->kv.plant =
+        S->plant & ~(unsigned)(KV_PLANT_RESUME_LATE | KV_PLANT_ACK_BEFORE_LOG |
+                               KV_PLANT_LOST_WAKEUP);
+    srv->kv.log.chunk_size = S->chunk_size;
     if (replica) {
         srv->kv.replica = true;
         snprintf(srv->m.host, sizeof srv->m.host, "primary");
@@ -366,8 +405,8 @@ static void send_forget(client *cl) {
 }
 
 static int pick_op(uint64_t *r) {
-    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5,
-                                          4,  6, 3, 8, 6,  3, 2};
+    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4,
+                                          6,  3, 8, 6, 3,  2, 4, 3};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -379,6 +418,26 @@ static int pick_op(uint64_t *r) {
     return OP_GET;
 }
 
+/* Integers where 32- and 64-bit arithmetic and parsing break: around
+ * 2^31, 2^32 and 2^63, and their negatives. */
+static const long long edges[] = {2147483647ll,
+                                  2147483648ll,
+                                  -2147483648ll,
+                                  -2147483649ll,
+                                  4294967295ll,
+                                  4294967296ll,
+                                  9223372036854775807ll,
+                                  -9223372036854775807ll - 1,
+                                  0,
+                                  -1};
+
+static long long near_edge(uint64_t *r) {
+    long long e = edges[below(r, sizeof edges / sizeof edges[0])];
+    long long d = (long long)below(r, 5) - 2; /* the edge, or 1-2 off */
+    if ((d > 0 && e > INT64_MAX - d) || (d < 0 && e < INT64_MIN - d)) d = 0;
+    return e + d;
+}
+
 static void make_cmd(client *cl, model_cmd *c, int *key) {
     sim *S = cl->S;
     uint64_t *r = &S->rng;
@@ -387,17 +446,32 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
     memset(c, 0, sizeof *c);
     c->op = pick_op(r);
     snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
-    if (below(r, 3) == 0)
+    uint64_t kind = below(r, 12);
+    if (c->op == OP_INCRBY || c->op == OP_DECRBY)
+        snprintf(c->val, sizeof c->val, "%lld",
+                 kind < 6 ? (long long)below(r, 11) - 5 : near_edge(r));
+    else if (kind < 3)
         snprintf(c->val, sizeof c->val, "%d", (int)below(r, 1000) - 100);
+    else if (kind < 5)
+        snprintf(c->val, sizeof c->val, "%lld", near_edge(r));
+    else if (kind == 5)
+        c->val[0] = 0; /* the empty string */
     else
         snprintf(c->val, sizeof c->val, "v%" PRIu64, below(r, 100000));
-    /* Mostly ahead (up to 1.5 s), sometimes just past. */
-    c->at = ms_now(S) + (below(r, 10) == 0 ? -(int64_t)below(r, 50)
-                                           : 1 + (int64_t)below(r, 1500));
+    /* Large values, some past the log's chunk size in the small mode. */
+    if ((c->op == OP_SET || c->op == OP_SET_PXAT) && below(r, 12) == 0)
+        c->pad = (uint16_t)below(r, MODEL_VAL_MAX - 100);
+    /* Mostly ahead (up to 1.5 s), sometimes just past, sometimes hours
+     * ahead (still pending at the end, and compared there). */
+    uint64_t when = below(r, 20);
+    c->at = ms_now(S) + (when < 2    ? -(int64_t)below(r, 50)
+                         : when == 2 ? 3600000 + (int64_t)below(r, 86400000)
+                                     : 1 + (int64_t)below(r, 1500));
     if (c->op == OP_APPEND || c->op == OP_RPUSH) {
         const model_key *mk = &cl->keys[k];
+        size_t room = c->op == OP_RPUSH ? 300 : MODEL_VAL_MAX - 50;
         for (int i = 0; i < mk->n; i++)
-            if (mk->c[i].len > 300) c->op = OP_DEL;
+            if (mk->c[i].len > room) c->op = OP_DEL;
     }
     if (S->no_faults && (c->op == OP_SET_PXAT || c->op == OP_PEXPIREAT))
         c->at += 100; /* keys live long enough to be read */
@@ -405,7 +479,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
 
 static void send_cmd(client *cl) {
     sim *S = cl->S;
-    char req[512];
+    static char req[3 * MODEL_REQ_MAX + 64];
     size_t n = 0;
     pending *p = push(cl);
     bool multi = cl->remaining >= 2 && below(&S->rng, 10) == 0;
@@ -506,7 +580,8 @@ static void check_reply(client *cl, const char *r, size_t len) {
             }
             model_key *mk = &cl->keys[p->key[i]];
             if (!model_apply(mk, &p->cmd[i], lo, now, e, (size_t)el)) {
-                char req[96], want[700], st[800], got[160], w1[160];
+                static char want[MODEL_REQ_MAX];
+                char req[96], st[800], got[160], w1[160];
                 model_cmd_text(&p->cmd[i], req, sizeof req);
                 size_t wn = model_reply(&mk->c[0], &p->cmd[i], lo, want);
                 model_describe(&mk->c[0], st, sizeof st);
@@ -613,12 +688,89 @@ static void client_timer(lull_timer *t) {
 
 /* ------------------------------------------------------------ checks */
 
+/* The bytes of record r of a log, read from its chunks directly (not by
+ * repl_log_next, which a planted bug may bend). */
+static const char *record_at(const repl_log *log, size_t r, size_t *len) {
+    uint64_t at = log->starts[r];
+    uint64_t next = r + 1 < log->nrec ? log->starts[r + 1] : log->end;
+    size_t lo = 0, hi = log->nchunks;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (log->chunks[mid].start <= at)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *len = (size_t)(next - at);
+    return log->chunks[lo].p + (at - log->chunks[lo].start);
+}
+
+static bool record_is(const char *p, size_t len, const char *name) {
+    char want[32];
+    int n =
+        snprintf(want, sizeof want, "*1\r\n$%zu\r\n%s\r\n", strlen(name), name);
+    return len == (size_t)n && memcmp(p, want, len) == 0;
+}
+
+/* The offset where the transaction holding `off` began (its MULTI), or
+ * UINT64_MAX when off is not inside one. Transactions here are short: a
+ * few records back tell. */
+static uint64_t inside_transaction(const repl_log *log, size_t rec) {
+    for (size_t r = rec; r-- > 0 && rec - r <= 8;) {
+        size_t len;
+        const char *p = record_at(log, r, &len);
+        if (record_is(p, len, "EXEC")) return UINT64_MAX;
+        if (record_is(p, len, "MULTI")) return log->starts[r];
+    }
+    return UINT64_MAX;
+}
+
+/* The first line where two dumps differ, as "key: a" / "key: b". */
+static void first_difference(const buf *a, const buf *b, char *out, size_t cap,
+                             const char *an, const char *bn) {
+    const char *x = a->p ? a->p : "", *y = b->p ? b->p : "";
+    const char *x0 = x;
+    while (*x && *x == *y)
+        x++, y++;
+    while (x > x0 && x[-1] != '\n')
+        x--, y--;
+    int xl = (int)strcspn(x, "\n"), yl = (int)strcspn(y, "\n");
+    snprintf(out, cap, "\n  %s: %.*s\n  %s: %.*s", an, xl ? xl : 6,
+             xl ? x : "(none)", bn, yl ? yl : 6, yl ? y : "(none)");
+}
+
+/* A replica that has applied the whole log holds the primary's keyspace,
+ * expiry times included: compared each time one gets there at a new
+ * offset, so the first divergence is caught at the offset it shows,
+ * while the run goes on, not at the end. */
+static void check_caught_up(sim *S, node *n) {
+    server *p = &S->nodes[0].srv;
+    uint64_t off = n->srv.kv.offset;
+    if (off != p->kv.log.end || n->compared == off + 1 ||
+        strcmp(n->srv.m.replid, p->kv.replid) != 0)
+        return;
+    n->compared = off + 1;
+    static buf dp, dr;
+    kv_dump(&p->kv, &dp);
+    kv_dump(&n->srv.kv, &dr);
+    if (dp.len == dr.len && memcmp(dp.p, dr.p, dp.len) == 0) return;
+    char d[900];
+    first_difference(&dp, &dr, d, sizeof d, "primary", n->name);
+    fail(S,
+         "%s differs from the primary with the whole log applied (offset "
+         "%" PRIu64 "):%s",
+         n->name, off, d);
+}
+
 /* After every event: no replica's offset goes back, but to begin a new
- * history (a full resync from another replid). */
+ * history (a full resync from another replid); it is a record boundary
+ * of the primary's log and never inside a transaction; one that has
+ * applied the whole log holds the primary's keyspace. */
 static void check_offsets(lull_simnet *net, void *arg) {
     (void)net;
     sim *S = arg;
     if (S->failed || S->tearing_down) return;
+    const repl_log *log = &S->nodes[0].srv.kv.log;
     for (int i = 1; i <= S->nreplicas; i++) {
         node *n = &S->nodes[i];
         const master *m = &n->srv.m;
@@ -630,7 +782,28 @@ static void check_offsets(lull_simnet *net, void *arg) {
                  n->name, n->last_offset, off);
             return;
         }
+        if (off != n->last_offset && m->replid[0]) {
+            repl_cursor cur;
+            if (repl_log_seek(log, off, &cur) < 0) {
+                fail(S,
+                     "%s: offset %" PRIu64 " is not a record boundary of "
+                     "the primary's log (its end %" PRIu64 ")",
+                     n->name, off, log->end);
+                return;
+            }
+            uint64_t t = inside_transaction(log, cur.rec);
+            if (t != UINT64_MAX) {
+                fail(S,
+                     "%s: offset %" PRIu64 " is inside the transaction "
+                     "whose MULTI is at %" PRIu64
+                     ": its clients see half of it",
+                     n->name, off, t);
+                return;
+            }
+        }
         n->last_offset = off;
+        check_caught_up(S, n);
+        if (S->failed) return;
     }
 }
 
@@ -645,8 +818,64 @@ static void deadline_due(lull_timer *t) {
         lull_timer_unref(&S->deadline);
         return;
     }
-    fail(S, "did not settle within %llu s of the heal",
-         (unsigned long long)(SETTLE_NS / 1000 / MS));
+    /* Keys that expire hours ahead keep the loop going: this far after
+     * the heal, the cluster is judged as it stands (final_checks says
+     * what has not settled, and why). */
+    lull_simnet_log(S->net, "settle deadline: the checks");
+    lull_loop_stop(S->loop);
+}
+
+/* The keyspace the primary's log gives at `off`: its records from 0
+ * applied to an empty replica, as a reference for a replica at that
+ * offset. 0, or -1 when the log does not apply. */
+static int log_keyspace(sim *S, uint64_t off, buf *dump) {
+    server *p = &S->nodes[0].srv;
+    const repl_log *log = &p->kv.log;
+    buf all = {0};
+    for (size_t i = 0; i < log->nchunks; i++)
+        buf_put(&all, log->chunks[i].p, log->chunks[i].used);
+    kv ref;
+    kv_init(&ref);
+    store_init(&ref.db);
+    ref.replica = true;
+    static resp_arg argv[SIM_ARGS];
+    resp_limits lim = {.max_bulk = (size_t)1 << 30, .max_args = SIM_ARGS};
+    const char *err = "";
+    size_t need;
+    long n = kv_apply_stream(&ref, &lim, argv, all.p, (size_t)off, &err, &need);
+    int rc = n == (long)off ? 0 : -1;
+    if (rc == 0) kv_dump(&ref, dump);
+    kv_free(&ref);
+    buf_free(&all);
+    return rc;
+}
+
+/* Why a replica that did not settle is where it is: the first key where
+ * it differs from the primary's log at its own offset (a replica that
+ * went wrong before it stopped), or that it matches it (it stopped, or
+ * fell behind, with what it holds right). */
+static void diagnose(sim *S, node *n, char *out, size_t cap) {
+    buf ref = {0}, mine = {0};
+    uint64_t off = n->srv.kv.offset;
+    if (log_keyspace(S, off, &ref) < 0) {
+        snprintf(out, cap,
+                 "; the primary's log does not apply up to its "
+                 "offset");
+    } else {
+        kv_dump(&n->srv.kv, &mine);
+        if (ref.len == mine.len &&
+            (!ref.len || !memcmp(ref.p, mine.p, ref.len)))
+            snprintf(out, cap,
+                     "; what it holds is the log's up to its "
+                     "offset");
+        else {
+            char d[900];
+            first_difference(&ref, &mine, d, sizeof d, "the log", n->name);
+            snprintf(out, cap, "; it differs from the log at its offset:%s", d);
+        }
+    }
+    buf_free(&ref);
+    buf_free(&mine);
 }
 
 static void final_checks(sim *S) {
@@ -683,12 +912,18 @@ static void final_checks(sim *S) {
     for (int i = 1; i <= S->nreplicas && !S->failed; i++) {
         node *n = &S->nodes[i];
         server *r = &n->srv;
+        char why[1000];
+        if (r->m.state != M_UP || !r->kv.link_up ||
+            r->kv.offset != p->kv.log.end)
+            diagnose(S, n, why, sizeof why);
         if (r->m.state != M_UP || !r->kv.link_up)
-            fail(S, "%s: link not up after the settle (state %d)", n->name,
-                 r->m.state);
+            fail(S,
+                 "%s: link not up after the settle (state %d, offset "
+                 "%" PRIu64 " of %" PRIu64 ")%s",
+                 n->name, r->m.state, r->kv.offset, p->kv.log.end, why);
         else if (r->kv.offset != p->kv.log.end)
-            fail(S, "%s: offset %" PRIu64 ", the primary's %" PRIu64, n->name,
-                 r->kv.offset, p->kv.log.end);
+            fail(S, "%s: offset %" PRIu64 ", the primary's %" PRIu64 "%s",
+                 n->name, r->kv.offset, p->kv.log.end, why);
         if (S->failed) break;
         kv_dump(&r->kv, &dr);
         if (strcmp(dp.p, dr.p) != 0) {
@@ -762,6 +997,16 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         S->repl_limit = 2048 + below(r, 8192);
         S->high_water = 1024;
     }
+    /* Half the seeds run small: the write log in chunks of a few hundred
+     * bytes to a few KiB (records cross chunk boundaries all the time,
+     * large values are past a chunk's size) and small stream buffers
+     * (the producer waits for drains, a reader gets its input in many
+     * pieces). */
+    S->small = below(r, 2) == 0;
+    if (S->small) {
+        S->chunk_size = 256 + below(r, 4096);
+        S->high_water = 128 + below(r, 1024);
+    }
     lull_simnet_options no = {.seed = seed ^ 0xabcdef12345ull,
                               .trace = trace,
                               .on_event = check_offsets,
@@ -774,9 +1019,10 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         abort();
     lull_simnet_log(S->net,
                     "seed %" PRIu64 ": %d replicas, %d clients, %s, replica "
-                    "limit %zu",
+                    "limit %zu, log chunks %zu, high water %zu",
                     seed, S->nreplicas, S->nclients,
-                    S->per_record ? "per-record" : "budget", S->repl_limit);
+                    S->per_record ? "per-record" : "budget", S->repl_limit,
+                    S->chunk_size, S->high_water);
     for (int i = 0; i <= S->nreplicas; i++)
         if (node_open(S, &S->nodes[i], i) < 0) abort();
     lull_timer_init(S->loop, &S->deadline, deadline_due);
@@ -890,7 +1136,8 @@ static void unread_step(lull_timer *t) {
             return;
         }
         if (step == 0) lull_endpoint_send_copy(r->m.ep, ack, sizeof ack - 1);
-        r->m.state = M_DOWN; /* master_closed retries */
+        S->nodes[1].why_down = true; /* the scenario's close, said here */
+        r->m.state = M_DOWN;         /* master_closed retries */
         lull_endpoint_close(r->m.ep, 0);
         lull_timer_start(t, 2000 * MS, 0);
         return;
@@ -972,7 +1219,12 @@ static const struct {
     unsigned bit;
 } plants[] = {{"resume-late", KV_PLANT_RESUME_LATE},
               {"ack-before-log", KV_PLANT_ACK_BEFORE_LOG},
-              {"lost-wakeup", KV_PLANT_LOST_WAKEUP}};
+              {"lost-wakeup", KV_PLANT_LOST_WAKEUP},
+              {"expire-relative", KV_PLANT_EXPIRE_RELATIVE},
+              {"multi-split", KV_PLANT_MULTI_SPLIT},
+              {"chunk-edge", KV_PLANT_CHUNK_EDGE},
+              {"int32", KV_PLANT_INT32},
+              {"silent-resync", KV_PLANT_SILENT_RESYNC}};
 
 static const char *plant_name(unsigned plant) {
     for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++)

@@ -40,6 +40,7 @@ typedef struct store {
     dict d;            /* the keys */
     dict_entry **heap; /* the keys with an expiry, a min-heap by it */
     size_t nheap, heap_cap;
+    bool plant_int32; /* test only: KV_PLANT_INT32 (repl.h) */
 } store;
 
 int store_init(store *st);   /* 0 or -ENOMEM */
