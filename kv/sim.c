@@ -39,8 +39,10 @@
  *                      is printed
  *     --seed S         one seed; with --trace FILE (- for stdout) its
  *                      trace
- *     --plant BUG      plant a known bug in the primary (resume-late,
- *                      ack-before-log, lost-wakeup); with
+ *     --plant BUG      plant a known bug (resume-late, ack-before-log,
+ *                      lost-wakeup, expire-relative, multi-split,
+ *                      chunk-edge, int32, silent-resync: lull-kv's;
+ *                      hollow-partition: the network's); with
  *                      --expect-find N, succeed when a seed of the first N
  *                      finds it, fail when none does
  *     --determinism N  a fault-free run of N commands, twice: the traces'
@@ -124,7 +126,9 @@ typedef struct client {
     uint64_t replies;
 } client;
 
-enum { PLANT_NONE = 0 };
+/* A planted bug of the network's, not lull-kv's: partitions that hold
+ * nothing (LULL_SIMNET_HOLLOW_PARTITIONS). */
+enum { PLANT_HOLLOW_PARTITION = 0x10000 };
 
 struct sim {
     uint64_t seed;
@@ -156,6 +160,9 @@ struct sim {
     uint64_t lost;      /* client connections lost */
     uint64_t continues; /* replicas resumed from their offsets */
     uint64_t fulls;     /* full resyncs */
+    /* Fault profiles drawn with each kind on (random_faults): a kind
+     * drawn again and again must show its effect (fault_effects). */
+    uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
 };
 
 static sim *the_sim; /* for should_yield, whose hook has no argument */
@@ -332,7 +339,7 @@ static int node_open(sim *S, node *n, int index) {
      * three are the primary's. */
     srv->kv.plant =
         S->plant & ~(unsigned)(KV_PLANT_RESUME_LATE | KV_PLANT_ACK_BEFORE_LOG |
-                               KV_PLANT_LOST_WAKEUP);
+                               KV_PLANT_LOST_WAKEUP | PLANT_HOLLOW_PARTITION);
     srv->kv.log.chunk_size = S->chunk_size;
     if (replica) {
         srv->kv.replica = true;
@@ -340,7 +347,7 @@ static int node_open(sim *S, node *n, int index) {
         srv->m.port = 6380;
         srv->port = 6380 + index;
     } else {
-        srv->kv.plant = S->plant;
+        srv->kv.plant = S->plant & ~(unsigned)PLANT_HOLLOW_PARTITION;
         srv->port = 6380;
     }
     int rc = server_open(srv, S->loop, &kv_net_sim, BASE_MS);
@@ -954,6 +961,7 @@ typedef struct outcome {
     uint64_t commands;
     uint64_t over_limit;
     uint64_t multis, lost, continues, fulls, expired;
+    uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
 } outcome;
 
 static void random_faults(sim *S, lull_simfaults *f) {
@@ -974,6 +982,10 @@ static void random_faults(sim *S, lull_simfaults *f) {
     f->reset_permille = below(r, 4) ? (uint32_t)below(r, 600) : 0;
     f->reset_within = 256 + below(r, 32768);
     f->refuse_permille = below(r, 3) ? 0 : (uint32_t)below(r, 300);
+    S->drawn_partitions += f->partition_every_ns != 0;
+    S->drawn_resets += f->reset_permille != 0;
+    S->drawn_slow += f->slow_permille && f->slow_read_ns > 1;
+    S->drawn_refusals += f->refuse_permille != 0;
 }
 
 static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
@@ -1011,6 +1023,8 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
                               .trace = trace,
                               .on_event = check_offsets,
                               .arg = S};
+    if (plant & PLANT_HOLLOW_PARTITION)
+        no.flags |= LULL_SIMNET_HOLLOW_PARTITIONS;
     random_faults(S, &no.faults);
     lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
                             .flags = LULL_LOOP_AUTO_ADVANCE};
@@ -1053,6 +1067,10 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     out->continues = S->continues;
     out->fulls = S->fulls;
     out->expired = S->nodes[0].srv.expiry.fired;
+    out->drawn_partitions = S->drawn_partitions;
+    out->drawn_resets = S->drawn_resets;
+    out->drawn_slow = S->drawn_slow;
+    out->drawn_refusals = S->drawn_refusals;
     /* Tear down: the replicas' links close, the primary stops listening,
      * and every connection's close reaches both ends. */
     S->tearing_down = true;
@@ -1224,12 +1242,68 @@ static const struct {
               {"multi-split", KV_PLANT_MULTI_SPLIT},
               {"chunk-edge", KV_PLANT_CHUNK_EDGE},
               {"int32", KV_PLANT_INT32},
-              {"silent-resync", KV_PLANT_SILENT_RESYNC}};
+              {"silent-resync", KV_PLANT_SILENT_RESYNC},
+              {"hollow-partition", PLANT_HOLLOW_PARTITION}};
 
 static const char *plant_name(unsigned plant) {
     for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++)
         if (plants[i].bit == plant) return plants[i].name;
     return "none";
+}
+
+/* Faults proven to happen: a kind drawn in this many profiles over a
+ * run must have had its effect at least once (bytes held by partitions,
+ * connections reset, reads slowed, connects refused), or the network
+ * (or the way the seeds draw it) does not do what the run counts on.
+ * 50 profiles: each seed draws 2 to 6, and any one of these kinds, drawn
+ * that often, has its effect within a few seeds. */
+#define DRAWN_ENOUGH 50
+
+typedef struct fault_tally {
+    uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
+    uint64_t partitions, held, resets, slowed, refused;
+} fault_tally;
+
+static void tally(fault_tally *t, const outcome *o) {
+    t->drawn_partitions += o->drawn_partitions;
+    t->drawn_resets += o->drawn_resets;
+    t->drawn_slow += o->drawn_slow;
+    t->drawn_refusals += o->drawn_refusals;
+    t->partitions += o->stats.partitions;
+    t->held += o->stats.held;
+    t->resets += o->stats.resets;
+    t->slowed += o->stats.slowed;
+    t->refused += o->stats.refused;
+}
+
+/* The first fault kind drawn enough and never seen, said; NULL when
+ * every one was. */
+static const char *fault_without_effect(const fault_tally *t, char *out,
+                                        size_t cap) {
+    if (t->drawn_partitions >= DRAWN_ENOUGH && t->partitions >= 20 &&
+        t->held == 0)
+        snprintf(out, cap,
+                 "partitions drawn in %" PRIu64 " fault profiles began %" PRIu64
+                 " times and held no byte",
+                 t->drawn_partitions, t->partitions);
+    else if (t->drawn_resets >= DRAWN_ENOUGH && t->resets == 0)
+        snprintf(out, cap,
+                 "resets drawn in %" PRIu64
+                 " fault profiles reset no connection",
+                 t->drawn_resets);
+    else if (t->drawn_slow >= DRAWN_ENOUGH && t->slowed == 0)
+        snprintf(out, cap,
+                 "slow readers drawn in %" PRIu64
+                 " fault profiles put off no read",
+                 t->drawn_slow);
+    else if (t->drawn_refusals >= DRAWN_ENOUGH && t->refused == 0)
+        snprintf(out, cap,
+                 "refusals drawn in %" PRIu64
+                 " fault profiles refused no connect",
+                 t->drawn_refusals);
+    else
+        return NULL;
+    return out;
 }
 
 static double real_s(void) {
@@ -1274,10 +1348,12 @@ static int usage(void) {
     fprintf(stderr,
             "usage: lull-kv-sim [--seeds N] [--first S] [--seconds T] "
             "[--seed S]\n"
-            "                   [--plant resume-late|ack-before-log|"
-            "lost-wakeup]\n"
-            "                   [--expect-find N] [--determinism N [--once]]\n"
-            "                   [--trace FILE] [--quiet]\n");
+            "                   [--plant BUG [--expect-find N]] "
+            "[--determinism N [--once]]\n"
+            "                   [--trace FILE] [--quiet] [--unread-close]\n"
+            "  BUG: resume-late ack-before-log lost-wakeup expire-relative\n"
+            "       multi-split chunk-edge int32 silent-resync "
+            "hollow-partition\n");
     return 2;
 }
 
@@ -1379,6 +1455,7 @@ int main(int argc, char **argv) {
     lull_simnet_stats total = {0};
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
     uint64_t continues = 0, fulls = 0, expired = 0;
+    fault_tally faults = {0};
     if (seconds > 0 && !quiet)
         printf("soak: %.0f s of seeds from %" PRIu64 "\n", seconds, first);
     for (uint64_t s = first;; s++) {
@@ -1398,6 +1475,22 @@ int main(int argc, char **argv) {
         total.breaks += o.stats.breaks;
         total.resets += o.stats.resets;
         total.refused += o.stats.refused;
+        tally(&faults, &o);
+        char none[300];
+        if (!o.failed && fault_without_effect(&faults, none, sizeof none)) {
+            if (plant && expect_find) {
+                printf("planted %s: found by seed %" PRIu64 " (%" PRIu64
+                       " seeds run): %s\n",
+                       plant_name(plant), s, n, none);
+                return 0;
+            }
+            printf("seeds %" PRIu64 "..%" PRIu64 " FAILED: %s\n", first, s,
+                   none);
+            printf("replay: %s --first %" PRIu64 " --seeds %" PRIu64 "%s%s\n",
+                   argv[0], first, n, plant ? " --plant " : "",
+                   plant ? plant_name(plant) : "");
+            return 1;
+        }
         if (!o.failed) continue;
         failures++;
         if (plant && expect_find) {
@@ -1421,13 +1514,15 @@ int main(int argc, char **argv) {
     printf("%" PRIu64 " seeds passed in %.1f s (%.0f seeds/s): %" PRIu64
            " commands checked (%" PRIu64 " transactions), %" PRIu64
            " network events; faults: %" PRIu64 " partitions (%" PRIu64
-           " broke), %" PRIu64 " resets, %" PRIu64 " refused connects; %" PRIu64
+           " broke, %" PRIu64 " bytes held), %" PRIu64 " resets, %" PRIu64
+           " reads slowed, %" PRIu64 " refused connects; %" PRIu64
            " client connections lost, %" PRIu64
            " replica links closed for their output, %" PRIu64
            " replica resumes from an offset, %" PRIu64 " full syncs, %" PRIu64
            " expiry timer runs\n",
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
-           total.partitions, total.breaks, total.resets, total.refused, lost,
-           over_limit, continues, fulls, expired);
+           total.partitions, total.breaks, faults.held, total.resets,
+           faults.slowed, total.refused, lost, over_limit, continues, fulls,
+           expired);
     return failures ? 1 : 0;
 }

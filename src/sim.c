@@ -106,6 +106,7 @@ struct lull_simnet {
     FILE *trace;
     lull_simnet_fn on_event;
     void *arg;
+    uint32_t flags; /* LULL_SIMNET_* */
     lull_simnet_stats stats;
     lull_simconn **heap; /* live ends with an event, by (at, tie) */
     uint32_t heap_len, heap_cap;
@@ -411,6 +412,9 @@ static void arrive(lull_simnet *net, lull__simdir *d) {
     uint64_t now = now_of(net);
     if (now < d->hold_until) return;
     while (d->seg_len && d->seg_at[d->seg_head] <= now) {
+        /* Due before the partition's end: it held these bytes. */
+        if (d->seg_at[d->seg_head] < d->hold_until)
+            net->stats.held += d->seg_end[d->seg_head] - d->arrived;
         d->arrived = d->seg_end[d->seg_head];
         d->seg_head = (uint8_t)((d->seg_head + 1) % LULL__SIM_SEGS);
         d->seg_len--;
@@ -666,6 +670,7 @@ static void start_partition(lull_simnet *net, lull_simconn *c, uint64_t span,
                             bool breaks) {
     lull_simconn *p = c->other;
     uint64_t until = sat_add(now_of(net), span);
+    if (net->flags & LULL_SIMNET_HOLLOW_PARTITIONS) until = now_of(net);
     c->in.hold_until = max64(c->in.hold_until, until);
     p->in.hold_until = max64(p->in.hold_until, until);
     if (breaks) c->break_at = min64(c->break_at, until);
@@ -734,7 +739,10 @@ static void deliver(lull_simnet *net, lull_simconn *c) {
         n = f->len;
         d->read += wire(c, f);
     }
-    if (d->slow_read_ns) d->read_at = sat_add(now, upto(net, d->slow_read_ns));
+    if (d->slow_read_ns) {
+        d->read_at = sat_add(now, upto(net, d->slow_read_ns));
+        net->stats.slowed += d->read_at > now;
+    }
     c->reads++;
     c->bytes_read += n;
     net->stats.reads++;
@@ -1047,6 +1055,7 @@ int lull_simnet_new(lull_simnet **out, lull_loop *loop,
     net->trace = opts->trace;
     net->on_event = opts->on_event;
     net->arg = opts->arg;
+    net->flags = opts->flags;
     net->stats.trace_hash = 0xcbf29ce484222325ull; /* FNV-1a's basis */
     lull_timer_init(loop, &net->timer, tick);
     trace(net, "net seed %" PRIu64, opts->seed);

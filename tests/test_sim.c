@@ -1596,3 +1596,45 @@ TEST(close_with_peer_bytes_unread_resets_a_paused_peer) {
         finish(loop, net, &srv);
     }
 }
+
+TEST(fault_effects_are_counted) {
+    /* A partition's effect is counted in bytes held (arrived only once it
+     * ended), a slow reader's in reads put off; with
+     * LULL_SIMNET_HOLLOW_PARTITIONS (a harness's canary) partitions
+     * begin and are counted, and hold nothing. */
+    for (int hollow = 0; hollow <= 1; hollow++) {
+        lull_loop *loop = L = vloop();
+        lull_simnet *net;
+        lull_simnet_options o = {.seed = 9};
+        o.faults.delay_ns = 1 * MS;
+        o.faults.slow_permille = 1000;
+        o.faults.slow_read_ns = 2 * MS;
+        if (hollow) o.flags = LULL_SIMNET_HOLLOW_PARTITIONS;
+        CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+        lull_simserver srv;
+        accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+        dont_accept = false;
+        CHECK_EQ(lull_simserver_listen(net, &srv, "p", on_connection), 0);
+        end cl;
+        client_connect(net, &cl, "p", NULL);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        uint64_t t0 = lull_loop_now(loop);
+        CHECK_EQ(lull_simconn_partition(&cl.c, 500 * MS, false), 0);
+        uint64_t pos = 0, rng = 5;
+        send_pattern(&cl.c.ep, &pos, 5000, &rng);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_U64_EQ(accepted.got, 5000);
+        lull_simnet_stats st;
+        lull_simnet_get_stats(net, &st);
+        CHECK_U64_EQ(st.partitions, 1);
+        if (hollow) {
+            CHECK_U64_EQ(st.held, 0);
+            CHECK(accepted.first_at < t0 + 500 * MS);
+        } else {
+            CHECK_U64_EQ(st.held, 5000);
+            CHECK(accepted.first_at >= t0 + 500 * MS);
+        }
+        CHECK(st.slowed > 0);
+        close_both(net, &srv, &cl);
+    }
+}
