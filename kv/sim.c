@@ -93,7 +93,7 @@ typedef struct node {
     bool why_down;     /* a replica said why its link went down */
 } node;
 
-enum { P_CMD, P_MULTI, P_FORGET };
+enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET };
 
 /* A request in flight: one command, a transaction, or the DEL that
  * forgets the keys a failed connection left uncertain. */
@@ -104,9 +104,33 @@ typedef struct pending {
     int key[3];
     int step;         /* P_MULTI: replies taken (MULTI, QUEUED...) */
     uint64_t sent_ns; /* when it was sent */
+    /* P_TTL_GET: the probe's SET as it was when this GET left (later
+     * SETs in the pipeline run after it). */
+    uint64_t ttl_sent_ns, ttl_done_ns;
+    int ttl_px;
+    unsigned ttl_seq;
 } pending;
 
 enum { C_DOWN, C_CONNECTING, C_UP, C_CLOSING, C_DONE };
+
+/* The expiry prober: a client on a clean link (no delay, nothing slow,
+ * no partition: a command runs at the instant it is sent) that sets
+ * probe:ttl with PX n and reads it back in the last millisecond before n
+ * ms have passed since its SET left, and again n + 1 ms after: found,
+ * then gone. A key that goes before its time, as a client timing from
+ * before its SET sees it, or stays past it, is caught here, where the
+ * model (which shares the server's rule) cannot see it. */
+typedef struct prober {
+    lull_simconn c;
+    lull_timer timer;
+    buf in;
+    int step; /* 0: SET in flight, 1: the early GET, 2: the late */
+    bool up, closing;
+    uint64_t set_ns; /* the SET's send */
+    int px;
+    unsigned seq;
+    uint64_t probes; /* SETs whose GETs were both checked */
+} prober;
 
 typedef struct client {
     sim *S;
@@ -124,6 +148,15 @@ typedef struct client {
     uint64_t rng;
     lull_timer timer; /* think time, reconnect */
     uint64_t replies;
+    /* The TTL probe: SET cN:ttl <seq> PX <px>, timed by the client from
+     * before its send, then GETs: found until px ms after that send (a
+     * key never goes early), gone from px + 1 ms after its reply (nor
+     * late). */
+    int ttl_state;        /* 0: none known, 1: SET in flight, 2: SET done */
+    uint64_t ttl_sent_ns; /* the SET's send */
+    uint64_t ttl_done_ns; /* its reply */
+    int ttl_px;
+    unsigned ttl_seq;
 } client;
 
 /* A planted bug of the network's, not lull-kv's: partitions that hold
@@ -142,6 +175,7 @@ struct sim {
     int nreplicas;
     client clients[CLIENTS_MAX];
     int nclients;
+    prober probe;
     int active; /* clients not done */
     bool healed;
     bool failed;
@@ -361,11 +395,13 @@ static int node_open(sim *S, node *n, int index) {
 
 static void client_pump(client *cl);
 static void client_connect(client *cl);
+static void probe_stop(sim *S);
 
 static void finished(client *cl) {
     sim *S = cl->S;
     cl->state = C_DONE;
     lull_simnet_log(S->net, "c%d done", cl->id);
+    if (S->active == 1) probe_stop(S);
     if (--S->active == 0 && !S->healed && !S->tearing_down) {
         S->healed = true;
         lull_simnet_heal(S->net);
@@ -489,6 +525,39 @@ static void send_cmd(client *cl) {
     static char req[3 * MODEL_REQ_MAX + 64];
     size_t n = 0;
     pending *p = push(cl);
+    if (below(&S->rng, 12) == 0 && cl->ttl_state != 1) {
+        /* The TTL probe: a GET of the key once its SET is done, or a
+         * new SET. */
+        char key[16];
+        int kl = snprintf(key, sizeof key, "c%d:ttl", cl->id);
+        if (cl->ttl_state == 2 && below(&S->rng, 3)) {
+            p->kind = P_TTL_GET;
+            p->ttl_sent_ns = cl->ttl_sent_ns;
+            p->ttl_done_ns = cl->ttl_done_ns;
+            p->ttl_px = cl->ttl_px;
+            p->ttl_seq = cl->ttl_seq;
+            n = (size_t)sprintf(req, "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", kl,
+                                key);
+            lull_simnet_log(S->net, "c%d > GET %s", cl->id, key);
+        } else {
+            p->kind = P_TTL_SET;
+            cl->ttl_state = 1;
+            cl->ttl_sent_ns = p->sent_ns;
+            cl->ttl_px = 1 + (int)below(&S->rng, 40);
+            char v[16], px[16];
+            int vl = snprintf(v, sizeof v, "%u", ++cl->ttl_seq);
+            int pl = snprintf(px, sizeof px, "%d", cl->ttl_px);
+            n = (size_t)sprintf(req,
+                                "*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s"
+                                "\r\n$2\r\nPX\r\n$%d\r\n%s\r\n",
+                                kl, key, vl, v, pl, px);
+            lull_simnet_log(S->net, "c%d > SET %s %s PX %s", cl->id, key, v,
+                            px);
+        }
+        cl->remaining--;
+        send_bytes(cl, req, n);
+        return;
+    }
     bool multi = cl->remaining >= 2 && below(&S->rng, 10) == 0;
     if (multi) {
         p->kind = P_MULTI;
@@ -548,7 +617,38 @@ static void check_reply(client *cl, const char *r, size_t len) {
     int64_t lo = BASE_MS + (int64_t)(p->sent_ns / MS);
     if (lo < cl->lb) lo = cl->lb;
     bool done = true;
-    if (p->kind == P_FORGET) {
+    uint64_t now_ns = lull_loop_now(S->loop);
+    if (p->kind == P_TTL_SET) {
+        if (len != 5 || memcmp(r, "+OK\r\n", 5) != 0)
+            fail(S, "c%d: SET c%d:ttl ... PX %d got %.*s", cl->id, cl->id,
+                 cl->ttl_px, (int)len, r);
+        cl->ttl_state = 2;
+        cl->ttl_done_ns = now_ns;
+        S->cmds_run++;
+    } else if (p->kind == P_TTL_GET) {
+        S->cmds_run++;
+        char want[48];
+        int wl = snprintf(want, sizeof want, "$%d\r\n%u\r\n",
+                          snprintf(NULL, 0, "%u", p->ttl_seq), p->ttl_seq);
+        bool found = len == (size_t)wl && memcmp(r, want, len) == 0;
+        bool nil = len == 5 && memcmp(r, "$-1\r\n", 5) == 0;
+        double after = (double)(now_ns - p->ttl_sent_ns) / MS;
+        if (!found && !nil)
+            fail(S, "c%d: GET c%d:ttl got %.*s; its SET wrote %u", cl->id,
+                 cl->id, (int)len, r, p->ttl_seq);
+        else if (nil && now_ns < p->ttl_sent_ns + (uint64_t)p->ttl_px * MS)
+            fail(S,
+                 "c%d: c%d:ttl, set with PX %d, was gone %.3f ms after "
+                 "the client sent its SET: before its time",
+                 cl->id, cl->id, p->ttl_px, after);
+        else if (found &&
+                 p->sent_ns >= p->ttl_done_ns + (uint64_t)(p->ttl_px + 1) * MS)
+            fail(S,
+                 "c%d: c%d:ttl, set with PX %d, was still there for a GET "
+                 "sent %.3f ms after the SET's reply",
+                 cl->id, cl->id, p->ttl_px,
+                 (double)(p->sent_ns - p->ttl_done_ns) / MS);
+    } else if (p->kind == P_FORGET) {
         long long n;
         if (sscanf(r, ":%lld", &n) != 1 || n < 0 || n > p->ncmd)
             fail(S, "c%d: DEL of %d keys got %.*s", cl->id, p->ncmd, (int)len,
@@ -651,7 +751,8 @@ static void client_closed(lull_endpoint *ep, int reason) {
     S->lost++;
     for (int i = 0; i < cl->qlen; i++) {
         pending *p = &cl->q[(cl->qhead + i) % PIPE_MAX];
-        if (p->kind == P_FORGET) continue; /* its keys stay unknown */
+        if (p->kind == P_TTL_SET) cl->ttl_state = 0; /* its fate unknown */
+        if (p->kind != P_CMD && p->kind != P_MULTI) continue;
         for (int j = 0; j < p->ncmd; j++)
             cl->unknown[p->key[j]] = true;
     }
@@ -691,6 +792,125 @@ static void client_timer(lull_timer *t) {
         client_connect(cl);
     else
         client_pump(cl);
+}
+
+/* ------------------------------------------------------------ prober */
+
+static void probe_send(prober *pr, const char *req) {
+    if (lull_endpoint_send_copy(&pr->c.ep, req, strlen(req)) < 0) return;
+}
+
+static void probe_next(sim *S) {
+    prober *pr = &S->probe;
+    pr->step = 0;
+    pr->px = 1 + (int)below(&S->rng, 40);
+    pr->set_ns = lull_loop_now(S->loop);
+    char req[128], v[16], px[16];
+    snprintf(v, sizeof v, "%u", ++pr->seq);
+    snprintf(px, sizeof px, "%d", pr->px);
+    snprintf(req, sizeof req,
+             "*5\r\n$3\r\nSET\r\n$9\r\nprobe:ttl\r\n$%zu\r\n%s\r\n"
+             "$2\r\nPX\r\n$%zu\r\n%s\r\n",
+             strlen(v), v, strlen(px), px);
+    lull_simnet_log(S->net, "probe > SET probe:ttl %s PX %s", v, px);
+    probe_send(pr, req);
+}
+
+static void probe_timer(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, probe.timer);
+    prober *pr = &S->probe;
+    if (!pr->up || pr->closing) return;
+    if (pr->step == 0) {
+        probe_next(S);
+        return;
+    }
+    lull_simnet_log(S->net, "probe > GET probe:ttl (%.3f ms after the SET)",
+                    (double)(lull_loop_now(S->loop) - pr->set_ns) / MS);
+    probe_send(pr, "*2\r\n$3\r\nGET\r\n$9\r\nprobe:ttl\r\n");
+}
+
+static void probe_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    sim *S = ep->data;
+    prober *pr = &S->probe;
+    buf_put(&pr->in, bytes, len);
+    long n;
+    while ((n = model_reply_len(pr->in.p, pr->in.len)) > 0 && !S->failed) {
+        const char *r = pr->in.p;
+        uint64_t now = lull_loop_now(S->loop);
+        double after = (double)(now - pr->set_ns) / MS;
+        char v[16];
+        int vl = snprintf(v, sizeof v, "%u", pr->seq);
+        bool nil = n == 5 && memcmp(r, "$-1\r\n", 5) == 0;
+        bool found = n == vl + 6 && memcmp(r + 4, v, (size_t)vl) == 0;
+        if (pr->step == 0) {
+            if (n != 5 || memcmp(r, "+OK\r\n", 5) != 0)
+                fail(S, "probe: SET probe:ttl got %.*s", (int)n, r);
+            /* The early GET: in the millisecond before px ms from the
+             * SET's send (the clock's grain). */
+            pr->step = 1;
+            uint64_t at =
+                pr->set_ns + (uint64_t)pr->px * MS - 1 - below(&S->rng, MS - 1);
+            lull_timer_start(&pr->timer, at - now, 0);
+        } else if (pr->step == 1) {
+            if (!found)
+                fail(S,
+                     "probe:ttl, set with PX %d, was %s %.6f ms after its "
+                     "SET was sent: before its time",
+                     pr->px, nil ? "gone" : "changed", after);
+            pr->step = 2;
+            lull_timer_start(&pr->timer,
+                             pr->set_ns + (uint64_t)(pr->px + 1) * MS - now, 0);
+        } else {
+            if (!nil)
+                fail(S,
+                     "probe:ttl, set with PX %d, was still there %.6f ms "
+                     "after its SET was sent",
+                     pr->px, after);
+            pr->probes++;
+            pr->step = 0;
+            lull_timer_start(&pr->timer, below(&S->rng, 20 * MS), 0);
+        }
+        buf_consume(&pr->in, (size_t)n);
+    }
+}
+
+static void probe_closed(lull_endpoint *ep, int reason) {
+    sim *S = ep->data;
+    prober *pr = &S->probe;
+    pr->up = false;
+    lull_timer_stop(&pr->timer);
+    if (!pr->closing && !S->tearing_down)
+        fail(S, "probe: its clean link closed (%s)", lull_err_name(reason));
+}
+
+static void probe_connected(lull_simconn *c, int status) {
+    sim *S = c->ep.data;
+    if (status < 0) return; /* probe_closed says it */
+    S->probe.up = true;
+    probe_next(S);
+}
+
+static void probe_start(sim *S) {
+    prober *pr = &S->probe;
+    lull_timer_init(S->loop, &pr->timer, probe_timer);
+    static const lull_simfaults clean;
+    lull_simconn_options o = {
+        .flags = LULL_SIMCONN_RAW, .name = "probe", .faults = &clean};
+    pr->c.ep.data = S;
+    if (lull_simconn_connect(S->net, &pr->c, "primary", &o, probe_connected) <
+        0) {
+        fail(S, "probe: connect refused");
+        return;
+    }
+    lull_endpoint_set_callbacks(&pr->c.ep, probe_frame, NULL, probe_closed);
+}
+
+static void probe_stop(sim *S) {
+    prober *pr = &S->probe;
+    if (pr->closing) return;
+    pr->closing = true;
+    lull_timer_stop(&pr->timer);
+    lull_endpoint_close(&pr->c.ep, 0);
 }
 
 /* ------------------------------------------------------------ checks */
@@ -1019,6 +1239,9 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         S->chunk_size = 256 + below(r, 4096);
         S->high_water = 128 + below(r, 1024);
     }
+    /* The long fault-free run crosses a chunk edge every hundred or so
+     * records: tens of thousands in 1,000,000 commands. */
+    if (S->no_faults) S->chunk_size = 4096;
     lull_simnet_options no = {.seed = seed ^ 0xabcdef12345ull,
                               .trace = trace,
                               .on_event = check_offsets,
@@ -1058,6 +1281,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         cl->state = C_DOWN;
         lull_timer_start(&cl->timer, below(r, 5 * MS), 0);
     }
+    probe_start(S);
     lull_loop_run(S->loop, LULL_RUN_DEFAULT);
     if (!S->failed) final_checks(S);
     out->commands = S->cmds_run;
@@ -1074,6 +1298,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     /* Tear down: the replicas' links close, the primary stops listening,
      * and every connection's close reaches both ends. */
     S->tearing_down = true;
+    probe_stop(S);
     for (int i = 0; i < S->nclients; i++) {
         client *cl = &S->clients[i];
         lull_timer_stop(&cl->timer);
@@ -1100,6 +1325,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         server_free(&S->nodes[i].srv);
     for (int i = 0; i < S->nclients; i++)
         buf_free(&S->clients[i].in);
+    buf_free(&S->probe.in);
     int rc = lull_simnet_free(S->net);
     if (rc < 0 && !S->failed) {
         S->failed = true;
@@ -1401,32 +1627,52 @@ int main(int argc, char **argv) {
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (determinism > 0) {
-        /* One fault-free seed, twice: the same trace, by its hash. */
+        /* One fault-free seed, twice: the same trace, by its hash. A
+         * failure says its seed and the command that replays it, as any
+         * seed's does. */
         outcome a, b;
+        FILE *f = NULL;
+        if (trace_path)
+            f = strcmp(trace_path, "-") == 0 ? stdout : fopen(trace_path, "w");
         double t0 = real_s();
-        run_seed(first, 0, NULL, determinism, &a);
+        run_seed(first, 0, f, determinism, &a);
         double t1 = real_s();
+        if (f && f != stdout) fclose(f);
+        char replay[300];
+        snprintf(replay, sizeof replay,
+                 "replay: %s --first %" PRIu64 " --determinism %" PRId64
+                 " --once --trace lull-kv-sim-%" PRIu64 ".trace",
+                 argv[0], first, determinism, first);
+        bool short_run = a.commands < (uint64_t)determinism;
         if (once) {
-            printf("determinism: %" PRIu64 " commands, %" PRIu64
-                   " events, trace hash %016" PRIx64 " (%.1f s)\n",
-                   a.commands, a.stats.events, a.trace_hash, t1 - t0);
-            if (a.failed) printf("FAILED: %s\n", a.why);
-            return a.failed || a.commands < (uint64_t)determinism;
+            printf("determinism: seed %" PRIu64 ", %" PRIu64
+                   " commands, %" PRIu64 " events, trace hash %016" PRIx64
+                   " (%.1f s)\n",
+                   first, a.commands, a.stats.events, a.trace_hash, t1 - t0);
+            if (a.failed || short_run)
+                printf("seed %" PRIu64 " FAILED: %s\n%s\n", first,
+                       a.failed ? a.why : "fewer commands than asked", replay);
+            return a.failed || short_run;
         }
         run_seed(first, 0, NULL, determinism, &b);
         double t2 = real_s();
-        printf("determinism: %" PRIu64 " commands, %" PRIu64
+        printf("determinism: seed %" PRIu64 ", %" PRIu64 " commands, %" PRIu64
                " events, trace hash %016" PRIx64 " and %016" PRIx64
                " (%.1f s, %.1f s)\n",
-               a.commands, a.stats.events, a.trace_hash, b.trace_hash, t1 - t0,
-               t2 - t1);
-        if (a.failed || b.failed) {
-            printf("FAILED: %s\n", a.failed ? a.why : b.why);
+               first, a.commands, a.stats.events, a.trace_hash, b.trace_hash,
+               t1 - t0, t2 - t1);
+        if (a.failed || b.failed || short_run) {
+            printf("seed %" PRIu64 " FAILED: %s\n%s\n", first,
+                   a.failed   ? a.why
+                   : b.failed ? b.why
+                              : "fewer commands than asked",
+                   replay);
             return 1;
         }
-        if (a.trace_hash != b.trace_hash ||
-            a.commands < (uint64_t)determinism) {
-            printf("FAILED: the two runs differ\n");
+        if (a.trace_hash != b.trace_hash) {
+            printf("seed %" PRIu64 " FAILED: the two runs differ\n%s "
+                   "(twice, to two files, and diff them)\n",
+                   first, replay);
             return 1;
         }
         return 0;
