@@ -86,6 +86,8 @@ enum {
     ST_WAIT = 0x80,      /* ... once its frames leave the peer's inbox */
     ST_LISTED = 0x100,   /* on the network's list */
     ST_RAW = 0x200,      /* LULL_SIMCONN_RAW: reads are chunks */
+    ST_PEER_RST = 0x400, /* its pending reset answers its peer's close
+                            (close_end), not a fault: a heal keeps it */
 };
 
 /* A read running: a close of the end during its callbacks sets `closed`
@@ -575,6 +577,9 @@ static lull_frame *close_end(lull_simnet *net, lull_simconn *c, int reason,
     c->other = NULL;
     if (p) {
         p->other = NULL;
+        /* p waits for a drain (not reading, its output full) that its
+         * peer's close now rules out: below. */
+        bool waiting = p->ep.high_water && p->ep.queued >= p->ep.high_water;
         lull__endpoint_peer_gone(&p->ep);
         lull__simdir *d = &p->in;
         if (flush) send_segments(net, p);
@@ -600,16 +605,21 @@ static lull_frame *close_end(lull_simnet *net, lull_simconn *c, int reason,
         d->tx = NULL;
         d->queued = d->sent;
         if (!flush) d->reset_at = d->rst_at = NEVER;
-        if (unread && (p->state & ST_PAUSED)) {
+        if ((unread || waiting) && (p->state & ST_PAUSED)) {
             /* A socket closed with its peer's bytes unread answers them
              * with a reset, and the peer's write of what it still has
              * queued fails: a peer that is not reading (output full,
              * waiting for a drain that can no longer come) learns of the
              * close that way, where it would never read the EOF. It
              * fails now if it is still not reading when the reset comes;
-             * one that reads again first reads what came, then EOF. */
+             * one that reads again first reads what came, then EOF. The
+             * same for a peer whose bytes were all read in the call that
+             * closed (a socket's would drain, its writes done; here the
+             * drain is ruled out with the peer gone): reset rather than
+             * left waiting for good. */
             d->reset_at = NEVER;
             d->rst_at = now_of(net);
+            p->state |= ST_PEER_RST;
         }
         d->eof = true;
         if (owe && d->head) {
@@ -890,7 +900,7 @@ static void step(lull_simnet *net, lull_simconn *c) {
     lull__simdir *d = &c->in;
     arrive(net, d);
     if (reset_time(c) <= now) {
-        net->stats.resets++;
+        if (!(c->state & ST_PEER_RST)) net->stats.resets++;
         fail_conn(net, c, -ECONNRESET);
         return;
     }
@@ -1079,7 +1089,7 @@ void lull_simnet_heal(lull_simnet *net) {
     for (lull_simconn *c = net->ends; c; c = c->net_next) {
         c->partition_at = c->break_at = NEVER;
         c->in.hold_until = 0;
-        c->in.reset_at = c->in.rst_at = NEVER;
+        if (!(c->state & ST_PEER_RST)) c->in.reset_at = c->in.rst_at = NEVER;
         if (!(c->state & ST_CLOSED)) send_segments(net, c);
     }
     for (lull_simconn *c = net->ends; c; c = c->net_next)
