@@ -113,6 +113,20 @@ typedef struct pending {
 
 enum { C_DOWN, C_CONNECTING, C_UP, C_CLOSING, C_DONE };
 
+/* The atomicity reader: a client of a replica that reads every client's
+ * pair (cN:pa, cN:pb, which only transactions write, both with one tag)
+ * in one MGET, again and again while the workload runs: it must never
+ * see them differ, which is half a transaction applied. */
+typedef struct reader {
+    lull_simconn c;
+    lull_timer timer;
+    buf in;
+    int replica; /* the node it reads */
+    bool live;   /* connecting or connected: its close callback owed */
+    bool up, waiting, closing;
+    uint64_t reads; /* MGETs checked */
+} reader;
+
 /* The expiry prober: a client on a clean link (no delay, nothing slow,
  * no partition: a command runs at the instant it is sent) that sets
  * probe:ttl with PX n and reads it back in the last millisecond before n
@@ -157,6 +171,7 @@ typedef struct client {
     uint64_t ttl_done_ns; /* its reply */
     int ttl_px;
     unsigned ttl_seq;
+    unsigned tags; /* transactions that wrote the atomicity pair */
 } client;
 
 /* A planted bug of the network's, not lull-kv's: partitions that hold
@@ -176,6 +191,7 @@ struct sim {
     client clients[CLIENTS_MAX];
     int nclients;
     prober probe;
+    reader rd;
     int active; /* clients not done */
     bool healed;
     bool failed;
@@ -386,9 +402,9 @@ static int node_open(sim *S, node *n, int index) {
     }
     int rc = server_open(srv, S->loop, &kv_net_sim, BASE_MS);
     if (rc < 0) return rc;
-    if (!replica)
-        rc = lull_simserver_listen(S->net, &n->ls, "primary", sim_accept);
-    return rc;
+    /* Replicas take clients too: the atomicity reader's. */
+    return lull_simserver_listen(S->net, &n->ls, replica ? n->name : "primary",
+                                 sim_accept);
 }
 
 /* ------------------------------------------------------------ clients */
@@ -396,12 +412,16 @@ static int node_open(sim *S, node *n, int index) {
 static void client_pump(client *cl);
 static void client_connect(client *cl);
 static void probe_stop(sim *S);
+static void reader_stop(sim *S);
 
 static void finished(client *cl) {
     sim *S = cl->S;
     cl->state = C_DONE;
     lull_simnet_log(S->net, "c%d done", cl->id);
-    if (S->active == 1) probe_stop(S);
+    if (S->active == 1) {
+        probe_stop(S);
+        reader_stop(S);
+    }
     if (--S->active == 0 && !S->healed && !S->tearing_down) {
         S->healed = true;
         lull_simnet_heal(S->net);
@@ -520,6 +540,18 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
         c->at += 100; /* keys live long enough to be read */
 }
 
+/* The atomicity probe's pair: cN:pa first in a transaction, cN:pb last,
+ * both with one tag per transaction, so a reader of a replica sees them
+ * equal unless it sees part of a transaction (reader_frame). */
+static size_t pair_set(client *cl, char *out, char ab, bool next) {
+    char key[16], tag[24];
+    if (next) cl->tags++;
+    int kl = snprintf(key, sizeof key, "c%d:p%c", cl->id, ab);
+    int tl = snprintf(tag, sizeof tag, "t%d.%u", cl->id, cl->tags);
+    return (size_t)sprintf(out, "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n",
+                           kl, key, tl, tag);
+}
+
 static void send_cmd(client *cl) {
     sim *S = cl->S;
     static char req[3 * MODEL_REQ_MAX + 64];
@@ -564,6 +596,7 @@ static void send_cmd(client *cl) {
         p->ncmd = 1 + (int)below(&S->rng, 3);
         if (p->ncmd > cl->remaining) p->ncmd = cl->remaining;
         n += (size_t)sprintf(req, "*1\r\n$5\r\nMULTI\r\n");
+        n += pair_set(cl, req + n, 'a', true);
     } else {
         p->kind = P_CMD;
         p->ncmd = 1;
@@ -572,7 +605,10 @@ static void send_cmd(client *cl) {
         make_cmd(cl, &p->cmd[i], &p->key[i]);
         n += model_request(&p->cmd[i], req + n);
     }
-    if (multi) n += (size_t)sprintf(req + n, "*1\r\n$4\r\nEXEC\r\n");
+    if (multi) {
+        n += pair_set(cl, req + n, 'b', false);
+        n += (size_t)sprintf(req + n, "*1\r\n$4\r\nEXEC\r\n");
+    }
     cl->remaining -= p->ncmd;
     char text[3][96];
     for (int i = 0; i < p->ncmd; i++)
@@ -658,7 +694,7 @@ static void check_reply(client *cl, const char *r, size_t len) {
                 cl->unknown[i] = false;
                 model_key_init(&cl->keys[i]);
             }
-    } else if (p->kind == P_MULTI && p->step <= p->ncmd) {
+    } else if (p->kind == P_MULTI && p->step <= p->ncmd + 2) {
         const char *want = p->step == 0 ? "+OK\r\n" : "+QUEUED\r\n";
         if (len != strlen(want) || memcmp(r, want, len) != 0)
             fail(S, "c%d: %s got %.*s", cl->id,
@@ -671,7 +707,7 @@ static void check_reply(client *cl, const char *r, size_t len) {
         size_t left = len;
         if (p->kind == P_MULTI) {
             char head[16];
-            int hn = snprintf(head, sizeof head, "*%d\r\n", p->ncmd);
+            int hn = snprintf(head, sizeof head, "*%d\r\n+OK\r\n", p->ncmd + 2);
             if (len < (size_t)hn || memcmp(r, head, (size_t)hn) != 0) {
                 fail(S, "c%d: EXEC got %.*s", cl->id, (int)len, r);
                 return;
@@ -704,6 +740,10 @@ static void check_reply(client *cl, const char *r, size_t len) {
             e += el;
             left -= (size_t)el;
         }
+        if (p->kind == P_MULTI && !S->failed &&
+            (left != 5 || memcmp(e, "+OK\r\n", 5) != 0))
+            fail(S, "c%d: EXEC's last reply (SET c%d:pb) is %.*s", cl->id,
+                 cl->id, (int)left, e);
     }
     if (!done) return;
     char text[160];
@@ -913,6 +953,103 @@ static void probe_stop(sim *S) {
     lull_endpoint_close(&pr->c.ep, 0);
 }
 
+/* ------------------------------------------------------------ reader */
+
+static void reader_connect(sim *S);
+
+static void reader_timer(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, rd.timer);
+    reader *rd = &S->rd;
+    if (rd->closing) return;
+    if (!rd->up) {
+        reader_connect(S);
+        return;
+    }
+    if (rd->waiting) return;
+    char req[512];
+    int n = sprintf(req, "*%d\r\n$4\r\nMGET\r\n", 1 + 2 * S->nclients);
+    for (int i = 1; i <= S->nclients; i++)
+        for (char ab = 'a'; ab <= 'b'; ab++)
+            n += sprintf(req + n, "$%d\r\nc%d:p%c\r\n", i < 10 ? 4 : 5, i, ab);
+    if (lull_endpoint_send_copy(&rd->c.ep, req, (size_t)n) == 0)
+        rd->waiting = true;
+}
+
+static void reader_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    sim *S = ep->data;
+    reader *rd = &S->rd;
+    buf_put(&rd->in, bytes, len);
+    long n;
+    while ((n = model_reply_len(rd->in.p, rd->in.len)) > 0 && !S->failed) {
+        const char *r = rd->in.p, *e = memchr(r, '\n', (size_t)n) + 1;
+        const char *end = r + n;
+        for (int i = 1; i <= S->nclients && e < end; i++) {
+            long la = model_reply_len(e, (size_t)(end - e));
+            long lb =
+                la > 0 ? model_reply_len(e + la, (size_t)(end - e - la)) : -1;
+            if (la <= 0 || lb <= 0) {
+                fail(S, "%s: MGET got %.*s", S->nodes[rd->replica].name, (int)n,
+                     r);
+                break;
+            }
+            if (la != lb || memcmp(e, e + la, (size_t)la) != 0) {
+                char a[64], b[64];
+                fail(S,
+                     "%s (offset %" PRIu64 "): c%d:pa is %s, c%d:pb is %s: "
+                     "half a transaction, read by a client of the replica",
+                     S->nodes[rd->replica].name,
+                     S->nodes[rd->replica].srv.kv.offset, i,
+                     oneline(e, (size_t)la, a, sizeof a), i,
+                     oneline(e + la, (size_t)lb, b, sizeof b));
+                break;
+            }
+            e += la + lb;
+        }
+        rd->reads++;
+        rd->waiting = false;
+        buf_consume(&rd->in, (size_t)n);
+    }
+    if (!rd->closing) lull_timer_start(&rd->timer, below(&S->rng, 3 * MS), 0);
+}
+
+static void reader_closed(lull_endpoint *ep, int reason) {
+    sim *S = ep->data;
+    reader *rd = &S->rd;
+    (void)reason;
+    rd->live = rd->up = rd->waiting = false;
+    rd->in.len = 0;
+    if (rd->closing || S->tearing_down) return;
+    lull_timer_start(&rd->timer, 1 * MS + below(&S->rng, 20 * MS), 0);
+}
+
+static void reader_connected(lull_simconn *c, int status) {
+    sim *S = c->ep.data;
+    if (status < 0) return; /* reader_closed retries */
+    S->rd.up = true;
+    lull_timer_start(&S->rd.timer, 0, 0);
+}
+
+static void reader_connect(sim *S) {
+    reader *rd = &S->rd;
+    lull_simconn_options o = {.flags = LULL_SIMCONN_RAW, .name = "reader"};
+    rd->c.ep.data = S;
+    if (lull_simconn_connect(S->net, &rd->c, S->nodes[rd->replica].name, &o,
+                             reader_connected) < 0) {
+        fail(S, "reader: connect refused at once");
+        return;
+    }
+    rd->live = true;
+    lull_endpoint_set_callbacks(&rd->c.ep, reader_frame, NULL, reader_closed);
+}
+
+static void reader_stop(sim *S) {
+    reader *rd = &S->rd;
+    if (rd->closing) return;
+    rd->closing = true;
+    lull_timer_stop(&rd->timer);
+    if (rd->live) lull_endpoint_close(&rd->c.ep, 0);
+}
+
 /* ------------------------------------------------------------ checks */
 
 /* The bytes of record r of a log, read from its chunks directly (not by
@@ -989,6 +1126,27 @@ static void check_caught_up(sim *S, node *n) {
          n->name, off, d);
 }
 
+/* The atomicity pairs as a replica holds them after every event (what a
+ * client of it would read at that instant, without the network's delay
+ * between it and the instant): never unequal. */
+static void check_pairs(sim *S, node *n) {
+    for (int i = 1; i <= S->nclients; i++) {
+        char ka[16], kb[16];
+        snprintf(ka, sizeof ka, "c%d:pa", i);
+        snprintf(kb, sizeof kb, "c%d:pb", i);
+        size_t la = 0, lb = 0;
+        const char *a = store_get(&n->srv.kv.db, ka, strlen(ka), &la);
+        const char *b = store_get(&n->srv.kv.db, kb, strlen(kb), &lb);
+        if ((!a) == (!b) && la == lb && (!a || memcmp(a, b, la) == 0)) continue;
+        fail(S,
+             "%s at offset %" PRIu64 " holds %s = %.*s and %s = %.*s: part "
+             "of a transaction",
+             n->name, n->srv.kv.offset, ka, a ? (int)la : 6, a ? a : "(none)",
+             kb, b ? (int)lb : 6, b ? b : "(none)");
+        return;
+    }
+}
+
 /* After every event: no replica's offset goes back, but to begin a new
  * history (a full resync from another replid); it is a record boundary
  * of the primary's log and never inside a transaction; one that has
@@ -1029,6 +1187,8 @@ static void check_offsets(lull_simnet *net, void *arg) {
             }
         }
         n->last_offset = off;
+        check_pairs(S, n);
+        if (S->failed) return;
         check_caught_up(S, n);
         if (S->failed) return;
     }
@@ -1282,6 +1442,9 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         lull_timer_start(&cl->timer, below(r, 5 * MS), 0);
     }
     probe_start(S);
+    S->rd.replica = 1 + (int)below(r, (uint64_t)S->nreplicas);
+    lull_timer_init(S->loop, &S->rd.timer, reader_timer);
+    lull_timer_start(&S->rd.timer, below(r, 20 * MS), 0);
     lull_loop_run(S->loop, LULL_RUN_DEFAULT);
     if (!S->failed) final_checks(S);
     out->commands = S->cmds_run;
@@ -1299,6 +1462,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
      * and every connection's close reaches both ends. */
     S->tearing_down = true;
     probe_stop(S);
+    reader_stop(S);
     for (int i = 0; i < S->nclients; i++) {
         client *cl = &S->clients[i];
         lull_timer_stop(&cl->timer);
@@ -1307,8 +1471,10 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
             lull_endpoint_close(&cl->c.ep, 0);
         }
     }
-    for (int i = 1; i <= S->nreplicas; i++)
+    for (int i = 1; i <= S->nreplicas; i++) {
         server_stop(&S->nodes[i].srv);
+        lull_simserver_close(&S->nodes[i].ls);
+    }
     lull_simserver_close(&S->nodes[0].ls);
     server_stop(&S->nodes[0].srv);
     lull_timer_stop(&S->deadline);
@@ -1326,6 +1492,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     for (int i = 0; i < S->nclients; i++)
         buf_free(&S->clients[i].in);
     buf_free(&S->probe.in);
+    buf_free(&S->rd.in);
     int rc = lull_simnet_free(S->net);
     if (rc < 0 && !S->failed) {
         S->failed = true;
@@ -1435,6 +1602,7 @@ static int run_unread_close(void) {
     lull_loop_run(S->loop, LULL_RUN_DEFAULT);
     S->tearing_down = true;
     server_stop(&S->nodes[1].srv);
+    lull_simserver_close(&S->nodes[1].ls);
     lull_simserver_close(&S->nodes[0].ls);
     server_stop(&S->nodes[0].srv);
     lull_timer_stop(&S->deadline);
@@ -1477,12 +1645,12 @@ static const char *plant_name(unsigned plant) {
     return "none";
 }
 
-/* Faults proven to happen: a kind drawn in this many profiles over a
- * run must have had its effect at least once (bytes held by partitions,
+/* Faults proven to happen: a kind drawn in this many seeds of a run
+ * must have had its effect at least once (bytes held by partitions,
  * connections reset, reads slowed, connects refused), or the network
  * (or the way the seeds draw it) does not do what the run counts on.
- * 50 profiles: each seed draws 2 to 6, and any one of these kinds, drawn
- * that often, has its effect within a few seeds. */
+ * Each kind, once drawn, acts in most seeds (the run's counts over
+ * thousands say so): 50 seeds without one is no accident. */
 #define DRAWN_ENOUGH 50
 
 typedef struct fault_tally {
@@ -1491,10 +1659,10 @@ typedef struct fault_tally {
 } fault_tally;
 
 static void tally(fault_tally *t, const outcome *o) {
-    t->drawn_partitions += o->drawn_partitions;
-    t->drawn_resets += o->drawn_resets;
-    t->drawn_slow += o->drawn_slow;
-    t->drawn_refusals += o->drawn_refusals;
+    t->drawn_partitions += o->drawn_partitions != 0;
+    t->drawn_resets += o->drawn_resets != 0;
+    t->drawn_slow += o->drawn_slow != 0;
+    t->drawn_refusals += o->drawn_refusals != 0;
     t->partitions += o->stats.partitions;
     t->held += o->stats.held;
     t->resets += o->stats.resets;
@@ -1509,23 +1677,20 @@ static const char *fault_without_effect(const fault_tally *t, char *out,
     if (t->drawn_partitions >= DRAWN_ENOUGH && t->partitions >= 20 &&
         t->held == 0)
         snprintf(out, cap,
-                 "partitions drawn in %" PRIu64 " fault profiles began %" PRIu64
+                 "partitions drawn in %" PRIu64 " seeds began %" PRIu64
                  " times and held no byte",
                  t->drawn_partitions, t->partitions);
     else if (t->drawn_resets >= DRAWN_ENOUGH && t->resets == 0)
         snprintf(out, cap,
-                 "resets drawn in %" PRIu64
-                 " fault profiles reset no connection",
+                 "resets drawn in %" PRIu64 " seeds reset no connection",
                  t->drawn_resets);
     else if (t->drawn_slow >= DRAWN_ENOUGH && t->slowed == 0)
         snprintf(out, cap,
-                 "slow readers drawn in %" PRIu64
-                 " fault profiles put off no read",
+                 "slow readers drawn in %" PRIu64 " seeds put off no read",
                  t->drawn_slow);
     else if (t->drawn_refusals >= DRAWN_ENOUGH && t->refused == 0)
         snprintf(out, cap,
-                 "refusals drawn in %" PRIu64
-                 " fault profiles refused no connect",
+                 "refusals drawn in %" PRIu64 " seeds refused no connect",
                  t->drawn_refusals);
     else
         return NULL;
