@@ -37,13 +37,13 @@ static size_t put_bulk(char *out, size_t at, const char *s, size_t n) {
     return put(out, at, "\r\n", 2);
 }
 
-static const char *const names[OP_COUNT] = {
+static const char *const names[OP_COUNT + 1] = {
     "SET",  "SET",    "SET",    "SET",       "GET",     "DEL",
     "INCR", "APPEND", "EXISTS", "PEXPIREAT", "PERSIST", "RPUSH",
-    "LPOP", "LLEN",   "TYPE",   "INCRBY",    "DECRBY"};
+    "LPOP", "LLEN",   "TYPE",   "INCRBY",    "DECRBY",  "MGET"};
 
 /* A SET's value: val, then `pad` bytes of a pattern, into out. */
-static size_t value_of(const model_cmd *c, char *out) {
+size_t model_value(const model_cmd *c, char *out) {
     size_t n = strlen(c->val);
     memcpy(out, c->val, n);
     for (size_t i = 0; i < c->pad; i++)
@@ -91,7 +91,7 @@ size_t model_request(const model_cmd *c, char *out) {
     case OP_INCRBY:
     case OP_DECRBY:
         argv[argc] = val;
-        lens[argc++] = value_of(c, val);
+        lens[argc++] = model_value(c, val);
         break;
     case OP_PEXPIREAT:
         argv[argc] = num;
@@ -165,7 +165,7 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
     bool live = alive(s, now);
     if (!live) clear(s);
     char v[MODEL_VAL_MAX];
-    size_t vlen = value_of(c, v);
+    size_t vlen = model_value(c, v);
     switch (c->op) {
     case OP_SET:
     case OP_SET_PXAT:
@@ -180,6 +180,9 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
     case OP_GET:
         if (!live) return put_s(out, "$-1\r\n");
         if (s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
+        return put_bulk(out, 0, s->v, s->len);
+    case OP_MGET_ONE: /* MGET answers nil for a key of another type */
+        if (!live || s->type != MODEL_STRING) return put_s(out, "$-1\r\n");
         return put_bulk(out, 0, s->v, s->len);
     case OP_DEL:
         clear(s);
@@ -284,6 +287,12 @@ bool model_key_has(const model_key *k, const model_val *s) {
 static void copy_val(model_val *to, const model_val *from) {
     memcpy(to, from, offsetof(model_val, v));
     memcpy(to->v, from->v, from->len);
+}
+
+void model_key_copy(model_key *to, const model_key *from) {
+    to->n = from->n;
+    for (int i = 0; i < from->n; i++)
+        copy_val(&to->c[i], &from->c[i]);
 }
 
 static void add(model_key *k, const model_val *s) {

@@ -67,7 +67,10 @@ enum {
     OP_TYPE,      /* TYPE k */
     OP_INCRBY,    /* INCRBY k n (n in val) */
     OP_DECRBY,    /* DECRBY k n */
-    OP_COUNT
+    OP_COUNT,
+    /* Not drawn: one key's part of a multi-key command (the simulator
+     * checks MSET, MGET and DEL of several keys key by key). */
+    OP_MGET_ONE = OP_COUNT /* k's element of MGET's reply */
 };
 
 /* A command the model knows: one key, and a value or a time. */
@@ -85,6 +88,10 @@ void model_key_init(model_key *k); /* one candidate: no key */
 /* The command as words ("SET c1:k2 v7 PXAT 1700000000123"), for traces
  * and messages. */
 void model_cmd_text(const model_cmd *c, char *out, size_t cap);
+
+/* A SET's value (val, then pad bytes of a pattern) into out (>=
+ * MODEL_VAL_MAX bytes); its length. */
+size_t model_value(const model_cmd *c, char *out);
 
 /* The request as RESP (multibulk) into out (>= MODEL_REQ_MAX bytes); its
  * length. */
@@ -110,6 +117,9 @@ size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
  * does not know (another type, a longer value). */
 bool model_from_store(const store *st, const char *key, int64_t now,
                       model_val *out);
+
+/* to = from, copying only the bytes in use (a model_key is 80 KiB). */
+void model_key_copy(model_key *to, const model_key *from);
 
 /* s is one of k's candidates (after model_settle). */
 bool model_key_has(const model_key *k, const model_val *s);

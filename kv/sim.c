@@ -93,7 +93,9 @@ typedef struct node {
     bool why_down;     /* a replica said why its link went down */
 } node;
 
-enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET };
+/* P_MKEY: MSET, MGET or DEL of 2 or 3 of the client's keys, checked key
+ * by key (cmd[i].op: OP_SET, OP_MGET_ONE, OP_DEL). */
+enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY };
 
 /* A request in flight: one command, a transaction, or the DEL that
  * forgets the keys a failed connection left uncertain. */
@@ -540,6 +542,101 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
         c->at += 100; /* keys live long enough to be read */
 }
 
+static void make_cmd(client *cl, model_cmd *c, int *key);
+static void send_bytes(client *cl, const char *b, size_t n);
+
+/* MSET, MGET or DEL of 2 or 3 distinct keys of the client's. */
+static void send_multikey(client *cl, pending *p, char *req) {
+    sim *S = cl->S;
+    static const int ops[3] = {OP_SET, OP_MGET_ONE, OP_DEL};
+    static const char *const words[3] = {"MSET", "MGET", "DEL"};
+    int w = (int)below(&S->rng, 3);
+    p->kind = P_MKEY;
+    p->ncmd = 2 + (int)below(&S->rng, 2);
+    int first = (int)below(&S->rng, KEYS);
+    size_t n = (size_t)sprintf(req, "*%d\r\n$%zu\r\n%s\r\n",
+                               1 + p->ncmd * (w == 0 ? 2 : 1), strlen(words[w]),
+                               words[w]);
+    char text[200];
+    int tn = snprintf(text, sizeof text, "%s", words[w]);
+    static char val[MODEL_VAL_MAX];
+    for (int i = 0; i < p->ncmd; i++) {
+        model_cmd *c = &p->cmd[i];
+        int ignored;
+        make_cmd(cl, c, &ignored);
+        p->key[i] = (first + i) % KEYS; /* distinct */
+        snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, p->key[i]);
+        c->op = ops[w];
+        n += (size_t)sprintf(req + n, "$%zu\r\n%s\r\n", strlen(c->key), c->key);
+        tn += snprintf(text + tn, sizeof text - (size_t)tn, " %s", c->key);
+        if (w == 0) {
+            size_t vl = model_value(c, val);
+            n += (size_t)sprintf(req + n, "$%zu\r\n", vl);
+            memcpy(req + n, val, vl);
+            n += vl;
+            memcpy(req + n, "\r\n", 2);
+            n += 2;
+            tn += snprintf(text + tn, sizeof text - (size_t)tn, " %.20s%s",
+                           c->val, c->pad ? "..." : "");
+        }
+    }
+    cl->remaining -= p->ncmd;
+    lull_simnet_log(S->net, "c%d > %s", cl->id, text);
+    send_bytes(cl, req, n);
+}
+
+/* A multi-key command's reply, key by key (the model's keys are
+ * independent): false when the model allows none of it. */
+static bool check_multikey(client *cl, pending *p, const char *r, size_t len,
+                           int64_t lo, int64_t now) {
+    int op = p->cmd[0].op;
+    if (op == OP_SET) {
+        for (int i = 0; i < p->ncmd; i++)
+            if (len != 5 || memcmp(r, "+OK\r\n", 5) != 0 ||
+                !model_apply(&cl->keys[p->key[i]], &p->cmd[i], lo, now, r, len))
+                return false;
+        return true;
+    }
+    if (op == OP_MGET_ONE) {
+        char head[8];
+        int hn = snprintf(head, sizeof head, "*%d\r\n", p->ncmd);
+        if (len < (size_t)hn || memcmp(r, head, (size_t)hn) != 0) return false;
+        const char *e = r + hn;
+        size_t left = len - (size_t)hn;
+        for (int i = 0; i < p->ncmd; i++) {
+            long el = model_reply_len(e, left);
+            if (el <= 0 || !model_apply(&cl->keys[p->key[i]], &p->cmd[i], lo,
+                                        now, e, (size_t)el))
+                return false;
+            e += el;
+            left -= (size_t)el;
+        }
+        return left == 0;
+    }
+    /* DEL: the count is the keys that were there; each key may have been
+     * there or not (an expiry inside the window), so the count must lie
+     * between what they allow, and every key is gone after. */
+    long long got;
+    if (sscanf(r, ":%lld", &got) != 1) return false;
+    int lo_n = 0, hi_n = 0;
+    static model_key k0, k1;
+    bool can0[3], can1[3];
+    for (int i = 0; i < p->ncmd; i++) {
+        model_key_copy(&k0, &cl->keys[p->key[i]]);
+        model_key_copy(&k1, &k0);
+        can0[i] = model_apply(&k0, &p->cmd[i], lo, now, ":0\r\n", 4);
+        can1[i] = model_apply(&k1, &p->cmd[i], lo, now, ":1\r\n", 4);
+        lo_n += !can0[i];
+        hi_n += can1[i];
+    }
+    if (got < lo_n || got > hi_n) return false;
+    for (int i = 0; i < p->ncmd; i++) {
+        model_key *mk = &cl->keys[p->key[i]];
+        model_apply(mk, &p->cmd[i], lo, now, can1[i] ? ":1\r\n" : ":0\r\n", 4);
+    }
+    return true;
+}
+
 /* The atomicity probe's pair: cN:pa first in a transaction, cN:pb last,
  * both with one tag per transaction, so a reader of a replica sees them
  * equal unless it sees part of a transaction (reader_frame). */
@@ -588,6 +685,10 @@ static void send_cmd(client *cl) {
         }
         cl->remaining--;
         send_bytes(cl, req, n);
+        return;
+    }
+    if (cl->remaining >= 3 && below(&S->rng, 12) == 0) {
+        send_multikey(cl, p, req);
         return;
     }
     bool multi = cl->remaining >= 2 && below(&S->rng, 10) == 0;
@@ -684,6 +785,21 @@ static void check_reply(client *cl, const char *r, size_t len) {
                  "sent %.3f ms after the SET's reply",
                  cl->id, cl->id, p->ttl_px,
                  (double)(p->sent_ns - p->ttl_done_ns) / MS);
+    } else if (p->kind == P_MKEY) {
+        if (!check_multikey(cl, p, r, len, lo, now)) {
+            char got[160];
+            fail(S,
+                 "c%d: a %s of %d keys (%s ...) got %s; the model allows no "
+                 "such reply at any instant in [%" PRId64 ", %" PRId64 "] ms",
+                 cl->id,
+                 p->cmd[0].op == OP_SET        ? "MSET"
+                 : p->cmd[0].op == OP_MGET_ONE ? "MGET"
+                                               : "DEL",
+                 p->ncmd, p->cmd[0].key, oneline(r, len, got, sizeof got), lo,
+                 now);
+            return;
+        }
+        S->cmds_run += (uint64_t)p->ncmd;
     } else if (p->kind == P_FORGET) {
         long long n;
         if (sscanf(r, ":%lld", &n) != 1 || n < 0 || n > p->ncmd)
@@ -792,7 +908,8 @@ static void client_closed(lull_endpoint *ep, int reason) {
     for (int i = 0; i < cl->qlen; i++) {
         pending *p = &cl->q[(cl->qhead + i) % PIPE_MAX];
         if (p->kind == P_TTL_SET) cl->ttl_state = 0; /* its fate unknown */
-        if (p->kind != P_CMD && p->kind != P_MULTI) continue;
+        if (p->kind != P_CMD && p->kind != P_MULTI && p->kind != P_MKEY)
+            continue;
         for (int j = 0; j < p->ncmd; j++)
             cl->unknown[p->key[j]] = true;
     }
@@ -1130,13 +1247,15 @@ static void check_caught_up(sim *S, node *n) {
  * client of it would read at that instant, without the network's delay
  * between it and the instant): never unequal. */
 static void check_pairs(sim *S, node *n) {
+    static const char *const pairs[CLIENTS_MAX][2] = {{"c1:pa", "c1:pb"},
+                                                      {"c2:pa", "c2:pb"},
+                                                      {"c3:pa", "c3:pb"},
+                                                      {"c4:pa", "c4:pb"}};
     for (int i = 1; i <= S->nclients; i++) {
-        char ka[16], kb[16];
-        snprintf(ka, sizeof ka, "c%d:pa", i);
-        snprintf(kb, sizeof kb, "c%d:pb", i);
+        const char *ka = pairs[i - 1][0], *kb = pairs[i - 1][1];
         size_t la = 0, lb = 0;
-        const char *a = store_get(&n->srv.kv.db, ka, strlen(ka), &la);
-        const char *b = store_get(&n->srv.kv.db, kb, strlen(kb), &lb);
+        const char *a = store_get(&n->srv.kv.db, ka, 5, &la);
+        const char *b = store_get(&n->srv.kv.db, kb, 5, &lb);
         if ((!a) == (!b) && la == lb && (!a || memcmp(a, b, la) == 0)) continue;
         fail(S,
              "%s at offset %" PRIu64 " holds %s = %.*s and %s = %.*s: part "
