@@ -6,25 +6,42 @@
  * clients, every connection with faults drawn from the seed (delay,
  * jitter, bandwidth, windows, slow readers, partitions that resume or
  * break, resets at a random byte, refused connects). The clients run a
- * random workload of strings, lists, expiry times and transactions, with
- * pipelining; a client whose connection fails reconnects, and first
- * deletes the keys whose last commands it cannot know the fate of. When
- * the clients are done the network heals and the cluster settles. The
- * server is lull-kv's own code (node.c, conn.c, link.c, cmd*.c), the
- * socket program's, over a kv_net of the simulated network's.
+ * random workload of strings, lists, integers at the 2^31/2^32/2^63
+ * edges, values from 0 bytes to past the log's chunk size, absolute and
+ * relative expiry times (past, soon, hours ahead), multi-key MSET, MGET
+ * and DEL, and transactions, with pipelining; a client whose connection
+ * fails reconnects, and first deletes the keys whose last commands it
+ * cannot know the fate of. Half the seeds run with small log chunks and
+ * small stream buffers. When the clients are done the network heals and
+ * the cluster settles. The server is lull-kv's own code (node.c, conn.c,
+ * link.c, cmd*.c), the socket program's, over a kv_net of the simulated
+ * network's.
  *
- * Checked, per seed:
+ * Checked, per seed (docs/SIMULATION.md has what this proves and what
+ * it cannot see):
  *   - every reply a client got is one the reference model (model.c)
  *     allows for that command at some instant between its send and its
  *     reply;
+ *   - a key set with PX n is there until n ms after its client sent the
+ *     SET, and gone 1 ms after that (the prober, on a clean link, and
+ *     the clients' own TTL probes): the model shares the server's expiry
+ *     rule, these do not;
+ *   - after every network event: each replica's offset is a record
+ *     boundary of the primary's log, never inside a transaction, never
+ *     going back (but to start a new history); it never holds a
+ *     transaction's pair unequal (an atomicity probe, also read over the
+ *     network by a client of a replica); one that has applied the whole
+ *     log holds the primary's keyspace, expiry times included, so a
+ *     divergence is named (key, both values, offset) when it happens;
+ *   - a log line a correct cluster never writes (a malformed record,
+ *     ...) fails the seed at once, as logged; a replica that drops its
+ *     link says why;
  *   - at the end every key the clients know holds what the model says,
- *     on the primary: every acknowledged write is there;
- *   - every replica's link is up, its offset is the primary's and its
- *     keyspace is the primary's, byte for byte (kv_dump): every write is
- *     there too, and a replica that fell too far behind (closed for its
- *     output, with small limits) came back;
- *   - a replica's offset never goes backwards (after every event of the
- *     network), but to start a new history;
+ *     on the primary; every replica's link is up, at the primary's
+ *     offset, with its keyspace byte for byte (pending TTLs too); what
+ *     did not settle is diagnosed against the log replayed to the
+ *     replica's offset;
+ *   - over a run, each fault kind drawn in 50 seeds had its effect;
  *   - nothing is left: every connection closed, lull_simnet_free and
  *     lull_loop_free return 0.
  * A failure prints its seed, the command that replays it, and the end of
