@@ -339,9 +339,6 @@ static void sim_accept(lull_simserver *ls) {
     conn_start(c, &c->t.sim.ep);
 }
 
-__attribute__((format(printf, 2, 3))) static void fail(sim *S, const char *fmt,
-                                                       ...);
-
 /* Lines a correct cluster on this network never logs: the first one is
  * the failure, said as it was logged (a malformed record names its
  * offset), not what it led to. */
