@@ -1021,6 +1021,12 @@ static void probe_frame(lull_endpoint *ep, const void *bytes, size_t len) {
             pr->step = 1;
             uint64_t at =
                 pr->set_ns + (uint64_t)pr->px * MS - 1 - below(&S->rng, MS - 1);
+            if (at <= now) {
+                /* The reply came too late (what the primary sends may be
+                 * slow): no early read this time; a new SET. */
+                pr->step = 0;
+                at = now + below(&S->rng, 20 * MS);
+            }
             lull_timer_start(&pr->timer, at - now, 0);
         } else if (pr->step == 1) {
             if (!found)
@@ -1029,8 +1035,8 @@ static void probe_frame(lull_endpoint *ep, const void *bytes, size_t len) {
                      "SET was sent: before its time",
                      pr->px, nil ? "gone" : "changed", after);
             pr->step = 2;
-            lull_timer_start(&pr->timer,
-                             pr->set_ns + (uint64_t)(pr->px + 1) * MS - now, 0);
+            uint64_t at = pr->set_ns + (uint64_t)(pr->px + 1) * MS;
+            lull_timer_start(&pr->timer, at > now ? at - now : 0, 0);
         } else {
             if (!nil)
                 fail(S,
@@ -1475,6 +1481,7 @@ typedef struct outcome {
     uint64_t over_limit;
     uint64_t multis, lost, continues, fulls, expired;
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
+    uint64_t probes; /* the prober's SETs read back early and late */
 } outcome;
 
 static void random_faults(sim *S, lull_simfaults *f) {
@@ -1587,6 +1594,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     out->continues = S->continues;
     out->fulls = S->fulls;
     out->expired = S->nodes[0].srv.expiry.fired;
+    out->probes = S->probe.probes;
     out->drawn_partitions = S->drawn_partitions;
     out->drawn_resets = S->drawn_resets;
     out->drawn_slow = S->drawn_slow;
@@ -1998,7 +2006,7 @@ int main(int argc, char **argv) {
     uint64_t n = 0, failures = 0;
     lull_simnet_stats total = {0};
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
-    uint64_t continues = 0, fulls = 0, expired = 0;
+    uint64_t continues = 0, fulls = 0, expired = 0, probes = 0;
     fault_tally faults = {0};
     if (seconds > 0 && !quiet)
         printf("soak: %.0f s of seeds from %" PRIu64 "\n", seconds, first);
@@ -2014,6 +2022,7 @@ int main(int argc, char **argv) {
         continues += o.continues;
         fulls += o.fulls;
         expired += o.expired;
+        probes += o.probes;
         total.events += o.stats.events;
         total.partitions += o.stats.partitions;
         total.breaks += o.stats.breaks;
@@ -2063,10 +2072,10 @@ int main(int argc, char **argv) {
            " client connections lost, %" PRIu64
            " replica links closed for their output, %" PRIu64
            " replica resumes from an offset, %" PRIu64 " full syncs, %" PRIu64
-           " expiry timer runs\n",
+           " expiry timer runs, %" PRIu64 " expiry probes\n",
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
-           expired);
+           expired, probes);
     return failures ? 1 : 0;
 }
