@@ -174,7 +174,8 @@ sim:
 	$(CMAKE) --build build/release -j$(JOBS) --target lull-kv-sim
 	$(SIM) $(if $(filter command line,$(origin SECONDS)),--seconds $(SECONDS),--seeds $(SEEDS))
 	for bug in resume-late ack-before-log lost-wakeup expire-relative \
-	  multi-split chunk-edge int32 silent-resync hollow-partition; do \
+	  multi-split chunk-edge int32 silent-resync expire-early \
+	  hollow-partition; do \
 	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \
 	  -P kv/sim_determinism.cmake

@@ -70,6 +70,9 @@ enum {
     /* The primary sends one record per link corrupted, and the replica,
      * finding it malformed, resyncs without a word. */
     KV_PLANT_SILENT_RESYNC = 0x80,
+    /* The expiry timer deletes a key when the clock reads its time, not
+     * once it is past it: up to 1 ms early, as the client measures. */
+    KV_PLANT_EXPIRE_EARLY = 0x100,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it. */

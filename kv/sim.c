@@ -1778,6 +1778,7 @@ static const struct {
               {"chunk-edge", KV_PLANT_CHUNK_EDGE},
               {"int32", KV_PLANT_INT32},
               {"silent-resync", KV_PLANT_SILENT_RESYNC},
+              {"expire-early", KV_PLANT_EXPIRE_EARLY},
               {"hollow-partition", PLANT_HOLLOW_PARTITION}};
 
 static const char *plant_name(unsigned plant) {
