@@ -1609,7 +1609,13 @@ typedef struct lull_simnet_options { /* all zero = defaults */
     lull_simnet_fn on_event; /* after every event the network runs: the
                                 place for invariant checks; may be NULL */
     void *arg;               /* for on_event */
+    uint32_t flags;          /* LULL_SIMNET_* */
 } lull_simnet_options;
+
+/* Test only, a canary for a harness's fault accounting: partitions begin
+ * (and are counted) but hold nothing. A harness that checks each drawn
+ * fault had its effect (lull_simnet_stats.held) must find it. */
+#define LULL_SIMNET_HOLLOW_PARTITIONS 0x1u
 
 typedef struct lull_simnet_stats {
     uint64_t events;     /* events run (one per turn) */
@@ -1623,6 +1629,9 @@ typedef struct lull_simnet_stats {
     uint64_t partitions; /* partitions begun */
     uint64_t breaks;     /* ... that broke their connection */
     uint64_t resets;     /* connections reset */
+    uint64_t held;       /* bytes a partition held: arrived only once it
+                            ended */
+    uint64_t slowed;     /* reads a slow reader put off */
     uint64_t trace_hash; /* FNV-1a 64 of every trace line, written or not:
                             two runs with equal hashes ran the same events */
 } lull_simnet_stats;

@@ -138,7 +138,7 @@ static void expire_key(kv *k, dict_entry *e) {
 dict_entry *kv_lookup(kv *k, const resp_arg *key) {
     dict_entry *e = store_find(&k->db, key->p, key->len);
     if (!e || !store_obj(e)->expire || k->applying) return e;
-    if (store_obj(e)->expire > kv_now(k)) return e;
+    if (!store_expired(store_obj(e)->expire, kv_now(k))) return e;
     if (!k->replica) expire_key(k, e);
     return NULL;
 }
@@ -168,7 +168,8 @@ size_t kv_expire_due(kv *k, bool (*more_ok)(void *arg), void *arg) {
     dict_entry *e;
     /* At least one key per call, whatever more_ok says: each run of the
      * timer makes progress. */
-    while ((e = store_first_expiry(&k->db)) && store_obj(e)->expire <= now) {
+    while ((e = store_first_expiry(&k->db)) &&
+           store_expired(store_obj(e)->expire, now)) {
         expire_key(k, e);
         n++;
         if (!more_ok(arg)) break;
@@ -844,7 +845,7 @@ static void keys_visit(const dict *d, dict_entry *e, void *arg) {
     keys_walk *w = arg;
     const char *key = dict_key(d, e);
     kobj *o = store_obj(e);
-    if (o->expire && o->expire <= kv_now(w->k) && !w->k->applying) return;
+    if (store_expired(o->expire, kv_now(w->k)) && !w->k->applying) return;
     if (w->type >= 0 && o->type != w->type) return;
     if (w->pat && !kv_glob(w->pat->p, w->pat->len, key, e->klen, false)) return;
     buf_bulk(&w->tmp, key, e->klen);

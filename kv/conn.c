@@ -216,6 +216,16 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
     return conn_check_output(c);
 }
 
+/* The stream holds as much of this connection's output as it should:
+ * stop running commands and reading until on_drain. Not "not writable":
+ * an end whose peer is gone is not writable either (the simulated network
+ * and the loopback pair mark it at once, with bytes still to read), but
+ * no drain ever comes to it, and reading is what brings the EOF that
+ * closes it; its bytes queued are 0 then, as on a closed end. */
+static inline bool output_full(const lull_endpoint *ep) {
+    return !lull_endpoint_writable(ep) && ep->queued > 0;
+}
+
 /* Runs the complete commands at the front of p[0, len): *used gets the
  * bytes they took. It stops at an incomplete command, when the connection
  * starts closing (QUIT, a protocol error), or when its replies have filled
@@ -263,7 +273,7 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
                 alive = false;
                 break;
             }
-            if (!lull_endpoint_writable(c->ep)) {
+            if (output_full(c->ep)) {
                 c->waiting = true; /* on_drain runs the rest */
                 break;
             }
@@ -298,7 +308,7 @@ static inline __attribute__((always_inline)) void conn_after(conn *c) {
     }
     if (!flush(c)) return;
     if (c->out.cap > REPLY_HANDOVER) buf_shrink(&c->out, REPLY_HANDOVER);
-    if (!lull_endpoint_writable(c->ep)) c->srv->net->read_stop(c->ep);
+    if (output_full(c->ep)) c->srv->net->read_stop(c->ep);
 }
 
 /* Keeps the bytes of a command that is not all there. The buffer grows

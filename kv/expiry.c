@@ -1,7 +1,10 @@
 /* expiry.c: the keyspace's expiry timer (see expiry.h). */
 #include "expiry.h"
 
+#include "repl.h" /* KV_PLANT_EXPIRE_EARLY */
+
 #include <stdbool.h>
+#include <string.h>
 
 static int64_t loop_clock(kv *k) {
     kv_expiry *x = k->owner;
@@ -17,11 +20,32 @@ static bool slice_left(void *arg) {
     return !lull_loop_should_yield(x->loop);
 }
 
+/* KV_PLANT_EXPIRE_EARLY: the keys whose time the clock reads are
+ * deleted (and their DELs logged) as if it were past. */
+static size_t delete_early(kv *k) {
+    size_t n = 0;
+    dict_entry *e;
+    buf out = {0};
+    char key[256]; /* a copy: DEL frees the entry before it logs */
+    while ((e = store_first_expiry(&k->db)) &&
+           store_obj(e)->expire <= k->clock(k) && e->klen <= sizeof key) {
+        memcpy(key, dict_key(&k->db.d, e), e->klen);
+        resp_arg del[2] = {{"DEL", 3}, {key, e->klen}};
+        k->cmd_now = 0;
+        kv_exec(k, NULL, del, 2, &out);
+        n++;
+    }
+    buf_free(&out);
+    return n;
+}
+
 static void due(lull_timer *t) {
     kv_expiry *x = LULL_CONTAINER_OF(t, kv_expiry, timer);
     x->fired++;
     x->armed_at = 0;
-    if (kv_expire_due(x->k, slice_left, x) && x->expired) x->expired(x->arg);
+    size_t n = x->k->plant & KV_PLANT_EXPIRE_EARLY ? delete_early(x->k) : 0;
+    if ((kv_expire_due(x->k, slice_left, x) || n) && x->expired)
+        x->expired(x->arg);
     kv_expiry_rearm(x);
 }
 
@@ -44,12 +68,14 @@ void kv_expiry_rearm(kv_expiry *x) {
     int64_t at = store_obj(e)->expire;
     if (at == x->armed_at && lull_timer_active(&x->timer)) return;
     x->armed_at = at;
-    /* The loop time at which the clock reads `at`: the clock counts whole
-     * ms since base_ns, so it reads `at` from then on, never before. */
+    /* The loop time at which the clock reads `at` + 1, the first ms the
+     * key is expired at (store_expired): the clock counts whole ms since
+     * base_ns, so it reads that from then on, never before. */
     uint64_t now = lull_loop_now_exact(x->loop);
     uint64_t delay = 0;
-    if (at > x->base_ms) {
-        uint64_t ms = (uint64_t)(at - x->base_ms);
+    if (at >= x->base_ms) {
+        uint64_t ms = (uint64_t)at - (uint64_t)x->base_ms +
+                      !(k->plant & KV_PLANT_EXPIRE_EARLY);
         uint64_t target = ms > (UINT64_MAX - x->base_ns) / 1000000u
                               ? UINT64_MAX
                               : x->base_ns + ms * 1000000u;

@@ -10,8 +10,10 @@
  *                    kv_expiry_rearm), and the timer itself
  *   source of truth  the store's expiry heap (store_first_expiry)
  *   pending work     a key with an expiry, on a primary
- *   next deadline    the earliest key's expiry time; lull's timers never
- *                    fire early, so no key is deleted before its time
+ *   next deadline    the earliest key's expiry time + 1 ms (a key
+ *                    goes once the clock is past its time, as in
+ *                    Redis); lull's timers never fire early, so no key
+ *                    is deleted before its time
  *   quiet            no key with an expiry, or a replica (its primary's
  *                    DELs expire its keys): no timer
  * Nothing samples keys on a period: an idle lull-kv holding a million

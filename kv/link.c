@@ -40,6 +40,9 @@ static bool parse_u64(const resp_arg *a, uint64_t *out) {
 
 /* ---------------------------------------------- primary: replica links */
 
+/* KV_PLANT_SILENT_RESYNC: the corrupted copy of a record. */
+static char plant_bad[256];
+
 /* The catch-up and follow sender: one record per step. */
 static void produce(lull_task *t) {
     rlink *l = LULL_CONTAINER_OF(t, rlink, task);
@@ -66,6 +69,14 @@ static void produce(lull_task *t) {
         size_t len;
         rf->f.bytes = repl_log_next(log, &next, &len);
         rf->f.len = len;
+        if ((log->plant & KV_PLANT_SILENT_RESYNC) && !log->plant_done &&
+            next.rec > 20 && len <= sizeof plant_bad) {
+            /* One record, once, with its first byte wrong. */
+            memcpy(plant_bad, rf->f.bytes, len);
+            plant_bad[0] = '!';
+            rf->f.bytes = plant_bad;
+            srv->kv.log.plant_done = true;
+        }
         int rc = lull_endpoint_send(l->c->ep, &rf->f);
         if (rc < 0) {
             /* The replica resyncs from its offset when it reconnects. */
@@ -238,6 +249,11 @@ static void master_down(server *srv) {
 /* The primary sent what lull-kv's replication protocol does not allow. */
 static void master_malformed(server *srv, const char *what) {
     master *m = &srv->m;
+    if (srv->kv.plant & KV_PLANT_SILENT_RESYNC) {
+        m->state = M_DOWN; /* and not a word of why */
+        lull_endpoint_close(m->ep, -EPROTO);
+        return;
+    }
     srv_log(srv,
             "replica: malformed replication stream from %s:%d at offset "
             "%" PRIu64 ": %s; link closed",
@@ -346,6 +362,34 @@ static int master_handshake(server *srv) {
     return 1;
 }
 
+/* KV_PLANT_MULTI_SPLIT: the records one at a time as they come, a
+ * transaction's too (its MULTI and EXEC counted and skipped): the bytes
+ * taken, or -EPROTO. */
+static long apply_split(server *srv, const char **err, size_t *need) {
+    master *m = &srv->m;
+    size_t off = 0;
+    *need = 1;
+    while (off < m->in.len) {
+        size_t argc;
+        long n = resp_parse_need(&srv->lim, m->in.p + off, m->in.len - off,
+                                 srv->argv, &argc, err, need);
+        if (n == RESP_INCOMPLETE) break;
+        if (n == RESP_ERROR) return -EPROTO;
+        if (argc == 1 && (resp_is(&srv->argv[0], "MULTI") ||
+                          resp_is(&srv->argv[0], "EXEC"))) {
+            srv->kv.offset += (uint64_t)n;
+        } else {
+            size_t need2;
+            long r = kv_apply_stream(&srv->kv, &srv->lim, srv->argv,
+                                     m->in.p + off, (size_t)n, err, &need2);
+            if (r < 0) return r;
+        }
+        off += (size_t)n;
+        *need = 1;
+    }
+    return (long)off;
+}
+
 static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     server *srv = ep->data;
     master *m = &srv->m;
@@ -361,8 +405,10 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     if (m->state == M_SYNC && master_handshake(srv) <= 0) return;
     if (m->in.len < m->need) return;
     const char *err = "";
-    long n = kv_apply_stream(&srv->kv, &srv->lim, srv->argv, m->in.p, m->in.len,
-                             &err, &m->need);
+    long n = srv->kv.plant & KV_PLANT_MULTI_SPLIT
+                 ? apply_split(srv, &err, &m->need)
+                 : kv_apply_stream(&srv->kv, &srv->lim, srv->argv, m->in.p,
+                                   m->in.len, &err, &m->need);
     if (n < 0) {
         master_malformed(srv, err);
         return;

@@ -13,6 +13,8 @@
 #define WRONGTYPE                                                              \
     "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
 #define NOT_INTEGER "-ERR value is not an integer or out of range\r\n"
+#define OVERFLOW    "-ERR increment or decrement would overflow\r\n"
+#define DECR_MIN    "-ERR decrement would overflow\r\n"
 
 void model_key_init(model_key *k) {
     k->n = 1;
@@ -35,12 +37,22 @@ static size_t put_bulk(char *out, size_t at, const char *s, size_t n) {
     return put(out, at, "\r\n", 2);
 }
 
-static const char *const names[OP_COUNT] = {
-    "SET",    "SET",       "SET",     "SET",   "GET",  "DEL",  "INCR", "APPEND",
-    "EXISTS", "PEXPIREAT", "PERSIST", "RPUSH", "LPOP", "LLEN", "TYPE"};
+static const char *const names[OP_COUNT + 1] = {
+    "SET",  "SET",    "SET",    "SET",       "GET",     "DEL",
+    "INCR", "APPEND", "EXISTS", "PEXPIREAT", "PERSIST", "RPUSH",
+    "LPOP", "LLEN",   "TYPE",   "INCRBY",    "DECRBY",  "MGET"};
+
+/* A SET's value: val, then `pad` bytes of a pattern, into out. */
+size_t model_value(const model_cmd *c, char *out) {
+    size_t n = strlen(c->val);
+    memcpy(out, c->val, n);
+    for (size_t i = 0; i < c->pad; i++)
+        out[n + i] = (char)('a' + (n + i) % 26);
+    return n + c->pad;
+}
 
 void model_cmd_text(const model_cmd *c, char *out, size_t cap) {
-    char req[200];
+    static char req[MODEL_REQ_MAX];
     size_t n = model_request(c, req), at = 0;
     /* The bulk strings' bytes, space-separated: skip the headers. */
     size_t i = 0, o = 0;
@@ -64,6 +76,7 @@ size_t model_request(const model_cmd *c, char *out) {
     const char *argv[5];
     size_t lens[5], argc = 0;
     char num[24];
+    static char val[MODEL_VAL_MAX];
     argv[argc] = names[c->op];
     lens[argc++] = strlen(names[c->op]);
     argv[argc] = c->key;
@@ -75,8 +88,10 @@ size_t model_request(const model_cmd *c, char *out) {
     case OP_SET_XX:
     case OP_APPEND:
     case OP_RPUSH:
-        argv[argc] = c->val;
-        lens[argc++] = strlen(c->val);
+    case OP_INCRBY:
+    case OP_DECRBY:
+        argv[argc] = val;
+        lens[argc++] = model_value(c, val);
         break;
     case OP_PEXPIREAT:
         argv[argc] = num;
@@ -101,7 +116,7 @@ size_t model_request(const model_cmd *c, char *out) {
 }
 
 static bool alive(const model_val *s, int64_t now) {
-    return s->type != MODEL_NONE && (!s->expire || s->expire > now);
+    return s->type != MODEL_NONE && !store_expired(s->expire, now);
 }
 
 static void clear(model_val *s) {
@@ -127,13 +142,16 @@ static bool as_integer(const model_val *s, long long *out) {
     if (neg && ++p == end) return false;
     if (*p == '0' && end - p > 1) return false;
     if (neg && *p == '0') return false;
-    long long v = 0;
+    /* In unsigned: INT64_MIN's digits are one past INT64_MAX. */
+    unsigned long long v = 0, max = neg ? (unsigned long long)INT64_MAX + 1
+                                        : (unsigned long long)INT64_MAX;
     for (; p < end; p++) {
         if (*p < '0' || *p > '9') return false;
-        if (v > (INT64_MAX - (*p - '0')) / 10) return false;
-        v = v * 10 + (*p - '0');
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (max - d) / 10) return false;
+        v = v * 10 + d;
     }
-    *out = neg ? -v : v;
+    *out = neg ? (long long)(0 - v) : (long long)v;
     return true;
 }
 
@@ -146,45 +164,62 @@ static size_t put_int(char *out, size_t at, long long n) {
 static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
     bool live = alive(s, now);
     if (!live) clear(s);
-    size_t vlen = strlen(c->val);
+    char v[MODEL_VAL_MAX];
+    size_t vlen = model_value(c, v);
     switch (c->op) {
     case OP_SET:
     case OP_SET_PXAT:
-        set_string(s, c->val, vlen);
+        set_string(s, v, vlen);
         if (c->op == OP_SET_PXAT) s->expire = c->at;
         return put_s(out, "+OK\r\n");
     case OP_SET_NX:
     case OP_SET_XX:
         if (live != (c->op == OP_SET_XX)) return put_s(out, "$-1\r\n");
-        set_string(s, c->val, vlen);
+        set_string(s, v, vlen);
         return put_s(out, "+OK\r\n");
     case OP_GET:
         if (!live) return put_s(out, "$-1\r\n");
         if (s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
+        return put_bulk(out, 0, s->v, s->len);
+    case OP_MGET_ONE: /* MGET answers nil for a key of another type */
+        if (!live || s->type != MODEL_STRING) return put_s(out, "$-1\r\n");
         return put_bulk(out, 0, s->v, s->len);
     case OP_DEL:
         clear(s);
         return put_int(out, 0, live);
     case OP_EXISTS:
         return put_int(out, 0, live);
-    case OP_INCR: {
-        long long n = 0;
+    case OP_INCR:
+    case OP_INCRBY:
+    case OP_DECRBY: {
+        long long n = 0, by = 1;
+        if (c->op != OP_INCR) {
+            model_val b = {.len = (uint16_t)vlen};
+            memcpy(b.v, v, vlen);
+            if (!as_integer(&b, &by)) return put_s(out, NOT_INTEGER);
+            if (c->op == OP_DECRBY) {
+                if (by == INT64_MIN) return put_s(out, DECR_MIN);
+                by = -by;
+            }
+        }
         if (live && s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
         if (live && !as_integer(s, &n)) return put_s(out, NOT_INTEGER);
+        if ((by < 0 && n < INT64_MIN - by) || (by > 0 && n > INT64_MAX - by))
+            return put_s(out, OVERFLOW);
         char num[24];
-        int len = snprintf(num, sizeof num, "%lld", n + 1);
+        int len = snprintf(num, sizeof num, "%lld", n + by);
         int64_t keep = s->expire;
         set_string(s, num, (size_t)len);
         s->expire = keep;
-        return put_int(out, 0, n + 1);
+        return put_int(out, 0, n + by);
     }
     case OP_APPEND:
         if (!live) {
-            set_string(s, c->val, vlen);
+            set_string(s, v, vlen);
             return put_int(out, 0, (long long)vlen);
         }
         if (s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
-        memcpy(s->v + s->len, c->val, vlen);
+        memcpy(s->v + s->len, v, vlen);
         s->len = (uint16_t)(s->len + vlen);
         return put_int(out, 0, s->len);
     case OP_PEXPIREAT:
@@ -205,7 +240,7 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
             s->type = MODEL_LIST;
         }
         s->v[s->len++] = (char)vlen;
-        memcpy(s->v + s->len, c->val, vlen);
+        memcpy(s->v + s->len, v, vlen);
         s->len = (uint16_t)(s->len + vlen);
         s->items++;
         return put_int(out, 0, s->items);
@@ -254,6 +289,12 @@ static void copy_val(model_val *to, const model_val *from) {
     memcpy(to->v, from->v, from->len);
 }
 
+void model_key_copy(model_key *to, const model_key *from) {
+    to->n = from->n;
+    for (int i = 0; i < from->n; i++)
+        copy_val(&to->c[i], &from->c[i]);
+}
+
 static void add(model_key *k, const model_val *s) {
     if (model_key_has(k, s)) return;
     /* More states than the model holds: the oldest one goes. Never seen
@@ -269,13 +310,14 @@ bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
                  const char *reply, size_t len) {
     static model_key next;
     next.n = 0;
-    char out[700];
+    static char out[MODEL_REQ_MAX];
     for (int i = 0; i < k->n; i++) {
-        /* The outcome changes only where an instant in the window reaches
-         * the key's expiry or the command's time: try lo and those. */
+        /* The outcome changes only where an instant in the window passes
+         * the key's expiry (the ms after it) or reaches the command's
+         * time: try lo and those. */
         int64_t at[3] = {lo, 0, 0};
         int nat = 1;
-        int64_t e = k->c[i].expire;
+        int64_t e = k->c[i].expire ? k->c[i].expire + 1 : 0;
         if (e > lo && e <= hi) at[nat++] = e;
         if ((c->op == OP_PEXPIREAT) && c->at > lo && c->at <= hi && c->at != e)
             at[nat++] = c->at;
@@ -312,7 +354,7 @@ bool model_from_store(const store *st, const char *key, int64_t now,
     dict_entry *e = store_find(st, key, strlen(key));
     if (!e) return true;
     kobj *o = store_obj(e);
-    if (o->expire && o->expire <= now) return true;
+    if (store_expired(o->expire, now)) return true;
     out->expire = o->expire;
     if (o->type == KV_STRING) {
         if (o->len > MODEL_VAL_MAX) return false;

@@ -27,8 +27,11 @@
 enum { MODEL_NONE, MODEL_STRING, MODEL_LIST };
 
 /* The longest value the model holds: a string's bytes, or a list's items
- * each as a length byte and its bytes. The workload keeps below it. */
-#define MODEL_VAL_MAX 600
+ * each as a length byte and its bytes. The workload keeps below it, and
+ * reaches past the write log's chunks in the simulator's small mode. */
+#define MODEL_VAL_MAX 5000
+/* The longest request model_request writes. */
+#define MODEL_REQ_MAX (MODEL_VAL_MAX + 200)
 
 /* One state of a key. */
 typedef struct model_val {
@@ -62,14 +65,21 @@ enum {
     OP_LPOP,      /* LPOP k */
     OP_LLEN,      /* LLEN k */
     OP_TYPE,      /* TYPE k */
-    OP_COUNT
+    OP_INCRBY,    /* INCRBY k n (n in val) */
+    OP_DECRBY,    /* DECRBY k n */
+    OP_COUNT,
+    /* Not drawn: one key's part of a multi-key command (the simulator
+     * checks MSET, MGET and DEL of several keys key by key). */
+    OP_MGET_ONE = OP_COUNT /* k's element of MGET's reply */
 };
 
 /* A command the model knows: one key, and a value or a time. */
 typedef struct model_cmd {
     int op;
     char key[32];
-    char val[24]; /* SET, APPEND, RPUSH */
+    char val[24]; /* SET, APPEND, RPUSH; INCRBY's and DECRBY's n */
+    uint16_t pad; /* SET: the value goes on with this many bytes of a
+                     pattern (model_pad), to reach large values */
     int64_t at;   /* SET PXAT, PEXPIREAT: ms on the server's clock */
 } model_cmd;
 
@@ -79,7 +89,12 @@ void model_key_init(model_key *k); /* one candidate: no key */
  * and messages. */
 void model_cmd_text(const model_cmd *c, char *out, size_t cap);
 
-/* The request as RESP (multibulk) into out (>= 160 bytes); its length. */
+/* A SET's value (val, then pad bytes of a pattern) into out (>=
+ * MODEL_VAL_MAX bytes); its length. */
+size_t model_value(const model_cmd *c, char *out);
+
+/* The request as RESP (multibulk) into out (>= MODEL_REQ_MAX bytes); its
+ * length. */
 size_t model_request(const model_cmd *c, char *out);
 
 /* The command ran at some ms in [lo, hi] on one of k's states: keeps the
@@ -102,6 +117,9 @@ size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
  * does not know (another type, a longer value). */
 bool model_from_store(const store *st, const char *key, int64_t now,
                       model_val *out);
+
+/* to = from, copying only the bytes in use (a model_key is 80 KiB). */
+void model_key_copy(model_key *to, const model_key *from);
 
 /* s is one of k's candidates (after model_settle). */
 bool model_key_has(const model_key *k, const model_val *s);

@@ -34,6 +34,11 @@ void keys_expired(void *arg) {
     wake_links(srv);
 }
 
+static int64_t plant_clock(void *arg) {
+    server *srv = arg;
+    return srv->kv.clock(&srv->kv);
+}
+
 void server_defaults(server *srv) {
     memset(srv, 0, sizeof *srv);
     kv_init(&srv->kv);
@@ -65,6 +70,11 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
         return rc;
     }
     kv_expiry_init(&srv->expiry, loop, &srv->kv, clock_ms);
+    /* Test only: the planted bugs of the keyspace and the log. */
+    srv->kv.db.plant_int32 = srv->kv.plant & KV_PLANT_INT32;
+    srv->kv.log.plant = srv->kv.plant;
+    srv->kv.log.clock = plant_clock;
+    srv->kv.log.clock_arg = srv;
     srv->expiry.expired = keys_expired;
     srv->expiry.arg = srv;
     srv->expiry.should_yield = srv->should_yield;

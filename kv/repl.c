@@ -55,7 +55,8 @@ int repl_log_reserve(repl_log *log, size_t len) {
         log->chunks = c;
         log->chunks_cap = cap;
     }
-    size_t cap = len > REPL_CHUNK ? len : REPL_CHUNK;
+    size_t chunk = log->chunk_size ? log->chunk_size : REPL_CHUNK;
+    size_t cap = len > chunk ? len : chunk;
     char *p = malloc(cap);
     if (!p) return -ENOMEM;
     /* An empty chunk left at the tail (a reserve whose append never came)
@@ -86,8 +87,33 @@ static char *put_header(char *w, char tag, size_t n) {
     return w;
 }
 
+/* KV_PLANT_EXPIRE_RELATIVE: PEXPIREAT k t logged as PEXPIRE k (t - now),
+ * in the room reserved for it (never longer: a shorter name, a number of
+ * at most as many digits). */
+static bool expire_relative(repl_log *log, const resp_arg *argv, size_t argc,
+                            resp_arg *out, char *num, size_t cap) {
+    if (argc != 3 || argv[0].len != 9 || memcmp(argv[0].p, "PEXPIREAT", 9) ||
+        !log->clock || argv[2].len >= cap)
+        return false;
+    char t[24];
+    memcpy(t, argv[2].p, argv[2].len);
+    t[argv[2].len] = 0;
+    long long when = strtoll(t, NULL, 10);
+    long long rel = when - log->clock(log->clock_arg);
+    if (rel < 1) return false;
+    out[0] = (resp_arg){"PEXPIRE", 7};
+    out[1] = argv[1];
+    out[2] = (resp_arg){num, (size_t)snprintf(num, cap, "%lld", rel)};
+    return true;
+}
+
 const char *repl_log_append_arg(repl_log *log, const resp_arg *argv,
                                 size_t argc, size_t want) {
+    resp_arg rel[3];
+    char num[24];
+    if ((log->plant & KV_PLANT_EXPIRE_RELATIVE) &&
+        expire_relative(log, argv, argc, rel, num, sizeof num))
+        argv = rel;
     repl_chunk *c = &log->chunks[log->nchunks - 1];
     char *w = c->p + c->used, *begin = w;
     const char *at = NULL;
@@ -161,5 +187,8 @@ const char *repl_log_next(const repl_log *log, repl_cursor *cur, size_t *len) {
     const repl_chunk *c = &log->chunks[cur->chunk];
     cur->rec++;
     *len = (size_t)(next - at);
+    if ((log->plant & KV_PLANT_CHUNK_EDGE) && at == c->start && cur->chunk &&
+        c[-1].used >= *len)
+        return c[-1].p + c[-1].used - *len; /* the chunk before's tail */
     return c->p + (at - c->start);
 }

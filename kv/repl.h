@@ -41,8 +41,39 @@ typedef struct repl_log {
     size_t nchunks, chunks_cap;
     uint64_t *starts; /* starts[i]: log offset of record i */
     size_t nrec, rec_cap;
-    uint64_t end; /* bytes in the log: INFO's master_repl_offset */
+    uint64_t end;      /* bytes in the log: INFO's master_repl_offset */
+    size_t chunk_size; /* a new chunk's size; 0: REPL_CHUNK (the simulator
+                          makes it small, so records cross many chunk
+                          boundaries in a short run) */
+    /* Test only: the planted bugs of the log (KV_PLANT_* below), and the
+     * clock KV_PLANT_EXPIRE_RELATIVE reads (ms, the keyspace's). */
+    unsigned plant;
+    bool plant_done; /* KV_PLANT_SILENT_RESYNC: the bad record was sent */
+    int64_t (*clock)(void *arg);
+    void *clock_arg;
 } repl_log;
+
+/* Test only: planted bugs of the log, the links and the keyspace (bits of
+ * kv.plant beside cmd.h's), which lull-kv-sim must find (--plant). */
+enum {
+    /* The primary logs PEXPIREAT k t as PEXPIRE k (t - now): a replica
+     * applying it later gets a later expiry. */
+    KV_PLANT_EXPIRE_RELATIVE = 0x8,
+    /* A replica applies a transaction's writes one by one as they come,
+     * not as a unit once its EXEC is in. */
+    KV_PLANT_MULTI_SPLIT = 0x10,
+    /* A record that starts a chunk is read from the chunk before. */
+    KV_PLANT_CHUNK_EDGE = 0x20,
+    /* An integer string in [2^31, 2^32) is stored as its 32-bit wrap
+     * (INCR past INT32_MAX goes negative). */
+    KV_PLANT_INT32 = 0x40,
+    /* The primary sends one record per link corrupted, and the replica,
+     * finding it malformed, resyncs without a word. */
+    KV_PLANT_SILENT_RESYNC = 0x80,
+    /* The expiry timer deletes a key when the clock reads its time, not
+     * once it is past it: up to 1 ms early, as the client measures. */
+    KV_PLANT_EXPIRE_EARLY = 0x100,
+};
 
 /* A sender's place in the log: the next record and the chunk holding it. */
 typedef struct repl_cursor {

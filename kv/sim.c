@@ -6,25 +6,42 @@
  * clients, every connection with faults drawn from the seed (delay,
  * jitter, bandwidth, windows, slow readers, partitions that resume or
  * break, resets at a random byte, refused connects). The clients run a
- * random workload of strings, lists, expiry times and transactions, with
- * pipelining; a client whose connection fails reconnects, and first
- * deletes the keys whose last commands it cannot know the fate of. When
- * the clients are done the network heals and the cluster settles. The
- * server is lull-kv's own code (node.c, conn.c, link.c, cmd*.c), the
- * socket program's, over a kv_net of the simulated network's.
+ * random workload of strings, lists, integers at the 2^31/2^32/2^63
+ * edges, values from 0 bytes to past the log's chunk size, absolute and
+ * relative expiry times (past, soon, hours ahead), multi-key MSET, MGET
+ * and DEL, and transactions, with pipelining; a client whose connection
+ * fails reconnects, and first deletes the keys whose last commands it
+ * cannot know the fate of. Half the seeds run with small log chunks and
+ * small stream buffers. When the clients are done the network heals and
+ * the cluster settles. The server is lull-kv's own code (node.c, conn.c,
+ * link.c, cmd*.c), the socket program's, over a kv_net of the simulated
+ * network's.
  *
- * Checked, per seed:
+ * Checked, per seed (docs/SIMULATION.md has what this proves and what
+ * it cannot see):
  *   - every reply a client got is one the reference model (model.c)
  *     allows for that command at some instant between its send and its
  *     reply;
+ *   - a key set with PX n is there until n ms after its client sent the
+ *     SET, and gone 1 ms after that (the prober, on a clean link, and
+ *     the clients' own TTL probes): the model shares the server's expiry
+ *     rule, these do not;
+ *   - after every network event: each replica's offset is a record
+ *     boundary of the primary's log, never inside a transaction, never
+ *     going back (but to start a new history); it never holds a
+ *     transaction's pair unequal (an atomicity probe, also read over the
+ *     network by a client of a replica); one that has applied the whole
+ *     log holds the primary's keyspace, expiry times included, so a
+ *     divergence is named (key, both values, offset) when it happens;
+ *   - a log line a correct cluster never writes (a malformed record,
+ *     ...) fails the seed at once, as logged; a replica that drops its
+ *     link says why;
  *   - at the end every key the clients know holds what the model says,
- *     on the primary: every acknowledged write is there;
- *   - every replica's link is up, its offset is the primary's and its
- *     keyspace is the primary's, byte for byte (kv_dump): every write is
- *     there too, and a replica that fell too far behind (closed for its
- *     output, with small limits) came back;
- *   - a replica's offset never goes backwards (after every event of the
- *     network), but to start a new history;
+ *     on the primary; every replica's link is up, at the primary's
+ *     offset, with its keyspace byte for byte (pending TTLs too); what
+ *     did not settle is diagnosed against the log replayed to the
+ *     replica's offset;
+ *   - over a run, each fault kind drawn in 50 seeds had its effect;
  *   - nothing is left: every connection closed, lull_simnet_free and
  *     lull_loop_free return 0.
  * A failure prints its seed, the command that replays it, and the end of
@@ -39,14 +56,19 @@
  *                      is printed
  *     --seed S         one seed; with --trace FILE (- for stdout) its
  *                      trace
- *     --plant BUG      plant a known bug in the primary (resume-late,
- *                      ack-before-log, lost-wakeup); with
+ *     --plant BUG      plant a known bug (resume-late, ack-before-log,
+ *                      lost-wakeup, expire-relative, multi-split,
+ *                      chunk-edge, int32, silent-resync: lull-kv's;
+ *                      hollow-partition: the network's); with
  *                      --expect-find N, succeed when a seed of the first N
  *                      finds it, fail when none does
  *     --determinism N  a fault-free run of N commands, twice: the traces'
  *                      hashes must be equal; with --once, one run, its
  *                      hash printed (to compare across processes:
  *                      kv/sim_determinism.cmake)
+ *     --unread-close   one directed run: a replica closes its link with
+ *                      bytes the primary has not read (kv.sim_replica_
+ *                      close_unread)
  * Exit status: 0 when every seed passed (or the planted bug was found). */
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
@@ -84,9 +106,13 @@ typedef struct node {
     char name[24];
     uint64_t last_offset; /* for "offsets never go backwards" */
     char last_replid[41];
+    uint64_t compared; /* the offset its keyspace was last compared at + 1 */
+    bool why_down;     /* a replica said why its link went down */
 } node;
 
-enum { P_CMD, P_MULTI, P_FORGET };
+/* P_MKEY: MSET, MGET or DEL of 2 or 3 of the client's keys, checked key
+ * by key (cmd[i].op: OP_SET, OP_MGET_ONE, OP_DEL). */
+enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY };
 
 /* A request in flight: one command, a transaction, or the DEL that
  * forgets the keys a failed connection left uncertain. */
@@ -97,9 +123,47 @@ typedef struct pending {
     int key[3];
     int step;         /* P_MULTI: replies taken (MULTI, QUEUED...) */
     uint64_t sent_ns; /* when it was sent */
+    /* P_TTL_GET: the probe's SET as it was when this GET left (later
+     * SETs in the pipeline run after it). */
+    uint64_t ttl_sent_ns, ttl_done_ns;
+    int ttl_px;
+    unsigned ttl_seq;
 } pending;
 
 enum { C_DOWN, C_CONNECTING, C_UP, C_CLOSING, C_DONE };
+
+/* The atomicity reader: a client of a replica that reads every client's
+ * pair (cN:pa, cN:pb, which only transactions write, both with one tag)
+ * in one MGET, again and again while the workload runs: it must never
+ * see them differ, which is half a transaction applied. */
+typedef struct reader {
+    lull_simconn c;
+    lull_timer timer;
+    buf in;
+    int replica; /* the node it reads */
+    bool live;   /* connecting or connected: its close callback owed */
+    bool up, waiting, closing;
+    uint64_t reads; /* MGETs checked */
+} reader;
+
+/* The expiry prober: a client on a clean link (no delay, nothing slow,
+ * no partition: a command runs at the instant it is sent) that sets
+ * probe:ttl with PX n and reads it back in the last millisecond before n
+ * ms have passed since its SET left, and again n + 1 ms after: found,
+ * then gone. A key that goes before its time, as a client timing from
+ * before its SET sees it, or stays past it, is caught here, where the
+ * model (which shares the server's rule) cannot see it. */
+typedef struct prober {
+    lull_simconn c;
+    lull_timer timer;
+    buf in;
+    int step; /* 0: SET in flight, 1: the early GET, 2: the late */
+    bool up, closing;
+    uint64_t set_ns; /* the SET's send */
+    int px;
+    unsigned seq;
+    uint64_t probes; /* SETs whose GETs were both checked */
+} prober;
 
 typedef struct client {
     sim *S;
@@ -117,9 +181,21 @@ typedef struct client {
     uint64_t rng;
     lull_timer timer; /* think time, reconnect */
     uint64_t replies;
+    /* The TTL probe: SET cN:ttl <seq> PX <px>, timed by the client from
+     * before its send, then GETs: found until px ms after that send (a
+     * key never goes early), gone from px + 1 ms after its reply (nor
+     * late). */
+    int ttl_state;        /* 0: none known, 1: SET in flight, 2: SET done */
+    uint64_t ttl_sent_ns; /* the SET's send */
+    uint64_t ttl_done_ns; /* its reply */
+    int ttl_px;
+    unsigned ttl_seq;
+    unsigned tags; /* transactions that wrote the atomicity pair */
 } client;
 
-enum { PLANT_NONE = 0 };
+/* A planted bug of the network's, not lull-kv's: partitions that hold
+ * nothing (LULL_SIMNET_HOLLOW_PARTITIONS). */
+enum { PLANT_HOLLOW_PARTITION = 0x10000 };
 
 struct sim {
     uint64_t seed;
@@ -133,6 +209,8 @@ struct sim {
     int nreplicas;
     client clients[CLIENTS_MAX];
     int nclients;
+    prober probe;
+    reader rd;
     int active; /* clients not done */
     bool healed;
     bool failed;
@@ -141,6 +219,8 @@ struct sim {
     bool per_record;
     size_t repl_limit;  /* replica output limit (0: Redis' default) */
     size_t high_water;  /* the primary's connections' (0: default) */
+    size_t chunk_size;  /* the write log's chunks (0: REPL_CHUNK) */
+    bool small;         /* small chunks and stream buffers */
     bool no_faults;     /* --determinism */
     int64_t commands;   /* --determinism: the total */
     uint64_t cmds_run;  /* commands whose replies were checked */
@@ -149,6 +229,9 @@ struct sim {
     uint64_t lost;      /* client connections lost */
     uint64_t continues; /* replicas resumed from their offsets */
     uint64_t fulls;     /* full resyncs */
+    /* Fault profiles drawn with each kind on (random_faults): a kind
+     * drawn again and again must show its effect (fault_effects). */
+    uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
 };
 
 static sim *the_sim; /* for should_yield, whose hook has no argument */
@@ -229,7 +312,7 @@ static int sim_connect(server *srv) {
 
 /* The simulated links count no system calls: no io_counts. */
 static const kv_net kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
-                                  sim_peer, sim_connect, NULL};
+                                  sim_peer,      sim_connect,    NULL};
 
 static void random_faults(sim *S, lull_simfaults *f);
 
@@ -256,13 +339,39 @@ static void sim_accept(lull_simserver *ls) {
     conn_start(c, &c->t.sim.ep);
 }
 
-/* lull-kv's log lines go to the trace. */
+/* Lines a correct cluster on this network never logs: the first one is
+ * the failure, said as it was logged (a malformed record names its
+ * offset), not what it led to. */
+static const char *const never_logged[] = {
+    "malformed", "not REPLACK", "out of memory", "client-query-buffer-limit"};
+
+/* lull-kv's log lines go to the trace, and are checked. */
 static void sim_log(server *srv, const char *line) {
     node *n = LULL_CONTAINER_OF(srv, node, srv);
-    lull_simnet_log(n->S->net, "%s", line);
+    sim *S = n->S;
+    lull_simnet_log(S->net, "%s", line);
+    for (size_t i = 0; i < sizeof never_logged / sizeof never_logged[0]; i++)
+        if (strstr(line, never_logged[i])) {
+            fail(S, "%s", line + strlen("lull-kv: "));
+            return;
+        }
     if (strstr(line, "in sync with")) {
-        if (strstr(line, "(continue)")) n->S->continues++;
-        if (strstr(line, "(full)")) n->S->fulls++;
+        if (strstr(line, "(continue)")) S->continues++;
+        if (strstr(line, "(full)")) S->fulls++;
+    }
+    /* A replica's link goes down for a reason it says (lost, refused, a
+     * connect that failed) before it retries: one that retries with
+     * nothing said dropped its link on its own, silently. */
+    if (strstr(line, "lost (") || strstr(line, "refused") ||
+        strstr(line, "connect to"))
+        n->why_down = true;
+    if (strstr(line, "replica: retrying")) {
+        if (!n->why_down)
+            fail(S,
+                 "%s: its link went down with no reason said (offset "
+                 "%" PRIu64 ")",
+                 n->name, srv->kv.offset);
+        n->why_down = false;
     }
 }
 
@@ -292,31 +401,43 @@ static int node_open(sim *S, node *n, int index) {
         srv->obl[CLASS_REPLICA] = (obuf_limit){S->repl_limit, 0, 0};
     /* A fixed history id: the seed alone decides the run. */
     snprintf(srv->kv.replid, sizeof srv->kv.replid, "%040" PRIx64, S->seed);
+    /* The log's and links' planted bugs live on both sides; the older
+     * three are the primary's. */
+    srv->kv.plant =
+        S->plant & ~(unsigned)(KV_PLANT_RESUME_LATE | KV_PLANT_ACK_BEFORE_LOG |
+                               KV_PLANT_LOST_WAKEUP | PLANT_HOLLOW_PARTITION);
+    srv->kv.log.chunk_size = S->chunk_size;
     if (replica) {
         srv->kv.replica = true;
         snprintf(srv->m.host, sizeof srv->m.host, "primary");
         srv->m.port = 6380;
         srv->port = 6380 + index;
     } else {
-        srv->kv.plant = S->plant;
+        srv->kv.plant = S->plant & ~(unsigned)PLANT_HOLLOW_PARTITION;
         srv->port = 6380;
     }
     int rc = server_open(srv, S->loop, &kv_net_sim, BASE_MS);
     if (rc < 0) return rc;
-    if (!replica)
-        rc = lull_simserver_listen(S->net, &n->ls, "primary", sim_accept);
-    return rc;
+    /* Replicas take clients too: the atomicity reader's. */
+    return lull_simserver_listen(S->net, &n->ls, replica ? n->name : "primary",
+                                 sim_accept);
 }
 
 /* ------------------------------------------------------------ clients */
 
 static void client_pump(client *cl);
 static void client_connect(client *cl);
+static void probe_stop(sim *S);
+static void reader_stop(sim *S);
 
 static void finished(client *cl) {
     sim *S = cl->S;
     cl->state = C_DONE;
     lull_simnet_log(S->net, "c%d done", cl->id);
+    if (S->active == 1) {
+        probe_stop(S);
+        reader_stop(S);
+    }
     if (--S->active == 0 && !S->healed && !S->tearing_down) {
         S->healed = true;
         lull_simnet_heal(S->net);
@@ -363,8 +484,8 @@ static void send_forget(client *cl) {
 }
 
 static int pick_op(uint64_t *r) {
-    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5,
-                                          4,  6, 3, 8, 6,  3, 2};
+    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4,
+                                          6,  3, 8, 6, 3,  2, 4, 3};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -376,6 +497,26 @@ static int pick_op(uint64_t *r) {
     return OP_GET;
 }
 
+/* Integers where 32- and 64-bit arithmetic and parsing break: around
+ * 2^31, 2^32 and 2^63, and their negatives. */
+static const long long edges[] = {2147483647ll,
+                                  2147483648ll,
+                                  -2147483648ll,
+                                  -2147483649ll,
+                                  4294967295ll,
+                                  4294967296ll,
+                                  9223372036854775807ll,
+                                  -9223372036854775807ll - 1,
+                                  0,
+                                  -1};
+
+static long long near_edge(uint64_t *r) {
+    long long e = edges[below(r, sizeof edges / sizeof edges[0])];
+    long long d = (long long)below(r, 5) - 2; /* the edge, or 1-2 off */
+    if ((d > 0 && e > INT64_MAX - d) || (d < 0 && e < INT64_MIN - d)) d = 0;
+    return e + d;
+}
+
 static void make_cmd(client *cl, model_cmd *c, int *key) {
     sim *S = cl->S;
     uint64_t *r = &S->rng;
@@ -384,33 +525,193 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
     memset(c, 0, sizeof *c);
     c->op = pick_op(r);
     snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
-    if (below(r, 3) == 0)
+    uint64_t kind = below(r, 12);
+    if (c->op == OP_INCRBY || c->op == OP_DECRBY)
+        snprintf(c->val, sizeof c->val, "%lld",
+                 kind < 6 ? (long long)below(r, 11) - 5 : near_edge(r));
+    else if (kind < 3)
         snprintf(c->val, sizeof c->val, "%d", (int)below(r, 1000) - 100);
+    else if (kind < 5)
+        snprintf(c->val, sizeof c->val, "%lld", near_edge(r));
+    else if (kind == 5)
+        c->val[0] = 0; /* the empty string */
     else
         snprintf(c->val, sizeof c->val, "v%" PRIu64, below(r, 100000));
-    /* Mostly ahead (up to 1.5 s), sometimes just past. */
-    c->at = ms_now(S) + (below(r, 10) == 0 ? -(int64_t)below(r, 50)
-                                           : 1 + (int64_t)below(r, 1500));
+    /* Large values, some past the log's chunk size in the small mode. */
+    if ((c->op == OP_SET || c->op == OP_SET_PXAT) && below(r, 12) == 0)
+        c->pad = (uint16_t)below(r, MODEL_VAL_MAX - 100);
+    /* Mostly ahead (up to 1.5 s), sometimes just past, sometimes hours
+     * ahead (still pending at the end, and compared there). */
+    uint64_t when = below(r, 20);
+    c->at = ms_now(S) + (when < 2    ? -(int64_t)below(r, 50)
+                         : when == 2 ? 3600000 + (int64_t)below(r, 86400000)
+                                     : 1 + (int64_t)below(r, 1500));
     if (c->op == OP_APPEND || c->op == OP_RPUSH) {
         const model_key *mk = &cl->keys[k];
+        size_t room = c->op == OP_RPUSH ? 300 : MODEL_VAL_MAX - 50;
         for (int i = 0; i < mk->n; i++)
-            if (mk->c[i].len > 300) c->op = OP_DEL;
+            if (mk->c[i].len > room) c->op = OP_DEL;
     }
     if (S->no_faults && (c->op == OP_SET_PXAT || c->op == OP_PEXPIREAT))
         c->at += 100; /* keys live long enough to be read */
 }
 
+static void make_cmd(client *cl, model_cmd *c, int *key);
+static void send_bytes(client *cl, const char *b, size_t n);
+
+/* MSET, MGET or DEL of 2 or 3 distinct keys of the client's. */
+static void send_multikey(client *cl, pending *p, char *req) {
+    sim *S = cl->S;
+    static const int ops[3] = {OP_SET, OP_MGET_ONE, OP_DEL};
+    static const char *const words[3] = {"MSET", "MGET", "DEL"};
+    int w = (int)below(&S->rng, 3);
+    p->kind = P_MKEY;
+    p->ncmd = 2 + (int)below(&S->rng, 2);
+    int first = (int)below(&S->rng, KEYS);
+    size_t n = (size_t)sprintf(req, "*%d\r\n$%zu\r\n%s\r\n",
+                               1 + p->ncmd * (w == 0 ? 2 : 1), strlen(words[w]),
+                               words[w]);
+    char text[200];
+    int tn = snprintf(text, sizeof text, "%s", words[w]);
+    static char val[MODEL_VAL_MAX];
+    for (int i = 0; i < p->ncmd; i++) {
+        model_cmd *c = &p->cmd[i];
+        int ignored;
+        make_cmd(cl, c, &ignored);
+        p->key[i] = (first + i) % KEYS; /* distinct */
+        snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, p->key[i]);
+        c->op = ops[w];
+        n += (size_t)sprintf(req + n, "$%zu\r\n%s\r\n", strlen(c->key), c->key);
+        tn += snprintf(text + tn, sizeof text - (size_t)tn, " %s", c->key);
+        if (w == 0) {
+            size_t vl = model_value(c, val);
+            n += (size_t)sprintf(req + n, "$%zu\r\n", vl);
+            memcpy(req + n, val, vl);
+            n += vl;
+            memcpy(req + n, "\r\n", 2);
+            n += 2;
+            tn += snprintf(text + tn, sizeof text - (size_t)tn, " %.20s%s",
+                           c->val, c->pad ? "..." : "");
+        }
+    }
+    cl->remaining -= p->ncmd;
+    lull_simnet_log(S->net, "c%d > %s", cl->id, text);
+    send_bytes(cl, req, n);
+}
+
+/* A multi-key command's reply, key by key (the model's keys are
+ * independent): false when the model allows none of it. */
+static bool check_multikey(client *cl, pending *p, const char *r, size_t len,
+                           int64_t lo, int64_t now) {
+    int op = p->cmd[0].op;
+    if (op == OP_SET) {
+        for (int i = 0; i < p->ncmd; i++)
+            if (len != 5 || memcmp(r, "+OK\r\n", 5) != 0 ||
+                !model_apply(&cl->keys[p->key[i]], &p->cmd[i], lo, now, r, len))
+                return false;
+        return true;
+    }
+    if (op == OP_MGET_ONE) {
+        char head[8];
+        int hn = snprintf(head, sizeof head, "*%d\r\n", p->ncmd);
+        if (len < (size_t)hn || memcmp(r, head, (size_t)hn) != 0) return false;
+        const char *e = r + hn;
+        size_t left = len - (size_t)hn;
+        for (int i = 0; i < p->ncmd; i++) {
+            long el = model_reply_len(e, left);
+            if (el <= 0 || !model_apply(&cl->keys[p->key[i]], &p->cmd[i], lo,
+                                        now, e, (size_t)el))
+                return false;
+            e += el;
+            left -= (size_t)el;
+        }
+        return left == 0;
+    }
+    /* DEL: the count is the keys that were there; each key may have been
+     * there or not (an expiry inside the window), so the count must lie
+     * between what they allow, and every key is gone after. */
+    long long got;
+    if (sscanf(r, ":%lld", &got) != 1) return false;
+    int lo_n = 0, hi_n = 0;
+    static model_key k0, k1;
+    bool can0[3], can1[3];
+    for (int i = 0; i < p->ncmd; i++) {
+        model_key_copy(&k0, &cl->keys[p->key[i]]);
+        model_key_copy(&k1, &k0);
+        can0[i] = model_apply(&k0, &p->cmd[i], lo, now, ":0\r\n", 4);
+        can1[i] = model_apply(&k1, &p->cmd[i], lo, now, ":1\r\n", 4);
+        lo_n += !can0[i];
+        hi_n += can1[i];
+    }
+    if (got < lo_n || got > hi_n) return false;
+    for (int i = 0; i < p->ncmd; i++) {
+        model_key *mk = &cl->keys[p->key[i]];
+        model_apply(mk, &p->cmd[i], lo, now, can1[i] ? ":1\r\n" : ":0\r\n", 4);
+    }
+    return true;
+}
+
+/* The atomicity probe's pair: cN:pa first in a transaction, cN:pb last,
+ * both with one tag per transaction, so a reader of a replica sees them
+ * equal unless it sees part of a transaction (reader_frame). */
+static size_t pair_set(client *cl, char *out, char ab, bool next) {
+    char key[16], tag[24];
+    if (next) cl->tags++;
+    int kl = snprintf(key, sizeof key, "c%d:p%c", cl->id, ab);
+    int tl = snprintf(tag, sizeof tag, "t%d.%u", cl->id, cl->tags);
+    return (size_t)sprintf(out, "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n",
+                           kl, key, tl, tag);
+}
+
 static void send_cmd(client *cl) {
     sim *S = cl->S;
-    char req[512];
+    static char req[3 * MODEL_REQ_MAX + 64];
     size_t n = 0;
     pending *p = push(cl);
+    if (below(&S->rng, 12) == 0 && cl->ttl_state != 1) {
+        /* The TTL probe: a GET of the key once its SET is done, or a
+         * new SET. */
+        char key[16];
+        int kl = snprintf(key, sizeof key, "c%d:ttl", cl->id);
+        if (cl->ttl_state == 2 && below(&S->rng, 3)) {
+            p->kind = P_TTL_GET;
+            p->ttl_sent_ns = cl->ttl_sent_ns;
+            p->ttl_done_ns = cl->ttl_done_ns;
+            p->ttl_px = cl->ttl_px;
+            p->ttl_seq = cl->ttl_seq;
+            n = (size_t)sprintf(req, "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", kl,
+                                key);
+            lull_simnet_log(S->net, "c%d > GET %s", cl->id, key);
+        } else {
+            p->kind = P_TTL_SET;
+            cl->ttl_state = 1;
+            cl->ttl_sent_ns = p->sent_ns;
+            cl->ttl_px = 1 + (int)below(&S->rng, 40);
+            char v[16], px[16];
+            int vl = snprintf(v, sizeof v, "%u", ++cl->ttl_seq);
+            int pl = snprintf(px, sizeof px, "%d", cl->ttl_px);
+            n = (size_t)sprintf(req,
+                                "*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s"
+                                "\r\n$2\r\nPX\r\n$%d\r\n%s\r\n",
+                                kl, key, vl, v, pl, px);
+            lull_simnet_log(S->net, "c%d > SET %s %s PX %s", cl->id, key, v,
+                            px);
+        }
+        cl->remaining--;
+        send_bytes(cl, req, n);
+        return;
+    }
+    if (cl->remaining >= 3 && below(&S->rng, 12) == 0) {
+        send_multikey(cl, p, req);
+        return;
+    }
     bool multi = cl->remaining >= 2 && below(&S->rng, 10) == 0;
     if (multi) {
         p->kind = P_MULTI;
         p->ncmd = 1 + (int)below(&S->rng, 3);
         if (p->ncmd > cl->remaining) p->ncmd = cl->remaining;
         n += (size_t)sprintf(req, "*1\r\n$5\r\nMULTI\r\n");
+        n += pair_set(cl, req + n, 'a', true);
     } else {
         p->kind = P_CMD;
         p->ncmd = 1;
@@ -419,7 +720,10 @@ static void send_cmd(client *cl) {
         make_cmd(cl, &p->cmd[i], &p->key[i]);
         n += model_request(&p->cmd[i], req + n);
     }
-    if (multi) n += (size_t)sprintf(req + n, "*1\r\n$4\r\nEXEC\r\n");
+    if (multi) {
+        n += pair_set(cl, req + n, 'b', false);
+        n += (size_t)sprintf(req + n, "*1\r\n$4\r\nEXEC\r\n");
+    }
     cl->remaining -= p->ncmd;
     char text[3][96];
     for (int i = 0; i < p->ncmd; i++)
@@ -464,7 +768,53 @@ static void check_reply(client *cl, const char *r, size_t len) {
     int64_t lo = BASE_MS + (int64_t)(p->sent_ns / MS);
     if (lo < cl->lb) lo = cl->lb;
     bool done = true;
-    if (p->kind == P_FORGET) {
+    uint64_t now_ns = lull_loop_now(S->loop);
+    if (p->kind == P_TTL_SET) {
+        if (len != 5 || memcmp(r, "+OK\r\n", 5) != 0)
+            fail(S, "c%d: SET c%d:ttl ... PX %d got %.*s", cl->id, cl->id,
+                 cl->ttl_px, (int)len, r);
+        cl->ttl_state = 2;
+        cl->ttl_done_ns = now_ns;
+        S->cmds_run++;
+    } else if (p->kind == P_TTL_GET) {
+        S->cmds_run++;
+        char want[48];
+        int wl = snprintf(want, sizeof want, "$%d\r\n%u\r\n",
+                          snprintf(NULL, 0, "%u", p->ttl_seq), p->ttl_seq);
+        bool found = len == (size_t)wl && memcmp(r, want, len) == 0;
+        bool nil = len == 5 && memcmp(r, "$-1\r\n", 5) == 0;
+        double after = (double)(now_ns - p->ttl_sent_ns) / MS;
+        if (!found && !nil)
+            fail(S, "c%d: GET c%d:ttl got %.*s; its SET wrote %u", cl->id,
+                 cl->id, (int)len, r, p->ttl_seq);
+        else if (nil && now_ns < p->ttl_sent_ns + (uint64_t)p->ttl_px * MS)
+            fail(S,
+                 "c%d: c%d:ttl, set with PX %d, was gone %.3f ms after "
+                 "the client sent its SET: before its time",
+                 cl->id, cl->id, p->ttl_px, after);
+        else if (found &&
+                 p->sent_ns >= p->ttl_done_ns + (uint64_t)(p->ttl_px + 1) * MS)
+            fail(S,
+                 "c%d: c%d:ttl, set with PX %d, was still there for a GET "
+                 "sent %.3f ms after the SET's reply",
+                 cl->id, cl->id, p->ttl_px,
+                 (double)(p->sent_ns - p->ttl_done_ns) / MS);
+    } else if (p->kind == P_MKEY) {
+        if (!check_multikey(cl, p, r, len, lo, now)) {
+            char got[160];
+            fail(S,
+                 "c%d: a %s of %d keys (%s ...) got %s; the model allows no "
+                 "such reply at any instant in [%" PRId64 ", %" PRId64 "] ms",
+                 cl->id,
+                 p->cmd[0].op == OP_SET        ? "MSET"
+                 : p->cmd[0].op == OP_MGET_ONE ? "MGET"
+                                               : "DEL",
+                 p->ncmd, p->cmd[0].key, oneline(r, len, got, sizeof got), lo,
+                 now);
+            return;
+        }
+        S->cmds_run += (uint64_t)p->ncmd;
+    } else if (p->kind == P_FORGET) {
         long long n;
         if (sscanf(r, ":%lld", &n) != 1 || n < 0 || n > p->ncmd)
             fail(S, "c%d: DEL of %d keys got %.*s", cl->id, p->ncmd, (int)len,
@@ -474,7 +824,7 @@ static void check_reply(client *cl, const char *r, size_t len) {
                 cl->unknown[i] = false;
                 model_key_init(&cl->keys[i]);
             }
-    } else if (p->kind == P_MULTI && p->step <= p->ncmd) {
+    } else if (p->kind == P_MULTI && p->step <= p->ncmd + 2) {
         const char *want = p->step == 0 ? "+OK\r\n" : "+QUEUED\r\n";
         if (len != strlen(want) || memcmp(r, want, len) != 0)
             fail(S, "c%d: %s got %.*s", cl->id,
@@ -487,7 +837,7 @@ static void check_reply(client *cl, const char *r, size_t len) {
         size_t left = len;
         if (p->kind == P_MULTI) {
             char head[16];
-            int hn = snprintf(head, sizeof head, "*%d\r\n", p->ncmd);
+            int hn = snprintf(head, sizeof head, "*%d\r\n+OK\r\n", p->ncmd + 2);
             if (len < (size_t)hn || memcmp(r, head, (size_t)hn) != 0) {
                 fail(S, "c%d: EXEC got %.*s", cl->id, (int)len, r);
                 return;
@@ -503,7 +853,8 @@ static void check_reply(client *cl, const char *r, size_t len) {
             }
             model_key *mk = &cl->keys[p->key[i]];
             if (!model_apply(mk, &p->cmd[i], lo, now, e, (size_t)el)) {
-                char req[96], want[700], st[800], got[160], w1[160];
+                static char want[MODEL_REQ_MAX];
+                char req[96], st[800], got[160], w1[160];
                 model_cmd_text(&p->cmd[i], req, sizeof req);
                 size_t wn = model_reply(&mk->c[0], &p->cmd[i], lo, want);
                 model_describe(&mk->c[0], st, sizeof st);
@@ -519,6 +870,10 @@ static void check_reply(client *cl, const char *r, size_t len) {
             e += el;
             left -= (size_t)el;
         }
+        if (p->kind == P_MULTI && !S->failed &&
+            (left != 5 || memcmp(e, "+OK\r\n", 5) != 0))
+            fail(S, "c%d: EXEC's last reply (SET c%d:pb) is %.*s", cl->id,
+                 cl->id, (int)left, e);
     }
     if (!done) return;
     char text[160];
@@ -566,7 +921,9 @@ static void client_closed(lull_endpoint *ep, int reason) {
     S->lost++;
     for (int i = 0; i < cl->qlen; i++) {
         pending *p = &cl->q[(cl->qhead + i) % PIPE_MAX];
-        if (p->kind == P_FORGET) continue; /* its keys stay unknown */
+        if (p->kind == P_TTL_SET) cl->ttl_state = 0; /* its fate unknown */
+        if (p->kind != P_CMD && p->kind != P_MULTI && p->kind != P_MKEY)
+            continue;
         for (int j = 0; j < p->ncmd; j++)
             cl->unknown[p->key[j]] = true;
     }
@@ -608,14 +965,336 @@ static void client_timer(lull_timer *t) {
         client_pump(cl);
 }
 
+/* ------------------------------------------------------------ prober */
+
+static void probe_send(prober *pr, const char *req) {
+    if (lull_endpoint_send_copy(&pr->c.ep, req, strlen(req)) < 0) return;
+}
+
+static void probe_next(sim *S) {
+    prober *pr = &S->probe;
+    pr->step = 0;
+    pr->px = 1 + (int)below(&S->rng, 40);
+    pr->set_ns = lull_loop_now(S->loop);
+    char req[128], v[16], px[16];
+    snprintf(v, sizeof v, "%u", ++pr->seq);
+    snprintf(px, sizeof px, "%d", pr->px);
+    snprintf(req, sizeof req,
+             "*5\r\n$3\r\nSET\r\n$9\r\nprobe:ttl\r\n$%zu\r\n%s\r\n"
+             "$2\r\nPX\r\n$%zu\r\n%s\r\n",
+             strlen(v), v, strlen(px), px);
+    lull_simnet_log(S->net, "probe > SET probe:ttl %s PX %s", v, px);
+    probe_send(pr, req);
+}
+
+static void probe_timer(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, probe.timer);
+    prober *pr = &S->probe;
+    if (!pr->up || pr->closing) return;
+    if (pr->step == 0) {
+        probe_next(S);
+        return;
+    }
+    lull_simnet_log(S->net, "probe > GET probe:ttl (%.3f ms after the SET)",
+                    (double)(lull_loop_now(S->loop) - pr->set_ns) / MS);
+    probe_send(pr, "*2\r\n$3\r\nGET\r\n$9\r\nprobe:ttl\r\n");
+}
+
+static void probe_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    sim *S = ep->data;
+    prober *pr = &S->probe;
+    buf_put(&pr->in, bytes, len);
+    long n;
+    while ((n = model_reply_len(pr->in.p, pr->in.len)) > 0 && !S->failed) {
+        const char *r = pr->in.p;
+        uint64_t now = lull_loop_now(S->loop);
+        double after = (double)(now - pr->set_ns) / MS;
+        char v[16];
+        int vl = snprintf(v, sizeof v, "%u", pr->seq);
+        bool nil = n == 5 && memcmp(r, "$-1\r\n", 5) == 0;
+        bool found = n == vl + 6 && memcmp(r + 4, v, (size_t)vl) == 0;
+        if (pr->step == 0) {
+            if (n != 5 || memcmp(r, "+OK\r\n", 5) != 0)
+                fail(S, "probe: SET probe:ttl got %.*s", (int)n, r);
+            /* The early GET: in the millisecond before px ms from the
+             * SET's send (the clock's grain). */
+            pr->step = 1;
+            uint64_t at =
+                pr->set_ns + (uint64_t)pr->px * MS - 1 - below(&S->rng, MS - 1);
+            if (at <= now) {
+                /* The reply came too late (what the primary sends may be
+                 * slow): no early read this time; a new SET. */
+                pr->step = 0;
+                at = now + below(&S->rng, 20 * MS);
+            }
+            lull_timer_start(&pr->timer, at - now, 0);
+        } else if (pr->step == 1) {
+            if (!found)
+                fail(S,
+                     "probe:ttl, set with PX %d, was %s %.6f ms after its "
+                     "SET was sent: before its time",
+                     pr->px, nil ? "gone" : "changed", after);
+            pr->step = 2;
+            uint64_t at = pr->set_ns + (uint64_t)(pr->px + 1) * MS;
+            lull_timer_start(&pr->timer, at > now ? at - now : 0, 0);
+        } else {
+            if (!nil)
+                fail(S,
+                     "probe:ttl, set with PX %d, was still there %.6f ms "
+                     "after its SET was sent",
+                     pr->px, after);
+            pr->probes++;
+            pr->step = 0;
+            lull_timer_start(&pr->timer, below(&S->rng, 20 * MS), 0);
+        }
+        buf_consume(&pr->in, (size_t)n);
+    }
+}
+
+static void probe_closed(lull_endpoint *ep, int reason) {
+    sim *S = ep->data;
+    prober *pr = &S->probe;
+    pr->up = false;
+    lull_timer_stop(&pr->timer);
+    if (!pr->closing && !S->tearing_down)
+        fail(S, "probe: its clean link closed (%s)", lull_err_name(reason));
+}
+
+static void probe_connected(lull_simconn *c, int status) {
+    sim *S = c->ep.data;
+    if (status < 0) return; /* probe_closed says it */
+    S->probe.up = true;
+    probe_next(S);
+}
+
+static void probe_start(sim *S) {
+    prober *pr = &S->probe;
+    lull_timer_init(S->loop, &pr->timer, probe_timer);
+    static const lull_simfaults clean;
+    lull_simconn_options o = {
+        .flags = LULL_SIMCONN_RAW, .name = "probe", .faults = &clean};
+    pr->c.ep.data = S;
+    if (lull_simconn_connect(S->net, &pr->c, "primary", &o, probe_connected) <
+        0) {
+        fail(S, "probe: connect refused");
+        return;
+    }
+    lull_endpoint_set_callbacks(&pr->c.ep, probe_frame, NULL, probe_closed);
+}
+
+static void probe_stop(sim *S) {
+    prober *pr = &S->probe;
+    if (pr->closing) return;
+    pr->closing = true;
+    lull_timer_stop(&pr->timer);
+    lull_endpoint_close(&pr->c.ep, 0);
+}
+
+/* ------------------------------------------------------------ reader */
+
+static void reader_connect(sim *S);
+
+static void reader_timer(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, rd.timer);
+    reader *rd = &S->rd;
+    if (rd->closing) return;
+    if (!rd->up) {
+        reader_connect(S);
+        return;
+    }
+    if (rd->waiting) return;
+    char req[512];
+    int n = sprintf(req, "*%d\r\n$4\r\nMGET\r\n", 1 + 2 * S->nclients);
+    for (int i = 1; i <= S->nclients; i++)
+        for (char ab = 'a'; ab <= 'b'; ab++)
+            n += sprintf(req + n, "$%d\r\nc%d:p%c\r\n", i < 10 ? 4 : 5, i, ab);
+    if (lull_endpoint_send_copy(&rd->c.ep, req, (size_t)n) == 0)
+        rd->waiting = true;
+}
+
+static void reader_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    sim *S = ep->data;
+    reader *rd = &S->rd;
+    buf_put(&rd->in, bytes, len);
+    long n;
+    while ((n = model_reply_len(rd->in.p, rd->in.len)) > 0 && !S->failed) {
+        const char *r = rd->in.p, *e = memchr(r, '\n', (size_t)n) + 1;
+        const char *end = r + n;
+        for (int i = 1; i <= S->nclients && e < end; i++) {
+            long la = model_reply_len(e, (size_t)(end - e));
+            long lb =
+                la > 0 ? model_reply_len(e + la, (size_t)(end - e - la)) : -1;
+            if (la <= 0 || lb <= 0) {
+                fail(S, "%s: MGET got %.*s", S->nodes[rd->replica].name, (int)n,
+                     r);
+                break;
+            }
+            if (la != lb || memcmp(e, e + la, (size_t)la) != 0) {
+                char a[64], b[64];
+                fail(S,
+                     "%s (offset %" PRIu64 "): c%d:pa is %s, c%d:pb is %s: "
+                     "half a transaction, read by a client of the replica",
+                     S->nodes[rd->replica].name,
+                     S->nodes[rd->replica].srv.kv.offset, i,
+                     oneline(e, (size_t)la, a, sizeof a), i,
+                     oneline(e + la, (size_t)lb, b, sizeof b));
+                break;
+            }
+            e += la + lb;
+        }
+        rd->reads++;
+        rd->waiting = false;
+        buf_consume(&rd->in, (size_t)n);
+    }
+    if (!rd->closing) lull_timer_start(&rd->timer, below(&S->rng, 3 * MS), 0);
+}
+
+static void reader_closed(lull_endpoint *ep, int reason) {
+    sim *S = ep->data;
+    reader *rd = &S->rd;
+    (void)reason;
+    rd->live = rd->up = rd->waiting = false;
+    rd->in.len = 0;
+    if (rd->closing || S->tearing_down) return;
+    lull_timer_start(&rd->timer, 1 * MS + below(&S->rng, 20 * MS), 0);
+}
+
+static void reader_connected(lull_simconn *c, int status) {
+    sim *S = c->ep.data;
+    if (status < 0) return; /* reader_closed retries */
+    S->rd.up = true;
+    lull_timer_start(&S->rd.timer, 0, 0);
+}
+
+static void reader_connect(sim *S) {
+    reader *rd = &S->rd;
+    lull_simconn_options o = {.flags = LULL_SIMCONN_RAW, .name = "reader"};
+    rd->c.ep.data = S;
+    if (lull_simconn_connect(S->net, &rd->c, S->nodes[rd->replica].name, &o,
+                             reader_connected) < 0) {
+        fail(S, "reader: connect refused at once");
+        return;
+    }
+    rd->live = true;
+    lull_endpoint_set_callbacks(&rd->c.ep, reader_frame, NULL, reader_closed);
+}
+
+static void reader_stop(sim *S) {
+    reader *rd = &S->rd;
+    if (rd->closing) return;
+    rd->closing = true;
+    lull_timer_stop(&rd->timer);
+    if (rd->live) lull_endpoint_close(&rd->c.ep, 0);
+}
+
 /* ------------------------------------------------------------ checks */
 
+/* The bytes of record r of a log, read from its chunks directly (not by
+ * repl_log_next, which a planted bug may bend). */
+static const char *record_at(const repl_log *log, size_t r, size_t *len) {
+    uint64_t at = log->starts[r];
+    uint64_t next = r + 1 < log->nrec ? log->starts[r + 1] : log->end;
+    size_t lo = 0, hi = log->nchunks;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (log->chunks[mid].start <= at)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *len = (size_t)(next - at);
+    return log->chunks[lo].p + (at - log->chunks[lo].start);
+}
+
+static bool record_is(const char *p, size_t len, const char *name) {
+    char want[32];
+    int n =
+        snprintf(want, sizeof want, "*1\r\n$%zu\r\n%s\r\n", strlen(name), name);
+    return len == (size_t)n && memcmp(p, want, len) == 0;
+}
+
+/* The offset where the transaction holding `off` began (its MULTI), or
+ * UINT64_MAX when off is not inside one. Transactions here are short: a
+ * few records back tell. */
+static uint64_t inside_transaction(const repl_log *log, size_t rec) {
+    for (size_t r = rec; r-- > 0 && rec - r <= 8;) {
+        size_t len;
+        const char *p = record_at(log, r, &len);
+        if (record_is(p, len, "EXEC")) return UINT64_MAX;
+        if (record_is(p, len, "MULTI")) return log->starts[r];
+    }
+    return UINT64_MAX;
+}
+
+/* The first line where two dumps differ, as "key: a" / "key: b". */
+static void first_difference(const buf *a, const buf *b, char *out, size_t cap,
+                             const char *an, const char *bn) {
+    const char *x = a->p ? a->p : "", *y = b->p ? b->p : "";
+    const char *x0 = x;
+    while (*x && *x == *y)
+        x++, y++;
+    while (x > x0 && x[-1] != '\n')
+        x--, y--;
+    int xl = (int)strcspn(x, "\n"), yl = (int)strcspn(y, "\n");
+    snprintf(out, cap, "\n  %s: %.*s\n  %s: %.*s", an, xl ? xl : 6,
+             xl ? x : "(none)", bn, yl ? yl : 6, yl ? y : "(none)");
+}
+
+/* A replica that has applied the whole log holds the primary's keyspace,
+ * expiry times included: compared each time one gets there at a new
+ * offset, so the first divergence is caught at the offset it shows,
+ * while the run goes on, not at the end. */
+static void check_caught_up(sim *S, node *n) {
+    server *p = &S->nodes[0].srv;
+    uint64_t off = n->srv.kv.offset;
+    if (off != p->kv.log.end || n->compared == off + 1 ||
+        strcmp(n->srv.m.replid, p->kv.replid) != 0)
+        return;
+    n->compared = off + 1;
+    static buf dp, dr;
+    kv_dump(&p->kv, &dp);
+    kv_dump(&n->srv.kv, &dr);
+    if (dp.len == dr.len && memcmp(dp.p, dr.p, dp.len) == 0) return;
+    char d[900];
+    first_difference(&dp, &dr, d, sizeof d, "primary", n->name);
+    fail(S,
+         "%s differs from the primary with the whole log applied (offset "
+         "%" PRIu64 "):%s",
+         n->name, off, d);
+}
+
+/* The atomicity pairs as a replica holds them after every event (what a
+ * client of it would read at that instant, without the network's delay
+ * between it and the instant): never unequal. */
+static void check_pairs(sim *S, node *n) {
+    static const char *const pairs[CLIENTS_MAX][2] = {{"c1:pa", "c1:pb"},
+                                                      {"c2:pa", "c2:pb"},
+                                                      {"c3:pa", "c3:pb"},
+                                                      {"c4:pa", "c4:pb"}};
+    for (int i = 1; i <= S->nclients; i++) {
+        const char *ka = pairs[i - 1][0], *kb = pairs[i - 1][1];
+        size_t la = 0, lb = 0;
+        const char *a = store_get(&n->srv.kv.db, ka, 5, &la);
+        const char *b = store_get(&n->srv.kv.db, kb, 5, &lb);
+        if ((!a) == (!b) && la == lb && (!a || memcmp(a, b, la) == 0)) continue;
+        fail(S,
+             "%s at offset %" PRIu64 " holds %s = %.*s and %s = %.*s: part "
+             "of a transaction",
+             n->name, n->srv.kv.offset, ka, a ? (int)la : 6, a ? a : "(none)",
+             kb, b ? (int)lb : 6, b ? b : "(none)");
+        return;
+    }
+}
+
 /* After every event: no replica's offset goes back, but to begin a new
- * history (a full resync from another replid). */
+ * history (a full resync from another replid); it is a record boundary
+ * of the primary's log and never inside a transaction; one that has
+ * applied the whole log holds the primary's keyspace. */
 static void check_offsets(lull_simnet *net, void *arg) {
     (void)net;
     sim *S = arg;
     if (S->failed || S->tearing_down) return;
+    const repl_log *log = &S->nodes[0].srv.kv.log;
     for (int i = 1; i <= S->nreplicas; i++) {
         node *n = &S->nodes[i];
         const master *m = &n->srv.m;
@@ -627,7 +1306,30 @@ static void check_offsets(lull_simnet *net, void *arg) {
                  n->name, n->last_offset, off);
             return;
         }
+        if (off != n->last_offset && m->replid[0]) {
+            repl_cursor cur;
+            if (repl_log_seek(log, off, &cur) < 0) {
+                fail(S,
+                     "%s: offset %" PRIu64 " is not a record boundary of "
+                     "the primary's log (its end %" PRIu64 ")",
+                     n->name, off, log->end);
+                return;
+            }
+            uint64_t t = inside_transaction(log, cur.rec);
+            if (t != UINT64_MAX) {
+                fail(S,
+                     "%s: offset %" PRIu64 " is inside the transaction "
+                     "whose MULTI is at %" PRIu64
+                     ": its clients see half of it",
+                     n->name, off, t);
+                return;
+            }
+        }
         n->last_offset = off;
+        check_pairs(S, n);
+        if (S->failed) return;
+        check_caught_up(S, n);
+        if (S->failed) return;
     }
 }
 
@@ -642,8 +1344,64 @@ static void deadline_due(lull_timer *t) {
         lull_timer_unref(&S->deadline);
         return;
     }
-    fail(S, "did not settle within %llu s of the heal",
-         (unsigned long long)(SETTLE_NS / 1000 / MS));
+    /* Keys that expire hours ahead keep the loop going: this far after
+     * the heal, the cluster is judged as it stands (final_checks says
+     * what has not settled, and why). */
+    lull_simnet_log(S->net, "settle deadline: the checks");
+    lull_loop_stop(S->loop);
+}
+
+/* The keyspace the primary's log gives at `off`: its records from 0
+ * applied to an empty replica, as a reference for a replica at that
+ * offset. 0, or -1 when the log does not apply. */
+static int log_keyspace(sim *S, uint64_t off, buf *dump) {
+    server *p = &S->nodes[0].srv;
+    const repl_log *log = &p->kv.log;
+    buf all = {0};
+    for (size_t i = 0; i < log->nchunks; i++)
+        buf_put(&all, log->chunks[i].p, log->chunks[i].used);
+    kv ref;
+    kv_init(&ref);
+    store_init(&ref.db);
+    ref.replica = true;
+    static resp_arg argv[SIM_ARGS];
+    resp_limits lim = {.max_bulk = (size_t)1 << 30, .max_args = SIM_ARGS};
+    const char *err = "";
+    size_t need;
+    long n = kv_apply_stream(&ref, &lim, argv, all.p, (size_t)off, &err, &need);
+    int rc = n == (long)off ? 0 : -1;
+    if (rc == 0) kv_dump(&ref, dump);
+    kv_free(&ref);
+    buf_free(&all);
+    return rc;
+}
+
+/* Why a replica that did not settle is where it is: the first key where
+ * it differs from the primary's log at its own offset (a replica that
+ * went wrong before it stopped), or that it matches it (it stopped, or
+ * fell behind, with what it holds right). */
+static void diagnose(sim *S, node *n, char *out, size_t cap) {
+    buf ref = {0}, mine = {0};
+    uint64_t off = n->srv.kv.offset;
+    if (log_keyspace(S, off, &ref) < 0) {
+        snprintf(out, cap,
+                 "; the primary's log does not apply up to its "
+                 "offset");
+    } else {
+        kv_dump(&n->srv.kv, &mine);
+        if (ref.len == mine.len &&
+            (!ref.len || !memcmp(ref.p, mine.p, ref.len)))
+            snprintf(out, cap,
+                     "; what it holds is the log's up to its "
+                     "offset");
+        else {
+            char d[900];
+            first_difference(&ref, &mine, d, sizeof d, "the log", n->name);
+            snprintf(out, cap, "; it differs from the log at its offset:%s", d);
+        }
+    }
+    buf_free(&ref);
+    buf_free(&mine);
 }
 
 static void final_checks(sim *S) {
@@ -680,12 +1438,18 @@ static void final_checks(sim *S) {
     for (int i = 1; i <= S->nreplicas && !S->failed; i++) {
         node *n = &S->nodes[i];
         server *r = &n->srv;
+        char why[1000];
+        if (r->m.state != M_UP || !r->kv.link_up ||
+            r->kv.offset != p->kv.log.end)
+            diagnose(S, n, why, sizeof why);
         if (r->m.state != M_UP || !r->kv.link_up)
-            fail(S, "%s: link not up after the settle (state %d)", n->name,
-                 r->m.state);
+            fail(S,
+                 "%s: link not up after the settle (state %d, offset "
+                 "%" PRIu64 " of %" PRIu64 ")%s",
+                 n->name, r->m.state, r->kv.offset, p->kv.log.end, why);
         else if (r->kv.offset != p->kv.log.end)
-            fail(S, "%s: offset %" PRIu64 ", the primary's %" PRIu64, n->name,
-                 r->kv.offset, p->kv.log.end);
+            fail(S, "%s: offset %" PRIu64 ", the primary's %" PRIu64 "%s",
+                 n->name, r->kv.offset, p->kv.log.end, why);
         if (S->failed) break;
         kv_dump(&r->kv, &dr);
         if (strcmp(dp.p, dr.p) != 0) {
@@ -716,6 +1480,8 @@ typedef struct outcome {
     uint64_t commands;
     uint64_t over_limit;
     uint64_t multis, lost, continues, fulls, expired;
+    uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
+    uint64_t probes; /* the prober's SETs read back early and late */
 } outcome;
 
 static void random_faults(sim *S, lull_simfaults *f) {
@@ -736,6 +1502,10 @@ static void random_faults(sim *S, lull_simfaults *f) {
     f->reset_permille = below(r, 4) ? (uint32_t)below(r, 600) : 0;
     f->reset_within = 256 + below(r, 32768);
     f->refuse_permille = below(r, 3) ? 0 : (uint32_t)below(r, 300);
+    S->drawn_partitions += f->partition_every_ns != 0;
+    S->drawn_resets += f->reset_permille != 0;
+    S->drawn_slow += f->slow_permille && f->slow_read_ns > 1;
+    S->drawn_refusals += f->refuse_permille != 0;
 }
 
 static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
@@ -759,10 +1529,25 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         S->repl_limit = 2048 + below(r, 8192);
         S->high_water = 1024;
     }
+    /* Half the seeds run small: the write log in chunks of a few hundred
+     * bytes to a few KiB (records cross chunk boundaries all the time,
+     * large values are past a chunk's size) and small stream buffers
+     * (the producer waits for drains, a reader gets its input in many
+     * pieces). */
+    S->small = below(r, 2) == 0;
+    if (S->small) {
+        S->chunk_size = 256 + below(r, 4096);
+        S->high_water = 128 + below(r, 1024);
+    }
+    /* The long fault-free run crosses a chunk edge every hundred or so
+     * records: tens of thousands in 1,000,000 commands. */
+    if (S->no_faults) S->chunk_size = 4096;
     lull_simnet_options no = {.seed = seed ^ 0xabcdef12345ull,
                               .trace = trace,
                               .on_event = check_offsets,
                               .arg = S};
+    if (plant & PLANT_HOLLOW_PARTITION)
+        no.flags |= LULL_SIMNET_HOLLOW_PARTITIONS;
     random_faults(S, &no.faults);
     lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
                             .flags = LULL_LOOP_AUTO_ADVANCE};
@@ -771,9 +1556,10 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         abort();
     lull_simnet_log(S->net,
                     "seed %" PRIu64 ": %d replicas, %d clients, %s, replica "
-                    "limit %zu",
+                    "limit %zu, log chunks %zu, high water %zu",
                     seed, S->nreplicas, S->nclients,
-                    S->per_record ? "per-record" : "budget", S->repl_limit);
+                    S->per_record ? "per-record" : "budget", S->repl_limit,
+                    S->chunk_size, S->high_water);
     for (int i = 0; i <= S->nreplicas; i++)
         if (node_open(S, &S->nodes[i], i) < 0) abort();
     lull_timer_init(S->loop, &S->deadline, deadline_due);
@@ -795,6 +1581,10 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         cl->state = C_DOWN;
         lull_timer_start(&cl->timer, below(r, 5 * MS), 0);
     }
+    probe_start(S);
+    S->rd.replica = 1 + (int)below(r, (uint64_t)S->nreplicas);
+    lull_timer_init(S->loop, &S->rd.timer, reader_timer);
+    lull_timer_start(&S->rd.timer, below(r, 20 * MS), 0);
     lull_loop_run(S->loop, LULL_RUN_DEFAULT);
     if (!S->failed) final_checks(S);
     out->commands = S->cmds_run;
@@ -804,9 +1594,16 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     out->continues = S->continues;
     out->fulls = S->fulls;
     out->expired = S->nodes[0].srv.expiry.fired;
+    out->probes = S->probe.probes;
+    out->drawn_partitions = S->drawn_partitions;
+    out->drawn_resets = S->drawn_resets;
+    out->drawn_slow = S->drawn_slow;
+    out->drawn_refusals = S->drawn_refusals;
     /* Tear down: the replicas' links close, the primary stops listening,
      * and every connection's close reaches both ends. */
     S->tearing_down = true;
+    probe_stop(S);
+    reader_stop(S);
     for (int i = 0; i < S->nclients; i++) {
         client *cl = &S->clients[i];
         lull_timer_stop(&cl->timer);
@@ -815,8 +1612,10 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
             lull_endpoint_close(&cl->c.ep, 0);
         }
     }
-    for (int i = 1; i <= S->nreplicas; i++)
+    for (int i = 1; i <= S->nreplicas; i++) {
         server_stop(&S->nodes[i].srv);
+        lull_simserver_close(&S->nodes[i].ls);
+    }
     lull_simserver_close(&S->nodes[0].ls);
     server_stop(&S->nodes[0].srv);
     lull_timer_stop(&S->deadline);
@@ -833,6 +1632,8 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         server_free(&S->nodes[i].srv);
     for (int i = 0; i < S->nclients; i++)
         buf_free(&S->clients[i].in);
+    buf_free(&S->probe.in);
+    buf_free(&S->rd.in);
     int rc = lull_simnet_free(S->net);
     if (rc < 0 && !S->failed) {
         S->failed = true;
@@ -854,6 +1655,116 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     free(S);
 }
 
+/* ------------------------------------------- a replica's close, unread */
+
+/* A replica closes its link right after sending a REPLACK, so the
+ * primary's end holds unread bytes when it learns its peer is gone (the
+ * simulated network, as the loopback pair, marks it at once; a socket
+ * learns it only from a failed write, which closes the stream). The
+ * primary must still read them and the EOF after, close its end (which
+ * releases the replica's REPLACK, and so runs the replica's close
+ * callback), and the replica must reconnect and resume. One run, no
+ * seed: 0 when it did. */
+static void unread_step(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, deadline);
+    server *r = &S->nodes[1].srv;
+    server *p = &S->nodes[0].srv;
+    static const char ack[] = "*2\r\n$7\r\nREPLACK\r\n$1\r\n0\r\n";
+    int step = (int)S->cmds_run++;
+    if ((step == 1 || step == 3) && (p->kv.npeers != 1 || r->m.state != M_UP)) {
+        fail(S,
+             "2 s after replica1 closed its link (%s): the primary has %zu "
+             "replica links, replica1's link is %s",
+             step == 1 ? "a REPLACK unread at the primary"
+                       : "the primary not reading, its output full",
+             p->kv.npeers, r->m.state == M_UP ? "up" : "not up");
+        return;
+    }
+    switch (step) {
+    case 0: /* the close, a REPLACK just sent */
+    case 2: /* the close, the primary's end not reading (below) */
+        if (r->m.state != M_UP) {
+            fail(S, "replica1: link not up before the close");
+            return;
+        }
+        if (step == 0) lull_endpoint_send_copy(r->m.ep, ack, sizeof ack - 1);
+        S->nodes[1].why_down = true; /* the scenario's close, said here */
+        r->m.state = M_DOWN;         /* master_closed retries */
+        lull_endpoint_close(r->m.ep, 0);
+        lull_timer_start(t, 2000 * MS, 0);
+        return;
+    case 1: {
+        /* The replica stops reading; the primary's output to it fills
+         * (64 records of 1 KiB over a high-water mark of 1 KiB); then a
+         * REPLACK comes, which the primary reads with its output full,
+         * and stops reading. */
+        lull_simconn_read_stop(&r->m.t.sim);
+        static char val[1024];
+        memset(val, 'x', sizeof val);
+        for (int i = 0; i < 64; i++) {
+            char key[16];
+            resp_arg a[3] = {{"SET", 3}, {key, 0}, {val, sizeof val}};
+            a[1].len = (size_t)snprintf(key, sizeof key, "k%d", i);
+            buf out = {0};
+            kv_exec(&p->kv, NULL, a, 3, &out);
+            buf_free(&out);
+        }
+        wake_links(p);
+        lull_timer_start(t, 100 * MS, 0);
+        lull_endpoint_send_copy(r->m.ep, ack, sizeof ack - 1);
+        return;
+    }
+    default:
+        lull_loop_stop(S->loop);
+        return;
+    }
+}
+
+static int run_unread_close(void) {
+    sim *S = calloc(1, sizeof *S);
+    if (!S) abort();
+    the_sim = S;
+    S->seed = 1;
+    S->no_faults = true;
+    S->nreplicas = 1;
+    S->high_water = 1024;
+    lull_simnet_options no = {.seed = 1, .faults.delay_ns = 2 * MS};
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    if (lull_loop_new(&S->loop, &lo) < 0 ||
+        lull_simnet_new(&S->net, S->loop, &no) < 0)
+        abort();
+    for (int i = 0; i <= S->nreplicas; i++)
+        if (node_open(S, &S->nodes[i], i) < 0) abort();
+    for (int i = 0; i <= S->nreplicas; i++)
+        server_start(&S->nodes[i].srv);
+    lull_timer_init(S->loop, &S->deadline, unread_step);
+    lull_timer_start(&S->deadline, 500 * MS, 0);
+    lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+    S->tearing_down = true;
+    server_stop(&S->nodes[1].srv);
+    lull_simserver_close(&S->nodes[1].ls);
+    lull_simserver_close(&S->nodes[0].ls);
+    server_stop(&S->nodes[0].srv);
+    lull_timer_stop(&S->deadline);
+    lull_loop_run(S->loop, LULL_RUN_NOWAIT);
+    for (int i = 0; i <= S->nreplicas; i++)
+        server_free(&S->nodes[i].srv);
+    int bad = S->failed;
+    printf("replica close with unread data: %s\n",
+           S->failed ? S->why
+                     : "the primary read the EOF, the replica "
+                       "resumed");
+    /* A stalled run leaves its connections behind: not freed. */
+    if (!bad) {
+        lull_simnet_free(S->net);
+        lull_loop_free(S->loop);
+    }
+    the_sim = NULL;
+    free(S);
+    return bad;
+}
+
 /* ------------------------------------------------------------ main */
 
 static const struct {
@@ -861,12 +1772,71 @@ static const struct {
     unsigned bit;
 } plants[] = {{"resume-late", KV_PLANT_RESUME_LATE},
               {"ack-before-log", KV_PLANT_ACK_BEFORE_LOG},
-              {"lost-wakeup", KV_PLANT_LOST_WAKEUP}};
+              {"lost-wakeup", KV_PLANT_LOST_WAKEUP},
+              {"expire-relative", KV_PLANT_EXPIRE_RELATIVE},
+              {"multi-split", KV_PLANT_MULTI_SPLIT},
+              {"chunk-edge", KV_PLANT_CHUNK_EDGE},
+              {"int32", KV_PLANT_INT32},
+              {"silent-resync", KV_PLANT_SILENT_RESYNC},
+              {"expire-early", KV_PLANT_EXPIRE_EARLY},
+              {"hollow-partition", PLANT_HOLLOW_PARTITION}};
 
 static const char *plant_name(unsigned plant) {
     for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++)
         if (plants[i].bit == plant) return plants[i].name;
     return "none";
+}
+
+/* Faults proven to happen: a kind drawn in this many seeds of a run
+ * must have had its effect at least once (bytes held by partitions,
+ * connections reset, reads slowed, connects refused), or the network
+ * (or the way the seeds draw it) does not do what the run counts on.
+ * Each kind, once drawn, acts in most seeds (the run's counts over
+ * thousands say so): 50 seeds without one is no accident. */
+#define DRAWN_ENOUGH 50
+
+typedef struct fault_tally {
+    uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
+    uint64_t partitions, held, resets, slowed, refused;
+} fault_tally;
+
+static void tally(fault_tally *t, const outcome *o) {
+    t->drawn_partitions += o->drawn_partitions != 0;
+    t->drawn_resets += o->drawn_resets != 0;
+    t->drawn_slow += o->drawn_slow != 0;
+    t->drawn_refusals += o->drawn_refusals != 0;
+    t->partitions += o->stats.partitions;
+    t->held += o->stats.held;
+    t->resets += o->stats.resets;
+    t->slowed += o->stats.slowed;
+    t->refused += o->stats.refused;
+}
+
+/* The first fault kind drawn enough and never seen, said; NULL when
+ * every one was. */
+static const char *fault_without_effect(const fault_tally *t, char *out,
+                                        size_t cap) {
+    if (t->drawn_partitions >= DRAWN_ENOUGH && t->partitions >= 20 &&
+        t->held == 0)
+        snprintf(out, cap,
+                 "partitions drawn in %" PRIu64 " seeds began %" PRIu64
+                 " times and held no byte",
+                 t->drawn_partitions, t->partitions);
+    else if (t->drawn_resets >= DRAWN_ENOUGH && t->resets == 0)
+        snprintf(out, cap,
+                 "resets drawn in %" PRIu64 " seeds reset no connection",
+                 t->drawn_resets);
+    else if (t->drawn_slow >= DRAWN_ENOUGH && t->slowed == 0)
+        snprintf(out, cap,
+                 "slow readers drawn in %" PRIu64 " seeds put off no read",
+                 t->drawn_slow);
+    else if (t->drawn_refusals >= DRAWN_ENOUGH && t->refused == 0)
+        snprintf(out, cap,
+                 "refusals drawn in %" PRIu64 " seeds refused no connect",
+                 t->drawn_refusals);
+    else
+        return NULL;
+    return out;
 }
 
 static double real_s(void) {
@@ -911,10 +1881,12 @@ static int usage(void) {
     fprintf(stderr,
             "usage: lull-kv-sim [--seeds N] [--first S] [--seconds T] "
             "[--seed S]\n"
-            "                   [--plant resume-late|ack-before-log|"
-            "lost-wakeup]\n"
-            "                   [--expect-find N] [--determinism N [--once]]\n"
-            "                   [--trace FILE] [--quiet]\n");
+            "                   [--plant BUG [--expect-find N]] "
+            "[--determinism N [--once]]\n"
+            "                   [--trace FILE] [--quiet] [--unread-close]\n"
+            "  BUG: resume-late ack-before-log lost-wakeup expire-relative\n"
+            "       multi-split chunk-edge int32 silent-resync "
+            "hollow-partition\n");
     return 2;
 }
 
@@ -954,38 +1926,60 @@ int main(int argc, char **argv) {
             quiet = true;
         } else if (strcmp(a, "--once") == 0) {
             once = true;
+        } else if (strcmp(a, "--unread-close") == 0) {
+            return run_unread_close();
         } else {
             return usage();
         }
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (determinism > 0) {
-        /* One fault-free seed, twice: the same trace, by its hash. */
+        /* One fault-free seed, twice: the same trace, by its hash. A
+         * failure says its seed and the command that replays it, as any
+         * seed's does. */
         outcome a, b;
+        FILE *f = NULL;
+        if (trace_path)
+            f = strcmp(trace_path, "-") == 0 ? stdout : fopen(trace_path, "w");
         double t0 = real_s();
-        run_seed(first, 0, NULL, determinism, &a);
+        run_seed(first, 0, f, determinism, &a);
         double t1 = real_s();
+        if (f && f != stdout) fclose(f);
+        char replay[300];
+        snprintf(replay, sizeof replay,
+                 "replay: %s --first %" PRIu64 " --determinism %" PRId64
+                 " --once --trace lull-kv-sim-%" PRIu64 ".trace",
+                 argv[0], first, determinism, first);
+        bool short_run = a.commands < (uint64_t)determinism;
         if (once) {
-            printf("determinism: %" PRIu64 " commands, %" PRIu64
-                   " events, trace hash %016" PRIx64 " (%.1f s)\n",
-                   a.commands, a.stats.events, a.trace_hash, t1 - t0);
-            if (a.failed) printf("FAILED: %s\n", a.why);
-            return a.failed || a.commands < (uint64_t)determinism;
+            printf("determinism: seed %" PRIu64 ", %" PRIu64
+                   " commands, %" PRIu64 " events, trace hash %016" PRIx64
+                   " (%.1f s)\n",
+                   first, a.commands, a.stats.events, a.trace_hash, t1 - t0);
+            if (a.failed || short_run)
+                printf("seed %" PRIu64 " FAILED: %s\n%s\n", first,
+                       a.failed ? a.why : "fewer commands than asked", replay);
+            return a.failed || short_run;
         }
         run_seed(first, 0, NULL, determinism, &b);
         double t2 = real_s();
-        printf("determinism: %" PRIu64 " commands, %" PRIu64
+        printf("determinism: seed %" PRIu64 ", %" PRIu64 " commands, %" PRIu64
                " events, trace hash %016" PRIx64 " and %016" PRIx64
                " (%.1f s, %.1f s)\n",
-               a.commands, a.stats.events, a.trace_hash, b.trace_hash, t1 - t0,
-               t2 - t1);
-        if (a.failed || b.failed) {
-            printf("FAILED: %s\n", a.failed ? a.why : b.why);
+               first, a.commands, a.stats.events, a.trace_hash, b.trace_hash,
+               t1 - t0, t2 - t1);
+        if (a.failed || b.failed || short_run) {
+            printf("seed %" PRIu64 " FAILED: %s\n%s\n", first,
+                   a.failed   ? a.why
+                   : b.failed ? b.why
+                              : "fewer commands than asked",
+                   replay);
             return 1;
         }
-        if (a.trace_hash != b.trace_hash ||
-            a.commands < (uint64_t)determinism) {
-            printf("FAILED: the two runs differ\n");
+        if (a.trace_hash != b.trace_hash) {
+            printf("seed %" PRIu64 " FAILED: the two runs differ\n%s "
+                   "(twice, to two files, and diff them)\n",
+                   first, replay);
             return 1;
         }
         return 0;
@@ -1013,7 +2007,8 @@ int main(int argc, char **argv) {
     uint64_t n = 0, failures = 0;
     lull_simnet_stats total = {0};
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
-    uint64_t continues = 0, fulls = 0, expired = 0;
+    uint64_t continues = 0, fulls = 0, expired = 0, probes = 0;
+    fault_tally faults = {0};
     if (seconds > 0 && !quiet)
         printf("soak: %.0f s of seeds from %" PRIu64 "\n", seconds, first);
     for (uint64_t s = first;; s++) {
@@ -1028,11 +2023,28 @@ int main(int argc, char **argv) {
         continues += o.continues;
         fulls += o.fulls;
         expired += o.expired;
+        probes += o.probes;
         total.events += o.stats.events;
         total.partitions += o.stats.partitions;
         total.breaks += o.stats.breaks;
         total.resets += o.stats.resets;
         total.refused += o.stats.refused;
+        tally(&faults, &o);
+        char none[300];
+        if (!o.failed && fault_without_effect(&faults, none, sizeof none)) {
+            if (plant && expect_find) {
+                printf("planted %s: found by seed %" PRIu64 " (%" PRIu64
+                       " seeds run): %s\n",
+                       plant_name(plant), s, n, none);
+                return 0;
+            }
+            printf("seeds %" PRIu64 "..%" PRIu64 " FAILED: %s\n", first, s,
+                   none);
+            printf("replay: %s --first %" PRIu64 " --seeds %" PRIu64 "%s%s\n",
+                   argv[0], first, n, plant ? " --plant " : "",
+                   plant ? plant_name(plant) : "");
+            return 1;
+        }
         if (!o.failed) continue;
         failures++;
         if (plant && expect_find) {
@@ -1056,13 +2068,15 @@ int main(int argc, char **argv) {
     printf("%" PRIu64 " seeds passed in %.1f s (%.0f seeds/s): %" PRIu64
            " commands checked (%" PRIu64 " transactions), %" PRIu64
            " network events; faults: %" PRIu64 " partitions (%" PRIu64
-           " broke), %" PRIu64 " resets, %" PRIu64 " refused connects; %" PRIu64
+           " broke, %" PRIu64 " bytes held), %" PRIu64 " resets, %" PRIu64
+           " reads slowed, %" PRIu64 " refused connects; %" PRIu64
            " client connections lost, %" PRIu64
            " replica links closed for their output, %" PRIu64
            " replica resumes from an offset, %" PRIu64 " full syncs, %" PRIu64
-           " expiry timer runs\n",
+           " expiry timer runs, %" PRIu64 " expiry probes\n",
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
-           total.partitions, total.breaks, total.resets, total.refused, lost,
-           over_limit, continues, fulls, expired);
+           total.partitions, total.breaks, faults.held, total.resets,
+           faults.slowed, total.refused, lost, over_limit, continues, fulls,
+           expired, probes);
     return failures ? 1 : 0;
 }

@@ -18,6 +18,8 @@ foreach(run 1 2)
   set(hash${run} ${CMAKE_MATCH_1})
 endforeach()
 if(NOT hash1 STREQUAL hash2)
-  message(FATAL_ERROR "two runs of one seed gave two traces: ${hash1} and ${hash2}")
+  message(FATAL_ERROR "two runs of one seed gave two traces: ${hash1} and "
+    "${hash2}\nreplay: ${PROGRAM} --first 1 --determinism ${COMMANDS} --once "
+    "--trace a.trace; the same with --trace b.trace; diff a.trace b.trace")
 endif()
 message("one seed, two processes, one trace: ${hash1}")

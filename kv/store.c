@@ -6,6 +6,7 @@
 #include "types.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,8 +165,24 @@ const char *store_get(const store *st, const char *key, size_t klen,
     return store_obj(e)->val;
 }
 
+/* KV_PLANT_INT32: a decimal in [2^31, 2^32) as its 32-bit wrap, into
+ * tmp (>= 16 bytes); false for any other value. */
+static bool int32_wrap(const char *val, size_t vlen, char *tmp, size_t *n) {
+    if (vlen != 10) return false;
+    long long v = 0;
+    for (size_t i = 0; i < vlen; i++) {
+        if (val[i] < '0' || val[i] > '9') return false;
+        v = v * 10 + (val[i] - '0');
+    }
+    if (v < 2147483648ll || v > 4294967295ll) return false;
+    *n = (size_t)snprintf(tmp, 16, "%lld", v - 4294967296ll);
+    return true;
+}
+
 int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
               const char *val, size_t vlen) {
+    char wrapped[16];
+    if (st->plant_int32 && int32_wrap(val, vlen, wrapped, &vlen)) val = wrapped;
     dict_entry *old = *pe;
     if (old && store_obj(old)->type == KV_STRING &&
         store_obj(old)->len == vlen && !store_obj(old)->shared) {

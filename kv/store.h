@@ -40,6 +40,7 @@ typedef struct store {
     dict d;            /* the keys */
     dict_entry **heap; /* the keys with an expiry, a min-heap by it */
     size_t nheap, heap_cap;
+    bool plant_int32; /* test only: KV_PLANT_INT32 (repl.h) */
 } store;
 
 int store_init(store *st);   /* 0 or -ENOMEM */
@@ -66,6 +67,16 @@ dict_entry *store_add(store *st, const char *key, size_t klen, int type);
 void store_delete(store *st, dict_entry *e);
 /* Frees a value (strings and collections alike); o is left empty. */
 void store_value_free(kobj *o);
+
+/* Whether a key with expiry time `expire` (0: none) is gone at `now` (ms).
+ * Redis' rule: only once the clock is past it (now > expire), not when
+ * it reads it. The clock counts whole ms, so a key set at x.8 ms with
+ * PX 20 reads x + 20 at 19.2 ms after its SET; `>=` would drop it then,
+ * before its time as its client measures it. The one rule for commands,
+ * the expiry timer and the simulator's model. */
+static inline bool store_expired(int64_t expire, int64_t now) {
+    return expire && now > expire;
+}
 
 /* Sets (when > 0) or clears (0) the key's expiry time. 0, or -ENOMEM
  * (the heap could not grow: nothing changed). */

@@ -725,9 +725,9 @@ static const char *last_record(const kv *k) {
 
 TEST(expiry_never_early_never_late) {
     /* A key set with PX 100 is there, with its time left, until the
-     * clock reads 100 ms later, and gone from then on: deleted by the
-     * timer at that instant with no command touching it, and the DEL
-     * logged for the replicas. */
+     * clock is past 100 ms later (Redis' now > when), and gone from then
+     * on: deleted by the timer at that instant with no command touching
+     * it, and the DEL logged for the replicas. */
     lull_loop *loop = virtual_loop();
     vkv v;
     vkv_open(&v, loop, false);
@@ -736,10 +736,10 @@ TEST(expiry_never_early_never_late) {
     CHECK(lull_timer_active(&v.x.timer));
     CHECK(strcmp(vexec(&v, "PTTL a"), ":100\r\n") == 0);
     CHECK(strcmp(vexec(&v, "TTL a"), ":0\r\n") == 0); /* (100 + 500) / 1000 */
-    lull_loop_advance(loop, 99 * MS + 999999);
+    lull_loop_advance(loop, 100 * MS + 999999);
     CHECK_EQ(v.x.fired, 0);
     CHECK(strcmp(vexec(&v, "GET a"), "$1\r\n1\r\n") == 0);
-    CHECK(strcmp(vexec(&v, "PTTL a"), ":1\r\n") == 0);
+    CHECK(strcmp(vexec(&v, "PTTL a"), ":0\r\n") == 0);
     CHECK(strcmp(vexec(&v, "EXISTS a"), ":1\r\n") == 0);
     lull_loop_advance(loop, 1);
     CHECK_EQ(v.x.fired, 1);
@@ -753,7 +753,7 @@ TEST(expiry_never_early_never_late) {
      * loop busy elsewhere) finds it gone too, and deletes it itself. */
     vexec(&v, "SET b 1 PX 5");
     lull_timer_stop(&v.x.timer); /* as if the timer were late */
-    lull_loop_advance(loop, 5 * MS);
+    lull_loop_advance(loop, 6 * MS);
     size_t nrec = v.k.log.nrec;
     CHECK(strcmp(vexec(&v, "GET b"), "$-1\r\n") == 0);
     CHECK_EQ(v.k.log.nrec, nrec + 1); /* the DEL */
@@ -844,13 +844,14 @@ TEST(expiry_far_keys_arm_one_timer) {
         vexec(&v, line);
     }
     CHECK_EQ(v.k.db.nheap, N);
-    CHECK_U64_EQ(lull_timer_deadline(&v.x.timer), (86400000ull + 1) * MS);
-    vexec(&v, "PERSIST key:9999");
+    /* Each key goes the ms after its time (store_expired). */
     CHECK_U64_EQ(lull_timer_deadline(&v.x.timer), (86400000ull + 2) * MS);
-    lull_loop_advance(loop, 86400000 * MS);
+    vexec(&v, "PERSIST key:9999");
+    CHECK_U64_EQ(lull_timer_deadline(&v.x.timer), (86400000ull + 3) * MS);
+    lull_loop_advance(loop, 86400002 * MS);
     CHECK_EQ(v.x.fired, 0);
     CHECK_EQ(store_count(&v.k.db), N);
-    lull_loop_advance(loop, 2 * MS);
+    lull_loop_advance(loop, 1 * MS);
     CHECK_EQ(v.x.fired, 1);
     CHECK_EQ(store_count(&v.k.db), N - 1); /* key:9998; 9999 persists */
     lull_loop_advance(loop, (uint64_t)N * MS);
@@ -892,7 +893,7 @@ TEST(expiry_replicates_as_redis) {
     /* The primary's timer is stopped (busy elsewhere): its DEL has not
      * come; the replica hides the key from its clients and keeps it. */
     lull_timer_stop(&p.x.timer);
-    lull_loop_advance(loop, 10000 * MS);
+    lull_loop_advance(loop, 10001 * MS); /* past a's time */
     CHECK(strcmp(vexec(&r, "GET a"), "$-1\r\n") == 0);
     CHECK(strcmp(vexec(&r, "EXISTS a"), ":0\r\n") == 0);
     CHECK(strcmp(vexec(&r, "TTL a"), ":-2\r\n") == 0);
@@ -2438,4 +2439,44 @@ TEST(resp_resume_after_errors_and_misuse) {
         resp_parse_resume(&limits, &st, "*17\r\n", 5, argv, &argc, &err, &need),
         RESP_ERROR);
     CHECK(st.nargs == 0);
+
+TEST(expiry_a_key_lives_its_whole_ttl_seen_from_the_client) {
+    /* A client that starts timing before its SET ... PX 20 finds the key
+     * there for the whole 20 ms, whatever fraction of a millisecond the
+     * SET ran at: the clock counts whole ms, and a key expires only once
+     * the clock is past its time (Redis: now > when), not when it reads
+     * it (which let a key set at x.8 ms vanish 19.2 ms later). */
+    static const uint64_t frac[] = {0, 1, 200000, 800000, 999999};
+    for (size_t i = 0; i < sizeof frac / sizeof frac[0]; i++) {
+        lull_loop *loop = virtual_loop();
+        vkv v;
+        vkv_open(&v, loop, false);
+        lull_loop_advance(loop, 7 * MS + frac[i]);
+        uint64_t t0 = lull_loop_now(loop); /* the client's start */
+        CHECK(strcmp(vexec(&v, "SET a 1 PX 20"), "+OK\r\n") == 0);
+        lull_loop_advance(loop, t0 + 20 * MS - 1 - lull_loop_now(loop));
+        CHECK_EQ(v.x.fired, 0);
+        CHECK(strcmp(vexec(&v, "GET a"), "$1\r\n1\r\n") == 0);
+        const char *ttl = vexec(&v, "PTTL a");
+        CHECK(strcmp(ttl, ":0\r\n") == 0 || strcmp(ttl, ":1\r\n") == 0);
+        /* Gone within a millisecond more (the clock's grain), by the
+         * timer, with its DEL logged. */
+        lull_loop_advance(loop, 1 * MS + 1);
+        CHECK_EQ(v.x.fired, 1);
+        CHECK_EQ(store_count(&v.k.db), 0);
+        CHECK(strcmp(vexec(&v, "GET a"), "$-1\r\n") == 0);
+        vkv_close(&v);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+    /* The reference model reads time the same way: alive at its expiry
+     * ms, gone one ms later. */
+    model_key k;
+    model_key_init(&k);
+    model_cmd set = {.op = OP_SET_PXAT, .key = "a", .val = "1", .at = 150};
+    model_cmd get = {.op = OP_GET, .key = "a"};
+    CHECK(model_apply(&k, &set, 100, 100, "+OK\r\n", 5));
+    model_key k2 = k;
+    CHECK(model_apply(&k, &get, 150, 150, "$1\r\n1\r\n", 7));
+    CHECK(!model_apply(&k2, &get, 150, 150, "$-1\r\n", 5));
+    CHECK(model_apply(&k2, &get, 151, 151, "$-1\r\n", 5));
 }

@@ -86,6 +86,8 @@ enum {
     ST_WAIT = 0x80,      /* ... once its frames leave the peer's inbox */
     ST_LISTED = 0x100,   /* on the network's list */
     ST_RAW = 0x200,      /* LULL_SIMCONN_RAW: reads are chunks */
+    ST_PEER_RST = 0x400, /* its pending reset answers its peer's close
+                            (close_end), not a fault: a heal keeps it */
 };
 
 /* A read running: a close of the end during its callbacks sets `closed`
@@ -106,6 +108,7 @@ struct lull_simnet {
     FILE *trace;
     lull_simnet_fn on_event;
     void *arg;
+    uint32_t flags; /* LULL_SIMNET_* */
     lull_simnet_stats stats;
     lull_simconn **heap; /* live ends with an event, by (at, tie) */
     uint32_t heap_len, heap_cap;
@@ -411,6 +414,9 @@ static void arrive(lull_simnet *net, lull__simdir *d) {
     uint64_t now = now_of(net);
     if (now < d->hold_until) return;
     while (d->seg_len && d->seg_at[d->seg_head] <= now) {
+        /* Due before the partition's end: it held these bytes. */
+        if (d->seg_at[d->seg_head] < d->hold_until)
+            net->stats.held += d->seg_end[d->seg_head] - d->arrived;
         d->arrived = d->seg_end[d->seg_head];
         d->seg_head = (uint8_t)((d->seg_head + 1) % LULL__SIM_SEGS);
         d->seg_len--;
@@ -559,6 +565,7 @@ static lull_frame *close_end(lull_simnet *net, lull_simconn *c, int reason,
         (c->state & ~(ST_CONNECTING | ST_ANSWERED | ST_OPEN)) | ST_CLOSED;
     c->partition_at = c->break_at = NEVER;
     lull_frame *drop = take_all(&c->in);
+    bool unread = drop != NULL; /* the peer's bytes, dropped unread */
     release_closer(net, c);
     /* Frames sent before the connect ended never left. */
     if (c->early) {
@@ -570,6 +577,9 @@ static lull_frame *close_end(lull_simnet *net, lull_simconn *c, int reason,
     c->other = NULL;
     if (p) {
         p->other = NULL;
+        /* p waits for a drain (not reading, its output full) that its
+         * peer's close now rules out: below. */
+        bool waiting = p->ep.high_water && p->ep.queued >= p->ep.high_water;
         lull__endpoint_peer_gone(&p->ep);
         lull__simdir *d = &p->in;
         if (flush) send_segments(net, p);
@@ -595,6 +605,22 @@ static lull_frame *close_end(lull_simnet *net, lull_simconn *c, int reason,
         d->tx = NULL;
         d->queued = d->sent;
         if (!flush) d->reset_at = d->rst_at = NEVER;
+        if ((unread || waiting) && (p->state & ST_PAUSED)) {
+            /* A socket closed with its peer's bytes unread answers them
+             * with a reset, and the peer's write of what it still has
+             * queued fails: a peer that is not reading (output full,
+             * waiting for a drain that can no longer come) learns of the
+             * close that way, where it would never read the EOF. It
+             * fails now if it is still not reading when the reset comes;
+             * one that reads again first reads what came, then EOF. The
+             * same for a peer whose bytes were all read in the call that
+             * closed (a socket's would drain, its writes done; here the
+             * drain is ruled out with the peer gone): reset rather than
+             * left waiting for good. */
+            d->reset_at = NEVER;
+            d->rst_at = now_of(net);
+            p->state |= ST_PEER_RST;
+        }
         d->eof = true;
         if (owe && d->head) {
             d->closer = c;
@@ -654,6 +680,7 @@ static void start_partition(lull_simnet *net, lull_simconn *c, uint64_t span,
                             bool breaks) {
     lull_simconn *p = c->other;
     uint64_t until = sat_add(now_of(net), span);
+    if (net->flags & LULL_SIMNET_HOLLOW_PARTITIONS) until = now_of(net);
     c->in.hold_until = max64(c->in.hold_until, until);
     p->in.hold_until = max64(p->in.hold_until, until);
     if (breaks) c->break_at = min64(c->break_at, until);
@@ -722,7 +749,10 @@ static void deliver(lull_simnet *net, lull_simconn *c) {
         n = f->len;
         d->read += wire(c, f);
     }
-    if (d->slow_read_ns) d->read_at = sat_add(now, upto(net, d->slow_read_ns));
+    if (d->slow_read_ns) {
+        d->read_at = sat_add(now, upto(net, d->slow_read_ns));
+        net->stats.slowed += d->read_at > now;
+    }
     c->reads++;
     c->bytes_read += n;
     net->stats.reads++;
@@ -870,7 +900,7 @@ static void step(lull_simnet *net, lull_simconn *c) {
     lull__simdir *d = &c->in;
     arrive(net, d);
     if (reset_time(c) <= now) {
-        net->stats.resets++;
+        if (!(c->state & ST_PEER_RST)) net->stats.resets++;
         fail_conn(net, c, -ECONNRESET);
         return;
     }
@@ -1035,6 +1065,7 @@ int lull_simnet_new(lull_simnet **out, lull_loop *loop,
     net->trace = opts->trace;
     net->on_event = opts->on_event;
     net->arg = opts->arg;
+    net->flags = opts->flags;
     net->stats.trace_hash = 0xcbf29ce484222325ull; /* FNV-1a's basis */
     lull_timer_init(loop, &net->timer, tick);
     trace(net, "net seed %" PRIu64, opts->seed);
@@ -1058,7 +1089,7 @@ void lull_simnet_heal(lull_simnet *net) {
     for (lull_simconn *c = net->ends; c; c = c->net_next) {
         c->partition_at = c->break_at = NEVER;
         c->in.hold_until = 0;
-        c->in.reset_at = c->in.rst_at = NEVER;
+        if (!(c->state & ST_PEER_RST)) c->in.reset_at = c->in.rst_at = NEVER;
         if (!(c->state & ST_CLOSED)) send_segments(net, c);
     }
     for (lull_simconn *c = net->ends; c; c = c->net_next)

@@ -1559,3 +1559,82 @@ TEST(net_free_inside_on_event_is_busy) {
     CHECK_EQ(e.closes, 1);
     finish(loop, event_net, NULL);
 }
+
+TEST(close_with_peer_bytes_unread_resets_a_paused_peer) {
+    /* An end closes with bytes of its peer unread, while the peer is not
+     * reading (its output full, waiting for a drain): a socket answers
+     * those bytes with a reset, and the peer's pending write fails, so
+     * the peer learns of the close though it never reads the EOF. Here
+     * too: -ECONNRESET, and its frames released. A peer that reads again
+     * before that reads what came, then EOF (0), as before. */
+    for (int resume = 0; resume < 2; resume++) {
+        lull_loop *loop = L = vloop();
+        lull_simnet *net;
+        lull_simnet_options o = {.faults = {.delay_ns = 1000000}};
+        CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+        lull_simserver srv;
+        accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+        dont_accept = false;
+        CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+        end cl;
+        client_connect(net, &cl, "s", NULL);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_simconn_read_stop(&cl.c), 0);
+        CHECK_EQ(lull_simconn_read_stop(&accepted.c), 0);
+        uint64_t pos = 0, rng = 9;
+        send_pattern(&accepted.c.ep, &pos, 5000, &rng);
+        pos = 0;
+        send_pattern(&cl.c.ep, &pos, 300, &rng);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_endpoint_close(&cl.c.ep, 0), 0);
+        if (resume) CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(accepted.closes, 1);
+        CHECK_EQ(accepted.close_reason, resume ? 0 : -ECONNRESET);
+        CHECK_U64_EQ(accepted.got, resume ? 300 : 0);
+        CHECK_EQ(cl.closes, 1);
+        finish(loop, net, &srv);
+    }
+}
+
+TEST(fault_effects_are_counted) {
+    /* A partition's effect is counted in bytes held (arrived only once it
+     * ended), a slow reader's in reads put off; with
+     * LULL_SIMNET_HOLLOW_PARTITIONS (a harness's canary) partitions
+     * begin and are counted, and hold nothing. */
+    for (int hollow = 0; hollow <= 1; hollow++) {
+        lull_loop *loop = L = vloop();
+        lull_simnet *net;
+        lull_simnet_options o = {.seed = 9};
+        o.faults.delay_ns = 1 * MS;
+        o.faults.slow_permille = 1000;
+        o.faults.slow_read_ns = 2 * MS;
+        if (hollow) o.flags = LULL_SIMNET_HOLLOW_PARTITIONS;
+        CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+        lull_simserver srv;
+        accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+        dont_accept = false;
+        CHECK_EQ(lull_simserver_listen(net, &srv, "p", on_connection), 0);
+        end cl;
+        client_connect(net, &cl, "p", NULL);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        uint64_t t0 = lull_loop_now(loop);
+        CHECK_EQ(lull_simconn_partition(&cl.c, 500 * MS, false), 0);
+        uint64_t pos = 0, rng = 5;
+        send_pattern(&cl.c.ep, &pos, 5000, &rng);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_U64_EQ(accepted.got, 5000);
+        lull_simnet_stats st;
+        lull_simnet_get_stats(net, &st);
+        CHECK_U64_EQ(st.partitions, 1);
+        if (hollow) {
+            CHECK_U64_EQ(st.held, 0);
+            CHECK(accepted.first_at < t0 + 500 * MS);
+        } else {
+            CHECK_U64_EQ(st.held, 5000);
+            CHECK(accepted.first_at >= t0 + 500 * MS);
+        }
+        CHECK(st.slowed > 0);
+        close_both(net, &srv, &cl);
+    }
+}
