@@ -2439,6 +2439,7 @@ TEST(resp_resume_after_errors_and_misuse) {
         resp_parse_resume(&limits, &st, "*17\r\n", 5, argv, &argc, &err, &need),
         RESP_ERROR);
     CHECK(st.nargs == 0);
+}
 
 TEST(expiry_a_key_lives_its_whole_ttl_seen_from_the_client) {
     /* A client that starts timing before its SET ... PX 20 finds the key
