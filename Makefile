@@ -53,7 +53,19 @@ define quiet_pass
 	  line="$$(( $$1 - $$2 )) of $$1 passed, $$2 failed, $$skipped skipped"; \
 	else line="did not build or run"; fi; \
 	printf '%-12s %s  %dm%02ds  (%s)\n' '$(1)' "$$line" $$((secs / 60)) $$((secs % 60)) $(2)/test.log; \
-	if [ $$rc -ne 0 ]; then cat $(2)/test.log; exit $$rc; fi
+	if [ $$rc -ne 0 ]; then $(call failed_only,$(2)/test.log); exit $$rc; fi
+endef
+
+# On a failed pass: each failed case's lines (its result line and the
+# output ctest printed for it) and the summary, or, when nothing ran (the
+# build failed), the log's last 80 lines.
+#   $(call failed_only,LOG)
+define failed_only
+if grep -q 'tests passed' $(1); then \
+	  awk '/\*\*\*(Failed|Timeout|Exception|Not Run)/ {show=1; print; next} \
+	       /^ *(Start +[0-9]+:|[0-9]+\/[0-9]+ Test +#)/ {show=0} \
+	       /tests passed/ {rest=1} show || rest' $(1); \
+	else tail -n 80 $(1); fi
 endef
 
 test: test-debug test-asan test-tsan test-yield
