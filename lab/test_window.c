@@ -1,9 +1,9 @@
 /* The committed-event window (lab/window.c) and the regression tests of
- * the polling pump's fix (README), ported to lull: an idle session reads nothing in notify mode
- * (and ~400 times in 2 s in poll mode); with time frozen a whole turn is
- * delivered, each event before a task posted the moment it became
- * readable; held items are retried only while held; several commits in one
- * task cause one pass; close during a pending wake; and a seeded property
+ * the polling pump's fix (README), ported to lull: an idle session reads
+ * nothing in notify mode (and ~400 times in 2 s in poll mode); with time frozen
+ * a whole turn is delivered, each event before a task posted the moment it
+ * became readable; held items are retried only while held; several commits in
+ * one task cause one pass; close during a pending wake; and a seeded property
  * test interleaving commits, checkpoints and cursor moves against a model.
  * Everything on the virtual clock. */
 #include "check.h"
@@ -20,7 +20,7 @@
 /* ------------------------------------------------------------ a session */
 
 /* One reader of a window: a cursor, a pump whose pass delivers to a
- * driver, and, in poll mode, the 5 ms repeating timer of the investigation's
+ * driver, and, in poll mode, the 5 ms repeating timer of the polling pump's
  * "before" (which wakes the pump: the same pass either way). */
 typedef struct session {
     lab_window *w;
@@ -44,7 +44,7 @@ static lull_pass_result session_pass(lull_pump *p, uint64_t *retry_ns) {
         /* Hold back what is readable and retry; with nothing readable there
          * is nothing held, so no retry (the next change wakes the pump). */
         if (lab_window_backlog(&s->cursor) == 0) return LULL_PASS_QUIET;
-        *retry_ns = 5 * MS; /* the investigation's retry while held */
+        *retry_ns = 5 * MS; /* the polling pump's retry while held */
         return LULL_PASS_HELD;
     }
     lab_window_event ev[16];
@@ -242,7 +242,7 @@ TEST(retention_keeps_events_behind_the_slowest_cursor) {
 /* ------------------------------- the polling pump's regression tests */
 
 /* An open idle session reads the window (near) never in notify mode; the
- * 5 ms poll reads it 400 times in 2 s. The investigation's bound: < 100
+ * 5 ms poll reads it 400 times in 2 s. The polling pump's fix holds it: < 100
  * state reads in a 2 s idle window (was 708). */
 static uint64_t idle_reads(bool polling) {
     lull_loop *loop = new_loop();
@@ -281,7 +281,7 @@ TEST(idle_session_reads_400_times_in_poll_mode) {
 /* With time frozen (no lull_loop_advance anywhere), a provider task commits one
  * event per task for a 40-event turn; at each commit it posts a probe task.
  * Every event must reach the driver before its probe runs: the order check
- * of the investigation, independent of host speed. */
+ * of the polling pump's fix, independent of host speed. */
 #define TURN 40
 
 typedef struct frozen {
