@@ -11,6 +11,7 @@
  * failed or a scenario could not run, 2 for a usage error, 3 with
  * --strict when a target was missed on a machine quiet enough to judge. */
 #include "engine.h"
+#include "files.h"
 #include "runner.h"
 #include "soak.h"
 #include "udp.h"
@@ -23,9 +24,8 @@
 #include <unistd.h>
 
 static const lab_scenario *const scenarios[] = {
-    &lab_turns,     &lab_pump,  &lab_loopback,
-    &lab_replicate, &lab_serve, &lab_runner,
-    &lab_udp,
+    &lab_turns, &lab_pump,   &lab_loopback, &lab_replicate,
+    &lab_serve, &lab_runner, &lab_udp,      &lab_files,
 };
 #define SCENARIO_COUNT (sizeof scenarios / sizeof scenarios[0])
 

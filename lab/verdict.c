@@ -31,7 +31,7 @@ static const struct {
     {"C4", "Notification"},  {"C5", "Budget"},  {"C6", "Transports"},
     {"C7", "Deterministic"}, {"C8", "Visible"}, {"pump", ""},
     {"loopback", ""},        {"replicate", ""}, {"serve", "lull-kv"},
-    {"runner", ""},          {"udp", ""},
+    {"runner", ""},          {"udp", ""},       {"files", ""},
 };
 
 static const char *name_of(const char *id) {
