@@ -651,4 +651,5 @@ const lab_scenario lab_files = {
     "files: the pool's pread round trip beside a bare pool; file-system events",
     "files",
     NULL,
+    true,
 };

@@ -53,6 +53,9 @@ typedef struct lab_scenario {
      * it (NULL-terminated; may be NULL): `lull-lab titles` lists them with
      * the titles, so a test checks their width whatever the machine. */
     const char *const *headings;
+    /* With --quick (the demo) it prints its verdict lines only: no title
+     * either, so `make demo` stays one screen. */
+    bool verdict_only_when_quick;
 } lab_scenario;
 
 extern const lab_scenario lab_turns;     /* lab/turns.c */

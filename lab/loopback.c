@@ -463,4 +463,5 @@ const lab_scenario lab_loopback = {
     "over the loopback pair",
     "C6 loopback",
     NULL,
+    false,
 };

@@ -274,7 +274,7 @@ int main(int argc, char **argv) {
         if (only && s != only) continue;
         if (opts.verbose)
             printf("\n=== %s: %s\n", s->name, s->description);
-        else
+        else if (!(opts.quick && s->verdict_only_when_quick))
             printf("\n%s\n", s->title);
         fflush(stdout);
         if (json) {

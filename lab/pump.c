@@ -491,4 +491,5 @@ const lab_scenario lab_pump = {
     "notification",
     "C4 C8 pump",
     NULL,
+    false,
 };

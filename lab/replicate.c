@@ -463,4 +463,5 @@ const lab_scenario lab_replicate = {
     "budget (the quantum)",
     "C5 C6 replicate",
     NULL,
+    false,
 };

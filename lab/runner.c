@@ -478,4 +478,5 @@ const lab_scenario lab_runner = {
     "a transport polls or is woken",
     "runner",
     runner_headings,
+    false,
 };

@@ -589,4 +589,5 @@ const lab_scenario lab_serve = {
     "lull), under redis-benchmark",
     "serve",
     serve_headings,
+    false,
 };

@@ -567,4 +567,5 @@ const lab_scenario lab_turns = {
     "libevent and Node",
     "C1 C2 C3 C7",
     NULL,
+    false,
 };

@@ -476,4 +476,5 @@ const lab_scenario lab_udp = {
     "udp: echo and flood, CPU and system calls per datagram beside the floor",
     "udp",
     NULL,
+    true,
 };
