@@ -77,7 +77,7 @@ test-asan:
 	$(call quiet_pass,ASan+UBSan,build/asan,-DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=address$(comma)undefined -DLULL_BUILD_LAB=OFF,ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1,)
 
 test-tsan:
-	$(call quiet_pass,TSan,build/tsan,-DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=thread -DLULL_BUILD_LAB=OFF,TSAN_OPTIONS=halt_on_error=1,-L threaded)
+	$(call quiet_pass,TSan,build/tsan,-DCMAKE_BUILD_TYPE=Debug -DLULL_SANITIZE=thread -DLULL_BUILD_LAB=OFF,TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp",-L threaded)
 
 # Valgrind memcheck: any error or definitely lost block fails the case.
 # The process cases start 100 children rather than 1,000
