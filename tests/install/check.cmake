@@ -10,6 +10,8 @@
 #   find_package  configures tests/install/ as a user's CMake project with
 #                 CMAKE_PREFIX_PATH=WORK/prefix, builds against lull::lull
 #                 and lull::lull_static, runs both
+#   kv            builds kv/ (lull-kv) as its own project against the
+#                 prefix and runs its --help
 #   examples      configures examples/ as its own project against the
 #                 prefix, builds it and runs its CTest cases (each example
 #                 with a timeout, its exit status and its expected output)
@@ -155,6 +157,22 @@ elseif(STEP STREQUAL "examples")
   run("the examples' own tests" ${CTEST} --test-dir ${dir}
     --output-on-failure --no-tests=error)
   message(STATUS "${run_output}")
+
+elseif(STEP STREQUAL "kv")
+  # lull-kv built from its own directory against the prefix, as someone
+  # changing it against an installed lull would, and its --help run.
+  set(dir ${WORK}/kv)
+  file(REMOVE_RECURSE ${dir})
+  run("configure kv/ against the prefix" ${CMAKE_COMMAND}
+    -S ${SOURCE_DIR}/kv -B ${dir}
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_C_COMPILER=${CC}
+    -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_C_FLAGS=-Werror")
+  run("build kv/" ${CMAKE_COMMAND} --build ${dir} --parallel 2)
+  set(ENV{LD_LIBRARY_PATH} ${prefix}/${LIBDIR})
+  run("kv/'s lull-kv --help" ${dir}/lull-kv --help)
+  if(NOT run_output MATCHES "--replica-of")
+    message(FATAL_ERROR "lull-kv built from kv/ answers --help with: ${run_output}")
+  endif()
 
 else()
   message(FATAL_ERROR "unknown STEP '${STEP}'")
