@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# lull-kv's access options, checked with redis-cli, redis-py and raw
+# sockets against redis-server where the bytes can be compared (CTest
+# kv.access, label kv):
+#   --bind: several addresses, IPv6 ::1, one port;
+#   --requirepass / AUTH: each reply byte for byte as redis-server 7's,
+#     one log line per failed AUTH with the client's address; redis-py
+#     with a password; --masterauth: a replica that AUTHs syncs, one with
+#     the wrong password logs the refusal and gets nothing;
+#   protected mode: a client from a non-loopback address (a veth pair
+#     between two network namespaces made here, 10.200.0.0/30) refused
+#     with Redis' -DENIED text, and served with --protected-mode no or a
+#     password (needs root and `ip netns`);
+#   TLS: redis-cli --tls and redis-py ssl=True beside the plaintext port,
+#     certificates made at test time with openssl; a plaintext client on
+#     the TLS port closed with a logged reason; a client of a wrong CA, and
+#     one without a certificate under --tls-auth-clients yes, refused;
+#     --tls-auth-clients no; 5,000 keys replicated over TLS with AUTH,
+#     the replica's keyspace then equal to the primary's.
+# Each part missing a tool prints "skipped: ..." and the rest runs.
+#   access.sh <path to lull-kv>
+set -u
+kv=$1
+if ! command -v redis-cli >/dev/null 2>&1; then
+    echo "skipped: redis-cli not installed (Debian package redis-tools)"
+    exit 0
+fi
+# The system's python3, where python3-redis is.
+py=/usr/bin/python3
+[ -x $py ] || py=$(command -v python3) || {
+    echo "skipped: python3 not installed"
+    exit 0
+}
+python3() { "$py" "$@"; }
+dir=$(mktemp -d /tmp/lull-kv-access.XXXXXX)
+pids=
+netns=
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+    for n in $netns; do ip netns del "$n" 2>/dev/null; done
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() {
+    echo "FAIL: $*"
+    for f in "$dir"/*.out; do
+        [ -s "$f" ] && echo "--- $(basename "$f"):" && tail -n 20 "$f"
+    done
+    exit 1
+}
+eventually() {
+    for _ in $(seq 100); do
+        "$@" && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# start NAME ARGS...: lull-kv with its output in $dir/NAME.out; sets
+# $started, $started_port (the first address's) and $started_tls (the
+# TLS port, if any).
+start() {
+    local name=$1
+    shift
+    "$kv" "$@" >"$dir/$name.out" 2>&1 &
+    started=$!
+    pids="$pids $started"
+    started_port=
+    for _ in $(seq 200); do
+        started_port=$(sed -n 's/^lull-kv: listening on [^ ]*:\([0-9]*\).*/\1/p' "$dir/$name.out" 2>/dev/null)
+        if [ -n "$started_port" ]; then
+            started_tls=$(sed -n 's/.* and tls [^ ]*:\([0-9]*\).*/\1/p' "$dir/$name.out" | head -1)
+            return
+        fi
+        kill -0 "$started" 2>/dev/null || fail "lull-kv $name exited: $(cat "$dir/$name.out")"
+        sleep 0.05
+    done
+    fail "lull-kv $name did not start"
+}
+
+# A free TCP port (for options that take no 0).
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# raw PORT BYTES [HOST]: sends BYTES (with \r\n escapes) on one connection
+# and prints what came back (Python's repr) within 0.2 s of quiet or at EOF.
+cat >"$dir/raw.py" <<'PY'
+import socket, sys
+host = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
+s = socket.create_connection((host, int(sys.argv[1])))
+s.sendall(sys.argv[2].encode().decode("unicode_escape").encode("latin-1"))
+s.settimeout(0.2)
+out = b""
+try:
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        out += d
+except OSError:
+    pass
+print(repr(out))
+PY
+raw() { python3 "$dir/raw.py" "$@"; }
+
+# ------------------------------------------------------------------ bind
+have_v6=$(python3 -c 'import socket
+try:
+    s = socket.socket(socket.AF_INET6); s.bind(("::1", 0)); print(1)
+except OSError:
+    print(0)')
+if [ "$have_v6" = 1 ]; then
+    start bind --port 0 --bind 127.0.0.1 ::1 127.0.0.2
+    [ "$(redis-cli -h ::1 -p "$started_port" PING)" = PONG ] || fail "PING on ::1"
+else
+    echo "skipped: --bind ::1 (no IPv6 loopback here)"
+    start bind --port 0 --bind 127.0.0.1 127.0.0.2
+fi
+bport=$started_port
+[ "$(redis-cli -h 127.0.0.1 -p "$bport" SET k v)" = OK ] || fail "SET on 127.0.0.1"
+[ "$(redis-cli -h 127.0.0.2 -p "$bport" GET k)" = v ] || fail "GET on 127.0.0.2"
+grep -q "listening on 127.0.0.1:$bport and " "$dir/bind.out" || fail "listening line: $(cat "$dir/bind.out")"
+# An address not bound is not listened on.
+redis-cli -h 127.0.0.3 -p "$bport" PING >/dev/null 2>&1 && fail "127.0.0.3 answered"
+start bindone --port 0 --bind 127.0.0.2
+redis-cli -h 127.0.0.1 -p "$started_port" PING >/dev/null 2>&1 && fail "--bind 127.0.0.2 answered on 127.0.0.1"
+[ "$(redis-cli -h 127.0.0.2 -p "$started_port" PING)" = PONG ] || fail "PING on the one bound address"
+"$kv" --bind >/dev/null 2>&1 && fail "--bind without an address accepted"
+"$kv" --port 0 --bind 300.1.1.1 >"$dir/badbind.out" 2>&1 && fail "--bind 300.1.1.1 started"
+echo "ok: --bind"
+
+# ------------------------------------------------------------------ AUTH
+start auth --port 0 --requirepass 's3cret pass'
+aport=$started_port
+start noauth --port 0
+nport=$started_port
+have_redis=0
+if command -v redis-server >/dev/null 2>&1; then
+    rport=$(free_port)
+    rnport=$(free_port)
+    redis-server --port "$rport" --save '' --appendonly no --requirepass 's3cret pass' >"$dir/redis.log" 2>&1 &
+    pids="$pids $!"
+    redis-server --port "$rnport" --save '' --appendonly no >"$dir/redisn.log" 2>&1 &
+    pids="$pids $!"
+    eventually redis-cli -p "$rport" -a 's3cret pass' --no-auth-warning PING >/dev/null 2>&1 ||
+        fail "redis-server did not start"
+    eventually redis-cli -p "$rnport" PING >/dev/null 2>&1 || fail "redis-server did not start"
+    have_redis=1
+else
+    echo "skipped: byte comparison with redis-server (not installed)"
+fi
+# Each request, on a fresh connection, to lull-kv and (when there) to
+# redis-server: the same bytes back. "password-only" marks a request
+# compared with requirepass only (lull-kv has no HELLO otherwise).
+while IFS= read -r req; do
+    [ -z "$req" ] && continue
+    only=0
+    case $req in password-only\ *) only=1 req=${req#password-only } ;; esac
+    got=$(raw "$aport" "$req")
+    gotn=$(raw "$nport" "$req")
+    if [ $have_redis = 1 ]; then
+        want=$(raw "$rport" "$req")
+        wantn=$(raw "$rnport" "$req")
+        [ "$got" = "$want" ] || fail "with requirepass, $req: $got, redis-server: $want"
+        [ $only = 1 ] || [ "$gotn" = "$wantn" ] || fail "without requirepass, $req: $gotn, redis-server: $wantn"
+    fi
+done <<'REQ'
+PING\r\n
+GET k\r\n
+AUTH\r\n
+AUTH wrong\r\n
+AUTH default wrong\r\n
+AUTH bob s3cret pass\r\n
+*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nPING\r\n
+*3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$11\r\ns3cret pass\r\nSET a 1\r\nGET a\r\n
+*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret PASS\r\nPING\r\n
+AUTH a b c\r\n
+QUIT\r\n
+password-only HELLO\r\n
+MULTI\r\n
+AUTH wrong\r\nPING\r\nauth wrong\r\n
+REQ
+[ "$(raw "$aport" 'PING\r\n')" = "b'-NOAUTH Authentication required.\\r\\n'" ] || fail "NOAUTH: $(raw "$aport" 'PING\r\n')"
+# One log line per failed AUTH, with the client's address.
+before=$(grep -c 'AUTH failed' "$dir/auth.out")
+for _ in 1 2 3 4 5; do raw "$aport" 'AUTH nope\r\n' >/dev/null; done
+after=$(grep -c 'AUTH failed' "$dir/auth.out")
+[ $((after - before)) = 5 ] || fail "5 failed AUTHs logged $((after - before)) lines"
+grep -q '^lull-kv: client 127\.0\.0\.1:[0-9]*: AUTH failed$' "$dir/auth.out" || fail "AUTH failure line"
+# 1,000 failures pipelined on one connection: answered, and the server
+# lives on.
+python3 -c 'import sys; sys.stdout.write("AUTH nope\r\n" * 1000)' >"$dir/many"
+[ "$(redis-cli -p "$aport" <"$dir/many" 2>&1 | grep -c WRONGPASS)" = 1000 ] || fail "1,000 WRONGPASS"
+[ "$(redis-cli -p "$aport" -a 's3cret pass' --no-auth-warning PING)" = PONG ] || fail "redis-cli -a"
+[ "$(redis-cli -p "$aport" --user default --pass 's3cret pass' --no-auth-warning PING)" = PONG ] || fail "redis-cli --user"
+if python3 -c 'import redis' 2>/dev/null; then
+    python3 - "$aport" <<'PY' || fail "redis-py with a password"
+import sys, redis
+port = int(sys.argv[1])
+r = redis.Redis(port=port, password="s3cret pass")
+assert r.set("py", "x") and r.get("py") == b"x"
+# redis-py's exception classes for these vary by version: the words do
+# not.
+for password, words in (("bad", "WRONGPASS"), (None, "Authentication required")):
+    try:
+        redis.Redis(port=port, password=password).get("py")
+        sys.exit("password %r was accepted" % password)
+    except redis.exceptions.RedisError as e:
+        assert words in str(e), str(e)
+PY
+else
+    echo "skipped: redis-py parts (python3-redis not installed)"
+fi
+echo "ok: --requirepass and AUTH"
+
+# --masterauth: a replica with the password syncs; one without, or with
+# the wrong one, is refused and says so.
+awk 'BEGIN { for (i = 0; i < 2000; i++) printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", length("m:" i), "m:" i, length("v" i), "v" i }' >"$dir/mass"
+redis-cli -p "$aport" -a 's3cret pass' --no-auth-warning --pipe <"$dir/mass" >/dev/null || fail "--pipe with AUTH"
+start rgood --port 0 --replica-of "127.0.0.1:$aport" --masterauth 's3cret pass'
+rg=$started_port
+start rbad --port 0 --replica-of "127.0.0.1:$aport" --masterauth wrong
+rb=$started_port
+start rnone --port 0 --replica-of "127.0.0.1:$aport"
+keys() { redis-cli -p "$aport" -a 's3cret pass' --no-auth-warning DBSIZE; }
+synced_good() { [ "$(redis-cli -p "$rg" DBSIZE)" = "$(keys)" ]; }
+eventually synced_good || fail "replica with --masterauth: $(redis-cli -p "$rg" DBSIZE) keys of $(keys)"
+eventually grep -q 'refused AUTH: -WRONGPASS' "$dir/rbad.out" || fail "wrong --masterauth not logged"
+eventually grep -q 'refused: NOAUTH' "$dir/rnone.out" || fail "a replica without --masterauth not logged"
+[ "$(redis-cli -p "$rb" DBSIZE)" = 0 ] || fail "a replica with the wrong password got keys"
+echo "ok: --masterauth"
