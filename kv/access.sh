@@ -230,3 +230,68 @@ eventually grep -q 'refused AUTH: -WRONGPASS' "$dir/rbad.out" || fail "wrong --m
 eventually grep -q 'refused: NOAUTH' "$dir/rnone.out" || fail "a replica without --masterauth not logged"
 [ "$(redis-cli -p "$rb" DBSIZE)" = 0 ] || fail "a replica with the wrong password got keys"
 echo "ok: --masterauth"
+
+# -------------------------------------------------------- protected mode
+# A client from a non-loopback address needs a second host: two network
+# namespaces made here, joined by a veth pair (10.200.0.1 the server's,
+# 10.200.0.2 the client's), reaching nothing outside, deleted at exit.
+ns_ok=0
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then
+    s_ns=lullkvs$$
+    c_ns=lullkvc$$
+    if ip netns add $s_ns 2>/dev/null; then
+        netns="$s_ns"
+        if ip netns add $c_ns 2>/dev/null; then
+            netns="$netns $c_ns"
+            ip link add lkvs$$ netns $s_ns type veth peer name lkvc$$ netns $c_ns 2>/dev/null &&
+                ip -n $s_ns addr add 10.200.0.1/30 dev lkvs$$ &&
+                ip -n $c_ns addr add 10.200.0.2/30 dev lkvc$$ &&
+                ip -n $s_ns link set lkvs$$ up && ip -n $c_ns link set lkvc$$ up &&
+                ip -n $s_ns link set lo up && ip -n $c_ns link set lo up && ns_ok=1
+        fi
+    fi
+fi
+if [ $ns_ok = 1 ]; then
+    # in_s / in_c CMD...: CMD in the server's / the client's namespace.
+    in_s() { ip netns exec $s_ns "$@"; }
+    in_c() { ip netns exec $c_ns "$@"; }
+    eventually in_c ping -c1 -W1 10.200.0.1 >/dev/null 2>&1 || true
+    started_in_s() {
+        local name=$1
+        shift
+        ip netns exec $s_ns "$kv" "$@" >"$dir/$name.out" 2>&1 &
+        started=$!
+        pids="$pids $started"
+        for _ in $(seq 200); do
+            grep -q "listening on" "$dir/$name.out" 2>/dev/null && return
+            sleep 0.05
+        done
+        fail "lull-kv $name did not start in $s_ns"
+    }
+    started_in_s prot --port 7000 --bind 10.200.0.1 127.0.0.1
+    got=$(in_c "$py" "$dir/raw.py" 7000 'PING\r\n' 10.200.0.1)
+    if command -v redis-server >/dev/null 2>&1; then
+        in_s redis-server --port 7001 --bind 10.200.0.1 127.0.0.1 --save '' --appendonly no >"$dir/redisp.log" 2>&1 &
+        pids="$pids $!"
+        eventually in_s redis-cli -p 7001 PING >/dev/null 2>&1 || fail "redis-server in $s_ns"
+        want=$(in_c "$py" "$dir/raw.py" 7001 'PING\r\n' 10.200.0.1)
+        [ "$got" = "$want" ] || fail "protected mode: $got, redis-server: $want"
+    fi
+    # (Python's repr quotes it with " : the text holds a '.)
+    case $got in b?"-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user."*"from the outside.\\r\\n"?) ;;
+        *) fail "protected mode answered $got" ;;
+    esac
+    grep -q '^lull-kv: client 10\.200\.0\.2:[0-9]*: refused by protected mode; connection closed$' "$dir/prot.out" ||
+        fail "protected mode's refusal not logged"
+    [ "$(in_s redis-cli -p 7000 PING)" = PONG ] || fail "loopback refused in protected mode"
+    started_in_s unprot --port 7002 --bind 10.200.0.1 --protected-mode no
+    got=$(in_c "$py" "$dir/raw.py" 7002 'PING\r\n' 10.200.0.1)
+    [ "$got" = "b'+PONG\\r\\n'" ] || fail "--protected-mode no answered $got"
+    started_in_s protpass --port 7003 --bind 10.200.0.1 --requirepass pw
+    got=$(in_c "$py" "$dir/raw.py" 7003 'PING\r\nAUTH pw\r\nPING\r\n' 10.200.0.1)
+    [ "$got" = "b'-NOAUTH Authentication required.\\r\\n+OK\\r\\n+PONG\\r\\n'" ] ||
+        fail "protected mode with a password answered $got"
+    echo "ok: protected mode"
+else
+    echo "skipped: protected mode (needs root and ip netns to make a non-loopback client)"
+fi
