@@ -271,7 +271,7 @@ if [ $ns_ok = 1 ]; then
     started_in_s prot --port 7000 --bind 10.200.0.1 127.0.0.1
     got=$(in_c "$py" "$dir/raw.py" 7000 'PING\r\n' 10.200.0.1)
     if command -v redis-server >/dev/null 2>&1; then
-        in_s redis-server --port 7001 --bind 10.200.0.1 127.0.0.1 --save '' --appendonly no >"$dir/redisp.log" 2>&1 &
+        ip netns exec $s_ns redis-server --port 7001 --bind 10.200.0.1 127.0.0.1 --save '' --appendonly no >"$dir/redisp.log" 2>&1 &
         pids="$pids $!"
         eventually in_s redis-cli -p 7001 PING >/dev/null 2>&1 || fail "redis-server in $s_ns"
         want=$(in_c "$py" "$dir/raw.py" 7001 'PING\r\n' 10.200.0.1)
@@ -295,3 +295,118 @@ if [ $ns_ok = 1 ]; then
 else
     echo "skipped: protected mode (needs root and ip netns to make a non-loopback client)"
 fi
+
+# ------------------------------------------------------------------- TLS
+if ! command -v openssl >/dev/null 2>&1; then
+    echo "skipped: TLS (openssl not installed)"
+    exit 0
+fi
+if ! redis-cli --help 2>&1 | grep -q -- --tls; then
+    echo "skipped: TLS (this redis-cli was built without it)"
+    exit 0
+fi
+# Certificates made now, in $dir (deleted at exit): a CA, a server and a
+# client certificate it signed (the server's for localhost and
+# 127.0.0.1), and a second CA with a client of its own, trusted by
+# nobody.
+cert() { # NAME CA EXT: NAME.key, and NAME.crt signed by CA
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$dir/$1.key" -out "$dir/$1.csr" -subj "/CN=$1" 2>/dev/null &&
+        printf '%s\n' "$3" >"$dir/$1.ext" &&
+        openssl x509 -req -in "$dir/$1.csr" -CA "$dir/$2.crt" -CAkey "$dir/$2.key" \
+            -CAcreateserial -days 1 -out "$dir/$1.crt" -extfile "$dir/$1.ext" 2>/dev/null
+}
+for ca in ca ca2; do
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$dir/$ca.key" -out "$dir/$ca.crt" -subj "/CN=lull-kv test $ca" -days 1 \
+        2>/dev/null || fail "openssl req (CA)"
+done
+cert server ca "subjectAltName=DNS:localhost,IP:127.0.0.1
+extendedKeyUsage=serverAuth,clientAuth" || fail "openssl (server certificate)"
+cert client ca "extendedKeyUsage=clientAuth" || fail "openssl (client certificate)"
+cert stranger ca2 "extendedKeyUsage=clientAuth" || fail "openssl (stranger certificate)"
+if timeout 2 "$kv" --port 0 --tls-port "$(free_port)" --tls-cert-file "$dir/server.crt" \
+    --tls-key-file "$dir/server.key" --tls-ca-cert-file "$dir/ca.crt" 2>&1 |
+    grep -q "built without"; then
+    echo "skipped: TLS (lull built without OpenSSL)"
+    exit 0
+fi
+tlsargs=(--tls-cert-file "$dir/server.crt" --tls-key-file "$dir/server.key" --tls-ca-cert-file "$dir/ca.crt")
+start tls --port 0 --tls-port "$(free_port)" --requirepass pw "${tlsargs[@]}"
+port=$started_port
+tport=$started_tls
+[ -n "$tport" ] || fail "no TLS port in: $(cat "$dir/tls.out")"
+tcli() { redis-cli --tls --cacert "$dir/ca.crt" --cert "$dir/client.crt" --key "$dir/client.key" -p "$tport" --no-auth-warning -a pw "$@"; }
+[ "$(tcli SET t 1)" = OK ] || fail "SET over TLS: $(tcli SET t 1 2>&1)"
+[ "$(redis-cli -p "$port" -a pw --no-auth-warning GET t)" = 1 ] || fail "the plaintext port beside TLS"
+[ "$(tcli GET t)" = 1 ] || fail "GET over TLS"
+# 10,000 SETs pipelined over TLS, every reply there (AUTH's not counted).
+awk 'BEGIN { for (i = 0; i < 10000; i++) printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", length("t:" i), "t:" i, length("w" i), "w" i }' >"$dir/tmass"
+out=$(tcli --pipe <"$dir/tmass" 2>&1)
+echo "$out" | grep -q "errors: 0, replies: 10000" || fail "--pipe over TLS: $out"
+# A plaintext client on the TLS port: closed, and the reason logged.
+got=$(raw "$tport" 'PING\r\n')
+case $got in "b''" | "b'\\x15"*) ;; *) fail "plaintext on the TLS port answered $got" ;; esac
+eventually grep -q "TLS handshake failed" "$dir/tls.out" || fail "plaintext on the TLS port not logged"
+# No client certificate (--tls-auth-clients yes, Redis' default): refused.
+redis-cli --tls --cacert "$dir/ca.crt" -p "$tport" -a pw --no-auth-warning PING 2>&1 | grep -q PONG &&
+    fail "a client without a certificate was served"
+# A client trusting another CA refuses the server; a client whose
+# certificate another CA signed is refused.
+redis-cli --tls --cacert "$dir/ca2.crt" --cert "$dir/client.crt" --key "$dir/client.key" -p "$tport" -a pw --no-auth-warning PING 2>&1 | grep -q PONG &&
+    fail "a client of another CA was answered"
+redis-cli --tls --cacert "$dir/ca.crt" --cert "$dir/stranger.crt" --key "$dir/stranger.key" -p "$tport" -a pw --no-auth-warning PING 2>&1 | grep -q PONG &&
+    fail "a certificate of another CA was accepted"
+eventually grep -q "certificate" "$dir/tls.out" || fail "a refused certificate not logged"
+[ "$(tcli PING)" = PONG ] || fail "the server after the refusals"
+if python3 -c 'import redis' 2>/dev/null; then
+    python3 - "$tport" "$dir" <<'PY' || fail "redis-py ssl=True"
+import sys, redis
+port, d = int(sys.argv[1]), sys.argv[2]
+r = redis.Redis(port=port, password="pw", ssl=True, ssl_ca_certs=d + "/ca.crt",
+                ssl_certfile=d + "/client.crt", ssl_keyfile=d + "/client.key")
+assert r.set("py", "y") and r.get("py") == b"y"
+assert r.get("t:9999") == b"w9999"
+p = r.pipeline(transaction=True)
+p.incr("n").incr("n")
+assert p.execute() == [1, 2]
+PY
+fi
+# --tls-auth-clients no / optional: a client without a certificate served.
+for mode in no optional; do
+    start tls$mode --port 0 --tls-port "$(free_port)" --tls-auth-clients $mode "${tlsargs[@]}"
+    [ "$(redis-cli --tls --cacert "$dir/ca.crt" -p "$started_tls" PING)" = PONG ] ||
+        fail "--tls-auth-clients $mode without a client certificate"
+done
+redis-cli --tls --cacert "$dir/ca.crt" --cert "$dir/stranger.crt" --key "$dir/stranger.key" -p "$started_tls" PING 2>&1 | grep -q PONG &&
+    fail "--tls-auth-clients optional accepted a certificate of another CA"
+"$kv" --port 0 --tls-port "$(free_port)" --tls-cert-file "$dir/server.crt" >"$dir/nokey.out" 2>&1 &&
+    fail "--tls-port without a key started"
+echo "ok: TLS clients"
+
+# Replication over TLS with AUTH: 10,000 keys (and 5,000 written while it
+# follows) reach the replica, whose keyspace then equals the primary's.
+start trep --port 0 --replica-of "127.0.0.1:$tport" --tls-replication yes --masterauth pw \
+    --tls-cert-file "$dir/client.crt" --tls-key-file "$dir/client.key" --tls-ca-cert-file "$dir/ca.crt"
+rport=$started_port
+awk 'BEGIN { for (i = 0; i < 5000; i++) printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", length("f:" i), "f:" i, length("x" i), "x" i }' >"$dir/fmass"
+tcli --pipe <"$dir/fmass" >/dev/null 2>&1 || fail "--pipe over TLS while a replica follows"
+pinfo() { redis-cli -p "$port" -a pw --no-auth-warning INFO replication | tr -d '\r' | sed -n "s/^$1://p"; }
+rinfo() { redis-cli -p "$rport" INFO replication | tr -d '\r' | sed -n "s/^$1://p"; }
+tsynced() { [ "$(rinfo master_link_status)" = up ] && [ "$(pinfo master_repl_offset)" = "$(rinfo slave_repl_offset)" ]; }
+for _ in $(seq 1200); do tsynced && break; sleep 0.05; done
+tsynced || fail "TLS replica at $(rinfo slave_repl_offset), primary at $(pinfo master_repl_offset)"
+grep -q "in sync with 127.0.0.1:$tport" "$dir/trep.out" || fail "TLS replica's log"
+[ "$(pinfo connected_slaves)" = 1 ] || fail "connected_slaves $(pinfo connected_slaves)"
+redis-cli -p "$port" -a pw --no-auth-warning KEYS '*' | sort >"$dir/tkeys"
+[ "$(wc -l <"$dir/tkeys")" -ge 15000 ] || fail "primary has $(wc -l <"$dir/tkeys") keys"
+awk '{ print "GET " $0 }' "$dir/tkeys" | redis-cli -p "$port" -a pw --no-auth-warning >"$dir/tp.dump"
+awk '{ print "GET " $0 }' "$dir/tkeys" | redis-cli -p "$rport" >"$dir/tr.dump"
+cmp -s "$dir/tp.dump" "$dir/tr.dump" || fail "TLS replica's keyspace differs: $(diff "$dir/tp.dump" "$dir/tr.dump" | head -3)"
+[ "$(redis-cli -p "$rport" DBSIZE)" = "$(wc -l <"$dir/tkeys")" ] || fail "replica DBSIZE"
+# A replica trusting another CA refuses the primary, and says so.
+start trepbad --port 0 --replica-of "127.0.0.1:$tport" --tls-replication yes --masterauth pw \
+    --tls-cert-file "$dir/client.crt" --tls-key-file "$dir/client.key" --tls-ca-cert-file "$dir/ca2.crt"
+eventually grep -q "replica: connect to 127.0.0.1:$tport: " "$dir/trepbad.out" || fail "a TLS replica of the wrong CA not logged"
+[ "$(redis-cli -p "$started_port" DBSIZE)" = 0 ] || fail "a TLS replica of the wrong CA got keys"
+echo "ok: TLS replication ($(wc -l <"$dir/tkeys") keys)"

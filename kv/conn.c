@@ -89,14 +89,14 @@ static void on_close(lull_endpoint *ep, int reason) {
     conn *c = ep->data;
     /* EOF, reset, ...: the client is gone either way. A TLS handshake
      * that failed (a plaintext client on the TLS port, a certificate
-     * refused, a timeout) is said, with OpenSSL's words. */
+     * refused, a timeout) is said, with OpenSSL's words. An EOF without
+     * close_notify (-EPROTO) is not: redis-cli and redis-py end so. */
     if (c->tls && !c->gone &&
         (reason == -ECONNABORTED || reason == -EKEYREJECTED ||
-         reason == -ETIMEDOUT || reason == -EPROTO)) {
+         reason == -ETIMEDOUT)) {
         const char *why = lull_tls_error_string(&c->t.tls);
         srv_log(c->srv, "client %s: TLS %s (%s); connection closed", c->name,
                 reason == -ETIMEDOUT ? "handshake timed out"
-                : reason == -EPROTO  ? "protocol error"
                                      : "handshake failed",
                 why && *why ? why : strerror(-reason));
     }
