@@ -64,18 +64,26 @@ static const lull_stream *conn_stream(const lull_endpoint *ep) {
     return c->tls ? &c->t.tls.stream : &c->t.stream;
 }
 
-/* Pausing, resuming and shutting are the frame interface's, the same for
- * a stream and a TLS connection. */
+/* Pausing, resuming and shutting: the stream's own calls on a stream (a
+ * paused stream still sees its peer's reset when it writes, so a dead
+ * replica's link closes while paused; lull_endpoint_read_stop holds that
+ * close back too), the frame interface's on TLS. */
 static int socket_read_stop(lull_endpoint *ep) {
-    return lull_endpoint_read_stop(ep);
+    conn *c = ep->data;
+    return c->tls ? lull_endpoint_read_stop(ep)
+                  : lull_stream_read_stop(&c->t.stream);
 }
 
 static int socket_read_start(lull_endpoint *ep) {
-    return lull_endpoint_read_start(ep);
+    conn *c = ep->data;
+    return c->tls ? lull_endpoint_read_start(ep)
+                  : lull_stream_read_start(&c->t.stream);
 }
 
 static int socket_shutdown(lull_endpoint *ep) {
-    return lull_endpoint_shutdown(ep);
+    conn *c = ep->data;
+    return c->tls ? lull_endpoint_shutdown(ep)
+                  : lull_stream_shutdown(&c->t.stream);
 }
 
 /* The peer's address of a client connection, or false (a Unix socket, or
@@ -531,6 +539,8 @@ int main(int argc, char **argv) {
             return 0;
         } else if (more && strcmp(a, "--port") == 0) {
             port = atoi(argv[++i]);
+        } else if (more && strcmp(a, "--unix") == 0) {
+            unix_path = argv[++i];
         } else if (strcmp(a, "--bind") == 0) {
             /* The words point into text, which outlives the loop. */
             static char text[1024];
