@@ -13,6 +13,11 @@
  *           [--client-query-buffer-limit SIZE]
  *           [--client-output-buffer-limit CLASS HARD SOFT SECONDS ...]
  *           [--replica-of HOST:PORT] [--repl-mode per-record|budget]
+ *           [--bind ADDR ...] [--requirepass P] [--masterauth P]
+ *           [--protected-mode yes|no] [--tls-port N --tls-cert-file F
+ *           --tls-key-file F --tls-ca-cert-file F]
+ *           [--tls-auth-clients yes|no|optional] [--tls-replication yes|no]
+ *   (usage_text below says what each does; docs/KV.md as Redis means it)
  *     --port N        TCP on 127.0.0.1:N (default 6380; 0 = any free port)
  *     --unix PATH     also listen on a Unix socket (an old file is removed)
  *     --proto-max-bulk-len SIZE  the longest argument (default 512mb;
