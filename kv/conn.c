@@ -86,8 +86,21 @@ void conn_drop(conn *c, const char *fmt, ...) {
 }
 
 static void on_close(lull_endpoint *ep, int reason) {
-    (void)reason; /* EOF, reset, ...: the client is gone either way */
-    conn_free(ep->data);
+    conn *c = ep->data;
+    /* EOF, reset, ...: the client is gone either way. A TLS handshake
+     * that failed (a plaintext client on the TLS port, a certificate
+     * refused, a timeout) is said, with OpenSSL's words. An EOF without
+     * close_notify (-EPROTO) is not: redis-cli and redis-py end so. */
+    if (c->tls && !c->gone &&
+        (reason == -ECONNABORTED || reason == -EKEYREJECTED ||
+         reason == -ETIMEDOUT)) {
+        const char *why = lull_tls_error_string(&c->t.tls);
+        srv_log(c->srv, "client %s: TLS %s (%s); connection closed", c->name,
+                reason == -ETIMEDOUT ? "handshake timed out"
+                                     : "handshake failed",
+                why && *why ? why : strerror(-reason));
+    }
+    conn_free(c);
 }
 
 /* The last replies are in the kernel (or were dropped by a close): the
@@ -226,6 +239,71 @@ static inline bool output_full(const lull_endpoint *ep) {
     return !lull_endpoint_writable(ep) && ep->queued > 0;
 }
 
+/* ------------------------------------------------------------- AUTH */
+
+/* Equal, in a time that does not depend on where they differ (Redis'
+ * time_independent_strcmp does the same for its passwords). */
+static bool same_secret(const resp_arg *a, const char *secret) {
+    size_t n = strlen(secret);
+    unsigned char diff = a->len != n;
+    for (size_t i = 0; i < a->len; i++)
+        diff |= (unsigned char)a->p[i] ^ (unsigned char)secret[i < n ? i : 0];
+    return diff == 0;
+}
+
+/* AUTH password | AUTH username password, for the default user, the only
+ * one (Redis 7's replies, byte for byte). A failure is one log line with
+ * the client's address, so a guessing client shows in the log at the
+ * rate it guesses. */
+static void auth(conn *c, const resp_arg *a, size_t argc) {
+    server *srv = c->srv;
+    if (argc < 2) {
+        buf_str(&c->out,
+                "-ERR wrong number of arguments for 'auth' command\r\n");
+        return;
+    }
+    if (argc > 3) {
+        buf_str(&c->out, "-ERR syntax error\r\n");
+        return;
+    }
+    if (argc == 2 && !srv->requirepass) {
+        buf_str(&c->out, "-ERR AUTH <password> called without any password "
+                         "configured for the default user. Are you sure your "
+                         "configuration is correct?\r\n");
+        return;
+    }
+    bool user_ok = argc == 2 || resp_is(&a[1], "default");
+    bool ok = user_ok && (!srv->requirepass ||
+                          same_secret(&a[argc - 1], srv->requirepass));
+    if (ok) {
+        c->authed = true;
+        buf_str(&c->out, "+OK\r\n");
+        return;
+    }
+    srv_log(srv, "client %s: AUTH failed", c->name);
+    buf_str(&c->out, "-WRONGPASS invalid username-password pair or user is "
+                     "disabled.\r\n");
+}
+
+/* Before kv_exec, with requirepass set or for AUTH: true when the command
+ * was answered here (AUTH itself, or refused for want of it). */
+static bool auth_gate(conn *c, const resp_arg *a, size_t argc) {
+    if (resp_is(&a[0], "AUTH")) {
+        auth(c, a, argc);
+        return true;
+    }
+    if (c->authed || resp_is(&a[0], "QUIT")) return false;
+    if (resp_is(&a[0], "HELLO"))
+        buf_str(&c->out,
+                "-NOAUTH HELLO must be called with the client already "
+                "authenticated, otherwise the HELLO AUTH <user> <pass> "
+                "option can be used to authenticate the client and select "
+                "the RESP protocol version at the same time\r\n");
+    else
+        buf_str(&c->out, "-NOAUTH Authentication required.\r\n");
+    return true;
+}
+
 /* Runs the complete commands at the front of p[0, len): *used gets the
  * bytes they took. It stops at an incomplete command, when the connection
  * starts closing (QUIT, a protocol error), or when its replies have filled
@@ -257,6 +335,9 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         }
         off += (size_t)n;
         if (argc == 0) continue;
+        if (!c->link && (srv->requirepass || resp_is(&srv->argv[0], "AUTH")) &&
+            auth_gate(c, srv->argv, argc))
+            continue;
         if (c->link) {
             if (!link_command(c, srv->argv, argc)) {
                 conn_drop(c, "sent what is not REPLACK <offset>");
@@ -396,6 +477,12 @@ static void conn_finish(conn *c) {
         return;
     }
     c->srv->net->shutdown(c->ep);
+}
+
+void conn_refuse(conn *c, const char *reply, const char *why) {
+    srv_log(c->srv, "client %s: %s; connection closed", c->name, why);
+    buf_str(&c->out, reply);
+    conn_finish(c);
 }
 
 /* Messages were published to this client while it ran nothing itself:

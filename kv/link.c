@@ -281,6 +281,9 @@ static void master_closed(lull_endpoint *ep, int reason) {
     if (srv->m.state == M_SYNC || srv->m.state == M_UP)
         srv_log(srv, "replica: link to %s:%d lost (%s)", srv->m.host,
                 srv->m.port, reason ? strerror(-reason) : "EOF");
+    else if (srv->m.state == M_CONNECTING) /* a TLS handshake that failed */
+        srv_log(srv, "replica: connect to %s:%d: %s", srv->m.host, srv->m.port,
+                reason ? strerror(-reason) : "EOF");
     master_down(srv);
 }
 
@@ -390,6 +393,29 @@ static long apply_split(server *srv, const char **err, size_t *need) {
     return (long)off;
 }
 
+/* The primary's answer to AUTH (--masterauth), the line before REPLSYNC's:
+ * 1 taken (+OK), 0 incomplete, -1 the link was closed (refused: retried
+ * with the backoff, as a primary that refuses REPLSYNC is). */
+static int master_auth_reply(server *srv) {
+    master *m = &srv->m;
+    char *lf = memchr(m->in.p, '\n', m->in.len);
+    if (!lf) {
+        if (m->in.len > 256) return master_malformed(srv, "no AUTH reply"), -1;
+        return 0;
+    }
+    size_t n = (size_t)(lf - m->in.p) + 1;
+    if (n == 5 && memcmp(m->in.p, "+OK\r\n", 5) == 0) {
+        buf_consume(&m->in, n);
+        m->auth_pending = false;
+        return 1;
+    }
+    srv_log(srv, "replica: %s:%d refused AUTH: %.*s", m->host, m->port,
+            (int)(n > 2 ? n - 2 : 0), m->in.p);
+    m->state = M_DOWN;
+    lull_endpoint_close(m->ep, 0); /* master_closed retries */
+    return -1;
+}
+
 static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     server *srv = ep->data;
     master *m = &srv->m;
@@ -402,6 +428,8 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         master_malformed(srv, "out of memory");
         return;
     }
+    if (m->state == M_SYNC && m->auth_pending && master_auth_reply(srv) <= 0)
+        return;
     if (m->state == M_SYNC && master_handshake(srv) <= 0) return;
     if (m->in.len < m->need) return;
     const char *err = "";
@@ -427,6 +455,23 @@ void master_connected(server *srv, int status) {
         return;
     }
     m->state = M_SYNC;
+    m->auth_pending = false;
+    if (srv->masterauth) {
+        /* AUTH first, in the same write as REPLSYNC: the primary answers
+         * both in order. */
+        const char *pw = srv->masterauth;
+        char head[48];
+        int hn = snprintf(head, sizeof head, "*2\r\n$4\r\nAUTH\r\n$%zu\r\n",
+                          strlen(pw));
+        int rc = lull_endpoint_send_copy(m->ep, head, (size_t)hn);
+        if (rc == 0) rc = lull_endpoint_send_copy(m->ep, pw, strlen(pw));
+        if (rc == 0) rc = lull_endpoint_send_copy(m->ep, "\r\n", 2);
+        if (rc < 0) {
+            master_lost(srv, "AUTH", rc);
+            return;
+        }
+        m->auth_pending = true;
+    }
     char req[160], off[24], port[8];
     const char *id = m->replid[0] ? m->replid : "?";
     int on = snprintf(off, sizeof off, "%" PRIu64, srv->kv.offset);

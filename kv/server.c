@@ -13,6 +13,11 @@
  *           [--client-query-buffer-limit SIZE]
  *           [--client-output-buffer-limit CLASS HARD SOFT SECONDS ...]
  *           [--replica-of HOST:PORT] [--repl-mode per-record|budget]
+ *           [--bind ADDR ...] [--requirepass P] [--masterauth P]
+ *           [--protected-mode yes|no] [--tls-port N --tls-cert-file F
+ *           --tls-key-file F --tls-ca-cert-file F]
+ *           [--tls-auth-clients yes|no|optional] [--tls-replication yes|no]
+ *   (usage_text below says what each does; docs/KV.md as Redis means it)
  *     --port N        TCP on 127.0.0.1:N (default 6380; 0 = any free port)
  *     --unix PATH     also listen on a Unix socket (an old file is removed)
  *     --proto-max-bulk-len SIZE  the longest argument (default 512mb;
@@ -57,20 +62,42 @@
  * after 2 s, and retried with the backoff. */
 #define CONNECT_TIMEOUT_NS 2000000000ull
 
-static lull_stream *stream_of(lull_endpoint *ep) {
-    return LULL_CONTAINER_OF(ep, lull_stream, ep);
+/* The socket's descriptor and counts of a client connection: a stream,
+ * or the stream under a TLS connection (conn.tls). */
+static const lull_stream *conn_stream(const lull_endpoint *ep) {
+    const conn *c = ep->data;
+    return c->tls ? &c->t.tls.stream : &c->t.stream;
 }
 
+/* Pausing, resuming and shutting: the stream's own calls on a stream (a
+ * paused stream still sees its peer's reset when it writes, so a dead
+ * replica's link closes while paused; lull_endpoint_read_stop holds that
+ * close back too), the frame interface's on TLS. */
 static int socket_read_stop(lull_endpoint *ep) {
-    return lull_stream_read_stop(stream_of(ep));
+    conn *c = ep->data;
+    return c->tls ? lull_endpoint_read_stop(ep)
+                  : lull_stream_read_stop(&c->t.stream);
 }
 
 static int socket_read_start(lull_endpoint *ep) {
-    return lull_stream_read_start(stream_of(ep));
+    conn *c = ep->data;
+    return c->tls ? lull_endpoint_read_start(ep)
+                  : lull_stream_read_start(&c->t.stream);
 }
 
 static int socket_shutdown(lull_endpoint *ep) {
-    return lull_stream_shutdown(stream_of(ep));
+    conn *c = ep->data;
+    return c->tls ? lull_endpoint_shutdown(ep)
+                  : lull_stream_shutdown(&c->t.stream);
+}
+
+/* The peer's address of a client connection, or false (a Unix socket, or
+ * the peer gone). */
+static bool peer_addr(lull_endpoint *ep, struct sockaddr_storage *sa) {
+    socklen_t len = sizeof *sa;
+    return getpeername(lull_stream_fd(conn_stream(ep)), (struct sockaddr *)sa,
+                       &len) == 0 &&
+           (sa->ss_family == AF_INET || sa->ss_family == AF_INET6);
 }
 
 /* "ip:port" (or "ip") of the connection's peer; "unix" for a Unix
@@ -78,23 +105,18 @@ static int socket_shutdown(lull_endpoint *ep) {
 static void socket_peer(lull_endpoint *ep, char *s, size_t cap,
                         bool with_port) {
     struct sockaddr_storage sa;
-    socklen_t len = sizeof sa;
     char ip[INET6_ADDRSTRLEN] = "?";
     snprintf(s, cap, "unix");
-    if (getpeername(lull_stream_fd(stream_of(ep)), (struct sockaddr *)&sa,
-                    &len) != 0)
-        return;
+    if (!peer_addr(ep, &sa)) return;
     int port = 0;
     if (sa.ss_family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&sa;
         inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
         port = ntohs(in->sin_port);
-    } else if (sa.ss_family == AF_INET6) {
+    } else {
         struct sockaddr_in6 *in = (struct sockaddr_in6 *)&sa;
         inet_ntop(AF_INET6, &in->sin6_addr, ip, sizeof ip);
         port = ntohs(in->sin6_port);
-    } else {
-        return;
     }
     if (!with_port)
         snprintf(s, cap, "%s", ip);
@@ -104,12 +126,43 @@ static void socket_peer(lull_endpoint *ep, char *s, size_t cap,
         snprintf(s, cap, "%s:%d", ip, port);
 }
 
+/* Protected mode's test, as Redis': a Unix socket, 127.0.0.0/8, ::1 and
+ * ::ffff:127.0.0.0/104 are local. */
+static bool peer_is_loopback(lull_endpoint *ep) {
+    struct sockaddr_storage sa;
+    if (!peer_addr(ep, &sa))
+        return true; /* Unix (or gone: nothing to refuse) */
+    if (sa.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&sa)->sin_addr.s_addr) >> 24) ==
+               127;
+    const struct in6_addr *a = &((struct sockaddr_in6 *)&sa)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(a)) return true;
+    return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
+}
+
 static void socket_connected(lull_stream *s, int status) {
     master_connected(s->ep.data, status);
 }
 
+/* --tls-replication: the handshake with the primary completed; it is the
+ * link's "connected". A failed one reaches only master_closed. */
+static void tls_master_ready(lull_tls *tls) {
+    master_connected(tls->ep.data, 0);
+}
+
 static int socket_connect(server *srv) {
     master *m = &srv->m;
+    if (srv->repl_tls) {
+        lull_tls_options o = {
+            .stream = {.flags = LULL_STREAM_RAW,
+                       .connect_timeout_ns = CONNECT_TIMEOUT_NS},
+            .server_name = m->host,
+            .on_handshake = tls_master_ready};
+        m->t.tls.ep.data = srv;
+        m->ep = &m->t.tls.ep;
+        return lull_tls_connect_tcp(srv->loop, &m->t.tls, srv->repl_tls,
+                                    m->addr, m->port, &o);
+    }
     lull_stream_options o = {.flags = LULL_STREAM_RAW,
                              .connect_timeout_ns = CONNECT_TIMEOUT_NS};
     m->t.stream.ep.data = srv;
@@ -120,7 +173,7 @@ static int socket_connect(server *srv) {
 
 static void socket_io_counts(const lull_endpoint *ep, uint64_t *reads,
                              uint64_t *writes) {
-    const lull_stream *s = LULL_CONTAINER_OF(ep, const lull_stream, ep);
+    const lull_stream *s = conn_stream(ep);
     *reads = s->reads;
     *writes = s->writes;
 }
@@ -156,27 +209,61 @@ static void info_stats(kv *k, buf *b) {
     if (n > 0 && (size_t)n < sizeof text) buf_put(b, text, (size_t)n);
 }
 
-static void accept_on(server *srv, lull_server *ls) {
+/* Redis 7's refusal in protected mode, word for word. */
+static const char denied[] =
+    "-DENIED Redis is running in protected mode because protected mode is "
+    "enabled and no password is set for the default user. In this mode "
+    "connections are only accepted from the loopback interface. If you want "
+    "to connect from external computers to Redis you may adopt one of the "
+    "following solutions: 1) Just disable protected mode sending the command "
+    "'CONFIG SET protected-mode no' from the loopback interface by connecting "
+    "to Redis from the same host the server is running, however MAKE SURE "
+    "Redis is not publicly accessible from internet if you do so. Use CONFIG "
+    "REWRITE to make this change permanent. 2) Alternatively you can just "
+    "disable the protected mode by editing the Redis configuration file, and "
+    "setting the protected mode option to 'no', and then restarting the "
+    "server. 3) If you started the server manually just for testing, restart "
+    "it with the '--protected-mode no' option. 4) Setup a an authentication "
+    "password for the default user. NOTE: You only need to do one of the "
+    "above things in order for the server to start accepting connections "
+    "from the outside.\r\n";
+
+/* One listening socket: an address of --bind, plaintext or TLS, or the
+ * Unix socket (lull_server has no data pointer: this is found around
+ * it). */
+typedef struct listener {
+    lull_server ls;
+    server *srv;
+    lull_tls_ctx *tls; /* NULL: plaintext */
+} listener;
+
+#define MAX_BIND 16
+
+static void accept_on(lull_server *ls) {
+    listener *l = LULL_CONTAINER_OF(ls, listener, ls);
+    server *srv = l->srv;
     conn *c = conn_new(srv);
     if (!c) return; /* the waiting connection is closed when we return */
     /* Raw: max_frame only bounds one send. lull-kv bounds what a
      * connection holds itself (run_commands' backpressure), so a reply is
      * never refused for its size: a 17 MiB GET answer is one frame. */
     lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
-    if (lull_server_accept(ls, &c->t.stream, &o) < 0) {
+    int rc;
+    if (l->tls) {
+        lull_tls_options to = {.stream = o};
+        c->tls = true;
+        rc = lull_tls_accept(ls, &c->t.tls, l->tls, &to);
+    } else {
+        rc = lull_server_accept(ls, &c->t.stream, &o);
+    }
+    if (rc < 0) {
         conn_abort(c);
         return;
     }
-    conn_start(c, &c->t.stream.ep);
-}
-
-/* lull_server has no data pointer: the server is found around it. */
-static void accept_tcp(lull_server *ls) {
-    accept_on(LULL_CONTAINER_OF(ls, server, tcp), ls);
-}
-
-static void accept_unix(lull_server *ls) {
-    accept_on(LULL_CONTAINER_OF(ls, server, unx), ls);
+    lull_endpoint *ep = c->tls ? &c->t.tls.ep : &c->t.stream.ep;
+    conn_start(c, ep);
+    if (srv->protected_mode && !srv->requirepass && !peer_is_loopback(ep))
+        conn_refuse(c, denied, "refused by protected mode");
 }
 
 /* ------------------------------------------------------------- main */
@@ -205,6 +292,26 @@ static const char usage_text[] =
     "  --repl-mode budget|per-record\n"
     "                    how a primary sends to catching-up replicas\n"
     "                    (default budget)\n"
+    "  --bind ADDR [ADDR ...]\n"
+    "                    listen on these numeric addresses, IPv4 or IPv6\n"
+    "                    (default 127.0.0.1)\n"
+    "  --requirepass PASS\n"
+    "                    clients must AUTH with PASS (user default)\n"
+    "  --masterauth PASS the password a replica AUTHs with to its primary\n"
+    "  --protected-mode yes|no\n"
+    "                    without a password, refuse clients that are not\n"
+    "                    on loopback (default yes)\n"
+    "  --tls-port N      also TLS on port N of each --bind address\n"
+    "  --tls-cert-file FILE, --tls-key-file FILE\n"
+    "                    the server's certificate chain and key (PEM); a\n"
+    "                    replica also shows them to its primary\n"
+    "  --tls-ca-cert-file FILE\n"
+    "                    the CAs trusted for clients and for the primary\n"
+    "  --tls-auth-clients yes|no|optional\n"
+    "                    require a client certificate (default yes), ask\n"
+    "                    for none, or verify one if sent\n"
+    "  --tls-replication yes|no\n"
+    "                    a replica connects to its primary over TLS\n"
     "  --help            print this and exit\n"
     "\n"
     "SIZE is bytes, or a number with k, kb, m, mb, g or gb (k is 1000, kb\n"
@@ -348,14 +455,90 @@ static void make_replid(char *id) {
         snprintf(id + 2 * i, 3, "%02x", r[i]);
 }
 
+/* yes / no, as Redis' boolean options: 1, 0, or -1. */
+static int yes_no(const char *s) {
+    if (strcasecmp(s, "yes") == 0) return 1;
+    if (strcasecmp(s, "no") == 0) return 0;
+    return -1;
+}
+
+/* The TLS options, until the contexts are made of them. */
+typedef struct tls_opts {
+    int port; /* 0: no TLS port */
+    const char *cert, *key, *ca;
+    int auth_clients; /* 1 yes (Redis' default), 0 no, 2 optional */
+    bool replication;
+} tls_opts;
+
+/* The server's context (for the TLS port) and the replica's (its link),
+ * as Redis makes them: the same certificate both ways, one CA file. 0, or
+ * 1 after a line on stderr. */
+static int make_tls(const tls_opts *t, server *srv, lull_tls_ctx **server_ctx) {
+    if (!t->port && !t->replication) return 0;
+    if (!lull_tls_available()) {
+        fprintf(stderr, "lull-kv: TLS asked for, and lull was built without "
+                        "it\n");
+        return 1;
+    }
+    if ((t->auth_clients || t->replication) && !t->ca) {
+        fprintf(stderr, "lull-kv: --tls-ca-cert-file is needed with "
+                        "--tls-auth-clients yes|optional or "
+                        "--tls-replication yes\n");
+        return 1;
+    }
+    int rc;
+    if (t->port) {
+        if (!t->cert || !t->key) {
+            fprintf(stderr, "lull-kv: --tls-port needs --tls-cert-file and "
+                            "--tls-key-file\n");
+            return 1;
+        }
+        lull_tls_config c = {.server = true,
+                             .cert_file = t->cert,
+                             .key_file = t->key,
+                             .ca_file = t->ca,
+                             .verify_client = t->auth_clients == 2,
+                             .require_client_cert = t->auth_clients == 1};
+        if ((rc = lull_tls_ctx_new(&c, server_ctx)) < 0) {
+            fprintf(stderr, "lull-kv: TLS server certificate %s, key %s: %s\n",
+                    t->cert, t->key, strerror(-rc));
+            return 1;
+        }
+    }
+    if (t->replication && srv->kv.replica) {
+        lull_tls_config c = {
+            .cert_file = t->cert, .key_file = t->key, .ca_file = t->ca};
+        if ((rc = lull_tls_ctx_new(&c, &srv->repl_tls)) < 0) {
+            fprintf(stderr, "lull-kv: TLS replication context: %s\n",
+                    strerror(-rc));
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* "a.b.c.d:port", or "[v6]:port". */
+static void addr_text(char *s, size_t cap, const char *addr, int port) {
+    if (strchr(addr, ':'))
+        snprintf(s, cap, "[%s]:%d", addr, port);
+    else
+        snprintf(s, cap, "%s:%d", addr, port);
+}
+
 int main(int argc, char **argv) {
     static server srv;
-    int port = 6380;
+    static listener lis[2 * MAX_BIND];
+    static listener unx;
+    int port = 6380, nlis = 0, nbind = 0;
+    const char *bind[MAX_BIND];
     const char *unix_path = NULL;
+    tls_opts tls = {.auth_clients = 1};
     server_defaults(&srv);
+    srv.protected_mode = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
+        int yn;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage_text, stdout);
             return 0;
@@ -363,6 +546,41 @@ int main(int argc, char **argv) {
             port = atoi(argv[++i]);
         } else if (more && strcmp(a, "--unix") == 0) {
             unix_path = argv[++i];
+        } else if (strcmp(a, "--bind") == 0) {
+            /* The words point into text, which outlives the loop. */
+            static char text[1024];
+            char *w[MAX_BIND];
+            nbind =
+                collect_words(argc, argv, &i, text, sizeof text, w, MAX_BIND);
+            if (nbind <= 0) return usage();
+            for (int b = 0; b < nbind; b++)
+                bind[b] = w[b];
+        } else if (more && strcmp(a, "--requirepass") == 0) {
+            srv.requirepass = argv[++i];
+            if (!*srv.requirepass) srv.requirepass = NULL; /* Redis: none */
+        } else if (more && strcmp(a, "--masterauth") == 0) {
+            srv.masterauth = argv[++i];
+        } else if (more && strcmp(a, "--protected-mode") == 0) {
+            if ((yn = yes_no(argv[++i])) < 0) return usage();
+            srv.protected_mode = yn;
+        } else if (more && strcmp(a, "--tls-port") == 0) {
+            tls.port = atoi(argv[++i]);
+            if (tls.port < 0 || tls.port > 65535) return usage();
+        } else if (more && strcmp(a, "--tls-cert-file") == 0) {
+            tls.cert = argv[++i];
+        } else if (more && strcmp(a, "--tls-key-file") == 0) {
+            tls.key = argv[++i];
+        } else if (more && strcmp(a, "--tls-ca-cert-file") == 0) {
+            tls.ca = argv[++i];
+        } else if (more && strcmp(a, "--tls-auth-clients") == 0) {
+            i++;
+            if (strcasecmp(argv[i], "optional") == 0)
+                tls.auth_clients = 2;
+            else if ((tls.auth_clients = yes_no(argv[i])) < 0)
+                return usage();
+        } else if (more && strcmp(a, "--tls-replication") == 0) {
+            if ((yn = yes_no(argv[++i])) < 0) return usage();
+            tls.replication = yn;
         } else if (more && (strcmp(a, "--proto-max-bulk-len") == 0 ||
                             strcmp(a, "--max-bulk") == 0)) {
             if (!parse_size(argv[++i], &srv.lim.max_bulk) ||
@@ -403,16 +621,39 @@ int main(int argc, char **argv) {
     }
     stats_server = &srv;
     srv.kv.stats = info_stats;
-    rc = lull_server_listen_tcp(loop, &srv.tcp, "127.0.0.1", port, 0,
-                                accept_tcp);
-    if (rc < 0) {
-        fprintf(stderr, "lull-kv: listen on 127.0.0.1:%d: %s\n", port,
-                strerror(-rc));
-        return 1;
+    lull_tls_ctx *tls_ctx = NULL;
+    if (make_tls(&tls, &srv, &tls_ctx)) return 1;
+    if (nbind == 0) bind[nbind++] = "127.0.0.1";
+    /* Every address on one port: the first bind picks it when --port 0. */
+    char line[1024];
+    size_t used = 0;
+    for (int t = 0; t < (tls_ctx ? 2 : 1); t++) {
+        int want = t ? tls.port : port;
+        for (int b = 0; b < nbind; b++) {
+            listener *l = &lis[nlis];
+            l->srv = &srv;
+            l->tls = t ? tls_ctx : NULL;
+            rc = lull_server_listen_tcp(loop, &l->ls, bind[b], want, 0,
+                                        accept_on);
+            if (rc < 0) {
+                fprintf(stderr, "lull-kv: listen on %s port %d: %s\n", bind[b],
+                        want, strerror(-rc));
+                return 1;
+            }
+            nlis++;
+            want = lull_server_port(&l->ls);
+            if (!t && b == 0) srv.port = want;
+            char at[80];
+            addr_text(at, sizeof at, bind[b], want);
+            used += (size_t)snprintf(line + used, sizeof line - used, "%s%s%s",
+                                     used ? " and " : "", t ? "tls " : "", at);
+            if (used >= sizeof line) used = sizeof line - 1;
+        }
     }
     if (unix_path) {
         unlink(unix_path); /* a socket file left by an earlier run */
-        rc = lull_server_listen_unix(loop, &srv.unx, unix_path, 0, accept_unix);
+        unx.srv = &srv;
+        rc = lull_server_listen_unix(loop, &unx.ls, unix_path, 0, accept_on);
         if (rc < 0) {
             fprintf(stderr, "lull-kv: listen on %s: %s\n", unix_path,
                     strerror(-rc));
@@ -420,15 +661,17 @@ int main(int argc, char **argv) {
         }
         srv.has_unix = true;
     }
-    srv.port = lull_server_port(&srv.tcp);
-    printf("lull-kv: listening on 127.0.0.1:%d%s%s\n", srv.port,
-           unix_path ? " and " : "", unix_path ? unix_path : "");
+    printf("lull-kv: listening on %s%s%s\n", line, unix_path ? " and " : "",
+           unix_path ? unix_path : "");
     fflush(stdout);
     server_start(&srv);
     lull_loop_run(loop, LULL_RUN_DEFAULT);
     server_stop(&srv);
-    lull_server_close(&srv.tcp);
-    if (srv.has_unix) lull_server_close(&srv.unx);
+    for (int l = 0; l < nlis; l++)
+        lull_server_close(&lis[l].ls);
+    if (srv.has_unix) lull_server_close(&unx.ls);
+    lull_tls_ctx_free(tls_ctx);
+    lull_tls_ctx_free(srv.repl_tls);
     server_free(&srv);
     lull_loop_free(loop);
     return 0;

@@ -91,6 +91,7 @@ typedef struct kv_net {
 typedef union kv_transport {
     lull_stream stream;
     lull_simconn sim;
+    lull_tls tls;
 } kv_transport;
 
 enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP };
@@ -124,6 +125,7 @@ typedef struct master {
     char ack_buf[64];     /* the REPLACK request in flight */
     bool ack_again;       /* records applied while an ack was in flight */
     uint64_t acked;       /* the offset last acknowledged */
+    bool auth_pending;    /* --masterauth: AUTH's +OK is awaited first */
 } master;
 
 struct server {
@@ -132,8 +134,6 @@ struct server {
     void *net_arg;     /* the transport's own (the simulated network) */
     const char *name;  /* for log lines: NULL (sockets) or a simulated node's
                           address */
-    lull_server tcp;
-    lull_server unx;
     bool has_unix;
     kv kv;                   /* keyspace, write log, replication state */
     kv_expiry expiry;        /* the keyspace's expiry timer and its clock */
@@ -145,7 +145,13 @@ struct server {
     bool per_record;         /* --repl-mode per-record */
     int port;                /* the bound TCP port (told to a primary) */
     master m;                /* --replica-of */
-    bool stopping;           /* server_stop: the link is not retried */
+    /* requirepass (NULL: none; every client is the default user, signed
+     * in) and masterauth (sent as AUTH before REPLSYNC). */
+    const char *requirepass;
+    const char *masterauth;
+    bool protected_mode;    /* refuse non-loopback clients without a pass */
+    lull_tls_ctx *repl_tls; /* --tls-replication: the link's client context */
+    bool stopping;          /* server_stop: the link is not retried */
     /* Where a slice of busy work ends (the replication sender, the expiry
      * timer): lull_loop_should_yield, or the simulator's seeded stand-in
      * (the quantum is real time, and a simulation must not depend on it). */
@@ -176,6 +182,8 @@ struct conn {
     bool soft_armed; /* `soft` is armed */
     lull_task kick;  /* sends messages published to it (conn_wake) */
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
+    bool authed;     /* AUTH succeeded (only asked for with requirepass) */
+    bool tls;        /* the transport's: t is a lull_tls */
     conn *next;      /* srv->conns, for INFO stats */
     conn *prev;
     /* The peer's "ip:port" for log lines, taken at accept: once the peer
@@ -221,6 +229,9 @@ void conn_drop(conn *c, const char *fmt, ...)
 /* Holds c to its class's output limits (closing it when over); false
  * when it was closed. */
 bool conn_check_output(conn *c);
+/* Answers the new connection with `reply` (a whole RESP line) and closes
+ * it, after a log line saying why (protected mode). */
+void conn_refuse(conn *c, const char *reply, const char *why);
 /* kv.wake: a message was added to a client's output. */
 void conn_wake(kv_client *cl);
 
