@@ -544,16 +544,16 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
     return pid;
 }
 
-/* A handle still live on loop: its pidfd watched (by the loop's own table,
- * not by the handle's word alone: a handle's memory may be anything before
- * its first spawn) or its exit turn queued. Reads only p and the loop. */
+/* A handle still live on loop: its pidfd watched or its exit turn queued.
+ * A handle's memory may be anything before its first spawn, so nothing of
+ * it is read: its addresses are looked for in the loop's own table of
+ * watchers and ready queue (a spawn is no hot path). */
 static bool live_on(const lull_loop *loop, const lull_process *p) {
-    if (p->loop != loop || !(p->state & P_STARTED)) return false;
-    const lull_io *io = &p->io;
-    if ((io->flags & LULL__IO_ACTIVE) && io->slot < loop->io_slots_cap &&
-        loop->io_slots[io->slot].io == io)
-        return true;
-    return (p->state & P_DONE_QUEUED) && lull_task_pending(&p->done);
+    for (uint32_t i = 0; i < loop->io_slots_cap; i++)
+        if (loop->io_slots[i].io == &p->io) return true;
+    for (const lull__node *n = loop->ready.next; n != &loop->ready; n = n->next)
+        if (n == &p->done.node) return true;
+    return false;
 }
 
 int lull_process_spawn(lull_loop *loop, lull_process *p,

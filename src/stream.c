@@ -666,6 +666,9 @@ static ssize_t out_write(lull_stream *s, struct iovec *iov, int n,
         } ctl;
         if (b) {
             size_t fl = sizeof(int) * (size_t)b->n;
+            /* The padding CMSG_SPACE adds goes to the kernel too: zeroed,
+             * not whatever the stack held. */
+            memset(ctl.buf, 0, CMSG_SPACE(fl));
             msg.msg_control = ctl.buf;
             msg.msg_controllen = CMSG_SPACE(fl);
             struct cmsghdr *c = CMSG_FIRSTHDR(&msg);

@@ -405,6 +405,8 @@ static void fill_msg(lull_udp *udp, lull_datagram *req, struct mmsghdr *m,
         m->msg_hdr.msg_namelen = alen;
     }
     if (segments(udp, req) > 1) {
+        /* CMSG_SPACE's padding is sent too: zeroed, not the stack's. */
+        memset(ctl, 0, CMSG_SPACE(sizeof(uint16_t)));
         m->msg_hdr.msg_control = ctl;
         m->msg_hdr.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
         struct cmsghdr *c = CMSG_FIRSTHDR(&m->msg_hdr);

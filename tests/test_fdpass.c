@@ -300,6 +300,7 @@ TEST(connection_closed_mid_frame_leaks_nothing) {
         char b[CMSG_SPACE(sizeof three)];
         struct cmsghdr a;
     } ctl;
+    memset(&ctl, 0, sizeof ctl); /* the padding is sent too */
     struct iovec iov = {buf, sizeof buf};
     struct msghdr m = {.msg_iov = &iov,
                        .msg_iovlen = 1,
