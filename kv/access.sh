@@ -32,51 +32,9 @@ py=/usr/bin/python3
     exit 0
 }
 python3() { "$py" "$@"; }
-dir=$(mktemp -d /tmp/lull-kv-access.XXXXXX)
-pids=
-netns=
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-    for n in $netns; do ip netns del "$n" 2>/dev/null; done
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    for f in "$dir"/*.out; do
-        [ -s "$f" ] && echo "--- $(basename "$f"):" && tail -n 20 "$f"
-    done
-    exit 1
-}
-eventually() {
-    for _ in $(seq 100); do
-        "$@" && return 0
-        sleep 0.05
-    done
-    return 1
-}
-
-# start NAME ARGS...: lull-kv with its output in $dir/NAME.out; sets
-# $started, $started_port (the first address's) and $started_tls (the
-# TLS port, if any).
-start() {
-    local name=$1
-    shift
-    "$kv" "$@" >"$dir/$name.out" 2>&1 &
-    started=$!
-    pids="$pids $started"
-    started_port=
-    for _ in $(seq 200); do
-        started_port=$(sed -n 's/^lull-kv: listening on [^ ]*:\([0-9]*\).*/\1/p' "$dir/$name.out" 2>/dev/null)
-        if [ -n "$started_port" ]; then
-            started_tls=$(sed -n 's/.* and tls [^ ]*:\([0-9]*\).*/\1/p' "$dir/$name.out" | head -1)
-            return
-        fi
-        kill -0 "$started" 2>/dev/null || fail "lull-kv $name exited: $(cat "$dir/$name.out")"
-        sleep 0.05
-    done
-    fail "lull-kv $name did not start"
-}
+TEST_NAME=access
+# shellcheck source=kv/test_lib.sh
+. "$(dirname "$0")/test_lib.sh"
 
 # A free TCP port (for options that take no 0).
 free_port() {

@@ -37,48 +37,9 @@ if ! command -v redis-cli >/dev/null 2>&1; then
     echo "skipped: redis-cli not installed (Debian package redis-tools)"
     exit 0
 fi
-dir=$(mktemp -d /tmp/lull-kv-test.XXXXXX)
-pids=
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    for f in "$dir"/*.out; do
-        [ -s "$f" ] && echo "--- $(basename "$f"):" && tail -n 20 "$f"
-    done
-    exit 1
-}
-
-# eventually CMD...: runs CMD every 50 ms until it succeeds, for up to 5 s;
-# its status is the last run's.
-eventually() {
-    for _ in $(seq 100); do
-        "$@" && return 0
-        sleep 0.05
-    done
-    return 1
-}
-
-# start NAME ARGS...: runs lull-kv with its output in $dir/NAME.out; sets
-# $started (its pid) and $started_port.
-start() {
-    local name=$1
-    shift
-    "$kv" "$@" >"$dir/$name.out" 2>&1 &
-    started=$!
-    pids="$pids $started"
-    started_port=
-    for _ in $(seq 200); do
-        started_port=$(sed -n 's/^lull-kv: listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$dir/$name.out" 2>/dev/null)
-        [ -n "$started_port" ] && return
-        kill -0 "$started" 2>/dev/null || fail "lull-kv $name exited: $(cat "$dir/$name.out")"
-        sleep 0.05
-    done
-    fail "lull-kv $name did not start"
-}
+TEST_NAME=test
+# shellcheck source=kv/test_lib.sh
+. "$(dirname "$0")/test_lib.sh"
 
 start primary --port 0 --unix "$dir/kv.sock"
 pid=$started

@@ -1,0 +1,54 @@
+# What kv/integration.sh and kv/access.sh share: a scratch directory,
+# starting lull-kv and cleaning up after it. Sourced, with $kv (the
+# lull-kv to run) set and TEST_NAME naming the scratch directory.
+
+dir=$(mktemp -d "/tmp/lull-kv-$TEST_NAME.XXXXXX")
+pids=
+netns=
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+    for n in $netns; do ip netns del "$n" 2>/dev/null; done
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# fail MESSAGE: says it, shows the tail of every server's output, exits.
+fail() {
+    echo "FAIL: $*"
+    for f in "$dir"/*.out; do
+        [ -s "$f" ] && echo "--- $(basename "$f"):" && tail -n 20 "$f"
+    done
+    exit 1
+}
+
+# eventually CMD...: runs CMD every 50 ms until it succeeds, for up to 5 s;
+# its status is the last run's.
+eventually() {
+    for _ in $(seq 100); do
+        "$@" && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# start NAME ARGS...: lull-kv with its output in $dir/NAME.out; sets
+# $started (its pid), $started_port (its first address's port) and
+# $started_tls (the TLS port, if any).
+start() {
+    local name=$1
+    shift
+    "$kv" "$@" >"$dir/$name.out" 2>&1 &
+    started=$!
+    pids="$pids $started"
+    started_port=
+    for _ in $(seq 200); do
+        started_port=$(sed -n 's/^lull-kv: listening on [^ ]*:\([0-9]*\).*/\1/p' "$dir/$name.out" 2>/dev/null)
+        if [ -n "$started_port" ]; then
+            started_tls=$(sed -n 's/.* and tls [^ ]*:\([0-9]*\).*/\1/p' "$dir/$name.out" | head -1)
+            return
+        fi
+        kill -0 "$started" 2>/dev/null || fail "lull-kv $name exited: $(cat "$dir/$name.out")"
+        sleep 0.05
+    done
+    fail "lull-kv $name did not start"
+}
