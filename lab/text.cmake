@@ -11,12 +11,13 @@ function(lab_width line out)
 endfunction()
 
 # Words the project never uses (they name nothing a reader can look up):
-# a reference to the old design brief and its sections, the old
+# the outside design document's name and section labels, the old
 # investigations by number, and the "seed tables" they were printed in.
 # The polling pump, the zero-delay timer and the per-record yield are
-# their names.
+# their names. (The name is spelt with a bracket, B[R]IEF, so that this
+# file never uses the word it forbids.)
 set(LAB_UNDEFINED_TERMS
-  "BRIEF|[Ii]nvestigation|§|[Ss]eed table|(^|[^0-9A-Za-z_])1[ABC]([^0-9A-Za-z_]|$)")
+  "B[R]IEF|[Ii]nvestigation|§|[Ss]eed table|(^|[^0-9A-Za-z_])1[ABC]([^0-9A-Za-z_]|$)")
 
 # text's lines as a list (";" kept).
 function(lab_lines text out)
