@@ -187,6 +187,54 @@ static void become(const lull__spawn *sp, int efd) {
         child_fail(efd, fail_errno());
 }
 
+/* Whether fd is still to be read by a placement not yet made. */
+static bool read_by_pending(const int *src, const bool *placed, int n, int fd) {
+    for (int j = 0; j < n; j++)
+        if (!placed[j] && src[j] == fd) return true;
+    return false;
+}
+
+/* Puts src[i] at fd i for every i below n, all as if at once: a parallel
+ * move. A target is written only when no placement still to be made reads
+ * it, so no source is overwritten before its last use, and no spare fd is
+ * needed, which is what lets the fds reach the last one below the fd limit
+ * (the report pipe takes that one). Only a cycle (7 to 8 and 8 to 7) needs
+ * a spare: one source of it moves above the targets. Targets with no
+ * source close last, once nothing reads them. */
+static void place_fds(int *src, int n, int efd) {
+    bool placed[LULL_STDIO_MAX];
+    int left = 0;
+    for (int i = 0; i < n; i++) {
+        placed[i] = src[i] < 0 || src[i] == i;
+        if (!placed[i]) left++;
+    }
+    while (left > 0) {
+        bool moved = false;
+        for (int i = 0; i < n; i++) {
+            if (placed[i] || read_by_pending(src, placed, n, i)) continue;
+            if (syscall(SYS_dup3, src[i], i, 0) < 0)
+                child_fail(efd, fail_errno());
+            placed[i] = true;
+            left--;
+            moved = true;
+        }
+        if (moved) continue;
+        int first = 0; /* every target left is read by another: a cycle */
+        while (placed[first])
+            first++;
+        int spare = (int)syscall(SYS_fcntl, first, F_DUPFD_CLOEXEC, n);
+        if (spare < 0) child_fail(efd, fail_errno());
+        for (int j = 0; j < n; j++)
+            if (!placed[j] && src[j] == first) src[j] = spare;
+    }
+    for (int i = 0; i < n; i++) {
+        if (src[i] < 0)
+            syscall(SYS_close, i);
+        else if (src[i] == i)
+            syscall(SYS_fcntl, i, F_SETFD, 0); /* keep it across exec */
+    }
+}
+
 static int child_main(void *arg) {
     const lull__spawn *sp = arg;
     *sp->ran_shared = 1; /* the parent sleeps until exec or exit */
@@ -207,25 +255,10 @@ static int child_main(void *arg) {
         efd = (int)syscall(SYS_fcntl, efd, F_DUPFD_CLOEXEC, n);
         if (efd < 0) syscall(SYS_exit, 127); /* no way to say why */
     }
-    /* Then every source below n that is not already in place moves out of
-     * the way, so that placing one cannot overwrite another. */
     int src[LULL_STDIO_MAX];
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         src[i] = sp->stdio[i];
-        if (src[i] >= 0 && src[i] < n && src[i] != i) {
-            src[i] = (int)syscall(SYS_fcntl, src[i], F_DUPFD_CLOEXEC, n);
-            if (src[i] < 0) child_fail(efd, fail_errno());
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        if (src[i] < 0) {
-            syscall(SYS_close, i);
-        } else if (src[i] == i) {
-            syscall(SYS_fcntl, i, F_SETFD, 0); /* keep it across exec */
-        } else if (syscall(SYS_dup3, src[i], i, 0) < 0) {
-            child_fail(efd, fail_errno());
-        }
-    }
+    place_fds(src, n, efd);
     if ((sp->flags & LULL_PROCESS_CONTROLLING_TTY) &&
         syscall(SYS_ioctl, 0, TIOCSCTTY, 0) < 0)
         child_fail(efd, fail_errno());
