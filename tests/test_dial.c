@@ -15,6 +15,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -395,5 +396,130 @@ TEST(hostile_arguments) {
     CHECK_EQ(lull_dial_cancel(&d), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A dial started again inside its own callback: the handle is done when
+ * the callback runs, so it may be reused there, and the second dial
+ * reports once in a later turn. */
+static int redial_port;
+static lull_loop *redial_loop;
+static void on_dial_redial(lull_dial *d, int status) {
+    on_dial(d, status);
+    if (dial_calls == 1)
+        CHECK_EQ(lull_dial_start(redial_loop, NULL, d, d->stream, "127.0.0.1",
+                                 redial_port, NULL, on_dial_redial),
+                 0);
+}
+
+TEST(dial_again_inside_its_own_callback) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    redial_loop = loop;
+    int lfd = listener(AF_INET, 8, &redial_port);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "127.0.0.1", redial_port, NULL,
+                             on_dial_redial),
+             0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 2);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(accepted(lfd) + accepted(lfd), 2);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Two dials done in the same turn: the first's callback cancels the
+ * second, whose own callback then says -ECANCELED once, never success. */
+static lull_dial sib[2];
+static int sib_status[2], sib_calls[2];
+static void on_sibling(lull_dial *d, int status) {
+    int i = d == &sib[1];
+    sib_calls[i]++;
+    sib_status[i] = status;
+    if (status == 0) {
+        lull_endpoint_set_callbacks(&d->stream->ep, NULL, NULL,
+                                    on_stream_close);
+        lull_endpoint_close(&d->stream->ep, 0);
+    }
+    if (i == 0) (void)lull_dial_cancel(&sib[1]);
+}
+
+TEST(cancel_a_sibling_inside_a_callback) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int port, lfd = listener(AF_INET, 8, &port);
+    lull_stream s[2];
+    memset(sib, 0, sizeof sib);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(lull_dial_start(loop, NULL, &sib[i], &s[i], "127.0.0.1", port,
+                                 NULL, on_sibling),
+                 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(sib_calls[0], 1);
+    CHECK_EQ(sib_calls[1], 1);
+    CHECK_EQ(sib_status[0], 0);
+    /* Cancelled before it reported, or already reported: never twice. */
+    CHECK(sib_status[1] == -ECANCELED || sib_status[1] == 0);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* No fd left for the socket: the dial reports the error, leaving no fd
+ * and no handle behind. */
+TEST(dial_out_of_fds) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int port, lfd = listener(AF_INET, 8, &port);
+    struct rlimit old, rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int hi = lfd; /* fill every fd below a low limit */
+    int fill[64], nfill = 0;
+    rl = old;
+    rl.rlim_cur = (rlim_t)(hi + 1 + 8);
+    CHECK(rl.rlim_cur <= 64 + (rlim_t)hi);
+    for (;;) {
+        int fd = dup(lfd);
+        if (fd < 0 || fd >= (int)rl.rlim_cur) {
+            if (fd >= 0) close(fd);
+            break;
+        }
+        fill[nfill++] = fd;
+        if (nfill == 64) break;
+    }
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    lull_dial d = {0};
+    lull_stream s;
+    int rc =
+        lull_dial_start(loop, NULL, &d, &s, "127.0.0.1", port, NULL, on_dial);
+    if (rc == 0) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(dial_calls, 1);
+        CHECK_EQ(dial_status, -EMFILE);
+    } else {
+        CHECK_EQ(rc, -EMFILE);
+    }
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    for (int i = 0; i < nfill; i++)
+        close(fill[i]);
+    CHECK_EQ(accepted(lfd), 0);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The loop cannot be freed under a dial that is still resolving: it says
+ * so, and frees once the dial is cancelled and has reported. */
+TEST_THREADED(loop_free_while_resolving) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "localhost", 9, NULL, on_dial),
+             0);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ECANCELED);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
