@@ -401,15 +401,23 @@ TEST(hostile_arguments) {
 
 /* A dial started again inside its own callback: the handle is done when
  * the callback runs, so it may be reused there, and the second dial
- * reports once in a later turn. */
+ * reports once in a later turn. Its stream may not be the first one while
+ * that one's close is still to be reported: that is -EBUSY, never a
+ * stream overwritten under the loop. */
 static int redial_port;
 static lull_loop *redial_loop;
+static lull_stream redial_streams[2];
+static int redial_busy;
+
 static void on_dial_redial(lull_dial *d, int status) {
     on_dial(d, status);
-    if (dial_calls == 1)
-        CHECK_EQ(lull_dial_start(redial_loop, NULL, d, d->stream, "127.0.0.1",
-                                 redial_port, NULL, on_dial_redial),
-                 0);
+    if (dial_calls != 1) return;
+    redial_busy =
+        lull_dial_start(redial_loop, NULL, d, &redial_streams[0], "127.0.0.1",
+                        redial_port, NULL, on_dial_redial);
+    CHECK_EQ(lull_dial_start(redial_loop, NULL, d, &redial_streams[1],
+                             "127.0.0.1", redial_port, NULL, on_dial_redial),
+             0);
 }
 
 TEST(dial_again_inside_its_own_callback) {
@@ -418,14 +426,21 @@ TEST(dial_again_inside_its_own_callback) {
     redial_loop = loop;
     int lfd = listener(AF_INET, 8, &redial_port);
     lull_dial d = {0};
-    lull_stream s;
-    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "127.0.0.1", redial_port, NULL,
-                             on_dial_redial),
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &redial_streams[0], "127.0.0.1",
+                             redial_port, NULL, on_dial_redial),
              0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(redial_busy, -EBUSY); /* the first stream's close was queued */
     CHECK_EQ(dial_calls, 2);
     CHECK_EQ(dial_status, 0);
     CHECK_EQ(accepted(lfd) + accepted(lfd), 2);
+    /* Once its on_close ran, the first stream dials again. */
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &redial_streams[0], "127.0.0.1",
+                             redial_port, NULL, on_dial),
+             0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 3);
+    CHECK_EQ(dial_status, 0);
     close(lfd);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
