@@ -205,14 +205,7 @@ int main(int argc, char **argv) {
         [ROW_LULL] = {.name = "lull: lull_fs_read -> cb"},
         [ROW_UV] = {.name = "libuv: uv_fs_read -> cb"},
     };
-#ifdef LAB_HAVE_UV
-    char label[64];
-    snprintf(label, sizeof label, "libuv %s: uv_fs_read -> cb",
-             uv_version_string());
-    rows[ROW_UV].name = label;
-#else
-    rows[ROW_UV].skipped = "libuv not found by pkg-config at build time";
-#endif
+    bench_uv_row(&rows[ROW_UV], "uv_fs_read -> cb");
     if (bench_rounds(&b, rows, ROWS, run_row) < 0) return 1;
     bench_print(&b, "a 4 KiB pread through a pool and back", rows, ROWS, 36);
     double m, lo, hi;

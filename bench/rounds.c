@@ -14,6 +14,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef LAB_HAVE_UV
+#include <uv.h>
+#endif
 
 int bench_trips = 20000;
 int bench_warmup = 2000;
@@ -72,6 +75,17 @@ static double median(const double *v, int n, double *lo, double *hi) {
     *lo = t[0];
     *hi = t[n - 1];
     return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+void bench_uv_row(bench_row *row, const char *what) {
+#ifdef LAB_HAVE_UV
+    static char label[64]; /* one libuv row a program */
+    snprintf(label, sizeof label, "libuv %s: %s", uv_version_string(), what);
+    row->name = label;
+#else
+    (void)what;
+    row->skipped = "libuv not found by pkg-config at build time";
+#endif
 }
 
 int bench_start(bench *b, int argc, char **argv) {

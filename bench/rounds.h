@@ -48,6 +48,10 @@ typedef struct bench {
     int rounds;
 } bench;
 
+/* The libuv row: named "libuv <version>: <what>" when libuv was found at
+ * build time (LAB_HAVE_UV), else skipped with its name as it stands. */
+void bench_uv_row(bench_row *row, const char *what);
+
 /* Parses [--cpu N | --no-pin] [--trips N] [--rounds N] and pins the
  * process. Returns 0, or the exit status after saying why on stderr. */
 int bench_start(bench *b, int argc, char **argv);

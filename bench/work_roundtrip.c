@@ -265,14 +265,7 @@ int main(int argc, char **argv) {
         [ROW_POOL] = {.name = "lull: lull_work_submit -> done"},
         [ROW_UV] = {.name = "libuv: uv_queue_work -> after_work"},
     };
-#ifdef LAB_HAVE_UV
-    char label[64];
-    snprintf(label, sizeof label, "libuv %s: uv_queue_work -> after",
-             uv_version_string());
-    rows[ROW_UV].name = label;
-#else
-    rows[ROW_UV].skipped = "libuv not found by pkg-config at build time";
-#endif
+    bench_uv_row(&rows[ROW_UV], "uv_queue_work -> after");
     if (bench_rounds(&b, rows, ROWS, run_row) < 0) return 1;
     bench_print(&b, "round trip to another thread and back", rows, ROWS, 38);
     double m, lo, hi;
