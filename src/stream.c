@@ -112,7 +112,7 @@
  * a length and a payload buffer per frame that is 512 frames per call. */
 #define IOV_CAP 1024
 /* Framed streams: a 4-byte big-endian length before each frame. */
-#define HDR 4
+#define HDR LULL__FRAME_HDR
 /* The longest frame a 4-byte length can announce (and HDR more fits in a
  * size_t everywhere). */
 #define FRAME_MAX                                                              \
@@ -991,13 +991,7 @@ static bool make_room(lull_stream *s, size_t need) {
     }
     if (need <= s->rcap) return true;
     if (!(s->state & S_OWN_BUF)) return false;
-    size_t cap = s->rcap * 2 > need ? s->rcap * 2 : need;
-    if (cap > s->ep.max_frame + HDR) cap = s->ep.max_frame + HDR;
-    unsigned char *b = realloc(s->rbuf, cap);
-    if (!b) return false;
-    s->rbuf = b;
-    s->rcap = cap;
-    return true;
+    return lull__frame_buf_grow(&s->rbuf, &s->rcap, need, s->ep.max_frame);
 }
 
 /* Hands every whole buffered frame to on_frame, while reading is on. False
@@ -1005,8 +999,7 @@ static bool make_room(lull_stream *s, size_t need) {
 static bool deliver_frames(lull_stream *s) {
     while ((s->state & S_READING) && s->rend - s->rstart >= HDR) {
         const unsigned char *p = s->rbuf + s->rstart;
-        size_t len = (size_t)p[0] << 24 | (size_t)p[1] << 16 |
-                     (size_t)p[2] << 8 | (size_t)p[3];
+        size_t len = lull__frame_len(p);
         if (len > s->ep.max_frame) {
             fail_now(s, -EMSGSIZE);
             return false;

@@ -26,25 +26,32 @@ static lull_loop *new_loop(lull_clock clock) {
     return loop;
 }
 
+/* The loopback address of family (AF_INET or AF_INET6) with port, in
+ * *ss; returns its length. */
+static socklen_t loopback(int family, int port, struct sockaddr_storage *ss) {
+    memset(ss, 0, sizeof *ss);
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        return sizeof *a;
+    }
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons((uint16_t)port);
+    a->sin6_addr = in6addr_loopback;
+    return sizeof *a;
+}
+
 /* A listening socket on addr:0 (family AF_INET or AF_INET6); its port in
  * *port. backlog 0 and one connection queued: a black hole. */
 static int listener(int family, int backlog, int *port) {
     /* Non-blocking: accepted() looks, it never waits. */
     int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     CHECK(fd >= 0);
-    struct sockaddr_storage ss = {0};
-    socklen_t len;
-    if (family == AF_INET) {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        a->sin_family = AF_INET;
-        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        len = sizeof *a;
-    } else {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_addr = in6addr_loopback;
-        len = sizeof *a;
-    }
+    struct sockaddr_storage ss;
+    socklen_t len = loopback(family, 0, &ss);
     if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
         close(fd);
         return -1;
@@ -59,23 +66,29 @@ static int listener(int family, int backlog, int *port) {
 /* Fills a black hole's accept queue: the next SYN is dropped. */
 static int fill_queue(int family, int port) {
     int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_storage ss = {0};
-    socklen_t len;
-    if (family == AF_INET) {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        a->sin_family = AF_INET;
-        a->sin_port = htons((uint16_t)port);
-        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        len = sizeof *a;
-    } else {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons((uint16_t)port);
-        a->sin6_addr = in6addr_loopback;
-        len = sizeof *a;
-    }
+    struct sockaddr_storage ss;
+    socklen_t len = loopback(family, port, &ss);
     CHECK_EQ(connect(fd, (struct sockaddr *)&ss, len), 0);
     return fd;
+}
+
+/* A black hole: a connect to port never answers. */
+typedef struct hole {
+    int lfd;    /* the listener, backlog 0 */
+    int filler; /* the connection that fills its queue */
+    int port;
+} hole;
+
+static hole hole_open(int family) {
+    hole h;
+    h.lfd = listener(family, 0, &h.port);
+    h.filler = fill_queue(family, h.port);
+    return h;
+}
+
+static void hole_close(hole *h) {
+    close(h->filler);
+    close(h->lfd);
 }
 
 static int closed_port(void) {
@@ -96,23 +109,10 @@ static void add(addrs *l, int family, int port) {
     struct addrinfo *ai = &l->ai[l->n];
     struct sockaddr_storage *ss = &l->ss[l->n];
     memset(ai, 0, sizeof *ai);
-    memset(ss, 0, sizeof *ss);
     ai->ai_family = family;
     ai->ai_socktype = SOCK_STREAM;
     ai->ai_addr = (struct sockaddr *)ss;
-    if (family == AF_INET) {
-        struct sockaddr_in *a = (struct sockaddr_in *)ss;
-        a->sin_family = AF_INET;
-        a->sin_port = htons((uint16_t)port);
-        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ai->ai_addrlen = sizeof *a;
-    } else {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons((uint16_t)port);
-        a->sin6_addr = in6addr_loopback;
-        ai->ai_addrlen = sizeof *a;
-    }
+    ai->ai_addrlen = loopback(family, port, ss);
     if (l->n) l->ai[l->n - 1].ai_next = ai;
     l->n++;
 }
@@ -135,6 +135,12 @@ static void on_dial(lull_dial *d, int status) {
 
 static void reset(void) {
     dial_calls = dial_status = 0;
+}
+
+/* Settles the virtual clock's loop until the dial has reported. */
+static void settle_until_dialed(lull_loop *loop) {
+    for (int i = 0; i < 100 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
 }
 
 /* The one accepted connection of a listener, or -1. */
@@ -207,8 +213,7 @@ TEST(refused_address_starts_the_next_at_once) {
     lull_dial d = {0};
     lull_stream s;
     CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
-    for (int i = 0; i < 100 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, 0);
     CHECK_EQ(d.attempts, 2);
@@ -222,11 +227,10 @@ TEST(refused_address_starts_the_next_at_once) {
 TEST(silent_address_waits_250_ms_then_the_next_wins) {
     reset();
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    int bport, hole = listener(AF_INET, 0, &bport);
-    int filler = fill_queue(AF_INET, bport);
+    hole h = hole_open(AF_INET);
     int port, lfd = listener(AF_INET, 8, &port);
     addrs l = {0};
-    add(&l, AF_INET, bport);
+    add(&l, AF_INET, h.port);
     add(&l, AF_INET, port);
     lull_dial d = {0};
     lull_stream s;
@@ -238,15 +242,13 @@ TEST(silent_address_waits_250_ms_then_the_next_wins) {
     CHECK_EQ(dial_calls, 0);
     lull_loop_advance(loop, LULL_MS(1));
     CHECK_EQ(d.attempts, 2);
-    for (int i = 0; i < 100 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, 0);
     CHECK_EQ(accepted(lfd), 1); /* the second address won */
     CHECK(lull_loop_settle(loop) >= 0);
     close(lfd);
-    close(filler);
-    close(hole);
+    hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0); /* the silent attempt was closed */
 }
 
@@ -261,12 +263,11 @@ TEST(families_interleave) {
     close(p6);
     reset();
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    int bport, hole = listener(AF_INET6, 0, &bport);
-    int filler = fill_queue(AF_INET6, bport);
+    hole h = hole_open(AF_INET6);
     int port6, l6 = listener(AF_INET6, 8, &port6);
     int port4, l4 = listener(AF_INET, 8, &port4);
     addrs l = {0};
-    add(&l, AF_INET6, bport);
+    add(&l, AF_INET6, h.port);
     add(&l, AF_INET6, port6);
     add(&l, AF_INET, port4);
     lull_dial d = {0};
@@ -274,8 +275,7 @@ TEST(families_interleave) {
     CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
     CHECK(lull_loop_settle(loop) >= 0);
     lull_loop_advance(loop, LULL_MS(250));
-    for (int i = 0; i < 100 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_status, 0);
     CHECK_EQ(d.attempts, 2);
     CHECK_EQ(accepted(l4), 1);
@@ -283,18 +283,16 @@ TEST(families_interleave) {
     CHECK(lull_loop_settle(loop) >= 0);
     close(l4);
     close(l6);
-    close(filler);
-    close(hole);
+    hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 TEST(timeout_ends_the_dial) {
     reset();
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    int bport, hole = listener(AF_INET, 0, &bport);
-    int filler = fill_queue(AF_INET, bport);
+    hole h = hole_open(AF_INET);
     addrs l = {0};
-    add(&l, AF_INET, bport);
+    add(&l, AF_INET, h.port);
     lull_dial d = {0};
     lull_stream s;
     lull_dial_options o = {.timeout_ns = LULL_S(3)};
@@ -304,8 +302,7 @@ TEST(timeout_ends_the_dial) {
     lull_loop_advance(loop, 1);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ETIMEDOUT);
-    close(filler);
-    close(hole);
+    hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -318,8 +315,7 @@ TEST(every_address_refused_gives_the_last_error) {
     lull_dial d = {0};
     lull_stream s;
     CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
-    for (int i = 0; i < 100 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ECONNREFUSED);
     CHECK_EQ(d.attempts, 2);
@@ -329,10 +325,9 @@ TEST(every_address_refused_gives_the_last_error) {
 TEST(cancel_while_connecting) {
     reset();
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    int bport, hole = listener(AF_INET, 0, &bport);
-    int filler = fill_queue(AF_INET, bport);
+    hole h = hole_open(AF_INET);
     addrs l = {0};
-    add(&l, AF_INET, bport);
+    add(&l, AF_INET, h.port);
     lull_dial d = {0};
     lull_stream s;
     CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
@@ -344,8 +339,7 @@ TEST(cancel_while_connecting) {
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ECANCELED);
     CHECK_EQ(lull_dial_cancel(&d), -EINVAL);
-    close(filler);
-    close(hole);
+    hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
