@@ -642,12 +642,14 @@ else
 fi
 { kill "$crpid" "$cpid"; wait "$crpid" "$cpid"; } 2>/dev/null
 
-# client-output-buffer-limit pubsub 4mb 2mb 1: a publisher, a subscriber
+# client-output-buffer-limit pubsub 4mb 0 0: a publisher, a subscriber
 # that reads and one that never does. The reader gets every message (the
 # publisher lets it keep within 500 KB); the one that does not read is
-# closed once over 4 MiB; the server's memory stays bounded.
+# closed once over 4 MiB; the server's memory stays bounded. No soft
+# limit: on a loaded machine 2 MiB held for 1 s closed it first, which is
+# right but not what this case checks (the soft limits have their own).
 if [ -x "$py" ]; then
-    start psp --port 0 --client-output-buffer-limit pubsub 4mb 2mb 1
+    start psp --port 0 --client-output-buffer-limit pubsub 4mb 0 0
     ppport=$started_port
     PYTHONPATH="$dir" "$py" - "$ppport" >"$dir/pubsub.out" 2>&1 <<'PY' || fail "pub/sub limit: $(cat "$dir/pubsub.out") $(cat "$dir/psp.out")"
 import socket, sys, threading, time, resp
