@@ -20,7 +20,9 @@
  *
  * Replica side (--replica-of): the link to the primary, its handshake,
  * applying the records, acknowledging them, and reconnecting. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* cpu_set_t, pthread_setaffinity_np */
+#endif
 #include "server.h"
 
 #include <errno.h>
@@ -276,8 +278,8 @@ static int cpus_allowed(void) {
 
 static bool want_thread(rlink *l) {
     server *srv = l->srv;
-    if (l->no_thread || l->skip_next || srv->senders_stopped || !srv->net->fd ||
-        srv->catchup == CATCHUP_LOOP)
+    if (l->no_thread || l->skip_next || l->c->closing || srv->senders_stopped ||
+        !srv->net->fd || srv->catchup == CATCHUP_LOOP)
         return false;
     if (srv->catchup == CATCHUP_AUTO && srv->sender_cpu < 0 &&
         cpus_allowed() < 2)
@@ -311,18 +313,19 @@ static void sender_end(rsender *sx, int status) {
 }
 
 /* On the thread: sends spans while the stream takes them (one always,
- * with none in flight: a stream whose write failed refuses it, -EPIPE). */
+ * with none in flight: a stream whose write failed refuses it, -EPIPE,
+ * so a failure is heard of whether or not a drain was owed). */
 static void sender_pump(rsender *sx) {
     lull_endpoint *ep = &sx->s.ep;
     while (!sx->closing && sx->next < sx->nspans) {
         if (sx->inflight && !lull_endpoint_writable(ep)) return; /* drain */
-        int rc = lull_endpoint_send(ep, &sx->spans[sx->next].f);
+        sx->inflight++;
+        int rc = lull_endpoint_send(ep, &sx->spans[sx->next++].f);
         if (rc < 0) {
+            sx->inflight--;
             sender_end(sx, rc);
             return;
         }
-        sx->next++;
-        sx->inflight++;
     }
     /* All written; a stream whose write failed is not writable. */
     if (sx->inflight == 0)
@@ -335,8 +338,9 @@ static void sender_drain(lull_endpoint *ep) {
 
 static void sender_release(lull_frame *f) {
     rsender *sx = ((span *)(void *)f)->sx;
-    sx->inflight--;
-    if (sx->inflight == 0 && sx->next == sx->nspans) sender_pump(sx);
+    /* Written, or dropped by a failed write: either way the next span
+     * goes now (the stream is empty), or the end is found. */
+    if (--sx->inflight == 0) sender_pump(sx);
 }
 
 /* The thread's last word on a hand-off: after this post it touches
@@ -396,6 +400,10 @@ static void sender_done(lull_task *t) {
         return;
     }
     repl_log_seek(&srv->kv.log, sx->end, &l->cur);
+    if (l->finish_pending) {
+        conn_finish(l->c);
+        return;
+    }
     if (!srv->senders_stopped) lull_task_post(srv->loop, &l->task);
 }
 

@@ -242,6 +242,9 @@ void conn_io_totals(const server *srv, uint64_t *reads, uint64_t *writes);
  * why (fmt NULL: no line). No callback of it runs afterwards. */
 void conn_drop(conn *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Stops serving c: its last replies (c->out) are sent, the write side
+ * shut, and the connection closed once they are written. */
+void conn_finish(conn *c);
 /* Holds c to its class's output limits (closing it when over); false
  * when it was closed. */
 bool conn_check_output(conn *c);
@@ -258,22 +261,24 @@ typedef struct ring_frame {
 } ring_frame;
 
 struct rlink {
-    repl_peer peer;     /* in kv.peers while the connection is open */
-    server *srv;        /* the primary */
-    conn *c;            /* the connection; NULL once it closed */
-    bool skip_next;     /* planted bug (KV_PLANT_RESUME_LATE): the next
-                           record is not sent */
-    lull_task task;     /* the producer */
-    repl_cursor cur;    /* the next record to send */
-    uint64_t start;     /* the log's end when the link started */
-    size_t inflight;    /* ring frames the stream holds (not released) */
-    uint64_t ring_next; /* the next ring frame to use */
-    bool starved;       /* waits for ring[ring_next]'s release */
-    bool flushing;      /* waits for its stream to empty, to hand off */
-    bool handed;        /* its backlog is out on the sender thread: the
-                           loop sends it nothing until that comes back */
-    bool no_thread;     /* a hand-off failed: it stays on the loop */
-    struct rsender *sx; /* the sender thread's state (NULL: never handed) */
+    repl_peer peer;      /* in kv.peers while the connection is open */
+    server *srv;         /* the primary */
+    conn *c;             /* the connection; NULL once it closed */
+    bool skip_next;      /* planted bug (KV_PLANT_RESUME_LATE): the next
+                            record is not sent */
+    lull_task task;      /* the producer */
+    repl_cursor cur;     /* the next record to send */
+    uint64_t start;      /* the log's end when the link started */
+    size_t inflight;     /* ring frames the stream holds (not released) */
+    uint64_t ring_next;  /* the next ring frame to use */
+    bool starved;        /* waits for ring[ring_next]'s release */
+    bool flushing;       /* waits for its stream to empty, to hand off */
+    bool handed;         /* its backlog is out on the sender thread: the
+                            loop sends it nothing until that comes back */
+    bool no_thread;      /* a hand-off failed: it stays on the loop */
+    bool finish_pending; /* the connection finished while handed: its
+                            last reply waits for the backlog */
+    struct rsender *sx;  /* the sender thread's state (NULL: never handed) */
     ring_frame ring[RING];
 };
 
