@@ -66,7 +66,8 @@ static void produce(lull_task *t) {
     /* A backlog for the sender thread: handed once the stream is empty,
      * so that its bytes follow everything the loop sent on the link. */
     bool to_thread = want_thread(l);
-    if (to_thread && l->inflight == 0 && l->c->ep->queued == 0) {
+    if (to_thread && l->inflight == 0 && l->c->ep->queued == 0 &&
+        l->c->out.len == 0) {
         if (handoff(l) == 0) return;
         l->no_thread = true; /* said why; the loop sends it */
         to_thread = false;
@@ -279,7 +280,8 @@ static int cpus_allowed(void) {
 static bool want_thread(rlink *l) {
     server *srv = l->srv;
     if (l->no_thread || l->skip_next || l->c->closing || srv->senders_stopped ||
-        !srv->net->fd || srv->catchup == CATCHUP_LOOP)
+        srv->catchup == CATCHUP_LOOP || !srv->net->fd ||
+        srv->net->fd(l->c->ep) < 0) /* TLS: the session's bytes */
         return false;
     if (srv->catchup == CATCHUP_AUTO && srv->sender_cpu < 0 &&
         cpus_allowed() < 2)

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -283,6 +284,35 @@ TEST(loop_catchup_starts_no_thread) {
     server_start(&r);
     run_to_sync(loop, &p, &r);
     CHECK(p.senders == NULL);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+/* No descriptor left for the thread (RLIMIT_NOFILE lowered to just above
+ * the link's socketpair): the hand-off fails, is logged, and the replica
+ * catches up on the loop, ending equal. */
+TEST_THREADED(no_fd_for_the_thread_falls_back_to_the_loop) {
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    server p, r;
+    node_open(&p, loop, false);
+    primary_of = &p;
+    load(&p, 40000);
+    node_open(&r, loop, true);
+    /* The link's two ends take the two lowest free fds; nothing above. */
+    int f1 = dup(0), f2 = dup(0);
+    CHECK(f1 >= 0 && f2 > f1);
+    close(f1);
+    close(f2);
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = (rlim_t)f2 + 1;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK(p.senders == NULL); /* no thread: its loop wanted fds too */
     same_dumps(&p, &r);
     close_all(loop, &p, &r);
 }
