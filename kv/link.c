@@ -193,8 +193,10 @@ void link_drop(rlink *l) {
  * and the writes after it follow: when the thread is done, the loop's
  * sender goes on from `end` (and hands off again if the backlog grew past
  * HANDOFF_MIN meanwhile). Nothing else is sent on the link while the
- * backlog is out: the loop hands off only with its stream empty, and its
- * sender does nothing while `handed`. The loop keeps reading the link
+ * backlog is out: the loop hands off only with its stream empty, its
+ * sender does nothing while `handed`, and a link that finishes meanwhile
+ * (a protocol error) sends its last reply after the backlog (conn_finish,
+ * finish_pending). The loop keeps reading the link
  * (REPLACK, the replica's close); the thread's stream never reads.
  *
  * The socket. The thread writes a descriptor of its own (a dup: closing
