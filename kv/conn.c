@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void conn_finish(conn *c);
 static void server_command(conn *c, const resp_arg *a, size_t argc);
 
 /* The connection stops being a client: no subscription, no queued
@@ -462,9 +461,16 @@ static void on_drain(lull_endpoint *ep) {
 
 /* Stops serving this client: its last replies leave as `fin`, the write
  * side is shut, and fin's release closes the socket. */
-static void conn_finish(conn *c) {
+void conn_finish(conn *c) {
     c->closing = true;
     conn_quiet(c);
+    /* A replica link's backlog out on the sender thread has the socket's
+     * write side until it is back: the last reply follows it (link.c's
+     * sender_done finishes the connection then). */
+    if (c->link && c->link->handed) {
+        c->link->finish_pending = true;
+        return;
+    }
     if (c->out.len == 0) {
         conn_drop(c, NULL);
         return;

@@ -13,6 +13,7 @@
  *           [--client-query-buffer-limit SIZE]
  *           [--client-output-buffer-limit CLASS HARD SOFT SECONDS ...]
  *           [--replica-of HOST:PORT] [--repl-mode per-record|budget]
+ *           [--repl-catchup auto|thread|loop] [--repl-sender-cpu N]
  *           [--bind ADDR ...] [--requirepass P] [--masterauth P]
  *           [--protected-mode yes|no] [--tls-port N --tls-cert-file F
  *           --tls-key-file F --tls-ca-cert-file F]
@@ -29,8 +30,12 @@
  *                     it; several classes may follow one flag
  *     --replica-of H:P  be a replica of the primary at H:P (H numeric, or
  *                     localhost)
- *     --repl-mode M   how a primary sends to catching-up replicas: budget
- *                     (default) or per-record
+ *     --repl-mode M   how a primary's loop sends to catching-up replicas:
+ *                     budget (default) or per-record
+ *     --repl-catchup W  where a catching-up replica's backlog is sent from:
+ *                     auto (default: a thread of its own with two CPUs or
+ *                     more), thread, or loop (--repl-mode's sender)
+ *     --repl-sender-cpu N  the sender thread's CPU
  *   SIZE is bytes, or a number with k, kb, m, mb, g or gb (as Redis: k is
  *   1000, kb 1024). It prints "lull-kv: listening on 127.0.0.1:PORT" once
  *   ready, and runs until killed.
@@ -178,9 +183,16 @@ static void socket_io_counts(const lull_endpoint *ep, uint64_t *reads,
     *writes = s->writes;
 }
 
-const kv_net kv_net_socket = {socket_read_stop, socket_read_start,
-                              socket_shutdown,  socket_peer,
-                              socket_connect,   socket_io_counts};
+/* The socket of a plaintext connection, for the catch-up sender thread;
+ * none under TLS (its bytes are the session's). */
+static int socket_fd(lull_endpoint *ep) {
+    conn *c = ep->data;
+    return c->tls ? -1 : lull_stream_fd(&c->t.stream);
+}
+
+const kv_net kv_net_socket = {
+    socket_read_stop, socket_read_start, socket_shutdown, socket_peer,
+    socket_connect,   socket_io_counts,  socket_fd};
 
 /* The one server of this process, for INFO stats (kv has no pointer back
  * to it). */
@@ -290,8 +302,14 @@ static const char usage_text[] =
     "                    be a replica of that primary (HOST numeric, or\n"
     "                    localhost)\n"
     "  --repl-mode budget|per-record\n"
-    "                    how a primary sends to catching-up replicas\n"
+    "                    how a primary's loop sends to catching-up replicas\n"
     "                    (default budget)\n"
+    "  --repl-catchup auto|thread|loop\n"
+    "                    where a catching-up replica's backlog is sent from:\n"
+    "                    a thread of its own, or the loop (default auto: the\n"
+    "                    thread when the process may use two CPUs or more)\n"
+    "  --repl-sender-cpu N\n"
+    "                    pin the sender thread to CPU N (and use it)\n"
     "  --bind ADDR [ADDR ...]\n"
     "                    listen on these numeric addresses, IPv4 or IPv6\n"
     "                    (default 127.0.0.1)\n"
@@ -602,6 +620,23 @@ int main(int argc, char **argv) {
                 srv.per_record = true;
             else if (strcmp(argv[i], "budget") != 0)
                 return usage();
+        } else if (more && strcmp(a, "--repl-catchup") == 0) {
+            const char *w = argv[++i];
+            if (strcmp(w, "auto") == 0)
+                srv.catchup = CATCHUP_AUTO;
+            else if (strcmp(w, "thread") == 0)
+                srv.catchup = CATCHUP_THREAD;
+            else if (strcmp(w, "loop") == 0)
+                srv.catchup = CATCHUP_LOOP;
+            else
+                return usage();
+        } else if (more && strcmp(a, "--repl-sender-cpu") == 0) {
+            char *end;
+            long cpu = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || cpu < 0 ||
+                cpu >= 1024) /* a cpu_set_t's CPUs */
+                return usage();
+            srv.sender_cpu = (int)cpu;
         } else {
             return usage();
         }

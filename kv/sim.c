@@ -310,9 +310,11 @@ static int sim_connect(server *srv) {
                                 sim_connected);
 }
 
-/* The simulated links count no system calls: no io_counts. */
+/* The simulated links count no system calls: no io_counts; and have no
+ * socket, so replicas catch up on the loop (no fd). */
 static const kv_net kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
-                                  sim_peer,      sim_connect,    NULL};
+                                  sim_peer,      sim_connect,    NULL,
+                                  NULL};
 
 static void random_faults(sim *S, lull_simfaults *f);
 
