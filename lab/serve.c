@@ -16,7 +16,7 @@
  * whole default suite, a 64 MiB value, idle with keys that expire and
  * pub/sub are lab/serve_more.h's (`--only suite`, `bigvalue`, `idle`,
  * `pubsub`); the TLS rows, a full run's only, lab/serve_tls.c (`--only
- * tls`); the processes, tools and client
+ * tls`), and the replication rows' TLS pair; the processes, tools and client
  * lab/serve_proc.c; the soak's lull-kv lab/serve_soak.c.
  *
  * CPUs: with two or more, the servers run on one and redis-benchmark on

@@ -24,7 +24,15 @@ extern const char *const test_key[TESTS];
 #define DEPTHS 2
 extern const int depth[DEPTHS];
 
-enum { R_KV_PER_RECORD, R_KV_BUDGET, R_REDIS, REPL_ROWS };
+/* The catch-up rows; the TLS two in a full run only. */
+enum {
+    R_KV_PER_RECORD,
+    R_KV_BUDGET,
+    R_REDIS,
+    R_KV_TLS,
+    R_REDIS_TLS,
+    REPL_ROWS
+};
 
 /* The floor table's title, one for each source of its system-call count
  * (lab/serve_floor.c): `lull-lab titles` lists both, so the width test
