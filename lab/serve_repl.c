@@ -418,7 +418,7 @@ static int measure(lab_fig *fig, lab_row *row, int round, double *v) {
     int rc = replicate_once(c->p, c->tls, i, f, &c->ping_requests, v);
     if (rc < 0) lab_detail("replication, %s: %s\n", repl_label[i], f->why);
     if (f->skipped && i >= R_KV_TLS) { /* no TLS in one of them */
-        printf("TLS catch-up: not run (%.80s)\n", f->why);
+        printf("TLS catch-up not run: %.78s\n", f->why);
         c->r[R_KV_TLS] = c->r[R_REDIS_TLS] = *f;
         return LAB_SKIPPED;
     }
@@ -561,7 +561,7 @@ int serve_replication(const lab_options *opts, const params *p, lab_json *json,
             c.tls = &tls;
             rows = REPL_ROWS;
         } else {
-            printf("TLS catch-up: not run (%.80s)\n", tls.why);
+            printf("TLS catch-up not run: %.78s\n", tls.why);
         }
     }
     lab_fig_spec spec = {"replication",

@@ -233,9 +233,19 @@ static void row_json(const lab_fig *fig, const lab_row *row, lab_json *j) {
     lab_json_string(j, server_name[row->tag]);
 }
 
-/* Starts both servers with TLS; false (and why) when either cannot. */
-static bool start_both(tctx *c, const serve_tls_files *t, char *why,
-                       size_t size) {
+/* A server's failure to start, without serve_server_ready's "exited at
+ * start: " (the line says so already). */
+static const char *reason(const char *why) {
+    static const char prefix[] = "exited at start: ";
+    return strncmp(why, prefix, sizeof prefix - 1) == 0
+               ? why + sizeof prefix - 1
+               : why;
+}
+
+/* Starts both servers with TLS; false (which could not, and why) when
+ * either cannot. */
+static bool start_both(tctx *c, const serve_tls_files *t, const char **note,
+                       char *why, size_t size) {
     char port[SERVERS][16];
     const char *extra[SERVERS][12];
     for (int s = 0; s < SERVERS; s++) {
@@ -244,12 +254,14 @@ static bool start_both(tctx *c, const serve_tls_files *t, char *why,
         tls_args(t, port[s], extra[s]);
     }
     if (!serve_start_kv(&c->srv[S_KV], extra[S_KV], serve_cpu_server)) {
-        snprintf(why, size, "lull-kv with TLS: %s", c->srv[S_KV].why);
+        snprintf(why, size, "%s", reason(c->srv[S_KV].why));
+        *note = "lull-kv without TLS";
         return false;
     }
     if (!serve_start_redis_with(&c->srv[S_REDIS], 0, serve_cpu_server, -1,
                                 extra[S_REDIS])) {
-        snprintf(why, size, "redis-server with TLS: %s", c->srv[S_REDIS].why);
+        snprintf(why, size, "%s", reason(c->srv[S_REDIS].why));
+        *note = "redis-server without TLS";
         serve_server_stop(&c->srv[S_KV]);
         return false;
     }
@@ -274,7 +286,7 @@ static void verdict(lab_fig *const f[KINDS]) {
     if (!v) return;
     char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL];
     v->timing = true;
-    snprintf(v->what, sizeof v->what, "TLS CPU/req %s -P 1, %s -P 16",
+    snprintf(v->what, sizeof v->what, "TLS CPU %s -P 1, %s -P 16",
              lab_fmt_ratio(a, cpu_x(f[K_P1])),
              lab_fmt_ratio(b, cpu_x(f[K_P16])));
     snprintf(v->target, sizeof v->target, "≥ ×1.11");
@@ -317,12 +329,14 @@ static void brief(lab_fig *const f[KINDS]) {
                "spends less); rates, lull-kv's ÷ redis-server's\n");
 }
 
-static void not_run(const char *why) {
-    printf("TLS rows: not run (%.80s)\n", why);
+/* One line (the reason, within 100 columns), and the verdict's line with
+ * a short note of what lacks TLS. */
+static void not_run(const char *note, const char *why) {
+    printf("TLS rows not run (%s): %.*s\n", note, 78 - (int)strlen(note), why);
     lab_verdict *v = lab_verdict_add("serve", SERVE_V_TLS);
     if (!v) return;
-    snprintf(v->what, sizeof v->what, "TLS CPU/req");
-    snprintf(v->note, sizeof v->note, "%.150s", why);
+    snprintf(v->what, sizeof v->what, "TLS CPU");
+    snprintf(v->note, sizeof v->note, "%s", note);
 }
 
 int serve_tls(const lab_options *opts, lab_json *json) {
@@ -332,12 +346,13 @@ int serve_tls(const lab_options *opts, lab_json *json) {
      * counts. */
     serve_run_capture(help, bench_help, sizeof bench_help, 5000, -1, NULL);
     if (!strstr(bench_help, "--tls")) {
-        not_run("this redis-benchmark has no --tls");
+        not_run("redis-benchmark without --tls",
+                "this redis-benchmark has no --tls");
         return 0;
     }
     static serve_tls_files files;
     if (!serve_tls_make(&files)) {
-        not_run(files.why);
+        not_run("no certificate (openssl)", files.why);
         return 0;
     }
     int rounds = lab_rounds(opts, 5, 1);
@@ -345,8 +360,9 @@ int serve_tls(const lab_options *opts, lab_json *json) {
     tctx *c0 = &ctx[0];
     memset(ctx, 0, sizeof ctx);
     memset(value_seen, 0, sizeof value_seen);
-    if (!start_both(c0, &files, why, sizeof why)) {
-        not_run(why);
+    const char *note = "";
+    if (!start_both(c0, &files, &note, why, sizeof why)) {
+        not_run(note, why);
         serve_tls_remove(&files);
         return 0;
     }
