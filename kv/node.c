@@ -80,6 +80,7 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
     srv->expiry.arg = srv;
     srv->expiry.should_yield = srv->should_yield;
     srv->kv.wake = conn_wake;
+    srv->kv.auth = conn_auth;
     srv->kv.kill_replicas = kill_replicas;
     return 0;
 }

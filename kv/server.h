@@ -253,6 +253,8 @@ bool conn_check_output(conn *c);
 void conn_refuse(conn *c, const char *reply, const char *why);
 /* kv.wake: a message was added to a client's output. */
 void conn_wake(kv_client *cl);
+/* kv.auth: AUTH for a client connection (the password is srv's). */
+void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out);
 
 /* link.c, primary side */
 typedef struct ring_frame {
