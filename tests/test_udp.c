@@ -4,9 +4,9 @@
  * one sendmmsg (counted by the handle, not timed); a flood read a bounded
  * number of batches per iteration (a task posted by the first datagram runs
  * before the rest); truncation reported; ICMP's refusal on a connected
- * socket reported; GSO and GRO giving the same datagrams as plain sends;
- * the send bound; close and recv_stop inside every callback; hostile
- * arguments. */
+ * socket reported; each datagram's own sender when a slot is reused; GSO
+ * and GRO giving the same datagrams as plain sends; the send bound; close
+ * and recv_stop inside every callback; hostile arguments. */
 #include "check.h"
 
 #include <arpa/inet.h>
@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static lull_loop *new_loop(void) {
@@ -516,6 +517,74 @@ TEST(recv_stop_inside_the_callback_holds_the_rest) {
         CHECK_EQ(r.seen[i], i); /* none lost, none twice */
     lull_udp_close(&tx, NULL);
     rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Each datagram's sender, whatever the one before it in the same slot: a
+ * slot's header is set up again after every recvmmsg that filled it (the
+ * kernel shortened its address length to the last sender's). Unix
+ * datagram sockets, whose address lengths differ by sender: an unnamed
+ * one (none), then one with a long abstract name, into slot 0 both. */
+static char from_path[4][108];
+static int from_count;
+
+static void from_recv(lull_udp *udp, int status, const void *bytes, size_t len,
+                      const struct sockaddr *from, unsigned flags) {
+    (void)udp, (void)bytes, (void)len, (void)flags;
+    CHECK_EQ(status, 0);
+    CHECK(from != NULL);
+    /* An unnamed sender has no address (length 0): only a named one's is
+     * looked at. */
+    const struct sockaddr_un *un = (const struct sockaddr_un *)from;
+    if (from_count < 4 && from->sa_family == AF_UNIX) /* a NUL, the name */
+        memcpy(from_path[from_count], un->sun_path + 1,
+               sizeof un->sun_path - 1);
+    from_count++;
+}
+
+static socklen_t abstract_name(struct sockaddr_un *a, const char *name) {
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    size_t n = strlen(name);
+    memcpy(a->sun_path + 1, name, n);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+TEST(each_datagram_carries_its_own_sender_in_a_reused_slot) {
+    lull_loop *loop = new_loop();
+    char name[64], long_name[96];
+    snprintf(name, sizeof name, "lull-test-udp-rx-%d", (int)getpid());
+    snprintf(long_name, sizeof long_name,
+             "lull-test-udp-a-sender-with-a-long-name-%d", (int)getpid());
+    struct sockaddr_un rxa, txa;
+    socklen_t rxlen = abstract_name(&rxa, name);
+    socklen_t txlen = abstract_name(&txa, long_name);
+    int rfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int anon = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int named = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(rfd >= 0 && anon >= 0 && named >= 0);
+    CHECK_EQ(bind(rfd, (struct sockaddr *)&rxa, rxlen), 0);
+    CHECK_EQ(bind(named, (struct sockaddr *)&txa, txlen), 0);
+    lull_udp r;
+    CHECK_EQ(lull_udp_init(loop, &r, NULL), 0);
+    CHECK_EQ(lull_udp_open(&r, rfd), 0);
+    CHECK_EQ(lull_udp_recv_start(&r, from_recv), 0);
+    from_count = 0;
+    memset(from_path, 0x55, sizeof from_path);
+    CHECK_EQ(sendto(anon, "a", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    run_until(loop, &from_count, 1);
+    CHECK_EQ(sendto(named, "n", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    run_until(loop, &from_count, 2);
+    CHECK_EQ(strcmp(from_path[1], long_name), 0);
+    /* A batch of two, then one from the unnamed: slots 0 and 1 again. */
+    CHECK_EQ(sendto(anon, "a", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    CHECK_EQ(sendto(named, "n", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    run_until(loop, &from_count, 4);
+    CHECK_EQ(strcmp(from_path[3], long_name), 0);
+    close(anon);
+    close(named);
+    lull_udp_close(&r, NULL);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
