@@ -638,6 +638,24 @@ static size_t gro_size(struct msghdr *h) {
  * callback closed the handle or stopped reading. */
 static bool deliver_batch(lull_udp *udp, bool *closed) {
     recv_meta *meta = udp->rmeta;
+    if (!(udp->state & U_GRO) && udp->roff == 0) {
+        /* Without GRO a slot is one datagram: no segment to cut, and the
+         * buffer and its stride are read once, not after every callback
+         * (one that closes keeps them until its close completes). */
+        const unsigned char *rbuf = udp->rbuf;
+        size_t stride = udp->max_datagram;
+        while (udp->rnext < udp->rgot) {
+            unsigned i = udp->rnext++;
+            const struct mmsghdr *m = &meta->msgs[i];
+            unsigned flags =
+                (m->msg_hdr.msg_flags & MSG_TRUNC) ? LULL_UDP_TRUNCATED : 0;
+            udp->received++;
+            udp->on_recv(udp, 0, rbuf + (size_t)i * stride, m->msg_len,
+                         (const struct sockaddr *)&meta->from[i], flags);
+            if (*closed || !(udp->state & U_READING)) return false;
+        }
+        return true;
+    }
     while (udp->rnext < udp->rgot) {
         unsigned i = udp->rnext;
         struct mmsghdr *m = &meta->msgs[i];

@@ -322,6 +322,67 @@ TEST(flood_is_read_a_bounded_number_of_batches_per_iteration) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Exactly a full batch pending, then more arriving: while the full
+ * batch's last datagram is delivered (before lull looks at the socket
+ * again), and after the batch, once the loop has gone on. Nothing is lost,
+ * nothing comes twice, the order holds; and the extra arrivals are read
+ * without any other event on the socket to prompt them. */
+static int full_fd = -1;
+static struct sockaddr_in full_to;
+static int full_count;
+static unsigned char full_seen[64];
+
+static void full_send(int first, int n) {
+    for (int i = first; i < first + n; i++) {
+        unsigned char b = (unsigned char)i;
+        CHECK_EQ(sendto(full_fd, &b, 1, 0, (struct sockaddr *)&full_to,
+                        sizeof full_to),
+                 1);
+    }
+}
+
+static void full_recv(lull_udp *udp, int status, const void *bytes, size_t len,
+                      const struct sockaddr *from, unsigned flags) {
+    (void)udp, (void)from, (void)flags;
+    CHECK_EQ(status, 0);
+    CHECK_EQ(len, 1u);
+    if (full_count < 64) full_seen[full_count] = *(const unsigned char *)bytes;
+    full_count++;
+    if (full_count == 8) full_send(8, 3); /* the batch's last: 3 more */
+}
+
+TEST(a_full_batch_then_more_arriving_loses_nothing) {
+    lull_loop *loop = new_loop();
+    lull_udp_options o = {.recv_batch = 8};
+    lull_udp r;
+    CHECK_EQ(lull_udp_init(loop, &r, &o), 0);
+    CHECK_EQ(lull_udp_bind(&r, "127.0.0.1", 0, 0), 0);
+    CHECK_EQ(lull_udp_recv_start(&r, full_recv), 0);
+    full_to = v4(lull_udp_local_port(&r));
+    full_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(full_fd >= 0);
+    full_count = 0;
+    full_send(0, 8); /* exactly one batch */
+    run_until(loop, &full_count, 11);
+    uint64_t calls = r.recv_calls;
+    /* After the batch and its 3, once the handle has read the socket
+     * empty: another exactly full batch, then 5 more later. */
+    full_send(11, 8);
+    run_until(loop, &full_count, 19);
+    full_send(19, 5);
+    run_until(loop, &full_count, 24);
+    for (int i = 0; i < 24; i++)
+        CHECK_EQ(full_seen[i], i); /* none lost, none twice, in order */
+    CHECK(r.recv_calls > calls);
+    /* Nothing more: a loop with nothing ready does not deliver again. */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(full_count, 24);
+    close(full_fd);
+    lull_udp_close(&r, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(truncated_datagram_is_reported) {
     lull_loop *loop = new_loop();
     lull_udp_options o = {.max_datagram = 16};
