@@ -3,10 +3,11 @@
  * wait: echo, every datagram checked, in order; the sends of one slice in
  * one sendmmsg (counted by the handle, not timed); a flood read a bounded
  * number of batches per iteration (a task posted by the first datagram runs
- * before the rest); truncation reported; ICMP's refusal on a connected
- * socket reported; each datagram's own sender when a slot is reused; GSO
- * and GRO giving the same datagrams as plain sends; the send bound; close
- * and recv_stop inside every callback; hostile arguments. */
+ * before the rest); exactly a full batch, then more, none lost; truncation
+ * reported; ICMP's refusal on a connected socket reported; each datagram's
+ * own sender when a slot is reused; GSO and GRO giving the same datagrams
+ * as plain sends; the send bound; close and recv_stop inside every
+ * callback; hostile arguments. */
 #include "check.h"
 
 #include <arpa/inet.h>
