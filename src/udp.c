@@ -684,10 +684,8 @@ static bool deliver_batch(lull_udp *udp, bool *closed) {
     return true;
 }
 
-/* Sets up the headers of slots [from, to) for a recvmmsg. A call writes
- * only the headers of the slots it fills (their lengths and flags), so
- * before the next call only those are set up again: the rest still hold
- * what this wrote, and a batch of 2 costs 2 headers, not recv_batch. */
+/* Sets up the headers of slots [from, to) for a recvmmsg, whole: at the
+ * buffer's allocation, and after a failed call (rare). */
 static void prepare_slots(lull_udp *udp, unsigned from, unsigned to) {
     recv_meta *meta = udp->rmeta;
     bool gro = udp->state & U_GRO;
@@ -707,6 +705,21 @@ static void prepare_slots(lull_udp *udp, unsigned from, unsigned to) {
     }
 }
 
+/* Before the next recvmmsg: a call writes back, of the headers of the
+ * slots it filled and of no others, only the lengths of the sender's
+ * address and of the control data (and msg_flags, msg_len: outputs), so
+ * only those two are set again, and only for the last call's slots (a
+ * batch of 2 costs 2, not recv_batch). */
+static void rearm_slots(lull_udp *udp) {
+    recv_meta *meta = udp->rmeta;
+    unsigned n = udp->rgot;
+    for (unsigned i = 0; i < n; i++)
+        meta->msgs[i].msg_hdr.msg_namelen = sizeof meta->from[i];
+    if (udp->state & U_GRO)
+        for (unsigned i = 0; i < n; i++)
+            meta->msgs[i].msg_hdr.msg_controllen = sizeof meta->ctl[i];
+}
+
 /* Delivers what a stopped read left, then reads up to RECV_ROUNDS
  * batches. */
 static void read_datagrams(lull_udp *udp) {
@@ -714,7 +727,7 @@ static void read_datagrams(lull_udp *udp) {
     udp->closed_guard = &closed;
     if (!deliver_batch(udp, &closed)) goto out;
     for (int round = 0; round < RECV_ROUNDS; round++) {
-        prepare_slots(udp, 0, udp->rgot); /* the last call's slots */
+        rearm_slots(udp);
         int got;
         do {
             got = recvmmsg(udp->io.fd, ((recv_meta *)udp->rmeta)->msgs,

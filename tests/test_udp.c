@@ -767,6 +767,43 @@ TEST(gro_receive_splits_coalesced_datagrams) {
     segmented(true);
 }
 
+/* With GRO, a slot that held a plain datagram (no control data: the
+ * kernel set its control length to 0) takes a coalesced one next: its
+ * control length is set again, so the segment size arrives and the ten
+ * datagrams are split as before, not delivered as one of 1,000 bytes. */
+TEST(gro_slot_reused_after_a_plain_datagram) {
+    lull_loop *loop = new_loop();
+    lull_udp_options ro = {.gro = true};
+    rx r;
+    rx_bind(loop, &r, &ro);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp plain;
+    CHECK_EQ(lull_udp_init(loop, &plain, NULL), 0);
+    CHECK_EQ(send_n(&plain, 1, (struct sockaddr *)&to), 0);
+    run_until(loop, &r.count, 1);
+    CHECK_EQ(r.lens[0], 8);
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[1000];
+    for (int i = 0; i < 1000; i++)
+        big[i] = (unsigned char)(i / 100);
+    static lull_datagram d;
+    CHECK_EQ(
+        lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to, NULL),
+        0);
+    run_until(loop, &r.count, 11);
+    for (int i = 1; i <= 10; i++) {
+        CHECK_EQ(r.lens[i], 100);
+        CHECK_EQ(r.seen[i], i - 1);
+    }
+    lull_udp_close(&plain, NULL);
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(multicast_on_the_loopback_interface) {
     lull_loop *loop = new_loop();
     rx r;
