@@ -260,8 +260,21 @@ static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0,
               : loop->io_active ? LULL__SLEEP_EPOLL
                                 : LULL__SLEEP_FUTEX;
     if (how != LULL__AWAKE && !lull__remote_sleep(loop, how)) {
+        *timeout_io = 0;
+        *signalled = false;
+        /* A post came before the sleep. A loop that would have slept on
+         * its futex watches no fd: its epoll set holds only the wake-up
+         * eventfd, so a look there finds nothing the drain after it would
+         * not find. Skipping it saves the syscall on the path a
+         * cross-thread ping-pong on one CPU takes about once per hop (the
+         * reply lands while the poster, preempted by the thread it woke,
+         * has not yet gone back to sleep). */
+        if (how == LULL__SLEEP_FUTEX) {
+            loop->events_len = loop->events_next = 0;
+            return 0;
+        }
         how = LULL__AWAKE;
-        timeout = *timeout_io = 0;
+        timeout = 0;
     }
     if (timeout > 0 && !loop->slack_checked) precise_timers(loop);
     int n = 0;
