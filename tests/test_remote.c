@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -758,4 +759,57 @@ TEST_THREADED(remote_post_between_the_look_and_the_futex_wait_wakes_it) {
 
 TEST_THREADED(remote_post_between_the_look_and_epoll_wait_wakes_it) {
     post_between_look_and_wait(true);
+}
+
+/* ---------------------------------------------------------- timer slack */
+
+/* A loop lowers its thread's timer slack only for a wait shorter than a
+ * second: a run whose only deadline is far leaves it as it was (no prctl
+ * call), one with a near deadline lowers it while it runs and puts it
+ * back. The far run is ended by a post once it sleeps. */
+static long slack_seen;
+static lull_task slack_task;
+
+static void read_slack(lull_task *t) {
+    (void)t;
+    slack_seen = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    lull_loop_stop(the_loop);
+}
+
+static void read_slack_timer(lull_timer *t) {
+    slack_seen = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    lull_loop_stop(t->loop);
+}
+
+static int slack_loop_tid;
+static void *post_slack_read(void *arg) {
+    (void)arg;
+    check_wait_blocked(slack_loop_tid, the_loop->backend_fd,
+                       &the_loop->sleeping);
+    lull_task_post_remote(the_loop, &slack_task);
+    return NULL;
+}
+
+TEST_THREADED(loop_lowers_timer_slack_only_for_a_wait_under_a_second) {
+    CHECK_EQ(prctl(PR_SET_TIMERSLACK, 50000, 0, 0, 0), 0);
+    CHECK_EQ(lull_loop_new(&the_loop, NULL), 0);
+    lull_timer far, near;
+    lull_timer_init(the_loop, &far, read_slack_timer);
+    lull_timer_init(the_loop, &near, read_slack_timer);
+    lull_timer_start(&far, 3600ull * 1000000000ull, 0);
+    lull_task_init(&slack_task, read_slack);
+    slack_loop_tid = gettid();
+    slack_seen = -1;
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_slack_read, NULL), 0);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(slack_seen, 50000);         /* an hour away: left as it was */
+    lull_timer_start(&near, 1000000, 0); /* 1 ms */
+    slack_seen = -1;
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(slack_seen, 1000); /* lowered while it waited */
+    CHECK_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 50000); /* put back */
+    lull_timer_stop(&far);
+    CHECK_EQ(lull_loop_free(the_loop), 0);
 }
