@@ -222,7 +222,11 @@ ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags) {
         errno = err;
         return -1;
     }
-    if (err == SHORT) return __real_recv(fd, buf, cut, flags);
+    if (shim_io_before) {
+        ssize_t n = __real_recv(fd, buf, cut, flags);
+        if (n >= 0 && shim_io_after) n = shim_io_after(K_RECV, fd, n, len);
+        return n;
+    }
     err = fault_for(K_RECV, fd, 0);
     if (err == SHORT && len > 1)
         return __real_recv(fd, buf, shorter(len), flags);
@@ -256,7 +260,14 @@ ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags) {
             errno = err;
             return -1;
         }
-        if (err == SHORT) return recvmsg_cut(fd, msg, flags, cut);
+        if (shim_io_before) {
+            size_t asked = msg->msg_iov[0].iov_len;
+            ssize_t n = err == SHORT ? recvmsg_cut(fd, msg, flags, cut)
+                                     : __real_recvmsg(fd, msg, flags);
+            if (n >= 0 && shim_io_after)
+                n = shim_io_after(K_RECV, fd, n, asked);
+            return n;
+        }
     }
     int err = fault_for(K_RECV, fd, 0);
     if (err == SHORT && msg->msg_iovlen == 1 && msg->msg_iov[0].iov_len > 1)

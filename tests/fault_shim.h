@@ -7,8 +7,9 @@
  *     calls, fail with an errno or come up short, while armed;
  *   - an I/O plan (kv/sim.c): shim_io_before decides, for every recv,
  *     recvmsg and sendmsg, whether the call fails, is cut short at a
- *     length it picks, or goes through; shim_io_after may change what a
- *     sendmsg that went through returns (planted miscounts). The plan
+ *     length it picks, or goes through; shim_io_after sees what each
+ *     call that went through moved, and may change what a sendmsg
+ *     returns (planted miscounts). The plan
  *     draws from its own seeded generator, so a seed replays its faults.
  *
  * With neither, every call goes straight to the real one. */
@@ -86,8 +87,9 @@ void report(const char *what);
 /* The I/O plan (one thread: the loop's). Before each recv, recvmsg or
  * sendmsg (kind K_RECV or K_SENDMSG) of `*len` bytes: 0 makes the call as
  * asked, an errno fails it with that errno, SHORT makes it with *len cut
- * down (1 <= *len < asked). After a sendmsg that went through and moved
- * n of `asked` bytes: what it returns. NULL: no plan. */
+ * down (1 <= *len < asked). After a call that went through and moved n
+ * of `asked` bytes: what it returns (a sendmsg's count may be planted
+ * wrong; a recv's is counted, never changed). NULL: no plan. */
 extern int (*shim_io_before)(int kind, int fd, size_t *len);
 extern ssize_t (*shim_io_after)(int kind, int fd, ssize_t n, size_t asked);
 
