@@ -186,6 +186,7 @@ soak:
 # default, 10,000 (CI's), about five times that; the 1,000,000 commands
 # a few seconds a run (docs/SIMULATION.md has the figures).
 SEEDS ?= 10000
+SIM_STREAMS_SEEDS ?= 2000
 SIM_PLANT_SEEDS ?= 500
 SIM_COMMANDS ?= 1000000
 SIM = ./build/release/kv/lull-kv-sim
@@ -194,9 +195,10 @@ sim:
 	$(CMAKE) -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
 	$(CMAKE) --build build/release -j$(JOBS) --target lull-kv-sim
 	$(SIM) $(if $(filter command line,$(origin SECONDS)),--seconds $(SECONDS),--seeds $(SEEDS))
+	$(SIM) --streams --seeds $(SIM_STREAMS_SEEDS)
 	for bug in resume-late ack-before-log lost-wakeup expire-relative \
 	  multi-split chunk-edge int32 silent-resync expire-early \
-	  hollow-partition; do \
+	  hollow-partition short-write-resend short-write-drop; do \
 	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \
 	  -P kv/sim_determinism.cmake
