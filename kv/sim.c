@@ -50,7 +50,7 @@
  *
  *   lull-kv-sim [--seeds N] [--first S] [--seconds T] [--seed S]
  *               [--plant BUG] [--expect-find N] [--determinism N]
- *               [--trace FILE] [--quiet]
+ *               [--trace FILE] [--quiet] [--streams]
  *     --seeds N        seeds S..S+N-1 (default 100; --first S, default 1)
  *     --seconds T      fresh seeds for T seconds (the soak); the first
  *                      is printed
@@ -59,7 +59,8 @@
  *     --plant BUG      plant a known bug (resume-late, ack-before-log,
  *                      lost-wakeup, expire-relative, multi-split,
  *                      chunk-edge, int32, silent-resync: lull-kv's;
- *                      hollow-partition: the network's); with
+ *                      hollow-partition: the network's; short-write-
+ *                      resend, short-write-drop: the stream path's); with
  *                      --expect-find N, succeed when a seed of the first N
  *                      finds it, fail when none does
  *     --determinism N  a fault-free run of N commands, twice: the traces'
@@ -69,6 +70,11 @@
  *     --unread-close   one directed run: a replica closes its link with
  *                      bytes the primary has not read (kv.sim_replica_
  *                      close_unread)
+ *     --streams        lull-kv's connections as lull streams on
+ *                      socketpairs, with the fault shim's seeded plan
+ *                      under them (the section "--streams" below); the
+ *                      plants short-write-resend and short-write-drop
+ *                      turn it on
  * Exit status: 0 when every seed passed (or the planted bug was found). */
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
