@@ -122,6 +122,8 @@ void shim_reset(uint64_t seed) {
     memset(injected, 0, sizeof injected);
     shim_rng = seed ? seed : 1;
     on_inject = NULL;
+    shim_io_before = NULL;
+    shim_io_after = NULL;
     pthread_mutex_unlock(&shim_lock);
 }
 

@@ -425,6 +425,74 @@ TEST(sendmsg_short_writes_complete) {
     end_loop(loop);
 }
 
+/* The I/O plan (fault_shim.h, lull-kv-sim --streams): every recv and
+ * sendmsg on one flow's fds cut to one byte, the other flow's let through;
+ * both arrive whole, and the plan saw each call and what it moved. */
+static int plan_fd[2];
+static uint64_t plan_calls, plan_bytes;
+
+static int plan_one_byte(int kind, int fd, size_t *len) {
+    (void)kind;
+    if (fd != plan_fd[0] && fd != plan_fd[1]) return 0;
+    plan_calls++;
+    *len = 1;
+    return SHORT;
+}
+
+static ssize_t plan_count(int kind, int fd, ssize_t n, size_t asked) {
+    (void)asked;
+    if (kind == K_SENDMSG && fd == plan_fd[0]) plan_bytes += (uint64_t)n;
+    return n;
+}
+
+TEST(plan_cuts_every_call_to_one_byte) {
+    lull_loop *loop = new_loop();
+    flow *a = flow_new(loop, 1, 40), *b = flow_new(loop, 2, 100);
+    plan_fd[0] = a->txfd;
+    plan_fd[1] = a->rxfd;
+    plan_calls = plan_bytes = 0;
+    shim_io_before = plan_one_byte;
+    shim_io_after = plan_count;
+    flow *all[] = {a, b, NULL};
+    flows_run(loop, all, 20);
+    check_complete(a);
+    check_complete(b);
+    size_t total = 0;
+    for (int k = 0; k < a->n; k++)
+        total += frame_size(a->id, k) + 4; /* each with its length */
+    CHECK_EQ(plan_bytes, (uint64_t)total);
+    CHECK(plan_calls >= 2 * (uint64_t)total);
+    shim_io_before = NULL;
+    shim_io_after = NULL;
+    flows_end(loop, all);
+    end_loop(loop);
+}
+
+/* An errno from the plan reaches the stream as the kernel's would: a
+ * reset recv closes that stream with -ECONNRESET; the other flow goes
+ * on. */
+static int plan_reset(int kind, int fd, size_t *len) {
+    (void)len;
+    return kind == K_RECV && fd == plan_fd[1] ? ECONNRESET : 0;
+}
+
+TEST(plan_errno_closes_one_stream) {
+    lull_loop *loop = new_loop();
+    flow *a = flow_new(loop, 1, 40), *b = flow_new(loop, 2, 100);
+    plan_fd[0] = a->txfd;
+    plan_fd[1] = a->rxfd;
+    shim_io_before = plan_reset;
+    flow *all[] = {a, b, NULL};
+    flows_run(loop, all, 20);
+    CHECK(a->rx_closed);
+    CHECK_EQ(a->rx_reason, -ECONNRESET);
+    CHECK_EQ(a->received, 0);
+    check_complete(b);
+    shim_io_before = NULL;
+    flows_end(loop, all);
+    end_loop(loop);
+}
+
 /* sendmsg fails for good: the stream closes with the errno (in a later
  * turn when found inside lull_endpoint_send), every queued frame is released,
  * the peer sees what was written and then the end; other streams go on. */
