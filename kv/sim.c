@@ -477,6 +477,15 @@ static void plan_draw(sim *S) {
     if (below(r, 2)) p->short_write = 1 + (uint32_t)below(r, 350);
     if (below(r, 2)) p->eagain = 1 + (uint32_t)below(r, 100);
     if (below(r, 2)) p->eintr = 1 + (uint32_t)below(r, 100);
+    /* An eighth of the seeds heavy: most calls cut short, half of them
+     * retried (every byte in its own call, a stream blocked at every
+     * turn). */
+    if (below(r, 8) == 0) {
+        p->short_read = 500 + (uint32_t)below(r, 500);
+        p->short_write = 500 + (uint32_t)below(r, 500);
+        p->eagain = (uint32_t)below(r, 500);
+        p->eintr = (uint32_t)below(r, 500);
+    }
     if (below(r, 4) == 0) p->enobufs = 1 + (uint32_t)below(r, 5);
     if (below(r, 2)) {
         p->reset_permille = 1 + (uint32_t)below(r, 500);
