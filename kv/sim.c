@@ -339,7 +339,7 @@ static const kv_net kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
  * sendmsg: short reads and writes at random byte counts, EAGAIN, EINTR,
  * ENOBUFS, and, on a share of the socketpairs, ECONNRESET or EPIPE from a
  * random byte on. Both streams' fds are unreferenced, so the loop's run
- * ends when the network is quiet (settle_streams runs what is left in the
+ * ends when the network is quiet (run_streams runs what is left in the
  * sockets). A relay that loses either side closes the other: a fault
  * under a stream reaches the peer as a reset, and lull-kv reconnects and
  * resyncs as on the simulated network. */
