@@ -121,7 +121,7 @@ typedef struct node {
 
 /* P_MKEY: MSET, MGET or DEL of 2 or 3 of the client's keys, checked key
  * by key (cmd[i].op: OP_SET, OP_MGET_ONE, OP_DEL). */
-enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY };
+enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY, P_QUIT };
 
 /* A request in flight: one command, a transaction, or the DEL that
  * forgets the keys a failed connection left uncertain. */
@@ -200,6 +200,7 @@ typedef struct client {
     int ttl_px;
     unsigned ttl_seq;
     unsigned tags; /* transactions that wrote the atomicity pair */
+    bool quitting; /* QUIT sent (--streams): nothing more on this link */
 } client;
 
 /* A planted bug of the network's, not lull-kv's: partitions that hold
@@ -1178,6 +1179,17 @@ static void send_cmd(client *cl) {
     static char req[3 * MODEL_REQ_MAX + 64];
     size_t n = 0;
     pending *p = push(cl);
+    if (streams_mode && below(&S->rng, 40) == 0) {
+        /* QUIT (with --streams only, where it shuts a lull stream's write
+         * side once the reply is written): +OK, then the server's EOF,
+         * and the client connects again. */
+        p->kind = P_QUIT;
+        cl->quitting = true;
+        cl->remaining--;
+        lull_simnet_log(S->net, "c%d > QUIT", cl->id);
+        send_bytes(cl, "*1\r\n$4\r\nQUIT\r\n", 14);
+        return;
+    }
     if (below(&S->rng, 12) == 0 && cl->ttl_state != 1) {
         /* The TTL probe: a GET of the key once its SET is done, or a
          * new SET. */
@@ -1254,7 +1266,7 @@ static void send_cmd(client *cl) {
 static void client_pump(client *cl) {
     sim *S = cl->S;
     if (cl->state != C_UP || S->failed) return;
-    while (cl->qlen < cl->depth && cl->remaining > 0) {
+    while (!cl->quitting && cl->qlen < cl->depth && cl->remaining > 0) {
         if (lull_timer_active(&cl->timer)) return;
         send_cmd(cl);
         if (S->failed || cl->state != C_UP) return;
@@ -1324,6 +1336,9 @@ static void check_reply(client *cl, const char *r, size_t len) {
             return;
         }
         S->cmds_run += (uint64_t)p->ncmd;
+    } else if (p->kind == P_QUIT) {
+        if (len != 5 || memcmp(r, "+OK\r\n", 5) != 0)
+            fail(S, "c%d: QUIT got %.*s", cl->id, (int)len, r);
     } else if (p->kind == P_FORGET) {
         long long n;
         if (sscanf(r, ":%lld", &n) != 1 || n < 0 || n > p->ncmd)
@@ -1427,8 +1442,9 @@ static void client_closed(lull_endpoint *ep, int reason) {
         return;
     }
     /* Lost: what was in flight may or may not have run. Those keys are
-     * forgotten (deleted first thing on the next connection). */
-    S->lost++;
+     * forgotten (deleted first thing on the next connection). A QUIT
+     * answered ends it as asked. */
+    if (!cl->quitting || cl->qlen) S->lost++;
     for (int i = 0; i < cl->qlen; i++) {
         pending *p = &cl->q[(cl->qhead + i) % PIPE_MAX];
         if (p->kind == P_TTL_SET) cl->ttl_state = 0; /* its fate unknown */
@@ -1439,6 +1455,7 @@ static void client_closed(lull_endpoint *ep, int reason) {
     }
     cl->qlen = 0;
     cl->in.len = 0;
+    cl->quitting = false;
     cl->state = C_DOWN;
     lull_timer_start(&cl->timer, 1 * MS + below(&S->rng, 20 * MS), 0);
 }
