@@ -201,7 +201,8 @@ sim:
 	$(SIM) --streams --seeds $(SIM_STREAMS_SEEDS)
 	for bug in resume-late ack-before-log lost-wakeup expire-relative \
 	  multi-split chunk-edge int32 silent-resync expire-early \
-	  hollow-partition short-write-resend short-write-drop; do \
+	  hollow-partition short-write-resend short-write-drop \
+	  hollow-short-write; do \
 	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \
 	  -P kv/sim_determinism.cmake

@@ -85,6 +85,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -350,10 +351,13 @@ static const kv_net kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
 enum {
     PLANT_SHORT_RESEND = 0x20000, /* a short write said 1-8 bytes shorter:
                                      the stream sends them again */
-    PLANT_SHORT_DROP = 0x40000    /* a short write said whole: the rest of
+    PLANT_SHORT_DROP = 0x40000,   /* a short write said whole: the rest of
                                      that write is never sent */
+    PLANT_HOLLOW_SHORT = 0x80000  /* the plan's short writes drawn, never
+                                     made (its own check must say so) */
 };
-#define PLANT_STREAMS (PLANT_SHORT_RESEND | PLANT_SHORT_DROP)
+#define PLANT_STREAMS                                                          \
+    (PLANT_SHORT_RESEND | PLANT_SHORT_DROP | PLANT_HOLLOW_SHORT)
 
 /* The fds the plan faults: the socketpairs' (below this, as lull-kv's
  * seeds never hold more). */
@@ -399,12 +403,14 @@ static fd_plan fd_plans[PLAN_FDS];
 static io_plan the_plan;
 static uint64_t io_effects[IO_KINDS]; /* this seed's */
 static bool io_drawn[IO_KINDS];       /* this seed's plan has the kind */
+static size_t cut_to; /* the plan cut the call under way to this many */
 
 static bool chance(uint32_t permille) {
     return permille && below(&the_plan.rng, 1000) < permille;
 }
 
 static int plan_before(int kind, int fd, size_t *len) {
+    cut_to = 0; /* a call that failed left one */
     if (fd < 0 || fd >= PLAN_FDS || !fd_plans[fd].on || !the_sim) return 0;
     fd_plan *p = &fd_plans[fd];
     sim *S = the_sim;
@@ -437,9 +443,19 @@ static int plan_before(int kind, int fd, size_t *len) {
         lull_simnet_log(S->net, "%s: sendmsg ENOBUFS", p->name);
         return ENOBUFS;
     }
-    if (*len > 1 &&
+    /* A read is cut within what the socket holds (a cut past it would
+     * change nothing): at a random byte of the bytes there. */
+    size_t have = *len;
+    int ready = 0;
+    if (kind == K_RECV && ioctl(fd, FIONREAD, &ready) == 0 &&
+        (size_t)ready < have)
+        have = (size_t)ready;
+    if (have > 1 &&
         chance(kind == K_RECV ? the_plan.short_read : the_plan.short_write)) {
-        *len = 1 + (size_t)below(&the_plan.rng, *len - 1);
+        size_t cut = 1 + (size_t)below(&the_plan.rng, have - 1);
+        /* Planted: short writes drawn, never made. */
+        if (kind == K_SENDMSG && (S->plant & PLANT_HOLLOW_SHORT)) return 0;
+        *len = cut_to = cut;
         return SHORT;
     }
     return 0;
@@ -449,8 +465,14 @@ static ssize_t plan_after(int kind, int fd, ssize_t n, size_t asked) {
     if (fd < 0 || fd >= PLAN_FDS || !fd_plans[fd].on || !the_sim) return n;
     fd_plan *p = &fd_plans[fd];
     p->bytes[kind == K_SENDMSG] += (uint64_t)n;
+    /* A cut of the plan's counts when the call came back at it (had the
+     * kernel had less, the cut did nothing); the kernel's own short
+     * writes are not the plan's. */
+    size_t cut = cut_to;
+    cut_to = 0;
     if (n <= 0 || (size_t)n >= asked) return n;
-    io_effects[kind == K_RECV ? IO_SHORT_READ : IO_SHORT_WRITE]++;
+    if (cut && (size_t)n == cut)
+        io_effects[kind == K_RECV ? IO_SHORT_READ : IO_SHORT_WRITE]++;
     if (kind != K_SENDMSG) return n;
     /* The planted miscounts of a short write. */
     if ((the_sim->plant & PLANT_SHORT_RESEND) && n > 1) {
@@ -493,14 +515,16 @@ static void plan_draw(sim *S) {
         p->reset_within = 64 + below(r, 65536);
     }
     /* The planted miscounts need short writes to act on. */
-    if ((S->plant & PLANT_STREAMS) && !p->short_write) p->short_write = 200;
+    if ((S->plant & (PLANT_SHORT_RESEND | PLANT_SHORT_DROP)) && !p->short_write)
+        p->short_write = 200;
     io_drawn[IO_SHORT_READ] = p->short_read != 0;
     io_drawn[IO_SHORT_WRITE] = p->short_write != 0;
     io_drawn[IO_EAGAIN] = p->eagain != 0;
     io_drawn[IO_EINTR] = p->eintr != 0;
     io_drawn[IO_ENOBUFS] = p->enobufs != 0;
     io_drawn[IO_RESET] = p->reset_permille != 0;
-    io_drawn[IO_PLANTED] = (S->plant & PLANT_STREAMS) != 0;
+    io_drawn[IO_PLANTED] =
+        (S->plant & (PLANT_SHORT_RESEND | PLANT_SHORT_DROP)) != 0;
     lull_simnet_log(S->net,
                     "streams: short reads %u, short writes %u, EAGAIN %u, "
                     "EINTR %u, ENOBUFS %u (per mille of calls); resets on "
@@ -2332,7 +2356,8 @@ static const struct {
               {"expire-early", KV_PLANT_EXPIRE_EARLY},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
-              {"short-write-drop", PLANT_SHORT_DROP}};
+              {"short-write-drop", PLANT_SHORT_DROP},
+              {"hollow-short-write", PLANT_HOLLOW_SHORT}};
 
 static const char *plant_name(unsigned plant) {
     for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++)
