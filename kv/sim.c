@@ -514,9 +514,9 @@ static void plan_draw(sim *S) {
         p->reset_permille = 1 + (uint32_t)below(r, 500);
         p->reset_within = 64 + below(r, 65536);
     }
-    /* The planted miscounts need short writes to act on. */
-    if ((S->plant & (PLANT_SHORT_RESEND | PLANT_SHORT_DROP)) && !p->short_write)
-        p->short_write = 200;
+    /* The stream path's plants need short writes drawn to act on (or, the
+     * hollow one, to leave undone). */
+    if ((S->plant & PLANT_STREAMS) && !p->short_write) p->short_write = 200;
     io_drawn[IO_SHORT_READ] = p->short_read != 0;
     io_drawn[IO_SHORT_WRITE] = p->short_write != 0;
     io_drawn[IO_EAGAIN] = p->eagain != 0;
