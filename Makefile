@@ -186,8 +186,8 @@ soak:
 # default, 10,000 (CI's), about five times that; the 1,000,000 commands
 # a few seconds a run (docs/SIMULATION.md has the figures). Then
 # SIM_STREAMS_SEEDS seeds over lull's streams with the fault shim under
-# them (--streams): 2,000 take 86 s of one CPU (46.8 s user + 39.4 s sys,
-# measured), 43 s per 1,000.
+# them (--streams): 2,000 take 95 s of one CPU (49.2 s user + 46.0 s sys,
+# measured), 48 s per 1,000.
 SEEDS ?= 10000
 SIM_STREAMS_SEEDS ?= 2000
 SIM_PLANT_SEEDS ?= 500
