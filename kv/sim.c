@@ -787,9 +787,15 @@ static int streams_connect(server *srv) {
     return 0;
 }
 
-static const kv_net kv_net_streams = {streams_read_stop, streams_read_start,
-                                      streams_shutdown,  streams_peer,
-                                      streams_connect,   streams_io_counts};
+/* No fd for the catch-up sender thread: a thread would make the run
+ * depend on the scheduler, and its writes would miss the seeded faults. */
+static const kv_net kv_net_streams = {streams_read_stop,
+                                      streams_read_start,
+                                      streams_shutdown,
+                                      streams_peer,
+                                      streams_connect,
+                                      streams_io_counts,
+                                      NULL};
 
 /* A connection accepted at a node, over a relay. */
 static void streams_accept(node *n, lull_simconn_options *o) {
