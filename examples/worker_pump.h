@@ -19,12 +19,15 @@
  * after the pass has returned.
  *
  * The pump's five-row contract:
- *   trigger                 a push (lull_notifier_raise_remote of `pushed`),
- * the producer's finish, or the retry timer while held source of truth the ring
- * (under the lock) and the pass's batch pending-work predicate  items in the
- * batch or the ring next deadline or retry  only while the sink refuses an
- * item: every INBOX_RETRY_NS, until it takes it quiet condition         ring
- * and batch empty: no task, no timer
+ *
+ *   trigger                  a push (lull_notifier_raise_remote of
+ *                            `pushed`), the producer's finish, or the
+ *                            retry timer while held
+ *   source of truth          the ring (under the lock) and the pass's batch
+ *   pending-work predicate   items in the batch or the ring
+ *   next deadline or retry   only while the sink refuses an item: every
+ *                            INBOX_RETRY_NS, until it takes it
+ *   quiet condition          ring and batch empty: no task, no timer
  *
  * Lifetimes: a producer must not call into the inbox after inbox_finish,
  * and the inbox and its loop must outlive every producer's last call: join
