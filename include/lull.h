@@ -164,10 +164,10 @@ LULL_EXTERN int lull_loop_run(lull_loop *loop, lull_run_mode mode);
 LULL_EXTERN void lull_loop_stop(lull_loop *loop);
 /* The loop's notion of now in ns. On the real clock, the loop's last
  * CLOCK_MONOTONIC reading: each iteration, every few callbacks while busy
- * work runs, lull_loop_now_exact, and a delayed timer arm made outside a
- * callback (set-up code), which reads the clock. A delayed arm inside a
- * callback reads nothing and leaves it as it was: its delay counts from
- * the loop's next reading (lull_timer_start). On the virtual clock, the
+ * work runs, lull_loop_now_exact, a delayed timer arm made outside a
+ * callback (set-up code) and the first delayed arm of a callback, which
+ * read the clock. A further delayed arm of the same callback reads nothing
+ * and leaves it as it was (lull_timer_start). On the virtual clock, the
  * virtual time. Reads no clock. */
 LULL_EXTERN uint64_t lull_loop_now(lull_loop *loop);
 /* Reads the loop's clock now (a syscall-free vDSO read on the real clock). */
@@ -277,9 +277,13 @@ LULL_EXTERN int lull_timer_init(lull_loop *loop, lull_timer *timer,
 /* Arms (or re-arms: new deadline, new arm order) the timer. delay 0 queues it
  * like a posted task; repeat > 0 fires every repeat ns, phase kept. On the
  * real clock the timer never fires before delay_ns has passed since this
- * call on CLOCK_MONOTONIC: inside a callback the delay counts from the
- * loop's next clock reading (no read here; at the latest when the slice
- * ends), elsewhere from a reading taken here. Deadlines saturate at
+ * call on CLOCK_MONOTONIC, and the delay counts from a reading taken here,
+ * except for a further delayed arm of a callback that already made one:
+ * that one reads nothing, and its delay counts from the loop's next
+ * reading, taken when the callback returns or at its next
+ * lull_loop_should_yield call, whichever comes first (so a batch of arms
+ * pays one reading, and is late by at most the work the callback does
+ * after the arm and before that point). Deadlines saturate at
  * UINT64_MAX (never, on the real clock); a repeating timer that fires at
  * UINT64_MAX has no next period and stops. */
 LULL_EXTERN void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
@@ -1099,8 +1103,8 @@ LULL_EXTERN int lull_stream_try_write(lull_stream *s, const void *bytes,
 
 /* ------------------------------------------------------------------ UDP */
 
-/* Datagram sockets with the loop's discipline (docs/API.md, "UDP"): sends queued
- * within a slice leave together in one sendmmsg at the loop's next flush
+/* Datagram sockets with the loop's discipline (docs/API.md, "UDP"): sends
+ * queued within a slice leave together in one sendmmsg at the loop's next flush
  * point, in send order (several destinations in one call), and a readable
  * socket is drained with recvmmsg, a bounded number of batches per
  * iteration, so a flood cannot hold the loop. Nothing is allocated per

@@ -126,6 +126,7 @@ void lull__slice_end(lull_loop *loop, uint64_t t) {
     loop->m.busy_ns += t - loop->busy_start;
     loop->in_slice = false;
     loop->defer_arms = false;
+    loop->arm_read_tasks = UINT64_MAX; /* no callback of this slice reads */
     loop->countdown = LULL__COUNTDOWN_IDLE;
 }
 
@@ -200,11 +201,16 @@ bool lull__slice_check(lull_loop *loop) {
         return true;
     }
     if (loop->slice_spent) {
+        /* Fd callbacks and due timers still run after the quantum is
+         * spent: an arm one of them deferred is flushed here all the
+         * same, so its delay counts from when its callback returned. */
+        if (LULL_UNLIKELY(loop->heap.pend)) lull__timers_flush_now(loop);
         loop->countdown = 1;
         return true;
     }
 #ifdef LULL_TEST_YIELD_OFTEN
     if (yield_often()) {
+        if (loop->heap.pend) lull__timers_flush_now(loop);
         loop->slice_spent = true;
         loop->countdown = 1;
         return true;

@@ -112,7 +112,9 @@ struct lull_loop {
     bool virtual_clock;
     bool defer_arms; /* in a slice on the real clock: delayed arms wait for
                         the loop's next clock reading (src/timer.c) */
-    unsigned flags;  /* LULL_LOOP_* */
+    uint64_t arm_read_tasks; /* tasks_run when a delayed arm last read the
+                                clock: later arms of that callback defer */
+    unsigned flags;          /* LULL_LOOP_* */
 
     /* The slice of busy work (C5). All real-clock ns. */
     uint64_t quantum_ns;

@@ -70,6 +70,7 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
     loop->stall_ns =
         opts->stall_ns ? opts->stall_ns : loop->quantum_ns * STALL_QUANTA;
     loop->countdown = LULL__COUNTDOWN_IDLE;
+    loop->arm_read_tasks = UINT64_MAX;
     loop->now = loop->virtual_clock ? 0 : lull__clock_real();
     loop->backend_fd = -1;
     loop->remote_fd = -1;
