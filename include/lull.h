@@ -133,7 +133,10 @@ typedef struct lull_loop_options { /* all zero = defaults */
     lull_clock clock;    /* LULL_CLOCK_MONOTONIC (0) or LULL_CLOCK_VIRTUAL */
     lull_role role;      /* LULL_ROLE_SHARED (0): 0.5 ms quantum;
                             LULL_ROLE_DEDICATED: 2 ms quantum */
-    uint64_t quantum_ns; /* 0 = the role's default */
+    uint64_t quantum_ns; /* 0 = the role's default; under 1 us, every
+                            callback ends the slice (I/O checked every
+                            hop), and while no timer is armed the clock is
+                            read every 64 hops, not every hop */
     unsigned flags;      /* LULL_LOOP_* */
     uint64_t stall_ns;   /* a slice this long is a stall; 0 = 8 x quantum */
 } lull_loop_options;
@@ -163,7 +166,8 @@ LULL_EXTERN int lull_loop_run(lull_loop *loop, lull_run_mode mode);
  * From another thread, post a task that calls it. */
 LULL_EXTERN void lull_loop_stop(lull_loop *loop);
 /* The loop's notion of now in ns. On the real clock, the loop's last
- * CLOCK_MONOTONIC reading: each iteration, every few callbacks while busy
+ * CLOCK_MONOTONIC reading: each iteration (every 64th of a loop with
+ * quantum_ns under 1 us and no timer armed), every few callbacks while busy
  * work runs, lull_loop_now_exact, a delayed timer arm made outside a
  * callback (set-up code) and the first delayed arm of a callback, which
  * read the clock. A further delayed arm of the same callback reads nothing
