@@ -208,26 +208,35 @@ static inline bool timer_came_due(const lull_loop *loop, uint64_t t) {
  * read, which keeps now, busy_ns, stalls and the latency samples at most
  * that many hops behind. */
 static inline bool end_unread(lull_loop *loop) {
-    return loop->every_callback && !loop->heap.len && !loop->heap.pend &&
+    return !loop->heap.len && !loop->heap.pend &&
            ++loop->unread_ends < LULL__EVERY_CALLBACK_READS;
 }
 
+static bool slice_check_read(lull_loop *loop);
+
+/* The unread end (every_callback) first, in a frame of its own: an
+ * every-hop loop takes it after every callback. */
 bool lull__slice_check(lull_loop *loop) {
-    if (!loop->in_slice) {
-        loop->countdown = LULL__COUNTDOWN_IDLE;
-        return false;
-    }
-    if (loop->stop) {
-        loop->countdown = 0;
-        return true;
-    }
-    if (end_unread(loop)) {
+    if (loop->every_callback && loop->in_slice && !loop->stop &&
+        end_unread(loop)) {
         /* The slice ends at the last reading: read_time stands for the
          * end (lull__slice_end_time), and the next slice starts there. */
         loop->slice_spent = true;
         loop->countdown = 1;
         loop->read_tasks = loop->tasks_run;
         loop->time_stale = true;
+        return true;
+    }
+    return slice_check_read(loop);
+}
+
+__attribute__((noinline)) static bool slice_check_read(lull_loop *loop) {
+    if (!loop->in_slice) {
+        loop->countdown = LULL__COUNTDOWN_IDLE;
+        return false;
+    }
+    if (loop->stop) {
+        loop->countdown = 0;
         return true;
     }
     if (loop->slice_spent) {

@@ -395,7 +395,7 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
             lull__timers_run_due(loop);
     }
     if (!loop->stop) {
-        lull__slice_renew(loop);
+        if (loop->slice_spent) lull__slice_renew(loop);
         lull__run_queue(loop, &loop->ready);
     }
     run_flush(loop);
