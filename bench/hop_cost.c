@@ -112,9 +112,9 @@ static int run_floor(int fd, unsigned long hops) {
 }
 
 int main(int argc, char **argv) {
-    static const char *const modes[] = {"task",     "timer0",
+    static const char *const modes[] = {"task",           "timer0",
                                         "task-every-hop", "timer0-every-hop",
-                                        "loopback", "floor"};
+                                        "loopback",       "floor"};
     int mode = -1;
     for (int i = 0; argc == 3 && i < 6; i++)
         if (strcmp(argv[1], modes[i]) == 0) mode = i;
