@@ -4,9 +4,12 @@
 # kv.access, label kv):
 #   --bind: several addresses, IPv6 ::1, one port;
 #   --requirepass / AUTH: each reply byte for byte as redis-server 7's,
-#     one log line per failed AUTH with the client's address; redis-py
+#     one log line per failed AUTH with the client's address; AUTH
+#     queued inside MULTI and run by EXEC; redis-py
 #     with a password; --masterauth: a replica that AUTHs syncs, one with
 #     the wrong password logs the refusal and gets nothing;
+#   CONFIG GET of these options (names, patterns, several at once)
+#     against a redis-server started with the same ones;
 #   protected mode: a client from a non-loopback address (a veth pair
 #     between two network namespaces made here, 10.200.0.0/30) refused
 #     with Redis' -DENIED text, and served with --protected-mode no or a
@@ -109,7 +112,9 @@ else
     echo "skipped: byte comparison with redis-server (not installed)"
 fi
 # Each request, on a fresh connection, to lull-kv and (when there) to
-# redis-server: the same bytes back. "password-only" marks a request
+# redis-server: the same bytes back. AUTH inside MULTI is queued and runs
+# from EXEC (its failure an element of EXEC's reply), a refused EXEC is
+# Redis' -EXECABORT ... NOAUTH, and a subscribed client is refused AUTH. "password-only" marks a request
 # compared with requirepass only (lull-kv has no HELLO otherwise).
 while IFS= read -r req; do
     [ -z "$req" ] && continue
@@ -138,6 +143,15 @@ QUIT\r\n
 password-only HELLO\r\n
 MULTI\r\n
 AUTH wrong\r\nPING\r\nauth wrong\r\n
+EXEC\r\n
+MULTI\r\nAUTH wrong\r\nPING\r\nEXEC\r\nPING\r\n
+MULTI\r\n*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nEXEC\r\nPING\r\n
+*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nMULTI\r\nAUTH wrong\r\nPING\r\nEXEC\r\nPING\r\n
+*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nMULTI\r\n*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nAUTH default x\r\nAUTH\r\nEXEC\r\nPING\r\n
+*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nMULTI\r\nAUTH a b c\r\nAUTH bob x\r\n*3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$11\r\ns3cret pass\r\nEXEC\r\nPING\r\n
+*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nMULTI\r\nSET mq 1\r\nAUTH x\r\nDISCARD\r\nGET mq\r\n
+*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nMULTI\r\nAUTH x\r\nMULTI\r\nEXEC\r\n
+*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nSUBSCRIBE x\r\nAUTH x\r\nAUTH\r\nPING\r\n
 REQ
 [ "$(raw "$aport" 'PING\r\n')" = "b'-NOAUTH Authentication required.\\r\\n'" ] || fail "NOAUTH: $(raw "$aport" 'PING\r\n')"
 # One log line per failed AUTH, with the client's address.
@@ -150,6 +164,10 @@ grep -q '^lull-kv: client 127\.0\.0\.1:[0-9]*: AUTH failed$' "$dir/auth.out" || 
 # lives on.
 python3 -c 'import sys; sys.stdout.write("AUTH nope\r\n" * 1000)' >"$dir/many"
 [ "$(redis-cli -p "$aport" <"$dir/many" 2>&1 | grep -c WRONGPASS)" = 1000 ] || fail "1,000 WRONGPASS"
+# A failed AUTH run from EXEC is logged too.
+after=$(grep -c 'AUTH failed' "$dir/auth.out")
+raw "$aport" '*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nMULTI\r\nAUTH nope\r\nEXEC\r\n' >/dev/null
+[ $(($(grep -c 'AUTH failed' "$dir/auth.out") - after)) = 1 ] || fail "a failed AUTH inside EXEC not logged"
 [ "$(redis-cli -p "$aport" -a 's3cret pass' --no-auth-warning PING)" = PONG ] || fail "redis-cli -a"
 [ "$(redis-cli -p "$aport" --user default --pass 's3cret pass' --no-auth-warning PING)" = PONG ] || fail "redis-cli --user"
 if python3 -c 'import redis' 2>/dev/null; then
@@ -171,6 +189,132 @@ else
     echo "skipped: redis-py parts (python3-redis not installed)"
 fi
 echo "ok: --requirepass and AUTH"
+
+# ---------------------------------------------------------- CONFIG GET
+# CONFIG GET for the access options (and the limits), against a
+# redis-server started with the same options: each parameter lull-kv
+# has answers as redis-server's does, under the same name, with the same
+# value; a pattern's answer is redis-server's restricted to the
+# parameters lull-kv has (Redis has some 190 more, and answers in its
+# hash table's order: compared as maps). The ports are each server's own.
+#   config.py LULL-PORT LULL-TLS-PORT REDIS-PORT REDIS-TLS-PORT PASSWORD
+#   (requests on stdin, one a line: CONFIG GET's arguments)
+cat >"$dir/config.py" <<'PY'
+import socket, sys
+lport, ltls, rport, rtls, pw = sys.argv[1:6]
+def conn(port):
+    s = socket.create_connection(("127.0.0.1", int(port)))
+    f = s.makefile("rb")
+    if pw:
+        ask(s, f, ["AUTH", pw])
+    return s, f
+def ask(s, f, args):
+    s.sendall(b"*%d\r\n" % len(args) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in args))
+    return read(f)
+def read(f):
+    line = f.readline()
+    if line[:1] == b"*":
+        return [read(f) for _ in range(int(line[1:]))]
+    if line[:1] == b"$":
+        n = int(line[1:])
+        return f.read(n + 2)[:-2].decode() if n >= 0 else None
+    return line.decode().rstrip("\r\n")
+def pairs(reply, port, tls):
+    if not isinstance(reply, list):
+        return reply
+    d = {}
+    for n, v in zip(reply[::2], reply[1::2]):
+        assert n not in d, "%s twice" % n
+        if n.lower() == "port" and v == port: v = "<port>"
+        if n.lower() == "tls-port" and v == tls: v = "<tls-port>"
+        d[n] = v
+    return d
+l, r = conn(lport), conn(rport)
+known = set(pairs(ask(*l, ["CONFIG", "GET", "*"]), lport, ltls))
+bad = n = 0
+for line in sys.stdin:
+    args = line.split()
+    x = pairs(ask(*l, ["CONFIG", "GET"] + args), lport, ltls)
+    y = pairs(ask(*r, ["CONFIG", "GET"] + args), rport, rtls)
+    if isinstance(y, dict):
+        y = {k: v for k, v in y.items() if k.lower() in known}
+    n += 1
+    if x != y:
+        bad += 1
+        print("CONFIG GET %s: lull-kv %r, redis-server %r" % (line.strip(), x, y))
+print("%d requests, %d differ" % (n, bad))
+sys.exit(1 if bad else 0)
+PY
+config_requests='port
+PORT
+Port
+bind
+requirepass
+masterauth
+protected-mode
+tls-port
+tls-cert-file
+tls-key-file
+tls-ca-cert-file
+tls-auth-clients
+tls-replication
+unixsocket
+replicaof
+slaveof
+proto-max-bulk-len
+client-query-buffer-limit
+client-output-buffer-limit
+save
+appendonly
+*
+tls-*
+*pass*
+*port
+BIND*
+*auth*
+[pr]*
+?ind
+*of
+port PORT
+p*rt PORT
+PORT p*rt
+port tls-port bind requirepass masterauth
+TLS-* tls-port
+nosuch
+'
+# redis_start NAME ARGS...: a redis-server on a free port ($rs_port).
+redis_start() {
+    local name=$1
+    shift
+    rs_port=$(free_port)
+    redis-server --port "$rs_port" --save '' --appendonly no "$@" >"$dir/$name.log" 2>&1 &
+    pids="$pids $!"
+    eventually redis_up "$rs_port" || fail "redis-server $name did not start: $(tail -3 "$dir/$name.log")"
+}
+redis_up() { redis-cli -p "$1" PING 2>/dev/null | grep -q -E 'PONG|NOAUTH'; }
+if [ $have_redis = 1 ]; then
+    copts=(--bind 127.0.0.1 127.0.0.2 --requirepass 'p w' --masterauth 'm a' --protected-mode no)
+    start cfg --port 0 "${copts[@]}"
+    redis_start rcfg "${copts[@]}"
+    printf '%s' "$config_requests" | python3 "$dir/config.py" "$started_port" 0 "$rs_port" 0 'p w' >"$dir/config.res" ||
+        fail "CONFIG GET differs from redis-server's: $(cat "$dir/config.res")"
+    # Defaults, and a replica's replicaof (of a port nobody listens on).
+    nobody=$(free_port)
+    start cfgr --port 0 --replica-of "127.0.0.1:$nobody"
+    redis_start rcfgr --bind 127.0.0.1 --replicaof 127.0.0.1 "$nobody"
+    printf '%s' "$config_requests" | python3 "$dir/config.py" "$started_port" 0 "$rs_port" 0 '' >"$dir/config.res" ||
+        fail "CONFIG GET (defaults, a replica) differs from redis-server's: $(cat "$dir/config.res")"
+    raw "$started_port" 'CONFIG GET\r\nCONFIG\r\n' >"$dir/cfgerr.l"
+    raw "$rs_port" 'CONFIG GET\r\nCONFIG\r\n' >"$dir/cfgerr.r"
+    cmp -s "$dir/cfgerr.l" "$dir/cfgerr.r" || fail "CONFIG's errors: $(cat "$dir/cfgerr.l") and $(cat "$dir/cfgerr.r")"
+    echo "ok: CONFIG GET"
+else
+    echo "skipped: CONFIG GET against redis-server (not installed)"
+fi
+start cfgu --port 0 --unix "$dir/kv.sock"
+[ "$(redis-cli -p "$started_port" CONFIG GET unixsocket | tail -1)" = "$dir/kv.sock" ] ||
+    fail "CONFIG GET unixsocket: $(redis-cli -p "$started_port" CONFIG GET unixsocket)"
 
 # --masterauth: a replica with the password syncs; one without, or with
 # the wrong one, is refused and says so.
@@ -341,6 +485,24 @@ redis-cli --tls --cacert "$dir/ca.crt" --cert "$dir/stranger.crt" --key "$dir/st
 "$kv" --port 0 --tls-port "$(free_port)" --tls-cert-file "$dir/server.crt" >"$dir/nokey.out" 2>&1 &&
     fail "--tls-port without a key started"
 echo "ok: TLS clients"
+
+# CONFIG GET of the TLS options, against a redis-server with the same
+# ones (when this redis-server has TLS).
+if [ $have_redis = 1 ]; then
+    ctls=(--bind 127.0.0.1 --tls-auth-clients optional --tls-replication yes "${tlsargs[@]}")
+    start tlscfg --port 0 --tls-port "$(free_port)" "${ctls[@]}"
+    rtport=$(free_port)
+    rs_port=$(free_port)
+    redis-server --port "$rs_port" --tls-port "$rtport" --save '' --appendonly no "${ctls[@]}" >"$dir/rtlscfg.log" 2>&1 &
+    pids="$pids $!"
+    if eventually redis_up "$rs_port"; then
+        printf '%s' "$config_requests" | python3 "$dir/config.py" "$started_port" "$started_tls" "$rs_port" "$rtport" '' >"$dir/config.res" ||
+            fail "CONFIG GET (TLS) differs from redis-server's: $(cat "$dir/config.res")"
+        echo "ok: CONFIG GET of the TLS options"
+    else
+        echo "skipped: CONFIG GET of the TLS options (redis-server without TLS)"
+    fi
+fi
 
 # Replication over TLS with AUTH: 10,000 keys (and 5,000 written while it
 # follows) reach the replica, whose keyspace then equals the primary's.

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -676,30 +677,60 @@ static void cmd_command(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     buf_str(out, "*0\r\n");
 }
 
-/* CONFIG GET: what a server without persistence says for the parameters
- * redis-benchmark and redis-cli ask about at start-up, and the limits the
- * server was started with (k->config); others are unknown (an empty
- * reply, as Redis gives for a name that matches nothing). */
+/* CONFIG GET name|pattern ...: what a server without persistence says for
+ * the parameters redis-benchmark and redis-cli ask about at start-up, and
+ * the options the server was started with (k->config); others are
+ * unknown. As Redis 7: each parameter appears once however many
+ * arguments name it; a name without * ? [ is looked up ignoring case and
+ * answered under the name as the client spelt it; a pattern (matched
+ * ignoring case) answers with the parameter's own name. Redis answers in
+ * its table's hash order, lull-kv in the order the arguments found them:
+ * a client reads the answer as a map. */
+#define CONFIG_MAX 32 /* the fixed two and server.c's table, with room */
+
 static void cmd_config(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                        buf *out) {
     (void)cl;
-    if (argc != 3 || !resp_is(&a[1], "GET")) {
+    if (!resp_is(&a[1], "GET")) {
         buf_str(out, "-ERR CONFIG: only CONFIG GET is supported\r\n");
         return;
     }
+    if (argc < 3) {
+        buf_str(out,
+                "-ERR wrong number of arguments for 'config|get' command\r\n");
+        return;
+    }
     static const char *const fixed[][2] = {{"save", ""}, {"appendonly", "no"}};
-    const char *match[2 * 16];
-    size_t n = 0;
-    for (size_t i = 0; i < 2 + k->nconfig && n < 32; i++) {
-        const char *const *p = i < 2 ? fixed[i] : k->config[i - 2];
-        if (kv_glob(a[2].p, a[2].len, p[0], strlen(p[0]), true)) {
-            match[n++] = p[0];
-            match[n++] = p[1];
+    size_t entries = 2 + k->nconfig;
+    if (entries > CONFIG_MAX) entries = CONFIG_MAX;
+    /* Per parameter: the name it is answered under (NULL: not asked for)
+     * and the order it was found in. */
+    const char *shown[CONFIG_MAX] = {0};
+    size_t shown_len[CONFIG_MAX], order[CONFIG_MAX], found = 0;
+    for (size_t i = 2; i < argc; i++) {
+        bool pattern = memchr(a[i].p, '*', a[i].len) ||
+                       memchr(a[i].p, '?', a[i].len) ||
+                       memchr(a[i].p, '[', a[i].len);
+        for (size_t e = 0; e < entries; e++) {
+            const char *name = e < 2 ? fixed[e][0] : k->config[e - 2][0];
+            size_t len = strlen(name);
+            if (shown[e]) continue;
+            if (pattern ? !kv_glob(a[i].p, a[i].len, name, len, true)
+                        : a[i].len != len || strncasecmp(a[i].p, name, len))
+                continue;
+            shown[e] = pattern ? name : a[i].p;
+            shown_len[e] = len;
+            order[found++] = e;
+            if (!pattern) break;
         }
     }
-    buf_int(out, '*', (long long)n);
-    for (size_t i = 0; i < n; i++)
-        buf_bulk(out, match[i], strlen(match[i]));
+    buf_int(out, '*', (long long)(2 * found));
+    for (size_t i = 0; i < found; i++) {
+        size_t e = order[i];
+        const char *value = e < 2 ? fixed[e][1] : k->config[e - 2][1];
+        buf_bulk(out, shown[e], shown_len[e]);
+        buf_bulk(out, value, strlen(value));
+    }
 }
 
 /* -------------------------------------------------------------- globs */

@@ -101,6 +101,10 @@ struct kv {
     /* CLIENT KILL TYPE replica: the owner closes its replica links and
      * returns how many it closed. NULL: there are none (tests). */
     long long (*kill_replicas)(kv *k);
+    /* AUTH with 2 or more arguments, run where Redis runs it: at once,
+     * or from EXEC's queue. The owner checks the password and may mark
+     * the client authenticated. NULL: no password is set (tests). */
+    void (*auth)(kv_client *cl, const resp_arg *a, size_t argc, buf *out);
     /* Test only: known replication bugs planted on purpose (KV_PLANT_*),
      * which the simulator (sim.c) must find. 0 in lull-kv itself. */
     unsigned plant;

@@ -403,6 +403,30 @@ static void cmd_client_kill(kv *k, kv_client *cl, const resp_arg *a,
     buf_int(out, ':', k->kill_replicas ? k->kill_replicas(k) : 0);
 }
 
+/* AUTH: a command like any other as far as kv_exec's checks go (so inside
+ * MULTI it is queued and runs from EXEC, and a subscribed client is
+ * refused it, as Redis 7 does); the password is the owner's (kv.auth). A
+ * client not yet authenticated reaches here only with AUTH: the owner
+ * refuses everything else before kv_exec. */
+static const char no_password[] =
+    "-ERR AUTH <password> called without any password configured for the "
+    "default user. Are you sure your configuration is correct?\r\n";
+
+static void cmd_auth(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    if (k->auth && cl)
+        k->auth(cl, a, argc, out);
+    else if (argc > 3)
+        buf_str(out, "-ERR syntax error\r\n");
+    else if (argc == 2)
+        buf_str(out, no_password);
+    else
+        buf_str(out, resp_is(&a[1], "default")
+                         ? "+OK\r\n"
+                         : "-WRONGPASS invalid username-password pair or "
+                           "user is disabled.\r\n");
+}
+
 /* Redis' names and arities; they queue inside MULTI and are refused while
  * subscribed, as any command but the pub/sub ones. */
 static const kv_cmd client_subcommands[] = {
@@ -429,6 +453,7 @@ static const kv_cmd client_commands[] = {
     {"unsubscribe", -1, CMD_PUBSUB, cmd_unsubscribe},
     {"punsubscribe", -1, CMD_PUBSUB, cmd_punsubscribe},
     {"publish", 3, 0, cmd_publish},
+    {"auth", -2, 0, cmd_auth},
 };
 
 void kv_client_commands_init(void) {

@@ -68,6 +68,35 @@ static void drop_if_empty(kv *k, dict_entry *e, size_t n) {
     if (n == 0) kv_delete(k, e);
 }
 
+/* The members of a set, hash or sorted set: each keeps them in a dict. */
+static dict *members(dict_entry *e) {
+    kobj *o = store_obj(e);
+    switch (o->type) {
+    case KV_SET:
+        return &((kv_set *)o->val)->d;
+    case KV_HASH:
+        return &((kv_hash *)o->val)->d;
+    default:
+        return &((kv_zset *)o->val)->d;
+    }
+}
+
+/* The members of the key's set, hash or sorted set (`type`) for a read:
+ * *d NULL when the key is missing; false (with the reply) when it holds
+ * another type. */
+static bool find_members(kv *k, const resp_arg *key, int type, dict **d,
+                         buf *out) {
+    dict_entry *e;
+    if (!find_of(k, key, type, &e, out)) return false;
+    *d = e ? members(e) : NULL;
+    return true;
+}
+
+/* m's entry in d; NULL when m or d (a missing key) is missing. */
+static dict_entry *member(dict *d, const resp_arg *m) {
+    return d ? dict_find(d, m->p, m->len) : NULL;
+}
+
 /* Redis' count for LPOP, RPOP, SPOP and ZPOPMIN: an integer >= 0. */
 static bool arg_count(const resp_arg *a, long long *v, buf *out) {
     if (kv_parse_i64(a->p, a->len, v) && *v >= 0) return true;
@@ -360,6 +389,70 @@ static void cmd_lrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_bulk(out, list_at(l, i)->p, list_at(l, i)->len);
 }
 
+/* ------------------------------- sets, hashes and sorted sets alike */
+
+/* The type a set, hash or sorted-set command acts on, told by its name's
+ * first letter, as LPUSH's side is (SCARD, HLEN, ZCARD). */
+static int type_of(const resp_arg *name) {
+    switch (name->p[0] | 0x20) {
+    case 's':
+        return KV_SET;
+    case 'h':
+        return KV_HASH;
+    default:
+        return KV_ZSET;
+    }
+}
+
+/* SCARD, HLEN and ZCARD: how many members the key has. */
+static void cmd_card(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    (void)argc;
+    dict *d;
+    if (!find_members(k, &a[1], type_of(&a[0]), &d, out)) return;
+    buf_int(out, ':', d ? (long long)d->count : 0);
+}
+
+/* SISMEMBER and HEXISTS: whether the key a[1] has the member a[2]. */
+static void cmd_has(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                    buf *out) {
+    (void)cl;
+    (void)argc;
+    dict *d;
+    if (!find_members(k, &a[1], type_of(&a[0]), &d, out)) return;
+    buf_str(out, member(d, &a[2]) ? ":1\r\n" : ":0\r\n");
+}
+
+/* SREM, HDEL and ZREM: removes the members a[2..] from the key a[1],
+ * which goes when they were its last. */
+static void cmd_remove(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    int type = type_of(&a[0]);
+    dict_entry *e;
+    if (!find_of(k, &a[1], type, &e, out)) return;
+    long long n = 0;
+    if (e) {
+        dict *d = members(e);
+        void *v = store_obj(e)->val;
+        for (size_t i = 2; i < argc; i++) {
+            dict_entry *m = dict_find(d, a[i].p, a[i].len);
+            if (!m) continue;
+            if (type == KV_SET)
+                set_delete(v, m);
+            else if (type == KV_HASH)
+                hash_delete(v, m);
+            else
+                zset_delete(v, m);
+            n++;
+        }
+        if (n) kv_log(k, a, argc);
+        drop_if_empty(k, e, d->count);
+    }
+    buf_int(out, ':', n);
+}
+
 /* ----------------------------------------------------------------- sets */
 
 static void cmd_sadd(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -382,22 +475,6 @@ static void cmd_sadd(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         return;
     }
     buf_int(out, ':', added);
-}
-
-static void cmd_srem(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
-                     buf *out) {
-    (void)cl;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_SET, &e, out)) return;
-    long long n = 0;
-    if (e) {
-        kv_set *s = store_obj(e)->val;
-        for (size_t i = 2; i < argc; i++)
-            n += set_remove(s, a[i].p, a[i].len);
-        if (n) kv_log(k, a, argc);
-        drop_if_empty(k, e, s->d.count);
-    }
-    buf_int(out, ':', n);
 }
 
 /* SPOP key [count]: logged as the SREM of the members it took, so a
@@ -455,27 +532,6 @@ static void cmd_spop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     drop_if_empty(k, e, s->d.count);
 }
 
-static void cmd_scard(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
-                      buf *out) {
-    (void)cl;
-    (void)argc;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_SET, &e, out)) return;
-    buf_int(out, ':',
-            e ? (long long)((kv_set *)store_obj(e)->val)->d.count : 0);
-}
-
-static void cmd_sismember(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
-                          buf *out) {
-    (void)cl;
-    (void)argc;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_SET, &e, out)) return;
-    bool in =
-        e && dict_find(&((kv_set *)store_obj(e)->val)->d, a[2].p, a[2].len);
-    buf_str(out, in ? ":1\r\n" : ":0\r\n");
-}
-
 static void cmd_smembers(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                          buf *out) {
     (void)cl;
@@ -527,11 +583,9 @@ static void cmd_hget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      buf *out) {
     (void)cl;
     (void)argc;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
-    dict_entry *f =
-        e ? dict_find(&((kv_hash *)store_obj(e)->val)->d, a[2].p, a[2].len)
-          : NULL;
+    dict *d;
+    if (!find_members(k, &a[1], KV_HASH, &d, out)) return;
+    dict_entry *f = member(d, &a[2]);
     if (f)
         buf_bulk(out, hash_value(f)->p, hash_value(f)->len);
     else
@@ -541,60 +595,16 @@ static void cmd_hget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 static void cmd_hmget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                       buf *out) {
     (void)cl;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
+    dict *d;
+    if (!find_members(k, &a[1], KV_HASH, &d, out)) return;
     buf_int(out, '*', (long long)argc - 2);
     for (size_t i = 2; i < argc; i++) {
-        dict_entry *f =
-            e ? dict_find(&((kv_hash *)store_obj(e)->val)->d, a[i].p, a[i].len)
-              : NULL;
+        dict_entry *f = member(d, &a[i]);
         if (f)
             buf_bulk(out, hash_value(f)->p, hash_value(f)->len);
         else
             reply_nil(out);
     }
-}
-
-static void cmd_hlen(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
-                     buf *out) {
-    (void)cl;
-    (void)argc;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
-    buf_int(out, ':',
-            e ? (long long)((kv_hash *)store_obj(e)->val)->d.count : 0);
-}
-
-static void cmd_hexists(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
-                        buf *out) {
-    (void)cl;
-    (void)argc;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
-    bool in =
-        e && dict_find(&((kv_hash *)store_obj(e)->val)->d, a[2].p, a[2].len);
-    buf_str(out, in ? ":1\r\n" : ":0\r\n");
-}
-
-static void cmd_hdel(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
-                     buf *out) {
-    (void)cl;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
-    long long n = 0;
-    if (e) {
-        kv_hash *h = store_obj(e)->val;
-        for (size_t i = 2; i < argc; i++) {
-            dict_entry *f = dict_find(&h->d, a[i].p, a[i].len);
-            if (f) {
-                hash_delete(h, f);
-                n++;
-            }
-        }
-        if (n) kv_log(k, a, argc);
-        drop_if_empty(k, e, h->d.count);
-    }
-    buf_int(out, ':', n);
 }
 
 typedef struct pairs {
@@ -805,45 +815,13 @@ static void cmd_zpopmin(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     drop_if_empty(k, e, zset_len(z));
 }
 
-static void cmd_zrem(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
-                     buf *out) {
-    (void)cl;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
-    long long n = 0;
-    if (e) {
-        kv_zset *z = store_obj(e)->val;
-        for (size_t i = 2; i < argc; i++) {
-            dict_entry *m = dict_find(&z->d, a[i].p, a[i].len);
-            if (m) {
-                zset_delete(z, m);
-                n++;
-            }
-        }
-        if (n) kv_log(k, a, argc);
-        drop_if_empty(k, e, zset_len(z));
-    }
-    buf_int(out, ':', n);
-}
-
-static void cmd_zcard(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
-                      buf *out) {
-    (void)cl;
-    (void)argc;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
-    buf_int(out, ':', e ? (long long)zset_len(store_obj(e)->val) : 0);
-}
-
 static void cmd_zscore(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                        buf *out) {
     (void)cl;
     (void)argc;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
-    dict_entry *m =
-        e ? dict_find(&((kv_zset *)store_obj(e)->val)->d, a[2].p, a[2].len)
-          : NULL;
+    dict *d;
+    if (!find_members(k, &a[1], KV_ZSET, &d, out)) return;
+    dict_entry *m = member(d, &a[2]);
     if (m)
         reply_score(out, zset_member(m)->score);
     else
@@ -907,24 +885,24 @@ static const kv_cmd type_commands[] = {
     {"lindex", 3, 0, cmd_lindex},
     {"lrange", 4, 0, cmd_lrange},
     {"sadd", -3, CMD_WRITE, cmd_sadd},
-    {"srem", -3, CMD_WRITE, cmd_srem},
+    {"srem", -3, CMD_WRITE, cmd_remove},
     {"spop", -2, CMD_WRITE, cmd_spop},
-    {"scard", 2, 0, cmd_scard},
-    {"sismember", 3, 0, cmd_sismember},
+    {"scard", 2, 0, cmd_card},
+    {"sismember", 3, 0, cmd_has},
     {"smembers", 2, 0, cmd_smembers},
     {"hset", -4, CMD_WRITE, cmd_hset},
     {"hmset", -4, CMD_WRITE, cmd_hset},
     {"hget", 3, 0, cmd_hget},
     {"hmget", -3, 0, cmd_hmget},
-    {"hlen", 2, 0, cmd_hlen},
-    {"hexists", 3, 0, cmd_hexists},
-    {"hdel", -3, CMD_WRITE, cmd_hdel},
+    {"hlen", 2, 0, cmd_card},
+    {"hexists", 3, 0, cmd_has},
+    {"hdel", -3, CMD_WRITE, cmd_remove},
     {"hgetall", 2, 0, cmd_hgetall},
     {"zadd", -4, CMD_WRITE, cmd_zadd},
     {"zincrby", 4, CMD_WRITE, cmd_zincrby},
     {"zpopmin", -2, CMD_WRITE, cmd_zpopmin},
-    {"zrem", -3, CMD_WRITE, cmd_zrem},
-    {"zcard", 2, 0, cmd_zcard},
+    {"zrem", -3, CMD_WRITE, cmd_remove},
+    {"zcard", 2, 0, cmd_card},
     {"zscore", 3, 0, cmd_zscore},
     {"zrange", -4, 0, cmd_zrange},
 };

@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void conn_finish(conn *c);
 static void server_command(conn *c, const resp_arg *a, size_t argc);
 
 /* The connection stops being a client: no subscription, no queued
@@ -251,25 +250,22 @@ static bool same_secret(const resp_arg *a, const char *secret) {
     return diff == 0;
 }
 
-/* AUTH password | AUTH username password, for the default user, the only
- * one (Redis 7's replies, byte for byte). A failure is one log line with
- * the client's address, so a guessing client shows in the log at the
- * rate it guesses. */
-static void auth(conn *c, const resp_arg *a, size_t argc) {
+/* kv.auth: AUTH password | AUTH username password, for the default user,
+ * the only one (Redis 7's replies, byte for byte), at once or from EXEC's
+ * queue. A failure is one log line with the client's address, so a
+ * guessing client shows in the log at the rate it guesses; it leaves a
+ * client that was authenticated so (as Redis does). */
+void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
+    conn *c = cl->owner;
     server *srv = c->srv;
-    if (argc < 2) {
-        buf_str(&c->out,
-                "-ERR wrong number of arguments for 'auth' command\r\n");
-        return;
-    }
     if (argc > 3) {
-        buf_str(&c->out, "-ERR syntax error\r\n");
+        buf_str(out, "-ERR syntax error\r\n");
         return;
     }
     if (argc == 2 && !srv->requirepass) {
-        buf_str(&c->out, "-ERR AUTH <password> called without any password "
-                         "configured for the default user. Are you sure your "
-                         "configuration is correct?\r\n");
+        buf_str(out, "-ERR AUTH <password> called without any password "
+                     "configured for the default user. Are you sure your "
+                     "configuration is correct?\r\n");
         return;
     }
     bool user_ok = argc == 2 || resp_is(&a[1], "default");
@@ -277,28 +273,29 @@ static void auth(conn *c, const resp_arg *a, size_t argc) {
                           same_secret(&a[argc - 1], srv->requirepass));
     if (ok) {
         c->authed = true;
-        buf_str(&c->out, "+OK\r\n");
+        buf_str(out, "+OK\r\n");
         return;
     }
     srv_log(srv, "client %s: AUTH failed", c->name);
-    buf_str(&c->out, "-WRONGPASS invalid username-password pair or user is "
-                     "disabled.\r\n");
+    buf_str(out, "-WRONGPASS invalid username-password pair or user is "
+                 "disabled.\r\n");
 }
 
-/* Before kv_exec, with requirepass set or for AUTH: true when the command
- * was answered here (AUTH itself, or refused for want of it). */
+/* Before kv_exec, for a client not authenticated while requirepass is
+ * set: true when the command was refused here. AUTH and QUIT go on to
+ * kv_exec; EXEC's refusal is worded as Redis words a rejected EXEC. */
 static bool auth_gate(conn *c, const resp_arg *a, size_t argc) {
-    if (resp_is(&a[0], "AUTH")) {
-        auth(c, a, argc);
-        return true;
-    }
-    if (c->authed || resp_is(&a[0], "QUIT")) return false;
+    (void)argc;
+    if (resp_is(&a[0], "AUTH") || resp_is(&a[0], "QUIT")) return false;
     if (resp_is(&a[0], "HELLO"))
         buf_str(&c->out,
                 "-NOAUTH HELLO must be called with the client already "
                 "authenticated, otherwise the HELLO AUTH <user> <pass> "
                 "option can be used to authenticate the client and select "
                 "the RESP protocol version at the same time\r\n");
+    else if (resp_is(&a[0], "EXEC"))
+        buf_str(&c->out, "-EXECABORT Transaction discarded because of: "
+                         "NOAUTH Authentication required.\r\n");
     else
         buf_str(&c->out, "-NOAUTH Authentication required.\r\n");
     return true;
@@ -335,7 +332,7 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         }
         off += (size_t)n;
         if (argc == 0) continue;
-        if (!c->link && (srv->requirepass || resp_is(&srv->argv[0], "AUTH")) &&
+        if (!c->authed && srv->requirepass && !c->link &&
             auth_gate(c, srv->argv, argc))
             continue;
         if (c->link) {
@@ -462,9 +459,16 @@ static void on_drain(lull_endpoint *ep) {
 
 /* Stops serving this client: its last replies leave as `fin`, the write
  * side is shut, and fin's release closes the socket. */
-static void conn_finish(conn *c) {
+void conn_finish(conn *c) {
     c->closing = true;
     conn_quiet(c);
+    /* A replica link's backlog out on the sender thread has the socket's
+     * write side until it is back: the last reply follows it (link.c's
+     * sender_done finishes the connection then). */
+    if (c->link && c->link->handed) {
+        c->link->finish_pending = true;
+        return;
+    }
     if (c->out.len == 0) {
         conn_drop(c, NULL);
         return;

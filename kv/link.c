@@ -14,16 +14,27 @@
  * skipped), and so does a link over the replica output limit: the replica
  * reconnects and resumes from its offset.
  *
+ * A backlog of at least HANDOFF_MIN bytes on a socket link (a replica
+ * catching up) goes to the sender thread instead, when a second CPU is
+ * there (--repl-catchup): see "the sender thread" below.
+ *
  * Replica side (--replica-of): the link to the primary, its handshake,
  * applying the records, acknowledging them, and reconnecting. */
-#define _POSIX_C_SOURCE 200809L
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* cpu_set_t, pthread_setaffinity_np */
+#endif
 #include "server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 /* The replica's reconnect backoff: 100 ms at first (a primary restarting
  * is back within a few hundred ms), doubled per failure up to 5 s (a
@@ -43,11 +54,24 @@ static bool parse_u64(const resp_arg *a, uint64_t *out) {
 /* KV_PLANT_SILENT_RESYNC: the corrupted copy of a record. */
 static char plant_bad[256];
 
+static bool want_thread(rlink *l);
+static int handoff(rlink *l);
+
 /* The catch-up and follow sender: one record per step. */
 static void produce(lull_task *t) {
     rlink *l = LULL_CONTAINER_OF(t, rlink, task);
     server *srv = l->srv;
     const repl_log *log = &srv->kv.log;
+    if (l->handed) return; /* the sender thread's done posts us */
+    /* A backlog for the sender thread: handed once the stream is empty,
+     * so that its bytes follow everything the loop sent on the link. */
+    bool to_thread = want_thread(l);
+    if (to_thread && l->inflight == 0 && l->c->ep->queued == 0 &&
+        l->c->out.len == 0) {
+        if (handoff(l) == 0) return;
+        l->no_thread = true; /* said why; the loop sends it */
+        to_thread = false;
+    }
     while (repl_log_more(log, &l->cur)) {
         if (l->skip_next) {
             /* KV_PLANT_RESUME_LATE: a record is skipped, as a resume
@@ -89,6 +113,10 @@ static void produce(lull_task *t) {
         l->cur = next;
         l->ring_next++;
         l->inflight++;
+        if (to_thread) { /* this record's release says the stream emptied */
+            l->flushing = true;
+            return;
+        }
         if (srv->per_record || srv->should_yield(srv->loop)) {
             lull_task_post(srv->loop, t);
             return;
@@ -98,15 +126,19 @@ static void produce(lull_task *t) {
     conn_check_output(l->c);
 }
 
+static void link_free(rlink *l);
+static void sender_cut(rlink *l);
+
 static void ring_release(lull_frame *f) {
     rlink *l = ((ring_frame *)(void *)f)->l;
     l->inflight--;
     if (!l->c) {
-        if (l->inflight == 0) free(l); /* the last frame of a closed link */
+        link_free(l); /* the last frame of a closed link, maybe */
         return;
     }
-    if (l->starved) {
+    if (l->starved || (l->flushing && l->inflight == 0)) {
         l->starved = false;
+        l->flushing = false;
         lull_task_post(l->srv->loop, &l->task);
     }
 }
@@ -138,7 +170,327 @@ void link_drop(rlink *l) {
     srv->kv.npeers--;
     lull_task_cancel(&l->task);
     l->c = NULL;
-    if (l->inflight == 0) free(l);
+    /* A backlog out on the sender thread is cut short: its writes fail
+     * from now on, and its done frees the link. */
+    if (l->handed) sender_cut(l);
+    link_free(l);
+}
+
+/* ------------------------------------- primary: the catch-up sender thread
+ *
+ * A replica catching up costs the primary one send per record, on the
+ * loop that serves its clients: the loop's sender yields at the quantum,
+ * but each of its slices still delays a client's request by up to a
+ * quantum. With a second CPU the backlog goes to a loop of its own
+ * instead (lull_percore, one loop), which writes it to the socket a log
+ * chunk at a time, while the primary's loop serves clients.
+ *
+ * The hand-off. The log is append-only and its bytes never move (repl.h):
+ * the backlog [from, end) at the hand-off is a list of spans of chunks,
+ * copied for the thread (the chunk table itself may move with the next
+ * append); bytes past `end`, the next appends' (in the same chunk, too),
+ * are never read by it. So the replica gets the log as of the hand-off,
+ * and the writes after it follow: when the thread is done, the loop's
+ * sender goes on from `end` (and hands off again if the backlog grew past
+ * HANDOFF_MIN meanwhile). Nothing else is sent on the link while the
+ * backlog is out: the loop hands off only with its stream empty, its
+ * sender does nothing while `handed`, and a link that finishes meanwhile
+ * (a protocol error) sends its last reply after the backlog (conn_finish,
+ * finish_pending). The loop keeps reading the link
+ * (REPLACK, the replica's close); the thread's stream never reads.
+ *
+ * The socket. The thread writes a descriptor of its own (a dup: closing
+ * it leaves the socket to the loop's connection); the link keeps a second
+ * one, `keep`, until the backlog is back, so that the loop can cut it
+ * short whatever the thread's stream is doing: shutdown(keep) fails the
+ * thread's writes, and its stream ends (a replica whose link drops, a
+ * CLIENT KILL, the output limit, server_stop). The link is freed by
+ * whichever comes last: its close, its frames' release, the thread's done.
+ *
+ * The five rows of the sender thread (README, "The contracts"):
+ *   trigger          produce finding a socket link's backlog of at least
+ *                    HANDOFF_MIN with the thread enabled; on the thread, the
+ *                    hand-off (go), its stream's drain and frame releases
+ *   source of truth  the log (its bytes up to `end`, immutable) and the
+ *                    spans copied at the hand-off
+ *   pending work     spans not yet written; then the done posted back
+ *   next deadline    none: the socket's writability paces it
+ *   quiet            no backlog out: the thread waits for a post (no
+ *                    timer, no fd); it is started at the first hand-off
+ *                    and joined by server_stop. */
+
+/* A backlog at least this long goes to the thread: 1 MiB, one log chunk.
+ * Less is a few slices of the loop's own sender, and not worth the
+ * thread's two wakeups. */
+#define HANDOFF_MIN ((uint64_t)1 << 20)
+
+typedef struct rsender rsender;
+
+/* One chunk's share of the backlog, as a frame of the thread's stream. */
+typedef struct span {
+    lull_frame f;
+    rsender *sx;
+} span;
+
+struct rsender {
+    /* Set by the loop before the hand-off, read by the thread: */
+    rlink *l;         /* the link (the thread never reads it) */
+    lull_loop *main;  /* the primary's loop: where done runs */
+    lull_loop *loop;  /* the thread's loop */
+    lull_percore *pc; /* its percore (lull_percore_stopping) */
+    int fd;           /* the thread's descriptor, until its stream owns it */
+    span *spans;      /* the backlog, chunk by chunk */
+    size_t nspans;    /* spans in it */
+    size_t spans_cap; /* room in spans */
+    uint64_t end;     /* the log offset it ends at */
+    /* The loop's own: */
+    int keep;       /* the loop's descriptor of the socket: its shutdown
+                       cuts the backlog short */
+    lull_task done; /* posted back by the thread: runs on the loop */
+    /* The thread's own, from go until it posts done: */
+    lull_task go;    /* posted to the thread's loop */
+    lull_stream s;   /* writes the backlog */
+    size_t next;     /* the next span to send */
+    size_t inflight; /* spans the stream holds */
+    bool closing;    /* its stream is closing */
+    int status;      /* 0 all written, or why not (read by done) */
+};
+
+/* Fails the thread's writes of l's backlog (the socket's other
+ * descriptors see it shut too: the link is closing anyway). */
+static void sender_cut(rlink *l) {
+    shutdown(l->sx->keep, SHUT_RDWR);
+}
+
+static void link_free(rlink *l) {
+    if (l->c || l->inflight || l->handed) return;
+    if (l->sx) free(l->sx->spans);
+    free(l->sx);
+    free(l);
+}
+
+/* The CPUs the process may run on (sched_getaffinity), once. */
+static int cpus_allowed(void) {
+    static int n; /* the loop's thread only */
+    if (n == 0) {
+        cpu_set_t set;
+        n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    }
+    return n;
+}
+
+static bool want_thread(rlink *l) {
+    server *srv = l->srv;
+    if (l->no_thread || l->skip_next || l->c->closing || srv->senders_stopped ||
+        srv->catchup == CATCHUP_LOOP || !srv->net->fd ||
+        srv->net->fd(l->c->ep) < 0) /* TLS: the session's bytes */
+        return false;
+    if (srv->catchup == CATCHUP_AUTO && srv->sender_cpu < 0 &&
+        cpus_allowed() < 2)
+        return false;
+    const repl_log *log = &srv->kv.log;
+    return log->end - repl_log_offset(log, &l->cur) >= HANDOFF_MIN;
+}
+
+/* The thread's start: pinned to --repl-sender-cpu when given. */
+static void sender_pin(lull_loop *loop, int index, void *arg) {
+    (void)loop;
+    (void)index;
+    server *srv = arg;
+    if (srv->sender_cpu < 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(srv->sender_cpu, &set);
+    int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    if (rc) /* srv_log is the loop's: this thread says it itself */
+        fprintf(stderr,
+                "lull-kv: the sender thread stays unpinned: CPU %d: "
+                "%s\n",
+                srv->sender_cpu, strerror(rc));
+}
+
+static void sender_end(rsender *sx, int status) {
+    if (sx->closing) return;
+    sx->closing = true;
+    sx->status = status;
+    lull_endpoint_close(&sx->s.ep, status);
+}
+
+/* On the thread: sends spans while the stream takes them (one always,
+ * with none in flight: a stream whose write failed refuses it, -EPIPE,
+ * so a failure is heard of whether or not a drain was owed). */
+static void sender_pump(rsender *sx) {
+    lull_endpoint *ep = &sx->s.ep;
+    while (!sx->closing && sx->next < sx->nspans) {
+        if (sx->inflight && !lull_endpoint_writable(ep)) return; /* drain */
+        sx->inflight++;
+        int rc = lull_endpoint_send(ep, &sx->spans[sx->next++].f);
+        if (rc < 0) {
+            sx->inflight--;
+            sender_end(sx, rc);
+            return;
+        }
+    }
+    /* All written; a stream whose write failed is not writable. */
+    if (sx->inflight == 0)
+        sender_end(sx, lull_endpoint_writable(ep) ? 0 : -EPIPE);
+}
+
+static void sender_drain(lull_endpoint *ep) {
+    sender_pump(ep->data);
+}
+
+static void sender_release(lull_frame *f) {
+    rsender *sx = ((span *)(void *)f)->sx;
+    /* Written, or dropped by a failed write: either way the next span
+     * goes now (the stream is empty), or the end is found. */
+    if (--sx->inflight == 0) sender_pump(sx);
+}
+
+/* The thread's last word on a hand-off: after this post it touches
+ * nothing of sx (its stream is closed, every frame released). */
+static void sender_closed(lull_endpoint *ep, int reason) {
+    rsender *sx = ep->data;
+    if (sx->status == 0 && reason < 0) sx->status = reason;
+    lull_task_post_remote(sx->main, &sx->done);
+}
+
+/* On the thread: the hand-off. Its stream never reads (the loop's
+ * connection reads the link). */
+static void sender_go(lull_task *t) {
+    rsender *sx = LULL_CONTAINER_OF(t, rsender, go);
+    if (lull_percore_stopping(sx->pc)) {
+        close(sx->fd);
+        sx->status = -ECANCELED;
+        lull_task_post_remote(sx->main, &sx->done);
+        return;
+    }
+    /* Raw, no frame bound: a span is a whole chunk. */
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    int rc = lull_stream_open(sx->loop, &sx->s, sx->fd, &o);
+    if (rc < 0) { /* the fd is closed */
+        sx->status = rc;
+        lull_task_post_remote(sx->main, &sx->done);
+        return;
+    }
+    lull_stream_read_stop(&sx->s);
+    sx->s.ep.data = sx;
+    lull_endpoint_set_callbacks(&sx->s.ep, NULL, sender_drain, sender_closed);
+    sx->next = sx->inflight = 0;
+    sx->closing = false;
+    sx->status = 0;
+    sender_pump(sx);
+}
+
+/* On the loop: the backlog is back. The link goes on from `end`, or
+ * closes when the backlog was cut short (the replica resumes from what it
+ * applied). */
+static void sender_done(lull_task *t) {
+    rsender *sx = LULL_CONTAINER_OF(t, rsender, done);
+    rlink *l = sx->l;
+    server *srv = l->srv;
+    close(sx->keep);
+    sx->keep = -1;
+    l->handed = false;
+    srv->senders_out--;
+    if (!l->c) {
+        link_free(l);
+        return;
+    }
+    if (sx->status < 0) {
+        conn_drop(l->c,
+                  "the catch-up sender stopped before offset %" PRIu64 " (%s)",
+                  sx->end, strerror(-sx->status));
+        return;
+    }
+    repl_log_seek(&srv->kv.log, sx->end, &l->cur);
+    if (l->finish_pending) {
+        conn_finish(l->c);
+        return;
+    }
+    if (!srv->senders_stopped) lull_task_post(srv->loop, &l->task);
+}
+
+static int senders_start(server *srv) {
+    lull_percore_options o = {.loops = 1, .start = sender_pin, .arg = srv};
+    return lull_percore_start(&srv->senders, &o);
+}
+
+/* The link's backlog to the thread (its stream is empty): 0, or why not
+ * (logged; the loop's sender keeps it). */
+static int handoff(rlink *l) {
+    server *srv = l->srv;
+    const repl_log *log = &srv->kv.log;
+    int rc = srv->senders ? 0 : senders_start(srv);
+    if (rc < 0) {
+        srv_log(srv,
+                "the catch-up sender thread did not start (%s): "
+                "replicas catch up on the loop",
+                strerror(-rc));
+        srv->catchup = CATCHUP_LOOP;
+        return rc;
+    }
+    rsender *sx = l->sx ? l->sx : calloc(1, sizeof *sx);
+    if (!sx) return -ENOMEM;
+    l->sx = sx;
+    uint64_t from = repl_log_offset(log, &l->cur);
+    size_t first = l->cur.chunk;
+    while (first < log->nchunks &&
+           log->chunks[first].start + log->chunks[first].used <= from)
+        first++;
+    size_t n = log->nchunks - first;
+    if (n > sx->spans_cap) {
+        span *sp = realloc(sx->spans, n * sizeof *sp);
+        if (!sp) return -ENOMEM;
+        sx->spans = sp;
+        sx->spans_cap = n;
+    }
+    sx->nspans = 0;
+    for (size_t i = first; i < log->nchunks; i++) {
+        const repl_chunk *c = &log->chunks[i];
+        size_t skip = from > c->start ? (size_t)(from - c->start) : 0;
+        if (c->used <= skip) continue; /* an empty tail chunk */
+        sx->spans[sx->nspans++] = (span){.f = {.bytes = c->p + skip,
+                                               .len = c->used - skip,
+                                               .release = sender_release},
+                                         .sx = sx};
+    }
+    int fd = srv->net->fd(l->c->ep);
+    sx->fd = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    sx->keep = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (sx->fd < 0 || sx->keep < 0) {
+        rc = fd < 0 ? -ENOTSOCK : -errno;
+        if (sx->fd >= 0) close(sx->fd);
+        if (sx->keep >= 0) close(sx->keep);
+        srv_log(srv, "replica %s:%d catches up on the loop: %s", l->peer.ip,
+                l->peer.port, strerror(-rc));
+        return rc;
+    }
+    sx->l = l;
+    sx->main = srv->loop;
+    sx->pc = srv->senders;
+    sx->loop = lull_percore_loop(srv->senders, 0);
+    sx->end = log->end;
+    lull_task_init(&sx->go, sender_go);
+    lull_task_init(&sx->done, sender_done);
+    l->handed = true;
+    srv->senders_out++;
+    lull_task_post_remote(sx->loop, &sx->go);
+    return 0;
+}
+
+void senders_stop(server *srv) {
+    if (!srv->senders) return;
+    srv->senders_stopped = true;
+    for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers; p = p->next) {
+        rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
+        if (l->handed) sender_cut(l);
+    }
+    /* Joins the thread: every backlog's done has been posted by then. */
+    lull_percore_stop(srv->senders);
+    srv->senders = NULL;
+    while (srv->senders_out && lull_loop_run(srv->loop, LULL_RUN_ONCE) >= 0) {
+    }
 }
 
 /* REPLSYNC <replid|?> <offset> <listening-port>: the connection becomes a

@@ -53,6 +53,7 @@ void server_defaults(server *srv) {
     srv->obl[CLASS_PUBSUB] =
         (obuf_limit){(size_t)32 << 20, (size_t)8 << 20, 60 * 1000000000ull};
     srv->should_yield = lull_loop_should_yield;
+    srv->sender_cpu = -1;
 }
 
 int server_open(server *srv, lull_loop *loop, const kv_net *net,
@@ -79,6 +80,7 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
     srv->expiry.arg = srv;
     srv->expiry.should_yield = srv->should_yield;
     srv->kv.wake = conn_wake;
+    srv->kv.auth = conn_auth;
     srv->kv.kill_replicas = kill_replicas;
     return 0;
 }
@@ -90,9 +92,11 @@ void server_start(server *srv) {
 void server_stop(server *srv) {
     if (srv->kv.replica) master_stop(srv);
     kv_expiry_stop(&srv->expiry);
+    senders_stop(srv);
 }
 
 void server_free(server *srv) {
+    senders_stop(srv); /* it reads the log */
     kv_free(&srv->kv);
     buf_free(&srv->m.in);
     free(srv->argv);

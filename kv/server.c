@@ -13,6 +13,7 @@
  *           [--client-query-buffer-limit SIZE]
  *           [--client-output-buffer-limit CLASS HARD SOFT SECONDS ...]
  *           [--replica-of HOST:PORT] [--repl-mode per-record|budget]
+ *           [--repl-catchup auto|thread|loop] [--repl-sender-cpu N]
  *           [--bind ADDR ...] [--requirepass P] [--masterauth P]
  *           [--protected-mode yes|no] [--tls-port N --tls-cert-file F
  *           --tls-key-file F --tls-ca-cert-file F]
@@ -29,8 +30,12 @@
  *                     it; several classes may follow one flag
  *     --replica-of H:P  be a replica of the primary at H:P (H numeric, or
  *                     localhost)
- *     --repl-mode M   how a primary sends to catching-up replicas: budget
- *                     (default) or per-record
+ *     --repl-mode M   how a primary's loop sends to catching-up replicas:
+ *                     budget (default) or per-record
+ *     --repl-catchup W  where a catching-up replica's backlog is sent from:
+ *                     auto (default: a thread of its own with two CPUs or
+ *                     more), thread, or loop (--repl-mode's sender)
+ *     --repl-sender-cpu N  the sender thread's CPU
  *   SIZE is bytes, or a number with k, kb, m, mb, g or gb (as Redis: k is
  *   1000, kb 1024). It prints "lull-kv: listening on 127.0.0.1:PORT" once
  *   ready, and runs until killed.
@@ -178,9 +183,16 @@ static void socket_io_counts(const lull_endpoint *ep, uint64_t *reads,
     *writes = s->writes;
 }
 
-const kv_net kv_net_socket = {socket_read_stop, socket_read_start,
-                              socket_shutdown,  socket_peer,
-                              socket_connect,   socket_io_counts};
+/* The socket of a plaintext connection, for the catch-up sender thread;
+ * none under TLS (its bytes are the session's). */
+static int socket_fd(lull_endpoint *ep) {
+    conn *c = ep->data;
+    return c->tls ? -1 : lull_stream_fd(&c->t.stream);
+}
+
+const kv_net kv_net_socket = {
+    socket_read_stop, socket_read_start, socket_shutdown, socket_peer,
+    socket_connect,   socket_io_counts,  socket_fd};
 
 /* The one server of this process, for INFO stats (kv has no pointer back
  * to it). */
@@ -290,8 +302,14 @@ static const char usage_text[] =
     "                    be a replica of that primary (HOST numeric, or\n"
     "                    localhost)\n"
     "  --repl-mode budget|per-record\n"
-    "                    how a primary sends to catching-up replicas\n"
+    "                    how a primary's loop sends to catching-up replicas\n"
     "                    (default budget)\n"
+    "  --repl-catchup auto|thread|loop\n"
+    "                    where a catching-up replica's backlog is sent from:\n"
+    "                    a thread of its own, or the loop (default auto: the\n"
+    "                    thread when the process may use two CPUs or more)\n"
+    "  --repl-sender-cpu N\n"
+    "                    pin the sender thread to CPU N (and use it)\n"
     "  --bind ADDR [ADDR ...]\n"
     "                    listen on these numeric addresses, IPv4 or IPv6\n"
     "                    (default 127.0.0.1)\n"
@@ -394,30 +412,14 @@ static int collect_words(int argc, char **argv, int *i, char *text, size_t bcap,
     return n;
 }
 
-/* CONFIG GET's answers for the limits, in Redis' forms. */
-static char config_text[4][160];
-static const char *config_table[4][2];
-
-static void fill_config(server *srv) {
-    snprintf(config_text[0], sizeof config_text[0], "%zu", srv->lim.max_bulk);
-    snprintf(config_text[1], sizeof config_text[1], "%zu", srv->qbuf_limit);
-    const obuf_limit *o = srv->obl;
-    snprintf(config_text[2], sizeof config_text[2],
-             "normal %zu %zu %" PRIu64 " slave %zu %zu %" PRIu64
-             " pubsub %zu %zu %" PRIu64,
-             o[0].hard, o[0].soft, o[0].soft_ns / 1000000000u, o[1].hard,
-             o[1].soft, o[1].soft_ns / 1000000000u, o[2].hard, o[2].soft,
-             o[2].soft_ns / 1000000000u);
-    static const char *const names[] = {"proto-max-bulk-len",
-                                        "client-query-buffer-limit",
-                                        "client-output-buffer-limit"};
-    for (int i = 0; i < 3; i++) {
-        config_table[i][0] = names[i];
-        config_table[i][1] = config_text[i];
-    }
-    srv->kv.config = config_table;
-    srv->kv.nconfig = 3;
-}
+/* CONFIG GET's answers: the limits and the access options, in Redis'
+ * forms (a password as it was given, as Redis 7 shows it to a client
+ * that may run CONFIG; "" for an option not set). The ports are the ones
+ * listened on, so --port 0's pick shows. Filled once the listeners are
+ * up. */
+enum { CONFIGS = 17 };
+static char config_text[CONFIGS][1024];
+static const char *config_table[CONFIGS][2];
 
 /* HOST:PORT (the last ':' splits, so [::1]:6380 works). */
 static bool parse_hostport(const char *s, master *m) {
@@ -469,6 +471,65 @@ typedef struct tls_opts {
     int auth_clients; /* 1 yes (Redis' default), 0 no, 2 optional */
     bool replication;
 } tls_opts;
+
+static void fill_config(server *srv, const tls_opts *tls, int tls_port,
+                        const char *const *bind, int nbind,
+                        const char *unix_path) {
+    const obuf_limit *o = srv->obl;
+    static const char *const names[CONFIGS] = {"proto-max-bulk-len",
+                                               "client-query-buffer-limit",
+                                               "client-output-buffer-limit",
+                                               "bind",
+                                               "port",
+                                               "unixsocket",
+                                               "requirepass",
+                                               "masterauth",
+                                               "protected-mode",
+                                               "tls-port",
+                                               "tls-cert-file",
+                                               "tls-key-file",
+                                               "tls-ca-cert-file",
+                                               "tls-auth-clients",
+                                               "tls-replication",
+                                               "replicaof",
+                                               "slaveof"};
+    char(*t)[1024] = config_text;
+    snprintf(t[0], sizeof t[0], "%zu", srv->lim.max_bulk);
+    snprintf(t[1], sizeof t[1], "%zu", srv->qbuf_limit);
+    snprintf(t[2], sizeof t[2],
+             "normal %zu %zu %" PRIu64 " slave %zu %zu %" PRIu64
+             " pubsub %zu %zu %" PRIu64,
+             o[0].hard, o[0].soft, o[0].soft_ns / 1000000000u, o[1].hard,
+             o[1].soft, o[1].soft_ns / 1000000000u, o[2].hard, o[2].soft,
+             o[2].soft_ns / 1000000000u);
+    size_t used = 0;
+    for (int b = 0; b < nbind && used < sizeof t[3]; b++)
+        used += (size_t)snprintf(t[3] + used, sizeof t[3] - used, "%s%s",
+                                 b ? " " : "", bind[b]);
+    snprintf(t[4], sizeof t[4], "%d", srv->port);
+    snprintf(t[5], sizeof t[5], "%s", unix_path ? unix_path : "");
+    snprintf(t[6], sizeof t[6], "%s", srv->requirepass ? srv->requirepass : "");
+    snprintf(t[7], sizeof t[7], "%s", srv->masterauth ? srv->masterauth : "");
+    snprintf(t[8], sizeof t[8], "%s", srv->protected_mode ? "yes" : "no");
+    snprintf(t[9], sizeof t[9], "%d", tls_port);
+    snprintf(t[10], sizeof t[10], "%s", tls->cert ? tls->cert : "");
+    snprintf(t[11], sizeof t[11], "%s", tls->key ? tls->key : "");
+    snprintf(t[12], sizeof t[12], "%s", tls->ca ? tls->ca : "");
+    static const char *const auth[] = {"no", "yes", "optional"};
+    snprintf(t[13], sizeof t[13], "%s", auth[tls->auth_clients]);
+    snprintf(t[14], sizeof t[14], "%s", tls->replication ? "yes" : "no");
+    if (srv->kv.replica)
+        snprintf(t[15], sizeof t[15], "%s %d", srv->m.host, srv->m.port);
+    else
+        t[15][0] = 0;
+    memcpy(t[16], t[15], sizeof t[16]);
+    for (int i = 0; i < CONFIGS; i++) {
+        config_table[i][0] = names[i];
+        config_table[i][1] = t[i];
+    }
+    srv->kv.config = config_table;
+    srv->kv.nconfig = CONFIGS;
+}
 
 /* The server's context (for the TLS port) and the replica's (its link),
  * as Redis makes them: the same certificate both ways, one CA file. 0, or
@@ -602,12 +663,28 @@ int main(int argc, char **argv) {
                 srv.per_record = true;
             else if (strcmp(argv[i], "budget") != 0)
                 return usage();
+        } else if (more && strcmp(a, "--repl-catchup") == 0) {
+            const char *w = argv[++i];
+            if (strcmp(w, "auto") == 0)
+                srv.catchup = CATCHUP_AUTO;
+            else if (strcmp(w, "thread") == 0)
+                srv.catchup = CATCHUP_THREAD;
+            else if (strcmp(w, "loop") == 0)
+                srv.catchup = CATCHUP_LOOP;
+            else
+                return usage();
+        } else if (more && strcmp(a, "--repl-sender-cpu") == 0) {
+            char *end;
+            long cpu = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || cpu < 0 ||
+                cpu >= 1024) /* a cpu_set_t's CPUs */
+                return usage();
+            srv.sender_cpu = (int)cpu;
         } else {
             return usage();
         }
     }
     if (port < 0 || port > 65535) return usage();
-    fill_config(&srv);
     make_replid(srv.kv.replid);
     lull_loop *loop;
     int rc = lull_loop_new(&loop, NULL);
@@ -661,6 +738,8 @@ int main(int argc, char **argv) {
         }
         srv.has_unix = true;
     }
+    fill_config(&srv, &tls, tls_ctx ? lull_server_port(&lis[nlis - 1].ls) : 0,
+                bind, nbind, unix_path);
     printf("lull-kv: listening on %s%s%s\n", line, unix_path ? " and " : "",
            unix_path ? unix_path : "");
     fflush(stdout);

@@ -85,7 +85,16 @@ typedef struct kv_net {
      * transport made (INFO stats), or NULL: it counts none. */
     void (*io_counts)(const lull_endpoint *ep, uint64_t *reads,
                       uint64_t *writes);
+    /* The socket the connection's bytes go over, which the catch-up
+     * sender thread writes through a descriptor of its own; -1, or NULL:
+     * none (TLS, the simulator): its links catch up on the loop. */
+    int (*fd)(lull_endpoint *ep);
 } kv_net;
+
+/* How a primary sends a catching-up replica its backlog (--repl-catchup):
+ * on a thread of its own when a second CPU is there (auto), always there
+ * (thread), or always on the loop, between clients (loop). */
+enum { CATCHUP_AUTO, CATCHUP_THREAD, CATCHUP_LOOP };
 
 /* Room for one connection's handle, whichever transport set it up. */
 typedef union kv_transport {
@@ -143,6 +152,13 @@ struct server {
     bool normal_limited;     /* the normal class has a limit */
     resp_arg *argv;          /* the command being run (MAX_ARGS entries) */
     bool per_record;         /* --repl-mode per-record */
+    int catchup;             /* --repl-catchup: CATCHUP_* */
+    int sender_cpu;          /* --repl-sender-cpu: the sender thread's CPU
+                                (-1: wherever the process may run) */
+    lull_percore *senders;   /* the sender thread's loop (link.c); started
+                                at the first hand-off, NULL before */
+    size_t senders_out;      /* links whose backlog is out on it */
+    bool senders_stopped;    /* server_stop: no hand-off any more */
     int port;                /* the bound TCP port (told to a primary) */
     master m;                /* --replica-of */
     /* requirepass (NULL: none; every client is the default user, signed
@@ -226,6 +242,9 @@ void conn_io_totals(const server *srv, uint64_t *reads, uint64_t *writes);
  * why (fmt NULL: no line). No callback of it runs afterwards. */
 void conn_drop(conn *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Stops serving c: its last replies (c->out) are sent, the write side
+ * shut, and the connection closed once they are written. */
+void conn_finish(conn *c);
 /* Holds c to its class's output limits (closing it when over); false
  * when it was closed. */
 bool conn_check_output(conn *c);
@@ -234,6 +253,8 @@ bool conn_check_output(conn *c);
 void conn_refuse(conn *c, const char *reply, const char *why);
 /* kv.wake: a message was added to a client's output. */
 void conn_wake(kv_client *cl);
+/* kv.auth: AUTH for a client connection (the password is srv's). */
+void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out);
 
 /* link.c, primary side */
 typedef struct ring_frame {
@@ -242,17 +263,24 @@ typedef struct ring_frame {
 } ring_frame;
 
 struct rlink {
-    repl_peer peer;     /* in kv.peers while the connection is open */
-    server *srv;        /* the primary */
-    conn *c;            /* the connection; NULL once it closed */
-    bool skip_next;     /* planted bug (KV_PLANT_RESUME_LATE): the next
-                           record is not sent */
-    lull_task task;     /* the producer */
-    repl_cursor cur;    /* the next record to send */
-    uint64_t start;     /* the log's end when the link started */
-    size_t inflight;    /* ring frames the stream holds (not released) */
-    uint64_t ring_next; /* the next ring frame to use */
-    bool starved;       /* waits for ring[ring_next]'s release */
+    repl_peer peer;      /* in kv.peers while the connection is open */
+    server *srv;         /* the primary */
+    conn *c;             /* the connection; NULL once it closed */
+    bool skip_next;      /* planted bug (KV_PLANT_RESUME_LATE): the next
+                            record is not sent */
+    lull_task task;      /* the producer */
+    repl_cursor cur;     /* the next record to send */
+    uint64_t start;      /* the log's end when the link started */
+    size_t inflight;     /* ring frames the stream holds (not released) */
+    uint64_t ring_next;  /* the next ring frame to use */
+    bool starved;        /* waits for ring[ring_next]'s release */
+    bool flushing;       /* waits for its stream to empty, to hand off */
+    bool handed;         /* its backlog is out on the sender thread: the
+                            loop sends it nothing until that comes back */
+    bool no_thread;      /* a hand-off failed: it stays on the loop */
+    bool finish_pending; /* the connection finished while handed: its
+                            last reply waits for the backlog */
+    struct rsender *sx;  /* the sender thread's state (NULL: never handed) */
     ring_frame ring[RING];
 };
 
@@ -272,6 +300,10 @@ size_t link_output(const rlink *l);
 /* CLIENT KILL TYPE replica|slave (kv.kill_replicas): how many links it
  * closed. */
 long long kill_replicas(kv *k);
+/* Ends the sender thread: every backlog out on it is cut short (its link
+ * closes), the thread is joined and the links hear of it. From outside the
+ * loop's run (server_stop); idempotent. */
+void senders_stop(server *srv);
 
 /* link.c, replica side: connects to the primary, and keeps doing so. */
 void master_start(server *srv);

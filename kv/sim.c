@@ -50,7 +50,7 @@
  *
  *   lull-kv-sim [--seeds N] [--first S] [--seconds T] [--seed S]
  *               [--plant BUG] [--expect-find N] [--determinism N]
- *               [--trace FILE] [--quiet]
+ *               [--trace FILE] [--quiet] [--streams]
  *     --seeds N        seeds S..S+N-1 (default 100; --first S, default 1)
  *     --seconds T      fresh seeds for T seconds (the soak); the first
  *                      is printed
@@ -59,7 +59,8 @@
  *     --plant BUG      plant a known bug (resume-late, ack-before-log,
  *                      lost-wakeup, expire-relative, multi-split,
  *                      chunk-edge, int32, silent-resync: lull-kv's;
- *                      hollow-partition: the network's); with
+ *                      hollow-partition: the network's; short-write-
+ *                      resend, short-write-drop: the stream path's); with
  *                      --expect-find N, succeed when a seed of the first N
  *                      finds it, fail when none does
  *     --determinism N  a fault-free run of N commands, twice: the traces'
@@ -69,6 +70,11 @@
  *     --unread-close   one directed run: a replica closes its link with
  *                      bytes the primary has not read (kv.sim_replica_
  *                      close_unread)
+ *     --streams        lull-kv's connections as lull streams on
+ *                      socketpairs, with the fault shim's seeded plan
+ *                      under them (the section "--streams" below); the
+ *                      plants short-write-resend and short-write-drop
+ *                      turn it on
  * Exit status: 0 when every seed passed (or the planted bug was found). */
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
@@ -79,9 +85,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dump.h"
+#include "fault_shim.h"
 #include "model.h"
 
 #define MS 1000000ull
@@ -112,7 +122,7 @@ typedef struct node {
 
 /* P_MKEY: MSET, MGET or DEL of 2 or 3 of the client's keys, checked key
  * by key (cmd[i].op: OP_SET, OP_MGET_ONE, OP_DEL). */
-enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY };
+enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY, P_QUIT };
 
 /* A request in flight: one command, a transaction, or the DEL that
  * forgets the keys a failed connection left uncertain. */
@@ -191,6 +201,7 @@ typedef struct client {
     int ttl_px;
     unsigned ttl_seq;
     unsigned tags; /* transactions that wrote the atomicity pair */
+    bool quitting; /* QUIT sent (--streams): nothing more on this link */
 } client;
 
 /* A planted bug of the network's, not lull-kv's: partitions that hold
@@ -235,6 +246,9 @@ struct sim {
 };
 
 static sim *the_sim; /* for should_yield, whose hook has no argument */
+/* --streams: lull-kv's connections are lull streams on socketpairs, with
+ * the fault shim's plan under them (the section "--streams" below). */
+static bool streams_mode;
 
 static uint64_t rnd(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -310,17 +324,537 @@ static int sim_connect(server *srv) {
                                 sim_connected);
 }
 
-/* The simulated links count no system calls: no io_counts. */
+/* The simulated links count no system calls: no io_counts; and have no
+ * socket, so replicas catch up on the loop (no fd). */
 static const kv_net kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
-                                  sim_peer,      sim_connect,    NULL};
+                                  sim_peer,      sim_connect,    NULL,
+                                  NULL};
+
+/* ------------------------------- --streams: lull streams on socketpairs */
+
+/* In this mode every connection of a lull-kv node (the clients' it
+ * accepts, a replica's link to its primary) is a lull_stream on one end
+ * of a socketpair; the other end is a relay's stream, which copies bytes
+ * to and from a connection of the simulated network. So lull-kv's bytes
+ * pass through lull's own stream code (queues, writev batching, short
+ * writes, EAGAIN, write-side failures) and the kernel, then cross the
+ * simulated network with its faults. Under both streams the fault shim
+ * (tests/fault_shim.h) runs the seed's plan on every recv, recvmsg and
+ * sendmsg: short reads and writes at random byte counts, EAGAIN, EINTR,
+ * ENOBUFS, and, on a share of the socketpairs, ECONNRESET or EPIPE from a
+ * random byte on. Both streams' fds are unreferenced, so the loop's run
+ * ends when the network is quiet (run_streams runs what is left in the
+ * sockets). A relay that loses either side closes the other: a fault
+ * under a stream reaches the peer as a reset, and lull-kv reconnects and
+ * resyncs as on the simulated network. */
+
+/* Not lull-kv's: the plant of the stream path, in the shim's count of a
+ * short write (with PLANT_HOLLOW_PARTITION, masked out of kv.plant). */
+enum {
+    PLANT_SHORT_RESEND = 0x20000, /* a short write said 1-8 bytes shorter:
+                                     the stream sends them again */
+    PLANT_SHORT_DROP = 0x40000,   /* a short write said whole: the rest of
+                                     that write is never sent */
+    PLANT_HOLLOW_SHORT = 0x80000  /* the plan's short writes drawn, never
+                                     made (its own check must say so) */
+};
+#define PLANT_STREAMS                                                          \
+    (PLANT_SHORT_RESEND | PLANT_SHORT_DROP | PLANT_HOLLOW_SHORT)
+
+/* The fds the plan faults: the socketpairs' (below this, as lull-kv's
+ * seeds never hold more). */
+#define PLAN_FDS 1024
+
+/* One socketpair fd's plan: its bytes each way, and the reset it gets. */
+typedef struct fd_plan {
+    bool on;
+    uint64_t bytes[2]; /* [K_RECV], [K_SENDMSG] so far */
+    uint64_t reset_at; /* bytes of reset_dir before the reset (0: none) */
+    int reset_dir;     /* K_RECV or K_SENDMSG */
+    int reset_err;     /* ECONNRESET, or EPIPE for a write */
+    bool reset_done;   /* every call fails from now on */
+    bool clean;        /* the prober's: no reset, no ENOBUFS */
+    char name[48];     /* for the trace */
+} fd_plan;
+
+/* The seed's fault plan: each kind's chance per call (thousandths), drawn
+ * per seed, and what the shim did. */
+typedef struct io_plan {
+    uint32_t short_read, short_write, eagain, eintr, enobufs;
+    uint32_t reset_permille; /* socketpairs that reset */
+    uint64_t reset_within;   /* at a byte below this */
+    uint64_t rng;
+} io_plan;
+
+/* A fault kind's effects, counted (outcome.io). */
+enum {
+    IO_SHORT_READ,
+    IO_SHORT_WRITE,
+    IO_EAGAIN,
+    IO_EINTR,
+    IO_ENOBUFS,
+    IO_RESET,
+    IO_PLANTED,
+    IO_KINDS
+};
+static const char *const io_kind_name[IO_KINDS] = {
+    "short reads", "short writes", "EAGAINs",          "EINTRs",
+    "ENOBUFS",     "resets",       "planted miscounts"};
+
+static fd_plan fd_plans[PLAN_FDS];
+static io_plan the_plan;
+static uint64_t io_effects[IO_KINDS]; /* this seed's */
+static bool io_drawn[IO_KINDS];       /* this seed's plan has the kind */
+static size_t cut_to; /* the plan cut the call under way to this many */
+
+static bool chance(uint32_t permille) {
+    return permille && below(&the_plan.rng, 1000) < permille;
+}
+
+static int plan_before(int kind, int fd, size_t *len) {
+    cut_to = 0; /* a call that failed left one */
+    if (fd < 0 || fd >= PLAN_FDS || !fd_plans[fd].on || !the_sim) return 0;
+    fd_plan *p = &fd_plans[fd];
+    sim *S = the_sim;
+    if (p->reset_done) return kind == K_RECV ? ECONNRESET : p->reset_err;
+    if (p->reset_at && kind == p->reset_dir) {
+        uint64_t b = p->bytes[kind == K_SENDMSG];
+        if (b >= p->reset_at) {
+            p->reset_done = true;
+            io_effects[IO_RESET]++;
+            lull_simnet_log(S->net, "%s: %s %s at byte %" PRIu64, p->name,
+                            kind == K_RECV ? "recv" : "sendmsg",
+                            strerror(p->reset_err), b);
+            return p->reset_err;
+        }
+        if (*len > p->reset_at - b) {
+            *len = (size_t)(p->reset_at - b);
+            return SHORT;
+        }
+    }
+    if (chance(the_plan.eintr)) {
+        io_effects[IO_EINTR]++;
+        return EINTR;
+    }
+    if (chance(the_plan.eagain)) {
+        io_effects[IO_EAGAIN]++;
+        return EAGAIN;
+    }
+    if (kind == K_SENDMSG && !p->clean && chance(the_plan.enobufs)) {
+        io_effects[IO_ENOBUFS]++;
+        lull_simnet_log(S->net, "%s: sendmsg ENOBUFS", p->name);
+        return ENOBUFS;
+    }
+    /* A read is cut within what the socket holds (a cut past it would
+     * change nothing): at a random byte of the bytes there. */
+    size_t have = *len;
+    int ready = 0;
+    if (kind == K_RECV && ioctl(fd, FIONREAD, &ready) == 0 &&
+        (size_t)ready < have)
+        have = (size_t)ready;
+    if (have > 1 &&
+        chance(kind == K_RECV ? the_plan.short_read : the_plan.short_write)) {
+        size_t cut = 1 + (size_t)below(&the_plan.rng, have - 1);
+        /* Planted: short writes drawn, never made. */
+        if (kind == K_SENDMSG && (S->plant & PLANT_HOLLOW_SHORT)) return 0;
+        *len = cut_to = cut;
+        return SHORT;
+    }
+    return 0;
+}
+
+static ssize_t plan_after(int kind, int fd, ssize_t n, size_t asked) {
+    if (fd < 0 || fd >= PLAN_FDS || !fd_plans[fd].on || !the_sim) return n;
+    fd_plan *p = &fd_plans[fd];
+    p->bytes[kind == K_SENDMSG] += (uint64_t)n;
+    /* A cut of the plan's counts when the call came back at it (had the
+     * kernel had less, the cut did nothing); the kernel's own short
+     * writes are not the plan's. */
+    size_t cut = cut_to;
+    cut_to = 0;
+    if (n <= 0 || (size_t)n >= asked) return n;
+    if (cut && (size_t)n == cut)
+        io_effects[kind == K_RECV ? IO_SHORT_READ : IO_SHORT_WRITE]++;
+    if (kind != K_SENDMSG) return n;
+    /* The planted miscounts of a short write. */
+    if ((the_sim->plant & PLANT_SHORT_RESEND) && n > 1) {
+        io_effects[IO_PLANTED]++;
+        return n - 1 - (ssize_t)below(&the_plan.rng, n - 1 < 8 ? n - 1 : 8);
+    }
+    if (the_sim->plant & PLANT_SHORT_DROP) {
+        io_effects[IO_PLANTED]++;
+        return (ssize_t)asked;
+    }
+    return n;
+}
+
+static void plan_draw(sim *S) {
+    io_plan *p = &the_plan;
+    memset(p, 0, sizeof *p);
+    memset(fd_plans, 0, sizeof fd_plans);
+    memset(io_effects, 0, sizeof io_effects);
+    p->rng = S->seed ^ 0x9e3779b97f4a7c15ull;
+    uint64_t *r = &S->rng;
+    /* Each kind in about half the seeds, at up to a third of the calls
+     * (short counts), a tenth (EAGAIN, EINTR: each costs a turn), or a
+     * few thousandths (ENOBUFS, which ends the connection). */
+    if (below(r, 2)) p->short_read = 1 + (uint32_t)below(r, 350);
+    if (below(r, 2)) p->short_write = 1 + (uint32_t)below(r, 350);
+    if (below(r, 2)) p->eagain = 1 + (uint32_t)below(r, 100);
+    if (below(r, 2)) p->eintr = 1 + (uint32_t)below(r, 100);
+    /* An eighth of the seeds heavy: most calls cut short, half of them
+     * retried (every byte in its own call, a stream blocked at every
+     * turn). */
+    if (below(r, 8) == 0) {
+        p->short_read = 500 + (uint32_t)below(r, 500);
+        p->short_write = 500 + (uint32_t)below(r, 500);
+        p->eagain = (uint32_t)below(r, 500);
+        p->eintr = (uint32_t)below(r, 500);
+    }
+    if (below(r, 4) == 0) p->enobufs = 1 + (uint32_t)below(r, 5);
+    if (below(r, 2)) {
+        p->reset_permille = 1 + (uint32_t)below(r, 500);
+        p->reset_within = 64 + below(r, 65536);
+    }
+    /* The stream path's plants need short writes drawn to act on (or, the
+     * hollow one, to leave undone). */
+    if ((S->plant & PLANT_STREAMS) && !p->short_write) p->short_write = 200;
+    io_drawn[IO_SHORT_READ] = p->short_read != 0;
+    io_drawn[IO_SHORT_WRITE] = p->short_write != 0;
+    io_drawn[IO_EAGAIN] = p->eagain != 0;
+    io_drawn[IO_EINTR] = p->eintr != 0;
+    io_drawn[IO_ENOBUFS] = p->enobufs != 0;
+    io_drawn[IO_RESET] = p->reset_permille != 0;
+    io_drawn[IO_PLANTED] =
+        (S->plant & (PLANT_SHORT_RESEND | PLANT_SHORT_DROP)) != 0;
+    lull_simnet_log(S->net,
+                    "streams: short reads %u, short writes %u, EAGAIN %u, "
+                    "EINTR %u, ENOBUFS %u (per mille of calls); resets on "
+                    "%u per mille of socketpairs, below byte %" PRIu64,
+                    p->short_read, p->short_write, p->eagain, p->eintr,
+                    p->enobufs, p->reset_permille, p->reset_within);
+}
+
+/* A relay: a simulated connection and the far end of a socketpair, whose
+ * near end is lull-kv's stream. */
+typedef struct relay {
+    sim *S;
+    lull_simconn sc;    /* the network's side */
+    lull_stream rs;     /* the socketpair's far end */
+    bool sc_live;       /* sc's close callback owed */
+    bool rs_live;       /* rs's */
+    bool sc_up;         /* connected (a replica's link: after connect) */
+    server *master_of;  /* a replica's link: its server, until connected */
+    int kv_fd;          /* lull-kv's end, for peer names */
+    struct relay *next; /* S's list, for the peer's name and the check */
+    struct relay **prev;
+} relay;
+
+static relay *relays; /* the live ones */
+
+static void relay_free_if_done(relay *r) {
+    if (r->sc_live || r->rs_live) return;
+    *r->prev = r->next;
+    if (r->next) r->next->prev = r->prev;
+    free(r);
+}
+
+/* Bytes from lull-kv to the network: what the network's end cannot take
+ * now stops the relay's reading, and so, through the socket, lull-kv's
+ * stream. */
+static void relay_rs_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    relay *r = ep->data;
+    if (!r->sc_up || lull_endpoint_closed(&r->sc.ep)) return;
+    if (lull_endpoint_send_copy(&r->sc.ep, bytes, len) < 0) return;
+    if (!lull_endpoint_writable(&r->sc.ep)) lull_stream_read_stop(&r->rs);
+}
+
+static void relay_sc_drain(lull_endpoint *ep) {
+    relay *r = ep->data;
+    if (r->rs_live && !lull_endpoint_closed(&r->rs.ep))
+        lull_stream_read_start(&r->rs);
+}
+
+static void relay_sc_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    relay *r = ep->data;
+    if (!r->rs_live || lull_endpoint_closed(&r->rs.ep)) return;
+    if (lull_endpoint_send_copy(&r->rs.ep, bytes, len) < 0) return;
+    if (!lull_endpoint_writable(&r->rs.ep)) lull_simconn_read_stop(&r->sc);
+}
+
+static void relay_rs_drain(lull_endpoint *ep) {
+    relay *r = ep->data;
+    if (r->sc_live && !lull_endpoint_closed(&r->sc.ep))
+        lull_simconn_read_start(&r->sc);
+}
+
+/* The network's end closed: its EOF becomes the socket's (after what was
+ * queued), a reset a close. */
+static void relay_sc_close(lull_endpoint *ep, int reason) {
+    relay *r = ep->data;
+    r->sc_live = false;
+    if (r->rs_live && !lull_endpoint_closed(&r->rs.ep)) {
+        if (reason == 0 && r->sc_up) {
+            /* Reading again (the network's end may have paused it): the
+             * EOF of lull-kv's end must reach it. */
+            lull_stream_read_start(&r->rs);
+            lull_stream_shutdown(&r->rs);
+        } else
+            lull_endpoint_close(&r->rs.ep, reason);
+    }
+    relay_free_if_done(r);
+}
+
+/* lull-kv's end went (closed, or its stream failed): the network's end
+ * hears it as a reset, or as EOF after what it was sent. */
+static void relay_rs_close(lull_endpoint *ep, int reason) {
+    relay *r = ep->data;
+    r->rs_live = false;
+    r->master_of = NULL; /* a connect under way finds the link gone */
+    if (r->sc_live && !lull_endpoint_closed(&r->sc.ep)) {
+        if (reason == 0 && r->sc_up) {
+            lull_simconn_read_start(&r->sc); /* so its peer's close comes */
+            lull_simconn_shutdown(&r->sc);
+        } else
+            lull_endpoint_close(&r->sc.ep, reason ? reason : -ECONNRESET);
+    }
+    relay_free_if_done(r);
+}
+
+/* A socketpair with a plan for each end: fds[0] lull-kv's, fds[1] the
+ * relay's. */
+static int relay_pair(sim *S, relay *r, const char *name, int fds[2]) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
+        return -errno;
+    if (fds[0] >= PLAN_FDS || fds[1] >= PLAN_FDS) {
+        close(fds[0]);
+        close(fds[1]);
+        return -EMFILE;
+    }
+    if (S->small) {
+        /* Small kernel buffers: the streams meet full sockets (real short
+         * writes and EAGAIN) as well as the planned ones. */
+        int sz = 2048 + (int)below(&S->rng, 32768);
+        for (int i = 0; i < 2; i++)
+            setsockopt(fds[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+    }
+    for (int i = 0; i < 2; i++) {
+        fd_plan *p = &fd_plans[fds[i]];
+        memset(p, 0, sizeof *p);
+        p->on = true;
+        snprintf(p->name, sizeof p->name, "%.40s/%s", name, i ? "relay" : "kv");
+        /* The expiry prober's link stays clean: no fault that ends it. */
+        p->clean = strstr(name, "probe") != NULL;
+        if (!p->clean && chance(the_plan.reset_permille)) {
+            p->reset_at = 1 + below(&the_plan.rng, the_plan.reset_within);
+            p->reset_dir = below(&the_plan.rng, 2) ? K_SENDMSG : K_RECV;
+            p->reset_err = p->reset_dir == K_RECV || below(&the_plan.rng, 2)
+                               ? ECONNRESET
+                               : EPIPE;
+        }
+    }
+    r->kv_fd = fds[0];
+    return 0;
+}
+
+static relay *relay_new(sim *S) {
+    relay *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->S = S;
+    r->next = relays;
+    if (relays) relays->prev = &r->next;
+    r->prev = &relays;
+    relays = r;
+    return r;
+}
+
+static void relay_unlist(relay *r) {
+    r->sc_live = r->rs_live = false;
+    relay_free_if_done(r);
+}
+
+/* Opens the relay's end: reading at once, its fd unreferenced. */
+static int relay_open(sim *S, relay *r, int fd) {
+    lull_stream_options o = {.flags = LULL_STREAM_RAW,
+                             .max_frame = SIZE_MAX,
+                             .high_water = S->high_water};
+    r->rs.ep.data = r;
+    int rc = lull_stream_open(S->loop, &r->rs, fd, &o);
+    if (rc < 0) return rc;
+    r->rs_live = true;
+    lull_io_unref(&r->rs.io);
+    lull_endpoint_set_callbacks(&r->rs.ep, relay_rs_frame, relay_rs_drain,
+                                relay_rs_close);
+    return 0;
+}
+
+static lull_stream *kv_stream(lull_endpoint *ep) {
+    return LULL_CONTAINER_OF(ep, lull_stream, ep);
+}
+
+static int streams_read_stop(lull_endpoint *ep) {
+    return lull_stream_read_stop(kv_stream(ep));
+}
+
+static int streams_read_start(lull_endpoint *ep) {
+    return lull_stream_read_start(kv_stream(ep));
+}
+
+static int streams_shutdown(lull_endpoint *ep) {
+    return lull_stream_shutdown(kv_stream(ep));
+}
+
+/* The network's name of the peer, through the relay on the far end. */
+static void streams_peer(lull_endpoint *ep, char *s, size_t cap,
+                         bool with_port) {
+    (void)with_port;
+    int fd = lull_stream_fd(kv_stream(ep));
+    snprintf(s, cap, "?");
+    for (relay *r = relays; r; r = r->next)
+        if (r->kv_fd == fd && fd >= 0) snprintf(s, cap, "%s", r->sc.peer);
+}
+
+static void streams_io_counts(const lull_endpoint *ep, uint64_t *reads,
+                              uint64_t *writes) {
+    const lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
+    *reads = s->reads;
+    *writes = s->writes;
+}
+
+/* lull-kv's end of a socketpair, as a lull_stream like the socket
+ * transport's (raw), its fd unreferenced. */
+static int kv_stream_open(sim *S, lull_stream *s, int fd, void *data) {
+    lull_stream_options o = {.flags = LULL_STREAM_RAW,
+                             .max_frame = SIZE_MAX,
+                             .high_water = S->high_water};
+    s->ep.data = data;
+    int rc = lull_stream_open(S->loop, s, fd, &o);
+    if (rc == 0) lull_io_unref(&s->io);
+    return rc;
+}
+
+static void relay_connected(lull_simconn *c, int status) {
+    relay *r = LULL_CONTAINER_OF(c, relay, sc);
+    server *srv = r->master_of;
+    r->master_of = NULL;
+    if (!srv) { /* the link's stream went while connecting */
+        if (status == 0) lull_endpoint_close(&r->sc.ep, -ECONNRESET);
+        return;
+    }
+    if (status < 0) {
+        /* As a failed connect of a socket: master_connected says so, and
+         * the link's close callback follows. */
+        master_connected(srv, status);
+        lull_endpoint_close(srv->m.ep, status);
+        return;
+    }
+    r->sc_up = true;
+    master_connected(srv, 0);
+}
+
+/* A replica's connect: its stream is on the socketpair at once; the
+ * relay's connect through the network decides (relay_connected). */
+static int streams_connect(server *srv) {
+    node *n = LULL_CONTAINER_OF(srv, node, srv);
+    sim *S = n->S;
+    master *m = &srv->m;
+    relay *r = relay_new(S);
+    if (!r) return -ENOMEM;
+    int fds[2];
+    char name[96];
+    snprintf(name, sizeof name, "%s>%s", n->name, m->host);
+    int rc = relay_pair(S, r, name, fds);
+    if (rc < 0) {
+        relay_unlist(r);
+        return rc;
+    }
+    m->ep = &m->t.stream.ep;
+    rc = kv_stream_open(S, &m->t.stream, fds[0], srv);
+    if (rc < 0) {
+        close(fds[1]);
+        relay_unlist(r);
+        return rc;
+    }
+    if (relay_open(S, r, fds[1]) < 0) abort();
+    lull_simconn_options o = {.flags = LULL_SIMCONN_RAW, .name = srv->name};
+    r->sc.ep.data = r;
+    r->master_of = srv;
+    rc = lull_simconn_connect(S->net, &r->sc, m->host, &o, relay_connected);
+    if (rc < 0) abort(); /* the names are the simulator's own */
+    r->sc_live = true;
+    lull_endpoint_set_callbacks(&r->sc.ep, relay_sc_frame, relay_sc_drain,
+                                relay_sc_close);
+    return 0;
+}
+
+/* No fd for the catch-up sender thread: a thread would make the run
+ * depend on the scheduler, and its writes would miss the seeded faults. */
+static const kv_net kv_net_streams = {streams_read_stop,
+                                      streams_read_start,
+                                      streams_shutdown,
+                                      streams_peer,
+                                      streams_connect,
+                                      streams_io_counts,
+                                      NULL};
+
+/* A connection accepted at a node, over a relay. */
+static void streams_accept(node *n, lull_simconn_options *o) {
+    sim *S = n->S;
+    relay *r = relay_new(S);
+    if (!r) return;
+    r->sc.ep.data = r;
+    if (lull_simserver_accept(&n->ls, &r->sc, o) < 0) {
+        relay_unlist(r);
+        return;
+    }
+    r->sc_live = r->sc_up = true;
+    lull_endpoint_set_callbacks(&r->sc.ep, relay_sc_frame, relay_sc_drain,
+                                relay_sc_close);
+    int fds[2];
+    char name[96];
+    snprintf(name, sizeof name, "%s<%s", n->name, r->sc.peer);
+    if (relay_pair(S, r, name, fds) < 0) {
+        lull_endpoint_close(&r->sc.ep, -ECONNRESET);
+        return;
+    }
+    conn *c = conn_new(&n->srv);
+    if (!c) {
+        close(fds[0]);
+        close(fds[1]);
+        lull_endpoint_close(&r->sc.ep, -ECONNRESET);
+        return;
+    }
+    if (kv_stream_open(S, &c->t.stream, fds[0], c) < 0) {
+        close(fds[1]);
+        conn_abort(c);
+        lull_endpoint_close(&r->sc.ep, -ECONNRESET);
+        return;
+    }
+    if (relay_open(S, r, fds[1]) < 0) abort();
+    conn_start(c, &c->t.stream.ep);
+}
+
+/* The loop's run ends when no timer is referenced, but the sockets may
+ * still hold bytes (the streams' fds are unreferenced so that idle
+ * connections do not keep it running): runs turns until one finds
+ * nothing to do, then the loop again if that armed anything. */
+static void run_streams(sim *S, bool teardown) {
+    for (;;) {
+        lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+        if (S->failed && !teardown) return;
+        lull_metrics a, b;
+        lull_loop_metrics(S->loop, &a);
+        lull_loop_run(S->loop, LULL_RUN_NOWAIT);
+        lull_loop_metrics(S->loop, &b);
+        if ((S->failed && !teardown) || b.tasks_run == a.tasks_run) return;
+    }
+}
 
 static void random_faults(sim *S, lull_simfaults *f);
 
 static void sim_accept(lull_simserver *ls) {
     node *n = LULL_CONTAINER_OF(ls, node, ls);
     sim *S = n->S;
-    conn *c = conn_new(&n->srv);
-    if (!c) return;
     lull_simconn_options o = {.flags = LULL_SIMCONN_RAW,
                               .max_frame = SIZE_MAX,
                               .high_water = S->high_water};
@@ -332,6 +866,12 @@ static void sim_accept(lull_simserver *ls) {
         random_faults(S, &back);
         o.faults = &back;
     }
+    if (streams_mode) {
+        streams_accept(n, &o);
+        return;
+    }
+    conn *c = conn_new(&n->srv);
+    if (!c) return;
     if (lull_simserver_accept(ls, &c->t.sim, &o) < 0) {
         conn_abort(c);
         return;
@@ -405,7 +945,8 @@ static int node_open(sim *S, node *n, int index) {
      * three are the primary's. */
     srv->kv.plant =
         S->plant & ~(unsigned)(KV_PLANT_RESUME_LATE | KV_PLANT_ACK_BEFORE_LOG |
-                               KV_PLANT_LOST_WAKEUP | PLANT_HOLLOW_PARTITION);
+                               KV_PLANT_LOST_WAKEUP | PLANT_HOLLOW_PARTITION |
+                               PLANT_STREAMS);
     srv->kv.log.chunk_size = S->chunk_size;
     if (replica) {
         srv->kv.replica = true;
@@ -413,10 +954,12 @@ static int node_open(sim *S, node *n, int index) {
         srv->m.port = 6380;
         srv->port = 6380 + index;
     } else {
-        srv->kv.plant = S->plant & ~(unsigned)PLANT_HOLLOW_PARTITION;
+        srv->kv.plant =
+            S->plant & ~(unsigned)(PLANT_HOLLOW_PARTITION | PLANT_STREAMS);
         srv->port = 6380;
     }
-    int rc = server_open(srv, S->loop, &kv_net_sim, BASE_MS);
+    int rc = server_open(srv, S->loop,
+                         streams_mode ? &kv_net_streams : &kv_net_sim, BASE_MS);
     if (rc < 0) return rc;
     /* Replicas take clients too: the atomicity reader's. */
     return lull_simserver_listen(S->net, &n->ls, replica ? n->name : "primary",
@@ -668,6 +1211,17 @@ static void send_cmd(client *cl) {
     static char req[3 * MODEL_REQ_MAX + 64];
     size_t n = 0;
     pending *p = push(cl);
+    if (streams_mode && below(&S->rng, 40) == 0) {
+        /* QUIT (with --streams only, where it shuts a lull stream's write
+         * side once the reply is written): +OK, then the server's EOF,
+         * and the client connects again. */
+        p->kind = P_QUIT;
+        cl->quitting = true;
+        cl->remaining--;
+        lull_simnet_log(S->net, "c%d > QUIT", cl->id);
+        send_bytes(cl, "*1\r\n$4\r\nQUIT\r\n", 14);
+        return;
+    }
     if (below(&S->rng, 12) == 0 && cl->ttl_state != 1) {
         /* The TTL probe: a GET of the key once its SET is done, or a
          * new SET. */
@@ -744,7 +1298,7 @@ static void send_cmd(client *cl) {
 static void client_pump(client *cl) {
     sim *S = cl->S;
     if (cl->state != C_UP || S->failed) return;
-    while (cl->qlen < cl->depth && cl->remaining > 0) {
+    while (!cl->quitting && cl->qlen < cl->depth && cl->remaining > 0) {
         if (lull_timer_active(&cl->timer)) return;
         send_cmd(cl);
         if (S->failed || cl->state != C_UP) return;
@@ -814,6 +1368,9 @@ static void check_reply(client *cl, const char *r, size_t len) {
             return;
         }
         S->cmds_run += (uint64_t)p->ncmd;
+    } else if (p->kind == P_QUIT) {
+        if (len != 5 || memcmp(r, "+OK\r\n", 5) != 0)
+            fail(S, "c%d: QUIT got %.*s", cl->id, (int)len, r);
     } else if (p->kind == P_FORGET) {
         long long n;
         if (sscanf(r, ":%lld", &n) != 1 || n < 0 || n > p->ncmd)
@@ -917,8 +1474,9 @@ static void client_closed(lull_endpoint *ep, int reason) {
         return;
     }
     /* Lost: what was in flight may or may not have run. Those keys are
-     * forgotten (deleted first thing on the next connection). */
-    S->lost++;
+     * forgotten (deleted first thing on the next connection). A QUIT
+     * answered ends it as asked. */
+    if (!cl->quitting || cl->qlen) S->lost++;
     for (int i = 0; i < cl->qlen; i++) {
         pending *p = &cl->q[(cl->qhead + i) % PIPE_MAX];
         if (p->kind == P_TTL_SET) cl->ttl_state = 0; /* its fate unknown */
@@ -929,6 +1487,7 @@ static void client_closed(lull_endpoint *ep, int reason) {
     }
     cl->qlen = 0;
     cl->in.len = 0;
+    cl->quitting = false;
     cl->state = C_DOWN;
     lull_timer_start(&cl->timer, 1 * MS + below(&S->rng, 20 * MS), 0);
 }
@@ -1481,7 +2040,9 @@ typedef struct outcome {
     uint64_t over_limit;
     uint64_t multis, lost, continues, fulls, expired;
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
-    uint64_t probes; /* the prober's SETs read back early and late */
+    uint64_t probes;       /* the prober's SETs read back early and late */
+    uint64_t io[IO_KINDS]; /* --streams: each fault kind's effects */
+    bool io_drawn[IO_KINDS];
 } outcome;
 
 static void random_faults(sim *S, lull_simfaults *f) {
@@ -1516,6 +2077,9 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     S->seed = seed;
     S->plant = plant;
     S->trace = trace;
+    /* A failed seed may have left relays behind (its loop not freed):
+     * forgotten, so nothing of them reaches this run. */
+    relays = NULL;
     S->rng = seed * 0x2545f4914f6cdd1dull + 1;
     S->yield_rng = seed ^ 0x5bd1e995u;
     S->no_faults = determinism > 0;
@@ -1551,6 +2115,10 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     random_faults(S, &no.faults);
     lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
                             .flags = LULL_LOOP_AUTO_ADVANCE};
+    /* The quantum is real time: a drain of ready tasks it cut short would
+     * let the sockets' readiness in between, where another run (on a
+     * busier machine) would not. An hour never ends one. */
+    if (streams_mode) lo.quantum_ns = LULL_QUANTUM_MAX_NS;
     if (lull_loop_new(&S->loop, &lo) < 0 ||
         lull_simnet_new(&S->net, S->loop, &no) < 0)
         abort();
@@ -1560,6 +2128,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
                     seed, S->nreplicas, S->nclients,
                     S->per_record ? "per-record" : "budget", S->repl_limit,
                     S->chunk_size, S->high_water);
+    if (streams_mode) plan_draw(S);
     for (int i = 0; i <= S->nreplicas; i++)
         if (node_open(S, &S->nodes[i], i) < 0) abort();
     lull_timer_init(S->loop, &S->deadline, deadline_due);
@@ -1585,7 +2154,10 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     S->rd.replica = 1 + (int)below(r, (uint64_t)S->nreplicas);
     lull_timer_init(S->loop, &S->rd.timer, reader_timer);
     lull_timer_start(&S->rd.timer, below(r, 20 * MS), 0);
-    lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+    if (streams_mode)
+        run_streams(S, false);
+    else
+        lull_loop_run(S->loop, LULL_RUN_DEFAULT);
     if (!S->failed) final_checks(S);
     out->commands = S->cmds_run;
     out->over_limit = S->nodes[0].srv.links_over_limit;
@@ -1619,7 +2191,10 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     lull_simserver_close(&S->nodes[0].ls);
     server_stop(&S->nodes[0].srv);
     lull_timer_stop(&S->deadline);
-    lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+    if (streams_mode)
+        run_streams(S, true);
+    else
+        lull_loop_run(S->loop, LULL_RUN_DEFAULT);
     server *p = &S->nodes[0].srv;
     if (!S->failed && (p->kv.clients || p->kv.npeers)) {
         S->failed = true;
@@ -1627,6 +2202,14 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
                  "primary: %zu clients and %zu replica links left",
                  p->kv.clients, p->kv.npeers);
     }
+    if (!S->failed && relays) {
+        S->failed = true;
+        snprintf(S->why, sizeof S->why, "a relay left open (%s)",
+                 fd_plans[relays->kv_fd].name);
+    }
+    memcpy(out->io, io_effects, sizeof out->io);
+    memcpy(out->io_drawn, io_drawn, sizeof out->io_drawn);
+    memset(io_drawn, 0, sizeof io_drawn);
     lull_simnet_get_stats(S->net, &out->stats);
     for (int i = 0; i <= S->nreplicas; i++)
         server_free(&S->nodes[i].srv);
@@ -1779,7 +2362,10 @@ static const struct {
               {"int32", KV_PLANT_INT32},
               {"silent-resync", KV_PLANT_SILENT_RESYNC},
               {"expire-early", KV_PLANT_EXPIRE_EARLY},
-              {"hollow-partition", PLANT_HOLLOW_PARTITION}};
+              {"hollow-partition", PLANT_HOLLOW_PARTITION},
+              {"short-write-resend", PLANT_SHORT_RESEND},
+              {"short-write-drop", PLANT_SHORT_DROP},
+              {"hollow-short-write", PLANT_HOLLOW_SHORT}};
 
 static const char *plant_name(unsigned plant) {
     for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++)
@@ -1798,6 +2384,7 @@ static const char *plant_name(unsigned plant) {
 typedef struct fault_tally {
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
     uint64_t partitions, held, resets, slowed, refused;
+    uint64_t io_drawn[IO_KINDS], io[IO_KINDS]; /* --streams */
 } fault_tally;
 
 static void tally(fault_tally *t, const outcome *o) {
@@ -1810,6 +2397,10 @@ static void tally(fault_tally *t, const outcome *o) {
     t->resets += o->stats.resets;
     t->slowed += o->stats.slowed;
     t->refused += o->stats.refused;
+    for (int k = 0; k < IO_KINDS; k++) {
+        t->io_drawn[k] += o->io_drawn[k];
+        t->io[k] += o->io[k];
+    }
 }
 
 /* The first fault kind drawn enough and never seen, said; NULL when
@@ -1834,8 +2425,16 @@ static const char *fault_without_effect(const fault_tally *t, char *out,
         snprintf(out, cap,
                  "refusals drawn in %" PRIu64 " seeds refused no connect",
                  t->drawn_refusals);
-    else
+    else {
+        for (int k = 0; k < IO_KINDS; k++)
+            if (t->io_drawn[k] >= DRAWN_ENOUGH && t->io[k] == 0) {
+                snprintf(out, cap,
+                         "%s drawn in %" PRIu64 " seeds happened not once",
+                         io_kind_name[k], t->io_drawn[k]);
+                return out;
+            }
         return NULL;
+    }
     return out;
 }
 
@@ -1845,6 +2444,8 @@ static double real_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static const char *streams_flag(void);
+
 /* A failed seed: said, the command that replays it, and the end of its
  * trace from a second run, which must fail the same way. */
 static void report_failure(uint64_t seed, unsigned plant, const outcome *o,
@@ -1852,8 +2453,9 @@ static void report_failure(uint64_t seed, unsigned plant, const outcome *o,
     char path[64];
     snprintf(path, sizeof path, "lull-kv-sim-%" PRIu64 ".trace", seed);
     printf("seed %" PRIu64 " FAILED: %s\n", seed, o->why);
-    printf("replay: %s --seed %" PRIu64 "%s%s --trace %s\n", argv0, seed,
-           plant ? " --plant " : "", plant ? plant_name(plant) : "", path);
+    printf("replay: %s --seed %" PRIu64 "%s%s%s --trace %s\n", argv0, seed,
+           streams_flag(), plant ? " --plant " : "",
+           plant ? plant_name(plant) : "", path);
     FILE *f = fopen(path, "w");
     outcome again;
     run_seed(seed, plant, f, 0, &again);
@@ -1877,16 +2479,23 @@ static void report_failure(uint64_t seed, unsigned plant, const outcome *o,
         fputs(lines[i % 40], stdout);
 }
 
+/* The replay's flag for the mode. */
+static const char *streams_flag(void) {
+    return streams_mode ? " --streams" : "";
+}
+
 static int usage(void) {
     fprintf(stderr,
             "usage: lull-kv-sim [--seeds N] [--first S] [--seconds T] "
             "[--seed S]\n"
             "                   [--plant BUG [--expect-find N]] "
             "[--determinism N [--once]]\n"
-            "                   [--trace FILE] [--quiet] [--unread-close]\n"
+            "                   [--trace FILE] [--quiet] [--unread-close] "
+            "[--streams]\n"
             "  BUG: resume-late ack-before-log lost-wakeup expire-relative\n"
             "       multi-split chunk-edge int32 silent-resync "
-            "hollow-partition\n");
+            "hollow-partition\n"
+            "       short-write-resend short-write-drop (--streams)\n");
     return 2;
 }
 
@@ -1926,6 +2535,8 @@ int main(int argc, char **argv) {
             quiet = true;
         } else if (strcmp(a, "--once") == 0) {
             once = true;
+        } else if (strcmp(a, "--streams") == 0) {
+            streams_mode = true;
         } else if (strcmp(a, "--unread-close") == 0) {
             return run_unread_close();
         } else {
@@ -1933,6 +2544,12 @@ int main(int argc, char **argv) {
         }
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* The stream path's planted bugs live under the streams. */
+    if (plant & PLANT_STREAMS) streams_mode = true;
+    if (streams_mode) {
+        shim_io_before = plan_before;
+        shim_io_after = plan_after;
+    }
     if (determinism > 0) {
         /* One fault-free seed, twice: the same trace, by its hash. A
          * failure says its seed and the command that replays it, as any
@@ -2040,8 +2657,8 @@ int main(int argc, char **argv) {
             }
             printf("seeds %" PRIu64 "..%" PRIu64 " FAILED: %s\n", first, s,
                    none);
-            printf("replay: %s --first %" PRIu64 " --seeds %" PRIu64 "%s%s\n",
-                   argv[0], first, n, plant ? " --plant " : "",
+            printf("replay: %s --first %" PRIu64 " --seeds %" PRIu64 "%s%s%s\n",
+                   argv[0], first, n, streams_flag(), plant ? " --plant " : "",
                    plant ? plant_name(plant) : "");
             return 1;
         }
@@ -2051,9 +2668,9 @@ int main(int argc, char **argv) {
             printf("planted %s: found by seed %" PRIu64 " (%" PRIu64
                    " seeds run): %s\n",
                    plant_name(plant), s, n, o.why);
-            printf("replay: %s --seed %" PRIu64 " --plant %s --trace "
+            printf("replay: %s --seed %" PRIu64 "%s --plant %s --trace "
                    "lull-kv-sim-%" PRIu64 ".trace\n",
-                   argv[0], s, plant_name(plant), s);
+                   argv[0], s, streams_flag(), plant_name(plant), s);
             return 0;
         }
         report_failure(s, plant, &o, argv[0]);
@@ -2078,5 +2695,13 @@ int main(int argc, char **argv) {
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
            expired, probes);
+    if (streams_mode) {
+        printf("streams: ");
+        for (int k = 0; k < IO_KINDS - 1; k++)
+            printf("%s%" PRIu64 " %s (drawn in %" PRIu64 " seeds)",
+                   k ? ", " : "", faults.io[k], io_kind_name[k],
+                   faults.io_drawn[k]);
+        printf("\n");
+    }
     return failures ? 1 : 0;
 }

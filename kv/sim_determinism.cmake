@@ -4,9 +4,19 @@
 # and reply, hashed). Two runs in one process would share whatever a
 # process fixes once (its heap's addresses, statics left over by the first
 # run); two processes share none of it.
+# With ARGS (one string, e.g. "--streams --seed 41"), that one seed's run
+# instead, its faults and all.
 #   cmake -DPROGRAM=<lull-kv-sim> -DCOMMANDS=<n> -P sim_determinism.cmake
+#   cmake -DPROGRAM=<lull-kv-sim> -DARGS="<args>" -P sim_determinism.cmake
+if(DEFINED ARGS)
+  separate_arguments(args UNIX_COMMAND "${ARGS}")
+  set(replay "${PROGRAM} ${ARGS}")
+else()
+  set(args --determinism ${COMMANDS} --once)
+  set(replay "${PROGRAM} --first 1 --determinism ${COMMANDS} --once")
+endif()
 foreach(run 1 2)
-  execute_process(COMMAND ${PROGRAM} --determinism ${COMMANDS} --once
+  execute_process(COMMAND ${PROGRAM} ${args}
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   message("${out}${err}")
   if(NOT rc EQUAL 0)
@@ -19,7 +29,7 @@ foreach(run 1 2)
 endforeach()
 if(NOT hash1 STREQUAL hash2)
   message(FATAL_ERROR "two runs of one seed gave two traces: ${hash1} and "
-    "${hash2}\nreplay: ${PROGRAM} --first 1 --determinism ${COMMANDS} --once "
-    "--trace a.trace; the same with --trace b.trace; diff a.trace b.trace")
+    "${hash2}\nreplay: ${replay} --trace a.trace; the same with --trace "
+    "b.trace; diff a.trace b.trace")
 endif()
 message("one seed, two processes, one trace: ${hash1}")

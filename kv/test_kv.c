@@ -2481,3 +2481,114 @@ TEST(expiry_a_key_lives_its_whole_ttl_seen_from_the_client) {
     CHECK(!model_apply(&k2, &get, 150, 150, "$-1\r\n", 5));
     CHECK(model_apply(&k2, &get, 151, 151, "$-1\r\n", 5));
 }
+
+/* ------------------------------------------------------ AUTH and CONFIG */
+
+/* kv.auth for the tests: counts its calls, and answers as a server whose
+ * password is "pw". */
+static int auth_calls;
+static void test_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
+    (void)cl;
+    auth_calls++;
+    buf_str(out, resp_is(&a[argc - 1], "pw") ? "+OK\r\n" : "-WRONGPASS x\r\n");
+}
+
+TEST(auth_inside_multi_is_queued_as_redis_does) {
+    kv k;
+    kv_setup(&k, false);
+    k.auth = test_auth;
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    auth_calls = 0;
+    /* Queued, and run by EXEC in its place (redis-server 7: AUTH is not
+     * one of the commands MULTI refuses or runs at once). */
+    exec_cl(&k, &cl, &out, "MULTI");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "AUTH nope"), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "PING"), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "AUTH default pw"), "+QUEUED\r\n") ==
+          0);
+    CHECK_EQ(auth_calls, 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC"),
+                 "*3\r\n-WRONGPASS x\r\n+PONG\r\n+OK\r\n") == 0);
+    CHECK_EQ(auth_calls, 2);
+    /* Too few arguments: refused while queueing, spoiling the
+     * transaction; too many: queued, and a syntax error when it runs. */
+    exec_cl(&k, &cl, &out, "MULTI");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "AUTH"),
+                 "-ERR wrong number of arguments for 'auth' command\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC"),
+                 "-EXECABORT Transaction discarded because of previous "
+                 "errors.\r\n") == 0);
+    k.auth = NULL; /* no password set: the fallback answers */
+    exec_cl(&k, &cl, &out, "MULTI");
+    exec_cl(&k, &cl, &out, "AUTH a b c");
+    exec_cl(&k, &cl, &out, "AUTH x");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC"),
+                 "*2\r\n-ERR syntax error\r\n-ERR AUTH <password> called "
+                 "without any password configured for the default user. "
+                 "Are you sure your configuration is correct?\r\n") == 0);
+    /* DISCARD drops a queued AUTH unrun. */
+    k.auth = test_auth;
+    exec_cl(&k, &cl, &out, "MULTI");
+    exec_cl(&k, &cl, &out, "AUTH pw");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "DISCARD"), "+OK\r\n") == 0);
+    CHECK_EQ(auth_calls, 2);
+    /* A subscribed client is refused AUTH (RESP2), as any command but the
+     * pub/sub ones. */
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "AUTH pw"),
+                 "-ERR Can't execute 'auth': only (P|S)SUBSCRIBE / "
+                 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                 "context\r\n") == 0);
+    CHECK_EQ(auth_calls, 2);
+    kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(config_get_names_patterns_and_several_as_redis) {
+    kv k;
+    kv_setup(&k, false);
+    static const char *const table[][2] = {
+        {"port", "6380"}, {"tls-port", "0"}, {"requirepass", "p w"}};
+    k.config = table;
+    k.nconfig = 3;
+    buf out = {0};
+    /* redis-server 7.0's answers: a name ignoring case, under the
+     * client's spelling; a pattern under the parameter's own name; each
+     * parameter once. */
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG GET PORT"),
+                 "*2\r\n$4\r\nPORT\r\n$4\r\n6380\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG GET P*RT"),
+                 "*2\r\n$4\r\nport\r\n$4\r\n6380\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG GET PORT p*rt port"),
+                 "*2\r\n$4\r\nPORT\r\n$4\r\n6380\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG GET p*rt PORT"),
+                 "*2\r\n$4\r\nport\r\n$4\r\n6380\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG GET *port"),
+                 "*4\r\n$4\r\nport\r\n$4\r\n6380\r\n$8\r\ntls-port\r\n$1\r\n0"
+                 "\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG GET requirepass save nosuch"),
+                 "*4\r\n$11\r\nrequirepass\r\n$3\r\np w\r\n$4\r\nsave\r\n$0\r\n"
+                 "\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG GET port*"),
+                 "*2\r\n$4\r\nport\r\n$4\r\n6380\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG GET nosuch"), "*0\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG GET por"), "*0\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG GET *"), "") != 0);
+    CHECK(strncmp(out.p, "*10\r\n", 5) == 0); /* save, appendonly, 3 */
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG GET"),
+                 "-ERR wrong number of arguments for 'config|get' "
+                 "command\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG"),
+                 "-ERR wrong number of arguments for 'config' command\r\n") ==
+          0);
+    CHECK(strcmp(exec_cl(&k, NULL, &out, "CONFIG SET port 1"),
+                 "-ERR CONFIG: only CONFIG GET is supported\r\n") == 0);
+    /* A name holding a NUL matches nothing. */
+    resp_arg bin[] = {{"CONFIG", 6}, {"GET", 3}, {"port\0x", 6}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, bin, 3), "*0\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}

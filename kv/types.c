@@ -127,13 +127,6 @@ void set_delete(kv_set *s, dict_entry *e) {
     dict_delete(&s->d, e);
 }
 
-int set_remove(kv_set *s, const char *m, size_t len) {
-    dict_entry *e = dict_find(&s->d, m, len);
-    if (!e) return 0;
-    set_delete(s, e);
-    return 1;
-}
-
 dict_entry *set_random(kv_set *s) {
     return s->arr[rnd() % s->d.count];
 }

@@ -58,8 +58,6 @@ kv_set *set_new(void);
 void set_free(kv_set *s);
 /* 1 added, 0 already there, -ENOMEM. */
 int set_add(kv_set *s, const char *m, size_t len);
-/* 1 removed, 0 not there. */
-int set_remove(kv_set *s, const char *m, size_t len);
 /* A member picked at random (the set must not be empty). */
 dict_entry *set_random(kv_set *s);
 void set_delete(kv_set *s, dict_entry *e);

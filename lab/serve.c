@@ -15,8 +15,9 @@
  * them alone, `--only throughput` the first table alone); redis-benchmark's
  * whole default suite, a 64 MiB value, idle with keys that expire and
  * pub/sub are lab/serve_more.h's (`--only suite`, `bigvalue`, `idle`,
- * `pubsub`); the processes, tools and client lab/serve_proc.c; the soak's
- * lull-kv lab/serve_soak.c.
+ * `pubsub`); the TLS rows, a full run's only, lab/serve_tls.c (`--only
+ * tls`), and the replication rows' TLS pair; the processes, tools and client
+ * lab/serve_proc.c; the soak's lull-kv lab/serve_soak.c.
  *
  * CPUs: with two or more, the servers run on one and redis-benchmark on
  * another; during catch-up the primary and its pings share one and the
@@ -68,8 +69,8 @@ typedef struct sctx {
 
 /* Reads redis-benchmark's --csv: a header naming the columns, then one
  * line per test. Returns how many of the tests were found. */
-static int parse_csv(const char *text, double rps[TESTS], double p50[TESTS],
-                     double p99[TESTS]) {
+int serve_parse_csv(const char *text, double rps[TESTS], double p50[TESTS],
+                    double p99[TESTS]) {
     int col_rps = -1, col_p50 = -1, col_p99 = -1, found = 0;
     const char *line = text;
     while (*line) {
@@ -161,7 +162,7 @@ static int benchmark(const server *srv, int requests, int clients, int pipeline,
     double wall_s = (double)(lab_now_ns() - t0) / 1e9;
     known = known && serve_proc_cpu(srv->pid, &server_s[1], &sleeps[1]);
     double rps[TESTS], p50[TESTS], p99[TESTS];
-    if (parse_csv(buf, rps, p50, p99) != TESTS) return -EPROTO;
+    if (serve_parse_csv(buf, rps, p50, p99) != TESTS) return -EPROTO;
     for (int t = 0; t < TESTS; t++) {
         v[SV_RPS + t] = rps[t];
         v[SV_P50 + t] = p50[t];
@@ -556,6 +557,10 @@ static int serve_body(const lab_options *opts, lab_json *json,
     if (short_table.rows > 1) lab_table_brief(&short_table, NULL);
     if (rc == 0 && serve_wants(opts, "suite")) rc = serve_suite(opts, json);
     if (rc == 0) rc = serve_beside(opts, json);
+    /* The TLS rows: a full run's (the demo keeps its length). */
+    bool tls_only = opts->only && strcmp(opts->only, "tls") == 0;
+    if (rc == 0 && (tls_only || (!opts->quick && !opts->only)))
+        rc = serve_tls(opts, json);
     lab_detail("  (%.1f s)\n", (double)(lab_now_ns() - started) / 1e9);
     return rc;
 }

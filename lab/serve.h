@@ -24,7 +24,9 @@ extern const char *const test_key[TESTS];
 #define DEPTHS 2
 extern const int depth[DEPTHS];
 
-enum { R_KV_PER_RECORD, R_KV_BUDGET, R_REDIS, REPL_ROWS };
+/* The catch-up rows: lull-kv with its sender thread, lull-kv with the
+ * loop's budget sender, redis-server; the TLS two in a full run only. */
+enum { R_KV_THREAD, R_KV_BUDGET, R_REDIS, R_KV_TLS, R_REDIS_TLS, REPL_ROWS };
 
 /* The floor table's title, one for each source of its system-call count
  * (lab/serve_floor.c): `lull-lab titles` lists both, so the width test
@@ -120,6 +122,19 @@ bool serve_start_kv(server *s, const char *const *extra, int cpu);
  * replica: fork + RDB) to that CPU (bgsave_cpulist), not to its own. */
 bool serve_spawn_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
 bool serve_start_redis(server *s, int replica_of, int cpu, int bgsave_cpu);
+/* The two above with more arguments (NULL-ended; the TLS options). */
+bool serve_spawn_redis_with(server *s, int replica_of, int cpu, int bgsave_cpu,
+                            const char *const *extra);
+bool serve_start_redis_with(server *s, int replica_of, int cpu, int bgsave_cpu,
+                            const char *const *extra);
+/* A port the kernel just handed out on 127.0.0.1 (free a moment ago). */
+int serve_free_port(void);
+/* The program `name` on PATH: its path into out. */
+bool serve_on_path(const char *name, char *out, size_t size);
+/* redis-benchmark's --csv: requests/s, p50 and p99 (ms) of each of the
+ * tests (test_csv); returns how many were found (lab/serve.c). */
+int serve_parse_csv(const char *text, double rps[TESTS], double p50[TESTS],
+                    double p99[TESTS]);
 
 /* The rows' helpers (serve_proc.c): */
 
@@ -151,6 +166,21 @@ void serve_brief_row(lab_table *t, const char *label, double kv, double redis,
  * redis-server, their CPU and system calls per request; adds its verdict
  * line and prints its short table. */
 int serve_floors(const lab_options *opts, lab_json *json);
+
+/* ------------------------------------------------ TLS (serve_tls.c) */
+
+/* A throwaway certificate for the TLS rows: an ECDSA P-256 key and a
+ * self-signed certificate for 127.0.0.1 (its own CA), made by openssl in
+ * a temporary directory. */
+typedef struct serve_tls_files {
+    char dir[64];  /* the directory; "" once removed */
+    char cert[96]; /* dir/cert.pem: the certificate, and the CA */
+    char key[96];  /* dir/key.pem */
+    char why[160]; /* why it could not be made */
+} serve_tls_files;
+
+bool serve_tls_make(serve_tls_files *t);
+void serve_tls_remove(serve_tls_files *t);
 
 /* ------------------------------------------ replication (serve_repl.c) */
 

@@ -3,8 +3,9 @@
  * rows beside redis-server with one short table of their own
  * (lab/serve_beside.c runs them): a 64 MiB value (lab/serve_big.c), idle
  * with a million keys that expire (lab/serve_idle.c), a publisher with a
- * subscriber that never reads (lab/serve_pubsub.c). lab/serve.c calls
- * serve_suite and serve_beside; each prints its own short table and adds
+ * subscriber that never reads (lab/serve_pubsub.c); in a full run, the
+ * TLS rows (lab/serve_tls.c). lab/serve.c calls serve_suite,
+ * serve_beside and serve_tls; each prints its own short table and adds
  * its lines to the verdict (id "serve"). One thread, the scenario's, but
  * for the clients the pinned helper threads run (serve_run_pinned). */
 #ifndef LAB_SERVE_MORE_H
@@ -17,8 +18,9 @@
 /* The verdict's "serve" lines, in order: the suite's (it replaces the
  * throughput table's), the catch-up (part 1, serve_repl.c), then the 64
  * MiB value's and the idle row's, which share one line: the verdict has
- * 25 lines for every scenario. */
-enum { SERVE_V_SUITE = 0, SERVE_V_BESIDE = 2 };
+ * 25 lines for every scenario. The TLS rows' line (a full run's only)
+ * comes last. */
+enum { SERVE_V_SUITE = 0, SERVE_V_BESIDE = 2, SERVE_V_TLS = 3 };
 
 /* What the 64 MiB row and the idle row found, for their line. */
 typedef struct serve_side {
@@ -48,5 +50,8 @@ int serve_bigvalue(const lab_options *opts, lab_json *json, lab_table *brief,
 int serve_idle(const lab_options *opts, lab_json *json, lab_table *brief,
                serve_side *side);
 int serve_pubsub(const lab_options *opts, lab_json *json, lab_table *brief);
+/* The TLS rows (lab/serve_tls.c): a full run's only. Prints its short
+ * table and adds its verdict line; without TLS somewhere, one line. */
+int serve_tls(const lab_options *opts, lab_json *json);
 
 #endif /* LAB_SERVE_MORE_H */

@@ -558,8 +558,10 @@ bool serve_start_kv(server *s, const char *const *extra, int cpu) {
 }
 
 /* Starts redis-server, persistence off, one I/O thread; replica_of > 0
- * makes it a replica of 127.0.0.1:replica_of. */
-bool serve_spawn_redis(server *s, int replica_of, int cpu, int bgsave_cpu) {
+ * makes it a replica of 127.0.0.1:replica_of; extra (NULL-ended, may be
+ * NULL) follows the rest. */
+bool serve_spawn_redis_with(server *s, int replica_of, int cpu, int bgsave_cpu,
+                            const char *const *extra) {
     memset(s, 0, sizeof *s);
     s->out_fd = serve_temp_output();
     snprintf(s->dir, sizeof s->dir, "/tmp/lull-lab-redis-XXXXXX");
@@ -597,6 +599,8 @@ bool serve_spawn_redis(server *s, int replica_of, int cpu, int bgsave_cpu) {
         args[n++] = "127.0.0.1";
         args[n++] = master;
     }
+    for (int i = 0; extra && extra[i] && n < 31; i++)
+        args[n++] = (char *)extra[i];
     args[n] = NULL;
     s->pid = serve_spawn(args, s->out_fd, cpu);
     if (s->pid < 0) {
@@ -608,15 +612,25 @@ bool serve_spawn_redis(server *s, int replica_of, int cpu, int bgsave_cpu) {
     return true;
 }
 
+bool serve_spawn_redis(server *s, int replica_of, int cpu, int bgsave_cpu) {
+    return serve_spawn_redis_with(s, replica_of, cpu, bgsave_cpu, NULL);
+}
+
 /* spawn_redis, then waits for PING. A port taken meanwhile by someone
  * else makes it exit at once: it is tried on another (three times). */
-bool serve_start_redis(server *s, int replica_of, int cpu, int bgsave_cpu) {
+bool serve_start_redis_with(server *s, int replica_of, int cpu, int bgsave_cpu,
+                            const char *const *extra) {
     for (int attempt = 0; attempt < 3; attempt++) {
-        if (!serve_spawn_redis(s, replica_of, cpu, bgsave_cpu)) return false;
+        if (!serve_spawn_redis_with(s, replica_of, cpu, bgsave_cpu, extra))
+            return false;
         if (serve_server_ready(s, false)) return true;
         serve_server_stop(s);
     }
     return false;
+}
+
+bool serve_start_redis(server *s, int replica_of, int cpu, int bgsave_cpu) {
+    return serve_start_redis_with(s, replica_of, cpu, bgsave_cpu, NULL);
 }
 
 /* ------------------------------------------------ helpers of the rows */

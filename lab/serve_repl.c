@@ -9,8 +9,16 @@
  * started until catch-up ends; their latency distributions are merged (a
  * conservative p99: each run's cumulative counts are taken at the printed
  * bucket edges, never interpolated). The last run may outlast catch-up by
- * up to one run. lull-kv runs as primary with --repl-mode per-record and
- * budget (the same switch as `replicate`).
+ * up to one run. lull-kv runs as primary twice: with its catch-up sender
+ * thread (--repl-catchup thread, the thread pinned to the replica's CPU,
+ * where redis-server's fork + RDB child runs), and with the loop's budget
+ * sender (--repl-catchup loop). A full run adds the same over TLS
+ * (lull-kv with the budget sender, which TLS links use; redis-server's TLS
+ * replication): the primary has a TLS port with a throwaway certificate
+ * (lab/serve_tls.c), the replica connects to it; keys, pings and INFO use
+ * the plain port. Once caught up, every row's replica must hold all the
+ * keys, and the last one's bytes (else the run failed a delivered-data
+ * check).
  *
  * The rows are one of the engine's figures: the row that goes first
  * rotates round by round. One thread. */
@@ -25,11 +33,13 @@
 #include <unistd.h>
 
 /* What each primary's catch-up is: lull-kv replays its write log to the
- * replica, record by record; redis-server forks a child that writes a
- * snapshot (RDB) to the replica's socket. */
+ * replica, from a thread of its own a chunk at a time, or from the loop
+ * record by record within its budget; redis-server forks a child that
+ * writes a snapshot (RDB) to the replica's socket. */
 static const char *const repl_label[REPL_ROWS] = {
-    "lull-kv, log replay, per-record", "lull-kv, log replay, budget",
-    "redis-server, fork + RDB"};
+    "lull-kv, log replay, sender thread", "lull-kv, log replay, loop budget",
+    "redis-server, fork + RDB", "lull-kv over TLS, loop budget",
+    "redis-server over TLS, fork + RDB"};
 
 /* The latency distribution of a chain of ping runs: each run's printed
  * (edge ms, cumulative count) points. */
@@ -143,6 +153,7 @@ typedef struct repl_figures {
 
 typedef struct rctx {
     const params *p;
+    const serve_tls_files *tls; /* the TLS rows' certificate, or NULL */
     int ping_requests; /* per run of the ping chain, from the idle rate */
     repl_figures r[REPL_ROWS];
 } rctx;
@@ -168,29 +179,78 @@ static int caught_up(int primary_fd, int replica_port, int *replica_fd) {
            serve_info_has(text, "master_link_status:up");
 }
 
+/* The replica at port holds p->keys keys (DBSIZE), and the last one
+ * written has its value_size bytes of 'v' (GET). */
+static bool replica_has(int port, const params *p) {
+    int fd = serve_client_connect(port);
+    if (fd < 0) return false;
+    char want[320], got[320], req[96];
+    int vs = p->value_size > 256 ? 256 : p->value_size;
+    int n = snprintf(want, sizeof want, ":%d\r\n$%d\r\n%0*d\r\n", p->keys, vs,
+                     vs, 0);
+    memset(want + n - 2 - vs, 'v', (size_t)vs);
+    int r = snprintf(req, sizeof req,
+                     "*1\r\n$6\r\nDBSIZE\r\n*2\r\n$3\r\nGET\r\n$12\r\n"
+                     "key:%08d\r\n",
+                     p->keys - 1);
+    bool ok = serve_send_all(fd, req, (size_t)r) == 0 &&
+              serve_recv_exact(fd, got, (size_t)n) == 0 &&
+              memcmp(got, want, (size_t)n) == 0;
+    close(fd);
+    return ok;
+}
+
 /* A run of the ping chain lasts about this long at the idle rate. */
 #define PING_RUN_MS 100
 
 /* One catch-up: a primary of row `row` with p->keys keys, an idle ping
  * run, then a replica and the ping chain until it has caught up. */
-static int replicate_once(const params *p, int row, repl_figures *f,
-                          int *ping_requests, double *v) {
+static int replicate_once(const params *p, const serve_tls_files *t, int row,
+                          repl_figures *f, int *ping_requests, double *v) {
     server primary, replica;
     memset(&replica, 0, sizeof replica);
     replica.out_fd = -1;
-    bool kv = row != R_REDIS;
-    const char *mode[] = {"--repl-mode",
-                          row == R_KV_BUDGET ? "budget" : "per-record", NULL};
-    bool ok =
-        kv ? serve_start_kv(&primary, mode, serve_cpu_server)
-           /* Its fork + RDB child runs on the replica's CPU, not on
-            * the primary's, which the pings share. */
-           : serve_start_redis(&primary, 0, serve_cpu_server, serve_cpu_client);
+    bool kv = row != R_REDIS && row != R_REDIS_TLS;
+    bool tls = row == R_KV_TLS || row == R_REDIS_TLS;
+    /* Over TLS: the primary listens on a TLS port too, and the replica
+     * connects to it; keys and pings go to the plain port, as in the
+     * other rows (the pings measure the primary's loop, not a handshake). */
+    char tport[16];
+    int tls_port = tls ? serve_free_port() : 0;
+    snprintf(tport, sizeof tport, "%d", tls_port);
+    const char *ptls[] = {"--tls-port",
+                          tport,
+                          "--tls-cert-file",
+                          t ? t->cert : "",
+                          "--tls-key-file",
+                          t ? t->key : "",
+                          "--tls-ca-cert-file",
+                          t ? t->cert : "",
+                          "--tls-auth-clients",
+                          "no",
+                          NULL};
+    /* The thread on the replica's CPU, as redis-server's child. */
+    char cpu[16];
+    snprintf(cpu, sizeof cpu, "%d", serve_cpu_client);
+    const char *mode[16] = {"--repl-catchup", "thread", "--repl-sender-cpu",
+                            cpu};
+    if (serve_cpu_client < 0) mode[2] = mode[3] = NULL; /* not pinned */
+    if (row == R_KV_BUDGET || row == R_KV_TLS) {
+        const char *loop[] = {"--repl-mode", "budget", "--repl-catchup",
+                              "loop"};
+        memcpy(mode, loop, sizeof loop);
+    }
+    if (tls) memcpy(mode + 4, ptls, sizeof ptls);
+    bool ok = kv ? serve_start_kv(&primary, mode, serve_cpu_server)
+                 /* Its fork + RDB child runs on the replica's CPU, not on
+                  * the primary's, which the pings share. */
+                 : serve_start_redis_with(&primary, 0, serve_cpu_server,
+                                          serve_cpu_client, tls ? ptls : NULL);
     if (!ok) {
         snprintf(f->why, sizeof f->why, "%s primary: %s",
                  kv ? "lull-kv" : "redis-server", primary.why);
-        if (kv) f->skipped = true;
-        return kv ? 0 : -EIO;
+        if (kv || tls) f->skipped = true;
+        return kv || tls ? 0 : -EIO;
     }
     int rc = 0;
     chain *ch = calloc(1, sizeof *ch);
@@ -247,18 +307,31 @@ static int replicate_once(const params *p, int row, repl_figures *f,
     uint64_t t0 = lab_now_ns(), t_end = 0;
     if (rc == 0) {
         char master[32];
-        snprintf(master, sizeof master, "127.0.0.1:%d", primary.port);
+        snprintf(master, sizeof master, "127.0.0.1:%d",
+                 tls ? tls_port : primary.port);
+        const char *rtls[] = {"--tls-replication",
+                              "yes",
+                              "--tls-cert-file",
+                              t ? t->cert : "",
+                              "--tls-key-file",
+                              t ? t->key : "",
+                              "--tls-ca-cert-file",
+                              t ? t->cert : "",
+                              NULL};
         if (kv) {
             memset(&replica, 0, sizeof replica);
             replica.out_fd = serve_temp_output();
-            char *args[] = {serve_kv_path,  "--port", "0",
-                            "--replica-of", master,   NULL};
+            char *args[16] = {serve_kv_path,  "--port", "0",
+                              "--replica-of", master,   NULL};
+            for (int i = 0; tls && rtls[i]; i++)
+                args[5 + i] = (char *)rtls[i];
             replica.pid = serve_spawn(args, replica.out_fd, serve_cpu_client);
         } else {
             /* Not waited for: its sync may start at once, and the pings
              * must be running by then. */
-            if (!serve_spawn_redis(&replica, primary.port, serve_cpu_client,
-                                   -1)) {
+            if (!serve_spawn_redis_with(&replica, tls ? tls_port : primary.port,
+                                        serve_cpu_client, -1,
+                                        tls ? rtls : NULL)) {
                 snprintf(f->why, sizeof f->why, "redis-server replica: %s",
                          replica.why);
                 rc = -EIO;
@@ -331,6 +404,12 @@ static int replicate_once(const params *p, int row, repl_figures *f,
     if (pinger > 0) serve_stop(pinger);
     if (primary_fd >= 0) close(primary_fd);
     if (replica_fd >= 0) close(replica_fd);
+    /* What arrived: every key, and the last one's bytes. */
+    if (rc == 0 && !f->skipped && !replica_has(replica.port, p)) {
+        snprintf(f->why, sizeof f->why,
+                 "the replica's keys or bytes differ from the primary's");
+        rc = -EPROTO;
+    }
     if (rc == 0 && !f->skipped) {
         v[RV_CATCHUP_S] = (double)(t_end - t0) / 1e9;
         v[RV_PING_P99] = chain_percentile(ch, 0.99);
@@ -349,10 +428,15 @@ static int measure(lab_fig *fig, lab_row *row, int round, double *v) {
     int i = (int)row->tag;
     repl_figures *f = &c->r[i];
     if (f->skipped) return LAB_SKIPPED;
-    int rc = replicate_once(c->p, i, f, &c->ping_requests, v);
+    int rc = replicate_once(c->p, c->tls, i, f, &c->ping_requests, v);
     if (rc < 0) lab_detail("replication, %s: %s\n", repl_label[i], f->why);
+    if (f->skipped && i >= R_KV_TLS) { /* no TLS in one of them */
+        printf("TLS catch-up not run: %.78s\n", f->why);
+        c->r[R_KV_TLS] = c->r[R_REDIS_TLS] = *f;
+        return LAB_SKIPPED;
+    }
     if (f->skipped) { /* no replication in this lull-kv */
-        int other = i == R_KV_BUDGET ? R_KV_PER_RECORD : R_KV_BUDGET;
+        int other = i == R_KV_BUDGET ? R_KV_THREAD : R_KV_BUDGET;
         c->r[other] = *f;
         return LAB_SKIPPED;
     }
@@ -368,11 +452,13 @@ static void row_json(const lab_fig *fig, const lab_row *row, lab_json *j) {
     }
     int i = (int)row->tag;
     lab_json_key(j, "server");
-    lab_json_string(j, i == R_REDIS ? "redis-server" : "lull-kv");
-    if (i != R_REDIS) {
-        lab_json_key(j, "repl_mode");
-        lab_json_string(j, i == R_KV_BUDGET ? "budget" : "per-record");
+    bool redis = i == R_REDIS || i == R_REDIS_TLS;
+    lab_json_string(j, redis ? "redis-server" : "lull-kv");
+    if (!redis) {
+        lab_json_key(j, "repl_catchup");
+        lab_json_string(j, i == R_KV_THREAD ? "thread" : "loop");
     }
+    if (i >= R_KV_TLS) lab_json_field(j, "tls", 1);
     if (c->r[i].skipped) {
         lab_json_key(j, "skipped");
         lab_json_string(j, c->r[i].why);
@@ -401,18 +487,22 @@ static void print_repl(const lab_fig *fig, const rctx *c) {
     }
     if (t.rows > 1) lab_table_detail(&t);
     if (c->r[R_KV_BUDGET].skipped)
-        lab_detail("  lull-kv rows (per-record, budget): %s, skipped\n",
+        lab_detail("  lull-kv rows (sender thread, loop budget): %s, "
+                   "skipped\n",
                    c->r[R_KV_BUDGET].why);
     else
-        lab_detail("  budget mode, primary ping p99 during catch-up of %d "
-                   "keys: %.2f ms; target ≤ quantum + 1 ms = %.1f ms\n",
+        lab_detail("  sender thread, primary ping p99 during catch-up of %d "
+                   "keys: %.2f ms (loop budget %.2f ms, redis-server %.2f "
+                   "ms); target ≤ quantum + 1 ms = %.1f ms\n",
                    c->p->keys,
+                   lab_row_median(&fig->rows[R_KV_THREAD], RV_PING_P99),
                    lab_row_median(&fig->rows[R_KV_BUDGET], RV_PING_P99),
+                   lab_row_median(&fig->rows[R_REDIS], RV_PING_P99),
                    KV_QUANTUM_MS + 1);
 }
 
 static void brief_verdict(const lab_fig *fig, const rctx *c, lab_table *t) {
-    const lab_row *b = &fig->rows[R_KV_BUDGET], *r = &fig->rows[R_REDIS];
+    const lab_row *b = &fig->rows[R_KV_THREAD], *r = &fig->rows[R_REDIS];
     /* The short table's columns: label, lull-kv, ×, (the 10^6-key pair),
      * p99 ms lull-kv / redis-server: catch-up seconds and its ×, and the
      * ping p99 during catch-up. */
@@ -427,6 +517,21 @@ static void brief_verdict(const lab_fig *fig, const rctx *c, lab_table *t) {
         lab_table_set(t, row, 5, "%s / %s",
                       lab_fmt(a, lab_row_median(b, RV_PING_P99)),
                       lab_fmt(d, lab_row_median(r, RV_PING_P99)));
+    }
+    /* The same over TLS (a full run's): the replica's link encrypted. */
+    const lab_row *bt = &fig->rows[R_KV_TLS], *rt = &fig->rows[R_REDIS_TLS];
+    if (t && t->rows > 0 && fig->nrows == REPL_ROWS &&
+        !c->r[R_KV_TLS].skipped) {
+        char a[LAB_CELL], d[LAB_CELL];
+        int row = lab_table_row(t);
+        lab_table_set(t, row, 0, "TLS replica catch-up, s; ping");
+        lab_table_set(t, row, 1, "%s",
+                      lab_fmt(a, lab_row_median(bt, RV_CATCHUP_S)));
+        lab_table_set(t, row, 2, "%s",
+                      lab_fmt_ratio(d, lab_ratio(fig, bt, rt, RV_CATCHUP_S)));
+        lab_table_set(t, row, 5, "%s / %s",
+                      lab_fmt(a, lab_row_median(bt, RV_PING_P99)),
+                      lab_fmt(d, lab_row_median(rt, RV_PING_P99)));
     }
     lab_verdict *v = lab_verdict_add("serve", 1);
     if (!v) return;
@@ -465,6 +570,17 @@ int serve_replication(const lab_options *opts, const params *p, lab_json *json,
     memset(&c, 0, sizeof c);
     c.p = p;
     c.ping_requests = 10000;
+    /* The TLS rows: a full run's only (the demo keeps its length). */
+    static serve_tls_files tls;
+    int rows = R_KV_TLS;
+    if (!opts->quick) {
+        if (serve_tls_make(&tls)) {
+            c.tls = &tls;
+            rows = REPL_ROWS;
+        } else {
+            printf("TLS catch-up not run: %.78s\n", tls.why);
+        }
+    }
     lab_fig_spec spec = {"replication",
                          "serve: replication",
                          NULL,
@@ -478,11 +594,14 @@ int serve_replication(const lab_options *opts, const params *p, lab_json *json,
                          &c};
     lab_fig *fig = lab_fig_new(&spec);
     if (!fig) return -ENOMEM;
-    for (int i = 0; i < REPL_ROWS; i++)
-        lab_fig_add(fig, i == R_REDIS ? "redis-server" : "lull-kv",
-                    i == R_REDIS ? 0 : LAB_ROW_LULL, "%s", repl_label[i])
+    for (int i = 0; i < rows; i++) {
+        bool redis = i == R_REDIS || i == R_REDIS_TLS;
+        lab_fig_add(fig, redis ? "redis-server" : "lull-kv",
+                    redis ? 0 : LAB_ROW_LULL, "%s", repl_label[i])
             ->tag = i;
+    }
     lab_fig_run(fig, opts, p->repl_rounds);
+    if (c.tls) serve_tls_remove(&tls);
     int rc = lab_fig_error(fig);
     if (rc == 0) {
         print_repl(fig, &c);

@@ -100,6 +100,23 @@ static lull_loop *new_loop(void) {
     return loop;
 }
 
+/* Most pump cases' start: a loop, a window of 64 slots keeping 8, and
+ * one session on it in notify mode. */
+static lull_loop *open_session(lab_window *w, session *s) {
+    lull_loop *loop = new_loop();
+    CHECK_EQ(lab_window_init(w, loop, 64, 8), 0);
+    session_open(loop, s, w, false);
+    return loop;
+}
+
+/* A case's end: the session (NULL: none) closed, the window freed, and the
+ * loop freed with nothing left on it. */
+static void finish(lull_loop *loop, lab_window *w, session *s) {
+    if (s) session_close(s);
+    lab_window_free(w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* ------------------------------------------------------ the window alone */
 
 static lull_listener counted;
@@ -141,8 +158,7 @@ TEST(commit_makes_a_batch_readable_and_raises_after) {
     CHECK_U64_EQ(w.raises, 1);
     lull_listener_stop(&counted);
     lab_window_cursor_close(&c);
-    lab_window_free(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &w, NULL);
 }
 
 TEST(checkpoint_holds_commits_and_releases_them) {
@@ -168,8 +184,7 @@ TEST(checkpoint_holds_commits_and_releases_them) {
                  lull_loop_now(loop)); /* stamped at release */
     CHECK_EQ(lab_window_checkpoint_end(&w), -EINVAL);
     lab_window_cursor_close(&c);
-    lab_window_free(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &w, NULL);
 }
 
 /* lull-lab times deliveries out of windows by the thousand: a page first
@@ -195,8 +210,7 @@ TEST(filling_the_ring_after_init_faults_no_page) {
     /* A few for the checker's own pages; a thousand if the ring faulted. */
     CHECK_LE(faults, 16);
     CHECK_EQ(lab_window_commit(&w), (int)capacity);
-    lab_window_free(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &w, NULL);
 }
 
 TEST(retention_keeps_events_behind_the_slowest_cursor) {
@@ -235,8 +249,7 @@ TEST(retention_keeps_events_behind_the_slowest_cursor) {
     CHECK_U64_EQ(w.dropped, 7);
     CHECK(lab_window_append(&w, 10, 0, 0) != 0);
     lab_window_cursor_close(&fast);
-    lab_window_free(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &w, NULL);
 }
 
 /* ------------------------------- the polling pump's regression tests */
@@ -263,9 +276,7 @@ static uint64_t idle_reads(bool polling) {
         CHECK(lull_pump_quiet(&s.pump));
         CHECK(!lull_loop_alive(loop)); /* nothing armed, nothing queued */
     }
-    session_close(&s);
-    lab_window_free(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &w, &s);
     return reads;
 }
 
@@ -339,9 +350,7 @@ static void frozen_turn(bool polling, uint64_t *delivered, bool *order_ok) {
         CHECK_U64_EQ(f.s.last_seq, TURN);
         CHECK(lull_pump_quiet(&f.s.pump));
     }
-    session_close(&f.s);
-    lab_window_free(&f.w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &f.w, &f.s);
 }
 
 TEST(turn_is_delivered_with_time_frozen) {
@@ -365,11 +374,9 @@ TEST(poll_mode_delivers_nothing_with_time_frozen) {
 /* Held items (a pending turn start) are retried every 5 ms only while held;
  * once delivered the pump is quiet and no timer remains. */
 TEST(held_items_are_retried_only_while_held) {
-    lull_loop *loop = new_loop();
     lab_window w;
-    CHECK_EQ(lab_window_init(&w, loop, 64, 8), 0);
     session s;
-    session_open(loop, &s, &w, false);
+    lull_loop *loop = open_session(&w, &s);
     s.busy = true;
     lab_window_append(&w, 1, 0, 1);
     lab_window_commit(&w);
@@ -389,19 +396,15 @@ TEST(held_items_are_retried_only_while_held) {
     lull_loop_advance(loop, 2000 * MS);
     CHECK_U64_EQ(s.pump.passes, 6);
     CHECK_U64_EQ(w.reads, 1);
-    session_close(&s);
-    lab_window_free(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &w, &s);
 }
 
 /* A commit while held wakes the pump: the retry is cancelled and the pass
  * re-decides at once. */
 TEST(commit_while_held_redecides_at_once) {
-    lull_loop *loop = new_loop();
     lab_window w;
-    CHECK_EQ(lab_window_init(&w, loop, 64, 8), 0);
     session s;
-    session_open(loop, &s, &w, false);
+    lull_loop *loop = open_session(&w, &s);
     s.busy = true;
     lab_window_append(&w, 1, 0, 1);
     lab_window_commit(&w);
@@ -415,9 +418,7 @@ TEST(commit_while_held_redecides_at_once) {
     CHECK(lull_pump_quiet(&s.pump)); /* the 5 ms retry is gone */
     lull_loop_advance(loop, 100 * MS);
     CHECK_U64_EQ(s.pump.passes, 2);
-    session_close(&s);
-    lab_window_free(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &w, &s);
 }
 
 typedef struct batch_writer {
@@ -435,11 +436,9 @@ static void write_batch(lull_task *t) {
 }
 
 TEST(several_commits_in_one_task_cause_one_pass) {
-    lull_loop *loop = new_loop();
     lab_window w;
-    CHECK_EQ(lab_window_init(&w, loop, 64, 8), 0);
     session s;
-    session_open(loop, &s, &w, false);
+    lull_loop *loop = open_session(&w, &s);
     batch_writer b = {.w = &w, .commits = 7};
     lull_task_init(&b.task, write_batch);
     lull_task_post(loop, &b.task);
@@ -448,17 +447,13 @@ TEST(several_commits_in_one_task_cause_one_pass) {
     CHECK_U64_EQ(s.pump.passes, 1);
     CHECK_U64_EQ(w.reads, 1);
     CHECK_U64_EQ(s.delivered, 7);
-    session_close(&s);
-    lab_window_free(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &w, &s);
 }
 
 TEST(close_or_unlisten_during_a_pending_wake_runs_nothing) {
-    lull_loop *loop = new_loop();
     lab_window w;
-    CHECK_EQ(lab_window_init(&w, loop, 64, 8), 0);
     session s;
-    session_open(loop, &s, &w, false);
+    lull_loop *loop = open_session(&w, &s);
     counted_runs = 0;
     lull_listener_start(loop, &w.notifier, &counted, count_raise);
     lab_window_append(&w, 1, 0, 1);
@@ -469,19 +464,15 @@ TEST(close_or_unlisten_during_a_pending_wake_runs_nothing) {
     CHECK_U64_EQ(s.pump.passes, 0);
     CHECK_EQ(counted_runs, 0);
     CHECK_U64_EQ(w.reads, 0);
-    session_close(&s);
-    lab_window_free(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &w, &s);
 }
 
 /* A cursor move (recovery) is a wake source: the pass re-delivers from the
  * new position without any other change. */
 TEST(cursor_move_wakes_the_reader) {
-    lull_loop *loop = new_loop();
     lab_window w;
-    CHECK_EQ(lab_window_init(&w, loop, 64, 8), 0);
     session s;
-    session_open(loop, &s, &w, false);
+    lull_loop *loop = open_session(&w, &s);
     for (int i = 0; i < 5; i++)
         lab_window_append(&w, (uint64_t)i, 0, 1);
     lab_window_commit(&w);
@@ -491,9 +482,7 @@ TEST(cursor_move_wakes_the_reader) {
     CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_U64_EQ(s.delivered, 8);
     CHECK_U64_EQ(s.last_seq, 5);
-    session_close(&s);
-    lab_window_free(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &w, &s);
 }
 
 /* ------------------------------------------------------- property test */
@@ -629,8 +618,7 @@ static void property_run(uint64_t seed) {
     CHECK(model_next > OPS / 2); /* the ring did not stay full */
     for (int i = 0; i < 2; i++)
         session_close(&r[i]);
-    lab_window_free(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    finish(loop, &w, NULL);
 }
 
 TEST(property_no_event_lost_duplicated_or_reordered) {

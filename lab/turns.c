@@ -32,6 +32,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,10 +47,12 @@ static const lab_col late_cols[] = {{"p50_us", "p50 µs", 0},
                                     {"p99_us", "p99 µs", 0},
                                     {"max_us", "max µs", 0},
                                     {"min_us", "min µs", 0}};
-static const lab_col idle_cols[] = {{"wakeups", "wakeups", 0},
-                                    {"voluntary_cs", "vol. cs", 0},
-                                    {"cpu_us", "CPU µs", 0},
-                                    {"cpu_us_per_s", "CPU µs/s", 0}};
+static const lab_col idle_cols[] = {
+    {"wakeups", "wakeups", 0},
+    {"voluntary_cs", "vol. cs", 0},
+    {"cpu_us", "CPU µs", 0},
+    {"cpu_us_per_s", "CPU µs/s", 0},
+    {"cpu_ns_per_s_per_handle", "CPU ns/s/handle", 0}};
 static const lab_col trip_cols[] = {
     {"p50_us", "p50 µs", 0},
     {"p99_us", "p99 µs", 0},
@@ -92,11 +95,12 @@ const turns_figure turns_figures[TURNS_FIGURES] = {
          "p99 within 1.1× of the clock_nanosleep(TIMER_ABSTIME) floor's in "
          "the same run, at the same slack; never early (min ≥ 0)",
          TURNS_LATENESS},
-    [TURNS_IDLE] = {{"idle", "(4) idle window", NULL, idle_cols, 4, -1,
-                     LAB_FIG_SIDE_BY_SIDE},
+    [TURNS_IDLE] = {{"idle", "(4) idle window", NULL, idle_cols, 5,
+                     IDLE_NS_PER_HANDLE, 0},
                     NULL,
                     "0 wakeups and < 0.1 ms CPU per second with 10,000 idle "
-                    "sessions (1 wakeup is the timer that ends the window)",
+                    "sockets and timers (1 wakeup is the timer that ends the "
+                    "window); CPU per handle ≤ every peer's",
                     TURNS_IDLE},
     [TURNS_ROUNDTRIP] =
         {{"roundtrip",
@@ -128,6 +132,12 @@ const turns_figure turns_figures[TURNS_FIGURES] = {
                        "the same order on both clocks (C7); an hour of "
                        "virtual time in far less than an hour",
                        TURNS_VIRTUAL},
+    [TURNS_LATENESS_BUSY] =
+        {{"lateness_busy", "(8) 1 ms timer lateness beside CPU hogs, µs",
+          "timer slack", late_cols, 4, LATE_P99_US, 0},
+         NULL, /* printed by print_method */
+         "lull's p99 ≤ every peer's in the same rounds, at the same slack",
+         TURNS_LATENESS},
 };
 
 /* ----------------------------------------------------------- the peers */
@@ -181,6 +191,57 @@ typedef struct fig_ctx {
     turns_params p;
 } fig_ctx;
 
+/* ------------------------------------------------------------- hogs */
+
+/* The lateness-beside-hogs figure: two threads that spin until told to
+ * stop, one pinned to the measuring thread's CPU (the timer's thread must
+ * win the CPU back from it when the timer fires) and one to another CPU
+ * (what a busy neighbour does to caches and to the hypervisor's
+ * scheduling). The measuring thread, and so a Node child, which inherits
+ * its affinity and timer slack, is pinned to the first CPU meanwhile. */
+typedef struct hogs {
+    pthread_t th[2];
+    bool started[2];
+    int stop; /* atomic */
+    int cpu[2];
+    cpu_set_t saved; /* the measuring thread's affinity before */
+} hogs;
+
+static void *hog_spin(void *arg) {
+    hogs *h = arg;
+    while (!__atomic_load_n(&h->stop, __ATOMIC_RELAXED))
+        __asm__ volatile("" ::: "memory");
+    return NULL;
+}
+
+static int next_cpu(int cpu);
+
+static void hogs_start(hogs *h, int cpu) {
+    memset(h, 0, sizeof *h);
+    pthread_getaffinity_np(pthread_self(), sizeof h->saved, &h->saved);
+    lab_pin_cpu(cpu);
+    h->cpu[0] = cpu;
+    h->cpu[1] = next_cpu(cpu);
+    for (int i = 0; i < 2; i++) {
+        if (h->cpu[i] < 0) continue;
+        pthread_attr_t a;
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(h->cpu[i], &set);
+        pthread_attr_init(&a);
+        pthread_attr_setaffinity_np(&a, sizeof set, &set);
+        h->started[i] = pthread_create(&h->th[i], &a, hog_spin, h) == 0;
+        pthread_attr_destroy(&a);
+    }
+}
+
+static void hogs_stop(hogs *h) {
+    __atomic_store_n(&h->stop, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < 2; i++)
+        if (h->started[i]) pthread_join(h->th[i], NULL);
+    pthread_setaffinity_np(pthread_self(), sizeof h->saved, &h->saved);
+}
+
 /* One measurement of one row: the row's timer slack on the calling thread
  * (lateness), the entry, and the sched_yield calls it made (round trips).
  * row->tag is the slack: > 0 set here, 0 the kernel's default, -1 the
@@ -195,20 +256,28 @@ static int measure(lab_fig *fig, lab_row *row, int round, double *v) {
     turns_result res;
     turns_result_clear(&res);
     long old_slack = -1;
-    if (c->f == TURNS_LATENESS && row->tag > 0) {
+    bool busy = c->f == TURNS_LATENESS_BUSY;
+    if ((c->f == TURNS_LATENESS || busy) && row->tag > 0) {
         old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
         if (prctl(PR_SET_TIMERSLACK, row->tag, 0, 0, 0) == 0)
             rp.slack_ns = row->tag;
     }
+    hogs h;
+    if (busy) hogs_start(&h, c->p.cpu);
     uint64_t yields0 = turns_yields();
     int rc = e->fn(&rp, &res);
     uint64_t yields = turns_yields() - yields0;
+    if (busy) hogs_stop(&h);
     if (old_slack > 0) prctl(PR_SET_TIMERSLACK, old_slack, 0, 0, 0);
     /* Node runs in its own process: its yields are not seen here. */
     if (turns_is_trip(c->f) && strcmp(row->peer, "node") != 0)
         res.v[TRIP_YIELDS] =
             (double)yields / (double)(c->p.trips + c->p.warmup_trips);
     if (rc == TURNS_SKIPPED) return LAB_SKIPPED;
+    /* Per idle socket or timer: every row holds as many of each. */
+    if (c->f == TURNS_IDLE)
+        res.v[IDLE_NS_PER_HANDLE] =
+            res.v[IDLE_CPU_US_PER_S] * 1e3 / (2.0 * c->p.idle_handles);
     for (int i = 0; i < TURNS_VALUES; i++)
         v[i] = res.v[i];
     return rc;
@@ -241,6 +310,8 @@ static void add_rows(lab_fig *fig, int f, const turns_peer *const *peers,
                 const turns_entry *en = &peers[i]->entries[e];
                 if (en->figure != turns_figures[f].rows_of) continue;
                 bool lateness = f == TURNS_LATENESS;
+                /* Beside the hogs, each row once, at the common slack. */
+                if (f == TURNS_LATENESS_BUSY && pass == 1) continue;
                 if (pass == 1 && !(lateness && (en->flags & TURNS_SLACK_BOTH)))
                     continue;
                 unsigned flags =
@@ -257,6 +328,10 @@ static void add_rows(lab_fig *fig, int f, const turns_peer *const *peers,
                 /* Default-slack lateness rows are not like for like. */
                 rw->cls = lateness && pass == 1 ? 1 : en->cls;
                 rw->policy = en->policy;
+                if (f == TURNS_LATENESS_BUSY) {
+                    rw->tag = COMMON_SLACK_NS; /* every row, lull's too */
+                    rw->policy = slack_text(rw->tag);
+                }
                 if (lateness) {
                     rw->tag = (en->flags & TURNS_OWN_SLACK) ? -1
                               : pass == 1                   ? 0
@@ -301,6 +376,8 @@ static void fig_json(const lab_fig *fig, const lab_row *rw, lab_json *j) {
             lab_json_field(j, "clock_read_ns", turns_clock_ns);
         return;
     }
+    if (c->f == TURNS_LATENESS_BUSY)
+        lab_json_field(j, "slack_ns", COMMON_SLACK_NS);
     if (c->f == TURNS_LATENESS) {
         lab_json_field(j, "slack_ns",
                        rw->tag < 0    ? COMMON_SLACK_NS
@@ -337,8 +414,7 @@ static void set_params(const lab_options *opts, turns_params *p) {
     /* Node's zero-delay timer waits ~1 ms per hop: 500 hops is 0.5 s. */
     p->slow_hops = opts->quick ? 100 : 500;
     p->lateness_samples = opts->quick ? 100 : 500;
-    p->idle_handles_lull = 10000;
-    p->idle_handles_peer = 1000;
+    p->idle_handles = 10000;
     p->idle_window_ns = (opts->quick ? 1 : 3) * 1000000000ull;
     p->trips = opts->quick ? 5000 : 20000;
     p->warmup_trips = 200;
@@ -359,8 +435,7 @@ static void json_params(lab_json *j, const turns_params *p, int rounds) {
     lab_json_field(j, "lateness_samples", p->lateness_samples);
     lab_json_field(j, "common_slack_ns", COMMON_SLACK_NS);
     lab_json_field(j, "turns_default_slack_ns", (double)turns_default_slack_ns);
-    lab_json_field(j, "idle_handles_lull", p->idle_handles_lull);
-    lab_json_field(j, "idle_handles_peer", p->idle_handles_peer);
+    lab_json_field(j, "idle_handles", p->idle_handles);
     lab_json_field(j, "idle_window_s", (double)p->idle_window_ns / 1e9);
     lab_json_field(j, "trips", p->trips);
     lab_json_field(j, "timers", p->timers);
@@ -374,11 +449,12 @@ static void json_params(lab_json *j, const turns_params *p, int rounds) {
 static void print_method(int f, const turns_params *p) {
     if (f == TURNS_IDLE) {
         lab_detail(
-            "  %.0f s window after one non-blocking iteration; lull: %d "
-            "watched sockets + %d far timers + %d pumps listening; peers: "
-            "%d watched sockets (Node: whole-process CPU)\n",
-            (double)p->idle_window_ns / 1e9, p->idle_handles_lull,
-            p->idle_handles_lull, p->idle_handles_lull, p->idle_handles_peer);
+            "  %.0f s window after one non-blocking iteration; every row: %d "
+            "watched sockets + %d timers due in 1-2 h (lull's second row "
+            "adds %d pumps listening; Node: whole-process CPU)\n"
+            "  CPU ns/s/handle: CPU µs/s × 1000 ÷ (sockets + timers)\n",
+            (double)p->idle_window_ns / 1e9, p->idle_handles, p->idle_handles,
+            p->idle_handles);
     } else if (f == TURNS_LATENESS) {
         lab_detail(
             "  a 1 ms one-shot timer re-armed from its callback; lateness "
@@ -392,6 +468,15 @@ static void print_method(int f, const turns_params *p) {
             "(TIMER_ABSTIME), and in epoll_pwait2 on an empty set\n",
             COMMON_SLACK_NS / 1000, (double)turns_default_slack_ns / 1e3);
         lab_detail("  %d samples per round\n", p->lateness_samples);
+    } else if (f == TURNS_LATENESS_BUSY) {
+        lab_detail(
+            "  the rows of (3), each while two threads spin: one pinned to "
+            "CPU %d with the measuring thread, one to CPU %d\n"
+            "  timer slack: every row at %d µs (PR_SET_TIMERSLACK on the "
+            "measuring thread, lull's too; Node inherits it and the "
+            "pinning); %d samples per round; full runs only\n",
+            p->cpu, next_cpu(p->cpu), COMMON_SLACK_NS / 1000,
+            p->lateness_samples);
     } else if (turns_is_trip(f)) {
         if (f == TURNS_ROUNDTRIP)
             lab_detail("  thread A posts to loop B, B posts back; both threads "
@@ -458,10 +543,8 @@ static void run_figure(int f, const turns_params *p, int rounds,
         ctx.p.trips = p->trips / 4;
     }
     print_method(f, &ctx.p);
-    lab_detail("  rows: %s\n",
-               f == TURNS_IDLE     ? "all at once, each on its own thread, "
-                                     "once per round"
-               : f == TURNS_TIMERS ? "each in its own process, forked before "
+    lab_detail("  rows: %s\n", f == TURNS_TIMERS
+                                   ? "each in its own process, forked before "
                                      "it allocates; round r starts at row r "
                                      "mod N"
                                    : "each once per round; round r starts at "
@@ -488,14 +571,14 @@ static int run_turns(const lab_options *opts, lab_json *json) {
     turns_default_slack_ns = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     int rounds = lab_rounds(opts, 5, 3);
     long nofile = lab_raise_nofile();
-    /* lull's idle sockets, the peers' (their windows run side by side) and
-     * a margin for the loops' own descriptors. */
-    long spare = 4L * p.idle_handles_peer + 256;
-    if (nofile < p.idle_handles_lull + spare) {
-        while (p.idle_handles_lull > 2 && nofile < p.idle_handles_lull + spare)
-            p.idle_handles_lull /= 2;
-        printf("  RLIMIT_NOFILE is %ld: idle uses %d lull handles\n", nofile,
-               p.idle_handles_lull);
+    /* One row's idle sockets at a time (the rows take turns), and a margin
+     * for the loops' own descriptors. */
+    long spare = 256;
+    if (nofile < p.idle_handles + spare) {
+        while (p.idle_handles > 2 && nofile < p.idle_handles + spare)
+            p.idle_handles /= 2;
+        printf("  RLIMIT_NOFILE is %ld: idle uses %d sockets and timers\n",
+               nofile, p.idle_handles);
     }
 
     const turns_peer *peers[KNOWN_COUNT];
@@ -542,6 +625,14 @@ static int run_turns(const lab_options *opts, lab_json *json) {
     for (int f = 0; f < TURNS_FIGURES; f++) {
         if (opts->only && strcmp(opts->only, turns_figures[f].spec.key) != 0)
             continue;
+        /* Seconds of spinning threads on every CPU: not for a demo. */
+        if (f == TURNS_LATENESS_BUSY && opts->quick) {
+            if (opts->only)
+                printf("%s: full runs only (not with --quick)\n",
+                       turns_figures[f].spec.key);
+            ran += opts->only != NULL;
+            continue;
+        }
         run_figure(f, &p, rounds, peers, npeers, opts, json, &figs[f]);
         ran++;
     }

@@ -26,13 +26,23 @@ enum {
     TURNS_ROUNDTRIP_2CPU, /* the same entries, the threads on two CPUs */
     TURNS_TIMERS,         /* arm + cancel with 1,000,000 timers armed */
     TURNS_VIRTUAL,        /* the virtual clock against the real one (C7) */
+    TURNS_LATENESS_BUSY,  /* 1 ms timer lateness beside CPU hogs (full runs) */
     TURNS_FIGURES
 };
 
 /* Values each figure fills, by index. */
 enum { CHAIN_NS_PER_HOP, CHAIN_POLLS_PER_HOP };
 enum { LATE_P50_US, LATE_P99_US, LATE_MAX_US, LATE_MIN_US };
-enum { IDLE_WAKEUPS, IDLE_NVCSW, IDLE_CPU_US, IDLE_CPU_US_PER_S };
+/* IDLE_NS_PER_HANDLE: CPU ns per second of window per idle socket or
+ * timer (sockets + timers, the same count in every row), filled by the
+ * driver. */
+enum {
+    IDLE_WAKEUPS,
+    IDLE_NVCSW,
+    IDLE_CPU_US,
+    IDLE_CPU_US_PER_S,
+    IDLE_NS_PER_HANDLE
+};
 /* TRIP_YIELDS is filled by the driver (sched_yield calls per trip). */
 enum { TRIP_P50_US, TRIP_P99_US, TRIP_MEAN_US, TRIP_YIELDS };
 enum {
@@ -57,12 +67,13 @@ enum {
 #define TURNS_TIMER_ROUNDS 4
 
 typedef struct turns_params {
-    uint64_t hops;         /* chain length */
-    uint64_t slow_hops;    /* chain length where a zero-delay timer really
-                              waits (Node clamps it to 1 ms) */
-    int lateness_samples;  /* 1 ms timers fired one after another */
-    int idle_handles_lull; /* sockets, far timers and pumps, each */
-    int idle_handles_peer; /* watched sockets for the peers */
+    uint64_t hops;        /* chain length */
+    uint64_t slow_hops;   /* chain length where a zero-delay timer really
+                             waits (Node clamps it to 1 ms) */
+    int lateness_samples; /* 1 ms timers fired one after another */
+    int idle_handles;     /* idle: watched sockets, and as many timers due in
+                             an hour or two, in every row (lull's pump row
+                             adds as many pumps) */
     uint64_t idle_window_ns;
     int trips;        /* cross-thread round trips measured */
     int warmup_trips; /* round trips run before measuring */
@@ -176,7 +187,8 @@ int turns_late_close(turns_late *l, int rc, turns_result *out);
 
 /* The idle figure's window: the calling thread's CPU time and voluntary
  * context switches from begin (just before the window's timer is armed)
- * to end (the loop returned). */
+ * to end (the loop returned). Every row holds p->idle_handles watched
+ * sockets and as many timers, each due at turns_idle_delay_ns. */
 typedef struct turns_idle_clock {
     uint64_t cpu0, cs0;
 } turns_idle_clock;
@@ -207,6 +219,9 @@ void turns_trip_us(double *samples_ns, int n, turns_result *out);
  * non-blocking; returns 0 or a negative errno (closing what it opened). */
 int turns_open_sockets(int *fds, int n);
 void turns_close_sockets(int *fds, int n);
+/* An idle timer's delay: random in [1 h, 2 h), so none fires in the
+ * window and each sits in the loop's timer structure. */
+uint64_t turns_idle_delay_ns(uint64_t *seed);
 /* A random delay in [lo_ns, hi_ns). */
 uint64_t turns_random_delay(uint64_t *state, uint64_t lo_ns, uint64_t hi_ns);
 

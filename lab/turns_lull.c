@@ -164,8 +164,10 @@ static void idle_end(lull_timer *timer) {
     lull_loop_stop(timer->loop);
 }
 
-static int idle(const turns_params *p, turns_result *out) {
-    int n = p->idle_handles_lull;
+/* Sockets and far timers, as every peer's row holds; with_pumps adds a
+ * pump listening on a notifier per session, as a server's sessions have. */
+static int idle_run(const turns_params *p, turns_result *out, bool with_pumps) {
+    int n = p->idle_handles;
     idle_session *s = calloc((size_t)n, sizeof *s);
     int *fds = calloc((size_t)n, sizeof *fds);
     if (!s || !fds) {
@@ -187,8 +189,8 @@ static int idle(const turns_params *p, turns_result *out) {
         if (rc == 0) rc = lull_io_start(&x->io, LULL_READABLE);
         if (rc < 0) break;
         lull_timer_init(loop, &x->timer, idle_timer);
-        lull_timer_start(&x->timer,
-                         turns_random_delay(&seed, 3600 * S, 7200 * S), 0);
+        lull_timer_start(&x->timer, turns_idle_delay_ns(&seed), 0);
+        if (!with_pumps) continue;
         lull_notifier_init(&x->notifier);
         lull_pump_init(loop, &x->pump, idle_pass);
         lull_pump_listen(&x->pump, &x->notifier, &x->listener);
@@ -211,8 +213,10 @@ static int idle(const turns_params *p, turns_result *out) {
         out->v[IDLE_WAKEUPS] = (double)(m1.wakeups - m0.wakeups);
     }
     for (int i = 0; i < started; i++) {
-        lull_listener_stop(&s[i].listener);
-        lull_pump_close(&s[i].pump);
+        if (with_pumps) {
+            lull_listener_stop(&s[i].listener);
+            lull_pump_close(&s[i].pump);
+        }
         lull_timer_stop(&s[i].timer);
         lull_io_stop(&s[i].io);
     }
@@ -223,6 +227,14 @@ out_mem:
     free(fds);
     free(s);
     return rc;
+}
+
+static int idle(const turns_params *p, turns_result *out) {
+    return idle_run(p, out, false);
+}
+
+static int idle_pumps(const turns_params *p, turns_result *out) {
+    return idle_run(p, out, true);
 }
 
 /* -------------------------------------------------------- round trip */
@@ -569,7 +581,8 @@ static const turns_entry entries[] = {
      chain_timer0_every_hop, "every hop (quantum_ns 1)", TURNS_BASE,
      TURNS_CLASS_EVERY_HOP},
     {TURNS_LATENESS, "lull", lateness, NULL, TURNS_BASE | TURNS_OWN_SLACK, 0},
-    {TURNS_IDLE, "lull: sockets+timers+pumps", idle, NULL, 0, 0},
+    {TURNS_IDLE, "lull: sockets+timers", idle, NULL, TURNS_BASE, 0},
+    {TURNS_IDLE, "lull: sockets+timers+pumps", idle_pumps, NULL, 0, 0},
     {TURNS_ROUNDTRIP, "lull: loops without fds (futex sleep)", roundtrip, NULL,
      0, 0},
     /* The base: the peers' loops sleep in epoll, as this one does. */

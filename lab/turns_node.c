@@ -64,7 +64,7 @@ static int measure(const char *figure, const turns_params *p, bool pin,
     snprintf(a[1], sizeof a[1], "slow_hops=%llu",
              (unsigned long long)p->slow_hops);
     snprintf(a[2], sizeof a[2], "samples=%d", p->lateness_samples);
-    snprintf(a[3], sizeof a[3], "handles=%d", p->idle_handles_peer);
+    snprintf(a[3], sizeof a[3], "handles=%d", p->idle_handles);
     snprintf(a[4], sizeof a[4], "window_ms=%llu",
              (unsigned long long)(p->idle_window_ns / 1000000));
     snprintf(a[5], sizeof a[5], "trips=%d", p->trips);

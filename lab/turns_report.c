@@ -189,6 +189,39 @@ static void timer_checks(const lab_fig *fig) {
                        lab_row_median(lull, TIMERS_STEADY_NS));
 }
 
+/* Idle: lull's sockets-and-timers row against every peer's, per handle
+ * (the rows hold the same handles, so this is the CPU µs/s ratio too). */
+static void idle_checks(const lab_fig *fig) {
+    const lab_row *l = lab_fig_find(fig, "lull", NULL);
+    double lv = lab_row_median(l, IDLE_NS_PER_HANDLE);
+    if (!isfinite(lv)) return;
+    for (int i = 0; i < fig->nrows; i++) {
+        const lab_row *r = &fig->rows[i];
+        if (r->flags & LAB_ROW_LULL) continue;
+        double v = lab_row_median(r, IDLE_NS_PER_HANDLE);
+        if (!isfinite(v)) continue;
+        lab_detail("  lull ÷ %s, CPU per handle: %.3g (target ≤ 1)\n", r->peer,
+                   lv / v);
+    }
+}
+
+/* Beside the hogs: lull's p99 against every other row's, same rounds. */
+static void busy_checks(const lab_fig *fig) {
+    const lab_row *l = lab_fig_find(fig, "lull", NULL);
+    double lv = lab_row_median(l, LATE_P99_US);
+    if (!isfinite(lv)) return;
+    for (int i = 0; i < fig->nrows; i++) {
+        const lab_row *r = &fig->rows[i];
+        double v = lab_row_median(r, LATE_P99_US);
+        if ((r->flags & LAB_ROW_LULL) || !isfinite(v)) continue;
+        lab_detail("  lull's p99 ÷ %s's: %.3g%s\n", r->label, lv / v,
+                   (r->flags & LAB_ROW_FLOOR) ? "" : " (target ≤ 1)");
+    }
+    if (l && l->v[LATE_MIN_US].n)
+        lab_detail("  lull's earliest firing: %+.1f µs\n",
+                   lab_series_min(&l->v[LATE_MIN_US]));
+}
+
 void turns_report_figure(const lab_fig *fig, int f, const turns_params *p) {
     (void)p;
     if (f == TURNS_CHAIN_TASK || f == TURNS_CHAIN_TIMER0) {
@@ -203,6 +236,10 @@ void turns_report_figure(const lab_fig *fig, int f, const turns_params *p) {
         trip_checks(fig, f);
     } else if (f == TURNS_TIMERS) {
         timer_checks(fig);
+    } else if (f == TURNS_IDLE) {
+        idle_checks(fig);
+    } else if (f == TURNS_LATENESS_BUSY) {
+        busy_checks(fig);
     }
 }
 
@@ -270,11 +307,15 @@ static void brief(lab_fig *const figs[TURNS_FIGURES]) {
         brief_row(&t, "1 ms timer lateness p99", f, lab_fig_base(f, 0),
                   best_late_peer(f), lab_fig_find(f, "floor", "nanosleep"),
                   LATE_P99_US, "µs");
+    if ((f = figs[TURNS_LATENESS_BUSY]))
+        brief_row(&t, "1 ms p99 beside CPU hogs", f, lab_fig_base(f, 0),
+                  lab_fig_best_peer(f, 0, LATE_P99_US),
+                  lab_fig_find(f, "floor", "nanosleep"), LATE_P99_US, "µs");
     if ((f = figs[TURNS_IDLE])) {
         lab_row *l = lab_fig_find(f, "lull", NULL);
-        brief_row(&t, "idle CPU/s, 10k (peers 1k)", f, l,
-                  lab_fig_best_peer(f, 0, IDLE_CPU_US_PER_S), NULL,
-                  IDLE_CPU_US_PER_S, "µs");
+        brief_row(&t, "idle CPU per handle, 10k", f, l,
+                  lab_fig_best_peer(f, 0, IDLE_NS_PER_HANDLE), NULL,
+                  IDLE_NS_PER_HANDLE, "ns/s");
     }
     if ((f = figs[TURNS_ROUNDTRIP_2CPU]))
         brief_row(&t, "cross-thread trip p50, 2 CPUs", f, lab_fig_base(f, 0),

@@ -78,6 +78,10 @@ void turns_idle_begin(turns_idle_clock *c) {
     c->cs0 = lab_thread_nvcsw();
 }
 
+uint64_t turns_idle_delay_ns(uint64_t *seed) {
+    return turns_random_delay(seed, 3600 * 1000000000ull, 7200 * 1000000000ull);
+}
+
 void turns_idle_end(const turns_idle_clock *c, const turns_params *p,
                     turns_result *out) {
     uint64_t cpu1 = lab_thread_cpu_ns(), cs1 = lab_thread_nvcsw();

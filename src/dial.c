@@ -37,6 +37,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "lull.h"
 #include "own_name.h"
 
@@ -273,6 +274,12 @@ static int begin(lull_loop *loop, lull_dial *d, lull_stream *s,
         opts->family != AF_INET6)
         return -EINVAL;
     if (d->state & D_DIALING) return -EBUSY;
+    /* A stream still open, or closed with its on_close yet to run, would
+     * be overwritten under the loop's feet. */
+    const lull__node *queued[] = {&s->event.node, &s->flush.node};
+    if (lull__live_on(loop, &s->io, queued, 2) ||
+        lull__live_on(loop, &s->wio, NULL, 0))
+        return -EBUSY;
     void *data = d->data;
     memset(d, 0, sizeof *d);
     d->data = data;

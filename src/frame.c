@@ -10,6 +10,8 @@
  * (src/loopback.h), the in-process round trip being the hot path. And the
  * calls protocol code makes on the reading side (read_stop, read_start,
  * shutdown) go to the transport's own, picked by its ops table (control).
+ * Also the framed wire format's read-buffer growth, which the byte-stream
+ * transports (src/stream.c, src/tls.c) share.
  *
  * Invariants: a frame is in flight from an accepted send until
  * lull__frame_release; `queued` is the sum of the lengths of the frames in
@@ -218,4 +220,15 @@ void lull__endpoint_drain(lull_endpoint *ep) {
 void lull__endpoint_peer_gone(lull_endpoint *ep) {
     ep->flags |= LULL__EP_PEER_GONE;
     ep->queued = 0;
+}
+
+bool lull__frame_buf_grow(unsigned char **buf, size_t *cap, size_t need,
+                          size_t max_frame) {
+    size_t n = *cap * 2 > need ? *cap * 2 : need;
+    if (n > max_frame + LULL__FRAME_HDR) n = max_frame + LULL__FRAME_HDR;
+    unsigned char *b = realloc(*buf, n);
+    if (!b) return false;
+    *buf = b;
+    *cap = n;
+    return true;
 }

@@ -68,6 +68,23 @@ static inline void lull__endpoint_sent(lull_endpoint *ep, size_t n) {
 /* The peer is gone: sends fail, nothing is queued any more, no drain. */
 void lull__endpoint_peer_gone(lull_endpoint *ep);
 
+/* The framed wire format of the byte-stream transports (src/stream.c,
+ * src/tls.c): a 4-byte big-endian length, then the frame's bytes. */
+#define LULL__FRAME_HDR 4
+
+/* The length a frame header announces. */
+static inline size_t lull__frame_len(const unsigned char *p) {
+    return (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 |
+           (size_t)p[3];
+}
+
+/* Grows a framed read buffer towards `need` bytes: to twice its size, or
+ * need if that is more, but never past one frame of max_frame and its
+ * header (so *cap may stay below need). False, the buffer as it was, when
+ * the allocation fails. */
+bool lull__frame_buf_grow(unsigned char **buf, size_t *cap, size_t need,
+                          size_t max_frame);
+
 /* Gives a frame back to its owner: no longer in flight, then its release
  * callback. The transport must not touch the frame afterwards. `next` is
  * left as it was: it means nothing out of flight, and lull_endpoint_send sets

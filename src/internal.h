@@ -398,6 +398,13 @@ void lull__live_count(lull_loop *loop, lull_metrics *m);
 /* Fills e->kind, ->handle and ->fn for a queued or armed node: the handle
  * the user owns and the user's callback behind it. */
 void lull__describe_node(const lull__node *n, lull_live *e);
+/* live.c: whether io is a started watcher of loop or one of the n nodes is
+ * queued on its ready or flush queue. Reads nothing of the handle (its
+ * memory may be anything before its first use): only loop's own tables.
+ * For calls that must refuse a handle still in use (a spawn, a dial's
+ * stream); not a hot path. */
+bool lull__live_on(const lull_loop *loop, const lull_io *io,
+                   const lull__node *const *nodes, int n);
 
 /* metrics.c */
 void lull__wait_sample_begin(lull_loop *loop, lull__node *n);

@@ -216,3 +216,20 @@ int lull_loop_print_live(lull_loop *loop, FILE *out) {
     walk_all(loop, print_one, &p);
     return n;
 }
+
+static bool queued_on(const lull__node *q, const lull__node *node) {
+    for (const lull__node *n = q->next; n != q; n = n->next)
+        if (n == node) return true;
+    return false;
+}
+
+bool lull__live_on(const lull_loop *loop, const lull_io *io,
+                   const lull__node *const *nodes, int n) {
+    for (uint32_t i = 0; i < loop->io_slots_cap; i++)
+        if (loop->io_slots[i].io == io) return true;
+    for (int k = 0; k < n; k++)
+        if (queued_on(&loop->ready, nodes[k]) ||
+            queued_on(&loop->flush, nodes[k]))
+            return true;
+    return false;
+}

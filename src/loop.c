@@ -33,6 +33,11 @@
  * p99 lateness well under 100 us while still letting the kernel coalesce
  * wakeups that are within a microsecond of each other. */
 #define LOOP_TIMER_SLACK_NS 1000
+/* Only a wait shorter than this lowers the slack: the kernel's default
+ * 50 us is 0.005% of a 1 s wait, and a loop that only ever sleeps that
+ * long (an idle server between its timeouts) then makes none of the three
+ * prctl calls (read, lower, put back) a lowered slack costs per run. */
+#define PRECISE_BELOW_NS 1000000000
 
 static int check_options(const lull_loop_options *o) {
     if (o->clock != LULL_CLOCK_MONOTONIC && o->clock != LULL_CLOCK_VIRTUAL)
@@ -232,9 +237,9 @@ static void count_wakeup(lull_loop *loop, int nevents, bool signalled) {
 }
 
 /* Lowers the thread's timer slack (LOOP_TIMER_SLACK_NS) before the first
- * sleep of a run that has a deadline: slack only stretches timed sleeps, so
- * a run that never waits for a timer makes no prctl call. run_end puts the
- * thread's own value back. */
+ * sleep of a run that has a deadline under PRECISE_BELOW_NS: slack only
+ * stretches timed sleeps, so a run that never waits for a nearer timer
+ * makes no prctl call. run_end puts the thread's own value back. */
 static void precise_timers(lull_loop *loop) {
     loop->slack_checked = true;
     long old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
@@ -265,10 +270,24 @@ static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0,
               : loop->io_active ? LULL__SLEEP_EPOLL
                                 : LULL__SLEEP_FUTEX;
     if (how != LULL__AWAKE && !lull__remote_sleep(loop, how)) {
+        *timeout_io = 0;
+        *signalled = false;
+        /* A post came before the sleep. A loop that would have slept on
+         * its futex watches no fd: its epoll set holds only the wake-up
+         * eventfd, so a look there finds nothing the drain after it would
+         * not find. Skipping it saves the syscall on the path a
+         * cross-thread ping-pong on one CPU takes about once per hop (the
+         * reply lands while the poster, preempted by the thread it woke,
+         * has not yet gone back to sleep). */
+        if (how == LULL__SLEEP_FUTEX) {
+            loop->events_len = loop->events_next = 0;
+            return 0;
+        }
         how = LULL__AWAKE;
-        timeout = *timeout_io = 0;
+        timeout = 0;
     }
-    if (timeout > 0 && !loop->slack_checked) precise_timers(loop);
+    if (timeout > 0 && timeout < PRECISE_BELOW_NS && !loop->slack_checked)
+        precise_timers(loop);
     int n = 0;
     if (how == LULL__SLEEP_FUTEX) {
         loop->events_len = loop->events_next = 0;

@@ -544,25 +544,14 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
     return pid;
 }
 
-/* A handle still live on loop: its pidfd watched or its exit turn queued.
- * A handle's memory may be anything before its first spawn, so nothing of
- * it is read: its addresses are looked for in the loop's own table of
- * watchers and ready queue (a spawn is no hot path). */
-static bool live_on(const lull_loop *loop, const lull_process *p) {
-    for (uint32_t i = 0; i < loop->io_slots_cap; i++)
-        if (loop->io_slots[i].io == &p->io) return true;
-    for (const lull__node *n = loop->ready.next; n != &loop->ready; n = n->next)
-        if (n == &p->done.node) return true;
-    return false;
-}
-
 int lull_process_spawn(lull_loop *loop, lull_process *p,
                        const lull_process_options *opts,
                        lull_process_exit_fn on_exit) {
     if (!loop || !p || !opts || !on_exit || !options_ok(opts)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
     /* Clearing a live handle would orphan its registered pidfd. */
-    if (live_on(loop, p)) return -EBUSY;
+    const lull__node *done = &p->done.node;
+    if (lull__live_on(loop, &p->io, &done, 1)) return -EBUSY;
     /* The child places fds 0 to n - 1 and keeps its report pipe at n:
      * past the fd limit that is -EMFILE, said here rather than as the
      * child's EBADF from dup3. */

@@ -17,6 +17,28 @@
  * poster stores the head then loads sleeping. At least one sees the other's
  * store, so a post is never left behind a sleeping loop.
  *
+ * Why no wake-up is lost (L: the loop, P: the poster whose push made the
+ * stack non-empty; only such a push wakes, and while the stack stays
+ * non-empty the loop never blocks, so P is the one that matters):
+ *   L1 store sleeping = S (S: EPOLL or FUTEX)   P1 CAS head: empty -> task
+ *   L2 load head; non-empty: store AWAKE, do    P2 load sleeping
+ *      not block (no poll at all for FUTEX:     P3 S == EPOLL: write eventfd
+ *      its epoll set holds no fd to look at)       S == FUTEX: CAS S -> AWAKE,
+ *   L3 block: epoll_wait, or FUTEX_WAIT on         then FUTEX_WAKE
+ *      the word expecting FUTEX
+ * In the single order of seq_cst operations, either P1 precedes L2 (L sees
+ * the task and does not block), or L1 precedes P2 (P sees S and wakes L).
+ * The wake itself cannot be missed: the eventfd's edge stays pending in the
+ * epoll set until L's next epoll_wait reports it, however late L gets
+ * there; and a FUTEX_WAIT whose word P already swapped returns at once
+ * (the kernel compares the word under its hash-bucket lock), while one that
+ * blocked first is woken by P's FUTEX_WAKE. The loop looks at the stack
+ * after every poll however it woke, so a post made while it was awake
+ * (sleeping == AWAKE, no wake at all) runs in that iteration or makes the
+ * next L2 see it. tests/test_remote.c has a post land between L2 and L3
+ * on every round (remote_post_between_the_look_and_*), and a poster that
+ * posts the instant it sees L1 (remote_post_as_the_loop_sleeps_*).
+ *
  * How the loop sleeps decides how it is woken:
  *   SLEEP_EPOLL  the loop watches fds and waits in epoll: the poster writes
  *                the eventfd. It is registered edge-triggered and never
@@ -39,9 +61,9 @@
  * handle's pending flag for the same reason). The uncontended post pays one
  * atomic add and one subtract; posts onto a non-empty stack pay nothing.
  *
- * The five rows (README, "The contracts"): trigger: a poster's wake (eventfd edge or futex),
- * and the loop looks after every poll; source of truth: the stack;
- * pending-work predicate: stack non-empty; next deadline: none; quiet
+ * The five rows (README, "The contracts"): trigger: a poster's wake (eventfd
+ * edge or futex), and the loop looks after every poll; source of truth: the
+ * stack; pending-work predicate: stack non-empty; next deadline: none; quiet
  * condition: always quiet between posts (no timer, no task). */
 #include <errno.h>
 #include <linux/futex.h>

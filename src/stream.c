@@ -112,7 +112,7 @@
  * a length and a payload buffer per frame that is 512 frames per call. */
 #define IOV_CAP 1024
 /* Framed streams: a 4-byte big-endian length before each frame. */
-#define HDR 4
+#define HDR LULL__FRAME_HDR
 /* The longest frame a 4-byte length can announce (and HDR more fits in a
  * size_t everywhere). */
 #define FRAME_MAX                                                              \
@@ -991,13 +991,7 @@ static bool make_room(lull_stream *s, size_t need) {
     }
     if (need <= s->rcap) return true;
     if (!(s->state & S_OWN_BUF)) return false;
-    size_t cap = s->rcap * 2 > need ? s->rcap * 2 : need;
-    if (cap > s->ep.max_frame + HDR) cap = s->ep.max_frame + HDR;
-    unsigned char *b = realloc(s->rbuf, cap);
-    if (!b) return false;
-    s->rbuf = b;
-    s->rcap = cap;
-    return true;
+    return lull__frame_buf_grow(&s->rbuf, &s->rcap, need, s->ep.max_frame);
 }
 
 /* Hands every whole buffered frame to on_frame, while reading is on. False
@@ -1005,8 +999,7 @@ static bool make_room(lull_stream *s, size_t need) {
 static bool deliver_frames(lull_stream *s) {
     while ((s->state & S_READING) && s->rend - s->rstart >= HDR) {
         const unsigned char *p = s->rbuf + s->rstart;
-        size_t len = (size_t)p[0] << 24 | (size_t)p[1] << 16 |
-                     (size_t)p[2] << 8 | (size_t)p[3];
+        size_t len = lull__frame_len(p);
         if (len > s->ep.max_frame) {
             fail_now(s, -EMSGSIZE);
             return false;
@@ -1216,10 +1209,24 @@ LULL__OWN_NAME(on_wio, "lull_stream write fd", lull_stream, wio);
 
 /* --------------------------------------------------------------- setup */
 
+#ifndef NDEBUG
+/* Whether s is open on loop, or closed with its on_close still queued:
+ * opening it again would unlink nodes the loop still holds. A scan of the
+ * loop's tables, for debug builds only. */
+static bool stream_live(const lull_loop *loop, const lull_stream *s) {
+    const lull__node *queued[] = {&s->event.node, &s->flush.node};
+    return lull__live_on(loop, &s->io, queued, 2) ||
+           lull__live_on(loop, &s->wio, NULL, 0);
+}
+#endif
+
 static int setup(lull_loop *loop, lull_stream *s, int fd,
                  const lull_stream_options *opts, bool tcp) {
     static const lull_stream_options defaults;
     const lull_stream_options *o = opts ? opts : &defaults;
+    LULL_ASSERT(!stream_live(loop, s),
+                "lull: a stream opened again while open, or before its "
+                "on_close ran");
     void *data = s->ep.data; /* the user's, kept */
     memset(s, 0, sizeof *s);
     s->ep.data = data;

@@ -163,7 +163,7 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 
 /* Framed plaintext: a 4-byte big-endian length before each frame, as on a
  * stream. */
-#define HDR                       4
+#define HDR                       LULL__FRAME_HDR
 /* TLS's largest record: stage this much plaintext per SSL_write, so small
  * frames share records; and read this much at a time. */
 #define RECORD                    16384
@@ -622,13 +622,7 @@ static bool make_room(lull_tls *t, size_t need) {
         t->pstart = 0;
     }
     if (need <= t->pcap) return true;
-    size_t cap = t->pcap * 2 > need ? t->pcap * 2 : need;
-    if (cap > t->ep.max_frame + HDR) cap = t->ep.max_frame + HDR;
-    unsigned char *b = realloc(t->pbuf, cap);
-    if (!b) return false;
-    t->pbuf = b;
-    t->pcap = cap;
-    return true;
+    return lull__frame_buf_grow(&t->pbuf, &t->pcap, need, t->ep.max_frame);
 }
 
 /* Hands the whole buffered frames to on_frame while reading. False when
@@ -636,8 +630,7 @@ static bool make_room(lull_tls *t, size_t need) {
 static bool deliver_frames(lull_tls *t) {
     while ((t->state & T_READING) && t->pend - t->pstart >= HDR) {
         const unsigned char *p = t->pbuf + t->pstart;
-        size_t len = (size_t)p[0] << 24 | (size_t)p[1] << 16 |
-                     (size_t)p[2] << 8 | (size_t)p[3];
+        size_t len = lull__frame_len(p);
         if (len > t->ep.max_frame) {
             set_why(t, "frame longer than max_frame");
             fail_now(t, -EMSGSIZE, true);

@@ -111,6 +111,7 @@ static void on_io(lull_io *io, int events);
 static void flush_task(lull_task *t);
 static void event_task(lull_task *t);
 static void read_datagrams(lull_udp *udp);
+static void prepare_slots(lull_udp *udp, unsigned from, unsigned to);
 LULL__OWN_NAME(on_io, "lull_udp socket", lull_udp, io);
 LULL__OWN_NAME(flush_task, "lull_udp send flush", lull_udp, flush);
 LULL__OWN_NAME(event_task, "lull_udp results turn", lull_udp, event);
@@ -303,14 +304,20 @@ static socklen_t addr_len(const struct sockaddr_storage *ss) {
 /* Checks a send's destination against the handle, and copies it. */
 static int take_destination(lull_udp *udp, lull_datagram *req,
                             const struct sockaddr *to) {
-    memset(&req->to, 0, sizeof req->to);
+    /* Only the address's own bytes are copied (the kernel reads no more:
+     * msg_namelen), not the whole sockaddr_storage: a send costs that
+     * much less. No address: the family says so (addr_len 0). */
+    req->to.ss_family = AF_UNSPEC;
     if (!to) return (udp->state & U_CONNECTED) ? 0 : -EINVAL;
     if (udp->state & U_CONNECTED) return -EISCONN;
     size_t len = to->sa_family == AF_INET    ? sizeof(struct sockaddr_in)
                  : to->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                              : 0;
     if (!len) return -EINVAL;
-    memcpy(&req->to, to, len);
+    if (len == sizeof(struct sockaddr_in)) /* constant sizes: a few moves */
+        memcpy(&req->to, to, sizeof(struct sockaddr_in));
+    else
+        memcpy(&req->to, to, sizeof(struct sockaddr_in6));
     if (!has_socket(udp)) {
         int rc = make_socket(udp, to->sa_family);
         if (rc < 0) return rc;
@@ -368,8 +375,9 @@ int lull_udp_send(lull_udp *udp, lull_datagram *req, const void *bytes,
     return 0;
 }
 
-/* The request leaves the queue with its result; its callback is owed. */
-static void finish(lull_udp *udp, lull_datagram *req, int status) {
+/* The request leaves the queue with its result; its callback is owed
+ * (the caller posts the event task). */
+static void finish_one(lull_udp *udp, lull_datagram *req, int status) {
     udp->head = req->next;
     if (!udp->head) udp->tail = NULL;
     udp->queued -= req->len;
@@ -380,7 +388,15 @@ static void finish(lull_udp *udp, lull_datagram *req, int status) {
     else
         udp->done = req;
     udp->done_tail = req;
+}
+
+static void post_event(lull_udp *udp) {
     if (!lull_task_pending(&udp->event)) lull_task_post(udp->loop, &udp->event);
+}
+
+static void finish(lull_udp *udp, lull_datagram *req, int status) {
+    finish_one(udp, req, status);
+    post_event(udp);
 }
 
 /* How many datagrams of gso_segment bytes the request stands for (1 when
@@ -486,8 +502,9 @@ static void send_queue(lull_udp *udp) {
         }
         for (int i = 0; i < sent; i++) {
             udp->sent += segments(udp, udp->head);
-            finish(udp, udp->head, 0);
+            finish_one(udp, udp->head, 0);
         }
+        if (sent > 0) post_event(udp); /* once a call, not a datagram */
     }
     if (udp->state & U_BLOCKED) {
         udp->state &= ~U_BLOCKED;
@@ -563,6 +580,9 @@ static int make_recv_buffer(lull_udp *udp) {
     m->iov = (struct iovec *)p;
     p += n * sizeof(struct iovec);
     m->ctl = (char(*)[CMSG_SPACE(sizeof(int))])p;
+    udp->rnext = udp->rgot = 0;
+    udp->roff = 0;
+    prepare_slots(udp, 0, n);
     return 0;
 }
 
@@ -618,6 +638,24 @@ static size_t gro_size(struct msghdr *h) {
  * callback closed the handle or stopped reading. */
 static bool deliver_batch(lull_udp *udp, bool *closed) {
     recv_meta *meta = udp->rmeta;
+    if (!(udp->state & U_GRO) && udp->roff == 0) {
+        /* Without GRO a slot is one datagram: no segment to cut, and the
+         * buffer and its stride are read once, not after every callback
+         * (one that closes keeps them until its close completes). */
+        const unsigned char *rbuf = udp->rbuf;
+        size_t stride = udp->max_datagram;
+        while (udp->rnext < udp->rgot) {
+            unsigned i = udp->rnext++;
+            const struct mmsghdr *m = &meta->msgs[i];
+            unsigned flags =
+                (m->msg_hdr.msg_flags & MSG_TRUNC) ? LULL_UDP_TRUNCATED : 0;
+            udp->received++;
+            udp->on_recv(udp, 0, rbuf + (size_t)i * stride, m->msg_len,
+                         (const struct sockaddr *)&meta->from[i], flags);
+            if (*closed || !(udp->state & U_READING)) return false;
+        }
+        return true;
+    }
     while (udp->rnext < udp->rgot) {
         unsigned i = udp->rnext;
         struct mmsghdr *m = &meta->msgs[i];
@@ -646,10 +684,12 @@ static bool deliver_batch(lull_udp *udp, bool *closed) {
     return true;
 }
 
-/* Sets up the slots' headers for one recvmmsg. */
-static void prepare_batch(lull_udp *udp) {
+/* Sets up the headers of slots [from, to) for a recvmmsg, whole: at the
+ * buffer's allocation, and after a failed call (rare). */
+static void prepare_slots(lull_udp *udp, unsigned from, unsigned to) {
     recv_meta *meta = udp->rmeta;
-    for (unsigned i = 0; i < udp->recv_batch; i++) {
+    bool gro = udp->state & U_GRO;
+    for (unsigned i = from; i < to; i++) {
         struct mmsghdr *m = &meta->msgs[i];
         meta->iov[i].iov_base = udp->rbuf + (size_t)i * udp->max_datagram;
         meta->iov[i].iov_len = udp->max_datagram;
@@ -658,11 +698,26 @@ static void prepare_batch(lull_udp *udp) {
         m->msg_hdr.msg_namelen = sizeof meta->from[i];
         m->msg_hdr.msg_iov = &meta->iov[i];
         m->msg_hdr.msg_iovlen = 1;
-        if (udp->state & U_GRO) {
+        if (gro) {
             m->msg_hdr.msg_control = meta->ctl[i];
             m->msg_hdr.msg_controllen = sizeof meta->ctl[i];
         }
     }
+}
+
+/* Before the next recvmmsg: a call writes back, of the headers of the
+ * slots it filled and of no others, only the lengths of the sender's
+ * address and of the control data (and msg_flags, msg_len: outputs), so
+ * only those two are set again, and only for the last call's slots (a
+ * batch of 2 costs 2, not recv_batch). */
+static void rearm_slots(lull_udp *udp) {
+    recv_meta *meta = udp->rmeta;
+    unsigned n = udp->rgot;
+    for (unsigned i = 0; i < n; i++)
+        meta->msgs[i].msg_hdr.msg_namelen = sizeof meta->from[i];
+    if (udp->state & U_GRO)
+        for (unsigned i = 0; i < n; i++)
+            meta->msgs[i].msg_hdr.msg_controllen = sizeof meta->ctl[i];
 }
 
 /* Delivers what a stopped read left, then reads up to RECV_ROUNDS
@@ -672,7 +727,7 @@ static void read_datagrams(lull_udp *udp) {
     udp->closed_guard = &closed;
     if (!deliver_batch(udp, &closed)) goto out;
     for (int round = 0; round < RECV_ROUNDS; round++) {
-        prepare_batch(udp);
+        rearm_slots(udp);
         int got;
         do {
             got = recvmmsg(udp->io.fd, ((recv_meta *)udp->rmeta)->msgs,
@@ -682,7 +737,10 @@ static void read_datagrams(lull_udp *udp) {
             int err = errno;
             if (err == EAGAIN) break;
             /* An error the socket carries (an ICMP error on a connected
-             * socket, most often): reported, and reading goes on. */
+             * socket, most often): reported, and reading goes on. The
+             * call may have written any slot's header: all are set up
+             * again (rare). */
+            prepare_slots(udp, 0, udp->recv_batch);
             udp->on_recv(udp, -err, NULL, 0, NULL, 0);
             if (closed || !(udp->state & U_READING)) break;
             continue;

@@ -15,6 +15,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,25 +26,32 @@ static lull_loop *new_loop(lull_clock clock) {
     return loop;
 }
 
+/* The loopback address of family (AF_INET or AF_INET6) with port, in
+ * *ss; returns its length. */
+static socklen_t loopback(int family, int port, struct sockaddr_storage *ss) {
+    memset(ss, 0, sizeof *ss);
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        return sizeof *a;
+    }
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons((uint16_t)port);
+    a->sin6_addr = in6addr_loopback;
+    return sizeof *a;
+}
+
 /* A listening socket on addr:0 (family AF_INET or AF_INET6); its port in
  * *port. backlog 0 and one connection queued: a black hole. */
 static int listener(int family, int backlog, int *port) {
     /* Non-blocking: accepted() looks, it never waits. */
     int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     CHECK(fd >= 0);
-    struct sockaddr_storage ss = {0};
-    socklen_t len;
-    if (family == AF_INET) {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        a->sin_family = AF_INET;
-        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        len = sizeof *a;
-    } else {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_addr = in6addr_loopback;
-        len = sizeof *a;
-    }
+    struct sockaddr_storage ss;
+    socklen_t len = loopback(family, 0, &ss);
     if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
         close(fd);
         return -1;
@@ -58,23 +66,29 @@ static int listener(int family, int backlog, int *port) {
 /* Fills a black hole's accept queue: the next SYN is dropped. */
 static int fill_queue(int family, int port) {
     int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_storage ss = {0};
-    socklen_t len;
-    if (family == AF_INET) {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        a->sin_family = AF_INET;
-        a->sin_port = htons((uint16_t)port);
-        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        len = sizeof *a;
-    } else {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons((uint16_t)port);
-        a->sin6_addr = in6addr_loopback;
-        len = sizeof *a;
-    }
+    struct sockaddr_storage ss;
+    socklen_t len = loopback(family, port, &ss);
     CHECK_EQ(connect(fd, (struct sockaddr *)&ss, len), 0);
     return fd;
+}
+
+/* A black hole: a connect to port never answers. */
+typedef struct hole {
+    int lfd;    /* the listener, backlog 0 */
+    int filler; /* the connection that fills its queue */
+    int port;
+} hole;
+
+static hole hole_open(int family) {
+    hole h;
+    h.lfd = listener(family, 0, &h.port);
+    h.filler = fill_queue(family, h.port);
+    return h;
+}
+
+static void hole_close(hole *h) {
+    close(h->filler);
+    close(h->lfd);
 }
 
 static int closed_port(void) {
@@ -95,23 +109,10 @@ static void add(addrs *l, int family, int port) {
     struct addrinfo *ai = &l->ai[l->n];
     struct sockaddr_storage *ss = &l->ss[l->n];
     memset(ai, 0, sizeof *ai);
-    memset(ss, 0, sizeof *ss);
     ai->ai_family = family;
     ai->ai_socktype = SOCK_STREAM;
     ai->ai_addr = (struct sockaddr *)ss;
-    if (family == AF_INET) {
-        struct sockaddr_in *a = (struct sockaddr_in *)ss;
-        a->sin_family = AF_INET;
-        a->sin_port = htons((uint16_t)port);
-        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ai->ai_addrlen = sizeof *a;
-    } else {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons((uint16_t)port);
-        a->sin6_addr = in6addr_loopback;
-        ai->ai_addrlen = sizeof *a;
-    }
+    ai->ai_addrlen = loopback(family, port, ss);
     if (l->n) l->ai[l->n - 1].ai_next = ai;
     l->n++;
 }
@@ -134,6 +135,12 @@ static void on_dial(lull_dial *d, int status) {
 
 static void reset(void) {
     dial_calls = dial_status = 0;
+}
+
+/* Settles the virtual clock's loop until the dial has reported. */
+static void settle_until_dialed(lull_loop *loop) {
+    for (int i = 0; i < 100 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
 }
 
 /* The one accepted connection of a listener, or -1. */
@@ -206,8 +213,7 @@ TEST(refused_address_starts_the_next_at_once) {
     lull_dial d = {0};
     lull_stream s;
     CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
-    for (int i = 0; i < 100 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, 0);
     CHECK_EQ(d.attempts, 2);
@@ -221,11 +227,10 @@ TEST(refused_address_starts_the_next_at_once) {
 TEST(silent_address_waits_250_ms_then_the_next_wins) {
     reset();
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    int bport, hole = listener(AF_INET, 0, &bport);
-    int filler = fill_queue(AF_INET, bport);
+    hole h = hole_open(AF_INET);
     int port, lfd = listener(AF_INET, 8, &port);
     addrs l = {0};
-    add(&l, AF_INET, bport);
+    add(&l, AF_INET, h.port);
     add(&l, AF_INET, port);
     lull_dial d = {0};
     lull_stream s;
@@ -237,15 +242,13 @@ TEST(silent_address_waits_250_ms_then_the_next_wins) {
     CHECK_EQ(dial_calls, 0);
     lull_loop_advance(loop, LULL_MS(1));
     CHECK_EQ(d.attempts, 2);
-    for (int i = 0; i < 100 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, 0);
     CHECK_EQ(accepted(lfd), 1); /* the second address won */
     CHECK(lull_loop_settle(loop) >= 0);
     close(lfd);
-    close(filler);
-    close(hole);
+    hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0); /* the silent attempt was closed */
 }
 
@@ -260,12 +263,11 @@ TEST(families_interleave) {
     close(p6);
     reset();
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    int bport, hole = listener(AF_INET6, 0, &bport);
-    int filler = fill_queue(AF_INET6, bport);
+    hole h = hole_open(AF_INET6);
     int port6, l6 = listener(AF_INET6, 8, &port6);
     int port4, l4 = listener(AF_INET, 8, &port4);
     addrs l = {0};
-    add(&l, AF_INET6, bport);
+    add(&l, AF_INET6, h.port);
     add(&l, AF_INET6, port6);
     add(&l, AF_INET, port4);
     lull_dial d = {0};
@@ -273,8 +275,7 @@ TEST(families_interleave) {
     CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
     CHECK(lull_loop_settle(loop) >= 0);
     lull_loop_advance(loop, LULL_MS(250));
-    for (int i = 0; i < 100 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_status, 0);
     CHECK_EQ(d.attempts, 2);
     CHECK_EQ(accepted(l4), 1);
@@ -282,18 +283,16 @@ TEST(families_interleave) {
     CHECK(lull_loop_settle(loop) >= 0);
     close(l4);
     close(l6);
-    close(filler);
-    close(hole);
+    hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 TEST(timeout_ends_the_dial) {
     reset();
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    int bport, hole = listener(AF_INET, 0, &bport);
-    int filler = fill_queue(AF_INET, bport);
+    hole h = hole_open(AF_INET);
     addrs l = {0};
-    add(&l, AF_INET, bport);
+    add(&l, AF_INET, h.port);
     lull_dial d = {0};
     lull_stream s;
     lull_dial_options o = {.timeout_ns = LULL_S(3)};
@@ -303,8 +302,7 @@ TEST(timeout_ends_the_dial) {
     lull_loop_advance(loop, 1);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ETIMEDOUT);
-    close(filler);
-    close(hole);
+    hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -317,8 +315,7 @@ TEST(every_address_refused_gives_the_last_error) {
     lull_dial d = {0};
     lull_stream s;
     CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
-    for (int i = 0; i < 100 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ECONNREFUSED);
     CHECK_EQ(d.attempts, 2);
@@ -328,10 +325,9 @@ TEST(every_address_refused_gives_the_last_error) {
 TEST(cancel_while_connecting) {
     reset();
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    int bport, hole = listener(AF_INET, 0, &bport);
-    int filler = fill_queue(AF_INET, bport);
+    hole h = hole_open(AF_INET);
     addrs l = {0};
-    add(&l, AF_INET, bport);
+    add(&l, AF_INET, h.port);
     lull_dial d = {0};
     lull_stream s;
     CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial), 0);
@@ -343,8 +339,7 @@ TEST(cancel_while_connecting) {
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ECANCELED);
     CHECK_EQ(lull_dial_cancel(&d), -EINVAL);
-    close(filler);
-    close(hole);
+    hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -395,5 +390,145 @@ TEST(hostile_arguments) {
     CHECK_EQ(lull_dial_cancel(&d), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A dial started again inside its own callback: the handle is done when
+ * the callback runs, so it may be reused there, and the second dial
+ * reports once in a later turn. Its stream may not be the first one while
+ * that one's close is still to be reported: that is -EBUSY, never a
+ * stream overwritten under the loop. */
+static int redial_port;
+static lull_loop *redial_loop;
+static lull_stream redial_streams[2];
+static int redial_busy;
+
+static void on_dial_redial(lull_dial *d, int status) {
+    on_dial(d, status);
+    if (dial_calls != 1) return;
+    redial_busy =
+        lull_dial_start(redial_loop, NULL, d, &redial_streams[0], "127.0.0.1",
+                        redial_port, NULL, on_dial_redial);
+    CHECK_EQ(lull_dial_start(redial_loop, NULL, d, &redial_streams[1],
+                             "127.0.0.1", redial_port, NULL, on_dial_redial),
+             0);
+}
+
+TEST(dial_again_inside_its_own_callback) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    redial_loop = loop;
+    int lfd = listener(AF_INET, 8, &redial_port);
+    lull_dial d = {0};
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &redial_streams[0], "127.0.0.1",
+                             redial_port, NULL, on_dial_redial),
+             0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(redial_busy, -EBUSY); /* the first stream's close was queued */
+    CHECK_EQ(dial_calls, 2);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(accepted(lfd) + accepted(lfd), 2);
+    /* Once its on_close ran, the first stream dials again. */
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &redial_streams[0], "127.0.0.1",
+                             redial_port, NULL, on_dial),
+             0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 3);
+    CHECK_EQ(dial_status, 0);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Two dials done in the same turn: the first's callback cancels the
+ * second, whose own callback then says -ECANCELED once, never success. */
+static lull_dial sib[2];
+static int sib_status[2], sib_calls[2];
+static void on_sibling(lull_dial *d, int status) {
+    int i = d == &sib[1];
+    sib_calls[i]++;
+    sib_status[i] = status;
+    if (status == 0) {
+        lull_endpoint_set_callbacks(&d->stream->ep, NULL, NULL,
+                                    on_stream_close);
+        lull_endpoint_close(&d->stream->ep, 0);
+    }
+    if (i == 0) (void)lull_dial_cancel(&sib[1]);
+}
+
+TEST(cancel_a_sibling_inside_a_callback) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int port, lfd = listener(AF_INET, 8, &port);
+    lull_stream s[2];
+    memset(sib, 0, sizeof sib);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(lull_dial_start(loop, NULL, &sib[i], &s[i], "127.0.0.1", port,
+                                 NULL, on_sibling),
+                 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(sib_calls[0], 1);
+    CHECK_EQ(sib_calls[1], 1);
+    CHECK_EQ(sib_status[0], 0);
+    /* Cancelled before it reported, or already reported: never twice. */
+    CHECK(sib_status[1] == -ECANCELED || sib_status[1] == 0);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* No fd left for the socket: the dial reports the error, leaving no fd
+ * and no handle behind. */
+TEST(dial_out_of_fds) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int port, lfd = listener(AF_INET, 8, &port);
+    struct rlimit old, rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int hi = lfd; /* fill every fd below a low limit */
+    int fill[64], nfill = 0;
+    rl = old;
+    rl.rlim_cur = (rlim_t)(hi + 1 + 8);
+    CHECK(rl.rlim_cur <= 64 + (rlim_t)hi);
+    for (;;) {
+        int fd = dup(lfd);
+        if (fd < 0 || fd >= (int)rl.rlim_cur) {
+            if (fd >= 0) close(fd);
+            break;
+        }
+        fill[nfill++] = fd;
+        if (nfill == 64) break;
+    }
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    lull_dial d = {0};
+    lull_stream s;
+    int rc =
+        lull_dial_start(loop, NULL, &d, &s, "127.0.0.1", port, NULL, on_dial);
+    if (rc == 0) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(dial_calls, 1);
+        CHECK_EQ(dial_status, -EMFILE);
+    } else {
+        CHECK_EQ(rc, -EMFILE);
+    }
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    for (int i = 0; i < nfill; i++)
+        close(fill[i]);
+    CHECK_EQ(accepted(lfd), 0);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The loop cannot be freed under a dial that is still resolving: it says
+ * so, and frees once the dial is cancelled and has reported. */
+TEST_THREADED(loop_free_while_resolving) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "localhost", 9, NULL, on_dial),
+             0);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ECANCELED);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

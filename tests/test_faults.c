@@ -6,13 +6,14 @@
  * delivered) or the one connection closed, while the loop keeps running
  * and other connections lose nothing.
  *
- * The shim is link-time only: tests/CMakeLists.txt passes -Wl,--wrap= for
- * recv, sendmsg, accept4, connect, epoll_ctl, epoll_wait, epoll_pwait2,
- * read and write (the wake-up eventfd), syscall (futex), malloc, calloc and
- * realloc to this binary alone, and links lull statically, so the
- * library's own calls come here; the library is built as for any user.
- * A fault is injected only while a rule matches (kind, fd, epoll op) and
- * the shim is armed; everything else goes straight to the real call.
+ * The shim (fault_shim.c) is link-time only: tests/CMakeLists.txt passes
+ * -Wl,--wrap= for recv, recvmsg, sendmsg, accept4, connect, epoll_ctl,
+ * epoll_wait, epoll_pwait2, read and write (the wake-up eventfd), syscall
+ * (futex), malloc, calloc and realloc to this binary (and lull-kv-sim),
+ * and links lull statically, so the library's own calls come here; the
+ * library is built as for any user. A fault is injected only while a rule
+ * matches (kind, fd, epoll op) and the shim is armed; everything else goes
+ * straight to the real call.
  *
  * Every case prints what it injected, by kind and errno (docs/RELIABILITY.md
  * has a run's figures). LULL_FAULT_SEED=<n> runs the random case on one
@@ -35,430 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fault_shim.h"
 #include "internal.h"
-
-/* ----------------------------------------------------------- the shim */
-
-enum {
-    K_RECV,
-    K_SENDMSG,
-    K_ACCEPT,
-    K_CONNECT,
-    K_EPOLL_CTL,
-    K_EPOLL_WAIT,
-    K_EPOLL_PWAIT2,
-    K_EVENTFD_WRITE,
-    K_EVENTFD_READ,
-    K_FUTEX_WAIT,
-    K_MALLOC, /* malloc, calloc and realloc */
-    K_COUNT
-};
-static const char *const kind_name[K_COUNT] = {
-    "recv",         "sendmsg",    "accept4",      "connect",
-    "epoll_ctl",    "epoll_wait", "epoll_pwait2", "eventfd write",
-    "eventfd read", "futex wait", "malloc",
-};
-
-/* Not an errno: the call is made with a shorter length (recv, sendmsg). */
-#define SHORT (-1)
-/* The errnos counted, in the order they are printed. */
-static const int err_list[] = {EINTR,        EAGAIN,       SHORT,    ECONNRESET,
-                               EPIPE,        EMFILE,       ENOMEM,   EPERM,
-                               ECONNABORTED, ECONNREFUSED, ETIMEDOUT};
-#define NERR ((int)(sizeof err_list / sizeof err_list[0]))
-
-static const char *err_name(int e) {
-    switch (e) {
-    case EINTR:
-        return "EINTR";
-    case EAGAIN:
-        return "EAGAIN";
-    case SHORT:
-        return "short";
-    case ECONNRESET:
-        return "ECONNRESET";
-    case EPIPE:
-        return "EPIPE";
-    case EMFILE:
-        return "EMFILE";
-    case ENOMEM:
-        return "ENOMEM";
-    case EPERM:
-        return "EPERM";
-    case ECONNABORTED:
-        return "ECONNABORTED";
-    case ECONNREFUSED:
-        return "ECONNREFUSED";
-    case ETIMEDOUT:
-        return "ETIMEDOUT";
-    }
-    return "?";
-}
-
-static int err_index(int e) {
-    for (int i = 0; i < NERR; i++)
-        if (err_list[i] == e) return i;
-    return -1;
-}
-
-/* A rule: the calls of `kind` on `fd` (-1: any) with epoll op `op` (0: any)
- * are counted; calls from..from+count-1 (1-based) fail, each with
- * probability 1/one_in (1: always), with an errno drawn from errs. */
-typedef struct rule {
-    int kind, fd, op;
-    uint64_t from, count;
-    uint32_t one_in;
-    int errs[12];
-    int nerr;
-    uint64_t seen, hits;
-} rule;
-
-#define RULES_MAX 16
-static rule rules[RULES_MAX];
-static int nrules;
-static bool armed; /* atomic */
-static pthread_mutex_t shim_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t injected[K_COUNT][NERR]; /* under shim_lock */
-static uint64_t calls[K_COUNT];          /* atomic: every call, armed or not */
-static uint64_t shim_rng = 1;
-/* Told of every injected fault (the random case attributes them). */
-static void (*on_inject)(int kind, int fd, int err);
-
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545f4914f6cdd1dull;
-}
-
-static rule *add_rule(int kind, int fd, int op, uint64_t from, uint64_t count,
-                      uint32_t one_in, const int *errs, int nerr) {
-    CHECK(nrules < RULES_MAX && nerr >= 1 && nerr <= 12);
-    pthread_mutex_lock(&shim_lock);
-    rule *r = &rules[nrules];
-    *r = (rule){.kind = kind,
-                .fd = fd,
-                .op = op,
-                .from = from,
-                .count = count,
-                .one_in = one_in ? one_in : 1,
-                .nerr = nerr};
-    memcpy(r->errs, errs, (size_t)nerr * sizeof *errs);
-    nrules++;
-    pthread_mutex_unlock(&shim_lock);
-    return r;
-}
-
-/* The Nth matching call (and `count` after it) fails with err. */
-static rule *fail_nth(int kind, int fd, uint64_t nth, uint64_t count, int err) {
-    return add_rule(kind, fd, 0, nth, count, 1, &err, 1);
-}
-
-static void arm(bool on) {
-    __atomic_store_n(&armed, on, __ATOMIC_SEQ_CST);
-}
-
-static void shim_reset(uint64_t seed) {
-    arm(false);
-    pthread_mutex_lock(&shim_lock);
-    nrules = 0;
-    memset(injected, 0, sizeof injected);
-    shim_rng = seed ? seed : 1;
-    on_inject = NULL;
-    pthread_mutex_unlock(&shim_lock);
-}
-
-static uint64_t hits_of(const rule *r) {
-    pthread_mutex_lock(&shim_lock);
-    uint64_t h = r->hits;
-    pthread_mutex_unlock(&shim_lock);
-    return h;
-}
-
-static uint64_t injected_total(int kind) {
-    uint64_t n = 0;
-    pthread_mutex_lock(&shim_lock);
-    for (int e = 0; e < NERR; e++)
-        n += injected[kind][e];
-    pthread_mutex_unlock(&shim_lock);
-    return n;
-}
-
-/* The fault for this call: 0 (none), an errno, or SHORT. */
-static int fault_for(int kind, int fd, int op) {
-    __atomic_fetch_add(&calls[kind], 1, __ATOMIC_RELAXED);
-    if (!__atomic_load_n(&armed, __ATOMIC_SEQ_CST)) return 0;
-    int err = 0;
-    void (*tell)(int, int, int) = NULL;
-    pthread_mutex_lock(&shim_lock);
-    /* Every matching rule counts the call; the first that fires wins. */
-    for (int i = 0; i < nrules; i++) {
-        rule *r = &rules[i];
-        if (r->kind != kind || (r->fd >= 0 && r->fd != fd) ||
-            (r->op && r->op != op))
-            continue;
-        uint64_t n = ++r->seen;
-        if (err || n < r->from || n - r->from >= r->count) continue;
-        if (r->one_in > 1 && rng_next(&shim_rng) % r->one_in) continue;
-        err = r->errs[r->nerr == 1 ? 0 : rng_next(&shim_rng) % r->nerr];
-        r->hits++;
-        int e = err_index(err);
-        if (e >= 0) injected[kind][e]++;
-        tell = on_inject;
-    }
-    pthread_mutex_unlock(&shim_lock);
-    if (err && tell) tell(kind, fd, err);
-    return err;
-}
-
-static size_t shorter(size_t len) {
-    pthread_mutex_lock(&shim_lock);
-    size_t n = 1 + (size_t)(rng_next(&shim_rng) % (len - 1));
-    pthread_mutex_unlock(&shim_lock);
-    return n;
-}
-
-/* Prints what was injected, one line per kind. */
-static void report(const char *what) {
-    pthread_mutex_lock(&shim_lock);
-    printf("%s: injected", what);
-    bool any = false;
-    for (int k = 0; k < K_COUNT; k++) {
-        bool first = true;
-        for (int e = 0; e < NERR; e++) {
-            if (!injected[k][e]) continue;
-            if (first) printf("%s%s", any ? "; " : " ", kind_name[k]);
-            printf("%s %s %" PRIu64, first ? "" : ",", err_name(err_list[e]),
-                   injected[k][e]);
-            first = false;
-            any = true;
-        }
-    }
-    printf("%s\n", any ? "" : " nothing");
-    pthread_mutex_unlock(&shim_lock);
-    fflush(stdout);
-}
-
-ssize_t __real_recv(int fd, void *buf, size_t len, int flags);
-ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags);
-ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags) {
-    int err = fault_for(K_RECV, fd, 0);
-    if (err == SHORT && len > 1)
-        return __real_recv(fd, buf, shorter(len), flags);
-    if (err > 0) {
-        errno = err;
-        return -1;
-    }
-    return __real_recv(fd, buf, len, flags);
-}
-
-/* A Unix stream reads with recvmsg (it may bring fds): the same faults
- * as recv, on its one buffer. */
-ssize_t __real_recvmsg(int fd, struct msghdr *msg, int flags);
-ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags);
-ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags) {
-    int err = fault_for(K_RECV, fd, 0);
-    if (err == SHORT && msg->msg_iovlen == 1 && msg->msg_iov[0].iov_len > 1) {
-        struct iovec *iov = msg->msg_iov, cut = *iov;
-        cut.iov_len = shorter(cut.iov_len);
-        msg->msg_iov = &cut;
-        ssize_t n = __real_recvmsg(fd, msg, flags);
-        msg->msg_iov = iov;
-        return n;
-    }
-    if (err > 0 && err != SHORT) {
-        errno = err;
-        return -1;
-    }
-    return __real_recvmsg(fd, msg, flags);
-}
-
-ssize_t __real_sendmsg(int fd, const struct msghdr *msg, int flags);
-ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags);
-ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags) {
-    int err = fault_for(K_SENDMSG, fd, 0);
-    if (err == SHORT) {
-        size_t total = 0;
-        for (size_t i = 0; i < msg->msg_iovlen; i++)
-            total += msg->msg_iov[i].iov_len;
-        if (total < 2) return __real_sendmsg(fd, msg, flags);
-        /* The same buffers, cut after a random byte. */
-        size_t want = shorter(total), n = 0;
-        static __thread struct iovec iov[1024];
-        for (size_t i = 0; i < msg->msg_iovlen && want > 0 && n < 1024; i++) {
-            iov[n] = msg->msg_iov[i];
-            if (iov[n].iov_len > want) iov[n].iov_len = want;
-            want -= iov[n].iov_len;
-            n++;
-        }
-        struct msghdr m = *msg;
-        m.msg_iov = iov;
-        m.msg_iovlen = n;
-        return __real_sendmsg(fd, &m, flags);
-    }
-    if (err > 0) {
-        errno = err;
-        return -1;
-    }
-    return __real_sendmsg(fd, msg, flags);
-}
-
-int __real_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
-int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
-int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
-    int err = fault_for(K_ACCEPT, fd, 0);
-    if (err > 0) {
-        errno = err; /* the connection stays in the backlog */
-        return -1;
-    }
-    return __real_accept4(fd, addr, len, flags);
-}
-
-int __real_connect(int fd, const struct sockaddr *addr, socklen_t len);
-int __wrap_connect(int fd, const struct sockaddr *addr, socklen_t len);
-int __wrap_connect(int fd, const struct sockaddr *addr, socklen_t len) {
-    int err = fault_for(K_CONNECT, fd, 0);
-    if (err == EINTR) {
-        /* As the kernel does: an interrupted connect goes on in the
-         * background, and the socket turns writable when it is done. */
-        int rc = __real_connect(fd, addr, len);
-        if (rc == 0 || errno == EINPROGRESS) errno = EINTR;
-        return -1;
-    }
-    if (err > 0) {
-        errno = err;
-        return -1;
-    }
-    return __real_connect(fd, addr, len);
-}
-
-int __real_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
-int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
-int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
-    int err = fault_for(K_EPOLL_CTL, fd, op);
-    if (err > 0) {
-        errno = err;
-        return -1;
-    }
-    return __real_epoll_ctl(epfd, op, fd, ev);
-}
-
-int __real_epoll_wait(int epfd, struct epoll_event *ev, int max, int ms);
-int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int ms);
-int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int ms) {
-    int err = fault_for(K_EPOLL_WAIT, epfd, 0);
-    if (err > 0) {
-        errno = err;
-        return -1;
-    }
-    return __real_epoll_wait(epfd, ev, max, ms);
-}
-
-int __real_epoll_pwait2(int epfd, struct epoll_event *ev, int max,
-                        const struct timespec *ts, const sigset_t *ss);
-int __wrap_epoll_pwait2(int epfd, struct epoll_event *ev, int max,
-                        const struct timespec *ts, const sigset_t *ss);
-int __wrap_epoll_pwait2(int epfd, struct epoll_event *ev, int max,
-                        const struct timespec *ts, const sigset_t *ss) {
-    int err = fault_for(K_EPOLL_PWAIT2, epfd, 0);
-    if (err > 0) {
-        errno = err;
-        return -1;
-    }
-    return __real_epoll_pwait2(epfd, ev, max, ts, ss);
-}
-
-/* read and write: only the wake-up eventfd's (an 8-byte counter) count;
- * the harness's own pipes pass through. */
-ssize_t __real_write(int fd, const void *buf, size_t n);
-ssize_t __wrap_write(int fd, const void *buf, size_t n);
-ssize_t __wrap_write(int fd, const void *buf, size_t n) {
-    if (n == sizeof(uint64_t)) {
-        int err = fault_for(K_EVENTFD_WRITE, fd, 0);
-        if (err > 0) {
-            errno = err;
-            return -1;
-        }
-    }
-    return __real_write(fd, buf, n);
-}
-
-ssize_t __real_read(int fd, void *buf, size_t n);
-ssize_t __wrap_read(int fd, void *buf, size_t n);
-ssize_t __wrap_read(int fd, void *buf, size_t n) {
-    if (n == sizeof(uint64_t)) {
-        int err = fault_for(K_EVENTFD_READ, fd, 0);
-        if (err > 0) {
-            errno = err;
-            return -1;
-        }
-    }
-    return __real_read(fd, buf, n);
-}
-
-/* syscall: lull's only use is futex. A faulted FUTEX_WAIT returns at once,
- * as a signal or a changed word would make it. FUTEX_WAKE is not faulted:
- * the kernel fails it only for a bad address or op, which lull never
- * passes. */
-long __real_syscall(long nr, ...);
-long __wrap_syscall(long nr, ...);
-long __wrap_syscall(long nr, ...) {
-    va_list ap;
-    va_start(ap, nr);
-    long a[6];
-    for (int i = 0; i < 6; i++)
-        a[i] = va_arg(ap, long);
-    va_end(ap);
-    if (nr == SYS_futex &&
-        (a[1] == FUTEX_WAIT_BITSET_PRIVATE || a[1] == FUTEX_WAIT_PRIVATE)) {
-        /* The op tells a pool thread's wait (FUTEX_WAIT) from a loop's
-         * (FUTEX_WAIT_BITSET) for rules that want one of them. */
-        int err = fault_for(K_FUTEX_WAIT, -1, (int)a[1]);
-        if (err > 0) {
-            errno = err;
-            return -1;
-        }
-    }
-    return __real_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
-}
-
-void *__real_malloc(size_t size);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t size);
-void *__wrap_malloc(size_t size);
-void *__wrap_calloc(size_t n, size_t size);
-void *__wrap_realloc(void *p, size_t size);
-
-/* Malloc faults are armed only around the one lull call a case is about,
- * so the Nth allocation is lull's Nth. */
-void *__wrap_malloc(size_t size) {
-    if (__atomic_load_n(&armed, __ATOMIC_RELAXED) &&
-        fault_for(K_MALLOC, -1, 0) > 0) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __real_malloc(size);
-}
-
-void *__wrap_calloc(size_t n, size_t size) {
-    if (__atomic_load_n(&armed, __ATOMIC_RELAXED) &&
-        fault_for(K_MALLOC, -1, 0) > 0) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __real_calloc(n, size);
-}
-
-void *__wrap_realloc(void *p, size_t size) {
-    if (__atomic_load_n(&armed, __ATOMIC_RELAXED) &&
-        fault_for(K_MALLOC, -1, 0) > 0) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __real_realloc(p, size);
-}
 
 /* ------------------------------------------------------------ helpers */
 
@@ -842,6 +421,74 @@ TEST(sendmsg_short_writes_complete) {
     check_complete(b);
     CHECK_EQ(a->released, a->n);
     report("sendmsg_short_writes_complete");
+    flows_end(loop, all);
+    end_loop(loop);
+}
+
+/* The I/O plan (fault_shim.h, lull-kv-sim --streams): every recv and
+ * sendmsg on one flow's fds cut to one byte, the other flow's let through;
+ * both arrive whole, and the plan saw each call and what it moved. */
+static int plan_fd[2];
+static uint64_t plan_calls, plan_bytes;
+
+static int plan_one_byte(int kind, int fd, size_t *len) {
+    (void)kind;
+    if (fd != plan_fd[0] && fd != plan_fd[1]) return 0;
+    plan_calls++;
+    *len = 1;
+    return SHORT;
+}
+
+static ssize_t plan_count(int kind, int fd, ssize_t n, size_t asked) {
+    (void)asked;
+    if (kind == K_SENDMSG && fd == plan_fd[0]) plan_bytes += (uint64_t)n;
+    return n;
+}
+
+TEST(plan_cuts_every_call_to_one_byte) {
+    lull_loop *loop = new_loop();
+    flow *a = flow_new(loop, 1, 40), *b = flow_new(loop, 2, 100);
+    plan_fd[0] = a->txfd;
+    plan_fd[1] = a->rxfd;
+    plan_calls = plan_bytes = 0;
+    shim_io_before = plan_one_byte;
+    shim_io_after = plan_count;
+    flow *all[] = {a, b, NULL};
+    flows_run(loop, all, 20);
+    check_complete(a);
+    check_complete(b);
+    size_t total = 0;
+    for (int k = 0; k < a->n; k++)
+        total += frame_size(a->id, k) + 4; /* each with its length */
+    CHECK_EQ(plan_bytes, (uint64_t)total);
+    CHECK(plan_calls >= 2 * (uint64_t)total);
+    shim_io_before = NULL;
+    shim_io_after = NULL;
+    flows_end(loop, all);
+    end_loop(loop);
+}
+
+/* An errno from the plan reaches the stream as the kernel's would: a
+ * reset recv closes that stream with -ECONNRESET; the other flow goes
+ * on. */
+static int plan_reset(int kind, int fd, size_t *len) {
+    (void)len;
+    return kind == K_RECV && fd == plan_fd[1] ? ECONNRESET : 0;
+}
+
+TEST(plan_errno_closes_one_stream) {
+    lull_loop *loop = new_loop();
+    flow *a = flow_new(loop, 1, 40), *b = flow_new(loop, 2, 100);
+    plan_fd[0] = a->txfd;
+    plan_fd[1] = a->rxfd;
+    shim_io_before = plan_reset;
+    flow *all[] = {a, b, NULL};
+    flows_run(loop, all, 20);
+    CHECK(a->rx_closed);
+    CHECK_EQ(a->rx_reason, -ECONNRESET);
+    CHECK_EQ(a->received, 0);
+    check_complete(b);
+    shim_io_before = NULL;
     flows_end(loop, all);
     end_loop(loop);
 }

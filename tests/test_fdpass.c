@@ -93,18 +93,63 @@ static void count_release(lull_frame *f) {
     g_released++;
 }
 
+/* A case's loop, with the fds open before it in *before (every case
+ * checks it is back there at the end) and, when loop_fds is not NULL,
+ * how many the loop holds itself. */
+static lull_loop *counted_loop(int *before, int *loop_fds) {
+    *before = fd_count();
+    lull_loop *loop = new_loop();
+    if (loop_fds) *loop_fds = fd_count() - *before;
+    return loop;
+}
+
+/* What s receives is recorded in g_rx, up to take_max fds a frame. */
+static void rx_watch(lull_stream *s, int take_max) {
+    memset(&g_rx, 0, sizeof g_rx);
+    g_rx.take_max = take_max;
+    lull_endpoint_set_callbacks(&s->ep, rx_frame, NULL, rx_close);
+}
+
+/* A socketpair whose b end is watched by rx_watch. */
+static void rx_pair(lull_loop *loop, lull_stream *a, lull_stream *b,
+                    const lull_stream_options *o, int take_max) {
+    sp_pair(loop, a, b, o);
+    rx_watch(b, take_max);
+}
+
+/* An RLIMIT_NOFILE that leaves n free fd numbers below it, whatever
+ * holes the inherited fds leave. */
+static rlim_t limit_leaving(int n) {
+    int lim = 0;
+    for (int free_seen = 0; free_seen < n; lim++)
+        if (fcntl(lim, F_GETFD) < 0) free_seen++;
+    return (rlim_t)lim;
+}
+
+/* Runs the loop until g_rx has n frames, for max turns at most. */
+static void run_until_frames(lull_loop *loop, int n, int max) {
+    for (int i = 0; i < max && g_rx.frames < n; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+}
+
+/* A case's end: first closed, then second, the loop run out and freed,
+ * and no fd left that the case opened. */
+static void close_and_free(lull_loop *loop, lull_stream *first,
+                           lull_stream *second, int before) {
+    lull_endpoint_close(&first->ep, 0);
+    lull_endpoint_close(&second->ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
 /* Each frame's fds arrive with that frame, not its neighbours, though
  * the frames around it leave in the same batch of writes. */
 TEST(fds_arrive_with_their_frame) {
-    int before = fd_count();
-    lull_loop *loop = new_loop();
-    int loop_fds = fd_count() - before;
-    (void)loop_fds;
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
     lull_stream a, b;
-    sp_pair(loop, &a, &b, NULL);
-    memset(&g_rx, 0, sizeof g_rx);
-    g_rx.take_max = 8;
-    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    rx_pair(loop, &a, &b, NULL, 8);
     int p1[2], p2[2];
     CHECK_EQ(pipe(p1), 0);
     CHECK_EQ(pipe(p2), 0);
@@ -130,11 +175,7 @@ TEST(fds_arrive_with_their_frame) {
     /* The copies are lull's: the caller's may go at once. */
     close(p1[1]);
     close(p2[1]);
-    bool done = false;
-    for (int i = 0; i < 100 && !done; i++) {
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
-        done = g_rx.frames == 40;
-    }
+    run_until_frames(loop, 40, 100);
     CHECK_EQ(g_rx.frames, 40);
     CHECK_EQ(g_released, 40);
     for (int i = 0; i < 40; i++) {
@@ -159,94 +200,59 @@ TEST(fds_arrive_with_their_frame) {
     close(g_rx.fds[30][1]);
     close(p1[0]);
     close(p2[0]);
-    lull_endpoint_close(&a.ep, 0);
-    lull_endpoint_close(&b.ep, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    close_and_free(loop, &a, &b, before);
 }
 
 /* Fds a frame's callback did not take are closed when it returns; a
  * callback may take some and leave the rest; outside on_frame nothing is
  * there to take. */
 TEST(untaken_fds_are_closed) {
-    int before = fd_count();
-    lull_loop *loop = new_loop();
-    int loop_fds = fd_count() - before;
-    (void)loop_fds;
+    int before, loop_fds;
+    lull_loop *loop = counted_loop(&before, &loop_fds);
     lull_stream a, b;
-    sp_pair(loop, &a, &b, NULL);
-    memset(&g_rx, 0, sizeof g_rx);
-    g_rx.take_max = 1;
-    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    rx_pair(loop, &a, &b, NULL, 1);
     int three[3] = {0, 1, 2};
     lull_frame f1 = {.bytes = "a", .len = 1}, f2 = {.bytes = "b", .len = 1};
     CHECK_EQ(lull_stream_send_fds(&a, &f1, three, 3), 0);
     CHECK_EQ(lull_stream_send_fds(&a, &f2, three, 3), 0);
     int t;
     CHECK_EQ(lull_stream_take_fds(&b, &t, 1), 0); /* not inside on_frame */
-    bool done = false;
-    for (int i = 0; i < 100 && !done; i++) {
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
-        done = g_rx.frames == 2;
-    }
+    run_until_frames(loop, 2, 100);
     CHECK_EQ(g_rx.nfds[0], 1);
     CHECK_EQ(g_rx.nfds[1], 1);
     /* The 2 taken are ours; the 4 others were closed. */
     CHECK_EQ(fd_count(), before + loop_fds + 2 + 2);
     close(g_rx.fds[0][0]);
     close(g_rx.fds[1][0]);
-    lull_endpoint_close(&a.ep, 0);
-    lull_endpoint_close(&b.ep, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    close_and_free(loop, &a, &b, before);
 }
 
 /* A raw stream: the fds come with the read that holds the first byte of
  * the send they were attached to. */
 TEST(raw_stream_fds_come_with_the_read) {
-    int before = fd_count();
-    lull_loop *loop = new_loop();
-    int loop_fds = fd_count() - before;
-    (void)loop_fds;
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
     lull_stream a, b;
     lull_stream_options raw = {.flags = LULL_STREAM_RAW};
-    sp_pair(loop, &a, &b, &raw);
-    memset(&g_rx, 0, sizeof g_rx);
-    g_rx.take_max = 8;
-    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    rx_pair(loop, &a, &b, &raw, 8);
     lull_frame f = {.bytes = "hello", .len = 5}, z = {.bytes = "", .len = 0};
     int in = 0;
     CHECK_EQ(lull_stream_send_fds(&a, &z, &in, 1), -EINVAL); /* no bytes */
     CHECK_EQ(lull_stream_send_fds(&a, &f, &in, 1), 0);
-    bool got = false;
-    for (int i = 0; i < 100 && !got; i++) {
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
-        got = g_rx.frames > 0;
-    }
+    run_until_frames(loop, 1, 100);
     CHECK_EQ(g_rx.tag[0], 'h');
     CHECK_EQ(g_rx.nfds[0], 1);
     close(g_rx.fds[0][0]);
-    lull_endpoint_close(&a.ep, 0);
-    lull_endpoint_close(&b.ep, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    close_and_free(loop, &a, &b, before);
 }
 
 /* Frames with fds buffered, never delivered (reading paused), when the
  * receiver closes: the fds close with them. */
 TEST(undelivered_frames_close_their_fds) {
-    int before = fd_count();
-    lull_loop *loop = new_loop();
-    int loop_fds = fd_count() - before;
-    (void)loop_fds;
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
     lull_stream a, b;
-    sp_pair(loop, &a, &b, NULL);
-    memset(&g_rx, 0, sizeof g_rx);
-    g_rx.take_max = 8;
-    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    rx_pair(loop, &a, &b, NULL, 8);
     int fds[4] = {0, 1, 2, 0};
     lull_frame f[3] = {{.bytes = "1", .len = 1},
                        {.bytes = "2", .len = 1},
@@ -270,28 +276,20 @@ TEST(undelivered_frames_close_their_fds) {
     for (int i = 0; i < g_rx.frames; i++)
         for (int j = 0; j < g_rx.nfds[i]; j++)
             close(g_rx.fds[i][j]);
-    lull_endpoint_close(&b.ep, 0);
-    lull_endpoint_close(&a.ep, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    close_and_free(loop, &b, &a, before);
 }
 
 /* A peer that sends fds with the start of a frame and closes before the
  * rest: the stream closes with -EPROTO, and the fds of the cut frame are
  * closed. */
 TEST(connection_closed_mid_frame_leaks_nothing) {
-    int before = fd_count();
-    lull_loop *loop = new_loop();
-    int loop_fds = fd_count() - before;
-    (void)loop_fds;
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     lull_stream b;
     CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
-    memset(&g_rx, 0, sizeof g_rx);
-    g_rx.take_max = 8;
-    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    rx_watch(&b, 8);
     /* A header announcing 1000 bytes, 10 of them, and 3 fds. */
     char buf[14] = {0, 0, 3, (char)232};
     memset(buf + 4, 'x', 10);
@@ -325,16 +323,12 @@ TEST(connection_closed_mid_frame_leaks_nothing) {
 /* Fds sent to a peer that closes before reading them: nothing is left on
  * either side (the kernel frees fds in flight with the socket). */
 TEST(peer_closed_before_reading) {
-    int before = fd_count();
-    lull_loop *loop = new_loop();
-    int loop_fds = fd_count() - before;
-    (void)loop_fds;
+    int before, loop_fds;
+    lull_loop *loop = counted_loop(&before, &loop_fds);
     lull_stream a, b;
-    sp_pair(loop, &a, &b, NULL);
+    rx_pair(loop, &a, &b, NULL, 0);
     g_a_closed = false;
-    memset(&g_rx, 0, sizeof g_rx);
     lull_endpoint_set_callbacks(&a.ep, NULL, NULL, a_close);
-    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
     CHECK_EQ(lull_stream_read_stop(&b), 0);
     int fds[2] = {0, 1};
     lull_frame f = {.bytes = "x", .len = 1};
@@ -352,31 +346,21 @@ TEST(peer_closed_before_reading) {
     /* The same with the sender's copies still queued (never written): a
      * close of the sender discards them. */
     loop = new_loop();
-    sp_pair(loop, &a, &b, NULL);
+    rx_pair(loop, &a, &b, NULL, 0);
     lull_endpoint_set_callbacks(&a.ep, NULL, NULL, a_close);
-    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
     CHECK_EQ(lull_stream_send_fds(&a, &f, fds, 2), 0);
     CHECK_EQ(fd_count(), before + loop_fds + 4); /* the pair, 2 copies */
-    lull_endpoint_close(&b.ep, 0);
-    lull_endpoint_close(&a.ep, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    close_and_free(loop, &b, &a, before);
 }
 
 /* The kernel drops fds it cannot install (the receiver's RLIMIT_NOFILE):
  * MSG_CTRUNC closes the stream with -EMFILE, and the fds that did arrive
  * are closed. */
 TEST(fds_dropped_under_low_rlimit_close_the_stream) {
-    int before = fd_count();
-    lull_loop *loop = new_loop();
-    int loop_fds = fd_count() - before;
-    (void)loop_fds;
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
     lull_stream a, b;
-    sp_pair(loop, &a, &b, NULL);
-    memset(&g_rx, 0, sizeof g_rx);
-    g_rx.take_max = 8;
-    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    rx_pair(loop, &a, &b, NULL, 8);
     CHECK_EQ(lull_stream_read_stop(&b), 0);
     int fds[40];
     for (int i = 0; i < 40; i++)
@@ -387,15 +371,11 @@ TEST(fds_dropped_under_low_rlimit_close_the_stream) {
     CHECK_EQ(lull_stream_send_fds(&a, &f, fds, 40), 0);
     while (g_released == 0) /* written: the copies are closed */
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
-    /* A limit that leaves 4 free fd numbers below it (whatever holes the
-     * inherited fds leave), fewer than the 40 on their way. */
-    int lim = 0;
-    for (int free_seen = 0; free_seen < 4; lim++)
-        if (fcntl(lim, F_GETFD) < 0) free_seen++;
+    /* 4 free fd numbers, fewer than the 40 on their way. */
     struct rlimit old, low;
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
     low = old;
-    low.rlim_cur = (rlim_t)lim;
+    low.rlim_cur = limit_leaving(4);
     CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
     CHECK_EQ(lull_stream_read_start(&b), 0);
     run_until(loop, &g_rx.closed, 100);
@@ -409,10 +389,8 @@ TEST(fds_dropped_under_low_rlimit_close_the_stream) {
 }
 
 TEST(send_fds_hostile_arguments) {
-    int before = fd_count();
-    lull_loop *loop = new_loop();
-    int loop_fds = fd_count() - before;
-    (void)loop_fds;
+    int before, loop_fds;
+    lull_loop *loop = counted_loop(&before, &loop_fds);
     lull_stream a, b;
     sp_pair(loop, &a, &b, NULL);
     lull_frame f = {.bytes = "x", .len = 1};
@@ -511,18 +489,15 @@ TEST(peer_credentials) {
     CHECK_EQ(lull_server_listen_unix(loop, &srv, path, 0, accept_into), 0);
     g_accepted = false;
     CHECK_EQ(lull_stream_connect_unix(loop, &a, path, NULL, NULL), 0);
-    memset(&g_rx, 0, sizeof g_rx);
-    g_rx.take_max = 8;
     lull_frame f = {.bytes = "q", .len = 1};
     int zero = 0;
     CHECK_EQ(lull_stream_send_fds(&a, &f, &zero, 1), 0); /* while connecting */
     run_until(loop, &g_accepted, 100);
-    lull_endpoint_set_callbacks(&g_srv_side.ep, rx_frame, NULL, rx_close);
+    rx_watch(&g_srv_side, 8);
     pid = 0;
     CHECK_EQ(lull_stream_peer_cred(&g_srv_side, &pid, NULL, NULL), 0);
     CHECK_EQ(pid, getpid());
-    for (int i = 0; i < 100 && g_rx.frames == 0; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    run_until_frames(loop, 1, 100);
     CHECK_EQ(g_rx.nfds[0], 1);
     close(g_rx.fds[0][0]);
     lull_server_close(&srv);
@@ -632,10 +607,8 @@ TEST(worker_takes_over_a_listening_socket) {
 }
 
 TEST(server_open_refuses_what_is_not_listening) {
-    int before = fd_count();
-    lull_loop *loop = new_loop();
-    int loop_fds = fd_count() - before;
-    (void)loop_fds;
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
     lull_server srv;
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
@@ -664,9 +637,7 @@ TEST(fds_of_a_frame_written_in_parts) {
     CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
     lull_stream_options ob = {.read_size = 1000}; /* grows to the frame */
     CHECK_EQ(lull_stream_open(loop, &b, sv[1], &ob), 0);
-    memset(&g_rx, 0, sizeof g_rx);
-    g_rx.take_max = 8;
-    lull_endpoint_set_callbacks(&b.ep, rx_frame, NULL, rx_close);
+    rx_watch(&b, 8);
     memset(big_payload, 'B', sizeof big_payload);
     lull_frame f0 = {.bytes = "0", .len = 1};
     lull_frame f1 = {.bytes = big_payload, .len = sizeof big_payload};
@@ -675,8 +646,7 @@ TEST(fds_of_a_frame_written_in_parts) {
     CHECK_EQ(lull_endpoint_send(&a.ep, &f0), 0);
     CHECK_EQ(lull_stream_send_fds(&a, &f1, in, 2), 0);
     CHECK_EQ(lull_stream_send_fds(&a, &f2, in, 1), 0);
-    for (int i = 0; i < 10000 && g_rx.frames < 3; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    run_until_frames(loop, 3, 10000);
     CHECK_EQ(g_rx.frames, 3);
     CHECK(a.writes > 3); /* it did leave in parts */
     CHECK_EQ(g_rx.tag[0], '0');
@@ -688,11 +658,7 @@ TEST(fds_of_a_frame_written_in_parts) {
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < g_rx.nfds[i]; j++)
             close(g_rx.fds[i][j]);
-    lull_endpoint_close(&a.ep, 0);
-    lull_endpoint_close(&b.ep, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    close_and_free(loop, &a, &b, before);
 }
 
 /* A frame callback that closes its stream without taking the fds, or
@@ -736,13 +702,10 @@ TEST(send_fds_out_of_fds_for_the_copies) {
     lull_loop *loop = new_loop();
     lull_stream a, b;
     sp_pair(loop, &a, &b, NULL);
-    int lim = 0; /* a limit that leaves 2 free fd numbers below it */
-    for (int free_seen = 0; free_seen < 2; lim++)
-        if (fcntl(lim, F_GETFD) < 0) free_seen++;
     struct rlimit old, low;
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
     low = old;
-    low.rlim_cur = (rlim_t)lim;
+    low.rlim_cur = limit_leaving(2);
     int five[5] = {0, 1, 2, 0, 1};
     lull_frame f = {.bytes = "x", .len = 1};
     int open_now = fd_count();
@@ -753,9 +716,5 @@ TEST(send_fds_out_of_fds_for_the_copies) {
     CHECK(!f.in_flight);
     CHECK_EQ(fd_count(), open_now);
     CHECK_EQ(lull_stream_send_fds(&a, &f, five, 1), 0);
-    lull_endpoint_close(&a.ep, 0);
-    lull_endpoint_close(&b.ep, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    close_and_free(loop, &a, &b, before);
 }

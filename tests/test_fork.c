@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <lull.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -131,6 +132,62 @@ TEST(fork_parent_and_child_each_get_their_own_readiness) {
         close(to_parent[i]);
         close(to_child[i]);
     }
+}
+
+/* ------------------------------------------------- timers and signals */
+
+static int timer_fires, signal_calls;
+
+static void count_fire(lull_timer *t) {
+    (void)t;
+    timer_fires++;
+}
+
+static void count_signal(lull_signal *sig, int signum) {
+    (void)sig;
+    CHECK_EQ(signum, SIGUSR1);
+    signal_calls++;
+}
+
+/* A timer armed and a signal watched before the fork: each process has
+ * its own copy of the timer, which fires in each, and a signal sent to the
+ * child reaches the child's watcher alone. */
+TEST(fork_timer_and_signal_are_each_process_own) {
+    CHECK_EQ(lull_signal_block(SIGUSR1), 0);
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    lull_timer t;
+    lull_signal sig;
+    CHECK_EQ(lull_timer_init(loop, &t, count_fire), 0);
+    CHECK_EQ(lull_signal_init(loop, &sig, count_signal), 0);
+    CHECK_EQ(lull_signal_start(&sig, SIGUSR1), 0);
+    lull_timer_start(&t, LULL_MS(20), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_EQ(lull_loop_fork(loop), 0);
+        CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+        lull_timer guard;
+        lull_timer_init(loop, &guard, guard_fired);
+        lull_timer_start(&guard, GUARD_NS, 0);
+        while (timer_fires == 0 || signal_calls == 0)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        lull_timer_stop(&guard);
+        CHECK_EQ(lull_signal_stop(&sig), 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+        _exit(timer_fires == 1 && signal_calls == 1 ? 0 : 1);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* The parent's timer is its own: it still fires, once, and the
+     * child's signal never reached the parent. */
+    CHECK_EQ(lull_signal_stop(&sig), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(timer_fires, 1);
+    CHECK_EQ(signal_calls, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 /* ------------------------------------------------------- cross-thread */

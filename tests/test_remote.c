@@ -12,10 +12,13 @@
 #include <linux/futex.h>
 #include <lull.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -373,6 +376,9 @@ TEST(remote_post_from_loop_thread) {
 #define HOLD_MS 500
 
 static _Thread_local bool delay_wake;
+/* The loop's futex waits that found the word no longer "asleep" (EAGAIN):
+ * a poster swapped it between the loop's announce and its wait. */
+static atomic_long futex_waits_beaten;
 static pthread_t loop_thread;
 static atomic_bool held;  /* a poster entered the held wake */
 static atomic_bool freed; /* lull_loop_free has returned */
@@ -394,6 +400,27 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n) {
     return __real_write(fd, buf, n);
 }
 
+/* Set on the loop thread: its next wait (futex or epoll_wait with no
+ * limit) first has another thread post, and waits until that post, wake
+ * included, is done. The loop has announced its sleep and found the stack
+ * empty by then, so this is a post between the look and the wait. */
+static _Thread_local bool post_before_wait;
+static sem_t post_go, post_done;
+
+static void post_now(void) {
+    post_before_wait = false;
+    sem_post(&post_go);
+    while (sem_wait(&post_done) != 0) {
+    }
+}
+
+int __real_epoll_wait(int epfd, struct epoll_event *ev, int max, int ms);
+int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int ms);
+int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int ms) {
+    if (post_before_wait && ms < 0) post_now();
+    return __real_epoll_wait(epfd, ev, max, ms);
+}
+
 long __real_syscall(long nr, ...);
 long __wrap_syscall(long nr, ...);
 long __wrap_syscall(long nr, ...) {
@@ -405,7 +432,14 @@ long __wrap_syscall(long nr, ...) {
     va_end(ap);
     if (delay_wake && nr == SYS_futex && a[1] == FUTEX_WAKE_PRIVATE)
         hold_wake();
-    return __real_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+    if (post_before_wait && nr == SYS_futex &&
+        a[1] == FUTEX_WAIT_BITSET_PRIVATE)
+        post_now();
+    long rc = __real_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+    if (nr == SYS_futex && a[1] == FUTEX_WAIT_BITSET_PRIVATE && rc < 0 &&
+        errno == EAGAIN)
+        atomic_fetch_add(&futex_waits_beaten, 1);
+    return rc;
 }
 
 static void on_signal(int sig) {
@@ -539,4 +573,243 @@ TEST_THREADED(notifier_quiesce_waits_for_a_raiser_inside_notify_remote) {
     CHECK_EQ(pthread_join(th, NULL), 0);
     CHECK(!atomic_load(&late));
     CHECK_EQ(lull_loop_free(hr.loop), 0);
+}
+
+/* --------------------------------- a post exactly as the loop goes to sleep */
+
+/* The poster watches loop->sleeping and posts the instant the loop
+ * announces its sleep, after 0-63 spins (a different point of the window
+ * each round): between the announce and the loop's look at the stack,
+ * between that look and the futex wait or epoll_wait, or inside the wait.
+ * Every post must run: a lost wake-up leaves the loop asleep and the poster
+ * waiting, which fails the round after 10 s. The wrapped syscall counts
+ * the loop's futex waits the poster's swap of the word beat (the kernel
+ * found the word changed: the narrowest window), printed, not checked,
+ * since how often a machine's scheduling lands there is its own. */
+#define EDGE_ROUNDS    20000
+#define EDGE_MIN       2000
+#define EDGE_BUDGET_NS (5 * 1000000000ull)
+
+typedef struct edge_case {
+    lull_loop *loop;
+    lull_task task;
+    atomic_int runs; /* written by the loop thread, read by the poster */
+    int rounds;      /* poster thread: rounds it will post */
+    bool watch_fd;
+} edge_case;
+
+static void on_edge_post(lull_task *t) {
+    edge_case *ec = LULL_CONTAINER_OF(t, edge_case, task);
+    int runs = atomic_load_explicit(&ec->runs, memory_order_relaxed) + 1;
+    /* Read before the store: from then on the poster may shorten it. */
+    bool last = runs == ec->rounds;
+    atomic_store_explicit(&ec->runs, runs, memory_order_release);
+    if (last) lull_loop_unref(ec->loop);
+}
+
+static void *post_at_the_edge(void *arg) {
+    edge_case *ec = arg;
+    int how = ec->watch_fd ? LULL__SLEEP_EPOLL : LULL__SLEEP_FUTEX;
+    uint64_t end = check_clock_ns() + EDGE_BUDGET_NS;
+    for (int i = 0; i < ec->rounds; i++) {
+        /* The loop is about to sleep, or already asleep. A spin sees the
+         * announce within nanoseconds when the threads run on two CPUs (a
+         * sched_yield between looks would take about a microsecond, longer
+         * than the window); it yields now and then for one CPU. */
+        for (unsigned n = 1;
+             __atomic_load_n(&ec->loop->sleeping, __ATOMIC_SEQ_CST) != how; n++)
+            if (n % 4096 == 0) sched_yield();
+        for (int spin = 0; spin < (i * 7) % 64; spin++)
+            __asm__ volatile("" ::: "memory");
+        /* The last round is announced in the post itself (ec->rounds is
+         * read by the loop only after the post's release). */
+        if (i + 1 < ec->rounds && i + 1 >= EDGE_MIN && check_clock_ns() > end)
+            ec->rounds = i + 1;
+        lull_task_post_remote(ec->loop, &ec->task);
+        uint64_t deadline = check_clock_ns() + 10 * 1000000000ull;
+        while (atomic_load_explicit(&ec->runs, memory_order_acquire) <= i) {
+            if (check_clock_ns() > deadline)
+                check_fail(__FILE__, __LINE__,
+                           "round %d: a post made as the loop went to sleep "
+                           "did not run in 10 s (a lost wake-up)",
+                           i);
+            sched_yield();
+        }
+    }
+    return NULL;
+}
+
+static void post_as_the_loop_sleeps(bool watch_fd) {
+    static edge_case ec;
+    ec = (edge_case){.watch_fd = watch_fd, .rounds = EDGE_ROUNDS};
+    atomic_store(&futex_waits_beaten, 0);
+    CHECK_EQ(lull_loop_new(&ec.loop, NULL), 0);
+    lull_task_init(&ec.task, on_edge_post);
+    int fds[2] = {-1, -1};
+    lull_io idle;
+    if (watch_fd) {
+        CHECK_EQ(pipe(fds), 0);
+        CHECK_EQ(lull_io_init(ec.loop, &idle, fds[0], never_ready), 0);
+        CHECK_EQ(lull_io_start(&idle, LULL_READABLE), 0);
+        lull_io_unref(&idle);
+    }
+    lull_loop_ref(ec.loop); /* dropped by the last round's task */
+    loop_thread = pthread_self();
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_at_the_edge, &ec), 0);
+    CHECK_EQ(lull_loop_run(ec.loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(atomic_load(&ec.runs), ec.rounds);
+    lull_metrics m;
+    lull_loop_metrics(ec.loop, &m);
+    CHECK_U64_EQ(m.tasks_run, (uint64_t)ec.rounds);
+    /* Every wake-up was a post's (no timer, no fd ever ready). */
+    CHECK_U64_EQ(m.wakeups, m.wakeups_remote);
+    printf("%d rounds: %" PRIu64 " woke the loop from its sleep, %" PRIu64
+           " arrived before it slept (%ld of those beat its futex wait)\n",
+           ec.rounds, m.wakeups, (uint64_t)ec.rounds - m.wakeups,
+           atomic_load(&futex_waits_beaten));
+    if (watch_fd) {
+        lull_io_stop(&idle);
+        close(fds[0]);
+        close(fds[1]);
+    }
+    CHECK_EQ(lull_loop_free(ec.loop), 0);
+}
+
+TEST_THREADED(remote_post_as_the_loop_sleeps_on_its_futex_is_never_lost) {
+    post_as_the_loop_sleeps(false);
+}
+
+TEST_THREADED(remote_post_as_the_loop_sleeps_in_epoll_is_never_lost) {
+    post_as_the_loop_sleeps(true);
+}
+
+/* The same window made to happen every time: the wrapped wait of the loop
+ * thread has the poster post first (post_before_wait). A futex wait must
+ * then find its word swapped (EAGAIN) and an epoll wait the eventfd's edge,
+ * so the loop runs the post at once instead of sleeping through it. */
+#define WINDOW_ROUNDS 1000
+
+typedef struct window_case {
+    lull_loop *loop;
+    lull_task task;
+    int runs; /* loop thread */
+} window_case;
+
+static void on_window_post(lull_task *t) {
+    window_case *wc = LULL_CONTAINER_OF(t, window_case, task);
+    if (++wc->runs == WINDOW_ROUNDS) {
+        lull_loop_unref(wc->loop);
+        return;
+    }
+    post_before_wait = true; /* the loop's next wait */
+}
+
+static void *post_in_window(void *arg) {
+    window_case *wc = arg;
+    for (int i = 0; i < WINDOW_ROUNDS; i++) {
+        while (sem_wait(&post_go) != 0) {
+        }
+        lull_task_post_remote(wc->loop, &wc->task);
+        sem_post(&post_done);
+    }
+    return NULL;
+}
+
+static void post_between_look_and_wait(bool watch_fd) {
+    static window_case wc;
+    wc = (window_case){0};
+    CHECK_EQ(sem_init(&post_go, 0, 0), 0);
+    CHECK_EQ(sem_init(&post_done, 0, 0), 0);
+    atomic_store(&futex_waits_beaten, 0);
+    CHECK_EQ(lull_loop_new(&wc.loop, NULL), 0);
+    lull_task_init(&wc.task, on_window_post);
+    int fds[2] = {-1, -1};
+    lull_io idle;
+    if (watch_fd) {
+        CHECK_EQ(pipe(fds), 0);
+        CHECK_EQ(lull_io_init(wc.loop, &idle, fds[0], never_ready), 0);
+        CHECK_EQ(lull_io_start(&idle, LULL_READABLE), 0);
+        lull_io_unref(&idle);
+    }
+    lull_loop_ref(wc.loop);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_in_window, &wc), 0);
+    post_before_wait = true;
+    CHECK_EQ(lull_loop_run(wc.loop, LULL_RUN_DEFAULT), 0);
+    post_before_wait = false;
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(wc.runs, WINDOW_ROUNDS);
+    /* Every futex wait found the word swapped: none slept. */
+    if (!watch_fd) CHECK_EQ(atomic_load(&futex_waits_beaten), WINDOW_ROUNDS);
+    if (watch_fd) {
+        lull_io_stop(&idle);
+        close(fds[0]);
+        close(fds[1]);
+    }
+    CHECK_EQ(lull_loop_free(wc.loop), 0);
+    sem_destroy(&post_go);
+    sem_destroy(&post_done);
+}
+
+TEST_THREADED(remote_post_between_the_look_and_the_futex_wait_wakes_it) {
+    post_between_look_and_wait(false);
+}
+
+TEST_THREADED(remote_post_between_the_look_and_epoll_wait_wakes_it) {
+    post_between_look_and_wait(true);
+}
+
+/* ---------------------------------------------------------- timer slack */
+
+/* A loop lowers its thread's timer slack only for a wait shorter than a
+ * second: a run whose only deadline is far leaves it as it was (no prctl
+ * call), one with a near deadline lowers it while it runs and puts it
+ * back. The far run is ended by a post once it sleeps. */
+static long slack_seen;
+static lull_task slack_task;
+
+static void read_slack(lull_task *t) {
+    (void)t;
+    slack_seen = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    lull_loop_stop(the_loop);
+}
+
+static void read_slack_timer(lull_timer *t) {
+    slack_seen = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    lull_loop_stop(t->loop);
+}
+
+static int slack_loop_tid;
+static void *post_slack_read(void *arg) {
+    (void)arg;
+    check_wait_blocked(slack_loop_tid, the_loop->backend_fd,
+                       &the_loop->sleeping);
+    lull_task_post_remote(the_loop, &slack_task);
+    return NULL;
+}
+
+TEST_THREADED(loop_lowers_timer_slack_only_for_a_wait_under_a_second) {
+    CHECK_EQ(prctl(PR_SET_TIMERSLACK, 50000, 0, 0, 0), 0);
+    CHECK_EQ(lull_loop_new(&the_loop, NULL), 0);
+    lull_timer far, near;
+    lull_timer_init(the_loop, &far, read_slack_timer);
+    lull_timer_init(the_loop, &near, read_slack_timer);
+    lull_timer_start(&far, 3600ull * 1000000000ull, 0);
+    lull_task_init(&slack_task, read_slack);
+    slack_loop_tid = gettid();
+    slack_seen = -1;
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_slack_read, NULL), 0);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(slack_seen, 50000);         /* an hour away: left as it was */
+    lull_timer_start(&near, 1000000, 0); /* 1 ms */
+    slack_seen = -1;
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(slack_seen, 1000); /* lowered while it waited */
+    CHECK_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 50000); /* put back */
+    lull_timer_stop(&far);
+    CHECK_EQ(lull_loop_free(the_loop), 0);
 }

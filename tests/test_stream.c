@@ -3057,3 +3057,44 @@ TEST(try_write_to_a_gone_peer) {
     CHECK_EQ(g_tw_reason, -EPIPE);
     free_loop(loop);
 }
+
+/* Opening a stream again while it is open, or closed with its on_close
+ * still queued, would unlink nodes the loop holds: a debug build stops
+ * there with a message. Reopening once on_close ran is fine (the
+ * control). */
+static void ignore_close(lull_endpoint *ep, int reason) {
+    (void)ep, (void)reason;
+}
+
+static void reopen_stream(void *arg) {
+    int how = *(int *)arg;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    lull_stream a;
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], &raw), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, ignore_close);
+    if (how != 2) lull_endpoint_close(&a.ep, 0); /* 2: still open */
+    if (how == 0) /* the control: on_close has run */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_stream_open(loop, &a, sv[1], &raw), 0);
+    lull_endpoint_close(&a.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    free_loop(loop);
+}
+
+TEST(stream_opened_again_before_its_close_asserts) {
+    static const char msg[] = "lull: a stream opened again while open";
+    int how = 0;
+    /* The control closes first and runs the loop once: clean exit. */
+    CHECK(check_exits_cleanly(reopen_stream, &how));
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no stream asserts to check\n");
+        return;
+    }
+    how = 1;
+    CHECK(check_dies(reopen_stream, &how, msg));
+    how = 2;
+    CHECK(check_dies(reopen_stream, &how, msg));
+}

@@ -402,21 +402,55 @@ static lull_tls_options opts_hs(const char *name) {
     return o;
 }
 
-/* A pair of counting ends, connected over a socketpair. */
-static void end_pair(lull_loop *loop, end *c, lull_tls_ctx *cctx, end *s,
-                     lull_tls_ctx *sctx, const char *name) {
+/* A pair of counting ends with these options, over a socketpair. */
+static void end_pair_opts(lull_loop *loop, end *c, lull_tls_ctx *cctx,
+                          const lull_tls_options *co, end *s,
+                          lull_tls_ctx *sctx, const lull_tls_options *so) {
     end_init(c);
     end_init(s);
-    lull_tls_options co = opts_hs(name), so = opts_hs(NULL);
-    tls_pair(loop, &c->t, cctx, &co, &s->t, sctx, &so);
+    tls_pair(loop, &c->t, cctx, co, &s->t, sctx, so);
     end_watch(c);
     end_watch(s);
+}
+
+/* A pair of counting ends that note the handshake, over a socketpair. */
+static void end_pair(lull_loop *loop, end *c, lull_tls_ctx *cctx, end *s,
+                     lull_tls_ctx *sctx, const char *name) {
+    lull_tls_options co = opts_hs(name), so = opts_hs(NULL);
+    end_pair_opts(loop, c, cctx, &co, s, sctx, &so);
+}
+
+/* A counting server end on one side of a socketpair, for a peer the case
+ * drives by hand: returns the other side's fd. */
+static int end_open_server(lull_loop *loop, end *s, lull_tls_ctx *sctx,
+                           const lull_tls_options *so) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end_init(s);
+    CHECK_EQ(lull_tls_open(loop, &s->t, sctx, sv[1], so), 0);
+    end_watch(s);
+    return sv[0];
+}
+
+/* Sends text from one end and runs until the other has a frame. */
+static void send_and_wait(lull_loop *loop, end *from, end *to,
+                          const char *text) {
+    CHECK_EQ(lull_endpoint_send_copy(&from->t.ep, text, strlen(text)), 0);
+    for (int i = 0; i < 100 && to->frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
 }
 
 static void settle_closes(lull_loop *loop, end *a, end *b) {
     for (int i = 0; i < 200 && !(a->closed && b->closed); i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK(a->closed && b->closed);
+}
+
+/* The client closes: both ends see it, the server as a clean close. */
+static void close_cleanly(lull_loop *loop, end *c, end *s) {
+    CHECK_EQ(lull_endpoint_close(&c->t.ep, 0), 0);
+    settle_closes(loop, c, s);
+    CHECK_EQ(s->reason, 0);
 }
 
 /* ------------------------------------------ the echo body: frames only */
@@ -551,13 +585,31 @@ static void teardown_pki(void) {
         free(all[i]);
 }
 
+/* Most cases' start: the PKI, a loop, the default server and client
+ * contexts. */
+static lull_loop *start(lull_tls_ctx **sctx, lull_tls_ctx **cctx) {
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    *sctx = server_ctx(NULL);
+    *cctx = client_ctx(NULL);
+    return loop;
+}
+
+/* A case's end: its loop freed (nothing left on it), then the contexts
+ * (NULL: none) and the PKI. */
+static void finish(lull_loop *loop, lull_tls_ctx *sctx, lull_tls_ctx *cctx) {
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
 /* ------------------------------------------------------------- cases */
 
 TEST(echo_1mib_socketpair) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     lull_tls c, s;
     tls_pair(loop, &c, cctx, NULL, &s, sctx, NULL);
     uint64_t t0 = check_clock_ns();
@@ -568,10 +620,7 @@ TEST(echo_1mib_socketpair) {
            (double)ns / 1e6, (unsigned long long)c.flushes,
            (unsigned long long)c.stream.writes, ECHO_CAP);
     CHECK(c.stream.writes < (uint64_t)ECHO_CAP); /* batched */
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    free_loop(loop);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 typedef struct tcp_acceptor {
@@ -591,9 +640,8 @@ static void accept_tls(lull_server *srv) {
 
 TEST(echo_tcp_same_body) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     lull_tls c, s;
     tcp_acceptor a = {.into = &s, .ctx = sctx};
     CHECK_EQ(
@@ -607,10 +655,7 @@ TEST(echo_tcp_same_body) {
     CHECK_EQ(a.accepted, 1);
     lull_server_close(&a.srv);
     echo_body(loop, &c.ep, &s.ep);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    free_loop(loop);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 /* A client of cctx to a server of sctx: both close; their reasons. */
@@ -677,19 +722,12 @@ TEST(skip_verify_accepts_explicitly) {
     lull_tls_ctx *sctx = server_ctx(&sc), *cctx = client_ctx(&cc);
     end c, s;
     end_pair(loop, &c, cctx, &s, sctx, NULL); /* no name needed either */
-    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "hello", 5), 0);
-    for (int i = 0; i < 100 && s.frames == 0; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    send_and_wait(loop, &c, &s, "hello");
     CHECK_EQ(s.frames, 1);
     CHECK(strcmp(s.last, "hello") == 0);
     CHECK(c.handshaken && s.handshaken);
-    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
-    settle_closes(loop, &c, &s);
-    CHECK_EQ(s.reason, 0);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
 }
 
 /* A recorded ClientHello (the raw client's first flight). */
@@ -712,16 +750,12 @@ TEST(stalled_handshake_closes_at_the_timeout) {
     setup();
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
     lull_tls_ctx *sctx = server_ctx(NULL);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    end s;
-    end_init(&s);
     lull_tls_options so = {.handshake_timeout_ns = 2000000000};
-    CHECK_EQ(lull_tls_open(loop, &s.t, sctx, sv[1], &so), 0);
-    end_watch(&s);
+    end s;
+    int peer = end_open_server(loop, &s, sctx, &so);
     unsigned char hello[4096];
     size_t n = client_hello(hello, sizeof hello);
-    CHECK_EQ(write(sv[0], hello, n / 2), (long long)(n / 2)); /* halfway */
+    CHECK_EQ(write(peer, hello, n / 2), (long long)(n / 2)); /* halfway */
     for (int i = 0; i < 5; i++)
         lull_loop_settle(loop);
     lull_loop_advance(loop, 1900000000);
@@ -731,28 +765,21 @@ TEST(stalled_handshake_closes_at_the_timeout) {
     CHECK_EQ(s.reason, -ETIMEDOUT);
     CHECK(strstr(s.why, "timed out"));
     char b;
-    CHECK_EQ(read(sv[0], &b, 1), 0); /* the peer sees the socket close */
-    close(sv[0]);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    teardown_pki();
+    CHECK_EQ(read(peer, &b, 1), 0); /* the peer sees the socket close */
+    close(peer);
+    finish(loop, sctx, NULL);
 }
 
 TEST(garbage_instead_of_client_hello_closes_that_connection_alone) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     end bad;
-    end_init(&bad);
-    CHECK_EQ(lull_tls_open(loop, &bad.t, sctx, sv[1], NULL), 0);
-    end_watch(&bad);
+    int peer = end_open_server(loop, &bad, sctx, NULL);
     end c, s; /* a good connection beside it, on the same context */
     end_pair(loop, &c, cctx, &s, sctx, "localhost");
     static const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-    CHECK_EQ(write(sv[0], garbage, sizeof garbage - 1),
+    CHECK_EQ(write(peer, garbage, sizeof garbage - 1),
              (long long)sizeof garbage - 1);
     run_until(loop, &bad.closed, 100);
     CHECK_EQ(bad.reason, -ECONNABORTED);
@@ -762,25 +789,20 @@ TEST(garbage_instead_of_client_hello_closes_that_connection_alone) {
     /* The peer gets an alert and EOF, nothing else. */
     unsigned char buf[256];
     ssize_t got, total = 0;
-    while ((got = read(sv[0], buf, sizeof buf)) > 0) {
+    while ((got = read(peer, buf, sizeof buf)) > 0) {
         CHECK_EQ(buf[0], 0x15); /* an alert record */
         total += got;
     }
     CHECK_EQ(got, 0);
     CHECK(total <= 7 * 2);
-    close(sv[0]);
+    close(peer);
     /* The good one still works. */
-    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "still", 5), 0);
-    for (int i = 0; i < 100 && s.frames == 0; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    send_and_wait(loop, &c, &s, "still");
     CHECK(strcmp(s.last, "still") == 0);
     CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
     settle_closes(loop, &c, &s);
     CHECK_EQ(c.reason, 0);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 TEST(mutual_tls_required_and_missing_is_refused) {
@@ -804,17 +826,10 @@ TEST(mutual_tls_with_a_client_certificate) {
     lull_tls_ctx *sctx = server_ctx(&sc), *cctx = client_ctx(&cc);
     end c, s;
     end_pair(loop, &c, cctx, &s, sctx, "localhost");
-    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "mtls", 4), 0);
-    for (int i = 0; i < 100 && s.frames == 0; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    send_and_wait(loop, &c, &s, "mtls");
     CHECK(strcmp(s.last, "mtls") == 0);
-    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
-    settle_closes(loop, &c, &s);
-    CHECK_EQ(s.reason, 0);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
 }
 
 /* One exchange on a fresh pair; whether it resumed, at each end. */
@@ -822,51 +837,37 @@ static void one_exchange(lull_loop *loop, lull_tls_ctx *cctx,
                          lull_tls_ctx *sctx, bool *cres, bool *sres) {
     end c, s;
     end_pair(loop, &c, cctx, &s, sctx, "localhost");
-    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "ping", 4), 0);
-    for (int i = 0; i < 100 && s.frames == 0; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
-    CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, "pong", 4), 0);
-    for (int i = 0; i < 100 && c.frames == 0; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    send_and_wait(loop, &c, &s, "ping");
+    send_and_wait(loop, &s, &c, "pong");
     CHECK_EQ(c.frames, 1);
     *cres = lull_tls_resumed(&c.t);
     *sres = lull_tls_resumed(&s.t);
-    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
-    settle_closes(loop, &c, &s);
-    CHECK_EQ(s.reason, 0);
+    close_cleanly(loop, &c, &s);
+}
+
+/* Two exchanges with a client context of cc (NULL: the default): the
+ * first is a full handshake, the second resumes at both ends. */
+static void check_resumption(const lull_tls_config *cc) {
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(cc);
+    bool cr, sr;
+    one_exchange(loop, cctx, sctx, &cr, &sr);
+    CHECK(!cr && !sr);
+    one_exchange(loop, cctx, sctx, &cr, &sr);
+    CHECK(cr && sr);
+    finish(loop, sctx, cctx);
 }
 
 TEST(session_resumption_with_tickets) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
-    bool cr, sr;
-    one_exchange(loop, cctx, sctx, &cr, &sr);
-    CHECK(!cr && !sr);
-    one_exchange(loop, cctx, sctx, &cr, &sr);
-    CHECK(cr && sr);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    check_resumption(NULL);
 }
 
 TEST(session_resumption_over_tls12) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     lull_tls_config cc = {.max_version = 0x0303};
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(&cc);
-    bool cr, sr;
-    one_exchange(loop, cctx, sctx, &cr, &sr);
-    CHECK(!cr && !sr);
-    one_exchange(loop, cctx, sctx, &cr, &sr);
-    CHECK(cr && sr);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    check_resumption(&cc);
 }
 
 TEST(alpn_and_sni) {
@@ -903,9 +904,8 @@ TEST(alpn_and_sni) {
 
 TEST(close_notify_on_close_and_truncation_is_an_error) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     end c, s;
     end_pair(loop, &c, cctx, &s, sctx, "localhost");
     run_until(loop, &s.handshaken, 100);
@@ -914,12 +914,7 @@ TEST(close_notify_on_close_and_truncation_is_an_error) {
     CHECK_EQ(s.reason, 7);
     CHECK_EQ(c.reason, 0); /* close_notify, then EOF: clean */
     /* The socket closed without close_notify: a truncation. */
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    end_init(&s);
-    CHECK_EQ(lull_tls_open(loop, &s.t, sctx, sv[1], NULL), 0);
-    end_watch(&s);
-    raw *r = raw_new(sv[0], 0);
+    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
     raw_handshake(r, loop);
     for (int i = 0; i < 10; i++) /* the server's tickets go out */
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
@@ -929,10 +924,7 @@ TEST(close_notify_on_close_and_truncation_is_an_error) {
     CHECK_EQ(s.reason, -EPROTO);
     CHECK(strstr(s.why, "close_notify"));
     raw_free(r);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 TEST(peer_reset_mid_record) {
@@ -972,9 +964,7 @@ TEST(peer_reset_mid_record) {
     CHECK_EQ(s.reason, -ECONNRESET);
     CHECK_EQ(s.frames, 0);
     raw_free(r);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    teardown_pki();
+    finish(loop, sctx, NULL);
 }
 
 TEST(tls12_renegotiation_is_refused) {
@@ -982,13 +972,8 @@ TEST(tls12_renegotiation_is_refused) {
     setup();
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     lull_tls_ctx *sctx = server_ctx(NULL);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     end s;
-    end_init(&s);
-    CHECK_EQ(lull_tls_open(loop, &s.t, sctx, sv[1], NULL), 0);
-    end_watch(&s);
-    raw *r = raw_new(sv[0], 0x0303);
+    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0x0303);
     raw_handshake(r, loop);
 #ifdef LULL_HAVE_OPENSSL
     CHECK_EQ(SSL_version(r->ssl), TLS1_2_VERSION);
@@ -1007,9 +992,7 @@ TEST(tls12_renegotiation_is_refused) {
     CHECK(s.closes == 0 || s.reason != 0);
     raw_free(r);
     run_until(loop, &s.closed, 100);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    teardown_pki();
+    finish(loop, sctx, NULL);
 }
 
 /* Key updates mid-stream: the echo goes on under the new keys. */
@@ -1038,9 +1021,8 @@ static void ku_client_frame(lull_endpoint *ep, const void *b, size_t n) {
 
 TEST(tls13_key_update_mid_stream) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     ku *k = calloc(1, sizeof *k);
     end_pair(loop, &k->c, cctx, &k->s, sctx, "localhost");
     lull_endpoint_set_callbacks(&k->c.t.ep, ku_client_frame, NULL, end_close);
@@ -1054,18 +1036,14 @@ TEST(tls13_key_update_mid_stream) {
     CHECK_EQ(k->c.reason, 0);
     CHECK_EQ(k->s.reason, 0);
     free(k);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 /* A burst of small sends: one flush, few writes. */
 TEST(small_sends_in_one_callback_leave_together) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     end c, s;
     end_pair(loop, &c, cctx, &s, sctx, "localhost");
     run_until(loop, &c.handshaken, 100);
@@ -1083,25 +1061,17 @@ TEST(small_sends_in_one_callback_leave_together) {
            (unsigned long long)c.t.cipher_bytes);
     CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
     settle_closes(loop, &c, &s);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 TEST(max_queued_closes_with_enobufs) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
-    end c, s;
-    end_init(&c);
-    end_init(&s);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     lull_tls_options co = {.server_name = "localhost",
                            .stream.max_queued = 100};
-    tls_pair(loop, &c.t, cctx, &co, &s.t, sctx, NULL);
-    end_watch(&c);
-    end_watch(&s);
+    end c, s;
+    end_pair_opts(loop, &c, cctx, &co, &s, sctx, NULL);
     static char big[60];
     CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, sizeof big), 0);
     CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, sizeof big), -ENOBUFS);
@@ -1109,18 +1079,14 @@ TEST(max_queued_closes_with_enobufs) {
     CHECK_EQ(c.closes, 0); /* never inside the send */
     settle_closes(loop, &c, &s);
     CHECK_EQ(c.reason, -ENOBUFS);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 /* Paused reading holds the frames; the resume delivers them in order. */
 TEST(read_stop_and_start_through_the_endpoint) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     end c, s;
     end_pair(loop, &c, cctx, &s, sctx, "localhost");
     run_until(loop, &s.handshaken, 100);
@@ -1144,10 +1110,7 @@ TEST(read_stop_and_start_through_the_endpoint) {
     settle_closes(loop, &c, &s);
     CHECK_EQ(s.reason, 0);
     CHECK_EQ(c.reason, 0);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 /* Closing inside each callback: one close callback, nothing after. */
@@ -1292,26 +1255,20 @@ TEST(argument_errors) {
     run_until(loop, &c.closed, 100);
     CHECK_EQ(c.closes, 1);
     CHECK_EQ(c.reason, -ECONNREFUSED);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 /* The context outlives nothing it need not: freed with connections still
  * open, it goes when the last one closes. */
 TEST(context_freed_before_its_connections) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     end c, s;
     end_pair(loop, &c, cctx, &s, sctx, "localhost");
     lull_tls_ctx_free(sctx);
     lull_tls_ctx_free(cctx);
-    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "late", 4), 0);
-    for (int i = 0; i < 100 && s.frames == 0; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    send_and_wait(loop, &c, &s, "late");
     CHECK(strcmp(s.last, "late") == 0);
     CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
     settle_closes(loop, &c, &s);
@@ -1352,9 +1309,8 @@ static void one_way_round(lull_loop *loop, one_way *w) {
 TEST(steady_state_allocates_nothing_per_record) {
     if (skip()) return;
     CHECK(count_openssl_allocations());
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     one_way *w = calloc(1, sizeof *w);
     g_one_way = w;
     end_pair(loop, &w->c, cctx, &w->s, sctx, "localhost");
@@ -1377,10 +1333,7 @@ TEST(steady_state_allocates_nothing_per_record) {
     CHECK_EQ(lull_endpoint_close(&w->c.t.ep, 0), 0);
     settle_closes(loop, &w->c, &w->s);
     free(w);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 /* One context, two loops on two threads, each with connections that
@@ -1435,9 +1388,8 @@ static void raw_end_frame(lull_endpoint *ep, const void *b, size_t n) {
 
 TEST(raw_bytes_over_unix_connect) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     raw_end *c = calloc(1, sizeof *c), *s = calloc(1, sizeof *s);
     tcp_acceptor a = {.into = &s->e.t, .ctx = sctx};
     a.opts.stream.flags = LULL_STREAM_RAW;
@@ -1462,31 +1414,21 @@ TEST(raw_bytes_over_unix_connect) {
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(s->n, sizeof msg);
     CHECK(memcmp(s->got, msg, sizeof msg) == 0); /* no length prefixes */
-    CHECK_EQ(lull_endpoint_close(&c->e.t.ep, 0), 0);
-    settle_closes(loop, &c->e, &s->e);
-    CHECK_EQ(s->e.reason, 0);
+    close_cleanly(loop, &c->e, &s->e);
     free(c);
     free(s);
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 /* A frame longer than the reader's max_frame closes that end with
  * -EMSGSIZE; its peer sees the connection end without close_notify. */
 TEST(frame_over_max_frame_closes_the_reader) {
     if (skip()) return;
-    setup();
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
-    end c, s;
-    end_init(&c);
-    end_init(&s);
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
     lull_tls_options so = {.stream.max_frame = 100};
-    tls_pair(loop, &c.t, cctx, NULL, &s.t, sctx, &so);
-    end_watch(&c);
-    end_watch(&s);
+    end c, s;
+    end_pair_opts(loop, &c, cctx, NULL, &s, sctx, &so);
     static char big[200];
     CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, 50), 0);
     CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, sizeof big), 0);
@@ -1495,10 +1437,7 @@ TEST(frame_over_max_frame_closes_the_reader) {
     CHECK_EQ(s.reason, -EMSGSIZE);
     CHECK_EQ(c.reason, -EPROTO); /* a truncation, as it sees it */
     CHECK_EQ(lull_tls_key_update(&c.t), -EINVAL); /* closed */
-    free_loop(loop);
-    lull_tls_ctx_free(sctx);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    finish(loop, sctx, cctx);
 }
 
 /* Out of fds: the connect fails at once, nothing is left behind (the
@@ -1523,9 +1462,7 @@ TEST(connect_out_of_fds_leaves_nothing) {
     CHECK_EQ(rc, -EMFILE);
     CHECK(lull_endpoint_closed(&t.ep));
     CHECK_EQ(lull_endpoint_send_copy(&t.ep, "x", 1), -EPIPE);
-    free_loop(loop);
-    lull_tls_ctx_free(cctx);
-    teardown_pki();
+    finish(loop, NULL, cctx);
 }
 
 /* Certificates and trust from files: a key and chain, a CA file, a CA
@@ -1546,9 +1483,7 @@ static void one_hello(lull_tls_ctx *cctx, lull_tls_ctx *sctx) {
     for (int i = 0; i < 100 && s.frames == 0 && !s.closed; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK(strcmp(s.last, "files") == 0);
-    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
-    settle_closes(loop, &c, &s);
-    CHECK_EQ(s.reason, 0);
+    close_cleanly(loop, &c, &s);
     free_loop(loop);
 }
 

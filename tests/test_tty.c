@@ -86,6 +86,12 @@ static struct termios mode_of(int fd) {
     return t;
 }
 
+/* Whether fd's mode is `want` (again). */
+static bool mode_is(int fd, const struct termios *want) {
+    struct termios now = mode_of(fd);
+    return same_mode(want, &now);
+}
+
 static bool is_raw(int fd) {
     struct termios t = mode_of(fd);
     return !(t.c_lflag & (ICANON | ECHO | ISIG));
@@ -130,6 +136,20 @@ static void term_close_and_wait(lull_loop *loop, term *k) {
     run_until(loop, &k->closes, 1);
 }
 
+/* Closes n ttys, then waits for each one's close callback. */
+static void term_close_all(lull_loop *loop, term *k, int n) {
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(lull_tty_close(&k[i].t), 0);
+    for (int i = 0; i < n; i++)
+        run_until(loop, &k[i].closes, 1);
+}
+
+/* A case's end: the loop freed (nothing left on it), the pty closed. */
+static void finish(lull_loop *loop, pty *p) {
+    free_loop(loop);
+    pty_close(p);
+}
+
 /* Reads from fd until `want` bytes came or 10 s passed. */
 static size_t read_some(int fd, char *buf, size_t want) {
     size_t got = 0;
@@ -171,16 +191,13 @@ TEST(raw_mode_set_and_restored) {
     CHECK(is_raw(p.slave));
     CHECK(!(mode_of(p.slave).c_oflag & OPOST));
     CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_NORMAL), 0);
-    struct termios now = mode_of(p.slave);
-    CHECK(same_mode(&before, &now));
+    CHECK(mode_is(p.slave, &before));
     CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
     CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0); /* again: 0 */
     term_close_and_wait(loop, &k);
     CHECK_EQ(k.reason, 0);
-    now = mode_of(p.slave);
-    CHECK(same_mode(&before, &now));
-    free_loop(loop);
-    pty_close(&p);
+    CHECK(mode_is(p.slave, &before));
+    finish(loop, &p);
 }
 
 /* lull_tty_reset_mode, called directly as an exit path would: the mode
@@ -195,15 +212,12 @@ TEST(reset_mode_restores_without_the_loop) {
     CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
     CHECK(is_raw(p.slave));
     lull_tty_reset_mode();
-    struct termios now = mode_of(p.slave);
-    CHECK(same_mode(&before, &now));
+    CHECK(mode_is(p.slave, &before));
     CHECK_EQ(k.t.mode, LULL_TTY_MODE_RAW);
     term_close_and_wait(loop, &k);
-    now = mode_of(p.slave);
-    CHECK(same_mode(&before, &now));
+    CHECK(mode_is(p.slave, &before));
     lull_tty_reset_mode(); /* nothing entered: touches nothing */
-    free_loop(loop);
-    pty_close(&p);
+    finish(loop, &p);
 }
 
 static void crash_handler(int sig) {
@@ -236,8 +250,7 @@ TEST(reset_mode_in_a_crash_handler) {
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 42);
-    struct termios now = mode_of(p.slave);
-    CHECK(same_mode(&before, &now));
+    CHECK(mode_is(p.slave, &before));
     pty_close(&p);
 }
 
@@ -261,13 +274,9 @@ TEST(reset_table_full) {
     CHECK_EQ(lull_tty_set_mode(&k[0].t, LULL_TTY_MODE_RAW), -ENOSPC);
     CHECK_EQ(lull_tty_close(&k[1].t), 0);
     CHECK_EQ(lull_tty_set_mode(&k[0].t, LULL_TTY_MODE_RAW), 0);
-    for (int i = 0; i < N; i++)
-        CHECK_EQ(lull_tty_close(&k[i].t), 0);
-    for (int i = 0; i < N; i++)
-        run_until(loop, &k[i].closes, 1);
+    term_close_all(loop, k, N);
     free(k);
-    free_loop(loop);
-    pty_close(&p);
+    finish(loop, &p);
 }
 
 /* ------------------------------------------------------------ bytes */
@@ -290,8 +299,7 @@ TEST(bytes_both_ways) {
     CHECK(memcmp(k.buf, "ab\003", 3) == 0);
     CHECK(k.t.stream.bytes_read >= 3);
     term_close_and_wait(loop, &k);
-    free_loop(loop);
-    pty_close(&p);
+    finish(loop, &p);
 }
 
 /* The caller's fd keeps its flags: the tty opened the terminal anew, and
@@ -312,8 +320,7 @@ TEST(caller_fd_stays_blocking) {
     CHECK_EQ(fcntl(p.slave, F_GETFL), fl);
     term_close_and_wait(loop, &k);
     CHECK_EQ(fcntl(p.slave, F_GETFL), fl);
-    free_loop(loop);
-    pty_close(&p);
+    finish(loop, &p);
 }
 
 /* A pty's master has no name to open anew (/dev/ptmx would make a new
@@ -342,8 +349,7 @@ TEST(master_fd_falls_back_and_gives_flags_back) {
     CHECK_EQ(fcntl(p.master, F_SETFL, fl | O_NONBLOCK), 0);
     term_close_and_wait(loop, &k);
     CHECK_EQ(fcntl(p.master, F_GETFL), fl);
-    free_loop(loop);
-    pty_close(&p);
+    finish(loop, &p);
 }
 
 /* ------------------------------------------------------ window size */
@@ -385,8 +391,7 @@ TEST(winsize_and_resize_by_sigwinch) {
     CHECK_EQ(sig.received, 1);
     CHECK_EQ(lull_signal_stop(&sig), 0);
     term_close_and_wait(loop, &k);
-    free_loop(loop);
-    pty_close(&p);
+    finish(loop, &p);
 }
 
 /* ---------------------------------------------------------- hostile */
@@ -447,8 +452,7 @@ TEST(tty_argument_errors) {
         CHECK_EQ(rc, -EINVAL);
     }
     CHECK_EQ(open_fds(), open_before);
-    free_loop(loop);
-    pty_close(&p);
+    finish(loop, &p);
 }
 
 /* The master goes away under RAW: the stream ends (the terminal hung
@@ -473,8 +477,7 @@ TEST(hangup_under_raw_mode) {
     CHECK_EQ(k.closes, 1);
     CHECK_EQ(open_fds(), open_before - 1); /* the master, closed above */
     lull_tty_reset_mode(); /* the entry is gone: nothing to touch */
-    free_loop(loop);
-    pty_close(&p);
+    finish(loop, &p);
 }
 
 /* A close inside the stream's own on_frame: the mode is back at once, the
@@ -490,10 +493,8 @@ TEST(close_inside_on_frame) {
     CHECK_EQ(write(p.master, "q", 1), 1);
     run_until(loop, &k.closes, 1);
     CHECK_EQ(k.len, 1);
-    struct termios now = mode_of(p.slave);
-    CHECK(same_mode(&before, &now));
-    free_loop(loop);
-    pty_close(&p);
+    CHECK(mode_is(p.slave, &before));
+    finish(loop, &p);
 }
 
 /* Out of fds at each step of the set-up (the reopen, the stream's dup,
@@ -534,13 +535,9 @@ TEST(tty_init_out_of_fds) {
         term_init(loop, &k[i], p.slave);
         CHECK_EQ(lull_tty_set_mode(&k[i].t, LULL_TTY_MODE_RAW), 0);
     }
-    for (int i = 0; i < N; i++)
-        CHECK_EQ(lull_tty_close(&k[i].t), 0);
-    for (int i = 0; i < N; i++)
-        run_until(loop, &k[i].closes, 1);
+    term_close_all(loop, k, N);
     free(k);
-    free_loop(loop);
-    pty_close(&p);
+    finish(loop, &p);
 }
 
 /* The terminal hangs up and the tty is closed inside the stream's own
@@ -566,6 +563,5 @@ TEST(close_inside_on_close_after_hangup) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(k.closes, 1);
     CHECK_EQ(k.t.mode, LULL_TTY_MODE_NORMAL);
-    free_loop(loop);
-    pty_close(&p);
+    finish(loop, &p);
 }

@@ -3,10 +3,11 @@
  * wait: echo, every datagram checked, in order; the sends of one slice in
  * one sendmmsg (counted by the handle, not timed); a flood read a bounded
  * number of batches per iteration (a task posted by the first datagram runs
- * before the rest); truncation reported; ICMP's refusal on a connected
- * socket reported; GSO and GRO giving the same datagrams as plain sends;
- * the send bound; close and recv_stop inside every callback; hostile
- * arguments. */
+ * before the rest); exactly a full batch, then more, none lost; truncation
+ * reported; ICMP's refusal on a connected socket reported; each datagram's
+ * own sender when a slot is reused; GSO and GRO giving the same datagrams
+ * as plain sends; the send bound; close and recv_stop inside every
+ * callback; hostile arguments. */
 #include "check.h"
 
 #include <arpa/inet.h>
@@ -17,6 +18,7 @@
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static lull_loop *new_loop(void) {
@@ -321,6 +323,67 @@ TEST(flood_is_read_a_bounded_number_of_batches_per_iteration) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Exactly a full batch pending, then more arriving: while the full
+ * batch's last datagram is delivered (before lull looks at the socket
+ * again), and after the batch, once the loop has gone on. Nothing is lost,
+ * nothing comes twice, the order holds; and the extra arrivals are read
+ * without any other event on the socket to prompt them. */
+static int full_fd = -1;
+static struct sockaddr_in full_to;
+static int full_count;
+static unsigned char full_seen[64];
+
+static void full_send(int first, int n) {
+    for (int i = first; i < first + n; i++) {
+        unsigned char b = (unsigned char)i;
+        CHECK_EQ(sendto(full_fd, &b, 1, 0, (struct sockaddr *)&full_to,
+                        sizeof full_to),
+                 1);
+    }
+}
+
+static void full_recv(lull_udp *udp, int status, const void *bytes, size_t len,
+                      const struct sockaddr *from, unsigned flags) {
+    (void)udp, (void)from, (void)flags;
+    CHECK_EQ(status, 0);
+    CHECK_EQ(len, 1u);
+    if (full_count < 64) full_seen[full_count] = *(const unsigned char *)bytes;
+    full_count++;
+    if (full_count == 8) full_send(8, 3); /* the batch's last: 3 more */
+}
+
+TEST(a_full_batch_then_more_arriving_loses_nothing) {
+    lull_loop *loop = new_loop();
+    lull_udp_options o = {.recv_batch = 8};
+    lull_udp r;
+    CHECK_EQ(lull_udp_init(loop, &r, &o), 0);
+    CHECK_EQ(lull_udp_bind(&r, "127.0.0.1", 0, 0), 0);
+    CHECK_EQ(lull_udp_recv_start(&r, full_recv), 0);
+    full_to = v4(lull_udp_local_port(&r));
+    full_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(full_fd >= 0);
+    full_count = 0;
+    full_send(0, 8); /* exactly one batch */
+    run_until(loop, &full_count, 11);
+    uint64_t calls = r.recv_calls;
+    /* After the batch and its 3, once the handle has read the socket
+     * empty: another exactly full batch, then 5 more later. */
+    full_send(11, 8);
+    run_until(loop, &full_count, 19);
+    full_send(19, 5);
+    run_until(loop, &full_count, 24);
+    for (int i = 0; i < 24; i++)
+        CHECK_EQ(full_seen[i], i); /* none lost, none twice, in order */
+    CHECK(r.recv_calls > calls);
+    /* Nothing more: a loop with nothing ready does not deliver again. */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(full_count, 24);
+    close(full_fd);
+    lull_udp_close(&r, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(truncated_datagram_is_reported) {
     lull_loop *loop = new_loop();
     lull_udp_options o = {.max_datagram = 16};
@@ -520,6 +583,74 @@ TEST(recv_stop_inside_the_callback_holds_the_rest) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Each datagram's sender, whatever the one before it in the same slot: a
+ * slot's header is set up again after every recvmmsg that filled it (the
+ * kernel shortened its address length to the last sender's). Unix
+ * datagram sockets, whose address lengths differ by sender: an unnamed
+ * one (none), then one with a long abstract name, into slot 0 both. */
+static char from_path[4][108];
+static int from_count;
+
+static void from_recv(lull_udp *udp, int status, const void *bytes, size_t len,
+                      const struct sockaddr *from, unsigned flags) {
+    (void)udp, (void)bytes, (void)len, (void)flags;
+    CHECK_EQ(status, 0);
+    CHECK(from != NULL);
+    /* An unnamed sender has no address (length 0): only a named one's is
+     * looked at. */
+    const struct sockaddr_un *un = (const struct sockaddr_un *)from;
+    if (from_count < 4 && from->sa_family == AF_UNIX) /* a NUL, the name */
+        memcpy(from_path[from_count], un->sun_path + 1,
+               sizeof un->sun_path - 1);
+    from_count++;
+}
+
+static socklen_t abstract_name(struct sockaddr_un *a, const char *name) {
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    size_t n = strlen(name);
+    memcpy(a->sun_path + 1, name, n);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+TEST(each_datagram_carries_its_own_sender_in_a_reused_slot) {
+    lull_loop *loop = new_loop();
+    char name[64], long_name[96];
+    snprintf(name, sizeof name, "lull-test-udp-rx-%d", (int)getpid());
+    snprintf(long_name, sizeof long_name,
+             "lull-test-udp-a-sender-with-a-long-name-%d", (int)getpid());
+    struct sockaddr_un rxa, txa;
+    socklen_t rxlen = abstract_name(&rxa, name);
+    socklen_t txlen = abstract_name(&txa, long_name);
+    int rfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int anon = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int named = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(rfd >= 0 && anon >= 0 && named >= 0);
+    CHECK_EQ(bind(rfd, (struct sockaddr *)&rxa, rxlen), 0);
+    CHECK_EQ(bind(named, (struct sockaddr *)&txa, txlen), 0);
+    lull_udp r;
+    CHECK_EQ(lull_udp_init(loop, &r, NULL), 0);
+    CHECK_EQ(lull_udp_open(&r, rfd), 0);
+    CHECK_EQ(lull_udp_recv_start(&r, from_recv), 0);
+    from_count = 0;
+    memset(from_path, 0x55, sizeof from_path);
+    CHECK_EQ(sendto(anon, "a", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    run_until(loop, &from_count, 1);
+    CHECK_EQ(sendto(named, "n", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    run_until(loop, &from_count, 2);
+    CHECK_EQ(strcmp(from_path[1], long_name), 0);
+    /* A batch of two, then one from the unnamed: slots 0 and 1 again. */
+    CHECK_EQ(sendto(anon, "a", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    CHECK_EQ(sendto(named, "n", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    run_until(loop, &from_count, 4);
+    CHECK_EQ(strcmp(from_path[3], long_name), 0);
+    close(anon);
+    close(named);
+    lull_udp_close(&r, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A full receiver: Unix datagram sockets make the sender wait (UDP on
  * loopback would drop instead). Every datagram arrives, in order, once
  * the receiver reads; the sender waited in epoll, not in a spin. */
@@ -634,6 +765,43 @@ TEST(gso_without_the_kernel_splits_by_hand) {
 }
 TEST(gro_receive_splits_coalesced_datagrams) {
     segmented(true);
+}
+
+/* With GRO, a slot that held a plain datagram (no control data: the
+ * kernel set its control length to 0) takes a coalesced one next: its
+ * control length is set again, so the segment size arrives and the ten
+ * datagrams are split as before, not delivered as one of 1,000 bytes. */
+TEST(gro_slot_reused_after_a_plain_datagram) {
+    lull_loop *loop = new_loop();
+    lull_udp_options ro = {.gro = true};
+    rx r;
+    rx_bind(loop, &r, &ro);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp plain;
+    CHECK_EQ(lull_udp_init(loop, &plain, NULL), 0);
+    CHECK_EQ(send_n(&plain, 1, (struct sockaddr *)&to), 0);
+    run_until(loop, &r.count, 1);
+    CHECK_EQ(r.lens[0], 8);
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[1000];
+    for (int i = 0; i < 1000; i++)
+        big[i] = (unsigned char)(i / 100);
+    static lull_datagram d;
+    CHECK_EQ(
+        lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to, NULL),
+        0);
+    run_until(loop, &r.count, 11);
+    for (int i = 1; i <= 10; i++) {
+        CHECK_EQ(r.lens[i], 100);
+        CHECK_EQ(r.seen[i], i - 1);
+    }
+    lull_udp_close(&plain, NULL);
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 TEST(multicast_on_the_loopback_interface) {

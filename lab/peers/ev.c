@@ -140,11 +140,19 @@ static void idle_end(struct ev_loop *loop, ev_timer *w, int revents) {
     ev_break(loop, EVBREAK_ALL);
 }
 
+static void idle_timer(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)loop;
+    (void)w;
+    (void)revents; /* due in an hour or more: never fires in the window */
+}
+
 static int idle(const turns_params *p, turns_result *out) {
-    int n = p->idle_handles_peer;
+    int n = p->idle_handles;
     ev_io *ios = calloc((size_t)n, sizeof *ios);
+    ev_timer *timers = calloc((size_t)n, sizeof *timers);
     int *fds = calloc((size_t)n, sizeof *fds);
-    int rc = !ios || !fds ? -ENOMEM : turns_open_sockets(fds, n);
+    uint64_t seed = p->seed;
+    int rc = !ios || !timers || !fds ? -ENOMEM : turns_open_sockets(fds, n);
     if (rc < 0) goto out;
     struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
     if (!loop) {
@@ -153,6 +161,9 @@ static int idle(const turns_params *p, turns_result *out) {
         for (int i = 0; i < n; i++) {
             ev_io_init(&ios[i], idle_io, fds[i], EV_READ);
             ev_io_start(loop, &ios[i]);
+            ev_timer_init(&timers[i], idle_timer,
+                          (double)turns_idle_delay_ns(&seed) / 1e9, 0.);
+            ev_timer_start(loop, &timers[i]);
         }
         ev_timer end;
         ev_timer_init(&end, idle_end, (double)p->idle_window_ns / 1e9, 0.);
@@ -163,13 +174,16 @@ static int idle(const turns_params *p, turns_result *out) {
         ev_timer_start(loop, &end);
         ev_run(loop, 0);
         turns_idle_end(&clk, p, out);
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
             ev_io_stop(loop, &ios[i]);
+            ev_timer_stop(loop, &timers[i]);
+        }
         ev_loop_destroy(loop);
     }
     turns_close_sockets(fds, n);
 out:
     free(ios);
+    free(timers);
     free(fds);
     return rc;
 }

@@ -196,10 +196,12 @@ static void idle_end(evutil_socket_t fd, short what, void *arg) {
 }
 
 static int idle(const turns_params *p, turns_result *out) {
-    int n = p->idle_handles_peer;
+    int n = p->idle_handles;
     struct event *evs = calloc((size_t)n, sizeof *evs);
+    struct event *timers = calloc((size_t)n, sizeof *timers);
     int *fds = calloc((size_t)n, sizeof *fds);
-    int rc = !evs || !fds ? -ENOMEM : turns_open_sockets(fds, n);
+    uint64_t seed = p->seed;
+    int rc = !evs || !timers || !fds ? -ENOMEM : turns_open_sockets(fds, n);
     if (rc < 0) goto out;
     struct event_base *base = new_base(EVENT_BASE_FLAG_NOLOCK, drain);
     if (!base) {
@@ -209,6 +211,12 @@ static int idle(const turns_params *p, turns_result *out) {
             event_assign(&evs[i], base, fds[i], EV_READ | EV_PERSIST, idle_io,
                          NULL);
             event_add(&evs[i], NULL);
+            /* due in an hour or more: never fires in the window */
+            uint64_t d = turns_idle_delay_ns(&seed);
+            struct timeval tv = {(time_t)(d / 1000000000),
+                                 (suseconds_t)(d % 1000000000 / 1000)};
+            evtimer_assign(&timers[i], base, idle_io, NULL);
+            evtimer_add(&timers[i], &tv);
         }
         struct event end;
         evtimer_assign(&end, base, idle_end, base);
@@ -221,14 +229,17 @@ static int idle(const turns_params *p, turns_result *out) {
         evtimer_add(&end, &window);
         event_base_loop(base, 0);
         turns_idle_end(&clk, p, out);
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
             event_del(&evs[i]);
+            event_del(&timers[i]);
+        }
         event_del(&end);
         event_base_free(base);
     }
     turns_close_sockets(fds, n);
 out:
     free(evs);
+    free(timers);
     free(fds);
     return rc;
 }

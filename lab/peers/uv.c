@@ -134,18 +134,27 @@ static void idle_end(uv_timer_t *h) {
     uv_stop(h->loop);
 }
 
+static void idle_timer(uv_timer_t *h) {
+    (void)h; /* due in an hour or more: never fires in the window */
+}
+
 static int idle(const turns_params *p, turns_result *out) {
-    int n = p->idle_handles_peer;
+    int n = p->idle_handles;
     uv_poll_t *polls = calloc((size_t)n, sizeof *polls);
+    uv_timer_t *timers = calloc((size_t)n, sizeof *timers);
     int *fds = calloc((size_t)n, sizeof *fds);
     uv_loop_t loop;
-    int rc = !polls || !fds ? -ENOMEM : turns_open_sockets(fds, n);
+    uint64_t seed = p->seed;
+    int rc = !polls || !timers || !fds ? -ENOMEM : turns_open_sockets(fds, n);
     if (rc < 0) goto out;
     rc = uv_loop_init(&loop);
     if (rc == 0) {
         for (int i = 0; i < n; i++) {
             uv_poll_init(&loop, &polls[i], fds[i]);
             uv_poll_start(&polls[i], UV_READABLE, never_ready);
+            uv_timer_init(&loop, &timers[i]);
+            uv_timer_start(&timers[i], idle_timer,
+                           turns_idle_delay_ns(&seed) / 1000000, 0);
         }
         uv_timer_t end;
         uv_timer_init(&loop, &end);
@@ -161,6 +170,7 @@ static int idle(const turns_params *p, turns_result *out) {
     turns_close_sockets(fds, n);
 out:
     free(polls);
+    free(timers);
     free(fds);
     return rc;
 }

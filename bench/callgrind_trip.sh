@@ -1,0 +1,44 @@
+#!/bin/sh
+# Instructions per cross-thread round trip, counted by callgrind: the
+# remote_trip bench at two lengths N1 and N2, (Ir(N2) - Ir(N1)) / (N2 - N1),
+# both threads of the process counted (callgrind runs them one at a time,
+# so the interleaving is not a real CPU's; the count is what the code
+# executes per trip on the path callgrind's scheduling takes).
+#
+#   bench/callgrind_trip.sh [BUILD_DIR] [N1] [N2]
+#   (BUILD_DIR defaults to build/release; N1, N2 to 20000, 60000)
+set -eu
+
+build=${1:-build/release}
+n1=${2:-20000}
+n2=${3:-60000}
+bin="$build/bench/remote_trip"
+
+if ! command -v valgrind >/dev/null 2>&1; then
+    echo "callgrind_trip: valgrind not installed, nothing measured"
+    exit 0
+fi
+if [ ! -x "$bin" ]; then
+    echo "callgrind_trip: $bin missing (build first)" >&2
+    exit 1
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ir() {
+    out="$tmp/out"
+    valgrind --tool=callgrind --callgrind-out-file="$out" "$@" \
+        >/dev/null 2>&1 || { echo "failed: $*" >&2; echo 0; return; }
+    awk '/^(totals|summary):/ { print $2; exit }' "$out"
+    rm -f "$out"
+}
+
+echo "instructions per cross-thread round trip (callgrind; N = $n1 and $n2)"
+for mode in futex epoll; do
+    a=$(ir "$bin" "$mode" "$n1")
+    b=$(ir "$bin" "$mode" "$n2")
+    awk -v m="$mode" -v a="$a" -v b="$b" -v n1="$n1" -v n2="$n2" \
+        'BEGIN { if (a == 0 || b == 0) printf "  %-8s failed\n", m;
+                 else printf "  %-8s %8.1f\n", m, (b - a) / (n2 - n1) }'
+done

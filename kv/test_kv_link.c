@@ -1,0 +1,318 @@
+/* lull-kv's replication links (link.c) between a primary and a replica
+ * on one real loop, over a socketpair per link: the catch-up sender
+ * thread's hand-off and its ends. A transport of the test's own (pair_net:
+ * lull streams on socketpairs) stands in for server.c's, which holds main;
+ * the servers are the ones lull-kv runs (node.c, conn.c, link.c).
+ *
+ * The backlog is a few MiB (past the hand-off's 1 MiB), so that it is out
+ * on the thread for many loop iterations: the replica reads on the same
+ * loop, and the thread waits for the socket meanwhile. Cases end by
+ * closing every connection and checking that the loop frees cleanly. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_setaffinity_np */
+#endif
+#include "check.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dump.h"
+#include "server.h"
+
+/* ------------------------------------------------- the test's transport */
+
+static server *primary_of; /* where a replica's connect lands */
+
+static lull_stream *ep_stream(lull_endpoint *ep) {
+    return LULL_CONTAINER_OF(ep, lull_stream, ep);
+}
+static int pair_read_stop(lull_endpoint *ep) {
+    return lull_stream_read_stop(ep_stream(ep));
+}
+static int pair_read_start(lull_endpoint *ep) {
+    return lull_stream_read_start(ep_stream(ep));
+}
+static int pair_shutdown(lull_endpoint *ep) {
+    return lull_stream_shutdown(ep_stream(ep));
+}
+static void pair_peer(lull_endpoint *ep, char *s, size_t cap, bool port) {
+    (void)ep;
+    snprintf(s, cap, port ? "pair:0" : "pair");
+}
+static int pair_fd(lull_endpoint *ep) {
+    return lull_stream_fd(ep_stream(ep));
+}
+
+static lull_task connected; /* master_connected, a turn after the connect */
+static server *connecting;
+static void pair_connected(lull_task *t) {
+    (void)t;
+    master_connected(connecting, 0);
+}
+
+/* A socketpair: one end the primary's new client connection, the other
+ * the replica's link. */
+static int pair_connect(server *r) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return -errno;
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    conn *c = conn_new(primary_of);
+    CHECK(c != NULL);
+    CHECK_EQ(lull_stream_open(primary_of->loop, &c->t.stream, sv[0], &o), 0);
+    conn_start(c, &c->t.stream.ep);
+    r->m.t.stream.ep.data = r;
+    r->m.ep = &r->m.t.stream.ep;
+    CHECK_EQ(lull_stream_open(r->loop, &r->m.t.stream, sv[1], &o), 0);
+    r->m.t.stream.ep.data = r;
+    connecting = r;
+    lull_task_init(&connected, pair_connected);
+    lull_task_post(r->loop, &connected);
+    return 0;
+}
+
+static const kv_net pair_net = {pair_read_stop, pair_read_start, pair_shutdown,
+                                pair_peer,      pair_connect,    NULL,
+                                pair_fd};
+
+static void quiet_log(server *srv, const char *line) {
+    (void)srv;
+    if (getenv("KV_LINK_LOG")) fprintf(stderr, "%s\n", line);
+}
+
+/* ------------------------------------------------------------ the nodes */
+
+static void node_open(server *s, lull_loop *loop, bool replica) {
+    server_defaults(s);
+    s->log = quiet_log;
+    s->catchup = CATCHUP_THREAD; /* whatever the machine's CPUs */
+    memset(s->kv.replid, 'b', 40);
+    if (replica) {
+        s->kv.replica = true;
+        snprintf(s->m.host, sizeof s->m.host, "pair");
+        snprintf(s->m.addr, sizeof s->m.addr, "pair");
+    }
+    CHECK_EQ(server_open(s, loop, &pair_net, 1000000000000ll), 0);
+}
+
+/* A write on the primary, as conn.c runs one: logged, links woken. */
+static void write_cmd(server *p, const char *a0, const char *a1,
+                      const char *a2) {
+    resp_arg argv[3] = {{a0, strlen(a0)}, {a1, strlen(a1)}, {0, 0}};
+    size_t argc = 2;
+    if (a2) {
+        argv[2] = (resp_arg){a2, strlen(a2)};
+        argc = 3;
+    }
+    buf out = {0};
+    uint64_t end = p->kv.log.end;
+    kv_exec(&p->kv, NULL, argv, argc, &out);
+    buf_free(&out);
+    if (p->kv.log.end != end && p->kv.npeers) wake_links(p);
+}
+
+/* The primary's backlog: n keys of 64-byte values (n = 40,000: 4 MiB). */
+static void load(server *p, int n) {
+    char k[32], v[65];
+    for (int i = 0; i < n; i++) {
+        snprintf(k, sizeof k, "key:%d", i);
+        snprintf(v, sizeof v, "%064d", i);
+        write_cmd(p, "SET", k, v);
+    }
+}
+
+static uint64_t now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* The replica is at the primary's end, with nothing out on the thread. */
+static bool in_sync(const server *p, const server *r) {
+    return r->m.state == M_UP && r->kv.offset == p->kv.log.end &&
+           p->senders_out == 0;
+}
+
+/* Runs the loop until in sync (20 s at most). */
+static void run_to_sync(lull_loop *loop, server *p, server *r) {
+    uint64_t t0 = now_ms();
+    while (!in_sync(p, r)) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+}
+
+static void same_dumps(server *p, server *r) {
+    buf a = {0}, b = {0};
+    kv_dump(&p->kv, &a);
+    kv_dump(&r->kv, &b);
+    CHECK_EQ(a.len, b.len);
+    CHECK(memcmp(a.p, b.p, a.len) == 0);
+    buf_free(&a);
+    buf_free(&b);
+}
+
+/* Closes every connection of both, stops and frees them and the loop. */
+static void close_all(lull_loop *loop, server *p, server *r) {
+    server_stop(r);
+    server_stop(p);
+    for (conn *c = p->conns, *next; c; c = next) {
+        next = c->next; /* dropped, it leaves the list at its close */
+        conn_drop(c, NULL);
+    }
+    for (int i = 0; i < 1000 && lull_loop_alive(loop); i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    server_free(r);
+    server_free(p);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ---------------------------------------------------------------- cases */
+
+/* Writes made while the backlog is out on the thread (SET, DEL, INCR of
+ * keys the backlog holds too) reach the replica after it, in order: the
+ * two keyspaces end equal. */
+TEST_THREADED(writes_during_threaded_catchup_end_equal) {
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    server p, r;
+    node_open(&p, loop, false);
+    primary_of = &p;
+    load(&p, 40000);
+    node_open(&r, loop, true);
+    server_start(&r);
+    int during = 0, handed = 0;
+    uint64_t t0 = now_ms();
+    while (!in_sync(&p, &r)) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+        if (p.senders_out) handed++;
+        if (p.senders_out && during < 2000) {
+            char k[32], v[32];
+            snprintf(k, sizeof k, "key:%d", during * 7 % 40000);
+            snprintf(v, sizeof v, "late%d", during);
+            write_cmd(&p, "SET", k, v);
+            snprintf(k, sizeof k, "key:%d", during * 13 % 40000);
+            write_cmd(&p, "DEL", k, NULL);
+            write_cmd(&p, "INCR", "counter", NULL);
+            during++;
+        }
+    }
+    CHECK(handed > 0); /* the backlog went to the thread */
+    CHECK(during > 0); /* and writes came while it was there */
+    CHECK(p.senders != NULL);
+    same_dumps(&p, &r);
+    /* Live follow afterwards: on the loop (a small backlog). */
+    write_cmd(&p, "SET", "after", "1");
+    run_to_sync(loop, &p, &r);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+/* The replica's link drops while its backlog is out on the thread: the
+ * primary's link closes (its writes fail on the thread, whose done frees
+ * it), the replica reconnects from the offset it applied, and the two end
+ * equal. */
+TEST_THREADED(replica_disconnects_mid_threaded_catchup) {
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    server p, r;
+    node_open(&p, loop, false);
+    primary_of = &p;
+    load(&p, 40000);
+    node_open(&r, loop, true);
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    /* Some of the backlog applied, some still out. */
+    while (!(p.senders_out && r.kv.offset > 0)) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(r.kv.offset < p.kv.log.end);
+    lull_endpoint_close(r.m.ep, -ECONNRESET); /* retried in 100 ms */
+    while (p.kv.npeers || p.senders_out) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    write_cmd(&p, "SET", "key:5", "while-away");
+    run_to_sync(loop, &p, &r);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+/* The primary stops and frees while the thread is sending: server_stop
+ * cuts the backlog short, joins the thread and hears it back; nothing of
+ * the log is read after it is freed (the ASan build), nothing races (the
+ * TSan build), and the loop frees cleanly. */
+TEST_THREADED(primary_frees_while_sender_thread_runs) {
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    server p, r;
+    node_open(&p, loop, false);
+    primary_of = &p;
+    load(&p, 40000);
+    node_open(&r, loop, true);
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    while (!p.senders_out) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    server_stop(&p); /* the backlog is out: cut, joined, back */
+    CHECK_EQ(p.senders_out, 0);
+    CHECK(p.senders == NULL);
+    CHECK_EQ(p.kv.npeers, 0); /* its link closed */
+    close_all(loop, &p, &r);
+}
+
+/* --repl-catchup loop: the same catch-up never leaves the loop. */
+TEST(loop_catchup_starts_no_thread) {
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    server p, r;
+    node_open(&p, loop, false);
+    p.catchup = CATCHUP_LOOP;
+    primary_of = &p;
+    load(&p, 40000);
+    node_open(&r, loop, true);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK(p.senders == NULL);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+/* No descriptor left for the thread (RLIMIT_NOFILE lowered to just above
+ * the link's socketpair): the hand-off fails, is logged, and the replica
+ * catches up on the loop, ending equal. */
+TEST_THREADED(no_fd_for_the_thread_falls_back_to_the_loop) {
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    server p, r;
+    node_open(&p, loop, false);
+    primary_of = &p;
+    load(&p, 40000);
+    node_open(&r, loop, true);
+    /* The link's two ends take the two lowest free fds; nothing above. */
+    int f1 = dup(0), f2 = dup(0);
+    CHECK(f1 >= 0 && f2 > f1);
+    close(f1);
+    close(f2);
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = (rlim_t)f2 + 1;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK(p.senders == NULL); /* no thread: its loop wanted fds too */
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
