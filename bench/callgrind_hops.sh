@@ -7,6 +7,7 @@
 # hop_cost_peers was built with. Rows that check I/O the same way compare
 # like for like: lull's default with libevent at a 500 us dispatch
 # interval; lull every hop with uv_idle, ev_idle and libevent per callback.
+# The floor row is what any loop checking I/O every hop must at least do.
 # One row is per round trip instead: the loopback pair's, beside the hops.
 #
 #   bench/callgrind_hops.sh [BUILD_DIR] [N1] [N2]
@@ -52,6 +53,8 @@ per_hop() { # label, command...
 }
 
 echo "instructions per hop (callgrind; N = $n1 and $n2)"
+# The floor: no loop, epoll_wait(.., 0) and one indirect call per hop.
+per_hop "floor: epoll_wait(0) + 1 indirect call" "$bench/hop_cost" floor
 per_hop "lull: posted task (I/O every 0.5 ms)" "$bench/hop_cost" task
 per_hop "lull: posted task (I/O every hop)" "$bench/hop_cost" task-every-hop
 per_hop "lull: zero-delay timer (I/O every 0.5 ms)" "$bench/hop_cost" timer0

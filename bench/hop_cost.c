@@ -4,7 +4,7 @@
  * hop costs (setup and teardown cancel out). Like lull-lab's chains, the
  * loop watches one idle socket, so its I/O check is real.
  *
- *   hop_cost task|timer0|task-every-hop|timer0-every-hop|loopback N
+ *   hop_cost task|timer0|task-every-hop|timer0-every-hop|loopback|floor N
  *
  * The -every-hop modes run the loop with quantum_ns = 1, so it checks I/O
  * after every hop, as the peers' next-iteration callbacks do; the others
@@ -12,11 +12,15 @@
  * runs N round trips of lull-lab's "round trip alone" instead: one frame
  * each way over a loopback pair, handed over and re-sent from the frame
  * callback (two delivery turns per round trip), so its figure compares
- * with two task hops. */
+ * with two task hops. The floor mode runs no loop at all: N times
+ * epoll_wait(.., 0) on the same one-socket epoll set and one indirect call,
+ * what any loop that checks I/O every hop must at least do (lull-lab
+ * turns' "floor: epoll_wait(0) + 1 indirect call" row). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -77,16 +81,48 @@ static void timer_hop(lull_timer *timer) {
     }
 }
 
+/* The floor's hop: what a loop's callback does at the least. */
+typedef struct floor_hop {
+    void (*fn)(struct floor_hop *h);
+    unsigned long left;
+} floor_hop;
+
+__attribute__((noinline)) static void floor_step(floor_hop *h) {
+    h->left--;
+}
+
+/* The callback is reached through a pointer the compiler cannot see
+ * through (volatile), as a loop's is. */
+static int run_floor(int fd, unsigned long hops) {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        perror("epoll");
+        return 1;
+    }
+    static struct epoll_event events[256]; /* lull's EVENTS_CAP */
+    floor_hop h = {floor_step, hops};
+    void (*volatile fn)(floor_hop *) = h.fn;
+    while (h.left) {
+        (void)epoll_wait(ep, events, 256, 0);
+        fn(&h);
+    }
+    close(ep);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    static const char *const modes[] = {"task", "timer0", "task-every-hop",
-                                        "timer0-every-hop", "loopback"};
+    static const char *const modes[] = {"task",           "timer0",
+                                        "task-every-hop", "timer0-every-hop",
+                                        "loopback",       "floor"};
     int mode = -1;
-    for (int i = 0; argc == 3 && i < 5; i++)
+    for (int i = 0; argc == 3 && i < 6; i++)
         if (strcmp(argv[1], modes[i]) == 0) mode = i;
     if (mode < 0) {
         fprintf(stderr,
                 "usage: hop_cost "
-                "task|timer0|task-every-hop|timer0-every-hop|loopback N\n");
+                "task|timer0|task-every-hop|timer0-every-hop|loopback|floor "
+                "N\n");
         return 2;
     }
     bool timer = mode == 1 || mode == 3;
@@ -100,6 +136,7 @@ int main(int argc, char **argv) {
         perror("socketpair");
         return 1;
     }
+    if (mode == 5) return run_floor(sv[0], hops);
     chain c;
     memset(&c, 0, sizeof c);
     int rc = lull_loop_new(&c.loop, &opts);

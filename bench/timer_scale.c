@@ -39,11 +39,13 @@
  *    that grows the heap), not noise, and is printed with its index and its
  *    least time over the runs.
  *  - flush delay (lull on the real clock only): how much later than its
- *    call a lazy arm's delay starts counting, i.e. the reading that flushed
- *    it minus the time of the call, for arms made by a producer that posts
- *    itself and arms one timer per call, by one that does ~1 us of work
- *    per arm, and by a timer that re-arms itself from its callback on an
- *    otherwise idle loop (lull-lab turns' 1 ms lateness row).
+ *    call an arm's delay starts counting, i.e. the reading that gave it
+ *    its deadline minus the time of the call, for arms made by a producer
+ *    that posts itself and arms one timer per call, by one that does ~1 us
+ *    of work per arm, by that one again measuring the second of two arms
+ *    per call (a deferred arm: the first of a callback reads the clock),
+ *    and by a timer that re-arms itself from its callback on an otherwise
+ *    idle loop (lull-lab turns' 1 ms lateness row).
  *
  * Delays are pseudo-random in [1 h, 2 h), so nothing fires and each timer
  * lands at a random place in the heap. lull runs twice: on the real clock,
@@ -539,7 +541,10 @@ static const char *spread2(char *buf, size_t len, const double *v, uint32_t n) {
 static lull_timer *dtimers;
 static uint64_t *dcalled;
 static uint32_t dnext, dlimit;
-static bool dslow;
+static bool dslow, dsecond;
+/* Armed first in each callback by the second-arm producer, so the arm
+ * measured is a further one (deferred). */
+static lull_timer dlead;
 
 static void d_arm(uint32_t i, uint64_t delay) {
     dcalled[i] = now_ns();
@@ -553,6 +558,7 @@ static void d_producer(lull_task *t) {
         while (now_ns() < end) {
         }
     }
+    if (dsecond) lull_timer_start(&dlead, 3600ull * 1000000000u, 0);
     d_arm(dnext, 3600ull * 1000000000u);
     if (++dnext < dlimit) lull_task_post(lloop, t);
 }
@@ -596,18 +602,21 @@ static void run_flush_delay(void) {
            "(ns; what the arm adds to the timer's lateness)\n");
     printf("  %-44s %8s %8s %8s %9s %9s\n", "", "min", "p50", "p99", "p99.9",
            "max");
-    for (int mode = 0; mode < 3; mode++) {
+    lull_timer_init(lloop, &dlead, lull_cb);
+    lull_timer_unref(&dlead);
+    for (int mode = 0; mode < 4; mode++) {
         for (uint32_t i = 0; i < DELAY_ARMS; i++) {
             lull_timer_init(lloop, &dtimers[i], lull_cb);
             lull_timer_unref(&dtimers[i]); /* the run ends with them armed */
         }
-        uint32_t n = mode == 2 ? 2000 : DELAY_ARMS;
+        uint32_t n = mode == 3 ? 2000 : DELAY_ARMS;
         for (uint32_t i = 0; i < n; i++)
             delays[i] = 3600ull * 1000000000u;
         dnext = 0;
         dlimit = n;
-        dslow = mode == 1;
-        if (mode < 2) {
+        dslow = mode == 1 || mode == 2;
+        dsecond = mode == 2;
+        if (mode < 3) {
             lull_task t;
             lull_task_init(&t, d_producer);
             lull_task_post(lloop, &t);
@@ -623,14 +632,16 @@ static void run_flush_delay(void) {
         flush_delays(v, n);
         for (uint32_t i = 0; i < n; i++)
             lull_timer_stop(&dtimers[i]);
-        const char *what[3] = {"producer, one arm per task (no work)",
+        const char *what[4] = {"producer, one arm per task (no work)",
                                "producer, one arm per ~1 us task",
+                               "~1 us task, its second arm (deferred)",
                                "1 ms timer re-armed from its callback, idle"};
         print_delays(what[mode], v, n);
     }
-    printf("  bound: the rest of the arming callback, then the loop's next "
-           "clock read: at most one stride of\n  callbacks later, at the "
-           "latest when the slice ends\n");
+    lull_timer_stop(&dlead);
+    printf("  bound: none for a callback's first delayed arm (it reads the "
+           "clock); a further one, the rest\n  of its callback up to its "
+           "return or its next lull_loop_should_yield call\n");
     if (lull_loop_free(lloop) != 0) printf("  (loop not freed)\n");
 }
 

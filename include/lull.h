@@ -133,7 +133,10 @@ typedef struct lull_loop_options { /* all zero = defaults */
     lull_clock clock;    /* LULL_CLOCK_MONOTONIC (0) or LULL_CLOCK_VIRTUAL */
     lull_role role;      /* LULL_ROLE_SHARED (0): 0.5 ms quantum;
                             LULL_ROLE_DEDICATED: 2 ms quantum */
-    uint64_t quantum_ns; /* 0 = the role's default */
+    uint64_t quantum_ns; /* 0 = the role's default; under 1 us, every
+                            callback ends the slice (I/O checked every
+                            hop), and while no timer is armed the clock is
+                            read every 64 hops, not every hop */
     unsigned flags;      /* LULL_LOOP_* */
     uint64_t stall_ns;   /* a slice this long is a stall; 0 = 8 x quantum */
 } lull_loop_options;
@@ -163,11 +166,12 @@ LULL_EXTERN int lull_loop_run(lull_loop *loop, lull_run_mode mode);
  * From another thread, post a task that calls it. */
 LULL_EXTERN void lull_loop_stop(lull_loop *loop);
 /* The loop's notion of now in ns. On the real clock, the loop's last
- * CLOCK_MONOTONIC reading: each iteration, every few callbacks while busy
- * work runs, lull_loop_now_exact, and a delayed timer arm made outside a
- * callback (set-up code), which reads the clock. A delayed arm inside a
- * callback reads nothing and leaves it as it was: its delay counts from
- * the loop's next reading (lull_timer_start). On the virtual clock, the
+ * CLOCK_MONOTONIC reading: each iteration (every 64th of a loop with
+ * quantum_ns under 1 us and no timer armed), every few callbacks while busy
+ * work runs, lull_loop_now_exact, a delayed timer arm made outside a
+ * callback (set-up code) and the first delayed arm of a callback, which
+ * read the clock. A further delayed arm of the same callback reads nothing
+ * and leaves it as it was (lull_timer_start). On the virtual clock, the
  * virtual time. Reads no clock. */
 LULL_EXTERN uint64_t lull_loop_now(lull_loop *loop);
 /* Reads the loop's clock now (a syscall-free vDSO read on the real clock). */
@@ -277,9 +281,13 @@ LULL_EXTERN int lull_timer_init(lull_loop *loop, lull_timer *timer,
 /* Arms (or re-arms: new deadline, new arm order) the timer. delay 0 queues it
  * like a posted task; repeat > 0 fires every repeat ns, phase kept. On the
  * real clock the timer never fires before delay_ns has passed since this
- * call on CLOCK_MONOTONIC: inside a callback the delay counts from the
- * loop's next clock reading (no read here; at the latest when the slice
- * ends), elsewhere from a reading taken here. Deadlines saturate at
+ * call on CLOCK_MONOTONIC, and the delay counts from a reading taken here,
+ * except for a further delayed arm of a callback that already made one:
+ * that one reads nothing, and its delay counts from the loop's next
+ * reading, taken when the callback returns or at its next
+ * lull_loop_should_yield call, whichever comes first (so a batch of arms
+ * pays one reading, and is late by at most the work the callback does
+ * after the arm and before that point). Deadlines saturate at
  * UINT64_MAX (never, on the real clock); a repeating timer that fires at
  * UINT64_MAX has no next period and stops. */
 LULL_EXTERN void lull_timer_start(lull_timer *timer, uint64_t delay_ns,

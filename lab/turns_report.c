@@ -10,6 +10,24 @@
 /* lull's task chain, ns/hop, for (2)'s target; NaN until (1) ran. */
 static double lull_task_ns = NAN;
 
+/* lull's every-hop row ÷ the floor's (no loop: epoll_wait(0) and one
+ * indirect call per hop), round by round, as median [min–max]: both ran in
+ * the same round, so each ratio sees the same machine. */
+static void hop_floor_check(const lab_fig *fig) {
+    const lab_row *e = lab_fig_base(fig, TURNS_CLASS_EVERY_HOP);
+    const lab_row *fl = lab_fig_find(fig, "floor", "epoll_wait(0)");
+    if (!e || !fl) return;
+    const lab_series *a = &e->v[CHAIN_NS_PER_HOP];
+    const lab_series *b = &fl->v[CHAIN_NS_PER_HOP];
+    lab_series r = {.n = 0};
+    for (int i = 0; i < a->n && i < b->n; i++)
+        if (b->v[i] > 0) lab_series_add(&r, a->v[i] / b->v[i]);
+    if (!r.n) return;
+    lab_detail("  lull every hop ÷ the floor, round by round: %.3f [%.3f–%.3f] "
+               "(target ≤ 1.05)\n",
+               lab_series_median(&r), lab_series_min(&r), lab_series_max(&r));
+}
+
 /* Like for like in the chains: lull's row beside the cheapest peer row
  * that checks I/O the same way. */
 static void chain_checks(const lab_fig *fig, int f) {
@@ -35,6 +53,7 @@ static void chain_checks(const lab_fig *fig, int f) {
                    policy[cls], lab_fmt(a, lull), lab_fmt(c, peer), best->label,
                    peer / lull);
     }
+    hop_floor_check(fig);
     const lab_row *q = lab_fig_base(fig, TURNS_CLASS_QUANTUM);
     const lab_row *e = lab_fig_base(fig, TURNS_CLASS_EVERY_HOP);
     double dq = lab_row_median(q, CHAIN_NS_PER_HOP);
@@ -281,7 +300,8 @@ static void brief(lab_fig *const figs[TURNS_FIGURES]) {
         brief_row(&t, "posted task, I/O every hop", f,
                   lab_fig_base(f, TURNS_CLASS_EVERY_HOP),
                   lab_fig_best_peer(f, TURNS_CLASS_EVERY_HOP, CHAIN_NS_PER_HOP),
-                  NULL, CHAIN_NS_PER_HOP, "ns");
+                  lab_fig_find(f, "floor", "epoll_wait(0)"), CHAIN_NS_PER_HOP,
+                  "ns");
     }
     if ((f = figs[TURNS_LATENESS]))
         brief_row(&t, "1 ms timer lateness p99", f, lab_fig_base(f, 0),

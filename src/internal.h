@@ -52,6 +52,15 @@ void lull__assert_fail(const char *msg, const char *file, int line)
 #define LULL__IO_ROUND_SHIFT 8
 #define LULL__IO_ROUND_MASK  0xffffffu
 
+/* A quantum under this ends the slice after every callback: a poll and a
+ * clock read alone take longer here (epoll_wait(0) ~140 ns, a read ~40 ns),
+ * so reading the clock to find the quantum spent would only confirm it.
+ * Such a loop (quantum_ns = 1: I/O checked every hop) reads the clock at
+ * every LULL__EVERY_CALLBACK_READS-th slice end, and at every one while
+ * timers are armed or arms deferred (clock.c). */
+#define LULL__EVERY_CALLBACK_NS    1000u
+#define LULL__EVERY_CALLBACK_READS 64u
+
 /* "Not in a slice": should_yield counts down from here and never reaches 0. */
 #define LULL__COUNTDOWN_IDLE (INT64_MAX / 2)
 
@@ -112,7 +121,9 @@ struct lull_loop {
     bool virtual_clock;
     bool defer_arms; /* in a slice on the real clock: delayed arms wait for
                         the loop's next clock reading (src/timer.c) */
-    unsigned flags;  /* LULL_LOOP_* */
+    uint64_t arm_read_tasks; /* tasks_run when a delayed arm last read the
+                                clock: later arms of that callback defer */
+    unsigned flags;          /* LULL_LOOP_* */
 
     /* The slice of busy work (C5). All real-clock ns. */
     uint64_t quantum_ns;
@@ -121,12 +132,19 @@ struct lull_loop {
     uint64_t slice_deadline;
     uint64_t slice_timers_from; /* a timer that comes due from this real
                                    time on ends the slice (clock.c) */
-    uint64_t last_check; /* real time of the last clock read in a slice */
-    uint64_t read_time;  /* the last read after a callback returned */
-    uint64_t read_tasks; /* tasks_run at that read, or UINT64_MAX: when
-                            still equal at the slice's end, no callback ran
-                            since, and read_time ends the slice */
-    int64_t stride;      /* callbacks between clock reads, adaptive */
+    uint64_t last_check;  /* real time of the last clock read in a slice */
+    uint64_t read_time;   /* the slice's newest reading: its start, a
+                             renewal, or a read after a callback returned */
+    uint64_t read_tasks;  /* tasks_run at that read, or UINT64_MAX: when
+                             still equal at the slice's end, no callback ran
+                             since, and read_time ends the slice */
+    int64_t stride;       /* callbacks between clock reads, adaptive */
+    bool every_callback;  /* quantum under LULL__EVERY_CALLBACK_NS: each
+                             callback ends the slice, mostly unread */
+    bool time_stale;      /* read_time (and so now) is older than the last
+                             slice's end: an every_callback slice ended
+                             without reading (clock.c) */
+    uint32_t unread_ends; /* every_callback slice ends since the last read */
     bool in_slice;
     bool slice_spent;
     bool slice_stalled;
@@ -297,6 +315,10 @@ static inline void lull__run_queue(lull_loop *loop, lull__node *q) {
  * its flush here so that everything written in between leaves in one system
  * call (src/stream.c); lull_task_cancel unlinks it. */
 void lull__at_flush(lull_loop *loop, lull_task *task);
+
+/* A fresh reading for a loop whose last one may be stale (time_stale):
+ * the time since it was busy time, and now moves on. */
+uint64_t lull__time_refresh(lull_loop *loop, uint64_t stale);
 
 /* timer.c */
 /* t is a real-clock reading the loop just took: the deferred arms (made

@@ -74,7 +74,9 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
                            : QUANTUM_SHARED_NS;
     loop->stall_ns =
         opts->stall_ns ? opts->stall_ns : loop->quantum_ns * STALL_QUANTA;
+    loop->every_callback = loop->quantum_ns < LULL__EVERY_CALLBACK_NS;
     loop->countdown = LULL__COUNTDOWN_IDLE;
+    loop->arm_read_tasks = UINT64_MAX;
     loop->now = loop->virtual_clock ? 0 : lull__clock_real();
     loop->backend_fd = -1;
     loop->remote_fd = -1;
@@ -163,8 +165,7 @@ void lull__at_flush(lull_loop *loop, lull_task *task) {
  * would otherwise hold this pass, and the loop, for as long as its peer
  * keeps reading, with no quantum to stop it. A marker node ends the pass
  * (the loop's own, never run). */
-static void run_flush(lull_loop *loop) {
-    if (lull__queue_empty(&loop->flush)) return;
+static void run_flush_slow(lull_loop *loop) {
     lull__node *end = &loop->flush_end;
     lull__queue_push(&loop->flush, end);
     while (loop->flush.next != end) {
@@ -173,6 +174,10 @@ static void run_flush(lull_loop *loop) {
         lull__dispatch_node(loop, n);
     }
     lull__queue_remove(end);
+}
+
+static inline void run_flush(lull_loop *loop) {
+    if (!lull__queue_empty(&loop->flush)) run_flush_slow(loop);
 }
 
 bool lull_loop_alive(lull_loop *loop) {
@@ -332,7 +337,7 @@ static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
 
     lull_io *io;
     int events;
-    while (lull__backend_next(loop, &io, &events)) {
+    while (n && lull__backend_next(loop, &io, &events)) {
         lull__io_dispatch(loop, io, events);
         if (lull__after_callback(loop) && loop->stop) break;
     }
@@ -389,18 +394,27 @@ static void loop_verify(const lull_loop *loop) {
 static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     loop->m.iterations++;
     int64_t timeout = 0;
-    if (may_block) timeout = poll_timeout(loop, t0);
+    if (may_block && !ready_now(loop)) { /* ready work: only a look */
+        /* An every_callback slice that ended unread left t0 behind: a wait
+         * needs the real time (the timeout, idle_ns). */
+        if (LULL_UNLIKELY(loop->time_stale)) t0 = lull__time_refresh(loop, t0);
+        timeout = poll_timeout(loop, t0);
+    }
     int collected = poll_and_dispatch_io(loop, timeout, t0);
     run_flush(loop); /* replies written by fd callbacks leave now */
-    if (may_block && collected == 0 && !loop->stop && !ready_now(loop))
+    if (LULL_UNLIKELY(loop->flags & LULL_LOOP_AUTO_ADVANCE) && may_block &&
+        collected == 0 && !loop->stop && !ready_now(loop))
         auto_advance(loop);
     if (!loop->stop) {
-        lull__timers_expire(loop, loop->now);
-        if (loop->audit_timer) attribute_timer_wakeup(loop);
-        lull__timers_run_due(loop);
+        if (loop->heap.len) lull__timers_expire(loop, loop->now);
+        if (LULL_UNLIKELY(loop->audit_timer)) attribute_timer_wakeup(loop);
+        /* run_due also empties the overrun table once the due list
+         * drains (src/timer.c). */
+        if (!lull__queue_empty(&loop->due) || loop->overruns_len)
+            lull__timers_run_due(loop);
     }
     if (!loop->stop) {
-        lull__slice_renew(loop);
+        if (loop->slice_spent) lull__slice_renew(loop);
         lull__run_queue(loop, &loop->ready);
     }
     run_flush(loop);
@@ -433,6 +447,8 @@ static int run_begin(lull_loop *loop) {
 }
 
 static void run_end(lull_loop *loop) {
+    /* The busy time an every_callback run has not read yet. */
+    if (loop->time_stale) (void)lull__time_refresh(loop, loop->read_time);
     if (loop->slack_restore >= 0)
         prctl(PR_SET_TIMERSLACK, loop->slack_restore, 0, 0, 0);
     loop->running = false;

@@ -12,42 +12,54 @@
  * deadline, so on the virtual clock nothing is ever skipped. Loop thread
  * only (lull_timer_start and lull_timer_stop assert it in debug builds).
  *
- * Never early (lull.h, lull_timer_start): on the real clock a timer never fires before
- * delay_ns has passed since its lull_timer_start call on CLOCK_MONOTONIC.
- * The cached "now" can be arbitrarily old at an arm (a callback that ran
- * long, set-up code before lull_loop_run); libuv and libev count from it
- * and fire early. lull counts from a reading taken at the call or after
- * it, never before:
+ * Never early (lull.h, lull_timer_start): on the real clock a timer never fires
+ * before delay_ns has passed since its lull_timer_start call on
+ * CLOCK_MONOTONIC. The cached "now" can be arbitrarily old at an arm (a
+ * callback that ran long, set-up code before lull_loop_run); libuv and libev
+ * count from it and fire early. lull counts from a reading taken at the call or
+ * after it, never before:
  *
- *  - Deferred arms, inside a slice on the real clock (loop->defer_arms: a
- *    callback of a running loop). The arm reads no clock: it stores its
- *    delay in the heap's deferred area (heap.h), and the loop's next
- *    real-clock reading gives every deferred arm its deadline, reading +
- *    delay (lull__timers_flush; clock.c calls it at each reading). Why
- *    that is never early: the reading is taken on the loop's thread after
- *    the arm returned (program order), and CLOCK_MONOTONIC never goes
- *    back, on any CPU, so the reading is at least the time of the call.
- *    The arm saves a clock read (~24 ns here, half of an arm + cancel
- *    with 10^6 armed). It costs lateness instead: the delay starts at the
- *    reading, which comes when the arming callback has returned and at
- *    most one stride of callbacks later (clock.c reads at least every 32
- *    callbacks, sooner when they are slow), and at the latest when the
- *    slice ends, before the loop polls again (bench/timer_scale prints
- *    these delays: ~0.2 us for a timer re-armed from its own callback on
- *    an idle loop). Until its flush a deferred timer is armed (active,
- *    keeps the loop alive) but has no deadline: lull_timer_deadline and
- *    lull_loop_walk take a reading to give it one.
+ *  - Inside a slice on the real clock (loop->defer_arms: a callback of a
+ *    running loop), the first delayed arm of a callback reads
+ *    CLOCK_MONOTONIC (the vDSO) and counts from it: exact, so a watchdog
+ *    armed before long synchronous work, or a producer's one arm per
+ *    task, is never stretched (deferring every arm to the next stride
+ *    read cost bench/timer_scale's producer of 1 us tasks 14 us at the
+ *    median, and milliseconds at p99.9 where the thread was preempted
+ *    between the arm and that read). The reading also flushes the arms deferred
+ * before it and refreshes the cached now (loop->arm_read_tasks says which
+ * callback read, by tasks_run).
+ *  - Deferred arms: a further delayed arm of that callback (a batch of
+ *    request timeouts re-armed by one read callback) reads no clock: it
+ *    stores its delay in the heap's deferred area (heap.h), and the loop's
+ *    next real-clock reading gives every deferred arm its deadline,
+ *    reading + delay (lull__timers_flush; clock.c calls it at each
+ *    reading). Why that is never early: the reading is taken on the
+ *    loop's thread after the arm returned (program order), and
+ *    CLOCK_MONOTONIC never goes back, on any CPU, so the reading is at
+ *    least the time of the call. A batch of arms thus pays one read
+ *    (~25-40 ns here, about an arm + cancel with 10^6 armed). The
+ *    lateness it costs is bounded: a deferral cuts the stride to its next
+ *    slice check (defer_ends_soon), so the reading comes when the arming
+ *    callback returns or at its next lull_loop_should_yield call,
+ *    whichever is first, and at the latest when the slice ends, before
+ *    the loop polls again (bench/timer_scale prints these delays). Until
+ *    its flush a deferred timer is armed (active, keeps the loop alive)
+ *    but has no deadline: lull_timer_deadline and lull_loop_walk take a
+ *    reading to give it one.
  *    Threads and processes: a deferred arm never outlives its slice (the
  *    slice's end asserts it), so a loop that moves to another thread
  *    between runs carries none; a child forked inside a callback holds a
  *    copy of the parent's slice, and its loop flushes the copy by its own
  *    readings when the callback returns.
  *    The five rows (README, "The contracts"), though nothing runs on its own:
- *    trigger: a real-clock reading the loop takes anyway (slice checks,
- *    lull_loop_should_yield's reads, the slice's end, lull_loop_now_exact);
+ *    trigger: a real-clock reading the loop takes anyway (the slice check
+ *    after the arming callback or at its next lull_loop_should_yield, the
+ *    slice's end, lull_loop_now_exact, the next callback's first arm);
  *    source of truth: the deferred area (heap.pend); pending-work
- *    predicate: heap.pend > 0; next deadline or retry: none, the slice's
- *    end reads at the latest; quiet condition: always outside a slice.
+ *    predicate: heap.pend > 0; next deadline or retry: none, the next
+ *    slice check reads at the latest; quiet condition: always outside a
+ *    slice.
  *  - Outside a slice (set-up code, another loop's callback) no reading is
  *    coming at a known time, so a delayed arm reads CLOCK_MONOTONIC (the
  *    vDSO) and counts from it, as lull_loop_now_exact does.
@@ -60,10 +72,10 @@
  *
  * Deadlines saturate at UINT64_MAX (a delay that would pass it never
  * fires) instead of wrapping into the past, deferred or not. Zero-delay
- * arms read no clock either way (C3). Timers armed one after another
- * outside a slice get distinct deadlines in arm order, and fire together
- * when they are due by the same expiry; arms one reading flushes with
- * equal delays get equal deadlines, and fire in arm order. */
+ * arms read no clock either way (C3). Timers armed one after another by
+ * their own readings get deadlines in arm order, and fire together when
+ * they are due by the same expiry; arms one reading flushes with equal
+ * delays get equal deadlines, and fire in arm order. */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -121,6 +133,20 @@ static void heap_defer(lull_loop *loop, lull_timer *t, uint64_t delay) {
     if (lull__heap_defer_slow(&loop->heap, t, delay) != 0) heap_oom();
     arm_order(loop, t);
     count_armed(loop, t);
+}
+
+/* A deferred arm is flushed by the next slice check: the one after this
+ * callback returns, or the callback's next lull_loop_should_yield call,
+ * whichever comes first, not one stride of callbacks later. The stride
+ * is cut to the calls it has counted so far, so the check plans the next
+ * one from the right pace. Only the first arm deferred since the last
+ * flush cuts it: every slice check flushes (clock.c), so while arms are
+ * pending no check has planned a longer stride since the cut. */
+static inline void defer_ends_soon(lull_loop *loop) {
+    if (loop->heap.pend == 1 && loop->countdown > 1) {
+        loop->stride -= loop->countdown - 1;
+        loop->countdown = 1;
+    }
 }
 
 static void heap_del(lull_loop *loop, lull_timer *t) {
@@ -226,6 +252,25 @@ static inline bool arm_deferred(const lull_loop *loop) {
     return loop->defer_arms; /* in_slice && !virtual_clock */
 }
 
+/* Has a delayed arm of the running callback read the clock already? Then
+ * this one defers (a batch of arms pays one reading); else it reads. Only
+ * ever true inside a slice on the real clock (arm_deferred): only such an
+ * arm reads here, and the slice's end forgets it (lull__slice_end). */
+static inline bool callback_has_read(const lull_loop *loop) {
+    return loop->arm_read_tasks == loop->tasks_run;
+}
+
+/* The first delayed arm of a callback: a reading of its own, which also
+ * flushes the arms deferred before it (they were made before it, so it
+ * is never early for them either) and refreshes the cached now. */
+static uint64_t arm_read(lull_loop *loop) {
+    uint64_t t = lull__clock_real();
+    loop->now = t;
+    lull__timers_flush(loop, t);
+    loop->arm_read_tasks = loop->tasks_run;
+    return t;
+}
+
 /* The instant a delay counts from, for an arm that is not deferred: on the
  * real clock a fresh reading (vDSO, ~25 ns), because the cached "now" can
  * be any age here (set-up code before lull_loop_run); the reading also
@@ -235,13 +280,18 @@ static inline uint64_t arm_time(lull_loop *loop) {
     return loop->now;
 }
 
-/* Arms t for `delay` > 0 from now: deferred inside a slice on the real
- * clock, else counted from arm_time. */
+/* Arms t for `delay` > 0 from now: inside a slice on the real clock, from
+ * a reading of its own if it is the callback's first delayed arm, else
+ * deferred; elsewhere counted from arm_time. */
 static inline void arm_delayed(lull_loop *loop, lull_timer *t, uint64_t delay) {
-    if (arm_deferred(loop))
-        heap_defer(loop, t, delay);
-    else
+    if (!arm_deferred(loop)) {
         heap_add(loop, t, saturating_add(arm_time(loop), delay));
+    } else if (callback_has_read(loop)) {
+        heap_defer(loop, t, delay);
+        defer_ends_soon(loop);
+    } else {
+        heap_add(loop, t, saturating_add(arm_read(loop), delay));
+    }
 }
 
 /* Everything but the common zero-delay arm of an idle one-shot timer. Kept
@@ -277,12 +327,15 @@ void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
         lull__queue_push(&loop->ready, &timer->node);
         return;
     }
-    if (delay_ns && repeat_ns == 0 && arm_deferred(loop) &&
+    if (delay_ns && repeat_ns == 0 && callback_has_read(loop) &&
         !timer_armed(timer)) {
-        /* The common delayed arm (a request timeout armed by a callback):
-         * a few stores, where the heap has room. */
+        /* A further delayed arm of a callback (a batch of request
+         * timeouts): a few stores, where the heap has room. */
         timer->repeat = 0;
-        if (heap_try_defer(loop, timer, delay_ns)) return;
+        if (heap_try_defer(loop, timer, delay_ns)) {
+            defer_ends_soon(loop);
+            return;
+        }
     }
     timer_start_slow(loop, timer, delay_ns, repeat_ns);
 }

@@ -218,6 +218,7 @@ TEST(due_timer_fires_during_long_producer) {
 static struct {
     bool on;
     uint64_t ns;
+    uint64_t reads; /* CLOCK_MONOTONIC reads while on */
 } fake_clock;
 
 int __real_clock_gettime(clockid_t id, struct timespec *ts);
@@ -225,6 +226,7 @@ int __wrap_clock_gettime(clockid_t id, struct timespec *ts);
 int __wrap_clock_gettime(clockid_t id, struct timespec *ts) {
     if (!fake_clock.on || id != CLOCK_MONOTONIC)
         return __real_clock_gettime(id, ts);
+    fake_clock.reads++;
     ts->tv_sec = (time_t)(fake_clock.ns / 1000000000u);
     ts->tv_nsec = (long)(fake_clock.ns % 1000000000u);
     return 0;
@@ -579,4 +581,116 @@ TEST(role_default_quantum) {
         CHECK_U64_EQ(lull_loop_quantum(loop), 123457);
         CHECK_EQ(lull_loop_free(loop), 0);
     }
+}
+
+/* ------------------------------------------------------------ every hop
+ * A quantum under 1 us (quantum_ns = 1: I/O checked on every hop) ends the
+ * slice after every callback, and the loop reads the clock only every 64th
+ * hop while nothing needs the time (src/clock.c): no timer armed, no arm
+ * deferred, no wait. The rest of what the readings feed stays whole: busy
+ * time, a timer's expiry, the time a wait starts from. On the fake clock,
+ * each hop takes 1 us. */
+
+typedef struct hopper {
+    lull_task task;
+    int left;
+    int hops;
+    lull_timer timer; /* every_hop_timer_fires_on_time */
+    int fired_at_hop; /* the hop count when it fired */
+    int due_at_hop;   /* the hop in which its deadline passed */
+    int pipe_fds[2];  /* every_hop_wait_starts_from_a_fresh_reading */
+    lull_io io;
+} hopper;
+
+static hopper hop_state;
+
+static void hop(lull_task *t) {
+    hopper *h = LULL_CONTAINER_OF(t, hopper, task);
+    fake_clock.ns += 1 * US;
+    h->hops++;
+    if (--h->left > 0) {
+        lull_task_post(the_loop, t);
+    } else if (h->pipe_fds[1] >= 0) {
+        CHECK_EQ(write(h->pipe_fds[1], "x", 1), 1);
+    }
+}
+
+static lull_loop *every_hop_loop(int hops) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    fake_clock.reads = 0;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
+    memset(&hop_state, 0, sizeof hop_state);
+    hop_state.left = hops;
+    hop_state.pipe_fds[0] = hop_state.pipe_fds[1] = -1;
+    lull_task_init(&hop_state.task, hop);
+    return loop;
+}
+
+TEST(every_hop_loop_reads_the_clock_every_64_hops) {
+    lull_loop *loop = every_hop_loop(6400);
+    lull_task_post(loop, &hop_state.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(hop_state.hops, 6400);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.polls, 6400); /* still one look per hop */
+    /* 100 periodic reads, the run's start and its end, and the latency
+     * samples (three reads each, at most one per 100 us: 64). Reading at
+     * every slice end made 6,400 and more. */
+    CHECK_LE(fake_clock.reads, 6400 / 64 + 3 * 64 + 4);
+    /* Busy the whole time: nothing is lost between the readings. */
+    CHECK_U64_EQ(m.busy_ns, 6400 * US);
+    CHECK_U64_EQ(m.idle_ns, 0);
+    CHECK_U64_EQ(lull_loop_now(loop), fake_clock.ns);
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A timer armed: every slice end reads, so the timer fires in the
+ * iteration after the hop that passed its deadline. */
+static void hop_timer_fired(lull_timer *t) {
+    hopper *h = LULL_CONTAINER_OF(t, hopper, timer);
+    h->fired_at_hop = h->hops;
+}
+
+TEST(every_hop_timer_fires_on_time) {
+    lull_loop *loop = every_hop_loop(500);
+    lull_timer_init(loop, &hop_state.timer, hop_timer_fired);
+    lull_timer_start(&hop_state.timer, 100 * US + 500, 0);
+    lull_task_post(loop, &hop_state.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    /* Armed at the start: due during hop 101. */
+    CHECK_EQ(hop_state.fired_at_hop, 101);
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A wait after unread hops starts from a fresh reading: the hops are busy
+ * time, not idle time, however few readings they made. */
+static void hop_readable(lull_io *io, int events) {
+    (void)events;
+    char c;
+    CHECK_EQ(read(hop_state.pipe_fds[0], &c, 1), 1);
+    lull_io_stop(io);
+}
+
+TEST(every_hop_wait_starts_from_a_fresh_reading) {
+    lull_loop *loop = every_hop_loop(50);
+    CHECK_EQ(pipe(hop_state.pipe_fds), 0);
+    CHECK_EQ(
+        lull_io_init(loop, &hop_state.io, hop_state.pipe_fds[0], hop_readable),
+        0);
+    CHECK_EQ(lull_io_start(&hop_state.io, LULL_READABLE), 0);
+    lull_task_post(loop, &hop_state.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.busy_ns, 50 * US);
+    CHECK_U64_EQ(m.idle_ns, 0); /* the fake clock stood still in the wait */
+    CHECK_U64_EQ(m.wakeups, 1);
+    fake_clock.on = false;
+    close(hop_state.pipe_fds[0]);
+    close(hop_state.pipe_fds[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MS 1000000ull
@@ -116,15 +117,20 @@ TEST(task_posted_by_simultaneous_timer_runs_after_them) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* The same on the real clock. Every delayed arm reads the clock, so timers
- * armed one after another get deadlines in arm order; the task then spins
- * past all three, so they are due together when the loop next looks, and
- * the task posted by the first still runs after the other two. */
+/* The same on the real clock. The callback's first delayed arm reads the
+ * clock, the others are flushed when it returns, so timers armed one after
+ * another get deadlines in arm order; the next task then spins past all
+ * three, so they are due together when the loop next looks, and the task
+ * posted by the first still runs after the other two. */
 static item *arm_these;
 static void arm_three(lull_task *t) {
     (void)t;
     for (int i = 0; i < 3; i++)
         lull_timer_start(&arm_these[i].timer, 2 * MS, 0);
+}
+
+static void spin_3ms(lull_task *t) {
+    (void)t;
     check_spin_ns(3 * MS);
 }
 
@@ -135,9 +141,11 @@ TEST(task_posted_by_simultaneous_timer_runs_after_them_real_clock) {
     simul = v;
     lull_timer_init(loop, &v[0].timer, first_posts_task);
     arm_these = v;
-    lull_task arm;
+    lull_task arm, spin;
     lull_task_init(&arm, arm_three);
+    lull_task_init(&spin, spin_3ms);
     lull_task_post(loop, &arm);
+    lull_task_post(loop, &spin);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_LE(lull_timer_deadline(&v[0].timer),
              lull_timer_deadline(&v[1].timer));
@@ -710,13 +718,16 @@ TEST(repeat_armed_late_keeps_phase_and_skips_missed_periods) {
 }
 
 /* A deferred arm (src/timer.c) counts from the loop's next reading after
- * the call, never from the stale cached now. Armed at the start of a 3 ms
- * callback, with no reading inside it, the delays count from after the
- * callback: later than the call (never early), and exactly from a reading
- * the loop took after the callback returned (the deferral is real). The
- * arms leave lull_loop_now as it was, and the timers are active at once. */
+ * the call, never from the stale cached now. The callback's first delayed
+ * arm reads the clock itself (its deadline is known at once, counted from
+ * the call); the three after it, armed at the start of a 3 ms callback
+ * with no reading inside it, count from after the callback: later than
+ * the call (never early), and exactly from a reading the loop took after
+ * the callback returned (the deferral is real). Those leave lull_loop_now
+ * as the first arm's reading left it, and every timer is active at once. */
 static early first_arms[4];
 static uint64_t first_spin_end, first_now_before, first_now_after;
+static uint64_t first_deadline;
 static bool first_active;
 static void arm_then_spin(lull_timer *t) {
     (void)t;
@@ -724,8 +735,11 @@ static void arm_then_spin(lull_timer *t) {
     for (int i = 0; i < 4; i++) {
         first_arms[i].called = check_clock_ns();
         lull_timer_start(&first_arms[i].timer, first_arms[i].delay, 0);
+        if (i == 0) first_now_after = lull_loop_now(the_loop);
     }
-    first_now_after = lull_loop_now(the_loop);
+    /* In the heap already: the query forces no reading. */
+    first_deadline = lull_timer_deadline(&first_arms[0].timer);
+    CHECK_U64_EQ(lull_loop_now(the_loop), first_now_after);
     first_active = true;
     for (int i = 0; i < 4; i++)
         first_active = first_active && lull_timer_active(&first_arms[i].timer);
@@ -743,12 +757,15 @@ TEST(deferred_arm_counts_from_a_reading_after_the_call) {
     lull_timer_init(loop, &kick, arm_then_spin);
     lull_timer_start(&kick, 1000, 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_U64_EQ(first_now_after, first_now_before);
+    CHECK_LE(first_arms[0].called, first_now_after);
+    CHECK_LE(first_now_before, first_now_after);
+    CHECK_U64_EQ(first_deadline, first_now_after + delays[0]);
+    CHECK_LE(first_deadline, first_arms[1].called + delays[0]);
     CHECK(first_active);
     for (int i = 0; i < 4; i++) {
         CHECK(first_arms[i].fired != 0);
         CHECK_LE(first_arms[i].called + delays[i], first_arms[i].fired);
-        CHECK_LE(first_spin_end + delays[i], first_arms[i].fired);
+        if (i > 0) CHECK_LE(first_spin_end + delays[i], first_arms[i].fired);
     }
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -759,11 +776,12 @@ TEST(deferred_arm_counts_from_a_reading_after_the_call) {
  * is also the new lull_loop_now. lull_timer_deadline on an arm still
  * deferred gives it its deadline from a reading of its own. (In the
  * yield-often build the slice may end without that reading.) */
-static early mid_arm, late_arm;
+static early lead_arm, mid_arm, late_arm;
 static uint64_t mid_now, mid_deadline, late_deadline, late_after;
 static bool mid_yielded;
 static void arm_spin_yield(lull_timer *t) {
     (void)t;
+    early_arm_deferred(&lead_arm); /* the first delayed arm reads */
     early_arm_deferred(&mid_arm);
     check_spin_ns(1 * MS);
     for (int i = 0; i < 64 && !mid_yielded; i++)
@@ -777,8 +795,10 @@ static void arm_spin_yield(lull_timer *t) {
 
 TEST(deferred_arm_flushed_by_a_reading_inside_the_callback) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lead_arm = (early){.delay = 2 * MS};
     mid_arm = (early){.delay = 2 * MS};
     late_arm = (early){.delay = 2 * MS};
+    lull_timer_init(loop, &lead_arm.timer, early_fired);
     lull_timer_init(loop, &mid_arm.timer, early_fired);
     lull_timer_init(loop, &late_arm.timer, early_fired);
     lull_timer_init(loop, &kick, arm_spin_yield);
@@ -795,6 +815,7 @@ TEST(deferred_arm_flushed_by_a_reading_inside_the_callback) {
     }
     CHECK_LE(late_arm.called + late_arm.delay, late_deadline);
     CHECK_LE(late_deadline, late_after + late_arm.delay);
+    check_not_early_fired(&lead_arm);
     check_not_early_fired(&mid_arm);
     check_not_early_fired(&late_arm);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -1109,13 +1130,15 @@ TEST(virtual_arm_ignores_real_time) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* Inside a callback no arm reads the clock: a zero-delay arm is a queue
- * push (C3: a task's cost), also when it re-arms an armed timer, and a
- * delayed arm is deferred to the loop's next reading (src/timer.c). A read
- * would show as a fresher lull_loop_now: inside one callback nothing else
- * refreshes it. */
-static item zd[2];
+/* Inside a callback a zero-delay arm reads no clock: it is a queue push
+ * (C3: a task's cost), also when it re-arms an armed timer. The first
+ * delayed arm of a callback reads the clock (its delay counts from the
+ * call); a further one is deferred to the loop's next reading (src/timer.c)
+ * and reads none. A read shows as a fresher lull_loop_now: inside one
+ * callback nothing else refreshes it. */
+static item zd[3];
 static uint64_t zd_before, zd_after_zero, zd_after_rearm, zd_after_delay;
+static uint64_t zd_after_second;
 static void zero_delay_then_delayed(lull_task *t) {
     (void)t;
     zd_before = lull_loop_now(the_loop);
@@ -1126,21 +1149,203 @@ static void zero_delay_then_delayed(lull_task *t) {
     zd_after_rearm = lull_loop_now(the_loop);
     lull_timer_start(&zd[1].timer, 1, 0);
     zd_after_delay = lull_loop_now(the_loop);
+    check_spin_ns(1000);
+    lull_timer_start(&zd[2].timer, 1, 0);
+    zd_after_second = lull_loop_now(the_loop);
 }
 
 TEST(arms_in_a_callback_read_no_clock) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
-    items_init(zd, 2);
+    items_init(zd, 3);
     lull_task task;
     lull_task_init(&task, zero_delay_then_delayed);
     lull_task_post(loop, &task);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_U64_EQ(zd_after_zero, zd_before);
     CHECK_U64_EQ(zd_after_rearm, zd_before);
-    CHECK_U64_EQ(zd_after_delay, zd_before);
+    CHECK_LE(zd_before + 1 * MS, zd_after_delay);
+    CHECK_U64_EQ(zd_after_second, zd_after_delay);
     CHECK_EQ(zd[0].runs, 1);
     CHECK_EQ(zd[1].runs, 1);
+    CHECK_EQ(zd[2].runs, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------------ deferral bound
+ * How much later than its call a delayed arm made inside a callback may
+ * start counting its delay (lull.h, lull_timer_start): not at all for the
+ * callback's first delayed arm, which reads the clock; for a further one,
+ * until the next slice check, which comes when the callback returns or at
+ * its next lull_loop_should_yield call, whichever is first. Checked on a
+ * fake CLOCK_MONOTONIC that moves only when the case moves it (the binary
+ * is linked with -Wl,--wrap=clock_gettime, tests/CMakeLists.txt), so the
+ * lateness is exact whatever the machine does. The timers are an hour
+ * away and unreferenced: the run ends when the tasks do. */
+
+static struct {
+    bool on;
+    uint64_t ns;
+} fake_clock;
+
+int __real_clock_gettime(clockid_t id, struct timespec *ts);
+int __wrap_clock_gettime(clockid_t id, struct timespec *ts);
+int __wrap_clock_gettime(clockid_t id, struct timespec *ts) {
+    if (!fake_clock.on || id != CLOCK_MONOTONIC)
+        return __real_clock_gettime(id, ts);
+    ts->tv_sec = (time_t)(fake_clock.ns / 1000000000u);
+    ts->tv_nsec = (long)(fake_clock.ns % 1000000000u);
+    return 0;
+}
+
+#define US   1000ull
+#define HOUR (3600ull * 1000 * MS)
+
+typedef struct bound_arm {
+    lull_timer timer;
+    uint64_t called; /* the fake clock at the call */
+} bound_arm;
+
+static void bound_fired(lull_timer *t) {
+    (void)t;
+    CHECK(!"an hour-long timer fired");
+}
+
+static lull_loop *bound_loop(bound_arm *arms, int n) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    for (int i = 0; i < n; i++) {
+        lull_timer_init(loop, &arms[i].timer, bound_fired);
+        lull_timer_unref(&arms[i].timer);
+    }
+    return loop;
+}
+
+static void bound_arm_now(bound_arm *a) {
+    a->called = fake_clock.ns;
+    lull_timer_start(&a->timer, HOUR, 0);
+}
+
+/* Where the arm's delay counts from, minus its call. */
+static uint64_t bound_late(bound_arm *a) {
+    return lull_timer_deadline(&a->timer) - HOUR - a->called;
+}
+
+static void bound_end(lull_loop *loop, bound_arm *arms, int n) {
+    for (int i = 0; i < n; i++)
+        lull_timer_stop(&arms[i].timer);
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A producer of 1 us tasks, each arming one timer: every arm is its
+ * callback's first, so each counts from its own call. (Deferred to the
+ * loop's next reading, one stride of 1 us callbacks later, they started up
+ * to 32 us late here, and far later when the thread was preempted.) */
+#define PRODUCER_TASKS 1000
+static bound_arm producer_arms[PRODUCER_TASKS];
+static int producer_next;
+static void produce_1us(lull_task *t) {
+    fake_clock.ns += 1 * US; /* the record's work */
+    bound_arm_now(&producer_arms[producer_next]);
+    fake_clock.ns += 100; /* the rest of the callback */
+    if (++producer_next < PRODUCER_TASKS) lull_task_post(the_loop, t);
+}
+
+TEST(arm_in_a_1us_producer_counts_from_its_call) {
+    lull_loop *loop = bound_loop(producer_arms, PRODUCER_TASKS);
+    producer_next = 0;
+    lull_task task;
+    lull_task_init(&task, produce_1us);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(producer_next, PRODUCER_TASKS);
+    for (int i = 0; i < PRODUCER_TASKS; i++)
+        CHECK_U64_EQ(bound_late(&producer_arms[i]), 0);
+    bound_end(loop, producer_arms, PRODUCER_TASKS);
+}
+
+/* A watchdog armed at the start of 10 ms of synchronous work that calls
+ * nothing of lull's is not stretched by the work. */
+static bound_arm watchdog;
+static void arm_then_work(lull_task *t) {
+    (void)t;
+    bound_arm_now(&watchdog);
+    fake_clock.ns += 10 * MS;
+}
+
+TEST(watchdog_armed_before_long_work_is_not_stretched) {
+    lull_loop *loop = bound_loop(&watchdog, 1);
+    lull_task task;
+    lull_task_init(&task, arm_then_work);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(bound_late(&watchdog), 0);
+    bound_end(loop, &watchdog, 1);
+}
+
+/* A further arm in a long callback that calls lull_loop_should_yield every
+ * 5 us (as C5 asks of long work): its first call after the arm flushes
+ * it, so it starts 5 us late, not 5 ms. */
+static bound_arm yield_arms[2];
+static void arm_twice_then_yielding_work(lull_task *t) {
+    (void)t;
+    bound_arm_now(&yield_arms[0]);
+    fake_clock.ns += 1 * US;
+    bound_arm_now(&yield_arms[1]);
+    for (int i = 0; i < 1000; i++) {
+        fake_clock.ns += 5 * US;
+        (void)lull_loop_should_yield(the_loop);
+    }
+}
+
+TEST(further_arm_in_a_long_callback_flushed_by_should_yield) {
+    lull_loop *loop = bound_loop(yield_arms, 2);
+    lull_task task;
+    lull_task_init(&task, arm_twice_then_yielding_work);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(bound_late(&yield_arms[0]), 0);
+    CHECK_U64_EQ(bound_late(&yield_arms[1]), 5 * US);
+    bound_end(loop, yield_arms, 2);
+}
+
+/* A further arm is flushed when its callback returns, even when the stride
+ * between the loop's readings has grown (64 short tasks ran first): the
+ * 1 ms task after it does not stretch it. */
+static bound_arm return_arms[2];
+static int short_left;
+static lull_task short_task, arming_task, heavy_task;
+static void heavy_work(lull_task *t) {
+    (void)t;
+    fake_clock.ns += 1 * MS;
+}
+static void arm_twice_and_return(lull_task *t) {
+    (void)t;
+    bound_arm_now(&return_arms[0]);
+    bound_arm_now(&return_arms[1]);
+    fake_clock.ns += 3 * US;
+    lull_task_post(the_loop, &heavy_task);
+}
+static void short_work(lull_task *t) {
+    fake_clock.ns += 100;
+    if (--short_left > 0)
+        lull_task_post(the_loop, t);
+    else
+        lull_task_post(the_loop, &arming_task);
+}
+
+TEST(further_arm_flushed_when_its_callback_returns) {
+    lull_loop *loop = bound_loop(return_arms, 2);
+    short_left = 64;
+    lull_task_init(&short_task, short_work);
+    lull_task_init(&arming_task, arm_twice_and_return);
+    lull_task_init(&heavy_task, heavy_work);
+    lull_task_post(loop, &short_task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(bound_late(&return_arms[0]), 0);
+    CHECK_U64_EQ(bound_late(&return_arms[1]), 3 * US);
+    bound_end(loop, return_arms, 2);
 }
 
 /* ------------------------------------------------------------ overrun */

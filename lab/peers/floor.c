@@ -15,7 +15,14 @@
  *  - clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME): the kernel's own
  *    high-resolution timer, to the nanosecond;
  *  - epoll_pwait2 on an empty epoll set with the time left as its timeout:
- *    how an epoll loop sleeps for its next deadline. */
+ *    how an epoll loop sleeps for its next deadline.
+ *
+ * A chain that checks I/O every hop: epoll_wait(.., 0) on a set watching
+ * one idle socket (as every chain row's loop does) and one indirect call
+ * per hop, and nothing else: no queue, no clock, no bookkeeping. What any
+ * loop checking I/O every hop must at least pay. lull's every-hop policy
+ * looks with epoll_wait (epoll_pwait2 only for timeouts a millisecond
+ * cannot say, src/backend_epoll.c), so there is no epoll_pwait2 twin. */
 #include "../lab.h"
 #include "../turns.h"
 
@@ -205,7 +212,51 @@ static int late_epoll(const turns_params *p, turns_result *out) {
     return turns_late_close(&l, rc, out);
 }
 
+/* ------------------------------------------------------- chain floor */
+
+typedef struct floor_chain {
+    void (*fn)(struct floor_chain *c);
+    uint64_t left;
+} floor_chain;
+
+/* The hop's callback: the least a callback that re-queues itself does. */
+__attribute__((noinline)) static void floor_chain_step(floor_chain *c) {
+    c->left--;
+}
+
+static int chain_floor(const turns_params *p, turns_result *out) {
+    int fds[2];
+    int rc = turns_open_sockets(fds, 2);
+    if (rc < 0) return rc;
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fds[0], &ev) != 0) {
+        rc = -errno;
+        goto out;
+    }
+    /* lull's batch (EVENTS_CAP in src/backend_epoll.c). */
+    struct epoll_event events[256];
+    floor_chain c = {floor_chain_step, p->hops};
+    /* volatile: the compiler cannot see through it, as through a loop's. */
+    void (*volatile fn)(floor_chain *) = c.fn;
+    turns_chain_clock clk;
+    turns_chain_begin(&clk);
+    while (c.left) {
+        (void)epoll_wait(ep, events, 256, 0);
+        fn(&c);
+    }
+    turns_chain_end(&clk, p, out);
+out:
+    if (ep >= 0) close(ep);
+    turns_close_sockets(fds, 2);
+    return rc;
+}
+
 static const turns_entry entries[] = {
+    {TURNS_CHAIN_TASK, "floor: epoll_wait(0) + 1 indirect call", chain_floor,
+     "every hop", 0, TURNS_CLASS_EVERY_HOP},
+    {TURNS_CHAIN_TIMER0, "floor: epoll_wait(0) + 1 indirect call", chain_floor,
+     "every hop", 0, TURNS_CLASS_EVERY_HOP},
     {TURNS_LATENESS, "floor: clock_nanosleep(TIMER_ABSTIME)", late_nanosleep,
      NULL, 0, 0},
     {TURNS_LATENESS, "floor: epoll_pwait2, empty set", late_epoll, NULL, 0, 0},
