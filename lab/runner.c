@@ -472,7 +472,7 @@ static int run_all(const lab_options *opts, lab_json *json,
         snprintf(no_node, sizeof no_node, "%s",
                  strstr(why, "not on PATH") ? "node not found" : why);
     }
-    lab_detail("\n");
+    lab_detail("\nCPUs: %s\n", pin_why);
     if (opts->only && strcmp(opts->only, "check") == 0)
         return run_check(opts, &p, node, no_node);
     if (opts->only && strcmp(opts->only, "notify") != 0 &&
@@ -501,7 +501,6 @@ static int run_all(const lab_options *opts, lab_json *json,
     uint64_t idle = (opts->quick ? 300 : 2000) * MS;
     uint64_t scale_idle = 1000 * MS;
     print_legend(&p, rounds);
-    lab_detail("CPUs: %s\n", pin_why);
     if (json) {
         lab_json_key(json, "params");
         lab_json_begin_object(json);
