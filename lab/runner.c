@@ -588,9 +588,10 @@ static int run_all(const lab_options *opts, lab_json *json,
  * another (lab/runner_cpu.c), where there are two. */
 static int run_runner(const lab_options *opts, lab_json *json) {
     char pin_why[128];
+    /* One CPU: said at once, but in the demo, whose lines stay as they are
+     * (--verbose says it there). */
     if (runner_pin_begin(pin_why, sizeof pin_why) < 0 && !opts->quick)
-        printf("  runner: %s\n",
-               pin_why); /* the demo's lines stay as they are */
+        printf("  runner: %s\n", pin_why);
     int rc = run_all(opts, json, pin_why);
     runner_pin_end();
     return rc;
