@@ -592,7 +592,14 @@ static int run_runner(const lab_options *opts, lab_json *json) {
      * (--verbose says it there). */
     if (runner_pin_begin(pin_why, sizeof pin_why) < 0 && !opts->quick)
         printf("  runner: %s\n", pin_why);
-    int rc = run_all(opts, json, pin_why);
+    char fifo_why[96];
+    int fifo = runner_fifo_begin(fifo_why, sizeof fifo_why);
+    if (fifo < 0) printf("  runner: %s\n", fifo_why); /* asked for: said */
+    char cpus[240];
+    snprintf(cpus, sizeof cpus, "%s%s%s", pin_why, fifo > 0 ? "; " : "",
+             fifo > 0 ? fifo_why : "");
+    int rc = run_all(opts, json, cpus);
+    runner_fifo_end();
     runner_pin_end();
     return rc;
 }

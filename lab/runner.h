@@ -157,8 +157,14 @@ int runner_pin_begin(char *why, size_t size);
 void runner_pin_end(void);
 /* The CPU pinned to: 0 the transport, 1 the runners; -1 when not pinned. */
 int runner_pinned_cpu(int which);
-/* In a runner, at its start: its CPU, if the transport named one. */
+/* In a runner, at its start: its CPU, if the transport named one, and
+ * the ordinary scheduling class. */
 void runner_child_pin(void);
+/* LAB_RUNNER_FIFO=PRIO: the calling thread at SCHED_FIFO PRIO. 1 and why
+ * says so; 0 when not asked for; a negative errno and why says why not.
+ * runner_fifo_end restores the class. */
+int runner_fifo_begin(char *why, size_t size);
+void runner_fifo_end(void);
 
 /* /proc/stat's ticks of the transport's CPU and the runners' (busy, steal,
  * all), or of the whole machine for both when not pinned. */

@@ -9,6 +9,13 @@
  * too); the transport's process is lull-lab's thread, and Node's process
  * inherits that thread's CPU when lull-lab starts it.
  *
+ * LAB_RUNNER_FIFO=PRIO (where permitted: root or CAP_SYS_NICE) also runs
+ * the transport at SCHED_FIFO PRIO, Node's process too (it inherits it),
+ * while every runner returns to SCHED_OTHER at its start: other work on
+ * a shared machine then cannot keep the transport from its CPU, and the
+ * wait is what the transport and the kernel's wake-up cost. The default
+ * is the ordinary class, what a program gets.
+ *
  * /proc/stat's line of each of the two CPUs, read at the start and at the
  * end of a measurement's stream, gives each CPU's busy share (user, nice,
  * system, irq, softirq over all ticks: 100 a second, so a stream of
@@ -25,7 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RUNNER_CPU_ENV "LAB_RUNNER_CPU"
+#define RUNNER_CPU_ENV  "LAB_RUNNER_CPU"
+#define RUNNER_FIFO_ENV "LAB_RUNNER_FIFO"
 
 static cpu_set_t saved;          /* the thread's CPUs before runner_pin_begin */
 static bool have_saved;          /* ... read, to be restored */
@@ -79,6 +87,11 @@ int runner_pinned_cpu(int which) {
 }
 
 void runner_child_pin(void) {
+    /* A runner is ordinary work whatever its transport's class. */
+    if (sched_getscheduler(0) != SCHED_OTHER) {
+        struct sched_param sp = {0};
+        sched_setscheduler(0, SCHED_OTHER, &sp);
+    }
     const char *s = getenv(RUNNER_CPU_ENV);
     if (!s || !*s) return;
     char *end;
@@ -88,6 +101,45 @@ void runner_child_pin(void) {
     CPU_ZERO(&set);
     CPU_SET((int)cpu, &set);
     sched_setaffinity(0, sizeof set, &set); /* a failure leaves it unpinned */
+}
+
+static int saved_policy = -1;       /* before runner_fifo_begin; -1: none */
+static struct sched_param saved_sp; /* ... and its priority */
+
+int runner_fifo_begin(char *why, size_t size) {
+    why[0] = '\0';
+    const char *s = getenv(RUNNER_FIFO_ENV);
+    if (!s || !*s) return 0;
+    char *end;
+    long prio = strtol(s, &end, 10);
+    if (*end || prio < 1 || prio > 99) {
+        snprintf(why, size, "%s=%s: not a priority 1-99, not raised",
+                 RUNNER_FIFO_ENV, s);
+        return -EINVAL;
+    }
+    int policy = sched_getscheduler(0);
+    struct sched_param old;
+    if (policy < 0 || sched_getparam(0, &old) != 0) {
+        snprintf(why, size, "SCHED_FIFO: %s, not raised", strerror(errno));
+        return -EINVAL;
+    }
+    struct sched_param sp = {.sched_priority = (int)prio};
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
+        int err = -errno;
+        snprintf(why, size, "SCHED_FIFO %ld: %s, not raised", prio,
+                 strerror(-err));
+        return err;
+    }
+    saved_policy = policy;
+    saved_sp = old;
+    snprintf(why, size, "the transport at SCHED_FIFO %ld, the runners not",
+             prio);
+    return 1;
+}
+
+void runner_fifo_end(void) {
+    if (saved_policy >= 0) sched_setscheduler(0, saved_policy, &saved_sp);
+    saved_policy = -1;
 }
 
 /* One CPU's line ("cpu" for all of them when cpu < 0): busy, steal and all

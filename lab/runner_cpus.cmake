@@ -2,7 +2,7 @@
 # two CPUs allowed or more, the transport is pinned to one and the runners
 # to another, and every measurement says how busy each CPU was and what it
 # cost per event; with one CPU, nothing is pinned and a line says so; an
-# unknown --only is refused.
+# unknown --only and a LAB_RUNNER_FIFO that is no priority are refused.
 #
 #   cmake -DLAB=path/to/lull-lab -P runner_cpus.cmake
 cmake_minimum_required(VERSION 3.19)
@@ -42,6 +42,14 @@ if(TASKSET AND NOT first STREQUAL "")
   endif()
 else()
   message(STATUS "taskset not found: the one-CPU case not checked")
+endif()
+
+# A priority that is not one is refused, in a line, and nothing raised.
+execute_process(COMMAND ${CMAKE_COMMAND} -E env LAB_RUNNER_FIFO=abc
+    ${LAB} runner --only check
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "runner: LAB_RUNNER_FIFO=abc: not a priority 1-99, not raised")
+  message(FATAL_ERROR "LAB_RUNNER_FIFO=abc: exit ${rc}:\n${out}\n${err}")
 endif()
 
 execute_process(COMMAND ${LAB} runner --only nonsense
