@@ -44,6 +44,11 @@ enum {
     RV_CPU,      /* idle CPU of the transport's process, ms / s */
     RV_LOOP_WAK, /* lull: idle wakeups lull counted / session / s */
     RV_READY,    /* spawn -> all ready, ms */
+    RV_CPU_EV,   /* the transport's CPU over the stream ÷ events, ns */
+    RV_BUSY_T,   /* the transport's CPU's busy share over the stream, % */
+    RV_BUSY_R,   /* the runners' CPU's */
+    RV_STEAL,    /* both CPUs' steal over the stream, % */
+    RV_PER_READ, /* events per read over the stream */
     RV_COUNT
 };
 
@@ -59,6 +64,11 @@ static const lab_col cols[RV_COUNT] = {
     {"idle_loop_wakeups_per_session_s", "lull-counted wakeups / session / s",
      0},
     {"ready_ms", "spawn → all ready, ms", 0},
+    {"cpu_per_event_ns", "transport CPU / event, ns", 0},
+    {"busy_transport_cpu_pct", "transport's CPU busy, %", 0},
+    {"busy_runners_cpu_pct", "runners' CPU busy, %", 0},
+    {"steal_pct", "steal, %", 0},
+    {"events_per_read", "events / read", 0},
 };
 
 /* The rows of a size: lull's two modes, then Node's. */
@@ -81,6 +91,19 @@ typedef struct rctx {
     runner_params p;
     bool check; /* --only check: say what was checked */
 } rctx;
+
+/* The rows a size measures: --only notify, floor or node picks one (lull's
+ * notify, the floor, Node's notify: a profile of one transport); the polls
+ * are not measured at SIZE_NO_POLL runners and above (a poll of every
+ * session every 5 ms is only a queue there). */
+#define SIZE_NO_POLL 3000
+static bool row_wanted(const lab_options *opts, int k, int n) {
+    const char *only = opts->only;
+    if (only && strcmp(only, "notify") == 0) return k == ROW_LULL_NOTIFY;
+    if (only && strcmp(only, "floor") == 0) return k == ROW_FLOOR;
+    if (only && strcmp(only, "node") == 0) return k == ROW_NODE_NOTIFY;
+    return n < SIZE_NO_POLL || (k != ROW_LULL_POLL && k != ROW_NODE_POLL);
+}
 
 static int measure(lab_fig *f, lab_row *row, int round, double *v) {
     rctx *c = f->ctx;
@@ -111,6 +134,19 @@ static int measure(lab_fig *f, lab_row *row, int round, double *v) {
     v[RV_CPU] = res.idle_cpu_ms;
     v[RV_LOOP_WAK] = res.loop_wakeups;
     v[RV_READY] = res.ready_ms;
+    v[RV_CPU_EV] = res.cpu_per_event_ns;
+    v[RV_BUSY_T] = res.busy_transport_pct;
+    v[RV_BUSY_R] = res.busy_runners_pct;
+    v[RV_STEAL] = res.steal_pct;
+    v[RV_PER_READ] = res.events_per_read;
+    /* Each round's own line: a wait is only read with what the CPUs did
+     * meanwhile (the medians hide which round was the busy one). */
+    lab_detail("  %d, %s, round %d: p50 %.1f, p99 %.1f µs; %.0f ns CPU / "
+               "event, %.2f events / read; CPUs busy: transport's %.0f%%, "
+               "runners' %.0f%%; steal %.1f%%\n",
+               c->p.runners, row_short[which], round + 1, res.wait_p50_us,
+               res.wait_p99_us, res.cpu_per_event_ns, res.events_per_read,
+               res.busy_transport_pct, res.busy_runners_pct, res.steal_pct);
     return 0;
 }
 
@@ -141,6 +177,7 @@ static lab_fig *size_fig(const lab_options *opts, const runner_params *base,
     if (!f) return NULL;
     for (int k = 0; k < ROWS; k++) {
         if (k >= ROW_NODE_POLL && !node) break;
+        if (!row_wanted(opts, k, n)) continue;
         bool lull = k == ROW_LULL_POLL || k == ROW_LULL_NOTIFY;
         lab_row *r = lab_fig_add(f,
                                  lull             ? "lull"
@@ -254,6 +291,59 @@ static void plot_size(lab_plot *plot, const lab_fig *f, int n) {
     lab_fig_plot(f, plot, RV_WAKEUPS, title, "per session per s");
 }
 
+/* The full run's table by sessions: each size's notify rows and floor, the
+ * wait and the transport's CPU per event, lull's against the floor's. */
+#define NSIZES 4
+#define RUNNER_SCALE_TITLE                                                     \
+    "by sessions: wait p50, µs [min–max of the rounds]; transport CPU per " \
+    "event, ns; busy CPUs"
+
+static void scale_init(lab_table *t) {
+    static const char *const header[] = {"sessions",
+                                         "lull p50",
+                                         "floor p50",
+                                         "Node p50",
+                                         "lull CPU/ev",
+                                         "floor CPU/ev",
+                                         "Node CPU/ev",
+                                         "lull ÷ floor p50 · CPU",
+                                         "busy %: transport · runners"};
+    lab_table_init(t, 9, header);
+}
+
+static void scale_row(lab_table *t, const lab_fig *f, int n) {
+    const lab_row *ln = lab_fig_find(f, "lull", row_label[ROW_LULL_NOTIFY]);
+    const lab_row *fl = lab_fig_find(f, NULL, row_label[ROW_FLOOR]);
+    const lab_row *nn = lab_fig_find(f, "node", row_label[ROW_NODE_NOTIFY]);
+    const lab_row *rows[3] = {ln, fl, nn};
+    int tr = lab_table_row(t);
+    if (tr < 0) return;
+    char buf[LAB_CELL], b2[LAB_CELL];
+    lab_table_set(t, tr, 0, "%d", n);
+    for (int k = 0; k < 3; k++) {
+        const lab_row *r = rows[k];
+        bool measured = r && r->v[RV_P50].n > 0;
+        if (measured && k < 2)
+            lab_format_series(buf, sizeof buf, &r->v[RV_P50]);
+        else
+            lab_fmt(buf, measured ? lab_row_median(r, RV_P50) : NAN);
+        lab_table_set(t, tr, 1 + k, "%s", r ? buf : "–");
+        lab_table_set(t, tr, 4 + k, "%s",
+                      measured ? lab_fmt(buf, lab_row_median(r, RV_CPU_EV))
+                               : "–");
+    }
+    double q50 = ln && fl
+                     ? lab_row_median(ln, RV_P50) / lab_row_median(fl, RV_P50)
+                     : NAN;
+    double qcpu =
+        ln && fl ? lab_row_median(ln, RV_CPU_EV) / lab_row_median(fl, RV_CPU_EV)
+                 : NAN;
+    lab_table_set(t, tr, 7, "%s · %s", lab_fmt3(buf, q50), lab_fmt3(b2, qcpu));
+    lab_table_set(t, tr, 8, "%s · %s",
+                  lab_fmt3(buf, ln ? lab_row_median(ln, RV_BUSY_T) : NAN),
+                  lab_fmt3(b2, ln ? lab_row_median(ln, RV_BUSY_R) : NAN));
+}
+
 /* ------------------------------------------------------------ verdict */
 
 static double row_max(const lab_fig *f, int row, int v) {
@@ -353,7 +443,8 @@ static int run_check(const lab_options *opts, runner_params *p, bool node,
     return rc == -EPROTO ? 0 : rc; /* -EPROTO: counted as a failed check */
 }
 
-static int run_runner(const lab_options *opts, lab_json *json) {
+static int run_all(const lab_options *opts, lab_json *json,
+                   const char *pin_why) {
     static char exe[4096];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) return -errno;
@@ -381,20 +472,32 @@ static int run_runner(const lab_options *opts, lab_json *json) {
         snprintf(no_node, sizeof no_node, "%s",
                  strstr(why, "not on PATH") ? "node not found" : why);
     }
-    lab_detail("\n");
+    lab_detail("\nCPUs: %s\n", pin_why);
     if (opts->only && strcmp(opts->only, "check") == 0)
         return run_check(opts, &p, node, no_node);
-    if (opts->only) {
-        fprintf(stderr, "lull-lab runner: no figure '%s' (only: check)\n",
+    if (opts->only && strcmp(opts->only, "notify") != 0 &&
+        strcmp(opts->only, "floor") != 0 && strcmp(opts->only, "node") != 0) {
+        fprintf(stderr,
+                "lull-lab runner: no figure '%s' (only: check, notify, "
+                "floor, node)\n",
                 opts->only);
         return -EINVAL;
     }
+    if (opts->only && strcmp(opts->only, "node") == 0 && !node) {
+        printf("  runner: Node not run (%s)\n", no_node);
+        return 0;
+    }
 
-    /* Sizes: --sessions N alone; else 12, and at full size 100 and 1,000. */
-    int sizes[3] = {opts->sessions > 0 ? opts->sessions : 12, 100, 1000};
-    int nsizes = opts->sessions > 0 || opts->quick ? 1 : 3;
+    /* Sizes: --sessions N alone; else 12, and at full size 100, 1,000 and
+     * 3,000 (each where the fds and processes allow). */
+    int sizes[NSIZES] = {opts->sessions > 0 ? opts->sessions : 12, 100, 1000,
+                         3000};
+    int nsizes = opts->sessions > 0 || opts->quick ? 1 : NSIZES;
     int rounds = lab_rounds(opts, 5, 2);
-    int scale_rounds = opts->rounds > 0 ? opts->rounds : 3;
+    /* Five rounds at every size: a 1,000-runner round on a shared machine
+     * moves by several times (the CPUs' busy share each round says why),
+     * and the rows are read against the floor over all five. */
+    int scale_rounds = opts->rounds > 0 ? opts->rounds : 5;
     uint64_t idle = (opts->quick ? 300 : 2000) * MS;
     uint64_t scale_idle = 1000 * MS;
     print_legend(&p, rounds);
@@ -421,9 +524,11 @@ static int run_runner(const lab_options *opts, lab_json *json) {
         "idle wakeups/s",     "idle CPU, ms/s", "× p50"};
     lab_table t;
     lab_table_init(&t, 7, header);
-    static rctx ctx[3];
-    static char keys[3][32];
+    static rctx ctx[NSIZES];
+    static char keys[NSIZES][32];
     lab_fig *main_f = NULL;
+    lab_table scale;
+    scale_init(&scale);
     int rc = 0;
     for (int k = 0; k < nsizes; k++) {
         int n = sizes[k];
@@ -444,7 +549,9 @@ static int run_runner(const lab_options *opts, lab_json *json) {
         lab_detail("\n%d runners:\n", n);
         lab_fig_print(f);
         lab_fig_notes(f);
-        brief_rows(&t, f, n);
+        /* Beyond the first size, the table by sessions has its rows. */
+        if (k == 0) brief_rows(&t, f, n);
+        scale_row(&scale, f, n);
         snprintf(keys[k], sizeof keys[k], "runners_%d", n);
         f->key = keys[k];
         lab_fig_json(f, json);
@@ -458,15 +565,47 @@ static int run_runner(const lab_options *opts, lab_json *json) {
         }
     }
     if (t.rows > 1) lab_table_brief(&t, lab_verbose ? RUNNER_LEGEND : NULL);
+    if (nsizes > 1 && scale.rows > 1) {
+        printf("\n");
+        lab_table_brief(&scale, RUNNER_SCALE_TITLE);
+        printf("  %s\n", pin_why);
+    }
     if (!node) printf("  Node: not run (%s)\n", no_node);
-    if (main_f) {
+    if (main_f && opts->only) {
+        lab_verdict *v = lab_verdict_add("runner", 0);
+        if (v)
+            snprintf(v->note, sizeof v->note, "one transport only (--only %s)",
+                     opts->only);
+        lab_fig_free(main_f);
+    } else if (main_f) {
         verdict(main_f, sizes[0], node, no_node);
         lab_fig_free(main_f);
     }
     return rc;
 }
 
-static const char *const runner_headings[] = {RUNNER_LEGEND, NULL};
+/* Every measurement with the transport on one CPU and the runners on
+ * another (lab/runner_cpu.c), where there are two. */
+static int run_runner(const lab_options *opts, lab_json *json) {
+    char pin_why[128];
+    /* One CPU: said at once, but in the demo, whose lines stay as they are
+     * (--verbose says it there). */
+    if (runner_pin_begin(pin_why, sizeof pin_why) < 0 && !opts->quick)
+        printf("  runner: %s\n", pin_why);
+    char fifo_why[96];
+    int fifo = runner_fifo_begin(fifo_why, sizeof fifo_why);
+    if (fifo < 0) printf("  runner: %s\n", fifo_why); /* asked for: said */
+    char cpus[240];
+    snprintf(cpus, sizeof cpus, "%s%s%s", pin_why, fifo > 0 ? "; " : "",
+             fifo > 0 ? fifo_why : "");
+    int rc = run_all(opts, json, cpus);
+    runner_fifo_end();
+    runner_pin_end();
+    return rc;
+}
+
+static const char *const runner_headings[] = {RUNNER_LEGEND, RUNNER_SCALE_TITLE,
+                                              NULL};
 
 const lab_scenario lab_runner = {
     "runner",

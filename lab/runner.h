@@ -119,7 +119,18 @@ typedef struct runner_result {
                             session per second (the same end left out);
                             NaN for Node */
     double delivered;    /* events the driver received */
-    char why[256];       /* the first thing found wrong, or "" */
+    double cpu_per_event_ns;   /* the transport process's CPU over the stream
+                                  (send the start, every event delivered)
+                                  ÷ the events: the scheduler does not move it */
+    double events_per_read;    /* events ÷ reads of the pipes (lull, floor)
+                                  or of the windows (Node) over the stream:
+                                  a late transport reads more at once, and
+                                  pays less per event */
+    double busy_transport_pct; /* over the stream, the transport's CPU's
+                                  busy share (/proc/stat), % */
+    double busy_runners_pct;   /* ... the runners' CPU's */
+    double steal_pct;          /* ... both CPUs' steal, % of their time */
+    char why[256];             /* the first thing found wrong, or "" */
 } runner_result;
 
 /* lull's transport (lab/runner_run.c), or the floor. 0; -EPROTO when an event
@@ -134,5 +145,35 @@ int runner_node_measure(const runner_params *p, int mode, runner_result *out);
 
 /* The fds one measurement of N runners needs in the transport's process. */
 long runner_fds_needed(int runners);
+
+/* ------------------------------------------------- CPUs (runner_cpu.c) */
+
+/* Pins the calling thread (the transport's; Node's process inherits it) to
+ * the first CPU it may use and tells every runner started after it to pin
+ * itself to the second. 0, and why says where; a negative errno and why
+ * says why not (one CPU: -ENODEV), nothing pinned. runner_pin_end restores
+ * the thread's CPUs. */
+int runner_pin_begin(char *why, size_t size);
+void runner_pin_end(void);
+/* The CPU pinned to: 0 the transport, 1 the runners; -1 when not pinned. */
+int runner_pinned_cpu(int which);
+/* In a runner, at its start: its CPU, if the transport named one, and
+ * the ordinary scheduling class. */
+void runner_child_pin(void);
+/* LAB_RUNNER_FIFO=PRIO: the calling thread at SCHED_FIFO PRIO. 1 and why
+ * says so; 0 when not asked for; a negative errno and why says why not.
+ * runner_fifo_end restores the class. */
+int runner_fifo_begin(char *why, size_t size);
+void runner_fifo_end(void);
+
+/* /proc/stat's ticks of the transport's CPU and the runners' (busy, steal,
+ * all), or of the whole machine for both when not pinned. */
+typedef struct runner_stat {
+    unsigned long long t[2][3];
+} runner_stat;
+void runner_stat_read(runner_stat *s);
+/* Sets out's busy_transport_pct, busy_runners_pct and steal_pct. */
+void runner_stat_figures(const runner_stat *a, const runner_stat *b,
+                         runner_result *out);
 
 #endif /* LAB_RUNNER_H */

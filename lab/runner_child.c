@@ -106,6 +106,7 @@ int runner_child_main(int argc, char **argv) {
     /* A parent that died mid-turn: the write fails with EPIPE, and this
      * runner exits quietly instead of dying of SIGPIPE. */
     signal(SIGPIPE, SIG_IGN);
+    runner_child_pin();
     int fault = fault_of(id);
     if (emit(id, RUNNER_NO_SEQ, RUNNER_READY, 0, FAULT_NONE) < 0) return 1;
     for (uint32_t turn = 0;; turn++) {

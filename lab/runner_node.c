@@ -61,7 +61,7 @@ bool runner_node_available(char *why, size_t size) {
 int runner_node_measure(const runner_params *p, int mode, runner_result *out) {
     memset(out, 0, sizeof *out);
     out->loop_wakeups = NAN;
-    char a[8][600];
+    char a[9][600];
     snprintf(a[0], sizeof a[0], "lab=%s", p->exe);
     snprintf(a[1], sizeof a[1], "mode=%s",
              mode == RUNNER_POLL ? "poll" : "notify");
@@ -72,6 +72,9 @@ int runner_node_measure(const runner_params *p, int mode, runner_result *out) {
     snprintf(a[5], sizeof a[5], "poll_ms=%.0f", (double)p->poll_ns / 1e6);
     snprintf(a[6], sizeof a[6], "idle_ms=%.0f", (double)p->idle_ns / 1e6);
     snprintf(a[7], sizeof a[7], "aligned=%d", p->aligned ? 1 : 0);
+    /* The CPUs whose /proc/stat lines the script reads over its stream. */
+    snprintf(a[8], sizeof a[8], "cpus=%d,%d", runner_pinned_cpu(0),
+             runner_pinned_cpu(1));
     char *args[] = {lab_node_path(),
                     SCRIPT,
                     a[0],
@@ -82,6 +85,7 @@ int runner_node_measure(const runner_params *p, int mode, runner_result *out) {
                     a[5],
                     a[6],
                     a[7],
+                    a[8],
                     NULL};
     char buf[2048];
     int rc = lab_node_run(args, -1, -1, 0, buf, sizeof buf);
@@ -110,6 +114,11 @@ int runner_node_measure(const runner_params *p, int mode, runner_result *out) {
     out->idle_s = field(buf, "idle_s");
     out->ready_ms = field(buf, "ready_ms");
     out->delivered = field(buf, "delivered");
+    out->cpu_per_event_ns = field(buf, "cpu_per_event_ns");
+    out->events_per_read = field(buf, "events_per_read");
+    out->busy_transport_pct = field(buf, "busy_transport_pct");
+    out->busy_runners_pct = field(buf, "busy_runners_pct");
+    out->steal_pct = field(buf, "steal_pct");
     if (out->delivered != (double)p->runners * p->events) {
         snprintf(out->why, sizeof out->why, "node delivered %.0f events of %d",
                  out->delivered, p->runners * p->events);

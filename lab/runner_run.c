@@ -107,6 +107,10 @@ struct rrun {
     char why[256];
     /* the idle window: */
     uint64_t t0, t1, cpu0, cpu1, cs0, cs1, reads0, reads1;
+    /* the stream: the process's CPU and the CPUs' ticks at its start */
+    uint64_t stream_cpu0;
+    uint64_t stream_reads0; /* the sessions' reads before the stream */
+    runner_stat stat0;
 };
 
 static void fail(rrun *r, const char *fmt, ...)
@@ -249,6 +253,7 @@ static lull_pass_result deliver_pass(lull_pump *pump, uint64_t *retry_ns) {
 /* notify: the runner committed (or went): look in the next task. */
 static void out_ready(lull_io *io, int events) {
     (void)events;
+
     lull_pump_wake(&LULL_CONTAINER_OF(io, rsess, out_io)->pump);
 }
 
@@ -451,6 +456,32 @@ static void stream_figures(rrun *r, runner_result *out) {
     out->wait_max_us = n ? r->wait[n - 1] / 1e3 : NAN; /* sorted above */
 }
 
+/* The stream's CPU figures are taken from before the start commands leave
+ * to the last event delivered: the transport's whole work for the turn. */
+static uint64_t reads_now(const rrun *r) {
+    uint64_t reads = 0;
+    for (int i = 0; i < r->n; i++)
+        reads += r->s[i].reads;
+    return reads;
+}
+
+static void stream_begin(rrun *r) {
+    r->stream_reads0 = reads_now(r);
+    runner_stat_read(&r->stat0);
+    r->stream_cpu0 = process_cpu_ns();
+}
+
+static void stream_end(rrun *r, runner_result *out) {
+
+    uint64_t cpu = process_cpu_ns() - r->stream_cpu0;
+    runner_stat s1;
+    runner_stat_read(&s1);
+    runner_stat_figures(&r->stat0, &s1, out);
+    out->cpu_per_event_ns = r->nwait ? (double)cpu / (double)r->nwait : NAN;
+    uint64_t reads = reads_now(r) - r->stream_reads0;
+    out->events_per_read = reads ? (double)r->nwait / (double)reads : NAN;
+}
+
 /* Sends every runner its start command: all commit together. */
 static void send_go(rrun *r) {
     /* Far enough ahead that every runner has read it before the first
@@ -528,7 +559,7 @@ static void floor_pipe_ended(rrun *r, rsess *s) {
 }
 
 /* The floor's stream: epoll_wait, then every ready pipe read at once. */
-static int floor_stream(rrun *r, int efd) {
+static __attribute__((noinline)) int floor_stream(rrun *r, int efd) {
     uint64_t turn = (uint64_t)(r->p->events + 2) * r->p->interval_ns;
     uint64_t end = lab_now_ns() + turn + 30000000000u;
     r->phase = PH_STREAM;
@@ -538,6 +569,7 @@ static int floor_stream(rrun *r, int efd) {
         if (t >= end) return -ETIMEDOUT;
         int n = epoll_wait(efd, ev, 64, (int)((end - t) / 1000000u) + 1);
         if (n < 0 && errno != EINTR) return -errno;
+
         for (int i = 0; i < n; i++) {
             rsess *s = ev[i].data.ptr;
             bool full = true;
@@ -549,6 +581,22 @@ static int floor_stream(rrun *r, int efd) {
         }
     }
     return 0;
+}
+
+/* The loop's stream: one function, so that a profile can take the stream
+ * alone (valgrind --tool=callgrind --toggle-collect=loop_stream; the
+ * floor's is floor_stream). */
+static __attribute__((noinline)) int loop_stream(rrun *r, runner_result *out) {
+    stream_begin(r);
+    send_go(r);
+    uint64_t turn = (uint64_t)(r->p->events + 2) * r->p->interval_ns;
+    int rc = run_phase(r, PH_STREAM, turn + 30000000000u);
+    stream_end(r, out);
+    if (rc == -ETIMEDOUT)
+        fail(r, "%d of %d turns delivered in full before the deadline", r->done,
+             r->n);
+    stream_figures(r, out);
+    return rc;
 }
 
 /* Runs the floor's two phases on an epoll set of its own; the runners'
@@ -568,6 +616,7 @@ static int floor_run(rrun *r, runner_result *out) {
     }
     if (rc == 0) rc = floor_idle(r, efd, out);
     if (rc == 0 && !r->errors) {
+        stream_begin(r);
         send_go(r);
         /* The commands' writes leave at the loop's flush point. */
         for (int k = 0; k < 100; k++) {
@@ -578,6 +627,7 @@ static int floor_run(rrun *r, runner_result *out) {
             lull_loop_run(r->loop, LULL_RUN_NOWAIT);
         }
         rc = floor_stream(r, efd);
+        stream_end(r, out);
         if (rc == -ETIMEDOUT)
             fail(r, "%d of %d turns delivered in full before the deadline",
                  r->done, r->n);
@@ -633,6 +683,9 @@ static int run_open(rrun *r, const runner_params *p, int mode) {
 int runner_lull_measure(const runner_params *p, int mode, runner_result *out) {
     memset(out, 0, sizeof *out);
     out->loop_wakeups = NAN;
+    out->cpu_per_event_ns = out->busy_transport_pct = NAN;
+    out->events_per_read = NAN;
+    out->busy_runners_pct = out->steal_pct = NAN;
     rrun r;
     int rc = run_open(&r, p, mode);
     char exe[] = "/proc/self/exe"; /* lull-lab itself, whatever argv[0] */
@@ -663,15 +716,7 @@ int runner_lull_measure(const runner_params *p, int mode, runner_result *out) {
         rc = run_phase(&r, PH_IDLE, p->idle_ns + 30000000000u);
         if (rc == 0) idle_figures(&r, out);
     }
-    if (rc == 0 && !r.errors && mode != RUNNER_FLOOR) {
-        send_go(&r);
-        uint64_t turn = (uint64_t)(p->events + 2) * p->interval_ns;
-        rc = run_phase(&r, PH_STREAM, turn + 30000000000u);
-        if (rc == -ETIMEDOUT)
-            fail(&r, "%d of %d turns delivered in full before the deadline",
-                 r.done, r.n);
-        stream_figures(&r, out);
-    }
+    if (rc == 0 && !r.errors && mode != RUNNER_FLOOR) rc = loop_stream(&r, out);
     if (r.loop) shutdown_runners(&r);
     run_free(&r);
     if (r.errors) {

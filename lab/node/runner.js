@@ -3,6 +3,7 @@
 //
 //   node runner.js lab=PATH mode=poll|notify runners=N events=40
 //                  interval_ns=15000000 poll_ms=5 idle_ms=2000 aligned=0|1
+//                  cpus=T,R
 //
 // Spawns N runners (`lull-lab runner-child ID EVENTS INTERVAL_NS`, the
 // same children lull's transport drives: lab/runner.h has their records)
@@ -41,6 +42,9 @@ const IDLE_MS = Number(opt.idle_ms);
 const MODE = opt.mode;
 const LAB = opt.lab;
 const ALIGNED = opt.aligned === '1'; // lab/runner.h: RUNNER_GO_ALIGNED
+// The transport's CPU and the runners' (-1: not pinned, the machine's line),
+// as lab/runner_cpu.c reads them.
+const CPUS = (opt.cpus || '-1,-1').split(',').map(Number);
 
 const REC = 32; // lab/runner.h: RUNNER_RECORD and the fields below
 const MAGIC = 0x524e5552;
@@ -94,6 +98,26 @@ const tSpawn = now();
 function fail(msg) {
   if (errors++ === 0) why = msg;
   shutdown();
+}
+
+// /proc/stat's ticks of the two CPUs: [busy, steal, all] each, as
+// lab/runner_cpu.c's runner_stat_read.
+function readStat() {
+  let text = '';
+  try {
+    text = fs.readFileSync('/proc/stat', 'utf8');
+  } catch {
+    return null;
+  }
+  return CPUS.map((cpu) => {
+    const name = cpu < 0 ? 'cpu ' : `cpu${cpu} `;
+    const line = text.split('\n').find((l) => l.startsWith(name));
+    if (!line) return [0, 0, 0];
+    const v = line.slice(name.length).trim().split(/\s+/).slice(0, 8)
+      .map(Number);
+    const busy = v[0] + v[1] + v[2] + v[5] + v[6];
+    return [busy, v[7] || 0, v.reduce((a, b) => a + (b || 0), 0)];
+  });
 }
 
 // ------------------------------------------------------------- driver
@@ -200,6 +224,7 @@ function start(i) {
 // ------------------------------------------------------------- phases
 
 let idle0 = null;
+let stream0 = null;
 
 function beginIdle() {
   clearTimeout(deadline);
@@ -226,6 +251,9 @@ function endIdle() {
   result.idle_cpu_ms = (cpu.user + cpu.system) / 1e3 / secs;
   if (errors) return;
   phase = 'stream';
+  let reads0 = 0;
+  for (const s of sessions) reads0 += s.reads;
+  stream0 = { cpu: process.cpuUsage(), stat: readStat(), reads: reads0 };
   // Every runner reads the same start before its first event is due.
   const start = now() + 2000000n + 10000n * BigInt(N);
   for (const s of sessions) {
@@ -240,6 +268,23 @@ function endIdle() {
 }
 
 function endStream() {
+  // The stream's CPU figures (lab/runner.h's runner_result): the process's
+  // CPU from the start commands to the last event, per event; each CPU's
+  // busy share and the steal.
+  const cpu = process.cpuUsage(stream0.cpu);
+  const stat = readStat();
+  result.cpu_per_event_ns = (cpu.user + cpu.system) * 1e3 / nwait;
+  let reads = -stream0.reads;
+  for (const s of sessions) reads += s.reads;
+  result.events_per_read = reads > 0 ? nwait / reads : null;
+  if (stat && stream0.stat) {
+    const d = stat.map((s, k) => s.map((x, i) => x - stream0.stat[k][i]));
+    const pct = (k) => (d[k][2] > 0 ? 100 * d[k][0] / d[k][2] : null);
+    result.busy_transport_pct = pct(0);
+    result.busy_runners_pct = pct(1);
+    const all = d[0][2] + d[1][2];
+    result.steal_pct = all > 0 ? 100 * (d[0][1] + d[1][1]) / all : null;
+  }
   const sorted = waits.subarray(0, nwait).sort();
   let sum = 0;
   for (const w of sorted) sum += w;
@@ -280,6 +325,9 @@ function maybeFinish() {
 }
 
 // Up: every runner's READY record read (30 s, and 10 ms a runner).
-deadline = setTimeout(() => fail(`${nready} of ${N} runners ready before ` +
-  'the deadline'), 30000 + 10 * N);
+// Not a delivery error: lull-lab reads errno (ETIMEDOUT), as for its own.
+deadline = setTimeout(() => {
+  if (!errno) errno = -110;
+  fail(`${nready} of ${N} runners ready before the deadline`);
+}, 30000 + 10 * N);
 for (let i = 0; i < N && !errors; i++) start(i);
