@@ -19,28 +19,8 @@ n1=${2:-100000}
 n2=${3:-300000}
 bench="$build/bench"
 
-if ! command -v valgrind >/dev/null 2>&1; then
-    echo "callgrind_hops: valgrind not installed, nothing measured"
-    exit 0
-fi
-for bin in hop_cost hop_cost_peers; do
-    if [ ! -x "$bench/$bin" ]; then
-        echo "callgrind_hops: $bench/$bin missing (build first)" >&2
-        exit 1
-    fi
-done
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# Ir of one run: the "totals:" line of callgrind's output file.
-ir() {
-    out="$tmp/out.$$"
-    valgrind --tool=callgrind --callgrind-out-file="$out" "$@" \
-        >/dev/null 2>&1 || { echo "failed: $*" >&2; echo 0; return; }
-    awk '/^(totals|summary):/ { print $2; exit }' "$out"
-    rm -f "$out"
-}
+. "$(dirname "$0")/callgrind_lib.sh"
+callgrind_ready callgrind_hops "$bench/hop_cost" "$bench/hop_cost_peers"
 
 per_hop() { # label, command...
     label=$1

@@ -20,26 +20,8 @@ r1=${4:-2}
 r2=${5:-4}
 bin="$build/bench/timer_scale"
 
-if ! command -v valgrind >/dev/null 2>&1; then
-    echo "callgrind_timers: valgrind not installed, nothing measured"
-    exit 0
-fi
-if [ ! -x "$bin" ]; then
-    echo "callgrind_timers: $bin missing (build first)" >&2
-    exit 1
-fi
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# Ir of one run: the "totals:" line of callgrind's output file.
-ir() {
-    out="$tmp/out"
-    valgrind --tool=callgrind --callgrind-out-file="$out" "$@" \
-        >/dev/null 2>&1 || { echo "failed: $*" >&2; echo 0; return; }
-    awk '/^(totals|summary):/ { print $2; exit }' "$out"
-    rm -f "$out"
-}
+. "$(dirname "$0")/callgrind_lib.sh"
+callgrind_ready callgrind_timers "$bin"
 
 names=$("$bin" --no-spike --no-delay --runs 1 1000 10 2 2>/dev/null |
     awk '/^(lull|lull-virtual|libev|libuv) / { print $1 }' | sort -u)

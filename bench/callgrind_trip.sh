@@ -14,25 +14,8 @@ n1=${2:-20000}
 n2=${3:-60000}
 bin="$build/bench/remote_trip"
 
-if ! command -v valgrind >/dev/null 2>&1; then
-    echo "callgrind_trip: valgrind not installed, nothing measured"
-    exit 0
-fi
-if [ ! -x "$bin" ]; then
-    echo "callgrind_trip: $bin missing (build first)" >&2
-    exit 1
-fi
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ir() {
-    out="$tmp/out"
-    valgrind --tool=callgrind --callgrind-out-file="$out" "$@" \
-        >/dev/null 2>&1 || { echo "failed: $*" >&2; echo 0; return; }
-    awk '/^(totals|summary):/ { print $2; exit }' "$out"
-    rm -f "$out"
-}
+. "$(dirname "$0")/callgrind_lib.sh"
+callgrind_ready callgrind_trip "$bin"
 
 echo "instructions per cross-thread round trip (callgrind; N = $n1 and $n2)"
 for mode in futex epoll; do
