@@ -501,38 +501,31 @@ static void print_repl(const lab_fig *fig, const rctx *c) {
                    KV_QUANTUM_MS + 1);
 }
 
+/* A catch-up line of the short table: label, lull-kv's catch-up seconds,
+ * its ×, and in the p99 column the ping p99 during catch-up, lull-kv /
+ * redis-server. */
+static void catchup_row(const lab_fig *fig, lab_table *t, const char *label,
+                        int kv, int redis) {
+    const lab_row *b = &fig->rows[kv], *r = &fig->rows[redis];
+    char a[LAB_CELL], d[LAB_CELL];
+    int row = lab_table_row(t);
+    lab_table_set(t, row, 0, "%s", label);
+    lab_table_set(t, row, 1, "%s", lab_fmt(a, lab_row_median(b, RV_CATCHUP_S)));
+    lab_table_set(t, row, 2, "%s",
+                  lab_fmt_ratio(d, lab_ratio(fig, b, r, RV_CATCHUP_S)));
+    lab_table_set(t, row, 5, "%s / %s",
+                  lab_fmt(a, lab_row_median(b, RV_PING_P99)),
+                  lab_fmt(d, lab_row_median(r, RV_PING_P99)));
+}
+
 static void brief_verdict(const lab_fig *fig, const rctx *c, lab_table *t) {
     const lab_row *b = &fig->rows[R_KV_THREAD], *r = &fig->rows[R_REDIS];
-    /* The short table's columns: label, lull-kv, ×, (the 10^6-key pair),
-     * p99 ms lull-kv / redis-server: catch-up seconds and its ×, and the
-     * ping p99 during catch-up. */
-    if (t && t->rows > 0 && !c->r[R_KV_BUDGET].skipped) {
-        char a[LAB_CELL], d[LAB_CELL];
-        int row = lab_table_row(t);
-        lab_table_set(t, row, 0, "replica catch-up, s; ping");
-        lab_table_set(t, row, 1, "%s",
-                      lab_fmt(a, lab_row_median(b, RV_CATCHUP_S)));
-        lab_table_set(t, row, 2, "%s",
-                      lab_fmt_ratio(d, lab_ratio(fig, b, r, RV_CATCHUP_S)));
-        lab_table_set(t, row, 5, "%s / %s",
-                      lab_fmt(a, lab_row_median(b, RV_PING_P99)),
-                      lab_fmt(d, lab_row_median(r, RV_PING_P99)));
-    }
+    if (t && t->rows > 0 && !c->r[R_KV_BUDGET].skipped)
+        catchup_row(fig, t, "replica catch-up, s; ping", R_KV_THREAD, R_REDIS);
     /* The same over TLS (a full run's): the replica's link encrypted. */
-    const lab_row *bt = &fig->rows[R_KV_TLS], *rt = &fig->rows[R_REDIS_TLS];
-    if (t && t->rows > 0 && fig->nrows == REPL_ROWS &&
-        !c->r[R_KV_TLS].skipped) {
-        char a[LAB_CELL], d[LAB_CELL];
-        int row = lab_table_row(t);
-        lab_table_set(t, row, 0, "TLS replica catch-up, s; ping");
-        lab_table_set(t, row, 1, "%s",
-                      lab_fmt(a, lab_row_median(bt, RV_CATCHUP_S)));
-        lab_table_set(t, row, 2, "%s",
-                      lab_fmt_ratio(d, lab_ratio(fig, bt, rt, RV_CATCHUP_S)));
-        lab_table_set(t, row, 5, "%s / %s",
-                      lab_fmt(a, lab_row_median(bt, RV_PING_P99)),
-                      lab_fmt(d, lab_row_median(rt, RV_PING_P99)));
-    }
+    if (t && t->rows > 0 && fig->nrows == REPL_ROWS && !c->r[R_KV_TLS].skipped)
+        catchup_row(fig, t, "TLS replica catch-up, s; ping", R_KV_TLS,
+                    R_REDIS_TLS);
     lab_verdict *v = lab_verdict_add("serve", 1);
     if (!v) return;
     char a[LAB_CELL], d[LAB_CELL], e[LAB_CELL];
