@@ -127,6 +127,17 @@ static void load(server *p, int n) {
     }
 }
 
+/* A new loop with a primary holding a 4 MiB backlog (its catch-up sent as
+ * `catchup` says) and a replica of it, not yet started. */
+static void open_pair(lull_loop **loop, server *p, server *r, int catchup) {
+    CHECK_EQ(lull_loop_new(loop, NULL), 0);
+    node_open(p, *loop, false);
+    p->catchup = catchup;
+    primary_of = p;
+    load(p, 40000);
+    node_open(r, *loop, true);
+}
+
 static uint64_t now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -180,12 +191,8 @@ static void close_all(lull_loop *loop, server *p, server *r) {
  * two keyspaces end equal. */
 TEST_THREADED(writes_during_threaded_catchup_end_equal) {
     lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     server p, r;
-    node_open(&p, loop, false);
-    primary_of = &p;
-    load(&p, 40000);
-    node_open(&r, loop, true);
+    open_pair(&loop, &p, &r, CATCHUP_THREAD);
     server_start(&r);
     int during = 0, handed = 0;
     uint64_t t0 = now_ms();
@@ -221,12 +228,8 @@ TEST_THREADED(writes_during_threaded_catchup_end_equal) {
  * equal. */
 TEST_THREADED(replica_disconnects_mid_threaded_catchup) {
     lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     server p, r;
-    node_open(&p, loop, false);
-    primary_of = &p;
-    load(&p, 40000);
-    node_open(&r, loop, true);
+    open_pair(&loop, &p, &r, CATCHUP_THREAD);
     server_start(&r);
     uint64_t t0 = now_ms();
     /* Some of the backlog applied, some still out. */
@@ -252,12 +255,8 @@ TEST_THREADED(replica_disconnects_mid_threaded_catchup) {
  * TSan build), and the loop frees cleanly. */
 TEST_THREADED(primary_frees_while_sender_thread_runs) {
     lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     server p, r;
-    node_open(&p, loop, false);
-    primary_of = &p;
-    load(&p, 40000);
-    node_open(&r, loop, true);
+    open_pair(&loop, &p, &r, CATCHUP_THREAD);
     server_start(&r);
     uint64_t t0 = now_ms();
     while (!p.senders_out) {
@@ -274,13 +273,8 @@ TEST_THREADED(primary_frees_while_sender_thread_runs) {
 /* --repl-catchup loop: the same catch-up never leaves the loop. */
 TEST(loop_catchup_starts_no_thread) {
     lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     server p, r;
-    node_open(&p, loop, false);
-    p.catchup = CATCHUP_LOOP;
-    primary_of = &p;
-    load(&p, 40000);
-    node_open(&r, loop, true);
+    open_pair(&loop, &p, &r, CATCHUP_LOOP);
     server_start(&r);
     run_to_sync(loop, &p, &r);
     CHECK(p.senders == NULL);
@@ -293,12 +287,8 @@ TEST(loop_catchup_starts_no_thread) {
  * catches up on the loop, ending equal. */
 TEST_THREADED(no_fd_for_the_thread_falls_back_to_the_loop) {
     lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     server p, r;
-    node_open(&p, loop, false);
-    primary_of = &p;
-    load(&p, 40000);
-    node_open(&r, loop, true);
+    open_pair(&loop, &p, &r, CATCHUP_THREAD);
     /* The link's two ends take the two lowest free fds; nothing above. */
     int f1 = dup(0), f2 = dup(0);
     CHECK(f1 >= 0 && f2 > f1);
