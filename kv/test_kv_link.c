@@ -7,7 +7,8 @@
  * The backlog is a few MiB (past the hand-off's 1 MiB), so that it is out
  * on the thread for many loop iterations: the replica reads on the same
  * loop, and the thread waits for the socket meanwhile. Cases end by
- * closing every connection and checking that the loop frees cleanly. */
+ * closing every connection and checking that the loop frees cleanly. A
+ * guard timer bounds every wait: a hang fails its case in 20 s. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread_setaffinity_np */
 #endif
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -127,10 +129,19 @@ static void load(server *p, int n) {
     }
 }
 
+/* Wakes a case's loop once, 20 s in, so that a run that would otherwise
+ * block for ever returns to its case's deadline check and fails there. */
+static lull_timer guard;
+static void guard_fired(lull_timer *t) {
+    (void)t;
+}
+
 /* A new loop with a primary holding a 4 MiB backlog (its catch-up sent as
  * `catchup` says) and a replica of it, not yet started. */
 static void open_pair(lull_loop **loop, server *p, server *r, int catchup) {
     CHECK_EQ(lull_loop_new(loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(*loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
     node_open(p, *loop, false);
     p->catchup = catchup;
     primary_of = p;
@@ -171,6 +182,7 @@ static void same_dumps(server *p, server *r) {
 
 /* Closes every connection of both, stops and frees them and the loop. */
 static void close_all(lull_loop *loop, server *p, server *r) {
+    lull_timer_stop(&guard);
     server_stop(r);
     server_stop(p);
     for (conn *c = p->conns, *next; c; c = next) {
@@ -267,6 +279,34 @@ TEST_THREADED(primary_frees_while_sender_thread_runs) {
     CHECK_EQ(p.senders_out, 0);
     CHECK(p.senders == NULL);
     CHECK_EQ(p.kv.npeers, 0); /* its link closed */
+    close_all(loop, &p, &r);
+}
+
+/* The same, with the thread's stream waiting for room: the replica reads
+ * nothing, so the thread fills the socket and waits to write; the cut is
+ * what ends that wait. */
+TEST_THREADED(primary_frees_while_sender_thread_waits_to_write) {
+    lull_loop *loop;
+    server p, r;
+    open_pair(&loop, &p, &r, CATCHUP_THREAD);
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    while (!p.senders_out) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    lull_stream_read_stop(&r.m.t.stream);
+    int fd = lull_stream_fd(&r.m.t.stream), queued = 0;
+    while (queued < 64 * 1024) { /* the thread has written, and waits */
+        CHECK(now_ms() - t0 < 20000);
+        CHECK_EQ(ioctl(fd, FIONREAD, &queued), 0);
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    CHECK_EQ(p.senders_out, 1);
+    server_stop(&p);
+    CHECK_EQ(p.senders_out, 0);
+    CHECK(p.senders == NULL);
+    CHECK_EQ(p.kv.npeers, 0);
     close_all(loop, &p, &r);
 }
 

@@ -133,7 +133,11 @@ static int from_epoll(uint32_t e, int interest) {
      * report them with every interest it has, so a read sees EOF or the
      * error and a write sees EPIPE. */
     if (e & EPOLLERR) events |= LULL_ERROR | interest;
-    if (e & EPOLLHUP) events |= interest & LULL_READABLE;
+    /* A socket shut both ways reports EPOLLHUP alone, without EPOLLOUT, to a
+     * writer waiting for room: reported as readable only, a write-only
+     * watcher would hear nothing and the level-triggered HUP would wake
+     * the loop for ever. */
+    if (e & EPOLLHUP) events |= interest;
     return (events & interest) | (events & (LULL_HANGUP | LULL_ERROR));
 }
 

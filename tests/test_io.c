@@ -492,6 +492,48 @@ TEST(hangup_reported) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A socket shut both ways while a write-only watcher waits for room: the
+ * kernel reports EPOLLHUP without EPOLLOUT. The watcher hears it as
+ * writable (its write then says EPIPE), once per wait, not never while the
+ * loop wakes for ever. */
+static void stop_on_any(lull_io *io, int events) {
+    watch *w = LULL_CONTAINER_OF(io, watch, io);
+    w->calls++;
+    w->last_events = events;
+    lull_io_stop(io);
+}
+
+TEST(write_watcher_hears_a_shutdown_both_ways) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    static char buf[65536];
+    while (write(sv[0], buf, sizeof buf) > 0) { /* the peer never reads */
+    }
+    CHECK_EQ(errno, EAGAIN);
+    watch w = {.rfd = sv[0], .wfd = sv[1]};
+    CHECK_EQ(lull_io_init(loop, &w.io, sv[0], stop_on_any), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_WRITABLE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.calls, 0); /* full: nothing yet */
+    int keep = dup(sv[0]);
+    CHECK(keep >= 0);
+    CHECK_EQ(shutdown(keep, SHUT_RDWR), 0);
+    lull_metrics m0, m1;
+    lull_loop_metrics(loop, &m0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_loop_metrics(loop, &m1);
+    CHECK_EQ(w.calls, 1);
+    CHECK(w.last_events & LULL_WRITABLE);
+    CHECK(w.last_events & LULL_HANGUP);
+    CHECK(m1.polls - m0.polls <= 2);
+    CHECK_EQ(send(sv[0], "x", 1, MSG_NOSIGNAL), -1);
+    CHECK_EQ(errno, EPIPE);
+    close(keep);
+    close_pipe(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* ------------------------------------------------ sandboxed epoll_pwait2 */
 
 /* A seccomp filter, as older container runtimes and systemd's

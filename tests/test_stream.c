@@ -1601,6 +1601,42 @@ TEST(close_reason_epipe) {
     }
 }
 
+/* The socket shut both ways (through another descriptor of it) while the
+ * stream waits for room to write, not reading: the kernel says EPOLLHUP
+ * and nothing else. The write is tried and fails in a few polls (its
+ * frames back, sends refused), not a loop woken for ever by the hang-up. */
+TEST(close_reason_shut_both_ways_while_blocked) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    owner *ow = owner_raw(loop, &peer, NULL);
+    shrink_buffers(lull_stream_fd(&ow->s));
+    shrink_buffers(peer);
+    CHECK_EQ(lull_stream_read_stop(&ow->s), 0);
+    owner_send(ow, 8, sizeof ow->blob); /* 32 KiB: more than both hold */
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(ow->released < ow->sent); /* blocked */
+    int keep = dup(lull_stream_fd(&ow->s));
+    CHECK(keep >= 0);
+    CHECK_EQ(shutdown(keep, SHUT_RDWR), 0);
+    lull_metrics m0, m1;
+    lull_loop_metrics(loop, &m0);
+    for (int i = 0; i < 1000 && ow->released < ow->sent; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    lull_loop_metrics(loop, &m1);
+    CHECK(m1.polls - m0.polls < 10);
+    /* The write side ended, as for any refused write; reading, paused,
+     * finds the EOF of the shut socket when resumed. */
+    CHECK_EQ(ow->released, ow->sent);
+    CHECK_EQ(lull_endpoint_send_copy(&ow->s.ep, "x", 1), -EPIPE);
+    CHECK_EQ(g_owner_closes, 0);
+    CHECK_EQ(lull_stream_read_start(&ow->s), 0);
+    owner_closed_once(loop, -EPIPE);
+    close(keep);
+    close(peer);
+    free_loop(loop);
+}
+
 /* A frame longer than max_frame: -EMSGSIZE; a frame cut short by the
  * peer's EOF: -EPROTO. */
 TEST(close_reason_bad_frames) {
