@@ -523,7 +523,9 @@ typedef struct lull_latency { /* a histogram's summary, ns */
 } lull_latency;
 
 typedef struct lull_metrics {
-    uint64_t wakeups;        /* returns from a blocking wait in the kernel */
+    uint64_t wakeups;        /* returns from a blocking wait in the kernel:
+                                the four kinds below, or a wait that ended
+                                early with nothing to do (a late FUTEX_WAKE) */
     uint64_t tasks_run;      /* callbacks run: tasks, timers, io, listeners */
     uint64_t polls;          /* I/O checks, blocking or not */
     uint64_t busy_ns;        /* time spent running callbacks */

@@ -206,8 +206,12 @@ static int64_t poll_timeout(lull_loop *loop, uint64_t real_now) {
 
 /* Counts a wakeup and attributes it: to a signal that interrupted the
  * wait, to the first fd that was ready, to the oldest remote post (when the
- * drain runs), or to the first timer due (after expiry). */
-static void count_wakeup(lull_loop *loop, int nevents, bool signalled) {
+ * drain runs), or to the first timer due (after expiry) when the wait
+ * lasted its whole timeout. A wait that ended early with none of these (a
+ * poster's FUTEX_WAKE that arrived after its post had run) is counted in
+ * wakeups alone: no timer caused it. */
+static void count_wakeup(lull_loop *loop, int nevents, bool signalled,
+                         bool timed_out) {
     loop->m.wakeups++;
     if (signalled) {
         /* Not a timer's doing, though no fd or post was ready either: the
@@ -230,7 +234,7 @@ static void count_wakeup(lull_loop *loop, int nevents, bool signalled) {
     } else if (first) {
         loop->m.wakeups_io++;
         lull__audit_wakeup(loop, (lull_any_fn)first->fn, LULL_SOURCE_IO);
-    } else {
+    } else if (timed_out) {
         loop->m.wakeups_timer++;
         loop->audit_timer = true;
     }
@@ -322,6 +326,7 @@ static void attribute_timer_wakeup(lull_loop *loop) {
  * of events the poll collected. */
 static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
     bool signalled = false;
+    int64_t asked = timeout;
     int n = wait_for_work(loop, &timeout, t0, &signalled);
     /* A look that did not block took a few hundred ns: t0 still serves as
      * "now" and as the slice's start (which then counts the look as busy
@@ -330,7 +335,10 @@ static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
     uint64_t t1 = timeout != 0 ? lull__clock_real() : t0;
     if (timeout != 0) {
         loop->m.idle_ns += t1 - t0;
-        count_wakeup(loop, n, signalled);
+        /* t0 was read before the wait began, so a wait that ran out
+         * spans at least its timeout from t0. */
+        count_wakeup(loop, n, signalled,
+                     asked > 0 && t1 - t0 >= (uint64_t)asked);
     }
     if (!loop->virtual_clock) loop->now = t1;
     lull__slice_begin(loop, t1);

@@ -639,6 +639,48 @@ static void *post_at_the_edge(void *arg) {
     return NULL;
 }
 
+/* A FUTEX_WAKE with no post behind it (a poster's wake that arrives after
+ * its post already ran) ends the loop's sleep early. It counts as a
+ * wakeup, and as no timer's: the only timer is 10 s away. */
+static atomic_bool woke_done;
+static void *wake_without_post(void *arg) {
+    lull_loop *loop = arg;
+    while (!atomic_load(&woke_done)) {
+        if (__atomic_load_n(&loop->sleeping, __ATOMIC_SEQ_CST) ==
+            LULL__SLEEP_FUTEX)
+            syscall(SYS_futex, &loop->sleeping, FUTEX_WAKE_PRIVATE, 1, NULL,
+                    NULL, 0);
+        sleep_ms(1);
+    }
+    return NULL;
+}
+
+static void far_timer(lull_timer *t) {
+    (void)t;
+}
+
+TEST_THREADED(early_empty_wake_is_no_timers_wakeup) {
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    lull_timer t;
+    CHECK_EQ(lull_timer_init(loop, &t, far_timer), 0);
+    lull_timer_start(&t, LULL_S(10), 0);
+    atomic_store(&woke_done, false);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, wake_without_post, loop), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    atomic_store(&woke_done, true);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.wakeups, 1);
+    CHECK_U64_EQ(m.wakeups_timer, 0);
+    CHECK_U64_EQ(m.wakeups_remote + m.wakeups_io + m.wakeups_signal, 0);
+    CHECK(lull_timer_active(&t)); /* not due: it did not fire */
+    lull_timer_stop(&t);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 static void post_as_the_loop_sleeps(bool watch_fd) {
     static edge_case ec;
     ec = (edge_case){.watch_fd = watch_fd, .rounds = EDGE_ROUNDS};
@@ -678,6 +720,7 @@ static void post_as_the_loop_sleeps(bool watch_fd) {
      * per beaten wait, and no post lost (the runs above). */
     CHECK_U64_EQ(m.wakeups_io, 0);
     CHECK_U64_EQ(m.wakeups_signal, 0);
+    CHECK_U64_EQ(m.wakeups_timer, 0); /* nor are those a timer's */
     CHECK(m.wakeups - m.wakeups_remote <=
           (uint64_t)atomic_load(&futex_waits_beaten));
     if (watch_fd) {
