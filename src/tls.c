@@ -679,6 +679,9 @@ static void peer_closed(lull_tls *t) {
 
 /* Decrypts and delivers while reading. False when the connection closed. */
 static bool read_plain(lull_tls *t) {
+    /* Whole frames a pause inside on_frame left in the buffer: a resume
+     * delivers them without waiting for the peer's next bytes. */
+    if (framed(t) && !deliver_frames(t)) return false;
     while (t->state & T_READING) {
         /* No ciphertext left and no record half read: SSL_read could only
          * say WANT_READ (it reads nothing without bytes), at some 1500

@@ -1629,3 +1629,37 @@ TEST(an_error_left_in_the_queue_by_on_frame_is_not_ours) {
     close_cleanly(loop, &c, &s);
     finish(loop, sctx, cctx);
 }
+
+/* A pause inside on_frame with more whole frames in the same record: the
+ * resume delivers them, without more bytes from the peer. */
+static void pause_frame(lull_endpoint *ep, const void *b, size_t n) {
+    end_frame(ep, b, n);
+    CHECK_EQ(lull_endpoint_read_stop(ep), 0);
+}
+
+TEST(pause_in_on_frame_then_resume_delivers_the_rest_of_the_record) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    lull_endpoint_set_callbacks(&s.t.ep, pause_frame, NULL, end_close);
+    run_until(loop, &s.handshaken, 100);
+    for (int i = 0; i < 5; i++) /* one flush point: one record */
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "abc", 3), 0);
+    for (int i = 0; i < 100 && s.frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    for (int i = 0; i < 20; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s.frames, 1);
+    for (int k = 2; k <= 5; k++) {
+        CHECK_EQ(lull_endpoint_read_start(&s.t.ep), 0);
+        for (int i = 0; i < 20 && s.frames < k; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(s.frames, k);
+    }
+    lull_endpoint_set_callbacks(&s.t.ep, end_frame, NULL, end_close);
+    CHECK_EQ(lull_endpoint_read_start(&s.t.ep), 0); /* for close_notify */
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
