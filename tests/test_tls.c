@@ -1663,3 +1663,45 @@ TEST(pause_in_on_frame_then_resume_delivers_the_rest_of_the_record) {
     close_cleanly(loop, &c, &s);
     finish(loop, sctx, cctx);
 }
+
+/* The same with frames across records, so that a pause can come while
+ * OpenSSL still holds the rest of a record (the read's room was smaller):
+ * each resume goes on from there, every byte in order. */
+static unsigned char g_pattern[6000];
+static size_t g_pattern_at;
+
+static void pause_check_frame(lull_endpoint *ep, const void *b, size_t n) {
+    end_frame(ep, b, n);
+    CHECK_EQ(n, (size_t)5000);
+    CHECK(memcmp(b, g_pattern + g_pattern_at, n) == 0);
+    g_pattern_at = (g_pattern_at + 7) % 1000;
+    CHECK_EQ(lull_endpoint_read_stop(ep), 0);
+}
+
+TEST(pause_in_every_on_frame_across_records_loses_nothing) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    lull_endpoint_set_callbacks(&s.t.ep, pause_check_frame, NULL, end_close);
+    run_until(loop, &s.handshaken, 100);
+    for (size_t i = 0; i < sizeof g_pattern; i++)
+        g_pattern[i] = (unsigned char)(i * 131 + 7);
+    enum { FRAMES = 40 };
+    for (int i = 0, at = 0; i < FRAMES; i++, at = (at + 7) % 1000)
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, g_pattern + at, 5000), 0);
+    for (int k = 1; k <= FRAMES; k++) {
+        for (int i = 0; i < 100 && s.frames < k; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(s.frames, k);
+        for (int i = 0; i < 5; i++) /* paused: nothing more comes */
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(s.frames, k);
+        CHECK_EQ(lull_endpoint_read_start(&s.t.ep), 0);
+    }
+    CHECK_EQ(s.closes, 0);
+    lull_endpoint_set_callbacks(&s.t.ep, end_frame, NULL, end_close);
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
