@@ -291,6 +291,15 @@ static void set_why(lull_tls *t, const char *what) {
     snprintf(t->why, sizeof t->why, "%s", what);
 }
 
+/* Empties this thread's OpenSSL error queue before the SSL calls whose
+ * failure is read from it (an error user code left there would read as
+ * ours): before each SSL_read, since on_frame ran in between. Looked at
+ * first (some 200 instructions): ERR_clear_error walks and frees all 16
+ * slots, some 800, and an empty queue is the rule. */
+static void errors_clear(void) {
+    if (ERR_peek_error() != 0) ERR_clear_error();
+}
+
 /* ---------------------------------------------------------------- BIO */
 
 /* OpenSSL's reads take the bytes the stream delivered (t->in); its writes
@@ -670,7 +679,14 @@ static void peer_closed(lull_tls *t) {
 
 /* Decrypts and delivers while reading. False when the connection closed. */
 static bool read_plain(lull_tls *t) {
+    /* Whole frames a pause inside on_frame left in the buffer: a resume
+     * delivers them without waiting for the peer's next bytes. */
+    if (framed(t) && !deliver_frames(t)) return false;
     while (t->state & T_READING) {
+        /* No ciphertext left and no record half read: SSL_read could only
+         * say WANT_READ (it reads nothing without bytes), at some 1500
+         * instructions with SSL_get_error, twice a request-reply. */
+        if (t->in_len == 0 && !SSL_has_pending(t->ssl)) return true;
         if (!framed(t)) t->pstart = t->pend = 0;
         if (t->pcap - t->pend < RECORD / 4) {
             /* make_room stops at the frame limit: what room there is. */
@@ -682,12 +698,13 @@ static bool read_plain(lull_tls *t) {
         }
         size_t room = t->pcap - t->pend;
         size_t before = t->in_len;
+        errors_clear(); /* on_frame may have used OpenSSL too */
         int n = SSL_read(t->ssl, t->pbuf + t->pend,
                          room > INT32_MAX ? INT32_MAX : (int)room);
         if (n <= 0) {
             int e = SSL_get_error(t->ssl, n);
             if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-                ERR_clear_error();
+                errors_clear();
                 /* A post-handshake message (a ticket, a key update) can
                  * end the call with records still to read. */
                 if (t->in_len > 0 && t->in_len < before) continue;
@@ -721,9 +738,9 @@ static bool read_plain(lull_tls *t) {
  * connection closed. */
 static bool progress(lull_tls *t) {
     if (!(t->state & T_STARTED)) return true;
-    ERR_clear_error();
     while (!(t->state & T_OPEN)) {
         size_t before = t->in_len;
+        errors_clear();
         int r = SSL_do_handshake(t->ssl);
         if (r != 1) {
             int e = SSL_get_error(t->ssl, r);
@@ -749,6 +766,7 @@ static bool progress(lull_tls *t) {
     if (!read_plain(t)) return false;
     lull_frame *done = NULL;
     if (t->head && !(t->state & T_SHUT_SENT)) {
+        errors_clear(); /* a failure's words are ours (on_frame ran) */
         int rc = encrypt_queue(t, &done, false);
         if (rc < 0) {
             /* The close releases them all, encrypted or not. */

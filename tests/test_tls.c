@@ -1532,3 +1532,176 @@ TEST(certificates_and_trust_from_files) {
     lull_tls_ctx_free(c2);
     teardown_pki();
 }
+
+/* ------------------------------------------ OpenSSL calls per record */
+
+/* SSL_read on the server's SSL object and ERR_clear_error anywhere,
+ * counted while `g_counting` (test_tls links with --wrap for both). */
+static atomic_long g_ssl_reads, g_err_clears;
+static const void *g_ssl_watched;
+
+#ifdef LULL_HAVE_OPENSSL
+int __real_SSL_read(SSL *ssl, void *buf, int num);
+int __wrap_SSL_read(SSL *ssl, void *buf, int num);
+int __wrap_SSL_read(SSL *ssl, void *buf, int num) {
+    if (atomic_load(&g_counting) && (const void *)ssl == g_ssl_watched)
+        atomic_fetch_add(&g_ssl_reads, 1);
+    return __real_SSL_read(ssl, buf, num);
+}
+void __real_ERR_clear_error(void);
+void __wrap_ERR_clear_error(void);
+void __wrap_ERR_clear_error(void) {
+    if (atomic_load(&g_counting)) atomic_fetch_add(&g_err_clears, 1);
+    __real_ERR_clear_error();
+}
+
+/* An error someone else left in this thread's OpenSSL queue. */
+static void leave_stale_error(void) {
+    ERR_raise(ERR_LIB_SSL, SSL_R_BAD_LENGTH);
+}
+#else
+static void leave_stale_error(void) {}
+#endif
+
+/* A request and its reply cost the server one SSL_read (none that could
+ * only say WANT_READ) and no sweep of the error queue. */
+TEST(request_reply_reads_once_and_sweeps_no_error_queue) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    lull_endpoint_set_callbacks(&s.t.ep, echo_server_frame, NULL, end_close);
+    run_until(loop, &c.handshaken, 100);
+    for (int i = 0; i < 20; i++) /* tickets, the server's finish */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    g_ssl_watched = s.t.ssl;
+    atomic_store(&g_counting, true);
+    enum { ROUNDS = 100 };
+    for (int r = 0; r < ROUNDS; r++) {
+        int want = c.frames + 1;
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "PING", 4), 0);
+        for (int i = 0; i < 100 && c.frames < want; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(c.frames, want);
+    }
+    atomic_store(&g_counting, false);
+    long reads = atomic_load(&g_ssl_reads), clears = atomic_load(&g_err_clears);
+    printf("%d request-replies: %ld SSL_read on the server, %ld "
+           "ERR_clear_error\n",
+           ROUNDS, reads, clears);
+    CHECK_EQ(reads, ROUNDS);
+    CHECK_EQ(clears, 0);
+    CHECK(strcmp(c.last, "PING") == 0);
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
+
+/* on_frame leaves an OpenSSL error in the thread's queue (user code that
+ * uses OpenSSL too): the next SSL_read, which may end at a record cut
+ * short, must not take it for its own failure. */
+static int g_stale_frames;
+
+static void stale_frame(lull_endpoint *ep, const void *b, size_t n) {
+    end_frame(ep, b, n);
+    g_stale_frames++;
+    leave_stale_error();
+}
+
+TEST(an_error_left_in_the_queue_by_on_frame_is_not_ours) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    lull_endpoint_set_callbacks(&s.t.ep, stale_frame, NULL, end_close);
+    run_until(loop, &s.handshaken, 100);
+    static char big[20000]; /* each frame two records: reads end inside */
+    enum { FRAMES = 40 };
+    for (int i = 0; i < FRAMES; i++)
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, sizeof big), 0);
+    leave_stale_error(); /* and one before the server reads at all */
+    for (int i = 0; i < 400 && s.frames < FRAMES && !s.closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.closes, 0);
+    CHECK_EQ(s.frames, FRAMES);
+    CHECK_EQ(s.bytes, (size_t)FRAMES * sizeof big);
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
+
+/* A pause inside on_frame with more whole frames in the same record: the
+ * resume delivers them, without more bytes from the peer. */
+static void pause_frame(lull_endpoint *ep, const void *b, size_t n) {
+    end_frame(ep, b, n);
+    CHECK_EQ(lull_endpoint_read_stop(ep), 0);
+}
+
+TEST(pause_in_on_frame_then_resume_delivers_the_rest_of_the_record) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    lull_endpoint_set_callbacks(&s.t.ep, pause_frame, NULL, end_close);
+    run_until(loop, &s.handshaken, 100);
+    for (int i = 0; i < 5; i++) /* one flush point: one record */
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "abc", 3), 0);
+    for (int i = 0; i < 100 && s.frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    for (int i = 0; i < 20; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s.frames, 1);
+    for (int k = 2; k <= 5; k++) {
+        CHECK_EQ(lull_endpoint_read_start(&s.t.ep), 0);
+        for (int i = 0; i < 20 && s.frames < k; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(s.frames, k);
+    }
+    lull_endpoint_set_callbacks(&s.t.ep, end_frame, NULL, end_close);
+    CHECK_EQ(lull_endpoint_read_start(&s.t.ep), 0); /* for close_notify */
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
+
+/* The same with frames across records, so that a pause can come while
+ * OpenSSL still holds the rest of a record (the read's room was smaller):
+ * each resume goes on from there, every byte in order. */
+static unsigned char g_pattern[6000];
+static size_t g_pattern_at;
+
+static void pause_check_frame(lull_endpoint *ep, const void *b, size_t n) {
+    end_frame(ep, b, n);
+    CHECK_EQ(n, (size_t)5000);
+    CHECK(memcmp(b, g_pattern + g_pattern_at, n) == 0);
+    g_pattern_at = (g_pattern_at + 7) % 1000;
+    CHECK_EQ(lull_endpoint_read_stop(ep), 0);
+}
+
+TEST(pause_in_every_on_frame_across_records_loses_nothing) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    lull_endpoint_set_callbacks(&s.t.ep, pause_check_frame, NULL, end_close);
+    run_until(loop, &s.handshaken, 100);
+    for (size_t i = 0; i < sizeof g_pattern; i++)
+        g_pattern[i] = (unsigned char)(i * 131 + 7);
+    enum { FRAMES = 40 };
+    for (int i = 0, at = 0; i < FRAMES; i++, at = (at + 7) % 1000)
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, g_pattern + at, 5000), 0);
+    for (int k = 1; k <= FRAMES; k++) {
+        for (int i = 0; i < 100 && s.frames < k; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(s.frames, k);
+        for (int i = 0; i < 5; i++) /* paused: nothing more comes */
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(s.frames, k);
+        CHECK_EQ(lull_endpoint_read_start(&s.t.ep), 0);
+    }
+    CHECK_EQ(s.closes, 0);
+    lull_endpoint_set_callbacks(&s.t.ep, end_frame, NULL, end_close);
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
