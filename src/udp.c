@@ -745,8 +745,18 @@ static void read_datagrams(lull_udp *udp) {
              * call may have written any slot's header: all are set up
              * again (rare). */
             prepare_slots(udp, 0, udp->recv_batch);
+            /* The fd closed behind the handle (EBADF) or its number now
+             * naming another file (ENOTSOCK): no read can work again, and
+             * a dup or a forked child's copy keeps the registration
+             * reporting. Receiving ends after the report, or it would be
+             * made at every iteration for ever. */
+            bool gone = err == EBADF || err == ENOTSOCK;
+            if (gone) {
+                udp->state &= ~U_READING;
+                (void)set_interest(udp);
+            }
             udp->on_recv(udp, -err, NULL, 0, NULL, 0);
-            if (closed || !(udp->state & U_READING)) break;
+            if (gone || closed || !(udp->state & U_READING)) break;
             continue;
         }
         udp->recv_calls++;

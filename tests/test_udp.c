@@ -536,6 +536,33 @@ TEST(icmp_errors_while_only_sending_keep_the_loop_quiet) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The handle's fd closed behind it while another descriptor (a dup, a
+ * forked child's copy) keeps the socket open: the registration, keyed by
+ * the open file, goes on reporting its datagrams, and every read of the
+ * closed number says EBADF. Reported once, it ends the receiving (the fd
+ * can never work again) instead of a report per iteration for ever. */
+TEST(fd_closed_behind_a_receiving_handle) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    int tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(tx >= 0);
+    int keep = dup(r.udp.io.fd);
+    CHECK(keep >= 0);
+    CHECK_EQ(close(r.udp.io.fd), 0); /* the user's mistake */
+    CHECK_EQ(sendto(tx, "x", 1, 0, (struct sockaddr *)&to, sizeof to), 1);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(r.errors, 1);
+    CHECK_EQ(r.last_error, -EBADF);
+    CHECK_EQ(r.count, 0);
+    lull_udp_close(&r.udp, NULL); /* its close of the number: EBADF */
+    close(tx);
+    close(keep);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(send_bound_refuses_and_keeps_the_handle) {
     lull_loop *loop = new_loop();
     rx r;
