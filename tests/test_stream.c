@@ -1666,6 +1666,47 @@ TEST(tcp_reset_while_blocked_and_paused) {
     free_loop(loop);
 }
 
+/* A stream socket that was never connected, given to lull_stream_open:
+ * it polls EPOLLHUP at once and for good. The read says so (ENOTCONN, or
+ * EINVAL for a Unix socket) and the stream closes, instead of the
+ * hang-up waking the loop for ever. */
+TEST(open_on_a_socket_never_connected_closes) {
+    int families[] = {AF_INET, AF_UNIX};
+    for (int i = 0; i < 2; i++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        counter c;
+        memset(&c, 0, sizeof c);
+        int fd = socket(families[i], SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(fd >= 0);
+        CHECK_EQ(lull_stream_open(loop, &c.s, fd, NULL), 0);
+        lull_endpoint_set_callbacks(&c.s.ep, count_frame, NULL, count_close);
+        CHECK(polls_in(loop, 20) < 10);
+        CHECK_EQ(c.closes, 1);
+        CHECK(c.reason < 0);
+        free_loop(loop);
+    }
+}
+
+/* The stream's fd closed behind it while a dup keeps the socket open: the
+ * registration goes on reporting the peer's bytes, and the read of the
+ * closed number says EBADF, which closes the stream once. */
+TEST(fd_closed_behind_a_reading_stream) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int peer;
+    raw_peer(loop, &c, &peer, NULL);
+    int keep = dup(lull_stream_fd(&c.s));
+    CHECK(keep >= 0);
+    CHECK_EQ(close(lull_stream_fd(&c.s)), 0); /* the user's mistake */
+    CHECK_EQ(write(peer, "abcd", 4), 4);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, -EBADF);
+    close(keep);
+    close(peer);
+    free_loop(loop);
+}
+
 /* A write the peer refuses (it shut its read side): -EPIPE, found at a
  * flush point (at once), or inside lull_endpoint_send at high_water (in a
  * later turn); the frames go back first. */
