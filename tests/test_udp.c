@@ -563,6 +563,32 @@ TEST(fd_closed_behind_a_receiving_handle) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A Unix datagram socketpair's sender, receiving and waiting for room
+ * (its peer reads nothing), when the peer closes: the wait ends (the
+ * queued sends fail, the peer being gone) and the loop goes quiet. */
+TEST(blocked_sender_when_its_unix_peer_closes) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv), 0);
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_open(&r.udp, sv[0]), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    enum { N = 500 };
+    CHECK_EQ(send_n(&r.udp, N, NULL), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(sends_done < N); /* the peer's queue filled */
+    close(sv[1]);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(sends_done, N);
+    CHECK(send_status[N - 1] < 0);
+    lull_udp_close(&r.udp, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(send_bound_refuses_and_keeps_the_handle) {
     lull_loop *loop = new_loop();
     rx r;
