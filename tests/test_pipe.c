@@ -652,6 +652,40 @@ TEST(pty_master_as_a_pairs_write_fd_when_the_slave_closes) {
     free_loop(loop);
 }
 
+/* A pair whose write fd is a socket its peer shuts both ways while the
+ * stream waits for room: the write watcher hears EPOLLHUP alone, tries
+ * the write (EPIPE) and the loop goes quiet; reading the pipe goes on. */
+TEST(pairs_socket_write_fd_shut_both_ways_while_blocked) {
+    lull_loop *loop = new_loop();
+    int p[2], sv[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, p[0], sv[0], &raw), 0);
+    watch(&e);
+    static char blob[1 << 20];
+    static lull_frame f;
+    f = (lull_frame){.bytes = blob, .len = sizeof blob, .release = pty_release};
+    g_pty_released = 0;
+    CHECK_EQ(lull_endpoint_send(&e.s.ep, &f), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_pty_released, 0); /* blocked: the peer reads nothing */
+    CHECK_EQ(shutdown(sv[1], SHUT_RDWR), 0);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(g_pty_released, 1);
+    CHECK_EQ(e.closes, 0);
+    CHECK_EQ(write(p[1], "ab", 2), 2); /* reading goes on */
+    run_until_len(loop, &e, 2);
+    close(p[1]);
+    run_until_at_least(loop, &e.closes, 1, 100);
+    CHECK_EQ(e.reason, -EPIPE);
+    close(sv[1]);
+    end_free(&e);
+    free_loop(loop);
+}
+
 /* The same sides, paused and not writing: nothing is registered, so the
  * lasting hang-up never reaches the loop. */
 static void pty_idle_when_the_other_side_closes(bool hold_master) {
