@@ -412,7 +412,7 @@ static void client_gone_while_paused(bool reset) {
     lull_timer hold;
     CHECK_EQ(lull_timer_init(loop, &hold, stop_loop), 0);
     lull_timer_start(&hold, 5000000000u, 0);
-    for (int i = 0; i < 1000 && p.conns; i++)
+    for (int i = 0; i < 1000 && p.conns && lull_timer_active(&hold); i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     lull_timer_stop(&hold);
     CHECK(p.conns == NULL); /* closed */

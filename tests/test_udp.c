@@ -581,8 +581,17 @@ TEST(blocked_sender_when_its_unix_peer_closes) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK(sends_done < N); /* the peer's queue filled */
     close(sv[1]);
-    CHECK(polls_in(loop, 20) < 10);
+    /* Each send fails in its turn; a loop woken for ever would use up the
+     * iterations first, one that never woke ends at the guard. */
+    lull_timer guard;
+    CHECK_EQ(lull_timer_init(loop, &guard, stop_loop), 0);
+    lull_timer_start(&guard, LULL_MS(5000), 0);
+    for (int i = 0; i < 10000 && sends_done < N && lull_timer_active(&guard);
+         i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    lull_timer_stop(&guard);
     CHECK_EQ(sends_done, N);
+    CHECK(polls_in(loop, 20) < 10);
     CHECK(send_status[N - 1] < 0);
     lull_udp_close(&r.udp, NULL);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
