@@ -346,3 +346,89 @@ TEST_THREADED(no_fd_for_the_thread_falls_back_to_the_loop) {
     same_dumps(&p, &r);
     close_all(loop, &p, &r);
 }
+
+/* --------------------------------- a client gone while its reads pause */
+
+static void stop_loop(lull_timer *t) {
+    lull_loop_stop(t->loop);
+}
+
+/* The polls the loop makes in `ms` of real time: a connection whose
+ * registration reports an event nobody consumes makes thousands; a quiet
+ * loop a few. Two timers: one ends the count, one (longer) keeps the loop
+ * alive where nothing else does. */
+static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
+    lull_timer end, hold;
+    CHECK_EQ(lull_timer_init(loop, &end, stop_loop), 0);
+    CHECK_EQ(lull_timer_init(loop, &hold, stop_loop), 0);
+    lull_timer_start(&end, ms * 1000000u, 0);
+    lull_timer_start(&hold, ms * 50000000u, 0);
+    lull_metrics m0, m1;
+    lull_loop_metrics(loop, &m0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_loop_metrics(loop, &m1);
+    lull_timer_stop(&end);
+    lull_timer_stop(&hold);
+    return m1.polls - m0.polls;
+}
+
+/* A client pipelines GETs of a 1 MiB value and reads nothing: its output
+ * fills, the server stops reading it and waits for room to write. Then
+ * the client goes, shut both ways or closed with replies unread (a
+ * reset): the write fails, the drain owed resumes the reading, which
+ * finds the end, and the connection closes in a bounded number of turns,
+ * the loop quiet after it. */
+static void client_gone_while_paused(bool reset) {
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    server p;
+    node_open(&p, loop, false);
+    primary_of = &p;
+    static char big[1 << 20];
+    memset(big, 'v', sizeof big - 1);
+    write_cmd(&p, "SET", "big", big);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int small = 4096;
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    conn *c = conn_new(&p);
+    CHECK(c != NULL);
+    CHECK_EQ(lull_stream_open(loop, &c->t.stream, sv[0], &o), 0);
+    conn_start(c, &c->t.stream.ep);
+    for (int i = 0; i < 32; i++)
+        CHECK_EQ(write(sv[1], "GET big\r\n", 9), 9);
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(p.conns != NULL); /* open, paused, waiting to write */
+    if (reset) {
+        close(sv[1]);
+    } else {
+        CHECK_EQ(shutdown(sv[1], SHUT_RDWR), 0);
+    }
+    /* The close takes a few turns (the commands still buffered run
+     * first); a loop woken for ever would use up the 1000 at once. */
+    lull_timer hold;
+    CHECK_EQ(lull_timer_init(loop, &hold, stop_loop), 0);
+    lull_timer_start(&hold, 5000000000u, 0);
+    for (int i = 0; i < 1000 && p.conns && lull_timer_active(&hold); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    lull_timer_stop(&hold);
+    CHECK(p.conns == NULL); /* closed */
+    CHECK(polls_in(loop, 20) < 10);
+    if (!reset) close(sv[1]);
+    server_stop(&p);
+    for (int i = 0; i < 1000 && lull_loop_alive(loop); i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    server_free(&p);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(client_shut_both_ways_while_its_reads_pause) {
+    client_gone_while_paused(false);
+}
+
+TEST(client_reset_while_its_reads_pause) {
+    client_gone_while_paused(true);
+}

@@ -1163,6 +1163,28 @@ static void on_timer(lull_timer *t) {
 }
 LULL__OWN_NAME(on_timer, "lull_stream timeout", lull_stream, timer);
 
+/* A hang-up came with the writability, and the write still could not go
+ * out. On a terminal's side whose other side closed (a pty master whose
+ * slave is gone) the hang-up lasts and writes say EAGAIN for ever: what
+ * they would add is never read. Left blocked, the level-triggered hang-up
+ * would wake the loop for ever; the write side ends instead (-EIO, what a
+ * read there says), as a refused write ends it. A socket (a half-close is
+ * EPOLLRDHUP, and one shut both ways refuses the write) or a pipe (a gone
+ * reader is EPOLLERR, and EPIPE) never stays blocked here for good, so
+ * they are left to their own errors. False when the stream closed. */
+static bool hung_up_while_blocked(lull_stream *s) {
+    if ((s->state & (S_BLOCKED | S_FAIL | S_OUT_SOCK | S_OUT_FIFO)) !=
+        S_BLOCKED)
+        return true;
+    if (write_failed(s, -EIO, &s->done, &s->done_tail)) {
+        lull_frame *done = s->done;
+        s->done = s->done_tail = NULL;
+        close_now(s, -EIO, done, NULL);
+        return false;
+    }
+    return flush_now(s); /* releases the queue, pays a drain owed */
+}
+
 static void on_io(lull_io *io, int events) {
     lull_stream *s = LULL_CONTAINER_OF(io, lull_stream, io);
     if (s->state & S_CONNECTING) {
@@ -1176,6 +1198,7 @@ static void on_io(lull_io *io, int events) {
     if ((events & (LULL_WRITABLE | LULL_ERROR)) && (s->state & S_BLOCKED)) {
         s->state &= ~S_BLOCKED;
         if (!flush_now(s)) return;
+        if ((events & LULL_HANGUP) && !hung_up_while_blocked(s)) return;
     }
     if ((s->state & S_WATCH_HUP) && (events & (LULL_ERROR | LULL_HANGUP))) {
         fail_now(s, -EPIPE); /* the pipe's reader is gone */
@@ -1202,7 +1225,8 @@ static void on_wio(lull_io *io, int events) {
     if ((events & (LULL_WRITABLE | LULL_ERROR | LULL_HANGUP)) &&
         (s->state & S_BLOCKED)) {
         s->state &= ~S_BLOCKED;
-        flush_now(s);
+        if (flush_now(s) && (events & LULL_HANGUP))
+            (void)hung_up_while_blocked(s);
     }
 }
 LULL__OWN_NAME(on_wio, "lull_stream write fd", lull_stream, wio);

@@ -83,6 +83,10 @@
  * batches at a time, then the loop moves on (level-triggered, so the rest
  * is reported again at the next poll). */
 #define RECV_ROUNDS 4
+/* Error-queue entries dropped per error report: a flood of ICMP errors is
+ * taken a bounded slice at a time, like datagrams (the rest keeps EPOLLERR
+ * up for the next poll). */
+#define ERRQUEUE_ROUNDS 64
 /* The kernel's limit of segments in one UDP_SEGMENT send (UDP_MAX_SEGMENTS). */
 #define GSO_MAX_SEGMENTS 64
 
@@ -741,8 +745,18 @@ static void read_datagrams(lull_udp *udp) {
              * call may have written any slot's header: all are set up
              * again (rare). */
             prepare_slots(udp, 0, udp->recv_batch);
+            /* The fd closed behind the handle (EBADF) or its number now
+             * naming another file (ENOTSOCK): no read can work again, and
+             * a dup or a forked child's copy keeps the registration
+             * reporting. Receiving ends after the report, or it would be
+             * made at every iteration for ever. */
+            bool gone = err == EBADF || err == ENOTSOCK;
+            if (gone) {
+                udp->state &= ~U_READING;
+                (void)set_interest(udp);
+            }
             udp->on_recv(udp, -err, NULL, 0, NULL, 0);
-            if (closed || !(udp->state & U_READING)) break;
+            if (gone || closed || !(udp->state & U_READING)) break;
             continue;
         }
         udp->recv_calls++;
@@ -756,6 +770,28 @@ out:
     if (!closed) udp->closed_guard = NULL;
 }
 
+/* Empties the socket's error queue, which a socket given with IP_RECVERR
+ * (or IPV6_RECVERR, or one asking for transmit timestamps) fills: the
+ * queue polls EPOLLERR until it is read with MSG_ERRQUEUE, so left there
+ * it would wake the loop for ever. Its ICMP errors were reported already
+ * through the socket's pending error (a recv says it, or the next send),
+ * as on a socket without the option: the entries are dropped. Called
+ * after the read, since taking an entry clears that pending error. */
+static void drain_errqueue(lull_udp *udp) {
+    unsigned char byte;
+    char ctl[512];
+    for (int i = 0; i < ERRQUEUE_ROUNDS; i++) {
+        struct iovec iov = {&byte, sizeof byte};
+        struct msghdr h = {.msg_iov = &iov,
+                           .msg_iovlen = 1,
+                           .msg_control = ctl,
+                           .msg_controllen = sizeof ctl};
+        if (recvmsg(udp->io.fd, &h, MSG_ERRQUEUE | MSG_DONTWAIT) < 0 &&
+            errno != EINTR)
+            return; /* EAGAIN: empty */
+    }
+}
+
 static void on_io(lull_io *io, int events) {
     lull_udp *udp = LULL_CONTAINER_OF(io, lull_udp, io);
     if ((events & (LULL_WRITABLE | LULL_ERROR)) && (udp->state & U_BLOCKED)) {
@@ -766,6 +802,9 @@ static void on_io(lull_io *io, int events) {
     if ((udp->state & U_READING) &&
         (events & (LULL_READABLE | LULL_ERROR | LULL_HANGUP)))
         read_datagrams(udp);
+    /* A recv callback may have closed the handle (no fd) or stopped it. */
+    if ((events & LULL_ERROR) && !(udp->state & U_CLOSED) && has_socket(udp))
+        drain_errqueue(udp);
 }
 
 /* ---------------------------------------------------------------- close */

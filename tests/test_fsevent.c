@@ -371,3 +371,64 @@ TEST(stops_inside_callbacks) {
     CHECK_EQ(lull_loop_free(loop), 0);
     remove_tree(root);
 }
+
+/* The polls a loop makes in `ms` of real time: a registration reporting an
+ * event nobody consumes makes thousands; a quiet loop a few. Two timers:
+ * one ends the count, one (longer) keeps the loop alive. */
+static void stop_loop(lull_timer *t) {
+    lull_loop_stop(t->loop);
+}
+
+static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
+    lull_timer end, hold;
+    CHECK_EQ(lull_timer_init(loop, &end, stop_loop), 0);
+    CHECK_EQ(lull_timer_init(loop, &hold, stop_loop), 0);
+    lull_timer_start(&end, ms * 1000000u, 0);
+    lull_timer_start(&hold, ms * 50000000u, 0);
+    lull_metrics m0, m1;
+    lull_loop_metrics(loop, &m0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_loop_metrics(loop, &m1);
+    lull_timer_stop(&end);
+    lull_timer_stop(&hold);
+    return m1.polls - m0.polls;
+}
+
+/* The kernel's own queue overflowing (more events than
+ * fs.inotify.max_queued_events before the loop reads): the events read,
+ * then the overflow reported, and the fd is quiet again: the loop sleeps
+ * after it instead of waking for an overflow nobody takes. */
+TEST(real_queue_overflow_leaves_the_loop_quiet) {
+    long max = 0;
+    FILE *f = fopen("/proc/sys/fs/inotify/max_queued_events", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &max) != 1) max = 0;
+        fclose(f);
+    }
+    if (max <= 0 || max > 65536) {
+        printf("max_queued_events %ld: skipped\n", max);
+        return;
+    }
+    make_root();
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    seen s;
+    watch(loop, &w, &s, root);
+    touch(at("a"));
+    touch(at("b"));
+    int fa = open(at("a"), O_WRONLY), fb = open(at("b"), O_WRONLY);
+    CHECK(fa >= 0 && fb >= 0);
+    /* Two files' changes in turn: consecutive events differ, so the
+     * kernel merges none of them. */
+    for (long i = 0; i <= max; i++)
+        CHECK_EQ(pwrite(i % 2 ? fb : fa, "x", 1, 0), 1);
+    close(fa);
+    close(fb);
+    for (int i = 0; i < 10000 && !(s.all & LULL_FSEVENT_OVERFLOW); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(s.all & LULL_FSEVENT_OVERFLOW);
+    CHECK(polls_in(loop, 20) < 10);
+    lull_fsevent_stop(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}

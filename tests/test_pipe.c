@@ -526,6 +526,200 @@ TEST(pty_master_is_a_stream) {
     free_loop(loop);
 }
 
+/* The polls a loop makes in `ms` of real time: a stream whose registration
+ * reports an event it never consumes makes thousands; a quiet one a few.
+ * The guard timer bounds the wait whatever the streams do; a second,
+ * longer one keeps the loop alive where the streams hold no interest. */
+static void stop_guard(lull_timer *t) {
+    lull_loop_stop(t->loop);
+}
+
+static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
+    lull_timer guard, hold;
+    CHECK_EQ(lull_timer_init(loop, &guard, stop_guard), 0);
+    CHECK_EQ(lull_timer_init(loop, &hold, stop_guard), 0);
+    lull_timer_start(&guard, LULL_MS(ms), 0);
+    lull_timer_start(&hold, LULL_MS(ms) * 50, 0);
+    lull_metrics m0, m1;
+    lull_loop_metrics(loop, &m0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_loop_metrics(loop, &m1);
+    lull_timer_stop(&guard);
+    lull_timer_stop(&hold);
+    return m1.polls - m0.polls;
+}
+
+/* A pty, both sides raw; -1 where the system has none. */
+static int open_pty(int *slave) {
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) return -1;
+    CHECK_EQ(grantpt(master), 0);
+    CHECK_EQ(unlockpt(master), 0);
+    *slave = open(ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(*slave >= 0);
+    struct termios t;
+    CHECK_EQ(tcgetattr(*slave, &t), 0);
+    cfmakeraw(&t);
+    CHECK_EQ(tcsetattr(*slave, TCSANOW, &t), 0);
+    return master;
+}
+
+static int g_pty_released;
+static void pty_release(lull_frame *f) {
+    (void)f;
+    g_pty_released++;
+}
+
+/* The side of a pty a stream holds, paused and waiting for room to write,
+ * when the other side closes: the kernel reports a hang-up that lasts (a
+ * master whose slave closed; a slave hung up by its master's close). The
+ * write is tried and fails (EIO), and the loop goes quiet instead of waking
+ * for ever; resumed, the read finds the end. */
+static void pty_blocked_when_the_other_side_closes(bool hold_master) {
+    lull_loop *loop = new_loop();
+    int slave, master = open_pty(&slave);
+    if (master < 0) {
+        printf("no pty here (%s): skipped\n", strerror(errno));
+        free_loop(loop);
+        return;
+    }
+    int mine = hold_master ? master : slave;
+    int other = hold_master ? slave : master;
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &e.s, mine, &raw), 0);
+    watch(&e);
+    CHECK_EQ(lull_stream_read_stop(&e.s), 0);
+    static char blob[1 << 20];
+    static lull_frame f;
+    f = (lull_frame){.bytes = blob, .len = sizeof blob, .release = pty_release};
+    g_pty_released = 0;
+    CHECK_EQ(lull_endpoint_send(&e.s.ep, &f), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_pty_released, 0); /* blocked: the other side reads nothing */
+    close(other);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(g_pty_released, 1); /* the write side ended */
+    CHECK_EQ(e.closes, 0);
+    CHECK_EQ(lull_stream_read_start(&e.s), 0);
+    run_until_at_least(loop, &e.closes, 1, 100);
+    CHECK(e.reason == -EIO || e.reason == 0);
+    end_free(&e);
+    free_loop(loop);
+}
+
+TEST(pty_master_blocked_and_paused_when_the_slave_closes) {
+    pty_blocked_when_the_other_side_closes(true);
+}
+
+TEST(pty_slave_blocked_and_paused_when_the_master_closes) {
+    pty_blocked_when_the_other_side_closes(false);
+}
+
+/* The pty master as a pair's write fd (its reads from a pipe): the write
+ * watcher hears the lasting hang-up of the slave's close the same way. */
+TEST(pty_master_as_a_pairs_write_fd_when_the_slave_closes) {
+    lull_loop *loop = new_loop();
+    int slave, master = open_pty(&slave);
+    if (master < 0) {
+        printf("no pty here (%s): skipped\n", strerror(errno));
+        free_loop(loop);
+        return;
+    }
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, p[0], master, &raw), 0);
+    watch(&e);
+    static char blob[1 << 20];
+    static lull_frame f;
+    f = (lull_frame){.bytes = blob, .len = sizeof blob, .release = pty_release};
+    g_pty_released = 0;
+    CHECK_EQ(lull_endpoint_send(&e.s.ep, &f), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_pty_released, 0);
+    close(slave);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(g_pty_released, 1);
+    CHECK_EQ(e.closes, 0); /* the pipe is still open for reading */
+    close(p[1]);
+    run_until_at_least(loop, &e.closes, 1, 100);
+    CHECK_EQ(e.reason, -EIO);
+    end_free(&e);
+    free_loop(loop);
+}
+
+/* A pair whose write fd is a socket its peer shuts both ways while the
+ * stream waits for room: the write watcher hears EPOLLHUP alone, tries
+ * the write (EPIPE) and the loop goes quiet; reading the pipe goes on. */
+TEST(pairs_socket_write_fd_shut_both_ways_while_blocked) {
+    lull_loop *loop = new_loop();
+    int p[2], sv[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open_pair(loop, &e.s, p[0], sv[0], &raw), 0);
+    watch(&e);
+    static char blob[1 << 20];
+    static lull_frame f;
+    f = (lull_frame){.bytes = blob, .len = sizeof blob, .release = pty_release};
+    g_pty_released = 0;
+    CHECK_EQ(lull_endpoint_send(&e.s.ep, &f), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_pty_released, 0); /* blocked: the peer reads nothing */
+    CHECK_EQ(shutdown(sv[1], SHUT_RDWR), 0);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(g_pty_released, 1);
+    CHECK_EQ(e.closes, 0);
+    CHECK_EQ(write(p[1], "ab", 2), 2); /* reading goes on */
+    run_until_len(loop, &e, 2);
+    close(p[1]);
+    run_until_at_least(loop, &e.closes, 1, 100);
+    CHECK_EQ(e.reason, -EPIPE);
+    close(sv[1]);
+    end_free(&e);
+    free_loop(loop);
+}
+
+/* The same sides, paused and not writing: nothing is registered, so the
+ * lasting hang-up never reaches the loop. */
+static void pty_idle_when_the_other_side_closes(bool hold_master) {
+    lull_loop *loop = new_loop();
+    int slave, master = open_pty(&slave);
+    if (master < 0) {
+        printf("no pty here (%s): skipped\n", strerror(errno));
+        free_loop(loop);
+        return;
+    }
+    end e = {0};
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &e.s, hold_master ? master : slave, &raw),
+             0);
+    watch(&e);
+    CHECK_EQ(lull_stream_read_stop(&e.s), 0);
+    close(hold_master ? slave : master);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(e.closes, 0);
+    CHECK_EQ(lull_stream_read_start(&e.s), 0);
+    run_until_at_least(loop, &e.closes, 1, 100);
+    CHECK(e.reason == -EIO || e.reason == 0);
+    end_free(&e);
+    free_loop(loop);
+}
+
+TEST(pty_master_paused_when_the_slave_closes) {
+    pty_idle_when_the_other_side_closes(true);
+}
+
+TEST(pty_slave_paused_when_the_master_closes) {
+    pty_idle_when_the_other_side_closes(false);
+}
+
 /* ------------------------------------ a failed write ends one direction */
 
 /* 1 MiB of input, more than any pipe or socket buffer holds: the writer

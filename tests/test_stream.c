@@ -1575,6 +1575,138 @@ TEST(close_reason_reset) {
     free_loop(loop);
 }
 
+/* The polls a loop makes in `ms` of real time: a stream whose registration
+ * reports an event it never consumes makes thousands; a quiet one a few.
+ * The guard timer bounds the wait whatever the streams do. */
+static void stop_guard(lull_timer *t) {
+    lull_loop_stop(t->loop);
+}
+
+static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
+    lull_timer guard;
+    CHECK_EQ(lull_timer_init(loop, &guard, stop_guard), 0);
+    lull_timer_start(&guard, LULL_MS(ms), 0);
+    lull_metrics m0, m1;
+    lull_loop_metrics(loop, &m0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_loop_metrics(loop, &m1);
+    lull_timer_stop(&guard);
+    return m1.polls - m0.polls;
+}
+
+/* TCP urgent data (MSG_OOB) on a stream that reads: nothing registers
+ * EPOLLPRI, and the kernel does not call the socket readable for the
+ * urgent byte alone, so the loop stays asleep; the bytes around it arrive
+ * (the urgent byte is out of band, not in the stream). */
+TEST(tcp_urgent_byte_leaves_the_loop_quiet) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    counter a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    CHECK(listen_pair(loop, VIA_TCP4, &a.s, &b.s, &raw));
+    lull_endpoint_set_callbacks(&a.s.ep, count_frame, NULL, count_close);
+    lull_endpoint_set_callbacks(&b.s.ep, count_frame, NULL, count_close);
+    int fd = lull_stream_fd(&b.s);
+    CHECK_EQ(send(fd, "z", 1, MSG_OOB), 1); /* urgent, alone */
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(a.bytes, 0);
+    CHECK_EQ(send(fd, "ab", 2, 0), 2);
+    CHECK_EQ(send(fd, "c", 1, MSG_OOB), 1);
+    CHECK_EQ(send(fd, "de", 2, 0), 2);
+    for (int i = 0; i < 100 && a.bytes < 4; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.bytes, 4);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(a.bytes, 4);
+    CHECK_EQ(a.closes + b.closes, 0);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
+/* The peer resets (SO_LINGER 0) while the stream waits for room to write,
+ * not reading: EPOLLERR and EPOLLHUP reach the write interest; the write
+ * fails and the loop goes quiet, the read side's close waiting for the
+ * resume. */
+TEST(tcp_reset_while_blocked_and_paused) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    CHECK(listen_pair(loop, VIA_TCP4, &a.s, &b.s, NULL));
+    lull_endpoint_set_callbacks(&a.s.ep, count_frame, NULL, count_close);
+    CHECK_EQ(lull_stream_read_stop(&a.s), 0);
+    CHECK_EQ(lull_stream_read_stop(&b.s), 0);
+    shrink_buffers(lull_stream_fd(&a.s));
+    shrink_buffers(lull_stream_fd(&b.s));
+    static char blob[1 << 16];
+    for (int i = 0; i < 8; i++) {
+        CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, blob, sizeof blob), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    CHECK(a.s.ep.queued > 0); /* blocked: b reads nothing */
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    CHECK_EQ(
+        setsockopt(lull_stream_fd(&b.s), SOL_SOCKET, SO_LINGER, &lg, sizeof lg),
+        0);
+    CHECK_EQ(lull_endpoint_close(&b.s.ep, 0), 0); /* no close callback */
+    lull_timer hold; /* a paused, write-ended stream holds no interest */
+    CHECK_EQ(lull_timer_init(loop, &hold, stop_guard), 0);
+    lull_timer_start(&hold, LULL_MS(1000), 0);
+    CHECK(polls_in(loop, 20) < 10);
+    lull_timer_stop(&hold);
+    CHECK_EQ(a.s.ep.queued, 0); /* the write side ended */
+    CHECK_EQ(a.closes, 0);
+    CHECK_EQ(lull_stream_read_start(&a.s), 0);
+    for (int i = 0; i < 100 && !a.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK(a.reason == -ECONNRESET || a.reason == -EPIPE);
+    CHECK(lull_loop_settle(loop) >= 0);
+    free_loop(loop);
+}
+
+/* A stream socket that was never connected, given to lull_stream_open:
+ * it polls EPOLLHUP at once and for good. The read says so (ENOTCONN, or
+ * EINVAL for a Unix socket) and the stream closes, instead of the
+ * hang-up waking the loop for ever. */
+TEST(open_on_a_socket_never_connected_closes) {
+    int families[] = {AF_INET, AF_UNIX};
+    for (int i = 0; i < 2; i++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        counter c;
+        memset(&c, 0, sizeof c);
+        int fd = socket(families[i], SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(fd >= 0);
+        CHECK_EQ(lull_stream_open(loop, &c.s, fd, NULL), 0);
+        lull_endpoint_set_callbacks(&c.s.ep, count_frame, NULL, count_close);
+        CHECK(polls_in(loop, 20) < 10);
+        CHECK_EQ(c.closes, 1);
+        CHECK(c.reason < 0);
+        free_loop(loop);
+    }
+}
+
+/* The stream's fd closed behind it while a dup keeps the socket open: the
+ * registration goes on reporting the peer's bytes, and the read of the
+ * closed number says EBADF, which closes the stream once. */
+TEST(fd_closed_behind_a_reading_stream) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int peer;
+    raw_peer(loop, &c, &peer, NULL);
+    int keep = dup(lull_stream_fd(&c.s));
+    CHECK(keep >= 0);
+    CHECK_EQ(close(lull_stream_fd(&c.s)), 0); /* the user's mistake */
+    CHECK_EQ(write(peer, "abcd", 4), 4);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, -EBADF);
+    close(keep);
+    close(peer);
+    free_loop(loop);
+}
+
 /* A write the peer refuses (it shut its read side): -EPIPE, found at a
  * flush point (at once), or inside lull_endpoint_send at high_water (in a
  * later turn); the frames go back first. */

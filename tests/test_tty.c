@@ -480,6 +480,61 @@ TEST(hangup_under_raw_mode) {
     finish(loop, &p);
 }
 
+/* The polls a loop makes in `ms` of real time: a registration reporting an
+ * event nobody consumes makes thousands; a quiet loop a few. Two guard
+ * timers: one ends the count, one (longer) keeps the loop alive where the
+ * tty holds no interest. */
+static void stop_loop(lull_timer *t) {
+    lull_loop_stop(t->loop);
+}
+
+static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
+    lull_timer guard, hold;
+    lull_timer_init(loop, &guard, stop_loop);
+    lull_timer_init(loop, &hold, stop_loop);
+    lull_timer_start(&guard, ms * 1000000u, 0);
+    lull_timer_start(&hold, ms * 50000000u, 0);
+    lull_metrics m0, m1;
+    lull_loop_metrics(loop, &m0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_loop_metrics(loop, &m1);
+    lull_timer_stop(&guard);
+    lull_timer_stop(&hold);
+    return m1.polls - m0.polls;
+}
+
+/* A tty over a pty's master, not reading and waiting for room to write
+ * (the slave reads nothing), when the slave closes: the master's hang-up
+ * lasts and its writes would say EAGAIN for ever. The write side ends
+ * (sends refused) and the loop goes quiet; resumed, the read says -EIO. */
+TEST(master_blocked_and_paused_when_the_slave_closes) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    struct termios raw = mode_of(p.slave);
+    cfmakeraw(&raw); /* no echo of what the master writes */
+    CHECK_EQ(tcsetattr(p.slave, TCSANOW, &raw), 0);
+    term k;
+    term_init(loop, &k, p.master);
+    CHECK_EQ(lull_stream_read_stop(&k.t.stream), 0);
+    static char blob[1 << 20];
+    CHECK_EQ(lull_endpoint_send_copy(&k.t.stream.ep, blob, sizeof blob), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(k.t.stream.ep.queued > 0); /* blocked */
+    close(p.slave);
+    p.slave = -1;
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(k.t.stream.ep.queued, 0);
+    CHECK_EQ(lull_endpoint_send_copy(&k.t.stream.ep, "x", 1), -EPIPE);
+    CHECK_EQ(k.closes, 0);
+    CHECK_EQ(lull_stream_read_start(&k.t.stream), 0);
+    run_until(loop, &k.closes, 1);
+    CHECK_EQ(k.reason, -EIO);
+    CHECK_EQ(lull_tty_close(&k.t), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    finish(loop, &p);
+}
+
 /* A close inside the stream's own on_frame: the mode is back at once, the
  * stream's close callback follows in a later turn. */
 TEST(close_inside_on_frame) {

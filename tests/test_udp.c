@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <lull.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -444,6 +445,154 @@ TEST(connected_socket_reports_icmp_refusal) {
     CHECK_EQ(send_n(&r.udp, 1, NULL), 0);
     run_until(loop, &sends_done, 1);
     CHECK_EQ(send_status[0], -ECONNREFUSED);
+    lull_udp_close(&r.udp, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The polls a loop makes in `ms` of real time with nothing to do but what
+ * its handles ask: a handle whose registration reports an event it never
+ * consumes makes thousands; a quiet one makes one or two. The guard timer
+ * bounds the wait whatever the handles do. */
+static void stop_loop(lull_timer *t) {
+    lull_loop_stop(t->loop);
+}
+
+static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
+    lull_timer guard;
+    CHECK_EQ(lull_timer_init(loop, &guard, stop_loop), 0);
+    lull_timer_start(&guard, LULL_MS(ms), 0);
+    lull_metrics m0, m1;
+    lull_loop_metrics(loop, &m0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_loop_metrics(loop, &m1);
+    lull_timer_stop(&guard);
+    return m1.polls - m0.polls;
+}
+
+/* A socket given with IP_RECVERR keeps each ICMP error on its error queue
+ * as well as in its pending error: the read that returns the pending one
+ * leaves the queue, which polls EPOLLERR until it is read with
+ * MSG_ERRQUEUE. The handle reads it (the error reported once, as the
+ * pending one was), so the loop goes quiet instead of waking for ever. */
+TEST(icmp_error_on_the_error_queue_is_consumed) {
+    lull_loop *loop = new_loop();
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    int one = 1;
+    CHECK_EQ(setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one), 0);
+    struct sockaddr_in me = v4(0);
+    CHECK_EQ(bind(fd, (struct sockaddr *)&me, sizeof me), 0);
+    CHECK_EQ(lull_udp_open(&r.udp, fd), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    struct sockaddr_in to = v4(free_udp_port());
+    CHECK_EQ(send_n(&r.udp, 1, (struct sockaddr *)&to), 0);
+    run_until(loop, &r.errors, 1);
+    CHECK_EQ(r.last_error, -ECONNREFUSED);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(r.count, 0);
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    CHECK_EQ(poll(&pf, 1, 0), 0); /* nothing left: no EPOLLERR */
+    /* Still receiving: a datagram after the error arrives. */
+    rx peer;
+    rx_bind(loop, &peer, NULL);
+    struct sockaddr_in back = v4(lull_udp_local_port(&r.udp));
+    CHECK_EQ(send_n(&peer.udp, 1, (struct sockaddr *)&back), 0);
+    run_until(loop, &r.count, 1);
+    rx_close(&peer);
+    lull_udp_close(&r.udp, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Not receiving, only sending: the error queue fills with every refusal
+ * and nothing in the handle reads it; with no interest registered the
+ * loop never hears of it either, so it stays quiet. */
+TEST(icmp_errors_while_only_sending_keep_the_loop_quiet) {
+    lull_loop *loop = new_loop();
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    int one = 1;
+    CHECK_EQ(setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one), 0);
+    CHECK_EQ(lull_udp_open(&r.udp, fd), 0);
+    struct sockaddr_in to = v4(free_udp_port());
+    CHECK_EQ(send_n(&r.udp, 3, (struct sockaddr *)&to), 0);
+    run_until(loop, &sends_done, 3);
+    lull_timer hold; /* keeps the loop alive: the handle alone does not */
+    CHECK_EQ(lull_timer_init(loop, &hold, stop_loop), 0);
+    lull_timer_start(&hold, LULL_MS(1000), 0);
+    CHECK(polls_in(loop, 20) < 10);
+    lull_timer_stop(&hold);
+    lull_udp_close(&r.udp, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The handle's fd closed behind it while another descriptor (a dup, a
+ * forked child's copy) keeps the socket open: the registration, keyed by
+ * the open file, goes on reporting its datagrams, and every read of the
+ * closed number says EBADF. Reported once, it ends the receiving (the fd
+ * can never work again) instead of a report per iteration for ever. */
+TEST(fd_closed_behind_a_receiving_handle) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    int tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(tx >= 0);
+    int keep = dup(r.udp.io.fd);
+    CHECK(keep >= 0);
+    CHECK_EQ(close(r.udp.io.fd), 0); /* the user's mistake */
+    CHECK_EQ(sendto(tx, "x", 1, 0, (struct sockaddr *)&to, sizeof to), 1);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(r.errors, 1);
+    CHECK_EQ(r.last_error, -EBADF);
+    CHECK_EQ(r.count, 0);
+    lull_udp_close(&r.udp, NULL); /* its close of the number: EBADF */
+    close(tx);
+    close(keep);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A Unix datagram socketpair's sender, receiving and waiting for room
+ * (its peer reads nothing), when the peer closes: the wait ends (the
+ * queued sends fail, the peer being gone) and the loop goes quiet. */
+TEST(blocked_sender_when_its_unix_peer_closes) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv), 0);
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_open(&r.udp, sv[0]), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    enum { N = 500 };
+    CHECK_EQ(send_n(&r.udp, N, NULL), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(sends_done < N); /* the peer's queue filled */
+    close(sv[1]);
+    /* Each send fails in its turn; a loop woken for ever would use up the
+     * iterations first, one that never woke ends at the guard. */
+    lull_timer guard;
+    CHECK_EQ(lull_timer_init(loop, &guard, stop_loop), 0);
+    lull_timer_start(&guard, LULL_MS(5000), 0);
+    for (int i = 0; i < 10000 && sends_done < N && lull_timer_active(&guard);
+         i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    lull_timer_stop(&guard);
+    CHECK_EQ(sends_done, N);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK(send_status[N - 1] < 0);
     lull_udp_close(&r.udp, NULL);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
