@@ -302,11 +302,14 @@ TEST(idle_watch_makes_no_wakeup) {
     lull_fsevent_unref(&w); /* the run ends with the timer */
     lull_timer t;
     lull_timer_init(loop, &t, end_idle);
-    lull_timer_start(&t, LULL_MS(20), 0);
+    lull_timer_start(&t, LULL_MS(200), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
-    CHECK_U64_EQ(m.wakeups, 1); /* the timer's */
+    /* The timer's, or none where the timer was due before the loop got to
+     * its wait (valgrind runs this 20-50 times slower). */
+    CHECK_LE(m.wakeups, 1);
+    CHECK_U64_EQ(m.wakeups, m.wakeups_timer);
     CHECK_U64_EQ(m.wakeups_io, 0);
     CHECK_EQ(s.calls, 0);
     lull_fsevent_ref(&w);
