@@ -231,9 +231,12 @@ struct lull_loop {
     lull__source *sources;
     int sources_len;
     int sources_cap;
-    uint64_t audit_start; /* real ns the audit window began */
-    bool audit_remote;    /* the next remote drain caused a wakeup */
-    bool audit_timer;     /* the next expiry caused a wakeup */
+    uint64_t audit_start;       /* real ns the audit window began */
+    bool audit_remote;          /* the next remote drain caused a wakeup */
+    lull_task_fn audit_task_fn; /* the plain task whose row a remote wakeup
+                                   last went to ... */
+    int audit_task_row;         /* ... and that row, or -1 (src/audit.c) */
+    bool audit_timer;           /* the next expiry caused a wakeup */
 
     /* Signals (src/signal.c). */
     lull__signals signals;
