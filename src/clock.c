@@ -114,15 +114,26 @@ void lull__note_stall(lull_loop *loop, uint64_t t) {
 /* Plans the next clock read from the pace seen since the last one. */
 static void plan_next_read(lull_loop *loop, uint64_t t) {
     uint64_t gap = t - loop->last_check;
-    uint64_t per_call = gap / (uint64_t)loop->stride;
+    /* No division where none is needed: a loop woken for each callback (a
+     * cross-thread ping-pong) plans a read in every iteration, and a
+     * 64-bit division is among the slowest instructions. A first read's
+     * stride is 1, and a pace fast enough for the largest stride allowed
+     * (the usual case) is found by a multiplication; the result is the
+     * same as dividing. */
+    uint64_t per_call = loop->stride == 1 ? gap : gap / (uint64_t)loop->stride;
     uint64_t remaining = loop->slice_deadline - t;
     uint64_t target = remaining / 2;
     uint64_t floor = loop->quantum_ns >> SLICE_MIN_GAP_SHIFT;
     if (target < floor) target = floor;
-    int64_t stride = per_call ? (int64_t)(target / per_call) : INT64_MAX;
-    if (stride > loop->stride * 2) stride = loop->stride * 2;
-    if (stride > STRIDE_MAX) stride = STRIDE_MAX;
-    if (stride < 1) stride = 1;
+    int64_t cap = loop->stride * 2;
+    if (cap > STRIDE_MAX) cap = STRIDE_MAX;
+    uint64_t cap_ns;
+    int64_t stride = cap;
+    if (per_call && (__builtin_mul_overflow(per_call, (uint64_t)cap, &cap_ns) ||
+                     cap_ns > target)) {
+        stride = (int64_t)(target / per_call); /* < cap */
+        if (stride < 1) stride = 1;
+    }
     loop->stride = stride;
     loop->countdown = stride;
     loop->last_check = t;
