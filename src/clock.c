@@ -93,7 +93,10 @@ void lull__slice_renew(lull_loop *loop) {
     bool overrun = t >= loop->slice_deadline;
     if (t - loop->slice_start >= loop->stall_ns) lull__note_stall(loop, t);
     lull__start_quantum(loop, t);
-    if (overrun) loop->slice_timers_from = loop->slice_deadline;
+    if (overrun) {
+        loop->slice_timers_from = loop->slice_deadline;
+        loop->quantum_intact = false;
+    }
 }
 
 /* Counts a slice that ran past stall_ns once, and blames the callback that
@@ -101,6 +104,7 @@ void lull__slice_renew(lull_loop *loop) {
  * long callback, a neighbour's name when a long one hides inside a stride. */
 void lull__note_stall(lull_loop *loop, uint64_t t) {
     uint64_t len = t - loop->slice_start;
+    loop->quantum_intact = false;
     if (!loop->slice_stalled) {
         loop->slice_stalled = true;
         loop->m.stalls++;
@@ -137,6 +141,7 @@ static void plan_next_read(lull_loop *loop, uint64_t t) {
     loop->stride = stride;
     loop->countdown = stride;
     loop->last_check = t;
+    loop->quantum_intact = false;
 }
 
 #ifdef LULL_TEST_YIELD_OFTEN

@@ -139,6 +139,10 @@ struct lull_loop {
                              still equal at the slice's end, no callback ran
                              since, and read_time ends the slice */
     int64_t stride;       /* callbacks between clock reads, adaptive */
+    bool quantum_intact;  /* slice_stalled, slice_deadline, slice_timers_from,
+                             last_check and stride are as the quantum's
+                             start left them (no stall, read plan, renewal
+                             or cut stride since) */
     bool every_callback;  /* quantum under LULL__EVERY_CALLBACK_NS: each
                              callback ends the slice, mostly unread */
     bool time_stale;      /* read_time (and so now) is older than the last
@@ -294,12 +298,23 @@ static inline void lull__start_quantum(lull_loop *loop, uint64_t t) {
     loop->read_tasks = UINT64_MAX;
     loop->stride = 1;
     loop->countdown = loop->stop ? 0 : 1;
+    loop->quantum_intact = true;
 }
 
 static inline void lull__slice_begin(lull_loop *loop, uint64_t t) {
     loop->in_slice = true;
     loop->defer_arms = !loop->virtual_clock;
     loop->busy_start = t;
+    if (loop->quantum_intact && t == loop->slice_start) {
+        /* The last quantum started at this same reading and nothing has
+         * changed it: a loop checking I/O on every hop, between its clock
+         * reads. Only what a callback changes is reset. */
+        loop->slice_spent = false;
+        loop->read_time = t;
+        loop->read_tasks = UINT64_MAX;
+        loop->countdown = loop->stop ? 0 : 1;
+        return;
+    }
     lull__start_quantum(loop, t);
 }
 
@@ -308,8 +323,12 @@ static inline void lull__slice_begin(lull_loop *loop, uint64_t t) {
 static inline void lull__slice_end(lull_loop *loop, uint64_t t) {
     LULL_ASSERT(!loop->heap.pend,
                 "lull: a slice ended with timer arms deferred");
-    if (t - loop->slice_start >= loop->stall_ns) lull__note_stall(loop, t);
-    loop->m.busy_ns += t - loop->busy_start;
+    /* busy_start <= slice_start <= t: a slice that ends at the reading it
+     * began at (an unread every-hop slice) adds no busy time and no stall. */
+    if (t != loop->busy_start) {
+        if (t - loop->slice_start >= loop->stall_ns) lull__note_stall(loop, t);
+        loop->m.busy_ns += t - loop->busy_start;
+    }
     loop->in_slice = false;
     loop->defer_arms = false;
     loop->arm_read_tasks = UINT64_MAX; /* no callback of this slice reads */
