@@ -21,6 +21,7 @@ int lull__audit_init(lull_loop *loop) {
     loop->sources = calloc(SOURCES_PREALLOCATED, sizeof *loop->sources);
     if (!loop->sources) return -ENOMEM;
     loop->sources_cap = SOURCES_PREALLOCATED;
+    loop->audit_task_row = -1;
     loop->audit_start = lull__clock_real();
     return 0;
 }
@@ -61,6 +62,18 @@ void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind) {
  * row (one row per name: the pass's wakeups beside its passes). A raise of
  * a notifier with no listener keeps the forwarder's row, labelled so. */
 void lull__audit_remote_wakeup(lull_loop *loop, const lull_task *task) {
+    /* A plain task (no notifier or pump behind it) is charged to its own
+     * function, so its row can be remembered by that function: a
+     * cross-thread ping-pong wakes the loop for the same task every time,
+     * and the description and the row search cost more than the rest of
+     * the wake path's bookkeeping. Rows are never removed or moved while
+     * the loop lives (a reset zeroes their counts), so the index stays
+     * good. */
+    if (task->node.fn.task == loop->audit_task_fn &&
+        loop->audit_task_row >= 0) {
+        loop->sources[loop->audit_task_row].wakeups++;
+        return;
+    }
     lull_live e = {.fd = -1};
     lull__describe_node(&task->node, &e);
     lull_any_fn fn = e.fn;
@@ -71,7 +84,13 @@ void lull__audit_remote_wakeup(lull_loop *loop, const lull_task *task) {
                !lull__notify_reaches(e.handle, &fn, &kind)) {
         fn = lull__notify_raise_fn();
     }
-    lull__audit_wakeup(loop, fn, kind);
+    int i = lull__source_of(loop, fn, kind);
+    if (i < 0) return;
+    loop->sources[i].wakeups++;
+    if (e.kind == LULL_HANDLE_TASK) {
+        loop->audit_task_fn = task->node.fn.task;
+        loop->audit_task_row = i;
+    }
 }
 
 void lull__audit_pass(lull_loop *loop, int source, bool empty) {

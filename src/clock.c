@@ -47,15 +47,6 @@
  * (three clock reads and a histogram update) is under 0.1% of a core, and
  * a loop with tiny slices (one ping-pong per wake) is not taxed per hop. */
 #define SAMPLE_GAP_NS 100000u
-/* A timer that comes due ends the slice once this fraction of the quantum
- * has run (1/8: 62.5 us shared, 250 us dedicated). Without a floor, timers
- * firing every few us (thousands of connections' timeouts) would end every
- * slice after a stride, and each early end costs a poll and a flush of the
- * stream writes (smaller writev batches); with it, at most 8 early ends per
- * quantum, and a due timer waits at most quantum/8 plus a stride. (A
- * producer beside 1,000 timers firing one per us lost a third of its
- * records with no floor, none with this one.) */
-#define SLICE_TIMER_SHIFT 3
 
 uint64_t lull__clock_real(void) {
     struct timespec ts;
@@ -89,29 +80,6 @@ uint64_t lull_loop_quantum(lull_loop *loop) {
     return loop ? loop->quantum_ns : 0;
 }
 
-static void note_stall(lull_loop *loop, uint64_t t);
-
-/* A full quantum from t, with the stride between clock reads back at 1. */
-static void start_quantum(lull_loop *loop, uint64_t t) {
-    loop->slice_spent = false;
-    loop->slice_stalled = false;
-    loop->slice_start = t;
-    loop->slice_deadline = t + loop->quantum_ns;
-    loop->slice_timers_from = t + (loop->quantum_ns >> SLICE_TIMER_SHIFT);
-    loop->last_check = t;
-    loop->read_time = t; /* the newest reading: where an unread end ends */
-    loop->read_tasks = UINT64_MAX;
-    loop->stride = 1;
-    loop->countdown = loop->stop ? 0 : 1;
-}
-
-void lull__slice_begin(lull_loop *loop, uint64_t t) {
-    loop->in_slice = true;
-    loop->defer_arms = !loop->virtual_clock;
-    loop->busy_start = t;
-    start_quantum(loop, t);
-}
-
 /* Gives ready tasks a fresh quantum when fd callbacks and due timers spent
  * the slice: without it, a loop overloaded with timers would run one task
  * per iteration and starve the work already queued. When they ran the whole
@@ -123,29 +91,20 @@ void lull__slice_renew(lull_loop *loop) {
     uint64_t t = lull__clock_real();
     lull__timers_flush(loop, t);
     bool overrun = t >= loop->slice_deadline;
-    if (t - loop->slice_start >= loop->stall_ns) note_stall(loop, t);
-    start_quantum(loop, t);
-    if (overrun) loop->slice_timers_from = loop->slice_deadline;
-}
-
-/* t: the real time the slice ended (the caller reads it anyway). A stall is
- * also caught here, for callbacks that never reach a clock read. */
-void lull__slice_end(lull_loop *loop, uint64_t t) {
-    LULL_ASSERT(!loop->heap.pend,
-                "lull: a slice ended with timer arms deferred");
-    if (t - loop->slice_start >= loop->stall_ns) note_stall(loop, t);
-    loop->m.busy_ns += t - loop->busy_start;
-    loop->in_slice = false;
-    loop->defer_arms = false;
-    loop->arm_read_tasks = UINT64_MAX; /* no callback of this slice reads */
-    loop->countdown = LULL__COUNTDOWN_IDLE;
+    if (t - loop->slice_start >= loop->stall_ns) lull__note_stall(loop, t);
+    lull__start_quantum(loop, t);
+    if (overrun) {
+        loop->slice_timers_from = loop->slice_deadline;
+        loop->quantum_intact = false;
+    }
 }
 
 /* Counts a slice that ran past stall_ns once, and blames the callback that
  * was running when the clock was read: exact for the common case of one
  * long callback, a neighbour's name when a long one hides inside a stride. */
-static void note_stall(lull_loop *loop, uint64_t t) {
+void lull__note_stall(lull_loop *loop, uint64_t t) {
     uint64_t len = t - loop->slice_start;
+    loop->quantum_intact = false;
     if (!loop->slice_stalled) {
         loop->slice_stalled = true;
         loop->m.stalls++;
@@ -159,18 +118,30 @@ static void note_stall(lull_loop *loop, uint64_t t) {
 /* Plans the next clock read from the pace seen since the last one. */
 static void plan_next_read(lull_loop *loop, uint64_t t) {
     uint64_t gap = t - loop->last_check;
-    uint64_t per_call = gap / (uint64_t)loop->stride;
+    /* No division where none is needed: a loop woken for each callback (a
+     * cross-thread ping-pong) plans a read in every iteration, and a
+     * 64-bit division is among the slowest instructions. A first read's
+     * stride is 1, and a pace fast enough for the largest stride allowed
+     * (the usual case) is found by a multiplication; the result is the
+     * same as dividing. */
+    uint64_t per_call = loop->stride == 1 ? gap : gap / (uint64_t)loop->stride;
     uint64_t remaining = loop->slice_deadline - t;
     uint64_t target = remaining / 2;
     uint64_t floor = loop->quantum_ns >> SLICE_MIN_GAP_SHIFT;
     if (target < floor) target = floor;
-    int64_t stride = per_call ? (int64_t)(target / per_call) : INT64_MAX;
-    if (stride > loop->stride * 2) stride = loop->stride * 2;
-    if (stride > STRIDE_MAX) stride = STRIDE_MAX;
-    if (stride < 1) stride = 1;
+    int64_t cap = loop->stride * 2;
+    if (cap > STRIDE_MAX) cap = STRIDE_MAX;
+    uint64_t cap_ns;
+    int64_t stride = cap;
+    if (per_call && (__builtin_mul_overflow(per_call, (uint64_t)cap, &cap_ns) ||
+                     cap_ns > target)) {
+        stride = (int64_t)(target / per_call); /* < cap */
+        if (stride < 1) stride = 1;
+    }
     loop->stride = stride;
     loop->countdown = stride;
     loop->last_check = t;
+    loop->quantum_intact = false;
 }
 
 #ifdef LULL_TEST_YIELD_OFTEN
@@ -202,35 +173,9 @@ static inline bool timer_came_due(const lull_loop *loop, uint64_t t) {
            lull__heap_min_deadline(&loop->heap) <= t;
 }
 
-/* An every_callback slice may end without a read when nothing needs the
- * time: no timer armed (its expiry compares with now), no arm deferred,
- * and fewer than LULL__EVERY_CALLBACK_READS unread ends since the last
- * read, which keeps now, busy_ns, stalls and the latency samples at most
- * that many hops behind. */
-static inline bool end_unread(lull_loop *loop) {
-    return !loop->heap.len && !loop->heap.pend &&
-           ++loop->unread_ends < LULL__EVERY_CALLBACK_READS;
-}
-
-static bool slice_check_read(lull_loop *loop);
-
-/* The unread end (every_callback) first, in a frame of its own: an
- * every-hop loop takes it after every callback. */
-bool lull__slice_check(lull_loop *loop) {
-    if (loop->every_callback && loop->in_slice && !loop->stop &&
-        end_unread(loop)) {
-        /* The slice ends at the last reading: read_time stands for the
-         * end (lull__slice_end_time), and the next slice starts there. */
-        loop->slice_spent = true;
-        loop->countdown = 1;
-        loop->read_tasks = loop->tasks_run;
-        loop->time_stale = true;
-        return true;
-    }
-    return slice_check_read(loop);
-}
-
-__attribute__((noinline)) static bool slice_check_read(lull_loop *loop) {
+/* The read behind lull__slice_check (internal.h), which takes an
+ * every_callback slice's unread end itself. */
+bool lull__slice_check_read(lull_loop *loop) {
     if (!loop->in_slice) {
         loop->countdown = LULL__COUNTDOWN_IDLE;
         return false;
@@ -266,7 +211,7 @@ __attribute__((noinline)) static bool slice_check_read(lull_loop *loop) {
         loop->sample_armed = true;
         loop->sample_last = t;
     }
-    if (t - loop->slice_start >= loop->stall_ns) note_stall(loop, t);
+    if (t - loop->slice_start >= loop->stall_ns) lull__note_stall(loop, t);
     if (t >= loop->slice_deadline || timer_came_due(loop, t)) {
         loop->slice_spent = true;
         loop->countdown = 1;
@@ -279,8 +224,8 @@ __attribute__((noinline)) static bool slice_check_read(lull_loop *loop) {
     return false;
 }
 
-/* A reading that flushes the deferred arms. */
-__attribute__((noinline)) static uint64_t read_and_flush(lull_loop *loop) {
+/* A reading that flushes the deferred arms (lull__slice_end_time). */
+uint64_t lull__slice_read_and_flush(lull_loop *loop) {
     uint64_t t = lull__clock_real();
     lull__timers_flush(loop, t);
     loop->time_stale = false;
@@ -297,18 +242,6 @@ uint64_t lull__time_refresh(lull_loop *loop, uint64_t stale) {
     loop->read_time = t;
     if (!loop->virtual_clock) loop->now = t;
     return t;
-}
-
-/* The end of a slice: the clock read made after the last callback
- * returned, when no callback has run since (a loop that polls on every hop
- * then reads the clock once per hop, not twice; that read flushed every
- * deferred arm, and no callback could defer one since), or a fresh one,
- * which flushes the deferred arms: none outlives its slice. */
-uint64_t lull__slice_end_time(lull_loop *loop) {
-    if (loop->in_slice && loop->read_tasks == loop->tasks_run &&
-        LULL_LIKELY(!loop->heap.pend))
-        return loop->read_time;
-    return read_and_flush(loop);
 }
 
 /* A read made here is inside a callback that goes on running: it cannot

@@ -267,8 +267,10 @@ static void poll_failed(lull_loop *loop, int err) {
  * futex instead (src/remote.c): a remote post then wakes it at futex cost.
  * *timeout becomes 0 if a post arrived before the loop could sleep.
  * Returns the number of fd events collected. */
-static int wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0,
-                         bool *signalled) {
+__attribute__((noinline)) static int wait_for_work(lull_loop *loop,
+                                                   int64_t *timeout_io,
+                                                   uint64_t t0,
+                                                   bool *signalled) {
     int64_t timeout = *timeout_io;
     int how = timeout == 0      ? LULL__AWAKE
               : loop->io_active ? LULL__SLEEP_EPOLL
@@ -322,33 +324,62 @@ static void attribute_timer_wakeup(lull_loop *loop) {
     lull__audit_wakeup(loop, (lull_any_fn)n->fn.timer, LULL_SOURCE_TIMER);
 }
 
+/* After a wait that may have blocked: the time it ended, counted as idle,
+ * and the wakeup counted. */
+__attribute__((noinline)) static uint64_t
+woke(lull_loop *loop, int n, uint64_t t0, bool signalled, int64_t asked) {
+    uint64_t t1 = lull__clock_real();
+    loop->m.idle_ns += t1 - t0;
+    /* t0 was read before the wait began, so a wait that ran out spans at
+     * least its timeout from t0. */
+    count_wakeup(loop, n, signalled, asked > 0 && t1 - t0 >= (uint64_t)asked);
+    return t1;
+}
+
+/* Runs the callbacks of the fds the poll reported, until the slice ends
+ * for lull_loop_stop. */
+__attribute__((noinline)) static void dispatch_io(lull_loop *loop) {
+    lull_io *io;
+    int events;
+    while (lull__backend_next(loop, &io, &events)) {
+        lull__io_dispatch(loop, io, events);
+        if (lull__after_callback(loop) && loop->stop) break;
+    }
+}
+
+/* A look that does not block (ready work, or nothing to wait for): what a
+ * loop that checks I/O on every hop does once per hop, so it is inline and
+ * everything else (a failed poll) is out of the way. */
+static inline int look_for_io(lull_loop *loop, int64_t *timeout_io) {
+    int n = lull__backend_poll(loop, 0);
+    loop->m.polls++;
+    if (LULL_UNLIKELY(n < 0)) {
+        if (n != -EINTR) {
+            poll_failed(loop, n);
+            *timeout_io = 0;
+        }
+        n = 0;
+    }
+    if (n == 0) loop->m.empty_polls++;
+    return n;
+}
+
 /* Polls once, starts the slice, then runs fd callbacks. Returns the number
  * of events the poll collected. */
-static int poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
+__attribute__((always_inline)) static inline int
+poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
     bool signalled = false;
     int64_t asked = timeout;
-    int n = wait_for_work(loop, &timeout, t0, &signalled);
+    int n = timeout == 0 ? look_for_io(loop, &timeout)
+                         : wait_for_work(loop, &timeout, t0, &signalled);
     /* A look that did not block took a few hundred ns: t0 still serves as
      * "now" and as the slice's start (which then counts the look as busy
      * time), and a loop that polls on every hop saves a clock read per
      * hop. A wait that blocked needs the time it ended. */
-    uint64_t t1 = timeout != 0 ? lull__clock_real() : t0;
-    if (timeout != 0) {
-        loop->m.idle_ns += t1 - t0;
-        /* t0 was read before the wait began, so a wait that ran out
-         * spans at least its timeout from t0. */
-        count_wakeup(loop, n, signalled,
-                     asked > 0 && t1 - t0 >= (uint64_t)asked);
-    }
+    uint64_t t1 = timeout != 0 ? woke(loop, n, t0, signalled, asked) : t0;
     if (!loop->virtual_clock) loop->now = t1;
     lull__slice_begin(loop, t1);
-
-    lull_io *io;
-    int events;
-    while (n && lull__backend_next(loop, &io, &events)) {
-        lull__io_dispatch(loop, io, events);
-        if (lull__after_callback(loop) && loop->stop) break;
-    }
+    if (n) dispatch_io(loop);
     /* The one place cross-thread posts are taken, however the loop woke:
      * posts made while it was awake wrote no eventfd. */
     if (lull__remote_pending(loop)) lull__remote_drain(loop);
@@ -398,8 +429,12 @@ static void loop_verify(const lull_loop *loop) {
 
 /* One iteration. t0 is a clock reading taken just before (the previous
  * iteration's end, when they run back to back); returns the reading that
- * ends this one, so each iteration reads the clock twice in all. */
-static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
+ * ends this one, so each iteration reads the clock twice in all. Inlined
+ * into its callers' loops (iterate_once for single iterations): a loop
+ * that checks I/O on every hop iterates once per hop, and the call's
+ * saving and restoring of registers was a tenth of such a hop. */
+__attribute__((always_inline)) static inline uint64_t
+iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     loop->m.iterations++;
     int64_t timeout = 0;
     if (may_block && !ready_now(loop)) { /* ready work: only a look */
@@ -432,6 +467,11 @@ static uint64_t iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     loop_verify(loop);
 #endif
     return t_end;
+}
+
+__attribute__((noinline)) static uint64_t
+iterate_once(lull_loop *loop, bool may_block, uint64_t t0) {
+    return iterate(loop, may_block, t0);
 }
 
 /* A run adopts the loop: the common way to give a loop to a thread is to
@@ -475,7 +515,7 @@ int lull_loop_run(lull_loop *loop, lull_run_mode mode) {
         while (!loop->stop && alive_for_run(loop))
             t = iterate(loop, true, t);
     } else {
-        iterate(loop, mode == LULL_RUN_ONCE, t);
+        iterate_once(loop, mode == LULL_RUN_ONCE, t);
     }
     run_end(loop);
     return loop->poll_error;
@@ -552,7 +592,7 @@ static void settle_loop(lull_loop *loop) {
         loop->settle_round++;
         loop->settle_fd_calls = 0;
         loop->settle_fresh = false;
-        t = iterate(loop, false, t);
+        t = iterate_once(loop, false, t);
         if (loop->stop) break;
         bool only_repeats = loop->tasks_run - before == loop->settle_fd_calls &&
                             !loop->settle_fresh;

@@ -252,7 +252,3 @@ int lull__remote_fork(lull_loop *loop) {
     loop->remote_fd = fd;
     return 0;
 }
-
-bool lull__remote_pending(lull_loop *loop) {
-    return __atomic_load_n(&loop->remote_head, __ATOMIC_ACQUIRE) != NULL;
-}

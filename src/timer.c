@@ -146,6 +146,7 @@ static inline void defer_ends_soon(lull_loop *loop) {
     if (loop->heap.pend == 1 && loop->countdown > 1) {
         loop->stride -= loop->countdown - 1;
         loop->countdown = 1;
+        loop->quantum_intact = false;
     }
 }
 

@@ -661,6 +661,84 @@ TEST_THREADED(remote_raises_are_charged_to_what_they_reach) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+static lull_task plain_a, plain_b;
+
+static void on_plain_a(lull_task *t) {
+    (void)t;
+    sem_post(&the_raiser->seen);
+}
+
+static void on_plain_b(lull_task *t) {
+    (void)t;
+    sem_post(&the_raiser->seen);
+}
+
+static void finish_plain(lull_task *t) {
+    raiser *r = LULL_CONTAINER_OF(t, raiser, finish);
+    lull_listener_stop(&r->la);
+    lull_loop_unref(r->loop);
+}
+
+/* Wakes the sleeping loop with plain tasks, twice the same one in a row,
+ * then another, a raise and the first again, so that every change of
+ * cause follows a run of the same one (the audit remembers the last plain
+ * task's row). */
+static void *plain_posts_and_a_raise(void *arg) {
+    raiser *r = arg;
+    lull_task *order[] = {&plain_a, &plain_a, &plain_b, NULL, &plain_a};
+    for (int i = 0; i < RAISE_ROUNDS; i++) {
+        for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
+            wait_until_asleep(r);
+            if (order[k])
+                lull_task_post_remote(r->loop, order[k]);
+            else
+                lull_notifier_raise_remote(r->loop, &r->a);
+            while (sem_wait(&r->seen) != 0) {
+            }
+        }
+    }
+    lull_task_post_remote(r->loop, &r->finish);
+    return NULL;
+}
+
+TEST_THREADED(remote_wakeups_by_plain_tasks_and_raises_keep_their_rows) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    static raiser r;
+    the_raiser = &r;
+    r.loop = loop;
+    r.loop_tid = gettid();
+    CHECK_EQ(sem_init(&r.seen, 0, 0), 0);
+    lull_notifier_init(&r.a);
+    lull_listener_start(loop, &r.a, &r.la, on_a);
+    lull_task_init(&plain_a, on_plain_a);
+    lull_task_init(&plain_b, on_plain_b);
+    lull_task_init(&r.finish, finish_plain);
+    LULL_NAME(loop, on_a, "app.listener");
+    LULL_NAME(loop, on_plain_a, "app.a");
+    LULL_NAME(loop, on_plain_b, "app.b");
+    lull_loop_ref(loop);
+    lull_loop_audit_reset(loop);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, plain_posts_and_a_raise, &r), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+
+    lull_audit_entry rows[16];
+    int n = lull_loop_audit(loop, rows, 16, NULL);
+    const lull_audit_entry *a = row_named(rows, n, "app.a");
+    const lull_audit_entry *b = row_named(rows, n, "app.b");
+    const lull_audit_entry *la = row_named(rows, n, "app.listener");
+    CHECK(a && b && la);
+    CHECK_EQ(a->kind, LULL_SOURCE_REMOTE);
+    CHECK_EQ(b->kind, LULL_SOURCE_REMOTE);
+    CHECK_EQ(la->kind, LULL_SOURCE_REMOTE);
+    CHECK_U64_EQ(a->wakeups, 3 * RAISE_ROUNDS);
+    CHECK_U64_EQ(b->wakeups, RAISE_ROUNDS);
+    CHECK_U64_EQ(la->wakeups, RAISE_ROUNDS);
+    sem_destroy(&r.seen);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 static void *lone_raise(void *arg) {
     raiser *r = arg;
     wait_until_asleep(r);

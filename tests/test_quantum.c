@@ -647,6 +647,41 @@ TEST(every_hop_loop_reads_the_clock_every_64_hops) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Unread hops that take no time end where they began and add nothing;
+ * one long hop among them is still busy time and a stall, found at the
+ * next reading. */
+static int long_hop_at;
+
+static void hop_once_long(lull_task *t) {
+    hopper *h = LULL_CONTAINER_OF(t, hopper, task);
+    if (++h->hops == long_hop_at) fake_clock.ns += 2 * MS;
+    if (--h->left > 0) lull_task_post(the_loop, t);
+}
+
+TEST(every_hop_long_hop_among_unread_ones_is_a_stall) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    memset(&hop_state, 0, sizeof hop_state);
+    lull_loop_options o = {.quantum_ns = 1, .stall_ns = 1 * MS};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    hop_state.left = 300;
+    long_hop_at = 100;
+    lull_task_init(&hop_state.task, hop_once_long);
+    lull_task_post(loop, &hop_state.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(hop_state.hops, 300);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.stalls, 1);
+    CHECK_U64_EQ(m.worst_stall_ns, 2 * MS);
+    CHECK_U64_EQ(m.busy_ns, 2 * MS);
+    CHECK_U64_EQ(lull_loop_now(loop), fake_clock.ns);
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A timer armed: every slice end reads, so the timer fires in the
  * iteration after the hop that passed its deadline. */
 static void hop_timer_fired(lull_timer *t) {
