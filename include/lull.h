@@ -981,8 +981,8 @@ struct lull_server {
     void *data;           /* yours (lull_server_listen_* clears it) */
     lull_loop *loop;      /* the owning loop */
     uint64_t accepted;    /* connections handed to on_connection */
-    uint64_t paused;      /* times accepting paused: out of fds, or accept
-                             failing for another reason than a race */
+    uint64_t paused;      /* times accepting paused: out of fds, or the
+                             kernel short of memory */
     struct {              /* lull's own */
         lull_io io;       /* the listening socket (owned) */
         lull_timer retry; /* resumes accepting after EMFILE / ENFILE */
@@ -990,6 +990,7 @@ struct lull_server {
         lull__stream_guard *guard; /* on_connection running, if any */
         int family;                /* AF_INET, AF_INET6 or AF_UNIX */
         int pending;       /* the accepted fd lull_server_accept takes; -1 */
+        int failed;        /* accept's errno once it failed for good; 0 */
         uint64_t retry_ns; /* pause after running out of fds */
     };
 };
@@ -1016,7 +1017,9 @@ LULL_EXTERN int lull_server_open(lull_loop *loop, lull_server *srv, int fd,
 LULL_EXTERN int lull_server_port(const lull_server *srv);
 /* Inside on_connection: makes s the waiting connection, reading at once;
  * it gets its close callback once, whoever closes it. -ENOENT when nothing
- * is waiting. */
+ * is waiting. When accept fails for good (the listening socket was shut
+ * down: -EINVAL), on_connection runs once more, this returns that error,
+ * and the server stops accepting: close it. */
 LULL_EXTERN int lull_server_accept(lull_server *srv, lull_stream *s,
                                    const lull_stream_options *opts);
 /* Stops listening and closes the socket; safe in any callback. No callback

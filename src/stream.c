@@ -81,8 +81,9 @@
  *   Quiet condition         queue empty: no task queued, no writable
  *                           interest; an idle stream only waits in epoll
  * and for a server: trigger a waiting connection; pending-work predicate
- * out of fds; next retry 100 ms later, only while out of fds; quiet
- * otherwise (only the listening socket in epoll). */
+ * out of fds; next retry 100 ms later, only while out of fds (never after
+ * accept failed for good); quiet otherwise (only the listening socket in
+ * epoll, or nothing once failed). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1662,6 +1663,27 @@ static void server_retry(lull_timer *t) {
 }
 LULL__OWN_NAME(server_retry, "lull_server accept retry", lull_server, retry);
 
+/* Errors no retry can mend: the socket was shut down (EINVAL: readable
+ * for ever, accept refused), or the fd is no longer a listening socket
+ * (closed behind the server, or replaced). */
+static bool accept_failed_for_good(int err) {
+    return err == EINVAL || err == EBADF || err == ENOTSOCK ||
+           err == EOPNOTSUPP;
+}
+
+/* Runs on_connection for srv->pending (a fd, or -1 with srv->failed set);
+ * false when the server was closed inside it. */
+static bool offer(lull_server *srv) {
+    lull__stream_guard g;
+    guard_enter(&srv->guard, &g);
+    if (srv->on_connection) srv->on_connection(srv);
+    /* Closed inside (and the waiting fd with it): do not touch srv. */
+    if (!guard_leave(&srv->guard, &g)) return false;
+    if (srv->pending >= 0) close(srv->pending); /* not taken */
+    srv->pending = -1;
+    return true;
+}
+
 static void server_io(lull_io *io, int events) {
     (void)events;
     lull_server *srv = LULL_CONTAINER_OF(io, lull_server, io);
@@ -1671,24 +1693,24 @@ static void server_io(lull_io *io, int events) {
             int err = errno;
             if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
             if (err == EAGAIN || err == EWOULDBLOCK) return;
-            /* Out of fds (EMFILE, ENFILE, ENOBUFS, ENOMEM), or failing for
-             * good (a socket shut under us: readable for ever, accept says
-             * EINVAL). Either way the listener stays readable: stop
-             * watching until the retry timer rather than spin. */
+            /* The listener stays readable either way: stop watching it. */
             lull_io_stop(io);
+            if (accept_failed_for_good(err)) {
+                /* No timer: a retry would fail the same way for ever. The
+                 * owner hears it once, through lull_server_accept. */
+                srv->failed = err;
+                offer(srv);
+                return;
+            }
+            /* Out of fds (EMFILE, ENFILE) or kernel memory (ENOBUFS,
+             * ENOMEM): the retry timer resumes accepting. */
             lull_timer_start(&srv->retry, srv->retry_ns, 0);
             srv->paused++;
             return;
         }
         srv->pending = fd;
         srv->accepted++;
-        lull__stream_guard g;
-        guard_enter(&srv->guard, &g);
-        if (srv->on_connection) srv->on_connection(srv);
-        /* Closed inside (and the waiting fd with it): do not touch srv. */
-        if (!guard_leave(&srv->guard, &g)) return;
-        if (srv->pending >= 0) close(srv->pending); /* not taken */
-        srv->pending = -1;
+        if (!offer(srv)) return;
     }
 }
 LULL__OWN_NAME(server_io, "lull_server listening socket", lull_server, io);
@@ -1770,7 +1792,7 @@ int lull_server_accept(lull_server *srv, lull_stream *s,
                        const lull_stream_options *opts) {
     if (!srv || !s || !srv->loop || !options_ok(opts)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(srv->loop);
-    if (srv->pending < 0) return -ENOENT;
+    if (srv->pending < 0) return srv->failed ? -srv->failed : -ENOENT;
     int fd = srv->pending;
     srv->pending = -1;
     int rc = setup(srv->loop, s, fd, opts, srv->family != AF_UNIX);

@@ -2671,22 +2671,74 @@ TEST(read_stop_before_connect_holds) {
 /* A listener whose accept fails for a reason other than a lack of fds (its
  * socket shut by the user: readable for ever, accept says EINVAL) does not
  * spin the loop: it pauses like a listener out of fds. */
+/* on_connection after accept failed for good: lull_server_accept says
+ * why; close_it closes the server there. */
+typedef struct failing {
+    lull_server srv;
+    lull_stream s;
+    int calls, rc;
+    bool close_it;
+} failing;
+
+static void accept_fails(lull_server *srv) {
+    failing *f = LULL_CONTAINER_OF(srv, failing, srv);
+    f->calls++;
+    f->rc = lull_server_accept(srv, &f->s, NULL);
+    if (f->close_it) lull_server_close(srv);
+}
+
+/* A listening socket shut down under the server: readable for ever,
+ * accept says EINVAL. The owner hears it once (lull_server_accept's
+ * -EINVAL inside on_connection) and the server stops watching, with no
+ * retry timer: the loop has nothing left to run. Closing the server
+ * inside that call is safe. */
 TEST(accept_failing_for_good_does_not_spin) {
+    for (int close_it = 0; close_it < 2; close_it++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+        failing *f = calloc(1, sizeof *f);
+        f->close_it = close_it;
+        CHECK_EQ(
+            lull_server_listen_tcp(loop, &f->srv, NULL, 0, 0, accept_fails), 0);
+        CHECK_EQ(shutdown(f->srv.io.fd, SHUT_RDWR), 0);
+        lull_loop_metrics_reset(loop);
+        for (int i = 0; i < 10; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        lull_metrics mt;
+        lull_loop_metrics(loop, &mt);
+        CHECK_EQ(mt.polls, 10);
+        CHECK_LE(mt.polls - mt.empty_polls, 1);
+        CHECK_EQ(f->calls, 1);
+        CHECK_EQ(f->rc, -EINVAL);
+        CHECK_EQ(f->srv.paused, 0);
+        CHECK(!lull_loop_alive(loop)); /* no retry timer, no watcher */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* returns */
+        CHECK_EQ(lull_server_accept(&f->srv, &f->s, NULL), -EINVAL);
+        lull_server_close(&f->srv); /* again, or first: either is fine */
+        free(f);
+        free_loop(loop);
+    }
+}
+
+/* The listening fd closed behind the server while a dup keeps the socket
+ * (shut down, so it reports): accept on the closed number says EBADF,
+ * heard once, and the server stops. */
+TEST(accept_on_a_listener_closed_behind_the_server) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
-    many *m = calloc(1, sizeof *m);
-    CHECK_EQ(lull_server_listen_tcp(loop, &m->srv, NULL, 0, 0, accept_many), 0);
-    CHECK_EQ(shutdown(m->srv.io.fd, SHUT_RDWR), 0);
-    lull_loop_metrics_reset(loop);
+    failing *f = calloc(1, sizeof *f);
+    CHECK_EQ(lull_server_listen_tcp(loop, &f->srv, NULL, 0, 0, accept_fails),
+             0);
+    int keep = dup(f->srv.io.fd);
+    CHECK(keep >= 0);
+    CHECK_EQ(shutdown(keep, SHUT_RDWR), 0);
+    CHECK_EQ(close(f->srv.io.fd), 0);
     for (int i = 0; i < 10; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
-    lull_metrics mt;
-    lull_loop_metrics(loop, &mt);
-    CHECK_EQ(mt.polls, 10);
-    CHECK_LE(mt.polls - mt.empty_polls, 1);
-    CHECK_EQ(m->srv.paused, 1);
-    CHECK_EQ(m->n, 0);
-    lull_server_close(&m->srv);
-    free(m);
+    CHECK_EQ(f->calls, 1);
+    CHECK_EQ(f->rc, -EBADF);
+    CHECK(!lull_loop_alive(loop));
+    lull_server_close(&f->srv);
+    close(keep);
+    free(f);
     free_loop(loop);
 }
 
