@@ -38,39 +38,15 @@ static int parse_num(const char *buf, size_t from, size_t to, int neg_ok,
     return 0;
 }
 
-/* The number of a common header, 1 to 9 digits then CRLF, all in the
- * buffer, at *pp (past the tag): true with *out and *pp past the CRLF;
- * false for anything else (a sign, a leading zero, a longer, malformed or
- * cut line), which the general path reads. */
-static inline __attribute__((always_inline)) bool
-quick_num(const char **pp, const char *end, size_t *out) {
-    const char *p = *pp, *q = p + 1;
-    if (end - p < 3) return false; /* a digit and CRLF at least */
-    unsigned d = (unsigned)(unsigned char)*p - '0';
-    if (d > 9) return false;
-    size_t v = d;
-    if (d) { /* a 0 may only be alone */
-        const char *stop = end - p > 9 ? p + 9 : end;
-        while (q < stop && (d = (unsigned)(unsigned char)*q - '0') <= 9) {
-            v = v * 10 + d;
-            q++;
-        }
-    }
-    if (end - q < 2 || q[0] != '\r' || q[1] != '\n') return false;
-    *out = v;
-    *pp = q + 2;
-    return true;
-}
-
-/* quick_num for the header at buf[*pos]: 1 with *out and *pos past the
- * CRLF, else 0, and the caller asks header(), which gives the same answer
- * for what this one takes. Inline in the argument loop: the call and the
+/* resp_quick_num (resp.h) for the header at buf[*pos]: 1 with *out and *pos
+ * past the CRLF, else 0, and the caller asks header(), which gives the same
+ * answer for what this one takes. Inline in the argument loop: the call and the
  * general path's checks cost more than the parse of a short header. */
 static inline __attribute__((always_inline)) int
 quick_header(const char *buf, size_t len, size_t *pos, long long *out) {
     const char *p = buf + *pos + 1;
     size_t v;
-    if (!quick_num(&p, buf + len, &v)) return 0;
+    if (!resp_quick_num(&p, buf + len, &v)) return 0;
     *out = (long long)v;
     *pos = (size_t)(p - buf);
     return 1;
@@ -259,50 +235,13 @@ static long parse_inline(const resp_limits *lim, resp_state *st,
     return lf + 1;
 }
 
-/* The common request: a multibulk command all in buf[0, len), its count
- * and every length a short header (quick_num), none over the limits.
- * Returns the bytes it took, argv and *argc filled; 0 for anything else
- * (cut short, an error, a count of 0 or less, a long header), which
- * parse_multibulk then parses from the start and answers as it would
- * have without this. Pointers kept in registers, no state written: a
- * pipelined GET is parsed in a few dozen instructions, where the general
- * path's resumable bookkeeping cost several times that. */
-static inline __attribute__((always_inline)) long
-parse_whole(const resp_limits *lim, const char *buf, size_t len, resp_arg *argv,
-            size_t *argc) {
-    const char *p = buf + 1, *end = buf + len;
-    size_t n;
-    if (!quick_num(&p, end, &n) || n == 0 || n > lim->max_args) return 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t blen;
-        if (p == end || *p != '$') return 0;
-        p++;
-        if (!quick_num(&p, end, &blen) || blen > lim->max_bulk) return 0;
-        if ((size_t)(end - p) < blen + 2 || p[blen] != '\r' ||
-            p[blen + 1] != '\n')
-            return 0;
-        argv[i].p = p;
-        argv[i].len = blen;
-        p += blen + 2;
-    }
-    *argc = n;
-    return (long)(p - buf);
-}
-
-long resp_parse_resume(const resp_limits *lim, resp_state *st, const char *buf,
-                       size_t len, resp_arg *argv, size_t *argc,
-                       const char **err, size_t *need) {
+long resp_parse_general(const resp_limits *lim, resp_state *st, const char *buf,
+                        size_t len, resp_arg *argv, size_t *argc,
+                        const char **err, size_t *need) {
     *argc = 0;
     *need = len + 1;
     if (st->pos > len) state_reset(st); /* not the bytes it was given */
     if (len == 0) return RESP_INCOMPLETE;
-    if (buf[0] == '*' && st->nargs == 0) { /* a new multibulk command */
-        long w = parse_whole(lim, buf, len, argv, argc);
-        if (w > 0) {
-            st->scanned += (uint64_t)w;
-            return w;
-        }
-    }
     long r = buf[0] == '*'
                  ? parse_multibulk(lim, st, buf, len, argv, argc, err, need)
                  : parse_inline(lim, st, buf, len, argv, argc, err);
