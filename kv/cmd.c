@@ -1020,10 +1020,26 @@ static struct slot {
 } shorts[SLOTS], longs[SLOTS];
 static bool table_ready;
 
+/* A name of n (1 to 8) bytes as a word, byte i at bits 8i, each with 0x20
+ * set (ASCII letters folded to lower case): from two loads that overlap
+ * (or three bytes), not a loop over the bytes, as every command's name
+ * comes here. */
 static inline uint64_t fold8(const char *p, size_t n) {
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v |= (uint64_t)(unsigned char)p[i] << (8 * i);
+    uint64_t v;
+    if (n >= 4) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + n - 4, 4);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        lo = __builtin_bswap32(lo);
+        hi = __builtin_bswap32(hi);
+#endif
+        v = lo | (uint64_t)hi << (8 * (n - 4));
+    } else {
+        v = (uint64_t)(unsigned char)p[0] |
+            (uint64_t)(unsigned char)p[n / 2] << (8 * (n / 2)) |
+            (uint64_t)(unsigned char)p[n - 1] << (8 * (n - 1));
+    }
     return v | (0x2020202020202020ull >> (64 - 8 * n));
 }
 

@@ -61,6 +61,7 @@ static void conn_free(conn *c) {
     lull_timer_stop(&c->soft);
     buf_free(&c->in);
     buf_free(&c->out);
+    buf_free(&c->sent);
     free(c);
 }
 
@@ -187,9 +188,21 @@ static void handover_release(lull_frame *f) {
     free(h);
 }
 
-/* Sends the replies gathered so far. Small ones are copied (one
- * allocation per batch, not per command: the output buffer is reused);
- * from REPLY_HANDOVER bytes on, the buffer itself becomes the frame and a
+/* The stream wrote the replies in `sent` (or dropped them in a close):
+ * the buffer is free for the next batch. */
+static void outf_release(lull_frame *f) {
+    conn *c = LULL_CONTAINER_OF(f, conn, outf);
+    c->outf_busy = false;
+    c->sent.len = 0;
+    buf_shrink(&c->sent, REPLY_HANDOVER);
+}
+
+/* Sends the replies gathered so far. The usual batch is sent from its
+ * own buffer, which changes places with the spare one (`sent`, free
+ * again once written): no copy, no allocation per batch, two buffers per
+ * connection that send. While the last batch is still in flight (the
+ * client is slow to read) a batch is copied instead (one allocation).
+ * From REPLY_HANDOVER bytes on, the buffer itself becomes the frame and a
  * fresh one starts, so a large reply is neither copied again nor kept
  * once written. A refused send closes the connection with the reason:
  * a reply is never dropped while later ones still go out. False when the
@@ -211,6 +224,17 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
             else
                 free(h);
         }
+    } else if (!c->outf_busy) {
+        buf spare = c->sent;
+        c->sent = c->out;
+        c->out = spare;
+        c->out.len = 0;
+        c->outf = (lull_frame){
+            .bytes = c->sent.p, .len = len, .release = outf_release};
+        /* Busy before the send: a transport may release it inside. */
+        c->outf_busy = true;
+        rc = lull_endpoint_send(c->ep, &c->outf);
+        if (rc < 0) c->outf_busy = false;
     } else {
         rc = lull_endpoint_send_copy(c->ep, c->out.p, len);
         c->out.len = 0;

@@ -38,25 +38,26 @@ static int parse_num(const char *buf, size_t from, size_t to, int neg_ok,
     return 0;
 }
 
+/* resp_quick_num (resp.h) for the header at buf[*pos]: 1 with *out and *pos
+ * past the CRLF, else 0, and the caller asks header(), which gives the same
+ * answer for what this one takes. Inline in the argument loop: the call and the
+ * general path's checks cost more than the parse of a short header. */
+static inline __attribute__((always_inline)) int
+quick_header(const char *buf, size_t len, size_t *pos, long long *out) {
+    const char *p = buf + *pos + 1;
+    size_t v;
+    if (!resp_quick_num(&p, buf + len, &v)) return 0;
+    *out = (long long)v;
+    *pos = (size_t)(p - buf);
+    return 1;
+}
+
 /* Reads the header line at buf[*pos] starting with `tag`. 1 done (value in
- * *out, *pos past the CRLF), 0 incomplete, -1 error. */
-static int header(const char *buf, size_t len, size_t *pos, int neg_ok,
-                  long long *out, const char **err) {
-    /* The common header, a few digits and CRLF all in the buffer, without
-     * the memchr and the checks below; anything else (a sign, a long or
-     * malformed line, one cut short) takes the general path, which gives
-     * the same answer for what this one takes. 18 digits cannot overflow.
-     * A leading zero is left to the general path (which refuses it). */
-    size_t i = *pos + 1;
-    unsigned long long v = 0;
-    while (i < len && i - *pos <= 18 && buf[i] >= '0' && buf[i] <= '9')
-        v = v * 10 + (unsigned long long)(buf[i++] - '0');
-    if (i > *pos + 1 && i - *pos <= 19 && len - i >= 2 && buf[i] == '\r' &&
-        buf[i + 1] == '\n' && (buf[*pos + 1] != '0' || i == *pos + 2)) {
-        *out = (long long)v;
-        *pos = i + 2;
-        return 1;
-    }
+ * *out, *pos past the CRLF), 0 incomplete, -1 error. The general path,
+ * out of line: quick_header takes the common header first. */
+static __attribute__((noinline)) int header(const char *buf, size_t len,
+                                            size_t *pos, int neg_ok,
+                                            long long *out, const char **err) {
     /* The LF is looked for only as far as a header may reach, so a line
      * cut short costs at most that much per look however much follows. */
     size_t window = len - *pos > HEADER_MAX + 1 ? HEADER_MAX + 1 : len - *pos;
@@ -122,7 +123,8 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
     size_t entry = pos;
     if (n == 0) { /* the count is not read yet */
         long long count;
-        int r = header(buf, len, &pos, 1, &count, err);
+        int r = quick_header(buf, len, &pos, &count);
+        if (!r) r = header(buf, len, &pos, 1, &count, err);
         if (r < 0) return RESP_ERROR;
         if (r == 0) {
             st->scanned += len;
@@ -150,7 +152,8 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
             return RESP_ERROR;
         }
         long long blen;
-        int r = header(buf, len, &pos, 0, &blen, err);
+        int r = quick_header(buf, len, &pos, &blen);
+        if (!r) r = header(buf, len, &pos, 0, &blen, err);
         if (r < 0) return RESP_ERROR;
         if (r == 0) {
             pos = start;
@@ -232,9 +235,9 @@ static long parse_inline(const resp_limits *lim, resp_state *st,
     return lf + 1;
 }
 
-long resp_parse_resume(const resp_limits *lim, resp_state *st, const char *buf,
-                       size_t len, resp_arg *argv, size_t *argc,
-                       const char **err, size_t *need) {
+long resp_parse_general(const resp_limits *lim, resp_state *st, const char *buf,
+                        size_t len, resp_arg *argv, size_t *argc,
+                        const char **err, size_t *need) {
     *argc = 0;
     *need = len + 1;
     if (st->pos > len) state_reset(st); /* not the bytes it was given */

@@ -189,6 +189,10 @@ struct conn {
     size_t need;     /* parse `in` again once it holds this many bytes */
     resp_state ps;   /* how far the command at the front of `in` is parsed */
     buf out;         /* replies not yet handed to the stream */
+    buf sent;        /* the replies the stream is writing (outf), or the
+                        spare buffer `out` changes places with */
+    lull_frame outf; /* sent's bytes, while outf_busy */
+    bool outf_busy;  /* outf is in flight */
     kv_client cl;    /* its state in the command layer */
     bool closing;    /* QUIT or a protocol error: input is ignored now */
     bool waiting;    /* replies filled the stream: `in` waits for on_drain */

@@ -2296,6 +2296,50 @@ TEST(resp_lengths_as_redis_reads_them) {
     }
 }
 
+TEST(resp_whole_command_path_agrees_at_its_bounds) {
+    /* A command all in one chunk with short headers takes the parser's
+     * quick path, one cut anywhere takes the resumable one: at the edges
+     * of what the quick path takes (9 digits, a lone 0, the limits, a
+     * wrong byte where a CRLF or '$' belongs) both give the same answer,
+     * the one the general path gave before there was a quick one. */
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *err; /* NULL: it parses, to `log` */
+        const char *log;
+    } cases[] = {
+        {S("*1\r\n$0\r\n\r\n"), NULL, ";"},
+        {S("*1\r\n$01\r\nx\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$000000001\r\nx\r\n"), "Protocol error: invalid bulk length",
+         ""},
+        {S("*1\r\n$100000000\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$1000000000\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*123456789\r\n"), "Protocol error: too many arguments", ""},
+        {S("*1234567890\r\n"), "Protocol error: too many arguments", ""},
+        {S("*17\r\n"), "Protocol error: too many arguments", ""},
+        {S("*1\r\n$3\r\nGETx\r\n"), "Protocol error: expected CRLF after bulk",
+         ""},
+        {S("*1\r\n$3\r\nGET\rx"), "Protocol error: expected CRLF after bulk",
+         ""},
+        {S("*2\r\n$3\r\nGET\r\n:1\r\n"), "Protocol error: expected '$'", ""},
+        {S("*1\r\n$3\nGET\r\n"), "Protocol error: bad header line", ""},
+        {S("*1\n$3\r\nGET\r\n"), "Protocol error: bad header line", ""},
+        {S("*1\r\n$3x\r\nGET\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$\r\n"), "Protocol error: invalid bulk length", ""},
+        {S("*1\r\n$3\r\nGET\r\n*1\r\n$4\r\nPI"), NULL, "GET;"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        feed f;
+        feed_all_ways(cases[i].in, cases[i].n, &f);
+        bool ok =
+            strcmp(f.log, cases[i].log) == 0 &&
+            (cases[i].err ? f.err && strcmp(f.err, cases[i].err) == 0 : !f.err);
+        if (!ok)
+            check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
+                       f.log, f.err ? f.err : "no error");
+    }
+}
+
 /* Feeds n bytes of `in` in chunks of `chunk` bytes to a parse of its own
  * (max_args `max`), as a connection does: into a buffer of the bytes not
  * parsed yet, parsed again once it holds what the parser needs. The

@@ -432,3 +432,123 @@ TEST(client_shut_both_ways_while_its_reads_pause) {
 TEST(client_reset_while_its_reads_pause) {
     client_gone_while_paused(true);
 }
+
+/* ------------------------------------------------------ a client's replies */
+
+/* A server with a 1000-byte value at "v" and one client connection on a
+ * socketpair whose server end sends into a small buffer; *fd is the
+ * client's end. */
+static conn *open_client(lull_loop **loop, server *p, int *fd, char *big) {
+    CHECK_EQ(lull_loop_new(loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(*loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    memset(p, 0, sizeof *p);
+    node_open(p, *loop, false);
+    memset(big, 'v', 1000);
+    big[1000] = 0;
+    write_cmd(p, "SET", "v", big);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int small = 4096;
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    conn *c = conn_new(p);
+    CHECK(c != NULL);
+    CHECK_EQ(lull_stream_open(*loop, &c->t.stream, sv[0], &o), 0);
+    conn_start(c, &c->t.stream.ep);
+    *fd = sv[1];
+    return c;
+}
+
+enum { PAIRS = 400, PER_WRITE = 5 };
+
+/* Sends PAIRS of INCR n + GET v, PER_WRITE pairs a write, the loop
+ * running a little after each, without reading: the times a batch was
+ * made while the one before was still in flight. */
+static int pipeline_unread(lull_loop *loop, conn *c, int fd) {
+    static const char pair[] = "*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n"
+                               "*2\r\n$3\r\nGET\r\n$1\r\nv\r\n";
+    int busy = 0;
+    for (int i = 0; i < PAIRS / PER_WRITE; i++) {
+        char chunk[PER_WRITE * (sizeof pair - 1)];
+        for (int k = 0; k < PER_WRITE; k++)
+            memcpy(chunk + k * (sizeof pair - 1), pair, sizeof pair - 1);
+        CHECK_EQ(write(fd, chunk, sizeof chunk), (ssize_t)sizeof chunk);
+        for (int t = 0; t < 4; t++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        busy += c->outf_busy;
+    }
+    return busy;
+}
+
+static void close_client(lull_loop *loop, server *p) {
+    lull_timer_stop(&guard);
+    server_stop(p);
+    for (conn *d = p->conns, *next; d; d = next) {
+        next = d->next;
+        conn_drop(d, NULL);
+    }
+    for (int i = 0; i < 1000 && lull_loop_alive(loop); i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    server_free(p);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A client that stops reading while it pipelines: its batches of replies
+ * go out from the connection's own buffers while the stream takes them,
+ * copied while the one before is still in flight, and arrive whole and in
+ * order once it reads: INCR's counts say which reply is which. */
+TEST(replies_in_order_while_a_batch_is_in_flight) {
+    lull_loop *loop;
+    server p;
+    int fd;
+    char big[1001];
+    conn *c = open_client(&loop, &p, &fd, big);
+    CHECK(pipeline_unread(loop, c, fd) > 0);
+    /* Now read, the loop running between reads, until every reply is in. */
+    size_t want = 0;
+    for (int i = 1; i <= PAIRS; i++)
+        want += (size_t)snprintf(NULL, 0, ":%d\r\n", i) + 7 + 1000 + 2;
+    char *got = malloc(want + 1);
+    CHECK(got != NULL);
+    size_t have = 0;
+    uint64_t t0 = now_ms();
+    while (have < want && now_ms() - t0 < 20000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t n = recv(fd, got + have, want + 1 - have, MSG_DONTWAIT);
+        if (n > 0) have += (size_t)n;
+    }
+    CHECK_EQ(have, want);
+    size_t at = 0;
+    for (int i = 1; i <= PAIRS && at < have; i++) {
+        char head[32];
+        int h = snprintf(head, sizeof head, ":%d\r\n$1000\r\n", i);
+        CHECK(memcmp(got + at, head, (size_t)h) == 0);
+        at += (size_t)h;
+        CHECK(memcmp(got + at, big, 1000) == 0);
+        CHECK(memcmp(got + at + 1000, "\r\n", 2) == 0);
+        at += 1002;
+    }
+    free(got);
+    close(fd);
+    close_client(loop, &p);
+}
+
+/* The client hangs up, never having read, with a batch in flight: the
+ * stream drops it (its release frees nothing the connection still
+ * uses), and the connection closes and is freed. */
+TEST(client_gone_with_a_batch_in_flight) {
+    lull_loop *loop;
+    server p;
+    int fd;
+    char big[1001];
+    conn *c = open_client(&loop, &p, &fd, big);
+    CHECK(pipeline_unread(loop, c, fd) > 0);
+    CHECK(c->outf_busy);
+    CHECK_EQ(close(fd), 0);
+    uint64_t t0 = now_ms();
+    while (p.conns && now_ms() - t0 < 20000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(p.conns == NULL);
+    close_client(loop, &p);
+}
