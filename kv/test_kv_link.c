@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "dump.h"
+#include "polls.h"
 #include "server.h"
 
 /* ------------------------------------------------- the test's transport */
@@ -351,25 +352,6 @@ TEST_THREADED(no_fd_for_the_thread_falls_back_to_the_loop) {
 
 static void stop_loop(lull_timer *t) {
     lull_loop_stop(t->loop);
-}
-
-/* The polls the loop makes in `ms` of real time: a connection whose
- * registration reports an event nobody consumes makes thousands; a quiet
- * loop a few. Two timers: one ends the count, one (longer) keeps the loop
- * alive where nothing else does. */
-static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
-    lull_timer end, hold;
-    CHECK_EQ(lull_timer_init(loop, &end, stop_loop), 0);
-    CHECK_EQ(lull_timer_init(loop, &hold, stop_loop), 0);
-    lull_timer_start(&end, ms * 1000000u, 0);
-    lull_timer_start(&hold, ms * 50000000u, 0);
-    lull_metrics m0, m1;
-    lull_loop_metrics(loop, &m0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    lull_loop_metrics(loop, &m1);
-    lull_timer_stop(&end);
-    lull_timer_stop(&hold);
-    return m1.polls - m0.polls;
 }
 
 /* A client pipelines GETs of a 1 MiB value and reads nothing: its output

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "polls.h"
 
 /* ------------------------------------------------------------ wrappers */
 
@@ -373,28 +374,6 @@ TEST(stops_inside_callbacks) {
     CHECK_EQ(sa.calls + sb.calls, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
     remove_tree(root);
-}
-
-/* The polls a loop makes in `ms` of real time: a registration reporting an
- * event nobody consumes makes thousands; a quiet loop a few. Two timers:
- * one ends the count, one (longer) keeps the loop alive. */
-static void stop_loop(lull_timer *t) {
-    lull_loop_stop(t->loop);
-}
-
-static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
-    lull_timer end, hold;
-    CHECK_EQ(lull_timer_init(loop, &end, stop_loop), 0);
-    CHECK_EQ(lull_timer_init(loop, &hold, stop_loop), 0);
-    lull_timer_start(&end, ms * 1000000u, 0);
-    lull_timer_start(&hold, ms * 50000000u, 0);
-    lull_metrics m0, m1;
-    lull_loop_metrics(loop, &m0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    lull_loop_metrics(loop, &m1);
-    lull_timer_stop(&end);
-    lull_timer_stop(&hold);
-    return m1.polls - m0.polls;
 }
 
 /* The kernel's own queue overflowing (more events than

@@ -7,6 +7,7 @@
  * every wait is bounded. */
 #include "check.h"
 
+#include "polls.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -524,29 +525,6 @@ TEST(pty_master_is_a_stream) {
     CHECK_EQ(m.reason, -EIO);
     end_free(&m);
     free_loop(loop);
-}
-
-/* The polls a loop makes in `ms` of real time: a stream whose registration
- * reports an event it never consumes makes thousands; a quiet one a few.
- * The guard timer bounds the wait whatever the streams do; a second,
- * longer one keeps the loop alive where the streams hold no interest. */
-static void stop_guard(lull_timer *t) {
-    lull_loop_stop(t->loop);
-}
-
-static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
-    lull_timer guard, hold;
-    CHECK_EQ(lull_timer_init(loop, &guard, stop_guard), 0);
-    CHECK_EQ(lull_timer_init(loop, &hold, stop_guard), 0);
-    lull_timer_start(&guard, LULL_MS(ms), 0);
-    lull_timer_start(&hold, LULL_MS(ms) * 50, 0);
-    lull_metrics m0, m1;
-    lull_loop_metrics(loop, &m0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    lull_loop_metrics(loop, &m1);
-    lull_timer_stop(&guard);
-    lull_timer_stop(&hold);
-    return m1.polls - m0.polls;
 }
 
 /* A pty, both sides raw; -1 where the system has none. */

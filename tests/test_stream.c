@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "internal.h" /* a loop's epoll fd, to see it asleep */
+#include "polls.h"
 
 static lull_loop *new_loop(int clock, uint64_t quantum_ns) {
     lull_loop_options o = {.clock = clock, .quantum_ns = quantum_ns};
@@ -1575,23 +1576,8 @@ TEST(close_reason_reset) {
     free_loop(loop);
 }
 
-/* The polls a loop makes in `ms` of real time: a stream whose registration
- * reports an event it never consumes makes thousands; a quiet one a few.
- * The guard timer bounds the wait whatever the streams do. */
 static void stop_guard(lull_timer *t) {
     lull_loop_stop(t->loop);
-}
-
-static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
-    lull_timer guard;
-    CHECK_EQ(lull_timer_init(loop, &guard, stop_guard), 0);
-    lull_timer_start(&guard, LULL_MS(ms), 0);
-    lull_metrics m0, m1;
-    lull_loop_metrics(loop, &m0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    lull_loop_metrics(loop, &m1);
-    lull_timer_stop(&guard);
-    return m1.polls - m0.polls;
 }
 
 /* TCP urgent data (MSG_OOB) on a stream that reads: nothing registers

@@ -6,6 +6,7 @@
  * bounded by a guard timer. */
 #include "check.h"
 
+#include "polls.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -478,29 +479,6 @@ TEST(hangup_under_raw_mode) {
     CHECK_EQ(open_fds(), open_before - 1); /* the master, closed above */
     lull_tty_reset_mode(); /* the entry is gone: nothing to touch */
     finish(loop, &p);
-}
-
-/* The polls a loop makes in `ms` of real time: a registration reporting an
- * event nobody consumes makes thousands; a quiet loop a few. Two guard
- * timers: one ends the count, one (longer) keeps the loop alive where the
- * tty holds no interest. */
-static void stop_loop(lull_timer *t) {
-    lull_loop_stop(t->loop);
-}
-
-static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
-    lull_timer guard, hold;
-    lull_timer_init(loop, &guard, stop_loop);
-    lull_timer_init(loop, &hold, stop_loop);
-    lull_timer_start(&guard, ms * 1000000u, 0);
-    lull_timer_start(&hold, ms * 50000000u, 0);
-    lull_metrics m0, m1;
-    lull_loop_metrics(loop, &m0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    lull_loop_metrics(loop, &m1);
-    lull_timer_stop(&guard);
-    lull_timer_stop(&hold);
-    return m1.polls - m0.polls;
 }
 
 /* A tty over a pty's master, not reading and waiting for room to write

@@ -10,6 +10,7 @@
  * callback; hostile arguments. */
 #include "check.h"
 
+#include "polls.h"
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -450,24 +451,8 @@ TEST(connected_socket_reports_icmp_refusal) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* The polls a loop makes in `ms` of real time with nothing to do but what
- * its handles ask: a handle whose registration reports an event it never
- * consumes makes thousands; a quiet one makes one or two. The guard timer
- * bounds the wait whatever the handles do. */
 static void stop_loop(lull_timer *t) {
     lull_loop_stop(t->loop);
-}
-
-static uint64_t polls_in(lull_loop *loop, uint64_t ms) {
-    lull_timer guard;
-    CHECK_EQ(lull_timer_init(loop, &guard, stop_loop), 0);
-    lull_timer_start(&guard, LULL_MS(ms), 0);
-    lull_metrics m0, m1;
-    lull_loop_metrics(loop, &m0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    lull_loop_metrics(loop, &m1);
-    lull_timer_stop(&guard);
-    return m1.polls - m0.polls;
 }
 
 /* A socket given with IP_RECVERR keeps each ICMP error on its error queue
