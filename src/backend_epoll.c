@@ -134,9 +134,10 @@ static int from_epoll(uint32_t e, int interest) {
      * error and a write sees EPIPE. */
     if (e & EPOLLERR) events |= LULL_ERROR | interest;
     /* A socket shut both ways reports EPOLLHUP alone, without EPOLLOUT, to a
-     * writer waiting for room: reported as readable only, a write-only
-     * watcher would hear nothing and the level-triggered HUP would wake
-     * the loop for ever. */
+     * writer waiting for room: with the read interest only, a write-only
+     * watcher would hear a bare LULL_HANGUP, one that writes when writable
+     * (a stream) would never try its write, and the level-triggered HUP
+     * would wake the loop for ever. */
     if (e & EPOLLHUP) events |= interest;
     return (events & interest) | (events & (LULL_HANGUP | LULL_ERROR));
 }
