@@ -114,7 +114,7 @@ typedef struct recv_meta {
 static void on_io(lull_io *io, int events);
 static void flush_task(lull_task *t);
 static void event_task(lull_task *t);
-static void read_datagrams(lull_udp *udp);
+static bool read_datagrams(lull_udp *udp);
 static void prepare_slots(lull_udp *udp, unsigned from, unsigned to);
 LULL__OWN_NAME(on_io, "lull_udp socket", lull_udp, io);
 LULL__OWN_NAME(flush_task, "lull_udp send flush", lull_udp, flush);
@@ -725,8 +725,8 @@ static void rearm_slots(lull_udp *udp) {
 }
 
 /* Delivers what a stopped read left, then reads up to RECV_ROUNDS
- * batches. */
-static void read_datagrams(lull_udp *udp) {
+ * batches. False when a recv callback closed the handle. */
+static bool read_datagrams(lull_udp *udp) {
     bool closed = false;
     udp->closed_guard = &closed;
     if (!deliver_batch(udp, &closed)) goto out;
@@ -768,6 +768,7 @@ static void read_datagrams(lull_udp *udp) {
     }
 out:
     if (!closed) udp->closed_guard = NULL;
+    return !closed;
 }
 
 /* Empties the socket's error queue, which a socket given with IP_RECVERR
@@ -800,11 +801,10 @@ static void on_io(lull_io *io, int events) {
         send_queue(udp);
     }
     if ((udp->state & U_READING) &&
-        (events & (LULL_READABLE | LULL_ERROR | LULL_HANGUP)))
-        read_datagrams(udp);
-    /* A recv callback may have closed the handle (no fd) or stopped it. */
-    if ((events & LULL_ERROR) && !(udp->state & U_CLOSED) && has_socket(udp))
-        drain_errqueue(udp);
+        (events & (LULL_READABLE | LULL_ERROR | LULL_HANGUP)) &&
+        !read_datagrams(udp))
+        return; /* closed inside a recv callback: not looked at again */
+    if ((events & LULL_ERROR) && has_socket(udp)) drain_errqueue(udp);
 }
 
 /* ---------------------------------------------------------------- close */
