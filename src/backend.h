@@ -7,7 +7,13 @@
 #ifndef LULL_BACKEND_H
 #define LULL_BACKEND_H
 
+#include <sys/epoll.h>
+
 #include "internal.h"
+
+/* Events collected per poll. More ready fds than this are simply reported
+ * by the next poll (level-triggered), so this bounds a batch, not a loss. */
+#define LULL__EVENTS_CAP 256
 
 int lull__backend_init(lull_loop *loop);
 void lull__backend_close(lull_loop *loop);
@@ -29,6 +35,16 @@ int lull__backend_rebuild(lull_loop *loop);
  * ended the wait, or another negative errno when the kernel refused the
  * wait (nothing collected either way). */
 int lull__backend_poll(lull_loop *loop, int64_t timeout_ns);
+/* lull__backend_poll(loop, 0) for a loop that looks on every hop
+ * (src/loop.c's plain hops), inline where the look finds nothing. It asks
+ * more of its caller: no registration nobody owns (backend_stale) waiting
+ * to be rebuilt, and no event left from an earlier poll (events_len and
+ * events_next 0), which an empty look then leaves as they are. */
+int lull__backend_collected(lull_loop *loop, int n);
+static inline int lull__backend_look(lull_loop *loop) {
+    int n = epoll_wait(loop->backend_fd, loop->events, LULL__EVENTS_CAP, 0);
+    return LULL_LIKELY(n == 0) ? 0 : lull__backend_collected(loop, n);
+}
 /* The next collected event that is still wanted, or false when done. */
 bool lull__backend_next(lull_loop *loop, lull_io **io, int *events);
 /* Right after a poll that collected events: the started watcher the first

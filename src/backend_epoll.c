@@ -31,9 +31,7 @@
 
 #include "backend.h"
 
-/* Events collected per poll. More ready fds than this are simply reported
- * by the next poll (level-triggered), so this bounds a batch, not a loss. */
-#define EVENTS_CAP 256
+#define EVENTS_CAP LULL__EVENTS_CAP
 /* The first growth of the watcher table: 64 slots are one 1 KiB block. */
 #define SLOTS_MIN_CAP 64
 
@@ -267,6 +265,15 @@ __attribute__((noinline)) static int wait_events(lull_loop *loop,
     return n;
 }
 
+int lull__backend_collected(lull_loop *loop, int n) {
+    if (n < 0) return -errno;
+    loop->events_next = 0;
+    loop->events_len = n;
+    /* Off, this is one predictable branch per poll. */
+    if (LULL_UNLIKELY(loop->shuffle) && n > 1) shuffle_batch(loop, n);
+    return n;
+}
+
 int lull__backend_poll(lull_loop *loop, int64_t timeout_ns) {
     /* A failed rebuild (out of fds) is retried at every poll: meanwhile the
      * stale registration may end sleeps early, but calls no watcher. */
@@ -278,11 +285,7 @@ int lull__backend_poll(lull_loop *loop, int64_t timeout_ns) {
     int n = timeout_ns == 0
                 ? epoll_wait(loop->backend_fd, loop->events, EVENTS_CAP, 0)
                 : wait_events(loop, timeout_ns);
-    if (n < 0) return -errno;
-    loop->events_len = n;
-    /* Off, this is one predictable branch per poll. */
-    if (LULL_UNLIKELY(loop->shuffle) && n > 1) shuffle_batch(loop, n);
-    return n;
+    return lull__backend_collected(loop, n);
 }
 
 bool lull__backend_next(lull_loop *loop, lull_io **io, int *events) {

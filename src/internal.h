@@ -109,12 +109,16 @@ typedef struct lull__name {
 
 struct lull_loop {
     /* Hot: touched on every hop of a task chain. */
-    lull__node ready;    /* sentinel of the FIFO ready queue */
-    int64_t countdown;   /* callbacks (or should_yield calls) before the
-                            next clock read; see lull__slice_check */
-    uint64_t tasks_run;  /* every callback, of every kind */
-    bool sample_armed;   /* the next lull_task_post starts a wait sample */
-    lull_any_fn current; /* callback running, for stall attribution */
+    lull__node ready; /* sentinel of the FIFO ready queue */
+    /* Flush points (lull__at_flush): tasks run once when the fd callbacks
+     * of an iteration end, or when its slice ends. Looked at every hop. */
+    lull__node flush;
+    lull__node flush_end; /* ends a flush pass (run_flush); never run */
+    int64_t countdown;    /* callbacks (or should_yield calls) before the
+                             next clock read; see lull__slice_check */
+    uint64_t tasks_run;   /* every callback, of every kind */
+    bool sample_armed;    /* the next lull_task_post starts a wait sample */
+    lull_any_fn current;  /* callback running, for stall attribution */
 
     /* Time. */
     uint64_t now; /* cached ns: real or virtual */
@@ -253,11 +257,6 @@ struct lull_loop {
     lull__name *names;
     int names_len;
     int names_cap;
-
-    /* Flush points (lull__at_flush): tasks run once when the fd callbacks
-     * of an iteration end, or when its slice ends. */
-    lull__node flush;
-    lull__node flush_end; /* ends a flush pass (run_flush); never run */
 };
 
 /* queue.h needs the node type only. */

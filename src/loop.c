@@ -427,6 +427,41 @@ static void loop_verify(const lull_loop *loop) {
 }
 #endif
 
+/* The last steps of every iteration: the flush tasks, then the slice ends.
+ * Returns the reading that ends it. */
+__attribute__((always_inline)) static inline uint64_t
+end_iteration(lull_loop *loop) {
+    run_flush(loop);
+    uint64_t t_end = lull__slice_end_time(loop);
+    lull__slice_end(loop, t_end);
+#ifndef NDEBUG
+    loop_verify(loop);
+#endif
+    return t_end;
+}
+
+/* An iteration from its fd callbacks' end: timers due, then ready tasks. */
+__attribute__((always_inline)) static inline uint64_t
+iterate_rest(lull_loop *loop, bool may_block, int collected) {
+    run_flush(loop); /* replies written by fd callbacks leave now */
+    if (LULL_UNLIKELY(loop->flags & LULL_LOOP_AUTO_ADVANCE) && may_block &&
+        collected == 0 && !loop->stop && !ready_now(loop))
+        auto_advance(loop);
+    if (!loop->stop) {
+        if (loop->heap.len) lull__timers_expire(loop, loop->now);
+        if (LULL_UNLIKELY(loop->audit_timer)) attribute_timer_wakeup(loop);
+        /* run_due also empties the overrun table once the due list
+         * drains (src/timer.c). */
+        if (!lull__queue_empty(&loop->due) || loop->overruns_len)
+            lull__timers_run_due(loop);
+    }
+    if (!loop->stop) {
+        if (loop->slice_spent) lull__slice_renew(loop);
+        lull__run_queue(loop, &loop->ready);
+    }
+    return end_iteration(loop);
+}
+
 /* One iteration. t0 is a clock reading taken just before (the previous
  * iteration's end, when they run back to back); returns the reading that
  * ends this one, so each iteration reads the clock twice in all. Inlined
@@ -444,34 +479,107 @@ iterate(lull_loop *loop, bool may_block, uint64_t t0) {
         timeout = poll_timeout(loop, t0);
     }
     int collected = poll_and_dispatch_io(loop, timeout, t0);
-    run_flush(loop); /* replies written by fd callbacks leave now */
-    if (LULL_UNLIKELY(loop->flags & LULL_LOOP_AUTO_ADVANCE) && may_block &&
-        collected == 0 && !loop->stop && !ready_now(loop))
-        auto_advance(loop);
-    if (!loop->stop) {
-        if (loop->heap.len) lull__timers_expire(loop, loop->now);
-        if (LULL_UNLIKELY(loop->audit_timer)) attribute_timer_wakeup(loop);
-        /* run_due also empties the overrun table once the due list
-         * drains (src/timer.c). */
-        if (!lull__queue_empty(&loop->due) || loop->overruns_len)
-            lull__timers_run_due(loop);
-    }
-    if (!loop->stop) {
-        if (loop->slice_spent) lull__slice_renew(loop);
-        lull__run_queue(loop, &loop->ready);
-    }
-    run_flush(loop);
-    uint64_t t_end = lull__slice_end_time(loop);
-    lull__slice_end(loop, t_end);
-#ifndef NDEBUG
-    loop_verify(loop);
-#endif
-    return t_end;
+    return iterate_rest(loop, may_block, collected);
 }
 
 __attribute__((noinline)) static uint64_t
 iterate_once(lull_loop *loop, bool may_block, uint64_t t0) {
     return iterate(loop, may_block, t0);
+}
+
+/* ------------------------------------------------------------ plain hops
+ * A loop that checks I/O on every hop (every_callback) spends nearly all
+ * its iterations the same way: a look that finds nothing, one ready task,
+ * a slice that ends unread (src/clock.c). Such hops run here, without the
+ * general iteration's steps for what is not there. The slice the first of
+ * them begins stays open from one to the next: nothing runs between one
+ * hop's end and the next one's look, and an unread end and the next
+ * intact begin leave everything else as it was, so only what a callback
+ * may change is reset. Whatever else comes up leaves by the general
+ * iteration's own remaining steps, from where it came up: readiness or a
+ * post found by the look, a task that did not end its slice, a timer armed,
+ * a flush task queued, a clock read, a stop. So plain hops and general
+ * iterations leave the loop in the same states, hop for hop, and count the
+ * same iterations, polls and callbacks. */
+
+/* The unread state, between hops: the previous slice ended unread at t,
+ * its quantum still as its start left it, and nothing waits but tasks. */
+static inline bool plain_hop_may_start(const lull_loop *loop, uint64_t t) {
+    return loop->time_stale && loop->quantum_intact && t == loop->slice_start &&
+           t == loop->read_time && !loop->stop &&
+           !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->due) &&
+           lull__queue_empty(&loop->flush) && !loop->heap.len &&
+           !loop->heap.pend && !loop->overruns_len && !loop->backend_stale &&
+           !loop->audit_timer;
+}
+
+/* After a hop's callback: it asked nothing of the slice (no
+ * lull_loop_should_yield or lull_loop_stop, which move the countdown or
+ * spend the slice; no timer armed; no flush task queued), the next unread
+ * end is not a read's turn, and a task is ready. The slice's unread end
+ * (lull__slice_check) and the next hop's begin would then together leave
+ * everything as it was but the count of unread ends. */
+static inline bool plain_hop_untouched(const lull_loop *loop) {
+    /* A stop (lull_loop_stop, a failed poll) puts the countdown at 0, and
+     * every slice check after it keeps it there: countdown 1 is no stop. */
+    return loop->countdown == 1 && !loop->slice_spent &&
+           (loop->heap.len | loop->heap.pend) == 0 &&
+           loop->unread_ends + 1 < LULL__EVERY_CALLBACK_READS &&
+           !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->flush);
+}
+
+/* The look found readiness, a post, or failed: the general iteration
+ * from its poll on (look_for_io, poll_and_dispatch_io). */
+__attribute__((noinline)) static uint64_t plain_hop_found(lull_loop *loop,
+                                                          int n) {
+    if (n < 0) {
+        if (n != -EINTR) poll_failed(loop, n);
+        n = 0;
+    }
+    if (n == 0) loop->m.empty_polls++;
+    if (n) dispatch_io(loop);
+    if (lull__remote_pending(loop)) lull__remote_drain(loop);
+    return iterate_rest(loop, true, n);
+}
+
+/* The callback left something else to do: the rest of the ready queue's
+ * run (when it did not end the slice), then the iteration's end. */
+__attribute__((noinline)) static uint64_t plain_hop_ends(lull_loop *loop,
+                                                         bool spent) {
+    if (!spent) lull__run_queue(loop, &loop->ready);
+    return end_iteration(loop);
+}
+
+/* Runs plain hops from the unread state at t; returns the reading that
+ * ends the last iteration, as iterate does. */
+__attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
+                                                     uint64_t t) {
+    /* lull__slice_begin's intact case, once for all the hops. */
+    loop->in_slice = true;
+    loop->defer_arms = true;
+    loop->busy_start = t;
+    loop->slice_spent = false;
+    loop->read_tasks = UINT64_MAX;
+    loop->countdown = 1;
+    /* An empty look stores nothing: no event is left from before. */
+    loop->events_len = loop->events_next = 0;
+    for (;;) {
+        loop->m.iterations++;
+        int n = lull__backend_look(loop);
+        loop->m.polls++;
+        if (LULL_UNLIKELY(n != 0 || lull__remote_pending(loop)))
+            return plain_hop_found(loop, n);
+        loop->m.empty_polls++;
+        lull__node *node = loop->ready.next;
+        lull__queue_remove(node);
+        lull__dispatch_node(loop, node);
+        if (LULL_UNLIKELY(!plain_hop_untouched(loop)))
+            return plain_hop_ends(loop, lull__after_callback(loop));
+        loop->unread_ends++;
+#ifndef NDEBUG
+        loop_verify(loop);
+#endif
+    }
 }
 
 /* A run adopts the loop: the common way to give a loop to a thread is to
@@ -512,8 +620,14 @@ int lull_loop_run(lull_loop *loop, lull_run_mode mode) {
     if (err) return err;
     uint64_t t = lull__clock_real();
     if (mode == LULL_RUN_DEFAULT) {
-        while (!loop->stop && alive_for_run(loop))
-            t = iterate(loop, true, t);
+        bool plain = loop->every_callback && !loop->virtual_clock &&
+                     !(loop->flags & LULL_LOOP_AUTO_ADVANCE);
+        while (!loop->stop && alive_for_run(loop)) {
+            if (plain && plain_hop_may_start(loop, t))
+                t = plain_hops(loop, t);
+            else
+                t = iterate(loop, true, t);
+        }
     } else {
         iterate_once(loop, mode == LULL_RUN_ONCE, t);
     }

@@ -9,6 +9,7 @@
 #include <lull.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -728,4 +729,204 @@ TEST(every_hop_wait_starts_from_a_fresh_reading) {
     close(hop_state.pipe_fds[0]);
     close(hop_state.pipe_fds[1]);
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------------------------ plain hops
+ * An every-hop loop runs its hops of one ready task with nothing found by
+ * the look on a path of its own (src/loop.c, "plain hops"), and leaves it
+ * for the general iteration wherever a hop asks for more. Each case below
+ * asks for one thing in the middle of a chain, on the fake clock (a hop
+ * takes 1 us), and checks it is served when the general iteration would
+ * serve it, and that the chain goes on after. */
+
+enum {
+    ASK_FD,
+    ASK_TIMER,
+    ASK_STOP,
+    ASK_YIELD,
+    ASK_REMOTE,
+    ASK_METRICS,
+    ASK_SEND
+};
+
+typedef struct asker {
+    lull_task task;
+    int hops, left, at, ask;
+    int fds[2];
+    lull_io io;
+    int io_at; /* hops done when the fd callback ran */
+    lull_timer timer;
+    int timer_at;
+    lull_task other;
+    int other_at;
+    lull_metrics seen; /* read inside hop `at` */
+    lull_stream stream;
+    int peer;       /* the stream's other end */
+    int peer_bytes; /* there when hop at + 1 began */
+} asker;
+
+static asker ask;
+
+static void asker_io(lull_io *io, int events) {
+    (void)events;
+    char c;
+    CHECK_EQ(read(ask.fds[0], &c, 1), 1);
+    ask.io_at = ask.hops;
+    lull_io_stop(io);
+}
+
+static void asker_timer(lull_timer *t) {
+    (void)t;
+    ask.timer_at = ask.hops;
+}
+
+static void asker_other(lull_task *t) {
+    (void)t;
+    ask.other_at = ask.hops;
+}
+
+static void asker_hop(lull_task *t) {
+    asker *a = LULL_CONTAINER_OF(t, asker, task);
+    fake_clock.ns += 1 * US;
+    a->hops++;
+    if (a->ask == ASK_SEND && a->hops == a->at + 1) {
+        char buf[16];
+        a->peer_bytes = (int)recv(a->peer, buf, sizeof buf, MSG_DONTWAIT);
+    }
+    if (a->ask == ASK_YIELD) (void)lull_loop_should_yield(the_loop);
+    if (--a->left > 0) lull_task_post(the_loop, t);
+    if (a->hops != a->at) return;
+    switch (a->ask) {
+    case ASK_FD:
+        CHECK_EQ(write(a->fds[1], "x", 1), 1);
+        break;
+    case ASK_TIMER:
+        lull_timer_start(&a->timer, 10 * US, 0);
+        break;
+    case ASK_STOP:
+        lull_loop_stop(the_loop);
+        break;
+    case ASK_REMOTE:
+        lull_task_post_remote(the_loop, &a->other);
+        break;
+    case ASK_METRICS:
+        lull_loop_metrics(the_loop, &a->seen);
+        break;
+    case ASK_SEND:
+        CHECK_EQ(lull_endpoint_send_copy(&a->stream.ep, "hello", 5), 0);
+        break;
+    }
+}
+
+static lull_loop *asker_loop(int ask_what, int hops, int at) {
+    lull_loop *loop = every_hop_loop(0);
+    memset(&ask, 0, sizeof ask);
+    ask.ask = ask_what;
+    ask.left = hops;
+    ask.at = at;
+    ask.fds[0] = ask.fds[1] = ask.peer = -1;
+    lull_task_init(&ask.task, asker_hop);
+    lull_task_init(&ask.other, asker_other);
+    lull_timer_init(loop, &ask.timer, asker_timer);
+    lull_task_post(loop, &ask.task);
+    return loop;
+}
+
+static void asker_done(lull_loop *loop) {
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(plain_hops_serve_an_fd_made_ready_mid_chain_before_the_next_hop) {
+    lull_loop *loop = asker_loop(ASK_FD, 300, 100);
+    CHECK_EQ(pipe2(ask.fds, O_NONBLOCK | O_CLOEXEC), 0);
+    CHECK_EQ(lull_io_init(loop, &ask.io, ask.fds[0], asker_io), 0);
+    CHECK_EQ(lull_io_start(&ask.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ask.hops, 300);
+    CHECK_EQ(ask.io_at, 100); /* the look after hop 100 found it */
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.polls, 300);
+    CHECK_U64_EQ(m.empty_polls, 299);
+    close(ask.fds[0]);
+    close(ask.fds[1]);
+    asker_done(loop);
+}
+
+TEST(plain_hops_fire_a_timer_armed_mid_chain_on_time) {
+    lull_loop *loop = asker_loop(ASK_TIMER, 300, 100);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ask.hops, 300);
+    /* Armed in hop 100, its delay counted from that hop's end: due when
+     * hop 110 ends, fired before hop 111. */
+    CHECK_EQ(ask.timer_at, 110);
+    asker_done(loop);
+}
+
+TEST(plain_hops_stop_mid_chain_and_go_on_in_the_next_run) {
+    lull_loop *loop = asker_loop(ASK_STOP, 300, 100);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ask.hops, 100);
+    CHECK(lull_task_pending(&ask.task));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ask.hops, 300);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.iterations, 300);
+    CHECK_U64_EQ(m.busy_ns, 300 * US);
+    asker_done(loop);
+}
+
+TEST(plain_hops_give_way_to_should_yield_in_every_hop) {
+    lull_loop *loop = asker_loop(ASK_YIELD, 1000, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ask.hops, 1000);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.iterations, 1000);
+    CHECK_U64_EQ(m.polls, 1000);
+    CHECK_U64_EQ(m.busy_ns, 1000 * US);
+    CHECK_U64_EQ(lull_loop_now(loop), fake_clock.ns);
+    asker_done(loop);
+}
+
+TEST(plain_hops_take_a_remote_post_made_mid_chain) {
+    lull_loop *loop = asker_loop(ASK_REMOTE, 300, 100);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ask.hops, 300);
+    /* The look after hop 100 takes it, behind the chain's own post. */
+    CHECK_EQ(ask.other_at, 101);
+    asker_done(loop);
+}
+
+TEST(plain_hops_count_every_hop_as_it_happens) {
+    lull_loop *loop = asker_loop(ASK_METRICS, 1000, 700);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(ask.seen.iterations, 700);
+    CHECK_U64_EQ(ask.seen.polls, 700);
+    CHECK_U64_EQ(ask.seen.empty_polls, 700);
+    CHECK_U64_EQ(ask.seen.tasks_run, 700); /* counted as it starts */
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.iterations, 1000);
+    CHECK_U64_EQ(m.tasks_run, 1000);
+    CHECK_U64_EQ(m.busy_ns, 1000 * US);
+    asker_done(loop);
+}
+
+TEST(plain_hops_flush_a_write_at_the_end_of_its_hop) {
+    lull_loop *loop = asker_loop(ASK_SEND, 300, 100);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &ask.stream, sv[0], &raw), 0);
+    ask.peer = sv[1];
+    CHECK_EQ(lull_endpoint_read_stop(&ask.stream.ep), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ask.hops, 300);
+    CHECK_EQ(ask.peer_bytes, 5); /* written before hop 101 began */
+    CHECK_EQ(lull_endpoint_close(&ask.stream.ep, 0), 0);
+    close(sv[1]);
+    asker_done(loop);
 }
