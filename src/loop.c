@@ -377,7 +377,9 @@ poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
      * time), and a loop that polls on every hop saves a clock read per
      * hop. A wait that blocked needs the time it ended. */
     uint64_t t1 = timeout != 0 ? woke(loop, n, t0, signalled, asked) : t0;
-    if (!loop->virtual_clock) loop->now = t1;
+    /* After unread slice ends t1 can be older than a reading a callback
+     * took since (lull_loop_now_exact): now never goes back. */
+    if (!loop->virtual_clock && t1 > loop->now) loop->now = t1;
     lull__slice_begin(loop, t1);
     if (n) dispatch_io(loop);
     /* The one place cross-thread posts are taken, however the loop woke:

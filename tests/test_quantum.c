@@ -930,3 +930,46 @@ TEST(plain_hops_flush_a_write_at_the_end_of_its_hop) {
     close(sv[1]);
     asker_done(loop);
 }
+
+/* lull_loop_now never goes back, though an every-hop loop's unread hops
+ * keep an older reading than a callback's lull_loop_now_exact took. */
+static uint64_t now_last;
+static int now_back;
+
+static void hop_exact(lull_task *t) {
+    hopper *h = LULL_CONTAINER_OF(t, hopper, task);
+    fake_clock.ns += 1 * US;
+    if (lull_loop_now(the_loop) < now_last) now_back++;
+    now_last = lull_loop_now_exact(the_loop);
+    if (++h->hops < 300) lull_task_post(the_loop, t);
+}
+
+static void now_never_goes_back(unsigned flags) {
+    lull_loop *loop = every_hop_loop(0);
+    if (flags) {
+        CHECK_EQ(lull_loop_free(loop), 0);
+        lull_loop_options o = {.quantum_ns = 1, .flags = flags};
+        CHECK_EQ(lull_loop_new(&loop, &o), 0);
+        the_loop = loop;
+    }
+    lull_task_init(&hop_state.task, hop_exact);
+    now_last = 0;
+    now_back = 0;
+    lull_task_post(loop, &hop_state.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(hop_state.hops, 300);
+    CHECK_EQ(now_back, 0);
+    CHECK_U64_EQ(lull_loop_now(loop), fake_clock.ns);
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(every_hop_now_never_goes_back_after_now_exact) {
+    now_never_goes_back(0);
+}
+
+/* The same through the general iteration alone: plain hops are never
+ * taken by a loop with LULL_LOOP_AUTO_ADVANCE (a no-op on the real clock). */
+TEST(every_hop_now_never_goes_back_after_now_exact_in_general_iterations) {
+    now_never_goes_back(LULL_LOOP_AUTO_ADVANCE);
+}
