@@ -525,7 +525,11 @@ static inline bool plain_hop_untouched(const lull_loop *loop) {
     /* A stop (lull_loop_stop, a failed poll) puts the countdown at 0, and
      * every slice check after it keeps it there: countdown 1 is no stop. */
     return loop->countdown == 1 && !loop->slice_spent &&
-           (loop->heap.len | loop->heap.pend) == 0 &&
+           /* No read in the hop (a should_yield that came on the 64th
+            * unread end and found the quantum unspent, possible with a
+            * quantum_ns over 1): a read clears time_stale, and only an
+            * unread end, which spends the slice, sets it again. */
+           loop->time_stale && (loop->heap.len | loop->heap.pend) == 0 &&
            loop->unread_ends + 1 < LULL__EVERY_CALLBACK_READS &&
            !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->flush);
 }
@@ -556,6 +560,9 @@ __attribute__((noinline)) static uint64_t plain_hop_ends(lull_loop *loop,
  * ends the last iteration, as iterate does. */
 __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
                                                      uint64_t t) {
+    /* poll_and_dispatch_io's now: a renewed slice (lull__slice_renew)
+     * starts at a reading now has not taken. */
+    if (t > loop->now) loop->now = t;
     /* lull__slice_begin's intact case, once for all the hops. */
     loop->in_slice = true;
     loop->defer_arms = true;

@@ -7,9 +7,12 @@
 
 #include <fcntl.h>
 #include <lull.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -972,4 +975,303 @@ TEST(every_hop_now_never_goes_back_after_now_exact) {
  * taken by a loop with LULL_LOOP_AUTO_ADVANCE (a no-op on the real clock). */
 TEST(every_hop_now_never_goes_back_after_now_exact_in_general_iterations) {
     now_never_goes_back(LULL_LOOP_AUTO_ADVANCE);
+}
+
+/* Two ways a plain hop once left the loop otherwise than the general
+ * iteration would (quantum_ns under 1000, where every_callback holds too).
+ */
+/* A loop with quantum_ns under 1000 (every_callback, so plain hops) whose
+ * fd callback ran in the iteration a look found it: that iteration's
+ * lull__slice_renew starts a fresh, intact quantum at its own reading
+ * without moving now. The next iteration's poll_and_dispatch_io would
+ * raise now to that reading; plain_hops starts there without doing so. */
+static struct {
+    lull_task task;
+    lull_io io;
+    int fds[2];
+    int hops, at;
+    uint64_t io_clock; /* the fake clock when the fd callback ran */
+    uint64_t now_seen; /* lull_loop_now in hop at + 2 */
+} lag;
+
+static void lag_io(lull_io *io, int events) {
+    (void)events;
+    char c;
+    CHECK_EQ(read(lag.fds[0], &c, 1), 1);
+    lag.io_clock = fake_clock.ns;
+    lull_io_stop(io);
+}
+
+static void lag_hop(lull_task *t) {
+    fake_clock.ns += 1; /* quick hops: the renew is inside the quantum */
+    lag.hops++;
+    if (lag.hops == lag.at + 2) lag.now_seen = lull_loop_now(the_loop);
+    if (lag.hops == lag.at) CHECK_EQ(write(lag.fds[1], "x", 1), 1);
+    if (lag.hops < 300) lull_task_post(the_loop, t);
+}
+
+TEST(plain_hops_start_with_now_at_a_renewed_slices_reading) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 500);
+    memset(&lag, 0, sizeof lag);
+    lag.at = 100;
+    CHECK_EQ(pipe2(lag.fds, O_NONBLOCK | O_CLOEXEC), 0);
+    CHECK_EQ(lull_io_init(loop, &lag.io, lag.fds[0], lag_io), 0);
+    CHECK_EQ(lull_io_start(&lag.io, LULL_READABLE), 0);
+    lull_task_init(&lag.task, lag_hop);
+    lull_task_post(loop, &lag.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lag.hops, 300);
+    CHECK(lag.io_clock != 0);
+    /* The general iteration: the renew's reading is now from hop at + 2. */
+    CHECK_U64_EQ(lag.now_seen, lag.io_clock);
+    fake_clock.on = false;
+    close(lag.fds[0]);
+    close(lag.fds[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A hop whose lull_loop_should_yield took the loop's periodic reading
+ * inside the quantum (quantum_ns under 1000, or a clock that has not moved
+ * since the slice began): the read plans a stride, the slice is not spent,
+ * and a second call leaves the countdown at 1, so plain_hop_untouched lets
+ * the hop end without its slice check. The general iteration ends the
+ * slice there (busy time and stall counted to that reading, the next
+ * quantum starting from it); plain hops keep the old slice open, with
+ * time_stale false and quantum_intact false. */
+static struct {
+    lull_task task;
+    int hops;
+    uint64_t busy_after; /* busy_ns seen in the hop after the first */
+    int first;           /* the first such hop */
+} ys;
+
+static void ys_hop(lull_task *t) {
+    fake_clock.ns += 1;
+    ys.hops++;
+    if (ys.first && ys.hops == ys.first + 1) {
+        lull_metrics m;
+        lull_loop_metrics(the_loop, &m);
+        ys.busy_after = m.busy_ns;
+    }
+    /* Two calls a hop until one is answered by an unspent read: three
+     * unread ends a hop put the 64th on a hop's first call. */
+    if (!ys.first) {
+        bool first_call = lull_loop_should_yield(the_loop);
+        (void)lull_loop_should_yield(the_loop);
+        if (!first_call) ys.first = ys.hops;
+    }
+    if (ys.hops < 1000) lull_task_post(the_loop, t);
+}
+
+TEST(plain_hops_end_the_slice_at_an_unspent_read_in_a_hop) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop_options o = {.quantum_ns = 500, .stall_ns = 80};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    memset(&ys, 0, sizeof ys);
+    lull_task_init(&ys.task, ys_hop);
+    lull_task_post(loop, &ys.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ys.hops, 1000);
+    CHECK(ys.first > 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    /* The general iteration: the slice ended at the read of hop `first`
+     * (1 ns a hop from the run's start), so the hop after it sees that
+     * busy time already. */
+    CHECK_U64_EQ(ys.busy_after, (uint64_t)ys.first);
+    /* No slice ran 80 ns: 64 hops of 1 ns between reads. Plain hops
+     * measure the slice after the unspent read from the slice before. */
+    CHECK_U64_EQ(m.stalls, 0);
+    CHECK_U64_EQ(m.busy_ns, 1000);
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The real clock, quantum_ns = 1: a signal, shuffled readiness, a fork,
+ * a task freed by its own hop, and another thread's posts, each in the
+ * middle of a chain of plain hops. */
+
+static struct {
+    lull_task task;
+    int hops, at, last;
+    int sig_at, io_calls, io_at[2];
+    lull_signal sig;
+    lull_io io[2];
+    int fds[2][2];
+    pid_t child;
+    int remote_done, remote_n;
+} rv;
+
+static void rv_sig(lull_signal *s, int signum) {
+    (void)s;
+    CHECK_EQ(signum, SIGUSR1);
+    rv.sig_at = rv.hops;
+    lull_signal_stop(&rv.sig);
+}
+
+static void rv_sig_hop(lull_task *t) {
+    rv.hops++;
+    if (rv.hops == rv.at) CHECK_EQ(raise(SIGUSR1), 0);
+    if (rv.hops < rv.last) lull_task_post(the_loop, t);
+}
+
+TEST(plain_hops_run_a_signal_before_the_next_hop) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
+    memset(&rv, 0, sizeof rv);
+    rv.at = 100;
+    rv.last = 300;
+    CHECK_EQ(lull_signal_init(loop, &rv.sig, rv_sig), 0);
+    CHECK_EQ(lull_signal_start(&rv.sig, SIGUSR1), 0);
+    lull_task_init(&rv.task, rv_sig_hop);
+    lull_task_post(loop, &rv.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(rv.hops, 300);
+    CHECK_EQ(rv.sig_at, 100);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.iterations, 300);
+    CHECK_U64_EQ(m.polls, 300);
+    CHECK_U64_EQ(m.empty_polls, 299);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static void rv_io(lull_io *io, int events) {
+    (void)events;
+    int i = io == &rv.io[0] ? 0 : 1;
+    char c;
+    CHECK_EQ(read(rv.fds[i][0], &c, 1), 1);
+    rv.io_at[i] = rv.hops;
+    rv.io_calls++;
+    lull_io_stop(io);
+}
+
+static void rv_shuffle_hop(lull_task *t) {
+    rv.hops++;
+    if (rv.hops == rv.at) {
+        CHECK_EQ(lull_loop_shuffle(the_loop, true, 7), 0);
+        CHECK_EQ(write(rv.fds[0][1], "x", 1), 1);
+        CHECK_EQ(write(rv.fds[1][1], "x", 1), 1);
+    }
+    if (rv.hops < rv.last) lull_task_post(the_loop, t);
+}
+
+TEST(plain_hops_shuffle_turned_on_mid_chain) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
+    memset(&rv, 0, sizeof rv);
+    rv.at = 100;
+    rv.last = 300;
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(pipe2(rv.fds[i], O_NONBLOCK | O_CLOEXEC), 0);
+        CHECK_EQ(lull_io_init(loop, &rv.io[i], rv.fds[i][0], rv_io), 0);
+        CHECK_EQ(lull_io_start(&rv.io[i], LULL_READABLE), 0);
+    }
+    lull_task_init(&rv.task, rv_shuffle_hop);
+    lull_task_post(loop, &rv.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(rv.hops, 300);
+    CHECK_EQ(rv.io_calls, 2);
+    CHECK_EQ(rv.io_at[0], 100);
+    CHECK_EQ(rv.io_at[1], 100);
+    for (int i = 0; i < 2; i++) {
+        close(rv.fds[i][0]);
+        close(rv.fds[i][1]);
+    }
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static void rv_fork_hop(lull_task *t) {
+    rv.hops++;
+    if (rv.hops == rv.at) {
+        rv.child = fork();
+        CHECK(rv.child >= 0);
+        if (rv.child == 0) CHECK_EQ(lull_loop_fork(the_loop), 0);
+    }
+    if (rv.hops < rv.last) lull_task_post(the_loop, t);
+}
+
+TEST(plain_hops_fork_mid_chain) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
+    memset(&rv, 0, sizeof rv);
+    rv.at = 100;
+    rv.last = 300;
+    lull_task_init(&rv.task, rv_fork_hop);
+    lull_task_post(loop, &rv.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    bool ok = rv.hops == 300 && m.iterations == 300 && m.polls == 300;
+    if (rv.child == 0) _exit(ok && lull_loop_free(loop) == 0 ? 0 : 1);
+    CHECK(ok);
+    int status = 0;
+    CHECK_EQ(waitpid(rv.child, &status, 0), rv.child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A hop frees its own task and posts a fresh one (ASan). */
+static void rv_fresh_hop(lull_task *t) {
+    free(t);
+    rv.hops++;
+    if (rv.hops >= rv.last) return;
+    lull_task *n = malloc(sizeof *n);
+    CHECK(n != NULL);
+    lull_task_init(n, rv_fresh_hop);
+    lull_task_post(the_loop, n);
+}
+
+TEST(plain_hops_free_their_task_and_post_a_new_one) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
+    memset(&rv, 0, sizeof rv);
+    rv.last = 1000;
+    lull_task *n = malloc(sizeof *n);
+    CHECK(n != NULL);
+    lull_task_init(n, rv_fresh_hop);
+    lull_task_post(loop, n);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(rv.hops, 1000);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Another thread posts remotely in a tight loop while hops run (TSan). */
+#define RV_REMOTE 20000
+static lull_task rv_remote_tasks[RV_REMOTE];
+
+static void rv_remote_ran(lull_task *t) {
+    (void)t;
+    rv.remote_done++;
+}
+
+static void *rv_poster(void *arg) {
+    lull_loop *loop = arg;
+    for (int i = 0; i < RV_REMOTE; i++)
+        lull_task_post_remote(loop, &rv_remote_tasks[i]);
+    return NULL;
+}
+
+static void rv_remote_hop(lull_task *t) {
+    rv.hops++;
+    if (rv.remote_done < RV_REMOTE) lull_task_post(the_loop, t);
+}
+
+TEST_THREADED(plain_hops_take_remote_posts_from_a_busy_thread) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
+    memset(&rv, 0, sizeof rv);
+    for (int i = 0; i < RV_REMOTE; i++)
+        lull_task_init(&rv_remote_tasks[i], rv_remote_ran);
+    lull_task_init(&rv.task, rv_remote_hop);
+    lull_task_post(loop, &rv.task);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, rv_poster, loop), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(rv.remote_done, RV_REMOTE);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.tasks_run, (uint64_t)(RV_REMOTE + rv.hops));
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
