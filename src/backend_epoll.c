@@ -31,7 +31,6 @@
 
 #include "backend.h"
 
-#define EVENTS_CAP LULL__EVENTS_CAP
 /* The first growth of the watcher table: 64 slots are one 1 KiB block. */
 #define SLOTS_MIN_CAP 64
 
@@ -92,7 +91,7 @@ int lull__backend_init(lull_loop *loop) {
     loop->wake_fd = -1;
     loop->backend_fd = epoll_create1(EPOLL_CLOEXEC);
     if (loop->backend_fd < 0) return -errno;
-    loop->events = calloc(EVENTS_CAP, sizeof *loop->events);
+    loop->events = calloc(LULL__EVENTS_CAP, sizeof *loop->events);
     if (!loop->events) {
         close(loop->backend_fd);
         return -ENOMEM;
@@ -254,13 +253,14 @@ __attribute__((noinline)) static int wait_events(lull_loop *loop,
     if (loop->have_pwait2 && !whole_ms) {
         struct timespec ts = {.tv_sec = timeout_ns / 1000000000,
                               .tv_nsec = timeout_ns % 1000000000};
-        n = epoll_pwait2(loop->backend_fd, loop->events, EVENTS_CAP, &ts, NULL);
+        n = epoll_pwait2(loop->backend_fd, loop->events, LULL__EVENTS_CAP, &ts,
+                         NULL);
         /* Refused after a successful probe (a filter installed later): the
          * same wait again through epoll_wait, from now on. */
         if (n < 0 && errno != EINTR) loop->have_pwait2 = false;
     }
     if (!loop->have_pwait2 || whole_ms)
-        n = epoll_wait(loop->backend_fd, loop->events, EVENTS_CAP,
+        n = epoll_wait(loop->backend_fd, loop->events, LULL__EVENTS_CAP,
                        timeout_ms(timeout_ns));
     return n;
 }
@@ -282,9 +282,9 @@ int lull__backend_poll(lull_loop *loop, int64_t timeout_ns) {
     loop->events_next = 0;
     /* A look (0; a loop that checks I/O on every hop makes one per hop)
      * is a plain epoll_wait, with nothing to convert. */
-    int n = timeout_ns == 0
-                ? epoll_wait(loop->backend_fd, loop->events, EVENTS_CAP, 0)
-                : wait_events(loop, timeout_ns);
+    int n = timeout_ns == 0 ? epoll_wait(loop->backend_fd, loop->events,
+                                         LULL__EVENTS_CAP, 0)
+                            : wait_events(loop, timeout_ns);
     return lull__backend_collected(loop, n);
 }
 

@@ -347,21 +347,33 @@ __attribute__((noinline)) static void dispatch_io(lull_loop *loop) {
     }
 }
 
-/* A look that does not block (ready work, or nothing to wait for): what a
- * loop that checks I/O on every hop does once per hop, so it is inline and
- * everything else (a failed poll) is out of the way. */
-static inline int look_for_io(lull_loop *loop, int64_t *timeout_io) {
-    int n = lull__backend_poll(loop, 0);
+/* Counts a look that did not block (ready work, or nothing to wait for):
+ * a poll, an empty one, or a failure, which ends the run (poll_failed).
+ * Returns the events it collected. A loop that checks I/O on every hop
+ * looks once per hop, so this is inline. */
+static inline int counted_look(lull_loop *loop, int n) {
     loop->m.polls++;
     if (LULL_UNLIKELY(n < 0)) {
-        if (n != -EINTR) {
-            poll_failed(loop, n);
-            *timeout_io = 0;
-        }
+        if (n != -EINTR) poll_failed(loop, n);
         n = 0;
     }
     if (n == 0) loop->m.empty_polls++;
     return n;
+}
+
+/* After a poll: the fd callbacks, then the cross-thread posts. */
+static inline void take_io_and_posts(lull_loop *loop, int n) {
+    if (n) dispatch_io(loop);
+    /* The one place cross-thread posts are taken, however the loop woke:
+     * posts made while it was awake wrote no eventfd. */
+    if (lull__remote_pending(loop)) lull__remote_drain(loop);
+}
+
+/* The loop's now moves to t, a reading just taken, and never back: after
+ * unread slice ends t can be older than one a callback took since
+ * (lull_loop_now_exact). */
+static inline void move_now(lull_loop *loop, uint64_t t) {
+    if (!loop->virtual_clock && t > loop->now) loop->now = t;
 }
 
 /* Polls once, starts the slice, then runs fd callbacks. Returns the number
@@ -370,21 +382,16 @@ __attribute__((always_inline)) static inline int
 poll_and_dispatch_io(lull_loop *loop, int64_t timeout, uint64_t t0) {
     bool signalled = false;
     int64_t asked = timeout;
-    int n = timeout == 0 ? look_for_io(loop, &timeout)
+    int n = timeout == 0 ? counted_look(loop, lull__backend_poll(loop, 0))
                          : wait_for_work(loop, &timeout, t0, &signalled);
     /* A look that did not block took a few hundred ns: t0 still serves as
      * "now" and as the slice's start (which then counts the look as busy
      * time), and a loop that polls on every hop saves a clock read per
      * hop. A wait that blocked needs the time it ended. */
     uint64_t t1 = timeout != 0 ? woke(loop, n, t0, signalled, asked) : t0;
-    /* After unread slice ends t1 can be older than a reading a callback
-     * took since (lull_loop_now_exact): now never goes back. */
-    if (!loop->virtual_clock && t1 > loop->now) loop->now = t1;
+    move_now(loop, t1);
     lull__slice_begin(loop, t1);
-    if (n) dispatch_io(loop);
-    /* The one place cross-thread posts are taken, however the loop woke:
-     * posts made while it was awake wrote no eventfd. */
-    if (lull__remote_pending(loop)) lull__remote_drain(loop);
+    take_io_and_posts(loop, n);
     return n;
 }
 
@@ -510,9 +517,9 @@ static inline bool plain_hop_may_start(const lull_loop *loop, uint64_t t) {
     return loop->time_stale && loop->quantum_intact && t == loop->slice_start &&
            t == loop->read_time && !loop->stop &&
            !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->due) &&
-           lull__queue_empty(&loop->flush) && !loop->heap.len &&
-           !loop->heap.pend && !loop->overruns_len && !loop->backend_stale &&
-           !loop->audit_timer;
+           lull__queue_empty(&loop->flush) &&
+           (loop->heap.len | loop->heap.pend) == 0 && !loop->overruns_len &&
+           !loop->backend_stale && !loop->audit_timer;
 }
 
 /* After a hop's callback: it asked nothing of the slice (no
@@ -535,16 +542,11 @@ static inline bool plain_hop_untouched(const lull_loop *loop) {
 }
 
 /* The look found readiness, a post, or failed: the general iteration
- * from its poll on (look_for_io, poll_and_dispatch_io). */
+ * from its poll on (poll_and_dispatch_io). */
 __attribute__((noinline)) static uint64_t plain_hop_found(lull_loop *loop,
                                                           int n) {
-    if (n < 0) {
-        if (n != -EINTR) poll_failed(loop, n);
-        n = 0;
-    }
-    if (n == 0) loop->m.empty_polls++;
-    if (n) dispatch_io(loop);
-    if (lull__remote_pending(loop)) lull__remote_drain(loop);
+    n = counted_look(loop, n);
+    take_io_and_posts(loop, n);
     return iterate_rest(loop, true, n);
 }
 
@@ -560,25 +562,19 @@ __attribute__((noinline)) static uint64_t plain_hop_ends(lull_loop *loop,
  * ends the last iteration, as iterate does. */
 __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
                                                      uint64_t t) {
-    /* poll_and_dispatch_io's now: a renewed slice (lull__slice_renew)
-     * starts at a reading now has not taken. */
-    if (t > loop->now) loop->now = t;
-    /* lull__slice_begin's intact case, once for all the hops. */
-    loop->in_slice = true;
-    loop->defer_arms = true;
-    loop->busy_start = t;
-    loop->slice_spent = false;
-    loop->read_tasks = UINT64_MAX;
-    loop->countdown = 1;
+    /* As poll_and_dispatch_io begins a slice, once for all the hops: now
+     * moves to t (a renewed slice, lull__slice_renew, starts at a reading
+     * now has not taken), and the begin takes its intact case. */
+    move_now(loop, t);
+    lull__slice_begin(loop, t);
     /* An empty look stores nothing: no event is left from before. */
     loop->events_len = loop->events_next = 0;
     for (;;) {
         loop->m.iterations++;
         int n = lull__backend_look(loop);
-        loop->m.polls++;
         if (LULL_UNLIKELY(n != 0 || lull__remote_pending(loop)))
             return plain_hop_found(loop, n);
-        loop->m.empty_polls++;
+        (void)counted_look(loop, 0);
         lull__node *node = loop->ready.next;
         lull__queue_remove(node);
         lull__dispatch_node(loop, node);
