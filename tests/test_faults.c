@@ -804,6 +804,45 @@ TEST(epoll_wait_faults_reported) {
     end_loop(loop);
 }
 
+/* The same in a loop that checks I/O every hop (quantum_ns = 1), whose
+ * looks are plain hops (src/loop.c): an interrupted look is an empty one
+ * and its hop runs; a refused one ends the run before its hop, and the
+ * next run goes on where the chain was. */
+static int chain_hops;
+static lull_loop *chain_loop;
+
+static void chain_hop(lull_task *t) {
+    chain_hops++;
+    if (chain_hops < 300) lull_task_post(chain_loop, t);
+}
+
+TEST(every_hop_look_faults_reported) {
+    shim_reset(1);
+    fds_at_start = open_fds();
+    lull_loop_options o = {.quantum_ns = 1};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    chain_loop = loop;
+    lull_task task;
+    CHECK_EQ(lull_task_init(&task, chain_hop), 0);
+    chain_hops = 0;
+    lull_task_post(loop, &task);
+    fail_nth(K_EPOLL_WAIT, -1, 100, 1, EINTR);
+    fail_nth(K_EPOLL_WAIT, -1, 200, 1, EPERM);
+    arm(true);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), -EPERM);
+    CHECK_EQ(chain_hops, 199);
+    CHECK(lull_task_pending(&task));
+    CHECK_EQ(injected_total(K_EPOLL_WAIT), 2);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.polls, 200);
+    CHECK_U64_EQ(m.empty_polls, 200);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(chain_hops, 300);
+    end_loop(loop);
+}
+
 static uint64_t timer_at;
 static int timer_runs;
 static void on_timer(lull_timer *t) {
