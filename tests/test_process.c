@@ -1705,6 +1705,16 @@ TEST(detach_in_a_forked_copy) {
     kid early = {0};
     CHECK_EQ(spawn(d.loop, &early, &o), 0);
     CHECK_EQ(lull_process_detach(&early.p), 0);
+    /* The reaper thread that detach started is in its loop before the
+     * fork: a quick detached child reaped proves it. A fork made while
+     * the thread was still starting could catch a sanitizer's allocator
+     * lock taken by it (seen under ASan: the copy's first allocation then
+     * waits forever). */
+    kid quick = {0};
+    lull_process_options q = {.argv = SH("exit 0")};
+    CHECK_EQ(spawn(d.loop, &quick, &q), 0);
+    CHECK_EQ(lull_process_detach(&quick.p), 0);
+    reaped_by_lull(quick.p.pid);
     CHECK(check_exits_cleanly(detach_in_fork_body, &d));
     CHECK_EQ(kill(d.cat.p.pid, 0), 0);
     CHECK_EQ(d.cat.exits, 0);
