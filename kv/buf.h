@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef struct buf {
@@ -39,14 +40,21 @@ static inline __attribute__((always_inline)) void buf_str(buf *b,
 }
 /* ":12\r\n", "*3\r\n", "$5\r\n" ... By hand rather than snprintf: every
  * GET reply has one (its "$len"), and snprintf's format parsing cost more
- * than the rest of the reply; inline with buf_bulk, as they are on every
- * reply's path. */
-static inline __attribute__((always_inline)) void buf_int(buf *b, char tag,
-                                                          long long v) {
-    char tmp[24]; /* tag, sign, 19 digits, CRLF */
+ * than the rest of the reply. Written in place at w, which has room for
+ * BUF_INT_MAX bytes; returns the end. A one-digit number, what almost
+ * every bulk length and reply count is, takes no division. */
+#define BUF_INT_MAX 24 /* tag, sign, 20 digits, CRLF */
+static inline __attribute__((always_inline)) char *buf_int_at(char *w, char tag,
+                                                              long long v) {
+    w[0] = tag;
+    if (v >= 0 && v < 10) {
+        w[1] = (char)('0' + v);
+        w[2] = '\r';
+        w[3] = '\n';
+        return w + 4;
+    }
+    char tmp[BUF_INT_MAX];
     char *e = tmp + sizeof tmp, *q = e;
-    *--q = '\n';
-    *--q = '\r';
     unsigned long long u =
         v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
     do {
@@ -54,14 +62,62 @@ static inline __attribute__((always_inline)) void buf_int(buf *b, char tag,
         u /= 10;
     } while (u);
     if (v < 0) *--q = '-';
-    *--q = tag;
-    buf_put(b, q, (size_t)(e - q));
+    size_t n = (size_t)(e - q);
+    memcpy(w + 1, q, n);
+    w[1 + n] = '\r';
+    w[2 + n] = '\n';
+    return w + 3 + n;
 }
+/* Inline with buf_bulk, as they are on every reply's path. */
+static inline __attribute__((always_inline)) void buf_int(buf *b, char tag,
+                                                          long long v) {
+    if (!buf_reserve(b, BUF_INT_MAX)) {
+        b->oom = true;
+        return;
+    }
+    b->len = (size_t)(buf_int_at(b->p + b->len, tag, v) - b->p);
+}
+/* Copies n bytes, with no call when n is at most 16 (two words, or two
+ * halves, or the first, middle and last byte, overlapping where n is not a
+ * whole two): a GET's value is most often that short, and memcpy's call
+ * cost more than the copy. */
+static inline __attribute__((always_inline)) void
+buf_copy(char *d, const char *s, size_t n) {
+    if (n > 16) {
+        memcpy(d, s, n);
+    } else if (n >= 8) {
+        uint64_t a, b;
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + n - 8, &b, 8);
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        memcpy(d, &a, 4);
+        memcpy(d + n - 4, &b, 4);
+    } else if (n) {
+        char a = s[0], m = s[n / 2], z = s[n - 1];
+        d[0] = a;
+        d[n / 2] = m;
+        d[n - 1] = z;
+    }
+}
+/* "$3\r\nabc\r\n": one reservation for the whole reply, and the value's
+ * bytes copied once. */
 static inline __attribute__((always_inline)) void
 buf_bulk(buf *b, const char *p, size_t n) {
-    buf_int(b, '$', (long long)n);
-    buf_put(b, p, n);
-    buf_put(b, "\r\n", 2);
+    if (n > SIZE_MAX - BUF_INT_MAX - 2 ||
+        !buf_reserve(b, n + BUF_INT_MAX + 2)) {
+        b->oom = true;
+        return;
+    }
+    char *w = buf_int_at(b->p + b->len, '$', (long long)n);
+    buf_copy(w, p, n);
+    w[n] = '\r';
+    w[n + 1] = '\n';
+    b->len = (size_t)(w + n + 2 - b->p);
 }
 /* buf_reserve when the final size is known (`want` bytes in all: the
  * command being received, as far as its parser knows): grows to it in

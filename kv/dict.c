@@ -46,7 +46,7 @@ static dict_entry **slot(const dict *d, const char *key, size_t klen,
     for (; *pp; pp = &(*pp)->next) {
         dict_entry *e = *pp;
         if (e->hash == h && e->klen == klen &&
-            memcmp(dict_key(d, e), key, klen) == 0)
+            dict_same_bytes(dict_key(d, e), key, klen))
             break;
     }
     return pp;

@@ -336,6 +336,60 @@ static void kv_setup(kv *k, bool replica) {
     memset(k->replid, 'a', 40);
 }
 
+/* Keys and values of every length around the word sizes the lookup and the
+ * reply copy take without a call (0 to 40 bytes): a key and its sibling
+ * that differs in one byte, at every position, are two keys; GET answers
+ * each value byte for byte, with its length. */
+static void short_bytes(char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++)
+        p[i] = (char)('a' + (seed * 7 + i * 13) % 26);
+}
+
+TEST(keys_and_values_of_every_short_length) {
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    char key[48], sib[48], val[48], want[64];
+    for (size_t n = 0; n <= 40; n++) {
+        short_bytes(key, n, (unsigned)n);
+        short_bytes(val, n, (unsigned)n + 100);
+        CHECK_EQ(store_set(&k.db, key, n, val, n), 0);
+        for (size_t at = 0; at < n; at++) {
+            memcpy(sib, key, n);
+            sib[at] = (char)(sib[at] ^ 0x20); /* one byte, one bit off */
+            size_t vlen;
+            CHECK(store_get(&k.db, sib, n, &vlen) == NULL);
+            CHECK_EQ(store_set(&k.db, sib, n, "s", 1), 0);
+            const char *got = store_get(&k.db, key, n, &vlen);
+            CHECK(got != NULL && vlen == n && memcmp(got, val, n) == 0);
+            CHECK_EQ(store_del(&k.db, sib, n), 1);
+        }
+        resp_arg a[2] = {{"GET", 3}, {key, n}};
+        out.len = 0;
+        CHECK_EQ(kv_exec(&k, NULL, a, 2, &out), 0);
+        int wn = snprintf(want, sizeof want, "$%zu\r\n", n);
+        memcpy(want + wn, val, n);
+        memcpy(want + wn + n, "\r\n", 2);
+        CHECK_EQ(out.len, (size_t)wn + n + 2);
+        CHECK(memcmp(out.p, want, out.len) == 0);
+    }
+    CHECK_EQ(store_count(&k.db), 41);
+    buf_free(&out);
+    kv_free(&k);
+    /* The compare alone, as a lookup whose hash and length matched calls
+     * it: equal, and one byte off at every position. */
+    for (size_t n = 0; n <= 40; n++) {
+        short_bytes(key, n, 7);
+        memcpy(sib, key, n);
+        CHECK(dict_same_bytes(key, sib, n));
+        for (size_t at = 0; at < n; at++) {
+            sib[at] = (char)(sib[at] ^ 0x01);
+            CHECK(!dict_same_bytes(key, sib, n));
+            sib[at] = key[at];
+        }
+    }
+}
+
 static bool same_keys(const store *a, const store *b, const char *const *keys,
                       size_t n) {
     if (store_count(a) != store_count(b)) return false;
