@@ -2,7 +2,8 @@
 # lull-kv's access options, checked with redis-cli, redis-py and raw
 # sockets against redis-server where the bytes can be compared (CTest
 # kv.access, label kv):
-#   --bind: several addresses, IPv6 ::1, one port;
+#   --bind: several addresses, IPv6 ::1, one port; a listener shut down
+#     from outside (ss -K) logged, and with none left lull-kv exits 1;
 #   --requirepass / AUTH: each reply byte for byte as redis-server 7's,
 #     one log line per failed AUTH with the client's address; AUTH
 #     queued inside MULTI and run by EXEC; redis-py
@@ -90,6 +91,45 @@ redis-cli -h 127.0.0.1 -p "$started_port" PING >/dev/null 2>&1 && fail "--bind 1
 "$kv" --bind >/dev/null 2>&1 && fail "--bind without an address accepted"
 "$kv" --port 0 --bind 300.1.1.1 >"$dir/badbind.out" 2>&1 && fail "--bind 300.1.1.1 started"
 echo "ok: --bind"
+
+# A listening socket shut down from outside (`ss -K`, where the kernel
+# can destroy sockets): lull-kv logs it and serves on the address left;
+# when none is left it says so and exits 1, where it once ran on, unseen.
+can_kill_listener() {
+    python3 - <<'PY'
+import socket, subprocess, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+port = s.getsockname()[1]
+r = subprocess.run(["ss", "-K", "-t", "state", "listening", "src",
+                    "127.0.0.1:%d" % port], capture_output=True)
+s.setblocking(False)
+try:
+    s.accept()
+except OSError as e:
+    sys.exit(0 if e.errno == 22 else 1)
+sys.exit(1)
+PY
+}
+if ! command -v ss >/dev/null 2>&1 || ! can_kill_listener; then
+    echo "skipped: a listener shut down from outside (ss -K cannot destroy a listening socket here)"
+else
+    start lost --port 0 --bind 127.0.0.1 127.0.0.2
+    lport=$started_port
+    lpid=$started
+    ss -K -t state listening src "127.0.0.1:$lport" >/dev/null
+    eventually grep -q "^lull-kv: stopped accepting on 127.0.0.1:$lport: Invalid argument$" "$dir/lost.out" ||
+        fail "a listener shut down: not logged"
+    [ "$(redis-cli -h 127.0.0.2 -p "$lport" PING)" = PONG ] || fail "PING on the address left"
+    kill -0 "$lpid" || fail "lull-kv exited with an address left"
+    ss -K -t state listening src "127.0.0.2:$lport" >/dev/null
+    for _ in $(seq 100); do kill -0 "$lpid" 2>/dev/null || break; sleep 0.05; done
+    kill -0 "$lpid" 2>/dev/null && fail "lull-kv runs on with no address to accept on"
+    wait "$lpid"
+    [ $? = 1 ] || fail "lull-kv's exit status with no address left: not 1"
+    grep -q "^lull-kv: no address left to accept on: stopping$" "$dir/lost.out" ||
+        fail "no address left: not logged"
+    echo "ok: a listener shut down from outside"
+fi
 
 # ------------------------------------------------------------------ AUTH
 start auth --port 0 --requirepass 's3cret pass'

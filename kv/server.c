@@ -247,9 +247,30 @@ typedef struct listener {
     lull_server ls;
     server *srv;
     lull_tls_ctx *tls; /* NULL: plaintext */
+    char at[96];       /* its address, for the log */
 } listener;
 
 #define MAX_BIND 16
+
+/* lull_server_accept's errors once the listening socket can accept no
+ * more (shut down, or no longer a listening socket): no retry helps. */
+static bool listener_gone(int rc) {
+    return rc == -EINVAL || rc == -EBADF || rc == -ENOTSOCK ||
+           rc == -EOPNOTSUPP;
+}
+
+/* A listener that failed for good is closed and said so. The others go
+ * on; with none left nobody can reach the server, so it stops (main then
+ * exits with status 1) rather than serve on unseen. */
+static void stop_listening(listener *l, int err) {
+    server *srv = l->srv;
+    lull_server_close(&l->ls);
+    srv->listening--;
+    srv_log(srv, "stopped accepting on %s: %s", l->at, strerror(err));
+    if (srv->listening > 0) return;
+    srv_log(srv, "no address left to accept on: stopping");
+    lull_loop_stop(srv->loop);
+}
 
 static void accept_on(lull_server *ls) {
     listener *l = LULL_CONTAINER_OF(ls, listener, ls);
@@ -270,6 +291,7 @@ static void accept_on(lull_server *ls) {
     }
     if (rc < 0) {
         conn_abort(c);
+        if (listener_gone(rc)) stop_listening(l, -rc);
         return;
     }
     lull_endpoint *ep = c->tls ? &c->t.tls.ep : &c->t.stream.ep;
@@ -718,12 +740,14 @@ int main(int argc, char **argv) {
                 return 1;
             }
             nlis++;
+            srv.listening++;
             want = lull_server_port(&l->ls);
             if (!t && b == 0) srv.port = want;
             char at[80];
             addr_text(at, sizeof at, bind[b], want);
-            used += (size_t)snprintf(line + used, sizeof line - used, "%s%s%s",
-                                     used ? " and " : "", t ? "tls " : "", at);
+            snprintf(l->at, sizeof l->at, "%s%s", t ? "tls " : "", at);
+            used += (size_t)snprintf(line + used, sizeof line - used, "%s%s",
+                                     used ? " and " : "", l->at);
             if (used >= sizeof line) used = sizeof line - 1;
         }
     }
@@ -737,6 +761,8 @@ int main(int argc, char **argv) {
             return 1;
         }
         srv.has_unix = true;
+        srv.listening++;
+        snprintf(unx.at, sizeof unx.at, "%s", unix_path);
     }
     fill_config(&srv, &tls, tls_ctx ? lull_server_port(&lis[nlis - 1].ls) : 0,
                 bind, nbind, unix_path);
@@ -744,7 +770,10 @@ int main(int argc, char **argv) {
            unix_path ? unix_path : "");
     fflush(stdout);
     server_start(&srv);
-    lull_loop_run(loop, LULL_RUN_DEFAULT);
+    /* Nothing but a failure ends the run: lull-kv runs until killed. */
+    rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
+    if (rc < 0)
+        fprintf(stderr, "lull-kv: the loop stopped: %s\n", strerror(-rc));
     server_stop(&srv);
     for (int l = 0; l < nlis; l++)
         lull_server_close(&lis[l].ls);
@@ -753,5 +782,5 @@ int main(int argc, char **argv) {
     lull_tls_ctx_free(srv.repl_tls);
     server_free(&srv);
     lull_loop_free(loop);
-    return 0;
+    return 1;
 }

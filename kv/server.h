@@ -144,10 +144,11 @@ struct server {
     const char *name;  /* for log lines: NULL (sockets) or a simulated node's
                           address */
     bool has_unix;
-    kv kv;                   /* keyspace, write log, replication state */
-    kv_expiry expiry;        /* the keyspace's expiry timer and its clock */
-    resp_limits lim;         /* proto-max-bulk-len, MAX_ARGS */
-    size_t qbuf_limit;       /* client-query-buffer-limit */
+    int listening;     /* listeners still accepting; the server stops at 0 */
+    kv kv;             /* keyspace, write log, replication state */
+    kv_expiry expiry;  /* the keyspace's expiry timer and its clock */
+    resp_limits lim;   /* proto-max-bulk-len, MAX_ARGS */
+    size_t qbuf_limit; /* client-query-buffer-limit */
     obuf_limit obl[CLASSES]; /* client-output-buffer-limit, per class */
     bool normal_limited;     /* the normal class has a limit */
     resp_arg *argv;          /* the command being run (MAX_ARGS entries) */
