@@ -35,12 +35,14 @@ int lull__backend_rebuild(lull_loop *loop);
  * ended the wait, or another negative errno when the kernel refused the
  * wait (nothing collected either way). */
 int lull__backend_poll(lull_loop *loop, int64_t timeout_ns);
+/* Takes epoll's result n (errno set when negative) as the poll's batch:
+ * returns n, or -errno. */
+int lull__backend_collected(lull_loop *loop, int n);
 /* lull__backend_poll(loop, 0) for a loop that looks on every hop
  * (src/loop.c's plain hops), inline where the look finds nothing. It asks
  * more of its caller: no registration nobody owns (backend_stale) waiting
  * to be rebuilt, and no event left from an earlier poll (events_len and
  * events_next 0), which an empty look then leaves as they are. */
-int lull__backend_collected(lull_loop *loop, int n);
 static inline int lull__backend_look(lull_loop *loop) {
     int n = epoll_wait(loop->backend_fd, loop->events, LULL__EVENTS_CAP, 0);
     return LULL_LIKELY(n == 0) ? 0 : lull__backend_collected(loop, n);

@@ -105,14 +105,20 @@ TEST(producer_yields) {
  * the producer's next slice, and before a task that was already queued
  * behind the producer. Trace: 1001 P1, 1 io, 2 the queued task,
  * 1002 P2. */
+/* An fd callback's part in these tests: takes the one byte written to
+ * the watched pipe and stops watching it. */
+static void take_byte_and_stop(lull_io *io) {
+    char c;
+    CHECK_EQ(read(io->fd, &c, 1), 1);
+    lull_io_stop(io);
+}
+
 static lull_io req_io;
 static int req_fds[2];
 static void on_request(lull_io *io, int events) {
     (void)events;
-    char c;
-    CHECK_EQ(read(req_fds[0], &c, 1), 1);
+    take_byte_and_stop(io);
     check_trace(1);
-    lull_io_stop(io);
 }
 
 static void queued_task(lull_task *t) {
@@ -709,9 +715,7 @@ TEST(every_hop_timer_fires_on_time) {
  * time, not idle time, however few readings they made. */
 static void hop_readable(lull_io *io, int events) {
     (void)events;
-    char c;
-    CHECK_EQ(read(hop_state.pipe_fds[0], &c, 1), 1);
-    lull_io_stop(io);
+    take_byte_and_stop(io);
 }
 
 TEST(every_hop_wait_starts_from_a_fresh_reading) {
@@ -772,10 +776,8 @@ static asker ask;
 
 static void asker_io(lull_io *io, int events) {
     (void)events;
-    char c;
-    CHECK_EQ(read(ask.fds[0], &c, 1), 1);
+    take_byte_and_stop(io);
     ask.io_at = ask.hops;
-    lull_io_stop(io);
 }
 
 static void asker_timer(lull_timer *t) {
@@ -996,10 +998,8 @@ static struct {
 
 static void lag_io(lull_io *io, int events) {
     (void)events;
-    char c;
-    CHECK_EQ(read(lag.fds[0], &c, 1), 1);
+    take_byte_and_stop(io);
     lag.io_clock = fake_clock.ns;
-    lull_io_stop(io);
 }
 
 static void lag_hop(lull_task *t) {
@@ -1107,6 +1107,16 @@ static struct {
     int remote_done, remote_n;
 } rv;
 
+/* A loop that looks on every hop, rv cleared: the chain's event comes in
+ * hop `at`, and it ends at hop `last`. */
+static lull_loop *rv_loop(int at, int last) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
+    memset(&rv, 0, sizeof rv);
+    rv.at = at;
+    rv.last = last;
+    return loop;
+}
+
 static void rv_sig(lull_signal *s, int signum) {
     (void)s;
     CHECK_EQ(signum, SIGUSR1);
@@ -1121,10 +1131,7 @@ static void rv_sig_hop(lull_task *t) {
 }
 
 TEST(plain_hops_run_a_signal_before_the_next_hop) {
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
-    memset(&rv, 0, sizeof rv);
-    rv.at = 100;
-    rv.last = 300;
+    lull_loop *loop = rv_loop(100, 300);
     CHECK_EQ(lull_signal_init(loop, &rv.sig, rv_sig), 0);
     CHECK_EQ(lull_signal_start(&rv.sig, SIGUSR1), 0);
     lull_task_init(&rv.task, rv_sig_hop);
@@ -1143,11 +1150,9 @@ TEST(plain_hops_run_a_signal_before_the_next_hop) {
 static void rv_io(lull_io *io, int events) {
     (void)events;
     int i = io == &rv.io[0] ? 0 : 1;
-    char c;
-    CHECK_EQ(read(rv.fds[i][0], &c, 1), 1);
+    take_byte_and_stop(io);
     rv.io_at[i] = rv.hops;
     rv.io_calls++;
-    lull_io_stop(io);
 }
 
 static void rv_shuffle_hop(lull_task *t) {
@@ -1161,10 +1166,7 @@ static void rv_shuffle_hop(lull_task *t) {
 }
 
 TEST(plain_hops_shuffle_turned_on_mid_chain) {
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
-    memset(&rv, 0, sizeof rv);
-    rv.at = 100;
-    rv.last = 300;
+    lull_loop *loop = rv_loop(100, 300);
     for (int i = 0; i < 2; i++) {
         CHECK_EQ(pipe2(rv.fds[i], O_NONBLOCK | O_CLOEXEC), 0);
         CHECK_EQ(lull_io_init(loop, &rv.io[i], rv.fds[i][0], rv_io), 0);
@@ -1195,10 +1197,7 @@ static void rv_fork_hop(lull_task *t) {
 }
 
 TEST(plain_hops_fork_mid_chain) {
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
-    memset(&rv, 0, sizeof rv);
-    rv.at = 100;
-    rv.last = 300;
+    lull_loop *loop = rv_loop(100, 300);
     lull_task_init(&rv.task, rv_fork_hop);
     lull_task_post(loop, &rv.task);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
@@ -1225,9 +1224,7 @@ static void rv_fresh_hop(lull_task *t) {
 }
 
 TEST(plain_hops_free_their_task_and_post_a_new_one) {
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
-    memset(&rv, 0, sizeof rv);
-    rv.last = 1000;
+    lull_loop *loop = rv_loop(0, 1000);
     lull_task *n = malloc(sizeof *n);
     CHECK(n != NULL);
     lull_task_init(n, rv_fresh_hop);
@@ -1259,8 +1256,7 @@ static void rv_remote_hop(lull_task *t) {
 }
 
 TEST_THREADED(plain_hops_take_remote_posts_from_a_busy_thread) {
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 1);
-    memset(&rv, 0, sizeof rv);
+    lull_loop *loop = rv_loop(0, 0);
     for (int i = 0; i < RV_REMOTE; i++)
         lull_task_init(&rv_remote_tasks[i], rv_remote_ran);
     lull_task_init(&rv.task, rv_remote_hop);
