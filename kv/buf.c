@@ -1,10 +1,13 @@
 /* buf.c: growable byte buffers (see buf.h). */
 #include "buf.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 bool buf_grow(buf *b, size_t more) {
+    /* Past half the address space doubling would wrap: no such buffer. */
+    if (more > SIZE_MAX / 2 - b->len) return false;
     size_t cap = b->cap ? b->cap : 4096;
     while (cap - b->len < more)
         cap *= 2;
@@ -17,6 +20,7 @@ bool buf_grow(buf *b, size_t more) {
 
 bool buf_reserve_upto(buf *b, size_t more, size_t want) {
     if (b->cap - b->len >= more) return true;
+    if (more > SIZE_MAX / 2 - b->len) return false;
     /* The size the buffer will need, in one step: a large argument is
      * received into its final place, with no realloc moving it on the
      * way (the memory is only touched as the bytes arrive). */

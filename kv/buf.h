@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bytes.h"
+
 typedef struct buf {
     char *p;
     size_t len, cap;
@@ -77,33 +79,6 @@ static inline __attribute__((always_inline)) void buf_int(buf *b, char tag,
     }
     b->len = (size_t)(buf_int_at(b->p + b->len, tag, v) - b->p);
 }
-/* Copies n bytes, with no call when n is at most 16 (two words, or two
- * halves, or the first, middle and last byte, overlapping where n is not a
- * whole two): a GET's value is most often that short, and memcpy's call
- * cost more than the copy. */
-static inline __attribute__((always_inline)) void
-buf_copy(char *d, const char *s, size_t n) {
-    if (n > 16) {
-        memcpy(d, s, n);
-    } else if (n >= 8) {
-        uint64_t a, b;
-        memcpy(&a, s, 8);
-        memcpy(&b, s + n - 8, 8);
-        memcpy(d, &a, 8);
-        memcpy(d + n - 8, &b, 8);
-    } else if (n >= 4) {
-        uint32_t a, b;
-        memcpy(&a, s, 4);
-        memcpy(&b, s + n - 4, 4);
-        memcpy(d, &a, 4);
-        memcpy(d + n - 4, &b, 4);
-    } else if (n) {
-        char a = s[0], m = s[n / 2], z = s[n - 1];
-        d[0] = a;
-        d[n / 2] = m;
-        d[n - 1] = z;
-    }
-}
 /* "$3\r\nabc\r\n": one reservation for the whole reply, and the value's
  * bytes copied once. */
 static inline __attribute__((always_inline)) void
@@ -114,7 +89,7 @@ buf_bulk(buf *b, const char *p, size_t n) {
         return;
     }
     char *w = buf_int_at(b->p + b->len, '$', (long long)n);
-    buf_copy(w, p, n);
+    bytes_copy(w, p, n);
     w[n] = '\r';
     w[n + 1] = '\n';
     b->len = (size_t)(w + n + 2 - b->p);

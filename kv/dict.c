@@ -3,6 +3,8 @@
  * 1); count is the number of entries. */
 #include "dict.h"
 
+#include "bytes.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +48,7 @@ static dict_entry **slot(const dict *d, const char *key, size_t klen,
     for (; *pp; pp = &(*pp)->next) {
         dict_entry *e = *pp;
         if (e->hash == h && e->klen == klen &&
-            dict_same_bytes(dict_key(d, e), key, klen))
+            bytes_same(dict_key(d, e), key, klen))
             break;
     }
     return pp;

@@ -24,7 +24,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 typedef struct dict_entry {
     struct dict_entry *next; /* the bucket's chain */
@@ -54,31 +53,6 @@ static inline void *dict_data(dict_entry *e) {
 }
 static inline const char *dict_key(const dict *d, const dict_entry *e) {
     return (const char *)e->mem + d->extra;
-}
-
-/* Whether a and b hold the same n bytes. A key of 4 to 16 bytes, what
- * nearly every lookup's is, is compared as two words that overlap where
- * n is not a whole two, with no call: the lookup that found its entry
- * (hash and length equal) always compares, and memcmp's call cost about
- * as much as the hash. */
-static inline bool dict_same_bytes(const char *a, const char *b, size_t n) {
-    if (n >= 8 && n <= 16) {
-        uint64_t a0, a1, b0, b1;
-        memcpy(&a0, a, 8);
-        memcpy(&a1, a + n - 8, 8);
-        memcpy(&b0, b, 8);
-        memcpy(&b1, b + n - 8, 8);
-        return ((a0 ^ b0) | (a1 ^ b1)) == 0;
-    }
-    if (n >= 4 && n < 8) {
-        uint32_t a0, a1, b0, b1;
-        memcpy(&a0, a, 4);
-        memcpy(&a1, a + n - 4, 4);
-        memcpy(&b0, b, 4);
-        memcpy(&b1, b + n - 4, 4);
-        return ((a0 ^ b0) | (a1 ^ b1)) == 0;
-    }
-    return memcmp(a, b, n) == 0;
 }
 
 dict_entry *dict_find(const dict *d, const char *key, size_t klen);

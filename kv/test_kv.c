@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "cmd.h"
 #include "repl.h"
 #include "resp.h"
@@ -381,13 +382,32 @@ TEST(keys_and_values_of_every_short_length) {
     for (size_t n = 0; n <= 40; n++) {
         short_bytes(key, n, 7);
         memcpy(sib, key, n);
-        CHECK(dict_same_bytes(key, sib, n));
+        CHECK(bytes_same(key, sib, n));
         for (size_t at = 0; at < n; at++) {
             sib[at] = (char)(sib[at] ^ 0x01);
-            CHECK(!dict_same_bytes(key, sib, n));
+            CHECK(!bytes_same(key, sib, n));
             sib[at] = key[at];
         }
     }
+}
+
+/* A buffer asked for more than half the address space refuses (false, the
+ * buffer as it was), where doubling toward it would wrap; a bulk reply
+ * that long marks the buffer out of memory and writes nothing. */
+TEST(buf_refuses_sizes_past_memory) {
+    buf b = {0};
+    buf_put(&b, "abc", 3);
+    CHECK(!buf_grow(&b, SIZE_MAX - 10));
+    CHECK(!buf_grow(&b, SIZE_MAX / 2));
+    CHECK(!buf_reserve_upto(&b, SIZE_MAX - 10, SIZE_MAX));
+    CHECK(b.len == 3 && memcmp(b.p, "abc", 3) == 0 && !b.oom);
+    /* Neither a constant to the compiler, which would warn of the copy
+     * that the size check never reaches. */
+    volatile size_t huge = SIZE_MAX - 20;
+    const char *volatile from = "x";
+    buf_bulk(&b, from, huge);
+    CHECK(b.oom && b.len == 3);
+    buf_free(&b);
 }
 
 static bool same_keys(const store *a, const store *b, const char *const *keys,
