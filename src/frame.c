@@ -6,9 +6,9 @@
  * the writable / drain crossing; the copy path's one allocation per frame. The
  * transport owns the queue, the delivery (or the writes) and the close
  * handshake, through lull_frame_ops and src/frame.h. One exception to the
- * indirection: lull_endpoint_send runs the loopback's task-delivery send inline
- * (src/loopback.h), the in-process round trip being the hot path. And the
- * calls protocol code makes on the reading side (read_stop, read_start,
+ * indirection: lull_endpoint_send runs the loopback's sends inline, either
+ * delivery (src/loopback.h), the in-process round trip being the hot path. And
+ * the calls protocol code makes on the reading side (read_stop, read_start,
  * shutdown) go to the transport's own, picked by its ops table (control).
  * Also the framed wire format's read-buffer growth, which the byte-stream
  * transports (src/stream.c, src/tls.c) share.
@@ -90,6 +90,15 @@ __attribute__((noinline)) static int send_by_ops(lull_endpoint *ep,
     return 0;
 }
 
+/* lull_endpoint_send for a loopback end whose peer delivers by timer: out
+ * of line, so that the task delivery's path keeps no stack frame. */
+__attribute__((noinline)) static int send_loopback_timer(lull_endpoint *ep,
+                                                         lull_frame *frame) {
+    accept_frame(ep, frame);
+    return lull__loopback_send_timer(LULL_CONTAINER_OF(ep, lull_loopback, ep),
+                                     frame);
+}
+
 /* The send the fast path did not take: a refusal, in the documented order
  * of the checks, or an endpoint with a max_queued bound (LULL__EP_BOUNDED),
  * whose sends all come here so that the unbounded ones pay nothing for the
@@ -117,7 +126,9 @@ int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame) {
     /* The loopback's hand-over inline, not through an indirect call: its
      * round trip is what the bare turn is measured against. */
     if (LULL_UNLIKELY(ep->ops != &lull__loopback_task_ops))
-        return send_by_ops(ep, frame);
+        return ep->ops == &lull__loopback_timer_ops
+                   ? send_loopback_timer(ep, frame)
+                   : send_by_ops(ep, frame);
     accept_frame(ep, frame);
     return lull__loopback_send_task(LULL_CONTAINER_OF(ep, lull_loopback, ep),
                                     frame);

@@ -428,6 +428,18 @@ void lull__at_flush(lull_loop *loop, lull_task *task);
 uint64_t lull__time_refresh(lull_loop *loop, uint64_t stale);
 
 /* timer.c */
+/* Armed: in the heap (or deferred after it), or queued as a turn. */
+static inline bool lull__timer_armed(const lull_timer *t) {
+    return lull__heap_contains(t) || lull__node_queued(&t->node);
+}
+/* The zero-delay arm of a timer that is not armed: a turn (C3), queued in
+ * the ready queue like a posted task, at a posted task's cost. The common
+ * case of lull_timer_start, inline for lull's own timers (a loopback end's
+ * deliveries). */
+static inline void lull__timer_turn(lull_timer *t) {
+    t->repeat = 0;
+    lull__queue_push(&t->loop->ready, &t->node);
+}
 /* t is a real-clock reading the loop just took: the deferred arms (made
  * before it, on this thread) get their deadlines from it. */
 static inline void lull__timers_flush(lull_loop *loop, uint64_t t) {

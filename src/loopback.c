@@ -72,9 +72,7 @@ static inline lull_loopback *end_of(lull_endpoint *ep) {
 /* The timer half of claim_turn: out of line, so the task path (the
  * default) needs no saved registers or stack frame. */
 __attribute__((noinline)) static void claim_timer(lull_loopback *lb) {
-    if (lull_timer_active(&lb->timer)) return;
-    lb->turns++;
-    lull_timer_start(&lb->timer, lb->delay_ns, 0);
+    lull__loopback_claim_timer(lb);
 }
 
 /* Claims this end's delivery turn, unless it is already claimed. `timer`
@@ -194,16 +192,14 @@ static void deliver_timer(lull_timer *t) {
 LULL__OWN_NAME(deliver_timer, "lull_loopback delivery timer", lull_loopback,
                timer);
 
-/* lull_endpoint_send runs lull__loopback_send_task itself; this entry serves
- * any other caller of the ops. */
+/* lull_endpoint_send runs lull__loopback_send_task and _timer itself;
+ * these entries serve any other caller of the ops. */
 static void loopback_send_task(lull_endpoint *ep, lull_frame *frame) {
     lull__loopback_send_task(end_of(ep), frame);
 }
 
-/* An end that delivers by timer: the same append, the timer's claim. */
 static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
-    bool was_empty;
-    claim_turn(lull__loopback_append(end_of(ep), frame, &was_empty), true);
+    lull__loopback_send_timer(end_of(ep), frame);
 }
 
 /* Closes a's half of the pair without running any callback: detaches the

@@ -1,17 +1,20 @@
 /* The loopback pair's hand-over path (src/loopback.c), inline so that
  * lull_endpoint_send (src/frame.c) queues a loopback frame without an indirect
- * call into the transport: the loopback is the in-process link whose round trip
- * is measured against the bare turn, and this is its hot half.
+ * call into the transport, whichever the delivery: the loopback is the
+ * in-process link whose round trip is measured against the bare turn (and,
+ * delivering by zero-delay timer, against the task's), and this is its hot
+ * half.
  * Included by src/frame.c and src/loopback.c only. */
 #ifndef LULL_LOOPBACK_H
 #define LULL_LOOPBACK_H
 
 #include "frame.h"
 
-/* The ops of a loopback end that delivers by task (the default; an end
- * that delivers by timer has ops of its own): lull_endpoint_send compares
- * ep->ops with it, so the inline path below never asks which delivery it is. */
+/* The ops of a loopback end that delivers by task (the default) and of one
+ * that delivers by timer: lull_endpoint_send compares ep->ops with them, so
+ * the inline paths below never ask which delivery they serve. */
 extern const lull_frame_ops lull__loopback_task_ops;
+extern const lull_frame_ops lull__loopback_timer_ops;
 
 /* Appends frame to the inbox of a's peer, which it returns; `was_empty`
  * says whether the inbox had no frame before. Both deliveries' sends. */
@@ -48,6 +51,29 @@ static inline int lull__loopback_send_task(lull_loopback *a,
                 "lull: a loopback end with an empty inbox and a turn");
     b->turns++;
     lull__post_unqueued(b->loop, &b->task);
+    return 0;
+}
+
+/* Claims the turn of an end that delivers by timer, unless it is claimed
+ * (its timer armed): a zero-delay turn is queued as a task's is, a delayed
+ * one armed. */
+static inline void lull__loopback_claim_timer(lull_loopback *b) {
+    if (lull__timer_armed(&b->timer)) return;
+    b->turns++;
+    if (LULL_LIKELY(b->delay_ns == 0))
+        lull__timer_turn(&b->timer);
+    else
+        lull_timer_start(&b->timer, b->delay_ns, 0);
+}
+
+/* lull__loopback_send_task's twin for a peer that delivers by timer; 0. */
+static inline int lull__loopback_send_timer(lull_loopback *a,
+                                            lull_frame *frame) {
+    bool was_empty;
+    lull_loopback *b = lull__loopback_append(a, frame, &was_empty);
+    LULL_ASSERT(b->deliver == LULL_DELIVER_TIMER,
+                "lull: timer ops on a loopback end that delivers by task");
+    lull__loopback_claim_timer(b);
     return 0;
 }
 

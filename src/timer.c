@@ -85,10 +85,6 @@
  * one batch before it grows (256 bytes). */
 #define OVERRUNS_MIN_CAP 16
 
-static inline bool timer_armed(const lull_timer *t) {
-    return lull__heap_contains(t) || lull__node_queued(&t->node);
-}
-
 static inline uint64_t saturating_add(uint64_t a, uint64_t b) {
     return a + b < a ? UINT64_MAX : a + b;
 }
@@ -322,14 +318,12 @@ void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
     LULL_ASSERT_LOOP_THREAD(loop);
     LULL_ASSERT(timer->node.flags & LULL__NODE_TIMER,
                 "lull: lull_timer_start on a handle that is not a timer");
-    if (delay_ns == 0 && repeat_ns == 0 && !timer_armed(timer)) {
-        /* A turn (C3): queued like a posted task, at the same cost. */
-        timer->repeat = 0;
-        lull__queue_push(&loop->ready, &timer->node);
+    if (delay_ns == 0 && repeat_ns == 0 && !lull__timer_armed(timer)) {
+        lull__timer_turn(timer);
         return;
     }
     if (delay_ns && repeat_ns == 0 && callback_has_read(loop) &&
-        !timer_armed(timer)) {
+        !lull__timer_armed(timer)) {
         /* A further delayed arm of a callback (a batch of request
          * timeouts): a few stores, where the heap has room. */
         timer->repeat = 0;
@@ -342,13 +336,13 @@ void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
 }
 
 void lull_timer_stop(lull_timer *timer) {
-    if (!timer || !timer->loop || !timer_armed(timer)) return;
+    if (!timer || !timer->loop || !lull__timer_armed(timer)) return;
     LULL_ASSERT_LOOP_THREAD(timer->loop);
     timer_unlink(timer->loop, timer);
 }
 
 bool lull_timer_active(const lull_timer *timer) {
-    return timer && timer_armed(timer);
+    return timer && lull__timer_armed(timer);
 }
 
 uint64_t lull_timer_deadline(const lull_timer *timer) {
