@@ -44,6 +44,8 @@ per_hop "lull: zero-delay timer (I/O every hop)" "$bench/hop_cost" \
 # lull-lab loopback's "round trip alone"; the target is ≤ 2 × two hops.
 per_hop "lull: loopback round trip (2 turns, 2 frames)" "$bench/hop_cost" \
     loopback
+per_hop "lull: the same, delivered by zero-delay timer" "$bench/hop_cost" \
+    loopback-timer0
 for mode in $("$bench/hop_cost_peers" list); do
     case $mode in
     uv-idle) label="libuv: uv_idle (next iteration)" ;;

@@ -4,7 +4,8 @@
  * hop costs (setup and teardown cancel out). Like lull-lab's chains, the
  * loop watches one idle socket, so its I/O check is real.
  *
- *   hop_cost task|timer0|task-every-hop|timer0-every-hop|loopback|floor N
+ *   hop_cost task|timer0|task-every-hop|timer0-every-hop|loopback|
+ *            loopback-timer0|floor N
  *
  * The -every-hop modes run the loop with quantum_ns = 1, so it checks I/O
  * after every hop, as the peers' next-iteration callbacks do; the others
@@ -12,9 +13,10 @@
  * runs N round trips of lull-lab's "round trip alone" instead: one frame
  * each way over a loopback pair, handed over and re-sent from the frame
  * callback (two delivery turns per round trip), so its figure compares
- * with two task hops. The floor mode runs no loop at all: N times
- * epoll_wait(.., 0) on the same one-socket epoll set and one indirect call,
- * what any loop that checks I/O every hop must at least do (lull-lab
+ * with two task hops; loopback-timer0 the same with both ends delivering
+ * by zero-delay timer (LULL_DELIVER_TIMER). The floor mode runs no loop at all:
+ * N times epoll_wait(.., 0) on the same one-socket epoll set and one indirect
+ * call, what any loop that checks I/O every hop must at least do (lull-lab
  * turns' "floor: epoll_wait(0) + 1 indirect call" row). */
 #include <errno.h>
 #include <stdio.h>
@@ -112,21 +114,20 @@ static int run_floor(int fd, unsigned long hops) {
 }
 
 int main(int argc, char **argv) {
-    static const char *const modes[] = {"task",           "timer0",
-                                        "task-every-hop", "timer0-every-hop",
-                                        "loopback",       "floor"};
+    static const char *const modes[] = {
+        "task",     "timer0", "task-every-hop", "timer0-every-hop",
+        "loopback", "floor",  "loopback-timer0"};
     int mode = -1;
-    for (int i = 0; argc == 3 && i < 6; i++)
+    for (int i = 0; argc == 3 && i < 7; i++)
         if (strcmp(argv[1], modes[i]) == 0) mode = i;
     if (mode < 0) {
-        fprintf(stderr,
-                "usage: hop_cost "
-                "task|timer0|task-every-hop|timer0-every-hop|loopback|floor "
-                "N\n");
+        fprintf(stderr, "usage: hop_cost "
+                        "task|timer0|task-every-hop|timer0-every-hop|loopback|"
+                        "loopback-timer0|floor N\n");
         return 2;
     }
     bool timer = mode == 1 || mode == 3;
-    bool loopback = mode == 4;
+    bool loopback = mode == 4 || mode == 6;
     lull_loop_options opts = {.quantum_ns = mode == 2 || mode == 3 ? 1 : 0};
     unsigned long hops = strtoul(argv[2], NULL, 10);
     if (hops == 0) return 2;
@@ -151,7 +152,9 @@ int main(int argc, char **argv) {
     c.left = hops;
     static bounce b;
     if (loopback) {
-        rc = lull_loopback_pair(c.loop, &b.end[0], &b.end[1], NULL);
+        lull_loopback_options lo = {.deliver = mode == 6 ? LULL_DELIVER_TIMER
+                                                         : LULL_DELIVER_TASK};
+        rc = lull_loopback_pair(c.loop, &b.end[0], &b.end[1], &lo);
         if (rc < 0) {
             fprintf(stderr, "lull_loopback_pair: %s\n", strerror(-rc));
             return 1;
