@@ -11,11 +11,12 @@
  * When writes leave. A send appends to the queue and queues the stream's
  * flush task at the loop's next flush point (lull__at_flush: after the fd
  * callbacks of an iteration, or at the end of its slice), so everything
- * written in between leaves in one sendmsg of up to IOV_MAX buffers. A send
+ * written in between leaves in one system call (a sendmsg of up to IOV_MAX
+ * buffers; a send when there is one). A send
  * that takes the queue to high_water writes at once instead, so a producer
  * never buffers much more than high_water. A short write means the socket
  * is full: the stream waits for writability (BLOCKED) and sends only queue
- * until then. sendmsg carries MSG_NOSIGNAL: no SIGPIPE, ever.
+ * until then. A socket write carries MSG_NOSIGNAL: no SIGPIPE, ever.
  *
  * Other fds (lull_stream_open on a pipe, FIFO or character device;
  * lull_stream_open_pair). The same queue, flush points, bound and drain;
@@ -660,6 +661,12 @@ static ssize_t out_write(lull_stream *s, struct iovec *iov, int n,
     bool pair = s->state & S_PAIR;
     int fd = pair ? s->wio.fd : s->io.fd;
     if (s->state & S_OUT_SOCK) {
+        /* One buffer and no fds, what a request-response stream writes
+         * most: send, which does not copy in a msghdr and an iovec array
+         * (sendmsg cost ~100 ns more per call on a Unix socket). */
+        if (n == 1 && !b)
+            return send(fd, iov[0].iov_base, iov[0].iov_len,
+                        MSG_NOSIGNAL | MSG_DONTWAIT);
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         union {
             char buf[CMSG_SPACE(sizeof(int) * FDS_MAX)];

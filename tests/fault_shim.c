@@ -330,6 +330,32 @@ ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags) {
     return __real_sendmsg(fd, msg, flags);
 }
 
+/* A socket write of one buffer and no fds is a send: the faults of a
+ * sendmsg (the same kind), on that buffer. */
+ssize_t __real_send(int fd, const void *buf, size_t len, int flags);
+ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags);
+ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags) {
+    size_t cut;
+    int err = planned(K_SENDMSG, fd, len, &cut);
+    if (err > 0) {
+        errno = err;
+        return -1;
+    }
+    if (shim_io_before) {
+        ssize_t n = __real_send(fd, buf, cut, flags);
+        if (n >= 0 && shim_io_after) n = shim_io_after(K_SENDMSG, fd, n, len);
+        return n;
+    }
+    err = fault_for(K_SENDMSG, fd, 0);
+    if (err == SHORT && len > 1)
+        return __real_send(fd, buf, shorter(len), flags);
+    if (err > 0 && err != SHORT) {
+        errno = err;
+        return -1;
+    }
+    return __real_send(fd, buf, len, flags);
+}
+
 int __real_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
 int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
 int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {

@@ -6,7 +6,7 @@
  *   - rules (tests/test_faults.c): the Nth matching call, or seeded random
  *     calls, fail with an errno or come up short, while armed;
  *   - an I/O plan (kv/sim.c): shim_io_before decides, for every recv,
- *     recvmsg and sendmsg, whether the call fails, is cut short at a
+ *     recvmsg, sendmsg and send, whether the call fails, is cut short at a
  *     length it picks, or goes through; shim_io_after sees what each
  *     call that went through moved, and may change what a sendmsg
  *     returns (planted miscounts). The plan
@@ -24,7 +24,7 @@
 
 enum {
     K_RECV, /* recv and recvmsg */
-    K_SENDMSG,
+    K_SENDMSG, /* sendmsg and send */
     K_ACCEPT,
     K_CONNECT,
     K_EPOLL_CTL,
@@ -84,8 +84,8 @@ size_t shorter(size_t len);
 /* Prints what was injected, one line per kind. */
 void report(const char *what);
 
-/* The I/O plan (one thread: the loop's). Before each recv, recvmsg or
- * sendmsg (kind K_RECV or K_SENDMSG) of `*len` bytes: 0 makes the call as
+/* The I/O plan (one thread: the loop's). Before each recv, recvmsg,
+ * sendmsg or send (kind K_RECV or K_SENDMSG) of `*len` bytes: 0 makes the call as
  * asked, an errno fails it with that errno, SHORT makes it with *len cut
  * down (1 <= *len < asked). After a call that went through and moved n
  * of `asked` bytes: what it returns (a sendmsg's count may be planted
