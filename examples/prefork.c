@@ -69,7 +69,9 @@ static int worker_main(void) {
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return 1;
     lull_stream ctl;
-    if (lull_stream_open(loop, &ctl, 0, NULL) < 0) return 1; /* framed */
+    /* Framed, and taking the fds the parent passes with its frames. */
+    lull_stream_options takes_fds = {.flags = LULL_STREAM_FDS};
+    if (lull_stream_open(loop, &ctl, 0, &takes_fds) < 0) return 1;
     /* No close callback: the parent's EOF ends it, and the loop runs until
      * the connections it handed over are closed too. */
     lull_endpoint_set_callbacks(&ctl.ep, ctl_frame, NULL, NULL);

@@ -45,12 +45,24 @@ static void run_until(lull_loop *loop, const bool *flag, int max) {
     CHECK(*flag);
 }
 
+/* o (NULL: the defaults) with LULL_STREAM_FDS: a stream that takes the
+ * fds passed to it. */
+static lull_stream_options taking_fds(const lull_stream_options *o) {
+    lull_stream_options t = o ? *o : (lull_stream_options){0};
+    t.flags |= LULL_STREAM_FDS;
+    return t;
+}
+
+static const lull_stream_options fds_in = {.flags = LULL_STREAM_FDS};
+
+/* A socketpair whose ends both take fds. */
 static void sp_pair(lull_loop *loop, lull_stream *a, lull_stream *b,
                     const lull_stream_options *o) {
     int sv[2];
+    lull_stream_options t = taking_fds(o);
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    CHECK_EQ(lull_stream_open(loop, a, sv[0], o), 0);
-    CHECK_EQ(lull_stream_open(loop, b, sv[1], o), 0);
+    CHECK_EQ(lull_stream_open(loop, a, sv[0], &t), 0);
+    CHECK_EQ(lull_stream_open(loop, b, sv[1], &t), 0);
 }
 
 /* What a receiver saw: per frame, its first byte and the fds it took. */
@@ -288,7 +300,7 @@ TEST(connection_closed_mid_frame_leaks_nothing) {
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     lull_stream b;
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], &fds_in), 0);
     rx_watch(&b, 8);
     /* A header announcing 1000 bytes, 10 of them, and 3 fds. */
     char buf[14] = {0, 0, 3, (char)232};
@@ -388,6 +400,102 @@ TEST(fds_dropped_under_low_rlimit_close_the_stream) {
     CHECK_EQ(fd_count(), before);
 }
 
+/* A stream opened without LULL_STREAM_FDS reads with recv: the kernel
+ * closes the fds a peer passes (none is added to this process), and the
+ * frames they came with arrive whole, in order, with none to take. */
+TEST(fds_to_a_stream_not_taking_them_are_closed_on_arrival) {
+    int before, loop_fds;
+    lull_loop *loop = counted_loop(&before, &loop_fds);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a, b;
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
+    rx_watch(&b, 8);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    lull_frame f[3] = {{.bytes = "1", .len = 1},
+                       {.bytes = "2", .len = 1},
+                       {.bytes = "3", .len = 1}};
+    CHECK_EQ(lull_endpoint_send(&a.ep, &f[0]), 0);
+    CHECK_EQ(lull_stream_send_fds(&a, &f[1], &p[1], 1), 0);
+    CHECK_EQ(lull_endpoint_send(&a.ep, &f[2]), 0);
+    close(p[1]); /* lull's copy is the only writer left */
+    run_until_frames(loop, 3, 100);
+    CHECK_EQ(g_rx.frames, 3);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(g_rx.tag[i], '1' + i);
+        CHECK_EQ(g_rx.nfds[i], 0);
+    }
+    CHECK_EQ(fd_count(), before + loop_fds + 2 + 1); /* the pair, p[0] */
+    /* No writer anywhere: the copy that crossed was closed on arrival. */
+    char c;
+    CHECK_EQ(read(p[0], &c, 1), 0);
+    close(p[0]);
+    close_and_free(loop, &a, &b, before);
+}
+
+/* LULL_STREAM_FDS on a stream that is not one Unix socket: -ENOTSUP from
+ * every way to make one (an fd given is closed, as on any failure); an
+ * accept refused so leaves the connection waiting for one that fits. */
+static lull_stream g_tcp_side;
+static int g_tcp_accepts;
+static void accept_tcp(lull_server *srv) {
+    CHECK_EQ(lull_server_accept(srv, &g_tcp_side, &fds_in), -ENOTSUP);
+    CHECK_EQ(lull_server_accept(srv, &g_tcp_side, NULL), 0);
+    g_tcp_accepts++;
+}
+
+static bool g_tcp_connected;
+static void tcp_connected(lull_stream *s, int status) {
+    (void)s;
+    CHECK_EQ(status, 0);
+    g_tcp_connected = true;
+}
+
+TEST(fds_flag_refused_where_no_fd_can_pass) {
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
+    lull_stream s;
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    CHECK_EQ(lull_stream_open(loop, &s, p[0], &fds_in), -ENOTSUP);
+    CHECK_EQ(fcntl(p[0], F_GETFD), -1); /* given, so closed */
+    close(p[1]);
+    CHECK_EQ(pipe(p), 0);
+    CHECK_EQ(lull_stream_open_pair(loop, &s, p[0], p[1], &fds_in), -ENOTSUP);
+    CHECK_EQ(fcntl(p[0], F_GETFD), -1);
+    CHECK_EQ(fcntl(p[1], F_GETFD), -1);
+    lull_server srv;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, accept_tcp), 0);
+    int port = lull_server_port(&srv);
+    CHECK(port > 0);
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, "127.0.0.1", port, &fds_in,
+                                     tcp_connected),
+             -ENOTSUP);
+    g_tcp_connected = false;
+    g_tcp_accepts = 0;
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, "127.0.0.1", port, NULL,
+                                     tcp_connected),
+             0);
+    run_until(loop, &g_tcp_connected, 100);
+    for (int i = 0; i < 100 && g_tcp_accepts == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_tcp_accepts, 1);
+    /* The adopted TCP socket itself. */
+    int c = dup(lull_stream_fd(&s));
+    CHECK(c >= 0);
+    lull_stream t;
+    CHECK_EQ(lull_stream_open(loop, &t, c, &fds_in), -ENOTSUP);
+    CHECK_EQ(fcntl(c, F_GETFD), -1);
+    lull_server_close(&srv);
+    lull_endpoint_close(&s.ep, 0);
+    lull_endpoint_close(&g_tcp_side.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
 TEST(send_fds_hostile_arguments) {
     int before, loop_fds;
     lull_loop *loop = counted_loop(&before, &loop_fds);
@@ -464,7 +572,7 @@ TEST(send_fds_hostile_arguments) {
 static lull_stream g_srv_side;
 static bool g_accepted;
 static void accept_into(lull_server *srv) {
-    CHECK_EQ(lull_server_accept(srv, &g_srv_side, NULL), 0);
+    CHECK_EQ(lull_server_accept(srv, &g_srv_side, &fds_in), 0);
     g_accepted = true;
 }
 
@@ -544,7 +652,7 @@ static void worker(int ctl) {
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     lull_stream s;
-    CHECK_EQ(lull_stream_open(loop, &s, ctl, NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &s, ctl, &fds_in), 0);
     lull_endpoint_set_callbacks(&s.ep, w_ctl_frame, NULL, NULL);
     while (w_listen_fd < 0)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
@@ -635,7 +743,8 @@ TEST(fds_of_a_frame_written_in_parts) {
     int small = 4096;
     CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
     CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
-    lull_stream_options ob = {.read_size = 1000}; /* grows to the frame */
+    lull_stream_options ob = {.read_size = 1000, /* grows to the frame */
+                              .flags = LULL_STREAM_FDS};
     CHECK_EQ(lull_stream_open(loop, &b, sv[1], &ob), 0);
     rx_watch(&b, 8);
     memset(big_payload, 'B', sizeof big_payload);
