@@ -911,7 +911,8 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
 /* A Unix stream socket: receive the fds a peer passes with its frames
  * (lull_stream_take_fds; its reads then use recvmsg). Without it the kernel
  * closes any that arrive and reads use recv, ~250 ns cheaper a call here.
- * -ENOTSUP on any other stream. Sending fds needs no flag. */
+ * -ENOTSUP where no fd can pass (TCP, a pipe; TLS options refuse it with
+ * -EINVAL). Sending fds needs no flag. */
 #define LULL_STREAM_FDS 0x4u
 
 typedef struct lull_stream lull_stream;
