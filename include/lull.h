@@ -947,7 +947,7 @@ typedef struct lull__stream_guard lull__stream_guard;
 struct lull_stream {
     lull_endpoint ep;       /* the frame interface: give &ep to your code */
     lull_loop *loop;        /* the owning loop */
-    uint64_t writes;        /* writev (sendmsg) calls */
+    uint64_t writes;        /* send, sendmsg or writev calls */
     uint64_t bytes_written; /* bytes they wrote */
     uint64_t reads;         /* reads that returned data */
     uint64_t bytes_read;    /* bytes they returned */

@@ -200,7 +200,7 @@ static server *stats_server;
 
 /* INFO stats: what lull counted of the system calls serving clients
  * costs: its streams' reads that returned data and their writes (one
- * sendmsg each), under the names Redis gives its own, and the loop's
+ * send or sendmsg each), under the names Redis gives its own, and the loop's
  * polls (epoll_wait calls) and wakeups (lull_loop_metrics). Not counted:
  * a read that finds nothing (lull reads once per readiness, so only a
  * spurious one), accept and close, and epoll_ctl (none while a

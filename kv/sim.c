@@ -339,8 +339,8 @@ static const kv_net kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
  * pass through lull's own stream code (queues, writev batching, short
  * writes, EAGAIN, write-side failures) and the kernel, then cross the
  * simulated network with its faults. Under both streams the fault shim
- * (tests/fault_shim.h) runs the seed's plan on every recv, recvmsg and
- * sendmsg: short reads and writes at random byte counts, EAGAIN, EINTR,
+ * (tests/fault_shim.h) runs the seed's plan on every recv, recvmsg, send
+ * and sendmsg: short reads and writes at random byte counts, EAGAIN, EINTR,
  * ENOBUFS, and, on a share of the socketpairs, ECONNRESET or EPIPE from a
  * random byte on. Both streams' fds are unreferenced, so the loop's run
  * ends when the network is quiet (run_streams runs what is left in the
@@ -423,7 +423,7 @@ static int plan_before(int kind, int fd, size_t *len) {
             p->reset_done = true;
             io_effects[IO_RESET]++;
             lull_simnet_log(S->net, "%s: %s %s at byte %" PRIu64, p->name,
-                            kind == K_RECV ? "recv" : "sendmsg",
+                            kind == K_RECV ? "recv" : "send",
                             strerror(p->reset_err), b);
             return p->reset_err;
         }
@@ -442,7 +442,7 @@ static int plan_before(int kind, int fd, size_t *len) {
     }
     if (kind == K_SENDMSG && !p->clean && chance(the_plan.enobufs)) {
         io_effects[IO_ENOBUFS]++;
-        lull_simnet_log(S->net, "%s: sendmsg ENOBUFS", p->name);
+        lull_simnet_log(S->net, "%s: send ENOBUFS", p->name);
         return ENOBUFS;
     }
     /* A read is cut within what the socket holds (a cut past it would

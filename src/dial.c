@@ -40,6 +40,7 @@
 #include "internal.h"
 #include "lull.h"
 #include "own_name.h"
+#include "stream.h"
 
 /* RFC 8305's recommended Connection Attempt Delay. */
 #define ATTEMPT_DELAY_DEFAULT_NS 250000000ull
@@ -273,6 +274,10 @@ static int begin(lull_loop *loop, lull_dial *d, lull_stream *s,
     if (opts && opts->family != 0 && opts->family != AF_INET &&
         opts->family != AF_INET6)
         return -EINVAL;
+    /* Stream options no TCP stream takes: refused now, not after a
+     * connect. */
+    int rc = lull__stream_options_check(opts ? opts->stream : NULL, AF_INET);
+    if (rc < 0) return rc;
     if (d->state & D_DIALING) return -EBUSY;
     /* A stream still open, or closed with its on_close yet to run, would
      * be overwritten under the loop's feet. */

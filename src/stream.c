@@ -1310,6 +1310,11 @@ static bool fds_unsupported(const lull_stream_options *o, bool unix_socket) {
     return o && (o->flags & LULL_STREAM_FDS) && !unix_socket;
 }
 
+int lull__stream_options_check(const lull_stream_options *o, int family) {
+    if (!options_ok(o)) return -EINVAL;
+    return fds_unsupported(o, family == AF_UNIX) ? -ENOTSUP : 0;
+}
+
 /* A Unix socket's state bits: S_FDS_IN when it was asked for. */
 static uint32_t unix_state(const lull_stream_options *o) {
     return S_UNIX | (o && (o->flags & LULL_STREAM_FDS) ? S_FDS_IN : 0);
@@ -1483,12 +1488,13 @@ int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd, int wfd,
 int lull__stream_connect(lull_loop *loop, lull_stream *s, int family,
                          const struct sockaddr *addr, socklen_t len,
                          const lull_stream_options *opts, lull_connect_fn fn) {
-    if (!loop || !s || !options_ok(opts)) return -EINVAL;
-    if (fds_unsupported(opts, family == AF_UNIX)) return -ENOTSUP;
+    if (!loop || !s) return -EINVAL;
+    int rc = lull__stream_options_check(opts, family);
+    if (rc < 0) return rc;
     LULL_ASSERT_LOOP_THREAD(loop);
     int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -errno;
-    int rc = setup(loop, s, fd, opts, family != AF_UNIX);
+    rc = setup(loop, s, fd, opts, family != AF_UNIX);
     if (rc < 0) {
         close(fd);
         return rc;
@@ -1818,10 +1824,10 @@ int lull_server_accept(lull_server *srv, lull_stream *s,
                        const lull_stream_options *opts) {
     if (!srv || !s || !srv->loop || !options_ok(opts)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(srv->loop);
+    if (srv->pending < 0) return srv->failed ? -srv->failed : -ENOENT;
     /* Refused before the connection is taken: it waits for an accept
      * with options that fit. */
     if (fds_unsupported(opts, srv->family == AF_UNIX)) return -ENOTSUP;
-    if (srv->pending < 0) return srv->failed ? -srv->failed : -ENOENT;
     int fd = srv->pending;
     srv->pending = -1;
     int rc = setup(srv->loop, s, fd, opts, srv->family != AF_UNIX);

@@ -1,6 +1,6 @@
-/* What the address modules (src/tcp.c, src/unix.c) share with the stream
- * core (src/stream.c): they turn an address into a sockaddr, the core does
- * the rest. The core never includes them. */
+/* What the address modules (src/tcp.c, src/unix.c, src/dial.c) share with
+ * the stream core (src/stream.c): they turn an address into a sockaddr, the
+ * core does the rest. The core never includes them. */
 #ifndef LULL_STREAM_H
 #define LULL_STREAM_H
 
@@ -19,5 +19,9 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
 int lull__stream_connect(lull_loop *loop, lull_stream *s, int family,
                          const struct sockaddr *addr, socklen_t len,
                          const lull_stream_options *opts, lull_connect_fn fn);
+
+/* Whether opts fit a stream of a socket of `family`: 0, -EINVAL (unknown
+ * flags) or -ENOTSUP (LULL_STREAM_FDS where no fd can pass). */
+int lull__stream_options_check(const lull_stream_options *opts, int family);
 
 #endif

@@ -381,6 +381,19 @@ TEST(hostile_arguments) {
     CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "x", 1, NULL, NULL), -EINVAL);
     CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "x", 1, &bad, on_dial),
              -EINVAL);
+    /* Stream options no TCP stream takes, before any connect. */
+    lull_stream_options unknown = {.flags = 0x80000000u};
+    lull_stream_options fds = {.flags = LULL_STREAM_FDS};
+    lull_dial_options with_unknown = {.stream = &unknown};
+    lull_dial_options with_fds = {.stream = &fds};
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "127.0.0.1", 1, &with_unknown,
+                             on_dial),
+             -EINVAL);
+    CHECK_EQ(
+        lull_dial_start(loop, NULL, &d, &s, "127.0.0.1", 1, &with_fds, on_dial),
+        -ENOTSUP);
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &with_fds, on_dial),
+             -ENOTSUP);
     CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, NULL, NULL, on_dial), -EINVAL);
     CHECK_EQ(lull_dial_cancel(NULL), -EINVAL);
     CHECK_EQ(lull_dial_cancel(&d), -EINVAL);

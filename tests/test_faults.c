@@ -7,7 +7,7 @@
  * and other connections lose nothing.
  *
  * The shim (fault_shim.c) is link-time only: tests/CMakeLists.txt passes
- * -Wl,--wrap= for recv, recvmsg, sendmsg, accept4, connect, epoll_ctl,
+ * -Wl,--wrap= for recv, recvmsg, sendmsg, send, accept4, connect, epoll_ctl,
  * epoll_wait, epoll_pwait2, read and write (the wake-up eventfd), syscall
  * (futex), malloc, calloc and realloc to this binary (and lull-kv-sim),
  * and links lull statically, so the library's own calls come here; the
