@@ -1,13 +1,13 @@
 /* The frame interface and the loopback pair (C6), and the turn contract the
- * loopback investigation pinned (the zero-delay timer, README), on both clocks: a callback runs
- * on a later turn, never inside the call that claimed it; once however often
- * it was claimed; a pending zero-delay turn is visible to lull_loop_settle; a
- * delayed turn is carried by its timer alone; cancel (close) stops it; timers
- * and tasks interleave in registration order; an entry cancelled earlier in
- * the same batch does not run; frames ride on tasks, so they arrive with
- * every timer frozen. Then: ordering against a model under 100,000 random
- * sends and closes, backpressure, oversize refusal, errors. The hand-over
- * path's zero allocations are checked in tests/test_alloc.c. */
+ * loopback investigation pinned (the zero-delay timer, README), on both clocks:
+ * a callback runs on a later turn, never inside the call that claimed it; once
+ * however often it was claimed; a pending zero-delay turn is visible to
+ * lull_loop_settle; a delayed turn is carried by its timer alone; cancel
+ * (close) stops it; timers and tasks interleave in registration order; an entry
+ * cancelled earlier in the same batch does not run; frames ride on tasks, so
+ * they arrive with every timer frozen. Then: ordering against a model under
+ * 100,000 random sends and closes, backpressure, oversize refusal, errors. The
+ * hand-over path's zero allocations are checked in tests/test_alloc.c. */
 #include "check.h"
 
 #include <errno.h>
@@ -339,6 +339,43 @@ TEST(delayed_turn_carried_by_timer_alone) {
     CHECK_LE(ms, check_clock_ns() - t0);
     close_both(&a, &b);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A frame sent to an end whose delivery by timer is running (its timer
+ * fired, more frames waiting) claims the next turn at once: its delay
+ * counts from the send, not from the end of the running delivery. */
+static side *g_sender;
+static bool g_claimed_inside;
+static void send_from_inside(side *s, int id) {
+    if (id != 1) return;
+    CHECK(!lull_loopback_pending(&s->lb)); /* its own turn is running */
+    CHECK_EQ(send_id(g_sender, 3), 0);
+    g_claimed_inside = lull_loopback_pending(&s->lb);
+    CHECK_U64_EQ(lull_timer_deadline(&s->lb.timer),
+                 lull_loop_now(s->lb.loop) + 1000000);
+}
+
+TEST(send_during_a_timer_delivery_claims_the_next_turn_at_once) {
+    const uint64_t ms = 1000000;
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loopback_options o = {.deliver = LULL_DELIVER_TIMER, .delay_ns = ms};
+    side a, b;
+    pair_with(loop, &a, &b, &o);
+    b.also = send_from_inside;
+    g_sender = &a;
+    g_claimed_inside = false;
+    CHECK_EQ(send_id(&a, 1), 0);
+    CHECK_EQ(send_id(&a, 2), 0);
+    lull_loop_advance(loop, ms);
+    CHECK_EQ(b.frames, 1);
+    CHECK(g_claimed_inside);
+    lull_loop_advance(loop, ms);
+    CHECK_EQ(b.frames, 2);
+    lull_loop_advance(loop, ms);
+    CHECK_EQ(b.frames, 3);
+    close_both(&a, &b);
+    lull_loop_advance(loop, ms);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
