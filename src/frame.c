@@ -95,8 +95,8 @@ __attribute__((noinline)) static int send_by_ops(lull_endpoint *ep,
 __attribute__((noinline)) static int send_loopback_timer(lull_endpoint *ep,
                                                          lull_frame *frame) {
     accept_frame(ep, frame);
-    return lull__loopback_send_timer(LULL_CONTAINER_OF(ep, lull_loopback, ep),
-                                     frame);
+    return lull__loopback_send(LULL_CONTAINER_OF(ep, lull_loopback, ep), frame,
+                               true);
 }
 
 /* The send the fast path did not take: a refusal, in the documented order
@@ -130,8 +130,8 @@ int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame) {
                    ? send_loopback_timer(ep, frame)
                    : send_by_ops(ep, frame);
     accept_frame(ep, frame);
-    return lull__loopback_send_task(LULL_CONTAINER_OF(ep, lull_loopback, ep),
-                                    frame);
+    return lull__loopback_send(LULL_CONTAINER_OF(ep, lull_loopback, ep), frame,
+                               false);
 }
 
 /* The copy path: one block holds the link and the bytes, freed on release. */

@@ -192,14 +192,14 @@ static void deliver_timer(lull_timer *t) {
 LULL__OWN_NAME(deliver_timer, "lull_loopback delivery timer", lull_loopback,
                timer);
 
-/* lull_endpoint_send runs lull__loopback_send_task and _timer itself;
- * these entries serve any other caller of the ops. */
+/* lull_endpoint_send runs lull__loopback_send itself; these entries serve
+ * any other caller of the ops. */
 static void loopback_send_task(lull_endpoint *ep, lull_frame *frame) {
-    lull__loopback_send_task(end_of(ep), frame);
+    lull__loopback_send(end_of(ep), frame, false);
 }
 
 static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
-    lull__loopback_send_timer(end_of(ep), frame);
+    lull__loopback_send(end_of(ep), frame, true);
 }
 
 /* Closes a's half of the pair without running any callback: detaches the

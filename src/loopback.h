@@ -12,7 +12,7 @@
 
 /* The ops of a loopback end that delivers by task (the default) and of one
  * that delivers by timer: lull_endpoint_send compares ep->ops with them, so
- * the inline paths below never ask which delivery they serve. */
+ * the inline path below never asks which delivery it serves. */
 extern const lull_frame_ops lull__loopback_task_ops;
 extern const lull_frame_ops lull__loopback_timer_ops;
 
@@ -32,31 +32,9 @@ lull__loopback_append(lull_loopback *a, lull_frame *frame, bool *was_empty) {
     return b;
 }
 
-/* Appends an accepted frame (in flight, next NULL, counted) to the inbox
- * of a task-delivery end's peer and claims the peer's turn; 0, for
- * lull_endpoint_send to return. By the invariant of src/loopback.c the inbox
- * alone says whether the turn needs claiming: b is a's peer, so b is open with
- * no close pending, and then a non-empty inbox has its turn claimed (or
- * b's delivery runs, and claims it when it ends, seeing the frame), while
- * an empty one has none. The inbox's tail is only read while head is
- * set. */
-static inline int lull__loopback_send_task(lull_loopback *a,
-                                           lull_frame *frame) {
-    bool was_empty;
-    lull_loopback *b = lull__loopback_append(a, frame, &was_empty);
-    LULL_ASSERT(b->deliver == LULL_DELIVER_TASK,
-                "lull: task ops on a loopback end that delivers by timer");
-    if (LULL_UNLIKELY(!was_empty)) return 0;
-    LULL_ASSERT(!lull__node_queued(&b->task.node) && !b->close_pending,
-                "lull: a loopback end with an empty inbox and a turn");
-    b->turns++;
-    lull__post_unqueued(b->loop, &b->task);
-    return 0;
-}
-
-/* Claims the turn of an end that delivers by timer, unless it is claimed
- * (its timer armed): a zero-delay turn is queued as a task's is, a delayed
- * one armed. */
+/* Claims the turn of b, an end that delivers by timer, unless it is
+ * claimed (its timer armed): a zero-delay turn is queued as a task's is, a
+ * delayed one armed. */
 static inline void lull__loopback_claim_timer(lull_loopback *b) {
     if (lull__timer_armed(&b->timer)) return;
     b->turns++;
@@ -66,14 +44,33 @@ static inline void lull__loopback_claim_timer(lull_loopback *b) {
         lull_timer_start(&b->timer, b->delay_ns, 0);
 }
 
-/* lull__loopback_send_task's twin for a peer that delivers by timer; 0. */
-static inline int lull__loopback_send_timer(lull_loopback *a,
-                                            lull_frame *frame) {
+/* Appends an accepted frame (in flight, next NULL, counted) to the inbox
+ * of a's peer and claims the peer's turn; 0, for lull_endpoint_send to
+ * return. `timer` is the peer's delivery (a constant in every caller).
+ *
+ * By task, by the invariant of src/loopback.c the inbox alone says whether
+ * the turn needs claiming: b is a's peer, so b is open with no close
+ * pending, and then a non-empty inbox has its turn claimed (or b is
+ * paused, or b's delivery runs and claims it when it ends, seeing the
+ * frame), while an empty one has none. By timer the turn is claimed
+ * whenever it is not: a delayed delivery counts its delay from the send,
+ * not from the end of a delivery running now. The inbox's tail is only
+ * read while head is set. */
+static inline int lull__loopback_send(lull_loopback *a, lull_frame *frame,
+                                      bool timer) {
     bool was_empty;
     lull_loopback *b = lull__loopback_append(a, frame, &was_empty);
-    LULL_ASSERT(b->deliver == LULL_DELIVER_TIMER,
-                "lull: timer ops on a loopback end that delivers by task");
-    lull__loopback_claim_timer(b);
+    LULL_ASSERT(b->deliver == (timer ? LULL_DELIVER_TIMER : LULL_DELIVER_TASK),
+                "lull: a loopback end's ops are not its delivery's");
+    if (timer) {
+        lull__loopback_claim_timer(b);
+        return 0;
+    }
+    if (LULL_UNLIKELY(!was_empty)) return 0;
+    LULL_ASSERT(!lull__node_queued(&b->task.node) && !b->close_pending,
+                "lull: a loopback end with an empty inbox and a turn");
+    b->turns++;
+    lull__post_unqueued(b->loop, &b->task);
     return 0;
 }
 
