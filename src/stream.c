@@ -170,9 +170,8 @@
 #define S_WIO_NB     0x2000000u
 /* A single Unix stream socket: descriptors may pass with frames
  * (SCM_RIGHTS). Its reads use recvmsg to take them when it was opened with
- * LULL_STREAM_FDS (S_FDS_IN), else recv. */
-#define S_UNIX   0x4000000u
-#define S_FDS_IN 0x8000000u
+ * LULL_STREAM_FDS (which only a Unix socket accepts), else recv. */
+#define S_UNIX 0x4000000u
 
 /* Sends are refused (frame.c answers -EPIPE, lull_endpoint_writable is false)
  * once the write side is shut or failed: the bit frame.c uses for a gone peer.
@@ -765,7 +764,7 @@ static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
 /* One read from the stream's read fd, never blocking (see S_IO_NOWAIT). */
 static ssize_t in_read(lull_stream *s, void *at, size_t room) {
     int fd = s->io.fd;
-    if (s->state & S_FDS_IN) return unix_read(s, at, room);
+    if (s->flags & LULL_STREAM_FDS) return unix_read(s, at, room);
     if (s->state & S_SOCK) return recv(fd, at, room, MSG_DONTWAIT);
     if (s->state & S_IO_NOWAIT) {
         struct iovec iov = {at, room};
@@ -1315,11 +1314,6 @@ int lull__stream_options_check(const lull_stream_options *o, int family) {
     return fds_unsupported(o, family == AF_UNIX) ? -ENOTSUP : 0;
 }
 
-/* A Unix socket's state bits: S_FDS_IN when it was asked for. */
-static uint32_t unix_state(const lull_stream_options *o) {
-    return S_UNIX | (o && (o->flags & LULL_STREAM_FDS) ? S_FDS_IN : 0);
-}
-
 /* The socket is connected: open for reading and writing. */
 static int start_connected(lull_stream *s) {
     s->state |= S_CONNECTED;
@@ -1455,7 +1449,7 @@ int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
         return rc;
     }
     apply_kinds(s, kind, kind);
-    if (kind & FD_UNIX) s->state |= unix_state(opts);
+    if (kind & FD_UNIX) s->state |= S_UNIX;
     return start_connected(s);
 }
 
@@ -1500,7 +1494,7 @@ int lull__stream_connect(lull_loop *loop, lull_stream *s, int family,
         return rc;
     }
     s->on_connect = fn;
-    s->state |= S_CONNECTING | (family == AF_UNIX ? unix_state(opts) : 0);
+    s->state |= S_CONNECTING | (family == AF_UNIX ? S_UNIX : 0);
     if (opts && opts->connect_timeout_ns)
         lull_timer_start(&s->timer, opts->connect_timeout_ns, 0);
     if (connect(fd, addr, len) == 0) {
@@ -1835,7 +1829,7 @@ int lull_server_accept(lull_server *srv, lull_stream *s,
         close(fd);
         return rc;
     }
-    if (srv->family == AF_UNIX) s->state |= unix_state(opts);
+    if (srv->family == AF_UNIX) s->state |= S_UNIX;
     return start_connected(s);
 }
 
