@@ -215,28 +215,36 @@ static int planned(int kind, int fd, size_t len, size_t *cut) {
     return err;
 }
 
-ssize_t __real_recv(int fd, void *buf, size_t len, int flags);
-ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags);
-ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags) {
+/* A call on one buffer (recv, send): the plan's fault for its kind, or
+ * a rule's; `call` makes the real one. */
+typedef ssize_t (*one_buffer_fn)(int fd, void *buf, size_t len, int flags);
+
+static ssize_t one_buffer(int kind, one_buffer_fn call, int fd, void *buf,
+                          size_t len, int flags) {
     size_t cut;
-    int err = planned(K_RECV, fd, len, &cut);
+    int err = planned(kind, fd, len, &cut);
     if (err > 0) {
         errno = err;
         return -1;
     }
     if (shim_io_before) {
-        ssize_t n = __real_recv(fd, buf, cut, flags);
-        if (n >= 0 && shim_io_after) n = shim_io_after(K_RECV, fd, n, len);
+        ssize_t n = call(fd, buf, cut, flags);
+        if (n >= 0 && shim_io_after) n = shim_io_after(kind, fd, n, len);
         return n;
     }
-    err = fault_for(K_RECV, fd, 0);
-    if (err == SHORT && len > 1)
-        return __real_recv(fd, buf, shorter(len), flags);
+    err = fault_for(kind, fd, 0);
+    if (err == SHORT && len > 1) return call(fd, buf, shorter(len), flags);
     if (err > 0) {
         errno = err;
         return -1;
     }
-    return __real_recv(fd, buf, len, flags);
+    return call(fd, buf, len, flags);
+}
+
+ssize_t __real_recv(int fd, void *buf, size_t len, int flags);
+ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags);
+ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags) {
+    return one_buffer(K_RECV, __real_recv, fd, buf, len, flags);
 }
 
 ssize_t __real_recvmsg(int fd, struct msghdr *msg, int flags);
@@ -333,27 +341,12 @@ ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags) {
 /* A socket write of one buffer and no fds is a send: the faults of a
  * sendmsg (the same kind), on that buffer. */
 ssize_t __real_send(int fd, const void *buf, size_t len, int flags);
+static ssize_t real_send(int fd, void *buf, size_t len, int flags) {
+    return __real_send(fd, buf, len, flags);
+}
 ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags);
 ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags) {
-    size_t cut;
-    int err = planned(K_SENDMSG, fd, len, &cut);
-    if (err > 0) {
-        errno = err;
-        return -1;
-    }
-    if (shim_io_before) {
-        ssize_t n = __real_send(fd, buf, cut, flags);
-        if (n >= 0 && shim_io_after) n = shim_io_after(K_SENDMSG, fd, n, len);
-        return n;
-    }
-    err = fault_for(K_SENDMSG, fd, 0);
-    if (err == SHORT && len > 1)
-        return __real_send(fd, buf, shorter(len), flags);
-    if (err > 0 && err != SHORT) {
-        errno = err;
-        return -1;
-    }
-    return __real_send(fd, buf, len, flags);
+    return one_buffer(K_SENDMSG, real_send, fd, (void *)buf, len, flags);
 }
 
 int __real_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
