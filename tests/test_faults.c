@@ -425,6 +425,60 @@ TEST(sendmsg_short_writes_complete) {
     end_loop(loop);
 }
 
+/* A raw stream's one large buffer leaves by send, not sendmsg: every
+ * send cut short (and the first ones interrupted), the rest follows from
+ * where the kernel stopped, and the peer reads every byte in order. */
+static unsigned char big_out[256 << 10], big_in[sizeof big_out];
+static size_t big_got;
+static bool big_released;
+
+static void big_bytes(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep;
+    CHECK(big_got + n <= sizeof big_in);
+    memcpy(big_in + big_got, b, n);
+    big_got += n;
+}
+
+static void big_release(lull_frame *f) {
+    (void)f;
+    big_released = true;
+}
+
+TEST(send_short_writes_complete_one_raw_buffer) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    small_sndbuf(sv[0]);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    lull_stream tx, rx;
+    CHECK_EQ(lull_stream_open(loop, &tx, sv[0], &raw), 0);
+    CHECK_EQ(lull_stream_open(loop, &rx, sv[1], &raw), 0);
+    lull_endpoint_set_callbacks(&rx.ep, big_bytes, NULL, NULL);
+    for (size_t i = 0; i < sizeof big_out; i++)
+        big_out[i] = (unsigned char)(i * 7 + i / 251);
+    big_got = 0;
+    big_released = false;
+    fail_nth(K_SENDMSG, sv[0], 1, 1, EINTR);
+    fail_nth(K_SENDMSG, sv[0], 2, 1, EAGAIN);
+    const int errs[] = {SHORT};
+    rule *r = add_rule(K_SENDMSG, sv[0], 0, 3, UINT64_MAX, 1, errs, 1);
+    arm(true);
+    lull_frame f = {
+        .bytes = big_out, .len = sizeof big_out, .release = big_release};
+    CHECK_EQ(lull_endpoint_send(&tx.ep, &f), 0);
+    for (int i = 0; i < 100000 && big_got < sizeof big_out; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    arm(false);
+    CHECK_EQ(big_got, sizeof big_out);
+    CHECK(memcmp(big_in, big_out, sizeof big_out) == 0);
+    CHECK(big_released);
+    CHECK(hits_of(r) > 1);
+    report("send_short_writes_complete_one_raw_buffer");
+    lull_endpoint_close(&tx.ep, 0);
+    lull_endpoint_close(&rx.ep, 0);
+    end_loop(loop);
+}
+
 /* The I/O plan (fault_shim.h, lull-kv-sim --streams): every recv and
  * sendmsg on one flow's fds cut to one byte, the other flow's let through;
  * both arrive whole, and the plan saw each call and what it moved. */
