@@ -395,8 +395,15 @@ static void verdict(const lab_fig *f, int n, bool node, const char *no_node) {
         lab_verdict_bound_floor(v, p50, 50, true, f50, r50);
         lab_verdict_bound_floor(v, p99, 500, true, f99, r99);
         if (node && nn) { /* no Node: the target's absolute part */
+            /* No transport's wait is below the floor's: where the floor
+             * is not ×10 below Node's, no loop could be. Restated, ×10
+             * below Node is a p50 of Node's ÷ 10 = (floor's × Node) ÷ 10
+             * floors. */
+            double fx = fl ? lab_ratio(f, fl, nn, RV_P50) : NAN;
+            char rx[32];
+            snprintf(rx, sizeof rx, "p50 ≤ %s× floor", lab_fmt3(a, fx / 10));
             lab_verdict_spread(v, "Node's p50", lab_row_spread(nn, RV_P50));
-            lab_verdict_bound(v, x, 10, false);
+            lab_verdict_bound_floor(v, x, 10, false, fx, rx);
         }
     }
     /* Every round, not the median: an idle window has no noise to hide. */

@@ -504,6 +504,15 @@ void lab_verdict_titles(void) {
         lab_verdict_spread(v, "Node's p50", 1.1);
         lab_verdict_bound(v, 6.87, 10, false);
     }
+    /* A lower bound (×10 below Node) the floor misses too, being only ×8
+     * below Node: floor-bound by 10 ÷ 8. */
+    if ((v = lab_verdict_add("C6", 1))) {
+        snprintf(v->what, sizeof v->what, "notify: p50 13.1, p99 33.6 µs");
+        snprintf(v->target, sizeof v->target, "≤ 50, ≤ 500, ×10");
+        snprintf(v->peer, sizeof v->peer, "Node 90.3 ×6.87");
+        lab_verdict_bound_floor(v, 13.1, 50, true, 11.3, "p50 ≤ 3.8× floor");
+        lab_verdict_bound_floor(v, 6.87, 10, false, 8, "p50 ≤ 0.8× floor");
+    }
     if ((v = lab_verdict_add("C7", 0))) {
         snprintf(v->what, sizeof v->what, "same order; 1 h in 27.8 ms");
         snprintf(v->target, sizeof v->target, "same as real");

@@ -9,6 +9,8 @@
 #   C5  a count missed (no size), a peer moved 50×         ✗
 #   C6  the floor moved 4× before a bound met; Node 1.1×
 #       before the bound missed by 1.5×                    ✗
+#       ×10 below Node missed, the floor only ×8 below     ✗ floor-bound (floor ×1.2),
+#                                                          target restated
 #   C7  met ✓; C8 not run
 # On failure it prints the sample verdict.
 #
@@ -31,7 +33,7 @@ set(expect
   "\nC3 [^\n]*p99 ≤ 0.57× floor  +✗ floor-bound \\(floor ×1.7\\)\n +notify: p50 80[^\n]*[^)]  ✗\n"
   "\nC4 [^\n]*[^y]  ✗\n"
   "\nC5 [^\n]*[^y]  ✗\n"
-  "\nC6 [^\n]*[^y]  ✗\n"
+  "\nC6 [^\n]*[^y]  ✗\n +notify: p50 13.1[^\n]*p50 ≤ 0.8× floor  +✗ floor-bound \\(floor ×1.2\\)\n"
   "\nC7 [^\n]*  ✓\n"
   "\nC8 [^\n]*not run\n"
   "\nnoisy C1: libevent's idle CPU moved 3.00× [^\n]*missed by 2.00×\n")
