@@ -38,7 +38,8 @@
  *     --repl-sender-cpu N  the sender thread's CPU
  *   SIZE is bytes, or a number with k, kb, m, mb, g or gb (as Redis: k is
  *   1000, kb 1024). It prints "lull-kv: listening on 127.0.0.1:PORT" once
- *   ready, and runs until killed.
+ *   ready, and runs until SIGINT or SIGTERM (then closes every connection
+ *   and exits 0).
  *
  * Build:
  *   cc -O2 -o lull-kv server.c node.c conn.c link.c expiry.c cmd.c \
@@ -52,6 +53,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,7 +358,8 @@ static const char usage_text[] =
     "\n"
     "SIZE is bytes, or a number with k, kb, m, mb, g or gb (k is 1000, kb\n"
     "1024). lull-kv prints \"lull-kv: listening on 127.0.0.1:PORT\" once\n"
-    "ready and runs until killed. docs/KV.md has the commands it serves.\n";
+    "ready and runs until SIGINT or SIGTERM, which close every connection\n"
+    "and exit 0. docs/KV.md has the commands it serves.\n";
 
 static int usage(void) {
     fputs(usage_text, stderr);
@@ -600,6 +603,67 @@ static int make_tls(const tls_opts *t, server *srv, lull_tls_ctx **server_ctx) {
     return 0;
 }
 
+/* SIGINT and SIGTERM end a run as they end redis-server's: no more
+ * accepts, every connection closed (one last non-blocking write of what
+ * it has queued, then EOF to its client), the Unix socket's file removed,
+ * exit status 0. A second signal while closing changes nothing. */
+typedef struct shutdown_watch {
+    lull_signal sig[2];
+    server *srv;
+    int signum; /* the signal that asked; 0: none yet */
+} shutdown_watch;
+
+static void shutdown_asked(lull_signal *sig, int signum) {
+    shutdown_watch *w = sig->data;
+    if (w->signum) return;
+    w->signum = signum;
+    srv_log(w->srv, "%s received: closing every connection and exiting",
+            signum == SIGINT ? "SIGINT" : "SIGTERM");
+    lull_loop_stop(w->srv->loop);
+}
+
+/* The signals are blocked before any thread starts (the catch-up sender's
+ * inherits the mask), then read by the loop; the handles hold no
+ * reference, so they never keep a run alive on their own. */
+static int shutdown_watch_start(shutdown_watch *w, server *srv) {
+    static const int signals[2] = {SIGINT, SIGTERM};
+    w->srv = srv;
+    for (int i = 0; i < 2; i++) {
+        int rc = lull_signal_init(srv->loop, &w->sig[i], shutdown_asked);
+        if (rc == 0) rc = lull_signal_start(&w->sig[i], signals[i]);
+        if (rc < 0) return rc;
+        w->sig[i].data = w;
+        lull_signal_unref(&w->sig[i]);
+    }
+    return 0;
+}
+
+static void shutdown_watch_stop(shutdown_watch *w) {
+    for (int i = 0; i < 2; i++)
+        lull_signal_stop(&w->sig[i]);
+}
+
+static void drain_overdue(lull_timer *t) {
+    lull_loop_stop(t->loop);
+}
+
+/* Closes every connection and runs the loop until their close callbacks
+ * have freed them (the listeners are closed and the server stopped
+ * already). What has not closed a second later is said, not waited for. */
+static void close_connections(server *srv) {
+    for (conn *c = srv->conns, *next; c; c = next) {
+        next = c->next; /* on_close unlinks c in a later turn */
+        conn_drop(c, NULL);
+    }
+    lull_timer overdue;
+    lull_timer_init(srv->loop, &overdue, drain_overdue);
+    lull_timer_start(&overdue, 1000000000u, 0);
+    lull_timer_unref(&overdue);
+    lull_loop_run(srv->loop, LULL_RUN_DEFAULT);
+    lull_timer_stop(&overdue);
+    if (srv->conns) srv_log(srv, "a connection did not close within 1 s");
+}
+
 /* "a.b.c.d:port", or "[v6]:port". */
 static void addr_text(char *s, size_t cap, const char *addr, int port) {
     if (strchr(addr, ':'))
@@ -707,6 +771,8 @@ int main(int argc, char **argv) {
         }
     }
     if (port < 0 || port > 65535) return usage();
+    lull_signal_block(SIGINT);
+    lull_signal_block(SIGTERM);
     make_replid(srv.kv.replid);
     lull_loop *loop;
     int rc = lull_loop_new(&loop, NULL);
@@ -769,8 +835,15 @@ int main(int argc, char **argv) {
     printf("lull-kv: listening on %s%s%s\n", line, unix_path ? " and " : "",
            unix_path ? unix_path : "");
     fflush(stdout);
+    static shutdown_watch watch;
+    if ((rc = shutdown_watch_start(&watch, &srv)) < 0) {
+        fprintf(stderr, "lull-kv: watching SIGINT and SIGTERM: %s\n",
+                strerror(-rc));
+        return 1;
+    }
     server_start(&srv);
-    /* Nothing but a failure ends the run: lull-kv runs until killed. */
+    /* A signal or a failure ends the run (a failure: every listener gone,
+     * or the loop's poll failing). */
     rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
     if (rc < 0)
         fprintf(stderr, "lull-kv: the loop stopped: %s\n", strerror(-rc));
@@ -778,9 +851,18 @@ int main(int argc, char **argv) {
     for (int l = 0; l < nlis; l++)
         lull_server_close(&lis[l].ls);
     if (srv.has_unix) lull_server_close(&unx.ls);
+    bool asked = watch.signum != 0;
+    if (asked) {
+        close_connections(&srv);
+        if (unix_path) unlink(unix_path);
+    }
+    shutdown_watch_stop(&watch);
     lull_tls_ctx_free(tls_ctx);
     lull_tls_ctx_free(srv.repl_tls);
     server_free(&srv);
-    lull_loop_free(loop);
-    return 1;
+    if (lull_loop_free(loop) < 0 && asked) {
+        fprintf(stderr, "lull-kv: at exit, still open:\n");
+        lull_loop_print_live(loop, stderr);
+    }
+    return asked && rc == 0 ? 0 : 1;
 }

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# SIGTERM and SIGINT end lull-kv as they end redis-server: no more
+# accepts, every connection closed, the --unix file removed, exit 0.
+# A primary with a replica following, a subscriber, a client that asked
+# for 20 MiB of replies and reads none of them, and one in the middle of
+# a command: each sees EOF, the primary exits 0 within 5 s of SIGTERM
+# (sent twice), its socket file is gone; the replica, its link down,
+# goes on until its own SIGINT, which ends it the same way. A primary
+# whose catch-up sender thread is stalled by a replica that stopped
+# reading ends at once too.
+#   shutdown.sh <path to lull-kv>
+# Prints one line and exits 0 when redis-cli is not installed.
+set -u
+kv=$1
+if ! command -v redis-cli >/dev/null 2>&1; then
+    echo "skipped: redis-cli not installed (Debian package redis-tools)"
+    exit 0
+fi
+TEST_NAME=shutdown
+# shellcheck source=kv/test_lib.sh
+. "$(dirname "$0")/test_lib.sh"
+
+# gone PID: waits up to 5 s for PID to exit; its status in $status.
+gone() {
+    for _ in $(seq 100); do
+        if ! kill -0 "$1" 2>/dev/null; then
+            wait "$1"
+            status=$?
+            return 0
+        fi
+        sleep 0.05
+    done
+    return 1
+}
+
+start primary --port 0 --unix "$dir/kv.sock"
+ppid_=$started
+port=$started_port
+[ -S "$dir/kv.sock" ] || fail "no socket file"
+# The replica gets SIGINT: a background job of a script starts with it
+# ignored, which exec keeps; env --default-signal gives it back.
+printf '#!/bin/sh\nexec env --default-signal=INT "%s" "$@"\n' "$kv" >"$dir/kv-int"
+chmod +x "$dir/kv-int"
+kv=$dir/kv-int start replica --port 0 --replica-of "127.0.0.1:$port"
+rpid=$started
+rport=$started_port
+link_up() { redis-cli -p "$rport" INFO replication | tr -d '\r' | grep -q '^master_link_status:up'; }
+eventually link_up || fail "the replica's link did not come up"
+
+head -c 1048576 /dev/zero | tr '\0' x >"$dir/big"
+redis-cli -p "$port" -x SET big <"$dir/big" >/dev/null || fail "SET big"
+# A subscriber, waiting.
+redis-cli -p "$port" SUBSCRIBE news >"$dir/sub.out" 2>&1 &
+sub=$!
+pids="$pids $sub"
+# A client that asks for 20 MiB and reads nothing; one half-way through
+# a command.
+exec 3<>"/dev/tcp/127.0.0.1/$port"
+for _ in $(seq 20); do printf '*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n' >&3; done
+exec 4<>"/dev/tcp/127.0.0.1/$port"
+printf '*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\nhalf' >&4
+eventually grep -q subscribe "$dir/sub.out" || fail "the subscriber did not subscribe"
+clients() { redis-cli -p "$port" INFO clients | tr -d '\r' | sed -n 's/^connected_clients://p'; }
+three_more() { [ "$(clients)" -ge 4 ]; } # and the one asking (a replica is not a client)
+eventually three_more || fail "connected clients: $(clients)"
+
+kill -TERM "$ppid_"
+kill -TERM "$ppid_" 2>/dev/null
+gone "$ppid_" || fail "the primary did not exit within 5 s of SIGTERM"
+[ "$status" = 0 ] || fail "the primary exited $status after SIGTERM"
+grep -q "SIGTERM received: closing every connection and exiting" "$dir/primary.out" ||
+    fail "no log line of the SIGTERM"
+! grep -q "did not close\|still open" "$dir/primary.out" || fail "left open at exit"
+[ ! -e "$dir/kv.sock" ] || fail "the socket file is still there"
+gone "$sub" || fail "the subscriber did not see the close"
+# Both raw clients see the end: EOF, or for the one whose requests were
+# still unread a reset (the kernel's answer to a close with input
+# pending); what the 20 GETs had queued is cut short.
+timeout 5 cat <&3 >"$dir/unread" 2>/dev/null
+[ $? != 124 ] || fail "the unread client saw no end"
+got=$(wc -c <"$dir/unread")
+[ "$got" -lt $((20 * 1048576)) ] || fail "all 20 MiB arrived after the close"
+timeout 5 cat <&4 >/dev/null || fail "the half-command client saw no EOF"
+
+# The replica lost its primary and goes on, then SIGINT ends it.
+eventually bash -c "redis-cli -p $rport INFO replication | tr -d '\r' | grep -q '^master_link_status:down'" ||
+    fail "the replica's link is not down"
+[ "$(redis-cli -p "$rport" GET big | wc -c)" = 1048577 ] || fail "the replica's copy"
+kill -INT "$rpid"
+gone "$rpid" || fail "the replica did not exit within 5 s of SIGINT"
+[ "$status" = 0 ] || fail "the replica exited $status after SIGINT"
+grep -q "SIGINT received" "$dir/replica.out" || fail "no log line of the SIGINT"
+# A primary whose catch-up sender thread is stuck writing to a replica
+# that stopped reading (SIGSTOP) part way through 200,000 keys: SIGTERM
+# still ends it, at once.
+start tprimary --port 0 --repl-catchup thread
+tpid=$started
+tport=$started_port
+awk 'BEGIN {
+    for (i = 0; i < 200000; i++) {
+        k = "k:" i; v = sprintf("%0100d", i)
+        printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", length(k), k, length(v), v
+    }
+}' | redis-cli -p "$tport" --pipe >"$dir/pipe.out" 2>&1
+grep -q "errors: 0, replies: 200000" "$dir/pipe.out" || fail "--pipe: $(cat "$dir/pipe.out")"
+start stalled --port 0 --replica-of "127.0.0.1:$tport"
+spid=$started
+acked() { redis-cli -p "$tport" INFO replication | sed -n 's/^slave0:.*offset=\([0-9]*\).*/\1/p'; }
+begun() { [ -n "$(acked)" ] && [ "$(acked)" -gt 0 ]; }
+eventually begun || fail "the catch-up did not begin"
+kill -STOP "$spid"
+kill -TERM "$tpid"
+gone "$tpid" || fail "the primary did not exit within 5 s of SIGTERM, its sender stalled"
+[ "$status" = 0 ] || fail "the primary exited $status after SIGTERM, its sender stalled"
+{ kill -9 "$spid"; wait "$spid"; } 2>/dev/null
+
+echo "shutdown: SIGTERM (twice) closed a subscriber, a replica's link, a client holding" \
+    "$got of 20 MiB unread and one mid-command, removed the socket file, exit 0; SIGINT ended the replica, exit 0;" \
+    "SIGTERM ended a primary whose sender thread was stalled by a stopped replica, exit 0"
