@@ -20,7 +20,8 @@
  *           [--tls-auth-clients yes|no|optional] [--tls-replication yes|no]
  *   (usage_text below says what each does; docs/KV.md as Redis means it)
  *     --port N        TCP on 127.0.0.1:N (default 6380; 0 = any free port)
- *     --unix PATH     also listen on a Unix socket (an old file is removed)
+ *     --unix PATH     also listen on a Unix socket (a stale socket file is
+ *                     replaced; a live one, or another file, refused)
  *     --proto-max-bulk-len SIZE  the longest argument (default 512mb;
  *                     --max-bulk is the same)
  *     --client-query-buffer-limit SIZE  the most a client's unparsed input
@@ -60,6 +61,8 @@
 #include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -311,8 +314,8 @@ static const char usage_text[] =
     "A Redis-protocol (RESP2) key-value server on one lull loop.\n"
     "\n"
     "  --port N          TCP on 127.0.0.1:N (default 6380; 0 = any free port)\n"
-    "  --unix PATH       also listen on a Unix socket (an old file is "
-    "removed)\n"
+    "  --unix PATH       also listen on a Unix socket (a stale socket file\n"
+    "                    is replaced; a live one, or another file, refused)\n"
     "  --proto-max-bulk-len SIZE\n"
     "                    the longest argument (default 512mb; --max-bulk is\n"
     "                    the same)\n"
@@ -606,12 +609,18 @@ static int make_tls(const tls_opts *t, server *srv, lull_tls_ctx **server_ctx) {
 /* SIGINT and SIGTERM end a run as they end redis-server's: no more
  * accepts, every connection closed (one last non-blocking write of what
  * it has queued, then EOF to its client), the Unix socket's file removed,
- * exit status 0. A second signal while closing changes nothing. */
+ * exit status 0. A second signal while closing changes nothing. A signal
+ * the process was started with ignored (a background job of a script
+ * gets SIGINT so, that Ctrl-C meant for the script passes it by) stays
+ * ignored. */
 typedef struct shutdown_watch {
     lull_signal sig[2];
+    bool watched[2]; /* not ignored at start-up: blocked, then watched */
     server *srv;
     int signum; /* the signal that asked; 0: none yet */
 } shutdown_watch;
+
+static const int shutdown_signals[2] = {SIGINT, SIGTERM};
 
 static void shutdown_asked(lull_signal *sig, int signum) {
     shutdown_watch *w = sig->data;
@@ -622,15 +631,23 @@ static void shutdown_asked(lull_signal *sig, int signum) {
     lull_loop_stop(w->srv->loop);
 }
 
-/* The signals are blocked before any thread starts (the catch-up sender's
- * inherits the mask), then read by the loop; the handles hold no
- * reference, so they never keep a run alive on their own. */
+/* Before any thread starts (the catch-up sender's inherits the mask). */
+static void shutdown_watch_block(shutdown_watch *w) {
+    for (int i = 0; i < 2; i++) {
+        struct sigaction was;
+        w->watched[i] = sigaction(shutdown_signals[i], NULL, &was) == 0 &&
+                        was.sa_handler != SIG_IGN;
+        if (w->watched[i]) lull_signal_block(shutdown_signals[i]);
+    }
+}
+
+/* The handles hold no reference: they never keep a run alive alone. */
 static int shutdown_watch_start(shutdown_watch *w, server *srv) {
-    static const int signals[2] = {SIGINT, SIGTERM};
     w->srv = srv;
     for (int i = 0; i < 2; i++) {
+        if (!w->watched[i]) continue;
         int rc = lull_signal_init(srv->loop, &w->sig[i], shutdown_asked);
-        if (rc == 0) rc = lull_signal_start(&w->sig[i], signals[i]);
+        if (rc == 0) rc = lull_signal_start(&w->sig[i], shutdown_signals[i]);
         if (rc < 0) return rc;
         w->sig[i].data = w;
         lull_signal_unref(&w->sig[i]);
@@ -640,7 +657,7 @@ static int shutdown_watch_start(shutdown_watch *w, server *srv) {
 
 static void shutdown_watch_stop(shutdown_watch *w) {
     for (int i = 0; i < 2; i++)
-        lull_signal_stop(&w->sig[i]);
+        if (w->watched[i]) lull_signal_stop(&w->sig[i]);
 }
 
 static void drain_overdue(lull_timer *t) {
@@ -649,19 +666,70 @@ static void drain_overdue(lull_timer *t) {
 
 /* Closes every connection and runs the loop until their close callbacks
  * have freed them (the listeners are closed and the server stopped
- * already). What has not closed a second later is said, not waited for. */
-static void close_connections(server *srv) {
+ * already; a command run while the server stopped may have armed the
+ * expiry timer again, so it is stopped again). What has not closed a
+ * second later is said, not waited for: false. */
+static bool close_connections(server *srv) {
     for (conn *c = srv->conns, *next; c; c = next) {
         next = c->next; /* on_close unlinks c in a later turn */
         conn_drop(c, NULL);
     }
+    server_stop(srv);
     lull_timer overdue;
     lull_timer_init(srv->loop, &overdue, drain_overdue);
     lull_timer_start(&overdue, 1000000000u, 0);
     lull_timer_unref(&overdue);
     lull_loop_run(srv->loop, LULL_RUN_DEFAULT);
     lull_timer_stop(&overdue);
-    if (srv->conns) srv_log(srv, "a connection did not close within 1 s");
+    if (!srv->conns) return true;
+    srv_log(srv, "a connection did not close within 1 s");
+    return false;
+}
+
+/* The --unix path's file as this run's bind made it: removed at exit
+ * only while it is still that socket, not one another server put there
+ * since, nor a file someone else wrote. */
+typedef struct unix_file {
+    const char *path;
+    dev_t dev;
+    ino_t ino;
+    bool made;
+} unix_file;
+
+static void unix_file_note(unix_file *f, const char *path) {
+    struct stat st;
+    f->path = path;
+    f->made = lstat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+    if (f->made) {
+        f->dev = st.st_dev;
+        f->ino = st.st_ino;
+    }
+}
+
+static void unix_file_remove(const unix_file *f) {
+    struct stat st;
+    if (f->made && lstat(f->path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+        st.st_dev == f->dev && st.st_ino == f->ino)
+        unlink(f->path);
+}
+
+/* Before the bind: a socket file nobody listens on (an earlier run's) is
+ * removed; a live server's is refused (-EADDRINUSE), and anything that is
+ * not a socket is left for the bind to refuse. */
+static int unix_path_claim(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode)) return 0;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) return 0; /* the bind says so */
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -errno;
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    int err = rc == 0 ? 0 : errno;
+    close(fd);
+    if (rc == 0 || err == EAGAIN) return -EADDRINUSE; /* it accepts */
+    if (err == ECONNREFUSED) unlink(path);            /* nobody listens */
+    return 0;
 }
 
 /* "a.b.c.d:port", or "[v6]:port". */
@@ -771,8 +839,11 @@ int main(int argc, char **argv) {
         }
     }
     if (port < 0 || port > 65535) return usage();
-    lull_signal_block(SIGINT);
-    lull_signal_block(SIGTERM);
+    /* A client gone is a failed send, not a signal; so is a log reader
+     * gone (stderr a pipe whose reader exited). */
+    signal(SIGPIPE, SIG_IGN);
+    static shutdown_watch watch;
+    shutdown_watch_block(&watch);
     make_replid(srv.kv.replid);
     lull_loop *loop;
     int rc = lull_loop_new(&loop, NULL);
@@ -817,15 +888,19 @@ int main(int argc, char **argv) {
             if (used >= sizeof line) used = sizeof line - 1;
         }
     }
+    static unix_file unx_file;
     if (unix_path) {
-        unlink(unix_path); /* a socket file left by an earlier run */
         unx.srv = &srv;
-        rc = lull_server_listen_unix(loop, &unx.ls, unix_path, 0, accept_on);
+        rc = unix_path_claim(unix_path);
+        if (rc == 0)
+            rc =
+                lull_server_listen_unix(loop, &unx.ls, unix_path, 0, accept_on);
         if (rc < 0) {
             fprintf(stderr, "lull-kv: listen on %s: %s\n", unix_path,
                     strerror(-rc));
             return 1;
         }
+        unix_file_note(&unx_file, unix_path);
         srv.has_unix = true;
         srv.listening++;
         snprintf(unx.at, sizeof unx.at, "%s", unix_path);
@@ -835,7 +910,6 @@ int main(int argc, char **argv) {
     printf("lull-kv: listening on %s%s%s\n", line, unix_path ? " and " : "",
            unix_path ? unix_path : "");
     fflush(stdout);
-    static shutdown_watch watch;
     if ((rc = shutdown_watch_start(&watch, &srv)) < 0) {
         fprintf(stderr, "lull-kv: watching SIGINT and SIGTERM: %s\n",
                 strerror(-rc));
@@ -843,26 +917,29 @@ int main(int argc, char **argv) {
     }
     server_start(&srv);
     /* A signal or a failure ends the run (a failure: every listener gone,
-     * or the loop's poll failing). */
+     * or the loop's poll failing); exit 0 only for a signal's whole
+     * shutdown. */
     rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
     if (rc < 0)
         fprintf(stderr, "lull-kv: the loop stopped: %s\n", strerror(-rc));
-    server_stop(&srv);
+    bool clean = rc == 0 && watch.signum && srv.listening > 0;
+    /* No accept, then no command, while the server stops. */
     for (int l = 0; l < nlis; l++)
         lull_server_close(&lis[l].ls);
     if (srv.has_unix) lull_server_close(&unx.ls);
-    bool asked = watch.signum != 0;
-    if (asked) {
-        close_connections(&srv);
-        if (unix_path) unlink(unix_path);
+    server_stop(&srv);
+    if (watch.signum) {
+        clean &= close_connections(&srv);
+        if (unix_path) unix_file_remove(&unx_file);
     }
     shutdown_watch_stop(&watch);
     lull_tls_ctx_free(tls_ctx);
     lull_tls_ctx_free(srv.repl_tls);
     server_free(&srv);
-    if (lull_loop_free(loop) < 0 && asked) {
+    if (lull_loop_free(loop) < 0 && watch.signum) {
         fprintf(stderr, "lull-kv: at exit, still open:\n");
         lull_loop_print_live(loop, stderr);
+        clean = false;
     }
-    return asked && rc == 0 ? 0 : 1;
+    return clean ? 0 : 1;
 }

@@ -7,7 +7,10 @@
 # (sent twice), its socket file is gone; the replica, its link down,
 # goes on until its own SIGINT, which ends it the same way. A primary
 # whose catch-up sender thread is stalled by a replica that stopped
-# reading ends at once too.
+# reading ends at once too; so does one whose log's reader is gone. The
+# --unix path: a regular file or a live server's socket refused, a stale
+# socket taken over, and at exit only this run's own file removed. A
+# SIGINT ignored from the start stays ignored.
 #   shutdown.sh <path to lull-kv>
 # Prints one line and exits 0 when redis-cli is not installed.
 set -u
@@ -114,6 +117,66 @@ gone "$tpid" || fail "the primary did not exit within 5 s of SIGTERM, its sender
 [ "$status" = 0 ] || fail "the primary exited $status after SIGTERM, its sender stalled"
 { kill -9 "$spid"; wait "$spid"; } 2>/dev/null
 
+# The log's reader gone (stderr a pipe whose reader exited): the
+# shutdown's log line fails to be written, and the shutdown goes on.
+mkfifo "$dir/log"
+"$kv" --port 0 --unix "$dir/p.sock" >"$dir/log" 2>&1 &
+lpid=$!
+pids="$pids $lpid"
+read -r first <"$dir/log"
+case $first in "lull-kv: listening on"*) ;; *) fail "first line: $first" ;; esac
+kill -TERM "$lpid"
+gone "$lpid" || fail "no exit after SIGTERM with its log's reader gone"
+[ "$status" = 0 ] || fail "exit $status after SIGTERM with its log's reader gone"
+[ ! -e "$dir/p.sock" ] || fail "the socket file stayed, its log's reader gone"
+
+# The --unix path: a file there that is not a socket is refused and
+# kept; a live server's socket is refused; at exit only this run's own
+# socket file is removed, not one another server put there since.
+echo "precious" >"$dir/file"
+timeout 5 "$kv" --port 0 --unix "$dir/file" >"$dir/onfile.out" 2>&1
+[ $? = 1 ] && grep -q "Address already in use" "$dir/onfile.out" ||
+    fail "--unix over a regular file: $(cat "$dir/onfile.out")"
+[ "$(cat "$dir/file")" = precious ] || fail "the regular file was touched"
+start a --port 0 --unix "$dir/s.sock"
+apid=$started
+timeout 5 "$kv" --port 0 --unix "$dir/s.sock" >"$dir/busy.out" 2>&1
+[ $? = 1 ] && grep -q "Address already in use" "$dir/busy.out" ||
+    fail "--unix over a live server's socket: $(cat "$dir/busy.out")"
+rm "$dir/s.sock"
+start b --port 0 --unix "$dir/s.sock"
+bpid=$started
+bport=$started_port
+kill -TERM "$apid"
+gone "$apid" || fail "a did not exit"
+[ "$status" = 0 ] || fail "a exited $status"
+[ "$(redis-cli -s "$dir/s.sock" CONFIG GET port | tail -1)" = "$bport" ] ||
+    fail "b's socket file was removed by a's exit"
+# A stale socket file (nobody listens) is taken over.
+kill -9 "$bpid"
+wait "$bpid" 2>/dev/null
+[ -S "$dir/s.sock" ] || fail "no stale file to take over"
+start c --port 0 --unix "$dir/s.sock"
+[ "$(redis-cli -s "$dir/s.sock" PING)" = PONG ] || fail "the stale file was not taken over"
+
+# Started with SIGINT ignored (a background job of a script is), it
+# keeps ignoring it; SIGTERM still ends it.
+(
+    trap '' INT
+    exec "$kv" --port 0 >"$dir/ign.out" 2>&1
+) &
+ipid=$!
+pids="$pids $ipid"
+eventually grep -q "listening on" "$dir/ign.out" || fail "ign did not start"
+kill -INT "$ipid"
+sleep 0.3
+kill -0 "$ipid" 2>/dev/null || fail "SIGINT ended a lull-kv started with it ignored"
+kill -TERM "$ipid"
+gone "$ipid" || fail "ign did not exit after SIGTERM"
+[ "$status" = 0 ] || fail "ign exited $status"
+
 echo "shutdown: SIGTERM (twice) closed a subscriber, a replica's link, a client holding" \
     "$got of 20 MiB unread and one mid-command, removed the socket file, exit 0; SIGINT ended the replica, exit 0;" \
-    "SIGTERM ended a primary whose sender thread was stalled by a stopped replica, exit 0"
+    "SIGTERM ended a primary whose sender thread was stalled by a stopped replica, exit 0;" \
+    "its log's reader gone, exit 0; --unix refused over a file and a live socket, a stale one taken over," \
+    "another server's file kept at exit; an inherited ignored SIGINT stays ignored"
