@@ -110,8 +110,10 @@ start stalled --port 0 --replica-of "127.0.0.1:$tport"
 spid=$started
 acked() { redis-cli -p "$tport" INFO replication | sed -n 's/^slave0:.*offset=\([0-9]*\).*/\1/p'; }
 begun() { [ -n "$(acked)" ] && [ "$(acked)" -gt 0 ]; }
+moff=$(redis-cli -p "$tport" INFO replication | tr -d '\r' | sed -n 's/^master_repl_offset://p')
 eventually begun || fail "the catch-up did not begin"
 kill -STOP "$spid"
+[ "$(acked)" -lt "$moff" ] || fail "the replica was not stopped mid catch-up ($(acked) of $moff)"
 kill -TERM "$tpid"
 gone "$tpid" || fail "the primary did not exit within 5 s of SIGTERM, its sender stalled"
 [ "$status" = 0 ] || fail "the primary exited $status after SIGTERM, its sender stalled"
