@@ -610,9 +610,15 @@ static int make_tls(const tls_opts *t, server *srv, lull_tls_ctx **server_ctx) {
  * accepts, every connection closed (one last non-blocking write of what
  * it has queued, then EOF to its client), the Unix socket's file removed,
  * exit status 0. A second signal while closing changes nothing. A signal
- * the process was started with ignored (a background job of a script
- * gets SIGINT so, that Ctrl-C meant for the script passes it by) stays
- * ignored. */
+ * the process was started with ignored stays ignored (a script's
+ * background jobs start with SIGINT ignored, so that a Ctrl-C meant for
+ * the script passes them by).
+ *
+ *   trigger          a signal read from the loop's signalfd
+ *   source of truth  the kernel's pending signals
+ *   pending work     none until one is read; then the shutdown, once
+ *   next deadline    none; the shutdown's drain waits 1 s at most
+ *   quiet            no timer, no task: the signalfd alone */
 typedef struct shutdown_watch {
     lull_signal sig[2];
     bool watched[2]; /* not ignored at start-up: blocked, then watched */
