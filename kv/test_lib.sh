@@ -1,6 +1,12 @@
-# What kv/integration.sh and kv/access.sh share: a scratch directory,
-# starting lull-kv and cleaning up after it. Sourced, with $kv (the
-# lull-kv to run) set and TEST_NAME naming the scratch directory.
+# What kv/integration.sh, kv/access.sh and kv/shutdown.sh share: redis-cli
+# (without it, one line and exit 0), a scratch directory, starting lull-kv
+# and cleaning up after it. Sourced, with $kv (the lull-kv to run) set and
+# TEST_NAME naming the scratch directory.
+
+if ! command -v redis-cli >/dev/null 2>&1; then
+    echo "skipped: redis-cli not installed (Debian package redis-tools)"
+    exit 0
+fi
 
 dir=$(mktemp -d "/tmp/lull-kv-$TEST_NAME.XXXXXX")
 pids=
