@@ -48,6 +48,8 @@ eventually link_up || fail "the replica's link did not come up"
 
 head -c 1048576 /dev/zero | tr '\0' x >"$dir/big"
 redis-cli -p "$port" -x SET big <"$dir/big" >/dev/null || fail "SET big"
+has_big() { [ "$(redis-cli -p "$rport" STRLEN big)" = 1048576 ]; }
+eventually has_big || fail "the replica did not get big"
 # A subscriber, waiting.
 redis-cli -p "$port" SUBSCRIBE news >"$dir/sub.out" 2>&1 &
 sub=$!
