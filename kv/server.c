@@ -647,23 +647,35 @@ static void shutdown_watch_block(shutdown_watch *w) {
     }
 }
 
-/* The handles hold no reference: they never keep a run alive alone. */
-static int shutdown_watch_start(shutdown_watch *w, server *srv) {
-    w->srv = srv;
-    for (int i = 0; i < 2; i++) {
-        if (!w->watched[i]) continue;
-        int rc = lull_signal_init(srv->loop, &w->sig[i], shutdown_asked);
-        if (rc == 0) rc = lull_signal_start(&w->sig[i], shutdown_signals[i]);
-        if (rc < 0) return rc;
-        w->sig[i].data = w;
-        lull_signal_unref(&w->sig[i]);
-    }
-    return 0;
-}
-
 static void shutdown_watch_stop(shutdown_watch *w) {
     for (int i = 0; i < 2; i++)
         if (w->watched[i]) lull_signal_stop(&w->sig[i]);
+}
+
+/* The handles hold no reference: they never keep a run alive alone. When
+ * they cannot start (no fd left for the signalfd, a sandbox refusing it),
+ * the signals are given back their usual action, unblocked, rather than
+ * left blocked and unread: they then end the process at once, as before
+ * there was a shutdown. */
+static int shutdown_watch_start(shutdown_watch *w, server *srv) {
+    w->srv = srv;
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        if (!w->watched[i]) continue;
+        rc = lull_signal_init(srv->loop, &w->sig[i], shutdown_asked);
+        w->sig[i].data = w;
+        if (rc == 0) rc = lull_signal_start(&w->sig[i], shutdown_signals[i]);
+        if (rc == 0) lull_signal_unref(&w->sig[i]);
+    }
+    if (rc == 0) return 0;
+    shutdown_watch_stop(w);
+    sigset_t set;
+    sigemptyset(&set);
+    for (int i = 0; i < 2; i++)
+        if (w->watched[i]) sigaddset(&set, shutdown_signals[i]);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    w->watched[0] = w->watched[1] = false;
+    return rc;
 }
 
 static void drain_overdue(lull_timer *t) {
@@ -705,7 +717,8 @@ typedef struct unix_file {
 static void unix_file_note(unix_file *f, const char *path) {
     struct stat st;
     f->path = path;
-    f->made = lstat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+    /* "@name" is in the abstract namespace: no file at all. */
+    f->made = path[0] != '@' && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode);
     if (f->made) {
         f->dev = st.st_dev;
         f->ino = st.st_ino;
@@ -724,7 +737,8 @@ static void unix_file_remove(const unix_file *f) {
  * not a socket is left for the bind to refuse. */
 static int unix_path_claim(const char *path) {
     struct stat st;
-    if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode)) return 0;
+    if (path[0] == '@' || lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode))
+        return 0; /* abstract ("@name"), free, or for the bind to refuse */
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path) return 0; /* the bind says so */
     memcpy(sa.sun_path, path, strlen(path) + 1);
@@ -916,11 +930,11 @@ int main(int argc, char **argv) {
     printf("lull-kv: listening on %s%s%s\n", line, unix_path ? " and " : "",
            unix_path ? unix_path : "");
     fflush(stdout);
-    if ((rc = shutdown_watch_start(&watch, &srv)) < 0) {
-        fprintf(stderr, "lull-kv: watching SIGINT and SIGTERM: %s\n",
+    if ((rc = shutdown_watch_start(&watch, &srv)) < 0)
+        srv_log(&srv,
+                "SIGINT and SIGTERM not watched (%s): either ends lull-kv "
+                "at once, without closing its connections",
                 strerror(-rc));
-        return 1;
-    }
     server_start(&srv);
     /* A signal or a failure ends the run (a failure: every listener gone,
      * or the loop's poll failing); exit 0 only for a signal's whole

@@ -10,7 +10,9 @@
 # reading ends at once too; so does one whose log's reader is gone. The
 # --unix path: a regular file or a live server's socket refused, a stale
 # socket taken over, and at exit only this run's own file removed. A
-# SIGINT ignored from the start stays ignored.
+# SIGINT ignored from the start stays ignored. With no fd left for the
+# signalfd the signals keep their usual action; an abstract name ("@x")
+# touches no file.
 #   shutdown.sh <path to lull-kv>
 # Prints one line and exits 0 when redis-cli is not installed.
 set -u
@@ -175,8 +177,60 @@ kill -TERM "$ipid"
 gone "$ipid" || fail "ign did not exit after SIGTERM"
 [ "$status" = 0 ] || fail "ign exited $status"
 
+exec 3<&- 4<&- # the raw clients' sockets, not for the servers below
+
+# No fd left for the signalfd (as a sandbox refusing it would leave it):
+# at the lowest fd limit lull-kv listens under, the signalfd, its last
+# fd, cannot open; lull-kv says so, serves, and SIGTERM takes its usual
+# action rather than being blocked and never read.
+lim=
+for n in $(seq 4 32); do
+    (
+        ulimit -n "$n"
+        exec "$kv" --port 0 >"$dir/lim.out" 2>&1
+    ) &
+    lpid=$!
+    pids="$pids $lpid"
+    listening() { grep -q "listening on" "$dir/lim.out"; }
+    exited() { ! kill -0 "$lpid" 2>/dev/null; }
+    up_or_gone() { listening || exited; }
+    eventually up_or_gone || fail "at ulimit -n $n: neither listening nor gone"
+    if listening; then
+        lim=$n
+        break
+    fi
+    wait "$lpid" 2>/dev/null
+done
+[ -n "$lim" ] || fail "lull-kv listened under no fd limit up to 32"
+grep -q "SIGINT and SIGTERM not watched (Too many open files)" "$dir/lim.out" ||
+    fail "at ulimit -n $lim: $(cat "$dir/lim.out")"
+sleep 0.2 # (no fd is left for a client either: it runs, serving none)
+kill -0 "$lpid" 2>/dev/null || fail "at ulimit -n $lim it exited: $(cat "$dir/lim.out")"
+kill -TERM "$lpid"
+gone "$lpid" || fail "SIGTERM, unwatched, did not end it"
+[ "$status" = 143 ] || fail "SIGTERM, unwatched: exit $status, not its usual action (143)"
+
+# An abstract name ("@name") has no file: a file of that name in the
+# working directory (here a stale socket) is neither taken over nor
+# removed.
+abs="@lull-kv-abs-$$"
+start abs0 --port 0 --unix "$dir/$abs"
+{ kill -9 "$started"; wait "$started"; } 2>/dev/null
+[ -S "$dir/$abs" ] || fail "no stale socket named $abs"
+(
+    cd "$dir" || exit 1
+    exec "$kv" --port 0 --unix "$abs" >"$dir/abs.out" 2>&1
+) &
+apid=$!
+pids="$pids $apid"
+eventually grep -q "listening on" "$dir/abs.out" || fail "abstract: $(cat "$dir/abs.out")"
+kill -TERM "$apid"
+gone "$apid" && [ "$status" = 0 ] || fail "abstract: exit $status"
+[ -S "$dir/$abs" ] || fail "the file $abs was taken over or removed for an abstract name"
+
 echo "shutdown: SIGTERM (twice) closed a subscriber, a replica's link, a client holding" \
     "$got of 20 MiB unread and one mid-command, removed the socket file, exit 0; SIGINT ended the replica, exit 0;" \
     "SIGTERM ended a primary whose sender thread was stalled by a stopped replica, exit 0;" \
     "its log's reader gone, exit 0; --unix refused over a file and a live socket, a stale one taken over," \
-    "another server's file kept at exit; an inherited ignored SIGINT stays ignored"
+    "another server's file kept at exit; an inherited ignored SIGINT stays ignored;" \
+    "at ulimit -n $lim, signals unwatched, said, and SIGTERM's usual action; an abstract name touches no file"
