@@ -85,11 +85,12 @@ size_t shorter(size_t len);
 void report(const char *what);
 
 /* The I/O plan (one thread: the loop's). Before each recv, recvmsg,
- * sendmsg or send (kind K_RECV or K_SENDMSG) of `*len` bytes: 0 makes the call as
- * asked, an errno fails it with that errno, SHORT makes it with *len cut
- * down (1 <= *len < asked). After a call that went through and moved n
- * of `asked` bytes: what it returns (a sendmsg's count may be planted
- * wrong; a recv's is counted, never changed). NULL: no plan. */
+ * sendmsg or send (kind K_RECV or K_SENDMSG) of `*len` bytes: 0 makes the
+ * call as asked, an errno fails it with that errno, SHORT makes it with
+ * *len cut down (1 <= *len < asked). After a call that went through and
+ * moved n of `asked` bytes: what it returns (a sendmsg's or send's count
+ * may be planted wrong; a recv's is counted, never changed). NULL: no
+ * plan. */
 extern int (*shim_io_before)(int kind, int fd, size_t *len);
 extern ssize_t (*shim_io_after)(int kind, int fd, ssize_t n, size_t asked);
 
