@@ -23,7 +23,7 @@ bin="$build/bench/timer_scale"
 . "$(dirname "$0")/callgrind_lib.sh"
 callgrind_ready callgrind_timers "$bin"
 
-names=$("$bin" --no-spike --no-delay --runs 1 1000 10 2 2>/dev/null |
+names=$("$bin" --no-spike --runs 1 1000 10 2 2>/dev/null |
     awk '/^(lull|lull-virtual|libev|libuv) / { print $1 }' | sort -u)
 
 echo "instructions per arm + cancel (callgrind; $base armed, $extra per round," \

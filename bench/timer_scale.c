@@ -38,14 +38,6 @@
  *    slow in every run at the same index is the structure's own cost (an arm
  *    that grows the heap), not noise, and is printed with its index and its
  *    least time over the runs.
- *  - flush delay (lull on the real clock only): how much later than its
- *    call an arm's delay starts counting, i.e. the reading that gave it
- *    its deadline minus the time of the call, for arms made by a producer
- *    that posts itself and arms one timer per call, by one that does ~1 us
- *    of work per arm, by that one again measuring the second of two arms
- *    per call (a deferred arm: the first of a callback reads the clock),
- *    and by a timer that re-arms itself from its callback on an otherwise
- *    idle loop (lull-lab turns' 1 ms lateness row).
  *
  * Delays are pseudo-random in [1 h, 2 h), so nothing fires and each timer
  * lands at a random place in the heap. lull runs twice: on the real clock,
@@ -58,7 +50,6 @@
  *   separated subset (lull,lull-virtual,libev,libuv). Options:
  *     --runs N       alternating runs (default 3)
  *     --no-spike     skip the spike pass
- *     --no-delay     skip the flush-delay pass
  *     --inline P     run the rounds of pattern P only, of the first
  *                    implementation named, in this process, and print
  *                    nothing but that: for callgrind
@@ -525,131 +516,11 @@ static const char *spread2(char *buf, size_t len, const double *v, uint32_t n) {
     return buf;
 }
 
-/* ---------------------------------------------------------- flush delay
- *
- * lull on the real clock: each arm records CLOCK_MONOTONIC just before
- * lull_timer_start; once the loop has flushed it, its deadline minus its
- * delay is the reading its delay counts from, and that minus the call is
- * the lateness the lazy arm added. Read after the run, when every arm has
- * long been flushed, so lull_timer_deadline forces no flush of its own. */
-
-#define DELAY_ARMS 20000
-/* The ~1 us record: spins on the clock, as lull_loop_should_yield's own
- * bench does. */
-#define RECORD_NS 1000
-
-static lull_timer *dtimers;
-static uint64_t *dcalled;
-static uint32_t dnext, dlimit;
-static bool dslow, dsecond;
-/* Armed first in each callback by the second-arm producer, so the arm
- * measured is a further one (deferred). */
-static lull_timer dlead;
-
-static void d_arm(uint32_t i, uint64_t delay) {
-    dcalled[i] = now_ns();
-    lull_timer_start(&dtimers[i], delay, 0);
-}
-
-/* A producer that arms one timer per call and posts itself again. */
-static void d_producer(lull_task *t) {
-    if (dslow) {
-        uint64_t end = now_ns() + RECORD_NS;
-        while (now_ns() < end) {
-        }
-    }
-    if (dsecond) lull_timer_start(&dlead, 3600ull * 1000000000u, 0);
-    d_arm(dnext, 3600ull * 1000000000u);
-    if (++dnext < dlimit) lull_task_post(lloop, t);
-}
-
-/* A 1 ms timer that re-arms itself from its callback, as lull-lab's
- * lateness row does, and arms a probe beside it: both are flushed by the
- * same reading. */
-static void d_rearm(lull_timer *t) {
-    if (dnext == dlimit) return;
-    d_arm(dnext++, 3600ull * 1000000000u);
-    lull_timer_start(t, 1000000, 0);
-}
-
-static void flush_delays(double *out, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t from = lull_timer_deadline(&dtimers[i]) - delays[i];
-        out[i] = (double)(int64_t)(from - dcalled[i]);
-    }
-}
-
-static double pct(double *v, uint32_t n, double p) {
-    uint32_t i = (uint32_t)(p * (n - 1));
-    return v[i];
-}
-
-static void print_delays(const char *what, double *v, uint32_t n) {
-    qsort(v, n, sizeof *v, cmp_double);
-    printf("  %-44s %8.0f %8.0f %8.0f %9.0f %9.0f\n", what, v[0],
-           pct(v, n, 0.5), pct(v, n, 0.99), pct(v, n, 0.999), v[n - 1]);
-}
-
-static void run_flush_delay(void) {
-    lull_loop_options o = {0};
-    if (lull_loop_new(&lloop, &o) != 0) abort();
-    dtimers = calloc(DELAY_ARMS, sizeof *dtimers);
-    dcalled = calloc(DELAY_ARMS, sizeof *dcalled);
-    double *v = calloc(DELAY_ARMS, sizeof *v);
-    if (!dtimers || !dcalled || !v) abort();
-    printf("\nflush delay, lull on the real clock: the reading a lazy arm's "
-           "delay counts from, minus the\ntime of its lull_timer_start call "
-           "(ns; what the arm adds to the timer's lateness)\n");
-    printf("  %-44s %8s %8s %8s %9s %9s\n", "", "min", "p50", "p99", "p99.9",
-           "max");
-    lull_timer_init(lloop, &dlead, lull_cb);
-    lull_timer_unref(&dlead);
-    for (int mode = 0; mode < 4; mode++) {
-        for (uint32_t i = 0; i < DELAY_ARMS; i++) {
-            lull_timer_init(lloop, &dtimers[i], lull_cb);
-            lull_timer_unref(&dtimers[i]); /* the run ends with them armed */
-        }
-        uint32_t n = mode == 3 ? 2000 : DELAY_ARMS;
-        for (uint32_t i = 0; i < n; i++)
-            delays[i] = 3600ull * 1000000000u;
-        dnext = 0;
-        dlimit = n;
-        dslow = mode == 1 || mode == 2;
-        dsecond = mode == 2;
-        if (mode < 3) {
-            lull_task t;
-            lull_task_init(&t, d_producer);
-            lull_task_post(lloop, &t);
-            lull_loop_run(lloop, LULL_RUN_DEFAULT);
-        } else {
-            lull_timer tick;
-            lull_timer_init(lloop, &tick, d_rearm);
-            lull_timer_start(&tick, 1000000, 0);
-            while (dnext < dlimit)
-                lull_loop_run(lloop, LULL_RUN_ONCE);
-            lull_timer_stop(&tick);
-        }
-        flush_delays(v, n);
-        for (uint32_t i = 0; i < n; i++)
-            lull_timer_stop(&dtimers[i]);
-        const char *what[4] = {"producer, one arm per task (no work)",
-                               "producer, one arm per ~1 us task",
-                               "~1 us task, its second arm (deferred)",
-                               "1 ms timer re-armed from its callback, idle"};
-        print_delays(what[mode], v, n);
-    }
-    lull_timer_stop(&dlead);
-    printf("  bound: none for a callback's first delayed arm (it reads the "
-           "clock); a further one, the rest\n  of its callback up to its "
-           "return or its next lull_loop_should_yield call\n");
-    if (lull_loop_free(lloop) != 0) printf("  (loop not freed)\n");
-}
-
 /* ------------------------------------------------------------------ main */
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: timer_scale [--runs N] [--no-spike] [--no-delay] "
+            "usage: timer_scale [--runs N] [--no-spike] "
             "[--inline PATTERN]\n"
             "                   [BASE [EXTRA [ROUNDS 2..%d [NAMES]]]]\n",
             MAX_ROUNDS);
@@ -657,7 +528,7 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
-    bool spike = true, delay = true;
+    bool spike = true;
     int inline_pattern = -1;
     const char *names = NULL;
     int pos = 0;
@@ -666,8 +537,6 @@ int main(int argc, char **argv) {
             runs = (uint32_t)strtoul(argv[++a], NULL, 10);
         } else if (strcmp(argv[a], "--no-spike") == 0) {
             spike = false;
-        } else if (strcmp(argv[a], "--no-delay") == 0) {
-            delay = false;
         } else if (strcmp(argv[a], "--inline") == 0 && a + 1 < argc) {
             a++;
             for (int p = 0; p < N_PATTERNS; p++)
@@ -694,7 +563,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < N_IMPLS; i++)
         chosen[i] = !names || name_in(impls[i].name, names);
     uint32_t delay_n = base_n + extra_n;
-    make_delays(delay_n > DELAY_ARMS ? delay_n : DELAY_ARMS);
+    make_delays(delay_n);
 
     if (inline_pattern >= 0) {
         for (size_t i = 0; i < N_IMPLS; i++) {
@@ -821,6 +690,5 @@ int main(int argc, char **argv) {
         }
     }
 
-    if (delay && chosen[0]) run_flush_delay();
     return 0;
 }

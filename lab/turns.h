@@ -27,6 +27,7 @@ enum {
     TURNS_TIMERS,         /* arm + cancel with 1,000,000 timers armed */
     TURNS_VIRTUAL,        /* the virtual clock against the real one (C7) */
     TURNS_LATENESS_BUSY,  /* 1 ms timer lateness beside CPU hogs (full runs) */
+    TURNS_ARM_DELAY,      /* a delayed arm's start after its call (full runs) */
     TURNS_FIGURES
 };
 
@@ -59,6 +60,9 @@ enum {
     VIRTUAL_TIMERS,     /* timers in that comparison */
     VIRTUAL_HOUR_MS     /* real ms to advance 1 h with 10,000 timers due */
 };
+/* How much later than its lull_timer_start call an arm's delay starts
+ * counting, ns (lab/turns_arm.c). */
+enum { ARM_P50_NS, ARM_P99_NS, ARM_P999_NS, ARM_MAX_NS };
 #define TURNS_VALUES 6
 
 /* Rounds of arm-then-cancel the timers figure runs in each process: the
@@ -144,6 +148,14 @@ extern const turns_peer turns_lull;    /* lab/turns_lull.c */
 extern const turns_peer turns_lull_so; /* lab/turns_lull_so.c */
 extern const turns_peer turns_floor;   /* lab/peers/floor.c */
 extern const turns_peer turns_node;    /* lab/turns_node.c */
+
+/* Figure (9)'s rows, lull's entries (lab/turns_arm.c): a producer arming
+ * one timer per task, the same doing ~1 µs of work first, that one's
+ * second arm per task, a 1 ms timer re-arming itself. */
+int turns_arm_plain(const turns_params *p, turns_result *out);
+int turns_arm_worked(const turns_params *p, turns_result *out);
+int turns_arm_second(const turns_params *p, turns_result *out);
+int turns_arm_rearm(const turns_params *p, turns_result *out);
 #ifdef LAB_HAVE_UV
 extern const turns_peer turns_uv; /* lab/peers/uv.c */
 #endif

@@ -594,6 +594,15 @@ static const turns_entry entries[] = {
      NULL, 0, 0},
     {TURNS_VIRTUAL, "lull: real and virtual clock", virtual_order, NULL,
      TURNS_BASE, 0},
+    /* lab/turns_arm.c */
+    {TURNS_ARM_DELAY, "lull: one arm per task, no work", turns_arm_plain, NULL,
+     0, 0},
+    {TURNS_ARM_DELAY, "lull: one arm per ~1 µs task", turns_arm_worked, NULL,
+     TURNS_BASE, 0},
+    {TURNS_ARM_DELAY, "lull: a ~1 µs task's second arm (deferred)",
+     turns_arm_second, NULL, 0, 0},
+    {TURNS_ARM_DELAY, "lull: 1 ms timer re-armed in its callback, idle",
+     turns_arm_rearm, NULL, 0, 0},
 };
 
 const turns_peer turns_lull = {

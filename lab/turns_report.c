@@ -10,18 +10,24 @@
 /* lull's task chain, ns/hop, for (2)'s target; NaN until (1) ran. */
 static double lull_task_ns = NAN;
 
+/* a ÷ b round by round: rows of one figure are measured in every round,
+ * in turn, so each ratio sees one machine (the spells a shared machine has
+ * cancel out of it). Rounds where b has no value above 0 are left out. */
+static lab_series round_ratios(const lab_row *a, const lab_row *b, int col) {
+    lab_series r = {.n = 0};
+    const lab_series *x = &a->v[col], *y = &b->v[col];
+    for (int i = 0; i < x->n && i < y->n; i++)
+        if (y->v[i] > 0) lab_series_add(&r, x->v[i] / y->v[i]);
+    return r;
+}
+
 /* lull's every-hop row ÷ the floor's (no loop: epoll_wait(0) and one
- * indirect call per hop), round by round, as median [min–max]: both ran in
- * the same round, so each ratio sees the same machine. */
+ * indirect call per hop), round by round, as median [min–max]. */
 static void hop_floor_check(const lab_fig *fig) {
     const lab_row *e = lab_fig_base(fig, TURNS_CLASS_EVERY_HOP);
     const lab_row *fl = lab_fig_find(fig, "floor", "epoll_wait(0)");
     if (!e || !fl) return;
-    const lab_series *a = &e->v[CHAIN_NS_PER_HOP];
-    const lab_series *b = &fl->v[CHAIN_NS_PER_HOP];
-    lab_series r = {.n = 0};
-    for (int i = 0; i < a->n && i < b->n; i++)
-        if (b->v[i] > 0) lab_series_add(&r, a->v[i] / b->v[i]);
+    lab_series r = round_ratios(e, fl, CHAIN_NS_PER_HOP);
     if (!r.n) return;
     lab_detail("  lull every hop ÷ the floor, round by round: %.3f [%.3f–%.3f] "
                "(target ≤ 1.05)\n",
@@ -205,7 +211,34 @@ static void idle_checks(const lab_fig *fig) {
     }
 }
 
-/* Beside the hogs: lull's p99 against every other row's, same rounds. */
+/* Rounds in which a's value is below b's, of the rounds both measured. */
+static int rounds_below(const lab_row *a, const lab_row *b, int col, int *n) {
+    const lab_series *x = &a->v[col], *y = &b->v[col];
+    int below = 0;
+    *n = x->n < y->n ? x->n : y->n;
+    for (int i = 0; i < *n; i++)
+        below += x->v[i] < y->v[i];
+    return below;
+}
+
+/* Two-sided sign test: the chance that a fair coin, tossed n times, lands
+ * as unevenly as k heads or more so. Near 1: the rounds cannot tell the
+ * two rows apart; below 0.05: one is lower more often than chance. */
+static double sign_test_p(int k, int n) {
+    int tail = k < n - k ? k : n - k;
+    double p = 0, c = 1; /* c: n choose i */
+    for (int i = 0; i <= tail; i++) {
+        p += c;
+        c = c * (n - i) / (i + 1);
+    }
+    p = 2 * p / pow(2, n);
+    return p < 1 ? p : 1;
+}
+
+/* Beside the hogs: lull's p99 against every other row's, same rounds, as
+ * a ratio of medians and as rounds won (the hog's hold on the CPU moves
+ * every row from round to round, so a difference shows, if there is one,
+ * as one row lower in most rounds). */
 static void busy_checks(const lab_fig *fig) {
     const lab_row *l = lab_fig_find(fig, "lull", NULL);
     double lv = lab_row_median(l, LATE_P99_US);
@@ -214,8 +247,12 @@ static void busy_checks(const lab_fig *fig) {
         const lab_row *r = &fig->rows[i];
         double v = lab_row_median(r, LATE_P99_US);
         if ((r->flags & LAB_ROW_LULL) || !isfinite(v)) continue;
-        lab_detail("  lull's p99 ÷ %s's: %.3g%s\n", r->label, lv / v,
-                   (r->flags & LAB_ROW_FLOOR) ? "" : " (target ≤ 1)");
+        int n, k = rounds_below(l, r, LATE_P99_US, &n);
+        lab_detail("  lull's p99 ÷ %s's: %.3g%s; lull lower in %d of %d "
+                   "rounds (sign test p = %.2g)\n",
+                   r->label, lv / v,
+                   (r->flags & LAB_ROW_FLOOR) ? "" : " (target ≤ 1)", k, n,
+                   sign_test_p(k, n));
     }
     if (l && l->v[LATE_MIN_US].n)
         lab_detail("  lull's earliest firing: %+.1f µs\n",
@@ -449,6 +486,100 @@ static void verdict_lateness(const lab_fig *f) {
     }
 }
 
+/* Full runs only (the demo's verdict keeps to one line a contract part it
+ * always had): lull checking I/O every hop against the loop-less floor
+ * doing the same, round by round. */
+static void verdict_every_hop(const lab_fig *f) {
+    lab_row *e = lab_fig_base(f, TURNS_CLASS_EVERY_HOP);
+    lab_row *fl = lab_fig_find(f, "floor", "epoll_wait(0)");
+    if (!e || !fl) return;
+    lab_series r = round_ratios(e, fl, CHAIN_NS_PER_HOP);
+    lab_verdict *v = r.n ? lab_verdict_add("C2", 1) : NULL;
+    if (!v) return;
+    double x = lab_series_median(&r);
+    char a[LAB_CELL];
+    v->timing = true;
+    snprintf(v->what, sizeof v->what, "I/O every hop: %s× floor",
+             lab_fmt3(a, x));
+    snprintf(v->target, sizeof v->target, "≤ 1.05× floor");
+    verdict_peer(v, f, e,
+                 lab_fig_best_peer(f, TURNS_CLASS_EVERY_HOP, CHAIN_NS_PER_HOP),
+                 CHAIN_NS_PER_HOP);
+    lab_verdict_spread(v, "lull ÷ floor, round by round",
+                       lab_series_max(&r) / lab_series_min(&r));
+    lab_verdict_bound(v, x, 1.05, true);
+}
+
+/* Full runs only: the cross-thread round trip on one CPU, lull's loops
+ * sleeping on a futex as the floor's threads do, round by round. */
+static void verdict_cross_thread(const lab_fig *f) {
+    lab_row *l = lab_fig_find(f, "lull", "futex sleep");
+    lab_row *fl = lab_fig_find(f, "floor", "futex");
+    if (!l || !fl) return;
+    lab_series r = round_ratios(l, fl, TRIP_P50_US);
+    lab_verdict *v = r.n ? lab_verdict_add("C2", 2) : NULL;
+    if (!v) return;
+    double x = lab_series_median(&r);
+    char a[LAB_CELL];
+    v->timing = true;
+    snprintf(v->what, sizeof v->what, "cross-thread trip %s× futex",
+             lab_fmt3(a, x));
+    snprintf(v->target, sizeof v->target, "≤ 1.1× floor");
+    verdict_peer(v, f, lab_fig_base(f, 0), lab_fig_best_peer(f, 0, TRIP_P50_US),
+                 TRIP_P50_US);
+    lab_verdict_spread(v, "lull ÷ floor, round by round",
+                       lab_series_max(&r) / lab_series_min(&r));
+    lab_verdict_bound(v, x, 1.1, true);
+}
+
+/* Full runs only (the figure needs seconds of hogs): lull's 1 ms p99
+ * beside CPU hogs against the best peer's at the same slack. */
+static void verdict_busy(const lab_fig *f) {
+    lab_row *l = lab_fig_base(f, 0);
+    lab_row *p = lab_fig_best_peer(f, 0, LATE_P99_US);
+    lab_row *floor = lab_fig_find(f, "floor", "nanosleep");
+    lab_verdict *v = l ? lab_verdict_add("C3", 2) : NULL;
+    if (!v) return;
+    double lv = lab_row_median(l, LATE_P99_US);
+    char a[LAB_CELL];
+    v->timing = true;
+    snprintf(v->what, sizeof v->what, "beside CPU hogs: p99 %s µs",
+             lab_fmt3(a, lv));
+    snprintf(v->target, sizeof v->target, "≤ every peer");
+    verdict_peer(v, f, l, p, LATE_P99_US);
+    if (floor)
+        lab_verdict_spread(v, "the floor's p99",
+                           lab_row_spread(floor, LATE_P99_US));
+    if (p)
+        lab_verdict_bound(v, lv, lab_row_median(p, LATE_P99_US), true);
+    else
+        snprintf(v->note, sizeof v->note, "no peer ran");
+}
+
+/* Full runs only: how late a ~1 µs task's delayed arms start counting at
+ * p99.9, its first arm (a clock reading) and its deferred second, the
+ * worse of the two; no peer defers an arm. */
+static void verdict_arm_delay(const lab_fig *f) {
+    lab_row *first = lab_fig_find(f, "lull", "one arm per ~1 µs task");
+    lab_row *second = lab_fig_find(f, "lull", "second arm");
+    if (!first || !second) return;
+    double x = lab_row_median(first, ARM_P999_NS);
+    double y = lab_row_median(second, ARM_P999_NS);
+    lab_row *worse = y > x ? second : first;
+    double w = y > x ? y : x;
+    lab_verdict *v = isfinite(w) ? lab_verdict_add("C3", 3) : NULL;
+    if (!v) return;
+    char a[LAB_CELL];
+    v->timing = true;
+    snprintf(v->what, sizeof v->what, "an arm starts %s µs late, p99.9",
+             lab_fmt3(a, w / 1e3));
+    snprintf(v->target, sizeof v->target, "≤ 20 µs");
+    snprintf(v->peer, sizeof v->peer, "–");
+    lab_verdict_spread(v, "its p99.9 over the rounds",
+                       lab_row_spread(worse, ARM_P999_NS));
+    lab_verdict_bound(v, w, 20e3, true);
+}
+
 static void verdict_virtual(const lab_fig *f) {
     lab_row *l = lab_fig_base(f, 0);
     lab_verdict *v = lab_verdict_add("C7", 0);
@@ -464,10 +595,15 @@ static void verdict_virtual(const lab_fig *f) {
 }
 
 void turns_report(lab_fig *const figs[TURNS_FIGURES], const lab_options *opts) {
-    (void)opts;
     brief(figs);
     if (figs[TURNS_IDLE]) verdict_quiet(figs[TURNS_IDLE]);
     verdict_turns(figs[TURNS_CHAIN_TASK], figs[TURNS_CHAIN_TIMER0]);
+    if (figs[TURNS_CHAIN_TASK] && !opts->quick)
+        verdict_every_hop(figs[TURNS_CHAIN_TASK]);
+    if (figs[TURNS_ROUNDTRIP] && !opts->quick)
+        verdict_cross_thread(figs[TURNS_ROUNDTRIP]);
     if (figs[TURNS_LATENESS]) verdict_lateness(figs[TURNS_LATENESS]);
+    if (figs[TURNS_LATENESS_BUSY]) verdict_busy(figs[TURNS_LATENESS_BUSY]);
+    if (figs[TURNS_ARM_DELAY]) verdict_arm_delay(figs[TURNS_ARM_DELAY]);
     if (figs[TURNS_VIRTUAL]) verdict_virtual(figs[TURNS_VIRTUAL]);
 }

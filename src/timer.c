@@ -24,7 +24,7 @@
  *    CLOCK_MONOTONIC (the vDSO) and counts from it: exact, so a watchdog
  *    armed before long synchronous work, or a producer's one arm per
  *    task, is never stretched (deferring every arm to the next stride
- *    read cost bench/timer_scale's producer of 1 us tasks 14 us at the
+ *    read cost a producer of 1 us tasks 14 us at the
  *    median, and milliseconds at p99.9 where the thread was preempted
  *    between the arm and that read). The reading also flushes the arms deferred
  * before it and refreshes the cached now (loop->arm_read_tasks says which
@@ -43,7 +43,7 @@
  *    slice check (defer_ends_soon), so the reading comes when the arming
  *    callback returns or at its next lull_loop_should_yield call,
  *    whichever is first, and at the latest when the slice ends, before
- *    the loop polls again (bench/timer_scale prints these delays). Until
+ *    the loop polls again (`lull-lab turns` measures these delays). Until
  *    its flush a deferred timer is armed (active, keeps the loop alive)
  *    but has no deadline: lull_timer_deadline and lull_loop_walk take a
  *    reading to give it one.
