@@ -90,19 +90,52 @@ static void chain_checks(const lab_fig *fig, int f) {
             "starvation bug of that version)\n");
 }
 
+/* Rounds in which a's value is below b's, of the rounds both measured. */
+static int rounds_below(const lab_row *a, const lab_row *b, int col, int *n) {
+    const lab_series *x = &a->v[col], *y = &b->v[col];
+    int below = 0;
+    *n = x->n < y->n ? x->n : y->n;
+    for (int i = 0; i < *n; i++)
+        below += x->v[i] < y->v[i];
+    return below;
+}
+
+/* Two-sided sign test: the chance that a fair coin, tossed n times, lands
+ * as unevenly as k heads or more so. Near 1: the rounds cannot tell the
+ * two rows apart; below 0.05: one is lower more often than chance. */
+static double sign_test_p(int k, int n) {
+    int tail = k < n - k ? k : n - k;
+    double p = 0, c = 1; /* c: n choose i */
+    for (int i = 0; i <= tail; i++) {
+        p += c;
+        c = c * (n - i) / (i + 1);
+    }
+    p = 2 * p / pow(2, n);
+    return p < 1 ? p : 1;
+}
+
+/* lull's p99 against another row's of the same rounds: the ratio of
+ * their medians, and the rounds lull was lower in, with a sign test (a
+ * p99 moves from round to round with the machine; a difference between
+ * two rows shows, if there is one, as one lower in most rounds). */
+static void p99_against(const lab_row *l, const lab_row *r,
+                        const char *target) {
+    int n, k = rounds_below(l, r, LATE_P99_US, &n);
+    lab_detail("  lull's p99 ÷ %s's: %.3g%s; lull lower in %d of %d rounds "
+               "(sign test p = %.2g)\n",
+               r->label,
+               lab_row_median(l, LATE_P99_US) / lab_row_median(r, LATE_P99_US),
+               target, k, n, sign_test_p(k, n));
+}
+
 static void lateness_checks(const lab_fig *fig) {
     const lab_row *lull = lab_fig_base(fig, 0);
     const lab_row *sleep = lab_fig_find(fig, "floor", "clock_nanosleep");
     const lab_row *epoll = lab_fig_find(fig, "floor", "epoll_pwait2");
-    double l99 = lab_row_median(lull, LATE_P99_US);
-    if (sleep)
-        lab_detail("  lull's p99 ÷ the clock_nanosleep floor's: %.3g (target "
-                   "≤ 1.1)\n",
-                   l99 / lab_row_median(sleep, LATE_P99_US));
-    if (epoll)
-        lab_detail("  lull's p99 ÷ the epoll_pwait2 floor's: %.3g\n",
-                   l99 / lab_row_median(epoll, LATE_P99_US));
-    if (lull && lull->v[LATE_MIN_US].n)
+    if (!lull) return;
+    if (sleep) p99_against(lull, sleep, " (target ≤ 1.1)");
+    if (epoll) p99_against(lull, epoll, "");
+    if (lull->v[LATE_MIN_US].n)
         lab_detail("  lull's earliest fire over the rounds: %.3g µs (< 0: it "
                    "fired early)\n",
                    lab_series_min(&lull->v[LATE_MIN_US]));
@@ -211,50 +244,18 @@ static void idle_checks(const lab_fig *fig) {
     }
 }
 
-/* Rounds in which a's value is below b's, of the rounds both measured. */
-static int rounds_below(const lab_row *a, const lab_row *b, int col, int *n) {
-    const lab_series *x = &a->v[col], *y = &b->v[col];
-    int below = 0;
-    *n = x->n < y->n ? x->n : y->n;
-    for (int i = 0; i < *n; i++)
-        below += x->v[i] < y->v[i];
-    return below;
-}
-
-/* Two-sided sign test: the chance that a fair coin, tossed n times, lands
- * as unevenly as k heads or more so. Near 1: the rounds cannot tell the
- * two rows apart; below 0.05: one is lower more often than chance. */
-static double sign_test_p(int k, int n) {
-    int tail = k < n - k ? k : n - k;
-    double p = 0, c = 1; /* c: n choose i */
-    for (int i = 0; i <= tail; i++) {
-        p += c;
-        c = c * (n - i) / (i + 1);
-    }
-    p = 2 * p / pow(2, n);
-    return p < 1 ? p : 1;
-}
-
-/* Beside the hogs: lull's p99 against every other row's, same rounds, as
- * a ratio of medians and as rounds won (the hog's hold on the CPU moves
- * every row from round to round, so a difference shows, if there is one,
- * as one row lower in most rounds). */
+/* Beside the hogs: lull's p99 against every other row's, same rounds. */
 static void busy_checks(const lab_fig *fig) {
     const lab_row *l = lab_fig_find(fig, "lull", NULL);
-    double lv = lab_row_median(l, LATE_P99_US);
-    if (!isfinite(lv)) return;
+    if (!isfinite(lab_row_median(l, LATE_P99_US))) return;
     for (int i = 0; i < fig->nrows; i++) {
         const lab_row *r = &fig->rows[i];
-        double v = lab_row_median(r, LATE_P99_US);
-        if ((r->flags & LAB_ROW_LULL) || !isfinite(v)) continue;
-        int n, k = rounds_below(l, r, LATE_P99_US, &n);
-        lab_detail("  lull's p99 ÷ %s's: %.3g%s; lull lower in %d of %d "
-                   "rounds (sign test p = %.2g)\n",
-                   r->label, lv / v,
-                   (r->flags & LAB_ROW_FLOOR) ? "" : " (target ≤ 1)", k, n,
-                   sign_test_p(k, n));
+        if ((r->flags & LAB_ROW_LULL) ||
+            !isfinite(lab_row_median(r, LATE_P99_US)))
+            continue;
+        p99_against(l, r, (r->flags & LAB_ROW_FLOOR) ? "" : " (target ≤ 1)");
     }
-    if (l && l->v[LATE_MIN_US].n)
+    if (l->v[LATE_MIN_US].n)
         lab_detail("  lull's earliest firing: %+.1f µs\n",
                    lab_series_min(&l->v[LATE_MIN_US]));
 }
@@ -571,7 +572,7 @@ static void verdict_arm_delay(const lab_fig *f) {
     if (!v) return;
     char a[LAB_CELL];
     v->timing = true;
-    snprintf(v->what, sizeof v->what, "an arm starts %s µs late, p99.9",
+    snprintf(v->what, sizeof v->what, "arm start p99.9: %s µs late",
              lab_fmt3(a, w / 1e3));
     snprintf(v->target, sizeof v->target, "≤ 20 µs");
     snprintf(v->peer, sizeof v->peer, "–");
