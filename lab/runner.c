@@ -311,11 +311,15 @@ static void scale_init(lab_table *t) {
     lab_table_init(t, 9, header);
 }
 
-static void scale_row(lab_table *t, const lab_fig *f, int n) {
+/* A size's row of the table by sessions; *q50 and *qcpu get lull ÷ the
+ * floor on the p50 and on CPU per event (NaN where either is missing). */
+static void scale_row(lab_table *t, const lab_fig *f, int n, double *q50,
+                      double *qcpu) {
     const lab_row *ln = lab_fig_find(f, "lull", row_label[ROW_LULL_NOTIFY]);
     const lab_row *fl = lab_fig_find(f, NULL, row_label[ROW_FLOOR]);
     const lab_row *nn = lab_fig_find(f, "node", row_label[ROW_NODE_NOTIFY]);
     const lab_row *rows[3] = {ln, fl, nn};
+    *q50 = *qcpu = NAN;
     int tr = lab_table_row(t);
     if (tr < 0) return;
     char buf[LAB_CELL], b2[LAB_CELL];
@@ -332,13 +336,13 @@ static void scale_row(lab_table *t, const lab_fig *f, int n) {
                       measured ? lab_fmt(buf, lab_row_median(r, RV_CPU_EV))
                                : "–");
     }
-    double q50 = ln && fl
-                     ? lab_row_median(ln, RV_P50) / lab_row_median(fl, RV_P50)
-                     : NAN;
-    double qcpu =
-        ln && fl ? lab_row_median(ln, RV_CPU_EV) / lab_row_median(fl, RV_CPU_EV)
-                 : NAN;
-    lab_table_set(t, tr, 7, "%s · %s", lab_fmt3(buf, q50), lab_fmt3(b2, qcpu));
+    *q50 = ln && fl ? lab_row_median(ln, RV_P50) / lab_row_median(fl, RV_P50)
+                    : NAN;
+    *qcpu = ln && fl
+                ? lab_row_median(ln, RV_CPU_EV) / lab_row_median(fl, RV_CPU_EV)
+                : NAN;
+    lab_table_set(t, tr, 7, "%s · %s", lab_fmt3(buf, *q50),
+                  lab_fmt3(b2, *qcpu));
     lab_table_set(t, tr, 8, "%s · %s",
                   lab_fmt3(buf, ln ? lab_row_median(ln, RV_BUSY_T) : NAN),
                   lab_fmt3(b2, ln ? lab_row_median(ln, RV_BUSY_R) : NAN));
@@ -421,6 +425,42 @@ static void verdict(const lab_fig *f, int n, bool node, const char *no_node) {
             snprintf(v->peer, sizeof v->peer, "%s", node_cell);
         lab_verdict_judge(v, reads == 0 && wakeups == 0);
     }
+}
+
+/* Full runs: lull's transport against the floor at every size (the table
+ * by sessions), the worst size's ratios, and the first size's p50 held to
+ * the tighter bound the default size has. */
+typedef struct scale_worst {
+    double q50, qcpu;  /* the largest lull ÷ floor over the sizes */
+    double first_q50;  /* at the first size */
+    double floor_move; /* the floor's p50 spread at the worst p50's size */
+} scale_worst;
+
+static void scale_note(scale_worst *w, const lab_fig *f, int k, double q50,
+                       double qcpu) {
+    if (k == 0) w->first_q50 = q50;
+    if (q50 > w->q50 || !isfinite(w->q50)) {
+        w->q50 = q50;
+        w->floor_move =
+            lab_row_spread(lab_fig_find(f, NULL, row_label[ROW_FLOOR]), RV_P50);
+    }
+    if (qcpu > w->qcpu || !isfinite(w->qcpu)) w->qcpu = qcpu;
+}
+
+static void scale_verdict(const scale_worst *w, int first_n) {
+    lab_verdict *v = isfinite(w->q50) ? lab_verdict_add("runner", 2) : NULL;
+    if (!v) return;
+    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL];
+    v->timing = true;
+    snprintf(v->what, sizeof v->what, "÷ floor: p50 ≤ %s, CPU/ev ≤ %s",
+             lab_fmt3(a, w->q50), lab_fmt3(b, w->qcpu));
+    snprintf(v->target, sizeof v->target, "≤ 1.5; %d: ≤ 1.1", first_n);
+    snprintf(v->peer, sizeof v->peer, "%d: p50 %s× floor", first_n,
+             lab_fmt3(c, w->first_q50));
+    lab_verdict_spread(v, "the floor's p50", w->floor_move);
+    lab_verdict_bound(v, w->q50, 1.5, true);
+    lab_verdict_bound(v, w->qcpu, 1.5, true);
+    lab_verdict_bound(v, w->first_q50, 1.1, true);
 }
 
 /* ------------------------------------------------------------- driver */
@@ -536,6 +576,7 @@ static int run_all(const lab_options *opts, lab_json *json,
     lab_fig *main_f = NULL;
     lab_table scale;
     scale_init(&scale);
+    scale_worst worst = {NAN, NAN, NAN, NAN};
     int rc = 0;
     for (int k = 0; k < nsizes; k++) {
         int n = sizes[k];
@@ -558,7 +599,9 @@ static int run_all(const lab_options *opts, lab_json *json,
         lab_fig_notes(f);
         /* Beyond the first size, the table by sessions has its rows. */
         if (k == 0) brief_rows(&t, f, n);
-        scale_row(&scale, f, n);
+        double q50, qcpu;
+        scale_row(&scale, f, n, &q50, &qcpu);
+        scale_note(&worst, f, k, q50, qcpu);
         snprintf(keys[k], sizeof keys[k], "runners_%d", n);
         f->key = keys[k];
         lab_fig_json(f, json);
@@ -586,6 +629,7 @@ static int run_all(const lab_options *opts, lab_json *json,
         lab_fig_free(main_f);
     } else if (main_f) {
         verdict(main_f, sizes[0], node, no_node);
+        if (nsizes > 1) scale_verdict(&worst, sizes[0]);
         lab_fig_free(main_f);
     }
     return rc;

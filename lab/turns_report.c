@@ -487,6 +487,23 @@ static void verdict_lateness(const lab_fig *f) {
     }
 }
 
+/* Full runs only: idle CPU per handle, every row holding as many sockets
+ * and timers, against the cheapest peer's. */
+static void verdict_idle_peers(const lab_fig *f) {
+    lab_row *l = lab_fig_find(f, "lull", NULL);
+    lab_row *p = lab_fig_best_peer(f, 0, IDLE_NS_PER_HANDLE);
+    double lv = lab_row_median(l, IDLE_NS_PER_HANDLE);
+    lab_verdict *v = isfinite(lv) && p ? lab_verdict_add("C1", 1) : NULL;
+    if (!v) return;
+    char a[LAB_CELL];
+    v->timing = true;
+    snprintf(v->what, sizeof v->what, "idle CPU per handle %s ns/s",
+             lab_fmt3(a, lv));
+    snprintf(v->target, sizeof v->target, "≤ every peer");
+    verdict_peer(v, f, l, p, IDLE_NS_PER_HANDLE);
+    lab_verdict_bound(v, lv, lab_row_median(p, IDLE_NS_PER_HANDLE), true);
+}
+
 /* Full runs only (the demo's verdict keeps to one line a contract part it
  * always had): lull checking I/O every hop against the loop-less floor
  * doing the same, round by round. */
@@ -598,6 +615,7 @@ static void verdict_virtual(const lab_fig *f) {
 void turns_report(lab_fig *const figs[TURNS_FIGURES], const lab_options *opts) {
     brief(figs);
     if (figs[TURNS_IDLE]) verdict_quiet(figs[TURNS_IDLE]);
+    if (figs[TURNS_IDLE] && !opts->quick) verdict_idle_peers(figs[TURNS_IDLE]);
     verdict_turns(figs[TURNS_CHAIN_TASK], figs[TURNS_CHAIN_TIMER0]);
     if (figs[TURNS_CHAIN_TASK] && !opts->quick)
         verdict_every_hop(figs[TURNS_CHAIN_TASK]);
