@@ -107,6 +107,16 @@ double lab_series_median(const lab_series *s);
 int lab_series_median_index(const lab_series *s);
 double lab_series_min(const lab_series *s);
 double lab_series_max(const lab_series *s);
+/* a ÷ b round by round, for two rows measured in the same rounds (each
+ * ratio then sees one machine); rounds where b is not above 0 are left
+ * out, and so are a's or b's rounds beyond the other's. */
+lab_series lab_series_ratios(const lab_series *a, const lab_series *b);
+/* The rounds in which a is below b (ties are not), of the *n both have. */
+int lab_series_below(const lab_series *a, const lab_series *b, int *n);
+/* Two-sided sign test: the chance that a fair coin tossed n times lands
+ * as unevenly as k heads, or more so. Near 1: the rounds cannot tell two
+ * rows apart; below 0.05, one is lower more often than chance. */
+double lab_sign_test_p(int k, int n);
 
 /* ---------------------------------------------------------------- table */
 

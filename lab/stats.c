@@ -132,6 +132,33 @@ double lab_series_max(const lab_series *s) {
     return m;
 }
 
+lab_series lab_series_ratios(const lab_series *a, const lab_series *b) {
+    lab_series r = {.n = 0};
+    for (int i = 0; i < a->n && i < b->n; i++)
+        if (b->v[i] > 0) lab_series_add(&r, a->v[i] / b->v[i]);
+    return r;
+}
+
+int lab_series_below(const lab_series *a, const lab_series *b, int *n) {
+    int below = 0;
+    *n = a->n < b->n ? a->n : b->n;
+    for (int i = 0; i < *n; i++)
+        below += a->v[i] < b->v[i];
+    return below;
+}
+
+double lab_sign_test_p(int k, int n) {
+    if (n <= 0 || k < 0 || k > n) return 1;
+    int tail = k < n - k ? k : n - k;
+    double p = 0, c = 1; /* c: n choose i */
+    for (int i = 0; i <= tail; i++) {
+        p += c;
+        c = c * (n - i) / (i + 1);
+    }
+    p = 2 * p / pow(2, n);
+    return p < 1 ? p : 1;
+}
+
 /* ---------------------------------------------------------------- table */
 
 void lab_table_init(lab_table *t, int cols, const char *const *header) {

@@ -83,9 +83,9 @@ static int run_mode(lull_loop *loop) {
 }
 
 /* Fills out with the percentiles of the arms' start delays, in ns. */
-static void summarize(turns_result *out) {
+static int summarize(turns_result *out) {
     double *v = calloc(a.want, sizeof *v);
-    if (!v) return;
+    if (!v) return -ENOMEM;
     for (uint32_t i = 0; i < a.want; i++) {
         uint64_t from = lull_timer_deadline(&a.timers[i]) - HOUR_NS;
         v[i] = (double)(int64_t)(from - a.called[i]);
@@ -95,6 +95,7 @@ static void summarize(turns_result *out) {
     out->v[ARM_P999_NS] = lab_percentile(v, a.want, 0.999);
     out->v[ARM_MAX_NS] = v[a.want - 1]; /* sorted above */
     free(v);
+    return 0;
 }
 
 static int measure(int mode, turns_result *out) {
@@ -126,7 +127,7 @@ static int measure(int mode, turns_result *out) {
         }
         if (rc == 0) rc = run_mode(a.loop);
         if (rc == 0 && a.next != a.want) rc = -EIO;
-        if (rc == 0) summarize(out);
+        if (rc == 0) rc = summarize(out);
         for (uint32_t i = 0; i < a.want; i++)
             lull_timer_stop(&a.timers[i]);
         lull_timer_stop(&a.lead);

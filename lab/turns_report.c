@@ -10,24 +10,14 @@
 /* lull's task chain, ns/hop, for (2)'s target; NaN until (1) ran. */
 static double lull_task_ns = NAN;
 
-/* a ÷ b round by round: rows of one figure are measured in every round,
- * in turn, so each ratio sees one machine (the spells a shared machine has
- * cancel out of it). Rounds where b has no value above 0 are left out. */
-static lab_series round_ratios(const lab_row *a, const lab_row *b, int col) {
-    lab_series r = {.n = 0};
-    const lab_series *x = &a->v[col], *y = &b->v[col];
-    for (int i = 0; i < x->n && i < y->n; i++)
-        if (y->v[i] > 0) lab_series_add(&r, x->v[i] / y->v[i]);
-    return r;
-}
-
 /* lull's every-hop row ÷ the floor's (no loop: epoll_wait(0) and one
  * indirect call per hop), round by round, as median [min–max]. */
 static void hop_floor_check(const lab_fig *fig) {
     const lab_row *e = lab_fig_base(fig, TURNS_CLASS_EVERY_HOP);
     const lab_row *fl = lab_fig_find(fig, "floor", "epoll_wait(0)");
     if (!e || !fl) return;
-    lab_series r = round_ratios(e, fl, CHAIN_NS_PER_HOP);
+    lab_series r =
+        lab_series_ratios(&e->v[CHAIN_NS_PER_HOP], &fl->v[CHAIN_NS_PER_HOP]);
     if (!r.n) return;
     lab_detail("  lull every hop ÷ the floor, round by round: %.3f [%.3f–%.3f] "
                "(target ≤ 1.05)\n",
@@ -90,42 +80,18 @@ static void chain_checks(const lab_fig *fig, int f) {
             "starvation bug of that version)\n");
 }
 
-/* Rounds in which a's value is below b's, of the rounds both measured. */
-static int rounds_below(const lab_row *a, const lab_row *b, int col, int *n) {
-    const lab_series *x = &a->v[col], *y = &b->v[col];
-    int below = 0;
-    *n = x->n < y->n ? x->n : y->n;
-    for (int i = 0; i < *n; i++)
-        below += x->v[i] < y->v[i];
-    return below;
-}
-
-/* Two-sided sign test: the chance that a fair coin, tossed n times, lands
- * as unevenly as k heads or more so. Near 1: the rounds cannot tell the
- * two rows apart; below 0.05: one is lower more often than chance. */
-static double sign_test_p(int k, int n) {
-    int tail = k < n - k ? k : n - k;
-    double p = 0, c = 1; /* c: n choose i */
-    for (int i = 0; i <= tail; i++) {
-        p += c;
-        c = c * (n - i) / (i + 1);
-    }
-    p = 2 * p / pow(2, n);
-    return p < 1 ? p : 1;
-}
-
 /* lull's p99 against another row's of the same rounds: the ratio of
  * their medians, and the rounds lull was lower in, with a sign test (a
  * p99 moves from round to round with the machine; a difference between
  * two rows shows, if there is one, as one lower in most rounds). */
 static void p99_against(const lab_row *l, const lab_row *r,
                         const char *target) {
-    int n, k = rounds_below(l, r, LATE_P99_US, &n);
+    int n, k = lab_series_below(&l->v[LATE_P99_US], &r->v[LATE_P99_US], &n);
     lab_detail("  lull's p99 ÷ %s's: %.3g%s; lull lower in %d of %d rounds "
                "(sign test p = %.2g)\n",
                r->label,
                lab_row_median(l, LATE_P99_US) / lab_row_median(r, LATE_P99_US),
-               target, k, n, sign_test_p(k, n));
+               target, k, n, lab_sign_test_p(k, n));
 }
 
 static void lateness_checks(const lab_fig *fig) {
@@ -511,7 +477,8 @@ static void verdict_every_hop(const lab_fig *f) {
     lab_row *e = lab_fig_base(f, TURNS_CLASS_EVERY_HOP);
     lab_row *fl = lab_fig_find(f, "floor", "epoll_wait(0)");
     if (!e || !fl) return;
-    lab_series r = round_ratios(e, fl, CHAIN_NS_PER_HOP);
+    lab_series r =
+        lab_series_ratios(&e->v[CHAIN_NS_PER_HOP], &fl->v[CHAIN_NS_PER_HOP]);
     lab_verdict *v = r.n ? lab_verdict_add("C2", 1) : NULL;
     if (!v) return;
     double x = lab_series_median(&r);
@@ -534,7 +501,7 @@ static void verdict_cross_thread(const lab_fig *f) {
     lab_row *l = lab_fig_find(f, "lull", "futex sleep");
     lab_row *fl = lab_fig_find(f, "floor", "futex");
     if (!l || !fl) return;
-    lab_series r = round_ratios(l, fl, TRIP_P50_US);
+    lab_series r = lab_series_ratios(&l->v[TRIP_P50_US], &fl->v[TRIP_P50_US]);
     lab_verdict *v = r.n ? lab_verdict_add("C2", 2) : NULL;
     if (!v) return;
     double x = lab_series_median(&r);

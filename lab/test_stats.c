@@ -1,0 +1,76 @@
+/* The lab's round statistics (lab/stats.c) that its verdict lines judge
+ * by: percentiles, medians, ratios and counts taken round by round, and
+ * the sign test the lateness notes print. */
+#include "check.h"
+
+#include <math.h>
+
+#include "lab.h"
+
+static lab_series series_of(const double *v, int n) {
+    lab_series s = {.n = 0};
+    for (int i = 0; i < n; i++)
+        lab_series_add(&s, v[i]);
+    return s;
+}
+
+static bool near(double x, double y) {
+    return fabs(x - y) <= 1e-9 * (fabs(y) > 1 ? fabs(y) : 1);
+}
+
+TEST(percentile_interpolates_between_sorted_values) {
+    double v[] = {40, 10, 30, 20};
+    CHECK(near(lab_percentile(v, 4, 0.5), 25));
+    CHECK(near(lab_percentile(v, 4, 0), 10));
+    CHECK(near(lab_percentile(v, 4, 1), 40));
+    CHECK(near(lab_percentile(v, 4, 0.99), 39.7));
+    CHECK(v[0] == 10 && v[3] == 40); /* sorted in place */
+    CHECK(lab_percentile(v, 0, 0.5) == 0);
+}
+
+TEST(series_median_of_odd_and_even_rounds) {
+    double odd[] = {5, 1, 3};
+    double even[] = {4, 1, 3, 2};
+    lab_series a = series_of(odd, 3), b = series_of(even, 4);
+    CHECK(lab_series_median(&a) == 3);
+    CHECK(near(lab_series_median(&b), 2.5));
+    CHECK(a.v[0] == 5); /* the series itself is left in round order */
+    CHECK(lab_series_min(&b) == 1 && lab_series_max(&b) == 4);
+}
+
+TEST(ratios_pair_rounds_and_skip_a_zero_denominator) {
+    double a[] = {10, 20, 30, 40};
+    double b[] = {5, 0, 15};
+    lab_series x = series_of(a, 4), y = series_of(b, 3);
+    lab_series r = lab_series_ratios(&x, &y);
+    CHECK_EQ(r.n, 2); /* round 2's 0 left out; round 4 has no pair */
+    CHECK(r.v[0] == 2 && r.v[1] == 2);
+    lab_series none = {.n = 0};
+    CHECK_EQ(lab_series_ratios(&x, &none).n, 0);
+}
+
+TEST(below_counts_strictly_lower_rounds_of_the_shorter) {
+    double a[] = {1, 5, 3, 3, 9};
+    double b[] = {2, 4, 3, 4};
+    lab_series x = series_of(a, 5), y = series_of(b, 4);
+    int n = -1;
+    CHECK_EQ(lab_series_below(&x, &y, &n), 2); /* rounds 1 and 4; 3 ties */
+    CHECK_EQ(n, 4);
+    CHECK_EQ(lab_series_below(&y, &x, &n), 1);
+}
+
+TEST(sign_test_matches_the_binomial_tails) {
+    CHECK(near(lab_sign_test_p(1, 5), 12.0 / 32)); /* 2 × (1 + 5) / 2^5 */
+    CHECK(near(lab_sign_test_p(4, 5), 12.0 / 32)); /* symmetric */
+    CHECK(near(lab_sign_test_p(5, 5), 2.0 / 32));
+    CHECK(near(lab_sign_test_p(0, 15), 2.0 / 32768));
+    CHECK(near(lab_sign_test_p(3, 15), 2.0 * (1 + 15 + 105 + 455) / 32768));
+    CHECK(lab_sign_test_p(7, 15) == 1); /* as even as 15 tosses can be */
+    CHECK(lab_sign_test_p(5, 10) == 1);
+}
+
+TEST(sign_test_of_no_rounds_or_a_count_out_of_range_is_one) {
+    CHECK(lab_sign_test_p(0, 0) == 1);
+    CHECK(lab_sign_test_p(-1, 5) == 1);
+    CHECK(lab_sign_test_p(6, 5) == 1);
+}
