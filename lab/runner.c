@@ -459,8 +459,8 @@ static void scale_verdict(const scale_worst *w, int first_n) {
              lab_fmt3(c, w->first_q50));
     lab_verdict_spread(v, "the floor's p50", w->floor_move);
     lab_verdict_bound(v, w->q50, 1.5, true);
-    lab_verdict_bound(v, w->qcpu, 1.5, true);
-    lab_verdict_bound(v, w->first_q50, 1.1, true);
+    if (isfinite(w->qcpu)) lab_verdict_bound(v, w->qcpu, 1.5, true);
+    if (isfinite(w->first_q50)) lab_verdict_bound(v, w->first_q50, 1.1, true);
 }
 
 /* ------------------------------------------------------------- driver */
