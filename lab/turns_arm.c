@@ -115,10 +115,10 @@ static int measure(int mode, turns_result *out) {
         }
         lull_timer_init(a.loop, &a.lead, never_fires);
         lull_timer_unref(&a.lead);
-        /* The producers' first pass grows the timer heap, and a deferred
-         * arm that grows it counts from after the growth (µs, with its
-         * page faults): the measured pass is the second, as a server's
-         * steady state is. The 1 ms timer's arms each read the clock. */
+        /* The producers' first pass grows the timer heap (each arm that
+         * grows it reads the clock: src/timer.c); the measured pass is the
+         * second, as a server's steady state is. The 1 ms timer's arms
+         * each read the clock. */
         if (mode != REARM) {
             rc = run_mode(a.loop);
             for (uint32_t i = 0; i < a.want; i++)

@@ -181,12 +181,6 @@ int lull__heap_insert(lull__heap *h, lull_timer *t, uint64_t deadline) {
     return 0;
 }
 
-int lull__heap_defer_slow(lull__heap *h, lull_timer *t, uint64_t delay) {
-    if (ROOT + h->len + h->pend >= h->cap && grow(h) != 0) return -ENOMEM;
-    lull__heap_try_defer(h, t, delay);
-    return 0;
-}
-
 static inline uint64_t saturating_add(uint64_t a, uint64_t b) {
     return a + b < a ? UINT64_MAX : a + b;
 }

@@ -62,9 +62,6 @@ typedef struct lull__heap {
 /* 0, or -ENOMEM when the heap cannot grow. (lull__heap_push is the same,
  * inline where it can be.) */
 int lull__heap_insert(lull__heap *h, lull_timer *t, uint64_t deadline);
-/* A deferred arm of t with `delay`, after the heap (lull__heap_try_defer
- * inline where there is room). 0, or -ENOMEM. */
-int lull__heap_defer_slow(lull__heap *h, lull_timer *t, uint64_t delay);
 /* Gives every deferred arm the deadline now + its delay (saturated at
  * UINT64_MAX) and puts it in the heap, in arm order. */
 void lull__heap_flush(lull__heap *h, uint64_t now);
@@ -126,8 +123,8 @@ static inline int lull__heap_push(lull__heap *h, lull_timer *t,
     return lull__heap_insert(h, t, deadline);
 }
 
-/* Appends a deferred arm where there is room (a few stores), else leaves
- * it to lull__heap_defer_slow: false. */
+/* Appends a deferred arm where there is room (a few stores); false when
+ * the heap must grow first (src/timer.c then arms it with a reading). */
 static inline bool lull__heap_try_defer(lull__heap *h, lull_timer *t,
                                         uint64_t delay) {
     uint32_t p = LULL__HEAP_ROOT + h->len + h->pend;

@@ -30,23 +30,25 @@
  * before it and refreshes the cached now (loop->arm_read_tasks says which
  * callback read, by tasks_run).
  *  - Deferred arms: a further delayed arm of that callback (a batch of
- *    request timeouts re-armed by one read callback) reads no clock: it
- *    stores its delay in the heap's deferred area (heap.h), and the loop's
- *    next real-clock reading gives every deferred arm its deadline,
- *    reading + delay (lull__timers_flush; clock.c calls it at each
- *    reading). Why that is never early: the reading is taken on the
- *    loop's thread after the arm returned (program order), and
- *    CLOCK_MONOTONIC never goes back, on any CPU, so the reading is at
- *    least the time of the call. A batch of arms thus pays one read
- *    (~25-40 ns here, about an arm + cancel with 10^6 armed). The
- *    lateness it costs is bounded: a deferral cuts the stride to its next
- *    slice check (defer_ends_soon), so the reading comes when the arming
- *    callback returns or at its next lull_loop_should_yield call,
- *    whichever is first, and at the latest when the slice ends, before
- *    the loop polls again (`lull-lab turns` measures these delays). Until
- *    its flush a deferred timer is armed (active, keeps the loop alive)
- *    but has no deadline: lull_timer_deadline and lull_loop_walk take a
- *    reading to give it one.
+ *    request timeouts re-armed by one read callback) reads no clock
+ *    (unless it finds the heap full: then it reads, so that the growth
+ *    does not stretch it): it stores its delay in the heap's deferred
+ *    area (heap.h), and the loop's next real-clock reading gives every
+ *    deferred arm its deadline, reading + delay (lull__timers_flush;
+ *    clock.c calls it at each reading). Why that is never early: the
+ *    reading is taken on the loop's thread after the arm returned
+ *    (program order), and CLOCK_MONOTONIC never goes back, on any CPU,
+ *    so the reading is at least the time of the call. A batch of arms
+ *    thus pays one read (~25-40 ns here, about an arm + cancel with 10^6
+ *    armed). The lateness it costs is bounded: a deferral cuts the
+ *    stride to its next slice check (defer_ends_soon), so the reading
+ *    comes when the arming callback returns or at its next
+ *    lull_loop_should_yield call, whichever is first, and at the latest
+ *    when the slice ends, before the loop polls again (`lull-lab turns`
+ *    measures these delays). Until its flush a deferred timer is armed
+ *    (active, keeps the loop alive) but has no deadline:
+ *    lull_timer_deadline and lull_loop_walk take a reading to give it
+ *    one.
  *    Threads and processes: a deferred arm never outlives its slice (the
  *    slice's end asserts it), so a loop that moves to another thread
  *    between runs carries none; a child forked inside a callback holds a
@@ -114,21 +116,14 @@ static void heap_add(lull_loop *loop, lull_timer *t, uint64_t deadline) {
 }
 
 /* A deferred arm (see the top of this file): its deadline comes with the
- * loop's next clock reading. The try is the inline fast path, and does
- * nothing but return false when the heap must grow first. */
+ * loop's next clock reading. Returns false, having done nothing, when the
+ * heap must grow first (arm_delayed then reads the clock). */
 static inline bool heap_try_defer(lull_loop *loop, lull_timer *t,
                                   uint64_t delay) {
     if (!lull__heap_try_defer(&loop->heap, t, delay)) return false;
     arm_order(loop, t);
     count_armed(loop, t);
     return true;
-}
-
-static void heap_defer(lull_loop *loop, lull_timer *t, uint64_t delay) {
-    if (heap_try_defer(loop, t, delay)) return;
-    if (lull__heap_defer_slow(&loop->heap, t, delay) != 0) heap_oom();
-    arm_order(loop, t);
-    count_armed(loop, t);
 }
 
 /* A deferred arm is flushed by the next slice check: the one after this
@@ -268,6 +263,16 @@ static uint64_t arm_read(lull_loop *loop) {
     return t;
 }
 
+/* A further arm of a callback that finds the heap full: the growth (a
+ * realloc with its copy and page faults, milliseconds with 10^6 timers
+ * armed) runs inside this call, so the arm reads the clock before it, as
+ * the callback's first arm does, rather than count from a reading after
+ * it. Rare: the heap doubles. */
+__attribute__((noinline)) static void
+arm_read_and_grow(lull_loop *loop, lull_timer *t, uint64_t delay) {
+    heap_add(loop, t, saturating_add(arm_read(loop), delay));
+}
+
 /* The instant a delay counts from, for an arm that is not deferred: on the
  * real clock a fresh reading (vDSO, ~25 ns), because the cached "now" can
  * be any age here (set-up code before lull_loop_run); the reading also
@@ -284,8 +289,10 @@ static inline void arm_delayed(lull_loop *loop, lull_timer *t, uint64_t delay) {
     if (!arm_deferred(loop)) {
         heap_add(loop, t, saturating_add(arm_time(loop), delay));
     } else if (callback_has_read(loop)) {
-        heap_defer(loop, t, delay);
-        defer_ends_soon(loop);
+        if (heap_try_defer(loop, t, delay))
+            defer_ends_soon(loop);
+        else
+            arm_read_and_grow(loop, t, delay);
     } else {
         heap_add(loop, t, saturating_add(arm_read(loop), delay));
     }

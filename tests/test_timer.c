@@ -1185,6 +1185,7 @@ TEST(arms_in_a_callback_read_no_clock) {
 static struct {
     bool on;
     uint64_t ns;
+    uint64_t reads; /* CLOCK_MONOTONIC readings taken while on */
 } fake_clock;
 
 int __real_clock_gettime(clockid_t id, struct timespec *ts);
@@ -1192,6 +1193,7 @@ int __wrap_clock_gettime(clockid_t id, struct timespec *ts);
 int __wrap_clock_gettime(clockid_t id, struct timespec *ts) {
     if (!fake_clock.on || id != CLOCK_MONOTONIC)
         return __real_clock_gettime(id, ts);
+    fake_clock.reads++;
     ts->tv_sec = (time_t)(fake_clock.ns / 1000000000u);
     ts->tv_nsec = (long)(fake_clock.ns % 1000000000u);
     return 0;
@@ -1308,6 +1310,49 @@ TEST(further_arm_in_a_long_callback_flushed_by_should_yield) {
     CHECK_U64_EQ(bound_late(&yield_arms[0]), 0);
     CHECK_U64_EQ(bound_late(&yield_arms[1]), 5 * US);
     bound_end(loop, yield_arms, 2);
+}
+
+/* A further arm that finds the heap full grows it inside its call (a
+ * realloc with its copy and page faults: milliseconds with 10^6 timers
+ * armed), so it reads the clock first, as the callback's first arm does:
+ * the growth cannot stretch it. That reading flushes the arms deferred
+ * before it; the arms after the last growth wait for the callback's end.
+ * The arms are 1 us apart, then 1 ms of work. */
+#define GROW_ARMS 5000
+static bound_arm grow_arms[GROW_ARMS];
+static bool grow_read[GROW_ARMS];
+static void arm_many_then_work(lull_task *t) {
+    (void)t;
+    for (int i = 0; i < GROW_ARMS; i++) {
+        uint64_t reads = fake_clock.reads;
+        bound_arm_now(&grow_arms[i]);
+        grow_read[i] = fake_clock.reads > reads;
+        fake_clock.ns += 1 * US;
+    }
+    fake_clock.ns += 1 * MS;
+}
+
+TEST(further_arm_that_grows_the_heap_reads_the_clock_first) {
+    lull_loop *loop = bound_loop(grow_arms, GROW_ARMS);
+    lull_task task;
+    lull_task_init(&task, arm_many_then_work);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK(grow_read[0]); /* the callback's first delayed arm */
+    int growths = 0, last = 0;
+    for (int i = 1; i < GROW_ARMS; i++) {
+        if (!grow_read[i]) continue;
+        growths++;
+        CHECK_U64_EQ(bound_late(&grow_arms[i]), 0);
+        for (int j = last + 1; j < i; j++)
+            CHECK_U64_EQ(bound_late(&grow_arms[j]), (uint64_t)(i - j) * US);
+        last = i;
+    }
+    CHECK(growths > 0);
+    for (int j = last + 1; j < GROW_ARMS; j++)
+        CHECK_U64_EQ(bound_late(&grow_arms[j]),
+                     (uint64_t)(GROW_ARMS - j) * US + 1 * MS);
+    bound_end(loop, grow_arms, GROW_ARMS);
 }
 
 /* A further arm is flushed when its callback returns, even when the stride
