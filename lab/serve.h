@@ -38,8 +38,8 @@ enum { R_KV_THREAD, R_KV_BUDGET, R_REDIS, R_KV_TLS, R_REDIS_TLS, REPL_ROWS };
     "floors: plain C servers, no lull; [system calls], the server's own "      \
     "count; ratios round by round"
 #define SERVE_SUITE_TITLE                                                      \
-    "redis-benchmark's default suite, 50 clients: lull-kv's CPU µs/req and "  \
-    "req/s, × vs redis-server"
+    "redis-benchmark's default suite, 50 clients: lull-kv's CPU µs/req; × "  \
+    "and floor ×: vs redis-server"
 
 /* lull-kv's default quantum (a shared loop's, contract C5); the budget-mode
  * target is this plus 1 ms. */
@@ -166,6 +166,10 @@ void serve_brief_row(lab_table *t, const char *label, double kv, double redis,
  * redis-server, their CPU and system calls per request; adds its verdict
  * line and prints its short table. */
 int serve_floors(const lab_options *opts, lab_json *json);
+/* The epoll floor server (lab/floor/epoll.c) on a port of its choosing,
+ * its CPU pinned as serve_start_kv's; false with s->why set when it is
+ * not built or does not start. */
+bool serve_start_epoll_floor(server *s, int cpu);
 
 /* ------------------------------------------------ TLS (serve_tls.c) */
 

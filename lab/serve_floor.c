@@ -416,6 +416,15 @@ static const char *floor_path(int r) {
     return not_run[r][0] ? NULL : path;
 }
 
+bool serve_start_epoll_floor(server *s, int cpu) {
+    not_run[F_EPOLL][0] = '\0';
+    const char *path = floor_path(F_EPOLL);
+    if (path) return start_floor(s, path, cpu);
+    *s = (server){.out_fd = -1};
+    snprintf(s->why, sizeof s->why, "%s", not_run[F_EPOLL]);
+    return false;
+}
+
 /* Starts every row's server; a row whose server does not start is not
  * run (lull-kv's or redis-server's failing fails the figure). */
 static int start_all(server *srv) {

@@ -15,7 +15,13 @@
  * both servers run every test on the same keyspace (the pops take what
  * the pushes left) and lull-kv's write log starts empty.
  *
- * Figures: one per depth whose rows are the two servers (suite_p1,
+ * Beside the two servers, in the same rounds, the epoll floor
+ * (lab/floor/): the same requests answered with replies of the same shape
+ * and size, no keyspace, no loop library: what the kernel's work and a
+ * parse cost. Where the floor itself is not 0.9× redis-server's, no
+ * server could be on this machine, and the line says floor-bound.
+ *
+ * Figures: one per depth whose rows are the three servers (suite_p1,
  * suite_p16): measuring a row runs the suite once, and the server that
  * goes first rotates round by round. Its per-test values fill one figure
  * per test (suite_<test>: each server at each depth), whose rows take the
@@ -31,6 +37,24 @@
 #include <string.h>
 #include <termios.h>
 #include <unistd.h>
+
+/* The suite's servers: serve.h's two, then the floor. */
+enum { S_FLOOR = SERVERS, SUITE_SERVERS };
+
+static const char *suite_name(int s) {
+    return s == S_FLOOR ? "epoll floor" : server_name[s];
+}
+
+/* A row's peer and flags in the figures. */
+static const char *row_peer(int s) {
+    return s == S_KV ? "lull" : s == S_REDIS ? "redis-server" : "floor";
+}
+
+static unsigned row_flags(int s) {
+    return s == S_KV      ? LAB_ROW_LULL | LAB_ROW_BASE
+           : s == S_FLOOR ? LAB_ROW_FLOOR
+                          : 0;
+}
 
 typedef struct suite_test {
     const char *csv;   /* its first CSV cell */
@@ -102,8 +126,8 @@ typedef struct suite {
     bool quick;
     int expected; /* CSV lines a run prints */
     /* The round's runs: [depth][server][test][TV_*]. */
-    double res[DEPTHS][SERVERS][SUITE_TESTS][TV_COUNT];
-    bool have[DEPTHS][SERVERS][SUITE_TESTS];
+    double res[DEPTHS][SUITE_SERVERS][SUITE_TESTS][TV_COUNT];
+    bool have[DEPTHS][SUITE_SERVERS][SUITE_TESTS];
 } suite;
 
 typedef struct drive_ctx {
@@ -319,25 +343,28 @@ static int run_suite(suite *su, const server *srv, int d, int s, double *v,
     return 0;
 }
 
-/* A depth figure's row: a fresh server, the suite once, the server gone. */
+/* A depth figure's row: a fresh server, the suite once, the server gone.
+ * A floor that is not built or does not start leaves its row unmeasured
+ * (the line is then judged without it). */
 static int drive_measure(lab_fig *f, lab_row *row, int round, double *v) {
     (void)round;
     const drive_ctx *c = f->ctx;
     int s = (int)row->tag;
     server srv;
-    bool ok = s == S_KV ? serve_start_kv(&srv, NULL, serve_cpu_server)
-                        : serve_start_redis(&srv, 0, serve_cpu_server, -1);
+    bool ok = s == S_KV      ? serve_start_kv(&srv, NULL, serve_cpu_server)
+              : s == S_REDIS ? serve_start_redis(&srv, 0, serve_cpu_server, -1)
+                             : serve_start_epoll_floor(&srv, serve_cpu_server);
     char why[240];
     int rc;
     if (!ok) {
         snprintf(why, sizeof why, "%.200s", srv.why);
-        rc = -EIO;
+        rc = s == S_FLOOR ? LAB_SKIPPED : -EIO;
     } else {
         rc = run_suite(c->su, &srv, c->d, s, v, why, sizeof why);
         serve_server_stop(&srv);
     }
-    if (rc < 0)
-        printf("default suite, %s -P %d: %s\n", server_name[s], depth[c->d],
+    if (rc < 0 || (rc == LAB_SKIPPED && round == 0))
+        printf("default suite, %s -P %d: %s\n", suite_name(s), depth[c->d],
                why);
     return rc;
 }
@@ -346,7 +373,7 @@ static int drive_measure(lab_fig *f, lab_row *row, int round, double *v) {
 static int test_measure(lab_fig *f, lab_row *row, int round, double *v) {
     (void)round;
     const test_ctx *c = f->ctx;
-    int d = (int)row->tag / SERVERS, s = (int)row->tag % SERVERS;
+    int d = (int)row->tag / SUITE_SERVERS, s = (int)row->tag % SUITE_SERVERS;
     if (!c->su->have[d][s][c->t]) return LAB_SKIPPED;
     memcpy(v, c->su->res[d][s][c->t], sizeof(double) * TV_COUNT);
     return 0;
@@ -366,19 +393,24 @@ static void test_json(const lab_fig *f, const lab_row *row, lab_json *j) {
     if (!row) return;
     (void)f;
     lab_json_key(j, "server");
-    lab_json_string(j, server_name[row->tag % SERVERS]);
-    lab_json_field(j, "pipeline", depth[row->tag / SERVERS]);
+    lab_json_string(j, suite_name((int)(row->tag % SUITE_SERVERS)));
+    lab_json_field(j, "pipeline", depth[row->tag / SUITE_SERVERS]);
 }
 
 /* ------------------------------------------------------------- output */
 
 static double med(const lab_fig *f, int d, int s, int col) {
-    return lab_row_median(&f->rows[d * SERVERS + s], col);
+    return lab_row_median(&f->rows[d * SUITE_SERVERS + s], col);
+}
+
+/* × of redis-server against server s (lull-kv, or the floor). */
+static double ratio_of(const lab_fig *f, int d, int s, int col) {
+    return lab_ratio(f, &f->rows[d * SUITE_SERVERS + s],
+                     &f->rows[d * SUITE_SERVERS + S_REDIS], col);
 }
 
 static double ratio(const lab_fig *f, int d, int col) {
-    return lab_ratio(f, &f->rows[d * SERVERS + S_KV],
-                     &f->rows[d * SERVERS + S_REDIS], col);
+    return ratio_of(f, d, S_KV, col);
 }
 
 static void series_cell(lab_table *t, int row, int col, const lab_series *s) {
@@ -391,7 +423,9 @@ static void print_depth(lab_fig *const *tf, int d) {
     const char *header[] = {"test",
                             "lull-kv CPU µs/req",
                             "redis-server",
+                            "epoll floor",
                             "×",
+                            "floor ×",
                             "lull-kv req/s",
                             "redis-server",
                             "×",
@@ -399,24 +433,28 @@ static void print_depth(lab_fig *const *tf, int d) {
                             "redis-server",
                             "redis-benchmark µs/req, kv / redis"};
     lab_table t;
-    lab_table_init(&t, 10, header);
+    lab_table_init(&t, 12, header);
     for (int k = 0; k < SUITE_TESTS; k++) {
         const lab_fig *f = tf[k];
         if (!f) continue;
         int row = lab_table_row(&t);
         char a[LAB_CELL], b[LAB_CELL];
         lab_table_set(&t, row, 0, "%s -P %d", tests[k].label, depth[d]);
+        for (int s = 0; s < SUITE_SERVERS; s++)
+            series_cell(&t, row, 1 + s,
+                        &f->rows[d * SUITE_SERVERS + s].v[TV_CPU]);
         for (int s = 0; s < SERVERS; s++) {
-            const lab_row *r = &f->rows[d * SERVERS + s];
-            series_cell(&t, row, 1 + s, &r->v[TV_CPU]);
-            series_cell(&t, row, 4 + s, &r->v[TV_RPS]);
-            lab_table_set(&t, row, 7 + s, "%s / %s",
+            const lab_row *r = &f->rows[d * SUITE_SERVERS + s];
+            series_cell(&t, row, 6 + s, &r->v[TV_RPS]);
+            lab_table_set(&t, row, 9 + s, "%s / %s",
                           lab_fmt(a, lab_row_median(r, TV_P50)),
                           lab_fmt(b, lab_row_median(r, TV_P99)));
         }
-        lab_table_set(&t, row, 3, "%s", lab_fmt_ratio(a, ratio(f, d, TV_CPU)));
-        lab_table_set(&t, row, 6, "%s", lab_fmt_ratio(a, ratio(f, d, TV_RPS)));
-        lab_table_set(&t, row, 9, "%s / %s",
+        lab_table_set(&t, row, 4, "%s", lab_fmt_ratio(a, ratio(f, d, TV_CPU)));
+        lab_table_set(&t, row, 5, "%s",
+                      lab_fmt_ratio(a, ratio_of(f, d, S_FLOOR, TV_CPU)));
+        lab_table_set(&t, row, 8, "%s", lab_fmt_ratio(a, ratio(f, d, TV_RPS)));
+        lab_table_set(&t, row, 11, "%s / %s",
                       lab_fmt(a, med(f, d, S_KV, TV_CLIENT)),
                       lab_fmt(b, med(f, d, S_REDIS, TV_CLIENT)));
     }
@@ -426,9 +464,9 @@ static void print_depth(lab_fig *const *tf, int d) {
 /* The suite's table, test by test: --verbose only (the short output's
  * verdict line says how many tests met the target). */
 static void print_brief(lab_fig *const *tf) {
-    const char *header[] = {
-        "default suite", "µs/req -P 1", "×",     "req/s", "×",
-        "µs/req -P 16",  "×",           "req/s", "×"};
+    const char *header[] = {"default suite", "µs/req -P 1",  "×", "floor ×",
+                            "req/s ×",       "µs/req -P 16", "×", "floor ×",
+                            "req/s ×"};
     lab_table t;
     lab_table_init(&t, 9, header);
     for (int k = 0; k < SUITE_TESTS; k++) {
@@ -443,7 +481,7 @@ static void print_brief(lab_fig *const *tf) {
             lab_table_set(&t, row, 2 + 4 * d, "%s",
                           lab_fmt_ratio(a, ratio(f, d, TV_CPU)));
             lab_table_set(&t, row, 3 + 4 * d, "%s",
-                          lab_fmt(a, med(f, d, S_KV, TV_RPS)));
+                          lab_fmt_ratio(a, ratio_of(f, d, S_FLOOR, TV_CPU)));
             lab_table_set(&t, row, 4 + 4 * d, "%s",
                           lab_fmt_ratio(a, ratio(f, d, TV_RPS)));
         }
@@ -459,23 +497,33 @@ static void print_brief(lab_fig *const *tf) {
 static void verdict(lab_fig *const *tf) {
     double cpu_lo = INFINITY, cpu_hi = -INFINITY;
     double rps_lo = INFINITY, rps_hi = -INFINITY;
-    int cpu_ok = 0, rps_ok = 0, n = 0;
+    int cpu_ok = 0, rps_ok = 0, floor_ok = 0, floors = 0, n = 0;
     lab_verdict *v = lab_verdict_add("serve", SERVE_V_SUITE);
     for (int k = 0; k < SUITE_TESTS; k++)
         for (int d = 0; d < DEPTHS && tf[k]; d++) {
             double x = ratio(tf[k], d, TV_CPU), y = ratio(tf[k], d, TV_RPS);
+            double xf = ratio_of(tf[k], d, S_FLOOR, TV_CPU);
             n++;
             cpu_ok += x >= CPU_TARGET;
             rps_ok += y >= RPS_TARGET;
+            floors += isfinite(xf);
+            floor_ok += xf >= CPU_TARGET;
             cpu_lo = fmin(cpu_lo, x);
             cpu_hi = fmax(cpu_hi, x);
             rps_lo = fmin(rps_lo, y);
             rps_hi = fmax(rps_hi, y);
-            /* redis-server ran each test in the same rounds. */
-            const lab_row *r = &tf[k]->rows[d * SERVERS + S_REDIS];
+            /* redis-server and the floor ran each test in the same
+             * rounds: a miss the floor shares is the machine's. */
+            const lab_row *r = &tf[k]->rows[d * SUITE_SERVERS + S_REDIS];
+            const lab_row *fl = &tf[k]->rows[d * SUITE_SERVERS + S_FLOOR];
             lab_verdict_spread(v, "redis-server's CPU/req",
                                lab_row_spread(r, TV_CPU));
-            lab_verdict_bound(v, x, CPU_TARGET, false);
+            lab_verdict_spread(v, "the floor's CPU/req",
+                               lab_row_spread(fl, TV_CPU));
+            if (isfinite(xf))
+                lab_verdict_bound_floor(v, x, CPU_TARGET, false, xf, NULL);
+            else
+                lab_verdict_bound(v, x, CPU_TARGET, false);
             lab_verdict_spread(v, "redis-server's req/s",
                                lab_row_spread(r, TV_RPS));
             lab_verdict_bound(v, y, RPS_TARGET, false);
@@ -486,8 +534,12 @@ static void verdict(lab_fig *const *tf) {
     snprintf(v->what, sizeof v->what, "CPU ×%.1f–%.1f, req/s ×%.1f–%.1f",
              cpu_lo, cpu_hi, rps_lo, rps_hi);
     snprintf(v->target, sizeof v->target, "≥ ×1.11, ×0.95");
-    snprintf(v->peer, sizeof v->peer, "met in %d, %d of %d tests", cpu_ok,
-             rps_ok, n);
+    if (floors == n)
+        snprintf(v->peer, sizeof v->peer, "met in %d, %d of %d; floor %d",
+                 cpu_ok, rps_ok, n, floor_ok);
+    else
+        snprintf(v->peer, sizeof v->peer, "met in %d, %d of %d tests", cpu_ok,
+                 rps_ok, n);
 }
 
 static void plot(lab_plot *p, lab_fig *const *tf) {
@@ -499,11 +551,12 @@ static void plot(lab_plot *p, lab_fig *const *tf) {
                  depth[d]);
         lab_plot_panel(p, title, "µs");
         for (int k = 0; k < SUITE_TESTS; k++)
-            for (int s = 0; tf[k] && s < SERVERS; s++) {
+            for (int s = 0; tf[k] && s < SUITE_SERVERS; s++) {
                 char label[64];
-                snprintf(label, sizeof label, "%s %s", server_name[s],
+                snprintf(label, sizeof label, "%s %s", suite_name(s),
                          tests[k].label);
-                lab_plot_bar(p, label, &tf[k]->rows[d * SERVERS + s].v[TV_CPU],
+                lab_plot_bar(p, label,
+                             &tf[k]->rows[d * SUITE_SERVERS + s].v[TV_CPU],
                              s == S_KV);
             }
     }
@@ -537,8 +590,9 @@ int serve_suite(const lab_options *opts, lab_json *json) {
         su.expected += !su.quick || tests[k].quick;
     int rounds = lab_rounds(opts, 3, 1);
     lab_detail("\ndefault suite: redis-benchmark -c %d --csv %s%s at -P 1 "
-               "(-n %d) and -P 16 (-n %d), against a fresh lull-kv and a fresh "
-               "redis-server each run; the server that goes first rotating; "
+               "(-n %d) and -P 16 (-n %d), against a fresh lull-kv, a fresh "
+               "redis-server and a fresh epoll floor (no keyspace, no loop "
+               "library) each run; the server that goes first rotating; "
                "%d round%s, median [min–max]; a test's server CPU is the "
                "server's CPU time (/proc/PID/task/*/schedstat) between its "
                "CSV line and the one before\n",
@@ -569,10 +623,8 @@ int serve_suite(const lab_options *opts, lab_json *json) {
             rc = -ENOMEM;
             break;
         }
-        for (int s = 0; s < SERVERS; s++)
-            lab_fig_add(df[d], s == S_KV ? "lull" : "redis-server",
-                        s == S_KV ? LAB_ROW_LULL | LAB_ROW_BASE : 0, "%s",
-                        server_name[s])
+        for (int s = 0; s < SUITE_SERVERS; s++)
+            lab_fig_add(df[d], row_peer(s), row_flags(s), "%s", suite_name(s))
                 ->tag = s;
     }
     for (int k = 0; k < SUITE_TESTS && rc == 0; k++) {
@@ -597,12 +649,10 @@ int serve_suite(const lab_options *opts, lab_json *json) {
             break;
         }
         for (int d = 0; d < DEPTHS; d++)
-            for (int s = 0; s < SERVERS; s++) {
-                lab_row *r =
-                    lab_fig_add(tf[k], s == S_KV ? "lull" : "redis-server",
-                                s == S_KV ? LAB_ROW_LULL | LAB_ROW_BASE : 0,
-                                "%s -P %d", server_name[s], depth[d]);
-                r->tag = d * SERVERS + s;
+            for (int s = 0; s < SUITE_SERVERS; s++) {
+                lab_row *r = lab_fig_add(tf[k], row_peer(s), row_flags(s),
+                                         "%s -P %d", suite_name(s), depth[d]);
+                r->tag = d * SUITE_SERVERS + s;
                 r->cls = d;
             }
     }
@@ -622,8 +672,11 @@ int serve_suite(const lab_options *opts, lab_json *json) {
             print_depth(tf, d);
         }
         lab_detail("  × : redis-server's CPU ÷ lull-kv's; lull-kv's req/s ÷ "
-                   "redis-server's. Targets: CPU ≤ 0.9× redis-server's (× ≥ "
-                   "1.11) and req/s ≥ 0.95× in every test at both depths\n");
+                   "redis-server's; floor ×: redis-server's CPU ÷ the "
+                   "floor's. Targets: CPU ≤ 0.9× redis-server's (× ≥ 1.11) "
+                   "and req/s ≥ 0.95× in every test at both depths; a CPU "
+                   "miss where the floor's × is below 1.11 too is "
+                   "floor-bound\n");
         if (lab_verbose) print_brief(tf);
         verdict(tf);
         plot(opts->plot, tf);

@@ -1,10 +1,17 @@
 /* What the two floor servers share (lab/floor/floor.h): the options, the
  * listening socket, the counters and the protocol: RESP multibulk (what
  * redis-benchmark and lull-lab send) and inline commands (what a person
- * types into nc), answered for PING, GET, SET, INFO and CONFIG GET, and
- * -ERR for anything else. The parser takes only what a floor needs: the
- * command's name and first two arguments. One thread. */
+ * types into nc), answered for what redis-benchmark's default suite sends
+ * (PING, GET, SET, INCR, the pushes and pops, SADD, HSET, ZADD, LRANGE,
+ * MSET) with replies of the shape and size redis-server gives them, INFO
+ * and CONFIG GET, and -ERR for anything else. No keyspace: a pop answers
+ * the value GET answers, a set's pops find it empty (redis-benchmark adds
+ * one element, then pops it 100,000 times). The parser takes only what a
+ * floor needs: the command's name and first three arguments. One
+ * thread. */
+#ifndef _GNU_SOURCE /* test_floor's build defines it */
 #define _GNU_SOURCE
+#endif
 #include "floor.h"
 
 #include <arpa/inet.h>
@@ -24,14 +31,18 @@ floor_counts floor_n;
 static const char *floor_name = "floor"; /* "lull-floor-epoll", ... */
 static const char *floor_mode = "";      /* how it waits, for INFO */
 static char value[512] = "xxx";          /* what GET answers */
-static char get_reply[600];              /* "$3\r\nxxx\r\n" */
-static size_t get_reply_len;
+static char get_reply[600] = "$3\r\nxxx\r\n";
+static size_t get_reply_len = 9;
 
 /* The longest argument a floor takes: its commands have short ones, so a
  * length beyond this is a client gone wrong. */
 #define MAX_BULK (1L << 20)
-/* Arguments in one command: CONFIG GET takes 3, SET with options a few. */
+/* Arguments in one command: MSET of redis-benchmark's suite takes 21. */
 #define MAX_ARGC 1024
+/* The arguments a reply looks at: LRANGE key start stop. */
+#define ARGS_KEPT 4
+/* The most elements an LRANGE answers: the suite asks for 600. */
+#define MAX_RANGE 10000
 
 /* ------------------------------------------------------------- buffers */
 
@@ -102,7 +113,7 @@ static long inline_command(const char *p, const char *end, arg *a, int *argc) {
         while (q < stop && *q != ' ')
             q++;
         if (q > w) {
-            if (n < 3) a[n] = (arg){w, (size_t)(q - w)};
+            if (n < ARGS_KEPT) a[n] = (arg){w, (size_t)(q - w)};
             n++;
         }
     }
@@ -110,7 +121,7 @@ static long inline_command(const char *p, const char *end, arg *a, int *argc) {
     return nl + 1 - p;
 }
 
-/* One command at p: its first three arguments into a[] and their count;
+/* One command at p: its first ARGS_KEPT arguments into a[] and their count;
  * the bytes it takes, 0 when it is not all there, -1 when malformed. */
 static long command(const char *p, const char *end, arg *a, int *argc) {
     if (*p != '*') return inline_command(p, end, a, argc);
@@ -127,7 +138,7 @@ static long command(const char *p, const char *end, arg *a, int *argc) {
         q += 1 + h;
         if (end - q < len + 2) return 0;
         if (q[len] != '\r' || q[len + 1] != '\n') return -1;
-        if (i < 3) a[i] = (arg){q, (size_t)len};
+        if (i < ARGS_KEPT) a[i] = (arg){q, (size_t)len};
         q += len + 2;
     }
     *argc = (int)n;
@@ -159,25 +170,111 @@ static bool put_info(floor_buf *out) {
 
 #define PUT(s) floor_buf_put(out, s, sizeof s - 1)
 
+/* What a command is answered with: redis-server's reply to what
+ * redis-benchmark's default suite sends, in shape and size. */
+enum {
+    REPLY_PONG,   /* +PONG, or PING's argument */
+    REPLY_VALUE,  /* the value GET answers (GET, and the list pops) */
+    REPLY_OK,     /* +OK (SET, MSET) */
+    REPLY_COUNT,  /* a growing integer: INCR's counter, a push's list length */
+    REPLY_ADDED,  /* :1 (SADD, HSET, ZADD) */
+    REPLY_NIL,    /* $-1: SPOP finds the set empty */
+    REPLY_EMPTY,  /* *0: ZPOPMIN finds the sorted set empty */
+    REPLY_RANGE,  /* LRANGE key start stop: stop - start + 1 values */
+    REPLY_INFO,   /* the counters */
+    REPLY_CONFIG, /* CONFIG GET name: an empty value */
+};
+
+typedef struct known {
+    const char *name;
+    size_t len;
+    int argc; /* the fewest arguments, the name included */
+    int reply;
+} known;
+
+#define KNOWN(name, argc, reply)                                               \
+    { name, sizeof name - 1, argc, reply }
+static const known commands[] = {
+    KNOWN("GET", 2, REPLY_VALUE),     KNOWN("SET", 3, REPLY_OK),
+    KNOWN("PING", 1, REPLY_PONG),     KNOWN("INCR", 2, REPLY_COUNT),
+    KNOWN("LPUSH", 3, REPLY_COUNT),   KNOWN("RPUSH", 3, REPLY_COUNT),
+    KNOWN("LPOP", 2, REPLY_VALUE),    KNOWN("RPOP", 2, REPLY_VALUE),
+    KNOWN("SADD", 3, REPLY_ADDED),    KNOWN("HSET", 4, REPLY_ADDED),
+    KNOWN("SPOP", 2, REPLY_NIL),      KNOWN("ZADD", 4, REPLY_ADDED),
+    KNOWN("ZPOPMIN", 2, REPLY_EMPTY), KNOWN("LRANGE", 4, REPLY_RANGE),
+    KNOWN("MSET", 3, REPLY_OK),       KNOWN("INFO", 1, REPLY_INFO),
+    KNOWN("CONFIG", 3, REPLY_CONFIG),
+};
+
+/* ":n\r\n" or "*n\r\n", the digits written without printf. */
+static bool put_number(floor_buf *out, char type, uint64_t n) {
+    char text[24], *q = text + sizeof text;
+    *--q = '\n';
+    *--q = '\r';
+    do
+        *--q = (char)('0' + n % 10);
+    while (n /= 10);
+    *--q = type;
+    return floor_buf_put(out, q, (size_t)(text + sizeof text - q));
+}
+
+/* A non-negative decimal argument; -1 when it is not one. */
+static long argument_number(const arg *a) {
+    long v = 0;
+    if (a->len == 0 || a->len > 9) return -1;
+    for (size_t i = 0; i < a->len; i++) {
+        if ((unsigned)(a->p[i] - '0') >= 10) return -1;
+        v = v * 10 + (a->p[i] - '0');
+    }
+    return v;
+}
+
+static bool put_range(const arg *a, floor_buf *out) {
+    long start = argument_number(&a[2]), stop = argument_number(&a[3]);
+    if (start < 0 || stop < 0) return PUT("-ERR value is not an integer\r\n");
+    long n = stop < start ? 0 : stop - start + 1;
+    if (n > MAX_RANGE) n = MAX_RANGE;
+    if (!put_number(out, '*', (uint64_t)n)) return false;
+    for (long i = 0; i < n; i++)
+        if (!floor_buf_put(out, get_reply, get_reply_len)) return false;
+    return true;
+}
+
+static const known *lookup(const arg *name) {
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (is(name, commands[i].name, commands[i].len)) return &commands[i];
+    return NULL;
+}
+
 static bool reply(const arg *a, int argc, floor_buf *out) {
+    static uint64_t count; /* what REPLY_COUNT answers last */
     floor_n.commands++;
-    switch (a[0].len) {
-    case 3:
-        if (is(&a[0], "GET", 3) && argc == 2)
-            return floor_buf_put(out, get_reply, get_reply_len);
-        if (is(&a[0], "SET", 3) && argc >= 3) return PUT("+OK\r\n");
-        break;
-    case 4:
-        if (is(&a[0], "PING", 4)) {
-            if (argc == 1) return PUT("+PONG\r\n");
-            return put_bulk(out, a[1].p, a[1].len);
-        }
-        if (is(&a[0], "INFO", 4)) return put_info(out);
-        break;
-    case 6:
+    const known *k = lookup(&a[0]);
+    if (!k || argc < k->argc) k = NULL;
+    switch (k ? k->reply : -1) {
+    case REPLY_PONG:
+        if (argc == 1) return PUT("+PONG\r\n");
+        return put_bulk(out, a[1].p, a[1].len);
+    case REPLY_VALUE:
+        return floor_buf_put(out, get_reply, get_reply_len);
+    case REPLY_OK:
+        return PUT("+OK\r\n");
+    case REPLY_COUNT:
+        return put_number(out, ':', ++count);
+    case REPLY_ADDED:
+        return PUT(":1\r\n");
+    case REPLY_NIL:
+        return PUT("$-1\r\n");
+    case REPLY_EMPTY:
+        return PUT("*0\r\n");
+    case REPLY_RANGE:
+        return put_range(a, out);
+    case REPLY_INFO:
+        return put_info(out);
+    case REPLY_CONFIG:
         /* redis-benchmark asks for `save` and `appendonly` at its start:
          * an empty value of the name asked. */
-        if (is(&a[0], "CONFIG", 6) && argc == 3 && is(&a[1], "GET", 3))
+        if (is(&a[1], "GET", 3))
             return PUT("*2\r\n") && put_bulk(out, a[2].p, a[2].len) &&
                    PUT("$0\r\n\r\n");
         break;
@@ -188,7 +285,7 @@ static bool reply(const arg *a, int argc, floor_buf *out) {
 long floor_answer(const char *p, size_t len, floor_buf *out) {
     const char *q = p, *end = p + len;
     while (q < end) {
-        arg a[3];
+        arg a[ARGS_KEPT];
         int argc = 0;
         long n = command(q, end, a, &argc);
         if (n == 0) break;
@@ -232,6 +329,14 @@ static void usage(const char *name) {
     exit(2);
 }
 
+bool floor_set_value(const char *v) {
+    if (strlen(v) >= sizeof value) return false;
+    snprintf(value, sizeof value, "%s", v);
+    get_reply_len = (size_t)snprintf(get_reply, sizeof get_reply,
+                                     "$%zu\r\n%s\r\n", strlen(value), value);
+    return true;
+}
+
 int floor_start(int argc, char **argv, const char *name, const char *mode) {
     floor_name = name;
     floor_mode = mode;
@@ -240,14 +345,12 @@ int floor_start(int argc, char **argv, const char *name, const char *mode) {
         if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
             port = atoi(argv[++i]);
         else if (strcmp(argv[i], "--value") == 0 && i + 1 < argc &&
-                 strlen(argv[i + 1]) < sizeof value)
-            snprintf(value, sizeof value, "%s", argv[++i]);
+                 floor_set_value(argv[i + 1]))
+            i++;
         else
             usage(name);
     }
     if (port < 0 || port > 65535) usage(name);
-    get_reply_len = (size_t)snprintf(get_reply, sizeof get_reply,
-                                     "$%zu\r\n%s\r\n", strlen(value), value);
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
