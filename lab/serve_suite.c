@@ -553,8 +553,8 @@ static void verdict(lab_fig *const *tf) {
              cpu_lo, cpu_hi, rps_lo, rps_hi);
     snprintf(v->target, sizeof v->target, "≥ ×1.11, ×0.95");
     if (floors == n)
-        snprintf(v->peer, sizeof v->peer, "met in %d, %d of %d; floor %d, %d",
-                 cpu_ok, rps_ok, n, floor_cpu_ok, floor_rps_ok);
+        snprintf(v->peer, sizeof v->peer, "met %d, %d/%d; floor %d, %d", cpu_ok,
+                 rps_ok, n, floor_cpu_ok, floor_rps_ok);
     else
         snprintf(v->peer, sizeof v->peer, "met in %d, %d of %d tests", cpu_ok,
                  rps_ok, n);
