@@ -122,7 +122,7 @@ double lab_sign_test_p(int k, int n);
 
 /* A text table: add the header, then rows, then print (columns are sized
  * to their widest cell; the first column is left-aligned). */
-#define LAB_TABLE_COLS 12
+#define LAB_TABLE_COLS 14
 #define LAB_TABLE_ROWS 32
 #define LAB_CELL       64
 typedef struct lab_table {

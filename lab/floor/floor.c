@@ -4,9 +4,10 @@
  * types into nc), answered for what redis-benchmark's default suite sends
  * (PING, GET, SET, INCR, the pushes and pops, SADD, HSET, ZADD, LRANGE,
  * MSET) with replies of the shape and size redis-server gives them, INFO
- * and CONFIG GET, and -ERR for anything else. No keyspace: a pop answers
- * the value GET answers, a set's pops find it empty (redis-benchmark adds
- * one element, then pops it 100,000 times). The parser takes only what a
+ * and CONFIG GET, and -ERR for anything else. No keyspace: one counter,
+ * one list's length, a pop answers the value GET answers, a set's pops
+ * find it empty (redis-benchmark adds one member, then pops it 100,000
+ * times). The parser takes only what a
  * floor needs: the command's name and first three arguments. One
  * thread. */
 #ifndef _GNU_SOURCE /* test_floor's build defines it */
@@ -171,13 +172,17 @@ static bool put_info(floor_buf *out) {
 #define PUT(s) floor_buf_put(out, s, sizeof s - 1)
 
 /* What a command is answered with: redis-server's reply to what
- * redis-benchmark's default suite sends, in shape and size. */
+ * redis-benchmark's default suite sends (no -r: every key and member is
+ * the same literal), in shape and size. */
 enum {
     REPLY_PONG,   /* +PONG, or PING's argument */
-    REPLY_VALUE,  /* the value GET answers (GET, and the list pops) */
+    REPLY_VALUE,  /* the value GET answers */
     REPLY_OK,     /* +OK (SET, MSET) */
-    REPLY_COUNT,  /* a growing integer: INCR's counter, a push's list length */
-    REPLY_ADDED,  /* :1 (SADD, HSET, ZADD) */
+    REPLY_INCR,   /* INCR's counter, 1, 2, ... */
+    REPLY_PUSH,   /* the list's length after the push */
+    REPLY_POP,    /* GET's value, the list one shorter */
+    REPLY_ADDED,  /* :0: SADD, HSET and ZADD add the member already
+                     there (redis-server's :1 to the first is as long) */
     REPLY_NIL,    /* $-1: SPOP finds the set empty */
     REPLY_EMPTY,  /* *0: ZPOPMIN finds the sorted set empty */
     REPLY_RANGE,  /* LRANGE key start stop: stop - start + 1 values */
@@ -189,21 +194,22 @@ typedef struct known {
     const char *name;
     size_t len;
     int argc; /* the fewest arguments, the name included */
+    int most; /* the most, or 0: no limit */
     int reply;
 } known;
 
-#define KNOWN(name, argc, reply)                                               \
-    { name, sizeof name - 1, argc, reply }
+#define KNOWN(name, argc, most, reply)                                         \
+    { name, sizeof name - 1, argc, most, reply }
 static const known commands[] = {
-    KNOWN("GET", 2, REPLY_VALUE),     KNOWN("SET", 3, REPLY_OK),
-    KNOWN("PING", 1, REPLY_PONG),     KNOWN("INCR", 2, REPLY_COUNT),
-    KNOWN("LPUSH", 3, REPLY_COUNT),   KNOWN("RPUSH", 3, REPLY_COUNT),
-    KNOWN("LPOP", 2, REPLY_VALUE),    KNOWN("RPOP", 2, REPLY_VALUE),
-    KNOWN("SADD", 3, REPLY_ADDED),    KNOWN("HSET", 4, REPLY_ADDED),
-    KNOWN("SPOP", 2, REPLY_NIL),      KNOWN("ZADD", 4, REPLY_ADDED),
-    KNOWN("ZPOPMIN", 2, REPLY_EMPTY), KNOWN("LRANGE", 4, REPLY_RANGE),
-    KNOWN("MSET", 3, REPLY_OK),       KNOWN("INFO", 1, REPLY_INFO),
-    KNOWN("CONFIG", 3, REPLY_CONFIG),
+    KNOWN("GET", 2, 2, REPLY_VALUE),     KNOWN("SET", 3, 0, REPLY_OK),
+    KNOWN("PING", 1, 2, REPLY_PONG),     KNOWN("INCR", 2, 2, REPLY_INCR),
+    KNOWN("LPUSH", 3, 0, REPLY_PUSH),    KNOWN("RPUSH", 3, 0, REPLY_PUSH),
+    KNOWN("LPOP", 2, 2, REPLY_POP),      KNOWN("RPOP", 2, 2, REPLY_POP),
+    KNOWN("SADD", 3, 0, REPLY_ADDED),    KNOWN("HSET", 4, 0, REPLY_ADDED),
+    KNOWN("SPOP", 2, 2, REPLY_NIL),      KNOWN("ZADD", 4, 0, REPLY_ADDED),
+    KNOWN("ZPOPMIN", 2, 2, REPLY_EMPTY), KNOWN("LRANGE", 4, 4, REPLY_RANGE),
+    KNOWN("MSET", 3, 0, REPLY_OK),       KNOWN("INFO", 1, 0, REPLY_INFO),
+    KNOWN("CONFIG", 3, 3, REPLY_CONFIG),
 };
 
 /* ":n\r\n" or "*n\r\n", the digits written without printf. */
@@ -247,10 +253,12 @@ static const known *lookup(const arg *name) {
 }
 
 static bool reply(const arg *a, int argc, floor_buf *out) {
-    static uint64_t count; /* what REPLY_COUNT answers last */
+    /* The one counter and the one list the suite uses (no keyspace: the
+     * suite's keys are the same literal throughout). */
+    static uint64_t counter, list_len;
     floor_n.commands++;
     const known *k = lookup(&a[0]);
-    if (!k || argc < k->argc) k = NULL;
+    if (k && (argc < k->argc || (k->most && argc > k->most))) k = NULL;
     switch (k ? k->reply : -1) {
     case REPLY_PONG:
         if (argc == 1) return PUT("+PONG\r\n");
@@ -259,10 +267,16 @@ static bool reply(const arg *a, int argc, floor_buf *out) {
         return floor_buf_put(out, get_reply, get_reply_len);
     case REPLY_OK:
         return PUT("+OK\r\n");
-    case REPLY_COUNT:
-        return put_number(out, ':', ++count);
+    case REPLY_INCR:
+        return put_number(out, ':', ++counter);
+    case REPLY_PUSH:
+        list_len += (uint64_t)(argc - 2);
+        return put_number(out, ':', list_len);
+    case REPLY_POP:
+        if (list_len) list_len--;
+        return floor_buf_put(out, get_reply, get_reply_len);
     case REPLY_ADDED:
-        return PUT(":1\r\n");
+        return PUT(":0\r\n");
     case REPLY_NIL:
         return PUT("$-1\r\n");
     case REPLY_EMPTY:

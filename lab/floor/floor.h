@@ -62,8 +62,9 @@ long floor_answer(const char *p, size_t len, floor_buf *out);
  * reads). Returns the listening fd; exits with a message on failure. */
 int floor_start(int argc, char **argv, const char *name, const char *mode);
 
-/* What GET and the list pops answer from now on (floor_start sets it from
- * --value; shorter than 512 bytes, else false and nothing changes). */
+/* What GET, the list pops and each LRANGE element answer from now on
+ * (floor_start sets it from --value; shorter than 512 bytes, else false
+ * and nothing changes). */
 bool floor_set_value(const char *v);
 
 /* SIGINT, SIGTERM and SIGUSR1 are blocked and arrive here (a signalfd,
