@@ -509,6 +509,27 @@ static void print_brief(lab_fig *const *tf) {
 #define CPU_TARGET (1 / 0.9)
 #define RPS_TARGET 0.95
 
+/* One bound of one test: x (lull-kv's ×) ≥ target. redis-server and the
+ * floor ran the test in the same rounds, so their spreads over the rounds
+ * are the evidence for noise, and a miss the floor's × (xf) shares is the
+ * machine's: for the req/s too, since redis-benchmark is what limits it
+ * and it runs slower against a server that answers sooner (fewer replies
+ * in each of its reads), the floor as much as lull-kv. A figure lull-kv
+ * lacks is a plain miss, never the floor's. */
+static void judge(lab_verdict *v, const lab_row *redis, const lab_row *floor,
+                  int col, double x, double xf, double target) {
+    const char *unit = col == TV_CPU ? "CPU/req" : "req/s";
+    char what[64];
+    snprintf(what, sizeof what, "redis-server's %s", unit);
+    lab_verdict_spread(v, what, lab_row_spread(redis, col));
+    snprintf(what, sizeof what, "the floor's %s", unit);
+    lab_verdict_spread(v, what, lab_row_spread(floor, col));
+    if (isfinite(x) && isfinite(xf))
+        lab_verdict_bound_floor(v, x, target, false, xf, NULL);
+    else
+        lab_verdict_bound(v, x, target, false);
+}
+
 static void verdict(lab_fig *const *tf) {
     int cpu_ok = 0, rps_ok = 0, floor_cpu_ok = 0, floor_rps_ok = 0;
     int floors = 0, n = 0;
@@ -521,35 +542,14 @@ static void verdict(lab_fig *const *tf) {
             n++;
             cpu_ok += x >= CPU_TARGET;
             rps_ok += y >= RPS_TARGET;
-            bool cpu_floor = isfinite(x) && isfinite(xf);
-            bool rps_floor = isfinite(y) && isfinite(yf);
-            floors += cpu_floor || rps_floor;
+            floors +=
+                (isfinite(x) && isfinite(xf)) || (isfinite(y) && isfinite(yf));
             floor_cpu_ok += xf >= CPU_TARGET;
             floor_rps_ok += yf >= RPS_TARGET;
-            /* redis-server and the floor ran each test in the same
-             * rounds: a miss the floor shares is the machine's. The
-             * req/s too: redis-benchmark is what limits it, and it runs
-             * slower against a server that answers sooner (fewer replies
-             * in each of its reads), the floor as much as lull-kv. */
             const lab_row *r = &tf[k]->rows[d * SUITE_SERVERS + S_REDIS];
             const lab_row *fl = &tf[k]->rows[d * SUITE_SERVERS + S_FLOOR];
-            lab_verdict_spread(v, "redis-server's CPU/req",
-                               lab_row_spread(r, TV_CPU));
-            lab_verdict_spread(v, "the floor's CPU/req",
-                               lab_row_spread(fl, TV_CPU));
-            /* A figure lull-kv lacks is a plain miss, never the floor's. */
-            if (cpu_floor)
-                lab_verdict_bound_floor(v, x, CPU_TARGET, false, xf, NULL);
-            else
-                lab_verdict_bound(v, x, CPU_TARGET, false);
-            lab_verdict_spread(v, "redis-server's req/s",
-                               lab_row_spread(r, TV_RPS));
-            lab_verdict_spread(v, "the floor's req/s",
-                               lab_row_spread(fl, TV_RPS));
-            if (rps_floor)
-                lab_verdict_bound_floor(v, y, RPS_TARGET, false, yf, NULL);
-            else
-                lab_verdict_bound(v, y, RPS_TARGET, false);
+            judge(v, r, fl, TV_CPU, x, xf, CPU_TARGET);
+            judge(v, r, fl, TV_RPS, y, yf, RPS_TARGET);
         }
     if (!v || n == 0) return;
     v->timing = true;
