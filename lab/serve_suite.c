@@ -1,8 +1,8 @@
-/* `serve`'s default-suite rows (lab/serve_more.h): redis-benchmark with
- * no -t runs the whole suite it runs by default (20 tests, PING_INLINE to
- * MSET, the LRANGE replies of 100 to 600 elements among them) against
- * lull-kv, redis-server and the epoll floor, 50 clients, at -P 1 and
- * -P 16; --quick runs a subset (-t).
+/* `serve`'s default-suite rows (lab/serve_more.h): the suite
+ * redis-benchmark runs by default (20 tests, PING_INLINE to MSET, the
+ * LRANGE replies of 100 to 600 elements among them) against lull-kv,
+ * redis-server and the epoll floor, 50 clients, at -P 1 and -P 16;
+ * --quick runs a subset.
  *
  * What a test costs the server comes first: its CPU time (every thread,
  * serve_cpu_ns) read from /proc each time redis-benchmark prints a test's
@@ -11,22 +11,27 @@
  * pseudo-terminal, not a pipe, so its stdio flushes each line at once (to
  * a pipe it would hold them all to its exit). A request is one command:
  * one MSET of 10 keys, one LRANGE of 600 elements. req/s, p50 and p99 are
- * redis-benchmark's own (its CSV). Each run starts its server afresh, so
- * lull-kv and redis-server run every test on the same keyspace (the pops
- * take what the pushes left) and lull-kv's write log starts empty.
+ * redis-benchmark's own (its CSV).
  *
- * Beside the two servers, in the same rounds, the epoll floor
- * (lab/floor/): the same requests answered with replies of the same shape
- * and size, no keyspace, no loop library: what the kernel's work and a
- * parse cost. Where the floor itself is not 0.9× redis-server's CPU
- * (or 0.95× its req/s), no server could be on this machine, and the
+ * Each round starts the three servers afresh, and they take turns test by
+ * test: redis-benchmark -t runs one test (the LRANGE tests, with the LPUSH
+ * they need, as one) against each server in turn, the suite's tests in
+ * its order. So every server runs every test on the same keyspace (the
+ * pops take what the pushes left), lull-kv's write log starts empty, and
+ * the three run a test within seconds of each other (run_round says why
+ * that matters here).
+ *
+ * The epoll floor (lab/floor/) answers the same requests with replies of
+ * the same shape and size, no keyspace, no loop library: what the kernel's
+ * work and a parse cost. Where the floor itself is not 0.9× redis-server's
+ * CPU (or 0.95× its req/s), no server could be on this machine, and the
  * line says floor-bound.
  *
  * Figures: one per depth whose rows are the three servers (suite_p1,
- * suite_p16): measuring a row runs the suite once, and the server that
- * goes first rotates round by round. Its per-test values fill one figure
- * per test (suite_<test>: each server at each depth), whose rows take the
- * values of the round's runs. One thread. */
+ * suite_p16): the first row measured in a round runs the round for all
+ * three. Their per-test values fill one figure per test (suite_<test>:
+ * each server at each depth), whose rows take the values of the round's
+ * runs. One thread. */
 #include "serve_more.h"
 
 #include <errno.h>
@@ -104,7 +109,17 @@ static const suite_test tests[SUITE_TESTS] = {
 #define LINE_WAIT_MS   300000
 
 /* Each test's values, and the columns of its figure. */
-enum { TV_CPU, TV_RPS, TV_P50, TV_P99, TV_CLIENT, TV_BUSY, TV_COUNT };
+enum {
+    TV_CPU,
+    TV_RPS,
+    TV_P50,
+    TV_P99,
+    TV_CLIENT,
+    TV_BUSY,
+    TV_X_CPU, /* the round's × against redis-server (test_measure) */
+    TV_X_RPS,
+    TV_COUNT
+};
 static const lab_col test_cols[TV_COUNT] = {
     {"server_cpu_us_per_req", "server CPU µs/req", 0},
     {"rps", "req/s", LAB_COL_RATE},
@@ -112,6 +127,8 @@ static const lab_col test_cols[TV_COUNT] = {
     {"p99_ms", "p99 ms", 0},
     {"client_cpu_us_per_req", "redis-benchmark CPU µs/req", 0},
     {"server_busy", "server CPU ÷ test time", 0},
+    {"x_cpu", "redis-server's CPU ÷ this server's, same round", LAB_COL_RATE},
+    {"x_rps", "this server's req/s ÷ redis-server's, same round", LAB_COL_RATE},
 };
 
 /* A whole run's values (the depth figures' columns). */
@@ -129,6 +146,13 @@ typedef struct suite {
     /* The round's runs: [depth][server][test][TV_*]. */
     double res[DEPTHS][SUITE_SERVERS][SUITE_TESTS][TV_COUNT];
     bool have[DEPTHS][SUITE_SERVERS][SUITE_TESTS];
+    /* The round's totals of each server, their error (0, LAB_SKIPPED for
+     * a floor left out, or a negative errno) and why. */
+    double dv[DEPTHS][SUITE_SERVERS][DV_COUNT];
+    int rc[DEPTHS][SUITE_SERVERS];
+    char why[DEPTHS][SUITE_SERVERS][240];
+    bool started[DEPTHS][SUITE_SERVERS]; /* false: say why in round 1 only */
+    int ran[DEPTHS]; /* the round run_round last ran, plus one */
 } suite;
 
 typedef struct drive_ctx {
@@ -252,9 +276,18 @@ static void on_line(reader *r, char *line, const sample *now) {
     r->stale = true; /* until the next read */
 }
 
-/* One run of the suite against srv: its lines read as they come. */
-static int run_suite(suite *su, const server *srv, int d, int s, double *v,
-                     char *why, size_t why_size) {
+/* What one server's runs of a round add up to, for its depth figure. */
+typedef struct tally {
+    uint64_t server_ns, client_ns, t_ns;
+    bool client_ok;
+    int found;
+} tally;
+
+/* One redis-benchmark run against srv, `-t` tests (NULL: the whole suite),
+ * its lines read as they come; the run's totals are added to *acc. */
+static int run_tests(suite *su, const server *srv, int d, int s,
+                     const char *tests_arg, tally *acc, char *why,
+                     size_t why_size) {
     char port[16], n[16], c[16], P[16];
     snprintf(port, sizeof port, "%d", srv->port);
     snprintf(n, sizeof n, "%d", su->requests[d]);
@@ -275,9 +308,9 @@ static int run_suite(suite *su, const server *srv, int d, int s, double *v,
                     NULL,
                     NULL,
                     NULL};
-    if (su->quick) {
+    if (tests_arg) {
         args[12] = "-t";
-        args[13] = QUICK_T;
+        args[13] = (char *)tests_arg;
     }
     int master = -1, slave = -1;
     int rc = open_pty(&master, &slave);
@@ -329,62 +362,147 @@ static int run_suite(suite *su, const server *srv, int d, int s, double *v,
     }
     close(master);
     serve_stop(pid); /* reaps it; kills it first if it still runs */
-    if (rc == 0 && r.found != su->expected) {
-        snprintf(why, why_size, "redis-benchmark reported %d of %d tests%s%s",
-                 r.found, su->expected, r.why[0] ? ": " : "", r.why);
-        rc = -EIO;
-    }
     if (rc < 0) return rc;
-    double total = (double)su->requests[d] * r.found;
-    v[DV_CPU] = (double)(r.prev.server_ns - r.first.server_ns) / 1e3 / total;
-    if (r.prev.client_ok && r.first.client_ok)
-        v[DV_CLIENT] =
-            (double)(r.prev.client_ns - r.first.client_ns) / 1e3 / total;
-    v[DV_SECONDS] = (double)(r.prev.t_ns - r.first.t_ns) / 1e9;
+    acc->found += r.found;
+    acc->server_ns += r.prev.server_ns - r.first.server_ns;
+    acc->client_ok &= r.prev.client_ok && r.first.client_ok;
+    acc->client_ns += r.prev.client_ns - r.first.client_ns;
+    acc->t_ns += r.prev.t_ns - r.first.t_ns;
+    if (r.why[0]) snprintf(why, why_size, "redis-benchmark printed: %s", r.why);
     return 0;
 }
 
-/* A depth figure's row: a fresh server, the suite once, the server gone.
- * A floor that is not built, does not start or fails its run leaves its
- * row unmeasured this round (the line is judged without it), never the
- * whole suite: only lull-kv's or redis-server's failing fails it. */
-static int drive_measure(lab_fig *f, lab_row *row, int round, double *v) {
-    const drive_ctx *c = f->ctx;
-    int s = (int)row->tag;
-    server srv;
-    bool ok = s == S_KV      ? serve_start_kv(&srv, NULL, serve_cpu_server)
-              : s == S_REDIS ? serve_start_redis(&srv, 0, serve_cpu_server, -1)
-                             : serve_start_epoll_floor(&srv, serve_cpu_server);
-    char why[240];
-    int rc;
-    if (!ok) {
-        snprintf(why, sizeof why, "%.200s", srv.why);
-        rc = s == S_FLOOR ? LAB_SKIPPED : -EIO;
-    } else {
-        rc = run_suite(c->su, &srv, c->d, s, v, why, sizeof why);
-        serve_server_stop(&srv);
-        if (rc < 0 && s == S_FLOOR) {
-            /* Tests it finished before failing are not kept either. */
-            memset(c->su->have[c->d][S_FLOOR], 0,
-                   sizeof c->su->have[c->d][S_FLOOR]);
-            printf("default suite, %s -P %d: %s\n", suite_name(s), depth[c->d],
-                   why);
-            return LAB_SKIPPED;
-        }
-    }
-    if (rc < 0 || (rc == LAB_SKIPPED && round == 0))
-        printf("default suite, %s -P %d: %s\n", suite_name(s), depth[c->d],
-               why);
-    return rc;
+/* A round's runs, in the suite's order: a test alone, or the LRANGE tests
+ * with the LPUSH redis-benchmark runs before them by itself. */
+typedef struct chunk {
+    const char *t; /* redis-benchmark's -t */
+} chunk;
+static const chunk chunks[] = {
+    {"ping_inline"},
+    {"ping_mbulk"},
+    {"set"},
+    {"get"},
+    {"incr"},
+    {"lpush"},
+    {"rpush"},
+    {"lpop"},
+    {"rpop"},
+    {"sadd"},
+    {"hset"},
+    {"spop"},
+    {"zadd"},
+    {"zpopmin"},
+    {"lrange_100,lrange_300,lrange_500,lrange_600"},
+    {"mset"},
+};
+static const chunk quick_chunks[] = {
+    {"set"}, {"get"}, {"lrange_100,lrange_600"}};
+#define N_CHUNKS       (int)(sizeof chunks / sizeof *chunks)
+#define N_QUICK_CHUNKS (int)(sizeof quick_chunks / sizeof *quick_chunks)
+
+static bool start_server(server *srv, int s) {
+    return s == S_KV      ? serve_start_kv(srv, NULL, serve_cpu_server)
+           : s == S_REDIS ? serve_start_redis(srv, 0, serve_cpu_server, -1)
+                          : serve_start_epoll_floor(srv, serve_cpu_server);
 }
 
-/* A test figure's row: the value its depth figure's run left. */
+/* A server that failed this round: its tests are dropped, the why kept.
+ * lull-kv's or redis-server's failing fails the suite; the floor's leaves
+ * it out of the round (its line is judged without it). */
+static void drop_server(suite *su, int d, int s, int rc, const char *why) {
+    memset(su->have[d][s], 0, sizeof su->have[d][s]);
+    su->rc[d][s] = s == S_FLOOR ? LAB_SKIPPED : rc;
+    snprintf(su->why[d][s], sizeof su->why[d][s], "%s", why);
+}
+
+/* One round of a depth, for every server: each starts afresh, and they
+ * take turns test by test (the server that goes first rotating), so the
+ * three run each test within seconds of each other. This machine has
+ * spells of a few seconds in which a server's CPU per request is 20–30%
+ * higher, whichever server runs; a server that ran the whole suite
+ * alone met a spell its neighbours missed. */
+static void run_round(suite *su, int d, int round) {
+    server srv[SUITE_SERVERS];
+    bool up[SUITE_SERVERS];
+    tally acc[SUITE_SERVERS];
+    for (int s = 0; s < SUITE_SERVERS; s++) {
+        acc[s] = (tally){.client_ok = true};
+        su->rc[d][s] = 0;
+        su->why[d][s][0] = '\0';
+        up[s] = su->started[d][s] = start_server(&srv[s], s);
+        if (!up[s]) drop_server(su, d, s, -EIO, srv[s].why);
+    }
+    const chunk *list = su->quick ? quick_chunks : chunks;
+    int count = su->quick ? N_QUICK_CHUNKS : N_CHUNKS;
+    for (int c = 0; c < count; c++)
+        for (int k = 0; k < SUITE_SERVERS; k++) {
+            int s = (k + round + c) % SUITE_SERVERS;
+            if (!up[s]) continue;
+            char why[240] = "";
+            int rc = run_tests(su, &srv[s], d, s, list[c].t, &acc[s], why,
+                               sizeof why);
+            if (rc < 0) {
+                serve_server_stop(&srv[s]);
+                up[s] = false;
+                drop_server(su, d, s, rc, why);
+            } else if (why[0] && !su->why[d][s][0]) {
+                snprintf(su->why[d][s], sizeof su->why[d][s], "%s", why);
+            }
+        }
+    for (int s = 0; s < SUITE_SERVERS; s++) {
+        if (!up[s]) continue;
+        serve_server_stop(&srv[s]);
+        if (acc[s].found != su->expected) {
+            char why[240];
+            snprintf(why, sizeof why,
+                     "redis-benchmark reported %d of %d tests%s%.180s",
+                     acc[s].found, su->expected, su->why[d][s][0] ? "; " : "",
+                     su->why[d][s]);
+            drop_server(su, d, s, -EIO, why);
+            continue;
+        }
+        double total = (double)su->requests[d] * acc[s].found;
+        double *v = su->dv[d][s];
+        v[DV_CPU] = (double)acc[s].server_ns / 1e3 / total;
+        v[DV_CLIENT] =
+            acc[s].client_ok ? (double)acc[s].client_ns / 1e3 / total : NAN;
+        v[DV_SECONDS] = (double)acc[s].t_ns / 1e9;
+    }
+    su->ran[d] = round + 1;
+}
+
+/* A depth figure's row: the round's runs of its server (run_round, on the
+ * first row measured in the round). */
+static int drive_measure(lab_fig *f, lab_row *row, int round, double *v) {
+    const drive_ctx *c = f->ctx;
+    suite *su = c->su;
+    int s = (int)row->tag;
+    if (su->ran[c->d] != round + 1) run_round(su, c->d, round);
+    int rc = su->rc[c->d][s];
+    /* A floor that is not built is said once, not every round. */
+    if (rc < 0 || (rc == LAB_SKIPPED && (round == 0 || su->started[c->d][s])))
+        printf("default suite, %s -P %d: %s\n", suite_name(s), depth[c->d],
+               su->why[c->d][s]);
+    if (rc != 0) return rc;
+    memcpy(v, su->dv[c->d][s], sizeof(double) * DV_COUNT);
+    return 0;
+}
+
+/* A test figure's row: the values its depth figure's run left, and its ×
+ * against redis-server in the same round. */
 static int test_measure(lab_fig *f, lab_row *row, int round, double *v) {
     (void)round;
     const test_ctx *c = f->ctx;
     int d = (int)row->tag / SUITE_SERVERS, s = (int)row->tag % SUITE_SERVERS;
     if (!c->su->have[d][s][c->t]) return LAB_SKIPPED;
-    memcpy(v, c->su->res[d][s][c->t], sizeof(double) * TV_COUNT);
+    const double *mine = c->su->res[d][s][c->t];
+    const double *redis = c->su->res[d][S_REDIS][c->t];
+    memcpy(v, mine, sizeof(double) * TV_COUNT);
+    v[TV_X_CPU] = v[TV_X_RPS] = NAN;
+    if (s != S_REDIS && c->su->have[d][S_REDIS][c->t]) {
+        if (mine[TV_CPU] > 0) v[TV_X_CPU] = redis[TV_CPU] / mine[TV_CPU];
+        if (redis[TV_RPS] > 0) v[TV_X_RPS] = mine[TV_RPS] / redis[TV_RPS];
+    }
     return 0;
 }
 
@@ -395,7 +513,7 @@ static void drive_json(const lab_fig *f, const lab_row *row, lab_json *j) {
     lab_json_field(j, "requests_per_test", c->su->requests[c->d]);
     lab_json_field(j, "clients", CLIENTS);
     lab_json_key(j, "tests");
-    lab_json_string(j, c->su->quick ? QUICK_T : "all (no -t)");
+    lab_json_string(j, c->su->quick ? QUICK_T : "all, one -t each");
 }
 
 static void test_json(const lab_fig *f, const lab_row *row, lab_json *j) {
@@ -412,10 +530,12 @@ static double med(const lab_fig *f, int d, int s, int col) {
     return lab_row_median(&f->rows[d * SUITE_SERVERS + s], col);
 }
 
-/* × of redis-server against server s (lull-kv, or the floor). */
+/* × of server s (lull-kv, or the floor) against redis-server: the median
+ * over the rounds of the × within each round, where the two ran the test
+ * seconds apart (run_round), rather than the × of two medians, whose
+ * rounds may have met the machine in different moods. */
 static double ratio_of(const lab_fig *f, int d, int s, int col) {
-    return lab_ratio(f, &f->rows[d * SUITE_SERVERS + s],
-                     &f->rows[d * SUITE_SERVERS + S_REDIS], col);
+    return med(f, d, s, col == TV_CPU ? TV_X_CPU : TV_X_RPS);
 }
 
 static double ratio(const lab_fig *f, int d, int col) {
@@ -613,15 +733,18 @@ int serve_suite(const lab_options *opts, lab_json *json) {
     for (int k = 0; k < SUITE_TESTS; k++)
         su.expected += !su.quick || tests[k].quick;
     int rounds = lab_rounds(opts, 3, 1);
-    lab_detail("\ndefault suite: redis-benchmark -c %d --csv %s%s at -P 1 "
-               "(-n %d) and -P 16 (-n %d), against a fresh lull-kv, a fresh "
-               "redis-server and a fresh epoll floor (no keyspace, no loop "
-               "library) each run; the server that goes first rotating; "
+    lab_detail("\ndefault suite: redis-benchmark -c %d --csv -t, one test "
+               "at a time (the LRANGE tests as one), %s%s at -P 1 "
+               "(-n %d) and -P 16 (-n %d), against lull-kv, redis-server "
+               "and an epoll floor (no keyspace, no loop library), all three "
+               "fresh each round and taking turns test by test, the one "
+               "that goes first rotating; "
                "%d round%s, median [min–max]; a test's server CPU is the "
                "server's CPU time (/proc/PID/task/*/schedstat) between its "
                "CSV line and the one before\n",
-               CLIENTS, su.quick ? "-t " : "(no -t)", su.quick ? QUICK_T : "",
-               su.requests[0], su.requests[1], rounds, rounds == 1 ? "" : "s");
+               CLIENTS, su.quick ? "of " : "every test of its default suite",
+               su.quick ? QUICK_T : "", su.requests[0], su.requests[1], rounds,
+               rounds == 1 ? "" : "s");
 
     static drive_ctx dc[DEPTHS];
     static test_ctx tc[SUITE_TESTS];
@@ -695,8 +818,9 @@ int serve_suite(const lab_options *opts, lab_json *json) {
             lab_fig_print(df[d]);
             print_depth(tf, d);
         }
-        lab_detail("  × : redis-server's CPU ÷ lull-kv's; lull-kv's req/s ÷ "
-                   "redis-server's; floor ×: the same for the floor. "
+        lab_detail("  × : redis-server's CPU ÷ lull-kv's, lull-kv's req/s ÷ "
+                   "redis-server's, each in the same round, median over the "
+                   "rounds; floor ×: the same for the floor. "
                    "Targets: CPU ≤ 0.9× redis-server's (× ≥ 1.11) and req/s "
                    "≥ 0.95× in every test at both depths; a miss the "
                    "floor's figures share is floor-bound\n");
