@@ -423,6 +423,47 @@ static bool same_keys(const store *a, const store *b, const char *const *keys,
     return true;
 }
 
+TEST(repl_log_record_bytes_at_digit_boundaries) {
+    /* A record is the multibulk request itself, byte for byte: every
+     * header's count and lengths around each change in their number of
+     * digits, against the same request written by snprintf. */
+    static const size_t lens[] = {
+        0,   1,    9,    10,    11,    99,     100,     101,
+        999, 1000, 9999, 10000, 99999, 100000, 1000000, REPL_CHUNK + 7};
+    static const size_t argcs[] = {1, 2, 9, 10, 11, 12};
+    static char val[REPL_CHUNK + 7];
+    memset(val, 'x', sizeof val);
+    static char want[REPL_CHUNK + 1000];
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+        for (size_t ci = 0; ci < sizeof argcs / sizeof *argcs; ci++) {
+            size_t argc = argcs[ci];
+            resp_arg a[12];
+            a[0] = (resp_arg){"RPUSH", 5};
+            for (size_t i = 1; i < argc; i++)
+                a[i] = (resp_arg){val, i == argc - 1 ? lens[li] : i};
+            size_t n = (size_t)snprintf(want, sizeof want, "*%zu\r\n", argc);
+            for (size_t i = 0; i < argc; i++) {
+                n += (size_t)snprintf(want + n, sizeof want - n, "$%zu\r\n",
+                                      a[i].len);
+                memcpy(want + n, a[i].p, a[i].len);
+                n += a[i].len;
+                memcpy(want + n, "\r\n", 2);
+                n += 2;
+            }
+            repl_log log;
+            repl_log_init(&log);
+            CHECK_EQ(repl_record_len(a, argc), n);
+            CHECK_EQ(repl_log_reserve(&log, n), 0);
+            repl_log_append(&log, a, argc);
+            repl_cursor cur;
+            CHECK_EQ(repl_log_seek(&log, 0, &cur), 0);
+            size_t got;
+            const char *p = repl_log_next(&log, &cur, &got);
+            CHECK(p != NULL && got == n && memcmp(p, want, n) == 0);
+            repl_log_free(&log);
+        }
+}
+
 TEST(repl_log_records_and_offsets) {
     /* Records of many sizes, twenty longer than a chunk (so the chunk
      * table grows past its first 16 entries): walking the log
