@@ -14,9 +14,9 @@
  * redis-benchmark's own (its CSV).
  *
  * Each round starts the three servers afresh, and they take turns test by
- * test: redis-benchmark -t runs one test (the LRANGE tests, with the LPUSH
- * they need, as one) against each server in turn, the suite's tests in
- * its order. So every server runs every test on the same keyspace (the
+ * test: redis-benchmark -t runs one test (an LRANGE test after the LPUSH
+ * it needs) against each server in turn, the suite's tests in its
+ * order. So every server runs every test on the same keyspace (the
  * pops take what the pushes left), lull-kv's write log starts empty, and
  * the three run a test within seconds of each other (run_round says why
  * that matters here).
@@ -286,7 +286,8 @@ static void on_line(reader *r, char *line, const sample *now) {
     r->stale = true; /* until the next read */
 }
 
-/* What one server's runs of a round add up to, for its depth figure. */
+/* What one server's runs of a round add up to, for its depth figure: every
+ * test it ran, the LPUSH repeated before each LRANGE too. */
 typedef struct tally {
     uint64_t server_ns, client_ns, t_ns;
     bool client_ok;
@@ -770,7 +771,7 @@ int serve_suite(const lab_options *opts, lab_json *json) {
     su.requests[1] = opts->quick ? QUICK_P16 : REQUESTS;
     int rounds = lab_rounds(opts, 3, 1);
     lab_detail("\ndefault suite: redis-benchmark -c %d --csv -t, one test "
-               "at a time (the LRANGE tests as one), %s%s at -P 1 "
+               "at a time (each LRANGE after its LPUSH), %s%s at -P 1 "
                "(-n %d) and -P 16 (-n %d), against lull-kv, redis-server "
                "and an epoll floor (no keyspace, no loop library), all three "
                "fresh each round and taking turns test by test, the one "
