@@ -94,9 +94,6 @@ static const suite_test tests[SUITE_TESTS] = {
     {"LRANGE_600 (first 600 elements)", "lrange_600", "LRANGE_600", true},
     {"MSET (10 keys)", "mset", "MSET (10 keys)", false},
 };
-/* --quick's -t: the tests marked quick above (redis-benchmark runs the
- * LPUSH that LRANGE needs by itself). */
-#define QUICK_T "set,get,lrange_100,lrange_600"
 
 #define CLIENTS 50
 /* Requests per test: `redis-benchmark -n 100000`, the suite's usual size;
@@ -319,11 +316,9 @@ static int run_tests(suite *su, server *srv, int d, int s,
                     "-P",
                     P,
                     "--csv",
-                    NULL,
-                    NULL,
+                    "-t",
+                    (char *)tests_arg,
                     NULL};
-    args[12] = "-t";
-    args[13] = (char *)tests_arg;
     int master = -1, slave = -1;
     int rc = open_pty(&master, &slave);
     if (rc < 0) {
@@ -407,27 +402,37 @@ static int run_tests(suite *su, server *srv, int d, int s,
     return 0;
 }
 
-/* A round's runs, in the suite's order, one test each: `-t lrange_N` runs
- * the LPUSH the LRANGE tests need before its LRANGE (two lines; the first
- * run's LPUSH is the suite's, on_line). A test's runs against the three
- * servers then take seconds, not the tens of seconds of the four LRANGE
- * tests at -P 1. */
-typedef struct chunk {
-    const char *t; /* redis-benchmark's -t */
-    int lines;     /* the tests' CSV lines it prints */
-} chunk;
-static const chunk chunks[] = {
-    {"ping_inline", 1}, {"ping_mbulk", 1}, {"set", 1},        {"get", 1},
-    {"incr", 1},        {"lpush", 1},      {"rpush", 1},      {"lpop", 1},
-    {"rpop", 1},        {"sadd", 1},       {"hset", 1},       {"spop", 1},
-    {"zadd", 1},        {"zpopmin", 1},    {"lrange_100", 2}, {"lrange_300", 2},
-    {"lrange_500", 2},  {"lrange_600", 2}, {"mset", 1},
+/* A round's runs (redis-benchmark's -t), in the suite's order, one test
+ * each: `-t lrange_N` runs the LPUSH the LRANGE tests need before its
+ * LRANGE (two lines; the first run's LPUSH is the suite's, on_line). A
+ * test's runs against the three servers then take seconds, not the tens
+ * of seconds of the four LRANGE tests at -P 1. */
+static const char *const chunks[] = {
+    "ping_inline", "ping_mbulk", "set",        "get",     "incr",
+    "lpush",       "rpush",      "lpop",       "rpop",    "sadd",
+    "hset",        "spop",       "zadd",       "zpopmin", "lrange_100",
+    "lrange_300",  "lrange_500", "lrange_600", "mset",
 };
 /* --quick's: the tests marked quick above. */
-static const chunk quick_chunks[] = {
-    {"set", 1}, {"get", 1}, {"lrange_100", 2}, {"lrange_600", 2}};
+static const char *const quick_chunks[] = {"set", "get", "lrange_100",
+                                           "lrange_600"};
 #define N_CHUNKS       (int)(sizeof chunks / sizeof *chunks)
 #define N_QUICK_CHUNKS (int)(sizeof quick_chunks / sizeof *quick_chunks)
+
+/* The tests' lines a run of chunk prints: an LRANGE's LPUSH, then it. */
+static int lines_of(const char *chunk) {
+    return strncmp(chunk, "lrange", 6) == 0 ? 2 : 1;
+}
+
+/* --quick's chunks as one -t list, for the description and the JSON. */
+static const char *quick_list(void) {
+    static char list[64];
+    size_t used = 0;
+    for (int c = 0; c < N_QUICK_CHUNKS && used < sizeof list; c++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
+                                 c ? "," : "", quick_chunks[c]);
+    return list;
+}
 
 static bool start_server(server *srv, int s) {
     return s == S_KV      ? serve_start_kv(srv, NULL, serve_cpu_server)
@@ -468,7 +473,7 @@ static void run_round(suite *su, int d, int round) {
         up[s] = su->started[d][s] = start_server(&srv[s], s);
         if (!up[s]) drop_server(su, d, s, -EIO, srv[s].why);
     }
-    const chunk *list = su->quick ? quick_chunks : chunks;
+    const char *const *list = su->quick ? quick_chunks : chunks;
     int count = su->quick ? N_QUICK_CHUNKS : N_CHUNKS;
     /* Without lull-kv or redis-server the suite has failed: no more runs. */
     for (int c = 0; c < count && up[S_KV] && up[S_REDIS]; c++)
@@ -476,7 +481,7 @@ static void run_round(suite *su, int d, int round) {
             int s = (k + round + c) % SUITE_SERVERS;
             if (!up[s]) continue;
             char why[240] = "";
-            int rc = run_tests(su, &srv[s], d, s, list[c].t, list[c].lines,
+            int rc = run_tests(su, &srv[s], d, s, list[c], lines_of(list[c]),
                                &acc[s], why, sizeof why);
             if (rc < 0) {
                 serve_server_stop(&srv[s]);
@@ -554,7 +559,7 @@ static void drive_json(const lab_fig *f, const lab_row *row, lab_json *j) {
     lab_json_field(j, "requests_per_test", c->su->requests[c->d]);
     lab_json_field(j, "clients", CLIENTS);
     lab_json_key(j, "tests");
-    lab_json_string(j, c->su->quick ? QUICK_T : "all, one -t each");
+    lab_json_string(j, c->su->quick ? quick_list() : "all, one -t each");
 }
 
 static void test_json(const lab_fig *f, const lab_row *row, lab_json *j) {
@@ -571,12 +576,17 @@ static double med(const lab_fig *f, int d, int s, int col) {
     return lab_row_median(&f->rows[d * SUITE_SERVERS + s], col);
 }
 
+/* The same-round × column of a CPU or req/s column. */
+static int x_col(int col) {
+    return col == TV_CPU ? TV_X_CPU : TV_X_RPS;
+}
+
 /* × of server s (lull-kv, or the floor) against redis-server: the median
  * over the rounds of the × within each round, where the two ran the test
  * seconds apart (run_round), rather than the × of two medians, whose
  * rounds may have met the machine in different moods. */
 static double ratio_of(const lab_fig *f, int d, int s, int col) {
-    return med(f, d, s, col == TV_CPU ? TV_X_CPU : TV_X_RPS);
+    return med(f, d, s, x_col(col));
 }
 
 static double ratio(const lab_fig *f, int d, int col) {
@@ -682,8 +692,7 @@ static void judge(lab_verdict *v, const lab_row *floor, int col, double x,
     const char *unit = col == TV_CPU ? "CPU ×" : "req/s ×";
     char what[64];
     snprintf(what, sizeof what, "the floor's %s", unit);
-    lab_verdict_spread(
-        v, what, lab_row_spread(floor, col == TV_CPU ? TV_X_CPU : TV_X_RPS));
+    lab_verdict_spread(v, what, lab_row_spread(floor, x_col(col)));
     if (isfinite(x) && isfinite(xf))
         lab_verdict_bound_floor(v, x, target, false, xf, NULL);
     else
@@ -780,8 +789,8 @@ int serve_suite(const lab_options *opts, lab_json *json) {
                "server's CPU time (/proc/PID/task/*/schedstat) between its "
                "CSV line and the one before\n",
                CLIENTS, su.quick ? "of " : "every test of its default suite",
-               su.quick ? QUICK_T : "", su.requests[0], su.requests[1], rounds,
-               rounds == 1 ? "" : "s");
+               su.quick ? quick_list() : "", su.requests[0], su.requests[1],
+               rounds, rounds == 1 ? "" : "s");
 
     static drive_ctx dc[DEPTHS];
     static test_ctx tc[SUITE_TESTS];

@@ -7,9 +7,8 @@
  * and CONFIG GET, and -ERR for anything else. No keyspace: one counter,
  * one list's length, a pop answers the value GET answers, a set's pops
  * find it empty (redis-benchmark adds one member, then pops it 100,000
- * times). The parser takes only what a
- * floor needs: the command's name and first three arguments. One
- * thread. */
+ * times). The parser takes only what a floor needs: the command's name
+ * and first three arguments. One thread. */
 #ifndef _GNU_SOURCE /* test_floor's build defines it */
 #define _GNU_SOURCE
 #endif
