@@ -464,6 +464,25 @@ TEST(repl_log_record_bytes_at_digit_boundaries) {
         }
 }
 
+TEST(repl_record_len_past_every_size_limit) {
+    /* The length of a record whose value is far past any default limit
+     * (16 MiB + 1, 512 MiB, past 2^32, 10^15): its header's digits
+     * counted as snprintf writes them. Only lengths: nothing is copied. */
+    static const size_t lens[] = {(16u << 20) + 1, 512u << 20,
+                                  ((size_t)1 << 32) + 5, 999999999999999,
+                                  1000000000000000};
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        resp_arg a[2] = {{"SET", 3}, {"", lens[i]}};
+        char head[48];
+        size_t want = (size_t)snprintf(head, sizeof head,
+                                       "*2\r\n$3\r\nSET\r\n"
+                                       "$%zu\r\n",
+                                       lens[i]) +
+                      lens[i] + 2;
+        CHECK_U64_EQ(repl_record_len(a, 2), want);
+    }
+}
+
 TEST(repl_log_records_and_offsets) {
     /* Records of many sizes, twenty longer than a chunk (so the chunk
      * table grows past its first 16 entries): walking the log
