@@ -2042,6 +2042,77 @@ TEST(client_and_replsync_keep_transactions_and_subscriptions) {
     kv_free(&k);
 }
 
+/* kv_exec's return for a line, its reply in out (NUL-terminated). */
+static int exec_rc(kv *k, kv_client *cl, buf *out, const char *line) {
+    static char copy[256];
+    resp_arg argv[MAX_ARGS];
+    size_t argc = 0;
+    snprintf(copy, sizeof copy, "%s", line);
+    for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
+        argv[argc++] = (resp_arg){w, strlen(w)};
+    out->len = 0;
+    int rc = kv_exec(k, cl, argv, argc, out);
+    buf_put(out, "", 1);
+    out->len--;
+    return rc;
+}
+
+/* kv_exec runs most commands on a short path that skips the checks at a
+ * glance: each command that must take the checked path still does. */
+TEST(exec_short_path_keeps_every_check) {
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    /* QUIT: answered and reported, outside and inside MULTI (never
+     * queued) and while subscribed. */
+    CHECK_EQ(exec_rc(&k, &cl, &out, "QUIT"), KV_QUIT);
+    CHECK(strcmp(out.p, "+OK\r\n") == 0);
+    exec_rc(&k, &cl, &out, "MULTI");
+    CHECK_EQ(exec_rc(&k, &cl, &out, "QUIT"), KV_QUIT);
+    CHECK(strcmp(out.p, "+OK\r\n") == 0);
+    kv_client_reset(&k, &cl);
+    exec_rc(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK_EQ(exec_rc(&k, &cl, &out, "QUIT"), KV_QUIT);
+    /* PING runs while subscribed (its RESP2 form), GET does not. */
+    CHECK_EQ(exec_rc(&k, &cl, &out, "PING"), 0);
+    CHECK(strcmp(out.p, "*2\r\n$4\r\npong\r\n$0\r\n\r\n") == 0);
+    CHECK_EQ(exec_rc(&k, &cl, &out, "GET a"), 0);
+    CHECK(strncmp(out.p, "-ERR Can't execute 'get'", 24) == 0);
+    kv_client_reset(&k, &cl);
+    /* Inside MULTI a plain command is queued, not run. */
+    exec_rc(&k, &cl, &out, "MULTI");
+    CHECK_EQ(exec_rc(&k, &cl, &out, "SET a 1"), 0);
+    CHECK(strcmp(out.p, "+QUEUED\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "DISCARD"), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXISTS a"), ":0\r\n") == 0);
+    /* No client (a queued or applied command): runs, as before. */
+    CHECK_EQ(exec_rc(&k, NULL, &out, "SET a 1"), 0);
+    CHECK(strcmp(out.p, "+OK\r\n") == 0);
+    /* An arity the command refuses, and a name of every length class. */
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "GET"),
+                 "-ERR wrong number of arguments for 'get' command\r\n") == 0);
+    CHECK(strncmp(exec_cl(&k, &cl, &out, "G"), "-ERR unknown command 'G'",
+                  24) == 0);
+    CHECK(strncmp(exec_cl(&k, &cl, &out, "NOSUCHCOMMANDATALL"),
+                  "-ERR unknown command 'NOSUCHCOMMANDATALL'", 41) == 0);
+    kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+    /* A replica refuses writes from a client and from no client alike. */
+    kv_setup(&k, true);
+    kv_client_init(&cl, NULL, &out);
+    CHECK_EQ(exec_rc(&k, &cl, &out, "SET a 1"), 0);
+    CHECK(strncmp(out.p, "-READONLY", 9) == 0);
+    CHECK_EQ(exec_rc(&k, NULL, &out, "SET a 1"), 0);
+    CHECK(strncmp(out.p, "-READONLY", 9) == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "GET a"), "$-1\r\n") == 0);
+    kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+}
+
 TEST(client_subcommands_as_redis) {
     kv k;
     kv_setup(&k, false); /* no kill_replicas: no replica links */
