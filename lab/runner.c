@@ -311,8 +311,18 @@ static void scale_init(lab_table *t) {
     lab_table_init(t, 9, header);
 }
 
+/* lull ÷ the floor on col, round by round, the median: the two ran in the
+ * same rounds, so each ratio sees one state of the machine (a 12-session
+ * p50 moves between ~25 and ~55 µs from round to round, both rows with
+ * it). NaN where either row is missing. */
+static double same_round_ratio(const lab_row *ln, const lab_row *fl, int col) {
+    if (!ln || !fl) return NAN;
+    lab_series r = lab_series_ratios(&ln->v[col], &fl->v[col]);
+    return r.n ? lab_series_median(&r) : NAN;
+}
+
 /* A size's row of the table by sessions; *q50 and *qcpu get lull ÷ the
- * floor on the p50 and on CPU per event (NaN where either is missing). */
+ * floor on the p50 and on CPU per event (same_round_ratio). */
 static void scale_row(lab_table *t, const lab_fig *f, int n, double *q50,
                       double *qcpu) {
     const lab_row *ln = lab_fig_find(f, "lull", row_label[ROW_LULL_NOTIFY]);
@@ -336,11 +346,8 @@ static void scale_row(lab_table *t, const lab_fig *f, int n, double *q50,
                       measured ? lab_fmt(buf, lab_row_median(r, RV_CPU_EV))
                                : "–");
     }
-    *q50 = ln && fl ? lab_row_median(ln, RV_P50) / lab_row_median(fl, RV_P50)
-                    : NAN;
-    *qcpu = ln && fl
-                ? lab_row_median(ln, RV_CPU_EV) / lab_row_median(fl, RV_CPU_EV)
-                : NAN;
+    *q50 = same_round_ratio(ln, fl, RV_P50);
+    *qcpu = same_round_ratio(ln, fl, RV_CPU_EV);
     lab_table_set(t, tr, 7, "%s · %s", lab_fmt3(buf, *q50),
                   lab_fmt3(b2, *qcpu));
     lab_table_set(t, tr, 8, "%s · %s",
@@ -618,6 +625,7 @@ static int run_all(const lab_options *opts, lab_json *json,
     if (nsizes > 1 && scale.rows > 1) {
         printf("\n");
         lab_table_brief(&scale, RUNNER_SCALE_TITLE);
+        lab_detail("  lull ÷ floor: the median of the rounds' ratios\n");
         printf("  %s\n", pin_why);
     }
     if (!node) printf("  Node: not run (%s)\n", no_node);
