@@ -2075,7 +2075,9 @@ TEST(exec_short_path_keeps_every_check) {
     kv_client_reset(&k, &cl);
     exec_rc(&k, &cl, &out, "SUBSCRIBE c");
     CHECK_EQ(exec_rc(&k, &cl, &out, "QUIT"), KV_QUIT);
-    /* PING runs while subscribed (its RESP2 form), GET does not. */
+    CHECK(strcmp(out.p, "+OK\r\n") == 0);
+    /* PING runs while subscribed (cmd_ping picks its RESP2 form itself),
+     * GET is refused. */
     CHECK_EQ(exec_rc(&k, &cl, &out, "PING"), 0);
     CHECK(strcmp(out.p, "*2\r\n$4\r\npong\r\n$0\r\n\r\n") == 0);
     CHECK_EQ(exec_rc(&k, &cl, &out, "GET a"), 0);
@@ -2087,16 +2089,29 @@ TEST(exec_short_path_keeps_every_check) {
     CHECK(strcmp(out.p, "+QUEUED\r\n") == 0);
     CHECK(strcmp(exec_cl(&k, &cl, &out, "DISCARD"), "+OK\r\n") == 0);
     CHECK(strcmp(exec_cl(&k, &cl, &out, "EXISTS a"), ":0\r\n") == 0);
+    /* The server's command is returned to the caller, unrun; a container
+     * runs its subcommand, or names the one it does not know. */
+    resp_arg rs[4] = {{"REPLSYNC", 8}, {"?", 1}, {"0", 1}, {"1", 1}};
+    out.len = 0;
+    CHECK_EQ(kv_exec(&k, &cl, rs, 4, &out), KV_SERVER);
+    CHECK_EQ(out.len, 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETNAME x"), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT FOO"),
+                 "-ERR unknown subcommand 'FOO'. Try CLIENT HELP.\r\n") == 0);
     /* No client (a queued or applied command): runs, as before. */
     CHECK_EQ(exec_rc(&k, NULL, &out, "SET a 1"), 0);
     CHECK(strcmp(out.p, "+OK\r\n") == 0);
-    /* An arity the command refuses, and a name of every length class. */
+    /* An arity the command refuses; names short and long, known and not,
+     * in any case. */
     CHECK(strcmp(exec_cl(&k, &cl, &out, "GET"),
                  "-ERR wrong number of arguments for 'get' command\r\n") == 0);
     CHECK(strncmp(exec_cl(&k, &cl, &out, "G"), "-ERR unknown command 'G'",
                   24) == 0);
     CHECK(strncmp(exec_cl(&k, &cl, &out, "NOSUCHCOMMANDATALL"),
                   "-ERR unknown command 'NOSUCHCOMMANDATALL'", 41) == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "gEt a"), "$1\r\n1\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "pExPiReAt a 1"), ":1\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXISTS a"), ":0\r\n") == 0);
     kv_client_reset(&k, &cl);
     buf_free(&out);
     kv_free(&k);
