@@ -1055,8 +1055,9 @@ TEST(expiry_replicates_as_redis) {
 #include "cmd_int.h"
 #include "types.h"
 
-/* Runs a request given as words on k for client cl (may be NULL). */
-static const char *exec_cl(kv *k, kv_client *cl, buf *out, const char *line) {
+/* Runs a request given as words on k for client cl (may be NULL):
+ * kv_exec's return, the reply in out (NUL-terminated, not counted). */
+static int exec_rc(kv *k, kv_client *cl, buf *out, const char *line) {
     static char copy[4096];
     resp_arg argv[MAX_ARGS];
     size_t argc = 0;
@@ -1064,9 +1065,15 @@ static const char *exec_cl(kv *k, kv_client *cl, buf *out, const char *line) {
     for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
         argv[argc++] = (resp_arg){w, strlen(w)};
     out->len = 0;
-    kv_exec(k, cl, argv, argc, out);
+    int rc = kv_exec(k, cl, argv, argc, out);
     buf_put(out, "", 1);
     out->len--;
+    return rc;
+}
+
+/* The same, returning the reply. */
+static const char *exec_cl(kv *k, kv_client *cl, buf *out, const char *line) {
+    exec_rc(k, cl, out, line);
     return out->p;
 }
 
@@ -2040,21 +2047,6 @@ TEST(client_and_replsync_keep_transactions_and_subscriptions) {
     kv_client_reset(&k, &cl);
     buf_free(&out);
     kv_free(&k);
-}
-
-/* kv_exec's return for a line, its reply in out (NUL-terminated). */
-static int exec_rc(kv *k, kv_client *cl, buf *out, const char *line) {
-    static char copy[256];
-    resp_arg argv[MAX_ARGS];
-    size_t argc = 0;
-    snprintf(copy, sizeof copy, "%s", line);
-    for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
-        argv[argc++] = (resp_arg){w, strlen(w)};
-    out->len = 0;
-    int rc = kv_exec(k, cl, argv, argc, out);
-    buf_put(out, "", 1);
-    out->len--;
-    return rc;
 }
 
 /* kv_exec runs most commands on a short path that skips the checks at a
