@@ -1175,7 +1175,7 @@ void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     c->fn(k, cl, a, argc, out);
 }
 
-/* kv_exec for a command the fast path did not take: found is what the
+/* kv_exec for a command runs_at_once did not pass: found is what the
  * name looked up to (NULL when unknown). */
 static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
                                                   const resp_arg *a,
@@ -1221,8 +1221,8 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
  * not a container, the server's or QUIT, with its arity, not a write on a
  * replica, from a client outside MULTI and not subscribed. That is almost
  * every command, and taking it here, in a function small enough to keep
- * its arguments in registers, saves the checked path's stack frame (about
- * a tenth of what lull-kv spends on a pipelined PING). */
+ * its arguments in registers, saves the checked path's stack frame (12 of
+ * the ~326 instructions a pipelined PING cost lull-kv, callgrind). */
 static inline bool runs_at_once(const kv *k, const kv_client *cl,
                                 const kv_cmd *c, size_t argc) {
     return c && !(c->flags & (CMD_CONTAINER | CMD_SERVER)) &&
