@@ -42,9 +42,11 @@ static inline __attribute__((always_inline)) void buf_str(buf *b,
 }
 /* ":12\r\n", "*3\r\n", "$5\r\n" ... By hand rather than snprintf: every
  * GET reply has one (its "$len"), and snprintf's format parsing cost more
- * than the rest of the reply. Written in place at w, which has room for
- * BUF_INT_MAX bytes; returns the end. A one-digit number, what almost
- * every bulk length and reply count is, takes no division. */
+ * than the rest of the reply; every write the write log records has one
+ * per argument. Written in place at w, which has room for BUF_INT_MAX
+ * bytes (it writes only the header's own); returns the end. A
+ * one- or two-digit number, what almost every bulk length, reply count
+ * and log header is, takes no loop. */
 #define BUF_INT_MAX 24 /* tag, sign, 20 digits, CRLF */
 static inline __attribute__((always_inline)) char *buf_int_at(char *w, char tag,
                                                               long long v) {
@@ -54,6 +56,13 @@ static inline __attribute__((always_inline)) char *buf_int_at(char *w, char tag,
         w[2] = '\r';
         w[3] = '\n';
         return w + 4;
+    }
+    if (v >= 10 && v < 100) {
+        w[1] = (char)('0' + v / 10);
+        w[2] = (char)('0' + v % 10);
+        w[3] = '\r';
+        w[4] = '\n';
+        return w + 5;
     }
     char tmp[BUF_INT_MAX];
     char *e = tmp + sizeof tmp, *q = e;

@@ -4,6 +4,8 @@
  * start + used (0 with no chunk). */
 #include "repl.h"
 
+#include "buf.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -76,29 +78,6 @@ int repl_log_reserve(repl_log *log, size_t len) {
     return 0;
 }
 
-/* Every write the primary makes passes here once per argument: the
- * one- and two-digit numbers go straight in. */
-static char *put_header(char *w, char tag, size_t n) {
-    *w++ = tag;
-    if (n < 10) {
-        *w++ = (char)('0' + n);
-    } else if (n < 100) {
-        w[0] = (char)('0' + n / 10);
-        w[1] = (char)('0' + n % 10);
-        w += 2;
-    } else {
-        w += digits(n);
-        char *d = w;
-        do {
-            *--d = (char)('0' + n % 10);
-            n /= 10;
-        } while (n);
-    }
-    *w++ = '\r';
-    *w++ = '\n';
-    return w;
-}
-
 /* KV_PLANT_EXPIRE_RELATIVE: PEXPIREAT k t logged as PEXPIRE k (t - now),
  * in the room reserved for it (never longer: a shorter name, a number of
  * at most as many digits). */
@@ -129,9 +108,10 @@ const char *repl_log_append_arg(repl_log *log, const resp_arg *argv,
     repl_chunk *c = &log->chunks[log->nchunks - 1];
     char *w = c->p + c->used, *begin = w;
     const char *at = NULL;
-    w = put_header(w, '*', argc);
+    /* Counts and lengths of a record held in memory: far below LLONG_MAX. */
+    w = buf_int_at(w, '*', (long long)argc);
     for (size_t i = 0; i < argc; i++) {
-        w = put_header(w, '$', argv[i].len);
+        w = buf_int_at(w, '$', (long long)argv[i].len);
         if (i == want) at = w;
         memcpy(w, argv[i].p, argv[i].len);
         w += argv[i].len;
