@@ -775,6 +775,40 @@ static ssize_t in_read(lull_stream *s, void *at, size_t room) {
     return read(fd, at, room);
 }
 
+/* after_send's verdicts besides 0 and -errno. */
+#define SENT_ALL   1 /* every byte offered was taken: write on */
+#define SENT_AGAIN 2 /* EINTR: the same write again */
+
+/* Accounts for one write of `total` queued bytes that returned w, fb's fds
+ * with it (or NULL): SENT_ALL, SENT_AGAIN, 0 when the socket is full
+ * (BLOCKED, what was taken off the queue), or -errno for a close. */
+static inline int after_send(lull_stream *s, ssize_t w, size_t total,
+                             fd_batch *fb, lull_frame **done,
+                             lull_frame **done_tail) {
+    s->writes++;
+    if (w < 0) {
+        if (errno == EINTR) return SENT_AGAIN;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            s->state |= S_BLOCKED;
+            return 0;
+        }
+        return -errno;
+    }
+    s->bytes_written += (uint64_t)w;
+    if (s->idle_ns) s->active_ns = lull_loop_now(s->loop);
+    if (fb && w > 0) { /* the kernel holds them now */
+        s->fds->out = fb->next;
+        if (!fb->next) s->fds->out_tail = NULL;
+        batch_free(fb);
+    }
+    advance(s, (size_t)w, done, done_tail);
+    if ((size_t)w < total) {
+        s->state |= S_BLOCKED;
+        return 0;
+    }
+    return SENT_ALL;
+}
+
 /* Writes what the kernel takes, IOV_CAP buffers per sendmsg, until the
  * queue is empty or a write comes up short (the socket is full: BLOCKED).
  * 0, or a negative errno the caller turns into a close. */
@@ -815,34 +849,43 @@ static int write_out(lull_stream *s, lull_frame **done,
             if (f == with_fds) break;
         }
         if (with_fds != s->head) fb = NULL;
-        ssize_t w = 0;
-        if (total > 0) {
-            w = out_write(s, iov, n, fb);
-            s->writes++;
-            if (w < 0) {
-                if (errno == EINTR) continue;
-                if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    s->state |= S_BLOCKED;
-                    return 0;
-                }
-                return -errno;
-            }
-            s->bytes_written += (uint64_t)w;
-            if (s->idle_ns) s->active_ns = lull_loop_now(s->loop);
-            if (fb && w > 0) { /* the kernel holds them now */
-                s->fds->out = fb->next;
-                if (!fb->next) s->fds->out_tail = NULL;
-                batch_free(fb);
-            }
+        if (total == 0) { /* zero-length frames only */
+            advance(s, 0, done, done_tail);
+            continue;
         }
-        advance(s, (size_t)w, done, done_tail);
-        if ((size_t)w < total) {
-            s->state |= S_BLOCKED;
-            return 0;
-        }
+        int r =
+            after_send(s, out_write(s, iov, n, fb), total, fb, done, done_tail);
+        if (r != SENT_ALL && r != SENT_AGAIN) return r;
     }
     s->state &= ~S_BLOCKED;
     return 0;
+}
+
+/* write_out for what a request-response socket writes each turn: one raw
+ * frame from its first byte, no fds. One send, without write_out's iovec
+ * arrays (20 KiB of stack) and its walk of the queue; anything else, and
+ * an interrupted send, goes to write_out. */
+static int write_queue(lull_stream *s, lull_frame **done,
+                       lull_frame **done_tail) {
+    lull_frame *f = s->head;
+    if (f && f == s->tail && !s->head_done && f->len && !s->fds &&
+        (s->state & (S_OUT_SOCK | S_PAIR)) == S_OUT_SOCK && !framed(s)) {
+        ssize_t w =
+            send(s->io.fd, f->bytes, f->len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        int r = after_send(s, w, f->len, NULL, done, done_tail);
+        if (r != SENT_AGAIN) return r == SENT_ALL ? 0 : r;
+    }
+    return write_out(s, done, done_tail);
+}
+
+/* After a write that found s unblocked: whether after_write has nothing
+ * to do. Its queue is empty and no shutdown waits, so the write side wants
+ * nothing, and its fd is not watched for writability, so the interest
+ * update_io would set is the one the kernel holds already (the read
+ * side's changes set it themselves). */
+static bool written_as_watched(const lull_stream *s) {
+    return !s->head && !(s->state & (S_SHUT_WANT | S_PAIR)) &&
+           !(s->io.events & LULL_WRITABLE);
 }
 
 /* After a write: shut the write side once the queue is empty, if asked. */
@@ -922,12 +965,12 @@ static bool flush_now(lull_stream *s) {
     lull_frame *done = s->done, *done_tail = s->done_tail;
     s->done = s->done_tail = NULL;
     if ((s->state & (S_CONNECTED | S_BLOCKED | S_FAIL)) == S_CONNECTED) {
-        int err = write_out(s, &done, &done_tail);
+        int err = write_queue(s, &done, &done_tail);
         if (err && write_failed(s, err, &done, &done_tail)) {
             close_now(s, err, done, NULL); /* open here: S_CONNECTED */
             return false;
         }
-        if (!err) after_write(s);
+        if (!err && !written_as_watched(s)) after_write(s);
     }
     bool drain = (s->state & S_FULL) && s->ep.queued < s->ep.high_water &&
                  !(s->ep.flags & LULL__EP_CLOSED) &&

@@ -707,6 +707,153 @@ TEST(partial_writes_keep_order) {
     free_loop(loop);
 }
 
+/* Small socket buffers, so that a write comes up short or frames stay
+ * queued under a paused reader. */
+static void shrink_buffers(int fd) {
+    int small = 4096;
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+}
+
+/* One raw frame a turn is what a request-response server writes, and the
+ * stream sends it alone, without building a batch (src/stream.c,
+ * write_queue). The three ways such a send can end short of done follow:
+ * short, into a full socket, and failed. */
+
+/* Reads from peer until `want` bytes came, running the loop whenever the
+ * socket is empty (the writer waits for room then, so the loop wakes). */
+static void read_all(lull_loop *loop, int peer, unsigned char *got,
+                     size_t want) {
+    size_t have = 0;
+    while (have < want) {
+        ssize_t n = recv(peer, got + have, want - have, MSG_DONTWAIT);
+        if (n > 0) {
+            have += (size_t)n;
+            continue;
+        }
+        CHECK(n < 0 && errno == EAGAIN);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    }
+}
+
+/* After a write that waited for room: the frame back once, and the fd
+ * no longer watched for room (a level-triggered writability left watched
+ * would run the callback on every poll). */
+static void wrote_and_stopped_watching(lull_loop *loop, counter *w) {
+    for (int i = 0; i < 3 && g_released == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_released, 1);
+    CHECK_EQ(w->s.io.events, LULL_READABLE);
+    lull_loop_metrics_reset(loop);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_EQ(m.tasks_run, 0);
+}
+
+TEST(one_raw_frame_short_write_finishes_when_read) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter w;
+    int peer;
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW, .high_water = 1024};
+    raw_peer(loop, &w, &peer, &raw);
+    shrink_buffers(lull_stream_fd(&w.s));
+    shrink_buffers(peer);
+    size_t total = 256 << 10;
+    unsigned char *data = malloc(total), *got = malloc(total);
+    CHECK(data && got);
+    for (size_t i = 0; i < total; i++)
+        data[i] = (unsigned char)rnd();
+    g_released = 0;
+    lull_frame f = {.bytes = data, .len = total, .release = count_release};
+    CHECK_EQ(lull_endpoint_send(&w.s.ep, &f), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.s.writes, 1); /* one send, taken in part */
+    CHECK_EQ(g_released, 0);
+    CHECK(w.s.io.events & LULL_WRITABLE);
+    read_all(loop, peer, got, total);
+    CHECK(memcmp(got, data, total) == 0);
+    wrote_and_stopped_watching(loop, &w);
+    CHECK(w.s.writes >= 2);
+    CHECK_EQ(w.drains, 1);
+    CHECK_EQ(lull_endpoint_close(&w.s.ep, 0), 0);
+    CHECK(lull_loop_settle(loop) >= 1);
+    CHECK_EQ(w.closes, 1);
+    close(peer);
+    free(data);
+    free(got);
+    free_loop(loop);
+}
+
+TEST(one_raw_frame_into_a_full_socket_waits_for_room) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter w;
+    int peer;
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    raw_peer(loop, &w, &peer, &raw);
+    shrink_buffers(lull_stream_fd(&w.s));
+    shrink_buffers(peer);
+    static unsigned char filler[1 << 16];
+    size_t filled = 0;
+    for (;;) { /* past lull: the socket full before the frame comes */
+        ssize_t n =
+            send(lull_stream_fd(&w.s), filler, sizeof filler, MSG_DONTWAIT);
+        if (n < 0) break;
+        filled += (size_t)n;
+    }
+    CHECK(errno == EAGAIN && filled > 0);
+    static const char msg[] = "+the reply that waited\r\n";
+    g_released = 0;
+    lull_frame f = {
+        .bytes = msg, .len = sizeof msg - 1, .release = count_release};
+    CHECK_EQ(lull_endpoint_send(&w.s.ep, &f), 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.s.writes, 1); /* tried once, then waits for room */
+    CHECK_EQ(g_released, 0);
+    CHECK(w.s.io.events & LULL_WRITABLE);
+    unsigned char *got = malloc(filled + sizeof msg);
+    CHECK(got);
+    read_all(loop, peer, got, filled + sizeof msg - 1);
+    CHECK(memcmp(got + filled, msg, sizeof msg - 1) == 0);
+    wrote_and_stopped_watching(loop, &w);
+    CHECK_EQ(w.s.writes, 2);
+    CHECK_EQ(w.drains, 0); /* never past high_water */
+    CHECK_EQ(lull_endpoint_close(&w.s.ep, 0), 0);
+    CHECK(lull_loop_settle(loop) >= 1);
+    close(peer);
+    free(got);
+    free_loop(loop);
+}
+
+TEST(one_raw_frame_to_a_gone_reader_ends_the_write_side) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter w;
+    int peer;
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    raw_peer(loop, &w, &peer, &raw);
+    CHECK_EQ(shutdown(peer, SHUT_RD), 0);
+    g_released = 0;
+    lull_frame f = {.bytes = "+OK\r\n", .len = 5, .release = count_release};
+    CHECK_EQ(lull_endpoint_send(&w.s.ep, &f), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.s.writes, 1);
+    CHECK_EQ(g_released, 1); /* back to its owner, unwritten */
+    CHECK_EQ(lull_endpoint_send_copy(&w.s.ep, "x", 1), -EPIPE);
+    CHECK_EQ(w.closes, 0); /* the peer may still write: reading goes on */
+    CHECK_EQ(send(peer, "+late\r\n", 7, 0), 7);
+    for (int i = 0; i < 10 && w.bytes < 7; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(w.bytes, 7);
+    close(peer); /* the read side's EOF: both ways done */
+    for (int i = 0; i < 10 && !w.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(w.closes, 1);
+    CHECK_EQ(w.reason, -EPIPE);
+    free_loop(loop);
+}
+
 /* Fills a paused peer until the sender is not writable. */
 static int fill(counter *c) {
     static unsigned char blob[1000];
@@ -1504,13 +1651,6 @@ static void owner_closed_once(lull_loop *loop, int want) {
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(g_owner_closes, 1);
     CHECK(g_owner == NULL);
-}
-
-/* Fills the socket under a paused reader, so that frames stay queued. */
-static void shrink_buffers(int fd) {
-    int small = 4096;
-    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
-    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
 }
 
 /* A local close: frames still queued are released inside the call; the
