@@ -570,21 +570,29 @@ static void set_interest(lull_stream *s, lull_io *io, int want) {
     if (rc < 0) fail_later(s, rc);
 }
 
-static void update_io(lull_stream *s) {
+/* The interest s's fd should have; a pair's writes are its write fd's
+ * (*wio_want, when not NULL). */
+static int io_wanted(const lull_stream *s, int *wio_want) {
     int want = 0;
     if (s->state & (S_CONNECTING | S_BLOCKED)) want |= LULL_WRITABLE;
     if ((s->state & (S_CONNECTED | S_READING | S_EOF)) ==
         (S_CONNECTED | S_READING))
         want |= LULL_READABLE;
-    if (s->state & S_FAIL) return;
     if (s->state & S_PAIR) { /* reads on io, writes on wio */
-        set_interest(s, &s->wio, want & LULL_WRITABLE);
+        if (wio_want) *wio_want = want & LULL_WRITABLE;
         want &= ~LULL_WRITABLE;
     } else if ((s->state & S_WATCH_HUP) && !(want & LULL_WRITABLE)) {
         /* A write-only pipe end is never readable: this interest only
          * hears the EPOLLERR of the reader's close. */
         want |= LULL_READABLE;
     }
+    return want;
+}
+
+static void update_io(lull_stream *s) {
+    if (s->state & S_FAIL) return;
+    int wio_want = 0, want = io_wanted(s, &wio_want);
+    if (s->state & S_PAIR) set_interest(s, &s->wio, wio_want);
     set_interest(s, &s->io, want);
 }
 
@@ -864,7 +872,8 @@ static int write_out(lull_stream *s, lull_frame **done,
 /* write_out for what a request-response socket writes each turn: one raw
  * frame from its first byte, no fds. One send, without write_out's iovec
  * arrays (20 KiB of stack) and its walk of the queue; anything else, and
- * an interrupted send, goes to write_out. */
+ * an interrupted send, goes to write_out. For a stream not BLOCKED (which
+ * a full write leaves as it is): flush_now's. */
 static int write_queue(lull_stream *s, lull_frame **done,
                        lull_frame **done_tail) {
     lull_frame *f = s->head;
@@ -881,11 +890,15 @@ static int write_queue(lull_stream *s, lull_frame **done,
 /* After a write that found s unblocked: whether after_write has nothing
  * to do. Its queue is empty and no shutdown waits, so the write side wants
  * nothing, and its fd is not watched for writability, so the interest
- * update_io would set is the one the kernel holds already (the read
- * side's changes set it themselves). */
+ * update_io would set is the one the kernel holds already: every change
+ * of the read side's state sets the interest itself (asserted). */
 static bool written_as_watched(const lull_stream *s) {
-    return !s->head && !(s->state & (S_SHUT_WANT | S_PAIR)) &&
-           !(s->io.events & LULL_WRITABLE);
+    bool as_watched = !s->head && !(s->state & (S_SHUT_WANT | S_PAIR)) &&
+                      !(s->io.events & LULL_WRITABLE);
+    LULL_ASSERT(!as_watched || (s->state & S_FAIL) ||
+                    io_wanted(s, NULL) == s->io.events,
+                "lull: a stream's state changed without its interest");
+    return as_watched;
 }
 
 /* After a write: shut the write side once the queue is empty, if asked. */

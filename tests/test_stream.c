@@ -854,6 +854,98 @@ TEST(one_raw_frame_to_a_gone_reader_ends_the_write_side) {
     free_loop(loop);
 }
 
+/* A release callback that pauses (then resumes) the writer's reading:
+ * the interest follows at once, and a paused stream's poll runs nothing. */
+static counter *g_pauser;
+static void pause_in_release(lull_frame *f) {
+    (void)f;
+    g_released++;
+    CHECK_EQ(lull_stream_read_stop(&g_pauser->s), 0);
+}
+static void resume_in_release(lull_frame *f) {
+    (void)f;
+    g_released++;
+    CHECK_EQ(lull_stream_read_start(&g_pauser->s), 0);
+}
+
+TEST(one_raw_frame_whose_release_pauses_and_resumes_reading) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter w;
+    int peer;
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    raw_peer(loop, &w, &peer, &raw);
+    g_pauser = &w;
+    g_released = 0;
+    lull_frame f = {.bytes = "ping", .len = 4, .release = pause_in_release};
+    CHECK_EQ(lull_endpoint_send(&w.s.ep, &f), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_released, 1);
+    CHECK_EQ(w.s.io.events, 0);
+    CHECK_EQ(send(peer, "late", 4, 0), 4);
+    lull_loop_metrics_reset(loop);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_EQ(m.tasks_run, 0);
+    CHECK_EQ(w.bytes, 0);
+    lull_frame f2 = {.bytes = "pong", .len = 4, .release = resume_in_release};
+    CHECK_EQ(lull_endpoint_send(&w.s.ep, &f2), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_released, 2);
+    CHECK_EQ(w.s.io.events, LULL_READABLE);
+    for (int i = 0; i < 5 && w.bytes < 4; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.bytes, 4);
+    char got[8];
+    CHECK_EQ(recv(peer, got, sizeof got, MSG_DONTWAIT), 8);
+    CHECK(memcmp(got, "pingpong", 8) == 0);
+    CHECK_EQ(lull_endpoint_close(&w.s.ep, 0), 0);
+    CHECK(lull_loop_settle(loop) >= 1);
+    close(peer);
+    free_loop(loop);
+}
+
+/* Reading paused while a write waits for room: once written, the fd is
+ * watched for nothing, and a resume watches it for reading again. */
+TEST(one_raw_frame_blocked_while_reading_paused) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter w;
+    int peer;
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    raw_peer(loop, &w, &peer, &raw);
+    shrink_buffers(lull_stream_fd(&w.s));
+    shrink_buffers(peer);
+    size_t total = 64 << 10;
+    unsigned char *data = calloc(1, total), *got = malloc(total);
+    CHECK(data && got);
+    g_released = 0;
+    lull_frame f = {.bytes = data, .len = total, .release = count_release};
+    CHECK_EQ(lull_endpoint_send(&w.s.ep, &f), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(w.s.io.events & LULL_WRITABLE);
+    CHECK_EQ(lull_stream_read_stop(&w.s), 0);
+    CHECK_EQ(w.s.io.events, LULL_WRITABLE);
+    read_all(loop, peer, got, total);
+    for (int i = 0; i < 3 && !g_released; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_released, 1);
+    CHECK_EQ(w.s.io.events, 0);
+    lull_frame f2 = {.bytes = "z", .len = 1, .release = count_release};
+    CHECK_EQ(lull_endpoint_send(&w.s.ep, &f2), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_released, 2);
+    CHECK_EQ(w.s.io.events, 0);
+    CHECK_EQ(lull_stream_read_start(&w.s), 0);
+    CHECK_EQ(w.s.io.events, LULL_READABLE);
+    CHECK_EQ(lull_endpoint_close(&w.s.ep, 0), 0);
+    CHECK(lull_loop_settle(loop) >= 1);
+    close(peer);
+    free(data);
+    free(got);
+    free_loop(loop);
+}
+
 /* Fills a paused peer until the sender is not writable. */
 static int fill(counter *c) {
     static unsigned char blob[1000];
