@@ -124,7 +124,7 @@ static void measure_row(lab_fig *f, lab_row *row, int round,
         return;
     }
     for (int i = 0; i < f->ncols && i < LAB_VALUES; i++)
-        if (isfinite(v[i])) lab_series_add(&row->v[i], v[i]);
+        if (isfinite(v[i])) lab_series_add_round(&row->v[i], round, v[i]);
 }
 
 typedef struct side_job {

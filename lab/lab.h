@@ -94,12 +94,18 @@ uint64_t lab_rand(uint64_t *state);
  * between neighbours; 0 for an empty array. */
 double lab_percentile(double *v, size_t n, double p);
 
-/* One figure's values over the rounds: median, min and max of them. */
+/* One figure's values over the rounds: median, min and max of them. A row
+ * that missed a round (a failure, a value not measured) has no value for
+ * it: round[i] says which round v[i] came from, in increasing order. */
 #define LAB_MAX_ROUNDS 64
 typedef struct lab_series {
     double v[LAB_MAX_ROUNDS];
+    int round[LAB_MAX_ROUNDS];
     int n;
 } lab_series;
+/* Adds the value of round `round`, which comes after every round in s. */
+void lab_series_add_round(lab_series *s, int round, double value);
+/* Adds the next round's value: the round after s's last. */
 void lab_series_add(lab_series *s, double value);
 double lab_series_median(const lab_series *s);
 /* The round whose value is nearest the median (the median round itself
@@ -109,9 +115,10 @@ double lab_series_min(const lab_series *s);
 double lab_series_max(const lab_series *s);
 /* a ÷ b round by round, for two rows measured in the same rounds (each
  * ratio then sees one machine); rounds where b is not above 0 are left
- * out, and so are a's or b's rounds beyond the other's. */
+ * out, and so are rounds only one of them has. */
 lab_series lab_series_ratios(const lab_series *a, const lab_series *b);
-/* The rounds in which a is below b (ties are not), of the *n both have. */
+/* The rounds in which a is below b (ties are not), of the *n rounds both
+ * have. */
 int lab_series_below(const lab_series *a, const lab_series *b, int *n);
 /* Two-sided sign test: the chance that a fair coin tossed n times lands
  * as unevenly as k heads, or more so. Near 1: the rounds cannot tell two

@@ -196,8 +196,7 @@ int replicate_pingpong(const lab_options *opts, lab_json *json, lab_fig **out) {
     lab_series ratio[SIDES];
     memset(ratio, 0, sizeof ratio);
     for (int r = 1; r < fig->nrows; r++)
-        for (int i = 0; i < fl->n && i < fig->rows[r].v[PV_US].n; i++)
-            lab_series_add(&ratio[r], fig->rows[r].v[PV_US].v[i] / fl->v[i]);
+        ratio[r] = lab_series_ratios(&fig->rows[r].v[PV_US], fl);
     const char *header[] = {"", "µs / round trip", "÷ floor, per round", "×"};
     lab_table t;
     lab_table_init(&t, 4, header);

@@ -493,16 +493,10 @@ static void legend(const fparams *p, const char *uring_line) {
 
 /* Row a's CPU per request ÷ row b's, round by round (the two ran in the
  * same round, a few seconds apart, so what the machine did between
- * rounds drops out): their median [min–max] is the figure's ratio. An
- * empty series when either row missed a round. */
+ * rounds drops out): their median [min–max] is the figure's ratio. */
 static lab_series paired(const lab_fig *f, int a, int b) {
-    lab_series out = {.n = 0};
-    const lab_series *x = &f->rows[a].v[FV_SERVER_US],
-                     *y = &f->rows[b].v[FV_SERVER_US];
-    if (x->n != y->n || x->n != f->rounds) return out;
-    for (int i = 0; i < x->n; i++)
-        if (y->v[i] > 0) lab_series_add(&out, x->v[i] / y->v[i]);
-    return out;
+    return lab_series_ratios(&f->rows[a].v[FV_SERVER_US],
+                             &f->rows[b].v[FV_SERVER_US]);
 }
 
 static double paired_median(const lab_fig *f, int a, int b) {

@@ -100,8 +100,14 @@ double lab_percentile(double *v, size_t n, double p) {
     return v[i] + (v[i + 1] - v[i]) * frac;
 }
 
+void lab_series_add_round(lab_series *s, int round, double value) {
+    if (s->n >= LAB_MAX_ROUNDS || (s->n && round <= s->round[s->n - 1])) return;
+    s->v[s->n] = value;
+    s->round[s->n++] = round;
+}
+
 void lab_series_add(lab_series *s, double value) {
-    if (s->n < LAB_MAX_ROUNDS) s->v[s->n++] = value;
+    lab_series_add_round(s, s->n ? s->round[s->n - 1] + 1 : 0, value);
 }
 
 double lab_series_median(const lab_series *s) {
@@ -132,18 +138,41 @@ double lab_series_max(const lab_series *s) {
     return m;
 }
 
+/* The rounds a and b both have: ia[k] and ib[k] index the k-th in each.
+ * Returns how many. */
+static int common_rounds(const lab_series *a, const lab_series *b,
+                         int ia[LAB_MAX_ROUNDS], int ib[LAB_MAX_ROUNDS]) {
+    int n = 0;
+    for (int i = 0, j = 0; i < a->n && j < b->n;) {
+        if (a->round[i] < b->round[j]) {
+            i++;
+        } else if (a->round[i] > b->round[j]) {
+            j++;
+        } else {
+            ia[n] = i++;
+            ib[n++] = j++;
+        }
+    }
+    return n;
+}
+
 lab_series lab_series_ratios(const lab_series *a, const lab_series *b) {
     lab_series r = {.n = 0};
-    for (int i = 0; i < a->n && i < b->n; i++)
-        if (b->v[i] > 0) lab_series_add(&r, a->v[i] / b->v[i]);
+    int ia[LAB_MAX_ROUNDS], ib[LAB_MAX_ROUNDS];
+    int n = common_rounds(a, b, ia, ib);
+    for (int k = 0; k < n; k++)
+        if (b->v[ib[k]] > 0)
+            lab_series_add_round(&r, a->round[ia[k]],
+                                 a->v[ia[k]] / b->v[ib[k]]);
     return r;
 }
 
 int lab_series_below(const lab_series *a, const lab_series *b, int *n) {
+    int ia[LAB_MAX_ROUNDS], ib[LAB_MAX_ROUNDS];
     int below = 0;
-    *n = a->n < b->n ? a->n : b->n;
-    for (int i = 0; i < *n; i++)
-        below += a->v[i] < b->v[i];
+    *n = common_rounds(a, b, ia, ib);
+    for (int k = 0; k < *n; k++)
+        below += a->v[ia[k]] < b->v[ib[k]];
     return below;
 }
 

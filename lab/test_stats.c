@@ -49,6 +49,31 @@ TEST(ratios_pair_rounds_and_skip_a_zero_denominator) {
     CHECK_EQ(lab_series_ratios(&x, &none).n, 0);
 }
 
+/* A row that missed a round (a failure, say) is paired by round, not by
+ * place: its third value is round 4's, and meets the other row's round 4. */
+TEST(ratios_and_below_pair_by_round_past_a_missed_one) {
+    lab_series x = {.n = 0}, y = {.n = 0};
+    double a[] = {10, 20, 30, 40};
+    for (int r = 0; r < 4; r++)
+        lab_series_add_round(&x, r, a[r]);
+    lab_series_add_round(&y, 0, 5);
+    lab_series_add_round(&y, 1, 10);
+    lab_series_add_round(&y, 3, 20); /* round 2 missed */
+    lab_series_add(&y, 100);         /* the next: round 4 */
+    CHECK_EQ(y.round[3], 4);
+    lab_series r = lab_series_ratios(&x, &y);
+    CHECK_EQ(r.n, 3);
+    CHECK(r.v[0] == 2 && r.v[1] == 2 && r.v[2] == 2);
+    CHECK(r.round[2] == 3);
+    int n = -1;
+    CHECK_EQ(lab_series_below(&y, &x, &n), 3);
+    CHECK_EQ(n, 3);
+    /* A round given twice, or out of order, is refused. */
+    lab_series_add_round(&y, 4, 1);
+    lab_series_add_round(&y, 2, 1);
+    CHECK_EQ(y.n, 4);
+}
+
 TEST(below_counts_strictly_lower_rounds_of_the_shorter) {
     double a[] = {1, 5, 3, 3, 9};
     double b[] = {2, 4, 3, 4};
