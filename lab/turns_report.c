@@ -424,13 +424,22 @@ static void verdict_turns(const lab_fig *task, const lab_fig *timer0) {
     }
 }
 
+/* Row r's 1 ms p99 ÷ the floor's: the median of their round-by-round
+ * ratios (a round's machine is the same for both), or of their medians
+ * when they share no round. */
+static double late_over_floor(const lab_row *r, const lab_row *floor) {
+    lab_series q =
+        lab_series_ratios(&r->v[LATE_P99_US], &floor->v[LATE_P99_US]);
+    if (q.n) return lab_series_median(&q);
+    return lab_row_median(r, LATE_P99_US) / lab_row_median(floor, LATE_P99_US);
+}
+
 static void verdict_lateness(const lab_fig *f) {
     lab_row *l = lab_fig_base(f, 0);
     lab_row *floor = lab_fig_find(f, "floor", "nanosleep");
     lab_verdict *v = lab_verdict_add("C3", 1);
     if (!v || !l || !floor) return;
-    double x =
-        lab_row_median(l, LATE_P99_US) / lab_row_median(floor, LATE_P99_US);
+    double x = late_over_floor(l, floor);
     double early = lab_series_min(&l->v[LATE_MIN_US]);
     char a[LAB_CELL], b[LAB_CELL];
     v->timing = true;
@@ -443,9 +452,7 @@ static void verdict_lateness(const lab_fig *f) {
     lab_verdict_spread(v, "the floor's p99",
                        lab_row_spread(floor, LATE_P99_US));
     /* A peer within the bound in the same rounds: the machine allowed it. */
-    if (p && lab_row_median(p, LATE_P99_US) <=
-                 1.1 * lab_row_median(floor, LATE_P99_US))
-        lab_verdict_peer_met(v, p->peer);
+    if (p && late_over_floor(p, floor) <= 1.1) lab_verdict_peer_met(v, p->peer);
     lab_verdict_bound(v, x, 1.1, true);
     if (early < 0) { /* a timer early is a plain miss, whatever the noise */
         lab_verdict_judge(v, false);
