@@ -872,8 +872,8 @@ static int write_out(lull_stream *s, lull_frame **done,
 /* write_out for what a request-response socket writes each turn: one raw
  * frame from its first byte, no fds. One send, without write_out's iovec
  * arrays (20 KiB of stack) and its walk of the queue; anything else, and
- * an interrupted send, goes to write_out. For a stream not BLOCKED (which
- * a full write leaves as it is): flush_now's. */
+ * an interrupted send, goes to write_out. flush_now's alone, on a stream
+ * not BLOCKED: a full send leaves that flag as it found it. */
 static int write_queue(lull_stream *s, lull_frame **done,
                        lull_frame **done_tail) {
     lull_frame *f = s->head;
