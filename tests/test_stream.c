@@ -736,14 +736,8 @@ static void read_all(lull_loop *loop, int peer, unsigned char *got,
     }
 }
 
-/* After a write that waited for room: the frame back once, and the fd
- * no longer watched for room (a level-triggered writability left watched
- * would run the callback on every poll). */
-static void wrote_and_stopped_watching(lull_loop *loop, counter *w) {
-    for (int i = 0; i < 3 && g_released == 0; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
-    CHECK_EQ(g_released, 1);
-    CHECK_EQ(w->s.io.events, LULL_READABLE);
+/* A few polls of loop run no callback: nothing it watches is ready. */
+static void polls_run_nothing(lull_loop *loop) {
     lull_loop_metrics_reset(loop);
     for (int i = 0; i < 3; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
@@ -752,14 +746,46 @@ static void wrote_and_stopped_watching(lull_loop *loop, counter *w) {
     CHECK_EQ(m.tasks_run, 0);
 }
 
-TEST(one_raw_frame_short_write_finishes_when_read) {
+/* After a write that waited for room: the frame back once, and the fd
+ * no longer watched for room (a level-triggered writability left watched
+ * would run the callback on every poll). */
+static void wrote_and_stopped_watching(lull_loop *loop, counter *w) {
+    for (int i = 0; i < 3 && g_released == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_released, 1);
+    CHECK_EQ(w->s.io.events, LULL_READABLE);
+    polls_run_nothing(loop);
+}
+
+/* A raw stream w on a new loop, its peer a plain socket (*peer), small
+ * buffers both ways when `small`; no frame released yet. */
+static lull_loop *raw_writer(counter *w, int *peer, size_t high_water,
+                             bool small) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW,
+                               .high_water = high_water};
+    raw_peer(loop, w, peer, &raw);
+    if (small) {
+        shrink_buffers(lull_stream_fd(&w->s));
+        shrink_buffers(*peer);
+    }
+    g_released = 0;
+    return loop;
+}
+
+/* Closes w (its close callback once, in the settle), its peer, the loop. */
+static void raw_writer_done(lull_loop *loop, counter *w, int peer) {
+    CHECK_EQ(lull_endpoint_close(&w->s.ep, 0), 0);
+    CHECK(lull_loop_settle(loop) >= 1);
+    CHECK_EQ(w->closes, 1);
+    close(peer);
+    free_loop(loop);
+}
+
+TEST(one_raw_frame_short_write_finishes_when_read) {
     counter w;
     int peer;
-    lull_stream_options raw = {.flags = LULL_STREAM_RAW, .high_water = 1024};
-    raw_peer(loop, &w, &peer, &raw);
-    shrink_buffers(lull_stream_fd(&w.s));
-    shrink_buffers(peer);
+    lull_loop *loop = raw_writer(&w, &peer, 1024, true);
     size_t total = 256 << 10;
     unsigned char *data = malloc(total), *got = malloc(total);
     CHECK(data && got);
@@ -777,23 +803,15 @@ TEST(one_raw_frame_short_write_finishes_when_read) {
     wrote_and_stopped_watching(loop, &w);
     CHECK(w.s.writes >= 2);
     CHECK_EQ(w.drains, 1);
-    CHECK_EQ(lull_endpoint_close(&w.s.ep, 0), 0);
-    CHECK(lull_loop_settle(loop) >= 1);
-    CHECK_EQ(w.closes, 1);
-    close(peer);
+    raw_writer_done(loop, &w, peer);
     free(data);
     free(got);
-    free_loop(loop);
 }
 
 TEST(one_raw_frame_into_a_full_socket_waits_for_room) {
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter w;
     int peer;
-    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
-    raw_peer(loop, &w, &peer, &raw);
-    shrink_buffers(lull_stream_fd(&w.s));
-    shrink_buffers(peer);
+    lull_loop *loop = raw_writer(&w, &peer, 0, true);
     static unsigned char filler[1 << 16];
     size_t filled = 0;
     for (;;) { /* past lull: the socket full before the frame comes */
@@ -804,7 +822,6 @@ TEST(one_raw_frame_into_a_full_socket_waits_for_room) {
     }
     CHECK(errno == EAGAIN && filled > 0);
     static const char msg[] = "+the reply that waited\r\n";
-    g_released = 0;
     lull_frame f = {
         .bytes = msg, .len = sizeof msg - 1, .release = count_release};
     CHECK_EQ(lull_endpoint_send(&w.s.ep, &f), 0);
@@ -820,21 +837,15 @@ TEST(one_raw_frame_into_a_full_socket_waits_for_room) {
     wrote_and_stopped_watching(loop, &w);
     CHECK_EQ(w.s.writes, 2);
     CHECK_EQ(w.drains, 0); /* never past high_water */
-    CHECK_EQ(lull_endpoint_close(&w.s.ep, 0), 0);
-    CHECK(lull_loop_settle(loop) >= 1);
-    close(peer);
+    raw_writer_done(loop, &w, peer);
     free(got);
-    free_loop(loop);
 }
 
 TEST(one_raw_frame_to_a_gone_reader_ends_the_write_side) {
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter w;
     int peer;
-    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
-    raw_peer(loop, &w, &peer, &raw);
+    lull_loop *loop = raw_writer(&w, &peer, 0, false);
     CHECK_EQ(shutdown(peer, SHUT_RD), 0);
-    g_released = 0;
     lull_frame f = {.bytes = "+OK\r\n", .len = 5, .release = count_release};
     CHECK_EQ(lull_endpoint_send(&w.s.ep, &f), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
@@ -869,25 +880,17 @@ static void resume_in_release(lull_frame *f) {
 }
 
 TEST(one_raw_frame_whose_release_pauses_and_resumes_reading) {
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter w;
     int peer;
-    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
-    raw_peer(loop, &w, &peer, &raw);
+    lull_loop *loop = raw_writer(&w, &peer, 0, false);
     g_pauser = &w;
-    g_released = 0;
     lull_frame f = {.bytes = "ping", .len = 4, .release = pause_in_release};
     CHECK_EQ(lull_endpoint_send(&w.s.ep, &f), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(g_released, 1);
     CHECK_EQ(w.s.io.events, 0);
     CHECK_EQ(send(peer, "late", 4, 0), 4);
-    lull_loop_metrics_reset(loop);
-    for (int i = 0; i < 3; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
-    lull_metrics m;
-    lull_loop_metrics(loop, &m);
-    CHECK_EQ(m.tasks_run, 0);
+    polls_run_nothing(loop);
     CHECK_EQ(w.bytes, 0);
     lull_frame f2 = {.bytes = "pong", .len = 4, .release = resume_in_release};
     CHECK_EQ(lull_endpoint_send(&w.s.ep, &f2), 0);
@@ -900,26 +903,18 @@ TEST(one_raw_frame_whose_release_pauses_and_resumes_reading) {
     char got[8];
     CHECK_EQ(recv(peer, got, sizeof got, MSG_DONTWAIT), 8);
     CHECK(memcmp(got, "pingpong", 8) == 0);
-    CHECK_EQ(lull_endpoint_close(&w.s.ep, 0), 0);
-    CHECK(lull_loop_settle(loop) >= 1);
-    close(peer);
-    free_loop(loop);
+    raw_writer_done(loop, &w, peer);
 }
 
 /* Reading paused while a write waits for room: once written, the fd is
  * watched for nothing, and a resume watches it for reading again. */
 TEST(one_raw_frame_blocked_while_reading_paused) {
-    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter w;
     int peer;
-    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
-    raw_peer(loop, &w, &peer, &raw);
-    shrink_buffers(lull_stream_fd(&w.s));
-    shrink_buffers(peer);
+    lull_loop *loop = raw_writer(&w, &peer, 0, true);
     size_t total = 64 << 10;
     unsigned char *data = calloc(1, total), *got = malloc(total);
     CHECK(data && got);
-    g_released = 0;
     lull_frame f = {.bytes = data, .len = total, .release = count_release};
     CHECK_EQ(lull_endpoint_send(&w.s.ep, &f), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
@@ -938,12 +933,9 @@ TEST(one_raw_frame_blocked_while_reading_paused) {
     CHECK_EQ(w.s.io.events, 0);
     CHECK_EQ(lull_stream_read_start(&w.s), 0);
     CHECK_EQ(w.s.io.events, LULL_READABLE);
-    CHECK_EQ(lull_endpoint_close(&w.s.ep, 0), 0);
-    CHECK(lull_loop_settle(loop) >= 1);
-    close(peer);
+    raw_writer_done(loop, &w, peer);
     free(data);
     free(got);
-    free_loop(loop);
 }
 
 /* Fills a paused peer until the sender is not writable. */
