@@ -117,6 +117,8 @@ double lab_series_max(const lab_series *s);
  * ratio then sees one machine); rounds where b is not above 0 are left
  * out, and so are rounds only one of them has. */
 lab_series lab_series_ratios(const lab_series *a, const lab_series *b);
+/* The median of lab_series_ratios(a, b); NaN when no round has both. */
+double lab_series_ratio_median(const lab_series *a, const lab_series *b);
 /* The rounds in which a is below b (ties are not), of the *n rounds both
  * have. */
 int lab_series_below(const lab_series *a, const lab_series *b, int *n);

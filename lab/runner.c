@@ -316,9 +316,7 @@ static void scale_init(lab_table *t) {
  * p50 moves between ~25 and ~55 µs from round to round, both rows with
  * it). NaN where either row is missing. */
 static double same_round_ratio(const lab_row *ln, const lab_row *fl, int col) {
-    if (!ln || !fl) return NAN;
-    lab_series r = lab_series_ratios(&ln->v[col], &fl->v[col]);
-    return r.n ? lab_series_median(&r) : NAN;
+    return ln && fl ? lab_series_ratio_median(&ln->v[col], &fl->v[col]) : NAN;
 }
 
 /* A size's row of the table by sessions; *q50 and *qcpu get lull ÷ the

@@ -167,6 +167,11 @@ lab_series lab_series_ratios(const lab_series *a, const lab_series *b) {
     return r;
 }
 
+double lab_series_ratio_median(const lab_series *a, const lab_series *b) {
+    lab_series r = lab_series_ratios(a, b);
+    return r.n ? lab_series_median(&r) : NAN;
+}
+
 int lab_series_below(const lab_series *a, const lab_series *b, int *n) {
     int ia[LAB_MAX_ROUNDS], ib[LAB_MAX_ROUNDS];
     int below = 0;

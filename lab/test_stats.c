@@ -74,6 +74,19 @@ TEST(ratios_and_below_pair_by_round_past_a_missed_one) {
     CHECK_EQ(y.n, 4);
 }
 
+/* The median of the shared rounds' ratios; NaN when none is shared. */
+TEST(ratio_median_of_shared_rounds_or_nan) {
+    lab_series x = {.n = 0}, y = {.n = 0}, z = {.n = 0};
+    double a[] = {10, 30, 90}, b[] = {5, 10, 30};
+    for (int r = 0; r < 3; r++) {
+        lab_series_add_round(&x, r, a[r]);
+        lab_series_add_round(&y, r, b[r]);
+    }
+    CHECK(lab_series_ratio_median(&x, &y) == 3); /* 2, 3, 3 */
+    lab_series_add_round(&z, 7, 1);
+    CHECK(isnan(lab_series_ratio_median(&x, &z)));
+}
+
 TEST(below_counts_strictly_lower_rounds_of_the_shorter) {
     double a[] = {1, 5, 3, 3, 9};
     double b[] = {2, 4, 3, 4};

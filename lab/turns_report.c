@@ -428,9 +428,9 @@ static void verdict_turns(const lab_fig *task, const lab_fig *timer0) {
  * ratios (a round's machine is the same for both), or of their medians
  * when they share no round. */
 static double late_over_floor(const lab_row *r, const lab_row *floor) {
-    lab_series q =
-        lab_series_ratios(&r->v[LATE_P99_US], &floor->v[LATE_P99_US]);
-    if (q.n) return lab_series_median(&q);
+    double x =
+        lab_series_ratio_median(&r->v[LATE_P99_US], &floor->v[LATE_P99_US]);
+    if (isfinite(x)) return x;
     return lab_row_median(r, LATE_P99_US) / lab_row_median(floor, LATE_P99_US);
 }
 
