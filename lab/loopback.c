@@ -222,9 +222,12 @@ static void print_targets(const lab_fig *fig, const unit *u, lab_json *json) {
     const lab_row *timer0 = find_row(fig, "lull", "timer0");
     const lab_row *timer0_q1 = find_row(fig, "lull", "timer0_q1");
     const lab_row *immediate = find_row(fig, "node", "setImmediate");
+    const lab_row *floor = find_row(fig, "floor", "epoll0");
     double t0_task = ratio(timer0, task);
     double node_t0 = ratio(immediate, timer0);
     double node_q1 = ratio(immediate, timer0_q1);
+    double node_floor = ratio(immediate, floor);
+    double q1_floor = ratio(timer0_q1, floor);
     double hop_ns = lab_series_median(&u->hop);
     double work_ns = lab_row_median(task, LV_TRIP_US) * 1000;
     char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL], d[LAB_CELL], e[LAB_CELL],
@@ -240,6 +243,10 @@ static void print_targets(const lab_fig *fig, const unit *u, lab_json *json) {
                "checking I/O every turn   %s   (≥ 10); with lull's default "
                "policy %s\n",
                lab_fmt(b, node_q1), lab_fmt(f, node_t0));
+    lab_detail("      the floor (no loop: epoll_wait(0) and a call a turn): "
+               "node setImmediate ÷ floor %s; lull zero-delay, every turn ÷ "
+               "floor %s\n",
+               lab_fmt(a, node_floor), lab_fmt(b, q1_floor));
     lab_detail("    loopback round trip ÷ two posted-task hops        %s   "
                "(≤ 2)\n"
                "      a frame each way and nothing else: %s ns per round "
@@ -261,6 +268,8 @@ static void print_targets(const lab_fig *fig, const unit *u, lab_json *json) {
     lab_json_field(json, "node_setimmediate_over_lull_timer0", node_t0);
     lab_json_field(json, "node_setimmediate_over_lull_timer0_every_turn",
                    node_q1);
+    lab_json_field(json, "node_setimmediate_over_floor", node_floor);
+    lab_json_field(json, "lull_timer0_every_turn_over_floor", q1_floor);
     lab_json_end_object(json);
     lab_json_series(json, "lull_task_hop_ns", &u->hop);
     lab_json_series(json, "lull_round_trip_alone_ns", &u->trip);
@@ -273,8 +282,8 @@ static void brief(const lab_fig *fig) {
     static const struct {
         const char *peer, *mode;
     } shown[] = {
-        {"lull", "task"},         {"lull", "timer0"},     {"lull", "task_q1"},
-        {"node", "setImmediate"}, {"node", "setTimeout"},
+        {"lull", "task"},    {"lull", "timer0"},       {"lull", "task_q1"},
+        {"floor", "epoll0"}, {"node", "setImmediate"}, {"node", "setTimeout"},
     }; /* the C peers' rows and the rest: --verbose */
     const char *header[] = {"implementation: turn", "I/O checked", "polls/turn",
                             "round trip, µs", "×"};
@@ -330,7 +339,9 @@ static void verdict(const lab_fig *fig, const unit *u) {
     }
     /* The target "≥ 10× Node's setImmediate", at equal policy: Node
      * checks I/O on every turn, so lull's row here does too; the saving
-     * of lull's default policy beside it. */
+     * of lull's default policy beside it. The floor checks I/O every turn
+     * with no loop at all: where Node is not ×10 above it, no loop that
+     * checks on every turn could be. */
     if ((v = lab_verdict_add("loopback", 1)) && timer0_q1) {
         if (!node) {
             snprintf(v->note, sizeof v->note, "Node not found");
@@ -345,7 +356,13 @@ static void verdict(const lab_fig *fig, const unit *u) {
                 lab_fmt_ratio(b, lab_ratio(fig, timer0, node, LV_COMMITS_MS)));
             lab_verdict_spread(v, "Node's setImmediate",
                                lab_row_spread(node, LV_COMMITS_MS));
-            lab_verdict_bound(v, x, 10, false);
+            const lab_row *fl = find_row(fig, "floor", "epoll0");
+            double fx = fl ? lab_ratio(fig, fl, node, LV_COMMITS_MS) : NAN;
+            /* Restated: lull's 100 commits ≤ Node's ÷ 10, which is
+             * (Node's ÷ floor's) ÷ 10 floors. */
+            char rx[32];
+            snprintf(rx, sizeof rx, "≤ %s× floor", lab_fmt3(b, fx / 10));
+            lab_verdict_bound_floor(v, x, 10, false, fx, rx);
         }
     }
 }
@@ -358,7 +375,27 @@ static void row_json(const lab_fig *fig, const lab_row *row, lab_json *j) {
     lab_json_string(j, e->mode);
 }
 
-/* Every row of every peer that can run, in the table's order. */
+/* A peer's rows. */
+static void add_entries(lab_fig *fig, const lb_peer *peer) {
+    bool lull = peer == &lb_lull;
+    for (int e = 0; e < peer->count; e++) {
+        const lb_entry *en = &peer->entries[e];
+        /* lull's posted task is the base of its class: the default row,
+         * and the quantum_ns = 1 one. */
+        bool base = lull && strncmp(en->mode, "task", 4) == 0;
+        unsigned flags = (lull ? LAB_ROW_LULL : 0) |
+                         (en->slow ? LAB_ROW_SLOW : 0) |
+                         (base ? LAB_ROW_BASE : 0);
+        lab_row *r = lab_fig_add(fig, peer->name, flags, "%s", en->label);
+        if (!r) continue;
+        r->arg = en;
+        r->policy = en->policy;
+        r->cls = en->cls;
+    }
+}
+
+/* Every row of every peer that can run, and the floor's, in the table's
+ * order. */
 static void add_rows(lab_fig *fig, lab_json *json) {
     lab_detail("implementations:");
     if (json) {
@@ -376,22 +413,9 @@ static void add_rows(lab_fig *fig, lab_json *json) {
             nskipped++;
             continue;
         }
-        bool lull = peer == &lb_lull;
-        for (int e = 0; e < peer->count; e++) {
-            const lb_entry *en = &peer->entries[e];
-            /* lull's posted task is the base of its class: the default
-             * row, and the quantum_ns = 1 one. */
-            bool base = lull && strncmp(en->mode, "task", 4) == 0;
-            unsigned flags = (lull ? LAB_ROW_LULL : 0) |
-                             (en->slow ? LAB_ROW_SLOW : 0) |
-                             (base ? LAB_ROW_BASE : 0);
-            lab_row *r = lab_fig_add(fig, peer->name, flags, "%s", en->label);
-            if (!r) continue;
-            r->arg = en;
-            r->policy = en->policy;
-            r->cls = en->cls;
-        }
+        add_entries(fig, peer);
     }
+    add_entries(fig, &lb_floor); /* no library: no version to probe */
     lab_detail("\n");
     for (int i = 0; i < nskipped; i++)
         lab_detail("%s\n", skipped[i]);

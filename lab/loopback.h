@@ -83,6 +83,8 @@ typedef struct lb_peer {
 
 extern const lb_peer lb_lull; /* lab/loopback_lull.c */
 extern const lb_peer lb_node; /* lab/loopback_node.c */
+/* No loop: epoll_wait(.., 0) and a call a turn (lab/loopback_floor.c). */
+extern const lb_peer lb_floor;
 #ifdef LAB_HAVE_UV
 extern const lb_peer lb_uv; /* lab/peers/uv_loopback.c */
 #endif
