@@ -80,18 +80,31 @@ static void chain_checks(const lab_fig *fig, int f) {
             "starvation bug of that version)\n");
 }
 
-/* lull's p99 against another row's of the same rounds: the ratio of
- * their medians, and the rounds lull was lower in, with a sign test (a
- * p99 moves from round to round with the machine; a difference between
- * two rows shows, if there is one, as one lower in most rounds). */
+/* Row r's 1 ms p99 ÷ the floor's: the median of their round-by-round
+ * ratios (a round's machine is the same for both), or of their medians
+ * when they share no round. */
+static double late_over_floor(const lab_row *r, const lab_row *floor) {
+    double x =
+        lab_series_ratio_median(&r->v[LATE_P99_US], &floor->v[LATE_P99_US]);
+    if (isfinite(x)) return x;
+    return lab_row_median(r, LATE_P99_US) / lab_row_median(floor, LATE_P99_US);
+}
+
+/* lull's p99 against another row's of the same rounds: the median of the
+ * round-by-round ratios (the figure the verdict's floor line judges), the
+ * ratio of the medians beside it, and the rounds lull was lower in, with
+ * a sign test (a p99 moves from round to round with the machine; a
+ * difference between two rows shows, if there is one, as one lower in
+ * most rounds). */
 static void p99_against(const lab_row *l, const lab_row *r,
                         const char *target) {
     int n, k = lab_series_below(&l->v[LATE_P99_US], &r->v[LATE_P99_US], &n);
-    lab_detail("  lull's p99 ÷ %s's: %.3g%s; lull lower in %d of %d rounds "
-               "(sign test p = %.2g)\n",
-               r->label,
+    lab_detail("  lull's p99 ÷ %s's, round by round: %.3g%s (ratio of "
+               "medians %.3g); lull lower in %d of %d rounds (sign test p = "
+               "%.2g)\n",
+               r->label, late_over_floor(l, r), target,
                lab_row_median(l, LATE_P99_US) / lab_row_median(r, LATE_P99_US),
-               target, k, n, lab_sign_test_p(k, n));
+               k, n, lab_sign_test_p(k, n));
 }
 
 static void lateness_checks(const lab_fig *fig) {
@@ -269,9 +282,19 @@ static const char *peer_cell3(char *buf, const lab_row *r, int col) {
 
 /* One line of the short table: the figure, lull's median with its unit,
  * the best peer of the same class, its ×, and a floor when there is one. */
+/* l's col ÷ the floor's, by the median of their round-by-round ratios,
+ * as the verdict's floor lines judge; NAN without both. */
+static double ratio_to_floor(const lab_row *l, const lab_row *fl, int col) {
+    if (!l || !fl) return NAN;
+    return lab_series_ratio_median(&l->v[col], &fl->v[col]);
+}
+
+/* floor_x: the floor's × when it is not the ratio of medians (NAN: it
+ * is). */
 static void brief_row(lab_table *t, const char *what, const lab_fig *fig,
                       const lab_row *lull, const lab_row *peer,
-                      const lab_row *floor, int col, const char *unit) {
+                      const lab_row *floor, double floor_x, int col,
+                      const char *unit) {
     if (!fig || !lull) return;
     int r = lab_table_row(t);
     char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL], d[LAB_CELL];
@@ -283,7 +306,9 @@ static void brief_row(lab_table *t, const char *what, const lab_fig *fig,
                   lab_fmt_ratio(c, lab_ratio(fig, lull, peer, col)));
     if (floor)
         lab_table_set(t, r, 4, "%s %s", lab_fmt(d, lab_row_median(floor, col)),
-                      lab_fmt_ratio(c, lab_ratio(fig, lull, floor, col)));
+                      lab_fmt_ratio(c, isfinite(floor_x)
+                                           ? floor_x
+                                           : lab_ratio(fig, lull, floor, col)));
 }
 
 /* A lateness row at the lab's common slack (not a default-slack one). */
@@ -301,33 +326,37 @@ static void brief(lab_fig *const figs[TURNS_FIGURES]) {
     lab_table_init(&t, 5, header);
     const lab_fig *f = figs[TURNS_CHAIN_TASK];
     if (f) {
-        brief_row(&t, "posted task, I/O every hop", f,
-                  lab_fig_base(f, TURNS_CLASS_EVERY_HOP),
+        const lab_row *e = lab_fig_base(f, TURNS_CLASS_EVERY_HOP);
+        const lab_row *fl = lab_fig_find(f, "floor", "epoll_wait(0)");
+        brief_row(&t, "posted task, I/O every hop", f, e,
                   lab_fig_best_peer(f, TURNS_CLASS_EVERY_HOP, CHAIN_NS_PER_HOP),
-                  lab_fig_find(f, "floor", "epoll_wait(0)"), CHAIN_NS_PER_HOP,
-                  "ns");
+                  fl, 1 / ratio_to_floor(e, fl, CHAIN_NS_PER_HOP),
+                  CHAIN_NS_PER_HOP, "ns");
     }
-    if ((f = figs[TURNS_LATENESS]))
-        brief_row(&t, "1 ms timer lateness p99", f, lab_fig_base(f, 0),
-                  best_late_peer(f), lab_fig_find(f, "floor", "nanosleep"),
-                  LATE_P99_US, "µs");
+    if ((f = figs[TURNS_LATENESS])) {
+        const lab_row *l = lab_fig_base(f, 0);
+        const lab_row *fl = lab_fig_find(f, "floor", "nanosleep");
+        brief_row(&t, "1 ms timer lateness p99", f, l, best_late_peer(f), fl,
+                  1 / ratio_to_floor(l, fl, LATE_P99_US), LATE_P99_US, "µs");
+    }
     if ((f = figs[TURNS_LATENESS_BUSY]))
         brief_row(&t, "1 ms p99 beside CPU hogs", f, lab_fig_base(f, 0),
                   lab_fig_best_peer(f, 0, LATE_P99_US),
-                  lab_fig_find(f, "floor", "nanosleep"), LATE_P99_US, "µs");
+                  lab_fig_find(f, "floor", "nanosleep"), NAN, LATE_P99_US,
+                  "µs");
     if ((f = figs[TURNS_IDLE])) {
         lab_row *l = lab_fig_find(f, "lull", NULL);
         brief_row(&t, "idle CPU per handle, 10k", f, l,
-                  lab_fig_best_peer(f, 0, IDLE_NS_PER_HANDLE), NULL,
+                  lab_fig_best_peer(f, 0, IDLE_NS_PER_HANDLE), NULL, NAN,
                   IDLE_NS_PER_HANDLE, "ns/s");
     }
     if ((f = figs[TURNS_ROUNDTRIP_2CPU]))
         brief_row(&t, "cross-thread trip p50, 2 CPUs", f, lab_fig_base(f, 0),
                   lab_fig_best_peer(f, 0, TRIP_P50_US),
-                  lab_fig_find(f, "floor", "eventfd"), TRIP_P50_US, "µs");
+                  lab_fig_find(f, "floor", "eventfd"), NAN, TRIP_P50_US, "µs");
     if ((f = figs[TURNS_TIMERS]))
         brief_row(&t, "arm+cancel, 10^6 timers armed", f, lab_fig_base(f, 0),
-                  lab_fig_best_peer(f, 0, TIMERS_STEADY_NS), NULL,
+                  lab_fig_best_peer(f, 0, TIMERS_STEADY_NS), NULL, NAN,
                   TIMERS_STEADY_NS, "ns");
     if (t.rows > 1) lab_table_brief(&t, NULL);
 }
@@ -422,16 +451,6 @@ static void verdict_turns(const lab_fig *task, const lab_fig *timer0) {
             lab_verdict_bound(v, x, 1.5, true);
         }
     }
-}
-
-/* Row r's 1 ms p99 ÷ the floor's: the median of their round-by-round
- * ratios (a round's machine is the same for both), or of their medians
- * when they share no round. */
-static double late_over_floor(const lab_row *r, const lab_row *floor) {
-    double x =
-        lab_series_ratio_median(&r->v[LATE_P99_US], &floor->v[LATE_P99_US]);
-    if (isfinite(x)) return x;
-    return lab_row_median(r, LATE_P99_US) / lab_row_median(floor, LATE_P99_US);
 }
 
 static void verdict_lateness(const lab_fig *f) {
