@@ -483,8 +483,8 @@ const lab_scenario lab_loopback = {
     "pair, a turn by task, zero-delay timer or 1 ms timer; beside Node, "
     "libuv, libev, libevent",
     run_loopback,
-    "loopback: the zero-delay timer beside a posted task, one frame a turn "
-    "over the loopback pair",
+    "loopback: the zero-delay timer beside a posted task, a frame a turn; "
+    "floor: the same, no loop",
     "C6 loopback",
     NULL,
     false,
