@@ -181,6 +181,11 @@ bool lull__slice_check_read(lull_loop *loop) {
         return false;
     }
     if (loop->stop) {
+        /* The slice ends here as a spent one does, and its check flushes
+         * the deferred arms as that one does: a callback that stopped
+         * the run and goes on working after its lull_loop_should_yield
+         * call would otherwise stretch them to the slice's end. */
+        if (LULL_UNLIKELY(loop->heap.pend)) lull__timers_flush_now(loop);
         loop->countdown = 0;
         return true;
     }

@@ -1393,6 +1393,51 @@ TEST(further_arm_flushed_when_its_callback_returns) {
     bound_end(loop, return_arms, 2);
 }
 
+/* A further arm after lull_loop_stop: the callback's next
+ * lull_loop_should_yield still flushes it, as it does once the quantum is
+ * spent, so the 1 ms of work after that call does not stretch it (it
+ * waited for the slice's end before). Both slice checks: the one that
+ * reads every few callbacks and an every-hop loop's (quantum_ns = 1). */
+static bound_arm stop_arms[2];
+static void stop_then_arm_twice_and_yield(lull_task *t) {
+    (void)t;
+    lull_loop_stop(the_loop);
+    bound_arm_now(&stop_arms[0]);
+    fake_clock.ns += 1 * US;
+    bound_arm_now(&stop_arms[1]);
+    fake_clock.ns += 5 * US;
+    CHECK(lull_loop_should_yield(the_loop));
+    fake_clock.ns += 1 * MS;
+}
+
+static void further_arm_after_a_stop(uint64_t quantum_ns) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop_options o = {.quantum_ns = quantum_ns};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    for (int i = 0; i < 2; i++) {
+        lull_timer_init(loop, &stop_arms[i].timer, bound_fired);
+        lull_timer_unref(&stop_arms[i].timer);
+    }
+    lull_task task;
+    lull_task_init(&task, stop_then_arm_twice_and_yield);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(bound_late(&stop_arms[0]), 0);
+    CHECK_U64_EQ(bound_late(&stop_arms[1]), 5 * US);
+    bound_end(loop, stop_arms, 2);
+}
+
+TEST(further_arm_after_a_stop_flushed_by_should_yield) {
+    further_arm_after_a_stop(0);
+}
+
+TEST(further_arm_after_a_stop_flushed_by_should_yield_every_hop) {
+    further_arm_after_a_stop(1);
+}
+
 /* ------------------------------------------------------------ overrun */
 
 /* lull_timer_overrun: inside the callback, the periods this fire stands
