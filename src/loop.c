@@ -172,6 +172,12 @@ static void run_flush_slow(lull_loop *loop) {
         lull__node *n = loop->flush.next;
         lull__queue_remove(n);
         lull__dispatch_node(loop, n);
+        /* A flush task runs the user's code too (a frame's release, a
+         * drain callback), but no slice check follows it: a timer arm it
+         * deferred is flushed here, so that its delay counts from when
+         * it returned (src/timer.c), not from after the flush tasks,
+         * timers and tasks that run next. */
+        if (LULL_UNLIKELY(loop->heap.pend)) lull__timers_flush_now(loop);
     }
     lull__queue_remove(end);
 }

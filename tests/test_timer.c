@@ -8,6 +8,7 @@
 #include <lull.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1436,6 +1437,58 @@ TEST(further_arm_after_a_stop_flushed_by_should_yield) {
 
 TEST(further_arm_after_a_stop_flushed_by_should_yield_every_hop) {
     further_arm_after_a_stop(1);
+}
+
+/* Callbacks that run at a flush point (a frame's release, run by its
+ * stream's write flush) are followed by no slice check: a further arm in
+ * one is flushed when it returns all the same, so the next flush task's
+ * 1 ms does not stretch it (it waited for the slice's end before). */
+static bound_arm flush_arms[2];
+static lull_stream flush_streams[2];
+static lull_frame flush_frames[2];
+
+static void release_arms_twice(lull_frame *f) {
+    (void)f;
+    bound_arm_now(&flush_arms[0]);
+    fake_clock.ns += 1 * US;
+    bound_arm_now(&flush_arms[1]);
+}
+
+static void release_after_work(lull_frame *f) {
+    (void)f;
+    fake_clock.ns += 1 * MS;
+}
+
+static void send_on_both_streams(lull_task *t) {
+    (void)t;
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(lull_endpoint_send(&flush_streams[i].ep, &flush_frames[i]), 0);
+}
+
+TEST(further_arm_at_a_flush_point_flushed_when_its_callback_returns) {
+    lull_loop *loop = bound_loop(flush_arms, 2);
+    int sv[2][2];
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    lull_release_fn releases[2] = {release_arms_twice, release_after_work};
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]), 0);
+        CHECK_EQ(lull_stream_open(loop, &flush_streams[i], sv[i][0], &raw), 0);
+        CHECK_EQ(lull_endpoint_read_stop(&flush_streams[i].ep), 0);
+        flush_frames[i] =
+            (lull_frame){.bytes = "x", .len = 1, .release = releases[i]};
+    }
+    lull_task task;
+    lull_task_init(&task, send_on_both_streams);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK(!flush_frames[0].in_flight && !flush_frames[1].in_flight);
+    CHECK_U64_EQ(bound_late(&flush_arms[0]), 0);
+    CHECK_U64_EQ(bound_late(&flush_arms[1]), 0);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(lull_endpoint_close(&flush_streams[i].ep, 0), 0);
+        close(sv[i][1]);
+    }
+    bound_end(loop, flush_arms, 2);
 }
 
 /* ------------------------------------------------------------ overrun */
