@@ -312,9 +312,10 @@ LULL_EXTERN uint64_t lull_timer_overrun(const lull_timer *timer);
  * the deadline this fire is for (with an overrun above 1, the first of the
  * periods it stands for), so that its lateness is lull_loop_now() minus
  * this. It equals lull_timer_deadline() - repeat * lull_timer_overrun()
- * read at the start of the callback, kept even if the callback re-arms or
- * stops the timer. 0 outside the callback, for a one-shot timer and in a
- * zero-delay turn. */
+ * read at the start of the callback, unless that next deadline saturated
+ * at UINT64_MAX, and is kept even if the callback re-arms or stops the
+ * timer. 0 outside the callback, for a one-shot timer and in a zero-delay
+ * turn. */
 LULL_EXTERN uint64_t lull_timer_fire_deadline(const lull_timer *timer);
 /* An unreferenced timer does not keep lull_loop_run alive. */
 LULL_EXTERN void lull_timer_ref(lull_timer *timer);

@@ -75,10 +75,12 @@ typedef struct lull__source {
     char label[48];   /* "<kind> callback <address>" for unnamed rows */
 } lull__source;
 
-/* A due fire that stands for more than one period (src/timer.c). */
+/* A due fire that stands for more than one period, or whose deadline its
+ * timer's next one cannot give (src/timer.c). */
 typedef struct lull__overrun {
     lull_timer *timer; /* NULL once taken, or when the timer was stopped */
     uint64_t periods;
+    uint64_t first; /* the deadline of the first of them */
 } lull__overrun;
 
 /* A slot of the table of started fd watchers (src/backend_epoll.c). */

@@ -1630,6 +1630,48 @@ TEST(overrun_is_one_per_period_on_the_virtual_clock) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* lull_timer_fire_deadline where the next period's deadline saturates at
+ * UINT64_MAX, so that the heap's deadline no longer gives the fire's: a
+ * period past the end of the clock, and a timer near the end, whose last
+ * fire is for UINT64_MAX itself (after which it stops). It said 5, then
+ * UINT64_MAX - 20 and 0. */
+static uint64_t sat_fire[4], sat_overrun[4];
+static int sat_fires;
+static void note_fire_deadline(lull_timer *t) {
+    if (sat_fires < 4) {
+        sat_fire[sat_fires] = lull_timer_fire_deadline(t);
+        sat_overrun[sat_fires] = lull_timer_overrun(t);
+    }
+    sat_fires++;
+}
+
+TEST(fire_deadline_where_the_next_period_saturates) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_timer t;
+    lull_timer_init(loop, &t, note_fire_deadline);
+    sat_fires = 0;
+    lull_timer_start(&t, 10, UINT64_MAX - 5);
+    lull_loop_advance(loop, 10);
+    CHECK_EQ(sat_fires, 1);
+    CHECK_U64_EQ(sat_fire[0], 10);
+    CHECK_U64_EQ(sat_overrun[0], 1);
+    CHECK_U64_EQ(lull_timer_deadline(&t), UINT64_MAX);
+    lull_timer_stop(&t);
+
+    sat_fires = 0;
+    uint64_t end = UINT64_MAX - 10;
+    lull_timer_start(&t, end - lull_loop_now(loop), 20);
+    CHECK_U64_EQ(lull_timer_deadline(&t), end);
+    lull_loop_advance(loop, UINT64_MAX);
+    CHECK_EQ(sat_fires, 2);
+    CHECK_U64_EQ(sat_fire[0], end);
+    CHECK_U64_EQ(sat_fire[1], UINT64_MAX);
+    CHECK_U64_EQ(sat_overrun[0], 1);
+    CHECK_U64_EQ(sat_overrun[1], 1);
+    CHECK(!lull_timer_active(&t));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* LULL_S, LULL_MS and LULL_US give uint64_t ns, multiply after widening
  * (no int overflow), take any expression, and drive a timer as written. */
 TEST(duration_macros) {
