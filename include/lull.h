@@ -248,7 +248,8 @@ struct lull_task {
     void *data;      /* yours (lull_task_init clears it) */
 };
 
-/* Prepares a task; call again only while it is not pending. */
+/* Prepares a task; call again only while it is not pending. -EINVAL for a
+ * NULL task or fn. */
 LULL_EXTERN int lull_task_init(lull_task *task, lull_task_fn fn);
 /* Queues the task at the tail; a no-op if it is already pending. The task
  * never runs inside this call. No allocation. */
