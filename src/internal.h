@@ -165,6 +165,8 @@ struct lull_loop {
                              slice's end: an every_callback slice ended
                              without reading (clock.c) */
     uint32_t unread_ends; /* every_callback slice ends since the last read */
+    bool yield_check;     /* the slice check is lull_loop_should_yield's,
+                             inside a callback (clock.c) */
     bool in_slice;
     bool slice_spent;
     bool slice_stalled;
