@@ -211,7 +211,8 @@ LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
 /* In a child after fork(), before it uses the loop: gives the child its own
  * kernel state (a new epoll set with every started watcher registered
  * again, and a new wake-up fd), so nothing the child does reaches the
- * parent's loop. A child that does not call it must not touch the loop.
+ * parent's loop. A child that does not call it must not touch the loop
+ * (debug builds abort at its first run, or start or stop of a watcher).
  * Call it on the thread that forked, which must own the loop: fork on the
  * loop's thread (inside a callback is fine), or while no thread runs it
  * (then lull_loop_adopt in the child makes the forking thread the owner).
@@ -247,7 +248,8 @@ struct lull_task {
     void *data;      /* yours (lull_task_init clears it) */
 };
 
-/* Prepares a task; call again only while it is not pending. */
+/* Prepares a task; call again only while it is not pending. -EINVAL for a
+ * NULL task or fn. */
 LULL_EXTERN int lull_task_init(lull_task *task, lull_task_fn fn);
 /* Queues the task at the tail; a no-op if it is already pending. The task
  * never runs inside this call. No allocation. */
@@ -312,9 +314,10 @@ LULL_EXTERN uint64_t lull_timer_overrun(const lull_timer *timer);
  * the deadline this fire is for (with an overrun above 1, the first of the
  * periods it stands for), so that its lateness is lull_loop_now() minus
  * this. It equals lull_timer_deadline() - repeat * lull_timer_overrun()
- * read at the start of the callback, kept even if the callback re-arms or
- * stops the timer. 0 outside the callback, for a one-shot timer and in a
- * zero-delay turn. */
+ * read at the start of the callback, unless that next deadline saturated
+ * at UINT64_MAX, and is kept even if the callback re-arms or stops the
+ * timer. 0 outside the callback, for a one-shot timer and in a zero-delay
+ * turn. */
 LULL_EXTERN uint64_t lull_timer_fire_deadline(const lull_timer *timer);
 /* An unreferenced timer does not keep lull_loop_run alive. */
 LULL_EXTERN void lull_timer_ref(lull_timer *timer);

@@ -140,6 +140,7 @@ static int from_epoll(uint32_t e, int interest) {
 }
 
 int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events) {
+    LULL_ASSERT_OWN_PROCESS(loop);
     struct epoll_event ev = {.events = to_epoll(events)};
     if (events == 0) {
         if (old == 0) return 0;

@@ -18,8 +18,9 @@
  * in the fresh quantum tasks get after fds and timers ran a whole one.
  *
  * A quantum under LULL__EVERY_CALLBACK_NS (quantum_ns = 1: I/O checked on
- * every hop) is spent by any callback: the poll before it alone takes
- * longer. Such a slice ends after each callback without reading the clock
+ * every hop) is spent by any callback, whatever a reading after it says
+ * (lull_loop_should_yield inside one still compares). Such a slice ends
+ * after each callback without reading the clock
  * (end_unread), the end standing at the slice's newest reading; the loop
  * reads at every 64th end, at every end while a timer is armed or an arm
  * deferred, before it waits and when a run returns (lull__time_refresh),
@@ -181,6 +182,11 @@ bool lull__slice_check_read(lull_loop *loop) {
         return false;
     }
     if (loop->stop) {
+        /* The slice ends here as a spent one does, and its check flushes
+         * the deferred arms as that one does: a callback that stopped
+         * the run and goes on working after its lull_loop_should_yield
+         * call would otherwise stretch them to the slice's end. */
+        if (LULL_UNLIKELY(loop->heap.pend)) lull__timers_flush_now(loop);
         loop->countdown = 0;
         return true;
     }
@@ -212,12 +218,22 @@ bool lull__slice_check_read(lull_loop *loop) {
         loop->sample_last = t;
     }
     if (t - loop->slice_start >= loop->stall_ns) lull__note_stall(loop, t);
-    if (t >= loop->slice_deadline || timer_came_due(loop, t)) {
+    /* An every-hop loop's slice ends after every callback, whatever the
+     * reading says: a quantum under 1 us is not always shorter than the
+     * look and the callback together (10 ns hops against a 500 ns
+     * quantum), and an unspent read planned a stride of callbacks run
+     * without a look between them. Only lull_loop_should_yield, asked
+     * inside a callback, still hears whether the quantum is spent. */
+    if (t >= loop->slice_deadline || timer_came_due(loop, t) ||
+        (loop->every_callback && !loop->yield_check)) {
         loop->slice_spent = true;
         loop->countdown = 1;
         return true;
     }
     plan_next_read(loop, t);
+    /* ... and its next slice check comes when that callback returns, if
+     * not at its next lull_loop_should_yield call. */
+    if (loop->every_callback) loop->stride = loop->countdown = 1;
 #ifdef LULL_TEST_YIELD_OFTEN
     loop->countdown = 1;
 #endif
@@ -247,7 +263,9 @@ uint64_t lull__time_refresh(lull_loop *loop, uint64_t stale) {
 /* A read made here is inside a callback that goes on running: it cannot
  * end the slice (lull__slice_end_time). */
 static bool should_yield_check(lull_loop *loop) {
+    loop->yield_check = true;
     bool spent = lull__slice_check(loop);
+    loop->yield_check = false;
     loop->read_tasks = UINT64_MAX;
     return spent;
 }

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "heap.h"
 #include "own_name.h"
@@ -34,6 +35,15 @@ void lull__assert_fail(const char *msg, const char *file, int line)
 #define LULL_ASSERT_LOOP_THREAD(loop)                                          \
     LULL_ASSERT(lull__on_loop_thread(loop),                                    \
                 "lull: called from a thread that does not own the loop")
+
+/* A forked child's copy of the loop holds the parent's epoll set and
+ * wake-up fd until lull_loop_fork gives it its own (lull.h): a watcher it
+ * started or stopped there would change the parent's loop (a stop makes
+ * the parent's watcher deaf). Debug builds stop such a child at its first
+ * run, or start or stop of a watcher, before it touches the kernel. */
+#define LULL_ASSERT_OWN_PROCESS(loop)                                          \
+    LULL_ASSERT((loop)->pid == getpid(),                                       \
+                "lull: a forked child used the loop before lull_loop_fork")
 
 /* lull__node.flags. A timer keeps its arm order in the bits above
  * LULL__SEQ_SHIFT: 30 bits, compared with serial-number arithmetic, so arm
@@ -75,10 +85,12 @@ typedef struct lull__source {
     char label[48];   /* "<kind> callback <address>" for unnamed rows */
 } lull__source;
 
-/* A due fire that stands for more than one period (src/timer.c). */
+/* A due fire that stands for more than one period, or whose deadline its
+ * timer's next one cannot give (src/timer.c). */
 typedef struct lull__overrun {
     lull_timer *timer; /* NULL once taken, or when the timer was stopped */
     uint64_t periods;
+    uint64_t first; /* the deadline of the first of them */
 } lull__overrun;
 
 /* A slot of the table of started fd watchers (src/backend_epoll.c). */
@@ -153,6 +165,8 @@ struct lull_loop {
                              slice's end: an every_callback slice ended
                              without reading (clock.c) */
     uint32_t unread_ends; /* every_callback slice ends since the last read */
+    bool yield_check;     /* the slice check is lull_loop_should_yield's,
+                             inside a callback (clock.c) */
     bool in_slice;
     bool slice_spent;
     bool slice_stalled;
@@ -166,6 +180,9 @@ struct lull_loop {
     uint32_t settle_round;    /* round number, LULL__IO_ROUND_MASK bits */
     uint64_t settle_fd_calls; /* fd callbacks this round */
     int poll_error;           /* this run's failed wait (-errno), or 0 */
+    pid_t pid;                /* the process whose kernel state (epoll set,
+                                 wake-up fd) the loop holds: its creator,
+                                 or the child that called lull_loop_fork */
     pthread_t owner;          /* the thread that may use the loop: its creator,
                                  then the last thread that ran it or adopted it
                                  (lull.h, "Threads") */

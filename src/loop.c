@@ -81,6 +81,7 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
     loop->backend_fd = -1;
     loop->remote_fd = -1;
     loop->owner = pthread_self();
+    loop->pid = getpid();
 
     if ((err = lull__audit_init(loop)) != 0 ||
         (err = lull__backend_init(loop)) != 0 ||
@@ -172,6 +173,12 @@ static void run_flush_slow(lull_loop *loop) {
         lull__node *n = loop->flush.next;
         lull__queue_remove(n);
         lull__dispatch_node(loop, n);
+        /* A flush task runs the user's code too (a frame's release, a
+         * drain callback), but no slice check follows it: a timer arm it
+         * deferred is flushed here, so that its delay counts from when
+         * it returned (src/timer.c), not from after the flush tasks,
+         * timers and tasks that run next. */
+        if (LULL_UNLIKELY(loop->heap.pend)) lull__timers_flush_now(loop);
     }
     lull__queue_remove(end);
 }
@@ -592,6 +599,7 @@ __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
  * thread must then be free to post between its own runs. The hand-over is
  * ordered by whatever started the thread. */
 static int run_begin(lull_loop *loop) {
+    LULL_ASSERT_OWN_PROCESS(loop);
     if (loop->running) return -EBUSY;
     if (loop->embedded) {
         loop->embedded = false;
@@ -772,5 +780,7 @@ int lull_loop_fork(lull_loop *loop) {
         loop->wake_fd = wake_fd;
         return err;
     }
-    return lull__remote_fork(loop);
+    err = lull__remote_fork(loop);
+    if (err == 0) loop->pid = getpid(); /* the kernel state is this one's */
+    return err;
 }

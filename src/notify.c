@@ -7,14 +7,15 @@
  * their tasks are posted in list order. No allocation: the list is threaded
  * through the caller-owned listeners.
  *
- * The five rows (README, "The contracts") of a listener: trigger: lull_notifier_raise; source of
- * truth: whatever state the notifier guards (the raise is a hint to look);
- * pending predicate: its task is queued; next deadline: none; quiet condition:
- * not queued (no timer is ever involved). Loop thread only, except
- * lull_notifier_raise_remote. */
+ * The five rows (README, "The contracts") of a listener: trigger:
+ * lull_notifier_raise; source of truth: whatever state the notifier guards (the
+ * raise is a hint to look); pending predicate: its task is queued; next
+ * deadline: none; quiet condition: not queued (no timer is ever involved). Loop
+ * thread only, except lull_notifier_raise_remote. */
 #include <sched.h>
 
 #include <errno.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -80,7 +81,8 @@ void lull_listener_start(lull_loop *loop, lull_notifier *n, lull_listener *l,
 /* Subscribes a listener whose raise posts another task (a pump's pass). */
 void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
                        lull_task *target) {
-    lull_task_init(&l->task, NULL);
+    /* Never posted (a raise posts target): it needs no function. */
+    memset(&l->task, 0, sizeof l->task);
     l->target = target;
     l->fn = NULL;
     subscribe(loop, n, l);

@@ -14,7 +14,10 @@
 #include "internal.h"
 
 int lull_task_init(lull_task *task, lull_task_fn fn) {
-    if (!task) return -EINVAL;
+    /* Without a function the task would crash the loop that runs it (a
+     * call through NULL, release builds): refused here, as lull_timer_init
+     * and lull_io_init refuse theirs. */
+    if (!task || !fn) return -EINVAL;
     task->node.next = NULL;
     task->node.prev = NULL;
     task->node.fn.task = fn;

@@ -84,7 +84,7 @@
 #include "internal.h"
 
 /* The overrun table's first allocation: room for this many late fires in
- * one batch before it grows (256 bytes). */
+ * one batch before it grows (384 bytes). */
 #define OVERRUNS_MIN_CAP 16
 
 static inline uint64_t saturating_add(uint64_t a, uint64_t b) {
@@ -155,9 +155,14 @@ static void heap_del(lull_loop *loop, lull_timer *t) {
  * the timer, which stays 48 bytes (64 per armed timer with its heap
  * slot): only a fire that stands for more than one period gets an entry,
  * in a table kept in due-list order, so the due runner finds its entry at
- * the head. The table empties whenever the due list drains, so it holds one
- * batch's late fires at most; an entry is dropped when its timer is stopped
- * or re-armed, so it never names a timer the caller may have freed. Entries
+ * the head. The entry also keeps the deadline of the first of those
+ * periods (lull_timer_fire_deadline), which is otherwise worked out from
+ * the timer's next deadline; a fire whose next deadline saturated at
+ * UINT64_MAX (or that has none: it fired there) gets an entry for that
+ * alone, since UINT64_MAX minus the period is not its deadline. The
+ * table empties whenever the due list drains, so it holds one batch's late
+ * fires at most; an entry is dropped when its timer is stopped or
+ * re-armed, so it never names a timer the caller may have freed. Entries
  * for a zero-delay turn still queued when its next period expires are never
  * taken (a turn has no deadline) and go with the table. */
 
@@ -167,11 +172,13 @@ static lull__overrun *find_overrun(lull_loop *loop, const lull_timer *t) {
     return NULL;
 }
 
-/* t's fire, queued now or already (`queued`), stands for `periods` more.
+/* t's fire, queued now or already (`queued`), stands for `periods` more,
+ * the first of them due at `first` (a fire queued already keeps its own).
  * Out of memory, the count is lost (the fire reports fewer periods): a
  * diagnostic is not worth failing the loop for. */
 __attribute__((noinline)) static void
-note_overrun(lull_loop *loop, lull_timer *t, uint64_t periods, bool queued) {
+note_overrun(lull_loop *loop, lull_timer *t, uint64_t periods, bool queued,
+             uint64_t first) {
     lull__overrun *o = queued ? find_overrun(loop, t) : NULL;
     if (o) {
         o->periods = saturating_add(o->periods, periods);
@@ -189,6 +196,7 @@ note_overrun(lull_loop *loop, lull_timer *t, uint64_t periods, bool queued) {
     loop->overruns[loop->overruns_len++] = (lull__overrun){
         .timer = t,
         .periods = queued ? saturating_add(periods, 1) : periods,
+        .first = first,
     };
 }
 
@@ -197,18 +205,21 @@ static void drop_overrun(lull_loop *loop, const lull_timer *t) {
     if (o) o->timer = NULL;
 }
 
-/* The periods t's fire stands for: its entry's, or 1. */
-static uint64_t take_overrun(lull_loop *loop, const lull_timer *t) {
-    uint64_t periods = 1;
+/* Takes t's entry: true with the periods its fire stands for and the
+ * first one's deadline, or false (then 1, and the deadline is the one
+ * before the timer's next). */
+static bool take_overrun(lull_loop *loop, const lull_timer *t,
+                         uint64_t *periods, uint64_t *first) {
     lull__overrun *o = find_overrun(loop, t);
     if (o) {
-        periods = o->periods;
+        *periods = o->periods;
+        *first = o->first;
         o->timer = NULL;
     }
     while (loop->overruns_head < loop->overruns_len &&
            !loop->overruns[loop->overruns_head].timer)
         loop->overruns_head++;
-    return periods;
+    return o != NULL;
 }
 
 void lull__timers_free(lull_loop *loop) {
@@ -424,8 +435,13 @@ void lull__timers_expire(lull_loop *loop, uint64_t now) {
             t->repeat ? next_deadline(deadline, t->repeat, now, &periods) : now;
         if (next > now) heap_add(loop, t, next);
         bool queued = lull__node_queued(&t->node);
-        if (LULL_UNLIKELY(periods > 1 || queued))
-            note_overrun(loop, t, periods, queued);
+        /* Saturated, the next deadline no longer tells this fire's: the
+         * entry keeps it. A fire queued already (with no entry: it stood
+         * for one period) was for the period before this one. */
+        bool saturated = t->repeat && next == UINT64_MAX;
+        if (LULL_UNLIKELY(periods > 1 || queued || saturated))
+            note_overrun(loop, t, periods, queued,
+                         queued ? deadline - t->repeat : deadline);
         if (!queued) lull__queue_push(&loop->due, &t->node);
     }
 }
@@ -440,16 +456,20 @@ void lull__timers_run_due(lull_loop *loop) {
         lull_timer *t = (lull_timer *)n;
         loop->firing = t;
         loop->firing_periods = 1;
-        if (LULL_UNLIKELY(loop->overruns_head < loop->overruns_len))
-            loop->firing_periods = take_overrun(loop, t);
+        uint64_t first = 0;
+        bool noted = LULL_UNLIKELY(loop->overruns_head < loop->overruns_len) &&
+                     take_overrun(loop, t, &loop->firing_periods, &first);
         /* A repeating timer is armed for its next period already: the
-         * deadline this fire is for is that many periods back, read now,
-         * before the callback may re-arm or stop it. */
+         * deadline this fire is for is the one before it (its entry's,
+         * with one), read now, before the callback may re-arm or stop
+         * it. */
         loop->firing_deadline = 0;
-        if (t->repeat && lull__heap_contains(t) &&
-            !lull__heap_deferred(&loop->heap, t))
-            loop->firing_deadline = lull__heap_deadline_of(&loop->heap, t) -
-                                    t->repeat * loop->firing_periods;
+        if (t->repeat && noted)
+            loop->firing_deadline = first;
+        else if (t->repeat && lull__heap_contains(t) &&
+                 !lull__heap_deferred(&loop->heap, t))
+            loop->firing_deadline =
+                lull__heap_deadline_of(&loop->heap, t) - t->repeat;
         lull__dispatch_node(loop, n);
         if (lull__after_callback(loop) && loop->stop) break;
     }

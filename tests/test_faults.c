@@ -1346,6 +1346,44 @@ TEST(malloc_faults_return_enomem) {
     end_loop(loop);
 }
 
+/* The same growth from a further arm inside a callback: the first arm
+ * reads and takes the heap's first slots, the arms after it defer into
+ * them, and the one that finds them full reads the clock and grows the heap
+ * (src/timer.c). Out of memory there aborts with the same message, never
+ * leaving a timer half armed. */
+#define GROW_TIMERS 200
+static lull_timer grow_timers[GROW_TIMERS];
+static int grow_armed;
+
+static void arm_until_growth_fails(lull_task *t) {
+    (void)t;
+    lull_timer_start(&grow_timers[0], 1000000000, 0);
+    fail_nth(K_MALLOC, -1, 1, UINT64_MAX, ENOMEM);
+    arm(true);
+    for (grow_armed = 1; grow_armed < GROW_TIMERS; grow_armed++)
+        lull_timer_start(&grow_timers[grow_armed], 1000000000, 0);
+    arm(false);
+    fprintf(stderr, "all %d arms returned\n", grow_armed);
+}
+
+static void deferred_growth_fails(void *arg) {
+    (void)arg;
+    lull_loop *loop = NULL;
+    if (lull_loop_new(&loop, NULL) != 0) return;
+    for (int i = 0; i < GROW_TIMERS; i++)
+        lull_timer_init(loop, &grow_timers[i], on_timer);
+    lull_task task;
+    lull_task_init(&task, arm_until_growth_fails);
+    lull_task_post(loop, &task);
+    (void)lull_loop_run(loop, LULL_RUN_NOWAIT);
+}
+
+TEST(malloc_fault_growing_the_heap_inside_a_callback_aborts) {
+    shim_reset(1);
+    CHECK(check_dies(deferred_growth_fails, NULL,
+                     "out of memory growing the timer heap"));
+}
+
 /* A framed stream's read buffer cannot grow for a long frame: that stream
  * closes with -ENOMEM; another stream on the loop goes on. */
 TEST(malloc_read_buffer_growth_closes_one_stream) {

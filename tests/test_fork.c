@@ -306,3 +306,41 @@ TEST_THREADED(fork_remote_posts_wake_each_process_own_loop) {
         close(to_child[i]);
     }
 }
+
+/* A child that skips lull_loop_fork shares the parent's epoll set: its
+ * lull_io_stop removes the parent's registration, and the parent's
+ * watcher goes deaf. Debug builds stop such a child at its first call that
+ * would touch the kernel state (a watcher's start or stop, a run), before
+ * it does; the parent's watcher then still hears its fd. (Release builds
+ * check nothing: the child would do the damage.) */
+static void stop_without_lull_loop_fork(void *arg) {
+    watched *w = arg;
+    lull_io_stop(&w->io);
+}
+
+static void run_without_lull_loop_fork(void *arg) {
+    (void)lull_loop_run(arg, LULL_RUN_NOWAIT);
+}
+
+TEST(child_that_skips_lull_loop_fork_asserts_in_debug_builds) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    watched w;
+    open_watched(loop, &w, on_readable);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    if (check_debug_build()) {
+        static const char msg[] =
+            "lull: a forked child used the loop before lull_loop_fork";
+        CHECK(check_dies(stop_without_lull_loop_fork, &w, msg));
+        CHECK(check_dies(run_without_lull_loop_fork, loop, msg));
+        put_byte(w.fds[1]);
+        run_until_called(loop, &w);
+        CHECK_EQ(w.calls, 1);
+    } else {
+        fprintf(stderr, "release build: no fork asserts to check\n");
+    }
+    lull_io_stop(&w.io);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    close(w.fds[0]);
+    close(w.fds[1]);
+}

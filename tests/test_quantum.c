@@ -1271,3 +1271,72 @@ TEST_THREADED(plain_hops_take_remote_posts_from_a_busy_thread) {
     CHECK_U64_EQ(m.tasks_run, (uint64_t)(RV_REMOTE + rv.hops));
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A quantum under 1 us checks I/O after every hop however quick the hops
+ * are. The quantum is then shorter than the look and the callback, but not
+ * always: hops of 10 ns against a 500 ns quantum, with a timer armed (so
+ * every hop's end reads the clock), found it unspent and planned a stride
+ * of up to 32 hops between slice checks, run without a look between them;
+ * the 64th hop's reading in a loop with no timer did the same against a
+ * 999 ns quantum. An fd made ready in hop 100 was then served hops later. */
+static struct {
+    lull_task task;
+    lull_io io;
+    lull_timer far;
+    int fds[2];
+    int hops, at, io_at;
+} quick;
+
+static void quick_io(lull_io *io, int events) {
+    (void)events;
+    take_byte_and_stop(io);
+    quick.io_at = quick.hops;
+}
+
+static void quick_far(lull_timer *t) {
+    (void)t;
+    CHECK(!"an hour-long timer fired");
+}
+
+static void quick_hop(lull_task *t) {
+    fake_clock.ns += 10;
+    quick.hops++;
+    if (quick.hops == quick.at) CHECK_EQ(write(quick.fds[1], "x", 1), 1);
+    if (quick.hops < 300) lull_task_post(the_loop, t);
+}
+
+static void quick_hops_look_every_hop(uint64_t quantum_ns, bool timer) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, quantum_ns);
+    memset(&quick, 0, sizeof quick);
+    quick.at = 100;
+    CHECK_EQ(pipe2(quick.fds, O_NONBLOCK | O_CLOEXEC), 0);
+    CHECK_EQ(lull_io_init(loop, &quick.io, quick.fds[0], quick_io), 0);
+    CHECK_EQ(lull_io_start(&quick.io, LULL_READABLE), 0);
+    lull_timer_init(loop, &quick.far, quick_far);
+    lull_timer_unref(&quick.far);
+    if (timer) lull_timer_start(&quick.far, 3600 * 1000 * MS, 0);
+    lull_task_init(&quick.task, quick_hop);
+    lull_task_post(loop, &quick.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(quick.hops, 300);
+    CHECK_EQ(quick.io_at, quick.at); /* the look after that hop found it */
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.iterations, 300);
+    CHECK_U64_EQ(m.polls, 300);
+    lull_timer_stop(&quick.far);
+    fake_clock.on = false;
+    close(quick.fds[0]);
+    close(quick.fds[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(every_hop_quick_hops_look_every_hop_with_a_timer_armed) {
+    quick_hops_look_every_hop(500, true);
+}
+
+TEST(every_hop_quick_hops_look_every_hop_at_the_64th_reading) {
+    quick_hops_look_every_hop(999, false);
+}

@@ -2,6 +2,7 @@
  * a batch, and the zero-delay timers that share the ready queue (C3). */
 #include "check.h"
 
+#include <errno.h>
 #include <lull.h>
 
 typedef struct item {
@@ -353,4 +354,22 @@ TEST(task_knows_its_loop) {
     CHECK(seen_loop == a);
     CHECK_EQ(lull_loop_free(a), 0);
     CHECK_EQ(lull_loop_free(b), 0);
+}
+
+/* A task without a function is refused at its init (-EINVAL), as a timer
+ * or a watcher without one is: accepted, it crashed the loop that ran it
+ * (a call through NULL) in release builds. */
+TEST(task_init_without_a_function_is_einval) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_task t;
+    CHECK_EQ(lull_task_init(&t, NULL), -EINVAL);
+    CHECK_EQ(lull_task_init(NULL, record_task), -EINVAL);
+    lull_timer tm;
+    CHECK_EQ(lull_timer_init(loop, &tm, NULL), -EINVAL);
+    item it = {.id = 7};
+    CHECK_EQ(lull_task_init(&it.task, record_task), 0);
+    lull_task_post(loop, &it.task);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(it.runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }

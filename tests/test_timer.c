@@ -8,6 +8,7 @@
 #include <lull.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1393,6 +1394,103 @@ TEST(further_arm_flushed_when_its_callback_returns) {
     bound_end(loop, return_arms, 2);
 }
 
+/* A further arm after lull_loop_stop: the callback's next
+ * lull_loop_should_yield still flushes it, as it does once the quantum is
+ * spent, so the 1 ms of work after that call does not stretch it (it
+ * waited for the slice's end before). Both slice checks: the one that
+ * reads every few callbacks and an every-hop loop's (quantum_ns = 1). */
+static bound_arm stop_arms[2];
+static void stop_then_arm_twice_and_yield(lull_task *t) {
+    (void)t;
+    lull_loop_stop(the_loop);
+    bound_arm_now(&stop_arms[0]);
+    fake_clock.ns += 1 * US;
+    bound_arm_now(&stop_arms[1]);
+    fake_clock.ns += 5 * US;
+    CHECK(lull_loop_should_yield(the_loop));
+    fake_clock.ns += 1 * MS;
+}
+
+static void further_arm_after_a_stop(uint64_t quantum_ns) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop_options o = {.quantum_ns = quantum_ns};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    for (int i = 0; i < 2; i++) {
+        lull_timer_init(loop, &stop_arms[i].timer, bound_fired);
+        lull_timer_unref(&stop_arms[i].timer);
+    }
+    lull_task task;
+    lull_task_init(&task, stop_then_arm_twice_and_yield);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(bound_late(&stop_arms[0]), 0);
+    CHECK_U64_EQ(bound_late(&stop_arms[1]), 5 * US);
+    bound_end(loop, stop_arms, 2);
+}
+
+TEST(further_arm_after_a_stop_flushed_by_should_yield) {
+    further_arm_after_a_stop(0);
+}
+
+TEST(further_arm_after_a_stop_flushed_by_should_yield_every_hop) {
+    further_arm_after_a_stop(1);
+}
+
+/* Callbacks that run at a flush point (a frame's release, run by its
+ * stream's write flush) are followed by no slice check: a further arm in
+ * one is flushed when it returns all the same, so the next flush task's
+ * 1 ms does not stretch it (it waited for the slice's end before). */
+static bound_arm flush_arms[2];
+static lull_stream flush_streams[2];
+static lull_frame flush_frames[2];
+
+static void release_arms_twice(lull_frame *f) {
+    (void)f;
+    bound_arm_now(&flush_arms[0]);
+    fake_clock.ns += 1 * US;
+    bound_arm_now(&flush_arms[1]);
+}
+
+static void release_after_work(lull_frame *f) {
+    (void)f;
+    fake_clock.ns += 1 * MS;
+}
+
+static void send_on_both_streams(lull_task *t) {
+    (void)t;
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(lull_endpoint_send(&flush_streams[i].ep, &flush_frames[i]), 0);
+}
+
+TEST(further_arm_at_a_flush_point_flushed_when_its_callback_returns) {
+    lull_loop *loop = bound_loop(flush_arms, 2);
+    int sv[2][2];
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    lull_release_fn releases[2] = {release_arms_twice, release_after_work};
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]), 0);
+        CHECK_EQ(lull_stream_open(loop, &flush_streams[i], sv[i][0], &raw), 0);
+        CHECK_EQ(lull_endpoint_read_stop(&flush_streams[i].ep), 0);
+        flush_frames[i] =
+            (lull_frame){.bytes = "x", .len = 1, .release = releases[i]};
+    }
+    lull_task task;
+    lull_task_init(&task, send_on_both_streams);
+    lull_task_post(loop, &task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK(!flush_frames[0].in_flight && !flush_frames[1].in_flight);
+    CHECK_U64_EQ(bound_late(&flush_arms[0]), 0);
+    CHECK_U64_EQ(bound_late(&flush_arms[1]), 0);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(lull_endpoint_close(&flush_streams[i].ep, 0), 0);
+        close(sv[i][1]);
+    }
+    bound_end(loop, flush_arms, 2);
+}
+
 /* ------------------------------------------------------------ overrun */
 
 /* lull_timer_overrun: inside the callback, the periods this fire stands
@@ -1529,6 +1627,48 @@ TEST(overrun_is_one_per_period_on_the_virtual_clock) {
     CHECK_U64_EQ(turn_fire_deadline, 0);
     CHECK_U64_EQ(lull_timer_overrun(NULL), 0);
     CHECK_U64_EQ(lull_timer_fire_deadline(NULL), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* lull_timer_fire_deadline where the next period's deadline saturates at
+ * UINT64_MAX, so that the heap's deadline no longer gives the fire's: a
+ * period past the end of the clock, and a timer near the end, whose last
+ * fire is for UINT64_MAX itself (after which it stops). It said 5, then
+ * UINT64_MAX - 20 and 0. */
+static uint64_t sat_fire[4], sat_overrun[4];
+static int sat_fires;
+static void note_fire_deadline(lull_timer *t) {
+    if (sat_fires < 4) {
+        sat_fire[sat_fires] = lull_timer_fire_deadline(t);
+        sat_overrun[sat_fires] = lull_timer_overrun(t);
+    }
+    sat_fires++;
+}
+
+TEST(fire_deadline_where_the_next_period_saturates) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_timer t;
+    lull_timer_init(loop, &t, note_fire_deadline);
+    sat_fires = 0;
+    lull_timer_start(&t, 10, UINT64_MAX - 5);
+    lull_loop_advance(loop, 10);
+    CHECK_EQ(sat_fires, 1);
+    CHECK_U64_EQ(sat_fire[0], 10);
+    CHECK_U64_EQ(sat_overrun[0], 1);
+    CHECK_U64_EQ(lull_timer_deadline(&t), UINT64_MAX);
+    lull_timer_stop(&t);
+
+    sat_fires = 0;
+    uint64_t end = UINT64_MAX - 10;
+    lull_timer_start(&t, end - lull_loop_now(loop), 20);
+    CHECK_U64_EQ(lull_timer_deadline(&t), end);
+    lull_loop_advance(loop, UINT64_MAX);
+    CHECK_EQ(sat_fires, 2);
+    CHECK_U64_EQ(sat_fire[0], end);
+    CHECK_U64_EQ(sat_fire[1], UINT64_MAX);
+    CHECK_U64_EQ(sat_overrun[0], 1);
+    CHECK_U64_EQ(sat_overrun[1], 1);
+    CHECK(!lull_timer_active(&t));
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
