@@ -1877,6 +1877,55 @@ static const char *exec_args(kv *k, kv_client *cl, buf *out,
     return out->p;
 }
 
+/* The dump of a keyspace with one write made: k's after `argv`. */
+static void dump_after(const resp_arg *argv, size_t argc, buf *d) {
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    exec_args(&k, NULL, &out, argv, argc);
+    kv_dump(&k, d);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+static bool same_dump(const buf *a, const buf *b) {
+    return a->len == b->len && memcmp(a->p, b->p, a->len) == 0;
+}
+
+TEST(dump_tells_binary_and_long_names_apart) {
+    /* Keys, members and fields are bytes: the dump of each holds them
+     * whole, so keyspaces that differ after a NUL, or past the 500th byte
+     * of a key's name, dump differently (a NUL in a key crashed it). */
+    static char long1[700], long2[700];
+    memset(long1, 'k', sizeof long1);
+    memcpy(long2, long1, sizeof long2);
+    long2[sizeof long2 - 1] = 'K';
+    static const resp_arg cases[][4] = {
+        {{"SET", 3}, {"k\0a", 3}, {"v", 1}},
+        {{"SET", 3}, {"k\0b", 3}, {"v", 1}},
+        {{"SADD", 4}, {"s", 1}, {"m\0a", 3}},
+        {{"SADD", 4}, {"s", 1}, {"m\0b", 3}},
+        {{"HSET", 4}, {"h", 1}, {"f\0a", 3}, {"v", 1}},
+        {{"HSET", 4}, {"h", 1}, {"f\0b", 3}, {"v", 1}},
+        {{"SET", 3}, {long1, sizeof long1}, {"v", 1}},
+        {{"SET", 3}, {long2, sizeof long2}, {"v", 1}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i += 2) {
+        size_t argc = cases[i][3].p ? 4 : 3;
+        buf a = {0}, b = {0}, again = {0};
+        dump_after(cases[i], argc, &a);
+        dump_after(cases[i + 1], argc, &b);
+        dump_after(cases[i], argc, &again);
+        CHECK(same_dump(&a, &again));
+        CHECK(a.len > cases[i][1].len + cases[i][2].len);
+        if (same_dump(&a, &b))
+            check_fail(__FILE__, __LINE__, "case %zu: one dump for two", i);
+        buf_free(&a);
+        buf_free(&b);
+        buf_free(&again);
+    }
+}
+
 TEST(glob_huge_empty_and_binary_patterns) {
     /* A pattern of a million stars: one run, matching everything but the
      * empty string. */
