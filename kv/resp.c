@@ -28,13 +28,19 @@ static int parse_num(const char *buf, size_t from, size_t to, int neg_ok,
     }
     if (from == to) return -1;
     if (buf[from] == '0' && (neg || to - from > 1)) return -1;
+    /* Checked before each step, not after: v * 10 wraps for a 20-digit
+     * number from 18446744073709551620 on, and "-20000000000000000000"
+     * came out a small negative count, an empty command, where Redis
+     * refuses it. INT64_MIN itself is a number (string2ll's range). */
+    unsigned long long max = (unsigned long long)INT64_MAX + (unsigned)neg;
     unsigned long long v = 0;
     for (size_t i = from; i < to; i++) {
         if (buf[i] < '0' || buf[i] > '9') return -1;
-        v = v * 10 + (unsigned long long)(buf[i] - '0');
-        if (v > (unsigned long long)INT64_MAX) return -1;
+        unsigned d = (unsigned)(buf[i] - '0');
+        if (v > (max - d) / 10) return -1;
+        v = v * 10 + d;
     }
-    *out = neg ? -(long long)v : (long long)v;
+    *out = neg ? -(long long)(v - 1) - 1 : (long long)v;
     return 0;
 }
 

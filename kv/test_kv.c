@@ -2557,6 +2557,39 @@ TEST(resp_lengths_as_redis_reads_them) {
     }
 }
 
+TEST(resp_lengths_past_64_bits_refused) {
+    /* A count or length of 20 digits whose first 19 fit in 64 bits wrapped
+     * (v * 10 checked only after): "-18446744073709551620" was an empty
+     * command (-4), "$18446744073709551617" a bulk of 1 byte. Redis'
+     * string2ll refuses both, and takes INT64_MIN. */
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *err; /* NULL: it parses, to `log` */
+        const char *log;
+    } cases[] = {
+        {S("*-20000000000000000000\r\n*1\r\n$4\r\nPING\r\n"),
+         "Protocol error: invalid multibulk length", ""},
+        {S("*-18446744073709551620\r\n"),
+         "Protocol error: invalid multibulk length", ""},
+        {S("*-9223372036854775809\r\n"),
+         "Protocol error: invalid multibulk length", ""},
+        {S("*-9223372036854775808\r\n*1\r\n$4\r\nPING\r\n"), NULL, ";PING;"},
+        {S("*1\r\n$18446744073709551617\r\nx\r\n"),
+         "Protocol error: invalid bulk length", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        feed f;
+        feed_all_ways(cases[i].in, cases[i].n, &f);
+        bool ok =
+            strcmp(f.log, cases[i].log) == 0 &&
+            (cases[i].err ? f.err && strcmp(f.err, cases[i].err) == 0 : !f.err);
+        if (!ok)
+            check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
+                       f.log, f.err ? f.err : "no error");
+    }
+}
+
 TEST(resp_whole_command_path_agrees_at_its_bounds) {
     /* A command all in one chunk with short headers takes the parser's
      * quick path, one cut anywhere takes the resumable one: at the edges
