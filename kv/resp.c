@@ -219,6 +219,13 @@ static long parse_inline(const resp_limits *lim, resp_state *st,
     }
     st->scanned += (size_t)lf; /* the words, split below */
     if (st->pos) state_reset(st);
+    /* The same bound when the LF came with the line: cut before its LF,
+     * the line is refused above, and a request's fate must not depend on
+     * how its bytes were cut. */
+    if ((size_t)lf > RESP_MAX_INLINE) {
+        *err = "Protocol error: too big inline request";
+        return RESP_ERROR;
+    }
     size_t end = (size_t)lf; /* a bare LF ends a line too, as in Redis */
     if (end > 0 && buf[end - 1] == '\r') end--;
     size_t n = 0, i = 0;

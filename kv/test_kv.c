@@ -262,6 +262,40 @@ TEST(resp_inline_too_long) {
     free(in);
 }
 
+TEST(resp_inline_bound_however_cut) {
+    /* A line of RESP_MAX_INLINE + 1 bytes before its LF is refused when it
+     * arrives cut before the LF; it must be whole too (it was taken then),
+     * and one byte shorter is taken either way. */
+    for (size_t line = RESP_MAX_INLINE; line <= RESP_MAX_INLINE + 1; line++) {
+        size_t n = line + 1;
+        char *in = malloc(n);
+        CHECK(in != NULL);
+        memset(in, 'a', line - 1);
+        in[line - 1] = '\r';
+        in[line] = '\n';
+        resp_arg argv[MAX_ARGS];
+        size_t argc, need;
+        const char *err = NULL;
+        long whole = resp_parse(&limits, in, n, argv, &argc, &err);
+        resp_state st = {0};
+        long cut =
+            resp_parse_resume(&limits, &st, in, line, argv, &argc, &err, &need);
+        if (cut == RESP_INCOMPLETE)
+            cut = resp_parse_resume(&limits, &st, in, n, argv, &argc, &err,
+                                    &need);
+        if (line > RESP_MAX_INLINE) {
+            CHECK_EQ(cut, RESP_ERROR);
+            CHECK_EQ(whole, RESP_ERROR);
+            CHECK(strcmp(err, "Protocol error: too big inline request") == 0);
+        } else {
+            CHECK_EQ(cut, (long)n);
+            CHECK_EQ(whole, (long)n);
+            CHECK(argc == 1 && argv[0].len == line - 1);
+        }
+        free(in);
+    }
+}
+
 TEST(store_keys) {
     store st;
     CHECK_EQ(store_init(&st), 0);
