@@ -344,8 +344,18 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         }
         size_t argc;
         const char *err = NULL;
-        long n = resp_parse_resume(&srv->lim, &c->ps, p + off, len - off,
-                                   srv->argv, &argc, &err, &c->need);
+        /* Until AUTH, Redis' small request bounds (resp_limits.noauth):
+         * a peer without the password gets no 512 MB argument buffered.
+         * Looked at per command: the AUTH before this one may have passed. */
+        const resp_limits *lim = &srv->lim;
+        resp_limits noauth;
+        if (!c->authed && srv->requirepass && !c->link) {
+            noauth = srv->lim;
+            noauth.noauth = true;
+            lim = &noauth;
+        }
+        long n = resp_parse_resume(lim, &c->ps, p + off, len - off, srv->argv,
+                                   &argc, &err, &c->need);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) {
             buf_str(&c->out, "-ERR ");

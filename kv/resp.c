@@ -146,6 +146,10 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
             *err = "Protocol error: too many arguments";
             return RESP_ERROR;
         }
+        if (lim->noauth && count > (long long)RESP_NOAUTH_ARGS) {
+            *err = "Protocol error: unauthenticated multibulk length";
+            return RESP_ERROR;
+        }
         n = (size_t)count;
         first = pos;
     }
@@ -167,6 +171,10 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
         }
         if ((unsigned long long)blen > lim->max_bulk) {
             *err = "Protocol error: invalid bulk length";
+            return RESP_ERROR;
+        }
+        if (lim->noauth && blen > (long long)RESP_NOAUTH_BULK) {
+            *err = "Protocol error: unauthenticated bulk length";
             return RESP_ERROR;
         }
         size_t body = (size_t)blen + 2;

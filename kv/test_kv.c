@@ -38,6 +38,8 @@ typedef struct feed {
 } feed;
 
 static const resp_limits limits = {.max_bulk = 1000, .max_args = MAX_ARGS};
+/* The limits feed_chunk parses with: `limits` unless a case says other. */
+static const resp_limits *feed_limits = &limits;
 
 static void logs(feed *f, const char *p, size_t n) {
     CHECK(f->log_len + n < sizeof f->log);
@@ -68,7 +70,7 @@ static void feed_chunk(feed *f, const char *p, size_t n) {
         char *copy = malloc(left ? left : 1);
         memcpy(copy, f->buf + off, left);
         size_t need = 0;
-        long r = resp_parse_resume(&limits, &f->st, copy, left, argv, &argc,
+        long r = resp_parse_resume(feed_limits, &f->st, copy, left, argv, &argc,
                                    &err, &need);
         f->parses++;
         if (r == RESP_INCOMPLETE) {
@@ -294,6 +296,46 @@ TEST(resp_inline_bound_however_cut) {
         }
         free(in);
     }
+}
+
+TEST(resp_unauthenticated_bounds_as_redis) {
+    /* A client that has not passed AUTH may send what Redis lets one send
+     * (CVE-2021-32675): a multibulk count of 10 and bulks of 16384 bytes
+     * at most, refused at the header with Redis' words, however the
+     * request is cut (the quick path included); inline lines keep their
+     * own bound only. */
+    static const resp_limits na = {
+        .max_bulk = 1 << 20, .max_args = MAX_ARGS, .noauth = true};
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *err; /* NULL: it parses, to `log` */
+        const char *log;
+    } cases[] = {
+        {S("*11\r\n"), "Protocol error: unauthenticated multibulk length", ""},
+        {S("*2\r\n$4\r\nAUTH\r\n$16385\r\n"),
+         "Protocol error: unauthenticated bulk length", ""},
+        {S("*1\r\n$100000\r\n"), "Protocol error: unauthenticated bulk length",
+         ""},
+        {S("*1\r\n$16384\r\n"), NULL, ""}, /* taken: the body is awaited */
+        {S("*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*0\r\n"), NULL, "AUTH|pw;;"},
+        {S("*10\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\ne\r\n"
+           "$1\r\nf\r\n$1\r\ng\r\n$1\r\nh\r\n$1\r\ni\r\n$1\r\nj\r\n"),
+         NULL, "a|b|c|d|e|f|g|h|i|j;"},
+        {S("a b c d e f g h i j k l\r\n"), NULL, "a|b|c|d|e|f|g|h|i|j|k|l;"},
+    };
+    feed_limits = &na;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        feed f;
+        feed_all_ways(cases[i].in, cases[i].n, &f);
+        bool ok =
+            strcmp(f.log, cases[i].log) == 0 &&
+            (cases[i].err ? f.err && strcmp(f.err, cases[i].err) == 0 : !f.err);
+        if (!ok)
+            check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
+                       f.log, f.err ? f.err : "no error");
+    }
+    feed_limits = &limits;
 }
 
 TEST(store_keys) {

@@ -534,3 +534,115 @@ TEST(client_gone_with_a_batch_in_flight) {
     CHECK(p.conns == NULL);
     close_client(loop, &p);
 }
+
+/* ------------------------------------------- hostile clients, end to end */
+
+/* A new loop and a primary on it (closed by close_client). */
+static void open_server(lull_loop **loop, server *p) {
+    CHECK_EQ(lull_loop_new(loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(*loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    node_open(p, *loop, false);
+}
+
+/* A client connection to p on a socketpair: the client's end (its
+ * connection in *cp when cp is not NULL). */
+static int client_to(lull_loop *loop, server *p, conn **cp) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    conn *c = conn_new(p);
+    CHECK(c != NULL);
+    CHECK_EQ(lull_stream_open(loop, &c->t.stream, sv[0], &o), 0);
+    conn_start(c, &c->t.stream.ep);
+    if (cp) *cp = c;
+    return sv[1];
+}
+
+/* What the server sends fd, the loop running, until `want` bytes are in
+ * or 5 s have passed; *eof says whether the server then closed (looked
+ * for up to 2 s more). NUL-terminated in got[cap]. */
+static size_t answer(lull_loop *loop, int fd, char *got, size_t cap,
+                     size_t want, bool *eof) {
+    size_t have = 0;
+    *eof = false;
+    uint64_t t0 = now_ms();
+    while (have < want && !*eof && now_ms() - t0 < 5000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t n = recv(fd, got + have, cap - 1 - have, MSG_DONTWAIT);
+        if (n > 0) have += (size_t)n;
+        if (n == 0) *eof = true;
+    }
+    t0 = now_ms();
+    while (!*eof && now_ms() - t0 < 2000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t n = recv(fd, got + have, cap - 1 - have, MSG_DONTWAIT);
+        if (n > 0) have += (size_t)n;
+        if (n == 0) *eof = true;
+    }
+    got[have] = 0;
+    return have;
+}
+
+static void send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        CHECK(w > 0);
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* With --requirepass, a client that has not authenticated is held to
+ * Redis' request bounds (CVE-2021-32675): a count over 10 or a bulk over
+ * 16384 bytes is a protocol error at its header, the connection closed,
+ * where lull-kv reserved the announced 512 MB for a peer that never gave
+ * the password. The bounds go with AUTH, even in the same read. */
+TEST(unauthenticated_client_held_to_redis_request_bounds) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.requirepass = "pw";
+    static char got[1 << 16];
+    bool eof;
+    static const struct {
+        const char *req, *reply;
+    } refused[] = {
+        {"*1\r\n$536870912\r\n",
+         "-ERR Protocol error: unauthenticated bulk length\r\n"},
+        {"*2\r\n$3\r\nGET\r\n$16385\r\n",
+         "-ERR Protocol error: unauthenticated bulk length\r\n"},
+        {"*11\r\n",
+         "-ERR Protocol error: unauthenticated multibulk length\r\n"},
+        {"*1048576\r\n",
+         "-ERR Protocol error: unauthenticated multibulk length\r\n"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        int fd = client_to(loop, &p, NULL);
+        send_all(fd, refused[i].req, strlen(refused[i].req));
+        answer(loop, fd, got, sizeof got, strlen(refused[i].reply), &eof);
+        if (strcmp(got, refused[i].reply) != 0 || !eof)
+            check_fail(__FILE__, __LINE__, "case %zu: \"%s\"%s", i, got,
+                       eof ? "" : ", open");
+        close(fd);
+    }
+    /* At the bounds: answered -NOAUTH, open. Then AUTH, and in the same
+     * write a 20000-byte argument, now taken (an unknown command). */
+    static char req[40000];
+    size_t n = (size_t)sprintf(req, "*1\r\n$16384\r\n");
+    memset(req + n, 'x', 16384);
+    n += 16384;
+    n += (size_t)sprintf(req + n, "\r\nAUTH pw\r\n*1\r\n$20000\r\n");
+    memset(req + n, 'y', 20000);
+    n += 20000;
+    n += (size_t)sprintf(req + n, "\r\n");
+    int fd = client_to(loop, &p, NULL);
+    send_all(fd, req, n);
+    static const char want[] = "-NOAUTH Authentication required.\r\n+OK\r\n"
+                               "-ERR unknown command 'yyy";
+    answer(loop, fd, got, sizeof got, sizeof want - 1, &eof);
+    CHECK(strncmp(got, want, sizeof want - 1) == 0);
+    CHECK(!eof);
+    close(fd);
+    close_client(loop, &p);
+}
