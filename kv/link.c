@@ -566,8 +566,14 @@ long long kill_replicas(kv *k) {
     repl_peer *p = srv->kv.peers.next;
     while (p != &srv->kv.peers) {
         repl_peer *next = p->next;
-        conn_drop(LULL_CONTAINER_OF(p, rlink, peer)->c, NULL);
-        n++;
+        conn *c = LULL_CONTAINER_OF(p, rlink, peer)->c;
+        /* A link closed already (by a CLIENT KILL earlier in the same
+         * batch: it leaves the list only at its close, a turn later) is
+         * not killed again, nor counted: Redis answers 0 then. */
+        if (!c->gone) {
+            conn_drop(c, NULL);
+            n++;
+        }
         p = next;
     }
     return n;

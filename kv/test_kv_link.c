@@ -646,3 +646,31 @@ TEST(unauthenticated_client_held_to_redis_request_bounds) {
     close(fd);
     close_client(loop, &p);
 }
+
+/* CLIENT KILL TYPE replica twice in one read: the second finds the link
+ * closing (it leaves the list only at its close, a turn later) and must
+ * not kill or count it again; Redis answers :1 then :0. */
+TEST(client_kill_counts_a_replica_once_in_a_batch) {
+    lull_loop *loop;
+    server p, r;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    node_open(&p, loop, false);
+    primary_of = &p;
+    write_cmd(&p, "SET", "a", "1");
+    node_open(&r, loop, true);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(p.kv.npeers, 1);
+    int fd = client_to(loop, &p, NULL);
+    static const char req[] = "CLIENT KILL TYPE replica\r\n"
+                              "CLIENT KILL TYPE slave\r\n";
+    send_all(fd, req, sizeof req - 1);
+    char got[64];
+    bool eof;
+    answer(loop, fd, got, sizeof got, 8, &eof);
+    CHECK(strncmp(got, ":1\r\n:0\r\n", 8) == 0);
+    close(fd);
+    close_all(loop, &p, &r);
+}
