@@ -208,6 +208,14 @@ static void outf_release(lull_frame *f) {
  * a reply is never dropped while later ones still go out. False when the
  * connection was closed. */
 static inline __attribute__((always_inline)) bool flush(conn *c) {
+    /* A write into the buffer failed (oom): what it holds is missing a
+     * reply or message, or ends in part of one, and sending it would
+     * hand the client the next ones as the answers to earlier requests.
+     * The handover and the swap below would also clear the flag. */
+    if (c->out.oom) {
+        conn_drop(c, "out of memory");
+        return false;
+    }
     if (c->out.len == 0) return true;
     size_t len = c->out.len;
     int rc;

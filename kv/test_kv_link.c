@@ -674,3 +674,41 @@ TEST(client_kill_counts_a_replica_once_in_a_batch) {
     close(fd);
     close_all(loop, &p, &r);
 }
+
+/* A subscriber whose output buffer failed a write (out of memory: what it
+ * holds lacks a message, or ends inside one) is closed, never sent what
+ * is published after: the next batch would otherwise go out with the
+ * flag left behind, and the client read a cut message as the start of
+ * the next. */
+TEST(subscriber_whose_output_failed_is_closed_unsent) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    conn *sc;
+    int sub = client_to(loop, &p, &sc);
+    int pub = client_to(loop, &p, NULL);
+    char got[256];
+    bool eof;
+    send_all(sub, "SUBSCRIBE ch\r\n", 14);
+    static const char subscribed[] =
+        "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
+    size_t have = 0;
+    uint64_t t0 = now_ms();
+    while (have < sizeof subscribed - 1 && now_ms() - t0 < 5000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t n =
+            recv(sub, got + have, sizeof subscribed - 1 - have, MSG_DONTWAIT);
+        if (n > 0) have += (size_t)n;
+    }
+    CHECK(have == sizeof subscribed - 1 && memcmp(got, subscribed, have) == 0);
+    sc->out.oom = true; /* a message's write failed, as buf_put says */
+    send_all(pub, "PUBLISH ch m\r\n", 14);
+    answer(loop, pub, got, sizeof got, 4, &eof);
+    CHECK(strcmp(got, ":1\r\n") == 0);
+    answer(loop, sub, got, sizeof got, 1, &eof);
+    CHECK(strcmp(got, "") == 0); /* nothing after the failed write */
+    CHECK(eof);                  /* and closed */
+    close(sub);
+    close(pub);
+    close_client(loop, &p);
+}
