@@ -712,3 +712,107 @@ TEST(subscriber_whose_output_failed_is_closed_unsent) {
     close(pub);
     close_client(loop, &p);
 }
+
+/* --------------------------------- a pipeline cut anywhere, end to end */
+
+#define S(lit) lit, sizeof(lit) - 1
+
+/* Runs `in` on a fresh server (requirepass when pw), sent whole or one
+ * byte a write (each read by the server before the next is sent, so it
+ * arrives as that many reads: the one-pass parser and the short exec path
+ * see whole commands only when whole); what came back, until the server
+ * closed or went quiet, in *reply, and its keyspace's dump in *dump. */
+static void run_pipeline(const char *in, size_t n, bool bytewise,
+                         const char *pw, buf *reply, buf *dump) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.requirepass = pw;
+    conn *c;
+    int fd = client_to(loop, &p, &c);
+    int sfd = lull_stream_fd(&c->t.stream);
+    size_t step = bytewise ? 1 : n;
+    char got[4096];
+    for (size_t at = 0; at < n; at += step) {
+        size_t k = n - at < step ? n - at : step;
+        if (send(fd, in + at, k, MSG_NOSIGNAL) != (ssize_t)k) break;
+        int left = 1;
+        uint64_t t0 = now_ms();
+        while (left > 0 && now_ms() - t0 < 5000) {
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+            if (ioctl(sfd, FIONREAD, &left) < 0) left = 0; /* closed */
+            ssize_t r = recv(fd, got, sizeof got, MSG_DONTWAIT);
+            if (r > 0) buf_put(reply, got, (size_t)r);
+        }
+    }
+    /* The rest of the answer: until EOF, or 300 ms with nothing new. */
+    uint64_t t0 = now_ms();
+    while (now_ms() - t0 < 300) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t r = recv(fd, got, sizeof got, MSG_DONTWAIT);
+        if (r == 0) break;
+        if (r > 0) {
+            buf_put(reply, got, (size_t)r);
+            t0 = now_ms();
+        }
+    }
+    kv_dump(&p.kv, dump);
+    close(fd);
+    close_client(loop, &p);
+}
+
+/* Hostile pipelines, each sent whole and a byte a write: the replies
+ * byte for byte and the keyspace after must be the same, whatever path
+ * (one-pass parse, short exec path, resumable parse) took each command.
+ * Inline and multibulk mixed, empty lines and commands, binary keys,
+ * MULTI, subscribed mode, unknown commands and arities, names in any
+ * case, AUTH, and the ends: QUIT and a protocol error mid-pipeline (the
+ * replies before arrive, nothing after runs). */
+TEST(pipeline_cut_anywhere_answers_as_whole) {
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *pw;
+    } cases[] = {
+        {S("SET a 1\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\n\r\n\n*0\r\n*-1\r\n"
+           "*3\r\n$3\r\nSET\r\n$3\r\nk\0b\r\n$2\r\n\r\n\r\n"
+           "*2\r\n$3\r\nget\r\n$3\r\nk\0b\r\ngEt\tk\r\nINCR n\r\n"
+           "*2\r\n$4\r\nincr\r\n$1\r\nn\r\nNOSUCH x y\r\nGET\r\n"
+           "*1\r\n$0\r\n\r\nECHO  x   \r\nDEL a\n"),
+         NULL},
+        {S("MULTI\r\nSET m 1\r\n*2\r\n$4\r\nINCR\r\n$1\r\nm\r\nGET\r\n"
+           "EXEC\r\nMULTI\r\nSET q 1\r\nINCR q\r\nEXEC\r\nGET q\r\n"
+           "MULTI\r\nQUIT\r\nSET after 1\r\n"),
+         NULL},
+        {S("SUBSCRIBE c d\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\nPING\r\n"
+           "*1\r\n$4\r\nping\r\nPUBLISH c x\r\nUNSUBSCRIBE\r\nSET s 1\r\n"
+           "GET s\r\n"),
+         NULL},
+        {S("SET a 1\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\nQUIT\r\nSET b 2\r\n"
+           "*3\r\n$3\r\nSET\r\n$1\r\nc\r\n$1\r\n3\r\n"),
+         NULL},
+        {S("SET a 1\r\nGET a\r\n*2\r\n$3\r\nSET\r\n$-1\r\nSET b 2\r\n"), NULL},
+        {S("*1\r\n$4\r\nPING\r\n*2\r\n$03\r\nGET\r\n$1\r\na\r\nSET b 2\r\n"),
+         NULL},
+        {S("*2\r\n$3\r\nGET\r\n$1\r\na\r\nSET a 1\r\nAUTH no\r\n"
+           "*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*3\r\n$3\r\nSET\r\n$1\r\na\r\n"
+           "$1\r\n1\r\nGET a\r\n"),
+         "pw"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        buf r1 = {0}, d1 = {0}, r2 = {0}, d2 = {0};
+        run_pipeline(cases[i].in, cases[i].n, false, cases[i].pw, &r1, &d1);
+        run_pipeline(cases[i].in, cases[i].n, true, cases[i].pw, &r2, &d2);
+        buf_put(&r1, "", 1);
+        buf_put(&r2, "", 1);
+        if (r1.len != r2.len || memcmp(r1.p, r2.p, r1.len) != 0 ||
+            d1.len != d2.len || memcmp(d1.p, d2.p, d1.len) != 0)
+            check_fail(__FILE__, __LINE__,
+                       "case %zu: whole \"%s\" / %s, bytewise \"%s\" / %s", i,
+                       r1.p, d1.p, r2.p, d2.p);
+        buf_free(&r1);
+        buf_free(&r2);
+        buf_free(&d1);
+        buf_free(&d2);
+    }
+}
