@@ -816,3 +816,29 @@ TEST(pipeline_cut_anywhere_answers_as_whole) {
         buf_free(&d2);
     }
 }
+
+/* A replica with a smaller proto-max-bulk-len than its primary's still
+ * applies what the primary took (Redis exempts its master's stream from
+ * the bound): refused, the link closed and resumed at the same record,
+ * for ever, and the replica never caught up. */
+TEST(replica_takes_records_past_its_own_bulk_limit) {
+    lull_loop *loop;
+    server p, r;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    node_open(&p, loop, false);
+    primary_of = &p;
+    static char v[1001];
+    memset(v, 'v', 1000);
+    write_cmd(&p, "SET", "big", v);
+    node_open(&r, loop, true);
+    r.lim.max_bulk = 100;
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    while (!in_sync(&p, &r) && now_ms() - t0 < 3000)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    CHECK(in_sync(&p, &r));
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
