@@ -300,7 +300,11 @@ void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
                      "configuration is correct?\r\n");
         return;
     }
-    bool user_ok = argc == 2 || resp_is(&a[1], "default");
+    /* The user name byte for byte, as Redis' ACL looks a user up:
+     * resp_is, made for command names, folded its case and took
+     * "DEFAULT", a user Redis does not have. */
+    bool user_ok =
+        argc == 2 || (a[1].len == 7 && memcmp(a[1].p, "default", 7) == 0);
     bool ok = user_ok && (!srv->requirepass ||
                           same_secret(&a[argc - 1], srv->requirepass));
     if (ok) {

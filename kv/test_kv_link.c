@@ -842,3 +842,46 @@ TEST(replica_takes_records_past_its_own_bulk_limit) {
     same_dumps(&p, &r);
     close_all(loop, &p, &r);
 }
+
+/* AUTH's user name is matched as Redis matches it, byte for byte: only
+ * "default" is the default user ("DEFAULT" is no user, WRONGPASS), with
+ * a password set or without one. resp_is, the command-name compare,
+ * folded its case, so "AUTH DEFAULT pw" signed a client in. */
+TEST(auth_user_name_is_case_sensitive_as_redis) {
+    static const struct {
+        const char *pw, *req, *reply;
+    } cases[] = {
+        {"pw",
+         "AUTH DEFAULT pw\r\nGET a\r\nAUTH Default pw\r\n"
+         "AUTH default pw\r\nGET a\r\n",
+         "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+         "-NOAUTH Authentication required.\r\n"
+         "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+         "+OK\r\n$-1\r\n"},
+        {NULL, "AUTH DEFAULT x\r\nAUTH default x\r\n",
+         "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+         "+OK\r\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lull_loop *loop;
+        server p;
+        open_server(&loop, &p);
+        p.requirepass = cases[i].pw;
+        int fd = client_to(loop, &p, NULL);
+        send_all(fd, cases[i].req, strlen(cases[i].req));
+        char got[512];
+        size_t have = 0, want = strlen(cases[i].reply);
+        uint64_t t0 = now_ms();
+        while (have < want && now_ms() - t0 < 5000) {
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+            ssize_t n =
+                recv(fd, got + have, sizeof got - 1 - have, MSG_DONTWAIT);
+            if (n > 0) have += (size_t)n;
+        }
+        got[have] = 0;
+        if (strcmp(got, cases[i].reply) != 0)
+            check_fail(__FILE__, __LINE__, "case %zu: \"%s\"", i, got);
+        close(fd);
+        close_client(loop, &p);
+    }
+}
