@@ -1175,6 +1175,24 @@ void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     c->fn(k, cl, a, argc, out);
 }
 
+/* EXEC refused by a check (its arity, a subscribed client): Redis'
+ * rejectCommand answers -EXECABORT with the reason and discards the
+ * transaction, whether or not the client is in MULTI (execCommandAbort).
+ * out[at, len) is the refusal, "-ERR <reason>\r\n". */
+static void exec_abort(kv_client *cl, buf *out, size_t at) {
+    static const char prefix[] = "-ERR ";
+    size_t n = out->len - at, skip = sizeof prefix - 1;
+    if (n < skip || memcmp(out->p + at, prefix, skip) != 0) skip = 1;
+    buf why = {0};
+    buf_put(&why, out->p + at + skip, n - skip);
+    out->len = at;
+    buf_str(out, "-EXECABORT Transaction discarded because of: ");
+    buf_put(out, why.p, why.len);
+    if (why.oom) out->oom = true;
+    buf_free(&why);
+    if (cl) kv_discard(cl);
+}
+
 /* kv_exec for a command runs_at_once did not pass: found is what the
  * name looked up to (NULL when unknown). */
 static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
@@ -1183,6 +1201,7 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
                                                   const kv_cmd *found) {
     bool bad_sub;
     const kv_cmd *c = resolve(found, a, argc, &bad_sub);
+    size_t at = out->len; /* where a refusal starts */
     /* Redis' order of checks, and inside MULTI a refused command spoils
      * the transaction (EXEC answers -EXECABORT). */
     if (!c) {
@@ -1213,6 +1232,7 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
         c->fn(k, cl, a, argc, out);
         return c->fn == cmd_quit ? KV_QUIT : 0;
     }
+    if (c && strcmp(c->name, "exec") == 0) exec_abort(cl, out, at);
     if (cl && cl->multi) cl->multi_error = true;
     return 0;
 }

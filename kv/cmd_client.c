@@ -102,6 +102,10 @@ void kv_client_reset(kv *k, kv_client *cl) {
 
 /* --------------------------------------------------------- transactions */
 
+void kv_discard(kv_client *cl) {
+    queue_free(cl);
+}
+
 /* Queues a copy of the command (one allocation: the argument table, then
  * the bytes). False when out of memory. */
 bool kv_queue(kv_client *cl, const resp_arg *a, size_t argc) {

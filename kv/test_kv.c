@@ -2245,6 +2245,39 @@ TEST(exec_short_path_keeps_every_check) {
     kv_free(&k);
 }
 
+TEST(exec_refused_aborts_the_transaction_as_redis) {
+    /* Redis answers an EXEC it refuses (an arity, a subscribed client)
+     * with -EXECABORT and the reason, and discards the transaction, in
+     * MULTI or not (rejectCommand, execCommandAbort): the commands queued
+     * never run and the client is out of MULTI. lull-kv answered -ERR and
+     * kept the transaction open, so what followed was queued. Bytes as
+     * redis-server 7.0.15 sends them. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    static const char abort_arity[] =
+        "-EXECABORT Transaction discarded because of: wrong number of "
+        "arguments for 'exec' command\r\n";
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC x"), abort_arity) == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "MULTI"), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "SET a 1"), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC x"), abort_arity) == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "GET a"), "$-1\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC"),
+                 "-ERR EXEC without MULTI\r\n") == 0);
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC"),
+                 "-EXECABORT Transaction discarded because of: Can't execute "
+                 "'exec': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
+                 "QUIT / RESET are allowed in this context\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC x"), abort_arity) == 0);
+    kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+}
+
 TEST(client_subcommands_as_redis) {
     kv k;
     kv_setup(&k, false); /* no kill_replicas: no replica links */
