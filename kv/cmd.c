@@ -1113,16 +1113,23 @@ static void wrong_args(buf *out, const kv_cmd *c) {
     buf_str(out, "' command\r\n");
 }
 
+/* The first n bytes of p up to its first NUL: what %.*s prints. */
+static size_t c_len(const char *p, size_t n) {
+    const char *z = n ? memchr(p, 0, n) : NULL;
+    return z ? (size_t)(z - p) : n;
+}
+
 /* Redis' words: the name, then up to 128 bytes of the arguments, each in
  * quotes; a CR or LF would end the line, so they become spaces. */
 static void unknown(buf *out, const resp_arg *a, size_t argc) {
     buf tmp = {0};
     buf_str(&tmp, "-ERR unknown command '");
-    buf_put(&tmp, a[0].p, a[0].len > 128 ? 128 : a[0].len);
+    /* Each word ends at its first NUL, as Redis' %s prints it. */
+    buf_put(&tmp, a[0].p, c_len(a[0].p, a[0].len > 128 ? 128 : a[0].len));
     buf_str(&tmp, "', with args beginning with: ");
     size_t args = 0;
     for (size_t i = 1; i < argc && args < 128; i++) {
-        size_t n = a[i].len > 128 - args ? 128 - args : a[i].len;
+        size_t n = c_len(a[i].p, a[i].len > 128 - args ? 128 - args : a[i].len);
         buf_str(&tmp, "'");
         buf_put(&tmp, a[i].p, n);
         buf_str(&tmp, "' ");

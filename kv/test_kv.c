@@ -2278,6 +2278,27 @@ TEST(exec_refused_aborts_the_transaction_as_redis) {
     kv_free(&k);
 }
 
+TEST(unknown_command_words_end_at_a_nul_as_redis) {
+    /* Redis prints an unknown command's name and arguments with %s: each
+     * ends at its first NUL (unknown_sub already did so). lull-kv wrote
+     * the NUL and what follows into the error line. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    static const resp_arg name[] = {{"PI\0G", 4}};
+    exec_args(&k, NULL, &out, name, 1);
+    static const char want1[] =
+        "-ERR unknown command 'PI', with args beginning with: \r\n";
+    CHECK(out.len == sizeof want1 - 1 && memcmp(out.p, want1, out.len) == 0);
+    static const resp_arg args[] = {{"G\0T", 3}, {"a\0b", 3}, {"cd", 2}};
+    exec_args(&k, NULL, &out, args, 3);
+    static const char want2[] =
+        "-ERR unknown command 'G', with args beginning with: 'a' 'cd' \r\n";
+    CHECK(out.len == sizeof want2 - 1 && memcmp(out.p, want2, out.len) == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
+
 TEST(client_subcommands_as_redis) {
     kv k;
     kv_setup(&k, false); /* no kill_replicas: no replica links */
