@@ -1113,16 +1113,23 @@ static void wrong_args(buf *out, const kv_cmd *c) {
     buf_str(out, "' command\r\n");
 }
 
+/* The first n bytes of p up to its first NUL: what %.*s prints. */
+static size_t c_len(const char *p, size_t n) {
+    const char *z = n ? memchr(p, 0, n) : NULL;
+    return z ? (size_t)(z - p) : n;
+}
+
 /* Redis' words: the name, then up to 128 bytes of the arguments, each in
  * quotes; a CR or LF would end the line, so they become spaces. */
 static void unknown(buf *out, const resp_arg *a, size_t argc) {
     buf tmp = {0};
     buf_str(&tmp, "-ERR unknown command '");
-    buf_put(&tmp, a[0].p, a[0].len > 128 ? 128 : a[0].len);
+    /* Each word ends at its first NUL, as Redis' %s prints it. */
+    buf_put(&tmp, a[0].p, c_len(a[0].p, a[0].len > 128 ? 128 : a[0].len));
     buf_str(&tmp, "', with args beginning with: ");
     size_t args = 0;
     for (size_t i = 1; i < argc && args < 128; i++) {
-        size_t n = a[i].len > 128 - args ? 128 - args : a[i].len;
+        size_t n = c_len(a[i].p, a[i].len > 128 - args ? 128 - args : a[i].len);
         buf_str(&tmp, "'");
         buf_put(&tmp, a[i].p, n);
         buf_str(&tmp, "' ");
@@ -1175,6 +1182,24 @@ void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     c->fn(k, cl, a, argc, out);
 }
 
+/* EXEC refused by a check (its arity, a subscribed client): Redis'
+ * rejectCommand answers -EXECABORT with the reason and discards the
+ * transaction, whether or not the client is in MULTI (execCommandAbort).
+ * out[at, len) is the refusal, "-ERR <reason>\r\n". */
+static void exec_abort(kv_client *cl, buf *out, size_t at) {
+    static const char prefix[] = "-ERR ";
+    size_t n = out->len - at, skip = sizeof prefix - 1;
+    if (n < skip || memcmp(out->p + at, prefix, skip) != 0) skip = 1;
+    buf why = {0};
+    buf_put(&why, out->p + at + skip, n - skip);
+    out->len = at;
+    buf_str(out, "-EXECABORT Transaction discarded because of: ");
+    buf_put(out, why.p, why.len);
+    if (why.oom) out->oom = true;
+    buf_free(&why);
+    if (cl) kv_discard(cl);
+}
+
 /* kv_exec for a command runs_at_once did not pass: found is what the
  * name looked up to (NULL when unknown). */
 static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
@@ -1183,6 +1208,7 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
                                                   const kv_cmd *found) {
     bool bad_sub;
     const kv_cmd *c = resolve(found, a, argc, &bad_sub);
+    size_t at = out->len; /* where a refusal starts */
     /* Redis' order of checks, and inside MULTI a refused command spoils
      * the transaction (EXEC answers -EXECABORT). */
     if (!c) {
@@ -1213,6 +1239,7 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
         c->fn(k, cl, a, argc, out);
         return c->fn == cmd_quit ? KV_QUIT : 0;
     }
+    if (c && strcmp(c->name, "exec") == 0) exec_abort(cl, out, at);
     if (cl && cl->multi) cl->multi_error = true;
     return 0;
 }

@@ -102,6 +102,10 @@ void kv_client_reset(kv *k, kv_client *cl) {
 
 /* --------------------------------------------------------- transactions */
 
+void kv_discard(kv_client *cl) {
+    queue_free(cl);
+}
+
 /* Queues a copy of the command (one allocation: the argument table, then
  * the bytes). False when out of memory. */
 bool kv_queue(kv_client *cl, const resp_arg *a, size_t argc) {
@@ -421,8 +425,8 @@ static void cmd_auth(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     else if (argc == 2)
         buf_str(out, no_password);
     else
-        buf_str(out, resp_is(&a[1], "default")
-                         ? "+OK\r\n"
+        buf_str(out, a[1].len == 7 && memcmp(a[1].p, "default", 7) == 0
+                         ? "+OK\r\n" /* the name as it is, as Redis */
                          : "-WRONGPASS invalid username-password pair or "
                            "user is disabled.\r\n");
 }

@@ -45,6 +45,8 @@ void kv_client_commands_init(void);
 void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out);
 /* Queues a copy of a command (MULTI). False when out of memory. */
 bool kv_queue(kv_client *cl, const resp_arg *a, size_t argc);
+/* Drops the transaction: its queue freed, the client out of MULTI. */
+void kv_discard(kv_client *cl);
 /* Adds commands to the table (at start-up, once). */
 void kv_commands_add(const kv_cmd *cmds, size_t n);
 const kv_cmd *kv_command(const resp_arg *name);

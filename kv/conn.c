@@ -208,6 +208,14 @@ static void outf_release(lull_frame *f) {
  * a reply is never dropped while later ones still go out. False when the
  * connection was closed. */
 static inline __attribute__((always_inline)) bool flush(conn *c) {
+    /* A write into the buffer failed (oom): what it holds is missing a
+     * reply or message, or ends in part of one, and sending it would
+     * hand the client the next ones as the answers to earlier requests.
+     * The handover and the swap below would also clear the flag. */
+    if (c->out.oom) {
+        conn_drop(c, "out of memory");
+        return false;
+    }
     if (c->out.len == 0) return true;
     size_t len = c->out.len;
     int rc;
@@ -292,7 +300,11 @@ void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
                      "configuration is correct?\r\n");
         return;
     }
-    bool user_ok = argc == 2 || resp_is(&a[1], "default");
+    /* The user name byte for byte, as Redis' ACL looks a user up:
+     * resp_is, made for command names, folded its case and took
+     * "DEFAULT", a user Redis does not have. */
+    bool user_ok =
+        argc == 2 || (a[1].len == 7 && memcmp(a[1].p, "default", 7) == 0);
     bool ok = user_ok && (!srv->requirepass ||
                           same_secret(&a[argc - 1], srv->requirepass));
     if (ok) {
@@ -344,8 +356,18 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         }
         size_t argc;
         const char *err = NULL;
-        long n = resp_parse_resume(&srv->lim, &c->ps, p + off, len - off,
-                                   srv->argv, &argc, &err, &c->need);
+        /* Until AUTH, Redis' small request bounds (resp_limits.noauth):
+         * a peer without the password gets no 512 MB argument buffered.
+         * Looked at per command: the AUTH before this one may have passed. */
+        const resp_limits *lim = &srv->lim;
+        resp_limits noauth;
+        if (!c->authed && srv->requirepass && !c->link) {
+            noauth = srv->lim;
+            noauth.noauth = true;
+            lim = &noauth;
+        }
+        long n = resp_parse_resume(lim, &c->ps, p + off, len - off, srv->argv,
+                                   &argc, &err, &c->need);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) {
             buf_str(&c->out, "-ERR ");

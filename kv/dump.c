@@ -9,32 +9,46 @@
 #include "cmd_int.h"
 #include "types.h"
 
-/* Every key of k, in key order, with its type, value (sets and hashes
- * sorted) and expiry: two keyspaces are equal when their dumps are. */
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+/* Keys, members and fields are bytes (a NUL inside is theirs, any
+ * length): each is kept with its length, ordered as memcmp orders them
+ * (the order strcmp gave for text), and written whole. As C strings a key
+ * holding a NUL was looked up by its part before the NUL (not found: a
+ * crash), a member was cut there, and a key name cut at ~500 bytes, so two
+ * keyspaces differing there dumped equal. */
+typedef struct item {
+    char *p;
+    size_t len;
+} item;
+
+static int cmp_item(const void *a, const void *b) {
+    const item *x = a, *y = b;
+    int c = memcmp(x->p, y->p, x->len < y->len ? x->len : y->len);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
 }
 
+/* Every key of k, in key order, with its type, value (sets and hashes
+ * sorted) and expiry: two keyspaces are equal when their dumps are. */
 void kv_dump(kv *k, buf *d) {
     d->len = 0;
     size_t n = store_count(&k->db), i = 0;
-    char **keys = malloc((n + 1) * sizeof *keys);
+    item *keys = malloc((n + 1) * sizeof *keys);
     for (size_t b = 0; b < k->db.d.nbuckets; b++)
         for (dict_entry *e = k->db.d.buckets[b]; e; e = e->next) {
-            keys[i] = malloc(e->klen + 1);
-            memcpy(keys[i], dict_key(&k->db.d, e), e->klen);
-            keys[i][e->klen] = 0;
+            keys[i].p = malloc(e->klen + 1);
+            memcpy(keys[i].p, dict_key(&k->db.d, e), e->klen);
+            keys[i].len = e->klen;
             i++;
         }
-    qsort(keys, n, sizeof *keys, cmp_str);
+    qsort(keys, n, sizeof *keys, cmp_item);
     char line[512];
     for (i = 0; i < n; i++) {
-        dict_entry *e = store_find(&k->db, keys[i], strlen(keys[i]));
+        dict_entry *e = store_find(&k->db, keys[i].p, keys[i].len);
         kobj *o = store_obj(e);
-        snprintf(line, sizeof line, "%s type=%d expire=%lld: ", keys[i],
-                 o->type, (long long)o->expire);
+        buf_put(d, keys[i].p, keys[i].len);
+        snprintf(line, sizeof line, " type=%d expire=%lld: ", o->type,
+                 (long long)o->expire);
         buf_str(d, line);
-        char **items = NULL;
+        item *items = NULL;
         size_t m = 0;
         if (o->type == KV_STRING) {
             buf_put(d, o->val, o->len);
@@ -56,28 +70,30 @@ void kv_dump(kv *k, buf *d) {
         } else {
             dict *sd = o->type == KV_SET ? &((kv_set *)o->val)->d
                                          : &((kv_hash *)o->val)->d;
-            items = malloc(sd->count * sizeof *items);
+            items = malloc((sd->count + 1) * sizeof *items);
             for (size_t b = 0; b < sd->nbuckets; b++)
                 for (dict_entry *f = sd->buckets[b]; f; f = f->next) {
                     kv_elem *v = o->type == KV_HASH ? hash_value(f) : NULL;
-                    items[m] = calloc(1, f->klen + (v ? v->len : 0) + 2);
-                    memcpy(items[m], dict_key(sd, f), f->klen);
+                    size_t len = f->klen + (v ? v->len + 1 : 0);
+                    items[m].p = malloc(len + 1);
+                    memcpy(items[m].p, dict_key(sd, f), f->klen);
                     if (v) {
-                        items[m][f->klen] = '=';
-                        memcpy(items[m] + f->klen + 1, v->p, v->len);
+                        items[m].p[f->klen] = '=';
+                        memcpy(items[m].p + f->klen + 1, v->p, v->len);
                     }
+                    items[m].len = len;
                     m++;
                 }
-            qsort(items, m, sizeof *items, cmp_str);
+            qsort(items, m, sizeof *items, cmp_item);
             for (size_t j = 0; j < m; j++) {
-                buf_str(d, items[j]);
+                buf_put(d, items[j].p, items[j].len);
                 buf_str(d, ",");
-                free(items[j]);
+                free(items[j].p);
             }
             free(items);
         }
         buf_str(d, "\n");
-        free(keys[i]);
+        free(keys[i].p);
     }
     free(keys);
     buf_put(d, "", 1);

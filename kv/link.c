@@ -566,8 +566,14 @@ long long kill_replicas(kv *k) {
     repl_peer *p = srv->kv.peers.next;
     while (p != &srv->kv.peers) {
         repl_peer *next = p->next;
-        conn_drop(LULL_CONTAINER_OF(p, rlink, peer)->c, NULL);
-        n++;
+        conn *c = LULL_CONTAINER_OF(p, rlink, peer)->c;
+        /* A link closed already (by a CLIENT KILL earlier in the same
+         * batch: it leaves the list only at its close, a turn later) is
+         * not killed again, nor counted: Redis answers 0 then. */
+        if (!c->gone) {
+            conn_drop(c, NULL);
+            n++;
+        }
         p = next;
     }
     return n;
@@ -717,16 +723,30 @@ static int master_handshake(server *srv) {
     return 1;
 }
 
+/* The bounds the primary's stream is parsed with: its argument count is
+ * the argv's, but no bulk length bound. The primary applied its own
+ * proto-max-bulk-len to the client that wrote the record; a replica set
+ * lower than its primary refused the record, closed the link and got the
+ * same record again on every resume, never catching up (Redis exempts
+ * its master's stream from the bound too). A length past memory is still
+ * refused, as the buffer for it cannot be had. */
+static resp_limits stream_limits(const server *srv) {
+    resp_limits lim = srv->lim;
+    lim.max_bulk = SIZE_MAX / 4;
+    return lim;
+}
+
 /* KV_PLANT_MULTI_SPLIT: the records one at a time as they come, a
  * transaction's too (its MULTI and EXEC counted and skipped): the bytes
  * taken, or -EPROTO. */
 static long apply_split(server *srv, const char **err, size_t *need) {
     master *m = &srv->m;
+    resp_limits lim = stream_limits(srv);
     size_t off = 0;
     *need = 1;
     while (off < m->in.len) {
         size_t argc;
-        long n = resp_parse_need(&srv->lim, m->in.p + off, m->in.len - off,
+        long n = resp_parse_need(&lim, m->in.p + off, m->in.len - off,
                                  srv->argv, &argc, err, need);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) return -EPROTO;
@@ -735,8 +755,8 @@ static long apply_split(server *srv, const char **err, size_t *need) {
             srv->kv.offset += (uint64_t)n;
         } else {
             size_t need2;
-            long r = kv_apply_stream(&srv->kv, &srv->lim, srv->argv,
-                                     m->in.p + off, (size_t)n, err, &need2);
+            long r = kv_apply_stream(&srv->kv, &lim, srv->argv, m->in.p + off,
+                                     (size_t)n, err, &need2);
             if (r < 0) return r;
         }
         off += (size_t)n;
@@ -785,9 +805,10 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     if (m->state == M_SYNC && master_handshake(srv) <= 0) return;
     if (m->in.len < m->need) return;
     const char *err = "";
+    resp_limits lim = stream_limits(srv);
     long n = srv->kv.plant & KV_PLANT_MULTI_SPLIT
                  ? apply_split(srv, &err, &m->need)
-                 : kv_apply_stream(&srv->kv, &srv->lim, srv->argv, m->in.p,
+                 : kv_apply_stream(&srv->kv, &lim, srv->argv, m->in.p,
                                    m->in.len, &err, &m->need);
     if (n < 0) {
         master_malformed(srv, err);

@@ -28,13 +28,19 @@ static int parse_num(const char *buf, size_t from, size_t to, int neg_ok,
     }
     if (from == to) return -1;
     if (buf[from] == '0' && (neg || to - from > 1)) return -1;
+    /* Checked before each step, not after: v * 10 wraps for a 20-digit
+     * number from 18446744073709551620 on, and "-20000000000000000000"
+     * came out a small negative count, an empty command, where Redis
+     * refuses it. INT64_MIN itself is a number (string2ll's range). */
+    unsigned long long max = (unsigned long long)INT64_MAX + (unsigned)neg;
     unsigned long long v = 0;
     for (size_t i = from; i < to; i++) {
         if (buf[i] < '0' || buf[i] > '9') return -1;
-        v = v * 10 + (unsigned long long)(buf[i] - '0');
-        if (v > (unsigned long long)INT64_MAX) return -1;
+        unsigned d = (unsigned)(buf[i] - '0');
+        if (v > (max - d) / 10) return -1;
+        v = v * 10 + d;
     }
-    *out = neg ? -(long long)v : (long long)v;
+    *out = neg ? -(long long)(v - 1) - 1 : (long long)v;
     return 0;
 }
 
@@ -140,6 +146,10 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
             *err = "Protocol error: too many arguments";
             return RESP_ERROR;
         }
+        if (lim->noauth && count > (long long)RESP_NOAUTH_ARGS) {
+            *err = "Protocol error: unauthenticated multibulk length";
+            return RESP_ERROR;
+        }
         n = (size_t)count;
         first = pos;
     }
@@ -161,6 +171,10 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
         }
         if ((unsigned long long)blen > lim->max_bulk) {
             *err = "Protocol error: invalid bulk length";
+            return RESP_ERROR;
+        }
+        if (lim->noauth && blen > (long long)RESP_NOAUTH_BULK) {
+            *err = "Protocol error: unauthenticated bulk length";
             return RESP_ERROR;
         }
         size_t body = (size_t)blen + 2;
@@ -213,6 +227,13 @@ static long parse_inline(const resp_limits *lim, resp_state *st,
     }
     st->scanned += (size_t)lf; /* the words, split below */
     if (st->pos) state_reset(st);
+    /* The same bound when the LF came with the line: cut before its LF,
+     * the line is refused above, and a request's fate must not depend on
+     * how its bytes were cut. */
+    if ((size_t)lf > RESP_MAX_INLINE) {
+        *err = "Protocol error: too big inline request";
+        return RESP_ERROR;
+    }
     size_t end = (size_t)lf; /* a bare LF ends a line too, as in Redis */
     if (end > 0 && buf[end - 1] == '\r') end--;
     size_t n = 0, i = 0;

@@ -59,7 +59,16 @@ typedef struct resp_limits {
                         protocol error, before any of it is buffered) */
     size_t max_args; /* the most arguments in one command; also the size of
                         the caller's argv */
+    /* A client that must AUTH and has not: a multibulk request of at most
+     * RESP_NOAUTH_ARGS arguments of RESP_NOAUTH_BULK bytes each (Redis'
+     * bounds since CVE-2021-32675), so a peer that never authenticates
+     * cannot make the server reserve proto-max-bulk-len bytes for it.
+     * Inline lines are bounded by RESP_MAX_INLINE already. */
+    bool noauth;
 } resp_limits;
+
+#define RESP_NOAUTH_ARGS 10
+#define RESP_NOAUTH_BULK 16384
 
 /* 64 KiB: the longest inline line, and the longest header line that could
  * still be completed; the same bound Redis puts on an inline request. */
@@ -153,6 +162,9 @@ resp_parse_whole(const resp_limits *lim, const char *bytes, size_t len,
                  resp_arg *argv, size_t *argc) {
     const char *p = bytes + 1, *end = bytes + len;
     size_t n;
+    /* An unauthenticated client's bounds are the general path's to apply
+     * (its requests are few: AUTH, and what is refused). */
+    if (lim->noauth) return 0;
     if (!resp_quick_num(&p, end, &n) || n == 0 || n > lim->max_args) return 0;
     for (size_t i = 0; i < n; i++) {
         size_t blen;

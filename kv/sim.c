@@ -2011,7 +2011,7 @@ static void final_checks(sim *S) {
                  n->name, r->kv.offset, p->kv.log.end, why);
         if (S->failed) break;
         kv_dump(&r->kv, &dr);
-        if (strcmp(dp.p, dr.p) != 0) {
+        if (dp.len != dr.len || memcmp(dp.p, dr.p, dp.len) != 0) {
             /* The first line that differs. */
             const char *a = dp.p, *b = dr.p;
             while (*a && *a == *b)

@@ -38,6 +38,8 @@ typedef struct feed {
 } feed;
 
 static const resp_limits limits = {.max_bulk = 1000, .max_args = MAX_ARGS};
+/* The limits feed_chunk parses with: `limits` unless a case says other. */
+static const resp_limits *feed_limits = &limits;
 
 static void logs(feed *f, const char *p, size_t n) {
     CHECK(f->log_len + n < sizeof f->log);
@@ -68,7 +70,7 @@ static void feed_chunk(feed *f, const char *p, size_t n) {
         char *copy = malloc(left ? left : 1);
         memcpy(copy, f->buf + off, left);
         size_t need = 0;
-        long r = resp_parse_resume(&limits, &f->st, copy, left, argv, &argc,
+        long r = resp_parse_resume(feed_limits, &f->st, copy, left, argv, &argc,
                                    &err, &need);
         f->parses++;
         if (r == RESP_INCOMPLETE) {
@@ -260,6 +262,80 @@ TEST(resp_inline_too_long) {
     CHECK_EQ(resp_parse(&limits, words, sizeof words - 1, argv, &argc, &err),
              RESP_ERROR);
     free(in);
+}
+
+TEST(resp_inline_bound_however_cut) {
+    /* A line of RESP_MAX_INLINE + 1 bytes before its LF is refused when it
+     * arrives cut before the LF; it must be whole too (it was taken then),
+     * and one byte shorter is taken either way. */
+    for (size_t line = RESP_MAX_INLINE; line <= RESP_MAX_INLINE + 1; line++) {
+        size_t n = line + 1;
+        char *in = malloc(n);
+        CHECK(in != NULL);
+        memset(in, 'a', line - 1);
+        in[line - 1] = '\r';
+        in[line] = '\n';
+        resp_arg argv[MAX_ARGS];
+        size_t argc, need;
+        const char *err = NULL;
+        long whole = resp_parse(&limits, in, n, argv, &argc, &err);
+        resp_state st = {0};
+        long cut =
+            resp_parse_resume(&limits, &st, in, line, argv, &argc, &err, &need);
+        if (cut == RESP_INCOMPLETE)
+            cut = resp_parse_resume(&limits, &st, in, n, argv, &argc, &err,
+                                    &need);
+        if (line > RESP_MAX_INLINE) {
+            CHECK_EQ(cut, RESP_ERROR);
+            CHECK_EQ(whole, RESP_ERROR);
+            CHECK(strcmp(err, "Protocol error: too big inline request") == 0);
+        } else {
+            CHECK_EQ(cut, (long)n);
+            CHECK_EQ(whole, (long)n);
+            CHECK(argc == 1 && argv[0].len == line - 1);
+        }
+        free(in);
+    }
+}
+
+TEST(resp_unauthenticated_bounds_as_redis) {
+    /* A client that has not passed AUTH may send what Redis lets one send
+     * (CVE-2021-32675): a multibulk count of 10 and bulks of 16384 bytes
+     * at most, refused at the header with Redis' words, however the
+     * request is cut (the quick path included); inline lines keep their
+     * own bound only. */
+    static const resp_limits na = {
+        .max_bulk = 1 << 20, .max_args = MAX_ARGS, .noauth = true};
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *err; /* NULL: it parses, to `log` */
+        const char *log;
+    } cases[] = {
+        {S("*11\r\n"), "Protocol error: unauthenticated multibulk length", ""},
+        {S("*2\r\n$4\r\nAUTH\r\n$16385\r\n"),
+         "Protocol error: unauthenticated bulk length", ""},
+        {S("*1\r\n$100000\r\n"), "Protocol error: unauthenticated bulk length",
+         ""},
+        {S("*1\r\n$16384\r\n"), NULL, ""}, /* taken: the body is awaited */
+        {S("*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*0\r\n"), NULL, "AUTH|pw;;"},
+        {S("*10\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\ne\r\n"
+           "$1\r\nf\r\n$1\r\ng\r\n$1\r\nh\r\n$1\r\ni\r\n$1\r\nj\r\n"),
+         NULL, "a|b|c|d|e|f|g|h|i|j;"},
+        {S("a b c d e f g h i j k l\r\n"), NULL, "a|b|c|d|e|f|g|h|i|j|k|l;"},
+    };
+    feed_limits = &na;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        feed f;
+        feed_all_ways(cases[i].in, cases[i].n, &f);
+        bool ok =
+            strcmp(f.log, cases[i].log) == 0 &&
+            (cases[i].err ? f.err && strcmp(f.err, cases[i].err) == 0 : !f.err);
+        if (!ok)
+            check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
+                       f.log, f.err ? f.err : "no error");
+    }
+    feed_limits = &limits;
 }
 
 TEST(store_keys) {
@@ -1877,6 +1953,55 @@ static const char *exec_args(kv *k, kv_client *cl, buf *out,
     return out->p;
 }
 
+/* The dump of a keyspace with one write made: k's after `argv`. */
+static void dump_after(const resp_arg *argv, size_t argc, buf *d) {
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    exec_args(&k, NULL, &out, argv, argc);
+    kv_dump(&k, d);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+static bool same_dump(const buf *a, const buf *b) {
+    return a->len == b->len && memcmp(a->p, b->p, a->len) == 0;
+}
+
+TEST(dump_tells_binary_and_long_names_apart) {
+    /* Keys, members and fields are bytes: the dump of each holds them
+     * whole, so keyspaces that differ after a NUL, or past the 500th byte
+     * of a key's name, dump differently (a NUL in a key crashed it). */
+    static char long1[700], long2[700];
+    memset(long1, 'k', sizeof long1);
+    memcpy(long2, long1, sizeof long2);
+    long2[sizeof long2 - 1] = 'K';
+    static const resp_arg cases[][4] = {
+        {{"SET", 3}, {"k\0a", 3}, {"v", 1}},
+        {{"SET", 3}, {"k\0b", 3}, {"v", 1}},
+        {{"SADD", 4}, {"s", 1}, {"m\0a", 3}},
+        {{"SADD", 4}, {"s", 1}, {"m\0b", 3}},
+        {{"HSET", 4}, {"h", 1}, {"f\0a", 3}, {"v", 1}},
+        {{"HSET", 4}, {"h", 1}, {"f\0b", 3}, {"v", 1}},
+        {{"SET", 3}, {long1, sizeof long1}, {"v", 1}},
+        {{"SET", 3}, {long2, sizeof long2}, {"v", 1}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i += 2) {
+        size_t argc = cases[i][3].p ? 4 : 3;
+        buf a = {0}, b = {0}, again = {0};
+        dump_after(cases[i], argc, &a);
+        dump_after(cases[i + 1], argc, &b);
+        dump_after(cases[i], argc, &again);
+        CHECK(same_dump(&a, &again));
+        CHECK(a.len > cases[i][1].len + cases[i][2].len);
+        if (same_dump(&a, &b))
+            check_fail(__FILE__, __LINE__, "case %zu: one dump for two", i);
+        buf_free(&a);
+        buf_free(&b);
+        buf_free(&again);
+    }
+}
+
 TEST(glob_huge_empty_and_binary_patterns) {
     /* A pattern of a million stars: one run, matching everything but the
      * empty string. */
@@ -2116,6 +2241,60 @@ TEST(exec_short_path_keeps_every_check) {
     CHECK(strncmp(out.p, "-READONLY", 9) == 0);
     CHECK(strcmp(exec_cl(&k, &cl, &out, "GET a"), "$-1\r\n") == 0);
     kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(exec_refused_aborts_the_transaction_as_redis) {
+    /* Redis answers an EXEC it refuses (an arity, a subscribed client)
+     * with -EXECABORT and the reason, and discards the transaction, in
+     * MULTI or not (rejectCommand, execCommandAbort): the commands queued
+     * never run and the client is out of MULTI. lull-kv answered -ERR and
+     * kept the transaction open, so what followed was queued. Bytes as
+     * redis-server 7.0.15 sends them. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    static const char abort_arity[] =
+        "-EXECABORT Transaction discarded because of: wrong number of "
+        "arguments for 'exec' command\r\n";
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC x"), abort_arity) == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "MULTI"), "+OK\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "SET a 1"), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC x"), abort_arity) == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "GET a"), "$-1\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC"),
+                 "-ERR EXEC without MULTI\r\n") == 0);
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC"),
+                 "-EXECABORT Transaction discarded because of: Can't execute "
+                 "'exec': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
+                 "QUIT / RESET are allowed in this context\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC x"), abort_arity) == 0);
+    kv_client_reset(&k, &cl);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(unknown_command_words_end_at_a_nul_as_redis) {
+    /* Redis prints an unknown command's name and arguments with %s: each
+     * ends at its first NUL (unknown_sub already did so). lull-kv wrote
+     * the NUL and what follows into the error line. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    static const resp_arg name[] = {{"PI\0G", 4}};
+    exec_args(&k, NULL, &out, name, 1);
+    static const char want1[] =
+        "-ERR unknown command 'PI', with args beginning with: \r\n";
+    CHECK(out.len == sizeof want1 - 1 && memcmp(out.p, want1, out.len) == 0);
+    static const resp_arg args[] = {{"G\0T", 3}, {"a\0b", 3}, {"cd", 2}};
+    exec_args(&k, NULL, &out, args, 3);
+    static const char want2[] =
+        "-ERR unknown command 'G', with args beginning with: 'a' 'cd' \r\n";
+    CHECK(out.len == sizeof want2 - 1 && memcmp(out.p, want2, out.len) == 0);
     buf_free(&out);
     kv_free(&k);
 }
@@ -2495,6 +2674,39 @@ TEST(resp_lengths_as_redis_reads_them) {
         {S("*10\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\ne\r\n"
            "$1\r\nf\r\n$1\r\ng\r\n$1\r\nh\r\n$1\r\ni\r\n$1\r\nj\r\n"),
          NULL, "a|b|c|d|e|f|g|h|i|j;"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        feed f;
+        feed_all_ways(cases[i].in, cases[i].n, &f);
+        bool ok =
+            strcmp(f.log, cases[i].log) == 0 &&
+            (cases[i].err ? f.err && strcmp(f.err, cases[i].err) == 0 : !f.err);
+        if (!ok)
+            check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
+                       f.log, f.err ? f.err : "no error");
+    }
+}
+
+TEST(resp_lengths_past_64_bits_refused) {
+    /* A count or length of 20 digits whose first 19 fit in 64 bits wrapped
+     * (v * 10 checked only after): "-18446744073709551620" was an empty
+     * command (-4), "$18446744073709551617" a bulk of 1 byte. Redis'
+     * string2ll refuses both, and takes INT64_MIN. */
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *err; /* NULL: it parses, to `log` */
+        const char *log;
+    } cases[] = {
+        {S("*-20000000000000000000\r\n*1\r\n$4\r\nPING\r\n"),
+         "Protocol error: invalid multibulk length", ""},
+        {S("*-18446744073709551620\r\n"),
+         "Protocol error: invalid multibulk length", ""},
+        {S("*-9223372036854775809\r\n"),
+         "Protocol error: invalid multibulk length", ""},
+        {S("*-9223372036854775808\r\n*1\r\n$4\r\nPING\r\n"), NULL, ";PING;"},
+        {S("*1\r\n$18446744073709551617\r\nx\r\n"),
+         "Protocol error: invalid bulk length", ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         feed f;

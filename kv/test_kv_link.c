@@ -534,3 +534,354 @@ TEST(client_gone_with_a_batch_in_flight) {
     CHECK(p.conns == NULL);
     close_client(loop, &p);
 }
+
+/* ------------------------------------------- hostile clients, end to end */
+
+/* A new loop and a primary on it (closed by close_client). */
+static void open_server(lull_loop **loop, server *p) {
+    CHECK_EQ(lull_loop_new(loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(*loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    node_open(p, *loop, false);
+}
+
+/* A client connection to p on a socketpair: the client's end (its
+ * connection in *cp when cp is not NULL). */
+static int client_to(lull_loop *loop, server *p, conn **cp) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    conn *c = conn_new(p);
+    CHECK(c != NULL);
+    CHECK_EQ(lull_stream_open(loop, &c->t.stream, sv[0], &o), 0);
+    conn_start(c, &c->t.stream.ep);
+    if (cp) *cp = c;
+    return sv[1];
+}
+
+/* What the server sends fd, the loop running, until `want` bytes are in
+ * or 5 s have passed; *eof says whether the server then closed (looked
+ * for up to 2 s more). NUL-terminated in got[cap]. */
+static size_t answer(lull_loop *loop, int fd, char *got, size_t cap,
+                     size_t want, bool *eof) {
+    size_t have = 0;
+    *eof = false;
+    uint64_t t0 = now_ms();
+    while (have < want && !*eof && now_ms() - t0 < 5000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t n = recv(fd, got + have, cap - 1 - have, MSG_DONTWAIT);
+        if (n > 0) have += (size_t)n;
+        if (n == 0) *eof = true;
+    }
+    t0 = now_ms();
+    while (!*eof && now_ms() - t0 < 2000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t n = recv(fd, got + have, cap - 1 - have, MSG_DONTWAIT);
+        if (n > 0) have += (size_t)n;
+        if (n == 0) *eof = true;
+    }
+    got[have] = 0;
+    return have;
+}
+
+static void send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        CHECK(w > 0);
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* With --requirepass, a client that has not authenticated is held to
+ * Redis' request bounds (CVE-2021-32675): a count over 10 or a bulk over
+ * 16384 bytes is a protocol error at its header, the connection closed,
+ * where lull-kv reserved the announced 512 MB for a peer that never gave
+ * the password. The bounds go with AUTH, even in the same read. */
+TEST(unauthenticated_client_held_to_redis_request_bounds) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.requirepass = "pw";
+    static char got[1 << 16];
+    bool eof;
+    static const struct {
+        const char *req, *reply;
+    } refused[] = {
+        {"*1\r\n$536870912\r\n",
+         "-ERR Protocol error: unauthenticated bulk length\r\n"},
+        {"*2\r\n$3\r\nGET\r\n$16385\r\n",
+         "-ERR Protocol error: unauthenticated bulk length\r\n"},
+        {"*11\r\n",
+         "-ERR Protocol error: unauthenticated multibulk length\r\n"},
+        {"*1048576\r\n",
+         "-ERR Protocol error: unauthenticated multibulk length\r\n"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        int fd = client_to(loop, &p, NULL);
+        send_all(fd, refused[i].req, strlen(refused[i].req));
+        answer(loop, fd, got, sizeof got, strlen(refused[i].reply), &eof);
+        if (strcmp(got, refused[i].reply) != 0 || !eof)
+            check_fail(__FILE__, __LINE__, "case %zu: \"%s\"%s", i, got,
+                       eof ? "" : ", open");
+        close(fd);
+    }
+    /* At the bounds: answered -NOAUTH, open. Then AUTH, and in the same
+     * write a 20000-byte argument, now taken (an unknown command). */
+    static char req[40000];
+    size_t n = (size_t)sprintf(req, "*1\r\n$16384\r\n");
+    memset(req + n, 'x', 16384);
+    n += 16384;
+    n += (size_t)sprintf(req + n, "\r\nAUTH pw\r\n*1\r\n$20000\r\n");
+    memset(req + n, 'y', 20000);
+    n += 20000;
+    n += (size_t)sprintf(req + n, "\r\n");
+    int fd = client_to(loop, &p, NULL);
+    send_all(fd, req, n);
+    static const char want[] = "-NOAUTH Authentication required.\r\n+OK\r\n"
+                               "-ERR unknown command 'yyy";
+    answer(loop, fd, got, sizeof got, sizeof want - 1, &eof);
+    CHECK(strncmp(got, want, sizeof want - 1) == 0);
+    CHECK(!eof);
+    close(fd);
+    close_client(loop, &p);
+}
+
+/* CLIENT KILL TYPE replica twice in one read: the second finds the link
+ * closing (it leaves the list only at its close, a turn later) and must
+ * not kill or count it again; Redis answers :1 then :0. */
+TEST(client_kill_counts_a_replica_once_in_a_batch) {
+    lull_loop *loop;
+    server p, r;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    node_open(&p, loop, false);
+    primary_of = &p;
+    write_cmd(&p, "SET", "a", "1");
+    node_open(&r, loop, true);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(p.kv.npeers, 1);
+    int fd = client_to(loop, &p, NULL);
+    static const char req[] = "CLIENT KILL TYPE replica\r\n"
+                              "CLIENT KILL TYPE slave\r\n";
+    send_all(fd, req, sizeof req - 1);
+    char got[64];
+    bool eof;
+    answer(loop, fd, got, sizeof got, 8, &eof);
+    CHECK(strncmp(got, ":1\r\n:0\r\n", 8) == 0);
+    close(fd);
+    close_all(loop, &p, &r);
+}
+
+/* A subscriber whose output buffer failed a write (out of memory: what it
+ * holds lacks a message, or ends inside one) is closed, never sent what
+ * is published after: the next batch would otherwise go out with the
+ * flag left behind, and the client read a cut message as the start of
+ * the next. */
+TEST(subscriber_whose_output_failed_is_closed_unsent) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    conn *sc;
+    int sub = client_to(loop, &p, &sc);
+    int pub = client_to(loop, &p, NULL);
+    char got[256];
+    bool eof;
+    send_all(sub, "SUBSCRIBE ch\r\n", 14);
+    static const char subscribed[] =
+        "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
+    size_t have = 0;
+    uint64_t t0 = now_ms();
+    while (have < sizeof subscribed - 1 && now_ms() - t0 < 5000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t n =
+            recv(sub, got + have, sizeof subscribed - 1 - have, MSG_DONTWAIT);
+        if (n > 0) have += (size_t)n;
+    }
+    CHECK(have == sizeof subscribed - 1 && memcmp(got, subscribed, have) == 0);
+    sc->out.oom = true; /* a message's write failed, as buf_put says */
+    send_all(pub, "PUBLISH ch m\r\n", 14);
+    answer(loop, pub, got, sizeof got, 4, &eof);
+    CHECK(strcmp(got, ":1\r\n") == 0);
+    answer(loop, sub, got, sizeof got, 1, &eof);
+    CHECK(strcmp(got, "") == 0); /* nothing after the failed write */
+    CHECK(eof);                  /* and closed */
+    close(sub);
+    close(pub);
+    close_client(loop, &p);
+}
+
+/* --------------------------------- a pipeline cut anywhere, end to end */
+
+#define S(lit) lit, sizeof(lit) - 1
+
+/* Runs `in` on a fresh server (requirepass when pw), sent whole or one
+ * byte a write (each read by the server before the next is sent, so it
+ * arrives as that many reads: the one-pass parser and the short exec path
+ * see whole commands only when whole); what came back, until the server
+ * closed or went quiet, in *reply, and its keyspace's dump in *dump. */
+static void run_pipeline(const char *in, size_t n, bool bytewise,
+                         const char *pw, buf *reply, buf *dump) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.requirepass = pw;
+    conn *c;
+    int fd = client_to(loop, &p, &c);
+    int sfd = lull_stream_fd(&c->t.stream);
+    size_t step = bytewise ? 1 : n;
+    char got[4096];
+    for (size_t at = 0; at < n; at += step) {
+        size_t k = n - at < step ? n - at : step;
+        if (send(fd, in + at, k, MSG_NOSIGNAL) != (ssize_t)k) break;
+        int left = 1;
+        uint64_t t0 = now_ms();
+        while (left > 0 && now_ms() - t0 < 5000) {
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+            if (ioctl(sfd, FIONREAD, &left) < 0) left = 0; /* closed */
+            ssize_t r = recv(fd, got, sizeof got, MSG_DONTWAIT);
+            if (r > 0) buf_put(reply, got, (size_t)r);
+        }
+    }
+    /* The rest of the answer: until EOF, or 300 ms with nothing new. */
+    uint64_t t0 = now_ms();
+    while (now_ms() - t0 < 300) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t r = recv(fd, got, sizeof got, MSG_DONTWAIT);
+        if (r == 0) break;
+        if (r > 0) {
+            buf_put(reply, got, (size_t)r);
+            t0 = now_ms();
+        }
+    }
+    kv_dump(&p.kv, dump);
+    close(fd);
+    close_client(loop, &p);
+}
+
+/* Hostile pipelines, each sent whole and a byte a write: the replies
+ * byte for byte and the keyspace after must be the same, whatever path
+ * (one-pass parse, short exec path, resumable parse) took each command.
+ * Inline and multibulk mixed, empty lines and commands, binary keys,
+ * MULTI, subscribed mode, unknown commands and arities, names in any
+ * case, AUTH, and the ends: QUIT and a protocol error mid-pipeline (the
+ * replies before arrive, nothing after runs). */
+TEST(pipeline_cut_anywhere_answers_as_whole) {
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *pw;
+    } cases[] = {
+        {S("SET a 1\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\n\r\n\n*0\r\n*-1\r\n"
+           "*3\r\n$3\r\nSET\r\n$3\r\nk\0b\r\n$2\r\n\r\n\r\n"
+           "*2\r\n$3\r\nget\r\n$3\r\nk\0b\r\ngEt\tk\r\nINCR n\r\n"
+           "*2\r\n$4\r\nincr\r\n$1\r\nn\r\nNOSUCH x y\r\nGET\r\n"
+           "*1\r\n$0\r\n\r\nECHO  x   \r\nDEL a\n"),
+         NULL},
+        {S("MULTI\r\nSET m 1\r\n*2\r\n$4\r\nINCR\r\n$1\r\nm\r\nGET\r\n"
+           "EXEC\r\nMULTI\r\nSET q 1\r\nINCR q\r\nEXEC\r\nGET q\r\n"
+           "MULTI\r\nQUIT\r\nSET after 1\r\n"),
+         NULL},
+        {S("SUBSCRIBE c d\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\nPING\r\n"
+           "*1\r\n$4\r\nping\r\nPUBLISH c x\r\nUNSUBSCRIBE\r\nSET s 1\r\n"
+           "GET s\r\n"),
+         NULL},
+        {S("SET a 1\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\nQUIT\r\nSET b 2\r\n"
+           "*3\r\n$3\r\nSET\r\n$1\r\nc\r\n$1\r\n3\r\n"),
+         NULL},
+        {S("SET a 1\r\nGET a\r\n*2\r\n$3\r\nSET\r\n$-1\r\nSET b 2\r\n"), NULL},
+        {S("*1\r\n$4\r\nPING\r\n*2\r\n$03\r\nGET\r\n$1\r\na\r\nSET b 2\r\n"),
+         NULL},
+        {S("*2\r\n$3\r\nGET\r\n$1\r\na\r\nSET a 1\r\nAUTH no\r\n"
+           "*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*3\r\n$3\r\nSET\r\n$1\r\na\r\n"
+           "$1\r\n1\r\nGET a\r\n"),
+         "pw"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        buf r1 = {0}, d1 = {0}, r2 = {0}, d2 = {0};
+        run_pipeline(cases[i].in, cases[i].n, false, cases[i].pw, &r1, &d1);
+        run_pipeline(cases[i].in, cases[i].n, true, cases[i].pw, &r2, &d2);
+        buf_put(&r1, "", 1);
+        buf_put(&r2, "", 1);
+        if (r1.len != r2.len || memcmp(r1.p, r2.p, r1.len) != 0 ||
+            d1.len != d2.len || memcmp(d1.p, d2.p, d1.len) != 0)
+            check_fail(__FILE__, __LINE__,
+                       "case %zu: whole \"%s\" / %s, bytewise \"%s\" / %s", i,
+                       r1.p, d1.p, r2.p, d2.p);
+        buf_free(&r1);
+        buf_free(&r2);
+        buf_free(&d1);
+        buf_free(&d2);
+    }
+}
+
+/* A replica with a smaller proto-max-bulk-len than its primary's still
+ * applies what the primary took (Redis exempts its master's stream from
+ * the bound): refused, the link closed and resumed at the same record,
+ * for ever, and the replica never caught up. */
+TEST(replica_takes_records_past_its_own_bulk_limit) {
+    lull_loop *loop;
+    server p, r;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    node_open(&p, loop, false);
+    primary_of = &p;
+    static char v[1001];
+    memset(v, 'v', 1000);
+    write_cmd(&p, "SET", "big", v);
+    node_open(&r, loop, true);
+    r.lim.max_bulk = 100;
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    while (!in_sync(&p, &r) && now_ms() - t0 < 3000)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    CHECK(in_sync(&p, &r));
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+/* AUTH's user name is matched as Redis matches it, byte for byte: only
+ * "default" is the default user ("DEFAULT" is no user, WRONGPASS), with
+ * a password set or without one. resp_is, the command-name compare,
+ * folded its case, so "AUTH DEFAULT pw" signed a client in. */
+TEST(auth_user_name_is_case_sensitive_as_redis) {
+    static const struct {
+        const char *pw, *req, *reply;
+    } cases[] = {
+        {"pw",
+         "AUTH DEFAULT pw\r\nGET a\r\nAUTH Default pw\r\n"
+         "AUTH default pw\r\nGET a\r\n",
+         "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+         "-NOAUTH Authentication required.\r\n"
+         "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+         "+OK\r\n$-1\r\n"},
+        {NULL, "AUTH DEFAULT x\r\nAUTH default x\r\n",
+         "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+         "+OK\r\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lull_loop *loop;
+        server p;
+        open_server(&loop, &p);
+        p.requirepass = cases[i].pw;
+        int fd = client_to(loop, &p, NULL);
+        send_all(fd, cases[i].req, strlen(cases[i].req));
+        char got[512];
+        size_t have = 0, want = strlen(cases[i].reply);
+        uint64_t t0 = now_ms();
+        while (have < want && now_ms() - t0 < 5000) {
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+            ssize_t n =
+                recv(fd, got + have, sizeof got - 1 - have, MSG_DONTWAIT);
+            if (n > 0) have += (size_t)n;
+        }
+        got[have] = 0;
+        if (strcmp(got, cases[i].reply) != 0)
+            check_fail(__FILE__, __LINE__, "case %zu: \"%s\"", i, got);
+        close(fd);
+        close_client(loop, &p);
+    }
+}
