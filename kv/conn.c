@@ -344,6 +344,19 @@ static bool auth_gate(conn *c, const resp_arg *a, size_t argc) {
  * connection holds at most about the high-water mark plus one reply
  * however many requests one read brought. False when the connection was
  * closed (and freed). */
+/* A command of a client that must AUTH and has not: parsed under Redis'
+ * small request bounds (resp_limits.noauth), so a peer without the
+ * password gets no 512 MB argument buffered. Out of the authenticated
+ * path, which keeps its limits in place and its one-pass parse. */
+static __attribute__((noinline)) long
+parse_unauthenticated(conn *c, const char *p, size_t len, size_t *argc,
+                      const char **err) {
+    resp_limits lim = c->srv->lim;
+    lim.noauth = true;
+    return resp_parse_general(&lim, &c->ps, p, len, c->srv->argv, argc, err,
+                              &c->need);
+}
+
 static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
     server *srv = c->srv;
     uint64_t log_end = srv->kv.log.end;
@@ -356,18 +369,12 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         }
         size_t argc;
         const char *err = NULL;
-        /* Until AUTH, Redis' small request bounds (resp_limits.noauth):
-         * a peer without the password gets no 512 MB argument buffered.
-         * Looked at per command: the AUTH before this one may have passed. */
-        const resp_limits *lim = &srv->lim;
-        resp_limits noauth;
-        if (!c->authed && srv->requirepass && !c->link) {
-            noauth = srv->lim;
-            noauth.noauth = true;
-            lim = &noauth;
-        }
-        long n = resp_parse_resume(lim, &c->ps, p + off, len - off, srv->argv,
-                                   &argc, &err, &c->need);
+        /* Looked at per command: the AUTH before this one may have passed. */
+        bool gated = !c->authed && srv->requirepass && !c->link;
+        long n = __builtin_expect(gated, 0)
+                     ? parse_unauthenticated(c, p + off, len - off, &argc, &err)
+                     : resp_parse_resume(&srv->lim, &c->ps, p + off, len - off,
+                                         srv->argv, &argc, &err, &c->need);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) {
             buf_str(&c->out, "-ERR ");
@@ -378,9 +385,7 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         }
         off += (size_t)n;
         if (argc == 0) continue;
-        if (!c->authed && srv->requirepass && !c->link &&
-            auth_gate(c, srv->argv, argc))
-            continue;
+        if (gated && auth_gate(c, srv->argv, argc)) continue;
         if (c->link) {
             if (!link_command(c, srv->argv, argc)) {
                 conn_drop(c, "sent what is not REPLACK <offset>");

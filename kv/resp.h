@@ -163,7 +163,7 @@ resp_parse_whole(const resp_limits *lim, const char *bytes, size_t len,
     const char *p = bytes + 1, *end = bytes + len;
     size_t n;
     /* An unauthenticated client's bounds are the general path's to apply
-     * (its requests are few: AUTH, and what is refused). */
+     * (lull-kv parses such a client with resp_parse_general directly). */
     if (lim->noauth) return 0;
     if (!resp_quick_num(&p, end, &n) || n == 0 || n > lim->max_args) return 0;
     for (size_t i = 0; i < n; i++) {
@@ -186,12 +186,13 @@ resp_parse_whole(const resp_limits *lim, const char *bytes, size_t len,
  * holds the same command from its first byte as the last call's (it may
  * have moved, and more bytes may have been added at its end); after
  * RESP_INCOMPLETE the caller calls again with them, or zeroes st before
- * another command. Inline: a new command all there (resp_parse_whole)
- * costs no call. */
-static inline long resp_parse_resume(const resp_limits *lim, resp_state *st,
-                                     const char *bytes, size_t len,
-                                     resp_arg *argv, size_t *argc,
-                                     const char **err, size_t *need) {
+ * another command. Inline, always (the compiler left it out of line once
+ * its caller grew): a new command all there (resp_parse_whole) costs no
+ * call. */
+static inline __attribute__((always_inline)) long
+resp_parse_resume(const resp_limits *lim, resp_state *st, const char *bytes,
+                  size_t len, resp_arg *argv, size_t *argc, const char **err,
+                  size_t *need) {
     if (len && bytes[0] == '*' && st->nargs == 0 && st->pos == 0) {
         long w = resp_parse_whole(lim, bytes, len, argv, argc);
         if (w > 0) {
