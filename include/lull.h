@@ -1533,7 +1533,7 @@ LULL_EXTERN int lull_tls_accept(lull_server *srv, lull_tls *tls,
                                 lull_tls_ctx *ctx,
                                 const lull_tls_options *opts);
 /* A client: connects, then shakes hands. Without insecure_skip_verify,
- * opts->server_name is required (-EINVAL). */
+ * a non-empty opts->server_name is required (-EINVAL). */
 LULL_EXTERN int lull_tls_connect_tcp(lull_loop *loop, lull_tls *tls,
                                      lull_tls_ctx *ctx, const char *host,
                                      int port, const lull_tls_options *opts);

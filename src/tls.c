@@ -1053,10 +1053,14 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
                            inet_pton(AF_INET6, name, ip) == 1;
             if (!literal) SSL_set_tlsext_host_name(ssl, name);
             if (ctx->verify) {
-                if (literal) {
-                    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name);
-                } else {
-                    SSL_set1_host(ssl, name);
+                int ok = literal ? X509_VERIFY_PARAM_set1_ip_asc(
+                                       SSL_get0_param(ssl), name)
+                                 : SSL_set1_host(ssl, name);
+                /* Failed (no memory), no name would be checked: any
+                 * certificate the trusted CAs signed would pass. */
+                if (ok != 1) {
+                    release_list(teardown(t, 0, false));
+                    return -ENOMEM;
                 }
             }
             pthread_mutex_lock(&ctx->lock);
@@ -1095,6 +1099,9 @@ static bool args_ok(lull_tls *t, lull_tls_ctx *ctx, const lull_tls_options *o,
     /* A verifying client without a name to check would accept any
      * certificate a trusted CA signed for anyone. */
     if (!server && ctx->verify && !o->server_name) return false;
+    /* Nor an empty one: OpenSSL takes SSL_set1_host(ssl, "") as "check
+     * no name", the same hole. */
+    if (!server && ctx->verify && !o->server_name[0]) return false;
     return true;
 }
 

@@ -712,6 +712,39 @@ TEST(wrong_hostname_refused) {
     teardown_pki();
 }
 
+/* An empty server_name is no name: OpenSSL takes SSL_set1_host(ssl, "")
+ * as "check no host", so a verifying client would accept any certificate
+ * its CAs signed, for anyone. It is refused as a missing name is. */
+TEST(empty_server_name_is_refused_not_unchecked) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end s;
+    end_init(&s);
+    CHECK_EQ(lull_tls_open(loop, &s.t, sctx, sv[1], NULL), 0);
+    end_watch(&s);
+    end c;
+    end_init(&c);
+    lull_tls_options co = {.server_name = ""};
+    int rc = lull_tls_open(loop, &c.t, cctx, sv[0], &co); /* fd owned */
+    if (rc == 0) { /* before the fix: did it check a name? */
+        end_watch(&c);
+        send_and_wait(loop, &c, &s, "hello"); /* or both close */
+        printf("client: %d (%s); server got %d frames\n", c.reason, c.why,
+               s.frames);
+        CHECK_EQ(s.frames, 0);
+    }
+    CHECK_EQ(rc, -EINVAL);
+    CHECK_EQ(lull_tls_connect_tcp(loop, &c.t, cctx, "127.0.0.1", 1, &co),
+             -EINVAL);
+    CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+    for (int i = 0; i < 100 && !s.closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    finish(loop, sctx, cctx);
+}
+
 TEST(skip_verify_accepts_explicitly) {
     if (skip()) return;
     setup();
