@@ -501,6 +501,13 @@ static void send_queue(lull_udp *udp) {
                 return;
             }
             if (gso_refused(udp, req, err)) continue;
+            if (err == EMSGSIZE && segments(udp, req) > 1) {
+                /* One GSO message is one IP packet's payload at most
+                 * (65507 bytes): a longer one within the 64 segments
+                 * lull_udp_send accepted leaves segment by segment. */
+                finish(udp, req, send_split(udp, req));
+                continue;
+            }
             finish(udp, req, -err); /* the first message's own error */
             continue;
         }

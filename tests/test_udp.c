@@ -859,6 +859,43 @@ TEST(gso_send_arrives_as_datagrams) {
     segmented(false);
 }
 
+/* A GSO send within 64 segments but longer than one IP packet holds
+ * (50 x 1400 = 70000 > 65507): lull_udp_send takes it, as the header
+ * promises, so it must leave as its 50 datagrams, not fail with the
+ * kernel's -EMSGSIZE in its callback. */
+TEST(gso_send_longer_than_one_packet_arrives_as_datagrams) {
+    lull_loop *loop = new_loop();
+    lull_udp_options ro = {.recv_batch = 64};
+    rx r;
+    rx_bind(loop, &r, &ro);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp_options so = {.gso_segment = 1400};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[50 * 1400];
+    for (size_t i = 0; i < sizeof big; i++)
+        big[i] = (unsigned char)(i / 1400);
+    static lull_datagram d;
+    sends_done = 0;
+    send_status[0] = 1;
+    d.data = (void *)(intptr_t)0;
+    CHECK_EQ(lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to,
+                           on_sent),
+             0);
+    run_until(loop, &sends_done, 1);
+    CHECK_EQ(send_status[0], 0);
+    run_until(loop, &r.count, 50);
+    for (int i = 0; i < 50; i++) {
+        CHECK_EQ(r.lens[i], 1400);
+        CHECK_EQ(r.seen[i], i);
+    }
+    CHECK_U64_EQ(tx.sent, 50);
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* Where UDP_SEGMENT cannot be used (a Unix datagram socket here), lull
  * cuts the send itself: the same datagrams. */
 TEST(gso_without_the_kernel_splits_by_hand) {
