@@ -1190,7 +1190,8 @@ struct lull_datagram { /* caller-owned, one per datagram in flight */
         lull_udp *udp;
         struct sockaddr_storage to; /* the destination; family 0 on a
                                        connected socket */
-        int status;                 /* the result its callback gets */
+        int status; /* the result its callback gets (queued: the bytes a
+                       send lull cuts by hand has sent) */
     };
 };
 

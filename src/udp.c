@@ -439,11 +439,14 @@ static void fill_msg(lull_udp *udp, lull_datagram *req, struct mmsghdr *m,
 }
 
 /* Without UDP_SEGMENT: a long request leaves as one sendto per segment.
- * Returns 0 or the first error. */
+ * Returns 0, -EAGAIN when the socket filled part-way (req->status, unused
+ * while the request is queued, keeps the bytes sent: the rest leaves once
+ * the socket is writable, none twice), or the first other error. */
 static int send_split(lull_udp *udp, lull_datagram *req) {
     socklen_t alen = addr_len(&req->to);
     const char *p = req->bytes;
-    for (size_t off = 0; off < req->len; off += udp->gso_segment) {
+    for (size_t off = (size_t)req->status; off < req->len;
+         off += udp->gso_segment) {
         size_t n = req->len - off < udp->gso_segment ? req->len - off
                                                      : udp->gso_segment;
         ssize_t w;
@@ -452,10 +455,27 @@ static int send_split(lull_udp *udp, lull_datagram *req) {
                        alen ? (const struct sockaddr *)&req->to : NULL, alen);
         } while (w < 0 && errno == EINTR);
         udp->send_calls++;
+        if (w < 0 && (errno == EAGAIN || errno == ENOBUFS)) {
+            req->status = (int)off;
+            return -EAGAIN;
+        }
         if (w < 0) return -errno;
         udp->sent++;
     }
     return 0;
+}
+
+/* A request cut by hand: finished, or false when the socket is full (the
+ * handle waits for writability, as for a full sendmmsg). */
+static bool split_out(lull_udp *udp, lull_datagram *req) {
+    int rc = send_split(udp, req);
+    if (rc == -EAGAIN) {
+        udp->state |= U_BLOCKED;
+        set_interest(udp);
+        return false;
+    }
+    finish(udp, req, rc);
+    return true;
 }
 
 /* The kernel refused a GSO message (no UDP_SEGMENT, or no checksum offload
@@ -477,7 +497,7 @@ static void send_queue(lull_udp *udp) {
     while (udp->head && !(udp->state & U_CLOSED)) {
         lull_datagram *req = udp->head;
         if (segments(udp, req) > 1 && (udp->state & U_NO_GSO)) {
-            finish(udp, req, send_split(udp, req));
+            if (!split_out(udp, req)) return;
             continue;
         }
         int n = 0;
@@ -505,7 +525,7 @@ static void send_queue(lull_udp *udp) {
                 /* One GSO message is one IP packet's payload at most
                  * (65507 bytes): a longer one within the 64 segments
                  * lull_udp_send accepted leaves segment by segment. */
-                finish(udp, req, send_split(udp, req));
+                if (!split_out(udp, req)) return;
                 continue;
             }
             finish(udp, req, -err); /* the first message's own error */

@@ -930,6 +930,53 @@ TEST(gso_without_the_kernel_splits_by_hand) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+/* A send lull cuts by hand that meets a full receiver half-way waits for
+ * room like any other, and the rest of it leaves then: nothing is failed
+ * with -EAGAIN, no segment is sent twice or lost. */
+TEST(split_send_meeting_a_full_socket_waits_for_room) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    CHECK_EQ(lull_udp_open(&tx, sv[0]), 0);
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_open(&r.udp, sv[1]), 0);
+    int small = 4096; /* a few datagrams' room: the split meets it */
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    enum { N = 8 };
+    static unsigned char big[N][1000];
+    static lull_datagram d[N];
+    sends_done = 0;
+    for (int k = 0; k < N; k++) {
+        for (int i = 0; i < 1000; i++)
+            big[k][i] = (unsigned char)(k * 10 + i / 100);
+        d[k].data = (void *)(intptr_t)k;
+        send_status[k] = 1;
+        CHECK_EQ(lull_udp_send(&tx, &d[k], big[k], 1000, NULL, on_sent), 0);
+    }
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    run_until(loop, &sends_done, N);
+    for (int k = 0; k < N; k++)
+        CHECK_EQ(send_status[k], 0);
+    run_until(loop, &r.count, N * 10);
+    for (int i = 0; i < N * 10; i++) {
+        CHECK_EQ(r.lens[i], 100);
+        CHECK_EQ(r.seen[i], i);
+    }
+    CHECK_U64_EQ(tx.sent, N * 10);
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(gro_receive_splits_coalesced_datagrams) {
     segmented(true);
 }
