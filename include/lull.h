@@ -1136,7 +1136,8 @@ typedef struct lull_udp lull_udp;
 typedef struct lull_datagram lull_datagram;
 
 /* A datagram arrived: bytes and len are valid during the call only; from is
- * the sender. flags: LULL_UDP_TRUNCATED when it was longer than
+ * the sender (family AF_UNSPEC for one without an address: an unnamed
+ * Unix socket). flags: LULL_UDP_TRUNCATED when it was longer than
  * max_datagram (bytes holds its first max_datagram bytes). status < 0
  * instead reports an error the socket carries (-ECONNREFUSED: an ICMP port
  * unreachable answered an earlier send of a connected socket), with bytes

@@ -680,6 +680,10 @@ static bool deliver_batch(lull_udp *udp, bool *closed) {
             const struct mmsghdr *m = &meta->msgs[i];
             unsigned flags =
                 (m->msg_hdr.msg_flags & MSG_TRUNC) ? LULL_UDP_TRUNCATED : 0;
+            /* A sender without an address (an unnamed Unix socket): the
+             * kernel writes none, and the slot still holds the one before. */
+            if (m->msg_hdr.msg_namelen == 0)
+                meta->from[i].ss_family = AF_UNSPEC;
             udp->received++;
             udp->on_recv(udp, 0, rbuf + (size_t)i * stride, m->msg_len,
                          (const struct sockaddr *)&meta->from[i], flags);
@@ -695,6 +699,7 @@ static bool deliver_batch(lull_udp *udp, bool *closed) {
         size_t len = m->msg_len;
         unsigned flags =
             (m->msg_hdr.msg_flags & MSG_TRUNC) ? LULL_UDP_TRUNCATED : 0;
+        if (m->msg_hdr.msg_namelen == 0) meta->from[i].ss_family = AF_UNSPEC;
         size_t seg = (udp->state & U_GRO) ? gro_size(&m->msg_hdr) : 0;
         if (!seg || seg >= len) seg = len;
         bool last;

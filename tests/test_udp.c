@@ -781,6 +781,48 @@ TEST(each_datagram_carries_its_own_sender_in_a_reused_slot) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The other order: a named sender's datagram, then an unnamed one's, in
+ * slot 0 both. The kernel writes no address for the unnamed (length 0),
+ * so the slot still held the named sender's: the second datagram must
+ * not be reported as coming from it. */
+TEST(an_unnamed_sender_after_a_named_one_is_not_reported_as_it) {
+    lull_loop *loop = new_loop();
+    char name[64], tx_name[64];
+    snprintf(name, sizeof name, "lull-test-udp-rx2-%d", (int)getpid());
+    snprintf(tx_name, sizeof tx_name, "lull-test-udp-named-%d", (int)getpid());
+    struct sockaddr_un rxa, txa;
+    socklen_t rxlen = abstract_name(&rxa, name);
+    socklen_t txlen = abstract_name(&txa, tx_name);
+    int rfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int anon = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int named = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(rfd >= 0 && anon >= 0 && named >= 0);
+    CHECK_EQ(bind(rfd, (struct sockaddr *)&rxa, rxlen), 0);
+    CHECK_EQ(bind(named, (struct sockaddr *)&txa, txlen), 0);
+    lull_udp r;
+    lull_udp_options o = {.recv_batch = 1}; /* one slot: reused */
+    CHECK_EQ(lull_udp_init(loop, &r, &o), 0);
+    CHECK_EQ(lull_udp_open(&r, rfd), 0);
+    CHECK_EQ(lull_udp_recv_start(&r, from_recv), 0);
+    from_count = 0;
+    memset(from_path, 0, sizeof from_path);
+    CHECK_EQ(sendto(named, "n", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    run_until(loop, &from_count, 1);
+    CHECK_EQ(strcmp(from_path[0], tx_name), 0);
+    CHECK_EQ(sendto(anon, "a", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    CHECK_EQ(sendto(named, "n", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    CHECK_EQ(sendto(anon, "a", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    run_until(loop, &from_count, 4);
+    CHECK_EQ(strcmp(from_path[1], ""), 0); /* no address, not the named's */
+    CHECK_EQ(strcmp(from_path[2], tx_name), 0);
+    CHECK_EQ(strcmp(from_path[3], ""), 0);
+    close(anon);
+    close(named);
+    lull_udp_close(&r, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A full receiver: Unix datagram sockets make the sender wait (UDP on
  * loopback would drop instead). Every datagram arrives, in order, once
  * the receiver reads; the sender waited in epoll, not in a spin. */
