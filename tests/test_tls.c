@@ -1028,6 +1028,134 @@ TEST(tls12_renegotiation_is_refused) {
     finish(loop, sctx, NULL);
 }
 
+#ifdef LULL_HAVE_OPENSSL
+/* A raw client's frame (a 4-byte length, then the text), encrypted into
+ * buf: its record bytes. */
+static size_t raw_frame(raw *r, const char *text, unsigned char *buf,
+                        size_t cap) {
+    size_t n = strlen(text);
+    unsigned char f[256];
+    CHECK(n + 4 <= sizeof f);
+    f[0] = f[1] = 0;
+    f[2] = (unsigned char)(n >> 8);
+    f[3] = (unsigned char)n;
+    memcpy(f + 4, text, n);
+    CHECK_EQ(SSL_write(r->ssl, f, (int)(n + 4)), (int)(n + 4));
+    return raw_take(r, buf, cap);
+}
+#endif
+
+/* A hostile peer's records cut at every byte: each byte a read of its own,
+ * the frame still arrives whole, once. */
+TEST(records_split_at_every_byte) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
+    raw_handshake(r, loop);
+#ifdef LULL_HAVE_OPENSSL
+    unsigned char rec[4096];
+    size_t n = raw_frame(r, "one byte at a time", rec, sizeof rec);
+    n += raw_frame(r, "and another", rec + n, sizeof rec - n);
+    for (size_t i = 0; i < n; i++) {
+        raw_send(r, rec + i, 1);
+        for (int k = 0; k < 3; k++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        if (i + 1 < n / 2) CHECK_EQ(s.frames, 0);
+    }
+    CHECK_EQ(s.frames, 2);
+    CHECK(strcmp(s.last, "and another") == 0);
+    CHECK_EQ(s.closes, 0);
+    CHECK_EQ(ERR_peek_error(), 0ul); /* nothing left for the thread */
+#endif
+    raw_free(r);
+    run_until(loop, &s.closed, 100);
+    finish(loop, sctx, NULL);
+}
+
+/* close_notify, then more application data behind it in the same write:
+ * the frame before is delivered, the close is clean (0), and nothing after
+ * the close_notify reaches on_frame. */
+TEST(data_after_close_notify_is_not_delivered) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
+    raw_handshake(r, loop);
+#ifdef LULL_HAVE_OPENSSL
+    unsigned char rec[8192];
+    size_t n = raw_frame(r, "before", rec, sizeof rec);
+    /* The close_notify, then bytes behind it: OpenSSL writes nothing
+     * after its close_notify, so a record header and junk stand in. */
+    CHECK_EQ(SSL_shutdown(r->ssl), 0);
+    n += raw_take(r, rec + n, sizeof rec - n);
+    static const unsigned char after[] = {0x17, 0x03, 0x03, 0x00, 0x05,
+                                          'a',  'f',  't',  'e',  'r'};
+    memcpy(rec + n, after, sizeof after);
+    n += sizeof after;
+    raw_send(r, rec, n);
+    run_until(loop, &s.closed, 100);
+    printf("server: %d (%s)\n", s.reason, s.why);
+    CHECK_EQ(s.frames, 1);
+    CHECK(strcmp(s.last, "before") == 0);
+    CHECK_EQ(s.reason, 0);
+    CHECK_EQ(ERR_peek_error(), 0ul);
+#endif
+    raw_free(r);
+    finish(loop, sctx, NULL);
+}
+
+/* A storm of TLS 1.3 KeyUpdates, each asking for one back, between two
+ * frames: both frames arrive, the connection stays up, and what it wrote
+ * back is answers the peer can read (its next record decrypts). */
+TEST(key_update_storm_from_the_peer) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
+    raw_handshake(r, loop);
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(SSL_version(r->ssl), TLS1_3_VERSION);
+    static unsigned char rec[1 << 20];
+    size_t n = raw_frame(r, "first", rec, sizeof rec);
+    for (int i = 0; i < 2000; i++) {
+        CHECK_EQ(SSL_key_update(r->ssl, SSL_KEY_UPDATE_REQUESTED), 1);
+        CHECK_EQ(SSL_do_handshake(r->ssl), 1); /* sends it */
+        n += raw_take(r, rec + n, sizeof rec - n);
+    }
+    n += raw_frame(r, "last", rec + n, sizeof rec - n);
+    raw_send(r, rec, n);
+    for (int i = 0; i < 200 && s.frames < 2 && !s.closed; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        raw_pump(r);
+        unsigned char sink[64];
+        (void)SSL_read(r->ssl, sink, sizeof sink);
+        usleep(1000);
+    }
+    CHECK_EQ(s.closes, 0);
+    CHECK_EQ(s.frames, 2);
+    CHECK(strcmp(s.last, "last") == 0);
+    CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, "reply", 5), 0);
+    unsigned char got[64];
+    int rn = -1;
+    for (int i = 0; i < 200 && rn <= 0; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        raw_pump(r);
+        rn = SSL_read(r->ssl, got, sizeof got);
+        if (rn <= 0) usleep(1000);
+    }
+    CHECK_EQ(rn, 9);
+    CHECK(memcmp(got + 4, "reply", 5) == 0);
+    ERR_clear_error();
+#endif
+    raw_free(r);
+    run_until(loop, &s.closed, 100);
+    finish(loop, sctx, NULL);
+}
+
 /* Key updates mid-stream: the echo goes on under the new keys. */
 typedef struct ku {
     end c, s;
