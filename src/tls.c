@@ -1259,6 +1259,9 @@ static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
 static int alpn_wire(lull_tls_ctx *ctx, const char *list) {
     size_t n = strlen(list);
     if (n == 0 || n > 1024) return -EINVAL;
+    /* A trailing comma is an empty last name, refused as ",a" and "a,,b"
+     * are (the loop below would stop before it and offer the rest). */
+    if (list[n - 1] == ',') return -EINVAL;
     ctx->alpn = malloc(n + 1);
     if (!ctx->alpn) return -ENOMEM;
     size_t at = 0;

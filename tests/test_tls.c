@@ -935,6 +935,43 @@ TEST(alpn_and_sni) {
     teardown_pki();
 }
 
+/* Hostile ALPN lists: empty ones and empty names are refused whether the
+ * empty name is first, in the middle or last; a 255-byte name (the wire's
+ * longest) is negotiated whole; a 256-byte one is refused. */
+TEST(alpn_lists_at_their_edges) {
+    if (skip()) return;
+    setup();
+    lull_tls_ctx *ctx = NULL;
+    const char *bad[] = {"", ",", "a,", ",a", "a,,b", "a,b,"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        lull_tls_config cc = {.alpn = bad[i]};
+        CHECK_EQ(lull_tls_ctx_new(&cc, &ctx), -EINVAL);
+        CHECK(ctx == NULL);
+    }
+    char n255[256], n256[257], list[600];
+    memset(n255, 'x', 255);
+    n255[255] = '\0';
+    memset(n256, 'y', 256);
+    n256[256] = '\0';
+    lull_tls_config too_long = {.alpn = n256};
+    CHECK_EQ(lull_tls_ctx_new(&too_long, &ctx), -EINVAL);
+    snprintf(list, sizeof list, "h2,%s", n255);
+    lull_tls_config sc = {.alpn = n255};
+    lull_tls_config cc = {.alpn = list};
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(&sc), *cctx = client_ctx(&cc);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    run_until(loop, &s.handshaken, 100);
+    run_until(loop, &c.handshaken, 100);
+    char got[300];
+    CHECK_EQ(lull_tls_alpn(&c.t, got, sizeof got), 255);
+    CHECK(strcmp(got, n255) == 0);
+    CHECK_EQ(lull_tls_alpn(&s.t, got, sizeof got), 255);
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
+
 TEST(close_notify_on_close_and_truncation_is_an_error) {
     if (skip()) return;
     lull_tls_ctx *sctx, *cctx;
@@ -1271,6 +1308,61 @@ TEST(read_stop_and_start_through_the_endpoint) {
     settle_closes(loop, &c, &s);
     CHECK_EQ(s.reason, 0);
     CHECK_EQ(c.reason, 0);
+    finish(loop, sctx, cctx);
+}
+
+/* One frame of 16 MiB (max_frame's default) to a reader that pauses
+ * every other turn: it arrives whole and intact, once; the sender's frame
+ * is released once; nothing closes. */
+static unsigned char *g_big;
+static size_t g_big_len;
+static int g_big_frames, g_big_bad, g_big_released;
+
+static void big_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep;
+    g_big_frames++;
+    if (n != g_big_len || memcmp(b, g_big, n) != 0) g_big_bad++;
+}
+
+static void big_release(lull_frame *f) {
+    (void)f;
+    g_big_released++;
+}
+
+TEST(sixteen_mib_frame_to_a_slow_reader) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    lull_endpoint_set_callbacks(&s.t.ep, big_frame, NULL, end_close);
+    g_big_len = LULL_FRAME_MAX_DEFAULT;
+    g_big = malloc(g_big_len);
+    CHECK(g_big);
+    for (size_t i = 0; i < g_big_len; i++)
+        g_big[i] = (unsigned char)(i * 7 + (i >> 12));
+    static lull_frame f;
+    f = (lull_frame){.bytes = g_big, .len = g_big_len, .release = big_release};
+    CHECK_EQ(lull_endpoint_send(&c.t.ep, &f), 0);
+    bool paused = false;
+    for (int i = 0; i < 20000 && g_big_frames == 0 && !s.closed; i++) {
+        if (i % 2 == 0) {
+            CHECK_EQ(paused ? lull_endpoint_read_start(&s.t.ep)
+                            : lull_endpoint_read_stop(&s.t.ep),
+                     0);
+            paused = !paused;
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    if (paused) CHECK_EQ(lull_endpoint_read_start(&s.t.ep), 0);
+    for (int i = 0; i < 2000 && (g_big_frames == 0 || g_big_released == 0); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_big_frames, 1);
+    CHECK_EQ(g_big_bad, 0);
+    CHECK_EQ(g_big_released, 1);
+    CHECK_EQ(c.closes + s.closes, 0);
+    close_cleanly(loop, &c, &s);
+    free(g_big);
     finish(loop, sctx, cctx);
 }
 
