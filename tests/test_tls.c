@@ -903,6 +903,41 @@ TEST(session_resumption_over_tls12) {
     check_resumption(&cc);
 }
 
+/* A ticket offered to a server of another context: that server cannot
+ * open it, so the handshake is a full one, verified as any: a second
+ * server with the same certificate works unresumed; one whose certificate
+ * is untrusted is refused, the ticket opening nothing. */
+TEST(session_ticket_from_another_context_resumes_nothing) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *s1 = server_ctx(NULL), *s2 = server_ctx(NULL);
+    lull_tls_ctx *cctx = client_ctx(NULL);
+    bool cr, sr;
+    one_exchange(loop, cctx, s1, &cr, &sr);
+    CHECK(!cr && !sr);
+    one_exchange(loop, cctx, s2, &cr, &sr);
+    CHECK(!cr && !sr);
+    one_exchange(loop, cctx, s2, &cr, &sr); /* s2's own ticket now */
+    CHECK(cr && sr);
+    lull_tls_config sc = {.cert_pem = g_pki.stranger_cert,
+                          .key_pem = g_pki.stranger_key};
+    lull_tls_ctx *s3 = server_ctx(&sc);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, s3, "localhost");
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "hello", 5), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(c.reason, -EKEYREJECTED);
+    CHECK_EQ(s.frames, 0);
+    CHECK(!c.handshaken);
+    free_loop(loop);
+    lull_tls_ctx_free(s1);
+    lull_tls_ctx_free(s2);
+    lull_tls_ctx_free(s3);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
 TEST(alpn_and_sni) {
     if (skip()) return;
     setup();
