@@ -1143,7 +1143,7 @@ TEST(records_split_at_every_byte) {
 #endif
     raw_free(r);
     run_until(loop, &s.closed, 100);
-    finish(loop, sctx, NULL);
+    finish(loop, sctx, cctx);
 }
 
 /* close_notify, then more application data behind it in the same write:
@@ -1176,7 +1176,7 @@ TEST(data_after_close_notify_is_not_delivered) {
     CHECK_EQ(ERR_peek_error(), 0ul);
 #endif
     raw_free(r);
-    finish(loop, sctx, NULL);
+    finish(loop, sctx, cctx);
 }
 
 /* A storm of TLS 1.3 KeyUpdates, each asking for one back, between two
@@ -1225,7 +1225,7 @@ TEST(key_update_storm_from_the_peer) {
 #endif
     raw_free(r);
     run_until(loop, &s.closed, 100);
-    finish(loop, sctx, NULL);
+    finish(loop, sctx, cctx);
 }
 
 /* Key updates mid-stream: the echo goes on under the new keys. */
