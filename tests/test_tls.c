@@ -1146,6 +1146,47 @@ TEST(records_split_at_every_byte) {
     finish(loop, sctx, cctx);
 }
 
+/* The handshake's own records cut at every byte: the ClientHello and the
+ * client's Finished arrive a byte a turn, and the handshake completes. */
+TEST(handshake_split_at_every_byte) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    lull_tls_options so = opts_hs(NULL);
+    raw *r = raw_new(end_open_server(loop, &s, sctx, &so), 0);
+#ifdef LULL_HAVE_OPENSSL
+    unsigned char buf[16384];
+    int rc = 0;
+    for (int i = 0; i < 200 && !s.handshaken; i++) {
+        rc = SSL_do_handshake(r->ssl);
+        size_t n = raw_take(r, buf, sizeof buf);
+        for (size_t k = 0; k < n; k++) {
+            raw_send(r, buf + k, 1);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        raw_pump(r);
+        if (n == 0) usleep(1000);
+    }
+    (void)rc;
+    CHECK(s.handshaken);
+    CHECK_EQ(s.closes, 0);
+    size_t n = raw_frame(r, "after", buf, sizeof buf);
+    for (size_t k = 0; k < n; k++) {
+        raw_send(r, buf + k, 1);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s.frames, 1);
+    CHECK(strcmp(s.last, "after") == 0);
+#endif
+    raw_free(r);
+    run_until(loop, &s.closed, 100);
+    finish(loop, sctx, cctx);
+}
+
 /* close_notify, then more application data behind it in the same write:
  * the frame before is delivered, the close is clean (0), and nothing after
  * the close_notify reaches on_frame. */
