@@ -1236,7 +1236,8 @@ LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
                               const lull_udp_options *opts);
 /* Binds to host (numeric; NULL = "127.0.0.1", "::" for every address of
  * both families) and port (0 = any: lull_udp_local_port). -EINVAL,
- * -EADDRINUSE, another errno of socket or bind; -EBUSY if already bound. */
+ * -EADDRINUSE, another errno of socket or bind; -EBUSY if already bound.
+ * A failed bind (or connect) keeps no socket it made. */
 LULL_EXTERN int lull_udp_bind(lull_udp *udp, const char *host, int port,
                               unsigned flags);
 /* Adopts a datagram socket (made non-blocking; closed with the handle).

@@ -210,6 +210,17 @@ static int socket_family(const lull_udp *udp) {
     return ss.ss_family;
 }
 
+/* Undoes a make_socket whose bind or connect then failed: the handle is
+ * as before the call, not holding a socket of that address's family
+ * (which would refuse the other family's address at the next try). */
+static int drop_socket(lull_udp *udp, int rc) {
+    lull_io_stop(&udp->io);
+    close(udp->io.fd);
+    udp->io.fd = -1;
+    udp->state &= ~(U_INET | U_INET6 | U_NO_GSO);
+    return rc;
+}
+
 int lull_udp_bind(lull_udp *udp, const char *host, int port, unsigned flags) {
     if (!usable(udp)) return -EINVAL;
     if (flags & ~(LULL_UDP_REUSEADDR | LULL_UDP_REUSEPORT | LULL_UDP_IPV6ONLY))
@@ -220,21 +231,24 @@ int lull_udp_bind(lull_udp *udp, const char *host, int port, unsigned flags) {
     int family;
     int rc = lull__inet_address(host, port, &ss, &len, &family);
     if (rc < 0) return rc;
-    if (!has_socket(udp) && (rc = make_socket(udp, family)) < 0) return rc;
+    bool made = !has_socket(udp);
+    if (made && (rc = make_socket(udp, family)) < 0) return rc;
     int fd = udp->io.fd, one = 1;
+    rc = 0;
     if ((flags & LULL_UDP_REUSEADDR) &&
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
-        return -errno;
-    if ((flags & LULL_UDP_REUSEPORT) &&
+        rc = -errno;
+    if (!rc && (flags & LULL_UDP_REUSEPORT) &&
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
-        return -errno;
-    if (family == AF_INET6) {
+        rc = -errno;
+    if (!rc && family == AF_INET6) {
         int v6only = (flags & LULL_UDP_IPV6ONLY) ? 1 : 0;
         if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only) !=
             0)
-            return -errno;
+            rc = -errno;
     }
-    if (bind(fd, (struct sockaddr *)&ss, len) != 0) return -errno;
+    if (!rc && bind(fd, (struct sockaddr *)&ss, len) != 0) rc = -errno;
+    if (rc < 0) return made ? drop_socket(udp, rc) : rc;
     udp->state |= U_BOUND;
     return 0;
 }
@@ -277,8 +291,10 @@ int lull_udp_connect(lull_udp *udp, const char *host, int port) {
     socklen_t len;
     int family, rc = lull__inet_address(host, port, &ss, &len, &family);
     if (rc < 0) return rc;
-    if (!has_socket(udp) && (rc = make_socket(udp, family)) < 0) return rc;
-    if (connect(udp->io.fd, (struct sockaddr *)&ss, len) != 0) return -errno;
+    bool made = !has_socket(udp);
+    if (made && (rc = make_socket(udp, family)) < 0) return rc;
+    if (connect(udp->io.fd, (struct sockaddr *)&ss, len) != 0)
+        return made ? drop_socket(udp, -errno) : -errno;
     udp->state |= U_CONNECTED | U_BOUND;
     return 0;
 }

@@ -1171,6 +1171,34 @@ TEST(hostile_arguments) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A bind that fails leaves the handle as it was: no socket of the
+ * failed address's family kept, so a bind to the other family works, and
+ * a failed connect the same. */
+TEST(failed_bind_leaves_no_socket_behind) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL); /* holds 127.0.0.1:port */
+    int port = lull_udp_local_port(&r.udp);
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", port, 0), -EADDRINUSE);
+    CHECK_EQ(lull_udp_local_port(&u), -EBADF); /* no socket kept */
+    CHECK_EQ(lull_udp_bind(&u, "::1", 0, 0), 0);
+    CHECK(lull_udp_local_port(&u) > 0);
+    lull_udp_close(&u, NULL);
+    /* A connect refused on the socket it made (broadcast without
+     * SO_BROADCAST), then one to the other family. */
+    lull_udp v;
+    CHECK_EQ(lull_udp_init(loop, &v, NULL), 0);
+    CHECK_EQ(lull_udp_connect(&v, "255.255.255.255", 9), -EACCES);
+    CHECK_EQ(lull_udp_local_port(&v), -EBADF);
+    CHECK_EQ(lull_udp_connect(&v, "::1", 9), 0);
+    lull_udp_close(&v, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* lull_loop_free refuses while a handle reads, and a closed handle's
  * socket is gone. */
 TEST(loop_free_waits_for_the_close) {
