@@ -1199,6 +1199,38 @@ TEST(failed_bind_leaves_no_socket_behind) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* An IPv4 destination on an IPv6-only socket: lull_udp_send takes it
+ * (mapped), the kernel refuses it, and the callback says so; an IPv6
+ * destination on an IPv4 socket is refused at once. */
+TEST(ipv4_destination_on_an_ipv6_only_socket) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "::1", 0, LULL_UDP_IPV6ONLY), 0);
+    struct sockaddr_in to = v4(9);
+    static lull_datagram d;
+    d.data = (void *)(intptr_t)0;
+    send_status[0] = 1;
+    sends_done = 0;
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, (struct sockaddr *)&to, on_sent), 0);
+    run_until(loop, &sends_done, 1);
+    printf("v4 on v6only: %d\n", send_status[0]);
+    CHECK(send_status[0] < 0);
+    lull_udp w;
+    CHECK_EQ(lull_udp_init(loop, &w, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&w, "127.0.0.1", 0, 0), 0);
+    struct sockaddr_in6 to6 = {.sin6_family = AF_INET6,
+                               .sin6_port = htons(9),
+                               .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    static lull_datagram d2;
+    CHECK_EQ(lull_udp_send(&w, &d2, "x", 1, (struct sockaddr *)&to6, NULL),
+             -EINVAL);
+    lull_udp_close(&u, NULL);
+    lull_udp_close(&w, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* lull_loop_free refuses while a handle reads, and a closed handle's
  * socket is gone. */
 TEST(loop_free_waits_for_the_close) {
