@@ -1023,6 +1023,42 @@ TEST(gro_receive_splits_coalesced_datagrams) {
     segmented(true);
 }
 
+/* A stop inside the callback in the middle of a slot GRO filled (one
+ * long GSO send, coalesced): the rest of that slot comes after the next
+ * start, none lost, none twice; then a close in the middle of one. */
+TEST(gro_stop_and_close_in_the_middle_of_a_coalesced_slot) {
+    lull_loop *loop = new_loop();
+    lull_udp_options ro = {.gro = true};
+    rx r;
+    rx_bind(loop, &r, &ro);
+    r.stop_at = 3;
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[1000];
+    for (int i = 0; i < 1000; i++)
+        big[i] = (unsigned char)(i / 100);
+    static lull_datagram d;
+    CHECK_EQ(
+        lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to, NULL),
+        0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.count, 3);
+    r.stop_at = 0;
+    r.close_at = 6;
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.count, 6); /* closed at the sixth: nothing after */
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ(r.seen[i], i);
+        CHECK_EQ(r.lens[i], 100);
+    }
+    lull_udp_close(&tx, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* With GRO, a slot that held a plain datagram (no control data: the
  * kernel set its control length to 0) takes a coalesced one next: its
  * control length is set again, so the segment size arrives and the ten
