@@ -1178,7 +1178,9 @@ typedef struct lull_udp_options { /* all zero = defaults */
                             it, else one datagram each */
     bool gro;            /* receive with UDP_GRO where the kernel has it:
                             datagrams it coalesced are split again, so the
-                            callback still sees one datagram a call */
+                            callback still sees one datagram a call. Only
+                            with full-size slots (max_datagram 0): the
+                            kernel fills a slot with up to 64 KiB */
 } lull_udp_options;
 
 struct lull_datagram { /* caller-owned, one per datagram in flight */

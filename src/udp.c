@@ -139,7 +139,11 @@ int lull_udp_init(lull_loop *loop, lull_udp *udp,
     udp->recv_batch = o.recv_batch ? o.recv_batch : RECV_BATCH_DEFAULT;
     udp->max_queued = o.max_queued ? o.max_queued : SIZE_MAX;
     udp->gso_segment = o.gso_segment;
-    udp->state = U_INIT | (o.gro ? U_GRO : 0);
+    /* The kernel coalesces up to 64 KiB into one slot and cuts what a
+     * slot cannot hold: with smaller slots, datagrams that each fit would
+     * be lost or flagged truncated. GRO only with full-size slots. */
+    bool gro = o.gro && udp->max_datagram >= MAX_DATAGRAM_DEFAULT;
+    udp->state = U_INIT | (gro ? U_GRO : 0);
     return 0;
 }
 

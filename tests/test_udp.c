@@ -1059,6 +1059,43 @@ TEST(gro_stop_and_close_in_the_middle_of_a_coalesced_slot) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* GRO with slots smaller than what the kernel coalesces (up to 64 KiB in
+ * one slot): ten 100-byte datagrams each fit a 150-byte slot, so all ten
+ * arrive whole, none flagged truncated, none lost. */
+TEST(gro_with_small_slots_loses_no_datagram_that_fits) {
+    lull_loop *loop = new_loop();
+    lull_udp_options ro = {.gro = true, .max_datagram = 150};
+    rx r;
+    rx_bind(loop, &r, &ro);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[1000];
+    for (int i = 0; i < 1000; i++)
+        big[i] = (unsigned char)(i / 100);
+    static lull_datagram d;
+    sends_done = 0;
+    CHECK_EQ(lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to,
+                           on_sent),
+             0);
+    run_until(loop, &sends_done, 1);
+    for (int i = 0; i < 50 && r.count < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    printf("received %d: first %zu bytes, flags %u\n", r.count, r.lens[0],
+           r.flags[0]);
+    CHECK_EQ(r.count, 10);
+    for (int i = 0; i < 10; i++) {
+        CHECK_EQ(r.lens[i], 100);
+        CHECK_EQ(r.seen[i], i);
+        CHECK_EQ(r.flags[i], 0);
+    }
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* With GRO, a slot that held a plain datagram (no control data: the
  * kernel set its control length to 0) takes a coalesced one next: its
  * control length is set again, so the segment size arrives and the ten
