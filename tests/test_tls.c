@@ -1187,6 +1187,63 @@ TEST(handshake_split_at_every_byte) {
     finish(loop, sctx, cctx);
 }
 
+/* Hostile bytes after the handshake, in random cuts: valid records of
+ * frames mixed with corrupted copies of them and with junk records; the
+ * connection closes with an error (never a crash, a hang, a frame made of
+ * junk), 50 seeds. */
+TEST(corrupted_records_after_the_handshake_close_with_an_error) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    for (int seed = 1; seed <= 50; seed++) {
+        rng_state = 0x9e3779b97f4a7c15ull * (uint64_t)seed;
+        end s;
+        raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
+        raw_handshake(r, loop);
+#ifdef LULL_HAVE_OPENSSL
+        static unsigned char rec[65536];
+        size_t n = 0;
+        int good = (int)(rnd() % 4);
+        for (int i = 0; i < good; i++)
+            n += raw_frame(r, "fine", rec + n, sizeof rec - n);
+        size_t bad_at = n;
+        n += raw_frame(r, "to be corrupted", rec + n, sizeof rec - n);
+        int kind = (int)(rnd() % 3);
+        switch (kind) {
+        case 0: /* a bit flipped in the sealed record */
+            rec[bad_at + 5 + rnd() % (n - bad_at - 5)] ^=
+                (unsigned char)(1u << (rnd() % 8));
+            break;
+        case 1:                     /* a length past any record, then junk */
+            rec[bad_at + 3] = 0x48; /* past the longest record */
+            for (size_t k = n; k < n + 300; k++)
+                rec[k] = (unsigned char)rnd();
+            n += 300;
+            break;
+        default: /* a record of an unknown type */
+            rec[bad_at] = (unsigned char)(0x30 + rnd() % 0x40);
+            break;
+        }
+        size_t at = 0;
+        while (at < n) {
+            size_t cut = 1 + rnd() % 64;
+            if (cut > n - at) cut = n - at;
+            if (send(r->fd, rec + at, cut, MSG_NOSIGNAL) != (ssize_t)cut)
+                break; /* closed already: the rest is not read */
+            at += cut;
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        }
+        run_until(loop, &s.closed, 100);
+        CHECK(s.reason < 0);
+        CHECK(s.why[0] != '\0');
+        CHECK_EQ(s.frames, good);
+        CHECK_EQ(ERR_peek_error(), 0ul);
+#endif
+        raw_free(r);
+    }
+    finish(loop, sctx, cctx);
+}
+
 /* close_notify, then more application data behind it in the same write:
  * the frame before is delivered, the close is clean (0), and nothing after
  * the close_notify reaches on_frame. */
