@@ -194,8 +194,9 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 #define T_KEYUPD    0x400u /* a key update to send at the flush point */
 #define T_LIVE      0x800u /* set up and not closed */
 #define T_RAW                                                                  \
-    0x1000u /* plaintext is bytes, not framed (the stream                      \
-               under it is always raw) */
+    0x1000u             /* plaintext is bytes, not framed (the stream          \
+                           under it is always raw) */
+#define T_NOMEM 0x2000u /* a ciphertext chunk could not be allocated */
 
 typedef struct chunk chunk;
 struct chunk {
@@ -317,7 +318,12 @@ static int bio_write(BIO *b, const char *buf, int len) {
                 q->nspare--;
             } else {
                 c = malloc(sizeof *c);
-                if (!c) return done ? done : -1;
+                if (!c) {
+                    /* OpenSSL sees only a failed write: failure() reads
+                     * this to say -ENOMEM, not a TLS failure. */
+                    t->state |= T_NOMEM;
+                    return done ? done : -1;
+                }
                 c->owner = t;
             }
             c->used = 0;
@@ -452,7 +458,11 @@ static int failure(lull_tls *t, int otherwise) {
     const char *s = e ? ERR_reason_error_string(e) : NULL;
     long v = t->ssl ? SSL_get_verify_result(t->ssl) : X509_V_OK;
     int reason = otherwise;
-    if (r == SSL_R_CERTIFICATE_VERIFY_FAILED && v != X509_V_OK) {
+    if ((t->state & T_NOMEM) || r == ERR_R_MALLOC_FAILURE) {
+        /* Out of memory here, not anything the peer did. */
+        set_why(t, "out of memory");
+        reason = -ENOMEM;
+    } else if (r == SSL_R_CERTIFICATE_VERIFY_FAILED && v != X509_V_OK) {
         snprintf(t->why, sizeof t->why, "certificate verify failed: %s",
                  X509_verify_cert_error_string(v));
         reason = -EKEYREJECTED;

@@ -28,16 +28,26 @@ void *__real_realloc(void *p, size_t size);
 void *__wrap_malloc(size_t size);
 void *__wrap_calloc(size_t n, size_t size);
 void *__wrap_realloc(void *p, size_t size);
+/* lull's allocation number g_fail_at (counted from when it is set; -1:
+ * none) fails. */
+static atomic_long g_fail_at = -1, g_fail_seen;
+static bool fail_now_alloc(void) {
+    return atomic_load(&g_fail_at) >= 0 &&
+           atomic_fetch_add(&g_fail_seen, 1) == atomic_load(&g_fail_at);
+}
 void *__wrap_malloc(size_t size) {
     if (atomic_load(&g_counting)) atomic_fetch_add(&g_allocs, 1);
+    if (fail_now_alloc()) return NULL;
     return __real_malloc(size);
 }
 void *__wrap_calloc(size_t n, size_t size) {
     if (atomic_load(&g_counting)) atomic_fetch_add(&g_allocs, 1);
+    if (fail_now_alloc()) return NULL;
     return __real_calloc(n, size);
 }
 void *__wrap_realloc(void *p, size_t size) {
     if (atomic_load(&g_counting)) atomic_fetch_add(&g_allocs, 1);
+    if (fail_now_alloc()) return NULL;
     return __real_realloc(p, size);
 }
 
@@ -1241,6 +1251,85 @@ TEST(corrupted_records_after_the_handshake_close_with_an_error) {
 #endif
         raw_free(r);
     }
+    finish(loop, sctx, cctx);
+}
+
+/* Each of lull's allocations in turn fails, across a connection's life
+ * (set-up, handshake, a frame each way, the close): the call says -ENOMEM
+ * or the connection closes with an error, both ends close once, nothing
+ * hangs and nothing leaks (ASan). */
+static void run_a_while(lull_loop *loop, end *c, end *s,
+                        bool (*done)(end *, end *)) {
+    for (int i = 0; i < 2000 && !done(c, s); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+}
+static bool both_closed(end *c, end *s) {
+    return c->closed && s->closed;
+}
+static bool ping_pong_or_closed(end *c, end *s) {
+    return (c->frames > 0 && s->frames > 0) || c->closed || s->closed;
+}
+
+TEST(each_allocation_failing_in_turn_closes_cleanly) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    long k;
+    for (k = 0; k < 2000; k++) {
+        end c, s;
+        end_init(&c);
+        end_init(&s);
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        atomic_store(&g_fail_seen, 0);
+        atomic_store(&g_fail_at, k);
+        int rs = lull_tls_open(loop, &s.t, sctx, sv[1], NULL);
+        int rc = lull_tls_open(loop, &c.t, cctx, sv[0], &g_client_opts);
+        if (rs == 0) {
+            end_watch(&s);
+        } else {
+            CHECK_EQ(rs, -ENOMEM);
+            s.closed = true;
+        }
+        if (rc == 0) {
+            end_watch(&c);
+        } else {
+            CHECK_EQ(rc, -ENOMEM);
+            c.closed = true;
+        }
+        bool enomem = rs == -ENOMEM || rc == -ENOMEM;
+        if (!c.closed) {
+            int r = lull_endpoint_send_copy(&c.t.ep, "ping", 4);
+            CHECK(r == 0 || r == -ENOMEM);
+            enomem |= r == -ENOMEM;
+        }
+        if (!s.closed) {
+            int r = lull_endpoint_send_copy(&s.t.ep, "pong", 4);
+            CHECK(r == 0 || r == -ENOMEM);
+            enomem |= r == -ENOMEM;
+        }
+        run_a_while(loop, &c, &s, ping_pong_or_closed);
+        if (!c.closed) CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+        run_a_while(loop, &c, &s, both_closed);
+        if (!s.closed) { /* its peer failed before the handshake */
+            CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+            run_a_while(loop, &c, &s, both_closed);
+        }
+        CHECK(c.closed && s.closed);
+        CHECK(c.closes <= 1 && s.closes <= 1);
+        bool failed = atomic_load(&g_fail_seen) > k;
+        atomic_store(&g_fail_at, -1);
+        /* The end whose allocation failed says so: -ENOMEM, not a
+         * handshake or protocol failure it did not have. */
+        enomem |= c.reason == -ENOMEM || s.reason == -ENOMEM;
+        if (failed && !enomem)
+            printf("allocation %ld: client %d (%s), server %d (%s)\n", k,
+                   c.reason, c.why, s.reason, s.why);
+        CHECK(!failed || enomem);
+        if (!failed) break; /* past the last allocation: all were tried */
+    }
+    printf("%ld allocations failed in turn\n", k);
+    CHECK(k > 10);
     finish(loop, sctx, cctx);
 }
 
