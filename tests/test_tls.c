@@ -1366,6 +1366,30 @@ TEST(data_after_close_notify_is_not_delivered) {
     finish(loop, sctx, cctx);
 }
 
+/* close_notify in the middle of a frame (its header said 100 bytes, 10
+ * came): a truncation, -EPROTO, and the part is never delivered. */
+TEST(close_notify_inside_a_frame_is_a_protocol_error) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
+    raw_handshake(r, loop);
+#ifdef LULL_HAVE_OPENSSL
+    unsigned char part[14] = {0, 0, 0, 100, 'p', 'a', 'r', 't'};
+    CHECK_EQ(SSL_write(r->ssl, part, sizeof part), (int)sizeof part);
+    CHECK_EQ(SSL_shutdown(r->ssl), 0);
+    raw_pump(r);
+    run_until(loop, &s.closed, 100);
+    CHECK_EQ(s.reason, -EPROTO);
+    CHECK(strstr(s.why, "close_notify"));
+    CHECK_EQ(s.frames, 0);
+    CHECK_EQ(ERR_peek_error(), 0ul);
+#endif
+    raw_free(r);
+    finish(loop, sctx, cctx);
+}
+
 /* A storm of TLS 1.3 KeyUpdates, each asking for one back, between two
  * frames: both frames arrive, the connection stays up, and what it wrote
  * back is answers the peer can read (its next record decrypts). */
