@@ -1242,8 +1242,9 @@ LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
  * A failed bind (or connect) keeps no socket it made. */
 LULL_EXTERN int lull_udp_bind(lull_udp *udp, const char *host, int port,
                               unsigned flags);
-/* Adopts a datagram socket (made non-blocking; closed with the handle).
- * -EINVAL for a socket that is not SOCK_DGRAM, -EBUSY if it has one. */
+/* Adopts a datagram socket (made non-blocking; closed with the handle);
+ * an IP one not bound yet may be bound with lull_udp_bind. -EINVAL for a
+ * socket that is not SOCK_DGRAM, -EBUSY if it has one. */
 LULL_EXTERN int lull_udp_open(lull_udp *udp, int fd);
 /* Connects: sends then go to host:port with to == NULL, only datagrams
  * from it are received, and ICMP errors reach the callbacks. host NULL

@@ -271,7 +271,10 @@ int lull_udp_open(lull_udp *udp, int fd) {
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) return -errno;
     int rc = adopt(udp, fd);
     if (rc < 0) return rc;
-    udp->state |= U_BOUND; /* the kernel binds at the first send if not */
+    /* Bound already, but for an IP socket without a port yet: that one
+     * lull_udp_bind may bind (else the kernel does at its first send). A
+     * Unix one lull_udp_bind cannot bind in any case. */
+    if (lull_udp_local_port(udp) != 0) udp->state |= U_BOUND;
     /* A connected socket (one of a socketpair, one connected before) sends
      * without an address. */
     struct sockaddr_storage peer;

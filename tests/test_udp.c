@@ -1304,6 +1304,31 @@ TEST(ipv4_destination_on_an_ipv6_only_socket) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* An adopted socket that is not bound yet can be bound through the handle
+ * (-EBUSY is for one that is); an adopted bound one cannot. */
+TEST(adopted_unbound_socket_can_be_bound) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK_EQ(lull_udp_open(&u, fd), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    CHECK(lull_udp_local_port(&u) > 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), -EBUSY);
+    lull_udp_close(&u, NULL);
+    lull_udp b;
+    CHECK_EQ(lull_udp_init(loop, &b, NULL), 0);
+    fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in any = v4(0);
+    CHECK_EQ(bind(fd, (struct sockaddr *)&any, sizeof any), 0);
+    CHECK_EQ(lull_udp_open(&b, fd), 0);
+    CHECK_EQ(lull_udp_bind(&b, "127.0.0.1", 0, 0), -EBUSY);
+    lull_udp_close(&b, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* lull_loop_free refuses while a handle reads, and a closed handle's
  * socket is gone. */
 TEST(loop_free_waits_for_the_close) {
