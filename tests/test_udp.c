@@ -451,6 +451,32 @@ TEST(connected_socket_reports_icmp_refusal) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A close inside the recv callback that is reporting an error (ICMP's
+ * refusal): the close completes once, nothing is reported after it. */
+static void close_on_error(lull_udp *udp, int status, const void *bytes,
+                           size_t len, const struct sockaddr *from,
+                           unsigned flags) {
+    rx_recv(udp, status, bytes, len, from, flags);
+    if (status < 0) CHECK_EQ(lull_udp_close(udp, rx_closed), 0);
+}
+
+TEST(close_inside_an_error_report) {
+    lull_loop *loop = new_loop();
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_connect(&r.udp, "127.0.0.1", free_udp_port()), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, close_on_error), 0);
+    CHECK_EQ(send_n(&r.udp, 3, NULL), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.errors, 1);
+    CHECK_EQ(r.last_error, -ECONNREFUSED);
+    CHECK_EQ(r.closes, 1);
+    CHECK_EQ(sends_done, 3);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 static void stop_loop(lull_timer *t) {
     lull_loop_stop(t->loop);
 }
