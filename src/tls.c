@@ -309,6 +309,7 @@ static int bio_write(BIO *b, const char *buf, int len) {
     lull_tls *t = BIO_get_data(b);
     outq *q = out_of(t);
     int done = 0;
+    t->state &= ~T_NOMEM; /* says the last write's fate, not an earlier one's */
     while (done < len) {
         chunk *c = q->tail;
         if (!c || c->used == CHUNK) {
