@@ -1136,7 +1136,8 @@ typedef struct lull_udp lull_udp;
 typedef struct lull_datagram lull_datagram;
 
 /* A datagram arrived: bytes and len are valid during the call only; from is
- * the sender. flags: LULL_UDP_TRUNCATED when it was longer than
+ * the sender (family AF_UNSPEC for one without an address: an unnamed
+ * Unix socket). flags: LULL_UDP_TRUNCATED when it was longer than
  * max_datagram (bytes holds its first max_datagram bytes). status < 0
  * instead reports an error the socket carries (-ECONNREFUSED: an ICMP port
  * unreachable answered an earlier send of a connected socket), with bytes
@@ -1177,7 +1178,9 @@ typedef struct lull_udp_options { /* all zero = defaults */
                             it, else one datagram each */
     bool gro;            /* receive with UDP_GRO where the kernel has it:
                             datagrams it coalesced are split again, so the
-                            callback still sees one datagram a call */
+                            callback still sees one datagram a call. Only
+                            with full-size slots (max_datagram 0): the
+                            kernel fills a slot with up to 64 KiB */
 } lull_udp_options;
 
 struct lull_datagram { /* caller-owned, one per datagram in flight */
@@ -1190,7 +1193,8 @@ struct lull_datagram { /* caller-owned, one per datagram in flight */
         lull_udp *udp;
         struct sockaddr_storage to; /* the destination; family 0 on a
                                        connected socket */
-        int status;                 /* the result its callback gets */
+        int status; /* the result its callback gets (queued: the bytes a
+                       send lull cuts by hand has sent) */
     };
 };
 
@@ -1234,11 +1238,13 @@ LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
                               const lull_udp_options *opts);
 /* Binds to host (numeric; NULL = "127.0.0.1", "::" for every address of
  * both families) and port (0 = any: lull_udp_local_port). -EINVAL,
- * -EADDRINUSE, another errno of socket or bind; -EBUSY if already bound. */
+ * -EADDRINUSE, another errno of socket or bind; -EBUSY if already bound.
+ * A failed bind (or connect) keeps no socket it made. */
 LULL_EXTERN int lull_udp_bind(lull_udp *udp, const char *host, int port,
                               unsigned flags);
-/* Adopts a datagram socket (made non-blocking; closed with the handle).
- * -EINVAL for a socket that is not SOCK_DGRAM, -EBUSY if it has one. */
+/* Adopts a datagram socket (made non-blocking; closed with the handle);
+ * an IP one not bound yet may be bound with lull_udp_bind. -EINVAL for a
+ * socket that is not SOCK_DGRAM, -EBUSY if it has one. */
 LULL_EXTERN int lull_udp_open(lull_udp *udp, int fd);
 /* Connects: sends then go to host:port with to == NULL, only datagrams
  * from it are received, and ICMP errors reach the callbacks. host NULL
@@ -1249,7 +1255,8 @@ LULL_EXTERN int lull_udp_local_port(const lull_udp *udp);
 /* Queues one datagram of len bytes (read in place: they must stay valid
  * until cb runs) to `to` (NULL on a connected socket). 0, or: -EINVAL
  * (NULL handle or request, bytes NULL with len > 0, to NULL on an
- * unconnected socket, a family the socket does not take), -EMSGSIZE
+ * unconnected socket, a family the socket does not take), -EISCONN (to
+ * given on a connected socket), -EMSGSIZE
  * (len > 65507, or past gso_segment's 64 segments), -EBUSY (the request is
  * in flight), -ENOBUFS (queued + len would pass max_queued), -EPIPE
  * (closed). cb may be NULL. */
@@ -1533,7 +1540,7 @@ LULL_EXTERN int lull_tls_accept(lull_server *srv, lull_tls *tls,
                                 lull_tls_ctx *ctx,
                                 const lull_tls_options *opts);
 /* A client: connects, then shakes hands. Without insecure_skip_verify,
- * opts->server_name is required (-EINVAL). */
+ * a non-empty opts->server_name is required (-EINVAL). */
 LULL_EXTERN int lull_tls_connect_tcp(lull_loop *loop, lull_tls *tls,
                                      lull_tls_ctx *ctx, const char *host,
                                      int port, const lull_tls_options *opts);

@@ -194,8 +194,9 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 #define T_KEYUPD    0x400u /* a key update to send at the flush point */
 #define T_LIVE      0x800u /* set up and not closed */
 #define T_RAW                                                                  \
-    0x1000u /* plaintext is bytes, not framed (the stream                      \
-               under it is always raw) */
+    0x1000u             /* plaintext is bytes, not framed (the stream          \
+                           under it is always raw) */
+#define T_NOMEM 0x2000u /* a ciphertext chunk could not be allocated */
 
 typedef struct chunk chunk;
 struct chunk {
@@ -308,6 +309,7 @@ static int bio_write(BIO *b, const char *buf, int len) {
     lull_tls *t = BIO_get_data(b);
     outq *q = out_of(t);
     int done = 0;
+    t->state &= ~T_NOMEM; /* says the last write's fate, not an earlier one's */
     while (done < len) {
         chunk *c = q->tail;
         if (!c || c->used == CHUNK) {
@@ -317,7 +319,12 @@ static int bio_write(BIO *b, const char *buf, int len) {
                 q->nspare--;
             } else {
                 c = malloc(sizeof *c);
-                if (!c) return done ? done : -1;
+                if (!c) {
+                    /* OpenSSL sees only a failed write: failure() reads
+                     * this to say -ENOMEM, not a TLS failure. */
+                    t->state |= T_NOMEM;
+                    return done ? done : -1;
+                }
                 c->owner = t;
             }
             c->used = 0;
@@ -452,7 +459,11 @@ static int failure(lull_tls *t, int otherwise) {
     const char *s = e ? ERR_reason_error_string(e) : NULL;
     long v = t->ssl ? SSL_get_verify_result(t->ssl) : X509_V_OK;
     int reason = otherwise;
-    if (r == SSL_R_CERTIFICATE_VERIFY_FAILED && v != X509_V_OK) {
+    if ((t->state & T_NOMEM) || r == ERR_R_MALLOC_FAILURE) {
+        /* Out of memory here, not anything the peer did. */
+        set_why(t, "out of memory");
+        reason = -ENOMEM;
+    } else if (r == SSL_R_CERTIFICATE_VERIFY_FAILED && v != X509_V_OK) {
         snprintf(t->why, sizeof t->why, "certificate verify failed: %s",
                  X509_verify_cert_error_string(v));
         reason = -EKEYREJECTED;
@@ -1053,10 +1064,14 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
                            inet_pton(AF_INET6, name, ip) == 1;
             if (!literal) SSL_set_tlsext_host_name(ssl, name);
             if (ctx->verify) {
-                if (literal) {
-                    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name);
-                } else {
-                    SSL_set1_host(ssl, name);
+                int ok = literal ? X509_VERIFY_PARAM_set1_ip_asc(
+                                       SSL_get0_param(ssl), name)
+                                 : SSL_set1_host(ssl, name);
+                /* Failed (no memory), no name would be checked: any
+                 * certificate the trusted CAs signed would pass. */
+                if (ok != 1) {
+                    release_list(teardown(t, 0, false));
+                    return -ENOMEM;
                 }
             }
             pthread_mutex_lock(&ctx->lock);
@@ -1095,6 +1110,9 @@ static bool args_ok(lull_tls *t, lull_tls_ctx *ctx, const lull_tls_options *o,
     /* A verifying client without a name to check would accept any
      * certificate a trusted CA signed for anyone. */
     if (!server && ctx->verify && !o->server_name) return false;
+    /* Nor an empty one: OpenSSL takes SSL_set1_host(ssl, "") as "check
+     * no name", the same hole. */
+    if (!server && ctx->verify && !o->server_name[0]) return false;
     return true;
 }
 
@@ -1252,6 +1270,9 @@ static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
 static int alpn_wire(lull_tls_ctx *ctx, const char *list) {
     size_t n = strlen(list);
     if (n == 0 || n > 1024) return -EINVAL;
+    /* A trailing comma is an empty last name, refused as ",a" and "a,,b"
+     * are (the loop below would stop before it and offer the rest). */
+    if (list[n - 1] == ',') return -EINVAL;
     ctx->alpn = malloc(n + 1);
     if (!ctx->alpn) return -ENOMEM;
     size_t at = 0;

@@ -139,7 +139,11 @@ int lull_udp_init(lull_loop *loop, lull_udp *udp,
     udp->recv_batch = o.recv_batch ? o.recv_batch : RECV_BATCH_DEFAULT;
     udp->max_queued = o.max_queued ? o.max_queued : SIZE_MAX;
     udp->gso_segment = o.gso_segment;
-    udp->state = U_INIT | (o.gro ? U_GRO : 0);
+    /* The kernel coalesces up to 64 KiB into one slot and cuts what a
+     * slot cannot hold: with smaller slots, datagrams that each fit would
+     * be lost or flagged truncated. GRO only with full-size slots. */
+    bool gro = o.gro && udp->max_datagram >= MAX_DATAGRAM_DEFAULT;
+    udp->state = U_INIT | (gro ? U_GRO : 0);
     return 0;
 }
 
@@ -210,6 +214,17 @@ static int socket_family(const lull_udp *udp) {
     return ss.ss_family;
 }
 
+/* Undoes a make_socket whose bind or connect then failed: the handle is
+ * as before the call, not holding a socket of that address's family
+ * (which would refuse the other family's address at the next try). */
+static int drop_socket(lull_udp *udp, int rc) {
+    lull_io_stop(&udp->io);
+    close(udp->io.fd);
+    udp->io.fd = -1;
+    udp->state &= ~(U_INET | U_INET6 | U_NO_GSO);
+    return rc;
+}
+
 int lull_udp_bind(lull_udp *udp, const char *host, int port, unsigned flags) {
     if (!usable(udp)) return -EINVAL;
     if (flags & ~(LULL_UDP_REUSEADDR | LULL_UDP_REUSEPORT | LULL_UDP_IPV6ONLY))
@@ -220,21 +235,24 @@ int lull_udp_bind(lull_udp *udp, const char *host, int port, unsigned flags) {
     int family;
     int rc = lull__inet_address(host, port, &ss, &len, &family);
     if (rc < 0) return rc;
-    if (!has_socket(udp) && (rc = make_socket(udp, family)) < 0) return rc;
+    bool made = !has_socket(udp);
+    if (made && (rc = make_socket(udp, family)) < 0) return rc;
     int fd = udp->io.fd, one = 1;
+    rc = 0;
     if ((flags & LULL_UDP_REUSEADDR) &&
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
-        return -errno;
-    if ((flags & LULL_UDP_REUSEPORT) &&
+        rc = -errno;
+    if (!rc && (flags & LULL_UDP_REUSEPORT) &&
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
-        return -errno;
-    if (family == AF_INET6) {
+        rc = -errno;
+    if (!rc && family == AF_INET6) {
         int v6only = (flags & LULL_UDP_IPV6ONLY) ? 1 : 0;
         if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only) !=
             0)
-            return -errno;
+            rc = -errno;
     }
-    if (bind(fd, (struct sockaddr *)&ss, len) != 0) return -errno;
+    if (!rc && bind(fd, (struct sockaddr *)&ss, len) != 0) rc = -errno;
+    if (rc < 0) return made ? drop_socket(udp, rc) : rc;
     udp->state |= U_BOUND;
     return 0;
 }
@@ -253,7 +271,10 @@ int lull_udp_open(lull_udp *udp, int fd) {
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) return -errno;
     int rc = adopt(udp, fd);
     if (rc < 0) return rc;
-    udp->state |= U_BOUND; /* the kernel binds at the first send if not */
+    /* Bound already, but for an IP socket without a port yet: that one
+     * lull_udp_bind may bind (else the kernel does at its first send). A
+     * Unix one lull_udp_bind cannot bind in any case. */
+    if (lull_udp_local_port(udp) != 0) udp->state |= U_BOUND;
     /* A connected socket (one of a socketpair, one connected before) sends
      * without an address. */
     struct sockaddr_storage peer;
@@ -277,8 +298,10 @@ int lull_udp_connect(lull_udp *udp, const char *host, int port) {
     socklen_t len;
     int family, rc = lull__inet_address(host, port, &ss, &len, &family);
     if (rc < 0) return rc;
-    if (!has_socket(udp) && (rc = make_socket(udp, family)) < 0) return rc;
-    if (connect(udp->io.fd, (struct sockaddr *)&ss, len) != 0) return -errno;
+    bool made = !has_socket(udp);
+    if (made && (rc = make_socket(udp, family)) < 0) return rc;
+    if (connect(udp->io.fd, (struct sockaddr *)&ss, len) != 0)
+        return made ? drop_socket(udp, -errno) : -errno;
     udp->state |= U_CONNECTED | U_BOUND;
     return 0;
 }
@@ -439,11 +462,14 @@ static void fill_msg(lull_udp *udp, lull_datagram *req, struct mmsghdr *m,
 }
 
 /* Without UDP_SEGMENT: a long request leaves as one sendto per segment.
- * Returns 0 or the first error. */
+ * Returns 0, -EAGAIN when the socket filled part-way (req->status, unused
+ * while the request is queued, keeps the bytes sent: the rest leaves once
+ * the socket is writable, none twice), or the first other error. */
 static int send_split(lull_udp *udp, lull_datagram *req) {
     socklen_t alen = addr_len(&req->to);
     const char *p = req->bytes;
-    for (size_t off = 0; off < req->len; off += udp->gso_segment) {
+    for (size_t off = (size_t)req->status; off < req->len;
+         off += udp->gso_segment) {
         size_t n = req->len - off < udp->gso_segment ? req->len - off
                                                      : udp->gso_segment;
         ssize_t w;
@@ -452,10 +478,27 @@ static int send_split(lull_udp *udp, lull_datagram *req) {
                        alen ? (const struct sockaddr *)&req->to : NULL, alen);
         } while (w < 0 && errno == EINTR);
         udp->send_calls++;
+        if (w < 0 && (errno == EAGAIN || errno == ENOBUFS)) {
+            req->status = (int)off;
+            return -EAGAIN;
+        }
         if (w < 0) return -errno;
         udp->sent++;
     }
     return 0;
+}
+
+/* A request cut by hand: finished, or false when the socket is full (the
+ * handle waits for writability, as for a full sendmmsg). */
+static bool split_out(lull_udp *udp, lull_datagram *req) {
+    int rc = send_split(udp, req);
+    if (rc == -EAGAIN) {
+        udp->state |= U_BLOCKED;
+        set_interest(udp);
+        return false;
+    }
+    finish(udp, req, rc);
+    return true;
 }
 
 /* The kernel refused a GSO message (no UDP_SEGMENT, or no checksum offload
@@ -477,7 +520,7 @@ static void send_queue(lull_udp *udp) {
     while (udp->head && !(udp->state & U_CLOSED)) {
         lull_datagram *req = udp->head;
         if (segments(udp, req) > 1 && (udp->state & U_NO_GSO)) {
-            finish(udp, req, send_split(udp, req));
+            if (!split_out(udp, req)) return;
             continue;
         }
         int n = 0;
@@ -501,6 +544,13 @@ static void send_queue(lull_udp *udp) {
                 return;
             }
             if (gso_refused(udp, req, err)) continue;
+            if (err == EMSGSIZE && segments(udp, req) > 1) {
+                /* One GSO message is one IP packet's payload at most
+                 * (65507 bytes): a longer one within the 64 segments
+                 * lull_udp_send accepted leaves segment by segment. */
+                if (!split_out(udp, req)) return;
+                continue;
+            }
             finish(udp, req, -err); /* the first message's own error */
             continue;
         }
@@ -653,6 +703,10 @@ static bool deliver_batch(lull_udp *udp, bool *closed) {
             const struct mmsghdr *m = &meta->msgs[i];
             unsigned flags =
                 (m->msg_hdr.msg_flags & MSG_TRUNC) ? LULL_UDP_TRUNCATED : 0;
+            /* A sender without an address (an unnamed Unix socket): the
+             * kernel writes none, and the slot still holds the one before. */
+            if (m->msg_hdr.msg_namelen == 0)
+                meta->from[i].ss_family = AF_UNSPEC;
             udp->received++;
             udp->on_recv(udp, 0, rbuf + (size_t)i * stride, m->msg_len,
                          (const struct sockaddr *)&meta->from[i], flags);
@@ -668,6 +722,7 @@ static bool deliver_batch(lull_udp *udp, bool *closed) {
         size_t len = m->msg_len;
         unsigned flags =
             (m->msg_hdr.msg_flags & MSG_TRUNC) ? LULL_UDP_TRUNCATED : 0;
+        if (m->msg_hdr.msg_namelen == 0) meta->from[i].ss_family = AF_UNSPEC;
         size_t seg = (udp->state & U_GRO) ? gro_size(&m->msg_hdr) : 0;
         if (!seg || seg >= len) seg = len;
         bool last;

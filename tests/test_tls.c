@@ -28,16 +28,26 @@ void *__real_realloc(void *p, size_t size);
 void *__wrap_malloc(size_t size);
 void *__wrap_calloc(size_t n, size_t size);
 void *__wrap_realloc(void *p, size_t size);
+/* lull's allocation number g_fail_at (counted from when it is set; -1:
+ * none) fails. */
+static atomic_long g_fail_at = -1, g_fail_seen;
+static bool fail_now_alloc(void) {
+    return atomic_load(&g_fail_at) >= 0 &&
+           atomic_fetch_add(&g_fail_seen, 1) == atomic_load(&g_fail_at);
+}
 void *__wrap_malloc(size_t size) {
     if (atomic_load(&g_counting)) atomic_fetch_add(&g_allocs, 1);
+    if (fail_now_alloc()) return NULL;
     return __real_malloc(size);
 }
 void *__wrap_calloc(size_t n, size_t size) {
     if (atomic_load(&g_counting)) atomic_fetch_add(&g_allocs, 1);
+    if (fail_now_alloc()) return NULL;
     return __real_calloc(n, size);
 }
 void *__wrap_realloc(void *p, size_t size) {
     if (atomic_load(&g_counting)) atomic_fetch_add(&g_allocs, 1);
+    if (fail_now_alloc()) return NULL;
     return __real_realloc(p, size);
 }
 
@@ -712,6 +722,39 @@ TEST(wrong_hostname_refused) {
     teardown_pki();
 }
 
+/* An empty server_name is no name: OpenSSL takes SSL_set1_host(ssl, "")
+ * as "check no host", so a verifying client would accept any certificate
+ * its CAs signed, for anyone. It is refused as a missing name is. */
+TEST(empty_server_name_is_refused_not_unchecked) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    end s;
+    end_init(&s);
+    CHECK_EQ(lull_tls_open(loop, &s.t, sctx, sv[1], NULL), 0);
+    end_watch(&s);
+    end c;
+    end_init(&c);
+    lull_tls_options co = {.server_name = ""};
+    int rc = lull_tls_open(loop, &c.t, cctx, sv[0], &co); /* fd owned */
+    if (rc == 0) { /* before the fix: did it check a name? */
+        end_watch(&c);
+        send_and_wait(loop, &c, &s, "hello"); /* or both close */
+        printf("client: %d (%s); server got %d frames\n", c.reason, c.why,
+               s.frames);
+        CHECK_EQ(s.frames, 0);
+    }
+    CHECK_EQ(rc, -EINVAL);
+    CHECK_EQ(lull_tls_connect_tcp(loop, &c.t, cctx, "127.0.0.1", 1, &co),
+             -EINVAL);
+    CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+    for (int i = 0; i < 100 && !s.closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    finish(loop, sctx, cctx);
+}
+
 TEST(skip_verify_accepts_explicitly) {
     if (skip()) return;
     setup();
@@ -870,6 +913,41 @@ TEST(session_resumption_over_tls12) {
     check_resumption(&cc);
 }
 
+/* A ticket offered to a server of another context: that server cannot
+ * open it, so the handshake is a full one, verified as any: a second
+ * server with the same certificate works unresumed; one whose certificate
+ * is untrusted is refused, the ticket opening nothing. */
+TEST(session_ticket_from_another_context_resumes_nothing) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *s1 = server_ctx(NULL), *s2 = server_ctx(NULL);
+    lull_tls_ctx *cctx = client_ctx(NULL);
+    bool cr, sr;
+    one_exchange(loop, cctx, s1, &cr, &sr);
+    CHECK(!cr && !sr);
+    one_exchange(loop, cctx, s2, &cr, &sr);
+    CHECK(!cr && !sr);
+    one_exchange(loop, cctx, s2, &cr, &sr); /* s2's own ticket now */
+    CHECK(cr && sr);
+    lull_tls_config sc = {.cert_pem = g_pki.stranger_cert,
+                          .key_pem = g_pki.stranger_key};
+    lull_tls_ctx *s3 = server_ctx(&sc);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, s3, "localhost");
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "hello", 5), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(c.reason, -EKEYREJECTED);
+    CHECK_EQ(s.frames, 0);
+    CHECK(!c.handshaken);
+    free_loop(loop);
+    lull_tls_ctx_free(s1);
+    lull_tls_ctx_free(s2);
+    lull_tls_ctx_free(s3);
+    lull_tls_ctx_free(cctx);
+    teardown_pki();
+}
+
 TEST(alpn_and_sni) {
     if (skip()) return;
     setup();
@@ -900,6 +978,43 @@ TEST(alpn_and_sni) {
     CHECK_EQ(c2.reason, -ECONNABORTED);
     free_loop(loop);
     teardown_pki();
+}
+
+/* Hostile ALPN lists: empty ones and empty names are refused whether the
+ * empty name is first, in the middle or last; a 255-byte name (the wire's
+ * longest) is negotiated whole; a 256-byte one is refused. */
+TEST(alpn_lists_at_their_edges) {
+    if (skip()) return;
+    setup();
+    lull_tls_ctx *ctx = NULL;
+    const char *bad[] = {"", ",", "a,", ",a", "a,,b", "a,b,"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        lull_tls_config cc = {.alpn = bad[i]};
+        CHECK_EQ(lull_tls_ctx_new(&cc, &ctx), -EINVAL);
+        CHECK(ctx == NULL);
+    }
+    char n255[256], n256[257], list[600];
+    memset(n255, 'x', 255);
+    n255[255] = '\0';
+    memset(n256, 'y', 256);
+    n256[256] = '\0';
+    lull_tls_config too_long = {.alpn = n256};
+    CHECK_EQ(lull_tls_ctx_new(&too_long, &ctx), -EINVAL);
+    snprintf(list, sizeof list, "h2,%s", n255);
+    lull_tls_config sc = {.alpn = n255};
+    lull_tls_config cc = {.alpn = list};
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(&sc), *cctx = client_ctx(&cc);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    run_until(loop, &s.handshaken, 100);
+    run_until(loop, &c.handshaken, 100);
+    char got[300];
+    CHECK_EQ(lull_tls_alpn(&c.t, got, sizeof got), 255);
+    CHECK(strcmp(got, n255) == 0);
+    CHECK_EQ(lull_tls_alpn(&s.t, got, sizeof got), 255);
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
 }
 
 TEST(close_notify_on_close_and_truncation_is_an_error) {
@@ -993,6 +1108,335 @@ TEST(tls12_renegotiation_is_refused) {
     raw_free(r);
     run_until(loop, &s.closed, 100);
     finish(loop, sctx, NULL);
+}
+
+#ifdef LULL_HAVE_OPENSSL
+/* A raw client's frame (a 4-byte length, then the text), encrypted into
+ * buf: its record bytes. */
+static size_t raw_frame(raw *r, const char *text, unsigned char *buf,
+                        size_t cap) {
+    size_t n = strlen(text);
+    unsigned char f[256];
+    CHECK(n + 4 <= sizeof f);
+    f[0] = f[1] = 0;
+    f[2] = (unsigned char)(n >> 8);
+    f[3] = (unsigned char)n;
+    memcpy(f + 4, text, n);
+    CHECK_EQ(SSL_write(r->ssl, f, (int)(n + 4)), (int)(n + 4));
+    return raw_take(r, buf, cap);
+}
+#endif
+
+/* A hostile peer's records cut at every byte: each byte a read of its own,
+ * the frame still arrives whole, once. */
+TEST(records_split_at_every_byte) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
+    raw_handshake(r, loop);
+#ifdef LULL_HAVE_OPENSSL
+    unsigned char rec[4096];
+    size_t n = raw_frame(r, "one byte at a time", rec, sizeof rec);
+    n += raw_frame(r, "and another", rec + n, sizeof rec - n);
+    for (size_t i = 0; i < n; i++) {
+        raw_send(r, rec + i, 1);
+        for (int k = 0; k < 3; k++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        if (i + 1 < n / 2) CHECK_EQ(s.frames, 0);
+    }
+    CHECK_EQ(s.frames, 2);
+    CHECK(strcmp(s.last, "and another") == 0);
+    CHECK_EQ(s.closes, 0);
+    CHECK_EQ(ERR_peek_error(), 0ul); /* nothing left for the thread */
+#endif
+    raw_free(r);
+    run_until(loop, &s.closed, 100);
+    finish(loop, sctx, cctx);
+}
+
+/* The handshake's own records cut at every byte: the ClientHello and the
+ * client's Finished arrive a byte a turn, and the handshake completes. */
+TEST(handshake_split_at_every_byte) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    lull_tls_options so = opts_hs(NULL);
+    raw *r = raw_new(end_open_server(loop, &s, sctx, &so), 0);
+#ifdef LULL_HAVE_OPENSSL
+    unsigned char buf[16384];
+    int rc = 0;
+    for (int i = 0; i < 200 && !s.handshaken; i++) {
+        rc = SSL_do_handshake(r->ssl);
+        size_t n = raw_take(r, buf, sizeof buf);
+        for (size_t k = 0; k < n; k++) {
+            raw_send(r, buf + k, 1);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        raw_pump(r);
+        if (n == 0) usleep(1000);
+    }
+    (void)rc;
+    CHECK(s.handshaken);
+    CHECK_EQ(s.closes, 0);
+    size_t n = raw_frame(r, "after", buf, sizeof buf);
+    for (size_t k = 0; k < n; k++) {
+        raw_send(r, buf + k, 1);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s.frames, 1);
+    CHECK(strcmp(s.last, "after") == 0);
+#endif
+    raw_free(r);
+    run_until(loop, &s.closed, 100);
+    finish(loop, sctx, cctx);
+}
+
+/* Hostile bytes after the handshake, in random cuts: valid records of
+ * frames mixed with corrupted copies of them and with junk records; the
+ * connection closes with an error (never a crash, a hang, a frame made of
+ * junk), 50 seeds. */
+TEST(corrupted_records_after_the_handshake_close_with_an_error) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    for (int seed = 1; seed <= 50; seed++) {
+        rng_state = 0x9e3779b97f4a7c15ull * (uint64_t)seed;
+        end s;
+        raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
+        raw_handshake(r, loop);
+#ifdef LULL_HAVE_OPENSSL
+        static unsigned char rec[65536];
+        size_t n = 0;
+        int good = (int)(rnd() % 4);
+        for (int i = 0; i < good; i++)
+            n += raw_frame(r, "fine", rec + n, sizeof rec - n);
+        size_t bad_at = n;
+        n += raw_frame(r, "to be corrupted", rec + n, sizeof rec - n);
+        int kind = (int)(rnd() % 3);
+        switch (kind) {
+        case 0: /* a bit flipped in the sealed record */
+            rec[bad_at + 5 + rnd() % (n - bad_at - 5)] ^=
+                (unsigned char)(1u << (rnd() % 8));
+            break;
+        case 1:                     /* a length past any record, then junk */
+            rec[bad_at + 3] = 0x48; /* past the longest record */
+            for (size_t k = n; k < n + 300; k++)
+                rec[k] = (unsigned char)rnd();
+            n += 300;
+            break;
+        default: /* a record of an unknown type */
+            rec[bad_at] = (unsigned char)(0x30 + rnd() % 0x40);
+            break;
+        }
+        size_t at = 0;
+        while (at < n) {
+            size_t cut = 1 + rnd() % 64;
+            if (cut > n - at) cut = n - at;
+            if (send(r->fd, rec + at, cut, MSG_NOSIGNAL) != (ssize_t)cut)
+                break; /* closed already: the rest is not read */
+            at += cut;
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        }
+        run_until(loop, &s.closed, 100);
+        CHECK(s.reason < 0);
+        CHECK(s.why[0] != '\0');
+        CHECK_EQ(s.frames, good);
+        CHECK_EQ(ERR_peek_error(), 0ul);
+#endif
+        raw_free(r);
+    }
+    finish(loop, sctx, cctx);
+}
+
+/* Each of lull's allocations in turn fails, across a connection's life
+ * (set-up, handshake, a frame each way, the close): the call says -ENOMEM
+ * or the connection closes with an error, both ends close once, nothing
+ * hangs and nothing leaks (ASan). */
+static void run_a_while(lull_loop *loop, end *c, end *s,
+                        bool (*done)(end *, end *)) {
+    for (int i = 0; i < 2000 && !done(c, s); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+}
+static bool both_closed(end *c, end *s) {
+    return c->closed && s->closed;
+}
+static bool ping_pong_or_closed(end *c, end *s) {
+    return (c->frames > 0 && s->frames > 0) || c->closed || s->closed;
+}
+
+TEST(each_allocation_failing_in_turn_closes_cleanly) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    long k;
+    for (k = 0; k < 2000; k++) {
+        end c, s;
+        end_init(&c);
+        end_init(&s);
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        atomic_store(&g_fail_seen, 0);
+        atomic_store(&g_fail_at, k);
+        int rs = lull_tls_open(loop, &s.t, sctx, sv[1], NULL);
+        int rc = lull_tls_open(loop, &c.t, cctx, sv[0], &g_client_opts);
+        if (rs == 0) {
+            end_watch(&s);
+        } else {
+            CHECK_EQ(rs, -ENOMEM);
+            s.closed = true;
+        }
+        if (rc == 0) {
+            end_watch(&c);
+        } else {
+            CHECK_EQ(rc, -ENOMEM);
+            c.closed = true;
+        }
+        bool enomem = rs == -ENOMEM || rc == -ENOMEM;
+        if (!c.closed) {
+            int r = lull_endpoint_send_copy(&c.t.ep, "ping", 4);
+            CHECK(r == 0 || r == -ENOMEM);
+            enomem |= r == -ENOMEM;
+        }
+        if (!s.closed) {
+            int r = lull_endpoint_send_copy(&s.t.ep, "pong", 4);
+            CHECK(r == 0 || r == -ENOMEM);
+            enomem |= r == -ENOMEM;
+        }
+        run_a_while(loop, &c, &s, ping_pong_or_closed);
+        if (!c.closed) CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+        run_a_while(loop, &c, &s, both_closed);
+        if (!s.closed) { /* its peer failed before the handshake */
+            CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+            run_a_while(loop, &c, &s, both_closed);
+        }
+        CHECK(c.closed && s.closed);
+        CHECK(c.closes <= 1 && s.closes <= 1);
+        bool failed = atomic_load(&g_fail_seen) > k;
+        atomic_store(&g_fail_at, -1);
+        /* The end whose allocation failed says so: -ENOMEM, not a
+         * handshake or protocol failure it did not have. */
+        enomem |= c.reason == -ENOMEM || s.reason == -ENOMEM;
+        if (failed && !enomem)
+            printf("allocation %ld: client %d (%s), server %d (%s)\n", k,
+                   c.reason, c.why, s.reason, s.why);
+        CHECK(!failed || enomem);
+        if (!failed) break; /* past the last allocation: all were tried */
+    }
+    printf("%ld allocations failed in turn\n", k);
+    CHECK(k > 10);
+    finish(loop, sctx, cctx);
+}
+
+/* close_notify, then more application data behind it in the same write:
+ * the frame before is delivered, the close is clean (0), and nothing after
+ * the close_notify reaches on_frame. */
+TEST(data_after_close_notify_is_not_delivered) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
+    raw_handshake(r, loop);
+#ifdef LULL_HAVE_OPENSSL
+    unsigned char rec[8192];
+    size_t n = raw_frame(r, "before", rec, sizeof rec);
+    /* The close_notify, then bytes behind it: OpenSSL writes nothing
+     * after its close_notify, so a record header and junk stand in. */
+    CHECK_EQ(SSL_shutdown(r->ssl), 0);
+    n += raw_take(r, rec + n, sizeof rec - n);
+    static const unsigned char after[] = {0x17, 0x03, 0x03, 0x00, 0x05,
+                                          'a',  'f',  't',  'e',  'r'};
+    memcpy(rec + n, after, sizeof after);
+    n += sizeof after;
+    raw_send(r, rec, n);
+    run_until(loop, &s.closed, 100);
+    printf("server: %d (%s)\n", s.reason, s.why);
+    CHECK_EQ(s.frames, 1);
+    CHECK(strcmp(s.last, "before") == 0);
+    CHECK_EQ(s.reason, 0);
+    CHECK_EQ(ERR_peek_error(), 0ul);
+#endif
+    raw_free(r);
+    finish(loop, sctx, cctx);
+}
+
+/* close_notify in the middle of a frame (its header said 100 bytes, 10
+ * came): a truncation, -EPROTO, and the part is never delivered. */
+TEST(close_notify_inside_a_frame_is_a_protocol_error) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
+    raw_handshake(r, loop);
+#ifdef LULL_HAVE_OPENSSL
+    unsigned char part[14] = {0, 0, 0, 100, 'p', 'a', 'r', 't'};
+    CHECK_EQ(SSL_write(r->ssl, part, sizeof part), (int)sizeof part);
+    CHECK_EQ(SSL_shutdown(r->ssl), 0);
+    raw_pump(r);
+    run_until(loop, &s.closed, 100);
+    CHECK_EQ(s.reason, -EPROTO);
+    CHECK(strstr(s.why, "close_notify"));
+    CHECK_EQ(s.frames, 0);
+    CHECK_EQ(ERR_peek_error(), 0ul);
+#endif
+    raw_free(r);
+    finish(loop, sctx, cctx);
+}
+
+/* A storm of TLS 1.3 KeyUpdates, each asking for one back, between two
+ * frames: both frames arrive, the connection stays up, and what it wrote
+ * back is answers the peer can read (its next record decrypts). */
+TEST(key_update_storm_from_the_peer) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
+    raw_handshake(r, loop);
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(SSL_version(r->ssl), TLS1_3_VERSION);
+    static unsigned char rec[1 << 20];
+    size_t n = raw_frame(r, "first", rec, sizeof rec);
+    for (int i = 0; i < 2000; i++) {
+        CHECK_EQ(SSL_key_update(r->ssl, SSL_KEY_UPDATE_REQUESTED), 1);
+        CHECK_EQ(SSL_do_handshake(r->ssl), 1); /* sends it */
+        n += raw_take(r, rec + n, sizeof rec - n);
+    }
+    n += raw_frame(r, "last", rec + n, sizeof rec - n);
+    raw_send(r, rec, n);
+    for (int i = 0; i < 200 && s.frames < 2 && !s.closed; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        raw_pump(r);
+        unsigned char sink[64];
+        (void)SSL_read(r->ssl, sink, sizeof sink);
+        usleep(1000);
+    }
+    CHECK_EQ(s.closes, 0);
+    CHECK_EQ(s.frames, 2);
+    CHECK(strcmp(s.last, "last") == 0);
+    CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, "reply", 5), 0);
+    unsigned char got[64];
+    int rn = -1;
+    for (int i = 0; i < 200 && rn <= 0; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        raw_pump(r);
+        rn = SSL_read(r->ssl, got, sizeof got);
+        if (rn <= 0) usleep(1000);
+    }
+    CHECK_EQ(rn, 9);
+    CHECK(memcmp(got + 4, "reply", 5) == 0);
+    ERR_clear_error();
+#endif
+    raw_free(r);
+    run_until(loop, &s.closed, 100);
+    finish(loop, sctx, cctx);
 }
 
 /* Key updates mid-stream: the echo goes on under the new keys. */
@@ -1110,6 +1554,61 @@ TEST(read_stop_and_start_through_the_endpoint) {
     settle_closes(loop, &c, &s);
     CHECK_EQ(s.reason, 0);
     CHECK_EQ(c.reason, 0);
+    finish(loop, sctx, cctx);
+}
+
+/* One frame of 16 MiB (max_frame's default) to a reader that pauses
+ * every other turn: it arrives whole and intact, once; the sender's frame
+ * is released once; nothing closes. */
+static unsigned char *g_big;
+static size_t g_big_len;
+static int g_big_frames, g_big_bad, g_big_released;
+
+static void big_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep;
+    g_big_frames++;
+    if (n != g_big_len || memcmp(b, g_big, n) != 0) g_big_bad++;
+}
+
+static void big_release(lull_frame *f) {
+    (void)f;
+    g_big_released++;
+}
+
+TEST(sixteen_mib_frame_to_a_slow_reader) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    lull_endpoint_set_callbacks(&s.t.ep, big_frame, NULL, end_close);
+    g_big_len = LULL_FRAME_MAX_DEFAULT;
+    g_big = malloc(g_big_len);
+    CHECK(g_big);
+    for (size_t i = 0; i < g_big_len; i++)
+        g_big[i] = (unsigned char)(i * 7 + (i >> 12));
+    static lull_frame f;
+    f = (lull_frame){.bytes = g_big, .len = g_big_len, .release = big_release};
+    CHECK_EQ(lull_endpoint_send(&c.t.ep, &f), 0);
+    bool paused = false;
+    for (int i = 0; i < 20000 && g_big_frames == 0 && !s.closed; i++) {
+        if (i % 2 == 0) {
+            CHECK_EQ(paused ? lull_endpoint_read_start(&s.t.ep)
+                            : lull_endpoint_read_stop(&s.t.ep),
+                     0);
+            paused = !paused;
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    if (paused) CHECK_EQ(lull_endpoint_read_start(&s.t.ep), 0);
+    for (int i = 0; i < 2000 && (g_big_frames == 0 || g_big_released == 0); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_big_frames, 1);
+    CHECK_EQ(g_big_bad, 0);
+    CHECK_EQ(g_big_released, 1);
+    CHECK_EQ(c.closes + s.closes, 0);
+    close_cleanly(loop, &c, &s);
+    free(g_big);
     finish(loop, sctx, cctx);
 }
 

@@ -451,6 +451,32 @@ TEST(connected_socket_reports_icmp_refusal) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A close inside the recv callback that is reporting an error (ICMP's
+ * refusal): the close completes once, nothing is reported after it. */
+static void close_on_error(lull_udp *udp, int status, const void *bytes,
+                           size_t len, const struct sockaddr *from,
+                           unsigned flags) {
+    rx_recv(udp, status, bytes, len, from, flags);
+    if (status < 0) CHECK_EQ(lull_udp_close(udp, rx_closed), 0);
+}
+
+TEST(close_inside_an_error_report) {
+    lull_loop *loop = new_loop();
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_connect(&r.udp, "127.0.0.1", free_udp_port()), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, close_on_error), 0);
+    CHECK_EQ(send_n(&r.udp, 3, NULL), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.errors, 1);
+    CHECK_EQ(r.last_error, -ECONNREFUSED);
+    CHECK_EQ(r.closes, 1);
+    CHECK_EQ(sends_done, 3);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 static void stop_loop(lull_timer *t) {
     lull_loop_stop(t->loop);
 }
@@ -781,6 +807,48 @@ TEST(each_datagram_carries_its_own_sender_in_a_reused_slot) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The other order: a named sender's datagram, then an unnamed one's, in
+ * slot 0 both. The kernel writes no address for the unnamed (length 0),
+ * so the slot still held the named sender's: the second datagram must
+ * not be reported as coming from it. */
+TEST(an_unnamed_sender_after_a_named_one_is_not_reported_as_it) {
+    lull_loop *loop = new_loop();
+    char name[64], tx_name[64];
+    snprintf(name, sizeof name, "lull-test-udp-rx2-%d", (int)getpid());
+    snprintf(tx_name, sizeof tx_name, "lull-test-udp-named-%d", (int)getpid());
+    struct sockaddr_un rxa, txa;
+    socklen_t rxlen = abstract_name(&rxa, name);
+    socklen_t txlen = abstract_name(&txa, tx_name);
+    int rfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int anon = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int named = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(rfd >= 0 && anon >= 0 && named >= 0);
+    CHECK_EQ(bind(rfd, (struct sockaddr *)&rxa, rxlen), 0);
+    CHECK_EQ(bind(named, (struct sockaddr *)&txa, txlen), 0);
+    lull_udp r;
+    lull_udp_options o = {.recv_batch = 1}; /* one slot: reused */
+    CHECK_EQ(lull_udp_init(loop, &r, &o), 0);
+    CHECK_EQ(lull_udp_open(&r, rfd), 0);
+    CHECK_EQ(lull_udp_recv_start(&r, from_recv), 0);
+    from_count = 0;
+    memset(from_path, 0, sizeof from_path);
+    CHECK_EQ(sendto(named, "n", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    run_until(loop, &from_count, 1);
+    CHECK_EQ(strcmp(from_path[0], tx_name), 0);
+    CHECK_EQ(sendto(anon, "a", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    CHECK_EQ(sendto(named, "n", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    CHECK_EQ(sendto(anon, "a", 1, 0, (struct sockaddr *)&rxa, rxlen), 1);
+    run_until(loop, &from_count, 4);
+    CHECK_EQ(strcmp(from_path[1], ""), 0); /* no address, not the named's */
+    CHECK_EQ(strcmp(from_path[2], tx_name), 0);
+    CHECK_EQ(strcmp(from_path[3], ""), 0);
+    close(anon);
+    close(named);
+    lull_udp_close(&r, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A full receiver: Unix datagram sockets make the sender wait (UDP on
  * loopback would drop instead). Every datagram arrives, in order, once
  * the receiver reads; the sender waited in epoll, not in a spin. */
@@ -859,6 +927,43 @@ TEST(gso_send_arrives_as_datagrams) {
     segmented(false);
 }
 
+/* A GSO send within 64 segments but longer than one IP packet holds
+ * (50 x 1400 = 70000 > 65507): lull_udp_send takes it, as the header
+ * promises, so it must leave as its 50 datagrams, not fail with the
+ * kernel's -EMSGSIZE in its callback. */
+TEST(gso_send_longer_than_one_packet_arrives_as_datagrams) {
+    lull_loop *loop = new_loop();
+    lull_udp_options ro = {.recv_batch = 64};
+    rx r;
+    rx_bind(loop, &r, &ro);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp_options so = {.gso_segment = 1400};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[50 * 1400];
+    for (size_t i = 0; i < sizeof big; i++)
+        big[i] = (unsigned char)(i / 1400);
+    static lull_datagram d;
+    sends_done = 0;
+    send_status[0] = 1;
+    d.data = (void *)(intptr_t)0;
+    CHECK_EQ(lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to,
+                           on_sent),
+             0);
+    run_until(loop, &sends_done, 1);
+    CHECK_EQ(send_status[0], 0);
+    run_until(loop, &r.count, 50);
+    for (int i = 0; i < 50; i++) {
+        CHECK_EQ(r.lens[i], 1400);
+        CHECK_EQ(r.seen[i], i);
+    }
+    CHECK_U64_EQ(tx.sent, 50);
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* Where UDP_SEGMENT cannot be used (a Unix datagram socket here), lull
  * cuts the send itself: the same datagrams. */
 TEST(gso_without_the_kernel_splits_by_hand) {
@@ -893,8 +998,128 @@ TEST(gso_without_the_kernel_splits_by_hand) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+/* A send lull cuts by hand that meets a full receiver half-way waits for
+ * room like any other, and the rest of it leaves then: nothing is failed
+ * with -EAGAIN, no segment is sent twice or lost. */
+TEST(split_send_meeting_a_full_socket_waits_for_room) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    CHECK_EQ(lull_udp_open(&tx, sv[0]), 0);
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_open(&r.udp, sv[1]), 0);
+    int small = 4096; /* a few datagrams' room: the split meets it */
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    enum { N = 8 };
+    static unsigned char big[N][1000];
+    static lull_datagram d[N];
+    sends_done = 0;
+    for (int k = 0; k < N; k++) {
+        for (int i = 0; i < 1000; i++)
+            big[k][i] = (unsigned char)(k * 10 + i / 100);
+        d[k].data = (void *)(intptr_t)k;
+        send_status[k] = 1;
+        CHECK_EQ(lull_udp_send(&tx, &d[k], big[k], 1000, NULL, on_sent), 0);
+    }
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    run_until(loop, &sends_done, N);
+    for (int k = 0; k < N; k++)
+        CHECK_EQ(send_status[k], 0);
+    run_until(loop, &r.count, N * 10);
+    for (int i = 0; i < N * 10; i++) {
+        CHECK_EQ(r.lens[i], 100);
+        CHECK_EQ(r.seen[i], i);
+    }
+    CHECK_U64_EQ(tx.sent, N * 10);
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(gro_receive_splits_coalesced_datagrams) {
     segmented(true);
+}
+
+/* A stop inside the callback in the middle of a slot GRO filled (one
+ * long GSO send, coalesced): the rest of that slot comes after the next
+ * start, none lost, none twice; then a close in the middle of one. */
+TEST(gro_stop_and_close_in_the_middle_of_a_coalesced_slot) {
+    lull_loop *loop = new_loop();
+    lull_udp_options ro = {.gro = true};
+    rx r;
+    rx_bind(loop, &r, &ro);
+    r.stop_at = 3;
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[1000];
+    for (int i = 0; i < 1000; i++)
+        big[i] = (unsigned char)(i / 100);
+    static lull_datagram d;
+    CHECK_EQ(
+        lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to, NULL),
+        0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.count, 3);
+    r.stop_at = 0;
+    r.close_at = 6;
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.count, 6); /* closed at the sixth: nothing after */
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ(r.seen[i], i);
+        CHECK_EQ(r.lens[i], 100);
+    }
+    lull_udp_close(&tx, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* GRO with slots smaller than what the kernel coalesces (up to 64 KiB in
+ * one slot): ten 100-byte datagrams each fit a 150-byte slot, so all ten
+ * arrive whole, none flagged truncated, none lost. */
+TEST(gro_with_small_slots_loses_no_datagram_that_fits) {
+    lull_loop *loop = new_loop();
+    lull_udp_options ro = {.gro = true, .max_datagram = 150};
+    rx r;
+    rx_bind(loop, &r, &ro);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[1000];
+    for (int i = 0; i < 1000; i++)
+        big[i] = (unsigned char)(i / 100);
+    static lull_datagram d;
+    sends_done = 0;
+    CHECK_EQ(lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to,
+                           on_sent),
+             0);
+    run_until(loop, &sends_done, 1);
+    for (int i = 0; i < 50 && r.count < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    printf("received %d: first %zu bytes, flags %u\n", r.count, r.lens[0],
+           r.flags[0]);
+    CHECK_EQ(r.count, 10);
+    for (int i = 0; i < 10; i++) {
+        CHECK_EQ(r.lens[i], 100);
+        CHECK_EQ(r.seen[i], i);
+        CHECK_EQ(r.flags[i], 0);
+    }
+    lull_udp_close(&tx, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 /* With GRO, a slot that held a plain datagram (no control data: the
@@ -1042,6 +1267,91 @@ TEST(hostile_arguments) {
     CHECK_EQ(lull_udp_close(&u, NULL), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_udp_recv_stop(&u), -EINVAL); /* the caller's again */
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A bind that fails leaves the handle as it was: no socket of the
+ * failed address's family kept, so a bind to the other family works, and
+ * a failed connect the same. */
+TEST(failed_bind_leaves_no_socket_behind) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL); /* holds 127.0.0.1:port */
+    int port = lull_udp_local_port(&r.udp);
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", port, 0), -EADDRINUSE);
+    CHECK_EQ(lull_udp_local_port(&u), -EBADF); /* no socket kept */
+    CHECK_EQ(lull_udp_bind(&u, "::1", 0, 0), 0);
+    CHECK(lull_udp_local_port(&u) > 0);
+    lull_udp_close(&u, NULL);
+    /* A connect refused on the socket it made (broadcast without
+     * SO_BROADCAST), then one to the other family. */
+    lull_udp v;
+    CHECK_EQ(lull_udp_init(loop, &v, NULL), 0);
+    CHECK_EQ(lull_udp_connect(&v, "255.255.255.255", 9), -EACCES);
+    CHECK_EQ(lull_udp_local_port(&v), -EBADF);
+    CHECK_EQ(lull_udp_connect(&v, "::1", 9), 0);
+    lull_udp_close(&v, NULL);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* An IPv4 destination on an IPv6-only socket: lull_udp_send takes it
+ * (mapped), the kernel refuses it, and the callback says so; an IPv6
+ * destination on an IPv4 socket is refused at once. */
+TEST(ipv4_destination_on_an_ipv6_only_socket) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "::1", 0, LULL_UDP_IPV6ONLY), 0);
+    struct sockaddr_in to = v4(9);
+    static lull_datagram d;
+    d.data = (void *)(intptr_t)0;
+    send_status[0] = 1;
+    sends_done = 0;
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, (struct sockaddr *)&to, on_sent), 0);
+    run_until(loop, &sends_done, 1);
+    printf("v4 on v6only: %d\n", send_status[0]);
+    CHECK(send_status[0] < 0);
+    lull_udp w;
+    CHECK_EQ(lull_udp_init(loop, &w, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&w, "127.0.0.1", 0, 0), 0);
+    struct sockaddr_in6 to6 = {.sin6_family = AF_INET6,
+                               .sin6_port = htons(9),
+                               .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    static lull_datagram d2;
+    CHECK_EQ(lull_udp_send(&w, &d2, "x", 1, (struct sockaddr *)&to6, NULL),
+             -EINVAL);
+    lull_udp_close(&u, NULL);
+    lull_udp_close(&w, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* An adopted socket that is not bound yet can be bound through the handle
+ * (-EBUSY is for one that is); an adopted bound one cannot. */
+TEST(adopted_unbound_socket_can_be_bound) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK_EQ(lull_udp_open(&u, fd), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    CHECK(lull_udp_local_port(&u) > 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), -EBUSY);
+    lull_udp_close(&u, NULL);
+    lull_udp b;
+    CHECK_EQ(lull_udp_init(loop, &b, NULL), 0);
+    fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in any = v4(0);
+    CHECK_EQ(bind(fd, (struct sockaddr *)&any, sizeof any), 0);
+    CHECK_EQ(lull_udp_open(&b, fd), 0);
+    CHECK_EQ(lull_udp_bind(&b, "127.0.0.1", 0, 0), -EBUSY);
+    lull_udp_close(&b, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
