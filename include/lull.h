@@ -1338,7 +1338,7 @@ LULL_EXTERN int lull_fsevent_init(lull_loop *loop, lull_fsevent *w);
  * followed). 0, or -EINVAL (NULL, empty, fn NULL), -EBUSY (started),
  * the errno of inotify_add_watch (-ENOENT, -EACCES, -ENOSPC: the
  * watch limit, fs.inotify.max_user_watches) or of inotify_init1
- * (-EMFILE: fs.inotify.max_user_instances). Two watches of one path on a
+ * (-EMFILE: fs.inotify.max_user_instances), -ENOMEM. Two watches of one path on a
  * loop: -EEXIST (inotify gives both one descriptor). */
 LULL_EXTERN int lull_fsevent_start(lull_fsevent *w, const char *path,
                                    lull_fsevent_fn fn);

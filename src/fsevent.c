@@ -64,6 +64,10 @@ struct lull__fsevents {
     lull_fsevent *head; /* started watches */
     uint32_t refs;      /* ... referenced ones */
     bool delivering;    /* inside the batch: free only after it */
+    /* The overflow's snapshot of the started watches' descriptors, grown
+     * by each start so that reporting an overflow never allocates. */
+    int *snap;
+    size_t watches, snap_cap;
     char buf[BUF_SIZE]
         __attribute__((aligned(__alignof__(struct inotify_event))));
     entry entries[MAX_ENTRIES];
@@ -96,6 +100,7 @@ static void release_if_unused(lull_loop *loop) {
     if (!fs || fs->head || fs->delivering) return;
     lull_io_stop(&fs->io);
     close(fs->io.fd);
+    free(fs->snap);
     free(fs);
     loop->fsevents = NULL;
 }
@@ -137,6 +142,16 @@ int lull_fsevent_start(lull_fsevent *w, const char *path, lull_fsevent_fn fn) {
     int rc = open_inotify(loop);
     if (rc < 0) return rc;
     struct lull__fsevents *fs = loop->fsevents;
+    if (fs->watches == fs->snap_cap) {
+        size_t cap = fs->snap_cap ? 2 * fs->snap_cap : 16;
+        int *snap = realloc(fs->snap, cap * sizeof *snap);
+        if (!snap) {
+            release_if_unused(loop);
+            return -ENOMEM;
+        }
+        fs->snap = snap;
+        fs->snap_cap = cap;
+    }
     int wd = inotify_add_watch(fs->io.fd, path, WATCH_MASK | IN_MASK_CREATE);
     if (wd < 0) {
         rc = -errno;
@@ -147,6 +162,7 @@ int lull_fsevent_start(lull_fsevent *w, const char *path, lull_fsevent_fn fn) {
     w->fn = fn;
     w->next = fs->head;
     fs->head = w;
+    fs->watches++;
     if (w->ref) ref_io(fs, true);
     return 0;
 }
@@ -160,6 +176,7 @@ static void unlink_watch(struct lull__fsevents *fs, lull_fsevent *w) {
         }
     }
     if (w->ref) ref_io(fs, false);
+    fs->watches--;
     w->next = NULL;
     w->wd = -1;
 }
@@ -286,14 +303,18 @@ static void deliver(struct lull__fsevents *fs, int n) {
 }
 
 static void deliver_overflow(struct lull__fsevents *fs) {
-    /* Every watch lost events; the list may change under the calls, so
-     * each is looked up again by position after a callback. */
-    for (int k = 0;; k++) {
-        lull_fsevent *w = fs->head;
-        for (int j = 0; w && j < k; j++)
-            w = w->next;
-        if (!w) break;
-        w->fn(w, LULL_FSEVENT_OVERFLOW, NULL, NULL);
+    /* Every watch started when the overflow was read lost events. The list
+     * changes under the calls (a watch stopped, one started at the head),
+     * so a walk by position would skip the watch after one that stopped
+     * itself: the descriptors are taken first and each looked up at its
+     * call, as deliver() does. A watch started inside is not called: its
+     * descriptor is new (inotify does not reuse them at once). */
+    size_t n = 0;
+    for (lull_fsevent *w = fs->head; w; w = w->next)
+        fs->snap[n++] = w->wd;
+    for (size_t i = 0; i < n; i++) {
+        lull_fsevent *w = by_wd(fs, fs->snap[i]);
+        if (w) w->fn(w, LULL_FSEVENT_OVERFLOW, NULL, NULL);
     }
 }
 

@@ -352,6 +352,58 @@ TEST(overflow_reaches_every_watch) {
     remove_tree(root);
 }
 
+/* The overflow reaches every watch started when it was read, also when
+ * the first one called stops itself (the list shifts under the walk) and
+ * when a callback starts a new watch (which lost nothing: no call). */
+static lull_fsevent *overflow_start_new;
+static const char *overflow_new_path;
+static void on_overflow_stop(lull_fsevent *w, unsigned events, const char *name,
+                             const char *other) {
+    on_event(w, events, name, other);
+    if (overflow_start_new) {
+        lull_fsevent *n = overflow_start_new;
+        overflow_start_new = NULL;
+        CHECK_EQ(lull_fsevent_start(n, overflow_new_path, on_event), 0);
+    }
+}
+
+TEST(overflow_reaches_every_watch_when_one_stops_itself) {
+    make_root();
+    CHECK_EQ(mkdir(at("a"), 0755), 0);
+    CHECK_EQ(mkdir(at("b"), 0755), 0);
+    CHECK_EQ(mkdir(at("c"), 0755), 0);
+    lull_loop *loop = new_loop();
+    lull_fsevent w1, w2, w3, w4;
+    seen s1, s2, s3, s4;
+    watch(loop, &w1, &s1, at("a"));
+    watch(loop, &w2, &s2, at("b"));
+    watch(loop, &w3, &s3, root);
+    /* Whichever is called first stops itself and starts w4. */
+    CHECK_EQ(lull_fsevent_stop(&w1), 0);
+    CHECK_EQ(lull_fsevent_stop(&w2), 0);
+    CHECK_EQ(lull_fsevent_stop(&w3), 0);
+    CHECK_EQ(lull_fsevent_start(&w1, at("a"), on_overflow_stop), 0);
+    CHECK_EQ(lull_fsevent_start(&w2, at("b"), on_overflow_stop), 0);
+    CHECK_EQ(lull_fsevent_start(&w3, root, on_overflow_stop), 0);
+    s1.stop_self = s2.stop_self = s3.stop_self = true;
+    memset(&s4, 0, sizeof s4);
+    w4.data = &s4;
+    CHECK_EQ(lull_fsevent_init(loop, &w4), 0);
+    overflow_start_new = &w4;
+    overflow_new_path = at("c");
+    overflow_fd = ((lull_io *)loop->fsevents)->fd;
+    touch(at("poke"));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s1.calls, 1);
+    CHECK_EQ(s2.calls, 1);
+    CHECK_EQ(s3.calls, 1);
+    CHECK_EQ(s1.all | s2.all | s3.all, LULL_FSEVENT_OVERFLOW);
+    CHECK_EQ(s4.calls, 0);
+    CHECK_EQ(lull_fsevent_stop(&w4), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
 /* One batch with events for two watches: the first callback stops the
  * second watch, and then itself (the loop's last): nothing more is
  * called, nothing is touched after (ASan). */
