@@ -1397,7 +1397,7 @@ struct lull_tty {
  * always raw. 0, or -EINVAL (NULL, fd < 0), -ENOTTY (not a terminal),
  * -EBADF, an error of open or of lull_stream_open (-EMFILE); nothing is
  * left open on failure. Set a tty up again only once its stream's
- * on_close ran, as for a stream. */
+ * on_close ran, as for a stream: before, -EBUSY. */
 LULL_EXTERN int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
                               const lull_stream_options *opts);
 /* LULL_TTY_MODE_*. The first mode other than NORMAL enters the tty in
