@@ -1332,7 +1332,8 @@ struct lull_fsevent {
     };
 };
 
-/* -EINVAL for NULL. */
+/* -EINVAL for NULL; -EBUSY for a started watch (asked on the loop's
+ * thread). */
 LULL_EXTERN int lull_fsevent_init(lull_loop *loop, lull_fsevent *w);
 /* Starts watching path (a file or a directory; a symbolic link is
  * followed). 0, or -EINVAL (NULL, empty, fn NULL), -EBUSY (started),
@@ -2034,6 +2035,8 @@ struct lull_signal {
     };
 };
 
+/* -EINVAL for NULL; -EBUSY for a started handle (asked on the loop's
+ * thread). */
 LULL_EXTERN int lull_signal_init(lull_loop *loop, lull_signal *sig,
                                  lull_signal_fn fn);
 /* Watches signum (restarting a started handle on another signal). -EINVAL

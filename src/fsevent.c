@@ -80,6 +80,13 @@ LULL__OWN_NAME(on_inotify, "lull_fsevent inotify fd", struct lull__fsevents,
 
 int lull_fsevent_init(lull_loop *loop, lull_fsevent *w) {
     if (!loop || !w) return -EINVAL;
+    /* A started watch: clearing it would cut the loop's list at it (the
+     * watches started before it never heard from again). Asked by
+     * address: w is garbage before its first init; and on the loop's
+     * thread only, the list's. */
+    if (loop->fsevents && lull__on_loop_thread(loop))
+        for (lull_fsevent *s = loop->fsevents->head; s; s = s->next)
+            if (s == w) return -EBUSY;
     void *data = w->data;
     memset(w, 0, sizeof *w);
     w->data = data;

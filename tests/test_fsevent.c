@@ -404,6 +404,33 @@ TEST(overflow_reaches_every_watch_when_one_stops_itself) {
     remove_tree(root);
 }
 
+/* lull_fsevent_init on a started watch: refused, and the watches started
+ * before it still hear their events. A clearing init left the watch in
+ * the loop's list with its link cleared, which cut off the watches
+ * behind it (started before it) and unbalanced the references. */
+TEST(init_of_a_started_watch_is_refused) {
+    make_root();
+    CHECK_EQ(mkdir(at("a"), 0755), 0);
+    CHECK_EQ(mkdir(at("b"), 0755), 0);
+    lull_loop *loop = new_loop();
+    lull_fsevent wa, wb;
+    seen sa, sb;
+    watch(loop, &wa, &sa, at("a"));
+    watch(loop, &wb, &sb, at("b"));
+    CHECK_EQ(lull_fsevent_init(loop, &wb), -EBUSY);
+    CHECK_EQ(wb.data, &sb);
+    touch(at("a/1"));
+    touch(at("b/1"));
+    while (sa.calls < 1 || sb.calls < 1)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_fsevent_stop(&wb), 0);
+    CHECK_EQ(lull_fsevent_init(loop, &wb), 0); /* stopped: free again */
+    CHECK_EQ(lull_fsevent_stop(&wa), 0);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
 /* One batch with events for two watches: the first callback stops the
  * second watch, and then itself (the loop's last): nothing more is
  * called, nothing is touched after (ASan). */
