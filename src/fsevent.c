@@ -199,14 +199,16 @@ int lull_fsevent_stop(lull_fsevent *w) {
     return 0;
 }
 
+/* !w->loop: never set up (all zero), whose wd of 0 would pass for a
+ * started watch's; refused as stop and start refuse it. */
 void lull_fsevent_ref(lull_fsevent *w) {
-    if (!w || w->ref) return;
+    if (!w || !w->loop || w->ref) return;
     w->ref = true;
     if (w->wd >= 0) ref_io(w->loop->fsevents, true);
 }
 
 void lull_fsevent_unref(lull_fsevent *w) {
-    if (!w || !w->ref) return;
+    if (!w || !w->loop || !w->ref) return;
     w->ref = false;
     if (w->wd >= 0) ref_io(w->loop->fsevents, false);
 }

@@ -151,6 +151,22 @@ TEST(hostile_arguments) {
     remove_tree(root);
 }
 
+/* A watch never set up (all zero, as a static or `= {0}` is): stop and
+ * start refuse it, and ref and unref are no-ops, as for the other
+ * handles. Its descriptor field reads 0, a valid one, and ref took it for
+ * a started watch: a NULL loop dereferenced. */
+TEST(zeroed_watch_ref_unref_are_no_ops) {
+    lull_fsevent zero = {0};
+    CHECK_EQ(lull_fsevent_start(&zero, "/tmp", on_event), -EINVAL);
+    CHECK_EQ(lull_fsevent_stop(&zero), -EINVAL);
+    lull_fsevent_ref(&zero);
+    lull_fsevent_unref(&zero);
+    lull_fsevent_ref(&zero);
+    lull_fsevent_ref(NULL);
+    lull_fsevent_unref(NULL);
+    CHECK_EQ(zero.loop, NULL);
+}
+
 TEST(burst_of_writes_is_one_modified) {
     make_root();
     touch(at("f"));
