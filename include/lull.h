@@ -2363,8 +2363,9 @@ struct lull_journal {
 /* Writes start at the file's current end (lseek SEEK_END). */
 LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
                                   lull_journal *j, int fd);
-/* Queues len bytes: 0, or the sticky error (cb then never runs). req must
- * not be queued already. No allocation. */
+/* Queues len bytes: 0, -EINVAL (NULL, len past SSIZE_MAX), or the sticky
+ * error (cb then never runs). req must not be queued already. No
+ * allocation. */
 LULL_EXTERN int lull_journal_append(lull_journal *j, lull_append *req,
                                     const void *buf, size_t len,
                                     lull_append_fn cb);

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <lull.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -330,6 +331,39 @@ TEST_THREADED(journal_error_is_sticky) {
     CHECK_EQ(lull_loop_free(loop), 0);
     sem_destroy(&g.started);
     sem_destroy(&g.release);
+    remove_dir();
+}
+
+/* An append longer than one write can be (past SSIZE_MAX) is refused at
+ * the call, and the journal goes on: queued, its batch's pwritev failed
+ * with EINVAL, and that failure, sticky, refused every later append. */
+TEST_THREADED(journal_append_past_ssize_max_is_refused) {
+    make_dir();
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    int fd = open_journal_file(O_WRONLY);
+    lull_journal j;
+    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    ncompleted = 0;
+    CHECK_EQ(lull_journal_append(&j, &recs[5].req, "x", SIZE_MAX, appended),
+             -EINVAL);
+    CHECK_EQ(lull_journal_append(&j, &recs[5].req, "x", (size_t)SSIZE_MAX + 1,
+                                 appended),
+             -EINVAL);
+    CHECK(!lull_journal_busy(&j));
+    append(&j, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 1);
+    CHECK_EQ(last_status, 0);
+    append(&j, 1);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 2);
+    check_file(2);
+    close(fd);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
     remove_dir();
 }
 
