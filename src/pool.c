@@ -227,6 +227,13 @@ int lull_work_cancel(lull_work *work) {
     if (!work) return -EINVAL;
     lull_pool *p = work->pool;
     if (!p) return -EINVAL;
+    /* Its done already on its way (posted by its thread or by
+     * lull_pool_close, or by an earlier cancel): past cancelling, and the
+     * pool may be freed by now (lull_pool_free returns before the last
+     * done functions run), so its lock is not touched. */
+    if (__atomic_load_n(&work->task.remote_next, __ATOMIC_ACQUIRE) ||
+        lull_task_pending(&work->task))
+        return -EBUSY;
     pthread_mutex_lock(&p->lock);
     bool waiting = work->queued;
     if (waiting) {
