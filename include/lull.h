@@ -2117,7 +2117,8 @@ LULL_EXTERN void lull_pool_close(lull_pool *pool);
 /* Closes the pool, waits for running work to finish and its threads to
  * exit, and frees it. Not from a pool thread (-EDEADLK), not on the default
  * pool (-EBUSY), not while another thread may still submit to it. The done
- * functions of the last items still run on their loops afterwards. */
+ * functions of the last items still run on their loops afterwards (a
+ * submit from one: -ESHUTDOWN); the memory goes with the last of them. */
 LULL_EXTERN int lull_pool_free(lull_pool *pool);
 /* Thread-safe. The process's default pool, created on first use with the
  * thread count in LULL_POOL_THREADS (1 to 1024) or 4; it lives until exit. */

@@ -14,6 +14,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <stdio.h>
 #include <string.h>
@@ -1167,6 +1168,37 @@ TEST_THREADED(fs_scandir_pool_closed_mid_listing) {
     CHECK_EQ(batches, 1);
     CHECK_EQ(lull_fs_unlink(L, P, &R, path, on_fs), -ESHUTDOWN);
     fs_teardown();
+}
+
+/* The pool freed while a listing's batch is back from it, its done still
+ * to run (lull_pool_free returns before the last done functions run):
+ * the listing's next trip is refused (-ESHUTDOWN, cb once), not
+ * submitted to the freed pool. */
+TEST_THREADED(fs_scandir_pool_freed_with_a_batch_on_its_way) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    batches = entries = max_batch = bad_batches = 0;
+    memset(seen_mark, 0, sizeof seen_mark);
+    ncalls = 0;
+    CHECK_EQ(lull_fs_scandir(L, P, &R, in_dir("d"), on_batch, on_listed), 0);
+    uint64_t deadline = check_clock_ns() + 10000000000u;
+    lull_pool_stats st;
+    for (;;) { /* the first batch read and handed back */
+        lull_pool_get_stats(P, &st);
+        if (st.completed >= 1) break;
+        CHECK(check_clock_ns() < deadline);
+        sched_yield();
+    }
+    CHECK_EQ(lull_pool_free(P), 0);
+    P = NULL;
+    while (ncalls == 0)
+        CHECK_EQ(lull_loop_run(L, LULL_RUN_ONCE), 0);
+    CHECK_EQ(ncalls, 1);
+    CHECK_EQ(last, -ESHUTDOWN);
+    CHECK_EQ(batches, 1);
+    CHECK_EQ(lull_loop_free(L), 0);
+    CHECK_EQ(nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
 }
 
 /* The file lane: a file operation stuck on its pool (a slow disk, played by
