@@ -447,6 +447,57 @@ TEST(init_of_a_started_watch_is_refused) {
     remove_tree(root);
 }
 
+/* After fork() and lull_loop_fork, the child's watches (the parent's
+ * inotify instance, shared through the fork) end with GONE in a later
+ * turn, and the child can watch anew; nothing the child does reaches the
+ * parent's watches. The shared instance let the child read the parent's
+ * events, and a stop in the child removed the parent's watch. */
+static lull_fsevent fork_w;
+static seen fork_s;
+
+static void fork_child_side(void *arg) {
+    lull_loop *loop = arg;
+    CHECK_EQ(lull_loop_fork(loop), 0);
+    CHECK_EQ(fork_s.calls, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fork_s.calls, 1);
+    CHECK_EQ(fork_s.events[0], LULL_FSEVENT_GONE);
+    CHECK_EQ(lull_fsevent_stop(&fork_w), 0);
+    CHECK(!lull_loop_alive(loop));
+    /* A watch of the child's own hears the child's changes. */
+    lull_fsevent mine;
+    seen ms;
+    watch(loop, &mine, &ms, root);
+    touch(at("child"));
+    while (ms.calls == 0)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(strcmp(ms.names[0], "child"), 0);
+    CHECK_EQ(lull_fsevent_stop(&mine), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(watches_after_fork) {
+    make_root();
+    lull_loop *loop = new_loop();
+    watch(loop, &fork_w, &fork_s, root);
+    CHECK(check_exits_cleanly(fork_child_side, loop));
+    /* The child's file: the parent's watch heard it too (its own queue). */
+    touch(at("parent"));
+    bool child = false, parent = false;
+    while (!parent) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        for (int i = 0; i < fork_s.calls && i < 8; i++) {
+            child |= strcmp(fork_s.names[i], "child") == 0;
+            parent |= strcmp(fork_s.names[i], "parent") == 0;
+        }
+    }
+    CHECK(child);
+    CHECK(!(fork_s.all & LULL_FSEVENT_GONE));
+    CHECK_EQ(lull_fsevent_stop(&fork_w), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
 /* One batch with events for two watches: the first callback stops the
  * second watch, and then itself (the loop's last): nothing more is
  * called, nothing is touched after (ASan). */
