@@ -368,6 +368,46 @@ TEST_THREADED(journal_append_past_ssize_max_is_refused) {
     remove_dir();
 }
 
+/* The same request appended twice while queued: the second is refused
+ * (-EBUSY) and the record is written and completed once. It linked the
+ * record to itself, and the batch's write loop went round it forever,
+ * writing the record again and again. */
+TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
+    make_dir();
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    int fd = open_journal_file(O_WRONLY);
+    lull_journal j;
+    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    ncompleted = 0;
+    gate g;
+    gate_hold(loop, pool, &g); /* the batch waits behind it */
+    append(&j, 0);
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, recs[0].text,
+                                 strlen(recs[0].text), appended),
+             -EBUSY); /* the last queued */
+    append(&j, 1);
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, recs[0].text,
+                                 strlen(recs[0].text), appended),
+             -EBUSY);                    /* the first queued */
+    CHECK_EQ(lull_loop_settle(loop), 1); /* the batch leaves */
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, recs[0].text,
+                                 strlen(recs[0].text), appended),
+             -EBUSY); /* the first of the batch in flight */
+    sem_post(&g.release);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 2);
+    check_file(2);
+    close(fd);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&g.started);
+    sem_destroy(&g.release);
+    remove_dir();
+}
+
 /* -------------------------------------------------------- getaddrinfo */
 
 static int lookup_status = 1;
