@@ -211,8 +211,10 @@ LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
 /* In a child after fork(), before it uses the loop: gives the child its own
  * kernel state (a new epoll set with every started watcher registered
  * again, and a new wake-up fd), so nothing the child does reaches the
- * parent's loop. A child that does not call it must not touch the loop
- * (debug builds abort at its first run, or start or stop of a watcher).
+ * parent's loop; its fs event watches (the parent's inotify instance)
+ * end with LULL_FSEVENT_GONE in a later turn. A child that does not call
+ * it must not touch the loop (debug builds abort at its first run, or
+ * start or stop of a watcher).
  * Call it on the thread that forked, which must own the loop: fork on the
  * loop's thread (inside a callback is fine), or while no thread runs it
  * (then lull_loop_adopt in the child makes the forking thread the owner).
@@ -1339,13 +1341,14 @@ struct lull_fsevent {
     };
 };
 
-/* -EINVAL for NULL. */
+/* -EINVAL for NULL; -EBUSY for a started watch (asked on the loop's
+ * thread). */
 LULL_EXTERN int lull_fsevent_init(lull_loop *loop, lull_fsevent *w);
 /* Starts watching path (a file or a directory; a symbolic link is
  * followed). 0, or -EINVAL (NULL, empty, fn NULL), -EBUSY (started),
  * the errno of inotify_add_watch (-ENOENT, -EACCES, -ENOSPC: the
  * watch limit, fs.inotify.max_user_watches) or of inotify_init1
- * (-EMFILE: fs.inotify.max_user_instances). Two watches of one path on a
+ * (-EMFILE: fs.inotify.max_user_instances), -ENOMEM. Two watches of one path on a
  * loop: -EEXIST (inotify gives both one descriptor). */
 LULL_EXTERN int lull_fsevent_start(lull_fsevent *w, const char *path,
                                    lull_fsevent_fn fn);
@@ -1404,7 +1407,7 @@ struct lull_tty {
  * always raw. 0, or -EINVAL (NULL, fd < 0), -ENOTTY (not a terminal),
  * -EBADF, an error of open or of lull_stream_open (-EMFILE); nothing is
  * left open on failure. Set a tty up again only once its stream's
- * on_close ran, as for a stream. */
+ * on_close ran, as for a stream: before, -EBUSY. */
 LULL_EXTERN int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
                               const lull_stream_options *opts);
 /* LULL_TTY_MODE_*. The first mode other than NORMAL enters the tty in
@@ -2041,6 +2044,8 @@ struct lull_signal {
     };
 };
 
+/* -EINVAL for NULL; -EBUSY for a started handle (asked on the loop's
+ * thread). */
 LULL_EXTERN int lull_signal_init(lull_loop *loop, lull_signal *sig,
                                  lull_signal_fn fn);
 /* Watches signum (restarting a started handle on another signal). -EINVAL
@@ -2121,7 +2126,8 @@ LULL_EXTERN void lull_pool_close(lull_pool *pool);
 /* Closes the pool, waits for running work to finish and its threads to
  * exit, and frees it. Not from a pool thread (-EDEADLK), not on the default
  * pool (-EBUSY), not while another thread may still submit to it. The done
- * functions of the last items still run on their loops afterwards. */
+ * functions of the last items still run on their loops afterwards (a
+ * submit from one: -ESHUTDOWN); the memory goes with the last of them. */
 LULL_EXTERN int lull_pool_free(lull_pool *pool);
 /* Thread-safe. The process's default pool, created on first use with the
  * thread count in LULL_POOL_THREADS (1 to 1024) or 4; it lives until exit. */
@@ -2367,8 +2373,10 @@ struct lull_journal {
 /* Writes start at the file's current end (lseek SEEK_END). */
 LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
                                   lull_journal *j, int fd);
-/* Queues len bytes: 0, or the sticky error (cb then never runs). req must
- * not be queued already. No allocation. */
+/* Queues len bytes: 0, -EINVAL (NULL, len past SSIZE_MAX), or the sticky
+ * error (cb then never runs). req must not be queued already (-EBUSY where
+ * seen at once: the first or last queued, the first in flight). No
+ * allocation. */
 LULL_EXTERN int lull_journal_append(lull_journal *j, lull_append *req,
                                     const void *buf, size_t len,
                                     lull_append_fn cb);

@@ -208,7 +208,14 @@ int lull_journal_init(lull_loop *loop, lull_pool *pool, lull_journal *j,
 int lull_journal_append(lull_journal *j, lull_append *req, const void *buf,
                         size_t len, lull_append_fn cb) {
     if (!j || !req || !cb || (!buf && len)) return -EINVAL;
+    /* Longer than one write can be: queued, its batch's pwritev would fail
+     * with EINVAL and make that error the journal's, sticky. */
+    if (len > SSIZE_MAX) return -EINVAL;
     if (j->error) return j->error;
+    /* Queued already, where that is seen at once (last or first queued,
+     * first of the batch in flight): queued again, it was linked into a
+     * cycle (last: to itself), whose batch wrote it again forever. */
+    if (req == j->tail || req == j->head || req == j->batch) return -EBUSY;
     req->next = NULL;
     req->cb = cb;
     req->buf = buf;

@@ -26,6 +26,7 @@
  *   Quiet condition         always between events: the fd waits in epoll,
  *                           no task, no timer */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,18 +65,37 @@ struct lull__fsevents {
     lull_fsevent *head; /* started watches */
     uint32_t refs;      /* ... referenced ones */
     bool delivering;    /* inside the batch: free only after it */
+    /* The overflow's snapshot of the started watches' descriptors, grown
+     * by each start so that reporting an overflow never allocates. */
+    int *snap;
+    size_t watches, snap_cap;
+    lull_task gone; /* after fork: ends the watches inherited (FORKED) */
     char buf[BUF_SIZE]
         __attribute__((aligned(__alignof__(struct inotify_event))));
     entry entries[MAX_ENTRIES];
     int32_t table[TABLE_SIZE]; /* index + 1 into entries, 0 = empty */
 };
 
+/* lull_fsevent.wd of a watch inherited through fork(): started, but of
+ * the parent's inotify instance, its GONE still to come (gone_task). */
+#define FORKED (-2)
+
 static void on_inotify(lull_io *io, int events);
 LULL__OWN_NAME(on_inotify, "lull_fsevent inotify fd", struct lull__fsevents,
                io);
+static void gone_task(lull_task *t);
+LULL__OWN_NAME(gone_task, "lull_fsevent watches ended by fork",
+               struct lull__fsevents, gone);
 
 int lull_fsevent_init(lull_loop *loop, lull_fsevent *w) {
     if (!loop || !w) return -EINVAL;
+    /* A started watch: clearing it would cut the loop's list at it (the
+     * watches started before it never heard from again). Asked by
+     * address: w is garbage before its first init; and on the loop's
+     * thread only, the list's. */
+    if (loop->fsevents && lull__on_loop_thread(loop))
+        for (lull_fsevent *s = loop->fsevents->head; s; s = s->next)
+            if (s == w) return -EBUSY;
     void *data = w->data;
     memset(w, 0, sizeof *w);
     w->data = data;
@@ -94,8 +114,10 @@ static lull_fsevent *by_wd(struct lull__fsevents *fs, int wd) {
 static void release_if_unused(lull_loop *loop) {
     struct lull__fsevents *fs = loop->fsevents;
     if (!fs || fs->head || fs->delivering) return;
+    lull_task_cancel(&fs->gone); /* every inherited watch stopped first */
     lull_io_stop(&fs->io);
     close(fs->io.fd);
+    free(fs->snap);
     free(fs);
     loop->fsevents = NULL;
 }
@@ -119,6 +141,7 @@ static int open_inotify(lull_loop *loop) {
         return rc;
     }
     lull_io_unref(&fs->io); /* referenced while a referenced watch is */
+    lull_task_init(&fs->gone, gone_task);
     loop->fsevents = fs;
     return 0;
 }
@@ -131,12 +154,22 @@ static void ref_io(struct lull__fsevents *fs, bool up) {
 int lull_fsevent_start(lull_fsevent *w, const char *path, lull_fsevent_fn fn) {
     if (!w || !w->loop || !path || !*path || !fn) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(w->loop);
-    if (w->wd >= 0) return -EBUSY;
+    if (w->wd != -1) return -EBUSY;
     if (strlen(path) >= PATH_MAX) return -ENAMETOOLONG;
     lull_loop *loop = w->loop;
     int rc = open_inotify(loop);
     if (rc < 0) return rc;
     struct lull__fsevents *fs = loop->fsevents;
+    if (fs->watches == fs->snap_cap) {
+        size_t cap = fs->snap_cap ? 2 * fs->snap_cap : 16;
+        int *snap = realloc(fs->snap, cap * sizeof *snap);
+        if (!snap) {
+            release_if_unused(loop);
+            return -ENOMEM;
+        }
+        fs->snap = snap;
+        fs->snap_cap = cap;
+    }
     int wd = inotify_add_watch(fs->io.fd, path, WATCH_MASK | IN_MASK_CREATE);
     if (wd < 0) {
         rc = -errno;
@@ -147,6 +180,7 @@ int lull_fsevent_start(lull_fsevent *w, const char *path, lull_fsevent_fn fn) {
     w->fn = fn;
     w->next = fs->head;
     fs->head = w;
+    fs->watches++;
     if (w->ref) ref_io(fs, true);
     return 0;
 }
@@ -160,6 +194,7 @@ static void unlink_watch(struct lull__fsevents *fs, lull_fsevent *w) {
         }
     }
     if (w->ref) ref_io(fs, false);
+    fs->watches--;
     w->next = NULL;
     w->wd = -1;
 }
@@ -167,24 +202,27 @@ static void unlink_watch(struct lull__fsevents *fs, lull_fsevent *w) {
 int lull_fsevent_stop(lull_fsevent *w) {
     if (!w || !w->loop) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(w->loop);
-    if (w->wd < 0) return 0;
+    if (w->wd == -1) return 0;
     struct lull__fsevents *fs = w->loop->fsevents;
-    inotify_rm_watch(fs->io.fd, w->wd); /* EINVAL if the kernel dropped it */
+    if (w->wd != FORKED) /* the parent's: not this instance's to remove */
+        inotify_rm_watch(fs->io.fd, w->wd); /* EINVAL: the kernel dropped it */
     unlink_watch(fs, w);
     release_if_unused(w->loop);
     return 0;
 }
 
+/* !w->loop: never set up (all zero), whose wd of 0 would pass for a
+ * started watch's; refused as stop and start refuse it. */
 void lull_fsevent_ref(lull_fsevent *w) {
-    if (!w || w->ref) return;
+    if (!w || !w->loop || w->ref) return;
     w->ref = true;
-    if (w->wd >= 0) ref_io(w->loop->fsevents, true);
+    if (w->wd != -1) ref_io(w->loop->fsevents, true);
 }
 
 void lull_fsevent_unref(lull_fsevent *w) {
-    if (!w || !w->ref) return;
+    if (!w || !w->loop || !w->ref) return;
     w->ref = false;
-    if (w->wd >= 0) ref_io(w->loop->fsevents, false);
+    if (w->wd != -1) ref_io(w->loop->fsevents, false);
 }
 
 /* ------------------------------------------------------------ coalescing */
@@ -286,14 +324,18 @@ static void deliver(struct lull__fsevents *fs, int n) {
 }
 
 static void deliver_overflow(struct lull__fsevents *fs) {
-    /* Every watch lost events; the list may change under the calls, so
-     * each is looked up again by position after a callback. */
-    for (int k = 0;; k++) {
-        lull_fsevent *w = fs->head;
-        for (int j = 0; w && j < k; j++)
-            w = w->next;
-        if (!w) break;
-        w->fn(w, LULL_FSEVENT_OVERFLOW, NULL, NULL);
+    /* Every watch started when the overflow was read lost events. The list
+     * changes under the calls (a watch stopped, one started at the head),
+     * so a walk by position would skip the watch after one that stopped
+     * itself: the descriptors are taken first and each looked up at its
+     * call, as deliver() does. A watch started inside is not called: its
+     * descriptor is new (inotify does not reuse them at once). */
+    size_t n = 0;
+    for (lull_fsevent *w = fs->head; w; w = w->next)
+        if (w->wd != FORKED) fs->snap[n++] = w->wd;
+    for (size_t i = 0; i < n; i++) {
+        lull_fsevent *w = by_wd(fs, fs->snap[i]);
+        if (w) w->fn(w, LULL_FSEVENT_OVERFLOW, NULL, NULL);
     }
 }
 
@@ -312,6 +354,47 @@ static void on_inotify(lull_io *io, int events) {
     int n = coalesce(fs, (size_t)len, &overflow);
     deliver(fs, n);
     if (overflow) deliver_overflow(fs);
+    fs->delivering = false;
+    release_if_unused(loop);
+}
+
+/* ---------------------------------------------------------------- fork */
+
+/* The inotify fd is the parent's instance, shared through fork(): a child
+ * reading it would take the parent's events, and its stops would remove
+ * the parent's watches. The child's fd number is pointed at a new instance
+ * of its own (dup3: the parent keeps the old one), and the watches it
+ * inherited, which the new instance does not hold, end with GONE in the
+ * next turn, as a deleted path's do; the child watches anew from there. */
+int lull__fsevents_fork(lull_loop *loop) {
+    struct lull__fsevents *fs = loop->fsevents;
+    if (!fs) return 0;
+    int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) return -errno;
+    int rc = dup3(fd, fs->io.fd, O_CLOEXEC) < 0 ? -errno : 0;
+    close(fd);
+    if (rc < 0) return rc;
+    for (lull_fsevent *w = fs->head; w; w = w->next)
+        w->wd = FORKED;
+    if (fs->head) lull_task_post(loop, &fs->gone);
+    return 0;
+}
+
+/* Each inherited watch, looked for again after every call (a callback may
+ * stop others, or start watches of the new instance). */
+static void gone_task(lull_task *t) {
+    struct lull__fsevents *fs =
+        LULL_CONTAINER_OF(t, struct lull__fsevents, gone);
+    lull_loop *loop = fs->io.loop;
+    fs->delivering = true;
+    for (;;) {
+        lull_fsevent *w = fs->head;
+        while (w && w->wd != FORKED)
+            w = w->next;
+        if (!w) break;
+        unlink_watch(fs, w);
+        w->fn(w, LULL_FSEVENT_GONE, NULL, NULL);
+    }
     fs->delivering = false;
     release_if_unused(loop);
 }

@@ -487,6 +487,10 @@ static inline bool lull__remote_pending(lull_loop *loop) {
 }
 void lull__remote_quiesce(lull_loop *loop);
 int lull__remote_fork(lull_loop *loop);
+/* lull_loop_fork, before the epoll set is rebuilt: the child's inotify
+ * instance is its own, and its inherited watches end with GONE in a later
+ * turn (src/fsevent.c). */
+int lull__fsevents_fork(lull_loop *loop);
 void lull__remote_drain(lull_loop *loop);
 enum { LULL__AWAKE = 0, LULL__SLEEP_EPOLL = 1, LULL__SLEEP_FUTEX = 2 };
 bool lull__remote_sleep(lull_loop *loop, int how);

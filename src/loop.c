@@ -773,9 +773,12 @@ void lull_loop_advance(lull_loop *loop, uint64_t ns) {
 int lull_loop_fork(lull_loop *loop) {
     if (!loop) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
+    /* Before the rebuild, which registers the inotify fd's number. */
+    int err = lull__fsevents_fork(loop);
+    if (err) return err;
     int wake_fd = loop->wake_fd;
     loop->wake_fd = -1;
-    int err = lull__backend_rebuild(loop);
+    err = lull__backend_rebuild(loop);
     if (err) {
         loop->wake_fd = wake_fd;
         return err;

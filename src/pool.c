@@ -84,7 +84,22 @@ struct lull_pool {
     uint64_t wakeups; /* atomic: counted as each sleep returns */
     unsigned threads; /* started; fixed after lull_pool_new (no lock) */
     worker *workers;  /* `threads` of them (no lock) */
+    /* Atomic: lull_pool_free's one, and one per accepted item until its
+     * done has run. lull_pool_free returns before the last done functions
+     * run, and one of them may submit again (a listing's next batch,
+     * src/fsops.c): the memory stays, closed, until the last is done. */
+    uint32_t refs;
 };
+
+static void pool_destroy(lull_pool *p) {
+    pthread_mutex_destroy(&p->lock);
+    free(p->workers);
+    free(p);
+}
+
+static void pool_release(lull_pool *p) {
+    if (__atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) == 0) pool_destroy(p);
+}
 
 static void futex_wake(uint32_t *word) {
     syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
@@ -164,9 +179,12 @@ static void *worker_main(void *arg) {
 static void work_done(lull_task *task) {
     lull_work *w = LULL_CONTAINER_OF(task, lull_work, task);
     lull_loop *loop = w->loop;
+    lull_pool *pool = w->pool;
     w->pool = NULL; /* free again: done may resubmit it */
     lull_loop_unref(loop);
     if (w->done) w->done(w, w->status);
+    pool_release(pool); /* after done, which may submit to it (w may be
+                           gone by now: only the local is used) */
 }
 LULL__OWN_NAME(work_done, "lull_work completion", lull_work, task);
 
@@ -216,6 +234,7 @@ int lull_work_submit(lull_loop *loop, lull_pool *pool, lull_work *work) {
     work->queued = true;
     pool->queued++;
     pool->submitted++;
+    __atomic_fetch_add(&pool->refs, 1, __ATOMIC_RELAXED);
     worker *wake = NULL;
     if (pool->idle && pool->waking < pool->queued) wake = pop_idle(pool);
     pthread_mutex_unlock(&pool->lock);
@@ -227,6 +246,13 @@ int lull_work_cancel(lull_work *work) {
     if (!work) return -EINVAL;
     lull_pool *p = work->pool;
     if (!p) return -EINVAL;
+    /* Its done already on its way (posted by its thread or by
+     * lull_pool_close, or by an earlier cancel): past cancelling, and the
+     * pool may be freed by now (lull_pool_free returns before the last
+     * done functions run), so its lock is not touched. */
+    if (__atomic_load_n(&work->task.remote_next, __ATOMIC_ACQUIRE) ||
+        lull_task_pending(&work->task))
+        return -EBUSY;
     pthread_mutex_lock(&p->lock);
     bool waiting = work->queued;
     if (waiting) {
@@ -260,6 +286,7 @@ int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
         return -ENOMEM;
     }
     pthread_mutex_init(&p->lock, NULL);
+    p->refs = 1; /* lull_pool_free's */
     p->max_queued = opts->max_queued ? opts->max_queued : DEFAULT_MAX_QUEUED;
 
     char name[16] = "lull-pool";
@@ -337,9 +364,7 @@ int lull_pool_free(lull_pool *pool) {
     lull_pool_close(pool);
     for (unsigned i = 0; i < pool->threads; i++)
         pthread_join(pool->workers[i].thread, NULL);
-    pthread_mutex_destroy(&pool->lock);
-    free(pool->workers);
-    free(pool);
+    pool_release(pool); /* freed now, or by the last done still to run */
     return 0;
 }
 

@@ -508,6 +508,19 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
         limit = (int)rl.rlim_cur;
     int errp[2];
     if (pipe2(errp, O_CLOEXEC | O_NONBLOCK) < 0) return -errno;
+    /* The child keeps the write end above the fds it places, and can say
+     * nothing when no fd is free there: it would exit 127 unheard, and the
+     * spawn look successful. Moved here, where that is -EMFILE. */
+    if (errp[1] < m->n) {
+        int fd = fcntl(errp[1], F_DUPFD_CLOEXEC, m->n);
+        int err = -errno;
+        close(errp[1]);
+        if (fd < 0) {
+            close(errp[0]);
+            return err;
+        }
+        errp[1] = fd;
+    }
     volatile int ran_shared = 0;
     lull__spawn sp = {
         .file = o->file ? o->file : o->argv[0],

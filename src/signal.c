@@ -252,6 +252,14 @@ static void unwatch(lull_loop *loop, int signum) {
 
 int lull_signal_init(lull_loop *loop, lull_signal *sig, lull_signal_fn fn) {
     if (!loop || !sig || !fn) return -EINVAL;
+    /* A started handle: clearing it would cut the loop's list at it (the
+     * handles started after it never called again). Asked by address:
+     * sig is garbage before its first init; and on the loop's thread
+     * only, the list's (init is for any thread: a handle set up there
+     * before its start cannot be on the list). */
+    if (lull__on_loop_thread(loop))
+        for (lull_signal *h = loop->signals.head; h; h = h->next)
+            if (h == sig) return -EBUSY;
     memset(sig, 0, sizeof *sig);
     sig->loop = loop;
     sig->fn = fn;

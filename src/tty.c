@@ -153,6 +153,14 @@ int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
                   const lull_stream_options *opts) {
     if (!loop || !t || fd < 0) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
+    /* A tty still open, or closed with its stream's on_close still queued:
+     * the clearing below would orphan the stream's registered fd, the
+     * description and the reset table's entry, and lose the mode to give
+     * back. Asked by address only: t is garbage before its first init. */
+    const lull__node *queued[] = {&t->stream.event.node, &t->stream.flush.node};
+    if (lull__live_on(loop, &t->stream.io, queued, 2) ||
+        lull__live_on(loop, &t->stream.wio, NULL, 0))
+        return -EBUSY;
     struct termios tio;
     if (tcgetattr(fd, &tio) < 0) return -errno;
     memset(t, 0, sizeof *t);

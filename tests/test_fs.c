@@ -9,10 +9,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <lull.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <stdio.h>
 #include <string.h>
@@ -325,6 +327,79 @@ TEST_THREADED(journal_error_is_sticky) {
     CHECK_EQ(lull_journal_append(&j, &recs[2].req, "x", 1, appended), -EBADF);
     CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK(!lull_journal_busy(&j));
+    close(fd);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&g.started);
+    sem_destroy(&g.release);
+    remove_dir();
+}
+
+/* An append longer than one write can be (past SSIZE_MAX) is refused at
+ * the call, and the journal goes on: queued, its batch's pwritev failed
+ * with EINVAL, and that failure, sticky, refused every later append. */
+TEST_THREADED(journal_append_past_ssize_max_is_refused) {
+    make_dir();
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    int fd = open_journal_file(O_WRONLY);
+    lull_journal j;
+    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    ncompleted = 0;
+    CHECK_EQ(lull_journal_append(&j, &recs[5].req, "x", SIZE_MAX, appended),
+             -EINVAL);
+    CHECK_EQ(lull_journal_append(&j, &recs[5].req, "x", (size_t)SSIZE_MAX + 1,
+                                 appended),
+             -EINVAL);
+    CHECK(!lull_journal_busy(&j));
+    append(&j, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 1);
+    CHECK_EQ(last_status, 0);
+    append(&j, 1);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 2);
+    check_file(2);
+    close(fd);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_dir();
+}
+
+/* The same request appended twice while queued: the second is refused
+ * (-EBUSY) and the record is written and completed once. It linked the
+ * record to itself, and the batch's write loop went round it forever,
+ * writing the record again and again. */
+TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
+    make_dir();
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    int fd = open_journal_file(O_WRONLY);
+    lull_journal j;
+    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    ncompleted = 0;
+    gate g;
+    gate_hold(loop, pool, &g); /* the batch waits behind it */
+    append(&j, 0);
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, recs[0].text,
+                                 strlen(recs[0].text), appended),
+             -EBUSY); /* the last queued */
+    append(&j, 1);
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, recs[0].text,
+                                 strlen(recs[0].text), appended),
+             -EBUSY);                    /* the first queued */
+    CHECK_EQ(lull_loop_settle(loop), 1); /* the batch leaves */
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, recs[0].text,
+                                 strlen(recs[0].text), appended),
+             -EBUSY); /* the first of the batch in flight */
+    sem_post(&g.release);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 2);
+    check_file(2);
     close(fd);
     CHECK_EQ(lull_pool_free(pool), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -1133,6 +1208,37 @@ TEST_THREADED(fs_scandir_pool_closed_mid_listing) {
     CHECK_EQ(batches, 1);
     CHECK_EQ(lull_fs_unlink(L, P, &R, path, on_fs), -ESHUTDOWN);
     fs_teardown();
+}
+
+/* The pool freed while a listing's batch is back from it, its done still
+ * to run (lull_pool_free returns before the last done functions run):
+ * the listing's next trip is refused (-ESHUTDOWN, cb once), not
+ * submitted to the freed pool. */
+TEST_THREADED(fs_scandir_pool_freed_with_a_batch_on_its_way) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    batches = entries = max_batch = bad_batches = 0;
+    memset(seen_mark, 0, sizeof seen_mark);
+    ncalls = 0;
+    CHECK_EQ(lull_fs_scandir(L, P, &R, in_dir("d"), on_batch, on_listed), 0);
+    uint64_t deadline = check_clock_ns() + 10000000000u;
+    lull_pool_stats st;
+    for (;;) { /* the first batch read and handed back */
+        lull_pool_get_stats(P, &st);
+        if (st.completed >= 1) break;
+        CHECK(check_clock_ns() < deadline);
+        sched_yield();
+    }
+    CHECK_EQ(lull_pool_free(P), 0);
+    P = NULL;
+    while (ncalls == 0)
+        CHECK_EQ(lull_loop_run(L, LULL_RUN_ONCE), 0);
+    CHECK_EQ(ncalls, 1);
+    CHECK_EQ(last, -ESHUTDOWN);
+    CHECK_EQ(batches, 1);
+    CHECK_EQ(lull_loop_free(L), 0);
+    CHECK_EQ(nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
 }
 
 /* The file lane: a file operation stuck on its pool (a slow disk, played by

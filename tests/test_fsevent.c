@@ -151,6 +151,22 @@ TEST(hostile_arguments) {
     remove_tree(root);
 }
 
+/* A watch never set up (all zero, as a static or `= {0}` is): stop and
+ * start refuse it, and ref and unref are no-ops, as for the other
+ * handles. Its descriptor field reads 0, a valid one, and ref took it for
+ * a started watch: a NULL loop dereferenced. */
+TEST(zeroed_watch_ref_unref_are_no_ops) {
+    lull_fsevent zero = {0};
+    CHECK_EQ(lull_fsevent_start(&zero, "/tmp", on_event), -EINVAL);
+    CHECK_EQ(lull_fsevent_stop(&zero), -EINVAL);
+    lull_fsevent_ref(&zero);
+    lull_fsevent_unref(&zero);
+    lull_fsevent_ref(&zero);
+    lull_fsevent_ref(NULL);
+    lull_fsevent_unref(NULL);
+    CHECK_EQ(zero.loop, NULL);
+}
+
 TEST(burst_of_writes_is_one_modified) {
     make_root();
     touch(at("f"));
@@ -348,6 +364,136 @@ TEST(overflow_reaches_every_watch) {
     CHECK_EQ(strcmp(s1.names[0], "(self)"), 0);
     lull_fsevent_stop(&w1);
     lull_fsevent_stop(&w2);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+/* The overflow reaches every watch started when it was read, also when
+ * the first one called stops itself (the list shifts under the walk) and
+ * when a callback starts a new watch (which lost nothing: no call). */
+static lull_fsevent *overflow_start_new;
+static const char *overflow_new_path;
+static void on_overflow_stop(lull_fsevent *w, unsigned events, const char *name,
+                             const char *other) {
+    on_event(w, events, name, other);
+    if (overflow_start_new) {
+        lull_fsevent *n = overflow_start_new;
+        overflow_start_new = NULL;
+        CHECK_EQ(lull_fsevent_start(n, overflow_new_path, on_event), 0);
+    }
+}
+
+TEST(overflow_reaches_every_watch_when_one_stops_itself) {
+    make_root();
+    CHECK_EQ(mkdir(at("a"), 0755), 0);
+    CHECK_EQ(mkdir(at("b"), 0755), 0);
+    CHECK_EQ(mkdir(at("c"), 0755), 0);
+    lull_loop *loop = new_loop();
+    lull_fsevent w1, w2, w3, w4;
+    seen s1, s2, s3, s4;
+    watch(loop, &w1, &s1, at("a"));
+    watch(loop, &w2, &s2, at("b"));
+    watch(loop, &w3, &s3, root);
+    /* Whichever is called first stops itself and starts w4. */
+    CHECK_EQ(lull_fsevent_stop(&w1), 0);
+    CHECK_EQ(lull_fsevent_stop(&w2), 0);
+    CHECK_EQ(lull_fsevent_stop(&w3), 0);
+    CHECK_EQ(lull_fsevent_start(&w1, at("a"), on_overflow_stop), 0);
+    CHECK_EQ(lull_fsevent_start(&w2, at("b"), on_overflow_stop), 0);
+    CHECK_EQ(lull_fsevent_start(&w3, root, on_overflow_stop), 0);
+    s1.stop_self = s2.stop_self = s3.stop_self = true;
+    memset(&s4, 0, sizeof s4);
+    w4.data = &s4;
+    CHECK_EQ(lull_fsevent_init(loop, &w4), 0);
+    overflow_start_new = &w4;
+    overflow_new_path = at("c");
+    overflow_fd = ((lull_io *)loop->fsevents)->fd;
+    touch(at("poke"));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s1.calls, 1);
+    CHECK_EQ(s2.calls, 1);
+    CHECK_EQ(s3.calls, 1);
+    CHECK_EQ(s1.all | s2.all | s3.all, LULL_FSEVENT_OVERFLOW);
+    CHECK_EQ(s4.calls, 0);
+    CHECK_EQ(lull_fsevent_stop(&w4), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+/* lull_fsevent_init on a started watch: refused, and the watches started
+ * before it still hear their events. A clearing init left the watch in
+ * the loop's list with its link cleared, which cut off the watches
+ * behind it (started before it) and unbalanced the references. */
+TEST(init_of_a_started_watch_is_refused) {
+    make_root();
+    CHECK_EQ(mkdir(at("a"), 0755), 0);
+    CHECK_EQ(mkdir(at("b"), 0755), 0);
+    lull_loop *loop = new_loop();
+    lull_fsevent wa, wb;
+    seen sa, sb;
+    watch(loop, &wa, &sa, at("a"));
+    watch(loop, &wb, &sb, at("b"));
+    CHECK_EQ(lull_fsevent_init(loop, &wb), -EBUSY);
+    CHECK_EQ(wb.data, &sb);
+    touch(at("a/1"));
+    touch(at("b/1"));
+    while (sa.calls < 1 || sb.calls < 1)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_fsevent_stop(&wb), 0);
+    CHECK_EQ(lull_fsevent_init(loop, &wb), 0); /* stopped: free again */
+    CHECK_EQ(lull_fsevent_stop(&wa), 0);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
+/* After fork() and lull_loop_fork, the child's watches (the parent's
+ * inotify instance, shared through the fork) end with GONE in a later
+ * turn, and the child can watch anew; nothing the child does reaches the
+ * parent's watches. The shared instance let the child read the parent's
+ * events, and a stop in the child removed the parent's watch. */
+static lull_fsevent fork_w;
+static seen fork_s;
+
+static void fork_child_side(void *arg) {
+    lull_loop *loop = arg;
+    CHECK_EQ(lull_loop_fork(loop), 0);
+    CHECK_EQ(fork_s.calls, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fork_s.calls, 1);
+    CHECK_EQ(fork_s.events[0], LULL_FSEVENT_GONE);
+    CHECK_EQ(lull_fsevent_stop(&fork_w), 0);
+    CHECK(!lull_loop_alive(loop));
+    /* A watch of the child's own hears the child's changes. */
+    lull_fsevent mine;
+    seen ms;
+    watch(loop, &mine, &ms, root);
+    touch(at("child"));
+    while (ms.calls == 0)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(strcmp(ms.names[0], "child"), 0);
+    CHECK_EQ(lull_fsevent_stop(&mine), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(watches_after_fork) {
+    make_root();
+    lull_loop *loop = new_loop();
+    watch(loop, &fork_w, &fork_s, root);
+    CHECK(check_exits_cleanly(fork_child_side, loop));
+    /* The child's file: the parent's watch heard it too (its own queue). */
+    touch(at("parent"));
+    bool child = false, parent = false;
+    while (!parent) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        for (int i = 0; i < fork_s.calls && i < 8; i++) {
+            child |= strcmp(fork_s.names[i], "child") == 0;
+            parent |= strcmp(fork_s.names[i], "parent") == 0;
+        }
+    }
+    CHECK(child);
+    CHECK(!(fork_s.all & LULL_FSEVENT_GONE));
+    CHECK_EQ(lull_fsevent_stop(&fork_w), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
     remove_tree(root);
 }

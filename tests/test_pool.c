@@ -733,6 +733,55 @@ TEST_THREADED(pool_close_with_work_in_flight) {
     sem_destroy(&started);
 }
 
+/* The pool freed while done functions are still to run: one of them
+ * cancels the others, as a completion may. They are past cancelling
+ * (-EBUSY, their done still comes), and the freed pool is not touched:
+ * cancel took the item's pool lock, in freed memory. */
+static item *cancel_in_done[2];
+static int cancel_in_done_rc[2];
+
+static void done_cancels_the_others(lull_work *w, int status) {
+    item_done(w, status);
+    for (int i = 0; i < 2; i++)
+        cancel_in_done_rc[i] = lull_work_cancel(&cancel_in_done[i]->work);
+}
+
+TEST_THREADED(pool_cancel_in_a_done_after_the_pool_is_freed) {
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    loop_thread = pthread_self();
+    sem_t gate, started;
+    sem_init(&gate, 0, 0);
+    sem_init(&started, 0, 0);
+    item ran = {.gate = &gate, .started = &started}, first = {0}, queued = {0};
+    lull_work_init(&ran.work, item_run, item_done);
+    lull_work_init(&first.work, item_run, done_cancels_the_others);
+    lull_work_init(&queued.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &ran.work), 0);
+    sem_wait_10s(&started, "gate");
+    CHECK_EQ(lull_work_submit(loop, pool, &first.work), 0);
+    CHECK_EQ(lull_work_submit(loop, pool, &queued.work), 0);
+    lull_pool_close(pool); /* first and queued: cancelled, done to come */
+    sem_post(&gate);
+    CHECK_EQ(lull_pool_free(pool), 0); /* ran: done to come */
+    cancel_in_done[0] = &queued;
+    cancel_in_done[1] = &ran;
+    cancel_in_done_rc[0] = cancel_in_done_rc[1] = 1;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(first.dones, 1);
+    CHECK_EQ(cancel_in_done_rc[0], -EBUSY);
+    CHECK_EQ(cancel_in_done_rc[1], -EBUSY);
+    CHECK_EQ(queued.dones, 1);
+    CHECK_EQ(queued.last_status, -ECANCELED);
+    CHECK_EQ(ran.dones, 1);
+    CHECK_EQ(ran.last_status, 7);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&gate);
+    sem_destroy(&started);
+}
+
 /* Four loops keep resubmitting while the pool is closed under them: each
  * accepted submission gets exactly one done, the loops run out of work by
  * themselves and end, and the pool is freed once nobody can submit any

@@ -1833,6 +1833,46 @@ TEST(emfile_at_spawn) {
     CHECK(check_exits_cleanly(emfile_body, NULL));
 }
 
+/* Fds 0 to 2 closed and every fd above them taken up to the limit: the
+ * error pipe and the pidfd take 0 to 2, and the child, which must move
+ * the pipe's write end above the fds it places, finds no fd free there.
+ * Spawn says -EMFILE; it returned 0 and the child exited 127 without a
+ * word, an exec that never ran reported as the program's own exit. */
+static void low_fds_body(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    int base = open_fds();
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rl.rlim_cur = (rlim_t)base + 40;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int held[64], n = 0;
+    for (;;) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) break;
+        CHECK(n < 64);
+        held[n++] = fd;
+    }
+    close(0);
+    close(1);
+    close(2);
+    kid k = {0};
+    lull_process_options plain = {.argv = (char *[]){"/bin/true", NULL}};
+    CHECK_EQ(spawn(loop, &k, &plain), -EMFILE);
+    CHECK(!have_zombie());
+    close(held[--n]); /* one fd above 2 free: the pipe's end moves there */
+    CHECK_EQ(spawn(loop, &k, &plain), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 0);
+    while (n > 0)
+        close(held[--n]);
+    free_loop(loop);
+}
+
+TEST(spawn_with_fds_0_to_2_closed_and_the_rest_full) {
+    CHECK(check_exits_cleanly(low_fds_body, NULL));
+}
+
 /* lull_loop_fork with children running. The forked copy cannot wait for
  * its parent's children: their handles report -ECHILD (a close there kills
  * nothing and reports it in a later turn; kill is refused), and it can

@@ -339,6 +339,27 @@ TEST(signal_argument_errors) {
     free_loop(loop);
 }
 
+/* lull_signal_init on a started handle: refused, and both handles of the
+ * signal still see its delivery. A clearing init left the handle at the
+ * head of the loop's list with its links cleared, which cut off every
+ * handle started after it. */
+TEST(init_of_a_started_signal_is_refused) {
+    lull_loop *loop = new_loop();
+    watcher a = {0}, b = {0};
+    watch(loop, &a, 1, SIGUSR1);
+    watch(loop, &b, 2, SIGUSR1);
+    CHECK_EQ(lull_signal_init(loop, &a.sig, seen), -EBUSY);
+    CHECK_EQ(a.sig.signum, SIGUSR1);
+    raise(SIGUSR1);
+    run_until(loop, &b.calls, 1);
+    CHECK_EQ(a.calls, 1);
+    CHECK_EQ(lull_signal_stop(&a.sig), 0);
+    CHECK_EQ(lull_signal_init(loop, &a.sig, seen), 0); /* stopped: free */
+    CHECK_EQ(lull_signal_stop(&b.sig), 0);
+    CHECK(!blocked_here(SIGUSR1));
+    free_loop(loop);
+}
+
 /* After fork() and lull_loop_fork, the child's handles read the child's
  * signals, and the parent's the parent's. */
 static watcher g_fork_w;

@@ -456,6 +456,33 @@ TEST(tty_argument_errors) {
     finish(loop, &p);
 }
 
+/* lull_tty_init into a tty still open (in RAW): refused, nothing made,
+ * and the open tty is as it was: its mode, its stream, its restore. A
+ * clearing init would orphan the stream's registered fd, the description
+ * and the reset table's entry, and lose the mode to give back. Again
+ * after the close, before its on_close ran: refused too. */
+TEST(init_into_an_open_tty_is_refused) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    struct termios before = mode_of(p.slave);
+    term k;
+    term_init(loop, &k, p.slave);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    int open_before = open_fds();
+    CHECK_EQ(lull_tty_init(loop, &k.t, p.slave, NULL), -EBUSY);
+    CHECK_EQ(open_fds(), open_before);
+    CHECK_EQ(k.t.mode, LULL_TTY_MODE_RAW);
+    CHECK(is_raw(p.slave));
+    CHECK_EQ(write(p.master, "hi", 2), 2);
+    run_until(loop, &k.nread, 2);
+    CHECK_EQ(lull_tty_close(&k.t), 0);
+    CHECK(mode_is(p.slave, &before));
+    CHECK_EQ(lull_tty_init(loop, &k.t, p.slave, NULL), -EBUSY);
+    run_until(loop, &k.closes, 1);
+    CHECK_EQ(k.closes, 1);
+    finish(loop, &p);
+}
+
 /* The master goes away under RAW: the stream ends (the terminal hung
  * up: EOF), and the close afterwards, whose restore the dead
  * terminal may refuse, neither crashes nor leaks. */
