@@ -30,7 +30,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,8 +81,15 @@ static void decide(lull_dial *d, int status) {
         close_attempt(&d->io[i]);
     lull_timer_stop(&d->timer);
     /* A lookup still on the pool calls back later: the callback waits for
-     * it, so that the caller never frees a dial the pool still holds. */
-    if (!(d->state & D_RESOLVING)) lull_task_post(d->loop, &d->done);
+     * it, so that the caller never frees a dial the pool still holds. One
+     * still queued is cancelled (its callback comes in a later turn), so
+     * that a timeout or a cancel is not held up behind the pool's other
+     * work; one already running is waited for. */
+    if (d->state & D_RESOLVING) {
+        (void)lull_lookup_cancel(&d->lookup);
+    } else {
+        lull_task_post(d->loop, &d->done);
+    }
 }
 
 static void free_resolved(lull_dial *d) {
@@ -124,8 +130,9 @@ static void win(lull_dial *d, lull_io *io) {
     int fd = io->fd;
     lull_io_stop(io);
     io->fd = -1;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    /* TCP_NODELAY is lull_stream_open's to set: it leaves Nagle on when
+     * opts->stream asks for LULL_STREAM_NAGLE, which setting it here first
+     * overrode (the open never clears it). */
     int rc =
         lull_stream_open(d->loop, d->stream, fd, d->has_opts ? &d->opts : NULL);
     decide(d, rc); /* lull_stream_open owns fd even on failure */
@@ -377,8 +384,7 @@ int lull_dial_cancel(lull_dial *d) {
     if (!d || !(d->state & D_DIALING)) return -EINVAL;
     if (d->state & D_DECIDED) return 0;
     /* A lookup already running finishes on the pool; its result is then
-     * dropped (resolved, D_DECIDED). One not started never runs. */
-    if (d->state & D_RESOLVING) lull_lookup_cancel(&d->lookup);
+     * dropped (resolved, D_DECIDED). One not started never runs (decide). */
     decide(d, -ECANCELED);
     return 0;
 }
