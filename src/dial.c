@@ -109,13 +109,19 @@ static void on_done(lull_task *t) {
     d->fn(d, d->status); /* the struct is the caller's again */
 }
 
+/* now + ns, saturating: a huge timeout_ns or attempt_delay_ns means a
+ * long time, where a wrapped sum came before now and fired at once. */
+static uint64_t later(uint64_t now, uint64_t ns) {
+    return ns > UINT64_MAX - now ? UINT64_MAX : now + ns;
+}
+
 /* Arms the timer for whichever comes first: the next attempt's start (when
  * addresses remain) or the dial's deadline. */
 static void arm(lull_dial *d, bool attempt_pending) {
     uint64_t now = lull_loop_now(d->loop);
     uint64_t at = d->deadline;
     if (attempt_pending && d->next < d->n) {
-        uint64_t next = now + d->attempt_delay_ns;
+        uint64_t next = later(now, d->attempt_delay_ns);
         if (!at || next < at) at = next;
     }
     if (!at) {
@@ -311,7 +317,7 @@ static int begin(lull_loop *loop, lull_dial *d, lull_stream *s,
     }
     d->state = D_DIALING;
     if (opts && opts->timeout_ns) {
-        d->deadline = lull_loop_now(loop) + opts->timeout_ns;
+        d->deadline = later(lull_loop_now(loop), opts->timeout_ns);
         arm(d, false);
     }
     return 0;

@@ -634,3 +634,34 @@ TEST_THREADED(timeout_ends_a_dial_whose_lookup_waits_on_the_pool) {
     CHECK_EQ(lull_pool_free(pool), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* Huge durations mean "a long time", never "at once": the deadline and
+ * the next attempt's start saturate rather than wrap past the clock. */
+TEST(huge_timeout_and_attempt_delay_do_not_wrap) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loop_advance(loop, LULL_S(1)); /* now > 0: a sum would wrap */
+    hole h = hole_open(AF_INET);
+    int port, lfd = listener(AF_INET, 8, &port);
+    addrs l = {0};
+    add(&l, AF_INET, h.port);
+    add(&l, AF_INET, port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.timeout_ns = UINT64_MAX,
+                           .attempt_delay_ns = UINT64_MAX};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    lull_loop_advance(loop, LULL_S(3600));
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 0); /* neither timed out nor moved on */
+    CHECK_EQ(d.attempts, 1);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ECANCELED);
+    CHECK_EQ(accepted(lfd), 0);
+    close(lfd);
+    hole_close(&h);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
