@@ -1083,7 +1083,7 @@ LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 /* Half-close: once everything queued is written, shut the write side (the
  * peer reads EOF); sends fail with -EPIPE from now on. Reading goes on. */
 LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
-/* The fd it reads (a pair's rfd), or -1 once closed. */
+/* The fd it reads (a pair's rfd), or -1 for NULL, never set up or closed. */
 LULL_EXTERN int lull_stream_fd(const lull_stream *s);
 /* Sends frame as lull_endpoint_send does, with nfds descriptors (1 to 253,
  * SCM_MAX_FD) attached over a Unix stream socket (SCM_RIGHTS). They are

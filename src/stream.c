@@ -1625,7 +1625,9 @@ int lull_stream_shutdown(lull_stream *s) {
 }
 
 int lull_stream_fd(const lull_stream *s) {
-    if (!s || (s->ep.flags & LULL__EP_CLOSED)) return -1;
+    /* Never set up (no loop): its io.fd is whatever the struct held, 0 in a
+     * zeroed one, which is stdin, not the stream's. */
+    if (!s || !s->loop || (s->ep.flags & LULL__EP_CLOSED)) return -1;
     return s->io.fd;
 }
 

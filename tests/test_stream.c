@@ -3597,3 +3597,27 @@ TEST(stream_opened_again_before_its_close_asserts) {
     how = 2;
     CHECK(check_dies(reopen_stream, &how, msg));
 }
+
+/* A stream never set up (zeroed), or whose open was refused before it was
+ * set up, has no fd: lull_stream_fd says -1, not the 0 of its zeroed
+ * struct (stdin, which a setsockopt or getpeername would then touch). The
+ * other calls refuse it. */
+TEST(never_set_up_stream_has_no_fd) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream z;
+    memset(&z, 0, sizeof z);
+    CHECK_EQ(lull_stream_fd(&z), -1);
+    int fds[1] = {0}, got[1];
+    lull_frame f = {.bytes = "x", .len = 1};
+    CHECK_EQ(lull_stream_try_write(&z, "x", 1), -EINVAL);
+    CHECK_EQ(lull_stream_send_fds(&z, &f, fds, 1), -EINVAL);
+    CHECK_EQ(lull_stream_take_fds(&z, got, 1), 0);
+    CHECK_EQ(lull_stream_peer_cred(&z, NULL, NULL, NULL), -EINVAL);
+    CHECK(!lull_endpoint_writable(&z.ep));
+    /* Refused before set-up: a regular file. */
+    int file = memfd_create("lull-test", MFD_CLOEXEC);
+    CHECK(file >= 0);
+    CHECK_EQ(lull_stream_open(loop, &z, file, NULL), -EINVAL);
+    CHECK_EQ(lull_stream_fd(&z), -1);
+    free_loop(loop);
+}
