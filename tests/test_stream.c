@@ -3621,3 +3621,45 @@ TEST(never_set_up_stream_has_no_fd) {
     CHECK_EQ(lull_stream_fd(&z), -1);
     free_loop(loop);
 }
+
+/* An abstract Unix name has no terminating NUL: after its leading NUL it
+ * may fill the rest of sun_path, 107 bytes ("@" and 107 more here), and a
+ * client reaches the listener by it. One byte more does not fit. A
+ * filesystem path keeps room for its NUL: 107 bytes at most. */
+TEST(abstract_unix_name_fills_sun_path) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    struct sockaddr_un sun;
+    enum { ROOM = sizeof sun.sun_path }; /* 108 */
+    char name[ROOM + 2];
+    memset(name, 'n', sizeof name);
+    name[0] = '@';
+    snprintf(name + 1, 16, "lull%d", (int)getpid());
+    name[strlen(name)] = 'n';
+    name[ROOM] = '\0'; /* "@" and 107 bytes */
+    lull_stream client, server;
+    memset(&client, 0, sizeof client);
+    memset(&server, 0, sizeof server);
+    acceptor a = {.into = &server};
+    CHECK_EQ(lull_server_listen_unix(loop, &a.srv, name, 0, accept_one), 0);
+    g_connected = false;
+    CHECK_EQ(lull_stream_connect_unix(loop, &client, name, NULL, on_connect),
+             0);
+    for (int i = 0; i < 20 && !(g_connected && a.accepted); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_connect_status, 0);
+    CHECK(a.accepted);
+    lull_server_close(&a.srv);
+    CHECK_EQ(lull_endpoint_close(&client.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&server.ep, 0), 0);
+    name[ROOM] = 'n';
+    name[ROOM + 1] = '\0'; /* one byte more */
+    CHECK_EQ(lull_server_listen_unix(loop, &a.srv, name, 0, accept_one),
+             -ENAMETOOLONG);
+    char path[ROOM + 1];
+    memset(path, 'p', sizeof path);
+    path[ROOM] = '\0'; /* 108 bytes and its NUL: no room */
+    CHECK_EQ(lull_stream_connect_unix(loop, &client, path, NULL, on_connect),
+             -ENAMETOOLONG);
+    CHECK(lull_loop_settle(loop) >= 0);
+    free_loop(loop);
+}
