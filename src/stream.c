@@ -711,6 +711,22 @@ static ssize_t out_write(lull_stream *s, struct iovec *iov, int n,
     return writev(fd, iov, n);
 }
 
+/* The fds held for the framed stream's frame that holds buffer offset
+ * `at`, with the bytes up to `end` read: those of the batches from that
+ * frame's first byte on (all before `at`, the list being in read order). */
+static int fds_of_frame(const lull_stream *s, size_t at, size_t end) {
+    size_t p = s->rstart; /* the frame's start: walk the headers to it */
+    while (end - p >= HDR) {
+        size_t next = p + HDR + lull__frame_len(s->rbuf + p);
+        if (at < next) break;
+        p = next;
+    }
+    int n = 0;
+    for (const fd_batch *b = s->fds ? s->fds->in : NULL; b; b = b->next)
+        if (b->at >= p) n += b->n;
+    return n;
+}
+
 /* A read from a Unix socket, which may bring fds: they become a batch (see
  * "passing fds"), O_CLOEXEC from the kernel on. Fds the kernel dropped
  * (MSG_CTRUNC: the receiver out of fds, or a peer sending more than fit)
@@ -744,8 +760,18 @@ static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
     }
     int err = 0;
     fd_batch *b = NULL;
+    size_t last = (size_t)(at - s->rbuf) + (size_t)n - 1; /* when n > 0 */
     if (msg.msg_flags & MSG_CTRUNC) {
         err = EMFILE;
+    } else if (k > 0 && n > 0 && framed(s) &&
+               fds_of_frame(s, last, last + 1) + k > FDS_MAX) {
+        /* A peer attaching fds to every byte of one long frame would have
+         * them all held until the frame ends, up to the process's fd
+         * limit, starving its other streams and accepts. A frame carries
+         * at most FDS_MAX (all one sendmsg takes, and lull_stream_send_fds
+         * attaches): past that the peer is not speaking the protocol. A raw
+         * read's batch goes with the read, so nothing accumulates there. */
+        err = ETOOMANYREFS;
     } else if (k > 0 && n > 0) {
         b = malloc(sizeof *b + sizeof(int) * (size_t)k);
         if (!b || !fds_get(s)) err = ENOMEM;
@@ -760,7 +786,7 @@ static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
     }
     if (b) {
         b->frame = NULL;
-        b->at = (size_t)(at - s->rbuf) + (size_t)n - 1;
+        b->at = last;
         b->n = k;
         b->taken = 0;
         memcpy(b->fd, got, sizeof(int) * (size_t)k);
