@@ -665,3 +665,39 @@ TEST(huge_timeout_and_attempt_delay_do_not_wrap) {
     hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* Two dials given one stream: each start sees it free (nothing is open
+ * yet), so the second to connect finds it open by the first. It fails
+ * with -EBUSY and closes its socket, as a start would have refused it,
+ * rather than opening the live stream again over its nodes. */
+static int two_calls, two_ok, two_busy;
+static void on_dial_two(lull_dial *d, int status) {
+    (void)d;
+    two_calls++;
+    two_ok += status == 0;
+    two_busy += status == -EBUSY;
+}
+
+TEST(two_dials_into_one_stream) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int port, lfd = listener(AF_INET, 8, &port);
+    lull_dial d1 = {0}, d2 = {0};
+    lull_stream s;
+    memset(&s, 0, sizeof s);
+    CHECK_EQ(lull_dial_start(loop, NULL, &d1, &s, "127.0.0.1", port, NULL,
+                             on_dial_two),
+             0);
+    CHECK_EQ(lull_dial_start(loop, NULL, &d2, &s, "127.0.0.1", port, NULL,
+                             on_dial_two),
+             0);
+    for (int i = 0; i < 100 && two_calls < 2; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(two_calls, 2);
+    CHECK_EQ(two_ok, 1);
+    CHECK_EQ(two_busy, 1);
+    lull_endpoint_set_callbacks(&s.ep, NULL, NULL, on_stream_close);
+    CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
