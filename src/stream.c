@@ -978,6 +978,12 @@ static bool write_failed(lull_stream *s, int err, lull_frame **done,
         shutdown(s->io.fd, SHUT_WR);
     }
     if (s->state & S_EOF) return true;
+    /* The fd was closed behind the stream (EBADF, or ENOTSOCK once its
+     * number went to a file): when it is the read fd too, no read will
+     * ever end the read side (a closed socket leaves epoll with its last
+     * reference), so the stream would wait for ever. It closes now. */
+    if (!(s->state & S_PAIR) && (err == -EBADF || err == -ENOTSOCK))
+        return true;
     update_io(s);
     return false;
 }

@@ -3663,3 +3663,32 @@ TEST(abstract_unix_name_fills_sun_path) {
     CHECK(lull_loop_settle(loop) >= 0);
     free_loop(loop);
 }
+
+/* The stream's only fd closed behind it (no dup: the socket is gone, and
+ * with it the epoll registration, so no read will ever say anything):
+ * the next write says EBADF, and since that fd was the read side's too,
+ * the stream closes with -EBADF then, rather than waiting for a read
+ * that cannot come, its loop kept alive for ever. The same from a write
+ * inside lull_endpoint_send (high_water) and from try_write. */
+TEST(fd_closed_behind_then_written_closes_the_stream) {
+    for (int how = 0; how < 3; how++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        lull_stream_options o = {.high_water = 4,
+                                 .flags = how == 2 ? LULL_STREAM_RAW : 0};
+        counter c;
+        int peer;
+        raw_peer(loop, &c, &peer, &o);
+        CHECK_EQ(close(lull_stream_fd(&c.s)), 0); /* the user's mistake */
+        if (how == 2) {
+            CHECK_EQ(lull_stream_try_write(&c.s, "abcdefgh", 8), -EBADF);
+        } else {
+            CHECK_EQ(lull_endpoint_send_copy(&c.s.ep, "abcdefgh", how ? 8 : 1),
+                     0);
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* it ends */
+        CHECK_EQ(c.closes, 1);
+        CHECK_EQ(c.reason, -EBADF);
+        close(peer);
+        free_loop(loop);
+    }
+}
