@@ -886,3 +886,38 @@ TEST(peer_flooding_one_frame_with_fds_is_closed) {
     CHECK_EQ(lull_loop_free(loop), 0);
     CHECK_EQ(fd_count(), before);
 }
+
+/* The bound is per frame: a frame read in many parts with 253 fds, and
+ * the next with 253 more arriving in the read that completes it, both
+ * arrive whole with their fds. */
+TEST(frames_with_253_fds_each_arrive) {
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
+    lull_stream a, b;
+    lull_stream_options o = {.read_size = 4096};
+    rx_pair(loop, &a, &b, &o, 8);
+    int fds[253];
+    for (int i = 0; i < 253; i++)
+        fds[i] = i % 3;
+    /* 6000 bytes: the buffer grows past the first frame (to 8192), so
+     * the read that ends it goes on into the next, up to that one's fds:
+     * two frames' fds held at once for a moment. */
+    static char big[6000], small[10];
+    memset(big, 'B', sizeof big);
+    memset(small, 'S', sizeof small);
+    lull_frame f[3] = {{.bytes = big, .len = sizeof big},
+                       {.bytes = small, .len = sizeof small},
+                       {.bytes = big, .len = sizeof big}};
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_stream_send_fds(&a, &f[i], fds, 253), 0);
+    run_until_frames(loop, 3, 1000);
+    CHECK(!g_rx.closed);
+    CHECK_EQ(g_rx.frames, 3);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(g_rx.tag[i], i == 1 ? 'S' : 'B');
+        CHECK_EQ(g_rx.nfds[i], 8);
+        for (int k = 0; k < 8; k++)
+            close(g_rx.fds[i][k]);
+    }
+    close_and_free(loop, &a, &b, before);
+}
