@@ -981,6 +981,7 @@ struct lull_stream {
         unsigned flags;               /* LULL_STREAM_* */
         uint32_t state;               /* state bits (src/stream.c) */
         int error;                    /* a failure the event task delivers */
+        int pid;                      /* the process that set it up */
         struct lull__stream_fds *fds; /* descriptors passed either way over
                                          a Unix socket; NULL until then */
     };

@@ -1053,8 +1053,11 @@ static void stream_close(lull_endpoint *ep, int reason) {
     lull_stream *s = stream_of(ep);
     LULL_ASSERT_LOOP_THREAD(s->loop);
     lull_frame *done = NULL, *done_tail = NULL;
-    /* One last try, so that a reply queued just before the close leaves. */
-    if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head)
+    /* One last try, so that a reply queued just before the close leaves.
+     * Not from a forked copy (a child closing what it inherited): what is
+     * queued there is the parent's too, and would reach the peer twice. */
+    if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head &&
+        s->pid == (int)getpid())
         (void)write_out(s, &done, &done_tail);
     lull_frame *list = teardown(s);
     /* One free path: the close callback runs for this close too, in a later
@@ -1363,6 +1366,7 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     lull_timer_init(loop, &s->timer, on_timer);
     lull_timer_unref(&s->timer); /* a timeout alone keeps nothing alive */
     s->loop = loop;
+    s->pid = (int)getpid(); /* a close in a forked copy writes nothing */
     s->flags = o->flags;
     /* A framed stream's limit is what its 4-byte length can say: a longer
      * send would go out with its length cut to 32 bits, and max_frame + HDR

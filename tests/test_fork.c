@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -343,4 +344,52 @@ TEST(child_that_skips_lull_loop_fork_asserts_in_debug_builds) {
     CHECK_EQ(lull_loop_free(loop), 0);
     close(w.fds[0]);
     close(w.fds[1]);
+}
+
+/* A child that closes the streams it inherited (what a child does with
+ * handles it will not use) writes nothing on them: a frame the parent
+ * queued before the fork is the parent's to write, and a close's last
+ * write in the copy would send it twice (or, cut mid-frame, garble the
+ * framing for the peer). The peer gets it once, from the parent. */
+static int fork_frames;
+static void fork_count_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep, (void)b, (void)n;
+    fork_frames++;
+}
+
+static void fork_ignore_close(lull_endpoint *ep, int reason) {
+    (void)ep, (void)reason;
+}
+
+TEST(fork_child_closing_inherited_streams_writes_nothing) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a, b;
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL,
+                                fork_ignore_close);
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "once", 4), 0); /* queued */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        lull_endpoint_close(&a.ep, 0);
+        lull_endpoint_close(&b.ep, 0);
+        lull_loop_run(loop, LULL_RUN_DEFAULT);
+        _exit(lull_loop_free(loop) == 0 ? 0 : 3);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fork_frames, 1);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
