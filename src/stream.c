@@ -1057,7 +1057,7 @@ static void stream_close(lull_endpoint *ep, int reason) {
      * Not from a forked copy (a child closing what it inherited): what is
      * queued there is the parent's too, and would reach the peer twice. */
     if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head &&
-        s->pid == (int)getpid())
+        s->pid == (int)s->loop->pid)
         (void)write_out(s, &done, &done_tail);
     lull_frame *list = teardown(s);
     /* One free path: the close callback runs for this close too, in a later
@@ -1366,7 +1366,9 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     lull_timer_init(loop, &s->timer, on_timer);
     lull_timer_unref(&s->timer); /* a timeout alone keeps nothing alive */
     s->loop = loop;
-    s->pid = (int)getpid(); /* a close in a forked copy writes nothing */
+    /* The loop's process (its creator, or the child that called
+     * lull_loop_fork): a close in a forked copy writes nothing. */
+    s->pid = (int)loop->pid;
     s->flags = o->flags;
     /* A framed stream's limit is what its 4-byte length can say: a longer
      * send would go out with its length cut to 32 bits, and max_frame + HDR
