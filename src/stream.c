@@ -1003,10 +1003,38 @@ static void flush_in_send(lull_stream *s) {
     if (s->done) lull__at_flush(s->loop, &s->flush);
 }
 
+/* A stream inherited through fork(), in the child that called
+ * lull_loop_fork (its loop's process is not the one that set it up): the
+ * frames queued before the fork are in both copies of the queue, and are
+ * the parent's to write, so the child's first write (a flush, a send, a
+ * try_write) releases them unwritten (at the next flush point: no user code
+ * here) and then the stream is the child's. One compare on the write
+ * paths; a close in the copy writes nothing (stream_close). */
+static inline bool inherited(const lull_stream *s) {
+    return LULL_UNLIKELY(s->pid != (int)s->loop->pid);
+}
+
+static void adopt(lull_stream *s) {
+    s->pid = (int)s->loop->pid;
+    while (s->head) {
+        lull_frame *f = s->head;
+        s->head = f->next;
+        s->ep.queued = f->len < s->ep.queued ? s->ep.queued - f->len : 0;
+        append(&s->done, &s->done_tail, f);
+    }
+    s->tail = NULL;
+    s->head_done = 0;
+    fds_drop_out(s);
+    s->state &= ~S_BLOCKED;
+    if (s->done) lull__at_flush(s->loop, &s->flush);
+    update_io(s);
+}
+
 /* A flush point, or the socket became writable: write, then release what
  * was written and run the drain callback if the queue fell below
  * high_water after the user saw it full. False when the stream closed. */
 static bool flush_now(lull_stream *s) {
+    if (inherited(s)) adopt(s);
     lull_frame *done = s->done, *done_tail = s->done_tail;
     s->done = s->done_tail = NULL;
     if ((s->state & (S_CONNECTED | S_BLOCKED | S_FAIL)) == S_CONNECTED) {
@@ -1037,6 +1065,7 @@ LULL__OWN_NAME(flush_task, "lull_stream write flush", lull_stream, flush);
 static void stream_send(lull_endpoint *ep, lull_frame *frame) {
     lull_stream *s = stream_of(ep);
     LULL_ASSERT_LOOP_THREAD(s->loop);
+    if (inherited(s)) adopt(s); /* before the frame joins the queue */
     append(&s->head, &s->tail, frame);
     if ((s->state & (S_CONNECTED | S_BLOCKED)) == S_CONNECTED) {
         if (ep->queued >= ep->high_water) {
@@ -1057,7 +1086,7 @@ static void stream_close(lull_endpoint *ep, int reason) {
      * Not from a forked copy (a child closing what it inherited): what is
      * queued there is the parent's too, and would reach the peer twice. */
     if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head &&
-        s->pid == (int)s->loop->pid)
+        !inherited(s))
         (void)write_out(s, &done, &done_tail);
     lull_frame *list = teardown(s);
     /* One free path: the close callback runs for this close too, in a later
@@ -1367,7 +1396,7 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     lull_timer_unref(&s->timer); /* a timeout alone keeps nothing alive */
     s->loop = loop;
     /* The loop's process (its creator, or the child that called
-     * lull_loop_fork): a close in a forked copy writes nothing. */
+     * lull_loop_fork): see inherited(). */
     s->pid = (int)loop->pid;
     s->flags = o->flags;
     /* A framed stream's limit is what its 4-byte length can say: a longer
@@ -1746,6 +1775,7 @@ int lull_stream_try_write(lull_stream *s, const void *bytes, size_t len) {
     LULL_ASSERT_LOOP_THREAD(s->loop);
     if (s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND)) return -EPIPE;
     if (framed(s)) return -ENOTSUP; /* part of a frame would cut the framing */
+    if (inherited(s)) adopt(s);
     if (s->head) return -EBUSY;
     if (!(s->state & S_CONNECTED) || (s->state & S_FAIL)) return -EAGAIN;
     if (len == 0) return 0;

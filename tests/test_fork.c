@@ -362,6 +362,7 @@ static void fork_ignore_close(lull_endpoint *ep, int reason) {
 }
 
 TEST(fork_child_closing_inherited_streams_writes_nothing) {
+    fork_frames = 0;
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     int sv[2];
@@ -388,6 +389,49 @@ TEST(fork_child_closing_inherited_streams_writes_nothing) {
     for (int i = 0; i < 10; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(fork_frames, 1);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same when the child runs its loop first (the flush the parent
+ * queued before the fork is in the child's copy too) and sends a frame of
+ * its own: the parent's frame reaches the peer once, the child's once. */
+TEST(fork_child_running_its_loop_writes_only_its_own_frames) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a, b;
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL,
+                                fork_ignore_close);
+    fork_frames = 0;
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        lull_stream_read_stop(&b); /* the parent reads */
+        for (int i = 0; i < 5; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        if (lull_endpoint_send_copy(&a.ep, "child", 5) != 0) _exit(4);
+        for (int i = 0; i < 5; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        lull_endpoint_close(&a.ep, 0);
+        lull_endpoint_close(&b.ep, 0);
+        lull_loop_run(loop, LULL_RUN_DEFAULT);
+        _exit(lull_loop_free(loop) == 0 ? 0 : 3);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fork_frames, 2); /* "parent" once, "child" once */
     CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
     CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
