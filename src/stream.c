@@ -1026,6 +1026,10 @@ static void adopt(lull_stream *s) {
     s->head_done = 0;
     fds_drop_out(s);
     s->state &= ~S_BLOCKED;
+    /* A shutdown the parent asked for waits for the parent's queue: the
+     * copy's write side is simply over, the socket left as it is. */
+    if (s->state & S_SHUT_WANT)
+        s->state = (s->state & ~S_SHUT_WANT) | S_SHUT_DONE;
     if (s->done) lull__at_flush(s->loop, &s->flush);
     update_io(s);
 }

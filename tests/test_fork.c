@@ -437,3 +437,49 @@ TEST(fork_child_running_its_loop_writes_only_its_own_frames) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A shutdown the parent asked for before the fork, behind a queued
+ * frame: the child running its loop neither writes the frame nor shuts
+ * the shared socket down ahead of it, so the peer reads the frame, then
+ * the EOF (the parent's shutdown, once its queue is written). */
+static int fork_closes, fork_reason;
+static void fork_note_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    fork_closes++;
+    fork_reason = reason;
+}
+
+TEST(fork_child_leaves_the_parents_shutdown_to_the_parent) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a, b;
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL, fork_note_close);
+    fork_frames = fork_closes = 0;
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "last", 4), 0);
+    CHECK_EQ(lull_stream_shutdown(&a), 0); /* after the queue */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        lull_stream_read_stop(&b); /* the parent reads */
+        for (int i = 0; i < 5; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        _exit(0); /* its copies go with it */
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < 10 && !fork_closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fork_frames, 1);
+    CHECK_EQ(fork_closes, 1);
+    CHECK_EQ(fork_reason, 0); /* the EOF after the frame */
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
