@@ -1712,6 +1712,9 @@ int lull_stream_send_fds(lull_stream *s, lull_frame *frame, const int *fds,
     /* A raw write of no bytes sends nothing, and with it no fds. */
     if (!framed(s) && frame->len == 0) return -EINVAL;
     if (frame->in_flight) return -EBUSY;
+    /* A forked copy drops the parent's queue, its fds with it, before this
+     * frame's batch joins them (stream_send would drop that too). */
+    if (inherited(s)) adopt(s);
     fd_batch *b = malloc(sizeof *b + sizeof(int) * (size_t)nfds);
     if (!b || !fds_get(s)) {
         free(b);

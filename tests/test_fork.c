@@ -483,3 +483,50 @@ TEST(fork_child_leaves_the_parents_shutdown_to_the_parent) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A child's first send on an inherited stream may carry fds: the frames
+ * it drops are the parent's, and its own frame keeps its fds. */
+static int fork_fds_seen = -1;
+static void fork_take_frame(lull_endpoint *ep, const void *b, size_t n) {
+    lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
+    int fds[4];
+    fork_fds_seen = lull_stream_take_fds(s, fds, 4);
+    for (int i = 0; i < fork_fds_seen; i++)
+        close(fds[i]);
+    fork_count_frame(ep, b, n);
+}
+
+TEST(fork_child_sends_fds_on_an_inherited_stream) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a, b;
+    lull_stream_options o = {.flags = LULL_STREAM_FDS};
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], &o), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], &o), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b.ep, fork_take_frame, NULL,
+                                fork_ignore_close);
+    fork_frames = 0;
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) { /* the parent leaves the streams to the child */
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        lull_frame f = {.bytes = "child", .len = 5};
+        int one = 0; /* stdin: any open fd */
+        if (lull_stream_send_fds(&a, &f, &one, 1) != 0) _exit(3);
+        for (int i = 0; i < 10 && fork_frames == 0; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        _exit(fork_frames == 1 && fork_fds_seen == 1 ? 0 : 4);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
