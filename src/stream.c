@@ -1006,10 +1006,11 @@ static void flush_in_send(lull_stream *s) {
 /* A stream inherited through fork(), in the child that called
  * lull_loop_fork (its loop's process is not the one that set it up): the
  * frames queued before the fork are in both copies of the queue, and are
- * the parent's to write, so the child's first write (a flush, a send, a
- * try_write) releases them unwritten (at the next flush point: no user code
- * here) and then the stream is the child's. One compare on the write
- * paths; a close in the copy writes nothing (stream_close). */
+ * the parent's to write, so the child's first write (a flush, a send,
+ * send_fds, try_write, shutdown) releases them unwritten (at the next
+ * flush point: no user code here) and then the stream is the child's. One
+ * compare on the write paths; a close in the copy writes nothing
+ * (stream_close). */
 static inline bool inherited(const lull_stream *s) {
     return LULL_UNLIKELY(s->pid != (int)s->loop->pid);
 }
@@ -1686,6 +1687,9 @@ int lull_stream_shutdown(lull_stream *s) {
     if (!s || !s->loop) return -EINVAL;
     if (s->ep.flags & LULL__EP_CLOSED) return -ENOTCONN;
     LULL_ASSERT_LOOP_THREAD(s->loop);
+    /* A forked copy's own shutdown: the parent's queue (and a shutdown
+     * it asked for) dropped first, so that this one is not taken for it. */
+    if (inherited(s)) adopt(s);
     if (s->state & (S_SHUT_WANT | S_SHUT_DONE)) return 0;
     s->state |= S_SHUT_WANT;
     s->ep.flags |= EP_NO_SEND;

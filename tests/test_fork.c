@@ -530,3 +530,38 @@ TEST(fork_child_sends_fds_on_an_inherited_stream) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A shutdown the child asks for itself on an inherited stream is the
+ * child's: done at once (the parent's queued frame is not its to write),
+ * and the peer reads the EOF. */
+TEST(fork_child_shuts_down_an_inherited_stream) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a, b;
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL, fork_note_close);
+    fork_frames = fork_closes = 0;
+    fork_reason = 1;
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) { /* the parent leaves the streams to the child */
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        if (lull_stream_shutdown(&a) != 0) _exit(3);
+        for (int i = 0; i < 10 && !fork_closes; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        _exit(fork_closes == 1 && fork_reason == 0 && fork_frames == 0 ? 0 : 4);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
