@@ -983,6 +983,7 @@ struct lull_stream {
         unsigned flags;               /* LULL_STREAM_* */
         uint32_t state;               /* state bits (src/stream.c) */
         int error;                    /* a failure the event task delivers */
+        int pid;                      /* the process that set it up */
         struct lull__stream_fds *fds; /* descriptors passed either way over
                                          a Unix socket; NULL until then */
     };
@@ -1085,7 +1086,7 @@ LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 /* Half-close: once everything queued is written, shut the write side (the
  * peer reads EOF); sends fail with -EPIPE from now on. Reading goes on. */
 LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
-/* The fd it reads (a pair's rfd), or -1 once closed. */
+/* The fd it reads (a pair's rfd), or -1 for NULL, never set up or closed. */
 LULL_EXTERN int lull_stream_fd(const lull_stream *s);
 /* Sends frame as lull_endpoint_send does, with nfds descriptors (1 to 253,
  * SCM_MAX_FD) attached over a Unix stream socket (SCM_RIGHTS). They are
@@ -1105,8 +1106,9 @@ LULL_EXTERN int lull_stream_send_fds(lull_stream *s, lull_frame *frame,
  * lull, as are those of a frame a close discards. Framed, they come with the
  * frame they were sent with; raw, with the read whose bytes hold the first byte
  * of that send. Descriptors the kernel dropped on the way (the receiver out of
- * fds: RLIMIT_NOFILE) close the stream with -EMFILE. -EINVAL for NULL or max <
- * 0. */
+ * fds: RLIMIT_NOFILE) close the stream with -EMFILE; more than 253 passed with
+ * one frame (a peer that is not lull's, holding the reader's fds) close it
+ * with -ETOOMANYREFS. -EINVAL for NULL or max < 0. */
 LULL_EXTERN int lull_stream_take_fds(lull_stream *s, int *fds, int max);
 /* The peer's process, user and group when it connected (SO_PEERCRED; a
  * socketpair's: its creator). Any out pointer may be NULL. 0, -EINVAL,
@@ -2432,7 +2434,8 @@ typedef struct lull_dial lull_dial;
  * stream). Else the dial failed and the stream was never set up:
  * -ECANCELED (lull_dial_cancel), -ETIMEDOUT (timeout_ns), -EHOSTUNREACH
  * (the name has no address of the family asked for: d->gai_error holds
- * getaddrinfo's code), or the last attempt's connect error
+ * getaddrinfo's code), -EBUSY (the stream was opened meanwhile: by another
+ * dial given it, say), or the last attempt's connect error
  * (-ECONNREFUSED ...). Runs in a later turn than lull_dial_start. */
 typedef void (*lull_dial_fn)(lull_dial *d, int status);
 

@@ -30,7 +30,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,8 +81,15 @@ static void decide(lull_dial *d, int status) {
         close_attempt(&d->io[i]);
     lull_timer_stop(&d->timer);
     /* A lookup still on the pool calls back later: the callback waits for
-     * it, so that the caller never frees a dial the pool still holds. */
-    if (!(d->state & D_RESOLVING)) lull_task_post(d->loop, &d->done);
+     * it, so that the caller never frees a dial the pool still holds. One
+     * still queued is cancelled (its callback comes in a later turn), so
+     * that a timeout or a cancel is not held up behind the pool's other
+     * work; one already running is waited for. */
+    if (d->state & D_RESOLVING) {
+        (void)lull_lookup_cancel(&d->lookup);
+    } else {
+        lull_task_post(d->loop, &d->done);
+    }
 }
 
 static void free_resolved(lull_dial *d) {
@@ -103,13 +109,19 @@ static void on_done(lull_task *t) {
     d->fn(d, d->status); /* the struct is the caller's again */
 }
 
+/* now + ns, saturating: a huge timeout_ns or attempt_delay_ns means a
+ * long time, where a wrapped sum came before now and fired at once. */
+static uint64_t later(uint64_t now, uint64_t ns) {
+    return ns > UINT64_MAX - now ? UINT64_MAX : now + ns;
+}
+
 /* Arms the timer for whichever comes first: the next attempt's start (when
  * addresses remain) or the dial's deadline. */
 static void arm(lull_dial *d, bool attempt_pending) {
     uint64_t now = lull_loop_now(d->loop);
     uint64_t at = d->deadline;
     if (attempt_pending && d->next < d->n) {
-        uint64_t next = now + d->attempt_delay_ns;
+        uint64_t next = later(now, d->attempt_delay_ns);
         if (!at || next < at) at = next;
     }
     if (!at) {
@@ -119,13 +131,29 @@ static void arm(lull_dial *d, bool attempt_pending) {
     lull_timer_start(&d->timer, at > now ? at - now : 0, 0);
 }
 
+/* Whether s is open, or closed with its on_close yet to run: setting it
+ * up again would overwrite nodes the loop still holds. */
+static bool stream_busy(lull_loop *loop, const lull_stream *s) {
+    const lull__node *queued[] = {&s->event.node, &s->flush.node};
+    return lull__live_on(loop, &s->io, queued, 2) ||
+           lull__live_on(loop, &s->wio, NULL, 0);
+}
+
 /* The winner: every other attempt closed, the stream takes its socket. */
 static void win(lull_dial *d, lull_io *io) {
     int fd = io->fd;
     lull_io_stop(io);
     io->fd = -1;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    /* The stream was free at the start, but another dial given it (or its
+     * owner) may have opened it since: -EBUSY, as the start would say. */
+    if (stream_busy(d->loop, d->stream)) {
+        close(fd);
+        decide(d, -EBUSY);
+        return;
+    }
+    /* TCP_NODELAY is lull_stream_open's to set: it leaves Nagle on when
+     * opts->stream asks for LULL_STREAM_NAGLE, which setting it here first
+     * overrode (the open never clears it). */
     int rc =
         lull_stream_open(d->loop, d->stream, fd, d->has_opts ? &d->opts : NULL);
     decide(d, rc); /* lull_stream_open owns fd even on failure */
@@ -281,10 +309,7 @@ static int begin(lull_loop *loop, lull_dial *d, lull_stream *s,
     if (d->state & D_DIALING) return -EBUSY;
     /* A stream still open, or closed with its on_close yet to run, would
      * be overwritten under the loop's feet. */
-    const lull__node *queued[] = {&s->event.node, &s->flush.node};
-    if (lull__live_on(loop, &s->io, queued, 2) ||
-        lull__live_on(loop, &s->wio, NULL, 0))
-        return -EBUSY;
+    if (stream_busy(loop, s)) return -EBUSY;
     void *data = d->data;
     memset(d, 0, sizeof *d);
     d->data = data;
@@ -304,7 +329,7 @@ static int begin(lull_loop *loop, lull_dial *d, lull_stream *s,
     }
     d->state = D_DIALING;
     if (opts && opts->timeout_ns) {
-        d->deadline = lull_loop_now(loop) + opts->timeout_ns;
+        d->deadline = later(lull_loop_now(loop), opts->timeout_ns);
         arm(d, false);
     }
     return 0;
@@ -377,8 +402,7 @@ int lull_dial_cancel(lull_dial *d) {
     if (!d || !(d->state & D_DIALING)) return -EINVAL;
     if (d->state & D_DECIDED) return 0;
     /* A lookup already running finishes on the pool; its result is then
-     * dropped (resolved, D_DECIDED). One not started never runs. */
-    if (d->state & D_RESOLVING) lull_lookup_cancel(&d->lookup);
+     * dropped (resolved, D_DECIDED). One not started never runs (decide). */
     decide(d, -ECANCELED);
     return 0;
 }

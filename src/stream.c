@@ -711,6 +711,22 @@ static ssize_t out_write(lull_stream *s, struct iovec *iov, int n,
     return writev(fd, iov, n);
 }
 
+/* The fds held for the framed stream's frame that holds buffer offset
+ * `at`, with the bytes up to `end` read: those of the batches from that
+ * frame's first byte on (all before `at`, the list being in read order). */
+static int fds_of_frame(const lull_stream *s, size_t at, size_t end) {
+    size_t p = s->rstart; /* the frame's start: walk the headers to it */
+    while (end - p >= HDR) {
+        size_t next = p + HDR + lull__frame_len(s->rbuf + p);
+        if (at < next) break;
+        p = next;
+    }
+    int n = 0;
+    for (const fd_batch *b = s->fds ? s->fds->in : NULL; b; b = b->next)
+        if (b->at >= p) n += b->n;
+    return n;
+}
+
 /* A read from a Unix socket, which may bring fds: they become a batch (see
  * "passing fds"), O_CLOEXEC from the kernel on. Fds the kernel dropped
  * (MSG_CTRUNC: the receiver out of fds, or a peer sending more than fit)
@@ -744,8 +760,18 @@ static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
     }
     int err = 0;
     fd_batch *b = NULL;
+    size_t last = (size_t)(at - s->rbuf) + (size_t)n - 1; /* when n > 0 */
     if (msg.msg_flags & MSG_CTRUNC) {
         err = EMFILE;
+    } else if (k > 0 && n > 0 && framed(s) &&
+               fds_of_frame(s, last, last + 1) + k > FDS_MAX) {
+        /* A peer attaching fds to every byte of one long frame would have
+         * them all held until the frame ends, up to the process's fd
+         * limit, starving its other streams and accepts. A frame carries
+         * at most FDS_MAX (all one sendmsg takes, and lull_stream_send_fds
+         * attaches): past that the peer is not speaking the protocol. A raw
+         * read's batch goes with the read, so nothing accumulates there. */
+        err = ETOOMANYREFS;
     } else if (k > 0 && n > 0) {
         b = malloc(sizeof *b + sizeof(int) * (size_t)k);
         if (!b || !fds_get(s)) err = ENOMEM;
@@ -760,7 +786,7 @@ static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
     }
     if (b) {
         b->frame = NULL;
-        b->at = (size_t)(at - s->rbuf) + (size_t)n - 1;
+        b->at = last;
         b->n = k;
         b->taken = 0;
         memcpy(b->fd, got, sizeof(int) * (size_t)k);
@@ -952,6 +978,12 @@ static bool write_failed(lull_stream *s, int err, lull_frame **done,
         shutdown(s->io.fd, SHUT_WR);
     }
     if (s->state & S_EOF) return true;
+    /* The fd was closed behind the stream (EBADF, or ENOTSOCK once its
+     * number went to a file): when it is the read fd too, no read will
+     * ever end the read side (a closed socket leaves epoll with its last
+     * reference), so the stream would wait for ever. It closes now. */
+    if (!(s->state & S_PAIR) && (err == -EBADF || err == -ENOTSOCK))
+        return true;
     update_io(s);
     return false;
 }
@@ -971,10 +1003,43 @@ static void flush_in_send(lull_stream *s) {
     if (s->done) lull__at_flush(s->loop, &s->flush);
 }
 
+/* A stream inherited through fork(), in the child that called
+ * lull_loop_fork (its loop's process is not the one that set it up): the
+ * frames queued before the fork are in both copies of the queue, and are
+ * the parent's to write, so the child's first write (a flush, a send,
+ * send_fds, try_write, shutdown) releases them unwritten (at the next
+ * flush point: no user code here) and then the stream is the child's. One
+ * compare on the write paths; a close in the copy writes nothing
+ * (stream_close). */
+static inline bool inherited(const lull_stream *s) {
+    return LULL_UNLIKELY(s->pid != (int)s->loop->pid);
+}
+
+static void adopt(lull_stream *s) {
+    s->pid = (int)s->loop->pid;
+    while (s->head) {
+        lull_frame *f = s->head;
+        s->head = f->next;
+        s->ep.queued = f->len < s->ep.queued ? s->ep.queued - f->len : 0;
+        append(&s->done, &s->done_tail, f);
+    }
+    s->tail = NULL;
+    s->head_done = 0;
+    fds_drop_out(s);
+    s->state &= ~S_BLOCKED;
+    /* A shutdown the parent asked for waits for the parent's queue: the
+     * copy's write side is simply over, the socket left as it is. */
+    if (s->state & S_SHUT_WANT)
+        s->state = (s->state & ~S_SHUT_WANT) | S_SHUT_DONE;
+    if (s->done) lull__at_flush(s->loop, &s->flush);
+    update_io(s);
+}
+
 /* A flush point, or the socket became writable: write, then release what
  * was written and run the drain callback if the queue fell below
  * high_water after the user saw it full. False when the stream closed. */
 static bool flush_now(lull_stream *s) {
+    if (inherited(s)) adopt(s);
     lull_frame *done = s->done, *done_tail = s->done_tail;
     s->done = s->done_tail = NULL;
     if ((s->state & (S_CONNECTED | S_BLOCKED | S_FAIL)) == S_CONNECTED) {
@@ -1005,6 +1070,7 @@ LULL__OWN_NAME(flush_task, "lull_stream write flush", lull_stream, flush);
 static void stream_send(lull_endpoint *ep, lull_frame *frame) {
     lull_stream *s = stream_of(ep);
     LULL_ASSERT_LOOP_THREAD(s->loop);
+    if (inherited(s)) adopt(s); /* before the frame joins the queue */
     append(&s->head, &s->tail, frame);
     if ((s->state & (S_CONNECTED | S_BLOCKED)) == S_CONNECTED) {
         if (ep->queued >= ep->high_water) {
@@ -1021,8 +1087,11 @@ static void stream_close(lull_endpoint *ep, int reason) {
     lull_stream *s = stream_of(ep);
     LULL_ASSERT_LOOP_THREAD(s->loop);
     lull_frame *done = NULL, *done_tail = NULL;
-    /* One last try, so that a reply queued just before the close leaves. */
-    if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head)
+    /* One last try, so that a reply queued just before the close leaves.
+     * Not from a forked copy (a child closing what it inherited): what is
+     * queued there is the parent's too, and would reach the peer twice. */
+    if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head &&
+        !inherited(s))
         (void)write_out(s, &done, &done_tail);
     lull_frame *list = teardown(s);
     /* One free path: the close callback runs for this close too, in a later
@@ -1331,6 +1400,9 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     lull_timer_init(loop, &s->timer, on_timer);
     lull_timer_unref(&s->timer); /* a timeout alone keeps nothing alive */
     s->loop = loop;
+    /* The loop's process (its creator, or the child that called
+     * lull_loop_fork): see inherited(). */
+    s->pid = (int)loop->pid;
     s->flags = o->flags;
     /* A framed stream's limit is what its 4-byte length can say: a longer
      * send would go out with its length cut to 32 bits, and max_frame + HDR
@@ -1615,6 +1687,9 @@ int lull_stream_shutdown(lull_stream *s) {
     if (!s || !s->loop) return -EINVAL;
     if (s->ep.flags & LULL__EP_CLOSED) return -ENOTCONN;
     LULL_ASSERT_LOOP_THREAD(s->loop);
+    /* A forked copy's own shutdown: the parent's queue (and a shutdown
+     * it asked for) dropped first, so that this one is not taken for it. */
+    if (inherited(s)) adopt(s);
     if (s->state & (S_SHUT_WANT | S_SHUT_DONE)) return 0;
     s->state |= S_SHUT_WANT;
     s->ep.flags |= EP_NO_SEND;
@@ -1625,7 +1700,9 @@ int lull_stream_shutdown(lull_stream *s) {
 }
 
 int lull_stream_fd(const lull_stream *s) {
-    if (!s || (s->ep.flags & LULL__EP_CLOSED)) return -1;
+    /* Never set up (no loop): its io.fd is whatever the struct held, 0 in a
+     * zeroed one, which is stdin, not the stream's. */
+    if (!s || !s->loop || (s->ep.flags & LULL__EP_CLOSED)) return -1;
     return s->io.fd;
 }
 
@@ -1639,6 +1716,9 @@ int lull_stream_send_fds(lull_stream *s, lull_frame *frame, const int *fds,
     /* A raw write of no bytes sends nothing, and with it no fds. */
     if (!framed(s) && frame->len == 0) return -EINVAL;
     if (frame->in_flight) return -EBUSY;
+    /* A forked copy drops the parent's queue, its fds with it, before this
+     * frame's batch joins them (stream_send would drop that too). */
+    if (inherited(s)) adopt(s);
     fd_batch *b = malloc(sizeof *b + sizeof(int) * (size_t)nfds);
     if (!b || !fds_get(s)) {
         free(b);
@@ -1706,6 +1786,7 @@ int lull_stream_try_write(lull_stream *s, const void *bytes, size_t len) {
     LULL_ASSERT_LOOP_THREAD(s->loop);
     if (s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND)) return -EPIPE;
     if (framed(s)) return -ENOTSUP; /* part of a frame would cut the framing */
+    if (inherited(s)) adopt(s);
     if (s->head) return -EBUSY;
     if (!(s->state & S_CONNECTED) || (s->state & S_FAIL)) return -EAGAIN;
     if (len == 0) return 0;

@@ -17,7 +17,11 @@ static int unix_address(const char *path, struct sockaddr_un *sun,
                         socklen_t *len) {
     if (!path || !path[0]) return -EINVAL;
     size_t n = strlen(path);
-    if (n >= sizeof sun->sun_path) return -ENAMETOOLONG;
+    /* A path needs room for its NUL; an abstract name has none, so "@"
+     * and 107 bytes fill sun_path exactly (the '@' becomes its NUL). */
+    if (n > sizeof sun->sun_path ||
+        (n == sizeof sun->sun_path && path[0] != '@'))
+        return -ENAMETOOLONG;
     memset(sun, 0, sizeof *sun);
     sun->sun_family = AF_UNIX;
     memcpy(sun->sun_path, path, n);

@@ -14,6 +14,7 @@
 #include <lull.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -543,5 +544,160 @@ TEST_THREADED(loop_free_while_resolving) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ECANCELED);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* LULL_STREAM_NAGLE asks for Nagle's algorithm left on. A dialed stream
+ * is opened as lull_stream_open leaves one, with opts->stream: the flag
+ * holds there too, and without it TCP_NODELAY is on. */
+static int nodelay_of(lull_stream *s) {
+    int v = -1;
+    socklen_t len = sizeof v;
+    CHECK_EQ(getsockopt(lull_stream_fd(s), IPPROTO_TCP, TCP_NODELAY, &v, &len),
+             0);
+    return v != 0;
+}
+
+static int nagle_nodelay = -1;
+
+static void on_dial_nagle(lull_dial *d, int status) {
+    if (status == 0) nagle_nodelay = nodelay_of(d->stream);
+    on_dial(d, status);
+}
+
+TEST(nagle_flag_holds_on_a_dialed_stream) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int port, lfd = listener(AF_INET, 8, &port);
+    for (int nagle = 0; nagle < 2; nagle++) {
+        reset();
+        nagle_nodelay = -1;
+        lull_stream_options so = {.flags = nagle ? LULL_STREAM_NAGLE : 0};
+        lull_dial_options o = {.stream = &so};
+        lull_dial d = {0};
+        lull_stream s;
+        CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "127.0.0.1", port, &o,
+                                 on_dial_nagle),
+                 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(dial_status, 0);
+        CHECK_EQ(nagle_nodelay, !nagle);
+        CHECK_EQ(accepted(lfd), 1);
+    }
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* timeout_ns bounds the whole dial, the lookup's wait included: a lookup
+ * still queued behind a busy pool when the timeout comes is cancelled,
+ * and the callback says -ETIMEDOUT then, not whenever the pool gets to
+ * the name. */
+static int blocker_pipe[2];
+
+static int blocker_run(lull_work *w) {
+    (void)w;
+    char c;
+    while (read(blocker_pipe[0], &c, 1) < 0) {
+    }
+    return 0;
+}
+
+static void blocker_done(lull_work *w, int status) {
+    (void)w, (void)status;
+}
+
+TEST_THREADED(timeout_ends_a_dial_whose_lookup_waits_on_the_pool) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_pool *pool = NULL;
+    lull_pool_options po = {.threads = 1};
+    CHECK_EQ(lull_pool_new(&pool, &po), 0);
+    CHECK_EQ(pipe(blocker_pipe), 0);
+    lull_work blocker;
+    CHECK_EQ(lull_work_init(&blocker, blocker_run, blocker_done), 0);
+    CHECK_EQ(lull_work_submit(loop, pool, &blocker), 0);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.timeout_ns = LULL_MS(100)};
+    CHECK_EQ(lull_dial_start(loop, pool, &d, &s, "localhost", 9, &o, on_dial),
+             0);
+    lull_loop_advance(loop, LULL_MS(100));
+    for (int i = 0; i < 10 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1); /* the pool is still busy */
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    CHECK_EQ(write(blocker_pipe[1], "x", 1), 1);
+    while (lull_work_busy(&blocker))
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1);
+    close(blocker_pipe[0]);
+    close(blocker_pipe[1]);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Huge durations mean "a long time", never "at once": the deadline and
+ * the next attempt's start saturate rather than wrap past the clock. */
+TEST(huge_timeout_and_attempt_delay_do_not_wrap) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loop_advance(loop, LULL_S(1)); /* now > 0: a sum would wrap */
+    hole h = hole_open(AF_INET);
+    int port, lfd = listener(AF_INET, 8, &port);
+    addrs l = {0};
+    add(&l, AF_INET, h.port);
+    add(&l, AF_INET, port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.timeout_ns = UINT64_MAX,
+                           .attempt_delay_ns = UINT64_MAX};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    lull_loop_advance(loop, LULL_S(3600));
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 0); /* neither timed out nor moved on */
+    CHECK_EQ(d.attempts, 1);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ECANCELED);
+    CHECK_EQ(accepted(lfd), 0);
+    close(lfd);
+    hole_close(&h);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Two dials given one stream: each start sees it free (nothing is open
+ * yet), so the second to connect finds it open by the first. It fails
+ * with -EBUSY and closes its socket, as a start would have refused it,
+ * rather than opening the live stream again over its nodes. */
+static int two_calls, two_ok, two_busy;
+static void on_dial_two(lull_dial *d, int status) {
+    (void)d;
+    two_calls++;
+    two_ok += status == 0;
+    two_busy += status == -EBUSY;
+}
+
+TEST(two_dials_into_one_stream) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int port, lfd = listener(AF_INET, 8, &port);
+    lull_dial d1 = {0}, d2 = {0};
+    lull_stream s;
+    memset(&s, 0, sizeof s);
+    CHECK_EQ(lull_dial_start(loop, NULL, &d1, &s, "127.0.0.1", port, NULL,
+                             on_dial_two),
+             0);
+    CHECK_EQ(lull_dial_start(loop, NULL, &d2, &s, "127.0.0.1", port, NULL,
+                             on_dial_two),
+             0);
+    for (int i = 0; i < 100 && two_calls < 2; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(two_calls, 2);
+    CHECK_EQ(two_ok, 1);
+    CHECK_EQ(two_busy, 1);
+    lull_endpoint_set_callbacks(&s.ep, NULL, NULL, on_stream_close);
+    CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    close(lfd);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -827,3 +827,97 @@ TEST(send_fds_out_of_fds_for_the_copies) {
     CHECK_EQ(lull_stream_send_fds(&a, &f, five, 1), 0);
     close_and_free(loop, &a, &b, before);
 }
+
+/* A hostile peer (not lull: a plain socket) that attaches fds to every
+ * byte of one long frame: each recvmsg stops after the buffer that
+ * carried fds, so without a bound the receiver would hold every fd sent
+ * until the frame ends, up to RLIMIT_NOFILE, and the process's other
+ * streams and its accepts would run out of fds. One frame carries at most
+ * 253 (SCM_MAX_FD, what lull_stream_send_fds takes): past that the
+ * stream closes with -ETOOMANYREFS, its fds closed, and the receiver
+ * never held more than one frame's worth. */
+static void send_with_fds(int sock, const void *bytes, size_t len, int fd,
+                          int n) {
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 253)];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {(void *)bytes, len};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = ctl.buf,
+                         .msg_controllen = CMSG_SPACE(sizeof(int) * n)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+    for (int i = 0; i < n; i++)
+        memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof fd);
+    CHECK_EQ(sendmsg(sock, &msg, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+TEST(peer_flooding_one_frame_with_fds_is_closed) {
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream b;
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], &fds_in), 0);
+    rx_watch(&b, 8);
+    int base = fd_count();
+    static const unsigned char hdr[4] = {0, 0, 0, 100}; /* a 100-byte frame */
+    CHECK_EQ(write(sv[0], hdr, sizeof hdr), 4);
+    int most = 0;
+    for (int i = 0; i < 8 && !g_rx.closed; i++) {
+        /* 253 copies of one fd per byte: 253 new fds each in the reader. */
+        send_with_fds(sv[0], "z", 1, sv[0], 253);
+        for (int k = 0; k < 5 && !g_rx.closed; k++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        int held = fd_count() - base;
+        if (held > most) most = held;
+    }
+    CHECK(g_rx.closed);
+    CHECK_EQ(g_rx.reason, -ETOOMANYREFS);
+    CHECK_EQ(g_rx.frames, 0);
+    CHECK_LE(most, 253);
+    close(sv[0]);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* The bound is per frame: a frame read in many parts with 253 fds, and
+ * the next with 253 more arriving in the read that completes it, both
+ * arrive whole with their fds. */
+TEST(frames_with_253_fds_each_arrive) {
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
+    lull_stream a, b;
+    lull_stream_options o = {.read_size = 4096};
+    rx_pair(loop, &a, &b, &o, 8);
+    int fds[253];
+    for (int i = 0; i < 253; i++)
+        fds[i] = i % 3;
+    /* 6000 bytes: the buffer grows past the first frame (to 8192), so
+     * the read that ends it goes on into the next, up to that one's fds:
+     * two frames' fds held at once for a moment. */
+    static char big[6000], small[10];
+    memset(big, 'B', sizeof big);
+    memset(small, 'S', sizeof small);
+    lull_frame f[3] = {{.bytes = big, .len = sizeof big},
+                       {.bytes = small, .len = sizeof small},
+                       {.bytes = big, .len = sizeof big}};
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_stream_send_fds(&a, &f[i], fds, 253), 0);
+    run_until_frames(loop, 3, 1000);
+    CHECK(!g_rx.closed);
+    CHECK_EQ(g_rx.frames, 3);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(g_rx.tag[i], i == 1 ? 'S' : 'B');
+        CHECK_EQ(g_rx.nfds[i], 8);
+        for (int k = 0; k < 8; k++)
+            close(g_rx.fds[i][k]);
+    }
+    close_and_free(loop, &a, &b, before);
+}

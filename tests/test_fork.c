@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -343,4 +344,224 @@ TEST(child_that_skips_lull_loop_fork_asserts_in_debug_builds) {
     CHECK_EQ(lull_loop_free(loop), 0);
     close(w.fds[0]);
     close(w.fds[1]);
+}
+
+/* A child that closes the streams it inherited (what a child does with
+ * handles it will not use) writes nothing on them: a frame the parent
+ * queued before the fork is the parent's to write, and a close's last
+ * write in the copy would send it twice (or, cut mid-frame, garble the
+ * framing for the peer). The peer gets it once, from the parent. */
+static int fork_frames;
+static void fork_count_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep, (void)b, (void)n;
+    fork_frames++;
+}
+
+static void fork_ignore_close(lull_endpoint *ep, int reason) {
+    (void)ep, (void)reason;
+}
+
+TEST(fork_child_closing_inherited_streams_writes_nothing) {
+    fork_frames = 0;
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a, b;
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL,
+                                fork_ignore_close);
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "once", 4), 0); /* queued */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        lull_endpoint_close(&a.ep, 0);
+        lull_endpoint_close(&b.ep, 0);
+        lull_loop_run(loop, LULL_RUN_DEFAULT);
+        _exit(lull_loop_free(loop) == 0 ? 0 : 3);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fork_frames, 1);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same when the child runs its loop first (the flush the parent
+ * queued before the fork is in the child's copy too) and sends a frame of
+ * its own: the parent's frame reaches the peer once, the child's once. */
+TEST(fork_child_running_its_loop_writes_only_its_own_frames) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a, b;
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL,
+                                fork_ignore_close);
+    fork_frames = 0;
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        lull_stream_read_stop(&b); /* the parent reads */
+        for (int i = 0; i < 5; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        if (lull_endpoint_send_copy(&a.ep, "child", 5) != 0) _exit(4);
+        for (int i = 0; i < 5; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        lull_endpoint_close(&a.ep, 0);
+        lull_endpoint_close(&b.ep, 0);
+        lull_loop_run(loop, LULL_RUN_DEFAULT);
+        _exit(lull_loop_free(loop) == 0 ? 0 : 3);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fork_frames, 2); /* "parent" once, "child" once */
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A shutdown the parent asked for before the fork, behind a queued
+ * frame: the child running its loop neither writes the frame nor shuts
+ * the shared socket down ahead of it, so the peer reads the frame, then
+ * the EOF (the parent's shutdown, once its queue is written). */
+static int fork_closes, fork_reason;
+static void fork_note_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    fork_closes++;
+    fork_reason = reason;
+}
+
+TEST(fork_child_leaves_the_parents_shutdown_to_the_parent) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a, b;
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL, fork_note_close);
+    fork_frames = fork_closes = 0;
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "last", 4), 0);
+    CHECK_EQ(lull_stream_shutdown(&a), 0); /* after the queue */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        lull_stream_read_stop(&b); /* the parent reads */
+        for (int i = 0; i < 5; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        _exit(0); /* its copies go with it */
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < 10 && !fork_closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fork_frames, 1);
+    CHECK_EQ(fork_closes, 1);
+    CHECK_EQ(fork_reason, 0); /* the EOF after the frame */
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A child's first send on an inherited stream may carry fds: the frames
+ * it drops are the parent's, and its own frame keeps its fds. */
+static int fork_fds_seen = -1;
+static void fork_take_frame(lull_endpoint *ep, const void *b, size_t n) {
+    lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
+    int fds[4];
+    fork_fds_seen = lull_stream_take_fds(s, fds, 4);
+    for (int i = 0; i < fork_fds_seen; i++)
+        close(fds[i]);
+    fork_count_frame(ep, b, n);
+}
+
+TEST(fork_child_sends_fds_on_an_inherited_stream) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a, b;
+    lull_stream_options o = {.flags = LULL_STREAM_FDS};
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], &o), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], &o), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b.ep, fork_take_frame, NULL,
+                                fork_ignore_close);
+    fork_frames = 0;
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) { /* the parent leaves the streams to the child */
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        lull_frame f = {.bytes = "child", .len = 5};
+        int one = 0; /* stdin: any open fd */
+        if (lull_stream_send_fds(&a, &f, &one, 1) != 0) _exit(3);
+        for (int i = 0; i < 10 && fork_frames == 0; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        _exit(fork_frames == 1 && fork_fds_seen == 1 ? 0 : 4);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A shutdown the child asks for itself on an inherited stream is the
+ * child's: done at once (the parent's queued frame is not its to write),
+ * and the peer reads the EOF. */
+TEST(fork_child_shuts_down_an_inherited_stream) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a, b;
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL, fork_note_close);
+    fork_frames = fork_closes = 0;
+    fork_reason = 1;
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) { /* the parent leaves the streams to the child */
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        if (lull_stream_shutdown(&a) != 0) _exit(3);
+        for (int i = 0; i < 10 && !fork_closes; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        _exit(fork_closes == 1 && fork_reason == 0 && fork_frames == 0 ? 0 : 4);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }

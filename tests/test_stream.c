@@ -3597,3 +3597,98 @@ TEST(stream_opened_again_before_its_close_asserts) {
     how = 2;
     CHECK(check_dies(reopen_stream, &how, msg));
 }
+
+/* A stream never set up (zeroed), or whose open was refused before it was
+ * set up, has no fd: lull_stream_fd says -1, not the 0 of its zeroed
+ * struct (stdin, which a setsockopt or getpeername would then touch). The
+ * other calls refuse it. */
+TEST(never_set_up_stream_has_no_fd) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream z;
+    memset(&z, 0, sizeof z);
+    CHECK_EQ(lull_stream_fd(&z), -1);
+    int fds[1] = {0}, got[1];
+    lull_frame f = {.bytes = "x", .len = 1};
+    CHECK_EQ(lull_stream_try_write(&z, "x", 1), -EINVAL);
+    CHECK_EQ(lull_stream_send_fds(&z, &f, fds, 1), -EINVAL);
+    CHECK_EQ(lull_stream_take_fds(&z, got, 1), 0);
+    CHECK_EQ(lull_stream_peer_cred(&z, NULL, NULL, NULL), -EINVAL);
+    CHECK(!lull_endpoint_writable(&z.ep));
+    /* Refused before set-up: a regular file. */
+    int file = memfd_create("lull-test", MFD_CLOEXEC);
+    CHECK(file >= 0);
+    CHECK_EQ(lull_stream_open(loop, &z, file, NULL), -EINVAL);
+    CHECK_EQ(lull_stream_fd(&z), -1);
+    free_loop(loop);
+}
+
+/* An abstract Unix name has no terminating NUL: after its leading NUL it
+ * may fill the rest of sun_path, 107 bytes ("@" and 107 more here), and a
+ * client reaches the listener by it. One byte more does not fit. A
+ * filesystem path keeps room for its NUL: 107 bytes at most. */
+TEST(abstract_unix_name_fills_sun_path) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    struct sockaddr_un sun;
+    enum { ROOM = sizeof sun.sun_path }; /* 108 */
+    char name[ROOM + 2];
+    memset(name, 'n', sizeof name);
+    name[0] = '@';
+    snprintf(name + 1, 16, "lull%d", (int)getpid());
+    name[strlen(name)] = 'n';
+    name[ROOM] = '\0'; /* "@" and 107 bytes */
+    lull_stream client, server;
+    memset(&client, 0, sizeof client);
+    memset(&server, 0, sizeof server);
+    acceptor a = {.into = &server};
+    CHECK_EQ(lull_server_listen_unix(loop, &a.srv, name, 0, accept_one), 0);
+    g_connected = false;
+    CHECK_EQ(lull_stream_connect_unix(loop, &client, name, NULL, on_connect),
+             0);
+    for (int i = 0; i < 20 && !(g_connected && a.accepted); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_connect_status, 0);
+    CHECK(a.accepted);
+    lull_server_close(&a.srv);
+    CHECK_EQ(lull_endpoint_close(&client.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&server.ep, 0), 0);
+    name[ROOM] = 'n';
+    name[ROOM + 1] = '\0'; /* one byte more */
+    CHECK_EQ(lull_server_listen_unix(loop, &a.srv, name, 0, accept_one),
+             -ENAMETOOLONG);
+    char path[ROOM + 1];
+    memset(path, 'p', sizeof path);
+    path[ROOM] = '\0'; /* 108 bytes and its NUL: no room */
+    CHECK_EQ(lull_stream_connect_unix(loop, &client, path, NULL, on_connect),
+             -ENAMETOOLONG);
+    CHECK(lull_loop_settle(loop) >= 0);
+    free_loop(loop);
+}
+
+/* The stream's only fd closed behind it (no dup: the socket is gone, and
+ * with it the epoll registration, so no read will ever say anything):
+ * the next write says EBADF, and since that fd was the read side's too,
+ * the stream closes with -EBADF then, rather than waiting for a read
+ * that cannot come, its loop kept alive for ever. The same from a write
+ * inside lull_endpoint_send (high_water) and from try_write. */
+TEST(fd_closed_behind_then_written_closes_the_stream) {
+    for (int how = 0; how < 3; how++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        lull_stream_options o = {.high_water = 4,
+                                 .flags = how == 2 ? LULL_STREAM_RAW : 0};
+        counter c;
+        int peer;
+        raw_peer(loop, &c, &peer, &o);
+        CHECK_EQ(close(lull_stream_fd(&c.s)), 0); /* the user's mistake */
+        if (how == 2) {
+            CHECK_EQ(lull_stream_try_write(&c.s, "abcdefgh", 8), -EBADF);
+        } else {
+            CHECK_EQ(lull_endpoint_send_copy(&c.s.ep, "abcdefgh", how ? 8 : 1),
+                     0);
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* it ends */
+        CHECK_EQ(c.closes, 1);
+        CHECK_EQ(c.reason, -EBADF);
+        close(peer);
+        free_loop(loop);
+    }
+}
