@@ -361,18 +361,37 @@ static void fork_ignore_close(lull_endpoint *ep, int reason) {
     (void)ep, (void)reason;
 }
 
-TEST(fork_child_closing_inherited_streams_writes_nothing) {
-    fork_frames = 0;
+/* A loop and a connected Unix stream pair on it (options o): a sends and
+ * ignores its close, b reads with on_frame and on_close. */
+static lull_loop *loop_with_stream_pair(lull_stream *a, lull_stream *b,
+                                        const lull_stream_options *o,
+                                        lull_frame_fn on_frame,
+                                        lull_close_fn on_close) {
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_stream_open(loop, a, sv[0], o), 0);
+    CHECK_EQ(lull_stream_open(loop, b, sv[1], o), 0);
+    lull_endpoint_set_callbacks(&a->ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b->ep, on_frame, NULL, on_close);
+    return loop;
+}
+
+/* Closes both streams of the pair, runs the loop out and frees it. */
+static void close_pair_and_free(lull_loop *loop, lull_stream *a,
+                                lull_stream *b) {
+    CHECK_EQ(lull_endpoint_close(&a->ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b->ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(fork_child_closing_inherited_streams_writes_nothing) {
+    fork_frames = 0;
     lull_stream a, b;
-    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
-    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
-    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL,
-                                fork_ignore_close);
+    lull_loop *loop = loop_with_stream_pair(&a, &b, NULL, fork_count_frame,
+                                            fork_ignore_close);
     CHECK_EQ(lull_endpoint_send_copy(&a.ep, "once", 4), 0); /* queued */
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -389,26 +408,16 @@ TEST(fork_child_closing_inherited_streams_writes_nothing) {
     for (int i = 0; i < 10; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(fork_frames, 1);
-    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
-    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_pair_and_free(loop, &a, &b);
 }
 
 /* The same when the child runs its loop first (the flush the parent
  * queued before the fork is in the child's copy too) and sends a frame of
  * its own: the parent's frame reaches the peer once, the child's once. */
 TEST(fork_child_running_its_loop_writes_only_its_own_frames) {
-    lull_loop *loop = NULL;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     lull_stream a, b;
-    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
-    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
-    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL,
-                                fork_ignore_close);
+    lull_loop *loop = loop_with_stream_pair(&a, &b, NULL, fork_count_frame,
+                                            fork_ignore_close);
     fork_frames = 0;
     CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
     pid_t pid = fork();
@@ -432,10 +441,7 @@ TEST(fork_child_running_its_loop_writes_only_its_own_frames) {
     for (int i = 0; i < 10; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(fork_frames, 2); /* "parent" once, "child" once */
-    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
-    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_pair_and_free(loop, &a, &b);
 }
 
 /* A shutdown the parent asked for before the fork, behind a queued
@@ -450,15 +456,9 @@ static void fork_note_close(lull_endpoint *ep, int reason) {
 }
 
 TEST(fork_child_leaves_the_parents_shutdown_to_the_parent) {
-    lull_loop *loop = NULL;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     lull_stream a, b;
-    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
-    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
-    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL, fork_note_close);
+    lull_loop *loop =
+        loop_with_stream_pair(&a, &b, NULL, fork_count_frame, fork_note_close);
     fork_frames = fork_closes = 0;
     CHECK_EQ(lull_endpoint_send_copy(&a.ep, "last", 4), 0);
     CHECK_EQ(lull_stream_shutdown(&a), 0); /* after the queue */
@@ -497,17 +497,10 @@ static void fork_take_frame(lull_endpoint *ep, const void *b, size_t n) {
 }
 
 TEST(fork_child_sends_fds_on_an_inherited_stream) {
-    lull_loop *loop = NULL;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    lull_stream a, b;
     lull_stream_options o = {.flags = LULL_STREAM_FDS};
-    CHECK_EQ(lull_stream_open(loop, &a, sv[0], &o), 0);
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], &o), 0);
-    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
-    lull_endpoint_set_callbacks(&b.ep, fork_take_frame, NULL,
-                                fork_ignore_close);
+    lull_stream a, b;
+    lull_loop *loop =
+        loop_with_stream_pair(&a, &b, &o, fork_take_frame, fork_ignore_close);
     fork_frames = 0;
     CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
     pid_t pid = fork();
@@ -525,25 +518,16 @@ TEST(fork_child_sends_fds_on_an_inherited_stream) {
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 0);
-    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
-    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_pair_and_free(loop, &a, &b);
 }
 
 /* A shutdown the child asks for itself on an inherited stream is the
  * child's: done at once (the parent's queued frame is not its to write),
  * and the peer reads the EOF. */
 TEST(fork_child_shuts_down_an_inherited_stream) {
-    lull_loop *loop = NULL;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     lull_stream a, b;
-    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
-    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
-    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL, fork_note_close);
+    lull_loop *loop =
+        loop_with_stream_pair(&a, &b, NULL, fork_count_frame, fork_note_close);
     fork_frames = fork_closes = 0;
     fork_reason = 1;
     CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
@@ -560,8 +544,5 @@ TEST(fork_child_shuts_down_an_inherited_stream) {
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 0);
-    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
-    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_pair_and_free(loop, &a, &b);
 }
