@@ -198,6 +198,16 @@ static int open_journal_file(int flags) {
     return fd;
 }
 
+/* A journal case's start: dir_loop_pool with one thread, then journal j
+ * on the journal file opened with flags; returns the file's fd. */
+static int journal_case(lull_loop **loop, lull_pool **pool, lull_journal *j,
+                        int flags) {
+    dir_loop_pool(loop, pool, 1);
+    int fd = open_journal_file(flags);
+    CHECK_EQ(lull_journal_init(*loop, *pool, j, fd), 0);
+    return fd;
+}
+
 /* A journal case's end: its file closed, pool and loop freed, the gate
  * (NULL: none) destroyed, the directory removed. */
 static void close_journal_case(int fd, lull_loop *loop, lull_pool *pool,
@@ -232,10 +242,8 @@ static void check_file(int n) {
 TEST_THREADED(journal_batches_by_turn_and_by_sync_in_flight) {
     lull_loop *loop;
     lull_pool *pool;
-    dir_loop_pool(&loop, &pool, 1);
-    int fd = open_journal_file(O_WRONLY);
     lull_journal j;
-    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
     ncompleted = 0;
 
     gate g;
@@ -314,10 +322,9 @@ TEST_THREADED(journal_1000_records_on_disk_in_order) {
 TEST_THREADED(journal_error_is_sticky) {
     lull_loop *loop;
     lull_pool *pool;
-    dir_loop_pool(&loop, &pool, 1);
-    int fd = open_journal_file(O_RDONLY); /* writes fail with EBADF */
     lull_journal j;
-    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    /* writes fail with EBADF */
+    int fd = journal_case(&loop, &pool, &j, O_RDONLY);
     ncompleted = 0;
     gate g;
     gate_hold(loop, pool, &g);
@@ -341,10 +348,8 @@ TEST_THREADED(journal_error_is_sticky) {
 TEST_THREADED(journal_append_past_ssize_max_is_refused) {
     lull_loop *loop;
     lull_pool *pool;
-    dir_loop_pool(&loop, &pool, 1);
-    int fd = open_journal_file(O_WRONLY);
     lull_journal j;
-    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
     ncompleted = 0;
     CHECK_EQ(lull_journal_append(&j, &recs[5].req, "x", SIZE_MAX, appended),
              -EINVAL);
@@ -370,10 +375,8 @@ TEST_THREADED(journal_append_past_ssize_max_is_refused) {
 TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
     lull_loop *loop;
     lull_pool *pool;
-    dir_loop_pool(&loop, &pool, 1);
-    int fd = open_journal_file(O_WRONLY);
     lull_journal j;
-    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
     ncompleted = 0;
     gate g;
     gate_hold(loop, pool, &g); /* the batch waits behind it */
