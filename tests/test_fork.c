@@ -72,6 +72,13 @@ static void run_until_called(lull_loop *loop, watched *w) {
     lull_timer_stop(&guard);
 }
 
+/* Waits for the child pid to end; returns its wait status. */
+static int wait_for_child(pid_t pid) {
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
 TEST(fork_parent_and_child_each_get_their_own_readiness) {
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, NULL), 0);
@@ -114,8 +121,7 @@ TEST(fork_parent_and_child_each_get_their_own_readiness) {
     run_until_called(loop, &a);
     CHECK_EQ(a.calls, 1);
     put_byte(to_child[1]);
-    int status = 0;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* The child stopped a and freed its loop: the parent's a still works. */
     put_byte(a.fds[1]);
@@ -179,8 +185,7 @@ TEST(fork_timer_and_signal_are_each_process_own) {
         CHECK_EQ(lull_loop_free(loop), 0);
         _exit(timer_fires == 1 && signal_calls == 1 ? 0 : 1);
     }
-    int status = 0;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* The parent's timer is its own: it still fires, once, and the
      * child's signal never reached the parent. */
@@ -293,8 +298,7 @@ TEST_THREADED(fork_remote_posts_wake_each_process_own_loop) {
     run_until_called(rc.loop, &done);
     check_no_remote_wakeup(rc.loop);
     lull_io_stop(&done.io);
-    int status = 0;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* The child closed its copies and freed its loop: no matter here. */
     post_and_run(&rc);
@@ -402,8 +406,7 @@ TEST(fork_child_closing_inherited_streams_writes_nothing) {
         lull_loop_run(loop, LULL_RUN_DEFAULT);
         _exit(lull_loop_free(loop) == 0 ? 0 : 3);
     }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     for (int i = 0; i < 10; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
@@ -435,8 +438,7 @@ TEST(fork_child_running_its_loop_writes_only_its_own_frames) {
         lull_loop_run(loop, LULL_RUN_DEFAULT);
         _exit(lull_loop_free(loop) == 0 ? 0 : 3);
     }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     for (int i = 0; i < 10; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
@@ -471,8 +473,7 @@ TEST(fork_child_leaves_the_parents_shutdown_to_the_parent) {
             lull_loop_run(loop, LULL_RUN_NOWAIT);
         _exit(0); /* its copies go with it */
     }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     for (int i = 0; i < 10 && !fork_closes; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
@@ -514,8 +515,7 @@ TEST(fork_child_sends_fds_on_an_inherited_stream) {
             lull_loop_run(loop, LULL_RUN_NOWAIT);
         _exit(fork_frames == 1 && fork_fds_seen == 1 ? 0 : 4);
     }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 0);
     close_pair_and_free(loop, &a, &b);
@@ -540,8 +540,7 @@ TEST(fork_child_shuts_down_an_inherited_stream) {
             lull_loop_run(loop, LULL_RUN_NOWAIT);
         _exit(fork_closes == 1 && fork_reason == 0 && fork_frames == 0 ? 0 : 4);
     }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 0);
     close_pair_and_free(loop, &a, &b);
