@@ -1153,6 +1153,20 @@ static const char *exec_cl(kv *k, kv_client *cl, buf *out, const char *line) {
     return out->p;
 }
 
+/* A store k (a replica or not) and one client cl on it answering into out. */
+static void open_kv_with_client(kv *k, bool replica, kv_client *cl, buf *out) {
+    kv_setup(k, replica);
+    *out = (buf){0};
+    kv_client_init(cl, NULL, out);
+}
+
+/* Ends open_kv_with_client: the client reset, then out and k freed. */
+static void close_kv_with_client(kv *k, kv_client *cl, buf *out) {
+    kv_client_reset(k, cl);
+    buf_free(out);
+    kv_free(k);
+}
+
 /* Two keyspaces are equal when their dumps are (dump.c). */
 #include "dump.h"
 #define dump_keyspace kv_dump
@@ -1343,26 +1357,22 @@ TEST(types_replies_as_redis) {
         {"DISCARD", "-ERR DISCARD without MULTI\r\n"},
     };
     kv p;
-    kv_setup(&p, false);
-    buf out = {0};
+    buf out;
     kv_client cl;
-    kv_client_init(&cl, NULL, &out);
+    open_kv_with_client(&p, false, &cl, &out);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *got = exec_cl(&p, &cl, &out, cases[i][0]);
         if (strcmp(got, cases[i][1]) != 0)
             check_fail(__FILE__, __LINE__, "%s: %s", cases[i][0], got);
     }
-    kv_client_reset(&p, &cl);
-    buf_free(&out);
-    kv_free(&p);
+    close_kv_with_client(&p, &cl, &out);
 }
 
 TEST(multi_exec_is_one_unit) {
     kv p;
-    kv_setup(&p, false);
-    buf out = {0};
+    buf out;
     kv_client cl;
-    kv_client_init(&cl, NULL, &out);
+    open_kv_with_client(&p, false, &cl, &out);
     CHECK(strcmp(exec_cl(&p, &cl, &out, "MULTI"), "+OK\r\n") == 0);
     CHECK(strcmp(exec_cl(&p, &cl, &out, "MULTI"),
                  "-ERR MULTI calls can not be nested\r\n") == 0);
@@ -1412,9 +1422,7 @@ TEST(multi_exec_is_one_unit) {
         CHECK(strcmp(exec_words(&r, &out, "GET a"), "$1\r\n2\r\n") == 0);
         kv_free(&r);
     }
-    kv_client_reset(&p, &cl);
-    buf_free(&out);
-    kv_free(&p);
+    close_kv_with_client(&p, &cl, &out);
 }
 
 static int woken;
@@ -2028,10 +2036,9 @@ TEST(glob_huge_empty_and_binary_patterns) {
     /* Through KEYS: the empty pattern finds the empty key only; "**" all
      * but it; NULs in patterns and keys are bytes like others. */
     kv k;
-    kv_setup(&k, false);
-    buf out = {0};
+    buf out;
     kv_client cl;
-    kv_client_init(&cl, NULL, &out);
+    open_kv_with_client(&k, false, &cl, &out);
     resp_arg set[3] = {{"SET", 3}, {"", 0}, {"v", 1}};
     exec_args(&k, &cl, &out, set, 3);
     set[1] = (resp_arg){"a\0b", 3};
@@ -2093,11 +2100,10 @@ static long long count_kills(kv *k) {
  * does not know: refused as it refuses SYNC). */
 TEST(client_and_replsync_keep_transactions_and_subscriptions) {
     kv k;
-    kv_setup(&k, false);
-    k.kill_replicas = count_kills;
-    buf out = {0};
+    buf out;
     kv_client cl;
-    kv_client_init(&cl, NULL, &out);
+    open_kv_with_client(&k, false, &cl, &out);
+    k.kill_replicas = count_kills;
     /* CLIENT queues inside MULTI and answers in EXEC's array. */
     exec_cl(&k, &cl, &out, "MULTI");
     CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETNAME x"), "+QUEUED\r\n") ==
@@ -2169,19 +2175,16 @@ TEST(client_and_replsync_keep_transactions_and_subscriptions) {
           0);
     CHECK_EQ(kills, 2);
     exec_cl(&k, &cl, &out, "UNSUBSCRIBE");
-    kv_client_reset(&k, &cl);
-    buf_free(&out);
-    kv_free(&k);
+    close_kv_with_client(&k, &cl, &out);
 }
 
 /* kv_exec runs most commands on a short path that skips the checks at a
  * glance: each command that must take the checked path still does. */
 TEST(exec_short_path_keeps_every_check) {
     kv k;
-    kv_setup(&k, false);
-    buf out = {0};
+    buf out;
     kv_client cl;
-    kv_client_init(&cl, NULL, &out);
+    open_kv_with_client(&k, false, &cl, &out);
     /* QUIT: answered and reported, outside and inside MULTI (never
      * queued) and while subscribed. */
     CHECK_EQ(exec_rc(&k, &cl, &out, "QUIT"), KV_QUIT);
@@ -2229,20 +2232,15 @@ TEST(exec_short_path_keeps_every_check) {
     CHECK(strcmp(exec_cl(&k, &cl, &out, "gEt a"), "$1\r\n1\r\n") == 0);
     CHECK(strcmp(exec_cl(&k, &cl, &out, "pExPiReAt a 1"), ":1\r\n") == 0);
     CHECK(strcmp(exec_cl(&k, &cl, &out, "EXISTS a"), ":0\r\n") == 0);
-    kv_client_reset(&k, &cl);
-    buf_free(&out);
-    kv_free(&k);
+    close_kv_with_client(&k, &cl, &out);
     /* A replica refuses writes from a client and from no client alike. */
-    kv_setup(&k, true);
-    kv_client_init(&cl, NULL, &out);
+    open_kv_with_client(&k, true, &cl, &out);
     CHECK_EQ(exec_rc(&k, &cl, &out, "SET a 1"), 0);
     CHECK(strncmp(out.p, "-READONLY", 9) == 0);
     CHECK_EQ(exec_rc(&k, NULL, &out, "SET a 1"), 0);
     CHECK(strncmp(out.p, "-READONLY", 9) == 0);
     CHECK(strcmp(exec_cl(&k, &cl, &out, "GET a"), "$-1\r\n") == 0);
-    kv_client_reset(&k, &cl);
-    buf_free(&out);
-    kv_free(&k);
+    close_kv_with_client(&k, &cl, &out);
 }
 
 TEST(exec_refused_aborts_the_transaction_as_redis) {
@@ -2253,10 +2251,9 @@ TEST(exec_refused_aborts_the_transaction_as_redis) {
      * kept the transaction open, so what followed was queued. Bytes as
      * redis-server 7.0.15 sends them. */
     kv k;
-    kv_setup(&k, false);
-    buf out = {0};
+    buf out;
     kv_client cl;
-    kv_client_init(&cl, NULL, &out);
+    open_kv_with_client(&k, false, &cl, &out);
     static const char abort_arity[] =
         "-EXECABORT Transaction discarded because of: wrong number of "
         "arguments for 'exec' command\r\n";
@@ -2273,9 +2270,7 @@ TEST(exec_refused_aborts_the_transaction_as_redis) {
                  "'exec': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
                  "QUIT / RESET are allowed in this context\r\n") == 0);
     CHECK(strcmp(exec_cl(&k, &cl, &out, "EXEC x"), abort_arity) == 0);
-    kv_client_reset(&k, &cl);
-    buf_free(&out);
-    kv_free(&k);
+    close_kv_with_client(&k, &cl, &out);
 }
 
 TEST(unknown_command_words_end_at_a_nul_as_redis) {
@@ -2301,10 +2296,10 @@ TEST(unknown_command_words_end_at_a_nul_as_redis) {
 
 TEST(client_subcommands_as_redis) {
     kv k;
-    kv_setup(&k, false); /* no kill_replicas: no replica links */
-    buf out = {0};
+    buf out;
     kv_client cl;
-    kv_client_init(&cl, NULL, &out);
+    /* no kill_replicas: no replica links */
+    open_kv_with_client(&k, false, &cl, &out);
     /* The subcommand's name as Redis formats it: 128 bytes at most, up to
      * a NUL, CR and LF as spaces; the command in upper case. */
     char longname[200];
@@ -2355,9 +2350,7 @@ TEST(client_subcommands_as_redis) {
     size_t need;
     CHECK_EQ(kv_apply_stream(&k, &lim, argv, rec, strlen(rec), &err, &need),
              -EPROTO);
-    kv_client_reset(&k, &cl);
-    buf_free(&out);
-    kv_free(&k);
+    close_kv_with_client(&k, &cl, &out);
 }
 
 /* ------------------------------------------------- the reference model */
@@ -2522,10 +2515,9 @@ static void exec_names(kv *k, kv_client *cl, buf *out, const char *cmd,
  * with no name. */
 static uint64_t subscribe_steps(size_t n) {
     kv k;
-    kv_setup(&k, false);
-    buf out = {0};
+    buf out;
     kv_client cl;
-    kv_client_init(&cl, NULL, &out);
+    open_kv_with_client(&k, false, &cl, &out);
     exec_names(&k, &cl, &out, "SUBSCRIBE", 0, n);
     CHECK_EQ(k.channels.count, n);
     /* A lookup in the client's set is one step: its table has a bucket
@@ -2539,9 +2531,7 @@ static uint64_t subscribe_steps(size_t n) {
     CHECK_EQ(k.channels.count, 0);
     CHECK(!kv_client_subscribed(&cl));
     uint64_t steps = k.pubsub_steps;
-    kv_client_reset(&k, &cl);
-    buf_free(&out);
-    kv_free(&k);
+    close_kv_with_client(&k, &cl, &out);
     return steps;
 }
 
@@ -2591,10 +2581,9 @@ TEST(pubsub_replies_as_redis) {
      * a nil. Redis answers those in its hash table's order (seeded at
      * random per process), lull-kv oldest first. */
     kv k;
-    kv_setup(&k, false);
-    buf out = {0};
+    buf out;
     kv_client cl;
-    kv_client_init(&cl, NULL, &out);
+    open_kv_with_client(&k, false, &cl, &out);
     SUB_REPLIES("SUBSCRIBE a b c d e f g h a", "subscribe", "a", "1",
                 "subscribe", "b", "2", "subscribe", "c", "3", "subscribe", "d",
                 "4", "subscribe", "e", "5", "subscribe", "f", "6", "subscribe",
@@ -2963,11 +2952,10 @@ static void test_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
 
 TEST(auth_inside_multi_is_queued_as_redis_does) {
     kv k;
-    kv_setup(&k, false);
-    k.auth = test_auth;
-    buf out = {0};
+    buf out;
     kv_client cl;
-    kv_client_init(&cl, NULL, &out);
+    open_kv_with_client(&k, false, &cl, &out);
+    k.auth = test_auth;
     auth_calls = 0;
     /* Queued, and run by EXEC in its place (redis-server 7: AUTH is not
      * one of the commands MULTI refuses or runs at once). */
@@ -3010,9 +2998,7 @@ TEST(auth_inside_multi_is_queued_as_redis_does) {
                  "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
                  "context\r\n") == 0);
     CHECK_EQ(auth_calls, 2);
-    kv_client_reset(&k, &cl);
-    buf_free(&out);
-    kv_free(&k);
+    close_kv_with_client(&k, &cl, &out);
 }
 
 TEST(config_get_names_patterns_and_several_as_redis) {

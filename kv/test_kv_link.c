@@ -545,6 +545,12 @@ static void open_server(lull_loop **loop, server *p) {
     node_open(p, *loop, false);
 }
 
+/* open_server, and p made the primary a replica's connect lands on. */
+static void open_primary(lull_loop **loop, server *p) {
+    open_server(loop, p);
+    primary_of = p;
+}
+
 /* A client connection to p on a socketpair: the client's end (its
  * connection in *cp when cp is not NULL). */
 static int client_to(lull_loop *loop, server *p, conn **cp) {
@@ -653,11 +659,7 @@ TEST(unauthenticated_client_held_to_redis_request_bounds) {
 TEST(client_kill_counts_a_replica_once_in_a_batch) {
     lull_loop *loop;
     server p, r;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
-    lull_timer_start(&guard, 20000000000ull, 0);
-    node_open(&p, loop, false);
-    primary_of = &p;
+    open_primary(&loop, &p);
     write_cmd(&p, "SET", "a", "1");
     node_open(&r, loop, true);
     server_start(&r);
@@ -824,11 +826,7 @@ TEST(pipeline_cut_anywhere_answers_as_whole) {
 TEST(replica_takes_records_past_its_own_bulk_limit) {
     lull_loop *loop;
     server p, r;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
-    lull_timer_start(&guard, 20000000000ull, 0);
-    node_open(&p, loop, false);
-    primary_of = &p;
+    open_primary(&loop, &p);
     static char v[1001];
     memset(v, 'v', 1000);
     write_cmd(&p, "SET", "big", v);

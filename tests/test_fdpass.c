@@ -144,15 +144,30 @@ static void run_until_frames(lull_loop *loop, int n, int max) {
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
 }
 
+/* A case's end once its handles are closed: the loop run out and freed,
+ * and no fd left that the case opened. */
+static void run_out_free_and_count(lull_loop *loop, int before) {
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(fd_count(), before);
+}
+
+/* A Unix stream pair: b, taking fds, on sv[1], watched by g_rx (8 fds a
+ * frame); sv[0] left raw for the case to write the peer's bytes. */
+static void fd_receiver_and_raw_peer(lull_loop *loop, int sv[2],
+                                     lull_stream *b) {
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_stream_open(loop, b, sv[1], &fds_in), 0);
+    rx_watch(b, 8);
+}
+
 /* A case's end: first closed, then second, the loop run out and freed,
  * and no fd left that the case opened. */
 static void close_and_free(lull_loop *loop, lull_stream *first,
                            lull_stream *second, int before) {
     lull_endpoint_close(&first->ep, 0);
     lull_endpoint_close(&second->ep, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    run_out_free_and_count(loop, before);
 }
 
 /* Each frame's fds arrive with that frame, not its neighbours, though
@@ -298,10 +313,8 @@ TEST(connection_closed_mid_frame_leaks_nothing) {
     int before;
     lull_loop *loop = counted_loop(&before, NULL);
     int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     lull_stream b;
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], &fds_in), 0);
-    rx_watch(&b, 8);
+    fd_receiver_and_raw_peer(loop, sv, &b);
     /* A header announcing 1000 bytes, 10 of them, and 3 fds. */
     char buf[14] = {0, 0, 3, (char)232};
     memset(buf + 4, 'x', 10);
@@ -395,9 +408,7 @@ TEST(fds_dropped_under_low_rlimit_close_the_stream) {
     CHECK_EQ(g_rx.reason, -EMFILE);
     CHECK_EQ(g_rx.frames, 0);
     lull_endpoint_close(&a.ep, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    run_out_free_and_count(loop, before);
 }
 
 /* A stream opened without LULL_STREAM_FDS reads with recv: the kernel
@@ -491,9 +502,7 @@ TEST(fds_flag_refused_where_no_fd_can_pass) {
     lull_server_close(&srv);
     lull_endpoint_close(&s.ep, 0);
     lull_endpoint_close(&g_tcp_side.ep, 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    run_out_free_and_count(loop, before);
 }
 
 TEST(send_fds_hostile_arguments) {
@@ -562,9 +571,7 @@ TEST(send_fds_hostile_arguments) {
     lull_endpoint_close(&b.ep, 0);
     CHECK_EQ(lull_stream_send_fds(&a, &h, many, 1), -EPIPE);
     CHECK_EQ(lull_stream_peer_cred(&a, NULL, NULL, NULL), -ENOTCONN);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    run_out_free_and_count(loop, before);
 }
 
 /* SO_PEERCRED: a socketpair's peer is this process; so is a Unix
@@ -798,9 +805,7 @@ TEST(close_inside_on_frame_closes_untaken_fds) {
             CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
         CHECK(lull_endpoint_closed(&b.ep));
         lull_endpoint_close(&a.ep, 0);
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-        CHECK_EQ(lull_loop_free(loop), 0);
-        CHECK_EQ(fd_count(), before);
+        run_out_free_and_count(loop, before);
     }
 }
 
@@ -861,10 +866,8 @@ TEST(peer_flooding_one_frame_with_fds_is_closed) {
     int before;
     lull_loop *loop = counted_loop(&before, NULL);
     int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     lull_stream b;
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], &fds_in), 0);
-    rx_watch(&b, 8);
+    fd_receiver_and_raw_peer(loop, sv, &b);
     int base = fd_count();
     static const unsigned char hdr[4] = {0, 0, 0, 100}; /* a 100-byte frame */
     CHECK_EQ(write(sv[0], hdr, sizeof hdr), 4);
@@ -882,9 +885,7 @@ TEST(peer_flooding_one_frame_with_fds_is_closed) {
     CHECK_EQ(g_rx.frames, 0);
     CHECK_LE(most, 253);
     close(sv[0]);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    CHECK_EQ(fd_count(), before);
+    run_out_free_and_count(loop, before);
 }
 
 /* The bound is per frame: a frame read in many parts with 253 fds, and

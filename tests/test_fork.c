@@ -72,6 +72,13 @@ static void run_until_called(lull_loop *loop, watched *w) {
     lull_timer_stop(&guard);
 }
 
+/* Waits for the child pid to end; returns its wait status. */
+static int wait_for_child(pid_t pid) {
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
 TEST(fork_parent_and_child_each_get_their_own_readiness) {
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, NULL), 0);
@@ -114,8 +121,7 @@ TEST(fork_parent_and_child_each_get_their_own_readiness) {
     run_until_called(loop, &a);
     CHECK_EQ(a.calls, 1);
     put_byte(to_child[1]);
-    int status = 0;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* The child stopped a and freed its loop: the parent's a still works. */
     put_byte(a.fds[1]);
@@ -179,8 +185,7 @@ TEST(fork_timer_and_signal_are_each_process_own) {
         CHECK_EQ(lull_loop_free(loop), 0);
         _exit(timer_fires == 1 && signal_calls == 1 ? 0 : 1);
     }
-    int status = 0;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* The parent's timer is its own: it still fires, once, and the
      * child's signal never reached the parent. */
@@ -293,8 +298,7 @@ TEST_THREADED(fork_remote_posts_wake_each_process_own_loop) {
     run_until_called(rc.loop, &done);
     check_no_remote_wakeup(rc.loop);
     lull_io_stop(&done.io);
-    int status = 0;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* The child closed its copies and freed its loop: no matter here. */
     post_and_run(&rc);
@@ -361,18 +365,37 @@ static void fork_ignore_close(lull_endpoint *ep, int reason) {
     (void)ep, (void)reason;
 }
 
-TEST(fork_child_closing_inherited_streams_writes_nothing) {
-    fork_frames = 0;
+/* A loop and a connected Unix stream pair on it (options o): a sends and
+ * ignores its close, b reads with on_frame and on_close. */
+static lull_loop *loop_with_stream_pair(lull_stream *a, lull_stream *b,
+                                        const lull_stream_options *o,
+                                        lull_frame_fn on_frame,
+                                        lull_close_fn on_close) {
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_stream_open(loop, a, sv[0], o), 0);
+    CHECK_EQ(lull_stream_open(loop, b, sv[1], o), 0);
+    lull_endpoint_set_callbacks(&a->ep, NULL, NULL, fork_ignore_close);
+    lull_endpoint_set_callbacks(&b->ep, on_frame, NULL, on_close);
+    return loop;
+}
+
+/* Closes both streams of the pair, runs the loop out and frees it. */
+static void close_pair_and_free(lull_loop *loop, lull_stream *a,
+                                lull_stream *b) {
+    CHECK_EQ(lull_endpoint_close(&a->ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&b->ep, 0), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(fork_child_closing_inherited_streams_writes_nothing) {
+    fork_frames = 0;
     lull_stream a, b;
-    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
-    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
-    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL,
-                                fork_ignore_close);
+    lull_loop *loop = loop_with_stream_pair(&a, &b, NULL, fork_count_frame,
+                                            fork_ignore_close);
     CHECK_EQ(lull_endpoint_send_copy(&a.ep, "once", 4), 0); /* queued */
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -383,32 +406,21 @@ TEST(fork_child_closing_inherited_streams_writes_nothing) {
         lull_loop_run(loop, LULL_RUN_DEFAULT);
         _exit(lull_loop_free(loop) == 0 ? 0 : 3);
     }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     for (int i = 0; i < 10; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(fork_frames, 1);
-    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
-    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_pair_and_free(loop, &a, &b);
 }
 
 /* The same when the child runs its loop first (the flush the parent
  * queued before the fork is in the child's copy too) and sends a frame of
  * its own: the parent's frame reaches the peer once, the child's once. */
 TEST(fork_child_running_its_loop_writes_only_its_own_frames) {
-    lull_loop *loop = NULL;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     lull_stream a, b;
-    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
-    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
-    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL,
-                                fork_ignore_close);
+    lull_loop *loop = loop_with_stream_pair(&a, &b, NULL, fork_count_frame,
+                                            fork_ignore_close);
     fork_frames = 0;
     CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
     pid_t pid = fork();
@@ -426,16 +438,12 @@ TEST(fork_child_running_its_loop_writes_only_its_own_frames) {
         lull_loop_run(loop, LULL_RUN_DEFAULT);
         _exit(lull_loop_free(loop) == 0 ? 0 : 3);
     }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     for (int i = 0; i < 10; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK_EQ(fork_frames, 2); /* "parent" once, "child" once */
-    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
-    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_pair_and_free(loop, &a, &b);
 }
 
 /* A shutdown the parent asked for before the fork, behind a queued
@@ -450,15 +458,9 @@ static void fork_note_close(lull_endpoint *ep, int reason) {
 }
 
 TEST(fork_child_leaves_the_parents_shutdown_to_the_parent) {
-    lull_loop *loop = NULL;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     lull_stream a, b;
-    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
-    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
-    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL, fork_note_close);
+    lull_loop *loop =
+        loop_with_stream_pair(&a, &b, NULL, fork_count_frame, fork_note_close);
     fork_frames = fork_closes = 0;
     CHECK_EQ(lull_endpoint_send_copy(&a.ep, "last", 4), 0);
     CHECK_EQ(lull_stream_shutdown(&a), 0); /* after the queue */
@@ -471,8 +473,7 @@ TEST(fork_child_leaves_the_parents_shutdown_to_the_parent) {
             lull_loop_run(loop, LULL_RUN_NOWAIT);
         _exit(0); /* its copies go with it */
     }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     for (int i = 0; i < 10 && !fork_closes; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
@@ -497,17 +498,10 @@ static void fork_take_frame(lull_endpoint *ep, const void *b, size_t n) {
 }
 
 TEST(fork_child_sends_fds_on_an_inherited_stream) {
-    lull_loop *loop = NULL;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    lull_stream a, b;
     lull_stream_options o = {.flags = LULL_STREAM_FDS};
-    CHECK_EQ(lull_stream_open(loop, &a, sv[0], &o), 0);
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], &o), 0);
-    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
-    lull_endpoint_set_callbacks(&b.ep, fork_take_frame, NULL,
-                                fork_ignore_close);
+    lull_stream a, b;
+    lull_loop *loop =
+        loop_with_stream_pair(&a, &b, &o, fork_take_frame, fork_ignore_close);
     fork_frames = 0;
     CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
     pid_t pid = fork();
@@ -521,29 +515,19 @@ TEST(fork_child_sends_fds_on_an_inherited_stream) {
             lull_loop_run(loop, LULL_RUN_NOWAIT);
         _exit(fork_frames == 1 && fork_fds_seen == 1 ? 0 : 4);
     }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 0);
-    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
-    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_pair_and_free(loop, &a, &b);
 }
 
 /* A shutdown the child asks for itself on an inherited stream is the
  * child's: done at once (the parent's queued frame is not its to write),
  * and the peer reads the EOF. */
 TEST(fork_child_shuts_down_an_inherited_stream) {
-    lull_loop *loop = NULL;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     lull_stream a, b;
-    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
-    CHECK_EQ(lull_stream_open(loop, &b, sv[1], NULL), 0);
-    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_ignore_close);
-    lull_endpoint_set_callbacks(&b.ep, fork_count_frame, NULL, fork_note_close);
+    lull_loop *loop =
+        loop_with_stream_pair(&a, &b, NULL, fork_count_frame, fork_note_close);
     fork_frames = fork_closes = 0;
     fork_reason = 1;
     CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
@@ -556,12 +540,8 @@ TEST(fork_child_shuts_down_an_inherited_stream) {
             lull_loop_run(loop, LULL_RUN_NOWAIT);
         _exit(fork_closes == 1 && fork_reason == 0 && fork_frames == 0 ? 0 : 4);
     }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_for_child(pid);
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 0);
-    CHECK_EQ(lull_endpoint_close(&a.ep, 0), 0);
-    CHECK_EQ(lull_endpoint_close(&b.ep, 0), 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_pair_and_free(loop, &a, &b);
 }

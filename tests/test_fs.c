@@ -36,6 +36,13 @@ static void remove_dir(void) {
     CHECK_EQ(rmdir(dir), 0);
 }
 
+/* A case's start: a new directory, a loop and a pool of `threads`. */
+static void dir_loop_pool(lull_loop **loop, lull_pool **pool, int threads) {
+    make_dir();
+    CHECK_EQ(lull_loop_new(loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(pool, &(lull_pool_options){.threads = threads}), 0);
+}
+
 static void sem_wait_10s(sem_t *s) {
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
@@ -132,11 +139,9 @@ TEST_THREADED(fs_open_read_close) {
 }
 
 TEST_THREADED(fs_cancel_before_start) {
-    make_dir();
     lull_loop *loop;
     lull_pool *pool;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    dir_loop_pool(&loop, &pool, 1);
     gate g;
     gate_hold(loop, pool, &g);
     lull_fs req;
@@ -193,6 +198,30 @@ static int open_journal_file(int flags) {
     return fd;
 }
 
+/* A journal case's start: dir_loop_pool with one thread, then journal j
+ * on the journal file opened with flags; returns the file's fd. */
+static int journal_case(lull_loop **loop, lull_pool **pool, lull_journal *j,
+                        int flags) {
+    dir_loop_pool(loop, pool, 1);
+    int fd = open_journal_file(flags);
+    CHECK_EQ(lull_journal_init(*loop, *pool, j, fd), 0);
+    return fd;
+}
+
+/* A journal case's end: its file closed, pool and loop freed, the gate
+ * (NULL: none) destroyed, the directory removed. */
+static void close_journal_case(int fd, lull_loop *loop, lull_pool *pool,
+                               gate *g) {
+    close(fd);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    if (g) {
+        sem_destroy(&g->started);
+        sem_destroy(&g->release);
+    }
+    remove_dir();
+}
+
 /* The file holds exactly records [0, n) in order. */
 static void check_file(int n) {
     static char want[RECORDS * 24], got[RECORDS * 24 + 1];
@@ -211,14 +240,10 @@ static void check_file(int n) {
  * flight share the next one; completions come in append order; offsets
  * follow each other. */
 TEST_THREADED(journal_batches_by_turn_and_by_sync_in_flight) {
-    make_dir();
     lull_loop *loop;
     lull_pool *pool;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
-    int fd = open_journal_file(O_WRONLY);
     lull_journal j;
-    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
     ncompleted = 0;
 
     gate g;
@@ -246,12 +271,7 @@ TEST_THREADED(journal_batches_by_turn_and_by_sync_in_flight) {
     }
     CHECK_U64_EQ(j.syncs, 2);
     check_file(10);
-    close(fd);
-    CHECK_EQ(lull_pool_free(pool), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    sem_destroy(&g.started);
-    sem_destroy(&g.release);
-    remove_dir();
+    close_journal_case(fd, loop, pool, &g);
 }
 
 /* 1,000 records, appended a few per turn by a chain of tasks, land on
@@ -267,11 +287,9 @@ static void chain(lull_task *t) {
 }
 
 TEST_THREADED(journal_1000_records_on_disk_in_order) {
-    make_dir();
     lull_loop *loop;
     lull_pool *pool;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 2}), 0);
+    dir_loop_pool(&loop, &pool, 2);
     int fd = open_journal_file(O_WRONLY);
     CHECK_EQ(lull_journal_init(loop, pool, &chain_journal, fd), 0);
     ncompleted = 0;
@@ -296,23 +314,17 @@ TEST_THREADED(journal_1000_records_on_disk_in_order) {
     lull_journal again;
     CHECK_EQ(lull_journal_init(loop, pool, &again, fd), 0);
     CHECK_U64_EQ(again.end, chain_journal.end);
-    close(fd);
-    CHECK_EQ(lull_pool_free(pool), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_dir();
+    close_journal_case(fd, loop, pool, NULL);
 }
 
 /* A failed write fails its batch, everything queued behind it and every
  * later append. */
 TEST_THREADED(journal_error_is_sticky) {
-    make_dir();
     lull_loop *loop;
     lull_pool *pool;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
-    int fd = open_journal_file(O_RDONLY); /* writes fail with EBADF */
     lull_journal j;
-    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    /* writes fail with EBADF */
+    int fd = journal_case(&loop, &pool, &j, O_RDONLY);
     ncompleted = 0;
     gate g;
     gate_hold(loop, pool, &g);
@@ -327,26 +339,17 @@ TEST_THREADED(journal_error_is_sticky) {
     CHECK_EQ(lull_journal_append(&j, &recs[2].req, "x", 1, appended), -EBADF);
     CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK(!lull_journal_busy(&j));
-    close(fd);
-    CHECK_EQ(lull_pool_free(pool), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    sem_destroy(&g.started);
-    sem_destroy(&g.release);
-    remove_dir();
+    close_journal_case(fd, loop, pool, &g);
 }
 
 /* An append longer than one write can be (past SSIZE_MAX) is refused at
  * the call, and the journal goes on: queued, its batch's pwritev failed
  * with EINVAL, and that failure, sticky, refused every later append. */
 TEST_THREADED(journal_append_past_ssize_max_is_refused) {
-    make_dir();
     lull_loop *loop;
     lull_pool *pool;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
-    int fd = open_journal_file(O_WRONLY);
     lull_journal j;
-    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
     ncompleted = 0;
     CHECK_EQ(lull_journal_append(&j, &recs[5].req, "x", SIZE_MAX, appended),
              -EINVAL);
@@ -362,10 +365,7 @@ TEST_THREADED(journal_append_past_ssize_max_is_refused) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(ncompleted, 2);
     check_file(2);
-    close(fd);
-    CHECK_EQ(lull_pool_free(pool), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_dir();
+    close_journal_case(fd, loop, pool, NULL);
 }
 
 /* The same request appended twice while queued: the second is refused
@@ -373,14 +373,10 @@ TEST_THREADED(journal_append_past_ssize_max_is_refused) {
  * record to itself, and the batch's write loop went round it forever,
  * writing the record again and again. */
 TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
-    make_dir();
     lull_loop *loop;
     lull_pool *pool;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
-    int fd = open_journal_file(O_WRONLY);
     lull_journal j;
-    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
     ncompleted = 0;
     gate g;
     gate_hold(loop, pool, &g); /* the batch waits behind it */
@@ -400,12 +396,7 @@ TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(ncompleted, 2);
     check_file(2);
-    close(fd);
-    CHECK_EQ(lull_pool_free(pool), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    sem_destroy(&g.started);
-    sem_destroy(&g.release);
-    remove_dir();
+    close_journal_case(fd, loop, pool, &g);
 }
 
 /* -------------------------------------------------------- getaddrinfo */
@@ -457,11 +448,9 @@ TEST_THREADED(getaddrinfo_on_the_pool) {
 /* A lookup cancelled before a pool thread took it: its callback runs once,
  * with -ECANCELED and no list; cancelling again, or a NULL, is refused. */
 TEST_THREADED(getaddrinfo_cancel_before_start) {
-    make_dir();
     lull_loop *loop;
     lull_pool *pool;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    dir_loop_pool(&loop, &pool, 1);
     gate g;
     gate_hold(loop, pool, &g); /* the one pool thread is busy */
     struct addrinfo hints = {.ai_family = AF_INET,

@@ -110,6 +110,25 @@ static void watch(lull_loop *loop, lull_fsevent *w, seen *s, const char *path) {
     CHECK_EQ(lull_fsevent_start(w, path, on_event), 0);
 }
 
+/* A new root with directories a and b, a loop, and a watch on each:
+ * wa (seen sa) on a, wb (seen sb) on b. */
+static lull_loop *root_with_a_and_b_watched(lull_fsevent *wa, seen *sa,
+                                            lull_fsevent *wb, seen *sb) {
+    make_root();
+    CHECK_EQ(mkdir(at("a"), 0755), 0);
+    CHECK_EQ(mkdir(at("b"), 0755), 0);
+    lull_loop *loop = new_loop();
+    watch(loop, wa, sa, at("a"));
+    watch(loop, wb, sb, at("b"));
+    return loop;
+}
+
+/* A case's end: its loop freed, then the root and all below it removed. */
+static void free_loop_and_root(lull_loop *loop) {
+    CHECK_EQ(lull_loop_free(loop), 0);
+    remove_tree(root);
+}
+
 static void touch(const char *path) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     CHECK(fd >= 0);
@@ -147,8 +166,7 @@ TEST(hostile_arguments) {
     CHECK_EQ(lull_fsevent_stop(&w), 0); /* idempotent */
     CHECK_EQ(lull_fsevent_stop(&w2), 0);
     CHECK_EQ(lull_fsevent_stop(NULL), -EINVAL);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 /* A watch never set up (all zero, as a static or `= {0}` is): stop and
@@ -183,8 +201,7 @@ TEST(burst_of_writes_is_one_modified) {
     CHECK_EQ(strcmp(s.names[0], "f"), 0);
     CHECK_EQ(s.events[0], LULL_FSEVENT_MODIFIED);
     lull_fsevent_stop(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 /* Counts distinct names. */
@@ -219,8 +236,7 @@ TEST(ten_thousand_files_created_in_a_burst) {
     CHECK_EQ(burst_seen, 10000);
     CHECK(runs > 1); /* read in bounded batches, not in one */
     lull_fsevent_stop(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 TEST(rename_between_two_watched_directories) {
@@ -258,8 +274,7 @@ TEST(rename_between_two_watched_directories) {
     CHECK_EQ(strcmp(sb.others[2], ""), 0);
     lull_fsevent_stop(&wa);
     lull_fsevent_stop(&wb);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 TEST(file_removed_under_an_open_watch) {
@@ -276,8 +291,7 @@ TEST(file_removed_under_an_open_watch) {
     CHECK_EQ(strcmp(s.names[s.calls - 1], "(self)"), 0);
     /* The watch ended with it: the loop is free to go. */
     CHECK_EQ(lull_fsevent_stop(&w), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 TEST(watched_directory_moved_then_removed) {
@@ -302,8 +316,7 @@ TEST(watched_directory_moved_then_removed) {
     int calls = s.calls;
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* nothing left */
     CHECK_EQ(s.calls, calls);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 static void end_idle(lull_timer *t) {
@@ -331,8 +344,7 @@ TEST(idle_watch_makes_no_wakeup) {
     CHECK_EQ(s.calls, 0);
     lull_fsevent_ref(&w);
     lull_fsevent_stop(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 TEST(watch_limit_is_reported) {
@@ -344,8 +356,7 @@ TEST(watch_limit_is_reported) {
     CHECK_EQ(lull_fsevent_start(&w, root, on_event), -ENOSPC);
     fail_add_watch = 0;
     CHECK(loop->fsevents == NULL); /* its inotify fd closed again */
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 TEST(overflow_reaches_every_watch) {
@@ -364,8 +375,7 @@ TEST(overflow_reaches_every_watch) {
     CHECK_EQ(strcmp(s1.names[0], "(self)"), 0);
     lull_fsevent_stop(&w1);
     lull_fsevent_stop(&w2);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 /* The overflow reaches every watch started when it was read, also when
@@ -416,8 +426,7 @@ TEST(overflow_reaches_every_watch_when_one_stops_itself) {
     CHECK_EQ(s1.all | s2.all | s3.all, LULL_FSEVENT_OVERFLOW);
     CHECK_EQ(s4.calls, 0);
     CHECK_EQ(lull_fsevent_stop(&w4), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 /* lull_fsevent_init on a started watch: refused, and the watches started
@@ -425,14 +434,9 @@ TEST(overflow_reaches_every_watch_when_one_stops_itself) {
  * the loop's list with its link cleared, which cut off the watches
  * behind it (started before it) and unbalanced the references. */
 TEST(init_of_a_started_watch_is_refused) {
-    make_root();
-    CHECK_EQ(mkdir(at("a"), 0755), 0);
-    CHECK_EQ(mkdir(at("b"), 0755), 0);
-    lull_loop *loop = new_loop();
     lull_fsevent wa, wb;
     seen sa, sb;
-    watch(loop, &wa, &sa, at("a"));
-    watch(loop, &wb, &sb, at("b"));
+    lull_loop *loop = root_with_a_and_b_watched(&wa, &sa, &wb, &sb);
     CHECK_EQ(lull_fsevent_init(loop, &wb), -EBUSY);
     CHECK_EQ(wb.data, &sb);
     touch(at("a/1"));
@@ -443,8 +447,7 @@ TEST(init_of_a_started_watch_is_refused) {
     CHECK_EQ(lull_fsevent_init(loop, &wb), 0); /* stopped: free again */
     CHECK_EQ(lull_fsevent_stop(&wa), 0);
     CHECK(!lull_loop_alive(loop));
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 /* After fork() and lull_loop_fork, the child's watches (the parent's
@@ -494,22 +497,16 @@ TEST(watches_after_fork) {
     CHECK(child);
     CHECK(!(fork_s.all & LULL_FSEVENT_GONE));
     CHECK_EQ(lull_fsevent_stop(&fork_w), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 /* One batch with events for two watches: the first callback stops the
  * second watch, and then itself (the loop's last): nothing more is
  * called, nothing is touched after (ASan). */
 TEST(stops_inside_callbacks) {
-    make_root();
-    CHECK_EQ(mkdir(at("a"), 0755), 0);
-    CHECK_EQ(mkdir(at("b"), 0755), 0);
-    lull_loop *loop = new_loop();
     lull_fsevent wa, wb;
     seen sa, sb;
-    watch(loop, &wa, &sa, at("a"));
-    watch(loop, &wb, &sb, at("b"));
+    lull_loop *loop = root_with_a_and_b_watched(&wa, &sa, &wb, &sb);
     sa.stop_other = &wb;
     sb.stop_other = &wa;
     sa.stop_self = sb.stop_self = true;
@@ -518,8 +515,7 @@ TEST(stops_inside_callbacks) {
     touch(at("a/2"));
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(sa.calls + sb.calls, 1);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }
 
 /* The kernel's own queue overflowing (more events than
@@ -557,6 +553,5 @@ TEST(real_queue_overflow_leaves_the_loop_quiet) {
     CHECK(s.all & LULL_FSEVENT_OVERFLOW);
     CHECK(polls_in(loop, 20) < 10);
     lull_fsevent_stop(&w);
-    CHECK_EQ(lull_loop_free(loop), 0);
-    remove_tree(root);
+    free_loop_and_root(loop);
 }

@@ -66,6 +66,18 @@ typedef struct item {
 } item;
 
 static pthread_t loop_thread;
+
+/* A case's start: a loop, a pool with options o, this thread as the
+ * loop's, and the gate and started semaphores (0) for a held item. */
+static void gated_loop_and_pool(lull_loop **loop, lull_pool **pool,
+                                const lull_pool_options *o, sem_t *gate,
+                                sem_t *started) {
+    CHECK_EQ(lull_loop_new(loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(pool, o), 0);
+    loop_thread = pthread_self();
+    sem_init(gate, 0, 0);
+    sem_init(started, 0, 0);
+}
 static uint64_t dones_total; /* loop thread of the case's single loop */
 
 static int item_run(lull_work *w) {
@@ -380,12 +392,9 @@ TEST_THREADED(pool_submit_cancel_complete_race_from_4_loops) {
 TEST_THREADED(pool_cancel_before_start) {
     lull_loop *loop;
     lull_pool *pool;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
-    loop_thread = pthread_self();
     sem_t gate, started;
-    sem_init(&gate, 0, 0);
-    sem_init(&started, 0, 0);
+    gated_loop_and_pool(&loop, &pool, &(lull_pool_options){.threads = 1}, &gate,
+                        &started);
     item a = {.gate = &gate, .started = &started}, b = {0}, c = {0};
     lull_work_init(&a.work, item_run, item_done);
     lull_work_init(&b.work, item_run, item_done);
@@ -423,14 +432,10 @@ TEST_THREADED(pool_cancel_before_start) {
 TEST_THREADED(pool_queue_full_says_eagain) {
     lull_loop *loop;
     lull_pool *pool;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&pool,
-                           &(lull_pool_options){.threads = 1, .max_queued = 3}),
-             0);
-    loop_thread = pthread_self();
     sem_t gate, started;
-    sem_init(&gate, 0, 0);
-    sem_init(&started, 0, 0);
+    gated_loop_and_pool(&loop, &pool,
+                        &(lull_pool_options){.threads = 1, .max_queued = 3},
+                        &gate, &started);
     item it[5] = {{.gate = &gate, .started = &started}};
     for (int i = 0; i < 5; i++)
         lull_work_init(&it[i].work, item_run, item_done);
@@ -686,14 +691,10 @@ TEST_THREADED(pool_burst_of_completions_runs_in_one_iteration) {
 TEST_THREADED(pool_close_with_work_in_flight) {
     lull_loop *loop;
     lull_pool *pool;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 2,
-                                                       .max_queued = FLIGHT}),
-             0);
-    loop_thread = pthread_self();
     sem_t gate, started;
-    sem_init(&gate, 0, 0);
-    sem_init(&started, 0, 0);
+    gated_loop_and_pool(
+        &loop, &pool, &(lull_pool_options){.threads = 2, .max_queued = FLIGHT},
+        &gate, &started);
     static item items[FLIGHT];
     for (int i = 0; i < FLIGHT; i++) {
         items[i] = (item){0};
@@ -749,12 +750,9 @@ static void done_cancels_the_others(lull_work *w, int status) {
 TEST_THREADED(pool_cancel_in_a_done_after_the_pool_is_freed) {
     lull_loop *loop;
     lull_pool *pool;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
-    loop_thread = pthread_self();
     sem_t gate, started;
-    sem_init(&gate, 0, 0);
-    sem_init(&started, 0, 0);
+    gated_loop_and_pool(&loop, &pool, &(lull_pool_options){.threads = 1}, &gate,
+                        &started);
     item ran = {.gate = &gate, .started = &started}, first = {0}, queued = {0};
     lull_work_init(&ran.work, item_run, item_done);
     lull_work_init(&first.work, item_run, done_cancels_the_others);
@@ -941,13 +939,9 @@ static void free_pool_done(lull_work *w, int status) {
 
 TEST_THREADED(pool_done_frees_its_own_pool) {
     lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_pool_new(&freed_in_done, &(lull_pool_options){.threads = 1}),
-             0);
-    loop_thread = pthread_self();
     sem_t gate, started;
-    sem_init(&gate, 0, 0);
-    sem_init(&started, 0, 0);
+    gated_loop_and_pool(&loop, &freed_in_done,
+                        &(lull_pool_options){.threads = 1}, &gate, &started);
     item a = {.gate = &gate, .started = &started}, b = {0};
     lull_work_init(&a.work, item_run, free_pool_done);
     lull_work_init(&b.work, item_run, item_done);

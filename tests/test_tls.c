@@ -614,6 +614,30 @@ static void finish(lull_loop *loop, lull_tls_ctx *sctx, lull_tls_ctx *cctx) {
     teardown_pki();
 }
 
+/* A raw client on a new server end s (context sctx, default options), its
+ * handshake done; max_version 0: any. */
+static raw *raw_client_handshaken(lull_loop *loop, end *s, lull_tls_ctx *sctx,
+                                  int max_version) {
+    raw *r = raw_new(end_open_server(loop, s, sctx, NULL), max_version);
+    raw_handshake(r, loop);
+    return r;
+}
+
+/* A raw-client case's end: the raw client freed, then finish(). */
+static void free_raw_and_finish(lull_loop *loop, raw *r, lull_tls_ctx *sctx,
+                                lull_tls_ctx *cctx) {
+    raw_free(r);
+    finish(loop, sctx, cctx);
+}
+
+/* The same, waiting between for the server end s to see the close. */
+static void free_raw_wait_close_finish(lull_loop *loop, raw *r, end *s,
+                                       lull_tls_ctx *sctx, lull_tls_ctx *cctx) {
+    raw_free(r);
+    run_until(loop, &s->closed, 100);
+    finish(loop, sctx, cctx);
+}
+
 /* ------------------------------------------------------------- cases */
 
 TEST(echo_1mib_socketpair) {
@@ -1029,8 +1053,7 @@ TEST(close_notify_on_close_and_truncation_is_an_error) {
     CHECK_EQ(s.reason, 7);
     CHECK_EQ(c.reason, 0); /* close_notify, then EOF: clean */
     /* The socket closed without close_notify: a truncation. */
-    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
-    raw_handshake(r, loop);
+    raw *r = raw_client_handshaken(loop, &s, sctx, 0);
     for (int i = 0; i < 10; i++) /* the server's tickets go out */
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     raw_pump(r); /* read them: unread bytes would make the close a reset */
@@ -1038,8 +1061,7 @@ TEST(close_notify_on_close_and_truncation_is_an_error) {
     run_until(loop, &s.closed, 100);
     CHECK_EQ(s.reason, -EPROTO);
     CHECK(strstr(s.why, "close_notify"));
-    raw_free(r);
-    finish(loop, sctx, cctx);
+    free_raw_and_finish(loop, r, sctx, cctx);
 }
 
 TEST(peer_reset_mid_record) {
@@ -1078,8 +1100,7 @@ TEST(peer_reset_mid_record) {
     run_until(loop, &s.closed, 100);
     CHECK_EQ(s.reason, -ECONNRESET);
     CHECK_EQ(s.frames, 0);
-    raw_free(r);
-    finish(loop, sctx, NULL);
+    free_raw_and_finish(loop, r, sctx, NULL);
 }
 
 TEST(tls12_renegotiation_is_refused) {
@@ -1088,8 +1109,7 @@ TEST(tls12_renegotiation_is_refused) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     lull_tls_ctx *sctx = server_ctx(NULL);
     end s;
-    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0x0303);
-    raw_handshake(r, loop);
+    raw *r = raw_client_handshaken(loop, &s, sctx, 0x0303);
 #ifdef LULL_HAVE_OPENSSL
     CHECK_EQ(SSL_version(r->ssl), TLS1_2_VERSION);
     CHECK_EQ(SSL_renegotiate(r->ssl), 1);
@@ -1105,9 +1125,7 @@ TEST(tls12_renegotiation_is_refused) {
     ERR_clear_error();
 #endif
     CHECK(s.closes == 0 || s.reason != 0);
-    raw_free(r);
-    run_until(loop, &s.closed, 100);
-    finish(loop, sctx, NULL);
+    free_raw_wait_close_finish(loop, r, &s, sctx, NULL);
 }
 
 #ifdef LULL_HAVE_OPENSSL
@@ -1134,8 +1152,7 @@ TEST(records_split_at_every_byte) {
     lull_tls_ctx *sctx, *cctx;
     lull_loop *loop = start(&sctx, &cctx);
     end s;
-    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
-    raw_handshake(r, loop);
+    raw *r = raw_client_handshaken(loop, &s, sctx, 0);
 #ifdef LULL_HAVE_OPENSSL
     unsigned char rec[4096];
     size_t n = raw_frame(r, "one byte at a time", rec, sizeof rec);
@@ -1151,9 +1168,7 @@ TEST(records_split_at_every_byte) {
     CHECK_EQ(s.closes, 0);
     CHECK_EQ(ERR_peek_error(), 0ul); /* nothing left for the thread */
 #endif
-    raw_free(r);
-    run_until(loop, &s.closed, 100);
-    finish(loop, sctx, cctx);
+    free_raw_wait_close_finish(loop, r, &s, sctx, cctx);
 }
 
 /* The handshake's own records cut at every byte: the ClientHello and the
@@ -1192,9 +1207,7 @@ TEST(handshake_split_at_every_byte) {
     CHECK_EQ(s.frames, 1);
     CHECK(strcmp(s.last, "after") == 0);
 #endif
-    raw_free(r);
-    run_until(loop, &s.closed, 100);
-    finish(loop, sctx, cctx);
+    free_raw_wait_close_finish(loop, r, &s, sctx, cctx);
 }
 
 /* Hostile bytes after the handshake, in random cuts: valid records of
@@ -1208,8 +1221,7 @@ TEST(corrupted_records_after_the_handshake_close_with_an_error) {
     for (int seed = 1; seed <= 50; seed++) {
         rng_state = 0x9e3779b97f4a7c15ull * (uint64_t)seed;
         end s;
-        raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
-        raw_handshake(r, loop);
+        raw *r = raw_client_handshaken(loop, &s, sctx, 0);
 #ifdef LULL_HAVE_OPENSSL
         static unsigned char rec[65536];
         size_t n = 0;
@@ -1341,8 +1353,7 @@ TEST(data_after_close_notify_is_not_delivered) {
     lull_tls_ctx *sctx, *cctx;
     lull_loop *loop = start(&sctx, &cctx);
     end s;
-    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
-    raw_handshake(r, loop);
+    raw *r = raw_client_handshaken(loop, &s, sctx, 0);
 #ifdef LULL_HAVE_OPENSSL
     unsigned char rec[8192];
     size_t n = raw_frame(r, "before", rec, sizeof rec);
@@ -1362,8 +1373,7 @@ TEST(data_after_close_notify_is_not_delivered) {
     CHECK_EQ(s.reason, 0);
     CHECK_EQ(ERR_peek_error(), 0ul);
 #endif
-    raw_free(r);
-    finish(loop, sctx, cctx);
+    free_raw_and_finish(loop, r, sctx, cctx);
 }
 
 /* close_notify in the middle of a frame (its header said 100 bytes, 10
@@ -1373,8 +1383,7 @@ TEST(close_notify_inside_a_frame_is_a_protocol_error) {
     lull_tls_ctx *sctx, *cctx;
     lull_loop *loop = start(&sctx, &cctx);
     end s;
-    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
-    raw_handshake(r, loop);
+    raw *r = raw_client_handshaken(loop, &s, sctx, 0);
 #ifdef LULL_HAVE_OPENSSL
     unsigned char part[14] = {0, 0, 0, 100, 'p', 'a', 'r', 't'};
     CHECK_EQ(SSL_write(r->ssl, part, sizeof part), (int)sizeof part);
@@ -1386,8 +1395,7 @@ TEST(close_notify_inside_a_frame_is_a_protocol_error) {
     CHECK_EQ(s.frames, 0);
     CHECK_EQ(ERR_peek_error(), 0ul);
 #endif
-    raw_free(r);
-    finish(loop, sctx, cctx);
+    free_raw_and_finish(loop, r, sctx, cctx);
 }
 
 /* A storm of TLS 1.3 KeyUpdates, each asking for one back, between two
@@ -1398,8 +1406,7 @@ TEST(key_update_storm_from_the_peer) {
     lull_tls_ctx *sctx, *cctx;
     lull_loop *loop = start(&sctx, &cctx);
     end s;
-    raw *r = raw_new(end_open_server(loop, &s, sctx, NULL), 0);
-    raw_handshake(r, loop);
+    raw *r = raw_client_handshaken(loop, &s, sctx, 0);
 #ifdef LULL_HAVE_OPENSSL
     CHECK_EQ(SSL_version(r->ssl), TLS1_3_VERSION);
     static unsigned char rec[1 << 20];
@@ -1434,9 +1441,7 @@ TEST(key_update_storm_from_the_peer) {
     CHECK(memcmp(got + 4, "reply", 5) == 0);
     ERR_clear_error();
 #endif
-    raw_free(r);
-    run_until(loop, &s.closed, 100);
-    finish(loop, sctx, cctx);
+    free_raw_wait_close_finish(loop, r, &s, sctx, cctx);
 }
 
 /* Key updates mid-stream: the echo goes on under the new keys. */

@@ -151,6 +151,17 @@ static void finish(lull_loop *loop, pty *p) {
     pty_close(p);
 }
 
+/* A loop and a pty whose slave k holds in RAW; before: the slave's mode
+ * before it. */
+static lull_loop *loop_with_raw_term(pty *p, struct termios *before, term *k) {
+    lull_loop *loop = new_loop();
+    *p = pty_open();
+    *before = mode_of(p->slave);
+    term_init(loop, k, p->slave);
+    CHECK_EQ(lull_tty_set_mode(&k->t, LULL_TTY_MODE_RAW), 0);
+    return loop;
+}
+
 /* Reads from fd until `want` bytes came or 10 s passed. */
 static size_t read_some(int fd, char *buf, size_t want) {
     size_t got = 0;
@@ -205,12 +216,10 @@ TEST(raw_mode_set_and_restored) {
  * comes back although the handle is still open and thinks it is raw; the
  * close afterwards restores again, harmlessly. */
 TEST(reset_mode_restores_without_the_loop) {
-    lull_loop *loop = new_loop();
-    pty p = pty_open();
-    struct termios before = mode_of(p.slave);
+    pty p;
+    struct termios before;
     term k;
-    term_init(loop, &k, p.slave);
-    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    lull_loop *loop = loop_with_raw_term(&p, &before, &k);
     CHECK(is_raw(p.slave));
     lull_tty_reset_mode();
     CHECK(mode_is(p.slave, &before));
@@ -462,12 +471,10 @@ TEST(tty_argument_errors) {
  * and the reset table's entry, and lose the mode to give back. Again
  * after the close, before its on_close ran: refused too. */
 TEST(init_into_an_open_tty_is_refused) {
-    lull_loop *loop = new_loop();
-    pty p = pty_open();
-    struct termios before = mode_of(p.slave);
+    pty p;
+    struct termios before;
     term k;
-    term_init(loop, &k, p.slave);
-    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    lull_loop *loop = loop_with_raw_term(&p, &before, &k);
     int open_before = open_fds();
     CHECK_EQ(lull_tty_init(loop, &k.t, p.slave, NULL), -EBUSY);
     CHECK_EQ(open_fds(), open_before);
@@ -543,12 +550,10 @@ TEST(master_blocked_and_paused_when_the_slave_closes) {
 /* A close inside the stream's own on_frame: the mode is back at once, the
  * stream's close callback follows in a later turn. */
 TEST(close_inside_on_frame) {
-    lull_loop *loop = new_loop();
-    pty p = pty_open();
-    struct termios before = mode_of(p.slave);
+    pty p;
+    struct termios before;
     term k;
-    term_init(loop, &k, p.slave);
-    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), 0);
+    lull_loop *loop = loop_with_raw_term(&p, &before, &k);
     k.close_in_frame = true;
     CHECK_EQ(write(p.master, "q", 1), 1);
     run_until(loop, &k.closes, 1);

@@ -95,6 +95,27 @@ static void rx_close(rx *r) {
     CHECK_EQ(lull_udp_close(&r->udp, rx_closed), 0);
 }
 
+/* A Unix datagram socketpair: sender tx on sv[0] (options so), receiver r
+ * opened on sv[1], not yet receiving. */
+static void open_unix_pair(lull_loop *loop, int sv[2], lull_udp *tx,
+                           const lull_udp_options *so, rx *r) {
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);
+    memset(r, 0, sizeof *r);
+    r->udp.data = r;
+    CHECK_EQ(lull_udp_init(loop, tx, so), 0);
+    CHECK_EQ(lull_udp_open(tx, sv[0]), 0);
+    CHECK_EQ(lull_udp_init(loop, &r->udp, NULL), 0);
+    CHECK_EQ(lull_udp_open(&r->udp, sv[1]), 0);
+}
+
+/* Closes sender tx and receiver r, runs the loop out and frees it. */
+static void close_tx_rx_and_loop(lull_loop *loop, lull_udp *tx, rx *r) {
+    lull_udp_close(tx, NULL);
+    rx_close(r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* Sends, results recorded. */
 static int send_status[512];
 static int sends_done;
@@ -191,10 +212,7 @@ TEST(sends_to_an_address_make_no_system_call) {
     CHECK_EQ(getsockname_calls, before);
     run_until(loop, &r.count, 50);
     CHECK_U64_EQ(tx.send_calls, 1);
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 
 /* A server that echoes, and a client: the classic round trip. */
@@ -319,10 +337,7 @@ TEST(flood_is_read_a_bounded_number_of_batches_per_iteration) {
     run_until(loop, &r.count, 100);
     /* 4 rounds of 8 datagrams, then the task; the rest later. */
     CHECK_EQ(flood_seen_at_task, 32);
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 
 /* Exactly a full batch pending, then more arriving: while the full
@@ -406,10 +421,7 @@ TEST(truncated_datagram_is_reported) {
     CHECK_EQ(r.flags[0], LULL_UDP_TRUNCATED);
     CHECK_EQ(r.lens[1], 16);
     CHECK_EQ(r.flags[1], 0); /* exactly the slot's size fits */
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 
 /* A port nobody listens on: the kernel answers with ICMP port unreachable,
@@ -624,10 +636,7 @@ TEST(send_bound_refuses_and_keeps_the_handle) {
     CHECK_EQ(tx.queued, 0);
     CHECK_EQ(send_n(&tx, 2, (struct sockaddr *)&to), 0); /* room again */
     run_until(loop, &r.count, 5);
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 
 /* Close right after sending: every queued send's callback gets
@@ -733,10 +742,7 @@ TEST(recv_stop_inside_the_callback_holds_the_rest) {
     run_until(loop, &r.count, 10);
     for (int i = 0; i < 10; i++)
         CHECK_EQ(r.seen[i], i); /* none lost, none twice */
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 
 /* Each datagram's sender, whatever the one before it in the same slot: a
@@ -855,15 +861,9 @@ TEST(an_unnamed_sender_after_a_named_one_is_not_reported_as_it) {
 TEST(full_socket_waits_for_writability) {
     lull_loop *loop = new_loop();
     int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);
     lull_udp tx;
     rx r;
-    memset(&r, 0, sizeof r);
-    r.udp.data = &r;
-    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
-    CHECK_EQ(lull_udp_open(&tx, sv[0]), 0);
-    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
-    CHECK_EQ(lull_udp_open(&r.udp, sv[1]), 0);
+    open_unix_pair(loop, sv, &tx, NULL, &r);
     enum { N = 500 };
     CHECK_EQ(send_n(&tx, N, NULL), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
@@ -881,10 +881,7 @@ TEST(full_socket_waits_for_writability) {
     }
     lull_loop_metrics(loop, &m);
     CHECK(m.iterations - before < 200); /* no spin while waiting */
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 
 /* One long send cut into datagrams of gso_segment bytes, by the kernel
@@ -917,10 +914,7 @@ static void segmented(bool gro) {
     CHECK_EQ(
         lull_udp_send(&tx, &d, big, 100 * 65, (struct sockaddr *)&to, NULL),
         -EMSGSIZE); /* past the kernel's 64 segments */
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 
 TEST(gso_send_arrives_as_datagrams) {
@@ -958,10 +952,7 @@ TEST(gso_send_longer_than_one_packet_arrives_as_datagrams) {
         CHECK_EQ(r.seen[i], i);
     }
     CHECK_U64_EQ(tx.sent, 50);
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 
 /* Where UDP_SEGMENT cannot be used (a Unix datagram socket here), lull
@@ -969,16 +960,10 @@ TEST(gso_send_longer_than_one_packet_arrives_as_datagrams) {
 TEST(gso_without_the_kernel_splits_by_hand) {
     lull_loop *loop = new_loop();
     int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);
     lull_udp_options so = {.gso_segment = 100};
     lull_udp tx;
     rx r;
-    memset(&r, 0, sizeof r);
-    r.udp.data = &r;
-    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
-    CHECK_EQ(lull_udp_open(&tx, sv[0]), 0);
-    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
-    CHECK_EQ(lull_udp_open(&r.udp, sv[1]), 0);
+    open_unix_pair(loop, sv, &tx, &so, &r);
     CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
     static unsigned char big[950];
     for (int i = 0; i < 950; i++)
@@ -993,10 +978,7 @@ TEST(gso_without_the_kernel_splits_by_hand) {
         CHECK_EQ(r.seen[i], i);
     }
     CHECK_U64_EQ(tx.sent, 10);
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 /* A send lull cuts by hand that meets a full receiver half-way waits for
  * room like any other, and the rest of it leaves then: nothing is failed
@@ -1004,16 +986,10 @@ TEST(gso_without_the_kernel_splits_by_hand) {
 TEST(split_send_meeting_a_full_socket_waits_for_room) {
     lull_loop *loop = new_loop();
     int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);
     lull_udp_options so = {.gso_segment = 100};
     lull_udp tx;
     rx r;
-    memset(&r, 0, sizeof r);
-    r.udp.data = &r;
-    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
-    CHECK_EQ(lull_udp_open(&tx, sv[0]), 0);
-    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
-    CHECK_EQ(lull_udp_open(&r.udp, sv[1]), 0);
+    open_unix_pair(loop, sv, &tx, &so, &r);
     int small = 4096; /* a few datagrams' room: the split meets it */
     CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
     enum { N = 8 };
@@ -1039,10 +1015,7 @@ TEST(split_send_meeting_a_full_socket_waits_for_room) {
         CHECK_EQ(r.seen[i], i);
     }
     CHECK_U64_EQ(tx.sent, N * 10);
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 
 TEST(gro_receive_splits_coalesced_datagrams) {
@@ -1116,10 +1089,7 @@ TEST(gro_with_small_slots_loses_no_datagram_that_fits) {
         CHECK_EQ(r.seen[i], i);
         CHECK_EQ(r.flags[i], 0);
     }
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 
 /* With GRO, a slot that held a plain datagram (no control data: the
@@ -1153,10 +1123,7 @@ TEST(gro_slot_reused_after_a_plain_datagram) {
         CHECK_EQ(r.seen[i], i - 1);
     }
     lull_udp_close(&plain, NULL);
-    lull_udp_close(&tx, NULL);
-    rx_close(&r);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
 }
 
 TEST(multicast_on_the_loopback_interface) {
