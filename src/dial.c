@@ -131,14 +131,6 @@ static void arm(lull_dial *d, bool attempt_pending) {
     lull_timer_start(&d->timer, at > now ? at - now : 0, 0);
 }
 
-/* Whether s is open, or closed with its on_close yet to run: setting it
- * up again would overwrite nodes the loop still holds. */
-static bool stream_busy(lull_loop *loop, const lull_stream *s) {
-    const lull__node *queued[] = {&s->event.node, &s->flush.node};
-    return lull__live_on(loop, &s->io, queued, 2) ||
-           lull__live_on(loop, &s->wio, NULL, 0);
-}
-
 /* The winner: every other attempt closed, the stream takes its socket. */
 static void win(lull_dial *d, lull_io *io) {
     int fd = io->fd;
@@ -146,7 +138,7 @@ static void win(lull_dial *d, lull_io *io) {
     io->fd = -1;
     /* The stream was free at the start, but another dial given it (or its
      * owner) may have opened it since: -EBUSY, as the start would say. */
-    if (stream_busy(d->loop, d->stream)) {
+    if (lull__stream_live(d->loop, d->stream)) {
         close(fd);
         decide(d, -EBUSY);
         return;
@@ -309,7 +301,7 @@ static int begin(lull_loop *loop, lull_dial *d, lull_stream *s,
     if (d->state & D_DIALING) return -EBUSY;
     /* A stream still open, or closed with its on_close yet to run, would
      * be overwritten under the loop's feet. */
-    if (stream_busy(loop, s)) return -EBUSY;
+    if (lull__stream_live(loop, s)) return -EBUSY;
     void *data = d->data;
     memset(d, 0, sizeof *d);
     d->data = data;

@@ -1371,22 +1371,17 @@ LULL__OWN_NAME(on_wio, "lull_stream write fd", lull_stream, wio);
 
 /* --------------------------------------------------------------- setup */
 
-#ifndef NDEBUG
-/* Whether s is open on loop, or closed with its on_close still queued:
- * opening it again would unlink nodes the loop still holds. A scan of the
- * loop's tables, for debug builds only. */
-static bool stream_live(const lull_loop *loop, const lull_stream *s) {
+bool lull__stream_live(const lull_loop *loop, const lull_stream *s) {
     const lull__node *queued[] = {&s->event.node, &s->flush.node};
     return lull__live_on(loop, &s->io, queued, 2) ||
            lull__live_on(loop, &s->wio, NULL, 0);
 }
-#endif
 
 static int setup(lull_loop *loop, lull_stream *s, int fd,
                  const lull_stream_options *opts, bool tcp) {
     static const lull_stream_options defaults;
     const lull_stream_options *o = opts ? opts : &defaults;
-    LULL_ASSERT(!stream_live(loop, s),
+    LULL_ASSERT(!lull__stream_live(loop, s),
                 "lull: a stream opened again while open, or before its "
                 "on_close ran");
     void *data = s->ep.data; /* the user's, kept */

@@ -1,6 +1,7 @@
 /* What the address modules (src/tcp.c, src/unix.c, src/dial.c) share with
  * the stream core (src/stream.c): they turn an address into a sockaddr, the
- * core does the rest. The core never includes them. */
+ * core does the rest; and what a module that sets up a stream of its own
+ * (dial, src/tty.c) asks of it. The core never includes them. */
 #ifndef LULL_STREAM_H
 #define LULL_STREAM_H
 
@@ -23,5 +24,10 @@ int lull__stream_connect(lull_loop *loop, lull_stream *s, int family,
 /* Whether opts fit a stream of a socket of `family`: 0, -EINVAL (unknown
  * flags) or -ENOTSUP (LULL_STREAM_FDS where no fd can pass). */
 int lull__stream_options_check(const lull_stream_options *opts, int family);
+
+/* Whether s is open on loop, or closed with its on_close still queued:
+ * setting it up again would unlink nodes the loop still holds. A scan of
+ * the loop's tables: for set-up and checks, not a hot path. */
+bool lull__stream_live(const lull_loop *loop, const lull_stream *s);
 
 #endif

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "stream.h"
 
 _Static_assert(sizeof(struct termios) <= sizeof(((lull_tty *)0)->saved),
                "lull_tty.saved holds a struct termios");
@@ -157,10 +158,7 @@ int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
      * the clearing below would orphan the stream's registered fd, the
      * description and the reset table's entry, and lose the mode to give
      * back. Asked by address only: t is garbage before its first init. */
-    const lull__node *queued[] = {&t->stream.event.node, &t->stream.flush.node};
-    if (lull__live_on(loop, &t->stream.io, queued, 2) ||
-        lull__live_on(loop, &t->stream.wio, NULL, 0))
-        return -EBUSY;
+    if (lull__stream_live(loop, &t->stream)) return -EBUSY;
     struct termios tio;
     if (tcgetattr(fd, &tio) < 0) return -errno;
     memset(t, 0, sizeof *t);
