@@ -80,12 +80,18 @@ static void chain_checks(const lab_fig *fig, int f) {
             "starvation bug of that version)\n");
 }
 
-/* Row r's 1 ms p99 ÷ the floor's: the median of their round-by-round
- * ratios (a round's machine is the same for both), or of their medians
- * when they share no round. */
+/* l's col ÷ the floor's, by the median of their round-by-round ratios
+ * (a round's machine is the same for both), as the verdict's floor lines
+ * judge; NAN without both or with no round in common. */
+static double ratio_to_floor(const lab_row *l, const lab_row *fl, int col) {
+    if (!l || !fl) return NAN;
+    return lab_series_ratio_median(&l->v[col], &fl->v[col]);
+}
+
+/* Row r's 1 ms p99 ÷ another's (the floor's): ratio_to_floor, or the ratio
+ * of their medians when they share no round. */
 static double late_over_floor(const lab_row *r, const lab_row *floor) {
-    double x =
-        lab_series_ratio_median(&r->v[LATE_P99_US], &floor->v[LATE_P99_US]);
+    double x = ratio_to_floor(r, floor, LATE_P99_US);
     if (isfinite(x)) return x;
     return lab_row_median(r, LATE_P99_US) / lab_row_median(floor, LATE_P99_US);
 }
@@ -282,13 +288,6 @@ static const char *peer_cell3(char *buf, const lab_row *r, int col) {
 
 /* One line of the short table: the figure, lull's median with its unit,
  * the best peer of the same class, its ×, and a floor when there is one. */
-/* l's col ÷ the floor's, by the median of their round-by-round ratios,
- * as the verdict's floor lines judge; NAN without both. */
-static double ratio_to_floor(const lab_row *l, const lab_row *fl, int col) {
-    if (!l || !fl) return NAN;
-    return lab_series_ratio_median(&l->v[col], &fl->v[col]);
-}
-
 /* floor_x: the floor's × when it is not the ratio of medians (NAN: it
  * is). */
 static void brief_row(lab_table *t, const char *what, const lab_fig *fig,
