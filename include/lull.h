@@ -1150,8 +1150,8 @@ typedef void (*lull_udp_recv_fn)(lull_udp *udp, int status, const void *bytes,
                                  size_t len, const struct sockaddr *from,
                                  unsigned flags);
 /* The datagram was handed to the kernel (0), or was not: a negative errno
- * (-EMSGSIZE, -ECONNREFUSED, -ENETUNREACH ..., -ECANCELED when the handle
- * closed first). Runs in a later turn than lull_udp_send, never inside it;
+ * (-EMSGSIZE, -ECONNREFUSED, -ENETUNREACH ..., -ENOBUFS when the device's
+ * queue was full, -ECANCELED when the handle closed first). Runs in a later turn than lull_udp_send, never inside it;
  * the request and its bytes are the caller's again. */
 typedef void (*lull_udp_send_fn)(lull_datagram *req, int status);
 /* The handle's last callback, in a later turn than lull_udp_close, after

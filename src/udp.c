@@ -13,8 +13,11 @@
  * stops early either met a full socket buffer (EAGAIN: the handle waits for
  * writability, BLOCKED, and sends only queue until then) or an error that
  * belongs to the first unsent datagram (it fails with that errno and the
- * rest go on). Results are reported by the event task, in a later turn
- * than the send: a request's callback never runs inside lull_udp_send.
+ * rest go on). ENOBUFS, the device's queue full, is such an error: a UDP
+ * socket polls writable all the while, so a wait for writability would
+ * spin until the device drained, and a datagram may be lost anyway. Results are
+ * reported by the event task, in a later turn than the send: a request's
+ * callback never runs inside lull_udp_send.
  *
  * When datagrams arrive. A readable socket is read with recvmmsg, up to
  * RECV_ROUNDS batches per iteration (the rest waits for the next one: the
@@ -478,7 +481,7 @@ static int send_split(lull_udp *udp, lull_datagram *req) {
                        alen ? (const struct sockaddr *)&req->to : NULL, alen);
         } while (w < 0 && errno == EINTR);
         udp->send_calls++;
-        if (w < 0 && (errno == EAGAIN || errno == ENOBUFS)) {
+        if (w < 0 && errno == EAGAIN) {
             req->status = (int)off;
             return -EAGAIN;
         }
@@ -536,9 +539,7 @@ static void send_queue(lull_udp *udp) {
         udp->send_calls++;
         if (sent < 0) {
             int err = errno;
-            if (err == EAGAIN || err == ENOBUFS) {
-                /* ENOBUFS: the device queue, not ours; retry as for a
-                 * full buffer rather than drop what the caller queued. */
+            if (err == EAGAIN) {
                 udp->state |= U_BLOCKED;
                 set_interest(udp);
                 return;

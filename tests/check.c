@@ -3,8 +3,13 @@
 #include "check.h"
 
 #include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -253,3 +258,30 @@ int main(int argc, char **argv) {
     fprintf(stderr, "check: no case named %s\n", argv[1]);
     return 2;
 }
+
+#ifdef CHECK_SANDBOX_ARCH
+void check_deny_syscalls(const int *nrs, int n, int err) {
+    struct sock_filter f[16];
+    int k = 0;
+    if (n > 6) check_fail(__FILE__, __LINE__, "check_deny_syscalls: n > 6");
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                          offsetof(struct seccomp_data, arch));
+    f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+                                          CHECK_SANDBOX_ARCH, 1, 0);
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                          offsetof(struct seccomp_data, nr));
+    for (int i = 0; i < n; i++) {
+        f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+                                              (unsigned)nrs[i], 0, 1);
+        f[k++] = (struct sock_filter)BPF_STMT(
+            BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((unsigned)err & 0xffff));
+    }
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    struct sock_fprog prog = {.len = (unsigned short)k, .filter = f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        check_fail(__FILE__, __LINE__, "seccomp filter refused: %s",
+                   strerror(errno));
+}
+#endif

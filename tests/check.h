@@ -32,6 +32,18 @@ bool check_debug_build(void);
  * printed line, or skips the one check that measures it. */
 bool check_yield_often(void);
 
+/* Installs a seccomp filter on this process that fails the system calls
+ * numbered nrs[0..n-1] (at most 6) with `err`, as container runtimes and
+ * systemd's SystemCallFilter= do; no root needed (PR_SET_NO_NEW_PRIVS). A
+ * filter cannot be removed: call it in a child (check_exits_cleanly).
+ * Defined where CHECK_SANDBOX_ARCH is. */
+#if defined(__x86_64__)
+#define CHECK_SANDBOX_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define CHECK_SANDBOX_ARCH AUDIT_ARCH_AARCH64
+#endif
+void check_deny_syscalls(const int *nrs, int n, int err);
+
 /* The real monotonic clock in ns, and a busy-wait on it (for the cases that
  * need real CPU time: quantum, stalls). */
 uint64_t check_clock_ns(void);

@@ -5,14 +5,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <lull.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -536,40 +532,17 @@ TEST(write_watcher_hears_a_shutdown_both_ways) {
 
 /* ------------------------------------------------ sandboxed epoll_pwait2 */
 
-/* A seccomp filter, as older container runtimes and systemd's
- * SystemCallFilter= install, that fails the listed system calls with EPERM.
- * No root needed with PR_SET_NO_NEW_PRIVS. Filters cannot be removed, so
- * each scenario runs in a child process of its own (run_in_child). */
-#if defined(__x86_64__)
-#define SANDBOX_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define SANDBOX_ARCH AUDIT_ARCH_AARCH64
-#endif
+/* A seccomp filter (check_deny_syscalls), as older container runtimes and
+ * systemd's SystemCallFilter= install, that fails the listed system calls
+ * with EPERM. Filters cannot be removed, so each scenario runs in a child
+ * process of its own (run_in_child). */
 #ifndef SYS_epoll_pwait2
 #define SYS_epoll_pwait2 441 /* the same number on every architecture */
 #endif
 
-#ifdef SANDBOX_ARCH
+#ifdef CHECK_SANDBOX_ARCH
 static void deny_with_eperm(const int *nrs, int n) {
-    struct sock_filter f[16];
-    int k = 0;
-    f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-                                          offsetof(struct seccomp_data, arch));
-    f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
-                                          SANDBOX_ARCH, 1, 0);
-    f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-    f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-                                          offsetof(struct seccomp_data, nr));
-    for (int i = 0; i < n; i++) {
-        f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
-                                              (unsigned)nrs[i], 0, 1);
-        f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
-                                              SECCOMP_RET_ERRNO | EPERM);
-    }
-    f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-    struct sock_fprog prog = {.len = (unsigned short)k, .filter = f};
-    CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-    CHECK_EQ(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+    check_deny_syscalls(nrs, n, EPERM);
     /* The filter is in force. (Under valgrind, which does not know
      * epoll_pwait2, the call never reaches the kernel: ENOSYS.) */
     CHECK_EQ(syscall(SYS_epoll_pwait2, -1, NULL, 0, NULL, NULL, 0), -1);
@@ -651,7 +624,7 @@ static void readiness_seen(lull_loop *loop) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-#ifdef SANDBOX_ARCH
+#ifdef CHECK_SANDBOX_ARCH
 static void sandboxed_before_loop_new(void) {
     deny_pwait2();
     readiness_seen(new_loop());
@@ -686,7 +659,7 @@ static void no_wait_allowed(void) {
 #endif
 
 TEST(epoll_pwait2_refused_at_start_falls_back) {
-#ifdef SANDBOX_ARCH
+#ifdef CHECK_SANDBOX_ARCH
     run_in_child(sandboxed_before_loop_new);
 #else
     printf("skipped: no seccomp architecture constant for this machine\n");
@@ -694,7 +667,7 @@ TEST(epoll_pwait2_refused_at_start_falls_back) {
 }
 
 TEST(epoll_pwait2_refused_later_falls_back) {
-#ifdef SANDBOX_ARCH
+#ifdef CHECK_SANDBOX_ARCH
     run_in_child(sandboxed_after_loop_new);
 #else
     printf("skipped: no seccomp architecture constant for this machine\n");
@@ -702,7 +675,7 @@ TEST(epoll_pwait2_refused_later_falls_back) {
 }
 
 TEST(poll_error_fails_the_run) {
-#ifdef SANDBOX_ARCH
+#ifdef CHECK_SANDBOX_ARCH
     run_in_child(no_wait_allowed);
 #else
     printf("skipped: no seccomp architecture constant for this machine\n");

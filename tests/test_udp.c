@@ -6,7 +6,8 @@
  * before the rest); exactly a full batch, then more, none lost; truncation
  * reported; ICMP's refusal on a connected socket reported; each datagram's
  * own sender when a slot is reused; GSO and GRO giving the same datagrams
- * as plain sends; the send bound; close and recv_stop inside every
+ * as plain sends; the send bound; a full device queue failing datagrams
+ * rather than spinning; close and recv_stop inside every
  * callback; hostile arguments. */
 #include "check.h"
 
@@ -20,6 +21,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -883,6 +885,37 @@ TEST(full_socket_waits_for_writability) {
     CHECK(m.iterations - before < 200); /* no spin while waiting */
     close_tx_rx_and_loop(loop, &tx, &r);
 }
+
+#ifdef CHECK_SANDBOX_ARCH
+/* ENOBUFS from a send is the device's queue, full (a UDP socket polls
+ * writable all the while, so waiting for writability would spin): each
+ * datagram it refuses fails with -ENOBUFS, as a send's own error, and the
+ * loop goes quiet, plain sends and sends split by hand alike. In a child,
+ * where a seccomp filter makes every send fail so. */
+static void device_queue_full(void *gso) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    lull_udp_options so = {.gso_segment = gso ? 4 : 0};
+    lull_udp tx;
+    rx r;
+    open_unix_pair(loop, sv, &tx, &so, &r);
+    check_deny_syscalls((const int[]){SYS_sendmmsg, SYS_sendto, SYS_sendmsg}, 3,
+                        ENOBUFS);
+    CHECK_EQ(send_n(&tx, 5, NULL), 0);
+    run_until(loop, &sends_done, 5);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(send_status[i], -ENOBUFS);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK(m.iterations < 10);
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
+
+TEST(device_queue_full_fails_the_datagram_without_spinning) {
+    CHECK(check_exits_cleanly(device_queue_full, NULL));
+    CHECK(check_exits_cleanly(device_queue_full, (void *)1));
+}
+#endif
 
 /* One long send cut into datagrams of gso_segment bytes, by the kernel
  * (UDP_SEGMENT) or by lull where the kernel refuses; received plain and
