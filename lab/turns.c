@@ -467,7 +467,8 @@ static void print_method(int f, const turns_params *p) {
         lab_detail(
             "  %.0f s window after one non-blocking iteration; every row: %d "
             "watched sockets + %d timers due in 1-2 h (lull's second row "
-            "adds %d pumps listening; Node: whole-process CPU)\n"
+            "adds %d pumps listening; Node: whole-process CPU; the floor: "
+            "the sockets alone in one epoll_wait, no loop)\n"
             "  CPU ns/s/handle: CPU µs/s × 1000 ÷ (sockets + timers)\n",
             (double)p->idle_window_ns / 1e9, p->idle_handles, p->idle_handles,
             p->idle_handles);

@@ -17,6 +17,9 @@
  *  - epoll_pwait2 on an empty epoll set with the time left as its timeout:
  *    how an epoll loop sleeps for its next deadline.
  *
+ * Idle: the idle window's sockets in one epoll set, one epoll_wait for
+ * the window.
+ *
  * A chain that checks I/O every hop: epoll_wait(.., 0) on a set watching
  * one idle socket (as every chain row's loop does) and one indirect call
  * per hop, and nothing else: no queue, no clock, no bookkeeping. What any
@@ -212,6 +215,46 @@ static int late_epoll(const turns_params *p, turns_result *out) {
     return turns_late_close(&l, rc, out);
 }
 
+/* -------------------------------------------------------- idle floor */
+
+/* The idle window with no loop: the same idle sockets in one epoll set,
+ * one epoll_wait for the whole window (no timers: a sleeping loop's timers
+ * cost nothing until one is due), so one wake-up at its end. What any
+ * loop asleep in epoll with these sockets pays. */
+static int idle_floor(const turns_params *p, turns_result *out) {
+    int n = p->idle_handles;
+    int *fds = calloc((size_t)n, sizeof *fds);
+    int rc = fds ? turns_open_sockets(fds, n) : -ENOMEM;
+    if (rc < 0) {
+        free(fds);
+        return rc;
+    }
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) rc = -errno;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev) != 0) rc = -errno;
+    }
+    if (rc == 0) {
+        turns_idle_clock clk;
+        int wakeups = 0;
+        turns_idle_begin(&clk);
+        uint64_t end = lab_now_ns() + p->idle_window_ns;
+        for (uint64_t now = lab_now_ns(); now < end; now = lab_now_ns()) {
+            struct epoll_event ev[64];
+            int ms = (int)((end - now + 999999) / 1000000);
+            (void)epoll_wait(ep, ev, 64, ms);
+            wakeups++;
+        }
+        turns_idle_end(&clk, p, out);
+        out->v[IDLE_WAKEUPS] = wakeups;
+    }
+    if (ep >= 0) close(ep);
+    turns_close_sockets(fds, n);
+    free(fds);
+    return rc;
+}
+
 /* ------------------------------------------------------- chain floor */
 
 typedef struct floor_chain {
@@ -260,6 +303,7 @@ static const turns_entry entries[] = {
     {TURNS_LATENESS, "floor: clock_nanosleep(TIMER_ABSTIME)", late_nanosleep,
      NULL, 0, 0},
     {TURNS_LATENESS, "floor: epoll_pwait2, empty set", late_epoll, NULL, 0, 0},
+    {TURNS_IDLE, "floor: epoll_wait, the sockets", idle_floor, NULL, 0, 0},
     {TURNS_ROUNDTRIP, "futex floor (no loop)", roundtrip, NULL, 0, 0},
     {TURNS_ROUNDTRIP, "eventfd+epoll floor (no loop)", roundtrip_epoll, NULL, 0,
      0},
