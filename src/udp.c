@@ -380,8 +380,10 @@ int lull_udp_send(lull_udp *udp, lull_datagram *req, const void *bytes,
     LULL_ASSERT_LOOP_THREAD(udp->loop);
     if (udp->state & U_CLOSED) return -EPIPE;
     /* In flight from the accepting send until its callback (which clears
-     * req->udp): a request must not be sent again meanwhile, on any handle. */
-    if (req->udp == udp) return -EBUSY;
+     * req->udp): a request must not be sent again meanwhile, on any handle
+     * (on another, it would be linked into two queues). A request is zeroed
+     * before its first use (lull.h), so req->udp is NULL then. */
+    if (req->udp) return -EBUSY;
     size_t max =
         udp->gso_segment ? udp->gso_segment * GSO_MAX_SEGMENTS : DATAGRAM_MAX;
     if (udp->gso_segment > DATAGRAM_MAX) max = DATAGRAM_MAX;

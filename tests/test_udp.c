@@ -1270,6 +1270,28 @@ TEST(hostile_arguments) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A request in flight on one handle is refused by another (-EBUSY), not
+ * linked into its queue too, which would cut the first handle's queue; once
+ * its callback ran it goes anywhere. */
+TEST(request_in_flight_is_refused_by_another_handle) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    lull_udp tx;
+    rx r;
+    open_unix_pair(loop, sv, &tx, NULL, &r);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    static lull_datagram d;
+    sends_done = 0;
+    d.data = (void *)(intptr_t)0;
+    CHECK_EQ(lull_udp_send(&tx, &d, "a", 1, NULL, on_sent), 0);
+    CHECK_EQ(lull_udp_send(&r.udp, &d, "b", 1, NULL, on_sent), -EBUSY);
+    run_until(loop, &sends_done, 1);
+    CHECK_EQ(lull_udp_send(&r.udp, &d, "b", 1, NULL, on_sent), 0);
+    run_until(loop, &sends_done, 2);
+    CHECK_EQ(send_status[0], 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
+
 /* A bind that fails leaves the handle as it was: no socket of the
  * failed address's family kept, so a bind to the other family works, and
  * a failed connect the same. */
