@@ -50,6 +50,11 @@ static void run_pass(lull_pump *p) {
         return;
     }
     p->frame = NULL;
+    /* Anything else would leave the pump quiet with its work undone: a
+     * pass that returns a count or a flag word by mistake. */
+    LULL_ASSERT(status >= LULL_PASS_QUIET && status <= LULL_PASS_HELD,
+                "lull: a pass returned a value that is not a "
+                "lull_pass_result");
     bool empty = p->delivered == frame.delivered;
     p->passes++;
     p->empty += empty;
