@@ -2509,7 +2509,8 @@ typedef struct lull_percore lull_percore;
 typedef void (*lull_percore_fn)(lull_loop *loop, int index, void *arg);
 
 typedef struct lull_percore_options { /* all zero = defaults */
-    int loops;              /* 0 = one per CPU this process may run on */
+    int loops;              /* 0 = one per CPU this process may run on;
+                               at most 1024 (CPU_SETSIZE), else -EINVAL */
     bool pin;               /* pin loop i's thread to the i-th allowed CPU
                                (wrapping around) */
     lull_loop_options loop; /* options of every loop */

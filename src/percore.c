@@ -66,6 +66,13 @@
  * which posts keep it going before anyone gives up on a silent hang. */
 #define BOUNCE_ROUNDS 1000
 
+/* The most loops a set may have: one per CPU a cpu_set_t can name
+ * (CPU_SETSIZE, 1024, as many as pinning can tell apart; libuv caps its
+ * thread pool at the same number). A count past it is a wrong argument
+ * (a negative number cast, a field left uninitialised), not a machine:
+ * refused before a slot is allocated or a thread started. */
+#define MAX_LOOPS CPU_SETSIZE
+
 typedef struct slot {
     lull_percore *pc;
     int index;
@@ -256,7 +263,7 @@ int lull_percore_start(lull_percore **out, const lull_percore_options *opts) {
     if (!out) return -EINVAL;
     *out = NULL;
     if (!opts) opts = &defaults;
-    if (opts->loops < 0) return -EINVAL;
+    if (opts->loops < 0 || opts->loops > MAX_LOOPS) return -EINVAL;
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
     if (sched_getaffinity(0, sizeof cpus, &cpus) < 0) return -errno;

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <lull.h>
 #include <poll.h>
 #include <pthread.h>
@@ -640,4 +641,87 @@ TEST_THREADED(percore_stop_names_hand_offs_that_keep_bouncing) {
            bouncing.after);
     close(p[0]);
     close(p[1]);
+}
+
+/* ------------------------------------------------------- bad arguments */
+
+/* A loop count far past any machine (a negative number cast to int, an
+ * uninitialised field) is refused up front, as a negative one is, rather
+ * than allocating a slot per loop and starting threads until the system
+ * refuses one. */
+TEST_THREADED(percore_refuses_a_loop_count_past_any_machine) {
+    const int counts[] = {INT_MAX, 1 << 20, CPU_SETSIZE + 1, -1, INT_MIN};
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+        lull_percore_options o = {.loops = counts[i]};
+        lull_percore *pc = (lull_percore *)&o; /* must be cleared */
+        CHECK_EQ(lull_percore_start(&pc, &o), -EINVAL);
+        CHECK(pc == NULL);
+    }
+}
+
+/* More loops than CPUs is fine (tests, oversubscribed containers), and so
+ * are missing start and stop functions. */
+TEST_THREADED(percore_more_loops_than_cpus_without_start_or_stop) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CHECK_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+    lull_percore_options o = {.loops = CPU_COUNT(&set) + 2};
+    lull_percore *pc = NULL;
+    CHECK_EQ(lull_percore_start(&pc, &o), 0);
+    CHECK_EQ(lull_percore_count(pc), CPU_COUNT(&set) + 2);
+    CHECK_EQ(lull_percore_stop(pc), 0);
+}
+
+/* ------------------------------------------- thread creation that fails */
+
+/* pthread_create, wrapped for this binary (tests/CMakeLists.txt): while
+ * fail_create_at > 0, the call with that number (1-based, counted from
+ * when it was set) fails with EAGAIN, as it does past RLIMIT_NPROC. */
+static int fail_create_at;
+static int creates_seen;
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *a,
+                          void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a,
+                          void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a,
+                          void *(*fn)(void *), void *arg) {
+    if (fail_create_at > 0 && ++creates_seen == fail_create_at) return EAGAIN;
+    return __real_pthread_create(t, a, fn, arg);
+}
+
+static int starts, stops_undone;
+static void count_start(lull_loop *loop, int index, void *arg) {
+    (void)loop;
+    (void)index;
+    (void)arg;
+    __atomic_fetch_add(&starts, 1, __ATOMIC_RELAXED);
+}
+static void count_stop(lull_loop *loop, int index, void *arg) {
+    (void)loop;
+    (void)index;
+    (void)arg;
+    __atomic_fetch_add(&stops_undone, 1, __ATOMIC_RELAXED);
+}
+
+/* The k-th thread cannot be created: the loops already started are
+ * stopped (their stop functions undo their start functions), joined and
+ * freed, and the error is returned with *out NULL. */
+TEST_THREADED(percore_start_undone_when_a_thread_cannot_be_created) {
+    for (int at = 1; at <= 4; at++) {
+        starts = stops_undone = 0;
+        creates_seen = 0;
+        fail_create_at = at;
+        lull_percore_options o = {
+            .loops = 4, .start = count_start, .stop = count_stop};
+        lull_percore *pc = (lull_percore *)&o;
+        CHECK_EQ(lull_percore_start(&pc, &o), -EAGAIN);
+        fail_create_at = 0;
+        CHECK(pc == NULL);
+        CHECK_EQ(starts, at - 1);
+        CHECK_EQ(stops_undone, at - 1);
+    }
+    lull_percore_options o = {.loops = 2};
+    lull_percore *pc = NULL;
+    CHECK_EQ(lull_percore_start(&pc, &o), 0); /* and works again after */
+    CHECK_EQ(lull_percore_stop(pc), 0);
 }
