@@ -91,15 +91,22 @@ int lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
     return 0;
 }
 
+/* A pump its owner may act on: not closed, and initialised (a zeroed pump
+ * that lull_pump_init never reached has no loop, and an owner's clean-up
+ * may close it, as it may stop a zeroed timer). */
+static bool pump_open(const lull_pump *pump) {
+    return pump && !pump->closed && pump->loop;
+}
+
 void lull_pump_wake(lull_pump *pump) {
-    if (!pump || pump->closed) return;
+    if (!pump_open(pump)) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     lull_timer_stop(&pump->retry);
     lull_task_post(pump->loop, &pump->task);
 }
 
 void lull_pump_listen(lull_pump *pump, lull_notifier *n, lull_listener *l) {
-    if (!pump || !n || !l || pump->closed) return;
+    if (!pump_open(pump) || !n || !l) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     lull__listen_task(pump->loop, n, l, &pump->task);
     l->pump_prev = NULL;
@@ -127,7 +134,7 @@ void lull_pump_delivered(lull_pump *pump, uint64_t n) {
 }
 
 void lull_pump_close(lull_pump *pump) {
-    if (!pump || pump->closed) return;
+    if (!pump_open(pump)) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     pump->closed = true;
     if (pump->frame) { /* closed by (or during) its own pass */

@@ -6,6 +6,7 @@
  * Time and order on the virtual clock. */
 #include "check.h"
 
+#include <errno.h>
 #include <lull.h>
 #include <stdlib.h>
 #include <string.h>
@@ -658,4 +659,25 @@ TEST(pass_result_out_of_range_asserts_in_debug_builds) {
     CHECK(check_dies(run_out_of_range_pass, NULL,
                      "lull: a pass returned a value that is not a "
                      "lull_pass_result"));
+}
+
+/* A zeroed pump that lull_pump_init never reached (its init failed, or an
+ * error path ran first) may be closed by the owner's clean-up, as a
+ * zeroed timer may be stopped: nothing happens. Waking or listening with it
+ * does nothing either. */
+TEST(zeroed_pump_never_initialised_is_inert) {
+    lull_pump pump;
+    memset(&pump, 0, sizeof pump);
+    CHECK_EQ(lull_pump_init(NULL, &pump, pass), -EINVAL);
+    CHECK(lull_pump_quiet(&pump));
+    lull_pump_wake(&pump);
+    lull_notifier n;
+    lull_listener l;
+    lull_notifier_init(&n);
+    lull_pump_listen(&pump, &n, &l);
+    CHECK(n.head == NULL);
+    lull_pump_delivered(&pump, 1);
+    lull_pump_close(&pump);
+    lull_pump_close(&pump);
+    CHECK(lull_pump_quiet(&pump));
 }
