@@ -725,3 +725,61 @@ TEST_THREADED(percore_start_undone_when_a_thread_cannot_be_created) {
     CHECK_EQ(lull_percore_start(&pc, &o), 0); /* and works again after */
     CHECK_EQ(lull_percore_stop(pc), 0);
 }
+
+/* ----------------------------------------------------- out of memory */
+
+/* malloc, calloc and realloc, wrapped for this binary (tests/CMakeLists.txt):
+ * while fail_alloc_at > 0, the allocation with that number (1-based,
+ * counted from when it was set, on any thread) fails. */
+static int fail_alloc_at;
+static int allocs_seen;
+static bool alloc_fails(void) {
+    return __atomic_load_n(&fail_alloc_at, __ATOMIC_RELAXED) > 0 &&
+           __atomic_add_fetch(&allocs_seen, 1, __ATOMIC_RELAXED) ==
+               __atomic_load_n(&fail_alloc_at, __ATOMIC_RELAXED);
+}
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t k, size_t n);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t k, size_t n);
+void *__wrap_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n) {
+    return alloc_fails() ? NULL : __real_malloc(n);
+}
+void *__wrap_calloc(size_t k, size_t n) {
+    return alloc_fails() ? NULL : __real_calloc(k, n);
+}
+void *__wrap_realloc(void *p, size_t n) {
+    return alloc_fails() ? NULL : __real_realloc(p, n);
+}
+
+/* Each allocation of a start in turn fails: the start either succeeds (the
+ * allocation was not needed) or returns -ENOMEM with everything undone;
+ * the sanitizer builds see any leak. */
+TEST_THREADED(percore_start_undone_when_an_allocation_fails) {
+    bool failed_once = false;
+    for (int at = 1; at <= 200; at++) {
+        starts = stops_undone = 0;
+        __atomic_store_n(&allocs_seen, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&fail_alloc_at, at, __ATOMIC_RELAXED);
+        lull_percore_options o = {
+            .loops = 3, .start = count_start, .stop = count_stop};
+        lull_percore *pc = (lull_percore *)&o;
+        int rc = lull_percore_start(&pc, &o);
+        __atomic_store_n(&fail_alloc_at, 0, __ATOMIC_RELAXED);
+        if (rc == 0) {
+            CHECK(pc != NULL);
+            CHECK_EQ(lull_percore_stop(pc), 0);
+            CHECK_EQ(starts, 3);
+            CHECK_EQ(stops_undone, 3);
+            if (__atomic_load_n(&allocs_seen, __ATOMIC_RELAXED) < at) break;
+            continue;
+        }
+        failed_once = true;
+        CHECK_EQ(rc, -ENOMEM);
+        CHECK(pc == NULL);
+        CHECK_EQ(stops_undone, starts);
+    }
+    CHECK(failed_once);
+}
