@@ -124,10 +124,27 @@ static bool runnable(const slot *s) {
            (m.live_timers && timers_fire);
 }
 
+/* Before the stop task ran, the loop is never idle: the set's reference
+ * keeps it waiting for remote posts. Idle then means a lull_loop_unref of
+ * the program's dropped that reference (one unref more than its refs, so
+ * no assert could see it): every run would return at once without taking a
+ * post, the thread would spin, and the stop task would never run. Takes
+ * the reference back, which the stop task drops as usual, and says so. */
+static void take_reference_back(slot *s) {
+    fprintf(stderr,
+            "lull_percore: loop %d lost the reference the set holds until "
+            "lull_percore_stop (a lull_loop_unref without its "
+            "lull_loop_ref?); taken back\n",
+            s->index);
+    lull_loop_ref(s->loop);
+}
+
 /* Runs the loop until it is idle, going round again after a lull_loop_stop. */
 static void run_until_idle(slot *s, int rc) {
-    while (rc == 0 && (!s->stopped || runnable(s)))
+    while (rc == 0 && (!s->stopped || runnable(s))) {
+        if (!s->stopped && !runnable(s)) take_reference_back(s);
         rc = lull_loop_run(s->loop, LULL_RUN_DEFAULT);
+    }
     if (rc < 0) s->rc = rc;
 }
 

@@ -783,3 +783,49 @@ TEST_THREADED(percore_start_undone_when_an_allocation_fails) {
     }
     CHECK(failed_once);
 }
+
+/* ------------------------------------- the set's reference dropped */
+
+/* A start function that drops the reference its loop holds for the set (an
+ * unref with no ref of its own): the loop no longer waits for remote posts,
+ * so its thread spun on runs that returned at once, never took the stop
+ * task, and lull_percore_stop never returned. The set takes its reference
+ * back, says so on stderr, and stops normally. */
+static void unref_at_start(lull_loop *loop, int index, void *arg) {
+    (void)index;
+    (void)arg;
+    lull_loop_unref(loop);
+}
+
+typedef struct stopper {
+    lull_percore *pc;
+    int rc;
+    sem_t done;
+} stopper;
+
+static void *stop_in_thread(void *arg) {
+    stopper *st = arg;
+    st->rc = lull_percore_stop(st->pc);
+    sem_post(&st->done);
+    return NULL;
+}
+
+TEST_THREADED(percore_start_that_drops_the_sets_reference_still_stops) {
+    lull_percore_options o = {.loops = 2, .start = unref_at_start};
+    stopper st = {0};
+    CHECK_EQ(lull_percore_start(&st.pc, &o), 0);
+    sem_t ran;
+    sem_init(&ran, 0, 0);
+    hand h = {.ran = &ran};
+    lull_task_init(&h.task, hand_run);
+    lull_task_post_remote(lull_percore_loop(st.pc, 1), &h.task);
+    sem_wait_10s(&ran); /* hand-offs still run */
+    sem_init(&st.done, 0, 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, stop_in_thread, &st), 0);
+    sem_wait_10s(&st.done);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(st.rc, 0);
+    sem_destroy(&st.done);
+    sem_destroy(&ran);
+}
