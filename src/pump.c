@@ -105,9 +105,22 @@ void lull_pump_wake(lull_pump *pump) {
     lull_task_post(pump->loop, &pump->task);
 }
 
+#ifndef NDEBUG
+/* Is l one of the pump's listeners? Reads the pump's list only, never the
+ * listener, which needs no initialisation before it is subscribed. */
+static bool listens(const lull_pump *pump, const lull_listener *l) {
+    for (const lull_listener *x = pump->listeners; x; x = x->pump_next)
+        if (x == l) return true;
+    return false;
+}
+#endif
+
 void lull_pump_listen(lull_pump *pump, lull_notifier *n, lull_listener *l) {
     if (!pump_open(pump) || !n || !l) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
+    /* On another notifier too: the first would keep it on its list, and
+     * raise the pump after it was closed and freed. */
+    LULL_ASSERT(!listens(pump, l), "lull: listener subscribed twice");
     lull__listen_task(pump->loop, n, l, &pump->task);
     l->pump_prev = NULL;
     l->pump_next = pump->listeners;

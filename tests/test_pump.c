@@ -681,3 +681,32 @@ TEST(zeroed_pump_never_initialised_is_inert) {
     lull_pump_close(&pump);
     CHECK(lull_pump_quiet(&pump));
 }
+
+/* One listener given to the same pump twice, on two notifiers, without a
+ * lull_listener_stop between: the first notifier kept it on its list, so
+ * after the pump was closed and freed a raise of it posted freed memory.
+ * Debug builds assert, as for a listener subscribed twice to one notifier. */
+static void listen_twice(void *arg) {
+    (void)arg;
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    lull_pump pump;
+    lull_pump_init(loop, &pump, pass);
+    lull_notifier n1, n2;
+    lull_notifier_init(&n1);
+    lull_notifier_init(&n2);
+    lull_listener l;
+    lull_pump_listen(&pump, &n1, &l);
+    lull_pump_listen(&pump, &n2, &l);
+    lull_pump_close(&pump);
+    CHECK(n1.head == NULL); /* not reached in debug builds */
+}
+
+TEST(listener_given_to_a_pump_twice_asserts_in_debug_builds) {
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no listener asserts to check\n");
+        return;
+    }
+    CHECK(check_dies(listen_twice, NULL, "lull: listener subscribed twice"));
+}
