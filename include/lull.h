@@ -2544,7 +2544,8 @@ LULL_EXTERN bool lull_percore_stopping(const lull_percore *pc);
  * have made their last post to the loops before this call. Not from a loop
  * of pc nor from a pool thread (-EDEADLK). Hand-offs that never stop keep
  * it waiting; after 1,000 rounds it names them on stderr, once. -EBUSY if
- * a loop still held handles at the end (that loop is not freed). */
+ * a loop still held handles at the end (that loop is not freed); -EINVAL
+ * for NULL or a set stopped already. */
 LULL_EXTERN int lull_percore_stop(lull_percore *pc);
 
 #ifdef __cplusplus

@@ -829,3 +829,22 @@ TEST_THREADED(percore_start_that_drops_the_sets_reference_still_stops) {
     sem_destroy(&st.done);
     sem_destroy(&ran);
 }
+
+/* A second lull_percore_stop of a set already stopped (a clean-up path run
+ * twice) read the freed set and joined threads long gone. It is refused
+ * with -EINVAL without touching the memory (the sanitizer builds would see
+ * the read). */
+TEST_THREADED(percore_stop_twice_is_refused) {
+    lull_percore_options o = {.loops = 2};
+    lull_percore *pc = NULL;
+    CHECK_EQ(lull_percore_start(&pc, &o), 0);
+    lull_percore *other = NULL;
+    CHECK_EQ(lull_percore_start(&other, &o), 0);
+    CHECK_EQ(lull_percore_stop(pc), 0);
+    CHECK_EQ(lull_percore_stop(pc), -EINVAL);
+    CHECK_EQ(lull_percore_count(other), 2); /* the other set is untouched */
+    CHECK_EQ(lull_percore_stop(other), 0);
+    CHECK_EQ(lull_percore_stop(other), -EINVAL);
+    int not_a_set;
+    CHECK_EQ(lull_percore_stop((lull_percore *)&not_a_set), -EINVAL);
+}
