@@ -2511,7 +2511,8 @@ typedef struct lull_percore lull_percore;
 typedef void (*lull_percore_fn)(lull_loop *loop, int index, void *arg);
 
 typedef struct lull_percore_options { /* all zero = defaults */
-    int loops;              /* 0 = one per CPU this process may run on */
+    int loops;              /* 0 = one per CPU this process may run on;
+                               at most 1024 (CPU_SETSIZE), else -EINVAL */
     bool pin;               /* pin loop i's thread to the i-th allowed CPU
                                (wrapping around) */
     lull_loop_options loop; /* options of every loop */
@@ -2545,7 +2546,8 @@ LULL_EXTERN bool lull_percore_stopping(const lull_percore *pc);
  * have made their last post to the loops before this call. Not from a loop
  * of pc nor from a pool thread (-EDEADLK). Hand-offs that never stop keep
  * it waiting; after 1,000 rounds it names them on stderr, once. -EBUSY if
- * a loop still held handles at the end (that loop is not freed). */
+ * a loop still held handles at the end (that loop is not freed); -EINVAL
+ * for NULL or a set stopped already. */
 LULL_EXTERN int lull_percore_stop(lull_percore *pc);
 
 #ifdef __cplusplus

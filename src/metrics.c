@@ -30,21 +30,44 @@ static uint64_t bucket_low(unsigned b) {
     return (LULL_HIST_SUB + sub) << shift;
 }
 
+/* A bucket is about to pass UINT32_MAX: halves every bucket, rounding up
+ * so that none that held a value becomes empty. A percentile reads only
+ * the buckets' proportions, which survive; a wrap to zero would have
+ * moved every percentile to the maximum. Rare: 4.3 billion records of
+ * one bucket. */
+static void halve_buckets(lull_histogram *h) {
+    for (unsigned b = 0; b < LULL_HIST_BUCKETS; b++)
+        h->buckets[b] = h->buckets[b] / 2 + (h->buckets[b] & 1);
+}
+
 void lull_histogram_record(lull_histogram *h, uint64_t value) {
     if (!h) return;
     unsigned b = bucket_of(value);
     if (b >= LULL_HIST_BUCKETS) b = LULL_HIST_BUCKETS - 1;
+    if (LULL_UNLIKELY(h->buckets[b] == UINT32_MAX)) halve_buckets(h);
     h->buckets[b]++;
     h->count++;
-    h->sum += value;
+    /* Saturates: a wrapped sum would make the mean arbitrarily small. */
+    if (__builtin_add_overflow(h->sum, value, &h->sum)) h->sum = UINT64_MAX;
     if (value > h->max) h->max = value;
+}
+
+/* The values the buckets hold: h->count, unless a full bucket halved them
+ * (halve_buckets) or a caller filled them by hand. */
+static uint64_t bucket_total(const lull_histogram *h) {
+    uint64_t total = 0;
+    for (unsigned b = 0; b < LULL_HIST_BUCKETS; b++)
+        total += h->buckets[b];
+    return total;
 }
 
 uint64_t lull_histogram_percentile(const lull_histogram *h, double p) {
     if (!h || h->count == 0) return 0;
-    if (p <= 0) p = 0;
+    if (!(p > 0)) p = 0; /* NaN too: converting it to a rank is undefined */
     if (p >= 1) return h->max;
-    double exact = p * (double)h->count;
+    uint64_t total = bucket_total(h);
+    if (total == 0) return h->max;
+    double exact = p * (double)total;
     uint64_t rank = (uint64_t)exact;
     if ((double)rank < exact || rank == 0) rank++; /* ceiling, at least 1 */
     uint64_t seen = 0;

@@ -66,6 +66,13 @@
  * which posts keep it going before anyone gives up on a silent hang. */
 #define BOUNCE_ROUNDS 1000
 
+/* The most loops a set may have: one per CPU a cpu_set_t can name
+ * (CPU_SETSIZE, 1024, as many as pinning can tell apart; libuv caps its
+ * thread pool at the same number). A count past it is a wrong argument
+ * (a negative number cast, a field left uninitialised), not a machine:
+ * refused before a slot is allocated or a thread started. */
+#define MAX_LOOPS CPU_SETSIZE
+
 typedef struct slot {
     lull_percore *pc;
     int index;
@@ -91,11 +98,26 @@ struct lull_percore {
     pthread_cond_t round_ended;
     int members;  /* threads that take part: set up, written before `run` */
     int reported; /* members at the end of the current round */
-    unsigned long round; /* rounds ended */
-    uint64_t took;       /* posts the loops found in the current round */
-    bool quiet;          /* the last round that ended found none */
-    bool warned;         /* atomic: the bounce was named on stderr */
+    unsigned long round;    /* rounds ended */
+    uint64_t took;          /* posts the loops found in the current round */
+    bool quiet;             /* the last round that ended found none */
+    bool warned;            /* atomic: the bounce was named on stderr */
+    lull_percore *next_set; /* the list of sets started and not stopped */
 };
+
+/* The sets started and not yet stopped, so that lull_percore_stop can
+ * refuse a pointer that is not one (a set stopped already, by a clean-up
+ * path run twice) by comparing addresses, never reading the memory it
+ * points to. Touched only by start and stop, never by a loop. */
+static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
+static lull_percore *sets;
+
+static void sets_add(lull_percore *pc) {
+    pthread_mutex_lock(&sets_lock);
+    pc->next_set = sets;
+    sets = pc;
+    pthread_mutex_unlock(&sets_lock);
+}
 
 static void stop_task(lull_task *task) {
     slot *s = LULL_CONTAINER_OF(task, slot, stop);
@@ -117,10 +139,27 @@ static bool runnable(const slot *s) {
            (m.live_timers && timers_fire);
 }
 
+/* Before the stop task ran, the loop is never idle: the set's reference
+ * keeps it waiting for remote posts. Idle then means a lull_loop_unref of
+ * the program's dropped that reference (one unref more than its refs, so
+ * no assert could see it): every run would return at once without taking a
+ * post, the thread would spin, and the stop task would never run. Takes
+ * the reference back, which the stop task drops as usual, and says so. */
+static void take_reference_back(slot *s) {
+    fprintf(stderr,
+            "lull_percore: loop %d lost the reference the set holds until "
+            "lull_percore_stop (a lull_loop_unref without its "
+            "lull_loop_ref?); taken back\n",
+            s->index);
+    lull_loop_ref(s->loop);
+}
+
 /* Runs the loop until it is idle, going round again after a lull_loop_stop. */
 static void run_until_idle(slot *s, int rc) {
-    while (rc == 0 && (!s->stopped || runnable(s)))
+    while (rc == 0 && (!s->stopped || runnable(s))) {
+        if (!s->stopped && !runnable(s)) take_reference_back(s);
         rc = lull_loop_run(s->loop, LULL_RUN_DEFAULT);
+    }
     if (rc < 0) s->rc = rc;
 }
 
@@ -256,7 +295,7 @@ int lull_percore_start(lull_percore **out, const lull_percore_options *opts) {
     if (!out) return -EINVAL;
     *out = NULL;
     if (!opts) opts = &defaults;
-    if (opts->loops < 0) return -EINVAL;
+    if (opts->loops < 0 || opts->loops > MAX_LOOPS) return -EINVAL;
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
     if (sched_getaffinity(0, sizeof cpus, &cpus) < 0) return -errno;
@@ -300,6 +339,7 @@ int lull_percore_start(lull_percore **out, const lull_percore_options *opts) {
     for (int i = 0; i < started; i++)
         sem_post(&pc->run);
     if (rc == 0) {
+        sets_add(pc);
         *out = pc;
         return 0;
     }
@@ -329,14 +369,35 @@ bool lull_percore_stopping(const lull_percore *pc) {
     return pc && __atomic_load_n(&pc->stopping, __ATOMIC_ACQUIRE);
 }
 
+/* A stop from one of pc's own loops would wait for itself. A pool thread
+ * would wait for loops whose work in flight needs it (a loop holds a
+ * reference for its work until done ran): the same deadlock, one hop
+ * away. */
+static bool stop_would_deadlock(const lull_percore *pc) {
+    for (int i = 0; i < pc->count; i++)
+        if (pthread_equal(pc->slots[i].thread, pthread_self())) return true;
+    return lull__pool_thread();
+}
+
+/* Takes pc off the list of sets for its stop: -EINVAL if it is not on it
+ * (so pc is read only once it is known to be a set), -EDEADLK (and it
+ * stays) if this thread may not stop it. Of two racing stops, one is
+ * refused. */
+static int sets_take(lull_percore *pc) {
+    pthread_mutex_lock(&sets_lock);
+    lull_percore **at = &sets;
+    while (*at && *at != pc)
+        at = &(*at)->next_set;
+    int rc = !*at ? -EINVAL : stop_would_deadlock(pc) ? -EDEADLK : 0;
+    if (rc == 0) *at = pc->next_set;
+    pthread_mutex_unlock(&sets_lock);
+    return rc;
+}
+
 int lull_percore_stop(lull_percore *pc) {
     if (!pc) return -EINVAL;
-    for (int i = 0; i < pc->count; i++)
-        if (pthread_equal(pc->slots[i].thread, pthread_self())) return -EDEADLK;
-    /* A pool thread would wait for loops whose work in flight needs it (a
-     * loop holds a reference for its work until done ran): the same
-     * deadlock, one hop away. */
-    if (lull__pool_thread()) return -EDEADLK;
+    int rc = sets_take(pc);
+    if (rc) return rc;
     /* Before the stop tasks are posted, so that every stop function, and
      * every hand-off that runs after one, sees it. */
     __atomic_store_n(&pc->stopping, true, __ATOMIC_RELEASE);

@@ -50,6 +50,11 @@ static void run_pass(lull_pump *p) {
         return;
     }
     p->frame = NULL;
+    /* Anything else would leave the pump quiet with its work undone: a
+     * pass that returns a count or a flag word by mistake. */
+    LULL_ASSERT(status >= LULL_PASS_QUIET && status <= LULL_PASS_HELD,
+                "lull: a pass returned a value that is not a "
+                "lull_pass_result");
     bool empty = p->delivered == frame.delivered;
     p->passes++;
     p->empty += empty;
@@ -86,16 +91,36 @@ int lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
     return 0;
 }
 
+/* A pump its owner may act on: not closed, and initialised (a zeroed pump
+ * that lull_pump_init never reached has no loop, and an owner's clean-up
+ * may close it, as it may stop a zeroed timer). */
+static bool pump_open(const lull_pump *pump) {
+    return pump && !pump->closed && pump->loop;
+}
+
 void lull_pump_wake(lull_pump *pump) {
-    if (!pump || pump->closed) return;
+    if (!pump_open(pump)) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     lull_timer_stop(&pump->retry);
     lull_task_post(pump->loop, &pump->task);
 }
 
+#ifndef NDEBUG
+/* Is l one of the pump's listeners? Reads the pump's list only, never the
+ * listener, which needs no initialisation before it is subscribed. */
+static bool listens(const lull_pump *pump, const lull_listener *l) {
+    for (const lull_listener *x = pump->listeners; x; x = x->pump_next)
+        if (x == l) return true;
+    return false;
+}
+#endif
+
 void lull_pump_listen(lull_pump *pump, lull_notifier *n, lull_listener *l) {
-    if (!pump || !n || !l || pump->closed) return;
+    if (!pump_open(pump) || !n || !l) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
+    /* On another notifier too: the first would keep it on its list, and
+     * raise the pump after it was closed and freed. */
+    LULL_ASSERT(!listens(pump, l), "lull: listener subscribed twice");
     lull__listen_task(pump->loop, n, l, &pump->task);
     l->pump_prev = NULL;
     l->pump_next = pump->listeners;
@@ -122,7 +147,7 @@ void lull_pump_delivered(lull_pump *pump, uint64_t n) {
 }
 
 void lull_pump_close(lull_pump *pump) {
-    if (!pump || pump->closed) return;
+    if (!pump_open(pump)) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     pump->closed = true;
     if (pump->frame) { /* closed by (or during) its own pass */

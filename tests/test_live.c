@@ -445,3 +445,27 @@ TEST(print_live_names_lulls_own_handles) {
     CHECK(lull_loop_settle(loop) >= 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* An unref with no reference is a programming error: debug builds assert;
+ * release builds leave the count at zero (it never wraps to 2^32 - 1,
+ * which would keep lull_loop_free at -EBUSY for ever). */
+static void unref_below_zero(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    lull_loop_ref(loop);
+    lull_loop_unref(loop);
+    lull_loop_unref(loop);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.live_refs, 0);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(unref_without_a_reference) {
+    if (check_debug_build())
+        CHECK(check_dies(unref_below_zero, NULL,
+                         "lull: lull_loop_unref without a reference"));
+    else
+        CHECK(check_exits_cleanly(unref_below_zero, NULL));
+}

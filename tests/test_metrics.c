@@ -773,3 +773,52 @@ TEST_THREADED(remote_raise_without_listener_has_its_own_row) {
     lull_loop_unref(loop);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A bucket that reaches the top of its 32-bit count (4.3 billion records
+ * of one value: a long-lived tool, or a loop's samples over weeks) must
+ * not wrap to zero, which moved every percentile to the maximum. The
+ * histogram halves its buckets instead, keeping their proportions. */
+TEST(histogram_full_bucket_keeps_its_percentiles) {
+    static lull_histogram h;
+    memset(&h, 0, sizeof h);
+    h.buckets[5] = UINT32_MAX; /* as if 5 had been recorded that often */
+    h.count = UINT32_MAX;
+    h.sum = 5ull * UINT32_MAX;
+    h.max = 5;
+    lull_histogram_record(&h, 5);
+    lull_histogram_record(&h, 1000);
+    CHECK_U64_EQ(h.count, (uint64_t)UINT32_MAX + 2);
+    CHECK_U64_EQ(h.max, 1000);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, 0.5), 5);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, 0.99), 5);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, 0.0), 5);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, 1.0), 1000);
+    for (int i = 0; i < 1000; i++) /* still counting after the halving */
+        lull_histogram_record(&h, 1000);
+    CHECK(h.buckets[5] > 0);
+}
+
+/* The sum saturates rather than wrapping (its mean would come out
+ * arbitrarily small). */
+TEST(histogram_sum_saturates) {
+    static lull_histogram h;
+    memset(&h, 0, sizeof h);
+    lull_histogram_record(&h, UINT64_MAX - 1);
+    lull_histogram_record(&h, 10);
+    CHECK_U64_EQ(h.sum, UINT64_MAX);
+    CHECK_U64_EQ(h.count, 2);
+}
+
+/* p outside [0, 1] is clamped to it; NaN (a 0/0 computed by the caller)
+ * reads as 0, rather than an undefined conversion to an integer rank. */
+TEST(histogram_percentile_of_nan_or_out_of_range) {
+    static lull_histogram h;
+    memset(&h, 0, sizeof h);
+    lull_histogram_record(&h, 1);
+    lull_histogram_record(&h, 1000);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, 0.0 / 0.0), 1);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, -1e300), 1);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, 1e300), 1000);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, 1.0 / 0.0), 1000);
+    CHECK_U64_EQ(lull_histogram_percentile(&h, -1.0 / 0.0), 1);
+}

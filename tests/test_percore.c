@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <lull.h>
 #include <poll.h>
 #include <pthread.h>
@@ -640,4 +641,210 @@ TEST_THREADED(percore_stop_names_hand_offs_that_keep_bouncing) {
            bouncing.after);
     close(p[0]);
     close(p[1]);
+}
+
+/* ------------------------------------------------------- bad arguments */
+
+/* A loop count far past any machine (a negative number cast to int, an
+ * uninitialised field) is refused up front, as a negative one is, rather
+ * than allocating a slot per loop and starting threads until the system
+ * refuses one. */
+TEST_THREADED(percore_refuses_a_loop_count_past_any_machine) {
+    const int counts[] = {INT_MAX, 1 << 20, CPU_SETSIZE + 1, -1, INT_MIN};
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+        lull_percore_options o = {.loops = counts[i]};
+        lull_percore *pc = (lull_percore *)&o; /* must be cleared */
+        CHECK_EQ(lull_percore_start(&pc, &o), -EINVAL);
+        CHECK(pc == NULL);
+    }
+}
+
+/* More loops than CPUs is fine (tests, oversubscribed containers), and so
+ * are missing start and stop functions. */
+TEST_THREADED(percore_more_loops_than_cpus_without_start_or_stop) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CHECK_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+    lull_percore_options o = {.loops = CPU_COUNT(&set) + 2};
+    lull_percore *pc = NULL;
+    CHECK_EQ(lull_percore_start(&pc, &o), 0);
+    CHECK_EQ(lull_percore_count(pc), CPU_COUNT(&set) + 2);
+    CHECK_EQ(lull_percore_stop(pc), 0);
+}
+
+/* ------------------------------------------- thread creation that fails */
+
+/* pthread_create, wrapped for this binary (tests/CMakeLists.txt): while
+ * fail_create_at > 0, the call with that number (1-based, counted from
+ * when it was set) fails with EAGAIN, as it does past RLIMIT_NPROC. */
+static int fail_create_at;
+static int creates_seen;
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *a,
+                          void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a,
+                          void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a,
+                          void *(*fn)(void *), void *arg) {
+    if (fail_create_at > 0 && ++creates_seen == fail_create_at) return EAGAIN;
+    return __real_pthread_create(t, a, fn, arg);
+}
+
+static int starts, stops_undone;
+static void count_start(lull_loop *loop, int index, void *arg) {
+    (void)loop;
+    (void)index;
+    (void)arg;
+    __atomic_fetch_add(&starts, 1, __ATOMIC_RELAXED);
+}
+static void count_stop(lull_loop *loop, int index, void *arg) {
+    (void)loop;
+    (void)index;
+    (void)arg;
+    __atomic_fetch_add(&stops_undone, 1, __ATOMIC_RELAXED);
+}
+
+/* The k-th thread cannot be created: the loops already started are
+ * stopped (their stop functions undo their start functions), joined and
+ * freed, and the error is returned with *out NULL. */
+TEST_THREADED(percore_start_undone_when_a_thread_cannot_be_created) {
+    for (int at = 1; at <= 4; at++) {
+        starts = stops_undone = 0;
+        creates_seen = 0;
+        fail_create_at = at;
+        lull_percore_options o = {
+            .loops = 4, .start = count_start, .stop = count_stop};
+        lull_percore *pc = (lull_percore *)&o;
+        CHECK_EQ(lull_percore_start(&pc, &o), -EAGAIN);
+        fail_create_at = 0;
+        CHECK(pc == NULL);
+        CHECK_EQ(starts, at - 1);
+        CHECK_EQ(stops_undone, at - 1);
+    }
+    lull_percore_options o = {.loops = 2};
+    lull_percore *pc = NULL;
+    CHECK_EQ(lull_percore_start(&pc, &o), 0); /* and works again after */
+    CHECK_EQ(lull_percore_stop(pc), 0);
+}
+
+/* ----------------------------------------------------- out of memory */
+
+/* malloc, calloc and realloc, wrapped for this binary (tests/CMakeLists.txt):
+ * while fail_alloc_at > 0, the allocation with that number (1-based,
+ * counted from when it was set, on any thread) fails. */
+static int fail_alloc_at;
+static int allocs_seen;
+static bool alloc_fails(void) {
+    return __atomic_load_n(&fail_alloc_at, __ATOMIC_RELAXED) > 0 &&
+           __atomic_add_fetch(&allocs_seen, 1, __ATOMIC_RELAXED) ==
+               __atomic_load_n(&fail_alloc_at, __ATOMIC_RELAXED);
+}
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t k, size_t n);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t k, size_t n);
+void *__wrap_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n) {
+    return alloc_fails() ? NULL : __real_malloc(n);
+}
+void *__wrap_calloc(size_t k, size_t n) {
+    return alloc_fails() ? NULL : __real_calloc(k, n);
+}
+void *__wrap_realloc(void *p, size_t n) {
+    return alloc_fails() ? NULL : __real_realloc(p, n);
+}
+
+/* Each allocation of a start in turn fails: the start either succeeds (the
+ * allocation was not needed) or returns -ENOMEM with everything undone;
+ * the sanitizer builds see any leak. */
+TEST_THREADED(percore_start_undone_when_an_allocation_fails) {
+    bool failed_once = false;
+    for (int at = 1; at <= 200; at++) {
+        starts = stops_undone = 0;
+        __atomic_store_n(&allocs_seen, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&fail_alloc_at, at, __ATOMIC_RELAXED);
+        lull_percore_options o = {
+            .loops = 3, .start = count_start, .stop = count_stop};
+        lull_percore *pc = (lull_percore *)&o;
+        int rc = lull_percore_start(&pc, &o);
+        __atomic_store_n(&fail_alloc_at, 0, __ATOMIC_RELAXED);
+        if (rc == 0) {
+            CHECK(pc != NULL);
+            CHECK_EQ(lull_percore_stop(pc), 0);
+            CHECK_EQ(starts, 3);
+            CHECK_EQ(stops_undone, 3);
+            if (__atomic_load_n(&allocs_seen, __ATOMIC_RELAXED) < at) break;
+            continue;
+        }
+        failed_once = true;
+        CHECK_EQ(rc, -ENOMEM);
+        CHECK(pc == NULL);
+        CHECK_EQ(stops_undone, starts);
+    }
+    CHECK(failed_once);
+}
+
+/* ------------------------------------- the set's reference dropped */
+
+/* A start function that drops the reference its loop holds for the set (an
+ * unref with no ref of its own): the loop no longer waits for remote posts,
+ * so its thread spun on runs that returned at once, never took the stop
+ * task, and lull_percore_stop never returned. The set takes its reference
+ * back, says so on stderr, and stops normally. */
+static void unref_at_start(lull_loop *loop, int index, void *arg) {
+    (void)index;
+    (void)arg;
+    lull_loop_unref(loop);
+}
+
+typedef struct stopper {
+    lull_percore *pc;
+    int rc;
+    sem_t done;
+} stopper;
+
+static void *stop_in_thread(void *arg) {
+    stopper *st = arg;
+    st->rc = lull_percore_stop(st->pc);
+    sem_post(&st->done);
+    return NULL;
+}
+
+TEST_THREADED(percore_start_that_drops_the_sets_reference_still_stops) {
+    lull_percore_options o = {.loops = 2, .start = unref_at_start};
+    stopper st = {0};
+    CHECK_EQ(lull_percore_start(&st.pc, &o), 0);
+    sem_t ran;
+    sem_init(&ran, 0, 0);
+    hand h = {.ran = &ran};
+    lull_task_init(&h.task, hand_run);
+    lull_task_post_remote(lull_percore_loop(st.pc, 1), &h.task);
+    sem_wait_10s(&ran); /* hand-offs still run */
+    sem_init(&st.done, 0, 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, stop_in_thread, &st), 0);
+    sem_wait_10s(&st.done);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(st.rc, 0);
+    sem_destroy(&st.done);
+    sem_destroy(&ran);
+}
+
+/* A second lull_percore_stop of a set already stopped (a clean-up path run
+ * twice) read the freed set and joined threads long gone. It is refused
+ * with -EINVAL without touching the memory (the sanitizer builds would see
+ * the read). */
+TEST_THREADED(percore_stop_twice_is_refused) {
+    lull_percore_options o = {.loops = 2};
+    lull_percore *pc = NULL;
+    CHECK_EQ(lull_percore_start(&pc, &o), 0);
+    lull_percore *other = NULL;
+    CHECK_EQ(lull_percore_start(&other, &o), 0);
+    CHECK_EQ(lull_percore_stop(pc), 0);
+    CHECK_EQ(lull_percore_stop(pc), -EINVAL);
+    CHECK_EQ(lull_percore_count(other), 2); /* the other set is untouched */
+    CHECK_EQ(lull_percore_stop(other), 0);
+    CHECK_EQ(lull_percore_stop(other), -EINVAL);
+    int not_a_set;
+    CHECK_EQ(lull_percore_stop((lull_percore *)&not_a_set), -EINVAL);
 }

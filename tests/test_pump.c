@@ -6,6 +6,7 @@
  * Time and order on the virtual clock. */
 #include "check.h"
 
+#include <errno.h>
 #include <lull.h>
 #include <stdlib.h>
 #include <string.h>
@@ -532,4 +533,180 @@ TEST(pass_that_closes_and_frees_its_pump) {
     CHECK_U64_EQ(e[0].passes, 4);
     CHECK_U64_EQ(e[0].empty_passes, 1); /* the HELD pass */
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* HELD with the longest retry there is: the retry timer is armed (the
+ * deadline saturates rather than wrapping into the past), so the pass does
+ * not run again until a wake. */
+TEST(held_with_the_longest_retry_waits_for_a_wake) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    f.held = 1;
+    f.retry_ns = UINT64_MAX;
+    lull_pump_wake(&f.pump);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK(!lull_pump_quiet(&f.pump));
+    lull_loop_advance(loop, 1000000 * MS);
+    CHECK_EQ(f.passes, 1);
+    f.held = 0;
+    lull_pump_wake(&f.pump);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(f.passes, 2);
+    CHECK(lull_pump_quiet(&f.pump));
+    teardown(&f);
+}
+
+/* A pass that wakes its own pump, then closes it, then frees it: the wake's
+ * queued pass is withdrawn with the close, and nothing touches the memory
+ * afterwards. */
+static lull_pass_result pass_wake_close_free(lull_pump *p, uint64_t *retry_ns) {
+    session *s = LULL_CONTAINER_OF(p, session, pump);
+    (*s->passes)++;
+    lull_pump_wake(p);
+    lull_pump_close(p);
+    lull_pump_close(p); /* idempotent */
+    lull_pump_wake(p);  /* a no-op once closed */
+    *retry_ns = 5 * MS;
+    memset(s, 0xA5, sizeof *s);
+    free(s);
+    return LULL_PASS_HELD; /* ignored: the pump is closed */
+}
+
+TEST(pass_that_wakes_closes_and_frees_its_pump) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    int passes = 0;
+    session *s = malloc(sizeof *s);
+    CHECK(s != NULL);
+    *s = (session){.passes = &passes};
+    lull_pump_init(loop, &s->pump, pass_wake_close_free);
+    lull_pump_wake(&s->pump);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    lull_loop_advance(loop, 100 * MS);
+    CHECK_EQ(passes, 1);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The listener whose raise queued the pass is stopped and subscribed again
+ * inside that pass: later raises reach the pump exactly once each, and the
+ * close still unsubscribes it. */
+static lull_notifier relisten_n;
+static lull_listener relisten_l;
+static int relisten_passes;
+static lull_pass_result pass_relisten(lull_pump *p, uint64_t *retry_ns) {
+    (void)retry_ns;
+    relisten_passes++;
+    lull_listener_stop(&relisten_l);
+    lull_pump_listen(p, &relisten_n, &relisten_l);
+    lull_pump_delivered(p, 1);
+    return LULL_PASS_QUIET;
+}
+
+TEST(listener_restarted_inside_the_pass_it_queued) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    lull_pump pump;
+    lull_pump_init(loop, &pump, pass_relisten);
+    lull_notifier_init(&relisten_n);
+    lull_pump_listen(&pump, &relisten_n, &relisten_l);
+    for (int i = 1; i <= 3; i++) {
+        lull_notifier_raise(&relisten_n);
+        lull_notifier_raise(&relisten_n);
+        CHECK_EQ(lull_loop_settle(loop), 1);
+        CHECK_EQ(relisten_passes, i);
+    }
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.live_listeners, 1);
+    lull_pump_close(&pump);
+    CHECK(relisten_n.head == NULL);
+    CHECK(relisten_l.notifier == NULL);
+    lull_notifier_raise(&relisten_n);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A pass that returns a value outside lull_pass_result is a programming
+ * error (a flag word or a count returned by mistake): debug builds assert
+ * rather than let the pump fall silent with work left. */
+static lull_pass_result pass_out_of_range(lull_pump *p, uint64_t *retry_ns) {
+    (void)p;
+    (void)retry_ns;
+    return (lull_pass_result)7;
+}
+
+static void run_out_of_range_pass(void *arg) {
+    (void)arg;
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    lull_pump pump;
+    lull_pump_init(loop, &pump, pass_out_of_range);
+    lull_pump_wake(&pump);
+    lull_loop_settle(loop);
+    lull_pump_close(&pump);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(pass_result_out_of_range_asserts_in_debug_builds) {
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no pass asserts to check\n");
+        return;
+    }
+    CHECK(check_dies(run_out_of_range_pass, NULL,
+                     "lull: a pass returned a value that is not a "
+                     "lull_pass_result"));
+}
+
+/* A zeroed pump that lull_pump_init never reached (its init failed, or an
+ * error path ran first) may be closed by the owner's clean-up, as a
+ * zeroed timer may be stopped: nothing happens. Waking or listening with it
+ * does nothing either. */
+TEST(zeroed_pump_never_initialised_is_inert) {
+    lull_pump pump;
+    memset(&pump, 0, sizeof pump);
+    CHECK_EQ(lull_pump_init(NULL, &pump, pass), -EINVAL);
+    CHECK(lull_pump_quiet(&pump));
+    lull_pump_wake(&pump);
+    lull_notifier n;
+    lull_listener l;
+    lull_notifier_init(&n);
+    lull_pump_listen(&pump, &n, &l);
+    CHECK(n.head == NULL);
+    lull_pump_delivered(&pump, 1);
+    lull_pump_close(&pump);
+    lull_pump_close(&pump);
+    CHECK(lull_pump_quiet(&pump));
+}
+
+/* One listener given to the same pump twice, on two notifiers, without a
+ * lull_listener_stop between: the first notifier kept it on its list, so
+ * after the pump was closed and freed a raise of it posted freed memory.
+ * Debug builds assert, as for a listener subscribed twice to one notifier. */
+static void listen_twice(void *arg) {
+    (void)arg;
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    lull_pump pump;
+    lull_pump_init(loop, &pump, pass);
+    lull_notifier n1, n2;
+    lull_notifier_init(&n1);
+    lull_notifier_init(&n2);
+    lull_listener l;
+    lull_pump_listen(&pump, &n1, &l);
+    lull_pump_listen(&pump, &n2, &l);
+    lull_pump_close(&pump);
+    CHECK(n1.head == NULL); /* not reached in debug builds */
+}
+
+TEST(listener_given_to_a_pump_twice_asserts_in_debug_builds) {
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no listener asserts to check\n");
+        return;
+    }
+    CHECK(check_dies(listen_twice, NULL, "lull: listener subscribed twice"));
 }
