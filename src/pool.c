@@ -50,6 +50,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "lull.h"
 #include "own_name.h"
 #include "pool.h"
@@ -318,8 +319,23 @@ int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
     return 0;
 }
 
+static bool is_default_pool(const lull_pool *pool) {
+    pthread_mutex_lock(&default_lock);
+    bool is_default = pool == default_pool;
+    pthread_mutex_unlock(&default_lock);
+    return is_default;
+}
+
 void lull_pool_close(lull_pool *pool) {
     if (!pool) return;
+    /* The default pool is every user's in the process: one user's close
+     * would refuse and cancel all the others' work (a libuv user cannot
+     * close its shared pool either). Refused, as lull_pool_free refuses
+     * it; a programming error, so a debug build says so. */
+    bool is_default = is_default_pool(pool);
+    LULL_ASSERT(!is_default, "lull: lull_pool_close on the default pool, "
+                             "which every user in the process shares");
+    if (is_default) return;
     pthread_mutex_lock(&pool->lock);
     if (pool->closed) {
         pthread_mutex_unlock(&pool->lock);
@@ -354,10 +370,7 @@ void lull_pool_close(lull_pool *pool) {
 
 int lull_pool_free(lull_pool *pool) {
     if (!pool) return -EINVAL;
-    pthread_mutex_lock(&default_lock);
-    bool is_default = pool == default_pool;
-    pthread_mutex_unlock(&default_lock);
-    if (is_default) return -EBUSY;
+    if (is_default_pool(pool)) return -EBUSY;
     for (unsigned i = 0; i < pool->threads; i++)
         if (pthread_equal(pool->workers[i].thread, pthread_self()))
             return -EDEADLK;

@@ -924,6 +924,40 @@ TEST_THREADED(pool_set_default_before_first_use) {
     CHECK_EQ(lull_pool_free(mine), -EBUSY);
 }
 
+/* The default pool is every user's in the process: one user's
+ * lull_pool_close would refuse and cancel the work of all the others, so
+ * it is refused, as lull_pool_free refuses it: a debug build stops with a
+ * message (the child here makes the default pool itself: a pool does not
+ * survive fork), any build leaves the pool open, and work still runs. */
+static void close_the_default(void *arg) {
+    (void)arg;
+    lull_pool *d;
+    CHECK_EQ(lull_pool_default(&d), 0);
+    lull_pool_close(d);
+}
+
+TEST_THREADED(pool_close_of_the_default_pool_is_refused) {
+    if (check_debug_build())
+        CHECK(check_dies(close_the_default, NULL,
+                         "lull: lull_pool_close on the default pool"));
+    else
+        close_the_default(NULL);
+    lull_pool *d;
+    CHECK_EQ(lull_pool_default(&d), 0);
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, d, &it.work), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.dones, 1);
+    CHECK_EQ(it.last_status, 7);
+    lull_pool_stats st;
+    stats_after(d, &st, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A done function that frees its own pool while another item still waits
  * in the queue: the free joins the threads from the loop thread, the
  * waiting item is handed back with -ECANCELED, and the loop ends. */
