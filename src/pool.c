@@ -272,6 +272,52 @@ int lull_work_cancel(lull_work *work) {
 static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
 static lull_pool *default_pool; /* under default_lock */
 
+/* lull_pool_close without its check: refuses new work, cancels the waiting
+ * work and wakes the sleeping threads to exit. */
+static void close_pool(lull_pool *pool) {
+    pthread_mutex_lock(&pool->lock);
+    if (pool->closed) {
+        pthread_mutex_unlock(&pool->lock);
+        return;
+    }
+    pool->closed = true;
+    lull_work *cancelled = pool->head;
+    for (lull_work *w = cancelled; w; w = w->next)
+        w->queued = false;
+    pool->cancelled += pool->queued;
+    pool->head = pool->tail = NULL;
+    pool->queued = 0;
+    worker *sleepers = NULL, *w;
+    while (pool->idle) {
+        w = pop_idle(pool);
+        w->next_idle = sleepers;
+        sleepers = w;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    for (w = sleepers; w; w = w->next_idle)
+        futex_wake(&w->word);
+    /* Unlinked under the lock, so nobody else can take these any more. */
+    while (cancelled) {
+        lull_work *next = cancelled->next; /* before the post: done may
+                                              resubmit it at once */
+        cancelled->next = cancelled->prev = NULL;
+        cancelled->status = -ECANCELED;
+        lull_task_post_remote(cancelled->loop, &cancelled->task);
+        cancelled = next;
+    }
+}
+
+/* Closes the pool, joins its threads and drops lull_pool_free's reference:
+ * lull_pool_free past its checks, and the undoing of a lull_pool_new whose
+ * threads did not all start (inside lull_pool_default, which holds
+ * default_lock: hence no check that takes it here). */
+static void stop_pool(lull_pool *pool) {
+    close_pool(pool);
+    for (unsigned i = 0; i < pool->threads; i++)
+        pthread_join(pool->workers[i].thread, NULL);
+    pool_release(pool); /* freed now, or by the last done still to run */
+}
+
 int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
     static const lull_pool_options defaults;
     if (!out) return -EINVAL;
@@ -312,7 +358,7 @@ int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) {
-        lull_pool_free(p);
+        stop_pool(p);
         return rc;
     }
     *out = p;
@@ -336,36 +382,7 @@ void lull_pool_close(lull_pool *pool) {
     LULL_ASSERT(!is_default, "lull: lull_pool_close on the default pool, "
                              "which every user in the process shares");
     if (is_default) return;
-    pthread_mutex_lock(&pool->lock);
-    if (pool->closed) {
-        pthread_mutex_unlock(&pool->lock);
-        return;
-    }
-    pool->closed = true;
-    lull_work *cancelled = pool->head;
-    for (lull_work *w = cancelled; w; w = w->next)
-        w->queued = false;
-    pool->cancelled += pool->queued;
-    pool->head = pool->tail = NULL;
-    pool->queued = 0;
-    worker *sleepers = NULL, *w;
-    while (pool->idle) {
-        w = pop_idle(pool);
-        w->next_idle = sleepers;
-        sleepers = w;
-    }
-    pthread_mutex_unlock(&pool->lock);
-    for (w = sleepers; w; w = w->next_idle)
-        futex_wake(&w->word);
-    /* Unlinked under the lock, so nobody else can take these any more. */
-    while (cancelled) {
-        lull_work *next = cancelled->next; /* before the post: done may
-                                              resubmit it at once */
-        cancelled->next = cancelled->prev = NULL;
-        cancelled->status = -ECANCELED;
-        lull_task_post_remote(cancelled->loop, &cancelled->task);
-        cancelled = next;
-    }
+    close_pool(pool);
 }
 
 int lull_pool_free(lull_pool *pool) {
@@ -374,10 +391,7 @@ int lull_pool_free(lull_pool *pool) {
     for (unsigned i = 0; i < pool->threads; i++)
         if (pthread_equal(pool->workers[i].thread, pthread_self()))
             return -EDEADLK;
-    lull_pool_close(pool);
-    for (unsigned i = 0; i < pool->threads; i++)
-        pthread_join(pool->workers[i].thread, NULL);
-    pool_release(pool); /* freed now, or by the last done still to run */
+    stop_pool(pool);
     return 0;
 }
 

@@ -958,6 +958,30 @@ TEST_THREADED(pool_close_of_the_default_pool_is_refused) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The default pool's first use when its threads cannot start (no memory
+ * for a stack here: the process's default stack size made absurd): the
+ * error comes back, no pool is made, and a later call makes one. The
+ * failed pool is freed while the default pool's lock is held, which must
+ * not wait for that lock again (an alarm ends the case if it does). */
+TEST_THREADED(pool_default_when_its_threads_cannot_start) {
+    pthread_attr_t huge, old;
+    CHECK_EQ(pthread_getattr_default_np(&old), 0);
+    CHECK_EQ(pthread_attr_init(&huge), 0);
+    CHECK_EQ(pthread_attr_setstacksize(&huge, (size_t)1 << 50), 0);
+    CHECK_EQ(pthread_setattr_default_np(&huge), 0);
+    alarm(10);
+    lull_pool *d = NULL;
+    int rc = lull_pool_default(&d);
+    CHECK_EQ(pthread_setattr_default_np(&old), 0);
+    CHECK(rc < 0);
+    CHECK(d == NULL);
+    CHECK_EQ(lull_pool_default(&d), 0);
+    CHECK(d != NULL);
+    alarm(0);
+    pthread_attr_destroy(&huge);
+    pthread_attr_destroy(&old);
+}
+
 /* A done function that frees its own pool while another item still waits
  * in the queue: the free joins the threads from the loop thread, the
  * waiting item is handed back with -ECANCELED, and the loop ends. */
