@@ -145,7 +145,11 @@ __attribute__((noinline)) static void deliver_end(lull_loopback *lb) {
 static inline void deliver(lull_loopback *lb, bool timer) {
     lull_frame *f = lb->head;
     if (LULL_UNLIKELY(!f || lb->paused)) {
-        if (!lb->paused) deliver_end(lb);
+        /* A pause holds back what the peer sent, its close included, but
+         * not this end's own close after a send past max_queued (its inbox
+         * is empty then): that close callback is owed whatever the owner
+         * did after the refusal. */
+        if (!lb->paused || lb->failing) deliver_end(lb);
         return;
     }
     lb->head = f->next;
