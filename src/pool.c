@@ -247,6 +247,9 @@ int lull_work_cancel(lull_work *work) {
     if (!work) return -EINVAL;
     lull_pool *p = work->pool;
     if (!p) return -EINVAL;
+    /* Whatever the item's state: the checks below read the loop's task
+     * state, which only its thread may. */
+    LULL_ASSERT_LOOP_THREAD(work->loop);
     /* Its done already on its way (posted by its thread or by
      * lull_pool_close, or by an earlier cancel): past cancelling, and the
      * pool may be freed by now (lull_pool_free returns before the last

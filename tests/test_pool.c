@@ -429,6 +429,44 @@ TEST_THREADED(pool_cancel_before_start) {
     sem_destroy(&started);
 }
 
+/* lull_work_cancel from a thread that does not own the item's loop: a
+ * programming error a debug build stops at, whatever state the item is in
+ * (here running, where the cancel would otherwise just say -EBUSY after
+ * reading the loop's task state unsynchronised). */
+static void *cancel_from_elsewhere(void *arg) {
+    lull_work_cancel(arg);
+    return NULL;
+}
+
+static void cancel_running_from_another_thread(void *arg) {
+    (void)arg;
+    lull_loop *loop;
+    lull_pool *pool;
+    sem_t gate, started;
+    gated_loop_and_pool(&loop, &pool, &(lull_pool_options){.threads = 1}, &gate,
+                        &started);
+    item a = {.gate = &gate, .started = &started};
+    lull_work_init(&a.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &a.work), 0);
+    sem_wait_10s(&started, "a started");
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, cancel_from_elsewhere, &a.work), 0);
+    pthread_join(th, NULL);
+    sem_post(&gate);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST_THREADED(pool_cancel_from_another_thread_stops_a_debug_build) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(cancel_running_from_another_thread, NULL,
+                     "lull: called from a thread that does not own the loop"));
+}
+
 TEST_THREADED(pool_queue_full_says_eagain) {
     lull_loop *loop;
     lull_pool *pool;
