@@ -274,6 +274,10 @@ static void loopback_fail(lull_endpoint *ep, int reason) {
     lull_frame *undelivered = close_end(a, reason, true);
     a->discard = undelivered;
     a->failing = true;
+    /* Closed in all but the callbacks: the peer, detached, no longer
+     * counts its deliveries here, so nothing is queued any more (as after
+     * lull_endpoint_close). */
+    a->ep.queued = 0;
 }
 
 int lull__loopback_read(lull_endpoint *ep, bool on) {

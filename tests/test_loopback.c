@@ -1725,6 +1725,29 @@ TEST(max_queued_close_comes_to_a_paused_end) {
     }
 }
 
+/* An end closed by a send past max_queued counts nothing queued, as any
+ * closed end: its frames the peer still delivers are no longer its to
+ * count, and its count does not stay stuck at what it had sent. */
+TEST(max_queued_close_leaves_nothing_queued) {
+    FOR_EACH_CLOCK(clk) {
+        lull_loop *loop = new_loop(clk);
+        lull_loopback_options o = {.max_queued = 2 * sizeof(int)};
+        side a, b;
+        pair_with(loop, &a, &b, &o);
+        CHECK_EQ(send_id(&a, 1), 0);
+        CHECK_EQ(send_id(&a, 2), 0);
+        CHECK_EQ(send_id(&a, 3), -ENOBUFS);
+        CHECK(!lull_endpoint_writable(&a.lb.ep));
+        run_ready(loop);
+        CHECK_EQ(b.frames, 2);
+        CHECK_EQ(a.closes, 1);
+        CHECK(lull_endpoint_closed(&a.lb.ep));
+        CHECK_EQ(a.lb.ep.queued, 0);
+        CHECK_EQ(b.lb.ep.queued, 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
 /* Inside its own frame callback, an end that sends past its bound is not
  * touched again by the delivery; a close by the owner before the close
  * turn replaces -ENOBUFS with its own reason; an end with no close
