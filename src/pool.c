@@ -420,6 +420,12 @@ int lull_pool_default(lull_pool **out) {
 
 int lull_pool_set_default(lull_pool *pool) {
     if (!pool) return -EINVAL;
+    /* A closed pool as the default would refuse every user's work in the
+     * process until exit. */
+    pthread_mutex_lock(&pool->lock);
+    bool closed = pool->closed;
+    pthread_mutex_unlock(&pool->lock);
+    if (closed) return -EINVAL;
     int rc = 0;
     pthread_mutex_lock(&default_lock);
     if (default_pool)

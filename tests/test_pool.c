@@ -1020,6 +1020,29 @@ TEST_THREADED(pool_default_when_its_threads_cannot_start) {
     pthread_attr_destroy(&old);
 }
 
+/* A closed pool offered as the default is refused: made the default, it
+ * would refuse every user's work in the process (-ESHUTDOWN) until exit.
+ * The default made on first use afterwards works. */
+TEST_THREADED(pool_set_default_refuses_a_closed_pool) {
+    lull_pool *closed, *d;
+    CHECK_EQ(lull_pool_new(&closed, &(lull_pool_options){.threads = 1}), 0);
+    lull_pool_close(closed);
+    CHECK_EQ(lull_pool_set_default(closed), -EINVAL);
+    CHECK_EQ(lull_pool_free(closed), 0); /* still the caller's */
+    CHECK_EQ(lull_pool_default(&d), 0);
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, d, &it.work), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.last_status, 7);
+    lull_pool_stats st;
+    stats_after(d, &st, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A done function that frees its own pool while another item still waits
  * in the queue: the free joins the threads from the loop thread, the
  * waiting item is handed back with -ECANCELED, and the loop ends. */
