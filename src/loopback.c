@@ -145,7 +145,11 @@ __attribute__((noinline)) static void deliver_end(lull_loopback *lb) {
 static inline void deliver(lull_loopback *lb, bool timer) {
     lull_frame *f = lb->head;
     if (LULL_UNLIKELY(!f || lb->paused)) {
-        if (!lb->paused) deliver_end(lb);
+        /* A pause holds back what the peer sent, its close included, but
+         * not this end's own close after a send past max_queued (its inbox
+         * is empty then): that close callback is owed whatever the owner
+         * did after the refusal. */
+        if (!lb->paused || lb->failing) deliver_end(lb);
         return;
     }
     lb->head = f->next;
@@ -270,6 +274,10 @@ static void loopback_fail(lull_endpoint *ep, int reason) {
     lull_frame *undelivered = close_end(a, reason, true);
     a->discard = undelivered;
     a->failing = true;
+    /* Closed in all but the callbacks: the peer, detached, no longer
+     * counts its deliveries here, so nothing is queued any more (as after
+     * lull_endpoint_close). */
+    a->ep.queued = 0;
 }
 
 int lull__loopback_read(lull_endpoint *ep, bool on) {

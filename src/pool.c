@@ -50,6 +50,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "lull.h"
 #include "own_name.h"
 #include "pool.h"
@@ -246,6 +247,9 @@ int lull_work_cancel(lull_work *work) {
     if (!work) return -EINVAL;
     lull_pool *p = work->pool;
     if (!p) return -EINVAL;
+    /* Whatever the item's state: the checks below read the loop's task
+     * state, which only its thread may. */
+    LULL_ASSERT_LOOP_THREAD(work->loop);
     /* Its done already on its way (posted by its thread or by
      * lull_pool_close, or by an earlier cancel): past cancelling, and the
      * pool may be freed by now (lull_pool_free returns before the last
@@ -270,6 +274,52 @@ int lull_work_cancel(lull_work *work) {
 
 static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
 static lull_pool *default_pool; /* under default_lock */
+
+/* lull_pool_close without its check: refuses new work, cancels the waiting
+ * work and wakes the sleeping threads to exit. */
+static void close_pool(lull_pool *pool) {
+    pthread_mutex_lock(&pool->lock);
+    if (pool->closed) {
+        pthread_mutex_unlock(&pool->lock);
+        return;
+    }
+    pool->closed = true;
+    lull_work *cancelled = pool->head;
+    for (lull_work *w = cancelled; w; w = w->next)
+        w->queued = false;
+    pool->cancelled += pool->queued;
+    pool->head = pool->tail = NULL;
+    pool->queued = 0;
+    worker *sleepers = NULL, *w;
+    while (pool->idle) {
+        w = pop_idle(pool);
+        w->next_idle = sleepers;
+        sleepers = w;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    for (w = sleepers; w; w = w->next_idle)
+        futex_wake(&w->word);
+    /* Unlinked under the lock, so nobody else can take these any more. */
+    while (cancelled) {
+        lull_work *next = cancelled->next; /* before the post: done may
+                                              resubmit it at once */
+        cancelled->next = cancelled->prev = NULL;
+        cancelled->status = -ECANCELED;
+        lull_task_post_remote(cancelled->loop, &cancelled->task);
+        cancelled = next;
+    }
+}
+
+/* Closes the pool, joins its threads and drops lull_pool_free's reference:
+ * lull_pool_free past its checks, and the undoing of a lull_pool_new whose
+ * threads did not all start (inside lull_pool_default, which holds
+ * default_lock: hence no check that takes it here). */
+static void stop_pool(lull_pool *pool) {
+    close_pool(pool);
+    for (unsigned i = 0; i < pool->threads; i++)
+        pthread_join(pool->workers[i].thread, NULL);
+    pool_release(pool); /* freed now, or by the last done still to run */
+}
 
 int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
     static const lull_pool_options defaults;
@@ -311,60 +361,40 @@ int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) {
-        lull_pool_free(p);
+        stop_pool(p);
         return rc;
     }
     *out = p;
     return 0;
 }
 
+static bool is_default_pool(const lull_pool *pool) {
+    pthread_mutex_lock(&default_lock);
+    bool is_default = pool == default_pool;
+    pthread_mutex_unlock(&default_lock);
+    return is_default;
+}
+
 void lull_pool_close(lull_pool *pool) {
     if (!pool) return;
-    pthread_mutex_lock(&pool->lock);
-    if (pool->closed) {
-        pthread_mutex_unlock(&pool->lock);
-        return;
-    }
-    pool->closed = true;
-    lull_work *cancelled = pool->head;
-    for (lull_work *w = cancelled; w; w = w->next)
-        w->queued = false;
-    pool->cancelled += pool->queued;
-    pool->head = pool->tail = NULL;
-    pool->queued = 0;
-    worker *sleepers = NULL, *w;
-    while (pool->idle) {
-        w = pop_idle(pool);
-        w->next_idle = sleepers;
-        sleepers = w;
-    }
-    pthread_mutex_unlock(&pool->lock);
-    for (w = sleepers; w; w = w->next_idle)
-        futex_wake(&w->word);
-    /* Unlinked under the lock, so nobody else can take these any more. */
-    while (cancelled) {
-        lull_work *next = cancelled->next; /* before the post: done may
-                                              resubmit it at once */
-        cancelled->next = cancelled->prev = NULL;
-        cancelled->status = -ECANCELED;
-        lull_task_post_remote(cancelled->loop, &cancelled->task);
-        cancelled = next;
-    }
+    /* The default pool is every user's in the process: one user's close
+     * would refuse and cancel all the others' work (a libuv user cannot
+     * close its shared pool either). Refused, as lull_pool_free refuses
+     * it; a programming error, so a debug build says so. */
+    bool is_default = is_default_pool(pool);
+    LULL_ASSERT(!is_default, "lull: lull_pool_close on the default pool, "
+                             "which every user in the process shares");
+    if (is_default) return;
+    close_pool(pool);
 }
 
 int lull_pool_free(lull_pool *pool) {
     if (!pool) return -EINVAL;
-    pthread_mutex_lock(&default_lock);
-    bool is_default = pool == default_pool;
-    pthread_mutex_unlock(&default_lock);
-    if (is_default) return -EBUSY;
+    if (is_default_pool(pool)) return -EBUSY;
     for (unsigned i = 0; i < pool->threads; i++)
         if (pthread_equal(pool->workers[i].thread, pthread_self()))
             return -EDEADLK;
-    lull_pool_close(pool);
-    for (unsigned i = 0; i < pool->threads; i++)
-        pthread_join(pool->workers[i].thread, NULL);
-    pool_release(pool); /* freed now, or by the last done still to run */
+    stop_pool(pool);
     return 0;
 }
 
@@ -390,6 +420,12 @@ int lull_pool_default(lull_pool **out) {
 
 int lull_pool_set_default(lull_pool *pool) {
     if (!pool) return -EINVAL;
+    /* A closed pool as the default would refuse every user's work in the
+     * process until exit. */
+    pthread_mutex_lock(&pool->lock);
+    bool closed = pool->closed;
+    pthread_mutex_unlock(&pool->lock);
+    if (closed) return -EINVAL;
     int rc = 0;
     pthread_mutex_lock(&default_lock);
     if (default_pool)

@@ -1116,8 +1116,11 @@ static const lull_frame_ops stream_ops = {stream_send, stream_close,
 
 /* ------------------------------------------------------------- reading */
 
-/* Makes the buffer hold `need` bytes from rstart: compacts, then grows an
- * owned buffer (up to the frame limit). False when it cannot. */
+/* Makes room for a frame of `need` bytes (its header included) from
+ * rstart: compacts, then, once the bytes that came fill an owned buffer,
+ * doubles it, never past the frame. The body's bytes earn the room, not
+ * the length its header announces: a peer that announces 16 MiB and sends
+ * nothing more holds no 16 MiB. False when the frame can never fit. */
 static bool make_room(lull_stream *s, size_t need) {
     if (s->rstart > 0) {
         if (s->fds)
@@ -1129,7 +1132,8 @@ static bool make_room(lull_stream *s, size_t need) {
     }
     if (need <= s->rcap) return true;
     if (!(s->state & S_OWN_BUF)) return false;
-    return lull__frame_buf_grow(&s->rbuf, &s->rcap, need, s->ep.max_frame);
+    if (s->rend < s->rcap) return true; /* room for more bytes first */
+    return lull__frame_buf_grow(&s->rbuf, &s->rcap, s->rcap + 1, need - HDR);
 }
 
 /* Hands every whole buffered frame to on_frame, while reading is on. False

@@ -1695,6 +1695,59 @@ TEST(max_queued_refuses_and_closes) {
     }
 }
 
+/* An end that sent past max_queued and then paused its reading (the
+ * owner's reaction to the refusal) still closes: its close callback, with
+ * -ENOBUFS, and its undelivered frames back to their owner, are not the
+ * peer's frames that a pause holds back. Both deliveries, both clocks. */
+TEST(max_queued_close_comes_to_a_paused_end) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.max_queued = sizeof(int),
+                                       .deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            owned from_b;
+            owned_init(&from_b, 7);
+            CHECK_EQ(lull_endpoint_send(&b.lb.ep, &from_b.frame), 0);
+            CHECK_EQ(send_id(&a, 1), 0);
+            CHECK_EQ(send_id(&a, 2), -ENOBUFS);
+            CHECK_EQ(lull_endpoint_read_stop(&a.lb.ep), 0);
+            run_ready(loop);
+            CHECK_EQ(a.closes, 1);
+            CHECK_EQ(a.reason, -ENOBUFS);
+            CHECK_EQ(from_b.releases, 1);
+            CHECK_EQ(b.closes, 1);
+            CHECK(!lull_loopback_pending(&a.lb));
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
+/* An end closed by a send past max_queued counts nothing queued, as any
+ * closed end: its frames the peer still delivers are no longer its to
+ * count, and its count does not stay stuck at what it had sent. */
+TEST(max_queued_close_leaves_nothing_queued) {
+    FOR_EACH_CLOCK(clk) {
+        lull_loop *loop = new_loop(clk);
+        lull_loopback_options o = {.max_queued = 2 * sizeof(int)};
+        side a, b;
+        pair_with(loop, &a, &b, &o);
+        CHECK_EQ(send_id(&a, 1), 0);
+        CHECK_EQ(send_id(&a, 2), 0);
+        CHECK_EQ(send_id(&a, 3), -ENOBUFS);
+        CHECK(!lull_endpoint_writable(&a.lb.ep));
+        run_ready(loop);
+        CHECK_EQ(b.frames, 2);
+        CHECK_EQ(a.closes, 1);
+        CHECK(lull_endpoint_closed(&a.lb.ep));
+        CHECK_EQ(a.lb.ep.queued, 0);
+        CHECK_EQ(b.lb.ep.queued, 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
 /* Inside its own frame callback, an end that sends past its bound is not
  * touched again by the delivery; a close by the owner before the close
  * turn replaces -ENOBUFS with its own reason; an end with no close

@@ -429,6 +429,44 @@ TEST_THREADED(pool_cancel_before_start) {
     sem_destroy(&started);
 }
 
+/* lull_work_cancel from a thread that does not own the item's loop: a
+ * programming error a debug build stops at, whatever state the item is in
+ * (here running, where the cancel would otherwise just say -EBUSY after
+ * reading the loop's task state unsynchronised). */
+static void *cancel_from_elsewhere(void *arg) {
+    lull_work_cancel(arg);
+    return NULL;
+}
+
+static void cancel_running_from_another_thread(void *arg) {
+    (void)arg;
+    lull_loop *loop;
+    lull_pool *pool;
+    sem_t gate, started;
+    gated_loop_and_pool(&loop, &pool, &(lull_pool_options){.threads = 1}, &gate,
+                        &started);
+    item a = {.gate = &gate, .started = &started};
+    lull_work_init(&a.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &a.work), 0);
+    sem_wait_10s(&started, "a started");
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, cancel_from_elsewhere, &a.work), 0);
+    pthread_join(th, NULL);
+    sem_post(&gate);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST_THREADED(pool_cancel_from_another_thread_stops_a_debug_build) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(cancel_running_from_another_thread, NULL,
+                     "lull: called from a thread that does not own the loop"));
+}
+
 TEST_THREADED(pool_queue_full_says_eagain) {
     lull_loop *loop;
     lull_pool *pool;
@@ -922,6 +960,87 @@ TEST_THREADED(pool_set_default_before_first_use) {
     CHECK_EQ(lull_pool_default(&got), 0);
     CHECK(got == mine);
     CHECK_EQ(lull_pool_free(mine), -EBUSY);
+}
+
+/* The default pool is every user's in the process: one user's
+ * lull_pool_close would refuse and cancel the work of all the others, so
+ * it is refused, as lull_pool_free refuses it: a debug build stops with a
+ * message (the child here makes the default pool itself: a pool does not
+ * survive fork), any build leaves the pool open, and work still runs. */
+static void close_the_default(void *arg) {
+    (void)arg;
+    lull_pool *d;
+    CHECK_EQ(lull_pool_default(&d), 0);
+    lull_pool_close(d);
+}
+
+TEST_THREADED(pool_close_of_the_default_pool_is_refused) {
+    if (check_debug_build())
+        CHECK(check_dies(close_the_default, NULL,
+                         "lull: lull_pool_close on the default pool"));
+    else
+        close_the_default(NULL);
+    lull_pool *d;
+    CHECK_EQ(lull_pool_default(&d), 0);
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, d, &it.work), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.dones, 1);
+    CHECK_EQ(it.last_status, 7);
+    lull_pool_stats st;
+    stats_after(d, &st, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The default pool's first use when its threads cannot start (no memory
+ * for a stack here: the process's default stack size made absurd): the
+ * error comes back, no pool is made, and a later call makes one. The
+ * failed pool is freed while the default pool's lock is held, which must
+ * not wait for that lock again (an alarm ends the case if it does). */
+TEST_THREADED(pool_default_when_its_threads_cannot_start) {
+    pthread_attr_t huge, old;
+    CHECK_EQ(pthread_getattr_default_np(&old), 0);
+    CHECK_EQ(pthread_attr_init(&huge), 0);
+    CHECK_EQ(pthread_attr_setstacksize(&huge, (size_t)1 << 50), 0);
+    CHECK_EQ(pthread_setattr_default_np(&huge), 0);
+    alarm(10);
+    lull_pool *d = NULL;
+    int rc = lull_pool_default(&d);
+    CHECK_EQ(pthread_setattr_default_np(&old), 0);
+    CHECK(rc < 0);
+    CHECK(d == NULL);
+    CHECK_EQ(lull_pool_default(&d), 0);
+    CHECK(d != NULL);
+    alarm(0);
+    pthread_attr_destroy(&huge);
+    pthread_attr_destroy(&old);
+}
+
+/* A closed pool offered as the default is refused: made the default, it
+ * would refuse every user's work in the process (-ESHUTDOWN) until exit.
+ * The default made on first use afterwards works. */
+TEST_THREADED(pool_set_default_refuses_a_closed_pool) {
+    lull_pool *closed, *d;
+    CHECK_EQ(lull_pool_new(&closed, &(lull_pool_options){.threads = 1}), 0);
+    lull_pool_close(closed);
+    CHECK_EQ(lull_pool_set_default(closed), -EINVAL);
+    CHECK_EQ(lull_pool_free(closed), 0); /* still the caller's */
+    CHECK_EQ(lull_pool_default(&d), 0);
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, d, &it.work), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.last_status, 7);
+    lull_pool_stats st;
+    stats_after(d, &st, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 /* A done function that frees its own pool while another item still waits

@@ -2456,6 +2456,50 @@ TEST(resend_from_own_release) {
     close_pair(loop, &a, &b);
     free_loop(loop);
 }
+/* A peer that sends only a header announcing a frame of the default limit
+ * (16 MiB) reserves nothing for it: the read buffer grows as the body
+ * arrives, doubling, to the frame's size at most, so many such peers do
+ * not hold 16 MiB each. The frame, once whole, arrives as usual. */
+TEST(header_alone_does_not_reserve_the_frame) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int fd;
+    raw_peer(loop, &c, &fd, NULL);
+    const size_t start = c.s.rcap, len = LULL_FRAME_MAX_DEFAULT;
+    put_header(fd, (uint32_t)len);
+    CHECK_EQ(write(fd, "body", 4), 4);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(c.s.bytes_read, 8);
+    CHECK_EQ(c.s.rcap, start);
+    /* The rest of the body: the buffer never holds more than twice what
+     * came, and no more than the frame and its header. */
+    CHECK_EQ(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    static unsigned char chunk[64 << 10];
+    size_t left = len - 4;
+    while (left > 0 || c.frames == 0) {
+        ssize_t n =
+            left ? write(fd, chunk, left < sizeof chunk ? left : sizeof chunk)
+                 : -1;
+        if (n > 0) {
+            left -= (size_t)n;
+            continue;
+        }
+        CHECK(left == 0 || errno == EAGAIN);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(c.closes, 0);
+        CHECK_LE(c.s.rcap,
+                 2 * c.s.bytes_read > start ? 2 * c.s.bytes_read : start);
+    }
+    CHECK_EQ(c.frames, 1);
+    CHECK_EQ(c.bytes, len);
+    CHECK_LE(c.s.rcap, len + 4);
+    close(fd);
+    close_checked(&c.s.ep, 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    free_loop(loop);
+}
+
 /* A peer that writes its frames one byte per loop iteration (lengths split
  * over four reads, a zero-length frame, frames larger than the 8-byte
  * read buffer): every frame arrives whole, byte-exact, in order. */

@@ -1398,6 +1398,53 @@ TEST(close_notify_inside_a_frame_is_a_protocol_error) {
     free_raw_and_finish(loop, r, sctx, cctx);
 }
 
+/* A peer that sends only a header announcing a frame of the default limit
+ * (16 MiB) reserves nothing for it: the plaintext buffer grows as the
+ * body arrives, never past twice what came and a record, so many such
+ * peers do not hold 16 MiB each. The frame, once whole, arrives. */
+TEST(header_alone_does_not_reserve_the_frame) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_client_handshaken(loop, &s, sctx, 0);
+#ifdef LULL_HAVE_OPENSSL
+    const size_t start_cap = s.t.pcap, len = LULL_FRAME_MAX_DEFAULT;
+    unsigned char head[8] = {(unsigned char)(len >> 24),
+                             (unsigned char)(len >> 16),
+                             (unsigned char)(len >> 8),
+                             (unsigned char)len,
+                             'b',
+                             'o',
+                             'd',
+                             'y'};
+    CHECK_EQ(SSL_write(r->ssl, head, sizeof head), (int)sizeof head);
+    raw_pump(r);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s.closes, 0);
+    CHECK_EQ(s.t.pcap, start_cap);
+    static unsigned char chunk[16384];
+    size_t left = len - 4, came = 8;
+    while (left > 0) {
+        int n = left < sizeof chunk ? (int)left : (int)sizeof chunk;
+        CHECK_EQ(SSL_write(r->ssl, chunk, n), n);
+        raw_pump(r);
+        left -= (size_t)n;
+        came += (size_t)n;
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(s.closes, 0);
+        CHECK_LE(s.t.pcap, 2 * came + start_cap);
+    }
+    for (int i = 0; i < 1000 && s.frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s.frames, 1);
+    CHECK_EQ(s.bytes, len);
+    CHECK_LE(s.t.pcap, len + 4);
+#endif
+    free_raw_wait_close_finish(loop, r, &s, sctx, cctx);
+}
+
 /* A storm of TLS 1.3 KeyUpdates, each asking for one back, between two
  * frames: both frames arrive, the connection stays up, and what it wrote
  * back is answers the peer can read (its next record decrypts). */
