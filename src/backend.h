@@ -15,6 +15,8 @@
  * by the next poll (level-triggered), so this bounds a batch, not a loss. */
 #define LULL__EVENTS_CAP 256
 
+/* 0 or a negative errno; on failure the caller runs lull__backend_close,
+ * which releases what init had made. */
 int lull__backend_init(lull_loop *loop);
 void lull__backend_close(lull_loop *loop);
 /* Moves the kernel's interest for io from `old` to `events` (either may be

@@ -92,10 +92,9 @@ int lull__backend_init(lull_loop *loop) {
     loop->backend_fd = epoll_create1(EPOLL_CLOEXEC);
     if (loop->backend_fd < 0) return -errno;
     loop->events = calloc(LULL__EVENTS_CAP, sizeof *loop->events);
-    if (!loop->events) {
-        close(loop->backend_fd);
-        return -ENOMEM;
-    }
+    /* lull__backend_close, which the caller runs on failure, closes the
+     * epoll fd: closing it here too closed the number twice. */
+    if (!loop->events) return -ENOMEM;
     /* Any failure means "use epoll_wait": ENOSYS on old kernels, EPERM (or
      * whatever a filter chose) in a sandbox. */
     struct timespec zero = {0, 0};

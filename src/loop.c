@@ -665,10 +665,15 @@ int lull_loop_backend_timeout(lull_loop *loop, int64_t *timeout_ns) {
     if (!loop || !timeout_ns) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
     if (loop->running) return -EBUSY;
-    int64_t timeout = poll_timeout(loop, lull__clock_real());
+    uint64_t now = lull__clock_real();
+    int64_t timeout = poll_timeout(loop, now);
     /* poll_timeout's 0 for "nothing to wait for" is, to a host, a wait for
-     * the fd alone. */
-    if (timeout == 0 && !ready_now(loop) && !alive_for_run(loop)) timeout = -1;
+     * the fd alone, or for the earliest timer: an unreferenced one does not
+     * keep lull_loop_run going, but the host keeps going on its own, and
+     * without this deadline the timer would fire only when the fd next
+     * brought the host back. */
+    if (timeout == 0 && !ready_now(loop) && !alive_for_run(loop))
+        timeout = lull__timers_next_ns(loop, now);
     /* On the virtual clock time moves only by lull_loop_advance: a
      * NOWAIT run never jumps to a deadline, so only work ready now counts. */
     if (loop->virtual_clock && !ready_now(loop)) timeout = -1;

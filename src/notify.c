@@ -38,10 +38,22 @@ static void listener_run(lull_task *task) {
 }
 
 #ifndef NDEBUG
-/* Is l on n's list? Reads the list only, never the caller's listener, which
- * needs no initialisation before it is subscribed. Debug builds. */
-static bool on_list(const lull_notifier *n, const lull_listener *l) {
+/* Listeners of the loop's list looked at per subscription in debug builds:
+ * the newest, where the list starts, so that a loop holding a listener per
+ * connection does not make subscribing quadratic. */
+#define SUBSCRIBED_CHECKED 1024
+
+/* Is l subscribed already: on n's list, or among the loop's newest
+ * listeners (subscribed to another notifier of the loop)? Reads the lists
+ * only, never the caller's listener, which needs no initialisation before
+ * it is subscribed. Debug builds. */
+static bool subscribed(const lull_loop *loop, const lull_notifier *n,
+                       const lull_listener *l) {
     for (const lull_listener *x = n->head; x; x = x->next)
+        if (x == l) return true;
+    int seen = 0;
+    for (const lull_listener *x = loop->listening;
+         x && seen < SUBSCRIBED_CHECKED; x = x->loop_next, seen++)
         if (x == l) return true;
     return false;
 }
@@ -50,7 +62,7 @@ static bool on_list(const lull_notifier *n, const lull_listener *l) {
 /* Every field of l is written here or by the caller before it is read, so
  * a listener may be subscribed straight from uninitialised memory. */
 static void subscribe(lull_loop *loop, lull_notifier *n, lull_listener *l) {
-    LULL_ASSERT(!on_list(n, l), "lull: listener subscribed twice");
+    LULL_ASSERT(!subscribed(loop, n, l), "lull: listener subscribed twice");
     l->loop = loop;
     l->notifier = n;
     l->next = NULL;

@@ -1225,6 +1225,43 @@ static void heap_growth_fails(void *arg) {
     lull_timer_start(&t, 1000, 0); /* the heap's first slots */
 }
 
+/* close, wrapped for this binary (tests/CMakeLists.txt): counts the calls
+ * that closed no fd. A second close of a number lull closed already is a
+ * bug however it ends: with another thread opening files meanwhile, it
+ * closes theirs. */
+int __real_close(int fd);
+static int closes_of_no_fd; /* atomic */
+int __wrap_close(int fd) {
+    int rc = __real_close(fd);
+    if (rc < 0 && errno == EBADF)
+        __atomic_fetch_add(&closes_of_no_fd, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
+/* lull_loop_new failing at each of its allocations closes what it opened
+ * once: the epoll fd, closed where its event array could not be
+ * allocated, was closed again by the clean-up after it. */
+TEST(loop_new_out_of_memory_closes_each_fd_once) {
+    shim_reset(1);
+    for (uint64_t n = 1;; n++) {
+        pthread_mutex_lock(&shim_lock);
+        nrules = 0;
+        pthread_mutex_unlock(&shim_lock);
+        fail_nth(K_MALLOC, -1, n, 1, ENOMEM);
+        __atomic_store_n(&closes_of_no_fd, 0, __ATOMIC_RELAXED);
+        lull_loop *loop = NULL;
+        arm(true);
+        int rc = lull_loop_new(&loop, NULL);
+        arm(false);
+        CHECK_EQ(__atomic_load_n(&closes_of_no_fd, __ATOMIC_RELAXED), 0);
+        if (rc == 0) {
+            CHECK_EQ(lull_loop_free(loop), 0);
+            break;
+        }
+        CHECK_EQ(rc, -ENOMEM);
+    }
+}
+
 /* Where lull allocates, out of memory is an errno: lull_loop_new at each
  * of its allocations (nothing leaks: ASan checks), lull_io_start growing
  * the watcher table, lull_stream_open and lull_server_accept (the read

@@ -898,6 +898,27 @@ TEST(embed_due_timer_and_nothing_else) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* An unreferenced timer does not keep lull_loop_run going, but a host runs
+ * lull for its own reasons: it must still wake for the timer's deadline, or
+ * the timer fires only when something else happens to bring it back. */
+TEST(embed_unreferenced_timer_is_a_deadline) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer timer;
+    CHECK_EQ(lull_timer_init(loop, &timer, embed_timer_fired), 0);
+    lull_timer_start(&timer, 3600000 * MS, 0);
+    lull_timer_unref(&timer);
+    CHECK(!lull_loop_alive(loop));
+    int64_t t = 0;
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK(t > 0);
+    CHECK_LE(t, (int64_t)(3600000 * MS));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0); /* the host's turn */
+    lull_timer_stop(&timer);
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK_EQ(t, -1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* Virtual time moves only by lull_loop_advance: a timer is no reason for a
  * host to wake. */
 TEST(embed_virtual_clock_timer_is_not_a_deadline) {

@@ -170,7 +170,8 @@ TEST(listener_removed_before_its_task_runs_does_not_run) {
 }
 
 /* The same, from a listener of the same batch: an entry cleared by an
- * earlier callback must not run (the zero-delay timer's harness lesson: an entry cleared by an earlier callback of the batch must not run). */
+ * earlier callback must not run (the zero-delay timer's harness lesson: an
+ * entry cleared by an earlier callback of the batch must not run). */
 TEST(listener_removed_by_an_earlier_listener_of_the_batch) {
     lull_loop *loop = new_loop();
     lull_notifier n;
@@ -443,4 +444,25 @@ static void subscribe_twice(void *arg) {
 TEST(listener_subscribed_twice_asserts_in_debug_builds) {
     if (!check_debug_build()) return;
     CHECK(check_dies(subscribe_twice, NULL, "listener subscribed twice"));
+}
+
+/* Subscribed to one notifier, then started on another of the same loop:
+ * the second start would relink it into the second list while the first
+ * still holds it, and thread it into the loop's list of listeners a
+ * second time (a cycle that lull_loop_walk never leaves). */
+static void subscribe_to_a_second_notifier(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    lull_notifier n1, n2;
+    lull_notifier_init(&n1);
+    lull_notifier_init(&n2);
+    sub a = {.id = 1};
+    lull_listener_start(loop, &n1, &a.l, on_raise);
+    lull_listener_start(loop, &n2, &a.l, on_raise);
+}
+
+TEST(listener_subscribed_to_a_second_notifier_asserts_in_debug_builds) {
+    if (!check_debug_build()) return;
+    CHECK(check_dies(subscribe_to_a_second_notifier, NULL,
+                     "listener subscribed twice"));
 }
