@@ -172,6 +172,7 @@ int lull_loop_audit(lull_loop *loop, lull_audit_entry *out, int max,
 
 void lull_loop_audit_reset(lull_loop *loop) {
     if (!loop) return;
+    LULL_ASSERT_LOOP_THREAD(loop);
     for (int i = 0; i < loop->sources_len; i++) {
         loop->sources[i].wakeups = 0;
         loop->sources[i].passes = 0;

@@ -94,6 +94,7 @@ static void summarize(const lull_histogram *h, lull_latency *out) {
 
 void lull_loop_metrics(lull_loop *loop, lull_metrics *out) {
     if (!loop || !out) return;
+    LULL_ASSERT_LOOP_THREAD(loop); /* the loop writes these as it runs */
     *out = loop->m;
     out->tasks_run = loop->tasks_run - loop->tasks_run_base;
     summarize(&loop->wait_hist, &out->task_wait);
@@ -103,6 +104,7 @@ void lull_loop_metrics(lull_loop *loop, lull_metrics *out) {
 
 void lull_loop_metrics_reset(lull_loop *loop) {
     if (!loop) return;
+    LULL_ASSERT_LOOP_THREAD(loop);
     memset(&loop->m, 0, sizeof loop->m);
     memset(&loop->wait_hist, 0, sizeof loop->wait_hist);
     memset(&loop->run_hist, 0, sizeof loop->run_hist);
@@ -147,6 +149,7 @@ static lull__name *find_name(lull_loop *loop, lull_any_fn fn) {
 
 int lull_loop_name(lull_loop *loop, lull_any_fn fn, const char *name) {
     if (!loop || !fn || !name) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(loop);
     lull__name *named = find_name(loop, fn);
     if (named) {
         named->name = name;

@@ -560,7 +560,8 @@ typedef struct handover {
     lull_loop *loop;
     lull_task task;
     lull_timer timer;
-    int how; /* early: 0 lull_task_post, 1 lull_timer_start; late: 0 adopt
+    int how; /* early: 0 lull_task_post, 1 lull_timer_start, 2 metrics,
+                3 metrics reset, 4 a name, 5 audit reset; late: 0 adopt
                 first, 1 do not */
 } handover;
 
@@ -576,6 +577,11 @@ static void *misuse_before_run(void *arg) {
     handover *h = arg;
     if (h->how == 0) lull_task_post(h->loop, &h->task);
     if (h->how == 1) lull_timer_start(&h->timer, 1000 * MS, 0);
+    lull_metrics m;
+    if (h->how == 2) lull_loop_metrics(h->loop, &m);
+    if (h->how == 3) lull_loop_metrics_reset(h->loop);
+    if (h->how == 4) LULL_NAME(h->loop, handover_task, "handover");
+    if (h->how == 5) lull_loop_audit_reset(h->loop);
     return NULL;
 }
 
@@ -596,10 +602,12 @@ TEST_THREADED(call_from_another_thread_before_run_asserts) {
     }
     static const char wrong_thread[] =
         "lull: called from a thread that does not own the loop";
-    handover h = {.how = 0};
-    CHECK(check_dies(call_before_run, &h, wrong_thread));
-    h = (handover){.how = 1};
-    CHECK(check_dies(call_before_run, &h, wrong_thread));
+    /* A post, an arm, and the metrics, names and audit, which the loop's
+     * own thread writes as it runs. */
+    for (int how = 0; how <= 5; how++) {
+        handover h = {.how = how};
+        CHECK(check_dies(call_before_run, &h, wrong_thread));
+    }
 }
 
 /* A loop created on one thread and run on another: the runner adopts it
