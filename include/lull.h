@@ -220,6 +220,10 @@ LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
  * Call it on the thread that forked, which must own the loop: fork on the
  * loop's thread (inside a callback is fine), or while no thread runs it
  * (then lull_loop_adopt in the child makes the forking thread the owner).
+ * No other thread may be inside lull_task_post_remote or
+ * lull_notifier_raise_remote on this loop at the fork: the child gets that
+ * post half-made (its task stays claimed, the notifier's quiesce waits for
+ * ever), and nothing in the child can tell.
  * 0, or a negative errno: the loop is then unusable in the child. */
 LULL_EXTERN int lull_loop_fork(lull_loop *loop);
 
