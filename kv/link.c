@@ -714,6 +714,7 @@ static int master_handshake(server *srv) {
         return master_malformed(srv, "not +FULLRESYNC or +CONTINUE"), -1;
     }
     buf_consume(&m->in, n);
+    k->txn_scanned = 0; /* a new stream: nothing of it scanned */
     m->state = M_UP;
     k->link_up = true;
     m->backoff_ns = RETRY_MIN_NS;
