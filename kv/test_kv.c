@@ -21,6 +21,7 @@
 
 #include "bytes.h"
 #include "cmd.h"
+#include "dump.h"
 #include "repl.h"
 #include "resp.h"
 #include "store.h"
@@ -754,6 +755,68 @@ TEST(repl_transaction_scanned_once_however_it_arrives) {
     munmap(b, cap);
 }
 
+/* SPOP with a count larger than a request's argument limit (lull-kv's
+ * MAX_ARGS, 2^20) is logged as SREMs a replica can parse: it was one SREM
+ * of every member taken, which a replica refused as a protocol error, then
+ * got again on every resume, and never caught up. The batches sit in one
+ * transaction, so a replica's clients never see half of the SPOP. */
+TEST(repl_spop_past_the_argument_limit_replicates) {
+    const size_t max_args = (size_t)1 << 20, half = max_args / 2 + 8;
+    kv p;
+    kv_setup(&p, false);
+    resp_arg *argv = malloc((half + 2) * sizeof *argv);
+    char *names = malloc(2 * half * 8);
+    CHECK(argv && names);
+    buf out = {0};
+    for (size_t part = 0; part < 2; part++) {
+        argv[0] = (resp_arg){"SADD", 4};
+        argv[1] = (resp_arg){"s", 1};
+        for (size_t i = 0; i < half; i++) {
+            char *m = names + (part * half + i) * 8;
+            size_t v = part * half + i; /* 7 digits, below 10^7 */
+            for (int d = 6; d >= 0; d--, v /= 10)
+                m[d] = (char)('0' + v % 10);
+            argv[i + 2] = (resp_arg){m, 7};
+        }
+        out.len = 0;
+        kv_exec(&p, NULL, argv, half + 2, &out);
+    }
+    resp_arg spop[3] = {{"SPOP", 4}, {"s", 1}, {"2000000", 7}};
+    out.len = 0;
+    kv_exec(&p, NULL, spop, 3, &out);
+    kv_exec(&p, NULL, argv, 4, &out); /* SADD s: two members left */
+    CHECK_EQ(store_count(&p.db), 1);
+    /* The log, applied by a replica under the server's limits. */
+    buf log = {0};
+    for (size_t c = 0; c < p.log.nchunks; c++)
+        buf_put(&log, p.log.chunks[c].p, p.log.chunks[c].used);
+    CHECK_EQ(log.len, (size_t)p.log.end);
+    resp_limits lim = {.max_bulk = 1 << 20, .max_args = max_args};
+    resp_arg *rargv = malloc(max_args * sizeof *rargv);
+    CHECK(rargv != NULL);
+    kv r;
+    kv_setup(&r, true);
+    const char *err = "";
+    size_t need;
+    long n = kv_apply_stream(&r, &lim, rargv, log.p, log.len, &err, &need);
+    if (n != (long)log.len)
+        check_fail(__FILE__, __LINE__, "applied %ld of %zu: %s", n, log.len,
+                   err);
+    buf a = {0}, b = {0};
+    kv_dump(&p, &a);
+    kv_dump(&r, &b);
+    CHECK(a.len == b.len && memcmp(a.p, b.p, a.len) == 0);
+    buf_free(&a);
+    buf_free(&b);
+    kv_free(&r);
+    kv_free(&p);
+    buf_free(&log);
+    buf_free(&out);
+    free(rargv);
+    free(argv);
+    free(names);
+}
+
 TEST(replica_is_read_only) {
     kv r;
     kv_setup(&r, true);
@@ -1213,7 +1276,6 @@ static void close_kv_with_client(kv *k, kv_client *cl, buf *out) {
 }
 
 /* Two keyspaces are equal when their dumps are (dump.c). */
-#include "dump.h"
 #define dump_keyspace kv_dump
 
 static const char *const type_script[] = {
