@@ -1307,13 +1307,22 @@ static bool is_record(const resp_arg *a, size_t argc, const char *name) {
 
 /* The transaction whose MULTI record ends at `from` (bytes[start, from)
  * being the MULTI): the offset just past its EXEC record; 0 when EXEC is
- * not all there yet (*need then counts from start); or -EPROTO. */
+ * not all there yet (*need then counts from start); or -EPROTO. The scan
+ * goes on from *scanned (bytes past start found whole before, by an
+ * earlier call on the same transaction), and leaves it where it stopped:
+ * started from the MULTI at every call, a transaction arriving a read at
+ * a time cost its size squared over the read's. */
 static long transaction_end(const resp_limits *lim, resp_arg *argv,
                             const char *bytes, size_t len, size_t start,
-                            size_t from, const char **err, size_t *need) {
+                            size_t from, size_t *scanned, const char **err,
+                            size_t *need) {
     size_t pos = from;
+    if (*scanned > from - start && *scanned <= len - start)
+        pos = start + *scanned;
+    *scanned = 0;
     for (;;) {
         if (pos == len) {
+            *scanned = pos - start;
             *need = len - start + 1;
             return 0;
         }
@@ -1325,6 +1334,7 @@ static long transaction_end(const resp_limits *lim, resp_arg *argv,
         long n = resp_parse_need(lim, bytes + pos, len - pos, argv, &argc, err,
                                  &rneed);
         if (n == RESP_INCOMPLETE) {
+            *scanned = pos - start;
             *need = pos - start + rneed;
             return 0;
         }
@@ -1359,8 +1369,8 @@ long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
         if (is_record(argv, argc, "MULTI")) {
             /* A transaction: applied as a unit once its EXEC is in, so
              * the replica's clients never see half of it. */
-            long t =
-                transaction_end(lim, argv, bytes, len, off, end, err, need);
+            long t = transaction_end(lim, argv, bytes, len, off, end,
+                                     &k->txn_scanned, err, need);
             if (t < 0) return t;
             if (t == 0) break;
             for (size_t pos = end; pos < (size_t)t;) {

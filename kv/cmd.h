@@ -66,6 +66,11 @@ struct kv {
     int master_port;
     bool link_up;    /* handshake done and the link open */
     uint64_t offset; /* bytes of the primary's log applied */
+    /* A transaction not all in yet (its MULTI at `offset`): the bytes from
+     * its MULTI already found to be whole records before its EXEC, so that
+     * the next call scans on from there. 0: none. The owner zeroes it when
+     * the stream starts over (a new link). */
+    size_t txn_scanned;
     /* Both: */
     size_t clients;                 /* open client connections (INFO) */
     const char *const (*config)[2]; /* CONFIG GET: name, value pairs */

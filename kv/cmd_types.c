@@ -63,6 +63,10 @@ static void *make_of(kv *k, const resp_arg *key, int type, dict_entry **pe,
     return store_obj(e)->val;
 }
 
+/* SPOP's members per SREM record: Redis' batch, far below the arguments a
+ * request may have (MAX_ARGS, 2^20). */
+#define SPOP_BATCH 1024
+
 /* A collection that a command emptied goes (Redis deletes empty keys). */
 static void drop_if_empty(kv *k, dict_entry *e, size_t n) {
     if (n == 0) kv_delete(k, e);
@@ -496,9 +500,10 @@ static void cmd_spop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     kv_set *s = store_obj(e)->val;
     size_t n = (size_t)count < s->d.count ? (size_t)count : s->d.count;
-    /* The record's arguments, and where each popped member's bytes sit in
+    size_t batch = n < SPOP_BATCH ? n : SPOP_BATCH;
+    /* A record's arguments, and where each popped member's bytes sit in
      * `names` (which may move while it grows). */
-    resp_arg *rec = malloc((n + 2) * sizeof *rec);
+    resp_arg *rec = malloc((batch + 2) * sizeof *rec);
     size_t *offs = malloc((n + 1) * sizeof *offs);
     buf names = {0};
     if (!rec || !offs) {
@@ -514,18 +519,39 @@ static void cmd_spop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_bulk(out, name, m->klen);
         offs[i] = names.len;
         buf_put(&names, name, m->klen);
-        rec[i + 2].len = m->klen;
         set_delete(s, m);
     }
     if (names.oom) kv_oom("SPOP's record");
+    /* Logged as SREMs of SPOP_BATCH members at most, so that no record
+     * has more arguments than a replica parses (MAX_ARGS); several of
+     * them sit in one transaction (unless in one already), which a
+     * replica applies as a unit. */
+    bool wrap = n > batch && !k->in_exec;
+    if (wrap) {
+        k->in_exec = true;
+        k->multi_logged = false;
+    }
     rec[0] = (resp_arg){"SREM", 4};
     rec[1] = a[1];
-    /* names.p is NULL when every member taken was "" (nothing was put):
-     * the record's arguments then point at a literal, never at NULL (the
-     * log copies them with memcpy, which must not be given NULL). */
-    for (size_t i = 0; i < n; i++)
-        rec[i + 2].p = names.p ? names.p + offs[i] : "";
-    if (n) kv_log(k, rec, n + 2);
+    for (size_t i = 0; i < n; i += batch) {
+        size_t m = n - i < batch ? n - i : batch;
+        /* names.p is NULL when every member taken was "" (nothing was
+         * put): the record's arguments then point at a literal, never at
+         * NULL (the log copies them with memcpy, which must not be given
+         * NULL). */
+        for (size_t j = 0; j < m; j++) {
+            size_t end = i + j + 1 < n ? offs[i + j + 1] : names.len;
+            rec[j + 2].p = names.p ? names.p + offs[i + j] : "";
+            rec[j + 2].len = end - offs[i + j];
+        }
+        kv_log(k, rec, m + 2);
+    }
+    if (wrap) {
+        static const resp_arg exec = {"EXEC", 4};
+        k->in_exec = false;
+        if (k->multi_logged) kv_log(k, &exec, 1);
+        k->multi_logged = false;
+    }
     free(offs);
     free(rec);
     buf_free(&names);

@@ -548,13 +548,14 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
     lull_task_post(srv->loop, &l->task);
 }
 
-/* What a replica may send on its link: REPLACK <offset>. */
+/* What a replica may send on its link: REPLACK <offset>. The highest
+ * acknowledged is kept (as Redis keeps it): one lower says nothing new. */
 bool link_command(conn *c, const resp_arg *a, size_t argc) {
     uint64_t off;
     if (argc != 2 || !resp_is(&a[0], "REPLACK") || !parse_u64(&a[1], &off) ||
         off > c->srv->kv.log.end)
         return false;
-    c->link->peer.offset = off;
+    if (off > c->link->peer.offset) c->link->peer.offset = off;
     return true;
 }
 
@@ -714,6 +715,7 @@ static int master_handshake(server *srv) {
         return master_malformed(srv, "not +FULLRESYNC or +CONTINUE"), -1;
     }
     buf_consume(&m->in, n);
+    k->txn_scanned = 0; /* a new stream: nothing of it scanned */
     m->state = M_UP;
     k->link_up = true;
     m->backoff_ns = RETRY_MIN_NS;

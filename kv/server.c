@@ -393,6 +393,17 @@ static bool parse_size(const char *s, size_t *out) {
     return false;
 }
 
+/* A port: decimal digits only, 0 to 65535 (atoi took "abc" for 0, any
+ * free port, and a number past int's range as whatever it wrapped to). */
+static bool parse_port(const char *s, int *out) {
+    size_t n = strspn(s, "0123456789");
+    if (n == 0 || n > 5 || s[n]) return false;
+    long v = strtol(s, NULL, 10);
+    if (v > 65535) return false;
+    *out = (int)v;
+    return true;
+}
+
 /* --client-output-buffer-limit's words: CLASS HARD SOFT SECONDS, one or
  * more times. */
 static bool parse_obl(server *srv, char **w, int n) {
@@ -778,7 +789,7 @@ int main(int argc, char **argv) {
             fputs(usage_text, stdout);
             return 0;
         } else if (more && strcmp(a, "--port") == 0) {
-            port = atoi(argv[++i]);
+            if (!parse_port(argv[++i], &port)) return usage();
         } else if (more && strcmp(a, "--unix") == 0) {
             unix_path = argv[++i];
         } else if (strcmp(a, "--bind") == 0) {
@@ -799,8 +810,7 @@ int main(int argc, char **argv) {
             if ((yn = yes_no(argv[++i])) < 0) return usage();
             srv.protected_mode = yn;
         } else if (more && strcmp(a, "--tls-port") == 0) {
-            tls.port = atoi(argv[++i]);
-            if (tls.port < 0 || tls.port > 65535) return usage();
+            if (!parse_port(argv[++i], &tls.port)) return usage();
         } else if (more && strcmp(a, "--tls-cert-file") == 0) {
             tls.cert = argv[++i];
         } else if (more && strcmp(a, "--tls-key-file") == 0) {
@@ -858,7 +868,6 @@ int main(int argc, char **argv) {
             return usage();
         }
     }
-    if (port < 0 || port > 65535) return usage();
     /* A client gone is a failed send, not a signal; so is a log reader
      * gone (stderr a pipe whose reader exited). */
     signal(SIGPIPE, SIG_IGN);

@@ -883,3 +883,29 @@ TEST(auth_user_name_is_case_sensitive_as_redis) {
         close_client(loop, &p);
     }
 }
+
+/* A replica's REPLACK moves the offset INFO shows for it forward only, as
+ * Redis keeps the highest one acknowledged: an acknowledgement that went
+ * backwards (a replica's bug, or one arriving late) showed the replica
+ * behind what it had already said it applied. */
+TEST(replack_never_moves_a_replica_back) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    for (int i = 0; i < 10; i++)
+        write_cmd(&p, "SET", "k", "v");
+    int fd = client_to(loop, &p, NULL);
+    static const char req[] = "REPLSYNC ? 0 7000\r\nREPLACK 100\r\n"
+                              "REPLACK 30\r\n";
+    send_all(fd, req, sizeof req - 1);
+    uint64_t t0 = now_ms();
+    while ((!p.kv.npeers || p.kv.peers.next->offset == 0) &&
+           now_ms() - t0 < 5000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    for (int i = 0; i < 100; i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK_EQ(p.kv.npeers, 1);
+    CHECK_U64_EQ(p.kv.peers.next->offset, 100);
+    close(fd);
+    close_client(loop, &p);
+}
