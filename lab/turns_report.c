@@ -224,8 +224,14 @@ static void idle_checks(const lab_fig *fig) {
         if (r->flags & LAB_ROW_LULL) continue;
         double v = lab_row_median(r, IDLE_NS_PER_HANDLE);
         if (!isfinite(v)) continue;
-        lab_detail("  lull ÷ %s, CPU per handle: %.3g%s\n", r->label, lv / v,
-                   (r->flags & LAB_ROW_FLOOR) ? "" : " (target ≤ 1)");
+        if (r->flags & LAB_ROW_FLOOR)
+            lab_detail("  lull ÷ %s, CPU per handle, round by round: %.3g "
+                       "(ratio of medians %.3g)\n",
+                       r->label, ratio_to_floor(l, r, IDLE_NS_PER_HANDLE),
+                       lv / v);
+        else
+            lab_detail("  lull ÷ %s, CPU per handle: %.3g (target ≤ 1)\n",
+                       r->label, lv / v);
     }
 }
 
