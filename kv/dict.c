@@ -17,29 +17,71 @@ void dict_init(dict *d, size_t extra) {
     d->extra = (extra + 7) & ~(size_t)7;
 }
 
-/* A word at a time: each 8 bytes are mixed in with a multiply (as FNV
- * mixes a byte), the tail byte by byte, then the bits are spread so that
- * the low ones (the bucket) depend on every input byte. A 16-byte key
- * costs two multiplies, not sixteen: every lookup hashes its key, and
- * FNV-1a's byte loop was the larger part of a GET's cost. */
+/* The hash's key: three words drawn from the seed (dict_seed). A client
+ * who does not know them cannot choose keys that share a bucket. */
+static uint64_t key0 = 0x243f6a8885a308d3ull, key1 = 0x13198a2e03707344ull,
+                key2 = 0xa4093822299f31d0ull; /* pi's digits: a fixed key */
+
+/* splitmix64's step: a seed of any bits gives well-spread words. */
+static uint64_t next_word(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void dict_seed(uint64_t seed) {
+    key0 = next_word(&seed);
+    key1 = next_word(&seed);
+    key2 = next_word(&seed);
+}
+
+/* The 128-bit product of a and b, its halves xored: each output bit
+ * depends on every bit of both, so a difference in either input comes out
+ * as a difference the other input (here, always keyed) decides. A
+ * multiply-and-shift mixer carries some differences through unchanged
+ * (a flip of a word's top bit stays a flip of the product's), and keys
+ * built from those collided under any seed. */
+static inline uint64_t fold(uint64_t a, uint64_t b) {
+    unsigned __int128 p = (unsigned __int128)a * b;
+    return (uint64_t)p ^ (uint64_t)(p >> 64);
+}
+
+static inline uint64_t load64(const char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+static inline uint64_t load32(const char *p) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    return w;
+}
+
+/* 16 bytes a step, one multiply each: every lookup hashes its key, so this
+ * is a share of each GET. The last 1-15 bytes are read as two words that
+ * may overlap (the length, hashed in first, tells the keys apart). */
 uint64_t dict_hash(const char *p, size_t n) {
-    const uint64_t m = 0x9e3779b97f4a7c15ull;     /* 2^64 / golden ratio, odd */
-    uint64_t h = 0x243f6a8885a308d3ull ^ (n * m); /* pi's digits: a seed */
+    uint64_t h = key0 ^ ((uint64_t)n * 0x9e3779b97f4a7c15ull);
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * m;
-        h ^= h >> 29;
+    for (; i + 16 <= n; i += 16)
+        h = fold(load64(p + i) ^ key1, load64(p + i + 8) ^ h);
+    size_t r = n - i;
+    uint64_t a = 0, b = 0;
+    if (r >= 8) {
+        a = load64(p + i);
+        b = load64(p + n - 8);
+    } else if (r >= 4) {
+        a = load32(p + i);
+        b = load32(p + n - 4);
+    } else if (r > 0) {
+        a = (uint64_t)(unsigned char)p[i] << 16 |
+            (uint64_t)(unsigned char)p[i + r / 2] << 8 |
+            (unsigned char)p[n - 1];
     }
-    uint64_t t = 0;
-    for (size_t j = 0; i < n; i++, j += 8)
-        t |= (uint64_t)(unsigned char)p[i] << j;
-    h = (h ^ t) * m;
-    h ^= h >> 32;
-    h *= 0xd6e8feb86659fd93ull; /* a mixing constant (splitmix-style) */
-    h ^= h >> 32;
-    return h;
+    h = fold(a ^ key1, b ^ h ^ key2);
+    return fold(h ^ key2, key0 ^ n);
 }
 
 static dict_entry **slot(const dict *d, const char *key, size_t klen,

@@ -46,6 +46,10 @@ void dict_init(dict *d, size_t extra);
 /* Frees every entry (the user frees what its data points to first). */
 void dict_free(dict *d);
 
+/* Keys the hash (every dict's, process-wide); before any dict holds an
+ * entry. Without a call the hash uses a fixed key, so runs repeat
+ * (the simulator, tests); lull-kv calls it with a random seed. */
+void dict_seed(uint64_t seed);
 uint64_t dict_hash(const char *key, size_t klen);
 
 static inline void *dict_data(dict_entry *e) {

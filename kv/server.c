@@ -49,6 +49,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* getrandom */
 #include "server.h"
+#include "dict.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -477,23 +478,35 @@ static bool parse_hostport(const char *s, master *m) {
     return true;
 }
 
+/* n random bytes; with no entropy source, time and pid, which still
+ * differ per start. */
+static void random_bytes(unsigned char *r, size_t n) {
+    if (getrandom(r, n, 0) == (ssize_t)n) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
+                 ((uint64_t)getpid() << 40);
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        r[i] = (unsigned char)(x >> 56);
+    }
+}
+
 /* This primary's replid: 40 random hex digits, new on every start (its log
  * starts empty on every start too). */
 static void make_replid(char *id) {
     unsigned char r[20];
-    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
-        /* No entropy source: time and pid still differ per start. */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
-                     ((uint64_t)getpid() << 40);
-        for (size_t i = 0; i < sizeof r; i++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            r[i] = (unsigned char)(x >> 56);
-        }
-    }
+    random_bytes(r, sizeof r);
     for (size_t i = 0; i < sizeof r; i++)
         snprintf(id + 2 * i, 3, "%02x", r[i]);
+}
+
+/* The keyspace's hash keyed at random, new on every start: a client
+ * cannot learn which keys share a bucket and send only those. */
+static void seed_hash(void) {
+    uint64_t seed;
+    random_bytes((unsigned char *)&seed, sizeof seed);
+    dict_seed(seed);
 }
 
 /* yes / no, as Redis' boolean options: 1, 0, or -1. */
@@ -779,6 +792,7 @@ int main(int argc, char **argv) {
     const char *bind[MAX_BIND];
     const char *unix_path = NULL;
     tls_opts tls = {.auth_clients = 1};
+    seed_hash(); /* before any key is stored */
     server_defaults(&srv);
     srv.protected_mode = true;
     for (int i = 1; i < argc; i++) {

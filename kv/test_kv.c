@@ -21,6 +21,7 @@
 
 #include "bytes.h"
 #include "cmd.h"
+#include "dict.h"
 #include "dump.h"
 #include "repl.h"
 #include "resp.h"
@@ -130,6 +131,75 @@ static void feed_all_ways(const char *in, size_t n, feed *out) {
 }
 
 #define S(lit) lit, sizeof(lit) - 1
+
+/* ------------------------------------------------------- the key hash */
+
+/* Keys a client makes to land in one bucket whatever the server's seed:
+ * 1,024 keys of 160 bytes, each a choice of 10 block pairs, flipped in the
+ * bits a multiply-and-shift mixer carries through unchanged (the top bit
+ * of a word, and where its shift moves it), or not. */
+static void flood_key(char *key, unsigned pick) {
+    memset(key, 'k', 160);
+    for (int pair = 0; pair < 10; pair++) {
+        if (!(pick >> pair & 1)) continue;
+        uint64_t w1, w2;
+        memcpy(&w1, key + pair * 16, 8);
+        memcpy(&w2, key + pair * 16 + 8, 8);
+        w1 ^= 1ull << 63;
+        w2 ^= 1ull << 63 | 1ull << 34;
+        memcpy(key + pair * 16, &w1, 8);
+        memcpy(key + pair * 16 + 8, &w2, 8);
+    }
+}
+
+/* The most keys of one bucket of 1,024 (a hash's low ten bits). */
+static int fullest_bucket(void) {
+    static int bucket[1024];
+    memset(bucket, 0, sizeof bucket);
+    int most = 0;
+    char key[160];
+    for (unsigned pick = 0; pick < 1024; pick++) {
+        flood_key(key, pick);
+        int b = (int)(dict_hash(key, sizeof key) & 1023);
+        if (++bucket[b] > most) most = bucket[b];
+    }
+    return most;
+}
+
+/* A client cannot choose keys that share a bucket: the hash is keyed
+ * (dict_seed; lull-kv seeds it at random at its start), and its per-block
+ * mixing has no difference that passes through unchanged, so the keys
+ * above spread as random ones would (1,024 into 1,024 buckets: rarely
+ * more than 8 in one), under the default seed and others. Before, all
+ * 1,024 had one hash, and a chain of them made each lookup walk them all. */
+TEST(hash_flood_keys_spread_under_any_seed) {
+    for (uint64_t seed = 0; seed < 4; seed++) {
+        if (seed) dict_seed(seed * 0x9e3779b97f4a7c15ull);
+        CHECK(fullest_bucket() <= 10);
+    }
+    /* Another seed, another hash; one seed, one hash. */
+    dict_seed(1);
+    uint64_t a = dict_hash("key:000000012345", 16);
+    CHECK_U64_EQ(dict_hash("key:000000012345", 16), a);
+    dict_seed(2);
+    CHECK(dict_hash("key:000000012345", 16) != a);
+}
+
+/* Every length from 0 to 40 hashes every byte: a change of any one byte,
+ * or of the length, changes the hash. */
+TEST(hash_reads_every_byte_of_every_length) {
+    char k[41];
+    for (size_t n = 0; n <= 40; n++) {
+        memset(k, 'a', sizeof k);
+        uint64_t h = dict_hash(k, n);
+        CHECK(h != dict_hash(k, n + 1));
+        for (size_t i = 0; i < n; i++) {
+            k[i] = 'b';
+            CHECK(dict_hash(k, n) != h);
+            k[i] = 'a';
+        }
+    }
+}
 
 TEST(resp_split_points) {
     static const struct {
