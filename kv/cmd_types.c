@@ -353,12 +353,12 @@ static void cmd_lindex(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     (void)argc;
     dict_entry *e;
     if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
-    long long i;
-    if (!arg_i64(&a[2], &i, out)) return;
-    if (!e) {
+    if (!e) { /* nil whatever the index, as Redis answers */
         reply_nil(out);
         return;
     }
+    long long i;
+    if (!arg_i64(&a[2], &i, out)) return;
     kv_list *l = store_obj(e)->val;
     if (i < 0) i += (long long)l->n;
     if (i < 0 || i >= (long long)l->n) {

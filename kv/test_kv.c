@@ -3046,3 +3046,34 @@ TEST(config_get_names_patterns_and_several_as_redis) {
     buf_free(&out);
     kv_free(&k);
 }
+
+/* Each request's reply as redis-server 7.0 gives it, in order, on one
+ * client: for the cases below, which check an argument. */
+static void replies_as_redis(const char *const (*cases)[2], size_t n) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    for (size_t i = 0; i < n; i++) {
+        const char *got = exec_cl(&k, &cl, &out, cases[i][0]);
+        if (strcmp(got, cases[i][1]) != 0)
+            check_fail(__FILE__, __LINE__, "%s: %s", cases[i][0], got);
+    }
+    close_kv_with_client(&k, &cl, &out);
+}
+
+TEST(lindex_looks_up_the_key_before_the_index_as_redis) {
+    /* A missing key is nil and another type WRONGTYPE, whatever the
+     * index; only a list's index is read. */
+    static const char *const cases[][2] = {
+        {"LINDEX nokey x", "$-1\r\n"},
+        {"LINDEX nokey 9223372036854775808", "$-1\r\n"},
+        {"SET s x", "+OK\r\n"},
+        {"LINDEX s x", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"LPUSH l a", ":1\r\n"},
+        {"LINDEX l x", "-ERR value is not an integer or out of range\r\n"},
+        {"LINDEX l -1", "$1\r\na\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
