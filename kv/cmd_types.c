@@ -837,7 +837,7 @@ static void cmd_zrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     for (size_t i = 4; i < argc; i++) {
         if (resp_is(&a[i], "WITHSCORES"))
             scores = true;
-        else if (resp_is(&a[i], "REV"))
+        else if (!rev && resp_is(&a[i], "REV")) /* twice: Redis' syntax error */
             rev = true;
         else {
             reply_syntax(out);

@@ -3077,3 +3077,17 @@ TEST(lindex_looks_up_the_key_before_the_index_as_redis) {
     };
     replies_as_redis(cases, sizeof cases / sizeof cases[0]);
 }
+
+TEST(zrange_options_checked_first_as_redis) {
+    /* Redis reads the options before the range, and REV only once. */
+    static const char *const cases[][2] = {
+        {"ZADD zz 1 a 2 b", ":2\r\n"},
+        {"ZRANGE zz 0 -1 REV REV", "-ERR syntax error\r\n"},
+        {"ZRANGE zz x -1 REV rev", "-ERR syntax error\r\n"},
+        {"ZRANGE zz 0 -1 WITHSCORES withscores REV",
+         "*4\r\n$1\r\nb\r\n$1\r\n2\r\n$1\r\na\r\n$1\r\n1\r\n"},
+        {"SET s x", "+OK\r\n"},
+        {"ZRANGE s x -1 REV REV", "-ERR syntax error\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
