@@ -313,13 +313,19 @@ static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
             f |= SET_GET;
         } else if (resp_is(o, "KEEPTTL") && !(f & SET_ANY_TTL)) {
             f |= SET_KEEPTTL;
-        } else if (next && !(f & (SET_KEEPTTL | SET_ANY_TTL)) &&
-                   (resp_is(o, "EX") || resp_is(o, "PX") ||
-                    resp_is(o, "EXAT") || resp_is(o, "PXAT"))) {
-            f |= resp_is(o, "EX")     ? SET_EX
-                 : resp_is(o, "PX")   ? SET_PX
-                 : resp_is(o, "EXAT") ? SET_EXAT
-                                      : SET_PXAT;
+        } else if (next && (resp_is(o, "EX") || resp_is(o, "PX") ||
+                            resp_is(o, "EXAT") || resp_is(o, "PXAT"))) {
+            unsigned t = resp_is(o, "EX")     ? SET_EX
+                         : resp_is(o, "PX")   ? SET_PX
+                         : resp_is(o, "EXAT") ? SET_EXAT
+                                              : SET_PXAT;
+            /* The same one again is taken, the last value kept, as
+             * Redis does; another one, or KEEPTTL, is a syntax error. */
+            if (f & (SET_KEEPTTL | (SET_ANY_TTL & ~t))) {
+                reply_syntax(out);
+                return;
+            }
+            f |= t;
             ttl = &a[++j];
         } else {
             reply_syntax(out);

@@ -3091,3 +3091,21 @@ TEST(zrange_options_checked_first_as_redis) {
     };
     replies_as_redis(cases, sizeof cases / sizeof cases[0]);
 }
+
+TEST(set_repeated_expiry_option_last_wins_as_redis) {
+    /* Redis takes EX (PX, EXAT, PXAT) again and keeps the last value;
+     * only two different ones, or one with KEEPTTL, are a syntax error. */
+    static const char *const cases[][2] = {
+        {"SET a 1 EX 10 EX abc",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"SET a 1 PX 0 PX 100000", "+OK\r\n"},
+        {"TTL a", ":100\r\n"},
+        {"SET a 1 EX 100 EX -1",
+         "-ERR invalid expire time in 'set' command\r\n"},
+        {"SET a 1 PXAT 1 PXAT 99999999999999", "+OK\r\n"},
+        {"SET a 1 EX 1 PX 1", "-ERR syntax error\r\n"},
+        {"SET a 1 PXAT 1 PXAT", "-ERR syntax error\r\n"},
+        {"SET a 1 EX 1 KEEPTTL", "-ERR syntax error\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
