@@ -116,22 +116,30 @@ static void reply_score(buf *out, double d) {
     buf_bulk(out, tmp, (size_t)n);
 }
 
-/* A score argument: what strtod takes whole (inf included), no leading
- * space, no NaN. */
+/* A score argument as Redis reads it: what strtod takes whole ("inf"
+ * included, a NUL not), no leading space, no NaN, and not a value out of
+ * range (an overflow to infinity or an underflow to zero; a subnormal is
+ * taken). A spelling longer than the stack copy is copied to the heap. */
 static bool arg_score(const resp_arg *a, double *d, buf *out) {
-    char tmp[64];
-    if (a->len == 0 || a->len >= sizeof tmp) goto bad;
+    char small[64], *tmp = small;
+    bool ok = false;
+    if (a->len == 0) goto done;
+    if (a->len >= sizeof small && !(tmp = malloc(a->len + 1))) {
+        reply_oom(out);
+        return false;
+    }
     memcpy(tmp, a->p, a->len);
     tmp[a->len] = 0;
-    if (tmp[0] == ' ' || (tmp[0] >= '\t' && tmp[0] <= '\r')) goto bad;
+    if (tmp[0] == ' ' || (tmp[0] >= '\t' && tmp[0] <= '\r')) goto done;
     char *end;
     errno = 0;
     *d = strtod(tmp, &end);
-    if (*end || isnan(*d) || (errno == ERANGE && !isinf(*d))) goto bad;
-    return true;
-bad:
-    buf_str(out, "-ERR value is not a valid float\r\n");
-    return false;
+    ok = end == tmp + a->len && !isnan(*d) &&
+         !(errno == ERANGE && (isinf(*d) || *d == 0));
+done:
+    if (tmp != small) free(tmp);
+    if (!ok) buf_str(out, "-ERR value is not a valid float\r\n");
+    return ok;
 }
 
 /* Start and stop of LRANGE and ZRANGE, made absolute and clipped to n.

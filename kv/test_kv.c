@@ -3109,3 +3109,38 @@ TEST(set_repeated_expiry_option_last_wins_as_redis) {
     };
     replies_as_redis(cases, sizeof cases / sizeof cases[0]);
 }
+
+TEST(scores_read_as_redis_reads_them) {
+    /* Redis takes what strtod takes whole, but not an overflow to
+     * infinity nor an underflow to zero; a subnormal is a score, and a
+     * long spelling of one is too. A bad score is answered before the
+     * key's type is looked at. */
+    static const char *const cases[][2] = {
+        {"SET s x", "+OK\r\n"},
+        {"ZADD s 1e400 m", "-ERR value is not a valid float\r\n"},
+        {"ZINCRBY s -1e400 m", "-ERR value is not a valid float\r\n"},
+        {"ZADD z 1e-400 m", "-ERR value is not a valid float\r\n"},
+        {"ZADD z 1e-310 m", ":1\r\n"},
+        {"ZADD z 4.9e-324 n", ":1\r\n"},
+        {"ZSCORE z m", "$23\r\n9.9999999999999694e-311\r\n"},
+        {"ZSCORE z n", "$23\r\n4.9406564584124654e-324\r\n"},
+        {"ZADD z 0.000000000000000000000000000000000000000000000000000000000"
+         "000000000000000000000001 p",
+         ":1\r\n"},
+        {"ZSCORE z p", "$22\r\n9.9999999999999996e-82\r\n"},
+        {"ZADD z inf q", ":1\r\n"},
+        {"ZINCRBY z 1e308 q", "$3\r\ninf\r\n"},
+        {"ZADD z 1e308 r", ":1\r\n"},
+        {"ZINCRBY z 1e308 r", "$3\r\ninf\r\n"},
+        {"ZCARD z", ":5\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    resp_arg nul[] = {{"ZADD", 4}, {"z", 1}, {"1\0", 2}, {"m", 1}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, nul, 4),
+                 "-ERR value is not a valid float\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
