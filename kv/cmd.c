@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -919,20 +920,39 @@ static void cmd_type(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     buf_str(out, "\r\n");
 }
 
+/* The cursor as Redis reads it: strtoul over the argument up to its
+ * first NUL (a C string), refused if it starts with a space, has more
+ * after the digits, or is past 64 bits. So an empty cursor is 0, and a
+ * sign is taken: -1 is 2^64 - 1. */
+static bool scan_cursor(const resp_arg *arg, unsigned long long *cur) {
+    const char *p = arg->p, *z = arg->len ? memchr(p, 0, arg->len) : NULL;
+    size_t n = z ? (size_t)(z - p) : arg->len, i = 0;
+    if (n == 0) {
+        *cur = 0;
+        return true;
+    }
+    if (p[0] == ' ' || (p[0] >= '\t' && p[0] <= '\r')) return false;
+    bool neg = p[0] == '-';
+    if (p[0] == '-' || p[0] == '+') i++;
+    if (i == n) return false; /* a sign alone: no digits */
+    unsigned long long v = 0;
+    for (; i < n; i++) {
+        unsigned d = (unsigned char)p[i] - '0';
+        if (d > 9 || v > (ULLONG_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *cur = neg ? 0 - v : v;
+    return true;
+}
+
 /* SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]. The cursor is dict's
  * (reverse-binary): every key there for the whole walk comes back at
  * least once, whatever the table does between calls. */
 static void cmd_scan(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      buf *out) {
     (void)cl;
-    char *end;
-    char num[24];
-    if (a[1].len == 0 || a[1].len >= sizeof num) goto bad_cursor;
-    memcpy(num, a[1].p, a[1].len);
-    num[a[1].len] = 0;
-    errno = 0;
-    unsigned long long cur = strtoull(num, &end, 10);
-    if (*end || errno || num[0] == '-') goto bad_cursor;
+    unsigned long long cur;
+    if (!scan_cursor(&a[1], &cur)) goto bad_cursor;
     keys_walk w = {.k = k, .type = -1};
     long long count = 10;
     for (size_t j = 2; j < argc; j += 2) {

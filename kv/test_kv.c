@@ -3144,3 +3144,45 @@ TEST(scores_read_as_redis_reads_them) {
     buf_free(&out);
     kv_free(&k);
 }
+
+TEST(scan_cursor_read_as_redis_reads_it) {
+    /* Redis reads the cursor with strtoul before any option: a sign is
+     * taken (-1 is 2^64 - 1), as is an empty cursor (0); a leading
+     * space, or anything after the digits, is an invalid cursor. */
+    static const char *const cases[][2] = {
+        {"SET a 1", "+OK\r\n"},
+        {"SCAN -1 FOO", "-ERR syntax error\r\n"},
+        {"SCAN +0", "*2\r\n$1\r\n0\r\n*1\r\n$1\r\na\r\n"},
+        {"SCAN 00000000000000000000000000000000000000000",
+         "*2\r\n$1\r\n0\r\n*1\r\n$1\r\na\r\n"},
+        {"SCAN -18446744073709551615 COUNT x",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"SCAN -18446744073709551616", "-ERR invalid cursor\r\n"},
+        {"SCAN 18446744073709551616", "-ERR invalid cursor\r\n"},
+        {"SCAN -", "-ERR invalid cursor\r\n"},
+        {"SCAN +", "-ERR invalid cursor\r\n"},
+        {"SCAN 0x1", "-ERR invalid cursor\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    exec_cl(&k, NULL, &out, "SET a 1");
+    resp_arg empty[] = {{"SCAN", 4}, {"", 0}, {"COUNT", 5}, {"x", 1}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, empty, 4),
+                 "-ERR value is not an integer or out of range\r\n") == 0);
+    resp_arg nul[] = {{"SCAN", 4}, {"0\0x", 3}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, nul, 2),
+                 "*2\r\n$1\r\n0\r\n*1\r\n$1\r\na\r\n") == 0);
+    resp_arg space[] = {{"SCAN", 4}, {" 0", 2}, {"FOO", 3}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, space, 3),
+                 "-ERR invalid cursor\r\n") == 0);
+    resp_arg tab[] = {{"SCAN", 4}, {"\t0", 2}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, tab, 2),
+                 "-ERR invalid cursor\r\n") == 0);
+    resp_arg trail[] = {{"SCAN", 4}, {"0 ", 2}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, trail, 2),
+                 "-ERR invalid cursor\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
