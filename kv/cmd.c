@@ -528,8 +528,13 @@ static void cmd_expire(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         else if (resp_is(&a[j], "LT"))
             f |= LT;
         else {
+            /* Redis' %s: up to a NUL, a CR or LF as a space, so the
+             * reply stays one line. */
             buf_str(out, "-ERR Unsupported option ");
-            buf_put(out, a[j].p, a[j].len);
+            for (size_t i = 0; i < a[j].len && a[j].p[i]; i++) {
+                char ch = a[j].p[i];
+                buf_put(out, ch == '\r' || ch == '\n' ? " " : &ch, 1);
+            }
             buf_str(out, "\r\n");
             return;
         }

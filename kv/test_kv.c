@@ -3186,3 +3186,19 @@ TEST(scan_cursor_read_as_redis_reads_it) {
     buf_free(&out);
     kv_free(&k);
 }
+
+TEST(expire_unsupported_option_quoted_as_redis) {
+    /* Redis formats the option with %s and turns CR and LF into spaces:
+     * the reply stays one line, whatever the client sent. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    resp_arg crlf[] = {{"PEXPIRE", 7}, {"b", 1}, {"100", 3}, {"a\r\nb\0c", 6}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, crlf, 4),
+                 "-ERR Unsupported option a  b\r\n") == 0);
+    resp_arg cr[] = {{"EXPIRE", 6}, {"b", 1}, {"100", 3}, {"x\ry", 3}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, cr, 4),
+                 "-ERR Unsupported option x y\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
