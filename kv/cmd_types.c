@@ -707,7 +707,7 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
     double last = 0;
     for (size_t i = 0; i < elements && !oom; i++) {
         const resp_arg *m = &a[first + 2 * i + 1];
-        double score = scores[i];
+        double score = scores[i], kept;
         dict_entry *me = dict_find(&z->d, m->p, m->len);
         if (me) {
             double cur = zset_member(me)->score;
@@ -731,7 +731,8 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
             }
             last = score;
             if (score != cur) {
-                if (zset_set(z, m->p, m->len, score) < 0)
+                kept = score == 0 ? 0 : score; /* -0 as 0 (below) */
+                if (zset_set(z, m->p, m->len, kept) < 0)
                     oom = true;
                 else
                     changed++;
@@ -742,7 +743,11 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
                 continue;
             }
             last = score;
-            if (zset_set(z, m->p, m->len, score) < 0)
+            /* A -0 is kept as 0, as a small Redis 7.0 sorted set keeps
+             * it (its listpack writes the score as "0"); the reply to
+             * ZINCRBY or INCR still gives the -0 it was sent. */
+            kept = score == 0 ? 0 : score;
+            if (zset_set(z, m->p, m->len, kept) < 0)
                 oom = true;
             else
                 added++;

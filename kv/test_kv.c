@@ -3202,3 +3202,20 @@ TEST(expire_unsupported_option_quoted_as_redis) {
     buf_free(&out);
     kv_free(&k);
 }
+TEST(zset_negative_zero_kept_as_zero_as_redis) {
+    /* A small sorted set in Redis 7.0 (a listpack: every one lull-kv
+     * tests against) keeps a score of -0 as 0; only the reply to the
+     * command that added it repeats the -0 it was given. */
+    static const char *const cases[][2] = {
+        {"ZADD t -0 m", ":1\r\n"},
+        {"ZRANGE t 0 -1 WITHSCORES", "*2\r\n$1\r\nm\r\n$1\r\n0\r\n"},
+        {"ZSCORE t m", "$1\r\n0\r\n"},
+        {"ZINCRBY t -0 m", "$1\r\n0\r\n"},
+        {"ZINCRBY t -0 n", "$2\r\n-0\r\n"},
+        {"ZSCORE t n", "$1\r\n0\r\n"},
+        {"ZADD t INCR -0.0 o", "$2\r\n-0\r\n"},
+        {"ZSCORE t o", "$1\r\n0\r\n"},
+        {"ZPOPMIN t", "*2\r\n$1\r\nm\r\n$1\r\n0\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
