@@ -966,7 +966,9 @@ static void cmd_scan(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
             return;
         }
         if (resp_is(&a[j], "MATCH")) {
-            if (!(a[j + 1].len == 1 && a[j + 1].p[0] == '*')) w.pat = &a[j + 1];
+            /* "*" is every key: no pattern (a MATCH before it too) */
+            w.pat =
+                a[j + 1].len == 1 && a[j + 1].p[0] == '*' ? NULL : &a[j + 1];
         } else if (resp_is(&a[j], "COUNT")) {
             if (!arg_i64(&a[j + 1], &count, out)) return;
             if (count < 1) {

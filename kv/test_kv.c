@@ -3219,3 +3219,13 @@ TEST(zset_negative_zero_kept_as_zero_as_redis) {
     };
     replies_as_redis(cases, sizeof cases / sizeof cases[0]);
 }
+
+TEST(scan_last_match_wins_as_redis) {
+    /* Redis keeps the last MATCH given, "*" (every key) included. */
+    static const char *const cases[][2] = {
+        {"SET a 1", "+OK\r\n"},
+        {"SCAN 0 MATCH b MATCH *", "*2\r\n$1\r\n0\r\n*1\r\n$1\r\na\r\n"},
+        {"SCAN 0 MATCH * MATCH b", "*2\r\n$1\r\n0\r\n*0\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
