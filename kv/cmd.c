@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -313,13 +314,19 @@ static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
             f |= SET_GET;
         } else if (resp_is(o, "KEEPTTL") && !(f & SET_ANY_TTL)) {
             f |= SET_KEEPTTL;
-        } else if (next && !(f & (SET_KEEPTTL | SET_ANY_TTL)) &&
-                   (resp_is(o, "EX") || resp_is(o, "PX") ||
-                    resp_is(o, "EXAT") || resp_is(o, "PXAT"))) {
-            f |= resp_is(o, "EX")     ? SET_EX
-                 : resp_is(o, "PX")   ? SET_PX
-                 : resp_is(o, "EXAT") ? SET_EXAT
-                                      : SET_PXAT;
+        } else if (next && (resp_is(o, "EX") || resp_is(o, "PX") ||
+                            resp_is(o, "EXAT") || resp_is(o, "PXAT"))) {
+            unsigned t = resp_is(o, "EX")     ? SET_EX
+                         : resp_is(o, "PX")   ? SET_PX
+                         : resp_is(o, "EXAT") ? SET_EXAT
+                                              : SET_PXAT;
+            /* The same one again is taken, the last value kept, as
+             * Redis does; another one, or KEEPTTL, is a syntax error. */
+            if (f & (SET_KEEPTTL | (SET_ANY_TTL & ~t))) {
+                reply_syntax(out);
+                return;
+            }
+            f |= t;
             ttl = &a[++j];
         } else {
             reply_syntax(out);
@@ -521,8 +528,13 @@ static void cmd_expire(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         else if (resp_is(&a[j], "LT"))
             f |= LT;
         else {
+            /* Redis' %s: up to a NUL, a CR or LF as a space, so the
+             * reply stays one line. */
             buf_str(out, "-ERR Unsupported option ");
-            buf_put(out, a[j].p, a[j].len);
+            for (size_t i = 0; i < a[j].len && a[j].p[i]; i++) {
+                char ch = a[j].p[i];
+                buf_put(out, ch == '\r' || ch == '\n' ? " " : &ch, 1);
+            }
             buf_str(out, "\r\n");
             return;
         }
@@ -913,20 +925,39 @@ static void cmd_type(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     buf_str(out, "\r\n");
 }
 
+/* The cursor as Redis reads it: strtoul over the argument up to its
+ * first NUL (a C string), refused if it starts with a space, has more
+ * after the digits, or is past 64 bits. So an empty cursor is 0, and a
+ * sign is taken: -1 is 2^64 - 1. */
+static bool scan_cursor(const resp_arg *arg, unsigned long long *cur) {
+    const char *p = arg->p, *z = arg->len ? memchr(p, 0, arg->len) : NULL;
+    size_t n = z ? (size_t)(z - p) : arg->len, i = 0;
+    if (n == 0) {
+        *cur = 0;
+        return true;
+    }
+    if (p[0] == ' ' || (p[0] >= '\t' && p[0] <= '\r')) return false;
+    bool neg = p[0] == '-';
+    if (p[0] == '-' || p[0] == '+') i++;
+    if (i == n) return false; /* a sign alone: no digits */
+    unsigned long long v = 0;
+    for (; i < n; i++) {
+        unsigned d = (unsigned char)p[i] - '0';
+        if (d > 9 || v > (ULLONG_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *cur = neg ? 0 - v : v;
+    return true;
+}
+
 /* SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]. The cursor is dict's
  * (reverse-binary): every key there for the whole walk comes back at
  * least once, whatever the table does between calls. */
 static void cmd_scan(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      buf *out) {
     (void)cl;
-    char *end;
-    char num[24];
-    if (a[1].len == 0 || a[1].len >= sizeof num) goto bad_cursor;
-    memcpy(num, a[1].p, a[1].len);
-    num[a[1].len] = 0;
-    errno = 0;
-    unsigned long long cur = strtoull(num, &end, 10);
-    if (*end || errno || num[0] == '-') goto bad_cursor;
+    unsigned long long cur;
+    if (!scan_cursor(&a[1], &cur)) goto bad_cursor;
     keys_walk w = {.k = k, .type = -1};
     long long count = 10;
     for (size_t j = 2; j < argc; j += 2) {
@@ -935,7 +966,9 @@ static void cmd_scan(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
             return;
         }
         if (resp_is(&a[j], "MATCH")) {
-            if (!(a[j + 1].len == 1 && a[j + 1].p[0] == '*')) w.pat = &a[j + 1];
+            /* "*" is every key: no pattern (a MATCH before it too) */
+            w.pat =
+                a[j + 1].len == 1 && a[j + 1].p[0] == '*' ? NULL : &a[j + 1];
         } else if (resp_is(&a[j], "COUNT")) {
             if (!arg_i64(&a[j + 1], &count, out)) return;
             if (count < 1) {

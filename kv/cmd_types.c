@@ -120,22 +120,30 @@ static void reply_score(buf *out, double d) {
     buf_bulk(out, tmp, (size_t)n);
 }
 
-/* A score argument: what strtod takes whole (inf included), no leading
- * space, no NaN. */
+/* A score argument as Redis reads it: what strtod takes whole ("inf"
+ * included, a NUL not), no leading space, no NaN, and not a value out of
+ * range (an overflow to infinity or an underflow to zero; a subnormal is
+ * taken). A spelling longer than the stack copy is copied to the heap. */
 static bool arg_score(const resp_arg *a, double *d, buf *out) {
-    char tmp[64];
-    if (a->len == 0 || a->len >= sizeof tmp) goto bad;
+    char small[64], *tmp = small;
+    bool ok = false;
+    if (a->len == 0) goto done;
+    if (a->len >= sizeof small && !(tmp = malloc(a->len + 1))) {
+        reply_oom(out);
+        return false;
+    }
     memcpy(tmp, a->p, a->len);
     tmp[a->len] = 0;
-    if (tmp[0] == ' ' || (tmp[0] >= '\t' && tmp[0] <= '\r')) goto bad;
+    if (tmp[0] == ' ' || (tmp[0] >= '\t' && tmp[0] <= '\r')) goto done;
     char *end;
     errno = 0;
     *d = strtod(tmp, &end);
-    if (*end || isnan(*d) || (errno == ERANGE && !isinf(*d))) goto bad;
-    return true;
-bad:
-    buf_str(out, "-ERR value is not a valid float\r\n");
-    return false;
+    ok = end == tmp + a->len && !isnan(*d) &&
+         !(errno == ERANGE && (isinf(*d) || *d == 0));
+done:
+    if (tmp != small) free(tmp);
+    if (!ok) buf_str(out, "-ERR value is not a valid float\r\n");
+    return ok;
 }
 
 /* Start and stop of LRANGE and ZRANGE, made absolute and clipped to n.
@@ -357,12 +365,12 @@ static void cmd_lindex(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     (void)argc;
     dict_entry *e;
     if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
-    long long i;
-    if (!arg_i64(&a[2], &i, out)) return;
-    if (!e) {
+    if (!e) { /* nil whatever the index, as Redis answers */
         reply_nil(out);
         return;
     }
+    long long i;
+    if (!arg_i64(&a[2], &i, out)) return;
     kv_list *l = store_obj(e)->val;
     if (i < 0) i += (long long)l->n;
     if (i < 0 || i >= (long long)l->n) {
@@ -725,7 +733,7 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
     double last = 0;
     for (size_t i = 0; i < elements && !oom; i++) {
         const resp_arg *m = &a[first + 2 * i + 1];
-        double score = scores[i];
+        double score = scores[i], kept;
         dict_entry *me = dict_find(&z->d, m->p, m->len);
         if (me) {
             double cur = zset_member(me)->score;
@@ -749,7 +757,8 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
             }
             last = score;
             if (score != cur) {
-                if (zset_set(z, m->p, m->len, score) < 0)
+                kept = score == 0 ? 0 : score; /* -0 as 0 (below) */
+                if (zset_set(z, m->p, m->len, kept) < 0)
                     oom = true;
                 else
                     changed++;
@@ -760,7 +769,11 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
                 continue;
             }
             last = score;
-            if (zset_set(z, m->p, m->len, score) < 0)
+            /* A -0 is kept as 0, as a small Redis 7.0 sorted set keeps
+             * it (its listpack writes the score as "0"); the reply to
+             * ZINCRBY or INCR still gives the -0 it was sent. */
+            kept = score == 0 ? 0 : score;
+            if (zset_set(z, m->p, m->len, kept) < 0)
                 oom = true;
             else
                 added++;
@@ -863,7 +876,7 @@ static void cmd_zrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     for (size_t i = 4; i < argc; i++) {
         if (resp_is(&a[i], "WITHSCORES"))
             scores = true;
-        else if (resp_is(&a[i], "REV"))
+        else if (!rev && resp_is(&a[i], "REV")) /* twice: Redis' syntax error */
             rev = true;
         else {
             reply_syntax(out);

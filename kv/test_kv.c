@@ -3223,3 +3223,186 @@ TEST(config_get_names_patterns_and_several_as_redis) {
     buf_free(&out);
     kv_free(&k);
 }
+
+/* Each request's reply as redis-server 7.0 gives it, in order, on one
+ * client: for the cases below, which check an argument. */
+static void replies_as_redis(const char *const (*cases)[2], size_t n) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    for (size_t i = 0; i < n; i++) {
+        const char *got = exec_cl(&k, &cl, &out, cases[i][0]);
+        if (strcmp(got, cases[i][1]) != 0)
+            check_fail(__FILE__, __LINE__, "%s: %s", cases[i][0], got);
+    }
+    close_kv_with_client(&k, &cl, &out);
+}
+
+TEST(lindex_looks_up_the_key_before_the_index_as_redis) {
+    /* A missing key is nil and another type WRONGTYPE, whatever the
+     * index; only a list's index is read. */
+    static const char *const cases[][2] = {
+        {"LINDEX nokey x", "$-1\r\n"},
+        {"LINDEX nokey 9223372036854775808", "$-1\r\n"},
+        {"SET s x", "+OK\r\n"},
+        {"LINDEX s x", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"LPUSH l a", ":1\r\n"},
+        {"LINDEX l x", "-ERR value is not an integer or out of range\r\n"},
+        {"LINDEX l -1", "$1\r\na\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(zrange_options_checked_first_as_redis) {
+    /* Redis reads the options before the range, and REV only once. */
+    static const char *const cases[][2] = {
+        {"ZADD zz 1 a 2 b", ":2\r\n"},
+        {"ZRANGE zz 0 -1 REV REV", "-ERR syntax error\r\n"},
+        {"ZRANGE zz x -1 REV rev", "-ERR syntax error\r\n"},
+        {"ZRANGE zz 0 -1 WITHSCORES withscores REV",
+         "*4\r\n$1\r\nb\r\n$1\r\n2\r\n$1\r\na\r\n$1\r\n1\r\n"},
+        {"SET s x", "+OK\r\n"},
+        {"ZRANGE s x -1 REV REV", "-ERR syntax error\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(set_repeated_expiry_option_last_wins_as_redis) {
+    /* Redis takes EX (PX, EXAT, PXAT) again and keeps the last value;
+     * only two different ones, or one with KEEPTTL, are a syntax error. */
+    static const char *const cases[][2] = {
+        {"SET a 1 EX 10 EX abc",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"SET a 1 PX 0 PX 100000", "+OK\r\n"},
+        {"TTL a", ":100\r\n"},
+        {"SET a 1 EX 100 EX -1",
+         "-ERR invalid expire time in 'set' command\r\n"},
+        {"SET a 1 PXAT 1 PXAT 99999999999999", "+OK\r\n"},
+        {"SET a 1 EX 1 PX 1", "-ERR syntax error\r\n"},
+        {"SET a 1 PXAT 1 PXAT", "-ERR syntax error\r\n"},
+        {"SET a 1 EX 1 KEEPTTL", "-ERR syntax error\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(scores_read_as_redis_reads_them) {
+    /* Redis takes what strtod takes whole, but not an overflow to
+     * infinity nor an underflow to zero; a subnormal is a score, and a
+     * long spelling of one is too. A bad score is answered before the
+     * key's type is looked at. */
+    static const char *const cases[][2] = {
+        {"SET s x", "+OK\r\n"},
+        {"ZADD s 1e400 m", "-ERR value is not a valid float\r\n"},
+        {"ZINCRBY s -1e400 m", "-ERR value is not a valid float\r\n"},
+        {"ZADD z 1e-400 m", "-ERR value is not a valid float\r\n"},
+        {"ZADD z 1e-310 m", ":1\r\n"},
+        {"ZADD z 4.9e-324 n", ":1\r\n"},
+        {"ZSCORE z m", "$23\r\n9.9999999999999694e-311\r\n"},
+        {"ZSCORE z n", "$23\r\n4.9406564584124654e-324\r\n"},
+        {"ZADD z 0.000000000000000000000000000000000000000000000000000000000"
+         "000000000000000000000001 p",
+         ":1\r\n"},
+        {"ZSCORE z p", "$22\r\n9.9999999999999996e-82\r\n"},
+        {"ZADD z inf q", ":1\r\n"},
+        {"ZINCRBY z 1e308 q", "$3\r\ninf\r\n"},
+        {"ZADD z 1e308 r", ":1\r\n"},
+        {"ZINCRBY z 1e308 r", "$3\r\ninf\r\n"},
+        {"ZCARD z", ":5\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    resp_arg nul[] = {{"ZADD", 4}, {"z", 1}, {"1\0", 2}, {"m", 1}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, nul, 4),
+                 "-ERR value is not a valid float\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(scan_cursor_read_as_redis_reads_it) {
+    /* Redis reads the cursor with strtoul before any option: a sign is
+     * taken (-1 is 2^64 - 1), as is an empty cursor (0); a leading
+     * space, or anything after the digits, is an invalid cursor. */
+    static const char *const cases[][2] = {
+        {"SET a 1", "+OK\r\n"},
+        {"SCAN -1 FOO", "-ERR syntax error\r\n"},
+        {"SCAN +0", "*2\r\n$1\r\n0\r\n*1\r\n$1\r\na\r\n"},
+        {"SCAN 00000000000000000000000000000000000000000",
+         "*2\r\n$1\r\n0\r\n*1\r\n$1\r\na\r\n"},
+        {"SCAN -18446744073709551615 COUNT x",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"SCAN -18446744073709551616", "-ERR invalid cursor\r\n"},
+        {"SCAN 18446744073709551616", "-ERR invalid cursor\r\n"},
+        {"SCAN -", "-ERR invalid cursor\r\n"},
+        {"SCAN +", "-ERR invalid cursor\r\n"},
+        {"SCAN 0x1", "-ERR invalid cursor\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    exec_cl(&k, NULL, &out, "SET a 1");
+    resp_arg empty[] = {{"SCAN", 4}, {"", 0}, {"COUNT", 5}, {"x", 1}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, empty, 4),
+                 "-ERR value is not an integer or out of range\r\n") == 0);
+    resp_arg nul[] = {{"SCAN", 4}, {"0\0x", 3}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, nul, 2),
+                 "*2\r\n$1\r\n0\r\n*1\r\n$1\r\na\r\n") == 0);
+    resp_arg space[] = {{"SCAN", 4}, {" 0", 2}, {"FOO", 3}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, space, 3),
+                 "-ERR invalid cursor\r\n") == 0);
+    resp_arg tab[] = {{"SCAN", 4}, {"\t0", 2}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, tab, 2),
+                 "-ERR invalid cursor\r\n") == 0);
+    resp_arg trail[] = {{"SCAN", 4}, {"0 ", 2}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, trail, 2),
+                 "-ERR invalid cursor\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(expire_unsupported_option_quoted_as_redis) {
+    /* Redis formats the option with %s and turns CR and LF into spaces:
+     * the reply stays one line, whatever the client sent. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    resp_arg crlf[] = {{"PEXPIRE", 7}, {"b", 1}, {"100", 3}, {"a\r\nb\0c", 6}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, crlf, 4),
+                 "-ERR Unsupported option a  b\r\n") == 0);
+    resp_arg cr[] = {{"EXPIRE", 6}, {"b", 1}, {"100", 3}, {"x\ry", 3}};
+    CHECK(strcmp(exec_args(&k, NULL, &out, cr, 4),
+                 "-ERR Unsupported option x y\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
+TEST(zset_negative_zero_kept_as_zero_as_redis) {
+    /* A small sorted set in Redis 7.0 (a listpack: every one lull-kv
+     * tests against) keeps a score of -0 as 0; only the reply to the
+     * command that added it repeats the -0 it was given. */
+    static const char *const cases[][2] = {
+        {"ZADD t -0 m", ":1\r\n"},
+        {"ZRANGE t 0 -1 WITHSCORES", "*2\r\n$1\r\nm\r\n$1\r\n0\r\n"},
+        {"ZSCORE t m", "$1\r\n0\r\n"},
+        {"ZINCRBY t -0 m", "$1\r\n0\r\n"},
+        {"ZINCRBY t -0 n", "$2\r\n-0\r\n"},
+        {"ZSCORE t n", "$1\r\n0\r\n"},
+        {"ZADD t INCR -0.0 o", "$2\r\n-0\r\n"},
+        {"ZSCORE t o", "$1\r\n0\r\n"},
+        {"ZPOPMIN t", "*2\r\n$1\r\nm\r\n$1\r\n0\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(scan_last_match_wins_as_redis) {
+    /* Redis keeps the last MATCH given, "*" (every key) included. */
+    static const char *const cases[][2] = {
+        {"SET a 1", "+OK\r\n"},
+        {"SCAN 0 MATCH b MATCH *", "*2\r\n$1\r\n0\r\n*1\r\n$1\r\na\r\n"},
+        {"SCAN 0 MATCH * MATCH b", "*2\r\n$1\r\n0\r\n*0\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
