@@ -119,6 +119,8 @@ struct lull_simnet {
     bool stepping;             /* an event runs: lull_simnet_free is refused */
     lull_simserver *accepting; /* its on_connection runs; NULL once it
                                   closed inside it (the struct may be gone) */
+    lull_simconn *connecting;  /* the end whose connect it handles; NULL
+                                  once that end closed inside it */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -559,6 +561,7 @@ static lull_frame *close_end(lull_simnet *net, lull_simconn *c, int reason,
                              bool owe, bool flush) {
     simguard *g = c->guard;
     c->guard = NULL;
+    if (net->connecting == c) net->connecting = NULL;
     c->ep.flags |= LULL__EP_CLOSED | LULL__EP_PEER_GONE;
     c->ep.queued = 0;
     c->state =
@@ -812,15 +815,23 @@ static void connect_step(lull_simnet *net, lull_simconn *c) {
         lull_simserver *srv = find_server(net, c->target);
         int status = -ECONNREFUSED;
         if (srv && !(!net->healed && roll(net, c->faults.refuse_permille))) {
+            uint64_t accepted = net->stats.accepted;
             srv->pending = c;
             net->accepting = srv;
+            net->connecting = c;
             srv->on_connection(srv);
             /* It may have closed the server, and freed it: not touched
              * again then. */
             srv = net->accepting;
             net->accepting = NULL;
             if (srv) srv->pending = NULL;
-            if (c->other) status = 0;
+            /* It may have closed c too (its close is all that follows),
+             * and freed it: not touched again either. */
+            if (!net->connecting) return;
+            net->connecting = NULL;
+            /* Accepted, though the accepted end may have closed already:
+             * connected, then EOF, as for a close a turn later. */
+            if (net->stats.accepted != accepted) status = 0;
         }
         if (status) {
             if (srv) srv->refused++;

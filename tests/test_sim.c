@@ -1638,3 +1638,96 @@ TEST(fault_effects_are_counted) {
         close_both(net, &srv, &cl);
     }
 }
+
+/* ------------------------------------- closes inside on_connection */
+
+static void accept_send_close(lull_simserver *srv) {
+    end_setup(&accepted);
+    CHECK_EQ(lull_simserver_accept(srv, &accepted.c, NULL), 0);
+    lull_endpoint_set_callbacks(&accepted.c.ep, on_frame, on_drain, on_close);
+    CHECK_EQ(lull_endpoint_send_copy(&accepted.c.ep, "hi", 2), 0);
+    CHECK_EQ(lull_endpoint_close(&accepted.c.ep, 0), 0);
+}
+
+TEST(accepted_and_closed_inside_on_connection) {
+    /* A server that accepts, sends and closes inside on_connection has
+     * accepted: the connect succeeds, the client reads what was sent, then
+     * EOF, as when the close comes a turn later; nothing is refused. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", accept_send_close), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.connects, 1);
+    CHECK_EQ(cl.connect_status, 0);
+    CHECK_U64_EQ(cl.got, 2);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(cl.close_reason, 0);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_U64_EQ(srv.accepted, 1);
+    CHECK_U64_EQ(srv.refused, 0);
+    lull_simnet_stats st;
+    lull_simnet_get_stats(net, &st);
+    CHECK_U64_EQ(st.refused, 0);
+    finish(loop, net, &srv);
+}
+
+/* The connecting end, on the heap, as the server's on_connection sees it. */
+static lull_simconn *connecting_end;
+static bool connecting_accept;
+static end connecting_peer;
+static void close_connecting_end(lull_simserver *srv) {
+    if (connecting_accept) {
+        end_setup(&connecting_peer);
+        CHECK_EQ(lull_simserver_accept(srv, &connecting_peer.c, NULL), 0);
+        lull_endpoint_set_callbacks(&connecting_peer.c.ep, on_frame, NULL,
+                                    on_close);
+    }
+    /* No close callback: the struct is the caller's when close returns. */
+    lull_endpoint_set_callbacks(&connecting_end->ep, NULL, NULL, NULL);
+    CHECK_EQ(lull_endpoint_close(&connecting_end->ep, -ECANCELED), 0);
+    memset(connecting_end, 0xa5, sizeof *connecting_end);
+    free(connecting_end);
+    connecting_end = NULL;
+}
+
+static int connecting_callbacks;
+static void count_connect(lull_simconn *c, int status) {
+    (void)c;
+    (void)status;
+    connecting_callbacks++;
+}
+
+TEST(connecting_end_closed_and_freed_inside_on_connection) {
+    /* The connecting end closed inside the server's on_connection (code
+     * that holds both ends may), with no close callback, and freed there:
+     * nothing touches it afterwards (ASan), no connect callback follows,
+     * and an accepted peer reads EOF. */
+    for (int acc = 0; acc <= 1; acc++) {
+        lull_loop *loop = L = vloop();
+        lull_simnet *net;
+        lull_simnet_options o = {.faults = {.delay_ns = MS}};
+        CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+        lull_simserver srv;
+        CHECK_EQ(lull_simserver_listen(net, &srv, "s", close_connecting_end),
+                 0);
+        connecting_accept = acc;
+        connecting_callbacks = 0;
+        connecting_end = calloc(1, sizeof *connecting_end);
+        CHECK(connecting_end != NULL);
+        CHECK_EQ(
+            lull_simconn_connect(net, connecting_end, "s", NULL, count_connect),
+            0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK(connecting_end == NULL);
+        CHECK_EQ(connecting_callbacks, 0);
+        if (acc) {
+            CHECK_EQ(connecting_peer.closes, 1);
+            CHECK_EQ(connecting_peer.close_reason, 0);
+        }
+        finish(loop, net, &srv);
+    }
+}
