@@ -718,6 +718,14 @@ static void deliver(lull_simnet *net, lull_simconn *c) {
     lull__simdir *d = &c->in;
     uint64_t now = now_of(net);
     lull_frame *f = d->head;
+    if (!in_raw(c) && f->len > c->ep.max_frame) {
+        /* As on a framed stream: a frame over this end's max_frame is
+         * never handed over; the end closes. */
+        trace(net, "too long %s %zu", c->name, f->len);
+        release_list(
+            close_end(net, c, -EMSGSIZE, c->ep.on_close != NULL, true));
+        return;
+    }
     const void *bytes;
     size_t n;
     char span[SPAN_COPY];

@@ -1731,3 +1731,40 @@ TEST(connecting_end_closed_and_freed_inside_on_connection) {
         finish(loop, net, &srv);
     }
 }
+
+static int long_released;
+static void count_long_release(lull_frame *f) {
+    (void)f;
+    long_released++;
+}
+
+TEST(frame_over_the_readers_max_frame_closes_it) {
+    /* As on a framed stream, a frame longer than the reader's max_frame
+     * is never handed over: the reader closes with -EMSGSIZE, the frame
+     * goes back to its sender, and the sender hears the close. Frames up
+     * to the limit arrive. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.max_frame = 16};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    static char b[1000];
+    lull_frame ok = {.bytes = b, .len = 16, .release = count_long_release};
+    lull_frame big = {.bytes = b, .len = 17, .release = count_long_release};
+    long_released = 0;
+    CHECK_EQ(lull_endpoint_send(&cl.c.ep, &ok), 0);
+    CHECK_EQ(lull_endpoint_send(&cl.c.ep, &big), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.frames, 1);
+    CHECK_U64_EQ(accepted.got, 16);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_EQ(accepted.close_reason, -EMSGSIZE);
+    CHECK_EQ(long_released, 2);
+    CHECK_EQ(cl.closes, 1);
+    finish(loop, net, &srv);
+}
