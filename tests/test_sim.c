@@ -1768,3 +1768,139 @@ TEST(frame_over_the_readers_max_frame_closes_it) {
     CHECK_EQ(cl.closes, 1);
     finish(loop, net, &srv);
 }
+
+/* ------------------------- determinism with closes inside the callbacks */
+
+#define DCONN 6
+typedef struct dend {
+    lull_simconn c;
+    int mode;  /* what its on_frame does: 0 echo, 1 close self, 2 close
+                  peer, 3 partition, 4 reset, 5 pause, 6 heal */
+    int index; /* its slot in dends */
+} dend;
+static dend *dends[2 * DCONN]; /* clients, then their accepted ends */
+static lull_simnet *dnet;
+static int dclosed;
+
+static void dend_frame(lull_endpoint *ep, const void *b, size_t n) {
+    dend *d = ep->data;
+    lull_simnet_log(dnet, "frame %s %zu mode %d", d->c.name, n, d->mode);
+    switch (d->mode) {
+    case 1:
+        lull_endpoint_close(ep, -ECANCELED);
+        return;
+    case 2: {
+        dend *p = dends[(d->index + DCONN) % (2 * DCONN)];
+        if (p) lull_endpoint_close(&p->c.ep, -EINTR);
+        break;
+    }
+    case 3:
+        lull_simconn_partition(&d->c, MS, d->index & 1);
+        break;
+    case 4:
+        lull_simconn_reset(&d->c, 3);
+        break;
+    case 5:
+        lull_simconn_read_stop(&d->c);
+        break;
+    case 6:
+        lull_simnet_heal(dnet);
+        break;
+    }
+    lull_endpoint_send_copy(ep, b, n);
+}
+
+static void dend_close(lull_endpoint *ep, int reason) {
+    dend *d = ep->data;
+    lull_simnet_log(dnet, "on_close %s %d", d->c.name, reason);
+    dends[d->index] = NULL;
+    dclosed++;
+    free(d);
+}
+
+static dend *dend_new(int index, int mode) {
+    dend *d = calloc(1, sizeof *d);
+    CHECK(d != NULL);
+    d->c.ep.data = d;
+    d->index = index;
+    d->mode = mode;
+    dends[index] = d;
+    return d;
+}
+
+static int daccepted;
+static void dend_accept(lull_simserver *srv) {
+    int i = DCONN + daccepted++ % DCONN;
+    dend *d = dend_new(i, i % 7);
+    lull_simconn_options o = {.flags = (i & 1) ? LULL_SIMCONN_RAW : 0};
+    if (lull_simserver_accept(srv, &d->c, &o) < 0) {
+        dends[i] = NULL;
+        free(d);
+        return;
+    }
+    lull_endpoint_set_callbacks(&d->c.ep, dend_frame, NULL, dend_close);
+    if (i % 3 == 0) lull_endpoint_close(&d->c.ep, -EPERM); /* at once */
+}
+
+static void dend_connected(lull_simconn *c, int status) {
+    dend *d = c->ep.data;
+    lull_simnet_log(dnet, "connected %s %d", c->name, status);
+    if (status == 0 && d->index % 4 == 3) lull_endpoint_close(&c->ep, 0);
+}
+
+static uint64_t closing_run(uint64_t seed) {
+    lull_loop *loop = L = vloop();
+    lull_simnet_options o = {.seed = seed,
+                             .trace = getenv("SIM_TRACE") ? stderr : NULL};
+    o.faults = (lull_simfaults){.delay_ns = MS,
+                                .jitter_ns = 2 * MS,
+                                .window = 500,
+                                .slow_permille = 300,
+                                .slow_read_ns = MS,
+                                .partition_every_ns = 10 * MS,
+                                .partition_ns = 5 * MS,
+                                .break_permille = 200,
+                                .reset_permille = 200,
+                                .reset_within = 2000,
+                                .refuse_permille = 100};
+    CHECK_EQ(lull_simnet_new(&dnet, loop, &o), 0);
+    lull_simserver srv;
+    CHECK_EQ(lull_simserver_listen(dnet, &srv, "s", dend_accept), 0);
+    daccepted = dclosed = 0;
+    int ends = 0;
+    for (int i = 0; i < DCONN; i++) {
+        dend *d = dend_new(i, (i * 3) % 7);
+        lull_simconn_options co = {.flags = (i & 2) ? LULL_SIMCONN_RAW : 0};
+        CHECK_EQ(lull_simconn_connect(dnet, &d->c, "s", &co, dend_connected),
+                 0);
+        lull_endpoint_set_callbacks(&d->c.ep, dend_frame, NULL, dend_close);
+        ends++;
+        uint64_t pos = 0, rng = seed + (uint64_t)i;
+        send_pattern(&d->c.ep, &pos, 1500, &rng);
+    }
+    lull_loop_advance(loop, 200 * MS);
+    for (int i = 0; i < 2 * DCONN; i++)
+        if (dends[i]) lull_endpoint_close(&dends[i]->c.ep, 0);
+    lull_simserver_close(&srv);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    for (int i = 0; i < 2 * DCONN; i++)
+        CHECK(dends[i] == NULL);
+    CHECK_EQ(dclosed, ends + daccepted);
+    lull_simnet_stats st;
+    lull_simnet_get_stats(dnet, &st);
+    CHECK_EQ(lull_simnet_free(dnet), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    return st.trace_hash;
+}
+
+TEST(same_seed_same_trace_when_callbacks_close) {
+    /* Ends on the heap, freed by their close callbacks, whose on_frame
+     * closes itself or its peer, partitions, resets, pauses or heals, with
+     * every fault on: the same seed, the same trace hash (the network's
+     * events and the callbacks' own lines); another seed, another. */
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        uint64_t h = closing_run(seed);
+        CHECK_U64_EQ(closing_run(seed), h);
+        CHECK(closing_run(seed + 100) != h);
+    }
+}
