@@ -1103,6 +1103,7 @@ int lull_simnet_free(lull_simnet *net) {
 
 void lull_simnet_heal(lull_simnet *net) {
     if (!net) return;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     net->healed = true;
     trace(net, "heal");
     for (lull_simconn *c = net->ends; c; c = c->net_next) {
@@ -1118,6 +1119,7 @@ void lull_simnet_heal(lull_simnet *net) {
 
 void lull_simnet_log(lull_simnet *net, const char *fmt, ...) {
     if (!net || !fmt) return;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     va_list ap;
     va_start(ap, fmt);
     vtrace(net, fmt, ap);
@@ -1126,6 +1128,7 @@ void lull_simnet_log(lull_simnet *net, const char *fmt, ...) {
 
 void lull_simnet_get_stats(const lull_simnet *net, lull_simnet_stats *out) {
     if (!net || !out) return;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     *out = net->stats;
 }
 
@@ -1138,6 +1141,7 @@ static bool addr_ok(const char *addr, size_t cap) {
 int lull_simserver_listen(lull_simnet *net, lull_simserver *srv,
                           const char *addr, lull_simconnection_fn fn) {
     if (!net || !srv || !fn || !addr_ok(addr, sizeof srv->addr)) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     if (server_listed(net, srv)) return -EBUSY;
     if (find_server(net, addr)) return -EADDRINUSE;
     memset(srv, 0, sizeof *srv);
@@ -1159,6 +1163,7 @@ int lull_simserver_accept(lull_simserver *srv, lull_simconn *p,
     lull_simconn *c = srv->pending;
     if (!c || c->other) return -ENOENT;
     lull_simnet *net = srv->net;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     if (end_live(net, p)) return -EBUSY;
     int rc = end_init(net, p, o);
     if (rc < 0) return rc;
@@ -1188,6 +1193,7 @@ int lull_simserver_accept(lull_simserver *srv, lull_simconn *p,
 void lull_simserver_close(lull_simserver *srv) {
     if (!srv || !srv->net) return;
     lull_simnet *net = srv->net;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     for (lull_simserver **s = &net->servers; *s; s = &(*s)->next)
         if (*s == srv) {
             *s = srv->next;
@@ -1230,6 +1236,7 @@ int lull_simconn_connect(lull_simnet *net, lull_simconn *c, const char *addr,
 
 int lull_simconn_read_stop(lull_simconn *c) {
     if (!c || !c->net) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (!(c->state & ST_PAUSED)) trace(c->net, "pause %s", c->name);
     c->state |= ST_PAUSED;
     if (c->state & ST_LISTED) resched(c->net, c);
@@ -1239,6 +1246,7 @@ int lull_simconn_read_stop(lull_simconn *c) {
 
 int lull_simconn_read_start(lull_simconn *c) {
     if (!c || !c->net) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (c->state & ST_PAUSED) trace(c->net, "resume %s", c->name);
     c->state &= ~ST_PAUSED;
     if (c->state & ST_LISTED) resched(c->net, c);
@@ -1248,6 +1256,7 @@ int lull_simconn_read_start(lull_simconn *c) {
 
 int lull_simconn_shutdown(lull_simconn *c) {
     if (!c || !c->net) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (!(c->state & (ST_OPEN | ST_CONNECTING))) return -ENOTCONN;
     if (c->state & ST_SHUT) return 0;
     c->state |= ST_SHUT;
@@ -1264,6 +1273,7 @@ int lull_simconn_shutdown(lull_simconn *c) {
 
 int lull_simconn_partition(lull_simconn *c, uint64_t span_ns, bool breaks) {
     if (!c || !c->net) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (!(c->state & ST_OPEN) || !c->other) return -ENOTCONN;
     start_partition(c->net, c, span_ns, breaks);
     resched(c->net, c);
@@ -1273,6 +1283,7 @@ int lull_simconn_partition(lull_simconn *c, uint64_t span_ns, bool breaks) {
 
 int lull_simconn_reset(lull_simconn *c, uint64_t after_bytes) {
     if (!c || !c->net) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     lull_simconn *p = c->other;
     if (!(c->state & ST_OPEN) || !p) return -ENOTCONN;
     lull__simdir *d = &p->in;

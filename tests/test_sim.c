@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <lull.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1903,4 +1904,90 @@ TEST(same_seed_same_trace_when_callbacks_close) {
         CHECK_U64_EQ(closing_run(seed), h);
         CHECK(closing_run(seed + 100) != h);
     }
+}
+
+/* ------------------------------------------------ the owner's thread */
+
+enum {
+    W_LISTEN,
+    W_SERVER_CLOSE,
+    W_HEAL,
+    W_LOG,
+    W_STATS,
+    W_READ_STOP,
+    W_READ_START,
+    W_SHUTDOWN,
+    W_PARTITION,
+    W_RESET,
+    W_COUNT
+};
+static lull_simnet *thread_net;
+static lull_simserver thread_srv;
+static end thread_cl;
+
+static void *call_from_thread(void *arg) {
+    int what = *(int *)arg;
+    lull_simserver other;
+    lull_simnet_stats st;
+    switch (what) {
+    case W_LISTEN:
+        lull_simserver_listen(thread_net, &other, "t", on_connection);
+        break;
+    case W_SERVER_CLOSE:
+        lull_simserver_close(&thread_srv);
+        break;
+    case W_HEAL:
+        lull_simnet_heal(thread_net);
+        break;
+    case W_LOG:
+        lull_simnet_log(thread_net, "x");
+        break;
+    case W_STATS:
+        lull_simnet_get_stats(thread_net, &st);
+        break;
+    case W_READ_STOP:
+        lull_simconn_read_stop(&thread_cl.c);
+        break;
+    case W_READ_START:
+        lull_simconn_read_start(&thread_cl.c);
+        break;
+    case W_SHUTDOWN:
+        lull_simconn_shutdown(&thread_cl.c);
+        break;
+    case W_PARTITION:
+        lull_simconn_partition(&thread_cl.c, MS, false);
+        break;
+    case W_RESET:
+        lull_simconn_reset(&thread_cl.c, 10);
+        break;
+    }
+    return NULL;
+}
+
+static void sim_call_elsewhere(void *arg) {
+    thread_net = open_pair(1, NULL, NULL, 0, &thread_srv, &thread_cl);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, call_from_thread, arg), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+}
+
+TEST_THREADED(sim_calls_from_another_thread_assert) {
+    /* Every call on a network or its connections belongs to the loop's
+     * thread: from another, debug builds stop the program, as for the
+     * rest of lull, rather than race with the loop. (lull_simnet_free
+     * reads no loop: it may follow lull_loop_free.) */
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no thread asserts to check\n");
+        return;
+    }
+    int missed = 0;
+    for (int what = 0; what < W_COUNT; what++)
+        if (!check_dies(sim_call_elsewhere, &what,
+                        "lull: called from a thread that does not own the "
+                        "loop")) {
+            fprintf(stderr, "call %d from another thread did not assert\n",
+                    what);
+            missed++;
+        }
+    CHECK_EQ(missed, 0);
 }
