@@ -1248,6 +1248,13 @@ int lull_simconn_read_start(lull_simconn *c) {
     if (!c || !c->net) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (c->state & ST_PAUSED) trace(c->net, "resume %s", c->name);
+    if ((c->state & (ST_PAUSED | ST_PEER_RST)) == (ST_PAUSED | ST_PEER_RST)) {
+        /* Reading again before the reset its peer's close sent came: it
+         * reads what came, then EOF, paused on the way or not
+         * (close_end). */
+        c->in.rst_at = NEVER;
+        c->state &= ~ST_PEER_RST;
+    }
     c->state &= ~ST_PAUSED;
     if (c->state & ST_LISTED) resched(c->net, c);
     kick(c->net);

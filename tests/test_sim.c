@@ -1991,3 +1991,53 @@ TEST_THREADED(sim_calls_from_another_thread_assert) {
         }
     CHECK_EQ(missed, 0);
 }
+
+static bool pause_after_read;
+static void frame_then_pause(lull_endpoint *ep, const void *bytes, size_t len) {
+    on_frame(ep, bytes, len);
+    if (pause_after_read) {
+        pause_after_read = false;
+        CHECK_EQ(lull_endpoint_read_stop(ep), 0);
+    }
+}
+
+TEST(peer_that_reads_again_after_an_unread_close_gets_eof) {
+    /* An end closes with its paused peer's bytes unread: the peer is
+     * reset if it is still not reading when the reset comes; one that
+     * reads again first reads what came, then EOF, even if it pauses
+     * once more on the way (the reset was answered by its reading). */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options o = {.faults = {.delay_ns = MS}};
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_endpoint_set_callbacks(&accepted.c.ep, frame_then_pause, on_drain,
+                                on_close);
+    CHECK_EQ(lull_simconn_read_stop(&cl.c), 0);
+    CHECK_EQ(lull_simconn_read_stop(&accepted.c), 0);
+    uint64_t pos = 0, rng = 9;
+    send_pattern(&accepted.c.ep, &pos, 5000, &rng);
+    pos = 0;
+    send_pattern(&cl.c.ep, &pos, 300, &rng);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_endpoint_close(&cl.c.ep, 0), 0);
+    pause_after_read = true;
+    CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(accepted.closes, 0); /* paused again: nothing reaches it */
+    CHECK(accepted.got > 0);
+    CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_EQ(accepted.close_reason, 0);
+    CHECK_U64_EQ(accepted.got, 300);
+    CHECK(!accepted.bad);
+    CHECK_EQ(cl.closes, 1);
+    finish(loop, net, &srv);
+}
