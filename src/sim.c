@@ -561,7 +561,12 @@ static lull_frame *close_end(lull_simnet *net, lull_simconn *c, int reason,
                              bool owe, bool flush) {
     simguard *g = c->guard;
     c->guard = NULL;
-    if (net->connecting == c) net->connecting = NULL;
+    if (net->connecting == c) {
+        /* Closed inside the on_connection its connect runs: nothing is
+         * waiting there any more for an accept to take. */
+        net->connecting = NULL;
+        if (net->accepting) net->accepting->pending = NULL;
+    }
     c->ep.flags |= LULL__EP_CLOSED | LULL__EP_PEER_GONE;
     c->ep.queued = 0;
     c->state =

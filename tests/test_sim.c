@@ -1693,6 +1693,10 @@ static void close_connecting_end(lull_simserver *srv) {
     memset(connecting_end, 0xa5, sizeof *connecting_end);
     free(connecting_end);
     connecting_end = NULL;
+    /* Nothing is waiting any more: an accept now takes nothing. */
+    end late;
+    end_setup(&late);
+    CHECK_EQ(lull_simserver_accept(srv, &late.c, NULL), -ENOENT);
 }
 
 static int connecting_callbacks;
