@@ -1172,6 +1172,7 @@ int lull_simserver_accept(lull_simserver *srv, lull_simconn *p,
     if (end_live(net, p)) return -EBUSY;
     int rc = end_init(net, p, o);
     if (rc < 0) return rc;
+    srv->pending = NULL; /* one accept per connect */
     srv->accepted++;
     net->stats.accepted++;
     p->state |= ST_OPEN;

@@ -2045,3 +2045,41 @@ TEST(peer_that_reads_again_after_an_unread_close_gets_eof) {
     CHECK_EQ(cl.closes, 1);
     finish(loop, net, &srv);
 }
+
+static end second_accept;
+static int second_accept_rc;
+static void accept_close_accept(lull_simserver *srv) {
+    accept_send_close(srv);
+    end_setup(&second_accept);
+    second_accept_rc = lull_simserver_accept(srv, &second_accept.c, NULL);
+    if (second_accept_rc == 0)
+        lull_endpoint_set_callbacks(&second_accept.c.ep, on_frame, NULL,
+                                    on_close);
+}
+
+TEST(one_accept_per_connect) {
+    /* A connect is accepted once: after an accept whose end was closed at
+     * once, another accept takes nothing (-ENOENT), and the first end's
+     * bytes, EOF and close callback are not lost to it. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", accept_close_accept), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    int second = second_accept_rc;
+    CHECK_EQ(cl.connect_status, 0);
+    CHECK_U64_EQ(cl.got, 2);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(cl.close_reason, 0);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_U64_EQ(srv.accepted, 1);
+    if (second_accept_rc == 0) {
+        lull_endpoint_close(&second_accept.c.ep, 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    }
+    CHECK_EQ(second, -ENOENT);
+    finish(loop, net, &srv);
+}
