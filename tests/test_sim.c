@@ -2083,3 +2083,221 @@ TEST(one_accept_per_connect) {
     CHECK_EQ(second, -ENOENT);
     finish(loop, net, &srv);
 }
+
+/* ------------------------------------------- hostile calls at random */
+
+/* Ends that a seeded script drives: from the test, and from inside every
+ * callback (on_connection, connect, frame, drain, close, a frame's
+ * release, on_event), each call may send, close, pause, resume, shut
+ * down, partition, reset, heal, connect, accept, or try to free the
+ * network. */
+#define RZ 8
+typedef struct rz_end {
+    lull_simconn c;
+    bool live;      /* set up, its close callback not yet run */
+    bool has_close; /* set up with a close callback */
+    int gen;        /* set-ups so far: a frame counts for its own */
+    int out;        /* frames of this set-up not yet released */
+} rz_end;
+typedef struct rz_frame {
+    lull_frame f;
+    rz_end *owner;
+    int gen;
+    char bytes[64];
+} rz_frame;
+
+static rz_end rz[2 * RZ]; /* clients, then accepted ends */
+static lull_simnet *rz_net;
+static lull_simserver rz_srv;
+static uint64_t rz_rng;
+static int rz_sent, rz_released;
+static bool rz_finishing; /* no free attempts: the test still uses net */
+
+static uint64_t rz_draw(uint64_t n) {
+    rz_rng ^= rz_rng << 13;
+    rz_rng ^= rz_rng >> 7;
+    rz_rng ^= rz_rng << 17;
+    return rz_rng % n;
+}
+
+static void rz_act(rz_end *e);
+static rz_end *rz_any(void) {
+    return &rz[rz_draw(2 * RZ)];
+}
+
+static void rz_release(lull_frame *f) {
+    rz_frame *x = LULL_CONTAINER_OF(f, rz_frame, f);
+    if (x->gen == x->owner->gen) x->owner->out--;
+    rz_released++;
+    free(x);
+    if (rz_draw(6) == 0) rz_act(rz_any());
+}
+
+static void rz_on_close(lull_endpoint *ep, int reason) {
+    rz_end *e = ep->data;
+    CHECK(e->live);
+    if (e->out)
+        check_fail(__FILE__, __LINE__, "%s: on_close(%d) with %d frames out",
+                   e->c.name, reason, e->out);
+    e->live = false;
+    if (rz_draw(4) == 0) rz_act(rz_any());
+}
+
+static void rz_on_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)b;
+    (void)n;
+    CHECK(((rz_end *)ep->data)->live);
+    if (rz_draw(3) == 0) rz_act(rz_any());
+    if (rz_draw(3) == 0) rz_act(ep->data);
+}
+
+static void rz_on_drain(lull_endpoint *ep) {
+    CHECK(((rz_end *)ep->data)->live);
+    if (rz_draw(2) == 0) rz_act(rz_any());
+}
+
+static void rz_set_up(rz_end *e) {
+    e->live = true;
+    e->has_close = rz_draw(4) != 0;
+    e->gen++;
+    e->out = 0;
+    lull_endpoint_set_callbacks(&e->c.ep, rz_on_frame, rz_on_drain,
+                                e->has_close ? rz_on_close : NULL);
+}
+
+static lull_simconn_options rz_options(void) {
+    return (lull_simconn_options){.flags = rz_draw(2) ? LULL_SIMCONN_RAW : 0,
+                                  .max_queued = rz_draw(3) == 0 ? 3000 : 0,
+                                  .high_water = 1 + rz_draw(2000)};
+}
+
+static void rz_accept(lull_simserver *srv) {
+    if (rz_draw(5) == 0 && srv->pending) rz_act(srv->pending->ep.data);
+    for (int tries = 1 + (int)rz_draw(2); tries > 0; tries--) {
+        rz_end *e = &rz[RZ + rz_draw(RZ)];
+        if (e->live) continue;
+        e->c.ep.data = e;
+        lull_simconn_options o = rz_options();
+        if (lull_simserver_accept(srv, &e->c, &o) == 0) rz_set_up(e);
+        if (rz_draw(5) == 0) rz_act(e);
+    }
+}
+
+static void rz_connected(lull_simconn *c, int status) {
+    rz_end *e = c->ep.data;
+    CHECK(e->live);
+    if (status && !e->has_close) e->live = false; /* done: nothing follows */
+    if (rz_draw(3) == 0) rz_act(e);
+}
+
+static void rz_act(rz_end *e) {
+    switch (rz_draw(12)) {
+    case 0:
+    case 1:
+    case 2: {
+        if (!e->live) break;
+        rz_frame *x = calloc(1, sizeof *x);
+        CHECK(x != NULL);
+        x->f = (lull_frame){
+            .bytes = x->bytes, .len = rz_draw(65), .release = rz_release};
+        x->owner = e;
+        x->gen = e->gen;
+        if (lull_endpoint_send(&e->c.ep, &x->f) == 0) {
+            rz_sent++;
+            e->out++;
+        } else {
+            free(x);
+        }
+        break;
+    }
+    case 3:
+        if (!e->live) break;
+        lull_endpoint_close(&e->c.ep, -EINTR);
+        if (!e->has_close) e->live = false;
+        break;
+    case 4:
+        if (e->live) lull_simconn_read_stop(&e->c);
+        break;
+    case 5:
+        if (e->live) lull_simconn_read_start(&e->c);
+        break;
+    case 6:
+        if (e->live) lull_simconn_shutdown(&e->c);
+        break;
+    case 7:
+        if (e->live) lull_simconn_partition(&e->c, rz_draw(3 * MS), rz_draw(2));
+        break;
+    case 8:
+        if (e->live) lull_simconn_reset(&e->c, rz_draw(100));
+        break;
+    case 9:
+        if (rz_draw(8) == 0) lull_simnet_heal(rz_net);
+        break;
+    case 10:
+        if (!e->live && e < &rz[RZ]) {
+            e->c.ep.data = e;
+            lull_simconn_options o = rz_options();
+            if (lull_simconn_connect(rz_net, &e->c, "s", &o, rz_connected) == 0)
+                rz_set_up(e);
+        }
+        break;
+    case 11:
+        if (!rz_finishing) CHECK_EQ(lull_simnet_free(rz_net), -EBUSY);
+        break;
+    }
+}
+
+static void rz_on_event(lull_simnet *net, void *arg) {
+    (void)net;
+    (void)arg;
+    if (rz_draw(8) == 0) rz_act(rz_any());
+}
+
+TEST(random_hostile_calls_keep_the_contracts) {
+    /* For many seeds: every end set up gets its close callback once, after
+     * every frame it sent was released; every frame is released once; no
+     * callback reaches an end that is done; everything frees (ASan sees
+     * any use after free). */
+    for (uint64_t seed = 1; seed <= 300; seed++) {
+        memset(rz, 0, sizeof rz);
+        rz_rng = seed * 2654435761u + 1;
+        rz_sent = rz_released = 0;
+        rz_finishing = false;
+        lull_loop *loop = L = vloop();
+        lull_simnet_options o = {.seed = seed, .on_event = rz_on_event};
+        o.faults = (lull_simfaults){.delay_ns = rz_draw(2) * MS,
+                                    .jitter_ns = rz_draw(2) * MS,
+                                    .bandwidth = rz_draw(2) ? 100000 : 0,
+                                    .window = rz_draw(2) ? 100 : 0,
+                                    .slow_permille = 300,
+                                    .slow_read_ns = MS,
+                                    .partition_every_ns = 20 * MS,
+                                    .partition_ns = 5 * MS,
+                                    .break_permille = 300,
+                                    .reset_permille = 300,
+                                    .reset_within = 500,
+                                    .refuse_permille = 100};
+        CHECK_EQ(lull_simnet_new(&rz_net, loop, &o), 0);
+        CHECK_EQ(lull_simserver_listen(rz_net, &rz_srv, "s", rz_accept), 0);
+        for (int k = 0; k < 400; k++) {
+            rz_act(rz_any());
+            lull_loop_advance(loop, rz_draw(2 * MS));
+        }
+        rz_finishing = true;
+        lull_simserver_close(&rz_srv);
+        for (int i = 0; i < 2 * RZ; i++) {
+            if (!rz[i].live) continue;
+            lull_simconn_read_start(&rz[i].c);
+            lull_endpoint_close(&rz[i].c.ep, 0);
+            if (!rz[i].has_close) rz[i].live = false;
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        for (int i = 0; i < 2 * RZ; i++)
+            if (rz[i].live)
+                check_fail(__FILE__, __LINE__, "seed %" PRIu64 ": %s not done",
+                           seed, rz[i].c.name);
+        CHECK_EQ(rz_sent, rz_released);
+        CHECK_EQ(lull_simnet_free(rz_net), 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
