@@ -14,7 +14,8 @@
  * paced by the bandwidth); arriving makes them readable; reading hands
  * them to on_frame, in chunks the seed cuts (LULL_SIMCONN_RAW) or as whole
  * frames (framed: a frame occupies its length plus a 4-byte header on the
- * wire, as on a framed stream). One thread: the loop's.
+ * wire, as on a framed stream, and one over the reader's max_frame closes
+ * the reader with -EMSGSIZE). One thread: the loop's.
  *
  * The schedule: every live end has at most one pending event, the earliest
  * of its next arrival, read, partition, break, reset, EOF, connect step or
@@ -119,8 +120,8 @@ struct lull_simnet {
     bool stepping;             /* an event runs: lull_simnet_free is refused */
     lull_simserver *accepting; /* its on_connection runs; NULL once it
                                   closed inside it (the struct may be gone) */
-    lull_simconn *connecting;  /* the end whose connect it handles; NULL
-                                  once that end closed inside it */
+    lull_simconn *connecting;  /* the connecting end on_connection runs
+                                  for; NULL once it closed inside it */
 };
 
 /* ------------------------------------------------------------ helpers */
