@@ -1053,6 +1053,10 @@ static int end_init(lull_simnet *net, lull_simconn *c,
     if (heap_reserve(net, net->nends + 1) < 0) return -ENOMEM;
     lull__endpoint_init(&c->ep, &lull__sim_ops, o->max_frame, o->high_water,
                         o->max_queued);
+    /* Framed, as on a stream: no longer than a 4-byte length says, so a
+     * frame and its header always fit in a position. */
+    if (!(o->flags & LULL_SIMCONN_RAW) && c->ep.max_frame > UINT32_MAX)
+        c->ep.max_frame = UINT32_MAX;
     c->net = net;
     c->reads = c->bytes_read = 0;
     memset(&c->in, 0, sizeof c->in);

@@ -2301,3 +2301,39 @@ TEST(random_hostile_calls_keep_the_contracts) {
         CHECK_EQ(lull_loop_free(loop), 0);
     }
 }
+
+TEST(framed_max_frame_is_what_a_4_byte_length_holds) {
+    /* As on a framed stream, a framed connection's max_frame is at most
+     * UINT32_MAX, whatever was asked: a longer frame is refused at send
+     * (-EMSGSIZE), never put on the wire, where its length plus its
+     * header would not fit. Raw, SIZE_MAX stays. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.max_frame = SIZE_MAX};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    lull_simconn_options co = {.max_frame = SIZE_MAX};
+    client_connect(net, &cl, "s", &co);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(cl.c.ep.max_frame, UINT32_MAX);
+    CHECK_U64_EQ(accepted.c.ep.max_frame, UINT32_MAX);
+    static const char b[1];
+    lull_frame huge = {.bytes = b, .len = SIZE_MAX};
+    CHECK_EQ(lull_endpoint_send(&cl.c.ep, &huge), -EMSGSIZE);
+    close_both(net, &srv, &cl);
+
+    lull_loop *l2 = L = vloop();
+    CHECK_EQ(lull_simnet_new(&net, l2, NULL), 0);
+    accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW,
+                                         .max_frame = SIZE_MAX};
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    co = (lull_simconn_options){.flags = LULL_SIMCONN_RAW,
+                                .max_frame = SIZE_MAX};
+    client_connect(net, &cl, "s", &co);
+    CHECK_EQ(lull_loop_run(l2, LULL_RUN_DEFAULT), 0);
+    CHECK(cl.c.ep.max_frame == SIZE_MAX);
+    close_both(net, &srv, &cl);
+}
