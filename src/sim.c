@@ -1086,6 +1086,7 @@ int lull_simnet_new(lull_simnet **out, lull_loop *loop,
     LULL_ASSERT_LOOP_THREAD(loop);
     if (!opts) opts = &defaults;
     if (!faults_ok(&opts->faults)) return -EINVAL;
+    if (opts->flags & ~LULL_SIMNET_HOLLOW_PARTITIONS) return -EINVAL;
     lull_simnet *net = calloc(1, sizeof *net);
     if (!net) return -ENOMEM;
     net->loop = loop;
@@ -1170,6 +1171,7 @@ int lull_simserver_accept(lull_simserver *srv, lull_simconn *p,
     if (!srv || !p) return -EINVAL;
     const lull_simconn_options *o = opts ? opts : &defaults;
     if (o->faults && !faults_ok(o->faults)) return -EINVAL;
+    if (o->flags & ~LULL_SIMCONN_RAW) return -EINVAL;
     lull_simconn *c = srv->pending;
     if (!c || c->other) return -ENOENT;
     lull_simnet *net = srv->net;
@@ -1228,6 +1230,7 @@ int lull_simconn_connect(lull_simnet *net, lull_simconn *c, const char *addr,
     const char *name = o->name ? o->name : "client";
     if (strlen(name) > 24) return -EINVAL;
     if (o->faults && !faults_ok(o->faults)) return -EINVAL;
+    if (o->flags & ~LULL_SIMCONN_RAW) return -EINVAL;
     if (end_live(net, c)) return -EBUSY;
     int rc = end_init(net, c, o); /* keeps ep.data, the caller's */
     if (rc < 0) return rc;

@@ -2337,3 +2337,33 @@ TEST(framed_max_frame_is_what_a_4_byte_length_holds) {
     CHECK(cl.c.ep.max_frame == SIZE_MAX);
     close_both(net, &srv, &cl);
 }
+
+static int unknown_flag_accept_rc = 1;
+static void accept_with_unknown_flag(lull_simserver *srv) {
+    end_setup(&accepted);
+    lull_simconn_options o = {.flags = 0x80000000u};
+    unknown_flag_accept_rc = lull_simserver_accept(srv, &accepted.c, &o);
+}
+
+TEST(unknown_flags_are_invalid) {
+    /* As for loops, processes and sockets: a flag this lull does not know
+     * is -EINVAL, not silently ignored (a program built for a lull with
+     * that flag would otherwise run without it). */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options bad = {.flags = 0x80u};
+    CHECK_EQ(lull_simnet_new(&net, loop, &bad), -EINVAL);
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", accept_with_unknown_flag),
+             0);
+    end cl;
+    end_setup(&cl);
+    lull_simconn_options co = {.flags = LULL_SIMCONN_RAW | 0x40u};
+    CHECK_EQ(lull_simconn_connect(net, &cl.c, "s", &co, on_connect), -EINVAL);
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(unknown_flag_accept_rc, -EINVAL);
+    CHECK_EQ(cl.connect_status, -ECONNREFUSED);
+    finish(loop, net, &srv);
+}
