@@ -14,7 +14,8 @@
  * paced by the bandwidth); arriving makes them readable; reading hands
  * them to on_frame, in chunks the seed cuts (LULL_SIMCONN_RAW) or as whole
  * frames (framed: a frame occupies its length plus a 4-byte header on the
- * wire, as on a framed stream). One thread: the loop's.
+ * wire, as on a framed stream, and one over the reader's max_frame closes
+ * the reader with -EMSGSIZE). One thread: the loop's.
  *
  * The schedule: every live end has at most one pending event, the earliest
  * of its next arrival, read, partition, break, reset, EOF, connect step or
@@ -119,6 +120,8 @@ struct lull_simnet {
     bool stepping;             /* an event runs: lull_simnet_free is refused */
     lull_simserver *accepting; /* its on_connection runs; NULL once it
                                   closed inside it (the struct may be gone) */
+    lull_simconn *connecting;  /* the connecting end on_connection runs
+                                  for; NULL once it closed inside it */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -559,6 +562,12 @@ static lull_frame *close_end(lull_simnet *net, lull_simconn *c, int reason,
                              bool owe, bool flush) {
     simguard *g = c->guard;
     c->guard = NULL;
+    if (net->connecting == c) {
+        /* Closed inside the on_connection its connect runs: nothing is
+         * waiting there any more for an accept to take. */
+        net->connecting = NULL;
+        if (net->accepting) net->accepting->pending = NULL;
+    }
     c->ep.flags |= LULL__EP_CLOSED | LULL__EP_PEER_GONE;
     c->ep.queued = 0;
     c->state =
@@ -715,6 +724,14 @@ static void deliver(lull_simnet *net, lull_simconn *c) {
     lull__simdir *d = &c->in;
     uint64_t now = now_of(net);
     lull_frame *f = d->head;
+    if (!in_raw(c) && f->len > c->ep.max_frame) {
+        /* As on a framed stream: a frame over this end's max_frame is
+         * never handed over; the end closes. */
+        trace(net, "too long %s %zu", c->name, f->len);
+        release_list(
+            close_end(net, c, -EMSGSIZE, c->ep.on_close != NULL, true));
+        return;
+    }
     const void *bytes;
     size_t n;
     char span[SPAN_COPY];
@@ -812,15 +829,23 @@ static void connect_step(lull_simnet *net, lull_simconn *c) {
         lull_simserver *srv = find_server(net, c->target);
         int status = -ECONNREFUSED;
         if (srv && !(!net->healed && roll(net, c->faults.refuse_permille))) {
+            uint64_t accepted = net->stats.accepted;
             srv->pending = c;
             net->accepting = srv;
+            net->connecting = c;
             srv->on_connection(srv);
             /* It may have closed the server, and freed it: not touched
              * again then. */
             srv = net->accepting;
             net->accepting = NULL;
             if (srv) srv->pending = NULL;
-            if (c->other) status = 0;
+            /* It may have closed c too (its close is all that follows),
+             * and freed it: not touched again either. */
+            if (!net->connecting) return;
+            net->connecting = NULL;
+            /* Accepted, though the accepted end may have closed already:
+             * connected, then EOF, as for a close a turn later. */
+            if (net->stats.accepted != accepted) status = 0;
         }
         if (status) {
             if (srv) srv->refused++;
@@ -1028,6 +1053,10 @@ static int end_init(lull_simnet *net, lull_simconn *c,
     if (heap_reserve(net, net->nends + 1) < 0) return -ENOMEM;
     lull__endpoint_init(&c->ep, &lull__sim_ops, o->max_frame, o->high_water,
                         o->max_queued);
+    /* Framed, as on a stream: no longer than a 4-byte length says, so a
+     * frame and its header always fit in a position. */
+    if (!(o->flags & LULL_SIMCONN_RAW) && c->ep.max_frame > UINT32_MAX)
+        c->ep.max_frame = UINT32_MAX;
     c->net = net;
     c->reads = c->bytes_read = 0;
     memset(&c->in, 0, sizeof c->in);
@@ -1057,6 +1086,7 @@ int lull_simnet_new(lull_simnet **out, lull_loop *loop,
     LULL_ASSERT_LOOP_THREAD(loop);
     if (!opts) opts = &defaults;
     if (!faults_ok(&opts->faults)) return -EINVAL;
+    if (opts->flags & ~LULL_SIMNET_HOLLOW_PARTITIONS) return -EINVAL;
     lull_simnet *net = calloc(1, sizeof *net);
     if (!net) return -ENOMEM;
     net->loop = loop;
@@ -1084,6 +1114,7 @@ int lull_simnet_free(lull_simnet *net) {
 
 void lull_simnet_heal(lull_simnet *net) {
     if (!net) return;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     net->healed = true;
     trace(net, "heal");
     for (lull_simconn *c = net->ends; c; c = c->net_next) {
@@ -1099,6 +1130,7 @@ void lull_simnet_heal(lull_simnet *net) {
 
 void lull_simnet_log(lull_simnet *net, const char *fmt, ...) {
     if (!net || !fmt) return;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     va_list ap;
     va_start(ap, fmt);
     vtrace(net, fmt, ap);
@@ -1107,6 +1139,7 @@ void lull_simnet_log(lull_simnet *net, const char *fmt, ...) {
 
 void lull_simnet_get_stats(const lull_simnet *net, lull_simnet_stats *out) {
     if (!net || !out) return;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     *out = net->stats;
 }
 
@@ -1119,6 +1152,7 @@ static bool addr_ok(const char *addr, size_t cap) {
 int lull_simserver_listen(lull_simnet *net, lull_simserver *srv,
                           const char *addr, lull_simconnection_fn fn) {
     if (!net || !srv || !fn || !addr_ok(addr, sizeof srv->addr)) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     if (server_listed(net, srv)) return -EBUSY;
     if (find_server(net, addr)) return -EADDRINUSE;
     memset(srv, 0, sizeof *srv);
@@ -1137,12 +1171,15 @@ int lull_simserver_accept(lull_simserver *srv, lull_simconn *p,
     if (!srv || !p) return -EINVAL;
     const lull_simconn_options *o = opts ? opts : &defaults;
     if (o->faults && !faults_ok(o->faults)) return -EINVAL;
+    if (o->flags & ~LULL_SIMCONN_RAW) return -EINVAL;
     lull_simconn *c = srv->pending;
     if (!c || c->other) return -ENOENT;
     lull_simnet *net = srv->net;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     if (end_live(net, p)) return -EBUSY;
     int rc = end_init(net, p, o);
     if (rc < 0) return rc;
+    srv->pending = NULL; /* one accept per connect */
     srv->accepted++;
     net->stats.accepted++;
     p->state |= ST_OPEN;
@@ -1169,6 +1206,7 @@ int lull_simserver_accept(lull_simserver *srv, lull_simconn *p,
 void lull_simserver_close(lull_simserver *srv) {
     if (!srv || !srv->net) return;
     lull_simnet *net = srv->net;
+    LULL_ASSERT_LOOP_THREAD(net->loop);
     for (lull_simserver **s = &net->servers; *s; s = &(*s)->next)
         if (*s == srv) {
             *s = srv->next;
@@ -1192,6 +1230,7 @@ int lull_simconn_connect(lull_simnet *net, lull_simconn *c, const char *addr,
     const char *name = o->name ? o->name : "client";
     if (strlen(name) > 24) return -EINVAL;
     if (o->faults && !faults_ok(o->faults)) return -EINVAL;
+    if (o->flags & ~LULL_SIMCONN_RAW) return -EINVAL;
     if (end_live(net, c)) return -EBUSY;
     int rc = end_init(net, c, o); /* keeps ep.data, the caller's */
     if (rc < 0) return rc;
@@ -1211,6 +1250,7 @@ int lull_simconn_connect(lull_simnet *net, lull_simconn *c, const char *addr,
 
 int lull_simconn_read_stop(lull_simconn *c) {
     if (!c || !c->net) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (!(c->state & ST_PAUSED)) trace(c->net, "pause %s", c->name);
     c->state |= ST_PAUSED;
     if (c->state & ST_LISTED) resched(c->net, c);
@@ -1220,7 +1260,15 @@ int lull_simconn_read_stop(lull_simconn *c) {
 
 int lull_simconn_read_start(lull_simconn *c) {
     if (!c || !c->net) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (c->state & ST_PAUSED) trace(c->net, "resume %s", c->name);
+    if ((c->state & (ST_PAUSED | ST_PEER_RST)) == (ST_PAUSED | ST_PEER_RST)) {
+        /* Reading again before the reset its peer's close sent came: it
+         * reads what came, then EOF, paused on the way or not
+         * (close_end). */
+        c->in.rst_at = NEVER;
+        c->state &= ~ST_PEER_RST;
+    }
     c->state &= ~ST_PAUSED;
     if (c->state & ST_LISTED) resched(c->net, c);
     kick(c->net);
@@ -1229,6 +1277,7 @@ int lull_simconn_read_start(lull_simconn *c) {
 
 int lull_simconn_shutdown(lull_simconn *c) {
     if (!c || !c->net) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (!(c->state & (ST_OPEN | ST_CONNECTING))) return -ENOTCONN;
     if (c->state & ST_SHUT) return 0;
     c->state |= ST_SHUT;
@@ -1245,6 +1294,7 @@ int lull_simconn_shutdown(lull_simconn *c) {
 
 int lull_simconn_partition(lull_simconn *c, uint64_t span_ns, bool breaks) {
     if (!c || !c->net) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (!(c->state & ST_OPEN) || !c->other) return -ENOTCONN;
     start_partition(c->net, c, span_ns, breaks);
     resched(c->net, c);
@@ -1254,6 +1304,7 @@ int lull_simconn_partition(lull_simconn *c, uint64_t span_ns, bool breaks) {
 
 int lull_simconn_reset(lull_simconn *c, uint64_t after_bytes) {
     if (!c || !c->net) return -EINVAL;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     lull_simconn *p = c->other;
     if (!(c->state & ST_OPEN) || !p) return -ENOTCONN;
     lull__simdir *d = &p->in;

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <lull.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1637,4 +1638,732 @@ TEST(fault_effects_are_counted) {
         CHECK(st.slowed > 0);
         close_both(net, &srv, &cl);
     }
+}
+
+/* ------------------------------------- closes inside on_connection */
+
+static void accept_send_close(lull_simserver *srv) {
+    end_setup(&accepted);
+    CHECK_EQ(lull_simserver_accept(srv, &accepted.c, NULL), 0);
+    lull_endpoint_set_callbacks(&accepted.c.ep, on_frame, on_drain, on_close);
+    CHECK_EQ(lull_endpoint_send_copy(&accepted.c.ep, "hi", 2), 0);
+    CHECK_EQ(lull_endpoint_close(&accepted.c.ep, 0), 0);
+}
+
+TEST(accepted_and_closed_inside_on_connection) {
+    /* A server that accepts, sends and closes inside on_connection has
+     * accepted: the connect succeeds, the client reads what was sent, then
+     * EOF, as when the close comes a turn later; nothing is refused. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", accept_send_close), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.connects, 1);
+    CHECK_EQ(cl.connect_status, 0);
+    CHECK_U64_EQ(cl.got, 2);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(cl.close_reason, 0);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_U64_EQ(srv.accepted, 1);
+    CHECK_U64_EQ(srv.refused, 0);
+    lull_simnet_stats st;
+    lull_simnet_get_stats(net, &st);
+    CHECK_U64_EQ(st.refused, 0);
+    finish(loop, net, &srv);
+}
+
+/* The connecting end, on the heap, as the server's on_connection sees it. */
+static lull_simconn *connecting_end;
+static bool connecting_accept;
+static end connecting_peer;
+static void close_connecting_end(lull_simserver *srv) {
+    if (connecting_accept) {
+        end_setup(&connecting_peer);
+        CHECK_EQ(lull_simserver_accept(srv, &connecting_peer.c, NULL), 0);
+        lull_endpoint_set_callbacks(&connecting_peer.c.ep, on_frame, NULL,
+                                    on_close);
+    }
+    /* No close callback: the struct is the caller's when close returns. */
+    lull_endpoint_set_callbacks(&connecting_end->ep, NULL, NULL, NULL);
+    CHECK_EQ(lull_endpoint_close(&connecting_end->ep, -ECANCELED), 0);
+    memset(connecting_end, 0xa5, sizeof *connecting_end);
+    free(connecting_end);
+    connecting_end = NULL;
+    /* Nothing is waiting any more: an accept now takes nothing. */
+    end late;
+    end_setup(&late);
+    CHECK_EQ(lull_simserver_accept(srv, &late.c, NULL), -ENOENT);
+}
+
+static int connecting_callbacks;
+static void count_connect(lull_simconn *c, int status) {
+    (void)c;
+    (void)status;
+    connecting_callbacks++;
+}
+
+TEST(connecting_end_closed_and_freed_inside_on_connection) {
+    /* The connecting end closed inside the server's on_connection (code
+     * that holds both ends may), with no close callback, and freed there:
+     * nothing touches it afterwards (ASan), no connect callback follows,
+     * and an accepted peer reads EOF. */
+    for (int acc = 0; acc <= 1; acc++) {
+        lull_loop *loop = L = vloop();
+        lull_simnet *net;
+        lull_simnet_options o = {.faults = {.delay_ns = MS}};
+        CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+        lull_simserver srv;
+        CHECK_EQ(lull_simserver_listen(net, &srv, "s", close_connecting_end),
+                 0);
+        connecting_accept = acc;
+        connecting_callbacks = 0;
+        connecting_end = calloc(1, sizeof *connecting_end);
+        CHECK(connecting_end != NULL);
+        CHECK_EQ(
+            lull_simconn_connect(net, connecting_end, "s", NULL, count_connect),
+            0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK(connecting_end == NULL);
+        CHECK_EQ(connecting_callbacks, 0);
+        if (acc) {
+            CHECK_EQ(connecting_peer.closes, 1);
+            CHECK_EQ(connecting_peer.close_reason, 0);
+        }
+        finish(loop, net, &srv);
+    }
+}
+
+static int long_released;
+static void count_long_release(lull_frame *f) {
+    (void)f;
+    long_released++;
+}
+
+TEST(frame_over_the_readers_max_frame_closes_it) {
+    /* As on a framed stream, a frame longer than the reader's max_frame
+     * is never handed over: the reader closes with -EMSGSIZE, the frame
+     * goes back to its sender, and the sender hears the close. Frames up
+     * to the limit arrive. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.max_frame = 16};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    static char b[1000];
+    lull_frame ok = {.bytes = b, .len = 16, .release = count_long_release};
+    lull_frame big = {.bytes = b, .len = 17, .release = count_long_release};
+    long_released = 0;
+    CHECK_EQ(lull_endpoint_send(&cl.c.ep, &ok), 0);
+    CHECK_EQ(lull_endpoint_send(&cl.c.ep, &big), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.frames, 1);
+    CHECK_U64_EQ(accepted.got, 16);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_EQ(accepted.close_reason, -EMSGSIZE);
+    CHECK_EQ(long_released, 2);
+    CHECK_EQ(cl.closes, 1);
+    finish(loop, net, &srv);
+}
+
+/* ------------------------- determinism with closes inside the callbacks */
+
+#define DCONN 6
+typedef struct dend {
+    lull_simconn c;
+    int mode;  /* what its on_frame does: 0 echo, 1 close self, 2 close
+                  peer, 3 partition, 4 reset, 5 pause, 6 heal */
+    int index; /* its slot in dends */
+} dend;
+static dend *dends[2 * DCONN]; /* clients, then their accepted ends */
+static lull_simnet *dnet;
+static int dclosed;
+
+static void dend_frame(lull_endpoint *ep, const void *b, size_t n) {
+    dend *d = ep->data;
+    lull_simnet_log(dnet, "frame %s %zu mode %d", d->c.name, n, d->mode);
+    switch (d->mode) {
+    case 1:
+        lull_endpoint_close(ep, -ECANCELED);
+        return;
+    case 2: {
+        dend *p = dends[(d->index + DCONN) % (2 * DCONN)];
+        if (p) lull_endpoint_close(&p->c.ep, -EINTR);
+        break;
+    }
+    case 3:
+        lull_simconn_partition(&d->c, MS, d->index & 1);
+        break;
+    case 4:
+        lull_simconn_reset(&d->c, 3);
+        break;
+    case 5:
+        lull_simconn_read_stop(&d->c);
+        break;
+    case 6:
+        lull_simnet_heal(dnet);
+        break;
+    }
+    lull_endpoint_send_copy(ep, b, n);
+}
+
+static void dend_close(lull_endpoint *ep, int reason) {
+    dend *d = ep->data;
+    lull_simnet_log(dnet, "on_close %s %d", d->c.name, reason);
+    dends[d->index] = NULL;
+    dclosed++;
+    free(d);
+}
+
+static dend *dend_new(int index, int mode) {
+    dend *d = calloc(1, sizeof *d);
+    CHECK(d != NULL);
+    d->c.ep.data = d;
+    d->index = index;
+    d->mode = mode;
+    dends[index] = d;
+    return d;
+}
+
+static int daccepted;
+static void dend_accept(lull_simserver *srv) {
+    int i = DCONN + daccepted++ % DCONN;
+    dend *d = dend_new(i, i % 7);
+    lull_simconn_options o = {.flags = (i & 1) ? LULL_SIMCONN_RAW : 0};
+    if (lull_simserver_accept(srv, &d->c, &o) < 0) {
+        dends[i] = NULL;
+        free(d);
+        return;
+    }
+    lull_endpoint_set_callbacks(&d->c.ep, dend_frame, NULL, dend_close);
+    if (i % 3 == 0) lull_endpoint_close(&d->c.ep, -EPERM); /* at once */
+}
+
+static void dend_connected(lull_simconn *c, int status) {
+    dend *d = c->ep.data;
+    lull_simnet_log(dnet, "connected %s %d", c->name, status);
+    if (status == 0 && d->index % 4 == 3) lull_endpoint_close(&c->ep, 0);
+}
+
+static uint64_t closing_run(uint64_t seed) {
+    lull_loop *loop = L = vloop();
+    lull_simnet_options o = {.seed = seed,
+                             .trace = getenv("SIM_TRACE") ? stderr : NULL};
+    o.faults = (lull_simfaults){.delay_ns = MS,
+                                .jitter_ns = 2 * MS,
+                                .window = 500,
+                                .slow_permille = 300,
+                                .slow_read_ns = MS,
+                                .partition_every_ns = 10 * MS,
+                                .partition_ns = 5 * MS,
+                                .break_permille = 200,
+                                .reset_permille = 200,
+                                .reset_within = 2000,
+                                .refuse_permille = 100};
+    CHECK_EQ(lull_simnet_new(&dnet, loop, &o), 0);
+    lull_simserver srv;
+    CHECK_EQ(lull_simserver_listen(dnet, &srv, "s", dend_accept), 0);
+    daccepted = dclosed = 0;
+    int ends = 0;
+    for (int i = 0; i < DCONN; i++) {
+        dend *d = dend_new(i, (i * 3) % 7);
+        lull_simconn_options co = {.flags = (i & 2) ? LULL_SIMCONN_RAW : 0};
+        CHECK_EQ(lull_simconn_connect(dnet, &d->c, "s", &co, dend_connected),
+                 0);
+        lull_endpoint_set_callbacks(&d->c.ep, dend_frame, NULL, dend_close);
+        ends++;
+        uint64_t pos = 0, rng = seed + (uint64_t)i;
+        send_pattern(&d->c.ep, &pos, 1500, &rng);
+    }
+    lull_loop_advance(loop, 200 * MS);
+    for (int i = 0; i < 2 * DCONN; i++)
+        if (dends[i]) lull_endpoint_close(&dends[i]->c.ep, 0);
+    lull_simserver_close(&srv);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    for (int i = 0; i < 2 * DCONN; i++)
+        CHECK(dends[i] == NULL);
+    CHECK_EQ(dclosed, ends + daccepted);
+    lull_simnet_stats st;
+    lull_simnet_get_stats(dnet, &st);
+    CHECK_EQ(lull_simnet_free(dnet), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    return st.trace_hash;
+}
+
+TEST(same_seed_same_trace_when_callbacks_close) {
+    /* Ends on the heap, freed by their close callbacks, whose on_frame
+     * closes itself or its peer, partitions, resets, pauses or heals, with
+     * every fault on: the same seed, the same trace hash (the network's
+     * events and the callbacks' own lines); another seed, another. */
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        uint64_t h = closing_run(seed);
+        CHECK_U64_EQ(closing_run(seed), h);
+        CHECK(closing_run(seed + 100) != h);
+    }
+}
+
+/* ------------------------------------------------ the owner's thread */
+
+enum {
+    W_LISTEN,
+    W_SERVER_CLOSE,
+    W_HEAL,
+    W_LOG,
+    W_STATS,
+    W_READ_STOP,
+    W_READ_START,
+    W_SHUTDOWN,
+    W_PARTITION,
+    W_RESET,
+    W_COUNT
+};
+static lull_simnet *thread_net;
+static lull_simserver thread_srv;
+static end thread_cl;
+
+static void *call_from_thread(void *arg) {
+    int what = *(int *)arg;
+    lull_simserver other;
+    lull_simnet_stats st;
+    switch (what) {
+    case W_LISTEN:
+        lull_simserver_listen(thread_net, &other, "t", on_connection);
+        break;
+    case W_SERVER_CLOSE:
+        lull_simserver_close(&thread_srv);
+        break;
+    case W_HEAL:
+        lull_simnet_heal(thread_net);
+        break;
+    case W_LOG:
+        lull_simnet_log(thread_net, "x");
+        break;
+    case W_STATS:
+        lull_simnet_get_stats(thread_net, &st);
+        break;
+    case W_READ_STOP:
+        lull_simconn_read_stop(&thread_cl.c);
+        break;
+    case W_READ_START:
+        lull_simconn_read_start(&thread_cl.c);
+        break;
+    case W_SHUTDOWN:
+        lull_simconn_shutdown(&thread_cl.c);
+        break;
+    case W_PARTITION:
+        lull_simconn_partition(&thread_cl.c, MS, false);
+        break;
+    case W_RESET:
+        lull_simconn_reset(&thread_cl.c, 10);
+        break;
+    }
+    return NULL;
+}
+
+static void sim_call_elsewhere(void *arg) {
+    thread_net = open_pair(1, NULL, NULL, 0, &thread_srv, &thread_cl);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, call_from_thread, arg), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+}
+
+TEST_THREADED(sim_calls_from_another_thread_assert) {
+    /* Every call on a network or its connections belongs to the loop's
+     * thread: from another, debug builds stop the program, as for the
+     * rest of lull, rather than race with the loop. (lull_simnet_free
+     * reads no loop: it may follow lull_loop_free.) */
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no thread asserts to check\n");
+        return;
+    }
+    int missed = 0;
+    for (int what = 0; what < W_COUNT; what++)
+        if (!check_dies(sim_call_elsewhere, &what,
+                        "lull: called from a thread that does not own the "
+                        "loop")) {
+            fprintf(stderr, "call %d from another thread did not assert\n",
+                    what);
+            missed++;
+        }
+    CHECK_EQ(missed, 0);
+}
+
+static bool pause_after_read;
+static void frame_then_pause(lull_endpoint *ep, const void *bytes, size_t len) {
+    on_frame(ep, bytes, len);
+    if (pause_after_read) {
+        pause_after_read = false;
+        CHECK_EQ(lull_endpoint_read_stop(ep), 0);
+    }
+}
+
+TEST(peer_that_reads_again_after_an_unread_close_gets_eof) {
+    /* An end closes with its paused peer's bytes unread: the peer is
+     * reset if it is still not reading when the reset comes; one that
+     * reads again first reads what came, then EOF, even if it pauses
+     * once more on the way (the reset was answered by its reading). */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options o = {.faults = {.delay_ns = MS}};
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    lull_endpoint_set_callbacks(&accepted.c.ep, frame_then_pause, on_drain,
+                                on_close);
+    CHECK_EQ(lull_simconn_read_stop(&cl.c), 0);
+    CHECK_EQ(lull_simconn_read_stop(&accepted.c), 0);
+    uint64_t pos = 0, rng = 9;
+    send_pattern(&accepted.c.ep, &pos, 5000, &rng);
+    pos = 0;
+    send_pattern(&cl.c.ep, &pos, 300, &rng);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_endpoint_close(&cl.c.ep, 0), 0);
+    pause_after_read = true;
+    CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(accepted.closes, 0); /* paused again: nothing reaches it */
+    CHECK(accepted.got > 0);
+    CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_EQ(accepted.close_reason, 0);
+    CHECK_U64_EQ(accepted.got, 300);
+    CHECK(!accepted.bad);
+    CHECK_EQ(cl.closes, 1);
+    finish(loop, net, &srv);
+}
+
+static end second_accept;
+static int second_accept_rc;
+static void accept_close_accept(lull_simserver *srv) {
+    accept_send_close(srv);
+    end_setup(&second_accept);
+    second_accept_rc = lull_simserver_accept(srv, &second_accept.c, NULL);
+    if (second_accept_rc == 0)
+        lull_endpoint_set_callbacks(&second_accept.c.ep, on_frame, NULL,
+                                    on_close);
+}
+
+TEST(one_accept_per_connect) {
+    /* A connect is accepted once: after an accept whose end was closed at
+     * once, another accept takes nothing (-ENOENT), and the first end's
+     * bytes, EOF and close callback are not lost to it. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", accept_close_accept), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    int second = second_accept_rc;
+    CHECK_EQ(cl.connect_status, 0);
+    CHECK_U64_EQ(cl.got, 2);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(cl.close_reason, 0);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_U64_EQ(srv.accepted, 1);
+    if (second_accept_rc == 0) {
+        lull_endpoint_close(&second_accept.c.ep, 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    }
+    CHECK_EQ(second, -ENOENT);
+    finish(loop, net, &srv);
+}
+
+/* ------------------------------------------- hostile calls at random */
+
+/* Ends that a seeded script drives: from the test, and from inside every
+ * callback (on_connection, connect, frame, drain, close, a frame's
+ * release, on_event), each call may send, close, pause, resume, shut
+ * down, partition, reset, heal, connect, accept, or try to free the
+ * network. */
+#define RZ 8
+typedef struct rz_end {
+    lull_simconn c;
+    bool live;      /* set up, its close callback not yet run */
+    bool has_close; /* set up with a close callback */
+    int gen;        /* set-ups so far: a frame counts for its own */
+    int out;        /* frames of this set-up not yet released */
+} rz_end;
+typedef struct rz_frame {
+    lull_frame f;
+    rz_end *owner;
+    int gen;
+    char bytes[64];
+} rz_frame;
+
+static rz_end rz[2 * RZ]; /* clients, then accepted ends */
+static lull_simnet *rz_net;
+static lull_simserver rz_srv;
+static uint64_t rz_rng;
+static int rz_sent, rz_released;
+static bool rz_finishing; /* no free attempts: the test still uses net */
+
+static uint64_t rz_draw(uint64_t n) {
+    rz_rng ^= rz_rng << 13;
+    rz_rng ^= rz_rng >> 7;
+    rz_rng ^= rz_rng << 17;
+    return rz_rng % n;
+}
+
+static void rz_act(rz_end *e);
+static rz_end *rz_any(void) {
+    return &rz[rz_draw(2 * RZ)];
+}
+
+static void rz_release(lull_frame *f) {
+    rz_frame *x = LULL_CONTAINER_OF(f, rz_frame, f);
+    if (x->gen == x->owner->gen) x->owner->out--;
+    rz_released++;
+    free(x);
+    if (rz_draw(6) == 0) rz_act(rz_any());
+}
+
+static void rz_on_close(lull_endpoint *ep, int reason) {
+    rz_end *e = ep->data;
+    CHECK(e->live);
+    if (e->out)
+        check_fail(__FILE__, __LINE__, "%s: on_close(%d) with %d frames out",
+                   e->c.name, reason, e->out);
+    e->live = false;
+    if (rz_draw(4) == 0) rz_act(rz_any());
+}
+
+static void rz_on_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)b;
+    (void)n;
+    CHECK(((rz_end *)ep->data)->live);
+    if (rz_draw(3) == 0) rz_act(rz_any());
+    if (rz_draw(3) == 0) rz_act(ep->data);
+}
+
+static void rz_on_drain(lull_endpoint *ep) {
+    CHECK(((rz_end *)ep->data)->live);
+    if (rz_draw(2) == 0) rz_act(rz_any());
+}
+
+static void rz_set_up(rz_end *e) {
+    e->live = true;
+    e->has_close = rz_draw(4) != 0;
+    e->gen++;
+    e->out = 0;
+    lull_endpoint_set_callbacks(&e->c.ep, rz_on_frame, rz_on_drain,
+                                e->has_close ? rz_on_close : NULL);
+}
+
+static lull_simconn_options rz_options(void) {
+    return (lull_simconn_options){.flags = rz_draw(2) ? LULL_SIMCONN_RAW : 0,
+                                  .max_queued = rz_draw(3) == 0 ? 3000 : 0,
+                                  .high_water = 1 + rz_draw(2000)};
+}
+
+static void rz_accept(lull_simserver *srv) {
+    if (rz_draw(5) == 0 && srv->pending) rz_act(srv->pending->ep.data);
+    for (int tries = 1 + (int)rz_draw(2); tries > 0; tries--) {
+        rz_end *e = &rz[RZ + rz_draw(RZ)];
+        if (e->live) continue;
+        e->c.ep.data = e;
+        lull_simconn_options o = rz_options();
+        if (lull_simserver_accept(srv, &e->c, &o) == 0) rz_set_up(e);
+        if (rz_draw(5) == 0) rz_act(e);
+    }
+}
+
+static void rz_connected(lull_simconn *c, int status) {
+    rz_end *e = c->ep.data;
+    CHECK(e->live);
+    if (status && !e->has_close) e->live = false; /* done: nothing follows */
+    if (rz_draw(3) == 0) rz_act(e);
+}
+
+static void rz_act(rz_end *e) {
+    switch (rz_draw(12)) {
+    case 0:
+    case 1:
+    case 2: {
+        if (!e->live) break;
+        rz_frame *x = calloc(1, sizeof *x);
+        CHECK(x != NULL);
+        x->f = (lull_frame){
+            .bytes = x->bytes, .len = rz_draw(65), .release = rz_release};
+        x->owner = e;
+        x->gen = e->gen;
+        if (lull_endpoint_send(&e->c.ep, &x->f) == 0) {
+            rz_sent++;
+            e->out++;
+        } else {
+            free(x);
+        }
+        break;
+    }
+    case 3:
+        if (!e->live) break;
+        lull_endpoint_close(&e->c.ep, -EINTR);
+        if (!e->has_close) e->live = false;
+        break;
+    case 4:
+        if (e->live) lull_simconn_read_stop(&e->c);
+        break;
+    case 5:
+        if (e->live) lull_simconn_read_start(&e->c);
+        break;
+    case 6:
+        if (e->live) lull_simconn_shutdown(&e->c);
+        break;
+    case 7:
+        if (e->live) lull_simconn_partition(&e->c, rz_draw(3 * MS), rz_draw(2));
+        break;
+    case 8:
+        if (e->live) lull_simconn_reset(&e->c, rz_draw(100));
+        break;
+    case 9:
+        if (rz_draw(8) == 0) lull_simnet_heal(rz_net);
+        break;
+    case 10:
+        if (!e->live && e < &rz[RZ]) {
+            e->c.ep.data = e;
+            lull_simconn_options o = rz_options();
+            if (lull_simconn_connect(rz_net, &e->c, "s", &o, rz_connected) == 0)
+                rz_set_up(e);
+        }
+        break;
+    case 11:
+        if (!rz_finishing) CHECK_EQ(lull_simnet_free(rz_net), -EBUSY);
+        break;
+    }
+}
+
+static void rz_on_event(lull_simnet *net, void *arg) {
+    (void)net;
+    (void)arg;
+    if (rz_draw(8) == 0) rz_act(rz_any());
+}
+
+TEST(random_hostile_calls_keep_the_contracts) {
+    /* For many seeds: every end set up gets its close callback once, after
+     * every frame it sent was released; every frame is released once; no
+     * callback reaches an end that is done; everything frees (ASan sees
+     * any use after free). */
+    for (uint64_t seed = 1; seed <= 300; seed++) {
+        memset(rz, 0, sizeof rz);
+        rz_rng = seed * 2654435761u + 1;
+        rz_sent = rz_released = 0;
+        rz_finishing = false;
+        lull_loop *loop = L = vloop();
+        lull_simnet_options o = {.seed = seed, .on_event = rz_on_event};
+        o.faults = (lull_simfaults){.delay_ns = rz_draw(2) * MS,
+                                    .jitter_ns = rz_draw(2) * MS,
+                                    .bandwidth = rz_draw(2) ? 100000 : 0,
+                                    .window = rz_draw(2) ? 100 : 0,
+                                    .slow_permille = 300,
+                                    .slow_read_ns = MS,
+                                    .partition_every_ns = 20 * MS,
+                                    .partition_ns = 5 * MS,
+                                    .break_permille = 300,
+                                    .reset_permille = 300,
+                                    .reset_within = 500,
+                                    .refuse_permille = 100};
+        CHECK_EQ(lull_simnet_new(&rz_net, loop, &o), 0);
+        CHECK_EQ(lull_simserver_listen(rz_net, &rz_srv, "s", rz_accept), 0);
+        for (int k = 0; k < 400; k++) {
+            rz_act(rz_any());
+            lull_loop_advance(loop, rz_draw(2 * MS));
+        }
+        rz_finishing = true;
+        lull_simserver_close(&rz_srv);
+        for (int i = 0; i < 2 * RZ; i++) {
+            if (!rz[i].live) continue;
+            lull_simconn_read_start(&rz[i].c);
+            lull_endpoint_close(&rz[i].c.ep, 0);
+            if (!rz[i].has_close) rz[i].live = false;
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        for (int i = 0; i < 2 * RZ; i++)
+            if (rz[i].live)
+                check_fail(__FILE__, __LINE__, "seed %" PRIu64 ": %s not done",
+                           seed, rz[i].c.name);
+        CHECK_EQ(rz_sent, rz_released);
+        CHECK_EQ(lull_simnet_free(rz_net), 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
+TEST(framed_max_frame_is_what_a_4_byte_length_holds) {
+    /* As on a framed stream, a framed connection's max_frame is at most
+     * UINT32_MAX, whatever was asked: a longer frame is refused at send
+     * (-EMSGSIZE), never put on the wire, where its length plus its
+     * header would not fit. Raw, SIZE_MAX stays. */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){.max_frame = SIZE_MAX};
+    dont_accept = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    lull_simconn_options co = {.max_frame = SIZE_MAX};
+    client_connect(net, &cl, "s", &co);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(cl.c.ep.max_frame, UINT32_MAX);
+    CHECK_U64_EQ(accepted.c.ep.max_frame, UINT32_MAX);
+    static const char b[1];
+    lull_frame huge = {.bytes = b, .len = SIZE_MAX};
+    CHECK_EQ(lull_endpoint_send(&cl.c.ep, &huge), -EMSGSIZE);
+    close_both(net, &srv, &cl);
+
+    lull_loop *l2 = L = vloop();
+    CHECK_EQ(lull_simnet_new(&net, l2, NULL), 0);
+    accept_opts = (lull_simconn_options){.flags = LULL_SIMCONN_RAW,
+                                         .max_frame = SIZE_MAX};
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    co = (lull_simconn_options){.flags = LULL_SIMCONN_RAW,
+                                .max_frame = SIZE_MAX};
+    client_connect(net, &cl, "s", &co);
+    CHECK_EQ(lull_loop_run(l2, LULL_RUN_DEFAULT), 0);
+    CHECK(cl.c.ep.max_frame == SIZE_MAX);
+    close_both(net, &srv, &cl);
+}
+
+static int unknown_flag_accept_rc = 1;
+static void accept_with_unknown_flag(lull_simserver *srv) {
+    end_setup(&accepted);
+    lull_simconn_options o = {.flags = 0x80000000u};
+    unknown_flag_accept_rc = lull_simserver_accept(srv, &accepted.c, &o);
+}
+
+TEST(unknown_flags_are_invalid) {
+    /* As for loops, processes and sockets: a flag this lull does not know
+     * is -EINVAL, not silently ignored (a program built for a lull with
+     * that flag would otherwise run without it). */
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options bad = {.flags = 0x80u};
+    CHECK_EQ(lull_simnet_new(&net, loop, &bad), -EINVAL);
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", accept_with_unknown_flag),
+             0);
+    end cl;
+    end_setup(&cl);
+    lull_simconn_options co = {.flags = LULL_SIMCONN_RAW | 0x40u};
+    CHECK_EQ(lull_simconn_connect(net, &cl.c, "s", &co, on_connect), -EINVAL);
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(unknown_flag_accept_rc, -EINVAL);
+    CHECK_EQ(cl.connect_status, -ECONNREFUSED);
+    finish(loop, net, &srv);
 }
