@@ -127,13 +127,15 @@ static bool ours(const lull_process *p) {
 }
 
 /* pidfd_send_signal, which never reaches a stranger. Where it is refused
- * (ENOSYS: a seccomp filter, valgrind), kill(pid) once the pidfd says the
- * child has not exited: until it is reaped its pid cannot be reused, and
- * after its exit there is nothing to send. */
+ * (ENOSYS: a seccomp filter, valgrind; EPERM: older seccomp profiles, for
+ * any call they do not know), kill(pid) once the pidfd says the child has
+ * not exited: until it is reaped its pid cannot be reused, and after its
+ * exit there is nothing to send. (A child we truly may not signal, a
+ * set-uid one, refuses kill() with EPERM too.) */
 static int send_signal(lull_process *p, int signum) {
     if (syscall(SYS_pidfd_send_signal, p->pidfd, signum, NULL, 0) == 0)
         return 0;
-    if (errno != ENOSYS) return -errno;
+    if (errno != ENOSYS && errno != EPERM) return -errno;
     struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
     if (poll(&pfd, 1, 0) == 1) return 0; /* exited: as for a zombie */
     return kill(p->pid, signum) < 0 ? -errno : 0;

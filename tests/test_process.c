@@ -190,6 +190,32 @@ TEST(killed_by_a_signal) {
     free_loop(loop);
 }
 
+#ifdef CHECK_SANDBOX_ARCH
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424 /* the same number on every architecture */
+#endif
+/* In a child: pidfd_send_signal refused with err, as seccomp profiles
+ * refuse system calls they do not know (older ones with EPERM, newer with
+ * ENOSYS); lull_process_kill still reaches the child, through kill(). */
+static void kill_without_pidfd_signals(void *err) {
+    check_deny_syscalls((const int[]){SYS_pidfd_send_signal}, 1,
+                        (int)(intptr_t)err);
+    lull_loop *loop = new_loop();
+    kid a = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &a, &o), 0);
+    CHECK_EQ(lull_process_kill(&a.p, SIGTERM), 0);
+    run_until(loop, &a.exits, 1);
+    CHECK_EQ(a.sig, SIGTERM);
+    free_loop(loop);
+}
+
+TEST(kill_where_pidfd_signals_are_refused) {
+    CHECK(check_exits_cleanly(kill_without_pidfd_signals, (void *)EPERM));
+    CHECK(check_exits_cleanly(kill_without_pidfd_signals, (void *)ENOSYS));
+}
+#endif
+
 /* LULL_PROCESS_KILL_ON_CLOSE: the close sends SIGKILL, and on_exit is the
  * last callback, in a later turn; the loop stays alive until then. */
 TEST(kill_on_close) {
