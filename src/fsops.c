@@ -170,8 +170,12 @@ static int64_t copy_run(lull_fs *req, bool to_pos) {
                 n = sendfile(req->fd2, req->fd, &in,
                              want > 0x7ffff000 ? 0x7ffff000 : want);
             if (n < 0 && errno == EINTR) continue;
-            if ((n < 0 && (errno == EXDEV || errno == EINVAL ||
-                           errno == ENOSYS || errno == EOPNOTSUPP)) ||
+            /* EPERM: older seccomp profiles refuse the calls they do not
+             * know with it (a true EPERM, an immutable destination,
+             * fails the fallback's write the same way). */
+            if ((n < 0 &&
+                 (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+                  errno == EOPNOTSUPP || errno == EPERM)) ||
                 (n == 0 && done == 0)) {
                 fallback = true;
                 continue;
@@ -218,7 +222,9 @@ static int64_t stat_run(int dirfd, const char *path, int flags,
         if (sx.stx_mask & STATX_BTIME) out->btime_ns = NS(sx.stx_btime);
         return 0;
     }
-    if (errno != ENOSYS) return -errno;
+    /* ENOSYS, or EPERM from a seccomp profile older than statx: fstatat
+     * (no stat of a path gives a true EPERM). */
+    if (errno != ENOSYS && errno != EPERM) return -errno;
 #endif
     struct stat st;
     if (fstatat(dirfd, path, &st, flags) < 0) return -errno;

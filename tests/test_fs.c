@@ -485,6 +485,7 @@ TEST_THREADED(getaddrinfo_cancel_before_start) {
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 
 static lull_loop *L;
@@ -778,6 +779,43 @@ TEST_THREADED(fs_copy_range_and_its_fallback) {
     close(out);
     fs_teardown();
 }
+
+#ifdef CHECK_SANDBOX_ARCH
+/* In a child: statx, copy_file_range and sendfile refused with EPERM, as
+ * older seccomp profiles refuse what they do not know (statx famously):
+ * stat falls back to fstatat, the copies to read and write. */
+static void fs_without_newer_calls(void *arg) {
+    (void)arg;
+    /* Before the pool's threads start: they inherit the filter. */
+    check_deny_syscalls(
+        (const int[]){SYS_statx, SYS_copy_file_range, SYS_sendfile}, 3, EPERM);
+    fs_setup();
+    int in = open_rw(path);
+    fill(in, 10000);
+    lull_stat st;
+    CHECK_EQ(run(lull_fs_stat(L, P, &R, path, &st, on_fs)), 0);
+    CHECK_EQ(st.size, 10000);
+    CHECK(S_ISREG(st.mode));
+    int out = open_rw(in_dir("copy"));
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, out, 0, in, 0, 10000, on_fs)),
+             10000);
+    same_bytes(in, 0, out, 0, 10000);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, p[1], in, 0, 1000, on_fs)), 1000);
+    char got[1000];
+    CHECK_EQ(read(p[0], got, sizeof got), 1000);
+    close(p[0]);
+    close(p[1]);
+    close(in);
+    close(out);
+    fs_teardown();
+}
+
+TEST_THREADED(fs_calls_a_sandbox_refuses_fall_back) {
+    CHECK(check_exits_cleanly(fs_without_newer_calls, NULL));
+}
+#endif
 
 TEST_THREADED(fs_sendfile_to_a_pipe) {
     fs_setup();
