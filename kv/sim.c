@@ -33,6 +33,10 @@
  *     network by a client of a replica); one that has applied the whole
  *     log holds the primary's keyspace, expiry times included, so a
  *     divergence is named (key, both values, offset) when it happens;
+ *     no replica serves a key past its time (its first to expire, read
+ *     with EXISTS); once per ms of its clock, no key the primary held
+ *     past its time at the last look is still there (its expiry timer
+ *     deletes each, which no read would show);
  *   - a log line a correct cluster never writes (a malformed record,
  *     ...) fails the seed at once, as logged; a replica that drops its
  *     link says why;
@@ -40,7 +44,12 @@
  *     on the primary; every replica's link is up, at the primary's
  *     offset, with its keyspace byte for byte (pending TTLs too); what
  *     did not settle is diagnosed against the log replayed to the
- *     replica's offset;
+ *     replica's offset; the primary has every replica's acknowledgement
+ *     of that offset, one link each, and holds no key past its time;
+ *   - then, in a quarter of the seeds, the primary restarts (a last write
+ *     of up to 64 KiB in flight): empty, with a new replid; each replica
+ *     must drop the old history (keys, offset, a partial record) in a
+ *     full resync and end as above with the new primary;
  *   - over a run, each fault kind drawn in 50 seeds had its effect;
  *   - nothing is left: every connection closed, lull_simnet_free and
  *     lull_loop_free return 0.
@@ -243,6 +252,18 @@ struct sim {
     /* Fault profiles drawn with each kind on (random_faults): a kind
      * drawn again and again must show its effect (fault_effects). */
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
+    /* A quarter of the seeds: once the checks passed, the primary
+     * restarts empty, with a new history, and every replica must drop
+     * what it holds and follow it (restart_primary). */
+    bool restart;
+    lull_timer restart_t; /* the new primary's start */
+    uint64_t restarts;    /* primaries restarted */
+    /* The first primary's counters, when it restarted. */
+    uint64_t old_over_limit, old_expired;
+    int64_t expiry_checked;    /* the primary's ms last looked at */
+    const dict_entry *overdue; /* a key past its time at that look */
+    int64_t overdue_expire;    /* its time */
+    bool primary_down;         /* stopped, until it restarts */
 };
 
 static sim *the_sim; /* for should_yield, whose hook has no argument */
@@ -922,7 +943,7 @@ static bool sim_yield(lull_loop *loop) {
     return rnd(&the_sim->yield_rng) % 4 == 0;
 }
 
-static int node_open(sim *S, node *n, int index) {
+static int node_open(sim *S, node *n, int index, int64_t clock_ms) {
     server *srv = &n->srv;
     server_defaults(srv);
     n->S = S;
@@ -958,8 +979,8 @@ static int node_open(sim *S, node *n, int index) {
             S->plant & ~(unsigned)(PLANT_HOLLOW_PARTITION | PLANT_STREAMS);
         srv->port = 6380;
     }
-    int rc = server_open(srv, S->loop,
-                         streams_mode ? &kv_net_streams : &kv_net_sim, BASE_MS);
+    int rc = server_open(
+        srv, S->loop, streams_mode ? &kv_net_streams : &kv_net_sim, clock_ms);
     if (rc < 0) return rc;
     /* Replicas take clients too: the atomicity reader's. */
     return lull_simserver_listen(S->net, &n->ls, replica ? n->name : "primary",
@@ -1845,6 +1866,85 @@ static void check_pairs(sim *S, node *n) {
     }
 }
 
+static void no_key_past_time(const dict *d, dict_entry *e, void *arg) {
+    (void)d;
+    int64_t *now_and_found = arg; /* [0] now, [1] an expire seen past it */
+    int64_t t = store_obj(e)->expire;
+    if (store_expired(t, now_and_found[0]) && !now_and_found[1])
+        now_and_found[1] = t;
+}
+
+/* A key past its time, looked for in the primary's keyspace. */
+typedef struct overdue {
+    int64_t now;
+    const dict_entry *seen; /* found at the last look (NULL: none) */
+    int64_t seen_expire;
+    bool still;              /* it is there, as it was */
+    const dict_entry *first; /* the first found at this look */
+    int64_t first_expire;
+} overdue;
+
+static void find_overdue(const dict *d, dict_entry *e, void *arg) {
+    (void)d;
+    overdue *o = arg;
+    int64_t t = store_obj(e)->expire;
+    if (!store_expired(t, o->now)) return;
+    if (e == o->seen && t == o->seen_expire) o->still = true;
+    if (!o->first) {
+        o->first = e;
+        o->first_expire = t;
+    }
+}
+
+/* The primary's expiry timer deletes a key (and logs the DEL its
+ * replicas apply) as soon as its time is past: no key stays longer than
+ * that. A read hides one it missed (a lookup deletes it); DBSIZE, the
+ * replicas and memory do not. Looked at once per ms of the primary's
+ * clock: a key past its time at one look (one set with a time already
+ * past goes a turn later) must be gone at the next. */
+static void check_expiry_on_time(sim *S) {
+    kv *k = &S->nodes[0].srv.kv;
+    if (S->primary_down) return; /* its expiry timer stopped */
+    overdue o = {.now = k->clock(k),
+                 .seen = S->overdue,
+                 .seen_expire = S->overdue_expire};
+    if (o.now == S->expiry_checked) return;
+    S->expiry_checked = o.now;
+    uint64_t cursor = 0;
+    do
+        cursor = dict_scan(&k->db.d, cursor, 64, find_overdue, &o);
+    while (cursor);
+    if (o.still) {
+        fail(S,
+             "primary: a key that expired at %" PRId64 " is still held at "
+             "%" PRId64 ": the expiry timer missed it",
+             o.seen_expire, o.now);
+        return;
+    }
+    S->overdue = o.first;
+    S->overdue_expire = o.first_expire;
+}
+
+/* A replica deletes no key by its own clock (it waits for the primary's
+ * DEL), but it must not serve one past its time: its first key to expire,
+ * when that time has passed, is read as a client would (EXISTS, which on
+ * a replica deletes nothing) and must be gone. The model cannot see this:
+ * no client reads a replica's expiring keys. */
+static void check_no_stale(sim *S, node *n) {
+    kv *k = &n->srv.kv;
+    dict_entry *e = store_first_expiry(&k->db);
+    if (!e || !store_expired(store_obj(e)->expire, k->clock(k))) return;
+    resp_arg a[2] = {{"EXISTS", 6}, {dict_key(&k->db.d, e), e->klen}};
+    static buf out;
+    out.len = 0;
+    kv_exec(k, NULL, a, 2, &out);
+    if (out.len >= 2 && memcmp(out.p, ":0", 2) == 0) return;
+    fail(S,
+         "%s serves %.*s, which expired at %" PRId64 " (its clock %" PRId64 ")",
+         n->name, (int)e->klen, dict_key(&k->db.d, e), store_obj(e)->expire,
+         k->clock(k));
+}
+
 /* After every event: no replica's offset goes back, but to begin a new
  * history (a full resync from another replid); it is a record boundary
  * of the primary's log and never inside a transaction; one that has
@@ -1854,6 +1954,8 @@ static void check_offsets(lull_simnet *net, void *arg) {
     sim *S = arg;
     if (S->failed || S->tearing_down) return;
     const repl_log *log = &S->nodes[0].srv.kv.log;
+    check_expiry_on_time(S);
+    if (S->failed) return;
     for (int i = 1; i <= S->nreplicas; i++) {
         node *n = &S->nodes[i];
         const master *m = &n->srv.m;
@@ -1865,7 +1967,10 @@ static void check_offsets(lull_simnet *net, void *arg) {
                  n->name, n->last_offset, off);
             return;
         }
-        if (off != n->last_offset && m->replid[0]) {
+        /* Bytes of an old history (a restarted primary's) may still
+         * arrive: only offsets in the primary's own are checked. */
+        if (off != n->last_offset && m->replid[0] &&
+            strcmp(m->replid, S->nodes[0].srv.kv.replid) == 0) {
             repl_cursor cur;
             if (repl_log_seek(log, off, &cur) < 0) {
                 fail(S,
@@ -1885,6 +1990,8 @@ static void check_offsets(lull_simnet *net, void *arg) {
             }
         }
         n->last_offset = off;
+        check_no_stale(S, n);
+        if (S->failed) return;
         check_pairs(S, n);
         if (S->failed) return;
         check_caught_up(S, n);
@@ -1963,6 +2070,8 @@ static void diagnose(sim *S, node *n, char *out, size_t cap) {
     buf_free(&mine);
 }
 
+static void final_replicas(sim *S);
+
 static void final_checks(sim *S) {
     server *p = &S->nodes[0].srv;
     int64_t now = ms_now(S);
@@ -1991,6 +2100,28 @@ static void final_checks(sim *S) {
                 return;
             }
         }
+    }
+    final_replicas(S);
+}
+
+/* After the settle, every replica: its link up at the primary's offset,
+ * its keyspace the primary's; the primary knows each one's offset from
+ * its acks; and the primary holds no key past its time (its expiry
+ * timer deletes each one when it is due, and a key the timer missed is
+ * served by no read but still held, counted and copied to replicas). */
+static void final_replicas(sim *S) {
+    server *p = &S->nodes[0].srv;
+    int64_t now[2] = {p->kv.clock(&p->kv) - 1, 0}; /* a ms of grace */
+    uint64_t cursor = 0;
+    do
+        cursor = dict_scan(&p->kv.db.d, cursor, 64, no_key_past_time, now);
+    while (cursor);
+    if (now[1]) {
+        fail(S,
+             "primary: a key that expired at %" PRId64 " is still held at "
+             "%" PRId64 ": the expiry timer missed it",
+             now[1], now[0] + 1);
+        return;
     }
     buf dp = {0}, dr = {0};
     kv_dump(&p->kv, &dp);
@@ -2027,6 +2158,103 @@ static void final_checks(sim *S) {
     }
     buf_free(&dp);
     buf_free(&dr);
+    if (S->failed) return;
+    size_t links = 0;
+    for (repl_peer *q = p->kv.peers.next; q != &p->kv.peers; q = q->next) {
+        links++;
+        if (q->offset != p->kv.log.end) {
+            fail(S,
+                 "primary: the replica at port %d acknowledged offset "
+                 "%" PRIu64 " of %" PRIu64 " after the settle",
+                 q->port, q->offset, p->kv.log.end);
+            return;
+        }
+    }
+    if (links != (size_t)S->nreplicas)
+        fail(S, "primary: %zu replica links after the settle, for %d replicas",
+             links, S->nreplicas);
+}
+
+/* The new primary's start: once the old one's connections are all closed
+ * (each replica's link sees its end), at a whole ms, so that its clock
+ * reads what the replicas' do. */
+static void restart_open(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, restart_t);
+    node *p = &S->nodes[0];
+    uint64_t ns = lull_loop_now(S->loop);
+    if (p->srv.kv.npeers || p->srv.kv.clients || ns % MS) {
+        lull_timer_start(t, MS - ns % MS, 0);
+        return;
+    }
+    S->old_over_limit = p->srv.links_over_limit;
+    S->old_expired = p->srv.expiry.fired;
+    server_free(&p->srv);
+    if (node_open(S, p, 0, ms_now(S)) < 0) abort();
+    S->primary_down = false;
+    S->overdue = NULL;
+    /* Another history: another id, an empty log. */
+    snprintf(p->srv.kv.replid, sizeof p->srv.kv.replid, "%040" PRIx64,
+             ~S->seed);
+    lull_simnet_log(S->net, "primary restarted: replid %s", p->srv.kv.replid);
+    for (int i = 1; i <= S->nreplicas; i++)
+        S->nodes[i].compared = 0;
+    /* Its first write, a key the clients used (c1:k0), so that a replica
+     * keeping the old history's keys, or its offset, is caught. */
+    resp_arg set[3] = {{"SET", 3}, {"c1:k0", 5}, {"new history", 11}};
+    static buf out;
+    out.len = 0;
+    kv_exec(&p->srv.kv, NULL, set, 3, &out);
+}
+
+/* The old primary stops, a few ms after its last write, which its
+ * replicas may be receiving: a replica that had part of a record when
+ * its link went must forget it (the new history's first record is
+ * another). */
+static void restart_stop(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, restart_t);
+    node *p = &S->nodes[0];
+    lull_simnet_log(S->net, "primary stops");
+    S->primary_down = true;
+    lull_simserver_close(&p->ls);
+    kill_replicas(&p->srv.kv);
+    server_stop(&p->srv);
+    lull_timer_init(S->loop, &S->restart_t, restart_open);
+    lull_timer_start(&S->restart_t, 1 * MS + below(&S->rng, 400 * MS), 0);
+}
+
+/* The primary restarts: after a last write of up to 64 KiB, its
+ * replicas are cut off, and it comes back empty with a new replid a
+ * while later (after their reconnects were refused, with their backoff).
+ * Each replica must take a full resync: drop the old history's keys and
+ * any partial record, start its offset over, and end with the new
+ * primary's keyspace, at its offset, acknowledged. Without it no seed has
+ * a replica resync from another history (one history: every resume
+ * continues). */
+static void restart_primary(sim *S) {
+    node *p = &S->nodes[0];
+    S->restarts++;
+    static char big[64 << 10];
+    size_t len = 1 + below(&S->rng, sizeof big);
+    memset(big, 'r', len);
+    resp_arg set[3] = {{"SET", 3}, {"c1:k1", 5}, {big, len}};
+    static buf out;
+    out.len = 0;
+    kv_exec(&p->srv.kv, NULL, set, 3, &out);
+    wake_links(&p->srv);
+    lull_timer_init(S->loop, &S->restart_t, restart_stop);
+    lull_timer_start(&S->restart_t, below(&S->rng, 3 * MS), 0);
+    lull_timer_start(&S->deadline, SETTLE_NS, 0);
+    lull_timer_unref(&S->deadline);
+    if (streams_mode)
+        run_streams(S, false);
+    else
+        lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+    if (S->failed) return;
+    if (lull_timer_active(&S->restart_t)) {
+        fail(S, "primary: not restarted (its connections did not close)");
+        return;
+    }
+    final_replicas(S);
 }
 
 /* ------------------------------------------------------------ one seed */
@@ -2038,7 +2266,7 @@ typedef struct outcome {
     lull_simnet_stats stats;
     uint64_t commands;
     uint64_t over_limit;
-    uint64_t multis, lost, continues, fulls, expired;
+    uint64_t multis, lost, continues, fulls, expired, restarts;
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
     uint64_t probes;       /* the prober's SETs read back early and late */
     uint64_t io[IO_KINDS]; /* --streams: each fault kind's effects */
@@ -2083,6 +2311,10 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     S->rng = seed * 0x2545f4914f6cdd1dull + 1;
     S->yield_rng = seed ^ 0x5bd1e995u;
     S->no_faults = determinism > 0;
+    /* Drawn apart from the workload's stream: the rest of a seed's run is
+     * what it was before seeds restarted their primary. */
+    uint64_t rs = seed ^ 0x7265737461727421ull;
+    S->restart = !S->no_faults && rnd(&rs) % 4 == 0;
     uint64_t *r = &S->rng;
     S->nreplicas = 1 + (int)below(r, REPLICAS_MAX);
     S->nclients = 1 + (int)below(r, CLIENTS_MAX);
@@ -2130,7 +2362,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
                     S->chunk_size, S->high_water);
     if (streams_mode) plan_draw(S);
     for (int i = 0; i <= S->nreplicas; i++)
-        if (node_open(S, &S->nodes[i], i) < 0) abort();
+        if (node_open(S, &S->nodes[i], i, BASE_MS) < 0) abort();
     lull_timer_init(S->loop, &S->deadline, deadline_due);
     if (!S->no_faults) lull_timer_start(&S->deadline, WORKLOAD_NS, 0);
     for (int i = 0; i <= S->nreplicas; i++)
@@ -2159,13 +2391,15 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     else
         lull_loop_run(S->loop, LULL_RUN_DEFAULT);
     if (!S->failed) final_checks(S);
+    if (!S->failed && S->restart) restart_primary(S);
     out->commands = S->cmds_run;
-    out->over_limit = S->nodes[0].srv.links_over_limit;
+    out->over_limit = S->old_over_limit + S->nodes[0].srv.links_over_limit;
     out->multis = S->multis;
     out->lost = S->lost;
     out->continues = S->continues;
     out->fulls = S->fulls;
-    out->expired = S->nodes[0].srv.expiry.fired;
+    out->restarts = S->restarts;
+    out->expired = S->old_expired + S->nodes[0].srv.expiry.fired;
     out->probes = S->probe.probes;
     out->drawn_partitions = S->drawn_partitions;
     out->drawn_resets = S->drawn_resets;
@@ -2191,6 +2425,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     lull_simserver_close(&S->nodes[0].ls);
     server_stop(&S->nodes[0].srv);
     lull_timer_stop(&S->deadline);
+    if (S->restarts) lull_timer_stop(&S->restart_t);
     if (streams_mode)
         run_streams(S, true);
     else
@@ -2318,7 +2553,7 @@ static int run_unread_close(void) {
         lull_simnet_new(&S->net, S->loop, &no) < 0)
         abort();
     for (int i = 0; i <= S->nreplicas; i++)
-        if (node_open(S, &S->nodes[i], i) < 0) abort();
+        if (node_open(S, &S->nodes[i], i, BASE_MS) < 0) abort();
     for (int i = 0; i <= S->nreplicas; i++)
         server_start(&S->nodes[i].srv);
     lull_timer_init(S->loop, &S->deadline, unread_step);
@@ -2624,7 +2859,7 @@ int main(int argc, char **argv) {
     uint64_t n = 0, failures = 0;
     lull_simnet_stats total = {0};
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
-    uint64_t continues = 0, fulls = 0, expired = 0, probes = 0;
+    uint64_t continues = 0, fulls = 0, expired = 0, probes = 0, restarts = 0;
     fault_tally faults = {0};
     if (seconds > 0 && !quiet)
         printf("soak: %.0f s of seeds from %" PRIu64 "\n", seconds, first);
@@ -2639,6 +2874,7 @@ int main(int argc, char **argv) {
         lost += o.lost;
         continues += o.continues;
         fulls += o.fulls;
+        restarts += o.restarts;
         expired += o.expired;
         probes += o.probes;
         total.events += o.stats.events;
@@ -2689,12 +2925,13 @@ int main(int argc, char **argv) {
            " reads slowed, %" PRIu64 " refused connects; %" PRIu64
            " client connections lost, %" PRIu64
            " replica links closed for their output, %" PRIu64
-           " replica resumes from an offset, %" PRIu64 " full syncs, %" PRIu64
-           " expiry timer runs, %" PRIu64 " expiry probes\n",
+           " replica resumes from an offset, %" PRIu64 " full syncs (%" PRIu64
+           " primaries restarted), %" PRIu64 " expiry timer runs, %" PRIu64
+           " expiry probes\n",
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
-           expired, probes);
+           restarts, expired, probes);
     if (streams_mode) {
         printf("streams: ");
         for (int k = 0; k < IO_KINDS - 1; k++)
