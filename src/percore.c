@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lull.h"
 #include "own_name.h"
@@ -103,6 +104,7 @@ struct lull_percore {
     bool quiet;             /* the last round that ended found none */
     bool warned;            /* atomic: the bounce was named on stderr */
     lull_percore *next_set; /* the list of sets started and not stopped */
+    pid_t pid; /* the process that started it: a fork's copy has no threads */
 };
 
 /* The sets started and not yet stopped, so that lull_percore_stop can
@@ -311,6 +313,7 @@ int lull_percore_start(lull_percore **out, const lull_percore_options *opts) {
     }
     pc->opts = *opts;
     pc->count = count;
+    pc->pid = getpid();
     sem_init(&pc->ready, 0, 0);
     sem_init(&pc->run, 0, 0);
     pthread_mutex_init(&pc->lock, NULL);
@@ -380,15 +383,19 @@ static bool stop_would_deadlock(const lull_percore *pc) {
 }
 
 /* Takes pc off the list of sets for its stop: -EINVAL if it is not on it
- * (so pc is read only once it is known to be a set), -EDEADLK (and it
- * stays) if this thread may not stop it. Of two racing stops, one is
- * refused. */
+ * (so pc is read only once it is known to be a set) or this process did
+ * not start it (a forked child's copy, whose threads are not there),
+ * -EDEADLK (and it stays) if this thread may not stop it. Of two racing
+ * stops, one is refused. */
 static int sets_take(lull_percore *pc) {
     pthread_mutex_lock(&sets_lock);
     lull_percore **at = &sets;
     while (*at && *at != pc)
         at = &(*at)->next_set;
-    int rc = !*at ? -EINVAL : stop_would_deadlock(pc) ? -EDEADLK : 0;
+    int rc = !*at                      ? -EINVAL
+             : pc->pid != getpid()     ? -EINVAL
+             : stop_would_deadlock(pc) ? -EDEADLK
+                                       : 0;
     if (rc == 0) *at = pc->next_set;
     pthread_mutex_unlock(&sets_lock);
     return rc;

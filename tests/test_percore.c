@@ -13,6 +13,7 @@
 #include <semaphore.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -847,4 +848,27 @@ TEST_THREADED(percore_stop_twice_is_refused) {
     CHECK_EQ(lull_percore_stop(other), -EINVAL);
     int not_a_set;
     CHECK_EQ(lull_percore_stop((lull_percore *)&not_a_set), -EINVAL);
+}
+
+/* A forked child holds a copy of the set and none of its threads: a stop
+ * there is refused (-EINVAL) at once, where it would post to loops nobody
+ * runs and join threads that are not there; the parent's set is
+ * untouched and stops as ever. */
+TEST_THREADED(percore_stop_in_a_forked_child_is_refused) {
+    lull_percore_options o = {.loops = 2};
+    lull_percore *pc = NULL;
+    CHECK_EQ(lull_percore_start(&pc, &o), 0);
+    fflush(NULL);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        alarm(10); /* a hang fails the child, not the whole case's timeout */
+        _exit(lull_percore_stop(pc) == -EINVAL ? 0 : 1);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(child, &status, 0), child);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK_EQ(lull_percore_count(pc), 2);
+    CHECK_EQ(lull_percore_stop(pc), 0);
 }
