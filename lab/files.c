@@ -643,6 +643,9 @@ out:
     return rc;
 }
 
+/* --only: the two figures' keys. */
+static const char *const files_only[] = {"pool_read", "fs_events", NULL};
+
 const lab_scenario lab_files = {
     "files",
     "the pool's 4 KiB pread round trip beside a bare futex pool and libuv; "
@@ -652,4 +655,5 @@ const lab_scenario lab_files = {
     "files",
     NULL,
     true,
+    files_only,
 };

@@ -56,6 +56,9 @@ typedef struct lab_scenario {
     /* With --quick (the demo) it prints its verdict lines only: no title
      * either, so `make demo` stays one screen. */
     bool verdict_only_when_quick;
+    /* The names --only takes (NULL-terminated; NULL: none): lab/main.c
+     * refuses any other before the run starts. */
+    const char *const *only;
 } lab_scenario;
 
 extern const lab_scenario lab_turns;     /* lab/turns.c */
@@ -98,6 +101,9 @@ double lab_percentile(double *v, size_t n, double p);
  * that missed a round (a failure, a value not measured) has no value for
  * it: round[i] says which round v[i] came from, in increasing order. */
 #define LAB_MAX_ROUNDS 64
+/* --sessions: the full pump runs 10,000; a million sessions is past any
+ * figure the lab reports, and keeps the sizes' arithmetic in an int. */
+#define LAB_MAX_SESSIONS 1000000
 typedef struct lab_series {
     double v[LAB_MAX_ROUNDS];
     int round[LAB_MAX_ROUNDS];

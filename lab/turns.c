@@ -667,6 +667,21 @@ static int run_turns(const lab_options *opts, lab_json *json) {
     return 0;
 }
 
+/* --only: turns_figures' keys (lull-lab turns --json lists them). */
+static const char *const turns_only[] = {"chain_task",
+                                         "chain_timer0",
+                                         "lateness_1ms",
+                                         "idle",
+                                         "roundtrip",
+                                         "roundtrip_2cpu",
+                                         "timers",
+                                         "virtual_clock",
+                                         "lateness_busy",
+                                         "arm_delay",
+                                         NULL};
+_Static_assert(sizeof turns_only / sizeof turns_only[0] == TURNS_FIGURES + 1,
+               "turns_only lists every figure of turns_figures");
+
 const lab_scenario lab_turns = {
     "turns",
     "per-turn cost, timer lateness, idle, cross-thread trips, timers at "
@@ -677,4 +692,5 @@ const lab_scenario lab_turns = {
     "C1 C2 C3 C7",
     NULL,
     false,
+    turns_only,
 };
