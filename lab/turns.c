@@ -199,6 +199,7 @@ static bool is_lull(const turns_peer *peer) {
 /* The thread's timer slack when lull-lab started: the kernel's default
  * unless whoever started lull-lab changed it. */
 long turns_default_slack_ns;
+int turns_idle_handles = 10000;
 
 /* What a figure's measure function reads: the run's parameters and which
  * figure it is. */
@@ -597,6 +598,7 @@ static int run_turns(const lab_options *opts, lab_json *json) {
         printf("  RLIMIT_NOFILE is %ld: idle uses %d sockets and timers\n",
                nofile, p.idle_handles);
     }
+    turns_idle_handles = p.idle_handles;
 
     const turns_peer *peers[KNOWN_COUNT];
     int npeers = 0;
