@@ -192,10 +192,23 @@ static void client_connected(lull_stream *s, int status) {
     lull_endpoint_send_copy(&s->ep, c->msg, c->want);
 }
 
+/* A port from the command line: digits only, 1-65535 (atoi read "abc"
+ * as 0, a port the kernel picks, and wrapped 70000 to 4464); -1 if not. */
+static int port_arg(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *s >= '0' && *s <= '9' && !*end && v >= 1 && v <= 65535 ? (int)v
+                                                                   : -1;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--worker") == 0) return worker_main();
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
-    int port = self_test ? 0 : (argc > 1 ? atoi(argv[1]) : 7000);
+    int port = self_test ? 0 : (argc > 1 ? port_arg(argv[1]) : 7000);
+    if (port < 0) {
+        fprintf(stderr, "usage: prefork [PORT (1-65535)] | --self-test\n");
+        return 2;
+    }
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return 1;
     int rc = lull_server_listen_tcp(loop, &server, "127.0.0.1", port, 0,

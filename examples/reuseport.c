@@ -303,6 +303,15 @@ static bool self_test(int mode) {
     return ok && rc == 0 && every && served == CONNS;
 }
 
+/* A port from the command line: digits only, 1-65535 (atoi read "abc"
+ * as 0, a port the kernel picks, and wrapped 70000 to 4464); -1 if not. */
+static int port_arg(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *s >= '0' && *s <= '9' && !*end && v >= 1 && v <= 65535 ? (int)v
+                                                                   : -1;
+}
+
 int main(int argc, char **argv) {
     /* Every thread lull_percore starts inherits this mask, so SIGINT and
      * SIGTERM reach only sigwait below. */
@@ -321,9 +330,16 @@ int main(int argc, char **argv) {
         return ok ? 0 : 1;
     }
     app *a = &the_app;
-    a->port = argc > 1 ? (uint16_t)atoi(argv[1]) : 7001;
-    a->mode = argc > 2 && strcmp(argv[2], "handoff") == 0 ? MODE_HANDOFF
-                                                          : MODE_REUSEPORT;
+    int port = argc > 1 ? port_arg(argv[1]) : 7001;
+    const char *mode = argc > 2 ? argv[2] : "reuseport";
+    if (port < 0 || argc > 3 ||
+        (strcmp(mode, "handoff") != 0 && strcmp(mode, "reuseport") != 0)) {
+        fprintf(stderr, "usage: reuseport [PORT (1-65535) [reuseport|handoff]] "
+                        "| --self-test\n");
+        return 2;
+    }
+    a->port = (uint16_t)port;
+    a->mode = strcmp(mode, "handoff") == 0 ? MODE_HANDOFF : MODE_REUSEPORT;
     a->loops = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (a->loops > MAX_LOOPS) a->loops = MAX_LOOPS;
     int rc = serve(a);
