@@ -11,6 +11,7 @@
 #   --plot /nonexistent/x.svg  found only after the whole run
 #   stdout closed (>&-)        a socket took fd 1; libuv aborted
 #   stdout /dev/full           every table lost, exit 0
+#   soak --seconds abc         one pass, "soak: ok"
 #
 #   cmake -DLAB=path/to/lull-lab -P bad_options.cmake
 cmake_minimum_required(VERSION 3.19)
@@ -51,6 +52,13 @@ case(2 "--kv '/nonexistent/lull-kv': No such file" serve --quick --kv /nonexiste
 case(2 "--plot: cannot write '/nonexistent/dir/x.svg'" turns --quick --plot /nonexistent/dir/x.svg)
 case(1 "cannot write /nonexistent/dir/x.json" turns --quick --json /nonexistent/dir/x.json)
 case(2 "unknown argument '--bogus'" turns --bogus)
+# The soak's own options: "abc" seconds ran one pass and said "ok"; a
+# mistyped --seed ran seed 0, not the run asked for.
+case(2 "soak: --seconds takes 0..1000000000, not 'abc'" soak --seconds abc)
+case(2 "soak: --seconds takes 0..1000000000, not '1e20'" soak --seconds 1e20)
+case(2 "soak: --seed takes a number, not '0x12g'" soak --seed 0x12g)
+case(2 "soak: --seconds needs a value" soak --seconds)
+case(2 "soak: --only takes one of: pump" soak --only nosuch)
 
 # Empty values (CMake drops an empty argument, so through sh).
 foreach(args "turns --rounds ''|--rounds takes 1..64, not ''"
