@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -250,8 +251,14 @@ static bool echo_all(uint16_t port) {
         fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof a) < 0)
+        if (fds[i] < 0 ||
+            connect(fds[i], (struct sockaddr *)&a, sizeof a) < 0) {
+            fprintf(stderr, "reuseport: connection %d of %d: %s\n", i + 1,
+                    CONNS, strerror(errno));
+            for (int k = 0; k <= i; k++)
+                if (fds[k] >= 0) close(fds[k]);
             return false;
+        }
     }
     bool ok = true;
     for (int i = 0; i < CONNS && ok; i++) {
@@ -269,10 +276,33 @@ static bool echo_all(uint16_t port) {
             if (ok) got += (size_t)r;
         }
         ok = ok && memcmp(in, out, BYTES) == 0;
+        if (!ok)
+            fprintf(stderr,
+                    "reuseport: connection %d: no echo, or a wrong "
+                    "one, within 5 s\n",
+                    i + 1);
     }
     for (int i = 0; i < CONNS; i++)
         close(fds[i]);
     return ok;
+}
+
+/* The self-test holds CONNS client sockets and as many accepted ones,
+ * beside the loops' own: with fewer fds allowed it would fail half-way,
+ * so it raises the soft limit to the hard one, or says what it needs. */
+static bool enough_fds(void) {
+    rlim_t need = 2 * CONNS + 64;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) return true;
+    if (rl.rlim_max >= need) {
+        rl.rlim_cur = need;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0) return true;
+    }
+    fprintf(stderr,
+            "reuseport: the self-test needs %llu fds; RLIMIT_NOFILE is %llu "
+            "(ulimit -n)\n",
+            (unsigned long long)need, (unsigned long long)rl.rlim_max);
+    return false;
 }
 
 static bool self_test(int mode) {
@@ -322,6 +352,7 @@ int main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 
     if (argc > 1 && strcmp(argv[1], "--self-test") == 0) {
+        if (!enough_fds()) return 1;
         bool ok = self_test(MODE_REUSEPORT);
         ok = self_test(MODE_HANDOFF) && ok;
         printf("self-test: %s\n", ok ? "every connection echoed, every loop "
