@@ -74,6 +74,16 @@ foreach(args "turns --rounds ''|--rounds takes 1..64, not ''"
   endif()
 endforeach()
 
+# A --kv that exits at once, saying nothing: "lull-kv: exited at start: "
+# ended with nothing after the colon. (Where redis-server or
+# redis-benchmark is missing, serve is skipped and so is this case.)
+execute_process(COMMAND ${LAB} serve --quick --only throughput --kv /bin/false
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+if(NOT out MATCHES "serve skipped" AND (NOT rc EQUAL 1 OR
+   NOT out MATCHES "lull-kv: exited at start: it printed nothing"))
+  set(failures "${failures}\n  serve --kv /bin/false: exit ${rc} (want 1), stdout:\n${out}")
+endif()
+
 # stdout closed, and stdout on a device that is always full.
 execute_process(COMMAND sh -c "\"${LAB}\" turns --quick --only virtual_clock >&-"
   RESULT_VARIABLE rc ERROR_VARIABLE err TIMEOUT 60)
