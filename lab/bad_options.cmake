@@ -39,9 +39,9 @@ case(2 "--rounds takes 1..64, not '5x'" turns --rounds 5x)
 case(2 "--sessions takes 1..100000, not '0'" pump --sessions 0)
 case(2 "--sessions takes 1..100000, not '4294967308'" pump --sessions 4294967308)
 case(2 "--sessions takes 1..100000, not '100001'" pump --sessions 100001)
-case(2 "turns has no figure 'nosuchfigure'; --only takes: chain_task "
+case(2 "turns has no figure 'nosuchfigure' \\(only: chain_task, chain_timer0, "
   turns --quick --only nosuchfigure)
-case(2 "pump has no figure 'main'; --only takes: journal" pump --quick --only main)
+case(2 "pump has no figure 'main' \\(only: journal\\)" pump --quick --only main)
 case(2 "loopback has no figures to pick" loopback --quick --only rows)
 case(2 "replicate has no figures to pick" replicate --quick --only x)
 case(2 "serve has no figure 'x'" serve --quick --only x)

@@ -211,11 +211,10 @@ static bool only_known(const lab_scenario *s, const char *name) {
                 s->name, name);
         return false;
     }
-    fprintf(stderr, "lull-lab: %s has no figure '%s'; --only takes:", s->name,
-            name);
+    fprintf(stderr, "lull-lab: %s has no figure '%s' (only:", s->name, name);
     for (const char *const *n = s->only; *n; n++)
-        fprintf(stderr, " %s", *n);
-    fprintf(stderr, "\n");
+        fprintf(stderr, "%s %s", n == s->only ? "" : ",", *n);
+    fprintf(stderr, ")\n");
     return false;
 }
 
