@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define WORKERS 2
@@ -66,6 +67,15 @@ static void ctl_frame(lull_endpoint *ep, const void *bytes, size_t len) {
 }
 
 static int worker_main(void) {
+    /* Started by hand, stdin is no socketpair: say so, rather than exit 1
+     * with no word (or wait on a terminal for frames that never come). */
+    struct stat st;
+    if (fstat(0, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+        fprintf(stderr, "prefork: --worker is how prefork starts its "
+                        "workers; their stdin is a socketpair, this one is "
+                        "not\n");
+        return 2;
+    }
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return 1;
     lull_stream ctl;
