@@ -261,13 +261,14 @@ static int stdout_status(int rc) {
 }
 
 int main(int argc, char **argv) {
-    if (!std_fds_open()) return 2;
-    /* The soak has options of its own; a runner child (lab/runner_child.c)
-     * is started by the runner scenario, never by hand. */
-    if (argc > 1 && strcmp(argv[1], "soak") == 0)
-        return lab_soak_main(argc - 1, argv + 1);
+    /* A runner child (lab/runner_child.c) is started by the runner
+     * scenario, never by hand, with the fds it is given; the soak has
+     * options of its own. */
     if (argc > 1 && strcmp(argv[1], "runner-child") == 0)
         return runner_child_main(argc - 1, argv + 1);
+    if (!std_fds_open()) return 2;
+    if (argc > 1 && strcmp(argv[1], "soak") == 0)
+        return lab_soak_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "titles") == 0)
         return stdout_status(titles());
     lab_options opts = {.argv0 = argv[0]};
