@@ -244,9 +244,23 @@ static void *client_main(void *arg) {
     return NULL;
 }
 
+/* A port from the command line: digits only, 1-65535 (atoi read "abc"
+ * as 0, a port the kernel picks, and wrapped 70000 to 4464); -1 if not. */
+static int port_arg(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *s >= '0' && *s <= '9' && !*end && v >= 1 && v <= 65535 ? (int)v
+                                                                   : -1;
+}
+
 int main(int argc, char **argv) {
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
-    uint16_t port = self_test ? 0 : argc > 1 ? (uint16_t)atoi(argv[1]) : 7000;
+    int arg = self_test ? 0 : argc > 1 ? port_arg(argv[1]) : 7000;
+    if (arg < 0) {
+        fprintf(stderr, "usage: echo [PORT (1-65535)] | --self-test\n");
+        return 2;
+    }
+    uint16_t port = (uint16_t)arg;
     /* The self-test's idle timeout must outlast any stall of its client
      * thread on a loaded machine (a 250 ms one was seen to expire in the
      * middle of the busy exchange), yet keep the test short. */

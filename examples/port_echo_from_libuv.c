@@ -126,9 +126,23 @@ static void client_done(void *arg) {
     lull_task_post_remote(s->loop, &s->stop);
 }
 
+/* A port from the command line: digits only, 1-65535 (atoi read "abc"
+ * as 0, a port the kernel picks, and wrapped 70000 to 4464); -1 if not. */
+static int port_arg(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *s >= '0' && *s <= '9' && !*end && v >= 1 && v <= 65535 ? (int)v
+                                                                   : -1;
+}
+
 int main(int argc, char **argv) {
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
-    int port = self_test ? 0 : argc > 1 ? atoi(argv[1]) : 7000;
+    int port = self_test ? 0 : argc > 1 ? port_arg(argv[1]) : 7000;
+    if (port < 0) {
+        fprintf(stderr,
+                "usage: port_echo_from_libuv [PORT (1-65535)] | --self-test\n");
+        return 2;
+    }
     /* The self-test's idle timeout must outlast a stall of its client
      * thread on a loaded machine, yet keep the test short. */
     server s = {.idle_ns = (self_test ? 1000 : 10000) * MS};

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define WORKERS 2
@@ -66,6 +67,15 @@ static void ctl_frame(lull_endpoint *ep, const void *bytes, size_t len) {
 }
 
 static int worker_main(void) {
+    /* Started by hand, stdin is no socketpair: say so, rather than exit 1
+     * with no word (or wait on a terminal for frames that never come). */
+    struct stat st;
+    if (fstat(0, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+        fprintf(stderr, "prefork: --worker is how prefork starts its "
+                        "workers; their stdin is a socketpair, this one is "
+                        "not\n");
+        return 2;
+    }
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return 1;
     lull_stream ctl;
@@ -192,10 +202,23 @@ static void client_connected(lull_stream *s, int status) {
     lull_endpoint_send_copy(&s->ep, c->msg, c->want);
 }
 
+/* A port from the command line: digits only, 1-65535 (atoi read "abc"
+ * as 0, a port the kernel picks, and wrapped 70000 to 4464); -1 if not. */
+static int port_arg(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *s >= '0' && *s <= '9' && !*end && v >= 1 && v <= 65535 ? (int)v
+                                                                   : -1;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--worker") == 0) return worker_main();
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
-    int port = self_test ? 0 : (argc > 1 ? atoi(argv[1]) : 7000);
+    int port = self_test ? 0 : (argc > 1 ? port_arg(argv[1]) : 7000);
+    if (port < 0) {
+        fprintf(stderr, "usage: prefork [PORT (1-65535)] | --self-test\n");
+        return 2;
+    }
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return 1;
     int rc = lull_server_listen_tcp(loop, &server, "127.0.0.1", port, 0,

@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -250,8 +251,14 @@ static bool echo_all(uint16_t port) {
         fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof a) < 0)
+        if (fds[i] < 0 ||
+            connect(fds[i], (struct sockaddr *)&a, sizeof a) < 0) {
+            fprintf(stderr, "reuseport: connection %d of %d: %s\n", i + 1,
+                    CONNS, strerror(errno));
+            for (int k = 0; k <= i; k++)
+                if (fds[k] >= 0) close(fds[k]);
             return false;
+        }
     }
     bool ok = true;
     for (int i = 0; i < CONNS && ok; i++) {
@@ -269,10 +276,33 @@ static bool echo_all(uint16_t port) {
             if (ok) got += (size_t)r;
         }
         ok = ok && memcmp(in, out, BYTES) == 0;
+        if (!ok)
+            fprintf(stderr,
+                    "reuseport: connection %d: no echo, or a wrong "
+                    "one, within 5 s\n",
+                    i + 1);
     }
     for (int i = 0; i < CONNS; i++)
         close(fds[i]);
     return ok;
+}
+
+/* The self-test holds CONNS client sockets and as many accepted ones,
+ * beside the loops' own: with fewer fds allowed it would fail half-way,
+ * so it raises the soft limit to the hard one, or says what it needs. */
+static bool enough_fds(void) {
+    rlim_t need = 2 * CONNS + 64;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) return true;
+    if (rl.rlim_max >= need) {
+        rl.rlim_cur = need;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0) return true;
+    }
+    fprintf(stderr,
+            "reuseport: the self-test needs %llu fds; RLIMIT_NOFILE is %llu "
+            "(ulimit -n)\n",
+            (unsigned long long)need, (unsigned long long)rl.rlim_max);
+    return false;
 }
 
 static bool self_test(int mode) {
@@ -303,6 +333,15 @@ static bool self_test(int mode) {
     return ok && rc == 0 && every && served == CONNS;
 }
 
+/* A port from the command line: digits only, 1-65535 (atoi read "abc"
+ * as 0, a port the kernel picks, and wrapped 70000 to 4464); -1 if not. */
+static int port_arg(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *s >= '0' && *s <= '9' && !*end && v >= 1 && v <= 65535 ? (int)v
+                                                                   : -1;
+}
+
 int main(int argc, char **argv) {
     /* Every thread lull_percore starts inherits this mask, so SIGINT and
      * SIGTERM reach only sigwait below. */
@@ -313,6 +352,7 @@ int main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 
     if (argc > 1 && strcmp(argv[1], "--self-test") == 0) {
+        if (!enough_fds()) return 1;
         bool ok = self_test(MODE_REUSEPORT);
         ok = self_test(MODE_HANDOFF) && ok;
         printf("self-test: %s\n", ok ? "every connection echoed, every loop "
@@ -321,9 +361,16 @@ int main(int argc, char **argv) {
         return ok ? 0 : 1;
     }
     app *a = &the_app;
-    a->port = argc > 1 ? (uint16_t)atoi(argv[1]) : 7001;
-    a->mode = argc > 2 && strcmp(argv[2], "handoff") == 0 ? MODE_HANDOFF
-                                                          : MODE_REUSEPORT;
+    int port = argc > 1 ? port_arg(argv[1]) : 7001;
+    const char *mode = argc > 2 ? argv[2] : "reuseport";
+    if (port < 0 || argc > 3 ||
+        (strcmp(mode, "handoff") != 0 && strcmp(mode, "reuseport") != 0)) {
+        fprintf(stderr, "usage: reuseport [PORT (1-65535) [reuseport|handoff]] "
+                        "| --self-test\n");
+        return 2;
+    }
+    a->port = (uint16_t)port;
+    a->mode = strcmp(mode, "handoff") == 0 ? MODE_HANDOFF : MODE_REUSEPORT;
     a->loops = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (a->loops > MAX_LOOPS) a->loops = MAX_LOOPS;
     int rc = serve(a);

@@ -202,14 +202,27 @@ static bool run(uint64_t seed, FILE *trace, long long *total, long long *want,
     return !*why;
 }
 
+/* A seed or a count: digits only (strtoull read "abc" as 0 seeds, which
+ * then "proved" the protocol, and "-1" as 2^64 - 1). */
+static bool count_arg(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*s < '0' || *s > '9' || *end || errno) return false;
+    *out = v;
+    return true;
+}
+
 int main(int argc, char **argv) {
     uint64_t seeds = 200, first = 1;
     bool one = false, trace = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--seeds") == 0 && i + 1 < argc)
-            seeds = strtoull(argv[++i], NULL, 10);
-        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
-            first = strtoull(argv[++i], NULL, 10), one = true, seeds = 1;
+        if (strcmp(argv[i], "--seeds") == 0 && i + 1 < argc &&
+            count_arg(argv[i + 1], &seeds) && seeds > 0)
+            i++;
+        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc &&
+                 count_arg(argv[i + 1], &first))
+            i++, one = true, seeds = 1;
         else if (strcmp(argv[i], "--trace") == 0)
             trace = true;
         else if (strcmp(argv[i], "--no-dedup") == 0)
@@ -219,6 +232,11 @@ int main(int argc, char **argv) {
                             "[--trace] [--no-dedup]\n");
             return 2;
         }
+    }
+    if (seeds > UINT64_MAX - first) {
+        fprintf(stderr, "sim_counter: --seed and --seeds run past the last "
+                        "seed\n");
+        return 2;
     }
     for (uint64_t s = first; s < first + seeds; s++) {
         long long total, want;

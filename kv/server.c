@@ -365,10 +365,50 @@ static const char usage_text[] =
     "ready and runs until SIGINT or SIGTERM, which close every connection\n"
     "and exit 0. docs/KV.md has the commands it serves.\n";
 
-static int usage(void) {
-    fputs(usage_text, stderr);
+/* A refused option: one line naming it and what it takes, then where the
+ * options are listed (the whole usage buried that line). Exit status 2. */
+static int refuse(const char *opt, const char *want, const char *val) {
+    if (!opt)
+        ; /* the caller said it */
+    else if (val)
+        fprintf(stderr, "lull-kv: %s takes %s, not '%s'\n", opt, want, val);
+    else
+        fprintf(stderr, "lull-kv: %s %s\n", opt, want);
+    fputs("usage: lull-kv [OPTION]... (lull-kv --help lists them)\n", stderr);
     return 2;
 }
+
+/* The options that take a value, so a missing one is named as such. */
+static bool takes_value(const char *a) {
+    static const char *const names[] = {"--port",
+                                        "--unix",
+                                        "--bind",
+                                        "--requirepass",
+                                        "--masterauth",
+                                        "--protected-mode",
+                                        "--tls-port",
+                                        "--tls-cert-file",
+                                        "--tls-key-file",
+                                        "--tls-ca-cert-file",
+                                        "--tls-auth-clients",
+                                        "--tls-replication",
+                                        "--proto-max-bulk-len",
+                                        "--max-bulk",
+                                        "--client-query-buffer-limit",
+                                        "--client-output-buffer-limit",
+                                        "--replica-of",
+                                        "--repl-mode",
+                                        "--repl-catchup",
+                                        "--repl-sender-cpu"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(a, names[i]) == 0) return true;
+    return false;
+}
+
+#define PORT_WANT "a port number 0-65535"
+#define YES_NO    "yes or no"
+#define SIZE_WANT                                                              \
+    "a size above 0 (bytes, or a number with k, kb, m, mb, g or gb)"
 
 /* A size as Redis reads one (memtoll): digits, then no unit or b (bytes),
  * k / m / g (powers of 1000) or kb / mb / gb (powers of 1024), in any
@@ -801,9 +841,12 @@ int main(int argc, char **argv) {
         int yn;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage_text, stdout);
-            return 0;
+            if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+            fprintf(stderr, "lull-kv: writing --help: %s\n", strerror(errno));
+            return 1;
         } else if (more && strcmp(a, "--port") == 0) {
-            if (!parse_port(argv[++i], &port)) return usage();
+            if (!parse_port(argv[++i], &port))
+                return refuse(a, PORT_WANT, argv[i]);
         } else if (more && strcmp(a, "--unix") == 0) {
             unix_path = argv[++i];
         } else if (strcmp(a, "--bind") == 0) {
@@ -812,7 +855,11 @@ int main(int argc, char **argv) {
             char *w[MAX_BIND];
             nbind =
                 collect_words(argc, argv, &i, text, sizeof text, w, MAX_BIND);
-            if (nbind <= 0) return usage();
+            if (nbind <= 0)
+                return refuse(a,
+                              nbind == 0 ? "needs an address or more"
+                                         : "takes at most 16 addresses",
+                              NULL);
             for (int b = 0; b < nbind; b++)
                 bind[b] = w[b];
         } else if (more && strcmp(a, "--requirepass") == 0) {
@@ -821,10 +868,11 @@ int main(int argc, char **argv) {
         } else if (more && strcmp(a, "--masterauth") == 0) {
             srv.masterauth = argv[++i];
         } else if (more && strcmp(a, "--protected-mode") == 0) {
-            if ((yn = yes_no(argv[++i])) < 0) return usage();
+            if ((yn = yes_no(argv[++i])) < 0) return refuse(a, YES_NO, argv[i]);
             srv.protected_mode = yn;
         } else if (more && strcmp(a, "--tls-port") == 0) {
-            if (!parse_port(argv[++i], &tls.port)) return usage();
+            if (!parse_port(argv[++i], &tls.port))
+                return refuse(a, PORT_WANT, argv[i]);
         } else if (more && strcmp(a, "--tls-cert-file") == 0) {
             tls.cert = argv[++i];
         } else if (more && strcmp(a, "--tls-key-file") == 0) {
@@ -836,31 +884,37 @@ int main(int argc, char **argv) {
             if (strcasecmp(argv[i], "optional") == 0)
                 tls.auth_clients = 2;
             else if ((tls.auth_clients = yes_no(argv[i])) < 0)
-                return usage();
+                return refuse(a, "yes, no or optional", argv[i]);
         } else if (more && strcmp(a, "--tls-replication") == 0) {
-            if ((yn = yes_no(argv[++i])) < 0) return usage();
+            if ((yn = yes_no(argv[++i])) < 0) return refuse(a, YES_NO, argv[i]);
             tls.replication = yn;
         } else if (more && (strcmp(a, "--proto-max-bulk-len") == 0 ||
                             strcmp(a, "--max-bulk") == 0)) {
             if (!parse_size(argv[++i], &srv.lim.max_bulk) ||
                 srv.lim.max_bulk == 0)
-                return usage();
+                return refuse(a, SIZE_WANT, argv[i]);
         } else if (more && strcmp(a, "--client-query-buffer-limit") == 0) {
             if (!parse_size(argv[++i], &srv.qbuf_limit) || srv.qbuf_limit == 0)
-                return usage();
+                return refuse(a, SIZE_WANT, argv[i]);
         } else if (strcmp(a, "--client-output-buffer-limit") == 0) {
             char text[512], *w[32];
             int n = collect_words(argc, argv, &i, text, sizeof text, w, 32);
-            if (n < 0 || !parse_obl(&srv, w, n)) return usage();
+            if (n < 0 || !parse_obl(&srv, w, n))
+                return refuse(a,
+                              "takes CLASS HARD SOFT SECONDS, once per class "
+                              "(normal, replica or slave, pubsub)",
+                              NULL);
         } else if (more && strcmp(a, "--replica-of") == 0) {
-            if (!parse_hostport(argv[++i], &srv.m)) return usage();
+            if (!parse_hostport(argv[++i], &srv.m))
+                return refuse(a, "HOST:PORT (HOST numeric, or localhost)",
+                              argv[i]);
             srv.kv.replica = true;
         } else if (more && strcmp(a, "--repl-mode") == 0) {
             i++;
             if (strcmp(argv[i], "per-record") == 0)
                 srv.per_record = true;
             else if (strcmp(argv[i], "budget") != 0)
-                return usage();
+                return refuse(a, "budget or per-record", argv[i]);
         } else if (more && strcmp(a, "--repl-catchup") == 0) {
             const char *w = argv[++i];
             if (strcmp(w, "auto") == 0)
@@ -870,16 +924,19 @@ int main(int argc, char **argv) {
             else if (strcmp(w, "loop") == 0)
                 srv.catchup = CATCHUP_LOOP;
             else
-                return usage();
+                return refuse(a, "auto, thread or loop", w);
         } else if (more && strcmp(a, "--repl-sender-cpu") == 0) {
             char *end;
             long cpu = strtol(argv[++i], &end, 10);
             if (*end || end == argv[i] || cpu < 0 ||
                 cpu >= 1024) /* a cpu_set_t's CPUs */
-                return usage();
+                return refuse(a, "a CPU number 0-1023", argv[i]);
             srv.sender_cpu = (int)cpu;
+        } else if (takes_value(a)) {
+            return refuse(a, "needs a value", NULL);
         } else {
-            return usage();
+            fprintf(stderr, "lull-kv: unknown option '%s'\n", a);
+            return refuse(NULL, NULL, NULL);
         }
     }
     /* A client gone is a failed send, not a signal; so is a log reader

@@ -412,8 +412,7 @@ static int events_measure(lab_fig *f, lab_row *row, int round, double *v) {
 
 /* ---------------------------------------------------------- output */
 
-static void brief(lab_fig *pool, lab_fig *ev, const bool ok[IMPLS],
-                  const events_ctx *ec) {
+static void brief_pool(lab_fig *pool, const bool ok[IMPLS]) {
     const char *header[] = {"4 KiB pread round trip", "p50 µs", "p99 µs",
                             "× lull"};
     lab_table t;
@@ -440,6 +439,15 @@ static void brief(lab_fig *pool, lab_fig *ev, const bool ok[IMPLS],
     }
     lab_table_brief(&t, "the pool: median [min–max] over rounds of each "
                         "round's p50/p99");
+}
+
+/* The figures --only left out print nothing: their rows would read
+ * "failed" (the pool's) or a rate of "–" (the events'). */
+static void brief(lab_fig *pool, lab_fig *ev, const bool ok[IMPLS],
+                  const events_ctx *ec, bool run_pool, bool run_ev) {
+    char a[LAB_CELL];
+    if (run_pool) brief_pool(pool, ok);
+    if (!run_ev) return;
     const lab_row *er = &ev->rows[0];
     char rate[LAB_CELL];
     lab_format_series(rate, sizeof rate, &er->v[EC_RATE]);
@@ -450,9 +458,12 @@ static void brief(lab_fig *pool, lab_fig *ev, const bool ok[IMPLS],
            lab_fmt(a, lab_series_max(&er->v[EC_IDLE])));
 }
 
-/* quick (the demo): the first line only; the rest in full runs. */
+/* quick (the demo): the first line only; the rest in full runs. With
+ * --only fs_events the events' line is the one shown, quick or not, and
+ * the pool's lines say they were not measured. */
 static void verdict(lab_fig *pool, lab_fig *ev, const bool ok[IMPLS],
-                    const events_ctx *ec, bool quick) {
+                    const events_ctx *ec, bool quick, bool run_pool,
+                    bool run_ev) {
     char a[LAB_CELL], b[LAB_CELL];
     lab_row *floor_row = lab_fig_find(pool, "floor", NULL);
     lab_row *lull = lab_fig_base(pool, 0);
@@ -460,7 +471,9 @@ static void verdict(lab_fig *pool, lab_fig *ev, const bool ok[IMPLS],
     double bp = lab_row_median(floor_row, PC_P50);
     /* 1. The round trip's p50 within 1.25× of the bare pool's. */
     lab_verdict *v = lab_verdict_add("files", 0);
-    if (v && !(isfinite(lp) && isfinite(bp))) {
+    if (v && !run_pool) {
+        snprintf(v->note, sizeof v->note, "pool p50: not measured (--only)");
+    } else if (v && !(isfinite(lp) && isfinite(bp))) {
         snprintf(v->note, sizeof v->note, "pool p50: not measured");
     } else if (v) {
         v->timing = true;
@@ -473,9 +486,9 @@ static void verdict(lab_fig *pool, lab_fig *ev, const bool ok[IMPLS],
                            lab_row_spread(floor_row, PC_P50));
         lab_verdict_bound(v, lp / bp, 1.25, true);
     }
-    if (quick) return;
+    if (quick && run_pool) return;
     /* 2. At most libuv's. */
-    v = lab_verdict_add("files", 1);
+    v = run_pool ? lab_verdict_add("files", 1) : NULL;
     lab_row *uv = lab_fig_find(pool, "libuv", NULL);
     double up = lab_row_median(uv, PC_P50);
     if (v && (!ok[I_UV] || !isfinite(up) || !isfinite(lp))) {
@@ -492,7 +505,7 @@ static void verdict(lab_fig *pool, lab_fig *ev, const bool ok[IMPLS],
     }
     /* 3. Events: ≥ 10,000 delivered a second, none lost, an idle watch
      * quiet. */
-    v = lab_verdict_add("files", 2);
+    v = run_ev ? lab_verdict_add("files", 2) : NULL;
     const lab_row *er = &ev->rows[0];
     double rate = lab_row_median(er, EC_RATE);
     double idle = lab_series_max(&er->v[EC_IDLE]);
@@ -625,8 +638,8 @@ static int run_files(const lab_options *opts, lab_json *json) {
     }
     /* The demo (--quick) shows the verdict's line and leaves the table to
      * full runs and --verbose. */
-    if (!opts->quick) brief(pool, ev, ok, &ec);
-    verdict(pool, ev, ok, &ec, opts->quick);
+    if (!opts->quick) brief(pool, ev, ok, &ec, run_pool, run_ev);
+    verdict(pool, ev, ok, &ec, opts->quick, run_pool, run_ev);
     lab_fig_plot(pool, opts->plot, PC_P50, "files: 4 KiB pread round trip p50",
                  "µs");
     rc = lab_fig_error(pool);
@@ -643,6 +656,9 @@ out:
     return rc;
 }
 
+/* --only: the two figures' keys. */
+static const char *const files_only[] = {"pool_read", "fs_events", NULL};
+
 const lab_scenario lab_files = {
     "files",
     "the pool's 4 KiB pread round trip beside a bare futex pool and libuv; "
@@ -652,4 +668,5 @@ const lab_scenario lab_files = {
     "files",
     NULL,
     true,
+    files_only,
 };

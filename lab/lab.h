@@ -56,6 +56,9 @@ typedef struct lab_scenario {
     /* With --quick (the demo) it prints its verdict lines only: no title
      * either, so `make demo` stays one screen. */
     bool verdict_only_when_quick;
+    /* The names --only takes (NULL-terminated; NULL: none): lab/main.c
+     * refuses any other before the run starts. */
+    const char *const *only;
 } lab_scenario;
 
 extern const lab_scenario lab_turns;     /* lab/turns.c */
@@ -98,6 +101,10 @@ double lab_percentile(double *v, size_t n, double p);
  * that missed a round (a failure, a value not measured) has no value for
  * it: round[i] says which round v[i] came from, in increasing order. */
 #define LAB_MAX_ROUNDS 64
+/* --sessions: ten times the largest size the full pump runs (10,000; the
+ * runner's largest is 3,000 processes). More is no figure the lab
+ * reports, only minutes of set-up before a first line. */
+#define LAB_MAX_SESSIONS 100000
 typedef struct lab_series {
     double v[LAB_MAX_ROUNDS];
     int round[LAB_MAX_ROUNDS];

@@ -488,4 +488,5 @@ const lab_scenario lab_loopback = {
     "C6 loopback",
     NULL,
     false,
+    NULL, /* no --only: one figure */
 };

@@ -17,6 +17,7 @@
 #include "udp.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
@@ -175,33 +176,122 @@ static const lab_scenario *find(const char *name) {
     return NULL;
 }
 
+/* A count option's value: digits only, within [min, max]; anything else
+ * (empty, "5x", "-1", past INT_MAX) is refused rather than read as
+ * atoi would. */
+static bool parse_count(const char *s, int min, int max, int *out) {
+    if (!*s || *s < '0' || *s > '9') return false;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end || errno || v < min || v > max) return false;
+    *out = (int)v;
+    return true;
+}
+
+/* The options that take a value, for "needs a value" rather than
+ * "unknown argument" when the value is missing. */
+static bool takes_value(const char *a) {
+    static const char *const names[] = {"--rounds", "--plot", "--sessions",
+                                        "--kv",     "--only", "--json"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(a, names[i]) == 0) return true;
+    return false;
+}
+
+/* --only NAME against the names the scenario takes; says which on a
+ * miss, before anything runs. */
+static bool only_known(const lab_scenario *s, const char *name) {
+    for (const char *const *n = s->only; n && *n; n++)
+        if (strcmp(*n, name) == 0) return true;
+    if (!s->only) {
+        fprintf(stderr,
+                "lull-lab: %s has no figures to pick: --only '%s' "
+                "refused\n",
+                s->name, name);
+        return false;
+    }
+    fprintf(stderr, "lull-lab: %s has no figure '%s' (only:", s->name, name);
+    for (const char *const *n = s->only; *n; n++)
+        fprintf(stderr, "%s %s", n == s->only ? "" : ",", *n);
+    fprintf(stderr, ")\n");
+    return false;
+}
+
+/* A file lull-lab will write at the end of the run: refused now if it
+ * cannot be created, not after minutes of measuring. */
+static bool writable(const char *opt, const char *path) {
+    FILE *f = *path ? fopen(path, "a") : NULL;
+    if (!f) {
+        fprintf(stderr, "lull-lab: %s: cannot write '%s': %s\n", opt, path,
+                *path ? strerror(errno) : "empty file name");
+        return false;
+    }
+    fclose(f);
+    return true;
+}
+
+/* stdout closed (`>&-`): refused, since the tables would be lost and the
+ * first socket opened would take fd 1 (libuv, a peer here, asserts no fd
+ * of its own is 0, 1 or 2). A closed stdin or stderr gets /dev/null. */
+static bool std_fds_open(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0) continue;
+        int null = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        if (null >= 0 && null != fd) {
+            dup2(null, fd);
+            close(null);
+        }
+        if (fd == 1) {
+            fprintf(stderr, "lull-lab: stdout is closed: the tables have "
+                            "nowhere to go\n");
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Whether everything printed reached stdout (a full disk, /dev/full, a
+ * closed pipe): said on stderr, and the exit status says it too. */
+static int stdout_status(int rc) {
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    fprintf(stderr, "lull-lab: writing to stdout failed: %s\n",
+            errno ? strerror(errno) : "error");
+    return rc ? rc : 1;
+}
+
 int main(int argc, char **argv) {
-    /* The soak has options of its own; a runner child (lab/runner_child.c)
-     * is started by the runner scenario, never by hand. */
-    if (argc > 1 && strcmp(argv[1], "soak") == 0)
-        return lab_soak_main(argc - 1, argv + 1);
+    /* A runner child (lab/runner_child.c) is started by the runner
+     * scenario, never by hand, with the fds it is given; the soak has
+     * options of its own. */
     if (argc > 1 && strcmp(argv[1], "runner-child") == 0)
         return runner_child_main(argc - 1, argv + 1);
-    if (argc > 1 && strcmp(argv[1], "titles") == 0) return titles();
+    if (!std_fds_open()) return 2;
+    if (argc > 1 && strcmp(argv[1], "soak") == 0)
+        return lab_soak_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "titles") == 0)
+        return stdout_status(titles());
     lab_options opts = {.argv0 = argv[0]};
     const char *command = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--quick") == 0) {
             opts.quick = true;
-        } else if (strcmp(a, "--rounds") == 0 && i + 1 < argc) {
-            opts.rounds = atoi(argv[++i]);
-            if (opts.rounds < 1 || opts.rounds > LAB_MAX_ROUNDS) {
-                fprintf(stderr, "lull-lab: --rounds takes 1..%d\n",
-                        LAB_MAX_ROUNDS);
+        } else if (takes_value(a) && i + 1 >= argc) {
+            fprintf(stderr, "lull-lab: %s needs a value\n", a);
+            return 2;
+        } else if (strcmp(a, "--rounds") == 0) {
+            if (!parse_count(argv[++i], 1, LAB_MAX_ROUNDS, &opts.rounds)) {
+                fprintf(stderr, "lull-lab: --rounds takes 1..%d, not '%s'\n",
+                        LAB_MAX_ROUNDS, argv[i]);
                 return 2;
             }
-        } else if (strcmp(a, "--plot") == 0 && i + 1 < argc) {
+        } else if (strcmp(a, "--plot") == 0) {
             opts.plot_path = argv[++i];
-        } else if (strcmp(a, "--sessions") == 0 && i + 1 < argc) {
-            opts.sessions = atoi(argv[++i]);
-            if (opts.sessions < 1) {
-                fprintf(stderr, "lull-lab: --sessions takes a count >= 1\n");
+        } else if (strcmp(a, "--sessions") == 0) {
+            if (!parse_count(argv[++i], 1, LAB_MAX_SESSIONS, &opts.sessions)) {
+                fprintf(stderr, "lull-lab: --sessions takes 1..%d, not '%s'\n",
+                        LAB_MAX_SESSIONS, argv[i]);
                 return 2;
             }
         } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
@@ -214,16 +304,16 @@ int main(int argc, char **argv) {
             opts.journal = true;
         } else if (strcmp(a, "--aligned") == 0) {
             opts.aligned = true;
-        } else if (strcmp(a, "--kv") == 0 && i + 1 < argc) {
+        } else if (strcmp(a, "--kv") == 0) {
             opts.kv_path = argv[++i];
-        } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {
+        } else if (strcmp(a, "--only") == 0) {
             opts.only = argv[++i];
-        } else if (strcmp(a, "--json") == 0 && i + 1 < argc) {
+        } else if (strcmp(a, "--json") == 0) {
             opts.json_path = argv[++i];
         } else if (strcmp(a, "help") == 0 || strcmp(a, "--help") == 0 ||
                    strcmp(a, "-h") == 0) {
             usage(stdout);
-            return 0;
+            return stdout_status(0);
         } else if (a[0] != '-' && !command) {
             command = a;
         } else {
@@ -245,6 +335,18 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    if (opts.only && !only) {
+        fprintf(stderr, "lull-lab: --only picks a figure of one scenario, "
+                        "not of all\n");
+        return 2;
+    }
+    if (opts.only && !only_known(only, opts.only)) return 2;
+    if (opts.kv_path && access(opts.kv_path, X_OK) != 0) {
+        fprintf(stderr, "lull-lab: --kv '%s': %s\n", opts.kv_path,
+                *opts.kv_path ? strerror(errno) : "empty path");
+        return 2;
+    }
+    if (opts.plot_path && !writable("--plot", opts.plot_path)) return 2;
 
     lab_verbose = opts.verbose;
     /* Tables are read while they print; do not hold them in a buffer. */
@@ -331,6 +433,6 @@ int main(int argc, char **argv) {
         printf("%s%s\n", opts.json_path ? ", plot to " : "plot written to ",
                opts.plot_path);
     }
-    if (failed) return 1;
-    return opts.strict && strict_misses > 0 ? 3 : 0;
+    if (failed) return stdout_status(1);
+    return stdout_status(opts.strict && strict_misses > 0 ? 3 : 0);
 }

@@ -481,6 +481,9 @@ static int run_pump(const lab_options *opts, lab_json *json) {
     return opts->journal ? pump_run_journal(opts, &p, json) : 0;
 }
 
+/* --only: the journal variant alone. */
+static const char *const pump_only[] = {"journal", NULL};
+
 const lab_scenario lab_pump = {
     "pump",
     "the polling pump: a delivery pump polling every 5 ms vs one woken by "
@@ -492,4 +495,5 @@ const lab_scenario lab_pump = {
     "C4 C8 pump",
     NULL,
     false,
+    pump_only,
 };

@@ -464,4 +464,5 @@ const lab_scenario lab_replicate = {
     "C5 C6 replicate",
     NULL,
     false,
+    NULL, /* no --only: one figure */
 };

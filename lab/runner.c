@@ -664,6 +664,10 @@ static int run_runner(const lab_options *opts, lab_json *json) {
 static const char *const runner_headings[] = {RUNNER_LEGEND, RUNNER_SCALE_TITLE,
                                               NULL};
 
+/* --only: the check, or one transport alone (row_wanted). */
+static const char *const runner_only[] = {"check", "notify", "floor", "node",
+                                          NULL};
+
 const lab_scenario lab_runner = {
     "runner",
     "the polling pump on real processes: runner children commit events, the "
@@ -675,4 +679,5 @@ const lab_scenario lab_runner = {
     "runner",
     runner_headings,
     false,
+    runner_only,
 };

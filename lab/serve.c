@@ -582,6 +582,11 @@ static int run_serve(const lab_options *opts, lab_json *json) {
 static const char *const serve_headings[] = {
     SERVE_FLOOR_TITLE_KERNEL, SERVE_FLOOR_TITLE_OWN, SERVE_SUITE_TITLE, NULL};
 
+/* --only: the parts serve_wants() and run_serve pick by name. */
+static const char *const serve_only[] = {
+    "throughput", "floors", "replication", "suite", "bigvalue",
+    "idle",       "pubsub", "tls",         NULL};
+
 const lab_scenario lab_serve = {
     "serve",
     "a Redis-protocol server: lull-kv beside redis-server under "
@@ -595,4 +600,5 @@ const lab_scenario lab_serve = {
     "serve",
     serve_headings,
     false,
+    serve_only,
 };

@@ -519,7 +519,8 @@ bool serve_server_ready(server *s, bool read_port) {
         if (serve_exited(s->pid)) {
             char line[120];
             serve_first_line(s->out_fd, line, sizeof line);
-            snprintf(s->why, sizeof s->why, "exited at start: %s", line);
+            snprintf(s->why, sizeof s->why, "exited at start: %s",
+                     line[0] ? line : "it printed nothing");
             s->pid = 0;
             return false;
         }

@@ -160,14 +160,44 @@ int lab_soak_main(int argc, char **argv) {
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        char *end;
         if (strcmp(a, "--seconds") == 0 && i + 1 < argc) {
-            seconds = atof(argv[++i]);
+            /* A number of seconds, 0 (one pass) up to 10^9: the deadline
+             * in ns must fit in 64 bits. atof read "abc" as 0, and the
+             * soak passed after one pass. */
+            const char *v = argv[++i];
+            seconds = strtod(v, &end);
+            if (end == v || *end || !(seconds >= 0 && seconds <= 1e9)) {
+                fprintf(stderr,
+                        "lull-lab soak: --seconds takes 0..1000000000, not "
+                        "'%s'\n",
+                        v);
+                return 2;
+            }
         } else if (strcmp(a, "--seed") == 0 && i + 1 < argc) {
-            master = strtoull(argv[++i], NULL, 0);
+            /* The seed a failure printed (0x...): strtoull read a mistyped
+             * one as 0, a different run from the one asked for. */
+            const char *v = argv[++i];
+            errno = 0;
+            master = strtoull(v, &end, 0);
+            if (end == v || *end || errno || *v == '-') {
+                fprintf(stderr,
+                        "lull-lab soak: --seed takes a number, not "
+                        "'%s'\n",
+                        v);
+                return 2;
+            }
             seeded = true;
         } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
         } else {
+            if (strcmp(a, "--help") != 0)
+                fprintf(stderr, "lull-lab soak: %s%s\n", a,
+                        strcmp(a, "--seconds") == 0 ||
+                                strcmp(a, "--seed") == 0 ||
+                                strcmp(a, "--only") == 0
+                            ? " needs a value"
+                            : ": unknown argument");
             usage_text(strcmp(a, "--help") == 0 ? stdout : stderr);
             return strcmp(a, "--help") == 0 ? 0 : 2;
         }
@@ -176,7 +206,11 @@ int lab_soak_main(int argc, char **argv) {
     int chosen = 0;
     for (int k = 0; k < ENTRIES; k++)
         chosen += run[k] = !only || strcmp(only, entries[k].name) == 0;
-    if (!chosen || seconds < 0) {
+    if (!chosen) {
+        fprintf(stderr, "lull-lab soak: --only takes one of:");
+        for (int k = 0; k < ENTRIES; k++)
+            fprintf(stderr, " %s", entries[k].name);
+        fprintf(stderr, "; not '%s'\n", only);
         usage_text(stderr);
         return 2;
     }

@@ -292,6 +292,17 @@ static const char *peer_cell3(char *buf, const lab_row *r, int col) {
     return buf;
 }
 
+/* The idle figure's handle count as its labels say it: "10k", or the
+ * smaller count a low RLIMIT_NOFILE left (it measured that many, not
+ * 10k). */
+static const char *idle_count(char buf[16]) {
+    if (turns_idle_handles == 10000)
+        snprintf(buf, 16, "10k");
+    else
+        snprintf(buf, 16, "%d", turns_idle_handles);
+    return buf;
+}
+
 /* One line of the short table: the figure, lull's median with its unit,
  * the best peer of the same class, its ×, and a floor when there is one. */
 /* floor_x: the floor's × when it is not the ratio of medians (NAN: it
@@ -352,9 +363,11 @@ static void brief(lab_fig *const figs[TURNS_FIGURES]) {
     if ((f = figs[TURNS_IDLE])) {
         lab_row *l = lab_fig_find(f, "lull", NULL);
         const lab_row *fl = lab_fig_find(f, "floor", "epoll_wait");
-        brief_row(&t, "idle CPU per handle, 10k", f, l,
-                  lab_fig_best_peer(f, 0, IDLE_NS_PER_HANDLE), fl,
-                  1 / ratio_to_floor(l, fl, IDLE_NS_PER_HANDLE),
+        char label[48], count[16];
+        snprintf(label, sizeof label, "idle CPU per handle, %s",
+                 idle_count(count));
+        brief_row(&t, label, f, l, lab_fig_best_peer(f, 0, IDLE_NS_PER_HANDLE),
+                  fl, 1 / ratio_to_floor(l, fl, IDLE_NS_PER_HANDLE),
                   IDLE_NS_PER_HANDLE, "ns/s");
     }
     if ((f = figs[TURNS_ROUNDTRIP_2CPU]))
@@ -378,8 +391,9 @@ static void verdict_quiet(const lab_fig *f) {
     double cpu = lab_row_median(l, IDLE_CPU_US_PER_S);
     char a[LAB_CELL], b[LAB_CELL];
     v->timing = true;
-    snprintf(v->what, sizeof v->what, "10k idle: %.0f wakeup, %s µs/s", w,
-             lab_fmt3(b, cpu));
+    char count[16];
+    snprintf(v->what, sizeof v->what, "%s idle: %.0f wakeup, %s µs/s",
+             idle_count(count), w, lab_fmt3(b, cpu));
     snprintf(v->target, sizeof v->target, "≤ 1, < 100 µs/s");
     lab_row *p = lab_fig_best_peer(f, 0, IDLE_CPU_US_PER_S);
     if (p)

@@ -21,6 +21,9 @@ extern const turns_figure turns_figures[TURNS_FIGURES]; /* lab/turns.c */
 bool turns_is_trip(int f);
 /* The thread's timer slack when lull-lab started. */
 extern long turns_default_slack_ns;
+/* The idle figure's handles ("10k" in its labels), fewer where
+ * RLIMIT_NOFILE is low (lab/turns.c halves them to fit). */
+extern int turns_idle_handles;
 /* One CLOCK_MONOTONIC read, ns (measured after the timers figure). */
 extern double turns_clock_ns;
 

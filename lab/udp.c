@@ -470,6 +470,10 @@ out:
     return rc;
 }
 
+/* --only: figures[]' keys. */
+static const char *const udp_only[] = {"echo_64", "echo_1200", "flood_64",
+                                       "flood_1200", NULL};
+
 const lab_scenario lab_udp = {
     "udp",
     "datagrams: echo and flood at 64 and 1200 B, lull_udp beside a bare "
@@ -479,4 +483,5 @@ const lab_scenario lab_udp = {
     "udp",
     NULL,
     true,
+    udp_only,
 };
