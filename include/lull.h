@@ -2149,7 +2149,7 @@ LULL_EXTERN void lull_pool_get_stats(lull_pool *pool, lull_pool_stats *out);
 /* Prepares a work item; call again only while it is not submitted. */
 LULL_EXTERN int lull_work_init(lull_work *work, lull_work_fn fn,
                                lull_work_done_fn done);
-/* Loop thread of `loop`; thread-safe towards the pool (loops may share one).
+/* Loop thread of `loop`; any number of loops may share one pool.
  * Queues fn for a pool thread; done then runs on `loop`, which stays alive
  * (a loop reference) until it has. -EBUSY while work is still submitted,
  * -EAGAIN when the queue is full, -ESHUTDOWN once the pool is closed; done
