@@ -155,6 +155,20 @@ static void soft_due(lull_timer *t) {
                   lim->soft_ns / 1000000000u);
 }
 
+/* A write to c->out failed: out of memory, or past the cap conn_new set
+ * (a reply still being built went over the output hard limit). */
+static void drop_unwritten(conn *c) {
+    if (!c->out.over) {
+        conn_drop(c, "out of memory");
+        return;
+    }
+    int cls = conn_class(c);
+    conn_drop(c,
+              "output buffer of %zu bytes and a reply that would take it "
+              "over the %s hard limit (%zu)",
+              conn_output(c), class_name[cls], c->srv->obl[cls].hard);
+}
+
 bool conn_check_output(conn *c) {
     int cls = conn_class(c);
     const obuf_limit *lim = &c->srv->obl[cls];
@@ -213,7 +227,7 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
      * hand the client the next ones as the answers to earlier requests.
      * The handover and the swap below would also clear the flag. */
     if (c->out.oom) {
-        conn_drop(c, "out of memory");
+        drop_unwritten(c);
         return false;
     }
     if (c->out.len == 0) return true;
@@ -228,7 +242,7 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
                 .bytes = h->p, .len = len, .release = handover_release};
             rc = lull_endpoint_send(c->ep, &h->f);
             if (rc == 0)
-                c->out = (buf){0};
+                c->out = (buf){.max = c->out.max};
             else
                 free(h);
         }
@@ -427,7 +441,11 @@ static void server_command(conn *c, const resp_arg *a, size_t argc) {
 /* After a batch of commands: send their replies, or end the connection,
  * and stop reading while the stream is full. */
 static inline __attribute__((always_inline)) void conn_after(conn *c) {
-    if (c->in.oom || c->out.oom) {
+    if (c->out.oom) {
+        drop_unwritten(c);
+        return;
+    }
+    if (c->in.oom) {
         conn_drop(c, "out of memory");
         return;
     }
@@ -558,6 +576,19 @@ conn *conn_new(server *srv) {
     conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->srv = srv;
+    /* The replies being built are held to the output hard limit as they
+     * grow, not only once a command is done: one EXEC or MGET of a few
+     * KiB may ask for gigabytes. The larger of the two classes a client
+     * moves between (SUBSCRIBE in a transaction changes it midway), so
+     * the cap never closes one its own class would keep; conn_check_output
+     * holds it to its class's limit at each send. None when either class
+     * has no hard limit. */
+    const obuf_limit *o = srv->obl;
+    size_t cap = o[CLASS_NORMAL].hard > o[CLASS_PUBSUB].hard
+                     ? o[CLASS_NORMAL].hard
+                     : o[CLASS_PUBSUB].hard;
+    if (o[CLASS_NORMAL].hard && o[CLASS_PUBSUB].hard)
+        c->out.max = c->sent.max = cap;
     kv_client_init(&c->cl, c, &c->out);
     lull_task_init(&c->kick, conn_kick);
     return c;

@@ -715,6 +715,92 @@ TEST(subscriber_whose_output_failed_is_closed_unsent) {
     close_client(loop, &p);
 }
 
+/* The last log line of a case's server (kept_log). */
+static char last_line[512];
+static void kept_log(server *srv, const char *line) {
+    quiet_log(srv, line);
+    snprintf(last_line, sizeof last_line, "%s", line);
+}
+
+/* The byte count an output limit's log line gives, or 0. */
+static size_t logged_output(void) {
+    const char *at = strstr(last_line, "output buffer of ");
+    return at ? (size_t)strtoull(at + 17, NULL, 10) : 0;
+}
+
+/* One request whose reply is many times its own size (EXEC of queued
+ * GETs, one MGET of a key named many times), with an output hard limit
+ * of 1 MiB: the client is closed once its reply passes the limit, as
+ * Redis closes it, not after the whole reply (here 32 MiB; a few KiB of
+ * request can ask for gigabytes) was built in the server's memory first.
+ * The transaction still runs whole; other clients are served. */
+static void amplified_reply_held_to_limit(bool exec) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.log = kept_log;
+    last_line[0] = 0;
+    p.obl[CLASS_NORMAL].hard = p.obl[CLASS_PUBSUB].hard = (size_t)1 << 20;
+    p.normal_limited = true;
+    static char value[64 << 10];
+    memset(value, 'v', sizeof value);
+    value[sizeof value - 1] = 0;
+    write_cmd(&p, "SET", "big", value);
+    enum { N = 512 }; /* 512 x 64 KiB: 32 MiB of reply */
+    static char req[N * 16 + 64];
+    size_t n = 0;
+    if (exec) {
+        n += (size_t)sprintf(req + n, "MULTI\r\n");
+        for (int i = 0; i < N; i++)
+            n += (size_t)sprintf(req + n, "GET big\r\n");
+        n += (size_t)sprintf(req + n, "INCR done\r\nEXEC\r\n");
+    } else {
+        n += (size_t)sprintf(req + n, "MGET");
+        for (int i = 0; i < N; i++)
+            n += (size_t)sprintf(req + n, " big");
+        n += (size_t)sprintf(req + n, "\r\n");
+    }
+    int fd = client_to(loop, &p, NULL);
+    send_all(fd, req, n);
+    /* Nothing read: the server closes the client on its own. */
+    uint64_t t0 = now_ms();
+    while (p.conns && now_ms() - t0 < 10000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(p.conns == NULL);
+    size_t held = logged_output();
+    if (held == 0 || held > ((size_t)2 << 20))
+        check_fail(__FILE__, __LINE__, "held %zu bytes: %s", held, last_line);
+    if (exec) { /* the transaction ran whole */
+        resp_arg get[2] = {{"GET", 3}, {"done", 4}};
+        buf out = {0};
+        kv_exec(&p.kv, NULL, get, 2, &out);
+        CHECK(out.len == 7 && memcmp(out.p, "$1\r\n1\r\n", 7) == 0);
+        buf_free(&out);
+    }
+    int other = client_to(loop, &p, NULL);
+    send_all(other, "PING\r\n", 6);
+    char got[8] = {0};
+    size_t have = 0;
+    t0 = now_ms();
+    while (have < 7 && now_ms() - t0 < 5000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t r = recv(other, got + have, 7 - have, MSG_DONTWAIT);
+        if (r > 0) have += (size_t)r;
+    }
+    CHECK(strcmp(got, "+PONG\r\n") == 0);
+    close(other);
+    close(fd);
+    close_client(loop, &p);
+}
+
+TEST(exec_reply_held_to_output_limit_as_it_grows) {
+    amplified_reply_held_to_limit(true);
+}
+
+TEST(mget_reply_held_to_output_limit_as_it_grows) {
+    amplified_reply_held_to_limit(false);
+}
+
 /* --------------------------------- a pipeline cut anywhere, end to end */
 
 #define S(lit) lit, sizeof(lit) - 1
