@@ -40,8 +40,11 @@ static void conn_quiet(conn *c) {
     lull_task_cancel(&c->kick);
 }
 
+static void say_auth_failures(conn *c);
+
 static void conn_free(conn *c) {
     server *srv = c->srv;
+    if (c->auth_unsaid) say_auth_failures(c);
     if (c->ep && srv->net->io_counts) {
         uint64_t r, w;
         srv->net->io_counts(c->ep, &r, &w);
@@ -296,11 +299,30 @@ static bool same_secret(const resp_arg *a, const char *secret) {
     return diff == 0;
 }
 
+/* A connection's failed AUTHs are logged with its address, the first at
+ * once and then at most one line a second with their count (and the
+ * rest when it closes): a client guessing at the rate it can pipeline
+ * (a million a second) would otherwise have the server write five times
+ * its request's bytes to stderr, the loop blocked while stderr is slow. */
+#define AUTH_LOG_NS 1000000000ull
+
+static void say_auth_failures(conn *c) {
+    if (!c->auth_said)
+        srv_log(c->srv, "client %s: AUTH failed", c->name);
+    else
+        srv_log(c->srv, "client %s: %" PRIu64 " more failed AUTHs", c->name,
+                c->auth_unsaid);
+    /* (the loop's clock starts above 0 on a real clock; 1 stands for "a
+     * line was said" on a virtual one that starts at 0) */
+    uint64_t now = lull_loop_now(c->srv->loop);
+    c->auth_said = now ? now : 1;
+    c->auth_unsaid = 0;
+}
+
 /* kv.auth: AUTH password | AUTH username password, for the default user,
  * the only one (Redis 7's replies, byte for byte), at once or from EXEC's
- * queue. A failure is one log line with the client's address, so a
- * guessing client shows in the log at the rate it guesses; it leaves a
- * client that was authenticated so (as Redis does). */
+ * queue. A failure is logged (say_auth_failures); it leaves a client
+ * that was authenticated so (as Redis does). */
 void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     conn *c = cl->owner;
     server *srv = c->srv;
@@ -326,7 +348,9 @@ void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
         buf_str(out, "+OK\r\n");
         return;
     }
-    srv_log(srv, "client %s: AUTH failed", c->name);
+    c->auth_unsaid++;
+    if (!c->auth_said || lull_loop_now(srv->loop) - c->auth_said >= AUTH_LOG_NS)
+        say_auth_failures(c);
     buf_str(out, "-WRONGPASS invalid username-password pair or user is "
                  "disabled.\r\n");
 }

@@ -204,8 +204,11 @@ struct conn {
     lull_task kick;  /* sends messages published to it (conn_wake) */
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
     bool authed;     /* AUTH succeeded (only asked for with requirepass) */
-    bool tls;        /* the transport's: t is a lull_tls */
-    conn *next;      /* srv->conns, for INFO stats */
+    uint64_t auth_unsaid; /* failed AUTHs not in the log yet */
+    uint64_t auth_said;   /* when a failure was last logged (loop ns; 0:
+                             never) */
+    bool tls;             /* the transport's: t is a lull_tls */
+    conn *next;           /* srv->conns, for INFO stats */
     conn *prev;
     /* The peer's "ip:port" for log lines, taken at accept: once the peer
      * has gone the socket can no longer say (getpeername fails). */
