@@ -622,7 +622,7 @@ void conn_abort(conn *c) {
     free(c);
 }
 
-void conn_start(conn *c, lull_endpoint *ep) {
+bool conn_start(conn *c, lull_endpoint *ep) {
     c->ep = ep;
     ep->data = c;
     c->srv->net->peer(ep, c->name, sizeof c->name, true);
@@ -632,6 +632,23 @@ void conn_start(conn *c, lull_endpoint *ep) {
     c->srv->conns = c;
     lull_timer_init(c->srv->loop, &c->soft, soft_due);
     lull_endpoint_set_callbacks(ep, on_frame, on_drain, on_close);
+    server *srv = c->srv;
+    size_t in = srv->kv.clients + srv->kv.npeers; /* c counted */
+    if (!srv->maxclients || in <= srv->maxclients) {
+        if (in < srv->maxclients) srv->full_said = false;
+        return true;
+    }
+    /* Redis' answer, and no line per refusal (a flood of connects would
+     * be one): one when refusing starts, again after it stopped. */
+    if (!srv->full_said)
+        srv_log(srv,
+                "max number of clients reached (%zu): refusing new "
+                "clients",
+                srv->maxclients);
+    srv->full_said = true;
+    buf_str(&c->out, "-ERR max number of clients reached\r\n");
+    conn_finish(c);
+    return false;
 }
 
 void conn_io_totals(const server *srv, uint64_t *reads, uint64_t *writes) {

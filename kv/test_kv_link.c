@@ -862,6 +862,62 @@ TEST(auth_guesses_pipelined_are_logged_in_few_lines) {
     close_client(loop, &p);
 }
 
+/* What fd has been sent, the loop running, until `want` bytes are in
+ * (5 s at most); NUL-terminated in got[cap]. */
+static size_t read_some(lull_loop *loop, int fd, char *got, size_t cap,
+                        size_t want) {
+    size_t have = 0;
+    uint64_t t0 = now_ms();
+    while (have < want && now_ms() - t0 < 5000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t r = recv(fd, got + have, cap - 1 - have, MSG_DONTWAIT);
+        if (r > 0) have += (size_t)r;
+        if (r == 0) break;
+    }
+    got[have] = 0;
+    return have;
+}
+
+/* Past maxclients (what RLIMIT_NOFILE leaves once the server's own
+ * descriptors are set aside), a new client is answered Redis' "-ERR max
+ * number of clients reached" and closed, rather than the server running
+ * out of descriptors: then new clients wait unanswered in the listen
+ * backlog, and a replica cannot reconnect to its primary. The clients
+ * already in are served, and a place freed is taken again. */
+TEST(client_past_maxclients_refused_with_redis_error) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.maxclients = 2;
+    int a = client_to(loop, &p, NULL);
+    int b = client_to(loop, &p, NULL);
+    int c = client_to(loop, &p, NULL);
+    static const char full[] = "-ERR max number of clients reached\r\n";
+    char got[128];
+    bool eof;
+    answer(loop, c, got, sizeof got, sizeof full - 1, &eof);
+    CHECK(strcmp(got, full) == 0);
+    CHECK(eof);
+    close(c);
+    send_all(a, "PING\r\n", 6);
+    send_all(b, "PING\r\n", 6);
+    read_some(loop, a, got, sizeof got, 7);
+    CHECK(strcmp(got, "+PONG\r\n") == 0);
+    read_some(loop, b, got, sizeof got, 7);
+    CHECK(strcmp(got, "+PONG\r\n") == 0);
+    close(a);
+    uint64_t t0 = now_ms();
+    while (p.kv.clients > 1 && now_ms() - t0 < 5000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    int d = client_to(loop, &p, NULL);
+    send_all(d, "PING\r\n", 6);
+    read_some(loop, d, got, sizeof got, 7);
+    CHECK(strcmp(got, "+PONG\r\n") == 0);
+    close(b);
+    close(d);
+    close_client(loop, &p);
+}
+
 /* --------------------------------- a pipeline cut anywhere, end to end */
 
 #define S(lit) lit, sizeof(lit) - 1
