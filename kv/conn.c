@@ -594,6 +594,17 @@ static void conn_kick(lull_task *t) {
 void conn_wake(kv_client *cl) {
     conn *c = cl->owner;
     lull_task_post(c->srv->loop, &c->kick);
+    /* Held to the hard limit as messages are added, not only when the
+     * kick sends them: one batch of a publisher's (an EXEC of PUBLISHes)
+     * may add far more. A command is running (perhaps this client's own),
+     * so the connection is not closed here: its buffer is marked failed
+     * and stops growing (max), and the kick, or the end of its own batch,
+     * closes it. */
+    size_t hard = c->srv->obl[CLASS_PUBSUB].hard;
+    if (hard && !c->out.oom && conn_output(c) >= hard) {
+        c->out.oom = c->out.over = true;
+        c->out.max = c->out.len ? c->out.len : 1;
+    }
 }
 
 conn *conn_new(server *srv) {

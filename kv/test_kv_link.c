@@ -918,6 +918,59 @@ TEST(client_past_maxclients_refused_with_redis_error) {
     close_client(loop, &p);
 }
 
+/* A subscriber that does not read, and one request of its publisher
+ * (EXEC of 64 PUBLISHes of 64 KiB) that adds 4 MiB to it, over its 1 MiB
+ * hard limit: it is closed once its messages pass the limit, as Redis
+ * stops adding to a client it will close, not after all of them were
+ * added (with 100 such subscribers, 400 MiB for 4 MiB of request). */
+TEST(subscriber_held_to_output_limit_within_a_publish_batch) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.log = kept_log;
+    last_line[0] = 0;
+    p.obl[CLASS_PUBSUB].hard = (size_t)1 << 20;
+    int sub = client_to(loop, &p, NULL);
+    send_all(sub, "SUBSCRIBE ch\r\n", 14);
+    char got[64];
+    read_some(loop, sub, got, sizeof got, 31);
+    CHECK(strncmp(got, "*3\r\n$9\r\nsubscribe", 17) == 0);
+    enum { N = 64, LEN = 64 << 10 };
+    size_t cap = 64 + N * (LEN + 64), n = 0;
+    char *req = malloc(cap);
+    CHECK(req != NULL);
+    n += (size_t)sprintf(req + n, "MULTI\r\n");
+    for (int i = 0; i < N; i++) {
+        n += (size_t)sprintf(req + n,
+                             "*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n$%d\r\n", LEN);
+        memset(req + n, 'm', LEN);
+        n += LEN;
+        n += (size_t)sprintf(req + n, "\r\n");
+    }
+    n += (size_t)sprintf(req + n, "EXEC\r\n");
+    int pub = client_to(loop, &p, NULL);
+    /* Written as the server reads it: more than a socket buffer. */
+    size_t at = 0;
+    uint64_t t0 = now_ms();
+    while (at < n && now_ms() - t0 < 10000) {
+        ssize_t w = send(pub, req + at, n - at, MSG_DONTWAIT);
+        if (w > 0) at += (size_t)w;
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    CHECK_EQ(at, n);
+    free(req);
+    t0 = now_ms();
+    while (p.kv.clients > 1 && now_ms() - t0 < 10000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK_EQ(p.kv.clients, 1); /* the subscriber was closed */
+    size_t held = logged_output();
+    if (held == 0 || held > ((size_t)2 << 20))
+        check_fail(__FILE__, __LINE__, "held %zu bytes: %s", held, last_line);
+    close(sub);
+    close(pub);
+    close_client(loop, &p);
+}
+
 /* --------------------------------- a pipeline cut anywhere, end to end */
 
 #define S(lit) lit, sizeof(lit) - 1
