@@ -434,6 +434,47 @@ else
     echo "skipped: protected mode (needs root and ip netns to make a non-loopback client)"
 fi
 
+# ------------------------------------------------------------ maxclients
+# Under RLIMIT_NOFILE 64, 32 descriptors and the listening socket's are
+# the server's own: 32 clients are served and the rest answered Redis'
+# error and closed (they waited in the listen backlog, unanswered, once
+# accept ran out of descriptors), with one log line; a freed place is
+# taken again.
+real_kv=$kv
+kv_limited() { ulimit -n 64 && exec "$real_kv" "$@"; }
+kv=kv_limited
+start fds --port 0
+kv=$real_kv
+fport=$started_port
+got=$(python3 - "$fport" <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
+seen = {}
+for c in conns:
+    c.settimeout(5)
+    c.sendall(b"PING\r\n")
+    r = c.recv(100)
+    seen[r] = seen.get(r, 0) + 1
+for c in conns:
+    c.close()
+for _ in range(100):
+    time.sleep(0.05)
+    c = socket.create_connection(("127.0.0.1", port))
+    c.settimeout(5)
+    c.sendall(b"PING\r\n")
+    if c.recv(100) == b"+PONG\r\n":
+        break
+else:
+    seen[b"no place freed"] = 1
+print(sorted(seen.items()))
+PY
+)
+[ "$got" = "[(b'+PONG\\r\\n', 32), (b'-ERR max number of clients reached\\r\\n', 8)]" ] ||
+    fail "40 clients under ulimit -n 64: $got"
+[ "$(grep -c 'max number of clients reached (32)' "$dir/fds.out")" = 1 ] || fail "maxclients log line"
+echo "ok: maxclients"
+
 # ------------------------------------------------------------------- TLS
 if ! command -v openssl >/dev/null 2>&1; then
     echo "skipped: TLS (openssl not installed)"

@@ -8,9 +8,14 @@
 bool buf_grow(buf *b, size_t more) {
     /* Past half the address space doubling would wrap: no such buffer. */
     if (more > SIZE_MAX / 2 - b->len) return false;
+    if (b->max && b->len + more > b->max) {
+        b->over = true;
+        return false;
+    }
     size_t cap = b->cap ? b->cap : 4096;
     while (cap - b->len < more)
         cap *= 2;
+    if (b->max && cap > b->max) cap = b->max;
     char *p = realloc(b->p, cap);
     if (!p) return false;
     b->p = p;
@@ -54,5 +59,5 @@ void buf_shrink(buf *b, size_t keep) {
 
 void buf_free(buf *b) {
     free(b->p);
-    *b = (buf){0};
+    *b = (buf){.max = b->max};
 }

@@ -15,12 +15,20 @@
 typedef struct buf {
     char *p;
     size_t len, cap;
-    bool oom; /* a write did not fit: the connection is dropped */
+    bool oom;  /* a write did not fit: the connection is dropped */
+    bool over; /* ... because it would have passed `max` */
+    /* 0, or the most the buffer may hold: a write past it fails as one
+     * out of memory does, setting `over` too. A connection's replies are
+     * capped so, at its output hard limit, while they are built: one
+     * request may ask for a reply many times its size (EXEC, MGET). Kept
+     * by buf_free. */
+    size_t max;
 } buf;
 
-/* Makes room for `more` bytes (doubling); false when out of memory. The
- * common case, room already there, is inline: every reply goes through
- * here, and a call for it cost more than the copy. */
+/* Makes room for `more` bytes (doubling, up to `max`); false when out of
+ * memory or past `max`. The common case, room already there, is inline:
+ * every reply goes through here, and a call for it cost more than the
+ * copy. */
 bool buf_grow(buf *b, size_t more);
 static inline __attribute__((always_inline)) bool buf_reserve(buf *b,
                                                               size_t more) {

@@ -40,8 +40,11 @@ static void conn_quiet(conn *c) {
     lull_task_cancel(&c->kick);
 }
 
+static void say_auth_failures(conn *c);
+
 static void conn_free(conn *c) {
     server *srv = c->srv;
+    if (c->auth_unsaid) say_auth_failures(c);
     if (c->ep && srv->net->io_counts) {
         uint64_t r, w;
         srv->net->io_counts(c->ep, &r, &w);
@@ -155,6 +158,20 @@ static void soft_due(lull_timer *t) {
                   lim->soft_ns / 1000000000u);
 }
 
+/* A write to c->out failed: out of memory, or past the cap conn_new set
+ * (a reply still being built went over the output hard limit). */
+static void drop_unwritten(conn *c) {
+    if (!c->out.over) {
+        conn_drop(c, "out of memory");
+        return;
+    }
+    int cls = conn_class(c);
+    conn_drop(c,
+              "output buffer of %zu bytes and a reply that would take it "
+              "over the %s hard limit (%zu)",
+              conn_output(c), class_name[cls], c->srv->obl[cls].hard);
+}
+
 bool conn_check_output(conn *c) {
     int cls = conn_class(c);
     const obuf_limit *lim = &c->srv->obl[cls];
@@ -213,7 +230,7 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
      * hand the client the next ones as the answers to earlier requests.
      * The handover and the swap below would also clear the flag. */
     if (c->out.oom) {
-        conn_drop(c, "out of memory");
+        drop_unwritten(c);
         return false;
     }
     if (c->out.len == 0) return true;
@@ -228,7 +245,7 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
                 .bytes = h->p, .len = len, .release = handover_release};
             rc = lull_endpoint_send(c->ep, &h->f);
             if (rc == 0)
-                c->out = (buf){0};
+                c->out = (buf){.max = c->out.max};
             else
                 free(h);
         }
@@ -282,11 +299,30 @@ static bool same_secret(const resp_arg *a, const char *secret) {
     return diff == 0;
 }
 
+/* A connection's failed AUTHs are logged with its address, the first at
+ * once and then at most one line a second with their count (and the
+ * rest when it closes): a client guessing at the rate it can pipeline
+ * (a million a second) would otherwise have the server write five times
+ * its request's bytes to stderr, the loop blocked while stderr is slow. */
+#define AUTH_LOG_NS 1000000000ull
+
+static void say_auth_failures(conn *c) {
+    if (!c->auth_said)
+        srv_log(c->srv, "client %s: AUTH failed", c->name);
+    else
+        srv_log(c->srv, "client %s: %" PRIu64 " more failed AUTHs", c->name,
+                c->auth_unsaid);
+    /* (the loop's clock starts above 0 on a real clock; 1 stands for "a
+     * line was said" on a virtual one that starts at 0) */
+    uint64_t now = lull_loop_now(c->srv->loop);
+    c->auth_said = now ? now : 1;
+    c->auth_unsaid = 0;
+}
+
 /* kv.auth: AUTH password | AUTH username password, for the default user,
  * the only one (Redis 7's replies, byte for byte), at once or from EXEC's
- * queue. A failure is one log line with the client's address, so a
- * guessing client shows in the log at the rate it guesses; it leaves a
- * client that was authenticated so (as Redis does). */
+ * queue. A failure is logged (say_auth_failures); it leaves a client
+ * that was authenticated so (as Redis does). */
 void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     conn *c = cl->owner;
     server *srv = c->srv;
@@ -312,7 +348,9 @@ void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
         buf_str(out, "+OK\r\n");
         return;
     }
-    srv_log(srv, "client %s: AUTH failed", c->name);
+    c->auth_unsaid++;
+    if (!c->auth_said || lull_loop_now(srv->loop) - c->auth_said >= AUTH_LOG_NS)
+        say_auth_failures(c);
     buf_str(out, "-WRONGPASS invalid username-password pair or user is "
                  "disabled.\r\n");
 }
@@ -427,7 +465,11 @@ static void server_command(conn *c, const resp_arg *a, size_t argc) {
 /* After a batch of commands: send their replies, or end the connection,
  * and stop reading while the stream is full. */
 static inline __attribute__((always_inline)) void conn_after(conn *c) {
-    if (c->in.oom || c->out.oom) {
+    if (c->out.oom) {
+        drop_unwritten(c);
+        return;
+    }
+    if (c->in.oom) {
         conn_drop(c, "out of memory");
         return;
     }
@@ -552,12 +594,36 @@ static void conn_kick(lull_task *t) {
 void conn_wake(kv_client *cl) {
     conn *c = cl->owner;
     lull_task_post(c->srv->loop, &c->kick);
+    /* Held to the hard limit as messages are added, not only when the
+     * kick sends them: one batch of a publisher's (an EXEC of PUBLISHes)
+     * may add far more. A command is running (perhaps this client's own),
+     * so the connection is not closed here: its buffer is marked failed
+     * and stops growing (max), and the kick, or the end of its own batch,
+     * closes it. */
+    size_t hard = c->srv->obl[CLASS_PUBSUB].hard;
+    if (hard && !c->out.oom && conn_output(c) >= hard) {
+        c->out.oom = c->out.over = true;
+        c->out.max = c->out.len ? c->out.len : 1;
+    }
 }
 
 conn *conn_new(server *srv) {
     conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->srv = srv;
+    /* The replies being built are held to the output hard limit as they
+     * grow, not only once a command is done: one EXEC or MGET of a few
+     * KiB may ask for gigabytes. The larger of the two classes a client
+     * moves between (SUBSCRIBE in a transaction changes it midway), so
+     * the cap never closes one its own class would keep; conn_check_output
+     * holds it to its class's limit at each send. None when either class
+     * has no hard limit. */
+    const obuf_limit *o = srv->obl;
+    size_t cap = o[CLASS_NORMAL].hard > o[CLASS_PUBSUB].hard
+                     ? o[CLASS_NORMAL].hard
+                     : o[CLASS_PUBSUB].hard;
+    if (o[CLASS_NORMAL].hard && o[CLASS_PUBSUB].hard)
+        c->out.max = c->sent.max = cap;
     kv_client_init(&c->cl, c, &c->out);
     lull_task_init(&c->kick, conn_kick);
     return c;
@@ -567,7 +633,7 @@ void conn_abort(conn *c) {
     free(c);
 }
 
-void conn_start(conn *c, lull_endpoint *ep) {
+bool conn_start(conn *c, lull_endpoint *ep) {
     c->ep = ep;
     ep->data = c;
     c->srv->net->peer(ep, c->name, sizeof c->name, true);
@@ -577,6 +643,23 @@ void conn_start(conn *c, lull_endpoint *ep) {
     c->srv->conns = c;
     lull_timer_init(c->srv->loop, &c->soft, soft_due);
     lull_endpoint_set_callbacks(ep, on_frame, on_drain, on_close);
+    server *srv = c->srv;
+    size_t in = srv->kv.clients + srv->kv.npeers; /* c counted */
+    if (!srv->maxclients || in <= srv->maxclients) {
+        if (in < srv->maxclients) srv->full_said = false;
+        return true;
+    }
+    /* Redis' answer, and no line per refusal (a flood of connects would
+     * be one): one when refusing starts, again after it stopped. */
+    if (!srv->full_said)
+        srv_log(srv,
+                "max number of clients reached (%zu): refusing new "
+                "clients",
+                srv->maxclients);
+    srv->full_said = true;
+    buf_str(&c->out, "-ERR max number of clients reached\r\n");
+    conn_finish(c);
+    return false;
 }
 
 void conn_io_totals(const server *srv, uint64_t *reads, uint64_t *writes) {

@@ -61,6 +61,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -301,12 +302,25 @@ static void accept_on(lull_server *ls) {
         return;
     }
     lull_endpoint *ep = c->tls ? &c->t.tls.ep : &c->t.stream.ep;
-    conn_start(c, ep);
+    if (!conn_start(c, ep)) return;
     if (srv->protected_mode && !srv->requirepass && !peer_is_loopback(ep))
         conn_refuse(c, denied, "refused by protected mode");
 }
 
 /* ------------------------------------------------------------- main */
+
+/* maxclients: what RLIMIT_NOFILE leaves once the server's own descriptors
+ * are set aside (Redis sets aside 32 too; here the listening sockets come
+ * on top: epoll, the signalfds, lull's eventfds, stdio, a replica's link
+ * and the catch-up thread's socket are in the 32). 0: no bound. */
+static size_t clients_fd_bound(int listeners) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    rlim_t reserve = 32 + (rlim_t)listeners;
+    return (size_t)(rl.rlim_cur > 2 * reserve ? rl.rlim_cur - reserve
+                                              : rl.rlim_cur / 2);
+}
 
 /* The options, as --help prints them (to stdout, exit 0) and a wrong
  * option's message ends with (to stderr, exit 2). */
@@ -1005,6 +1019,7 @@ int main(int argc, char **argv) {
         srv.listening++;
         snprintf(unx.at, sizeof unx.at, "%s", unix_path);
     }
+    srv.maxclients = clients_fd_bound(nlis + (unix_path != NULL));
     fill_config(&srv, &tls, tls_ctx ? lull_server_port(&lis[nlis - 1].ls) : 0,
                 bind, nbind, unix_path);
     printf("lull-kv: listening on %s%s%s\n", line, unix_path ? " and " : "",

@@ -166,7 +166,12 @@ struct server {
      * in) and masterauth (sent as AUTH before REPLSYNC). */
     const char *requirepass;
     const char *masterauth;
-    bool protected_mode;    /* refuse non-loopback clients without a pass */
+    bool protected_mode; /* refuse non-loopback clients without a pass */
+    /* Clients and replica links at most (0: no bound); one more is
+     * answered "-ERR max number of clients reached" and closed, so that
+     * the descriptors set aside stay the server's own. */
+    size_t maxclients;
+    bool full_said;         /* the log said clients are refused; not since */
     lull_tls_ctx *repl_tls; /* --tls-replication: the link's client context */
     bool stopping;          /* server_stop: the link is not retried */
     /* Where a slice of busy work ends (the replication sender, the expiry
@@ -204,8 +209,11 @@ struct conn {
     lull_task kick;  /* sends messages published to it (conn_wake) */
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
     bool authed;     /* AUTH succeeded (only asked for with requirepass) */
-    bool tls;        /* the transport's: t is a lull_tls */
-    conn *next;      /* srv->conns, for INFO stats */
+    uint64_t auth_unsaid; /* failed AUTHs not in the log yet */
+    uint64_t auth_said;   /* when a failure was last logged (loop ns; 0:
+                             never) */
+    bool tls;             /* the transport's: t is a lull_tls */
+    conn *next;           /* srv->conns, for INFO stats */
     conn *prev;
     /* The peer's "ip:port" for log lines, taken at accept: once the peer
      * has gone the socket can no longer say (getpeername fails). */
@@ -239,7 +247,8 @@ void keys_expired(void *arg);
  * ep.data = c), then calls conn_start with the endpoint, or conn_abort if
  * that failed. NULL when out of memory. */
 conn *conn_new(server *srv);
-void conn_start(conn *c, lull_endpoint *ep);
+/* False when c is one past maxclients: it is answered so and closes. */
+bool conn_start(conn *c, lull_endpoint *ep);
 void conn_abort(conn *c);
 /* The reads and writes of every connection, open or closed (INFO stats). */
 void conn_io_totals(const server *srv, uint64_t *reads, uint64_t *writes);

@@ -715,6 +715,262 @@ TEST(subscriber_whose_output_failed_is_closed_unsent) {
     close_client(loop, &p);
 }
 
+/* The last log line of a case's server (kept_log). */
+static char last_line[512];
+static void kept_log(server *srv, const char *line) {
+    quiet_log(srv, line);
+    snprintf(last_line, sizeof last_line, "%s", line);
+}
+
+/* The byte count an output limit's log line gives, or 0. */
+static size_t logged_output(void) {
+    const char *at = strstr(last_line, "output buffer of ");
+    return at ? (size_t)strtoull(at + 17, NULL, 10) : 0;
+}
+
+/* One request whose reply is many times its own size (EXEC of queued
+ * GETs, one MGET of a key named many times), with an output hard limit
+ * of 1 MiB: the client is closed once its reply passes the limit, as
+ * Redis closes it, not after the whole reply (here 32 MiB; a few KiB of
+ * request can ask for gigabytes) was built in the server's memory first.
+ * The transaction still runs whole; other clients are served. */
+static void amplified_reply_held_to_limit(bool exec) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.log = kept_log;
+    last_line[0] = 0;
+    p.obl[CLASS_NORMAL].hard = p.obl[CLASS_PUBSUB].hard = (size_t)1 << 20;
+    p.normal_limited = true;
+    static char value[64 << 10];
+    memset(value, 'v', sizeof value);
+    value[sizeof value - 1] = 0;
+    write_cmd(&p, "SET", "big", value);
+    enum { N = 512 }; /* 512 x 64 KiB: 32 MiB of reply */
+    static char req[N * 16 + 64];
+    size_t n = 0;
+    if (exec) {
+        n += (size_t)sprintf(req + n, "MULTI\r\n");
+        for (int i = 0; i < N; i++)
+            n += (size_t)sprintf(req + n, "GET big\r\n");
+        n += (size_t)sprintf(req + n, "INCR done\r\nEXEC\r\n");
+    } else {
+        n += (size_t)sprintf(req + n, "MGET");
+        for (int i = 0; i < N; i++)
+            n += (size_t)sprintf(req + n, " big");
+        n += (size_t)sprintf(req + n, "\r\n");
+    }
+    int fd = client_to(loop, &p, NULL);
+    send_all(fd, req, n);
+    /* Nothing read: the server closes the client on its own. */
+    uint64_t t0 = now_ms();
+    while (p.conns && now_ms() - t0 < 10000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(p.conns == NULL);
+    size_t held = logged_output();
+    if (held == 0 || held > ((size_t)2 << 20))
+        check_fail(__FILE__, __LINE__, "held %zu bytes: %s", held, last_line);
+    if (exec) { /* the transaction ran whole */
+        resp_arg get[2] = {{"GET", 3}, {"done", 4}};
+        buf out = {0};
+        kv_exec(&p.kv, NULL, get, 2, &out);
+        CHECK(out.len == 7 && memcmp(out.p, "$1\r\n1\r\n", 7) == 0);
+        buf_free(&out);
+    }
+    int other = client_to(loop, &p, NULL);
+    send_all(other, "PING\r\n", 6);
+    char got[8] = {0};
+    size_t have = 0;
+    t0 = now_ms();
+    while (have < 7 && now_ms() - t0 < 5000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t r = recv(other, got + have, 7 - have, MSG_DONTWAIT);
+        if (r > 0) have += (size_t)r;
+    }
+    CHECK(strcmp(got, "+PONG\r\n") == 0);
+    close(other);
+    close(fd);
+    close_client(loop, &p);
+}
+
+TEST(exec_reply_held_to_output_limit_as_it_grows) {
+    amplified_reply_held_to_limit(true);
+}
+
+TEST(mget_reply_held_to_output_limit_as_it_grows) {
+    amplified_reply_held_to_limit(false);
+}
+
+/* Log lines of a case's server about failed AUTHs (counting_log). */
+static int auth_lines;
+static unsigned long long auth_told; /* failures the lines account for */
+static void counting_log(server *srv, const char *line) {
+    quiet_log(srv, line);
+    if (strstr(line, ": AUTH failed")) {
+        auth_lines++;
+        auth_told++;
+    }
+    const char *more = strstr(line, " more failed AUTHs");
+    if (more) {
+        auth_lines++;
+        const char *n = more;
+        while (n > line && n[-1] >= '0' && n[-1] <= '9')
+            n--;
+        auth_told += strtoull(n, NULL, 10);
+    }
+}
+
+/* A client guessing the password pipelines 2,000 AUTHs: each is
+ * answered, but the log says so in a line or two with the count, not a
+ * line apiece (55 bytes of log for 11 of request, written with the loop
+ * blocked while stderr is slow), and still accounts for every one once
+ * the client has gone. */
+TEST(auth_guesses_pipelined_are_logged_in_few_lines) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.requirepass = "pw";
+    p.log = counting_log;
+    auth_lines = 0;
+    auth_told = 0;
+    enum { N = 2000 };
+    static char req[N * 11];
+    for (int i = 0; i < N; i++)
+        memcpy(req + 11 * i, "AUTH nope\r\n", 11);
+    int fd = client_to(loop, &p, NULL);
+    send_all(fd, req, sizeof req);
+    static const char wrong[] = "-WRONGPASS invalid username-password pair "
+                                "or user is disabled.\r\n";
+    size_t want = N * (sizeof wrong - 1), have = 0;
+    static char got[N * (sizeof wrong - 1)];
+    uint64_t t0 = now_ms();
+    while (have < want && now_ms() - t0 < 10000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t r = recv(fd, got + have, want - have, MSG_DONTWAIT);
+        if (r > 0) have += (size_t)r;
+    }
+    CHECK_EQ(have, want);
+    if (auth_lines > 2)
+        check_fail(__FILE__, __LINE__, "%d log lines for %d guesses",
+                   auth_lines, N);
+    close(fd);
+    t0 = now_ms();
+    while (p.conns && now_ms() - t0 < 10000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(p.conns == NULL);
+    CHECK_EQ(auth_told, (unsigned long long)N);
+    close_client(loop, &p);
+}
+
+/* What fd has been sent, the loop running, until `want` bytes are in
+ * (5 s at most); NUL-terminated in got[cap]. */
+static size_t read_some(lull_loop *loop, int fd, char *got, size_t cap,
+                        size_t want) {
+    size_t have = 0;
+    uint64_t t0 = now_ms();
+    while (have < want && now_ms() - t0 < 5000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t r = recv(fd, got + have, cap - 1 - have, MSG_DONTWAIT);
+        if (r > 0) have += (size_t)r;
+        if (r == 0) break;
+    }
+    got[have] = 0;
+    return have;
+}
+
+/* Past maxclients (what RLIMIT_NOFILE leaves once the server's own
+ * descriptors are set aside), a new client is answered Redis' "-ERR max
+ * number of clients reached" and closed, rather than the server running
+ * out of descriptors: then new clients wait unanswered in the listen
+ * backlog, and a replica cannot reconnect to its primary. The clients
+ * already in are served, and a place freed is taken again. */
+TEST(client_past_maxclients_refused_with_redis_error) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.maxclients = 2;
+    int a = client_to(loop, &p, NULL);
+    int b = client_to(loop, &p, NULL);
+    int c = client_to(loop, &p, NULL);
+    static const char full[] = "-ERR max number of clients reached\r\n";
+    char got[128];
+    bool eof;
+    answer(loop, c, got, sizeof got, sizeof full - 1, &eof);
+    CHECK(strcmp(got, full) == 0);
+    CHECK(eof);
+    close(c);
+    send_all(a, "PING\r\n", 6);
+    send_all(b, "PING\r\n", 6);
+    read_some(loop, a, got, sizeof got, 7);
+    CHECK(strcmp(got, "+PONG\r\n") == 0);
+    read_some(loop, b, got, sizeof got, 7);
+    CHECK(strcmp(got, "+PONG\r\n") == 0);
+    close(a);
+    uint64_t t0 = now_ms();
+    while (p.kv.clients > 1 && now_ms() - t0 < 5000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    int d = client_to(loop, &p, NULL);
+    send_all(d, "PING\r\n", 6);
+    read_some(loop, d, got, sizeof got, 7);
+    CHECK(strcmp(got, "+PONG\r\n") == 0);
+    close(b);
+    close(d);
+    close_client(loop, &p);
+}
+
+/* A subscriber that does not read, and one request of its publisher
+ * (EXEC of 64 PUBLISHes of 64 KiB) that adds 4 MiB to it, over its 1 MiB
+ * hard limit: it is closed once its messages pass the limit, as Redis
+ * stops adding to a client it will close, not after all of them were
+ * added (with 100 such subscribers, 400 MiB for 4 MiB of request). */
+TEST(subscriber_held_to_output_limit_within_a_publish_batch) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.log = kept_log;
+    last_line[0] = 0;
+    p.obl[CLASS_PUBSUB].hard = (size_t)1 << 20;
+    int sub = client_to(loop, &p, NULL);
+    send_all(sub, "SUBSCRIBE ch\r\n", 14);
+    char got[64];
+    read_some(loop, sub, got, sizeof got, 31);
+    CHECK(strncmp(got, "*3\r\n$9\r\nsubscribe", 17) == 0);
+    enum { N = 64, LEN = 64 << 10 };
+    size_t cap = 64 + N * (LEN + 64), n = 0;
+    char *req = malloc(cap);
+    CHECK(req != NULL);
+    n += (size_t)sprintf(req + n, "MULTI\r\n");
+    for (int i = 0; i < N; i++) {
+        n += (size_t)sprintf(req + n,
+                             "*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n$%d\r\n", LEN);
+        memset(req + n, 'm', LEN);
+        n += LEN;
+        n += (size_t)sprintf(req + n, "\r\n");
+    }
+    n += (size_t)sprintf(req + n, "EXEC\r\n");
+    int pub = client_to(loop, &p, NULL);
+    /* Written as the server reads it: more than a socket buffer. */
+    size_t at = 0;
+    uint64_t t0 = now_ms();
+    while (at < n && now_ms() - t0 < 10000) {
+        ssize_t w = send(pub, req + at, n - at, MSG_DONTWAIT);
+        if (w > 0) at += (size_t)w;
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    CHECK_EQ(at, n);
+    free(req);
+    t0 = now_ms();
+    while (p.kv.clients > 1 && now_ms() - t0 < 10000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK_EQ(p.kv.clients, 1); /* the subscriber was closed */
+    size_t held = logged_output();
+    if (held == 0 || held > ((size_t)2 << 20))
+        check_fail(__FILE__, __LINE__, "held %zu bytes: %s", held, last_line);
+    close(sub);
+    close(pub);
+    close_client(loop, &p);
+}
+
 /* --------------------------------- a pipeline cut anywhere, end to end */
 
 #define S(lit) lit, sizeof(lit) - 1
