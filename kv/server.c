@@ -309,14 +309,22 @@ static void accept_on(lull_server *ls) {
 
 /* ------------------------------------------------------------- main */
 
-/* maxclients: what RLIMIT_NOFILE leaves once the server's own descriptors
+/* maxclients: what RLIMIT_NOFILE, its soft limit raised to the hard one,
+ * leaves once the server's own descriptors
  * are set aside (Redis sets aside 32 too; here the listening sockets come
  * on top: epoll, the signalfds, lull's eventfds, stdio, a replica's link
  * and the catch-up thread's socket are in the 32). 0: no bound. */
 static size_t clients_fd_bound(int listeners) {
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
-        return 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    /* The soft limit is a default (often 1,024) that a server may lift to
+     * the hard one itself, as redis-server does: raise it first. */
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t soft = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) rl.rlim_cur = soft;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY) return 0;
     rlim_t reserve = 32 + (rlim_t)listeners;
     return (size_t)(rl.rlim_cur > 2 * reserve ? rl.rlim_cur - reserve
                                               : rl.rlim_cur / 2);
