@@ -2131,7 +2131,8 @@ typedef struct lull_pool_stats {
 LULL_EXTERN int lull_pool_new(lull_pool **out, const lull_pool_options *opts);
 /* Thread-safe, never blocks. Refuses new work (-ESHUTDOWN) and cancels the
  * waiting work: each done runs on its loop with -ECANCELED. Work already
- * running finishes and completes normally. */
+ * running finishes and completes normally. The default pool is refused (it
+ * stays open; a debug build aborts), as lull_pool_free refuses it. */
 LULL_EXTERN void lull_pool_close(lull_pool *pool);
 /* Closes the pool, waits for running work to finish and its threads to
  * exit, and frees it. Not from a pool thread (-EDEADLK), not on the default
