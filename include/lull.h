@@ -2554,7 +2554,8 @@ LULL_EXTERN bool lull_percore_stopping(const lull_percore *pc);
  * of pc nor from a pool thread (-EDEADLK). Hand-offs that never stop keep
  * it waiting; after 1,000 rounds it names them on stderr, once. -EBUSY if
  * a loop still held handles at the end (that loop is not freed); -EINVAL
- * for NULL or a set stopped already. */
+ * for NULL, a set stopped already (by its address: one a later start got
+ * again is that set), or a set a forked child inherited. */
 LULL_EXTERN int lull_percore_stop(lull_percore *pc);
 
 #ifdef __cplusplus
