@@ -30,14 +30,15 @@
  * lull_server_listen_*, lull_simserver_listen, lull_process_spawn), which
  * clears it with the rest: set it afterwards. A request with no set-up
  * call (lull_listener, lull_fs, lull_append, lull_lookup) keeps what you
- * put there. Zero such a request, and a lull_frame or lull_datagram, before
- * its first use (`= {0}` or memset): lull reads its own fields there to
- * refuse one still in flight with -EBUSY, and would read garbage. A transport's handle (lull_stream, lull_loopback,
- * lull_simconn) uses its endpoint's: ep.data, which every set-up keeps.
- * The exception is lull_timer, which stays at 48 bytes (a timer costs 64
- * with its heap slot, the target docs/BENCHMARKS.md holds it to): embed
- * it and use LULL_CONTAINER_OF(ptr, type, member), which works for any
- * handle.
+ * put there. Zero a lull_fs, lull_lookup, lull_frame or lull_datagram
+ * before its first use (`= {0}` or memset): lull reads its own fields there
+ * to refuse one still in flight with -EBUSY, and would read garbage (a
+ * lull_listener or lull_append needs nothing). A transport's handle
+ * (lull_stream, lull_loopback, lull_simconn) uses its endpoint's: ep.data,
+ * which every set-up keeps. The exception is lull_timer, which stays
+ * at 48 bytes (a timer costs 64 with its heap slot, the target
+ * docs/BENCHMARKS.md holds it to): embed it and use LULL_CONTAINER_OF(ptr,
+ * type, member), which works for any handle.
  *
  * Fields. Each struct shows first the fields you may read (and, where a
  * comment says so, write), each with its meaning. The fields inside the
@@ -1157,8 +1158,9 @@ typedef void (*lull_udp_recv_fn)(lull_udp *udp, int status, const void *bytes,
                                  unsigned flags);
 /* The datagram was handed to the kernel (0), or was not: a negative errno
  * (-EMSGSIZE, -ECONNREFUSED, -ENETUNREACH ..., -ENOBUFS when the device's
- * queue was full, -ECANCELED when the handle closed first). Runs in a later turn than lull_udp_send, never inside it;
- * the request and its bytes are the caller's again. */
+ * queue was full, -ECANCELED when the handle closed first). Runs in a later
+ * turn than lull_udp_send, never inside it; the request and its bytes are the
+ * caller's again. */
 typedef void (*lull_udp_send_fn)(lull_datagram *req, int status);
 /* The handle's last callback, in a later turn than lull_udp_close, after
  * every pending send's callback: the one place to free or reuse it. */
@@ -1356,8 +1358,8 @@ LULL_EXTERN int lull_fsevent_init(lull_loop *loop, lull_fsevent *w);
  * followed). 0, or -EINVAL (NULL, empty, fn NULL), -EBUSY (started),
  * the errno of inotify_add_watch (-ENOENT, -EACCES, -ENOSPC: the
  * watch limit, fs.inotify.max_user_watches) or of inotify_init1
- * (-EMFILE: fs.inotify.max_user_instances), -ENOMEM. Two watches of one path on a
- * loop: -EEXIST (inotify gives both one descriptor). */
+ * (-EMFILE: fs.inotify.max_user_instances), -ENOMEM. Two watches of one path on
+ * a loop: -EEXIST (inotify gives both one descriptor). */
 LULL_EXTERN int lull_fsevent_start(lull_fsevent *w, const char *path,
                                    lull_fsevent_fn fn);
 /* No callback after this, also for events already read. Safe inside any
@@ -2129,7 +2131,8 @@ typedef struct lull_pool_stats {
 LULL_EXTERN int lull_pool_new(lull_pool **out, const lull_pool_options *opts);
 /* Thread-safe, never blocks. Refuses new work (-ESHUTDOWN) and cancels the
  * waiting work: each done runs on its loop with -ECANCELED. Work already
- * running finishes and completes normally. */
+ * running finishes and completes normally. The default pool is refused (it
+ * stays open; a debug build aborts), as lull_pool_free refuses it. */
 LULL_EXTERN void lull_pool_close(lull_pool *pool);
 /* Closes the pool, waits for running work to finish and its threads to
  * exit, and frees it. Not from a pool thread (-EDEADLK), not on the default
@@ -2551,7 +2554,8 @@ LULL_EXTERN bool lull_percore_stopping(const lull_percore *pc);
  * of pc nor from a pool thread (-EDEADLK). Hand-offs that never stop keep
  * it waiting; after 1,000 rounds it names them on stderr, once. -EBUSY if
  * a loop still held handles at the end (that loop is not freed); -EINVAL
- * for NULL or a set stopped already. */
+ * for NULL, a set stopped already (by its address: one a later start got
+ * again is that set), or a set a forked child inherited. */
 LULL_EXTERN int lull_percore_stop(lull_percore *pc);
 
 #ifdef __cplusplus

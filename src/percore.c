@@ -110,7 +110,9 @@ struct lull_percore {
 /* The sets started and not yet stopped, so that lull_percore_stop can
  * refuse a pointer that is not one (a set stopped already, by a clean-up
  * path run twice) by comparing addresses, never reading the memory it
- * points to. Touched only by start and stop, never by a loop. */
+ * points to. An address is all it has: a set a later start allocated at
+ * the same address is that set, and is stopped. Touched only by start and
+ * stop, never by a loop. */
 static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
 static lull_percore *sets;
 
