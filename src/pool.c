@@ -381,11 +381,15 @@ void lull_pool_close(lull_pool *pool) {
      * would refuse and cancel all the others' work (a libuv user cannot
      * close its shared pool either). Refused, as lull_pool_free refuses
      * it; a programming error, so a debug build says so. */
-    bool is_default = is_default_pool(pool);
+    /* Under default_lock (then the pool's, as lull_pool_set_default takes
+     * them): a set_default racing this close cannot make the pool the
+     * default after the check and see it open. */
+    pthread_mutex_lock(&default_lock);
+    bool is_default = pool == default_pool;
+    if (!is_default) close_pool(pool);
+    pthread_mutex_unlock(&default_lock);
     LULL_ASSERT(!is_default, "lull: lull_pool_close on the default pool, "
                              "which every user in the process shares");
-    if (is_default) return;
-    close_pool(pool);
 }
 
 int lull_pool_free(lull_pool *pool) {
@@ -421,17 +425,15 @@ int lull_pool_default(lull_pool **out) {
 int lull_pool_set_default(lull_pool *pool) {
     if (!pool) return -EINVAL;
     /* A closed pool as the default would refuse every user's work in the
-     * process until exit. */
-    pthread_mutex_lock(&pool->lock);
-    bool closed = pool->closed;
-    pthread_mutex_unlock(&pool->lock);
-    if (closed) return -EINVAL;
-    int rc = 0;
+     * process until exit. Checked and set under both locks (default_lock
+     * first, as lull_pool_close takes them), so a close racing this call
+     * either comes first and is seen, or finds the pool the default and
+     * is refused. */
     pthread_mutex_lock(&default_lock);
-    if (default_pool)
-        rc = -EBUSY;
-    else
-        default_pool = pool;
+    pthread_mutex_lock(&pool->lock);
+    int rc = pool->closed ? -EINVAL : default_pool ? -EBUSY : 0;
+    if (rc == 0) default_pool = pool;
+    pthread_mutex_unlock(&pool->lock);
     pthread_mutex_unlock(&default_lock);
     return rc;
 }
