@@ -212,6 +212,7 @@ struct conn {
     uint64_t auth_unsaid; /* failed AUTHs not in the log yet */
     uint64_t auth_said;   /* when a failure was last logged (loop ns; 0:
                              never) */
+    lull_timer auth_due;  /* armed while auth_unsaid waits for its line */
     bool tls;             /* the transport's: t is a lull_tls */
     conn *next;           /* srv->conns, for INFO stats */
     conn *prev;
