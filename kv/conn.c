@@ -663,11 +663,13 @@ bool conn_start(conn *c, lull_endpoint *ep) {
     server *srv = c->srv;
     size_t in = srv->kv.clients + srv->kv.npeers; /* c counted */
     if (!srv->maxclients || in <= srv->maxclients) {
-        if (in < srv->maxclients) srv->full_said = false;
+        srv->full_said = false; /* a client was let in: refusing stopped */
         return true;
     }
     /* Redis' answer, and no line per refusal (a flood of connects would
-     * be one): one when refusing starts, again after it stopped. */
+     * be one): one when refusing starts, again once a client was let in
+     * (at most a line per client accepted); INFO counts every one. */
+    srv->rejected++;
     if (!srv->full_said)
         srv_log(srv,
                 "max number of clients reached (%zu): refusing new "

@@ -208,7 +208,8 @@ static server *stats_server;
 /* INFO stats: what lull counted of the system calls serving clients
  * costs: its streams' reads that returned data and their writes (one
  * send or sendmsg each), under the names Redis gives its own, and the loop's
- * polls (epoll_wait calls) and wakeups (lull_loop_metrics). Not counted:
+ * polls (epoll_wait calls) and wakeups (lull_loop_metrics); and, as
+ * Redis', the clients refused past maxclients. Not counted:
  * a read that finds nothing (lull reads once per readiness, so only a
  * spurious one), accept and close, and epoll_ctl (none while a
  * connection's interest stays the same). */
@@ -223,8 +224,9 @@ static void info_stats(kv *k, buf *b) {
                      "total_reads_processed:%" PRIu64 "\r\n"
                      "total_writes_processed:%" PRIu64 "\r\n"
                      "loop_polls:%" PRIu64 "\r\n"
-                     "loop_wakeups:%" PRIu64 "\r\n",
-                     reads, writes, m.polls, m.wakeups);
+                     "loop_wakeups:%" PRIu64 "\r\n"
+                     "rejected_connections:%" PRIu64 "\r\n",
+                     reads, writes, m.polls, m.wakeups, stats_server->rejected);
     if (n > 0 && (size_t)n < sizeof text) buf_put(b, text, (size_t)n);
 }
 

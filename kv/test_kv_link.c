@@ -957,6 +957,50 @@ TEST(client_past_maxclients_refused_with_redis_error) {
     close_client(loop, &p);
 }
 
+/* Log lines of a case's server saying it refuses clients (full_log). */
+static int full_lines;
+static void full_log(server *srv, const char *line) {
+    quiet_log(srv, line);
+    if (strstr(line, "max number of clients reached")) full_lines++;
+}
+
+/* A server that stays at maxclients, a place freed and taken again now
+ * and then, refuses clients in episodes: each says so in the log (one
+ * line, however many it refuses), not only the first of the server's
+ * life. */
+TEST(clients_refused_again_after_a_place_was_taken_are_logged) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.log = full_log;
+    full_lines = 0;
+    p.maxclients = 1;
+    static const char full[] = "-ERR max number of clients reached\r\n";
+    char got[128];
+    bool eof;
+    int a = client_to(loop, &p, NULL);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 2; i++) { /* two refused: one line */
+            int x = client_to(loop, &p, NULL);
+            answer(loop, x, got, sizeof got, sizeof full - 1, &eof);
+            CHECK(strcmp(got, full) == 0);
+            close(x);
+        }
+        close(a); /* the place is freed and taken again */
+        uint64_t t0 = now_ms();
+        while (p.kv.clients + p.kv.npeers > 0 && now_ms() - t0 < 5000)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        a = client_to(loop, &p, NULL);
+        send_all(a, "PING\r\n", 6);
+        read_some(loop, a, got, sizeof got, 7);
+        CHECK(strcmp(got, "+PONG\r\n") == 0);
+    }
+    CHECK_EQ(full_lines, 3);
+    CHECK_EQ(p.rejected, (uint64_t)6);
+    close(a);
+    close_client(loop, &p);
+}
+
 /* A subscriber that does not read, and one request of its publisher
  * (EXEC of 64 PUBLISHes of 64 KiB) that adds 4 MiB to it, over its 1 MiB
  * hard limit: it is closed once its messages pass the limit, as Redis
