@@ -521,7 +521,7 @@ static int collect_words(int argc, char **argv, int *i, char *text, size_t bcap,
  * that may run CONFIG; "" for an option not set). The ports are the ones
  * listened on, so --port 0's pick shows. Filled once the listeners are
  * up. */
-enum { CONFIGS = 17 };
+enum { CONFIGS = 18 };
 static char config_text[CONFIGS][1024];
 static const char *config_table[CONFIGS][2];
 
@@ -608,7 +608,8 @@ static void fill_config(server *srv, const tls_opts *tls, int tls_port,
                                                "tls-auth-clients",
                                                "tls-replication",
                                                "replicaof",
-                                               "slaveof"};
+                                               "slaveof",
+                                               "maxclients"};
     char(*t)[1024] = config_text;
     snprintf(t[0], sizeof t[0], "%zu", srv->lim.max_bulk);
     snprintf(t[1], sizeof t[1], "%zu", srv->qbuf_limit);
@@ -639,6 +640,8 @@ static void fill_config(server *srv, const tls_opts *tls, int tls_port,
     else
         t[15][0] = 0;
     memcpy(t[16], t[15], sizeof t[16]);
+    /* (0 only with no descriptor limit at all: no bound) */
+    snprintf(t[17], sizeof t[17], "%zu", srv->maxclients);
     for (int i = 0; i < CONFIGS; i++) {
         config_table[i][0] = names[i];
         config_table[i][1] = t[i];
