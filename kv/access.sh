@@ -264,6 +264,8 @@ def pairs(reply, port, tls):
         assert n not in d, "%s twice" % n
         if n.lower() == "port" and v == port: v = "<port>"
         if n.lower() == "tls-port" and v == tls: v = "<tls-port>"
+        # a number each: Redis' configured, lull-kv's from RLIMIT_NOFILE
+        if n.lower() == "maxclients" and v.isdigit(): v = "<maxclients>"
         d[n] = v
     return d
 l, r = conn(lport), conn(rport)
@@ -473,6 +475,12 @@ PY
 [ "$got" = "[(b'+PONG\\r\\n', 32), (b'-ERR max number of clients reached\\r\\n', 8)]" ] ||
     fail "40 clients under ulimit -n 64: $got"
 [ "$(grep -c 'max number of clients reached (32)' "$dir/fds.out")" = 1 ] || fail "maxclients log line"
+# Every refusal is counted where Redis counts it (8, and any retry above
+# that found the place not freed yet).
+rejected=$(redis-cli -p "$fport" INFO stats | tr -d '\r' | sed -n 's/^rejected_connections://p')
+[ "${rejected:-0}" -ge 8 ] || fail "INFO rejected_connections after 8 refused: '$rejected'"
+# The bound is read as Redis' is, by name.
+[ "$(redis-cli -p "$fport" CONFIG GET maxclients | tail -1)" = 32 ] || fail "CONFIG GET maxclients"
 echo "ok: maxclients"
 # A soft limit under the hard one is raised to it at the start, as
 # redis-server does: under soft 64, hard 128, all 40 are served.

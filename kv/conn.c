@@ -62,6 +62,7 @@ static void conn_free(conn *c) {
         c->srv->kv.clients--;
     conn_quiet(c);
     lull_timer_stop(&c->soft);
+    lull_timer_stop(&c->auth_due);
     buf_free(&c->in);
     buf_free(&c->out);
     buf_free(&c->sent);
@@ -300,10 +301,18 @@ static bool same_secret(const resp_arg *a, const char *secret) {
 }
 
 /* A connection's failed AUTHs are logged with its address, the first at
- * once and then at most one line a second with their count (and the
- * rest when it closes): a client guessing at the rate it can pipeline
- * (a million a second) would otherwise have the server write five times
- * its request's bytes to stderr, the loop blocked while stderr is slow. */
+ * once and then at most one line a second with their count: a client
+ * guessing at the rate it can pipeline (a million a second) would
+ * otherwise have the server write five times its request's bytes to
+ * stderr, the loop blocked while stderr is slow. Failures held back are
+ * said when the second is up (auth_due), or at the close if sooner, so
+ * a client that guesses in a burst and then stays shows in full. Its
+ * five rows (README):
+ *   trigger          a failed AUTH within a second of the last line
+ *   source of truth  c->auth_unsaid, c->auth_said
+ *   pending work     auth_unsaid > 0
+ *   next deadline    auth_said + AUTH_LOG_NS (auth_due, one shot)
+ *   quiet            nothing held back: the timer is not armed */
 #define AUTH_LOG_NS 1000000000ull
 
 static void say_auth_failures(conn *c) {
@@ -317,6 +326,12 @@ static void say_auth_failures(conn *c) {
     uint64_t now = lull_loop_now(c->srv->loop);
     c->auth_said = now ? now : 1;
     c->auth_unsaid = 0;
+    lull_timer_stop(&c->auth_due);
+}
+
+static void auth_due(lull_timer *t) {
+    conn *c = LULL_CONTAINER_OF(t, conn, auth_due);
+    if (c->auth_unsaid) say_auth_failures(c);
 }
 
 /* kv.auth: AUTH password | AUTH username password, for the default user,
@@ -348,9 +363,10 @@ void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
         buf_str(out, "+OK\r\n");
         return;
     }
-    c->auth_unsaid++;
-    if (!c->auth_said || lull_loop_now(srv->loop) - c->auth_said >= AUTH_LOG_NS)
-        say_auth_failures(c);
+    uint64_t since = lull_loop_now(srv->loop) - c->auth_said;
+    if (c->auth_unsaid++ == 0 && c->auth_said && since < AUTH_LOG_NS)
+        lull_timer_start(&c->auth_due, AUTH_LOG_NS - since, 0);
+    if (!c->auth_said || since >= AUTH_LOG_NS) say_auth_failures(c);
     buf_str(out, "-WRONGPASS invalid username-password pair or user is "
                  "disabled.\r\n");
 }
@@ -642,15 +658,18 @@ bool conn_start(conn *c, lull_endpoint *ep) {
     if (c->next) c->next->prev = c;
     c->srv->conns = c;
     lull_timer_init(c->srv->loop, &c->soft, soft_due);
+    lull_timer_init(c->srv->loop, &c->auth_due, auth_due);
     lull_endpoint_set_callbacks(ep, on_frame, on_drain, on_close);
     server *srv = c->srv;
     size_t in = srv->kv.clients + srv->kv.npeers; /* c counted */
     if (!srv->maxclients || in <= srv->maxclients) {
-        if (in < srv->maxclients) srv->full_said = false;
+        srv->full_said = false; /* a client was let in: refusing stopped */
         return true;
     }
     /* Redis' answer, and no line per refusal (a flood of connects would
-     * be one): one when refusing starts, again after it stopped. */
+     * be one): one when refusing starts, again once a client was let in
+     * (at most a line per client accepted); INFO counts every one. */
+    srv->rejected++;
     if (!srv->full_said)
         srv_log(srv,
                 "max number of clients reached (%zu): refusing new "

@@ -208,7 +208,8 @@ static server *stats_server;
 /* INFO stats: what lull counted of the system calls serving clients
  * costs: its streams' reads that returned data and their writes (one
  * send or sendmsg each), under the names Redis gives its own, and the loop's
- * polls (epoll_wait calls) and wakeups (lull_loop_metrics). Not counted:
+ * polls (epoll_wait calls) and wakeups (lull_loop_metrics); and, as
+ * Redis', the clients refused past maxclients. Not counted:
  * a read that finds nothing (lull reads once per readiness, so only a
  * spurious one), accept and close, and epoll_ctl (none while a
  * connection's interest stays the same). */
@@ -223,8 +224,9 @@ static void info_stats(kv *k, buf *b) {
                      "total_reads_processed:%" PRIu64 "\r\n"
                      "total_writes_processed:%" PRIu64 "\r\n"
                      "loop_polls:%" PRIu64 "\r\n"
-                     "loop_wakeups:%" PRIu64 "\r\n",
-                     reads, writes, m.polls, m.wakeups);
+                     "loop_wakeups:%" PRIu64 "\r\n"
+                     "rejected_connections:%" PRIu64 "\r\n",
+                     reads, writes, m.polls, m.wakeups, stats_server->rejected);
     if (n > 0 && (size_t)n < sizeof text) buf_put(b, text, (size_t)n);
 }
 
@@ -519,7 +521,7 @@ static int collect_words(int argc, char **argv, int *i, char *text, size_t bcap,
  * that may run CONFIG; "" for an option not set). The ports are the ones
  * listened on, so --port 0's pick shows. Filled once the listeners are
  * up. */
-enum { CONFIGS = 17 };
+enum { CONFIGS = 18 };
 static char config_text[CONFIGS][1024];
 static const char *config_table[CONFIGS][2];
 
@@ -606,7 +608,8 @@ static void fill_config(server *srv, const tls_opts *tls, int tls_port,
                                                "tls-auth-clients",
                                                "tls-replication",
                                                "replicaof",
-                                               "slaveof"};
+                                               "slaveof",
+                                               "maxclients"};
     char(*t)[1024] = config_text;
     snprintf(t[0], sizeof t[0], "%zu", srv->lim.max_bulk);
     snprintf(t[1], sizeof t[1], "%zu", srv->qbuf_limit);
@@ -637,6 +640,8 @@ static void fill_config(server *srv, const tls_opts *tls, int tls_port,
     else
         t[15][0] = 0;
     memcpy(t[16], t[15], sizeof t[16]);
+    /* (0 only with no descriptor limit at all: no bound) */
+    snprintf(t[17], sizeof t[17], "%zu", srv->maxclients);
     for (int i = 0; i < CONFIGS; i++) {
         config_table[i][0] = names[i];
         config_table[i][1] = t[i];

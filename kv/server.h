@@ -172,6 +172,7 @@ struct server {
      * the descriptors set aside stay the server's own. */
     size_t maxclients;
     bool full_said;         /* the log said clients are refused; not since */
+    uint64_t rejected;      /* clients refused so (INFO rejected_connections) */
     lull_tls_ctx *repl_tls; /* --tls-replication: the link's client context */
     bool stopping;          /* server_stop: the link is not retried */
     /* Where a slice of busy work ends (the replication sender, the expiry
@@ -212,6 +213,7 @@ struct conn {
     uint64_t auth_unsaid; /* failed AUTHs not in the log yet */
     uint64_t auth_said;   /* when a failure was last logged (loop ns; 0:
                              never) */
+    lull_timer auth_due;  /* armed while auth_unsaid waits for its line */
     bool tls;             /* the transport's: t is a lull_tls */
     conn *next;           /* srv->conns, for INFO stats */
     conn *prev;

@@ -862,6 +862,45 @@ TEST(auth_guesses_pipelined_are_logged_in_few_lines) {
     close_client(loop, &p);
 }
 
+/* A client that guesses in a burst and then stays connected, idle: its
+ * guesses are in the log with their count a second after the first line,
+ * not only once it leaves (which it may never do, or the server may be
+ * killed first). */
+TEST(auth_guesses_told_while_the_client_stays) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.requirepass = "pw";
+    p.log = counting_log;
+    auth_lines = 0;
+    auth_told = 0;
+    enum { N = 500 };
+    static char req[N * 11];
+    for (int i = 0; i < N; i++)
+        memcpy(req + 11 * i, "AUTH nope\r\n", 11);
+    int fd = client_to(loop, &p, NULL);
+    send_all(fd, req, sizeof req);
+    static const char wrong[] = "-WRONGPASS invalid username-password pair "
+                                "or user is disabled.\r\n";
+    size_t want = N * (sizeof wrong - 1), have = 0;
+    static char got[N * (sizeof wrong - 1)];
+    uint64_t t0 = now_ms();
+    while (have < want && now_ms() - t0 < 10000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t r = recv(fd, got + have, want - have, MSG_DONTWAIT);
+        if (r > 0) have += (size_t)r;
+    }
+    CHECK_EQ(have, want);
+    t0 = now_ms();
+    while (auth_told < N && now_ms() - t0 < 2500)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(p.conns != NULL); /* still connected */
+    CHECK_EQ(auth_told, (unsigned long long)N);
+    CHECK(auth_lines <= 2);
+    close(fd);
+    close_client(loop, &p);
+}
+
 /* What fd has been sent, the loop running, until `want` bytes are in
  * (5 s at most); NUL-terminated in got[cap]. */
 static size_t read_some(lull_loop *loop, int fd, char *got, size_t cap,
@@ -915,6 +954,50 @@ TEST(client_past_maxclients_refused_with_redis_error) {
     CHECK(strcmp(got, "+PONG\r\n") == 0);
     close(b);
     close(d);
+    close_client(loop, &p);
+}
+
+/* Log lines of a case's server saying it refuses clients (full_log). */
+static int full_lines;
+static void full_log(server *srv, const char *line) {
+    quiet_log(srv, line);
+    if (strstr(line, "max number of clients reached")) full_lines++;
+}
+
+/* A server that stays at maxclients, a place freed and taken again now
+ * and then, refuses clients in episodes: each says so in the log (one
+ * line, however many it refuses), not only the first of the server's
+ * life. */
+TEST(clients_refused_again_after_a_place_was_taken_are_logged) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.log = full_log;
+    full_lines = 0;
+    p.maxclients = 1;
+    static const char full[] = "-ERR max number of clients reached\r\n";
+    char got[128];
+    bool eof;
+    int a = client_to(loop, &p, NULL);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 2; i++) { /* two refused: one line */
+            int x = client_to(loop, &p, NULL);
+            answer(loop, x, got, sizeof got, sizeof full - 1, &eof);
+            CHECK(strcmp(got, full) == 0);
+            close(x);
+        }
+        close(a); /* the place is freed and taken again */
+        uint64_t t0 = now_ms();
+        while (p.kv.clients + p.kv.npeers > 0 && now_ms() - t0 < 5000)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        a = client_to(loop, &p, NULL);
+        send_all(a, "PING\r\n", 6);
+        read_some(loop, a, got, sizeof got, 7);
+        CHECK(strcmp(got, "+PONG\r\n") == 0);
+    }
+    CHECK_EQ(full_lines, 3);
+    CHECK_EQ(p.rejected, (uint64_t)6);
+    close(a);
     close_client(loop, &p);
 }
 
