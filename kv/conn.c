@@ -481,12 +481,11 @@ static void server_command(conn *c, const resp_arg *a, size_t argc) {
 /* After a batch of commands: send their replies, or end the connection,
  * and stop reading while the stream is full. */
 static inline __attribute__((always_inline)) void conn_after(conn *c) {
-    if (c->out.oom) {
-        drop_unwritten(c);
-        return;
-    }
-    if (c->in.oom) {
-        conn_drop(c, "out of memory");
+    if (__builtin_expect(c->out.oom | c->in.oom, 0)) { /* one test */
+        if (c->out.oom)
+            drop_unwritten(c);
+        else
+            conn_drop(c, "out of memory");
         return;
     }
     if (c->closing) {

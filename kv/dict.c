@@ -62,7 +62,8 @@ static inline uint64_t load32(const char *p) {
 /* 16 bytes a step, one multiply each: every lookup hashes its key, so this
  * is a share of each GET. The last 1-15 bytes are read as two words that
  * may overlap (the length, hashed in first, tells the keys apart). */
-uint64_t dict_hash(const char *p, size_t n) {
+static inline __attribute__((always_inline)) uint64_t hash_bytes(const char *p,
+                                                                 size_t n) {
     uint64_t h = key0 ^ ((uint64_t)n * 0x9e3779b97f4a7c15ull);
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
@@ -84,6 +85,10 @@ uint64_t dict_hash(const char *p, size_t n) {
     return fold(h ^ key2, key0 ^ n);
 }
 
+uint64_t dict_hash(const char *p, size_t n) {
+    return hash_bytes(p, n);
+}
+
 static dict_entry **slot(const dict *d, const char *key, size_t klen,
                          uint64_t h) {
     dict_entry **pp = &d->buckets[h & (d->nbuckets - 1)];
@@ -98,7 +103,7 @@ static dict_entry **slot(const dict *d, const char *key, size_t klen,
 
 dict_entry *dict_find(const dict *d, const char *key, size_t klen) {
     if (d->count == 0) return NULL;
-    return *slot(d, key, klen, dict_hash(key, klen));
+    return *slot(d, key, klen, hash_bytes(key, klen));
 }
 
 /* Doubles the table (or makes the first one); on -ENOMEM the old one
@@ -128,7 +133,7 @@ dict_entry *dict_add(dict *d, const char *key, size_t klen) {
     if (!d->nbuckets) return NULL;
     dict_entry *e = malloc(sizeof *e + d->extra + klen);
     if (!e) return NULL;
-    uint64_t h = dict_hash(key, klen);
+    uint64_t h = hash_bytes(key, klen);
     e->hash = h;
     e->klen = (uint32_t)klen;
     memset(e->mem, 0, d->extra);
