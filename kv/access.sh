@@ -436,6 +436,36 @@ else
     echo "skipped: protected mode (needs root and ip netns to make a non-loopback client)"
 fi
 
+# forty_pings PORT [retake]: 40 clients connect at once and PING; prints
+# each distinct answer with its count. With "retake", once they close, a
+# new client must find a place within 5 s (else "no place freed").
+forty_pings() {
+    python3 - "$@" <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
+seen = {}
+for c in conns:
+    c.settimeout(5)
+    c.sendall(b"PING\r\n")
+    r = c.recv(100)
+    seen[r] = seen.get(r, 0) + 1
+for c in conns:
+    c.close()
+for _ in range(100 if sys.argv[2:] == ["retake"] else 0):
+    time.sleep(0.05)
+    c = socket.create_connection(("127.0.0.1", port))
+    c.settimeout(5)
+    c.sendall(b"PING\r\n")
+    if c.recv(100) == b"+PONG\r\n":
+        break
+else:
+    if sys.argv[2:] == ["retake"]:
+        seen[b"no place freed"] = 1
+print(sorted(seen.items()))
+PY
+}
+
 # ------------------------------------------------------------ maxclients
 # Under RLIMIT_NOFILE 64, 32 descriptors and the listening socket's are
 # the server's own: 32 clients are served and the rest answered Redis'
@@ -448,30 +478,7 @@ kv=kv_limited
 start fds --port 0
 kv=$real_kv
 fport=$started_port
-got=$(python3 - "$fport" <<'PY'
-import socket, sys, time
-port = int(sys.argv[1])
-conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
-seen = {}
-for c in conns:
-    c.settimeout(5)
-    c.sendall(b"PING\r\n")
-    r = c.recv(100)
-    seen[r] = seen.get(r, 0) + 1
-for c in conns:
-    c.close()
-for _ in range(100):
-    time.sleep(0.05)
-    c = socket.create_connection(("127.0.0.1", port))
-    c.settimeout(5)
-    c.sendall(b"PING\r\n")
-    if c.recv(100) == b"+PONG\r\n":
-        break
-else:
-    seen[b"no place freed"] = 1
-print(sorted(seen.items()))
-PY
-)
+got=$(forty_pings "$fport" retake)
 [ "$got" = "[(b'+PONG\\r\\n', 32), (b'-ERR max number of clients reached\\r\\n', 8)]" ] ||
     fail "40 clients under ulimit -n 64: $got"
 [ "$(grep -c 'max number of clients reached (32)' "$dir/fds.out")" = 1 ] || fail "maxclients log line"
@@ -488,21 +495,7 @@ kv_soft() { ulimit -S -n 64 && ulimit -H -n 128 && exec "$real_kv" "$@"; }
 kv=kv_soft
 start soft --port 0
 kv=$real_kv
-got=$(python3 - "$started_port" <<'PY'
-import socket, sys
-port = int(sys.argv[1])
-conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
-seen = {}
-for c in conns:
-    c.settimeout(5)
-    c.sendall(b"PING\r\n")
-    r = c.recv(100)
-    seen[r] = seen.get(r, 0) + 1
-for c in conns:
-    c.close()
-print(sorted(seen.items()))
-PY
-)
+got=$(forty_pings "$started_port")
 [ "$got" = "[(b'+PONG\\r\\n', 40)]" ] || fail "40 clients under a soft limit of 64: $got"
 echo "ok: the soft descriptor limit raised"
 
