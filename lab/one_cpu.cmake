@@ -14,8 +14,16 @@ if(NOT TASKSET)
   message(STATUS "taskset not found: skipped")
   return()
 endif()
-execute_process(COMMAND ${TASKSET} -c 0 ${LAB} turns --quick --rounds 1
-  --only roundtrip_2cpu RESULT_VARIABLE rc OUTPUT_VARIABLE out
+# The first CPU this process may run on: CPU 0 may not be one of them (a
+# container's cpuset, a CI runner's taskset).
+file(READ /proc/self/status status)
+string(REGEX MATCH "Cpus_allowed_list:[ \t]*([0-9]+)" m "${status}")
+if("${CMAKE_MATCH_1}" STREQUAL "")
+  message(STATUS "no Cpus_allowed_list in /proc/self/status: skipped")
+  return()
+endif()
+execute_process(COMMAND ${TASKSET} -c ${CMAKE_MATCH_1} ${LAB} turns --quick
+  --rounds 1 --only roundtrip_2cpu RESULT_VARIABLE rc OUTPUT_VARIABLE out
   ERROR_VARIABLE err TIMEOUT 120)
 if(NOT rc EQUAL 0 OR NOT out MATCHES
    "\n  roundtrip_2cpu: not run, this process may run on one CPU only\n")
