@@ -820,6 +820,38 @@ static void counting_log(server *srv, const char *line) {
     }
 }
 
+/* A server wanting password "pw", its log counted (counting_log), and a
+ * client that pipelines n wrong AUTHs and has read every answer: the
+ * client's fd. */
+static int guess_auth(lull_loop **loop, server *p, int n) {
+    open_server(loop, p);
+    p->requirepass = "pw";
+    p->log = counting_log;
+    auth_lines = 0;
+    auth_told = 0;
+    static const char guess[] = "AUTH nope\r\n";
+    static const char wrong[] = "-WRONGPASS invalid username-password pair "
+                                "or user is disabled.\r\n";
+    size_t glen = sizeof guess - 1, wlen = sizeof wrong - 1;
+    char *req = malloc((size_t)n * glen), *got = malloc((size_t)n * wlen);
+    CHECK(req && got);
+    for (int i = 0; i < n; i++)
+        memcpy(req + glen * (size_t)i, guess, glen);
+    int fd = client_to(*loop, p, NULL);
+    send_all(fd, req, (size_t)n * glen);
+    size_t want = (size_t)n * wlen, have = 0;
+    uint64_t t0 = now_ms();
+    while (have < want && now_ms() - t0 < 10000) {
+        lull_loop_run(*loop, LULL_RUN_NOWAIT);
+        ssize_t r = recv(fd, got + have, want - have, MSG_DONTWAIT);
+        if (r > 0) have += (size_t)r;
+    }
+    CHECK_EQ(have, want);
+    free(req);
+    free(got);
+    return fd;
+}
+
 /* A client guessing the password pipelines 2,000 AUTHs: each is
  * answered, but the log says so in a line or two with the count, not a
  * line apiece (55 bytes of log for 11 of request, written with the loop
@@ -828,28 +860,9 @@ static void counting_log(server *srv, const char *line) {
 TEST(auth_guesses_pipelined_are_logged_in_few_lines) {
     lull_loop *loop;
     server p;
-    open_server(&loop, &p);
-    p.requirepass = "pw";
-    p.log = counting_log;
-    auth_lines = 0;
-    auth_told = 0;
     enum { N = 2000 };
-    static char req[N * 11];
-    for (int i = 0; i < N; i++)
-        memcpy(req + 11 * i, "AUTH nope\r\n", 11);
-    int fd = client_to(loop, &p, NULL);
-    send_all(fd, req, sizeof req);
-    static const char wrong[] = "-WRONGPASS invalid username-password pair "
-                                "or user is disabled.\r\n";
-    size_t want = N * (sizeof wrong - 1), have = 0;
-    static char got[N * (sizeof wrong - 1)];
-    uint64_t t0 = now_ms();
-    while (have < want && now_ms() - t0 < 10000) {
-        lull_loop_run(loop, LULL_RUN_NOWAIT);
-        ssize_t r = recv(fd, got + have, want - have, MSG_DONTWAIT);
-        if (r > 0) have += (size_t)r;
-    }
-    CHECK_EQ(have, want);
+    int fd = guess_auth(&loop, &p, N);
+    uint64_t t0;
     if (auth_lines > 2)
         check_fail(__FILE__, __LINE__, "%d log lines for %d guesses",
                    auth_lines, N);
@@ -869,28 +882,9 @@ TEST(auth_guesses_pipelined_are_logged_in_few_lines) {
 TEST(auth_guesses_told_while_the_client_stays) {
     lull_loop *loop;
     server p;
-    open_server(&loop, &p);
-    p.requirepass = "pw";
-    p.log = counting_log;
-    auth_lines = 0;
-    auth_told = 0;
     enum { N = 500 };
-    static char req[N * 11];
-    for (int i = 0; i < N; i++)
-        memcpy(req + 11 * i, "AUTH nope\r\n", 11);
-    int fd = client_to(loop, &p, NULL);
-    send_all(fd, req, sizeof req);
-    static const char wrong[] = "-WRONGPASS invalid username-password pair "
-                                "or user is disabled.\r\n";
-    size_t want = N * (sizeof wrong - 1), have = 0;
-    static char got[N * (sizeof wrong - 1)];
-    uint64_t t0 = now_ms();
-    while (have < want && now_ms() - t0 < 10000) {
-        lull_loop_run(loop, LULL_RUN_NOWAIT);
-        ssize_t r = recv(fd, got + have, want - have, MSG_DONTWAIT);
-        if (r > 0) have += (size_t)r;
-    }
-    CHECK_EQ(have, want);
+    int fd = guess_auth(&loop, &p, N);
+    uint64_t t0;
     t0 = now_ms();
     while (auth_told < N && now_ms() - t0 < 2500)
         lull_loop_run(loop, LULL_RUN_NOWAIT);
