@@ -237,6 +237,9 @@ bool lull__frame_buf_grow(unsigned char **buf, size_t *cap, size_t need,
                           size_t max_frame) {
     size_t n = *cap * 2 > need ? *cap * 2 : need;
     if (n > max_frame + LULL__FRAME_HDR) n = max_frame + LULL__FRAME_HDR;
+    /* At the frame limit already: a reader asking for a record's room
+     * with a smaller limit would realloc to the same size every read. */
+    if (n <= *cap) return true;
     unsigned char *b = realloc(*buf, n);
     if (!b) return false;
     *buf = b;

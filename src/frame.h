@@ -80,8 +80,8 @@ static inline size_t lull__frame_len(const unsigned char *p) {
 
 /* Grows a framed read buffer towards `need` bytes: to twice its size, or
  * need if that is more, but never past one frame of max_frame and its
- * header (so *cap may stay below need). False, the buffer as it was, when
- * the allocation fails. */
+ * header (so *cap may stay below need; at that bound already, true and
+ * nothing moves). False, the buffer as it was, when the allocation fails. */
 bool lull__frame_buf_grow(unsigned char **buf, size_t *cap, size_t need,
                           size_t max_frame);
 

@@ -1887,6 +1887,37 @@ TEST(steady_state_allocates_nothing_per_record) {
     finish(loop, sctx, cctx);
 }
 
+/* A plaintext limit under a record's 16 KiB: the read buffer is as large
+ * as it may be from the first read on, and stays so, with no realloc to
+ * the same size before each SSL_read. */
+TEST(small_max_frame_reads_without_reallocating) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    one_way *w = calloc(1, sizeof *w);
+    g_one_way = w;
+    lull_tls_options co = opts_hs("localhost"), so = opts_hs(NULL);
+    so.stream.max_frame = 4096;
+    end_pair_opts(loop, &w->c, cctx, &co, &w->s, sctx, &so);
+    static char payload[3000];
+    for (int i = 0; i < 64; i++)
+        w->frames[i] = (lull_frame){.bytes = payload,
+                                    .len = (size_t)(i * 47) % sizeof payload,
+                                    .release = one_way_release};
+    for (int i = 0; i < 3; i++)
+        one_way_round(loop, w);
+    atomic_store(&g_allocs, 0);
+    atomic_store(&g_counting, true);
+    for (int i = 0; i < 5; i++)
+        one_way_round(loop, w);
+    atomic_store(&g_counting, false);
+    CHECK_EQ(atomic_load(&g_allocs), 0);
+    CHECK_EQ(lull_endpoint_close(&w->c.t.ep, 0), 0);
+    settle_closes(loop, &w->c, &w->s);
+    free(w);
+    finish(loop, sctx, cctx);
+}
+
 /* One context, two loops on two threads, each with connections that
  * resume sessions from it. */
 typedef struct worker {
