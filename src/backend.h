@@ -32,6 +32,10 @@ int lull__backend_add_wakeup(lull_loop *loop, int fd);
  * registration nobody owns reported; also what a forked child needs. 0 or a
  * negative errno (the old set is kept). */
 int lull__backend_rebuild(lull_loop *loop);
+/* lull_loop_backend_fd's fd, made at the first call (or a negative errno),
+ * and its close: lull__backend_close, and lull_loop_fork (the parent's). */
+int lull__backend_host_fd(lull_loop *loop);
+void lull__backend_host_forget(lull_loop *loop);
 /* Waits up to timeout_ns (-1: no limit, 0: do not block) and collects
  * readiness. Returns the number of events collected, -EINTR when a signal
  * ended the wait, or another negative errno when the kernel refused the

@@ -104,6 +104,7 @@ int lull__backend_init(lull_loop *loop) {
 }
 
 void lull__backend_close(lull_loop *loop) {
+    lull__backend_host_forget(loop);
     if (loop->backend_fd >= 0) close(loop->backend_fd);
     loop->backend_fd = -1;
     free(loop->events);
@@ -171,6 +172,30 @@ int lull__backend_add_wakeup(lull_loop *loop, int fd) {
     return 0;
 }
 
+/* The fd a host waits on (lull_loop_backend_fd): not the backend's own
+ * set, which a rebuild replaces, but a set holding it, made at the first
+ * call. A rebuild moves the new set into it, so the host's fd, and its own
+ * registration of that fd (a libuv uv_poll_t), stay valid; closing the old
+ * set takes it out. Readable while the backend's set has readiness. */
+int lull__backend_host_fd(lull_loop *loop) {
+    if (loop->host_fd >= 0) return loop->host_fd;
+    int fd = epoll_create1(EPOLL_CLOEXEC);
+    if (fd < 0) return -errno;
+    struct epoll_event ev = {.events = EPOLLIN};
+    if (epoll_ctl(fd, EPOLL_CTL_ADD, loop->backend_fd, &ev) != 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    loop->host_fd = fd;
+    return fd;
+}
+
+void lull__backend_host_forget(lull_loop *loop) {
+    if (loop->host_fd >= 0) close(loop->host_fd);
+    loop->host_fd = -1;
+}
+
 int lull__backend_rebuild(lull_loop *loop) {
     int fd = epoll_create1(EPOLL_CLOEXEC);
     if (fd < 0) return -errno;
@@ -197,6 +222,13 @@ int lull__backend_rebuild(lull_loop *loop) {
             close(fd);
             return err;
         }
+    }
+    struct epoll_event host = {.events = EPOLLIN};
+    if (loop->host_fd >= 0 &&
+        epoll_ctl(loop->host_fd, EPOLL_CTL_ADD, fd, &host) != 0) {
+        int err = -errno;
+        close(fd);
+        return err;
     }
     close(loop->backend_fd);
     loop->backend_fd = fd;

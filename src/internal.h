@@ -209,6 +209,8 @@ struct lull_loop {
     uint32_t io_active;         /* started watchers */
     uint32_t io_ref;            /* ... and referenced */
     int backend_fd;             /* epoll instance */
+    int host_fd;                /* lull_loop_backend_fd's set, holding
+                                   backend_fd (backend_epoll.c), or -1 */
     bool have_pwait2;           /* epoll_pwait2 works: ns timeouts */
     struct epoll_event *events; /* EVENTS_CAP of them (backend_epoll.c) */
     int events_len;             /* readiness collected by the current poll */

@@ -79,6 +79,7 @@ int lull_loop_new(lull_loop **out, const lull_loop_options *opts) {
     loop->arm_read_tasks = UINT64_MAX;
     loop->now = loop->virtual_clock ? 0 : lull__clock_real();
     loop->backend_fd = -1;
+    loop->host_fd = -1;
     loop->remote_fd = -1;
     loop->owner = pthread_self();
     loop->pid = getpid();
@@ -203,7 +204,10 @@ static int64_t poll_timeout(lull_loop *loop, uint64_t real_now) {
     if (ready_now(loop) || loop->stop || !alive_for_run(loop)) return 0;
     if (loop->virtual_clock) {
         if (loop->io_ref || loop->refs) {
-            if (loop->timers_ref && timers_can_fire(loop)) return 0;
+            /* Any armed timer, unreferenced too: it is served while the
+             * reference or fd keeps the run going, as on the real clock,
+             * so auto_advance must be able to jump to it. */
+            if (loop->heap.len && timers_can_fire(loop)) return 0;
             return -1;
         }
         return 0;
@@ -653,7 +657,7 @@ int lull_loop_run(lull_loop *loop, lull_run_mode mode) {
 int lull_loop_backend_fd(lull_loop *loop) {
     if (!loop) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
-    return loop->backend_fd;
+    return lull__backend_host_fd(loop);
 }
 
 /* The host's wait is the loop's sleep, done elsewhere: it is announced as
@@ -781,6 +785,9 @@ int lull_loop_fork(lull_loop *loop) {
     /* Before the rebuild, which registers the inotify fd's number. */
     int err = lull__fsevents_fork(loop);
     if (err) return err;
+    /* The host's set is the parent's too: the rebuild must not add the
+     * child's set to it. The child makes its own at its next call. */
+    lull__backend_host_forget(loop);
     int wake_fd = loop->wake_fd;
     loop->wake_fd = -1;
     err = lull__backend_rebuild(loop);

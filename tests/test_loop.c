@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #define MS 1000000ull
@@ -963,6 +964,62 @@ static void embed_long_task(lull_task *task) {
     runs[6]++;
     check_spin_ns(200000); /* 0.2 ms: three of them pass a 0.5 ms quantum */
     (void)task;
+}
+
+static void embed_never(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+    CHECK(!"a stopped watcher was called");
+}
+
+/* A host that registered lull's fd in its own epoll set (a libuv
+ * uv_poll_t, examples/embed_libuv.c) keeps hearing lull after lull drops
+ * a stale registration (an fd closed before lull_io_stop while a dup keeps
+ * its file open), which rebuilds the loop's epoll set. */
+TEST(embed_backend_fd_outlives_a_rebuilt_epoll_set) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int fd = lull_loop_backend_fd(loop);
+    CHECK(fd >= 0);
+    int host = epoll_create1(EPOLL_CLOEXEC);
+    CHECK(host >= 0);
+    struct epoll_event ev = {.events = EPOLLIN};
+    CHECK_EQ(epoll_ctl(host, EPOLL_CTL_ADD, fd, &ev), 0);
+
+    int stale[2];
+    CHECK_EQ(pipe(stale), 0);
+    int keep = dup(stale[0]);
+    CHECK(keep >= 0);
+    lull_io gone;
+    CHECK_EQ(lull_io_init(loop, &gone, stale[0], embed_never), 0);
+    CHECK_EQ(lull_io_start(&gone, LULL_READABLE), 0);
+    close(stale[0]);
+    lull_io_stop(&gone); /* its registration outlives the fd number */
+    CHECK_EQ(write(stale[1], "x", 1), 1);
+    int64_t t;
+    for (int i = 0; i < 3; i++) { /* report it, then rebuild */
+        CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    CHECK_EQ(lull_loop_backend_fd(loop), fd); /* what the host holds */
+
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, fds[0], embed_read), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK_EQ(t, -1);
+    CHECK_EQ(write(fds[1], "y", 1), 1);
+    CHECK_EQ(epoll_wait(host, &ev, 1, 1000), 1); /* the host hears it */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(runs[1], 1);
+    lull_io_stop(&io);
+    close(fds[0]);
+    close(fds[1]);
+    close(stale[1]);
+    close(keep);
+    close(host);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 TEST(embed_quantum_splits_work_across_host_turns) {

@@ -489,3 +489,26 @@ TEST(settle_follows_an_fd_ping_pong_to_the_end) {
     close(sv[1]);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* With auto-advance, an unreferenced timer is served while something else
+ * keeps the run going (a reference, a referenced fd), as on the real
+ * clock: time jumps to it when nothing else can run, instead of the run
+ * blocking for good with the timer never due. */
+static void unref_timer_drops_the_loop_ref(lull_timer *t) {
+    record_timer(t);
+    lull_loop_unref(the_loop);
+}
+
+TEST(auto_advance_serves_unreferenced_timer_while_a_ref_keeps_running) {
+    lull_loop *loop = new_loop(LULL_LOOP_AUTO_ADVANCE);
+    item v[1];
+    items_init(v, 1);
+    lull_timer_init(loop, &v[0].timer, unref_timer_drops_the_loop_ref);
+    lull_timer_start(&v[0].timer, 3 * SEC, 0);
+    lull_timer_unref(&v[0].timer);
+    lull_loop_ref(loop);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(v[0].runs, 1);
+    CHECK_U64_EQ(v[0].at, 3 * SEC);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
