@@ -1245,7 +1245,8 @@ struct lull_udp {
 };
 
 /* Prepares the handle; no socket yet (bind, connect or the first send
- * makes one). opts may be NULL. -EINVAL for NULL or recv_batch > 1024. */
+ * makes one). opts may be NULL. -EINVAL for NULL or recv_batch > 1024;
+ * -EBUSY into a handle still live (until its close callback has run). */
 LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
                               const lull_udp_options *opts);
 /* Binds to host (numeric; NULL = "127.0.0.1", "::" for every address of
@@ -1334,7 +1335,8 @@ typedef struct lull_fsevent lull_fsevent;
               events were lost: rescan */
 
 /* events: LULL_FSEVENT_* bits seen for `name` in this turn (CREATED |
- * DELETED: it came and went). name: the entry in a watched directory, or
+ * DELETED: it came and went; a name made again after it left gets a call
+ * of its own after that one). name: the entry in a watched directory, or
  * NULL for the watched path itself (and for OVERFLOW). Both strings are
  * valid during the call only. */
 typedef void (*lull_fsevent_fn)(lull_fsevent *w, unsigned events,

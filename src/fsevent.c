@@ -58,6 +58,8 @@ typedef struct entry {
     const char *name;  /* in the buffer, or NULL */
     const char *other; /* a move's other name, or NULL */
     uint32_t cookie;   /* a pending IN_MOVED_FROM's, to match its TO */
+    bool left;         /* the name was deleted or moved away: an arrival
+                          after that starts an entry of its own */
 } entry;
 
 struct lull__fsevents {
@@ -238,14 +240,19 @@ static bool same_name(const char *a, const char *b) {
     return a == b || (a && b && strcmp(a, b) == 0);
 }
 
-/* The entry for (wd, name) in this batch, made if new; NULL when the
- * batch's entries are used up (cannot happen: one per event at most). */
+/* The entry for (wd, name) in this batch, made if new (or, with `fresh`,
+ * made anew over one the name has: later events go to the new one); NULL
+ * when the batch's entries are used up (cannot happen: one per event at
+ * most). */
 static entry *entry_for(struct lull__fsevents *fs, int *n, int wd,
-                        const char *name) {
+                        const char *name, bool fresh) {
     uint32_t i = hash(wd, name) & (TABLE_SIZE - 1);
     while (fs->table[i]) {
         entry *e = &fs->entries[fs->table[i] - 1];
-        if (e->wd == wd && same_name(e->name, name)) return e;
+        if (e->wd == wd && same_name(e->name, name)) {
+            if (!fresh || !e->left) return e;
+            break; /* this slot is the name's from here on */
+        }
         i = (i + 1) & (TABLE_SIZE - 1);
     }
     if (*n >= (int)MAX_ENTRIES) return NULL;
@@ -298,9 +305,16 @@ static int coalesce(struct lull__fsevents *fs, size_t len, bool *overflow) {
             continue;
         }
         const char *name = ev->len ? ev->name : NULL;
-        entry *e = entry_for(fs, &n, ev->wd, name);
+        /* A name that arrives after it left (removed and made again,
+         * renamed away and back) gets a call of its own after the one
+         * that says it left: coalesced, DELETED | CREATED would say it
+         * came and went, and its calls in first-event order would end on
+         * the departure. */
+        bool arrives = ev->mask & (IN_CREATE | IN_MOVED_TO);
+        entry *e = entry_for(fs, &n, ev->wd, name, arrives);
         if (!e) break;
         e->events |= to_bits(ev->mask);
+        if (ev->mask & (IN_DELETE | IN_MOVED_FROM)) e->left = true;
         if (ev->mask & IN_MOVED_FROM) {
             e->cookie = ev->cookie;
             last_from = e;

@@ -152,6 +152,46 @@ static int64_t write_all(int fd, const char *buf, size_t len, off_t *at) {
     return (int64_t)done;
 }
 
+/* Whether a copy from `in` to `out` of len bytes is inside one file with
+ * the destination starting within the source: the kernel refuses that
+ * pair (EINVAL), and front-to-back chunks would read bytes the copy had
+ * already overwritten. */
+static bool overlaps_forward(const lull_fs *req, off_t in, off_t out,
+                             size_t len) {
+    struct stat a, b;
+    if (out <= in || (uint64_t)(out - in) >= len) return false;
+    return fstat(req->fd, &a) == 0 && fstat(req->fd2, &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* The fallback for overlaps_forward: chunks from the back to the front, as
+ * memmove does, over as much of the source as the file holds. The bytes
+ * copied are not a prefix of the range, so an error is the result alone. */
+static int64_t copy_backward(lull_fs *req, off_t in, off_t out, size_t len) {
+    struct stat st;
+    if (fstat(req->fd, &st) < 0) return -errno;
+    if (st.st_size <= in) return 0;
+    if ((uint64_t)(st.st_size - in) < len) len = (size_t)(st.st_size - in);
+    char buf[COPY_CHUNK];
+    for (size_t left = len; left > 0;) {
+        size_t n = left < sizeof buf ? left : sizeof buf;
+        left -= n;
+        size_t got = 0;
+        while (got < n) {
+            ssize_t r =
+                pread(req->fd, buf + got, n - got, in + (off_t)(left + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return -errno;
+            if (r == 0) return -EIO; /* the file shrank under the copy */
+            got += (size_t)r;
+        }
+        off_t at = out + (off_t)left;
+        int64_t w = write_all(req->fd2, buf, n, &at);
+        if (w < 0) return w;
+    }
+    return (int64_t)len;
+}
+
 /* copy_file_range (to_pos) or sendfile (!to_pos), and pread + write where
  * the kernel refuses the pair. A first zero from the kernel call also
  * tries the fallback once: copy_file_range copies nothing out of procfs
@@ -178,6 +218,10 @@ static int64_t copy_run(lull_fs *req, bool to_pos) {
                   errno == EOPNOTSUPP || errno == EPERM)) ||
                 (n == 0 && done == 0)) {
                 fallback = true;
+                if (to_pos && overlaps_forward(req, in, out, want)) {
+                    int64_t r = copy_backward(req, in, out, want);
+                    return r < 0 ? r : (int64_t)done + r;
+                }
                 continue;
             }
         } else {

@@ -129,6 +129,13 @@ int lull_udp_init(lull_loop *loop, lull_udp *udp,
     lull_udp_options o = {0};
     if (opts) o = *opts;
     if (o.recv_batch > BATCH_MAX) return -EINVAL;
+    /* A live handle (receiving, a send queued, its close callback owed):
+     * clearing it would leave its socket registered under a handle with
+     * no fd, readable for ever, and cut the queued tasks' links. Asked by
+     * address, as a spawn asks: udp is garbage before its first init. */
+    const lull__node *nodes[] = {&udp->flush.node, &udp->event.node};
+    if (lull__on_loop_thread(loop) && lull__live_on(loop, &udp->io, nodes, 2))
+        return -EBUSY;
     if (o.max_datagram > MAX_DATAGRAM_DEFAULT)
         o.max_datagram = MAX_DATAGRAM_DEFAULT;
     void *data = udp->data; /* the owner's pointer survives set-up */

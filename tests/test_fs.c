@@ -780,6 +780,44 @@ TEST_THREADED(fs_copy_range_and_its_fallback) {
     fs_teardown();
 }
 
+/* Overlapping ranges of one file longer than the fallback's chunk: the
+ * bytes arrive as they were before the copy (as memmove moves them), in
+ * both directions, also when the range runs past the file's end. */
+TEST_THREADED(fs_copy_range_overlapping_past_one_chunk) {
+    fs_setup();
+    int fd = open_rw(path);
+    fill(fd, 300000);
+    char *before = malloc(300000), *after = malloc(400000);
+    CHECK_EQ(pread(fd, before, 300000, 0), 300000);
+    /* Forward: the destination starts inside the source. */
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, fd, 1000, fd, 0, 200000, on_fs)),
+             200000);
+    CHECK_EQ(pread(fd, after, 300000, 0), 300000);
+    CHECK(memcmp(after, before, 1000) == 0);
+    CHECK(memcmp(after + 1000, before, 200000) == 0);
+    CHECK(memcmp(after + 201000, before + 201000, 99000) == 0);
+    /* Forward past the end: fewer, as the source held before the copy. */
+    CHECK_EQ(pwrite(fd, before, 300000, 0), 300000);
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, fd, 150000, fd, 100000, 500000,
+                                    on_fs)),
+             200000);
+    CHECK_EQ(pread(fd, after, 400000, 0), 350000);
+    CHECK(memcmp(after, before, 150000) == 0);
+    CHECK(memcmp(after + 150000, before + 100000, 200000) == 0);
+    /* Backward: the destination starts before the source. */
+    CHECK_EQ(ftruncate(fd, 0), 0);
+    CHECK_EQ(pwrite(fd, before, 300000, 0), 300000);
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, fd, 0, fd, 1000, 200000, on_fs)),
+             200000);
+    CHECK_EQ(pread(fd, after, 300000, 0), 300000);
+    CHECK(memcmp(after, before + 1000, 200000) == 0);
+    CHECK(memcmp(after + 200000, before + 200000, 100000) == 0);
+    free(before);
+    free(after);
+    close(fd);
+    fs_teardown();
+}
+
 #ifdef CHECK_SANDBOX_ARCH
 /* In a child: statx, copy_file_range and sendfile refused with EPERM, as
  * older seccomp profiles refuse what they do not know (statx famously):

@@ -204,6 +204,40 @@ TEST(burst_of_writes_is_one_modified) {
     free_loop_and_root(loop);
 }
 
+/* A name removed and made again within one read is two calls, in that
+ * order: coalesced into one, DELETED | CREATED says "it came and went"
+ * (lull.h) of a file that is there. A rename back and forth is told in
+ * order too, so that acting on the calls in turn ends with what is on
+ * disk. */
+TEST(removed_then_made_again_is_two_calls_in_order) {
+    make_root();
+    touch(at("f"));
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    seen s;
+    watch(loop, &w, &s, root);
+    CHECK_EQ(unlink(at("f")), 0);
+    touch(at("f"));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.calls, 2);
+    CHECK_EQ(strcmp(s.names[0], "f"), 0);
+    CHECK_EQ(s.events[0], LULL_FSEVENT_DELETED);
+    CHECK_EQ(strcmp(s.names[1], "f"), 0);
+    CHECK(s.events[1] & LULL_FSEVENT_CREATED);
+    CHECK(!(s.events[1] & LULL_FSEVENT_DELETED));
+    /* Renamed away and back: the last call is on f, which is there. */
+    memset(&s, 0, sizeof s);
+    CHECK_EQ(rename(at("f"), at("g")), 0);
+    CHECK_EQ(rename(at("g"), at("f")), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(s.calls >= 2 && s.calls <= 8);
+    CHECK_EQ(strcmp(s.names[s.calls - 1], "f"), 0);
+    CHECK(s.events[s.calls - 1] & LULL_FSEVENT_MOVED_TO);
+    CHECK_EQ(strcmp(s.others[s.calls - 1], "g"), 0);
+    lull_fsevent_stop(&w);
+    free_loop_and_root(loop);
+}
+
 /* Counts distinct names. */
 static int burst_seen;
 static unsigned char burst_names[10000];

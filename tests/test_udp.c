@@ -1392,3 +1392,31 @@ TEST(loop_free_waits_for_the_close) {
     CHECK_EQ(fcntl(fd, F_GETFD), -1); /* closed (nothing here reopened it) */
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* An init over a handle the loop still holds (receiving, a send queued,
+ * its close callback owed) is refused, as a spawn into a live process or
+ * an init of an open tty is: clearing it would leave the socket
+ * registered under a handle with no fd (read by nobody, readable for
+ * ever: a spin) and the queued tasks' links cut. The handle goes on. */
+TEST(init_of_a_live_handle_is_refused) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), -EBUSY);
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    static lull_datagram d;
+    CHECK_EQ(lull_udp_send(&tx, &d, "x", 1, (struct sockaddr *)&to, NULL), 0);
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), -EBUSY); /* its send queued */
+    run_until(loop, &r.count, 1);
+    CHECK_EQ(r.seen[0], 'x');
+    rx_close(&r);
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), -EBUSY); /* close cb owed */
+    lull_udp_close(&tx, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.closes, 1);
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0); /* its own again */
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
