@@ -22,6 +22,14 @@
  * registration whose fd number is gone. The rebuild costs O(watchers) once
  * per stale report, never per close or per event.
  *
+ * A number is also reused: a watcher left started over a closed fd, and a
+ * new watcher started on the number the kernel gave a new file. The
+ * registration at that number is then the new watcher's, and the old
+ * one's stop must not delete it, nor its restart modify it. So the loop
+ * keeps, by fd number, the slot whose registration the number names (the
+ * last watcher whose add succeeded there); only that slot's watcher
+ * deletes or modifies it, and a rebuild registers only owners.
+ *
  * Loop thread only. */
 #include <errno.h>
 #include <stdlib.h>
@@ -87,6 +95,27 @@ static void slot_release(lull_loop *loop, lull_io *io) {
     loop->io_free = io->slot + 1;
 }
 
+/* The slot + 1 that owns fd's registration, 0 for none. */
+static uint32_t owner_of(const lull_loop *loop, int fd) {
+    return (uint32_t)fd < loop->fd_owner_cap ? loop->fd_owner[fd] : 0;
+}
+
+/* Room in the owner table for fd: -ENOMEM, or 0. It grows by doubling as
+ * higher numbers are watched; a start, never a dispatch, pays for it. */
+static int owner_room(lull_loop *loop, int fd) {
+    if ((uint32_t)fd < loop->fd_owner_cap) return 0;
+    uint32_t cap = loop->fd_owner_cap ? loop->fd_owner_cap : SLOTS_MIN_CAP;
+    while (cap <= (uint32_t)fd)
+        cap *= 2;
+    uint32_t *t = realloc(loop->fd_owner, (size_t)cap * sizeof *t);
+    if (!t) return -ENOMEM;
+    for (uint32_t i = loop->fd_owner_cap; i < cap; i++)
+        t[i] = 0;
+    loop->fd_owner = t;
+    loop->fd_owner_cap = cap;
+    return 0;
+}
+
 int lull__backend_init(lull_loop *loop) {
     loop->wake_fd = -1;
     loop->backend_fd = epoll_create1(EPOLL_CLOEXEC);
@@ -112,6 +141,9 @@ void lull__backend_close(lull_loop *loop) {
     free(loop->io_slots);
     loop->io_slots = NULL;
     loop->io_slots_cap = loop->io_free = 0;
+    free(loop->fd_owner);
+    loop->fd_owner = NULL;
+    loop->fd_owner_cap = 0;
 }
 
 static uint32_t to_epoll(int events) {
@@ -142,17 +174,26 @@ static int from_epoll(uint32_t e, int interest) {
 int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events) {
     LULL_ASSERT_OWN_PROCESS(loop);
     struct epoll_event ev = {.events = to_epoll(events)};
+    bool owner = old != 0 && owner_of(loop, io->fd) == io->slot + 1;
     if (events == 0) {
         if (old == 0) return 0;
         /* EBADF or ENOENT here means the fd was closed first. Whether the
          * registration went with it is unknowable from here; if it did not,
-         * its first report finds the slot released and rebuilds the set. */
-        (void)epoll_ctl(loop->backend_fd, EPOLL_CTL_DEL, io->fd, &ev);
+         * its first report finds the slot released and rebuilds the set.
+         * Not the owner: the number names another watcher's file now. */
+        if (owner) {
+            (void)epoll_ctl(loop->backend_fd, EPOLL_CTL_DEL, io->fd, &ev);
+            loop->fd_owner[io->fd] = 0;
+        }
         slot_release(loop, io);
         return 0;
     }
+    /* Started, and its number taken by another watcher since: its own fd
+     * was closed, and nothing it could modify is its own. */
+    if (old != 0 && !owner) return -EBADF;
     if (old == 0) {
-        int err = slot_acquire(loop, io);
+        int err = owner_room(loop, io->fd);
+        if (!err) err = slot_acquire(loop, io);
         if (err) return err;
     }
     ev.data.u64 = data_of(loop, io);
@@ -162,6 +203,7 @@ int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events) {
         if (old == 0) slot_release(loop, io);
         return err;
     }
+    loop->fd_owner[io->fd] = io->slot + 1;
     return 0;
 }
 
@@ -208,7 +250,8 @@ int lull__backend_rebuild(lull_loop *loop) {
     }
     for (uint32_t i = 0; i < loop->io_slots_cap; i++) {
         lull_io *io = loop->io_slots[i].io;
-        if (!io) continue;
+        /* A watcher whose number another took stays unregistered. */
+        if (!io || owner_of(loop, io->fd) != i + 1) continue;
         ev.events = to_epoll(io->events);
         ev.data.u64 = data_of(loop, io);
         /* A started watcher whose fd is closed (EBADF), or whose number

@@ -217,6 +217,10 @@ struct lull_loop {
     int events_next;            /* next one to dispatch */
     lull__io_slot *io_slots;    /* started watchers, by slot */
     uint32_t io_slots_cap;
+    uint32_t *fd_owner; /* by fd number: the slot + 1 of the watcher
+                           whose registration that number names, 0 for
+                           none (src/backend_epoll.c) */
+    uint32_t fd_owner_cap;
     uint32_t io_free;       /* first free slot + 1, 0 = none */
     int wake_fd;            /* the wake-up fd, registered again on a rebuild */
     bool backend_stale;     /* a registration nobody owns reported: rebuild

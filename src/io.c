@@ -6,9 +6,9 @@
  * after lull_io_stop, even later in the same batch, and the watcher's memory
  * is not touched after it, whatever the caller closed first: the kernel's
  * registrations never point at a watcher (src/backend_epoll.c). A watcher
- * still started when its fd was closed and the number reused would remove
- * the new owner's registration when it is finally stopped: the docs say to
- * stop before watching a reused number. Loop thread only. */
+ * still started when its fd was closed and the number reused by another
+ * watcher leaves that one's registration alone (the backend knows which
+ * watcher each number's registration is). Loop thread only. */
 #include <errno.h>
 
 #include "backend.h"

@@ -368,6 +368,72 @@ TEST(own_fd_closed_before_stop) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A watcher left started over a closed fd whose number a new watcher took:
+ * the old one's stop must leave the new registration alone, and a restart
+ * of it must not take over the new one's file. */
+TEST(stop_of_a_watcher_whose_fd_number_was_reused) {
+    lull_loop *loop = new_loop();
+    watch old;
+    make_pipe(&old);
+    int number = old.rfd;
+    CHECK_EQ(lull_io_init(loop, &old.io, number, count_only), 0);
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE), 0);
+    close_pipe(&old); /* not stopped first */
+
+    watch n;
+    make_pipe(&n);
+    CHECK_EQ(n.rfd, number); /* the lowest free fd */
+    CHECK_EQ(lull_io_init(loop, &n.io, n.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&n.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_io_start(&old.io, LULL_WRITABLE), -EBADF);
+    lull_io_stop(&old.io);
+
+    fill(n.wfd);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(n.calls, 1);
+    CHECK_EQ(n.last_events, LULL_READABLE);
+    CHECK_EQ(old.calls, 0);
+    lull_io_stop(&n.io);
+    close_pipe(&n);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same while a dup keeps the old file open, so its registration
+ * outlives the close and reports to the old watcher until it stops; the
+ * epoll set rebuilt after that holds the new watcher's file only. */
+TEST(reused_fd_number_survives_the_old_watchers_rebuild) {
+    lull_loop *loop = new_loop();
+    watch old;
+    make_pipe(&old);
+    int number = old.rfd;
+    CHECK_EQ(lull_io_init(loop, &old.io, number, count_only), 0);
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE), 0);
+    int keep = fcntl(number, F_DUPFD_CLOEXEC, 100);
+    CHECK(keep >= 0);
+    fill(old.wfd);
+    close(old.rfd);
+
+    watch n;
+    make_pipe(&n);
+    CHECK_EQ(n.rfd, number);
+    CHECK_EQ(lull_io_init(loop, &n.io, n.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&n.io, LULL_READABLE), 0);
+    lull_io_stop(&old.io); /* its file still ready: a stale report next */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(old.calls, 0);
+    CHECK_EQ(n.calls, 0);
+    fill(n.wfd);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(n.calls, 1);
+    CHECK_EQ(old.calls, 0);
+    lull_io_stop(&n.io);
+    close_pipe(&n);
+    close(old.wfd);
+    close(keep);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(second_watcher_on_same_fd_eexist) {
     lull_loop *loop = new_loop();
     watch a, b;
