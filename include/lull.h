@@ -154,7 +154,8 @@ typedef struct lull_loop_options { /* all zero = defaults */
 /* Creates a loop (allocates; not a hot path). opts may be NULL. */
 LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
- * listeners, held references or undrained remote posts remain; the loop is
+ * listeners, held references, undrained remote posts or streams and servers
+ * not closed (paused ones too) remain; the loop is
  * then unchanged and usable (lull_loop_print_live lists what remains).
  * Never returns while another thread is still inside lull_task_post_remote or
  * lull_notifier_raise_remote for this loop (it waits for it to leave). A post

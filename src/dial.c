@@ -5,8 +5,10 @@
  * Owns: the dial's attempts (non-blocking sockets, each watched for
  * writability in io[]), the resolved list and its interleaved order, and
  * the timer that starts the next attempt or ends the dial. The stream the
- * caller gave is untouched until an attempt wins; then lull_stream_open
- * takes the winning socket. One thread: the loop's.
+ * caller gave is untouched until the callback's turn; then
+ * lull_stream_open takes the winning socket, right before the callback
+ * (so nothing is read before its owner could set its callbacks). One
+ * thread: the loop's.
  *
  * Order of attempts: getaddrinfo's order (RFC 6724's preference), with
  * the families interleaved from the first one's (v6, v4, v6, v4 ...).
@@ -102,8 +104,11 @@ static void free_resolved(lull_dial *d) {
     d->n = d->next = 0;
 }
 
+static int open_winner(lull_dial *d);
+
 static void on_done(lull_task *t) {
     lull_dial *d = LULL_CONTAINER_OF(t, lull_dial, done);
+    if (d->status == 0) d->status = open_winner(d);
     free_resolved(d);
     d->state = 0;
     d->fn(d, d->status); /* the struct is the caller's again */
@@ -131,24 +136,36 @@ static void arm(lull_dial *d, bool attempt_pending) {
     lull_timer_start(&d->timer, at > now ? at - now : 0, 0);
 }
 
-/* The winner: every other attempt closed, the stream takes its socket. */
+/* The winner: every other attempt closed, its socket kept, unwatched, in
+ * io[0] for the done task, which opens the stream on it (open_winner). */
 static void win(lull_dial *d, lull_io *io) {
     int fd = io->fd;
     lull_io_stop(io);
     io->fd = -1;
+    decide(d, 0);
+    d->io[0].fd = fd;
+}
+
+/* In the callback's turn, right before it: the stream takes the winning
+ * socket. Not earlier: the stream would read at once, and a busy loop
+ * may run ready fds before this task, so a server that speaks first
+ * would be read into a stream whose owner has set no callbacks yet (the
+ * bytes dropped, its EOF closing it untold). The status: 0, or why not. */
+static int open_winner(lull_dial *d) {
+    int fd = d->io[0].fd;
+    d->io[0].fd = -1;
     /* The stream was free at the start, but another dial given it (or its
      * owner) may have opened it since: -EBUSY, as the start would say. */
     if (lull__stream_live(d->loop, d->stream)) {
         close(fd);
-        decide(d, -EBUSY);
-        return;
+        return -EBUSY;
     }
     /* TCP_NODELAY is lull_stream_open's to set: it leaves Nagle on when
      * opts->stream asks for LULL_STREAM_NAGLE, which setting it here first
-     * overrode (the open never clears it). */
-    int rc =
-        lull_stream_open(d->loop, d->stream, fd, d->has_opts ? &d->opts : NULL);
-    decide(d, rc); /* lull_stream_open owns fd even on failure */
+     * overrode (the open never clears it). lull_stream_open owns fd even
+     * on failure. */
+    return lull_stream_open(d->loop, d->stream, fd,
+                            d->has_opts ? &d->opts : NULL);
 }
 
 static void start_attempts(lull_dial *d);

@@ -104,7 +104,7 @@ static bool ready_now(lull_loop *loop) {
 
 static bool has_work_or_handles(lull_loop *loop) {
     return ready_now(loop) || loop->heap.len || loop->heap.pend ||
-           loop->io_active || loop->refs || loop->listeners ||
+           loop->io_active || loop->refs || loop->listeners || loop->handles ||
            lull__remote_pending(loop);
 }
 

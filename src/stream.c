@@ -172,6 +172,10 @@
  * (SCM_RIGHTS). Its reads use recvmsg to take them when it was opened with
  * LULL_STREAM_FDS (which only a Unix socket accepts), else recv. */
 #define S_UNIX 0x4000000u
+/* Set up and not yet torn down: counted in loop->handles, which keeps
+ * lull_loop_free at -EBUSY while the stream holds an fd, watched or not
+ * (paused, or kept open after the peer's EOF). */
+#define S_COUNTED 0x8000000u
 
 /* Sends are refused (frame.c answers -EPIPE, lull_endpoint_writable is false)
  * once the write side is shut or failed: the bit frame.c uses for a gone peer.
@@ -499,6 +503,7 @@ static lull_frame *teardown(lull_stream *s) {
     guards_close(&s->guard, (s->state & S_OWN_BUF) ? s->rbuf : NULL);
     s->rbuf = NULL;
     s->rcap = s->rstart = s->rend = 0;
+    if (s->state & S_COUNTED) s->loop->handles--;
     s->state = 0;
     s->ep.flags |= LULL__EP_CLOSED;
     s->ep.queued = 0;
@@ -1418,7 +1423,9 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
         return -ENOMEM;
     }
     s->rcap = size;
-    s->state = S_OWN_BUF | S_READING | S_SOCK | S_OUT_SOCK | (tcp ? S_TCP : 0);
+    s->state = S_COUNTED | S_OWN_BUF | S_READING | S_SOCK | S_OUT_SOCK |
+               (tcp ? S_TCP : 0);
+    loop->handles++;
     if (tcp && !(o->flags & LULL_STREAM_NAGLE)) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -1905,6 +1912,7 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
     srv->on_connection = fn;
     srv->family = family;
     srv->retry_ns = ACCEPT_RETRY_NS;
+    loop->handles++; /* until lull_server_close: see S_COUNTED */
     return 0;
 }
 
@@ -1947,6 +1955,7 @@ int lull_server_open(lull_loop *loop, lull_server *srv, int fd,
     srv->on_connection = fn;
     srv->family = ss.ss_family;
     srv->retry_ns = ACCEPT_RETRY_NS;
+    loop->handles++; /* until lull_server_close: see S_COUNTED */
     return 0;
 }
 
@@ -1976,6 +1985,7 @@ void lull_server_close(lull_server *srv) {
     lull_timer_stop(&srv->retry);
     close(srv->io.fd);
     srv->io.fd = -1;
+    srv->loop->handles--;
     if (srv->pending >= 0) close(srv->pending);
     srv->pending = -1;
     guards_close(&srv->guard, NULL);

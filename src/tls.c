@@ -475,6 +475,16 @@ static int failure(lull_tls *t, int otherwise) {
     return reason;
 }
 
+/* A copy of the connection in a child of fork() that called
+ * lull_loop_fork (its loop's process is not the one that set the stream
+ * up): the session is the parent's, keys and sequence numbers included,
+ * so a record the copy wrote (a close_notify, an alert) would end or
+ * corrupt the parent's session at the peer. Its close writes nothing, as
+ * a stream's close in a forked copy writes nothing (src/stream.c). */
+static bool inherited(const lull_tls *t) {
+    return t->stream.pid != (int)t->loop->pid;
+}
+
 /* Takes the SSL object, the buffers and the stream down; returns the
  * frames not yet encrypted, for the caller to release. The stream closes
  * without a callback (its struct is ours again at once); what the last
@@ -485,7 +495,8 @@ static lull_frame *teardown(lull_tls *t, int reason, bool stream_open) {
     lull_task_cancel(&t->event);
     lull_timer_stop(&t->timer);
     if (stream_open && !lull_endpoint_closed(&t->stream.ep)) {
-        (void)send_out(t); /* an alert OpenSSL wrote, a close_notify */
+        /* An alert OpenSSL wrote, a close_notify: not from a copy. */
+        if (!inherited(t)) (void)send_out(t);
         t->stream.ep.on_close = NULL;
         lull_endpoint_close(&t->stream.ep, reason);
     }
@@ -955,8 +966,9 @@ static void tls_close(lull_endpoint *ep, int reason) {
     lull_tls *t = of_ep(ep);
     LULL_ASSERT_LOOP_THREAD(t->loop);
     lull_frame *done = NULL;
-    /* What was sent before the close leaves, then close_notify. */
-    if ((t->state & (T_OPEN | T_FAIL)) == T_OPEN) {
+    /* What was sent before the close leaves, then close_notify; a forked
+     * copy writes nothing (inherited). */
+    if ((t->state & (T_OPEN | T_FAIL)) == T_OPEN && !inherited(t)) {
         ERR_clear_error();
         if (!(t->state & T_SHUT_SENT)) {
             if (encrypt_queue(t, &done, true) == 0) (void)SSL_shutdown(t->ssl);

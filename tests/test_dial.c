@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <lull.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -698,6 +699,91 @@ TEST(two_dials_into_one_stream) {
     lull_endpoint_set_callbacks(&s.ep, NULL, NULL, on_stream_close);
     CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A server that speaks first (a greeting, then EOF) to a busy loop: the
+ * winning socket became the stream inside the attempt's fd callback, and
+ * the dial's callback, where the owner sets the stream's callbacks, runs
+ * in a later task. When the slice ends in between (a task queued ahead of
+ * it: here a pipe's callback in the same batch posts one, and a tiny
+ * quantum ends the slice after every callback), ready fds run before
+ * those tasks, and the stream read the greeting with no frame callback
+ * set: it was dropped, and its EOF would have closed the stream with no
+ * close callback, the dial still reporting success. The stream waits with
+ * reading paused until the dial's callback has run. */
+static lull_task greet_task;
+static int greet_frames, greet_closes, greet_reason;
+static char greet_buf[16];
+static size_t greet_len;
+
+static void greet_noop(lull_task *t) {
+    (void)t;
+}
+
+static void greet_pipe(lull_io *io, int events) {
+    (void)events;
+    lull_io_stop(io);
+    lull_task_post(io->loop, &greet_task); /* queued ahead of the dial's */
+}
+
+static void greet_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)ep;
+    greet_frames++;
+    if (len > sizeof greet_buf - greet_len) len = sizeof greet_buf - greet_len;
+    memcpy(greet_buf + greet_len, bytes, len);
+    greet_len += len;
+}
+
+static void greet_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    greet_closes++;
+    greet_reason = reason;
+}
+
+static void greet_dialed(lull_dial *d, int status) {
+    dial_calls++;
+    dial_status = status;
+    CHECK(!lull_endpoint_closed(&d->stream->ep));
+    CHECK_U64_EQ(d->stream->bytes_read, 0); /* nothing read behind our back */
+    lull_endpoint_set_callbacks(&d->stream->ep, greet_frame, NULL, greet_close);
+}
+
+TEST(server_speaking_first_to_a_busy_loop_loses_nothing) {
+    reset();
+    lull_loop_options lo = {.quantum_ns = 1};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
+    int port, lfd = listener(AF_INET, 8, &port);
+    int pp[2];
+    CHECK_EQ(pipe2(pp, O_CLOEXEC), 0);
+    CHECK_EQ(write(pp[1], "x", 1), 1); /* ready before the connect is */
+    lull_io pio;
+    CHECK_EQ(lull_io_init(loop, &pio, pp[0], greet_pipe), 0);
+    CHECK_EQ(lull_io_start(&pio, LULL_READABLE), 0);
+    lull_task_init(&greet_task, greet_noop);
+    addrs l = {0};
+    add(&l, AF_INET, port);
+    lull_stream_options so = {.flags = LULL_STREAM_RAW};
+    lull_dial_options o = {.stream = &so};
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, greet_dialed), 0);
+    /* The connection is in the listener's queue: greet, then EOF. */
+    int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    CHECK(c >= 0);
+    CHECK_EQ(write(c, "hello", 5), 5);
+    close(c);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(greet_len, 5);
+    CHECK(memcmp(greet_buf, "hello", 5) == 0);
+    CHECK_EQ(greet_closes, 1);
+    CHECK_EQ(greet_reason, 0);
+    close(pp[0]);
+    close(pp[1]);
     close(lfd);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

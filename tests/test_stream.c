@@ -3736,3 +3736,53 @@ TEST(fd_closed_behind_then_written_closes_the_stream) {
         free_loop(loop);
     }
 }
+
+/* A stream or server that holds no started watcher is still open: a paused
+ * stream with nothing queued, one kept open after the peer's EOF (on_end),
+ * a server whose accept failed for good. Each holds an fd and memory, and
+ * its close touches the loop, so lull_loop_free is -EBUSY until it is
+ * closed (libuv's uv_loop_close counts every handle not closed); it used
+ * to free the loop under them, and the close that followed read freed
+ * memory. */
+static void end_kept_open(lull_stream *s) {
+    (void)s;
+}
+
+TEST(loop_free_refused_while_an_idle_stream_or_server_is_open) {
+    for (int how = 0; how < 3; how++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        lull_stream s;
+        failing f = {0};
+        int peer = -1;
+        if (how < 2) {
+            int sv[2];
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+            CHECK_EQ(lull_stream_open(loop, &s, sv[0], NULL), 0);
+            peer = sv[1];
+        }
+        if (how == 0) CHECK_EQ(lull_stream_read_stop(&s), 0);
+        if (how == 1) {
+            lull_stream_set_on_end(&s, end_kept_open);
+            CHECK_EQ(shutdown(peer, SHUT_WR), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+            CHECK(!lull_endpoint_closed(&s.ep));
+        }
+        if (how == 2) {
+            CHECK_EQ(
+                lull_server_listen_tcp(loop, &f.srv, NULL, 0, 0, accept_fails),
+                0);
+            CHECK_EQ(shutdown(f.srv.io.fd, SHUT_RDWR), 0);
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        }
+        CHECK(!lull_loop_alive(loop)); /* nothing started, nothing armed */
+        CHECK_EQ(lull_loop_free(loop), -EBUSY);
+        if (how < 2) {
+            CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
+            close(peer);
+        } else {
+            CHECK_EQ(f.rc, -EINVAL);
+            lull_server_close(&f.srv);
+        }
+        free_loop(loop);
+    }
+}

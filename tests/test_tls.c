@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Allocations, counted while `counting`: lull's (this binary links it
@@ -2284,6 +2285,51 @@ TEST(pause_in_every_on_frame_across_records_loses_nothing) {
     }
     CHECK_EQ(s.closes, 0);
     lull_endpoint_set_callbacks(&s.t.ep, end_frame, NULL, end_close);
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
+
+/* A child that inherits an open connection (fork, then lull_loop_fork) and
+ * closes its copies, as a forked worker tidying up does: the connection is
+ * the parent's, and the child's close must write nothing on the shared
+ * socket, as a stream's close in a forked copy writes nothing. A
+ * close_notify from the copy carries the parent's keys and sequence
+ * number: the peer takes it as the end of the session, and the parent's
+ * next record fails its check there. */
+TEST(fork_child_closing_an_inherited_connection_writes_nothing) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    run_until(loop, &s.handshaken, 100);
+    run_until(loop, &c.handshaken, 100);
+    send_and_wait(loop, &c, &s, "before");
+    CHECK_EQ(s.frames, 1);
+    for (int i = 0; i < 10; i++) /* the server's tickets, read */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        lull_endpoint_close(&c.t.ep, 0);
+        lull_endpoint_close(&s.t.ep, 0);
+        lull_loop_run(loop, LULL_RUN_DEFAULT);
+        _exit(lull_loop_free(loop) == 0 ? 0 : 3);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s.closes, 0); /* no close_notify from the child reached it */
+    CHECK_EQ(c.closes, 0);
+    s.frames = 0;
+    send_and_wait(loop, &c, &s, "after");
+    CHECK_EQ(s.frames, 1);
+    CHECK_EQ(s.closes, 0);
+    CHECK(strcmp(s.last, "after") == 0);
     close_cleanly(loop, &c, &s);
     finish(loop, sctx, cctx);
 }
