@@ -155,11 +155,12 @@ typedef struct lull_loop_options { /* all zero = defaults */
 LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
  * listeners, held references, undrained remote posts or streams and servers
- * not closed (paused ones too) remain; the loop is
- * then unchanged and usable (lull_loop_print_live lists what remains).
- * Never returns while another thread is still inside lull_task_post_remote or
- * lull_notifier_raise_remote for this loop (it waits for it to leave). A post
- * made after it returned is a use after free: stop posting threads first. */
+ * not closed (paused ones too) remain; the loop is then unchanged and usable
+ * (lull_loop_print_live lists what remains).
+ * Never returns while another thread whose post the loop took is still inside
+ * lull_task_post_remote or lull_notifier_raise_remote (it waits for it to
+ * leave). A post not ordered before this call (stop and join posting threads
+ * first) is a use after free. */
 LULL_EXTERN int lull_loop_free(lull_loop *loop);
 /* Runs the loop. -EBUSY if already running (nested), -EINVAL on an unknown
  * mode. DEFAULT runs while the loop is alive; ONCE runs one iteration (it may

@@ -73,7 +73,9 @@
  * so lull does not read the TSC.
  *
  * Deadlines saturate at UINT64_MAX (a delay that would pass it never
- * fires) instead of wrapping into the past, deferred or not. Zero-delay
+ * fires, unless the clock itself is there: a virtual clock advanced by
+ * UINT64_MAX fires every timer then armed at once) instead of wrapping into
+ * the past, deferred or not. Zero-delay
  * arms read no clock either way (C3). Timers armed one after another by
  * their own readings get deadlines in arm order, and fire together when
  * they are due by the same expiry; arms one reading flushes with equal
