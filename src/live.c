@@ -209,9 +209,15 @@ int lull_loop_print_live(lull_loop *loop, FILE *out) {
     LULL_ASSERT_LOOP_THREAD(loop);
     /* Counted first, so the header can say how many lines follow. */
     int n = walk_all(loop, NULL, NULL);
-    fprintf(out, "lull loop %p: %d live handle entr%s, %u reference%s held\n",
+    fprintf(out, "lull loop %p: %d live handle entr%s, %u reference%s held",
             (void *)loop, n, n == 1 ? "y" : "ies", loop->refs,
             loop->refs == 1 ? "" : "s");
+    /* Open streams and servers keep lull_loop_free busy too, watched or
+     * not: an idle one (paused, its peer's EOF kept) has no entry. */
+    if (loop->handles)
+        fprintf(out, ", %u stream%s or server%s open", loop->handles,
+                loop->handles == 1 ? "" : "s", loop->handles == 1 ? "" : "s");
+    fputc('\n', out);
     printer p = {.loop = loop, .out = out};
     walk_all(loop, print_one, &p);
     return n;

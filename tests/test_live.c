@@ -339,6 +339,32 @@ TEST(walk_inside_a_callback_sees_a_repeat_armed_again) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A paused stream holds an fd and no started watcher: lull_loop_free is
+ * -EBUSY for it, and lull_loop_print_live must say why. */
+TEST(print_live_counts_an_idle_open_stream) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream s;
+    CHECK_EQ(lull_stream_open(loop, &s, sv[0], NULL), 0);
+    CHECK_EQ(lull_endpoint_read_stop(&s.ep), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    CHECK(out != NULL);
+    CHECK_EQ(lull_loop_print_live(loop, out), 0);
+    CHECK_EQ(fclose(out), 0);
+    fputs(text, stderr);
+    CHECK(strstr(text, "1 stream or server open") != NULL);
+    free(text);
+    CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    close(sv[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* lull_loop_print_live: one line per entry, names, and the references. */
 TEST(print_live_lists_what_keeps_free_busy) {
     lull_loop *loop = new_loop();
