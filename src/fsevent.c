@@ -71,6 +71,12 @@ struct lull__fsevents {
      * by each start so that reporting an overflow never allocates. */
     int *snap;
     size_t watches, snap_cap;
+    /* The started watches by descriptor (FORKED ones are in no table):
+     * open addressing, linear probing, at most half full, grown by each
+     * start. A batch looks up every entry's watch, so a list walk cost
+     * entries x watches (10.9 us an event with 10,000 watches). */
+    lull_fsevent **wd_table;
+    size_t wd_cap;  /* a power of two, or 0 */
     lull_task gone; /* after fork: ends the watches inherited (FORKED) */
     char buf[BUF_SIZE]
         __attribute__((aligned(__alignof__(struct inotify_event))));
@@ -107,10 +113,65 @@ int lull_fsevent_init(lull_loop *loop, lull_fsevent *w) {
     return 0;
 }
 
+/* A descriptor's first slot. inotify hands them out counting up (and
+ * wrapping), so the low bits alone spread them. */
+static size_t wd_home(const struct lull__fsevents *fs, int wd) {
+    return (uint32_t)wd & (fs->wd_cap - 1);
+}
+
 static lull_fsevent *by_wd(struct lull__fsevents *fs, int wd) {
-    for (lull_fsevent *w = fs->head; w; w = w->next)
-        if (w->wd == wd) return w;
-    return NULL;
+    if (!fs->wd_cap) return NULL;
+    for (size_t i = wd_home(fs, wd);; i = (i + 1) & (fs->wd_cap - 1)) {
+        lull_fsevent *w = fs->wd_table[i];
+        if (!w || w->wd == wd) return w;
+    }
+}
+
+static void wd_insert(struct lull__fsevents *fs, lull_fsevent *w) {
+    size_t i = wd_home(fs, w->wd);
+    while (fs->wd_table[i])
+        i = (i + 1) & (fs->wd_cap - 1);
+    fs->wd_table[i] = w;
+}
+
+/* Takes w out, moving back each later watch of the run that probing
+ * would no longer reach past the hole (no tombstones). */
+static void wd_remove(struct lull__fsevents *fs, lull_fsevent *w) {
+    size_t mask = fs->wd_cap - 1, i = wd_home(fs, w->wd);
+    while (fs->wd_table[i] != w)
+        i = (i + 1) & mask;
+    fs->wd_table[i] = NULL;
+    for (size_t j = (i + 1) & mask; fs->wd_table[j]; j = (j + 1) & mask) {
+        size_t home = wd_home(fs, fs->wd_table[j]->wd);
+        /* Stays if its home lies cyclically in (i, j]. */
+        if (((j - home) & mask) < ((j - i) & mask)) continue;
+        fs->wd_table[i] = fs->wd_table[j];
+        fs->wd_table[j] = NULL;
+        i = j;
+    }
+}
+
+/* Room for one more started watch in the snapshot and the table. */
+static int make_room(struct lull__fsevents *fs) {
+    if (fs->watches == fs->snap_cap) {
+        size_t cap = fs->snap_cap ? 2 * fs->snap_cap : 16;
+        int *snap = realloc(fs->snap, cap * sizeof *snap);
+        if (!snap) return -ENOMEM;
+        fs->snap = snap;
+        fs->snap_cap = cap;
+    }
+    if (2 * (fs->watches + 1) <= fs->wd_cap) return 0;
+    size_t cap = fs->wd_cap ? 2 * fs->wd_cap : 32;
+    lull_fsevent **t = calloc(cap, sizeof *t);
+    if (!t) return -ENOMEM;
+    lull_fsevent **old = fs->wd_table;
+    size_t old_cap = fs->wd_cap;
+    fs->wd_table = t;
+    fs->wd_cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i]) wd_insert(fs, old[i]);
+    free(old);
+    return 0;
 }
 
 static void release_if_unused(lull_loop *loop) {
@@ -120,6 +181,7 @@ static void release_if_unused(lull_loop *loop) {
     lull_io_stop(&fs->io);
     close(fs->io.fd);
     free(fs->snap);
+    free(fs->wd_table);
     free(fs);
     loop->fsevents = NULL;
 }
@@ -162,15 +224,10 @@ int lull_fsevent_start(lull_fsevent *w, const char *path, lull_fsevent_fn fn) {
     int rc = open_inotify(loop);
     if (rc < 0) return rc;
     struct lull__fsevents *fs = loop->fsevents;
-    if (fs->watches == fs->snap_cap) {
-        size_t cap = fs->snap_cap ? 2 * fs->snap_cap : 16;
-        int *snap = realloc(fs->snap, cap * sizeof *snap);
-        if (!snap) {
-            release_if_unused(loop);
-            return -ENOMEM;
-        }
-        fs->snap = snap;
-        fs->snap_cap = cap;
+    rc = make_room(fs);
+    if (rc < 0) {
+        release_if_unused(loop);
+        return rc;
     }
     int wd = inotify_add_watch(fs->io.fd, path, WATCH_MASK | IN_MASK_CREATE);
     if (wd < 0) {
@@ -183,6 +240,7 @@ int lull_fsevent_start(lull_fsevent *w, const char *path, lull_fsevent_fn fn) {
     w->next = fs->head;
     fs->head = w;
     fs->watches++;
+    wd_insert(fs, w);
     if (w->ref) ref_io(fs, true);
     return 0;
 }
@@ -196,6 +254,7 @@ static void unlink_watch(struct lull__fsevents *fs, lull_fsevent *w) {
         }
     }
     if (w->ref) ref_io(fs, false);
+    if (w->wd != FORKED) wd_remove(fs, w);
     fs->watches--;
     w->next = NULL;
     w->wd = -1;
@@ -390,6 +449,8 @@ int lull__fsevents_fork(lull_loop *loop) {
     if (rc < 0) return rc;
     for (lull_fsevent *w = fs->head; w; w = w->next)
         w->wd = FORKED;
+    /* The new instance holds none of them: no descriptor names one. */
+    if (fs->wd_cap) memset(fs->wd_table, 0, fs->wd_cap * sizeof *fs->wd_table);
     if (fs->head) lull_task_post(loop, &fs->gone);
     return 0;
 }

@@ -273,6 +273,97 @@ TEST(ten_thousand_files_created_in_a_burst) {
     free_loop_and_root(loop);
 }
 
+/* Many watches, stopped and started in a scrambled order between rounds
+ * of one file made in every directory: each event reaches its own watch
+ * (its descriptor looked up in the loop's table as watches come and go),
+ * a stopped watch hears nothing. */
+#define MANY 200
+TEST(many_watches_come_and_go_each_hears_its_own) {
+    make_root();
+    lull_loop *loop = new_loop();
+    static lull_fsevent w[MANY];
+    static seen s[MANY];
+    static bool on[MANY];
+    char name[32];
+    for (int i = 0; i < MANY; i++) {
+        snprintf(name, sizeof name, "d%d", i);
+        CHECK_EQ(mkdir(at(name), 0755), 0);
+        watch(loop, &w[i], &s[i], at(name));
+        on[i] = true;
+    }
+    unsigned x = 12345;
+    for (int round = 0; round < 4; round++) {
+        for (int k = 0; k < MANY / 3; k++) {
+            x = x * 1103515245u + 12345u;
+            int i = (int)((x >> 8) % MANY);
+            if (on[i]) {
+                CHECK_EQ(lull_fsevent_stop(&w[i]), 0);
+            } else {
+                snprintf(name, sizeof name, "d%d", i);
+                CHECK_EQ(lull_fsevent_start(&w[i], at(name), on_event), 0);
+            }
+            on[i] = !on[i];
+        }
+        int want = 0;
+        for (int i = 0; i < MANY; i++) {
+            s[i].calls = 0;
+            snprintf(name, sizeof name, "d%d/r%d", i, round);
+            touch(at(name));
+            want += on[i];
+        }
+        int got = 0;
+        for (int spins = 0; got < want && spins < 100; spins++) {
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+            got = 0;
+            for (int i = 0; i < MANY; i++)
+                got += s[i].calls;
+        }
+        for (int i = 0; i < MANY; i++) {
+            CHECK_EQ(s[i].calls, on[i] ? 1 : 0);
+            snprintf(name, sizeof name, "r%d", round);
+            if (on[i]) CHECK(strcmp(s[i].names[0], name) == 0);
+        }
+    }
+    for (int i = 0; i < MANY; i++)
+        CHECK_EQ(lull_fsevent_stop(&w[i]), 0);
+    free_loop_and_root(loop);
+}
+
+/* The descriptor table's removal: a watch whose descriptor's slot was
+ * taken sits in the next one; when the watch in its own slot stops, it
+ * must be found from its slot still. Descriptors count up, so restarting
+ * one watch walks its descriptor round the 32-slot table onto another's. */
+TEST(a_watch_moved_by_a_collision_is_found_after_the_other_stops) {
+    make_root();
+    lull_loop *loop = new_loop();
+    lull_fsevent w[10], x;
+    seen s[10], sx;
+    char name[32];
+    for (int i = 0; i < 10; i++) {
+        snprintf(name, sizeof name, "d%d", i);
+        CHECK_EQ(mkdir(at(name), 0755), 0);
+        watch(loop, &w[i], &s[i], at(name));
+    }
+    CHECK_EQ(mkdir(at("x"), 0755), 0);
+    watch(loop, &x, &sx, at("x"));
+    int spins = 0;
+    while ((x.wd & 31) != (w[9].wd & 31) && spins++ < 64) {
+        CHECK_EQ(lull_fsevent_stop(&x), 0);
+        CHECK_EQ(lull_fsevent_start(&x, at("x"), on_event), 0);
+    }
+    CHECK((x.wd & 31) == (w[9].wd & 31));
+    CHECK_EQ(lull_fsevent_stop(&w[9]), 0);
+    touch(at("x/f"));
+    for (int i = 0; i < 100 && sx.calls == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(sx.calls, 1);
+    CHECK(strcmp(sx.names[0], "f") == 0);
+    CHECK_EQ(lull_fsevent_stop(&x), 0);
+    for (int i = 0; i < 9; i++)
+        CHECK_EQ(lull_fsevent_stop(&w[i]), 0);
+    free_loop_and_root(loop);
+}
+
 TEST(rename_between_two_watched_directories) {
     make_root();
     CHECK_EQ(mkdir(at("a"), 0755), 0);
