@@ -93,6 +93,19 @@ void lull__audit_remote_wakeup(lull_loop *loop, const lull_task *task) {
     }
 }
 
+/* A pump's retry timer is lull's own callback, shared by every pump: its
+ * wakeup is charged to the pump's row (its pass, as a raise that reaches
+ * the pump is), so that a pump holding by the clock shows under the name
+ * of its pass, beside its passes. Any other timer is charged to its own
+ * callback. */
+void lull__audit_timer_wakeup(lull_loop *loop, const lull__node *n) {
+    lull_live e = {.fd = -1};
+    if (lull__pump_describe(n, &e))
+        lull__audit_wakeup(loop, e.fn, LULL_SOURCE_PUMP);
+    else
+        lull__audit_wakeup(loop, (lull_any_fn)n->fn.timer, LULL_SOURCE_TIMER);
+}
+
 void lull__audit_pass(lull_loop *loop, int source, bool empty) {
     if (source < 0 || source >= loop->sources_len) return;
     loop->sources[source].passes++;

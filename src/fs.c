@@ -188,6 +188,20 @@ static void journal_done(lull_work *work, int status) {
     }
     complete(finished, status, sync);
     if (failed) complete(failed, rc, 0);
+    /* Appends the callbacks made leave from here, not from the start
+     * task: inside done the pool is still there after lull_pool_free (a
+     * done may submit, and hears -ESHUTDOWN), while a later task may find
+     * it freed. Appends a refused batch's callbacks make go round again
+     * while the pool is closed; after -EAGAIN, the start task takes them
+     * (a retry here would spin until a pool thread frees a place). */
+    while (j->head && !j->batch) {
+        lull_task_cancel(&j->start);
+        lull_append *list = j->head;
+        rc = start_batch(j);
+        if (rc == 0) break;
+        complete(list, rc, 0);
+        if (rc != -ESHUTDOWN) break;
+    }
 }
 
 int lull_journal_init(lull_loop *loop, lull_pool *pool, lull_journal *j,

@@ -543,6 +543,8 @@ int lull__source_of(lull_loop *loop, lull_any_fn fn, int kind);
 void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind);
 /* Charges a wakeup to the remote post that caused it (the oldest one). */
 void lull__audit_remote_wakeup(lull_loop *loop, const lull_task *task);
+/* Charges a wakeup to the timer that caused it (the first one due). */
+void lull__audit_timer_wakeup(lull_loop *loop, const lull__node *n);
 void lull__audit_pass(lull_loop *loop, int source, bool empty);
 void lull__audit_free(lull_loop *loop);
 

@@ -332,7 +332,7 @@ static void attribute_timer_wakeup(lull_loop *loop) {
     loop->audit_timer = false;
     lull__node *n = loop->due.next;
     if (n == &loop->due) return; /* EINTR, or a timer stopped meanwhile */
-    lull__audit_wakeup(loop, (lull_any_fn)n->fn.timer, LULL_SOURCE_TIMER);
+    lull__audit_timer_wakeup(loop, n);
 }
 
 /* After a wait that may have blocked: the time it ended, counted as idle,

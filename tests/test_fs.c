@@ -368,6 +368,53 @@ TEST_THREADED(journal_append_past_ssize_max_is_refused) {
     close_journal_case(fd, loop, pool, NULL);
 }
 
+/* lull_pool_free with a batch waiting: the batch's callbacks get
+ * -ECANCELED and may append again, as a done may resubmit after
+ * lull_pool_free (-ESHUTDOWN): that append fails with -ESHUTDOWN. The journal
+ * started that append's batch in a later task, which submitted to the pool
+ * after its memory was freed. */
+static lull_journal *again_journal;
+
+static void append_again(lull_append *req, int status) {
+    appended(req, status);
+    rec *r = LULL_CONTAINER_OF(req, rec, req);
+    if (r->index < 2) { /* and the refused append's callback again */
+        rec *next = &recs[r->index + 1];
+        next->index = r->index + 1;
+        CHECK_EQ(lull_journal_append(again_journal, &next->req, "y", 1,
+                                     append_again),
+                 0);
+    }
+}
+
+TEST_THREADED(journal_append_in_a_callback_after_the_pool_is_freed) {
+    lull_loop *loop;
+    lull_pool *pool;
+    lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    again_journal = &j;
+    ncompleted = 0;
+    recs[0].index = 0;
+    gate g;
+    gate_hold(loop, pool, &g); /* the batch waits behind it */
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, "x", 1, append_again), 0);
+    CHECK_EQ(lull_loop_settle(loop), 1); /* the batch leaves */
+    lull_pool_close(pool);               /* cancels the waiting batch */
+    sem_post(&g.release);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 3);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(completed[i], i);
+    CHECK_EQ(last_status, -ESHUTDOWN);
+    CHECK(!lull_journal_busy(&j));
+    close(fd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&g.started);
+    sem_destroy(&g.release);
+    remove_dir();
+}
+
 /* The same request appended twice while queued: the second is refused
  * (-EBUSY) and the record is written and completed once. It linked the
  * record to itself, and the batch's write loop went round it forever,

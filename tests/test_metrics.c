@@ -774,6 +774,49 @@ TEST_THREADED(remote_raise_without_listener_has_its_own_row) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A held pump's retry timer that wakes the loop is charged to the pump's
+ * own row, under its pass's name, beside its passes, as a remote raise
+ * that reaches it is: it was charged to lull's internal retry callback,
+ * one anonymous "timer callback 0x..." row shared by every pump of the
+ * loop, so a pump polling through HELD could not be told by its name. */
+static int held_left;
+
+static lull_pass_result held_pass(lull_pump *p, uint64_t *retry_ns) {
+    (void)p;
+    if (held_left-- == 0) return LULL_PASS_QUIET;
+    *retry_ns = 2 * MS;
+    return LULL_PASS_HELD;
+}
+
+TEST(held_pump_retry_wakeups_are_charged_to_its_pass) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_pump pump;
+    CHECK_EQ(lull_pump_init(loop, &pump, held_pass), 0);
+    LULL_NAME(loop, held_pass, "app.held");
+    held_left = 5;
+    lull_loop_audit_reset(loop);
+    lull_loop_metrics_reset(loop);
+    lull_pump_wake(&pump);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK(lull_pump_quiet(&pump));
+    lull_metrics m = metrics();
+    CHECK(m.wakeups_timer >= 1);
+    lull_audit_entry rows[8];
+    int n = lull_loop_audit(loop, rows, 8, NULL);
+    CHECK_LE(n, 8);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr,
+                "%-40s kind %d wakeups %" PRIu64 " passes %" PRIu64 "\n",
+                rows[i].name, rows[i].kind, rows[i].wakeups, rows[i].passes);
+    const lull_audit_entry *row = row_named(rows, n, "app.held");
+    CHECK(row != NULL);
+    CHECK_EQ(row->kind, LULL_SOURCE_PUMP);
+    CHECK_U64_EQ(row->passes, 6);
+    CHECK_U64_EQ(row->wakeups, m.wakeups_timer);
+    lull_pump_close(&pump);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A bucket that reaches the top of its 32-bit count (4.3 billion records
  * of one value: a long-lived tool, or a loop's samples over weeks) must
  * not wrap to zero, which moved every percentile to the maximum. The
