@@ -560,6 +560,10 @@ void lull__describe_node(const lull__node *n, lull_live *e);
  * stream); not a hot path. */
 bool lull__live_on(const lull_loop *loop, const lull_io *io,
                    const lull__node *const *nodes, int n);
+/* The same questions, by address, of a timer (armed, deferred, due or
+ * queued to fire) and of a task a subscribed listener posts. */
+bool lull__timer_on(const lull_loop *loop, const lull_timer *t);
+bool lull__listener_posts(const lull_loop *loop, const lull_task *task);
 
 /* metrics.c */
 void lull__wait_sample_begin(lull_loop *loop, lull__node *n);

@@ -78,6 +78,15 @@ static void pass_retry(lull_timer *timer) {
 int lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
     if (!loop || !pump || !pass) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
+    /* In use (its pass queued, its retry armed, a listener subscribed):
+     * clearing it would cut the queue, leave the timer in the heap and
+     * lose the listeners lull_pump_close unsubscribes. Asked by address,
+     * of the loop's tables: a pump is garbage before its first init. */
+    const lull__node *queued[] = {&pump->task.node};
+    if (lull__live_on(loop, NULL, queued, 1) ||
+        lull__timer_on(loop, &pump->retry) ||
+        lull__listener_posts(loop, &pump->task))
+        return -EBUSY;
     lull_task_init(&pump->task, pass_task);
     lull_timer_init(loop, &pump->retry, pass_retry);
     pump->loop = loop;

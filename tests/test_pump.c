@@ -353,6 +353,40 @@ TEST(close_while_held_cancels_the_retry) {
     teardown(&f);
 }
 
+/* lull_pump_init over a pump in use (its pass queued, its retry armed, a
+ * listener subscribed to it) would cut the queue, leave the timer in the
+ * heap and lose the listeners its close must unsubscribe: -EBUSY, and the
+ * pump goes on as it was. */
+TEST(init_of_a_live_pump_is_refused) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_pump_wake(&f.pump); /* queued */
+    CHECK_EQ(lull_pump_init(loop, &f.pump, pass), -EBUSY);
+    lull_loop_settle(loop);
+    CHECK_EQ(f.passes, 1);
+    CHECK_EQ(lull_pump_init(loop, &f.pump, pass), 0); /* quiet: allowed */
+
+    f.held = 1; /* the retry armed */
+    lull_pump_wake(&f.pump);
+    lull_loop_settle(loop);
+    CHECK(lull_timer_active(&f.pump.retry));
+    CHECK_EQ(lull_pump_init(loop, &f.pump, pass), -EBUSY);
+    f.held = 0;
+    lull_loop_advance(loop, 10 * MS);
+    CHECK_EQ(f.passes, 3);
+    CHECK(lull_pump_quiet(&f.pump));
+
+    lull_notifier n;
+    lull_listener l;
+    CHECK_EQ(lull_notifier_init(&n), 0);
+    lull_pump_listen(&f.pump, &n, &l); /* subscribed */
+    CHECK_EQ(lull_pump_init(loop, &f.pump, pass), -EBUSY);
+    lull_notifier_raise(&n);
+    lull_loop_settle(loop);
+    CHECK_EQ(f.passes, 4);
+    teardown(&f); /* the close unsubscribes l */
+}
+
 TEST(close_inside_the_pass_ends_it) {
     fixture f;
     lull_loop *loop = setup(&f);
