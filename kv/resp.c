@@ -2,6 +2,7 @@
  * caller's bytes and its resp_state: no allocation, no lull. */
 #include "resp.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -88,6 +89,16 @@ static __attribute__((noinline)) int header(const char *buf, size_t len,
     return 1;
 }
 
+/* Redis' words for the byte found where a bulk's '$' belongs, that byte
+ * in them ("expected '$', got '*'": a nested array, an integer) and a CR
+ * or LF as a space, as Redis' error replies carry neither. One buffer per
+ * thread: *err stays good until that thread's next such error. */
+static const char *expected_dollar(char got) {
+    static _Thread_local char msg[] = "Protocol error: expected '$', got '?'";
+    msg[sizeof msg - 3] = got == '\r' || got == '\n' ? ' ' : got;
+    return msg;
+}
+
 /* A new request: nothing of it parsed yet (the count of bytes looked at
  * goes on). */
 static void state_reset(resp_state *st) {
@@ -142,12 +153,19 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
             st->scanned += pos;
             return (long)pos;
         }
-        if ((unsigned long long)count > lim->max_args) {
-            *err = "Protocol error: too many arguments";
+        /* Redis' order and words: past INT_MAX is not a count at all,
+         * then the bound before AUTH; past our own bound (far below
+         * INT_MAX) a refusal of lull-kv's. */
+        if (count > INT_MAX) {
+            *err = "Protocol error: invalid multibulk length";
             return RESP_ERROR;
         }
         if (lim->noauth && count > (long long)RESP_NOAUTH_ARGS) {
             *err = "Protocol error: unauthenticated multibulk length";
+            return RESP_ERROR;
+        }
+        if ((unsigned long long)count > lim->max_args) {
+            *err = "Protocol error: too many arguments";
             return RESP_ERROR;
         }
         n = (size_t)count;
@@ -158,7 +176,7 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
         size_t start = pos; /* where to go on from, if not all there */
         if (pos == len) goto suspend;
         if (buf[pos] != '$') {
-            *err = "Protocol error: expected '$'";
+            *err = expected_dollar(buf[pos]);
             return RESP_ERROR;
         }
         long long blen;

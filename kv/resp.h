@@ -95,7 +95,8 @@ typedef struct resp_state {
 
 /* Parses one command from buf[0, len). Returns the bytes it took (> 0),
  * with *argc arguments in argv (0 for an empty line or `*0`: skip it);
- * RESP_INCOMPLETE; or RESP_ERROR with *err a static message (no CRLF). */
+ * RESP_INCOMPLETE; or RESP_ERROR with *err a static message (no CRLF;
+ * "expected '$', got ..." is a buffer per thread, good until its next). */
 long resp_parse(const resp_limits *lim, const char *buf, size_t len,
                 resp_arg *argv, size_t *argc, const char **err);
 /* resp_parse, and on RESP_INCOMPLETE *need is the buffered length at

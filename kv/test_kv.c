@@ -2911,7 +2911,8 @@ TEST(resp_whole_command_path_agrees_at_its_bounds) {
          ""},
         {S("*1\r\n$3\r\nGET\rx"), "Protocol error: expected CRLF after bulk",
          ""},
-        {S("*2\r\n$3\r\nGET\r\n:1\r\n"), "Protocol error: expected '$'", ""},
+        {S("*2\r\n$3\r\nGET\r\n:1\r\n"),
+         "Protocol error: expected '$', got ':'", ""},
         {S("*1\r\n$3\nGET\r\n"), "Protocol error: bad header line", ""},
         {S("*1\n$3\r\nGET\r\n"), "Protocol error: bad header line", ""},
         {S("*1\r\n$3x\r\nGET\r\n"), "Protocol error: invalid bulk length", ""},
@@ -2928,6 +2929,51 @@ TEST(resp_whole_command_path_agrees_at_its_bounds) {
             check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
                        f.log, f.err ? f.err : "no error");
     }
+}
+
+TEST(resp_malformed_in_redis_words) {
+    /* What redis-server 7.0 answered each of these (then closed): a byte
+     * where a bulk's '$' belongs is named in the error (a nested array,
+     * an integer; a CR or LF as a space), and a count past INT_MAX is an
+     * invalid one, not one over lull-kv's own bound ("expected '$'" and
+     * "too many arguments" were all a client got). Before AUTH, a count
+     * past the bound is refused as Redis refuses any count over 10. */
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *err;
+        bool noauth;
+    } cases[] = {
+        {S("*1\r\n*1\r\n$4\r\nPING\r\n"),
+         "Protocol error: expected '$', got '*'", false},
+        {S("*1\r\n:4\r\n"), "Protocol error: expected '$', got ':'", false},
+        {S("*1\r\n\r4\r\nPING\r\n"), "Protocol error: expected '$', got ' '",
+         false},
+        {S("*1\r\n\n4\r\nPING\r\n"), "Protocol error: expected '$', got ' '",
+         false},
+        {S("*2\r\n$3\r\nGET\r\n!x\r\n"),
+         "Protocol error: expected '$', got '!'", false},
+        {S("*2147483648\r\n"), "Protocol error: invalid multibulk length",
+         false},
+        {S("*99999999999\r\n"), "Protocol error: invalid multibulk length",
+         false},
+        {S("*2147483647\r\n"), "Protocol error: too many arguments", false},
+        {S("*2000000\r\n"), "Protocol error: unauthenticated multibulk length",
+         true},
+        {S("*2147483648\r\n"), "Protocol error: invalid multibulk length",
+         true},
+    };
+    static const resp_limits na = {
+        .max_bulk = 1 << 20, .max_args = MAX_ARGS, .noauth = true};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        feed_limits = cases[i].noauth ? &na : &limits;
+        feed f;
+        feed_all_ways(cases[i].in, cases[i].n, &f);
+        if (!f.err || strcmp(f.err, cases[i].err) != 0)
+            check_fail(__FILE__, __LINE__, "case %zu: got \"%s\" (%s)", i,
+                       f.log, f.err ? f.err : "no error");
+    }
+    feed_limits = &limits;
 }
 
 /* Feeds n bytes of `in` in chunks of `chunk` bytes to a parse of its own
