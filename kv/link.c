@@ -41,6 +41,12 @@
  * primary that is gone for good costs a connect every 5 s, no more). */
 #define RETRY_MIN_NS 100000000ull
 #define RETRY_MAX_NS 5000000000ull
+/* How long a connected replica waits for the answer to REPLSYNC (AUTH's
+ * too) before it closes the link and connects again: Redis' repl-timeout.
+ * A primary answers at once; one that took the connection and went
+ * silent (partitioned after the connect, wedged) would otherwise hold the
+ * replica down for good. The retry timer serves: it is idle meanwhile. */
+#define HANDSHAKE_TIMEOUT_NS 60000000000ull
 
 static bool parse_u64(const resp_arg *a, uint64_t *out) {
     long long v;
@@ -585,7 +591,18 @@ long long kill_replicas(kv *k) {
 static void master_connect(server *srv);
 
 static void master_retry(lull_timer *t) {
-    master_connect(LULL_CONTAINER_OF(t, server, m.retry));
+    server *srv = LULL_CONTAINER_OF(t, server, m.retry);
+    master *m = &srv->m;
+    if (m->state == M_SYNC) { /* the handshake's deadline */
+        srv_log(srv,
+                "replica: no answer to REPLSYNC from %s:%d in %llu s; "
+                "link closed",
+                m->host, m->port, HANDSHAKE_TIMEOUT_NS / 1000000000ull);
+        m->state = M_DOWN;                      /* said why */
+        lull_endpoint_close(m->ep, -ETIMEDOUT); /* master_closed retries */
+        return;
+    }
+    master_connect(srv);
 }
 
 /* The link is down (closed, refused, malformed): try again later. */
@@ -715,7 +732,8 @@ static int master_handshake(server *srv) {
         return master_malformed(srv, "not +FULLRESYNC or +CONTINUE"), -1;
     }
     buf_consume(&m->in, n);
-    k->txn_scanned = 0; /* a new stream: nothing of it scanned */
+    k->txn_scanned = 0;         /* a new stream: nothing of it scanned */
+    lull_timer_stop(&m->retry); /* the handshake's deadline */
     m->state = M_UP;
     k->link_up = true;
     m->backoff_ns = RETRY_MIN_NS;
@@ -831,6 +849,7 @@ void master_connected(server *srv, int status) {
     }
     m->state = M_SYNC;
     m->auth_pending = false;
+    lull_timer_start(&m->retry, HANDSHAKE_TIMEOUT_NS, 0);
     if (srv->masterauth) {
         /* AUTH first, in the same write as REPLSYNC: the primary answers
          * both in order. */

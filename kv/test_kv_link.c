@@ -197,6 +197,35 @@ static void close_all(lull_loop *loop, server *p, server *r) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A primary that takes the connection and never answers: the other end
+ * of each socketpair is kept, unread. */
+static int silent_fds[8], silent_connects;
+static int silent_connect(server *r) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return -errno;
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    r->m.ep = &r->m.t.stream.ep;
+    CHECK_EQ(lull_stream_open(r->loop, &r->m.t.stream, sv[1], &o), 0);
+    r->m.t.stream.ep.data = r;
+    CHECK(silent_connects < 8);
+    silent_fds[silent_connects++] = sv[0];
+    connecting = r;
+    lull_task_init(&connected, pair_connected);
+    lull_task_post(r->loop, &connected);
+    return 0;
+}
+
+static const kv_net silent_net = {
+    pair_read_stop, pair_read_start, pair_shutdown, pair_peer, silent_connect,
+    NULL,           pair_fd};
+
+static int timeout_lines;
+static void count_timeouts(server *srv, const char *line) {
+    quiet_log(srv, line);
+    if (strstr(line, "no answer to REPLSYNC")) timeout_lines++;
+}
+
 /* ---------------------------------------------------------------- cases */
 
 /* Writes made while the backlog is out on the thread (SET, DEL, INCR of
@@ -1241,4 +1270,37 @@ TEST(replack_never_moves_a_replica_back) {
     CHECK_U64_EQ(p.kv.peers.next->offset, 100);
     close(fd);
     close_client(loop, &p);
+}
+
+/* A primary that accepted and never answers REPLSYNC (partitioned right
+ * after the connect, or wedged): the replica gives up on the handshake
+ * after the replication timeout, says so, and connects again, instead of
+ * waiting on the link for ever. Virtual time: the minute passes at once. */
+TEST(replica_gives_up_on_a_primary_that_never_answers) {
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
+    static server r;
+    server_defaults(&r);
+    r.log = count_timeouts;
+    r.kv.replica = true;
+    snprintf(r.m.host, sizeof r.m.host, "pair");
+    snprintf(r.m.addr, sizeof r.m.addr, "pair");
+    CHECK_EQ(server_open(&r, loop, &silent_net, 1000000000000ll), 0);
+    server_start(&r);
+    while (silent_connects < 2 && lull_loop_now(loop) < 600000000000ull) {
+        CHECK(lull_loop_alive(loop)); /* else this would spin */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    }
+    CHECK_EQ(silent_connects, 2);
+    CHECK_EQ(timeout_lines, 1);
+    CHECK(lull_loop_now(loop) >= 60000000000ull); /* not before the minute */
+    server_stop(&r);
+    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    server_free(&r);
+    for (int i = 0; i < silent_connects; i++)
+        close(silent_fds[i]);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
