@@ -12,7 +12,11 @@ dir=$(mktemp -d "/tmp/lull-kv-$TEST_NAME.XXXXXX")
 pids=
 netns=
 cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+    # CONT: a stopped process (SIGSTOP) takes the TERM only once continued.
+    for p in $pids; do
+        kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
     for n in $netns; do ip netns del "$n" 2>/dev/null; done
     rm -rf "$dir"
 }
