@@ -700,18 +700,9 @@ static void cmd_command(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
  * a client reads the answer as a map. */
 #define CONFIG_MAX 32 /* the fixed two and server.c's table, with room */
 
-static void cmd_config(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
-                       buf *out) {
+static void cmd_config_get(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                           buf *out) {
     (void)cl;
-    if (!resp_is(&a[1], "GET")) {
-        buf_str(out, "-ERR CONFIG: only CONFIG GET is supported\r\n");
-        return;
-    }
-    if (argc < 3) {
-        buf_str(out,
-                "-ERR wrong number of arguments for 'config|get' command\r\n");
-        return;
-    }
     static const char *const fixed[][2] = {{"save", ""}, {"appendonly", "no"}};
     size_t entries = 2 + k->nconfig;
     if (entries > CONFIG_MAX) entries = CONFIG_MAX;
@@ -743,6 +734,37 @@ static void cmd_config(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_bulk(out, shown[e], shown_len[e]);
         buf_bulk(out, value, strlen(value));
     }
+}
+
+/* CONFIG's other subcommands in Redis 7.0, with their arities: refused
+ * when they run; an unknown one is refused before, as Redis does. */
+static void cmd_config_other(kv *k, kv_client *cl, const resp_arg *a,
+                             size_t argc, buf *out) {
+    (void)k;
+    (void)cl;
+    (void)a;
+    (void)argc;
+    buf_str(out, "-ERR CONFIG: only CONFIG GET is supported\r\n");
+}
+
+/* CONFIG is a container, as CLIENT is: the subcommand and its arity are
+ * checked before MULTI queues it, so a refused one aborts the
+ * transaction (lull-kv queued "CONFIG GET" and "CONFIG FOO", answered
+ * them from EXEC and ran the rest). */
+static const kv_cmd config_subcommands[] = {
+    {"config|get", -3, 0, cmd_config_get},
+    {"config|set", -4, 0, cmd_config_other},
+    {"config|resetstat", 2, 0, cmd_config_other},
+    {"config|rewrite", 2, 0, cmd_config_other},
+    {"config|help", 2, 0, cmd_config_other},
+};
+
+static const kv_cmd *config_subcommand(const resp_arg *name) {
+    for (size_t i = 0;
+         i < sizeof config_subcommands / sizeof *config_subcommands; i++)
+        if (resp_is(name, config_subcommands[i].name + sizeof "config|" - 1))
+            return &config_subcommands[i];
+    return NULL;
 }
 
 /* -------------------------------------------------------------- globs */
@@ -1028,7 +1050,7 @@ static const kv_cmd commands[] = {
     {"info", -1, 0, cmd_info},
     {"quit", -1, CMD_PUBSUB, cmd_quit},
     {"command", -1, 0, cmd_command},
-    {"config", -2, 0, cmd_config},
+    {"config", -2, CMD_CONTAINER, NULL},
     /* The server's own (conn.c, link.c): kv_exec returns KV_SERVER. A
      * connection that becomes a replica link stops being a client, so
      * neither a transaction nor a subscribed client may turn into one. */
@@ -1201,7 +1223,9 @@ static const kv_cmd *resolve(const kv_cmd *c, const resp_arg *a, size_t argc,
                              bool *bad) {
     *bad = false;
     if (!c || !(c->flags & CMD_CONTAINER) || argc < 2) return c;
-    const kv_cmd *s = kv_client_subcommand(&a[1]);
+    const kv_cmd *s = strcmp(c->name, "config") == 0
+                          ? config_subcommand(&a[1])
+                          : kv_client_subcommand(&a[1]);
     *bad = !s;
     return s ? s : c;
 }

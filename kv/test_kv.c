@@ -3406,3 +3406,33 @@ TEST(scan_last_match_wins_as_redis) {
     };
     replies_as_redis(cases, sizeof cases / sizeof cases[0]);
 }
+
+TEST(config_subcommand_checked_when_queued_as_redis) {
+    /* Redis checks CONFIG GET's arity (config|get, -3) and refuses an
+     * unknown CONFIG subcommand before queueing: the refusal spoils the
+     * transaction, so EXEC aborts and nothing queued runs. lull-kv
+     * queued both and answered them from EXEC, running the SET beside
+     * them. Bytes as redis-server 7.0.15 sends them. */
+    static const char *const cases[][2] = {
+        {"CONFIG FOO", "-ERR unknown subcommand 'FOO'. Try CONFIG HELP.\r\n"},
+        {"MULTI", "+OK\r\n"},
+        {"SET a 1", "+QUEUED\r\n"},
+        {"CONFIG GET",
+         "-ERR wrong number of arguments for 'config|get' command\r\n"},
+        {"EXEC",
+         "-EXECABORT Transaction discarded because of previous errors.\r\n"},
+        {"GET a", "$-1\r\n"},
+        {"MULTI", "+OK\r\n"},
+        {"SET a 1", "+QUEUED\r\n"},
+        {"config nosuch x", "-ERR unknown subcommand 'nosuch'. Try CONFIG "
+                            "HELP.\r\n"},
+        {"EXEC",
+         "-EXECABORT Transaction discarded because of previous errors.\r\n"},
+        {"GET a", "$-1\r\n"},
+        {"MULTI", "+OK\r\n"},
+        {"CONFIG GET nosuch", "+QUEUED\r\n"},
+        {"CONFIG SET port 1", "+QUEUED\r\n"},
+        {"EXEC", "*2\r\n*0\r\n-ERR CONFIG: only CONFIG GET is supported\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
