@@ -662,11 +662,7 @@ static void cmd_echo(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 static void cmd_info(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      buf *out) {
     (void)cl;
-    if (argc > 2) {
-        reply_syntax(out);
-        return;
-    }
-    kv_info(k, argc == 2 ? &a[1] : NULL, out);
+    kv_info(k, &a[1], argc - 1, out);
 }
 
 static void cmd_quit(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -1518,33 +1514,41 @@ static void info_keyspace(kv *k, buf *b) {
                   k->db.nheap);
 }
 
-void kv_info(kv *k, const resp_arg *section, buf *out) {
-    bool all = !section || resp_is(section, "all") ||
-               resp_is(section, "default") || resp_is(section, "everything");
+/* Whether INFO's sections (n of them) ask for the one named. */
+static bool info_wants(const resp_arg *sections, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (resp_is(&sections[i], name)) return true;
+    return false;
+}
+
+void kv_info(kv *k, const resp_arg *sections, size_t n, buf *out) {
+    bool all = n == 0 || info_wants(sections, n, "all") ||
+               info_wants(sections, n, "default") ||
+               info_wants(sections, n, "everything");
     buf b = {0};
     bool any = false;
-    if (all || resp_is(section, "clients")) {
+    if (all || info_wants(sections, n, "clients")) {
         info_line(&b, "# Clients");
         info_line(&b, "connected_clients:%zu", k->clients);
         any = true;
     }
-    if (all || resp_is(section, "memory")) {
+    if (all || info_wants(sections, n, "memory")) {
         if (any) info_line(&b, "%s", "");
         info_memory(&b);
         any = true;
     }
-    if (all || resp_is(section, "stats")) {
+    if (all || info_wants(sections, n, "stats")) {
         if (any) info_line(&b, "%s", "");
         info_line(&b, "# Stats");
         if (k->stats) k->stats(k, &b);
         any = true;
     }
-    if (all || resp_is(section, "replication")) {
+    if (all || info_wants(sections, n, "replication")) {
         if (any) info_line(&b, "%s", "");
         info_replication(k, &b);
         any = true;
     }
-    if (all || resp_is(section, "keyspace")) {
+    if (all || info_wants(sections, n, "keyspace")) {
         if (any) info_line(&b, "%s", "");
         kv_expire_due(k, NULL, NULL);
         info_keyspace(k, &b);
