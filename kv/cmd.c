@@ -662,11 +662,7 @@ static void cmd_echo(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 static void cmd_info(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      buf *out) {
     (void)cl;
-    if (argc > 2) {
-        reply_syntax(out);
-        return;
-    }
-    kv_info(k, argc == 2 ? &a[1] : NULL, out);
+    kv_info(k, &a[1], argc - 1, out);
 }
 
 static void cmd_quit(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -700,18 +696,9 @@ static void cmd_command(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
  * a client reads the answer as a map. */
 #define CONFIG_MAX 32 /* the fixed two and server.c's table, with room */
 
-static void cmd_config(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
-                       buf *out) {
+static void cmd_config_get(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                           buf *out) {
     (void)cl;
-    if (!resp_is(&a[1], "GET")) {
-        buf_str(out, "-ERR CONFIG: only CONFIG GET is supported\r\n");
-        return;
-    }
-    if (argc < 3) {
-        buf_str(out,
-                "-ERR wrong number of arguments for 'config|get' command\r\n");
-        return;
-    }
     static const char *const fixed[][2] = {{"save", ""}, {"appendonly", "no"}};
     size_t entries = 2 + k->nconfig;
     if (entries > CONFIG_MAX) entries = CONFIG_MAX;
@@ -743,6 +730,37 @@ static void cmd_config(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_bulk(out, shown[e], shown_len[e]);
         buf_bulk(out, value, strlen(value));
     }
+}
+
+/* CONFIG's other subcommands in Redis 7.0, with their arities: refused
+ * when they run; an unknown one is refused before, as Redis does. */
+static void cmd_config_other(kv *k, kv_client *cl, const resp_arg *a,
+                             size_t argc, buf *out) {
+    (void)k;
+    (void)cl;
+    (void)a;
+    (void)argc;
+    buf_str(out, "-ERR CONFIG: only CONFIG GET is supported\r\n");
+}
+
+/* CONFIG is a container, as CLIENT is: the subcommand and its arity are
+ * checked before MULTI queues it, so a refused one aborts the
+ * transaction (lull-kv queued "CONFIG GET" and "CONFIG FOO", answered
+ * them from EXEC and ran the rest). */
+static const kv_cmd config_subcommands[] = {
+    {"config|get", -3, 0, cmd_config_get},
+    {"config|set", -4, 0, cmd_config_other},
+    {"config|resetstat", 2, 0, cmd_config_other},
+    {"config|rewrite", 2, 0, cmd_config_other},
+    {"config|help", 2, 0, cmd_config_other},
+};
+
+static const kv_cmd *config_subcommand(const resp_arg *name) {
+    for (size_t i = 0;
+         i < sizeof config_subcommands / sizeof *config_subcommands; i++)
+        if (resp_is(name, config_subcommands[i].name + sizeof "config|" - 1))
+            return &config_subcommands[i];
+    return NULL;
 }
 
 /* -------------------------------------------------------------- globs */
@@ -1028,7 +1046,7 @@ static const kv_cmd commands[] = {
     {"info", -1, 0, cmd_info},
     {"quit", -1, CMD_PUBSUB, cmd_quit},
     {"command", -1, 0, cmd_command},
-    {"config", -2, 0, cmd_config},
+    {"config", -2, CMD_CONTAINER, NULL},
     /* The server's own (conn.c, link.c): kv_exec returns KV_SERVER. A
      * connection that becomes a replica link stops being a client, so
      * neither a transaction nor a subscribed client may turn into one. */
@@ -1201,7 +1219,9 @@ static const kv_cmd *resolve(const kv_cmd *c, const resp_arg *a, size_t argc,
                              bool *bad) {
     *bad = false;
     if (!c || !(c->flags & CMD_CONTAINER) || argc < 2) return c;
-    const kv_cmd *s = kv_client_subcommand(&a[1]);
+    const kv_cmd *s = strcmp(c->name, "config") == 0
+                          ? config_subcommand(&a[1])
+                          : kv_client_subcommand(&a[1]);
     *bad = !s;
     return s ? s : c;
 }
@@ -1494,33 +1514,41 @@ static void info_keyspace(kv *k, buf *b) {
                   k->db.nheap);
 }
 
-void kv_info(kv *k, const resp_arg *section, buf *out) {
-    bool all = !section || resp_is(section, "all") ||
-               resp_is(section, "default") || resp_is(section, "everything");
+/* Whether INFO's sections (n of them) ask for the one named. */
+static bool info_wants(const resp_arg *sections, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (resp_is(&sections[i], name)) return true;
+    return false;
+}
+
+void kv_info(kv *k, const resp_arg *sections, size_t n, buf *out) {
+    bool all = n == 0 || info_wants(sections, n, "all") ||
+               info_wants(sections, n, "default") ||
+               info_wants(sections, n, "everything");
     buf b = {0};
     bool any = false;
-    if (all || resp_is(section, "clients")) {
+    if (all || info_wants(sections, n, "clients")) {
         info_line(&b, "# Clients");
         info_line(&b, "connected_clients:%zu", k->clients);
         any = true;
     }
-    if (all || resp_is(section, "memory")) {
+    if (all || info_wants(sections, n, "memory")) {
         if (any) info_line(&b, "%s", "");
         info_memory(&b);
         any = true;
     }
-    if (all || resp_is(section, "stats")) {
+    if (all || info_wants(sections, n, "stats")) {
         if (any) info_line(&b, "%s", "");
         info_line(&b, "# Stats");
         if (k->stats) k->stats(k, &b);
         any = true;
     }
-    if (all || resp_is(section, "replication")) {
+    if (all || info_wants(sections, n, "replication")) {
         if (any) info_line(&b, "%s", "");
         info_replication(k, &b);
         any = true;
     }
-    if (all || resp_is(section, "keyspace")) {
+    if (all || info_wants(sections, n, "keyspace")) {
         if (any) info_line(&b, "%s", "");
         kv_expire_due(k, NULL, NULL);
         info_keyspace(k, &b);

@@ -162,8 +162,9 @@ size_t kv_expire_due(kv *k, bool (*more_ok)(void *arg), void *arg);
  * int64; no '+', no spaces. */
 bool kv_parse_i64(const char *p, size_t n, long long *out);
 
-/* INFO [section]: sections clients, memory, replication and keyspace;
- * none, "all", "default" or "everything" gives them all. */
-void kv_info(kv *k, const resp_arg *section, buf *out);
+/* INFO [section ...]: the n sections named (clients, memory, stats,
+ * replication, keyspace), each once, in that order; none, or "all",
+ * "default" or "everything" among them, gives them all. */
+void kv_info(kv *k, const resp_arg *sections, size_t n, buf *out);
 
 #endif

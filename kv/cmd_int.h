@@ -19,8 +19,8 @@ enum {
                              returns KV_SERVER once its checks pass */
     CMD_NOMULTI = 0x10,   /* refused inside MULTI, and the transaction with
                              it (REPLSYNC, as Redis refuses SYNC) */
-    CMD_CONTAINER = 0x20, /* runs as its subcommand (CLIENT KILL ...):
-                             kv_client_subcommand */
+    CMD_CONTAINER = 0x20, /* runs as its subcommand (CLIENT KILL ...,
+                             CONFIG GET ...): kv_client_subcommand */
 };
 
 typedef struct kv_cmd {
@@ -32,9 +32,9 @@ typedef struct kv_cmd {
     kv_cmd_fn *fn;    /* NULL for a container and a CMD_SERVER command */
 } kv_cmd;
 
-/* CLIENT's subcommand named by name (CLIENT is lull-kv's one
- * CMD_CONTAINER command), or NULL. The subcommand is found before the
- * checks (an unknown one is refused as Redis refuses it, spoiling a
+/* CLIENT's subcommand named by name, or NULL (CONFIG, the other
+ * CMD_CONTAINER command, has its table in cmd.c). The subcommand is found
+ * before the checks (an unknown one is refused as Redis refuses it, spoiling a
  * transaction), and its own arity and flags are the ones checked. */
 const kv_cmd *kv_client_subcommand(const resp_arg *name);
 

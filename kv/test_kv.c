@@ -3452,3 +3452,57 @@ TEST(scan_last_match_wins_as_redis) {
     };
     replies_as_redis(cases, sizeof cases / sizeof cases[0]);
 }
+
+TEST(config_subcommand_checked_when_queued_as_redis) {
+    /* Redis checks CONFIG GET's arity (config|get, -3) and refuses an
+     * unknown CONFIG subcommand before queueing: the refusal spoils the
+     * transaction, so EXEC aborts and nothing queued runs. lull-kv
+     * queued both and answered them from EXEC, running the SET beside
+     * them. Bytes as redis-server 7.0.15 sends them. */
+    static const char *const cases[][2] = {
+        {"CONFIG FOO", "-ERR unknown subcommand 'FOO'. Try CONFIG HELP.\r\n"},
+        {"MULTI", "+OK\r\n"},
+        {"SET a 1", "+QUEUED\r\n"},
+        {"CONFIG GET",
+         "-ERR wrong number of arguments for 'config|get' command\r\n"},
+        {"EXEC",
+         "-EXECABORT Transaction discarded because of previous errors.\r\n"},
+        {"GET a", "$-1\r\n"},
+        {"MULTI", "+OK\r\n"},
+        {"SET a 1", "+QUEUED\r\n"},
+        {"config nosuch x", "-ERR unknown subcommand 'nosuch'. Try CONFIG "
+                            "HELP.\r\n"},
+        {"EXEC",
+         "-EXECABORT Transaction discarded because of previous errors.\r\n"},
+        {"GET a", "$-1\r\n"},
+        {"MULTI", "+OK\r\n"},
+        {"CONFIG GET nosuch", "+QUEUED\r\n"},
+        {"CONFIG SET port 1", "+QUEUED\r\n"},
+        {"EXEC", "*2\r\n*0\r\n-ERR CONFIG: only CONFIG GET is supported\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(info_several_sections_as_redis) {
+    /* Redis 7 takes any number of sections (redis-py's info("clients",
+     * "keyspace") sends two) and answers each one asked for once, in its
+     * own order; lull-kv answered more than one with -ERR syntax error. */
+    buf out = {0};
+    kv k;
+    kv_setup(&k, false);
+    k.clients = 2;
+    exec_words(&k, &out, "SET a 1");
+    static const char both[] = "$78\r\n# Clients\r\nconnected_clients:2\r\n"
+                               "\r\n# Keyspace\r\ndb0:keys=1,expires=0,"
+                               "avg_ttl=0\r\n\r\n";
+    CHECK(strcmp(exec_words(&k, &out, "INFO clients keyspace"), both) == 0);
+    CHECK(strcmp(exec_words(&k, &out, "INFO KEYSPACE nosuch clients Clients"),
+                 both) == 0);
+    CHECK(strcmp(exec_words(&k, &out, "INFO nosuch other"), "$0\r\n\r\n") == 0);
+    char v[128];
+    const char *info = exec_words(&k, &out, "INFO nosuch everything");
+    CHECK(info_field(info, "role", v, sizeof v) != NULL);
+    CHECK(strcmp(info_field(info, "connected_clients", v, sizeof v), "2") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
