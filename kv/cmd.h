@@ -72,7 +72,9 @@ struct kv {
      * the stream starts over (a new link). */
     size_t txn_scanned;
     /* Both: */
-    size_t clients;                 /* open client connections (INFO) */
+    size_t max_string; /* proto-max-bulk-len: a client's APPEND may not
+                          grow a string past it (0: no bound) */
+    size_t clients;    /* open client connections (INFO) */
     const char *const (*config)[2]; /* CONFIG GET: name, value pairs */
     size_t nconfig;
     /* Time. The owner's clock, in ms on the Unix epoch: expiry times are

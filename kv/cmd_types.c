@@ -262,6 +262,15 @@ static void cmd_append(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         }
     } else {
         kobj *o = store_obj(e);
+        /* Redis' bound, for clients (its argument had it already): a
+         * string may not grow past proto-max-bulk-len by appends. */
+        if (k->max_string && !k->applying &&
+            a[2].len > k->max_string -
+                           (o->len < k->max_string ? o->len : k->max_string)) {
+            buf_str(out, "-ERR string exceeds maximum allowed size "
+                         "(proto-max-bulk-len)\r\n");
+            return;
+        }
         /* A value kept in the log is copied out first: the log's bytes
          * are never written. */
         char *v = o->shared ? malloc(o->len + a[2].len + 1)

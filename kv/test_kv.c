@@ -3506,3 +3506,26 @@ TEST(info_several_sections_as_redis) {
     buf_free(&out);
     kv_free(&k);
 }
+
+TEST(append_past_the_bulk_limit_refused_as_redis) {
+    /* Redis refuses an APPEND whose result would pass proto-max-bulk-len
+     * (a client could otherwise grow one string without bound, 512 MB
+     * a request); a replica applying its primary's records is not held
+     * to its own limit. */
+    buf out = {0};
+    kv k;
+    kv_setup(&k, false);
+    k.max_string = 8;
+    CHECK(strcmp(exec_words(&k, &out, "APPEND s 12345"), ":5\r\n") == 0);
+    CHECK(strcmp(exec_words(&k, &out, "APPEND s 678"), ":8\r\n") == 0);
+    CHECK(strcmp(exec_words(&k, &out, "APPEND s 9"),
+                 "-ERR string exceeds maximum allowed size "
+                 "(proto-max-bulk-len)\r\n") == 0);
+    CHECK(strcmp(exec_words(&k, &out, "STRLEN s"), ":8\r\n") == 0);
+    k.applying = true;
+    exec_words(&k, &out, "APPEND s 9");
+    k.applying = false;
+    CHECK(strcmp(exec_words(&k, &out, "STRLEN s"), ":9\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
