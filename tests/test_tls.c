@@ -1492,6 +1492,88 @@ TEST(key_update_storm_from_the_peer) {
     free_raw_wait_close_finish(loop, r, &s, sctx, cctx);
 }
 
+/* A peer that asks for KeyUpdates without end and never reads the answers:
+ * each answer is a record of ours the application never sees (ep.queued
+ * is plaintext), so without a bound they would pile up in the stream's
+ * queue as fast as the peer can send. Past its mark, the connection stops
+ * reading until the peer takes what is queued; then nothing is lost. */
+static void key_update_flood(bool shut) {
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_client_handshaken(loop, &s, sctx, 0);
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(SSL_version(r->ssl), TLS1_3_VERSION);
+    size_t cap = (size_t)1 << 20, n = 0, at = 0;
+    unsigned char *flood = malloc(cap);
+    CHECK(flood);
+    while (n + 64 < cap - 64) { /* 1 MiB of KeyUpdates, each asking back */
+        CHECK_EQ(SSL_key_update(r->ssl, SSL_KEY_UPDATE_REQUESTED), 1);
+        CHECK_EQ(SSL_do_handshake(r->ssl), 1);
+        n += raw_take(r, flood + n, cap - n);
+    }
+    n += raw_frame(r, "after the flood", flood + n, cap - n);
+    size_t most = 0;
+    int idle = 0;
+    while (at < n && idle < 20) { /* sent until the server stops reading */
+        ssize_t w =
+            send(r->fd, flood + at, n - at, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            at += (size_t)w;
+            idle = 0;
+        } else {
+            CHECK(errno == EAGAIN);
+            idle++;
+        }
+        for (int k = 0; k < 3; k++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        if (s.t.stream.ep.queued > most) most = s.t.stream.ep.queued;
+    }
+    printf("flood: %zu of %zu bytes sent before the server stopped reading; "
+           "its queue peaked at %zu\n",
+           at, n, most);
+    CHECK_EQ(s.closes, 0);
+    /* The mark (64 KiB), as much again of answers, one read's answers. */
+    CHECK_LE(most, (size_t)256 << 10);
+    /* Shut down while stalled: the stream's drain callback is over (no
+     * more sends), and reading must still go on when the peer reads. */
+    if (shut) {
+        CHECK_EQ(lull_endpoint_shutdown(&s.t.ep), 0);
+        for (int k = 0; k < 3; k++) /* the close_notify queued: shut */
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    /* The peer reads now: the server reads on, and the frame arrives. */
+    unsigned char sink[4096];
+    for (int i = 0; i < 20000 && s.frames == 0 && !s.closed; i++) {
+        if (at < n) {
+            ssize_t w =
+                send(r->fd, flood + at, n - at, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) at += (size_t)w;
+        }
+        raw_pump(r);
+        while (SSL_read(r->ssl, sink, sizeof sink) > 0) {
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    CHECK_EQ(s.closes, 0);
+    CHECK_EQ(s.frames, 1);
+    CHECK(strcmp(s.last, "after the flood") == 0);
+    free(flood);
+    ERR_clear_error();
+#endif
+    free_raw_wait_close_finish(loop, r, &s, sctx, cctx);
+}
+
+TEST(key_update_flood_from_a_peer_that_never_reads_is_bounded) {
+    if (skip()) return;
+    key_update_flood(false);
+}
+
+TEST(key_update_flood_stalled_then_shut_down_reads_on) {
+    if (skip()) return;
+    key_update_flood(true);
+}
+
 /* Key updates mid-stream: the echo goes on under the new keys. */
 typedef struct ku {
     end c, s;
@@ -2333,3 +2415,4 @@ TEST(fork_child_closing_an_inherited_connection_writes_nothing) {
     close_cleanly(loop, &c, &s);
     finish(loop, sctx, cctx);
 }
+
