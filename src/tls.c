@@ -1421,6 +1421,11 @@ static int configure(lull_tls_ctx *ctx, const lull_tls_config *cfg) {
         if (cfg->server && cfg->require_client_cert)
             mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
         SSL_CTX_set_verify(c, mode, NULL);
+        /* A wildcard stands for a whole leftmost label: OpenSSL also
+         * matches "l*.example.com" by default, which browsers, Go,
+         * rustls, curl and Python refuse. Copied into each SSL. */
+        X509_VERIFY_PARAM_set_hostflags(SSL_CTX_get0_param(c),
+                                        X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
     } else {
         SSL_CTX_set_verify(c, SSL_VERIFY_NONE, NULL);
     }

@@ -747,6 +747,61 @@ TEST(wrong_hostname_refused) {
     teardown_pki();
 }
 
+#ifdef LULL_HAVE_OPENSSL
+/* A server whose certificate (san; cn) a fresh CA signed, a client of that
+ * CA checking `name`: the client's close reason (0: a frame got through). */
+static int name_check(const char *cn, const char *san, const char *name) {
+    const long day = 86400;
+    EVP_PKEY *cak = EVP_EC_gen("P-256"), *k = EVP_EC_gen("P-256");
+    CHECK(cak && k);
+    X509 *ca = make_cert(cak, "names CA", NULL, NULL, true, -day, day, NULL);
+    X509 *x = make_cert(k, cn, ca, cak, false, -day, day, san);
+    char *cap = cert_pem(ca), *cp = cert_pem(x), *kp = key_pem(k);
+    lull_tls_config sc = {.cert_pem = cp, .key_pem = kp};
+    lull_tls_config cc = {.ca_pem = cap};
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(&sc), *cctx = client_ctx(&cc);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, name);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "hello", 5), 0);
+    for (int i = 0; i < 200 && s.frames == 0 && !(c.closed && s.closed); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    printf("CN %s, SAN %s, checked as %s: %d frames; client %d (%s)\n", cn,
+           san ? san : "none", name, s.frames, c.reason, c.why);
+    int reason = c.closed ? c.reason : 0;
+    CHECK(reason != 0 || s.frames == 1);
+    if (!c.closed) CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    free(cap);
+    free(cp);
+    free(kp);
+    X509_free(x);
+    X509_free(ca);
+    EVP_PKEY_free(k);
+    EVP_PKEY_free(cak);
+    return reason;
+}
+#endif
+
+/* A wildcard stands for a whole leftmost label, nothing less: "l*.x.test"
+ * (which OpenSSL matches by default) is refused, as browsers, Go, rustls,
+ * curl and Python refuse it; "*.x.test" still covers one label. */
+TEST(partial_wildcard_names_are_refused) {
+    if (skip()) return;
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(name_check("x", "DNS:*.lull.test", "a.lull.test"), 0);
+    CHECK_EQ(name_check("x", "DNS:*.lull.test", "a.b.lull.test"),
+             -EKEYREJECTED);
+    CHECK_EQ(name_check("x", "DNS:l*.lull.test", "lx.lull.test"),
+             -EKEYREJECTED);
+    CHECK_EQ(name_check("x", "DNS:*x.lull.test", "ax.lull.test"),
+             -EKEYREJECTED);
+#endif
+}
+
 /* An empty server_name is no name: OpenSSL takes SSL_set1_host(ssl, "")
  * as "check no host", so a verifying client would accept any certificate
  * its CAs signed, for anyone. It is refused as a missing name is. */
@@ -2415,4 +2470,3 @@ TEST(fork_child_closing_an_inherited_connection_writes_nothing) {
     close_cleanly(loop, &c, &s);
     finish(loop, sctx, cctx);
 }
-
