@@ -1423,9 +1423,14 @@ static int configure(lull_tls_ctx *ctx, const lull_tls_config *cfg) {
         SSL_CTX_set_verify(c, mode, NULL);
         /* A wildcard stands for a whole leftmost label: OpenSSL also
          * matches "l*.example.com" by default, which browsers, Go,
-         * rustls, curl and Python refuse. Copied into each SSL. */
-        X509_VERIFY_PARAM_set_hostflags(SSL_CTX_get0_param(c),
-                                        X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+         * rustls, curl and Python refuse. And the name is in the
+         * subjectAltName or nowhere: by default a certificate without one
+         * passes for the name in its subject CN (a client certificate of
+         * a CA that also signs servers, CN=db, would pass for "db"), which
+         * browsers, Go and rustls refuse. Copied into each SSL. */
+        X509_VERIFY_PARAM_set_hostflags(
+            SSL_CTX_get0_param(c), X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS |
+                                       X509_CHECK_FLAG_NEVER_CHECK_SUBJECT);
     } else {
         SSL_CTX_set_verify(c, SSL_VERIFY_NONE, NULL);
     }

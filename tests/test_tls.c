@@ -802,6 +802,19 @@ TEST(partial_wildcard_names_are_refused) {
 #endif
 }
 
+/* The name is in the subject alternative names or nowhere: a certificate
+ * with none, whose subject CN says "localhost" (a client certificate of a
+ * CA that also signs servers, say), does not pass for localhost, as Go,
+ * rustls and browsers refuse it (OpenSSL falls back to the CN). */
+TEST(common_name_is_not_a_host_name) {
+    if (skip()) return;
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(name_check("localhost", NULL, "localhost"), -EKEYREJECTED);
+    CHECK_EQ(name_check("127.0.0.1", NULL, "127.0.0.1"), -EKEYREJECTED);
+    CHECK_EQ(name_check("other", "DNS:localhost", "localhost"), 0);
+#endif
+}
+
 /* An empty server_name is no name: OpenSSL takes SSL_set1_host(ssl, "")
  * as "check no host", so a verifying client would accept any certificate
  * its CAs signed, for anyone. It is refused as a missing name is. */
