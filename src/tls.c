@@ -45,6 +45,7 @@
  *   Source of truth         the plaintext queue; the SSL object; state
  *   Pending-work predicate  frames queued and the stream writable, or
  *                           ciphertext saved while paused and reading again
+ *                           (stalled on unread answers: once they left)
  *   Next deadline or retry  the handshake timeout (one timer, stopped when
  *                           the handshake completes)
  *   Quiet condition         queue empty: no task queued; the stream idles
@@ -197,6 +198,9 @@ const char *lull_tls_error_string(const lull_tls *tls) {
     0x1000u             /* plaintext is bytes, not framed (the stream          \
                            under it is always raw) */
 #define T_NOMEM 0x2000u /* a ciphertext chunk could not be allocated */
+#define T_STALL                                                                \
+    0x4000u /* reading stopped: the peer asks for answers it does not read;    \
+               the stream's drain reads on */
 
 typedef struct chunk chunk;
 struct chunk {
@@ -211,6 +215,10 @@ struct chunk {
 typedef struct outq {
     chunk *head, *tail, *spare;
     int nspare;
+    size_t written; /* all OpenSSL ever wrote: what a call wrote is a delta */
+    size_t answers; /* written by SSL_read (answers to the peer's key
+                       updates, its renegotiation attempts) since the
+                       stream was last seen below its mark */
 } outq;
 
 typedef struct guard guard;
@@ -342,6 +350,7 @@ static int bio_write(BIO *b, const char *buf, int len) {
         c->used += n;
         done += (int)n;
     }
+    q->written += (size_t)len;
     return len;
 }
 
@@ -398,6 +407,13 @@ static void chunk_release(lull_frame *f) {
     lull_tls *t = c->owner;
     if (t->head && (t->state & T_OPEN) && !(t->ep.flags & LULL__EP_CLOSED))
         lull__at_flush(t->loop, &t->flush);
+    /* Stalled on answers the peer did not read, and it read them: read
+     * on. Here, not in the stream's on_drain, which a shutdown ends. */
+    if ((t->state & T_STALL) && !(t->ep.flags & LULL__EP_CLOSED) &&
+        t->stream.ep.queued < t->stream.ep.high_water) {
+        t->state = (t->state & ~T_STALL) | T_RESUME;
+        lull_task_post(t->loop, &t->event);
+    }
     outq *q = out_of(t);
     if (!q || q->nspare >= SPARE_MAX) {
         free(c);
@@ -706,6 +722,21 @@ static bool read_plain(lull_tls *t) {
          * say WANT_READ (it reads nothing without bytes), at some 1500
          * instructions with SSL_get_error, twice a request-reply. */
         if (t->in_len == 0 && !SSL_has_pending(t->ssl)) return true;
+        /* Records of ours the peer asked for (a key update it requests
+         * back, a warning that renegotiation is refused) are not the
+         * application's sends, so its backpressure cannot hold them: a
+         * peer asking without end and never reading would grow the
+         * stream's queue as fast as it sends. Past the stream's mark and
+         * as much again of answers, read nothing more until it drains. */
+        outq *q = out_of(t);
+        lull_endpoint *sep = &t->stream.ep;
+        if (sep->queued < sep->high_water) {
+            q->answers = 0;
+        } else if (q->answers > sep->high_water) {
+            t->state |= T_STALL;
+            return true;
+        }
+        size_t written = q->written;
         if (!framed(t)) t->pstart = t->pend = 0;
         if (t->pcap - t->pend < RECORD / 4) {
             /* make_room stops at the frame limit: what room there is. */
@@ -720,6 +751,7 @@ static bool read_plain(lull_tls *t) {
         errors_clear(); /* on_frame may have used OpenSSL too */
         int n = SSL_read(t->ssl, t->pbuf + t->pend,
                          room > INT32_MAX ? INT32_MAX : (int)room);
+        q->answers += q->written - written;
         if (n <= 0) {
             int e = SSL_get_error(t->ssl, n);
             if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
@@ -861,8 +893,8 @@ static void feed(lull_tls *t, const void *bytes, size_t len) {
     }
     (void)lull_stream_read_stop(&t->stream);
     /* Reading, yet OpenSSL left bytes: try them again in a later turn
-     * rather than hold them. */
-    if (t->state & T_READING) {
+     * rather than hold them (stalled: once our answers left). */
+    if ((t->state & (T_READING | T_STALL)) == T_READING) {
         t->state |= T_RESUME;
         lull_task_post(t->loop, &t->event);
     }
@@ -926,7 +958,7 @@ static void event_task(lull_task *task) {
     }
     if (t->state & T_RESUME) {
         t->state &= ~T_RESUME;
-        if (!(t->state & T_READING)) return;
+        if ((t->state & (T_READING | T_STALL)) != T_READING) return;
         size_t n = t->saved_len;
         t->saved_len = 0;
         guard g; /* feed may close and free `saved` */
@@ -1389,6 +1421,16 @@ static int configure(lull_tls_ctx *ctx, const lull_tls_config *cfg) {
         if (cfg->server && cfg->require_client_cert)
             mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
         SSL_CTX_set_verify(c, mode, NULL);
+        /* A wildcard stands for a whole leftmost label: OpenSSL also
+         * matches "l*.example.com" by default, which browsers, Go,
+         * rustls, curl and Python refuse. And the name is in the
+         * subjectAltName or nowhere: by default a certificate without one
+         * passes for the name in its subject CN (a client certificate of
+         * a CA that also signs servers, CN=db, would pass for "db"), which
+         * browsers, Go and rustls refuse. Copied into each SSL. */
+        X509_VERIFY_PARAM_set_hostflags(
+            SSL_CTX_get0_param(c), X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS |
+                                       X509_CHECK_FLAG_NEVER_CHECK_SUBJECT);
     } else {
         SSL_CTX_set_verify(c, SSL_VERIFY_NONE, NULL);
     }

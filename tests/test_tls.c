@@ -747,6 +747,74 @@ TEST(wrong_hostname_refused) {
     teardown_pki();
 }
 
+#ifdef LULL_HAVE_OPENSSL
+/* A server whose certificate (san; cn) a fresh CA signed, a client of that
+ * CA checking `name`: the client's close reason (0: a frame got through). */
+static int name_check(const char *cn, const char *san, const char *name) {
+    const long day = 86400;
+    EVP_PKEY *cak = EVP_EC_gen("P-256"), *k = EVP_EC_gen("P-256");
+    CHECK(cak && k);
+    X509 *ca = make_cert(cak, "names CA", NULL, NULL, true, -day, day, NULL);
+    X509 *x = make_cert(k, cn, ca, cak, false, -day, day, san);
+    char *cap = cert_pem(ca), *cp = cert_pem(x), *kp = key_pem(k);
+    lull_tls_config sc = {.cert_pem = cp, .key_pem = kp};
+    lull_tls_config cc = {.ca_pem = cap};
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(&sc), *cctx = client_ctx(&cc);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, name);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "hello", 5), 0);
+    for (int i = 0; i < 200 && s.frames == 0 && !(c.closed && s.closed); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    printf("CN %s, SAN %s, checked as %s: %d frames; client %d (%s)\n", cn,
+           san ? san : "none", name, s.frames, c.reason, c.why);
+    int reason = c.closed ? c.reason : 0;
+    CHECK(reason != 0 || s.frames == 1);
+    if (!c.closed) CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    free_loop(loop);
+    lull_tls_ctx_free(sctx);
+    lull_tls_ctx_free(cctx);
+    free(cap);
+    free(cp);
+    free(kp);
+    X509_free(x);
+    X509_free(ca);
+    EVP_PKEY_free(k);
+    EVP_PKEY_free(cak);
+    return reason;
+}
+#endif
+
+/* A wildcard stands for a whole leftmost label, nothing less: "l*.x.test"
+ * (which OpenSSL matches by default) is refused, as browsers, Go, rustls,
+ * curl and Python refuse it; "*.x.test" still covers one label. */
+TEST(partial_wildcard_names_are_refused) {
+    if (skip()) return;
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(name_check("x", "DNS:*.lull.test", "a.lull.test"), 0);
+    CHECK_EQ(name_check("x", "DNS:*.lull.test", "a.b.lull.test"),
+             -EKEYREJECTED);
+    CHECK_EQ(name_check("x", "DNS:l*.lull.test", "lx.lull.test"),
+             -EKEYREJECTED);
+    CHECK_EQ(name_check("x", "DNS:*x.lull.test", "ax.lull.test"),
+             -EKEYREJECTED);
+#endif
+}
+
+/* The name is in the subject alternative names or nowhere: a certificate
+ * with none, whose subject CN says "localhost" (a client certificate of a
+ * CA that also signs servers, say), does not pass for localhost, as Go,
+ * rustls and browsers refuse it (OpenSSL falls back to the CN). */
+TEST(common_name_is_not_a_host_name) {
+    if (skip()) return;
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(name_check("localhost", NULL, "localhost"), -EKEYREJECTED);
+    CHECK_EQ(name_check("127.0.0.1", NULL, "127.0.0.1"), -EKEYREJECTED);
+    CHECK_EQ(name_check("other", "DNS:localhost", "localhost"), 0);
+#endif
+}
+
 /* An empty server_name is no name: OpenSSL takes SSL_set1_host(ssl, "")
  * as "check no host", so a verifying client would accept any certificate
  * its CAs signed, for anyone. It is refused as a missing name is. */
@@ -1490,6 +1558,88 @@ TEST(key_update_storm_from_the_peer) {
     ERR_clear_error();
 #endif
     free_raw_wait_close_finish(loop, r, &s, sctx, cctx);
+}
+
+/* A peer that asks for KeyUpdates without end and never reads the answers:
+ * each answer is a record of ours the application never sees (ep.queued
+ * is plaintext), so without a bound they would pile up in the stream's
+ * queue as fast as the peer can send. Past its mark, the connection stops
+ * reading until the peer takes what is queued; then nothing is lost. */
+static void key_update_flood(bool shut) {
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_client_handshaken(loop, &s, sctx, 0);
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(SSL_version(r->ssl), TLS1_3_VERSION);
+    size_t cap = (size_t)1 << 20, n = 0, at = 0;
+    unsigned char *flood = malloc(cap);
+    CHECK(flood);
+    while (n + 64 < cap - 64) { /* 1 MiB of KeyUpdates, each asking back */
+        CHECK_EQ(SSL_key_update(r->ssl, SSL_KEY_UPDATE_REQUESTED), 1);
+        CHECK_EQ(SSL_do_handshake(r->ssl), 1);
+        n += raw_take(r, flood + n, cap - n);
+    }
+    n += raw_frame(r, "after the flood", flood + n, cap - n);
+    size_t most = 0;
+    int idle = 0;
+    while (at < n && idle < 20) { /* sent until the server stops reading */
+        ssize_t w =
+            send(r->fd, flood + at, n - at, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            at += (size_t)w;
+            idle = 0;
+        } else {
+            CHECK(errno == EAGAIN);
+            idle++;
+        }
+        for (int k = 0; k < 3; k++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        if (s.t.stream.ep.queued > most) most = s.t.stream.ep.queued;
+    }
+    printf("flood: %zu of %zu bytes sent before the server stopped reading; "
+           "its queue peaked at %zu\n",
+           at, n, most);
+    CHECK_EQ(s.closes, 0);
+    /* The mark (64 KiB), as much again of answers, one read's answers. */
+    CHECK_LE(most, (size_t)256 << 10);
+    /* Shut down while stalled: the stream's drain callback is over (no
+     * more sends), and reading must still go on when the peer reads. */
+    if (shut) {
+        CHECK_EQ(lull_endpoint_shutdown(&s.t.ep), 0);
+        for (int k = 0; k < 3; k++) /* the close_notify queued: shut */
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    /* The peer reads now: the server reads on, and the frame arrives. */
+    unsigned char sink[4096];
+    for (int i = 0; i < 20000 && s.frames == 0 && !s.closed; i++) {
+        if (at < n) {
+            ssize_t w =
+                send(r->fd, flood + at, n - at, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) at += (size_t)w;
+        }
+        raw_pump(r);
+        while (SSL_read(r->ssl, sink, sizeof sink) > 0) {
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    CHECK_EQ(s.closes, 0);
+    CHECK_EQ(s.frames, 1);
+    CHECK(strcmp(s.last, "after the flood") == 0);
+    free(flood);
+    ERR_clear_error();
+#endif
+    free_raw_wait_close_finish(loop, r, &s, sctx, cctx);
+}
+
+TEST(key_update_flood_from_a_peer_that_never_reads_is_bounded) {
+    if (skip()) return;
+    key_update_flood(false);
+}
+
+TEST(key_update_flood_stalled_then_shut_down_reads_on) {
+    if (skip()) return;
+    key_update_flood(true);
 }
 
 /* Key updates mid-stream: the echo goes on under the new keys. */
