@@ -74,8 +74,8 @@
  *                      trace
  *     --plant BUG      plant a known bug (resume-late, ack-before-log,
  *                      lost-wakeup, expire-relative, multi-split,
- *                      chunk-edge, int32, silent-resync, expire-early:
- *                      lull-kv's;
+ *                      chunk-edge, int32, silent-resync, expire-early,
+ *                      batch-death, expire-now, same-length: lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
  *                      --expect-find N, succeed when a seed of the first N
@@ -2888,6 +2888,9 @@ static const struct {
               {"int32", KV_PLANT_INT32},
               {"silent-resync", KV_PLANT_SILENT_RESYNC},
               {"expire-early", KV_PLANT_EXPIRE_EARLY},
+              {"batch-death", KV_PLANT_BATCH_DEATH},
+              {"expire-now", KV_PLANT_EXPIRE_NOW},
+              {"same-length", KV_PLANT_SAME_LENGTH},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -3020,7 +3023,7 @@ static int usage(void) {
             "[--streams]\n"
             "  BUG: resume-late ack-before-log lost-wakeup expire-relative\n"
             "       multi-split chunk-edge int32 silent-resync expire-early\n"
-            "       hollow-partition\n"
+            "       batch-death expire-now same-length hollow-partition\n"
             "       short-write-resend short-write-drop hollow-short-write "
             "(--streams)\n");
     return 2;
