@@ -417,6 +417,22 @@ static const char *line_end(const char *p, const char *end) {
     return NULL;
 }
 
+/* The count of a "$n" or "*n" line, its bytes [p, lf): false when they
+ * are not one. Not sscanf, which measures the whole string first: a
+ * 64 KiB reply read in pieces was scanned again at every piece. */
+static bool line_count(const char *p, const char *lf, long long *n) {
+    bool neg = p < lf && *p == '-';
+    p += neg;
+    if (p == lf || lf - p > 18) return false;
+    long long v = 0;
+    for (; p < lf; p++) {
+        if (*p < '0' || *p > '9') return false;
+        v = v * 10 + (*p - '0');
+    }
+    *n = neg ? -v : v;
+    return true;
+}
+
 static long parse_one(const char *p, const char *end, int depth) {
     if (p >= end) return 0;
     const char *lf = line_end(p, end);
@@ -430,7 +446,7 @@ static long parse_one(const char *p, const char *end, int depth) {
         return head;
     case '$':
     case '*':
-        if (sscanf(p + 1, "%lld", &n) != 1) return -1;
+        if (!line_count(p + 1, lf, &n)) return -1;
         break;
     default:
         return -1;
