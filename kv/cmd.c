@@ -580,7 +580,9 @@ static void cmd_expire(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_str(out, ":0\r\n");
         return;
     }
-    if (when <= kv_now(k) && !k->applying) {
+    /* KV_PLANT_EXPIRE_NOW: the current ms taken as still ahead. */
+    bool plant_now = k->plant & KV_PLANT_EXPIRE_NOW;
+    if (when <= kv_now(k) - plant_now && !k->applying) {
         /* Already past: the key goes now, and so it does on replicas. */
         resp_arg del[2] = {{"DEL", 3}, a[1]};
         kv_delete(k, e);

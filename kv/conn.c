@@ -459,6 +459,8 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         }
         if (c->out.len >= REPLY_HANDOVER && !c->closing) {
             if (!flush(c)) {
+                /* KV_PLANT_BATCH_DEATH: the batch's records not sent. */
+                if (srv->kv.plant & KV_PLANT_BATCH_DEATH) return false;
                 alive = false;
                 break;
             }

@@ -18,7 +18,7 @@
 
 void model_key_init(model_key *k) {
     k->n = 1;
-    memset(&k->c[0], 0, sizeof k->c[0]);
+    memset(&k->c[0], 0, offsetof(model_val, v)); /* no bytes: no key */
 }
 
 static size_t put(char *out, size_t at, const char *s, size_t n) {
@@ -42,18 +42,32 @@ static const char *const names[OP_COUNT + 1] = {
     "INCR", "APPEND", "EXISTS", "PEXPIREAT", "PERSIST", "RPUSH",
     "LPOP", "LLEN",   "TYPE",   "INCRBY",    "DECRBY",  "MGET"};
 
-/* A SET's value: val, then `pad` bytes of a pattern, into out. */
+/* The pattern's bytes from `from` (any offset) on, n of them, into out:
+ * byte i of the pattern is 'a' + i % 26. */
+static void pattern(char *out, size_t from, size_t n) {
+    static char abc[MODEL_VAL_MAX + 26];
+    if (!abc[0])
+        for (size_t i = 0; i < sizeof abc; i++)
+            abc[i] = (char)('a' + i % 26);
+    memcpy(out, abc + from % 26, n);
+}
+
+/* A SET's value: val, then `pad` bytes of a pattern, shifted by `shift`
+ * from byte `cut` of the pad on, into out. */
 size_t model_value(const model_cmd *c, char *out) {
     size_t n = strlen(c->val);
     memcpy(out, c->val, n);
-    for (size_t i = 0; i < c->pad; i++)
-        out[n + i] = (char)('a' + (n + i) % 26);
+    size_t cut = c->cut < c->pad ? c->cut : c->pad;
+    pattern(out + n, n, cut);
+    pattern(out + n + cut, n + cut + c->shift, c->pad - cut);
     return n + c->pad;
 }
 
 void model_cmd_text(const model_cmd *c, char *out, size_t cap) {
     static char req[MODEL_REQ_MAX];
-    size_t n = model_request(c, req), at = 0;
+    model_cmd t = *c; /* a value's bytes past cap are not shown */
+    if (t.pad > cap) t.pad = (uint32_t)cap;
+    size_t n = model_request(&t, req), at = 0;
     /* The bulk strings' bytes, space-separated: skip the headers. */
     size_t i = 0, o = 0;
     while (i < n && o + 1 < cap) {
@@ -129,15 +143,15 @@ static void set_string(model_val *s, const char *v, size_t n) {
     s->type = MODEL_STRING;
     s->expire = 0;
     s->items = 0;
-    s->len = (uint16_t)n;
+    s->len = (uint32_t)n;
     memcpy(s->v, v, n);
 }
 
 /* Redis' integer: an optional '-', digits without a leading zero, in
  * range. */
-static bool as_integer(const model_val *s, long long *out) {
-    if (s->len == 0 || s->len > 20) return false;
-    const char *p = s->v, *end = s->v + s->len;
+static bool as_integer(const char *s, size_t len, long long *out) {
+    if (len == 0 || len > 20) return false;
+    const char *p = s, *end = s + len;
     bool neg = *p == '-';
     if (neg && ++p == end) return false;
     if (*p == '0' && end - p > 1) return false;
@@ -194,16 +208,15 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
     case OP_DECRBY: {
         long long n = 0, by = 1;
         if (c->op != OP_INCR) {
-            model_val b = {.len = (uint16_t)vlen};
-            memcpy(b.v, v, vlen);
-            if (!as_integer(&b, &by)) return put_s(out, NOT_INTEGER);
+            if (!as_integer(v, vlen, &by)) return put_s(out, NOT_INTEGER);
             if (c->op == OP_DECRBY) {
                 if (by == INT64_MIN) return put_s(out, DECR_MIN);
                 by = -by;
             }
         }
         if (live && s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
-        if (live && !as_integer(s, &n)) return put_s(out, NOT_INTEGER);
+        if (live && !as_integer(s->v, s->len, &n))
+            return put_s(out, NOT_INTEGER);
         if ((by < 0 && n < INT64_MIN - by) || (by > 0 && n > INT64_MAX - by))
             return put_s(out, OVERFLOW);
         char num[24];
@@ -220,7 +233,7 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
         }
         if (s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
         memcpy(s->v + s->len, v, vlen);
-        s->len = (uint16_t)(s->len + vlen);
+        s->len += (uint32_t)vlen;
         return put_int(out, 0, s->len);
     case OP_PEXPIREAT:
         if (!live) return put_s(out, ":0\r\n");
@@ -241,7 +254,7 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
         }
         s->v[s->len++] = (char)vlen;
         memcpy(s->v + s->len, v, vlen);
-        s->len = (uint16_t)(s->len + vlen);
+        s->len += (uint32_t)vlen;
         s->items++;
         return put_int(out, 0, s->items);
     case OP_LPOP: {
@@ -250,7 +263,7 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
         size_t n = (unsigned char)s->v[0];
         size_t at = put_bulk(out, 0, s->v + 1, n);
         memmove(s->v, s->v + 1 + n, s->len - 1 - n);
-        s->len = (uint16_t)(s->len - 1 - n);
+        s->len -= (uint32_t)(1 + n);
         if (--s->items == 0) clear(s);
         return at;
     }
@@ -265,9 +278,12 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
     return 0;
 }
 
+static void copy_val(model_val *to, const model_val *from);
+
 size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
                    char *out) {
-    model_val copy = *s;
+    static model_val copy;
+    copy_val(&copy, s);
     return run(&copy, c, now, out);
 }
 
@@ -322,7 +338,8 @@ bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
         if ((c->op == OP_PEXPIREAT) && c->at > lo && c->at <= hi && c->at != e)
             at[nat++] = c->at;
         for (int j = 0; j < nat; j++) {
-            model_val s = k->c[i];
+            static model_val s;
+            copy_val(&s, &k->c[i]);
             size_t n = run(&s, c, at[j], out);
             if (n == len && memcmp(out, reply, len) == 0) add(&next, &s);
         }
@@ -370,7 +387,7 @@ bool model_from_store(const store *st, const char *key, int64_t now,
         if (x->len > 255 || out->len + 1 + x->len > MODEL_VAL_MAX) return false;
         out->v[out->len++] = (char)x->len;
         memcpy(out->v + out->len, x->p, x->len);
-        out->len = (uint16_t)(out->len + x->len);
+        out->len += (uint32_t)x->len;
         out->items++;
     }
     return true;
@@ -400,6 +417,22 @@ static const char *line_end(const char *p, const char *end) {
     return NULL;
 }
 
+/* The count of a "$n" or "*n" line, its bytes [p, lf): false when they
+ * are not one. Not sscanf, which measures the whole string first: a
+ * 64 KiB reply read in pieces was scanned again at every piece. */
+static bool line_count(const char *p, const char *lf, long long *n) {
+    bool neg = p < lf && *p == '-';
+    p += neg;
+    if (p == lf || lf - p > 18) return false;
+    long long v = 0;
+    for (; p < lf; p++) {
+        if (*p < '0' || *p > '9') return false;
+        v = v * 10 + (*p - '0');
+    }
+    *n = neg ? -v : v;
+    return true;
+}
+
 static long parse_one(const char *p, const char *end, int depth) {
     if (p >= end) return 0;
     const char *lf = line_end(p, end);
@@ -413,7 +446,7 @@ static long parse_one(const char *p, const char *end, int depth) {
         return head;
     case '$':
     case '*':
-        if (sscanf(p + 1, "%lld", &n) != 1) return -1;
+        if (!line_count(p + 1, lf, &n)) return -1;
         break;
     default:
         return -1;

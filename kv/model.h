@@ -28,8 +28,9 @@ enum { MODEL_NONE, MODEL_STRING, MODEL_LIST };
 
 /* The longest value the model holds: a string's bytes, or a list's items
  * each as a length byte and its bytes. The workload keeps below it, and
- * reaches past the write log's chunks in the simulator's small mode. */
-#define MODEL_VAL_MAX 5000
+ * reaches past the write log's chunks in the simulator's small mode and
+ * past 64 KiB (KV_SHARE_MIN, REPLY_HANDOVER) with its big values. */
+#define MODEL_VAL_MAX (70 << 10)
 /* The longest request model_request writes. */
 #define MODEL_REQ_MAX (MODEL_VAL_MAX + 200)
 
@@ -37,12 +38,13 @@ enum { MODEL_NONE, MODEL_STRING, MODEL_LIST };
 typedef struct model_val {
     int type;       /* MODEL_* */
     int64_t expire; /* ms on the server's clock; 0: none */
-    uint16_t len;   /* bytes of v */
+    uint32_t len;   /* bytes of v */
     uint16_t items; /* a list's items */
     char v[MODEL_VAL_MAX];
 } model_val;
 
-/* The states a key may be in. */
+/* The states a key may be in (a model_key is over 1 MiB: static, or
+ * on the heap). */
 #define MODEL_CANDIDATES 16
 typedef struct model_key {
     int n; /* 1..MODEL_CANDIDATES */
@@ -78,9 +80,13 @@ typedef struct model_cmd {
     int op;
     char key[32];
     char val[24]; /* SET, APPEND, RPUSH; INCRBY's and DECRBY's n */
-    uint16_t pad; /* SET: the value goes on with this many bytes of a
-                     pattern (model_pad), to reach large values */
-    int64_t at;   /* SET PXAT, PEXPIREAT: ms on the server's clock */
+    uint32_t pad; /* SET: the value goes on with this many bytes of a
+                     pattern (model_value), to reach large values */
+    /* The pattern shifted by `shift` from its byte `cut` on: values of
+     * one length that differ only past a prefix of any length. */
+    uint32_t cut;
+    uint8_t shift;
+    int64_t at; /* SET PXAT, PEXPIREAT: ms on the server's clock */
 } model_cmd;
 
 void model_key_init(model_key *k); /* one candidate: no key */
@@ -89,8 +95,8 @@ void model_key_init(model_key *k); /* one candidate: no key */
  * and messages. */
 void model_cmd_text(const model_cmd *c, char *out, size_t cap);
 
-/* A SET's value (val, then pad bytes of a pattern) into out (>=
- * MODEL_VAL_MAX bytes); its length. */
+/* A SET's value (val, then pad bytes of a pattern, shifted from `cut`
+ * on) into out (>= MODEL_VAL_MAX bytes); its length. */
 size_t model_value(const model_cmd *c, char *out);
 
 /* The request as RESP (multibulk) into out (>= MODEL_REQ_MAX bytes); its
@@ -118,7 +124,7 @@ size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
 bool model_from_store(const store *st, const char *key, int64_t now,
                       model_val *out);
 
-/* to = from, copying only the bytes in use (a model_key is 80 KiB). */
+/* to = from, copying only the bytes in use. */
 void model_key_copy(model_key *to, const model_key *from);
 
 /* s is one of k's candidates (after model_settle). */

@@ -73,6 +73,16 @@ enum {
     /* The expiry timer deletes a key when the clock reads its time, not
      * once it is past it: up to 1 ms early, as the client measures. */
     KV_PLANT_EXPIRE_EARLY = 0x100,
+    /* A connection that dies in the middle of a batch (a reply refused at
+     * REPLY_HANDOVER) leaves without waking the replica links for the
+     * records the batch logged, or rearming the expiry timer. */
+    KV_PLANT_BATCH_DEATH = 0x200,
+    /* PEXPIREAT to the current ms arms the key, as if that time were
+     * still ahead, instead of deleting it. */
+    KV_PLANT_EXPIRE_NOW = 0x400,
+    /* A replica overwriting a value of 64 KiB or more with one of the
+     * same length and the same first KiB keeps the old one. */
+    KV_PLANT_SAME_LENGTH = 0x800,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it. */

@@ -12,8 +12,11 @@
  * and DEL, and transactions, with pipelining; a client whose connection
  * fails reconnects, and first deletes the keys whose last commands it
  * cannot know the fate of. Half the seeds run with small log chunks and
- * small stream buffers. When the clients are done the network heals and
- * the cluster settles. The server is lull-kv's own code (node.c, conn.c,
+ * small stream buffers; half with values of 64 KiB and more, overwritten
+ * with equal-length ones that differ from a random byte on; half with
+ * clients that hang up with requests in flight (most often on a big
+ * read). When the clients are done the network heals and the cluster
+ * settles. The server is lull-kv's own code (node.c, conn.c,
  * link.c, cmd*.c), the socket program's, over a kv_net of the simulated
  * network's.
  *
@@ -25,7 +28,8 @@
  *   - a key set with PX n is there until n ms after its client sent the
  *     SET, and gone 1 ms after that (the prober, on a clean link, and
  *     the clients' own TTL probes): the model shares the server's expiry
- *     rule, these do not;
+ *     rule, these do not; and, in one ms, a key set to expire at it is
+ *     there, and PEXPIREAT to it deletes it (the prober's same-ms batch);
  *   - after every network event: each replica's offset is a record
  *     boundary of the primary's log, never inside a transaction, never
  *     going back (but to start a new history); it never holds a
@@ -34,9 +38,12 @@
  *     log holds the primary's keyspace, expiry times included, so a
  *     divergence is named (key, both values, offset) when it happens;
  *     no replica serves a key past its time (its first to expire, read
- *     with EXISTS); once per ms of its clock, no key the primary held
- *     past its time at the last look is still there (its expiry timer
- *     deletes each, which no read would show);
+ *     with EXISTS), nor hides one at it; once per ms of its clock, no key
+ *     the primary held past its time at the last look is still there
+ *     (its expiry timer deletes each, which no read would show); no
+ *     wakeup is lost: every link behind the log has its sender posted or
+ *     waits for a drain, and the expiry timer is armed for the first key
+ *     to expire;
  *   - a log line a correct cluster never writes (a malformed record,
  *     ...) fails the seed at once, as logged; a replica that drops its
  *     link says why;
@@ -67,7 +74,8 @@
  *                      trace
  *     --plant BUG      plant a known bug (resume-late, ack-before-log,
  *                      lost-wakeup, expire-relative, multi-split,
- *                      chunk-edge, int32, silent-resync: lull-kv's;
+ *                      chunk-edge, int32, silent-resync, expire-early,
+ *                      batch-death, expire-now, same-length: lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
  *                      --expect-find N, succeed when a seed of the first N
@@ -102,6 +110,7 @@
 #include "dump.h"
 #include "fault_shim.h"
 #include "model.h"
+#include "types.h"
 
 #define MS 1000000ull
 /* The servers' clock reads this (ms on the Unix epoch) at virtual 0. */
@@ -111,6 +120,11 @@
 #define SIM_ARGS     64 /* a server's argument table: the workload's need */
 #define REPLICAS_MAX 3
 #define CLIENTS_MAX  4
+/* A large value's pad: up to ~5 KB, past a small log chunk. */
+#define PAD_MAX 4900
+/* A big value (big seeds): 64 KiB and more, a primary's shared value
+ * (KV_SHARE_MIN) and a reply handed to the stream whole (REPLY_HANDOVER). */
+#define BIG_MIN (64u << 10)
 /* A run that has not settled this long (virtual) after the heal failed. */
 #define SETTLE_NS (600 * 1000 * MS)
 /* Clients that are not done by then are helped: the network heals. */
@@ -149,7 +163,9 @@ typedef struct pending {
     unsigned ttl_seq;
 } pending;
 
-enum { C_DOWN, C_CONNECTING, C_UP, C_CLOSING, C_DONE };
+/* C_HUNG_UP: it closed with requests in flight (hang_up), and waits for
+ * its close callback to connect again. */
+enum { C_DOWN, C_CONNECTING, C_UP, C_CLOSING, C_DONE, C_HUNG_UP };
 
 /* The atomicity reader: a client of a replica that reads every client's
  * pair (cN:pa, cN:pb, which only transactions write, both with one tag)
@@ -176,12 +192,14 @@ typedef struct prober {
     lull_simconn c;
     lull_timer timer;
     buf in;
-    int step; /* 0: SET in flight, 1: the early GET, 2: the late */
+    int step; /* 0: SET in flight, 1: the early GET, 2: the late, 3-6:
+                 the same-ms batch (probe_now) */
     bool up, closing;
     uint64_t set_ns; /* the SET's send */
     int px;
     unsigned seq;
     uint64_t probes; /* SETs whose GETs were both checked */
+    int64_t now_ms;  /* the same-ms batch's instant */
 } prober;
 
 typedef struct client {
@@ -192,7 +210,7 @@ typedef struct client {
     pending q[PIPE_MAX];
     int qhead, qlen;
     buf in;
-    model_key keys[KEYS];
+    model_key *keys; /* [KEYS], in client_keys */
     bool unknown[KEYS];
     int64_t lb; /* no command from now on runs before this (ms) */
     int remaining;
@@ -264,9 +282,23 @@ struct sim {
     const dict_entry *overdue; /* a key past its time at that look */
     int64_t overdue_expire;    /* its time */
     bool primary_down;         /* stopped, until it restarts */
+    /* Half the seeds: big values, all big_len bytes (0: none), which SETs
+     * overwrite with equal-length ones differing from a random byte on
+     * (big_value). */
+    uint32_t big_len;
+    /* Half the seeds: a client hangs up with requests in flight after one
+     * send in `hangup` (0: never), so the primary runs a batch it can
+     * no longer answer (hang_up). */
+    uint32_t hangup;
+    uint64_t bigs;     /* big values set */
+    uint64_t same_len; /* of them, aimed at a key holding a big value */
+    uint64_t hangups;  /* clients that hung up */
 };
 
 static sim *the_sim; /* for should_yield, whose hook has no argument */
+/* The clients' model keys: over 1 MiB each, so kept here, not in the
+ * sim a seed allocates (and zeroes) whole. */
+static model_key client_keys[CLIENTS_MAX][KEYS];
 /* --streams: lull-kv's connections are lull streams on socketpairs, with
  * the fault shim's plan under them (the section "--streams" below). */
 static bool streams_mode;
@@ -599,6 +631,14 @@ static void relay_sc_drain(lull_endpoint *ep) {
 static void relay_sc_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     relay *r = ep->data;
     if (!r->rs_live || lull_endpoint_closed(&r->rs.ep)) return;
+    /* The network's peer closed (not writable with nothing queued: no
+     * drain will come), its bytes still arriving: what lull-kv sends it
+     * is dropped from now on, as a socket's writes would fail, so the
+     * relay reads lull-kv's end again if it had stopped for want of room
+     * (a client that hung up: lull-kv, its output full, would wait for
+     * good). */
+    if (!lull_endpoint_writable(&r->sc.ep) && r->sc.ep.queued == 0)
+        lull_stream_read_start(&r->rs);
     if (lull_endpoint_send_copy(&r->rs.ep, bytes, len) < 0) return;
     if (!lull_endpoint_writable(&r->rs.ep)) lull_simconn_read_stop(&r->sc);
 }
@@ -1081,6 +1121,36 @@ static long long near_edge(uint64_t *r) {
     return e + d;
 }
 
+/* The command goes to a key of the client's the model says holds a big
+ * value, if one does: false when none does. */
+static bool to_big_key(client *cl, model_cmd *c, int *key) {
+    for (int i = 0; i < KEYS; i++) {
+        int k = (*key + i) % KEYS;
+        const model_val *v = &cl->keys[k].c[0];
+        if (v->type == MODEL_STRING && v->len >= BIG_MIN) {
+            *key = k;
+            snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A big value: big_len bytes of the pattern, shifted from a random byte
+ * on, so two differ only past a prefix of random length. Most go over a
+ * key that holds one: an overwrite of equal length, which a replica
+ * makes in place (store_put). */
+static void big_value(client *cl, model_cmd *c, int *key) {
+    sim *S = cl->S;
+    uint64_t *r = &S->rng;
+    c->val[0] = 0;
+    c->pad = S->big_len;
+    c->cut = (uint32_t)below(r, S->big_len);
+    c->shift = (uint8_t)(1 + below(r, 25));
+    S->bigs++;
+    if (below(r, 4) && to_big_key(cl, c, key)) S->same_len++;
+}
+
 static void make_cmd(client *cl, model_cmd *c, int *key) {
     sim *S = cl->S;
     uint64_t *r = &S->rng;
@@ -1101,9 +1171,16 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
         c->val[0] = 0; /* the empty string */
     else
         snprintf(c->val, sizeof c->val, "v%" PRIu64, below(r, 100000));
-    /* Large values, some past the log's chunk size in the small mode. */
+    /* Large values, some past the log's chunk size in the small mode;
+     * in the big seeds, big ones too, and reads of them (replies handed
+     * to the stream whole, REPLY_HANDOVER). */
     if ((c->op == OP_SET || c->op == OP_SET_PXAT) && below(r, 12) == 0)
-        c->pad = (uint16_t)below(r, MODEL_VAL_MAX - 100);
+        c->pad = (uint32_t)below(r, PAD_MAX);
+    else if ((c->op == OP_SET || c->op == OP_SET_PXAT) && S->big_len &&
+             below(r, 8) == 0)
+        big_value(cl, c, key);
+    if (c->op == OP_GET && S->big_len && below(r, 3) == 0)
+        to_big_key(cl, c, key);
     /* Mostly ahead (up to 1.5 s), sometimes just past, sometimes hours
      * ahead (still pending at the end, and compared there). */
     uint64_t when = below(r, 20);
@@ -1111,7 +1188,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
                          : when == 2 ? 3600000 + (int64_t)below(r, 86400000)
                                      : 1 + (int64_t)below(r, 1500));
     if (c->op == OP_APPEND || c->op == OP_RPUSH) {
-        const model_key *mk = &cl->keys[k];
+        const model_key *mk = &cl->keys[*key];
         size_t room = c->op == OP_RPUSH ? 300 : MODEL_VAL_MAX - 50;
         for (int i = 0; i < mk->n; i++)
             if (mk->c[i].len > room) c->op = OP_DEL;
@@ -1293,6 +1370,11 @@ static void send_cmd(client *cl) {
     }
     for (int i = 0; i < p->ncmd; i++) {
         make_cmd(cl, &p->cmd[i], &p->key[i]);
+        /* Big seeds: half the transactions read a big value first, so
+         * EXEC both logs records and answers past REPLY_HANDOVER. */
+        if (multi && i == 0 && S->big_len && below(&S->rng, 2) &&
+            to_big_key(cl, &p->cmd[0], &p->key[0]))
+            p->cmd[0].op = OP_GET;
         n += model_request(&p->cmd[i], req + n);
     }
     if (multi) {
@@ -1314,6 +1396,38 @@ static void send_cmd(client *cl) {
     send_bytes(cl, req, n);
 }
 
+/* The transaction just sent reads a value the model says is big (a
+ * client waiting on one is the likeliest to time out), which no request
+ * in flight writes first: its EXEC logs records, then answers past
+ * REPLY_HANDOVER, and fails to send it if the client hangs up now. */
+static bool big_reply(const client *cl) {
+    const pending *p = &cl->q[(cl->qhead + cl->qlen - 1) % PIPE_MAX];
+    if (p->kind != P_MULTI || p->cmd[0].op != OP_GET ||
+        cl->keys[p->key[0]].c[0].len < BIG_MIN)
+        return false;
+    for (int i = 0; i < cl->qlen - 1; i++) {
+        const pending *q = &cl->q[(cl->qhead + i) % PIPE_MAX];
+        if (q->kind == P_FORGET) return false; /* it may delete the key */
+        if (q->kind != P_CMD && q->kind != P_MULTI && q->kind != P_MKEY)
+            continue;
+        for (int j = 0; j < q->ncmd; j++)
+            if (q->key[j] == p->key[0]) return false;
+    }
+    return true;
+}
+
+/* The client hangs up with requests in flight, as one that timed out
+ * does: the primary still runs those that reached it, in a batch whose
+ * replies it can no longer send. Their fate is unknown (client_closed). */
+static void hang_up(client *cl, bool big) {
+    sim *S = cl->S;
+    S->hangups++;
+    lull_simnet_log(S->net, "c%d hangs up, %d in flight%s", cl->id, cl->qlen,
+                    big ? ", a big read last" : "");
+    cl->state = C_HUNG_UP;
+    lull_endpoint_close(&cl->c.ep, 0);
+}
+
 /* Sends while the pipeline has room, with think times the seed picks;
  * done and closes once every reply is in. */
 static void client_pump(client *cl) {
@@ -1323,6 +1437,12 @@ static void client_pump(client *cl) {
         if (lull_timer_active(&cl->timer)) return;
         send_cmd(cl);
         if (S->failed || cl->state != C_UP) return;
+        bool big = S->hangup && big_reply(cl);
+        uint32_t odds = big ? 2 : cl->qlen >= 2 ? S->hangup : 0;
+        if (odds && below(&S->rng, odds) == 0) {
+            hang_up(cl, big);
+            return;
+        }
         uint64_t think = below(&S->rng, 4);
         if (think) {
             lull_timer_start(&cl->timer, think * below(&S->rng, MS), 0);
@@ -1567,12 +1687,67 @@ static void probe_next(sim *S) {
     probe_send(pr, req);
 }
 
+/* The same-ms batch: at one instant (a command runs as it is sent),
+ * SET probe:now PXAT <this ms> (there, its time not past), GET, then
+ * PEXPIREAT probe:now <this ms> (a time that has come deletes it), GET:
+ * what the model's windows cannot tell, a ms around the expiry time. */
+static void probe_now(sim *S) {
+    prober *pr = &S->probe;
+    char v[16], at[24], req[400];
+    int vl = snprintf(v, sizeof v, "%u", ++pr->seq);
+    pr->now_ms = ms_now(S);
+    int al = snprintf(at, sizeof at, "%" PRId64, pr->now_ms);
+    snprintf(req, sizeof req,
+             "*5\r\n$3\r\nSET\r\n$9\r\nprobe:now\r\n$%d\r\n%s\r\n"
+             "$4\r\nPXAT\r\n$%d\r\n%s\r\n"
+             "*2\r\n$3\r\nGET\r\n$9\r\nprobe:now\r\n"
+             "*3\r\n$9\r\nPEXPIREAT\r\n$9\r\nprobe:now\r\n$%d\r\n%s\r\n"
+             "*2\r\n$3\r\nGET\r\n$9\r\nprobe:now\r\n",
+             vl, v, al, at, al, at);
+    lull_simnet_log(S->net,
+                    "probe > SET probe:now %s PXAT %s; GET; "
+                    "PEXPIREAT probe:now %s; GET",
+                    v, at, at);
+    probe_send(pr, req);
+}
+
+/* A reply of the same-ms batch (step 3 to 6), against what it must be. */
+static void probe_now_reply(sim *S, const char *r, long n) {
+    prober *pr = &S->probe;
+    char want[32];
+    static const char *const what[4] = {
+        "SET probe:now ... PXAT <its ms>", "GET probe:now in its expiry ms",
+        "PEXPIREAT probe:now <its ms>", "GET probe:now after that"};
+    if (pr->step == 4)
+        snprintf(want, sizeof want, "$%d\r\n%u\r\n",
+                 snprintf(NULL, 0, "%u", pr->seq), pr->seq);
+    else
+        snprintf(want, sizeof want, "%s",
+                 pr->step == 3   ? "+OK\r\n"
+                 : pr->step == 5 ? ":1\r\n"
+                                 : "$-1\r\n");
+    if ((size_t)n != strlen(want) || memcmp(r, want, (size_t)n) != 0) {
+        char got[64];
+        fail(S, "probe: %s, sent at ms %" PRId64 ", got %s", what[pr->step - 3],
+             pr->now_ms, oneline(r, (size_t)n, got, sizeof got));
+        return;
+    }
+    if (++pr->step < 7) return;
+    pr->probes++;
+    pr->step = 0;
+    lull_timer_start(&pr->timer, below(&S->rng, 20 * MS), 0);
+}
+
 static void probe_timer(lull_timer *t) {
     sim *S = LULL_CONTAINER_OF(t, sim, probe.timer);
     prober *pr = &S->probe;
     if (!pr->up || pr->closing) return;
     if (pr->step == 0) {
         probe_next(S);
+        return;
+    }
+    if (pr->step == 3) {
+        probe_now(S);
         return;
     }
     lull_simnet_log(S->net, "probe > GET probe:ttl (%.3f ms after the SET)",
@@ -1593,7 +1768,9 @@ static void probe_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         int vl = snprintf(v, sizeof v, "%u", pr->seq);
         bool nil = n == 5 && memcmp(r, "$-1\r\n", 5) == 0;
         bool found = n == vl + 6 && memcmp(r + 4, v, (size_t)vl) == 0;
-        if (pr->step == 0) {
+        if (pr->step >= 3) {
+            probe_now_reply(S, r, n);
+        } else if (pr->step == 0) {
             if (n != 5 || memcmp(r, "+OK\r\n", 5) != 0)
                 fail(S, "probe: SET probe:ttl got %.*s", (int)n, r);
             /* The early GET: in the millisecond before px ms from the
@@ -1624,7 +1801,8 @@ static void probe_frame(lull_endpoint *ep, const void *bytes, size_t len) {
                      "after its SET was sent",
                      pr->px, after);
             pr->probes++;
-            pr->step = 0;
+            /* Then, half the time, the same-ms batch. */
+            pr->step = below(&S->rng, 2) ? 3 : 0;
             lull_timer_start(&pr->timer, below(&S->rng, 20 * MS), 0);
         }
         buf_consume(&pr->in, (size_t)n);
@@ -1806,6 +1984,17 @@ static uint64_t inside_transaction(const repl_log *log, size_t rec) {
     return UINT64_MAX;
 }
 
+/* One side of first_difference: its line, or a long one's head and
+ * its bytes from `at`, where the two differ. */
+static int diff_line(char *out, size_t cap, const char *name, const char *l,
+                     int at) {
+    int len = (int)strcspn(l, "\n");
+    if (!len) return snprintf(out, cap, "\n  %s: (none)", name);
+    if (len <= 160) return snprintf(out, cap, "\n  %s: %.*s", name, len, l);
+    return snprintf(out, cap, "\n  %s: %.60s ... from byte %d: %.*s", name, l,
+                    at, len - at < 40 ? len - at : 40, l + at);
+}
+
 /* The first line where two dumps differ, as "key: a" / "key: b". */
 static void first_difference(const buf *a, const buf *b, char *out, size_t cap,
                              const char *an, const char *bn) {
@@ -1813,11 +2002,42 @@ static void first_difference(const buf *a, const buf *b, char *out, size_t cap,
     const char *x0 = x;
     while (*x && *x == *y)
         x++, y++;
+    const char *d = x;
     while (x > x0 && x[-1] != '\n')
         x--, y--;
-    int xl = (int)strcspn(x, "\n"), yl = (int)strcspn(y, "\n");
-    snprintf(out, cap, "\n  %s: %.*s\n  %s: %.*s", an, xl ? xl : 6,
-             xl ? x : "(none)", bn, yl ? yl : 6, yl ? y : "(none)");
+    int n = diff_line(out, cap, an, x, (int)(d - x));
+    if (n > 0 && (size_t)n < cap)
+        diff_line(out + n, cap - (size_t)n, bn, y, (int)(d - x));
+}
+
+/* Whether two keyspaces hold the same keys, each with one type, expiry
+ * time and value: the same answer as comparing their dumps (kv_dump),
+ * without making them, for strings and lists (the workload's types);
+ * -1 when another type is there (then the dumps say). */
+static int same_keys(kv *a, kv *b) {
+    if (store_count(&a->db) != store_count(&b->db)) return 0;
+    for (size_t i = 0; i < a->db.d.nbuckets; i++)
+        for (dict_entry *e = a->db.d.buckets[i]; e; e = e->next) {
+            dict_entry *f = store_find(&b->db, dict_key(&a->db.d, e), e->klen);
+            if (!f) return 0;
+            kobj *x = store_obj(e), *y = store_obj(f);
+            if (x->type != y->type || x->expire != y->expire) return 0;
+            if (x->type == KV_STRING) {
+                if (x->len != y->len || memcmp(x->val, y->val, x->len) != 0)
+                    return 0;
+            } else if (x->type == KV_LIST) {
+                kv_list *l = x->val, *m = y->val;
+                if (l->n != m->n) return 0;
+                for (size_t j = 0; j < l->n; j++) {
+                    kv_elem *u = list_at(l, j), *v = list_at(m, j);
+                    if (u->len != v->len || memcmp(u->p, v->p, u->len) != 0)
+                        return 0;
+                }
+            } else {
+                return -1;
+            }
+        }
+    return 1;
 }
 
 /* A replica that has applied the whole log holds the primary's keyspace,
@@ -1831,6 +2051,7 @@ static void check_caught_up(sim *S, node *n) {
         strcmp(n->srv.m.replid, p->kv.replid) != 0)
         return;
     n->compared = off + 1;
+    if (same_keys(&p->kv, &n->srv.kv) == 1) return;
     static buf dp, dr;
     kv_dump(&p->kv, &dp);
     kv_dump(&n->srv.kv, &dr);
@@ -1925,24 +2146,81 @@ static void check_expiry_on_time(sim *S) {
     S->overdue_expire = o.first_expire;
 }
 
-/* A replica deletes no key by its own clock (it waits for the primary's
- * DEL), but it must not serve one past its time: its first key to expire,
- * when that time has passed, is read as a client would (EXISTS, which on
- * a replica deletes nothing) and must be gone. The model cannot see this:
- * no client reads a replica's expiring keys. */
-static void check_no_stale(sim *S, node *n) {
-    kv *k = &n->srv.kv;
-    dict_entry *e = store_first_expiry(&k->db);
-    if (!e || !store_expired(store_obj(e)->expire, k->clock(k))) return;
+/* EXISTS of e's key on a replica (which deletes nothing): 1 or 0. */
+static int replica_exists(kv *k, dict_entry *e) {
     resp_arg a[2] = {{"EXISTS", 6}, {dict_key(&k->db.d, e), e->klen}};
     static buf out;
     out.len = 0;
     kv_exec(k, NULL, a, 2, &out);
-    if (out.len >= 2 && memcmp(out.p, ":0", 2) == 0) return;
-    fail(S,
-         "%s serves %.*s, which expired at %" PRId64 " (its clock %" PRId64 ")",
-         n->name, (int)e->klen, dict_key(&k->db.d, e), store_obj(e)->expire,
-         k->clock(k));
+    return out.len >= 2 && memcmp(out.p, ":1", 2) == 0;
+}
+
+/* Keys of the expiry heap from index i on whose time is the clock's ms:
+ * each must still be served (it expires once the clock is past it). */
+static dict_entry *hidden_at_its_time(kv *k, size_t i, int64_t now) {
+    if (i >= k->db.nheap || store_obj(k->db.heap[i])->expire > now) return NULL;
+    dict_entry *e = k->db.heap[i];
+    if (store_obj(e)->expire == now && !replica_exists(k, e)) return e;
+    dict_entry *d = hidden_at_its_time(k, 2 * i + 1, now);
+    return d ? d : hidden_at_its_time(k, 2 * i + 2, now);
+}
+
+/* A replica deletes no key by its own clock (it waits for the primary's
+ * DEL), but it must not serve one past its time: its first key to expire,
+ * when that time has passed, is read as a client would (EXISTS, which on
+ * a replica deletes nothing) and must be gone; nor hide one whose time
+ * its clock reads. The model cannot see this: no client reads a
+ * replica's expiring keys. */
+static void check_no_stale(sim *S, node *n) {
+    kv *k = &n->srv.kv;
+    dict_entry *e = store_first_expiry(&k->db);
+    int64_t now = k->clock(k);
+    if (!e || store_obj(e)->expire > now) return;
+    if (store_expired(store_obj(e)->expire, now) && replica_exists(k, e)) {
+        fail(S,
+             "%s serves %.*s, which expired at %" PRId64 " (its clock %" PRId64
+             ")",
+             n->name, (int)e->klen, dict_key(&k->db.d, e), store_obj(e)->expire,
+             now);
+        return;
+    }
+    if ((e = hidden_at_its_time(k, 0, now)))
+        fail(S, "%s hides %.*s at %" PRId64 ", its expiry time: early", n->name,
+             (int)e->klen, dict_key(&k->db.d, e), now);
+}
+
+/* No wakeup of the primary's is lost: after every event, each replica
+ * link behind the log's end has its sender posted or waits for a drain
+ * or a frame's release (or is closing), and the expiry timer is armed
+ * for the first key to expire. A batch that logged records, or moved an
+ * expiry, and left without waking them (a connection that died in it,
+ * say) is caught here, not only when no later write wakes them. */
+static void check_wakeups(sim *S) {
+    server *p = &S->nodes[0].srv;
+    if (S->primary_down) return;
+    const repl_log *log = &p->kv.log;
+    for (repl_peer *q = p->kv.peers.next; q != &p->kv.peers; q = q->next) {
+        rlink *l = LULL_CONTAINER_OF(q, rlink, peer);
+        uint64_t at = repl_log_offset(log, &l->cur);
+        if (!l->c || l->c->gone || l->c->closing || at >= log->end ||
+            lull_task_pending(&l->task) || l->starved ||
+            !lull_endpoint_writable(l->c->ep))
+            continue;
+        fail(S,
+             "primary: the link to the replica at port %d is at offset "
+             "%" PRIu64 " of %" PRIu64 ", its sender not woken",
+             q->port, at, log->end);
+        return;
+    }
+    const kv_expiry *x = &p->expiry;
+    dict_entry *e = store_first_expiry(&p->kv.db);
+    if (e ? !lull_timer_active(&x->timer) || x->armed_at != store_obj(e)->expire
+          : lull_timer_active(&x->timer))
+        fail(S,
+             "primary: its expiry timer is %s, its first key to expire "
+             "at %" PRId64,
+             lull_timer_active(&x->timer) ? "armed for another" : "not armed",
+             e ? store_obj(e)->expire : 0);
 }
 
 /* After every event: no replica's offset goes back, but to begin a new
@@ -1955,6 +2233,8 @@ static void check_offsets(lull_simnet *net, void *arg) {
     if (S->failed || S->tearing_down) return;
     const repl_log *log = &S->nodes[0].srv.kv.log;
     check_expiry_on_time(S);
+    if (S->failed) return;
+    check_wakeups(S);
     if (S->failed) return;
     for (int i = 1; i <= S->nreplicas; i++) {
         node *n = &S->nodes[i];
@@ -2143,17 +2423,10 @@ static void final_replicas(sim *S) {
         if (S->failed) break;
         kv_dump(&r->kv, &dr);
         if (dp.len != dr.len || memcmp(dp.p, dr.p, dp.len) != 0) {
-            /* The first line that differs. */
-            const char *a = dp.p, *b = dr.p;
-            while (*a && *a == *b)
-                a++, b++;
-            while (a > dp.p && a[-1] != '\n')
-                a--, b--;
-            fail(S,
-                 "%s: keyspace differs from the primary's at:\n  primary: "
-                 "%.*s\n  %s: %.*s",
-                 n->name, (int)strcspn(a, "\n"), a, n->name,
-                 (int)strcspn(b, "\n"), b);
+            char d[900];
+            first_difference(&dp, &dr, d, sizeof d, "primary", n->name);
+            fail(S, "%s: keyspace differs from the primary's at:%s", n->name,
+                 d);
         }
     }
     buf_free(&dp);
@@ -2240,7 +2513,8 @@ static void restart_primary(sim *S) {
     static buf out;
     out.len = 0;
     kv_exec(&p->srv.kv, NULL, set, 3, &out);
-    wake_links(&p->srv);
+    wake_links(&p->srv); /* as a client's batch ends (run_commands) */
+    if (p->srv.kv.expiry_changed) kv_expiry_rearm(&p->srv.expiry);
     lull_timer_init(S->loop, &S->restart_t, restart_stop);
     lull_timer_start(&S->restart_t, below(&S->rng, 3 * MS), 0);
     lull_timer_start(&S->deadline, SETTLE_NS, 0);
@@ -2268,7 +2542,8 @@ typedef struct outcome {
     uint64_t over_limit;
     uint64_t multis, lost, continues, fulls, expired, restarts;
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
-    uint64_t probes;       /* the prober's SETs read back early and late */
+    uint64_t probes; /* the prober's SETs read back early and late */
+    uint64_t bigs, same_len, hangups;
     uint64_t io[IO_KINDS]; /* --streams: each fault kind's effects */
     bool io_drawn[IO_KINDS];
 } outcome;
@@ -2335,6 +2610,16 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         S->chunk_size = 256 + below(r, 4096);
         S->high_water = 128 + below(r, 1024);
     }
+    /* Drawn apart from the workload's stream, as `restart` is. */
+    uint64_t bs = seed ^ 0x6269672068616e67ull;
+    if (!S->no_faults && rnd(&bs) % 2 == 0) {
+        S->big_len = BIG_MIN + (uint32_t)(rnd(&bs) % 1024);
+        /* A replica output limit below a record can never be met: one
+         * big record and then some. */
+        if (S->repl_limit) S->repl_limit += 2 * S->big_len;
+    }
+    if (!S->no_faults && rnd(&bs) % 2 == 0)
+        S->hangup = 10 + (uint32_t)(rnd(&bs) % 40);
     /* The long fault-free run crosses a chunk edge every hundred or so
      * records: tens of thousands in 1,000,000 commands. */
     if (S->no_faults) S->chunk_size = 4096;
@@ -2356,10 +2641,11 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         abort();
     lull_simnet_log(S->net,
                     "seed %" PRIu64 ": %d replicas, %d clients, %s, replica "
-                    "limit %zu, log chunks %zu, high water %zu",
+                    "limit %zu, log chunks %zu, high water %zu, big values "
+                    "%u, hang-ups 1 in %u",
                     seed, S->nreplicas, S->nclients,
                     S->per_record ? "per-record" : "budget", S->repl_limit,
-                    S->chunk_size, S->high_water);
+                    S->chunk_size, S->high_water, S->big_len, S->hangup);
     if (streams_mode) plan_draw(S);
     for (int i = 0; i <= S->nreplicas; i++)
         if (node_open(S, &S->nodes[i], i, BASE_MS) < 0) abort();
@@ -2376,6 +2662,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         cl->id = i + 1;
         cl->remaining = per_client ? (int)per_client : 20 + (int)below(r, 400);
         cl->depth = 1 + (int)below(r, PIPE_MAX);
+        cl->keys = client_keys[i];
         for (int k = 0; k < KEYS; k++)
             model_key_init(&cl->keys[k]);
         lull_timer_init(S->loop, &cl->timer, client_timer);
@@ -2401,6 +2688,9 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     out->restarts = S->restarts;
     out->expired = S->old_expired + S->nodes[0].srv.expiry.fired;
     out->probes = S->probe.probes;
+    out->bigs = S->bigs;
+    out->same_len = S->same_len;
+    out->hangups = S->hangups;
     out->drawn_partitions = S->drawn_partitions;
     out->drawn_resets = S->drawn_resets;
     out->drawn_slow = S->drawn_slow;
@@ -2417,6 +2707,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
             cl->state = C_CLOSING;
             lull_endpoint_close(&cl->c.ep, 0);
         }
+        if (cl->state == C_HUNG_UP) cl->state = C_CLOSING; /* closed */
     }
     for (int i = 1; i <= S->nreplicas; i++) {
         server_stop(&S->nodes[i].srv);
@@ -2597,6 +2888,9 @@ static const struct {
               {"int32", KV_PLANT_INT32},
               {"silent-resync", KV_PLANT_SILENT_RESYNC},
               {"expire-early", KV_PLANT_EXPIRE_EARLY},
+              {"batch-death", KV_PLANT_BATCH_DEATH},
+              {"expire-now", KV_PLANT_EXPIRE_NOW},
+              {"same-length", KV_PLANT_SAME_LENGTH},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -2728,9 +3022,10 @@ static int usage(void) {
             "                   [--trace FILE] [--quiet] [--unread-close] "
             "[--streams]\n"
             "  BUG: resume-late ack-before-log lost-wakeup expire-relative\n"
-            "       multi-split chunk-edge int32 silent-resync "
-            "hollow-partition\n"
-            "       short-write-resend short-write-drop (--streams)\n");
+            "       multi-split chunk-edge int32 silent-resync expire-early\n"
+            "       batch-death expire-now same-length hollow-partition\n"
+            "       short-write-resend short-write-drop hollow-short-write "
+            "(--streams)\n");
     return 2;
 }
 
@@ -2860,6 +3155,7 @@ int main(int argc, char **argv) {
     lull_simnet_stats total = {0};
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
     uint64_t continues = 0, fulls = 0, expired = 0, probes = 0, restarts = 0;
+    uint64_t bigs = 0, same_len = 0, hangups = 0;
     fault_tally faults = {0};
     if (seconds > 0 && !quiet)
         printf("soak: %.0f s of seeds from %" PRIu64 "\n", seconds, first);
@@ -2877,6 +3173,9 @@ int main(int argc, char **argv) {
         restarts += o.restarts;
         expired += o.expired;
         probes += o.probes;
+        bigs += o.bigs;
+        same_len += o.same_len;
+        hangups += o.hangups;
         total.events += o.stats.events;
         total.partitions += o.stats.partitions;
         total.breaks += o.stats.breaks;
@@ -2927,11 +3226,12 @@ int main(int argc, char **argv) {
            " replica links closed for their output, %" PRIu64
            " replica resumes from an offset, %" PRIu64 " full syncs (%" PRIu64
            " primaries restarted), %" PRIu64 " expiry timer runs, %" PRIu64
-           " expiry probes\n",
+           " expiry probes; %" PRIu64 " big values set (%" PRIu64
+           " over one of equal length), %" PRIu64 " clients hung up\n",
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
-           restarts, expired, probes);
+           restarts, expired, probes, bigs, same_len, hangups);
     if (streams_mode) {
         printf("streams: ");
         for (int k = 0; k < IO_KINDS - 1; k++)

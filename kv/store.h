@@ -40,7 +40,8 @@ typedef struct store {
     dict d;            /* the keys */
     dict_entry **heap; /* the keys with an expiry, a min-heap by it */
     size_t nheap, heap_cap;
-    bool plant_int32; /* test only: KV_PLANT_INT32 (repl.h) */
+    bool plant_int32;       /* test only: KV_PLANT_INT32 (repl.h) */
+    bool plant_same_length; /* test only: KV_PLANT_SAME_LENGTH */
 } store;
 
 int store_init(store *st);   /* 0 or -ENOMEM */

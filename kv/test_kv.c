@@ -2545,7 +2545,7 @@ TEST(model_agrees_with_the_commands) {
     vkv v;
     vkv_open(&v, loop, false);
     enum { KEYS = 4 };
-    model_key keys[KEYS];
+    static model_key keys[KEYS]; /* over 1 MiB each */
     for (int i = 0; i < KEYS; i++)
         model_key_init(&keys[i]);
     uint64_t x = 99;
@@ -2610,18 +2610,17 @@ TEST(model_agrees_with_the_commands) {
 TEST(model_keeps_what_an_uncertain_instant_allows) {
     /* A key that expires inside a command's window may be read as there
      * or gone; the reply decides, and the model keeps only that. */
-    model_key k;
+    static model_key k, k2, k3, k4; /* over 1 MiB each */
     model_key_init(&k);
     model_cmd set = {.op = OP_SET_PXAT, .key = "a", .val = "1", .at = 150};
     CHECK(model_apply(&k, &set, 100, 100, "+OK\r\n", 5));
     model_cmd get = {.op = OP_GET, .key = "a"};
-    model_key k2 = k;
+    k2 = k;
     CHECK(model_apply(&k, &get, 120, 200, "$1\r\n1\r\n", 7));
     CHECK(model_apply(&k2, &get, 120, 200, "$-1\r\n", 5));
-    model_key k3 = k2;
+    k3 = k2;
     CHECK(!model_apply(&k3, &get, 200, 300, "$1\r\n1\r\n", 7));
     model_cmd incr = {.op = OP_INCR, .key = "a"};
-    model_key k4;
     model_key_init(&k4);
     CHECK(model_apply(&k4, &set, 100, 100, "+OK\r\n", 5));
     CHECK(model_apply(&k4, &incr, 120, 200, ":2\r\n", 4));
@@ -3151,12 +3150,12 @@ TEST(expiry_a_key_lives_its_whole_ttl_seen_from_the_client) {
     }
     /* The reference model reads time the same way: alive at its expiry
      * ms, gone one ms later. */
-    model_key k;
+    static model_key k, k2; /* over 1 MiB each */
     model_key_init(&k);
     model_cmd set = {.op = OP_SET_PXAT, .key = "a", .val = "1", .at = 150};
     model_cmd get = {.op = OP_GET, .key = "a"};
     CHECK(model_apply(&k, &set, 100, 100, "+OK\r\n", 5));
-    model_key k2 = k;
+    k2 = k;
     CHECK(model_apply(&k, &get, 150, 150, "$1\r\n1\r\n", 7));
     CHECK(!model_apply(&k2, &get, 150, 150, "$-1\r\n", 5));
     CHECK(model_apply(&k2, &get, 151, 151, "$-1\r\n", 5));
