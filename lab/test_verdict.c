@@ -101,3 +101,22 @@ TEST(arm_delay_miss_is_not_excused_by_its_own_spread) {
     CHECK_EQ(strict, 1);
     lab_fig_free(f);
 }
+
+/* The deferred-arm line judges the worse of two arms: with the second
+ * arm's row unmeasured (every round failed), the first's 1 µs is not the
+ * worse of the two, and the line is not met. */
+TEST(arm_delay_with_one_arm_unmeasured_is_not_met) {
+    lab_fig *figs[TURNS_FIGURES] = {NULL};
+    lab_fig *f = figs[TURNS_ARM_DELAY] = fig_new("arm_delay");
+    double first[] = {1e3, 1e3, 1e3};
+    row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, 0,
+            "lull: one arm per ~1 µs task", ARM_P999_NS, first, 3);
+    row_add(f, "lull", LAB_ROW_LULL, 0, "lull: second arm", ARM_P999_NS, NULL,
+            0)
+        ->failures = 3;
+    static char json[1 << 16];
+    verdict_of(figs, json, sizeof json);
+    CHECK(strstr(json, "arm start p99.9") != NULL);
+    CHECK(strstr(json, "\"status\": \"met\"") == NULL);
+    lab_fig_free(f);
+}

@@ -606,8 +606,11 @@ static void verdict_arm_delay(const lab_fig *f) {
     if (!first || !second) return;
     double x = lab_row_median(first, ARM_P999_NS);
     double y = lab_row_median(second, ARM_P999_NS);
-    double w = y > x ? y : x;
-    lab_verdict *v = isfinite(w) ? lab_verdict_add("C3", 3) : NULL;
+    if (!isfinite(x) && !isfinite(y)) return;
+    /* The worse of the two, so NaN (a miss, never met) when one of them
+     * was not measured. */
+    double w = isfinite(x) && isfinite(y) ? fmax(x, y) : NAN;
+    lab_verdict *v = lab_verdict_add("C3", 3);
     if (!v) return;
     char a[LAB_CELL];
     v->timing = true;
