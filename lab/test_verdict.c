@@ -120,3 +120,44 @@ TEST(arm_delay_with_one_arm_unmeasured_is_not_met) {
     CHECK(strstr(json, "\"status\": \"met\"") == NULL);
     lab_fig_free(f);
 }
+
+/* C1's idle CPU, 200 µs/s against < 100 (a 2× miss), while the cheapest
+ * peer's idle CPU moved 4× over the same rounds: noisy by the rule, as
+ * the sample verdict of `lull-lab titles` shows it. Its wakeup count
+ * stays a count: a miss of it is never noisy. */
+TEST(quiet_cpu_miss_takes_the_peer_spread_as_evidence) {
+    lab_fig *figs[TURNS_FIGURES] = {NULL};
+    lab_fig *f = figs[TURNS_IDLE] = fig_new("idle");
+    double one[] = {1, 1, 1}, cpu[] = {200, 200, 200};
+    lab_row *l = row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, 0, "lull",
+                         IDLE_WAKEUPS, one, 3);
+    for (int i = 0; i < 3; i++)
+        lab_series_add_round(&l->v[IDLE_CPU_US_PER_S], i, cpu[i]);
+    double peer[] = {10, 40, 40};
+    row_add(f, "libev", 0, 0, "libev", IDLE_CPU_US_PER_S, peer, 3);
+    static char json[1 << 16];
+    int strict = verdict_of(figs, json, sizeof json);
+    CHECK(strstr(json, "10k idle: 1 wakeup, 200 µs/s") != NULL);
+    CHECK(strstr(json, "\"noisy\": true") != NULL);
+    CHECK(strstr(json, "libev's idle CPU") != NULL);
+    CHECK_EQ(strict, 0);
+    lab_fig_free(f);
+}
+
+/* The same with two wakeups (a count missed) as well: plain. */
+TEST(quiet_wakeup_miss_is_never_noisy) {
+    lab_fig *figs[TURNS_FIGURES] = {NULL};
+    lab_fig *f = figs[TURNS_IDLE] = fig_new("idle");
+    double two[] = {2, 2, 2}, cpu[] = {200, 200, 200};
+    lab_row *l = row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, 0, "lull",
+                         IDLE_WAKEUPS, two, 3);
+    for (int i = 0; i < 3; i++)
+        lab_series_add_round(&l->v[IDLE_CPU_US_PER_S], i, cpu[i]);
+    double peer[] = {10, 40, 40};
+    row_add(f, "libev", 0, 0, "libev", IDLE_CPU_US_PER_S, peer, 3);
+    static char json[1 << 16];
+    int strict = verdict_of(figs, json, sizeof json);
+    CHECK(strstr(json, "\"noisy\": true") == NULL);
+    CHECK_EQ(strict, 1);
+    lab_fig_free(f);
+}

@@ -400,13 +400,15 @@ static void verdict_quiet(const lab_fig *f) {
         snprintf(v->peer, sizeof v->peer, "%s %s",
                  peer_cell3(a, p, IDLE_CPU_US_PER_S),
                  lab_fmt_ratio(b, lab_ratio(f, l, p, IDLE_CPU_US_PER_S)));
+    /* The wakeups first, with no evidence: a count's miss is never noise.
+     * The peer's spread is the evidence for the CPU bound after it. */
     lab_verdict_bound(v, w, 1, true);
-    lab_verdict_bound(v, cpu, 100, true);
     if (p) {
         char what[64];
         snprintf(what, sizeof what, "%s's idle CPU", p->peer);
         lab_verdict_spread(v, what, lab_row_spread(p, IDLE_CPU_US_PER_S));
     }
+    lab_verdict_bound(v, cpu, 100, true);
 }
 
 /* lull's row of class cls against the best peer of that class. */
