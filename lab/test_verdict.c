@@ -161,3 +161,18 @@ TEST(quiet_wakeup_miss_is_never_noisy) {
     CHECK_EQ(strict, 1);
     lab_fig_free(f);
 }
+
+/* Wakeups not measured: '–', not 'nan', and not met. */
+TEST(quiet_without_a_wakeup_figure_prints_no_nan) {
+    lab_fig *figs[TURNS_FIGURES] = {NULL};
+    lab_fig *f = figs[TURNS_IDLE] = fig_new("idle");
+    double cpu[] = {20, 20, 20};
+    row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, 0, "lull",
+            IDLE_CPU_US_PER_S, cpu, 3);
+    static char json[1 << 16];
+    int strict = verdict_of(figs, json, sizeof json);
+    CHECK(strstr(json, "10k idle: – wakeup, 20.0 µs/s") != NULL);
+    CHECK(strstr(json, "nan") == NULL);
+    CHECK_EQ(strict, 1);
+    lab_fig_free(f);
+}

@@ -392,8 +392,10 @@ static void verdict_quiet(const lab_fig *f) {
     char a[LAB_CELL], b[LAB_CELL];
     v->timing = true;
     char count[16];
-    snprintf(v->what, sizeof v->what, "%s idle: %.0f wakeup, %s µs/s",
-             idle_count(count), w, lab_fmt3(b, cpu));
+    char wake[LAB_CELL] = "–"; /* a count: no decimals, unless missing */
+    if (isfinite(w)) snprintf(wake, sizeof wake, "%.0f", w);
+    snprintf(v->what, sizeof v->what, "%s idle: %s wakeup, %s µs/s",
+             idle_count(count), wake, lab_fmt3(b, cpu));
     snprintf(v->target, sizeof v->target, "≤ 1, < 100 µs/s");
     lab_row *p = lab_fig_best_peer(f, 0, IDLE_CPU_US_PER_S);
     if (p)
