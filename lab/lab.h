@@ -94,7 +94,7 @@ uint64_t lab_rand(uint64_t *state);
 /* ---------------------------------------------------------- statistics */
 
 /* Sorts v in place and returns the p-quantile (p in [0, 1]), interpolating
- * between neighbours; 0 for an empty array. */
+ * between neighbours; NaN for an empty array (no figure, never a 0). */
 double lab_percentile(double *v, size_t n, double p);
 
 /* One figure's values over the rounds: median, min and max of them. A row
@@ -114,6 +114,7 @@ typedef struct lab_series {
 void lab_series_add_round(lab_series *s, int round, double value);
 /* Adds the next round's value: the round after s's last. */
 void lab_series_add(lab_series *s, double value);
+/* Median, min and max of the rounds; NaN when s has none. */
 double lab_series_median(const lab_series *s);
 /* The round whose value is nearest the median (the median round itself
  * when the rounds are odd in number). */

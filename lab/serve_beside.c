@@ -31,12 +31,16 @@ static void side_verdict(const serve_side *side) {
         snprintf(big_what, sizeof big_what, "64 MiB %s ms",
                  lab_fmt3(a, side->big_kv_ms));
     if (side->idle_ran)
-        snprintf(idle_what, sizeof idle_what, "idle %.3g/s", side->idle_kv);
+        snprintf(idle_what, sizeof idle_what, "idle %s/s",
+                 lab_fmt3(c, side->idle_kv));
     snprintf(v->what, sizeof v->what, "%s%s%s", big_what, both ? "; " : "",
              idle_what);
     snprintf(v->target, sizeof v->target, "%s%s%s", side->big_ran ? "≤ 2×" : "",
              both ? "; " : "", side->idle_ran ? "0/s" : "");
-    if (side->idle_ran) snprintf(c, sizeof c, "%.3g/s", side->idle_redis);
+    if (side->idle_ran) {
+        char d[LAB_CELL];
+        snprintf(c, sizeof c, "%s/s", lab_fmt3(d, side->idle_redis));
+    }
     snprintf(v->peer, sizeof v->peer, "redis %s%s%s",
              side->big_ran ? lab_fmt_ratio(b, side->big_x) : "",
              both ? "; " : "", side->idle_ran ? c : "");

@@ -89,7 +89,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 double lab_percentile(double *v, size_t n, double p) {
-    if (n == 0) return 0;
+    if (n == 0) return NAN; /* no sample: no figure, not a 0 */
     qsort(v, n, sizeof *v, cmp_double);
     if (p <= 0) return v[0];
     if (p >= 1) return v[n - 1];
@@ -125,14 +125,14 @@ int lab_series_median_index(const lab_series *s) {
 }
 
 double lab_series_min(const lab_series *s) {
-    double m = s->n ? s->v[0] : 0;
+    double m = s->n ? s->v[0] : NAN;
     for (int i = 1; i < s->n; i++)
         if (s->v[i] < m) m = s->v[i];
     return m;
 }
 
 double lab_series_max(const lab_series *s) {
-    double m = s->n ? s->v[0] : 0;
+    double m = s->n ? s->v[0] : NAN;
     for (int i = 1; i < s->n; i++)
         if (s->v[i] > m) m = s->v[i];
     return m;

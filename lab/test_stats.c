@@ -4,6 +4,7 @@
 #include "check.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "lab.h"
 
@@ -25,7 +26,34 @@ TEST(percentile_interpolates_between_sorted_values) {
     CHECK(near(lab_percentile(v, 4, 1), 40));
     CHECK(near(lab_percentile(v, 4, 0.99), 39.7));
     CHECK(v[0] == 10 && v[3] == 40); /* sorted in place */
-    CHECK(lab_percentile(v, 0, 0.5) == 0);
+}
+
+/* p99 of 100 samples lies between the 99th and the 100th smallest; of one
+ * sample, that sample. */
+TEST(percentile_of_one_and_of_a_hundred_samples) {
+    double one[] = {7};
+    CHECK(lab_percentile(one, 1, 0.99) == 7);
+    CHECK(lab_percentile(one, 1, 0.5) == 7);
+    double v[100];
+    for (int i = 0; i < 100; i++)
+        v[i] = 100 - i; /* 100 .. 1, unsorted */
+    CHECK(near(lab_percentile(v, 100, 0.99), 99.01));
+    CHECK(near(lab_percentile(v, 100, 0.5), 50.5));
+}
+
+/* No samples, no figure: NaN (printed "-", never judged met), not a 0 a
+ * wait or a wakeup count would read as a perfect result. */
+TEST(statistics_of_no_samples_are_nan) {
+    double v[1] = {5};
+    CHECK(isnan(lab_percentile(v, 0, 0.5)));
+    CHECK(isnan(lab_percentile(v, 0, 0.99)));
+    lab_series none = {.n = 0};
+    CHECK(isnan(lab_series_median(&none)));
+    CHECK(isnan(lab_series_min(&none)));
+    CHECK(isnan(lab_series_max(&none)));
+    char buf[32];
+    lab_format_value(buf, sizeof buf, lab_series_max(&none));
+    CHECK(strcmp(buf, "-") == 0);
 }
 
 TEST(series_median_of_odd_and_even_rounds) {

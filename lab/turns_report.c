@@ -392,21 +392,25 @@ static void verdict_quiet(const lab_fig *f) {
     char a[LAB_CELL], b[LAB_CELL];
     v->timing = true;
     char count[16];
-    snprintf(v->what, sizeof v->what, "%s idle: %.0f wakeup, %s µs/s",
-             idle_count(count), w, lab_fmt3(b, cpu));
+    char wake[LAB_CELL] = "–"; /* a count: no decimals, unless missing */
+    if (isfinite(w)) snprintf(wake, sizeof wake, "%.0f", w);
+    snprintf(v->what, sizeof v->what, "%s idle: %s wakeup, %s µs/s",
+             idle_count(count), wake, lab_fmt3(b, cpu));
     snprintf(v->target, sizeof v->target, "≤ 1, < 100 µs/s");
     lab_row *p = lab_fig_best_peer(f, 0, IDLE_CPU_US_PER_S);
     if (p)
         snprintf(v->peer, sizeof v->peer, "%s %s",
                  peer_cell3(a, p, IDLE_CPU_US_PER_S),
                  lab_fmt_ratio(b, lab_ratio(f, l, p, IDLE_CPU_US_PER_S)));
+    /* The wakeups first, with no evidence: a count's miss is never noise.
+     * The peer's spread is the evidence for the CPU bound after it. */
     lab_verdict_bound(v, w, 1, true);
-    lab_verdict_bound(v, cpu, 100, true);
     if (p) {
         char what[64];
         snprintf(what, sizeof what, "%s's idle CPU", p->peer);
         lab_verdict_spread(v, what, lab_row_spread(p, IDLE_CPU_US_PER_S));
     }
+    lab_verdict_bound(v, cpu, 100, true);
 }
 
 /* lull's row of class cls against the best peer of that class. */
@@ -549,8 +553,9 @@ static void verdict_floor_ratio(const lab_fig *f, int part, const lab_row *l,
     snprintf(v->what, sizeof v->what, "%s: %s× floor", what, lab_fmt3(a, x));
     snprintf(v->target, sizeof v->target, "≤ %g× floor", bound);
     verdict_peer(v, f, base, peer, col);
-    lab_verdict_spread(v, "lull ÷ floor, round by round",
-                       lab_series_max(&r) / lab_series_min(&r));
+    /* The evidence is the floor's own spread: the ratio's spread is
+     * lull's figure moving, the miss itself, not noise beside it. */
+    lab_verdict_spread(v, "the floor", lab_row_spread(fl, col));
     lab_verdict_bound(v, x, bound, true);
 }
 
@@ -605,9 +610,11 @@ static void verdict_arm_delay(const lab_fig *f) {
     if (!first || !second) return;
     double x = lab_row_median(first, ARM_P999_NS);
     double y = lab_row_median(second, ARM_P999_NS);
-    lab_row *worse = y > x ? second : first;
-    double w = y > x ? y : x;
-    lab_verdict *v = isfinite(w) ? lab_verdict_add("C3", 3) : NULL;
+    if (!isfinite(x) && !isfinite(y)) return;
+    /* The worse of the two, so NaN (a miss, never met) when one of them
+     * was not measured. */
+    double w = isfinite(x) && isfinite(y) ? fmax(x, y) : NAN;
+    lab_verdict *v = lab_verdict_add("C3", 3);
     if (!v) return;
     char a[LAB_CELL];
     v->timing = true;
@@ -615,8 +622,8 @@ static void verdict_arm_delay(const lab_fig *f) {
              lab_fmt3(a, w / 1e3));
     snprintf(v->target, sizeof v->target, "≤ 20 µs");
     snprintf(v->peer, sizeof v->peer, "–");
-    lab_verdict_spread(v, "its p99.9 over the rounds",
-                       lab_row_spread(worse, ARM_P999_NS));
+    /* No floor or peer runs beside it, so nothing tells noise from a
+     * miss: lull's own rounds moving is no evidence (a miss is plain). */
     lab_verdict_bound(v, w, 20e3, true);
 }
 

@@ -1,0 +1,178 @@
+/* How the `turns` verdict lines (lab/turns_report.c) read, on made-up
+ * figures: the engine (lab/engine.c), the verdict (lab/verdict.c) and the
+ * statistics (lab/stats.c) as lull-lab runs them, no loop measured. */
+#include "check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "turns_report.h"
+
+int turns_idle_handles = 10000; /* lab/turns.c's, which is not linked */
+
+static const lab_col cols[] = {
+    {"a", "a", 0}, {"b", "b", 0}, {"c", "c", 0}, {"d", "d", 0}};
+
+static lab_fig *fig_new(const char *key) {
+    lab_fig_spec spec = {
+        .key = key, .title = key, .cols = cols, .ncols = 4, .ratio_col = 0};
+    lab_fig *f = lab_fig_new(&spec);
+    CHECK(f != NULL);
+    return f;
+}
+
+/* A row whose column col took the values v over rounds 0..n-1. */
+static lab_row *row_add(lab_fig *f, const char *peer, unsigned flags, int cls,
+                        const char *label, int col, const double *v, int n) {
+    lab_row *r = lab_fig_add(f, peer, flags, "%s", label);
+    CHECK(r != NULL);
+    r->cls = cls;
+    for (int i = 0; i < n; i++)
+        lab_series_add_round(&r->v[col], i, v[i]);
+    f->rounds = n;
+    return r;
+}
+
+/* Prints the verdict of figs, writes its JSON into buf; returns the lines
+ * missed and not marked noisy (what --strict fails on). */
+static int verdict_of(lab_fig *figs[TURNS_FIGURES], char *buf, size_t size) {
+    lab_options opts = {.quick = false};
+    turns_report(figs, &opts);
+    char path[] = "/tmp/lull-test-verdict-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    lab_json *j = lab_json_open(path);
+    CHECK(j != NULL);
+    lab_json_begin_object(j);
+    int strict = lab_verdict_print(j);
+    lab_json_end_object(j);
+    CHECK_EQ(lab_json_close(j), 0);
+    FILE *in = fopen(path, "r");
+    CHECK(in != NULL);
+    size_t n = fread(buf, 1, size - 1, in);
+    buf[n] = '\0';
+    fclose(in);
+    unlink(path);
+    return strict;
+}
+
+/* lull checking I/O every hop, 3× its floor in four rounds of five and
+ * 1× in one: the floor held still (100 ns in every round), so nothing
+ * measured beside lull moved; that lull's own ratio moved (1 to 3) is
+ * not noise that could explain a 3× miss of ≤ 1.05× floor. */
+TEST(every_hop_miss_is_not_excused_by_its_own_spread) {
+    lab_fig *figs[TURNS_FIGURES] = {NULL};
+    lab_fig *f = figs[TURNS_CHAIN_TASK] = fig_new("chain_task");
+    double lull[] = {100, 300, 300, 300, 300};
+    double floor[] = {100, 100, 100, 100, 100};
+    row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, TURNS_CLASS_EVERY_HOP,
+            "lull: I/O every hop", CHAIN_NS_PER_HOP, lull, 5);
+    row_add(f, "floor", LAB_ROW_FLOOR, TURNS_CLASS_EVERY_HOP,
+            "floor: epoll_wait(0) + a call", CHAIN_NS_PER_HOP, floor, 5);
+    static char json[1 << 16];
+    int strict = verdict_of(figs, json, sizeof json);
+    CHECK(strstr(json, "I/O every hop: 3.00× floor") != NULL);
+    CHECK(strstr(json, "\"status\": \"missed\"") != NULL);
+    CHECK(strstr(json, "\"noisy\": true") == NULL);
+    CHECK_EQ(strict, 1);
+    lab_fig_free(f);
+}
+
+/* A deferred arm's p99.9, 60 µs in two rounds of three, 1 µs in one: a
+ * 3× miss of ≤ 20 µs. No peer defers an arm and no floor runs beside it,
+ * so no evidence of noise: lull's own rounds moving is the miss itself. */
+TEST(arm_delay_miss_is_not_excused_by_its_own_spread) {
+    lab_fig *figs[TURNS_FIGURES] = {NULL};
+    lab_fig *f = figs[TURNS_ARM_DELAY] = fig_new("arm_delay");
+    double first[] = {1e3, 60e3, 60e3};
+    double second[] = {1e3, 1e3, 1e3};
+    row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, 0,
+            "lull: one arm per ~1 µs task", ARM_P999_NS, first, 3);
+    row_add(f, "lull", LAB_ROW_LULL, 0, "lull: second arm", ARM_P999_NS, second,
+            3);
+    static char json[1 << 16];
+    int strict = verdict_of(figs, json, sizeof json);
+    CHECK(strstr(json, "arm start p99.9: 60.0 µs late") != NULL);
+    CHECK(strstr(json, "\"status\": \"missed\"") != NULL);
+    CHECK(strstr(json, "\"noisy\": true") == NULL);
+    CHECK_EQ(strict, 1);
+    lab_fig_free(f);
+}
+
+/* The deferred-arm line judges the worse of two arms: with the second
+ * arm's row unmeasured (every round failed), the first's 1 µs is not the
+ * worse of the two, and the line is not met. */
+TEST(arm_delay_with_one_arm_unmeasured_is_not_met) {
+    lab_fig *figs[TURNS_FIGURES] = {NULL};
+    lab_fig *f = figs[TURNS_ARM_DELAY] = fig_new("arm_delay");
+    double first[] = {1e3, 1e3, 1e3};
+    row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, 0,
+            "lull: one arm per ~1 µs task", ARM_P999_NS, first, 3);
+    row_add(f, "lull", LAB_ROW_LULL, 0, "lull: second arm", ARM_P999_NS, NULL,
+            0)
+        ->failures = 3;
+    static char json[1 << 16];
+    verdict_of(figs, json, sizeof json);
+    CHECK(strstr(json, "arm start p99.9") != NULL);
+    CHECK(strstr(json, "\"status\": \"met\"") == NULL);
+    lab_fig_free(f);
+}
+
+/* C1's idle CPU, 200 µs/s against < 100 (a 2× miss), while the cheapest
+ * peer's idle CPU moved 4× over the same rounds: noisy by the rule, as
+ * the sample verdict of `lull-lab titles` shows it. Its wakeup count
+ * stays a count: a miss of it is never noisy. */
+TEST(quiet_cpu_miss_takes_the_peer_spread_as_evidence) {
+    lab_fig *figs[TURNS_FIGURES] = {NULL};
+    lab_fig *f = figs[TURNS_IDLE] = fig_new("idle");
+    double one[] = {1, 1, 1}, cpu[] = {200, 200, 200};
+    lab_row *l = row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, 0, "lull",
+                         IDLE_WAKEUPS, one, 3);
+    for (int i = 0; i < 3; i++)
+        lab_series_add_round(&l->v[IDLE_CPU_US_PER_S], i, cpu[i]);
+    double peer[] = {10, 40, 40};
+    row_add(f, "libev", 0, 0, "libev", IDLE_CPU_US_PER_S, peer, 3);
+    static char json[1 << 16];
+    int strict = verdict_of(figs, json, sizeof json);
+    CHECK(strstr(json, "10k idle: 1 wakeup, 200 µs/s") != NULL);
+    CHECK(strstr(json, "\"noisy\": true") != NULL);
+    CHECK(strstr(json, "libev's idle CPU") != NULL);
+    CHECK_EQ(strict, 0);
+    lab_fig_free(f);
+}
+
+/* The same with two wakeups (a count missed) as well: plain. */
+TEST(quiet_wakeup_miss_is_never_noisy) {
+    lab_fig *figs[TURNS_FIGURES] = {NULL};
+    lab_fig *f = figs[TURNS_IDLE] = fig_new("idle");
+    double two[] = {2, 2, 2}, cpu[] = {200, 200, 200};
+    lab_row *l = row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, 0, "lull",
+                         IDLE_WAKEUPS, two, 3);
+    for (int i = 0; i < 3; i++)
+        lab_series_add_round(&l->v[IDLE_CPU_US_PER_S], i, cpu[i]);
+    double peer[] = {10, 40, 40};
+    row_add(f, "libev", 0, 0, "libev", IDLE_CPU_US_PER_S, peer, 3);
+    static char json[1 << 16];
+    int strict = verdict_of(figs, json, sizeof json);
+    CHECK(strstr(json, "\"noisy\": true") == NULL);
+    CHECK_EQ(strict, 1);
+    lab_fig_free(f);
+}
+
+/* Wakeups not measured: '–', not 'nan', and not met. */
+TEST(quiet_without_a_wakeup_figure_prints_no_nan) {
+    lab_fig *figs[TURNS_FIGURES] = {NULL};
+    lab_fig *f = figs[TURNS_IDLE] = fig_new("idle");
+    double cpu[] = {20, 20, 20};
+    row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, 0, "lull",
+            IDLE_CPU_US_PER_S, cpu, 3);
+    static char json[1 << 16];
+    int strict = verdict_of(figs, json, sizeof json);
+    CHECK(strstr(json, "10k idle: – wakeup, 20.0 µs/s") != NULL);
+    CHECK(strstr(json, "nan") == NULL);
+    CHECK_EQ(strict, 1);
+    lab_fig_free(f);
+}
