@@ -176,8 +176,8 @@ static void print_targets(const lab_fig *f4) {
 static void print_skip(const lab_fig *fs, const params *p, int kept) {
     lab_detail("\nskip variant: %d replicas, 1 record in %d kept (the filter "
                "reads each record's payload); the progress timer must keep "
-               "its 10 ms period\n",
-               p->replicas[1], SKIP_KEEP);
+               "its %.0f ms period\n",
+               p->replicas[1], SKIP_KEEP, (double)p->progress_ns / 1e6);
     const char *header[] = {"mode",        "sender CPU s",
                             "total s",     "progress late p99 µs",
                             "ping p99 µs", "entries sent"};
