@@ -432,42 +432,6 @@ static void verdict(const lab_fig *f, int n, bool node, const char *no_node) {
     }
 }
 
-/* Full runs: lull's transport against the floor at every size (the table
- * by sessions), the worst size's ratios, and the first size's p50 held to
- * the tighter bound the default size has. */
-typedef struct scale_worst {
-    double q50, qcpu;  /* the largest lull ÷ floor over the sizes */
-    double first_q50;  /* at the first size */
-    double floor_move; /* the floor's p50 spread at the worst p50's size */
-} scale_worst;
-
-static void scale_note(scale_worst *w, const lab_fig *f, int k, double q50,
-                       double qcpu) {
-    if (k == 0) w->first_q50 = q50;
-    if (q50 > w->q50 || !isfinite(w->q50)) {
-        w->q50 = q50;
-        w->floor_move =
-            lab_row_spread(lab_fig_find(f, NULL, row_label[ROW_FLOOR]), RV_P50);
-    }
-    if (qcpu > w->qcpu || !isfinite(w->qcpu)) w->qcpu = qcpu;
-}
-
-static void scale_verdict(const scale_worst *w, int first_n) {
-    lab_verdict *v = isfinite(w->q50) ? lab_verdict_add("runner", 2) : NULL;
-    if (!v) return;
-    char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL];
-    v->timing = true;
-    snprintf(v->what, sizeof v->what, "÷ floor: p50 ≤ %s, CPU/ev ≤ %s",
-             lab_fmt3(a, w->q50), lab_fmt3(b, w->qcpu));
-    snprintf(v->target, sizeof v->target, "≤ 1.5; %d: ≤ 1.1", first_n);
-    snprintf(v->peer, sizeof v->peer, "%d: p50 %s× floor", first_n,
-             lab_fmt3(c, w->first_q50));
-    lab_verdict_spread(v, "the floor's p50", w->floor_move);
-    lab_verdict_bound(v, w->q50, 1.5, true);
-    if (isfinite(w->qcpu)) lab_verdict_bound(v, w->qcpu, 1.5, true);
-    if (isfinite(w->first_q50)) lab_verdict_bound(v, w->first_q50, 1.1, true);
-}
-
 /* ------------------------------------------------------------- driver */
 
 /* `--only check`: the smallest form, every event checked, nothing timed. */
@@ -581,7 +545,7 @@ static int run_all(const lab_options *opts, lab_json *json,
     lab_fig *main_f = NULL;
     lab_table scale;
     scale_init(&scale);
-    scale_worst worst = {NAN, NAN, NAN, NAN};
+    runner_scale worst = RUNNER_SCALE_INIT;
     int rc = 0;
     for (int k = 0; k < nsizes; k++) {
         int n = sizes[k];
@@ -606,7 +570,10 @@ static int run_all(const lab_options *opts, lab_json *json,
         if (k == 0) brief_rows(&t, f, n);
         double q50, qcpu;
         scale_row(&scale, f, n, &q50, &qcpu);
-        scale_note(&worst, f, k, q50, qcpu);
+        runner_scale_note(
+            &worst, k, q50, qcpu,
+            lab_row_spread(lab_fig_find(f, NULL, row_label[ROW_FLOOR]),
+                           RV_P50));
         snprintf(keys[k], sizeof keys[k], "runners_%d", n);
         f->key = keys[k];
         lab_fig_json(f, json);
@@ -635,7 +602,7 @@ static int run_all(const lab_options *opts, lab_json *json,
         lab_fig_free(main_f);
     } else if (main_f) {
         verdict(main_f, sizes[0], node, no_node);
-        if (nsizes > 1) scale_verdict(&worst, sizes[0]);
+        if (nsizes > 1) runner_scale_verdict(&worst, sizes[0]);
         lab_fig_free(main_f);
     }
     return rc;

@@ -176,4 +176,26 @@ void runner_stat_read(runner_stat *s);
 void runner_stat_figures(const runner_stat *a, const runner_stat *b,
                          runner_result *out);
 
+/* ------------------------------------------------------ the scale line */
+
+/* Full runs: lull's transport against the floor at every size (the table
+ * by sessions), the worst size's ratios, and the first size's p50 held to
+ * the tighter bound the default size has (lab/runner_scale.c). A size
+ * whose ratio is missing is a gap: the line cannot be met with one. */
+typedef struct runner_scale {
+    double q50, qcpu;  /* the largest lull ÷ floor over the sizes */
+    double first_q50;  /* at the first size */
+    double floor_move; /* the floor's p50 spread at the worst p50's size */
+    int gaps;          /* sizes with a ratio missing */
+} runner_scale;
+#define RUNNER_SCALE_INIT                                                      \
+    { NAN, NAN, NAN, NAN, 0 }
+
+/* Size k's lull ÷ floor p50 and CPU per event, and the floor's p50
+ * spread over that size's rounds. */
+void runner_scale_note(runner_scale *w, int k, double q50, double qcpu,
+                       double floor_move);
+/* The verdict line "runner", part 2; first_n: the first size's sessions. */
+void runner_scale_verdict(const runner_scale *w, int first_n);
+
 #endif /* LAB_RUNNER_H */

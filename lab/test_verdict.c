@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runner.h"
 #include "turns_report.h"
 
 int turns_idle_handles = 10000; /* lab/turns.c's, which is not linked */
@@ -175,4 +176,69 @@ TEST(quiet_without_a_wakeup_figure_prints_no_nan) {
     CHECK(strstr(json, "nan") == NULL);
     CHECK_EQ(strict, 1);
     lab_fig_free(f);
+}
+
+/* The runner's scale line, judged alone: its JSON and the strict count. */
+static int scale_verdict_of(const runner_scale *w, char *buf, size_t size) {
+    runner_scale_verdict(w, 12);
+    char path[] = "/tmp/lull-test-verdict-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    lab_json *j = lab_json_open(path);
+    CHECK(j != NULL);
+    lab_json_begin_object(j);
+    int strict = lab_verdict_print(j);
+    lab_json_end_object(j);
+    CHECK_EQ(lab_json_close(j), 0);
+    FILE *in = fopen(path, "r");
+    CHECK(in != NULL);
+    size_t n = fread(buf, 1, size - 1, in);
+    buf[n] = '\0';
+    fclose(in);
+    unlink(path);
+    return strict;
+}
+
+/* Three sizes within their bounds: met. */
+TEST(runner_scale_within_bounds_is_met) {
+    runner_scale w = RUNNER_SCALE_INIT;
+    runner_scale_note(&w, 0, 1.05, 1.2, 1.1);
+    runner_scale_note(&w, 1, 1.3, 1.4, 1.1);
+    runner_scale_note(&w, 2, 1.2, 1.1, 1.1);
+    static char json[1 << 16];
+    CHECK_EQ(scale_verdict_of(&w, json, sizeof json), 0);
+    CHECK(strstr(json, "\"status\": \"met\"") != NULL);
+}
+
+/* A size whose CPU per event is missing was skipped: the line was met on
+ * the others. A missing ratio is a miss. */
+TEST(runner_scale_with_a_size_unmeasured_is_not_met) {
+    runner_scale w = RUNNER_SCALE_INIT;
+    runner_scale_note(&w, 0, 1.05, 1.2, 1.1);
+    runner_scale_note(&w, 1, 1.3, NAN, 1.1);
+    static char json[1 << 16];
+    CHECK_EQ(scale_verdict_of(&w, json, sizeof json), 1);
+    CHECK(strstr(json, "\"status\": \"missed\"") != NULL);
+}
+
+/* The first size's p50 missing: its bound was skipped. */
+TEST(runner_scale_without_the_first_size_is_not_met) {
+    runner_scale w = RUNNER_SCALE_INIT;
+    runner_scale_note(&w, 0, NAN, NAN, NAN);
+    runner_scale_note(&w, 1, 1.2, 1.2, 1.1);
+    static char json[1 << 16];
+    CHECK_EQ(scale_verdict_of(&w, json, sizeof json), 1);
+    CHECK(strstr(json, "\"status\": \"missed\"") != NULL);
+}
+
+/* CPU per event 2× the floor's while the floor's p50 moved 3×: the p50's
+ * spread says nothing of CPU, so the miss is plain, not noisy. */
+TEST(runner_scale_cpu_miss_is_not_excused_by_the_p50_spread) {
+    runner_scale w = RUNNER_SCALE_INIT;
+    runner_scale_note(&w, 0, 1.05, 3.0, 3.0);
+    runner_scale_note(&w, 1, 1.2, 1.2, 3.0);
+    static char json[1 << 16];
+    CHECK_EQ(scale_verdict_of(&w, json, sizeof json), 1);
+    CHECK(strstr(json, "\"noisy\": true") == NULL);
 }
