@@ -10,10 +10,11 @@
  * doubled for every death that follows a short life (up to 5 s), reset after a
  * life of 10 s. SIGTERM and SIGINT are two lull_signal handles: the first stops
  * the restarts, sends SIGTERM to every worker's process group and gives them 2
- * s; a worker still alive then gets SIGKILL (so does every worker at a
- * second signal). Once every worker is reaped and every pipe closed, the
- * signal handles stop, nothing is left on the loop, lull_loop_run returns
- * and the loop is freed.
+ * s; a worker still alive then gets SIGKILL, and the pipe of one that
+ * exited but left something holding it is closed (both at once at a second
+ * signal). Once every worker is reaped and every pipe closed, the signal
+ * handles stop, nothing is left on the loop, lull_loop_run returns and the
+ * loop is freed.
  *
  * The signals are blocked (lull_signal_block) first thing in main, before
  * any thread could be started, as lull's signal handles need (the loop
@@ -24,11 +25,13 @@
  *                        prints a line and dies after a few seconds, until
  *                        SIGTERM or ^C
  *   supervisor --self-test  4 workers that die every 50 ms, one of which
- *                        ignores SIGTERM; after 6 restarts the supervisor
- *                        sends itself SIGTERM, and checks that 3 workers
- *                        stop on SIGTERM, the stubborn one on SIGKILL after
- *                        the (shortened) grace period, and that the loop
- *                        frees cleanly. Exits 0 when all of that holds.
+ *                        ignores SIGTERM, and a fifth that leaves behind a
+ *                        process holding its stdout and ignoring SIGTERM;
+ *                        after 6 restarts the supervisor sends itself
+ *                        SIGTERM, and checks that 4 workers stop on
+ *                        SIGTERM, the stubborn one on SIGKILL after the
+ *                        (shortened) grace period, and that the loop frees
+ *                        cleanly. Exits 0 when all of that holds.
  *
  * Build:
  *   cc -O2 -o supervisor supervisor.c $(pkg-config --cflags --libs lull)
@@ -208,13 +211,31 @@ static void kill_group(worker *w, int sig) {
     if (w->running) (void)lull_process_kill_group(&w->proc, sig);
 }
 
+/* The last resort, for a worker that is reaped but whose pipe something
+ * it started still holds: that group can no longer be signalled safely,
+ * so the supervisor stops waiting and closes its end (a writer there gets
+ * EPIPE or SIGPIPE); out_close then settles the worker. Without this, a
+ * leftover that ignores SIGTERM would hold the shutdown for as long as it
+ * lives. */
+static void kill_or_let_go(worker *w) {
+    if (w->running)
+        kill_group(w, SIGKILL);
+    else if (w->out_open)
+        (void)lull_endpoint_close(&w->out.ep, 0);
+}
+
 static void grace_over(lull_timer *t) {
     supervisor *s = LULL_CONTAINER_OF(t, supervisor, grace);
     for (int i = 0; i < s->n; i++) {
-        if (!s->workers[i].running) continue;
-        printf("worker %d still running after %.0f ms: SIGKILL\n", i,
-               (double)s->grace_ns / MS);
-        kill_group(&s->workers[i], SIGKILL);
+        worker *w = &s->workers[i];
+        if (w->running)
+            printf("worker %d still running after %.0f ms: SIGKILL\n", i,
+                   (double)s->grace_ns / MS);
+        else if (w->out_open)
+            printf("worker %d exited, its stdout still held after %.0f ms: "
+                   "closed\n",
+                   i, (double)s->grace_ns / MS);
+        kill_or_let_go(w);
     }
 }
 
@@ -222,9 +243,9 @@ static void on_signal(lull_signal *sig, int signum) {
     supervisor *s = LULL_CONTAINER_OF(sig, supervisor, term);
     if (signum == SIGINT) s = LULL_CONTAINER_OF(sig, supervisor, intr);
     if (s->stopping) { /* a second signal: no more waiting */
-        printf("signal %d again: SIGKILL to every worker\n", signum);
+        printf("signal %d again: no more waiting for any worker\n", signum);
         for (int i = 0; i < s->n; i++)
-            kill_group(&s->workers[i], SIGKILL);
+            kill_or_let_go(&s->workers[i]);
         return;
     }
     printf("signal %d (from pid %d): stopping %d workers\n", signum,
@@ -253,6 +274,12 @@ static char *const quick_argv[] = {"/bin/sh", "-c", "echo up; exec sleep 0.05",
 static char *const stubborn_argv[] = {
     "/bin/sh", "-c", "trap '' TERM; echo 'up, ignoring SIGTERM'; exec sleep 30",
     NULL};
+/* Its subshell outlives it, ignores SIGTERM and holds its stdout: it ends
+ * at its first write once the supervisor closed the pipe (SIGPIPE). */
+static char *const leaver_argv[] = {
+    "/bin/sh", "-c",
+    "(trap '' TERM; while echo tick; do sleep 0.05; done) & exec sleep 30",
+    NULL};
 
 int main(int argc, char **argv) {
     /* Before anything could start a thread: the loop reads these two from
@@ -261,7 +288,7 @@ int main(int argc, char **argv) {
         return 1;
     static supervisor s;
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
-    s.n = self_test ? 4 : (argc > 1 ? atoi(argv[1]) : 3);
+    s.n = self_test ? 5 : (argc > 1 ? atoi(argv[1]) : 3);
     if (s.n < 1 || s.n > MAX_WORKERS) {
         fprintf(stderr, "usage: supervisor [N (1-%d)] | --self-test\n",
                 MAX_WORKERS);
@@ -284,6 +311,7 @@ int main(int argc, char **argv) {
         w->index = i;
         w->argv = !self_test ? normal_argv
                   : i == 3   ? stubborn_argv
+                  : i == 4   ? leaver_argv
                              : quick_argv;
         lull_timer_init(s.loop, &w->restart, restart_due);
         start_worker(w);
@@ -300,10 +328,10 @@ int main(int argc, char **argv) {
            s.by_term, s.by_kill, s.by_other, s.idle_at_stop,
            freed == 0 ? "freed" : "NOT freed");
     if (rc != 0 || freed != 0) return 1;
-    /* The self-test's own checks: the three quick workers stopped on
-     * SIGTERM (unless one happened to be between restarts), the stubborn
-     * one only on SIGKILL. */
-    if (self_test && (s.by_term + s.idle_at_stop != 3 || s.by_kill != 1 ||
+    /* The self-test's own checks: the three quick workers and the one
+     * that left a process behind stopped on SIGTERM (unless a quick one
+     * happened to be between restarts), the stubborn one only on SIGKILL. */
+    if (self_test && (s.by_term + s.idle_at_stop != 4 || s.by_kill != 1 ||
                       s.by_other != 0 || s.restarts < 6))
         return 1;
     return 0;
