@@ -1278,15 +1278,18 @@ static void event_task(lull_task *t) {
         if (s->ep.on_close) s->ep.on_close(&s->ep, s->error);
         return;
     }
+    /* A failure first: one found while a connect result waited to be told
+     * (a send past max_queued) is a close while connecting, which has no
+     * connect callback, and it took `error`, the connect's result. */
+    if (s->state & S_FAIL) {
+        fail_now(s, s->error);
+        return;
+    }
     if (s->state & S_CONNECT_CB) {
         s->state &= ~S_CONNECT_CB;
         int err = s->error;
         s->error = 0;
         connect_done(s, err);
-        return;
-    }
-    if (s->state & S_FAIL) {
-        fail_now(s, s->error);
         return;
     }
     if (s->state & S_DELIVER) {

@@ -2218,6 +2218,46 @@ TEST(close_while_connecting) {
     free_loop(loop);
 }
 
+/* A send past max_queued before the connect callback ran, on a connect
+ * whose result was known at once (a Unix socket connects or fails inside
+ * connect()): a close while connecting, like the one above. The connect
+ * callback never runs (it ran, with -ENOBUFS, a connect error that never
+ * was), the close callback does, once, with -ENOBUFS. */
+TEST(max_queued_past_before_the_connect_callback) {
+    for (int listening = 0; listening < 2; listening++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "lull-mq-%d-%d",
+                 (int)getpid(), listening);
+        int l = -1;
+        if (listening) {
+            l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            CHECK(l >= 0);
+            socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+                                        1 + strlen(sa.sun_path + 1));
+            CHECK_EQ(bind(l, (struct sockaddr *)&sa, len), 0);
+            CHECK_EQ(listen(l, 8), 0);
+        }
+        char path[sizeof sa.sun_path + 1];
+        snprintf(path, sizeof path, "@%s", sa.sun_path + 1);
+        owner *o = owner_new();
+        lull_stream_options opt = {.max_queued = 100};
+        CHECK_EQ(
+            lull_stream_connect_unix(loop, &o->s, path, &opt, owner_connected),
+            0);
+        owner_callbacks(o);
+        owner_send(o, 1, 60);
+        char big[60] = {0};
+        CHECK_EQ(lull_endpoint_send_copy(&o->s.ep, big, sizeof big), -ENOBUFS);
+        CHECK(lull_loop_settle(loop) >= 1);
+        CHECK_EQ(g_owner_connects, 0);
+        CHECK_EQ(g_owner_closes, 1);
+        CHECK_EQ(g_owner_reason, -ENOBUFS);
+        if (l >= 0) close(l);
+        free_loop(loop);
+    }
+}
+
 /* A local close racing a close the stream has found but not delivered
  * yet (a failed write inside lull_endpoint_send, told in a later turn; the
  * peer's EOF not read yet): the local close replaces it, and the one close
