@@ -1186,13 +1186,16 @@ static void read_eof(lull_stream *s) {
         fail_now(s, -EPROTO); /* a frame cut short */
         return;
     }
-    if (!s->on_end || (s->state & S_SHUT_DONE)) {
+    /* A shutdown still writing its queue (S_SHUT_WANT) was asked to write
+     * it all before the end: the stream stays open for that, as with
+     * on_end, and closes with 0 once it is shut (after_write). */
+    if ((s->state & S_SHUT_DONE) || (!s->on_end && !(s->state & S_SHUT_WANT))) {
         fail_now(s, 0);
         return;
     }
     s->state |= S_EOF;
     update_io(s);
-    s->on_end(s);
+    if (s->on_end) s->on_end(s);
 }
 
 /* One recv per readable callback: fair to the loop's other fds, and the
@@ -1275,15 +1278,18 @@ static void event_task(lull_task *t) {
         if (s->ep.on_close) s->ep.on_close(&s->ep, s->error);
         return;
     }
+    /* A failure first: one found while a connect result waited to be told
+     * (a send past max_queued) is a close while connecting, which has no
+     * connect callback, and it took `error`, the connect's result. */
+    if (s->state & S_FAIL) {
+        fail_now(s, s->error);
+        return;
+    }
     if (s->state & S_CONNECT_CB) {
         s->state &= ~S_CONNECT_CB;
         int err = s->error;
         s->error = 0;
         connect_done(s, err);
-        return;
-    }
-    if (s->state & S_FAIL) {
-        fail_now(s, s->error);
         return;
     }
     if (s->state & S_DELIVER) {

@@ -1362,6 +1362,46 @@ TEST(half_close) {
     free_loop(loop);
 }
 
+/* Both ends shut down while one still has writes queued behind a full
+ * socket: the peer's EOF arrives before the queue is written. The shutdown
+ * asked for the queue to be written first, so the stream writes it all,
+ * shuts, and only then closes with 0; the peer reads every frame before
+ * its EOF. (The EOF closing it at once dropped the queue unwritten, and
+ * both sides still called it an orderly close.) */
+TEST(shutdown_both_ways_with_writes_blocked) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    int small = 4096;
+    CHECK_EQ(setsockopt(lull_stream_fd(&a.s), SOL_SOCKET, SO_SNDBUF, &small,
+                        sizeof small),
+             0);
+    CHECK_EQ(setsockopt(lull_stream_fd(&b.s), SOL_SOCKET, SO_RCVBUF, &small,
+                        sizeof small),
+             0);
+    static char chunk[16384];
+    static lull_frame frames[32];
+    g_released = 0;
+    for (int i = 0; i < 32; i++) {
+        frames[i] = (lull_frame){
+            .bytes = chunk, .len = sizeof chunk, .release = count_release};
+        CHECK_EQ(lull_endpoint_send(&a.s.ep, &frames[i]), 0);
+    }
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(a.s.ep.queued > 0);                /* blocked: the socket is full */
+    CHECK_EQ(lull_stream_shutdown(&b.s), 0); /* b's EOF now */
+    CHECK_EQ(lull_stream_shutdown(&a.s), 0); /* a's after its queue */
+    for (int i = 0; i < 10000 && !(a.closes && b.closes); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(b.frames, 32);
+    CHECK_EQ(b.closes, 1);
+    CHECK_EQ(b.reason, 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, 0);
+    CHECK_EQ(g_released, 32);
+    free_loop(loop);
+}
+
 TEST(idle_timeout) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
     counter a, b;
@@ -2176,6 +2216,46 @@ TEST(close_while_connecting) {
         close(fill[i]);
     close(l);
     free_loop(loop);
+}
+
+/* A send past max_queued before the connect callback ran, on a connect
+ * whose result was known at once (a Unix socket connects or fails inside
+ * connect()): a close while connecting, like the one above. The connect
+ * callback never runs (it ran, with -ENOBUFS, a connect error that never
+ * was), the close callback does, once, with -ENOBUFS. */
+TEST(max_queued_past_before_the_connect_callback) {
+    for (int listening = 0; listening < 2; listening++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "lull-mq-%d-%d",
+                 (int)getpid(), listening);
+        int l = -1;
+        if (listening) {
+            l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            CHECK(l >= 0);
+            socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+                                        1 + strlen(sa.sun_path + 1));
+            CHECK_EQ(bind(l, (struct sockaddr *)&sa, len), 0);
+            CHECK_EQ(listen(l, 8), 0);
+        }
+        char path[sizeof sa.sun_path + 1];
+        snprintf(path, sizeof path, "@%s", sa.sun_path + 1);
+        owner *o = owner_new();
+        lull_stream_options opt = {.max_queued = 100};
+        CHECK_EQ(
+            lull_stream_connect_unix(loop, &o->s, path, &opt, owner_connected),
+            0);
+        owner_callbacks(o);
+        owner_send(o, 1, 60);
+        char big[60] = {0};
+        CHECK_EQ(lull_endpoint_send_copy(&o->s.ep, big, sizeof big), -ENOBUFS);
+        CHECK(lull_loop_settle(loop) >= 1);
+        CHECK_EQ(g_owner_connects, 0);
+        CHECK_EQ(g_owner_closes, 1);
+        CHECK_EQ(g_owner_reason, -ENOBUFS);
+        if (l >= 0) close(l);
+        free_loop(loop);
+    }
 }
 
 /* A local close racing a close the stream has found but not delivered
