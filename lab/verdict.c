@@ -447,7 +447,7 @@ void lab_verdict_titles(void) {
     lab_verdict *v;
     /* Missed by 2×; a peer moved 3× in the same rounds: noisy. */
     if ((v = lab_verdict_add("C1", 0))) {
-        snprintf(v->what, sizeof v->what, "10k idle: 1 wakeup, 200 µs/s");
+        snprintf(v->what, sizeof v->what, "20k idle: 1 wakeup, 200 µs/s");
         snprintf(v->target, sizeof v->target, "≤ 1, < 100 µs/s");
         snprintf(v->peer, sizeof v->peer, "libevent 35.0 ×0.18");
         lab_verdict_spread(v, "libevent's idle CPU", 3);
