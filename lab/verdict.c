@@ -403,7 +403,8 @@ int lab_verdict_print(lab_json *json) {
     int width[COLS];
     fit(rows, nlines + 1, width);
 
-    printf("\nverdict: %d met (✓), %d missed (✗: %d noisy, %d floor-bound), "
+    printf("\nverdict: %d met (✓), %d missed (✗: %d noisy, %d floor-bound: "
+           "the floor misses too), "
            "%d not run\n",
            met, missed, noisy, bound, notrun);
     for (int i = 0; i < nlines + 1; i++)
@@ -428,7 +429,8 @@ int lab_verdict_print(lab_json *json) {
 }
 
 void lab_verdict_titles(void) {
-    printf("verdict: %d met (✓), %d missed (✗: %d noisy, %d floor-bound), "
+    printf("verdict: %d met (✓), %d missed (✗: %d noisy, %d floor-bound: "
+           "the floor misses too), "
            "%d not run\n",
            MAX_LINES, MAX_LINES, MAX_LINES, MAX_LINES, MAX_LINES);
     lab_verdict w = {.id = "replicate",

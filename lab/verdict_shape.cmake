@@ -5,7 +5,7 @@
 #   - lull-lab exits 0 (every delivered-data check passed);
 #   - at most 79 lines (`make demo` adds its build line: 80), none wider
 #     than 100 columns (code points, not bytes), no undefined term
-#     (lab/text.cmake);
+#     (lab/text.cmake), no word of lull-lab's own before its definition;
 #   - a verdict of at most 28 lines with a line for each contract C1-C8
 #     and each scenario (pump, loopback, replicate, serve, runner), each
 #     ending in ✓, ✗, "✗ noisy", "✗ floor-bound (floor ×F)" or "not run",
@@ -77,6 +77,14 @@ foreach(line IN LISTS lines)
     endif()
   endif()
 endforeach()
+# lull-lab's own words (floor, floor-bound, × per round) are defined at or
+# before their first use: the turns table's "floor, ×" came lines before
+# the loopback title said what a floor is, and floor-bound nowhere.
+lab_undefined_before_use("${lines}" early)
+if(early)
+  string(REPLACE ";" "\n  " early "${early}")
+  message(FATAL_ERROR "used before the output defines it:\n  ${early}")
+endif()
 if(NOT noisy_marks EQUAL noisy_reasons)
   message(FATAL_ERROR "${noisy_marks} noisy marks, ${noisy_reasons} reasons:\n"
     "${verdict_text}")
