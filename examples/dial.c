@@ -4,11 +4,16 @@
  * its own echo server on 127.0.0.1 and dials "localhost", so it runs
  * anywhere; give HOST PORT to dial another server instead.
  *
+ *   dial [HOST PORT]  exits 0 when the reply came back; 1, with the reason,
+ *                     when the dial failed (the name did not resolve, or no
+ *                     address answered)
+ *
  * Build:
  *   cc -O2 -pthread -o dial dial.c $(pkg-config --cflags --libs lull)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <lull.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +22,7 @@
 static lull_server server;
 static lull_stream accepted, client;
 static lull_dial dialer;
+static int failed; /* the exit status: 1 once the dial failed */
 
 /* The server echoes what it reads and closes when the client does. */
 static void echo_frame(lull_endpoint *ep, const void *bytes, size_t len) {
@@ -38,9 +44,13 @@ static void client_frame(lull_endpoint *ep, const void *bytes, size_t len) {
 
 static void on_dialed(lull_dial *d, int status) {
     if (status < 0) {
-        fprintf(stderr, "dial: %s (%s)\n", lull_strerror(status),
-                d->gai_error ? "the name did not resolve"
-                             : "no address answered");
+        if (d->gai_error)
+            fprintf(stderr, "dial: the name did not resolve: %s\n",
+                    gai_strerror(d->gai_error));
+        else
+            fprintf(stderr, "dial: %s (no address answered)\n",
+                    lull_strerror(status));
+        failed = 1;
         lull_server_close(&server);
         return;
     }
@@ -50,14 +60,25 @@ static void on_dialed(lull_dial *d, int status) {
     lull_endpoint_send_copy(&d->stream->ep, "hello", 5);
 }
 
+/* A port from the command line: digits only, 1-65535; -1 if not. */
+static int port_arg(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *s >= '0' && *s <= '9' && !*end && v >= 1 && v <= 65535 ? (int)v
+                                                                   : -1;
+}
+
 int main(int argc, char **argv) {
+    const char *host = "localhost";
+    int port = 0;
+    if (argc != 1 && (argc != 3 || (port = port_arg(argv[2])) < 0)) {
+        fprintf(stderr, "usage: dial [HOST PORT (1-65535)]\n");
+        return 2;
+    }
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return 1;
-    const char *host = "localhost";
-    int port;
     if (argc == 3) {
         host = argv[1];
-        port = atoi(argv[2]);
     } else {
         if (lull_server_listen_tcp(loop, &server, "127.0.0.1", 0, 0,
                                    on_connection) < 0)
@@ -75,5 +96,5 @@ int main(int argc, char **argv) {
         return 1;
     }
     lull_loop_run(loop, LULL_RUN_DEFAULT);
-    return lull_loop_free(loop) == 0 ? 0 : 1;
+    return lull_loop_free(loop) == 0 ? failed : 1;
 }

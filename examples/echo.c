@@ -3,9 +3,10 @@
  *
  * Each connection is one malloc'd struct holding its fd watcher, its idle
  * timer and a buffer; the callbacks get back to it with LULL_CONTAINER_OF
- * (lull handles have no data pointer). Every read restarts the idle timer:
- * lull_timer_start on an armed timer re-arms it (libev's ev_timer_again), so
- * a connection is closed after IDLE with nothing received. A reply the
+ * (a timer has no data pointer; the watcher's is left unused). Every read
+ * restarts the idle timer: lull_timer_start on an armed timer re-arms it
+ * (libev's ev_timer_again), so a connection is closed after IDLE with
+ * nothing received. A reply the
  * socket cannot take at once is kept, and the connection stops reading and
  * waits until the socket is writable: the server buffers one read per
  * connection, never more. The stats timer is unreferenced: it reports while

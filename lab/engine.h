@@ -22,6 +22,16 @@
     "× = the other's cost ÷ lull's (rates: lull's ÷ the other's); above 1, " \
     "lull is cheaper"
 
+/* The words of lull-lab's own its tables use, said on the line after
+ * LAB_RATIO_RULE (lab.no_undefined_terms and lab.verdict_shape check that
+ * none is used before it is defined: LAB_LEGEND_TERMS, lab/text.cmake).
+ * A floor's × "per round" (the turns table) is the median of the rounds'
+ * own ratios, which the verdict's "N× floor" judges too: a round's machine
+ * is the same for both rows. */
+#define LAB_WORDS_RULE                                                         \
+    "floor: the same work with no loop library; × per round: the median of "  \
+    "the rounds' own ratios"
+
 /* ------------------------------------------------------------- figures */
 
 #define LAB_VALUES 16 /* value columns of one figure: pump's 13 and room */

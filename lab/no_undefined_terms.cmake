@@ -2,7 +2,8 @@
 # programs, these checks) and no fixed line of its output (`lull-lab
 # titles`) uses a term the project does not define (LAB_UNDEFINED_TERMS,
 # lab/text.cmake: say "the polling pump", "the zero-delay timer", "the
-# per-record yield"). lab.verdict_shape checks a whole run's output the
+# per-record yield"), and the titles use no word of lull-lab's own before
+# the line that defines it (LAB_LEGEND_TERMS: floor, floor-bound). lab.verdict_shape checks a whole run's output the
 # same way. On failure it prints the offending lines, file:line.
 #
 #   cmake -DLAB=path/to/lull-lab -DSRC=lab -P no_undefined_terms.cmake
@@ -31,6 +32,10 @@ if(LAB)
     if(line MATCHES "${LAB_UNDEFINED_TERMS}")
       string(APPEND found "  lull-lab titles: ${line}\n")
     endif()
+  endforeach()
+  lab_undefined_before_use("${lines}" early)
+  foreach(hit IN LISTS early)
+    string(APPEND found "  lull-lab titles, used before its definition: ${hit}\n")
   endforeach()
 endif()
 if(found)

@@ -138,7 +138,7 @@ TEST(quiet_cpu_miss_takes_the_peer_spread_as_evidence) {
     row_add(f, "libev", 0, 0, "libev", IDLE_CPU_US_PER_S, peer, 3);
     static char json[1 << 16];
     int strict = verdict_of(figs, json, sizeof json);
-    CHECK(strstr(json, "10k idle: 1 wakeup, 200 µs/s") != NULL);
+    CHECK(strstr(json, "20k idle: 1 wakeup, 200 µs/s") != NULL);
     CHECK(strstr(json, "\"noisy\": true") != NULL);
     CHECK(strstr(json, "libev's idle CPU") != NULL);
     CHECK_EQ(strict, 0);
@@ -172,7 +172,7 @@ TEST(quiet_without_a_wakeup_figure_prints_no_nan) {
             IDLE_CPU_US_PER_S, cpu, 3);
     static char json[1 << 16];
     int strict = verdict_of(figs, json, sizeof json);
-    CHECK(strstr(json, "10k idle: – wakeup, 20.0 µs/s") != NULL);
+    CHECK(strstr(json, "20k idle: – wakeup, 20.0 µs/s") != NULL);
     CHECK(strstr(json, "nan") == NULL);
     CHECK_EQ(strict, 1);
     lab_fig_free(f);

@@ -403,7 +403,8 @@ int lab_verdict_print(lab_json *json) {
     int width[COLS];
     fit(rows, nlines + 1, width);
 
-    printf("\nverdict: %d met (✓), %d missed (✗: %d noisy, %d floor-bound), "
+    printf("\nverdict: %d met (✓), %d missed (✗: %d noisy, %d floor-bound: "
+           "the floor misses too), "
            "%d not run\n",
            met, missed, noisy, bound, notrun);
     for (int i = 0; i < nlines + 1; i++)
@@ -428,7 +429,8 @@ int lab_verdict_print(lab_json *json) {
 }
 
 void lab_verdict_titles(void) {
-    printf("verdict: %d met (✓), %d missed (✗: %d noisy, %d floor-bound), "
+    printf("verdict: %d met (✓), %d missed (✗: %d noisy, %d floor-bound: "
+           "the floor misses too), "
            "%d not run\n",
            MAX_LINES, MAX_LINES, MAX_LINES, MAX_LINES, MAX_LINES);
     lab_verdict w = {.id = "replicate",
@@ -447,7 +449,7 @@ void lab_verdict_titles(void) {
     lab_verdict *v;
     /* Missed by 2×; a peer moved 3× in the same rounds: noisy. */
     if ((v = lab_verdict_add("C1", 0))) {
-        snprintf(v->what, sizeof v->what, "10k idle: 1 wakeup, 200 µs/s");
+        snprintf(v->what, sizeof v->what, "20k idle: 1 wakeup, 200 µs/s");
         snprintf(v->target, sizeof v->target, "≤ 1, < 100 µs/s");
         snprintf(v->peer, sizeof v->peer, "libevent 35.0 ×0.18");
         lab_verdict_spread(v, "libevent's idle CPU", 3);
