@@ -291,7 +291,9 @@ struct lull_timer {      /* 48 bytes, plus one 16-byte heap slot while armed */
 
 LULL_EXTERN int lull_timer_init(lull_loop *loop, lull_timer *timer,
                                 lull_timer_fn fn);
-/* Arms (or re-arms: new deadline, new arm order) the timer. delay 0 queues it
+/* Arms (or re-arms: new deadline, new arm order: timers due at one deadline
+ * fire in the order of their arms, for arms fewer than 2^29 apart, a
+ * serial number's range) the timer. delay 0 queues it
  * like a posted task; repeat > 0 fires every repeat ns, phase kept. On the
  * real clock the timer never fires before delay_ns has passed since this
  * call on CLOCK_MONOTONIC, and the delay counts from a reading taken here,
