@@ -12,9 +12,16 @@ dir=$(mktemp -d "/tmp/lull-kv-$TEST_NAME.XXXXXX")
 pids=
 netns=
 cleanup() {
-    # CONT: a stopped process (SIGSTOP) takes the TERM only once continued.
+    # A process a case stopped (SIGSTOP) takes the TERM only once
+    # continued; only those get a CONT, which also cancels a stop in
+    # flight: the ptrace stop of a sanitizer's exit-time leak check, which
+    # then waits for ever (seen under load, a cleanup just as a process
+    # began to exit).
     for p in $pids; do
-        kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null
+        kill "$p" 2>/dev/null || continue
+        case $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1) in
+        T) kill -CONT "$p" 2>/dev/null ;;
+        esac
         wait "$p" 2>/dev/null
     done
     for n in $netns; do ip netns del "$n" 2>/dev/null; done
