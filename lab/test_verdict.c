@@ -36,11 +36,9 @@ static lab_row *row_add(lab_fig *f, const char *peer, unsigned flags, int cls,
     return r;
 }
 
-/* Prints the verdict of figs, writes its JSON into buf; returns the lines
- * missed and not marked noisy (what --strict fails on). */
-static int verdict_of(lab_fig *figs[TURNS_FIGURES], char *buf, size_t size) {
-    lab_options opts = {.quick = false};
-    turns_report(figs, &opts);
+/* Prints the verdict lines added so far, writes their JSON into buf;
+ * returns the lines missed and not marked noisy (what --strict fails on). */
+static int verdict_json(char *buf, size_t size) {
     char path[] = "/tmp/lull-test-verdict-XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
@@ -58,6 +56,13 @@ static int verdict_of(lab_fig *figs[TURNS_FIGURES], char *buf, size_t size) {
     fclose(in);
     unlink(path);
     return strict;
+}
+
+/* The turns verdict of figs, as verdict_json gives it. */
+static int verdict_of(lab_fig *figs[TURNS_FIGURES], char *buf, size_t size) {
+    lab_options opts = {.quick = false};
+    turns_report(figs, &opts);
+    return verdict_json(buf, size);
 }
 
 /* lull checking I/O every hop, 3× its floor in four rounds of five and
@@ -181,23 +186,7 @@ TEST(quiet_without_a_wakeup_figure_prints_no_nan) {
 /* The runner's scale line, judged alone: its JSON and the strict count. */
 static int scale_verdict_of(const runner_scale *w, char *buf, size_t size) {
     runner_scale_verdict(w, 12);
-    char path[] = "/tmp/lull-test-verdict-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
-    lab_json *j = lab_json_open(path);
-    CHECK(j != NULL);
-    lab_json_begin_object(j);
-    int strict = lab_verdict_print(j);
-    lab_json_end_object(j);
-    CHECK_EQ(lab_json_close(j), 0);
-    FILE *in = fopen(path, "r");
-    CHECK(in != NULL);
-    size_t n = fread(buf, 1, size - 1, in);
-    buf[n] = '\0';
-    fclose(in);
-    unlink(path);
-    return strict;
+    return verdict_json(buf, size);
 }
 
 /* Three sizes within their bounds: met. */
