@@ -24,8 +24,8 @@
 enum {
     PV_READS,      /* idle state reads / session / s */
     PV_UTIL,       /* idle utilisation, % */
-    PV_CPU_SMALL,  /* idle CPU ms / s, 49 retained */
-    PV_CPU_LARGE,  /* ... 409 retained (main size only) */
+    PV_CPU_SMALL,  /* idle CPU ms / s, 49-event window */
+    PV_CPU_LARGE,  /* ... 409-event window (main size only) */
     PV_WAKEUPS,    /* idle wakeups / s */
     PV_END_WAKEUP, /* loop-thread CPU of the wakeup that ends the window */
     PV_MEAN,       /* delivery wait, µs */
@@ -43,8 +43,8 @@ enum {
 static const lab_col cols[PV_COUNT] = {
     {"idle_reads_per_session_s", "idle state reads / session / s", 0},
     {"idle_utilisation_pct", "idle utilisation, %", 0},
-    {"idle_cpu_ms_per_s_small", "idle CPU ms / s, 49 retained", 0},
-    {"idle_cpu_ms_per_s_large", "idle CPU ms / s, 409 retained", 0},
+    {"idle_cpu_ms_per_s_small", "idle CPU ms / s, 49-event window", 0},
+    {"idle_cpu_ms_per_s_large", "idle CPU ms / s, 409-event window", 0},
     {"idle_wakeups_per_s", "idle wakeups / s", 0},
     {"idle_end_wakeup_cpu_us", "CPU of the window's last wakeup, µs", 0},
     {"wait_mean_us", "delivery wait mean, µs", 0},
@@ -188,10 +188,10 @@ static void print_main(const params *p, const lab_fig *fig) {
     snprintf(label, sizeof label, "idle utilisation, %d sessions, %%",
              p->sessions);
     main_row(&t, label, fig, PV_UTIL, "1.5 → 0.0");
-    snprintf(label, sizeof label, "idle CPU ms / s, %d retained",
+    snprintf(label, sizeof label, "idle CPU ms / s, %d-event window",
              p->retain_small);
     main_row(&t, label, fig, PV_CPU_SMALL, "12.8 → 0.05");
-    snprintf(label, sizeof label, "idle CPU ms / s, %d retained",
+    snprintf(label, sizeof label, "idle CPU ms / s, %d-event window",
              p->retain_large);
     main_row(&t, label, fig, PV_CPU_LARGE, "21.5 → 0.08");
     main_row(&t, "idle wakeups / s", fig, PV_WAKEUPS, "–");
@@ -217,7 +217,7 @@ static void print_main(const params *p, const lab_fig *fig) {
     double after = med(fig, MODE_NOTIFY, PV_CPU_SMALL);
     char grid[LAB_CELL], ns[LAB_CELL];
     lab_detail(
-        "  idle CPU, %d retained (medians), × = before ÷ after: 1 ms "
+        "  idle CPU, %d-event window (medians), × = before ÷ after: 1 ms "
         "grid %s, ns timers %s (reference 12.8 ÷ 0.05 = ×256); "
         "notify's figure is one entry into sleep spread over the "
         "window, so the ratio grows with the window: compare each "
@@ -300,7 +300,7 @@ static void plot_main(lab_plot *plot, const params *p, const lab_fig *fig) {
         int v;
     } panels[] = {
         {"idle state reads per session", "per s", PV_READS},
-        {"idle CPU, 49 retained events", "ms per s", PV_CPU_SMALL},
+        {"idle CPU, 49-event window", "ms per s", PV_CPU_SMALL},
         {"idle wakeups", "per s", PV_WAKEUPS},
         {"delivery wait p50", "us", PV_P50},
         {"delivery wait p99", "us", PV_P99},
@@ -349,13 +349,14 @@ static void print_legend(const params *p) {
  * the terminal event's wait: --verbose's table and the verdict). */
 static void brief(const lab_fig *main_f) {
     const char *header[] = {"figure, 12 sessions", "poll, 1 ms grid",
-                            "poll, ns timers", "notify", "reference"};
+                            "poll, ns timers", "notify",
+                            "first: before → after"};
     static const struct {
         const char *what, *ref;
         int v;
     } rows[] = {
         {"idle reads / session / s", "364 → 0", PV_READS},
-        {"idle CPU ms / s, 49 retained", "12.8 → 0.05", PV_CPU_SMALL},
+        {"idle CPU ms / s, 49-event window", "12.8 → 0.05", PV_CPU_SMALL},
         {"delivery wait p50, µs", "3160 → 830", PV_P50},
     };
     lab_table t;
@@ -446,7 +447,7 @@ static int run_pump(const lab_options *opts, lab_json *json) {
     lab_fig_json(main_f, json);
 
     lab_detail("\nscale: how each mode's cost grows with sessions (%d "
-               "round%s; idle window %.1f s; %d retained)\n",
+               "round%s; idle window %.1f s; %d-event window)\n",
                p.scale_rounds, p.scale_rounds == 1 ? "" : "s",
                (double)p.scale_idle_ns / 1e9, p.retain_small);
     const char *header[] = {"sessions, mode", "reads/session/s", "idle util %",

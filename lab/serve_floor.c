@@ -524,7 +524,7 @@ static void brief(lab_fig *const f[CONFIGS], int nconf) {
     char heads[CONFIGS][32];
     for (int k = 0; k < nconf; k++) {
         const fctx *c = f[k]->ctx;
-        snprintf(heads[k], sizeof heads[k], "%d cl. -P %d", c->clients,
+        snprintf(heads[k], sizeof heads[k], "%d clients -P %d", c->clients,
                  depth[c->d]);
         header[1 + k] = heads[k];
     }
@@ -587,7 +587,7 @@ static bool decide(lab_fig *const f[CONFIGS], int nconf, lab_json *json) {
         const fctx *c = f[at]->ctx;
         char x[LAB_CELL];
         printf("  io_uring ÷ epoll floor at best %s (%d clients -P %d); "
-               "≤ %.1f pays: %s\n",
+               "a backend pays at ≤ %.1f: %s\n",
                lab_fmt3(x, best), c->clients, depth[c->d], URING_PAYS,
                pays ? "build the backend" : "not built");
     }
