@@ -131,16 +131,23 @@ TEST(arm_delay_with_one_arm_unmeasured_is_not_met) {
  * peer's idle CPU moved 4× over the same rounds: noisy by the rule, as
  * the sample verdict of `lull-lab titles` shows it. Its wakeup count
  * stays a count: a miss of it is never noisy. */
-TEST(quiet_cpu_miss_takes_the_peer_spread_as_evidence) {
-    lab_fig *figs[TURNS_FIGURES] = {NULL};
+/* The idle figure over three rounds: lull's wakeups and 200 µs/s of CPU,
+ * and libev's CPU moving 4× (10, 40, 40). */
+static lab_fig *idle_fig(lab_fig *figs[TURNS_FIGURES], double wakeups) {
     lab_fig *f = figs[TURNS_IDLE] = fig_new("idle");
-    double one[] = {1, 1, 1}, cpu[] = {200, 200, 200};
+    double w[] = {wakeups, wakeups, wakeups}, cpu[] = {200, 200, 200};
     lab_row *l = row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, 0, "lull",
-                         IDLE_WAKEUPS, one, 3);
+                         IDLE_WAKEUPS, w, 3);
     for (int i = 0; i < 3; i++)
         lab_series_add_round(&l->v[IDLE_CPU_US_PER_S], i, cpu[i]);
     double peer[] = {10, 40, 40};
     row_add(f, "libev", 0, 0, "libev", IDLE_CPU_US_PER_S, peer, 3);
+    return f;
+}
+
+TEST(quiet_cpu_miss_takes_the_peer_spread_as_evidence) {
+    lab_fig *figs[TURNS_FIGURES] = {NULL};
+    lab_fig *f = idle_fig(figs, 1);
     static char json[1 << 16];
     int strict = verdict_of(figs, json, sizeof json);
     CHECK(strstr(json, "20k idle: 1 wakeup, 200 µs/s") != NULL);
@@ -153,14 +160,7 @@ TEST(quiet_cpu_miss_takes_the_peer_spread_as_evidence) {
 /* The same with two wakeups (a count missed) as well: plain. */
 TEST(quiet_wakeup_miss_is_never_noisy) {
     lab_fig *figs[TURNS_FIGURES] = {NULL};
-    lab_fig *f = figs[TURNS_IDLE] = fig_new("idle");
-    double two[] = {2, 2, 2}, cpu[] = {200, 200, 200};
-    lab_row *l = row_add(f, "lull", LAB_ROW_LULL | LAB_ROW_BASE, 0, "lull",
-                         IDLE_WAKEUPS, two, 3);
-    for (int i = 0; i < 3; i++)
-        lab_series_add_round(&l->v[IDLE_CPU_US_PER_S], i, cpu[i]);
-    double peer[] = {10, 40, 40};
-    row_add(f, "libev", 0, 0, "libev", IDLE_CPU_US_PER_S, peer, 3);
+    lab_fig *f = idle_fig(figs, 2);
     static char json[1 << 16];
     int strict = verdict_of(figs, json, sizeof json);
     CHECK(strstr(json, "\"noisy\": true") == NULL);

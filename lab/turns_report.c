@@ -307,14 +307,12 @@ static const char *idle_count(char buf[16]) {
 
 /* One line of the short table: the figure, lull's median with its unit,
  * the best peer of the same class, its ×, and a floor when there is one. */
-/* floor_x: the floor's ×, per round (the header says so, and
- * LAB_WORDS_RULE what that is): the median of the rounds' own ratios,
- * which the verdict's floor lines judge; NAN (no round in common): the
- * ratio of medians. */
+/* The floor's ×, per round (the header says so, and LAB_WORDS_RULE what
+ * that is): the median of the rounds' own ratios, which the verdict's
+ * floor lines judge; with no round in common, the ratio of medians. */
 static void brief_row(lab_table *t, const char *what, const lab_fig *fig,
                       const lab_row *lull, const lab_row *peer,
-                      const lab_row *floor, double floor_x, int col,
-                      const char *unit) {
+                      const lab_row *floor, int col, const char *unit) {
     if (!fig || !lull) return;
     int r = lab_table_row(t);
     char a[LAB_CELL], b[LAB_CELL], c[LAB_CELL], d[LAB_CELL];
@@ -324,6 +322,7 @@ static void brief_row(lab_table *t, const char *what, const lab_fig *fig,
     lab_table_set(t, r, 2, "%s", peer_cell(b, peer, col));
     lab_table_set(t, r, 3, "%s",
                   lab_fmt_ratio(c, lab_ratio(fig, lull, peer, col)));
+    double floor_x = 1 / ratio_to_floor(lull, floor, col);
     if (floor)
         lab_table_set(t, r, 4, "%s %s", lab_fmt(d, lab_row_median(floor, col)),
                       lab_fmt_ratio(c, isfinite(floor_x)
@@ -350,21 +349,19 @@ static void brief(lab_fig *const figs[TURNS_FIGURES]) {
         const lab_row *fl = lab_fig_find(f, "floor", "epoll_wait(0)");
         brief_row(&t, "posted task, I/O every hop", f, e,
                   lab_fig_best_peer(f, TURNS_CLASS_EVERY_HOP, CHAIN_NS_PER_HOP),
-                  fl, 1 / ratio_to_floor(e, fl, CHAIN_NS_PER_HOP),
-                  CHAIN_NS_PER_HOP, "ns");
+                  fl, CHAIN_NS_PER_HOP, "ns");
     }
     if ((f = figs[TURNS_LATENESS])) {
         const lab_row *l = lab_fig_base(f, 0);
         const lab_row *fl = lab_fig_find(f, "floor", "nanosleep");
         brief_row(&t, "1 ms timer lateness p99", f, l, best_late_peer(f), fl,
-                  1 / ratio_to_floor(l, fl, LATE_P99_US), LATE_P99_US, "µs");
+                  LATE_P99_US, "µs");
     }
     if ((f = figs[TURNS_LATENESS_BUSY])) {
         const lab_row *l = lab_fig_base(f, 0);
         const lab_row *fl = lab_fig_find(f, "floor", "nanosleep");
         brief_row(&t, "1 ms p99 beside CPU hogs", f, l,
-                  lab_fig_best_peer(f, 0, LATE_P99_US), fl,
-                  1 / ratio_to_floor(l, fl, LATE_P99_US), LATE_P99_US, "µs");
+                  lab_fig_best_peer(f, 0, LATE_P99_US), fl, LATE_P99_US, "µs");
     }
     if ((f = figs[TURNS_IDLE])) {
         lab_row *l = lab_fig_find(f, "lull", NULL);
@@ -373,19 +370,17 @@ static void brief(lab_fig *const figs[TURNS_FIGURES]) {
         snprintf(label, sizeof label, "idle CPU per handle, %s",
                  idle_count(count));
         brief_row(&t, label, f, l, lab_fig_best_peer(f, 0, IDLE_NS_PER_HANDLE),
-                  fl, 1 / ratio_to_floor(l, fl, IDLE_NS_PER_HANDLE),
-                  IDLE_NS_PER_HANDLE, "ns/s");
+                  fl, IDLE_NS_PER_HANDLE, "ns/s");
     }
     if ((f = figs[TURNS_ROUNDTRIP_2CPU])) {
         const lab_row *l = lab_fig_base(f, 0);
         const lab_row *fl = lab_fig_find(f, "floor", "eventfd");
         brief_row(&t, "cross-thread trip p50, 2 CPUs", f, l,
-                  lab_fig_best_peer(f, 0, TRIP_P50_US), fl,
-                  1 / ratio_to_floor(l, fl, TRIP_P50_US), TRIP_P50_US, "µs");
+                  lab_fig_best_peer(f, 0, TRIP_P50_US), fl, TRIP_P50_US, "µs");
     }
     if ((f = figs[TURNS_TIMERS]))
         brief_row(&t, "arm+cancel, 10^6 timers armed", f, lab_fig_base(f, 0),
-                  lab_fig_best_peer(f, 0, TIMERS_STEADY_NS), NULL, NAN,
+                  lab_fig_best_peer(f, 0, TIMERS_STEADY_NS), NULL,
                   TIMERS_STEADY_NS, "ns");
     if (t.rows > 1) lab_table_brief(&t, NULL);
 }
