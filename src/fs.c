@@ -149,13 +149,20 @@ static int start_batch(lull_journal *j) {
     return 0;
 }
 
-static void journal_start(lull_task *task) {
-    lull_journal *j = LULL_CONTAINER_OF(task, lull_journal, start);
-    if (j->batch || !j->head) return;
+/* Starts the queued appends as a batch, or refuses them all with the
+ * pool's answer: 0 or that errno. */
+static int start_or_refuse(lull_journal *j) {
     lull_append *list = j->head;
     int rc = start_batch(j);
     /* Not sticky: nothing was written (a full or closed pool). */
     if (rc < 0) complete(list, rc, 0);
+    return rc;
+}
+
+static void journal_start(lull_task *task) {
+    lull_journal *j = LULL_CONTAINER_OF(task, lull_journal, start);
+    if (j->batch || !j->head) return;
+    (void)start_or_refuse(j);
 }
 LULL__OWN_NAME(journal_start, "lull_journal batch start", lull_journal, start);
 
@@ -196,11 +203,7 @@ static void journal_done(lull_work *work, int status) {
      * (a retry here would spin until a pool thread frees a place). */
     while (j->head && !j->batch) {
         lull_task_cancel(&j->start);
-        lull_append *list = j->head;
-        rc = start_batch(j);
-        if (rc == 0) break;
-        complete(list, rc, 0);
-        if (rc != -ESHUTDOWN) break;
+        if (start_or_refuse(j) != -ESHUTDOWN) break;
     }
 }
 

@@ -1008,18 +1008,13 @@ static void flush_in_send(lull_stream *s) {
     if (s->done) lull__at_flush(s->loop, &s->flush);
 }
 
-/* A stream inherited through fork(), in the child that called
- * lull_loop_fork (its loop's process is not the one that set it up): the
- * frames queued before the fork are in both copies of the queue, and are
- * the parent's to write, so the child's first write (a flush, a send,
- * send_fds, try_write, shutdown) releases them unwritten (at the next
- * flush point: no user code here) and then the stream is the child's. One
- * compare on the write paths; a close in the copy writes nothing
+/* A stream inherited through fork() (lull__stream_inherited), in the child
+ * that called lull_loop_fork: the frames queued before the fork are in
+ * both copies of the queue, and are the parent's to write, so the child's
+ * first write (a flush, a send, send_fds, try_write, shutdown) releases
+ * them unwritten (at the next flush point: no user code here) and then the
+ * stream is the child's. A close in the copy writes nothing
  * (stream_close). */
-static inline bool inherited(const lull_stream *s) {
-    return LULL_UNLIKELY(s->pid != (int)s->loop->pid);
-}
-
 static void adopt(lull_stream *s) {
     s->pid = (int)s->loop->pid;
     while (s->head) {
@@ -1044,7 +1039,7 @@ static void adopt(lull_stream *s) {
  * was written and run the drain callback if the queue fell below
  * high_water after the user saw it full. False when the stream closed. */
 static bool flush_now(lull_stream *s) {
-    if (inherited(s)) adopt(s);
+    if (lull__stream_inherited(s)) adopt(s);
     lull_frame *done = s->done, *done_tail = s->done_tail;
     s->done = s->done_tail = NULL;
     if ((s->state & (S_CONNECTED | S_BLOCKED | S_FAIL)) == S_CONNECTED) {
@@ -1075,7 +1070,8 @@ LULL__OWN_NAME(flush_task, "lull_stream write flush", lull_stream, flush);
 static void stream_send(lull_endpoint *ep, lull_frame *frame) {
     lull_stream *s = stream_of(ep);
     LULL_ASSERT_LOOP_THREAD(s->loop);
-    if (inherited(s)) adopt(s); /* before the frame joins the queue */
+    if (lull__stream_inherited(s))
+        adopt(s); /* before the frame joins the queue */
     append(&s->head, &s->tail, frame);
     if ((s->state & (S_CONNECTED | S_BLOCKED)) == S_CONNECTED) {
         if (ep->queued >= ep->high_water) {
@@ -1096,7 +1092,7 @@ static void stream_close(lull_endpoint *ep, int reason) {
      * Not from a forked copy (a child closing what it inherited): what is
      * queued there is the parent's too, and would reach the peer twice. */
     if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head &&
-        !inherited(s))
+        !lull__stream_inherited(s))
         (void)write_out(s, &done, &done_tail);
     lull_frame *list = teardown(s);
     /* One free path: the close callback runs for this close too, in a later
@@ -1411,7 +1407,7 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     lull_timer_unref(&s->timer); /* a timeout alone keeps nothing alive */
     s->loop = loop;
     /* The loop's process (its creator, or the child that called
-     * lull_loop_fork): see inherited(). */
+     * lull_loop_fork): see adopt(). */
     s->pid = (int)loop->pid;
     s->flags = o->flags;
     /* A framed stream's limit is what its 4-byte length can say: a longer
@@ -1701,7 +1697,7 @@ int lull_stream_shutdown(lull_stream *s) {
     LULL_ASSERT_LOOP_THREAD(s->loop);
     /* A forked copy's own shutdown: the parent's queue (and a shutdown
      * it asked for) dropped first, so that this one is not taken for it. */
-    if (inherited(s)) adopt(s);
+    if (lull__stream_inherited(s)) adopt(s);
     if (s->state & (S_SHUT_WANT | S_SHUT_DONE)) return 0;
     s->state |= S_SHUT_WANT;
     s->ep.flags |= EP_NO_SEND;
@@ -1730,7 +1726,7 @@ int lull_stream_send_fds(lull_stream *s, lull_frame *frame, const int *fds,
     if (frame->in_flight) return -EBUSY;
     /* A forked copy drops the parent's queue, its fds with it, before this
      * frame's batch joins them (stream_send would drop that too). */
-    if (inherited(s)) adopt(s);
+    if (lull__stream_inherited(s)) adopt(s);
     fd_batch *b = malloc(sizeof *b + sizeof(int) * (size_t)nfds);
     if (!b || !fds_get(s)) {
         free(b);
@@ -1798,7 +1794,7 @@ int lull_stream_try_write(lull_stream *s, const void *bytes, size_t len) {
     LULL_ASSERT_LOOP_THREAD(s->loop);
     if (s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND)) return -EPIPE;
     if (framed(s)) return -ENOTSUP; /* part of a frame would cut the framing */
-    if (inherited(s)) adopt(s);
+    if (lull__stream_inherited(s)) adopt(s);
     if (s->head) return -EBUSY;
     if (!(s->state & S_CONNECTED) || (s->state & S_FAIL)) return -EAGAIN;
     if (len == 0) return 0;

@@ -1,13 +1,13 @@
 /* What the address modules (src/tcp.c, src/unix.c, src/dial.c) share with
  * the stream core (src/stream.c): they turn an address into a sockaddr, the
  * core does the rest; and what a module that sets up a stream of its own
- * (dial, src/tty.c) asks of it. The core never includes them. */
+ * (dial, src/tty.c, src/tls.c) asks of it. The core never includes them. */
 #ifndef LULL_STREAM_H
 #define LULL_STREAM_H
 
 #include <sys/socket.h>
 
-#include "lull.h"
+#include "internal.h"
 
 /* Creates a listening socket of `family` bound to addr and starts
  * accepting into fn. 0 or a negative errno (nothing is left open). */
@@ -29,5 +29,12 @@ int lull__stream_options_check(const lull_stream_options *opts, int family);
  * setting it up again would unlink nodes the loop still holds. A scan of
  * the loop's tables: for set-up and checks, not a hot path. */
 bool lull__stream_live(const lull_loop *loop, const lull_stream *s);
+
+/* Whether s is a copy a forked child inherited: set up by another process
+ * than its loop's, since lull_loop_fork. Its frames and its session (TLS)
+ * are the parent's to write; the copy writes none of them. One compare. */
+static inline bool lull__stream_inherited(const lull_stream *s) {
+    return LULL_UNLIKELY(s->pid != (int)s->loop->pid);
+}
 
 #endif

@@ -161,6 +161,7 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 #include <stdlib.h>
 
 #include "own_name.h"
+#include "stream.h"
 
 /* Framed plaintext: a 4-byte big-endian length before each frame, as on a
  * stream. */
@@ -200,7 +201,7 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 #define T_NOMEM 0x2000u /* a ciphertext chunk could not be allocated */
 #define T_STALL                                                                \
     0x4000u /* reading stopped: the peer asks for answers it does not read;    \
-               the stream's drain reads on */
+               the release of those that leave reads on (chunk_release) */
 
 typedef struct chunk chunk;
 struct chunk {
@@ -491,16 +492,6 @@ static int failure(lull_tls *t, int otherwise) {
     return reason;
 }
 
-/* A copy of the connection in a child of fork() that called
- * lull_loop_fork (its loop's process is not the one that set the stream
- * up): the session is the parent's, keys and sequence numbers included,
- * so a record the copy wrote (a close_notify, an alert) would end or
- * corrupt the parent's session at the peer. Its close writes nothing, as
- * a stream's close in a forked copy writes nothing (src/stream.c). */
-static bool inherited(const lull_tls *t) {
-    return t->stream.pid != (int)t->loop->pid;
-}
-
 /* Takes the SSL object, the buffers and the stream down; returns the
  * frames not yet encrypted, for the caller to release. The stream closes
  * without a callback (its struct is ours again at once); what the last
@@ -511,8 +502,10 @@ static lull_frame *teardown(lull_tls *t, int reason, bool stream_open) {
     lull_task_cancel(&t->event);
     lull_timer_stop(&t->timer);
     if (stream_open && !lull_endpoint_closed(&t->stream.ep)) {
-        /* An alert OpenSSL wrote, a close_notify: not from a copy. */
-        if (!inherited(t)) (void)send_out(t);
+        /* An alert OpenSSL wrote, a close_notify: not from a forked copy,
+         * whose session is the parent's (keys and sequence numbers: a
+         * record of the copy's would end or corrupt it at the peer). */
+        if (!lull__stream_inherited(&t->stream)) (void)send_out(t);
         t->stream.ep.on_close = NULL;
         lull_endpoint_close(&t->stream.ep, reason);
     }
@@ -999,8 +992,9 @@ static void tls_close(lull_endpoint *ep, int reason) {
     LULL_ASSERT_LOOP_THREAD(t->loop);
     lull_frame *done = NULL;
     /* What was sent before the close leaves, then close_notify; a forked
-     * copy writes nothing (inherited). */
-    if ((t->state & (T_OPEN | T_FAIL)) == T_OPEN && !inherited(t)) {
+     * copy writes nothing (lull__stream_inherited). */
+    if ((t->state & (T_OPEN | T_FAIL)) == T_OPEN &&
+        !lull__stream_inherited(&t->stream)) {
         ERR_clear_error();
         if (!(t->state & T_SHUT_SENT)) {
             if (encrypt_queue(t, &done, true) == 0) (void)SSL_shutdown(t->ssl);
