@@ -2392,7 +2392,8 @@ struct lull_journal {
     };
 };
 
-/* Writes start at the file's current end (lseek SEEK_END). */
+/* Writes start at the file's current end (lseek SEEK_END). -EBUSY while
+ * j's appends are in flight (asked on the loop's thread, of this pool). */
 LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
                                   lull_journal *j, int fd);
 /* Queues len bytes: 0, -EINVAL (NULL, len past SSIZE_MAX), or the sticky
