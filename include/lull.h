@@ -1395,9 +1395,10 @@ LULL_EXTERN void lull_fsevent_unref(lull_fsevent *w);
 
 typedef struct lull_tty lull_tty;
 
-/* Modes. NORMAL: the one the terminal had at init. RAW: keys as typed,
- * no echo, no line editing, ^C and ^Z are bytes; output still turns "\n"
- * into "\r\n". IO: cfmakeraw, output unprocessed too. */
+/* Modes. NORMAL: the one the terminal had at init (before another
+ * lull_tty took it out of NORMAL). RAW: keys as typed, no echo, no line
+ * editing, ^C and ^Z are bytes; output still turns "\n" into "\r\n".
+ * IO: cfmakeraw, output unprocessed too. */
 #define LULL_TTY_MODE_NORMAL 0
 #define LULL_TTY_MODE_RAW    1
 #define LULL_TTY_MODE_IO     2
@@ -2391,7 +2392,8 @@ struct lull_journal {
     };
 };
 
-/* Writes start at the file's current end (lseek SEEK_END). */
+/* Writes start at the file's current end (lseek SEEK_END). -EBUSY while
+ * j's appends are in flight (asked on the loop's thread, of this pool). */
 LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
                                   lull_journal *j, int fd);
 /* Queues len bytes: 0, -EINVAL (NULL, len past SSIZE_MAX), or the sticky

@@ -30,8 +30,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "lull.h"
 #include "own_name.h"
+#include "pool.h"
 
 /* ------------------------------------------------------- getaddrinfo */
 
@@ -207,9 +209,31 @@ static void journal_done(lull_work *work, int status) {
     }
 }
 
+static void find_task(lull_task *t, void *arg) {
+    lull_task **want = arg;
+    if (t == *want) *want = NULL;
+}
+
+/* Whether j's appends are in flight: its start task queued, or its batch
+ * on the pool (waiting or running) or on its way back. A clearing init
+ * would unlink them from under the loop and the pool. Asked by address of
+ * the loop and the pool given (j is garbage before its first init), the
+ * pool first: an item leaves it only once its completion is posted. */
+static bool journal_live(lull_loop *loop, lull_pool *pool, lull_journal *j) {
+    if (lull__pool_holds(pool, &j->work)) return true;
+    lull_task *posted = &j->work.task;
+    lull__remote_each(loop, find_task, &posted);
+    const lull__node *nodes[] = {&j->start.node, &j->work.task.node};
+    return !posted || lull__live_on(loop, NULL, nodes, 2);
+}
+
 int lull_journal_init(lull_loop *loop, lull_pool *pool, lull_journal *j,
                       int fd) {
     if (!loop || !pool || !j || fd < 0) return -EINVAL;
+    /* On the loop's thread only, which alone may read its queues (init is
+     * for any thread: a journal set up elsewhere has nothing queued). */
+    if (lull__on_loop_thread(loop) && journal_live(loop, pool, j))
+        return -EBUSY;
     off_t end = lseek(fd, 0, SEEK_END);
     if (end < 0) return -errno;
     memset(j, 0, sizeof *j);

@@ -68,6 +68,8 @@ typedef struct worker {
     pthread_t thread;
     uint32_t word;            /* futex: 1 while asleep; the waker sets 0 */
     struct worker *next_idle; /* the idle stack (under the lock) */
+    lull_work *current;       /* the item it runs, until its completion is
+                                 posted (under the lock) */
 } worker;
 
 struct lull_pool {
@@ -148,11 +150,16 @@ static void *worker_main(void *arg) {
         if (w) {
             unlink_work(p, w);
             p->running++;
+            me->current = w;
             pthread_mutex_unlock(&p->lock);
             lull_loop *loop = w->loop;
             w->status = w->fn(w);
-            lull_task_post_remote(loop, &w->task); /* last touch of w */
+            /* Posted under the lock, with current cleared in the same
+             * hold: lull__pool_holds sees the item here or, from then on,
+             * on the loop's remote stack, never neither nor a stale one. */
             pthread_mutex_lock(&p->lock);
+            lull_task_post_remote(loop, &w->task); /* last touch of w */
+            me->current = NULL;
             p->running--;
             p->completed++;
             continue;
@@ -188,6 +195,17 @@ static void work_done(lull_task *task) {
                            gone by now: only the local is used) */
 }
 LULL__OWN_NAME(work_done, "lull_work completion", lull_work, task);
+
+bool lull__pool_holds(lull_pool *pool, const lull_work *w) {
+    pthread_mutex_lock(&pool->lock);
+    bool held = false;
+    for (const lull_work *q = pool->head; q && !held; q = q->next)
+        held = q == w;
+    for (unsigned i = 0; i < pool->threads && !held; i++)
+        held = pool->workers[i].current == w;
+    pthread_mutex_unlock(&pool->lock);
+    return held;
+}
 
 int lull_work_init(lull_work *work, lull_work_fn fn, lull_work_done_fn done) {
     if (!work) return -EINVAL;
@@ -296,10 +314,9 @@ static void close_pool(lull_pool *pool) {
         w->next_idle = sleepers;
         sleepers = w;
     }
-    pthread_mutex_unlock(&pool->lock);
-    for (w = sleepers; w; w = w->next_idle)
-        futex_wake(&w->word);
-    /* Unlinked under the lock, so nobody else can take these any more. */
+    /* Unlinked under the lock, so nobody else can take these any more;
+     * posted under it too, so that an item is always in the queue, on a
+     * thread or on its way back (lull__pool_holds). */
     while (cancelled) {
         lull_work *next = cancelled->next; /* before the post: done may
                                               resubmit it at once */
@@ -308,6 +325,9 @@ static void close_pool(lull_pool *pool) {
         lull_task_post_remote(cancelled->loop, &cancelled->task);
         cancelled = next;
     }
+    pthread_mutex_unlock(&pool->lock);
+    for (w = sleepers; w; w = w->next_idle)
+        futex_wake(&w->word);
 }
 
 /* Closes the pool, joins its threads and drops lull_pool_free's reference:

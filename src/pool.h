@@ -4,9 +4,16 @@
 
 #include <stdbool.h>
 
+#include "lull.h"
+
 /* True on a pool's own thread (one running lull_work functions): a call
  * that waits for loops to go idle must not block it, since a loop's work
  * in flight may need this very thread (lull_percore_stop: -EDEADLK). */
 bool lull__pool_thread(void);
+
+/* True while w waits in pool's queue or runs on one of its threads, up to
+ * the post of its completion (the loop's remote stack has it from then
+ * on). By address: w may be anything before its first submit. */
+bool lull__pool_holds(lull_pool *pool, const lull_work *w);
 
 #endif

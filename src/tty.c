@@ -58,6 +58,13 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_BOOL_LOCK_FREE == 2,
 
 enum { SLOT_FREE, SLOT_CLAIMED, SLOT_READY, SLOT_RESETTING };
 
+/* Which terminal an fd is: its device, and for a pty's master (all of
+ * which are /dev/ptmx's device) the pty's number. */
+typedef struct term_id {
+    dev_t rdev;
+    long ptn; /* -1: not a master */
+} term_id;
+
 typedef struct reset_slot {
     _Atomic int state;    /* SLOT_* */
     _Atomic bool moded;   /* the tty is out of NORMAL: restore the mode (a
@@ -66,6 +73,7 @@ typedef struct reset_slot {
     int fd;               /* lull's description of the terminal */
     int fl;               /* the flags to give back; -1: none */
     struct termios saved; /* the mode at init */
+    term_id id;           /* the terminal: a later init on it takes saved */
 } reset_slot;
 
 static reset_slot slots[RESET_SLOTS];
@@ -82,6 +90,15 @@ static int set_attr(int fd, const struct termios *tio) {
     return 0;
 }
 
+static term_id id_of(int fd) {
+    term_id id = {.rdev = 0, .ptn = -1};
+    struct stat st;
+    if (fstat(fd, &st) == 0) id.rdev = st.st_rdev;
+    unsigned n;
+    if (ioctl(fd, TIOCGPTN, &n) == 0) id.ptn = (long)n;
+    return id;
+}
+
 static int slot_enter(lull_tty *t) {
     for (int i = 0; i < RESET_SLOTS; i++) {
         int want = SLOT_FREE;
@@ -92,6 +109,7 @@ static int slot_enter(lull_tty *t) {
         slots[i].fd = t->ctl;
         slots[i].fl = t->fl_saved;
         memcpy(&slots[i].saved, saved_of(t), sizeof(struct termios));
+        slots[i].id = id_of(t->ctl);
         atomic_store(&slots[i].state, SLOT_READY);
         t->slot = i;
         return 0;
@@ -111,6 +129,26 @@ static void slot_leave(lull_tty *t) {
     s->fd = -1;
     atomic_store(&s->state, SLOT_FREE);
     t->slot = -1;
+}
+
+/* The mode fd's terminal had before lull changed it, where another tty
+ * holds it out of NORMAL: a second tty on a terminal the first holds RAW
+ * must give back the first one's NORMAL, not RAW (closed last, or reset
+ * after the first, it would leave the terminal raw). Held RESETTING while
+ * read, so that no thread empties or refills the entry meanwhile. */
+static void mode_before_lull(int fd, struct termios *tio) {
+    term_id id = id_of(fd);
+    for (int i = 0; i < RESET_SLOTS; i++) {
+        reset_slot *s = &slots[i];
+        int want = SLOT_READY;
+        if (!atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
+            continue;
+        bool same = atomic_load(&s->moded) && s->id.rdev == id.rdev &&
+                    s->id.ptn == id.ptn;
+        if (same) memcpy(tio, &s->saved, sizeof *tio);
+        atomic_store(&s->state, SLOT_READY);
+        if (same) return;
+    }
 }
 
 /* Only async-signal-safe calls: tcsetattr (an ioctl), fcntl. errno is
@@ -161,6 +199,7 @@ int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
     if (lull__stream_live(loop, &t->stream)) return -EBUSY;
     struct termios tio;
     if (tcgetattr(fd, &tio) < 0) return -errno;
+    mode_before_lull(fd, &tio);
     memset(t, 0, sizeof *t);
     t->loop = loop;
     t->fd = fd;

@@ -446,6 +446,56 @@ TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
     close_journal_case(fd, loop, pool, &g);
 }
 
+/* lull_journal_init on a journal whose appends are in flight: refused
+ * (-EBUSY) while its start task is queued on the loop and while its batch
+ * waits on the pool; every record is written and completed once. Inside
+ * the last completion, and once the journal is quiet, init is free again.
+ * A clearing init unlinked the queued start task and the pool's item from
+ * under the loop and the pool. */
+static lull_journal *reinit_journal;
+static lull_pool *reinit_pool;
+static int reinit_rc;
+
+static void reinit_in_completion(lull_append *req, int status) {
+    appended(req, status);
+    reinit_rc = lull_journal_init(reinit_journal->loop, reinit_pool,
+                                  reinit_journal, reinit_journal->fd);
+}
+
+TEST_THREADED(journal_init_while_appends_are_in_flight_is_refused) {
+    lull_loop *loop;
+    lull_pool *pool;
+    lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    ncompleted = 0;
+    reinit_journal = &j;
+    reinit_pool = pool;
+    reinit_rc = 1;
+    gate g;
+    gate_hold(loop, pool, &g); /* the batch waits behind it */
+    append(&j, 0);             /* its start task is queued */
+    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), -EBUSY);
+    CHECK_EQ(lull_loop_settle(loop), 1); /* the batch leaves */
+    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), -EBUSY); /* on the pool */
+    sem_post(&g.release);
+    recs[1].index = 1;
+    snprintf(recs[1].text, sizeof recs[1].text, "record %d\n", 1);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 1);
+    CHECK_EQ(lull_journal_append(&j, &recs[1].req, recs[1].text,
+                                 strlen(recs[1].text), reinit_in_completion),
+             0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 2);
+    CHECK_EQ(reinit_rc, 0); /* its batch is done: free */
+    CHECK_EQ(completed[0], 0);
+    CHECK_EQ(completed[1], 1);
+    check_file(2);
+    CHECK(!lull_journal_busy(&j));
+    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    close_journal_case(fd, loop, pool, &g);
+}
+
 /* -------------------------------------------------------- getaddrinfo */
 
 static int lookup_status = 1;

@@ -289,6 +289,47 @@ TEST(reset_table_full) {
     finish(loop, &p);
 }
 
+/* A second tty opened on the terminal (a dup of its fd) while the first
+ * holds it in RAW: the mode it gives back is the one the terminal had
+ * before lull changed it, not the first tty's RAW. Closed in either
+ * order, or reset by lull_tty_reset_mode, the terminal ends as it was. */
+static void second_tty_while_raw(int how) {
+    pty p;
+    struct termios before;
+    term a, b;
+    lull_loop *loop = loop_with_raw_term(&p, &before, &a);
+    int fd2 = dup(p.slave);
+    CHECK(fd2 >= 0);
+    term_init(loop, &b, fd2);
+    CHECK_EQ(lull_tty_set_mode(&b.t, LULL_TTY_MODE_IO), 0);
+    if (how == 2) {
+        lull_tty_reset_mode();
+        CHECK(mode_is(p.slave, &before));
+    }
+    if (how == 1) {
+        term_close_and_wait(loop, &b);
+        term_close_and_wait(loop, &a);
+    } else {
+        term_close_and_wait(loop, &a);
+        term_close_and_wait(loop, &b);
+    }
+    CHECK(mode_is(p.slave, &before));
+    close(fd2);
+    finish(loop, &p);
+}
+
+TEST(second_tty_on_a_raw_terminal_first_closed_first) {
+    second_tty_while_raw(0);
+}
+
+TEST(second_tty_on_a_raw_terminal_second_closed_first) {
+    second_tty_while_raw(1);
+}
+
+TEST(second_tty_on_a_raw_terminal_reset_mode) {
+    second_tty_while_raw(2);
+}
+
 /* ------------------------------------------------------------ bytes */
 
 /* What lull sends arrives on the master; what the master writes arrives
