@@ -2478,6 +2478,7 @@ struct lull_dial {
     int gai_error;       /* getaddrinfo's code when the name failed */
     struct {             /* lull's own */
         lull_loop *loop;
+        /* lookup: unused, the lookup lives apart (src/dial.c) */
         lull_lookup lookup;
         lull_timer timer; /* the next attempt; the whole dial's end */
         lull_task done;   /* the callback's turn */

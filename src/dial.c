@@ -2,10 +2,11 @@
  * Eyeballs") describes, built on the public API (a lookup on the pool,
  * fd watchers, a timer, lull_stream_open for the winner).
  *
- * Owns: the dial's attempts (non-blocking sockets, each watched for
- * writability in io[]), the resolved list and its interleaved order, and
- * the timer that starts the next attempt or ends the dial. The stream the
- * caller gave is untouched until the callback's turn; then
+ * Owns: its lookup while it runs (a block of its own, let go by a
+ * cancel or a timeout, see `resolving`), the dial's attempts (non-blocking
+ * sockets, each watched for writability in io[]), the resolved list and its
+ * interleaved order, and the timer that starts the next attempt or ends the
+ * dial. The stream the caller gave is untouched until the callback's turn; then
  * lull_stream_open takes the winning socket, right before the callback
  * (so nothing is read before its owner could set its callbacks). One
  * thread: the loop's.
@@ -32,6 +33,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,24 @@
 #define D_RESOLVING 0x2u /* the lookup is on the pool */
 #define D_DECIDED   0x4u /* status set; the done task runs the callback */
 #define D_USER_LIST 0x8u /* res is the caller's (lull_dial_start_addrs) */
+
+/* A lookup on the pool, apart from the dial: a lookup already running
+ * cannot be stopped, and a cancel or a timeout must not wait for a slow
+ * resolver (getaddrinfo may take tens of seconds). Such a lookup is let go
+ * (owner NULL): the dial decides at once, and the lookup frees itself and
+ * its answer when it ends. It holds what the pool reads (host, service),
+ * so the dial may be started again, or freed, meanwhile. One allocation,
+ * as the copy of the host it replaces. */
+typedef struct resolving {
+    lull_lookup lookup;
+    lull_dial *owner; /* NULL once let go */
+    char service[8];
+    char host[]; /* d->host points here while the dial resolves */
+} resolving;
+
+static resolving *resolving_of(const lull_dial *d) {
+    return (resolving *)(void *)(d->host - offsetof(resolving, host));
+}
 
 static void on_resolved(lull_lookup *req, int status, struct addrinfo *res);
 static void on_attempt(lull_io *io, int events);
@@ -82,25 +102,26 @@ static void decide(lull_dial *d, int status) {
     for (int i = 0; i < LULL_DIAL_MAX_ATTEMPTS; i++)
         close_attempt(&d->io[i]);
     lull_timer_stop(&d->timer);
-    /* A lookup still on the pool calls back later: the callback waits for
-     * it, so that the caller never frees a dial the pool still holds. One
-     * still queued is cancelled (its callback comes in a later turn), so
-     * that a timeout or a cancel is not held up behind the pool's other
-     * work; one already running is waited for. */
+    /* A lookup still queued on the pool is cancelled: its callback comes
+     * in a later turn and the dial's with it, so that a timeout or a
+     * cancel is not held up behind the pool's other work. One already
+     * running is let go (see resolving): nor behind a slow resolver. */
+    if ((d->state & D_RESOLVING) &&
+        lull_lookup_cancel(&resolving_of(d)->lookup) == 0)
+        return;
     if (d->state & D_RESOLVING) {
-        (void)lull_lookup_cancel(&d->lookup);
-    } else {
-        lull_task_post(d->loop, &d->done);
+        resolving_of(d)->owner = NULL;
+        d->host = NULL;
+        d->state &= ~D_RESOLVING;
     }
+    lull_task_post(d->loop, &d->done);
 }
 
 static void free_resolved(lull_dial *d) {
     if (d->res && !(d->state & D_USER_LIST)) freeaddrinfo(d->res);
     free(d->order);
-    free(d->host);
     d->res = NULL;
     d->order = NULL;
-    d->host = NULL;
     d->n = d->next = 0;
 }
 
@@ -275,7 +296,7 @@ static int interleave(lull_dial *d, struct addrinfo *res) {
 
 static void resolved(lull_dial *d, int status, struct addrinfo *res) {
     d->state &= ~D_RESOLVING;
-    if (d->state & D_DECIDED) { /* cancelled, or timed out, meanwhile */
+    if (d->state & D_DECIDED) { /* cancelled while queued on the pool */
         if (res) freeaddrinfo(res);
         lull_task_post(d->loop, &d->done);
         return;
@@ -300,7 +321,14 @@ static void resolved(lull_dial *d, int status, struct addrinfo *res) {
 }
 
 static void on_resolved(lull_lookup *req, int status, struct addrinfo *res) {
-    lull_dial *d = LULL_CONTAINER_OF(req, lull_dial, lookup);
+    resolving *r = LULL_CONTAINER_OF(req, resolving, lookup);
+    lull_dial *d = r->owner;
+    free(r);
+    if (!d) { /* let go: the dial has ended */
+        if (res) freeaddrinfo(res);
+        return;
+    }
+    d->host = NULL;
     resolved(d, status, res);
 }
 
@@ -347,7 +375,7 @@ static int begin(lull_loop *loop, lull_dial *d, lull_stream *s,
 /* A start that failed after begin: nothing queued, the dial not started. */
 static int abandon(lull_dial *d, int rc) {
     lull_timer_stop(&d->timer);
-    free(d->host);
+    if (d->host) free(resolving_of(d));
     d->host = NULL;
     d->state = 0;
     return rc;
@@ -372,8 +400,13 @@ int lull_dial_start(lull_loop *loop, lull_pool *pool, lull_dial *d,
         return 0;
     }
     if (!pool && (rc = lull_pool_default(&pool)) < 0) return abandon(d, rc);
-    d->host = strdup(host);
-    if (!d->host) return abandon(d, -ENOMEM);
+    size_t hlen = strlen(host) + 1;
+    resolving *r = calloc(1, sizeof *r + hlen);
+    if (!r) return abandon(d, -ENOMEM);
+    r->owner = d;
+    memcpy(r->service, d->service, sizeof r->service);
+    memcpy(r->host, host, hlen);
+    d->host = r->host;
     /* The pool reads the hints when it runs: they must outlive this call. */
     static const struct addrinfo by_family[] = {
         {.ai_family = AF_UNSPEC,
@@ -389,7 +422,7 @@ int lull_dial_start(lull_loop *loop, lull_pool *pool, lull_dial *d,
     int k = hints.ai_family == AF_INET    ? 1
             : hints.ai_family == AF_INET6 ? 2
                                           : 0;
-    rc = lull_lookup_start(loop, pool, &d->lookup, d->host, d->service,
+    rc = lull_lookup_start(loop, pool, &r->lookup, r->host, r->service,
                            &by_family[k], on_resolved);
     if (rc < 0) return abandon(d, rc);
     d->state |= D_RESOLVING;

@@ -289,6 +289,10 @@ struct lull__stream_fds {
     size_t limit;             /* inside on_frame: batches with at < limit
                                  are the frame's */
     bool delivering;          /* on_frame is running: take_fds may take */
+    int lost;                 /* receiving: a framed read's fds were dropped
+                                 (EMFILE ...): the close reason, or 0 */
+    size_t lost_at;           /* ... that read's last byte (the frame that
+                                 holds it fails; compaction moves it) */
 };
 
 /* SCM_MAX_FD: the most fds the kernel passes in one message. */
@@ -735,8 +739,10 @@ static int fds_of_frame(const lull_stream *s, size_t at, size_t end) {
 /* A read from a Unix socket, which may bring fds: they become a batch (see
  * "passing fds"), O_CLOEXEC from the kernel on. Fds the kernel dropped
  * (MSG_CTRUNC: the receiver out of fds, or a peer sending more than fit)
- * cannot be given to their frame: the read fails with EMFILE, the close
- * reason, after closing the ones that did arrive. */
+ * cannot be given to their frame: EMFILE, the close reason, after closing
+ * the ones that did arrive. A framed read keeps its bytes, so that the
+ * frames before that one still arrive (lost, lost_at: deliver_frames
+ * closes the stream at the frame); a raw read fails. */
 static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
     union {
         char buf[CMSG_SPACE(sizeof(int) * FDS_MAX)];
@@ -786,6 +792,11 @@ static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
             close(got[i]);
         free(b);
         if (!err) return n;
+        if (n > 0 && framed(s) && fds_get(s)) {
+            s->fds->lost = err;
+            s->fds->lost_at = last;
+            return n;
+        }
         errno = err;
         return -1;
     }
@@ -1124,9 +1135,11 @@ static const lull_frame_ops stream_ops = {stream_send, stream_close,
  * nothing more holds no 16 MiB. False when the frame can never fit. */
 static bool make_room(lull_stream *s, size_t need) {
     if (s->rstart > 0) {
-        if (s->fds)
+        if (s->fds) {
             for (fd_batch *b = s->fds->in; b; b = b->next)
                 b->at -= s->rstart; /* all at >= rstart: earlier ones went */
+            if (s->fds->lost) s->fds->lost_at -= s->rstart; /* ditto */
+        }
         memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
         s->rend -= s->rstart;
         s->rstart = 0;
@@ -1135,6 +1148,14 @@ static bool make_room(lull_stream *s, size_t need) {
     if (!(s->state & S_OWN_BUF)) return false;
     if (s->rend < s->rcap) return true; /* room for more bytes first */
     return lull__frame_buf_grow(&s->rbuf, &s->rcap, s->rcap + 1, need - HDR);
+}
+
+/* Closes the stream when the frame ending before buffer offset end is the
+ * one whose fds were dropped (see unix_read): true then. */
+static bool fds_lost(lull_stream *s, size_t end) {
+    if (!s->fds || !s->fds->lost || s->fds->lost_at >= end) return false;
+    fail_now(s, -s->fds->lost);
+    return true;
 }
 
 /* Hands every whole buffered frame to on_frame, while reading is on. False
@@ -1147,6 +1168,7 @@ static bool deliver_frames(lull_stream *s) {
             fail_now(s, -EMSGSIZE);
             return false;
         }
+        if (fds_lost(s, s->rstart + HDR + len)) return false;
         if (s->rend - s->rstart < HDR + len) {
             if (HDR + len > s->rcap - s->rstart && !make_room(s, HDR + len)) {
                 fail_now(s, (s->state & S_OWN_BUF) ? -ENOMEM : -EMSGSIZE);
@@ -1172,6 +1194,8 @@ static bool deliver_frames(lull_stream *s) {
             fds_drop_in(s, s->rstart);
         }
     }
+    /* Not a whole header yet, and the dropped fds came with these bytes. */
+    if ((s->state & S_READING) && fds_lost(s, s->rend)) return false;
     if (s->rstart == s->rend) s->rstart = s->rend = 0;
     return true;
 }

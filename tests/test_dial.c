@@ -636,6 +636,98 @@ TEST_THREADED(timeout_ends_a_dial_whose_lookup_waits_on_the_pool) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A resolver that hangs: a lookup of SLOW_NAME (and only that name)
+ * waits on a pipe until the case writes to it, then answers as for
+ * localhost. slow_started says it is waiting. */
+#define SLOW_NAME "slow.lull.test"
+static int slow_pipe[2] = {-1, -1};
+static int slow_started;
+
+int __real_getaddrinfo(const char *node, const char *service,
+                       const struct addrinfo *hints, struct addrinfo **res);
+int __wrap_getaddrinfo(const char *node, const char *service,
+                       const struct addrinfo *hints, struct addrinfo **res) {
+    if (!node || strcmp(node, SLOW_NAME) != 0 ||
+        (hints && (hints->ai_flags & AI_NUMERICHOST))) /* not a lookup */
+        return __real_getaddrinfo(node, service, hints, res);
+    __atomic_store_n(&slow_started, 1, __ATOMIC_RELEASE);
+    char c;
+    while (read(slow_pipe[0], &c, 1) < 0) {
+    }
+    return __real_getaddrinfo("localhost", service, hints, res);
+}
+
+/* Dials SLOW_NAME with o on a pool of one thread, and waits until the
+ * lookup runs (getaddrinfo waiting: no cancel can stop it now). */
+static lull_pool *dial_slow_name(lull_loop *loop, lull_dial *d, lull_stream *s,
+                                 const lull_dial_options *o) {
+    reset();
+    lull_pool *pool = NULL;
+    lull_pool_options po = {.threads = 1};
+    CHECK_EQ(lull_pool_new(&pool, &po), 0);
+    CHECK_EQ(pipe(slow_pipe), 0);
+    slow_started = 0;
+    CHECK_EQ(lull_dial_start(loop, pool, d, s, SLOW_NAME, 9, o, on_dial), 0);
+    while (!__atomic_load_n(&slow_started, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    return pool;
+}
+
+/* The resolver answers at last: the loop runs out (the lookup's answer
+ * dropped, no second callback) and everything is freed. */
+static void end_slow_name(lull_loop *loop, lull_pool *pool) {
+    CHECK_EQ(write(slow_pipe[1], "x", 1), 1);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    close(slow_pipe[0]);
+    close(slow_pipe[1]);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A dial's timeout is the whole dial's, also while getaddrinfo hangs on
+ * the pool (a DNS server that does not answer): the callback gets
+ * -ETIMEDOUT at the deadline, not when the resolver gives up. */
+TEST_THREADED(timeout_ends_a_dial_whose_lookup_hangs) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.timeout_ns = LULL_MS(100)};
+    lull_pool *pool = dial_slow_name(loop, &d, &s, &o);
+    lull_loop_advance(loop, LULL_MS(100));
+    for (int i = 0; i < 10 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    end_slow_name(loop, pool);
+}
+
+/* The same for a cancel: -ECANCELED in a later turn, and the dial may be
+ * started again at once, while the first lookup still hangs. */
+TEST_THREADED(cancel_while_the_lookup_hangs) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_pool *pool = dial_slow_name(loop, &d, &s, NULL);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    for (int i = 0; i < 10 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ECANCELED);
+    int port = 0;
+    int fd = listener(AF_INET, 1, &port);
+    close(fd); /* a port that refuses */
+    CHECK_EQ(
+        lull_dial_start(loop, pool, &d, &s, "127.0.0.1", port, NULL, on_dial),
+        0);
+    for (int i = 0; i < 100 && dial_calls < 2; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 2);
+    CHECK_EQ(dial_status, -ECONNREFUSED);
+    dial_calls = 1; /* end_slow_name counts the first dial's */
+    end_slow_name(loop, pool);
+}
+
 /* Huge durations mean "a long time", never "at once": the deadline and
  * the next attempt's start saturate rather than wrap past the clock. */
 TEST(huge_timeout_and_attempt_delay_do_not_wrap) {

@@ -411,6 +411,46 @@ TEST(fds_dropped_under_low_rlimit_close_the_stream) {
     run_out_free_and_count(loop, before);
 }
 
+/* Frames that came whole, with no fds, in the read that the kernel cut
+ * (MSG_CTRUNC) are the peer's data like any other: they arrive, in order,
+ * and only the frame whose fds were dropped closes the stream (-EMFILE),
+ * as a frame too long is refused after the frames before it. */
+TEST(frames_before_dropped_fds_still_arrive) {
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
+    lull_stream a, b;
+    rx_pair(loop, &a, &b, NULL, 8);
+    CHECK_EQ(lull_stream_read_stop(&b), 0);
+    int fds[40];
+    for (int i = 0; i < 40; i++)
+        fds[i] = i % 3;
+    lull_frame f[3] = {{.bytes = "A", .len = 1},
+                       {.bytes = "B", .len = 1},
+                       {.bytes = "C", .len = 1}};
+    g_released = 0;
+    for (int i = 0; i < 3; i++)
+        f[i].release = count_release;
+    CHECK_EQ(lull_endpoint_send(&a.ep, &f[0]), 0);
+    CHECK_EQ(lull_endpoint_send(&a.ep, &f[1]), 0);
+    CHECK_EQ(lull_stream_send_fds(&a, &f[2], fds, 40), 0);
+    while (g_released < 3) /* all written, waiting in b's socket */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = limit_leaving(4);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    CHECK_EQ(lull_stream_read_start(&b), 0);
+    run_until(loop, &g_rx.closed, 100);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(g_rx.reason, -EMFILE);
+    CHECK_EQ(g_rx.frames, 2);
+    CHECK_EQ(g_rx.tag[0], 'A');
+    CHECK_EQ(g_rx.tag[1], 'B');
+    lull_endpoint_close(&a.ep, 0);
+    run_out_free_and_count(loop, before);
+}
+
 /* A stream opened without LULL_STREAM_FDS reads with recv: the kernel
  * closes the fds a peer passes (none is added to this process), and the
  * frames they came with arrive whole, in order, with none to take. */
