@@ -29,11 +29,11 @@
  * and writes it only in the call that sets the handle up (its _init,
  * lull_server_listen_*, lull_simserver_listen, lull_process_spawn), which
  * clears it with the rest: set it afterwards. A request with no set-up
- * call (lull_listener, lull_fs, lull_append, lull_lookup) keeps what you
- * put there. Zero a lull_fs, lull_lookup, lull_frame or lull_datagram
- * before its first use (`= {0}` or memset): lull reads its own fields there
- * to refuse one still in flight with -EBUSY, and would read garbage (a
- * lull_listener or lull_append needs nothing). A transport's handle
+ * call (lull_listener, lull_fs, lull_append, lull_lookup, lull_dial) keeps
+ * what you put there. Zero a lull_fs, lull_lookup, lull_dial, lull_frame or
+ * lull_datagram before its first use (`= {0}` or memset): lull reads its own
+ * fields there to refuse one still in flight with -EBUSY, and would read
+ * garbage (a lull_listener or lull_append needs nothing). A transport's handle
  * (lull_stream, lull_loopback, lull_simconn) uses its endpoint's: ep.data,
  * which every set-up keeps. The exception is lull_timer, which stays
  * at 48 bytes (a timer costs 64 with its heap slot, the target
