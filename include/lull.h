@@ -958,7 +958,9 @@ typedef struct lull_stream_options { /* all zero = defaults */
                                         framed, it grows to hold a frame */
     uint64_t connect_timeout_ns;     /* 0 = the kernel's (minutes) */
     uint64_t idle_timeout_ns;        /* nothing read or written this long:
-                                        close with -ETIMEDOUT; 0 = never */
+                                        close with -ETIMEDOUT; 0 = never.
+                                        Not counted while reading is
+                                        paused and nothing is queued */
     size_t max_queued;               /* 0 = no bound (lull_endpoint) */
     unsigned flags;                  /* LULL_STREAM_* */
 } lull_stream_options;

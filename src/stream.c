@@ -78,7 +78,8 @@
  *                           or a close callback owed
  *   Next deadline or retry  none, but the configured connect/idle timeout
  *                           (one timer; the idle one is re-armed lazily, at
- *                           most once per timeout, not per read)
+ *                           most once per timeout, not per read; stopped
+ *                           while reading is paused with nothing queued)
  *   Quiet condition         queue empty: no task queued, no writable
  *                           interest; an idle stream only waits in epoll
  * and for a server: trigger a waiting connection; pending-work predicate
@@ -1067,11 +1068,26 @@ static void flush_task(lull_task *t) {
 }
 LULL__OWN_NAME(flush_task, "lull_stream write flush", lull_stream, flush);
 
+/* The idle clock starts now: at a resume, or at a send that starts the
+ * queue of a paused stream. The timer, stopped by on_timer on a stream
+ * paused with nothing to write, is armed again: only then, so a paused
+ * stream's sends pay a timer arm at most once per pause that outlasted
+ * the timeout, and otherwise a store of the cached now. */
+static void idle_restart(lull_stream *s) {
+    s->active_ns = lull_loop_now(s->loop);
+    if ((s->state & S_CONNECTED) && !lull_timer_active(&s->timer))
+        lull_timer_start(&s->timer, s->idle_ns, 0);
+}
+
 static void stream_send(lull_endpoint *ep, lull_frame *frame) {
     lull_stream *s = stream_of(ep);
     LULL_ASSERT_LOOP_THREAD(s->loop);
     if (lull__stream_inherited(s))
         adopt(s); /* before the frame joins the queue */
+    /* Paused, the idle clock runs only while writes wait (on_timer): from
+     * the send that starts the queue. */
+    if (LULL_UNLIKELY(s->idle_ns && !s->head && !(s->state & S_READING)))
+        idle_restart(s);
     append(&s->head, &s->tail, frame);
     if ((s->state & (S_CONNECTED | S_BLOCKED)) == S_CONNECTED) {
         if (ep->queued >= ep->high_water) {
@@ -1304,7 +1320,13 @@ static void on_timer(lull_timer *t) {
     /* Idle: the timer is re-armed for what is left rather than on every
      * read and write, so an active stream pays nothing per operation. */
     uint64_t now = lull_loop_now(s->loop), idle = now - s->active_ns;
-    if (idle >= s->idle_ns) {
+    if (!(s->state & S_READING) && !s->head) {
+        /* Paused by the owner with nothing to write: the owner is holding
+         * the stream (a proxy's backpressure), the stream is not idle.
+         * The timer stays stopped (a paused stream is quiet); the resume
+         * or a send that finds the queue empty starts the clock again
+         * (idle_restart). */
+    } else if (idle >= s->idle_ns) {
         fail_now(s, -ETIMEDOUT);
     } else {
         lull_timer_start(&s->timer, s->idle_ns - idle, 0);
@@ -1665,6 +1687,7 @@ int lull_stream_read_start(lull_stream *s) {
     LULL_ASSERT_LOOP_THREAD(s->loop);
     if (s->state & S_READING) return 0;
     s->state |= S_READING;
+    if (s->idle_ns) idle_restart(s);
     if (!(s->state & S_CONNECTED)) return 0;
     update_io(s);
     /* Frames that arrived before the pause: a later turn, not this call. */

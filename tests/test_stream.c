@@ -1424,6 +1424,57 @@ TEST(idle_timeout) {
     free_loop(loop);
 }
 
+/* Reading paused by the owner (a proxy holding back a client while its
+ * backend catches up) with nothing queued to write: the stream is not
+ * idle, the owner is, and the idle clock does not run. It used to close
+ * with -ETIMEDOUT one idle_timeout_ns after the pause. After the resume
+ * the clock runs again, from the resume. */
+TEST(idle_timeout_does_not_run_while_paused_by_the_owner) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    counter a, b;
+    lull_stream_options o = {.idle_timeout_ns = 1000000000};
+    counters(loop, &a, &b, &o, NULL);
+    lull_loop_advance(loop, 500000000);
+    CHECK_EQ(lull_stream_read_stop(&a.s), 0);
+    lull_loop_advance(loop, 5000000000u); /* 5 s paused */
+    CHECK_EQ(a.closes, 0);
+    CHECK(!lull_timer_active(&a.s.timer)); /* quiet while paused */
+    CHECK_EQ(lull_stream_read_start(&a.s), 0);
+    lull_loop_advance(loop, 900000000); /* 0.9 s after the resume */
+    CHECK_EQ(a.closes, 0);
+    lull_loop_advance(loop, 1100000000); /* 2 s after it */
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ETIMEDOUT);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
+/* Paused, but with writes queued that the peer does not take: that is a
+ * stalled peer, and the idle clock runs from the send that found the
+ * queue empty, as for a stream that reads. */
+TEST(idle_timeout_runs_while_paused_with_writes_stuck) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    counter a, b;
+    lull_stream_options o = {.idle_timeout_ns = 1000000000};
+    counters(loop, &a, &b, &o, NULL);
+    CHECK_EQ(lull_stream_read_stop(&b.s), 0); /* the peer takes nothing */
+    CHECK_EQ(lull_stream_read_stop(&a.s), 0);
+    lull_loop_advance(loop, 3000000000u); /* paused, nothing queued */
+    CHECK_EQ(a.closes, 0);
+    static char big[8 << 20];
+    lull_frame f = {.bytes = big, .len = sizeof big};
+    CHECK_EQ(lull_endpoint_send(&a.s.ep, &f), 0);
+    lull_loop_advance(loop, 900000000);
+    CHECK(a.s.ep.queued > 0); /* the socket is full */
+    CHECK_EQ(a.closes, 0);
+    lull_loop_advance(loop, 200000000); /* 1.1 s after the send */
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ETIMEDOUT);
+    CHECK(!f.in_flight);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 TEST(sends_before_connect_are_queued) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     acceptor acc = {0};
