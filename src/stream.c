@@ -1099,17 +1099,24 @@ static void stream_send(lull_endpoint *ep, lull_frame *frame) {
     if (ep->queued >= ep->high_water) s->state |= S_FULL;
 }
 
+/* One last try before a close, so that a reply queued just before it
+ * leaves, as far as the socket takes it now; what was written goes to
+ * done. Not from a forked copy (a child closing what it inherited): what
+ * is queued there is the parent's too, and would reach the peer twice. A
+ * failed write leaves its queue empty (write_failed), so nothing is tried
+ * twice. */
+static void last_write(lull_stream *s, lull_frame **done,
+                       lull_frame **done_tail) {
+    if ((s->state & S_CONNECTED) && s->head && !lull__stream_inherited(s))
+        (void)write_out(s, done, done_tail);
+}
+
 static void stream_close(lull_endpoint *ep, int reason) {
     (void)reason; /* a socket cannot carry it: the peer reads EOF */
     lull_stream *s = stream_of(ep);
     LULL_ASSERT_LOOP_THREAD(s->loop);
     lull_frame *done = NULL, *done_tail = NULL;
-    /* One last try, so that a reply queued just before the close leaves.
-     * Not from a forked copy (a child closing what it inherited): what is
-     * queued there is the parent's too, and would reach the peer twice. */
-    if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head &&
-        !lull__stream_inherited(s))
-        (void)write_out(s, &done, &done_tail);
+    last_write(s, &done, &done_tail);
     lull_frame *list = teardown(s);
     /* One free path: the close callback runs for this close too, in a later
      * turn, so the owner frees in one place whoever closed. Without one, the
@@ -1294,7 +1301,12 @@ static void event_task(lull_task *t) {
      * (a send past max_queued) is a close while connecting, which has no
      * connect callback, and it took `error`, the connect's result. */
     if (s->state & S_FAIL) {
-        fail_now(s, s->error);
+        /* The sends accepted before the failure (a send past max_queued
+         * refused after them in the same callback) get the last write a
+         * close gives them: the flush point skipped the failing stream. */
+        lull_frame *done = NULL, *done_tail = NULL;
+        last_write(s, &done, &done_tail);
+        close_now(s, s->error, done, NULL);
         return;
     }
     if (s->state & S_CONNECT_CB) {

@@ -3533,6 +3533,35 @@ TEST(max_queued_copy_then_local_close) {
     free_loop(loop);
 }
 
+/* Frames accepted before the send refused past max_queued, in the same
+ * callback, are still written (docs/API.md: "as far as the socket took
+ * them"), as lull_endpoint_close makes one last write: the peer gets
+ * them, then EOF. They were released unwritten: the flush point skipped a
+ * failing stream, and its close turn wrote nothing. */
+TEST(max_queued_refusal_still_writes_what_was_accepted) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options oa = {.max_queued = 100};
+    counters(loop, &a, &b, &oa, NULL);
+    g_released = 0;
+    static char buf[60];
+    lull_frame f1 = {.bytes = buf, .len = sizeof buf, .release = count_release};
+    lull_frame f2 = f1;
+    CHECK_EQ(lull_endpoint_send(&a.s.ep, &f1), 0);
+    CHECK_EQ(lull_endpoint_send(&a.s.ep, &f2), -ENOBUFS);
+    for (int i = 0; i < 100 && !b.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ENOBUFS);
+    CHECK_EQ(g_released, 1);
+    CHECK_U64_EQ(a.s.bytes_written, 4 + sizeof buf);
+    CHECK_EQ(b.frames, 1); /* the accepted frame, then the EOF */
+    CHECK_EQ(b.closes, 1);
+    CHECK_EQ(b.reason, 0);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 /* `data` is the user's: lull keeps it through every set-up (open, accept,
  * connect) and never writes it. */
 TEST(endpoint_data_survives_set_up) {
