@@ -1160,10 +1160,13 @@ static bool make_room(lull_stream *s, size_t need) {
     return lull__frame_buf_grow(&s->rbuf, &s->rcap, s->rcap + 1, need - HDR);
 }
 
-/* Hands every whole buffered frame to on_frame, while reading is on. False
- * when the stream closed. */
+/* Hands every whole buffered frame to on_frame, while reading is on and
+ * the stream is not closing (S_FAIL: a send refused past max_queued inside
+ * an on_frame stops the frames behind it, as a failing loopback end gets
+ * none). False when the stream closed. */
 static bool deliver_frames(lull_stream *s) {
-    while ((s->state & S_READING) && s->rend - s->rstart >= HDR) {
+    while ((s->state & (S_READING | S_FAIL)) == S_READING &&
+           s->rend - s->rstart >= HDR) {
         const unsigned char *p = s->rbuf + s->rstart;
         size_t len = lull__frame_len(p);
         if (len > s->ep.max_frame) {

@@ -3515,6 +3515,46 @@ TEST(max_queued_refuses_and_closes) {
     free_loop(loop);
 }
 
+/* A server that answers each request, refused past max_queued in the
+ * middle of a pipelined batch: the stream is closing, and the requests
+ * behind that one are not handed to on_frame any more (a loopback end
+ * that failed so gets none either; Redis stops reading a client it
+ * closes). They were: each ran, its reply refused with -EPIPE, its effect
+ * done for a client that never hears of it. */
+static int g_answers, g_answer_errors;
+static void answer_frame(lull_endpoint *ep, const void *b, size_t n) {
+    count_frame(ep, b, n);
+    static const char reply[60];
+    int rc = lull_endpoint_send_copy(ep, reply, sizeof reply);
+    if (rc == 0) {
+        g_answers++;
+    } else {
+        g_answer_errors++;
+        CHECK_EQ(rc, g_answer_errors == 1 ? -ENOBUFS : -EPIPE);
+    }
+}
+
+TEST(max_queued_refusal_stops_delivering_the_batch_behind_it) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options oa = {.max_queued = 100};
+    counters(loop, &a, &b, &oa, NULL);
+    lull_endpoint_set_callbacks(&a.s.ep, answer_frame, NULL, count_close);
+    CHECK_EQ(lull_stream_read_stop(&b.s), 0); /* b reads no reply */
+    g_answers = g_answer_errors = 0;
+    for (int i = 0; i < 5; i++) /* one writev: one read on a's side */
+        CHECK_EQ(lull_endpoint_send_copy(&b.s.ep, "req", 3), 0);
+    for (int i = 0; i < 100 && !a.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ENOBUFS);
+    CHECK_EQ(g_answers, 1);
+    CHECK_EQ(g_answer_errors, 1);
+    CHECK_EQ(a.frames, 2); /* the request refused, and none after it */
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 /* The copy path is bounded the same way; a close by the owner before the
  * close turn replaces the -ENOBUFS with its own reason, once. */
 TEST(max_queued_copy_then_local_close) {
