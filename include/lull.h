@@ -304,7 +304,8 @@ LULL_EXTERN int lull_timer_init(lull_loop *loop, lull_timer *timer,
  * pays one reading, and is late by at most the work the callback does
  * after the arm and before that point). Deadlines saturate at
  * UINT64_MAX (never, on the real clock); a repeating timer that fires at
- * UINT64_MAX has no next period and stops. */
+ * UINT64_MAX has no next period and stops, and a delayed arm made with a
+ * virtual clock at UINT64_MAX arms nothing. */
 LULL_EXTERN void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
                                   uint64_t repeat_ns);
 LULL_EXTERN void lull_timer_stop(lull_timer *timer);
@@ -957,7 +958,9 @@ typedef struct lull_stream_options { /* all zero = defaults */
                                         framed, it grows to hold a frame */
     uint64_t connect_timeout_ns;     /* 0 = the kernel's (minutes) */
     uint64_t idle_timeout_ns;        /* nothing read or written this long:
-                                        close with -ETIMEDOUT; 0 = never */
+                                        close with -ETIMEDOUT; 0 = never.
+                                        Not counted while reading is
+                                        paused and nothing is queued */
     size_t max_queued;               /* 0 = no bound (lull_endpoint) */
     unsigned flags;                  /* LULL_STREAM_* */
 } lull_stream_options;

@@ -78,7 +78,8 @@
  *                           or a close callback owed
  *   Next deadline or retry  none, but the configured connect/idle timeout
  *                           (one timer; the idle one is re-armed lazily, at
- *                           most once per timeout, not per read)
+ *                           most once per timeout, not per read; stopped
+ *                           while reading is paused with nothing queued)
  *   Quiet condition         queue empty: no task queued, no writable
  *                           interest; an idle stream only waits in epoll
  * and for a server: trigger a waiting connection; pending-work predicate
@@ -1078,11 +1079,26 @@ static void flush_task(lull_task *t) {
 }
 LULL__OWN_NAME(flush_task, "lull_stream write flush", lull_stream, flush);
 
+/* The idle clock starts now: at a resume, or at a send that starts the
+ * queue of a paused stream. The timer, stopped by on_timer on a stream
+ * paused with nothing to write, is armed again: only then, so a paused
+ * stream's sends pay a timer arm at most once per pause that outlasted
+ * the timeout, and otherwise a store of the cached now. */
+static void idle_restart(lull_stream *s) {
+    s->active_ns = lull_loop_now(s->loop);
+    if ((s->state & S_CONNECTED) && !lull_timer_active(&s->timer))
+        lull_timer_start(&s->timer, s->idle_ns, 0);
+}
+
 static void stream_send(lull_endpoint *ep, lull_frame *frame) {
     lull_stream *s = stream_of(ep);
     LULL_ASSERT_LOOP_THREAD(s->loop);
     if (lull__stream_inherited(s))
         adopt(s); /* before the frame joins the queue */
+    /* Paused, the idle clock runs only while writes wait (on_timer): from
+     * the send that starts the queue. */
+    if (LULL_UNLIKELY(s->idle_ns && !s->head && !(s->state & S_READING)))
+        idle_restart(s);
     append(&s->head, &s->tail, frame);
     if ((s->state & (S_CONNECTED | S_BLOCKED)) == S_CONNECTED) {
         if (ep->queued >= ep->high_water) {
@@ -1094,17 +1110,24 @@ static void stream_send(lull_endpoint *ep, lull_frame *frame) {
     if (ep->queued >= ep->high_water) s->state |= S_FULL;
 }
 
+/* One last try before a close, so that a reply queued just before it
+ * leaves, as far as the socket takes it now; what was written goes to
+ * done. Not from a forked copy (a child closing what it inherited): what
+ * is queued there is the parent's too, and would reach the peer twice. A
+ * failed write leaves its queue empty (write_failed), so nothing is tried
+ * twice. */
+static void last_write(lull_stream *s, lull_frame **done,
+                       lull_frame **done_tail) {
+    if ((s->state & S_CONNECTED) && s->head && !lull__stream_inherited(s))
+        (void)write_out(s, done, done_tail);
+}
+
 static void stream_close(lull_endpoint *ep, int reason) {
     (void)reason; /* a socket cannot carry it: the peer reads EOF */
     lull_stream *s = stream_of(ep);
     LULL_ASSERT_LOOP_THREAD(s->loop);
     lull_frame *done = NULL, *done_tail = NULL;
-    /* One last try, so that a reply queued just before the close leaves.
-     * Not from a forked copy (a child closing what it inherited): what is
-     * queued there is the parent's too, and would reach the peer twice. */
-    if ((s->state & (S_CONNECTED | S_FAIL)) == S_CONNECTED && s->head &&
-        !lull__stream_inherited(s))
-        (void)write_out(s, &done, &done_tail);
+    last_write(s, &done, &done_tail);
     lull_frame *list = teardown(s);
     /* One free path: the close callback runs for this close too, in a later
      * turn, so the owner frees in one place whoever closed. Without one, the
@@ -1158,10 +1181,13 @@ static bool fds_lost(lull_stream *s, size_t end) {
     return true;
 }
 
-/* Hands every whole buffered frame to on_frame, while reading is on. False
- * when the stream closed. */
+/* Hands every whole buffered frame to on_frame, while reading is on and
+ * the stream is not closing (S_FAIL: a send refused past max_queued inside
+ * an on_frame stops the frames behind it, as a failing loopback end gets
+ * none). False when the stream closed. */
 static bool deliver_frames(lull_stream *s) {
-    while ((s->state & S_READING) && s->rend - s->rstart >= HDR) {
+    while ((s->state & (S_READING | S_FAIL)) == S_READING &&
+           s->rend - s->rstart >= HDR) {
         const unsigned char *p = s->rbuf + s->rstart;
         size_t len = lull__frame_len(p);
         if (len > s->ep.max_frame) {
@@ -1195,7 +1221,8 @@ static bool deliver_frames(lull_stream *s) {
         }
     }
     /* Not a whole header yet, and the dropped fds came with these bytes. */
-    if ((s->state & S_READING) && fds_lost(s, s->rend)) return false;
+    if ((s->state & (S_READING | S_FAIL)) == S_READING && fds_lost(s, s->rend))
+        return false;
     if (s->rstart == s->rend) s->rstart = s->rend = 0;
     return true;
 }
@@ -1302,7 +1329,12 @@ static void event_task(lull_task *t) {
      * (a send past max_queued) is a close while connecting, which has no
      * connect callback, and it took `error`, the connect's result. */
     if (s->state & S_FAIL) {
-        fail_now(s, s->error);
+        /* The sends accepted before the failure (a send past max_queued
+         * refused after them in the same callback) get the last write a
+         * close gives them: the flush point skipped the failing stream. */
+        lull_frame *done = NULL, *done_tail = NULL;
+        last_write(s, &done, &done_tail);
+        close_now(s, s->error, done, NULL);
         return;
     }
     if (s->state & S_CONNECT_CB) {
@@ -1328,7 +1360,13 @@ static void on_timer(lull_timer *t) {
     /* Idle: the timer is re-armed for what is left rather than on every
      * read and write, so an active stream pays nothing per operation. */
     uint64_t now = lull_loop_now(s->loop), idle = now - s->active_ns;
-    if (idle >= s->idle_ns) {
+    if (!(s->state & S_READING) && !s->head) {
+        /* Paused by the owner with nothing to write: the owner is holding
+         * the stream (a proxy's backpressure), the stream is not idle.
+         * The timer stays stopped (a paused stream is quiet); the resume
+         * or a send that finds the queue empty starts the clock again
+         * (idle_restart). */
+    } else if (idle >= s->idle_ns) {
         fail_now(s, -ETIMEDOUT);
     } else {
         lull_timer_start(&s->timer, s->idle_ns - idle, 0);
@@ -1689,6 +1727,7 @@ int lull_stream_read_start(lull_stream *s) {
     LULL_ASSERT_LOOP_THREAD(s->loop);
     if (s->state & S_READING) return 0;
     s->state |= S_READING;
+    if (s->idle_ns) idle_restart(s);
     if (!(s->state & S_CONNECTED)) return 0;
     update_io(s);
     /* Frames that arrived before the pause: a later turn, not this call. */

@@ -75,7 +75,9 @@
  * Deadlines saturate at UINT64_MAX (a delay that would pass it never
  * fires, unless the clock itself is there: a virtual clock advanced by
  * UINT64_MAX fires every timer then armed at once) instead of wrapping into
- * the past, deferred or not. Zero-delay
+ * the past, deferred or not. A delayed arm made when a virtual clock is at
+ * UINT64_MAX arms nothing: its deadline is past the end, and saturated it
+ * would be due at once, again at each re-arm (a spin). Zero-delay
  * arms read no clock either way (C3). Timers armed one after another by
  * their own readings get deadlines in arm order, and fire together when
  * they are due by the same expiry; arms one reading flushes with equal
@@ -300,7 +302,12 @@ static inline uint64_t arm_time(lull_loop *loop) {
  * deferred; elsewhere counted from arm_time. */
 static inline void arm_delayed(lull_loop *loop, lull_timer *t, uint64_t delay) {
     if (!arm_deferred(loop)) {
-        heap_add(loop, t, saturating_add(arm_time(loop), delay));
+        uint64_t now = arm_time(loop);
+        /* A virtual clock at its end: now + delay is past it and never
+         * comes. Saturated to UINT64_MAX it would be due at once, and a
+         * timer that re-arms itself would fire at every iteration. */
+        if (LULL_UNLIKELY(now == UINT64_MAX)) return;
+        heap_add(loop, t, saturating_add(now, delay));
     } else if (callback_has_read(loop)) {
         if (heap_try_defer(loop, t, delay))
             defer_ends_soon(loop);

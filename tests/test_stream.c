@@ -1424,6 +1424,57 @@ TEST(idle_timeout) {
     free_loop(loop);
 }
 
+/* Reading paused by the owner (a proxy holding back a client while its
+ * backend catches up) with nothing queued to write: the stream is not
+ * idle, the owner is, and the idle clock does not run. It used to close
+ * with -ETIMEDOUT one idle_timeout_ns after the pause. After the resume
+ * the clock runs again, from the resume. */
+TEST(idle_timeout_does_not_run_while_paused_by_the_owner) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    counter a, b;
+    lull_stream_options o = {.idle_timeout_ns = 1000000000};
+    counters(loop, &a, &b, &o, NULL);
+    lull_loop_advance(loop, 500000000);
+    CHECK_EQ(lull_stream_read_stop(&a.s), 0);
+    lull_loop_advance(loop, 5000000000u); /* 5 s paused */
+    CHECK_EQ(a.closes, 0);
+    CHECK(!lull_timer_active(&a.s.timer)); /* quiet while paused */
+    CHECK_EQ(lull_stream_read_start(&a.s), 0);
+    lull_loop_advance(loop, 900000000); /* 0.9 s after the resume */
+    CHECK_EQ(a.closes, 0);
+    lull_loop_advance(loop, 1100000000); /* 2 s after it */
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ETIMEDOUT);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
+/* Paused, but with writes queued that the peer does not take: that is a
+ * stalled peer, and the idle clock runs from the send that found the
+ * queue empty, as for a stream that reads. */
+TEST(idle_timeout_runs_while_paused_with_writes_stuck) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    counter a, b;
+    lull_stream_options o = {.idle_timeout_ns = 1000000000};
+    counters(loop, &a, &b, &o, NULL);
+    CHECK_EQ(lull_stream_read_stop(&b.s), 0); /* the peer takes nothing */
+    CHECK_EQ(lull_stream_read_stop(&a.s), 0);
+    lull_loop_advance(loop, 3000000000u); /* paused, nothing queued */
+    CHECK_EQ(a.closes, 0);
+    static char big[8 << 20];
+    lull_frame f = {.bytes = big, .len = sizeof big};
+    CHECK_EQ(lull_endpoint_send(&a.s.ep, &f), 0);
+    lull_loop_advance(loop, 900000000);
+    CHECK(a.s.ep.queued > 0); /* the socket is full */
+    CHECK_EQ(a.closes, 0);
+    lull_loop_advance(loop, 200000000); /* 1.1 s after the send */
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ETIMEDOUT);
+    CHECK(!f.in_flight);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 TEST(sends_before_connect_are_queued) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     acceptor acc = {0};
@@ -3464,6 +3515,46 @@ TEST(max_queued_refuses_and_closes) {
     free_loop(loop);
 }
 
+/* A server that answers each request, refused past max_queued in the
+ * middle of a pipelined batch: the stream is closing, and the requests
+ * behind that one are not handed to on_frame any more (a loopback end
+ * that failed so gets none either; Redis stops reading a client it
+ * closes). They were: each ran, its reply refused with -EPIPE, its effect
+ * done for a client that never hears of it. */
+static int g_answers, g_answer_errors;
+static void answer_frame(lull_endpoint *ep, const void *b, size_t n) {
+    count_frame(ep, b, n);
+    static const char reply[60];
+    int rc = lull_endpoint_send_copy(ep, reply, sizeof reply);
+    if (rc == 0) {
+        g_answers++;
+    } else {
+        g_answer_errors++;
+        CHECK_EQ(rc, g_answer_errors == 1 ? -ENOBUFS : -EPIPE);
+    }
+}
+
+TEST(max_queued_refusal_stops_delivering_the_batch_behind_it) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options oa = {.max_queued = 100};
+    counters(loop, &a, &b, &oa, NULL);
+    lull_endpoint_set_callbacks(&a.s.ep, answer_frame, NULL, count_close);
+    CHECK_EQ(lull_stream_read_stop(&b.s), 0); /* b reads no reply */
+    g_answers = g_answer_errors = 0;
+    for (int i = 0; i < 5; i++) /* one writev: one read on a's side */
+        CHECK_EQ(lull_endpoint_send_copy(&b.s.ep, "req", 3), 0);
+    for (int i = 0; i < 100 && !a.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ENOBUFS);
+    CHECK_EQ(g_answers, 1);
+    CHECK_EQ(g_answer_errors, 1);
+    CHECK_EQ(a.frames, 2); /* the request refused, and none after it */
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 /* The copy path is bounded the same way; a close by the owner before the
  * close turn replaces the -ENOBUFS with its own reason, once. */
 TEST(max_queued_copy_then_local_close) {
@@ -3478,6 +3569,35 @@ TEST(max_queued_copy_then_local_close) {
     CHECK(lull_loop_settle(loop) >= 1);
     CHECK_EQ(a.closes, 1);
     CHECK_EQ(a.reason, 7);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
+/* Frames accepted before the send refused past max_queued, in the same
+ * callback, are still written (docs/API.md: "as far as the socket took
+ * them"), as lull_endpoint_close makes one last write: the peer gets
+ * them, then EOF. They were released unwritten: the flush point skipped a
+ * failing stream, and its close turn wrote nothing. */
+TEST(max_queued_refusal_still_writes_what_was_accepted) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options oa = {.max_queued = 100};
+    counters(loop, &a, &b, &oa, NULL);
+    g_released = 0;
+    static char buf[60];
+    lull_frame f1 = {.bytes = buf, .len = sizeof buf, .release = count_release};
+    lull_frame f2 = f1;
+    CHECK_EQ(lull_endpoint_send(&a.s.ep, &f1), 0);
+    CHECK_EQ(lull_endpoint_send(&a.s.ep, &f2), -ENOBUFS);
+    for (int i = 0; i < 100 && !b.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ENOBUFS);
+    CHECK_EQ(g_released, 1);
+    CHECK_U64_EQ(a.s.bytes_written, 4 + sizeof buf);
+    CHECK_EQ(b.frames, 1); /* the accepted frame, then the EOF */
+    CHECK_EQ(b.closes, 1);
+    CHECK_EQ(b.reason, 0);
     close_pair(loop, &a, &b);
     free_loop(loop);
 }

@@ -1696,3 +1696,55 @@ TEST(duration_macros) {
     CHECK_U64_EQ(it[0].fired_at, LULL_MS(250));
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A one-shot timer that re-arms itself with a delay from its own callback
+ * (a heartbeat written the libuv way) near the end of virtual time: once
+ * the clock is at UINT64_MAX, now + delay is past it, where no clock
+ * goes, so the re-arm never fires, as a repeat that fires there has no
+ * next period. It fired at every iteration instead, for ever:
+ * lull_loop_advance and an auto-advancing lull_loop_run never returned.
+ * The callback stops re-arming after 100 fires, so the old spin fails the
+ * case rather than hang it. */
+static int end_fires;
+static uint64_t end_fired_at[2];
+static void rearm_self_until_100(lull_timer *t) {
+    if (end_fires < 2) end_fired_at[end_fires] = lull_loop_now(the_loop);
+    if (++end_fires < 100) lull_timer_start(t, 5, 0);
+}
+
+TEST(rearm_at_the_end_of_virtual_time_does_not_spin) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_timer t;
+    lull_timer_init(loop, &t, rearm_self_until_100);
+    lull_loop_advance(loop, UINT64_MAX - 5 - lull_loop_now(loop));
+    end_fires = 0;
+    lull_timer_start(&t, 0, 0); /* fires at UINT64_MAX - 5, then at the end */
+    lull_loop_advance(loop, UINT64_MAX);
+    CHECK_EQ(end_fires, 2);
+    CHECK_U64_EQ(end_fired_at[0], UINT64_MAX - 5);
+    CHECK_U64_EQ(end_fired_at[1], UINT64_MAX);
+    CHECK(!lull_timer_active(&t));
+
+    /* At the end already, a delayed arm is never: not armed at all. */
+    end_fires = 0;
+    lull_timer_start(&t, 1, 0);
+    CHECK(!lull_timer_active(&t));
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_EQ(end_fires, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+
+    /* An auto-advancing run jumps to the saturated deadline, fires it once,
+     * and returns. */
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL,
+                           .flags = LULL_LOOP_AUTO_ADVANCE};
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    lull_timer_init(loop, &t, rearm_self_until_100);
+    end_fires = 0;
+    lull_timer_start(&t, UINT64_MAX, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(end_fires, 1);
+    CHECK_U64_EQ(end_fired_at[0], UINT64_MAX);
+    CHECK(!lull_timer_active(&t));
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

@@ -370,9 +370,15 @@ TEST(saturated_repeating_timer_fires_once_at_the_end_of_time) {
     CHECK_EQ(v[0].runs, 1);
     CHECK_U64_EQ(lull_loop_now(loop), UINT64_MAX);
     CHECK(!lull_timer_active(&v[0].timer));
-    /* At the end of time every arm is due at once, and a repeat ends after
-     * its first fire. */
+    /* At the end of time a delayed arm is past it: it arms nothing (it was
+     * due at once, so a timer re-armed from its own callback fired for
+     * ever: test_timer, rearm_at_the_end_of_virtual_time_does_not_spin).
+     * A zero-delay repeat runs its turn and has no next period. */
     lull_timer_start(&v[0].timer, 5, 5);
+    CHECK(!lull_timer_active(&v[0].timer));
+    lull_loop_advance(loop, 10);
+    CHECK_EQ(v[0].runs, 1);
+    lull_timer_start(&v[0].timer, 0, 5);
     lull_loop_advance(loop, 10);
     CHECK_EQ(v[0].runs, 2);
     CHECK(!lull_timer_active(&v[0].timer));
