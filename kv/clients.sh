@@ -4,6 +4,10 @@
 #   reset_peer_named  a TCP client that sent a request and reset before
 #                     lull-kv accepted it is named "?:0" in the log, as
 #                     Redis names it (it was "unix")
+#   info_sections     INFO, INFO server|all|everything|default, and named
+#                     sections in any order give the sections a
+#                     redis-server 7 gives, in its order (compared with
+#                     one when installed), with its # Server fields
 #   clients.sh <path to lull-kv> <case>
 # Prints one line and exits 0 when redis-cli (or the case's python3) is
 # not installed.
@@ -43,6 +47,52 @@ PY
         fail "the reset TCP client misnamed: $(grep 'AUTH failed' "$dir/p.out")"
     [ "$(redis-cli -p "$started_port" -a pw --no-auth-warning PING)" = PONG ] ||
         fail "PING after the reset client"
+}
+
+case_info_sections() {
+    start k --port 0
+    local kport=$started_port
+    if command -v redis-server >/dev/null 2>&1; then
+        redis-server --port 0 --unixsocket "$dir/r.sock" --save '' \
+            --appendonly no >"$dir/redis.out" 2>&1 &
+        pids="$pids $!"
+        rup() { redis-cli -s "$dir/r.sock" PING 2>/dev/null | grep -q PONG; }
+        eventually rup || fail "redis-server did not start"
+    else
+        echo "redis-server not installed: lull-kv's own order checked"
+    fi
+    # heads ARGS...: the section names INFO ARGS gives, lull-kv's own only.
+    heads() {
+        tr -d '\r' | sed -n 's/^# //p' |
+            grep -xE 'Server|Clients|Memory|Stats|Replication|Keyspace' |
+            tr '\n' ' '
+    }
+    local q want got
+    for q in "" server all everything default "keyspace server" \
+        "Clients SERVER stats"; do
+        # shellcheck disable=SC2086 # the sections are words
+        got=$(redis-cli -p "$kport" INFO $q | heads)
+        if [ -S "$dir/r.sock" ]; then
+            # shellcheck disable=SC2086
+            want=$(redis-cli -s "$dir/r.sock" INFO $q | heads)
+        else
+            case $q in
+            server) want="Server " ;;
+            "keyspace server") want="Server Keyspace " ;;
+            "Clients SERVER stats") want="Server Clients Stats " ;;
+            *) want="Server Clients Memory Stats Replication Keyspace " ;;
+            esac
+        fi
+        [ "$got" = "$want" ] || fail "INFO $q: '$got', redis-server '$want'"
+    done
+    local f
+    for f in redis_version redis_mode os arch_bits process_id tcp_port \
+        uptime_in_seconds; do
+        redis-cli -p "$kport" INFO server | tr -d '\r' | grep -q "^$f:." ||
+            fail "INFO server has no $f"
+    done
+    [ "$(redis-cli -p "$kport" INFO server | tr -d '\r' | sed -n 's/^tcp_port://p')" = "$kport" ] ||
+        fail "tcp_port is not $kport"
 }
 
 declare -F "case_$case_name" >/dev/null || fail "no case $case_name"

@@ -1023,7 +1023,7 @@ int main(int argc, char **argv) {
             nlis++;
             srv.listening++;
             want = lull_server_port(&l->ls);
-            if (!t && b == 0) srv.port = want;
+            if (!t && b == 0) srv.port = srv.kv.tcp_port = want;
             char at[80];
             addr_text(at, sizeof at, bind[b], want);
             snprintf(l->at, sizeof l->at, "%s%s", t ? "tls " : "", at);
