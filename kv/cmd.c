@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1491,6 +1492,27 @@ static void info_replication(const kv *k, buf *b) {
     }
 }
 
+/* What lull-kv answers as: the Redis whose replies it gives, word for word
+ * (clients read redis_version to pick the commands and replies they may
+ * use), standalone, one process on epoll. */
+#define KV_REDIS_VERSION "7.0.0"
+
+static void info_server(kv *k, buf *b) {
+    struct utsname u;
+    if (uname(&u) != 0) u = (struct utsname){.sysname = "Linux"};
+    int64_t up = (kv_now(k) - k->start_ms) / 1000;
+    info_line(b, "# Server");
+    info_line(b, "redis_version:" KV_REDIS_VERSION);
+    info_line(b, "redis_mode:standalone");
+    info_line(b, "os:%s %s %s", u.sysname, u.release, u.machine);
+    info_line(b, "arch_bits:%zu", sizeof(void *) * 8);
+    info_line(b, "multiplexing_api:epoll");
+    info_line(b, "process_id:%ld", (long)getpid());
+    info_line(b, "tcp_port:%d", k->tcp_port);
+    info_line(b, "uptime_in_seconds:%" PRId64, up);
+    info_line(b, "uptime_in_days:%" PRId64, up / 86400);
+}
+
 /* used_memory: the bytes malloc has handed out and not had back (heap
  * and mmap'd blocks), what Redis counts as its own; used_memory_rss: the
  * process's resident pages. */
@@ -1529,7 +1551,12 @@ void kv_info(kv *k, const resp_arg *sections, size_t n, buf *out) {
                info_wants(sections, n, "everything");
     buf b = {0};
     bool any = false;
+    if (all || info_wants(sections, n, "server")) {
+        info_server(k, &b);
+        any = true;
+    }
     if (all || info_wants(sections, n, "clients")) {
+        if (any) info_line(&b, "%s", "");
         info_line(&b, "# Clients");
         info_line(&b, "connected_clients:%zu", k->clients);
         any = true;

@@ -75,6 +75,9 @@ struct kv {
     size_t max_string; /* proto-max-bulk-len: a client's APPEND may not
                           grow a string past it (0: no bound) */
     size_t clients;    /* open client connections (INFO) */
+    int tcp_port;      /* the TCP port listened on (INFO server; 0: none) */
+    int64_t start_ms;  /* when the server started, on `clock` (INFO
+                          server's uptime) */
     const char *const (*config)[2]; /* CONFIG GET: name, value pairs */
     size_t nconfig;
     /* Time. The owner's clock, in ms on the Unix epoch: expiry times are
@@ -164,7 +167,7 @@ size_t kv_expire_due(kv *k, bool (*more_ok)(void *arg), void *arg);
  * int64; no '+', no spaces. */
 bool kv_parse_i64(const char *p, size_t n, long long *out);
 
-/* INFO [section ...]: the n sections named (clients, memory, stats,
+/* INFO [section ...]: the n sections named (server, clients, memory, stats,
  * replication, keyspace), each once, in that order; none, or "all",
  * "default" or "everything" among them, gives them all. */
 void kv_info(kv *k, const resp_arg *sections, size_t n, buf *out);

@@ -71,6 +71,7 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
         return rc;
     }
     kv_expiry_init(&srv->expiry, loop, &srv->kv, clock_ms);
+    srv->kv.start_ms = clock_ms;
     /* Test only: the planted bugs of the keyspace and the log. */
     srv->kv.db.plant_int32 = srv->kv.plant & KV_PLANT_INT32;
     srv->kv.db.plant_same_length = srv->kv.plant & KV_PLANT_SAME_LENGTH;

@@ -112,14 +112,31 @@ static bool peer_addr(lull_endpoint *ep, struct sockaddr_storage *sa) {
            (sa->ss_family == AF_INET || sa->ss_family == AF_INET6);
 }
 
+/* Whether the connection is over TCP (its own end's family: a peer
+ * that reset before the accept has no address any more, but the socket
+ * still has its family). */
+static bool socket_is_tcp(lull_endpoint *ep) {
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    return getsockname(lull_stream_fd(conn_stream(ep)), (struct sockaddr *)&sa,
+                       &len) == 0 &&
+           (sa.ss_family == AF_INET || sa.ss_family == AF_INET6);
+}
+
 /* "ip:port" (or "ip") of the connection's peer; "unix" for a Unix
- * socket. */
+ * socket; "?:0" (or "?"), as Redis says it, for a TCP peer that has no
+ * address any more (it reset before the accept). */
 static void socket_peer(lull_endpoint *ep, char *s, size_t cap,
                         bool with_port) {
     struct sockaddr_storage sa;
     char ip[INET6_ADDRSTRLEN] = "?";
-    snprintf(s, cap, "unix");
-    if (!peer_addr(ep, &sa)) return;
+    if (!peer_addr(ep, &sa)) {
+        snprintf(s, cap, "%s",
+                 !socket_is_tcp(ep) ? "unix"
+                 : with_port        ? "?:0"
+                                    : "?");
+        return;
+    }
     int port = 0;
     if (sa.ss_family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&sa;
@@ -1006,7 +1023,7 @@ int main(int argc, char **argv) {
             nlis++;
             srv.listening++;
             want = lull_server_port(&l->ls);
-            if (!t && b == 0) srv.port = want;
+            if (!t && b == 0) srv.port = srv.kv.tcp_port = want;
             char at[80];
             addr_text(at, sizeof at, bind[b], want);
             snprintf(l->at, sizeof l->at, "%s%s", t ? "tls " : "", at);

@@ -3506,6 +3506,69 @@ TEST(info_several_sections_as_redis) {
     kv_free(&k);
 }
 
+/* The section headers of an INFO reply, one letter each (S)erver,
+ * (C)lients, (M)emory, s(T)ats, (R)eplication, (K)eyspace, in order. */
+static const char *info_order(const char *info) {
+    static char order[16];
+    static const char *const names[] = {"Server", "Clients",     "Memory",
+                                        "Stats",  "Replication", "Keyspace"};
+    size_t n = 0;
+    for (const char *h = strstr(info, "# "); h && n + 1 < sizeof order;
+         h = strstr(h + 2, "\r\n# "), h = h ? h + 2 : h)
+        for (size_t i = 0; i < 6; i++)
+            if (strncmp(h + 2, names[i], strlen(names[i])) == 0)
+                order[n++] = "SCMTRK"[i];
+    order[n] = 0;
+    return order;
+}
+
+/* A clock that reads fixed_now (ms on the Unix epoch). */
+static int64_t fixed_now;
+static int64_t fixed_clock(kv *k) {
+    (void)k;
+    return fixed_now;
+}
+
+TEST(info_server_section_as_redis) {
+    /* Client libraries and tools read INFO server's redis_version to pick
+     * what they may send (job queues refuse to start without it); Redis 7
+     * gives # Server first in INFO, INFO all, default and everything, and
+     * alone for INFO server. lull-kv had no such section. */
+    buf out = {0};
+    kv k;
+    kv_setup(&k, false);
+    k.tcp_port = 6390;
+    k.start_ms = 1000; /* the clock below: 3 days and 5 s later */
+    k.clock = fixed_clock;
+    fixed_now = 1000 + (3 * 86400 + 5) * 1000ll;
+    char v[128];
+    const char *info = exec_words(&k, &out, "INFO server");
+    CHECK(strncmp(info, "$", 1) == 0);
+    CHECK(strncmp(strstr(info, "\r\n") + 2,
+                  "# Server\r\nredis_version:7.0.0\r\n", 31) == 0);
+    CHECK(strcmp(info_order(info), "S") == 0);
+    CHECK(strcmp(info_field(info, "redis_mode", v, sizeof v), "standalone") ==
+          0);
+    CHECK(strncmp(info_field(info, "os", v, sizeof v), "Linux ", 6) == 0);
+    CHECK(strcmp(info_field(info, "arch_bits", v, sizeof v),
+                 sizeof(void *) == 8 ? "64" : "32") == 0);
+    CHECK_EQ(atoi(info_field(info, "process_id", v, sizeof v)), getpid());
+    CHECK(strcmp(info_field(info, "tcp_port", v, sizeof v), "6390") == 0);
+    CHECK(strcmp(info_field(info, "uptime_in_seconds", v, sizeof v),
+                 "259205") == 0);
+    CHECK(strcmp(info_field(info, "uptime_in_days", v, sizeof v), "3") == 0);
+    const char *const all[] = {"INFO", "INFO all", "INFO everything",
+                               "INFO default",
+                               "info SERVER clients memory "
+                               "stats replication keyspace"};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        CHECK(strcmp(info_order(exec_words(&k, &out, all[i])), "SCMTRK") == 0);
+    CHECK(strcmp(info_order(exec_words(&k, &out, "INFO keyspace Server")),
+                 "SK") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
+
 TEST(append_past_the_bulk_limit_refused_as_redis) {
     /* Redis refuses an APPEND whose result would pass proto-max-bulk-len
      * (a client could otherwise grow one string without bound, 512 MB

@@ -10,6 +10,7 @@
 
 #include "runner.h"
 #include "turns_report.h"
+#include "udp.h"
 
 int turns_idle_handles = 10000; /* lab/turns.c's, which is not linked */
 
@@ -230,4 +231,103 @@ TEST(runner_scale_cpu_miss_is_not_excused_by_the_p50_spread) {
     static char json[1 << 16];
     CHECK_EQ(scale_verdict_of(&w, json, sizeof json), 1);
     CHECK(strstr(json, "\"noisy\": true") == NULL);
+}
+
+/* ---------------------------------------------------------------- udp */
+
+static const lab_col udp_cols[UV_COUNT] = {
+    {"cpu", "cpu", 0},     {"rate", "rate", LAB_COL_RATE},
+    {"calls", "calls", 0}, {"sends", "sends", 0},
+    {"recvs", "recvs", 0}, {"polls", "polls", 0},
+    {"other", "other", 0}, {"own", "own", 0},
+    {"p50", "p50", 0},     {"p99", "p99", 0}};
+
+/* The udp scenario's four figures, every row of udp.h's measured in three
+ * rounds: lull's CPU and p50 the floor's, its calls a tenth of libuv's,
+ * libuv with recvmmsg at 2× lull's CPU (every line met); figures `run`
+ * of them have rows (the rest: not run, --only), and in figure `failed`
+ * (-1: none) lull's row failed every round. */
+static void udp_figs(lab_fig *figs[UDP_FIGS], int run, int failed) {
+    static const char *const keys[UDP_FIGS] = {"echo_64", "echo_1200",
+                                               "flood_64", "flood_1200"};
+    for (int k = 0; k < UDP_FIGS; k++) {
+        lab_fig_spec spec = {.key = keys[k],
+                             .title = keys[k],
+                             .cols = udp_cols,
+                             .ncols = UV_COUNT,
+                             .ratio_col = UV_CPU};
+        CHECK((figs[k] = lab_fig_new(&spec)) != NULL);
+        if (k >= run) continue;
+        figs[k]->rounds = 3;
+        for (int i = UDP_I_FLOOR; i <= UDP_I_UV_MMSG; i++) {
+            lab_row *r = lab_fig_add(figs[k], "p", 0, "row %d", i);
+            CHECK(r != NULL);
+            r->tag = i;
+            if (i == UDP_I_LULL && k == failed) {
+                r->failures = 3;
+                continue;
+            }
+            double cpu = i == UDP_I_UV_MMSG ? 200 : 100;
+            for (int round = 0; round < 3; round++) {
+                lab_series_add_round(&r->v[UV_CPU], round, cpu);
+                lab_series_add_round(&r->v[UV_CALLS], round,
+                                     i == UDP_I_LULL ? 1 : 10);
+                lab_series_add_round(&r->v[UV_P50], round, 20);
+            }
+        }
+    }
+}
+
+static void udp_figs_free(lab_fig *figs[UDP_FIGS]) {
+    for (int k = 0; k < UDP_FIGS; k++)
+        lab_fig_free(figs[k]);
+}
+
+static int count_of(const char *s, const char *what) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, what)); p++)
+        n++;
+    return n;
+}
+
+/* Every figure measured within the bounds: the four lines are met. */
+TEST(udp_every_figure_within_bounds_is_met) {
+    lab_fig *figs[UDP_FIGS];
+    udp_figs(figs, UDP_FIGS, -1);
+    bool ok[UDP_IMPLS] = {true, true, true, true, true, true};
+    udp_verdict(figs, ok, false);
+    static char json[1 << 16];
+    CHECK_EQ(verdict_json(json, sizeof json), 0);
+    CHECK_EQ(count_of(json, "\"status\": \"met\""), 4);
+    udp_figs_free(figs);
+}
+
+/* lull's row failed in the flood of 1200 B: the lines judged in every
+ * figure (CPU beside the floor, calls beside libuv, CPU beside libuv's
+ * recvmmsg) skipped that figure and were met on the other three. A
+ * figure missing is a miss; the echo's p50 (echo figures only) is met. */
+TEST(udp_every_figure_lines_miss_a_missing_figure) {
+    lab_fig *figs[UDP_FIGS];
+    udp_figs(figs, UDP_FIGS, 3);
+    bool ok[UDP_IMPLS] = {true, true, true, true, true, true};
+    udp_verdict(figs, ok, false);
+    static char json[1 << 16];
+    CHECK_EQ(verdict_json(json, sizeof json), 3);
+    CHECK_EQ(count_of(json, "\"status\": \"missed\""), 3);
+    CHECK_EQ(count_of(json, "\"status\": \"met\""), 1);
+    CHECK(strstr(json, "flood_1200") != NULL); /* the line names it */
+    udp_figs_free(figs);
+}
+
+/* --only echo_64: the figures not run are not missing; the lines are
+ * judged on the one that ran. */
+TEST(udp_only_one_figure_is_judged_on_it) {
+    lab_fig *figs[UDP_FIGS];
+    udp_figs(figs, 1, -1);
+    bool ok[UDP_IMPLS] = {true, true, true, true, true, true};
+    udp_verdict(figs, ok, false);
+    static char json[1 << 16];
+    CHECK_EQ(verdict_json(json, sizeof json), 0);
+    CHECK_EQ(count_of(json, "\"status\": \"met\""), 4);
+    udp_figs_free(figs);
 }

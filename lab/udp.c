@@ -31,20 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-    UV_CPU,   /* CPU ns per datagram */
-    UV_RATE,  /* datagrams per second */
-    UV_CALLS, /* system calls per datagram */
-    UV_SENDS,
-    UV_RECVS,
-    UV_POLLS,
-    UV_OTHER, /* epoll_ctl, getsockname, getpeername */
-    UV_OWN,   /* lull's own count per datagram */
-    UV_P50,
-    UV_P99,
-    UV_COUNT
-};
-
 static const lab_col cols[UV_COUNT] = {
     {"cpu_ns_per_dgram", "CPU ns/dg", 0},
     {"dgrams_per_s", "dg/s", LAB_COL_RATE},
@@ -87,6 +73,7 @@ static const impl impls[] = {
     {"libevent", "libevent: recvfrom/sendto", EVENT_RUN, 0, 0},
 };
 #define IMPLS (int)(sizeof impls / sizeof impls[0])
+_Static_assert(IMPLS == UDP_IMPLS, "impls[] is in udp.h's UDP_I_* order");
 
 typedef struct figure {
     const char *key, *title;
@@ -101,6 +88,7 @@ static const figure figures[] = {
     {"flood_1200", "flood, 1200 B", UDP_FLOOD, 1200},
 };
 #define FIGS (int)(sizeof figures / sizeof figures[0])
+_Static_assert(FIGS == UDP_FIGS, "figures[]: udp.h's UDP_FIGS, echoes first");
 
 /* The echo's window: 32 datagrams of 1,200 bytes take about 150 KB of the
  * receiver's buffer at the kernel's accounting (2.3-4.5 KB each), under
@@ -259,124 +247,6 @@ static void brief(lab_fig *const figs[FIGS], const bool ok[IMPLS],
             printf("  %s: not run: %.60s\n", impls[i].label, skipped[i]);
 }
 
-/* ------------------------------------------------------------ verdict */
-
-static double median_of(const lab_fig *f, int impl_index, int col) {
-    return lab_row_median(row_of(f, impl_index), col);
-}
-
-enum { I_FLOOR, I_LULL, I_LULL64, I_UV, I_UV_MMSG, I_EVENT };
-
-/* quick (the demo): the first line only, the one the scenario stands for;
- * the rest are judged in full runs. */
-static void verdict(lab_fig *const figs[FIGS], const bool ok[IMPLS],
-                    bool quick) {
-    char a[LAB_CELL], b[LAB_CELL];
-    /* 1. CPU per datagram within 1.15× of the floor, in every figure. */
-    double worst = NAN, spread = NAN;
-    int wf = 0;
-    for (int k = 0; k < FIGS; k++) {
-        double x = median_of(figs[k], I_LULL, UV_CPU) /
-                   median_of(figs[k], I_FLOOR, UV_CPU);
-        if (isfinite(x) && !(x <= worst)) {
-            worst = x;
-            wf = k;
-            spread = lab_row_spread(row_of(figs[k], I_FLOOR), UV_CPU);
-        }
-    }
-    lab_verdict *v = lab_verdict_add("udp", 0);
-    if (v && !isfinite(worst)) {
-        snprintf(v->note, sizeof v->note, "CPU/dg: not measured (--only)");
-    } else if (v) {
-        v->timing = true;
-        /* The figure goes to the last column: the first stays narrow
-         * enough for the verdict's, whichever figure is the worst. */
-        snprintf(v->what, sizeof v->what, "CPU/dg %s× floor",
-                 lab_fmt3(a, worst));
-        snprintf(v->target, sizeof v->target, "≤ 1.15× floor");
-        snprintf(v->peer, sizeof v->peer, "worst: %s", figures[wf].title);
-        lab_verdict_spread(v, "floor CPU/dg", spread);
-        lab_verdict_judge(v, worst <= 1.15);
-    }
-    if (quick) return;
-    /* 2. Calls per datagram: at least 2× fewer than libuv's defaults. */
-    v = lab_verdict_add("udp", 1);
-    if (v && !ok[I_UV]) {
-        snprintf(v->note, sizeof v->note, "calls/dg: libuv not run");
-    } else if (v) {
-        double least = NAN, mm = NAN;
-        wf = 0;
-        for (int k = 0; k < FIGS; k++) {
-            double lull = median_of(figs[k], I_LULL, UV_CALLS);
-            double x = median_of(figs[k], I_UV, UV_CALLS) / lull;
-            if (isfinite(x) && !(x >= least)) {
-                least = x;
-                wf = k;
-                mm = median_of(figs[k], I_UV_MMSG, UV_CALLS) / lull;
-            }
-        }
-        snprintf(v->what, sizeof v->what, "calls/dg ×%s fewer",
-                 lab_fmt3(a, least));
-        snprintf(v->target, sizeof v->target, "≥ 2× fewer than libuv");
-        snprintf(v->peer, sizeof v->peer, "libuv RECVMMSG %s",
-                 lab_fmt_ratio(b, mm));
-        lab_verdict_judge(v, least >= 2);
-    }
-    /* 3. CPU per datagram below the peers' at equal batching, in every
-     * figure: libuv with recvmmsg (UV_UDP_RECVMMSG; its queued sends
-     * leave by sendmmsg) is the peer that batches as lull does. libevent
-     * and libuv's default make one call a datagram: their rows stand in
-     * the table, a different policy. */
-    v = lab_verdict_add("udp", 2);
-    if (v && !ok[I_UV_MMSG]) {
-        snprintf(v->note, sizeof v->note,
-                 "CPU/dg at equal batching: libuv RECVMMSG not run");
-    } else if (v) {
-        double least = NAN;
-        wf = 0;
-        for (int k = 0; k < FIGS; k++) {
-            double x = lab_ratio(figs[k], row_of(figs[k], I_LULL),
-                                 row_of(figs[k], I_UV_MMSG), UV_CPU);
-            if (isfinite(x) && !(x >= least)) {
-                least = x;
-                wf = k;
-            }
-        }
-        v->timing = true;
-        snprintf(v->what, sizeof v->what, "CPU/dg: libuv mmsg %s",
-                 lab_fmt_ratio(a, least));
-        snprintf(v->target, sizeof v->target, "below, equal batching");
-        snprintf(v->peer, sizeof v->peer, "worst: %s", figures[wf].title);
-        lab_verdict_judge(v, least > 1);
-    }
-    /* 4. The echo's p50 within 1.2× of the floor's. */
-    worst = NAN;
-    wf = 0;
-    for (int k = 0; k < FIGS; k++) {
-        if (figures[k].workload != UDP_ECHO) continue;
-        double x = median_of(figs[k], I_LULL, UV_P50) /
-                   median_of(figs[k], I_FLOOR, UV_P50);
-        if (isfinite(x) && !(x <= worst)) {
-            worst = x;
-            wf = k;
-            spread = lab_row_spread(row_of(figs[k], I_FLOOR), UV_P50);
-        }
-    }
-    if ((v = lab_verdict_add("udp", 3)) && !isfinite(worst)) {
-        snprintf(v->note, sizeof v->note, "echo p50: not measured (--only)");
-    } else if (v) {
-        v->timing = true;
-        snprintf(v->what, sizeof v->what, "echo p50 %s× floor",
-                 lab_fmt3(a, worst));
-        snprintf(v->target, sizeof v->target, "≤ 1.2× floor");
-        snprintf(v->peer, sizeof v->peer, "%s µs vs %s µs",
-                 lab_fmt3(a, median_of(figs[wf], I_LULL, UV_P50)),
-                 lab_fmt3(b, median_of(figs[wf], I_FLOOR, UV_P50)));
-        lab_verdict_spread(v, "floor p50", spread);
-        lab_verdict_judge(v, worst <= 1.2);
-    }
-}
-
 /* ------------------------------------------------------------- driver */
 
 static int run_udp(const lab_options *opts, lab_json *json) {
@@ -451,7 +321,7 @@ static int run_udp(const lab_options *opts, lab_json *json) {
     /* The demo (--quick) shows the verdict's line and leaves the table to
      * full runs and --verbose: `make demo` stays one screen. */
     if (!opts->quick) brief(figs, ok, skipped);
-    verdict(figs, ok, opts->quick);
+    udp_verdict(figs, ok, opts->quick);
     for (int k = 0; k < FIGS; k++) {
         char title[96];
         snprintf(title, sizeof title, "udp %s: CPU per datagram",

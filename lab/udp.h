@@ -139,4 +139,45 @@ int udp_measure(udp_run_fn run, unsigned variant, int workload, size_t size,
                 uint64_t count, int window, udp_result *out, char *why,
                 size_t why_size);
 
+/* ------------------------------------------------------------ verdict */
+
+/* The figures' value columns (lab/udp.c measures them). */
+enum {
+    UV_CPU,   /* CPU ns per datagram */
+    UV_RATE,  /* datagrams per second */
+    UV_CALLS, /* system calls per datagram */
+    UV_SENDS,
+    UV_RECVS,
+    UV_POLLS,
+    UV_OTHER, /* epoll_ctl, getsockname, getpeername */
+    UV_OWN,   /* lull's own count per datagram */
+    UV_P50,
+    UV_P99,
+    UV_COUNT
+};
+
+/* The rows, each tagged (lab_row.tag) with its index in lab/udp.c's
+ * impls[], in this order. */
+enum {
+    UDP_I_FLOOR,
+    UDP_I_LULL,
+    UDP_I_LULL64,
+    UDP_I_UV,
+    UDP_I_UV_MMSG,
+    UDP_I_EVENT,
+    UDP_IMPLS
+};
+
+/* The figures: echo and flood at 64 and 1,200 bytes, the echoes first. */
+#define UDP_FIGS      4
+#define UDP_ECHO_FIGS 2
+
+/* The verdict lines of the udp scenario over its figures (a figure with
+ * no rows was not run: --only) and which rows could run (lab/udp.c);
+ * quick: the first line only. Apart (lab/udp_verdict.c) so that
+ * lab/test_verdict.c judges made-up figures with it. */
+typedef struct lab_fig lab_fig;
+void udp_verdict(lab_fig *const figs[UDP_FIGS], const bool ok[UDP_IMPLS],
+                 bool quick);
+
 #endif /* LAB_UDP_H */

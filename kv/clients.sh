@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# lull-kv against what real clients and peers do, one case per run (each
+# its own ctest entry, kv.clients.CASE):
+#   reset_peer_named  a TCP client that sent a request and reset before
+#                     lull-kv accepted it is named "?:0" in the log, as
+#                     Redis names it (it was "unix")
+#   info_sections     INFO, INFO server|all|everything|default, and named
+#                     sections in any order give the sections a
+#                     redis-server 7 gives, in its order (compared with
+#                     one when installed), with its # Server fields
+#   clients.sh <path to lull-kv> <case>
+# Prints one line and exits 0 when redis-cli (or the case's python3) is
+# not installed.
+set -u
+kv=$1
+case_name=$2
+TEST_NAME=clients
+# shellcheck source=kv/test_lib.sh
+. "$(dirname "$0")/test_lib.sh"
+
+need_python() {
+    command -v python3 >/dev/null 2>&1 && return 0
+    echo "skipped: python3 not installed"
+    exit 0
+}
+
+case_reset_peer_named() {
+    need_python
+    start p --port 0 --requirepass pw
+    local pid=$started
+    # Stopped, lull-kv cannot accept: the connection waits in the
+    # backlog, and its RST arrives before accept4 takes it. Its request is
+    # still read (and its AUTH fails, a log line naming the client).
+    kill -STOP "$pid"
+    python3 - "$started_port" <<'PY'
+import socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"AUTH wrong\r\n")
+s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+s.close()
+PY
+    kill -CONT "$pid"
+    said() { grep -q 'AUTH failed' "$dir/p.out"; }
+    eventually said || fail "no AUTH failed line"
+    # Named as Redis names a peer without an address, not "unix".
+    grep -q '^lull-kv: client ?:0: AUTH failed$' "$dir/p.out" ||
+        fail "the reset TCP client misnamed: $(grep 'AUTH failed' "$dir/p.out")"
+    [ "$(redis-cli -p "$started_port" -a pw --no-auth-warning PING)" = PONG ] ||
+        fail "PING after the reset client"
+}
+
+case_info_sections() {
+    start k --port 0
+    local kport=$started_port
+    if command -v redis-server >/dev/null 2>&1; then
+        redis-server --port 0 --unixsocket "$dir/r.sock" --save '' \
+            --appendonly no >"$dir/redis.out" 2>&1 &
+        pids="$pids $!"
+        rup() { redis-cli -s "$dir/r.sock" PING 2>/dev/null | grep -q PONG; }
+        eventually rup || fail "redis-server did not start"
+    else
+        echo "redis-server not installed: lull-kv's own order checked"
+    fi
+    # heads ARGS...: the section names INFO ARGS gives, lull-kv's own only.
+    heads() {
+        tr -d '\r' | sed -n 's/^# //p' |
+            grep -xE 'Server|Clients|Memory|Stats|Replication|Keyspace' |
+            tr '\n' ' '
+    }
+    local q want got
+    for q in "" server all everything default "keyspace server" \
+        "Clients SERVER stats"; do
+        # shellcheck disable=SC2086 # the sections are words
+        got=$(redis-cli -p "$kport" INFO $q | heads)
+        if [ -S "$dir/r.sock" ]; then
+            # shellcheck disable=SC2086
+            want=$(redis-cli -s "$dir/r.sock" INFO $q | heads)
+        else
+            case $q in
+            server) want="Server " ;;
+            "keyspace server") want="Server Keyspace " ;;
+            "Clients SERVER stats") want="Server Clients Stats " ;;
+            *) want="Server Clients Memory Stats Replication Keyspace " ;;
+            esac
+        fi
+        [ "$got" = "$want" ] || fail "INFO $q: '$got', redis-server '$want'"
+    done
+    local f
+    for f in redis_version redis_mode os arch_bits process_id tcp_port \
+        uptime_in_seconds; do
+        redis-cli -p "$kport" INFO server | tr -d '\r' | grep -q "^$f:." ||
+            fail "INFO server has no $f"
+    done
+    [ "$(redis-cli -p "$kport" INFO server | tr -d '\r' | sed -n 's/^tcp_port://p')" = "$kport" ] ||
+        fail "tcp_port is not $kport"
+}
+
+declare -F "case_$case_name" >/dev/null || fail "no case $case_name"
+"case_$case_name"
+echo "ok: $case_name"
