@@ -172,7 +172,7 @@ struct lull_loop {
     bool slice_stalled;
 
     /* Run state. */
-    bool running;
+    bool running; /* atomic: inside a run (claimed by run_begin) */
     bool stop;
     bool settling;            /* inside settle_loop: fd calls are noted */
     bool settle_fresh;        /* this round called a watcher that the round

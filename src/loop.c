@@ -111,7 +111,9 @@ static bool has_work_or_handles(lull_loop *loop) {
 int lull_loop_free(lull_loop *loop) {
     if (!loop) return -EINVAL;
     lull__signals_settle();
-    if (loop->running || has_work_or_handles(loop)) return -EBUSY;
+    if (__atomic_load_n(&loop->running, __ATOMIC_ACQUIRE) ||
+        has_work_or_handles(loop))
+        return -EBUSY;
     /* A poster still inside lull_task_post_remote may have just published. */
     lull__remote_quiesce(loop);
     if (has_work_or_handles(loop)) return -EBUSY;
@@ -127,12 +129,12 @@ int lull_loop_free(lull_loop *loop) {
 
 int lull_loop_adopt(lull_loop *loop) {
     if (!loop) return -EINVAL;
-    if (loop->running) return -EBUSY;
+    if (__atomic_load_n(&loop->running, __ATOMIC_ACQUIRE)) return -EBUSY;
     if (pthread_equal(loop->owner, pthread_self()))
         lull__signals_settle();
     else
         lull__signals_take(loop);
-    loop->owner = pthread_self();
+    __atomic_store_n(&loop->owner, pthread_self(), __ATOMIC_RELAXED);
     return 0;
 }
 
@@ -604,14 +606,29 @@ __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
  * ordered by whatever started the thread. */
 static int run_begin(lull_loop *loop) {
     LULL_ASSERT_OWN_PROCESS(loop);
-    if (loop->running) return -EBUSY;
+    /* Claimed with a compare-and-swap, not a test and a store: two threads
+     * that called lull_loop_run at once both saw it false and ran the loop
+     * together. A failed claim writes nothing, so a nested run (the owner,
+     * inside a callback) costs no more than the test did; a claim refused
+     * to another thread is misuse, which debug builds stop (the owner it
+     * reads may be a step behind the run that won, never a wrong thread
+     * passed as the owner). */
+    bool idle = false;
+    if (!__atomic_compare_exchange_n(&loop->running, &idle, true, false,
+                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        LULL_ASSERT(
+            pthread_equal(__atomic_load_n(&loop->owner, __ATOMIC_RELAXED),
+                          pthread_self()),
+            "lull: lull_loop_run on a thread while another runs the "
+            "loop");
+        return -EBUSY;
+    }
     if (loop->embedded) {
         loop->embedded = false;
         lull__remote_awake(loop);
     }
-    loop->running = true;
     if (!pthread_equal(loop->owner, pthread_self())) lull__signals_take(loop);
-    loop->owner = pthread_self();
+    __atomic_store_n(&loop->owner, pthread_self(), __ATOMIC_RELAXED);
     loop->stop = false;
     loop->poll_error = 0;
     loop->slack_checked = false;
@@ -624,8 +641,9 @@ static void run_end(lull_loop *loop) {
     if (loop->time_stale) (void)lull__time_refresh(loop, loop->read_time);
     if (loop->slack_restore >= 0)
         prctl(PR_SET_TIMERSLACK, loop->slack_restore, 0, 0, 0);
-    loop->running = false;
     loop->stop = false;
+    /* Last: a run another thread begins next sees this one finished. */
+    __atomic_store_n(&loop->running, false, __ATOMIC_RELEASE);
 }
 
 int lull_loop_run(lull_loop *loop, lull_run_mode mode) {

@@ -300,9 +300,14 @@ int lull_percore_start(lull_percore **out, const lull_percore_options *opts) {
     *out = NULL;
     if (!opts) opts = &defaults;
     if (opts->loops < 0 || opts->loops > MAX_LOOPS) return -EINVAL;
+    /* Only a count taken from the mask, or pinning, needs it: a sandbox
+     * that denies sched_getaffinity, or a machine with more CPUs than a
+     * cpu_set_t names (EINVAL), must not stop a set that asks for neither. */
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
-    if (sched_getaffinity(0, sizeof cpus, &cpus) < 0) return -errno;
+    if ((opts->loops == 0 || opts->pin) &&
+        sched_getaffinity(0, sizeof cpus, &cpus) < 0)
+        return -errno;
     int count = opts->loops ? opts->loops : CPU_COUNT(&cpus);
     if (count < 1) count = 1;
 

@@ -555,6 +555,62 @@ TEST_THREADED(wrong_thread_call_asserts_in_debug_builds) {
     CHECK(check_dies(intrude, &in, wrong_thread));
 }
 
+/* lull_loop_run on a second thread while the first runs the loop: two
+ * threads inside one loop would corrupt it, so the second must be refused
+ * (-EBUSY) and, being a programming error, stop a debug build. The first
+ * thread's task holds the run open until the second has tried. */
+typedef struct second_runner {
+    lull_loop *loop;
+    sem_t inside; /* the first run is inside a callback */
+    sem_t tried;  /* the second thread's call returned */
+    int rc;       /* what the second thread's lull_loop_run returned */
+    lull_task hold;
+} second_runner;
+
+static second_runner *the_second;
+
+static void hold_the_run(lull_task *t) {
+    (void)t;
+    sem_post(&the_second->inside);
+    while (sem_wait(&the_second->tried) != 0) {
+    }
+}
+
+static void *run_as_second(void *arg) {
+    second_runner *r = arg;
+    while (sem_wait(&r->inside) != 0) {
+    }
+    r->rc = lull_loop_run(r->loop, LULL_RUN_NOWAIT);
+    sem_post(&r->tried);
+    return NULL;
+}
+
+static void run_on_two_threads(void *arg) {
+    second_runner *r = the_second = arg;
+    CHECK_EQ(lull_loop_new(&r->loop, NULL), 0);
+    CHECK_EQ(sem_init(&r->inside, 0, 0), 0);
+    CHECK_EQ(sem_init(&r->tried, 0, 0), 0);
+    lull_task_init(&r->hold, hold_the_run);
+    lull_task_post(r->loop, &r->hold);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, run_as_second, r), 0);
+    CHECK_EQ(lull_loop_run(r->loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(r->rc, -EBUSY);
+    CHECK_EQ(lull_loop_free(r->loop), 0);
+}
+
+TEST_THREADED(run_on_a_second_thread_while_running_asserts) {
+    second_runner r = {0};
+    if (!check_debug_build()) {
+        CHECK(check_exits_cleanly(run_on_two_threads, &r));
+        return;
+    }
+    CHECK(check_dies(run_on_two_threads, &r,
+                     "lull: lull_loop_run on a thread while another runs "
+                     "the loop"));
+}
+
 /* The owner rule (lull.h, Threads): the creator owns the loop from the
  * start, so a call from another thread is caught before any run. */
 typedef struct handover {
