@@ -41,6 +41,7 @@
 void kv_init(kv *k) {
     memset(k, 0, sizeof *k);
     repl_log_init(&k->log);
+    k->log.backlog = REPL_BACKLOG_DEFAULT;
     k->peers.next = k->peers.prev = &k->peers;
     dict_init(&k->channels, sizeof(void *));
     dict_init(&k->patterns, sizeof(void *));
@@ -98,8 +99,8 @@ static void held_flush(kv *k) {
 
 /* Holds a write back instead of logging it (small writes only: the
  * planted bug needs no more). */
-static bool held_keep(kv *k, const resp_arg *a, size_t argc, size_t want) {
-    if (k->in_exec || want != SIZE_MAX || argc > 8) return false;
+static bool held_keep(kv *k, const resp_arg *a, size_t argc) {
+    if (k->in_exec || argc > 8) return false;
     held_flush(k);
     for (size_t i = 0; i < argc; i++) {
         buf_put(&k->held, (const char *)&a[i].len, sizeof a[i].len);
@@ -109,10 +110,10 @@ static bool held_keep(kv *k, const resp_arg *a, size_t argc, size_t want) {
     return true;
 }
 
-const char *kv_log_arg(kv *k, const resp_arg *a, size_t argc, size_t want) {
-    if (k->replica) return NULL;
+void kv_log(kv *k, const resp_arg *a, size_t argc) {
+    if (k->replica) return;
     if (k->plant & KV_PLANT_ACK_BEFORE_LOG) {
-        if (held_keep(k, a, argc, want)) return NULL;
+        if (held_keep(k, a, argc)) return;
         held_flush(k);
     }
     if (k->in_exec && !k->multi_logged) {
@@ -122,11 +123,7 @@ const char *kv_log_arg(kv *k, const resp_arg *a, size_t argc, size_t want) {
     }
     if (repl_log_reserve(&k->log, repl_record_len(a, argc)) < 0)
         kv_oom("the write log");
-    return repl_log_append_arg(&k->log, a, argc, want);
-}
-
-void kv_log(kv *k, const resp_arg *a, size_t argc) {
-    kv_log_arg(k, a, argc, SIZE_MAX);
+    repl_log_append(&k->log, a, argc);
 }
 
 /* A primary deletes a key whose time has come and logs the DEL that
@@ -356,13 +353,10 @@ static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         else
             reply_nil(out);
     }
-    /* A large value on a primary is kept once: the store points at its
-     * copy in the write log (which keeps it for ever anyway), so a 64 MiB
-     * SET copies the value twice (read, log), not three times. The entry
-     * is made first, so that nothing is logged that cannot be applied. */
-    bool share = !k->replica && a[2].len >= KV_SHARE_MIN;
-    if (share ? !e && !(e = store_add(&k->db, a[1].p, a[1].len, KV_STRING))
-              : store_put(&k->db, &e, a[1].p, a[1].len, a[2].p, a[2].len) < 0) {
+    /* The entry is made first, so that nothing is logged that cannot be
+     * applied. The value is the store's own copy: the log frees its bytes
+     * once they leave the backlog. */
+    if (store_put(&k->db, &e, a[1].p, a[1].len, a[2].p, a[2].len) < 0) {
         out->len = mark; /* the old value is still there: no GET reply */
         reply_oom(out);
         return;
@@ -391,15 +385,7 @@ static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     } else if (f & SET_KEEPTTL) {
         rec[n++] = (resp_arg){"KEEPTTL", 7};
     }
-    const char *v = kv_log_arg(k, rec, n, share ? 2 : SIZE_MAX);
-    if (share) {
-        kobj *o = store_obj(e);
-        store_value_free(o);
-        o->type = KV_STRING;
-        o->val = (char *)v;
-        o->len = a[2].len;
-        o->shared = 1;
-    }
+    kv_log(k, rec, n);
     if (!(f & SET_GET)) reply_ok(out);
 }
 
@@ -1489,6 +1475,11 @@ static void info_replication(const kv *k, buf *b) {
                       i++, p->ip, p->port, p->offset);
         info_line(b, "master_replid:%s", k->replid);
         info_line(b, "master_repl_offset:%" PRIu64, k->log.end);
+        /* Redis' backlog fields: its first byte counted from 1. */
+        info_line(b, "repl_backlog_size:%" PRIu64, k->log.backlog);
+        info_line(b, "repl_backlog_first_byte_offset:%" PRIu64,
+                  k->log.base + 1);
+        info_line(b, "repl_backlog_histlen:%" PRIu64, k->log.end - k->log.base);
     }
 }
 

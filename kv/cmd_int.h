@@ -67,12 +67,6 @@ int kv_set_expire(kv *k, dict_entry *e, int64_t when);
 /* Appends a record to a primary's log (nothing on a replica). Out of
  * memory stops lull-kv: a replica must never miss a write. */
 void kv_log(kv *k, const resp_arg *a, size_t argc);
-/* kv_log, returning where a[want]'s bytes are in the log (NULL on a
- * replica). */
-const char *kv_log_arg(kv *k, const resp_arg *a, size_t argc, size_t want);
-/* A SET's value this long is kept once, in the write log (store.h). 64
- * KiB: below it a copy costs less than it saves. */
-#define KV_SHARE_MIN ((size_t)64 << 10)
 void kv_oom(const char *what) __attribute__((noreturn));
 
 /* Redis' glob patterns (KEYS, SCAN MATCH, PSUBSCRIBE, CONFIG GET), in

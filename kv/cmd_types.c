@@ -271,17 +271,12 @@ static void cmd_append(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                          "(proto-max-bulk-len)\r\n");
             return;
         }
-        /* A value kept in the log is copied out first: the log's bytes
-         * are never written. */
-        char *v = o->shared ? malloc(o->len + a[2].len + 1)
-                            : realloc(o->val, o->len + a[2].len + 1);
+        char *v = realloc(o->val, o->len + a[2].len + 1);
         if (!v) {
             reply_oom(out);
             return;
         }
-        if (o->shared) memcpy(v, o->val, o->len);
         memcpy(v + o->len, a[2].p, a[2].len);
-        o->shared = 0;
         o->val = v;
         o->len += a[2].len;
     }

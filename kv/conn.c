@@ -86,6 +86,8 @@ void conn_drop(conn *c, const char *fmt, ...) {
     }
     c->gone = true;
     conn_quiet(c);
+    /* A snapshot child holds the socket open too: it goes now. */
+    if (c->link) link_stop_child(c->link);
     lull_endpoint_close(c->ep, 0);
 }
 

@@ -28,13 +28,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include "snap.h"
 
 /* The replica's reconnect backoff: 100 ms at first (a primary restarting
  * is back within a few hundred ms), doubled per failure up to 5 s (a
@@ -62,6 +68,7 @@ static char plant_bad[256];
 
 static bool want_thread(rlink *l);
 static int handoff(rlink *l);
+static void snap_step(rlink *l);
 
 /* The catch-up and follow sender: one record per step. */
 static void produce(lull_task *t) {
@@ -69,6 +76,10 @@ static void produce(lull_task *t) {
     server *srv = l->srv;
     const repl_log *log = &srv->kv.log;
     if (l->handed) return; /* the sender thread's done posts us */
+    if (l->snap) {
+        snap_step(l);
+        return;
+    }
     /* A backlog for the sender thread: handed once the stream is empty,
      * so that its bytes follow everything the loop sent on the link. */
     bool to_thread = want_thread(l);
@@ -97,6 +108,7 @@ static void produce(lull_task *t) {
          * that cannot be sent is never skipped. */
         repl_cursor next = l->cur;
         size_t len;
+        rf->at = repl_log_offset(log, &l->cur);
         rf->f.bytes = repl_log_next(log, &next, &len);
         rf->f.len = len;
         if ((log->plant & KV_PLANT_SILENT_RESYNC) && !log->plant_done &&
@@ -134,10 +146,16 @@ static void produce(lull_task *t) {
 
 static void link_free(rlink *l);
 static void sender_cut(rlink *l);
+static void snap_kill(rlink *l);
 
 static void ring_release(lull_frame *f) {
     rlink *l = ((ring_frame *)(void *)f)->l;
     l->inflight--;
+    /* The oldest frame still out pins the log (link_pin): a close drops
+     * the frames not yet sent before those in flight are released. */
+    while (l->ring_tail < l->ring_next &&
+           !l->ring[l->ring_tail % RING].f.in_flight)
+        l->ring_tail++;
     if (!l->c) {
         link_free(l); /* the last frame of a closed link, maybe */
         return;
@@ -153,7 +171,9 @@ size_t link_output(const rlink *l) {
     const repl_log *log = &l->srv->kv.log;
     uint64_t sent = repl_log_offset(log, &l->cur);
     if (sent < l->start) sent = l->start;
-    return (size_t)(log->end - sent) + l->c->ep->queued;
+    size_t queued = l->c->ep->queued;
+    queued -= l->snap_queued < queued ? l->snap_queued : queued;
+    return (size_t)(log->end - sent) + queued;
 }
 
 /* New records: every link's producer sends them (a no-op for a producer
@@ -176,9 +196,16 @@ void link_drop(rlink *l) {
     srv->kv.npeers--;
     lull_task_cancel(&l->task);
     l->c = NULL;
+    snap_kill(l);
     /* A backlog out on the sender thread is cut short: its writes fail
      * from now on, and its done frees the link. */
     if (l->handed) sender_cut(l);
+    /* Its frames and the thread may still read the log: no trim until
+     * they are done. */
+    if (l->inflight || l->handed || l->hello_out) {
+        l->held = true;
+        srv->links_held++;
+    }
     link_free(l);
 }
 
@@ -248,6 +275,7 @@ struct rsender {
     span *spans;      /* the backlog, chunk by chunk */
     size_t nspans;    /* spans in it */
     size_t spans_cap; /* room in spans */
+    uint64_t from;    /* the log offset it starts at (the link's pin) */
     uint64_t end;     /* the log offset it ends at */
     /* The loop's own: */
     int keep;       /* the loop's descriptor of the socket: its shutdown
@@ -269,10 +297,30 @@ static void sender_cut(rlink *l) {
 }
 
 static void link_free(rlink *l) {
-    if (l->c || l->inflight || l->handed) return;
+    if (l->c || l->inflight || l->handed || l->hello_out) return;
+    if (l->held) l->srv->links_held--;
     if (l->sx) free(l->sx->spans);
     free(l->sx);
     free(l);
+}
+
+/* The lowest offset l still reads: its oldest frame in flight, the
+ * hand-off's start, or its cursor. */
+static uint64_t link_pin(const rlink *l) {
+    if (l->handed) return l->sx->from;
+    if (l->inflight) return l->ring[l->ring_tail % RING].at;
+    return repl_log_offset(&l->srv->kv.log, &l->cur);
+}
+
+uint64_t links_pinned(void *arg) {
+    server *srv = arg;
+    if (srv->links_held) return 0;
+    uint64_t low = UINT64_MAX;
+    for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers; p = p->next) {
+        uint64_t at = link_pin(LULL_CONTAINER_OF(p, rlink, peer));
+        if (at < low) low = at;
+    }
+    return low;
 }
 
 /* The CPUs the process may run on (sched_getaffinity), once. */
@@ -440,7 +488,8 @@ static int handoff(rlink *l) {
     if (!sx) return -ENOMEM;
     l->sx = sx;
     uint64_t from = repl_log_offset(log, &l->cur);
-    size_t first = l->cur.chunk;
+    /* The cursor's chunk may have been trimmed: its record is after it. */
+    size_t first = l->cur.chunk > log->chunk0 ? l->cur.chunk - log->chunk0 : 0;
     while (first < log->nchunks &&
            log->chunks[first].start + log->chunks[first].used <= from)
         first++;
@@ -476,6 +525,7 @@ static int handoff(rlink *l) {
     sx->main = srv->loop;
     sx->pc = srv->senders;
     sx->loop = lull_percore_loop(srv->senders, 0);
+    sx->from = from;
     sx->end = log->end;
     lull_task_init(&sx->go, sender_go);
     lull_task_init(&sx->done, sender_done);
@@ -499,10 +549,258 @@ void senders_stop(server *srv) {
     }
 }
 
+/* ------------------------------------------- primary: full resync by snapshot
+ *
+ * A replica whose offset the log no longer holds (another replid, below
+ * the base, not a record boundary) gets `+FULLRESYNC <replid> <X>`, X the
+ * log's end then, a snapshot of the keyspace as of X (snap.h), and the
+ * log from X. The cursor stays at X meanwhile, which pins the log there.
+ *
+ * On a socket (--repl-snapshot fork, the default) the primary forks, as
+ * Redis' diskless sync: once everything the loop queued on the link is
+ * written (the +FULLRESYNC line last), the child writes the snapshot to
+ * the link's socket, through a fixed buffer, waiting in poll() when it is
+ * full, and exits 0 when it is all written; while it runs the loop sends
+ * nothing on the link (it still reads it). Its exit is heard by a pidfd
+ * watched by the loop: 0, and the log goes on from X; anything else
+ * closes the link. Elsewhere (the simulator, TLS, --repl-snapshot inline)
+ * the loop writes the snapshot at once into the link's stream, as frames
+ * of its own.
+ *
+ * The five rows of a snapshot child:
+ *   trigger          REPLSYNC that cannot continue, with the log's base
+ *                    past 0 (before, the log from 0 is the snapshot)
+ *   source of truth  the child's copy of the keyspace, as of X
+ *   pending work     snap == SNAP_CHILD: the child writes; its exit
+ *                    status is read once its pidfd is readable
+ *   next deadline    the child's: no progress on the socket in
+ *                    SNAP_TIMEOUT_MS and it gives up (exit 1)
+ *   quiet            no child: nothing watched; a link's close or
+ *                    server_stop kills and reaps a child still running */
+
+/* A child whose socket takes nothing for this long gives up: 60 s, Redis'
+ * repl-timeout. */
+#define SNAP_TIMEOUT_MS 60000
+/* A child's exit statuses besides 0. */
+enum { CHILD_STALLED = 1, CHILD_PEER_GONE = 2, CHILD_FAILED = 3 };
+
+static void hello_release(lull_frame *f) {
+    rlink *l = LULL_CONTAINER_OF(f, rlink, hello);
+    l->hello_out = false;
+    if (!l->c) {
+        link_free(l);
+        return;
+    }
+    lull_task_post(l->srv->loop, &l->task);
+}
+
+/* A buffer of the snapshot, sent as a frame of its own. */
+typedef struct snap_block {
+    lull_frame f;
+    rlink *l; /* its link (freed after every frame it sent) */
+    char p[SNAP_BUF];
+} snap_block;
+
+static void block_release(lull_frame *f) {
+    snap_block *b = LULL_CONTAINER_OF(f, snap_block, f);
+    b->l->snap_queued -= b->f.len;
+    free(b);
+}
+
+static int inline_flush(snap_out *o) {
+    rlink *l = o->arg;
+    snap_block *b = LULL_CONTAINER_OF(o->p, snap_block, p);
+    b->f = (lull_frame){.bytes = b->p, .len = o->len, .release = block_release};
+    b->l = l;
+    l->snap_queued += o->len;
+    int rc = lull_endpoint_send(l->c->ep, &b->f);
+    o->p = NULL;
+    if (rc < 0) {
+        l->snap_queued -= b->f.len;
+        free(b);
+        return rc;
+    }
+    b = malloc(sizeof *b);
+    if (!b) return -ENOMEM;
+    o->p = b->p;
+    o->len = 0;
+    return 0;
+}
+
+/* The loop writes the snapshot now: 0 or why not. */
+static int snap_inline(rlink *l) {
+    snap_block *b = malloc(sizeof *b);
+    if (!b) return -ENOMEM;
+    snap_out o = {.p = b->p, .cap = SNAP_BUF, .flush = inline_flush, .arg = l};
+    int rc = snap_write(&l->srv->kv, &o);
+    if (o.p) free(LULL_CONTAINER_OF(o.p, snap_block, p));
+    return rc;
+}
+
+/* The child's writes: all of o, waiting for room in poll(). */
+static int child_flush(snap_out *o) {
+    int fd = *(int *)o->arg;
+    size_t off = 0;
+    while (off < o->len) {
+        ssize_t n = send(fd, o->p + off, o->len - off, MSG_NOSIGNAL);
+        if (n > 0) {
+            off += (size_t)n;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            /* Non-blocking: the parent's file status flags are ours. */
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int r = poll(&p, 1, SNAP_TIMEOUT_MS);
+            if (r == 0) return -ETIMEDOUT;
+            if (r < 0 && errno != EINTR) return -errno;
+        } else if (n < 0 && errno != EINTR) {
+            return -errno;
+        }
+    }
+    o->len = 0;
+    return 0;
+}
+
+/* The forked child: the snapshot to fd, then _exit (no loop, no atexit,
+ * nothing of the parent's but its copy of the keyspace). */
+static void __attribute__((noreturn)) child_run(kv *k, int fd, uint64_t x) {
+    static char out[SNAP_BUF];
+    snap_out o = {
+        .p = out, .cap = sizeof out, .flush = child_flush, .arg = &fd};
+    /* The +FULLRESYNC line's end: the offset the snapshot stands for. */
+    o.len = (size_t)snprintf(out, sizeof out, "%" PRIu64 "\r\n", x);
+    int rc = snap_write(k, &o);
+    _exit(rc == 0                             ? 0
+          : rc == -ETIMEDOUT                  ? CHILD_STALLED
+          : rc == -EPIPE || rc == -ECONNRESET ? CHILD_PEER_GONE
+                                              : CHILD_FAILED);
+}
+
+/* Stops watching and kills the child, if any, and reaps it. */
+void link_stop_child(rlink *l) {
+    snap_kill(l);
+}
+
+static void snap_kill(rlink *l) {
+    if (!l->child) return;
+    lull_io_stop(&l->child_io);
+    kill(l->child, SIGKILL);
+    while (waitpid(l->child, NULL, 0) < 0 && errno == EINTR) {
+    }
+    close(l->pidfd);
+    l->child = 0;
+}
+
+static void child_exited(lull_io *io, int events) {
+    (void)events;
+    rlink *l = io->data;
+    int status;
+    pid_t r = waitpid(l->child, &status, WNOHANG);
+    if (r == 0 || (r < 0 && errno == EINTR)) return; /* not yet */
+    lull_io_stop(&l->child_io);
+    close(l->pidfd);
+    l->child = 0;
+    if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        conn_drop(l->c, "its snapshot was not written: the child %s %d",
+                  r < 0               ? "could not be reaped:"
+                  : WIFEXITED(status) ? "exited with status"
+                                      : "was killed by signal",
+                  r < 0               ? errno
+                  : WIFEXITED(status) ? WEXITSTATUS(status)
+                                      : WTERMSIG(status));
+        return;
+    }
+    l->snap = SNAP_NONE; /* the log from X */
+    lull_task_post(l->srv->loop, &l->task);
+}
+
+/* The child, once everything the loop queued on the link is written. */
+static void snap_fork(rlink *l) {
+    server *srv = l->srv;
+    int fd = srv->net->fd(l->c->ep);
+    /* The snapshot stands for the log's end now: the child's copy of the
+     * keyspace has every write before it, and none after. */
+    repl_log_seek(&srv->kv.log, srv->kv.log.end, &l->cur);
+    pid_t pid = fork();
+    if (pid < 0) {
+        conn_drop(l->c, "no snapshot child: fork: %s", strerror(errno));
+        return;
+    }
+    if (pid == 0) child_run(&srv->kv, fd, srv->kv.log.end);
+    int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    int rc = pfd < 0 ? -errno
+                     : lull_io_init(srv->loop, &l->child_io, pfd, child_exited);
+    if (rc == 0) rc = lull_io_start(&l->child_io, LULL_READABLE);
+    if (rc < 0) {
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+        if (pfd >= 0) close(pfd);
+        conn_drop(l->c, "no snapshot child: pidfd: %s", strerror(-rc));
+        return;
+    }
+    l->child = pid;
+    l->pidfd = pfd;
+    l->child_io.data = l;
+    l->snap = SNAP_CHILD;
+}
+
+static bool snap_forks(const rlink *l) {
+    const server *srv = l->srv;
+    return srv->snapshot == SNAPSHOT_FORK && srv->net->fd &&
+           srv->net->fd(l->c->ep) >= 0;
+}
+
+/* The producer of a link in a snapshot (l->snap). */
+static void snap_step(rlink *l) {
+    server *srv = l->srv;
+    if (l->snap == SNAP_WANT) {
+        /* A child writes the line's offset itself: the log's end when it
+         * forks, which is once this part of the line is written. */
+        bool forks = snap_forks(l);
+        repl_log_seek(&srv->kv.log, srv->kv.log.end, &l->cur);
+        int n = forks ? snprintf(l->hello_buf, sizeof l->hello_buf,
+                                 "+FULLRESYNC %s ", srv->kv.replid)
+                      : snprintf(l->hello_buf, sizeof l->hello_buf,
+                                 "+FULLRESYNC %s %" PRIu64 "\r\n",
+                                 srv->kv.replid, srv->kv.log.end);
+        l->hello = (lull_frame){
+            .bytes = l->hello_buf, .len = (size_t)n, .release = hello_release};
+        int rc = lull_endpoint_send(l->c->ep, &l->hello);
+        if (rc == 0) {
+            l->hello_out = true;
+            l->snap = SNAP_HELLO;
+            if (forks) return; /* hello's release posts us */
+            rc = snap_inline(l);
+            l->snap = SNAP_NONE;
+        }
+        if (rc < 0) {
+            conn_drop(l->c, "its snapshot was not sent (%s)", strerror(-rc));
+            return;
+        }
+        lull_task_post(srv->loop, &l->task); /* the log from X */
+        return;
+    }
+    /* SNAP_HELLO: the child writes once the stream is empty (on_drain or
+     * hello's release posts us). SNAP_CHILD: its exit posts us. */
+    if (l->snap == SNAP_HELLO && !l->hello_out && l->c->ep->queued == 0 &&
+        !l->c->outf_busy && l->c->out.len == 0)
+        snap_fork(l);
+}
+
+void snapshots_stop(server *srv) {
+    repl_peer *p = srv->kv.peers.next;
+    while (p != &srv->kv.peers) {
+        rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
+        p = p->next; /* the drop takes l out */
+        if (l->child) conn_drop(l->c, "its snapshot child was stopped");
+    }
+}
+
 /* REPLSYNC <replid|?> <offset> <listening-port>: the connection becomes a
  * replica link. The replica continues from its offset when it holds this
- * primary's history (same replid, a record boundary of the log); else it
- * starts over from 0 (FULLRESYNC: it drops its keys first). */
+ * primary's history (same replid, a record boundary the log still holds);
+ * else it starts over (FULLRESYNC: it drops its keys first): from the
+ * log's offset 0 while the log still holds it (at most a backlog and a
+ * chunk: a replay is cheaper than a fork), else from a snapshot. */
 void start_link(conn *c, const resp_arg *a, size_t argc) {
     server *srv = c->srv;
     kv *k = &srv->kv;
@@ -527,12 +825,19 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
     if (same && repl_log_seek(&k->log, offset, &l->cur) == 0) {
         snprintf(reply, sizeof reply, "+CONTINUE %" PRIu64 "\r\n", offset);
         l->skip_next = k->plant & KV_PLANT_RESUME_LATE;
-    } else {
+        buf_str(&c->out, reply);
+    } else if (k->log.base == 0) {
         offset = 0;
         repl_log_seek(&k->log, 0, &l->cur);
         snprintf(reply, sizeof reply, "+FULLRESYNC %s 0\r\n", k->replid);
+        buf_str(&c->out, reply);
+    } else {
+        /* The snapshot's producer sends the line, after this batch's
+         * replies. */
+        repl_log_seek(&k->log, k->log.end, &l->cur);
+        l->snap = SNAP_WANT;
+        offset = 0; /* INFO: nothing acknowledged yet */
     }
-    buf_str(&c->out, reply);
     for (size_t i = 0; i < RING; i++)
         l->ring[i] = (ring_frame){.f = {.release = ring_release}, .l = l};
     l->c = c;
@@ -612,6 +917,8 @@ static void master_down(server *srv) {
     srv->kv.link_up = false;
     m->in.len = 0; /* a partial record: it comes again after the resync */
     m->need = 0;
+    m->snap = false; /* a snapshot cut short: the replid is unknown */
+    store_free(&m->snap_db);
     buf_shrink(&m->in, INPUT_KEEP);
     lull_task_cancel(&m->ack);
     if (srv->stopping) return;
@@ -721,10 +1028,24 @@ static int master_handshake(server *srv) {
     }
     if (sscanf(line, "+FULLRESYNC %40[0-9a-f] %" SCNu64 "%c", id, &off,
                &tail) == 2 &&
-        strlen(id) == 40 && off == 0) {
-        store_clear(&k->db); /* another history: start over */
-        k->offset = 0;
-        memcpy(m->replid, id, sizeof id);
+        strlen(id) == 40) {
+        /* Past 0: a snapshot first, into a keyspace of its own. The
+         * replid is taken at its end, so a link lost in the middle starts
+         * over with a full sync. */
+        m->snap = off > 0;
+        m->snap_off = off;
+        memcpy(m->snap_id, id, sizeof id);
+        if (m->snap) {
+            m->replid[0] = 0;
+            store_free(&m->snap_db);
+            store_init(&m->snap_db);
+            m->snap_db.plant_int32 = k->db.plant_int32;
+            m->snap_db.plant_same_length = k->db.plant_same_length;
+        } else {
+            store_clear(&k->db); /* another history: start over */
+            k->offset = 0;
+            memcpy(m->replid, id, sizeof id);
+        }
     } else if (sscanf(line, "+CONTINUE %" SCNu64 "%c", &off, &tail) == 1 &&
                off == k->offset) {
         /* the same history: from our offset */
@@ -738,8 +1059,15 @@ static int master_handshake(server *srv) {
     k->link_up = true;
     m->backoff_ns = RETRY_MIN_NS;
     m->acked = k->offset;
-    srv_log(srv, "replica: in sync with %s:%d from offset %" PRIu64 " (%s)",
-            m->host, m->port, k->offset, line[1] == 'F' ? "full" : "continue");
+    if (m->snap)
+        srv_log(srv,
+                "replica: full sync with %s:%d: a snapshot as of offset "
+                "%" PRIu64 " comes first",
+                m->host, m->port, m->snap_off);
+    else
+        srv_log(srv, "replica: in sync with %s:%d from offset %" PRIu64 " (%s)",
+                m->host, m->port, k->offset,
+                line[1] == 'F' ? "full" : "continue");
     return 1;
 }
 
@@ -808,6 +1136,77 @@ static int master_auth_reply(server *srv) {
     return -1;
 }
 
+/* The snapshot's records at the front of m->in, up to its end marker:
+ * applied without counting them in the offset (they are not the log's).
+ * The bytes taken, or -1: the link was closed (a malformed snapshot, or
+ * one whose key count is not the marker's). */
+static long apply_snapshot(server *srv) {
+    master *m = &srv->m;
+    kv *k = &srv->kv;
+    resp_limits lim = stream_limits(srv);
+    size_t off = 0;
+    m->need = 1;
+    /* The snapshot's keyspace is the one written, for this call. */
+    store old = k->db;
+    k->db = m->snap_db;
+    uint64_t offset = k->offset;
+    while (m->snap && off < m->in.len) {
+        size_t argc, need;
+        const char *err = "";
+        long n = resp_parse_need(&lim, m->in.p + off, m->in.len - off,
+                                 srv->argv, &argc, &err, &need);
+        if (n == RESP_INCOMPLETE) {
+            m->need = need;
+            break;
+        }
+        char why[160];
+        uint64_t keys;
+        if (n == RESP_ERROR) {
+            snprintf(why, sizeof why, "a malformed snapshot: %s", err);
+        } else if (argc >= 1 && resp_is(&srv->argv[0], SNAP_END)) {
+            if (argc == 2 && parse_u64(&srv->argv[1], &keys) &&
+                keys == store_count(&k->db)) {
+                store_free(&old); /* the snapshot's takes its place */
+                memset(&m->snap_db, 0, sizeof m->snap_db);
+                k->offset = m->snap_off;
+                k->expiry_changed = true;
+                memcpy(m->replid, m->snap_id, sizeof m->replid);
+                m->snap = false;
+                srv_log(srv,
+                        "replica: in sync with %s:%d from offset "
+                        "%" PRIu64 " (full: a snapshot of %" PRIu64 " keys)",
+                        m->host, m->port, k->offset, keys);
+                off += (size_t)n;
+                break;
+            }
+            snprintf(why, sizeof why,
+                     "the snapshot's end marker does not match the %zu keys "
+                     "received",
+                     store_count(&k->db));
+        } else {
+            size_t need2;
+            long r = kv_apply_stream(k, &lim, srv->argv, m->in.p + off,
+                                     (size_t)n, &err, &need2);
+            k->offset = offset; /* the snapshot's bytes are not the log's */
+            if (r == n) {
+                off += (size_t)n;
+                continue;
+            }
+            snprintf(why, sizeof why, "a snapshot record failed: %s",
+                     r < 0 ? err : "not whole");
+        }
+        m->snap_db = k->db;
+        k->db = old;
+        master_malformed(srv, why);
+        return -1;
+    }
+    if (m->snap) { /* more to come */
+        m->snap_db = k->db;
+        k->db = old;
+    }
+    return (long)off;
+}
+
 static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     server *srv = ep->data;
     master *m = &srv->m;
@@ -824,6 +1223,16 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         return;
     if (m->state == M_SYNC && master_handshake(srv) <= 0) return;
     if (m->in.len < m->need) return;
+    if (m->snap) {
+        long taken = apply_snapshot(srv);
+        if (taken < 0) return;
+        buf_consume(&m->in, (size_t)taken);
+        if (m->snap) {
+            buf_shrink(&m->in, INPUT_KEEP);
+            return;
+        }
+        m->need = 0;
+    }
     const char *err = "";
     resp_limits lim = stream_limits(srv);
     long n = srv->kv.plant & KV_PLANT_MULTI_SPLIT

@@ -29,7 +29,7 @@ enum { MODEL_NONE, MODEL_STRING, MODEL_LIST };
 /* The longest value the model holds: a string's bytes, or a list's items
  * each as a length byte and its bytes. The workload keeps below it, and
  * reaches past the write log's chunks in the simulator's small mode and
- * past 64 KiB (KV_SHARE_MIN, REPLY_HANDOVER) with its big values. */
+ * past 64 KiB (REPLY_HANDOVER) with its big values. */
 #define MODEL_VAL_MAX (70 << 10)
 /* The longest request model_request writes. */
 #define MODEL_REQ_MAX (MODEL_VAL_MAX + 200)

@@ -78,6 +78,9 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
     srv->kv.log.plant = srv->kv.plant;
     srv->kv.log.clock = plant_clock;
     srv->kv.log.clock_arg = srv;
+    /* The links and hand-offs that read the log hold its trim back. */
+    srv->kv.log.pinned = links_pinned;
+    srv->kv.log.pinned_arg = srv;
     srv->expiry.expired = keys_expired;
     srv->expiry.arg = srv;
     srv->expiry.should_yield = srv->should_yield;
@@ -95,13 +98,16 @@ void server_start(server *srv) {
 void server_stop(server *srv) {
     if (srv->kv.replica) master_stop(srv);
     kv_expiry_stop(&srv->expiry);
+    snapshots_stop(srv);
     senders_stop(srv);
 }
 
 void server_free(server *srv) {
+    snapshots_stop(srv);
     senders_stop(srv); /* it reads the log */
     kv_free(&srv->kv);
     buf_free(&srv->m.in);
+    store_free(&srv->m.snap_db);
     free(srv->argv);
     srv->argv = NULL;
 }

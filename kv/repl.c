@@ -1,11 +1,14 @@
 /* repl.c: the write log (see repl.h). Invariants: chunks[i].start +
- * chunks[i].used == chunks[i + 1].start; starts[] is increasing, starts[0]
- * == 0, and every record lies inside one chunk; end is the last chunk's
- * start + used (0 with no chunk). */
+ * chunks[i].used == chunks[i + 1].start; base is chunks[0].start (end with
+ * no chunk); starts[] is increasing, record `first` starts at base, and
+ * every record lies inside one chunk; end is the last chunk's start +
+ * used. Records before `first` are trimmed: starts[] keeps them until a
+ * compaction (amortised: when they are at least half of it). */
 #include "repl.h"
 
 #include "buf.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,8 +45,51 @@ size_t repl_record_len(const resp_arg *argv, size_t argc) {
     return n;
 }
 
+/* Drops the trimmed records from the front of starts[] once they are at
+ * least half of it: each kept record moves at most once per trimmed one. */
+static void compact_starts(repl_log *log) {
+    size_t dead = log->first - log->rec0, n = log->nrec - log->rec0;
+    if (dead == 0 || dead < n - dead) return;
+    memmove(log->starts, log->starts + dead, (n - dead) * sizeof *log->starts);
+    log->rec0 = log->first;
+}
+
+void repl_log_trim(repl_log *log) {
+    if (!log->backlog || log->nchunks < 2) return;
+    uint64_t keep = log->pinned ? log->pinned(log->pinned_arg) : UINT64_MAX;
+    size_t n = 0;
+    /* Never the last chunk (it takes appends); a chunk goes when the bytes
+     * after it still cover the backlog and no reader is in it. */
+    while (n + 1 < log->nchunks) {
+        const repl_chunk *c = &log->chunks[n];
+        uint64_t after = c->start + c->used;
+        if (log->end - after < log->backlog) break;
+        if (after > keep) break;
+        n++;
+    }
+    if (n == 0) return;
+    for (size_t i = 0; i < n; i++)
+        free(log->chunks[i].p);
+    memmove(log->chunks, log->chunks + n,
+            (log->nchunks - n) * sizeof *log->chunks);
+    log->nchunks -= n;
+    log->chunk0 += n;
+    log->base = log->chunks[0].start;
+    /* The first record at or after the new base: it starts there. */
+    size_t lo = log->first, hi = log->nrec;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (repl_log_start(log, mid) < log->base)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    log->first = lo;
+    compact_starts(log);
+}
+
 int repl_log_reserve(repl_log *log, size_t len) {
-    if (log->nrec == log->rec_cap) {
+    if (log->nrec - log->rec0 == log->rec_cap) {
         size_t cap = log->rec_cap ? log->rec_cap * 2 : 1024;
         uint64_t *s = realloc(log->starts, cap * sizeof *s);
         if (!s) return -ENOMEM;
@@ -52,6 +98,9 @@ int repl_log_reserve(repl_log *log, size_t len) {
     }
     size_t n = log->nchunks;
     if (n && log->chunks[n - 1].cap - log->chunks[n - 1].used >= len) return 0;
+    /* A chunk starts: the one time a trim may free the front. */
+    repl_log_trim(log);
+    n = log->nchunks;
     if (n == log->chunks_cap) {
         size_t cap = log->chunks_cap ? log->chunks_cap * 2 : 16;
         repl_chunk *c = realloc(log->chunks, cap * sizeof *c);
@@ -98,8 +147,7 @@ static bool expire_relative(repl_log *log, const resp_arg *argv, size_t argc,
     return true;
 }
 
-const char *repl_log_append_arg(repl_log *log, const resp_arg *argv,
-                                size_t argc, size_t want) {
+void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc) {
     resp_arg rel[3];
     char num[24];
     if ((log->plant & KV_PLANT_EXPIRE_RELATIVE) &&
@@ -107,12 +155,10 @@ const char *repl_log_append_arg(repl_log *log, const resp_arg *argv,
         argv = rel;
     repl_chunk *c = &log->chunks[log->nchunks - 1];
     char *w = c->p + c->used, *begin = w;
-    const char *at = NULL;
     /* Counts and lengths of a record held in memory: far below LLONG_MAX. */
     w = buf_int_at(w, '*', (long long)argc);
     for (size_t i = 0; i < argc; i++) {
         w = buf_int_at(w, '$', (long long)argv[i].len);
-        if (i == want) at = w;
         memcpy(w, argv[i].p, argv[i].len);
         w += argv[i].len;
         *w++ = '\r';
@@ -120,21 +166,16 @@ const char *repl_log_append_arg(repl_log *log, const resp_arg *argv,
     }
     size_t len = (size_t)(w - begin);
     c->used += len;
-    log->starts[log->nrec++] = log->end;
+    log->starts[log->nrec++ - log->rec0] = log->end;
     log->end += len;
-    return at;
 }
 
-void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc) {
-    repl_log_append_arg(log, argv, argc, SIZE_MAX);
-}
-
-/* The first record starting at or after offset. */
+/* The first kept record starting at or after offset. */
 static size_t first_record_from(const repl_log *log, uint64_t offset) {
-    size_t lo = 0, hi = log->nrec;
+    size_t lo = log->first, hi = log->nrec;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (log->starts[mid] < offset)
+        if (repl_log_start(log, mid) < offset)
             lo = mid + 1;
         else
             hi = mid;
@@ -144,8 +185,9 @@ static size_t first_record_from(const repl_log *log, uint64_t offset) {
 
 int repl_log_seek(const repl_log *log, uint64_t offset, repl_cursor *cur) {
     if (offset > log->end) return -EINVAL;
+    if (offset < log->base) return -ERANGE;
     size_t r = first_record_from(log, offset);
-    if (r < log->nrec && log->starts[r] != offset) return -EINVAL;
+    if (r < log->nrec && repl_log_start(log, r) != offset) return -EINVAL;
     /* r == nrec: offset == end, the place of the next append. The chunk:
      * the last one starting at or before offset (0 for an empty log). */
     size_t c = 0, lo = 0, hi = log->nchunks;
@@ -159,28 +201,35 @@ int repl_log_seek(const repl_log *log, uint64_t offset, repl_cursor *cur) {
         }
     }
     cur->rec = r;
-    cur->chunk = c;
+    cur->chunk = log->chunk0 + c;
     return 0;
 }
 
 uint64_t repl_log_offset(const repl_log *log, const repl_cursor *cur) {
-    return cur->rec < log->nrec ? log->starts[cur->rec] : log->end;
+    return cur->rec < log->nrec ? repl_log_start(log, cur->rec) : log->end;
 }
 
 const char *repl_log_next(const repl_log *log, repl_cursor *cur, size_t *len) {
     if (cur->rec >= log->nrec) return NULL;
-    uint64_t at = log->starts[cur->rec];
+    /* A reader pins what it reads (repl_log.pinned): one behind the base
+     * is a reader that did not. */
+    assert(cur->rec >= log->first);
+    /* Its last chunk may be gone: the record is in a later one. */
+    if (cur->chunk < log->chunk0) cur->chunk = log->chunk0;
+    uint64_t at = repl_log_start(log, cur->rec);
     uint64_t next =
-        cur->rec + 1 < log->nrec ? log->starts[cur->rec + 1] : log->end;
+        cur->rec + 1 < log->nrec ? repl_log_start(log, cur->rec + 1) : log->end;
     /* Step to the chunk holding the record: chunks are contiguous, and a
      * record never straddles two. */
-    while (at >= log->chunks[cur->chunk].start + log->chunks[cur->chunk].used)
+    const repl_chunk *c = &log->chunks[cur->chunk - log->chunk0];
+    while (at >= c->start + c->used) {
         cur->chunk++;
-    const repl_chunk *c = &log->chunks[cur->chunk];
+        c++;
+    }
     cur->rec++;
     *len = (size_t)(next - at);
-    if ((log->plant & KV_PLANT_CHUNK_EDGE) && at == c->start && cur->chunk &&
-        c[-1].used >= *len)
+    if ((log->plant & KV_PLANT_CHUNK_EDGE) && at == c->start &&
+        c > log->chunks && c[-1].used >= *len)
         return c[-1].p + c[-1].used - *len; /* the chunk before's tail */
     return c->p + (at - c->start);
 }

@@ -28,20 +28,37 @@
  * ~20,000 small SETs), small enough that a quiet primary holds little
  * unused space. A record longer than that gets a chunk of its own size. */
 #define REPL_CHUNK ((size_t)1 << 20)
+/* The backlog lull-kv keeps by default (--repl-backlog-size): 1 MiB,
+ * Redis' repl-backlog-size default. */
+#define REPL_BACKLOG_DEFAULT ((uint64_t)1 << 20)
 
 typedef struct repl_chunk {
-    char *p;        /* the bytes (never moved or freed while the log lives) */
+    char *p;        /* the bytes (never moved; freed only by a trim, once
+                       no reader needs them) */
     size_t used;    /* bytes of records in it */
     size_t cap;     /* its size */
     uint64_t start; /* log offset of p[0] */
 } repl_chunk;
 
 typedef struct repl_log {
-    repl_chunk *chunks; /* oldest first; the last one takes appends */
+    repl_chunk *chunks; /* the kept ones, oldest first; the last one takes
+                           appends */
     size_t nchunks, chunks_cap;
-    uint64_t *starts; /* starts[i]: log offset of record i */
-    size_t nrec, rec_cap;
-    uint64_t end;      /* bytes in the log: INFO's master_repl_offset */
+    size_t chunk0;    /* the number (since the log began) of chunks[0] */
+    uint64_t *starts; /* starts[i - rec0]: log offset of record i */
+    size_t rec0;      /* the number of starts[0]'s record */
+    size_t first;     /* the first record kept (rec0 <= first <= nrec) */
+    size_t nrec;      /* records appended since the log began */
+    size_t rec_cap;   /* room in starts */
+    uint64_t base;    /* the first byte kept (INFO's
+                         repl_backlog_first_byte_offset - 1) */
+    uint64_t end;     /* bytes in the log: INFO's master_repl_offset */
+    uint64_t backlog; /* bytes a trim keeps at least (repl-backlog-size);
+                         0: no bound, nothing is freed */
+    /* The lowest offset a reader still needs (UINT64_MAX: none), asked
+     * when a trim could free a chunk; NULL: no reader. */
+    uint64_t (*pinned)(void *arg);
+    void *pinned_arg;
     size_t chunk_size; /* a new chunk's size; 0: REPL_CHUNK (the simulator
                           makes it small, so records cross many chunk
                           boundaries in a short run) */
@@ -83,9 +100,14 @@ enum {
     /* A replica overwriting a value of 64 KiB or more with one of the
      * same length and the same first KiB keeps the old one. */
     KV_PLANT_SAME_LENGTH = 0x800,
+
+    /* A full resync's snapshot leaves out the keys that carry an expiry
+     * time. */
+    KV_PLANT_SNAPSHOT_TTL = 0x1000,
 };
 
-/* A sender's place in the log: the next record and the chunk holding it. */
+/* A sender's place in the log: the next record and the chunk holding it,
+ * both numbered since the log began (a trim does not move them). */
 typedef struct repl_cursor {
     size_t rec;
     size_t chunk;
@@ -102,15 +124,14 @@ int repl_log_reserve(repl_log *log, size_t len);
 /* Appends argv as one multibulk record (after a successful reserve of
  * repl_record_len(argv, argc) bytes). */
 void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc);
-/* repl_log_append, returning where argv[want]'s bytes now are in the log
- * (they never move: a large value can be kept there once, see store.h's
- * `shared`). */
-const char *repl_log_append_arg(repl_log *log, const resp_arg *argv,
-                                size_t argc, size_t want);
 
+/* Frees the chunks at the front that the backlog and the readers no
+ * longer need (see above); repl_log_reserve calls it when it starts a
+ * chunk. */
+void repl_log_trim(repl_log *log);
 /* Points cur at the record starting at offset (offset == end: at the end,
- * waiting for the next append). 0, or -EINVAL when offset is past the end
- * or inside a record. */
+ * waiting for the next append). 0, -ERANGE when offset is below the base
+ * (trimmed), or -EINVAL when it is past the end or inside a record. */
 int repl_log_seek(const repl_log *log, uint64_t offset, repl_cursor *cur);
 /* The record at cur, and steps past it; NULL at the end of the log. */
 const char *repl_log_next(const repl_log *log, repl_cursor *cur, size_t *len);
@@ -120,6 +141,10 @@ static inline bool repl_log_more(const repl_log *log, const repl_cursor *cur) {
 }
 /* The log offset of cur. */
 uint64_t repl_log_offset(const repl_log *log, const repl_cursor *cur);
+/* The offset record r starts at (first <= r < nrec). */
+static inline uint64_t repl_log_start(const repl_log *log, size_t r) {
+    return log->starts[r - log->rec0];
+}
 
 /* What a replica's INFO shows of one replica link, kept by the primary. */
 typedef struct repl_peer {

@@ -14,6 +14,7 @@
  *           [--client-output-buffer-limit CLASS HARD SOFT SECONDS ...]
  *           [--replica-of HOST:PORT] [--repl-mode per-record|budget]
  *           [--repl-catchup auto|thread|loop] [--repl-sender-cpu N]
+ *           [--repl-backlog-size SIZE] [--repl-snapshot fork|inline]
  *           [--bind ADDR ...] [--requirepass P] [--masterauth P]
  *           [--protected-mode yes|no] [--tls-port N --tls-cert-file F
  *           --tls-key-file F --tls-ca-cert-file F]
@@ -37,6 +38,10 @@
  *                     auto (default: a thread of its own with two CPUs or
  *                     more), thread, or loop (--repl-mode's sender)
  *     --repl-sender-cpu N  the sender thread's CPU
+ *     --repl-backlog-size SIZE  the write log a primary keeps for replicas
+ *                     to continue from (default 1mb, at least 16kb)
+ *     --repl-snapshot H  how a full resync's snapshot is made: fork
+ *                     (default: a child writes it) or inline (the loop)
  *   SIZE is bytes, or a number with k, kb, m, mb, g or gb (as Redis: k is
  *   1000, kb 1024). It prints "lull-kv: listening on 127.0.0.1:PORT" once
  *   ready, and runs until SIGINT or SIGTERM (then closes every connection
@@ -45,6 +50,7 @@
  * Build:
  *   cc -O2 -o lull-kv server.c node.c conn.c link.c expiry.c cmd.c \
  *      cmd_types.c cmd_client.c types.c buf.c dict.c repl.c resp.c store.c \
+ *      snap.c \
  *      $(pkg-config --cflags --libs lull) -lm */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* getrandom */
@@ -379,6 +385,13 @@ static const char usage_text[] =
     "                    thread when the process may use two CPUs or more)\n"
     "  --repl-sender-cpu N\n"
     "                    pin the sender thread to CPU N (and use it)\n"
+    "  --repl-backlog-size SIZE\n"
+    "                    the write log kept for replicas to continue from\n"
+    "                    (default 1mb, at least 16kb); one further back\n"
+    "                    gets a snapshot\n"
+    "  --repl-snapshot fork|inline\n"
+    "                    a full resync's snapshot is written by a forked\n"
+    "                    child (default) or by the loop at once\n"
     "  --bind ADDR [ADDR ...]\n"
     "                    listen on these numeric addresses, IPv4 or IPv6\n"
     "                    (default 127.0.0.1)\n"
@@ -440,7 +453,9 @@ static bool takes_value(const char *a) {
                                         "--replica-of",
                                         "--repl-mode",
                                         "--repl-catchup",
-                                        "--repl-sender-cpu"};
+                                        "--repl-sender-cpu",
+                                        "--repl-backlog-size",
+                                        "--repl-snapshot"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(a, names[i]) == 0) return true;
     return false;
@@ -538,7 +553,7 @@ static int collect_words(int argc, char **argv, int *i, char *text, size_t bcap,
  * that may run CONFIG; "" for an option not set). The ports are the ones
  * listened on, so --port 0's pick shows. Filled once the listeners are
  * up. */
-enum { CONFIGS = 18 };
+enum { CONFIGS = 19 };
 static char config_text[CONFIGS][1024];
 static const char *config_table[CONFIGS][2];
 
@@ -626,7 +641,8 @@ static void fill_config(server *srv, const tls_opts *tls, int tls_port,
                                                "tls-replication",
                                                "replicaof",
                                                "slaveof",
-                                               "maxclients"};
+                                               "maxclients",
+                                               "repl-backlog-size"};
     char(*t)[1024] = config_text;
     snprintf(t[0], sizeof t[0], "%zu", srv->lim.max_bulk);
     snprintf(t[1], sizeof t[1], "%zu", srv->qbuf_limit);
@@ -659,6 +675,7 @@ static void fill_config(server *srv, const tls_opts *tls, int tls_port,
     memcpy(t[16], t[15], sizeof t[16]);
     /* (0 only with no descriptor limit at all: no bound) */
     snprintf(t[17], sizeof t[17], "%zu", srv->maxclients);
+    snprintf(t[18], sizeof t[18], "%" PRIu64, srv->kv.log.backlog);
     for (int i = 0; i < CONFIGS; i++) {
         config_table[i][0] = names[i];
         config_table[i][1] = t[i];
@@ -976,6 +993,20 @@ int main(int argc, char **argv) {
                 cpu >= 1024) /* a cpu_set_t's CPUs */
                 return refuse(a, "a CPU number 0-1023", argv[i]);
             srv.sender_cpu = (int)cpu;
+        } else if (more && strcmp(a, "--repl-backlog-size") == 0) {
+            size_t n;
+            /* 16 KiB at least, as Redis' minimum. */
+            if (!parse_size(argv[++i], &n) || n < ((size_t)16 << 10))
+                return refuse(a, "a size of 16kb or more", argv[i]);
+            srv.kv.log.backlog = n;
+        } else if (more && strcmp(a, "--repl-snapshot") == 0) {
+            const char *w = argv[++i];
+            if (strcmp(w, "fork") == 0)
+                srv.snapshot = SNAPSHOT_FORK;
+            else if (strcmp(w, "inline") == 0)
+                srv.snapshot = SNAPSHOT_INLINE;
+            else
+                return refuse(a, "fork or inline", w);
         } else if (takes_value(a)) {
             return refuse(a, "needs a value", NULL);
         } else {

@@ -96,6 +96,12 @@ typedef struct kv_net {
  * (thread), or always on the loop, between clients (loop). */
 enum { CATCHUP_AUTO, CATCHUP_THREAD, CATCHUP_LOOP };
 
+/* How a primary makes a full resync's snapshot (--repl-snapshot): a forked
+ * child writes it to the replica's socket while the loop serves clients
+ * (fork, Redis' diskless sync), or the loop writes it at once (inline: a
+ * transport without a socket, tests, a one-CPU host). */
+enum { SNAPSHOT_FORK, SNAPSHOT_INLINE };
+
 /* Room for one connection's handle, whichever transport set it up. */
 typedef union kv_transport {
     lull_stream stream;
@@ -135,6 +141,14 @@ typedef struct master {
     bool ack_again;       /* records applied while an ack was in flight */
     uint64_t acked;       /* the offset last acknowledged */
     bool auth_pending;    /* --masterauth: AUTH's +OK is awaited first */
+    /* A full resync's snapshot is coming (+FULLRESYNC with an offset):
+     * its records are applied without counting, up to its end marker,
+     * into a keyspace of their own, which then takes the old one's place
+     * (clients read the old one meanwhile, never half of a snapshot). */
+    bool snap;
+    store snap_db;
+    uint64_t snap_off; /* the offset the snapshot stands for */
+    char snap_id[41];  /* the primary's replid, taken at the marker */
 } master;
 
 struct server {
@@ -159,6 +173,9 @@ struct server {
     lull_percore *senders;   /* the sender thread's loop (link.c); started
                                 at the first hand-off, NULL before */
     size_t senders_out;      /* links whose backlog is out on it */
+    int snapshot;            /* --repl-snapshot: SNAPSHOT_* */
+    size_t links_held;       /* closed links whose frames or hand-off
+                                still read the log: it is not trimmed */
     bool senders_stopped;    /* server_stop: no hand-off any more */
     int port;                /* the bound TCP port (told to a primary) */
     master m;                /* --replica-of */
@@ -276,7 +293,16 @@ void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out);
 typedef struct ring_frame {
     lull_frame f;
     rlink *l;
+    uint64_t at; /* the log offset of its record (the link's pin) */
 } ring_frame;
+
+/* A link's full resync by snapshot (rlink.snap). */
+enum {
+    SNAP_NONE,  /* the log is sent */
+    SNAP_WANT,  /* +FULLRESYNC <id> <X> and the snapshot are to be sent */
+    SNAP_HELLO, /* fork: waits for the stream to empty before the child */
+    SNAP_CHILD  /* fork: the child writes it; the loop sends nothing */
+};
 
 struct rlink {
     repl_peer peer;      /* in kv.peers while the connection is open */
@@ -289,6 +315,8 @@ struct rlink {
     uint64_t start;      /* the log's end when the link started */
     size_t inflight;     /* ring frames the stream holds (not released) */
     uint64_t ring_next;  /* the next ring frame to use */
+    uint64_t ring_tail;  /* the oldest ring frame not released (a close
+                            may release later ones first) */
     bool starved;        /* waits for ring[ring_next]'s release */
     bool flushing;       /* waits for its stream to empty, to hand off */
     bool handed;         /* its backlog is out on the sender thread: the
@@ -297,6 +325,17 @@ struct rlink {
     bool finish_pending; /* the connection finished while handed: its
                             last reply waits for the backlog */
     struct rsender *sx;  /* the sender thread's state (NULL: never handed) */
+    bool held;           /* closed with frames or a hand-off out: counted
+                            in srv->links_held until freed */
+    int snap;            /* SNAP_*: a snapshot before the log from cur */
+    lull_frame hello;    /* the +FULLRESYNC line of a snapshot */
+    char hello_buf[80];  /* its bytes */
+    bool hello_out;      /* hello is in flight */
+    size_t snap_queued;  /* bytes of an inline snapshot in the stream: not
+                            output (Redis counts no RDB transfer either) */
+    int child;           /* the snapshot's forked child (0: none) */
+    int pidfd;           /* its pidfd, watched by child_io */
+    lull_io child_io;    /* its exit */
     ring_frame ring[RING];
 };
 
@@ -304,6 +343,9 @@ struct rlink {
 void start_link(conn *c, const resp_arg *a, size_t argc);
 /* What a replica may send on its link (REPLACK); false for anything else. */
 bool link_command(conn *c, const resp_arg *a, size_t argc);
+/* The link's connection is closing: its snapshot child, if any, is killed
+ * and reaped (it holds the socket open too). */
+void link_stop_child(rlink *l);
 /* The link's connection is closing: it leaves INFO and its producer stops. */
 void link_drop(rlink *l);
 /* New records in the log: every link sends them, and is held to its
@@ -316,6 +358,12 @@ size_t link_output(const rlink *l);
 /* CLIENT KILL TYPE replica|slave (kv.kill_replicas): how many links it
  * closed. */
 long long kill_replicas(kv *k);
+/* The log's readers (repl_log.pinned): the lowest offset a link or a
+ * hand-off still reads, UINT64_MAX when none does. */
+uint64_t links_pinned(void *srv);
+/* Kills every snapshot child still running and closes its link (they
+ * resync when they reconnect): server_stop. */
+void snapshots_stop(server *srv);
 /* Ends the sender thread: every backlog out on it is cut short (its link
  * closes), the thread is joined and the links hear of it. From outside the
  * loop's run (server_stop); idempotent. */

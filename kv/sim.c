@@ -75,7 +75,8 @@
  *     --plant BUG      plant a known bug (resume-late, ack-before-log,
  *                      lost-wakeup, expire-relative, multi-split,
  *                      chunk-edge, int32, silent-resync, expire-early,
- *                      batch-death, expire-now, same-length: lull-kv's;
+ *                      batch-death, expire-now, same-length,
+ *                      snapshot-ttl: lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
  *                      --expect-find N, succeed when a seed of the first N
@@ -122,8 +123,8 @@
 #define CLIENTS_MAX  4
 /* A large value's pad: up to ~5 KB, past a small log chunk. */
 #define PAD_MAX 4900
-/* A big value (big seeds): 64 KiB and more, a primary's shared value
- * (KV_SHARE_MIN) and a reply handed to the stream whole (REPLY_HANDOVER). */
+/* A big value (big seeds): 64 KiB and more, a reply handed to the stream
+ * whole (REPLY_HANDOVER). */
 #define BIG_MIN (64u << 10)
 /* A run that has not settled this long (virtual) after the heal failed. */
 #define SETTLE_NS (600 * 1000 * MS)
@@ -255,9 +256,16 @@ struct sim {
     char why[1024];
     lull_timer deadline; /* WORKLOAD_NS, then SETTLE_NS */
     bool per_record;
-    size_t repl_limit;  /* replica output limit (0: Redis' default) */
-    size_t high_water;  /* the primary's connections' (0: default) */
-    size_t chunk_size;  /* the write log's chunks (0: REPL_CHUNK) */
+    size_t repl_limit; /* replica output limit (0: Redis' default) */
+    size_t high_water; /* the primary's connections' (0: default) */
+    size_t chunk_size; /* the write log's chunks (0: REPL_CHUNK) */
+    uint64_t backlog;  /* the primary's repl-backlog-size (0: default) */
+    /* The primary's whole log, which its own trims to the backlog: each
+     * byte and record start copied before a trim can free it (the log's
+     * `pinned` hook), for the checks that replay it from 0. */
+    buf arch;
+    uint64_t *arch_starts;
+    size_t arch_nrec, arch_cap;
     bool small;         /* small chunks and stream buffers */
     bool no_faults;     /* --determinism */
     int64_t commands;   /* --determinism: the total */
@@ -958,7 +966,7 @@ static void sim_log(server *srv, const char *line) {
         }
     if (strstr(line, "in sync with")) {
         if (strstr(line, "(continue)")) S->continues++;
-        if (strstr(line, "(full)")) S->fulls++;
+        if (strstr(line, "(full")) S->fulls++;
     }
     /* A replica's link goes down for a reason it says (lost, refused, a
      * connect that failed) before it retries: one that retries with
@@ -981,6 +989,42 @@ static void sim_log(server *srv, const char *line) {
 static bool sim_yield(lull_loop *loop) {
     (void)loop;
     return rnd(&the_sim->yield_rng) % 4 == 0;
+}
+
+/* Copies the primary's records not archived yet. */
+static void archive_sync(sim *S) {
+    const repl_log *log = &S->nodes[0].srv.kv.log;
+    if (S->arch_nrec == log->nrec) return;
+    if (S->arch_nrec < log->first) abort(); /* trimmed before it was kept */
+    for (size_t r = S->arch_nrec; r < log->nrec; r++) {
+        if (S->arch_nrec == S->arch_cap) {
+            S->arch_cap = S->arch_cap ? 2 * S->arch_cap : 1024;
+            S->arch_starts =
+                realloc(S->arch_starts, S->arch_cap * sizeof *S->arch_starts);
+            if (!S->arch_starts) abort();
+        }
+        S->arch_starts[S->arch_nrec++] = repl_log_start(log, r);
+    }
+    for (size_t i = 0; i < log->nchunks; i++) {
+        const repl_chunk *c = &log->chunks[i];
+        uint64_t from = S->arch.len;
+        if (c->start + c->used <= from) continue;
+        buf_put(&S->arch, c->p + (from - c->start),
+                (size_t)(c->start + c->used - from));
+    }
+}
+
+static uint64_t archive_pinned(void *arg) {
+    sim *S = arg;
+    archive_sync(S);
+    return links_pinned(&S->nodes[0].srv);
+}
+
+static void archive_free(sim *S) {
+    buf_free(&S->arch);
+    free(S->arch_starts);
+    S->arch_starts = NULL;
+    S->arch_nrec = S->arch_cap = 0;
 }
 
 static int node_open(sim *S, node *n, int index, int64_t clock_ms) {
@@ -1019,9 +1063,16 @@ static int node_open(sim *S, node *n, int index, int64_t clock_ms) {
             S->plant & ~(unsigned)(PLANT_HOLLOW_PARTITION | PLANT_STREAMS);
         srv->port = 6380;
     }
+    if (S->backlog) srv->kv.log.backlog = S->backlog;
     int rc = server_open(
         srv, S->loop, streams_mode ? &kv_net_streams : &kv_net_sim, clock_ms);
     if (rc < 0) return rc;
+    if (!replica) { /* a new primary: a new, empty log */
+        S->arch.len = 0;
+        S->arch_nrec = 0;
+        srv->kv.log.pinned = archive_pinned;
+        srv->kv.log.pinned_arg = S;
+    }
     /* Replicas take clients too: the atomicity reader's. */
     return lull_simserver_listen(S->net, &n->ls, replica ? n->name : "primary",
                                  sim_accept);
@@ -1949,19 +2000,27 @@ static void reader_stop(sim *S) {
 
 /* The bytes of record r of a log, read from its chunks directly (not by
  * repl_log_next, which a planted bug may bend). */
-static const char *record_at(const repl_log *log, size_t r, size_t *len) {
-    uint64_t at = log->starts[r];
-    uint64_t next = r + 1 < log->nrec ? log->starts[r + 1] : log->end;
-    size_t lo = 0, hi = log->nchunks;
-    while (hi - lo > 1) {
+static const char *record_at(const sim *S, size_t r, size_t *len) {
+    uint64_t at = S->arch_starts[r];
+    uint64_t next = r + 1 < S->arch_nrec ? S->arch_starts[r + 1] : S->arch.len;
+    *len = (size_t)(next - at);
+    return S->arch.p + at;
+}
+
+/* The archived record starting at off (arch_nrec: off is the end), or
+ * SIZE_MAX when off is not a record boundary. */
+static size_t archive_seek(const sim *S, uint64_t off) {
+    size_t lo = 0, hi = S->arch_nrec;
+    while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (log->chunks[mid].start <= at)
-            lo = mid;
+        if (S->arch_starts[mid] < off)
+            lo = mid + 1;
         else
             hi = mid;
     }
-    *len = (size_t)(next - at);
-    return log->chunks[lo].p + (at - log->chunks[lo].start);
+    if (lo < S->arch_nrec ? S->arch_starts[lo] != off : off != S->arch.len)
+        return SIZE_MAX;
+    return lo;
 }
 
 static bool record_is(const char *p, size_t len, const char *name) {
@@ -1974,12 +2033,12 @@ static bool record_is(const char *p, size_t len, const char *name) {
 /* The offset where the transaction holding `off` began (its MULTI), or
  * UINT64_MAX when off is not inside one. Transactions here are short: a
  * few records back tell. */
-static uint64_t inside_transaction(const repl_log *log, size_t rec) {
+static uint64_t inside_transaction(const sim *S, size_t rec) {
     for (size_t r = rec; r-- > 0 && rec - r <= 8;) {
         size_t len;
-        const char *p = record_at(log, r, &len);
+        const char *p = record_at(S, r, &len);
         if (record_is(p, len, "EXEC")) return UINT64_MAX;
-        if (record_is(p, len, "MULTI")) return log->starts[r];
+        if (record_is(p, len, "MULTI")) return S->arch_starts[r];
     }
     return UINT64_MAX;
 }
@@ -2251,15 +2310,16 @@ static void check_offsets(lull_simnet *net, void *arg) {
          * arrive: only offsets in the primary's own are checked. */
         if (off != n->last_offset && m->replid[0] &&
             strcmp(m->replid, S->nodes[0].srv.kv.replid) == 0) {
-            repl_cursor cur;
-            if (repl_log_seek(log, off, &cur) < 0) {
+            archive_sync(S);
+            size_t rec = archive_seek(S, off);
+            if (rec == SIZE_MAX) {
                 fail(S,
                      "%s: offset %" PRIu64 " is not a record boundary of "
                      "the primary's log (its end %" PRIu64 ")",
                      n->name, off, log->end);
                 return;
             }
-            uint64_t t = inside_transaction(log, cur.rec);
+            uint64_t t = inside_transaction(S, rec);
             if (t != UINT64_MAX) {
                 fail(S,
                      "%s: offset %" PRIu64 " is inside the transaction "
@@ -2301,11 +2361,8 @@ static void deadline_due(lull_timer *t) {
  * applied to an empty replica, as a reference for a replica at that
  * offset. 0, or -1 when the log does not apply. */
 static int log_keyspace(sim *S, uint64_t off, buf *dump) {
-    server *p = &S->nodes[0].srv;
-    const repl_log *log = &p->kv.log;
-    buf all = {0};
-    for (size_t i = 0; i < log->nchunks; i++)
-        buf_put(&all, log->chunks[i].p, log->chunks[i].used);
+    archive_sync(S);
+    buf all = S->arch; /* borrowed: not freed here */
     kv ref;
     kv_init(&ref);
     store_init(&ref.db);
@@ -2318,7 +2375,6 @@ static int log_keyspace(sim *S, uint64_t off, buf *dump) {
     int rc = n == (long)off ? 0 : -1;
     if (rc == 0) kv_dump(&ref, dump);
     kv_free(&ref);
-    buf_free(&all);
     return rc;
 }
 
@@ -2623,6 +2679,9 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     /* The long fault-free run crosses a chunk edge every hundred or so
      * records: tens of thousands in 1,000,000 commands. */
     if (S->no_faults) S->chunk_size = 4096;
+    /* A backlog of four chunks where they are small: the log trims all
+     * the time, and a replica that was away long gets a snapshot. */
+    if (S->chunk_size) S->backlog = 4 * S->chunk_size;
     lull_simnet_options no = {.seed = seed ^ 0xabcdef12345ull,
                               .trace = trace,
                               .on_event = check_offsets,
@@ -2739,6 +2798,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     lull_simnet_get_stats(S->net, &out->stats);
     for (int i = 0; i <= S->nreplicas; i++)
         server_free(&S->nodes[i].srv);
+    archive_free(S);
     for (int i = 0; i < S->nclients; i++)
         buf_free(&S->clients[i].in);
     buf_free(&S->probe.in);
@@ -2859,6 +2919,7 @@ static int run_unread_close(void) {
     lull_loop_run(S->loop, LULL_RUN_NOWAIT);
     for (int i = 0; i <= S->nreplicas; i++)
         server_free(&S->nodes[i].srv);
+    archive_free(S);
     int bad = S->failed;
     printf("replica close with unread data: %s\n",
            S->failed ? S->why
@@ -2891,6 +2952,7 @@ static const struct {
               {"batch-death", KV_PLANT_BATCH_DEATH},
               {"expire-now", KV_PLANT_EXPIRE_NOW},
               {"same-length", KV_PLANT_SAME_LENGTH},
+              {"snapshot-ttl", KV_PLANT_SNAPSHOT_TTL},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},

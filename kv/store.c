@@ -17,12 +17,6 @@ int store_init(store *st) {
 }
 
 void store_value_free(kobj *o) {
-    if (o->shared) { /* the log's bytes */
-        o->shared = 0;
-        o->val = NULL;
-        o->len = 0;
-        return;
-    }
     switch (o->type) {
     case KV_LIST:
         list_free(o->val);
@@ -185,7 +179,7 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
     if (st->plant_int32 && int32_wrap(val, vlen, wrapped, &vlen)) val = wrapped;
     dict_entry *old = *pe;
     if (old && store_obj(old)->type == KV_STRING &&
-        store_obj(old)->len == vlen && !store_obj(old)->shared) {
+        store_obj(old)->len == vlen) {
         /* The same length over a string: in place, no allocation (a
          * benchmark's SET, and many real overwrites). */
         if (st->plant_same_length && vlen >= (64u << 10) &&

@@ -30,10 +30,6 @@ typedef struct kobj {
     int64_t expire; /* when the key expires (ms, see above); 0: never */
     uint32_t heap;  /* its index in the expiry heap + 1; 0: not there */
     uint8_t type;   /* KV_* */
-    uint8_t shared; /* a string whose bytes are the write log's copy (a
-                       large SET's value on a primary, kept once: the log
-                       never moves or frees them): never freed or written
-                       here */
 } kobj;
 
 typedef struct store {

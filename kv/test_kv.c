@@ -834,6 +834,7 @@ TEST(repl_spop_past_the_argument_limit_replicates) {
     const size_t max_args = (size_t)1 << 20, half = max_args / 2 + 8;
     kv p;
     kv_setup(&p, false);
+    p.log.backlog = 0; /* the whole log kept: it is replayed below */
     resp_arg *argv = malloc((half + 2) * sizeof *argv);
     char *names = malloc(2 * half * 8);
     CHECK(argv && names);
@@ -1710,60 +1711,151 @@ TEST(zset_ranks_follow_a_model) {
     zset_free(z);
 }
 
-TEST(large_value_kept_once_in_the_log) {
-    /* A primary keeps a large SET's value once, in its log. Overwriting
-     * it with another of the same length, APPEND and INCR never write
-     * into the log's copy: the log still replays to the same keys. */
+TEST(large_value_outlives_its_log_chunk) {
+    /* A large SET's value is the store's own copy: the log frees the
+     * chunk that held its record once it leaves the backlog, and the key
+     * still reads, appends and replays the same. */
     kv p;
     kv_setup(&p, false);
+    p.log.chunk_size = 4096;
+    p.log.backlog = 8192;
     buf out = {0};
-    size_t n = KV_SHARE_MIN + 10;
-    char *big = malloc(n), *big2 = malloc(n);
+    size_t n = ((size_t)64 << 10) + 10;
+    char *big = malloc(n);
     memset(big, 'a', n);
-    memset(big2, 'b', n);
     resp_arg set[3] = {{"SET", 3}, {"k", 1}, {big, n}};
     kv_exec(&p, NULL, set, 3, &out);
-    dict_entry *e = store_find(&p.db, "k", 1);
-    CHECK(e && store_obj(e)->shared);
-    const char *inlog = store_obj(e)->val;
-    CHECK(inlog >= p.log.chunks[p.log.nchunks - 1].p);
-    set[2].p = big2; /* the same length: not written in place */
-    out.len = 0;
-    kv_exec(&p, NULL, set, 3, &out);
-    CHECK(inlog[0] == 'a' && inlog[n - 1] == 'a');
-    e = store_find(&p.db, "k", 1);
-    CHECK(store_obj(e)->shared && ((char *)store_obj(e)->val)[0] == 'b');
+    for (int i = 0; i < 2000; i++) { /* many chunks past it */
+        char v[16];
+        resp_arg s2[3] = {{"SET", 3}, {"s", 1}, {v, 0}};
+        s2[2].len = (size_t)snprintf(v, sizeof v, "%d", i);
+        out.len = 0;
+        kv_exec(&p, NULL, s2, 3, &out);
+    }
+    CHECK(p.log.base > n); /* the big record is gone from the log */
+    size_t vlen;
+    const char *v = store_get(&p.db, "k", 1, &vlen);
+    CHECK(v && vlen == n && v[0] == 'a' && v[n - 1] == 'a');
     resp_arg app[3] = {{"APPEND", 6}, {"k", 1}, {"zz", 2}};
     out.len = 0;
     kv_exec(&p, NULL, app, 3, &out);
-    e = store_find(&p.db, "k", 1);
-    CHECK(!store_obj(e)->shared && store_obj(e)->len == n + 2);
-    resp_arg small[3] = {{"SET", 3}, {"s", 1}, {"1", 1}};
-    kv_exec(&p, NULL, small, 3, &out);
-    CHECK(!store_obj(store_find(&p.db, "s", 1))->shared);
-    /* the log replays to the same keys */
-    kv r;
-    kv_setup(&r, true);
-    resp_limits lim = {.max_bulk = 2 * n, .max_args = MAX_ARGS};
-    resp_arg argv[MAX_ARGS];
-    const char *err;
-    size_t need;
-    for (size_t c = 0; c < p.log.nchunks; c++)
-        CHECK_EQ(kv_apply_stream(&r, &lim, argv, p.log.chunks[c].p,
-                                 p.log.chunks[c].used, &err, &need),
-                 (long)p.log.chunks[c].used);
-    buf dp = {0}, dr = {0};
-    dump_keyspace(&p, &dp);
-    dump_keyspace(&r, &dr);
-    CHECK(strcmp(dp.p, dr.p) == 0);
-    CHECK(!store_obj(store_find(&r.db, "s", 1))->shared); /* replica: own */
-    kv_free(&r);
+    v = store_get(&p.db, "k", 1, &vlen);
+    CHECK(v && vlen == n + 2 && v[n] == 'z');
     kv_free(&p);
-    buf_free(&dp);
-    buf_free(&dr);
     buf_free(&out);
     free(big);
-    free(big2);
+}
+
+/* The log's memory: every chunk's size. */
+static size_t log_bytes(const repl_log *log) {
+    size_t n = 0;
+    for (size_t i = 0; i < log->nchunks; i++)
+        n += log->chunks[i].cap;
+    return n;
+}
+
+TEST(standalone_primary_log_stays_within_backlog) {
+    /* A primary with no replica under a steady SET load: its log keeps
+     * the backlog, the chunk it starts in and the chunk taking appends,
+     * and INFO says so (it grew without bound, and lull-kv stopped when
+     * it could not grow). */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    char val[100];
+    memset(val, 'x', sizeof val);
+    size_t most = 0;
+    for (int i = 0; i < 200000; i++) {
+        char key[24];
+        resp_arg set[3] = {{"SET", 3}, {key, 0}, {val, sizeof val}};
+        set[1].len = (size_t)snprintf(key, sizeof key, "key:%d", i % 1000);
+        out.len = 0;
+        kv_exec(&p, NULL, set, 3, &out);
+        if (log_bytes(&p.log) > most) most = log_bytes(&p.log);
+    }
+    CHECK(p.log.end > 20 * REPL_BACKLOG_DEFAULT); /* 25 MB were written */
+    CHECK(most <= REPL_BACKLOG_DEFAULT + 2 * REPL_CHUNK);
+    CHECK(p.log.end - p.log.base <= REPL_BACKLOG_DEFAULT + 2 * REPL_CHUNK);
+    CHECK(p.log.end - p.log.base >= REPL_BACKLOG_DEFAULT);
+    /* The record index is trimmed too: it holds about the kept records. */
+    CHECK(p.log.nrec - p.log.rec0 < 3 * (p.log.nrec - p.log.first) + 1024);
+    resp_arg info[2] = {{"INFO", 4}, {"replication", 11}};
+    out.len = 0;
+    kv_exec(&p, NULL, info, 2, &out);
+    buf_put(&out, "", 1);
+    char want[96];
+    snprintf(want, sizeof want, "repl_backlog_first_byte_offset:%" PRIu64,
+             p.log.base + 1);
+    CHECK(strstr(out.p, want));
+    snprintf(want, sizeof want, "repl_backlog_histlen:%" PRIu64,
+             p.log.end - p.log.base);
+    CHECK(strstr(out.p, want));
+    CHECK(strstr(out.p, "repl_backlog_size:1048576\r\n"));
+    kv_free(&p);
+    buf_free(&out);
+}
+
+static uint64_t pin_at;
+static uint64_t pin_of(void *arg) {
+    (void)arg;
+    return pin_at;
+}
+
+TEST(log_trim_keeps_pinned_chunks_and_refuses_seek_below_base) {
+    repl_log log;
+    repl_log_init(&log);
+    log.chunk_size = 1000;
+    log.backlog = 3000;
+    log.pinned = pin_of;
+    pin_at = 0; /* a reader at the start: nothing may go */
+    char v[50];
+    memset(v, 'v', sizeof v);
+    resp_arg a[3] = {{"SET", 3}, {"k", 1}, {v, sizeof v}};
+    size_t len = repl_record_len(a, 3);
+    for (int i = 0; i < 400; i++) {
+        CHECK_EQ(repl_log_reserve(&log, len), 0);
+        repl_log_append(&log, a, 3);
+    }
+    CHECK_U64_EQ(log.base, 0);
+    repl_cursor cur;
+    CHECK_EQ(repl_log_seek(&log, 0, &cur), 0);
+    /* The reader moves to record 200: the chunks before it may go, its
+     * own stays, whatever the backlog allows. */
+    for (int i = 0; i < 200; i++)
+        repl_log_next(&log, &cur, &len);
+    pin_at = repl_log_offset(&log, &cur);
+    for (int i = 0; i < 10; i++) { /* one more chunk starts: a trim */
+        CHECK_EQ(repl_log_reserve(&log, len), 0);
+        repl_log_append(&log, a, 3);
+    }
+    CHECK(log.base > 0 && log.base <= pin_at);
+    CHECK(pin_at - log.base < 1000); /* only the reader's chunk is left */
+    CHECK_EQ(repl_log_seek(&log, 0, &cur), -ERANGE);
+    CHECK_EQ(repl_log_seek(&log, log.base - 1, &cur), -ERANGE);
+    CHECK_EQ(repl_log_seek(&log, log.base, &cur), 0);
+    CHECK_EQ(repl_log_seek(&log, pin_at, &cur), 0);
+    /* The reader reads on to the end, record by record, across chunks
+     * that trims freed behind it (pinned wherever it is). */
+    uint64_t off = pin_at;
+    while (repl_log_more(&log, &cur)) {
+        const char *p = repl_log_next(&log, &cur, &len);
+        CHECK(p && len == repl_record_len(a, 3) && p[0] == '*');
+        off += len;
+        pin_at = off;
+        CHECK_EQ(repl_log_reserve(&log, len), 0);
+        repl_log_append(&log, a, 3);
+        if (off > 40000) break;
+    }
+    /* No reader: only the backlog (and the chunk it starts in) is kept. */
+    pin_at = UINT64_MAX;
+    for (int i = 0; i < 200; i++) {
+        CHECK_EQ(repl_log_reserve(&log, len), 0);
+        repl_log_append(&log, a, 3);
+    }
+    CHECK(log.end - log.base >= 3000 && log.end - log.base < 3000 + 2000);
+    CHECK_EQ(repl_log_seek(&log, log.base, &cur), 0);
+    CHECK(repl_log_next(&log, &cur, &len) == log.chunks[0].p);
+    repl_log_free(&log);
 }
 
 /* ---------------------------------------------------------------- globs */

@@ -15,6 +15,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,9 @@ static void open_pair(lull_loop **loop, server *p, server *r, int catchup) {
     lull_timer_start(&guard, 20000000000ull, 0);
     node_open(p, *loop, false);
     p->catchup = catchup;
+    /* A backlog that holds the whole load: the replica catches up by
+     * replaying the log (a snapshot's cases set their own). */
+    p->kv.log.backlog = (uint64_t)64 << 20;
     primary_of = p;
     load(p, 40000);
     node_open(r, *loop, true);
@@ -1296,6 +1300,274 @@ TEST(replica_gives_up_on_a_primary_that_never_answers) {
     CHECK_EQ(silent_connects, 2);
     CHECK_EQ(timeout_lines, 1);
     CHECK(lull_loop_now(loop) >= 60000000000ull); /* not before the minute */
+    server_stop(&r);
+    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    server_free(&r);
+    for (int i = 0; i < silent_connects; i++)
+        close(silent_fds[i]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------- full resync by snapshot */
+
+static int snap_full, snap_continue, snap_replay, snap_marker, snap_failed;
+static void count_syncs(server *srv, const char *line) {
+    quiet_log(srv, line);
+    if (strstr(line, "(full: a snapshot of")) snap_full++;
+    if (strstr(line, "(continue)")) snap_continue++;
+    if (strstr(line, "from offset 0 (full)")) snap_replay++;
+    if (strstr(line, "end marker does not match")) snap_marker++;
+    if (strstr(line, "snapshot was not")) snap_failed++;
+}
+
+static void write_argv(server *p, resp_arg *argv, size_t argc) {
+    buf out = {0};
+    uint64_t end = p->kv.log.end;
+    kv_exec(&p->kv, NULL, argv, argc, &out);
+    CHECK(out.len > 0 && out.p[0] != '-');
+    buf_free(&out);
+    if (p->kv.log.end != end && p->kv.npeers) wake_links(p);
+}
+
+/* Every type: binary keys and values (NUL, CR LF), collections past one
+ * snapshot record (SNAP_BATCH), scores of every kind, keys with expiry
+ * times, a 200 KB value; then SETs enough that the log's base is far past
+ * all of them. */
+static void load_types(server *p) {
+    char key[40], mem[40], val[40];
+    resp_arg a[4];
+    for (int i = 0; i < 50; i++) { /* binary keys */
+        size_t kn = (size_t)snprintf(key, sizeof key, "b\r\n%c%d", 0, i);
+        key[1] = 0;
+        a[0] = (resp_arg){"SET", 3};
+        a[1] = (resp_arg){key, kn};
+        a[2] = (resp_arg){"\0\r\nv", 4};
+        write_argv(p, a, 3);
+    }
+    static const char *const scores[] = {"inf", "-inf", "0.1", "-3e300", "42"};
+    for (int i = 0; i < 1000; i++) {
+        snprintf(mem, sizeof mem, "m%c%d", i % 7 ? 'x' : 0, i);
+        resp_arg m = {mem, strlen(mem + 2) + 2};
+        snprintf(val, sizeof val, "v%d", i);
+        resp_arg rp[3] = {{"RPUSH", 5}, {"list", 4}, m};
+        write_argv(p, rp, 3);
+        resp_arg sa[3] = {{"SADD", 4}, {"set", 3}, m};
+        write_argv(p, sa, 3);
+        resp_arg hs[4] = {{"HSET", 4}, {"hash", 4}, m, {val, strlen(val)}};
+        write_argv(p, hs, 4);
+        const char *sc = i < 5 ? scores[i] : val + 1;
+        resp_arg za[4] = {{"ZADD", 4}, {"zset", 4}, {sc, strlen(sc)}, m};
+        write_argv(p, za, 4);
+    }
+    for (int i = 0; i < 20; i++) { /* expiry times, of every type */
+        snprintf(key, sizeof key, "ttl:%d", i);
+        resp_arg s[5] = {{"SET", 3},
+                         {key, strlen(key)},
+                         {"v", 1},
+                         {"PX", 2},
+                         {"3600000", 7}};
+        write_argv(p, s, 5);
+    }
+    resp_arg ex[3] = {{"PEXPIRE", 7}, {"list", 4}, {"7200000", 7}};
+    write_argv(p, ex, 3);
+    static char big[200000];
+    memset(big, 'B', sizeof big);
+    resp_arg bs[3] = {{"SET", 3}, {"big", 3}, {big, sizeof big}};
+    write_argv(p, bs, 3);
+    for (int i = 0; i < 3000; i++) {
+        snprintf(key, sizeof key, "filler:%d", i % 100);
+        write_cmd(p, "SET", key, "0123456789012345678901234567890123456789");
+    }
+}
+
+/* A primary with a 16 KiB backlog of 4 KiB chunks that has trimmed far
+ * past every key's write, and a replica of it (not started). */
+static void open_snap_pair(lull_loop **loop, server *p, server *r, int how) {
+    snap_full = snap_continue = snap_replay = snap_marker = snap_failed = 0;
+    CHECK_EQ(lull_loop_new(loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(*loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    node_open(p, *loop, false);
+    p->log = count_syncs;
+    p->snapshot = how;
+    p->catchup = CATCHUP_LOOP;
+    p->kv.log.chunk_size = 4096;
+    p->kv.log.backlog = 16384;
+    primary_of = p;
+    load_types(p);
+    CHECK(p->kv.log.base > 300000);
+    node_open(r, *loop, true);
+    r->log = count_syncs;
+}
+
+static void full_resync_of_every_type(int how) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, how);
+    server_start(&r);
+    /* Writes while it syncs: they follow the snapshot. */
+    for (int i = 0; i < 20; i++) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        write_cmd(&p, "INCR", "counter", NULL);
+    }
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_full, 1);
+    CHECK_EQ(snap_replay + snap_continue, 0);
+    same_dumps(&p, &r);
+    CHECK_EQ(store_count(&r.kv.db), 50 + 4 + 20 + 1 + 100 + 1);
+    CHECK(memcmp(r.m.replid, p.kv.replid, 40) == 0);
+    close_all(loop, &p, &r);
+}
+
+TEST(full_resync_by_forked_snapshot_of_every_type) {
+    full_resync_of_every_type(SNAPSHOT_FORK);
+}
+
+TEST(full_resync_by_inline_snapshot_of_every_type) {
+    full_resync_of_every_type(SNAPSHOT_INLINE);
+}
+
+/* A replica whose link drops continues from its offset while the backlog
+ * still holds it; once writes have pushed its offset out of the backlog,
+ * it gets a snapshot again. */
+TEST(replica_continues_inside_the_backlog_and_resyncs_outside) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_full, 1);
+    /* Inside: a few writes while the link is down. */
+    CHECK_EQ(kill_replicas(&p.kv), 1);
+    write_cmd(&p, "SET", "while-down", "1");
+    write_cmd(&p, "DEL", "filler:3", NULL);
+    CHECK(p.kv.log.end - r.kv.offset < p.kv.log.backlog);
+    uint64_t t0 = now_ms();
+    while (r.m.state == M_UP) /* it sees the link go */
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    run_to_sync(loop, &p, &r);
+    CHECK(now_ms() - t0 < 20000);
+    CHECK_EQ(snap_continue, 1);
+    CHECK_EQ(snap_full, 1);
+    same_dumps(&p, &r);
+    /* Outside: the backlog's worth and more while it is down. */
+    CHECK_EQ(kill_replicas(&p.kv), 1);
+    uint64_t was = r.kv.offset;
+    while (r.m.state == M_UP)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    for (int i = 0; i < 2000; i++)
+        write_cmd(&p, "SET", "later", "0123456789012345678901234567890123");
+    CHECK(p.kv.log.base > was);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_full, 2);
+    CHECK_EQ(snap_continue, 1);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+/* While nothing was trimmed (the base is 0), a full resync replays the
+ * log from 0, with no snapshot and no child. */
+TEST(full_resync_replays_the_log_while_its_base_is_zero) {
+    lull_loop *loop;
+    server p, r;
+    snap_full = snap_continue = snap_replay = 0;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    node_open(&p, loop, false);
+    p.log = count_syncs;
+    primary_of = &p;
+    load(&p, 5000);
+    CHECK_U64_EQ(p.kv.log.base, 0);
+    node_open(&r, loop, true);
+    r.log = count_syncs;
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_replay, 1);
+    CHECK_EQ(snap_full, 0);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+/* The link closes while the child writes the snapshot: the child is
+ * killed and reaped, the replica (holding part of a snapshot) does not
+ * take it for a history of its own: it syncs in full again. */
+TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
+        char k[32];
+        snprintf(k, sizeof k, "many:%d", i);
+        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
+    }
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    while (!(r.m.snap && store_count(&r.m.snap_db) > 0)) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
+    CHECK(l->child > 0);
+    pid_t child = l->child;
+    CHECK_EQ(kill_replicas(&p.kv), 1);
+    CHECK(kill(child, 0) < 0 && errno == ESRCH); /* killed and reaped */
+    CHECK_EQ(p.links_held, 0);
+    while (r.m.state == M_UP)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    CHECK(r.m.replid[0] == 0);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_full, 1);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+/* A snapshot whose end marker says another number of keys than came: the
+ * replica says so, closes the link, and takes neither the offset nor the
+ * replid. The test is the primary. */
+static int fake_fd = -1;
+static int fake_connect(server *r) {
+    int rc = silent_connect(r);
+    fake_fd = silent_fds[silent_connects - 1];
+    return rc;
+}
+static const kv_net fake_net = {pair_read_stop, pair_read_start, pair_shutdown,
+                                pair_peer,      fake_connect,    NULL,
+                                pair_fd};
+
+TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
+    snap_marker = 0;
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    static server r;
+    server_defaults(&r);
+    r.log = count_syncs;
+    r.kv.replica = true;
+    snprintf(r.m.host, sizeof r.m.host, "pair");
+    snprintf(r.m.addr, sizeof r.m.addr, "pair");
+    CHECK_EQ(server_open(&r, loop, &fake_net, 1000000000000ll), 0);
+    server_start(&r);
+    while (r.m.state != M_SYNC)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    static const char snap[] =
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$2\r\na\0\r\n$1\r\nb\r\n"
+        "*3\r\n$3\r\nSET\r\n$1\r\nc\r\n$1\r\nd\r\n"
+        "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n3\r\n"
+        "*2\r\n$3\r\nDEL\r\n$1\r\nc\r\n";
+    send_all(fake_fd, snap, sizeof snap - 1);
+    uint64_t t0 = now_ms();
+    while (snap_marker == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(r.m.state != M_UP);
+    CHECK(r.m.replid[0] == 0);
+    CHECK_U64_EQ(r.kv.offset, 0);
+    char tmp[256];
+    while (read(fake_fd, tmp, sizeof tmp) > 0) { /* the REPLSYNC, then EOF */
+    }
     server_stop(&r);
     for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
         lull_loop_run(loop, LULL_RUN_NOWAIT);
