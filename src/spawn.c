@@ -25,17 +25,19 @@
  * cannot return into C code on a new stack.
  *
  * Rules for the child, which shares the parent's memory: it calls nothing
- * but system calls (syscall(), no libc function that keeps state, takes a
- * lock or is intercepted by a sanitizer: their interceptors would update
- * the parent's bookkeeping from the child), writes only to its own stack
- * and to one int the parent reads once the clone returned (sp->ran_shared:
- * proof that the clone really was CLONE_VM | CLONE_VFORK, so that its
- * return means exec'd or exited), and is compiled without sanitizers or
- * loop-to-memcpy rewriting (CMakeLists.txt). Signals: the parent blocks all of
- * them before the clone, so none runs a parent's handler in the child; the
- * child sets every disposition to its default (also the ignored ones: a child
- * should not inherit SIGPIPE ignored because its parent chose to) and then
- * unblocks all of them, just before exec. A failure writes its errno to a
+ * but system calls, made in place (sys() below), never through a function
+ * (no libc function that keeps state, takes a lock or is intercepted by a
+ * sanitizer: their interceptors would update the parent's bookkeeping from
+ * the child; not even syscall(), which a program may define or wrap),
+ * writes only to its own stack and to one int the parent reads once the
+ * clone returned (sp->ran_shared: proof that the clone really was
+ * CLONE_VM | CLONE_VFORK, so that its return means exec'd or exited), and
+ * is compiled without sanitizers or loop-to-memcpy rewriting
+ * (CMakeLists.txt). Signals: the parent blocks all of them before the
+ * clone, so none runs a parent's handler in the child; the child sets every
+ * disposition to its default (also the ignored ones: a child should not
+ * inherit SIGPIPE ignored because its parent chose to) and then unblocks
+ * all of them, just before exec. A failure writes its errno to a
  * close-on-exec pipe (not to shared memory: valgrind runs such a clone as a
  * fork, without CLONE_VM) and exits with 127; the parent finds the pipe
  * empty when exec succeeded. It does not wait for the pipe's EOF, which
@@ -74,13 +76,62 @@ extern int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
 static const unsigned char zero_action[64];
 static const uint64_t empty_set;
 
-static void child_fail(int err_fd, int err) {
-    syscall(SYS_write, err_fd, &err, sizeof err);
-    syscall(SYS_exit, 127);
+/* One system call, made here: the kernel's result, -errno on failure.
+ * Not the C library's syscall(): that is a symbol, and a program may define
+ * its own (lull-lab does, to count a library's calls), wrap it
+ * (-Wl,--wrap=syscall) or preload a shim that does. Its code would run in
+ * this child, in the parent's memory and on this stack, which is an array
+ * in the parent's frame: its own state updated from the wrong process, and
+ * in an ASan build its frame's redzones poisoned there and never cleared
+ * (the exec does not return), stale poison the parent's later frames trip
+ * on. glibc's posix_spawn makes its child's calls inline for the same
+ * reason. Other architectures fall back to syscall(). */
+static long sys(long nr, long a, long b, long c, long d, long e, long f) {
+#if defined(__x86_64__)
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    long ret;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8),
+                       "r"(r9)
+                     : "rcx", "r11", "memory");
+    return ret;
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = nr;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    register long x3 __asm__("x3") = d;
+    register long x4 __asm__("x4") = e;
+    register long x5 __asm__("x5") = f;
+    __asm__ volatile("svc 0"
+                     : "+r"(x0)
+                     : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+                     : "memory", "cc");
+    return x0;
+#else
+    long ret = syscall(nr, a, b, c, d, e, f);
+    return ret == -1 ? -errno : ret;
+#endif
 }
 
-static int fail_errno(void) {
-    return errno ? errno : EINVAL;
+#define SYS0(nr)          sys(nr, 0, 0, 0, 0, 0, 0)
+#define SYS1(nr, a)       sys(nr, (long)(a), 0, 0, 0, 0, 0)
+#define SYS2(nr, a, b)    sys(nr, (long)(a), (long)(b), 0, 0, 0, 0)
+#define SYS3(nr, a, b, c) sys(nr, (long)(a), (long)(b), (long)(c), 0, 0, 0)
+#define SYS4(nr, a, b, c, d)                                                   \
+    sys(nr, (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
+
+static void child_fail(int err_fd, int err) {
+    SYS3(SYS_write, err_fd, &err, sizeof err);
+    SYS1(SYS_exit, 127);
+}
+
+/* The errno of a failed call's result: positive, never 0. */
+static int err_of(long r) {
+    return r < 0 ? (int)-r : EINVAL;
 }
 
 static size_t str_len(const char *s) {
@@ -100,10 +151,8 @@ static bool has_slash(const char *s) {
  * an entry that does not hold it is skipped; EACCES anywhere is remembered.
  * Returns the errno to report (exec only returns on failure). */
 static int exec_search(const lull__spawn *sp) {
-    if (has_slash(sp->file)) {
-        syscall(SYS_execve, sp->file, sp->argv, sp->envp);
-        return fail_errno();
-    }
+    if (has_slash(sp->file))
+        return err_of(SYS3(SYS_execve, sp->file, sp->argv, sp->envp));
     char buf[PATH_MAX];
     size_t flen = str_len(sp->file);
     bool eacces = false;
@@ -119,8 +168,8 @@ static int exec_search(const lull__spawn *sp) {
             if (k) buf[k++] = '/'; /* an empty entry is the cwd */
             for (size_t i = 0; i <= flen; i++)
                 buf[k + i] = sp->file[i];
-            syscall(SYS_execve, buf, sp->argv, sp->envp);
-            switch (errno) {
+            int err = err_of(SYS3(SYS_execve, buf, sp->argv, sp->envp));
+            switch (err) {
             case EACCES:
                 eacces = true;
                 break;
@@ -133,7 +182,7 @@ static int exec_search(const lull__spawn *sp) {
             case ENAMETOOLONG:
                 break;
             default:
-                return fail_errno(); /* it is there, and cannot run */
+                return err; /* it is there, and cannot run */
             }
         }
         if (!*end) break;
@@ -145,12 +194,12 @@ static int exec_search(const lull__spawn *sp) {
 /* Every fd from n up closes at exec: close_range marks them all at once
  * (Linux 5.11); before it, one fcntl per possible fd. */
 static void cloexec_the_rest(const lull__spawn *sp, int n) {
-    if (syscall(SYS_close_range, (unsigned)n, ~0u, CLOSE_RANGE_CLOEXEC) == 0)
+    if (SYS3(SYS_close_range, (unsigned)n, ~0u, CLOSE_RANGE_CLOEXEC) == 0)
         return;
     for (int fd = n; fd < sp->fd_limit; fd++) {
-        long fl = syscall(SYS_fcntl, fd, F_GETFD);
+        long fl = SYS2(SYS_fcntl, fd, F_GETFD);
         if (fl >= 0 && !(fl & FD_CLOEXEC))
-            syscall(SYS_fcntl, fd, F_SETFD, fl | FD_CLOEXEC);
+            SYS3(SYS_fcntl, fd, F_SETFD, fl | FD_CLOEXEC);
     }
 }
 
@@ -168,23 +217,26 @@ typedef struct {
 static void become(const lull__spawn *sp, int efd) {
     for (int i = 0; i < sp->rlimit_count; i++) {
         limit64 l = {sp->rlimits[i].cur, sp->rlimits[i].max};
-        if (syscall(SYS_prlimit64, 0, sp->rlimits[i].resource, &l, NULL) < 0)
-            child_fail(efd, fail_errno());
+        long r = SYS4(SYS_prlimit64, 0, sp->rlimits[i].resource, &l, NULL);
+        if (r < 0) child_fail(efd, err_of(r));
     }
     bool ids = sp->flags & (LULL_PROCESS_SETUID | LULL_PROCESS_SETGID);
+    long r;
     if (sp->set_groups) {
-        if (syscall(SYS_setgroups, sp->group_count, sp->groups) < 0)
-            child_fail(efd, fail_errno());
+        if ((r = SYS2(SYS_setgroups, sp->group_count, sp->groups)) < 0)
+            child_fail(efd, err_of(r));
     } else if (ids) {
         /* The parent's groups (root's, say) must not follow a drop; an
          * unprivileged parent cannot clear them, and its setuid below
          * reports that. */
-        syscall(SYS_setgroups, 0, NULL);
+        SYS2(SYS_setgroups, 0, NULL);
     }
-    if ((sp->flags & LULL_PROCESS_SETGID) && syscall(SYS_setgid, sp->gid) < 0)
-        child_fail(efd, fail_errno());
-    if ((sp->flags & LULL_PROCESS_SETUID) && syscall(SYS_setuid, sp->uid) < 0)
-        child_fail(efd, fail_errno());
+    if ((sp->flags & LULL_PROCESS_SETGID) &&
+        (r = SYS1(SYS_setgid, sp->gid)) < 0)
+        child_fail(efd, err_of(r));
+    if ((sp->flags & LULL_PROCESS_SETUID) &&
+        (r = SYS1(SYS_setuid, sp->uid)) < 0)
+        child_fail(efd, err_of(r));
 }
 
 /* Whether fd is still to be read by a placement not yet made. */
@@ -212,8 +264,8 @@ static void place_fds(int *src, int n, int efd) {
         bool moved = false;
         for (int i = 0; i < n; i++) {
             if (placed[i] || read_by_pending(src, placed, n, i)) continue;
-            if (syscall(SYS_dup3, src[i], i, 0) < 0)
-                child_fail(efd, fail_errno());
+            long r = SYS3(SYS_dup3, src[i], i, 0);
+            if (r < 0) child_fail(efd, err_of(r));
             placed[i] = true;
             left--;
             moved = true;
@@ -222,16 +274,16 @@ static void place_fds(int *src, int n, int efd) {
         int first = 0; /* every target left is read by another: a cycle */
         while (placed[first])
             first++;
-        int spare = (int)syscall(SYS_fcntl, first, F_DUPFD_CLOEXEC, n);
-        if (spare < 0) child_fail(efd, fail_errno());
+        int spare = (int)SYS3(SYS_fcntl, first, F_DUPFD_CLOEXEC, n);
+        if (spare < 0) child_fail(efd, err_of(spare));
         for (int j = 0; j < n; j++)
             if (!placed[j] && src[j] == first) src[j] = spare;
     }
     for (int i = 0; i < n; i++) {
         if (src[i] < 0)
-            syscall(SYS_close, i);
+            SYS1(SYS_close, i);
         else if (src[i] == i)
-            syscall(SYS_fcntl, i, F_SETFD, 0); /* keep it across exec */
+            SYS3(SYS_fcntl, i, F_SETFD, 0); /* keep it across exec */
     }
 }
 
@@ -242,32 +294,32 @@ static int child_main(void *arg) {
     int efd = sp->err_fd;
     for (int s = 1; s <= 64; s++)
         if (s != SIGKILL && s != SIGSTOP)
-            syscall(SYS_rt_sigaction, s, zero_action, NULL, sizeof empty_set);
+            SYS4(SYS_rt_sigaction, s, zero_action, NULL, sizeof empty_set);
     bool session =
         sp->flags & (LULL_PROCESS_NEW_SESSION | LULL_PROCESS_CONTROLLING_TTY);
-    if (session && syscall(SYS_setsid) < 0) child_fail(efd, fail_errno());
+    long r;
+    if (session && (r = SYS0(SYS_setsid)) < 0) child_fail(efd, err_of(r));
     if ((sp->flags & LULL_PROCESS_NEW_GROUP) && !session &&
-        syscall(SYS_setpgid, 0, 0) < 0)
-        child_fail(efd, fail_errno());
+        (r = SYS2(SYS_setpgid, 0, 0)) < 0)
+        child_fail(efd, err_of(r));
     /* The report pipe lives above the fds being placed, or placing one
      * would overwrite (or close) it. */
     if (efd < n) {
-        efd = (int)syscall(SYS_fcntl, efd, F_DUPFD_CLOEXEC, n);
-        if (efd < 0) syscall(SYS_exit, 127); /* no way to say why */
+        efd = (int)SYS3(SYS_fcntl, efd, F_DUPFD_CLOEXEC, n);
+        if (efd < 0) SYS1(SYS_exit, 127); /* no way to say why */
     }
     int src[LULL_STDIO_MAX];
     for (int i = 0; i < n; i++)
         src[i] = sp->stdio[i];
     place_fds(src, n, efd);
     if ((sp->flags & LULL_PROCESS_CONTROLLING_TTY) &&
-        syscall(SYS_ioctl, 0, TIOCSCTTY, 0) < 0)
-        child_fail(efd, fail_errno());
-    if (sp->cwd && syscall(SYS_chdir, sp->cwd) < 0)
-        child_fail(efd, fail_errno());
+        (r = SYS3(SYS_ioctl, 0, TIOCSCTTY, 0)) < 0)
+        child_fail(efd, err_of(r));
+    if (sp->cwd && (r = SYS1(SYS_chdir, sp->cwd)) < 0)
+        child_fail(efd, err_of(r));
     become(sp, efd);
     cloexec_the_rest(sp, n);
-    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty_set, NULL,
-            sizeof empty_set);
+    SYS4(SYS_rt_sigprocmask, SIG_SETMASK, &empty_set, NULL, sizeof empty_set);
     child_fail(efd, exec_search(sp));
     return 127;
 }

@@ -6,6 +6,7 @@
 #include "check.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -13,6 +14,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,10 @@
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 #define GUARD_NS (20 * 1000000000ull) /* no wait here takes this long */
 
@@ -2423,5 +2429,79 @@ TEST(stdio_fds_that_swap_places) {
     CHECK_EQ(k.status, 0);
     close(a);
     close(b);
+    free_loop(loop);
+}
+
+/* ------------------------------------------------ a program's own syscall */
+
+/* A program may define syscall() itself, as lull-lab does to count a
+ * library's calls (or wrap it, or preload a shim that does): this binary
+ * does, and forwards to the C library's. Everything here that calls
+ * syscall() reaches it, lull's parent-side calls included; the spawned
+ * child must not: until its exec it runs in the parent's memory, on an
+ * array in the parent's stack, and a function of the program's there runs
+ * where nothing may (an ASan build poisons its frame's redzones there, and
+ * the exec that never returns leaves them poisoned in the parent's stack).
+ * While watch_pid is set, a call from any other process counts in
+ * calls_elsewhere, which only a child sharing this memory can raise. */
+static void *libc_syscall;           /* the C library's, looked up once */
+static pid_t watch_pid;              /* 0: not counting */
+static volatile int calls_elsewhere; /* calls made by another pid */
+
+long syscall(long nr, ...);
+long syscall(long nr, ...) {
+    va_list ap;
+    va_start(ap, nr);
+    long a[6];
+    for (int i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    long (*fn)(long, ...) = __atomic_load_n(&libc_syscall, __ATOMIC_ACQUIRE);
+    if (!fn) {
+        fn = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
+        __atomic_store_n(&libc_syscall, (void *)fn, __ATOMIC_RELEASE);
+    }
+    if (watch_pid && fn(SYS_getpid) != watch_pid) calls_elsewhere++;
+    return fn(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+/* Whether the stack below the caller holds poison no live frame owns:
+ * this frame's array covers where the spawn's child ran (its 32 KiB stack
+ * sits a few frames below the caller's). Only an ASan build can tell. */
+static __attribute__((noinline)) bool stack_below_poisoned(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    char below[96 * 1024];
+    return __asan_region_is_poisoned(below, sizeof below) != NULL;
+#else
+    return false;
+#endif
+}
+
+/* The child makes its system calls itself, never through the program's
+ * syscall(): spawns with an absolute path, a PATH search (several execve
+ * attempts) and a failed exec (the errno report and exit) leave no call in
+ * calls_elsewhere and, in an ASan build, no stale poison on the stack. */
+TEST(child_never_calls_the_programs_syscall) {
+    lull_loop *loop = new_loop();
+    CHECK_EQ(syscall(SYS_getpid), (long)getpid()); /* looked up here */
+    watch_pid = getpid();
+    char *search[] = {"true", NULL};
+    char *path[] = {"/bin/true", NULL};
+    char *missing[] = {"/nonexistent/lull-test", NULL};
+    char *const env[] = {"PATH=/nonexistent:/usr/bin:/bin", NULL};
+    kid a = {0}, b = {0}, c = {0};
+    lull_process_options o = {.argv = search, .envp = env};
+    CHECK_EQ(spawn(loop, &a, &o), 0);
+    o.argv = path;
+    CHECK_EQ(spawn(loop, &b, &o), 0);
+    o.argv = missing;
+    CHECK_EQ(spawn(loop, &c, &o), -ENOENT);
+    run_until(loop, &a.exits, 1);
+    run_until(loop, &b.exits, 1);
+    watch_pid = 0;
+    CHECK_EQ(a.status, 0);
+    CHECK_EQ(b.status, 0);
+    CHECK(!stack_below_poisoned());
+    CHECK_EQ(calls_elsewhere, 0);
     free_loop(loop);
 }
