@@ -724,7 +724,17 @@ static void snap_fork(rlink *l) {
         conn_drop(l->c, "no snapshot child: fork: %s", strerror(errno));
         return;
     }
-    if (pid == 0) child_run(&srv->kv, fd, srv->kv.log.end);
+    if (pid == 0) {
+        /* Off the loop's CPU where one is given, as Redis' bgsave_cpulist:
+         * the child's encoding would otherwise compete with the clients. */
+        if (srv->sender_cpu >= 0) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(srv->sender_cpu, &set);
+            (void)sched_setaffinity(0, sizeof set, &set);
+        }
+        child_run(&srv->kv, fd, srv->kv.log.end);
+    }
     int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
     int rc = pfd < 0 ? -errno
                      : lull_io_init(srv->loop, &l->child_io, pfd, child_exited);

@@ -37,7 +37,7 @@
  *     --repl-catchup W  where a catching-up replica's backlog is sent from:
  *                     auto (default: a thread of its own with two CPUs or
  *                     more), thread, or loop (--repl-mode's sender)
- *     --repl-sender-cpu N  the sender thread's CPU
+ *     --repl-sender-cpu N  the sender thread's and snapshot child's CPU
  *     --repl-backlog-size SIZE  the write log a primary keeps for replicas
  *                     to continue from (default 1mb, at least 16kb)
  *     --repl-snapshot H  how a full resync's snapshot is made: fork
@@ -384,7 +384,7 @@ static const char usage_text[] =
     "                    a thread of its own, or the loop (default auto: the\n"
     "                    thread when the process may use two CPUs or more)\n"
     "  --repl-sender-cpu N\n"
-    "                    pin the sender thread to CPU N (and use it)\n"
+    "                    pin the sender thread and snapshot child to CPU N\n"
     "  --repl-backlog-size SIZE\n"
     "                    the write log kept for replicas to continue from\n"
     "                    (default 1mb, at least 16kb); one further back\n"

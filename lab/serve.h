@@ -24,9 +24,10 @@ extern const char *const test_key[TESTS];
 #define DEPTHS 2
 extern const int depth[DEPTHS];
 
-/* The catch-up rows: lull-kv with its sender thread, lull-kv with the
- * loop's budget sender, redis-server; the TLS two in a full run only. */
-enum { R_KV_THREAD, R_KV_BUDGET, R_REDIS, R_KV_TLS, R_REDIS_TLS, REPL_ROWS };
+/* The catch-up rows: lull-kv's forked snapshot, lull-kv's log replayed
+ * by the loop's budget sender, redis-server; the TLS two in a full run
+ * only. */
+enum { R_KV_SNAPSHOT, R_KV_BUDGET, R_REDIS, R_KV_TLS, R_REDIS_TLS, REPL_ROWS };
 
 /* The floor table's title, one for each source of its system-call count
  * (lab/serve_floor.c): `lull-lab titles` lists both, so the width test

@@ -9,16 +9,16 @@
  * started until catch-up ends; their latency distributions are merged (a
  * conservative p99: each run's cumulative counts are taken at the printed
  * bucket edges, never interpolated). The last run may outlast catch-up by
- * up to one run. lull-kv runs as primary twice: with its catch-up sender
- * thread (--repl-catchup thread, the thread pinned to the replica's CPU,
- * where redis-server's fork + RDB child runs), and with the loop's budget
- * sender (--repl-catchup loop). A full run adds the same over TLS
- * (lull-kv with the budget sender, which TLS links use; redis-server's TLS
- * replication): the primary has a TLS port with a throwaway certificate
- * (lab/serve_tls.c), the replica connects to it; keys, pings and INFO use
- * the plain port. Once caught up, every row's replica must hold all the
- * keys, and the last one's bytes (else the run failed a delivered-data
- * check).
+ * up to one run. lull-kv runs as primary twice: with a backlog the load
+ * has passed, so the replica gets a snapshot from a forked child pinned to
+ * the replica's CPU (--repl-sender-cpu), where redis-server's fork + RDB
+ * child runs; and with a backlog that holds the whole load, replayed by
+ * the loop's budget sender (--repl-catchup loop). A full run adds the
+ * latter over TLS (redis-server's TLS replication beside it): the primary has a
+ * TLS port with a throwaway certificate (lab/serve_tls.c), the replica connects
+ * to it; keys, pings and INFO use the plain port. Once caught up, every row's
+ * replica must hold all the keys, and the last one's bytes (else the run failed
+ * a delivered-data check).
  *
  * The rows are one of the engine's figures: the row that goes first
  * rotates round by round. One thread. */
@@ -32,12 +32,12 @@
 #include <string.h>
 #include <unistd.h>
 
-/* What each primary's catch-up is: lull-kv replays its write log to the
- * replica, from a thread of its own a chunk at a time, or from the loop
+/* What each primary's catch-up is: lull-kv forks a child that writes a
+ * snapshot to the replica's socket, or replays its write log from the loop
  * record by record within its budget; redis-server forks a child that
  * writes a snapshot (RDB) to the replica's socket. */
 static const char *const repl_label[REPL_ROWS] = {
-    "lull-kv, log replay, sender thread", "lull-kv, log replay, loop budget",
+    "lull-kv, fork + snapshot", "lull-kv, log replay, loop budget",
     "redis-server, fork + RDB", "lull-kv over TLS, loop budget",
     "redis-server over TLS, fork + RDB"};
 
@@ -229,18 +229,31 @@ static int replicate_once(const params *p, const serve_tls_files *t, int row,
                           "--tls-auth-clients",
                           "no",
                           NULL};
-    /* The thread on the replica's CPU, as redis-server's child. */
+    /* Which catch-up each lull-kv row measures, whatever the keys' count:
+     * the snapshot row keeps the smallest backlog (a replica attached after
+     * the load is past it), the log-replay rows one that holds the whole
+     * load (10^6 keys' log is ~140 MB). The snapshot child (and the sender
+     * thread) on the replica's CPU, as redis-server's child. */
     char cpu[16];
     snprintf(cpu, sizeof cpu, "%d", serve_cpu_client);
-    const char *mode[16] = {"--repl-catchup", "thread", "--repl-sender-cpu",
-                            cpu};
-    if (serve_cpu_client < 0) mode[2] = mode[3] = NULL; /* not pinned */
+    const char *mode[24];
+    int m = 0;
+    mode[m++] = "--repl-backlog-size";
+    mode[m++] = row == R_KV_SNAPSHOT ? "16kb" : "1gb";
     if (row == R_KV_BUDGET || row == R_KV_TLS) {
         const char *loop[] = {"--repl-mode", "budget", "--repl-catchup",
                               "loop"};
-        memcpy(mode, loop, sizeof loop);
+        memcpy(mode + m, loop, sizeof loop);
+        m += 4;
+    } else if (serve_cpu_client >= 0) {
+        mode[m++] = "--repl-sender-cpu";
+        mode[m++] = cpu;
     }
-    if (tls) memcpy(mode + 4, ptls, sizeof ptls);
+    if (tls) {
+        memcpy(mode + m, ptls, sizeof ptls); /* NULL-terminated */
+    } else {
+        mode[m] = NULL;
+    }
     bool ok = kv ? serve_start_kv(&primary, mode, serve_cpu_server)
                  /* Its fork + RDB child runs on the replica's CPU, not on
                   * the primary's, which the pings share. */
@@ -436,7 +449,7 @@ static int measure(lab_fig *fig, lab_row *row, int round, double *v) {
         return LAB_SKIPPED;
     }
     if (f->skipped) { /* no replication in this lull-kv */
-        int other = i == R_KV_BUDGET ? R_KV_THREAD : R_KV_BUDGET;
+        int other = i == R_KV_BUDGET ? R_KV_SNAPSHOT : R_KV_BUDGET;
         c->r[other] = *f;
         return LAB_SKIPPED;
     }
@@ -456,7 +469,7 @@ static void row_json(const lab_fig *fig, const lab_row *row, lab_json *j) {
     lab_json_string(j, redis ? "redis-server" : "lull-kv");
     if (!redis) {
         lab_json_key(j, "repl_catchup");
-        lab_json_string(j, i == R_KV_THREAD ? "thread" : "loop");
+        lab_json_string(j, i == R_KV_SNAPSHOT ? "snapshot" : "loop");
     }
     if (i >= R_KV_TLS) lab_json_field(j, "tls", 1);
     if (c->r[i].skipped) {
@@ -487,15 +500,15 @@ static void print_repl(const lab_fig *fig, const rctx *c) {
     }
     if (t.rows > 1) lab_table_detail(&t);
     if (c->r[R_KV_BUDGET].skipped)
-        lab_detail("  lull-kv rows (sender thread, loop budget): %s, "
+        lab_detail("  lull-kv rows (snapshot, loop budget): %s, "
                    "skipped\n",
                    c->r[R_KV_BUDGET].why);
     else
-        lab_detail("  sender thread, primary ping p99 during catch-up of %d "
+        lab_detail("  snapshot, primary ping p99 during catch-up of %d "
                    "keys: %.2f ms (loop budget %.2f ms, redis-server %.2f "
                    "ms); target ≤ quantum + 1 ms = %.1f ms\n",
                    c->p->keys,
-                   lab_row_median(&fig->rows[R_KV_THREAD], RV_PING_P99),
+                   lab_row_median(&fig->rows[R_KV_SNAPSHOT], RV_PING_P99),
                    lab_row_median(&fig->rows[R_KV_BUDGET], RV_PING_P99),
                    lab_row_median(&fig->rows[R_REDIS], RV_PING_P99),
                    KV_QUANTUM_MS + 1);
@@ -519,9 +532,10 @@ static void catchup_row(const lab_fig *fig, lab_table *t, const char *label,
 }
 
 static void brief_verdict(const lab_fig *fig, const rctx *c, lab_table *t) {
-    const lab_row *b = &fig->rows[R_KV_THREAD], *r = &fig->rows[R_REDIS];
+    const lab_row *b = &fig->rows[R_KV_SNAPSHOT], *r = &fig->rows[R_REDIS];
     if (t && t->rows > 0 && !c->r[R_KV_BUDGET].skipped)
-        catchup_row(fig, t, "replica catch-up, s; ping", R_KV_THREAD, R_REDIS);
+        catchup_row(fig, t, "replica catch-up, s; ping", R_KV_SNAPSHOT,
+                    R_REDIS);
     /* The same over TLS (a full run's): the replica's link encrypted. */
     if (t && t->rows > 0 && fig->nrows == REPL_ROWS && !c->r[R_KV_TLS].skipped)
         catchup_row(fig, t, "TLS replica catch-up, s; ping", R_KV_TLS,
