@@ -3424,6 +3424,35 @@ TEST(expire_unsupported_option_quoted_as_redis) {
     buf_free(&out);
     kv_free(&k);
 }
+TEST(expire_unsupported_option_trailing_crlf_trimmed_as_redis) {
+    /* Redis' addReplyErrorFormat trims CR and LF off the formatted
+     * message's ends before it maps the rest to spaces: an option ending
+     * in CRLF (or in CRLF before a NUL) loses them. redis-server 7.0.15
+     * answered each of these so (kv/kvdiff.py found the first). */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    static const struct {
+        const char *opt;
+        size_t len;
+        const char *reply;
+    } cases[] = {
+        {"x\r\n", 3, "-ERR Unsupported option x\r\n"},
+        {"x\r\n\0y", 5, "-ERR Unsupported option x\r\n"},
+        {"\r\n", 2, "-ERR Unsupported option \r\n"},
+        {"\n\rx\n\r", 5, "-ERR Unsupported option   x\r\n"},
+        {"a\r\nb", 4, "-ERR Unsupported option a  b\r\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        resp_arg a[] = {
+            {"EXPIRE", 6}, {"k", 1}, {"10", 2}, {cases[i].opt, cases[i].len}};
+        const char *got = exec_args(&k, NULL, &out, a, 4);
+        if (strcmp(got, cases[i].reply) != 0)
+            check_fail(__FILE__, __LINE__, "case %zu: %s", i, got);
+    }
+    buf_free(&out);
+    kv_free(&k);
+}
 TEST(zset_negative_zero_kept_as_zero_as_redis) {
     /* A small sorted set in Redis 7.0 (a listpack: every one lull-kv
      * tests against) keeps a score of -0 as 0; only the reply to the
