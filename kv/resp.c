@@ -256,13 +256,17 @@ static long parse_inline(const resp_limits *lim, resp_state *st,
     }
     size_t end = (size_t)lf; /* a bare LF ends a line too, as in Redis */
     if (end > 0 && buf[end - 1] == '\r') end--;
+    /* Words as Redis' sdssplitargs cuts them (without its quoting): one
+     * ends at a space, tab or CR; between words any of those, a vertical
+     * tab or a form feed is skipped (isspace). */
     size_t n = 0, i = 0;
     while (i < end) {
-        while (i < end && (buf[i] == ' ' || buf[i] == '\t'))
+        while (i < end && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' ||
+                           buf[i] == '\v' || buf[i] == '\f'))
             i++;
         if (i == end) break;
         size_t start = i;
-        while (i < end && buf[i] != ' ' && buf[i] != '\t')
+        while (i < end && buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\r')
             i++;
         if (n == lim->max_args) {
             *err = "Protocol error: too many arguments";
