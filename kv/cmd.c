@@ -499,6 +499,12 @@ static void cmd_flushall(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     reply_ok(out);
 }
 
+/* The first n bytes of p up to its first NUL: what %.*s prints. */
+static size_t c_len(const char *p, size_t n) {
+    const char *z = n ? memchr(p, 0, n) : NULL;
+    return z ? (size_t)(z - p) : n;
+}
+
 /* EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT key time [NX|XX|GT|LT]. */
 static void cmd_expire(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                        buf *out) {
@@ -515,10 +521,14 @@ static void cmd_expire(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         else if (resp_is(&a[j], "LT"))
             f |= LT;
         else {
-            /* Redis' %s: up to a NUL, a CR or LF as a space, so the
-             * reply stays one line. */
+            /* Redis' %s: up to a NUL, the CRs and LFs that end it
+             * trimmed (addReplyErrorFormat trims the message's ends), the
+             * rest as spaces, so the reply stays one line. */
+            size_t n = c_len(a[j].p, a[j].len);
+            while (n && (a[j].p[n - 1] == '\r' || a[j].p[n - 1] == '\n'))
+                n--;
             buf_str(out, "-ERR Unsupported option ");
-            for (size_t i = 0; i < a[j].len && a[j].p[i]; i++) {
+            for (size_t i = 0; i < n; i++) {
                 char ch = a[j].p[i];
                 buf_put(out, ch == '\r' || ch == '\n' ? " " : &ch, 1);
             }
@@ -1151,12 +1161,6 @@ static void wrong_args(buf *out, const kv_cmd *c) {
     buf_str(out, "-ERR wrong number of arguments for '");
     buf_str(out, c->name);
     buf_str(out, "' command\r\n");
-}
-
-/* The first n bytes of p up to its first NUL: what %.*s prints. */
-static size_t c_len(const char *p, size_t n) {
-    const char *z = n ? memchr(p, 0, n) : NULL;
-    return z ? (size_t)(z - p) : n;
 }
 
 /* Redis' words: the name, then up to 128 bytes of the arguments, each in

@@ -67,22 +67,24 @@ static __attribute__((noinline)) int header(const char *buf, size_t len,
                                             long long *out, const char **err) {
     /* The LF is looked for only as far as a header may reach, so a line
      * cut short costs at most that much per look however much follows. */
+    /* Every malformed header in Redis' words: it takes the line up to its
+     * CR as the number, so a bare LF, no digits or a line longer than any
+     * number is an invalid length. */
+    const char *invalid = buf[*pos] == '*'
+                              ? "Protocol error: invalid multibulk length"
+                              : "Protocol error: invalid bulk length";
     size_t window = len - *pos > HEADER_MAX + 1 ? HEADER_MAX + 1 : len - *pos;
     long lf = find_lf(buf, *pos + window, *pos);
     if (lf < 0) {
         if (len - *pos > HEADER_MAX) {
-            *err = "Protocol error: header line too long";
+            *err = invalid;
             return -1;
         }
         return 0;
     }
-    if (lf == (long)*pos + 1 || buf[lf - 1] != '\r') {
-        *err = "Protocol error: bad header line";
-        return -1;
-    }
-    if (parse_num(buf, *pos + 1, (size_t)lf - 1, neg_ok, out) < 0) {
-        *err = buf[*pos] == '*' ? "Protocol error: invalid multibulk length"
-                                : "Protocol error: invalid bulk length";
+    if (lf == (long)*pos + 1 || buf[lf - 1] != '\r' ||
+        parse_num(buf, *pos + 1, (size_t)lf - 1, neg_ok, out) < 0) {
+        *err = invalid;
         return -1;
     }
     *pos = (size_t)lf + 1;
@@ -254,13 +256,17 @@ static long parse_inline(const resp_limits *lim, resp_state *st,
     }
     size_t end = (size_t)lf; /* a bare LF ends a line too, as in Redis */
     if (end > 0 && buf[end - 1] == '\r') end--;
+    /* Words as Redis' sdssplitargs cuts them (without its quoting): one
+     * ends at a space, tab or CR; between words any of those, a vertical
+     * tab or a form feed is skipped (isspace). */
     size_t n = 0, i = 0;
     while (i < end) {
-        while (i < end && (buf[i] == ' ' || buf[i] == '\t'))
+        while (i < end && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' ||
+                           buf[i] == '\v' || buf[i] == '\f'))
             i++;
         if (i == end) break;
         size_t start = i;
-        while (i < end && buf[i] != ' ' && buf[i] != '\t')
+        while (i < end && buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\r')
             i++;
         if (n == lim->max_args) {
             *err = "Protocol error: too many arguments";

@@ -23,8 +23,8 @@
  *
  * Two request forms: multibulk (`*<n>\r\n` then n times `$<len>\r\n<bytes>
  * \r\n`, what clients send) and inline (a line of words separated by
- * spaces, what a person types into `nc`; no quoting). The arguments point
- * into the caller's buffer. */
+ * blanks as Redis splits them, what a person types into `nc`; no quoting). The
+ * arguments point into the caller's buffer. */
 #ifndef LULL_KV_RESP_H
 #define LULL_KV_RESP_H
 
