@@ -541,12 +541,17 @@ bool serve_server_ready(server *s, bool read_port) {
 /* lull-kv on a port of its choosing, with extra arguments (NULL-ended). */
 bool serve_start_kv(server *s, const char *const *extra, int cpu) {
     memset(s, 0, sizeof *s);
-    s->out_fd = serve_temp_output();
-    char *args[16] = {serve_kv_path, "--port", "0"};
+    char *args[32] = {serve_kv_path, "--port", "0"};
     int n = 3;
-    for (int i = 0; extra && extra[i] && n < 15; i++)
+    for (int i = 0; extra && extra[i]; i++) {
+        if (n == 31) { /* never cut a caller's options short */
+            snprintf(s->why, sizeof s->why, "more than 28 options");
+            return false;
+        }
         args[n++] = (char *)extra[i];
+    }
     args[n] = NULL;
+    s->out_fd = serve_temp_output();
     s->pid = serve_spawn(args, s->out_fd, cpu);
     if (s->pid < 0) {
         snprintf(s->why, sizeof s->why, "cannot start: %s", strerror(-s->pid));
