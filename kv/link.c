@@ -297,7 +297,7 @@ static void sender_cut(rlink *l) {
 }
 
 static void link_free(rlink *l) {
-    if (l->c || l->inflight || l->handed || l->hello_out) return;
+    if (l->c || l->inflight || l->handed || l->hello_out || l->blocks) return;
     if (l->held) l->srv->links_held--;
     if (l->sx) free(l->sx->spans);
     free(l->sx);
@@ -603,20 +603,32 @@ typedef struct snap_block {
 
 static void block_release(lull_frame *f) {
     snap_block *b = LULL_CONTAINER_OF(f, snap_block, f);
-    b->l->snap_queued -= b->f.len;
+    rlink *l = b->l;
+    l->snap_queued -= b->f.len;
+    l->blocks--;
     free(b);
+    if (!l->c) link_free(l); /* the last frame of a closed link, maybe */
+}
+
+/* Sends b's first len bytes as a frame of the link: 0, or the stream's
+ * refusal (b is then still the caller's). */
+static int block_send(rlink *l, snap_block *b, size_t len) {
+    b->f = (lull_frame){.bytes = b->p, .len = len, .release = block_release};
+    b->l = l;
+    int rc = lull_endpoint_send(l->c->ep, &b->f);
+    if (rc == 0) {
+        l->snap_queued += len;
+        l->blocks++;
+    }
+    return rc;
 }
 
 static int inline_flush(snap_out *o) {
     rlink *l = o->arg;
     snap_block *b = LULL_CONTAINER_OF(o->p, snap_block, p);
-    b->f = (lull_frame){.bytes = b->p, .len = o->len, .release = block_release};
-    b->l = l;
-    l->snap_queued += o->len;
-    int rc = lull_endpoint_send(l->c->ep, &b->f);
+    int rc = block_send(l, b, o->len);
     o->p = NULL;
     if (rc < 0) {
-        l->snap_queued -= b->f.len;
         free(b);
         return rc;
     }
@@ -637,12 +649,21 @@ static int snap_inline(rlink *l) {
     return rc;
 }
 
+/* Where a child writes: the link's socket, or the pipe the loop relays. */
+typedef struct child_out {
+    int fd;
+    bool pipe;
+} child_out;
+
 /* The child's writes: all of o, waiting for room in poll(). */
 static int child_flush(snap_out *o) {
-    int fd = *(int *)o->arg;
+    const child_out *to = o->arg;
+    int fd = to->fd;
     size_t off = 0;
     while (off < o->len) {
-        ssize_t n = send(fd, o->p + off, o->len - off, MSG_NOSIGNAL);
+        /* A pipe's reader gone is EPIPE too: lull-kv ignores SIGPIPE. */
+        ssize_t n = to->pipe ? write(fd, o->p + off, o->len - off)
+                             : send(fd, o->p + off, o->len - off, MSG_NOSIGNAL);
         if (n > 0) {
             off += (size_t)n;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -660,13 +681,16 @@ static int child_flush(snap_out *o) {
 }
 
 /* The forked child: the snapshot to fd, then _exit (no loop, no atexit,
- * nothing of the parent's but its copy of the keyspace). */
-static void __attribute__((noreturn)) child_run(kv *k, int fd, uint64_t x) {
+ * nothing of the parent's but its copy of the keyspace). On the socket it
+ * first ends the +FULLRESYNC line with x, the offset the snapshot stands
+ * for; a relay's line the loop wrote whole. */
+static void __attribute__((noreturn))
+child_run(kv *k, child_out to, uint64_t x) {
     static char out[SNAP_BUF];
     snap_out o = {
-        .p = out, .cap = sizeof out, .flush = child_flush, .arg = &fd};
-    /* The +FULLRESYNC line's end: the offset the snapshot stands for. */
-    o.len = (size_t)snprintf(out, sizeof out, "%" PRIu64 "\r\n", x);
+        .p = out, .cap = sizeof out, .flush = child_flush, .arg = &to};
+    if (!to.pipe)
+        o.len = (size_t)snprintf(out, sizeof out, "%" PRIu64 "\r\n", x);
     int rc = snap_write(k, &o);
     _exit(rc == 0                             ? 0
           : rc == -ETIMEDOUT                  ? CHILD_STALLED
@@ -679,7 +703,17 @@ void link_stop_child(rlink *l) {
     snap_kill(l);
 }
 
+static void relay_close(rlink *l) {
+    if (l->pipe_rd < 0) return;
+    lull_io_stop(&l->pipe_io);
+    close(l->pipe_rd);
+    l->pipe_rd = -1;
+    free(l->spare);
+    l->spare = NULL;
+}
+
 static void snap_kill(rlink *l) {
+    relay_close(l);
     if (!l->child) return;
     lull_io_stop(&l->child_io);
     kill(l->child, SIGKILL);
@@ -708,21 +742,23 @@ static void child_exited(lull_io *io, int events) {
                                       : WTERMSIG(status));
         return;
     }
-    l->snap = SNAP_NONE; /* the log from X */
+    /* The log from X; a relay's, once the pipe is drained too. */
+    if (l->snap == SNAP_CHILD) l->snap = SNAP_NONE;
     lull_task_post(l->srv->loop, &l->task);
 }
 
 /* The child, once everything the loop queued on the link is written. */
-static void snap_fork(rlink *l) {
+/* Forks the child that writes the snapshot as of the log's end now to
+ * `to`, and watches its exit: 0, or -1 with the link dropped. */
+static int start_child(rlink *l, child_out to) {
     server *srv = l->srv;
-    int fd = srv->net->fd(l->c->ep);
     /* The snapshot stands for the log's end now: the child's copy of the
      * keyspace has every write before it, and none after. */
     repl_log_seek(&srv->kv.log, srv->kv.log.end, &l->cur);
     pid_t pid = fork();
     if (pid < 0) {
         conn_drop(l->c, "no snapshot child: fork: %s", strerror(errno));
-        return;
+        return -1;
     }
     if (pid == 0) {
         /* Off the loop's CPU where one is given, as Redis' bgsave_cpulist:
@@ -733,7 +769,9 @@ static void snap_fork(rlink *l) {
             CPU_SET(srv->sender_cpu, &set);
             (void)sched_setaffinity(0, sizeof set, &set);
         }
-        child_run(&srv->kv, fd, srv->kv.log.end);
+        /* The reader's end is the loop's: with it gone, a write fails. */
+        if (l->pipe_rd >= 0) close(l->pipe_rd);
+        child_run(&srv->kv, to, srv->kv.log.end);
     }
     int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
     int rc = pfd < 0 ? -errno
@@ -745,12 +783,125 @@ static void snap_fork(rlink *l) {
         }
         if (pfd >= 0) close(pfd);
         conn_drop(l->c, "no snapshot child: pidfd: %s", strerror(-rc));
-        return;
+        return -1;
     }
     l->child = pid;
     l->pidfd = pfd;
     l->child_io.data = l;
-    l->snap = SNAP_CHILD;
+    srv_log(srv,
+            "replica %s:%d: a snapshot as of offset %" PRIu64
+            " from child %d, %s",
+            l->peer.ip, l->peer.port, srv->kv.log.end, (int)pid,
+            to.pipe ? "relayed by the loop" : "on the link's socket");
+    return 0;
+}
+
+/* The child on the link's socket, once everything the loop queued on the
+ * link is written. */
+static void snap_fork(rlink *l) {
+    child_out to = {.fd = l->srv->net->fd(l->c->ep), .pipe = false};
+    if (start_child(l, to) == 0) l->snap = SNAP_CHILD;
+}
+
+/* ------------------------------------------------- the relay (TLS links)
+ *
+ * A TLS link's bytes are the session's, which only the loop can write: the
+ * child writes the snapshot to a pipe, and the loop relays it into the
+ * link's stream, a block per read, while the stream is writable, within
+ * its quantum. The stream holds at most its high-water mark of it, so the
+ * snapshot is never all in memory, and the loop serves its clients between
+ * slices, the encoding being the child's. The log from X follows once the
+ * pipe is at its end and the child exited 0.
+ *
+ * The five rows of a relay:
+ *   trigger          the pipe readable (its watcher: only while the loop
+ *                    found it empty), the stream's drain, the child's exit
+ *   source of truth  the pipe's bytes and its end; the child's status
+ *   pending work     snap == SNAP_RELAY: bytes in the pipe, or its end
+ *                    not yet read, or the child not yet reaped
+ *   next deadline    the child's (SNAP_TIMEOUT_MS without progress)
+ *   quiet            the pipe empty and watched, or the stream full and
+ *                    its drain awaited: nothing runs */
+
+static void relay_readable(lull_io *io, int events) {
+    (void)events;
+    rlink *l = io->data;
+    lull_io_stop(&l->pipe_io); /* the relay reads until empty again */
+    lull_task_post(l->srv->loop, &l->task);
+}
+
+/* The pipe and the child: 0, or -1 with the link dropped. */
+static int relay_start(rlink *l) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
+        conn_drop(l->c, "no snapshot pipe: %s", strerror(errno));
+        return -1;
+    }
+    /* Fewer, fuller reads; the default (64 KiB) where refused. */
+    (void)fcntl(p[1], F_SETPIPE_SZ, SNAP_BUF * 4);
+    l->pipe_rd = p[0];
+    int rc = lull_io_init(l->srv->loop, &l->pipe_io, p[0], relay_readable);
+    if (rc < 0) {
+        close(p[1]);
+        relay_close(l);
+        conn_drop(l->c, "no snapshot pipe: %s", strerror(-rc));
+        return -1;
+    }
+    l->pipe_io.data = l;
+    rc = start_child(l, (child_out){.fd = p[1], .pipe = true});
+    close(p[1]); /* the child's: its exit is the pipe's end */
+    if (rc < 0) {
+        relay_close(l);
+        return -1;
+    }
+    l->snap = SNAP_RELAY;
+    return 0;
+}
+
+/* Relays the pipe into the stream while it is writable, within the quantum;
+ * then the log from X, once the pipe ended and the child exited 0. */
+static void relay_pump(rlink *l) {
+    server *srv = l->srv;
+    while (l->pipe_rd >= 0) {
+        if (!lull_endpoint_writable(l->c->ep)) return; /* on_drain posts us */
+        if (lull_loop_should_yield(srv->loop)) {
+            lull_task_post(srv->loop, &l->task);
+            return;
+        }
+        snap_block *b = l->spare ? l->spare : malloc(sizeof *b);
+        l->spare = NULL;
+        if (!b) {
+            conn_drop(l->c, "its snapshot was not relayed (%s)",
+                      strerror(ENOMEM));
+            return;
+        }
+        ssize_t n = read(l->pipe_rd, b->p, SNAP_BUF);
+        if (n > 0) {
+            int rc = block_send(l, b, (size_t)n);
+            if (rc < 0) {
+                free(b);
+                conn_drop(l->c, "its snapshot was not relayed (%s)",
+                          strerror(-rc));
+                return;
+            }
+            continue;
+        }
+        l->spare = b;
+        if (n == 0) {
+            relay_close(l); /* all of it is in the stream */
+        } else if (errno == EAGAIN) {
+            int rc = lull_io_start(&l->pipe_io, LULL_READABLE);
+            if (rc == 0) return; /* relay_readable posts us */
+            conn_drop(l->c, "its snapshot pipe: %s", strerror(-rc));
+            return;
+        } else if (errno != EINTR) {
+            conn_drop(l->c, "its snapshot pipe: %s", strerror(errno));
+            return;
+        }
+    }
+    if (l->child) return; /* its exit posts us (or drops the link) */
+    l->snap = SNAP_NONE;  /* the log from X */
+    lull_task_post(srv->loop, &l->task);
 }
 
 static bool snap_forks(const rlink *l) {
@@ -759,12 +910,25 @@ static bool snap_forks(const rlink *l) {
            srv->net->fd(l->c->ep) >= 0;
 }
 
+/* A link with no socket of its own (TLS) that still gets a child: it
+ * relays. The simulator's (no fd at all) writes inline. */
+static bool snap_relays(const rlink *l) {
+    const server *srv = l->srv;
+    return srv->snapshot == SNAPSHOT_FORK && srv->net->fd &&
+           srv->net->fd(l->c->ep) < 0;
+}
+
 /* The producer of a link in a snapshot (l->snap). */
 static void snap_step(rlink *l) {
     server *srv = l->srv;
+    if (l->snap == SNAP_RELAY) {
+        relay_pump(l);
+        return;
+    }
     if (l->snap == SNAP_WANT) {
-        /* A child writes the line's offset itself: the log's end when it
-         * forks, which is once this part of the line is written. */
+        /* A child on the socket writes the line's offset itself: the log's
+         * end when it forks, which is once this part of the line is
+         * written. A relay forks now, after the whole line. */
         bool forks = snap_forks(l);
         repl_log_seek(&srv->kv.log, srv->kv.log.end, &l->cur);
         int n = forks ? snprintf(l->hello_buf, sizeof l->hello_buf,
@@ -779,6 +943,10 @@ static void snap_step(rlink *l) {
             l->hello_out = true;
             l->snap = SNAP_HELLO;
             if (forks) return; /* hello's release posts us */
+            if (snap_relays(l)) {
+                if (relay_start(l) == 0) relay_pump(l);
+                return;
+            }
             rc = snap_inline(l);
             l->snap = SNAP_NONE;
         }
@@ -850,6 +1018,7 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
     }
     for (size_t i = 0; i < RING; i++)
         l->ring[i] = (ring_frame){.f = {.release = ring_release}, .l = l};
+    l->pipe_rd = -1;
     l->c = c;
     l->srv = srv;
     lull_task_init(&l->task, produce);

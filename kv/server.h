@@ -301,7 +301,9 @@ enum {
     SNAP_NONE,  /* the log is sent */
     SNAP_WANT,  /* +FULLRESYNC <id> <X> and the snapshot are to be sent */
     SNAP_HELLO, /* fork: waits for the stream to empty before the child */
-    SNAP_CHILD  /* fork: the child writes it; the loop sends nothing */
+    SNAP_CHILD, /* fork: the child writes it; the loop sends nothing */
+    SNAP_RELAY  /* fork, TLS: the child writes it to a pipe, the loop
+                   relays the pipe into the link's stream */
 };
 
 struct rlink {
@@ -331,8 +333,12 @@ struct rlink {
     lull_frame hello;    /* the +FULLRESYNC line of a snapshot */
     char hello_buf[80];  /* its bytes */
     bool hello_out;      /* hello is in flight */
-    size_t snap_queued;  /* bytes of an inline snapshot in the stream: not
-                            output (Redis counts no RDB transfer either) */
+    size_t snap_queued;  /* bytes of a snapshot in the stream: not output
+                            (Redis counts no RDB transfer either) */
+    size_t blocks;       /* snapshot frames the stream holds */
+    void *spare;         /* SNAP_RELAY: a block for the next read */
+    int pipe_rd;         /* SNAP_RELAY: the child's pipe (-1: closed) */
+    lull_io pipe_io;     /* ... watched while it is empty */
     int child;           /* the snapshot's forked child (0: none) */
     int pidfd;           /* its pidfd, watched by child_io */
     lull_io child_io;    /* its exit */

@@ -6,18 +6,39 @@
 # a replica that attaches only then gets a snapshot ("full: a snapshot
 # of N keys") and ends with every key, value and expiry of the primary's
 # (compared type by type through redis-cli); writes after it follow.
-#   snapshot.sh <path to lull-kv>
-# Prints one line and exits 0 when redis-cli is not installed.
+# With `tls`, the replica connects to the primary's TLS port: the child
+# writes to a pipe that the primary's loop relays into the session.
+#   snapshot.sh <path to lull-kv> [tls]
+# Prints one line and exits 0 when redis-cli (or, with tls, openssl or
+# lull's TLS) is not there.
 set -u
 kv=$1
-TEST_NAME=snapshot
+tls=${2:-}
+TEST_NAME=snapshot${tls:+_tls}
 # shellcheck source=kv/test_lib.sh
 . "$(dirname "$0")/test_lib.sh"
 
 info() { redis-cli -p "$1" INFO replication | tr -d '\r' | sed -n "s/^$2://p"; }
 
-start primary --port 0 --repl-backlog-size 16kb
+pargs=() rargs=()
+if [ -n "$tls" ]; then
+    skip() { echo "skipped: snapshot over TLS ($1)"; exit 0; }
+    command -v openssl >/dev/null 2>&1 || skip "openssl not installed"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$dir/s.key" -out "$dir/s.crt" -subj /CN=localhost -days 1 \
+        -addext "subjectAltName=IP:127.0.0.1" 2>/dev/null || fail "openssl req"
+    tport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    timeout 2 "$kv" --port 0 --tls-port "$tport" --tls-cert-file "$dir/s.crt" \
+        --tls-key-file "$dir/s.key" --tls-ca-cert-file "$dir/s.crt" 2>&1 |
+        grep -q "built without" && skip "lull built without OpenSSL"
+    pargs=(--tls-port "$tport" --tls-cert-file "$dir/s.crt" --tls-key-file "$dir/s.key"
+        --tls-ca-cert-file "$dir/s.crt" --tls-auth-clients no)
+    rargs=(--tls-replication yes --tls-ca-cert-file "$dir/s.crt")
+fi
+start primary --port 0 --repl-backlog-size 16kb "${pargs[@]}"
 port=$started_port
+link=$port
+[ -n "$tls" ] && link=$started_tls
 ppid_=$started
 {
     for i in $(seq 0 59999); do
@@ -36,7 +57,7 @@ printf 'bin\0key' | redis-cli -p "$port" -x SET binval >/dev/null
 first=$(info "$port" repl_backlog_first_byte_offset)
 [ "${first:-0}" -gt 1 ] || fail "the backlog was not trimmed (first byte $first)"
 
-start replica --port 0 --replica-of "127.0.0.1:$port"
+start replica --port 0 --replica-of "127.0.0.1:$link" "${rargs[@]}"
 rport=$started_port
 synced() {
     for _ in $(seq 1200); do
@@ -50,6 +71,10 @@ synced() {
 synced
 grep -q "(full: a snapshot of 60105 keys)" "$dir/replica.out" ||
     fail "no snapshot: $(cat "$dir/replica.out")"
+how="on the link's socket"
+[ -n "$tls" ] && how="relayed by the loop"
+grep -q "a snapshot as of offset [0-9]* from child [0-9]*, $how" "$dir/primary.out" ||
+    fail "no child ($how): $(cat "$dir/primary.out")"
 redis-cli -p "$port" INCR after >/dev/null
 redis-cli -p "$port" DEL key:7 >/dev/null
 synced
@@ -80,4 +105,4 @@ mget "$port" >"$dir/p.mget"
 mget "$rport" >"$dir/r.mget"
 cmp -s "$dir/p.mget" "$dir/r.mget" || fail "replica strings differ"
 [ "$(redis-cli -p "$rport" DBSIZE)" = "$(redis-cli -p "$port" DBSIZE)" ] || fail "DBSIZE"
-echo "snapshot: a replica attached past a 16 KiB backlog got a forked snapshot of 60105 keys, equal on every type and expiry"
+echo "snapshot${tls:+ over TLS}: a replica attached past a 16 KiB backlog got a forked snapshot of 60105 keys, equal on every type and expiry"
