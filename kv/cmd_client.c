@@ -1,7 +1,7 @@
 /* cmd_client.c: the commands about a client's own state: MULTI, EXEC and
  * DISCARD (a transaction: commands queued, then run at once on the loop,
  * nothing else running between them), pub/sub (SUBSCRIBE, UNSUBSCRIBE,
- * PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH), and CLIENT.
+ * PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH), CLIENT, and SELECT (one database).
  *
  * A transaction's writes reach the log between a MULTI and an EXEC record
  * (only when it wrote something), and a replica applies the records
@@ -14,6 +14,7 @@
  * Messages are not logged: Redis propagates PUBLISH to its replicas, but
  * lull-kv's log keeps every record for the life of the process, and a
  * stream of messages would grow it for ever. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -363,6 +364,27 @@ static void cmd_publish(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     buf_int(out, ':', w.n);
 }
 
+/* ------------------------------------------------------------- SELECT */
+
+/* SELECT index: lull-kv has one database, 0. Redis' words for the rest:
+ * an index in int range is out of range, one past int is another error.
+ * Clients and pools send SELECT 0 on connect (or from redis://host/0). */
+static void cmd_select(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)k;
+    (void)cl;
+    (void)argc;
+    long long db;
+    if (!arg_i64(&a[1], &db, out)) return;
+    if (db < INT32_MIN || db > INT32_MAX)
+        buf_str(out, "-ERR value is out of range, value must between "
+                     "-2147483648 and 2147483647\r\n");
+    else if (db != 0)
+        buf_str(out, "-ERR DB index is out of range\r\n");
+    else
+        reply_ok(out);
+}
+
 /* ---------------------------------------------------------------- CLIENT */
 
 /* CLIENT SETNAME name: taken and not kept (client libraries send it), after
@@ -458,6 +480,7 @@ static const kv_cmd client_commands[] = {
     {"punsubscribe", -1, CMD_PUBSUB, cmd_punsubscribe},
     {"publish", 3, 0, cmd_publish},
     {"auth", -2, 0, cmd_auth},
+    {"select", 2, 0, cmd_select},
 };
 
 void kv_client_commands_init(void) {

@@ -1326,6 +1326,15 @@ static int exec_rc(kv *k, kv_client *cl, buf *out, const char *line) {
     return rc;
 }
 
+/* A reply is the one expected; both are shown when not. */
+#define CHECK_REPLY(got, want)                                                 \
+    do {                                                                       \
+        const char *got_ = (got), *want_ = (want);                             \
+        if (strcmp(got_, want_) != 0)                                          \
+            fprintf(stderr, "reply:    %s\nexpected: %s\n", got_, want_);      \
+        CHECK(strcmp(got_, want_) == 0);                                       \
+    } while (0)
+
 /* The same, returning the reply. */
 static const char *exec_cl(kv *k, kv_client *cl, buf *out, const char *line) {
     exec_rc(k, cl, out, line);
@@ -2620,6 +2629,53 @@ TEST(client_subcommands_as_redis) {
     CHECK_EQ(kv_apply_stream(&k, &lim, argv, rec, strlen(rec), &err, &need),
              -EPROTO);
     close_kv_with_client(&k, &cl, &out);
+}
+
+/* SELECT, as redis-server 7.0.15 answers it for a server of one database:
+ * 0 is taken (clients and pools send it on connect, or from a URL's
+ * redis://host/0); any other index in int range is out of range. It
+ * queues inside MULTI and is refused while subscribed, as Redis does. */
+TEST(select_database_zero_as_redis) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    static const char *const answers[][2] = {
+        {"SELECT 0", "+OK\r\n"},
+        {"select 0", "+OK\r\n"},
+        {"SELECT 1", "-ERR DB index is out of range\r\n"},
+        {"SELECT -1", "-ERR DB index is out of range\r\n"},
+        {"SELECT 2147483647", "-ERR DB index is out of range\r\n"},
+        {"SELECT 2147483648", "-ERR value is out of range, value must between "
+                              "-2147483648 and 2147483647\r\n"},
+        {"SELECT -2147483649", "-ERR value is out of range, value must "
+                               "between -2147483648 and 2147483647\r\n"},
+        {"SELECT 00", "-ERR value is not an integer or out of range\r\n"},
+        {"SELECT abc", "-ERR value is not an integer or out of range\r\n"},
+        {"SELECT", "-ERR wrong number of arguments for 'select' command\r\n"},
+        {"SELECT 0 1",
+         "-ERR wrong number of arguments for 'select' command\r\n"},
+    };
+    for (size_t i = 0; i < sizeof answers / sizeof answers[0]; i++)
+        CHECK_REPLY(exec_cl(&k, &cl, &out, answers[i][0]), answers[i][1]);
+    /* Without a client (tests), and on a replica: not a write. */
+    CHECK_REPLY(exec_cl(&k, NULL, &out, "SELECT 0"), "+OK\r\n");
+    exec_cl(&k, &cl, &out, "MULTI");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "SELECT 0"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "SELECT 3"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXEC"),
+                "*2\r\n+OK\r\n-ERR DB index is out of range\r\n");
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "SELECT 0"),
+                "-ERR Can't execute 'select': only (P|S)SUBSCRIBE / "
+                "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                "context\r\n");
+    close_kv_with_client(&k, &cl, &out);
+    kv r;
+    kv_setup(&r, true);
+    CHECK_REPLY(exec_cl(&r, NULL, &out, "SELECT 0"), "+OK\r\n");
+    buf_free(&out);
+    kv_free(&r);
 }
 
 /* ------------------------------------------------- the reference model */
