@@ -42,11 +42,13 @@ typedef struct kv_client {
      * in. */
     dict subs[2];
     kv_sub *first[2], *last[2];
+    uint64_t id; /* CLIENT ID: the owner's number for it (kv.last_id) */
+    char *name;  /* CLIENT SETNAME's (NULL: none); kv_client_reset frees it */
 } kv_client;
 
 void kv_client_init(kv_client *cl, void *owner, buf *out);
-/* The client goes (or stops listening): its subscriptions and queued
- * commands are dropped. */
+/* The client goes (or stops listening): its subscriptions, queued
+ * commands and name are dropped. Idempotent. */
 void kv_client_reset(kv *k, kv_client *cl);
 static inline bool kv_client_subscribed(const kv_client *cl) {
     return cl->subs[0].count + cl->subs[1].count > 0;
@@ -75,6 +77,7 @@ struct kv {
     size_t max_string; /* proto-max-bulk-len: a client's APPEND may not
                           grow a string past it (0: no bound) */
     size_t clients;    /* open client connections (INFO) */
+    uint64_t last_id;  /* the last client's id: the owner numbers them */
     int tcp_port;      /* the TCP port listened on (INFO server; 0: none) */
     int64_t start_ms;  /* when the server started, on `clock` (INFO
                           server's uptime) */

@@ -94,6 +94,8 @@ static void unsubscribe(kv *k, kv_client *cl, kv_sub *s) {
 
 void kv_client_reset(kv *k, kv_client *cl) {
     queue_free(cl);
+    free(cl->name);
+    cl->name = NULL;
     for (int kind = 0; kind < 2; kind++) {
         while (cl->first[kind])
             unsubscribe(k, cl, cl->first[kind]);
@@ -387,20 +389,58 @@ static void cmd_select(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 
 /* ---------------------------------------------------------------- CLIENT */
 
-/* CLIENT SETNAME name: taken and not kept (client libraries send it), after
- * Redis' check of the name. */
+/* Sets cl's name (HELLO SETNAME too) after Redis' check of it: printable
+ * ASCII, no spaces; an empty one clears it. False with the error in out. */
+static bool set_name(kv_client *cl, const resp_arg *name, buf *out) {
+    for (size_t i = 0; i < name->len; i++)
+        if (name->p[i] < '!' || name->p[i] > '~') {
+            buf_str(out, "-ERR Client names cannot contain spaces, newlines "
+                         "or special characters.\r\n");
+            return false;
+        }
+    if (!cl) return true; /* no client of its own to name (tests) */
+    char *n = NULL;
+    if (name->len && !(n = malloc(name->len + 1))) {
+        reply_oom(out);
+        return false;
+    }
+    if (n) {
+        memcpy(n, name->p, name->len);
+        n[name->len] = 0;
+    }
+    free(cl->name);
+    cl->name = n;
+    return true;
+}
+
+/* CLIENT SETNAME name: kept for GETNAME and CLIENT LIST (pools name their
+ * connections so). */
 static void cmd_client_setname(kv *k, kv_client *cl, const resp_arg *a,
                                size_t argc, buf *out) {
     (void)k;
-    (void)cl;
     (void)argc;
-    for (size_t i = 0; i < a[2].len; i++)
-        if (a[2].p[i] < '!' || a[2].p[i] > '~') {
-            buf_str(out, "-ERR Client names cannot contain spaces, newlines "
-                         "or special characters.\r\n");
-            return;
-        }
-    reply_ok(out);
+    if (set_name(cl, &a[2], out)) reply_ok(out);
+}
+
+static void cmd_client_getname(kv *k, kv_client *cl, const resp_arg *a,
+                               size_t argc, buf *out) {
+    (void)k;
+    (void)a;
+    (void)argc;
+    if (cl && cl->name)
+        buf_bulk(out, cl->name, strlen(cl->name));
+    else
+        reply_nil(out);
+}
+
+/* CLIENT ID: the owner's number for the connection, from 1 (0: no client
+ * of its own, tests). */
+static void cmd_client_id(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                          buf *out) {
+    (void)k;
+    (void)a;
+    (void)argc;
+    buf_int(out, ':', cl ? (long long)cl->id : 0);
 }
 
 /* CLIENT SETINFO attr value: taken and not kept (redis-py sends it; Redis
@@ -458,6 +498,8 @@ static void cmd_auth(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 static const kv_cmd client_subcommands[] = {
     {"client|kill", -3, 0, cmd_client_kill},
     {"client|setname", 3, 0, cmd_client_setname},
+    {"client|getname", 2, 0, cmd_client_getname},
+    {"client|id", 2, 0, cmd_client_id},
     {"client|setinfo", 4, 0, cmd_client_setinfo},
 };
 

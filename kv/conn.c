@@ -650,6 +650,7 @@ conn *conn_new(server *srv) {
     if (o[CLASS_NORMAL].hard && o[CLASS_PUBSUB].hard)
         c->out.max = c->sent.max = cap;
     kv_client_init(&c->cl, c, &c->out);
+    c->cl.id = ++srv->kv.last_id; /* CLIENT ID, from 1 */
     lull_task_init(&c->kick, conn_kick);
     return c;
 }

@@ -2593,7 +2593,7 @@ TEST(client_subcommands_as_redis) {
     CHECK_EQ(out.len,
              sizeof "-ERR unknown subcommand ''. Try CLIENT HELP.\r\n" - 1 +
                  128);
-    /* SETNAME checks the name as Redis does, and keeps nothing. */
+    /* SETNAME checks the name as Redis does. */
     a[1] = (resp_arg){"SETNAME", 7};
     a[2] = (resp_arg){"a b", 3};
     CHECK(strcmp(exec_args(&k, &cl, &out, a, 3),
@@ -2676,6 +2676,52 @@ TEST(select_database_zero_as_redis) {
     CHECK_REPLY(exec_cl(&r, NULL, &out, "SELECT 0"), "+OK\r\n");
     buf_free(&out);
     kv_free(&r);
+}
+
+/* CLIENT ID and GETNAME, which pools call, and SETNAME's name kept for
+ * them (and for CLIENT LIST), as redis-server 7.0.15 answers. */
+TEST(client_id_and_name_kept_as_redis) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    cl.id = 7; /* the owner numbers its clients */
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT ID"), ":7\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$-1\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT SETNAME pool-1"), "+OK\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "client getname"), "$6\r\npool-1\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT SETNAME other"), "+OK\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$5\r\nother\r\n");
+    /* A refused name leaves the one there; an empty one clears it. */
+    resp_arg a[3] = {{"CLIENT", 6}, {"SETNAME", 7}, {"a b", 3}};
+    CHECK(strncmp(exec_args(&k, &cl, &out, a, 3), "-ERR Client names", 17) ==
+          0);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$5\r\nother\r\n");
+    a[2] = (resp_arg){"", 0};
+    CHECK_REPLY(exec_args(&k, &cl, &out, a, 3), "+OK\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$-1\r\n");
+    static const char *const arity[][2] = {
+        {"CLIENT ID x",
+         "-ERR wrong number of arguments for 'client|id' command\r\n"},
+        {"CLIENT GETNAME x",
+         "-ERR wrong number of arguments for 'client|getname' command\r\n"},
+    };
+    for (size_t i = 0; i < sizeof arity / sizeof arity[0]; i++)
+        CHECK_REPLY(exec_cl(&k, &cl, &out, arity[i][0]), arity[i][1]);
+    /* Queued inside MULTI, answered in EXEC's array. */
+    exec_cl(&k, &cl, &out, "MULTI");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT SETNAME n"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT ID"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXEC"),
+                "*3\r\n+OK\r\n:7\r\n$1\r\nn\r\n");
+    /* Without a client of its own (tests): no id, no name to keep. */
+    CHECK_REPLY(exec_cl(&k, NULL, &out, "CLIENT ID"), ":0\r\n");
+    CHECK_REPLY(exec_cl(&k, NULL, &out, "CLIENT SETNAME x"), "+OK\r\n");
+    CHECK_REPLY(exec_cl(&k, NULL, &out, "CLIENT GETNAME"), "$-1\r\n");
+    /* The name goes with the client (ASan: no leak), and reset twice. */
+    close_kv_with_client(&k, &cl, &out);
+    CHECK(cl.name == NULL);
 }
 
 /* ------------------------------------------------- the reference model */
