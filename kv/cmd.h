@@ -44,6 +44,9 @@ typedef struct kv_client {
     kv_sub *first[2], *last[2];
     uint64_t id; /* CLIENT ID: the owner's number for it (kv.last_id) */
     char *name;  /* CLIENT SETNAME's (NULL: none); kv_client_reset frees it */
+    /* The owner's: not authenticated yet (requirepass). Only AUTH, HELLO,
+     * RESET and QUIT reach kv_exec then; HELLO without AUTH is refused. */
+    bool noauth;
 } kv_client;
 
 void kv_client_init(kv_client *cl, void *owner, buf *out);

@@ -493,6 +493,72 @@ static void cmd_auth(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                            "user is disabled.\r\n");
 }
 
+/* ------------------------------------------------------------- HELLO */
+
+/* HELLO [protover [AUTH user pass] [SETNAME name]]: redis-server 7's
+ * checks in its order (version, options, AUTH, authenticated, SETNAME)
+ * for a server that speaks RESP2 only, so 3 is refused as a RESP2 server
+ * refuses it and the client carries on in RESP2. The reply is Redis'
+ * map, flat as RESP2 gives it. AUTH is the AUTH command's (kv.auth). */
+static void cmd_hello(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    long long ver;
+    if (argc >= 2 && !kv_parse_i64(a[1].p, a[1].len, &ver)) {
+        buf_str(out,
+                "-ERR Protocol version is not an integer or out of range\r\n");
+        return;
+    }
+    if (argc >= 2 && ver != 2) {
+        buf_str(out, "-NOPROTO unsupported protocol version\r\n");
+        return;
+    }
+    const resp_arg *user = NULL, *name = NULL;
+    for (size_t j = 2; j < argc; j++) {
+        size_t more = argc - 1 - j;
+        if (resp_is(&a[j], "AUTH") && more >= 2) {
+            user = &a[j + 1];
+            j += 2;
+        } else if (resp_is(&a[j], "SETNAME") && more >= 1) {
+            name = &a[++j];
+        } else {
+            /* Redis' %s: up to a NUL; a CR or LF would end the line. */
+            buf_str(out, "-ERR Syntax error in HELLO option '");
+            for (size_t i = 0; i < a[j].len && i < 128 && a[j].p[i]; i++) {
+                char ch = a[j].p[i];
+                buf_put(out, ch == '\r' || ch == '\n' ? " " : &ch, 1);
+            }
+            buf_str(out, "'\r\n");
+            return;
+        }
+    }
+    if (user) {
+        resp_arg auth[3] = {{"AUTH", 4}, user[0], user[1]};
+        size_t at = out->len;
+        cmd_auth(k, cl, auth, 3, out);
+        if (out->len - at != 5 || memcmp(out->p + at, "+OK\r\n", 5) != 0)
+            return; /* its refusal is the reply */
+        out->len = at;
+    }
+    if (cl && cl->noauth) {
+        buf_str(out, "-NOAUTH HELLO must be called with the client already "
+                     "authenticated, otherwise the HELLO AUTH <user> <pass> "
+                     "option can be used to authenticate the client and "
+                     "select the RESP protocol version at the same time\r\n");
+        return;
+    }
+    if (name && !set_name(cl, name, out)) return;
+    buf_str(out, "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n");
+    buf_bulk(out, KV_REDIS_VERSION, sizeof KV_REDIS_VERSION - 1);
+    buf_str(out, "$5\r\nproto\r\n:2\r\n$2\r\nid\r\n");
+    buf_int(out, ':', cl ? (long long)cl->id : 0);
+    buf_str(out, "$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n");
+    if (k->replica)
+        buf_str(out, "$7\r\nreplica\r\n");
+    else
+        buf_str(out, "$6\r\nmaster\r\n");
+    buf_str(out, "$7\r\nmodules\r\n*0\r\n");
+}
+
 /* Redis' names and arities; they queue inside MULTI and are refused while
  * subscribed, as any command but the pub/sub ones. */
 static const kv_cmd client_subcommands[] = {
@@ -523,6 +589,7 @@ static const kv_cmd client_commands[] = {
     {"publish", 3, 0, cmd_publish},
     {"auth", -2, 0, cmd_auth},
     {"select", 2, 0, cmd_select},
+    {"hello", -1, 0, cmd_hello},
 };
 
 void kv_client_commands_init(void) {

@@ -3417,6 +3417,83 @@ TEST(auth_inside_multi_is_queued_as_redis_does) {
     close_kv_with_client(&k, &cl, &out);
 }
 
+/* HELLO, which clients such as Lettuce send first: redis-server 7.0.15's
+ * answers for a RESP2-only server (HELLO 3 refused as RESP2 servers must
+ * refuse it), its options (AUTH through kv.auth, SETNAME kept), and its
+ * place in MULTI (queued) and while subscribed (refused). */
+static const char hello_map[] =
+    "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n"
+    "$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:9\r\n$4\r\nmode\r\n$10\r\nstandalone"
+    "\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n";
+
+TEST(hello_as_a_resp2_redis) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    cl.id = 9;
+    k.auth = test_auth;
+    auth_calls = 0;
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO"), hello_map);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "hello 2"), hello_map);
+    static const char *const refused[][2] = {
+        {"HELLO 3", "-NOPROTO unsupported protocol version\r\n"},
+        {"HELLO 1", "-NOPROTO unsupported protocol version\r\n"},
+        {"HELLO -2", "-NOPROTO unsupported protocol version\r\n"},
+        {"HELLO abc",
+         "-ERR Protocol version is not an integer or out of range\r\n"},
+        {"HELLO 2 FOO", "-ERR Syntax error in HELLO option 'FOO'\r\n"},
+        {"HELLO 2 AUTH default",
+         "-ERR Syntax error in HELLO option 'AUTH'\r\n"},
+        {"HELLO 2 SETNAME", "-ERR Syntax error in HELLO option 'SETNAME'\r\n"},
+        {"HELLO 3 FOO", "-NOPROTO unsupported protocol version\r\n"},
+        {"HELLO 2 AUTH default wrong SETNAME n", "-WRONGPASS x\r\n"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        CHECK_REPLY(exec_cl(&k, &cl, &out, refused[i][0]), refused[i][1]);
+    CHECK_EQ(auth_calls, 1);
+    CHECK(cl.name == NULL); /* the failed AUTH set no name */
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO 2 AUTH default pw SETNAME n"),
+                hello_map);
+    CHECK_EQ(auth_calls, 2);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$1\r\nn\r\n");
+    resp_arg a[4] = {{"HELLO", 5}, {"2", 1}, {"setname", 7}, {"a b", 3}};
+    CHECK(strncmp(exec_args(&k, &cl, &out, a, 4), "-ERR Client names", 17) ==
+          0);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$1\r\nn\r\n");
+    /* Not authenticated (the owner says so): HELLO without AUTH is
+     * refused in Redis' words, after its version and option checks. */
+    cl.noauth = true;
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO 2"),
+                "-NOAUTH HELLO must be called with the client already "
+                "authenticated, otherwise the HELLO AUTH <user> <pass> option "
+                "can be used to authenticate the client and select the RESP "
+                "protocol version at the same time\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO 1"),
+                "-NOPROTO unsupported protocol version\r\n");
+    cl.noauth = false;
+    /* Queued in MULTI; refused while subscribed. */
+    exec_cl(&k, &cl, &out, "MULTI");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO 2"), "+QUEUED\r\n");
+    out.len = 0;
+    exec_rc(&k, &cl, &out, "EXEC");
+    CHECK(strncmp(out.p, "*1\r\n*14\r\n", 9) == 0);
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO 2"),
+                "-ERR Can't execute 'hello': only (P|S)SUBSCRIBE / "
+                "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                "context\r\n");
+    close_kv_with_client(&k, &cl, &out);
+    /* A replica says so. */
+    kv r;
+    kv_setup(&r, true);
+    out = (buf){0};
+    CHECK(strstr(exec_cl(&r, NULL, &out, "HELLO"),
+                 "$4\r\nrole\r\n$7\r\nreplica\r\n") != NULL);
+    buf_free(&out);
+    kv_free(&r);
+}
+
 TEST(config_get_names_patterns_and_several_as_redis) {
     kv k;
     kv_setup(&k, false);
