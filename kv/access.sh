@@ -179,6 +179,10 @@ QUIT\r\n
 password-only HELLO\r\n
 password-only HELLO 2\r\n
 password-only HELLO 2 SETNAME x\r\n
+RESET\r\n
+*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nRESET\r\nPING\r\n
+*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nSUBSCRIBE x\r\nRESET\r\nPING\r\n
+*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\nMULTI\r\nSET r 1\r\nRESET\r\nEXEC\r\n
 HELLO 1\r\n
 HELLO abc\r\n
 HELLO 2 FOO\r\n

@@ -81,6 +81,7 @@ struct kv {
                           grow a string past it (0: no bound) */
     size_t clients;    /* open client connections (INFO) */
     uint64_t last_id;  /* the last client's id: the owner numbers them */
+    bool requirepass;  /* a password is set: RESET signs a client out */
     int tcp_port;      /* the TCP port listened on (INFO server; 0: none) */
     int64_t start_ms;  /* when the server started, on `clock` (INFO
                           server's uptime) */

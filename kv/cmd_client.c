@@ -493,6 +493,23 @@ static void cmd_auth(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                            "user is disabled.\r\n");
 }
 
+/* ------------------------------------------------------------- RESET */
+
+/* RESET: the connection as new, as Redis 7 resets it: out of MULTI (its
+ * queue dropped), every subscription gone, no name, and signed out when a
+ * password is set. It runs at once inside MULTI, while subscribed and
+ * before AUTH (conn.c lets it through), as in redis-server. */
+static void cmd_reset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)a;
+    (void)argc;
+    if (cl) {
+        kv_client_reset(k, cl); /* its sets stay usable, empty */
+        cl->noauth = k->requirepass;
+    }
+    buf_str(out, "+RESET\r\n");
+}
+
 /* ------------------------------------------------------------- HELLO */
 
 /* HELLO [protover [AUTH user pass] [SETNAME name]]: redis-server 7's
@@ -590,6 +607,7 @@ static const kv_cmd client_commands[] = {
     {"auth", -2, 0, cmd_auth},
     {"select", 2, 0, cmd_select},
     {"hello", -1, 0, cmd_hello},
+    {"reset", 1, CMD_PUBSUB | CMD_NOQUEUE, cmd_reset},
 };
 
 void kv_client_commands_init(void) {

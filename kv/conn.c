@@ -381,12 +381,13 @@ void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
 
 /* Before kv_exec, for a client not authenticated while requirepass is
  * set: true when the command was refused here. AUTH, HELLO (which may
- * carry AUTH, and refuses itself without it) and QUIT go on to kv_exec;
+ * carry AUTH, and refuses itself without it), RESET and QUIT go on to
+ * kv_exec, as Redis lets them;
  * EXEC's refusal is worded as Redis words a rejected EXEC. */
 static bool auth_gate(conn *c, const resp_arg *a, size_t argc) {
     (void)argc;
     if (resp_is(&a[0], "AUTH") || resp_is(&a[0], "QUIT") ||
-        resp_is(&a[0], "HELLO"))
+        resp_is(&a[0], "HELLO") || resp_is(&a[0], "RESET"))
         return false;
     if (resp_is(&a[0], "EXEC"))
         buf_str(&c->out, "-EXECABORT Transaction discarded because of: "

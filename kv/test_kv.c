@@ -3494,6 +3494,46 @@ TEST(hello_as_a_resp2_redis) {
     kv_free(&r);
 }
 
+/* RESET, which the subscribed-mode error names as allowed: as
+ * redis-server 7.0.15, it runs at once inside MULTI (discarding it), is
+ * allowed while subscribed, drops subscriptions and the name, and signs
+ * the client out when a password is set. */
+TEST(reset_as_redis) {
+    kv k;
+    buf out, pout = {0};
+    kv_client cl, pub;
+    open_kv_with_client(&k, false, &cl, &out);
+    kv_client_init(&pub, NULL, &pout);
+    exec_cl(&k, &cl, &out, "CLIENT SETNAME n");
+    exec_cl(&k, &cl, &out, "MULTI");
+    exec_cl(&k, &cl, &out, "SET a 1");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "RESET"), "+RESET\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXEC"), "-ERR EXEC without MULTI\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "GET a"), "$-1\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$-1\r\n");
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c d");
+    exec_cl(&k, &cl, &out, "PSUBSCRIBE p*");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "RESET"), "+RESET\r\n");
+    CHECK(!kv_client_subscribed(&cl));
+    CHECK_REPLY(exec_cl(&k, &pub, &pout, "PUBLISH c x"), ":0\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "PING"), "+PONG\r\n");
+    /* Subscribing again after it works (the sets were emptied, not
+     * broken). */
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK_REPLY(exec_cl(&k, &pub, &pout, "PUBLISH c x"), ":1\r\n");
+    exec_cl(&k, &cl, &out, "RESET");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "RESET x"),
+                "-ERR wrong number of arguments for 'reset' command\r\n");
+    /* A password set: RESET signs the client out. */
+    CHECK(!cl.noauth);
+    k.requirepass = true;
+    exec_cl(&k, &cl, &out, "RESET");
+    CHECK(cl.noauth);
+    kv_client_reset(&k, &pub);
+    buf_free(&pout);
+    close_kv_with_client(&k, &cl, &out);
+}
+
 TEST(config_get_names_patterns_and_several_as_redis) {
     kv k;
     kv_setup(&k, false);
