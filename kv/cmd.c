@@ -1487,11 +1487,7 @@ static void info_replication(const kv *k, buf *b) {
     }
 }
 
-/* What lull-kv answers as: the Redis whose replies it gives, word for word
- * (clients read redis_version to pick the commands and replies they may
- * use), standalone, one process on epoll. */
-#define KV_REDIS_VERSION "7.0.0"
-
+/* Standalone, one process on epoll (KV_REDIS_VERSION: cmd_int.h). */
 static void info_server(kv *k, buf *b) {
     struct utsname u;
     if (uname(&u) != 0) u = (struct utsname){.sysname = "Linux"};

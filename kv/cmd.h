@@ -42,11 +42,16 @@ typedef struct kv_client {
      * in. */
     dict subs[2];
     kv_sub *first[2], *last[2];
+    uint64_t id; /* CLIENT ID: the owner's number for it (kv.last_id) */
+    char *name;  /* CLIENT SETNAME's (NULL: none); kv_client_reset frees it */
+    /* The owner's: not authenticated yet (requirepass). Only AUTH, HELLO,
+     * RESET and QUIT reach kv_exec then; HELLO without AUTH is refused. */
+    bool noauth;
 } kv_client;
 
 void kv_client_init(kv_client *cl, void *owner, buf *out);
-/* The client goes (or stops listening): its subscriptions and queued
- * commands are dropped. */
+/* The client goes (or stops listening): its subscriptions, queued
+ * commands and name are dropped. Idempotent. */
 void kv_client_reset(kv *k, kv_client *cl);
 static inline bool kv_client_subscribed(const kv_client *cl) {
     return cl->subs[0].count + cl->subs[1].count > 0;
@@ -75,6 +80,8 @@ struct kv {
     size_t max_string; /* proto-max-bulk-len: a client's APPEND may not
                           grow a string past it (0: no bound) */
     size_t clients;    /* open client connections (INFO) */
+    uint64_t last_id;  /* the last client's id: the owner numbers them */
+    bool requirepass;  /* a password is set: RESET signs a client out */
     int tcp_port;      /* the TCP port listened on (INFO server; 0: none) */
     int64_t start_ms;  /* when the server started, on `clock` (INFO
                           server's uptime) */

@@ -1,7 +1,7 @@
 /* cmd_client.c: the commands about a client's own state: MULTI, EXEC and
  * DISCARD (a transaction: commands queued, then run at once on the loop,
  * nothing else running between them), pub/sub (SUBSCRIBE, UNSUBSCRIBE,
- * PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH), and CLIENT.
+ * PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH), CLIENT, and SELECT (one database).
  *
  * A transaction's writes reach the log between a MULTI and an EXEC record
  * (only when it wrote something), and a replica applies the records
@@ -14,6 +14,7 @@
  * Messages are not logged: Redis propagates PUBLISH to its replicas, but
  * lull-kv's log keeps every record for the life of the process, and a
  * stream of messages would grow it for ever. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,6 +94,8 @@ static void unsubscribe(kv *k, kv_client *cl, kv_sub *s) {
 
 void kv_client_reset(kv *k, kv_client *cl) {
     queue_free(cl);
+    free(cl->name);
+    cl->name = NULL;
     for (int kind = 0; kind < 2; kind++) {
         while (cl->first[kind])
             unsubscribe(k, cl, cl->first[kind]);
@@ -363,22 +366,81 @@ static void cmd_publish(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     buf_int(out, ':', w.n);
 }
 
-/* ---------------------------------------------------------------- CLIENT */
+/* ------------------------------------------------------------- SELECT */
 
-/* CLIENT SETNAME name: taken and not kept (client libraries send it), after
- * Redis' check of the name. */
-static void cmd_client_setname(kv *k, kv_client *cl, const resp_arg *a,
-                               size_t argc, buf *out) {
+/* SELECT index: lull-kv has one database, 0. Redis' words for the rest:
+ * an index in int range is out of range, one past int is another error.
+ * Clients and pools send SELECT 0 on connect (or from redis://host/0). */
+static void cmd_select(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
     (void)k;
     (void)cl;
     (void)argc;
-    for (size_t i = 0; i < a[2].len; i++)
-        if (a[2].p[i] < '!' || a[2].p[i] > '~') {
+    long long db;
+    if (!arg_i64(&a[1], &db, out)) return;
+    if (db < INT32_MIN || db > INT32_MAX)
+        buf_str(out, "-ERR value is out of range, value must between "
+                     "-2147483648 and 2147483647\r\n");
+    else if (db != 0)
+        buf_str(out, "-ERR DB index is out of range\r\n");
+    else
+        reply_ok(out);
+}
+
+/* ---------------------------------------------------------------- CLIENT */
+
+/* Sets cl's name (HELLO SETNAME too) after Redis' check of it: printable
+ * ASCII, no spaces; an empty one clears it. False with the error in out. */
+static bool set_name(kv_client *cl, const resp_arg *name, buf *out) {
+    for (size_t i = 0; i < name->len; i++)
+        if (name->p[i] < '!' || name->p[i] > '~') {
             buf_str(out, "-ERR Client names cannot contain spaces, newlines "
                          "or special characters.\r\n");
-            return;
+            return false;
         }
-    reply_ok(out);
+    if (!cl) return true; /* no client of its own to name (tests) */
+    char *n = NULL;
+    if (name->len && !(n = malloc(name->len + 1))) {
+        reply_oom(out);
+        return false;
+    }
+    if (n) {
+        memcpy(n, name->p, name->len);
+        n[name->len] = 0;
+    }
+    free(cl->name);
+    cl->name = n;
+    return true;
+}
+
+/* CLIENT SETNAME name: kept for GETNAME and CLIENT LIST (pools name their
+ * connections so). */
+static void cmd_client_setname(kv *k, kv_client *cl, const resp_arg *a,
+                               size_t argc, buf *out) {
+    (void)k;
+    (void)argc;
+    if (set_name(cl, &a[2], out)) reply_ok(out);
+}
+
+static void cmd_client_getname(kv *k, kv_client *cl, const resp_arg *a,
+                               size_t argc, buf *out) {
+    (void)k;
+    (void)a;
+    (void)argc;
+    if (cl && cl->name)
+        buf_bulk(out, cl->name, strlen(cl->name));
+    else
+        reply_nil(out);
+}
+
+/* CLIENT ID: the owner's number for the connection, from 1 (0: no client
+ * of its own, tests). */
+static void cmd_client_id(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                          buf *out) {
+    (void)k;
+    (void)a;
+    (void)argc;
+    buf_int(out, ':', cl ? (long long)cl->id : 0);
 }
 
 /* CLIENT SETINFO attr value: taken and not kept (redis-py sends it; Redis
@@ -431,11 +493,96 @@ static void cmd_auth(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                            "user is disabled.\r\n");
 }
 
+/* ------------------------------------------------------------- RESET */
+
+/* RESET: the connection as new, as Redis 7 resets it: out of MULTI (its
+ * queue dropped), every subscription gone, no name, and signed out when a
+ * password is set. It runs at once inside MULTI, while subscribed and
+ * before AUTH (conn.c lets it through), as in redis-server. */
+static void cmd_reset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)a;
+    (void)argc;
+    if (cl) {
+        kv_client_reset(k, cl); /* its sets stay usable, empty */
+        cl->noauth = k->requirepass;
+    }
+    buf_str(out, "+RESET\r\n");
+}
+
+/* ------------------------------------------------------------- HELLO */
+
+/* HELLO [protover [AUTH user pass] [SETNAME name]]: redis-server 7's
+ * checks in its order (version, options, AUTH, authenticated, SETNAME)
+ * for a server that speaks RESP2 only, so 3 is refused as a RESP2 server
+ * refuses it and the client carries on in RESP2. The reply is Redis'
+ * map, flat as RESP2 gives it. AUTH is the AUTH command's (kv.auth). */
+static void cmd_hello(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    long long ver;
+    if (argc >= 2 && !kv_parse_i64(a[1].p, a[1].len, &ver)) {
+        buf_str(out,
+                "-ERR Protocol version is not an integer or out of range\r\n");
+        return;
+    }
+    if (argc >= 2 && ver != 2) {
+        buf_str(out, "-NOPROTO unsupported protocol version\r\n");
+        return;
+    }
+    const resp_arg *user = NULL, *name = NULL;
+    for (size_t j = 2; j < argc; j++) {
+        size_t more = argc - 1 - j;
+        if (resp_is(&a[j], "AUTH") && more >= 2) {
+            user = &a[j + 1];
+            j += 2;
+        } else if (resp_is(&a[j], "SETNAME") && more >= 1) {
+            name = &a[++j];
+        } else {
+            /* Redis' %s: up to a NUL; a CR or LF would end the line. */
+            buf_str(out, "-ERR Syntax error in HELLO option '");
+            for (size_t i = 0; i < a[j].len && i < 128 && a[j].p[i]; i++) {
+                char ch = a[j].p[i];
+                buf_put(out, ch == '\r' || ch == '\n' ? " " : &ch, 1);
+            }
+            buf_str(out, "'\r\n");
+            return;
+        }
+    }
+    if (user) {
+        resp_arg auth[3] = {{"AUTH", 4}, user[0], user[1]};
+        size_t at = out->len;
+        cmd_auth(k, cl, auth, 3, out);
+        if (out->len - at != 5 || memcmp(out->p + at, "+OK\r\n", 5) != 0)
+            return; /* its refusal is the reply */
+        out->len = at;
+    }
+    if (cl && cl->noauth) {
+        buf_str(out, "-NOAUTH HELLO must be called with the client already "
+                     "authenticated, otherwise the HELLO AUTH <user> <pass> "
+                     "option can be used to authenticate the client and "
+                     "select the RESP protocol version at the same time\r\n");
+        return;
+    }
+    if (name && !set_name(cl, name, out)) return;
+    buf_str(out, "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n");
+    buf_bulk(out, KV_REDIS_VERSION, sizeof KV_REDIS_VERSION - 1);
+    buf_str(out, "$5\r\nproto\r\n:2\r\n$2\r\nid\r\n");
+    buf_int(out, ':', cl ? (long long)cl->id : 0);
+    buf_str(out, "$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n");
+    if (k->replica)
+        buf_str(out, "$7\r\nreplica\r\n");
+    else
+        buf_str(out, "$6\r\nmaster\r\n");
+    buf_str(out, "$7\r\nmodules\r\n*0\r\n");
+}
+
 /* Redis' names and arities; they queue inside MULTI and are refused while
  * subscribed, as any command but the pub/sub ones. */
 static const kv_cmd client_subcommands[] = {
     {"client|kill", -3, 0, cmd_client_kill},
     {"client|setname", 3, 0, cmd_client_setname},
+    {"client|getname", 2, 0, cmd_client_getname},
+    {"client|id", 2, 0, cmd_client_id},
     {"client|setinfo", 4, 0, cmd_client_setinfo},
 };
 
@@ -458,6 +605,9 @@ static const kv_cmd client_commands[] = {
     {"punsubscribe", -1, CMD_PUBSUB, cmd_punsubscribe},
     {"publish", 3, 0, cmd_publish},
     {"auth", -2, 0, cmd_auth},
+    {"select", 2, 0, cmd_select},
+    {"hello", -1, 0, cmd_hello},
+    {"reset", 1, CMD_PUBSUB | CMD_NOQUEUE, cmd_reset},
 };
 
 void kv_client_commands_init(void) {

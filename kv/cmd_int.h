@@ -78,6 +78,11 @@ bool kv_glob(const char *pat, size_t plen, const char *s, size_t slen,
 bool kv_glob_steps(const char *pat, size_t plen, const char *s, size_t slen,
                    bool nocase, size_t *steps);
 
+/* What lull-kv answers as (INFO, HELLO): the Redis whose replies it
+ * gives, word for word (clients read redis_version to pick the commands
+ * and replies they may use). */
+#define KV_REDIS_VERSION "7.0.0"
+
 /* Replies, in Redis' words. */
 void reply_wrongtype(buf *out);
 void reply_not_integer(buf *out);

@@ -367,7 +367,7 @@ void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     bool ok = user_ok && (!srv->requirepass ||
                           same_secret(&a[argc - 1], srv->requirepass));
     if (ok) {
-        c->authed = true;
+        cl->noauth = false;
         buf_str(out, "+OK\r\n");
         return;
     }
@@ -380,18 +380,16 @@ void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
 }
 
 /* Before kv_exec, for a client not authenticated while requirepass is
- * set: true when the command was refused here. AUTH and QUIT go on to
- * kv_exec; EXEC's refusal is worded as Redis words a rejected EXEC. */
+ * set: true when the command was refused here. AUTH, HELLO (which may
+ * carry AUTH, and refuses itself without it), RESET and QUIT go on to
+ * kv_exec, as Redis lets them;
+ * EXEC's refusal is worded as Redis words a rejected EXEC. */
 static bool auth_gate(conn *c, const resp_arg *a, size_t argc) {
     (void)argc;
-    if (resp_is(&a[0], "AUTH") || resp_is(&a[0], "QUIT")) return false;
-    if (resp_is(&a[0], "HELLO"))
-        buf_str(&c->out,
-                "-NOAUTH HELLO must be called with the client already "
-                "authenticated, otherwise the HELLO AUTH <user> <pass> "
-                "option can be used to authenticate the client and select "
-                "the RESP protocol version at the same time\r\n");
-    else if (resp_is(&a[0], "EXEC"))
+    if (resp_is(&a[0], "AUTH") || resp_is(&a[0], "QUIT") ||
+        resp_is(&a[0], "HELLO") || resp_is(&a[0], "RESET"))
+        return false;
+    if (resp_is(&a[0], "EXEC"))
         buf_str(&c->out, "-EXECABORT Transaction discarded because of: "
                          "NOAUTH Authentication required.\r\n");
     else
@@ -432,7 +430,7 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
         size_t argc;
         const char *err = NULL;
         /* Looked at per command: the AUTH before this one may have passed. */
-        bool gated = !c->authed && srv->requirepass && !c->link;
+        bool gated = c->cl.noauth && !c->link;
         long n = __builtin_expect(gated, 0)
                      ? parse_unauthenticated(c, p + off, len - off, &argc, &err)
                      : resp_parse_resume(&srv->lim, &c->ps, p + off, len - off,
@@ -650,6 +648,8 @@ conn *conn_new(server *srv) {
     if (o[CLASS_NORMAL].hard && o[CLASS_PUBSUB].hard)
         c->out.max = c->sent.max = cap;
     kv_client_init(&c->cl, c, &c->out);
+    c->cl.id = ++srv->kv.last_id; /* CLIENT ID, from 1 */
+    c->cl.noauth = srv->requirepass != NULL;
     lull_task_init(&c->kick, conn_kick);
     return c;
 }

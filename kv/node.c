@@ -86,6 +86,7 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
     srv->expiry.should_yield = srv->should_yield;
     srv->kv.wake = conn_wake;
     srv->kv.auth = conn_auth;
+    srv->kv.requirepass = srv->requirepass != NULL;
     srv->kv.kill_replicas = kill_replicas;
     srv->kv.max_string = srv->lim.max_bulk;
     return 0;

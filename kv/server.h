@@ -226,7 +226,6 @@ struct conn {
     bool soft_armed; /* `soft` is armed */
     lull_task kick;  /* sends messages published to it (conn_wake) */
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
-    bool authed;     /* AUTH succeeded (only asked for with requirepass) */
     uint64_t auth_unsaid; /* failed AUTHs not in the log yet */
     uint64_t auth_said;   /* when a failure was last logged (loop ns; 0:
                              never) */

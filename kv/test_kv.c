@@ -1350,6 +1350,15 @@ static int exec_rc(kv *k, kv_client *cl, buf *out, const char *line) {
     return rc;
 }
 
+/* A reply is the one expected; both are shown when not. */
+#define CHECK_REPLY(got, want)                                                 \
+    do {                                                                       \
+        const char *got_ = (got), *want_ = (want);                             \
+        if (strcmp(got_, want_) != 0)                                          \
+            fprintf(stderr, "reply:    %s\nexpected: %s\n", got_, want_);      \
+        CHECK(strcmp(got_, want_) == 0);                                       \
+    } while (0)
+
 /* The same, returning the reply. */
 static const char *exec_cl(kv *k, kv_client *cl, buf *out, const char *line) {
     exec_rc(k, cl, out, line);
@@ -2608,7 +2617,7 @@ TEST(client_subcommands_as_redis) {
     CHECK_EQ(out.len,
              sizeof "-ERR unknown subcommand ''. Try CLIENT HELP.\r\n" - 1 +
                  128);
-    /* SETNAME checks the name as Redis does, and keeps nothing. */
+    /* SETNAME checks the name as Redis does. */
     a[1] = (resp_arg){"SETNAME", 7};
     a[2] = (resp_arg){"a b", 3};
     CHECK(strcmp(exec_args(&k, &cl, &out, a, 3),
@@ -2644,6 +2653,99 @@ TEST(client_subcommands_as_redis) {
     CHECK_EQ(kv_apply_stream(&k, &lim, argv, rec, strlen(rec), &err, &need),
              -EPROTO);
     close_kv_with_client(&k, &cl, &out);
+}
+
+/* SELECT, as redis-server 7.0.15 answers it for a server of one database:
+ * 0 is taken (clients and pools send it on connect, or from a URL's
+ * redis://host/0); any other index in int range is out of range. It
+ * queues inside MULTI and is refused while subscribed, as Redis does. */
+TEST(select_database_zero_as_redis) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    static const char *const answers[][2] = {
+        {"SELECT 0", "+OK\r\n"},
+        {"select 0", "+OK\r\n"},
+        {"SELECT 1", "-ERR DB index is out of range\r\n"},
+        {"SELECT -1", "-ERR DB index is out of range\r\n"},
+        {"SELECT 2147483647", "-ERR DB index is out of range\r\n"},
+        {"SELECT 2147483648", "-ERR value is out of range, value must between "
+                              "-2147483648 and 2147483647\r\n"},
+        {"SELECT -2147483649", "-ERR value is out of range, value must "
+                               "between -2147483648 and 2147483647\r\n"},
+        {"SELECT 00", "-ERR value is not an integer or out of range\r\n"},
+        {"SELECT abc", "-ERR value is not an integer or out of range\r\n"},
+        {"SELECT", "-ERR wrong number of arguments for 'select' command\r\n"},
+        {"SELECT 0 1",
+         "-ERR wrong number of arguments for 'select' command\r\n"},
+    };
+    for (size_t i = 0; i < sizeof answers / sizeof answers[0]; i++)
+        CHECK_REPLY(exec_cl(&k, &cl, &out, answers[i][0]), answers[i][1]);
+    /* Without a client (tests), and on a replica: not a write. */
+    CHECK_REPLY(exec_cl(&k, NULL, &out, "SELECT 0"), "+OK\r\n");
+    exec_cl(&k, &cl, &out, "MULTI");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "SELECT 0"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "SELECT 3"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXEC"),
+                "*2\r\n+OK\r\n-ERR DB index is out of range\r\n");
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "SELECT 0"),
+                "-ERR Can't execute 'select': only (P|S)SUBSCRIBE / "
+                "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                "context\r\n");
+    close_kv_with_client(&k, &cl, &out);
+    kv r;
+    kv_setup(&r, true);
+    CHECK_REPLY(exec_cl(&r, NULL, &out, "SELECT 0"), "+OK\r\n");
+    buf_free(&out);
+    kv_free(&r);
+}
+
+/* CLIENT ID and GETNAME, which pools call, and SETNAME's name kept for
+ * them (and for CLIENT LIST), as redis-server 7.0.15 answers. */
+TEST(client_id_and_name_kept_as_redis) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    cl.id = 7; /* the owner numbers its clients */
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT ID"), ":7\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$-1\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT SETNAME pool-1"), "+OK\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "client getname"), "$6\r\npool-1\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT SETNAME other"), "+OK\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$5\r\nother\r\n");
+    /* A refused name leaves the one there; an empty one clears it. */
+    resp_arg a[3] = {{"CLIENT", 6}, {"SETNAME", 7}, {"a b", 3}};
+    CHECK(strncmp(exec_args(&k, &cl, &out, a, 3), "-ERR Client names", 17) ==
+          0);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$5\r\nother\r\n");
+    a[2] = (resp_arg){"", 0};
+    CHECK_REPLY(exec_args(&k, &cl, &out, a, 3), "+OK\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$-1\r\n");
+    static const char *const arity[][2] = {
+        {"CLIENT ID x",
+         "-ERR wrong number of arguments for 'client|id' command\r\n"},
+        {"CLIENT GETNAME x",
+         "-ERR wrong number of arguments for 'client|getname' command\r\n"},
+    };
+    for (size_t i = 0; i < sizeof arity / sizeof arity[0]; i++)
+        CHECK_REPLY(exec_cl(&k, &cl, &out, arity[i][0]), arity[i][1]);
+    /* Queued inside MULTI, answered in EXEC's array. */
+    exec_cl(&k, &cl, &out, "MULTI");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT SETNAME n"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT ID"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXEC"),
+                "*3\r\n+OK\r\n:7\r\n$1\r\nn\r\n");
+    /* Without a client of its own (tests): no id, no name to keep. */
+    CHECK_REPLY(exec_cl(&k, NULL, &out, "CLIENT ID"), ":0\r\n");
+    CHECK_REPLY(exec_cl(&k, NULL, &out, "CLIENT SETNAME x"), "+OK\r\n");
+    CHECK_REPLY(exec_cl(&k, NULL, &out, "CLIENT GETNAME"), "$-1\r\n");
+    /* The name goes with the client (ASan: no leak), and reset twice. */
+    close_kv_with_client(&k, &cl, &out);
+    CHECK(cl.name == NULL);
 }
 
 /* ------------------------------------------------- the reference model */
@@ -3366,6 +3468,123 @@ TEST(auth_inside_multi_is_queued_as_redis_does) {
                  "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
                  "context\r\n") == 0);
     CHECK_EQ(auth_calls, 2);
+    close_kv_with_client(&k, &cl, &out);
+}
+
+/* HELLO, which clients such as Lettuce send first: redis-server 7.0.15's
+ * answers for a RESP2-only server (HELLO 3 refused as RESP2 servers must
+ * refuse it), its options (AUTH through kv.auth, SETNAME kept), and its
+ * place in MULTI (queued) and while subscribed (refused). */
+static const char hello_map[] =
+    "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n"
+    "$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:9\r\n$4\r\nmode\r\n$10\r\nstandalone"
+    "\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n";
+
+TEST(hello_as_a_resp2_redis) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    cl.id = 9;
+    k.auth = test_auth;
+    auth_calls = 0;
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO"), hello_map);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "hello 2"), hello_map);
+    static const char *const refused[][2] = {
+        {"HELLO 3", "-NOPROTO unsupported protocol version\r\n"},
+        {"HELLO 1", "-NOPROTO unsupported protocol version\r\n"},
+        {"HELLO -2", "-NOPROTO unsupported protocol version\r\n"},
+        {"HELLO abc",
+         "-ERR Protocol version is not an integer or out of range\r\n"},
+        {"HELLO 2 FOO", "-ERR Syntax error in HELLO option 'FOO'\r\n"},
+        {"HELLO 2 AUTH default",
+         "-ERR Syntax error in HELLO option 'AUTH'\r\n"},
+        {"HELLO 2 SETNAME", "-ERR Syntax error in HELLO option 'SETNAME'\r\n"},
+        {"HELLO 3 FOO", "-NOPROTO unsupported protocol version\r\n"},
+        {"HELLO 2 AUTH default wrong SETNAME n", "-WRONGPASS x\r\n"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        CHECK_REPLY(exec_cl(&k, &cl, &out, refused[i][0]), refused[i][1]);
+    CHECK_EQ(auth_calls, 1);
+    CHECK(cl.name == NULL); /* the failed AUTH set no name */
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO 2 AUTH default pw SETNAME n"),
+                hello_map);
+    CHECK_EQ(auth_calls, 2);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$1\r\nn\r\n");
+    resp_arg a[4] = {{"HELLO", 5}, {"2", 1}, {"setname", 7}, {"a b", 3}};
+    CHECK(strncmp(exec_args(&k, &cl, &out, a, 4), "-ERR Client names", 17) ==
+          0);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$1\r\nn\r\n");
+    /* Not authenticated (the owner says so): HELLO without AUTH is
+     * refused in Redis' words, after its version and option checks. */
+    cl.noauth = true;
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO 2"),
+                "-NOAUTH HELLO must be called with the client already "
+                "authenticated, otherwise the HELLO AUTH <user> <pass> option "
+                "can be used to authenticate the client and select the RESP "
+                "protocol version at the same time\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO 1"),
+                "-NOPROTO unsupported protocol version\r\n");
+    cl.noauth = false;
+    /* Queued in MULTI; refused while subscribed. */
+    exec_cl(&k, &cl, &out, "MULTI");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO 2"), "+QUEUED\r\n");
+    out.len = 0;
+    exec_rc(&k, &cl, &out, "EXEC");
+    CHECK(strncmp(out.p, "*1\r\n*14\r\n", 9) == 0);
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "HELLO 2"),
+                "-ERR Can't execute 'hello': only (P|S)SUBSCRIBE / "
+                "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                "context\r\n");
+    close_kv_with_client(&k, &cl, &out);
+    /* A replica says so. */
+    kv r;
+    kv_setup(&r, true);
+    out = (buf){0};
+    CHECK(strstr(exec_cl(&r, NULL, &out, "HELLO"),
+                 "$4\r\nrole\r\n$7\r\nreplica\r\n") != NULL);
+    buf_free(&out);
+    kv_free(&r);
+}
+
+/* RESET, which the subscribed-mode error names as allowed: as
+ * redis-server 7.0.15, it runs at once inside MULTI (discarding it), is
+ * allowed while subscribed, drops subscriptions and the name, and signs
+ * the client out when a password is set. */
+TEST(reset_as_redis) {
+    kv k;
+    buf out, pout = {0};
+    kv_client cl, pub;
+    open_kv_with_client(&k, false, &cl, &out);
+    kv_client_init(&pub, NULL, &pout);
+    exec_cl(&k, &cl, &out, "CLIENT SETNAME n");
+    exec_cl(&k, &cl, &out, "MULTI");
+    exec_cl(&k, &cl, &out, "SET a 1");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "RESET"), "+RESET\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXEC"), "-ERR EXEC without MULTI\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "GET a"), "$-1\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$-1\r\n");
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c d");
+    exec_cl(&k, &cl, &out, "PSUBSCRIBE p*");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "RESET"), "+RESET\r\n");
+    CHECK(!kv_client_subscribed(&cl));
+    CHECK_REPLY(exec_cl(&k, &pub, &pout, "PUBLISH c x"), ":0\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "PING"), "+PONG\r\n");
+    /* Subscribing again after it works (the sets were emptied, not
+     * broken). */
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK_REPLY(exec_cl(&k, &pub, &pout, "PUBLISH c x"), ":1\r\n");
+    exec_cl(&k, &cl, &out, "RESET");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "RESET x"),
+                "-ERR wrong number of arguments for 'reset' command\r\n");
+    /* A password set: RESET signs the client out. */
+    CHECK(!cl.noauth);
+    k.requirepass = true;
+    exec_cl(&k, &cl, &out, "RESET");
+    CHECK(cl.noauth);
+    kv_client_reset(&k, &pub);
+    buf_free(&pout);
     close_kv_with_client(&k, &cl, &out);
 }
 
