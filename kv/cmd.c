@@ -25,6 +25,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <malloc.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,6 +390,92 @@ static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     if (!(f & SET_GET)) reply_ok(out);
 }
 
+/* GETDEL key: GET, then the key goes (logged as its DEL). */
+static void cmd_getdel(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e = kv_lookup(k, &a[1]);
+    if (!e) {
+        reply_nil(out);
+        return;
+    }
+    kobj *o = store_obj(e);
+    if (o->type != KV_STRING) {
+        reply_wrongtype(out);
+        return;
+    }
+    buf_bulk(out, o->val, o->len);
+    kv_delete(k, e);
+    resp_arg del[2] = {{"DEL", 3}, a[1]};
+    kv_log(k, del, 2);
+}
+
+/* GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]: Redis 7.0's order of
+ * checks, the options first, then the key and its type, then the time
+ * (a missing key is nil whatever the time says). Logged as what it did,
+ * as Redis propagates it: PEXPIREAT, a DEL (a time already past) or
+ * PERSIST; without an option it is a read. */
+static void cmd_getex(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    bool persist = false;
+    unsigned unit = 0;
+    const resp_arg *ttl = NULL;
+    for (size_t j = 2; j < argc; j++) {
+        const resp_arg *o = &a[j];
+        unsigned t = resp_is(o, "EX")     ? SET_EX
+                     : resp_is(o, "PX")   ? SET_PX
+                     : resp_is(o, "EXAT") ? SET_EXAT
+                     : resp_is(o, "PXAT") ? SET_PXAT
+                                          : 0;
+        /* The same option again is taken (the last value kept), as Redis
+         * does; two different ones are a syntax error. */
+        if (resp_is(o, "PERSIST") && !unit) {
+            persist = true;
+        } else if (t && !persist && (!unit || unit == t) && j + 1 < argc) {
+            unit = t;
+            ttl = &a[++j];
+        } else {
+            reply_syntax(out);
+            return;
+        }
+    }
+    dict_entry *e = kv_lookup(k, &a[1]);
+    if (!e) {
+        reply_nil(out);
+        return;
+    }
+    kobj *o = store_obj(e);
+    if (o->type != KV_STRING) {
+        reply_wrongtype(out);
+        return;
+    }
+    int64_t when = 0;
+    if (ttl && !expire_arg(k, ttl, (int)unit, "getex", &when, out)) return;
+    size_t mark = out->len;
+    buf_bulk(out, o->val, o->len);
+    if (ttl && (unit & (SET_EXAT | SET_PXAT)) && when <= kv_now(k)) {
+        resp_arg del[2] = {{"DEL", 3}, a[1]};
+        kv_delete(k, e);
+        kv_log(k, del, 2);
+    } else if (ttl) {
+        if (kv_set_expire(k, e, when) < 0) {
+            out->len = mark;
+            reply_oom(out);
+            return;
+        }
+        char num[24];
+        resp_arg rec[3] = {{"PEXPIREAT", 9}, a[1], {num, 0}};
+        rec[2].len = (size_t)snprintf(num, sizeof num, "%" PRId64, when);
+        kv_log(k, rec, 3);
+    } else if (persist && o->expire) {
+        kv_set_expire(k, e, 0);
+        resp_arg rec[2] = {{"PERSIST", 7}, a[1]};
+        kv_log(k, rec, 2);
+    }
+}
+
 /* INCR, DECR, INCRBY, DECRBY: by. The value keeps its expiry. */
 static void incr_by(kv *k, const resp_arg *a, size_t argc, long long by,
                     buf *out) {
@@ -447,6 +534,76 @@ static void cmd_incrby(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         by = -by;
     }
     incr_by(k, a, argc, by, out);
+}
+
+/* Redis' string2ld: what strtold takes whole (hex and "inf" too), no
+ * leading space, no NUL, no NaN, not an overflow nor an underflow to 0,
+ * shorter than KV_LD_MAX. */
+bool kv_parse_ld(const char *p, size_t n, long double *v) {
+    char tmp[KV_LD_MAX];
+    if (n == 0 || n >= sizeof tmp || memchr(p, 0, n)) return false;
+    memcpy(tmp, p, n);
+    tmp[n] = 0;
+    if (tmp[0] == ' ' || (tmp[0] >= '\t' && tmp[0] <= '\r')) return false;
+    char *end;
+    errno = 0;
+    long double x = strtold(tmp, &end);
+    if (end != tmp + n || isnan(x) || (errno == ERANGE && (isinf(x) || x == 0)))
+        return false;
+    *v = x;
+    return true;
+}
+
+/* Redis' ld2string(LD_STR_HUMAN): %.17Lf, the zeros after the point
+ * trimmed (and the point when nothing is left after it), -0 as 0. The
+ * longest, LDBL_MAX's 4933 digits and 18 more, fits KV_LD_MAX. */
+size_t kv_format_ld(long double v, char *out) {
+    int n = snprintf(out, KV_LD_MAX, "%.17Lf", v);
+    size_t l = n < 0 ? 0 : (size_t)n < KV_LD_MAX ? (size_t)n : KV_LD_MAX - 1;
+    if (memchr(out, '.', l)) {
+        while (out[l - 1] == '0')
+            l--;
+        if (out[l - 1] == '.') l--;
+    }
+    if (l == 2 && out[0] == '-' && out[1] == '0') {
+        out[0] = '0';
+        l = 1;
+    }
+    return l;
+}
+
+/* INCRBYFLOAT key by: Redis' long double sum, logged as SET key result
+ * KEEPTTL (as Redis replicates it), so that a replica stores the
+ * primary's digits and never rounds on its own. */
+static void cmd_incrbyfloat(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    (void)cl;
+    (void)argc;
+    dict_entry *e = kv_lookup(k, &a[1]);
+    long double v = 0, by;
+    if (e && store_obj(e)->type != KV_STRING) {
+        reply_wrongtype(out);
+        return;
+    }
+    if ((e && !kv_parse_ld(store_obj(e)->val, store_obj(e)->len, &v)) ||
+        !kv_parse_ld(a[2].p, a[2].len, &by)) {
+        buf_str(out, "-ERR value is not a valid float\r\n");
+        return;
+    }
+    v += by;
+    if (isnan(v) || isinf(v)) {
+        buf_str(out, "-ERR increment would produce NaN or Infinity\r\n");
+        return;
+    }
+    char num[KV_LD_MAX];
+    size_t n = kv_format_ld(v, num);
+    if (store_put(&k->db, &e, a[1].p, a[1].len, num, n) < 0) {
+        reply_oom(out);
+        return;
+    }
+    resp_arg rec[4] = {{"SET", 3}, a[1], {num, n}, {"KEEPTTL", 7}};
+    kv_log(k, rec, 4);
+    buf_bulk(out, num, n);
 }
 
 /* ----------------------------------------------------------------- keys */
@@ -946,7 +1103,7 @@ static void cmd_type(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
  * first NUL (a C string), refused if it starts with a space, has more
  * after the digits, or is past 64 bits. So an empty cursor is 0, and a
  * sign is taken: -1 is 2^64 - 1. */
-static bool scan_cursor(const resp_arg *arg, unsigned long long *cur) {
+bool kv_scan_cursor(const resp_arg *arg, unsigned long long *cur) {
     const char *p = arg->p, *z = arg->len ? memchr(p, 0, arg->len) : NULL;
     size_t n = z ? (size_t)(z - p) : arg->len, i = 0;
     if (n == 0) {
@@ -974,7 +1131,7 @@ static void cmd_scan(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      buf *out) {
     (void)cl;
     unsigned long long cur;
-    if (!scan_cursor(&a[1], &cur)) goto bad_cursor;
+    if (!kv_scan_cursor(&a[1], &cur)) goto bad_cursor;
     keys_walk w = {.k = k, .type = -1};
     long long count = 10;
     for (size_t j = 2; j < argc; j += 2) {
@@ -1021,10 +1178,13 @@ bad_cursor:
 static const kv_cmd commands[] = {
     {"get", 2, 0, cmd_get},
     {"set", -3, CMD_WRITE, cmd_set},
+    {"getdel", 2, CMD_WRITE, cmd_getdel},
+    {"getex", -2, CMD_WRITE, cmd_getex},
     {"incr", 2, CMD_WRITE, cmd_incr},
     {"decr", 2, CMD_WRITE, cmd_incr},
     {"incrby", 3, CMD_WRITE, cmd_incrby},
     {"decrby", 3, CMD_WRITE, cmd_incrby},
+    {"incrbyfloat", 3, CMD_WRITE, cmd_incrbyfloat},
     {"del", -2, CMD_WRITE, cmd_del},
     {"exists", -2, 0, cmd_exists},
     {"dbsize", 1, 0, cmd_dbsize},

@@ -69,6 +69,16 @@ int kv_set_expire(kv *k, dict_entry *e, int64_t when);
 void kv_log(kv *k, const resp_arg *a, size_t argc);
 void kv_oom(const char *what) __attribute__((noreturn));
 
+/* SCAN's cursor as Redis reads it (strtoul's rules); false: invalid. */
+bool kv_scan_cursor(const resp_arg *arg, unsigned long long *cur);
+
+/* INCRBYFLOAT's numbers, as Redis reads (string2ld) and writes
+ * (ld2string, LD_STR_HUMAN) them. KV_LD_MAX: Redis' MAX_LONG_DOUBLE_CHARS,
+ * the longest spelling read (less one) and the room a result needs. */
+#define KV_LD_MAX 5120
+bool kv_parse_ld(const char *p, size_t n, long double *v);
+size_t kv_format_ld(long double v, char *out); /* out: KV_LD_MAX bytes */
+
 /* Redis' glob patterns (KEYS, SCAN MATCH, PSUBSCRIBE, CONFIG GET), in
  * O(plen * slen) at worst. */
 bool kv_glob(const char *pat, size_t plen, const char *s, size_t slen,

@@ -674,6 +674,49 @@ static void cmd_hgetall(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     while (cur);
 }
 
+/* HINCRBYFLOAT key field by: Redis' order of checks (the increment,
+ * then the key's type, then the field's value), its long double sum,
+ * and its record: HSET of the result, so a replica never rounds on its
+ * own. */
+static void cmd_hincrbyfloat(kv *k, kv_client *cl, const resp_arg *a,
+                             size_t argc, buf *out) {
+    (void)cl;
+    (void)argc;
+    long double by, v = 0;
+    if (!kv_parse_ld(a[3].p, a[3].len, &by)) {
+        buf_str(out, "-ERR value is not a valid float\r\n");
+        return;
+    }
+    if (isinf(by)) {
+        buf_str(out, "-ERR value is NaN or Infinity\r\n");
+        return;
+    }
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
+    dict_entry *f = e ? member(members(e), &a[2]) : NULL;
+    if (f && !kv_parse_ld(hash_value(f)->p, hash_value(f)->len, &v)) {
+        buf_str(out, "-ERR hash value is not a float\r\n");
+        return;
+    }
+    v += by;
+    if (isnan(v) || isinf(v)) {
+        buf_str(out, "-ERR increment would produce NaN or Infinity\r\n");
+        return;
+    }
+    char num[KV_LD_MAX];
+    size_t n = kv_format_ld(v, num);
+    kv_hash *h = make_of(k, &a[1], KV_HASH, &e, out);
+    if (!h) return;
+    if (hash_set(h, a[2].p, a[2].len, num, n) < 0) {
+        drop_if_empty(k, e, h->d.count);
+        reply_oom(out);
+        return;
+    }
+    resp_arg rec[4] = {{"HSET", 4}, a[1], a[2], {num, n}};
+    kv_log(k, rec, 4);
+    buf_bulk(out, num, n);
+}
+
 /* ---------------------------------------------------------- sorted sets */
 
 enum { Z_NX = 1, Z_XX = 2, Z_GT = 4, Z_LT = 8, Z_CH = 16, Z_INCR = 32 };
@@ -909,6 +952,98 @@ static void cmd_zrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
 }
 
+/* ------------------------------------------- SSCAN, HSCAN, ZSCAN */
+
+/* A collection of at most this many members comes whole in one reply,
+ * cursor 0, whatever COUNT says: Redis' answer for its small encodings
+ * (listpack: 128 hash fields or sorted-set members; a sorted set's in
+ * score order, as here). */
+#define SCAN_WHOLE 128
+
+typedef struct member_walk {
+    const resp_arg *pat; /* NULL: every member */
+    int type;            /* KV_SET, KV_HASH or KV_ZSET */
+    buf tmp;             /* what is found, as bulk strings */
+    long long n;         /* bulk strings in tmp */
+} member_walk;
+
+static void member_visit(const dict *d, dict_entry *m, void *arg) {
+    member_walk *w = arg;
+    const char *name = dict_key(d, m);
+    if (w->pat && !kv_glob(w->pat->p, w->pat->len, name, m->klen, false))
+        return;
+    buf_bulk(&w->tmp, name, m->klen);
+    w->n++;
+    if (w->type == KV_HASH) {
+        buf_bulk(&w->tmp, hash_value(m)->p, hash_value(m)->len);
+        w->n++;
+    } else if (w->type == KV_ZSET) {
+        reply_score(&w->tmp, zset_member(m)->score);
+        w->n++;
+    }
+}
+
+/* SSCAN, HSCAN, ZSCAN key cursor [MATCH pattern] [COUNT n]: Redis 7.0's
+ * order of checks (the cursor, the key, its type, then the options, no
+ * TYPE among them). A larger collection is walked with its dict's
+ * cursor, as SCAN walks the keys: every member there for the whole walk
+ * comes back at least once. */
+static void cmd_member_scan(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    (void)cl;
+    unsigned long long cur;
+    if (!kv_scan_cursor(&a[2], &cur)) {
+        buf_str(out, "-ERR invalid cursor\r\n");
+        return;
+    }
+    member_walk w = {.type = type_of(&a[0])};
+    dict_entry *e;
+    if (!find_of(k, &a[1], w.type, &e, out)) return;
+    if (!e) {
+        buf_str(out, "*2\r\n$1\r\n0\r\n*0\r\n");
+        return;
+    }
+    long long count = 10;
+    for (size_t j = 3; j < argc; j += 2) {
+        if (j + 1 < argc && resp_is(&a[j], "COUNT")) {
+            if (!arg_i64(&a[j + 1], &count, out)) return;
+            if (count < 1) {
+                reply_syntax(out);
+                return;
+            }
+        } else if (j + 1 < argc && resp_is(&a[j], "MATCH")) {
+            /* "*" is every member: no pattern (a MATCH before it too) */
+            w.pat =
+                a[j + 1].len == 1 && a[j + 1].p[0] == '*' ? NULL : &a[j + 1];
+        } else {
+            reply_syntax(out);
+            return;
+        }
+    }
+    dict *d = members(e);
+    if (d->count <= SCAN_WHOLE && w.type == KV_ZSET) {
+        kv_zset *z = store_obj(e)->val;
+        for (znode *x = z->head->lv[0].fwd; x; x = x->lv[0].fwd)
+            member_visit(d, x->member, &w);
+        cur = 0;
+    } else if (d->count <= SCAN_WHOLE) {
+        cur = 0;
+        do
+            cur = dict_scan(d, cur, SIZE_MAX, member_visit, &w);
+        while (cur);
+    } else {
+        cur = dict_scan(d, cur, (size_t)count, member_visit, &w);
+    }
+    char c[24];
+    int n = snprintf(c, sizeof c, "%llu", cur);
+    buf_str(out, "*2\r\n");
+    buf_bulk(out, c, (size_t)n);
+    buf_int(out, '*', w.n);
+    buf_put(out, w.tmp.p, w.tmp.len);
+    if (w.tmp.oom) out->oom = true;
+    buf_free(&w.tmp);
+}
+
 /* ---------------------------------------------------------- the table */
 
 static const kv_cmd type_commands[] = {
@@ -933,6 +1068,7 @@ static const kv_cmd type_commands[] = {
     {"scard", 2, 0, cmd_card},
     {"sismember", 3, 0, cmd_has},
     {"smembers", 2, 0, cmd_smembers},
+    {"sscan", -3, 0, cmd_member_scan},
     {"hset", -4, CMD_WRITE, cmd_hset},
     {"hmset", -4, CMD_WRITE, cmd_hset},
     {"hget", 3, 0, cmd_hget},
@@ -941,6 +1077,8 @@ static const kv_cmd type_commands[] = {
     {"hexists", 3, 0, cmd_has},
     {"hdel", -3, CMD_WRITE, cmd_remove},
     {"hgetall", 2, 0, cmd_hgetall},
+    {"hincrbyfloat", 4, CMD_WRITE, cmd_hincrbyfloat},
+    {"hscan", -3, 0, cmd_member_scan},
     {"zadd", -4, CMD_WRITE, cmd_zadd},
     {"zincrby", 4, CMD_WRITE, cmd_zincrby},
     {"zpopmin", -2, CMD_WRITE, cmd_zpopmin},
@@ -948,6 +1086,7 @@ static const kv_cmd type_commands[] = {
     {"zcard", 2, 0, cmd_card},
     {"zscore", 3, 0, cmd_zscore},
     {"zrange", -4, 0, cmd_zrange},
+    {"zscan", -3, 0, cmd_member_scan},
 };
 
 void kv_types_init(void) {

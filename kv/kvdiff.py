@@ -9,7 +9,8 @@ from lull-kv's commands (docs/KV.md), with wrong types and arities,
 negative, huge and non-numeric counts and indexes, empty and binary keys
 and values, overflowing INCRBY, expiry edge cases and transactions, over
 raw sockets, and compares the replies byte for byte. Unordered replies
-(SMEMBERS, HGETALL, KEYS, a SCAN walked to its end) compare as sets.
+(SMEMBERS, HGETALL, KEYS, a SCAN, SSCAN, HSCAN or ZSCAN walked to its
+end) compare as sets.
 Exit 0 when every reply agreed; 1 with each difference printed (seed, the
 request number and the requests before it) otherwise. Without
 redis-server it prints a `skipped:` line and exits 0.
@@ -179,6 +180,30 @@ def ttl_opts(r, now_s):
     return []
 
 
+def getex_opts(r, now_s):
+    """GETEX's options: none, PERSIST, a time far ahead or long past,
+    garbage, or two of them."""
+    c = r.randrange(8)
+    if c == 0:
+        return []
+    if c == 1:
+        return [b"PERSIST"]
+    if c == 2:
+        return [r.choice([b"EX", b"ex"]), b"1000"]
+    if c == 3:
+        return [b"PX", b"1000000"]
+    if c == 4:
+        return [r.choice([b"EXAT", b"PXAT"]),
+                r.choice([b"1", str(now_s - 100).encode()])]
+    if c == 5:
+        return [b"PXAT", str((now_s + 5000) * 1000).encode()]
+    if c == 6:
+        return ttl_opts(r, now_s)
+    return r.choice([[b"PERSIST", b"PERSIST"], [b"PERSIST", b"EX", b"10"],
+                     [b"EX", b"10", b"EX", b"20"], [b"EX", b"10", b"PX", b"5"],
+                     [b"KEEPTTL"], [b"GET"], [b"FOO"]])
+
+
 def expire_args(r, cmd, now_s):
     c = r.randrange(8)
     if c == 0:
@@ -204,7 +229,7 @@ def expire_args(r, cmd, now_s):
 def gen(r, now_s, in_multi=False):
     """One random request (a list of byte strings)."""
     k = pick_key(r)
-    c = r.randrange(60)
+    c = r.randrange(68)
     if c == 0:
         a = [b"GET", k]
     elif c == 1:
@@ -361,6 +386,28 @@ def gen(r, now_s, in_multi=False):
                 a += [str(j % 7).encode(), m]
             else:
                 a.append(m)
+    elif c == 58:
+        a = [b"GETDEL", k]
+    elif c in (59, 60):
+        a = [b"GETEX", k] + getex_opts(r, now_s)
+    elif c in (61, 62):
+        a = [b"INCRBYFLOAT", k, pick_float(r)]
+    elif c == 63:
+        a = [b"HINCRBYFLOAT", k, pick_word(r), pick_float(r)]
+    elif c == 64:
+        a = [b"SET", k, pick_float(r)]
+    elif c in (65, 66) and not in_multi:
+        a = [r.choice([b"SSCAN", b"HSCAN", b"ZSCAN"]), k, b"0"]
+        if r.random() < 0.4:
+            a += [b"MATCH", r.choice(PATTERNS)]
+        if r.random() < 0.4:
+            a += [b"COUNT", r.choice([b"1", b"2", b"10", b"1000"])]
+    elif c == 67:
+        a = [r.choice([b"SSCAN", b"HSCAN", b"ZSCAN"]), k,
+             r.choice([b"x", b"-1", b"", b"18446744073709551616", b"0", b"7"])]
+        a += r.choice([[], [b"COUNT"], [b"COUNT", b"0"], [b"COUNT", b"-1"],
+                       [b"COUNT", b"x"], [b"MATCH"], [b"TYPE", b"set"],
+                       [b"FOO", b"1"], [b"COUNT", b"9223372036854775808"]])
     else:
         a = [b"SET", k, pick_word(r)]
     # Wrong arities now and then: one argument fewer or one more.
@@ -368,7 +415,9 @@ def gen(r, now_s, in_multi=False):
     if x < 0.04 and len(a) > 1:
         a = a[:-1]
     elif x < 0.08:
-        a = a + [pick_word(r)]
+        # not a time of a millisecond or so after a bare EX or PX: the two
+        # servers would race its expiry
+        a = a + [b"x" if a[-1].upper() in (b"EX", b"PX") else pick_word(r)]
     elif x < 0.09:
         a = [a[0].lower()] + a[1:]
     return a
@@ -402,6 +451,16 @@ def same(cmd, x, y):
         if vx[0] == vy[0] == b"0" and cmd[1] in (b"0", b""):
             return sorted(set(vx[1])) == sorted(set(vy[1]))
         return True
+    if name in (b"SSCAN", b"HSCAN", b"ZSCAN") and isinstance(vx, list) \
+            and isinstance(vy, list):
+        # as SCAN; a small collection comes whole from both, in an order
+        # of each server's own (Redis': its listpack's or intset's)
+        if not (len(vx) == len(vy) == 2 and isinstance(vx[1], list)
+                and isinstance(vy[1], list)):
+            return False
+        if vx[0] == vy[0] == b"0" and cmd[2] in (b"0", b""):
+            return members(name, vx[1]) == members(name, vy[1])
+        return True
     if name == b"DBSIZE" and isinstance(vx, int) and isinstance(vy, int):
         # redis-server counts a key SET with a time already past until it
         # is next touched or its expiry cycle finds it; lull-kv never does
@@ -409,6 +468,12 @@ def same(cmd, x, y):
     if name == b"PTTL" and isinstance(vx, int) and isinstance(vy, int):
         return vx >= 0 and vy >= 0 and abs(vx - vy) < 1000
     return False
+
+
+def members(name, v):
+    """A member scan's elements as a set: (field, value) pairs for HSCAN
+    and ZSCAN."""
+    return sorted(set(v)) if name == b"SSCAN" else sorted(set(pairs(v)))
 
 
 def fmt(cmd):
@@ -420,16 +485,24 @@ class Diff(Exception):
 
 
 def scan_all(c, args):
-    """Walks a SCAN to cursor 0 (at most 10,000 steps); the set of keys, or
-    the raw first reply if it was not a scan reply."""
+    """Walks a SCAN (SSCAN, HSCAN, ZSCAN) to cursor 0 (at most 10,000
+    steps); the set of keys (members, pairs), or the raw first reply if
+    it was not a scan reply."""
     keys = set()
+    name = args[0].upper()
+    at = 1 if name == b"SCAN" else 2  # where the cursor goes
     cur = b"0"
     for _ in range(10000):
-        raw, v = c.ask([args[0], cur] + args[2:])
+        raw, v = c.ask(args[:at] + [cur] + args[at + 1:])
         if not (isinstance(v, list) and len(v) == 2):
             return raw
         cur = v[0]
-        keys.update(v[1])
+        if name in (b"HSCAN", b"ZSCAN"):
+            if not isinstance(v[1], list) or len(v[1]) % 2:
+                return raw
+            keys.update(pairs(v[1]))
+        else:
+            keys.update(v[1])
         if cur == b"0":
             return sorted(keys)
     return "no end"
@@ -593,7 +666,9 @@ def run_seed(a, b, seed, ncmds, verbose, sub=None, connect=None):
         if verbose:
             print(seed, i, fmt(cmd))
         name = cmd[0].upper()
-        if name == b"SCAN" and not multi and cmd[1:2] == [b"0"] and r.random() < 0.9:
+        walk = (name == b"SCAN" and cmd[1:2] == [b"0"]) or \
+            (name in (b"SSCAN", b"HSCAN", b"ZSCAN") and cmd[2:3] == [b"0"])
+        if walk and not multi and r.random() < 0.9:
             x, y = scan_all(a, cmd), scan_all(b, cmd)
             if x != y:
                 raise Diff(seed, i, hist, cmd, (x, x), (y, y))

@@ -3,9 +3,13 @@
  * cmd.c: a reply both agree on is evidence, not an echo. */
 #include "model.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "types.h"
@@ -15,6 +19,8 @@
 #define NOT_INTEGER "-ERR value is not an integer or out of range\r\n"
 #define OVERFLOW    "-ERR increment or decrement would overflow\r\n"
 #define DECR_MIN    "-ERR decrement would overflow\r\n"
+#define NOT_FLOAT   "-ERR value is not a valid float\r\n"
+#define NAN_OR_INF  "-ERR increment would produce NaN or Infinity\r\n"
 
 void model_key_init(model_key *k) {
     k->n = 1;
@@ -38,9 +44,10 @@ static size_t put_bulk(char *out, size_t at, const char *s, size_t n) {
 }
 
 static const char *const names[OP_COUNT + 1] = {
-    "SET",  "SET",    "SET",    "SET",       "GET",     "DEL",
-    "INCR", "APPEND", "EXISTS", "PEXPIREAT", "PERSIST", "RPUSH",
-    "LPOP", "LLEN",   "TYPE",   "INCRBY",    "DECRBY",  "MGET"};
+    "SET",   "SET",    "SET",         "SET",       "GET",     "DEL",
+    "INCR",  "APPEND", "EXISTS",      "PEXPIREAT", "PERSIST", "RPUSH",
+    "LPOP",  "LLEN",   "TYPE",        "INCRBY",    "DECRBY",  "GETDEL",
+    "GETEX", "GETEX",  "INCRBYFLOAT", "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -104,6 +111,7 @@ size_t model_request(const model_cmd *c, char *out) {
     case OP_RPUSH:
     case OP_INCRBY:
     case OP_DECRBY:
+    case OP_INCRBYFLOAT:
         argv[argc] = val;
         lens[argc++] = model_value(c, val);
         break;
@@ -119,6 +127,14 @@ size_t model_request(const model_cmd *c, char *out) {
         lens[argc++] = 4;
         argv[argc] = num;
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->at);
+    } else if (c->op == OP_GETEX_PXAT) {
+        argv[argc] = "PXAT";
+        lens[argc++] = 4;
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->at);
+    } else if (c->op == OP_GETEX_PERSIST) {
+        argv[argc] = "PERSIST";
+        lens[argc++] = 7;
     } else if (c->op == OP_SET_NX || c->op == OP_SET_XX) {
         argv[argc] = c->op == OP_SET_NX ? "NX" : "XX";
         lens[argc++] = 2;
@@ -167,6 +183,22 @@ static bool as_integer(const char *s, size_t len, long long *out) {
     }
     *out = neg ? (long long)(0 - v) : (long long)v;
     return true;
+}
+
+/* A float as Redis' INCRBYFLOAT reads it: what strtold takes whole, not
+ * NaN, no leading space, no overflow (or underflow to zero), shorter
+ * than Redis' MAX_LONG_DOUBLE_CHARS (5 KiB). */
+static bool as_float(const char *s, size_t len, long double *out) {
+    static char tmp[5 << 10];
+    if (len == 0 || len >= sizeof tmp || memchr(s, 0, len) || isspace(s[0]))
+        return false;
+    memcpy(tmp, s, len);
+    tmp[len] = 0;
+    char *end;
+    errno = 0;
+    *out = strtold(tmp, &end);
+    return end == tmp + len && !isnan(*out) &&
+           !(errno == ERANGE && (isinf(*out) || *out == 0));
 }
 
 static size_t put_int(char *out, size_t at, long long n) {
@@ -225,6 +257,43 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
         set_string(s, num, (size_t)len);
         s->expire = keep;
         return put_int(out, 0, n + by);
+    }
+    case OP_INCRBYFLOAT: {
+        long double n = 0, by;
+        if (live && s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
+        if ((live && !as_float(s->v, s->len, &n)) || !as_float(v, vlen, &by))
+            return put_s(out, NOT_FLOAT);
+        n += by;
+        if (isnan(n) || isinf(n)) return put_s(out, NAN_OR_INF);
+        /* Redis' digits: 17 after the point, its trailing zeros (and the
+         * point) dropped; -0 is 0. */
+        char num[5200];
+        int len = snprintf(num, sizeof num, "%.17Lf", n);
+        if (strchr(num, '.')) {
+            while (num[len - 1] == '0')
+                len--;
+            if (num[len - 1] == '.') len--;
+        }
+        if (len == 2 && num[0] == '-' && num[1] == '0') {
+            num[0] = '0';
+            len = 1;
+        }
+        int64_t keep = s->expire;
+        set_string(s, num, (size_t)len);
+        s->expire = keep;
+        return put_bulk(out, 0, num, (size_t)len);
+    }
+    case OP_GETDEL:
+    case OP_GETEX_PXAT:
+    case OP_GETEX_PERSIST: {
+        if (!live) return put_s(out, "$-1\r\n");
+        if (s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
+        size_t at = put_bulk(out, 0, s->v, s->len);
+        if (c->op == OP_GETDEL || (c->op == OP_GETEX_PXAT && c->at <= now))
+            clear(s); /* a time already past deletes the key */
+        else
+            s->expire = c->op == OP_GETEX_PXAT ? c->at : 0;
+        return at;
     }
     case OP_APPEND:
         if (!live) {
@@ -335,7 +404,8 @@ bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
         int nat = 1;
         int64_t e = k->c[i].expire ? k->c[i].expire + 1 : 0;
         if (e > lo && e <= hi) at[nat++] = e;
-        if ((c->op == OP_PEXPIREAT) && c->at > lo && c->at <= hi && c->at != e)
+        if ((c->op == OP_PEXPIREAT || c->op == OP_GETEX_PXAT) && c->at > lo &&
+            c->at <= hi && c->at != e)
             at[nat++] = c->at;
         for (int j = 0; j < nat; j++) {
             static model_val s;

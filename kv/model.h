@@ -52,23 +52,27 @@ typedef struct model_key {
 } model_key;
 
 enum {
-    OP_SET,       /* SET k v */
-    OP_SET_PXAT,  /* SET k v PXAT t */
-    OP_SET_NX,    /* SET k v NX */
-    OP_SET_XX,    /* SET k v XX */
-    OP_GET,       /* GET k */
-    OP_DEL,       /* DEL k */
-    OP_INCR,      /* INCR k */
-    OP_APPEND,    /* APPEND k v */
-    OP_EXISTS,    /* EXISTS k */
-    OP_PEXPIREAT, /* PEXPIREAT k t */
-    OP_PERSIST,   /* PERSIST k */
-    OP_RPUSH,     /* RPUSH k v */
-    OP_LPOP,      /* LPOP k */
-    OP_LLEN,      /* LLEN k */
-    OP_TYPE,      /* TYPE k */
-    OP_INCRBY,    /* INCRBY k n (n in val) */
-    OP_DECRBY,    /* DECRBY k n */
+    OP_SET,           /* SET k v */
+    OP_SET_PXAT,      /* SET k v PXAT t */
+    OP_SET_NX,        /* SET k v NX */
+    OP_SET_XX,        /* SET k v XX */
+    OP_GET,           /* GET k */
+    OP_DEL,           /* DEL k */
+    OP_INCR,          /* INCR k */
+    OP_APPEND,        /* APPEND k v */
+    OP_EXISTS,        /* EXISTS k */
+    OP_PEXPIREAT,     /* PEXPIREAT k t */
+    OP_PERSIST,       /* PERSIST k */
+    OP_RPUSH,         /* RPUSH k v */
+    OP_LPOP,          /* LPOP k */
+    OP_LLEN,          /* LLEN k */
+    OP_TYPE,          /* TYPE k */
+    OP_INCRBY,        /* INCRBY k n (n in val) */
+    OP_DECRBY,        /* DECRBY k n */
+    OP_GETDEL,        /* GETDEL k */
+    OP_GETEX_PXAT,    /* GETEX k PXAT t */
+    OP_GETEX_PERSIST, /* GETEX k PERSIST */
+    OP_INCRBYFLOAT,   /* INCRBYFLOAT k n (n in val) */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
@@ -79,14 +83,16 @@ enum {
 typedef struct model_cmd {
     int op;
     char key[32];
-    char val[24]; /* SET, APPEND, RPUSH; INCRBY's and DECRBY's n */
+    char val[24]; /* SET, APPEND, RPUSH; INCRBY's, DECRBY's and
+                     INCRBYFLOAT's n */
     uint32_t pad; /* SET: the value goes on with this many bytes of a
                      pattern (model_value), to reach large values */
     /* The pattern shifted by `shift` from its byte `cut` on: values of
      * one length that differ only past a prefix of any length. */
     uint32_t cut;
     uint8_t shift;
-    int64_t at; /* SET PXAT, PEXPIREAT: ms on the server's clock */
+    int64_t at; /* SET PXAT, PEXPIREAT, GETEX PXAT: ms on the server's
+                   clock */
 } model_cmd;
 
 void model_key_init(model_key *k); /* one candidate: no key */

@@ -1139,8 +1139,8 @@ static void send_forget(client *cl) {
 }
 
 static int pick_op(uint64_t *r) {
-    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4,
-                                          6,  3, 8, 6, 3,  2, 4, 3};
+    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3,
+                                          8,  6, 3, 2, 4,  3, 2, 2, 2, 3};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1214,6 +1214,9 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
     if (c->op == OP_INCRBY || c->op == OP_DECRBY)
         snprintf(c->val, sizeof c->val, "%lld",
                  kind < 6 ? (long long)below(r, 11) - 5 : near_edge(r));
+    else if (c->op == OP_INCRBYFLOAT && kind < 8)
+        snprintf(c->val, sizeof c->val, "%d.%0*d", (int)below(r, 21) - 10,
+                 1 + (int)below(r, 3), (int)below(r, 100));
     else if (kind < 3)
         snprintf(c->val, sizeof c->val, "%d", (int)below(r, 1000) - 100);
     else if (kind < 5)
@@ -1244,7 +1247,8 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
         for (int i = 0; i < mk->n; i++)
             if (mk->c[i].len > room) c->op = OP_DEL;
     }
-    if (S->no_faults && (c->op == OP_SET_PXAT || c->op == OP_PEXPIREAT))
+    if (S->no_faults && (c->op == OP_SET_PXAT || c->op == OP_PEXPIREAT ||
+                         c->op == OP_GETEX_PXAT))
         c->at += 100; /* keys live long enough to be read */
 }
 

@@ -3985,3 +3985,358 @@ TEST(append_past_the_bulk_limit_refused_as_redis) {
     buf_free(&out);
     kv_free(&k);
 }
+
+/* A replica applying p's whole log ends with p's keyspace. */
+static void check_replica_agrees(kv *p) {
+    kv r;
+    kv_setup(&r, true);
+    resp_limits lim = {.max_bulk = 1 << 20, .max_args = MAX_ARGS};
+    static resp_arg argv[MAX_ARGS];
+    const char *err = NULL;
+    size_t need;
+    CHECK_EQ(p->log.nchunks, 1);
+    long n = kv_apply_stream(&r, &lim, argv, p->log.chunks[0].p,
+                             (size_t)p->log.end, &err, &need);
+    if (n != (long)p->log.end)
+        check_fail(__FILE__, __LINE__, "applied %ld: %s", n, err ? err : "");
+    buf dp = {0}, dr = {0};
+    dump_keyspace(p, &dp);
+    dump_keyspace(&r, &dr);
+    if (strcmp(dp.p, dr.p) != 0)
+        check_fail(__FILE__, __LINE__, "%s\nvs\n%s", dp.p, dr.p);
+    buf_free(&dp);
+    buf_free(&dr);
+    kv_free(&r);
+}
+
+TEST(getdel_getex_as_redis) {
+    /* Redis 7.0's words (redis-server 7.0.15 answered each of these):
+     * GETEX reads its options first, then the key and its type, and only
+     * then the time; a missing key is nil whatever the time says. */
+    static const char *const cases[][2] = {
+        {"GETDEL k", "$-1\r\n"},
+        {"GETEX k", "$-1\r\n"},
+        {"GETEX k EX 0", "$-1\r\n"},
+        {"GETEX k EX x", "$-1\r\n"},
+        {"GETEX k FOO", "-ERR syntax error\r\n"},
+        {"GETEX k EX", "-ERR syntax error\r\n"},
+        {"SET k v", "+OK\r\n"},
+        {"GETEX k EX 0", "-ERR invalid expire time in 'getex' command\r\n"},
+        {"GETEX k EX x", "-ERR value is not an integer or out of range\r\n"},
+        {"GETEX k EX -1", "-ERR invalid expire time in 'getex' command\r\n"},
+        {"GETEX k PX 9223372036854775807",
+         "-ERR invalid expire time in 'getex' command\r\n"},
+        {"GETEX k EX 9223372036854775",
+         "-ERR invalid expire time in 'getex' command\r\n"},
+        {"GETEX k PXAT 0", "-ERR invalid expire time in 'getex' command\r\n"},
+        {"GETEX k EXAT 9223372036854775807",
+         "-ERR invalid expire time in 'getex' command\r\n"},
+        {"GETEX k EX 100 EX 200", "$1\r\nv\r\n"},
+        {"TTL k", ":200\r\n"},
+        {"GETEX k EX 100 PX 200", "-ERR syntax error\r\n"},
+        {"GETEX k PERSIST", "$1\r\nv\r\n"},
+        {"TTL k", ":-1\r\n"},
+        {"GETEX k PERSIST PERSIST", "$1\r\nv\r\n"},
+        {"GETEX k EX 10 PERSIST", "-ERR syntax error\r\n"},
+        {"GETEX k PERSIST EX 10", "-ERR syntax error\r\n"},
+        {"GETEX k KEEPTTL", "-ERR syntax error\r\n"},
+        {"GETEX k NX", "-ERR syntax error\r\n"},
+        {"GETEX k GET", "-ERR syntax error\r\n"},
+        {"GETEX k ex 100", "$1\r\nv\r\n"},
+        {"TTL k", ":100\r\n"},
+        {"GETEX k EXAT 1", "$1\r\nv\r\n"},
+        {"EXISTS k", ":0\r\n"},
+        {"LPUSH l a", ":1\r\n"},
+        {"GETEX l", "-WRONGTYPE Operation against a key holding the wrong "
+                    "kind of value\r\n"},
+        {"GETEX l EX 0", "-WRONGTYPE Operation against a key holding the "
+                         "wrong kind of value\r\n"},
+        {"GETEX l FOO", "-ERR syntax error\r\n"},
+        {"GETDEL l", "-WRONGTYPE Operation against a key holding the wrong "
+                     "kind of value\r\n"},
+        {"SET k v", "+OK\r\n"},
+        {"GETDEL k", "$1\r\nv\r\n"},
+        {"EXISTS k", ":0\r\n"},
+        {"GETDEL", "-ERR wrong number of arguments for 'getdel' command\r\n"},
+        {"GETDEL a b",
+         "-ERR wrong number of arguments for 'getdel' command\r\n"},
+        {"GETEX", "-ERR wrong number of arguments for 'getex' command\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(getdel_getex_logged_so_replicas_agree) {
+    /* GETEX is logged as what it did (Redis propagates it as PEXPIREAT,
+     * DEL or PERSIST), GETDEL as a DEL; a read changes nothing and logs
+     * nothing; a replica refuses both as writes. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    exec_words(&p, &out, "SET a 1");
+    exec_words(&p, &out, "SET b 2");
+    exec_words(&p, &out, "SET c 3 PX 100000");
+    exec_words(&p, &out, "SET d 4");
+    uint64_t end = p.log.end;
+    CHECK(strcmp(exec_words(&p, &out, "GETEX a"), "$1\r\n1\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "GETEX d PERSIST"), "$1\r\n4\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "GETDEL nokey"), "$-1\r\n") == 0);
+    CHECK_U64_EQ(p.log.end, end);
+    CHECK(strcmp(exec_words(&p, &out, "GETEX a PXAT 99999999999999"),
+                 "$1\r\n1\r\n") == 0);
+    CHECK(strcmp(last_record(&p), "*3\r\n$9\r\nPEXPIREAT\r\n$1\r\na\r\n$14\r\n"
+                                  "99999999999999\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "GETEX b EX 1000"), "$1\r\n2\r\n") == 0);
+    CHECK(strncmp(last_record(&p), "*3\r\n$9\r\nPEXPIREAT\r\n$1\r\nb\r\n",
+                  26) == 0);
+    CHECK(strcmp(exec_words(&p, &out, "GETEX c PERSIST"), "$1\r\n3\r\n") == 0);
+    CHECK(strcmp(last_record(&p), "*2\r\n$7\r\nPERSIST\r\n$1\r\nc\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "GETEX a EXAT 1"), "$1\r\n1\r\n") == 0);
+    CHECK(strcmp(last_record(&p), "*2\r\n$3\r\nDEL\r\n$1\r\na\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "GETDEL d"), "$1\r\n4\r\n") == 0);
+    CHECK(strcmp(last_record(&p), "*2\r\n$3\r\nDEL\r\n$1\r\nd\r\n") == 0);
+    check_replica_agrees(&p);
+    kv r;
+    kv_setup(&r, true);
+    CHECK(strcmp(exec_words(&r, &out, "GETEX b"), KV_READONLY_ERR "\r\n") == 0);
+    CHECK(strcmp(exec_words(&r, &out, "GETDEL b"), KV_READONLY_ERR "\r\n") ==
+          0);
+    kv_free(&r);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(incrbyfloat_as_redis) {
+    /* Redis 7.0's words and digits (redis-server 7.0.15 answered each of
+     * these): long double arithmetic, printed %.17Lf with the zeros after
+     * the point trimmed, -0 as 0; a value or increment strtold does not
+     * take whole, NaN, an overflow or a leading space is not a float. */
+    static const char *const cases[][2] = {
+        {"SET f 10.5", "+OK\r\n"},
+        {"INCRBYFLOAT f 0.1", "$4\r\n10.6\r\n"},
+        {"INCRBYFLOAT nf 5.0e3", "$4\r\n5000\r\n"},
+        {"INCRBYFLOAT f inf",
+         "-ERR increment would produce NaN or Infinity\r\n"},
+        {"INCRBYFLOAT f nan", "-ERR value is not a valid float\r\n"},
+        {"INCRBYFLOAT f x", "-ERR value is not a valid float\r\n"},
+        {"SET s abc", "+OK\r\n"},
+        {"INCRBYFLOAT s x", "-ERR value is not a valid float\r\n"},
+        {"INCRBYFLOAT s 1", "-ERR value is not a valid float\r\n"},
+        {"SET n -0", "+OK\r\n"},
+        {"INCRBYFLOAT n 0", "$1\r\n0\r\n"},
+        {"INCRBYFLOAT n2 -0.0", "$1\r\n0\r\n"},
+        {"INCRBYFLOAT n4 0x10", "$2\r\n16\r\n"},
+        {"INCRBYFLOAT n5 1e-20", "$1\r\n0\r\n"},
+        {"INCRBYFLOAT n7 1.23456789012345678901",
+         "$19\r\n1.23456789012345679\r\n"},
+        {"INCRBYFLOAT n11 1e5000", "-ERR value is not a valid float\r\n"},
+        {"SET hs 1e4932", "+OK\r\n"},
+        {"INCRBYFLOAT hs 1e4932",
+         "-ERR increment would produce NaN or Infinity\r\n"},
+        {"LPUSH l a", ":1\r\n"},
+        {"INCRBYFLOAT l x", "-WRONGTYPE Operation against a key holding the "
+                            "wrong kind of value\r\n"},
+        {"INCRBYFLOAT f",
+         "-ERR wrong number of arguments for 'incrbyfloat' command\r\n"},
+        {"INCRBYFLOAT n10 1e308",
+         "$308\r\n9999999999999999999668587965584564566056009984741556720779"
+         "704799492173486883806187210012692188853932044674722505401322315213"
+         "474959396058359742081443019641876795910001960319077866310960450710"
+         "666793915339578893891456054356306126836490161863021708658925344488"
+         "1623791300855757318142424510452728255046343928578048\r\n"},
+        {"INCRBYFLOAT n10 1e308",
+         "$309\r\n1999999999999999999933717593116912913211201996948311344155"
+         "940959898434697376761237442002538437770786408934944501080264463042"
+         "694991879211671948416288603928375359182000392063815573262192090142"
+         "133358783067915778778291210871261225367298032372604341731785068897"
+         "63247582601711514636284849020905456510092687857156096\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    static const char *const bad[] = {"", " 1", "1 ", "\t1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        resp_arg a[] = {
+            {"INCRBYFLOAT", 11}, {"x", 1}, {bad[i], strlen(bad[i])}};
+        CHECK_REPLY(exec_args(&k, NULL, &out, a, 3),
+                    "-ERR value is not a valid float\r\n");
+    }
+    resp_arg nul[] = {{"INCRBYFLOAT", 11}, {"x", 1}, {"1\0abc", 5}};
+    CHECK_REPLY(exec_args(&k, NULL, &out, nul, 3),
+                "-ERR value is not a valid float\r\n");
+    CHECK(strcmp(exec_words(&k, &out, "EXISTS x"), ":0\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(incrbyfloat_logged_as_set_keepttl) {
+    /* Redis replicates INCRBYFLOAT as SET key result KEEPTTL, so a
+     * replica never rounds on its own; the key keeps its time to live. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    exec_words(&p, &out, "SET f 1.1 PX 100000");
+    CHECK(strcmp(exec_words(&p, &out, "INCRBYFLOAT f 2.2"), "$3\r\n3.3\r\n") ==
+          0);
+    CHECK(strcmp(last_record(&p), "*4\r\n$3\r\nSET\r\n$1\r\nf\r\n$3\r\n3.3\r\n"
+                                  "$7\r\nKEEPTTL\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "TTL f"), ":100\r\n") == 0);
+    uint64_t end = p.log.end;
+    exec_words(&p, &out, "INCRBYFLOAT f x");
+    exec_words(&p, &out, "INCRBYFLOAT f inf");
+    CHECK_U64_EQ(p.log.end, end); /* refused: nothing logged */
+    exec_words(&p, &out, "HINCRBYFLOAT h a 0.5");
+    CHECK(strcmp(last_record(&p), "*4\r\n$4\r\nHSET\r\n$1\r\nh\r\n$1\r\na\r\n"
+                                  "$3\r\n0.5\r\n") == 0);
+    exec_words(&p, &out, "HINCRBYFLOAT h a 1e-3");
+    check_replica_agrees(&p);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(hincrbyfloat_as_redis) {
+    /* Redis 7.0's words (redis-server 7.0.15 answered each of these): the
+     * increment is read first, then the key's type, then the field. */
+    static const char *const cases[][2] = {
+        {"HINCRBYFLOAT h f 1.5", "$3\r\n1.5\r\n"},
+        {"HINCRBYFLOAT h f inf", "-ERR value is NaN or Infinity\r\n"},
+        {"HINCRBYFLOAT h f nan", "-ERR value is not a valid float\r\n"},
+        {"HINCRBYFLOAT h f x", "-ERR value is not a valid float\r\n"},
+        {"HSET h g abc", ":1\r\n"},
+        {"HINCRBYFLOAT h g 1", "-ERR hash value is not a float\r\n"},
+        {"HINCRBYFLOAT h g x", "-ERR value is not a valid float\r\n"},
+        {"SET s 1", "+OK\r\n"},
+        {"HINCRBYFLOAT s f 1", "-WRONGTYPE Operation against a key holding "
+                               "the wrong kind of value\r\n"},
+        {"HINCRBYFLOAT s f x", "-ERR value is not a valid float\r\n"},
+        {"HINCRBYFLOAT s f inf", "-ERR value is NaN or Infinity\r\n"},
+        {"HSET h big 1e4932", ":1\r\n"},
+        {"HINCRBYFLOAT h big 1e4932",
+         "-ERR increment would produce NaN or Infinity\r\n"},
+        {"HINCRBYFLOAT h f 1.5", "$1\r\n3\r\n"},
+        {"HINCRBYFLOAT nh f -0", "$1\r\n0\r\n"},
+        {"HGETALL nh", "*2\r\n$1\r\nf\r\n$1\r\n0\r\n"},
+        {"HINCRBYFLOAT h",
+         "-ERR wrong number of arguments for 'hincrbyfloat' command\r\n"},
+        {"HINCRBYFLOAT h f 1 2",
+         "-ERR wrong number of arguments for 'hincrbyfloat' command\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(sscan_hscan_zscan_as_redis) {
+    /* Redis 7.0's words (redis-server 7.0.15 answered each of these): the
+     * cursor first, then the key (missing: an empty scan, whatever the
+     * options) and its type, then the options (no TYPE); a small
+     * collection comes whole, cursor 0, whatever COUNT says; a sorted
+     * set in score order. */
+    static const char *const cases[][2] = {
+        {"SSCAN s 0", "*2\r\n$1\r\n0\r\n*0\r\n"},
+        {"SSCAN s x", "-ERR invalid cursor\r\n"},
+        {"SSCAN s 0 COUNT x", "*2\r\n$1\r\n0\r\n*0\r\n"},
+        {"SSCAN s 0 TYPE string", "*2\r\n$1\r\n0\r\n*0\r\n"},
+        {"SADD s c", ":1\r\n"},
+        {"SSCAN s 0", "*2\r\n$1\r\n0\r\n*1\r\n$1\r\nc\r\n"},
+        {"SSCAN s 0 TYPE string", "-ERR syntax error\r\n"},
+        {"SSCAN s 0 COUNT 0", "-ERR syntax error\r\n"},
+        {"SSCAN s 0 COUNT -1", "-ERR syntax error\r\n"},
+        {"SSCAN s 0 COUNT x",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"SSCAN s 0 COUNT 9223372036854775808",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"SSCAN s 0 MATCH", "-ERR syntax error\r\n"},
+        {"SSCAN s 0 NOSUCH", "-ERR syntax error\r\n"},
+        {"SSCAN s 0 MATCH [ab]", "*2\r\n$1\r\n0\r\n*0\r\n"},
+        {"SSCAN s -1", "*2\r\n$1\r\n0\r\n*1\r\n$1\r\nc\r\n"},
+        {"HSET h a 2", ":1\r\n"},
+        {"HSCAN h 0 COUNT 1", "*2\r\n$1\r\n0\r\n*2\r\n$1\r\na\r\n$1\r\n2\r\n"},
+        {"HSCAN h 0 MATCH b", "*2\r\n$1\r\n0\r\n*0\r\n"},
+        {"ZADD z 2 b 1 a 1.5 c inf d 0.1 e", ":5\r\n"},
+        {"ZSCAN z 0",
+         "*2\r\n$1\r\n0\r\n*10\r\n$1\r\ne\r\n$19\r\n0.10000000000000001\r\n$1"
+         "\r\na\r\n$1\r\n1\r\n$1\r\nc\r\n$3\r\n1.5\r\n$1\r\nb\r\n$1\r\n2\r\n$1"
+         "\r\nd\r\n$3\r\ninf\r\n"},
+        {"ZSCAN z 0 MATCH c",
+         "*2\r\n$1\r\n0\r\n*2\r\n$1\r\nc\r\n$3\r\n1.5\r\n"},
+        {"SET str x", "+OK\r\n"},
+        {"SSCAN str 0", "-WRONGTYPE Operation against a key holding the wrong "
+                        "kind of value\r\n"},
+        {"SSCAN str x", "-ERR invalid cursor\r\n"},
+        {"HSCAN s 0", "-WRONGTYPE Operation against a key holding the wrong "
+                      "kind of value\r\n"},
+        {"ZSCAN h 0 COUNT x", "-WRONGTYPE Operation against a key holding the "
+                              "wrong kind of value\r\n"},
+        {"SSCAN s", "-ERR wrong number of arguments for 'sscan' command\r\n"},
+        {"HSCAN h", "-ERR wrong number of arguments for 'hscan' command\r\n"},
+        {"ZSCAN z", "-ERR wrong number of arguments for 'zscan' command\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Walks "<cmd> key cursor COUNT n" to cursor 0, adding members to the
+ * key between steps when grow says so: each member there from the start
+ * must come back, and each reply must be well formed. */
+static void scan_walk_sees_every_member(const char *cmd, const char *add,
+                                        bool pairs, bool grow) {
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    char line[256];
+    enum { START = 1000 };
+    for (int i = 0; i < START; i++) {
+        snprintf(line, sizeof line, add, i, i);
+        exec_words(&k, &out, line);
+    }
+    static bool seen[START];
+    memset(seen, 0, sizeof seen);
+    unsigned long long cur = 0;
+    int steps = 0, added = START;
+    do {
+        snprintf(line, sizeof line, "%s key %llu COUNT %d", cmd, cur,
+                 1 + steps % 13);
+        const char *r = exec_words(&k, &out, line);
+        char *end;
+        CHECK(strncmp(r, "*2\r\n$", 5) == 0);
+        r = strchr(r, '\n') + 1; /* the cursor's length */
+        r = strchr(r, '\n') + 1;
+        cur = strtoull(r, &end, 10);
+        CHECK(*end == '\r');
+        r = end + 2;
+        CHECK(*r == '*');
+        long n = strtol(r + 1, &end, 10);
+        r = end + 2;
+        CHECK(!pairs || n % 2 == 0);
+        for (long i = 0; i < n; i++) {
+            long len = strtol(r + 1, &end, 10);
+            r = end + 2;
+            if (!pairs || i % 2 == 0) {
+                int m = -1;
+                CHECK(sscanf(r, "m%d", &m) == 1 || sscanf(r, "%d", &m) == 1);
+                if (m >= 0 && m < START) seen[m] = true;
+            }
+            r += len + 2;
+        }
+        if (grow && steps % 3 == 0) { /* the table doubles as it goes */
+            for (int j = 0; j < 50; j++, added++) {
+                snprintf(line, sizeof line, add, added, added);
+                exec_words(&k, &out, line);
+            }
+        }
+        CHECK(++steps < 100000);
+    } while (cur != 0);
+    for (int i = 0; i < START; i++)
+        if (!seen[i]) check_fail(__FILE__, __LINE__, "%s: m%d missed", cmd, i);
+    CHECK(steps > 10); /* a large collection is walked in steps */
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(collection_scans_return_every_member) {
+    /* SCAN's promise for SSCAN, HSCAN and ZSCAN: every member there for
+     * the whole walk comes back at least once, while the collection
+     * grows between the steps. */
+    scan_walk_sees_every_member("SSCAN", "SADD key m%d", false, false);
+    scan_walk_sees_every_member("SSCAN", "SADD key m%d", false, true);
+    scan_walk_sees_every_member("HSCAN", "HSET key m%d %d", true, true);
+    scan_walk_sees_every_member("ZSCAN", "ZADD key %2$d m%1$d", true, true);
+}
