@@ -35,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -698,6 +700,24 @@ child_run(kv *k, child_out to, uint64_t x) {
                                               : CHILD_FAILED);
 }
 
+/* The child's files: only `keep` and the standard three (stderr is the
+ * log's). A forked copy of anything else of the parent's would hold it
+ * open: a client the primary closed would wait for its EOF until the
+ * child ended, and a primary that died would leave its port bound (a
+ * restart failed with EADDRINUSE) and accepting into a queue nobody
+ * reads. close_range (Linux 5.9); where refused, fd by fd. */
+static void child_files(int keep) {
+    if ((keep <= 3 || syscall(SYS_close_range, 3, keep - 1, 0) == 0) &&
+        syscall(SYS_close_range, keep + 1, ~0u, 0) == 0)
+        return;
+    struct rlimit rl;
+    int max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (1u << 20)
+                  ? (int)rl.rlim_cur
+                  : 1 << 20;
+    for (int fd = 3; fd < max; fd++)
+        if (fd != keep) close(fd);
+}
+
 /* Stops watching and kills the child, if any, and reaps it. */
 void link_stop_child(rlink *l) {
     snap_kill(l);
@@ -755,6 +775,7 @@ static int start_child(rlink *l, child_out to) {
     /* The snapshot stands for the log's end now: the child's copy of the
      * keyspace has every write before it, and none after. */
     repl_log_seek(&srv->kv.log, srv->kv.log.end, &l->cur);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         conn_drop(l->c, "no snapshot child: fork: %s", strerror(errno));
@@ -769,8 +790,12 @@ static int start_child(rlink *l, child_out to) {
             CPU_SET(srv->sender_cpu, &set);
             (void)sched_setaffinity(0, sizeof set, &set);
         }
-        /* The reader's end is the loop's: with it gone, a write fails. */
-        if (l->pipe_rd >= 0) close(l->pipe_rd);
+        /* A snapshot outliving its primary has no log to follow it: the
+         * child goes with the thread that forked it (the loop's). */
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(CHILD_FAILED); /* died already */
+        /* The pipe's reader end among them: with it gone, a write fails. */
+        child_files(to.fd);
         child_run(&srv->kv, to, srv->kv.log.end);
     }
     int pfd = (int)syscall(SYS_pidfd_open, pid, 0);

@@ -15,6 +15,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1522,6 +1524,60 @@ TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
     same_dumps(&p, &r);
     close_all(loop, &p, &r);
 }
+
+/* A snapshot child holds no file of its parent's but the one it writes
+ * to: a client the primary closes while a child runs (stalled here by a
+ * replica that stopped reading) sees its EOF at once, not when the child
+ * ends (a forked copy of the socket kept it open; so it kept the
+ * listening socket bound after the primary died). */
+static void child_keeps_no_other_connection(void) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
+        char k[32];
+        snprintf(k, sizeof k, "many:%d", i);
+        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
+    }
+    conn *c;
+    int fd = client_to(loop, &p, &c);
+    CHECK_EQ(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    while (!(r.m.snap && store_count(&r.m.snap_db) > 0)) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
+    rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
+    CHECK(l->child > 0);
+    conn_drop(c, NULL);
+    for (int i = 0; i < 10; i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(l->child > 0 && kill(l->child, 0) == 0); /* still writing */
+    char tmp[16];
+    CHECK_EQ(read(fd, tmp, sizeof tmp), 0); /* EOF, not EAGAIN */
+    close(fd);
+    CHECK_EQ(lull_stream_read_start(&r.m.t.stream), 0);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_full, 1);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+TEST(snapshot_child_keeps_no_other_connection_open) {
+    child_keeps_no_other_connection();
+}
+
+#ifdef CHECK_SANDBOX_ARCH
+/* The same where close_range is refused (kernels before 5.9, seccomp
+ * filters): the child closes fd by fd. */
+TEST(snapshot_child_keeps_no_other_connection_without_close_range) {
+    const int nrs[] = {SYS_close_range};
+    check_deny_syscalls(nrs, 1, ENOSYS);
+    child_keeps_no_other_connection();
+}
+#endif
 
 /* A snapshot whose end marker says another number of keys than came: the
  * replica says so, closes the link, and takes neither the offset nor the
