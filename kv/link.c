@@ -728,6 +728,7 @@ static void relay_close(rlink *l) {
     lull_io_stop(&l->pipe_io);
     close(l->pipe_rd);
     l->pipe_rd = -1;
+    l->srv->snap_fds--;
     free(l->spare);
     l->spare = NULL;
 }
@@ -740,6 +741,7 @@ static void snap_kill(rlink *l) {
     while (waitpid(l->child, NULL, 0) < 0 && errno == EINTR) {
     }
     close(l->pidfd);
+    l->srv->snap_fds--;
     l->child = 0;
 }
 
@@ -751,6 +753,7 @@ static void child_exited(lull_io *io, int events) {
     if (r == 0 || (r < 0 && errno == EINTR)) return; /* not yet */
     lull_io_stop(&l->child_io);
     close(l->pidfd);
+    l->srv->snap_fds--;
     l->child = 0;
     if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         conn_drop(l->c, "its snapshot was not written: the child %s %d",
@@ -812,6 +815,7 @@ static int start_child(rlink *l, child_out to) {
     }
     l->child = pid;
     l->pidfd = pfd;
+    srv->snap_fds++;
     l->child_io.data = l;
     srv_log(srv,
             "replica %s:%d: a snapshot as of offset %" PRIu64
@@ -821,11 +825,26 @@ static int start_child(rlink *l, child_out to) {
     return 0;
 }
 
+/* True when n more descriptors for l's snapshot leave maxclients' reserve
+ * whole (the server's own: listeners, epoll, a connect, the sender
+ * thread); else the link is dropped, and the replica retries. */
+static bool snap_fds_room(rlink *l, size_t n) {
+    const server *srv = l->srv;
+    if (!srv->maxclients ||
+        srv->kv.clients + srv->kv.npeers + srv->snap_fds + n <= srv->maxclients)
+        return true;
+    conn_drop(l->c,
+              "no snapshot child: its descriptors would pass maxclients "
+              "(%zu)",
+              srv->maxclients);
+    return false;
+}
+
 /* The child on the link's socket, once everything the loop queued on the
  * link is written. */
 static void snap_fork(rlink *l) {
     child_out to = {.fd = l->srv->net->fd(l->c->ep), .pipe = false};
-    if (start_child(l, to) == 0) l->snap = SNAP_CHILD;
+    if (snap_fds_room(l, 1) && start_child(l, to) == 0) l->snap = SNAP_CHILD;
 }
 
 /* ------------------------------------------------- the relay (TLS links)
@@ -858,6 +877,7 @@ static void relay_readable(lull_io *io, int events) {
 /* The pipe and the child: 0, or -1 with the link dropped. */
 static int relay_start(rlink *l) {
     int p[2];
+    if (!snap_fds_room(l, 2)) return -1; /* the pipe's reader, the pidfd */
     if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
         conn_drop(l->c, "no snapshot pipe: %s", strerror(errno));
         return -1;
@@ -865,6 +885,7 @@ static int relay_start(rlink *l) {
     /* Fewer, fuller reads; the default (64 KiB) where refused. */
     (void)fcntl(p[1], F_SETPIPE_SZ, SNAP_BUF * 4);
     l->pipe_rd = p[0];
+    l->srv->snap_fds++;
     int rc = lull_io_init(l->srv->loop, &l->pipe_io, p[0], relay_readable);
     if (rc < 0) {
         close(p[1]);
