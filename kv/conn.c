@@ -670,7 +670,7 @@ bool conn_start(conn *c, lull_endpoint *ep) {
     lull_timer_init(c->srv->loop, &c->auth_due, auth_due);
     lull_endpoint_set_callbacks(ep, on_frame, on_drain, on_close);
     server *srv = c->srv;
-    size_t in = srv->kv.clients + srv->kv.npeers; /* c counted */
+    size_t in = srv->kv.clients + srv->kv.npeers + srv->snap_fds; /* c too */
     if (!srv->maxclients || in <= srv->maxclients) {
         srv->full_said = false; /* a client was let in: refusing stopped */
         return true;

@@ -35,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -698,6 +700,24 @@ child_run(kv *k, child_out to, uint64_t x) {
                                               : CHILD_FAILED);
 }
 
+/* The child's files: only `keep` and the standard three (stderr is the
+ * log's). A forked copy of anything else of the parent's would hold it
+ * open: a client the primary closed would wait for its EOF until the
+ * child ended, and a primary that died would leave its port bound (a
+ * restart failed with EADDRINUSE) and accepting into a queue nobody
+ * reads. close_range (Linux 5.9); where refused, fd by fd. */
+static void child_files(int keep) {
+    if ((keep <= 3 || syscall(SYS_close_range, 3, keep - 1, 0) == 0) &&
+        syscall(SYS_close_range, keep + 1, ~0u, 0) == 0)
+        return;
+    struct rlimit rl;
+    int max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (1u << 20)
+                  ? (int)rl.rlim_cur
+                  : 1 << 20;
+    for (int fd = 3; fd < max; fd++)
+        if (fd != keep) close(fd);
+}
+
 /* Stops watching and kills the child, if any, and reaps it. */
 void link_stop_child(rlink *l) {
     snap_kill(l);
@@ -708,6 +728,7 @@ static void relay_close(rlink *l) {
     lull_io_stop(&l->pipe_io);
     close(l->pipe_rd);
     l->pipe_rd = -1;
+    l->srv->snap_fds--;
     free(l->spare);
     l->spare = NULL;
 }
@@ -720,6 +741,7 @@ static void snap_kill(rlink *l) {
     while (waitpid(l->child, NULL, 0) < 0 && errno == EINTR) {
     }
     close(l->pidfd);
+    l->srv->snap_fds--;
     l->child = 0;
 }
 
@@ -731,6 +753,7 @@ static void child_exited(lull_io *io, int events) {
     if (r == 0 || (r < 0 && errno == EINTR)) return; /* not yet */
     lull_io_stop(&l->child_io);
     close(l->pidfd);
+    l->srv->snap_fds--;
     l->child = 0;
     if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         conn_drop(l->c, "its snapshot was not written: the child %s %d",
@@ -755,6 +778,7 @@ static int start_child(rlink *l, child_out to) {
     /* The snapshot stands for the log's end now: the child's copy of the
      * keyspace has every write before it, and none after. */
     repl_log_seek(&srv->kv.log, srv->kv.log.end, &l->cur);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         conn_drop(l->c, "no snapshot child: fork: %s", strerror(errno));
@@ -769,8 +793,12 @@ static int start_child(rlink *l, child_out to) {
             CPU_SET(srv->sender_cpu, &set);
             (void)sched_setaffinity(0, sizeof set, &set);
         }
-        /* The reader's end is the loop's: with it gone, a write fails. */
-        if (l->pipe_rd >= 0) close(l->pipe_rd);
+        /* A snapshot outliving its primary has no log to follow it: the
+         * child goes with the thread that forked it (the loop's). */
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(CHILD_FAILED); /* died already */
+        /* The pipe's reader end among them: with it gone, a write fails. */
+        child_files(to.fd);
         child_run(&srv->kv, to, srv->kv.log.end);
     }
     int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -787,6 +815,7 @@ static int start_child(rlink *l, child_out to) {
     }
     l->child = pid;
     l->pidfd = pfd;
+    srv->snap_fds++;
     l->child_io.data = l;
     srv_log(srv,
             "replica %s:%d: a snapshot as of offset %" PRIu64
@@ -796,11 +825,26 @@ static int start_child(rlink *l, child_out to) {
     return 0;
 }
 
+/* True when n more descriptors for l's snapshot leave maxclients' reserve
+ * whole (the server's own: listeners, epoll, a connect, the sender
+ * thread); else the link is dropped, and the replica retries. */
+static bool snap_fds_room(rlink *l, size_t n) {
+    const server *srv = l->srv;
+    if (!srv->maxclients ||
+        srv->kv.clients + srv->kv.npeers + srv->snap_fds + n <= srv->maxclients)
+        return true;
+    conn_drop(l->c,
+              "no snapshot child: its descriptors would pass maxclients "
+              "(%zu)",
+              srv->maxclients);
+    return false;
+}
+
 /* The child on the link's socket, once everything the loop queued on the
  * link is written. */
 static void snap_fork(rlink *l) {
     child_out to = {.fd = l->srv->net->fd(l->c->ep), .pipe = false};
-    if (start_child(l, to) == 0) l->snap = SNAP_CHILD;
+    if (snap_fds_room(l, 1) && start_child(l, to) == 0) l->snap = SNAP_CHILD;
 }
 
 /* ------------------------------------------------- the relay (TLS links)
@@ -833,6 +877,7 @@ static void relay_readable(lull_io *io, int events) {
 /* The pipe and the child: 0, or -1 with the link dropped. */
 static int relay_start(rlink *l) {
     int p[2];
+    if (!snap_fds_room(l, 2)) return -1; /* the pipe's reader, the pidfd */
     if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
         conn_drop(l->c, "no snapshot pipe: %s", strerror(errno));
         return -1;
@@ -840,6 +885,7 @@ static int relay_start(rlink *l) {
     /* Fewer, fuller reads; the default (64 KiB) where refused. */
     (void)fcntl(p[1], F_SETPIPE_SZ, SNAP_BUF * 4);
     l->pipe_rd = p[0];
+    l->srv->snap_fds++;
     int rc = lull_io_init(l->srv->loop, &l->pipe_io, p[0], relay_readable);
     if (rc < 0) {
         close(p[1]);

@@ -176,6 +176,9 @@ struct server {
     int snapshot;            /* --repl-snapshot: SNAPSHOT_* */
     size_t links_held;       /* closed links whose frames or hand-off
                                 still read the log: it is not trimmed */
+    size_t snap_fds;         /* descriptors the snapshots hold besides
+                                their links (a child's pidfd, a relay's
+                                pipe): counted against maxclients */
     bool senders_stopped;    /* server_stop: no hand-off any more */
     int port;                /* the bound TCP port (told to a primary) */
     master m;                /* --replica-of */

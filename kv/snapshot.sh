@@ -8,17 +8,46 @@
 # (compared type by type through redis-cli); writes after it follow.
 # With `tls`, the replica connects to the primary's TLS port: the child
 # writes to a pipe that the primary's loop relays into the session.
-#   snapshot.sh <path to lull-kv> [tls]
+# With `killed`, the primary is killed (SIGKILL) while its child writes
+# to a replica that reads nothing: the child goes with it, and a new
+# lull-kv takes the port at once.
+#   snapshot.sh <path to lull-kv> [tls|killed]
 # Prints one line and exits 0 when redis-cli (or, with tls, openssl or
 # lull's TLS) is not there.
 set -u
 kv=$1
 tls=${2:-}
-TEST_NAME=snapshot${tls:+_tls}
+TEST_NAME=snapshot${tls:+_$tls}
 # shellcheck source=kv/test_lib.sh
 . "$(dirname "$0")/test_lib.sh"
 
 info() { redis-cli -p "$1" INFO replication | tr -d '\r' | sed -n "s/^$2://p"; }
+
+if [ "$tls" = killed ]; then
+    start primary --port 0 --repl-backlog-size 16kb
+    port=$started_port
+    for i in $(seq 0 199999); do
+        printf 'SET key:%d value-%d-0123456789012345678901234567890123456789\n' "$i" "$i"
+    done | redis-cli -p "$port" >/dev/null
+    # A replica that asks for a full sync and reads none of it.
+    exec 3<>"/dev/tcp/127.0.0.1/$port"
+    printf 'REPLSYNC ? 0 0\r\n' >&3
+    for _ in $(seq 100); do
+        child=$(sed -n 's/.* from child \([0-9]*\),.*/\1/p' "$dir/primary.out")
+        [ -n "$child" ] && break
+        sleep 0.05
+    done
+    [ -n "$child" ] || fail "no snapshot child"
+    kill -9 "$started"
+    wait "$started" 2>/dev/null
+    gone() { ! kill -0 "$child" 2>/dev/null; }
+    eventually gone || fail "the child $child outlived its primary"
+    start again --port "$port"
+    [ "$(redis-cli -p "$port" PING)" = PONG ] || fail "no PONG from the new primary"
+    exec 3>&-
+    echo "snapshot: a primary killed mid-snapshot took its child with it; its port was free at once"
+    exit 0
+fi
 
 pargs=() rargs=()
 if [ -n "$tls" ]; then
