@@ -576,13 +576,10 @@ void senders_stop(server *srv) {
  *   pending work     snap == SNAP_CHILD: the child writes; its exit
  *                    status is read once its pidfd is readable
  *   next deadline    the child's: no progress on the socket in
- *                    SNAP_TIMEOUT_MS and it gives up (exit 1)
+ *                    srv->snap_timeout_ms and it gives up (exit 1)
  *   quiet            no child: nothing watched; a link's close or
  *                    server_stop kills and reaps a child still running */
 
-/* A child whose socket takes nothing for this long gives up: 60 s, Redis'
- * repl-timeout. */
-#define SNAP_TIMEOUT_MS 60000
 /* A child's exit statuses besides 0. */
 enum { CHILD_STALLED = 1, CHILD_PEER_GONE = 2, CHILD_FAILED = 3 };
 
@@ -655,6 +652,7 @@ static int snap_inline(rlink *l) {
 typedef struct child_out {
     int fd;
     bool pipe;
+    int timeout_ms; /* no progress this long: give up */
 } child_out;
 
 /* The child's writes: all of o, waiting for room in poll(). */
@@ -663,15 +661,18 @@ static int child_flush(snap_out *o) {
     int fd = to->fd;
     size_t off = 0;
     while (off < o->len) {
-        /* A pipe's reader gone is EPIPE too: lull-kv ignores SIGPIPE. */
+        /* A pipe's reader gone is EPIPE too: lull-kv ignores SIGPIPE. The
+         * pipe is non-blocking; the socket may not be (its flags are the
+         * parent's, whoever made it): each send is, so that a replica
+         * that stops reading meets the timeout below. */
         ssize_t n = to->pipe ? write(fd, o->p + off, o->len - off)
-                             : send(fd, o->p + off, o->len - off, MSG_NOSIGNAL);
+                             : send(fd, o->p + off, o->len - off,
+                                    MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             off += (size_t)n;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            /* Non-blocking: the parent's file status flags are ours. */
             struct pollfd p = {.fd = fd, .events = POLLOUT};
-            int r = poll(&p, 1, SNAP_TIMEOUT_MS);
+            int r = poll(&p, 1, to->timeout_ms);
             if (r == 0) return -ETIMEDOUT;
             if (r < 0 && errno != EINTR) return -errno;
         } else if (n < 0 && errno != EINTR) {
@@ -843,7 +844,9 @@ static bool snap_fds_room(rlink *l, size_t n) {
 /* The child on the link's socket, once everything the loop queued on the
  * link is written. */
 static void snap_fork(rlink *l) {
-    child_out to = {.fd = l->srv->net->fd(l->c->ep), .pipe = false};
+    child_out to = {.fd = l->srv->net->fd(l->c->ep),
+                    .pipe = false,
+                    .timeout_ms = l->srv->snap_timeout_ms};
     if (snap_fds_room(l, 1) && start_child(l, to) == 0) l->snap = SNAP_CHILD;
 }
 
@@ -863,7 +866,7 @@ static void snap_fork(rlink *l) {
  *   source of truth  the pipe's bytes and its end; the child's status
  *   pending work     snap == SNAP_RELAY: bytes in the pipe, or its end
  *                    not yet read, or the child not yet reaped
- *   next deadline    the child's (SNAP_TIMEOUT_MS without progress)
+ *   next deadline    the child's (snap_timeout_ms without progress)
  *   quiet            the pipe empty and watched, or the stream full and
  *                    its drain awaited: nothing runs */
 
@@ -894,7 +897,9 @@ static int relay_start(rlink *l) {
         return -1;
     }
     l->pipe_io.data = l;
-    rc = start_child(l, (child_out){.fd = p[1], .pipe = true});
+    rc = start_child(l, (child_out){.fd = p[1],
+                                    .pipe = true,
+                                    .timeout_ms = l->srv->snap_timeout_ms});
     close(p[1]); /* the child's: its exit is the pipe's end */
     if (rc < 0) {
         relay_close(l);

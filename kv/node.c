@@ -54,6 +54,7 @@ void server_defaults(server *srv) {
         (obuf_limit){(size_t)32 << 20, (size_t)8 << 20, 60 * 1000000000ull};
     srv->should_yield = lull_loop_should_yield;
     srv->sender_cpu = -1;
+    srv->snap_timeout_ms = 60000;
 }
 
 int server_open(server *srv, lull_loop *loop, const kv_net *net,

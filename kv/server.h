@@ -176,6 +176,9 @@ struct server {
     int snapshot;            /* --repl-snapshot: SNAPSHOT_* */
     size_t links_held;       /* closed links whose frames or hand-off
                                 still read the log: it is not trimmed */
+    int snap_timeout_ms;     /* a snapshot child whose link takes nothing
+                                this long gives up: 60 s, Redis'
+                                repl-timeout (tests shorten it) */
     size_t snap_fds;         /* descriptors the snapshots hold besides
                                 their links (a child's pidfd, a relay's
                                 pipe): counted against maxclients */

@@ -1313,7 +1313,8 @@ TEST(replica_gives_up_on_a_primary_that_never_answers) {
 
 /* ------------------------------------------- full resync by snapshot */
 
-static int snap_full, snap_continue, snap_replay, snap_marker, snap_failed;
+static int snap_full, snap_continue, snap_replay, snap_marker, snap_failed,
+    snap_stalled;
 static void count_syncs(server *srv, const char *line) {
     quiet_log(srv, line);
     if (strstr(line, "(full: a snapshot of")) snap_full++;
@@ -1322,6 +1323,7 @@ static void count_syncs(server *srv, const char *line) {
     if (strstr(line, "end marker does not match")) snap_marker++;
     if (strstr(line, "snapshot was not") || strstr(line, "no snapshot child"))
         snap_failed++;
+    if (strstr(line, "the child exited with status 1")) snap_stalled++;
 }
 
 static void write_argv(server *p, resp_arg *argv, size_t argc) {
@@ -1522,6 +1524,45 @@ TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
     CHECK(r.m.replid[0] == 0);
     run_to_sync(loop, &p, &r);
     CHECK_EQ(snap_full, 1);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+/* A replica that stops reading mid-snapshot: its child gives up once the
+ * socket took nothing for the timeout (Redis' repl-timeout, 60 s; short
+ * here), exits 1, and the link closes; the replica, reading again, syncs.
+ * The pair's socket is blocking (a socketpair): the child's sends must
+ * not be, or it would wait in the kernel for ever. */
+TEST(snapshot_child_gives_up_on_a_replica_that_stopped_reading) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    snap_stalled = 0;
+    p.snap_timeout_ms = 300;
+    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
+        char k[32];
+        snprintf(k, sizeof k, "many:%d", i);
+        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
+    }
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    while (!(r.m.snap && store_count(&r.m.snap_db) > 0)) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
+    rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
+    CHECK(l->child > 0);
+    pid_t child = l->child;
+    t0 = now_ms();
+    while (snap_stalled == 0) {
+        CHECK(now_ms() - t0 < 10000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(kill(child, 0) < 0 && errno == ESRCH); /* exited and reaped */
+    CHECK_EQ(p.kv.npeers, 0);
+    CHECK_EQ(lull_stream_read_start(&r.m.t.stream), 0);
+    run_to_sync(loop, &p, &r);
     same_dumps(&p, &r);
     close_all(loop, &p, &r);
 }
