@@ -674,6 +674,100 @@ static void cmd_hgetall(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     while (cur);
 }
 
+/* HKEYS and HVALS: the fields or the values, in HGETALL's order (the
+ * dict's), so that the two replies zip while the hash is unchanged. */
+typedef struct hash_half {
+    buf *out;
+    bool values;
+} hash_half;
+
+static void hash_one(const dict *d, dict_entry *f, void *arg) {
+    hash_half *w = arg;
+    if (w->values)
+        buf_bulk(w->out, hash_value(f)->p, hash_value(f)->len);
+    else
+        buf_bulk(w->out, dict_key(d, f), f->klen);
+}
+
+static void cmd_hkeys(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    (void)argc;
+    dict *d;
+    if (!find_members(k, &a[1], KV_HASH, &d, out)) return;
+    buf_int(out, '*', d ? (long long)d->count : 0);
+    if (!d) return;
+    hash_half w = {out, (a[0].p[1] | 0x20) == 'v'};
+    uint64_t cur = 0;
+    do
+        cur = dict_scan(d, cur, SIZE_MAX, hash_one, &w);
+    while (cur);
+}
+
+static void cmd_hstrlen(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    (void)argc;
+    dict *d;
+    if (!find_members(k, &a[1], KV_HASH, &d, out)) return;
+    dict_entry *f = member(d, &a[2]);
+    buf_int(out, ':', f ? (long long)hash_value(f)->len : 0);
+}
+
+/* HSETNX key field value: sets a field that is not there (logged as
+ * sent: deterministic); an existing one is left, and nothing logged. */
+static void cmd_hsetnx(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    dict_entry *e;
+    kv_hash *h = make_of(k, &a[1], KV_HASH, &e, out);
+    if (!h) return;
+    if (member(&h->d, &a[2])) {
+        buf_str(out, ":0\r\n");
+        return;
+    }
+    if (hash_set(h, a[2].p, a[2].len, a[3].p, a[3].len) < 0) {
+        drop_if_empty(k, e, h->d.count);
+        reply_oom(out);
+        return;
+    }
+    kv_log(k, a, argc);
+    buf_str(out, ":1\r\n");
+}
+
+/* HINCRBY key field by: Redis' order of checks (the increment, then the
+ * key's type, then the field's value as string2ll reads it). Logged as
+ * sent: the same sum on the same value on a replica. */
+static void cmd_hincrby(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    long long by, v = 0;
+    if (!arg_i64(&a[3], &by, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
+    dict_entry *f = e ? member(members(e), &a[2]) : NULL;
+    if (f && !kv_parse_i64(hash_value(f)->p, hash_value(f)->len, &v)) {
+        buf_str(out, "-ERR hash value is not an integer\r\n");
+        return;
+    }
+    if ((by < 0 && v < 0 && by < INT64_MIN - v) ||
+        (by > 0 && v > 0 && by > INT64_MAX - v)) {
+        buf_str(out, "-ERR increment or decrement would overflow\r\n");
+        return;
+    }
+    char num[24];
+    size_t n = (size_t)snprintf(num, sizeof num, "%lld", v + by);
+    kv_hash *h = make_of(k, &a[1], KV_HASH, &e, out);
+    if (!h) return;
+    if (hash_set(h, a[2].p, a[2].len, num, n) < 0) {
+        drop_if_empty(k, e, h->d.count);
+        reply_oom(out);
+        return;
+    }
+    kv_log(k, a, argc);
+    buf_int(out, ':', v + by);
+}
+
 /* HINCRBYFLOAT key field by: Redis' order of checks (the increment,
  * then the key's type, then the field's value), its long double sum,
  * and its record: HSET of the result, so a replica never rounds on its
@@ -1078,6 +1172,11 @@ static const kv_cmd type_commands[] = {
     {"hdel", -3, CMD_WRITE, cmd_remove},
     {"hgetall", 2, 0, cmd_hgetall},
     {"hincrbyfloat", 4, CMD_WRITE, cmd_hincrbyfloat},
+    {"hincrby", 4, CMD_WRITE, cmd_hincrby},
+    {"hkeys", 2, 0, cmd_hkeys},
+    {"hvals", 2, 0, cmd_hkeys},
+    {"hsetnx", 4, CMD_WRITE, cmd_hsetnx},
+    {"hstrlen", 3, 0, cmd_hstrlen},
     {"hscan", -3, 0, cmd_member_scan},
     {"zadd", -4, CMD_WRITE, cmd_zadd},
     {"zincrby", 4, CMD_WRITE, cmd_zincrby},

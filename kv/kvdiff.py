@@ -226,10 +226,13 @@ def expire_args(r, cmd, now_s):
     return args
 
 
+NCASES = 73  # gen's cases
+
+
 def gen(r, now_s, in_multi=False):
     """One random request (a list of byte strings)."""
     k = pick_key(r)
-    c = r.randrange(68)
+    c = r.randrange(NCASES)
     if c == 0:
         a = [b"GET", k]
     elif c == 1:
@@ -408,6 +411,16 @@ def gen(r, now_s, in_multi=False):
         a += r.choice([[], [b"COUNT"], [b"COUNT", b"0"], [b"COUNT", b"-1"],
                        [b"COUNT", b"x"], [b"MATCH"], [b"TYPE", b"set"],
                        [b"FOO", b"1"], [b"COUNT", b"9223372036854775808"]])
+    elif c == 68:
+        a = [b"HINCRBY", k, pick_word(r), pick_ints(r)]
+    elif c == 69:
+        a = [r.choice([b"HKEYS", b"HVALS"]), k]
+    elif c == 70:
+        a = [b"HSETNX", k, pick_word(r), pick_word(r)]
+    elif c == 71:
+        a = [b"HSTRLEN", k, pick_word(r)]
+    elif c == 72:
+        a = [b"HSET", k, pick_word(r), pick_ints(r)]
     else:
         a = [b"SET", k, pick_word(r)]
     # Wrong arities now and then: one argument fewer or one more.
@@ -425,7 +438,7 @@ def gen(r, now_s, in_multi=False):
 
 # ----------------------------------------------------------- comparing
 
-UNORDERED = {b"SMEMBERS", b"KEYS"}
+UNORDERED = {b"SMEMBERS", b"KEYS", b"HKEYS", b"HVALS"}
 
 
 def pairs(v):

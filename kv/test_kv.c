@@ -4340,3 +4340,124 @@ TEST(collection_scans_return_every_member) {
     scan_walk_sees_every_member("HSCAN", "HSET key m%d %d", true, true);
     scan_walk_sees_every_member("ZSCAN", "ZADD key %2$d m%1$d", true, true);
 }
+
+TEST(hash_commands_as_redis) {
+    /* HINCRBY, HKEYS, HVALS, HSETNX and HSTRLEN in Redis 7.0's words
+     * (redis-server 7.0.15 answered each of these): HINCRBY reads its
+     * increment, then the key's type, then the field's value (Redis'
+     * string2ll: no leading zero, no "-0"). */
+    static const char *const cases[][2] = {
+        {"HINCRBY h f 5", ":5\r\n"},
+        {"HINCRBY h f -7", ":-2\r\n"},
+        {"HINCRBY h f x", "-ERR value is not an integer or out of range\r\n"},
+        {"HINCRBY h f 9223372036854775808", "-ERR value is not an integer or out of range\r\n"},
+        {"HINCRBY h f 1.5", "-ERR value is not an integer or out of range\r\n"},
+        {"HINCRBY h f 9223372036854775807", ":9223372036854775805\r\n"},
+        {"HINCRBY h g 9223372036854775807", ":9223372036854775807\r\n"},
+        {"HINCRBY h g 1", "-ERR increment or decrement would overflow\r\n"},
+        {"HINCRBY h g -9223372036854775808", ":-1\r\n"},
+        {"HSET h s abc", ":1\r\n"},
+        {"HINCRBY h s 1", "-ERR hash value is not an integer\r\n"},
+        {"HINCRBY h s x", "-ERR value is not an integer or out of range\r\n"},
+        {"HSET h z 007", ":1\r\n"},
+        {"HINCRBY h z 1", "-ERR hash value is not an integer\r\n"},
+        {"HSET h m -0", ":1\r\n"},
+        {"HINCRBY h m 1", "-ERR hash value is not an integer\r\n"},
+        {"HGET h f", "$19\r\n9223372036854775805\r\n"},
+        {"SET str v", "+OK\r\n"},
+        {"HINCRBY str f 1", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"},
+        {"HINCRBY str f x", "-ERR value is not an integer or out of range\r\n"},
+        {"HINCRBY nh f 0", ":0\r\n"},
+        {"HGETALL nh", "*2\r\n$1\r\nf\r\n$1\r\n0\r\n"},
+        {"HINCRBY h f", "-ERR wrong number of arguments for 'hincrby' command\r\n"},
+        {"HINCRBY h f 1 2", "-ERR wrong number of arguments for 'hincrby' command\r\n"},
+        {"HKEYS nokey", "*0\r\n"},
+        {"HVALS nokey", "*0\r\n"},
+        {"HKEYS str", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"},
+        {"HVALS str", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"},
+        {"HKEYS nh", "*1\r\n$1\r\nf\r\n"},
+        {"HVALS nh", "*1\r\n$1\r\n0\r\n"},
+        {"HKEYS", "-ERR wrong number of arguments for 'hkeys' command\r\n"},
+        {"HVALS a b", "-ERR wrong number of arguments for 'hvals' command\r\n"},
+        {"HSETNX hs a 1", ":1\r\n"},
+        {"HSETNX hs a 2", ":0\r\n"},
+        {"HGET hs a", "$1\r\n1\r\n"},
+        {"HSETNX str a 1", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"},
+        {"HSETNX hs", "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
+        {"HSETNX hs a", "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
+        {"HSETNX hs a 1 2", "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
+        {"HSTRLEN hs a", ":1\r\n"},
+        {"HSTRLEN hs b", ":0\r\n"},
+        {"HSTRLEN nokey a", ":0\r\n"},
+        {"HSTRLEN str a", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"},
+        {"HINCRBY hs n 100", ":100\r\n"},
+        {"HSTRLEN hs n", ":3\r\n"},
+        {"HSTRLEN hs", "-ERR wrong number of arguments for 'hstrlen' command\r\n"},
+        {"HSTRLEN hs a b", "-ERR wrong number of arguments for 'hstrlen' command\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(hash_commands_logged_so_replicas_agree) {
+    /* HINCRBY and HSETNX are logged as sent when they change the hash
+     * (deterministic), and not when refused or a no-op; the reads log
+     * nothing. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    exec_words(&p, &out, "HINCRBY h a 5");
+    CHECK(strcmp(last_record(&p), "*4\r\n$7\r\nHINCRBY\r\n$1\r\nh\r\n$1\r\na"
+                                  "\r\n$1\r\n5\r\n") == 0);
+    exec_words(&p, &out, "HSETNX h b x");
+    CHECK(strcmp(last_record(&p), "*4\r\n$6\r\nHSETNX\r\n$1\r\nh\r\n$1\r\nb"
+                                  "\r\n$1\r\nx\r\n") == 0);
+    uint64_t end = p.log.end;
+    exec_words(&p, &out, "HSETNX h b y");
+    exec_words(&p, &out, "HINCRBY h b 1");
+    exec_words(&p, &out, "HINCRBY h a x");
+    exec_words(&p, &out, "HKEYS h");
+    exec_words(&p, &out, "HVALS h");
+    exec_words(&p, &out, "HSTRLEN h a");
+    CHECK_U64_EQ(p.log.end, end);
+    exec_words(&p, &out, "HINCRBY h a -9");
+    exec_words(&p, &out, "HSETNX n f v");
+    check_replica_agrees(&p);
+    kv r;
+    kv_setup(&r, true);
+    CHECK(strcmp(exec_words(&r, &out, "HINCRBY h a 1"),
+                 KV_READONLY_ERR "\r\n") == 0);
+    CHECK(strcmp(exec_words(&r, &out, "HSETNX h a 1"),
+                 KV_READONLY_ERR "\r\n") == 0);
+    CHECK(strcmp(exec_words(&r, &out, "HKEYS h"), "*0\r\n") == 0);
+    kv_free(&r);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(hkeys_and_hvals_in_one_order) {
+    /* HKEYS and HVALS walk a hash in the same order (as HGETALL), so a
+     * client may zip them, as Redis allows. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    char line[64];
+    for (int i = 0; i < 300; i++) {
+        snprintf(line, sizeof line, "HSET h f%d v%d", i, i);
+        exec_words(&k, &out, line);
+    }
+    char *keys = strdup(exec_words(&k, &out, "HKEYS h"));
+    const char *vals = exec_words(&k, &out, "HVALS h");
+    CHECK(strncmp(keys, "*300\r\n", 6) == 0 && strncmp(vals, "*300\r\n", 6) == 0);
+    const char *kp = keys + 6, *vp = vals + 6;
+    for (int i = 0; i < 300; i++) {
+        int a = -1, b = -2;
+        CHECK(sscanf(strchr(kp, '\n') + 1, "f%d", &a) == 1);
+        CHECK(sscanf(strchr(vp, '\n') + 1, "v%d", &b) == 1);
+        CHECK_EQ(a, b);
+        kp = strchr(strchr(kp, '\n') + 1, '\n') + 1;
+        vp = strchr(strchr(vp, '\n') + 1, '\n') + 1;
+    }
+    free(keys);
+    buf_free(&out);
+    kv_free(&k);
+}
