@@ -226,7 +226,7 @@ def expire_args(r, cmd, now_s):
     return args
 
 
-NCASES = 73  # gen's cases
+NCASES = 76  # gen's cases
 
 
 def gen(r, now_s, in_multi=False):
@@ -421,6 +421,16 @@ def gen(r, now_s, in_multi=False):
         a = [b"HSTRLEN", k, pick_word(r)]
     elif c == 72:
         a = [b"HSET", k, pick_word(r), pick_ints(r)]
+    elif c == 73:
+        a = [r.choice([b"SETEX", b"PSETEX"]), k,
+             r.choice([b"1000000", b"100000", b"0", b"-1", b"x", b"", b"1.5",
+                       b"9223372036854775807", b"9223372036854775",
+                       b"9223372036854774", b"-9223372036854775808"]),
+             pick_word(r)]
+    elif c == 74:
+        a = [b"UNLINK"] + [pick_key(r) for _ in range(r.randint(1, 3))]
+    elif c == 75:
+        a = [b"TOUCH"] + [pick_key(r) for _ in range(r.randint(1, 4))]
     else:
         a = [b"SET", k, pick_word(r)]
     # Wrong arities now and then: one argument fewer or one more.

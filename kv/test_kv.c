@@ -4350,7 +4350,8 @@ TEST(hash_commands_as_redis) {
         {"HINCRBY h f 5", ":5\r\n"},
         {"HINCRBY h f -7", ":-2\r\n"},
         {"HINCRBY h f x", "-ERR value is not an integer or out of range\r\n"},
-        {"HINCRBY h f 9223372036854775808", "-ERR value is not an integer or out of range\r\n"},
+        {"HINCRBY h f 9223372036854775808",
+         "-ERR value is not an integer or out of range\r\n"},
         {"HINCRBY h f 1.5", "-ERR value is not an integer or out of range\r\n"},
         {"HINCRBY h f 9223372036854775807", ":9223372036854775805\r\n"},
         {"HINCRBY h g 9223372036854775807", ":9223372036854775807\r\n"},
@@ -4365,16 +4366,21 @@ TEST(hash_commands_as_redis) {
         {"HINCRBY h m 1", "-ERR hash value is not an integer\r\n"},
         {"HGET h f", "$19\r\n9223372036854775805\r\n"},
         {"SET str v", "+OK\r\n"},
-        {"HINCRBY str f 1", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"},
+        {"HINCRBY str f 1", "-WRONGTYPE Operation against a key holding the "
+                            "wrong kind of value\r\n"},
         {"HINCRBY str f x", "-ERR value is not an integer or out of range\r\n"},
         {"HINCRBY nh f 0", ":0\r\n"},
         {"HGETALL nh", "*2\r\n$1\r\nf\r\n$1\r\n0\r\n"},
-        {"HINCRBY h f", "-ERR wrong number of arguments for 'hincrby' command\r\n"},
-        {"HINCRBY h f 1 2", "-ERR wrong number of arguments for 'hincrby' command\r\n"},
+        {"HINCRBY h f",
+         "-ERR wrong number of arguments for 'hincrby' command\r\n"},
+        {"HINCRBY h f 1 2",
+         "-ERR wrong number of arguments for 'hincrby' command\r\n"},
         {"HKEYS nokey", "*0\r\n"},
         {"HVALS nokey", "*0\r\n"},
-        {"HKEYS str", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"},
-        {"HVALS str", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"},
+        {"HKEYS str", "-WRONGTYPE Operation against a key holding the wrong "
+                      "kind of value\r\n"},
+        {"HVALS str", "-WRONGTYPE Operation against a key holding the wrong "
+                      "kind of value\r\n"},
         {"HKEYS nh", "*1\r\n$1\r\nf\r\n"},
         {"HVALS nh", "*1\r\n$1\r\n0\r\n"},
         {"HKEYS", "-ERR wrong number of arguments for 'hkeys' command\r\n"},
@@ -4382,18 +4388,25 @@ TEST(hash_commands_as_redis) {
         {"HSETNX hs a 1", ":1\r\n"},
         {"HSETNX hs a 2", ":0\r\n"},
         {"HGET hs a", "$1\r\n1\r\n"},
-        {"HSETNX str a 1", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"},
-        {"HSETNX hs", "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
-        {"HSETNX hs a", "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
-        {"HSETNX hs a 1 2", "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
+        {"HSETNX str a 1", "-WRONGTYPE Operation against a key holding the "
+                           "wrong kind of value\r\n"},
+        {"HSETNX hs",
+         "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
+        {"HSETNX hs a",
+         "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
+        {"HSETNX hs a 1 2",
+         "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
         {"HSTRLEN hs a", ":1\r\n"},
         {"HSTRLEN hs b", ":0\r\n"},
         {"HSTRLEN nokey a", ":0\r\n"},
-        {"HSTRLEN str a", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"},
+        {"HSTRLEN str a", "-WRONGTYPE Operation against a key holding the "
+                          "wrong kind of value\r\n"},
         {"HINCRBY hs n 100", ":100\r\n"},
         {"HSTRLEN hs n", ":3\r\n"},
-        {"HSTRLEN hs", "-ERR wrong number of arguments for 'hstrlen' command\r\n"},
-        {"HSTRLEN hs a b", "-ERR wrong number of arguments for 'hstrlen' command\r\n"},
+        {"HSTRLEN hs",
+         "-ERR wrong number of arguments for 'hstrlen' command\r\n"},
+        {"HSTRLEN hs a b",
+         "-ERR wrong number of arguments for 'hstrlen' command\r\n"},
     };
     replies_as_redis(cases, sizeof cases / sizeof cases[0]);
 }
@@ -4447,7 +4460,8 @@ TEST(hkeys_and_hvals_in_one_order) {
     }
     char *keys = strdup(exec_words(&k, &out, "HKEYS h"));
     const char *vals = exec_words(&k, &out, "HVALS h");
-    CHECK(strncmp(keys, "*300\r\n", 6) == 0 && strncmp(vals, "*300\r\n", 6) == 0);
+    CHECK(strncmp(keys, "*300\r\n", 6) == 0 &&
+          strncmp(vals, "*300\r\n", 6) == 0);
     const char *kp = keys + 6, *vp = vals + 6;
     for (int i = 0; i < 300; i++) {
         int a = -1, b = -2;
@@ -4460,4 +4474,97 @@ TEST(hkeys_and_hvals_in_one_order) {
     free(keys);
     buf_free(&out);
     kv_free(&k);
+}
+
+TEST(setex_psetex_unlink_touch_as_redis) {
+    /* Redis 7.0's words (redis-server 7.0.15 answered each of these):
+     * SETEX and PSETEX read the time first, as SET ... EX does (its
+     * errors name the command), and replace a key of any type; UNLINK is
+     * DEL, TOUCH counts as EXISTS does (a key named twice twice). */
+    static const char *const cases[][2] = {
+        {"SETEX k 100 v", "+OK\r\n"},
+        {"TTL k", ":100\r\n"},
+        {"GET k", "$1\r\nv\r\n"},
+        {"SETEX k 0 v", "-ERR invalid expire time in 'setex' command\r\n"},
+        {"SETEX k -1 v", "-ERR invalid expire time in 'setex' command\r\n"},
+        {"SETEX k x v", "-ERR value is not an integer or out of range\r\n"},
+        {"SETEX k 9223372036854775807 v",
+         "-ERR invalid expire time in 'setex' command\r\n"},
+        {"SETEX k 9223372036854775 v",
+         "-ERR invalid expire time in 'setex' command\r\n"},
+        {"SETEX k 9223372036854774 v",
+         "-ERR invalid expire time in 'setex' command\r\n"},
+        {"SETEX k 1.5 v", "-ERR value is not an integer or out of range\r\n"},
+        {"PSETEX k 100000 w", "+OK\r\n"},
+        {"PTTL k", ":100000\r\n"},
+        {"GET k", "$1\r\nw\r\n"},
+        {"PSETEX k 0 v", "-ERR invalid expire time in 'psetex' command\r\n"},
+        {"PSETEX k -5 v", "-ERR invalid expire time in 'psetex' command\r\n"},
+        {"PSETEX k x v", "-ERR value is not an integer or out of range\r\n"},
+        {"PSETEX k 9223372036854775807 v",
+         "-ERR invalid expire time in 'psetex' command\r\n"},
+        {"GET k", "$1\r\nw\r\n"},
+        {"LPUSH l a", ":1\r\n"},
+        {"SETEX l 100 v", "+OK\r\n"},
+        {"TYPE l", "+string\r\n"},
+        {"TTL l", ":100\r\n"},
+        {"SETEX l x v", "-ERR value is not an integer or out of range\r\n"},
+        {"SETEX k 100",
+         "-ERR wrong number of arguments for 'setex' command\r\n"},
+        {"SETEX k 100 v w",
+         "-ERR wrong number of arguments for 'setex' command\r\n"},
+        {"PSETEX k", "-ERR wrong number of arguments for 'psetex' command\r\n"},
+        {"UNLINK nokey", ":0\r\n"},
+        {"SET a 1", "+OK\r\n"},
+        {"SET b 2", "+OK\r\n"},
+        {"UNLINK a b c a", ":2\r\n"},
+        {"EXISTS a b", ":0\r\n"},
+        {"UNLINK", "-ERR wrong number of arguments for 'unlink' command\r\n"},
+        {"TOUCH nokey", ":0\r\n"},
+        {"SET a 1", "+OK\r\n"},
+        {"TOUCH a a nokey b l", ":3\r\n"},
+        {"TOUCH", "-ERR wrong number of arguments for 'touch' command\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(setex_logged_as_set_pxat) {
+    /* SETEX and PSETEX are logged as SET ... PXAT of an absolute time
+     * (as Redis 7.0 propagates them), UNLINK as a DEL of what it found;
+     * TOUCH is a read, allowed on a replica. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    CHECK(strcmp(exec_words(&p, &out, "SETEX a 100 v"), "+OK\r\n") == 0);
+    char want[128];
+    snprintf(want, sizeof want,
+             "*5\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nv\r\n$4\r\nPXAT\r\n$13\r\n"
+             "%lld\r\n",
+             (long long)(p.cmd_now + 100000));
+    CHECK(strcmp(last_record(&p), want) == 0);
+    CHECK(strcmp(exec_words(&p, &out, "PSETEX b 5000 w"), "+OK\r\n") == 0);
+    snprintf(want, sizeof want,
+             "*5\r\n$3\r\nSET\r\n$1\r\nb\r\n$1\r\nw\r\n$4\r\nPXAT\r\n$13\r\n"
+             "%lld\r\n",
+             (long long)(p.cmd_now + 5000));
+    CHECK(strcmp(last_record(&p), want) == 0);
+    uint64_t end = p.log.end;
+    exec_words(&p, &out, "SETEX a 0 v");
+    exec_words(&p, &out, "PSETEX a x v");
+    exec_words(&p, &out, "UNLINK nokey");
+    exec_words(&p, &out, "TOUCH a b");
+    CHECK_U64_EQ(p.log.end, end);
+    exec_words(&p, &out, "SET c 1");
+    CHECK(strcmp(exec_words(&p, &out, "UNLINK c nokey"), ":1\r\n") == 0);
+    check_replica_agrees(&p);
+    kv r;
+    kv_setup(&r, true);
+    CHECK(strcmp(exec_words(&r, &out, "SETEX a 1 v"), KV_READONLY_ERR "\r\n") ==
+          0);
+    CHECK(strcmp(exec_words(&r, &out, "UNLINK a"), KV_READONLY_ERR "\r\n") ==
+          0);
+    CHECK(strcmp(exec_words(&r, &out, "TOUCH a"), ":0\r\n") == 0);
+    kv_free(&r);
+    buf_free(&out);
+    kv_free(&p);
 }
