@@ -644,6 +644,39 @@ static void cmd_del(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     buf_int(out, ':', n);
 }
 
+/* RENAME and RENAMENX key newkey: Redis' order (the source, then a
+ * rename onto itself, then the target); the value and its expiry move,
+ * the target's old value and expiry go. Logged as sent: the same move on
+ * a replica's same keyspace. */
+static void cmd_rename(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    bool nx = a[0].len == 8;
+    dict_entry *from = kv_lookup(k, &a[1]);
+    if (!from) {
+        buf_str(out, "-ERR no such key\r\n");
+        return;
+    }
+    if (a[1].len == a[2].len && memcmp(a[1].p, a[2].p, a[1].len) == 0) {
+        buf_str(out, nx ? ":0\r\n" : "+OK\r\n");
+        return;
+    }
+    dict_entry *to = kv_lookup(k, &a[2]);
+    if (to && nx) {
+        buf_str(out, ":0\r\n");
+        return;
+    }
+    if (!to && !(to = store_add(&k->db, a[2].p, a[2].len, KV_STRING))) {
+        reply_oom(out);
+        return;
+    }
+    if (store_obj(from)->expire || store_obj(to)->expire)
+        k->expiry_changed = true;
+    store_move(&k->db, from, to);
+    kv_log(k, a, argc);
+    buf_str(out, nx ? ":1\r\n" : "+OK\r\n");
+}
+
 static void cmd_exists(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                        buf *out) {
     (void)cl;
@@ -1212,6 +1245,8 @@ static const kv_cmd commands[] = {
     {"unlink", -2, CMD_WRITE, cmd_del},
     {"exists", -2, 0, cmd_exists},
     {"touch", -2, 0, cmd_exists},
+    {"rename", 3, CMD_WRITE, cmd_rename},
+    {"renamenx", 3, CMD_WRITE, cmd_rename},
     {"dbsize", 1, 0, cmd_dbsize},
     {"flushall", -1, CMD_WRITE, cmd_flushall},
     {"flushdb", -1, CMD_WRITE, cmd_flushall},

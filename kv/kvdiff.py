@@ -226,7 +226,7 @@ def expire_args(r, cmd, now_s):
     return args
 
 
-NCASES = 76  # gen's cases
+NCASES = 78  # gen's cases
 
 
 def gen(r, now_s, in_multi=False):
@@ -431,6 +431,9 @@ def gen(r, now_s, in_multi=False):
         a = [b"UNLINK"] + [pick_key(r) for _ in range(r.randint(1, 3))]
     elif c == 75:
         a = [b"TOUCH"] + [pick_key(r) for _ in range(r.randint(1, 4))]
+    elif c in (76, 77):
+        a = [r.choice([b"RENAME", b"RENAMENX"]), k,
+             k if r.random() < 0.1 else pick_key(r)]
     else:
         a = [b"SET", k, pick_word(r)]
     # Wrong arities now and then: one argument fewer or one more.

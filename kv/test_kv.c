@@ -4568,3 +4568,92 @@ TEST(setex_logged_as_set_pxat) {
     buf_free(&out);
     kv_free(&p);
 }
+
+TEST(rename_renamenx_as_redis) {
+    /* Redis 7.0's words (redis-server 7.0.15 answered each of these): a
+     * missing source is an error even onto itself; a key renamed onto
+     * itself is left; the key's expiry moves with it, and the target's
+     * old value and expiry go. */
+    static const char *const cases[][2] = {
+        {"RENAME a b", "-ERR no such key\r\n"},
+        {"RENAMENX a b", "-ERR no such key\r\n"},
+        {"RENAME a a", "-ERR no such key\r\n"},
+        {"RENAMENX a a", "-ERR no such key\r\n"},
+        {"SET a 1", "+OK\r\n"},
+        {"RENAME a a", "+OK\r\n"},
+        {"RENAMENX a a", ":0\r\n"},
+        {"GET a", "$1\r\n1\r\n"},
+        {"RENAME a b", "+OK\r\n"},
+        {"EXISTS a", ":0\r\n"},
+        {"GET b", "$1\r\n1\r\n"},
+        {"SET c 3 EX 100", "+OK\r\n"},
+        {"RENAME c b", "+OK\r\n"},
+        {"TTL b", ":100\r\n"},
+        {"GET b", "$1\r\n3\r\n"},
+        {"RENAME b c", "+OK\r\n"},
+        {"TTL c", ":100\r\n"},
+        {"LPUSH l x y", ":2\r\n"},
+        {"RENAMENX l c", ":0\r\n"},
+        {"RENAMENX l d", ":1\r\n"},
+        {"LRANGE d 0 -1", "*2\r\n$1\r\ny\r\n$1\r\nx\r\n"},
+        {"TYPE l", "+none\r\n"},
+        {"SET e 5", "+OK\r\n"},
+        {"RENAMENX c e", ":0\r\n"},
+        {"RENAME d e", "+OK\r\n"},
+        {"TYPE e", "+list\r\n"},
+        {"TTL e", ":-1\r\n"},
+        {"RENAME e", "-ERR wrong number of arguments for 'rename' command\r\n"},
+        {"RENAME e f g",
+         "-ERR wrong number of arguments for 'rename' command\r\n"},
+        {"RENAMENX e",
+         "-ERR wrong number of arguments for 'renamenx' command\r\n"},
+        {"SET x 1 EX 50", "+OK\r\n"},
+        {"SET y 2", "+OK\r\n"},
+        {"RENAME y x", "+OK\r\n"},
+        {"TTL x", ":-1\r\n"},
+        {"SET p 1 EX 50", "+OK\r\n"},
+        {"SET q 2 EX 70", "+OK\r\n"},
+        {"RENAME q p", "+OK\r\n"},
+        {"TTL p", ":70\r\n"},
+        {"EXISTS q", ":0\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(rename_moves_the_expiry_and_is_logged) {
+    /* RENAME and RENAMENX are logged as sent when they moved a key (the
+     * same move on the same keyspace); the store's expiry heap then holds
+     * the key under its new name, and a target's old expiry is gone. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    exec_words(&p, &out, "SET a 1 PX 100000");
+    exec_words(&p, &out, "SET b 2 PX 50000");
+    exec_words(&p, &out, "SET c 3");
+    CHECK(strcmp(exec_words(&p, &out, "RENAME a n"), "+OK\r\n") == 0);
+    CHECK(strcmp(last_record(&p),
+                 "*3\r\n$6\r\nRENAME\r\n$1\r\na\r\n$1\r\nn\r\n") == 0);
+    CHECK_EQ(p.db.nheap, 2);
+    CHECK(strcmp(exec_words(&p, &out, "RENAMENX c b"), ":0\r\n") == 0);
+    uint64_t end = p.log.end;
+    exec_words(&p, &out, "RENAME nokey x");
+    exec_words(&p, &out, "RENAME c c");
+    exec_words(&p, &out, "RENAMENX c c");
+    CHECK_U64_EQ(p.log.end, end);
+    CHECK(strcmp(exec_words(&p, &out, "RENAME c b"), "+OK\r\n") == 0);
+    CHECK_EQ(p.db.nheap, 1); /* b's old expiry went with its value */
+    dict_entry *first = store_first_expiry(&p.db);
+    CHECK(first && first->klen == 1 && dict_key(&p.db.d, first)[0] == 'n');
+    CHECK(strcmp(exec_words(&p, &out, "RENAMENX n m"), ":1\r\n") == 0);
+    first = store_first_expiry(&p.db);
+    CHECK(first && first->klen == 1 && dict_key(&p.db.d, first)[0] == 'm');
+    CHECK(strcmp(exec_words(&p, &out, "PTTL b"), ":-1\r\n") == 0);
+    check_replica_agrees(&p);
+    kv r;
+    kv_setup(&r, true);
+    CHECK(strcmp(exec_words(&r, &out, "RENAME a b"), KV_READONLY_ERR "\r\n") ==
+          0);
+    kv_free(&r);
+    buf_free(&out);
+    kv_free(&p);
+}
