@@ -405,6 +405,76 @@ static void cmd_lrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_bulk(out, list_at(l, i)->p, list_at(l, i)->len);
 }
 
+/* LSET key index element: the key first (missing: no such key), then
+ * the index, as Redis 7.0 checks them. Logged as sent: the same index on
+ * the same list. */
+static void cmd_lset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    if (!e) {
+        buf_str(out, "-ERR no such key\r\n");
+        return;
+    }
+    long long i;
+    if (!arg_i64(&a[2], &i, out)) return;
+    kv_list *l = store_obj(e)->val;
+    if (i < 0) i += (long long)l->n;
+    if (i < 0 || i >= (long long)l->n) {
+        buf_str(out, "-ERR index out of range\r\n");
+        return;
+    }
+    if (list_set(l, (size_t)i, a[3].p, a[3].len) < 0) {
+        reply_oom(out);
+        return;
+    }
+    kv_log(k, a, argc);
+    reply_ok(out);
+}
+
+/* LREM key count element: count > 0 from the head, < 0 from the tail, 0
+ * all (Redis' O(n) walk). Logged as sent when it removed any. */
+static void cmd_lrem(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    long long count;
+    if (!arg_i64(&a[2], &count, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    size_t gone = 0;
+    if (e) {
+        kv_list *l = store_obj(e)->val;
+        uint64_t most = count < 0 ? 0 - (uint64_t)count : (uint64_t)count;
+        gone = list_remove(l, a[3].p, a[3].len, most, count < 0);
+        if (gone) kv_log(k, a, argc);
+        drop_if_empty(k, e, l->n);
+    }
+    buf_int(out, ':', (long long)gone);
+}
+
+/* LTRIM key start stop: keeps LRANGE's range of the list (none: the key
+ * goes). Logged as sent when it dropped any element. */
+static void cmd_ltrim(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    long long start, stop;
+    if (!arg_i64(&a[2], &start, out) || !arg_i64(&a[3], &stop, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    if (e) {
+        kv_list *l = store_obj(e)->val;
+        size_t from, to, n = l->n;
+        if (clip_range(start, stop, n, &from, &to))
+            list_trim(l, from, n - 1 - to);
+        else
+            list_trim(l, 0, n);
+        if (l->n != n) kv_log(k, a, argc);
+        drop_if_empty(k, e, l->n);
+    }
+    reply_ok(out);
+}
+
 /* ------------------------------- sets, hashes and sorted sets alike */
 
 /* The type a set, hash or sorted-set command acts on, told by its name's
@@ -1156,6 +1226,9 @@ static const kv_cmd type_commands[] = {
     {"llen", 2, 0, cmd_llen},
     {"lindex", 3, 0, cmd_lindex},
     {"lrange", 4, 0, cmd_lrange},
+    {"lset", 4, CMD_WRITE, cmd_lset},
+    {"lrem", 4, CMD_WRITE, cmd_lrem},
+    {"ltrim", 4, CMD_WRITE, cmd_ltrim},
     {"sadd", -3, CMD_WRITE, cmd_sadd},
     {"srem", -3, CMD_WRITE, cmd_remove},
     {"spop", -2, CMD_WRITE, cmd_spop},

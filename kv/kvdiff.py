@@ -226,7 +226,7 @@ def expire_args(r, cmd, now_s):
     return args
 
 
-NCASES = 78  # gen's cases
+NCASES = 81  # gen's cases
 
 
 def gen(r, now_s, in_multi=False):
@@ -434,6 +434,12 @@ def gen(r, now_s, in_multi=False):
     elif c in (76, 77):
         a = [r.choice([b"RENAME", b"RENAMENX"]), k,
              k if r.random() < 0.1 else pick_key(r)]
+    elif c == 78:
+        a = [b"LREM", k, pick_ints(r), pick_word(r)]
+    elif c == 79:
+        a = [b"LSET", k, pick_ints(r), pick_word(r)]
+    elif c == 80:
+        a = [b"LTRIM", k, pick_ints(r), pick_ints(r)]
     else:
         a = [b"SET", k, pick_word(r)]
     # Wrong arities now and then: one argument fewer or one more.

@@ -4657,3 +4657,112 @@ TEST(rename_moves_the_expiry_and_is_logged) {
     buf_free(&out);
     kv_free(&p);
 }
+
+TEST(lrem_lset_ltrim_as_redis) {
+    /* Redis 7.0's words (redis-server 7.0.15 answered each of these):
+     * LREM and LTRIM read their numbers first, LSET its key first (a
+     * missing one: no such key); a list emptied goes. */
+    static const char *const cases[][2] = {
+        {"LSET l 0 x", "-ERR no such key\r\n"},
+        {"LSET l x x", "-ERR no such key\r\n"},
+        {"LREM l 0 a", ":0\r\n"},
+        {"LREM l x a", "-ERR value is not an integer or out of range\r\n"},
+        {"LTRIM l 0 1", "+OK\r\n"},
+        {"LTRIM l x 1", "-ERR value is not an integer or out of range\r\n"},
+        {"RPUSH l a b a c a d a", ":7\r\n"},
+        {"LREM l 2 a", ":2\r\n"},
+        {"LRANGE l 0 -1",
+         "*5\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\na\r\n$1\r\nd\r\n$1\r\na\r\n"},
+        {"LREM l -1 a", ":1\r\n"},
+        {"LRANGE l 0 -1", "*4\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\na\r\n$1\r\nd\r\n"},
+        {"LREM l 0 a", ":1\r\n"},
+        {"LRANGE l 0 -1", "*3\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n"},
+        {"LREM l 0 zz", ":0\r\n"},
+        {"LREM l 1.5 a", "-ERR value is not an integer or out of range\r\n"},
+        {"LSET l 0 X", "+OK\r\n"},
+        {"LSET l -1 Y", "+OK\r\n"},
+        {"LSET l 3 Z", "-ERR index out of range\r\n"},
+        {"LSET l -4 Z", "-ERR index out of range\r\n"},
+        {"LSET l 9223372036854775807 Z", "-ERR index out of range\r\n"},
+        {"LSET l x Z", "-ERR value is not an integer or out of range\r\n"},
+        {"LRANGE l 0 -1", "*3\r\n$1\r\nX\r\n$1\r\nc\r\n$1\r\nY\r\n"},
+        {"RPUSH l e f g", ":6\r\n"},
+        {"LTRIM l 1 -2", "+OK\r\n"},
+        {"LRANGE l 0 -1", "*4\r\n$1\r\nc\r\n$1\r\nY\r\n$1\r\ne\r\n$1\r\nf\r\n"},
+        {"LTRIM l -100 100", "+OK\r\n"},
+        {"LRANGE l 0 -1", "*4\r\n$1\r\nc\r\n$1\r\nY\r\n$1\r\ne\r\n$1\r\nf\r\n"},
+        {"LTRIM l 2 1", "+OK\r\n"},
+        {"EXISTS l", ":0\r\n"},
+        {"RPUSH m a b c", ":3\r\n"},
+        {"LTRIM m x 1", "-ERR value is not an integer or out of range\r\n"},
+        {"LTRIM m 0 -9223372036854775808", "+OK\r\n"},
+        {"EXISTS m", ":0\r\n"},
+        {"RPUSH m a a a", ":3\r\n"},
+        {"LREM m -9223372036854775808 a", ":3\r\n"},
+        {"EXISTS m", ":0\r\n"},
+        {"SET s v", "+OK\r\n"},
+        {"LSET s 0 x", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"LSET s x x", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"LREM s 0 a", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"LREM s x a", "-ERR value is not an integer or out of range\r\n"},
+        {"LTRIM s 0 1", "-WRONGTYPE Operation against a key holding the wrong "
+                        "kind of value\r\n"},
+        {"LTRIM s x 0", "-ERR value is not an integer or out of range\r\n"},
+        {"LSET s", "-ERR wrong number of arguments for 'lset' command\r\n"},
+        {"LREM s 0", "-ERR wrong number of arguments for 'lrem' command\r\n"},
+        {"LTRIM s 0", "-ERR wrong number of arguments for 'ltrim' command\r\n"},
+        {"LSET s 0 x y",
+         "-ERR wrong number of arguments for 'lset' command\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(lrem_lset_ltrim_on_a_wrapped_list) {
+    /* The list's ring wraps (pushed at both ends): LREM from either end,
+     * LSET and LTRIM keep the order LRANGE shows, and are logged as sent
+     * when they changed the list, so a replica agrees. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    exec_words(&p, &out, "RPUSH l a x b x");
+    exec_words(&p, &out, "LPUSH l x c x d");
+    CHECK(strcmp(exec_words(&p, &out, "LRANGE l 0 -1"),
+                 "*8\r\n$1\r\nd\r\n$1\r\nx\r\n$1\r\nc\r\n$1\r\nx\r\n$1\r\na\r\n"
+                 "$1\r\nx\r\n$1\r\nb\r\n$1\r\nx\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "LREM l -2 x"), ":2\r\n") == 0);
+    CHECK(strcmp(last_record(&p), "*4\r\n$4\r\nLREM\r\n$1\r\nl\r\n$2\r\n-2\r\n"
+                                  "$1\r\nx\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "LRANGE l 0 -1"),
+                 "*6\r\n$1\r\nd\r\n$1\r\nx\r\n$1\r\nc\r\n$1\r\nx\r\n$1\r\na\r\n"
+                 "$1\r\nb\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "LREM l 1 x"), ":1\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "LSET l -2 A"), "+OK\r\n") == 0);
+    CHECK(
+        strcmp(
+            exec_words(&p, &out, "LRANGE l 0 -1"),
+            "*5\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nx\r\n$1\r\nA\r\n$1\r\nb\r\n") ==
+        0);
+    exec_words(&p, &out, "LPUSH l y z");
+    CHECK(strcmp(exec_words(&p, &out, "LTRIM l 1 -2"), "+OK\r\n") == 0);
+    CHECK(
+        strcmp(
+            exec_words(&p, &out, "LRANGE l 0 -1"),
+            "*5\r\n$1\r\ny\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nx\r\n$1\r\nA\r\n") ==
+        0);
+    uint64_t end = p.log.end;
+    exec_words(&p, &out, "LTRIM l 0 -1");
+    exec_words(&p, &out, "LREM l 0 nope");
+    exec_words(&p, &out, "LSET l 9 v");
+    CHECK_U64_EQ(p.log.end, end);
+    exec_words(&p, &out, "RPUSH e a a");
+    exec_words(&p, &out, "LREM e 0 a");
+    exec_words(&p, &out, "RPUSH f a b");
+    exec_words(&p, &out, "LTRIM f 5 9");
+    CHECK(strcmp(exec_words(&p, &out, "EXISTS e f"), ":0\r\n") == 0);
+    check_replica_agrees(&p);
+    buf_free(&out);
+    kv_free(&p);
+}
