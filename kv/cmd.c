@@ -297,6 +297,65 @@ bad:
     return false;
 }
 
+/* SET's work once its options are read: f (SET_*) and the expiry time
+ * `when` (0: none) for key and val; the reply and the record. */
+static void set_key(kv *k, const resp_arg *key, const resp_arg *val, unsigned f,
+                    int64_t when, buf *out) {
+    dict_entry *e = kv_lookup(k, key);
+    if (e && (f & SET_GET) && store_obj(e)->type != KV_STRING) {
+        reply_wrongtype(out);
+        return;
+    }
+    size_t mark = out->len; /* where the reply starts, for an -OOM */
+    if ((f & SET_NX && e) || (f & SET_XX && !e)) {
+        if (f & SET_GET && e)
+            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+        else
+            reply_nil(out);
+        return;
+    }
+    if (f & SET_GET) {
+        if (e)
+            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+        else
+            reply_nil(out);
+    }
+    /* The entry is made first, so that nothing is logged that cannot be
+     * applied. The value is the store's own copy: the log frees its bytes
+     * once they leave the backlog. */
+    if (store_put(&k->db, &e, key->p, key->len, val->p, val->len) < 0) {
+        out->len = mark; /* the old value is still there: no GET reply */
+        reply_oom(out);
+        return;
+    }
+    if (!(f & SET_KEEPTTL) && (when || store_obj(e)->expire) &&
+        kv_set_expire(k, e, when) < 0) {
+        kv_delete(k, e); /* no room for its expiry: it must not outlive it */
+        resp_arg del[2] = {{"DEL", 3}, *key};
+        kv_log(k, del, 2);
+        out->len = mark;
+        reply_oom(out);
+        return;
+    }
+    /* The record: the key and value, and the expiry as an absolute time
+     * (or KEEPTTL), so that a replica applying it later agrees. */
+    char num[24];
+    resp_arg rec[5];
+    rec[0] = (resp_arg){"SET", 3};
+    rec[1] = *key;
+    rec[2] = *val;
+    size_t n = 3;
+    if (when) {
+        rec[n++] = (resp_arg){"PXAT", 4};
+        rec[n].len = (size_t)snprintf(num, sizeof num, "%" PRId64, when);
+        rec[n++].p = num;
+    } else if (f & SET_KEEPTTL) {
+        rec[n++] = (resp_arg){"KEEPTTL", 7};
+    }
+    kv_log(k, rec, n);
+    if (!(f & SET_GET)) reply_ok(out);
+}
+
 static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                     buf *out) {
     (void)cl;
@@ -335,59 +394,21 @@ static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     int64_t when = 0;
     if (ttl && !expire_arg(k, ttl, (int)(f & SET_ANY_TTL), "set", &when, out))
         return;
-    dict_entry *e = kv_lookup(k, &a[1]);
-    if (e && (f & SET_GET) && store_obj(e)->type != KV_STRING) {
-        reply_wrongtype(out);
+    set_key(k, &a[1], &a[2], f, when, out);
+}
+
+/* SETEX key seconds value, PSETEX key ms value: SET key value EX (PX),
+ * the time read first, its errors naming the command. */
+static void cmd_setex(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    (void)argc;
+    bool ms = (a[0].p[0] | 0x20) == 'p';
+    int64_t when;
+    if (!expire_arg(k, &a[2], ms ? SET_PX : SET_EX, ms ? "psetex" : "setex",
+                    &when, out))
         return;
-    }
-    size_t mark = out->len; /* where the reply starts, for an -OOM */
-    if ((f & SET_NX && e) || (f & SET_XX && !e)) {
-        if (f & SET_GET && e)
-            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
-        else
-            reply_nil(out);
-        return;
-    }
-    if (f & SET_GET) {
-        if (e)
-            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
-        else
-            reply_nil(out);
-    }
-    /* The entry is made first, so that nothing is logged that cannot be
-     * applied. The value is the store's own copy: the log frees its bytes
-     * once they leave the backlog. */
-    if (store_put(&k->db, &e, a[1].p, a[1].len, a[2].p, a[2].len) < 0) {
-        out->len = mark; /* the old value is still there: no GET reply */
-        reply_oom(out);
-        return;
-    }
-    if (!(f & SET_KEEPTTL) && (when || store_obj(e)->expire) &&
-        kv_set_expire(k, e, when) < 0) {
-        kv_delete(k, e); /* no room for its expiry: it must not outlive it */
-        resp_arg del[2] = {{"DEL", 3}, a[1]};
-        kv_log(k, del, 2);
-        out->len = mark;
-        reply_oom(out);
-        return;
-    }
-    /* The record: the key and value, and the expiry as an absolute time
-     * (or KEEPTTL), so that a replica applying it later agrees. */
-    char num[24];
-    resp_arg rec[5];
-    rec[0] = (resp_arg){"SET", 3};
-    rec[1] = a[1];
-    rec[2] = a[2];
-    size_t n = 3;
-    if (when) {
-        rec[n++] = (resp_arg){"PXAT", 4};
-        rec[n].len = (size_t)snprintf(num, sizeof num, "%" PRId64, when);
-        rec[n++].p = num;
-    } else if (f & SET_KEEPTTL) {
-        rec[n++] = (resp_arg){"KEEPTTL", 7};
-    }
-    kv_log(k, rec, n);
-    if (!(f & SET_GET)) reply_ok(out);
+    set_key(k, &a[1], &a[3], ms ? SET_PX : SET_EX, when, out);
 }
 
 /* GETDEL key: GET, then the key goes (logged as its DEL). */
@@ -621,6 +642,39 @@ static void cmd_del(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     if (n) kv_log(k, a, argc);
     buf_int(out, ':', n);
+}
+
+/* RENAME and RENAMENX key newkey: Redis' order (the source, then a
+ * rename onto itself, then the target); the value and its expiry move,
+ * the target's old value and expiry go. Logged as sent: the same move on
+ * a replica's same keyspace. */
+static void cmd_rename(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    bool nx = a[0].len == 8;
+    dict_entry *from = kv_lookup(k, &a[1]);
+    if (!from) {
+        buf_str(out, "-ERR no such key\r\n");
+        return;
+    }
+    if (a[1].len == a[2].len && memcmp(a[1].p, a[2].p, a[1].len) == 0) {
+        buf_str(out, nx ? ":0\r\n" : "+OK\r\n");
+        return;
+    }
+    dict_entry *to = kv_lookup(k, &a[2]);
+    if (to && nx) {
+        buf_str(out, ":0\r\n");
+        return;
+    }
+    if (!to && !(to = store_add(&k->db, a[2].p, a[2].len, KV_STRING))) {
+        reply_oom(out);
+        return;
+    }
+    if (store_obj(from)->expire || store_obj(to)->expire)
+        k->expiry_changed = true;
+    store_move(&k->db, from, to);
+    kv_log(k, a, argc);
+    buf_str(out, nx ? ":1\r\n" : "+OK\r\n");
 }
 
 static void cmd_exists(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -1178,6 +1232,8 @@ bad_cursor:
 static const kv_cmd commands[] = {
     {"get", 2, 0, cmd_get},
     {"set", -3, CMD_WRITE, cmd_set},
+    {"setex", 4, CMD_WRITE, cmd_setex},
+    {"psetex", 4, CMD_WRITE, cmd_setex},
     {"getdel", 2, CMD_WRITE, cmd_getdel},
     {"getex", -2, CMD_WRITE, cmd_getex},
     {"incr", 2, CMD_WRITE, cmd_incr},
@@ -1186,7 +1242,11 @@ static const kv_cmd commands[] = {
     {"decrby", 3, CMD_WRITE, cmd_incrby},
     {"incrbyfloat", 3, CMD_WRITE, cmd_incrbyfloat},
     {"del", -2, CMD_WRITE, cmd_del},
+    {"unlink", -2, CMD_WRITE, cmd_del},
     {"exists", -2, 0, cmd_exists},
+    {"touch", -2, 0, cmd_exists},
+    {"rename", 3, CMD_WRITE, cmd_rename},
+    {"renamenx", 3, CMD_WRITE, cmd_rename},
     {"dbsize", 1, 0, cmd_dbsize},
     {"flushall", -1, CMD_WRITE, cmd_flushall},
     {"flushdb", -1, CMD_WRITE, cmd_flushall},

@@ -405,6 +405,76 @@ static void cmd_lrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_bulk(out, list_at(l, i)->p, list_at(l, i)->len);
 }
 
+/* LSET key index element: the key first (missing: no such key), then
+ * the index, as Redis 7.0 checks them. Logged as sent: the same index on
+ * the same list. */
+static void cmd_lset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    if (!e) {
+        buf_str(out, "-ERR no such key\r\n");
+        return;
+    }
+    long long i;
+    if (!arg_i64(&a[2], &i, out)) return;
+    kv_list *l = store_obj(e)->val;
+    if (i < 0) i += (long long)l->n;
+    if (i < 0 || i >= (long long)l->n) {
+        buf_str(out, "-ERR index out of range\r\n");
+        return;
+    }
+    if (list_set(l, (size_t)i, a[3].p, a[3].len) < 0) {
+        reply_oom(out);
+        return;
+    }
+    kv_log(k, a, argc);
+    reply_ok(out);
+}
+
+/* LREM key count element: count > 0 from the head, < 0 from the tail, 0
+ * all (Redis' O(n) walk). Logged as sent when it removed any. */
+static void cmd_lrem(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    long long count;
+    if (!arg_i64(&a[2], &count, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    size_t gone = 0;
+    if (e) {
+        kv_list *l = store_obj(e)->val;
+        uint64_t most = count < 0 ? 0 - (uint64_t)count : (uint64_t)count;
+        gone = list_remove(l, a[3].p, a[3].len, most, count < 0);
+        if (gone) kv_log(k, a, argc);
+        drop_if_empty(k, e, l->n);
+    }
+    buf_int(out, ':', (long long)gone);
+}
+
+/* LTRIM key start stop: keeps LRANGE's range of the list (none: the key
+ * goes). Logged as sent when it dropped any element. */
+static void cmd_ltrim(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    long long start, stop;
+    if (!arg_i64(&a[2], &start, out) || !arg_i64(&a[3], &stop, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    if (e) {
+        kv_list *l = store_obj(e)->val;
+        size_t from, to, n = l->n;
+        if (clip_range(start, stop, n, &from, &to))
+            list_trim(l, from, n - 1 - to);
+        else
+            list_trim(l, 0, n);
+        if (l->n != n) kv_log(k, a, argc);
+        drop_if_empty(k, e, l->n);
+    }
+    reply_ok(out);
+}
+
 /* ------------------------------- sets, hashes and sorted sets alike */
 
 /* The type a set, hash or sorted-set command acts on, told by its name's
@@ -672,6 +742,100 @@ static void cmd_hgetall(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     do
         cur = dict_scan(&h->d, cur, SIZE_MAX, hash_pair, &p);
     while (cur);
+}
+
+/* HKEYS and HVALS: the fields or the values, in HGETALL's order (the
+ * dict's), so that the two replies zip while the hash is unchanged. */
+typedef struct hash_half {
+    buf *out;
+    bool values;
+} hash_half;
+
+static void hash_one(const dict *d, dict_entry *f, void *arg) {
+    hash_half *w = arg;
+    if (w->values)
+        buf_bulk(w->out, hash_value(f)->p, hash_value(f)->len);
+    else
+        buf_bulk(w->out, dict_key(d, f), f->klen);
+}
+
+static void cmd_hkeys(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    (void)argc;
+    dict *d;
+    if (!find_members(k, &a[1], KV_HASH, &d, out)) return;
+    buf_int(out, '*', d ? (long long)d->count : 0);
+    if (!d) return;
+    hash_half w = {out, (a[0].p[1] | 0x20) == 'v'};
+    uint64_t cur = 0;
+    do
+        cur = dict_scan(d, cur, SIZE_MAX, hash_one, &w);
+    while (cur);
+}
+
+static void cmd_hstrlen(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    (void)argc;
+    dict *d;
+    if (!find_members(k, &a[1], KV_HASH, &d, out)) return;
+    dict_entry *f = member(d, &a[2]);
+    buf_int(out, ':', f ? (long long)hash_value(f)->len : 0);
+}
+
+/* HSETNX key field value: sets a field that is not there (logged as
+ * sent: deterministic); an existing one is left, and nothing logged. */
+static void cmd_hsetnx(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    dict_entry *e;
+    kv_hash *h = make_of(k, &a[1], KV_HASH, &e, out);
+    if (!h) return;
+    if (member(&h->d, &a[2])) {
+        buf_str(out, ":0\r\n");
+        return;
+    }
+    if (hash_set(h, a[2].p, a[2].len, a[3].p, a[3].len) < 0) {
+        drop_if_empty(k, e, h->d.count);
+        reply_oom(out);
+        return;
+    }
+    kv_log(k, a, argc);
+    buf_str(out, ":1\r\n");
+}
+
+/* HINCRBY key field by: Redis' order of checks (the increment, then the
+ * key's type, then the field's value as string2ll reads it). Logged as
+ * sent: the same sum on the same value on a replica. */
+static void cmd_hincrby(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    long long by, v = 0;
+    if (!arg_i64(&a[3], &by, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
+    dict_entry *f = e ? member(members(e), &a[2]) : NULL;
+    if (f && !kv_parse_i64(hash_value(f)->p, hash_value(f)->len, &v)) {
+        buf_str(out, "-ERR hash value is not an integer\r\n");
+        return;
+    }
+    if ((by < 0 && v < 0 && by < INT64_MIN - v) ||
+        (by > 0 && v > 0 && by > INT64_MAX - v)) {
+        buf_str(out, "-ERR increment or decrement would overflow\r\n");
+        return;
+    }
+    char num[24];
+    size_t n = (size_t)snprintf(num, sizeof num, "%lld", v + by);
+    kv_hash *h = make_of(k, &a[1], KV_HASH, &e, out);
+    if (!h) return;
+    if (hash_set(h, a[2].p, a[2].len, num, n) < 0) {
+        drop_if_empty(k, e, h->d.count);
+        reply_oom(out);
+        return;
+    }
+    kv_log(k, a, argc);
+    buf_int(out, ':', v + by);
 }
 
 /* HINCRBYFLOAT key field by: Redis' order of checks (the increment,
@@ -1062,6 +1226,9 @@ static const kv_cmd type_commands[] = {
     {"llen", 2, 0, cmd_llen},
     {"lindex", 3, 0, cmd_lindex},
     {"lrange", 4, 0, cmd_lrange},
+    {"lset", 4, CMD_WRITE, cmd_lset},
+    {"lrem", 4, CMD_WRITE, cmd_lrem},
+    {"ltrim", 4, CMD_WRITE, cmd_ltrim},
     {"sadd", -3, CMD_WRITE, cmd_sadd},
     {"srem", -3, CMD_WRITE, cmd_remove},
     {"spop", -2, CMD_WRITE, cmd_spop},
@@ -1078,6 +1245,11 @@ static const kv_cmd type_commands[] = {
     {"hdel", -3, CMD_WRITE, cmd_remove},
     {"hgetall", 2, 0, cmd_hgetall},
     {"hincrbyfloat", 4, CMD_WRITE, cmd_hincrbyfloat},
+    {"hincrby", 4, CMD_WRITE, cmd_hincrby},
+    {"hkeys", 2, 0, cmd_hkeys},
+    {"hvals", 2, 0, cmd_hkeys},
+    {"hsetnx", 4, CMD_WRITE, cmd_hsetnx},
+    {"hstrlen", 3, 0, cmd_hstrlen},
     {"hscan", -3, 0, cmd_member_scan},
     {"zadd", -4, CMD_WRITE, cmd_zadd},
     {"zincrby", 4, CMD_WRITE, cmd_zincrby},

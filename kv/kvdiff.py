@@ -226,10 +226,13 @@ def expire_args(r, cmd, now_s):
     return args
 
 
+NCASES = 81  # gen's cases
+
+
 def gen(r, now_s, in_multi=False):
     """One random request (a list of byte strings)."""
     k = pick_key(r)
-    c = r.randrange(68)
+    c = r.randrange(NCASES)
     if c == 0:
         a = [b"GET", k]
     elif c == 1:
@@ -408,6 +411,35 @@ def gen(r, now_s, in_multi=False):
         a += r.choice([[], [b"COUNT"], [b"COUNT", b"0"], [b"COUNT", b"-1"],
                        [b"COUNT", b"x"], [b"MATCH"], [b"TYPE", b"set"],
                        [b"FOO", b"1"], [b"COUNT", b"9223372036854775808"]])
+    elif c == 68:
+        a = [b"HINCRBY", k, pick_word(r), pick_ints(r)]
+    elif c == 69:
+        a = [r.choice([b"HKEYS", b"HVALS"]), k]
+    elif c == 70:
+        a = [b"HSETNX", k, pick_word(r), pick_word(r)]
+    elif c == 71:
+        a = [b"HSTRLEN", k, pick_word(r)]
+    elif c == 72:
+        a = [b"HSET", k, pick_word(r), pick_ints(r)]
+    elif c == 73:
+        a = [r.choice([b"SETEX", b"PSETEX"]), k,
+             r.choice([b"1000000", b"100000", b"0", b"-1", b"x", b"", b"1.5",
+                       b"9223372036854775807", b"9223372036854775",
+                       b"9223372036854774", b"-9223372036854775808"]),
+             pick_word(r)]
+    elif c == 74:
+        a = [b"UNLINK"] + [pick_key(r) for _ in range(r.randint(1, 3))]
+    elif c == 75:
+        a = [b"TOUCH"] + [pick_key(r) for _ in range(r.randint(1, 4))]
+    elif c in (76, 77):
+        a = [r.choice([b"RENAME", b"RENAMENX"]), k,
+             k if r.random() < 0.1 else pick_key(r)]
+    elif c == 78:
+        a = [b"LREM", k, pick_ints(r), pick_word(r)]
+    elif c == 79:
+        a = [b"LSET", k, pick_ints(r), pick_word(r)]
+    elif c == 80:
+        a = [b"LTRIM", k, pick_ints(r), pick_ints(r)]
     else:
         a = [b"SET", k, pick_word(r)]
     # Wrong arities now and then: one argument fewer or one more.
@@ -425,7 +457,7 @@ def gen(r, now_s, in_multi=False):
 
 # ----------------------------------------------------------- comparing
 
-UNORDERED = {b"SMEMBERS", b"KEYS"}
+UNORDERED = {b"SMEMBERS", b"KEYS", b"HKEYS", b"HVALS"}
 
 
 def pairs(v):

@@ -47,7 +47,7 @@ static const char *const names[OP_COUNT + 1] = {
     "SET",   "SET",    "SET",         "SET",       "GET",     "DEL",
     "INCR",  "APPEND", "EXISTS",      "PEXPIREAT", "PERSIST", "RPUSH",
     "LPOP",  "LLEN",   "TYPE",        "INCRBY",    "DECRBY",  "GETDEL",
-    "GETEX", "GETEX",  "INCRBYFLOAT", "MGET"};
+    "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",   "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -231,9 +231,11 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
         if (!live || s->type != MODEL_STRING) return put_s(out, "$-1\r\n");
         return put_bulk(out, 0, s->v, s->len);
     case OP_DEL:
+    case OP_UNLINK:
         clear(s);
         return put_int(out, 0, live);
     case OP_EXISTS:
+    case OP_TOUCH:
         return put_int(out, 0, live);
     case OP_INCR:
     case OP_INCRBY:

@@ -73,6 +73,8 @@ enum {
     OP_GETEX_PXAT,    /* GETEX k PXAT t */
     OP_GETEX_PERSIST, /* GETEX k PERSIST */
     OP_INCRBYFLOAT,   /* INCRBYFLOAT k n (n in val) */
+    OP_UNLINK,        /* UNLINK k */
+    OP_TOUCH,         /* TOUCH k */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */

@@ -1139,8 +1139,8 @@ static void send_forget(client *cl) {
 }
 
 static int pick_op(uint64_t *r) {
-    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3,
-                                          8,  6, 3, 2, 4,  3, 2, 2, 2, 3};
+    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8,
+                                          6,  3, 2, 4, 3,  2, 2, 2, 3, 2, 2};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];

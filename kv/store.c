@@ -218,6 +218,18 @@ int store_set(store *st, const char *key, size_t klen, const char *val,
     return store_set_entry(st, key, klen, val, vlen, NULL);
 }
 
+void store_move(store *st, dict_entry *from, dict_entry *to) {
+    kobj *f = store_obj(from), *t = store_obj(to);
+    if (t->heap) heap_remove(st, to);
+    store_value_free(t);
+    *t = *f;
+    if (f->heap) place(st, f->heap - 1, to);
+    f->heap = 0;
+    f->val = NULL; /* moved: nothing of it is freed */
+    f->type = KV_STRING;
+    dict_delete(&st->d, from);
+}
+
 int store_del(store *st, const char *key, size_t klen) {
     dict_entry *e = store_find(st, key, klen);
     if (!e) return 0;

@@ -99,6 +99,11 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
               const char *val, size_t vlen);
 int store_set_entry(store *st, const char *key, size_t klen, const char *val,
                     size_t vlen, dict_entry **out);
+/* RENAME: key `to` (an entry of st other than from: an old key or one
+ * just added) takes from's value and expiry, its own dropped; from goes.
+ * No allocation: the value moves, and `to` takes from's place in the
+ * expiry heap (the same time there). */
+void store_move(store *st, dict_entry *from, dict_entry *to);
 /* 1 when the key was there and is gone, 0 when it was not there. */
 int store_del(store *st, const char *key, size_t klen);
 

@@ -4340,3 +4340,429 @@ TEST(collection_scans_return_every_member) {
     scan_walk_sees_every_member("HSCAN", "HSET key m%d %d", true, true);
     scan_walk_sees_every_member("ZSCAN", "ZADD key %2$d m%1$d", true, true);
 }
+
+TEST(hash_commands_as_redis) {
+    /* HINCRBY, HKEYS, HVALS, HSETNX and HSTRLEN in Redis 7.0's words
+     * (redis-server 7.0.15 answered each of these): HINCRBY reads its
+     * increment, then the key's type, then the field's value (Redis'
+     * string2ll: no leading zero, no "-0"). */
+    static const char *const cases[][2] = {
+        {"HINCRBY h f 5", ":5\r\n"},
+        {"HINCRBY h f -7", ":-2\r\n"},
+        {"HINCRBY h f x", "-ERR value is not an integer or out of range\r\n"},
+        {"HINCRBY h f 9223372036854775808",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"HINCRBY h f 1.5", "-ERR value is not an integer or out of range\r\n"},
+        {"HINCRBY h f 9223372036854775807", ":9223372036854775805\r\n"},
+        {"HINCRBY h g 9223372036854775807", ":9223372036854775807\r\n"},
+        {"HINCRBY h g 1", "-ERR increment or decrement would overflow\r\n"},
+        {"HINCRBY h g -9223372036854775808", ":-1\r\n"},
+        {"HSET h s abc", ":1\r\n"},
+        {"HINCRBY h s 1", "-ERR hash value is not an integer\r\n"},
+        {"HINCRBY h s x", "-ERR value is not an integer or out of range\r\n"},
+        {"HSET h z 007", ":1\r\n"},
+        {"HINCRBY h z 1", "-ERR hash value is not an integer\r\n"},
+        {"HSET h m -0", ":1\r\n"},
+        {"HINCRBY h m 1", "-ERR hash value is not an integer\r\n"},
+        {"HGET h f", "$19\r\n9223372036854775805\r\n"},
+        {"SET str v", "+OK\r\n"},
+        {"HINCRBY str f 1", "-WRONGTYPE Operation against a key holding the "
+                            "wrong kind of value\r\n"},
+        {"HINCRBY str f x", "-ERR value is not an integer or out of range\r\n"},
+        {"HINCRBY nh f 0", ":0\r\n"},
+        {"HGETALL nh", "*2\r\n$1\r\nf\r\n$1\r\n0\r\n"},
+        {"HINCRBY h f",
+         "-ERR wrong number of arguments for 'hincrby' command\r\n"},
+        {"HINCRBY h f 1 2",
+         "-ERR wrong number of arguments for 'hincrby' command\r\n"},
+        {"HKEYS nokey", "*0\r\n"},
+        {"HVALS nokey", "*0\r\n"},
+        {"HKEYS str", "-WRONGTYPE Operation against a key holding the wrong "
+                      "kind of value\r\n"},
+        {"HVALS str", "-WRONGTYPE Operation against a key holding the wrong "
+                      "kind of value\r\n"},
+        {"HKEYS nh", "*1\r\n$1\r\nf\r\n"},
+        {"HVALS nh", "*1\r\n$1\r\n0\r\n"},
+        {"HKEYS", "-ERR wrong number of arguments for 'hkeys' command\r\n"},
+        {"HVALS a b", "-ERR wrong number of arguments for 'hvals' command\r\n"},
+        {"HSETNX hs a 1", ":1\r\n"},
+        {"HSETNX hs a 2", ":0\r\n"},
+        {"HGET hs a", "$1\r\n1\r\n"},
+        {"HSETNX str a 1", "-WRONGTYPE Operation against a key holding the "
+                           "wrong kind of value\r\n"},
+        {"HSETNX hs",
+         "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
+        {"HSETNX hs a",
+         "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
+        {"HSETNX hs a 1 2",
+         "-ERR wrong number of arguments for 'hsetnx' command\r\n"},
+        {"HSTRLEN hs a", ":1\r\n"},
+        {"HSTRLEN hs b", ":0\r\n"},
+        {"HSTRLEN nokey a", ":0\r\n"},
+        {"HSTRLEN str a", "-WRONGTYPE Operation against a key holding the "
+                          "wrong kind of value\r\n"},
+        {"HINCRBY hs n 100", ":100\r\n"},
+        {"HSTRLEN hs n", ":3\r\n"},
+        {"HSTRLEN hs",
+         "-ERR wrong number of arguments for 'hstrlen' command\r\n"},
+        {"HSTRLEN hs a b",
+         "-ERR wrong number of arguments for 'hstrlen' command\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(hash_commands_logged_so_replicas_agree) {
+    /* HINCRBY and HSETNX are logged as sent when they change the hash
+     * (deterministic), and not when refused or a no-op; the reads log
+     * nothing. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    exec_words(&p, &out, "HINCRBY h a 5");
+    CHECK(strcmp(last_record(&p), "*4\r\n$7\r\nHINCRBY\r\n$1\r\nh\r\n$1\r\na"
+                                  "\r\n$1\r\n5\r\n") == 0);
+    exec_words(&p, &out, "HSETNX h b x");
+    CHECK(strcmp(last_record(&p), "*4\r\n$6\r\nHSETNX\r\n$1\r\nh\r\n$1\r\nb"
+                                  "\r\n$1\r\nx\r\n") == 0);
+    uint64_t end = p.log.end;
+    exec_words(&p, &out, "HSETNX h b y");
+    exec_words(&p, &out, "HINCRBY h b 1");
+    exec_words(&p, &out, "HINCRBY h a x");
+    exec_words(&p, &out, "HKEYS h");
+    exec_words(&p, &out, "HVALS h");
+    exec_words(&p, &out, "HSTRLEN h a");
+    CHECK_U64_EQ(p.log.end, end);
+    exec_words(&p, &out, "HINCRBY h a -9");
+    exec_words(&p, &out, "HSETNX n f v");
+    check_replica_agrees(&p);
+    kv r;
+    kv_setup(&r, true);
+    CHECK(strcmp(exec_words(&r, &out, "HINCRBY h a 1"),
+                 KV_READONLY_ERR "\r\n") == 0);
+    CHECK(strcmp(exec_words(&r, &out, "HSETNX h a 1"),
+                 KV_READONLY_ERR "\r\n") == 0);
+    CHECK(strcmp(exec_words(&r, &out, "HKEYS h"), "*0\r\n") == 0);
+    kv_free(&r);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(hkeys_and_hvals_in_one_order) {
+    /* HKEYS and HVALS walk a hash in the same order (as HGETALL), so a
+     * client may zip them, as Redis allows. */
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    char line[64];
+    for (int i = 0; i < 300; i++) {
+        snprintf(line, sizeof line, "HSET h f%d v%d", i, i);
+        exec_words(&k, &out, line);
+    }
+    char *keys = strdup(exec_words(&k, &out, "HKEYS h"));
+    const char *vals = exec_words(&k, &out, "HVALS h");
+    CHECK(strncmp(keys, "*300\r\n", 6) == 0 &&
+          strncmp(vals, "*300\r\n", 6) == 0);
+    const char *kp = keys + 6, *vp = vals + 6;
+    for (int i = 0; i < 300; i++) {
+        int a = -1, b = -2;
+        CHECK(sscanf(strchr(kp, '\n') + 1, "f%d", &a) == 1);
+        CHECK(sscanf(strchr(vp, '\n') + 1, "v%d", &b) == 1);
+        CHECK_EQ(a, b);
+        kp = strchr(strchr(kp, '\n') + 1, '\n') + 1;
+        vp = strchr(strchr(vp, '\n') + 1, '\n') + 1;
+    }
+    free(keys);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(setex_psetex_unlink_touch_as_redis) {
+    /* Redis 7.0's words (redis-server 7.0.15 answered each of these):
+     * SETEX and PSETEX read the time first, as SET ... EX does (its
+     * errors name the command), and replace a key of any type; UNLINK is
+     * DEL, TOUCH counts as EXISTS does (a key named twice twice). */
+    static const char *const cases[][2] = {
+        {"SETEX k 100 v", "+OK\r\n"},
+        {"TTL k", ":100\r\n"},
+        {"GET k", "$1\r\nv\r\n"},
+        {"SETEX k 0 v", "-ERR invalid expire time in 'setex' command\r\n"},
+        {"SETEX k -1 v", "-ERR invalid expire time in 'setex' command\r\n"},
+        {"SETEX k x v", "-ERR value is not an integer or out of range\r\n"},
+        {"SETEX k 9223372036854775807 v",
+         "-ERR invalid expire time in 'setex' command\r\n"},
+        {"SETEX k 9223372036854775 v",
+         "-ERR invalid expire time in 'setex' command\r\n"},
+        {"SETEX k 9223372036854774 v",
+         "-ERR invalid expire time in 'setex' command\r\n"},
+        {"SETEX k 1.5 v", "-ERR value is not an integer or out of range\r\n"},
+        {"PSETEX k 100000 w", "+OK\r\n"},
+        {"PTTL k", ":100000\r\n"},
+        {"GET k", "$1\r\nw\r\n"},
+        {"PSETEX k 0 v", "-ERR invalid expire time in 'psetex' command\r\n"},
+        {"PSETEX k -5 v", "-ERR invalid expire time in 'psetex' command\r\n"},
+        {"PSETEX k x v", "-ERR value is not an integer or out of range\r\n"},
+        {"PSETEX k 9223372036854775807 v",
+         "-ERR invalid expire time in 'psetex' command\r\n"},
+        {"GET k", "$1\r\nw\r\n"},
+        {"LPUSH l a", ":1\r\n"},
+        {"SETEX l 100 v", "+OK\r\n"},
+        {"TYPE l", "+string\r\n"},
+        {"TTL l", ":100\r\n"},
+        {"SETEX l x v", "-ERR value is not an integer or out of range\r\n"},
+        {"SETEX k 100",
+         "-ERR wrong number of arguments for 'setex' command\r\n"},
+        {"SETEX k 100 v w",
+         "-ERR wrong number of arguments for 'setex' command\r\n"},
+        {"PSETEX k", "-ERR wrong number of arguments for 'psetex' command\r\n"},
+        {"UNLINK nokey", ":0\r\n"},
+        {"SET a 1", "+OK\r\n"},
+        {"SET b 2", "+OK\r\n"},
+        {"UNLINK a b c a", ":2\r\n"},
+        {"EXISTS a b", ":0\r\n"},
+        {"UNLINK", "-ERR wrong number of arguments for 'unlink' command\r\n"},
+        {"TOUCH nokey", ":0\r\n"},
+        {"SET a 1", "+OK\r\n"},
+        {"TOUCH a a nokey b l", ":3\r\n"},
+        {"TOUCH", "-ERR wrong number of arguments for 'touch' command\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(setex_logged_as_set_pxat) {
+    /* SETEX and PSETEX are logged as SET ... PXAT of an absolute time
+     * (as Redis 7.0 propagates them), UNLINK as a DEL of what it found;
+     * TOUCH is a read, allowed on a replica. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    CHECK(strcmp(exec_words(&p, &out, "SETEX a 100 v"), "+OK\r\n") == 0);
+    char want[128];
+    snprintf(want, sizeof want,
+             "*5\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nv\r\n$4\r\nPXAT\r\n$13\r\n"
+             "%lld\r\n",
+             (long long)(p.cmd_now + 100000));
+    CHECK(strcmp(last_record(&p), want) == 0);
+    CHECK(strcmp(exec_words(&p, &out, "PSETEX b 5000 w"), "+OK\r\n") == 0);
+    snprintf(want, sizeof want,
+             "*5\r\n$3\r\nSET\r\n$1\r\nb\r\n$1\r\nw\r\n$4\r\nPXAT\r\n$13\r\n"
+             "%lld\r\n",
+             (long long)(p.cmd_now + 5000));
+    CHECK(strcmp(last_record(&p), want) == 0);
+    uint64_t end = p.log.end;
+    exec_words(&p, &out, "SETEX a 0 v");
+    exec_words(&p, &out, "PSETEX a x v");
+    exec_words(&p, &out, "UNLINK nokey");
+    exec_words(&p, &out, "TOUCH a b");
+    CHECK_U64_EQ(p.log.end, end);
+    exec_words(&p, &out, "SET c 1");
+    CHECK(strcmp(exec_words(&p, &out, "UNLINK c nokey"), ":1\r\n") == 0);
+    check_replica_agrees(&p);
+    kv r;
+    kv_setup(&r, true);
+    CHECK(strcmp(exec_words(&r, &out, "SETEX a 1 v"), KV_READONLY_ERR "\r\n") ==
+          0);
+    CHECK(strcmp(exec_words(&r, &out, "UNLINK a"), KV_READONLY_ERR "\r\n") ==
+          0);
+    CHECK(strcmp(exec_words(&r, &out, "TOUCH a"), ":0\r\n") == 0);
+    kv_free(&r);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(rename_renamenx_as_redis) {
+    /* Redis 7.0's words (redis-server 7.0.15 answered each of these): a
+     * missing source is an error even onto itself; a key renamed onto
+     * itself is left; the key's expiry moves with it, and the target's
+     * old value and expiry go. */
+    static const char *const cases[][2] = {
+        {"RENAME a b", "-ERR no such key\r\n"},
+        {"RENAMENX a b", "-ERR no such key\r\n"},
+        {"RENAME a a", "-ERR no such key\r\n"},
+        {"RENAMENX a a", "-ERR no such key\r\n"},
+        {"SET a 1", "+OK\r\n"},
+        {"RENAME a a", "+OK\r\n"},
+        {"RENAMENX a a", ":0\r\n"},
+        {"GET a", "$1\r\n1\r\n"},
+        {"RENAME a b", "+OK\r\n"},
+        {"EXISTS a", ":0\r\n"},
+        {"GET b", "$1\r\n1\r\n"},
+        {"SET c 3 EX 100", "+OK\r\n"},
+        {"RENAME c b", "+OK\r\n"},
+        {"TTL b", ":100\r\n"},
+        {"GET b", "$1\r\n3\r\n"},
+        {"RENAME b c", "+OK\r\n"},
+        {"TTL c", ":100\r\n"},
+        {"LPUSH l x y", ":2\r\n"},
+        {"RENAMENX l c", ":0\r\n"},
+        {"RENAMENX l d", ":1\r\n"},
+        {"LRANGE d 0 -1", "*2\r\n$1\r\ny\r\n$1\r\nx\r\n"},
+        {"TYPE l", "+none\r\n"},
+        {"SET e 5", "+OK\r\n"},
+        {"RENAMENX c e", ":0\r\n"},
+        {"RENAME d e", "+OK\r\n"},
+        {"TYPE e", "+list\r\n"},
+        {"TTL e", ":-1\r\n"},
+        {"RENAME e", "-ERR wrong number of arguments for 'rename' command\r\n"},
+        {"RENAME e f g",
+         "-ERR wrong number of arguments for 'rename' command\r\n"},
+        {"RENAMENX e",
+         "-ERR wrong number of arguments for 'renamenx' command\r\n"},
+        {"SET x 1 EX 50", "+OK\r\n"},
+        {"SET y 2", "+OK\r\n"},
+        {"RENAME y x", "+OK\r\n"},
+        {"TTL x", ":-1\r\n"},
+        {"SET p 1 EX 50", "+OK\r\n"},
+        {"SET q 2 EX 70", "+OK\r\n"},
+        {"RENAME q p", "+OK\r\n"},
+        {"TTL p", ":70\r\n"},
+        {"EXISTS q", ":0\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(rename_moves_the_expiry_and_is_logged) {
+    /* RENAME and RENAMENX are logged as sent when they moved a key (the
+     * same move on the same keyspace); the store's expiry heap then holds
+     * the key under its new name, and a target's old expiry is gone. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    exec_words(&p, &out, "SET a 1 PX 100000");
+    exec_words(&p, &out, "SET b 2 PX 50000");
+    exec_words(&p, &out, "SET c 3");
+    CHECK(strcmp(exec_words(&p, &out, "RENAME a n"), "+OK\r\n") == 0);
+    CHECK(strcmp(last_record(&p),
+                 "*3\r\n$6\r\nRENAME\r\n$1\r\na\r\n$1\r\nn\r\n") == 0);
+    CHECK_EQ(p.db.nheap, 2);
+    CHECK(strcmp(exec_words(&p, &out, "RENAMENX c b"), ":0\r\n") == 0);
+    uint64_t end = p.log.end;
+    exec_words(&p, &out, "RENAME nokey x");
+    exec_words(&p, &out, "RENAME c c");
+    exec_words(&p, &out, "RENAMENX c c");
+    CHECK_U64_EQ(p.log.end, end);
+    CHECK(strcmp(exec_words(&p, &out, "RENAME c b"), "+OK\r\n") == 0);
+    CHECK_EQ(p.db.nheap, 1); /* b's old expiry went with its value */
+    dict_entry *first = store_first_expiry(&p.db);
+    CHECK(first && first->klen == 1 && dict_key(&p.db.d, first)[0] == 'n');
+    CHECK(strcmp(exec_words(&p, &out, "RENAMENX n m"), ":1\r\n") == 0);
+    first = store_first_expiry(&p.db);
+    CHECK(first && first->klen == 1 && dict_key(&p.db.d, first)[0] == 'm');
+    CHECK(strcmp(exec_words(&p, &out, "PTTL b"), ":-1\r\n") == 0);
+    check_replica_agrees(&p);
+    kv r;
+    kv_setup(&r, true);
+    CHECK(strcmp(exec_words(&r, &out, "RENAME a b"), KV_READONLY_ERR "\r\n") ==
+          0);
+    kv_free(&r);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(lrem_lset_ltrim_as_redis) {
+    /* Redis 7.0's words (redis-server 7.0.15 answered each of these):
+     * LREM and LTRIM read their numbers first, LSET its key first (a
+     * missing one: no such key); a list emptied goes. */
+    static const char *const cases[][2] = {
+        {"LSET l 0 x", "-ERR no such key\r\n"},
+        {"LSET l x x", "-ERR no such key\r\n"},
+        {"LREM l 0 a", ":0\r\n"},
+        {"LREM l x a", "-ERR value is not an integer or out of range\r\n"},
+        {"LTRIM l 0 1", "+OK\r\n"},
+        {"LTRIM l x 1", "-ERR value is not an integer or out of range\r\n"},
+        {"RPUSH l a b a c a d a", ":7\r\n"},
+        {"LREM l 2 a", ":2\r\n"},
+        {"LRANGE l 0 -1",
+         "*5\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\na\r\n$1\r\nd\r\n$1\r\na\r\n"},
+        {"LREM l -1 a", ":1\r\n"},
+        {"LRANGE l 0 -1", "*4\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\na\r\n$1\r\nd\r\n"},
+        {"LREM l 0 a", ":1\r\n"},
+        {"LRANGE l 0 -1", "*3\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n"},
+        {"LREM l 0 zz", ":0\r\n"},
+        {"LREM l 1.5 a", "-ERR value is not an integer or out of range\r\n"},
+        {"LSET l 0 X", "+OK\r\n"},
+        {"LSET l -1 Y", "+OK\r\n"},
+        {"LSET l 3 Z", "-ERR index out of range\r\n"},
+        {"LSET l -4 Z", "-ERR index out of range\r\n"},
+        {"LSET l 9223372036854775807 Z", "-ERR index out of range\r\n"},
+        {"LSET l x Z", "-ERR value is not an integer or out of range\r\n"},
+        {"LRANGE l 0 -1", "*3\r\n$1\r\nX\r\n$1\r\nc\r\n$1\r\nY\r\n"},
+        {"RPUSH l e f g", ":6\r\n"},
+        {"LTRIM l 1 -2", "+OK\r\n"},
+        {"LRANGE l 0 -1", "*4\r\n$1\r\nc\r\n$1\r\nY\r\n$1\r\ne\r\n$1\r\nf\r\n"},
+        {"LTRIM l -100 100", "+OK\r\n"},
+        {"LRANGE l 0 -1", "*4\r\n$1\r\nc\r\n$1\r\nY\r\n$1\r\ne\r\n$1\r\nf\r\n"},
+        {"LTRIM l 2 1", "+OK\r\n"},
+        {"EXISTS l", ":0\r\n"},
+        {"RPUSH m a b c", ":3\r\n"},
+        {"LTRIM m x 1", "-ERR value is not an integer or out of range\r\n"},
+        {"LTRIM m 0 -9223372036854775808", "+OK\r\n"},
+        {"EXISTS m", ":0\r\n"},
+        {"RPUSH m a a a", ":3\r\n"},
+        {"LREM m -9223372036854775808 a", ":3\r\n"},
+        {"EXISTS m", ":0\r\n"},
+        {"SET s v", "+OK\r\n"},
+        {"LSET s 0 x", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"LSET s x x", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"LREM s 0 a", "-WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value\r\n"},
+        {"LREM s x a", "-ERR value is not an integer or out of range\r\n"},
+        {"LTRIM s 0 1", "-WRONGTYPE Operation against a key holding the wrong "
+                        "kind of value\r\n"},
+        {"LTRIM s x 0", "-ERR value is not an integer or out of range\r\n"},
+        {"LSET s", "-ERR wrong number of arguments for 'lset' command\r\n"},
+        {"LREM s 0", "-ERR wrong number of arguments for 'lrem' command\r\n"},
+        {"LTRIM s 0", "-ERR wrong number of arguments for 'ltrim' command\r\n"},
+        {"LSET s 0 x y",
+         "-ERR wrong number of arguments for 'lset' command\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(lrem_lset_ltrim_on_a_wrapped_list) {
+    /* The list's ring wraps (pushed at both ends): LREM from either end,
+     * LSET and LTRIM keep the order LRANGE shows, and are logged as sent
+     * when they changed the list, so a replica agrees. */
+    kv p;
+    kv_setup(&p, false);
+    buf out = {0};
+    exec_words(&p, &out, "RPUSH l a x b x");
+    exec_words(&p, &out, "LPUSH l x c x d");
+    CHECK(strcmp(exec_words(&p, &out, "LRANGE l 0 -1"),
+                 "*8\r\n$1\r\nd\r\n$1\r\nx\r\n$1\r\nc\r\n$1\r\nx\r\n$1\r\na\r\n"
+                 "$1\r\nx\r\n$1\r\nb\r\n$1\r\nx\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "LREM l -2 x"), ":2\r\n") == 0);
+    CHECK(strcmp(last_record(&p), "*4\r\n$4\r\nLREM\r\n$1\r\nl\r\n$2\r\n-2\r\n"
+                                  "$1\r\nx\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "LRANGE l 0 -1"),
+                 "*6\r\n$1\r\nd\r\n$1\r\nx\r\n$1\r\nc\r\n$1\r\nx\r\n$1\r\na\r\n"
+                 "$1\r\nb\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "LREM l 1 x"), ":1\r\n") == 0);
+    CHECK(strcmp(exec_words(&p, &out, "LSET l -2 A"), "+OK\r\n") == 0);
+    CHECK(
+        strcmp(
+            exec_words(&p, &out, "LRANGE l 0 -1"),
+            "*5\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nx\r\n$1\r\nA\r\n$1\r\nb\r\n") ==
+        0);
+    exec_words(&p, &out, "LPUSH l y z");
+    CHECK(strcmp(exec_words(&p, &out, "LTRIM l 1 -2"), "+OK\r\n") == 0);
+    CHECK(
+        strcmp(
+            exec_words(&p, &out, "LRANGE l 0 -1"),
+            "*5\r\n$1\r\ny\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nx\r\n$1\r\nA\r\n") ==
+        0);
+    uint64_t end = p.log.end;
+    exec_words(&p, &out, "LTRIM l 0 -1");
+    exec_words(&p, &out, "LREM l 0 nope");
+    exec_words(&p, &out, "LSET l 9 v");
+    CHECK_U64_EQ(p.log.end, end);
+    exec_words(&p, &out, "RPUSH e a a");
+    exec_words(&p, &out, "LREM e 0 a");
+    exec_words(&p, &out, "RPUSH f a b");
+    exec_words(&p, &out, "LTRIM f 5 9");
+    CHECK(strcmp(exec_words(&p, &out, "EXISTS e f"), ":0\r\n") == 0);
+    check_replica_agrees(&p);
+    buf_free(&out);
+    kv_free(&p);
+}

@@ -82,6 +82,50 @@ void list_pop(kv_list *l, bool left, kv_elem *e) {
     l->n--;
 }
 
+int list_set(kv_list *l, size_t i, const char *p, size_t len) {
+    kv_elem e;
+    if (elem_copy(&e, p, len) < 0) return -ENOMEM;
+    free(list_at(l, i)->p);
+    *list_at(l, i) = e;
+    return 0;
+}
+
+static bool elem_is(const kv_elem *e, const char *p, size_t len) {
+    return e->len == len && memcmp(e->p, p, len) == 0;
+}
+
+size_t list_remove(kv_list *l, const char *p, size_t len, uint64_t most,
+                   bool from_tail) {
+    size_t gone = 0, n = l->n;
+    /* The kept elements close up towards the end the walk starts from:
+     * slot w (counted from that end) takes the next one kept. */
+    for (size_t r = 0, w = 0; r < n; r++) {
+        kv_elem *x = list_at(l, from_tail ? n - 1 - r : r);
+        if ((most == 0 || gone < most) && elem_is(x, p, len)) {
+            free(x->p);
+            gone++;
+            continue;
+        }
+        if (w != r) *list_at(l, from_tail ? n - 1 - w : w) = *x;
+        w++;
+    }
+    if (from_tail) l->head = (l->head + gone) & (l->cap - 1);
+    l->n -= gone;
+    return gone;
+}
+
+void list_trim(kv_list *l, size_t left, size_t right) {
+    kv_elem e;
+    while (left--) {
+        list_pop(l, true, &e);
+        free(e.p);
+    }
+    while (right--) {
+        list_pop(l, false, &e);
+        free(e.p);
+    }
+}
+
 /* -------------------------------------------------------------- sets */
 
 kv_set *set_new(void) {

@@ -45,6 +45,16 @@ void list_pop(kv_list *l, bool left, kv_elem *e);
 static inline kv_elem *list_at(kv_list *l, size_t i) {
     return &l->a[(l->head + i) & (l->cap - 1)];
 }
+/* LSET: element i (< n) becomes a copy of p. 0 or -ENOMEM (unchanged). */
+int list_set(kv_list *l, size_t i, const char *p, size_t len);
+/* LREM: drops the elements equal to p, at most `most` of them (0: all),
+ * from the head (or the tail when from_tail); how many went. One pass,
+ * the rest keeping their order. */
+size_t list_remove(kv_list *l, const char *p, size_t len, uint64_t most,
+                   bool from_tail);
+/* LTRIM: drops `left` elements from the head and `right` from the tail
+ * (left + right <= n). */
+void list_trim(kv_list *l, size_t left, size_t right);
 
 /* -------------------------------------------------------------- sets */
 
