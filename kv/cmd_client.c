@@ -661,6 +661,59 @@ static void cmd_client_kill(kv *k, kv_client *cl, const resp_arg *a,
         buf_str(out, "-ERR No such client\r\n");
 }
 
+/* CLIENT HELP: Redis' help in its format and words, for the subcommands
+ * lull-kv has (every unknown subcommand's error says to try it). */
+static void cmd_client_help(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    (void)k;
+    (void)cl;
+    (void)a;
+    (void)argc;
+    static const char *const help[] = {
+        "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "GETNAME",
+        "    Return the name of the current connection.",
+        "ID",
+        "    Return the ID of the current connection.",
+        "INFO",
+        "    Return information about the current client connection.",
+        "KILL <ip:port>",
+        "    Kill connection made from <ip:port>.",
+        "KILL <option> <value> [<option> <value> [...]]",
+        "    Kill connections. Options are:",
+        "    * ADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made from the specified address",
+        "    * LADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made to specified local address",
+        "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+        "      Kill connections by type.",
+        "    * USER <username>",
+        "      Kill connections authenticated by <username>.",
+        "    * ID <client-id>",
+        "      Kill connections by client id.",
+        "    * SKIPME (YES|NO)",
+        "      Skip killing current connection (default: yes).",
+        "LIST [options ...]",
+        "    Return information about client connections. Options:",
+        "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+        "      Return clients of specified type.",
+        "    * ID <client-id> [<client-id> ...]",
+        "      Return clients of specified IDs only.",
+        "SETNAME <name>",
+        "    Assign the name <name> to the current connection.",
+        "SETINFO <option> <value>",
+        "    Set client meta attr (taken, not kept).",
+        "HELP",
+        "    Prints this help.",
+    };
+    buf_int(out, '*', (long long)(sizeof help / sizeof help[0]));
+    for (size_t i = 0; i < sizeof help / sizeof help[0]; i++) {
+        buf_str(out, "+");
+        buf_str(out, help[i]);
+        buf_str(out, "\r\n");
+    }
+}
+
 /* AUTH: a command like any other as far as kv_exec's checks go (so inside
  * MULTI it is queued and runs from EXEC, and a subscribed client is
  * refused it, as Redis 7 does); the password is the owner's (kv.auth). A
@@ -774,6 +827,7 @@ static const kv_cmd client_subcommands[] = {
     {"client|kill", -3, 0, cmd_client_kill},
     {"client|list", -2, 0, cmd_client_list},
     {"client|info", 2, 0, cmd_client_info},
+    {"client|help", 2, 0, cmd_client_help},
     {"client|setname", 3, 0, cmd_client_setname},
     {"client|getname", 2, 0, cmd_client_getname},
     {"client|id", 2, 0, cmd_client_id},

@@ -2843,6 +2843,43 @@ TEST(client_list_info_and_kill_parse_as_redis) {
     close_kv_with_client(&k, &cl, &out);
 }
 
+/* CLIENT HELP: every refusal of an unknown CLIENT subcommand says "Try
+ * CLIENT HELP", so it must answer: Redis' array of lines in its format,
+ * naming the subcommands lull-kv has (and nothing it lacks). */
+TEST(client_help_answers_as_redis) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    exec_cl(&k, &cl, &out, "CLIENT HELP");
+    CHECK(strncmp(out.p, "*", 1) == 0);
+    CHECK(strstr(out.p, "\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. "
+                        "Subcommands are:\r\n") != NULL);
+    static const char *const subs[] = {
+        "GETNAME",        "ID",  "INFO", "KILL <ip:port>", "LIST [options ...]",
+        "SETNAME <name>", "HELP"};
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "\r\n+%s\r\n", subs[i]);
+        CHECK(strstr(out.p, line) != NULL);
+    }
+    CHECK(strstr(out.p, "TRACKING") == NULL); /* not lull-kv's */
+    /* The count is the lines'. */
+    long n = strtol(out.p + 1, NULL, 10);
+    long lines = 0;
+    for (const char *p = strstr(out.p, "\r\n"); p; p = strstr(p + 2, "\r\n"))
+        lines++;
+    CHECK_EQ(n, lines - 1);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT HELP x"),
+                "-ERR wrong number of arguments for 'client|help' command\r\n");
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT HELP"),
+                "-ERR Can't execute 'client|help': only (P|S)SUBSCRIBE / "
+                "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                "context\r\n");
+    close_kv_with_client(&k, &cl, &out);
+}
+
 /* ------------------------------------------------- the reference model */
 
 #include "model.h"
