@@ -8,6 +8,11 @@
 #                     sections in any order give the sections a
 #                     redis-server 7 gives, in its order (compared with
 #                     one when installed), with its # Server fields
+#   client_list_fields  CLIENT LIST's and INFO's fields are a
+#                     redis-server 7's, in its order (compared with one
+#                     when installed); a Unix client's addr and laddr are
+#                     <path>:0 and its flags U, a TCP one's its addresses;
+#                     CLIENT KILL by addr (old form) and TYPE close them
 #   clients.sh <path to lull-kv> <case>
 # Prints one line and exits 0 when redis-cli (or the case's python3) is
 # not installed.
@@ -93,6 +98,67 @@ case_info_sections() {
     done
     [ "$(redis-cli -p "$kport" INFO server | tr -d '\r' | sed -n 's/^tcp_port://p')" = "$kport" ] ||
         fail "tcp_port is not $kport"
+}
+
+case_client_list_fields() {
+    start k --port 0 --unix "$dir/k.sock"
+    local kport=$started_port
+    # names: a CLIENT LIST line's field names, in order.
+    names() { tr -d '\r' | head -1 | tr ' ' '\n' | sed 's/=.*//' | tr '\n' ' '; }
+    local want="id addr laddr fd name age idle flags db sub psub ssub multi qbuf qbuf-free argv-mem multi-mem rbs rbp obl oll omem tot-mem events cmd user redir resp "
+    if command -v redis-server >/dev/null 2>&1; then
+        redis-server --port 0 --unixsocket "$dir/r.sock" --save '' \
+            --appendonly no >"$dir/redis.out" 2>&1 &
+        pids="$pids $!"
+        rup() { redis-cli -s "$dir/r.sock" PING 2>/dev/null | grep -q PONG; }
+        eventually rup || fail "redis-server did not start"
+        want=$(redis-cli -s "$dir/r.sock" CLIENT LIST | names)
+        [ "$(redis-cli -s "$dir/r.sock" CLIENT INFO | names)" = "$want" ] ||
+            fail "redis-server's INFO and LIST differ"
+        # Its Unix client: addr and laddr <path>:0, flags U.
+        redis-cli -s "$dir/r.sock" CLIENT INFO |
+            grep -q "^id=[0-9]* addr=$dir/r.sock:0 laddr=$dir/r.sock:0 fd=[0-9]* .* flags=U " ||
+            fail "redis-server's Unix line is not as expected"
+    else
+        echo "redis-server not installed: lull-kv's fields checked against Redis 7.0.15's list"
+    fi
+    local got
+    for q in "CLIENT LIST" "CLIENT INFO" "CLIENT LIST TYPE normal"; do
+        # shellcheck disable=SC2086 # the words are the command
+        got=$(redis-cli -p "$kport" $q | names)
+        [ "$got" = "$want" ] || fail "$q's fields: '$got', redis-server '$want'"
+        # shellcheck disable=SC2086
+        got=$(redis-cli -s "$dir/k.sock" $q | names)
+        [ "$got" = "$want" ] || fail "$q's fields over Unix: '$got'"
+    done
+    redis-cli -s "$dir/k.sock" CLIENT INFO |
+        grep -q "^id=[0-9]* addr=$dir/k.sock:0 laddr=$dir/k.sock:0 fd=[0-9]* name= .* flags=U db=0 .* cmd=client|info user=default redir=-1 resp=2" ||
+        fail "Unix line: $(redis-cli -s "$dir/k.sock" CLIENT INFO)"
+    redis-cli -p "$kport" CLIENT INFO |
+        grep -q "^id=[0-9]* addr=127.0.0.1:[0-9]* laddr=127.0.0.1:$kport fd=[0-9]* name= .* flags=N db=0 " ||
+        fail "TCP line: $(redis-cli -p "$kport" CLIENT INFO)"
+    # A subscriber (held open) killed by TYPE, another by its address.
+    redis-cli -s "$dir/k.sock" SUBSCRIBE ch >"$dir/sub.out" 2>&1 &
+    local sub=$!
+    pids="$pids $sub"
+    subbed() { [ "$(redis-cli -p "$kport" CLIENT LIST TYPE pubsub | grep -c flags=PU)" = 1 ]; }
+    eventually subbed || fail "no subscriber listed: $(redis-cli -p "$kport" CLIENT LIST)"
+    [ "$(redis-cli -p "$kport" CLIENT KILL TYPE pubsub)" = 1 ] ||
+        fail "CLIENT KILL TYPE pubsub"
+    gone() { ! kill -0 "$sub" 2>/dev/null; }
+    eventually gone || fail "the subscriber was not closed"
+    redis-cli -p "$kport" SUBSCRIBE ch >"$dir/sub2.out" 2>&1 &
+    sub=$!
+    pids="$pids $sub"
+    subbed() { redis-cli -p "$kport" CLIENT LIST TYPE pubsub | grep -q flags=P; }
+    eventually subbed || fail "no TCP subscriber listed"
+    local addr
+    addr=$(redis-cli -p "$kport" CLIENT LIST TYPE pubsub | sed -n 's/^id=[0-9]* addr=\([^ ]*\) .*/\1/p')
+    [ "$(redis-cli -p "$kport" CLIENT KILL "$addr")" = OK ] ||
+        fail "CLIENT KILL $addr"
+    eventually gone || fail "the TCP subscriber was not closed"
+    [ "$(redis-cli -p "$kport" CLIENT KILL "$addr")" = "ERR No such client" ] ||
+        fail "CLIENT KILL $addr again"
 }
 
 declare -F "case_$case_name" >/dev/null || fail "no case $case_name"

@@ -1475,6 +1475,7 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
     bool bad_sub;
     const kv_cmd *c = resolve(found, a, argc, &bad_sub);
     size_t at = out->len; /* where a refusal starts */
+    if (cl) cl->cmd = c && !bad_sub ? c->name : NULL; /* as Redis' lastcmd */
     /* Redis' order of checks, and inside MULTI a refused command spoils
      * the transaction (EXEC answers -EXECABORT). */
     if (!c) {
@@ -1529,6 +1530,7 @@ int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     const kv_cmd *c = find_command(&a[0]);
     if (!runs_at_once(k, cl, c, argc))
         return exec_checked(k, cl, a, argc, out, c);
+    if (cl) cl->cmd = c->name; /* CLIENT LIST's cmd */
     c->fn(k, cl, a, argc, out);
     return 0;
 }

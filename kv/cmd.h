@@ -47,7 +47,49 @@ typedef struct kv_client {
     /* The owner's: not authenticated yet (requirepass). Only AUTH, HELLO,
      * RESET and QUIT reach kv_exec then; HELLO without AUTH is refused. */
     bool noauth;
+    /* CLIENT LIST's cmd: the last command's name as Redis gives it
+     * ("client|list"; NULL: none yet, or it was unknown), set by kv_exec. */
+    const char *cmd;
+    size_t queue_bytes; /* CLIENT LIST's multi-mem: the queue's memory */
 } kv_client;
+
+/* CLIENT LIST's and KILL's types of client, as Redis names them. */
+enum {
+    KV_CLIENT_NORMAL,
+    KV_CLIENT_REPLICA,
+    KV_CLIENT_PUBSUB,
+    KV_CLIENT_MASTER
+};
+
+/* Which clients a CLIENT LIST or KILL is about: every test given. */
+typedef struct kv_client_filter {
+    int type;            /* KV_CLIENT_*; -1: any */
+    uint64_t id;         /* that id (0: any) */
+    const resp_arg *ids; /* LIST ID: a line for each of these ids, in
+                            their order (each an integer) */
+    size_t nids;
+    const resp_arg *addr;  /* that peer, as CLIENT LIST's addr (NULL: any) */
+    const resp_arg *laddr; /* that local end, as its laddr (NULL: any) */
+    bool users;            /* USER default: not a replica's primary, whose
+                              user is (superuser) */
+    bool skipme;           /* not the client that asked */
+} kv_client_filter;
+
+/* CLIENT LIST's connection fields, the owner's (kv_client_line). */
+enum { KV_CF_REPLICA = 1, KV_CF_MASTER = 2, KV_CF_CLOSING = 4, KV_CF_UNIX = 8 };
+typedef struct kv_conn_info {
+    uint64_t id;
+    const char *addr, *laddr; /* "ip:port", a Unix socket's "path:0" */
+    int fd;                   /* -1: none */
+    uint64_t age, idle;       /* seconds since it connected, since it sent */
+    unsigned flags;           /* KV_CF_* */
+    size_t qbuf, qbuf_free, argv_mem, rbs, rbp, obl, oll, omem, tot_mem;
+    const char *events; /* "r" reading, "w" writing */
+} kv_conn_info;
+
+/* Appends a client's CLIENT LIST line (with its "\n"): ci's fields and
+ * cl's own (cl NULL: a replica's link to its primary, which has none). */
+void kv_client_line(const kv_client *cl, const kv_conn_info *ci, buf *out);
 
 void kv_client_init(kv_client *cl, void *owner, buf *out);
 /* The client goes (or stops listening): its subscriptions, queued
@@ -115,9 +157,14 @@ struct kv {
     /* INFO stats: the owner's lines (what its event loop counted), or
      * NULL: the section has its header only. */
     void (*stats)(kv *k, buf *b);
-    /* CLIENT KILL TYPE replica: the owner closes its replica links and
-     * returns how many it closed. NULL: there are none (tests). */
-    long long (*kill_replicas)(kv *k);
+    /* CLIENT LIST and INFO: the owner appends the line (kv_client_line) of
+     * each of its clients that f matches, oldest first (false: out of
+     * memory). CLIENT KILL: it closes those (the asking client cl once
+     * its reply is out) and returns how many. NULL: the owner has no
+     * clients but cl (tests). */
+    bool (*client_list)(kv *k, kv_client *cl, const kv_client_filter *f,
+                        buf *out);
+    long long (*client_kill)(kv *k, kv_client *cl, const kv_client_filter *f);
     /* AUTH with 2 or more arguments, run where Redis runs it: at once,
      * or from EXEC's queue. The owner checks the password and may mark
      * the client authenticated. NULL: no password is set (tests). */

@@ -14,7 +14,9 @@
  * Messages are not logged: Redis propagates PUBLISH to its replicas, but
  * lull-kv's log keeps every record for the life of the process, and a
  * stream of messages would grow it for ever. */
+#include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +67,7 @@ static void queue_free(kv_client *cl) {
     cl->queue = NULL;
     cl->queue_tail = &cl->queue;
     cl->queued = 0;
+    cl->queue_bytes = 0;
     cl->multi = false;
     cl->multi_error = false;
 }
@@ -115,8 +118,10 @@ bool kv_queue(kv_client *cl, const resp_arg *a, size_t argc) {
     size_t bytes = 0;
     for (size_t i = 0; i < argc; i++)
         bytes += a[i].len;
-    kv_queued *q = malloc(sizeof *q + argc * sizeof q->argv[0] + bytes);
+    size_t size = sizeof(kv_queued) + argc * sizeof(resp_arg) + bytes;
+    kv_queued *q = malloc(size);
     if (!q) return false;
+    cl->queue_bytes += size;
     char *p = (char *)&q->argv[argc];
     for (size_t i = 0; i < argc; i++) {
         memcpy(p, a[i].p, a[i].len);
@@ -454,19 +459,259 @@ static void cmd_client_setinfo(kv *k, kv_client *cl, const resp_arg *a,
     reply_ok(out);
 }
 
-/* CLIENT KILL TYPE replica|slave: the owner closes every replica link
- * (they reconnect and continue from their offsets). The one CLIENT KILL
- * form lull-kv knows. */
-static void cmd_client_kill(kv *k, kv_client *cl, const resp_arg *a,
-                            size_t argc, buf *out) {
-    (void)cl;
-    if (argc != 4 || !resp_is(&a[2], "TYPE") ||
-        !(resp_is(&a[3], "replica") || resp_is(&a[3], "slave"))) {
-        buf_str(out, "-ERR CLIENT KILL: only CLIENT KILL TYPE replica is "
-                     "supported\r\n");
+/* An argument as Redis' %s prints it in an error: up to its first NUL,
+ * a CR or LF as a space (an error is one line). */
+static void put_cstr(buf *out, const resp_arg *a) {
+    for (size_t i = 0; i < a->len && a->p[i]; i++) {
+        char ch = a->p[i];
+        buf_put(out, ch == '\r' || ch == '\n' ? " " : &ch, 1);
+    }
+}
+
+/* KV_CLIENT_* of a type's name (Redis' getClientTypeByName), or false
+ * with its error in out. */
+static bool client_type(const resp_arg *a, int *type, buf *out) {
+    static const char *const names[] = {"normal", "replica", "slave", "pubsub",
+                                        "master"};
+    static const int types[] = {KV_CLIENT_NORMAL, KV_CLIENT_REPLICA,
+                                KV_CLIENT_REPLICA, KV_CLIENT_PUBSUB,
+                                KV_CLIENT_MASTER};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (resp_is(a, names[i])) {
+            *type = types[i];
+            return true;
+        }
+    buf_str(out, "-ERR Unknown client type '");
+    put_cstr(out, a);
+    buf_str(out, "'\r\n");
+    return false;
+}
+
+/* The lines written to out from `at` on become one bulk string (Redis'
+ * verbatim reply, in RESP2): its header is put before them. */
+static void bulk_from(buf *out, size_t at) {
+    char head[BUF_INT_MAX];
+    size_t n = out->len - at;
+    size_t h = (size_t)(buf_int_at(head, '$', (long long)n) - head);
+    if (out->oom || !buf_reserve(out, h + 2)) {
+        out->oom = true;
         return;
     }
-    buf_int(out, ':', k->kill_replicas ? k->kill_replicas(k) : 0);
+    memmove(out->p + at + h, out->p + at, n);
+    memcpy(out->p + at, head, h);
+    memcpy(out->p + at + h + n, "\r\n", 2);
+    out->len += h + 2;
+}
+
+/* The lines of the clients f matches: the owner's, or (none: tests) the
+ * asking client's own with no connection fields. False: out of memory. */
+static bool list_clients(kv *k, kv_client *cl, const kv_client_filter *f,
+                         buf *out) {
+    if (k->client_list) return k->client_list(k, cl, f, out);
+    int type =
+        cl && kv_client_subscribed(cl) ? KV_CLIENT_PUBSUB : KV_CLIENT_NORMAL;
+    kv_conn_info ci = {.id = cl ? cl->id : 0,
+                       .addr = "?:0",
+                       .laddr = "?:0",
+                       .fd = -1,
+                       .events = ""};
+    for (size_t i = 0; cl && i < (f->nids ? f->nids : 1); i++) {
+        long long id = 0;
+        if (f->nids) kv_parse_i64(f->ids[i].p, f->ids[i].len, &id);
+        if ((f->type < 0 || f->type == type) && (!f->id || f->id == cl->id) &&
+            (!f->nids || (uint64_t)id == cl->id))
+            kv_client_line(cl, &ci, out);
+    }
+    return true;
+}
+
+void kv_client_line(const kv_client *cl, const kv_conn_info *ci, buf *out) {
+    char flags[8], *f = flags;
+    if (ci->flags & KV_CF_REPLICA) *f++ = 'S';
+    if (ci->flags & KV_CF_MASTER) *f++ = 'M';
+    if (cl && kv_client_subscribed(cl)) *f++ = 'P';
+    if (cl && cl->multi) *f++ = 'x';
+    if (ci->flags & KV_CF_CLOSING) *f++ = 'c';
+    if (ci->flags & KV_CF_UNIX) *f++ = 'U';
+    if (f == flags) *f++ = 'N';
+    *f = 0;
+    size_t multi_mem = cl ? cl->queue_bytes : 0;
+    size_t name_mem = cl && cl->name ? strlen(cl->name) + 1 : 0;
+    char line[640];
+    int n = snprintf(line, sizeof line,
+                     "id=%" PRIu64 " addr=%s laddr=%s fd=%d name=", ci->id,
+                     ci->addr, ci->laddr, ci->fd);
+    buf_put(out, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
+    if (cl && cl->name) buf_str(out, cl->name); /* any length */
+    n = snprintf(
+        line, sizeof line,
+        " age=%" PRIu64 " idle=%" PRIu64 " flags=%s db=0 sub=%zu psub=%zu "
+        "ssub=0 multi=%lld qbuf=%zu qbuf-free=%zu argv-mem=%zu multi-mem=%zu "
+        "rbs=%zu rbp=%zu obl=%zu oll=%zu omem=%zu tot-mem=%zu events=%s "
+        "cmd=%s user=%s redir=-1 resp=2\n",
+        ci->age, ci->idle, flags, cl ? cl->subs[0].count : 0,
+        cl ? cl->subs[1].count : 0,
+        cl && cl->multi ? (long long)cl->queued : -1LL, ci->qbuf, ci->qbuf_free,
+        ci->argv_mem, multi_mem, ci->rbs, ci->rbp, ci->obl, ci->oll, ci->omem,
+        ci->tot_mem + multi_mem + name_mem, ci->events,
+        cl && cl->cmd ? cl->cmd : "NULL", cl ? "default" : "(superuser)");
+    buf_put(out, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
+}
+
+/* CLIENT LIST [TYPE type | ID id ...]: a line per client, oldest first
+ * (with IDs, in their order, a repeated one repeated), as Redis 7.0. */
+static void cmd_client_list(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    kv_client_filter f = {.type = -1};
+    if (argc == 4 && resp_is(&a[2], "TYPE")) {
+        if (!client_type(&a[3], &f.type, out)) return;
+    } else if (argc > 3 && resp_is(&a[2], "ID")) {
+        long long id;
+        for (size_t i = 3; i < argc; i++) /* every one checked first */
+            if (!kv_parse_i64(a[i].p, a[i].len, &id)) {
+                buf_str(out, "-ERR Invalid client ID\r\n");
+                return;
+            }
+        f.ids = &a[3];
+        f.nids = argc - 3;
+    } else if (argc != 2) {
+        reply_syntax(out);
+        return;
+    }
+    size_t at = out->len;
+    if (!list_clients(k, cl, &f, out)) {
+        out->len = at;
+        reply_oom(out);
+        return;
+    }
+    bulk_from(out, at);
+}
+
+/* CLIENT INFO: the asking client's line. */
+static void cmd_client_info(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    (void)a;
+    (void)argc;
+    kv_client_filter f = {.type = -1, .id = cl ? cl->id : 0};
+    size_t at = out->len;
+    if (cl && cl->id && !list_clients(k, cl, &f, out)) {
+        out->len = at;
+        reply_oom(out);
+        return;
+    }
+    bulk_from(out, at);
+}
+
+/* CLIENT KILL ip:port | CLIENT KILL [ID id] [TYPE type] [ADDR ip:port]
+ * [LADDR ip:port] [USER name] [SKIPME yes|no] ...: Redis 7.0's parse and
+ * replies. The owner closes the clients that match after its walk (the
+ * asking one after this reply); the old form may close the asker too. */
+static void cmd_client_kill(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    kv_client_filter f = {.type = -1, .skipme = true};
+    if (argc == 3) {
+        f.addr = &a[2];
+        f.skipme = false;
+    } else {
+        for (size_t i = 2; i < argc; i += 2) {
+            if (i + 1 == argc) {
+                reply_syntax(out);
+                return;
+            }
+            const resp_arg *v = &a[i + 1];
+            long long id;
+            if (resp_is(&a[i], "ID")) {
+                if (!kv_parse_i64(v->p, v->len, &id) || id < 1) {
+                    buf_str(out, "-ERR client-id should be greater than 0\r\n");
+                    return;
+                }
+                f.id = (uint64_t)id;
+            } else if (resp_is(&a[i], "TYPE")) {
+                if (!client_type(v, &f.type, out)) return;
+            } else if (resp_is(&a[i], "ADDR")) {
+                f.addr = v;
+            } else if (resp_is(&a[i], "LADDR")) {
+                f.laddr = v;
+            } else if (resp_is(&a[i], "USER")) {
+                /* Redis' ACL names are byte for byte; default is the one
+                 * user lull-kv has. */
+                if (v->len != 7 || memcmp(v->p, "default", 7) != 0) {
+                    buf_str(out, "-ERR No such user '");
+                    put_cstr(out, v);
+                    buf_str(out, "'\r\n");
+                    return;
+                }
+                f.users = true;
+            } else if (resp_is(&a[i], "SKIPME") && resp_is(v, "yes")) {
+                f.skipme = true;
+            } else if (resp_is(&a[i], "SKIPME") && resp_is(v, "no")) {
+                f.skipme = false;
+            } else {
+                reply_syntax(out);
+                return;
+            }
+        }
+    }
+    long long n = k->client_kill ? k->client_kill(k, cl, &f) : 0;
+    if (argc != 3)
+        buf_int(out, ':', n);
+    else if (n)
+        reply_ok(out);
+    else
+        buf_str(out, "-ERR No such client\r\n");
+}
+
+/* CLIENT HELP: Redis' help in its format and words, for the subcommands
+ * lull-kv has (every unknown subcommand's error says to try it). */
+static void cmd_client_help(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    (void)k;
+    (void)cl;
+    (void)a;
+    (void)argc;
+    static const char *const help[] = {
+        "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "GETNAME",
+        "    Return the name of the current connection.",
+        "ID",
+        "    Return the ID of the current connection.",
+        "INFO",
+        "    Return information about the current client connection.",
+        "KILL <ip:port>",
+        "    Kill connection made from <ip:port>.",
+        "KILL <option> <value> [<option> <value> [...]]",
+        "    Kill connections. Options are:",
+        "    * ADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made from the specified address",
+        "    * LADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made to specified local address",
+        "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+        "      Kill connections by type.",
+        "    * USER <username>",
+        "      Kill connections authenticated by <username>.",
+        "    * ID <client-id>",
+        "      Kill connections by client id.",
+        "    * SKIPME (YES|NO)",
+        "      Skip killing current connection (default: yes).",
+        "LIST [options ...]",
+        "    Return information about client connections. Options:",
+        "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+        "      Return clients of specified type.",
+        "    * ID <client-id> [<client-id> ...]",
+        "      Return clients of specified IDs only.",
+        "SETNAME <name>",
+        "    Assign the name <name> to the current connection.",
+        "SETINFO <option> <value>",
+        "    Set client meta attr (taken, not kept).",
+        "HELP",
+        "    Prints this help.",
+    };
+    buf_int(out, '*', (long long)(sizeof help / sizeof help[0]));
+    for (size_t i = 0; i < sizeof help / sizeof help[0]; i++) {
+        buf_str(out, "+");
+        buf_str(out, help[i]);
+        buf_str(out, "\r\n");
+    }
 }
 
 /* AUTH: a command like any other as far as kv_exec's checks go (so inside
@@ -580,6 +825,9 @@ static void cmd_hello(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
  * subscribed, as any command but the pub/sub ones. */
 static const kv_cmd client_subcommands[] = {
     {"client|kill", -3, 0, cmd_client_kill},
+    {"client|list", -2, 0, cmd_client_list},
+    {"client|info", 2, 0, cmd_client_info},
+    {"client|help", 2, 0, cmd_client_help},
     {"client|setname", 3, 0, cmd_client_setname},
     {"client|getname", 2, 0, cmd_client_getname},
     {"client|id", 2, 0, cmd_client_id},

@@ -538,6 +538,7 @@ static bool keep_input(conn *c, const char *bytes, size_t len) {
 
 static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     conn *c = ep->data;
+    c->last_ns = lull_loop_now(c->srv->loop); /* CLIENT LIST's idle */
     if (c->closing) return;
     size_t used;
     if (c->in.len == 0 && !c->waiting) {
@@ -662,6 +663,7 @@ bool conn_start(conn *c, lull_endpoint *ep) {
     c->ep = ep;
     ep->data = c;
     c->srv->net->peer(ep, c->name, sizeof c->name, true);
+    c->born_ns = c->last_ns = lull_loop_now(c->srv->loop);
     c->srv->kv.clients++;
     c->next = c->srv->conns;
     if (c->next) c->next->prev = c;
@@ -700,4 +702,188 @@ void conn_io_totals(const server *srv, uint64_t *reads, uint64_t *writes) {
         *reads += r;
         *writes += w;
     }
+}
+
+/* ------------------------------------------------- CLIENT LIST and KILL */
+
+/* A client's addresses as CLIENT LIST gives them. */
+typedef struct client_addrs {
+    char addr[128], laddr[128];
+    int fd;
+    bool unix_sock;
+} client_addrs;
+
+/* c's, or (c NULL) the replica's link to its primary's. */
+static void addrs_of(server *srv, conn *c, client_addrs *ad) {
+    lull_endpoint *ep = c ? c->ep : srv->m.ep;
+    ad->fd = -1;
+    ad->unix_sock = false;
+    snprintf(ad->laddr, sizeof ad->laddr, "%s", srv->name ? srv->name : "?:0");
+    if (srv->net->local)
+        ad->fd = srv->net->local(ep, !c, ad->laddr, sizeof ad->laddr,
+                                 &ad->unix_sock);
+    if (ad->unix_sock)
+        snprintf(ad->addr, sizeof ad->addr, "%s", ad->laddr);
+    else if (c)
+        snprintf(ad->addr, sizeof ad->addr, "%s", c->name);
+    else
+        snprintf(ad->addr, sizeof ad->addr, "%s:%d", srv->m.addr, srv->m.port);
+}
+
+static bool same(const resp_arg *a, const char *s) {
+    return a->len == strlen(s) && memcmp(a->p, s, a->len) == 0;
+}
+
+/* Whether f is about c (NULL: the link to the primary), asked by self.
+ * The addresses are looked up only when f names one. */
+static bool client_matches(server *srv, conn *c, const kv_client_filter *f,
+                           const conn *self) {
+    int type = !c                             ? KV_CLIENT_MASTER
+               : c->link                      ? KV_CLIENT_REPLICA
+               : kv_client_subscribed(&c->cl) ? KV_CLIENT_PUBSUB
+                                              : KV_CLIENT_NORMAL;
+    if (f->type >= 0 && f->type != type) return false;
+    if (f->id && f->id != (c ? c->cl.id : srv->m.id)) return false;
+    if (f->users && !c) return false; /* the primary's: (superuser) */
+    if (f->skipme && c && c == self) return false;
+    if (!f->addr && !f->laddr) return true;
+    client_addrs ad;
+    addrs_of(srv, c, &ad);
+    return (!f->addr || same(f->addr, ad.addr)) &&
+           (!f->laddr || same(f->laddr, ad.laddr));
+}
+
+static uint64_t secs(uint64_t ns) {
+    return ns / 1000000000u;
+}
+
+/* c's (NULL: the link to the primary's) CLIENT LIST line. */
+static void client_line(server *srv, conn *c, buf *out) {
+    client_addrs ad;
+    addrs_of(srv, c, &ad);
+    uint64_t now = lull_loop_now(srv->loop);
+    kv_conn_info ci = {.addr = ad.addr, .laddr = ad.laddr, .fd = ad.fd};
+    if (!c) {
+        const master *m = &srv->m;
+        ci.id = m->id;
+        ci.flags = KV_CF_MASTER;
+        ci.age = secs(now - m->up_ns);
+        ci.idle = secs(now - m->last_ns);
+        ci.qbuf = m->in.len;
+        ci.qbuf_free = m->in.cap - m->in.len;
+        ci.omem = m->ep->queued;
+        ci.tot_mem = sizeof *m + m->in.cap;
+        ci.events = "r";
+        kv_client_line(NULL, &ci, out);
+        return;
+    }
+    ci.id = c->cl.id;
+    ci.flags = (c->link ? KV_CF_REPLICA : 0) |
+               (c->closing ? KV_CF_CLOSING : 0) |
+               (ad.unix_sock ? KV_CF_UNIX : 0);
+    ci.age = secs(now - c->born_ns);
+    ci.idle = secs(now - c->last_ns);
+    ci.qbuf = c->in.len;
+    ci.qbuf_free = c->in.cap - c->in.len;
+    /* argv-mem: 0, arguments are read where they arrived, never copied */
+    ci.rbs = c->out.cap;
+    ci.rbp = c->out.len; /* no peak is kept: what it holds */
+    ci.obl = c->out.len;
+    ci.oll = c->outf_busy;
+    ci.omem = c->link ? link_output(c->link) : c->ep->queued;
+    ci.tot_mem = sizeof *c + c->in.cap + c->out.cap + c->sent.cap +
+                 (c->link ? sizeof *c->link : 0);
+    bool reading = !c->closing && !c->waiting && !output_full(c->ep);
+    bool writing = c->ep->queued > 0;
+    ci.events = reading && writing ? "rw" : reading ? "r" : writing ? "w" : "";
+    kv_client_line(&c->cl, &ci, out);
+}
+
+/* The connections, oldest first (the list holds the newest first), with
+ * the link to the primary among them by its id; NULL ends the walk. */
+static conn *oldest(server *srv) {
+    conn *c = srv->conns;
+    while (c && c->next)
+        c = c->next;
+    return c;
+}
+
+typedef struct client_ref {
+    uint64_t id;
+    conn *c; /* NULL: the link to the primary */
+} client_ref;
+
+static int by_id(const void *a, const void *b) {
+    uint64_t x = ((const client_ref *)a)->id, y = ((const client_ref *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+/* Every client of srv but the closed ones, by id (oldest first). NULL
+ * when out of memory, or (*n 0) when there are none. */
+static client_ref *client_refs(server *srv, size_t *n) {
+    bool m = srv->m.state == M_UP;
+    size_t count = m;
+    for (conn *c = srv->conns; c; c = c->next)
+        count += !c->gone;
+    *n = 0;
+    client_ref *r = malloc((count ? count : 1) * sizeof *r);
+    if (!r) return NULL;
+    for (conn *c = oldest(srv); c; c = c->prev)
+        if (!c->gone) r[(*n)++] = (client_ref){c->cl.id, c};
+    if (m) r[(*n)++] = (client_ref){srv->m.id, NULL};
+    qsort(r, *n, sizeof *r, by_id);
+    return r;
+}
+
+bool conn_client_list(kv *k, kv_client *cl, const kv_client_filter *f,
+                      buf *out) {
+    server *srv = LULL_CONTAINER_OF(k, server, kv);
+    const conn *self = cl ? cl->owner : NULL;
+    size_t n;
+    client_ref *r = client_refs(srv, &n);
+    if (!r) return false;
+    if (!f->nids) {
+        for (size_t i = 0; i < n; i++)
+            if (client_matches(srv, r[i].c, f, self))
+                client_line(srv, r[i].c, out);
+    }
+    /* CLIENT LIST ID: each id looked up (by halves: a hostile list of
+     * ids costs its length times log n, not times n). */
+    for (size_t i = 0; i < f->nids; i++) {
+        long long id;
+        kv_parse_i64(f->ids[i].p, f->ids[i].len, &id);
+        client_ref key = {(uint64_t)id, NULL};
+        const client_ref *hit =
+            id > 0 ? bsearch(&key, r, n, sizeof *r, by_id) : NULL;
+        if (hit) client_line(srv, hit->c, out);
+    }
+    free(r);
+    return true;
+}
+
+/* Marks the clients f matches during the walk and closes them after it,
+ * so that no close can change what the walk is reading; the asking
+ * client (cl) closes once its reply is out, as after QUIT. A connection
+ * closed already (by an earlier kill in the same batch: it leaves the
+ * list only at its close, a turn later) is neither killed nor counted
+ * again. */
+long long conn_client_kill(kv *k, kv_client *cl, const kv_client_filter *f) {
+    server *srv = LULL_CONTAINER_OF(k, server, kv);
+    conn *self = cl ? cl->owner : NULL;
+    long long n = 0;
+    for (conn *c = srv->conns; c; c = c->next) {
+        c->kill = !c->gone && client_matches(srv, c, f, self);
+        n += c->kill;
+    }
+    bool link = srv->m.state == M_UP && client_matches(srv, NULL, f, self);
+    for (conn *c = srv->conns; c; c = c->next) {
+        if (!c->kill) continue;
+        c->kill = false;
+        if (c == self)
+            c->closing = true; /* run_commands stops; conn_after finishes */
+        else
+            conn_drop(c, NULL);
+    }
+    if (link) master_kill(srv);
+    return n + link;
 }

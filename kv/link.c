@@ -1100,8 +1100,8 @@ bool link_command(conn *c, const resp_arg *a, size_t argc) {
     return true;
 }
 
-/* CLIENT KILL TYPE replica|slave (kv.kill_replicas): closes every replica
- * link (they reconnect and continue from their offsets). */
+/* Closes every replica link (they reconnect and continue from their
+ * offsets): the simulator's and the tests' way to cut them. */
 long long kill_replicas(kv *k) {
     server *srv = LULL_CONTAINER_OF(k, server, kv);
     long long n = 0;
@@ -1122,6 +1122,14 @@ long long kill_replicas(kv *k) {
 }
 
 /* ---------------------------------------------- replica: the primary link */
+
+void master_kill(server *srv) {
+    master *m = &srv->m;
+    srv_log(srv, "replica: link to %s:%d closed by CLIENT KILL", m->host,
+            m->port);
+    m->state = M_DOWN;             /* said why: master_closed need not */
+    lull_endpoint_close(m->ep, 0); /* master_closed retries */
+}
 
 static void master_connect(server *srv);
 
@@ -1286,6 +1294,8 @@ static int master_handshake(server *srv) {
     k->txn_scanned = 0;         /* a new stream: nothing of it scanned */
     lull_timer_stop(&m->retry); /* the handshake's deadline */
     m->state = M_UP;
+    m->id = ++k->last_id; /* a client in CLIENT LIST, as Redis' master */
+    m->up_ns = m->last_ns = lull_loop_now(srv->loop);
     k->link_up = true;
     m->backoff_ns = RETRY_MIN_NS;
     m->acked = k->offset;
@@ -1440,6 +1450,7 @@ static long apply_snapshot(server *srv) {
 static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     server *srv = ep->data;
     master *m = &srv->m;
+    m->last_ns = lull_loop_now(srv->loop); /* CLIENT LIST's idle */
     /* As a client's input (keep_input): the buffer grows to the record
      * being received, and records are parsed again only once it is in. */
     if (!buf_reserve_upto(&m->in, len, m->need)) m->in.oom = true;

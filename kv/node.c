@@ -88,7 +88,8 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
     srv->kv.wake = conn_wake;
     srv->kv.auth = conn_auth;
     srv->kv.requirepass = srv->requirepass != NULL;
-    srv->kv.kill_replicas = kill_replicas;
+    srv->kv.client_list = conn_client_list;
+    srv->kv.client_kill = conn_client_kill;
     srv->kv.max_string = srv->lim.max_bulk;
     return 0;
 }

@@ -62,6 +62,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,9 +221,50 @@ static int socket_fd(lull_endpoint *ep) {
     return c->tls ? -1 : lull_stream_fd(&c->t.stream);
 }
 
+/* kv_net.local: the socket's own end, by getsockname (CLIENT LIST only,
+ * so no connection pays for it at accept). */
+static int socket_local(lull_endpoint *ep, bool primary, char *s, size_t cap,
+                        bool *unix_sock) {
+    const lull_stream *st;
+    if (primary) {
+        server *srv = ep->data;
+        st = srv->repl_tls ? &srv->m.t.tls.stream : &srv->m.t.stream;
+    } else {
+        st = conn_stream(ep);
+    }
+    int fd = lull_stream_fd(st);
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    *unix_sock = false;
+    if (fd < 0 || getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+        snprintf(s, cap, "?:0");
+        return fd;
+    }
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (sa.ss_family == AF_UNIX) {
+        /* Redis' "path:0" for a Unix socket, both ends. */
+        const struct sockaddr_un *un = (const struct sockaddr_un *)&sa;
+        size_t max = len > offsetof(struct sockaddr_un, sun_path)
+                         ? len - offsetof(struct sockaddr_un, sun_path)
+                         : 0;
+        *unix_sock = true;
+        snprintf(s, cap, "%.*s:0", (int)strnlen(un->sun_path, max),
+                 un->sun_path);
+    } else if (sa.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&sa;
+        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
+        snprintf(s, cap, "%s:%d", ip, ntohs(in->sin_port));
+    } else {
+        const struct sockaddr_in6 *in = (const struct sockaddr_in6 *)&sa;
+        inet_ntop(AF_INET6, &in->sin6_addr, ip, sizeof ip);
+        snprintf(s, cap, "[%s]:%d", ip, ntohs(in->sin6_port));
+    }
+    return fd;
+}
+
 const kv_net kv_net_socket = {
     socket_read_stop, socket_read_start, socket_shutdown, socket_peer,
-    socket_connect,   socket_io_counts,  socket_fd};
+    socket_connect,   socket_io_counts,  socket_fd,       socket_local};
 
 /* The one server of this process, for INFO stats (kv has no pointer back
  * to it). */

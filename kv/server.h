@@ -89,6 +89,13 @@ typedef struct kv_net {
      * sender thread writes through a descriptor of its own; -1, or NULL:
      * none (TLS, the simulator): its links catch up on the loop. */
     int (*fd)(lull_endpoint *ep);
+    /* CLIENT LIST's laddr: the connection's own end, "ip:port", or a Unix
+     * socket's "path:0" (*unix_sock set: its addr is that too, as Redis
+     * says it); returns its descriptor, -1 when it has none. primary: ep is
+     * a replica's link to its primary (ep->data: the server). NULL: no
+     * sockets (laddr is the server's name, fd -1). */
+    int (*local)(lull_endpoint *ep, bool primary, char *s, size_t cap,
+                 bool *unix_sock);
 } kv_net;
 
 /* How a primary sends a catching-up replica its backlog (--repl-catchup):
@@ -149,6 +156,9 @@ typedef struct master {
     store snap_db;
     uint64_t snap_off; /* the offset the snapshot stands for */
     char snap_id[41];  /* the primary's replid, taken at the marker */
+    uint64_t id;       /* CLIENT LIST's: a client id, given at each M_UP */
+    uint64_t up_ns;    /* when it was (loop ns): CLIENT LIST's age */
+    uint64_t last_ns;  /* when bytes last came (loop ns): its idle */
 } master;
 
 struct server {
@@ -242,6 +252,9 @@ struct conn {
     /* The peer's "ip:port" for log lines, taken at accept: once the peer
      * has gone the socket can no longer say (getpeername fails). */
     char name[64];
+    uint64_t born_ns; /* when it started (loop ns): CLIENT LIST's age */
+    uint64_t last_ns; /* when it last sent bytes or drained: its idle */
+    bool kill;        /* CLIENT KILL matched it: closed after the walk */
 };
 
 /* node.c */
@@ -293,6 +306,11 @@ void conn_refuse(conn *c, const char *reply, const char *why);
 void conn_wake(kv_client *cl);
 /* kv.auth: AUTH for a client connection (the password is srv's). */
 void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out);
+/* kv.client_list and kv.client_kill: CLIENT LIST, INFO and KILL over the
+ * server's connections and a replica's link to its primary. */
+bool conn_client_list(kv *k, kv_client *cl, const kv_client_filter *f,
+                      buf *out);
+long long conn_client_kill(kv *k, kv_client *cl, const kv_client_filter *f);
 
 /* link.c, primary side */
 typedef struct ring_frame {
@@ -366,8 +384,8 @@ void wake_links(server *srv);
  * what the log grew since the link started and it has not been sent yet,
  * plus what waits in its stream. */
 size_t link_output(const rlink *l);
-/* CLIENT KILL TYPE replica|slave (kv.kill_replicas): how many links it
- * closed. */
+/* Closes every replica link (they reconnect and continue from their
+ * offsets): how many it closed. */
 long long kill_replicas(kv *k);
 /* The log's readers (repl_log.pinned): the lowest offset a link or a
  * hand-off still reads, UINT64_MAX when none does. */
@@ -386,6 +404,8 @@ void master_start(server *srv);
 void master_connected(server *srv, int status);
 /* Closes the link for good (server_stop). */
 void master_stop(server *srv);
+/* CLIENT KILL of the link: it closes, and is retried as a lost one. */
+void master_kill(server *srv);
 
 /* server.c: the socket transport. */
 extern const kv_net kv_net_socket;

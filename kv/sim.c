@@ -387,9 +387,9 @@ static int sim_connect(server *srv) {
 
 /* The simulated links count no system calls: no io_counts; and have no
  * socket, so replicas catch up on the loop (no fd). */
-static const kv_net kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
-                                  sim_peer,      sim_connect,    NULL,
-                                  NULL};
+static const kv_net kv_net_sim = {
+    sim_read_stop, sim_read_start, sim_shutdown, sim_peer,
+    sim_connect,   NULL,           NULL,         NULL};
 
 /* ------------------------------- --streams: lull streams on socketpairs */
 
@@ -864,6 +864,7 @@ static const kv_net kv_net_streams = {streams_read_stop,
                                       streams_peer,
                                       streams_connect,
                                       streams_io_counts,
+                                      NULL,
                                       NULL};
 
 /* A connection accepted at a node, over a relay. */

@@ -2392,8 +2392,11 @@ TEST(glob_huge_empty_and_binary_patterns) {
 /* ------------------------------------------------- CLIENT and REPLSYNC */
 
 static int kills;
-static long long count_kills(kv *k) {
+static long long count_kills(kv *k, kv_client *cl, const kv_client_filter *f) {
     (void)k;
+    (void)cl;
+    CHECK_EQ(f->type, KV_CLIENT_REPLICA);
+    CHECK(f->skipme);
     kills++;
     return 2;
 }
@@ -2405,7 +2408,7 @@ TEST(client_and_replsync_keep_transactions_and_subscriptions) {
     buf out;
     kv_client cl;
     open_kv_with_client(&k, false, &cl, &out);
-    k.kill_replicas = count_kills;
+    k.client_kill = count_kills;
     /* CLIENT queues inside MULTI and answers in EXEC's array. */
     exec_cl(&k, &cl, &out, "MULTI");
     CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETNAME x"), "+QUEUED\r\n") ==
@@ -2600,7 +2603,7 @@ TEST(client_subcommands_as_redis) {
     kv k;
     buf out;
     kv_client cl;
-    /* no kill_replicas: no replica links */
+    /* no client_kill: no connections */
     open_kv_with_client(&k, false, &cl, &out);
     /* The subcommand's name as Redis formats it: 128 bytes at most, up to
      * a NUL, CR and LF as spaces; the command in upper case. */
@@ -2631,15 +2634,13 @@ TEST(client_subcommands_as_redis) {
     CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETNAME ~!"), "+OK\r\n") == 0);
     CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT SETINFO lib-name x"),
                  "+OK\r\n") == 0);
-    /* KILL: TYPE replica or slave only; without replica links, 0. */
+    /* KILL: without connections, none matches. */
     CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE Replica"),
                  ":0\r\n") == 0);
     CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL 1.2.3.4:5"),
-                 "-ERR CLIENT KILL: only CLIENT KILL TYPE replica is "
-                 "supported\r\n") == 0);
-    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE normal"),
-                 "-ERR CLIENT KILL: only CLIENT KILL TYPE replica is "
-                 "supported\r\n") == 0);
+                 "-ERR No such client\r\n") == 0);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "CLIENT KILL TYPE normal"), ":0\r\n") ==
+          0);
     /* A subcommand's full name is no command of its own. */
     CHECK(strcmp(exec_cl(&k, &cl, &out, "client|kill"),
                  "-ERR unknown command 'client|kill', with args beginning "
@@ -2746,6 +2747,137 @@ TEST(client_id_and_name_kept_as_redis) {
     /* The name goes with the client (ASan: no leak), and reset twice. */
     close_kv_with_client(&k, &cl, &out);
     CHECK(cl.name == NULL);
+}
+
+/* CLIENT LIST, INFO and KILL as redis-server 7.0.15 parses them and
+ * answers them (the replies taken from one); without an owner (no
+ * connections) the list is the asking client's own line. */
+TEST(client_list_info_and_kill_parse_as_redis) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    cl.id = 7;
+    static const char *const answers[][2] = {
+        {"CLIENT INFO x",
+         "-ERR wrong number of arguments for 'client|info' command\r\n"},
+        {"CLIENT LIST foo", "-ERR syntax error\r\n"},
+        {"CLIENT LIST TYPE normal x", "-ERR syntax error\r\n"},
+        {"CLIENT LIST ID", "-ERR syntax error\r\n"},
+        {"CLIENT LIST TYPE foo", "-ERR Unknown client type 'foo'\r\n"},
+        {"CLIENT LIST ID 7 abc", "-ERR Invalid client ID\r\n"},
+        {"CLIENT LIST ID 07", "-ERR Invalid client ID\r\n"},
+        {"CLIENT LIST ID 99999999999999999999", "-ERR Invalid client ID\r\n"},
+        {"CLIENT LIST ID 0 -1 8", "$0\r\n\r\n"},
+        {"CLIENT LIST TYPE replica", "$0\r\n\r\n"},
+        {"CLIENT LIST TYPE master", "$0\r\n\r\n"},
+        {"CLIENT KILL ID 0", "-ERR client-id should be greater than 0\r\n"},
+        {"CLIENT KILL ID abc", "-ERR client-id should be greater than 0\r\n"},
+        {"CLIENT KILL ID +5", "-ERR client-id should be greater than 0\r\n"},
+        {"CLIENT KILL ID 1 TYPE", "-ERR syntax error\r\n"},
+        {"CLIENT KILL TYPE foo ID", "-ERR Unknown client type 'foo'\r\n"},
+        {"CLIENT KILL SKIPME maybe", "-ERR syntax error\r\n"},
+        {"CLIENT KILL USER nobody", "-ERR No such user 'nobody'\r\n"},
+        {"CLIENT KILL USER Default", "-ERR No such user 'Default'\r\n"},
+        {"CLIENT KILL a b", "-ERR syntax error\r\n"},
+        {"CLIENT KILL USER default", ":0\r\n"},
+        {"CLIENT KILL ADDR 1.2.3.4:5 LADDR x SKIPME no", ":0\r\n"},
+        {"CLIENT KILL 1.2.3.4:5", "-ERR No such client\r\n"},
+    };
+    for (size_t i = 0; i < sizeof answers / sizeof answers[0]; i++)
+        CHECK_REPLY(exec_cl(&k, &cl, &out, answers[i][0]), answers[i][1]);
+    /* Every field, in Redis' order; the connection's are the owner's. */
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT SETNAME pool"), "+OK\r\n");
+    static const char line[] =
+        "id=7 addr=?:0 laddr=?:0 fd=-1 name=pool age=0 idle=0 flags=N db=0 "
+        "sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 "
+        "multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=5 events= "
+        "cmd=client|info user=default redir=-1 resp=2\n";
+    char want[512];
+    snprintf(want, sizeof want, "$%zu\r\n%s\r\n", sizeof line - 1, line);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT INFO"), want);
+    char *list = strstr(want, "cmd=client|info");
+    memcpy(list, "cmd=client|list", 15);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "client list"), want);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT LIST TYPE Normal"), want);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT LIST TYPE pubsub"),
+                "$0\r\n\r\n");
+    /* ID: a line for each id given, in its order, a repeat repeated. */
+    exec_cl(&k, &cl, &out, "CLIENT LIST ID 7 1 7");
+    CHECK(strncmp(out.p, "$462\r\nid=7 ", 11) == 0);
+    CHECK(strstr(out.p + 11, "\nid=7 ") != NULL);
+    /* The last command's name as Redis': NULL when it was unknown. */
+    exec_cl(&k, &cl, &out, "NOSUCH");
+    exec_cl(&k, &cl, &out, "CLIENT FOO");
+    exec_cl(&k, &cl, &out, "GET");
+    exec_cl(&k, &cl, &out, "MULTI");
+    exec_cl(&k, &cl, &out, "SET x 1");
+    exec_cl(&k, &cl, &out, "CLIENT LIST");
+    CHECK_REPLY(
+        exec_cl(&k, &cl, &out, "EXEC"),
+        "*2\r\n+OK\r\n$224\r\n"
+        "id=7 addr=?:0 laddr=?:0 fd=-1 name=pool age=0 idle=0 "
+        "flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 "
+        "argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 "
+        "tot-mem=5 events= cmd=exec user=default redir=-1 resp=2\n\r\n");
+    /* multi-mem: what the queue holds, gone with it. */
+    exec_cl(&k, &cl, &out, "MULTI");
+    exec_cl(&k, &cl, &out, "SET x 1");
+    CHECK(cl.queue_bytes >= 5);
+    exec_cl(&k, &cl, &out, "DISCARD");
+    CHECK_EQ(cl.queue_bytes, 0);
+    /* Subscribed: refused as any command but the pub/sub ones. */
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT LIST"),
+                "-ERR Can't execute 'client|list': only (P|S)SUBSCRIBE / "
+                "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                "context\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT INFO"),
+                "-ERR Can't execute 'client|info': only (P|S)SUBSCRIBE / "
+                "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                "context\r\n");
+    exec_cl(&k, &cl, &out, "UNSUBSCRIBE");
+    /* Without a client of its own (tests): nothing to list. */
+    CHECK_REPLY(exec_cl(&k, NULL, &out, "CLIENT INFO"), "$0\r\n\r\n");
+    CHECK_REPLY(exec_cl(&k, NULL, &out, "CLIENT LIST"), "$0\r\n\r\n");
+    close_kv_with_client(&k, &cl, &out);
+}
+
+/* CLIENT HELP: every refusal of an unknown CLIENT subcommand says "Try
+ * CLIENT HELP", so it must answer: Redis' array of lines in its format,
+ * naming the subcommands lull-kv has (and nothing it lacks). */
+TEST(client_help_answers_as_redis) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    exec_cl(&k, &cl, &out, "CLIENT HELP");
+    CHECK(strncmp(out.p, "*", 1) == 0);
+    CHECK(strstr(out.p, "\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. "
+                        "Subcommands are:\r\n") != NULL);
+    static const char *const subs[] = {
+        "GETNAME",        "ID",  "INFO", "KILL <ip:port>", "LIST [options ...]",
+        "SETNAME <name>", "HELP"};
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "\r\n+%s\r\n", subs[i]);
+        CHECK(strstr(out.p, line) != NULL);
+    }
+    CHECK(strstr(out.p, "TRACKING") == NULL); /* not lull-kv's */
+    /* The count is the lines'. */
+    long n = strtol(out.p + 1, NULL, 10);
+    long lines = 0;
+    for (const char *p = strstr(out.p, "\r\n"); p; p = strstr(p + 2, "\r\n"))
+        lines++;
+    CHECK_EQ(n, lines - 1);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT HELP x"),
+                "-ERR wrong number of arguments for 'client|help' command\r\n");
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT HELP"),
+                "-ERR Can't execute 'client|help': only (P|S)SUBSCRIBE / "
+                "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                "context\r\n");
+    close_kv_with_client(&k, &cl, &out);
 }
 
 /* ------------------------------------------------- the reference model */

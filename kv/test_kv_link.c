@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,9 +84,20 @@ static int pair_connect(server *r) {
     return 0;
 }
 
+/* CLIENT LIST's laddr: "local:<fd>", one per connection, so that a
+ * LADDR filter can single one out. */
+static int pair_local(lull_endpoint *ep, bool primary, char *s, size_t cap,
+                      bool *unix_sock) {
+    (void)primary;
+    int fd = lull_stream_fd(ep_stream(ep));
+    snprintf(s, cap, "local:%d", fd);
+    *unix_sock = false;
+    return fd;
+}
+
 static const kv_net pair_net = {pair_read_stop, pair_read_start, pair_shutdown,
                                 pair_peer,      pair_connect,    NULL,
-                                pair_fd};
+                                pair_fd,        pair_local};
 
 static void quiet_log(server *srv, const char *line) {
     (void)srv;
@@ -224,7 +236,7 @@ static int silent_connect(server *r) {
 
 static const kv_net silent_net = {
     pair_read_stop, pair_read_start, pair_shutdown, pair_peer, silent_connect,
-    NULL,           pair_fd};
+    NULL,           pair_fd,         NULL};
 
 static int timeout_lines;
 static void count_timeouts(server *srv, const char *line) {
@@ -709,6 +721,321 @@ TEST(client_kill_counts_a_replica_once_in_a_batch) {
     answer(loop, fd, got, sizeof got, 8, &eof);
     CHECK(strncmp(got, ":1\r\n:0\r\n", 8) == 0);
     close(fd);
+    close_all(loop, &p, &r);
+}
+
+/* ------------------------------------------- CLIENT LIST, INFO and KILL */
+
+/* The length of the one whole RESP2 reply at p[0, n), or 0. */
+static size_t whole_reply(const char *p, size_t n) {
+    const char *lf = memchr(p, '\n', n);
+    if (!lf) return 0;
+    size_t head = (size_t)(lf - p) + 1;
+    long long v = atoll(p + 1);
+    if (p[0] == '$') return v < 0 ? head : n >= head + v + 2 ? head + v + 2 : 0;
+    if (p[0] != '*') return head;
+    size_t at = head;
+    for (long long i = 0; i < v; i++) {
+        size_t one = at < n ? whole_reply(p + at, n - at) : 0;
+        if (!one) return 0;
+        at += one;
+    }
+    return at;
+}
+
+/* Sends req on fd and returns the next whole reply in got (5 s at most). */
+static const char *ask(lull_loop *loop, int fd, const char *req, char *got,
+                       size_t cap) {
+    if (req) send_all(fd, req, strlen(req));
+    size_t have = 0, one = 0;
+    uint64_t t0 = now_ms();
+    got[0] = 0;
+    /* Peeked, and only the first reply taken: the rest of a pipeline's
+     * are the next calls'. */
+    while (!(one = whole_reply(got, have)) && now_ms() - t0 < 5000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t n = recv(fd, got, cap - 1, MSG_DONTWAIT | MSG_PEEK);
+        have = n > 0 ? (size_t)n : 0;
+        got[have] = 0;
+    }
+    CHECK(one > 0);
+    CHECK_EQ(recv(fd, got, one, MSG_DONTWAIT), (ssize_t)one);
+    got[one] = 0;
+    return got;
+}
+
+/* Whether the server closed fd (within 2 s), having sent nothing more. */
+static bool closed(lull_loop *loop, int fd) {
+    char got[256];
+    bool eof;
+    return answer(loop, fd, got, sizeof got, 1, &eof) == 0 && eof;
+}
+
+/* The value of key in a CLIENT LIST line (up to its end), in v. */
+static const char *field(const char *line, const char *key, char *v,
+                         size_t cap) {
+    char pat[32];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *at = strncmp(line, pat + 1, strlen(pat + 1)) == 0
+                         ? line + strlen(pat + 1)
+                         : strstr(line, pat);
+    CHECK(at != NULL && at < strchr(line, '\n'));
+    if (at != line + strlen(pat + 1)) at += strlen(pat);
+    size_t n = strcspn(at, " \n");
+    CHECK(n < cap);
+    memcpy(v, at, n);
+    v[n] = 0;
+    return v;
+}
+
+#define CHECK_FIELD(line, key, want)                                           \
+    do {                                                                       \
+        char v_[256];                                                          \
+        const char *got_ = field(line, key, v_, sizeof v_);                    \
+        if (strcmp(got_, want) != 0)                                           \
+            fprintf(stderr, "%s=%s, expected %s\n", key, got_, want);          \
+        CHECK(strcmp(got_, want) == 0);                                        \
+    } while (0)
+
+/* The n-th line (from 0) of a CLIENT LIST reply, or NULL. */
+static const char *nth_line(const char *reply, int n) {
+    const char *p = strchr(reply, '\n') + 1; /* past "$len\r\n" */
+    for (; n > 0 && p; n--) {
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    return p && strncmp(p, "id=", 3) == 0 ? p : NULL;
+}
+
+/* Every client is listed, oldest first, with Redis 7.0's fields in its
+ * order; its own state (name, subscriptions, transaction, last command)
+ * and its connection's; TYPE and ID pick, INFO is the asker's line. */
+TEST(client_list_shows_every_client_as_redis) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    conn *ca, *cb, *cc;
+    int a = client_to(loop, &p, &ca), b = client_to(loop, &p, &cb),
+        c = client_to(loop, &p, &cc);
+    static char got[1 << 16];
+    CHECK(strcmp(ask(loop, a, "CLIENT SETNAME alpha\r\n", got, sizeof got),
+                 "+OK\r\n") == 0);
+    ask(loop, b, "SUBSCRIBE ch\r\n", got, sizeof got);
+    ask(loop, b, "PSUBSCRIBE p* q*\r\n", got, sizeof got);
+    ask(loop, b, NULL, got, sizeof got);
+    ask(loop, c, "MULTI\r\n", got, sizeof got);
+    CHECK(strcmp(ask(loop, c, "SET x 1\r\n", got, sizeof got), "+QUEUED\r\n") ==
+          0);
+    ask(loop, a, "CLIENT LIST\r\n", got, sizeof got);
+    const char *la = nth_line(got, 0), *lb = nth_line(got, 1),
+               *lc = nth_line(got, 2);
+    CHECK(la && lb && lc && !nth_line(got, 3));
+    /* Redis 7.0.15's fields, in its order. */
+    static const char *const keys[] = {
+        "id",        "addr",     "laddr",     "fd",   "name", "age",   "idle",
+        "flags",     "db",       "sub",       "psub", "ssub", "multi", "qbuf",
+        "qbuf-free", "argv-mem", "multi-mem", "rbs",  "rbp",  "obl",   "oll",
+        "omem",      "tot-mem",  "events",    "cmd",  "user", "redir", "resp"};
+    const char *q = la;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        size_t n = strlen(keys[i]);
+        CHECK(strncmp(q, keys[i], n) == 0 && q[n] == '=');
+        q += n + 1 + strcspn(q + n + 1, " \n");
+        CHECK(*q == (i + 1 < sizeof keys / sizeof keys[0] ? ' ' : '\n'));
+        q++;
+    }
+    char id[24];
+    snprintf(id, sizeof id, "%" PRIu64, ca->cl.id);
+    CHECK_FIELD(la, "id", id);
+    CHECK_FIELD(la, "addr", "pair:0");
+    snprintf(id, sizeof id, "local:%d", lull_stream_fd(&ca->t.stream));
+    CHECK_FIELD(la, "laddr", id);
+    snprintf(id, sizeof id, "%d", lull_stream_fd(&ca->t.stream));
+    CHECK_FIELD(la, "fd", id);
+    CHECK_FIELD(la, "name", "alpha");
+    CHECK_FIELD(la, "age", "0");
+    CHECK_FIELD(la, "flags", "N");
+    CHECK_FIELD(la, "multi", "-1");
+    CHECK_FIELD(la, "events", "r");
+    CHECK_FIELD(la, "cmd", "client|list");
+    CHECK_FIELD(la, "user", "default");
+    CHECK_FIELD(la, "resp", "2");
+    snprintf(id, sizeof id, "%" PRIu64, cb->cl.id);
+    CHECK_FIELD(lb, "id", id);
+    CHECK_FIELD(lb, "name", "");
+    CHECK_FIELD(lb, "flags", "P");
+    CHECK_FIELD(lb, "sub", "1");
+    CHECK_FIELD(lb, "psub", "2");
+    CHECK_FIELD(lb, "cmd", "psubscribe");
+    CHECK_FIELD(lc, "flags", "x");
+    CHECK_FIELD(lc, "multi", "1");
+    CHECK_FIELD(lc, "cmd", "set");
+    CHECK(strcmp(field(lc, "multi-mem", id, sizeof id), "0") != 0);
+    /* TYPE and ID pick; ID answers in its order, a repeat repeated. */
+    ask(loop, a, "CLIENT LIST TYPE pubsub\r\n", got, sizeof got);
+    CHECK(nth_line(got, 0) && !nth_line(got, 1));
+    snprintf(id, sizeof id, "%" PRIu64, cb->cl.id);
+    CHECK_FIELD(nth_line(got, 0), "id", id);
+    CHECK(strcmp(ask(loop, a, "CLIENT LIST TYPE replica\r\n", got, sizeof got),
+                 "$0\r\n\r\n") == 0);
+    char req[128];
+    snprintf(req, sizeof req,
+             "CLIENT LIST ID %" PRIu64 " %" PRIu64 " 0 %" PRIu64 " 999\r\n",
+             cc->cl.id, ca->cl.id, cc->cl.id);
+    ask(loop, a, req, got, sizeof got);
+    CHECK(nth_line(got, 2) && !nth_line(got, 3));
+    CHECK_FIELD(nth_line(got, 0), "flags", "x");
+    CHECK_FIELD(nth_line(got, 1), "name", "alpha");
+    CHECK_FIELD(nth_line(got, 2), "flags", "x");
+    /* INFO: the asker's own line. */
+    ask(loop, c, "DISCARD\r\n", got, sizeof got);
+    ask(loop, c, "CLIENT INFO\r\n", got, sizeof got);
+    CHECK(nth_line(got, 0) && !nth_line(got, 1));
+    snprintf(id, sizeof id, "%" PRIu64, cc->cl.id);
+    CHECK_FIELD(nth_line(got, 0), "id", id);
+    CHECK_FIELD(nth_line(got, 0), "flags", "N");
+    CHECK_FIELD(nth_line(got, 0), "multi-mem", "0");
+    CHECK_FIELD(nth_line(got, 0), "cmd", "client|info");
+    /* A client closed (by CLIENT KILL) is listed no more, at once. */
+    snprintf(req, sizeof req, "CLIENT KILL ID %" PRIu64 "\r\nCLIENT LIST\r\n",
+             cb->cl.id);
+    CHECK(strcmp(ask(loop, a, req, got, sizeof got), ":1\r\n") == 0);
+    ask(loop, a, NULL, got, sizeof got);
+    CHECK(nth_line(got, 1) && !nth_line(got, 2));
+    CHECK(closed(loop, b));
+    close(a);
+    close(b);
+    close(c);
+    close_client(loop, &p);
+}
+
+/* CLIENT KILL's filters, as Redis 7.0 answers them: the count for the
+ * filter form (the asker spared unless SKIPME no), +OK or "No such
+ * client" for the old one (which may close the asker); the asker is
+ * closed after its reply, anything it pipelined after unanswered; a
+ * client killed already in the same batch is not counted again. */
+TEST(client_kill_closes_what_it_matched_after_the_walk) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    conn *ca, *cb, *cc;
+    int a = client_to(loop, &p, &ca), b = client_to(loop, &p, &cb),
+        c = client_to(loop, &p, &cc);
+    static char got[1 << 16];
+    ask(loop, c, "SUBSCRIBE ch\r\n", got, sizeof got);
+    /* TYPE, ID, ADDR and LADDR together: every one must match. */
+    char req[256];
+    snprintf(req, sizeof req,
+             "CLIENT KILL TYPE pubsub ID %" PRIu64 "\r\n"
+             "CLIENT KILL TYPE normal ID %" PRIu64 " ADDR pair:0 LADDR "
+             "local:%d\r\n",
+             cb->cl.id, cb->cl.id, lull_stream_fd(&cb->t.stream) + 1000);
+    CHECK(strcmp(ask(loop, a, req, got, sizeof got), ":0\r\n") == 0);
+    CHECK(strcmp(ask(loop, a, NULL, got, sizeof got), ":0\r\n") == 0);
+    snprintf(req, sizeof req,
+             "CLIENT KILL LADDR local:%d\r\nCLIENT KILL ID %" PRIu64 "\r\n"
+             "PING\r\n",
+             lull_stream_fd(&cb->t.stream), cb->cl.id);
+    CHECK(strcmp(ask(loop, a, req, got, sizeof got), ":1\r\n") == 0);
+    CHECK(strcmp(ask(loop, a, NULL, got, sizeof got), ":0\r\n") == 0);
+    CHECK(strcmp(ask(loop, a, NULL, got, sizeof got), "+PONG\r\n") == 0);
+    CHECK(closed(loop, b));
+    CHECK(strcmp(ask(loop, a, "CLIENT KILL TYPE pubsub SKIPME yes\r\n", got,
+                     sizeof got),
+                 ":1\r\n") == 0);
+    CHECK(closed(loop, c));
+    /* The asker only with SKIPME no: its reply, then its close. */
+    CHECK(strcmp(ask(loop, a, "CLIENT KILL TYPE normal\r\n", got, sizeof got),
+                 ":0\r\n") == 0);
+    CHECK(strcmp(ask(loop, a, "CLIENT KILL USER default SKIPME no\r\nPING\r\n",
+                     got, sizeof got),
+                 ":1\r\n") == 0);
+    CHECK(closed(loop, a));
+    close(a);
+    close(b);
+    close(c);
+    /* The old form: the asker too; +OK or the error. */
+    a = client_to(loop, &p, &ca);
+    b = client_to(loop, &p, &cb);
+    CHECK(strcmp(ask(loop, a, "CLIENT KILL 1.2.3.4:5\r\n", got, sizeof got),
+                 "-ERR No such client\r\n") == 0);
+    CHECK(
+        strcmp(ask(loop, a, "CLIENT KILL pair:0\r\nPING\r\n", got, sizeof got),
+               "+OK\r\n") == 0);
+    CHECK(closed(loop, a));
+    CHECK(closed(loop, b));
+    close(a);
+    close(b);
+    /* Inside MULTI: queued, run by EXEC, whose whole reply goes out
+     * before the close; the writes after it in the transaction made. */
+    a = client_to(loop, &p, &ca);
+    b = client_to(loop, &p, &cb);
+    snprintf(req, sizeof req,
+             "MULTI\r\nCLIENT KILL ID %" PRIu64 " SKIPME no\r\nSET y 2\r\n"
+             "EXEC\r\nPING\r\n",
+             ca->cl.id);
+    send_all(a, req, strlen(req));
+    CHECK(strcmp(ask(loop, a, NULL, got, sizeof got), "+OK\r\n") == 0);
+    CHECK(strcmp(ask(loop, a, NULL, got, sizeof got), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(ask(loop, a, NULL, got, sizeof got), "+QUEUED\r\n") == 0);
+    CHECK(strcmp(ask(loop, a, NULL, got, sizeof got), "*2\r\n:1\r\n+OK\r\n") ==
+          0);
+    CHECK(closed(loop, a));
+    CHECK(strcmp(ask(loop, b, "GET y\r\n", got, sizeof got), "$1\r\n2\r\n") ==
+          0);
+    close(a);
+    close(b);
+    close_client(loop, &p);
+}
+
+/* A replica link is listed with flags S (type replica); on the replica,
+ * its link to the primary with flags M, user (superuser) (type master),
+ * as Redis lists its master client; CLIENT KILL TYPE master closes that
+ * link, which reconnects and syncs again as a lost one does. */
+TEST(client_list_and_kill_see_both_ends_of_a_replica_link) {
+    lull_loop *loop;
+    server p, r;
+    open_primary(&loop, &p);
+    write_cmd(&p, "SET", "a", "1");
+    node_open(&r, loop, true);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    static char got[1 << 16];
+    int fp = client_to(loop, &p, NULL), fr = client_to(loop, &r, NULL);
+    ask(loop, fp, "CLIENT LIST TYPE slave\r\n", got, sizeof got);
+    CHECK(nth_line(got, 0) && !nth_line(got, 1));
+    CHECK_FIELD(nth_line(got, 0), "flags", "S");
+    CHECK_FIELD(nth_line(got, 0), "cmd", "replsync");
+    ask(loop, fr, "CLIENT LIST\r\n", got, sizeof got);
+    CHECK(nth_line(got, 1) && !nth_line(got, 2));
+    const char *m = nth_line(got, 0);
+    char id[24];
+    snprintf(id, sizeof id, "%" PRIu64, r.m.id);
+    CHECK_FIELD(m, "id", id);
+    CHECK_FIELD(m, "flags", "M");
+    CHECK_FIELD(m, "addr", "pair:0");
+    CHECK_FIELD(m, "user", "(superuser)");
+    CHECK_FIELD(m, "cmd", "NULL");
+    CHECK_FIELD(nth_line(got, 1), "flags", "N");
+    CHECK(strcmp(ask(loop, fr, "CLIENT KILL USER default TYPE master\r\n", got,
+                     sizeof got),
+                 ":0\r\n") == 0);
+    uint64_t old = r.m.id;
+    CHECK(strcmp(ask(loop, fr, "CLIENT KILL TYPE master\r\n", got, sizeof got),
+                 ":1\r\n") == 0);
+    CHECK(r.m.state != M_UP);
+    CHECK(strcmp(ask(loop, fr, "CLIENT LIST TYPE master\r\n", got, sizeof got),
+                 "$0\r\n\r\n") == 0);
+    write_cmd(&p, "SET", "b", "2");
+    run_to_sync(loop, &p, &r);
+    CHECK(r.m.id > old);
+    same_dumps(&p, &r);
+    close(fp);
+    close(fr);
+    for (conn *c = r.conns, *next; c; c = next) {
+        next = c->next;
+        conn_drop(c, NULL);
+    }
     close_all(loop, &p, &r);
 }
 
@@ -1689,9 +2016,9 @@ static int fake_connect(server *r) {
     fake_fd = silent_fds[silent_connects - 1];
     return rc;
 }
-static const kv_net fake_net = {pair_read_stop, pair_read_start, pair_shutdown,
-                                pair_peer,      fake_connect,    NULL,
-                                pair_fd};
+static const kv_net fake_net = {
+    pair_read_stop, pair_read_start, pair_shutdown, pair_peer, fake_connect,
+    NULL,           pair_fd,         NULL};
 
 TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
     snap_marker = 0;
