@@ -40,7 +40,7 @@ TEST_NAME=test
 
 # A backlog that holds every write of the run: its replicas catch up
 # by replaying the log (kv/snapshot.sh has the snapshot's full resync).
-start primary --port 0 --unix "$dir/kv.sock" --repl-backlog-size 1gb
+start primary --port 0 --unix "$dir/kv.sock" --repl-backlog-size 1gb --repl-backlog-always yes
 pid=$started
 port=$started_port
 cli() { redis-cli -p "$port" "$@"; }
@@ -761,7 +761,7 @@ port=$mport
 # running again, reconnects, resumes from its offset and ends equal.
 # (A backlog that holds the 100 MB: the replica continues from it.)
 start rlp --port 0 --client-output-buffer-limit replica 16mb 4mb 1 \
-    --repl-backlog-size 256mb
+    --repl-backlog-size 256mb --repl-backlog-always yes
 rlpid=$started
 rlport=$started_port
 start rlr --port 0 --replica-of "127.0.0.1:$rlport"
@@ -940,7 +940,7 @@ same "$dir/keys" "$r3port"
 # The sender thread (--repl-catchup thread): writes made while a replica
 # catches up 200,000 keys from it (SET, DEL and INCR, of keys the backlog
 # holds too) reach the replica after the backlog, in order: both end equal.
-start tprimary --port 0 --repl-catchup thread --repl-backlog-size 1gb
+start tprimary --port 0 --repl-catchup thread --repl-backlog-size 1gb --repl-backlog-always yes
 tpid=$started
 oldport=$port
 port=$started_port

@@ -1049,6 +1049,7 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
         buf_str(&c->out, "-OOM out of memory\r\n");
         return;
     }
+    repl_log_keep(&k->log); /* a replica: the log is kept from here on */
     bool same = a[1].len == 40 && memcmp(a[1].p, k->replid, 40) == 0;
     char reply[96];
     if (same && repl_log_seek(&k->log, offset, &l->cur) == 0) {

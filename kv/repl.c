@@ -88,7 +88,12 @@ void repl_log_trim(repl_log *log) {
     compact_starts(log);
 }
 
+void repl_log_keep(repl_log *log) {
+    log->idle = false;
+}
+
 int repl_log_reserve(repl_log *log, size_t len) {
+    if (log->idle) return 0; /* nothing is kept */
     if (log->nrec - log->rec0 == log->rec_cap) {
         size_t cap = log->rec_cap ? log->rec_cap * 2 : 1024;
         uint64_t *s = realloc(log->starts, cap * sizeof *s);
@@ -148,6 +153,11 @@ static bool expire_relative(repl_log *log, const resp_arg *argv, size_t argc,
 }
 
 void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc) {
+    if (log->idle) { /* counted, not kept: nothing can read it */
+        log->end += repl_record_len(argv, argc);
+        log->base = log->end;
+        return;
+    }
     resp_arg rel[3];
     char num[24];
     if ((log->plant & KV_PLANT_EXPIRE_RELATIVE) &&

@@ -55,6 +55,10 @@ typedef struct repl_log {
     uint64_t end;     /* bytes in the log: INFO's master_repl_offset */
     uint64_t backlog; /* bytes a trim keeps at least (repl-backlog-size);
                          0: no bound, nothing is freed */
+    bool idle;        /* no replica yet: a record only moves end (and
+                         base with it), as Redis keeps no backlog before
+                         its first replica; a replica's first REPLSYNC
+                         sets it false (repl_log_keep) */
     /* The lowest offset a reader still needs (UINT64_MAX: none), asked
      * when a trim could free a chunk; NULL: no reader. */
     uint64_t (*pinned)(void *arg);
@@ -124,6 +128,10 @@ int repl_log_reserve(repl_log *log, size_t len);
 /* Appends argv as one multibulk record (after a successful reserve of
  * repl_record_len(argv, argc) bytes). */
 void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc);
+
+/* From now on records are kept (a replica came): the log holds nothing
+ * before its end now, so a replica gets a snapshot. */
+void repl_log_keep(repl_log *log);
 
 /* Frees the chunks at the front that the backlog and the readers no
  * longer need (see above); repl_log_reserve calls it when it starts a

@@ -42,6 +42,8 @@
  *                     to continue from (default 1mb, at least 16kb)
  *     --repl-snapshot H  how a full resync's snapshot is made: fork
  *                     (default: a child writes it) or inline (the loop)
+ *     --repl-backlog-always yes|no  keep the backlog before a replica
+ *                     first connects (default no, as Redis: none)
  *   SIZE is bytes, or a number with k, kb, m, mb, g or gb (as Redis: k is
  *   1000, kb 1024). It prints "lull-kv: listening on 127.0.0.1:PORT" once
  *   ready, and runs until SIGINT or SIGTERM (then closes every connection
@@ -434,6 +436,10 @@ static const char usage_text[] =
     "  --repl-snapshot fork|inline\n"
     "                    a full resync's snapshot is written by a forked\n"
     "                    child (default) or by the loop at once\n"
+    "  --repl-backlog-always yes|no\n"
+    "                    keep the backlog before a replica first connects\n"
+    "                    (default no: as Redis, writes are not logged until\n"
+    "                    then, and that replica gets a snapshot)\n"
     "  --bind ADDR [ADDR ...]\n"
     "                    listen on these numeric addresses, IPv4 or IPv6\n"
     "                    (default 127.0.0.1)\n"
@@ -497,7 +503,8 @@ static bool takes_value(const char *a) {
                                         "--repl-catchup",
                                         "--repl-sender-cpu",
                                         "--repl-backlog-size",
-                                        "--repl-snapshot"};
+                                        "--repl-snapshot",
+                                        "--repl-backlog-always"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(a, names[i]) == 0) return true;
     return false;
@@ -935,6 +942,7 @@ int main(int argc, char **argv) {
     const char *bind[MAX_BIND];
     const char *unix_path = NULL;
     tls_opts tls = {.auth_clients = 1};
+    bool backlog_always = false;
     seed_hash(); /* before any key is stored */
     server_defaults(&srv);
     srv.protected_mode = true;
@@ -1041,6 +1049,11 @@ int main(int argc, char **argv) {
             if (!parse_size(argv[++i], &n) || n < ((size_t)16 << 10))
                 return refuse(a, "a size of 16kb or more", argv[i]);
             srv.kv.log.backlog = n;
+        } else if (more && strcmp(a, "--repl-backlog-always") == 0) {
+            const char *w = argv[++i];
+            if (strcmp(w, "yes") != 0 && strcmp(w, "no") != 0)
+                return refuse(a, "yes or no", w);
+            backlog_always = strcmp(w, "yes") == 0;
         } else if (more && strcmp(a, "--repl-snapshot") == 0) {
             const char *w = argv[++i];
             if (strcmp(w, "fork") == 0)
@@ -1056,6 +1069,9 @@ int main(int argc, char **argv) {
             return refuse(NULL, NULL, NULL);
         }
     }
+    /* No backlog before the first replica, as Redis: a write is counted,
+     * not copied (a 64 MiB SET's third copy, a SET's ~300 instructions). */
+    srv.kv.log.idle = !backlog_always;
     /* A client gone is a failed send, not a signal; so is a log reader
      * gone (stderr a pipe whose reader exited). */
     signal(SIGPIPE, SIG_IGN);

@@ -1834,6 +1834,38 @@ static uint64_t pin_of(void *arg) {
     return pin_at;
 }
 
+/* An idle log (no replica yet) counts records without keeping them: its
+ * base follows its end, so nothing below the end can be sought; once kept,
+ * records are there from that offset on. */
+TEST(idle_log_counts_records_and_keeps_none) {
+    repl_log log;
+    repl_log_init(&log);
+    log.idle = true;
+    resp_arg a[3] = {{"SET", 3}, {"k", 1}, {"v", 1}};
+    size_t len = repl_record_len(a, 3);
+    for (int i = 0; i < 10; i++) {
+        CHECK_EQ(repl_log_reserve(&log, len), 0);
+        repl_log_append(&log, a, 3);
+    }
+    CHECK_U64_EQ(log.end, 10 * len);
+    CHECK_U64_EQ(log.base, log.end);
+    CHECK_EQ(log.nchunks, 0);
+    repl_cursor cur;
+    CHECK_EQ(repl_log_seek(&log, 0, &cur), -ERANGE);
+    CHECK_EQ(repl_log_seek(&log, log.end, &cur), 0);
+    repl_log_keep(&log);
+    CHECK_EQ(repl_log_reserve(&log, len), 0);
+    repl_log_append(&log, a, 3);
+    CHECK_U64_EQ(log.end, 11 * len);
+    CHECK_U64_EQ(log.base, 10 * len);
+    size_t got;
+    const char *rec = repl_log_next(&log, &cur, &got);
+    CHECK(rec != NULL);
+    CHECK_EQ(got, len);
+    CHECK(memcmp(rec, "*3\r\n$3\r\nSET\r\n", 13) == 0);
+    repl_log_free(&log);
+}
+
 TEST(log_trim_keeps_pinned_chunks_and_refuses_seek_below_base) {
     repl_log log;
     repl_log_init(&log);

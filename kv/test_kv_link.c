@@ -1822,6 +1822,45 @@ TEST(full_resync_replays_the_log_while_its_base_is_zero) {
     close_all(loop, &p, &r);
 }
 
+/* A primary that has had no replica keeps no log, as Redis keeps no
+ * backlog before its first replica: its writes move the offset only. The
+ * first replica gets a snapshot as of that offset, and the log is kept
+ * from then on: a replica that drops continues from its offset. */
+TEST(no_log_before_the_first_replica_then_a_snapshot) {
+    lull_loop *loop;
+    server p, r;
+    snap_full = snap_continue = snap_replay = 0;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    node_open(&p, loop, false);
+    p.log = count_syncs;
+    p.kv.log.idle = true;
+    primary_of = &p;
+    load(&p, 5000);
+    CHECK(p.kv.log.end > 0);
+    CHECK_U64_EQ(p.kv.log.base, p.kv.log.end);
+    CHECK_EQ(p.kv.log.nchunks, 0); /* nothing copied */
+    node_open(&r, loop, true);
+    r.log = count_syncs;
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_full, 1);
+    CHECK_EQ(snap_replay, 0);
+    CHECK(!p.kv.log.idle);
+    same_dumps(&p, &r);
+    /* Kept now: a dropped link resumes from its offset. */
+    CHECK_EQ(kill_replicas(&p.kv), 1);
+    write_cmd(&p, "SET", "while-down", "1");
+    while (r.m.state == M_UP)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_continue, 1);
+    CHECK_EQ(snap_full, 1);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
 /* The link closes while the child writes the snapshot: the child is
  * killed and reaped, the replica (holding part of a snapshot) does not
  * take it for a history of its own: it syncs in full again. */

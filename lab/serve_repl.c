@@ -232,8 +232,8 @@ static int replicate_once(const params *p, const serve_tls_files *t, int row,
     /* Which catch-up each lull-kv row measures, whatever the keys' count:
      * the snapshot row keeps the smallest backlog (a replica attached after
      * the load is past it), the log-replay rows one that holds the whole
-     * load (10^6 keys' log is ~140 MB). The snapshot child (and the sender
-     * thread) on the replica's CPU, as redis-server's child. */
+     * load (10^6 keys' log is ~140 MB), kept from the start. The snapshot child
+     * (and the sender thread) on the replica's CPU, as redis-server's child. */
     char cpu[16];
     snprintf(cpu, sizeof cpu, "%d", serve_cpu_client);
     const char *mode[24];
@@ -241,10 +241,11 @@ static int replicate_once(const params *p, const serve_tls_files *t, int row,
     mode[m++] = "--repl-backlog-size";
     mode[m++] = row == R_KV_SNAPSHOT ? "16kb" : "1gb";
     if (row == R_KV_BUDGET || row == R_KV_TLS) {
-        const char *loop[] = {"--repl-mode", "budget", "--repl-catchup",
-                              "loop"};
+        const char *loop[] = {"--repl-mode", "budget", "--repl-catchup", "loop",
+                              /* the log kept before the replica came */
+                              "--repl-backlog-always", "yes"};
         memcpy(mode + m, loop, sizeof loop);
-        m += 4;
+        m += 6;
     } else if (serve_cpu_client >= 0) {
         mode[m++] = "--repl-sender-cpu";
         mode[m++] = cpu;
