@@ -47,7 +47,8 @@ static const char *const names[OP_COUNT + 1] = {
     "SET",   "SET",    "SET",         "SET",       "GET",     "DEL",
     "INCR",  "APPEND", "EXISTS",      "PEXPIREAT", "PERSIST", "RPUSH",
     "LPOP",  "LLEN",   "TYPE",        "INCRBY",    "DECRBY",  "GETDEL",
-    "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",   "MGET"};
+    "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",   "LREM",
+    "LSET",  "LTRIM",  "RENAME",      "RENAMENX",  "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -96,7 +97,7 @@ void model_cmd_text(const model_cmd *c, char *out, size_t cap) {
 size_t model_request(const model_cmd *c, char *out) {
     const char *argv[5];
     size_t lens[5], argc = 0;
-    char num[24];
+    char num[24], num2[24];
     static char val[MODEL_VAL_MAX];
     argv[argc] = names[c->op];
     lens[argc++] = strlen(names[c->op]);
@@ -118,6 +119,24 @@ size_t model_request(const model_cmd *c, char *out) {
     case OP_PEXPIREAT:
         argv[argc] = num;
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->at);
+        break;
+    case OP_LREM:
+    case OP_LSET:
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
+        argv[argc] = val;
+        lens[argc++] = model_value(c, val);
+        break;
+    case OP_LTRIM:
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
+        argv[argc] = num2;
+        lens[argc++] = (size_t)snprintf(num2, sizeof num2, "%" PRId64, c->i2);
+        break;
+    case OP_RENAME:
+    case OP_RENAMENX:
+        argv[argc] = c->key2;
+        lens[argc++] = strlen(c->key2);
         break;
     default:
         break;
@@ -203,6 +222,89 @@ static bool as_float(const char *s, size_t len, long double *out) {
 
 static size_t put_int(char *out, size_t at, long long n) {
     return at + (size_t)sprintf(out + at, ":%lld\r\n", n);
+}
+
+/* A list's items, each a length byte and its bytes, from first to last:
+ * where item i begins. */
+static size_t item_at(const model_val *s, size_t i) {
+    size_t at = 0;
+    while (i--)
+        at += 1 + (unsigned char)s->v[at];
+    return at;
+}
+
+/* LREM, LSET and LTRIM on a list, or on no key (live false). */
+static size_t list_cmd(model_val *s, const model_cmd *c, bool live,
+                       const char *v, size_t vlen, char *out) {
+    long long n = live ? s->items : 0;
+    if (c->op == OP_LSET) {
+        if (!live) return put_s(out, "-ERR no such key\r\n");
+        long long i = c->i1 < 0 ? c->i1 + n : c->i1;
+        if (i < 0 || i >= n) return put_s(out, "-ERR index out of range\r\n");
+        size_t at = item_at(s, (size_t)i), old = (unsigned char)s->v[at];
+        memmove(s->v + at + 1 + vlen, s->v + at + 1 + old,
+                s->len - at - 1 - old);
+        s->len = (uint32_t)(s->len - old + vlen);
+        s->v[at] = (char)vlen;
+        memcpy(s->v + at + 1, v, vlen);
+        return put_s(out, "+OK\r\n");
+    }
+    if (c->op == OP_LTRIM) {
+        /* LRANGE's range: negative from the end, clipped; none empties */
+        long long from = c->i1 < 0 ? c->i1 + n : c->i1;
+        long long to = c->i2 < 0 ? c->i2 + n : c->i2;
+        if (from < 0) from = 0;
+        if (to >= n) to = n - 1;
+        if (!live) return put_s(out, "+OK\r\n");
+        if (from > to || from >= n) {
+            clear(s);
+            return put_s(out, "+OK\r\n");
+        }
+        size_t a = item_at(s, (size_t)from), b = item_at(s, (size_t)to + 1);
+        memmove(s->v, s->v + a, b - a);
+        s->len = (uint32_t)(b - a);
+        s->items = (uint16_t)(to - from + 1);
+        return put_s(out, "+OK\r\n");
+    }
+    /* LREM: |count| matches at most (0: all), from the tail when
+     * negative. */
+    if (!live) return put_s(out, ":0\r\n");
+    bool tail = c->i1 < 0;
+    unsigned long long most =
+        tail ? 0 - (unsigned long long)c->i1 : (unsigned long long)c->i1;
+    long long gone = 0;
+    for (long long k = 0; k < n; k++) {
+        if (most && (unsigned long long)gone == most) break;
+        long long i = tail ? n - 1 - k : k;
+        size_t at = item_at(s, (size_t)(i - (tail ? 0 : gone)));
+        size_t len = (unsigned char)s->v[at];
+        if (len != vlen || memcmp(s->v + at + 1, v, vlen) != 0) continue;
+        memmove(s->v + at, s->v + at + 1 + len, s->len - at - 1 - len);
+        s->len -= (uint32_t)(1 + len);
+        s->items--;
+        gone++;
+    }
+    if (s->items == 0) clear(s);
+    return put_int(out, 0, gone);
+}
+
+static void copy_val(model_val *to, const model_val *from);
+
+/* RENAME and RENAMENX from s to d (d == s: the same name): the value
+ * and its expiry move, d's old ones go. */
+static size_t rename_key(model_val *s, model_val *d, const model_cmd *c,
+                         int64_t now, char *out) {
+    bool nx = c->op == OP_RENAMENX;
+    if (!alive(s, now)) {
+        clear(s);
+        return put_s(out, "-ERR no such key\r\n");
+    }
+    if (d == s) return put_s(out, nx ? ":0\r\n" : "+OK\r\n");
+    if (!alive(d, now)) clear(d);
+    if (nx && d->type != MODEL_NONE) return put_s(out, ":0\r\n");
+    copy_val(d, s);
+    clear(s);
+    return put_s(out, nx ? ":1\r\n" : "+OK\r\n");
 }
 
 /* The command on state s (updated in place) at instant now; the reply
@@ -345,11 +447,21 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
         if (!live) return put_s(out, "+none\r\n");
         return s->type == MODEL_STRING ? put_s(out, "+string\r\n")
                                        : put_s(out, "+list\r\n");
+    case OP_LREM:
+    case OP_LSET:
+    case OP_LTRIM:
+        if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
+        return list_cmd(s, c, live, v, vlen, out);
+    case OP_RENAME:
+    case OP_RENAMENX: {
+        /* key2 missing (model_apply2 runs the two-key form) */
+        static model_val none;
+        memset(&none, 0, offsetof(model_val, v));
+        return rename_key(s, strcmp(c->key, c->key2) ? &none : s, c, now, out);
+    }
     }
     return 0;
 }
-
-static void copy_val(model_val *to, const model_val *from);
 
 size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
                    char *out) {
@@ -420,6 +532,49 @@ bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
     k->n = next.n;
     for (int i = 0; i < next.n; i++)
         copy_val(&k->c[i], &next.c[i]);
+    return true;
+}
+
+bool model_apply2(model_key *from, model_key *to, const model_cmd *c,
+                  int64_t lo, int64_t hi, const char *reply, size_t len) {
+    if (from == to || strcmp(c->key, c->key2) == 0)
+        return model_apply(from, c, lo, hi, reply, len);
+    static model_key nf, nt;
+    static model_val s, d;
+    static char out[700];
+    nf.n = nt.n = 0;
+    for (int i = 0; i < from->n; i++)
+        for (int j = 0; j < to->n; j++) {
+            /* The outcome changes only where an instant passes either
+             * key's expiry. */
+            int64_t at[3] = {lo, 0, 0};
+            int nat = 1;
+            int64_t e1 = from->c[i].expire ? from->c[i].expire + 1 : 0;
+            int64_t e2 = to->c[j].expire ? to->c[j].expire + 1 : 0;
+            if (e1 > lo && e1 <= hi) at[nat++] = e1;
+            if (e2 > lo && e2 <= hi && e2 != e1) at[nat++] = e2;
+            for (int k = 0; k < nat; k++) {
+                copy_val(&s, &from->c[i]);
+                copy_val(&d, &to->c[j]);
+                size_t n = rename_key(&s, &d, c, at[k], out);
+                if (n != len || memcmp(out, reply, len) != 0) continue;
+                add(&nf, &s);
+                add(&nt, &d);
+            }
+        }
+    if (nf.n == 0) return false;
+    model_key_copy(from, &nf);
+    model_key_copy(to, &nt);
+    return true;
+}
+
+bool model_list_item(const model_val *s, uint32_t i, model_cmd *c) {
+    if (s->type != MODEL_LIST || s->items == 0) return false;
+    size_t at = item_at(s, i % s->items), n = (unsigned char)s->v[at];
+    if (n >= sizeof c->val) return false;
+    memcpy(c->val, s->v + at + 1, n);
+    c->val[n] = 0;
+    c->pad = 0;
     return true;
 }
 

@@ -12,7 +12,7 @@
  * candidate at each instant of its window where the outcome can change,
  * and only the outcomes whose reply is the reply received are kept. A
  * reply no candidate gives is a failure. Keys are independent (each
- * command names one), so the uncertainty stays per key.
+ * command but RENAME names one), so the uncertainty stays per key.
  *
  * Pure data: no lull, no sockets. */
 #ifndef LULL_KV_MODEL_H
@@ -75,20 +75,29 @@ enum {
     OP_INCRBYFLOAT,   /* INCRBYFLOAT k n (n in val) */
     OP_UNLINK,        /* UNLINK k */
     OP_TOUCH,         /* TOUCH k */
+    OP_LREM,          /* LREM k count v (count in i1) */
+    OP_LSET,          /* LSET k index v (index in i1) */
+    OP_LTRIM,         /* LTRIM k start stop (i1, i2) */
+    OP_RENAME,        /* RENAME k key2 (model_apply2) */
+    OP_RENAMENX,      /* RENAMENX k key2 (model_apply2) */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
     OP_MGET_ONE = OP_COUNT /* k's element of MGET's reply */
 };
 
-/* A command the model knows: one key, and a value or a time. */
+/* A command the model knows: one key (RENAME's two), and a value, a time
+ * or indexes. */
 typedef struct model_cmd {
     int op;
     char key[32];
-    char val[24]; /* SET, APPEND, RPUSH; INCRBY's, DECRBY's and
-                     INCRBYFLOAT's n */
-    uint32_t pad; /* SET: the value goes on with this many bytes of a
-                     pattern (model_value), to reach large values */
+    char key2[32];  /* RENAME's and RENAMENX's new name (may be key) */
+    char val[24];   /* SET, APPEND, RPUSH, LREM, LSET; INCRBY's, DECRBY's
+                       and INCRBYFLOAT's n */
+    int64_t i1, i2; /* LREM's count, LSET's index, LTRIM's start and
+                       stop */
+    uint32_t pad;   /* SET: the value goes on with this many bytes of a
+                       pattern (model_value), to reach large values */
     /* The pattern shifted by `shift` from its byte `cut` on: values of
      * one length that differ only past a prefix of any length. */
     uint32_t cut;
@@ -117,12 +126,20 @@ size_t model_request(const model_cmd *c, char *out);
 bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
                  const char *reply, size_t len);
 
+/* The same for RENAME and RENAMENX, whose outcome links their two keys'
+ * states (from: key, to: key2; one key when the names are equal). Each
+ * key keeps the states some pair of candidates allows: a key's own
+ * uncertainty, not which of one key's states goes with which of the
+ * other's (looser than the truth, never tighter). */
+bool model_apply2(model_key *from, model_key *to, const model_cmd *c,
+                  int64_t lo, int64_t hi, const char *reply, size_t len);
+
 /* Every command from now on runs at `lo` ms or later: states expired by
  * then are no key, and equal states merge. */
 void model_settle(model_key *k, int64_t lo);
 
 /* The reply a command gets on one state at one instant, into out (>= 700
- * bytes); its length. For messages. */
+ * bytes); its length. For messages (a RENAME's key2 taken as missing). */
 size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
                    char *out);
 
@@ -137,6 +154,10 @@ void model_key_copy(model_key *to, const model_key *from);
 
 /* s is one of k's candidates (after model_settle). */
 bool model_key_has(const model_key *k, const model_val *s);
+
+/* Into c->val, item i (modulo their number) of s's list, so LREM finds
+ * it: false (val unchanged) when s holds no list. */
+bool model_list_item(const model_val *s, uint32_t i, model_cmd *c);
 
 /* A state as text, for messages ("string \"v1\" expire 123"). */
 void model_describe(const model_val *s, char *out, size_t cap);

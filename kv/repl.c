@@ -152,16 +152,37 @@ static bool expire_relative(repl_log *log, const resp_arg *argv, size_t argc,
     return true;
 }
 
+/* KV_PLANT_LTRIM_OFF: LTRIM k start stop logged with stop one nearer
+ * zero (0 and -1 as sent), never longer: 10 is 9, -10 is -9. */
+static bool ltrim_off(const resp_arg *argv, size_t argc, resp_arg *out,
+                      char *num, size_t cap) {
+    if (argc != 4 || argv[0].len != 5 || memcmp(argv[0].p, "LTRIM", 5) ||
+        argv[3].len >= cap)
+        return false;
+    char t[24];
+    memcpy(t, argv[3].p, argv[3].len);
+    t[argv[3].len] = 0;
+    long long stop = strtoll(t, NULL, 10);
+    if (stop == 0 || stop == -1) return false;
+    memcpy(out, argv, 3 * sizeof *argv);
+    out[3] = (resp_arg){num, (size_t)snprintf(num, cap, "%lld",
+                                              stop > 0 ? stop - 1 : stop + 1)};
+    return true;
+}
+
 void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc) {
     if (log->idle) { /* counted, not kept: nothing can read it */
         log->end += repl_record_len(argv, argc);
         log->base = log->end;
         return;
     }
-    resp_arg rel[3];
+    resp_arg rel[4];
     char num[24];
     if ((log->plant & KV_PLANT_EXPIRE_RELATIVE) &&
         expire_relative(log, argv, argc, rel, num, sizeof num))
+        argv = rel;
+    else if ((log->plant & KV_PLANT_LTRIM_OFF) &&
+             ltrim_off(argv, argc, rel, num, sizeof num))
         argv = rel;
     repl_chunk *c = &log->chunks[log->nchunks - 1];
     char *w = c->p + c->used, *begin = w;

@@ -108,6 +108,9 @@ enum {
     /* A full resync's snapshot leaves out the keys that carry an expiry
      * time. */
     KV_PLANT_SNAPSHOT_TTL = 0x1000,
+    /* The primary logs LTRIM k start stop with its stop one nearer zero:
+     * a replica keeps one element less (or more) than the primary. */
+    KV_PLANT_LTRIM_OFF = 0x2000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

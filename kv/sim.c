@@ -6,7 +6,8 @@
  * clients, every connection with faults drawn from the seed (delay,
  * jitter, bandwidth, windows, slow readers, partitions that resume or
  * break, resets at a random byte, refused connects). The clients run a
- * random workload of strings, lists, integers at the 2^31/2^32/2^63
+ * random workload of strings, lists (LREM, LSET, LTRIM too), RENAME and
+ * RENAMENX of two keys, integers at the 2^31/2^32/2^63
  * edges, values from 0 bytes to past the log's chunk size, absolute and
  * relative expiry times (past, soon, hours ahead), multi-key MSET, MGET
  * and DEL, and transactions, with pipelining; a client whose connection
@@ -76,7 +77,7 @@
  *                      lost-wakeup, expire-relative, multi-split,
  *                      chunk-edge, int32, silent-resync, expire-early,
  *                      batch-death, expire-now, same-length,
- *                      snapshot-ttl: lull-kv's;
+ *                      snapshot-ttl, ltrim-off: lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
  *                      --expect-find N, succeed when a seed of the first N
@@ -155,6 +156,7 @@ typedef struct pending {
     int ncmd;
     model_cmd cmd[3];
     int key[3];
+    int key2[3];      /* RENAME's second key; key's otherwise */
     int step;         /* P_MULTI: replies taken (MULTI, QUEUED...) */
     uint64_t sent_ns; /* when it was sent */
     /* P_TTL_GET: the probe's SET as it was when this GET left (later
@@ -1140,8 +1142,9 @@ static void send_forget(client *cl) {
 }
 
 static int pick_op(uint64_t *r) {
-    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8,
-                                          6,  3, 2, 4, 3,  2, 2, 2, 3, 2, 2};
+    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4, 6,
+                                          3,  8, 6, 3, 2,  4, 3, 2, 2, 2,
+                                          3,  2, 2, 3, 3,  4, 2, 2};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1203,7 +1206,7 @@ static void big_value(client *cl, model_cmd *c, int *key) {
     if (below(r, 4) && to_big_key(cl, c, key)) S->same_len++;
 }
 
-static void make_cmd(client *cl, model_cmd *c, int *key) {
+static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     sim *S = cl->S;
     uint64_t *r = &S->rng;
     int k = (int)below(r, KEYS);
@@ -1211,6 +1214,12 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
     memset(c, 0, sizeof *c);
     c->op = pick_op(r);
     snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
+    /* Indexes past both ends of the short lists RPUSH makes; RENAME's
+     * second key (the same one a sixth of the time). */
+    c->i1 = (int64_t)below(r, 9) - 4;
+    c->i2 = (int64_t)below(r, 9) - 4;
+    *key2 = (int)below(r, KEYS);
+    snprintf(c->key2, sizeof c->key2, "c%d:k%d", cl->id, *key2);
     uint64_t kind = below(r, 12);
     if (c->op == OP_INCRBY || c->op == OP_DECRBY)
         snprintf(c->val, sizeof c->val, "%lld",
@@ -1236,6 +1245,9 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
         big_value(cl, c, key);
     if (c->op == OP_GET && S->big_len && below(r, 3) == 0)
         to_big_key(cl, c, key);
+    if (c->op == OP_LREM && below(r, 4))
+        model_list_item(&cl->keys[*key].c[0], (uint32_t)below(r, 300), c);
+    if (c->op != OP_RENAME && c->op != OP_RENAMENX) *key2 = *key;
     /* Mostly ahead (up to 1.5 s), sometimes just past, sometimes hours
      * ahead (still pending at the end, and compared there). */
     uint64_t when = below(r, 20);
@@ -1253,7 +1265,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key) {
         c->at += 100; /* keys live long enough to be read */
 }
 
-static void make_cmd(client *cl, model_cmd *c, int *key);
+static void make_cmd(client *cl, model_cmd *c, int *key, int *key2);
 static void send_bytes(client *cl, const char *b, size_t n);
 
 /* MSET, MGET or DEL of 2 or 3 distinct keys of the client's. */
@@ -1273,9 +1285,9 @@ static void send_multikey(client *cl, pending *p, char *req) {
     static char val[MODEL_VAL_MAX];
     for (int i = 0; i < p->ncmd; i++) {
         model_cmd *c = &p->cmd[i];
-        int ignored;
-        make_cmd(cl, c, &ignored);
-        p->key[i] = (first + i) % KEYS; /* distinct */
+        int ignored, ignored2;
+        make_cmd(cl, c, &ignored, &ignored2);
+        p->key[i] = p->key2[i] = (first + i) % KEYS; /* distinct */
         snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, p->key[i]);
         c->op = ops[w];
         n += (size_t)sprintf(req + n, "$%zu\r\n%s\r\n", strlen(c->key), c->key);
@@ -1425,12 +1437,14 @@ static void send_cmd(client *cl) {
         p->ncmd = 1;
     }
     for (int i = 0; i < p->ncmd; i++) {
-        make_cmd(cl, &p->cmd[i], &p->key[i]);
+        make_cmd(cl, &p->cmd[i], &p->key[i], &p->key2[i]);
         /* Big seeds: half the transactions read a big value first, so
          * EXEC both logs records and answers past REPLY_HANDOVER. */
         if (multi && i == 0 && S->big_len && below(&S->rng, 2) &&
-            to_big_key(cl, &p->cmd[0], &p->key[0]))
+            to_big_key(cl, &p->cmd[0], &p->key[0])) {
             p->cmd[0].op = OP_GET;
+            p->key2[0] = p->key[0];
+        }
         n += model_request(&p->cmd[i], req + n);
     }
     if (multi) {
@@ -1467,7 +1481,7 @@ static bool big_reply(const client *cl) {
         if (q->kind != P_CMD && q->kind != P_MULTI && q->kind != P_MKEY)
             continue;
         for (int j = 0; j < q->ncmd; j++)
-            if (q->key[j] == p->key[0]) return false;
+            if (q->key[j] == p->key[0] || q->key2[j] == p->key[0]) return false;
     }
     return true;
 }
@@ -1606,7 +1620,11 @@ static void check_reply(client *cl, const char *r, size_t len) {
                 return;
             }
             model_key *mk = &cl->keys[p->key[i]];
-            if (!model_apply(mk, &p->cmd[i], lo, now, e, (size_t)el)) {
+            int op = p->cmd[i].op;
+            if (!(op == OP_RENAME || op == OP_RENAMENX
+                      ? model_apply2(mk, &cl->keys[p->key2[i]], &p->cmd[i], lo,
+                                     now, e, (size_t)el)
+                      : model_apply(mk, &p->cmd[i], lo, now, e, (size_t)el))) {
                 static char want[MODEL_REQ_MAX];
                 char req[96], st[800], got[160], w1[160];
                 model_cmd_text(&p->cmd[i], req, sizeof req);
@@ -1680,7 +1698,7 @@ static void client_closed(lull_endpoint *ep, int reason) {
         if (p->kind != P_CMD && p->kind != P_MULTI && p->kind != P_MKEY)
             continue;
         for (int j = 0; j < p->ncmd; j++)
-            cl->unknown[p->key[j]] = true;
+            cl->unknown[p->key[j]] = cl->unknown[p->key2[j]] = true;
     }
     cl->qlen = 0;
     cl->in.len = 0;
@@ -2958,6 +2976,7 @@ static const struct {
               {"expire-now", KV_PLANT_EXPIRE_NOW},
               {"same-length", KV_PLANT_SAME_LENGTH},
               {"snapshot-ttl", KV_PLANT_SNAPSHOT_TTL},
+              {"ltrim-off", KV_PLANT_LTRIM_OFF},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},

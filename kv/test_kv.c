@@ -2934,10 +2934,12 @@ TEST(model_agrees_with_the_commands) {
     char req[200];
     resp_arg argv[MAX_ARGS];
     buf out = {0};
-    int ops_seen[OP_COUNT] = {0};
+    int ops_seen[OP_COUNT] = {0}, lrem_found = 0, ltrim_cut = 0;
     for (int step = 0; step < 20000; step++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
-        model_cmd c = {.op = (int)((x >> 33) % OP_COUNT)};
+        /* A quarter RPUSHes: lists long enough to cut inside. */
+        model_cmd c = {.op = (x >> 33) % 4 ? (int)((x >> 35) % OP_COUNT)
+                                           : OP_RPUSH};
         int key = (int)((x >> 20) % KEYS);
         snprintf(c.key, sizeof c.key, "k%d", key);
         int64_t now = 1000000000000ll + (int64_t)(lull_loop_now(loop) / MS);
@@ -2947,9 +2949,16 @@ TEST(model_agrees_with_the_commands) {
         else
             snprintf(c.val, sizeof c.val, "v%u", r % 1000);
         c.at = now - 50 + (int64_t)(r % 400);
+        /* Indexes past both ends; LREM mostly of an item there. */
+        c.i1 = (int64_t)(r % 9) - 4;
+        c.i2 = (int64_t)(r / 9 % 9) - 4;
+        if (c.op == OP_LREM && r % 4) model_list_item(&keys[key].c[0], r, &c);
+        int key2 = (int)(r / 81 % KEYS);
+        snprintf(c.key2, sizeof c.key2, "k%d", key2);
         if ((c.op == OP_APPEND || c.op == OP_RPUSH) && keys[key].c[0].len > 400)
             c.op = OP_DEL;
         ops_seen[c.op]++;
+        int items = keys[key].c[0].items;
         size_t n = model_request(&c, req);
         size_t argc;
         const char *err = NULL;
@@ -2959,7 +2968,10 @@ TEST(model_agrees_with_the_commands) {
         v.k.cmd_now = 0;
         kv_exec(&v.k, NULL, argv, argc, &out);
         if (v.k.expiry_changed) kv_expiry_rearm(&v.x);
-        if (!model_apply(&keys[key], &c, now, now, out.p, out.len)) {
+        bool two = c.op == OP_RENAME || c.op == OP_RENAMENX;
+        if (!(two ? model_apply2(&keys[key], &keys[key2], &c, now, now, out.p,
+                                 out.len)
+                  : model_apply(&keys[key], &c, now, now, out.p, out.len))) {
             char want[700], st[800];
             size_t w = model_reply(&keys[key].c[0], &c, now, want);
             model_describe(&keys[key].c[0], st, sizeof st);
@@ -2968,11 +2980,18 @@ TEST(model_agrees_with_the_commands) {
                        req, (int)out.len, out.p, (int)w, want, st);
         }
         model_settle(&keys[key], now);
+        model_settle(&keys[key2], now);
+        lrem_found += c.op == OP_LREM && out.p[0] == ':' && out.p[1] != '0';
+        ltrim_cut += c.op == OP_LTRIM && items > keys[key].c[0].items &&
+                     keys[key].c[0].items > 0;
         CHECK_EQ(keys[key].n, 1);
+        CHECK_EQ(keys[key2].n, 1);
         if (r % 7 == 0) lull_loop_advance(loop, (r % 100) * MS);
     }
     for (int i = 0; i < OP_COUNT; i++)
         CHECK(ops_seen[i] > 100);
+    CHECK(lrem_found > 20); /* LREM drawn with items it finds */
+    CHECK(ltrim_cut > 20);  /* LTRIM inside a list */
     /* The store holds what the model says. */
     lull_loop_advance(loop, 1000 * MS);
     int64_t now = 1000000000000ll + (int64_t)(lull_loop_now(loop) / MS);
@@ -3008,6 +3027,21 @@ TEST(model_keeps_what_an_uncertain_instant_allows) {
     CHECK(model_apply(&k4, &incr, 120, 200, ":2\r\n", 4));
     CHECK_EQ(k4.n, 1);
     CHECK(!model_apply(&k4, &incr, 120, 200, ":9\r\n", 4));
+    /* RENAME of a key expiring in its window: the reply says whether it
+     * moved, and its expiry moves with it. */
+    static model_key a, b, a2, b2;
+    model_key_init(&a);
+    model_key_init(&b);
+    CHECK(model_apply(&a, &set, 100, 100, "+OK\r\n", 5));
+    model_cmd ren = {.op = OP_RENAMENX, .key = "a", .key2 = "b"};
+    model_key_copy(&a2, &a);
+    model_key_copy(&b2, &b);
+    CHECK(!model_apply2(&a2, &b2, &ren, 200, 300, ":1\r\n", 4));
+    CHECK(model_apply2(&a2, &b2, &ren, 120, 200, "-ERR no such key\r\n", 18));
+    CHECK(a2.c[0].type == MODEL_NONE && b2.c[0].type == MODEL_NONE);
+    CHECK(model_apply2(&a, &b, &ren, 120, 200, ":1\r\n", 4));
+    CHECK(a.n == 1 && a.c[0].type == MODEL_NONE);
+    CHECK(b.n == 1 && b.c[0].type == MODEL_STRING && b.c[0].expire == 150);
     /* The reply lengths RESP says. */
     CHECK_EQ(model_reply_len("*2\r\n$1\r\na\r\n:3\r\n", 15), 15);
     CHECK_EQ(model_reply_len("*2\r\n$1\r\na\r\n:3\r", 14), 0);
