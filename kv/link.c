@@ -78,6 +78,9 @@ static void produce(lull_task *t) {
     server *srv = l->srv;
     const repl_log *log = &srv->kv.log;
     if (l->handed) return; /* the sender thread's done posts us */
+    /* Closed (a CLIENT KILL, the output limit), its close a turn away: a
+     * run posted before it sends nothing, and forks no snapshot child. */
+    if (l->c->gone) return;
     if (l->snap) {
         snap_step(l);
         return;
