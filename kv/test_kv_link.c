@@ -2109,3 +2109,26 @@ TEST(client_kill_of_a_replica_before_its_snapshot_forks_no_child) {
     close(fd);
     close_all(loop, &p, &r);
 }
+
+#ifdef CHECK_SANDBOX_ARCH
+/* pidfd_open refused (kernels before 5.3; seccomp profiles that predate
+ * it say EPERM or ENOSYS): a snapshot child could not be watched, so
+ * every full resync forked a copy of the keyspace, failed, closed the
+ * link, and the replica retried for ever. The primary writes snapshots
+ * on the loop instead (--repl-snapshot inline), as the sender thread
+ * falls back to the loop: the replica syncs at once. */
+TEST(snapshot_without_pidfd_open_falls_back_to_inline) {
+    const int nrs[] = {SYS_pidfd_open};
+    check_deny_syscalls(nrs, 1, ENOSYS);
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(p.snapshot, SNAPSHOT_INLINE);
+    CHECK_EQ(snap_failed, 0);
+    CHECK_EQ(snap_full, 1);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+#endif
