@@ -394,15 +394,22 @@ static void cmd_select(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 
 /* ---------------------------------------------------------------- CLIENT */
 
-/* Sets cl's name (HELLO SETNAME too) after Redis' check of it: printable
- * ASCII, no spaces; an empty one clears it. False with the error in out. */
-static bool set_name(kv_client *cl, const resp_arg *name, buf *out) {
+/* Redis' check of a client name: printable ASCII, no spaces. False with
+ * the error in out. */
+static bool name_ok(const resp_arg *name, buf *out) {
     for (size_t i = 0; i < name->len; i++)
         if (name->p[i] < '!' || name->p[i] > '~') {
             buf_str(out, "-ERR Client names cannot contain spaces, newlines "
                          "or special characters.\r\n");
             return false;
         }
+    return true;
+}
+
+/* Sets cl's name (HELLO SETNAME too) after name_ok; an empty one clears
+ * it. False with the error in out. */
+static bool set_name(kv_client *cl, const resp_arg *name, buf *out) {
+    if (!name_ok(name, out)) return false;
     if (!cl) return true; /* no client of its own to name (tests) */
     char *n = NULL;
     if (name->len && !(n = malloc(name->len + 1))) {
@@ -758,10 +765,11 @@ static void cmd_reset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 /* ------------------------------------------------------------- HELLO */
 
 /* HELLO [protover [AUTH user pass] [SETNAME name]]: redis-server 7's
- * checks in its order (version, options, AUTH, authenticated, SETNAME)
- * for a server that speaks RESP2 only, so 3 is refused as a RESP2 server
- * refuses it and the client carries on in RESP2. The reply is Redis'
- * map, flat as RESP2 gives it. AUTH is the AUTH command's (kv.auth). */
+ * checks in its order (version, options and names, AUTH, authenticated,
+ * SETNAME) for a server that speaks RESP2 only, so 3 is refused as a
+ * RESP2 server refuses it and the client carries on in RESP2. The reply
+ * is Redis' map, flat as RESP2 gives it. AUTH is the AUTH command's
+ * (kv.auth). */
 static void cmd_hello(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                       buf *out) {
     long long ver;
@@ -781,7 +789,10 @@ static void cmd_hello(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
             user = &a[j + 1];
             j += 2;
         } else if (resp_is(&a[j], "SETNAME") && more >= 1) {
+            /* Checked here, before AUTH runs, as redis-server checks each
+             * option in its order: a refused HELLO signs no one in. */
             name = &a[++j];
+            if (!name_ok(name, out)) return;
         } else {
             /* Redis' %s: up to a NUL; a CR or LF would end the line. */
             buf_str(out, "-ERR Syntax error in HELLO option '");

@@ -78,6 +78,9 @@ static void produce(lull_task *t) {
     server *srv = l->srv;
     const repl_log *log = &srv->kv.log;
     if (l->handed) return; /* the sender thread's done posts us */
+    /* Closed (a CLIENT KILL, the output limit), its close a turn away: a
+     * run posted before it sends nothing, and forks no snapshot child. */
+    if (l->c->gone) return;
     if (l->snap) {
         snap_step(l);
         return;
@@ -969,6 +972,27 @@ static bool snap_relays(const rlink *l) {
            srv->net->fd(l->c->ep) < 0;
 }
 
+/* A child's exit is heard by its pidfd. Where pidfd_open is refused (a
+ * kernel before 5.3, a seccomp profile older than it) no child can be
+ * watched: every snapshot would fork, fail and close its link, and the
+ * replica retry for ever. So the loop writes them from then on (as
+ * --repl-snapshot inline), said once, as the sender thread falls back to
+ * the loop. Asked of the server's own pid before a resync would fork. */
+static void snap_check_pidfd(server *srv) {
+    if (srv->snapshot != SNAPSHOT_FORK || !srv->net->fd) return;
+    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    if (fd >= 0) {
+        close(fd);
+        return;
+    }
+    if (errno != ENOSYS && errno != EPERM) return; /* EMFILE: the fork's */
+    srv_log(srv,
+            "pidfd_open: %s: snapshots are written by the loop from now "
+            "on",
+            strerror(errno));
+    srv->snapshot = SNAPSHOT_INLINE;
+}
+
 /* The producer of a link in a snapshot (l->snap). */
 static void snap_step(rlink *l) {
     server *srv = l->srv;
@@ -977,6 +1001,7 @@ static void snap_step(rlink *l) {
         return;
     }
     if (l->snap == SNAP_WANT) {
+        snap_check_pidfd(srv);
         /* A child on the socket writes the line's offset itself: the log's
          * end when it forks, which is once this part of the line is
          * written. A relay forks now, after the whole line. */

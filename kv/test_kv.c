@@ -3746,6 +3746,49 @@ TEST(hello_as_a_resp2_redis) {
     kv_free(&r);
 }
 
+/* kv.auth as the owner's: the password signs the client in. */
+static void signing_auth(kv_client *cl, const resp_arg *a, size_t argc,
+                         buf *out) {
+    test_auth(cl, a, argc, out);
+    if (resp_is(&a[argc - 1], "pw")) cl->noauth = false;
+}
+
+/* HELLO with a name Redis refuses, beside a right password: refused
+ * before the password is tried (redis-server 7.0.15 checks each option in
+ * its order, and a name before AUTH stops it there), so the client that
+ * was told -ERR is not signed in. It was: AUTH ran first, then the name's
+ * error went out, and the next command ran as authenticated. */
+TEST(hello_with_a_bad_name_signs_no_one_in) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    cl.id = 9; /* hello_map's */
+    k.auth = signing_auth;
+    k.requirepass = true;
+    cl.noauth = true;
+    auth_calls = 0;
+    resp_arg a[7] = {{"HELLO", 5}, {"2", 1},       {"SETNAME", 7}, {"a b", 3},
+                     {"AUTH", 4},  {"default", 7}, {"pw", 2}};
+    CHECK_REPLY(exec_args(&k, &cl, &out, a, 7),
+                "-ERR Client names cannot contain spaces, newlines or special "
+                "characters.\r\n");
+    CHECK_EQ(auth_calls, 0);
+    CHECK(cl.noauth);
+    a[3] = (resp_arg){"a\nb", 3};
+    CHECK_REPLY(exec_args(&k, &cl, &out, a, 7),
+                "-ERR Client names cannot contain spaces, newlines or special "
+                "characters.\r\n");
+    CHECK(cl.noauth);
+    CHECK(cl.name == NULL);
+    a[3] = (resp_arg){"ok", 2};
+    CHECK_REPLY(exec_args(&k, &cl, &out, a, 7), hello_map);
+    CHECK_EQ(auth_calls, 1);
+    CHECK(!cl.noauth);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "CLIENT GETNAME"), "$2\r\nok\r\n");
+    close_kv_with_client(&k, &cl, &out);
+}
+
 /* RESET, which the subscribed-mode error names as allowed: as
  * redis-server 7.0.15, it runs at once inside MULTI (discarding it), is
  * allowed while subscribed, drops subscriptions and the name, and signs

@@ -2099,3 +2099,75 @@ TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
         close(silent_fds[i]);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* ------------------------------------------- CLIENT KILL and a snapshot */
+
+static int snap_forked;
+static void count_forks(server *srv, const char *line) {
+    count_syncs(srv, line);
+    if (strstr(line, "from child")) snap_forked++;
+}
+
+/* A replica killed (CLIENT KILL TYPE replica) once its +FULLRESYNC line
+ * is written and before the snapshot's child is forked: the link's close
+ * is a turn away, and its producer, already posted, must not fork a copy
+ * of the whole keyspace for a link that is gone (it did: a child with no
+ * socket, killed at the close, and a log line for a snapshot never sent).
+ * Killed in that window as a client does: the hello's release posts the
+ * producer at the end of one iteration, and the client's request is read
+ * at the start of the next, before the producer runs. */
+TEST(client_kill_of_a_replica_before_its_snapshot_forks_no_child) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    p.log = count_forks;
+    snap_forked = 0;
+    int fd = client_to(loop, &p, NULL);
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    for (;;) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        if (!p.kv.npeers) continue;
+        rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
+        if (l->snap == SNAP_HELLO && !l->hello_out && !l->child) break;
+    }
+    CHECK_EQ(snap_forked, 0);
+    char got[64];
+    CHECK(strcmp(ask(loop, fd, "CLIENT KILL TYPE replica\r\n", got, sizeof got),
+                 ":1\r\n") == 0);
+    while (p.kv.npeers) { /* the link's close: the replica retries later */
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(snap_forked, 0);
+    CHECK_EQ(p.snap_fds, 0);
+    run_to_sync(loop, &p, &r); /* the next REPLSYNC gets its snapshot */
+    CHECK_EQ(snap_forked, 1);
+    same_dumps(&p, &r);
+    close(fd);
+    close_all(loop, &p, &r);
+}
+
+#ifdef CHECK_SANDBOX_ARCH
+/* pidfd_open refused (kernels before 5.3; seccomp profiles that predate
+ * it say EPERM or ENOSYS): a snapshot child could not be watched, so
+ * every full resync forked a copy of the keyspace, failed, closed the
+ * link, and the replica retried for ever. The primary writes snapshots
+ * on the loop instead (--repl-snapshot inline), as the sender thread
+ * falls back to the loop: the replica syncs at once. */
+TEST(snapshot_without_pidfd_open_falls_back_to_inline) {
+    const int nrs[] = {SYS_pidfd_open};
+    check_deny_syscalls(nrs, 1, ENOSYS);
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(p.snapshot, SNAPSHOT_INLINE);
+    CHECK_EQ(snap_failed, 0);
+    CHECK_EQ(snap_full, 1);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+#endif
