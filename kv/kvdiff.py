@@ -151,6 +151,19 @@ def pick_float(r):
     return r.choice(FLOATS)
 
 
+def pick_bound(r):
+    """A ZCOUNT or ZRANGEBYSCORE min or max: inclusive, exclusive or not a
+    float (Redis reads "" and "(" as 0)."""
+    c = r.random()
+    if c < 0.45:
+        return str(r.randint(-4, 4)).encode()
+    if c < 0.7:
+        return b"(" + str(r.randint(-4, 4)).encode()
+    return r.choice([b"-inf", b"+inf", b"inf", b"(-inf", b"(+inf", b"x",
+                     b"", b"(", b"nan", b"((1", b"1.5", b"(2.5", b"1 ",
+                     b" 1", b"1\x00x", b"0x2", b"1e400", b"(1e-400"])
+
+
 def ttl_opts(r, now_s):
     """An expiry option: far, already past, zero, negative or garbage."""
     c = r.randrange(14)
@@ -226,7 +239,7 @@ def expire_args(r, cmd, now_s):
     return args
 
 
-NCASES = 81  # gen's cases
+NCASES = 88  # gen's cases
 
 
 def gen(r, now_s, in_multi=False):
@@ -440,6 +453,33 @@ def gen(r, now_s, in_multi=False):
         a = [b"LSET", k, pick_ints(r), pick_word(r)]
     elif c == 80:
         a = [b"LTRIM", k, pick_ints(r), pick_ints(r)]
+    elif c == 81:
+        a = [r.choice([b"ZRANK", b"ZREVRANK"]), k, pick_word(r)]
+    elif c == 82:
+        a = [b"ZCOUNT", k, pick_bound(r), pick_bound(r)]
+    elif c in (83, 84):
+        name = r.choice([b"ZREVRANGE", b"ZRANGEBYSCORE", b"ZREVRANGEBYSCORE",
+                         b"ZRANGE"])
+        if name == b"ZREVRANGE" or (name == b"ZRANGE" and r.random() < 0.3):
+            a = [name, k, pick_ints(r), pick_ints(r)]
+        else:
+            a = [name, k, pick_bound(r), pick_bound(r)]
+        opts = [b"WITHSCORES", b"withscores", b"REV", b"BYSCORE", b"byscore",
+                b"LIMIT", b"FOO"]
+        for _ in range(r.choice([0, 1, 1, 2, 3])):
+            o = r.choice(opts)
+            a.append(o)
+            if o == b"LIMIT" and r.random() < 0.9:
+                a += [pick_ints(r), pick_ints(r)]
+    elif c == 85:
+        a = [b"ZREMRANGEBYRANK", k, pick_ints(r), pick_ints(r)]
+    elif c == 86:
+        a = [b"ZREMRANGEBYSCORE", k, pick_bound(r), pick_bound(r)]
+    elif c == 87:
+        # small integer scores with ties: ranges by score cross them
+        a = [b"ZADD", k]
+        for _ in range(r.randint(3, 8)):
+            a += [str(r.randint(-3, 3)).encode(), b"m%d" % r.randint(0, 9)]
     else:
         a = [b"SET", k, pick_word(r)]
     # Wrong arities now and then: one argument fewer or one more.
