@@ -1,8 +1,8 @@
 /* cmd_types.c: the commands on lists, sets, hashes and sorted sets, and
  * the string commands beyond GET and SET (MSET, MGET, SETNX, APPEND,
- * STRLEN, GETSET). Their replies and errors are Redis 7.0's, word for
- * word; kv/integration.sh compares them with a redis-server's
- * when one is installed.
+ * STRLEN, GETSET, GETRANGE, SETRANGE). Their replies and errors are
+ * Redis 7.0's, word for word; kv/integration.sh compares them with a
+ * redis-server's when one is installed.
  *
  * Each write logs what repeats it on a replica (cmd.c has the rule): the
  * request itself when it is deterministic, SPOP as the SREM of what it
@@ -291,6 +291,84 @@ static void cmd_strlen(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     dict_entry *e;
     if (!find_of(k, &a[1], KV_STRING, &e, out)) return;
     buf_int(out, ':', e ? (long long)store_obj(e)->len : 0);
+}
+
+/* GETRANGE key start end: Redis 7.0's arithmetic, ends included (an end
+ * before the start, even a negative one, clipped to the first byte). */
+static void cmd_getrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                         buf *out) {
+    (void)cl;
+    (void)argc;
+    long long start, end;
+    if (!arg_i64(&a[2], &start, out) || !arg_i64(&a[3], &end, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_STRING, &e, out)) return;
+    long long len = e ? (long long)store_obj(e)->len : 0;
+    if (start < 0 && end < 0 && start > end) len = 0;
+    if (start < 0) start += len;
+    if (end < 0) end += len;
+    if (start < 0) start = 0;
+    if (end < 0) end = 0;
+    if (end >= len) end = len - 1;
+    if (len == 0 || start > end) {
+        buf_str(out, "$0\r\n\r\n");
+        return;
+    }
+    buf_bulk(out, (const char *)store_obj(e)->val + start,
+             (size_t)(end - start + 1));
+}
+
+/* SETRANGE key offset value: the offset, then the key, then the bound
+ * (proto-max-bulk-len, as APPEND's; an offset + length past 64 bits too).
+ * A gap past the end is zeros; an empty value changes nothing and makes
+ * no key. Logged as sent. */
+static void cmd_setrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                         buf *out) {
+    (void)cl;
+    long long off;
+    if (!arg_i64(&a[2], &off, out)) return;
+    if (off < 0) {
+        buf_str(out, "-ERR offset is out of range\r\n");
+        return;
+    }
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_STRING, &e, out)) return;
+    size_t len = a[3].len, old = e ? store_obj(e)->len : 0;
+    if (len == 0) {
+        buf_int(out, ':', (long long)old);
+        return;
+    }
+    size_t end = (size_t)off + len;
+    if (end < len || (k->max_string && !k->applying && end > k->max_string)) {
+        buf_str(out, "-ERR string exceeds maximum allowed size "
+                     "(proto-max-bulk-len)\r\n");
+        return;
+    }
+    char *v;
+    if (!e) {
+        if (!(v = calloc(1, end))) {
+            reply_oom(out);
+            return;
+        }
+        if (!(e = store_add(&k->db, a[1].p, a[1].len, KV_STRING))) {
+            free(v);
+            reply_oom(out);
+            return;
+        }
+        store_obj(e)->val = v;
+        store_obj(e)->len = end;
+    } else if (end > old) {
+        if (!(v = realloc(store_obj(e)->val, end))) {
+            reply_oom(out);
+            return;
+        }
+        memset(v + old, 0, end - old);
+        store_obj(e)->val = v;
+        store_obj(e)->len = end;
+    }
+    memcpy((char *)store_obj(e)->val + off, a[3].p, len);
+    kv_log(k, a, argc);
+    buf_int(out, ':', (long long)store_obj(e)->len);
 }
 
 /* ---------------------------------------------------------------- lists */
@@ -1388,6 +1466,8 @@ static const kv_cmd type_commands[] = {
     {"getset", 3, CMD_WRITE, cmd_getset},
     {"append", 3, CMD_WRITE, cmd_append},
     {"strlen", 2, 0, cmd_strlen},
+    {"getrange", 4, 0, cmd_getrange},
+    {"setrange", 4, CMD_WRITE, cmd_setrange},
     {"lpush", -3, CMD_WRITE, cmd_lpush},
     {"rpush", -3, CMD_WRITE, cmd_lpush},
     {"lpushx", -3, CMD_WRITE, cmd_lpush},

@@ -18,10 +18,11 @@ redis-server it prints a `skipped:` line and exits 0.
 Left out, as docs/KV.md says lull-kv differs on purpose: INFO, CONFIG,
 COMMAND, CLIENT, a score of -0. Times: relative expiries are far (or
 zero/negative), absolute ones long past or far ahead, so the two servers'
-clocks cannot disagree; PTTL compares within a second. Also left out:
-a bulk not followed by CRLF (redis-server skips any two bytes there,
-lull-kv refuses the request), a NUL in an inline request (redis-server
-waits for ever for its line's end).
+clocks cannot disagree; PTTL and (P)EXPIRETIME compare within a second.
+Also left out: a bulk not followed by CRLF (redis-server skips any two
+bytes there, lull-kv refuses the request), a NUL in an inline request
+(redis-server waits for ever for its line's end), SETRANGE past a small
+offset (hundreds of megabytes on both servers).
 """
 import os
 import random
@@ -239,7 +240,7 @@ def expire_args(r, cmd, now_s):
     return args
 
 
-NCASES = 88  # gen's cases
+NCASES = 91  # gen's cases
 
 
 def gen(r, now_s, in_multi=False):
@@ -480,6 +481,17 @@ def gen(r, now_s, in_multi=False):
         a = [b"ZADD", k]
         for _ in range(r.randint(3, 8)):
             a += [str(r.randint(-3, 3)).encode(), b"m%d" % r.randint(0, 9)]
+    elif c == 88:
+        a = [r.choice([b"EXPIRETIME", b"PEXPIRETIME"]), k]
+    elif c == 89:
+        a = [b"GETRANGE", k, pick_ints(r), pick_ints(r)]
+    elif c == 90:
+        # offsets small, or past 64 bits, or negative: never a string of
+        # hundreds of megabytes on both servers
+        a = [b"SETRANGE", k, r.choice([b"0", b"1", b"3", b"10", b"-1", b"x",
+                                       b"", b"9223372036854775808",
+                                       b"9223372036854775807"]),
+             pick_word(r)]
     else:
         a = [b"SET", k, pick_word(r)]
     # Wrong arities now and then: one argument fewer or one more.
@@ -539,6 +551,11 @@ def same(cmd, x, y):
         return vx <= vy
     if name == b"PTTL" and isinstance(vx, int) and isinstance(vy, int):
         return vx >= 0 and vy >= 0 and abs(vx - vy) < 1000
+    if name in (b"EXPIRETIME", b"PEXPIRETIME") and isinstance(vx, int) \
+            and isinstance(vy, int):
+        # a relative expiry's instant is each server's own clock's
+        return vx >= 0 and vy >= 0 and \
+            abs(vx - vy) <= (1000 if name == b"PEXPIRETIME" else 1)
     return False
 
 

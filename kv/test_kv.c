@@ -4359,6 +4359,127 @@ static void check_replica_agrees(kv *p) {
     kv_free(&r);
 }
 
+TEST(expiretime_getrange_setrange_as_redis) {
+    /* Replies as redis-server 7.0.15 gave them: EXPIRETIME rounds to the
+     * nearest second; GETRANGE's and SETRANGE's numbers are read before
+     * the key, SETRANGE's offset checked before it too; an empty SETRANGE
+     * makes no key. */
+    static const char *const cases[][2] = {
+        {"SET k hello", "+OK\r\n"},
+        {"EXPIRETIME k", ":-1\r\n"},
+        {"PEXPIRETIME k", ":-1\r\n"},
+        {"EXPIRETIME nokey", ":-2\r\n"},
+        {"PEXPIRETIME nokey", ":-2\r\n"},
+        {"PEXPIREAT k 33177600000499", ":1\r\n"},
+        {"EXPIRETIME k", ":33177600000\r\n"},
+        {"PEXPIRETIME k", ":33177600000499\r\n"},
+        {"PEXPIREAT k 33177600000500", ":1\r\n"},
+        {"EXPIRETIME k", ":33177600001\r\n"},
+        {"SET big 1 PXAT 9223372036854775807", "+OK\r\n"},
+        {"EXPIRETIME big", ":9223372036854776\r\n"},
+        {"PEXPIRETIME big", ":9223372036854775807\r\n"},
+        {"SET big 1 PXAT 9223372036854775307", "+OK\r\n"},
+        {"EXPIRETIME big", ":9223372036854775\r\n"},
+        {"EXPIRETIME k x",
+         "-ERR wrong number of arguments for 'expiretime' command\r\n"},
+        {"LPUSH l a", ":1\r\n"},
+        {"EXPIRETIME l", ":-1\r\n"},
+        {"GETRANGE k 0 -1", "$5\r\nhello\r\n"},
+        {"GETRANGE k 1 3", "$3\r\nell\r\n"},
+        {"GETRANGE k -3 -1", "$3\r\nllo\r\n"},
+        {"GETRANGE k -1 -3", "$0\r\n\r\n"},
+        {"GETRANGE k 0 -100", "$1\r\nh\r\n"},
+        {"GETRANGE k -100 -100", "$1\r\nh\r\n"},
+        {"GETRANGE k 3 1", "$0\r\n\r\n"},
+        {"GETRANGE k 10 20", "$0\r\n\r\n"},
+        {"GETRANGE k 4 100", "$1\r\no\r\n"},
+        {"GETRANGE k -9223372036854775808 9223372036854775807",
+         "$5\r\nhello\r\n"},
+        {"GETRANGE k x 1", "-ERR value is not an integer or out of range\r\n"},
+        {"GETRANGE nokey x 1",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"GETRANGE nokey 0 1", "$0\r\n\r\n"},
+        {"GETRANGE l 0 1", "-WRONGTYPE Operation against a key holding the "
+                           "wrong kind of value\r\n"},
+        {"GETRANGE l x 1", "-ERR value is not an integer or out of range\r\n"},
+        {"GETRANGE k 0",
+         "-ERR wrong number of arguments for 'getrange' command\r\n"},
+        {"SETRANGE k 1 EL", ":5\r\n"},
+        {"GET k", "$5\r\nhELlo\r\n"},
+        {"SETRANGE k -1 x", "-ERR offset is out of range\r\n"},
+        {"SETRANGE l -1 x", "-ERR offset is out of range\r\n"},
+        {"SETRANGE l 0 x", "-WRONGTYPE Operation against a key holding the "
+                           "wrong kind of value\r\n"},
+        {"SETRANGE nokey2 2 ab", ":4\r\n"},
+        {"SETRANGE k x y", "-ERR value is not an integer or out of range\r\n"},
+        {"SETRANGE k 9223372036854775808 ab",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"SETRANGE k 1",
+         "-ERR wrong number of arguments for 'setrange' command\r\n"},
+        {"EXISTS nokey", ":0\r\n"},
+        {"SET i 12345", "+OK\r\n"},
+        {"GETRANGE i 1 2", "$2\r\n23\r\n"},
+        {"SETRANGE i 0 9", ":5\r\n"},
+        {"GET i", "$5\r\n92345\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* SETRANGE with an empty value or past the string's end (zeros between),
+ * multibulk since inline words cannot be empty or hold a NUL; and each
+ * write logged as sent, so a replica ends the same. */
+TEST(setrange_pads_with_zeros_and_is_logged_as_sent) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    k.max_string = 16;
+    static const struct {
+        const char *req;
+        size_t len;
+        const char *want;
+        size_t wlen;
+    } cases[] = {
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nn\r\n$1\r\n5\r\n$0\r\n\r\n"),
+         S(":0\r\n")},
+        {S("*2\r\n$6\r\nEXISTS\r\n$1\r\nn\r\n"), S(":0\r\n")},
+        {S("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n"), S("+OK\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$3\r\n100\r\n$0\r\n\r\n"),
+         S(":5\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$1\r\n7\r\n$2\r\nxy\r\n"),
+         S(":9\r\n")},
+        {S("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), S("$9\r\nhello\0\0xy\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nz\r\n$1\r\n2\r\n$2\r\nab\r\n"),
+         S(":4\r\n")},
+        {S("*2\r\n$3\r\nGET\r\n$1\r\nz\r\n"), S("$4\r\n\0\0ab\r\n")},
+        /* proto-max-bulk-len (16 here) bounds the result, as APPEND's */
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$2\r\n15\r\n$1\r\nx\r\n"),
+         S(":16\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$2\r\n15\r\n$2\r\nxy\r\n"),
+         S("-ERR string exceeds maximum allowed size "
+           "(proto-max-bulk-len)\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nw\r\n$2\r\n16\r\n$1\r\nx\r\n"),
+         S("-ERR string exceeds maximum allowed size "
+           "(proto-max-bulk-len)\r\n")},
+        {S("*2\r\n$6\r\nEXISTS\r\n$1\r\nw\r\n"), S(":0\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$19\r\n"
+           "9223372036854775807\r\n$2\r\nab\r\n"),
+         S("-ERR string exceeds maximum allowed size "
+           "(proto-max-bulk-len)\r\n")},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = exec_raw(&k, &cl, &out, cases[i].req, cases[i].len);
+        if (out.len != cases[i].wlen || memcmp(got, cases[i].want, out.len))
+            check_fail(__FILE__, __LINE__, "case %zu: %s", i, got);
+    }
+    CHECK(
+        strcmp(last_record(&k),
+               "*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$2\r\n15\r\n$1\r\nx\r\n") ==
+        0);
+    check_replica_agrees(&k);
+    close_kv_with_client(&k, &cl, &out);
+}
+
 TEST(getdel_getex_as_redis) {
     /* Redis 7.0's words (redis-server 7.0.15 answered each of these):
      * GETEX reads its options first, then the key and its type, and only
