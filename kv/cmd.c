@@ -823,11 +823,15 @@ static void cmd_ttl(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_str(out, ":-1\r\n");
         return;
     }
-    int64_t left = t - kv_now(k);
+    /* EXPIRETIME and PEXPIRETIME give the time itself */
+    int64_t left = a[0].len > 4 ? t : t - kv_now(k);
     if (left < 0)
         left = 0; /* a replica's key that its primary has not
                      deleted yet */
-    buf_int(out, ':', resp_is(&a[0], "PTTL") ? left : (left + 500) / 1000);
+    bool ms = (a[0].p[0] | 0x20) == 'p';
+    /* rounded to the nearest second without adding first: an EXPIRETIME
+     * near INT64_MAX ms must not wrap */
+    buf_int(out, ':', ms ? left : left / 1000 + (left % 1000 >= 500));
 }
 
 static void cmd_persist(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -1256,6 +1260,8 @@ static const kv_cmd commands[] = {
     {"pexpireat", -3, CMD_WRITE, cmd_expire},
     {"ttl", 2, 0, cmd_ttl},
     {"pttl", 2, 0, cmd_ttl},
+    {"expiretime", 2, 0, cmd_ttl},
+    {"pexpiretime", 2, 0, cmd_ttl},
     {"persist", 2, CMD_WRITE, cmd_persist},
     {"keys", 2, 0, cmd_keys},
     {"scan", -2, 0, cmd_scan},

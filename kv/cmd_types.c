@@ -1,8 +1,8 @@
 /* cmd_types.c: the commands on lists, sets, hashes and sorted sets, and
  * the string commands beyond GET and SET (MSET, MGET, SETNX, APPEND,
- * STRLEN, GETSET). Their replies and errors are Redis 7.0's, word for
- * word; kv/integration.sh compares them with a redis-server's
- * when one is installed.
+ * STRLEN, GETSET, GETRANGE, SETRANGE). Their replies and errors are
+ * Redis 7.0's, word for word; kv/integration.sh compares them with a
+ * redis-server's when one is installed.
  *
  * Each write logs what repeats it on a replica (cmd.c has the rule): the
  * request itself when it is deterministic, SPOP as the SREM of what it
@@ -291,6 +291,84 @@ static void cmd_strlen(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     dict_entry *e;
     if (!find_of(k, &a[1], KV_STRING, &e, out)) return;
     buf_int(out, ':', e ? (long long)store_obj(e)->len : 0);
+}
+
+/* GETRANGE key start end: Redis 7.0's arithmetic, ends included (an end
+ * before the start, even a negative one, clipped to the first byte). */
+static void cmd_getrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                         buf *out) {
+    (void)cl;
+    (void)argc;
+    long long start, end;
+    if (!arg_i64(&a[2], &start, out) || !arg_i64(&a[3], &end, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_STRING, &e, out)) return;
+    long long len = e ? (long long)store_obj(e)->len : 0;
+    if (start < 0 && end < 0 && start > end) len = 0;
+    if (start < 0) start += len;
+    if (end < 0) end += len;
+    if (start < 0) start = 0;
+    if (end < 0) end = 0;
+    if (end >= len) end = len - 1;
+    if (len == 0 || start > end) {
+        buf_str(out, "$0\r\n\r\n");
+        return;
+    }
+    buf_bulk(out, (const char *)store_obj(e)->val + start,
+             (size_t)(end - start + 1));
+}
+
+/* SETRANGE key offset value: the offset, then the key, then the bound
+ * (proto-max-bulk-len, as APPEND's; an offset + length past 64 bits too).
+ * A gap past the end is zeros; an empty value changes nothing and makes
+ * no key. Logged as sent. */
+static void cmd_setrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                         buf *out) {
+    (void)cl;
+    long long off;
+    if (!arg_i64(&a[2], &off, out)) return;
+    if (off < 0) {
+        buf_str(out, "-ERR offset is out of range\r\n");
+        return;
+    }
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_STRING, &e, out)) return;
+    size_t len = a[3].len, old = e ? store_obj(e)->len : 0;
+    if (len == 0) {
+        buf_int(out, ':', (long long)old);
+        return;
+    }
+    size_t end = (size_t)off + len;
+    if (end < len || (k->max_string && !k->applying && end > k->max_string)) {
+        buf_str(out, "-ERR string exceeds maximum allowed size "
+                     "(proto-max-bulk-len)\r\n");
+        return;
+    }
+    char *v;
+    if (!e) {
+        if (!(v = calloc(1, end))) {
+            reply_oom(out);
+            return;
+        }
+        if (!(e = store_add(&k->db, a[1].p, a[1].len, KV_STRING))) {
+            free(v);
+            reply_oom(out);
+            return;
+        }
+        store_obj(e)->val = v;
+        store_obj(e)->len = end;
+    } else if (end > old) {
+        if (!(v = realloc(store_obj(e)->val, end))) {
+            reply_oom(out);
+            return;
+        }
+        memset(v + old, 0, end - old);
+        store_obj(e)->val = v;
+        store_obj(e)->len = end;
+    }
+    memcpy((char *)store_obj(e)->val + off, a[3].p, len);
+    kv_log(k, a, argc);
+    buf_int(out, ':', (long long)store_obj(e)->len);
 }
 
 /* ---------------------------------------------------------------- lists */
@@ -1078,42 +1156,213 @@ static void cmd_zscore(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         reply_nil(out);
 }
 
-/* ZRANGE key start stop [REV] [WITHSCORES]: ranges by rank (lull-kv does
- * not have BYSCORE, BYLEX or LIMIT). */
-static void cmd_zrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
-                       buf *out) {
+/* ZRANK and ZREVRANK key member: nil for a missing key or member. */
+static void cmd_zrank(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
     (void)cl;
-    bool scores = false, rev = false;
+    (void)argc;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
+    dict_entry *m = e ? member(members(e), &a[2]) : NULL;
+    if (!m) {
+        reply_nil(out);
+        return;
+    }
+    kv_zset *z = store_obj(e)->val;
+    size_t r = zset_rank(z, zset_member(m)->node);
+    bool rev = (a[0].p[3] | 0x20) == 'v'; /* ZREVRANK */
+    buf_int(out, ':', (long long)(rev ? zset_len(z) - 1 - r : r));
+}
+
+/* A score bound: its value and whether it is exclusive ("(" first). */
+typedef struct zbound {
+    double v;
+    bool ex;
+} zbound;
+
+/* A min or max as Redis 7.0 reads it (zslParseRange): an optional "(",
+ * then what strtod takes up to the end or the first NUL (so "" and "("
+ * are 0 and leading space is taken), not NaN, no range check. 0, -EINVAL
+ * or -ENOMEM (a long spelling is copied to the heap). */
+static int arg_bound(const resp_arg *a, zbound *b) {
+    const char *p = a->p;
+    size_t len = a->len;
+    const char *nul = memchr(p, 0, len);
+    if (nul) len = (size_t)(nul - p);
+    b->ex = len && p[0] == '(';
+    if (b->ex) p++, len--;
+    char small[64], *tmp = small;
+    if (len >= sizeof small && !(tmp = malloc(len + 1))) return -ENOMEM;
+    memcpy(tmp, p, len);
+    tmp[len] = 0;
+    char *end;
+    b->v = strtod(tmp, &end);
+    bool ok = *end == 0 && !isnan(b->v);
+    if (tmp != small) free(tmp);
+    return ok ? 0 : -EINVAL;
+}
+
+static bool arg_bounds(const resp_arg *min, const resp_arg *max, zbound *lo,
+                       zbound *hi, buf *out) {
+    int rc = arg_bound(min, lo);
+    if (rc == 0) rc = arg_bound(max, hi);
+    if (rc == -ENOMEM) reply_oom(out);
+    if (rc == -EINVAL) buf_str(out, "-ERR min or max is not a float\r\n");
+    return rc == 0;
+}
+
+/* The ranks [*from, *to) of the members within lo and hi. */
+static void score_ranks(const kv_zset *z, const zbound *lo, const zbound *hi,
+                        size_t *from, size_t *to) {
+    *from = zset_count_below(z, lo->v, lo->ex);
+    *to = zset_count_below(z, hi->v, !hi->ex);
+    if (*to < *from) *to = *from;
+}
+
+enum { ZR_AUTO, ZR_RANK, ZR_SCORE };
+
+/* ZRANGE key start stop [BYSCORE] [REV] [LIMIT offset count]
+ * [WITHSCORES], and ZREVRANGE, ZRANGEBYSCORE, ZREVRANGEBYSCORE (`by`
+ * and `rev` fixed by the name): Redis 7.0's zrangeGenericCommand, its
+ * options first (LIMIT's numbers read there), then the range, then the
+ * key. BYLEX is not done (a syntax error). LIMIT's offset skips that many
+ * of the range (negative: all), its count bounds the rest (negative: no
+ * bound), as Redis' loops do. O(log n) to the first member, then O(1)
+ * each. */
+static void zrange(kv *k, const resp_arg *a, size_t argc, int by, int rev,
+                   buf *out) {
+    bool scores = false;
+    long long offset = 0, limit = -1;
     for (size_t i = 4; i < argc; i++) {
-        if (resp_is(&a[i], "WITHSCORES"))
+        if (resp_is(&a[i], "WITHSCORES")) {
             scores = true;
-        else if (!rev && resp_is(&a[i], "REV")) /* twice: Redis' syntax error */
-            rev = true;
-        else {
+        } else if (resp_is(&a[i], "LIMIT") && argc - i - 1 >= 2) {
+            if (!arg_i64(&a[i + 1], &offset, out) ||
+                !arg_i64(&a[i + 2], &limit, out))
+                return;
+            i += 2;
+        } else if (rev < 0 && resp_is(&a[i], "REV")) { /* twice: an error */
+            rev = 1;
+        } else if (by == ZR_AUTO && resp_is(&a[i], "BYSCORE")) {
+            by = ZR_SCORE;
+        } else {
             reply_syntax(out);
             return;
         }
     }
-    long long start, stop;
-    if (!arg_i64(&a[2], &start, out) || !arg_i64(&a[3], &stop, out)) return;
-    dict_entry *e;
-    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
-    size_t from, to;
-    kv_zset *z = e ? store_obj(e)->val : NULL;
-    if (!z || !clip_range(start, stop, zset_len(z), &from, &to)) {
-        buf_str(out, "*0\r\n");
+    if (limit != -1 && by != ZR_SCORE) {
+        buf_str(out, "-ERR syntax error, LIMIT is only supported in "
+                     "combination with either BYSCORE or BYLEX\r\n");
         return;
     }
-    size_t n = to - from + 1;
+    long long start = 0, stop = 0;
+    zbound lo, hi;
+    if (by == ZR_SCORE) {
+        /* reversed, the first bound is the max */
+        if (!arg_bounds(&a[rev > 0 ? 3 : 2], &a[rev > 0 ? 2 : 3], &lo, &hi,
+                        out))
+            return;
+    } else if (!arg_i64(&a[2], &start, out) || !arg_i64(&a[3], &stop, out)) {
+        return;
+    }
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
+    kv_zset *z = e ? store_obj(e)->val : NULL;
+    size_t from, to, n = 0; /* ranks [from, to) in the set's order */
+    if (!z) {
+        n = 0;
+    } else if (by == ZR_SCORE) {
+        score_ranks(z, &lo, &hi, &from, &to);
+        n = to - from;
+        if (offset < 0 || (unsigned long long)offset >= n)
+            n = 0;
+        else
+            n -= (size_t)offset;
+        if (limit >= 0 && (unsigned long long)limit < n) n = (size_t)limit;
+        if (n && rev > 0) to -= (size_t)offset;
+        if (n && rev <= 0) from += (size_t)offset;
+    } else if (clip_range(start, stop, zset_len(z), &from, &to)) {
+        n = to - from + 1;
+        if (rev > 0) { /* ranks counted from the end */
+            size_t last = zset_len(z) - 1;
+            to = last - from + 1;
+            from = last - (from + n - 1);
+        } else {
+            to = from + n;
+        }
+    }
     buf_int(out, '*', (long long)(scores ? 2 * n : n));
-    znode *x = zset_at(z, rev ? zset_len(z) - 1 - from : from);
+    if (!n) return;
+    znode *x = zset_at(z, rev > 0 ? to - 1 : from);
     for (size_t i = 0; i < n && x; i++) {
         size_t len;
         const char *name = znode_name(z, x, &len);
         buf_bulk(out, name, len);
         if (scores) reply_score(out, x->score);
-        x = rev ? x->back : x->lv[0].fwd;
+        x = rev > 0 ? x->back : x->lv[0].fwd;
     }
+}
+
+static void cmd_zrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    /* the name says how: ZRANGE, ZREVRANGE, ZRANGEBYSCORE... */
+    bool rev = (a[0].p[3] | 0x20) == 'v'; /* ZREV... */
+    bool by_score = a[0].len > 9;
+    if (a[0].len == 6)
+        zrange(k, a, argc, ZR_AUTO, -1, out);
+    else
+        zrange(k, a, argc, by_score ? ZR_SCORE : ZR_RANK, rev, out);
+}
+
+/* ZCOUNT key min max. */
+static void cmd_zcount(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    (void)argc;
+    zbound lo, hi;
+    if (!arg_bounds(&a[2], &a[3], &lo, &hi, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
+    size_t from = 0, to = 0;
+    if (e) score_ranks(store_obj(e)->val, &lo, &hi, &from, &to);
+    buf_int(out, ':', (long long)(to - from));
+}
+
+/* ZREMRANGEBYRANK key start stop and ZREMRANGEBYSCORE key min max: the
+ * range read before the key, as Redis does. Logged as sent when any went
+ * (the same range of the same set on a replica). */
+static void cmd_zremrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                          buf *out) {
+    (void)cl;
+    bool by_score = a[0].p[11] == 'S' || a[0].p[11] == 's';
+    long long start, stop;
+    zbound lo, hi;
+    if (by_score) {
+        if (!arg_bounds(&a[2], &a[3], &lo, &hi, out)) return;
+    } else if (!arg_i64(&a[2], &start, out) || !arg_i64(&a[3], &stop, out)) {
+        return;
+    }
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
+    kv_zset *z = e ? store_obj(e)->val : NULL;
+    size_t from = 0, to = 0;
+    if (z && by_score) {
+        score_ranks(z, &lo, &hi, &from, &to);
+    } else if (z && clip_range(start, stop, zset_len(z), &from, &to)) {
+        to++;
+    }
+    znode *x = to > from ? zset_at(z, from) : NULL;
+    for (size_t i = from; i < to; i++) {
+        znode *next = x->lv[0].fwd;
+        zset_delete(z, x->member);
+        x = next;
+    }
+    if (to > from) {
+        kv_log(k, a, argc);
+        drop_if_empty(k, e, zset_len(z));
+    }
+    buf_int(out, ':', (long long)(to - from));
 }
 
 /* ------------------------------------------- SSCAN, HSCAN, ZSCAN */
@@ -1217,6 +1466,8 @@ static const kv_cmd type_commands[] = {
     {"getset", 3, CMD_WRITE, cmd_getset},
     {"append", 3, CMD_WRITE, cmd_append},
     {"strlen", 2, 0, cmd_strlen},
+    {"getrange", 4, 0, cmd_getrange},
+    {"setrange", 4, CMD_WRITE, cmd_setrange},
     {"lpush", -3, CMD_WRITE, cmd_lpush},
     {"rpush", -3, CMD_WRITE, cmd_lpush},
     {"lpushx", -3, CMD_WRITE, cmd_lpush},
@@ -1258,6 +1509,14 @@ static const kv_cmd type_commands[] = {
     {"zcard", 2, 0, cmd_card},
     {"zscore", 3, 0, cmd_zscore},
     {"zrange", -4, 0, cmd_zrange},
+    {"zrevrange", -4, 0, cmd_zrange},
+    {"zrangebyscore", -4, 0, cmd_zrange},
+    {"zrevrangebyscore", -4, 0, cmd_zrange},
+    {"zrank", 3, 0, cmd_zrank},
+    {"zrevrank", 3, 0, cmd_zrank},
+    {"zcount", 4, 0, cmd_zcount},
+    {"zremrangebyrank", 4, CMD_WRITE, cmd_zremrange},
+    {"zremrangebyscore", 4, CMD_WRITE, cmd_zremrange},
     {"zscan", -3, 0, cmd_member_scan},
 };
 

@@ -18,10 +18,11 @@ redis-server it prints a `skipped:` line and exits 0.
 Left out, as docs/KV.md says lull-kv differs on purpose: INFO, CONFIG,
 COMMAND, CLIENT, a score of -0. Times: relative expiries are far (or
 zero/negative), absolute ones long past or far ahead, so the two servers'
-clocks cannot disagree; PTTL compares within a second. Also left out:
-a bulk not followed by CRLF (redis-server skips any two bytes there,
-lull-kv refuses the request), a NUL in an inline request (redis-server
-waits for ever for its line's end).
+clocks cannot disagree; PTTL and (P)EXPIRETIME compare within a second.
+Also left out: a bulk not followed by CRLF (redis-server skips any two
+bytes there, lull-kv refuses the request), a NUL in an inline request
+(redis-server waits for ever for its line's end), SETRANGE past a small
+offset (hundreds of megabytes on both servers).
 """
 import os
 import random
@@ -151,6 +152,19 @@ def pick_float(r):
     return r.choice(FLOATS)
 
 
+def pick_bound(r):
+    """A ZCOUNT or ZRANGEBYSCORE min or max: inclusive, exclusive or not a
+    float (Redis reads "" and "(" as 0)."""
+    c = r.random()
+    if c < 0.45:
+        return str(r.randint(-4, 4)).encode()
+    if c < 0.7:
+        return b"(" + str(r.randint(-4, 4)).encode()
+    return r.choice([b"-inf", b"+inf", b"inf", b"(-inf", b"(+inf", b"x",
+                     b"", b"(", b"nan", b"((1", b"1.5", b"(2.5", b"1 ",
+                     b" 1", b"1\x00x", b"0x2", b"1e400", b"(1e-400"])
+
+
 def ttl_opts(r, now_s):
     """An expiry option: far, already past, zero, negative or garbage."""
     c = r.randrange(14)
@@ -226,7 +240,7 @@ def expire_args(r, cmd, now_s):
     return args
 
 
-NCASES = 81  # gen's cases
+NCASES = 91  # gen's cases
 
 
 def gen(r, now_s, in_multi=False):
@@ -440,6 +454,44 @@ def gen(r, now_s, in_multi=False):
         a = [b"LSET", k, pick_ints(r), pick_word(r)]
     elif c == 80:
         a = [b"LTRIM", k, pick_ints(r), pick_ints(r)]
+    elif c == 81:
+        a = [r.choice([b"ZRANK", b"ZREVRANK"]), k, pick_word(r)]
+    elif c == 82:
+        a = [b"ZCOUNT", k, pick_bound(r), pick_bound(r)]
+    elif c in (83, 84):
+        name = r.choice([b"ZREVRANGE", b"ZRANGEBYSCORE", b"ZREVRANGEBYSCORE",
+                         b"ZRANGE"])
+        if name == b"ZREVRANGE" or (name == b"ZRANGE" and r.random() < 0.3):
+            a = [name, k, pick_ints(r), pick_ints(r)]
+        else:
+            a = [name, k, pick_bound(r), pick_bound(r)]
+        opts = [b"WITHSCORES", b"withscores", b"REV", b"BYSCORE", b"byscore",
+                b"LIMIT", b"FOO"]
+        for _ in range(r.choice([0, 1, 1, 2, 3])):
+            o = r.choice(opts)
+            a.append(o)
+            if o == b"LIMIT" and r.random() < 0.9:
+                a += [pick_ints(r), pick_ints(r)]
+    elif c == 85:
+        a = [b"ZREMRANGEBYRANK", k, pick_ints(r), pick_ints(r)]
+    elif c == 86:
+        a = [b"ZREMRANGEBYSCORE", k, pick_bound(r), pick_bound(r)]
+    elif c == 87:
+        # small integer scores with ties: ranges by score cross them
+        a = [b"ZADD", k]
+        for _ in range(r.randint(3, 8)):
+            a += [str(r.randint(-3, 3)).encode(), b"m%d" % r.randint(0, 9)]
+    elif c == 88:
+        a = [r.choice([b"EXPIRETIME", b"PEXPIRETIME"]), k]
+    elif c == 89:
+        a = [b"GETRANGE", k, pick_ints(r), pick_ints(r)]
+    elif c == 90:
+        # offsets small, or past 64 bits, or negative: never a string of
+        # hundreds of megabytes on both servers
+        a = [b"SETRANGE", k, r.choice([b"0", b"1", b"3", b"10", b"-1", b"x",
+                                       b"", b"9223372036854775808",
+                                       b"9223372036854775807"]),
+             pick_word(r)]
     else:
         a = [b"SET", k, pick_word(r)]
     # Wrong arities now and then: one argument fewer or one more.
@@ -499,6 +551,11 @@ def same(cmd, x, y):
         return vx <= vy
     if name == b"PTTL" and isinstance(vx, int) and isinstance(vy, int):
         return vx >= 0 and vy >= 0 and abs(vx - vy) < 1000
+    if name in (b"EXPIRETIME", b"PEXPIRETIME") and isinstance(vx, int) \
+            and isinstance(vy, int):
+        # a relative expiry's instant is each server's own clock's
+        return vx >= 0 and vy >= 0 and \
+            abs(vx - vy) <= (1000 if name == b"PEXPIRETIME" else 1)
     return False
 
 

@@ -1424,6 +1424,11 @@ static const char *const type_script[] = {
     "ZADD zz 1 a",
     "ZPOPMIN zz 5",
     "DEL m4",
+    "ZADD zr 1 a 2 b 3 c 4 d",
+    "ZREMRANGEBYRANK zr 0 0",
+    "ZREMRANGEBYSCORE zr (3 +inf",
+    "ZREMRANGEBYSCORE zr 9 10",
+    "ZREMRANGEBYRANK zr 5 9",
     "SET big x",
     "LPUSH big y",
     "GET nokey",
@@ -1445,6 +1450,7 @@ TEST(types_replicate) {
     dump_keyspace(&p, &dp);
     CHECK(strstr(dp.p, "l type=1 expire=0: b,a,f,\n")); /* in order */
     CHECK(strstr(dp.p, "z type=4 expire=0: c=1.5,a=6,\n"));
+    CHECK(strstr(dp.p, "zr type=4 expire=0: b=2,c=3,\n"));
     CHECK(strstr(dp.p, "h type=3 expire=0: f1=w1,f3=v3,\n"));
     CHECK(!strstr(dp.p, "\ne type")); /* emptied keys are gone */
     CHECK(!strstr(dp.p, "hh type") && !strstr(dp.p, "zz type"));
@@ -1695,8 +1701,8 @@ TEST(pubsub_fan_out) {
 
 TEST(zset_ranks_follow_a_model) {
     /* Random ZADD, moves and deletes on a skip list, checked after each
-     * step against a sorted array: order, ranks (zset_at) and back
-     * links. */
+     * step against a sorted array: order, ranks (zset_at, zset_rank,
+     * zset_count_below) and back links. */
     kv_zset *z = zset_new();
     enum { M = 200 };
     double score[M];
@@ -1737,9 +1743,20 @@ TEST(zset_ranks_follow_a_model) {
             CHECK(len == strlen(name) && memcmp(nm, name, len) == 0);
             CHECK(nd->score == score[order[r]]);
             CHECK(nd->back == prev);
+            CHECK(zset_rank(z, nd) == (size_t)r);
             prev = nd;
         }
         CHECK(z->tail == prev);
+        /* the ranks ZCOUNT and ZRANGEBYSCORE start and end at */
+        for (int t = -1; t <= 50; t += 3) {
+            size_t below = 0, not_above = 0;
+            for (int r = 0; r < n; r++) {
+                below += score[order[r]] < t;
+                not_above += score[order[r]] <= t;
+            }
+            CHECK(zset_count_below(z, t, false) == below);
+            CHECK(zset_count_below(z, t, true) == not_above);
+        }
     }
     zset_free(z);
 }
@@ -3920,6 +3937,207 @@ TEST(zrange_options_checked_first_as_redis) {
     replies_as_redis(cases, sizeof cases / sizeof cases[0]);
 }
 
+TEST(zrank_zrevrange_zcount_as_redis) {
+    /* Replies as redis-server 7.0.15 gave them: ranks from the skip
+     * list's spans, ZCOUNT's bounds read as Redis reads them (strtod up
+     * to the first NUL: "" is 0, leading space taken; "(" exclusive) and
+     * before the key. */
+    static const char *const cases[][2] = {
+        {"ZADD z 1 a 2 b 2 c 3 d inf e -inf f", ":6\r\n"},
+        {"ZRANK z c", ":3\r\n"},
+        {"ZRANK z nosuch", "$-1\r\n"},
+        {"ZRANK nokey a", "$-1\r\n"},
+        {"ZREVRANK z c", ":2\r\n"},
+        {"ZREVRANK z f", ":5\r\n"},
+        {"ZRANK z f", ":0\r\n"},
+        {"ZREVRANK z e", ":0\r\n"},
+        {"ZRANK z a WITHSCORE",
+         "-ERR wrong number of arguments for 'zrank' command\r\n"},
+        {"SET s x", "+OK\r\n"},
+        {"ZRANK s a", "-WRONGTYPE Operation against a key holding the wrong "
+                      "kind of value\r\n"},
+        {"ZREVRANK s a", "-WRONGTYPE Operation against a key holding the "
+                         "wrong kind of value\r\n"},
+        {"ZREVRANGE z 0 -1", "*6\r\n$1\r\ne\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nb\r"
+                             "\n$1\r\na\r\n$1\r\nf\r\n"},
+        {"ZREVRANGE z 0 1 withscores WITHSCORES",
+         "*4\r\n$1\r\ne\r\n$3\r\ninf\r\n$1\r\nd\r\n$1\r\n3\r\n"},
+        {"ZREVRANGE z 0 1 REV", "-ERR syntax error\r\n"},
+        {"ZREVRANGE z 0 1 BYSCORE", "-ERR syntax error\r\n"},
+        {"ZREVRANGE z 0 1 LIMIT 0 1",
+         "-ERR syntax error, LIMIT is only supported in combination with "
+         "either BYSCORE or BYLEX\r\n"},
+        {"ZREVRANGE z 0 1 LIMIT x 1",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"ZREVRANGE z 0 1 LIMIT 0", "-ERR syntax error\r\n"},
+        {"ZREVRANGE nokey x 1",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"ZREVRANGE s 0 1", "-WRONGTYPE Operation against a key holding the "
+                            "wrong kind of value\r\n"},
+        {"ZREVRANGE s x 1 FOO", "-ERR syntax error\r\n"},
+        {"ZREVRANGE z 5 9", "*1\r\n$1\r\nf\r\n"},
+        {"ZREVRANGE z -2 -1", "*2\r\n$1\r\na\r\n$1\r\nf\r\n"},
+        {"ZRANGE z 0 1 LIMIT 1 -1", "*2\r\n$1\r\nf\r\n$1\r\na\r\n"},
+        {"ZRANGE z x y LIMIT 0 1",
+         "-ERR syntax error, LIMIT is only supported in combination with "
+         "either BYSCORE or BYLEX\r\n"},
+        {"ZCOUNT z -inf +inf", ":6\r\n"},
+        {"ZCOUNT z 2 2", ":2\r\n"},
+        {"ZCOUNT z (2 3", ":1\r\n"},
+        {"ZCOUNT z (2 (3", ":0\r\n"},
+        {"ZCOUNT z 3 2", ":0\r\n"},
+        {"ZCOUNT z (1 (1", ":0\r\n"},
+        {"ZCOUNT z x 1", "-ERR min or max is not a float\r\n"},
+        {"ZCOUNT z 1 x", "-ERR min or max is not a float\r\n"},
+        {"ZCOUNT z nan 1", "-ERR min or max is not a float\r\n"},
+        {"ZCOUNT z ((1 3", "-ERR min or max is not a float\r\n"},
+        {"ZCOUNT z 1e400 inf", ":1\r\n"},
+        {"ZCOUNT z -inf -inf", ":1\r\n"},
+        {"ZCOUNT z 0x10 20", ":0\r\n"},
+        {"ZCOUNT z +inf -inf", ":0\r\n"},
+        {"ZCOUNT nokey x 1", "-ERR min or max is not a float\r\n"},
+        {"ZCOUNT nokey 0 1", ":0\r\n"},
+        {"ZCOUNT s 0 1", "-WRONGTYPE Operation against a key holding the "
+                         "wrong kind of value\r\n"},
+        {"ZCOUNT s x 1", "-ERR min or max is not a float\r\n"},
+        {"ZCOUNT z 1 2 3",
+         "-ERR wrong number of arguments for 'zcount' command\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Runs one multibulk request (any bytes) on k for cl, as exec_cl does. */
+static const char *exec_raw(kv *k, kv_client *cl, buf *out, const char *req,
+                            size_t len) {
+    resp_arg argv[MAX_ARGS];
+    size_t argc = 0, need = 0;
+    const char *err = NULL;
+    resp_state st = {0};
+    CHECK(resp_parse_resume(&limits, &st, req, len, argv, &argc, &err, &need) ==
+          (long)len);
+    out->len = 0;
+    kv_exec(k, cl, argv, argc, out);
+    buf_put(out, "", 1);
+    out->len--;
+    return out->p;
+}
+
+/* ZCOUNT with bounds that inline requests cannot spell ("", a space, a
+ * NUL): multibulk, as redis-server 7.0.15 answered them. */
+TEST(zcount_bounds_read_as_redis_strtod) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    CHECK(strcmp(exec_cl(&k, &cl, &out, "ZADD z 1 a 2 b 2 c 3 d inf e"),
+                 ":5\r\n") == 0);
+    static const struct {
+        const char *req;
+        size_t len;
+        const char *want;
+    } cases[] = {
+        {S("*4\r\n$6\r\nZCOUNT\r\n$1\r\nz\r\n$0\r\n\r\n$1\r\n1\r\n"), ":1\r\n"},
+        {S("*4\r\n$6\r\nZCOUNT\r\n$1\r\nz\r\n$1\r\n(\r\n$1\r\n1\r\n"),
+         ":1\r\n"},
+        {S("*4\r\n$6\r\nZCOUNT\r\n$1\r\nz\r\n$2\r\n 1\r\n$1\r\n4\r\n"),
+         ":4\r\n"},
+        {S("*4\r\n$6\r\nZCOUNT\r\n$1\r\nz\r\n$3\r\n( 1\r\n$1\r\n4\r\n"),
+         ":3\r\n"},
+        {S("*4\r\n$6\r\nZCOUNT\r\n$1\r\nz\r\n$2\r\n1 \r\n$1\r\n4\r\n"),
+         "-ERR min or max is not a float\r\n"},
+        {S("*4\r\n$6\r\nZCOUNT\r\n$1\r\nz\r\n$3\r\n1\0x\r\n$1\r\n5\r\n"),
+         ":4\r\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = exec_raw(&k, &cl, &out, cases[i].req, cases[i].len);
+        if (strcmp(got, cases[i].want) != 0)
+            check_fail(__FILE__, __LINE__, "case %zu: %s", i, got);
+    }
+    close_kv_with_client(&k, &cl, &out);
+}
+
+TEST(zrangebyscore_and_zremrange_as_redis) {
+    /* Replies as redis-server 7.0.15 gave them: options (LIMIT's numbers
+     * included) before the bounds, the bounds before the key; LIMIT's
+     * offset negative is nothing, its count negative everything. */
+    static const char *const cases[][2] = {
+        {"ZADD z 1 a 2 b 2 c 3 d inf e -inf f", ":6\r\n"},
+        {"SET s x", "+OK\r\n"},
+        {"ZRANGEBYSCORE z -inf +inf WITHSCORES",
+         "*12\r\n$1\r\nf\r\n$4\r\n-inf\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1"
+         "\r\n2\r\n$1\r\nc\r\n$1\r\n2\r\n$1\r\nd\r\n$1\r\n3\r\n$1\r\ne\r\n$3"
+         "\r\ninf\r\n"},
+        {"ZRANGEBYSCORE z 2 3 LIMIT 1 1", "*1\r\n$1\r\nc\r\n"},
+        {"ZRANGEBYSCORE z 2 3 LIMIT -1 1", "*0\r\n"},
+        {"ZRANGEBYSCORE z 2 3 LIMIT 0 -5",
+         "*3\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n"},
+        {"ZRANGEBYSCORE z 2 3 LIMIT 0 0", "*0\r\n"},
+        {"ZRANGEBYSCORE z 2 3 LIMIT 5 1", "*0\r\n"},
+        {"ZRANGEBYSCORE z 2 3 LIMIT 9223372036854775807 1", "*0\r\n"},
+        {"ZRANGEBYSCORE z 2 3 LIMIT 9223372036854775808 1",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"ZRANGEBYSCORE z -inf inf LIMIT 2 9223372036854775807",
+         "*4\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\ne\r\n"},
+        {"ZRANGEBYSCORE z -inf inf LIMIT 1 -9223372036854775808",
+         "*5\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\ne\r\n"},
+        {"ZRANGEBYSCORE z 2 3 LIMIT 0", "-ERR syntax error\r\n"},
+        {"ZRANGEBYSCORE z x 3 LIMIT x 1",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"ZRANGEBYSCORE z x 3 FOO", "-ERR syntax error\r\n"},
+        {"ZRANGEBYSCORE z 2 3 REV", "-ERR syntax error\r\n"},
+        {"ZRANGEBYSCORE z 2 3 BYSCORE", "-ERR syntax error\r\n"},
+        {"ZRANGEBYSCORE z 2 3 withscores WITHSCORES limit 0 1 LIMIT 1 2",
+         "*4\r\n$1\r\nc\r\n$1\r\n2\r\n$1\r\nd\r\n$1\r\n3\r\n"},
+        {"ZRANGEBYSCORE z 1",
+         "-ERR wrong number of arguments for 'zrangebyscore' command\r\n"},
+        {"ZREVRANGEBYSCORE z 3 2", "*3\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nb\r\n"},
+        {"ZREVRANGEBYSCORE z 2 3", "*0\r\n"},
+        {"ZREVRANGEBYSCORE z +inf -inf WITHSCORES LIMIT 1 2",
+         "*4\r\n$1\r\nd\r\n$1\r\n3\r\n$1\r\nc\r\n$1\r\n2\r\n"},
+        {"ZREVRANGEBYSCORE z (3 (1", "*2\r\n$1\r\nc\r\n$1\r\nb\r\n"},
+        {"ZREVRANGEBYSCORE nokey 1 2", "*0\r\n"},
+        {"ZREVRANGEBYSCORE s 1 2", "-WRONGTYPE Operation against a key "
+                                   "holding the wrong kind of value\r\n"},
+        {"ZREVRANGEBYSCORE s x 2", "-ERR min or max is not a float\r\n"},
+        {"ZREVRANGEBYSCORE s 1 2 FOO", "-ERR syntax error\r\n"},
+        {"ZRANGE z 0 -1 BYSCORE", "*0\r\n"},
+        {"ZRANGE z (1 3 BYSCORE WITHSCORES",
+         "*6\r\n$1\r\nb\r\n$1\r\n2\r\n$1\r\nc\r\n$1\r\n2\r\n$1\r\nd\r\n$1\r\n3"
+         "\r\n"},
+        {"ZRANGE z 3 (1 BYSCORE REV",
+         "*3\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nb\r\n"},
+        {"ZRANGE z 3 (1 REV BYSCORE LIMIT 1 1", "*1\r\n$1\r\nc\r\n"},
+        {"ZRANGE z 0 1 BYSCORE BYSCORE", "-ERR syntax error\r\n"},
+        {"ZRANGE z x 1 BYSCORE", "-ERR min or max is not a float\r\n"},
+        {"ZRANGE z 0 -1 LIMIT -1 -1",
+         "*6\r\n$1\r\nf\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\n"
+         "e\r\n"},
+        {"ZRANGE s 0 1 BYSCORE LIMIT 0 1", "-WRONGTYPE Operation against a "
+                                           "key holding the wrong kind of "
+                                           "value\r\n"},
+        {"ZREMRANGEBYRANK z x 1",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"ZREMRANGEBYRANK nokey 0 1", ":0\r\n"},
+        {"ZREMRANGEBYRANK s 0 1", "-WRONGTYPE Operation against a key "
+                                  "holding the wrong kind of value\r\n"},
+        {"ZREMRANGEBYRANK z 3 2", ":0\r\n"},
+        {"ZREMRANGEBYRANK z 9 20", ":0\r\n"},
+        {"ZREMRANGEBYRANK z -2 -1", ":2\r\n"},
+        {"ZREMRANGEBYSCORE z x 1", "-ERR min or max is not a float\r\n"},
+        {"ZREMRANGEBYSCORE s x 1", "-ERR min or max is not a float\r\n"},
+        {"ZREMRANGEBYSCORE s 0 1", "-WRONGTYPE Operation against a key "
+                                   "holding the wrong kind of value\r\n"},
+        {"ZREMRANGEBYSCORE nokey 0 1", ":0\r\n"},
+        {"ZREMRANGEBYSCORE z (2 2", ":0\r\n"},
+        {"ZREMRANGEBYSCORE z (1 2", ":2\r\n"},
+        {"ZRANGE z 0 -1 WITHSCORES",
+         "*4\r\n$1\r\nf\r\n$4\r\n-inf\r\n$1\r\na\r\n$1\r\n1\r\n"},
+        {"ZREMRANGEBYRANK z 0 -1", ":2\r\n"},
+        {"EXISTS z", ":0\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
 TEST(set_repeated_expiry_option_last_wins_as_redis) {
     /* Redis takes EX (PX, EXAT, PXAT) again and keeps the last value;
      * only two different ones, or one with KEEPTTL, are a syntax error. */
@@ -4248,6 +4466,127 @@ static void check_replica_agrees(kv *p) {
     buf_free(&dp);
     buf_free(&dr);
     kv_free(&r);
+}
+
+TEST(expiretime_getrange_setrange_as_redis) {
+    /* Replies as redis-server 7.0.15 gave them: EXPIRETIME rounds to the
+     * nearest second; GETRANGE's and SETRANGE's numbers are read before
+     * the key, SETRANGE's offset checked before it too; an empty SETRANGE
+     * makes no key. */
+    static const char *const cases[][2] = {
+        {"SET k hello", "+OK\r\n"},
+        {"EXPIRETIME k", ":-1\r\n"},
+        {"PEXPIRETIME k", ":-1\r\n"},
+        {"EXPIRETIME nokey", ":-2\r\n"},
+        {"PEXPIRETIME nokey", ":-2\r\n"},
+        {"PEXPIREAT k 33177600000499", ":1\r\n"},
+        {"EXPIRETIME k", ":33177600000\r\n"},
+        {"PEXPIRETIME k", ":33177600000499\r\n"},
+        {"PEXPIREAT k 33177600000500", ":1\r\n"},
+        {"EXPIRETIME k", ":33177600001\r\n"},
+        {"SET big 1 PXAT 9223372036854775807", "+OK\r\n"},
+        {"EXPIRETIME big", ":9223372036854776\r\n"},
+        {"PEXPIRETIME big", ":9223372036854775807\r\n"},
+        {"SET big 1 PXAT 9223372036854775307", "+OK\r\n"},
+        {"EXPIRETIME big", ":9223372036854775\r\n"},
+        {"EXPIRETIME k x",
+         "-ERR wrong number of arguments for 'expiretime' command\r\n"},
+        {"LPUSH l a", ":1\r\n"},
+        {"EXPIRETIME l", ":-1\r\n"},
+        {"GETRANGE k 0 -1", "$5\r\nhello\r\n"},
+        {"GETRANGE k 1 3", "$3\r\nell\r\n"},
+        {"GETRANGE k -3 -1", "$3\r\nllo\r\n"},
+        {"GETRANGE k -1 -3", "$0\r\n\r\n"},
+        {"GETRANGE k 0 -100", "$1\r\nh\r\n"},
+        {"GETRANGE k -100 -100", "$1\r\nh\r\n"},
+        {"GETRANGE k 3 1", "$0\r\n\r\n"},
+        {"GETRANGE k 10 20", "$0\r\n\r\n"},
+        {"GETRANGE k 4 100", "$1\r\no\r\n"},
+        {"GETRANGE k -9223372036854775808 9223372036854775807",
+         "$5\r\nhello\r\n"},
+        {"GETRANGE k x 1", "-ERR value is not an integer or out of range\r\n"},
+        {"GETRANGE nokey x 1",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"GETRANGE nokey 0 1", "$0\r\n\r\n"},
+        {"GETRANGE l 0 1", "-WRONGTYPE Operation against a key holding the "
+                           "wrong kind of value\r\n"},
+        {"GETRANGE l x 1", "-ERR value is not an integer or out of range\r\n"},
+        {"GETRANGE k 0",
+         "-ERR wrong number of arguments for 'getrange' command\r\n"},
+        {"SETRANGE k 1 EL", ":5\r\n"},
+        {"GET k", "$5\r\nhELlo\r\n"},
+        {"SETRANGE k -1 x", "-ERR offset is out of range\r\n"},
+        {"SETRANGE l -1 x", "-ERR offset is out of range\r\n"},
+        {"SETRANGE l 0 x", "-WRONGTYPE Operation against a key holding the "
+                           "wrong kind of value\r\n"},
+        {"SETRANGE nokey2 2 ab", ":4\r\n"},
+        {"SETRANGE k x y", "-ERR value is not an integer or out of range\r\n"},
+        {"SETRANGE k 9223372036854775808 ab",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"SETRANGE k 1",
+         "-ERR wrong number of arguments for 'setrange' command\r\n"},
+        {"EXISTS nokey", ":0\r\n"},
+        {"SET i 12345", "+OK\r\n"},
+        {"GETRANGE i 1 2", "$2\r\n23\r\n"},
+        {"SETRANGE i 0 9", ":5\r\n"},
+        {"GET i", "$5\r\n92345\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* SETRANGE with an empty value or past the string's end (zeros between),
+ * multibulk since inline words cannot be empty or hold a NUL; and each
+ * write logged as sent, so a replica ends the same. */
+TEST(setrange_pads_with_zeros_and_is_logged_as_sent) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    k.max_string = 16;
+    static const struct {
+        const char *req;
+        size_t len;
+        const char *want;
+        size_t wlen;
+    } cases[] = {
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nn\r\n$1\r\n5\r\n$0\r\n\r\n"),
+         S(":0\r\n")},
+        {S("*2\r\n$6\r\nEXISTS\r\n$1\r\nn\r\n"), S(":0\r\n")},
+        {S("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n"), S("+OK\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$3\r\n100\r\n$0\r\n\r\n"),
+         S(":5\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$1\r\n7\r\n$2\r\nxy\r\n"),
+         S(":9\r\n")},
+        {S("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), S("$9\r\nhello\0\0xy\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nz\r\n$1\r\n2\r\n$2\r\nab\r\n"),
+         S(":4\r\n")},
+        {S("*2\r\n$3\r\nGET\r\n$1\r\nz\r\n"), S("$4\r\n\0\0ab\r\n")},
+        /* proto-max-bulk-len (16 here) bounds the result, as APPEND's */
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$2\r\n15\r\n$1\r\nx\r\n"),
+         S(":16\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$2\r\n15\r\n$2\r\nxy\r\n"),
+         S("-ERR string exceeds maximum allowed size "
+           "(proto-max-bulk-len)\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nw\r\n$2\r\n16\r\n$1\r\nx\r\n"),
+         S("-ERR string exceeds maximum allowed size "
+           "(proto-max-bulk-len)\r\n")},
+        {S("*2\r\n$6\r\nEXISTS\r\n$1\r\nw\r\n"), S(":0\r\n")},
+        {S("*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$19\r\n"
+           "9223372036854775807\r\n$2\r\nab\r\n"),
+         S("-ERR string exceeds maximum allowed size "
+           "(proto-max-bulk-len)\r\n")},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = exec_raw(&k, &cl, &out, cases[i].req, cases[i].len);
+        if (out.len != cases[i].wlen || memcmp(got, cases[i].want, out.len))
+            check_fail(__FILE__, __LINE__, "case %zu: %s", i, got);
+    }
+    CHECK(
+        strcmp(last_record(&k),
+               "*4\r\n$8\r\nSETRANGE\r\n$1\r\nk\r\n$2\r\n15\r\n$1\r\nx\r\n") ==
+        0);
+    check_replica_agrees(&k);
+    close_kv_with_client(&k, &cl, &out);
 }
 
 TEST(getdel_getex_as_redis) {

@@ -395,3 +395,31 @@ znode *zset_at(const kv_zset *z, size_t r) {
     }
     return NULL;
 }
+
+size_t zset_rank(const kv_zset *z, const znode *n) {
+    size_t len, rank = 0;
+    const char *m = znode_name(z, n, &len);
+    const znode *x = z->head;
+    for (int i = z->level - 1; i >= 0; i--) {
+        while (x->lv[i].fwd && (x->lv[i].fwd == n ||
+                                before(z, x->lv[i].fwd, n->score, m, len))) {
+            rank += x->lv[i].span;
+            x = x->lv[i].fwd;
+        }
+        if (x == n) break;
+    }
+    return rank - 1; /* the spans count n itself */
+}
+
+size_t zset_count_below(const kv_zset *z, double s, bool or_equal) {
+    size_t rank = 0;
+    const znode *x = z->head;
+    for (int i = z->level - 1; i >= 0; i--) {
+        while (x->lv[i].fwd && (x->lv[i].fwd->score < s ||
+                                (or_equal && x->lv[i].fwd->score == s))) {
+            rank += x->lv[i].span;
+            x = x->lv[i].fwd;
+        }
+    }
+    return rank;
+}

@@ -9,7 +9,7 @@
  *  hash  a dict from field to value
  *  zset  a dict from member to score, plus a skip list ordered by (score,
  *        member) whose links carry spans, so that a rank is found in
- *        O(log n): ZADD, ZPOPMIN, ZRANGE by rank
+ *        O(log n): ZADD, ZPOPMIN, ZRANK, ZRANGE by rank or score
  *
  * Every element, field, value and member is a copy of its own. Memory
  * failures return -ENOMEM and leave the collection as it was. */
@@ -132,6 +132,11 @@ int zset_set(kv_zset *z, const char *m, size_t len, double score);
 void zset_delete(kv_zset *z, dict_entry *e);
 /* The node of rank r (0-based, r < zset_len). */
 znode *zset_at(const kv_zset *z, size_t r);
+/* The rank (0-based) of node n, one of z's, in O(log n). */
+size_t zset_rank(const kv_zset *z, const znode *n);
+/* The members scored below s (or not above it, when or_equal): the rank
+ * of the first one after them, in O(log n). */
+size_t zset_count_below(const kv_zset *z, double s, bool or_equal);
 static inline const char *znode_name(const kv_zset *z, const znode *n,
                                      size_t *len) {
     *len = n->member->klen;
