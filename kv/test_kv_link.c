@@ -1800,20 +1800,28 @@ TEST(replica_continues_inside_the_backlog_and_resyncs_outside) {
 
 /* While nothing was trimmed (the base is 0), a full resync replays the
  * log from 0, with no snapshot and no child. */
+/* A primary holding 5,000 keys, its log idle (no log before a replica) or
+ * not, and a replica not yet started. */
+static void open_loaded_pair(lull_loop **loop, server *p, server *r,
+                             bool idle) {
+    snap_full = snap_continue = snap_replay = 0;
+    CHECK_EQ(lull_loop_new(loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(*loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    node_open(p, *loop, false);
+    p->log = count_syncs;
+    p->kv.log.idle = idle;
+    primary_of = p;
+    load(p, 5000);
+    node_open(r, *loop, true);
+    r->log = count_syncs;
+}
+
 TEST(full_resync_replays_the_log_while_its_base_is_zero) {
     lull_loop *loop;
     server p, r;
-    snap_full = snap_continue = snap_replay = 0;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
-    lull_timer_start(&guard, 20000000000ull, 0);
-    node_open(&p, loop, false);
-    p.log = count_syncs;
-    primary_of = &p;
-    load(&p, 5000);
+    open_loaded_pair(&loop, &p, &r, false);
     CHECK_U64_EQ(p.kv.log.base, 0);
-    node_open(&r, loop, true);
-    r.log = count_syncs;
     server_start(&r);
     run_to_sync(loop, &p, &r);
     CHECK_EQ(snap_replay, 1);
@@ -1829,20 +1837,10 @@ TEST(full_resync_replays_the_log_while_its_base_is_zero) {
 TEST(no_log_before_the_first_replica_then_a_snapshot) {
     lull_loop *loop;
     server p, r;
-    snap_full = snap_continue = snap_replay = 0;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
-    CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
-    lull_timer_start(&guard, 20000000000ull, 0);
-    node_open(&p, loop, false);
-    p.log = count_syncs;
-    p.kv.log.idle = true;
-    primary_of = &p;
-    load(&p, 5000);
+    open_loaded_pair(&loop, &p, &r, true);
     CHECK(p.kv.log.end > 0);
     CHECK_U64_EQ(p.kv.log.base, p.kv.log.end);
     CHECK_EQ(p.kv.log.nchunks, 0); /* nothing copied */
-    node_open(&r, loop, true);
-    r.log = count_syncs;
     server_start(&r);
     run_to_sync(loop, &p, &r);
     CHECK_EQ(snap_full, 1);
