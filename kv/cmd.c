@@ -593,6 +593,15 @@ size_t kv_format_ld(long double v, char *out) {
     return l;
 }
 
+size_t kv_add_ld(long double v, long double by, char *out, buf *err) {
+    v += by;
+    if (isnan(v) || isinf(v)) {
+        buf_str(err, "-ERR increment would produce NaN or Infinity\r\n");
+        return 0;
+    }
+    return kv_format_ld(v, out);
+}
+
 /* INCRBYFLOAT key by: Redis' long double sum, logged as SET key result
  * KEEPTTL (as Redis replicates it), so that a replica stores the
  * primary's digits and never rounds on its own. */
@@ -611,13 +620,9 @@ static void cmd_incrbyfloat(kv *k, kv_client *cl, const resp_arg *a,
         buf_str(out, "-ERR value is not a valid float\r\n");
         return;
     }
-    v += by;
-    if (isnan(v) || isinf(v)) {
-        buf_str(out, "-ERR increment would produce NaN or Infinity\r\n");
-        return;
-    }
     char num[KV_LD_MAX];
-    size_t n = kv_format_ld(v, num);
+    size_t n = kv_add_ld(v, by, num, out);
+    if (n == 0) return;
     if (store_put(&k->db, &e, a[1].p, a[1].len, num, n) < 0) {
         reply_oom(out);
         return;

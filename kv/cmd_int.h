@@ -78,6 +78,9 @@ bool kv_scan_cursor(const resp_arg *arg, unsigned long long *cur);
 #define KV_LD_MAX 5120
 bool kv_parse_ld(const char *p, size_t n, long double *v);
 size_t kv_format_ld(long double v, char *out); /* out: KV_LD_MAX bytes */
+/* v + by spelled into out (KV_LD_MAX bytes): its length, or 0 with Redis'
+ * error in `err` when the sum is NaN or infinite. */
+size_t kv_add_ld(long double v, long double by, char *out, buf *err);
 
 /* Redis' glob patterns (KEYS, SCAN MATCH, PSUBSCRIBE, CONFIG GET), in
  * O(plen * slen) at worst. */

@@ -940,13 +940,9 @@ static void cmd_hincrbyfloat(kv *k, kv_client *cl, const resp_arg *a,
         buf_str(out, "-ERR hash value is not a float\r\n");
         return;
     }
-    v += by;
-    if (isnan(v) || isinf(v)) {
-        buf_str(out, "-ERR increment would produce NaN or Infinity\r\n");
-        return;
-    }
     char num[KV_LD_MAX];
-    size_t n = kv_format_ld(v, num);
+    size_t n = kv_add_ld(v, by, num, out);
+    if (n == 0) return;
     kv_hash *h = make_of(k, &a[1], KV_HASH, &e, out);
     if (!h) return;
     if (hash_set(h, a[2].p, a[2].len, num, n) < 0) {
