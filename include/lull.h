@@ -682,8 +682,9 @@ typedef void (*lull_walk_fn)(const lull_live *live, void *arg);
  * entries, or -EINVAL. Loop thread. */
 LULL_EXTERN int lull_loop_walk(lull_loop *loop, lull_walk_fn fn, void *arg);
 /* Prints the walk, one line per entry, and the references held, to out
- * (uv_print_active_handles). Returns the number of entries, or -EINVAL.
- * Loop thread. */
+ * (uv_print_active_handles), and flushes it. Returns the number of
+ * entries, -EINVAL, or the write's error (-EPIPE, -EAGAIN ...) when out
+ * has failed. Loop thread. */
 LULL_EXTERN int lull_loop_print_live(lull_loop *loop, FILE *out);
 
 /* ---------------------------------------------------------- frames: C6 */

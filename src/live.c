@@ -220,6 +220,11 @@ int lull_loop_print_live(lull_loop *loop, FILE *out) {
     fputc('\n', out);
     printer p = {.loop = loop, .out = out};
     walk_all(loop, print_one, &p);
+    /* A report that did not arrive is an error, not n: stdio keeps the
+     * failure in the stream (a closed pipe, a full non-blocking one), and
+     * fflush says whether the buffered rest got out. errno is the failed
+     * write's: nothing else ran since. */
+    if (fflush(out) != 0 || ferror(out)) return errno > 0 ? -errno : -EIO;
     return n;
 }
 

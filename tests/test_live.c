@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -404,6 +405,39 @@ TEST(print_live_lists_what_keeps_free_busy) {
     lull_loop_unref(loop);
     lull_timer_stop(&t);
     CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Output that cannot be written is the call's error, not a count of lines
+ * nobody will read: a pipe whose reader is gone (-EPIPE), and a full pipe
+ * the caller made non-blocking (-EAGAIN), which also never hangs. */
+TEST(print_live_reports_an_output_it_cannot_write) {
+    CHECK(signal(SIGPIPE, SIG_IGN) != SIG_ERR);
+    lull_loop *loop = new_loop();
+    enum { TASKS = 4096 }; /* 4096 lines: more than a pipe's 64 KiB */
+    static lull_task tasks[TASKS];
+    for (int i = 0; i < TASKS; i++) {
+        lull_task_init(&tasks[i], on_task);
+        lull_task_post(loop, &tasks[i]);
+    }
+
+    int gone[2];
+    CHECK_EQ(pipe2(gone, O_CLOEXEC), 0);
+    CHECK_EQ(close(gone[0]), 0);
+    FILE *out = fdopen(gone[1], "w");
+    CHECK(out != NULL);
+    CHECK_EQ(lull_loop_print_live(loop, out), -EPIPE);
+    fclose(out);
+
+    int full[2];
+    CHECK_EQ(pipe2(full, O_CLOEXEC | O_NONBLOCK), 0);
+    out = fdopen(full[1], "w");
+    CHECK(out != NULL);
+    CHECK_EQ(lull_loop_print_live(loop, out), -EAGAIN);
+    fclose(out);
+    close(full[0]);
+
+    CHECK_EQ(lull_loop_settle(loop), TASKS);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
