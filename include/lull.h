@@ -154,8 +154,8 @@ typedef struct lull_loop_options { /* all zero = defaults */
 /* Creates a loop (allocates; not a hot path). opts may be NULL. */
 LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
- * listeners, held references, undrained remote posts or streams and servers
- * not closed (paused ones too) remain; the loop is then unchanged and usable
+ * listeners, held references, undrained remote posts or streams, servers
+ * and udp sockets not closed (paused or not receiving too) remain; the loop is then unchanged and usable
  * (lull_loop_print_live lists what remains).
  * Never returns while another thread whose post the loop took is still inside
  * lull_task_post_remote or lull_notifier_raise_remote (it waits for it to

@@ -212,11 +212,12 @@ int lull_loop_print_live(lull_loop *loop, FILE *out) {
     fprintf(out, "lull loop %p: %d live handle entr%s, %u reference%s held",
             (void *)loop, n, n == 1 ? "y" : "ies", loop->refs,
             loop->refs == 1 ? "" : "s");
-    /* Open streams and servers keep lull_loop_free busy too, watched or
-     * not: an idle one (paused, its peer's EOF kept) has no entry. */
+    /* Open streams, servers and udp sockets keep lull_loop_free busy too,
+     * watched or not: an idle one (paused, its peer's EOF kept, a udp
+     * socket not receiving) has no entry. */
     if (loop->handles)
-        fprintf(out, ", %u stream%s or server%s open", loop->handles,
-                loop->handles == 1 ? "" : "s", loop->handles == 1 ? "" : "s");
+        fprintf(out, ", %u stream, server or udp handle%s open", loop->handles,
+                loop->handles == 1 ? "" : "s");
     fputc('\n', out);
     printer p = {.loop = loop, .out = out};
     walk_all(loop, print_one, &p);

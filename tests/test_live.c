@@ -358,11 +358,43 @@ TEST(print_live_counts_an_idle_open_stream) {
     CHECK_EQ(lull_loop_print_live(loop, out), 0);
     CHECK_EQ(fclose(out), 0);
     fputs(text, stderr);
-    CHECK(strstr(text, "1 stream or server open") != NULL);
+    CHECK(strstr(text, "1 stream, server or udp handle open") != NULL);
     free(text);
     CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
     CHECK_EQ(lull_loop_settle(loop), 0);
     close(sv[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A bound UDP socket that is not receiving has no started watcher but
+ * holds an fd: lull_loop_free must stay -EBUSY (freeing would leave the
+ * handle pointing at a freed loop, its socket open), and print_live must
+ * say why. */
+static void on_udp_closed(lull_udp *u) {
+    (void)u;
+}
+
+TEST(print_live_counts_an_idle_bound_udp) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_loop_free(loop), 0); /* no socket yet: nothing to keep */
+    loop = new_loop();
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, NULL, 0, 0), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    CHECK(out != NULL);
+    CHECK_EQ(lull_loop_print_live(loop, out), 0);
+    CHECK_EQ(fclose(out), 0);
+    fputs(text, stderr);
+    CHECK(strstr(text, "1 stream, server or udp handle open") != NULL);
+    free(text);
+    CHECK_EQ(lull_udp_close(&u, on_udp_closed), 0);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
