@@ -154,8 +154,8 @@ typedef struct lull_loop_options { /* all zero = defaults */
 /* Creates a loop (allocates; not a hot path). opts may be NULL. */
 LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
- * listeners, held references, undrained remote posts or streams and servers
- * not closed (paused ones too) remain; the loop is then unchanged and usable
+ * listeners, held references, undrained remote posts or streams, servers
+ * and udp sockets not closed (paused or not receiving too) remain; the loop is then unchanged and usable
  * (lull_loop_print_live lists what remains).
  * Never returns while another thread whose post the loop took is still inside
  * lull_task_post_remote or lull_notifier_raise_remote (it waits for it to
@@ -682,8 +682,9 @@ typedef void (*lull_walk_fn)(const lull_live *live, void *arg);
  * entries, or -EINVAL. Loop thread. */
 LULL_EXTERN int lull_loop_walk(lull_loop *loop, lull_walk_fn fn, void *arg);
 /* Prints the walk, one line per entry, and the references held, to out
- * (uv_print_active_handles). Returns the number of entries, or -EINVAL.
- * Loop thread. */
+ * (uv_print_active_handles), and flushes it. Returns the number of
+ * entries, -EINVAL, or the write's error (-EPIPE, -EAGAIN ...) when out
+ * has failed. Loop thread. */
 LULL_EXTERN int lull_loop_print_live(lull_loop *loop, FILE *out);
 
 /* ---------------------------------------------------------- frames: C6 */

@@ -230,10 +230,10 @@ struct lull_loop {
     uint64_t shuffle_state; /* ... its generator */
 
     /* Liveness and subscriptions. */
-    uint32_t refs;            /* lull_loop_ref count */
-    uint32_t handles;         /* streams and servers set up and not closed
-                                 (src/stream.c): a paused stream holds an fd
-                                 but no started watcher */
+    uint32_t refs;    /* lull_loop_ref count */
+    uint32_t handles; /* streams, servers and udp sockets set up and not closed
+                         (src/stream.c): a paused stream holds an fd
+                         but no started watcher */
     uint32_t listeners;       /* subscribed listeners (src/notify.c) */
     lull_listener *listening; /* ... linked through loop_next, newest
                                  first: what lull_loop_walk reports */

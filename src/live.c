@@ -212,14 +212,20 @@ int lull_loop_print_live(lull_loop *loop, FILE *out) {
     fprintf(out, "lull loop %p: %d live handle entr%s, %u reference%s held",
             (void *)loop, n, n == 1 ? "y" : "ies", loop->refs,
             loop->refs == 1 ? "" : "s");
-    /* Open streams and servers keep lull_loop_free busy too, watched or
-     * not: an idle one (paused, its peer's EOF kept) has no entry. */
+    /* Open streams, servers and udp sockets keep lull_loop_free busy too,
+     * watched or not: an idle one (paused, its peer's EOF kept, a udp
+     * socket not receiving) has no entry. */
     if (loop->handles)
-        fprintf(out, ", %u stream%s or server%s open", loop->handles,
-                loop->handles == 1 ? "" : "s", loop->handles == 1 ? "" : "s");
+        fprintf(out, ", %u stream, server or udp handle%s open", loop->handles,
+                loop->handles == 1 ? "" : "s");
     fputc('\n', out);
     printer p = {.loop = loop, .out = out};
     walk_all(loop, print_one, &p);
+    /* A report that did not arrive is an error, not n: stdio keeps the
+     * failure in the stream (a closed pipe, a full non-blocking one), and
+     * fflush says whether the buffered rest got out. errno is the failed
+     * write's: nothing else ran since. */
+    if (fflush(out) != 0 || ferror(out)) return errno > 0 ? -errno : -EIO;
     return n;
 }
 

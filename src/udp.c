@@ -193,6 +193,9 @@ static int socket_family(const lull_udp *udp);
 static int adopt(lull_udp *udp, int fd) {
     int rc = lull_io_init(udp->loop, &udp->io, fd, on_io);
     if (rc < 0) return rc;
+    /* Holding a socket keeps lull_loop_free at -EBUSY, receiving or not
+     * (as an open stream does), until drop_socket or lull_udp_close. */
+    udp->loop->handles++;
     /* A socket keeps its family: read it here once, so that a send, which
      * checks its destination against it, makes no system call of its own
      * (it was a getsockname per datagram). */
@@ -231,6 +234,7 @@ static int drop_socket(lull_udp *udp, int rc) {
     lull_io_stop(&udp->io);
     close(udp->io.fd);
     udp->io.fd = -1;
+    udp->loop->handles--;
     udp->state &= ~(U_INET | U_INET6 | U_NO_GSO);
     return rc;
 }
@@ -890,6 +894,7 @@ int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn) {
         lull_io_stop(&udp->io);
         close(udp->io.fd);
         udp->io.fd = -1;
+        udp->loop->handles--;
     }
     while (udp->head)
         finish(udp, udp->head, -ECANCELED);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -357,11 +358,43 @@ TEST(print_live_counts_an_idle_open_stream) {
     CHECK_EQ(lull_loop_print_live(loop, out), 0);
     CHECK_EQ(fclose(out), 0);
     fputs(text, stderr);
-    CHECK(strstr(text, "1 stream or server open") != NULL);
+    CHECK(strstr(text, "1 stream, server or udp handle open") != NULL);
     free(text);
     CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
     CHECK_EQ(lull_loop_settle(loop), 0);
     close(sv[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A bound UDP socket that is not receiving has no started watcher but
+ * holds an fd: lull_loop_free must stay -EBUSY (freeing would leave the
+ * handle pointing at a freed loop, its socket open), and print_live must
+ * say why. */
+static void on_udp_closed(lull_udp *u) {
+    (void)u;
+}
+
+TEST(print_live_counts_an_idle_bound_udp) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_loop_free(loop), 0); /* no socket yet: nothing to keep */
+    loop = new_loop();
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, NULL, 0, 0), 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    CHECK(out != NULL);
+    CHECK_EQ(lull_loop_print_live(loop, out), 0);
+    CHECK_EQ(fclose(out), 0);
+    fputs(text, stderr);
+    CHECK(strstr(text, "1 stream, server or udp handle open") != NULL);
+    free(text);
+    CHECK_EQ(lull_udp_close(&u, on_udp_closed), 0);
+    CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -404,6 +437,39 @@ TEST(print_live_lists_what_keeps_free_busy) {
     lull_loop_unref(loop);
     lull_timer_stop(&t);
     CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Output that cannot be written is the call's error, not a count of lines
+ * nobody will read: a pipe whose reader is gone (-EPIPE), and a full pipe
+ * the caller made non-blocking (-EAGAIN), which also never hangs. */
+TEST(print_live_reports_an_output_it_cannot_write) {
+    CHECK(signal(SIGPIPE, SIG_IGN) != SIG_ERR);
+    lull_loop *loop = new_loop();
+    enum { TASKS = 4096 }; /* 4096 lines: more than a pipe's 64 KiB */
+    static lull_task tasks[TASKS];
+    for (int i = 0; i < TASKS; i++) {
+        lull_task_init(&tasks[i], on_task);
+        lull_task_post(loop, &tasks[i]);
+    }
+
+    int gone[2];
+    CHECK_EQ(pipe2(gone, O_CLOEXEC), 0);
+    CHECK_EQ(close(gone[0]), 0);
+    FILE *out = fdopen(gone[1], "w");
+    CHECK(out != NULL);
+    CHECK_EQ(lull_loop_print_live(loop, out), -EPIPE);
+    fclose(out);
+
+    int full[2];
+    CHECK_EQ(pipe2(full, O_CLOEXEC | O_NONBLOCK), 0);
+    out = fdopen(full[1], "w");
+    CHECK(out != NULL);
+    CHECK_EQ(lull_loop_print_live(loop, out), -EAGAIN);
+    fclose(out);
+    close(full[0]);
+
+    CHECK_EQ(lull_loop_settle(loop), TASKS);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
