@@ -155,9 +155,9 @@ typedef struct lull_loop_options { /* all zero = defaults */
 LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 /* -EBUSY while ready tasks, armed timers, started fd watchers, subscribed
  * listeners, held references, undrained remote posts or streams, servers
- * and udp sockets not closed (paused or not receiving too) remain; the loop is then unchanged and usable
- * (lull_loop_print_live lists what remains).
- * Never returns while another thread whose post the loop took is still inside
+ * and udp sockets not closed (paused or not receiving too) remain; the loop is
+ * then unchanged and usable (lull_loop_print_live lists what remains). Never
+ * returns while another thread whose post the loop took is still inside
  * lull_task_post_remote or lull_notifier_raise_remote (it waits for it to
  * leave). A post not ordered before this call (stop and join posting threads
  * first) is a use after free. */
@@ -612,7 +612,10 @@ typedef enum lull_source_kind {
 } lull_source_kind;
 
 typedef struct lull_audit_entry {
-    const char *name;      /* lull_loop_name, or "<kind> <address>" */
+    const char *name;      /* lull_loop_name, or "<kind> <address>": valid
+                              until the loop next runs (a new source may
+                              move the table it points into) or is freed;
+                              copy it to keep it */
     lull_source_kind kind; /* LULL_SOURCE_* */
     uint64_t wakeups;      /* kernel wakeups it caused in the window */
     uint64_t passes;       /* pump passes in the window */
