@@ -1,0 +1,52 @@
+# kv.help_in_doc: the options `lull-kv --help` lists and the options table
+# of docs/KV.md ("| option | meaning |") name the same options, so a
+# newcomer reading either finds every one (--help itself aside). Three
+# replication options were in --help and only in the doc's prose.
+#
+#   cmake -DKV=path/to/lull-kv -DDOC=docs/KV.md -P help_doc.cmake
+cmake_minimum_required(VERSION 3.19)
+if(NOT KV OR NOT DOC)
+  message(FATAL_ERROR "usage: cmake -DKV=lull-kv -DDOC=KV.md -P help_doc.cmake")
+endif()
+execute_process(COMMAND ${KV} --help RESULT_VARIABLE rc OUTPUT_VARIABLE help
+  TIMEOUT 10)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "lull-kv --help: exit ${rc}")
+endif()
+string(REGEX MATCHALL "--[a-z][a-z-]*" in_help "${help}")
+list(REMOVE_DUPLICATES in_help)
+list(REMOVE_ITEM in_help --help)
+# The table: its rows from the header to the first line that is not one,
+# and every option a row names (--max-bulk is in --proto-max-bulk-len's).
+file(STRINGS ${DOC} lines)
+set(in_table "")
+set(inside FALSE)
+foreach(l IN LISTS lines)
+  if(l STREQUAL "| option | meaning |")
+    set(inside TRUE)
+  elseif(inside AND NOT l MATCHES "^\\|")
+    break()
+  elseif(inside)
+    string(REGEX MATCHALL "--[a-z][a-z-]*" names "${l}")
+    list(APPEND in_table ${names})
+  endif()
+endforeach()
+if(NOT in_table)
+  message(FATAL_ERROR "${DOC}: no options table")
+endif()
+set(failures "")
+foreach(o IN LISTS in_help)
+  list(FIND in_table ${o} at)
+  if(at LESS 0)
+    string(APPEND failures "\n  ${o}: in --help, not in the table")
+  endif()
+endforeach()
+foreach(o IN LISTS in_table)
+  list(FIND in_help ${o} at)
+  if(at LESS 0)
+    string(APPEND failures "\n  ${o}: in the table, not in --help")
+  endif()
+endforeach()
+if(failures)
+  message(FATAL_ERROR "lull-kv --help and ${DOC} disagree:${failures}")
+endif()
