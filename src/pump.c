@@ -115,10 +115,18 @@ void lull_pump_wake(lull_pump *pump) {
 }
 
 #ifndef NDEBUG
-/* Is l one of the pump's listeners? Reads the pump's list only, never the
- * listener, which needs no initialisation before it is subscribed. */
+/* The pump's listeners looked at per subscription in debug builds: the
+ * newest, where the list starts, so that a pump listening to a notifier
+ * per source does not make subscribing quadratic (as in src/notify.c). */
+#define LISTENS_CHECKED 1024
+
+/* Is l one of the pump's newest listeners? Reads the pump's list only,
+ * never the listener, which needs no initialisation before it is
+ * subscribed. */
 static bool listens(const lull_pump *pump, const lull_listener *l) {
-    for (const lull_listener *x = pump->listeners; x; x = x->pump_next)
+    int seen = 0;
+    for (const lull_listener *x = pump->listeners; x && seen < LISTENS_CHECKED;
+         x = x->pump_next, seen++)
         if (x == l) return true;
     return false;
 }
