@@ -791,3 +791,38 @@ TEST(pump_listening_to_many_notifiers_subscribes_in_linear_time) {
     free(ns);
     teardown(&f);
 }
+
+/* A pump whose pass is running is in use: lull_pump_init over it inside
+ * that pass is -EBUSY, like one queued or held (it would clear the pass's
+ * bookkeeping, so a close and free later in the same pass went unnoticed
+ * and the pass's end wrote to freed memory). After a close in the pass the
+ * pump is the owner's again, and init may reuse it there. */
+static int reinit_status = 1, reinit_after_close = 1;
+
+static lull_pass_result pass_reinit_close_free(lull_pump *p, uint64_t *r) {
+    (void)r;
+    lull_loop *loop = p->loop;
+    reinit_status = lull_pump_init(loop, p, pass_reinit_close_free);
+    lull_pump_close(p);
+    reinit_after_close = lull_pump_init(loop, p, pass_reinit_close_free);
+    lull_pump_close(p);
+    free(p);
+    return LULL_PASS_AGAIN;
+}
+
+TEST(init_inside_its_own_pass_is_refused) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    lull_pump *p = malloc(sizeof *p);
+    CHECK(p != NULL);
+    CHECK_EQ(lull_pump_init(loop, p, pass_reinit_close_free), 0);
+    lull_pump_wake(p);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(reinit_status, -EBUSY);
+    CHECK_EQ(reinit_after_close, 0);
+    lull_audit_entry e[4];
+    CHECK_EQ(lull_loop_audit(loop, e, 4, NULL), 1);
+    CHECK_U64_EQ(e[0].passes, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
