@@ -237,6 +237,8 @@ struct lull_loop {
     uint32_t listeners;       /* subscribed listeners (src/notify.c) */
     lull_listener *listening; /* ... linked through loop_next, newest
                                  first: what lull_loop_walk reports */
+    const lull_pump *passing; /* the pump whose pass is running, until it
+                                 returns or closes its pump (src/pump.c) */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */

@@ -38,20 +38,23 @@ static void listener_run(lull_task *task) {
 }
 
 #ifndef NDEBUG
-/* Listeners of the loop's list looked at per subscription in debug builds:
- * the newest, where the list starts, so that a loop holding a listener per
- * connection does not make subscribing quadratic. */
+/* Listeners of n's list and of the loop's list looked at per subscription
+ * in debug builds: the newest of each (n's tail, the loop's head), so that
+ * a loop holding a listener per connection, or a notifier every
+ * connection listens to, does not make subscribing quadratic. */
 #define SUBSCRIBED_CHECKED 1024
 
-/* Is l subscribed already: on n's list, or among the loop's newest
- * listeners (subscribed to another notifier of the loop)? Reads the lists
+/* Is l subscribed already: among n's newest listeners, or among the loop's
+ * newest (subscribed to another notifier of the loop)? Reads the lists
  * only, never the caller's listener, which needs no initialisation before
  * it is subscribed. Debug builds. */
 static bool subscribed(const lull_loop *loop, const lull_notifier *n,
                        const lull_listener *l) {
-    for (const lull_listener *x = n->head; x; x = x->next)
-        if (x == l) return true;
     int seen = 0;
+    for (const lull_listener *x = n->tail; x && seen < SUBSCRIBED_CHECKED;
+         x = x->prev, seen++)
+        if (x == l) return true;
+    seen = 0;
     for (const lull_listener *x = loop->listening;
          x && seen < SUBSCRIBED_CHECKED; x = x->loop_next, seen++)
         if (x == l) return true;

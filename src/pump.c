@@ -41,6 +41,7 @@ static void run_pass(lull_pump *p) {
     int source = p->source;
     struct lull__pass_frame frame = {.delivered = p->delivered};
     p->frame = &frame;
+    loop->passing = p;
     uint64_t retry_ns = 0;
     loop->current = (lull_any_fn)p->pass;
     int status = p->pass(p, &retry_ns);
@@ -50,6 +51,7 @@ static void run_pass(lull_pump *p) {
         return;
     }
     p->frame = NULL;
+    loop->passing = NULL;
     /* Anything else would leave the pump quiet with its work undone: a
      * pass that returns a count or a flag word by mistake. */
     LULL_ASSERT(status >= LULL_PASS_QUIET && status <= LULL_PASS_HELD,
@@ -80,10 +82,12 @@ int lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
     LULL_ASSERT_LOOP_THREAD(loop);
     /* In use (its pass queued, its retry armed, a listener subscribed):
      * clearing it would cut the queue, leave the timer in the heap and
-     * lose the listeners lull_pump_close unsubscribes. Asked by address,
-     * of the loop's tables: a pump is garbage before its first init. */
+     * lose the listeners lull_pump_close unsubscribes; its pass running
+     * (inside it: clearing its frame would hide a close from the pass's
+     * end). Asked by address, of the loop's tables: a pump is garbage
+     * before its first init. */
     const lull__node *queued[] = {&pump->task.node};
-    if (lull__live_on(loop, NULL, queued, 1) ||
+    if (loop->passing == pump || lull__live_on(loop, NULL, queued, 1) ||
         lull__timer_on(loop, &pump->retry) ||
         lull__listener_posts(loop, &pump->task))
         return -EBUSY;
@@ -115,10 +119,18 @@ void lull_pump_wake(lull_pump *pump) {
 }
 
 #ifndef NDEBUG
-/* Is l one of the pump's listeners? Reads the pump's list only, never the
- * listener, which needs no initialisation before it is subscribed. */
+/* The pump's listeners looked at per subscription in debug builds: the
+ * newest, where the list starts, so that a pump listening to a notifier
+ * per source does not make subscribing quadratic (as in src/notify.c). */
+#define LISTENS_CHECKED 1024
+
+/* Is l one of the pump's newest listeners? Reads the pump's list only,
+ * never the listener, which needs no initialisation before it is
+ * subscribed. */
 static bool listens(const lull_pump *pump, const lull_listener *l) {
-    for (const lull_listener *x = pump->listeners; x; x = x->pump_next)
+    int seen = 0;
+    for (const lull_listener *x = pump->listeners; x && seen < LISTENS_CHECKED;
+         x = x->pump_next, seen++)
         if (x == l) return true;
     return false;
 }
@@ -162,6 +174,7 @@ void lull_pump_close(lull_pump *pump) {
     if (pump->frame) { /* closed by (or during) its own pass */
         struct lull__pass_frame *f = pump->frame;
         pump->frame = NULL;
+        pump->loop->passing = NULL; /* the owner's again: init may reuse it */
         f->closed = true;
         f->empty = pump->delivered == f->delivered;
         pump->passes++;

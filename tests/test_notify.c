@@ -466,3 +466,39 @@ TEST(listener_subscribed_to_a_second_notifier_asserts_in_debug_builds) {
     CHECK(check_dies(subscribe_to_a_second_notifier, NULL,
                      "listener subscribed twice"));
 }
+
+/* Subscribing is O(1) per listener however many a notifier already has (a
+ * notifier per server that every connection listens to), debug builds
+ * included: their double-subscription check looks at a bounded number of
+ * the newest subscribers. Measured against the same number of listeners
+ * spread one per notifier, so the machine's speed cancels out: a check that
+ * walked the notifier's whole list costs ~N/2 steps a subscription there
+ * (a hundred times the spread case at this N), a bounded one about twice. */
+#define MANY_SUBSCRIBERS 60000
+
+static uint64_t subscribe_many(lull_loop *loop, lull_notifier *ns, int spread,
+                               lull_listener *ls) {
+    uint64_t t0 = check_clock_ns();
+    for (int i = 0; i < MANY_SUBSCRIBERS; i++)
+        lull_listener_start(loop, &ns[spread ? i : 0], &ls[i], on_raise);
+    uint64_t took = check_clock_ns() - t0;
+    for (int i = 0; i < MANY_SUBSCRIBERS; i++)
+        lull_listener_stop(&ls[i]);
+    return took;
+}
+
+TEST(subscribing_many_listeners_to_one_notifier_is_linear) {
+    lull_loop *loop = new_loop();
+    lull_notifier *ns = malloc(MANY_SUBSCRIBERS * sizeof *ns);
+    lull_listener *ls = malloc(MANY_SUBSCRIBERS * sizeof *ls);
+    CHECK(ns && ls);
+    for (int i = 0; i < MANY_SUBSCRIBERS; i++)
+        lull_notifier_init(&ns[i]);
+    uint64_t spread = subscribe_many(loop, ns, 1, ls);
+    uint64_t one = subscribe_many(loop, ns, 0, ls);
+    /* 20 ms of slack for a machine busy elsewhere during a fast run. */
+    CHECK_LE(one, 8 * spread + 20000000u);
+    free(ls);
+    free(ns);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
