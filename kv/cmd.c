@@ -1713,6 +1713,8 @@ static void info_replication(const kv *k, buf *b) {
         info_line(b, "master_replid:%s", k->replid);
         info_line(b, "master_repl_offset:%" PRIu64, k->log.end);
         /* Redis' backlog fields: its first byte counted from 1. */
+        /* None before a first replica, as Redis (repl.h, idle). */
+        info_line(b, "repl_backlog_active:%d", k->log.idle ? 0 : 1);
         info_line(b, "repl_backlog_size:%" PRIu64, k->log.backlog);
         info_line(b, "repl_backlog_first_byte_offset:%" PRIu64,
                   k->log.base + 1);

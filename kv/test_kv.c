@@ -1840,7 +1840,14 @@ TEST(standalone_primary_log_stays_within_backlog) {
     snprintf(want, sizeof want, "repl_backlog_histlen:%" PRIu64,
              p.log.end - p.log.base);
     CHECK(strstr(out.p, want));
-    CHECK(strstr(out.p, "repl_backlog_size:1048576\r\n"));
+    CHECK(strstr(out.p,
+                 "repl_backlog_active:1\r\nrepl_backlog_size:1048576\r\n"));
+    /* Idle (no replica yet): Redis' repl_backlog_active:0, nothing held. */
+    p.log.idle = true;
+    out.len = 0;
+    kv_exec(&p, NULL, info, 2, &out);
+    buf_put(&out, "", 1);
+    CHECK(strstr(out.p, "repl_backlog_active:0\r\n"));
     kv_free(&p);
     buf_free(&out);
 }
