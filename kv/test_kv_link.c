@@ -1862,7 +1862,23 @@ TEST(no_log_before_the_first_replica_then_a_snapshot) {
 /* The link closes while the child writes the snapshot: the child is
  * killed and reaped, the replica (holding part of a snapshot) does not
  * take it for a history of its own: it syncs in full again. */
+/* Whether snapshot children can be watched here: pidfd_open answered.
+ * Under valgrind (which has no pidfd_open) and on kernels before 5.3 the
+ * primary writes snapshots inline instead (tested on its own below), so a
+ * case about the child skips, with a printed line. */
+static bool children_watched(void) {
+    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    if (fd >= 0) {
+        close(fd);
+        return true;
+    }
+    printf("skipped: no pidfd_open here (%s): snapshots are inline\n",
+           strerror(errno));
+    return false;
+}
+
 TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
+    if (!children_watched()) return;
     lull_loop *loop;
     server p, r;
     open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
@@ -1898,6 +1914,7 @@ TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
  * The pair's socket is blocking (a socketpair): the child's sends must
  * not be, or it would wait in the kernel for ever. */
 TEST(snapshot_child_gives_up_on_a_replica_that_stopped_reading) {
+    if (!children_watched()) return;
     lull_loop *loop;
     server p, r;
     open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
@@ -1937,6 +1954,7 @@ TEST(snapshot_child_gives_up_on_a_replica_that_stopped_reading) {
  * ends (a forked copy of the socket kept it open; so it kept the
  * listening socket bound after the primary died). */
 static void child_keeps_no_other_connection(void) {
+    if (!children_watched()) return;
     lull_loop *loop;
     server p, r;
     open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
@@ -1993,6 +2011,7 @@ TEST(snapshot_child_keeps_no_other_connection_without_close_range) {
  * the bound allowed, and a client past them hung in the listen queue
  * (accept: EMFILE) instead of being answered. */
 TEST(snapshot_child_descriptors_count_against_maxclients) {
+    if (!children_watched()) return;
     lull_loop *loop;
     server p, r;
     open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
@@ -2115,6 +2134,7 @@ static void count_forks(server *srv, const char *line) {
  * producer at the end of one iteration, and the client's request is read
  * at the start of the next, before the producer runs. */
 TEST(client_kill_of_a_replica_before_its_snapshot_forks_no_child) {
+    if (!children_watched()) return;
     lull_loop *loop;
     server p, r;
     open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
