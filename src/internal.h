@@ -497,6 +497,10 @@ static inline bool lull__remote_pending(lull_loop *loop) {
     return __atomic_load_n(&loop->remote_head, __ATOMIC_ACQUIRE) != NULL;
 }
 void lull__remote_quiesce(lull_loop *loop);
+/* lull_task_post_remote in two halves (src/remote.c): the push, and, when
+ * it returns 1, the wake, which a caller may make after its own unlock. */
+int lull__post_remote_push(lull_loop *loop, lull_task *task);
+void lull__post_remote_wake(lull_loop *loop);
 int lull__remote_fork(lull_loop *loop);
 /* lull_loop_fork, before the epoll set is rebuilt: the child's inotify
  * instance is its own, and its inherited watches end with GONE in a later

@@ -154,14 +154,22 @@ static void *worker_main(void *arg) {
             pthread_mutex_unlock(&p->lock);
             lull_loop *loop = w->loop;
             w->status = w->fn(w);
-            /* Posted under the lock, with current cleared in the same
-             * hold: lull__pool_holds sees the item here or, from then on,
-             * on the loop's remote stack, never neither nor a stale one. */
+            /* Pushed to the loop with current cleared in one hold of the
+             * lock: lull__pool_holds sees the item here or, from then on,
+             * on the loop's remote stack, never neither nor a stale one.
+             * The wake-up (a system call) is made after the unlock, so the
+             * loop's next submit does not wait behind it. */
             pthread_mutex_lock(&p->lock);
-            lull_task_post_remote(loop, &w->task); /* last touch of w */
+            int wake = lull__post_remote_push(loop, &w->task); /* last
+                                                            touch of w */
             me->current = NULL;
             p->running--;
             p->completed++;
+            if (wake) {
+                pthread_mutex_unlock(&p->lock);
+                lull__post_remote_wake(loop);
+                pthread_mutex_lock(&p->lock);
+            }
             continue;
         }
         if (p->closed) break;

@@ -95,8 +95,12 @@ static void wake_loop(lull_loop *loop) {
     }
 }
 
-void lull_task_post_remote(lull_loop *loop, lull_task *task) {
-    if (!loop || !task) return;
+/* The push half of a remote post: 0 (coalesced, or the stack was not
+ * empty: nothing more to do), or 1 when the poster pushed onto an empty
+ * stack and must wake the loop and drop its count (lull__post_remote_wake),
+ * which it may do after releasing its own locks (a pool worker: the loop's
+ * next submit does not wait behind the wake-up). */
+int lull__post_remote_push(lull_loop *loop, lull_task *task) {
     lull_task *expected = NULL;
     /* Sequentially consistent both ways (on x86 the same locked cmpxchg):
      * a post that finds the task still queued is coalesced into a run
@@ -104,7 +108,7 @@ void lull_task_post_remote(lull_loop *loop, lull_task *task) {
      * consistent too (lull__remote_drain). */
     if (!__atomic_compare_exchange_n(&task->remote_next, &expected, CLAIMED,
                                      false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-        return; /* already queued remotely: this post is coalesced */
+        return 0; /* already queued remotely: this post is coalesced */
     /* Only a push onto an empty stack goes on to touch the loop (to wake
      * it), so only such a poster is counted; the count is raised before the
      * push makes the task visible, and the push's release orders it before
@@ -121,20 +125,31 @@ void lull_task_post_remote(lull_loop *loop, lull_task *task) {
                          __ATOMIC_RELAXED);
     } while (!__atomic_compare_exchange_n(&loop->remote_head, &head, task, true,
                                           __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
-    if (head == NULL) {
-        int sleeping = __atomic_load_n(&loop->sleeping, __ATOMIC_SEQ_CST);
-        if (sleeping == LULL__SLEEP_EPOLL) {
-            wake_loop(loop);
-        } else if (sleeping == LULL__SLEEP_FUTEX &&
-                   __atomic_compare_exchange_n(
-                       &loop->sleeping, &sleeping, LULL__AWAKE, false,
-                       __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-            syscall(SYS_futex, &loop->sleeping, FUTEX_WAKE_PRIVATE, 1, NULL,
-                    NULL, 0);
-        }
+    if (head == NULL) return 1;
+    /* Counted on an empty stack that another push filled first. */
+    if (counted) __atomic_fetch_sub(&loop->posters, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* The wake half, after a push that returned 1. */
+void lull__post_remote_wake(lull_loop *loop) {
+    int sleeping = __atomic_load_n(&loop->sleeping, __ATOMIC_SEQ_CST);
+    if (sleeping == LULL__SLEEP_EPOLL) {
+        wake_loop(loop);
+    } else if (sleeping == LULL__SLEEP_FUTEX &&
+               __atomic_compare_exchange_n(&loop->sleeping, &sleeping,
+                                           LULL__AWAKE, false, __ATOMIC_SEQ_CST,
+                                           __ATOMIC_RELAXED)) {
+        syscall(SYS_futex, &loop->sleeping, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
+                0);
     }
     /* The last touch of the loop: from here lull_loop_free may return. */
-    if (counted) __atomic_fetch_sub(&loop->posters, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_sub(&loop->posters, 1, __ATOMIC_RELEASE);
+}
+
+void lull_task_post_remote(lull_loop *loop, lull_task *task) {
+    if (!loop || !task) return;
+    if (lull__post_remote_push(loop, task)) lull__post_remote_wake(loop);
 }
 
 /* Waits until no poster is left inside lull_task_post_remote for this loop (one
