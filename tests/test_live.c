@@ -342,6 +342,19 @@ TEST(walk_inside_a_callback_sees_a_repeat_armed_again) {
 
 /* A paused stream holds an fd and no started watcher: lull_loop_free is
  * -EBUSY for it, and lull_loop_print_live must say why. */
+/* lull_loop_print_live's text (echoed to stderr) holds want. */
+static void live_says(lull_loop *loop, const char *want) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    CHECK(out != NULL);
+    CHECK_EQ(lull_loop_print_live(loop, out), 0);
+    CHECK_EQ(fclose(out), 0);
+    fputs(text, stderr);
+    CHECK(strstr(text, want) != NULL);
+    free(text);
+}
+
 TEST(print_live_counts_an_idle_open_stream) {
     lull_loop *loop = new_loop();
     int sv[2];
@@ -351,15 +364,7 @@ TEST(print_live_counts_an_idle_open_stream) {
     CHECK_EQ(lull_endpoint_read_stop(&s.ep), 0);
     CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    CHECK(out != NULL);
-    CHECK_EQ(lull_loop_print_live(loop, out), 0);
-    CHECK_EQ(fclose(out), 0);
-    fputs(text, stderr);
-    CHECK(strstr(text, "1 stream, server or udp handle open") != NULL);
-    free(text);
+    live_says(loop, "1 stream, server or udp handle open");
     CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
     CHECK_EQ(lull_loop_settle(loop), 0);
     close(sv[1]);
@@ -384,15 +389,7 @@ TEST(print_live_counts_an_idle_bound_udp) {
     CHECK_EQ(lull_udp_bind(&u, NULL, 0, 0), 0);
     CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    CHECK(out != NULL);
-    CHECK_EQ(lull_loop_print_live(loop, out), 0);
-    CHECK_EQ(fclose(out), 0);
-    fputs(text, stderr);
-    CHECK(strstr(text, "1 stream, server or udp handle open") != NULL);
-    free(text);
+    live_says(loop, "1 stream, server or udp handle open");
     CHECK_EQ(lull_udp_close(&u, on_udp_closed), 0);
     CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(lull_loop_free(loop), 0);
