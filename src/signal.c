@@ -121,9 +121,12 @@ static void on_signalfd(lull_io *io, int events) {
     struct signalfd_siginfo info[READ_BATCH];
     ssize_t n = read(io->fd, info, sizeof info);
     if (n <= 0) return; /* EAGAIN: another reader (a forked copy) took it */
-    uint64_t upto = ss->seq;
     for (size_t i = 0; i < (size_t)n / sizeof info[0]; i++) {
-        deliver(ss, &info[i], upto);
+        /* Each delivery reaches the handles started before it began, not
+         * before the read: a handle restarted by an earlier delivery's
+         * callback is owed the next one (a batch of queued real-time
+         * signals). */
+        deliver(ss, &info[i], ss->seq);
         if (!ss->watched) return; /* every handle stopped: the fd is gone */
     }
 }

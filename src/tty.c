@@ -313,15 +313,22 @@ int lull_tty_close(lull_tty *t) {
     if (!t || !t->loop) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(t->loop);
     if (t->ctl < 0) return 0;
+    /* Closed from here on: a frame's release, which the stream's close
+     * runs, may close the tty again. */
+    int ctl = t->ctl, mode = t->mode;
+    t->ctl = -1;
+    t->mode = LULL_TTY_MODE_NORMAL;
+    /* The stream first: its close makes one last try at its queue, which
+     * must meet the description still non-blocking (a dup's flags given
+     * back would block the loop's thread on a reader that does not read),
+     * and in the mode its bytes were written for. */
+    (void)lull_endpoint_close(&t->stream.ep, 0); /* idempotent */
     int rc = 0;
-    if (t->mode != LULL_TTY_MODE_NORMAL) rc = set_attr(t->ctl, saved_of(t));
-    if (t->fl_saved >= 0 && fcntl(t->ctl, F_SETFL, t->fl_saved) < 0 && rc == 0)
+    if (mode != LULL_TTY_MODE_NORMAL) rc = set_attr(ctl, saved_of(t));
+    if (t->fl_saved >= 0 && fcntl(ctl, F_SETFL, t->fl_saved) < 0 && rc == 0)
         rc = -errno;
     /* Emptied after the restore: a crash in between still restores. */
     slot_leave(t);
-    close(t->ctl);
-    t->ctl = -1;
-    t->mode = LULL_TTY_MODE_NORMAL;
-    (void)lull_endpoint_close(&t->stream.ep, 0); /* idempotent */
+    close(ctl);
     return rc;
 }

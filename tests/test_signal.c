@@ -279,6 +279,34 @@ TEST(realtime_signals_queue) {
     free_loop(loop);
 }
 
+/* A handle that stops and starts itself again inside its callback (a
+ * program re-arming its handler) goes on seeing the deliveries after the
+ * one it was called for: three real-time signals read in one batch are
+ * still three calls. The restart makes it a handle started after the first
+ * delivery began, not after the second. */
+static void restarter(lull_signal *s, int signum) {
+    watcher *w = LULL_CONTAINER_OF(s, watcher, sig);
+    w->calls++;
+    CHECK_EQ(lull_signal_stop(s), 0);
+    CHECK_EQ(lull_signal_start(s, signum), 0);
+}
+
+TEST(restart_inside_the_callback_keeps_queued_deliveries) {
+    lull_loop *loop = new_loop();
+    watcher w = {0};
+    CHECK_EQ(lull_signal_init(loop, &w.sig, restarter), 0);
+    CHECK_EQ(lull_signal_start(&w.sig, SIGRTMIN + 1), 0);
+    union sigval v = {.sival_int = 0};
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(sigqueue(getpid(), SIGRTMIN + 1, v), 0);
+    run_until(loop, &w.calls, 1);
+    /* Whatever was not delivered is read at the next iteration. */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.calls, 3);
+    CHECK_EQ(lull_signal_stop(&w.sig), 0);
+    free_loop(loop);
+}
+
 /* A started handle keeps the loop alive unless unreferenced; a stopped one
  * never does; a started one keeps lull_loop_free at -EBUSY. */
 TEST(signal_ref_unref_and_liveness) {

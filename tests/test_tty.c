@@ -403,6 +403,33 @@ TEST(master_fd_falls_back_and_gives_flags_back) {
     finish(loop, &p);
 }
 
+/* A pty master whose reader stalls, with more queued than the pty holds:
+ * the close gives the shared description its blocking flags back, and the
+ * stream's last try at the queue must not then block the loop's thread on
+ * a reader that never reads. SIGALRM (default: death) fails a hang in 10 s. */
+TEST(master_close_with_writes_queued_for_a_stalled_reader) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    int fl = fcntl(p.master, F_GETFL);
+    CHECK(!(fl & O_NONBLOCK));
+    /* Not canonical: a full line buffer there drops input instead of
+     * holding the writer back. */
+    struct termios raw = mode_of(p.slave);
+    cfmakeraw(&raw);
+    CHECK_EQ(tcsetattr(p.slave, TCSANOW, &raw), 0);
+    term k;
+    term_init(loop, &k, p.master);
+    static char big[256 * 1024];
+    memset(big, 'x', sizeof big);
+    CHECK_EQ(lull_endpoint_send_copy(&k.t.stream.ep, big, sizeof big), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    alarm(10);
+    term_close_and_wait(loop, &k);
+    alarm(0);
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    finish(loop, &p);
+}
+
 /* ------------------------------------------------------ window size */
 
 static void on_winch(lull_signal *sig, int signum) {
