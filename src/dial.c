@@ -234,7 +234,11 @@ static bool start_one(lull_dial *d) {
 static void start_attempts(lull_dial *d) {
     if (d->state & D_DECIDED) return;
     if (start_one(d)) {
-        arm(d, true);
+        /* Every slot taken: the next address waits for an attempt to
+         * fail, which its socket says. A timer for it would only find the
+         * slots still full, every attempt delay, as long as the connects
+         * hang (minutes of SYN retries). */
+        arm(d, in_flight(d) < LULL_DIAL_MAX_ATTEMPTS);
         return;
     }
     if (in_flight(d) == 0)

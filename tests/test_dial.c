@@ -879,3 +879,43 @@ TEST(server_speaking_first_to_a_busy_loop_loses_nothing) {
     close(lfd);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* More silent addresses than LULL_DIAL_MAX_ATTEMPTS: once every slot
+ * holds an attempt, the next address waits for one of them to fail,
+ * which its socket says. No timer ticks meanwhile (C1: the wait has no
+ * deadline unless timeout_ns gives one), where one used to fire every
+ * attempt delay for as long as the connects hung (minutes, SYN retries). */
+TEST(every_slot_busy_arms_no_timer) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    hole h = hole_open(AF_INET);
+    enum { N = LULL_DIAL_MAX_ATTEMPTS + 2 };
+    struct addrinfo ai[N];
+    struct sockaddr_storage ss[N];
+    for (int i = 0; i < N; i++) {
+        memset(&ai[i], 0, sizeof ai[i]);
+        ai[i].ai_family = AF_INET;
+        ai[i].ai_socktype = SOCK_STREAM;
+        ai[i].ai_addr = (struct sockaddr *)&ss[i];
+        ai[i].ai_addrlen = loopback(AF_INET, h.port, &ss[i]);
+        ai[i].ai_next = i + 1 < N ? &ai[i + 1] : NULL;
+    }
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, ai, NULL, on_dial), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    lull_loop_advance(loop, LULL_MS(250) * (LULL_DIAL_MAX_ATTEMPTS - 1));
+    CHECK_EQ(d.attempts, LULL_DIAL_MAX_ATTEMPTS);
+    lull_loop_metrics_reset(loop);
+    lull_loop_advance(loop, LULL_S(10));
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_EQ(m.tasks_run, 0); /* nothing ran: no attempt timer */
+    CHECK_EQ(d.attempts, LULL_DIAL_MAX_ATTEMPTS);
+    CHECK_EQ(dial_calls, 0);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    settle_until_dialed(loop);
+    CHECK_EQ(dial_status, -ECANCELED);
+    hole_close(&h);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
