@@ -2516,8 +2516,9 @@ LULL_EXTERN int lull_dial_start(lull_loop *loop, lull_pool *pool, lull_dial *d,
                                 lull_stream *s, const char *host, int port,
                                 const lull_dial_options *opts, lull_dial_fn fn);
 /* The same with addresses the caller resolved (a list as getaddrinfo
- * gives; entries that are not AF_INET or AF_INET6 are skipped): no pool.
- * The list must stay valid until the callback runs. */
+ * gives; entries that are not AF_INET or AF_INET6, or not opts->family,
+ * are skipped): no pool. The list must stay valid until the callback
+ * runs. */
 LULL_EXTERN int lull_dial_start_addrs(lull_loop *loop, lull_dial *d,
                                       lull_stream *s,
                                       const struct addrinfo *list,

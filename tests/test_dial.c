@@ -919,3 +919,35 @@ TEST(every_slot_busy_arms_no_timer) {
     hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* opts->family holds for a list the caller resolved too: with AF_INET6
+ * asked for, an IPv4 entry is skipped as an AF_UNIX one is, and a list
+ * with nothing of that family fails as a name without such an address
+ * does, where the option was checked and then ignored (the IPv4
+ * address dialed and connected). */
+TEST(family_holds_for_a_callers_list) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    int port, lfd = listener(AF_INET, 8, &port);
+    addrs l = {0};
+    add(&l, AF_INET, port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.family = AF_INET6};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    settle_until_dialed(loop);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -EHOSTUNREACH);
+    CHECK_EQ(d.attempts, 0);
+    CHECK_EQ(accepted(lfd), 0);
+    /* The family asked for is dialed. */
+    reset();
+    o.family = AF_INET;
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    settle_until_dialed(loop);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(accepted(lfd), 1);
+    CHECK(lull_loop_settle(loop) >= 0);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
