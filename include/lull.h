@@ -2505,9 +2505,10 @@ struct lull_dial {
     };
 };
 
-/* Starts dialing host:port (a name, or a numeric address). pool: where
- * the name resolves (NULL: lull_pool_default). 0, or -EINVAL (NULL, port
- * outside 1..65535, a family other than 0, AF_INET, AF_INET6), -EBUSY
+/* Starts dialing host:port (a name, or a numeric address: "::1" or
+ * "[::1]"). pool: where the name resolves (NULL: lull_pool_default). 0,
+ * or -EINVAL (NULL, port outside 1..65535, a family other than 0,
+ * AF_INET, AF_INET6), -EBUSY
  * (dialing already, or s still open or closed with its on_close yet to
  * run), -ENOMEM. Cancel with lull_dial_cancel; the callback runs once, in
  * a later turn, after which d may be started again (from the callback

@@ -409,7 +409,20 @@ int lull_dial_start(lull_loop *loop, lull_pool *pool, lull_dial *d,
      * anyone (and without blocking). */
     struct addrinfo numeric = hints, *res = NULL;
     numeric.ai_flags |= AI_NUMERICHOST;
-    if (getaddrinfo(host, d->service, &numeric, &res) == 0) {
+    /* "[::1]" (a URL's form, which lull_stream_connect_tcp and the listen
+     * calls take too) is the address inside; getaddrinfo knows no
+     * brackets. 64: an IPv6 address (45) with a zone ("%" and a name of
+     * up to 15). */
+    char inside[64];
+    const char *literal = host;
+    size_t hl = strlen(host);
+    if (hl > 2 && host[0] == '[' && host[hl - 1] == ']' &&
+        hl - 2 < sizeof inside) {
+        memcpy(inside, host + 1, hl - 2);
+        inside[hl - 2] = '\0';
+        literal = inside;
+    }
+    if (getaddrinfo(literal, d->service, &numeric, &res) == 0) {
         resolved(d, 0, res, 0);
         return 0;
     }

@@ -951,3 +951,27 @@ TEST(family_holds_for_a_callers_list) {
     close(lfd);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* "[::1]", the bracketed form lull_stream_connect_tcp and the listen calls
+ * take (a URL's), is the numeric address inside, not a name: dialed at
+ * once, without the pool, where the lookup failed (-EHOSTUNREACH). */
+TEST(bracketed_ipv6_literal_is_numeric) {
+    int port, l6 = listener(AF_INET6, 8, &port);
+    if (l6 < 0) {
+        printf("skipped: no IPv6 loopback here\n");
+        return;
+    }
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "[::1]", port, NULL, on_dial),
+             0);
+    CHECK_EQ(d.attempts, 1); /* numeric: no lookup on a pool */
+    settle_until_dialed(loop);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(accepted(l6), 1);
+    CHECK(lull_loop_settle(loop) >= 0);
+    close(l6);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
