@@ -2505,9 +2505,10 @@ struct lull_dial {
     };
 };
 
-/* Starts dialing host:port (a name, or a numeric address). pool: where
- * the name resolves (NULL: lull_pool_default). 0, or -EINVAL (NULL, port
- * outside 1..65535, a family other than 0, AF_INET, AF_INET6), -EBUSY
+/* Starts dialing host:port (a name, or a numeric address: "::1" or
+ * "[::1]"). pool: where the name resolves (NULL: lull_pool_default). 0,
+ * or -EINVAL (NULL, port outside 1..65535, a family other than 0,
+ * AF_INET, AF_INET6), -EBUSY
  * (dialing already, or s still open or closed with its on_close yet to
  * run), -ENOMEM. Cancel with lull_dial_cancel; the callback runs once, in
  * a later turn, after which d may be started again (from the callback
@@ -2516,8 +2517,9 @@ LULL_EXTERN int lull_dial_start(lull_loop *loop, lull_pool *pool, lull_dial *d,
                                 lull_stream *s, const char *host, int port,
                                 const lull_dial_options *opts, lull_dial_fn fn);
 /* The same with addresses the caller resolved (a list as getaddrinfo
- * gives; entries that are not AF_INET or AF_INET6 are skipped): no pool.
- * The list must stay valid until the callback runs. */
+ * gives; entries that are not AF_INET or AF_INET6, or not opts->family,
+ * are skipped): no pool. The list must stay valid until the callback
+ * runs. */
 LULL_EXTERN int lull_dial_start_addrs(lull_loop *loop, lull_dial *d,
                                       lull_stream *s,
                                       const struct addrinfo *list,

@@ -234,7 +234,11 @@ static bool start_one(lull_dial *d) {
 static void start_attempts(lull_dial *d) {
     if (d->state & D_DECIDED) return;
     if (start_one(d)) {
-        arm(d, true);
+        /* Every slot taken: the next address waits for an attempt to
+         * fail, which its socket says. A timer for it would only find the
+         * slots still full, every attempt delay, as long as the connects
+         * hang (minutes of SYN retries). */
+        arm(d, in_flight(d) < LULL_DIAL_MAX_ATTEMPTS);
         return;
     }
     if (in_flight(d) == 0)
@@ -264,26 +268,35 @@ static void on_timer(lull_timer *t) {
     start_attempts(d);
 }
 
-/* getaddrinfo's order, the families interleaved from the first one's. */
-static int interleave(lull_dial *d, struct addrinfo *res) {
+/* An address the dial may try: IPv4 or IPv6, of `family` when one was
+ * asked for (0: either). */
+static bool usable(const struct addrinfo *ai, int family) {
+    return (ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
+           (!family || ai->ai_family == family);
+}
+
+/* getaddrinfo's order, the families interleaved from the first one's;
+ * only `family` when one was asked for (a list the caller resolved: a
+ * lookup asked for it already). */
+static int interleave(lull_dial *d, struct addrinfo *res, int family) {
     int n = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
-        n += ai->ai_family == AF_INET || ai->ai_family == AF_INET6;
+        n += usable(ai, family);
     if (!n) return 0;
     d->order = malloc(sizeof *d->order * (size_t)n);
     if (!d->order) return -ENOMEM;
     int first = -1, k = 0;
     struct addrinfo *a = res, *b = res; /* next of the first family, other */
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
-        if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6) {
+        if (usable(ai, family)) {
             first = ai->ai_family;
             break;
         }
+    /* One family asked for: no other to interleave (-1 is none). */
+    int other = family ? -1 : first == AF_INET ? AF_INET6 : AF_INET;
     for (bool take_first = true; k < n; take_first = !take_first) {
         struct addrinfo **p = take_first ? &a : &b;
-        while (*p &&
-               ((*p)->ai_family !=
-                (take_first ? first : (first == AF_INET ? AF_INET6 : AF_INET))))
+        while (*p && (*p)->ai_family != (take_first ? first : other))
             *p = (*p)->ai_next;
         if (*p) {
             d->order[k++] = *p;
@@ -294,7 +307,8 @@ static int interleave(lull_dial *d, struct addrinfo *res) {
     return n;
 }
 
-static void resolved(lull_dial *d, int status, struct addrinfo *res) {
+static void resolved(lull_dial *d, int status, struct addrinfo *res,
+                     int family) {
     d->state &= ~D_RESOLVING;
     if (d->state & D_DECIDED) { /* cancelled while queued on the pool */
         if (res) freeaddrinfo(res);
@@ -307,7 +321,7 @@ static void resolved(lull_dial *d, int status, struct addrinfo *res) {
         return;
     }
     d->res = res;
-    int n = interleave(d, res);
+    int n = interleave(d, res, family);
     if (n < 0) {
         decide(d, n);
         return;
@@ -329,7 +343,7 @@ static void on_resolved(lull_lookup *req, int status, struct addrinfo *res) {
         return;
     }
     d->host = NULL;
-    resolved(d, status, res);
+    resolved(d, status, res, 0);
 }
 
 /* What both starts share: checks, then the dial's state, timeout armed. */
@@ -395,8 +409,21 @@ int lull_dial_start(lull_loop *loop, lull_pool *pool, lull_dial *d,
      * anyone (and without blocking). */
     struct addrinfo numeric = hints, *res = NULL;
     numeric.ai_flags |= AI_NUMERICHOST;
-    if (getaddrinfo(host, d->service, &numeric, &res) == 0) {
-        resolved(d, 0, res);
+    /* "[::1]" (a URL's form, which lull_stream_connect_tcp and the listen
+     * calls take too) is the address inside; getaddrinfo knows no
+     * brackets. 64: an IPv6 address (45) with a zone ("%" and a name of
+     * up to 15). */
+    char inside[64];
+    const char *literal = host;
+    size_t hl = strlen(host);
+    if (hl > 2 && host[0] == '[' && host[hl - 1] == ']' &&
+        hl - 2 < sizeof inside) {
+        memcpy(inside, host + 1, hl - 2);
+        inside[hl - 2] = '\0';
+        literal = inside;
+    }
+    if (getaddrinfo(literal, d->service, &numeric, &res) == 0) {
+        resolved(d, 0, res, 0);
         return 0;
     }
     if (!pool && (rc = lull_pool_default(&pool)) < 0) return abandon(d, rc);
@@ -436,7 +463,7 @@ int lull_dial_start_addrs(lull_loop *loop, lull_dial *d, lull_stream *s,
     int rc = begin(loop, d, s, opts, fn);
     if (rc < 0) return rc;
     d->state |= D_USER_LIST;
-    resolved(d, 0, (struct addrinfo *)list);
+    resolved(d, 0, (struct addrinfo *)list, opts ? opts->family : 0);
     return 0;
 }
 

@@ -1045,8 +1045,25 @@ int lull__tls_shutdown(lull_endpoint *ep) {
 
 /* ------------------------------------------------------------- setup */
 
+/* Set up and not yet told of its end: its stream in the loop, or its
+ * encryption or its close callback queued. Debug builds only (a walk of
+ * the loop's fds): a struct never set up may hold anything. */
+#ifndef NDEBUG
+static bool tls_live(const lull_loop *loop, const lull_tls *t) {
+    const lull__node *queued[] = {&t->event.node, &t->flush.node};
+    return lull__stream_live(loop, &t->stream) ||
+           lull__live_on(loop, NULL, queued, 2);
+}
+#endif
+
 static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
                    const lull_tls_options *o, lull_stream_options *so) {
+    /* The memset below would re-initialise tasks the loop still holds (a
+     * queued on_close lost, the ready queue cut): the stream's own check
+     * comes too late to see it. */
+    LULL_ASSERT(!tls_live(loop, t),
+                "lull: a TLS connection set up again while open, or before "
+                "its on_close ran");
     pthread_once(&bio_once, bio_method_make);
     if (!bio_method) return -ENOMEM;
     void *data = t->ep.data; /* the user's, kept */

@@ -879,3 +879,99 @@ TEST(server_speaking_first_to_a_busy_loop_loses_nothing) {
     close(lfd);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* More silent addresses than LULL_DIAL_MAX_ATTEMPTS: once every slot
+ * holds an attempt, the next address waits for one of them to fail,
+ * which its socket says. No timer ticks meanwhile (C1: the wait has no
+ * deadline unless timeout_ns gives one), where one used to fire every
+ * attempt delay for as long as the connects hung (minutes, SYN retries). */
+TEST(every_slot_busy_arms_no_timer) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    hole h = hole_open(AF_INET);
+    enum { N = LULL_DIAL_MAX_ATTEMPTS + 2 };
+    struct addrinfo ai[N];
+    struct sockaddr_storage ss[N];
+    for (int i = 0; i < N; i++) {
+        memset(&ai[i], 0, sizeof ai[i]);
+        ai[i].ai_family = AF_INET;
+        ai[i].ai_socktype = SOCK_STREAM;
+        ai[i].ai_addr = (struct sockaddr *)&ss[i];
+        ai[i].ai_addrlen = loopback(AF_INET, h.port, &ss[i]);
+        ai[i].ai_next = i + 1 < N ? &ai[i + 1] : NULL;
+    }
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, ai, NULL, on_dial), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    lull_loop_advance(loop, LULL_MS(250) * (LULL_DIAL_MAX_ATTEMPTS - 1));
+    CHECK_EQ(d.attempts, LULL_DIAL_MAX_ATTEMPTS);
+    lull_loop_metrics_reset(loop);
+    lull_loop_advance(loop, LULL_S(10));
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_EQ(m.tasks_run, 0); /* nothing ran: no attempt timer */
+    CHECK_EQ(d.attempts, LULL_DIAL_MAX_ATTEMPTS);
+    CHECK_EQ(dial_calls, 0);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    settle_until_dialed(loop);
+    CHECK_EQ(dial_status, -ECANCELED);
+    hole_close(&h);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* opts->family holds for a list the caller resolved too: with AF_INET6
+ * asked for, an IPv4 entry is skipped as an AF_UNIX one is, and a list
+ * with nothing of that family fails as a name without such an address
+ * does, where the option was checked and then ignored (the IPv4
+ * address dialed and connected). */
+TEST(family_holds_for_a_callers_list) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    int port, lfd = listener(AF_INET, 8, &port);
+    addrs l = {0};
+    add(&l, AF_INET, port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.family = AF_INET6};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    settle_until_dialed(loop);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -EHOSTUNREACH);
+    CHECK_EQ(d.attempts, 0);
+    CHECK_EQ(accepted(lfd), 0);
+    /* The family asked for is dialed. */
+    reset();
+    o.family = AF_INET;
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    settle_until_dialed(loop);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(accepted(lfd), 1);
+    CHECK(lull_loop_settle(loop) >= 0);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* "[::1]", the bracketed form lull_stream_connect_tcp and the listen calls
+ * take (a URL's), is the numeric address inside, not a name: dialed at
+ * once, without the pool, where the lookup failed (-EHOSTUNREACH). */
+TEST(bracketed_ipv6_literal_is_numeric) {
+    int port, l6 = listener(AF_INET6, 8, &port);
+    if (l6 < 0) {
+        printf("skipped: no IPv6 loopback here\n");
+        return;
+    }
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "[::1]", port, NULL, on_dial),
+             0);
+    CHECK_EQ(d.attempts, 1); /* numeric: no lookup on a pool */
+    settle_until_dialed(loop);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(accepted(l6), 1);
+    CHECK(lull_loop_settle(loop) >= 0);
+    close(l6);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

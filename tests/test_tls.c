@@ -2483,3 +2483,47 @@ TEST(fork_child_closing_an_inherited_connection_writes_nothing) {
     close_cleanly(loop, &c, &s);
     finish(loop, sctx, cctx);
 }
+
+/* Setting a lull_tls up again while it is open, or closed with its
+ * on_close still queued, would re-initialise tasks and a stream the loop
+ * still holds (the queued close callback lost, the ready queue cut): a
+ * debug build stops there with a message, as a stream's open does.
+ * Setting it up once on_close ran is fine (the control). */
+static void tls_ignore_close(lull_endpoint *ep, int reason) {
+    (void)ep, (void)reason;
+}
+
+static void reopen_tls(void *arg) {
+    int how = *(int *)arg;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL);
+    lull_tls a;
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_tls_open(loop, &a, sctx, sv[0], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, tls_ignore_close);
+    if (how != 2) lull_endpoint_close(&a.ep, 0); /* 2: still open */
+    if (how == 0) /* the control: on_close has run */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_tls_open(loop, &a, sctx, sv[1], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, tls_ignore_close);
+    lull_endpoint_close(&a.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    finish(loop, sctx, NULL);
+}
+
+TEST(tls_set_up_again_before_its_close_asserts) {
+    if (skip()) return;
+    static const char msg[] = "lull: a TLS connection set up again while open";
+    int how = 0;
+    CHECK(check_exits_cleanly(reopen_tls, &how));
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no TLS asserts to check\n");
+        return;
+    }
+    how = 1;
+    CHECK(check_dies(reopen_tls, &how, msg));
+    how = 2;
+    CHECK(check_dies(reopen_tls, &how, msg));
+}
