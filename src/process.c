@@ -683,13 +683,16 @@ int lull_process_close(lull_process *p) {
  *   Quiet condition         asleep in epoll_wait; no timer. The thread
  *                           lives as long as the process.
  * The lock guards the fields below; it is held across fork() (atfork) so a
- * copy never inherits it taken. */
+ * copy never inherits it taken. The fork handlers are registered before
+ * the lock is first taken: a fork made while a thread held the lock
+ * before registering them would give the copy the lock taken for good. */
+static pthread_once_t reaper_atfork_once = PTHREAD_ONCE_INIT;
+static int reaper_atfork_error; /* pthread_atfork's, if it failed */
 static pthread_mutex_t reaper_lock = PTHREAD_MUTEX_INITIALIZER;
 static int reaper_ep = -1; /* the thread's epoll; -1 before the first */
 static int reaper_owner;   /* the process whose thread watches it */
 static int *reaper_fds;    /* pidfds it holds, to close in a fork's copy */
 static size_t reaper_n, reaper_cap;
-static bool reaper_atfork_set;
 
 static void reaper_forget(int fd) {
     for (size_t i = 0; i < reaper_n; i++) {
@@ -744,11 +747,6 @@ static void reaper_child(void) {
 static int reaper_start(void) {
     int self = (int)getpid();
     if (reaper_ep >= 0 && reaper_owner == self) return 0;
-    if (!reaper_atfork_set) {
-        int rc = pthread_atfork(reaper_prepare, reaper_parent, reaper_child);
-        if (rc != 0) return -rc;
-        reaper_atfork_set = true;
-    }
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return -errno;
     /* Every signal blocked in the thread: a process-directed signal must
@@ -774,8 +772,18 @@ static int reaper_start(void) {
     return 0;
 }
 
+static void reaper_register_atfork(void) {
+    reaper_atfork_error =
+        pthread_atfork(reaper_prepare, reaper_parent, reaper_child);
+}
+
 /* Hands a pidfd (owned from here on, also on failure) to the reaper. */
 static int reaper_take(int fd) {
+    pthread_once(&reaper_atfork_once, reaper_register_atfork);
+    if (reaper_atfork_error != 0) {
+        close(fd);
+        return -reaper_atfork_error;
+    }
     pthread_mutex_lock(&reaper_lock);
     int rc = reaper_start();
     if (rc == 0 && reaper_n == reaper_cap) {

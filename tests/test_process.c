@@ -1810,6 +1810,70 @@ TEST_THREADED(fork_while_another_thread_detaches) {
     CHECK(!have_zombie());
 }
 
+/* The first detach of a process registers lull's fork handlers. A fork
+ * made while another thread was inside that first detach, holding the
+ * reaper's lock before the handlers were registered, gave the copy the
+ * lock taken for good: its own detach then waited forever (seen as a
+ * rare timeout of fork_while_another_thread_detaches). The wrapped
+ * pthread_atfork holds the detaching thread at the registration until the
+ * main thread's fork()ed copy has detached a child of its own. */
+int __real_pthread_atfork(void (*prepare)(void), void (*parent)(void),
+                          void (*child)(void));
+
+static struct {
+    atomic_int armed_pid; /* the process whose registration is held */
+    atomic_bool entered;  /* the detaching thread is at the registration */
+    atomic_bool forked;   /* the copy is done: let it go on */
+} atfork_hold;
+
+int __wrap_pthread_atfork(void (*prepare)(void), void (*parent)(void),
+                          void (*child)(void)) {
+    if (atomic_load(&atfork_hold.armed_pid) == (int)getpid()) {
+        atomic_store(&atfork_hold.entered, true);
+        for (int i = 0; i < 100000 && !atomic_load(&atfork_hold.forked); i++)
+            usleep(100);
+    }
+    return __real_pthread_atfork(prepare, parent, child);
+}
+
+static void *first_detacher_run(void *arg) {
+    int *rc = arg;
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = SH("exit 0")};
+    *rc = spawn(loop, &k, &o);
+    if (*rc == 0) *rc = lull_process_detach(&k.p);
+    if (*rc == 0) reaped_by_lull(k.p.pid);
+    free_loop(loop);
+    return NULL;
+}
+
+static void detach_in_copy_body(void *arg) {
+    (void)arg;
+    alarm(10); /* a copy that waits on a lock taken for good fails */
+    fork_detach_body(NULL);
+}
+
+TEST_THREADED(fork_during_the_first_detach) {
+    if (FORK_CANNOT_ALLOCATE) {
+        printf("skipped under a sanitizer: a fork()ed copy of a threaded "
+               "program may find its allocator locked for good\n");
+        return;
+    }
+    atomic_store(&atfork_hold.armed_pid, (int)getpid());
+    int rc = -1;
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, first_detacher_run, &rc), 0);
+    for (int i = 0; i < 100000 && !atomic_load(&atfork_hold.entered); i++)
+        usleep(100);
+    CHECK(atomic_load(&atfork_hold.entered));
+    bool copy_ok = check_exits_cleanly(detach_in_copy_body, NULL);
+    atomic_store(&atfork_hold.forked, true);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK(copy_ok);
+    CHECK_EQ(rc, 0);
+}
+
 /* -------------------------------------------------- limits and fork */
 
 /* Out of fds: spawn returns -EMFILE and leaves no fd, child or stream;
