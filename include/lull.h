@@ -482,7 +482,8 @@ struct lull_pump {
 };
 
 /* 0; -EINVAL; -EBUSY for a pump in use (pass queued or running, retry
- * armed, a listener subscribed). */
+ * armed, a listener subscribed); -ENOMEM. The loop knows it until
+ * lull_pump_close. */
 LULL_EXTERN int lull_pump_init(lull_loop *loop, lull_pump *pump,
                                lull_pass_fn pass);
 /* Schedules one pass in a later task; wakes before it runs share it. A wake

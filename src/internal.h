@@ -114,6 +114,18 @@ typedef struct lull__signals {
     uint32_t refs;     /* started handles that keep the loop alive */
 } lull__signals;
 
+/* A loop's open pumps (src/pump.c): every pump initialised on it and not
+ * closed since, a set keyed by address (open addressing, linear probing),
+ * so that lull_pump_init can tell a pump of the loop's own, whose fields
+ * lull may read, from memory never initialised, without reading it. */
+typedef struct lull__pumps {
+    const lull_pump **slots; /* cap of them, NULL where free */
+    uint32_t cap;            /* 0, or a power of two */
+    uint32_t len;            /* pumps in the set: at most cap / 2 */
+    uint64_t probes;         /* slots looked at by lookups, for the tests
+                                that lull_pump_init is O(1) */
+} lull__pumps;
+
 typedef struct lull__name {
     lull_any_fn fn;
     const char *name;
@@ -239,6 +251,7 @@ struct lull_loop {
                                  first: what lull_loop_walk reports */
     const lull_pump *passing; /* the pump whose pass is running, until it
                                  returns or closes its pump (src/pump.c) */
+    lull__pumps pumps;        /* initialised and not closed (src/pump.c) */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -522,6 +535,7 @@ void lull__signals_settle(void);
 
 /* pump.c */
 void lull__pump_unlink_listener(lull_listener *l);
+void lull__pumps_free(lull_loop *loop);
 
 /* notify.c */
 void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
@@ -566,10 +580,6 @@ void lull__describe_node(const lull__node *n, lull_live *e);
  * stream); not a hot path. */
 bool lull__live_on(const lull_loop *loop, const lull_io *io,
                    const lull__node *const *nodes, int n);
-/* The same questions, by address, of a timer (armed, deferred, due or
- * queued to fire) and of a task a subscribed listener posts. */
-bool lull__timer_on(const lull_loop *loop, const lull_timer *t);
-bool lull__listener_posts(const lull_loop *loop, const lull_task *task);
 
 /* metrics.c */
 void lull__wait_sample_begin(lull_loop *loop, lull__node *n);

@@ -123,6 +123,7 @@ int lull_loop_free(lull_loop *loop) {
     lull__timers_free(loop);
     lull__names_free(loop);
     lull__audit_free(loop);
+    lull__pumps_free(loop);
     free(loop);
     return 0;
 }
