@@ -114,17 +114,15 @@ typedef struct lull__signals {
     uint32_t refs;     /* started handles that keep the loop alive */
 } lull__signals;
 
-/* A loop's open pumps (src/pump.c): every pump initialised on it and not
- * closed since, a set keyed by address (open addressing, linear probing),
- * so that lull_pump_init can tell a pump of the loop's own, whose fields
- * lull may read, from memory never initialised, without reading it. */
-typedef struct lull__pumps {
-    const lull_pump **slots; /* cap of them, NULL where free */
-    uint32_t cap;            /* 0, or a power of two */
-    uint32_t len;            /* pumps in the set: at most cap / 2 */
-    uint64_t probes;         /* slots looked at by lookups, for the tests
-                                that lull_pump_init is O(1) */
-} lull__pumps;
+/* A set of handles keyed by address (src/registry.c): which handles of a
+ * loop are in use, asked without reading the handle's memory. */
+typedef struct lull__registry {
+    const void **slots; /* cap of them, NULL where free */
+    uint32_t cap;       /* 0, or a power of two */
+    uint32_t len;       /* handles in the set: at most cap / 2 */
+    uint64_t probes;    /* slots looked at by lookups, for the tests that
+                           a registry's inits are O(1) */
+} lull__registry;
 
 typedef struct lull__name {
     lull_any_fn fn;
@@ -251,7 +249,9 @@ struct lull_loop {
                                  first: what lull_loop_walk reports */
     const lull_pump *passing; /* the pump whose pass is running, until it
                                  returns or closes its pump (src/pump.c) */
-    lull__pumps pumps;        /* initialised and not closed (src/pump.c) */
+    lull__registry pumps;     /* pumps initialised and not closed since
+                                 (src/pump.c) */
+    lull__registry udps;      /* udp handles holding a socket (src/udp.c) */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -535,7 +535,6 @@ void lull__signals_settle(void);
 
 /* pump.c */
 void lull__pump_unlink_listener(lull_listener *l);
-void lull__pumps_free(lull_loop *loop);
 
 /* notify.c */
 void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
@@ -604,6 +603,13 @@ const char *lull__name_lookup(lull_loop *loop, lull_any_fn fn);
 /* The same, or "(unnamed callback)" for a function without one. */
 const char *lull__name_of(lull_loop *loop, lull_any_fn fn);
 void lull__names_free(lull_loop *loop);
+
+/* registry.c: add is 1 when h was there already, 0 when it is now, or
+ * -ENOMEM; remove of a handle not there does nothing. */
+int lull__registry_add(lull__registry *r, const void *h);
+bool lull__registry_has(lull__registry *r, const void *h);
+void lull__registry_remove(lull__registry *r, const void *h);
+void lull__registry_free(lull__registry *r);
 
 /* tcp.c: a numeric IPv4 or IPv6 host ("[::1]" too; NULL is 127.0.0.1)
  * and port to a sockaddr; -EINVAL otherwise. Streams and UDP share it. */

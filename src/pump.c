@@ -19,7 +19,6 @@
  * doubly linked list (pump_next/pump_prev) that lull_listener_stop leaves, so a
  * listener is reusable anywhere after it. Loop thread only. */
 #include <errno.h>
-#include <stdlib.h>
 
 #include "internal.h"
 
@@ -78,91 +77,12 @@ static void pass_retry(lull_timer *timer) {
     run_pass(LULL_CONTAINER_OF(timer, lull_pump, retry));
 }
 
-/* The loop's open pumps (lull__pumps): a pump is registered by
- * lull_pump_init and leaves with lull_pump_close, so a pump found there
- * is one whose fields lull wrote, and one not found is not in use,
- * whatever its memory holds (a pump is garbage before its first init).
- * Lookups hash the address only and never read the pump. */
-
-/* The first slot to look at: Fibonacci hashing (the top bits of the
- * address times 2^64 / phi), which spreads the evenly spaced addresses of
- * an array of pumps over the table. */
-static uint32_t pump_home(const lull__pumps *r, const lull_pump *p) {
-    uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
-    return (uint32_t)(h >> (64 - __builtin_ctz(r->cap)));
-}
-
-/* p's slot, or the free slot where it would go. cap > 0 and a slot free. */
-static uint32_t pump_slot(lull__pumps *r, const lull_pump *p) {
-    uint32_t mask = r->cap - 1;
-    for (uint32_t i = pump_home(r, p);; i = (i + 1) & mask) {
-        r->probes++;
-        if (r->slots[i] == p || !r->slots[i]) return i;
-    }
-}
-
-/* 16 slots to start with; the table doubles when it would be more than
- * half full, which keeps a lookup at about two slots. */
-#define PUMPS_MIN 16u
-
-/* Doubles the table. Its moves are not counted as probes: they are the
- * amortized half of the inserts, not a lookup. */
-static int pumps_grow(lull__pumps *r) {
-    uint32_t cap = r->cap ? 2 * r->cap : PUMPS_MIN;
-    if (cap <= r->cap) return -ENOMEM; /* 2^31 pumps */
-    const lull_pump **slots = calloc(cap, sizeof *slots);
-    if (!slots) return -ENOMEM;
-    lull__pumps grown = {.slots = slots, .cap = cap, .len = r->len};
-    for (uint32_t i = 0; i < r->cap; i++)
-        if (r->slots[i]) slots[pump_slot(&grown, r->slots[i])] = r->slots[i];
-    free(r->slots);
-    grown.probes = r->probes;
-    *r = grown;
-    return 0;
-}
-
-/* 1 when p was registered already, 0 when it is now, or -ENOMEM. */
-static int pump_register(lull__pumps *r, const lull_pump *p) {
-    uint32_t i = r->cap ? pump_slot(r, p) : 0;
-    if (r->cap && r->slots[i] == p) return 1;
-    if (2 * ((uint64_t)r->len + 1) > r->cap) {
-        int err = pumps_grow(r);
-        if (err) return err;
-        i = pump_slot(r, p);
-    }
-    r->slots[i] = p;
-    r->len++;
-    return 0;
-}
-
-/* Removes p, moving back each later pump of its run whose home is not
- * between the hole and its slot (no tombstones: lookups stay short). */
-static void pump_unregister(lull__pumps *r, const lull_pump *p) {
-    if (!r->cap) return;
-    uint32_t mask = r->cap - 1;
-    uint32_t hole = pump_slot(r, p);
-    if (r->slots[hole] != p) return;
-    r->slots[hole] = NULL;
-    r->len--;
-    for (uint32_t j = (hole + 1) & mask; r->slots[j]; j = (j + 1) & mask) {
-        uint32_t home = pump_home(r, r->slots[j]);
-        if (((j - home) & mask) >= ((j - hole) & mask)) {
-            r->slots[hole] = r->slots[j];
-            r->slots[j] = NULL;
-            hole = j;
-        }
-    }
-}
-
-void lull__pumps_free(lull_loop *loop) {
-    free(loop->pumps.slots);
-    loop->pumps = (lull__pumps){0};
-}
-
 int lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
     if (!loop || !pump || !pass) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
-    int known = pump_register(&loop->pumps, pump);
+    /* The loop's registry of open pumps: a pump is added by its first init
+     * and leaves with lull_pump_close. */
+    int known = lull__registry_add(&loop->pumps, pump);
     if (known < 0) return known;
     /* Open on this loop already, so its fields are lull's. In use (its
      * pass queued or running, its retry armed, a listener subscribed):
@@ -252,7 +172,7 @@ void lull_pump_close(lull_pump *pump) {
     if (!pump_open(pump)) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     pump->closed = true;
-    pump_unregister(&pump->loop->pumps, pump);
+    lull__registry_remove(&pump->loop->pumps, pump);
     if (pump->frame) { /* closed by (or during) its own pass */
         struct lull__pass_frame *f = pump->frame;
         pump->frame = NULL;
