@@ -2073,8 +2073,7 @@ struct lull_signal {
     };
 };
 
-/* -EINVAL for NULL; -EBUSY for a started handle (asked on the loop's
- * thread). */
+/* -EINVAL for NULL; -EBUSY for a started handle, on any loop. */
 LULL_EXTERN int lull_signal_init(lull_loop *loop, lull_signal *sig,
                                  lull_signal_fn fn);
 /* Watches signum (restarting a started handle on another signal). -EINVAL

@@ -112,6 +112,8 @@ typedef struct lull__signals {
                           program's (src/signal.c) */
     uint64_t seq;      /* start order, for delivery snapshots */
     uint32_t refs;     /* started handles that keep the loop alive */
+    struct lull__signals *loop_next; /* the process's loops with a started */
+    struct lull__signals *loop_prev; /* handle (src/signal.c, under its lock) */
 } lull__signals;
 
 /* A set of handles keyed by address (src/registry.c): which handles of a
