@@ -482,7 +482,8 @@ struct lull_pump {
 };
 
 /* 0; -EINVAL; -EBUSY for a pump in use (pass queued or running, retry
- * armed, a listener subscribed). */
+ * armed, a listener subscribed); -ENOMEM. The loop knows it until
+ * lull_pump_close. */
 LULL_EXTERN int lull_pump_init(lull_loop *loop, lull_pump *pump,
                                lull_pass_fn pass);
 /* Schedules one pass in a later task; wakes before it runs share it. A wake
@@ -2072,8 +2073,7 @@ struct lull_signal {
     };
 };
 
-/* -EINVAL for NULL; -EBUSY for a started handle (asked on the loop's
- * thread). */
+/* -EINVAL for NULL; -EBUSY for a started handle, on any loop. */
 LULL_EXTERN int lull_signal_init(lull_loop *loop, lull_signal *sig,
                                  lull_signal_fn fn);
 /* Watches signum (restarting a started handle on another signal). -EINVAL

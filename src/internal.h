@@ -112,7 +112,19 @@ typedef struct lull__signals {
                           program's (src/signal.c) */
     uint64_t seq;      /* start order, for delivery snapshots */
     uint32_t refs;     /* started handles that keep the loop alive */
+    struct lull__signals *loop_next; /* the process's loops with a started */
+    struct lull__signals *loop_prev; /* handle (src/signal.c, under its lock) */
 } lull__signals;
+
+/* A set of handles keyed by address (src/registry.c): which handles of a
+ * loop are in use, asked without reading the handle's memory. */
+typedef struct lull__registry {
+    const void **slots; /* cap of them, NULL where free */
+    uint32_t cap;       /* 0, or a power of two */
+    uint32_t len;       /* handles in the set: at most cap / 2 */
+    uint64_t probes;    /* slots looked at by lookups, for the tests that
+                           a registry's inits are O(1) */
+} lull__registry;
 
 typedef struct lull__name {
     lull_any_fn fn;
@@ -239,6 +251,9 @@ struct lull_loop {
                                  first: what lull_loop_walk reports */
     const lull_pump *passing; /* the pump whose pass is running, until it
                                  returns or closes its pump (src/pump.c) */
+    lull__registry pumps;     /* pumps initialised and not closed since
+                                 (src/pump.c) */
+    lull__registry udps;      /* udp handles holding a socket (src/udp.c) */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -566,10 +581,6 @@ void lull__describe_node(const lull__node *n, lull_live *e);
  * stream); not a hot path. */
 bool lull__live_on(const lull_loop *loop, const lull_io *io,
                    const lull__node *const *nodes, int n);
-/* The same questions, by address, of a timer (armed, deferred, due or
- * queued to fire) and of a task a subscribed listener posts. */
-bool lull__timer_on(const lull_loop *loop, const lull_timer *t);
-bool lull__listener_posts(const lull_loop *loop, const lull_task *task);
 
 /* metrics.c */
 void lull__wait_sample_begin(lull_loop *loop, lull__node *n);
@@ -594,6 +605,13 @@ const char *lull__name_lookup(lull_loop *loop, lull_any_fn fn);
 /* The same, or "(unnamed callback)" for a function without one. */
 const char *lull__name_of(lull_loop *loop, lull_any_fn fn);
 void lull__names_free(lull_loop *loop);
+
+/* registry.c: add is 1 when h was there already, 0 when it is now, or
+ * -ENOMEM; remove of a handle not there does nothing. */
+int lull__registry_add(lull__registry *r, const void *h);
+bool lull__registry_has(lull__registry *r, const void *h);
+void lull__registry_remove(lull__registry *r, const void *h);
+void lull__registry_free(lull__registry *r);
 
 /* tcp.c: a numeric IPv4 or IPv6 host ("[::1]" too; NULL is 127.0.0.1)
  * and port to a sockaddr; -EINVAL otherwise. Streams and UDP share it. */

@@ -235,20 +235,6 @@ static bool queued_on(const lull__node *q, const lull__node *node) {
     return false;
 }
 
-bool lull__timer_on(const lull_loop *loop, const lull_timer *t) {
-    const lull__heap *h = &loop->heap;
-    for (uint32_t p = LULL__HEAP_ROOT; p < LULL__HEAP_ROOT + h->len + h->pend;
-         p++)
-        if (lull__heap_slot(h, p)->timer == t) return true;
-    return queued_on(&loop->due, &t->node) || queued_on(&loop->ready, &t->node);
-}
-
-bool lull__listener_posts(const lull_loop *loop, const lull_task *task) {
-    for (const lull_listener *l = loop->listening; l; l = l->loop_next)
-        if (l->target == task) return true;
-    return false;
-}
-
 bool lull__live_on(const lull_loop *loop, const lull_io *io,
                    const lull__node *const *nodes, int n) {
     for (uint32_t i = 0; io && i < loop->io_slots_cap; i++)

@@ -123,6 +123,8 @@ int lull_loop_free(lull_loop *loop) {
     lull__timers_free(loop);
     lull__names_free(loop);
     lull__audit_free(loop);
+    lull__registry_free(&loop->pumps);
+    lull__registry_free(&loop->udps);
     free(loop);
     return 0;
 }

@@ -80,16 +80,17 @@ static void pass_retry(lull_timer *timer) {
 int lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
     if (!loop || !pump || !pass) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
-    /* In use (its pass queued, its retry armed, a listener subscribed):
-     * clearing it would cut the queue, leave the timer in the heap and
-     * lose the listeners lull_pump_close unsubscribes; its pass running
-     * (inside it: clearing its frame would hide a close from the pass's
-     * end). Asked by address, of the loop's tables: a pump is garbage
-     * before its first init. */
-    const lull__node *queued[] = {&pump->task.node};
-    if (loop->passing == pump || lull__live_on(loop, NULL, queued, 1) ||
-        lull__timer_on(loop, &pump->retry) ||
-        lull__listener_posts(loop, &pump->task))
+    /* The loop's registry of open pumps: a pump is added by its first init
+     * and leaves with lull_pump_close. */
+    int known = lull__registry_add(&loop->pumps, pump);
+    if (known < 0) return known;
+    /* Open on this loop already, so its fields are lull's. In use (its
+     * pass queued or running, its retry armed, a listener subscribed):
+     * clearing it would cut the queue, leave the timer in the heap and lose
+     * the listeners lull_pump_close unsubscribes; inside its pass, clearing
+     * its frame would hide a close from the pass's end. */
+    if (known &&
+        (loop->passing == pump || !lull_pump_quiet(pump) || pump->listeners))
         return -EBUSY;
     lull_task_init(&pump->task, pass_task);
     lull_timer_init(loop, &pump->retry, pass_retry);
@@ -171,6 +172,7 @@ void lull_pump_close(lull_pump *pump) {
     if (!pump_open(pump)) return;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     pump->closed = true;
+    lull__registry_remove(&pump->loop->pumps, pump);
     if (pump->frame) { /* closed by (or during) its own pass */
         struct lull__pass_frame *f = pump->frame;
         pump->frame = NULL;

@@ -57,6 +57,7 @@
  *   Quiet condition         always, between signals: one fd in epoll, no
  *                           timer, no task */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -178,6 +179,95 @@ void lull__signals_settle(void) {
     settle();
 }
 
+/* ------------------------------------------------- the started handles */
+
+/* The loops that have a started handle, on any thread, linked through
+ * their lull__signals (linked), so that an init can look for a handle on
+ * every loop: one started on another loop would have that loop's list cut
+ * as surely as one on its own, and init is for any thread. A loop's list
+ * changes only under started_lock (a start or stop, on its own thread),
+ * which an init holds while it reads; a delivery reads its own loop's list
+ * without it (a change to that list can only come from its own thread).
+ * Nothing is allocated: lull_signal_start allocates nothing. */
+static pthread_mutex_t started_lock = PTHREAD_MUTEX_INITIALIZER;
+static lull__signals *started_loops; /* under started_lock */
+static pthread_once_t started_once = PTHREAD_ONCE_INIT;
+
+/* A fork() while another thread holds started_lock would leave the
+ * child's copy locked for ever: the fork waits for it (held for a start,
+ * a stop, or an init's walk) and both sides release it. */
+static void started_prepare(void) {
+    pthread_mutex_lock(&started_lock);
+}
+
+static void started_after(void) {
+    pthread_mutex_unlock(&started_lock);
+}
+
+static void started_init(void) {
+    pthread_atfork(started_prepare, started_after, started_after);
+}
+
+static void started_lock_take(void) {
+    pthread_once(&started_once, started_init);
+    pthread_mutex_lock(&started_lock);
+}
+
+/* Is sig started on any loop? */
+static bool started_anywhere(const lull_signal *sig) {
+    bool found = false;
+    started_lock_take();
+    for (const lull__signals *ss = started_loops; ss && !found;
+         ss = ss->loop_next)
+        for (const lull_signal *h = ss->head; h && !found; h = h->next)
+            found = h == sig;
+    pthread_mutex_unlock(&started_lock);
+    return found;
+}
+
+/* Links sig last on the loop's list (and the loop on started_loops with
+ * its first handle). */
+static void link_started(lull__signals *ss, lull_signal *sig) {
+    started_lock_take();
+    if (!ss->head) {
+        ss->loop_prev = NULL;
+        ss->loop_next = started_loops;
+        if (started_loops) started_loops->loop_prev = ss;
+        started_loops = ss;
+    }
+    sig->next = NULL;
+    sig->prev = ss->tail;
+    if (ss->tail)
+        ss->tail->next = sig;
+    else
+        ss->head = sig;
+    ss->tail = sig;
+    pthread_mutex_unlock(&started_lock);
+}
+
+/* Unlinks sig (and the loop from started_loops with its last handle). */
+static void unlink_started(lull__signals *ss, lull_signal *sig) {
+    started_lock_take();
+    if (sig->prev)
+        sig->prev->next = sig->next;
+    else
+        ss->head = sig->next;
+    if (sig->next)
+        sig->next->prev = sig->prev;
+    else
+        ss->tail = sig->prev;
+    sig->next = sig->prev = NULL;
+    if (!ss->head) {
+        if (ss->loop_prev)
+            ss->loop_prev->loop_next = ss->loop_next;
+        else
+            started_loops = ss->loop_next;
+        if (ss->loop_next) ss->loop_next->loop_prev = ss->loop_prev;
+        ss->loop_next = ss->loop_prev = NULL;
+    }
+    pthread_mutex_unlock(&started_lock);
+}
+
 /* Blocks signum in this thread and makes the signalfd read `watched`. */
 static int watch(lull_loop *loop, int signum) {
     lull__signals *ss = &loop->signals;
@@ -255,14 +345,12 @@ static void unwatch(lull_loop *loop, int signum) {
 
 int lull_signal_init(lull_loop *loop, lull_signal *sig, lull_signal_fn fn) {
     if (!loop || !sig || !fn) return -EINVAL;
-    /* A started handle: clearing it would cut the loop's list at it (the
-     * handles started after it never called again). Asked by address:
-     * sig is garbage before its first init; and on the loop's thread
-     * only, the list's (init is for any thread: a handle set up there
-     * before its start cannot be on the list). */
-    if (lull__on_loop_thread(loop))
-        for (lull_signal *h = loop->signals.head; h; h = h->next)
-            if (h == sig) return -EBUSY;
+    /* A started handle, on this loop or another: clearing it would cut
+     * that loop's list at it (the handles started after it never called
+     * again, the signal watched for a handle gone). Asked by address of
+     * the process's started handles: sig is garbage before its first
+     * init. */
+    if (started_anywhere(sig)) return -EBUSY;
     memset(sig, 0, sizeof *sig);
     sig->loop = loop;
     sig->fn = fn;
@@ -285,13 +373,7 @@ int lull_signal_start(lull_signal *sig, int signum) {
     }
     sig->signum = signum;
     sig->seq = ++ss->seq;
-    sig->next = NULL;
-    sig->prev = ss->tail;
-    if (ss->tail)
-        ss->tail->next = sig;
-    else
-        ss->head = sig;
-    ss->tail = sig;
+    link_started(ss, sig);
     sig->flags |= SIG_STARTED;
     if (!(sig->flags & SIG_UNREF)) ss->refs++;
     update_ref(ss);
@@ -306,15 +388,7 @@ int lull_signal_stop(lull_signal *sig) {
     LULL_ASSERT_LOOP_THREAD(loop);
     lull__signals *ss = &loop->signals;
     if (ss->next == sig) ss->next = sig->next;
-    if (sig->prev)
-        sig->prev->next = sig->next;
-    else
-        ss->head = sig->next;
-    if (sig->next)
-        sig->next->prev = sig->prev;
-    else
-        ss->tail = sig->prev;
-    sig->next = sig->prev = NULL;
+    unlink_started(ss, sig);
     sig->flags &= ~SIG_STARTED;
     if (!(sig->flags & SIG_UNREF)) ss->refs--;
     int signum = sig->signum;

@@ -129,12 +129,15 @@ int lull_udp_init(lull_loop *loop, lull_udp *udp,
     lull_udp_options o = {0};
     if (opts) o = *opts;
     if (o.recv_batch > BATCH_MAX) return -EINVAL;
-    /* A live handle (receiving, a send queued, its close callback owed):
-     * clearing it would leave its socket registered under a handle with
-     * no fd, readable for ever, and cut the queued tasks' links. Asked by
-     * address, as a spawn asks: udp is garbage before its first init. */
+    /* A live handle (holding a socket, receiving or not, a send queued,
+     * its close callback owed): clearing it would leave its socket open
+     * (and registered under a handle with no fd, readable for ever) and
+     * the loop's count of open handles up, and cut the queued tasks' links.
+     * Asked by address, of the loop's own records, as a spawn asks: udp is
+     * garbage before its first init. */
     const lull__node *nodes[] = {&udp->flush.node, &udp->event.node};
-    if (lull__on_loop_thread(loop) && lull__live_on(loop, &udp->io, nodes, 2))
+    if (lull__on_loop_thread(loop) && (lull__registry_has(&loop->udps, udp) ||
+                                       lull__live_on(loop, &udp->io, nodes, 2)))
         return -EBUSY;
     if (o.max_datagram > MAX_DATAGRAM_DEFAULT)
         o.max_datagram = MAX_DATAGRAM_DEFAULT;
@@ -194,7 +197,11 @@ static int adopt(lull_udp *udp, int fd) {
     int rc = lull_io_init(udp->loop, &udp->io, fd, on_io);
     if (rc < 0) return rc;
     /* Holding a socket keeps lull_loop_free at -EBUSY, receiving or not
-     * (as an open stream does), until drop_socket or lull_udp_close. */
+     * (as an open stream does), and lull_udp_init at -EBUSY (the loop's
+     * registry of handles holding one), until drop_socket or
+     * lull_udp_close. */
+    rc = lull__registry_add(&udp->loop->udps, udp);
+    if (rc < 0) return rc;
     udp->loop->handles++;
     /* A socket keeps its family: read it here once, so that a send, which
      * checks its destination against it, makes no system call of its own
@@ -235,6 +242,7 @@ static int drop_socket(lull_udp *udp, int rc) {
     close(udp->io.fd);
     udp->io.fd = -1;
     udp->loop->handles--;
+    lull__registry_remove(&udp->loop->udps, udp);
     udp->state &= ~(U_INET | U_INET6 | U_NO_GSO);
     return rc;
 }
@@ -895,6 +903,7 @@ int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn) {
         close(udp->io.fd);
         udp->io.fd = -1;
         udp->loop->handles--;
+        lull__registry_remove(&udp->loop->udps, udp);
     }
     while (udp->head)
         finish(udp, udp->head, -ECANCELED);

@@ -388,6 +388,33 @@ TEST(init_of_a_started_signal_is_refused) {
     free_loop(loop);
 }
 
+/* lull_signal_init on a handle started on another loop: refused as well.
+ * It was accepted (the check asked the new loop's list only), and the
+ * clearing cut the first loop's list at the handle: the handles started
+ * after it there were never called again, and the first loop kept the
+ * signal watched and a reference for a handle no longer on it. */
+TEST(init_of_a_signal_started_on_another_loop_is_refused) {
+    lull_loop *a_loop = new_loop(), *b_loop = new_loop();
+    watcher a = {0}, b = {0}, c = {0};
+    watch(a_loop, &a, 1, SIGUSR1);
+    watch(a_loop, &b, 2, SIGUSR1);
+    watch(a_loop, &c, 3, SIGUSR1);
+    CHECK_EQ(lull_signal_init(b_loop, &b.sig, seen), -EBUSY);
+    CHECK(b.sig.loop == a_loop);
+    CHECK_EQ(b.sig.signum, SIGUSR1);
+    raise(SIGUSR1);
+    run_until(a_loop, &c.calls, 1);
+    CHECK_EQ(a.calls, 1);
+    CHECK_EQ(b.calls, 1);
+    CHECK_EQ(lull_signal_stop(&b.sig), 0);
+    CHECK_EQ(lull_signal_init(b_loop, &b.sig, seen), 0); /* stopped: free */
+    CHECK_EQ(lull_signal_stop(&a.sig), 0);
+    CHECK_EQ(lull_signal_stop(&c.sig), 0);
+    CHECK(!blocked_here(SIGUSR1));
+    free_loop(a_loop);
+    free_loop(b_loop);
+}
+
 /* After fork() and lull_loop_fork, the child's handles read the child's
  * signals, and the parent's the parent's. */
 static watcher g_fork_w;

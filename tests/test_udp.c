@@ -1420,3 +1420,26 @@ TEST(init_of_a_live_handle_is_refused) {
     CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A handle bound and idle (not receiving, nothing queued) still holds its
+ * socket: an init over it is refused too. It was accepted, and the loop
+ * lost the handle: its socket open for ever (no handle holds the fd now)
+ * and its count of open handles never back to 0, so lull_loop_free stayed
+ * -EBUSY after every handle was closed. The handle goes on. */
+TEST(init_of_a_bound_idle_handle_is_refused) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    int fd = u.io.fd;
+    int port = lull_udp_local_port(&u);
+    CHECK(port > 0);
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), -EBUSY);
+    CHECK_EQ(u.io.fd, fd);
+    CHECK_EQ(lull_udp_local_port(&u), port);
+    CHECK_EQ(lull_udp_close(&u, NULL), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(fcntl(fd, F_GETFD), -1);           /* closed with the handle */
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0); /* its own again */
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
