@@ -2145,7 +2145,7 @@ typedef struct lull_pool_stats {
 
 /* Creates a pool and starts its threads (allocates; not a hot path). opts
  * may be NULL. A pool does not survive fork(): a child must not use, close
- * or free one made before the fork, the default pool included (POOL.md). */
+ * or free one made before the fork; its lull_pool_default makes its own. */
 LULL_EXTERN int lull_pool_new(lull_pool **out, const lull_pool_options *opts);
 /* Thread-safe, never blocks. Refuses new work (-ESHUTDOWN) and cancels the
  * waiting work: each done runs on its loop with -ECANCELED. Work already

@@ -300,16 +300,17 @@ static bool same_name(const char *a, const char *b) {
 }
 
 /* The entry for (wd, name) in this batch, made if new (or, with `fresh`,
- * made anew over one the name has: later events go to the new one); NULL
- * when the batch's entries are used up (cannot happen: one per event at
- * most). */
+ * made anew over one the name has left, and with `last`, over one that is
+ * not the batch's last: later events go to the new one); NULL when the
+ * batch's entries are used up (cannot happen: one per event at most). */
 static entry *entry_for(struct lull__fsevents *fs, int *n, int wd,
-                        const char *name, bool fresh) {
+                        const char *name, bool fresh, bool last) {
     uint32_t i = hash(wd, name) & (TABLE_SIZE - 1);
     while (fs->table[i]) {
         entry *e = &fs->entries[fs->table[i] - 1];
         if (e->wd == wd && same_name(e->name, name)) {
-            if (!fresh || !e->left) return e;
+            if (!(fresh && e->left) && !(last && e != &fs->entries[*n - 1]))
+                return e;
             break; /* this slot is the name's from here on */
         }
         i = (i + 1) & (TABLE_SIZE - 1);
@@ -370,7 +371,12 @@ static int coalesce(struct lull__fsevents *fs, size_t len, bool *overflow) {
          * came and went, and its calls in first-event order would end on
          * the departure. */
         bool arrives = ev->mask & (IN_CREATE | IN_MOVED_TO);
-        entry *e = entry_for(fs, &n, ev->wd, name, arrives);
+        /* The watch's end is its last call: coalesced into an earlier
+         * entry of the directory itself, it ended the watch before the
+         * entries after that one (its files' removals), which were then
+         * dropped. */
+        bool ends = ev->mask & (IN_IGNORED | IN_UNMOUNT);
+        entry *e = entry_for(fs, &n, ev->wd, name, arrives, ends);
         if (!e) break;
         e->events |= to_bits(ev->mask);
         if (ev->mask & (IN_DELETE | IN_MOVED_FROM)) e->left = true;

@@ -139,17 +139,26 @@ static int64_t rw_all(lull_fs *req, bool write) {
     return (int64_t)done;
 }
 
-static int64_t write_all(int fd, const char *buf, size_t len, off_t *at) {
+/* Writes all len bytes; returns how many were written, fewer only with
+ * *err set: the bytes a full non-blocking pipe took before its EAGAIN were
+ * sent all the same, and a result that left them out had the caller send
+ * them twice. */
+static size_t write_all(int fd, const char *buf, size_t len, off_t *at,
+                        int *err) {
     size_t done = 0;
+    *err = 0;
     while (done < len) {
         ssize_t n = at ? pwrite(fd, buf + done, len - done, *at)
                        : write(fd, buf + done, len - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return -errno;
+        if (n < 0) {
+            *err = -errno;
+            break;
+        }
         done += (size_t)n;
         if (at) *at += n;
     }
-    return (int64_t)done;
+    return done;
 }
 
 /* Whether a copy from `in` to `out` of len bytes is inside one file with
@@ -186,8 +195,9 @@ static int64_t copy_backward(lull_fs *req, off_t in, off_t out, size_t len) {
             got += (size_t)r;
         }
         off_t at = out + (off_t)left;
-        int64_t w = write_all(req->fd2, buf, n, &at);
-        if (w < 0) return w;
+        int err;
+        write_all(req->fd2, buf, n, &at, &err);
+        if (err) return err;
     }
     return (int64_t)len;
 }
@@ -229,9 +239,13 @@ static int64_t copy_run(lull_fs *req, bool to_pos) {
             n = pread(req->fd, buf, want < sizeof buf ? want : sizeof buf, in);
             if (n < 0 && errno == EINTR) continue;
             if (n > 0) {
-                int64_t w =
-                    write_all(req->fd2, buf, (size_t)n, to_pos ? &out : NULL);
-                if (w < 0) return done ? (int64_t)done : w;
+                int err;
+                size_t w = write_all(req->fd2, buf, (size_t)n,
+                                     to_pos ? &out : NULL, &err);
+                if (err) {
+                    done += w;
+                    return done ? (int64_t)done : err;
+                }
                 in += n;
             }
         }

@@ -300,6 +300,33 @@ int lull_work_cancel(lull_work *work) {
 
 static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
 static lull_pool *default_pool; /* under default_lock */
+/* A fork()ed child's copy of the parent's default pool: none of its
+ * threads are in the child, so work handed to it there would never run.
+ * The child forgets it (its next lull_pool_default makes its own, as
+ * libuv's child does) but keeps the memory, which items copied from the
+ * parent still point to (their done drops a pool reference). */
+static lull_pool *forked_default;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/* Held across fork(), so the child's copy of the lock and the pointer is
+ * one no thread was in the middle of changing. */
+static void fork_prepare(void) {
+    pthread_mutex_lock(&default_lock);
+}
+
+static void fork_parent(void) {
+    pthread_mutex_unlock(&default_lock);
+}
+
+static void fork_child(void) {
+    if (default_pool) forked_default = default_pool;
+    default_pool = NULL;
+    pthread_mutex_unlock(&default_lock);
+}
+
+static void register_atfork(void) {
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
 
 /* lull_pool_close without its check: refuses new work, cancels the waiting
  * work and wakes the sleeping threads to exit. */
@@ -432,6 +459,7 @@ int lull_pool_free(lull_pool *pool) {
 
 int lull_pool_default(lull_pool **out) {
     if (!out) return -EINVAL;
+    pthread_once(&atfork_once, register_atfork);
     int rc = 0;
     pthread_mutex_lock(&default_lock);
     if (!default_pool) {
@@ -452,6 +480,7 @@ int lull_pool_default(lull_pool **out) {
 
 int lull_pool_set_default(lull_pool *pool) {
     if (!pool) return -EINVAL;
+    pthread_once(&atfork_once, register_atfork);
     /* A closed pool as the default would refuse every user's work in the
      * process until exit. Checked and set under both locks (default_lock
      * first, as lull_pool_close takes them), so a close racing this call

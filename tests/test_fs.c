@@ -950,6 +950,38 @@ static void fs_without_newer_calls(void *arg) {
 TEST_THREADED(fs_calls_a_sandbox_refuses_fall_back) {
     CHECK(check_exits_cleanly(fs_without_newer_calls, NULL));
 }
+
+/* The read-and-write fallback into a full non-blocking pipe: the write of
+ * a 64 KiB chunk takes what fits, then EAGAIN. The result counts what the
+ * pipe took (a caller that resends from there duplicates nothing); the
+ * fallback reported EAGAIN, as if nothing was sent. */
+static void fs_fallback_short_write(void *arg) {
+    (void)arg;
+    check_deny_syscalls((const int[]){SYS_sendfile}, 1, ENOSYS);
+    fs_setup();
+    int in = open_rw(path);
+    fill(in, 100000);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_NONBLOCK), 0);
+    int cap = fcntl(p[1], F_SETPIPE_SZ, 4096);
+    CHECK(cap > 0);
+    int64_t sent = run(lull_fs_sendfile(L, P, &R, p[1], in, 0, 100000, on_fs));
+    char got[65536];
+    ssize_t have = read(p[0], got, sizeof got);
+    CHECK_EQ(have, cap);
+    CHECK_EQ(sent, have);
+    char want[65536];
+    CHECK_EQ(pread(in, want, (size_t)have, 0), have);
+    CHECK(memcmp(got, want, (size_t)have) == 0);
+    close(p[0]);
+    close(p[1]);
+    close(in);
+    fs_teardown();
+}
+
+TEST_THREADED(fs_sendfile_fallback_counts_a_short_write) {
+    CHECK(check_exits_cleanly(fs_fallback_short_write, NULL));
+}
 #endif
 
 TEST_THREADED(fs_sendfile_to_a_pipe) {

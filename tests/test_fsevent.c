@@ -444,6 +444,33 @@ TEST(watched_directory_moved_then_removed) {
     free_loop_and_root(loop);
 }
 
+/* One read holding a change of the directory itself, then a file's
+ * removal, then the directory's: the file's DELETED is heard, and GONE is
+ * the watch's last call. Coalesced into the directory's first entry, GONE
+ * ended the watch before the file's entry, which was then dropped. */
+TEST(directory_changed_then_removed_reports_its_files_before_gone) {
+    make_root();
+    CHECK_EQ(mkdir(at("d"), 0755), 0);
+    touch(at("d/f"));
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    seen s;
+    watch(loop, &w, &s, at("d"));
+    CHECK_EQ(chmod(at("d"), 0700), 0);
+    CHECK_EQ(unlink(at("d/f")), 0);
+    CHECK_EQ(rmdir(at("d")), 0);
+    for (int i = 0; i < 10 && !(s.all & LULL_FSEVENT_GONE); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.calls, 3);
+    CHECK_EQ(strcmp(s.names[0], "(self)"), 0);
+    CHECK_EQ(s.events[0], LULL_FSEVENT_ATTRIB);
+    CHECK_EQ(strcmp(s.names[1], "f"), 0);
+    CHECK_EQ(s.events[1], LULL_FSEVENT_DELETED);
+    CHECK_EQ(strcmp(s.names[2], "(self)"), 0);
+    CHECK_EQ(s.events[2], LULL_FSEVENT_GONE);
+    free_loop_and_root(loop);
+}
+
 static void end_idle(lull_timer *t) {
     (void)t;
 }

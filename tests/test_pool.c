@@ -996,6 +996,66 @@ TEST_THREADED(pool_close_of_the_default_pool_is_refused) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A child of fork() asking for the default pool gets one of its own, with
+ * threads: the parent's threads are not in the child, and the parent's
+ * default pool handed to it there took the work and never ran it (the
+ * child's loop waited for its done forever; the alarm ends it). */
+static void child_uses_the_default(void *arg) {
+    lull_pool *parents = arg, *d;
+#if defined(__SANITIZE_THREAD__)
+    /* ThreadSanitizer ends a fork()ed copy of a threaded program that
+     * starts a thread (its die_after_fork): the child's pool cannot be
+     * made there. */
+    (void)parents, (void)d;
+    return;
+#endif
+    alarm(10);
+    CHECK_EQ(lull_pool_default(&d), 0);
+    CHECK(d != parents);
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, d, &it.work), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.last_status, 7);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    alarm(0);
+}
+
+TEST_THREADED(pool_default_in_a_forked_child_is_its_own) {
+    lull_pool *d;
+    CHECK_EQ(lull_pool_default(&d), 0);
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, d, &it.work), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.last_status, 7);
+    /* Forked once every thread sleeps: one still starting may hold the
+     * allocator's lock (ASan's has no fork handler), which the child's
+     * copy would then never see released. */
+    lull_pool_stats st;
+    uint64_t deadline = check_clock_ns() + 10000000000u;
+    for (lull_pool_get_stats(d, &st); st.idle < st.threads;
+         lull_pool_get_stats(d, &st)) {
+        CHECK(check_clock_ns() < deadline);
+        sched_yield();
+    }
+    CHECK(check_exits_cleanly(child_uses_the_default, d));
+    /* The parent's default is untouched by the child's. */
+    lull_pool *again;
+    CHECK_EQ(lull_pool_default(&again), 0);
+    CHECK(again == d);
+    CHECK_EQ(lull_work_submit(loop, d, &it.work), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.dones, 2);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* The default pool's first use when its threads cannot start (no memory
  * for a stack here: the process's default stack size made absurd): the
  * error comes back, no pool is made, and a later call makes one. The
