@@ -80,7 +80,7 @@
  *                      lost-wakeup, expire-relative, multi-split,
  *                      chunk-edge, int32, silent-resync, expire-early,
  *                      batch-death, expire-now, same-length,
- *                      snapshot-ttl, ltrim-off: lull-kv's;
+ *                      snapshot-ttl, ltrim-off, hincrby-set: lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
  *                      --expect-find N, succeed when a seed of the first N
@@ -2993,6 +2993,7 @@ static const struct {
               {"same-length", KV_PLANT_SAME_LENGTH},
               {"snapshot-ttl", KV_PLANT_SNAPSHOT_TTL},
               {"ltrim-off", KV_PLANT_LTRIM_OFF},
+              {"hincrby-set", KV_PLANT_HINCRBY_SET},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
