@@ -1,4 +1,4 @@
-/* model.c: the reference model of lull-kv's string and list commands
+/* model.c: the reference model of lull-kv's string, list and hash commands
  * (see model.h). Written from Redis' documented behaviour, not from
  * cmd.c: a reply both agree on is evidence, not an echo. */
 #include "model.h"
@@ -21,6 +21,9 @@
 #define DECR_MIN    "-ERR decrement would overflow\r\n"
 #define NOT_FLOAT   "-ERR value is not a valid float\r\n"
 #define NAN_OR_INF  "-ERR increment would produce NaN or Infinity\r\n"
+#define H_NOT_INT   "-ERR hash value is not an integer\r\n"
+#define H_NOT_FLOAT "-ERR hash value is not a float\r\n"
+#define BY_INF      "-ERR value is NaN or Infinity\r\n"
 
 void model_key_init(model_key *k) {
     k->n = 1;
@@ -48,7 +51,9 @@ static const char *const names[OP_COUNT + 1] = {
     "INCR",  "APPEND", "EXISTS",      "PEXPIREAT", "PERSIST", "RPUSH",
     "LPOP",  "LLEN",   "TYPE",        "INCRBY",    "DECRBY",  "GETDEL",
     "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",   "LREM",
-    "LSET",  "LTRIM",  "RENAME",      "RENAMENX",  "MGET"};
+    "LSET",  "LTRIM",  "RENAME",      "RENAMENX",  "HSET",    "HSETNX",
+    "HDEL",  "HGET",   "HGETALL",     "HLEN",      "HINCRBY", "HINCRBYFLOAT",
+    "SETEX", "PSETEX", "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -138,6 +143,27 @@ size_t model_request(const model_cmd *c, char *out) {
         argv[argc] = c->key2;
         lens[argc++] = strlen(c->key2);
         break;
+    case OP_HSET:
+    case OP_HSETNX:
+    case OP_HINCRBY:
+    case OP_HINCRBYFLOAT:
+        argv[argc] = c->field;
+        lens[argc++] = strlen(c->field);
+        argv[argc] = val;
+        lens[argc++] = model_value(c, val);
+        break;
+    case OP_HDEL:
+    case OP_HGET:
+        argv[argc] = c->field;
+        lens[argc++] = strlen(c->field);
+        break;
+    case OP_SETEX:
+    case OP_PSETEX:
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
+        argv[argc] = val;
+        lens[argc++] = model_value(c, val);
+        break;
     default:
         break;
     }
@@ -168,15 +194,20 @@ static bool alive(const model_val *s, int64_t now) {
     return s->type != MODEL_NONE && !store_expired(s->expire, now);
 }
 
+static void set_expire(model_val *s, int64_t lo, int64_t hi) {
+    s->expire = lo;
+    s->expire_hi = hi;
+}
+
 static void clear(model_val *s) {
     s->type = MODEL_NONE;
-    s->expire = 0;
+    set_expire(s, 0, 0);
     s->len = s->items = 0;
 }
 
 static void set_string(model_val *s, const char *v, size_t n) {
     s->type = MODEL_STRING;
-    s->expire = 0;
+    set_expire(s, 0, 0);
     s->items = 0;
     s->len = (uint32_t)n;
     memcpy(s->v, v, n);
@@ -222,6 +253,152 @@ static bool as_float(const char *s, size_t len, long double *out) {
 
 static size_t put_int(char *out, size_t at, long long n) {
     return at + (size_t)sprintf(out + at, ":%lld\r\n", n);
+}
+
+/* Redis' digits of a long double: 17 after the point, its trailing zeros
+ * (and the point) dropped; -0 is 0. */
+static int format_ld(long double n, char *num, size_t cap) {
+    int len = snprintf(num, cap, "%.17Lf", n);
+    if (strchr(num, '.')) {
+        while (num[len - 1] == '0')
+            len--;
+        if (num[len - 1] == '.') len--;
+    }
+    if (len == 2 && num[0] == '-' && num[1] == '0') {
+        num[0] = '0';
+        len = 1;
+    }
+    return len;
+}
+
+/* A hash's fields, in byte order, each a length byte and its bytes, then
+ * its value the same way: whether field f is there, and where its entry
+ * begins (or where it would go). */
+static bool field_at(const model_val *s, const char *f, size_t flen,
+                     size_t *at) {
+    size_t p = 0;
+    for (size_t i = 0; i < s->items; i++) {
+        size_t n = (unsigned char)s->v[p];
+        int d = memcmp(s->v + p + 1, f, n < flen ? n : flen);
+        if (d == 0 && n == flen) {
+            *at = p;
+            return true;
+        }
+        if (d > 0 || (d == 0 && n > flen)) break;
+        p += 1 + n;
+        p += 1 + (unsigned char)s->v[p];
+    }
+    *at = p;
+    return false;
+}
+
+/* The value of the entry at `at`: where its length byte is. */
+static size_t value_at(const model_val *s, size_t at) {
+    return at + 1 + (unsigned char)s->v[at];
+}
+
+/* The entry at `at` goes. */
+static void field_delete(model_val *s, size_t at) {
+    size_t va = value_at(s, at), end = va + 1 + (unsigned char)s->v[va];
+    memmove(s->v + at, s->v + end, s->len - end);
+    s->len -= (uint32_t)(end - at);
+    s->items--;
+}
+
+/* Field f (at `at`, there or not) becomes v: a hash made of s if it is
+ * no key. */
+static void field_put(model_val *s, size_t at, bool there, const char *f,
+                      size_t flen, const char *v, size_t vlen) {
+    if (s->type != MODEL_HASH) {
+        clear(s);
+        s->type = MODEL_HASH;
+    }
+    if (there) field_delete(s, at);
+    size_t n = 2 + flen + vlen;
+    memmove(s->v + at + n, s->v + at, s->len - at);
+    s->v[at] = (char)flen;
+    memcpy(s->v + at + 1, f, flen);
+    s->v[at + 1 + flen] = (char)vlen;
+    memcpy(s->v + at + 2 + flen, v, vlen);
+    s->len += (uint32_t)n;
+    s->items++;
+}
+
+/* HINCRBY and HINCRBYFLOAT on a live hash or no key. */
+static size_t hash_incr(model_val *s, const model_cmd *c, bool live,
+                        const char *v, size_t vlen, char *out) {
+    /* Redis' order of checks: the increment, the key's type, the field's
+     * value. */
+    size_t flen = strlen(c->field), at = 0, rn;
+    bool hash = live && s->type == MODEL_HASH;
+    bool there = hash && field_at(s, c->field, flen, &at);
+    const char *old = there ? s->v + value_at(s, at) + 1 : "";
+    size_t olen = there ? (unsigned char)s->v[value_at(s, at)] : 0;
+    char num[5200];
+    int len;
+    if (c->op == OP_HINCRBY) {
+        long long n = 0, by;
+        if (!as_integer(v, vlen, &by)) return put_s(out, NOT_INTEGER);
+        if (live && s->type != MODEL_HASH) return put_s(out, WRONGTYPE);
+        if (there && !as_integer(old, olen, &n)) return put_s(out, H_NOT_INT);
+        if ((by < 0 && n < INT64_MIN - by) || (by > 0 && n > INT64_MAX - by))
+            return put_s(out, OVERFLOW);
+        len = snprintf(num, sizeof num, "%lld", n + by);
+        rn = put_int(out, 0, n + by);
+    } else {
+        long double n = 0, by;
+        if (!as_float(v, vlen, &by)) return put_s(out, NOT_FLOAT);
+        if (isinf(by)) return put_s(out, BY_INF);
+        if (live && s->type != MODEL_HASH) return put_s(out, WRONGTYPE);
+        if (there && !as_float(old, olen, &n)) return put_s(out, H_NOT_FLOAT);
+        n += by;
+        if (isnan(n) || isinf(n)) return put_s(out, NAN_OR_INF);
+        len = format_ld(n, num, sizeof num);
+        /* A value the model cannot hold: no reply matches. */
+        if (len > 255) return put_s(out, "-model: value too long\r\n");
+        rn = put_bulk(out, 0, num, (size_t)len);
+    }
+    field_put(s, at, there, c->field, flen, num, (size_t)len);
+    return rn;
+}
+
+/* The hash commands on state s, live or not. */
+static size_t hash_cmd(model_val *s, const model_cmd *c, bool live,
+                       const char *v, size_t vlen, char *out) {
+    if (c->op == OP_HINCRBY || c->op == OP_HINCRBYFLOAT)
+        return hash_incr(s, c, live, v, vlen, out);
+    if (live && s->type != MODEL_HASH) return put_s(out, WRONGTYPE);
+    size_t flen = strlen(c->field), at = 0;
+    bool there = live && field_at(s, c->field, flen, &at);
+    switch (c->op) {
+    case OP_HSET:
+    case OP_HSETNX:
+        if (there && c->op == OP_HSETNX) return put_s(out, ":0\r\n");
+        field_put(s, at, there, c->field, flen, v, vlen);
+        return put_int(out, 0, !there);
+    case OP_HDEL:
+        if (!there) return put_s(out, ":0\r\n");
+        field_delete(s, at);
+        if (s->items == 0) clear(s);
+        return put_s(out, ":1\r\n");
+    case OP_HGET:
+        if (!there) return put_s(out, "$-1\r\n");
+        at = value_at(s, at);
+        return put_bulk(out, 0, s->v + at + 1, (unsigned char)s->v[at]);
+    case OP_HLEN:
+        return put_int(out, 0, live ? s->items : 0);
+    default: { /* HGETALL: the pairs in byte order (model_apply sorts the
+                  reply's) */
+        size_t o = (size_t)sprintf(out, "*%d\r\n", live ? 2 * s->items : 0);
+        for (size_t i = 0, p = 0; live && i < s->items; i++) {
+            o = put_bulk(out, o, s->v + p + 1, (unsigned char)s->v[p]);
+            p = value_at(s, p);
+            o = put_bulk(out, o, s->v + p + 1, (unsigned char)s->v[p]);
+            p += 1 + (unsigned char)s->v[p];
+        }
+        return o;
+    }
+    }
 }
 
 /* A list's items, each a length byte and its bytes, from first to last:
@@ -307,9 +484,11 @@ static size_t rename_key(model_val *s, model_val *d, const model_cmd *c,
     return put_s(out, nx ? ":1\r\n" : "+OK\r\n");
 }
 
-/* The command on state s (updated in place) at instant now; the reply
+/* The command on state s (updated in place) at instant now, in a window
+ * that ends at hi (SETEX's expiry is somewhere in it, shifted); the reply
  * into out. */
-static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
+static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
+                  char *out) {
     bool live = alive(s, now);
     if (!live) clear(s);
     char v[MODEL_VAL_MAX];
@@ -318,7 +497,7 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
     case OP_SET:
     case OP_SET_PXAT:
         set_string(s, v, vlen);
-        if (c->op == OP_SET_PXAT) s->expire = c->at;
+        if (c->op == OP_SET_PXAT) set_expire(s, c->at, c->at);
         return put_s(out, "+OK\r\n");
     case OP_SET_NX:
     case OP_SET_XX:
@@ -357,9 +536,9 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
             return put_s(out, OVERFLOW);
         char num[24];
         int len = snprintf(num, sizeof num, "%lld", n + by);
-        int64_t keep = s->expire;
+        int64_t keep = s->expire, keep_hi = s->expire_hi;
         set_string(s, num, (size_t)len);
-        s->expire = keep;
+        set_expire(s, keep, keep_hi);
         return put_int(out, 0, n + by);
     }
     case OP_INCRBYFLOAT: {
@@ -369,22 +548,11 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
             return put_s(out, NOT_FLOAT);
         n += by;
         if (isnan(n) || isinf(n)) return put_s(out, NAN_OR_INF);
-        /* Redis' digits: 17 after the point, its trailing zeros (and the
-         * point) dropped; -0 is 0. */
         char num[5200];
-        int len = snprintf(num, sizeof num, "%.17Lf", n);
-        if (strchr(num, '.')) {
-            while (num[len - 1] == '0')
-                len--;
-            if (num[len - 1] == '.') len--;
-        }
-        if (len == 2 && num[0] == '-' && num[1] == '0') {
-            num[0] = '0';
-            len = 1;
-        }
-        int64_t keep = s->expire;
+        int len = format_ld(n, num, sizeof num);
+        int64_t keep = s->expire, keep_hi = s->expire_hi;
         set_string(s, num, (size_t)len);
-        s->expire = keep;
+        set_expire(s, keep, keep_hi);
         return put_bulk(out, 0, num, (size_t)len);
     }
     case OP_GETDEL:
@@ -395,8 +563,10 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
         size_t at = put_bulk(out, 0, s->v, s->len);
         if (c->op == OP_GETDEL || (c->op == OP_GETEX_PXAT && c->at <= now))
             clear(s); /* a time already past deletes the key */
+        else if (c->op == OP_GETEX_PXAT)
+            set_expire(s, c->at, c->at);
         else
-            s->expire = c->op == OP_GETEX_PXAT ? c->at : 0;
+            set_expire(s, 0, 0);
         return at;
     }
     case OP_APPEND:
@@ -413,11 +583,11 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
         if (c->at <= now)
             clear(s); /* a time already past deletes the key */
         else
-            s->expire = c->at;
+            set_expire(s, c->at, c->at);
         return put_s(out, ":1\r\n");
     case OP_PERSIST:
         if (!live || !s->expire) return put_s(out, ":0\r\n");
-        s->expire = 0;
+        set_expire(s, 0, 0);
         return put_s(out, ":1\r\n");
     case OP_RPUSH:
         if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
@@ -446,7 +616,8 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
     case OP_TYPE:
         if (!live) return put_s(out, "+none\r\n");
         return s->type == MODEL_STRING ? put_s(out, "+string\r\n")
-                                       : put_s(out, "+list\r\n");
+               : s->type == MODEL_LIST ? put_s(out, "+list\r\n")
+                                       : put_s(out, "+hash\r\n");
     case OP_LREM:
     case OP_LSET:
     case OP_LTRIM:
@@ -459,6 +630,28 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, char *out) {
         memset(&none, 0, offsetof(model_val, v));
         return rename_key(s, strcmp(c->key, c->key2) ? &none : s, c, now, out);
     }
+    case OP_HSET:
+    case OP_HSETNX:
+    case OP_HDEL:
+    case OP_HGET:
+    case OP_HGETALL:
+    case OP_HLEN:
+    case OP_HINCRBY:
+    case OP_HINCRBYFLOAT:
+        return hash_cmd(s, c, live, v, vlen, out);
+    case OP_SETEX:
+    case OP_PSETEX: {
+        int64_t ms = c->op == OP_SETEX ? c->i1 * 1000 : c->i1;
+        if (c->i1 <= 0)
+            return put_s(out, c->op == OP_SETEX
+                                  ? "-ERR invalid expire time in 'setex' "
+                                    "command\r\n"
+                                  : "-ERR invalid expire time in 'psetex' "
+                                    "command\r\n");
+        set_string(s, v, vlen);
+        set_expire(s, now + ms, hi + ms);
+        return put_s(out, "+OK\r\n");
+    }
     }
     return 0;
 }
@@ -467,17 +660,34 @@ size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
                    char *out) {
     static model_val copy;
     copy_val(&copy, s);
-    return run(&copy, c, now, out);
+    return run(&copy, c, now, now, out);
+}
+
+/* a and b hold the same, their expiry times aside. */
+static bool same_value(const model_val *a, const model_val *b) {
+    return a->type == b->type && a->len == b->len && a->items == b->items &&
+           memcmp(a->v, b->v, a->len) == 0;
 }
 
 static bool same(const model_val *a, const model_val *b) {
-    return a->type == b->type && a->expire == b->expire && a->len == b->len &&
-           a->items == b->items && memcmp(a->v, b->v, a->len) == 0;
+    return same_value(a, b) && a->expire == b->expire &&
+           a->expire_hi == b->expire_hi;
+}
+
+static bool has_same(const model_key *k, const model_val *s) {
+    for (int i = 0; i < k->n; i++)
+        if (same(&k->c[i], s)) return true;
+    return false;
 }
 
 bool model_key_has(const model_key *k, const model_val *s) {
-    for (int i = 0; i < k->n; i++)
-        if (same(&k->c[i], s)) return true;
+    for (int i = 0; i < k->n; i++) {
+        const model_val *c = &k->c[i];
+        if (same_value(c, s) &&
+            (c->expire ? s->expire >= c->expire && s->expire <= c->expire_hi
+                       : !s->expire))
+            return true;
+    }
     return false;
 }
 
@@ -495,7 +705,18 @@ void model_key_copy(model_key *to, const model_key *from) {
 }
 
 static void add(model_key *k, const model_val *s) {
-    if (model_key_has(k, s)) return;
+    /* A state that differs from one kept only in an expiry range that
+     * meets the other's widens it: the union of the two. */
+    for (int i = 0; i < k->n; i++) {
+        model_val *c = &k->c[i];
+        if (!same_value(c, s) || !c->expire != !s->expire) continue;
+        if (s->expire > c->expire_hi + 1 || c->expire > s->expire_hi + 1)
+            continue;
+        if (s->expire < c->expire) c->expire = s->expire;
+        if (s->expire_hi > c->expire_hi) c->expire_hi = s->expire_hi;
+        return;
+    }
+    if (has_same(k, s)) return;
     /* More states than the model holds: the oldest one goes. Never seen
      * in practice (a reply narrows them to one or two). */
     if (k->n == MODEL_CANDIDATES) {
@@ -505,27 +726,106 @@ static void add(model_key *k, const model_val *s) {
     copy_val(&k->c[k->n++], s);
 }
 
+static const char *line_end(const char *p, const char *end);
+static bool line_count(const char *p, const char *lf, long long *n);
+
+/* t joins the instants at[] to try, once, when it is in (lo, hi]. */
+static void at_add(int64_t *at, int *n, int64_t t, int64_t lo, int64_t hi) {
+    if (t <= lo || t > hi) return;
+    for (int i = 0; i < *n; i++)
+        if (at[i] == t) return;
+    at[(*n)++] = t;
+}
+
+/* The states s may be in at instant t, into v: s, and when t falls
+ * inside its expiry range, s there for sure (expiring at t or later)
+ * beside s gone (it reads as expired at t). */
+static int views(const model_val *s, int64_t t, model_val v[2]) {
+    copy_val(&v[0], s);
+    if (!s->expire || s->expire >= t || s->expire_hi < t) return 1;
+    copy_val(&v[1], s);
+    v[1].expire = t;
+    return 2;
+}
+
+/* HGETALL's reply with its pairs sorted by field, the model's order, into
+ * out (as long); a reply not of pairs is copied as it is. */
+static void sort_pairs(const char *r, size_t len, char *out) {
+    memcpy(out, r, len);
+    long long n;
+    const char *lf = line_end(r, r + len);
+    if (len < 2 || r[0] != '*' || !lf || !line_count(r + 1, lf, &n) || n % 2 ||
+        n > 128 || n == 0)
+        return;
+    struct pair {
+        const char *p;
+        size_t len;    /* the pair's bytes */
+        const char *f; /* the field */
+        long long flen;
+    } pairs[64];
+    const char *p = lf + 2, *end = r + len;
+    size_t o = (size_t)(p - r); /* the header's bytes */
+    for (long long i = 0; i < n / 2; i++) {
+        pairs[i].p = p;
+        for (int j = 0; j < 2; j++) {
+            lf = line_end(p, end);
+            long long bl;
+            if (!lf || *p != '$' || !line_count(p + 1, lf, &bl) || bl < 0 ||
+                end - (lf + 2) < bl + 2)
+                return;
+            if (j == 0) {
+                pairs[i].f = lf + 2;
+                pairs[i].flen = bl;
+            }
+            p = lf + 2 + bl + 2;
+        }
+        pairs[i].len = (size_t)(p - pairs[i].p);
+    }
+    /* Insertion sort: a handful of fields. */
+    for (long long i = 1; i < n / 2; i++)
+        for (long long j = i; j > 0; j--) {
+            struct pair *a = &pairs[j - 1], *b = &pairs[j];
+            size_t m = (size_t)(a->flen < b->flen ? a->flen : b->flen);
+            int d = memcmp(a->f, b->f, m);
+            if (d < 0 || (d == 0 && a->flen <= b->flen)) break;
+            struct pair t = *a;
+            *a = *b;
+            *b = t;
+        }
+    for (long long i = 0; i < n / 2; i++) {
+        memcpy(out + o, pairs[i].p, pairs[i].len);
+        o += pairs[i].len;
+    }
+}
+
 bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
                  const char *reply, size_t len) {
     static model_key next;
     next.n = 0;
     static char out[MODEL_REQ_MAX];
+    static char sorted[MODEL_REQ_MAX];
+    if (c->op == OP_HGETALL && len <= sizeof sorted) {
+        sort_pairs(reply, len, sorted);
+        reply = sorted;
+    }
     for (int i = 0; i < k->n; i++) {
         /* The outcome changes only where an instant in the window passes
-         * the key's expiry (the ms after it) or reaches the command's
-         * time: try lo and those. */
-        int64_t at[3] = {lo, 0, 0};
+         * the key's expiry (the ms after either end of its range) or
+         * reaches the command's time: try lo and those. */
+        const model_val *ki = &k->c[i];
+        int64_t at[4] = {lo, 0, 0, 0};
         int nat = 1;
-        int64_t e = k->c[i].expire ? k->c[i].expire + 1 : 0;
-        if (e > lo && e <= hi) at[nat++] = e;
-        if ((c->op == OP_PEXPIREAT || c->op == OP_GETEX_PXAT) && c->at > lo &&
-            c->at <= hi && c->at != e)
-            at[nat++] = c->at;
+        at_add(at, &nat, ki->expire ? ki->expire + 1 : 0, lo, hi);
+        at_add(at, &nat, ki->expire ? ki->expire_hi + 1 : 0, lo, hi);
+        if (c->op == OP_PEXPIREAT || c->op == OP_GETEX_PXAT)
+            at_add(at, &nat, c->at, lo, hi);
         for (int j = 0; j < nat; j++) {
-            static model_val s;
-            copy_val(&s, &k->c[i]);
-            size_t n = run(&s, c, at[j], out);
-            if (n == len && memcmp(out, reply, len) == 0) add(&next, &s);
+            static model_val v[2];
+            int nv = views(ki, at[j], v);
+            for (int m = 0; m < nv; m++) {
+                size_t n = run(&v[m], c, at[j], hi, out);
+                if (n == len && memcmp(out, reply, len) == 0) add(&next, &v[m]);
+            }
         }
     }
     if (next.n == 0) return false;
@@ -546,20 +846,26 @@ bool model_apply2(model_key *from, model_key *to, const model_cmd *c,
     for (int i = 0; i < from->n; i++)
         for (int j = 0; j < to->n; j++) {
             /* The outcome changes only where an instant passes either
-             * key's expiry. */
-            int64_t at[3] = {lo, 0, 0};
+             * end of either key's expiry range. */
+            const model_val *f = &from->c[i], *t = &to->c[j];
+            int64_t at[5] = {lo, 0, 0, 0, 0};
             int nat = 1;
-            int64_t e1 = from->c[i].expire ? from->c[i].expire + 1 : 0;
-            int64_t e2 = to->c[j].expire ? to->c[j].expire + 1 : 0;
-            if (e1 > lo && e1 <= hi) at[nat++] = e1;
-            if (e2 > lo && e2 <= hi && e2 != e1) at[nat++] = e2;
+            at_add(at, &nat, f->expire ? f->expire + 1 : 0, lo, hi);
+            at_add(at, &nat, f->expire ? f->expire_hi + 1 : 0, lo, hi);
+            at_add(at, &nat, t->expire ? t->expire + 1 : 0, lo, hi);
+            at_add(at, &nat, t->expire ? t->expire_hi + 1 : 0, lo, hi);
             for (int k = 0; k < nat; k++) {
-                copy_val(&s, &from->c[i]);
-                copy_val(&d, &to->c[j]);
-                size_t n = rename_key(&s, &d, c, at[k], out);
-                if (n != len || memcmp(out, reply, len) != 0) continue;
-                add(&nf, &s);
-                add(&nt, &d);
+                static model_val fv[2], tv[2];
+                int nf_ = views(f, at[k], fv), nt_ = views(t, at[k], tv);
+                for (int a = 0; a < nf_; a++)
+                    for (int b = 0; b < nt_; b++) {
+                        copy_val(&s, &fv[a]);
+                        copy_val(&d, &tv[b]);
+                        size_t n = rename_key(&s, &d, c, at[k], out);
+                        if (n != len || memcmp(out, reply, len) != 0) continue;
+                        add(&nf, &s);
+                        add(&nt, &d);
+                    }
             }
         }
     if (nf.n == 0) return false;
@@ -579,16 +885,28 @@ bool model_list_item(const model_val *s, uint32_t i, model_cmd *c) {
 }
 
 /* In place: the states kept move down over the ones merged away, and a
- * state is only compared with those before it, already settled. */
+ * state is only compared with those before it, already settled. A state
+ * whose expiry range holds lo is two: gone, and there until lo or later
+ * (the no key goes after the others). */
 void model_settle(model_key *k, int64_t lo) {
     int n = k->n;
+    bool gone = false;
     k->n = 0;
     for (int i = 0; i < n; i++) {
         model_val *s = &k->c[i];
+        if (s->type != MODEL_NONE && s->expire && s->expire < lo &&
+            s->expire_hi >= lo) {
+            s->expire = lo;
+            gone = true;
+        }
         if (!alive(s, lo)) clear(s);
-        if (model_key_has(k, s)) continue;
+        if (has_same(k, s)) continue;
         if (k->n != i) copy_val(&k->c[k->n], s);
         k->n++;
+    }
+    if (gone) {
+        static model_val none;
+        add(k, &none);
     }
 }
 
@@ -599,11 +917,27 @@ bool model_from_store(const store *st, const char *key, int64_t now,
     if (!e) return true;
     kobj *o = store_obj(e);
     if (store_expired(o->expire, now)) return true;
-    out->expire = o->expire;
+    set_expire(out, o->expire, o->expire);
     if (o->type == KV_STRING) {
         if (o->len > MODEL_VAL_MAX) return false;
         set_string(out, o->val, o->len);
-        out->expire = o->expire;
+        set_expire(out, o->expire, o->expire);
+        return true;
+    }
+    if (o->type == KV_HASH) {
+        dict *d = &((kv_hash *)o->val)->d;
+        out->type = MODEL_HASH;
+        for (size_t b = 0; b < d->nbuckets; b++)
+            for (dict_entry *f = d->buckets[b]; f; f = f->next) {
+                kv_elem *x = hash_value(f);
+                size_t at;
+                if (f->klen > 255 || x->len > 255 ||
+                    out->len + 2 + f->klen + x->len > MODEL_VAL_MAX)
+                    return false;
+                bool there = field_at(out, dict_key(d, f), f->klen, &at);
+                field_put(out, at, there, dict_key(d, f), f->klen, x->p,
+                          x->len);
+            }
         return true;
     }
     if (o->type != KV_LIST) return false;
@@ -626,15 +960,21 @@ void model_describe(const model_val *s, char *out, size_t cap) {
         return;
     }
     int n = snprintf(out, cap, "%s \"",
-                     s->type == MODEL_STRING ? "string" : "list");
+                     s->type == MODEL_STRING ? "string"
+                     : s->type == MODEL_LIST ? "list"
+                                             : "hash");
     for (size_t i = 0; i < s->len && (size_t)n + 8 < cap; i++) {
         unsigned char ch = (unsigned char)s->v[i];
-        if (s->type == MODEL_LIST && ch < 32)
+        if (s->type != MODEL_STRING && ch < 32)
             n += snprintf(out + n, cap - (size_t)n, "|");
         else
             out[n++] = (char)ch;
     }
-    snprintf(out + n, cap - (size_t)n, "\" expire %" PRId64, s->expire);
+    if (s->expire_hi != s->expire)
+        snprintf(out + n, cap - (size_t)n, "\" expire %" PRId64 "..%" PRId64,
+                 s->expire, s->expire_hi);
+    else
+        snprintf(out + n, cap - (size_t)n, "\" expire %" PRId64, s->expire);
 }
 
 /* The end of a CRLF-terminated line from p, or NULL. */

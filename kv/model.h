@@ -1,5 +1,5 @@
-/* model.h: a reference model of lull-kv's commands on strings and lists,
- * with expiry, written apart from lull-kv's own code (cmd.c): the reply
+/* model.h: a reference model of lull-kv's commands on strings, lists and
+ * hashes, with expiry, written apart from lull-kv's own code (cmd.c): the reply
  * each command must get and what each key holds afterwards. The
  * simulator (sim.c) checks every reply its clients get against it, and
  * tests/test_kv.c checks it against kv_exec directly.
@@ -13,6 +13,9 @@
  * and only the outcomes whose reply is the reply received are kept. A
  * reply no candidate gives is a failure. Keys are independent (each
  * command but RENAME names one), so the uncertainty stays per key.
+ * SETEX and PSETEX set an expiry relative to that unknown instant: a
+ * state's expiry may be a range of ms, [expire, expire_hi], and a key in
+ * it is there or gone at an instant inside it.
  *
  * Pure data: no lull, no sockets. */
 #ifndef LULL_KV_MODEL_H
@@ -24,22 +27,25 @@
 
 #include "store.h"
 
-enum { MODEL_NONE, MODEL_STRING, MODEL_LIST };
+enum { MODEL_NONE, MODEL_STRING, MODEL_LIST, MODEL_HASH };
 
-/* The longest value the model holds: a string's bytes, or a list's items
- * each as a length byte and its bytes. The workload keeps below it, and
- * reaches past the write log's chunks in the simulator's small mode and
- * past 64 KiB (REPLY_HANDOVER) with its big values. */
+/* The longest value the model holds: a string's bytes, a list's items
+ * each as a length byte and its bytes, or a hash's fields in byte order,
+ * each as field and value, each a length byte and its bytes. The workload keeps
+ * below it, and reaches past the write log's chunks in the simulator's small
+ * mode and past 64 KiB (REPLY_HANDOVER) with its big values. */
 #define MODEL_VAL_MAX (70 << 10)
 /* The longest request model_request writes. */
 #define MODEL_REQ_MAX (MODEL_VAL_MAX + 200)
 
 /* One state of a key. */
 typedef struct model_val {
-    int type;       /* MODEL_* */
-    int64_t expire; /* ms on the server's clock; 0: none */
-    uint32_t len;   /* bytes of v */
-    uint16_t items; /* a list's items */
+    int type;          /* MODEL_* */
+    int64_t expire;    /* ms on the server's clock; 0: none */
+    int64_t expire_hi; /* the latest it may be (SETEX's window); equal to
+                          expire when it is known */
+    uint32_t len;      /* bytes of v */
+    uint16_t items;    /* a list's items, a hash's fields */
     char v[MODEL_VAL_MAX];
 } model_val;
 
@@ -80,6 +86,16 @@ enum {
     OP_LTRIM,         /* LTRIM k start stop (i1, i2) */
     OP_RENAME,        /* RENAME k key2 (model_apply2) */
     OP_RENAMENX,      /* RENAMENX k key2 (model_apply2) */
+    OP_HSET,          /* HSET k field v */
+    OP_HSETNX,        /* HSETNX k field v */
+    OP_HDEL,          /* HDEL k field */
+    OP_HGET,          /* HGET k field */
+    OP_HGETALL,       /* HGETALL k (its pairs in any order) */
+    OP_HLEN,          /* HLEN k */
+    OP_HINCRBY,       /* HINCRBY k field n (n in val) */
+    OP_HINCRBYFLOAT,  /* HINCRBYFLOAT k field n (n in val) */
+    OP_SETEX,         /* SETEX k i1 v (seconds) */
+    OP_PSETEX,        /* PSETEX k i1 v (ms) */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
@@ -92,10 +108,12 @@ typedef struct model_cmd {
     int op;
     char key[32];
     char key2[32];  /* RENAME's and RENAMENX's new name (may be key) */
-    char val[24];   /* SET, APPEND, RPUSH, LREM, LSET; INCRBY's, DECRBY's
-                       and INCRBYFLOAT's n */
+    char field[8];  /* the hash commands' field */
+    char val[24];   /* SET, APPEND, RPUSH, LREM, LSET, HSET, HSETNX,
+                       SETEX, PSETEX; INCRBY's, DECRBY's, INCRBYFLOAT's
+                       and the HINCRBYs' n */
     int64_t i1, i2; /* LREM's count, LSET's index, LTRIM's start and
-                       stop */
+                       stop; SETEX's seconds, PSETEX's ms */
     uint32_t pad;   /* SET: the value goes on with this many bytes of a
                        pattern (model_value), to reach large values */
     /* The pattern shifted by `shift` from its byte `cut` on: values of
@@ -152,7 +170,8 @@ bool model_from_store(const store *st, const char *key, int64_t now,
 /* to = from, copying only the bytes in use. */
 void model_key_copy(model_key *to, const model_key *from);
 
-/* s is one of k's candidates (after model_settle). */
+/* s (a store's key, its expiry known) is one of k's candidates (after
+ * model_settle): within a candidate's expiry range. */
 bool model_key_has(const model_key *k, const model_val *s);
 
 /* Into c->val, item i (modulo their number) of s's list, so LREM finds

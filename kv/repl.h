@@ -111,6 +111,9 @@ enum {
     /* The primary logs LTRIM k start stop with its stop one nearer zero:
      * a replica keeps one element less (or more) than the primary. */
     KV_PLANT_LTRIM_OFF = 0x2000,
+    /* The primary logs HINCRBY k f n as HSET k f n: a replica holds the
+     * increment, not the sum. */
+    KV_PLANT_HINCRBY_SET = 0x4000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

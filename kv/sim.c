@@ -6,10 +6,13 @@
  * clients, every connection with faults drawn from the seed (delay,
  * jitter, bandwidth, windows, slow readers, partitions that resume or
  * break, resets at a random byte, refused connects). The clients run a
- * random workload of strings, lists (LREM, LSET, LTRIM too), RENAME and
- * RENAMENX of two keys, integers at the 2^31/2^32/2^63
+ * random workload of strings, lists (LREM, LSET, LTRIM too), hashes
+ * (HSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT, read by HGET, HGETALL,
+ * HLEN), RENAME and RENAMENX of two keys, integers at the 2^31/2^32/2^63
  * edges, values from 0 bytes to past the log's chunk size, absolute and
- * relative expiry times (past, soon, hours ahead), multi-key MSET, MGET
+ * relative expiry times (past, soon, hours ahead; SETEX and PSETEX, whose
+ * expiry the model knows only within the command's window), multi-key
+ * MSET, MGET
  * and DEL, and transactions, with pipelining; a client whose connection
  * fails reconnects, and first deletes the keys whose last commands it
  * cannot know the fate of. Half the seeds run with small log chunks and
@@ -77,7 +80,7 @@
  *                      lost-wakeup, expire-relative, multi-split,
  *                      chunk-edge, int32, silent-resync, expire-early,
  *                      batch-death, expire-now, same-length,
- *                      snapshot-ttl, ltrim-off: lull-kv's;
+ *                      snapshot-ttl, ltrim-off, hincrby-set: lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
  *                      --expect-find N, succeed when a seed of the first N
@@ -1142,9 +1145,9 @@ static void send_forget(client *cl) {
 }
 
 static int pick_op(uint64_t *r) {
-    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4, 6,
-                                          3,  8, 6, 3, 2,  4, 3, 2, 2, 2,
-                                          3,  2, 2, 3, 3,  4, 2, 2};
+    static const int weights[OP_COUNT] = {
+        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2,
+        2,  3, 2, 2, 3,  3, 4, 2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1213,6 +1216,10 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     *key = k;
     memset(c, 0, sizeof *c);
     c->op = pick_op(r);
+    /* Half the hash commands go to the last two keys, so that their
+     * hashes gather fields between the other commands' overwrites. */
+    if (c->op >= OP_HSET && c->op <= OP_HINCRBYFLOAT && below(r, 2))
+        *key = k = KEYS - 1 - (int)below(r, 2);
     snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
     /* Indexes past both ends of the short lists RPUSH makes; RENAME's
      * second key (the same one a sixth of the time). */
@@ -1220,11 +1227,13 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     c->i2 = (int64_t)below(r, 9) - 4;
     *key2 = (int)below(r, KEYS);
     snprintf(c->key2, sizeof c->key2, "c%d:k%d", cl->id, *key2);
+    /* A hash's field: four names, so that fields meet. */
+    snprintf(c->field, sizeof c->field, "f%d", (int)below(r, 4));
     uint64_t kind = below(r, 12);
-    if (c->op == OP_INCRBY || c->op == OP_DECRBY)
+    if (c->op == OP_INCRBY || c->op == OP_DECRBY || c->op == OP_HINCRBY)
         snprintf(c->val, sizeof c->val, "%lld",
                  kind < 6 ? (long long)below(r, 11) - 5 : near_edge(r));
-    else if (c->op == OP_INCRBYFLOAT && kind < 8)
+    else if ((c->op == OP_INCRBYFLOAT || c->op == OP_HINCRBYFLOAT) && kind < 8)
         snprintf(c->val, sizeof c->val, "%d.%0*d", (int)below(r, 21) - 10,
                  1 + (int)below(r, 3), (int)below(r, 100));
     else if (kind < 3)
@@ -1260,9 +1269,16 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         for (int i = 0; i < mk->n; i++)
             if (mk->c[i].len > room) c->op = OP_DEL;
     }
+    /* SETEX's seconds, PSETEX's ms: mostly soon (up to 3 s), sometimes
+     * hours ahead, now and then not a time (an error). */
+    if (c->op == OP_SETEX)
+        c->i1 = when == 0 ? 0 : when == 2 ? 3600 : 1 + (int64_t)below(r, 3);
+    else if (c->op == OP_PSETEX)
+        c->i1 = when == 0 ? -(int64_t)below(r, 2) : c->at - ms_now(S);
     if (S->no_faults && (c->op == OP_SET_PXAT || c->op == OP_PEXPIREAT ||
                          c->op == OP_GETEX_PXAT))
         c->at += 100; /* keys live long enough to be read */
+    if (S->no_faults && c->op == OP_PSETEX && c->i1 > 0) c->i1 += 100;
 }
 
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2);
@@ -2977,6 +2993,7 @@ static const struct {
               {"same-length", KV_PLANT_SAME_LENGTH},
               {"snapshot-ttl", KV_PLANT_SNAPSHOT_TTL},
               {"ltrim-off", KV_PLANT_LTRIM_OFF},
+              {"hincrby-set", KV_PLANT_HINCRBY_SET},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},

@@ -2942,11 +2942,11 @@ TEST(client_help_answers_as_redis) {
 
 TEST(model_agrees_with_the_commands) {
     /* The simulator's reference model (model.c) against
-     * kv_exec: random commands on a few keys, strings and lists, expiry
-     * times in the past and future, time moving between them (so keys
-     * expire by the timer and by lookup). Each reply must be one the
-     * model allows at that instant, and the model must be left with one
-     * state per key, the store's. */
+     * kv_exec: random commands on a few keys, strings, lists and hashes,
+     * expiry times in the past and future (SETEX and PSETEX too), time
+     * moving between them (so keys expire by the timer and by lookup). Each
+     * reply must be one the model allows at that instant, and the model must be
+     * left with one state per key, the store's. */
     lull_loop *loop = virtual_loop();
     vkv v;
     vkv_open(&v, loop, false);
@@ -2976,6 +2976,11 @@ TEST(model_agrees_with_the_commands) {
         /* Indexes past both ends; LREM mostly of an item there. */
         c.i1 = (int64_t)(r % 9) - 4;
         c.i2 = (int64_t)(r / 9 % 9) - 4;
+        /* SETEX's seconds, PSETEX's ms: mostly ahead, now and then not a
+         * time. A hash's field: one of three. */
+        if (c.op == OP_SETEX) c.i1 = r % 4;
+        if (c.op == OP_PSETEX) c.i1 = (int64_t)(r % 300) - 20;
+        snprintf(c.field, sizeof c.field, "f%u", r / 7 % 3);
         if (c.op == OP_LREM && r % 4) model_list_item(&keys[key].c[0], r, &c);
         int key2 = (int)(r / 81 % KEYS);
         snprintf(c.key2, sizeof c.key2, "k%d", key2);
@@ -3066,6 +3071,29 @@ TEST(model_keeps_what_an_uncertain_instant_allows) {
     CHECK(model_apply2(&a, &b, &ren, 120, 200, ":1\r\n", 4));
     CHECK(a.n == 1 && a.c[0].type == MODEL_NONE);
     CHECK(b.n == 1 && b.c[0].type == MODEL_STRING && b.c[0].expire == 150);
+    /* PSETEX in a window: its expiry is somewhere in [lo + ms, hi + ms];
+     * a read inside that range may find the key or not, and narrows it;
+     * the store's exact time is within what is left. */
+    static model_key p1;
+    static model_val st;
+    model_key_init(&p1);
+    model_cmd psx = {.op = OP_PSETEX, .key = "a", .val = "1", .i1 = 50};
+    CHECK(model_apply(&p1, &psx, 100, 120, "+OK\r\n", 5));
+    CHECK(p1.n == 1 && p1.c[0].expire == 150 && p1.c[0].expire_hi == 170);
+    model_key_copy(&k3, &p1);
+    CHECK(model_apply(&k3, &get, 160, 160, "$-1\r\n", 5));
+    CHECK(k3.c[0].type == MODEL_NONE);
+    CHECK(model_apply(&p1, &get, 160, 160, "$1\r\n1\r\n", 7));
+    CHECK(p1.n == 1 && p1.c[0].expire == 160 && p1.c[0].expire_hi == 170);
+    CHECK(!model_apply(&p1, &get, 171, 171, "$1\r\n1\r\n", 7));
+    st = (model_val){.type = MODEL_STRING,
+                     .expire = 165,
+                     .expire_hi = 165,
+                     .len = 1,
+                     .v = "1"};
+    CHECK(model_key_has(&p1, &st));
+    st.expire = st.expire_hi = 155;
+    CHECK(!model_key_has(&p1, &st));
     /* The reply lengths RESP says. */
     CHECK_EQ(model_reply_len("*2\r\n$1\r\na\r\n:3\r\n", 15), 15);
     CHECK_EQ(model_reply_len("*2\r\n$1\r\na\r\n:3\r", 14), 0);
