@@ -915,11 +915,12 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
  * ever (MSG_NOSIGNAL on sockets; on a pipe, SIGPIPE blocked in the loop's
  * thread around the write and taken back): a dead peer is a close reason.
  *
- * on_close runs once per stream, whoever closed it, as its last callback,
- * after every frame was released: the one place to free the stream. It
- * gets 0 for the peer's orderly EOF, else -ECONNRESET, -EPIPE, -ETIMEDOUT
- * (idle_timeout_ns), -EMSGSIZE, -EPROTO or another errno, at once; or the
- * reason given to lull_endpoint_close, in a later turn. That closes now:
+ * on_close runs once per stream, whoever closed it (none after
+ * lull_stream_detach), as its last callback, after every frame was
+ * released: the one place to free the stream. It gets 0 for the peer's
+ * orderly EOF, else -ECONNRESET, -EPIPE, -ETIMEDOUT (idle_timeout_ns),
+ * -EMSGSIZE, -EPROTO or another errno, at once; or the reason given to
+ * lull_endpoint_close, in a later turn. That closes now:
  * one last write attempt, then what is still queued is released
  * unwritten and the socket is closed (the peer reads EOF); the struct stays
  * the library's until on_close ran, or, without one, is the caller's when
@@ -1111,6 +1112,17 @@ LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 LULL_EXTERN int lull_stream_shutdown(lull_stream *s);
 /* The fd it reads (a pair's rfd), or -1 for NULL, never set up or closed. */
 LULL_EXTERN int lull_stream_fd(const lull_stream *s);
+/* Takes the socket (or other fd) out of an open stream and returns it, the
+ * caller's to close (Tokio's into_std): to lull_tls_open over a dialed
+ * stream, say. Unwatched, no timer, O_NONBLOCK as the stream got it (set
+ * on a socket lull made); a shutdown or the peer's EOF carries over.
+ * Frames it wrote are released inside the call; then no callback of the
+ * stream's runs again, and the struct is the caller's, at once, also
+ * inside those callbacks (on_frame's bytes stay valid until it returns).
+ * -EBUSY while a write is queued or read bytes wait undelivered (nothing is
+ * lost: the stream goes on), -ENOTCONN while connecting, once closed or
+ * with a failure on its way to on_close, -ENOTSUP for a pair, -EINVAL. */
+LULL_EXTERN int lull_stream_detach(lull_stream *s);
 /* Sends frame as lull_endpoint_send does, with nfds descriptors (1 to 253,
  * SCM_MAX_FD) attached over a Unix stream socket (SCM_RIGHTS). They are
  * dup'ed: close yours when this returns; lull closes its copies once the

@@ -67,7 +67,9 @@
  * the stream held was released (so the owner may free them with it): at
  * once for a failure, the peer's EOF or a failed connect (a callback
  * context, close_now), in a later turn for lull_endpoint_close (S_CLOSE_CB).
- * A stream without one is not touched after its close.
+ * A stream without one is not touched after its close. A detach
+ * (lull_stream_detach) is the one end without a close callback: the fd
+ * leaves open, the caller's, and nothing of the stream stays in the loop.
  *
  * The five rows (README, "The contracts"), for a stream:
  *   Trigger                 a send (flush point), socket readiness, a
@@ -1775,6 +1777,31 @@ int lull_stream_fd(const lull_stream *s) {
      * zeroed one, which is stdin, not the stream's. */
     if (!s || !s->loop || (s->ep.flags & LULL__EP_CLOSED)) return -1;
     return s->io.fd;
+}
+
+/* The fd leaves the stream as a close would leave it, but open: teardown
+ * with the fd let go of first (unwatched; the O_NONBLOCK lull set is given
+ * back by nb_give), so nothing of the stream is left in the loop. Only where
+ * nothing would be lost: the bytes of a queued write or a read not yet
+ * delivered exist nowhere else, and a failure or close on its way is the close
+ * callback's to tell. Inside a callback of the stream's, the guards it
+ * marks keep the code around the callback off the struct (as after a
+ * close), which is the caller's once this returns. */
+int lull_stream_detach(lull_stream *s) {
+    if (!s || !s->loop) return -EINVAL;
+    if (s->ep.flags & LULL__EP_CLOSED) return -ENOTCONN;
+    LULL_ASSERT_LOOP_THREAD(s->loop);
+    if ((s->state & (S_CONNECTED | S_FAIL)) != S_CONNECTED) return -ENOTCONN;
+    if (s->state & S_PAIR) return -ENOTSUP;
+    /* A forked copy: the parent's queue is the parent's, not a write of
+     * this copy's that would be lost. */
+    if (lull__stream_inherited(s)) adopt(s);
+    if (s->head || s->rend != s->rstart) return -EBUSY;
+    lull_io_stop(&s->io); /* while io.fd still names the registration */
+    int fd = s->io.fd;
+    s->io.fd = -1; /* teardown gives back O_NONBLOCK and leaves it open */
+    release_list(teardown(s)); /* frames written, not yet released */
+    return fd;
 }
 
 int lull_stream_send_fds(lull_stream *s, lull_frame *frame, const int *fds,

@@ -17,6 +17,7 @@
 #include "check.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
@@ -3985,4 +3986,533 @@ TEST(loop_free_refused_while_an_idle_stream_or_server_is_open) {
         }
         free_loop(loop);
     }
+}
+
+/* ------------------------------------------------------------ detach */
+
+/* Open fds of this process (/proc/self/fd, its own listing's fd aside). */
+static int open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n - 3; /* ".", ".." and the listing's own fd */
+}
+
+/* Whether the loop's epoll set holds fd (/proc's fdinfo of the set). */
+static bool in_epoll_set(lull_loop *loop, int fd) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", loop->backend_fd);
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    bool found = false;
+    int tfd;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "tfd: %d", &tfd) == 1 && tfd == fd) found = true;
+    fclose(f);
+    return found;
+}
+
+/* A kernel listener on 127.0.0.1 (connections wait in its backlog until
+ * the case accepts them); its port in *port. */
+static int plain_listener(int *port) {
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(l, 8), 0);
+    socklen_t len = sizeof a;
+    CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return l;
+}
+
+/* A byte each way through an fd the stream gave back: it still works. */
+static void fd_still_works(int fd, int peer) {
+    char b = 0;
+    CHECK_EQ(write(fd, "x", 1), 1);
+    CHECK_EQ(read(peer, &b, 1), 1);
+    CHECK_EQ(b, 'x');
+    CHECK_EQ(write(peer, "y", 1), 1);
+    CHECK_EQ(read(fd, &b, 1), 1);
+    CHECK_EQ(b, 'y');
+}
+
+/* What is not an open stream refuses, and the refusal changes nothing:
+ * NULL and a struct never set up (-EINVAL); a connect in progress, a
+ * stream closed with its close callback owed and after it ran, one failing
+ * (a send past max_queued: its close is on the way) (-ENOTCONN); a pair of
+ * fds, which one fd cannot hand back (-ENOTSUP). */
+TEST(detach_refuses_what_is_not_one_open_stream) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    CHECK_EQ(lull_stream_detach(NULL), -EINVAL);
+    lull_stream zero;
+    memset(&zero, 0, sizeof zero);
+    CHECK_EQ(lull_stream_detach(&zero), -EINVAL);
+
+    /* Connecting: refused until the connect callback ran, then open. */
+    int port, l = plain_listener(&port);
+    lull_stream s;
+    g_connected = false;
+    CHECK_EQ(
+        lull_stream_connect_tcp(loop, &s, "127.0.0.1", port, NULL, on_connect),
+        0);
+    CHECK_EQ(lull_stream_detach(&s), -ENOTCONN);
+    run_until(loop, &g_connected, 100);
+    CHECK_EQ(g_connect_status, 0);
+    int fd = lull_stream_fd(&s);
+    CHECK_EQ(lull_stream_detach(&s), fd);
+    int peer = accept(l, NULL, NULL);
+    CHECK(peer >= 0);
+    fd_still_works(fd, peer);
+    CHECK_EQ(close(fd), 0);
+    CHECK_EQ(close(peer), 0);
+    CHECK_EQ(close(l), 0);
+
+    /* Closed: with its close callback owed, and after it ran. */
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    CHECK_EQ(lull_endpoint_close(&a.s.ep, 7), 0);
+    CHECK_EQ(lull_stream_detach(&a.s), -ENOTCONN);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, 7);
+    CHECK_EQ(lull_stream_detach(&a.s), -ENOTCONN);
+    CHECK_EQ(lull_endpoint_close(&b.s.ep, 0), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+
+    /* Failing: a send past max_queued closes it in a later turn, with
+     * -ENOBUFS, which a detach in between must not swallow. */
+    lull_stream_options bounded = {.max_queued = 4};
+    counters(loop, &a, &b, &bounded, NULL);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "0123456789", 10), -ENOBUFS);
+    CHECK_EQ(lull_stream_detach(&a.s), -ENOTCONN);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ENOBUFS);
+    CHECK_EQ(lull_endpoint_close(&b.s.ep, 0), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+
+    /* A pair: two fds, and one return value. Still open, still its own. */
+    int p1[2], p2[2];
+    CHECK_EQ(pipe2(p1, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(p2, O_CLOEXEC), 0);
+    CHECK_EQ(lull_stream_open_pair(loop, &s, p1[0], p2[1], NULL), 0);
+    CHECK_EQ(lull_stream_detach(&s), -ENOTSUP);
+    CHECK(!lull_endpoint_closed(&s.ep));
+    CHECK_EQ(lull_stream_fd(&s), p1[0]);
+    CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
+    close(p1[1]);
+    close(p2[0]);
+    free_loop(loop);
+}
+
+/* Bytes the stream holds would be lost with the fd: -EBUSY while a write
+ * is queued (until it is written) or read bytes wait in its buffer (whole
+ * frames held by a pause, or part of one), and the stream goes on as if
+ * nothing was asked. */
+static void pause_after_first(lull_endpoint *ep, const void *b, size_t n) {
+    count_frame(ep, b, n);
+    CHECK_EQ(lull_stream_read_stop(&counter_of(ep)->s), 0);
+}
+
+TEST(detach_refuses_while_bytes_are_queued_or_buffered) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int peer;
+    raw_peer(loop, &c, &peer, NULL);
+    /* Queued: refused; once written, detached. */
+    CHECK_EQ(lull_endpoint_send_copy(&c.s.ep, "abc", 3), 0);
+    CHECK_EQ(lull_stream_detach(&c.s), -EBUSY);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(c.s.ep.queued, 0);
+    char buf[16];
+    CHECK_EQ(read(peer, buf, sizeof buf), 4 + 3); /* framed: length, bytes */
+    int fd = lull_stream_fd(&c.s);
+    CHECK_EQ(lull_stream_detach(&c.s), fd);
+    CHECK_EQ(c.closes, 0);
+    close(fd);
+    close(peer);
+
+    /* Buffered: two frames in one read, reading paused after the first. */
+    raw_peer(loop, &c, &peer, NULL);
+    lull_endpoint_set_callbacks(&c.s.ep, pause_after_first, NULL, count_close);
+    const unsigned char two[] = {0, 0, 0, 1, 'a', 0, 0, 0, 1, 'b'};
+    CHECK_EQ(write(peer, two, sizeof two), (ssize_t)sizeof two);
+    for (int i = 0; i < 100 && c.frames == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(c.frames, 1);
+    CHECK_EQ(lull_stream_detach(&c.s), -EBUSY);
+    lull_endpoint_set_callbacks(&c.s.ep, count_frame, NULL, count_close);
+    CHECK_EQ(lull_stream_read_start(&c.s), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(c.frames, 2); /* the refusal lost nothing */
+    /* Part of a frame: its header and one byte of three. */
+    const unsigned char part[] = {0, 0, 0, 3, 'x'};
+    CHECK_EQ(write(peer, part, sizeof part), (ssize_t)sizeof part);
+    for (int i = 0; i < 100 && c.s.bytes_read < sizeof two + sizeof part; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_stream_detach(&c.s), -EBUSY);
+    CHECK_EQ(write(peer, "yz", 2), 2);
+    for (int i = 0; i < 100 && c.frames < 3; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(c.frames, 3);
+    fd = lull_stream_fd(&c.s);
+    CHECK_EQ(lull_stream_detach(&c.s), fd);
+    fd_still_works(fd, peer);
+    CHECK_EQ(c.closes, 0);
+    close(fd);
+    close(peer);
+    free_loop(loop);
+}
+
+/* Detached in every open state, the fd comes back the caller's as it was
+ * given: open, its O_NONBLOCK untouched (a blocking socketpair stays
+ * blocking), out of the loop's epoll set, the idle timer stopped, no task
+ * queued, and no callback of the stream's runs again (the idle timeout
+ * passes on the virtual clock; a drain owed is not paid); the loop frees
+ * at once, and once the caller closes the fd, no fd is left over. The
+ * states: reading; paused; paused with a write queued and written; shut
+ * down (the write side stays shut: the peer reads EOF); after the peer's
+ * EOF with on_end (it stays read); a frame written inside its send (past
+ * high_water), waiting for its release: released inside the call. */
+static void end_noted(lull_stream *s) {
+    counter_of(&s->ep)->frames += 100;
+}
+
+static int g_released;
+static void note_release(lull_frame *f) {
+    g_released++;
+    free(f);
+}
+
+TEST(detach_hands_back_a_working_fd_in_every_open_state) {
+    int fds_before = open_fds();
+    for (int st = 0; st < 6; st++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+        lull_stream_options o = {.idle_timeout_ns = 1000000,
+                                 .high_water = st == 5 ? 4 : 0};
+        counter c;
+        int peer;
+        raw_peer(loop, &c, &peer, &o);
+        CHECK(lull_timer_active(&c.s.timer)); /* the idle timeout */
+        if (st == 1 || st == 2) CHECK_EQ(lull_stream_read_stop(&c.s), 0);
+        if (st == 2) {
+            CHECK_EQ(lull_endpoint_send_copy(&c.s.ep, "q", 1), 0);
+            CHECK(lull_loop_settle(loop) >= 0);
+            char b[5];
+            CHECK_EQ(read(peer, b, sizeof b), 5);
+        }
+        if (st == 3) {
+            CHECK_EQ(lull_stream_shutdown(&c.s), 0);
+            CHECK(lull_loop_settle(loop) >= 0);
+        }
+        if (st == 4) {
+            lull_stream_set_on_end(&c.s, end_noted);
+            CHECK_EQ(shutdown(peer, SHUT_WR), 0);
+            for (int i = 0; i < 100 && c.frames == 0; i++)
+                CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+            CHECK_EQ(c.frames, 100);
+        }
+        g_released = 0;
+        if (st == 5) {
+            lull_frame *f = malloc(sizeof *f + 8);
+            CHECK(f);
+            memcpy(f + 1, "12345678", 8);
+            *f =
+                (lull_frame){.bytes = f + 1, .len = 8, .release = note_release};
+            CHECK_EQ(lull_endpoint_send(&c.s.ep, f), 0);
+            CHECK_EQ(c.s.ep.queued, 0); /* written at once */
+            CHECK_EQ(g_released, 0);
+        }
+        int fd = lull_stream_fd(&c.s);
+        int fl = fcntl(fd, F_GETFL);
+        CHECK(in_epoll_set(loop, fd) == (st != 1 && st != 2 && st != 4));
+        CHECK_EQ(lull_stream_detach(&c.s), fd);
+        CHECK_EQ(g_released, st == 5 ? 1 : 0);
+        CHECK(!in_epoll_set(loop, fd));
+        CHECK(!lull_timer_active(&c.s.timer));
+        CHECK(!lull_task_pending(&c.s.event));
+        CHECK(!lull_task_pending(&c.s.flush));
+        CHECK_EQ(lull_stream_fd(&c.s), -1);
+        CHECK(lull_endpoint_closed(&c.s.ep));
+        CHECK_EQ(lull_endpoint_send_copy(&c.s.ep, "z", 1), -EPIPE);
+        CHECK_EQ(fcntl(fd, F_GETFL), fl);
+        CHECK(!(fl & O_NONBLOCK));
+        CHECK(!lull_loop_alive(loop));
+        /* The peer writes (but after its shutdown), the timeout passes:
+         * nothing of the stream's runs. */
+        if (st != 4) CHECK_EQ(write(peer, "\0\0\0\1w", 5), 5);
+        lull_loop_advance(loop, 10000000);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(c.closes, 0);
+        CHECK_EQ(c.drains, 0);
+        CHECK_EQ(c.frames, st == 4 ? 100 : 0);
+        free_loop(loop); /* at once: nothing of the stream's is left */
+        unsigned char b[5] = {0};
+        CHECK_EQ(read(fd, b, 5), st == 4 ? 0 : 5); /* the peer's bytes */
+        if (st != 4) CHECK_EQ(b[4], 'w');
+        if (st == 3) { /* shut: the peer reads EOF, our write fails */
+            char e;
+            CHECK_EQ(read(peer, &e, 1), 0);
+            CHECK_EQ(send(fd, "x", 1, MSG_NOSIGNAL), -1);
+            CHECK_EQ(errno, EPIPE);
+        } else if (st == 4) { /* the peer's EOF stays read; writes go */
+            char e;
+            CHECK_EQ(write(fd, "x", 1), 1);
+            CHECK_EQ(read(peer, &e, 1), 1);
+        } else if (st == 5) {
+            unsigned char w[12];
+            CHECK_EQ(read(peer, w, sizeof w), 12); /* the frame went out */
+            fd_still_works(fd, peer);
+        } else {
+            fd_still_works(fd, peer);
+        }
+        CHECK_EQ(close(fd), 0);
+        CHECK_EQ(close(peer), 0);
+    }
+    CHECK_EQ(open_fds(), fds_before);
+}
+
+/* Detached inside its own callbacks: on_frame (framed, then the same
+ * struct opened again over the fd in the same call; raw), on_drain, the release
+ * of a frame it wrote (STARTTLS: the reply leaves, then the socket changes
+ * hands), on_end and the connect callback. The frame's bytes stay valid
+ * until on_frame returns (ASan sees a use after free), nothing of the
+ * stream's runs after the call (no close callback, no frame behind it),
+ * and the fd works. Inside on_frame with another frame behind it in the
+ * buffer, the detach is refused and that frame still arrives. */
+typedef struct detacher {
+    counter c;
+    int mode;
+    int fd;       /* what the detach returned */
+    int rc_first; /* a refused detach's result */
+    int again_frames;
+} detacher;
+
+static detacher *g_det;
+
+static void again_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep;
+    CHECK_EQ(n, 1);
+    CHECK_EQ(*(const char *)b, '2');
+    g_det->again_frames++;
+}
+
+static void detach_in_frame(lull_endpoint *ep, const void *b, size_t n) {
+    detacher *d = g_det;
+    count_frame(ep, b, n);
+    if (d->mode == 6 && d->c.frames == 1) { /* another frame buffered */
+        d->rc_first = lull_stream_detach(&d->c.s);
+        return;
+    }
+    d->fd = lull_stream_detach(&d->c.s);
+    CHECK(d->fd >= 0);
+    CHECK_EQ(n, 1);
+    CHECK_EQ(*(const char *)b, '1' + (d->mode == 6)); /* still readable */
+    if (d->mode == 0) { /* the struct is the caller's: open it again */
+        CHECK_EQ(lull_stream_open(d->c.s.loop, &d->c.s, d->fd, NULL), 0);
+        lull_endpoint_set_callbacks(&d->c.s.ep, again_frame, NULL, NULL);
+    }
+}
+
+static void detach_in_drain(lull_endpoint *ep) {
+    count_drain(ep);
+    g_det->fd = lull_stream_detach(&g_det->c.s);
+}
+
+static void detach_in_release(lull_frame *f) {
+    free(f);
+    g_det->fd = lull_stream_detach(&g_det->c.s);
+}
+
+static void detach_in_end(lull_stream *s) {
+    g_det->fd = lull_stream_detach(s);
+}
+
+static void detach_in_connect(lull_stream *s, int status) {
+    CHECK_EQ(status, 0);
+    g_det->fd = lull_stream_detach(s);
+}
+
+TEST(detach_inside_its_own_callbacks) {
+    int fds_before = open_fds();
+    for (int mode = 0; mode < 7; mode++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+        detacher d;
+        memset(&d, 0, sizeof d);
+        d.mode = mode;
+        d.fd = -1;
+        g_det = &d;
+        int peer = -1, l = -1;
+        lull_stream_options o = {.flags = mode == 1 ? LULL_STREAM_RAW : 0,
+                                 .high_water = mode == 2 ? 1 : 0};
+        if (mode == 5) {
+            int port;
+            l = plain_listener(&port);
+            CHECK_EQ(lull_stream_connect_tcp(loop, &d.c.s, "127.0.0.1", port,
+                                             NULL, detach_in_connect),
+                     0);
+            lull_endpoint_set_callbacks(&d.c.s.ep, count_frame, count_drain,
+                                        count_close);
+        } else {
+            raw_peer(loop, &d.c, &peer, &o);
+            lull_endpoint_set_callbacks(&d.c.s.ep, detach_in_frame,
+                                        detach_in_drain, count_close);
+        }
+        if (mode == 0) CHECK_EQ(write(peer, "\0\0\0\0011", 5), 5);
+        if (mode == 1) CHECK_EQ(write(peer, "1", 1), 1);
+        if (mode == 6) CHECK_EQ(write(peer, "\0\0\0\0011\0\0\0\0012", 10), 10);
+        if (mode == 2) { /* a send the socket cannot take at once */
+            int small = 4096;
+            CHECK_EQ(setsockopt(lull_stream_fd(&d.c.s), SOL_SOCKET, SO_SNDBUF,
+                                &small, sizeof small),
+                     0);
+            static char big[1 << 20];
+            CHECK_EQ(lull_endpoint_send_copy(&d.c.s.ep, big, sizeof big), 0);
+            CHECK(lull_loop_settle(loop) >= 0);
+            CHECK(d.c.s.ep.queued > 0);
+            CHECK_EQ(lull_stream_detach(&d.c.s), -EBUSY); /* queued */
+            size_t got = 0;
+            char b[65536];
+            while (got < 4 + sizeof big) {
+                ssize_t n = read(peer, b, sizeof b);
+                CHECK(n > 0);
+                got += (size_t)n;
+                CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+            }
+        }
+        if (mode == 3) {
+            lull_frame *f = malloc(sizeof *f);
+            CHECK(f);
+            *f = (lull_frame){
+                .bytes = "r", .len = 1, .release = detach_in_release};
+            CHECK_EQ(lull_endpoint_send(&d.c.s.ep, f), 0);
+        }
+        if (mode == 4) {
+            lull_stream_set_on_end(&d.c.s, detach_in_end);
+            CHECK_EQ(shutdown(peer, SHUT_WR), 0);
+        }
+        for (int i = 0; i < 1000 && d.fd < 0; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK(d.fd >= 0);
+        if (mode == 6) {
+            CHECK_EQ(d.rc_first, -EBUSY);
+            CHECK_EQ(d.c.frames, 2);
+        }
+        if (mode == 2) CHECK_EQ(d.c.drains, 1);
+        if (mode == 5) {
+            peer = accept(l, NULL, NULL);
+            CHECK(peer >= 0);
+            CHECK_EQ(close(l), 0);
+            CHECK_EQ(fcntl(d.fd, F_SETFL, 0), 0); /* blocking reads below */
+            fd_still_works(d.fd, peer);
+        } else if (mode == 0) {
+            CHECK_EQ(write(peer, "\0\0\0\0012", 5), 5);
+            for (int i = 0; i < 100 && d.again_frames == 0; i++)
+                CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+            CHECK_EQ(d.again_frames, 1);
+            CHECK_EQ(lull_endpoint_close(&d.c.s.ep, 0), 0); /* closes fd */
+            d.fd = -1;
+        } else {
+            if (mode == 3) {
+                char b[5];
+                CHECK_EQ(read(peer, b, 5), 5); /* the reply went out first */
+                CHECK_EQ(b[4], 'r');
+            }
+            if (mode == 4) { /* the EOF was read: writes still go */
+                char e;
+                CHECK_EQ(write(d.fd, "x", 1), 1);
+                CHECK_EQ(read(peer, &e, 1), 1);
+            } else {
+                fd_still_works(d.fd, peer);
+            }
+        }
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(d.c.closes, 0);
+        CHECK_EQ(d.c.frames, mode == 6 ? 2 : mode <= 1 ? 1 : 0);
+        free_loop(loop);
+        if (d.fd >= 0) CHECK_EQ(close(d.fd), 0);
+        if (peer >= 0) CHECK_EQ(close(peer), 0);
+    }
+    CHECK_EQ(open_fds(), fds_before);
+}
+
+/* The fd comes back with the O_NONBLOCK it came with: lull sets it on a
+ * terminal (a pty's slave side) while the stream has the fd, and clears it
+ * again at the detach, as at a close, unless it was set before; a socket
+ * lull made itself (a connect) is non-blocking, as it was made. */
+TEST(detach_gives_back_the_fd_flags_it_was_given) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    for (int was_nb = 0; was_nb < 2; was_nb++) {
+        int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        CHECK(m >= 0);
+        CHECK_EQ(grantpt(m), 0);
+        CHECK_EQ(unlockpt(m), 0);
+        int fd = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC |
+                                      (was_nb ? O_NONBLOCK : 0));
+        CHECK(fd >= 0);
+        lull_stream s;
+        CHECK_EQ(lull_stream_open(loop, &s, fd, NULL), 0);
+        CHECK(fcntl(fd, F_GETFL) & O_NONBLOCK);
+        CHECK_EQ(lull_stream_detach(&s), fd);
+        CHECK_EQ(!!(fcntl(fd, F_GETFL) & O_NONBLOCK), was_nb);
+        CHECK_EQ(close(fd), 0);
+        CHECK_EQ(close(m), 0);
+    }
+    int port, l = plain_listener(&port);
+    lull_stream s;
+    g_connected = false;
+    CHECK_EQ(
+        lull_stream_connect_tcp(loop, &s, "127.0.0.1", port, NULL, on_connect),
+        0);
+    run_until(loop, &g_connected, 100);
+    int fd = lull_stream_detach(&s);
+    CHECK(fd >= 0);
+    CHECK(fcntl(fd, F_GETFL) & O_NONBLOCK);
+    CHECK_EQ(close(fd), 0);
+    CHECK_EQ(close(l), 0);
+    free_loop(loop);
+}
+
+/* Two streams readable in the same batch: whichever frame callback runs
+ * first detaches the other, whose readiness was collected already; that
+ * one's callback never runs (its fd left epoll, its watcher stopped), and
+ * its bytes stay in the fd for the new owner. */
+static counter g_batch[2];
+static int g_batch_fd = -1;
+
+static void detach_the_other(lull_endpoint *ep, const void *b, size_t n) {
+    count_frame(ep, b, n);
+    counter *other = counter_of(ep) == &g_batch[0] ? &g_batch[1] : &g_batch[0];
+    if (g_batch_fd < 0) g_batch_fd = lull_stream_detach(&other->s);
+}
+
+TEST(detach_of_another_stream_collected_in_the_same_batch) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer[2];
+    for (int i = 0; i < 2; i++) {
+        raw_peer(loop, &g_batch[i], &peer[i], NULL);
+        lull_endpoint_set_callbacks(&g_batch[i].s.ep, detach_the_other, NULL,
+                                    count_close);
+        CHECK_EQ(write(peer[i], "\0\0\0\1k", 5), 5);
+    }
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0); /* both ready */
+    CHECK(g_batch_fd >= 0);
+    CHECK_EQ(g_batch[0].frames + g_batch[1].frames, 1);
+    int left = g_batch[0].frames ? 1 : 0; /* the detached one */
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(g_batch[left].frames, 0);
+    CHECK_EQ(g_batch[left].closes, 0);
+    unsigned char b[5];
+    CHECK_EQ(read(g_batch_fd, b, 5), 5); /* unread by lull: the new owner's */
+    CHECK_EQ(b[4], 'k');
+    CHECK_EQ(lull_endpoint_close(&g_batch[1 - left].s.ep, 0), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    free_loop(loop);
+    close(g_batch_fd);
+    close(peer[0]);
+    close(peer[1]);
 }

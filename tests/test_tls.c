@@ -6,6 +6,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lull.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -691,6 +692,76 @@ TEST(echo_tcp_same_body) {
     lull_server_close(&a.srv);
     echo_body(loop, &c.ep, &s.ep);
     finish(loop, sctx, cctx);
+}
+
+/* TLS to a host NAME: lull_dial_start resolves "localhost" on the pool
+ * and connects (Happy Eyeballs), the dial's callback takes the socket out
+ * of the plain stream (lull_stream_detach) and opens a verifying client
+ * over it, checking the certificate against that name, as Tokio's
+ * TcpStream::connect then TlsConnector::connect does. Frames go both ways,
+ * the server sees the name as SNI, both close cleanly, no fd is left. */
+typedef struct tls_dialer {
+    lull_dial d;
+    lull_stream plain;
+    end c;
+    lull_tls_ctx *ctx;
+    int status;
+    bool done;
+} tls_dialer;
+
+static void dialed_then_tls(lull_dial *d, int status) {
+    tls_dialer *t = LULL_CONTAINER_OF(d, tls_dialer, d);
+    t->status = status;
+    t->done = true;
+    if (status != 0) return;
+    int fd = lull_stream_detach(d->stream);
+    CHECK(fd >= 0);
+    lull_tls_options o = opts_hs("localhost");
+    end_init(&t->c);
+    CHECK_EQ(lull_tls_open(d->stream->loop, &t->c.t, t->ctx, fd, &o), 0);
+    end_watch(&t->c);
+}
+
+TEST_THREADED(dial_a_name_then_tls_over_the_detached_socket) {
+    if (skip()) return;
+    int fds_before = 0;
+    for (int fd = 0; fd < 1024; fd++)
+        fds_before += fcntl(fd, F_GETFD) >= 0;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    end_init(&s);
+    tcp_acceptor a = {.into = &s.t, .ctx = sctx, .opts = opts_hs(NULL)};
+    CHECK_EQ(
+        lull_server_listen_tcp(loop, &a.srv, "127.0.0.1", 0, 0, accept_tls), 0);
+    tls_dialer t = {.ctx = cctx, .status = 1};
+    /* The listener is IPv4: the name's IPv6 address would only be tried
+     * and refused first. */
+    lull_dial_options o = {.family = AF_INET};
+    CHECK_EQ(lull_dial_start(loop, NULL, &t.d, &t.plain, "localhost",
+                             lull_server_port(&a.srv), &o, dialed_then_tls),
+             0);
+    for (int i = 0; i < 1000 && !(t.c.handshaken && s.handshaken); i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        if (a.accepted == 1 && !s.t.ep.on_close) end_watch(&s);
+    }
+    CHECK_EQ(t.status, 0);
+    CHECK(t.c.handshaken && s.handshaken);
+    CHECK(lull_tls_server_name(&s.t));
+    CHECK(strcmp(lull_tls_server_name(&s.t), "localhost") == 0);
+    lull_server_close(&a.srv);
+    send_and_wait(loop, &t.c, &s, "over a name");
+    CHECK(strcmp(s.last, "over a name") == 0);
+    send_and_wait(loop, &s, &t.c, "and back");
+    CHECK(strcmp(t.c.last, "and back") == 0);
+    close_cleanly(loop, &t.c, &s);
+    CHECK_EQ(t.c.closes, 1);
+    CHECK_EQ(t.c.reason, 0);
+    finish(loop, sctx, cctx);
+    int fds_after = 0;
+    for (int fd = 0; fd < 1024; fd++)
+        fds_after += fcntl(fd, F_GETFD) >= 0;
+    CHECK_EQ(fds_after, fds_before);
 }
 
 /* A client of cctx to a server of sctx: both close; their reasons. */
