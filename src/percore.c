@@ -115,9 +115,31 @@ struct lull_percore {
  * stop, never by a loop. */
 static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
 static lull_percore *sets;
+static pthread_once_t sets_once = PTHREAD_ONCE_INIT;
+
+/* A fork() while another thread holds sets_lock would leave the child's
+ * copy locked for ever (its next start or stop would wait on it): the
+ * fork waits for the lock and both sides release it. Registered before
+ * the lock is first taken. */
+static void sets_prepare(void) {
+    pthread_mutex_lock(&sets_lock);
+}
+
+static void sets_after(void) {
+    pthread_mutex_unlock(&sets_lock);
+}
+
+static void sets_init(void) {
+    pthread_atfork(sets_prepare, sets_after, sets_after);
+}
+
+static void sets_lock_take(void) {
+    pthread_once(&sets_once, sets_init);
+    pthread_mutex_lock(&sets_lock);
+}
 
 static void sets_add(lull_percore *pc) {
-    pthread_mutex_lock(&sets_lock);
+    sets_lock_take();
     pc->next_set = sets;
     sets = pc;
     pthread_mutex_unlock(&sets_lock);
@@ -395,7 +417,7 @@ static bool stop_would_deadlock(const lull_percore *pc) {
  * -EDEADLK (and it stays) if this thread may not stop it. Of two racing
  * stops, one is refused. */
 static int sets_take(lull_percore *pc) {
-    pthread_mutex_lock(&sets_lock);
+    sets_lock_take();
     lull_percore **at = &sets;
     while (*at && *at != pc)
         at = &(*at)->next_set;

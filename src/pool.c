@@ -328,6 +328,15 @@ static void register_atfork(void) {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
+/* Every taker of default_lock registers the fork handlers first: a fork()
+ * made while a thread held the lock before they were registered (a close
+ * of a pool of its own, in a program that never asked for the default
+ * pool) gave the copy the lock taken for good. */
+static void default_lock_take(void) {
+    pthread_once(&atfork_once, register_atfork);
+    pthread_mutex_lock(&default_lock);
+}
+
 /* lull_pool_close without its check: refuses new work, cancels the waiting
  * work and wakes the sleeping threads to exit. */
 static void close_pool(lull_pool *pool) {
@@ -424,7 +433,7 @@ int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
 }
 
 static bool is_default_pool(const lull_pool *pool) {
-    pthread_mutex_lock(&default_lock);
+    default_lock_take();
     bool is_default = pool == default_pool;
     pthread_mutex_unlock(&default_lock);
     return is_default;
@@ -439,7 +448,7 @@ void lull_pool_close(lull_pool *pool) {
     /* Under default_lock (then the pool's, as lull_pool_set_default takes
      * them): a set_default racing this close cannot make the pool the
      * default after the check and see it open. */
-    pthread_mutex_lock(&default_lock);
+    default_lock_take();
     bool is_default = pool == default_pool;
     if (!is_default) close_pool(pool);
     pthread_mutex_unlock(&default_lock);
@@ -459,9 +468,8 @@ int lull_pool_free(lull_pool *pool) {
 
 int lull_pool_default(lull_pool **out) {
     if (!out) return -EINVAL;
-    pthread_once(&atfork_once, register_atfork);
     int rc = 0;
-    pthread_mutex_lock(&default_lock);
+    default_lock_take();
     if (!default_pool) {
         lull_pool_options o = {.threads = DEFAULT_THREADS};
         const char *env = getenv("LULL_POOL_THREADS");
@@ -480,13 +488,12 @@ int lull_pool_default(lull_pool **out) {
 
 int lull_pool_set_default(lull_pool *pool) {
     if (!pool) return -EINVAL;
-    pthread_once(&atfork_once, register_atfork);
     /* A closed pool as the default would refuse every user's work in the
      * process until exit. Checked and set under both locks (default_lock
      * first, as lull_pool_close takes them), so a close racing this call
      * either comes first and is seen, or finds the pool the default and
      * is refused. */
-    pthread_mutex_lock(&default_lock);
+    default_lock_take();
     pthread_mutex_lock(&pool->lock);
     int rc = pool->closed ? -EINVAL : default_pool ? -EBUSY : 0;
     if (rc == 0) default_pool = pool;

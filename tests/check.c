@@ -176,6 +176,12 @@ static bool blocked_in(int tid, long *nr, unsigned long *arg0) {
     return true;
 }
 
+bool check_in_futex_wait(int tid) {
+    long nr;
+    unsigned long arg0;
+    return blocked_in(tid, &nr, &arg0) && nr == SYS_futex;
+}
+
 void check_wait_blocked(int tid, int epoll_fd, const void *futex_word) {
     uint64_t give_up = check_clock_ns() + 10000000000ull;
     for (;;) {

@@ -57,6 +57,10 @@ void check_spin_ns(uint64_t ns);
  * enough, since a thread waiting for a lock (valgrind's scheduler lock, to
  * begin with) or on its way to the wait reads "S" too. */
 void check_wait_blocked(int tid, int epoll_fd, const void *futex_word);
+/* True when thread `tid` of this process sleeps in a futex wait on any
+ * word, as /proc says: e.g. a fork() whose fork handler waits for a lock
+ * another thread holds. */
+bool check_in_futex_wait(int tid);
 
 /* An order log: callbacks append ids, the case compares the sequence with
  * CHECK_TRACE(id, ...). Reset it at the start of every case that uses it. */

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -904,4 +905,69 @@ TEST_THREADED(percore_stop_in_a_forked_child_is_refused) {
     CHECK_EQ(WEXITSTATUS(status), 0);
     CHECK_EQ(lull_percore_count(pc), 2);
     CHECK_EQ(lull_percore_stop(pc), 0);
+}
+
+/* A fork() made while another thread stops a set: the list of sets has a
+ * lock, held for the stop's look-up, with no fork handlers at all, so the
+ * copy could get it taken for good and its next lull_percore_start or
+ * lull_percore_stop waited forever. The wrapped getpid (the look-up's
+ * check that this process started the set) holds the stopping thread
+ * inside the lock until the fork is made or waits for the lock (the main
+ * thread asleep on a futex: a fork handler's). */
+pid_t __real_getpid(void);
+pid_t __wrap_getpid(void);
+
+static struct {
+    atomic_int tid;      /* the thread to hold in getpid; 0: none */
+    atomic_int main_tid; /* the thread that forks */
+    atomic_bool entered; /* the held thread is inside the lock */
+    atomic_bool forked;  /* the fork is made: let it go on */
+} stop_hold;
+
+pid_t __wrap_getpid(void) {
+    if (atomic_load(&stop_hold.tid) == (int)syscall(SYS_gettid)) {
+        atomic_store(&stop_hold.entered, true);
+        uint64_t give_up = check_clock_ns() + 10000000000u;
+        while (!atomic_load(&stop_hold.forked) &&
+               !check_in_futex_wait(atomic_load(&stop_hold.main_tid)) &&
+               check_clock_ns() < give_up)
+            usleep(100);
+        atomic_store(&stop_hold.tid, 0);
+    }
+    return __real_getpid();
+}
+
+static void stop_hold_forked(void) {
+    atomic_store(&stop_hold.forked, true);
+}
+
+static void *stopper_run(void *arg) {
+    atomic_store(&stop_hold.tid, (int)syscall(SYS_gettid));
+    CHECK_EQ(lull_percore_stop(arg), 0);
+    return NULL;
+}
+
+static void stop_in_copy(void *arg) {
+    alarm(10); /* a copy that waits on a lock taken for good fails */
+    /* Refused either way: the set is the parent's, or already off the
+     * list when the fork waited for the stop to leave the lock. */
+    CHECK_EQ(lull_percore_stop(arg), -EINVAL);
+    alarm(0);
+}
+
+TEST_THREADED(percore_fork_while_another_thread_stops_a_set) {
+    CHECK_EQ(pthread_atfork(NULL, stop_hold_forked, NULL), 0);
+    atomic_store(&stop_hold.main_tid, (int)syscall(SYS_gettid));
+    lull_percore_options o = {.loops = 1};
+    lull_percore *pc = NULL;
+    CHECK_EQ(lull_percore_start(&pc, &o), 0);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, stopper_run, pc), 0);
+    for (int i = 0; i < 100000 && !atomic_load(&stop_hold.entered); i++)
+        usleep(100);
+    CHECK(atomic_load(&stop_hold.entered));
+    bool copy_ok = check_exits_cleanly(stop_in_copy, pc);
+    atomic_store(&stop_hold.forked, true);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK(copy_ok);
 }

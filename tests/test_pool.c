@@ -7,12 +7,16 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <linux/futex.h>
 #include <lull.h>
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1138,4 +1142,85 @@ TEST_THREADED(pool_done_frees_its_own_pool) {
     CHECK_EQ(lull_loop_free(loop), 0);
     sem_destroy(&gate);
     sem_destroy(&started);
+}
+
+/* A fork() made while another thread closes a pool of its own: the close
+ * holds the default pool's lock (to refuse closing the default), and took
+ * it without first registering the fork handlers that hold the lock across
+ * fork(). In a program that had not asked for the default pool yet, the
+ * copy got the lock taken for good: its first lull_pool_default,
+ * lull_pool_set_default or lull_pool_close waited forever. The wrapped
+ * syscall holds the closing thread at its wake of the pool's sleeping
+ * thread, inside the lock, until the fork is made or waits for the lock
+ * (the main thread asleep on a futex: a fork handler's). */
+long __real_syscall(long nr, ...);
+long __wrap_syscall(long nr, ...);
+
+static struct {
+    atomic_int tid;      /* the thread to hold at its FUTEX_WAKE; 0: none */
+    atomic_int main_tid; /* the thread that forks */
+    atomic_bool entered; /* the held thread is inside the close */
+    atomic_bool forked;  /* the fork is made: let it go on */
+} close_hold;
+
+long __wrap_syscall(long nr, ...) {
+    va_list ap;
+    va_start(ap, nr);
+    long a[6];
+    for (int i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    if (nr == SYS_futex && a[1] == FUTEX_WAKE_PRIVATE &&
+        atomic_load(&close_hold.tid) == (int)__real_syscall(SYS_gettid)) {
+        atomic_store(&close_hold.entered, true);
+        uint64_t give_up = check_clock_ns() + 10000000000u;
+        while (!atomic_load(&close_hold.forked) &&
+               !check_in_futex_wait(atomic_load(&close_hold.main_tid)) &&
+               check_clock_ns() < give_up)
+            usleep(100);
+    }
+    return __real_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+static void close_hold_forked(void) {
+    atomic_store(&close_hold.forked, true);
+}
+
+static void *closer_run(void *arg) {
+    lull_pool *p = arg;
+    atomic_store(&close_hold.tid, (int)__real_syscall(SYS_gettid));
+    lull_pool_close(p);
+    atomic_store(&close_hold.tid, 0);
+    return NULL;
+}
+
+static void take_default_lock_in_copy(void *arg) {
+    alarm(10); /* a copy that waits on a lock taken for good fails */
+    CHECK_EQ(lull_pool_set_default(arg), -EINVAL); /* closed */
+    alarm(0);
+}
+
+TEST_THREADED(pool_fork_while_another_thread_closes_a_pool) {
+    CHECK_EQ(pthread_atfork(NULL, close_hold_forked, NULL), 0);
+    atomic_store(&close_hold.main_tid, (int)__real_syscall(SYS_gettid));
+    lull_pool *p;
+    CHECK_EQ(lull_pool_new(&p, &(lull_pool_options){.threads = 1}), 0);
+    /* Its thread asleep, so the close has one to wake. */
+    lull_pool_stats st;
+    uint64_t deadline = check_clock_ns() + 10000000000u;
+    for (lull_pool_get_stats(p, &st); st.idle < 1;
+         lull_pool_get_stats(p, &st)) {
+        CHECK(check_clock_ns() < deadline);
+        sched_yield();
+    }
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, closer_run, p), 0);
+    for (int i = 0; i < 100000 && !atomic_load(&close_hold.entered); i++)
+        usleep(100);
+    CHECK(atomic_load(&close_hold.entered));
+    bool copy_ok = check_exits_cleanly(take_default_lock_in_copy, p);
+    atomic_store(&close_hold.forked, true);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK(copy_ok);
+    CHECK_EQ(lull_pool_free(p), 0);
 }
