@@ -254,6 +254,8 @@ struct lull_loop {
     lull__registry pumps;     /* pumps initialised and not closed since
                                  (src/pump.c) */
     lull__registry udps;      /* udp handles holding a socket (src/udp.c) */
+    lull__registry streams;   /* streams counted in `handles` (src/stream.c):
+                                 a paused one has no other trace here */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */

@@ -125,6 +125,7 @@ int lull_loop_free(lull_loop *loop) {
     lull__audit_free(loop);
     lull__registry_free(&loop->pumps);
     lull__registry_free(&loop->udps);
+    lull__registry_free(&loop->streams);
     free(loop);
     return 0;
 }

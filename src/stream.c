@@ -508,7 +508,10 @@ static lull_frame *teardown(lull_stream *s) {
     guards_close(&s->guard, (s->state & S_OWN_BUF) ? s->rbuf : NULL);
     s->rbuf = NULL;
     s->rcap = s->rstart = s->rend = 0;
-    if (s->state & S_COUNTED) s->loop->handles--;
+    if (s->state & S_COUNTED) {
+        s->loop->handles--;
+        lull__registry_remove(&s->loop->streams, s);
+    }
     s->state = 0;
     s->ep.flags |= LULL__EP_CLOSED;
     s->ep.queued = 0;
@@ -1444,10 +1447,13 @@ LULL__OWN_NAME(on_wio, "lull_stream write fd", lull_stream, wio);
 
 /* --------------------------------------------------------------- setup */
 
-bool lull__stream_live(const lull_loop *loop, const lull_stream *s) {
+/* Open (counted: a paused stream has no started watcher and nothing
+ * queued, yet holds its fd), or closed with its on_close still queued.
+ * Asked by address only: s is garbage before its first setup. */
+bool lull__stream_live(lull_loop *loop, const lull_stream *s) {
     const lull__node *queued[] = {&s->event.node, &s->flush.node};
-    return lull__live_on(loop, &s->io, queued, 2) ||
-           lull__live_on(loop, &s->wio, NULL, 0);
+    return lull__registry_has(&loop->streams, s) ||
+           lull__live_on(loop, NULL, queued, 2);
 }
 
 static int setup(lull_loop *loop, lull_stream *s, int fd,
@@ -1481,10 +1487,13 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     size_t size = o->read_size ? o->read_size : READ_SIZE_DEFAULT;
     if (size < 2 * HDR) size = 2 * HDR;
     s->rbuf = malloc(size);
-    if (!s->rbuf) {
+    int rc = s->rbuf ? lull__registry_add(&loop->streams, s) : -ENOMEM;
+    if (rc < 0) {
+        free(s->rbuf);
+        s->rbuf = NULL;
         s->ep.flags |= LULL__EP_CLOSED; /* never opened */
         s->io.fd = -1;
-        return -ENOMEM;
+        return rc;
     }
     s->rcap = size;
     s->state = S_COUNTED | S_OWN_BUF | S_READING | S_SOCK | S_OUT_SOCK |

@@ -3818,7 +3818,11 @@ static void reopen_stream(void *arg) {
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     CHECK_EQ(lull_stream_open(loop, &a, sv[0], &raw), 0);
     lull_endpoint_set_callbacks(&a.ep, NULL, NULL, ignore_close);
-    if (how != 2) lull_endpoint_close(&a.ep, 0); /* 2: still open */
+    if (how == 3) { /* 3: open and paused, no watcher started */
+        CHECK_EQ(lull_stream_read_stop(&a), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    if (how < 2) lull_endpoint_close(&a.ep, 0); /* 2, 3: still open */
     if (how == 0) /* the control: on_close has run */
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(lull_stream_open(loop, &a, sv[1], &raw), 0);
@@ -3840,6 +3844,19 @@ TEST(stream_opened_again_before_its_close_asserts) {
     CHECK(check_dies(reopen_stream, &how, msg));
     how = 2;
     CHECK(check_dies(reopen_stream, &how, msg));
+}
+
+/* A paused stream holds its fd with no watcher started and nothing
+ * queued: opening it again would lose that fd and keep the loop's count of
+ * open handles up for good (lull_loop_free -EBUSY). */
+TEST(paused_stream_opened_again_asserts) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    int how = 3;
+    CHECK(check_dies(reopen_stream, &how,
+                     "lull: a stream opened again while open"));
 }
 
 /* A stream never set up (zeroed), or whose open was refused before it was
