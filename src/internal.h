@@ -256,6 +256,8 @@ struct lull_loop {
     lull__registry udps;      /* udp handles holding a socket (src/udp.c) */
     lull__registry streams;   /* streams counted in `handles` (src/stream.c):
                                  a paused one has no other trace here */
+    lull__registry servers;   /* lull_servers set up and not closed
+                                 (src/stream.c) */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */

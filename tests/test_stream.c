@@ -4003,3 +4003,40 @@ TEST(loop_free_refused_while_an_idle_stream_or_server_is_open) {
         free_loop(loop);
     }
 }
+
+/* A server set up again while it listens: -EBUSY, the first socket kept
+ * (lull_server_open closes the fd it was given, which it owns), and once
+ * closed the loop frees. Clearing it would lose the listening socket, its
+ * started watcher and the loop's count of open handles (lull_loop_free
+ * -EBUSY for good). */
+static void never_connection(lull_server *srv) {
+    (void)srv;
+    CHECK(false);
+}
+
+TEST(server_listened_again_while_listening_is_busy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_server srv;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, never_connection),
+             0);
+    int port = lull_server_port(&srv);
+    CHECK(port > 0);
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, never_connection),
+             -EBUSY);
+    CHECK_EQ(lull_server_listen_unix(loop, &srv, "@lull-test-relisten", 0,
+                                     never_connection),
+             -EBUSY);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK_EQ(listen(fd, 1), 0);
+    CHECK_EQ(lull_server_open(loop, &srv, fd, never_connection), -EBUSY);
+    CHECK_EQ(fcntl(fd, F_GETFD), -1); /* owned, so closed */
+    CHECK_EQ(lull_server_port(&srv), port);
+    lull_server_close(&srv);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    /* Closed: the struct may be set up again. */
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, never_connection),
+             0);
+    lull_server_close(&srv);
+    free_loop(loop);
+}
