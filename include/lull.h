@@ -482,8 +482,8 @@ struct lull_pump {
 };
 
 /* 0; -EINVAL; -EBUSY for a pump in use (pass queued or running, retry
- * armed, a listener subscribed); -ENOMEM. The loop knows it until
- * lull_pump_close. */
+ * armed, a listener subscribed) or open on another loop; -ENOMEM. The
+ * loop knows it until lull_pump_close. */
 LULL_EXTERN int lull_pump_init(lull_loop *loop, lull_pump *pump,
                                lull_pass_fn pass);
 /* Schedules one pass in a later task; wakes before it runs share it. A wake
@@ -1263,7 +1263,8 @@ struct lull_udp {
 
 /* Prepares the handle; no socket yet (bind, connect or the first send
  * makes one). opts may be NULL. -EINVAL for NULL or recv_batch > 1024;
- * -EBUSY into a handle still live (until its close callback has run). */
+ * -EBUSY into a handle still live (until its close callback has run), or
+ * holding a socket on another loop. */
 LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
                               const lull_udp_options *opts);
 /* Binds to host (numeric; NULL = "127.0.0.1", "::" for every address of
