@@ -2002,7 +2002,8 @@ struct lull_process {
  * is left behind on failure: no child, no fd, no stream. on_exit (required)
  * runs once, on the loop, never inside this call. The handle keeps the loop
  * alive until then (lull_process_unref). -EBUSY into a handle that is still
- * live (on_exit not yet run); after on_exit it may be spawned into again. */
+ * live (on_exit not yet run), on any loop; after on_exit (or
+ * lull_process_detach) it may be spawned into again. */
 LULL_EXTERN int lull_process_spawn(lull_loop *loop, lull_process *p,
                                    const lull_process_options *opts,
                                    lull_process_exit_fn on_exit);
