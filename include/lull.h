@@ -1371,8 +1371,7 @@ struct lull_fsevent {
     };
 };
 
-/* -EINVAL for NULL; -EBUSY for a started watch (asked on the loop's
- * thread). */
+/* -EINVAL for NULL; -EBUSY for a started watch, on any loop. */
 LULL_EXTERN int lull_fsevent_init(lull_loop *loop, lull_fsevent *w);
 /* Starts watching path (a file or a directory; a symbolic link is
  * followed). 0, or -EINVAL (NULL, empty, fn NULL), -EBUSY (started),

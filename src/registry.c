@@ -93,13 +93,13 @@ void lull__registry_free(lull__registry *r) {
     *r = (lull__registry){0};
 }
 
-/* The process's pumps, UDP handles and processes in use on any loop (the
- * union of the loops' `pumps` and `udps` sets, and the spawned handles
- * whose on_exit has not run), so that an init on one loop refuses a
- * handle open on another: that loop's set cannot be asked from this
- * thread, and clearing the handle would cut that loop's queue or lose its
- * fd. Under inuse_lock, held only for one set operation (inits and
- * closes: not a hot path). */
+/* The process's pumps, UDP handles, processes and fs watches in use on any
+ * loop (the union of the loops' `pumps` and `udps` sets, the spawned
+ * handles whose on_exit has not run and the started watches), so that an init
+ * on one loop refuses a handle open on another: that loop's set cannot be asked
+ * from this thread, and clearing the handle would cut that loop's queue or lose
+ * its fd. Under inuse_lock, held only for one set operation (inits and closes:
+ * not a hot path). */
 static pthread_mutex_t inuse_lock = PTHREAD_MUTEX_INITIALIZER;
 static lull__registry inuse; /* under inuse_lock */
 static pthread_once_t inuse_once = PTHREAD_ONCE_INIT;
