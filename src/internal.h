@@ -256,8 +256,6 @@ struct lull_loop {
     lull__registry udps;      /* udp handles holding a socket (src/udp.c) */
     lull__registry streams;   /* streams counted in `handles` (src/stream.c):
                                  a paused one has no other trace here */
-    lull__registry servers;   /* lull_servers set up and not closed
-                                 (src/stream.c) */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -616,9 +614,9 @@ int lull__registry_add(lull__registry *r, const void *h);
 bool lull__registry_has(lull__registry *r, const void *h);
 void lull__registry_remove(lull__registry *r, const void *h);
 void lull__registry_free(lull__registry *r);
-/* ... and the process-wide set of pumps, UDP handles, processes and
- * started fs watches, on any loop (thread-safe): add as above; forget removes
- * every handle of r (a loop's set, at lull_loop_free). */
+/* ... and the process-wide set of pumps, UDP handles, processes, started
+ * fs watches and open servers, on any loop (thread-safe): add as above; forget
+ * removes every handle of r (a loop's set, at lull_loop_free). */
 int lull__inuse_add(const void *h);
 bool lull__inuse_has(const void *h);
 void lull__inuse_remove(const void *h);

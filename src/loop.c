@@ -127,7 +127,6 @@ int lull_loop_free(lull_loop *loop) {
     lull__registry_free(&loop->pumps);
     lull__registry_free(&loop->udps);
     lull__registry_free(&loop->streams);
-    lull__registry_free(&loop->servers);
     free(loop);
     return 0;
 }

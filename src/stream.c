@@ -1958,12 +1958,13 @@ static void server_io(lull_io *io, int events) {
 }
 LULL__OWN_NAME(server_io, "lull_server listening socket", lull_server, io);
 
-/* Listening (or paused after running out of fds) and not closed: setting
- * it up again would lose its socket, leave its watcher started or its
- * retry armed, and keep the loop's count of open handles up. Asked by
- * address of the loop's set: srv is garbage before its first set-up. */
-static bool server_open(lull_loop *loop, const lull_server *srv) {
-    return lull__registry_has(&loop->servers, srv);
+/* Listening (or paused after running out of fds) and not closed, on any
+ * loop: setting it up again would lose its socket, leave its watcher
+ * started or its retry armed, and keep that loop's count of open handles
+ * up. Asked by address of the process's set of handles in use: srv is
+ * garbage before its first set-up. */
+static bool server_open(const lull_server *srv) {
+    return lull__inuse_has(srv);
 }
 
 int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
@@ -1971,7 +1972,7 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
                         lull_connection_fn fn) {
     if (!loop || !srv || !fn) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
-    if (server_open(loop, srv)) return -EBUSY;
+    if (server_open(srv)) return -EBUSY;
     memset(srv, 0, sizeof *srv);
     srv->pending = -1;
     int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -1984,10 +1985,10 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
         listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
         rc = -errno;
     if (rc == 0) rc = lull_io_init(loop, &srv->io, fd, server_io);
-    if (rc == 0) rc = lull__registry_add(&loop->servers, srv);
+    if (rc == 0) rc = lull__inuse_add(srv);
     if (rc == 0) rc = lull_io_start(&srv->io, LULL_READABLE);
     if (rc < 0) {
-        lull__registry_remove(&loop->servers, srv);
+        lull__inuse_remove(srv);
         close(fd);
         srv->io.fd = -1;
         return rc;
@@ -2008,7 +2009,7 @@ int lull_server_open(lull_loop *loop, lull_server *srv, int fd,
         return -EINVAL;
     }
     LULL_ASSERT_LOOP_THREAD(loop);
-    if (server_open(loop, srv)) {
+    if (server_open(srv)) {
         close(fd); /* owned, also on failure */
         return -EBUSY;
     }
@@ -2033,10 +2034,10 @@ int lull_server_open(lull_loop *loop, lull_server *srv, int fd,
                                fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)))
         rc = -errno;
     if (rc == 0) rc = lull_io_init(loop, &srv->io, fd, server_io);
-    if (rc == 0) rc = lull__registry_add(&loop->servers, srv);
+    if (rc == 0) rc = lull__inuse_add(srv);
     if (rc == 0) rc = lull_io_start(&srv->io, LULL_READABLE);
     if (rc < 0) {
-        lull__registry_remove(&loop->servers, srv);
+        lull__inuse_remove(srv);
         close(fd);
         srv->io.fd = -1;
         return rc;
@@ -2077,7 +2078,7 @@ void lull_server_close(lull_server *srv) {
     close(srv->io.fd);
     srv->io.fd = -1;
     srv->loop->handles--;
-    lull__registry_remove(&srv->loop->servers, srv);
+    lull__inuse_remove(srv);
     if (srv->pending >= 0) close(srv->pending);
     srv->pending = -1;
     guards_close(&srv->guard, NULL);

@@ -4040,3 +4040,24 @@ TEST(server_listened_again_while_listening_is_busy) {
     lull_server_close(&srv);
     free_loop(loop);
 }
+
+/* ... and on another loop: the clearing left the first loop's watcher on
+ * the struct and its count of open handles up for good. */
+TEST(server_listened_again_on_another_loop_is_busy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_loop *other = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_server srv;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, never_connection),
+             0);
+    int port = lull_server_port(&srv);
+    CHECK_EQ(lull_server_listen_tcp(other, &srv, NULL, 0, 0, never_connection),
+             -EBUSY);
+    CHECK(srv.loop == loop);
+    CHECK_EQ(lull_server_port(&srv), port);
+    lull_server_close(&srv);
+    CHECK_EQ(lull_server_listen_tcp(other, &srv, NULL, 0, 0, never_connection),
+             0);
+    lull_server_close(&srv);
+    free_loop(other);
+    free_loop(loop);
+}
