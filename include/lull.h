@@ -482,8 +482,8 @@ struct lull_pump {
 };
 
 /* 0; -EINVAL; -EBUSY for a pump in use (pass queued or running, retry
- * armed, a listener subscribed); -ENOMEM. The loop knows it until
- * lull_pump_close. */
+ * armed, a listener subscribed) or open on another loop; -ENOMEM. The
+ * loop knows it until lull_pump_close. */
 LULL_EXTERN int lull_pump_init(lull_loop *loop, lull_pump *pump,
                                lull_pass_fn pass);
 /* Schedules one pass in a later task; wakes before it runs share it. A wake
@@ -1034,7 +1034,8 @@ struct lull_server {
 /* Listens on host (numeric IPv4 or IPv6; NULL = "127.0.0.1") and port (0 =
  * any: see lull_server_port). backlog <= 0 means SOMAXCONN. Running out of
  * fds (EMFILE, ENFILE) pauses accepting for 100 ms, leaving the waiting
- * connections in the kernel's backlog; nothing spins. */
+ * connections in the kernel's backlog; nothing spins. -EBUSY (here and in
+ * lull_server_open) for a server not closed since its set-up, on any loop. */
 LULL_EXTERN int lull_server_listen_tcp(lull_loop *loop, lull_server *srv,
                                        const char *host, int port, int backlog,
                                        lull_connection_fn fn);
@@ -1274,7 +1275,8 @@ struct lull_udp {
 
 /* Prepares the handle; no socket yet (bind, connect or the first send
  * makes one). opts may be NULL. -EINVAL for NULL or recv_batch > 1024;
- * -EBUSY into a handle still live (until its close callback has run). */
+ * -EBUSY into a handle still live (until its close callback has run), or
+ * holding a socket on another loop. */
 LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
                               const lull_udp_options *opts);
 /* Binds to host (numeric; NULL = "127.0.0.1", "::" for every address of
@@ -1381,8 +1383,7 @@ struct lull_fsevent {
     };
 };
 
-/* -EINVAL for NULL; -EBUSY for a started watch (asked on the loop's
- * thread). */
+/* -EINVAL for NULL; -EBUSY for a started watch, on any loop. */
 LULL_EXTERN int lull_fsevent_init(lull_loop *loop, lull_fsevent *w);
 /* Starts watching path (a file or a directory; a symbolic link is
  * followed). 0, or -EINVAL (NULL, empty, fn NULL), -EBUSY (started),
@@ -2012,7 +2013,8 @@ struct lull_process {
  * is left behind on failure: no child, no fd, no stream. on_exit (required)
  * runs once, on the loop, never inside this call. The handle keeps the loop
  * alive until then (lull_process_unref). -EBUSY into a handle that is still
- * live (on_exit not yet run); after on_exit it may be spawned into again. */
+ * live (on_exit not yet run), on any loop; after on_exit (or
+ * lull_process_detach) it may be spawned into again. */
 LULL_EXTERN int lull_process_spawn(lull_loop *loop, lull_process *p,
                                    const lull_process_options *opts,
                                    lull_process_exit_fn on_exit);

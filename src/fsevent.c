@@ -104,6 +104,9 @@ int lull_fsevent_init(lull_loop *loop, lull_fsevent *w) {
     if (loop->fsevents && lull__on_loop_thread(loop))
         for (lull_fsevent *s = loop->fsevents->head; s; s = s->next)
             if (s == w) return -EBUSY;
+    /* Started on another loop (asked of the process's set of handles in
+     * use: that loop's list is its thread's). */
+    if (lull__inuse_has(w)) return -EBUSY;
     void *data = w->data;
     memset(w, 0, sizeof *w);
     w->data = data;
@@ -225,6 +228,7 @@ int lull_fsevent_start(lull_fsevent *w, const char *path, lull_fsevent_fn fn) {
     if (rc < 0) return rc;
     struct lull__fsevents *fs = loop->fsevents;
     rc = make_room(fs);
+    if (rc == 0) rc = lull__inuse_add(w); /* until unlink_watch */
     if (rc < 0) {
         release_if_unused(loop);
         return rc;
@@ -232,6 +236,7 @@ int lull_fsevent_start(lull_fsevent *w, const char *path, lull_fsevent_fn fn) {
     int wd = inotify_add_watch(fs->io.fd, path, WATCH_MASK | IN_MASK_CREATE);
     if (wd < 0) {
         rc = -errno;
+        lull__inuse_remove(w);
         release_if_unused(loop);
         return rc;
     }
@@ -258,6 +263,7 @@ static void unlink_watch(struct lull__fsevents *fs, lull_fsevent *w) {
     fs->watches--;
     w->next = NULL;
     w->wd = -1;
+    lull__inuse_remove(w);
 }
 
 int lull_fsevent_stop(lull_fsevent *w) {

@@ -254,6 +254,8 @@ struct lull_loop {
     lull__registry pumps;     /* pumps initialised and not closed since
                                  (src/pump.c) */
     lull__registry udps;      /* udp handles holding a socket (src/udp.c) */
+    lull__registry streams;   /* streams counted in `handles` (src/stream.c):
+                                 a paused one has no other trace here */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -612,6 +614,13 @@ int lull__registry_add(lull__registry *r, const void *h);
 bool lull__registry_has(lull__registry *r, const void *h);
 void lull__registry_remove(lull__registry *r, const void *h);
 void lull__registry_free(lull__registry *r);
+/* ... and the process-wide set of pumps, UDP handles, processes, started
+ * fs watches and open servers, on any loop (thread-safe): add as above; forget
+ * removes every handle of r (a loop's set, at lull_loop_free). */
+int lull__inuse_add(const void *h);
+bool lull__inuse_has(const void *h);
+void lull__inuse_remove(const void *h);
+void lull__inuse_forget(const lull__registry *r);
 
 /* tcp.c: a numeric IPv4 or IPv6 host ("[::1]" too; NULL is 127.0.0.1)
  * and port to a sockaddr; -EINVAL otherwise. Streams and UDP share it. */

@@ -155,6 +155,7 @@ static void finish(lull_process *p, int exit_status, int term_signal) {
     p->exit_status = exit_status;
     p->term_signal = term_signal;
     p->state = (p->state & ~(P_STARTED | P_DONE_QUEUED)) | P_EXITED;
+    lull__inuse_remove(p); /* free to spawn into, on any loop */
     /* The last callback: p may be freed inside it. */
     p->on_exit(p, exit_status, term_signal);
 }
@@ -567,13 +568,19 @@ int lull_process_spawn(lull_loop *loop, lull_process *p,
     /* Clearing a live handle would orphan its registered pidfd. */
     const lull__node *done = &p->done.node;
     if (lull__live_on(loop, &p->io, &done, 1)) return -EBUSY;
+    /* Live on another loop, or now marked live here (in the process's set
+     * of handles in use, until finish) before a child can exist. */
+    int elsewhere = lull__inuse_add(p);
+    if (elsewhere) return elsewhere < 0 ? elsewhere : -EBUSY;
     /* The child places fds 0 to n - 1 and keeps its report pipe at n:
      * past the fd limit that is -EMFILE, said here rather than as the
      * child's EBADF from dup3. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
-        rl.rlim_cur < (rlim_t)(4 + opts->more_stdio_count))
+        rl.rlim_cur < (rlim_t)(4 + opts->more_stdio_count)) {
+        lull__inuse_remove(p);
         return -EMFILE;
+    }
     memset(p, 0, sizeof *p);
     p->io.fd = -1;
     p->pidfd = -1;
@@ -602,6 +609,7 @@ int lull_process_spawn(lull_loop *loop, lull_process *p,
     }
     if (rc < 0) {
         undo(&m, parent_fds);
+        lull__inuse_remove(p);
         return rc;
     }
     /* The child has its copies; the parent's are done with. */
@@ -823,6 +831,7 @@ int lull_process_detach(lull_process *p) {
     /* Not ours (a fork's copy): the parent's child, nothing to reap. */
     release_fds(p);
     p->state = (p->state & ~P_STARTED) | P_DETACHED;
+    lull__inuse_remove(p); /* the handle is the caller's again */
     return 0;
 }
 

@@ -84,6 +84,13 @@ int lull_pump_init(lull_loop *loop, lull_pump *pump, lull_pass_fn pass) {
      * and leaves with lull_pump_close. */
     int known = lull__registry_add(&loop->pumps, pump);
     if (known < 0) return known;
+    /* New to this loop: open on another loop (close it there first), or
+     * new to the process's set of pumps and UDP handles in use. */
+    int elsewhere = known ? 0 : lull__inuse_add(pump);
+    if (elsewhere) {
+        lull__registry_remove(&loop->pumps, pump);
+        return elsewhere < 0 ? elsewhere : -EBUSY;
+    }
     /* Open on this loop already, so its fields are lull's. In use (its
      * pass queued or running, its retry armed, a listener subscribed):
      * clearing it would cut the queue, leave the timer in the heap and lose
@@ -173,6 +180,7 @@ void lull_pump_close(lull_pump *pump) {
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     pump->closed = true;
     lull__registry_remove(&pump->loop->pumps, pump);
+    lull__inuse_remove(pump);
     if (pump->frame) { /* closed by (or during) its own pass */
         struct lull__pass_frame *f = pump->frame;
         pump->frame = NULL;

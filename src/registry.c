@@ -10,6 +10,7 @@
  * tombstones, so lookups stay short after many removals). Loop thread
  * only; not a hot path (a handle's set-up and end). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -90,4 +91,62 @@ void lull__registry_remove(lull__registry *r, const void *h) {
 void lull__registry_free(lull__registry *r) {
     free(r->slots);
     *r = (lull__registry){0};
+}
+
+/* The process's pumps, UDP handles, processes, fs watches and servers in
+ * use on any loop (the union of the loops' `pumps` and `udps` sets, the
+ * spawned handles whose on_exit has not run, the started watches and the
+ * servers not closed), so that an init
+ * on one loop refuses a handle open on another: that loop's set cannot be asked
+ * from this thread, and clearing the handle would cut that loop's queue or lose
+ * its fd. Under inuse_lock, held only for one set operation (inits and closes:
+ * not a hot path). */
+static pthread_mutex_t inuse_lock = PTHREAD_MUTEX_INITIALIZER;
+static lull__registry inuse; /* under inuse_lock */
+static pthread_once_t inuse_once = PTHREAD_ONCE_INIT;
+
+/* A fork() while another thread holds the lock would leave the child's
+ * copy locked for ever: the fork waits for it, and both sides release. */
+static void inuse_prepare(void) {
+    pthread_mutex_lock(&inuse_lock);
+}
+
+static void inuse_after(void) {
+    pthread_mutex_unlock(&inuse_lock);
+}
+
+static void inuse_init(void) {
+    pthread_atfork(inuse_prepare, inuse_after, inuse_after);
+}
+
+static void inuse_take(void) {
+    pthread_once(&inuse_once, inuse_init);
+    pthread_mutex_lock(&inuse_lock);
+}
+
+int lull__inuse_add(const void *h) {
+    inuse_take();
+    int rc = lull__registry_add(&inuse, h);
+    pthread_mutex_unlock(&inuse_lock);
+    return rc;
+}
+
+bool lull__inuse_has(const void *h) {
+    inuse_take();
+    bool has = lull__registry_has(&inuse, h);
+    pthread_mutex_unlock(&inuse_lock);
+    return has;
+}
+
+void lull__inuse_remove(const void *h) {
+    inuse_take();
+    lull__registry_remove(&inuse, h);
+    pthread_mutex_unlock(&inuse_lock);
+}
+
+void lull__inuse_forget(const lull__registry *r) {
+    inuse_take();
+    for (uint32_t i = 0; i < r->cap; i++)
+        if (r->slots[i]) lull__registry_remove(&inuse, r->slots[i]);
+    pthread_mutex_unlock(&inuse_lock);
 }

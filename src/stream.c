@@ -510,7 +510,10 @@ static lull_frame *teardown(lull_stream *s) {
     guards_close(&s->guard, (s->state & S_OWN_BUF) ? s->rbuf : NULL);
     s->rbuf = NULL;
     s->rcap = s->rstart = s->rend = 0;
-    if (s->state & S_COUNTED) s->loop->handles--;
+    if (s->state & S_COUNTED) {
+        s->loop->handles--;
+        lull__registry_remove(&s->loop->streams, s);
+    }
     s->state = 0;
     s->ep.flags |= LULL__EP_CLOSED;
     s->ep.queued = 0;
@@ -1446,10 +1449,13 @@ LULL__OWN_NAME(on_wio, "lull_stream write fd", lull_stream, wio);
 
 /* --------------------------------------------------------------- setup */
 
-bool lull__stream_live(const lull_loop *loop, const lull_stream *s) {
+/* Open (counted: a paused stream has no started watcher and nothing
+ * queued, yet holds its fd), or closed with its on_close still queued.
+ * Asked by address only: s is garbage before its first setup. */
+bool lull__stream_live(lull_loop *loop, const lull_stream *s) {
     const lull__node *queued[] = {&s->event.node, &s->flush.node};
-    return lull__live_on(loop, &s->io, queued, 2) ||
-           lull__live_on(loop, &s->wio, NULL, 0);
+    return lull__registry_has(&loop->streams, s) ||
+           lull__live_on(loop, NULL, queued, 2);
 }
 
 static int setup(lull_loop *loop, lull_stream *s, int fd,
@@ -1483,10 +1489,13 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     size_t size = o->read_size ? o->read_size : READ_SIZE_DEFAULT;
     if (size < 2 * HDR) size = 2 * HDR;
     s->rbuf = malloc(size);
-    if (!s->rbuf) {
+    int rc = s->rbuf ? lull__registry_add(&loop->streams, s) : -ENOMEM;
+    if (rc < 0) {
+        free(s->rbuf);
+        s->rbuf = NULL;
         s->ep.flags |= LULL__EP_CLOSED; /* never opened */
         s->io.fd = -1;
-        return -ENOMEM;
+        return rc;
     }
     s->rcap = size;
     s->state = S_COUNTED | S_OWN_BUF | S_READING | S_SOCK | S_OUT_SOCK |
@@ -1976,11 +1985,21 @@ static void server_io(lull_io *io, int events) {
 }
 LULL__OWN_NAME(server_io, "lull_server listening socket", lull_server, io);
 
+/* Listening (or paused after running out of fds) and not closed, on any
+ * loop: setting it up again would lose its socket, leave its watcher
+ * started or its retry armed, and keep that loop's count of open handles
+ * up. Asked by address of the process's set of handles in use: srv is
+ * garbage before its first set-up. */
+static bool server_open(const lull_server *srv) {
+    return lull__inuse_has(srv);
+}
+
 int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
                         const struct sockaddr *addr, socklen_t len, int backlog,
                         lull_connection_fn fn) {
     if (!loop || !srv || !fn) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
+    if (server_open(srv)) return -EBUSY;
     memset(srv, 0, sizeof *srv);
     srv->pending = -1;
     int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -1993,8 +2012,10 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
         listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
         rc = -errno;
     if (rc == 0) rc = lull_io_init(loop, &srv->io, fd, server_io);
+    if (rc == 0) rc = lull__inuse_add(srv);
     if (rc == 0) rc = lull_io_start(&srv->io, LULL_READABLE);
     if (rc < 0) {
+        lull__inuse_remove(srv);
         close(fd);
         srv->io.fd = -1;
         return rc;
@@ -2015,6 +2036,10 @@ int lull_server_open(lull_loop *loop, lull_server *srv, int fd,
         return -EINVAL;
     }
     LULL_ASSERT_LOOP_THREAD(loop);
+    if (server_open(srv)) {
+        close(fd); /* owned, also on failure */
+        return -EBUSY;
+    }
     memset(srv, 0, sizeof *srv);
     srv->pending = -1;
     srv->io.fd = -1;
@@ -2036,8 +2061,10 @@ int lull_server_open(lull_loop *loop, lull_server *srv, int fd,
                                fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)))
         rc = -errno;
     if (rc == 0) rc = lull_io_init(loop, &srv->io, fd, server_io);
+    if (rc == 0) rc = lull__inuse_add(srv);
     if (rc == 0) rc = lull_io_start(&srv->io, LULL_READABLE);
     if (rc < 0) {
+        lull__inuse_remove(srv);
         close(fd);
         srv->io.fd = -1;
         return rc;
@@ -2078,6 +2105,7 @@ void lull_server_close(lull_server *srv) {
     close(srv->io.fd);
     srv->io.fd = -1;
     srv->loop->handles--;
+    lull__inuse_remove(srv);
     if (srv->pending >= 0) close(srv->pending);
     srv->pending = -1;
     guards_close(&srv->guard, NULL);

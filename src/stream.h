@@ -28,7 +28,7 @@ int lull__stream_options_check(const lull_stream_options *opts, int family);
 /* Whether s is open on loop, or closed with its on_close still queued:
  * setting it up again would unlink nodes the loop still holds. A scan of
  * the loop's tables: for set-up and checks, not a hot path. */
-bool lull__stream_live(const lull_loop *loop, const lull_stream *s);
+bool lull__stream_live(lull_loop *loop, const lull_stream *s);
 
 /* Whether s is a copy a forked child inherited: set up by another process
  * than its loop's, since lull_loop_fork. Its frames and its session (TLS)

@@ -1049,7 +1049,7 @@ int lull__tls_shutdown(lull_endpoint *ep) {
  * encryption or its close callback queued. Debug builds only (a walk of
  * the loop's fds): a struct never set up may hold anything. */
 #ifndef NDEBUG
-static bool tls_live(const lull_loop *loop, const lull_tls *t) {
+static bool tls_live(lull_loop *loop, const lull_tls *t) {
     const lull__node *queued[] = {&t->event.node, &t->flush.node};
     return lull__stream_live(loop, &t->stream) ||
            lull__live_on(loop, NULL, queued, 2);

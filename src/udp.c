@@ -139,6 +139,8 @@ int lull_udp_init(lull_loop *loop, lull_udp *udp,
     if (lull__on_loop_thread(loop) && (lull__registry_has(&loop->udps, udp) ||
                                        lull__live_on(loop, &udp->io, nodes, 2)))
         return -EBUSY;
+    /* Holding a socket on another loop (close it there first). */
+    if (lull__inuse_has(udp)) return -EBUSY;
     if (o.max_datagram > MAX_DATAGRAM_DEFAULT)
         o.max_datagram = MAX_DATAGRAM_DEFAULT;
     void *data = udp->data; /* the owner's pointer survives set-up */
@@ -201,6 +203,8 @@ static int adopt(lull_udp *udp, int fd) {
      * registry of handles holding one), until drop_socket or
      * lull_udp_close. */
     rc = lull__registry_add(&udp->loop->udps, udp);
+    if (rc == 0 && (rc = lull__inuse_add(udp)) < 0)
+        lull__registry_remove(&udp->loop->udps, udp);
     if (rc < 0) return rc;
     udp->loop->handles++;
     /* A socket keeps its family: read it here once, so that a send, which
@@ -243,6 +247,7 @@ static int drop_socket(lull_udp *udp, int rc) {
     udp->io.fd = -1;
     udp->loop->handles--;
     lull__registry_remove(&udp->loop->udps, udp);
+    lull__inuse_remove(udp);
     udp->state &= ~(U_INET | U_INET6 | U_NO_GSO);
     return rc;
 }
@@ -904,6 +909,7 @@ int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn) {
         udp->io.fd = -1;
         udp->loop->handles--;
         lull__registry_remove(&udp->loop->udps, udp);
+        lull__inuse_remove(udp);
     }
     while (udp->head)
         finish(udp, udp->head, -ECANCELED);

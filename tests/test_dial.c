@@ -975,3 +975,24 @@ TEST(bracketed_ipv6_literal_is_numeric) {
     close(l6);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A paused stream is open (its fd held) with no watcher started and
+ * nothing queued: a dial into it is -EBUSY, as into one reading. */
+TEST(dial_into_paused_stream_is_busy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream s;
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &s, sv[0], &raw), 0);
+    CHECK_EQ(lull_stream_read_stop(&s), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    lull_dial d = {0};
+    CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, "127.0.0.1", 1, NULL, on_dial),
+             -EBUSY);
+    CHECK_EQ(lull_stream_fd(&s), sv[0]);
+    lull_endpoint_close(&s.ep, 0);
+    close(sv[1]);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

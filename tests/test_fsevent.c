@@ -707,3 +707,25 @@ TEST(real_queue_overflow_leaves_the_loop_quiet) {
     lull_fsevent_stop(&w);
     free_loop_and_root(loop);
 }
+
+/* An init for another loop of a watch started on this one is refused too:
+ * it cleared the watch under this loop, whose list it cut (wa, started
+ * before it, never heard from again) and whose count of references it
+ * unbalanced. */
+TEST(init_of_a_watch_started_on_another_loop_is_refused) {
+    lull_fsevent wa, wb;
+    seen sa, sb;
+    lull_loop *loop = root_with_a_and_b_watched(&wa, &sa, &wb, &sb);
+    lull_loop *other = new_loop();
+    CHECK_EQ(lull_fsevent_init(other, &wb), -EBUSY);
+    CHECK(wb.loop == loop);
+    touch(at("a/1"));
+    touch(at("b/1"));
+    while (sa.calls < 1 || sb.calls < 1)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_fsevent_stop(&wb), 0);
+    CHECK_EQ(lull_fsevent_init(other, &wb), 0); /* stopped: free again */
+    CHECK_EQ(lull_fsevent_stop(&wa), 0);
+    CHECK_EQ(lull_loop_free(other), 0);
+    free_loop_and_root(loop);
+}

@@ -2579,3 +2579,28 @@ TEST(child_never_calls_the_programs_syscall) {
     CHECK_EQ(calls_elsewhere, 0);
     free_loop(loop);
 }
+
+/* A spawn on another loop into a handle whose child runs on this one is
+ * refused too: clearing it left this loop's watcher on the handle's
+ * pidfd (then the other loop's), the child unreaped by anyone who would
+ * tell its owner, and this loop alive for good. */
+TEST(spawn_into_handle_live_on_another_loop_is_refused) {
+    lull_loop *loop = new_loop();
+    lull_loop *other = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int pid = k.p.pid;
+    CHECK_EQ(spawn(other, &k, &o), -EBUSY);
+    CHECK_EQ(k.p.pid, pid);
+    CHECK(k.p.loop == loop);
+    CHECK_EQ(lull_process_kill(&k.p, SIGKILL), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.sig, SIGKILL);
+    CHECK_EQ(spawn(other, &k, &o), 0); /* ended: free for any loop */
+    CHECK_EQ(lull_process_kill(&k.p, SIGKILL), 0);
+    run_until(other, &k.exits, 1);
+    CHECK(!have_zombie());
+    free_loop(other);
+    free_loop(loop);
+}

@@ -877,3 +877,29 @@ TEST(init_over_a_copy_of_a_live_pump_is_allowed) {
     lull_pump_close(&copy);
     teardown(&f);
 }
+
+/* A pump open on one loop is refused by another's init (close it first):
+ * queued there, clearing it cut that loop's ready queue; quiet, it stayed
+ * in that loop's set as a stale entry. A loop freed with a pump left open
+ * (quiet: allowed) lets the pump be set up elsewhere. */
+TEST(init_of_a_pump_open_on_another_loop_is_refused) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *other = NULL;
+    CHECK_EQ(lull_loop_new(&other, &o), 0);
+    lull_pump_wake(&f.pump); /* queued on loop */
+    CHECK_EQ(lull_pump_init(other, &f.pump, pass), -EBUSY);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(f.passes, 1);
+    CHECK_EQ(lull_pump_init(other, &f.pump, pass), -EBUSY); /* quiet, open */
+    CHECK_EQ(lull_pump_init(loop, &f.pump, pass), 0);       /* its own loop */
+    lull_pump_close(&f.pump);
+    CHECK_EQ(lull_pump_init(other, &f.pump, pass), 0); /* closed: free */
+    lull_pump_wake(&f.pump);
+    CHECK_EQ(lull_loop_settle(other), 1);
+    CHECK_EQ(f.passes, 2);
+    CHECK_EQ(lull_loop_free(other), 0); /* the pump left open, quiet */
+    CHECK_EQ(lull_pump_init(loop, &f.pump, pass), 0);
+    teardown(&f);
+}

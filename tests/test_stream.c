@@ -3819,7 +3819,11 @@ static void reopen_stream(void *arg) {
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     CHECK_EQ(lull_stream_open(loop, &a, sv[0], &raw), 0);
     lull_endpoint_set_callbacks(&a.ep, NULL, NULL, ignore_close);
-    if (how != 2) lull_endpoint_close(&a.ep, 0); /* 2: still open */
+    if (how == 3) { /* 3: open and paused, no watcher started */
+        CHECK_EQ(lull_stream_read_stop(&a), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    if (how < 2) lull_endpoint_close(&a.ep, 0); /* 2, 3: still open */
     if (how == 0) /* the control: on_close has run */
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(lull_stream_open(loop, &a, sv[1], &raw), 0);
@@ -3841,6 +3845,19 @@ TEST(stream_opened_again_before_its_close_asserts) {
     CHECK(check_dies(reopen_stream, &how, msg));
     how = 2;
     CHECK(check_dies(reopen_stream, &how, msg));
+}
+
+/* A paused stream holds its fd with no watcher started and nothing
+ * queued: opening it again would lose that fd and keep the loop's count of
+ * open handles up for good (lull_loop_free -EBUSY). */
+TEST(paused_stream_opened_again_asserts) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    int how = 3;
+    CHECK(check_dies(reopen_stream, &how,
+                     "lull: a stream opened again while open"));
 }
 
 /* A stream never set up (zeroed), or whose open was refused before it was
@@ -4515,4 +4532,62 @@ TEST(detach_of_another_stream_collected_in_the_same_batch) {
     close(g_batch_fd);
     close(peer[0]);
     close(peer[1]);
+}
+
+/* A server set up again while it listens: -EBUSY, the first socket kept
+ * (lull_server_open closes the fd it was given, which it owns), and once
+ * closed the loop frees. Clearing it would lose the listening socket, its
+ * started watcher and the loop's count of open handles (lull_loop_free
+ * -EBUSY for good). */
+static void never_connection(lull_server *srv) {
+    (void)srv;
+    CHECK(false);
+}
+
+TEST(server_listened_again_while_listening_is_busy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_server srv;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, never_connection),
+             0);
+    int port = lull_server_port(&srv);
+    CHECK(port > 0);
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, never_connection),
+             -EBUSY);
+    CHECK_EQ(lull_server_listen_unix(loop, &srv, "@lull-test-relisten", 0,
+                                     never_connection),
+             -EBUSY);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK_EQ(listen(fd, 1), 0);
+    CHECK_EQ(lull_server_open(loop, &srv, fd, never_connection), -EBUSY);
+    CHECK_EQ(fcntl(fd, F_GETFD), -1); /* owned, so closed */
+    CHECK_EQ(lull_server_port(&srv), port);
+    lull_server_close(&srv);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    /* Closed: the struct may be set up again. */
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, never_connection),
+             0);
+    lull_server_close(&srv);
+    free_loop(loop);
+}
+
+/* ... and on another loop: the clearing left the first loop's watcher on
+ * the struct and its count of open handles up for good. */
+TEST(server_listened_again_on_another_loop_is_busy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_loop *other = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_server srv;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, never_connection),
+             0);
+    int port = lull_server_port(&srv);
+    CHECK_EQ(lull_server_listen_tcp(other, &srv, NULL, 0, 0, never_connection),
+             -EBUSY);
+    CHECK(srv.loop == loop);
+    CHECK_EQ(lull_server_port(&srv), port);
+    lull_server_close(&srv);
+    CHECK_EQ(lull_server_listen_tcp(other, &srv, NULL, 0, 0, never_connection),
+             0);
+    lull_server_close(&srv);
+    free_loop(other);
+    free_loop(loop);
 }

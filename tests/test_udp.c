@@ -1443,3 +1443,27 @@ TEST(init_of_a_bound_idle_handle_is_refused) {
     CHECK_EQ(lull_udp_init(loop, &u, NULL), 0); /* its own again */
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A handle holding a socket on one loop is refused by another loop's init
+ * too: the clearing lost the first loop's socket (open for ever, its
+ * count of open handles up: lull_loop_free -EBUSY for good). */
+TEST(init_of_a_handle_bound_on_another_loop_is_refused) {
+    lull_loop *loop = new_loop();
+    lull_loop *other = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    int fd = u.io.fd;
+    CHECK_EQ(lull_udp_init(other, &u, NULL), -EBUSY);
+    CHECK_EQ(u.io.fd, fd);
+    CHECK(u.loop == loop);
+    CHECK_EQ(lull_udp_close(&u, NULL), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(fcntl(fd, F_GETFD), -1);
+    CHECK_EQ(lull_udp_init(other, &u, NULL), 0); /* closed: free */
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    CHECK_EQ(lull_udp_close(&u, NULL), 0);
+    CHECK_EQ(lull_loop_run(other, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(other), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
