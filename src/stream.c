@@ -1791,7 +1791,10 @@ int lull_stream_detach(lull_stream *s) {
     if (!s || !s->loop) return -EINVAL;
     if (s->ep.flags & LULL__EP_CLOSED) return -ENOTCONN;
     LULL_ASSERT_LOOP_THREAD(s->loop);
-    if ((s->state & (S_CONNECTED | S_FAIL)) != S_CONNECTED) return -ENOTCONN;
+    /* S_WFAIL too: a failed write's error waits for on_close (the frames
+     * it dropped were released unwritten; nothing else tells of them). */
+    if ((s->state & (S_CONNECTED | S_FAIL | S_WFAIL)) != S_CONNECTED)
+        return -ENOTCONN;
     if (s->state & S_PAIR) return -ENOTSUP;
     /* A forked copy: the parent's queue is the parent's, not a write of
      * this copy's that would be lost. */
