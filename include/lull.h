@@ -1116,10 +1116,10 @@ LULL_EXTERN int lull_stream_fd(const lull_stream *s);
 /* Takes the socket (or other fd) out of an open stream and returns it, the
  * caller's to close (Tokio's into_std): to lull_tls_open over a dialed
  * stream, say. Unwatched, no timer, O_NONBLOCK as the stream got it (set
- * on a socket lull made); a shutdown or the peer's EOF carries over.
- * Frames it wrote are released inside the call; then no callback of the
- * stream's runs again, and the struct is the caller's, at once, also
- * inside those callbacks (on_frame's bytes stay valid until it returns).
+ * on a socket lull connected or accepted); a shutdown or the peer's EOF
+ * carries over. Frames it wrote are released inside the call; then no
+ * callback of the stream's runs again, and the struct is the caller's, at once,
+ * also inside those callbacks (on_frame's bytes stay valid until it returns).
  * -EBUSY while a write is queued or read bytes wait undelivered (nothing is
  * lost: the stream goes on), -ENOTCONN while connecting, once closed or
  * with a failure on its way to on_close, -ENOTSUP for a pair, -EINVAL. */

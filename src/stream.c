@@ -179,6 +179,9 @@
  * lull_loop_free at -EBUSY while the stream holds an fd, watched or not
  * (paused, or kept open after the peer's EOF). */
 #define S_COUNTED 0x8000000u
+/* Part of another handle (a lull_tls's socket: lull__stream_own), which
+ * alone ends it: lull_stream_detach refuses it. */
+#define S_OWNED 0x10000000u
 
 /* Sends are refused (frame.c answers -EPIPE, lull_endpoint_writable is false)
  * once the write side is shut or failed: the bit frame.c uses for a gone peer.
@@ -1800,7 +1803,13 @@ int lull_stream_detach(lull_stream *s) {
     if (!s || !s->loop) return -EINVAL;
     if (s->ep.flags & LULL__EP_CLOSED) return -ENOTCONN;
     LULL_ASSERT_LOOP_THREAD(s->loop);
-    if ((s->state & (S_CONNECTED | S_FAIL)) != S_CONNECTED) return -ENOTCONN;
+    LULL_ASSERT(!(s->state & S_OWNED),
+                "lull: lull_stream_detach of a stream another handle owns");
+    if (s->state & S_OWNED) return -EINVAL;
+    /* S_WFAIL too: a failed write's error waits for on_close (the frames
+     * it dropped were released unwritten; nothing else tells of them). */
+    if ((s->state & (S_CONNECTED | S_FAIL | S_WFAIL)) != S_CONNECTED)
+        return -ENOTCONN;
     if (s->state & S_PAIR) return -ENOTSUP;
     /* A forked copy: the parent's queue is the parent's, not a write of
      * this copy's that would be lost. */
@@ -1811,6 +1820,10 @@ int lull_stream_detach(lull_stream *s) {
     s->io.fd = -1; /* teardown gives back O_NONBLOCK and leaves it open */
     release_list(teardown(s)); /* frames written, not yet released */
     return fd;
+}
+
+void lull__stream_own(lull_stream *s) {
+    s->state |= S_OWNED;
 }
 
 int lull_stream_send_fds(lull_stream *s, lull_frame *frame, const int *fds,

@@ -30,6 +30,11 @@ int lull__stream_options_check(const lull_stream_options *opts, int family);
  * the loop's tables: for set-up and checks, not a hot path. */
 bool lull__stream_live(lull_loop *loop, const lull_stream *s);
 
+/* s, set up (open or connecting), is part of another handle (a lull_tls's
+ * socket), which alone ends it: lull_stream_detach refuses it (a debug
+ * assert, else -EINVAL). Until its close. */
+void lull__stream_own(lull_stream *s);
+
 /* Whether s is a copy a forked child inherited: set up by another process
  * than its loop's, since lull_loop_fork. Its frames and its session (TLS)
  * are the parent's to write; the copy writes none of them. One compare. */

@@ -1148,6 +1148,7 @@ static void unprepare(lull_tls *t) {
 
 /* The stream is set up: our callbacks, the handshake's clock. */
 static void attach(lull_tls *t, const lull_tls_options *o) {
+    lull__stream_own(&t->stream); /* no detach under the records */
     lull_endpoint_set_callbacks(&t->stream.ep, on_cipher, on_stream_drain,
                                 on_stream_close);
     uint64_t to = o->handshake_timeout_ns ? o->handshake_timeout_ns

@@ -4591,3 +4591,29 @@ TEST(server_listened_again_on_another_loop_is_busy) {
     free_loop(other);
     free_loop(loop);
 }
+
+/* A failed write ends the writing only, and its error is the close reason
+ * whatever ends the reading later (STREAMS.md, "Closing"): a failure on
+ * its way to on_close. A detach then would swallow it (the frames it
+ * dropped were released unwritten, and nothing else tells of that), so
+ * it is refused like any other failing stream's, and the stream goes on
+ * to its close with the write's error. */
+TEST(detach_refuses_after_a_failed_write) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int peer;
+    raw_peer(loop, &c, &peer, NULL);
+    CHECK_EQ(shutdown(peer, SHUT_RD), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&c.s.ep, "lost", 4), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(lull_endpoint_send_copy(&c.s.ep, "x", 1), -EPIPE);
+    CHECK_EQ(c.closes, 0); /* reading goes on */
+    CHECK_EQ(lull_stream_detach(&c.s), -ENOTCONN);
+    CHECK(!lull_endpoint_closed(&c.s.ep));
+    CHECK_EQ(close(peer), 0); /* the read side's EOF */
+    for (int i = 0; i < 100 && !c.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, -EPIPE);
+    free_loop(loop);
+}

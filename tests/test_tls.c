@@ -2598,3 +2598,38 @@ TEST(tls_set_up_again_before_its_close_asserts) {
     how = 2;
     CHECK(check_dies(reopen_tls, &how, msg));
 }
+
+/* The socket's stream inside a lull_tls is lull's own (its private
+ * fields): detached, the connection would stay open with no socket, never
+ * read or close again, and its on_close would never come. The detach is
+ * refused: a debug assert, -EINVAL in a release build, and the connection
+ * goes on untouched. */
+static void detach_inner(void *arg) {
+    end *c = arg;
+    (void)lull_stream_detach(&c->t.stream);
+}
+
+TEST(detach_of_a_connections_own_stream_is_refused) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    send_and_wait(loop, &c, &s, "one");
+    CHECK_EQ(s.frames, 1);
+    if (check_debug_build()) {
+        CHECK(check_dies(detach_inner, &c,
+                         "lull: lull_stream_detach of a stream another "
+                         "handle owns"));
+    } else {
+        CHECK_EQ(lull_stream_detach(&c.t.stream), -EINVAL);
+    }
+    CHECK(!lull_endpoint_closed(&c.t.stream.ep));
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "two", 3), 0);
+    for (int i = 0; i < 100 && s.frames < 2; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.frames, 2);
+    CHECK_EQ(strcmp(s.last, "two"), 0);
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
