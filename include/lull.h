@@ -2156,8 +2156,9 @@ typedef struct lull_pool_stats {
 } lull_pool_stats;
 
 /* Creates a pool and starts its threads (allocates; not a hot path). opts
- * may be NULL. A pool does not survive fork(): a child must not use, close
- * or free one made before the fork; its lull_pool_default makes its own. */
+ * may be NULL. A pool does not survive fork(): in a child, one made before
+ * the fork refuses work (-ECHILD; lull_pool_free frees the child's copy);
+ * the child's lull_pool_default makes its own. */
 LULL_EXTERN int lull_pool_new(lull_pool **out, const lull_pool_options *opts);
 /* Thread-safe, never blocks. Refuses new work (-ESHUTDOWN) and cancels the
  * waiting work: each done runs on its loop with -ECANCELED. Work already
@@ -2185,8 +2186,9 @@ LULL_EXTERN int lull_work_init(lull_work *work, lull_work_fn fn,
 /* Loop thread of `loop`; any number of loops may share one pool.
  * Queues fn for a pool thread; done then runs on `loop`, which stays alive
  * (a loop reference) until it has. -EBUSY while work is still submitted,
- * -EAGAIN when the queue is full, -ESHUTDOWN once the pool is closed; done
- * never runs for a refused submit. No allocation. */
+ * -EAGAIN when the queue is full, -ESHUTDOWN once the pool is closed,
+ * -ECHILD in a fork()ed child for a pool made before the fork; done never
+ * runs for a refused submit. No allocation. */
 LULL_EXTERN int lull_work_submit(lull_loop *loop, lull_pool *pool,
                                  lull_work *work);
 /* Loop thread. Cancels work that has not started: 0, and done runs in a

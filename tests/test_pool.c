@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <lull.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1053,6 +1054,75 @@ TEST_THREADED(pool_default_in_a_forked_child_is_its_own) {
     CHECK_EQ(lull_work_submit(loop, d, &it.work), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(it.dones, 2);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A pool made before fork() has no threads in the child: work handed to
+ * it there never ran, and the child's loop waited for it for ever. Submit
+ * says -ECHILD at once there, and so do the calls built on it; the
+ * child's copy can still be freed (its threads are not joined: they are
+ * not there). */
+static void fs_never_called(lull_fs *req, int64_t result) {
+    (void)req;
+    check_fail(__FILE__, __LINE__, "a refused call's callback ran (%lld)",
+               (long long)result);
+}
+
+static void lookup_never_called(lull_lookup *req, int status,
+                                struct addrinfo *res) {
+    (void)req;
+    (void)res;
+    check_fail(__FILE__, __LINE__, "a refused lookup's callback ran (%d)",
+               status);
+}
+
+static void child_uses_a_parents_pool(void *arg) {
+    lull_pool *parents = arg;
+    alarm(10);
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, parents, &it.work), -ECHILD);
+    CHECK(!lull_work_busy(&it.work));
+    lull_fs req = {0}; /* lull reads its own fields first */
+    CHECK_EQ(
+        lull_fs_open(loop, parents, &req, "/", O_RDONLY, 0, fs_never_called),
+        -ECHILD);
+    lull_lookup lookup = {0};
+    CHECK_EQ(lull_lookup_start(loop, parents, &lookup, "localhost", NULL, NULL,
+                               lookup_never_called),
+             -ECHILD);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.dones, 0);
+    CHECK_EQ(lull_pool_free(parents), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    alarm(0);
+}
+
+TEST_THREADED(pool_made_before_fork_refuses_work_in_the_child) {
+    lull_pool *pool;
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    /* Forked once its thread sleeps (see above: the allocator's lock). */
+    lull_pool_stats st;
+    uint64_t deadline = check_clock_ns() + 10000000000u;
+    for (lull_pool_get_stats(pool, &st); st.idle < st.threads;
+         lull_pool_get_stats(pool, &st)) {
+        CHECK(check_clock_ns() < deadline);
+        sched_yield();
+    }
+    CHECK(check_exits_cleanly(child_uses_a_parents_pool, pool));
+    /* The parent's pool works on. */
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &it.work), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.last_status, 7);
+    CHECK_EQ(lull_pool_free(pool), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
