@@ -217,9 +217,10 @@ LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
  * kernel state (a new epoll set with every started watcher registered
  * again, and a new wake-up fd), so nothing the child does reaches the
  * parent's loop; its fs event watches (the parent's inotify instance)
- * end with LULL_FSEVENT_GONE in a later turn. A child that does not call
- * it must not touch the loop (debug builds abort at its first run, or
- * start or stop of a watcher).
+ * end with LULL_FSEVENT_GONE in a later turn; its pool work in flight at
+ * the fork comes back with -ECANCELED (fn runs, if at all, in the parent).
+ * A child that does not call it must not touch the loop (debug builds
+ * abort at its first run, or start or stop of a watcher).
  * Call it on the thread that forked, which must own the loop: fork on the
  * loop's thread (inside a callback is fine), or while no thread runs it
  * (then lull_loop_adopt in the child makes the forking thread the owner).

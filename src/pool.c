@@ -345,10 +345,38 @@ static void fork_parent(void) {
     pthread_mutex_unlock(&default_lock);
 }
 
+/* Hands w back to the child's copy of its loop as never run (its fn
+ * runs, if at all, in the parent): its done then drops the loop's
+ * reference in the child too, after lull_loop_fork. */
+static void cancel_forked(lull_work *w) {
+    w->next = w->prev = NULL;
+    w->queued = false;
+    w->status = -ECANCELED;
+    lull__post_remote_forked(w->loop, &w->task);
+}
+
 /* In the child, a pool made before the fork has none of its threads: it
  * refuses work (-ECHILD) instead of queueing what would never run, and
- * lull_pool_free frees it without joining threads that are not there. */
+ * lull_pool_free frees it without joining threads that are not there.
+ * What it held, waiting or running, would never come back to the child's
+ * loops, which would wait for it for ever (uv_loop_fork's child must not
+ * count on the threadpool either): it comes back cancelled, as from
+ * lull_pool_close. */
 static void forget_threads(lull_pool *p) {
+    for (unsigned i = 0; i < p->threads; i++) {
+        lull_work *w = p->workers[i].current;
+        p->workers[i].current = NULL;
+        if (w) cancel_forked(w);
+    }
+    lull_work *w = p->head;
+    while (w) {
+        lull_work *next = w->next;
+        cancel_forked(w);
+        w = next;
+    }
+    p->cancelled += p->queued + p->running;
+    p->head = p->tail = NULL;
+    p->queued = p->running = 0;
     p->forked = true;
     p->closed = true;
     p->threads = 0;

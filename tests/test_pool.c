@@ -1057,6 +1057,66 @@ TEST_THREADED(pool_default_in_a_forked_child_is_its_own) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Work a pool holds at fork(), running on one of its threads or waiting,
+ * never comes back to the child's copy of its loop: the thread that would
+ * finish it is not in the child. The child's loop gets it back cancelled
+ * (-ECANCELED, once each) after lull_loop_fork, so its run returns and
+ * lull_loop_free succeeds (they waited for ever for it: the alarm ended
+ * the child); the parent's copy completes normally. */
+typedef struct forked_items {
+    lull_loop *loop;
+    item running, waiting;
+} forked_items;
+
+static int fork_dones, fork_statuses[2];
+
+static void fork_done(lull_work *w, int status) {
+    (void)w;
+    CHECK(fork_dones < 2);
+    fork_statuses[fork_dones++] = status;
+}
+
+static void child_runs_its_copy(void *arg) {
+    forked_items *f = arg;
+    alarm(5); /* before the parent's gate gives up (10 s) */
+    fork_dones = 0;
+    CHECK_EQ(lull_loop_fork(f->loop), 0);
+    CHECK_EQ(lull_loop_run(f->loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(fork_dones, 2);
+    CHECK_EQ(fork_statuses[0], -ECANCELED);
+    CHECK_EQ(fork_statuses[1], -ECANCELED);
+    CHECK(!lull_work_busy(&f->running.work));
+    CHECK(!lull_work_busy(&f->waiting.work));
+    CHECK_EQ(lull_loop_free(f->loop), 0);
+    alarm(0);
+}
+
+TEST_THREADED(pool_work_in_flight_at_fork_is_cancelled_in_the_child) {
+    static forked_items f;
+    lull_pool *pool;
+    sem_t gate, started;
+    gated_loop_and_pool(&f.loop, &pool, &(lull_pool_options){.threads = 1},
+                        &gate, &started);
+    f.running = (item){.gate = &gate, .started = &started};
+    f.waiting = (item){0};
+    lull_work_init(&f.running.work, item_run, fork_done);
+    lull_work_init(&f.waiting.work, item_run, fork_done);
+    CHECK_EQ(lull_work_submit(f.loop, pool, &f.running.work), 0);
+    sem_wait_10s(&started, "the running item started");
+    CHECK_EQ(lull_work_submit(f.loop, pool, &f.waiting.work), 0);
+    CHECK(check_exits_cleanly(child_runs_its_copy, &f));
+    fork_dones = 0;
+    sem_post(&gate);
+    CHECK_EQ(lull_loop_run(f.loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(fork_dones, 2);
+    CHECK_EQ(fork_statuses[0], 7);
+    CHECK_EQ(fork_statuses[1], 7);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(f.loop), 0);
+    sem_destroy(&gate);
+    sem_destroy(&started);
+}
+
 /* A pool made before fork() has no threads in the child: work handed to
  * it there never ran, and the child's loop waited for it for ever. Submit
  * says -ECHILD at once there, and so do the calls built on it; the
