@@ -446,6 +446,44 @@ TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
     close_journal_case(fd, loop, pool, &g);
 }
 
+/* lull_journal_append from a thread that does not own the journal's loop
+ * stops a debug build with a message: it links the request into the
+ * journal's queue, the loop thread's state, with no lock. With a batch in
+ * flight (no start task to post, whose own check would have caught it) it
+ * went ahead, racing the loop's appends and the batch's completion. */
+static void *append_from_elsewhere(void *arg) {
+    lull_journal *j = arg;
+    (void)lull_journal_append(j, &recs[1].req, "x", 1, appended);
+    return NULL;
+}
+
+static void journal_append_on_another_thread(void *arg) {
+    (void)arg;
+    lull_loop *loop;
+    lull_pool *pool;
+    static lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    static gate g;
+    gate_hold(loop, pool, &g);
+    append(&j, 0);
+    CHECK_EQ(lull_loop_settle(loop), 1); /* the batch is in flight */
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, append_from_elsewhere, &j), 0);
+    pthread_join(th, NULL);
+    sem_post(&g.release);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    close_journal_case(fd, loop, pool, &g);
+}
+
+TEST_THREADED(journal_append_from_another_thread_stops_a_debug_build) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(journal_append_on_another_thread, NULL,
+                     "lull: called from a thread that does not own the loop"));
+}
+
 /* lull_journal_init on a journal whose appends are in flight: refused
  * (-EBUSY) while its start task is queued on the loop and while its batch
  * waits on the pool; every record is written and completed once. Inside
