@@ -217,9 +217,10 @@ LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
  * kernel state (a new epoll set with every started watcher registered
  * again, and a new wake-up fd), so nothing the child does reaches the
  * parent's loop; its fs event watches (the parent's inotify instance)
- * end with LULL_FSEVENT_GONE in a later turn. A child that does not call
- * it must not touch the loop (debug builds abort at its first run, or
- * start or stop of a watcher).
+ * end with LULL_FSEVENT_GONE in a later turn; its pool work in flight at
+ * the fork comes back with -ECANCELED (fn runs, if at all, in the parent).
+ * A child that does not call it must not touch the loop (debug builds
+ * abort at its first run, or start or stop of a watcher).
  * Call it on the thread that forked, which must own the loop: fork on the
  * loop's thread (inside a callback is fine), or while no thread runs it
  * (then lull_loop_adopt in the child makes the forking thread the owner).
@@ -2158,8 +2159,9 @@ typedef struct lull_pool_stats {
 } lull_pool_stats;
 
 /* Creates a pool and starts its threads (allocates; not a hot path). opts
- * may be NULL. A pool does not survive fork(): a child must not use, close
- * or free one made before the fork; its lull_pool_default makes its own. */
+ * may be NULL. A pool does not survive fork(): in a child, one made before
+ * the fork refuses work (-ECHILD; lull_pool_free frees the child's copy);
+ * the child's lull_pool_default makes its own. */
 LULL_EXTERN int lull_pool_new(lull_pool **out, const lull_pool_options *opts);
 /* Thread-safe, never blocks. Refuses new work (-ESHUTDOWN) and cancels the
  * waiting work: each done runs on its loop with -ECANCELED. Work already
@@ -2187,8 +2189,9 @@ LULL_EXTERN int lull_work_init(lull_work *work, lull_work_fn fn,
 /* Loop thread of `loop`; any number of loops may share one pool.
  * Queues fn for a pool thread; done then runs on `loop`, which stays alive
  * (a loop reference) until it has. -EBUSY while work is still submitted,
- * -EAGAIN when the queue is full, -ESHUTDOWN once the pool is closed; done
- * never runs for a refused submit. No allocation. */
+ * -EAGAIN when the queue is full, -ESHUTDOWN once the pool is closed,
+ * -ECHILD in a fork()ed child for a pool made before the fork; done never
+ * runs for a refused submit. No allocation. */
 LULL_EXTERN int lull_work_submit(lull_loop *loop, lull_pool *pool,
                                  lull_work *work);
 /* Loop thread. Cancels work that has not started: 0, and done runs in a
@@ -2420,7 +2423,7 @@ LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
 /* Queues len bytes: 0, -EINVAL (NULL, len past SSIZE_MAX), or the sticky
  * error (cb then never runs). req must not be queued already (-EBUSY where
  * seen at once: the first or last queued, the first in flight). No
- * allocation. */
+ * allocation. Loop thread of the journal's loop (asserted). */
 LULL_EXTERN int lull_journal_append(lull_journal *j, lull_append *req,
                                     const void *buf, size_t len,
                                     lull_append_fn cb);

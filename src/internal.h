@@ -518,6 +518,11 @@ void lull__remote_quiesce(lull_loop *loop);
  * it returns 1, the wake, which a caller may make after its own unlock. */
 int lull__post_remote_push(lull_loop *loop, lull_task *task);
 void lull__post_remote_wake(lull_loop *loop);
+/* In a fork()ed child, before lull_loop_fork: the push alone. No wake is
+ * needed (the child's one thread is not asleep in the loop, which looks at
+ * the stack before it sleeps) nor allowed (the eventfd is still the
+ * parent's: a wake would reach the parent's loop). */
+void lull__post_remote_forked(lull_loop *loop, lull_task *task);
 int lull__remote_fork(lull_loop *loop);
 /* lull_loop_fork, before the epoll set is rebuilt: the child's inotify
  * instance is its own, and its inherited watches end with GONE in a later

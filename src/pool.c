@@ -83,18 +83,36 @@ struct lull_pool {
     unsigned idle_count;
     unsigned waking; /* woken, not yet back under the lock */
     bool closed;     /* no more submissions; threads exit when empty */
+    bool forked;     /* a fork()ed child's copy: its threads are not here */
     uint64_t submitted, completed, cancelled, rejected;
     uint64_t wakeups; /* atomic: counted as each sleep returns */
-    unsigned threads; /* started; fixed after lull_pool_new (no lock) */
+    unsigned threads; /* started; fixed after lull_pool_new (no lock), and
+                         0 in a fork()ed child (fork_child) */
     worker *workers;  /* `threads` of them (no lock) */
     /* Atomic: lull_pool_free's one, and one per accepted item until its
      * done has run. lull_pool_free returns before the last done functions
      * run, and one of them may submit again (a listing's next batch,
      * src/fsops.c): the memory stays, closed, until the last is done. */
     uint32_t refs;
+    lull_pool *next_pool, *prev_pool; /* every pool (under pools_lock) */
+    bool listed;                      /* on that list (under pools_lock) */
 };
 
+/* Every pool of the process, for the fork handlers below. Taken after
+ * default_lock and before any pool's lock. */
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static lull_pool *pools;
+
 static void pool_destroy(lull_pool *p) {
+    pthread_mutex_lock(&pools_lock);
+    if (p->listed) {
+        if (p->prev_pool)
+            p->prev_pool->next_pool = p->next_pool;
+        else
+            pools = p->next_pool;
+        if (p->next_pool) p->next_pool->prev_pool = p->prev_pool;
+    }
+    pthread_mutex_unlock(&pools_lock);
     pthread_mutex_destroy(&p->lock);
     free(p->workers);
     free(p);
@@ -237,7 +255,9 @@ int lull_work_submit(lull_loop *loop, lull_pool *pool, lull_work *work) {
     lull_loop_ref(loop);
     pthread_mutex_lock(&pool->lock);
     int rc = 0;
-    if (pool->closed) {
+    if (pool->forked) {
+        rc = -ECHILD; /* no thread here would ever run it */
+    } else if (pool->closed) {
         rc = -ESHUTDOWN;
     } else if (pool->queued >= pool->max_queued) {
         pool->rejected++;
@@ -308,17 +328,69 @@ static lull_pool *default_pool; /* under default_lock */
 static lull_pool *forked_default;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-/* Held across fork(), so the child's copy of the lock and the pointer is
- * one no thread was in the middle of changing. */
+/* Held across fork(), default_lock, pools_lock and every pool's lock, so
+ * the child's copy of each is one no thread was in the middle of changing
+ * (a pool thread holds its pool's lock as it takes or hands back work). */
 static void fork_prepare(void) {
     pthread_mutex_lock(&default_lock);
+    pthread_mutex_lock(&pools_lock);
+    for (lull_pool *p = pools; p; p = p->next_pool)
+        pthread_mutex_lock(&p->lock);
 }
 
 static void fork_parent(void) {
+    for (lull_pool *p = pools; p; p = p->next_pool)
+        pthread_mutex_unlock(&p->lock);
+    pthread_mutex_unlock(&pools_lock);
     pthread_mutex_unlock(&default_lock);
 }
 
+/* Hands w back to the child's copy of its loop as never run (its fn
+ * runs, if at all, in the parent): its done then drops the loop's
+ * reference in the child too, after lull_loop_fork. */
+static void cancel_forked(lull_work *w) {
+    w->next = w->prev = NULL;
+    w->queued = false;
+    w->status = -ECANCELED;
+    lull__post_remote_forked(w->loop, &w->task);
+}
+
+/* In the child, a pool made before the fork has none of its threads: it
+ * refuses work (-ECHILD) instead of queueing what would never run, and
+ * lull_pool_free frees it without joining threads that are not there.
+ * What it held, waiting or running, would never come back to the child's
+ * loops, which would wait for it for ever (uv_loop_fork's child must not
+ * count on the threadpool either): it comes back cancelled, as from
+ * lull_pool_close. */
+static void forget_threads(lull_pool *p) {
+    for (unsigned i = 0; i < p->threads; i++) {
+        lull_work *w = p->workers[i].current;
+        p->workers[i].current = NULL;
+        if (w) cancel_forked(w);
+    }
+    lull_work *w = p->head;
+    while (w) {
+        lull_work *next = w->next;
+        cancel_forked(w);
+        w = next;
+    }
+    p->cancelled += p->queued + p->running;
+    p->head = p->tail = NULL;
+    p->queued = p->running = 0;
+    p->forked = true;
+    p->closed = true;
+    p->threads = 0;
+    p->idle = NULL;
+    p->idle_count = 0;
+    p->waking = 0;
+}
+
 static void fork_child(void) {
+    for (lull_pool *p = pools; p; p = p->next_pool) {
+        forget_threads(p);
+        pthread_mutex_unlock(&p->lock);
+    }
+    pthread_mutex_unlock(&pools_lock);
     if (default_pool) forked_default = default_pool;
     default_pool = NULL;
     pthread_mutex_unlock(&default_lock);
@@ -390,6 +462,7 @@ int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
     if (!out) return -EINVAL;
     *out = NULL;
     if (!opts) opts = &defaults;
+    pthread_once(&atfork_once, register_atfork);
     unsigned threads = opts->threads ? opts->threads : DEFAULT_THREADS;
     if (threads > MAX_THREADS) return -EINVAL;
     lull_pool *p = calloc(1, sizeof *p);
@@ -428,6 +501,12 @@ int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
         stop_pool(p);
         return rc;
     }
+    pthread_mutex_lock(&pools_lock);
+    p->next_pool = pools;
+    if (pools) pools->prev_pool = p;
+    pools = p;
+    p->listed = true;
+    pthread_mutex_unlock(&pools_lock);
     *out = p;
     return 0;
 }

@@ -147,6 +147,11 @@ void lull__post_remote_wake(lull_loop *loop) {
     __atomic_fetch_sub(&loop->posters, 1, __ATOMIC_RELEASE);
 }
 
+void lull__post_remote_forked(lull_loop *loop, lull_task *task) {
+    if (lull__post_remote_push(loop, task))
+        __atomic_fetch_sub(&loop->posters, 1, __ATOMIC_RELEASE);
+}
+
 void lull_task_post_remote(lull_loop *loop, lull_task *task) {
     if (!loop || !task) return;
     if (lull__post_remote_push(loop, task)) lull__post_remote_wake(loop);

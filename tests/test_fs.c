@@ -342,6 +342,74 @@ TEST_THREADED(journal_error_is_sticky) {
     close_journal_case(fd, loop, pool, &g);
 }
 
+/* fdatasync, wrapped (tests/CMakeLists.txt): fails with EIO while
+ * fail_syncs is set, as a disk that lost the written pages reports it. */
+int __real_fdatasync(int fd);
+int __wrap_fdatasync(int fd);
+static int fail_syncs; /* atomic: set by the case, read on a pool thread */
+
+int __wrap_fdatasync(int fd) {
+    if (__atomic_load_n(&fail_syncs, __ATOMIC_ACQUIRE)) {
+        errno = EIO;
+        return -1;
+    }
+    return __real_fdatasync(fd);
+}
+
+/* Each record's completions, and what an append made inside one says. */
+static int sync_fail_calls[8], sync_fail_statuses[8], append_in_cb_rc;
+static lull_journal *sync_fail_journal;
+
+static void sync_failed(lull_append *req, int status) {
+    rec *r = LULL_CONTAINER_OF(req, rec, req);
+    sync_fail_calls[r->index]++;
+    sync_fail_statuses[r->index] = status;
+    CHECK_U64_EQ(req->sync, 0);
+    if (r->index == 0) /* refused at once: cb never runs for it */
+        append_in_cb_rc = lull_journal_append(sync_fail_journal, &recs[6].req,
+                                              "x", 1, sync_failed);
+}
+
+/* A failed fdatasync (EIO) fails every append of its batch and every
+ * append queued behind it, once each and with that error, and every
+ * later append at once (the sticky rule): the kernel may have dropped
+ * the pages, so a later sync's success would prove nothing. */
+TEST_THREADED(journal_sync_eio_fails_the_batch_and_what_is_queued_behind) {
+    lull_loop *loop;
+    lull_pool *pool;
+    lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    sync_fail_journal = &j;
+    append_in_cb_rc = 0;
+    gate g;
+    gate_hold(loop, pool, &g); /* the first batch waits behind it */
+    for (int i = 0; i < 5; i++) {
+        recs[i].index = i;
+        CHECK_EQ(lull_journal_append(&j, &recs[i].req, "abc", 3, sync_failed),
+                 0);
+        if (i == 2) /* 0-2 leave as the batch; 3-4 queue behind it */
+            CHECK_EQ(lull_loop_settle(loop), 1);
+    }
+    __atomic_store_n(&fail_syncs, 1, __ATOMIC_RELEASE);
+    sem_post(&g.release);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    __atomic_store_n(&fail_syncs, 0, __ATOMIC_RELEASE);
+    for (int i = 0; i < 5; i++) {
+        CHECK_EQ(sync_fail_calls[i], 1);
+        CHECK_EQ(sync_fail_statuses[i], -EIO);
+    }
+    CHECK_EQ(append_in_cb_rc, -EIO);
+    CHECK_EQ(sync_fail_calls[6], 0);
+    CHECK_EQ(j.error, -EIO);
+    CHECK_U64_EQ(j.syncs, 0);
+    /* Later appends fail at once, with syncs working again. */
+    CHECK_EQ(lull_journal_append(&j, &recs[7].req, "x", 1, sync_failed), -EIO);
+    CHECK(!lull_journal_busy(&j));
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_EQ(sync_fail_calls[7], 0);
+    close_journal_case(fd, loop, pool, &g);
+}
+
 /* An append longer than one write can be (past SSIZE_MAX) is refused at
  * the call, and the journal goes on: queued, its batch's pwritev failed
  * with EINVAL, and that failure, sticky, refused every later append. */
@@ -444,6 +512,44 @@ TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
     CHECK_EQ(ncompleted, 2);
     check_file(2);
     close_journal_case(fd, loop, pool, &g);
+}
+
+/* lull_journal_append from a thread that does not own the journal's loop
+ * stops a debug build with a message: it links the request into the
+ * journal's queue, the loop thread's state, with no lock. With a batch in
+ * flight (no start task to post, whose own check would have caught it) it
+ * went ahead, racing the loop's appends and the batch's completion. */
+static void *append_from_elsewhere(void *arg) {
+    lull_journal *j = arg;
+    (void)lull_journal_append(j, &recs[1].req, "x", 1, appended);
+    return NULL;
+}
+
+static void journal_append_on_another_thread(void *arg) {
+    (void)arg;
+    lull_loop *loop;
+    lull_pool *pool;
+    static lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    static gate g;
+    gate_hold(loop, pool, &g);
+    append(&j, 0);
+    CHECK_EQ(lull_loop_settle(loop), 1); /* the batch is in flight */
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, append_from_elsewhere, &j), 0);
+    pthread_join(th, NULL);
+    sem_post(&g.release);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    close_journal_case(fd, loop, pool, &g);
+}
+
+TEST_THREADED(journal_append_from_another_thread_stops_a_debug_build) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(journal_append_on_another_thread, NULL,
+                     "lull: called from a thread that does not own the loop"));
 }
 
 /* lull_journal_init on a journal whose appends are in flight: refused

@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <lull.h>
 #include <pthread.h>
@@ -1057,6 +1058,135 @@ TEST_THREADED(pool_default_in_a_forked_child_is_its_own) {
     CHECK_EQ(lull_work_submit(loop, d, &it.work), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(it.dones, 2);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Work a pool holds at fork(), running on one of its threads or waiting,
+ * never comes back to the child's copy of its loop: the thread that would
+ * finish it is not in the child. The child's loop gets it back cancelled
+ * (-ECANCELED, once each) after lull_loop_fork, so its run returns and
+ * lull_loop_free succeeds (they waited for ever for it: the alarm ended
+ * the child); the parent's copy completes normally. */
+typedef struct forked_items {
+    lull_loop *loop;
+    item running, waiting;
+} forked_items;
+
+static int fork_dones, fork_statuses[2];
+
+static void fork_done(lull_work *w, int status) {
+    (void)w;
+    CHECK(fork_dones < 2);
+    fork_statuses[fork_dones++] = status;
+}
+
+static void child_runs_its_copy(void *arg) {
+    forked_items *f = arg;
+    alarm(5); /* before the parent's gate gives up (10 s) */
+    fork_dones = 0;
+    CHECK_EQ(lull_loop_fork(f->loop), 0);
+    CHECK_EQ(lull_loop_run(f->loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(fork_dones, 2);
+    CHECK_EQ(fork_statuses[0], -ECANCELED);
+    CHECK_EQ(fork_statuses[1], -ECANCELED);
+    CHECK(!lull_work_busy(&f->running.work));
+    CHECK(!lull_work_busy(&f->waiting.work));
+    CHECK_EQ(lull_loop_free(f->loop), 0);
+    alarm(0);
+}
+
+TEST_THREADED(pool_work_in_flight_at_fork_is_cancelled_in_the_child) {
+    static forked_items f;
+    lull_pool *pool;
+    sem_t gate, started;
+    gated_loop_and_pool(&f.loop, &pool, &(lull_pool_options){.threads = 1},
+                        &gate, &started);
+    f.running = (item){.gate = &gate, .started = &started};
+    f.waiting = (item){0};
+    lull_work_init(&f.running.work, item_run, fork_done);
+    lull_work_init(&f.waiting.work, item_run, fork_done);
+    CHECK_EQ(lull_work_submit(f.loop, pool, &f.running.work), 0);
+    sem_wait_10s(&started, "the running item started");
+    CHECK_EQ(lull_work_submit(f.loop, pool, &f.waiting.work), 0);
+    CHECK(check_exits_cleanly(child_runs_its_copy, &f));
+    fork_dones = 0;
+    sem_post(&gate);
+    CHECK_EQ(lull_loop_run(f.loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(fork_dones, 2);
+    CHECK_EQ(fork_statuses[0], 7);
+    CHECK_EQ(fork_statuses[1], 7);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(f.loop), 0);
+    sem_destroy(&gate);
+    sem_destroy(&started);
+}
+
+/* A pool made before fork() has no threads in the child: work handed to
+ * it there never ran, and the child's loop waited for it for ever. Submit
+ * says -ECHILD at once there, and so do the calls built on it; the
+ * child's copy can still be freed (its threads are not joined: they are
+ * not there). */
+static void fs_never_called(lull_fs *req, int64_t result) {
+    (void)req;
+    check_fail(__FILE__, __LINE__, "a refused call's callback ran (%lld)",
+               (long long)result);
+}
+
+static void lookup_never_called(lull_lookup *req, int status,
+                                struct addrinfo *res) {
+    (void)req;
+    (void)res;
+    check_fail(__FILE__, __LINE__, "a refused lookup's callback ran (%d)",
+               status);
+}
+
+static void child_uses_a_parents_pool(void *arg) {
+    lull_pool *parents = arg;
+    alarm(10);
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, parents, &it.work), -ECHILD);
+    CHECK(!lull_work_busy(&it.work));
+    lull_fs req = {0}; /* lull reads its own fields first */
+    CHECK_EQ(
+        lull_fs_open(loop, parents, &req, "/", O_RDONLY, 0, fs_never_called),
+        -ECHILD);
+    lull_lookup lookup = {0};
+    CHECK_EQ(lull_lookup_start(loop, parents, &lookup, "localhost", NULL, NULL,
+                               lookup_never_called),
+             -ECHILD);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.dones, 0);
+    CHECK_EQ(lull_pool_free(parents), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    alarm(0);
+}
+
+TEST_THREADED(pool_made_before_fork_refuses_work_in_the_child) {
+    lull_pool *pool;
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    /* Forked once its thread sleeps (see above: the allocator's lock). */
+    lull_pool_stats st;
+    uint64_t deadline = check_clock_ns() + 10000000000u;
+    for (lull_pool_get_stats(pool, &st); st.idle < st.threads;
+         lull_pool_get_stats(pool, &st)) {
+        CHECK(check_clock_ns() < deadline);
+        sched_yield();
+    }
+    CHECK(check_exits_cleanly(child_uses_a_parents_pool, pool));
+    /* The parent's pool works on. */
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    loop_thread = pthread_self();
+    item it = {0};
+    lull_work_init(&it.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &it.work), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(it.last_status, 7);
+    CHECK_EQ(lull_pool_free(pool), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
