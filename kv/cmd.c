@@ -260,7 +260,7 @@ static void cmd_get(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         reply_wrongtype(out);
         return;
     }
-    buf_bulk(out, o->val, o->len);
+    buf_bulk(out, kobj_str(o), o->len);
 }
 
 enum {
@@ -309,14 +309,14 @@ static void set_key(kv *k, const resp_arg *key, const resp_arg *val, unsigned f,
     size_t mark = out->len; /* where the reply starts, for an -OOM */
     if ((f & SET_NX && e) || (f & SET_XX && !e)) {
         if (f & SET_GET && e)
-            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+            buf_bulk(out, kobj_str(store_obj(e)), store_obj(e)->len);
         else
             reply_nil(out);
         return;
     }
     if (f & SET_GET) {
         if (e)
-            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+            buf_bulk(out, kobj_str(store_obj(e)), store_obj(e)->len);
         else
             reply_nil(out);
     }
@@ -426,7 +426,7 @@ static void cmd_getdel(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         reply_wrongtype(out);
         return;
     }
-    buf_bulk(out, o->val, o->len);
+    buf_bulk(out, kobj_str(o), o->len);
     kv_delete(k, e);
     resp_arg del[2] = {{"DEL", 3}, a[1]};
     kv_log(k, del, 2);
@@ -475,7 +475,7 @@ static void cmd_getex(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     int64_t when = 0;
     if (ttl && !expire_arg(k, ttl, (int)unit, "getex", &when, out)) return;
     size_t mark = out->len;
-    buf_bulk(out, o->val, o->len);
+    buf_bulk(out, kobj_str(o), o->len);
     if (ttl && (unit & (SET_EXAT | SET_PXAT)) && when <= kv_now(k)) {
         resp_arg del[2] = {{"DEL", 3}, a[1]};
         kv_delete(k, e);
@@ -508,7 +508,7 @@ static void incr_by(kv *k, const resp_arg *a, size_t argc, long long by,
             reply_wrongtype(out);
             return;
         }
-        if (!kv_parse_i64(o->val, o->len, &n)) {
+        if (!kv_parse_i64(kobj_str(o), o->len, &n)) {
             reply_not_integer(out);
             return;
         }
@@ -615,7 +615,7 @@ static void cmd_incrbyfloat(kv *k, kv_client *cl, const resp_arg *a,
         reply_wrongtype(out);
         return;
     }
-    if ((e && !kv_parse_ld(store_obj(e)->val, store_obj(e)->len, &v)) ||
+    if ((e && !kv_parse_ld(kobj_str(store_obj(e)), store_obj(e)->len, &v)) ||
         !kv_parse_ld(a[2].p, a[2].len, &by)) {
         buf_str(out, "-ERR value is not a valid float\r\n");
         return;

@@ -51,7 +51,7 @@ void kv_dump(kv *k, buf *d) {
         item *items = NULL;
         size_t m = 0;
         if (o->type == KV_STRING) {
-            buf_put(d, o->val, o->len);
+            buf_put(d, kobj_str(o), o->len);
         } else if (o->type == KV_LIST) {
             kv_list *l = o->val;
             for (size_t j = 0; j < l->n; j++) {

@@ -602,7 +602,7 @@ bool model_from_store(const store *st, const char *key, int64_t now,
     out->expire = o->expire;
     if (o->type == KV_STRING) {
         if (o->len > MODEL_VAL_MAX) return false;
-        set_string(out, o->val, o->len);
+        set_string(out, kobj_str(o), o->len);
         out->expire = o->expire;
         return true;
     }

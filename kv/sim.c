@@ -2105,7 +2105,8 @@ static int same_keys(kv *a, kv *b) {
             kobj *x = store_obj(e), *y = store_obj(f);
             if (x->type != y->type || x->expire != y->expire) return 0;
             if (x->type == KV_STRING) {
-                if (x->len != y->len || memcmp(x->val, y->val, x->len) != 0)
+                if (x->len != y->len ||
+                    memcmp(kobj_str(x), kobj_str(y), x->len) != 0)
                     return 0;
             } else if (x->type == KV_LIST) {
                 kv_list *l = x->val, *m = y->val;

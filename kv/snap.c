@@ -119,7 +119,7 @@ int snap_write(kv *k, snap_out *o) {
             switch (v->type) {
             case KV_STRING:
                 start(&s, "SET", 1, key, e->klen);
-                arg(&s, v->val, v->len);
+                arg(&s, kobj_str(v), v->len);
                 break;
             case KV_LIST:
                 list_records(&s, key, e->klen, v->val);

@@ -30,8 +30,8 @@ void store_value_free(kobj *o) {
     case KV_ZSET:
         zset_free(o->val);
         break;
-    default:
-        free(o->val);
+    default: /* a string */
+        if (o->len > KOBJ_INLINE) free(o->val);
         break;
     }
     o->val = NULL;
@@ -156,7 +156,7 @@ const char *store_get(const store *st, const char *key, size_t klen,
     dict_entry *e = store_find(st, key, klen);
     if (!e || store_obj(e)->type != KV_STRING) return NULL;
     *vlen = store_obj(e)->len;
-    return store_obj(e)->val;
+    return kobj_str(store_obj(e));
 }
 
 /* KV_PLANT_INT32: a decimal in [2^31, 2^32) as its 32-bit wrap, into
@@ -185,12 +185,14 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
         if (st->plant_same_length && vlen >= (64u << 10) &&
             memcmp(store_obj(old)->val, val, 1024) == 0)
             return 0; /* KV_PLANT_SAME_LENGTH: "unchanged" */
-        if (vlen) memcpy(store_obj(old)->val, val, vlen);
+        if (vlen) memcpy(kobj_str(store_obj(old)), val, vlen);
         return 0;
     }
-    char *v = malloc(vlen ? vlen : 1);
-    if (!v) return -ENOMEM;
-    if (vlen) memcpy(v, val, vlen);
+    char *v = NULL; /* a long value's own copy */
+    if (vlen > KOBJ_INLINE) {
+        if (!(v = malloc(vlen))) return -ENOMEM;
+        memcpy(v, val, vlen);
+    }
     dict_entry *e = *pe;
     if (!e && !(e = store_add(st, key, klen, KV_STRING))) {
         free(v);
@@ -199,10 +201,35 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
     kobj *o = store_obj(e);
     store_value_free(o);
     o->type = KV_STRING;
-    o->val = v;
     o->len = vlen;
+    if (v)
+        o->val = v;
+    else if (vlen)
+        memcpy(o->small, val, vlen);
     *pe = e;
     return 0;
+}
+
+char *kobj_str_resize(kobj *o, size_t len) {
+    if (len <= KOBJ_INLINE) {
+        if (o->len > KOBJ_INLINE) { /* into the entry */
+            char *p = o->val;
+            memcpy(o->small, p, len);
+            free(p);
+        }
+        o->len = len;
+        return o->small;
+    }
+    char *p;
+    if (o->len > KOBJ_INLINE) {
+        if (!(p = realloc(o->val, len))) return NULL;
+    } else { /* out of the entry */
+        if (!(p = malloc(len))) return NULL;
+        memcpy(p, o->small, o->len);
+    }
+    o->val = p;
+    o->len = len;
+    return p;
 }
 
 int store_set_entry(store *st, const char *key, size_t klen, const char *val,

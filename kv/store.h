@@ -22,11 +22,20 @@
 
 enum { KV_STRING, KV_LIST, KV_SET, KV_HASH, KV_ZSET };
 
+/* A string this short (a flag, a counter below 10^8: most values) is
+ * kept in the place of its pointer, in the key's entry: no allocation of
+ * its own (16 to 32 bytes of malloc's, and a miss, saved per key). */
+#define KOBJ_INLINE sizeof(void *)
+
 /* A key's value and expiry: the user data of its dict entry. */
 typedef struct kobj {
-    void *val;      /* string: its bytes (malloc'd, never NULL); else the
-                       collection (types.h) */
-    size_t len;     /* string: its length */
+    union {
+        void *val;               /* a collection (types.h), or a string's
+                                    bytes (malloc'd) when longer than
+                                    KOBJ_INLINE */
+        char small[KOBJ_INLINE]; /* a string of at most that: its bytes */
+    };
+    size_t len;     /* string: its length (which says where its bytes are) */
     int64_t expire; /* when the key expires (ms, see above); 0: never */
     uint32_t heap;  /* its index in the expiry heap + 1; 0: not there */
     uint8_t type;   /* KV_* */
@@ -57,8 +66,17 @@ static inline dict_entry *store_find(const store *st, const char *key,
                                      size_t klen) {
     return dict_find(&st->d, key, klen);
 }
+/* A string's bytes (kobj_str_resize or store_put change them). */
+static inline char *kobj_str(kobj *o) {
+    return o->len <= KOBJ_INLINE ? o->small : (char *)o->val;
+}
+/* Makes o's string len bytes long, its first bytes kept (the rest not
+ * set); its bytes, or NULL when out of memory (o unchanged). */
+char *kobj_str_resize(kobj *o, size_t len);
+
 /* Adds a key (which must not be there) holding an empty value of `type`
- * (for a string: no bytes yet, val NULL). NULL when out of memory. */
+ * (for a string: no bytes, len 0; else val NULL). NULL when out of
+ * memory. */
 dict_entry *store_add(store *st, const char *key, size_t klen, int type);
 /* Drops the key: its value, its expiry, the entry. */
 void store_delete(store *st, dict_entry *e);
