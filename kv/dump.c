@@ -46,7 +46,7 @@ void kv_dump(kv *k, buf *d) {
         kobj *o = store_obj(e);
         buf_put(d, keys[i].p, keys[i].len);
         snprintf(line, sizeof line, " type=%d expire=%lld: ", o->type,
-                 (long long)o->expire);
+                 (long long)store_expire(&k->db, e));
         buf_str(d, line);
         item *items = NULL;
         size_t m = 0;

@@ -1,6 +1,6 @@
 /* store.c: the keyspace (see store.h). Invariants: every key with a
- * non-zero expire is in the heap at index heap - 1, and no other key is;
- * heap[i]'s expire is no later than its children's (2i + 1, 2i + 2). */
+ * expiry is in the heap at index heap - 1, and no other key is; heap[i]'s
+ * expire is no later than its children's (2i + 1, 2i + 2). */
 #include "store.h"
 
 #include "types.h"
@@ -60,38 +60,36 @@ void store_free(store *st) {
 /* ------------------------------------------------------- expiry heap */
 
 static int64_t when(const store *st, size_t i) {
-    return store_obj(st->heap[i])->expire;
+    return st->heap[i].expire;
 }
 
-static void place(store *st, size_t i, dict_entry *e) {
-    st->heap[i] = e;
-    store_obj(e)->heap = (uint32_t)(i + 1);
+static void place(store *st, size_t i, store_timed x) {
+    st->heap[i] = x;
+    store_obj(x.e)->heap = (uint32_t)(i + 1);
 }
 
 static void sift_up(store *st, size_t i) {
-    dict_entry *e = st->heap[i];
-    int64_t t = store_obj(e)->expire;
+    store_timed x = st->heap[i];
     while (i > 0) {
         size_t parent = (i - 1) / 2;
-        if (when(st, parent) <= t) break;
+        if (when(st, parent) <= x.expire) break;
         place(st, i, st->heap[parent]);
         i = parent;
     }
-    place(st, i, e);
+    place(st, i, x);
 }
 
 static void sift_down(store *st, size_t i) {
-    dict_entry *e = st->heap[i];
-    int64_t t = store_obj(e)->expire;
+    store_timed x = st->heap[i];
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= st->nheap) break;
         if (c + 1 < st->nheap && when(st, c + 1) < when(st, c)) c++;
-        if (when(st, c) >= t) break;
+        if (when(st, c) >= x.expire) break;
         place(st, i, st->heap[c]);
         i = c;
     }
-    place(st, i, e);
+    place(st, i, x);
 }
 
 static void heap_remove(store *st, dict_entry *e) {
@@ -102,19 +100,19 @@ static void heap_remove(store *st, dict_entry *e) {
     if (i == st->nheap) return;
     place(st, i, st->heap[st->nheap]);
     sift_down(st, i);
-    sift_up(st, store_obj(st->heap[i])->heap - 1);
+    sift_up(st, store_obj(st->heap[i].e)->heap - 1);
 }
 
 int store_set_expire(store *st, dict_entry *e, int64_t t) {
     kobj *o = store_obj(e);
     if (t <= 0) {
         if (o->heap) heap_remove(st, e);
-        o->expire = 0;
         return 0;
     }
     if (o->heap) {
-        int64_t old = o->expire;
-        o->expire = t;
+        store_timed *x = &st->heap[o->heap - 1];
+        int64_t old = x->expire;
+        x->expire = t;
         if (t < old)
             sift_up(st, o->heap - 1);
         else
@@ -124,13 +122,12 @@ int store_set_expire(store *st, dict_entry *e, int64_t t) {
     if (st->nheap == st->heap_cap) {
         size_t cap = st->heap_cap ? st->heap_cap * 2 : 64;
         if (cap > UINT32_MAX) return -ENOMEM;
-        dict_entry **h = realloc(st->heap, cap * sizeof *h);
+        store_timed *h = realloc(st->heap, cap * sizeof *h);
         if (!h) return -ENOMEM;
         st->heap = h;
         st->heap_cap = cap;
     }
-    o->expire = t;
-    st->heap[st->nheap] = e;
+    st->heap[st->nheap] = (store_timed){t, e};
     o->heap = (uint32_t)++st->nheap;
     sift_up(st, st->nheap - 1);
     return 0;
@@ -250,7 +247,8 @@ void store_move(store *st, dict_entry *from, dict_entry *to) {
     if (t->heap) heap_remove(st, to);
     store_value_free(t);
     *t = *f;
-    if (f->heap) place(st, f->heap - 1, to);
+    if (f->heap)
+        place(st, f->heap - 1, (store_timed){when(st, f->heap - 1), to});
     f->heap = 0;
     f->val = NULL; /* moved: nothing of it is freed */
     f->type = KV_STRING;

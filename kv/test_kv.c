@@ -510,6 +510,34 @@ TEST(store_short_string_in_its_entry) {
     store_free(&st);
 }
 
+/* A key as a benchmark's (10 bytes) with a short value and an expiry is
+ * one malloc block of glibc's 64-byte size class (at most 56 bytes asked
+ * for, 8 of malloc's own beside them): the entry's link, hash and length, the
+ * value and its place in the expiry heap, and the key. The expiry time itself
+ * is in the heap, read back as set. */
+TEST(store_key_with_expiry_in_one_64_byte_block) {
+    store st;
+    CHECK_EQ(store_init(&st), 0);
+    char k[16];
+    for (int i = 0; i < 1000; i++) {
+        int kn = snprintf(k, sizeof k, "key:%06d", i * 997);
+        dict_entry *e = NULL;
+        CHECK_EQ(store_set_entry(&st, k, (size_t)kn, "v", 1, &e), 0);
+        CHECK_EQ(store_set_expire(&st, e, 1000000 - i), 0);
+        /* (what dict_add asks malloc for: glibc may hand a larger
+         * chunk it had free, so malloc_usable_size would not say) */
+        CHECK(sizeof *e + st.d.extra + e->klen <= 56);
+    }
+    for (int i = 0; i < 1000; i++) {
+        int kn = snprintf(k, sizeof k, "key:%06d", i * 997);
+        dict_entry *e = store_find(&st, k, (size_t)kn);
+        CHECK(e != NULL);
+        CHECK_EQ(store_expire(&st, e), 1000000 - i);
+    }
+    CHECK_EQ(store_expire(&st, store_first_expiry(&st)), 1000000 - 999);
+    store_free(&st);
+}
+
 /* ---------------------------------------------------------- replication */
 
 /* Runs one request given as words on k; returns the reply. */
