@@ -138,19 +138,19 @@ static void expire_key(kv *k, dict_entry *e) {
 
 dict_entry *kv_lookup(kv *k, const resp_arg *key) {
     dict_entry *e = store_find(&k->db, key->p, key->len);
-    if (!e || !store_obj(e)->expire || k->applying) return e;
-    if (!store_expired(store_obj(e)->expire, kv_now(k))) return e;
+    if (!e || !store_obj(e)->heap || k->applying) return e;
+    if (!store_expired(store_expire(&k->db, e), kv_now(k))) return e;
     if (!k->replica) expire_key(k, e);
     return NULL;
 }
 
 void kv_delete(kv *k, dict_entry *e) {
-    if (store_obj(e)->expire) k->expiry_changed = true;
+    if (store_expire(&k->db, e)) k->expiry_changed = true;
     store_delete(&k->db, e);
 }
 
 int kv_set_expire(kv *k, dict_entry *e, int64_t when) {
-    if (!store_obj(e)->expire && when <= 0) return 0;
+    if (!store_expire(&k->db, e) && when <= 0) return 0;
     k->expiry_changed = true;
     return store_set_expire(&k->db, e, when);
 }
@@ -170,7 +170,7 @@ size_t kv_expire_due(kv *k, bool (*more_ok)(void *arg), void *arg) {
     /* At least one key per call, whatever more_ok says: each run of the
      * timer makes progress. */
     while ((e = store_first_expiry(&k->db)) &&
-           store_expired(store_obj(e)->expire, now)) {
+           store_expired(store_expire(&k->db, e), now)) {
         expire_key(k, e);
         n++;
         if (!more_ok(arg)) break;
@@ -260,7 +260,7 @@ static void cmd_get(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         reply_wrongtype(out);
         return;
     }
-    buf_bulk(out, o->val, o->len);
+    buf_bulk(out, kobj_str(o), o->len);
 }
 
 enum {
@@ -309,14 +309,14 @@ static void set_key(kv *k, const resp_arg *key, const resp_arg *val, unsigned f,
     size_t mark = out->len; /* where the reply starts, for an -OOM */
     if ((f & SET_NX && e) || (f & SET_XX && !e)) {
         if (f & SET_GET && e)
-            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+            buf_bulk(out, kobj_str(store_obj(e)), store_obj(e)->len);
         else
             reply_nil(out);
         return;
     }
     if (f & SET_GET) {
         if (e)
-            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+            buf_bulk(out, kobj_str(store_obj(e)), store_obj(e)->len);
         else
             reply_nil(out);
     }
@@ -328,7 +328,7 @@ static void set_key(kv *k, const resp_arg *key, const resp_arg *val, unsigned f,
         reply_oom(out);
         return;
     }
-    if (!(f & SET_KEEPTTL) && (when || store_obj(e)->expire) &&
+    if (!(f & SET_KEEPTTL) && (when || store_expire(&k->db, e)) &&
         kv_set_expire(k, e, when) < 0) {
         kv_delete(k, e); /* no room for its expiry: it must not outlive it */
         resp_arg del[2] = {{"DEL", 3}, *key};
@@ -426,7 +426,7 @@ static void cmd_getdel(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         reply_wrongtype(out);
         return;
     }
-    buf_bulk(out, o->val, o->len);
+    buf_bulk(out, kobj_str(o), o->len);
     kv_delete(k, e);
     resp_arg del[2] = {{"DEL", 3}, a[1]};
     kv_log(k, del, 2);
@@ -475,7 +475,7 @@ static void cmd_getex(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     int64_t when = 0;
     if (ttl && !expire_arg(k, ttl, (int)unit, "getex", &when, out)) return;
     size_t mark = out->len;
-    buf_bulk(out, o->val, o->len);
+    buf_bulk(out, kobj_str(o), o->len);
     if (ttl && (unit & (SET_EXAT | SET_PXAT)) && when <= kv_now(k)) {
         resp_arg del[2] = {{"DEL", 3}, a[1]};
         kv_delete(k, e);
@@ -490,7 +490,7 @@ static void cmd_getex(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         resp_arg rec[3] = {{"PEXPIREAT", 9}, a[1], {num, 0}};
         rec[2].len = (size_t)snprintf(num, sizeof num, "%" PRId64, when);
         kv_log(k, rec, 3);
-    } else if (persist && o->expire) {
+    } else if (persist && o->heap) {
         kv_set_expire(k, e, 0);
         resp_arg rec[2] = {{"PERSIST", 7}, a[1]};
         kv_log(k, rec, 2);
@@ -508,7 +508,7 @@ static void incr_by(kv *k, const resp_arg *a, size_t argc, long long by,
             reply_wrongtype(out);
             return;
         }
-        if (!kv_parse_i64(o->val, o->len, &n)) {
+        if (!kv_parse_i64(kobj_str(o), o->len, &n)) {
             reply_not_integer(out);
             return;
         }
@@ -615,7 +615,7 @@ static void cmd_incrbyfloat(kv *k, kv_client *cl, const resp_arg *a,
         reply_wrongtype(out);
         return;
     }
-    if ((e && !kv_parse_ld(store_obj(e)->val, store_obj(e)->len, &v)) ||
+    if ((e && !kv_parse_ld(kobj_str(store_obj(e)), store_obj(e)->len, &v)) ||
         !kv_parse_ld(a[2].p, a[2].len, &by)) {
         buf_str(out, "-ERR value is not a valid float\r\n");
         return;
@@ -675,7 +675,7 @@ static void cmd_rename(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         reply_oom(out);
         return;
     }
-    if (store_obj(from)->expire || store_obj(to)->expire)
+    if (store_expire(&k->db, from) || store_expire(&k->db, to))
         k->expiry_changed = true;
     store_move(&k->db, from, to);
     kv_log(k, a, argc);
@@ -786,7 +786,7 @@ static void cmd_expire(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_str(out, ":0\r\n");
         return;
     }
-    int64_t cur = store_obj(e)->expire; /* 0: none, as Redis' -1 */
+    int64_t cur = store_expire(&k->db, e); /* 0: none, as Redis' -1 */
     if (((f & NX) && cur) || ((f & XX) && !cur) ||
         ((f & GT) && (!cur || when <= cur)) ||
         ((f & LT) && cur && when >= cur)) {
@@ -823,7 +823,7 @@ static void cmd_ttl(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_str(out, ":-2\r\n");
         return;
     }
-    int64_t t = store_obj(e)->expire;
+    int64_t t = store_expire(&k->db, e);
     if (!t) {
         buf_str(out, ":-1\r\n");
         return;
@@ -843,7 +843,7 @@ static void cmd_persist(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                         buf *out) {
     (void)cl;
     dict_entry *e = kv_lookup(k, &a[1]);
-    if (!e || !store_obj(e)->expire) {
+    if (!e || !store_expire(&k->db, e)) {
         buf_str(out, ":0\r\n");
         return;
     }
@@ -1125,7 +1125,9 @@ static void keys_visit(const dict *d, dict_entry *e, void *arg) {
     keys_walk *w = arg;
     const char *key = dict_key(d, e);
     kobj *o = store_obj(e);
-    if (store_expired(o->expire, kv_now(w->k)) && !w->k->applying) return;
+    if (store_expired(store_expire(&w->k->db, e), kv_now(w->k)) &&
+        !w->k->applying)
+        return;
     if (w->type >= 0 && o->type != w->type) return;
     if (w->pat && !kv_glob(w->pat->p, w->pat->len, key, e->klen, false)) return;
     buf_bulk(&w->tmp, key, e->klen);

@@ -207,7 +207,7 @@ static void cmd_mget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     for (size_t i = 1; i < argc; i++) {
         dict_entry *e = kv_lookup(k, &a[i]);
         if (e && store_obj(e)->type == KV_STRING)
-            buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+            buf_bulk(out, kobj_str(store_obj(e)), store_obj(e)->len);
         else
             reply_nil(out);
     }
@@ -238,7 +238,7 @@ static void cmd_getset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     if (!find_of(k, &a[1], KV_STRING, &e, out)) return;
     size_t mark = out->len;
     if (e)
-        buf_bulk(out, store_obj(e)->val, store_obj(e)->len);
+        buf_bulk(out, kobj_str(store_obj(e)), store_obj(e)->len);
     else
         reply_nil(out);
     if (set_string(k, &a[1], a[2].p, a[2].len) < 0) {
@@ -271,14 +271,13 @@ static void cmd_append(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                          "(proto-max-bulk-len)\r\n");
             return;
         }
-        char *v = realloc(o->val, o->len + a[2].len + 1);
+        size_t old = o->len;
+        char *v = kobj_str_resize(o, old + a[2].len);
         if (!v) {
             reply_oom(out);
             return;
         }
-        memcpy(v + o->len, a[2].p, a[2].len);
-        o->val = v;
-        o->len += a[2].len;
+        memcpy(v + old, a[2].p, a[2].len);
     }
     kv_log(k, a, argc);
     buf_int(out, ':', (long long)store_obj(e)->len);
@@ -314,8 +313,7 @@ static void cmd_getrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_str(out, "$0\r\n\r\n");
         return;
     }
-    buf_bulk(out, (const char *)store_obj(e)->val + start,
-             (size_t)(end - start + 1));
+    buf_bulk(out, kobj_str(store_obj(e)) + start, (size_t)(end - start + 1));
 }
 
 /* SETRANGE key offset value: the offset, then the key, then the bound
@@ -344,29 +342,21 @@ static void cmd_setrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      "(proto-max-bulk-len)\r\n");
         return;
     }
-    char *v;
-    if (!e) {
-        if (!(v = calloc(1, end))) {
-            reply_oom(out);
-            return;
-        }
-        if (!(e = store_add(&k->db, a[1].p, a[1].len, KV_STRING))) {
-            free(v);
-            reply_oom(out);
-            return;
-        }
-        store_obj(e)->val = v;
-        store_obj(e)->len = end;
-    } else if (end > old) {
-        if (!(v = realloc(store_obj(e)->val, end))) {
+    bool added = !e;
+    if (added && !(e = store_add(&k->db, a[1].p, a[1].len, KV_STRING))) {
+        reply_oom(out);
+        return;
+    }
+    if (end > old) {
+        char *v = kobj_str_resize(store_obj(e), end);
+        if (!v) {
+            if (added) store_delete(&k->db, e);
             reply_oom(out);
             return;
         }
         memset(v + old, 0, end - old);
-        store_obj(e)->val = v;
-        store_obj(e)->len = end;
     }
-    memcpy((char *)store_obj(e)->val + off, a[3].p, len);
+    memcpy(kobj_str(store_obj(e)) + off, a[3].p, len);
     kv_log(k, a, argc);
     buf_int(out, ':', (long long)store_obj(e)->len);
 }

@@ -11,6 +11,9 @@
 /* 8 buckets to start: most sets and hashes are small, and doubling is
  * cheap while small. */
 #define INITIAL_BUCKETS 8
+/* An entry keeps 32 bits of its hash: enough to place it in a table of
+ * this many buckets, and no more. */
+#define DICT_MAX_BUCKETS ((size_t)1 << 32)
 
 void dict_init(dict *d, size_t extra) {
     memset(d, 0, sizeof *d);
@@ -94,7 +97,7 @@ static dict_entry **slot(const dict *d, const char *key, size_t klen,
     dict_entry **pp = &d->buckets[h & (d->nbuckets - 1)];
     for (; *pp; pp = &(*pp)->next) {
         dict_entry *e = *pp;
-        if (e->hash == h && e->klen == klen &&
+        if (e->hash == (uint32_t)h && e->klen == klen &&
             bytes_same(dict_key(d, e), key, klen))
             break;
     }
@@ -109,6 +112,7 @@ dict_entry *dict_find(const dict *d, const char *key, size_t klen) {
 /* Doubles the table (or makes the first one); on -ENOMEM the old one
  * stays (chains just grow). */
 static void grow(dict *d) {
+    if (d->nbuckets >= DICT_MAX_BUCKETS) return;
     size_t n = d->nbuckets ? d->nbuckets * 2 : INITIAL_BUCKETS;
     dict_entry **b = calloc(n, sizeof *b);
     if (!b) return;
@@ -134,7 +138,7 @@ dict_entry *dict_add(dict *d, const char *key, size_t klen) {
     dict_entry *e = malloc(sizeof *e + d->extra + klen);
     if (!e) return NULL;
     uint64_t h = hash_bytes(key, klen);
-    e->hash = h;
+    e->hash = (uint32_t)h;
     e->klen = (uint32_t)klen;
     memset(e->mem, 0, d->extra);
     memcpy(e->mem + d->extra, key, klen);

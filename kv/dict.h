@@ -1,14 +1,15 @@
 /* dict.h: lull-kv's hash table from byte-string keys to entries of its
  * user's, used for the keyspace and inside sets, hashes and sorted sets.
  *
- * An entry is one allocation: the table's link and hash, `extra` bytes of
- * the user's (dict_data: a value, a score, an index ...), then the key.
- * The table chains collisions and doubles once it holds as many entries
- * as buckets, so chains stay short on average. The hash is FNV-1a: short,
- * and good enough for keys a benchmark or a test chooses (not hardened
- * against keys chosen to collide, which a server facing untrusted clients
- * would need: a keyed hash such as SipHash). Growing is done all at once,
- * so the insert that grows the table pays for it: fine for an example, a
+ * An entry is one allocation: the table's link and hash (16 bytes), `extra`
+ * bytes of the user's (dict_data: a value, a score, an index ...), then
+ * the key. The table chains collisions and doubles once it holds as many
+ * entries as buckets, so chains stay short on average (past 2^32 buckets
+ * it stops doubling: 32 GiB of buckets; its chains then grow). The hash is
+ * FNV-1a: short, and good enough for keys a benchmark or a test chooses (not
+ * hardened against keys chosen to collide, which a server facing untrusted
+ * clients would need: a keyed hash such as SipHash). Growing is done all at
+ * once, so the insert that grows the table pays for it: fine for an example, a
  * known stall for a real server (Redis rehashes a step at a time).
  *
  * dict_scan walks the table with a cursor that survives the table growing
@@ -27,7 +28,8 @@
 
 typedef struct dict_entry {
     struct dict_entry *next; /* the bucket's chain */
-    uint64_t hash;
+    uint32_t hash; /* the key's hash's low half: its bucket in a table of
+                      up to 2^32 (DICT_MAX_BUCKETS), and a quick compare */
     uint32_t klen;
     /* then the user's extra bytes (aligned for any scalar), then the key */
     _Alignas(8) unsigned char mem[];

@@ -46,12 +46,12 @@ void kv_dump(kv *k, buf *d) {
         kobj *o = store_obj(e);
         buf_put(d, keys[i].p, keys[i].len);
         snprintf(line, sizeof line, " type=%d expire=%lld: ", o->type,
-                 (long long)o->expire);
+                 (long long)store_expire(&k->db, e));
         buf_str(d, line);
         item *items = NULL;
         size_t m = 0;
         if (o->type == KV_STRING) {
-            buf_put(d, o->val, o->len);
+            buf_put(d, kobj_str(o), o->len);
         } else if (o->type == KV_LIST) {
             kv_list *l = o->val;
             for (size_t j = 0; j < l->n; j++) {

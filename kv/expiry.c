@@ -28,7 +28,7 @@ static size_t delete_early(kv *k) {
     buf out = {0};
     char key[256]; /* a copy: DEL frees the entry before it logs */
     while ((e = store_first_expiry(&k->db)) &&
-           store_obj(e)->expire <= k->clock(k) && e->klen <= sizeof key) {
+           store_expire(&k->db, e) <= k->clock(k) && e->klen <= sizeof key) {
         memcpy(key, dict_key(&k->db.d, e), e->klen);
         resp_arg del[2] = {{"DEL", 3}, {key, e->klen}};
         k->cmd_now = 0;
@@ -65,7 +65,7 @@ void kv_expiry_rearm(kv_expiry *x) {
         kv_expiry_stop(x);
         return;
     }
-    int64_t at = store_obj(e)->expire;
+    int64_t at = store_expire(&k->db, e);
     if (at == x->armed_at && lull_timer_active(&x->timer)) return;
     x->armed_at = at;
     /* The loop time at which the clock reads `at` + 1, the first ms the

@@ -916,12 +916,13 @@ bool model_from_store(const store *st, const char *key, int64_t now,
     dict_entry *e = store_find(st, key, strlen(key));
     if (!e) return true;
     kobj *o = store_obj(e);
-    if (store_expired(o->expire, now)) return true;
-    set_expire(out, o->expire, o->expire);
+    int64_t expire = store_expire(st, e);
+    if (store_expired(expire, now)) return true;
+    set_expire(out, expire, expire);
     if (o->type == KV_STRING) {
         if (o->len > MODEL_VAL_MAX) return false;
-        set_string(out, o->val, o->len);
-        set_expire(out, o->expire, o->expire);
+        set_string(out, kobj_str(o), o->len);
+        set_expire(out, expire, expire);
         return true;
     }
     if (o->type == KV_HASH) {

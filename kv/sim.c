@@ -2119,9 +2119,12 @@ static int same_keys(kv *a, kv *b) {
             dict_entry *f = store_find(&b->db, dict_key(&a->db.d, e), e->klen);
             if (!f) return 0;
             kobj *x = store_obj(e), *y = store_obj(f);
-            if (x->type != y->type || x->expire != y->expire) return 0;
+            if (x->type != y->type ||
+                store_expire(&a->db, e) != store_expire(&b->db, f))
+                return 0;
             if (x->type == KV_STRING) {
-                if (x->len != y->len || memcmp(x->val, y->val, x->len) != 0)
+                if (x->len != y->len ||
+                    memcmp(kobj_str(x), kobj_str(y), x->len) != 0)
                     return 0;
             } else if (x->type == KV_LIST) {
                 kv_list *l = x->val, *m = y->val;
@@ -2185,10 +2188,14 @@ static void check_pairs(sim *S, node *n) {
     }
 }
 
+/* The keyspace whose table a walk is of. */
+static const store *store_of(const dict *d) {
+    return (const store *)(const void *)((const char *)d - offsetof(store, d));
+}
+
 static void no_key_past_time(const dict *d, dict_entry *e, void *arg) {
-    (void)d;
     int64_t *now_and_found = arg; /* [0] now, [1] an expire seen past it */
-    int64_t t = store_obj(e)->expire;
+    int64_t t = store_expire(store_of(d), e);
     if (store_expired(t, now_and_found[0]) && !now_and_found[1])
         now_and_found[1] = t;
 }
@@ -2204,9 +2211,8 @@ typedef struct overdue {
 } overdue;
 
 static void find_overdue(const dict *d, dict_entry *e, void *arg) {
-    (void)d;
     overdue *o = arg;
-    int64_t t = store_obj(e)->expire;
+    int64_t t = store_expire(store_of(d), e);
     if (!store_expired(t, o->now)) return;
     if (e == o->seen && t == o->seen_expire) o->still = true;
     if (!o->first) {
@@ -2256,9 +2262,9 @@ static int replica_exists(kv *k, dict_entry *e) {
 /* Keys of the expiry heap from index i on whose time is the clock's ms:
  * each must still be served (it expires once the clock is past it). */
 static dict_entry *hidden_at_its_time(kv *k, size_t i, int64_t now) {
-    if (i >= k->db.nheap || store_obj(k->db.heap[i])->expire > now) return NULL;
-    dict_entry *e = k->db.heap[i];
-    if (store_obj(e)->expire == now && !replica_exists(k, e)) return e;
+    if (i >= k->db.nheap || k->db.heap[i].expire > now) return NULL;
+    dict_entry *e = k->db.heap[i].e;
+    if (k->db.heap[i].expire == now && !replica_exists(k, e)) return e;
     dict_entry *d = hidden_at_its_time(k, 2 * i + 1, now);
     return d ? d : hidden_at_its_time(k, 2 * i + 2, now);
 }
@@ -2273,13 +2279,13 @@ static void check_no_stale(sim *S, node *n) {
     kv *k = &n->srv.kv;
     dict_entry *e = store_first_expiry(&k->db);
     int64_t now = k->clock(k);
-    if (!e || store_obj(e)->expire > now) return;
-    if (store_expired(store_obj(e)->expire, now) && replica_exists(k, e)) {
+    if (!e || store_expire(&k->db, e) > now) return;
+    if (store_expired(store_expire(&k->db, e), now) && replica_exists(k, e)) {
         fail(S,
              "%s serves %.*s, which expired at %" PRId64 " (its clock %" PRId64
              ")",
-             n->name, (int)e->klen, dict_key(&k->db.d, e), store_obj(e)->expire,
-             now);
+             n->name, (int)e->klen, dict_key(&k->db.d, e),
+             store_expire(&k->db, e), now);
         return;
     }
     if ((e = hidden_at_its_time(k, 0, now)))
@@ -2312,13 +2318,14 @@ static void check_wakeups(sim *S) {
     }
     const kv_expiry *x = &p->expiry;
     dict_entry *e = store_first_expiry(&p->kv.db);
-    if (e ? !lull_timer_active(&x->timer) || x->armed_at != store_obj(e)->expire
+    if (e ? !lull_timer_active(&x->timer) ||
+                x->armed_at != store_expire(&p->kv.db, e)
           : lull_timer_active(&x->timer))
         fail(S,
              "primary: its expiry timer is %s, its first key to expire "
              "at %" PRId64,
              lull_timer_active(&x->timer) ? "armed for another" : "not armed",
-             e ? store_obj(e)->expire : 0);
+             e ? store_expire(&p->kv.db, e) : 0);
 }
 
 /* After every event: no replica's offset goes back, but to begin a new

@@ -114,12 +114,13 @@ int snap_write(kv *k, snap_out *o) {
     for (size_t b = 0; b < d->nbuckets && !s.err; b++)
         for (dict_entry *e = d->buckets[b]; e && !s.err; e = e->next) {
             kobj *v = store_obj(e);
+            int64_t expire = store_expire(&k->db, e);
             const char *key = dict_key(d, e);
-            if (v->expire && (k->plant & KV_PLANT_SNAPSHOT_TTL)) continue;
+            if (expire && (k->plant & KV_PLANT_SNAPSHOT_TTL)) continue;
             switch (v->type) {
             case KV_STRING:
                 start(&s, "SET", 1, key, e->klen);
-                arg(&s, v->val, v->len);
+                arg(&s, kobj_str(v), v->len);
                 break;
             case KV_LIST:
                 list_records(&s, key, e->klen, v->val);
@@ -134,9 +135,9 @@ int snap_write(kv *k, snap_out *o) {
                 zset_records(&s, key, e->klen, v->val);
                 break;
             }
-            if (v->expire) {
+            if (expire) {
                 char num[24];
-                snprintf(num, sizeof num, "%" PRId64, v->expire);
+                snprintf(num, sizeof num, "%" PRId64, expire);
                 start(&s, "PEXPIREAT", 1, key, e->klen);
                 arg_str(&s, num);
             }

@@ -1,6 +1,6 @@
 /* store.c: the keyspace (see store.h). Invariants: every key with a
- * non-zero expire is in the heap at index heap - 1, and no other key is;
- * heap[i]'s expire is no later than its children's (2i + 1, 2i + 2). */
+ * expiry is in the heap at index heap - 1, and no other key is; heap[i]'s
+ * expire is no later than its children's (2i + 1, 2i + 2). */
 #include "store.h"
 
 #include "types.h"
@@ -30,8 +30,8 @@ void store_value_free(kobj *o) {
     case KV_ZSET:
         zset_free(o->val);
         break;
-    default:
-        free(o->val);
+    default: /* a string */
+        if (o->len > KOBJ_INLINE) free(o->val);
         break;
     }
     o->val = NULL;
@@ -60,38 +60,36 @@ void store_free(store *st) {
 /* ------------------------------------------------------- expiry heap */
 
 static int64_t when(const store *st, size_t i) {
-    return store_obj(st->heap[i])->expire;
+    return st->heap[i].expire;
 }
 
-static void place(store *st, size_t i, dict_entry *e) {
-    st->heap[i] = e;
-    store_obj(e)->heap = (uint32_t)(i + 1);
+static void place(store *st, size_t i, store_timed x) {
+    st->heap[i] = x;
+    store_obj(x.e)->heap = (uint32_t)(i + 1);
 }
 
 static void sift_up(store *st, size_t i) {
-    dict_entry *e = st->heap[i];
-    int64_t t = store_obj(e)->expire;
+    store_timed x = st->heap[i];
     while (i > 0) {
         size_t parent = (i - 1) / 2;
-        if (when(st, parent) <= t) break;
+        if (when(st, parent) <= x.expire) break;
         place(st, i, st->heap[parent]);
         i = parent;
     }
-    place(st, i, e);
+    place(st, i, x);
 }
 
 static void sift_down(store *st, size_t i) {
-    dict_entry *e = st->heap[i];
-    int64_t t = store_obj(e)->expire;
+    store_timed x = st->heap[i];
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= st->nheap) break;
         if (c + 1 < st->nheap && when(st, c + 1) < when(st, c)) c++;
-        if (when(st, c) >= t) break;
+        if (when(st, c) >= x.expire) break;
         place(st, i, st->heap[c]);
         i = c;
     }
-    place(st, i, e);
+    place(st, i, x);
 }
 
 static void heap_remove(store *st, dict_entry *e) {
@@ -102,19 +100,19 @@ static void heap_remove(store *st, dict_entry *e) {
     if (i == st->nheap) return;
     place(st, i, st->heap[st->nheap]);
     sift_down(st, i);
-    sift_up(st, store_obj(st->heap[i])->heap - 1);
+    sift_up(st, store_obj(st->heap[i].e)->heap - 1);
 }
 
 int store_set_expire(store *st, dict_entry *e, int64_t t) {
     kobj *o = store_obj(e);
     if (t <= 0) {
         if (o->heap) heap_remove(st, e);
-        o->expire = 0;
         return 0;
     }
     if (o->heap) {
-        int64_t old = o->expire;
-        o->expire = t;
+        store_timed *x = &st->heap[o->heap - 1];
+        int64_t old = x->expire;
+        x->expire = t;
         if (t < old)
             sift_up(st, o->heap - 1);
         else
@@ -124,13 +122,12 @@ int store_set_expire(store *st, dict_entry *e, int64_t t) {
     if (st->nheap == st->heap_cap) {
         size_t cap = st->heap_cap ? st->heap_cap * 2 : 64;
         if (cap > UINT32_MAX) return -ENOMEM;
-        dict_entry **h = realloc(st->heap, cap * sizeof *h);
+        store_timed *h = realloc(st->heap, cap * sizeof *h);
         if (!h) return -ENOMEM;
         st->heap = h;
         st->heap_cap = cap;
     }
-    o->expire = t;
-    st->heap[st->nheap] = e;
+    st->heap[st->nheap] = (store_timed){t, e};
     o->heap = (uint32_t)++st->nheap;
     sift_up(st, st->nheap - 1);
     return 0;
@@ -156,7 +153,7 @@ const char *store_get(const store *st, const char *key, size_t klen,
     dict_entry *e = store_find(st, key, klen);
     if (!e || store_obj(e)->type != KV_STRING) return NULL;
     *vlen = store_obj(e)->len;
-    return store_obj(e)->val;
+    return kobj_str(store_obj(e));
 }
 
 /* KV_PLANT_INT32: a decimal in [2^31, 2^32) as its 32-bit wrap, into
@@ -185,12 +182,14 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
         if (st->plant_same_length && vlen >= (64u << 10) &&
             memcmp(store_obj(old)->val, val, 1024) == 0)
             return 0; /* KV_PLANT_SAME_LENGTH: "unchanged" */
-        if (vlen) memcpy(store_obj(old)->val, val, vlen);
+        if (vlen) memcpy(kobj_str(store_obj(old)), val, vlen);
         return 0;
     }
-    char *v = malloc(vlen ? vlen : 1);
-    if (!v) return -ENOMEM;
-    if (vlen) memcpy(v, val, vlen);
+    char *v = NULL; /* a long value's own copy */
+    if (vlen > KOBJ_INLINE) {
+        if (!(v = malloc(vlen))) return -ENOMEM;
+        memcpy(v, val, vlen);
+    }
     dict_entry *e = *pe;
     if (!e && !(e = store_add(st, key, klen, KV_STRING))) {
         free(v);
@@ -199,10 +198,35 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
     kobj *o = store_obj(e);
     store_value_free(o);
     o->type = KV_STRING;
-    o->val = v;
     o->len = vlen;
+    if (v)
+        o->val = v;
+    else if (vlen)
+        memcpy(o->small, val, vlen);
     *pe = e;
     return 0;
+}
+
+char *kobj_str_resize(kobj *o, size_t len) {
+    if (len <= KOBJ_INLINE) {
+        if (o->len > KOBJ_INLINE) { /* into the entry */
+            char *p = o->val;
+            memcpy(o->small, p, len);
+            free(p);
+        }
+        o->len = len;
+        return o->small;
+    }
+    char *p;
+    if (o->len > KOBJ_INLINE) {
+        if (!(p = realloc(o->val, len))) return NULL;
+    } else { /* out of the entry */
+        if (!(p = malloc(len))) return NULL;
+        memcpy(p, o->small, o->len);
+    }
+    o->val = p;
+    o->len = len;
+    return p;
 }
 
 int store_set_entry(store *st, const char *key, size_t klen, const char *val,
@@ -223,7 +247,8 @@ void store_move(store *st, dict_entry *from, dict_entry *to) {
     if (t->heap) heap_remove(st, to);
     store_value_free(t);
     *t = *f;
-    if (f->heap) place(st, f->heap - 1, to);
+    if (f->heap)
+        place(st, f->heap - 1, (store_timed){when(st, f->heap - 1), to});
     f->heap = 0;
     f->val = NULL; /* moved: nothing of it is freed */
     f->type = KV_STRING;

@@ -8,9 +8,11 @@
  * binary min-heap ordered by that time, so the earliest is found at once
  * and a change costs O(log n): the owner arms one lull timer for the
  * earliest expiry, not one per key (docs/KV.md has the measurement behind
- * the choice). The heap is an array of entry pointers, and each entry
- * keeps its place in it: 12 bytes per key that expires, beside the 8 of
- * the expiry time itself. */
+ * the choice). The heap is an array of (expiry time, entry) pairs, and
+ * each entry keeps its place in it: 20 bytes per key that expires, 4 for
+ * one that does not (its place, 0). The time is read from the heap: in
+ * the entry it made every key's 8 bytes longer, and a key of a
+ * benchmark's (10 bytes) took malloc's 80-byte size class, not 64. */
 #ifndef LULL_KV_STORE_H
 #define LULL_KV_STORE_H
 
@@ -22,19 +24,33 @@
 
 enum { KV_STRING, KV_LIST, KV_SET, KV_HASH, KV_ZSET };
 
+/* A string this short (a flag, a counter below 10^8: most values) is
+ * kept in the place of its pointer, in the key's entry: no allocation of
+ * its own (16 to 32 bytes of malloc's, and a miss, saved per key). */
+#define KOBJ_INLINE sizeof(void *)
+
 /* A key's value and expiry: the user data of its dict entry. */
 typedef struct kobj {
-    void *val;      /* string: its bytes (malloc'd, never NULL); else the
-                       collection (types.h) */
-    size_t len;     /* string: its length */
-    int64_t expire; /* when the key expires (ms, see above); 0: never */
-    uint32_t heap;  /* its index in the expiry heap + 1; 0: not there */
-    uint8_t type;   /* KV_* */
+    union {
+        void *val;               /* a collection (types.h), or a string's
+                                    bytes (malloc'd) when longer than
+                                    KOBJ_INLINE */
+        char small[KOBJ_INLINE]; /* a string of at most that: its bytes */
+    };
+    size_t len;    /* string: its length (which says where its bytes are) */
+    uint32_t heap; /* its index in the expiry heap + 1; 0: no expiry */
+    uint8_t type;  /* KV_* */
 } kobj;
+
+/* A key with an expiry, in the heap. */
+typedef struct store_timed {
+    int64_t expire; /* when the key expires (ms, see above); never 0 */
+    dict_entry *e;  /* the key */
+} store_timed;
 
 typedef struct store {
     dict d;            /* the keys */
-    dict_entry **heap; /* the keys with an expiry, a min-heap by it */
+    store_timed *heap; /* the keys with an expiry, a min-heap by it */
     size_t nheap, heap_cap;
     bool plant_int32;       /* test only: KV_PLANT_INT32 (repl.h) */
     bool plant_same_length; /* test only: KV_PLANT_SAME_LENGTH */
@@ -57,8 +73,17 @@ static inline dict_entry *store_find(const store *st, const char *key,
                                      size_t klen) {
     return dict_find(&st->d, key, klen);
 }
+/* A string's bytes (kobj_str_resize or store_put change them). */
+static inline char *kobj_str(kobj *o) {
+    return o->len <= KOBJ_INLINE ? o->small : (char *)o->val;
+}
+/* Makes o's string len bytes long, its first bytes kept (the rest not
+ * set); its bytes, or NULL when out of memory (o unchanged). */
+char *kobj_str_resize(kobj *o, size_t len);
+
 /* Adds a key (which must not be there) holding an empty value of `type`
- * (for a string: no bytes yet, val NULL). NULL when out of memory. */
+ * (for a string: no bytes, len 0; else val NULL). NULL when out of
+ * memory. */
 dict_entry *store_add(store *st, const char *key, size_t klen, int type);
 /* Drops the key: its value, its expiry, the entry. */
 void store_delete(store *st, dict_entry *e);
@@ -75,12 +100,18 @@ static inline bool store_expired(int64_t expire, int64_t now) {
     return expire && now > expire;
 }
 
+/* The key's expiry time (ms), 0 when it has none. */
+static inline int64_t store_expire(const store *st, dict_entry *e) {
+    uint32_t i = store_obj(e)->heap;
+    return i ? st->heap[i - 1].expire : 0;
+}
+
 /* Sets (when > 0) or clears (0) the key's expiry time. 0, or -ENOMEM
  * (the heap could not grow: nothing changed). */
 int store_set_expire(store *st, dict_entry *e, int64_t when);
 /* The key that expires first, or NULL when none has an expiry. */
 static inline dict_entry *store_first_expiry(const store *st) {
-    return st->nheap ? st->heap[0] : NULL;
+    return st->nheap ? st->heap[0].e : NULL;
 }
 
 /* Strings, for the commands and the tests. The value of key (expired or

@@ -12,6 +12,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -487,6 +488,56 @@ TEST(store_keys) {
     store_free(&st);
 }
 
+/* A string of at most KOBJ_INLINE bytes (a small counter, a flag: what
+ * most values are) is kept in its key's entry, with no allocation of its
+ * own; a longer one has its own. Every length on both sides of that, as
+ * written and read. */
+TEST(store_short_string_in_its_entry) {
+    store st;
+    CHECK_EQ(store_init(&st), 0);
+    char val[32];
+    for (size_t n = 0; n <= 24; n++) {
+        memset(val, 'a' + (int)n, n);
+        CHECK_EQ(store_set(&st, "key:123456", 10, val, n), 0);
+        dict_entry *e = store_find(&st, "key:123456", 10);
+        size_t vlen = 99;
+        const char *got = store_get(&st, "key:123456", 10, &vlen);
+        CHECK(got != NULL && vlen == n && memcmp(got, val, n) == 0);
+        bool inside = got >= (const char *)e &&
+                      got + n <= (const char *)e + malloc_usable_size(e);
+        CHECK_EQ(inside, n <= KOBJ_INLINE);
+    }
+    store_free(&st);
+}
+
+/* A key as a benchmark's (10 bytes) with a short value and an expiry is
+ * one malloc block of glibc's 64-byte size class (at most 56 bytes asked
+ * for, 8 of malloc's own beside them): the entry's link, hash and length, the
+ * value and its place in the expiry heap, and the key. The expiry time itself
+ * is in the heap, read back as set. */
+TEST(store_key_with_expiry_in_one_64_byte_block) {
+    store st;
+    CHECK_EQ(store_init(&st), 0);
+    char k[16];
+    for (int i = 0; i < 1000; i++) {
+        int kn = snprintf(k, sizeof k, "key:%06d", i * 997);
+        dict_entry *e = NULL;
+        CHECK_EQ(store_set_entry(&st, k, (size_t)kn, "v", 1, &e), 0);
+        CHECK_EQ(store_set_expire(&st, e, 1000000 - i), 0);
+        /* (what dict_add asks malloc for: glibc may hand a larger
+         * chunk it had free, so malloc_usable_size would not say) */
+        CHECK(sizeof *e + st.d.extra + e->klen <= 56);
+    }
+    for (int i = 0; i < 1000; i++) {
+        int kn = snprintf(k, sizeof k, "key:%06d", i * 997);
+        dict_entry *e = store_find(&st, k, (size_t)kn);
+        CHECK(e != NULL);
+        CHECK_EQ(store_expire(&st, e), 1000000 - i);
+    }
+    CHECK_EQ(store_expire(&st, store_first_expiry(&st)), 1000000 - 999);
+    store_free(&st);
+}
+
 /* ---------------------------------------------------------- replication */
 
 /* Runs one request given as words on k; returns the reply. */
@@ -562,6 +613,63 @@ TEST(keys_and_values_of_every_short_length) {
             sib[at] = key[at];
         }
     }
+}
+
+/* Strings that grow out of their entry and shrink back into it, by every
+ * command that writes one: each answer and each value as Redis has it. */
+TEST(strings_move_in_and_out_of_their_entry) {
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+#define STEP(req, want)                                                        \
+    { req, want, sizeof want - 1 }
+    static const struct {
+        const char *req, *want;
+        size_t len; /* the answer's (some hold NULs) */
+    } steps[] = {
+        STEP("SET s abcd", "+OK\r\n"),
+        STEP("APPEND s efgh", ":8\r\n"),
+        STEP("GET s", "$8\r\nabcdefgh\r\n"),
+        STEP("APPEND s i", ":9\r\n"),
+        STEP("GET s", "$9\r\nabcdefghi\r\n"),
+        STEP("APPEND s 0123456789", ":19\r\n"),
+        STEP("SET s xy GET", "$19\r\nabcdefghi0123456789\r\n"),
+        STEP("GET s", "$2\r\nxy\r\n"),
+        STEP("SETRANGE s 7 Z", ":8\r\n"),
+        STEP("GETRANGE s 0 -1", "$8\r\nxy\0\0\0\0\0Z\r\n"),
+        STEP("SETRANGE s 8 long", ":12\r\n"),
+        STEP("GETRANGE s 7 -1", "$5\r\nZlong\r\n"),
+        STEP("STRLEN s", ":12\r\n"),
+        STEP("SETRANGE t 3 ab", ":5\r\n"),
+        STEP("SETRANGE u 5 abcdefgh", ":13\r\n"),
+        STEP("GETRANGE u 4 -1", "$9\r\n\0abcdefgh\r\n"),
+        STEP("SET n 99999998", "+OK\r\n"),
+        STEP("INCR n", ":99999999\r\n"),
+        STEP("INCR n", ":100000000\r\n"),
+        STEP("DECR n", ":99999999\r\n"),
+        STEP("INCRBYFLOAT n 0.5", "$10\r\n99999999.5\r\n"),
+        STEP("GETSET n 1", "$10\r\n99999999.5\r\n"),
+        STEP("GETSET n 123456789", "$1\r\n1\r\n"),
+        STEP("RENAME n m", "+OK\r\n"),
+        STEP("GET m", "$9\r\n123456789\r\n"),
+        STEP("RENAME t m", "+OK\r\n"),
+        STEP("GETDEL m", "$5\r\n\0\0\0ab\r\n"),
+        STEP("LPUSH s x", "-WRONGTYPE Operation against a key holding the "
+                          "wrong kind of value\r\n"),
+        STEP("DEL s u", ":2\r\n"),
+        STEP("LPUSH s x", ":1\r\n"),
+        STEP("DBSIZE", ":1\r\n"),
+    };
+#undef STEP
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        exec_words(&k, &out, steps[i].req);
+        if (out.len - 1 != steps[i].len ||
+            memcmp(out.p, steps[i].want, steps[i].len) != 0)
+            check_fail(__FILE__, __LINE__, "step %zu (%s): got \"%.*s\"", i,
+                       steps[i].req, (int)out.len - 1, out.p);
+    }
+    buf_free(&out);
+    kv_free(&k);
 }
 
 /* A buffer asked for more than half the address space refuses (false, the
