@@ -271,14 +271,13 @@ static void cmd_append(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                          "(proto-max-bulk-len)\r\n");
             return;
         }
-        char *v = realloc(o->val, o->len + a[2].len + 1);
+        size_t old = o->len;
+        char *v = store_str_writable(o, old + a[2].len);
         if (!v) {
             reply_oom(out);
             return;
         }
-        memcpy(v + o->len, a[2].p, a[2].len);
-        o->val = v;
-        o->len += a[2].len;
+        memcpy(v + old, a[2].p, a[2].len);
     }
     kv_log(k, a, argc);
     buf_int(out, ':', (long long)store_obj(e)->len);
@@ -344,29 +343,20 @@ static void cmd_setrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      "(proto-max-bulk-len)\r\n");
         return;
     }
-    char *v;
-    if (!e) {
-        if (!(v = calloc(1, end))) {
-            reply_oom(out);
-            return;
-        }
-        if (!(e = store_add(&k->db, a[1].p, a[1].len, KV_STRING))) {
-            free(v);
-            reply_oom(out);
-            return;
-        }
-        store_obj(e)->val = v;
-        store_obj(e)->len = end;
-    } else if (end > old) {
-        if (!(v = realloc(store_obj(e)->val, end))) {
-            reply_oom(out);
-            return;
-        }
-        memset(v + old, 0, end - old);
-        store_obj(e)->val = v;
-        store_obj(e)->len = end;
+    bool made = !e;
+    if (made && !(e = store_add(&k->db, a[1].p, a[1].len, KV_STRING))) {
+        reply_oom(out);
+        return;
     }
-    memcpy((char *)store_obj(e)->val + off, a[3].p, len);
+    /* (in place when it may be: a blob a reply reads is copied first) */
+    char *v = store_str_writable(store_obj(e), end > old ? end : old);
+    if (!v) {
+        if (made) store_delete(&k->db, e); /* no key made after all */
+        reply_oom(out);
+        return;
+    }
+    if (end > old) memset(v + old, 0, end - old);
+    memcpy(v + off, a[3].p, len);
     kv_log(k, a, argc);
     buf_int(out, ':', (long long)store_obj(e)->len);
 }

@@ -24,7 +24,8 @@ enum { KV_STRING, KV_LIST, KV_SET, KV_HASH, KV_ZSET };
 
 /* A key's value and expiry: the user data of its dict entry. */
 typedef struct kobj {
-    void *val;      /* string: its bytes (malloc'd, never NULL); else the
+    void *val;      /* string: its bytes (malloc'd, never NULL; a blob's
+                       from KV_BLOB_MIN bytes on, blob.h); else the
                        collection (types.h) */
     size_t len;     /* string: its length */
     int64_t expire; /* when the key expires (ms, see above); 0: never */
@@ -97,6 +98,19 @@ int store_set(store *st, const char *key, size_t klen, const char *val,
  * is missing: it is added, and *pe set). One lookup per SET, not two. */
 int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
               const char *val, size_t vlen);
+/* SET of an argument received into a blob of its own (blob.h), vlen >=
+ * KV_BLOB_MIN: the blob becomes the value, no copy. 1 when it was taken
+ * (the caller's hold on it is the store's now), 0 when not (the caller
+ * keeps it), or -ENOMEM (likewise; the key is unchanged). */
+int store_take(store *st, dict_entry **pe, const char *key, size_t klen,
+               char *blob, size_t vlen);
+/* Frees a string's bytes of length len: a blob's hold, or its memory. */
+void store_str_free(char *v, size_t len);
+/* Makes a string's bytes writable and len long (the first ones kept, the
+ * new ones undefined), as a blob from KV_BLOB_MIN on: a blob a reply still
+ * reads is copied first. Its bytes, or NULL when out of memory (o is then
+ * unchanged). */
+char *store_str_writable(kobj *o, size_t len);
 int store_set_entry(store *st, const char *key, size_t klen, const char *val,
                     size_t vlen, dict_entry **out);
 /* RENAME: key `to` (an entry of st other than from: an old key or one
