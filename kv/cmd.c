@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blob.h"
 #include "cmd_int.h"
 
 /* ------------------------------------------------------------ keyspace */
@@ -248,7 +249,6 @@ bool arg_i64(const resp_arg *a, long long *v, buf *out) {
 
 static void cmd_get(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                     buf *out) {
-    (void)cl;
     (void)argc;
     dict_entry *e = kv_lookup(k, &a[1]);
     if (!e) {
@@ -260,6 +260,11 @@ static void cmd_get(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         reply_wrongtype(out);
         return;
     }
+    /* A blob is sent where it is, when the owner can (not within EXEC,
+     * whose replies may still be cut back). */
+    if (o->len >= KV_BLOB_MIN && k->reply_blob && cl && out == cl->out &&
+        !k->in_exec && k->reply_blob(cl, o->val, o->len))
+        return;
     buf_bulk(out, kobj_str(o), o->len);
 }
 
@@ -323,7 +328,14 @@ static void set_key(kv *k, const resp_arg *key, const resp_arg *val, unsigned f,
     /* The entry is made first, so that nothing is logged that cannot be
      * applied. The value is the store's own copy: the log frees its bytes
      * once they leave the backlog. */
-    if (store_put(&k->db, &e, key->p, key->len, val->p, val->len) < 0) {
+    int rc;
+    if (val->p == k->arg_blob && val->p) { /* received into a blob: kept */
+        rc = store_take(&k->db, &e, key->p, key->len, k->arg_blob, val->len);
+        if (rc > 0) k->arg_blob = NULL;
+    } else {
+        rc = store_put(&k->db, &e, key->p, key->len, val->p, val->len);
+    }
+    if (rc < 0) {
         out->len = mark; /* the old value is still there: no GET reply */
         reply_oom(out);
         return;

@@ -169,6 +169,16 @@ struct kv {
      * or from EXEC's queue. The owner checks the password and may mark
      * the client authenticated. NULL: no password is set (tests). */
     void (*auth)(kv_client *cl, const resp_arg *a, size_t argc, buf *out);
+    /* GET of a blob (blob.h) for client cl: the owner puts its reply in
+     * cl->out by reference, sending the bytes where they are (it holds
+     * the blob until they are written); false when it cannot (the reply
+     * is copied then). NULL: always copied. */
+    bool (*reply_blob)(kv_client *cl, const char *bytes, size_t len);
+    /* The bytes of a blob holding the last argument of the command being
+     * run (received into it, conn.c), or NULL: SET keeps it as the value
+     * instead of a copy, and sets this NULL (the blob is the store's
+     * then); else the owner frees it after the command. */
+    char *arg_blob;
     /* Test only: known replication bugs planted on purpose (KV_PLANT_*),
      * which the simulator (sim.c) must find. 0 in lull-kv itself. */
     unsigned plant;

@@ -342,21 +342,20 @@ static void cmd_setrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      "(proto-max-bulk-len)\r\n");
         return;
     }
-    bool added = !e;
-    if (added && !(e = store_add(&k->db, a[1].p, a[1].len, KV_STRING))) {
+    bool made = !e;
+    if (made && !(e = store_add(&k->db, a[1].p, a[1].len, KV_STRING))) {
         reply_oom(out);
         return;
     }
-    if (end > old) {
-        char *v = kobj_str_resize(store_obj(e), end);
-        if (!v) {
-            if (added) store_delete(&k->db, e);
-            reply_oom(out);
-            return;
-        }
-        memset(v + old, 0, end - old);
+    /* (in place when it may be: a blob a reply reads is copied first) */
+    char *v = kobj_str_resize(store_obj(e), end > old ? end : old);
+    if (!v) {
+        if (made) store_delete(&k->db, e); /* no key made after all */
+        reply_oom(out);
+        return;
     }
-    memcpy(kobj_str(store_obj(e)) + off, a[3].p, len);
+    if (end > old) memset(v + old, 0, end - old);
+    memcpy(v + off, a[3].p, len);
     kv_log(k, a, argc);
     buf_int(out, ':', (long long)store_obj(e)->len);
 }

@@ -23,6 +23,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server.h"
 
+#include "blob.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -66,6 +68,8 @@ static void conn_free(conn *c) {
     buf_free(&c->in);
     buf_free(&c->out);
     buf_free(&c->sent);
+    if (c->blob) kv_blob_unref(c->blob); /* a request cut short */
+    if (c->vref) kv_blob_unref(c->vref);
     free(c);
 }
 
@@ -217,26 +221,8 @@ static void outf_release(lull_frame *f) {
     buf_shrink(&c->sent, REPLY_HANDOVER);
 }
 
-/* Sends the replies gathered so far. The usual batch is sent from its
- * own buffer, which changes places with the spare one (`sent`, free
- * again once written): no copy, no allocation per batch, two buffers per
- * connection that send. While the last batch is still in flight (the
- * client is slow to read) a batch is copied instead (one allocation).
- * From REPLY_HANDOVER bytes on, the buffer itself becomes the frame and a
- * fresh one starts, so a large reply is neither copied again nor kept
- * once written. A refused send closes the connection with the reason:
- * a reply is never dropped while later ones still go out. False when the
- * connection was closed. */
-static inline __attribute__((always_inline)) bool flush(conn *c) {
-    /* A write into the buffer failed (oom): what it holds is missing a
-     * reply or message, or ends in part of one, and sending it would
-     * hand the client the next ones as the answers to earlier requests.
-     * The handover and the swap below would also clear the flag. */
-    if (c->out.oom) {
-        drop_unwritten(c);
-        return false;
-    }
-    if (c->out.len == 0) return true;
+/* The bytes of c->out as one frame (see flush): 0 or the send's error. */
+static inline __attribute__((always_inline)) int send_out(conn *c) {
     size_t len = c->out.len;
     int rc;
     if (len >= REPLY_HANDOVER) {
@@ -273,6 +259,95 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
         rc = lull_endpoint_send_copy(c->ep, c->out.p, len);
         c->out.len = 0;
     }
+    return rc;
+}
+
+/* A GET's blob in flight (conn_reply_blob): the value's bytes where they
+ * are, then the rest of c->out after them (its CRLF), which the same
+ * block holds; the blob is let go once its frame is released, the block
+ * once both are. */
+typedef struct blob_reply {
+    lull_frame value, tail;
+    const char *blob; /* held until `value` is released */
+    int frames;       /* of the two, the ones not released yet */
+    char rest[];      /* tail's bytes */
+} blob_reply;
+
+static void blob_reply_done(blob_reply *r) {
+    if (--r->frames == 0) free(r);
+}
+
+static void blob_value_release(lull_frame *f) {
+    blob_reply *r = LULL_CONTAINER_OF(f, blob_reply, value);
+    kv_blob_unref(r->blob);
+    blob_reply_done(r);
+}
+
+static void blob_tail_release(lull_frame *f) {
+    blob_reply_done(LULL_CONTAINER_OF(f, blob_reply, tail));
+}
+
+/* flush with a blob to send by reference: c->out up to it, the blob, and
+ * what followed it. 0 or the first send's error (the later frames then
+ * not sent: the connection closes). */
+static __attribute__((noinline)) int send_with_blob(conn *c) {
+    const char *v = c->vref;
+    size_t at = c->vref_at, rest = c->out.len - at;
+    c->vref = NULL;
+    blob_reply *r = malloc(sizeof *r + rest);
+    if (!r) {
+        kv_blob_unref(v);
+        return -ENOMEM;
+    }
+    memcpy(r->rest, c->out.p + at, rest);
+    c->out.len = at;
+    r->blob = v;
+    r->frames = 2;
+    r->value = (lull_frame){
+        .bytes = v, .len = c->vref_len, .release = blob_value_release};
+    r->tail = (lull_frame){
+        .bytes = r->rest, .len = rest, .release = blob_tail_release};
+    int rc = at ? send_out(c) : 0;
+    if (rc == 0) rc = lull_endpoint_send(c->ep, &r->value);
+    if (rc < 0) {
+        kv_blob_unref(v);
+        free(r);
+        return rc;
+    }
+    rc = rest ? lull_endpoint_send(c->ep, &r->tail) : 0;
+    if (rc < 0 || !rest) blob_reply_done(r); /* the tail is not out */
+    return rc;
+}
+
+/* Sends the replies gathered so far. The usual batch is sent from its
+ * own buffer, which changes places with the spare one (`sent`, free
+ * again once written): no copy, no allocation per batch, two buffers per
+ * connection that send. While the last batch is still in flight (the
+ * client is slow to read) a batch is copied instead (one allocation).
+ * From REPLY_HANDOVER bytes on, the buffer itself becomes the frame and a
+ * fresh one starts, so a large reply is neither copied again nor kept
+ * once written; a GET's blob is sent where it is (send_with_blob). A
+ * refused send closes the connection with the reason: a reply is never
+ * dropped while later ones still go out. False when the connection was
+ * closed. */
+static inline __attribute__((always_inline)) bool flush(conn *c) {
+    /* A write into the buffer failed (oom): what it holds is missing a
+     * reply or message, or ends in part of one, and sending it would
+     * hand the client the next ones as the answers to earlier requests.
+     * The handover and the swap below would also clear the flag. */
+    if (c->out.oom) {
+        drop_unwritten(c);
+        return false;
+    }
+    size_t len = c->out.len;
+    int rc;
+    if (__builtin_expect(c->vref != NULL, 0)) {
+        len += c->vref_len;
+        rc = send_with_blob(c);
+    } else {
+        if (len == 0) return true;
+        rc = send_out(c);
+    }
     if (rc < 0) {
         conn_drop(c, "a reply of %zu bytes was refused (%s)", len,
                   strerror(-rc));
@@ -284,6 +359,21 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
         !c->soft_armed)
         return true;
     return conn_check_output(c);
+}
+
+bool conn_reply_blob(kv_client *cl, const char *bytes, size_t len) {
+    conn *c = cl->owner;
+    /* One at a time (run_commands sends it after its command), and not
+     * past the output cap: the copy says so in its own words. */
+    if (c->vref || c->out.oom || (c->out.max && len > c->out.max - c->out.len))
+        return false;
+    buf_int(&c->out, '$', (long long)len);
+    kv_blob_ref(bytes);
+    c->vref = bytes;
+    c->vref_at = c->out.len;
+    c->vref_len = len;
+    buf_put(&c->out, "\r\n", 2);
+    return true;
 }
 
 /* The stream holds as much of this connection's output as it should:
@@ -417,7 +507,7 @@ parse_unauthenticated(conn *c, const char *p, size_t len, size_t *argc,
                               &c->need);
 }
 
-static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
+static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
     server *srv = c->srv;
     uint64_t log_end = srv->kv.log.end;
     size_t off = 0;
@@ -457,7 +547,8 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
             if (r & KV_QUIT) c->closing = true;
             if (r & KV_SERVER) server_command(c, srv->argv, argc);
         }
-        if (c->out.len >= REPLY_HANDOVER && !c->closing) {
+        if ((c->out.len >= REPLY_HANDOVER && !c->closing) ||
+            __builtin_expect(c->vref != NULL, 0)) {
             if (!flush(c)) {
                 /* KV_PLANT_BATCH_DEATH: the batch's records not sent. */
                 if (srv->kv.plant & KV_PLANT_BATCH_DEATH) return false;
@@ -477,6 +568,33 @@ static bool run_commands(conn *c, const char *p, size_t len, size_t *used) {
     if (srv->kv.expiry_changed) kv_expiry_rearm(&srv->expiry);
     *used = off;
     return alive;
+}
+
+/* A blob received (c->blob, ready as c->ps.ext) is its command's last
+ * argument: SET may keep it (kv.arg_blob); once the command was parsed
+ * it is freed unless kept. */
+static __attribute__((noinline)) bool run_with_blob(conn *c, const char *p,
+                                                    size_t len, size_t *used) {
+    kv *k = &c->srv->kv;
+    if (c->blob_want) { /* still filling: nothing can be parsed yet */
+        *used = 0;
+        return true;
+    }
+    k->arg_blob = c->ps.ext ? c->blob : NULL;
+    bool alive = run_batch(c, p, len, used);
+    if (!c->ps.ext) { /* parsed (and run, or refused): it is done with */
+        if (k->arg_blob) kv_blob_unref(k->arg_blob);
+        c->blob = NULL;
+    }
+    k->arg_blob = NULL;
+    return alive;
+}
+
+static inline __attribute__((always_inline)) bool
+run_commands(conn *c, const char *p, size_t len, size_t *used) {
+    if (__builtin_expect(c->blob != NULL, 0))
+        return run_with_blob(c, p, len, used);
+    return run_batch(c, p, len, used);
 }
 
 /* REPLSYNC, the one command kv_exec leaves to the server (once its checks
@@ -516,7 +634,75 @@ static inline __attribute__((always_inline)) void conn_after(conn *c) {
  * that needs more than client-query-buffer-limit closes the connection as
  * soon as its size is known (Redis closes it once that much has arrived).
  * False when the connection was closed. */
+static bool keep_input(conn *c, const char *bytes, size_t len);
+
+/* Bytes for the blob being filled: when it is full, its command waits to
+ * run (c->need 0) with the bytes before the blob in `in`, and the ones
+ * after it are kept behind them. False when the connection was closed. */
+static bool blob_feed(conn *c, const char *bytes, size_t len) {
+    size_t take = c->blob_want - c->blob_got;
+    if (take > len) take = len;
+    memcpy(c->blob + c->blob_got, bytes, take);
+    c->blob_got += take;
+    if (c->blob_got < c->blob_want) return true;
+    size_t blen = c->blob_want - 2;
+    c->blob_want = c->blob_got = 0;
+    if (c->blob[blen] != '\r' || c->blob[blen + 1] != '\n') {
+        /* The parser's answer had the bytes come in the buffer. */
+        kv_blob_unref(c->blob);
+        c->blob = NULL;
+        buf_str(&c->out, "-ERR Protocol error: expected CRLF after bulk\r\n");
+        c->closing = true;
+        return true;
+    }
+    c->ps.ext = c->blob;
+    c->ps.ext_len = blen;
+    c->need = 0;
+    return take == len || keep_input(c, bytes + take, len - take);
+}
+
+/* The command being received (its bytes: in, then bytes[0, len)) has
+ * stopped in its last argument's body, of KV_BLOB_MIN bytes or more:
+ * that body goes to a blob of its exact size (its memory touched only as
+ * the bytes arrive, and no realloc moving them), which SET then keeps as
+ * the value. So a large SET costs one copy of its value, where it cost
+ * two, and one allocation of its size, where it cost two. */
+static bool blob_start(conn *c, const char *bytes, size_t len) {
+    size_t body = c->ps.body, blen = c->need - body - 2;
+    char *b = kv_blob_new(blen + 2);
+    if (!b) {
+        c->in.oom = true;
+        return true;
+    }
+    size_t got = 0;
+    if (c->in.len > body) { /* `in` holds the start of the body */
+        got = c->in.len - body;
+        memcpy(b, c->in.p + body, got);
+        c->in.len = body;
+    } else {
+        size_t head = body - c->in.len;
+        buf_put(&c->in, bytes, head);
+        bytes += head;
+        len -= head;
+    }
+    c->blob = b;
+    c->blob_want = blen + 2;
+    c->blob_got = got;
+    c->need = SIZE_MAX; /* nothing to parse until the blob is full */
+    return len == 0 || blob_feed(c, bytes, len);
+}
+
+/* Whether the command being received should go on into a blob: stopped
+ * in the body of its last argument, a large one, of a client (a replica
+ * link sends only REPLACK). */
+static inline bool blob_due(const conn *c) {
+    const resp_state *st = &c->ps;
+    return st->body && !st->ext && !c->link && st->got + 1 == st->nargs &&
+           c->need - st->body - 2 >= KV_BLOB_MIN;
+}
+
 static bool keep_input(conn *c, const char *bytes, size_t len) {
+    if (__builtin_expect(c->blob_want != 0, 0)) return blob_feed(c, bytes, len);
     size_t limit = c->srv->qbuf_limit;
     if (c->in.len + len > limit || c->need > limit) {
         size_t n = c->in.len + len > c->need ? c->in.len + len : c->need;
@@ -526,6 +712,7 @@ static bool keep_input(conn *c, const char *bytes, size_t len) {
                   n, limit);
         return false;
     }
+    if (__builtin_expect(blob_due(c), 0)) return blob_start(c, bytes, len);
     size_t want = 2 * c->in.cap < limit ? 2 * c->in.cap : limit;
     if (want < c->need) want = c->need;
     if (!buf_reserve_upto(&c->in, len, want)) {
@@ -541,7 +728,7 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     c->last_ns = lull_loop_now(c->srv->loop); /* CLIENT LIST's idle */
     if (c->closing) return;
     size_t used;
-    if (c->in.len == 0 && !c->waiting) {
+    if (c->in.len == 0 && !c->waiting && !c->blob) {
         /* Nothing left over: commands are parsed in the stream's own
          * buffer (valid for this call) and only an unparsed tail is
          * copied, so the common chunk of whole commands is not copied. */
@@ -549,13 +736,18 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         if (used < len && !c->closing &&
             !keep_input(c, (const char *)bytes + used, len - used))
             return;
-    } else {
-        if (!keep_input(c, bytes, len)) return;
-        if (!c->waiting && !c->in.oom && c->in.len >= c->need) {
-            if (!run_commands(c, c->in.p, c->in.len, &used)) return;
-            buf_consume(&c->in, used);
-            buf_shrink(&c->in, INPUT_KEEP);
+        /* (a blob may have filled from this chunk: its command runs) */
+        if (__builtin_expect(c->blob == NULL, 1)) {
+            conn_after(c);
+            return;
         }
+    } else if (!keep_input(c, bytes, len)) {
+        return;
+    }
+    if (!c->waiting && !c->in.oom && !c->closing && c->in.len >= c->need) {
+        if (!run_commands(c, c->in.p, c->in.len, &used)) return;
+        buf_consume(&c->in, used);
+        buf_shrink(&c->in, INPUT_KEEP);
     }
     conn_after(c);
 }
@@ -783,7 +975,7 @@ static void client_line(server *srv, conn *c, buf *out) {
                (ad.unix_sock ? KV_CF_UNIX : 0);
     ci.age = secs(now - c->born_ns);
     ci.idle = secs(now - c->last_ns);
-    ci.qbuf = c->in.len;
+    ci.qbuf = c->in.len + c->blob_got; /* a blob filling is query too */
     ci.qbuf_free = c->in.cap - c->in.len;
     /* argv-mem: 0, arguments are read where they arrived, never copied */
     ci.rbs = c->out.cap;

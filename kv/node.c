@@ -86,6 +86,7 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
     srv->expiry.arg = srv;
     srv->expiry.should_yield = srv->should_yield;
     srv->kv.wake = conn_wake;
+    srv->kv.reply_blob = conn_reply_blob;
     srv->kv.auth = conn_auth;
     srv->kv.requirepass = srv->requirepass != NULL;
     srv->kv.client_list = conn_client_list;

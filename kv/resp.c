@@ -174,6 +174,13 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
         first = pos;
     }
     size_t before = i; /* argv[0, before) point into an older buffer */
+    size_t body_at = 0;
+    if (st->ext) { /* argument i's body came elsewhere (resp_state) */
+        argv[i].p = st->ext;
+        argv[i].len = st->ext_len;
+        pos = st->body;
+        i++;
+    }
     for (; i < n; i++) {
         size_t start = pos; /* where to go on from, if not all there */
         if (pos == len) goto suspend;
@@ -203,6 +210,7 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
              * can be learnt before the body and its CRLF are all there.
              * The header is read again then (a few bytes). */
             *need = pos + body;
+            body_at = pos;
             pos = start;
             goto suspend;
         }
@@ -228,6 +236,7 @@ suspend: /* argument i, its header at pos, is not all there */
     st->first = first;
     st->pos = pos;
     st->got = i;
+    st->body = body_at;
     return RESP_INCOMPLETE;
 }
 

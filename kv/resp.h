@@ -91,6 +91,15 @@ typedef struct resp_state {
     uint64_t scanned; /* bytes gone over (headers read, bodies stepped
                          over), over every command: what the tests
                          measure the parser's work by */
+    /* multibulk, suspended inside argument `got`'s body: where that body
+     * starts (0: suspended elsewhere). */
+    size_t body;
+    /* Set by the caller after such a suspension when that argument is
+     * the command's last: its body (ext_len bytes and its CRLF) came
+     * elsewhere, not after the header in the buffer, which ends there.
+     * The next call takes it so and returns the command. */
+    const char *ext;
+    size_t ext_len;
 } resp_state;
 
 /* Parses one command from buf[0, len). Returns the bytes it took (> 0),

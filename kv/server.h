@@ -255,6 +255,16 @@ struct conn {
     uint64_t born_ns; /* when it started (loop ns): CLIENT LIST's age */
     uint64_t last_ns; /* when it last sent bytes or drained: its idle */
     bool kill;        /* CLIENT KILL matched it: closed after the walk */
+    /* A large last argument (KV_BLOB_MIN bytes on) is received into a blob
+     * of its own (blob.h), the bytes before it kept in `in`: the blob is
+     * filling while blob_got < blob_want (its bytes and CRLF), then waits
+     * to run as ps.ext. NULL: none. */
+    char *blob;
+    size_t blob_want, blob_got;
+    /* A GET's blob to send after out[0, vref_at), by reference (held
+     * until written); NULL: none. */
+    const char *vref;
+    size_t vref_at, vref_len;
 };
 
 /* node.c */
@@ -304,6 +314,8 @@ bool conn_check_output(conn *c);
 void conn_refuse(conn *c, const char *reply, const char *why);
 /* kv.wake: a message was added to a client's output. */
 void conn_wake(kv_client *cl);
+/* kv.reply_blob: a GET's blob, sent by reference. */
+bool conn_reply_blob(kv_client *cl, const char *bytes, size_t len);
 /* kv.auth: AUTH for a client connection (the password is srv's). */
 void conn_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out);
 /* kv.client_list and kv.client_kill: CLIENT LIST, INFO and KILL over the

@@ -3,6 +3,7 @@
  * expire is no later than its children's (2i + 1, 2i + 2). */
 #include "store.h"
 
+#include "blob.h"
 #include "types.h"
 
 #include <errno.h>
@@ -31,7 +32,7 @@ void store_value_free(kobj *o) {
         zset_free(o->val);
         break;
     default: /* a string */
-        if (o->len > KOBJ_INLINE) free(o->val);
+        if (o->len > KOBJ_INLINE) store_str_free(o->val, o->len);
         break;
     }
     o->val = NULL;
@@ -175,8 +176,11 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
     char wrapped[16];
     if (st->plant_int32 && int32_wrap(val, vlen, wrapped, &vlen)) val = wrapped;
     dict_entry *old = *pe;
+    bool big = vlen >= KV_BLOB_MIN;
+    /* (a blob a reply still reads is left to it: a new one is made) */
     if (old && store_obj(old)->type == KV_STRING &&
-        store_obj(old)->len == vlen) {
+        store_obj(old)->len == vlen &&
+        !(big && kv_blob_shared(store_obj(old)->val))) {
         /* The same length over a string: in place, no allocation (a
          * benchmark's SET, and many real overwrites). */
         if (st->plant_same_length && vlen >= (64u << 10) &&
@@ -185,14 +189,14 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
         if (vlen) memcpy(kobj_str(store_obj(old)), val, vlen);
         return 0;
     }
-    char *v = NULL; /* a long value's own copy */
+    char *v = NULL; /* a long value's own copy (a blob's when big) */
     if (vlen > KOBJ_INLINE) {
-        if (!(v = malloc(vlen))) return -ENOMEM;
+        if (!(v = big ? kv_blob_new(vlen) : malloc(vlen))) return -ENOMEM;
         memcpy(v, val, vlen);
     }
     dict_entry *e = *pe;
     if (!e && !(e = store_add(st, key, klen, KV_STRING))) {
-        free(v);
+        store_str_free(v, vlen);
         return -ENOMEM;
     }
     kobj *o = store_obj(e);
@@ -207,26 +211,63 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
     return 0;
 }
 
+int store_take(store *st, dict_entry **pe, const char *key, size_t klen,
+               char *blob, size_t vlen) {
+    dict_entry *old = *pe;
+    /* KV_PLANT_SAME_LENGTH as store_put has it: "unchanged". */
+    if (st->plant_same_length && old && store_obj(old)->type == KV_STRING &&
+        store_obj(old)->len == vlen &&
+        memcmp(store_obj(old)->val, blob, 1024) == 0)
+        return 0;
+    dict_entry *e = old;
+    if (!e && !(e = store_add(st, key, klen, KV_STRING))) return -ENOMEM;
+    kobj *o = store_obj(e);
+    store_value_free(o);
+    o->type = KV_STRING;
+    o->val = blob;
+    o->len = vlen;
+    *pe = e;
+    return 1;
+}
+
+void store_str_free(char *v, size_t len) {
+    if (len >= KV_BLOB_MIN)
+        kv_blob_unref(v);
+    else
+        free(v);
+}
+
 char *kobj_str_resize(kobj *o, size_t len) {
+    size_t old = o->len;
     if (len <= KOBJ_INLINE) {
-        if (o->len > KOBJ_INLINE) { /* into the entry */
+        if (old > KOBJ_INLINE) { /* into the entry */
             char *p = o->val;
             memcpy(o->small, p, len);
-            free(p);
+            store_str_free(p, old);
         }
         o->len = len;
         return o->small;
     }
-    char *p;
-    if (o->len > KOBJ_INLINE) {
-        if (!(p = realloc(o->val, len))) return NULL;
-    } else { /* out of the entry */
-        if (!(p = malloc(len))) return NULL;
-        memcpy(p, o->small, o->len);
+    char *v;
+    if (old <= KOBJ_INLINE) { /* out of the entry */
+        v = len >= KV_BLOB_MIN ? kv_blob_new(len) : malloc(len + 1);
+        if (!v) return NULL;
+        memcpy(v, o->small, old);
+    } else if (old < KV_BLOB_MIN && len < KV_BLOB_MIN) {
+        /* (one byte more, as APPEND has always reserved) */
+        if (!(v = realloc(o->val, len + 1))) return NULL;
+    } else if (old >= KV_BLOB_MIN && len >= KV_BLOB_MIN &&
+               !kv_blob_shared(o->val)) {
+        if (!(v = kv_blob_resize(o->val, len))) return NULL;
+    } else { /* into or out of a blob, or a blob a reply reads: a copy */
+        v = len >= KV_BLOB_MIN ? kv_blob_new(len) : malloc(len + 1);
+        if (!v) return NULL;
+        memcpy(v, o->val, old < len ? old : len);
+        store_str_free(o->val, old);
     }
-    o->val = p;
+    o->val = v;
     o->len = len;
-    return p;
+    return v;
 }
 
 int store_set_entry(store *st, const char *key, size_t klen, const char *val,

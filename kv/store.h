@@ -33,8 +33,9 @@ enum { KV_STRING, KV_LIST, KV_SET, KV_HASH, KV_ZSET };
 typedef struct kobj {
     union {
         void *val;               /* a collection (types.h), or a string's
-                                    bytes (malloc'd) when longer than
-                                    KOBJ_INLINE */
+                                    bytes when longer than KOBJ_INLINE:
+                                    malloc'd, a blob's from KV_BLOB_MIN
+                                    bytes on (blob.h) */
         char small[KOBJ_INLINE]; /* a string of at most that: its bytes */
     };
     size_t len;    /* string: its length (which says where its bytes are) */
@@ -77,8 +78,10 @@ static inline dict_entry *store_find(const store *st, const char *key,
 static inline char *kobj_str(kobj *o) {
     return o->len <= KOBJ_INLINE ? o->small : (char *)o->val;
 }
-/* Makes o's string len bytes long, its first bytes kept (the rest not
- * set); its bytes, or NULL when out of memory (o unchanged). */
+/* Makes o's string len bytes long and writable, its first bytes kept
+ * (the rest not set): in the entry up to KOBJ_INLINE, a blob from
+ * KV_BLOB_MIN on, and a blob a reply still reads is copied first. Its
+ * bytes, or NULL when out of memory (o unchanged). */
 char *kobj_str_resize(kobj *o, size_t len);
 
 /* Adds a key (which must not be there) holding an empty value of `type`
@@ -128,6 +131,15 @@ int store_set(store *st, const char *key, size_t klen, const char *val,
  * is missing: it is added, and *pe set). One lookup per SET, not two. */
 int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
               const char *val, size_t vlen);
+/* SET of an argument received into a blob of its own (blob.h), vlen >=
+ * KV_BLOB_MIN: the blob becomes the value, no copy. 1 when it was taken
+ * (the caller's hold on it is the store's now), 0 when not (the caller
+ * keeps it), or -ENOMEM (likewise; the key is unchanged). */
+int store_take(store *st, dict_entry **pe, const char *key, size_t klen,
+               char *blob, size_t vlen);
+/* Frees a string's bytes of length len (> KOBJ_INLINE: out of the
+ * entry): a blob's hold, or its memory. */
+void store_str_free(char *v, size_t len);
 int store_set_entry(store *st, const char *key, size_t klen, const char *val,
                     size_t vlen, dict_entry **out);
 /* RENAME: key `to` (an entry of st other than from: an old key or one

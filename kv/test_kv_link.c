@@ -2189,3 +2189,267 @@ TEST(snapshot_without_pidfd_open_falls_back_to_inline) {
     close_all(loop, &p, &r);
 }
 #endif
+
+/* ------------------------------------------------ large values (blob.h) */
+
+enum { BIG = 300000 }; /* past KV_BLOB_MIN, past a socket buffer or two */
+
+/* "*3\r\n$3\r\nSET\r\n$<klen>\r\n<key>\r\n$<len>\r\n" + len bytes of fill
+ * + CRLF, malloc'd: *n its length. */
+static char *big_set(const char *key, size_t len, char fill, size_t *n) {
+    char head[96];
+    int h =
+        snprintf(head, sizeof head, "*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n",
+                 strlen(key), key, len);
+    char *req = malloc((size_t)h + len + 2);
+    CHECK(req != NULL);
+    memcpy(req, head, (size_t)h);
+    memset(req + h, fill, len);
+    memcpy(req + h + len, "\r\n", 2);
+    *n = (size_t)h + len + 2;
+    return req;
+}
+
+/* Writes p[0, n) to fd without blocking, the loop running while fd's
+ * buffer is full (the server is on the same thread). */
+static void send_looping(lull_loop *loop, int fd, const char *p, size_t n) {
+    uint64_t t0 = now_ms();
+    while (n) {
+        CHECK(now_ms() - t0 < 10000);
+        ssize_t w = send(fd, p, n, MSG_DONTWAIT);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        } else {
+            CHECK(errno == EAGAIN || errno == EWOULDBLOCK);
+        }
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+}
+
+/* Sends req in pieces cut at odd places (inside the header, the body and
+ * its CRLF), the loop running between them. */
+static void send_cut(lull_loop *loop, int fd, const char *req, size_t n) {
+    static const size_t cuts[] = {3, 20, 1, 40000, 7, 65536, 1, 100000};
+    size_t at = 0;
+    for (size_t i = 0; at < n; i++) {
+        size_t k = i < sizeof cuts / sizeof cuts[0] ? cuts[i] : n - at;
+        if (k > n - at) k = n - at;
+        send_looping(loop, fd, req + at, k);
+        at += k;
+        for (int t = 0; t < 3; t++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+}
+
+/* A large SET arrives cut anywhere, followed by a GET in the same last
+ * piece: the value is received into its blob, not into the connection's
+ * query buffer (which holds only the bytes before it), kept by SET as it
+ * is, and read back whole; a large argument that is not the last (SET ...
+ * EX) takes the query buffer as before. */
+TEST(big_set_received_into_its_value) {
+    lull_loop *loop;
+    server p;
+    open_primary(&loop, &p);
+    conn *c;
+    int fd = client_to(loop, &p, &c);
+    size_t n;
+    char *req = big_set("big", BIG, 'a', &n);
+    send_cut(loop, fd, req, n - 1000);
+    CHECK(c->blob != NULL);      /* filling */
+    CHECK(c->in.len < 64);       /* the bytes before the value only */
+    CHECK(c->blob_got > 100000); /* the value's, in its final place */
+    char *rest = malloc(1000 + 40);
+    CHECK(rest != NULL);
+    memcpy(rest, req + n - 1000, 1000);
+    memcpy(rest + 1000, "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n", 22);
+    send_looping(loop, fd, rest, 1022);
+    size_t want = 5 + 9 + BIG + 2;
+    char *got = malloc(want + 64);
+    CHECK(got != NULL);
+    bool eof;
+    CHECK_EQ(answer(loop, fd, got, want + 64, want, &eof), want);
+    CHECK(memcmp(got, "+OK\r\n$300000\r\n", 14) == 0);
+    CHECK(got[14] == 'a' && got[14 + BIG - 1] == 'a');
+    CHECK(memcmp(got + 14 + BIG, "\r\n", 2) == 0);
+    CHECK(c->blob == NULL);
+    size_t vlen;
+    const char *v = store_get(&p.kv.db, "big", 3, &vlen);
+    CHECK(v != NULL && vlen == BIG && v[0] == 'a' && v[BIG - 1] == 'a');
+    /* Not the last argument: SET big2 <value> EX 100. */
+    char head[64];
+    int h = snprintf(head, sizeof head,
+                     "*5\r\n$3\r\nSET\r\n$4\r\nbig2\r\n$%d\r\n", BIG);
+    free(req);
+    req = malloc((size_t)h + BIG + 20);
+    CHECK(req != NULL);
+    memcpy(req, head, (size_t)h);
+    memset(req + h, 'b', BIG);
+    memcpy(req + h + BIG, "\r\n$2\r\nEX\r\n$3\r\n100\r\n", 20);
+    send_cut(loop, fd, req, (size_t)h + BIG + 20);
+    CHECK_EQ(answer(loop, fd, got, 64, 5, &eof), 5);
+    CHECK(memcmp(got, "+OK\r\n", 5) == 0);
+    v = store_get(&p.kv.db, "big2", 4, &vlen);
+    CHECK(v != NULL && vlen == BIG && v[0] == 'b' && v[BIG - 1] == 'b');
+    free(rest);
+    free(got);
+    free(req);
+    close(fd);
+    close_client(loop, &p);
+}
+
+/* A GET of a large value to a client that does not read is sent from the
+ * value itself; the value is then overwritten in place (same length),
+ * appended to, set again and deleted by another client while that reply
+ * is still queued: the slow client still reads the value as it was when
+ * it asked, byte for byte (ASan: nothing read after its free). The
+ * first SET's value is not its last argument: copied, over the old
+ * value's bytes when no reply holds them. */
+TEST(big_get_reply_survives_overwrite_and_delete) {
+    lull_loop *loop;
+    server p;
+    open_primary(&loop, &p);
+    static char val[BIG + 1];
+    memset(val, 'v', BIG);
+    val[BIG - 1] = 'V';
+    write_cmd(&p, "SET", "big", val);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int small = 4096;
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    conn *slow = conn_new(&p);
+    CHECK(slow != NULL);
+    CHECK_EQ(lull_stream_open(loop, &slow->t.stream, sv[0], &o), 0);
+    conn_start(slow, &slow->t.stream.ep);
+    int fd = sv[1];
+    send_all(fd, "GET big\r\n", 9);
+    for (int t = 0; t < 10; t++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(slow->ep->queued > BIG); /* queued, hardly any of it written */
+    int other = client_to(loop, &p, NULL);
+    static char w[BIG + 1];
+    memset(w, 'w', BIG);
+    char *cmd = malloc(2 * BIG + 200);
+    CHECK(cmd != NULL);
+    int n = sprintf(cmd,
+                    "*4\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n%s\r\n"
+                    "$7\r\nKEEPTTL\r\n",
+                    BIG, w);
+    n += sprintf(cmd + n, "*3\r\n$6\r\nAPPEND\r\n$3\r\nbig\r\n$1\r\nx\r\n");
+    n += sprintf(cmd + n,
+                 "*4\r\n$8\r\nSETRANGE\r\n$3\r\nbig\r\n$1\r\n0\r\n$1\r\ny\r\n");
+    n += sprintf(cmd + n, "DEL big\r\n");
+    size_t n2;
+    char *set2 = big_set("big", BIG, 'z', &n2); /* received into a blob */
+    send_looping(loop, other, cmd, (size_t)n);
+    send_cut(loop, other, set2, n2);
+    send_looping(loop, other, "DEL big\r\n", 9);
+    static char got[2 * (BIG + 16) + 64];
+    bool eof;
+    CHECK_EQ(answer(loop, other, got, sizeof got, 5 + 9 + 9 + 4 + 5 + 4, &eof),
+             (size_t)(5 + 9 + 9 + 4 + 5 + 4));
+    CHECK(strcmp(got, "+OK\r\n:300001\r\n:300001\r\n:1\r\n+OK\r\n:1\r\n") == 0);
+    CHECK(store_get(&p.kv.db, "big", 3, &n2) == NULL);
+    size_t want = 9 + BIG + 2;
+    CHECK_EQ(answer(loop, fd, got, sizeof got, want, &eof), want);
+    CHECK(memcmp(got, "$300000\r\n", 9) == 0);
+    CHECK(memcmp(got + 9, val, BIG) == 0);
+    CHECK(memcmp(got + 9 + BIG, "\r\n", 2) == 0);
+    free(cmd);
+    free(set2);
+    close(fd);
+    close(other);
+    close_client(loop, &p);
+}
+
+/* A client hangs up in the middle of a large value: its blob goes with
+ * the connection (LSan: nothing leaks), and no key is made. */
+TEST(client_gone_mid_big_bulk) {
+    lull_loop *loop;
+    server p;
+    open_primary(&loop, &p);
+    conn *c;
+    int fd = client_to(loop, &p, &c);
+    size_t n;
+    char *req = big_set("big", BIG, 'a', &n);
+    send_cut(loop, fd, req, n / 2);
+    CHECK(c->blob != NULL);
+    close(fd);
+    uint64_t t0 = now_ms();
+    while (p.conns && now_ms() - t0 < 5000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(p.conns == NULL);
+    CHECK_EQ(store_count(&p.kv.db), 0);
+    free(req);
+    close_client(loop, &p);
+}
+
+/* A bulk header that lies about its length: the bytes after the ones it
+ * announced are not its CRLF. The client is answered with Redis' protocol
+ * error and closed, as when the value came in the query buffer; a second
+ * client's large SET meanwhile goes through. */
+TEST(big_bulk_whose_length_lies_closes) {
+    lull_loop *loop;
+    server p;
+    open_primary(&loop, &p);
+    conn *c;
+    int fd = client_to(loop, &p, &c);
+    int other = client_to(loop, &p, NULL);
+    size_t n, n2;
+    char *req = big_set("big", BIG, 'a', &n);
+    char *ok = big_set("k2", BIG, 'k', &n2);
+    memcpy(req + n - 2, "xy", 2); /* BIG + 2 bytes sent */
+    send_cut(loop, fd, req, n / 2);
+    send_cut(loop, other, ok, n2 / 2);
+    send_looping(loop, fd, req + n / 2, n - n / 2);
+    send_looping(loop, other, ok + n2 / 2, n2 - n2 / 2);
+    static char got[256];
+    bool eof;
+    answer(loop, fd, got, sizeof got, 1, &eof);
+    CHECK(strcmp(got, "-ERR Protocol error: expected CRLF after bulk\r\n") ==
+          0);
+    CHECK(eof);
+    CHECK_EQ(answer(loop, other, got, sizeof got, 5, &eof), 5);
+    CHECK(strcmp(got, "+OK\r\n") == 0);
+    CHECK(store_get(&p.kv.db, "big", 3, &n) == NULL);
+    size_t vlen;
+    CHECK(store_get(&p.kv.db, "k2", 2, &vlen) != NULL && vlen == BIG);
+    free(req);
+    free(ok);
+    close(fd);
+    close(other);
+    close_client(loop, &p);
+}
+
+/* A replica attached while a client's large SET is being received: the
+ * SET, whose value the store keeps as received, is in the log as sent and
+ * reaches the replica; the two keyspaces end equal. */
+TEST(replica_gets_a_big_set_received_into_a_blob) {
+    lull_loop *loop;
+    server p, r;
+    open_primary(&loop, &p);
+    conn *c;
+    int fd = client_to(loop, &p, &c);
+    size_t n;
+    char *req = big_set("big", BIG, 'q', &n);
+    send_cut(loop, fd, req, n / 2);
+    CHECK(c->blob != NULL);
+    node_open(&r, loop, true);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    send_looping(loop, fd, req + n / 2, n - n / 2);
+    static char got[64];
+    bool eof;
+    CHECK_EQ(answer(loop, fd, got, sizeof got, 5, &eof), 5);
+    CHECK(strcmp(got, "+OK\r\n") == 0);
+    run_to_sync(loop, &p, &r);
+    size_t vlen;
+    const char *v = store_get(&r.kv.db, "big", 3, &vlen);
+    CHECK(v != NULL && vlen == BIG && v[0] == 'q' && v[BIG - 1] == 'q');
+    same_dumps(&p, &r);
+    free(req);
+    close(fd);
+    close_all(loop, &p, &r);
+}
