@@ -168,13 +168,34 @@ def pick_bound(r):
                      b" 1", b"1\x00x", b"0x2", b"1e400", b"(1e-400"])
 
 
+# Relative expiry times, each a second (or a millisecond) apart from every
+# other in the seed: an EXPIRE 1000 GT over an expiry that SET EX 1000
+# set a few requests before would depend on whether each server's clock
+# moved to its next ms in between (lull-kv's and redis-server's ms do not
+# tick together). Reset for each seed.
+REL = [0]
+
+
+def rel_s(base):
+    """base seconds and a few more, never the same twice in a seed."""
+    REL[0] += 1
+    return str(base + REL[0]).encode()
+
+
+def rel_ms(base):
+    """base ms and a few seconds more plus 1 ms: never a whole second, so
+    never any EX's, and never the same twice in a seed."""
+    REL[0] += 1
+    return str(base + 1000 * REL[0] + 1).encode()
+
+
 def ttl_opts(r, now_s):
     """An expiry option: far, already past, zero, negative or garbage."""
     c = r.randrange(14)
     if c == 0:
-        return [b"EX", b"1000"]
+        return [b"EX", rel_s(1000)]
     if c == 1:
-        return [b"PX", b"1000000"]
+        return [b"PX", rel_ms(1000000)]
     if c == 2:
         return [b"EXAT", str(now_s + 5000).encode()]
     if c == 3:
@@ -193,7 +214,7 @@ def ttl_opts(r, now_s):
     if c == 8:
         return [r.choice([b"EX", b"PX"])]
     if c == 9:
-        return [b"ex", b"2000"]
+        return [b"ex", rel_s(2000)]
     return []
 
 
@@ -206,9 +227,9 @@ def getex_opts(r, now_s):
     if c == 1:
         return [b"PERSIST"]
     if c == 2:
-        return [r.choice([b"EX", b"ex"]), b"1000"]
+        return [r.choice([b"EX", b"ex"]), rel_s(1000)]
     if c == 3:
-        return [b"PX", b"1000000"]
+        return [b"PX", rel_ms(1000000)]
     if c == 4:
         return [r.choice([b"EXAT", b"PXAT"]),
                 r.choice([b"1", str(now_s - 100).encode()])]
@@ -228,9 +249,9 @@ def expire_args(r, cmd, now_s):
                       b"-9223372036854775808", b"9223372036854775",
                       b"9223372036854776", b"1.5"])
     elif cmd in (b"EXPIRE",):
-        t = r.choice([b"1000", b"5000", b"100000"])
+        t = rel_s(r.choice([1000, 5000, 100000]))
     elif cmd == b"PEXPIRE":
-        t = r.choice([b"1000000", b"5000000"])
+        t = rel_ms(r.choice([1000000, 5000000]))
     elif cmd == b"EXPIREAT":
         t = r.choice([str(now_s + 3000).encode(), str(now_s + 9000).encode(),
                       b"1", str(now_s - 10).encode()])
@@ -299,7 +320,7 @@ def gen_strings(r, now_s):
     if c == 14:
         return [r.choice([b"RENAME", b"RENAMENX"]), k, r.choice(KEYS[:4])]
     if c == 15:
-        return [r.choice([b"SETEX", b"PSETEX"]), k, b"100000", pick_short(r)]
+        return [r.choice([b"SETEX", b"PSETEX"]), k, rel_s(100000), pick_short(r)]
     if c == 16:
         # GT and LT left out: against an expiry set by SET EX 1000 a few
         # requests before, EXPIRE 1000 GT depends on whether each server's
@@ -789,6 +810,7 @@ def proto_case(r, connect):
 
 def run_seed(a, b, seed, ncmds, verbose, sub=None, connect=None):
     r = random.Random(seed)
+    REL[0] = 0
     if connect is not None:
         for _ in range(3):
             for c in (a, b):
