@@ -620,8 +620,9 @@ bool lull__registry_has(lull__registry *r, const void *h);
 void lull__registry_remove(lull__registry *r, const void *h);
 void lull__registry_free(lull__registry *r);
 /* ... and the process-wide set of pumps, UDP handles, processes, started
- * fs watches and open servers, on any loop (thread-safe): add as above; forget
- * removes every handle of r (a loop's set, at lull_loop_free). */
+ * fs watches, open servers and notifiers with listeners, on any loop
+ * (thread-safe): add as above; forget removes every handle of r (a loop's set,
+ * at lull_loop_free). */
 int lull__inuse_add(const void *h);
 bool lull__inuse_has(const void *h);
 void lull__inuse_remove(const void *h);
