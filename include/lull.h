@@ -888,7 +888,8 @@ struct lull_loopback {
 /* Connects a and b on loop (opts may be NULL): what &a->ep sends arrives at
  * b's frame callback and the other way round; each end gets its close
  * callback once, whichever closed. -EINVAL for NULL, a == b or an unknown
- * delivery. Re-pair ends only once both are closed and not pending. */
+ * delivery; -EBUSY for an end still paired or owed its close callback (it
+ * is free again in that callback); -ENOMEM. */
 LULL_EXTERN int lull_loopback_pair(lull_loop *loop, lull_loopback *a,
                                    lull_loopback *b,
                                    const lull_loopback_options *opts);
