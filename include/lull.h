@@ -429,6 +429,7 @@ struct lull_notifier {
     };
 };
 
+/* -EINVAL for NULL; -EBUSY while a listener is subscribed to n. */
 LULL_EXTERN int lull_notifier_init(lull_notifier *n);
 /* Subscribes l: each raise queues fn(l) in a later task, once however often
  * the notifier was raised before it ran. l needs no initialisation, but must
@@ -887,7 +888,8 @@ struct lull_loopback {
 /* Connects a and b on loop (opts may be NULL): what &a->ep sends arrives at
  * b's frame callback and the other way round; each end gets its close
  * callback once, whichever closed. -EINVAL for NULL, a == b or an unknown
- * delivery. Re-pair ends only once both are closed and not pending. */
+ * delivery; -EBUSY for an end still paired or owed its close callback (it
+ * is free again in that callback); -ENOMEM. */
 LULL_EXTERN int lull_loopback_pair(lull_loop *loop, lull_loopback *a,
                                    lull_loopback *b,
                                    const lull_loopback_options *opts);
@@ -1276,8 +1278,8 @@ struct lull_udp {
 
 /* Prepares the handle; no socket yet (bind, connect or the first send
  * makes one). opts may be NULL. -EINVAL for NULL or recv_batch > 1024;
- * -EBUSY into a handle still live (until its close callback has run), or
- * holding a socket on another loop. */
+ * -EBUSY into a handle still live (until its close callback has run), on
+ * this loop or another. */
 LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
                               const lull_udp_options *opts);
 /* Binds to host (numeric; NULL = "127.0.0.1", "::" for every address of

@@ -253,7 +253,10 @@ struct lull_loop {
                                  returns or closes its pump (src/pump.c) */
     lull__registry pumps;     /* pumps initialised and not closed since
                                  (src/pump.c) */
-    lull__registry udps;      /* udp handles holding a socket (src/udp.c) */
+    lull__registry udps;      /* udp handles holding a socket or owed their
+                                 close callback (src/udp.c) */
+    lull__registry loopbacks; /* loopback ends paired here and not yet the
+                                 caller's again (src/loopback.c) */
     lull__registry streams;   /* streams counted in `handles` (src/stream.c):
                                  a paused one has no other trace here */
 
@@ -620,8 +623,10 @@ bool lull__registry_has(lull__registry *r, const void *h);
 void lull__registry_remove(lull__registry *r, const void *h);
 void lull__registry_free(lull__registry *r);
 /* ... and the process-wide set of pumps, UDP handles, processes, started
- * fs watches and open servers, on any loop (thread-safe): add as above; forget
- * removes every handle of r (a loop's set, at lull_loop_free). */
+ * fs watches, open servers, notifiers with listeners and live loopback
+ * ends, on any loop
+ * (thread-safe): add as above; forget removes every handle of r (a loop's set,
+ * at lull_loop_free). */
 int lull__inuse_add(const void *h);
 bool lull__inuse_has(const void *h);
 void lull__inuse_remove(const void *h);

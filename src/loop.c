@@ -123,7 +123,9 @@ int lull_loop_free(lull_loop *loop) {
     lull__timers_free(loop);
     lull__names_free(loop);
     lull__audit_free(loop);
-    lull__inuse_forget(&loop->pumps); /* pumps left open, quiet */
+    lull__inuse_forget(&loop->pumps);     /* pumps left open, quiet */
+    lull__inuse_forget(&loop->loopbacks); /* pairs left open, quiet */
+    lull__registry_free(&loop->loopbacks);
     lull__registry_free(&loop->pumps);
     lull__registry_free(&loop->udps);
     lull__registry_free(&loop->streams);

@@ -23,7 +23,10 @@
  * (its close notice delivered, or its own close: release_closer), so an
  * owner may free frames embedded in the end's struct in its close callback.
  * A close of an end whose peer's close notice is still queued to it drops
- * the notice with the inbox: its close callback gets its own reason.
+ * the notice with the inbox: its close callback gets its own reason. Until
+ * then (paired, or its close callback owed) an end is in its loop's and the
+ * process's sets of live ends (src/registry.c), and lull_loopback_pair
+ * refuses it.
  *
  * Reading paused (lull_endpoint_read_stop): the turn delivers nothing,
  * not even the peer's close, and claims no next one; the inbox grows and
@@ -97,6 +100,13 @@ static void release_list(lull_frame *f) {
     }
 }
 
+/* The end is the caller's again (closed, and its close callback, if one
+ * is owed, about to run): lull_loopback_pair may take it. */
+static void unregister_end(lull_loopback *lb) {
+    lull__registry_remove(&lb->loop->loopbacks, lb);
+    lull__inuse_remove(lb);
+}
+
 /* This end's inbox is empty for good: the closed peer whose close callback
  * waited for its frames to be delivered or dropped gets its close turn. */
 static void release_closer(lull_loopback *lb) {
@@ -124,6 +134,7 @@ __attribute__((noinline)) static void deliver_close(lull_loopback *lb) {
         lb->discard = NULL;
         release_list(undelivered);
     }
+    unregister_end(lb);
     if (lb->ep.on_close) lb->ep.on_close(&lb->ep, lb->reason);
 }
 
@@ -255,6 +266,8 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
         } else {
             claim_turn(a, false);
         }
+    } else {
+        unregister_end(a); /* no callback owed: the caller's at return */
     }
     /* A closed peer waiting for this inbox: the caller releases it. */
     release_closer(a);
@@ -335,6 +348,30 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
     lb->closed_flag = NULL;
 }
 
+/* Puts both ends in the loop's set of live ends and the process's (which
+ * a pair on another loop asks), until each is the caller's again
+ * (unregister_end): -EBUSY when one is live still. Asked by address: an end
+ * is garbage before its first pair, and a copy of a live end is not one.
+ * Set-up and close only: sends and deliveries never touch the sets. */
+static int register_ends(lull_loop *loop, lull_loopback *a, lull_loopback *b) {
+    int rc = lull__inuse_add(a);
+    if (rc != 0) return rc < 0 ? rc : -EBUSY;
+    rc = lull__inuse_add(b);
+    if (rc != 0) {
+        lull__inuse_remove(a);
+        return rc < 0 ? rc : -EBUSY;
+    }
+    /* New to the process, so new to this loop's set too: 0 or -ENOMEM. */
+    rc = lull__registry_add(&loop->loopbacks, a);
+    if (rc == 0) rc = lull__registry_add(&loop->loopbacks, b);
+    if (rc < 0) {
+        lull__registry_remove(&loop->loopbacks, a);
+        lull__inuse_remove(a);
+        lull__inuse_remove(b);
+    }
+    return rc;
+}
+
 int lull_loopback_pair(lull_loop *loop, lull_loopback *a, lull_loopback *b,
                        const lull_loopback_options *opts) {
     static const lull_loopback_options defaults = {0};
@@ -343,6 +380,8 @@ int lull_loopback_pair(lull_loop *loop, lull_loopback *a, lull_loopback *b,
     if (o->deliver != LULL_DELIVER_TASK && o->deliver != LULL_DELIVER_TIMER)
         return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
+    int rc = register_ends(loop, a, b);
+    if (rc < 0) return rc;
     end_init(loop, a, b, o);
     end_init(loop, b, a, o);
     return 0;

@@ -23,6 +23,11 @@ static void notify_from_remote(lull_task *task);
 
 int lull_notifier_init(lull_notifier *n) {
     if (!n) return -EINVAL;
+    /* Listeners subscribed: clearing the list would leave them on their
+     * loop's list, and their later stop or the next raise would walk freed
+     * or foreign memory. Asked by address (src/registry.c): n is garbage
+     * before its first init, and a copy of a live notifier is not one. */
+    if (lull__inuse_has(n)) return -EBUSY;
     n->head = n->tail = NULL;
     n->raised = 0;
     n->raisers = 0;
@@ -66,6 +71,11 @@ static bool subscribed(const lull_loop *loop, const lull_notifier *n,
  * a listener may be subscribed straight from uninitialised memory. */
 static void subscribe(lull_loop *loop, lull_notifier *n, lull_listener *l) {
     LULL_ASSERT(!subscribed(loop, n, l), "lull: listener subscribed twice");
+    /* The first listener puts n in the process's set of handles in use
+     * (the last one's stop takes it out), so that lull_notifier_init
+     * refuses it. A subscription cannot fail: without memory for the set
+     * (-ENOMEM) only that check is lost. */
+    if (!n->head) (void)lull__inuse_add(n);
     l->loop = loop;
     l->notifier = n;
     l->next = NULL;
@@ -117,6 +127,7 @@ void lull_listener_stop(lull_listener *l) {
         n->tail = l->prev;
     l->next = l->prev = NULL;
     l->notifier = NULL;
+    if (!n->head) lull__inuse_remove(n); /* lull_notifier_init may clear it */
     if (l->target == &l->task)
         lull_task_cancel(&l->task);
     else

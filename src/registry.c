@@ -93,10 +93,11 @@ void lull__registry_free(lull__registry *r) {
     *r = (lull__registry){0};
 }
 
-/* The process's pumps, UDP handles, processes, fs watches and servers in
- * use on any loop (the union of the loops' `pumps` and `udps` sets, the
- * spawned handles whose on_exit has not run, the started watches and the
- * servers not closed), so that an init
+/* The process's pumps, UDP handles, processes, fs watches, servers,
+ * notifiers and loopback ends in use on any loop (the union of the loops'
+ * `pumps`, `udps` and `loopbacks` sets, the spawned handles whose on_exit
+ * has not run, the started watches, the servers not closed and the
+ * notifiers with a subscribed listener), so that an init
  * on one loop refuses a handle open on another: that loop's set cannot be asked
  * from this thread, and clearing the handle would cut that loop's queue or lose
  * its fd. Under inuse_lock, held only for one set operation (inits and closes:

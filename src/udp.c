@@ -139,7 +139,7 @@ int lull_udp_init(lull_loop *loop, lull_udp *udp,
     if (lull__on_loop_thread(loop) && (lull__registry_has(&loop->udps, udp) ||
                                        lull__live_on(loop, &udp->io, nodes, 2)))
         return -EBUSY;
-    /* Holding a socket on another loop (close it there first). */
+    /* Holding a socket, or owed its close callback, on another loop. */
     if (lull__inuse_has(udp)) return -EBUSY;
     if (o.max_datagram > MAX_DATAGRAM_DEFAULT)
         o.max_datagram = MAX_DATAGRAM_DEFAULT;
@@ -199,9 +199,9 @@ static int adopt(lull_udp *udp, int fd) {
     int rc = lull_io_init(udp->loop, &udp->io, fd, on_io);
     if (rc < 0) return rc;
     /* Holding a socket keeps lull_loop_free at -EBUSY, receiving or not
-     * (as an open stream does), and lull_udp_init at -EBUSY (the loop's
-     * registry of handles holding one), until drop_socket or
-     * lull_udp_close. */
+     * (as an open stream does), until drop_socket or lull_udp_close, and
+     * lull_udp_init at -EBUSY (the loop's registry of handles holding one
+     * or closing), until drop_socket or the close callback. */
     rc = lull__registry_add(&udp->loop->udps, udp);
     if (rc == 0 && (rc = lull__inuse_add(udp)) < 0)
         lull__registry_remove(&udp->loop->udps, udp);
@@ -632,6 +632,8 @@ static void event_task(lull_task *t) {
     lull_udp_close_fn fn = udp->on_close;
     udp->on_close = NULL;
     udp->state &= ~U_INIT; /* the struct is the caller's again */
+    lull__registry_remove(&udp->loop->udps, udp);
+    lull__inuse_remove(udp);
     if (fn) fn(udp);
 }
 
@@ -908,8 +910,14 @@ int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn) {
         close(udp->io.fd);
         udp->io.fd = -1;
         udp->loop->handles--;
-        lull__registry_remove(&udp->loop->udps, udp);
-        lull__inuse_remove(udp);
+    } else {
+        /* Never held a socket: in the sets from here, so that another
+         * loop's init refuses it while this loop owes its close callback.
+         * A close cannot fail: without memory for the sets, only that
+         * check is lost (this loop's own init still sees the queued turn). */
+        if (lull__registry_add(&udp->loop->udps, udp) == 0 &&
+            lull__inuse_add(udp) < 0)
+            lull__registry_remove(&udp->loop->udps, udp);
     }
     while (udp->head)
         finish(udp, udp->head, -ECANCELED);

@@ -1819,3 +1819,75 @@ TEST(endpoint_data_survives_pairing) {
     CHECK(a.ep.data == &x && b.ep.data == &y);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* Pairing an end that is still live (paired, or its close callback owed)
+ * would clear its inbox and turn while its peer still points at it, and
+ * cut the loop's queue where its turn is queued: -EBUSY, on this loop or
+ * another, the live pair untouched. A copy of a live end (garbage that
+ * looks like one) pairs as usual. Each end is free again once it is the
+ * caller's: at its close callback, or when lull_endpoint_close returns for
+ * an end with none; a loop freed with a pair open releases its ends. */
+static side *g_repair_a, *g_repair_c;
+static int g_repair_status;
+
+static void repair_at_close(side *s) {
+    (void)s;
+    g_repair_status =
+        lull_loopback_pair(the_loop, &g_repair_a->lb, &g_repair_c->lb, NULL);
+}
+
+TEST(pair_of_a_live_end_is_busy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loop *other = NULL;
+    lull_loop_options oo = {.clock = LULL_CLOCK_VIRTUAL};
+    CHECK_EQ(lull_loop_new(&other, &oo), 0);
+    side a, b, c, d;
+    pair_with(loop, &a, &b, NULL);
+    memset(&c, 0, sizeof c);
+    memset(&d, 0, sizeof d);
+    CHECK_EQ(lull_loopback_pair(loop, &a.lb, &c.lb, NULL), -EBUSY);
+    CHECK_EQ(lull_loopback_pair(loop, &c.lb, &b.lb, NULL), -EBUSY);
+    CHECK_EQ(lull_loopback_pair(loop, &a.lb, &b.lb, NULL), -EBUSY);
+    CHECK_EQ(lull_loopback_pair(other, &c.lb, &a.lb, NULL), -EBUSY);
+    /* A refused pair took neither end: c pairs with d at once. */
+    CHECK_EQ(lull_loopback_pair(loop, &c.lb, &d.lb, NULL), 0);
+    lull_endpoint_close(&c.lb.ep, 0);
+    lull_endpoint_close(&d.lb.ep, 0); /* neither has a close callback */
+    CHECK_EQ(lull_loopback_pair(other, &c.lb, &d.lb, NULL), 0);
+    lull_endpoint_close(&c.lb.ep, 0);
+    lull_endpoint_close(&d.lb.ep, 0);
+    lull_loopback copy;
+    memcpy(&copy, &a.lb, sizeof copy);
+    CHECK_EQ(lull_loopback_pair(loop, &copy, &c.lb, NULL), 0);
+    lull_endpoint_close(&copy.ep, 0);
+    lull_endpoint_close(&c.lb.ep, 0);
+
+    /* The pair still works, frames and close. */
+    CHECK_EQ(send_id(&a, 7), 0);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(b.frames, 1);
+    close_checked(&a, 3);
+    CHECK_EQ(lull_loopback_pair(loop, &a.lb, &c.lb, NULL), -EBUSY);
+    CHECK_EQ(lull_loopback_pair(loop, &b.lb, &c.lb, NULL), -EBUSY);
+    /* a's close callback may pair it again; b is free at its own. */
+    g_repair_a = &a;
+    g_repair_c = &c;
+    g_repair_status = 1;
+    a.at_close = repair_at_close;
+    CHECK_EQ(lull_loop_settle(loop), 2);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(b.closes, 1);
+    CHECK_EQ(b.reason, 3);
+    CHECK_EQ(g_repair_status, 0);
+    CHECK_EQ(lull_loopback_pair(loop, &b.lb, &d.lb, NULL), 0);
+
+    /* Freed with both pairs open: the ends are the caller's again. */
+    CHECK_EQ(lull_loop_free(loop), 0);
+    loop = new_loop(LULL_CLOCK_VIRTUAL);
+    pair_with(loop, &a, &b, NULL);
+    pair_with(loop, &c, &d, NULL);
+    close_both(&a, &b);
+    close_both(&c, &d);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(lull_loop_free(other), 0);
+}

@@ -502,3 +502,55 @@ TEST(many_listeners_on_one_notifier_each_run_once) {
     free(ls);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* lull_notifier_init on a notifier with subscribers: clearing its list
+ * would leave them on the loop's list, so the next raise would miss them
+ * and their stops would walk a list that no longer holds them. -EBUSY,
+ * the list intact; a copy of the live notifier (garbage that looks like
+ * one) is set up as usual; once the last listener (a pump's too) has
+ * stopped, the notifier is the caller's again. */
+static lull_pass_result count_pass(lull_pump *pump, uint64_t *retry_ns) {
+    (void)retry_ns;
+    (*(int *)pump->data)++;
+    return LULL_PASS_QUIET;
+}
+
+TEST(notifier_init_with_listeners_is_busy) {
+    lull_loop *loop = new_loop();
+    lull_notifier n, copy;
+    CHECK_EQ(lull_notifier_init(&n), 0);
+    sub a = {.id = 1}, b = {.id = 2};
+    lull_listener_start(loop, &n, &a.l, on_raise);
+    lull_listener_start(loop, &n, &b.l, on_raise);
+    CHECK_EQ(lull_notifier_init(&n), -EBUSY);
+    memcpy(&copy, &n, sizeof n);
+    CHECK_EQ(lull_notifier_init(&copy), 0);
+    CHECK(copy.head == NULL);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 2);
+    CHECK_EQ(a.runs, 1);
+    CHECK_EQ(b.runs, 1);
+    lull_listener_stop(&a.l);
+    CHECK_EQ(lull_notifier_init(&n), -EBUSY); /* b is still subscribed */
+    lull_listener_stop(&b.l);
+
+    /* A pump's listener counts too, until the pump's close stops it. */
+    lull_pump pump;
+    lull_listener pl;
+    int passes = 0;
+    CHECK_EQ(lull_pump_init(loop, &pump, count_pass), 0);
+    pump.data = &passes;
+    lull_pump_listen(&pump, &n, &pl);
+    CHECK_EQ(lull_notifier_init(&n), -EBUSY);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(passes, 1);
+    lull_pump_close(&pump);
+    CHECK_EQ(lull_notifier_init(&n), 0);
+    lull_listener_start(loop, &n, &a.l, on_raise);
+    lull_notifier_raise(&n);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(a.runs, 2);
+    lull_listener_stop(&a.l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

@@ -1467,3 +1467,56 @@ TEST(init_of_a_handle_bound_on_another_loop_is_refused) {
     CHECK_EQ(lull_loop_free(other), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A handle closed on one loop is that loop's until its close callback
+ * has run (the results turn queued there, the cancelled sends' callbacks
+ * and the close callback owed), socket or not: another loop's init, on
+ * this thread or another, must refuse it as it refuses one holding a
+ * socket. It was accepted once the socket was gone (the process-wide set
+ * held only handles with one): the clearing cut the first loop's queue,
+ * and the close callback never ran. */
+static int sent_status[2];
+static int sent_count;
+static void record_sent(lull_datagram *req, int status) {
+    (void)req;
+    if (sent_count < 2) sent_status[sent_count] = status;
+    sent_count++;
+}
+
+TEST(init_of_a_handle_closing_on_another_loop_is_refused) {
+    lull_loop *loop = new_loop();
+    lull_loop *other = new_loop();
+    rx r, idle;
+    rx_bind(loop, &r, NULL);
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    static lull_datagram d;
+    CHECK_EQ(
+        lull_udp_send(&tx, &d, "x", 1, (struct sockaddr *)&to, record_sent), 0);
+    CHECK_EQ(lull_udp_close(&tx, NULL), 0); /* its send cancelled, owed */
+    rx_close(&r);
+    memset(&idle, 0, sizeof idle); /* never held a socket */
+    idle.udp.data = &idle;
+    CHECK_EQ(lull_udp_init(loop, &idle.udp, NULL), 0);
+    CHECK_EQ(lull_udp_close(&idle.udp, rx_closed), 0);
+    CHECK_EQ(lull_udp_init(other, &tx, NULL), -EBUSY);
+    CHECK_EQ(lull_udp_init(other, &r.udp, NULL), -EBUSY);
+    CHECK_EQ(lull_udp_init(other, &idle.udp, NULL), -EBUSY);
+    CHECK(tx.loop == loop);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(sent_count, 1);
+    CHECK_EQ(sent_status[0], -ECANCELED);
+    CHECK_EQ(r.closes, 1);
+    CHECK_EQ(idle.closes, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    /* Each the caller's again after its close callback. */
+    CHECK_EQ(lull_udp_init(other, &tx, NULL), 0);
+    CHECK_EQ(lull_udp_init(other, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_init(other, &idle.udp, NULL), 0);
+    CHECK_EQ(lull_udp_close(&tx, NULL), 0);
+    CHECK_EQ(lull_udp_close(&r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_close(&idle.udp, NULL), 0);
+    CHECK_EQ(lull_loop_run(other, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(other), 0);
+}
