@@ -976,14 +976,17 @@ static void client_line(server *srv, conn *c, buf *out) {
     ci.age = secs(now - c->born_ns);
     ci.idle = secs(now - c->last_ns);
     ci.qbuf = c->in.len + c->blob_got; /* a blob filling is query too */
-    ci.qbuf_free = c->in.cap - c->in.len;
+    ci.qbuf_free = c->in.cap - c->in.len + (c->blob_want - c->blob_got);
     /* argv-mem: 0, arguments are read where they arrived, never copied */
     ci.rbs = c->out.cap;
     ci.rbp = c->out.len; /* no peak is kept: what it holds */
     ci.obl = c->out.len;
     ci.oll = c->outf_busy;
     ci.omem = c->link ? link_output(c->link) : c->ep->queued;
-    ci.tot_mem = sizeof *c + c->in.cap + c->out.cap + c->sent.cap +
+    /* (a blob being received or waiting to run is this client's too: its
+     * bytes and CRLF, as the query buffer held them before blob.h) */
+    size_t blob = c->blob_want ? c->blob_want : c->blob ? c->ps.ext_len + 2 : 0;
+    ci.tot_mem = sizeof *c + c->in.cap + c->out.cap + c->sent.cap + blob +
                  (c->link ? sizeof *c->link : 0);
     bool reading = !c->closing && !c->waiting && !output_full(c->ep);
     bool writing = c->ep->queued > 0;

@@ -2453,3 +2453,49 @@ TEST(replica_gets_a_big_set_received_into_a_blob) {
     close(fd);
     close_all(loop, &p, &r);
 }
+
+/* The number after "<name>=" in the CLIENT LIST line of client id. */
+static size_t client_field(const char *list, uint64_t id, const char *name) {
+    char key[32];
+    snprintf(key, sizeof key, "id=%" PRIu64 " ", id);
+    const char *line = strstr(list, key);
+    CHECK(line != NULL);
+    char f[32];
+    snprintf(f, sizeof f, " %s=", name);
+    const char *at = strstr(line, f);
+    CHECK(at != NULL && !memchr(line, '\n', (size_t)(at - line)));
+    return (size_t)strtoull(at + strlen(f), NULL, 10);
+}
+
+/* A client in the middle of a large SET holds its value's buffer (the
+ * blob it is received into): CLIENT LIST counts it, as it counted the
+ * query buffer the value was received into before, and as Redis counts
+ * the query buffer it reserves for a large argument (qbuf-free what is
+ * still to come, tot-mem the whole), so an operator looking for the
+ * client that holds memory finds it. */
+TEST(client_list_counts_a_large_value_being_received) {
+    lull_loop *loop;
+    server p;
+    open_primary(&loop, &p);
+    conn *c;
+    int fd = client_to(loop, &p, &c);
+    int other = client_to(loop, &p, NULL);
+    size_t n;
+    char *req = big_set("big", BIG, 'a', &n);
+    send_cut(loop, fd, req, n / 2);
+    CHECK(c->blob != NULL);
+    send_looping(loop, other, "CLIENT LIST\r\n", 13);
+    static char got[4096];
+    bool eof;
+    answer(loop, other, got, sizeof got, 1, &eof);
+    size_t qbuf = client_field(got, c->cl.id, "qbuf");
+    size_t qfree = client_field(got, c->cl.id, "qbuf-free");
+    size_t tot = client_field(got, c->cl.id, "tot-mem");
+    CHECK(qbuf >= n / 2 - 64 && qbuf <= n / 2);
+    CHECK(qbuf + qfree >= BIG);
+    CHECK(tot >= BIG);
+    free(req);
+    close(fd);
+    close(other);
+    close_client(loop, &p);
+}
