@@ -1605,7 +1605,26 @@ static bool is_record(const resp_arg *a, size_t argc, const char *name) {
  * earlier call on the same transaction), and leaves it where it stopped:
  * started from the MULTI at every call, a transaction arriving a read at
  * a time cost its size squared over the read's. */
-static long transaction_end(const resp_limits *lim, resp_arg *argv,
+/* resp_parse_need of a record into *argv, which k->grow_args lengthens
+ * while the parser asks for room (RESP_GROW; lim->max_args follows it).
+ * RESP_GROW: out of memory, *err says so. */
+static long parse_record(kv *k, resp_limits *lim, resp_arg **argv,
+                         const char *bytes, size_t len, size_t *argc,
+                         const char **err, size_t *need) {
+    for (;;) {
+        long n = resp_parse_need(lim, bytes, len, *argv, argc, err, need);
+        if (__builtin_expect(n != RESP_GROW, 1)) return n;
+        resp_arg *v = k->grow_args ? k->grow_args(k, *argc) : NULL;
+        if (!v) {
+            *err = "out of memory";
+            return RESP_GROW;
+        }
+        *argv = v;
+        lim->max_args = *argc;
+    }
+}
+
+static long transaction_end(kv *k, resp_limits *lim, resp_arg **argv,
                             const char *bytes, size_t len, size_t start,
                             size_t from, size_t *scanned, const char **err,
                             size_t *need) {
@@ -1624,26 +1643,27 @@ static long transaction_end(const resp_limits *lim, resp_arg *argv,
             return -EPROTO;
         }
         size_t argc, rneed;
-        long n = resp_parse_need(lim, bytes + pos, len - pos, argv, &argc, err,
-                                 &rneed);
+        long n = parse_record(k, lim, argv, bytes + pos, len - pos, &argc, err,
+                              &rneed);
         if (n == RESP_INCOMPLETE) {
             *scanned = pos - start;
             *need = pos - start + rneed;
             return 0;
         }
-        if (n == RESP_ERROR) return -EPROTO;
+        if (n < 0) return n == RESP_GROW ? -ENOMEM : -EPROTO;
         pos += (size_t)n;
-        if (is_record(argv, argc, "EXEC")) return (long)pos;
-        if (is_record(argv, argc, "MULTI")) {
+        if (is_record(*argv, argc, "EXEC")) return (long)pos;
+        if (is_record(*argv, argc, "MULTI")) {
             *err = "a MULTI inside a transaction";
             return -EPROTO;
         }
     }
 }
 
-long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
+long kv_apply_stream(kv *k, const resp_limits *limits, resp_arg *argv,
                      const char *bytes, size_t len, const char **err,
                      size_t *need) {
+    resp_limits lim = *limits; /* max_args follows argv as it grows */
     size_t off = 0;
     *need = 1;
     while (off < len) {
@@ -1654,21 +1674,22 @@ long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
             return -EPROTO;
         }
         size_t argc;
-        long n = resp_parse_need(lim, bytes + off, len - off, argv, &argc, err,
-                                 need);
+        long n = parse_record(k, &lim, &argv, bytes + off, len - off, &argc,
+                              err, need);
         if (n == RESP_INCOMPLETE) break;
-        if (n == RESP_ERROR) return -EPROTO;
+        if (n < 0) return n == RESP_GROW ? -ENOMEM : -EPROTO;
         size_t end = off + (size_t)n;
         if (is_record(argv, argc, "MULTI")) {
             /* A transaction: applied as a unit once its EXEC is in, so
              * the replica's clients never see half of it. */
-            long t = transaction_end(lim, argv, bytes, len, off, end,
+            long t = transaction_end(k, &lim, &argv, bytes, len, off, end,
                                      &k->txn_scanned, err, need);
             if (t < 0) return t;
             if (t == 0) break;
+            /* argv holds the longest of its records now: none grows. */
             for (size_t pos = end; pos < (size_t)t;) {
                 size_t need2;
-                long m = resp_parse_need(lim, bytes + pos, len - pos, argv,
+                long m = resp_parse_need(&lim, bytes + pos, len - pos, argv,
                                          &argc, err, &need2);
                 pos += (size_t)m;
                 if (pos == (size_t)t) break; /* the EXEC */
