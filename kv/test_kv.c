@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "blob.h"
 #include "bytes.h"
 #include "cmd.h"
 #include "dict.h"
@@ -2425,6 +2426,71 @@ static const char *exec_args(kv *k, kv_client *cl, buf *out,
     buf_put(out, "", 1);
     out->len--;
     return out->p;
+}
+
+/* kv.reply_blob of the reference tests: the reply is "<ref>" and the blob
+ * is held, as a connection holds it until it is written. */
+static const char *held_blob;
+static size_t held_len, held_count;
+static bool hold_reply(kv_client *cl, const char *bytes, size_t len) {
+    CHECK(held_blob == NULL);
+    kv_blob_ref(bytes);
+    held_blob = bytes;
+    held_len = len;
+    held_count++;
+    buf_str(cl->out, "<ref>");
+    return true;
+}
+
+/* The held reply is written: its blob let go. */
+static void release_held(void) {
+    kv_blob_unref(held_blob);
+    held_blob = NULL;
+}
+
+/* GETDEL and SET ... GET of a value of KV_BLOB_MIN bytes or more answer as
+ * GET does, by reference to the value's blob (they copied it): the reply
+ * holds the old bytes while the key is deleted, set again, or overwritten
+ * by the SET itself; SET ... NX GET that writes nothing too. Within EXEC
+ * the reply is copied, as GET's is. */
+TEST(big_value_reply_by_reference_outlives_getdel_and_set_get) {
+    kv k;
+    kv_client cl;
+    buf out;
+    open_kv_with_client(&k, false, &cl, &out);
+    k.reply_blob = hold_reply;
+    size_t big = KV_BLOB_MIN + 100, n;
+    char *v = malloc(big);
+    CHECK(v != NULL);
+    memset(v, 'a', big);
+    resp_arg set[5] = {{"SET", 3}, {"k", 1}, {v, big}, {"GET", 3}, {"NX", 2}};
+    resp_arg getdel[2] = {{"GETDEL", 6}, {"k", 1}};
+    CHECK_REPLY(exec_args(&k, &cl, &out, set, 3), "+OK\r\n");
+    CHECK_REPLY(exec_args(&k, &cl, &out, getdel, 2), "<ref>");
+    CHECK_EQ(held_count, 1);
+    CHECK(store_get(&k.db, "k", 1, &n) == NULL);
+    memset(v, 'b', big); /* the key again, maybe in the same place */
+    CHECK_REPLY(exec_args(&k, &cl, &out, set, 3), "+OK\r\n");
+    CHECK(held_len == big && held_blob[0] == 'a' && held_blob[big - 1] == 'a');
+    release_held();
+    memset(v, 'c', big); /* SET k <c...> GET: the b's are the reply */
+    CHECK_REPLY(exec_args(&k, &cl, &out, set, 4), "<ref>");
+    CHECK_EQ(held_count, 2);
+    const char *now = store_get(&k.db, "k", 1, &n);
+    CHECK(now != NULL && n == big && now[0] == 'c' && now[big - 1] == 'c');
+    CHECK(held_len == big && held_blob[0] == 'b' && held_blob[big - 1] == 'b');
+    release_held();
+    CHECK_REPLY(exec_args(&k, &cl, &out, set, 5), "<ref>"); /* NX: no write */
+    CHECK(held_blob[0] == 'c');
+    release_held();
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "MULTI"), "+OK\r\n");
+    CHECK_REPLY(exec_args(&k, &cl, &out, set, 4), "+QUEUED\r\n");
+    CHECK_REPLY(exec_args(&k, &cl, &out, getdel, 2), "+QUEUED\r\n");
+    exec_cl(&k, &cl, &out, "EXEC");
+    CHECK_EQ(held_count, 3);
+    CHECK_EQ(out.len, 4 + 2 * (8 + big + 2));
+    close_kv_with_client(&k, &cl, &out);
+    free(v);
 }
 
 /* The dump of a keyspace with one write made: k's after `argv`. */

@@ -2452,6 +2452,93 @@ TEST(big_get_reply_survives_overwrite_and_delete) {
     close_client(loop, &p);
 }
 
+/* A client connection to p whose reads are slow: small socket buffers,
+ * and the client end never read until the case does. */
+static int slow_client(lull_loop *loop, server *p, conn **cp) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int small = 4096;
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    conn *c = conn_new(p);
+    CHECK(c != NULL);
+    CHECK_EQ(lull_stream_open(loop, &c->t.stream, sv[0], &o), 0);
+    conn_start(c, &c->t.stream.ep);
+    *cp = c;
+    return sv[1];
+}
+
+/* GETDEL of a large value, and SET ... GET over one, to clients that do
+ * not read: each reply holds the old value's bytes (sent where they are)
+ * while another client sets the key again, overwrites and deletes it;
+ * each slow client then reads the value as it was when it asked, byte
+ * for byte (ASan: nothing read after its free). */
+TEST(big_getdel_and_set_get_replies_survive_the_key) {
+    lull_loop *loop;
+    server p;
+    open_primary(&loop, &p);
+    static char val[BIG + 1];
+    memset(val, 'v', BIG);
+    val[BIG - 1] = 'V';
+    write_cmd(&p, "SET", "big", val);
+    conn *slow1, *slow2;
+    int fd1 = slow_client(loop, &p, &slow1);
+    int fd2 = slow_client(loop, &p, &slow2);
+    send_all(fd1, "GETDEL big\r\n", 12);
+    for (int t = 0; t < 10; t++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(slow1->ep->queued > BIG);
+    size_t n;
+    CHECK(store_get(&p.kv.db, "big", 3, &n) == NULL);
+    int other = client_to(loop, &p, NULL);
+    size_t n2;
+    char *set = big_set("big", BIG, 'z', &n2); /* received into a blob */
+    send_cut(loop, other, set, n2);
+    static char got[2 * (BIG + 16) + 64];
+    bool eof;
+    CHECK_EQ(answer(loop, other, got, sizeof got, 5, &eof), 5);
+    /* SET big <y...> GET from the second: the z's are its reply. */
+    char *setget = big_set("big", BIG, 'y', &n);
+    setget[1] = '4';
+    setget = realloc(setget, n + 9);
+    CHECK(setget != NULL);
+    memcpy(setget + n, "$3\r\nGET\r\n", 9);
+    send_cut(loop, fd2, setget, n + 9);
+    for (int t = 0; t < 10; t++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(slow2->ep->queued > BIG);
+    const char *now = store_get(&p.kv.db, "big", 3, &n);
+    CHECK(now != NULL && n == BIG && now[0] == 'y');
+    /* Overwritten in place, set again, deleted. */
+    int len = sprintf(
+        got, "*4\r\n$8\r\nSETRANGE\r\n$3\r\nbig\r\n$1\r\n0\r\n$1\r\nw\r\n"
+             "DEL big\r\n");
+    send_looping(loop, other, got, (size_t)len);
+    CHECK_EQ(answer(loop, other, got, sizeof got, 13, &eof), 13);
+    CHECK(strcmp(got, ":300000\r\n:1\r\n") == 0);
+    send_cut(loop, other, set, n2);
+    send_looping(loop, other, "DEL big\r\n", 9);
+    CHECK_EQ(answer(loop, other, got, sizeof got, 9, &eof), 9);
+    CHECK(strcmp(got, "+OK\r\n:1\r\n") == 0);
+    size_t want = 9 + BIG + 2;
+    CHECK_EQ(answer(loop, fd1, got, sizeof got, want, &eof), want);
+    CHECK(memcmp(got, "$300000\r\n", 9) == 0);
+    CHECK(memcmp(got + 9, val, BIG) == 0);
+    CHECK(memcmp(got + 9 + BIG, "\r\n", 2) == 0);
+    CHECK_EQ(answer(loop, fd2, got, sizeof got, want, &eof), want);
+    CHECK(memcmp(got, "$300000\r\n", 9) == 0);
+    for (size_t i = 0; i < BIG; i++)
+        CHECK(got[9 + i] == 'z');
+    CHECK(memcmp(got + 9 + BIG, "\r\n", 2) == 0);
+    free(set);
+    free(setget);
+    close(fd1);
+    close(fd2);
+    close(other);
+    close_client(loop, &p);
+}
+
 /* A client hangs up in the middle of a large value: its blob goes with
  * the connection (LSan: nothing leaks), and no key is made. */
 TEST(client_gone_mid_big_bulk) {
