@@ -247,6 +247,24 @@ bool arg_i64(const resp_arg *a, long long *v, buf *out) {
 
 /* -------------------------------------------------------------- strings */
 
+/* Whether a string of len bytes may be answered by reference to its blob
+ * (k->reply_blob): a blob, a client's own reply, not within EXEC (whose
+ * replies may still be cut back). */
+static inline bool blob_reply_ok(const kv *k, const kv_client *cl,
+                                 const buf *out, size_t len) {
+    return len >= KV_BLOB_MIN && k->reply_blob && cl && out == cl->out &&
+           !k->in_exec;
+}
+
+/* A string's bulk reply: its blob sent where it is when the owner can
+ * (the reply holds it, so the key may go or change meanwhile), else
+ * copied. */
+static inline void reply_str(kv *k, kv_client *cl, kobj *o, buf *out) {
+    if (blob_reply_ok(k, cl, out, o->len) && k->reply_blob(cl, o->val, o->len))
+        return;
+    buf_bulk(out, kobj_str(o), o->len);
+}
+
 static void cmd_get(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                     buf *out) {
     (void)argc;
@@ -260,12 +278,7 @@ static void cmd_get(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         reply_wrongtype(out);
         return;
     }
-    /* A blob is sent where it is, when the owner can (not within EXEC,
-     * whose replies may still be cut back). */
-    if (o->len >= KV_BLOB_MIN && k->reply_blob && cl && out == cl->out &&
-        !k->in_exec && k->reply_blob(cl, o->val, o->len))
-        return;
-    buf_bulk(out, kobj_str(o), o->len);
+    reply_str(k, cl, o, out);
 }
 
 enum {
@@ -303,13 +316,14 @@ bad:
 }
 
 /* SET's work once its options are read: f (SET_*) and the expiry time
- * `when` (0: none) for key and val; the reply and the record. */
-static void set_key(kv *k, const resp_arg *key, const resp_arg *val, unsigned f,
+ * `when` (0: none) for key and val; the reply and the record. True when
+ * the value was written. */
+static bool set_key(kv *k, const resp_arg *key, const resp_arg *val, unsigned f,
                     int64_t when, buf *out) {
     dict_entry *e = kv_lookup(k, key);
     if (e && (f & SET_GET) && store_obj(e)->type != KV_STRING) {
         reply_wrongtype(out);
-        return;
+        return false;
     }
     size_t mark = out->len; /* where the reply starts, for an -OOM */
     if ((f & SET_NX && e) || (f & SET_XX && !e)) {
@@ -317,7 +331,7 @@ static void set_key(kv *k, const resp_arg *key, const resp_arg *val, unsigned f,
             buf_bulk(out, kobj_str(store_obj(e)), store_obj(e)->len);
         else
             reply_nil(out);
-        return;
+        return false;
     }
     if (f & SET_GET) {
         if (e)
@@ -338,7 +352,7 @@ static void set_key(kv *k, const resp_arg *key, const resp_arg *val, unsigned f,
     if (rc < 0) {
         out->len = mark; /* the old value is still there: no GET reply */
         reply_oom(out);
-        return;
+        return false;
     }
     if (!(f & SET_KEEPTTL) && (when || store_expire(&k->db, e)) &&
         kv_set_expire(k, e, when) < 0) {
@@ -347,7 +361,7 @@ static void set_key(kv *k, const resp_arg *key, const resp_arg *val, unsigned f,
         kv_log(k, del, 2);
         out->len = mark;
         reply_oom(out);
-        return;
+        return false;
     }
     /* The record: the key and value, and the expiry as an absolute time
      * (or KEEPTTL), so that a replica applying it later agrees. */
@@ -366,11 +380,39 @@ static void set_key(kv *k, const resp_arg *key, const resp_arg *val, unsigned f,
     }
     kv_log(k, rec, n);
     if (!(f & SET_GET)) reply_ok(out);
+    return true;
+}
+
+/* SET ... GET: as set_key, but an old value the owner may send by
+ * reference (blob_reply_ok) is, as GET's is. The old blob is held across
+ * the write (which then leaves its bytes alone) and answered once the
+ * write is done, in place of set_key's +OK: a reference cannot be cut
+ * back as set_key cuts its reply on -OOM. Out of the common SET's way. */
+static __attribute__((noinline)) void
+set_get_key(kv *k, kv_client *cl, const resp_arg *key, const resp_arg *val,
+            unsigned f, int64_t when, buf *out) {
+    dict_entry *e = kv_lookup(k, key);
+    kobj *o = e ? store_obj(e) : NULL;
+    if (!o || o->type != KV_STRING || !blob_reply_ok(k, cl, out, o->len)) {
+        set_key(k, key, val, f, when, out);
+        return;
+    }
+    if (f & SET_NX) { /* the key is there: nothing written */
+        reply_str(k, cl, o, out);
+        return;
+    }
+    const char *old = o->val;
+    size_t len = o->len, mark = out->len;
+    kv_blob_ref(old);
+    if (set_key(k, key, val, f & ~(unsigned)SET_GET, when, out)) {
+        out->len = mark; /* its +OK */
+        if (!k->reply_blob(cl, old, len)) buf_bulk(out, old, len);
+    }
+    kv_blob_unref(old);
 }
 
 static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                     buf *out) {
-    (void)cl;
     unsigned f = 0;
     const resp_arg *ttl = NULL;
     for (size_t j = 3; j < argc; j++) {
@@ -406,7 +448,10 @@ static void cmd_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     int64_t when = 0;
     if (ttl && !expire_arg(k, ttl, (int)(f & SET_ANY_TTL), "set", &when, out))
         return;
-    set_key(k, &a[1], &a[2], f, when, out);
+    if (f & SET_GET)
+        set_get_key(k, cl, &a[1], &a[2], f, when, out);
+    else
+        set_key(k, &a[1], &a[2], f, when, out);
 }
 
 /* SETEX key seconds value, PSETEX key ms value: SET key value EX (PX),
@@ -426,7 +471,6 @@ static void cmd_setex(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 /* GETDEL key: GET, then the key goes (logged as its DEL). */
 static void cmd_getdel(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                        buf *out) {
-    (void)cl;
     (void)argc;
     dict_entry *e = kv_lookup(k, &a[1]);
     if (!e) {
@@ -438,7 +482,7 @@ static void cmd_getdel(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         reply_wrongtype(out);
         return;
     }
-    buf_bulk(out, kobj_str(o), o->len);
+    reply_str(k, cl, o, out); /* a blob outlives the key in the reply */
     kv_delete(k, e);
     resp_arg del[2] = {{"DEL", 3}, a[1]};
     kv_log(k, del, 2);
@@ -1605,7 +1649,26 @@ static bool is_record(const resp_arg *a, size_t argc, const char *name) {
  * earlier call on the same transaction), and leaves it where it stopped:
  * started from the MULTI at every call, a transaction arriving a read at
  * a time cost its size squared over the read's. */
-static long transaction_end(const resp_limits *lim, resp_arg *argv,
+/* resp_parse_need of a record into *argv, which k->grow_args lengthens
+ * while the parser asks for room (RESP_GROW; lim->max_args follows it).
+ * RESP_GROW: out of memory, *err says so. */
+static long parse_record(kv *k, resp_limits *lim, resp_arg **argv,
+                         const char *bytes, size_t len, size_t *argc,
+                         const char **err, size_t *need) {
+    for (;;) {
+        long n = resp_parse_need(lim, bytes, len, *argv, argc, err, need);
+        if (__builtin_expect(n != RESP_GROW, 1)) return n;
+        resp_arg *v = k->grow_args ? k->grow_args(k, *argc) : NULL;
+        if (!v) {
+            *err = "out of memory";
+            return RESP_GROW;
+        }
+        *argv = v;
+        lim->max_args = *argc;
+    }
+}
+
+static long transaction_end(kv *k, resp_limits *lim, resp_arg **argv,
                             const char *bytes, size_t len, size_t start,
                             size_t from, size_t *scanned, const char **err,
                             size_t *need) {
@@ -1624,26 +1687,27 @@ static long transaction_end(const resp_limits *lim, resp_arg *argv,
             return -EPROTO;
         }
         size_t argc, rneed;
-        long n = resp_parse_need(lim, bytes + pos, len - pos, argv, &argc, err,
-                                 &rneed);
+        long n = parse_record(k, lim, argv, bytes + pos, len - pos, &argc, err,
+                              &rneed);
         if (n == RESP_INCOMPLETE) {
             *scanned = pos - start;
             *need = pos - start + rneed;
             return 0;
         }
-        if (n == RESP_ERROR) return -EPROTO;
+        if (n < 0) return n == RESP_GROW ? -ENOMEM : -EPROTO;
         pos += (size_t)n;
-        if (is_record(argv, argc, "EXEC")) return (long)pos;
-        if (is_record(argv, argc, "MULTI")) {
+        if (is_record(*argv, argc, "EXEC")) return (long)pos;
+        if (is_record(*argv, argc, "MULTI")) {
             *err = "a MULTI inside a transaction";
             return -EPROTO;
         }
     }
 }
 
-long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
+long kv_apply_stream(kv *k, const resp_limits *limits, resp_arg *argv,
                      const char *bytes, size_t len, const char **err,
                      size_t *need) {
+    resp_limits lim = *limits; /* max_args follows argv as it grows */
     size_t off = 0;
     *need = 1;
     while (off < len) {
@@ -1654,21 +1718,22 @@ long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
             return -EPROTO;
         }
         size_t argc;
-        long n = resp_parse_need(lim, bytes + off, len - off, argv, &argc, err,
-                                 need);
+        long n = parse_record(k, &lim, &argv, bytes + off, len - off, &argc,
+                              err, need);
         if (n == RESP_INCOMPLETE) break;
-        if (n == RESP_ERROR) return -EPROTO;
+        if (n < 0) return n == RESP_GROW ? -ENOMEM : -EPROTO;
         size_t end = off + (size_t)n;
         if (is_record(argv, argc, "MULTI")) {
             /* A transaction: applied as a unit once its EXEC is in, so
              * the replica's clients never see half of it. */
-            long t = transaction_end(lim, argv, bytes, len, off, end,
+            long t = transaction_end(k, &lim, &argv, bytes, len, off, end,
                                      &k->txn_scanned, err, need);
             if (t < 0) return t;
             if (t == 0) break;
+            /* argv holds the longest of its records now: none grows. */
             for (size_t pos = end; pos < (size_t)t;) {
                 size_t need2;
-                long m = resp_parse_need(lim, bytes + pos, len - pos, argv,
+                long m = resp_parse_need(&lim, bytes + pos, len - pos, argv,
                                          &argc, err, &need2);
                 pos += (size_t)m;
                 if (pos == (size_t)t) break; /* the EXEC */

@@ -179,6 +179,11 @@ struct kv {
      * instead of a copy, and sets this NULL (the blob is the store's
      * then); else the owner frees it after the command. */
     char *arg_blob;
+    /* A record parsed by kv_apply_stream asks for a longer argument table
+     * (RESP_GROW, lim.grow_args): the owner makes its table n entries or
+     * longer and returns it (NULL: out of memory). NULL: lim.grow_args
+     * is 0 (tests). */
+    resp_arg *(*grow_args)(kv *k, size_t n);
     /* Test only: known replication bugs planted on purpose (KV_PLANT_*),
      * which the simulator (sim.c) must find. 0 in lull-kv itself. */
     unsigned plant;
@@ -212,7 +217,9 @@ enum {
  * NULL (a client without state of its own: tests). Returns KV_* flags. */
 int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out);
 
-/* Applies every complete record at the front of bytes[0, len) and adds
+/* Applies every complete record at the front of bytes[0, len) (parsed
+ * into argv, of lim->max_args entries; one of more, up to lim->grow_args,
+ * into the table k->grow_args gives) and adds
  * their bytes to k->offset. Returns the bytes taken (the rest waits for
  * more: *need is how many of the rest must be there before another call
  * can take any, see resp_parse_need), or -EPROTO with *err set: a request

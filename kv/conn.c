@@ -526,7 +526,12 @@ static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
                      : resp_parse_resume(&srv->lim, &c->ps, p + off, len - off,
                                          srv->argv, &argc, &err, &c->need);
         if (n == RESP_INCOMPLETE) break;
-        if (n == RESP_ERROR) {
+        if (__builtin_expect(n < 0, 0)) {
+            if (n == RESP_GROW) { /* a long command: parsed on */
+                if (server_args(srv, argc)) continue;
+                c->in.oom = true; /* conn_after closes it */
+                break;
+            }
             buf_str(&c->out, "-ERR ");
             buf_str(&c->out, err);
             buf_str(&c->out, "\r\n");

@@ -1350,6 +1350,23 @@ static resp_limits stream_limits(const server *srv) {
     return lim;
 }
 
+/* resp_parse_need of a record of the primary's into srv->argv, grown while
+ * the parser asks for room (lim->max_args follows it). Out of memory is
+ * RESP_ERROR, *err saying so: the link is closed and tried again. */
+static long parse_record(server *srv, resp_limits *lim, const char *p,
+                         size_t len, size_t *argc, const char **err,
+                         size_t *need) {
+    for (;;) {
+        long n = resp_parse_need(lim, p, len, srv->argv, argc, err, need);
+        if (n != RESP_GROW) return n;
+        if (!server_args(srv, *argc)) {
+            *err = "out of memory";
+            return RESP_ERROR;
+        }
+        lim->max_args = srv->lim.max_args;
+    }
+}
+
 /* KV_PLANT_MULTI_SPLIT: the records one at a time as they come, a
  * transaction's too (its MULTI and EXEC counted and skipped): the bytes
  * taken, or -EPROTO. */
@@ -1360,8 +1377,8 @@ static long apply_split(server *srv, const char **err, size_t *need) {
     *need = 1;
     while (off < m->in.len) {
         size_t argc;
-        long n = resp_parse_need(&lim, m->in.p + off, m->in.len - off,
-                                 srv->argv, &argc, err, need);
+        long n = parse_record(srv, &lim, m->in.p + off, m->in.len - off, &argc,
+                              err, need);
         if (n == RESP_INCOMPLETE) break;
         if (n == RESP_ERROR) return -EPROTO;
         if (argc == 1 && (resp_is(&srv->argv[0], "MULTI") ||
@@ -1419,8 +1436,8 @@ static long apply_snapshot(server *srv) {
     while (m->snap && off < m->in.len) {
         size_t argc, need;
         const char *err = "";
-        long n = resp_parse_need(&lim, m->in.p + off, m->in.len - off,
-                                 srv->argv, &argc, &err, &need);
+        long n = parse_record(srv, &lim, m->in.p + off, m->in.len - off, &argc,
+                              &err, &need);
         if (n == RESP_INCOMPLETE) {
             m->need = need;
             break;

@@ -46,7 +46,8 @@ void server_defaults(server *srv) {
      * client-query-buffer-limit 1gb, client-output-buffer-limit normal
      * 0 0 0, replica 256mb 64mb 60, pubsub 32mb 8mb 60. */
     srv->lim.max_bulk = (size_t)512 << 20;
-    srv->lim.max_args = MAX_ARGS;
+    srv->lim.max_args = ARGS_START;
+    srv->lim.grow_args = MAX_ARGS;
     srv->qbuf_limit = (size_t)1 << 30;
     srv->obl[CLASS_REPLICA] =
         (obuf_limit){(size_t)256 << 20, (size_t)64 << 20, 60 * 1000000000ull};
@@ -55,6 +56,20 @@ void server_defaults(server *srv) {
     srv->should_yield = lull_loop_should_yield;
     srv->sender_cpu = -1;
     srv->snap_timeout_ms = 60000;
+}
+
+resp_arg *server_args(server *srv, size_t n) {
+    if (n > srv->lim.max_args) {
+        resp_arg *v = realloc(srv->argv, n * sizeof *v);
+        if (!v) return NULL;
+        srv->argv = v;
+        srv->lim.max_args = n;
+    }
+    return srv->argv;
+}
+
+static resp_arg *grow_args(kv *k, size_t n) {
+    return server_args(LULL_CONTAINER_OF(k, server, kv), n);
 }
 
 int server_open(server *srv, lull_loop *loop, const kv_net *net,
@@ -87,6 +102,7 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
     srv->expiry.should_yield = srv->should_yield;
     srv->kv.wake = conn_wake;
     srv->kv.reply_blob = conn_reply_blob;
+    srv->kv.grow_args = grow_args;
     srv->kv.auth = conn_auth;
     srv->kv.requirepass = srv->requirepass != NULL;
     srv->kv.client_list = conn_client_list;

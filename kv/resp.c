@@ -1,5 +1,6 @@
 /* resp.c: the RESP2 request parser (see resp.h). Functions over the
- * caller's bytes and its resp_state: no allocation, no lull. */
+ * caller's bytes and its resp_state: no allocation (a caller's argv that
+ * must grow is the caller's to grow: RESP_GROW), no lull. */
 #include "resp.h"
 
 #include <limits.h>
@@ -166,7 +167,9 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
             *err = "Protocol error: unauthenticated multibulk length";
             return RESP_ERROR;
         }
-        if ((unsigned long long)count > lim->max_args) {
+        size_t most =
+            lim->grow_args > lim->max_args ? lim->grow_args : lim->max_args;
+        if ((unsigned long long)count > most) {
             *err = "Protocol error: too many arguments";
             return RESP_ERROR;
         }
@@ -181,7 +184,9 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
         pos = st->body;
         i++;
     }
-    for (; i < n; i++) {
+    /* As far as argv reaches: past it, room is asked for (RESP_GROW). */
+    size_t stop = n < lim->max_args ? n : lim->max_args;
+    for (; i < stop; i++) {
         size_t start = pos; /* where to go on from, if not all there */
         if (pos == len) goto suspend;
         if (buf[pos] != '$') {
@@ -222,6 +227,17 @@ static long parse_multibulk(const resp_limits *lim, resp_state *st,
         argv[i].p = buf + pos;
         argv[i].len = (size_t)blen;
         pos += body;
+    }
+    if (__builtin_expect(i < n, 0)) { /* argv is full */
+        if (pos == len) goto suspend; /* room once the next one comes */
+        st->scanned += pos - entry;
+        st->nargs = n;
+        st->first = first;
+        st->pos = pos;
+        st->got = i;
+        st->body = 0;
+        *argc = lim->max_args && lim->max_args <= n / 2 ? 2 * lim->max_args : n;
+        return RESP_GROW;
     }
     st->scanned += pos - entry;
     if (entry) { /* resumed: the next call starts a new command */
@@ -278,6 +294,10 @@ static long parse_inline(const resp_limits *lim, resp_state *st,
         while (i < end && buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\r')
             i++;
         if (n == lim->max_args) {
+            if (lim->grow_args > n) { /* the line is parsed again */
+                *argc = n && n <= lim->grow_args / 2 ? 2 * n : lim->grow_args;
+                return RESP_GROW;
+            }
             *err = "Protocol error: too many arguments";
             return RESP_ERROR;
         }

@@ -57,8 +57,12 @@ static inline bool resp_is(const resp_arg *a, const char *name) {
 typedef struct resp_limits {
     size_t max_bulk; /* the longest argument accepted (a longer $<len> is a
                         protocol error, before any of it is buffered) */
-    size_t max_args; /* the most arguments in one command; also the size of
-                        the caller's argv */
+    size_t max_args; /* the size of the caller's argv; also the most
+                        arguments in one command, unless grow_args */
+    /* An argv that grows (0: it does not, max_args is the bound): the
+     * most arguments in one command. One of more than max_args is parsed
+     * up to max_args arguments and then asks for room (RESP_GROW). */
+    size_t grow_args;
     /* A client that must AUTH and has not: a multibulk request of at most
      * RESP_NOAUTH_ARGS arguments of RESP_NOAUTH_BULK bytes each (Redis'
      * bounds since CVE-2021-32675), so a peer that never authenticates
@@ -77,6 +81,12 @@ typedef struct resp_limits {
 enum {
     RESP_INCOMPLETE = 0, /* no complete command yet: read more */
     RESP_ERROR = -1,     /* a protocol error: *err says which */
+    /* argv is full and the command has more arguments (lim.grow_args):
+     * make it hold *argc entries (twice max_args at most, never more than
+     * the command needs), max_args that, and call again with the same
+     * bytes and state. Asked for only once the next argument's bytes
+     * begin to arrive, so a count alone reserves nothing. */
+    RESP_GROW = -2,
 };
 
 /* Where a connection's parse of the command at the front of its buffer

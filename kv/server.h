@@ -31,9 +31,12 @@
 #include "resp.h"
 
 /* 1,048,576 arguments in one command (Redis' own bound before 7.0): the
- * argument table is that long (16 MiB of address space, touched only as
- * far as a command reaches), and the parser refuses more. */
-#define MAX_ARGS ((size_t)1 << 20)
+ * parser refuses more. The argument table starts at ARGS_START entries
+ * (16 KiB; Redis' first argv for a long command is as long) and doubles
+ * as a longer command's arguments arrive (server_args), never shrinking:
+ * 16 MiB held from the start were counted in used_memory. */
+#define MAX_ARGS   ((size_t)1 << 20)
+#define ARGS_START ((size_t)1024)
 
 /* Replies at least this long are handed to the stream as they are (the
  * buffer becomes the frame, freed once written) rather than copied, and a
@@ -171,11 +174,13 @@ struct server {
     int listening;     /* listeners still accepting; the server stops at 0 */
     kv kv;             /* keyspace, write log, replication state */
     kv_expiry expiry;  /* the keyspace's expiry timer and its clock */
-    resp_limits lim;   /* proto-max-bulk-len, MAX_ARGS */
+    resp_limits lim;   /* proto-max-bulk-len, MAX_ARGS; max_args: the
+                          argument table's room */
     size_t qbuf_limit; /* client-query-buffer-limit */
     obuf_limit obl[CLASSES]; /* client-output-buffer-limit, per class */
     bool normal_limited;     /* the normal class has a limit */
-    resp_arg *argv;          /* the command being run (MAX_ARGS entries) */
+    resp_arg *argv;          /* the command being run (lim.max_args
+                                entries, grown by server_args) */
     bool per_record;         /* --repl-mode per-record */
     int catchup;             /* --repl-catchup: CATCHUP_* */
     int sender_cpu;          /* --repl-sender-cpu: the sender thread's CPU
@@ -271,7 +276,7 @@ struct conn {
 /* kv_init and Redis' default limits, before options change them. */
 void server_defaults(server *srv);
 /* Sets the server up on a loop and a transport: its keyspace, argument
- * table (lim.max_args entries) and expiry timer, on a clock reading
+ * table (lim.max_args entries: ARGS_START) and expiry timer, on a clock reading
  * clock_ms (ms on the Unix epoch) at the loop's now. 0 or -ENOMEM. */
 int server_open(server *srv, lull_loop *loop, const kv_net *net,
                 int64_t clock_ms);
@@ -282,6 +287,10 @@ void server_start(server *srv);
 void server_stop(server *srv);
 /* Frees what server_open and the options made. */
 void server_free(server *srv);
+/* RESP_GROW: the argument table made n entries long or longer (never
+ * shorter), srv->lim.max_args its room; it, or NULL when out of memory
+ * (the table as it was). kv.grow_args too. */
+resp_arg *server_args(server *srv, size_t n);
 /* A log line (printf-style), "lull-kv: " first, to stderr or srv->log. */
 void srv_log(server *srv, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "blob.h"
 #include "bytes.h"
 #include "cmd.h"
 #include "dict.h"
@@ -2427,6 +2428,71 @@ static const char *exec_args(kv *k, kv_client *cl, buf *out,
     return out->p;
 }
 
+/* kv.reply_blob of the reference tests: the reply is "<ref>" and the blob
+ * is held, as a connection holds it until it is written. */
+static const char *held_blob;
+static size_t held_len, held_count;
+static bool hold_reply(kv_client *cl, const char *bytes, size_t len) {
+    CHECK(held_blob == NULL);
+    kv_blob_ref(bytes);
+    held_blob = bytes;
+    held_len = len;
+    held_count++;
+    buf_str(cl->out, "<ref>");
+    return true;
+}
+
+/* The held reply is written: its blob let go. */
+static void release_held(void) {
+    kv_blob_unref(held_blob);
+    held_blob = NULL;
+}
+
+/* GETDEL and SET ... GET of a value of KV_BLOB_MIN bytes or more answer as
+ * GET does, by reference to the value's blob (they copied it): the reply
+ * holds the old bytes while the key is deleted, set again, or overwritten
+ * by the SET itself; SET ... NX GET that writes nothing too. Within EXEC
+ * the reply is copied, as GET's is. */
+TEST(big_value_reply_by_reference_outlives_getdel_and_set_get) {
+    kv k;
+    kv_client cl;
+    buf out;
+    open_kv_with_client(&k, false, &cl, &out);
+    k.reply_blob = hold_reply;
+    size_t big = KV_BLOB_MIN + 100, n;
+    char *v = malloc(big);
+    CHECK(v != NULL);
+    memset(v, 'a', big);
+    resp_arg set[5] = {{"SET", 3}, {"k", 1}, {v, big}, {"GET", 3}, {"NX", 2}};
+    resp_arg getdel[2] = {{"GETDEL", 6}, {"k", 1}};
+    CHECK_REPLY(exec_args(&k, &cl, &out, set, 3), "+OK\r\n");
+    CHECK_REPLY(exec_args(&k, &cl, &out, getdel, 2), "<ref>");
+    CHECK_EQ(held_count, 1);
+    CHECK(store_get(&k.db, "k", 1, &n) == NULL);
+    memset(v, 'b', big); /* the key again, maybe in the same place */
+    CHECK_REPLY(exec_args(&k, &cl, &out, set, 3), "+OK\r\n");
+    CHECK(held_len == big && held_blob[0] == 'a' && held_blob[big - 1] == 'a');
+    release_held();
+    memset(v, 'c', big); /* SET k <c...> GET: the b's are the reply */
+    CHECK_REPLY(exec_args(&k, &cl, &out, set, 4), "<ref>");
+    CHECK_EQ(held_count, 2);
+    const char *now = store_get(&k.db, "k", 1, &n);
+    CHECK(now != NULL && n == big && now[0] == 'c' && now[big - 1] == 'c');
+    CHECK(held_len == big && held_blob[0] == 'b' && held_blob[big - 1] == 'b');
+    release_held();
+    CHECK_REPLY(exec_args(&k, &cl, &out, set, 5), "<ref>"); /* NX: no write */
+    CHECK(held_blob[0] == 'c');
+    release_held();
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "MULTI"), "+OK\r\n");
+    CHECK_REPLY(exec_args(&k, &cl, &out, set, 4), "+QUEUED\r\n");
+    CHECK_REPLY(exec_args(&k, &cl, &out, getdel, 2), "+QUEUED\r\n");
+    exec_cl(&k, &cl, &out, "EXEC");
+    CHECK_EQ(held_count, 3);
+    CHECK_EQ(out.len, 4 + 2 * (8 + big + 2));
+    close_kv_with_client(&k, &cl, &out);
+    free(v);
+}
+
 /* The dump of a keyspace with one write made: k's after `argv`. */
 static void dump_after(const resp_arg *argv, size_t argc, buf *d) {
     kv k;
@@ -3679,6 +3745,115 @@ TEST(resp_many_arguments_parsed_in_linear_time) {
     CHECK(st.scanned <= 3 * sizeof line);
     free(in2);
     free(in);
+}
+
+/* Feeds in[0, n) in chunks of `chunk` bytes as a connection does, into an
+ * argv of 4 entries grown on RESP_GROW (to at most `most` arguments): the
+ * commands it returned in *cmds, the room argv ended with. */
+static size_t feed_growing(const char *in, size_t n, size_t chunk, size_t most,
+                           size_t *cmds) {
+    resp_limits lim = {.max_bulk = 1000, .max_args = 4, .grow_args = most};
+    resp_arg *argv = malloc(lim.max_args * sizeof *argv);
+    char *b = malloc(n);
+    CHECK(argv && b);
+    resp_state st = {0};
+    size_t len = 0, need = 1, at = 0;
+    *cmds = 0;
+    for (;;) {
+        if (len < need) { /* a read */
+            if (at == n) break;
+            size_t k = n - at < chunk ? n - at : chunk;
+            memcpy(b + len, in + at, k);
+            len += k;
+            at += k;
+            continue;
+        }
+        size_t argc;
+        const char *err = NULL;
+        long r = resp_parse_resume(&lim, &st, b, len, argv, &argc, &err, &need);
+        CHECK(r != RESP_ERROR);
+        if (r == RESP_GROW) {
+            /* More room, twice at most, and only once the bytes of an
+             * argument past the room are in. */
+            CHECK(argc > lim.max_args && argc <= 2 * lim.max_args);
+            CHECK(len > 7 * lim.max_args);
+            argv = realloc(argv, argc * sizeof *argv);
+            CHECK(argv != NULL);
+            lim.max_args = argc;
+            need = 0;
+            continue;
+        }
+        if (r == RESP_INCOMPLETE) continue;
+        for (size_t i = 0; i < argc && argc > 1; i++)
+            CHECK(argv[i].p >= b && argv[i].p + argv[i].len <= b + len &&
+                  argv[i].len == 1 && argv[i].p[0] == "ab"[i % 2]);
+        (*cmds)++;
+        memmove(b, b + r, len - (size_t)r);
+        len -= (size_t)r;
+        need = 0;
+    }
+    CHECK_EQ(len, 0);
+    free(b);
+    free(argv);
+    return lim.max_args;
+}
+
+/* An argv that can grow (grow_args): a command of more arguments than it
+ * holds is parsed as far as it reaches, then RESP_GROW asks for twice the
+ * room, once the next argument's bytes arrive (a count alone asks for
+ * nothing), however the command is cut; the count's bound is grow_args;
+ * an inline line of more words asks for room too. */
+TEST(resp_argv_grown_as_arguments_arrive) {
+    size_t n, cmds;
+    char *in = many_args(3000, &n);
+    size_t chunks[] = {1, 7, 100, 4096, n};
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
+        CHECK_EQ(feed_growing(in, n, chunks[i], 3000, &cmds), 3000);
+        CHECK_EQ(cmds, 2);
+    }
+    free(in);
+    resp_limits lim = {.max_bulk = 1000, .max_args = 1, .grow_args = 3000};
+    resp_arg argv[MAX_ARGS];
+    size_t argc, need;
+    const char *err = NULL;
+    CHECK_EQ(resp_parse_need(&lim, S("*3000\r\n$1\r\na\r\n"), argv, &argc, &err,
+                             &need),
+             RESP_INCOMPLETE);
+    CHECK_EQ(resp_parse(&lim, S("*3000\r\n$1\r\na\r\n$"), argv, &argc, &err),
+             RESP_GROW);
+    CHECK_EQ(argc, 2);
+    CHECK_EQ(resp_parse(&lim, S("*3001\r\n"), argv, &argc, &err), RESP_ERROR);
+    CHECK(strcmp(err, "Protocol error: too many arguments") == 0);
+    /* Inline: 100 words into 4 entries, grown to 8, 16, ..., 128. */
+    char line[400];
+    size_t w = 0;
+    for (int i = 0; i < 100; i++)
+        w += (size_t)sprintf(line + w, "%s%c", i ? " " : "", "ab"[i % 2]);
+    w += (size_t)sprintf(line + w, "\r\n");
+    resp_limits il = {.max_bulk = 1000, .max_args = 4, .grow_args = 1000};
+    resp_arg *av = malloc(4 * sizeof *av);
+    long r;
+    int grows = 0;
+    while ((r = resp_parse(&il, line, w, av, &argc, &err)) == RESP_GROW) {
+        CHECK_EQ(argc, 2 * il.max_args);
+        av = realloc(av, argc * sizeof *av);
+        CHECK(av != NULL);
+        il.max_args = argc;
+        grows++;
+    }
+    CHECK_EQ(r, (long)w);
+    CHECK_EQ(argc, 100);
+    CHECK_EQ(grows, 5);
+    CHECK(av[99].len == 1 && av[99].p[0] == 'b');
+    il.grow_args = 50; /* more words than the bound */
+    il.max_args = 4;
+    while ((r = resp_parse(&il, line, w, av, &argc, &err)) == RESP_GROW) {
+        CHECK(argc <= 50);
+        il.max_args = argc; /* av holds 128 already */
+    }
+    CHECK_EQ(r, RESP_ERROR);
+    CHECK(strcmp(err, "Protocol error: too many arguments") == 0);
+    free(av);
 }
 
 TEST(resp_resume_after_errors_and_misuse) {

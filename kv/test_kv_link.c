@@ -2242,6 +2242,94 @@ static void send_cut(lull_loop *loop, int fd, const char *req, size_t n) {
     }
 }
 
+/* "*<2 + n>\r\n$<len>\r\n<cmd>\r\n$<klen>\r\n<key>\r\n" then n members
+ * "m0", "m1", ..., malloc'd: *len its length. */
+static char *long_command(const char *cmd, const char *key, size_t n,
+                          size_t *len) {
+    char *req = malloc(64 + n * 16);
+    CHECK(req != NULL);
+    size_t w = (size_t)sprintf(req, "*%zu\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n",
+                               n + 2, strlen(cmd), cmd, strlen(key), key);
+    for (size_t i = 0; i < n; i++) {
+        char m[16];
+        int k = snprintf(m, sizeof m, "m%zu", i);
+        w += (size_t)sprintf(req + w, "$%d\r\n%s\r\n", k, m);
+    }
+    *len = w;
+    return req;
+}
+
+/* The argument table starts small (it held 2^20 entries, 16 MiB counted
+ * in used_memory, from the start) and grows as a long command's
+ * arguments arrive, cut anywhere, on a client connection and on the
+ * replica that applies its record (alone, and inside a transaction): a
+ * count alone reserves nothing, a count past 2^20 is still refused in
+ * Redis' words, an inline line of many words is split whole, and the two
+ * keyspaces end equal. */
+TEST(argument_table_grows_as_a_long_command_arrives) {
+    lull_loop *loop;
+    server p, r;
+    open_primary(&loop, &p);
+    CHECK(p.lim.max_args * sizeof *p.argv <= (size_t)64 << 10);
+    CHECK_EQ(p.lim.grow_args, MAX_ARGS);
+    node_open(&r, loop, true);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    size_t start = p.lim.max_args;
+    static char got[256];
+    bool eof;
+    /* A count, the first argument, then nothing: no room taken. */
+    int idle = client_to(loop, &p, NULL);
+    send_all(idle, "*1000000\r\n$5\r\nRPUSH\r\n", 21);
+    for (int t = 0; t < 10; t++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK_EQ(p.lim.max_args, start);
+    /* A transaction holding a long RPUSH: the replica grows its table
+     * inside the transaction's records. */
+    int fd = client_to(loop, &p, NULL);
+    size_t n;
+    char *req = long_command("RPUSH", "t", 3000, &n);
+    send_all(fd, "MULTI\r\n", 7);
+    send_cut(loop, fd, req, n);
+    send_all(fd, "EXEC\r\n", 6);
+    CHECK_EQ(answer(loop, fd, got, sizeof got, 25, &eof), 25);
+    CHECK(strcmp(got, "+OK\r\n+QUEUED\r\n*1\r\n:3000\r\n") == 0);
+    CHECK(p.lim.max_args >= 3002 && p.lim.max_args <= 2 * 3002);
+    run_to_sync(loop, &p, &r);
+    CHECK(r.lim.max_args >= 3002);
+    free(req);
+    /* 100,000 arguments cut at odd places: the table doubles as they
+     * come (never past twice the command's), the reply is whole. */
+    req = long_command("RPUSH", "l", 100000, &n);
+    send_cut(loop, fd, req, n);
+    CHECK_EQ(answer(loop, fd, got, sizeof got, 9, &eof), 9);
+    CHECK(strcmp(got, ":100000\r\n") == 0);
+    CHECK(p.lim.max_args >= 100002 && p.lim.max_args <= 2 * 100002);
+    free(req);
+    /* An inline line of 5,000 words. */
+    req = malloc(5000 * 8 + 16);
+    CHECK(req != NULL);
+    n = (size_t)sprintf(req, "SADD s");
+    for (int i = 0; i < 4998; i++)
+        n += (size_t)sprintf(req + n, " w%d", i);
+    n += (size_t)sprintf(req + n, "\r\n");
+    send_looping(loop, fd, req, n);
+    CHECK_EQ(answer(loop, fd, got, sizeof got, 7, &eof), 7);
+    CHECK(strcmp(got, ":4998\r\n") == 0);
+    free(req);
+    run_to_sync(loop, &p, &r);
+    CHECK(r.lim.max_args >= 100002);
+    same_dumps(&p, &r);
+    /* Past 2^20: refused at the count, the connection closed. */
+    send_all(fd, "*1048577\r\n", 10);
+    answer(loop, fd, got, sizeof got, 1, &eof);
+    CHECK(strcmp(got, "-ERR Protocol error: too many arguments\r\n") == 0);
+    CHECK(eof);
+    close(fd);
+    close(idle);
+    close_all(loop, &p, &r);
+}
+
 /* A large SET arrives cut anywhere, followed by a GET in the same last
  * piece: the value is received into its blob, not into the connection's
  * query buffer (which holds only the bytes before it), kept by SET as it
@@ -2360,6 +2448,93 @@ TEST(big_get_reply_survives_overwrite_and_delete) {
     free(cmd);
     free(set2);
     close(fd);
+    close(other);
+    close_client(loop, &p);
+}
+
+/* A client connection to p whose reads are slow: small socket buffers,
+ * and the client end never read until the case does. */
+static int slow_client(lull_loop *loop, server *p, conn **cp) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int small = 4096;
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    conn *c = conn_new(p);
+    CHECK(c != NULL);
+    CHECK_EQ(lull_stream_open(loop, &c->t.stream, sv[0], &o), 0);
+    conn_start(c, &c->t.stream.ep);
+    *cp = c;
+    return sv[1];
+}
+
+/* GETDEL of a large value, and SET ... GET over one, to clients that do
+ * not read: each reply holds the old value's bytes (sent where they are)
+ * while another client sets the key again, overwrites and deletes it;
+ * each slow client then reads the value as it was when it asked, byte
+ * for byte (ASan: nothing read after its free). */
+TEST(big_getdel_and_set_get_replies_survive_the_key) {
+    lull_loop *loop;
+    server p;
+    open_primary(&loop, &p);
+    static char val[BIG + 1];
+    memset(val, 'v', BIG);
+    val[BIG - 1] = 'V';
+    write_cmd(&p, "SET", "big", val);
+    conn *slow1, *slow2;
+    int fd1 = slow_client(loop, &p, &slow1);
+    int fd2 = slow_client(loop, &p, &slow2);
+    send_all(fd1, "GETDEL big\r\n", 12);
+    for (int t = 0; t < 10; t++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(slow1->ep->queued > BIG);
+    size_t n;
+    CHECK(store_get(&p.kv.db, "big", 3, &n) == NULL);
+    int other = client_to(loop, &p, NULL);
+    size_t n2;
+    char *set = big_set("big", BIG, 'z', &n2); /* received into a blob */
+    send_cut(loop, other, set, n2);
+    static char got[2 * (BIG + 16) + 64];
+    bool eof;
+    CHECK_EQ(answer(loop, other, got, sizeof got, 5, &eof), 5);
+    /* SET big <y...> GET from the second: the z's are its reply. */
+    char *setget = big_set("big", BIG, 'y', &n);
+    setget[1] = '4';
+    setget = realloc(setget, n + 9);
+    CHECK(setget != NULL);
+    memcpy(setget + n, "$3\r\nGET\r\n", 9);
+    send_cut(loop, fd2, setget, n + 9);
+    for (int t = 0; t < 10; t++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(slow2->ep->queued > BIG);
+    const char *now = store_get(&p.kv.db, "big", 3, &n);
+    CHECK(now != NULL && n == BIG && now[0] == 'y');
+    /* Overwritten in place, set again, deleted. */
+    int len = sprintf(
+        got, "*4\r\n$8\r\nSETRANGE\r\n$3\r\nbig\r\n$1\r\n0\r\n$1\r\nw\r\n"
+             "DEL big\r\n");
+    send_looping(loop, other, got, (size_t)len);
+    CHECK_EQ(answer(loop, other, got, sizeof got, 13, &eof), 13);
+    CHECK(strcmp(got, ":300000\r\n:1\r\n") == 0);
+    send_cut(loop, other, set, n2);
+    send_looping(loop, other, "DEL big\r\n", 9);
+    CHECK_EQ(answer(loop, other, got, sizeof got, 9, &eof), 9);
+    CHECK(strcmp(got, "+OK\r\n:1\r\n") == 0);
+    size_t want = 9 + BIG + 2;
+    CHECK_EQ(answer(loop, fd1, got, sizeof got, want, &eof), want);
+    CHECK(memcmp(got, "$300000\r\n", 9) == 0);
+    CHECK(memcmp(got + 9, val, BIG) == 0);
+    CHECK(memcmp(got + 9 + BIG, "\r\n", 2) == 0);
+    CHECK_EQ(answer(loop, fd2, got, sizeof got, want, &eof), want);
+    CHECK(memcmp(got, "$300000\r\n", 9) == 0);
+    for (size_t i = 0; i < BIG; i++)
+        CHECK(got[9 + i] == 'z');
+    CHECK(memcmp(got + 9 + BIG, "\r\n", 2) == 0);
+    free(set);
+    free(setget);
+    close(fd1);
+    close(fd2);
     close(other);
     close_client(loop, &p);
 }
