@@ -253,8 +253,6 @@ struct lull_loop {
                                  returns or closes its pump (src/pump.c) */
     lull__registry pumps;     /* pumps initialised and not closed since
                                  (src/pump.c) */
-    lull__registry udps;      /* udp handles holding a socket or owed their
-                                 close callback (src/udp.c) */
     lull__registry loopbacks; /* loopback ends paired here and not yet the
                                  caller's again (src/loopback.c) */
     lull__registry streams;   /* streams counted in `handles` (src/stream.c):

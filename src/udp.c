@@ -136,10 +136,9 @@ int lull_udp_init(lull_loop *loop, lull_udp *udp,
      * Asked by address, of the loop's own records, as a spawn asks: udp is
      * garbage before its first init. */
     const lull__node *nodes[] = {&udp->flush.node, &udp->event.node};
-    if (lull__on_loop_thread(loop) && (lull__registry_has(&loop->udps, udp) ||
-                                       lull__live_on(loop, &udp->io, nodes, 2)))
+    if (lull__on_loop_thread(loop) && lull__live_on(loop, &udp->io, nodes, 2))
         return -EBUSY;
-    /* Holding a socket, or owed its close callback, on another loop. */
+    /* Holding a socket, or owed its close callback, on any loop. */
     if (lull__inuse_has(udp)) return -EBUSY;
     if (o.max_datagram > MAX_DATAGRAM_DEFAULT)
         o.max_datagram = MAX_DATAGRAM_DEFAULT;
@@ -200,11 +199,9 @@ static int adopt(lull_udp *udp, int fd) {
     if (rc < 0) return rc;
     /* Holding a socket keeps lull_loop_free at -EBUSY, receiving or not
      * (as an open stream does), until drop_socket or lull_udp_close, and
-     * lull_udp_init at -EBUSY (the loop's registry of handles holding one
-     * or closing), until drop_socket or the close callback. */
-    rc = lull__registry_add(&udp->loop->udps, udp);
-    if (rc == 0 && (rc = lull__inuse_add(udp)) < 0)
-        lull__registry_remove(&udp->loop->udps, udp);
+     * lull_udp_init at -EBUSY (the process's set of handles holding one or
+     * closing), until drop_socket or the close callback. */
+    rc = lull__inuse_add(udp);
     if (rc < 0) return rc;
     udp->loop->handles++;
     /* A socket keeps its family: read it here once, so that a send, which
@@ -246,7 +243,6 @@ static int drop_socket(lull_udp *udp, int rc) {
     close(udp->io.fd);
     udp->io.fd = -1;
     udp->loop->handles--;
-    lull__registry_remove(&udp->loop->udps, udp);
     lull__inuse_remove(udp);
     udp->state &= ~(U_INET | U_INET6 | U_NO_GSO);
     return rc;
@@ -632,7 +628,6 @@ static void event_task(lull_task *t) {
     lull_udp_close_fn fn = udp->on_close;
     udp->on_close = NULL;
     udp->state &= ~U_INIT; /* the struct is the caller's again */
-    lull__registry_remove(&udp->loop->udps, udp);
     lull__inuse_remove(udp);
     if (fn) fn(udp);
 }
@@ -911,13 +906,11 @@ int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn) {
         udp->io.fd = -1;
         udp->loop->handles--;
     } else {
-        /* Never held a socket: in the sets from here, so that another
+        /* Never held a socket: in the set from here, so that another
          * loop's init refuses it while this loop owes its close callback.
-         * A close cannot fail: without memory for the sets, only that
-         * check is lost (this loop's own init still sees the queued turn). */
-        if (lull__registry_add(&udp->loop->udps, udp) == 0 &&
-            lull__inuse_add(udp) < 0)
-            lull__registry_remove(&udp->loop->udps, udp);
+         * A close cannot fail: without memory for the set, only that check
+         * is lost (this loop's own init still sees the queued turn). */
+        (void)lull__inuse_add(udp);
     }
     while (udp->head)
         finish(udp, udp->head, -ECANCELED);
