@@ -32,6 +32,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* blob.h's threshold is the reply handover's size (its comment says why):
+ * one figure, checked where both are seen. */
+_Static_assert(KV_BLOB_MIN == REPLY_HANDOVER,
+               "KV_BLOB_MIN and REPLY_HANDOVER must stay one size");
+
 static void server_command(conn *c, const resp_arg *a, size_t argc);
 
 /* The connection stops being a client: no subscription, no queued

@@ -171,6 +171,15 @@ static bool int32_wrap(const char *val, size_t vlen, char *tmp, size_t *n) {
     return true;
 }
 
+/* KV_PLANT_SAME_LENGTH (test only): a large value written over one of
+ * the same length whose first KiB is the same is taken as "unchanged". */
+static bool planted_unchanged(const store *st, dict_entry *old, const char *val,
+                              size_t vlen) {
+    return st->plant_same_length && old && vlen >= KV_BLOB_MIN &&
+           store_obj(old)->type == KV_STRING && store_obj(old)->len == vlen &&
+           memcmp(store_obj(old)->val, val, 1024) == 0;
+}
+
 int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
               const char *val, size_t vlen) {
     char wrapped[16];
@@ -183,9 +192,7 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
         !(big && kv_blob_shared(store_obj(old)->val))) {
         /* The same length over a string: in place, no allocation (a
          * benchmark's SET, and many real overwrites). */
-        if (st->plant_same_length && vlen >= (64u << 10) &&
-            memcmp(store_obj(old)->val, val, 1024) == 0)
-            return 0; /* KV_PLANT_SAME_LENGTH: "unchanged" */
+        if (planted_unchanged(st, old, val, vlen)) return 0;
         if (vlen) memcpy(kobj_str(store_obj(old)), val, vlen);
         return 0;
     }
@@ -214,11 +221,7 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
 int store_take(store *st, dict_entry **pe, const char *key, size_t klen,
                char *blob, size_t vlen) {
     dict_entry *old = *pe;
-    /* KV_PLANT_SAME_LENGTH as store_put has it: "unchanged". */
-    if (st->plant_same_length && old && store_obj(old)->type == KV_STRING &&
-        store_obj(old)->len == vlen &&
-        memcmp(store_obj(old)->val, blob, 1024) == 0)
-        return 0;
+    if (planted_unchanged(st, old, blob, vlen)) return 0;
     dict_entry *e = old;
     if (!e && !(e = store_add(st, key, klen, KV_STRING))) return -ENOMEM;
     kobj *o = store_obj(e);
