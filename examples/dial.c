@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 static lull_server server;
 static lull_stream accepted, client;
@@ -36,10 +37,19 @@ static void on_connection(lull_server *srv) {
     lull_server_close(srv); /* one client is all this example serves */
 }
 
+/* The answer came: the socket leaves the stream, open and the program's
+ * (lull_stream_detach), as it would to be handed to other code: a dial to
+ * a name carries TLS by lull_tls_open over it. Here it is only closed. */
 static void client_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     printf("dial: the server answered \"%.*s\"\n", (int)len,
            (const char *)bytes);
-    lull_endpoint_close(ep, 0);
+    int fd = lull_stream_detach(&client);
+    if (fd < 0) { /* more bytes came behind the answer: close it as it is */
+        lull_endpoint_close(ep, 0);
+        return;
+    }
+    printf("dial: the socket is the program's now; it closes it\n");
+    close(fd);
 }
 
 static void on_dialed(lull_dial *d, int status) {
