@@ -1331,6 +1331,14 @@ static void take_default_lock_in_copy(void *arg) {
 }
 
 TEST_THREADED(pool_fork_while_another_thread_closes_a_pool) {
+#if defined(__SANITIZE_THREAD__)
+    /* The pool's thread may have ended (woken by the close) before the
+     * fork: ThreadSanitizer in the copy then reports it as a thread never
+     * joined (the parent joins it), failing the copy by its exit code. */
+    printf("skipped under ThreadSanitizer: a copy made after a pool thread "
+           "ended reports it as leaked\n");
+    return;
+#endif
     CHECK_EQ(pthread_atfork(NULL, close_hold_forked, NULL), 0);
     atomic_store(&close_hold.main_tid, (int)__real_syscall(SYS_gettid));
     lull_pool *p;
