@@ -1642,19 +1642,9 @@ static bool is_record(const resp_arg *a, size_t argc, const char *name) {
     return argc == 1 && resp_is(&a[0], name);
 }
 
-/* The transaction whose MULTI record ends at `from` (bytes[start, from)
- * being the MULTI): the offset just past its EXEC record; 0 when EXEC is
- * not all there yet (*need then counts from start); or -EPROTO. The scan
- * goes on from *scanned (bytes past start found whole before, by an
- * earlier call on the same transaction), and leaves it where it stopped:
- * started from the MULTI at every call, a transaction arriving a read at
- * a time cost its size squared over the read's. */
-/* resp_parse_need of a record into *argv, which k->grow_args lengthens
- * while the parser asks for room (RESP_GROW; lim->max_args follows it).
- * RESP_GROW: out of memory, *err says so. */
-static long parse_record(kv *k, resp_limits *lim, resp_arg **argv,
-                         const char *bytes, size_t len, size_t *argc,
-                         const char **err, size_t *need) {
+long kv_parse_record(kv *k, resp_limits *lim, resp_arg **argv,
+                     const char *bytes, size_t len, size_t *argc,
+                     const char **err, size_t *need) {
     for (;;) {
         long n = resp_parse_need(lim, bytes, len, *argv, argc, err, need);
         if (__builtin_expect(n != RESP_GROW, 1)) return n;
@@ -1668,6 +1658,13 @@ static long parse_record(kv *k, resp_limits *lim, resp_arg **argv,
     }
 }
 
+/* The transaction whose MULTI record ends at `from` (bytes[start, from)
+ * being the MULTI): the offset just past its EXEC record; 0 when EXEC is
+ * not all there yet (*need then counts from start); or -EPROTO. The scan
+ * goes on from *scanned (bytes past start found whole before, by an
+ * earlier call on the same transaction), and leaves it where it stopped:
+ * started from the MULTI at every call, a transaction arriving a read at
+ * a time cost its size squared over the read's. */
 static long transaction_end(kv *k, resp_limits *lim, resp_arg **argv,
                             const char *bytes, size_t len, size_t start,
                             size_t from, size_t *scanned, const char **err,
@@ -1687,8 +1684,8 @@ static long transaction_end(kv *k, resp_limits *lim, resp_arg **argv,
             return -EPROTO;
         }
         size_t argc, rneed;
-        long n = parse_record(k, lim, argv, bytes + pos, len - pos, &argc, err,
-                              &rneed);
+        long n = kv_parse_record(k, lim, argv, bytes + pos, len - pos, &argc,
+                                 err, &rneed);
         if (n == RESP_INCOMPLETE) {
             *scanned = pos - start;
             *need = pos - start + rneed;
@@ -1718,8 +1715,8 @@ long kv_apply_stream(kv *k, const resp_limits *limits, resp_arg *argv,
             return -EPROTO;
         }
         size_t argc;
-        long n = parse_record(k, &lim, &argv, bytes + off, len - off, &argc,
-                              err, need);
+        long n = kv_parse_record(k, &lim, &argv, bytes + off, len - off, &argc,
+                                 err, need);
         if (n == RESP_INCOMPLETE) break;
         if (n < 0) return n == RESP_GROW ? -ENOMEM : -EPROTO;
         size_t end = off + (size_t)n;

@@ -179,7 +179,7 @@ struct kv {
      * instead of a copy, and sets this NULL (the blob is the store's
      * then); else the owner frees it after the command. */
     char *arg_blob;
-    /* A record parsed by kv_apply_stream asks for a longer argument table
+    /* A record parsed by kv_parse_record asks for a longer argument table
      * (RESP_GROW, lim.grow_args): the owner makes its table n entries or
      * longer and returns it (NULL: out of memory). NULL: lim.grow_args
      * is 0 (tests). */
@@ -228,6 +228,13 @@ int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out);
 long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
                      const char *bytes, size_t len, const char **err,
                      size_t *need);
+
+/* resp_parse_need of one record into *argv, which k->grow_args lengthens
+ * while the parser asks for room (RESP_GROW; lim->max_args follows it).
+ * RESP_GROW: out of memory, *err says so. */
+long kv_parse_record(kv *k, resp_limits *lim, resp_arg **argv,
+                     const char *bytes, size_t len, size_t *argc,
+                     const char **err, size_t *need);
 
 /* Expires the keys whose time has come (a primary: each is deleted and
  * a DEL logged), oldest first, while more_ok() says so; returns how many

@@ -1350,21 +1350,14 @@ static resp_limits stream_limits(const server *srv) {
     return lim;
 }
 
-/* resp_parse_need of a record of the primary's into srv->argv, grown while
- * the parser asks for room (lim->max_args follows it). Out of memory is
- * RESP_ERROR, *err saying so: the link is closed and tried again. */
+/* A record of the primary's into srv->argv (kv_parse_record). Out of
+ * memory is RESP_ERROR, *err saying so: the link is closed and tried again. */
 static long parse_record(server *srv, resp_limits *lim, const char *p,
                          size_t len, size_t *argc, const char **err,
                          size_t *need) {
-    for (;;) {
-        long n = resp_parse_need(lim, p, len, srv->argv, argc, err, need);
-        if (n != RESP_GROW) return n;
-        if (!server_args(srv, *argc)) {
-            *err = "out of memory";
-            return RESP_ERROR;
-        }
-        lim->max_args = srv->lim.max_args;
-    }
+    long n =
+        kv_parse_record(&srv->kv, lim, &srv->argv, p, len, argc, err, need);
+    return n == RESP_GROW ? RESP_ERROR : n;
 }
 
 /* KV_PLANT_MULTI_SPLIT: the records one at a time as they come, a
