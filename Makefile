@@ -215,7 +215,7 @@ sim:
 # `make fuzz FUZZ_SECONDS=N`: the libFuzzer targets — fuzz_frame
 # (a framed stream's decoder), fuzz_stream (a raw stream's reads cut at
 # random points), fuzz_tls (a TLS server's handshake), fuzz_resp
-# (lull-kv's parser) — built by clang under
+# (lull-kv's parser), fuzz_cmd (lull-kv's commands) — built by clang under
 # ASan+UBSan with the library coverage-instrumented, each run for N seconds
 # on a copy of its seed corpus in build/fuzz/corpus. Any crash, leak,
 # sanitizer report or input slower than 10 s fails; the input that did is
@@ -224,7 +224,8 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS = fuzz/fuzz_frame:fuzz/corpus_frame \
   fuzz/fuzz_stream:fuzz/corpus_stream \
   fuzz/fuzz_tls:fuzz/corpus_tls \
-  kv/fuzz_resp:kv/fuzz_corpus
+  kv/fuzz_resp:kv/fuzz_corpus \
+  kv/fuzz_cmd:kv/fuzz_cmd_corpus
 .PHONY: fuzz
 
 fuzz:
@@ -233,7 +234,7 @@ fuzz:
 	CC=clang $(CMAKE) -S . -B build/fuzz -DCMAKE_BUILD_TYPE=Debug \
 	  -DLULL_SANITIZE=address,undefined -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link \
 	  -DLULL_BUILD_LAB=OFF >/dev/null && \
-	$(CMAKE) --build build/fuzz -j$(JOBS) --target fuzz_frame fuzz_stream fuzz_tls fuzz_resp && \
+	$(CMAKE) --build build/fuzz -j$(JOBS) --target fuzz_frame fuzz_stream fuzz_tls fuzz_resp fuzz_cmd && \
 	for t in $(FUZZ_TARGETS); do \
 	  bin=$${t%%:*}; seeds=$${t#*:}; name=$${bin##*/}; \
 	  rm -rf build/fuzz/corpus/$$name && mkdir -p build/fuzz/corpus/$$name && \
