@@ -3953,6 +3953,47 @@ static void test_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     buf_str(out, resp_is(&a[argc - 1], "pw") ? "+OK\r\n" : "-WRONGPASS x\r\n");
 }
 
+/* A clock that moves a millisecond each time it is read. */
+static int64_t ticking_now;
+static int64_t ticking_clock(kv *k) {
+    (void)k;
+    return ticking_now++;
+}
+
+TEST(exec_sees_one_time_for_all_its_commands) {
+    /* Redis 7.0 reads the clock once for a whole EXEC (call()'s
+     * fixed_time_expire): a key alive when EXEC starts is alive for every
+     * command in it, so MULTI EXISTS k GET k EXEC cannot answer 1 and
+     * nil. lull-kv read the clock again for each queued command. */
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    k.clock = ticking_clock;
+    ticking_now = 1000000;
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "SET k v PX 2"), "+OK\r\n");
+    exec_cl(&k, &cl, &out, "MULTI");
+    for (int i = 0; i < 4; i++)
+        CHECK_REPLY(exec_cl(&k, &cl, &out, "EXISTS k"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "GET k"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXEC"),
+                "*5\r\n:1\r\n:1\r\n:1\r\n:1\r\n$1\r\nv\r\n");
+    /* DBSIZE, KEYS and SCAN delete the due keys first: at EXEC's time */
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "SET k v PX 2"), "+OK\r\n");
+    exec_cl(&k, &cl, &out, "MULTI");
+    exec_cl(&k, &cl, &out, "DBSIZE");
+    exec_cl(&k, &cl, &out, "KEYS *");
+    exec_cl(&k, &cl, &out, "SCAN 0");
+    exec_cl(&k, &cl, &out, "EXISTS k");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXEC"),
+                "*4\r\n:1\r\n*1\r\n$1\r\nk\r\n"
+                "*2\r\n$1\r\n0\r\n*1\r\n$1\r\nk\r\n:1\r\n");
+    /* and a command after it reads the clock again: the key is gone */
+    ticking_now++;
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXISTS k"), ":0\r\n");
+    close_kv_with_client(&k, &cl, &out);
+}
+
 TEST(auth_inside_multi_is_queued_as_redis_does) {
     kv k;
     buf out;
