@@ -1860,6 +1860,68 @@ TEST(dict_table_shrinks_as_its_entries_go) {
     dict_free(&d);
 }
 
+TEST(list_and_set_arrays_shrink_as_they_empty) {
+    /* A list used as a queue that once held 10^6 elements kept its ring
+     * of 2^20 slots (16 MiB) while it held one, and a set its array of
+     * members likewise: 64 MiB of a 4 x 10^6 list LTRIMmed to one
+     * element stayed allocated (redis-server's quicklist and dict give it
+     * back). Each by pops, LTRIM, LREM and SREM (SPOP). */
+    enum { N = 100000 };
+    char v[16];
+    for (int how = 0; how < 4; how++) {
+        kv_list *l = list_new();
+        CHECK(l);
+        /* every element "x" but the middle one, "0" */
+        for (int i = 0; i < N; i++)
+            CHECK_EQ(list_push(l, i % 2, i == N / 2 ? "0" : "x", 1), 0);
+        CHECK(l->cap >= N);
+        kv_elem e;
+        switch (how) {
+        case 0: /* LPOP and RPOP, by turns */
+            for (int i = 0; l->n > 1; i++) {
+                list_pop(l, i % 2, &e);
+                free(e.p);
+            }
+            break;
+        case 1: /* LTRIM l 1 1 */
+            list_trim(l, 1, l->n - 2);
+            break;
+        case 2: /* LREM l -(N/2) x, then LREM l 0 x */
+            CHECK_EQ(list_remove(l, "x", 1, N / 2, true), N / 2);
+            CHECK_EQ(list_remove(l, "x", 1, 0, false), N - 1 - N / 2);
+            CHECK_EQ(l->n, 1);
+            CHECK(list_at(l, 0)->p[0] == '0');
+            break;
+        default: /* pushed and popped around a small size: no shrink */
+            while (l->n > 40) {
+                list_pop(l, false, &e);
+                free(e.p);
+            }
+            CHECK(l->cap <= 256);
+            for (int i = 0; i < 1000; i++) {
+                size_t cap = l->cap;
+                CHECK_EQ(list_push(l, false, "x", 1), 0);
+                list_pop(l, true, &e);
+                free(e.p);
+                CHECK_EQ(l->cap, cap);
+            }
+            break;
+        }
+        CHECK(l->cap <= (how == 3 ? 256 : 16));
+        list_free(l);
+    }
+    kv_set *s = set_new();
+    CHECK(s);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(set_add(s, v, (size_t)sprintf(v, "%d", i)), 1);
+    while (s->d.count > 1)
+        set_delete(s, set_random(s));
+    CHECK(s->cap <= 16);
+    dict_entry *m = s->arr[0];
+    CHECK(dict_find(&s->d, dict_key(&s->d, m), m->klen) == m);
+    set_free(s);
+}
+
 TEST(zset_ranks_follow_a_model) {
     /* Random ZADD, moves and deletes on a skip list, checked after each
      * step against a sorted array: order, ranks (zset_at, zset_rank,
