@@ -164,7 +164,10 @@ static bool no_limit(void *arg) {
 size_t kv_expire_due(kv *k, bool (*more_ok)(void *arg), void *arg) {
     if (k->replica) return 0;
     if (!more_ok) more_ok = no_limit;
-    k->cmd_now = 0;
+    /* Inside EXEC (KEYS, SCAN, DBSIZE) the transaction's one time holds
+     * (kv_run); otherwise the clock is read afresh, before and after. */
+    bool fresh = !k->in_exec;
+    if (fresh) k->cmd_now = 0;
     int64_t now = kv_now(k);
     size_t n = 0;
     dict_entry *e;
@@ -176,7 +179,7 @@ size_t kv_expire_due(kv *k, bool (*more_ok)(void *arg), void *arg) {
         n++;
         if (!more_ok(arg)) break;
     }
-    k->cmd_now = 0;
+    if (fresh) k->cmd_now = 0;
     return n;
 }
 
@@ -1509,7 +1512,9 @@ static const kv_cmd *resolve(const kv_cmd *c, const resp_arg *a, size_t argc,
 }
 
 void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
-    k->cmd_now = 0;
+    /* cmd_now is left as EXEC found it: every command of a transaction
+     * sees one time, as in Redis 7.0 (call()'s fixed_time_expire), so a
+     * key alive at its start is alive throughout. */
     bool bad;
     const kv_cmd *c = resolve(kv_command(&a[0]), a, argc, &bad);
     /* Queued only once kv_exec's checks passed: never a container or a

@@ -109,11 +109,9 @@ dict_entry *dict_find(const dict *d, const char *key, size_t klen) {
     return *slot(d, key, klen, hash_bytes(key, klen));
 }
 
-/* Doubles the table (or makes the first one); on -ENOMEM the old one
- * stays (chains just grow). */
-static void grow(dict *d) {
-    if (d->nbuckets >= DICT_MAX_BUCKETS) return;
-    size_t n = d->nbuckets ? d->nbuckets * 2 : INITIAL_BUCKETS;
+/* Moves the entries to a table of n buckets; on -ENOMEM the old one
+ * stays (chains just grow, or the table stays large). */
+static void resize(dict *d, size_t n) {
     dict_entry **b = calloc(n, sizeof *b);
     if (!b) return;
     for (size_t i = 0; i < d->nbuckets; i++) {
@@ -129,6 +127,24 @@ static void grow(dict *d) {
     free(d->buckets);
     d->buckets = b;
     d->nbuckets = n;
+}
+
+/* Doubles the table (or makes the first one). */
+static void grow(dict *d) {
+    if (d->nbuckets >= DICT_MAX_BUCKETS) return;
+    resize(d, d->nbuckets ? d->nbuckets * 2 : INITIAL_BUCKETS);
+}
+
+/* A table under 1/8 full halves (a set that once held 10^6 members and
+ * now holds a few would otherwise keep 2^20 buckets: their memory, and a
+ * walk of all of them at every SSCAN, HGETALL or KEYS). Half full after
+ * it and doubled only once full, so adds and deletes around a size never
+ * resize back and forth; each halving's cost, the old table, is paid for
+ * by the deletes since the last one (at least an eighth of it). Redis
+ * shrinks a table under 10% full. A walk (dict_scan) goes on across it. */
+static void maybe_shrink(dict *d) {
+    if (d->nbuckets > INITIAL_BUCKETS && d->count < d->nbuckets / 8)
+        resize(d, d->nbuckets / 2);
 }
 
 dict_entry *dict_add(dict *d, const char *key, size_t klen) {
@@ -156,6 +172,7 @@ void dict_delete(dict *d, dict_entry *e) {
     *pp = e->next;
     free(e);
     d->count--;
+    maybe_shrink(d);
 }
 
 void dict_clear(dict *d, void (*fn)(dict *d, dict_entry *e, void *arg),
@@ -171,6 +188,10 @@ void dict_clear(dict *d, void (*fn)(dict *d, dict_entry *e, void *arg),
         }
         d->buckets[i] = NULL;
     }
+    /* the table goes too: the next add makes a small one */
+    free(d->buckets);
+    d->buckets = NULL;
+    d->nbuckets = 0;
 }
 
 void dict_free(dict *d) {

@@ -65,9 +65,11 @@ dict_entry *dict_find(const dict *d, const char *key, size_t klen);
 /* Adds key (which must not be there); its data is zeroed. NULL when out
  * of memory. */
 dict_entry *dict_add(dict *d, const char *key, size_t klen);
-/* Unlinks e (it must be in d) and frees it. */
+/* Unlinks e (it must be in d) and frees it; the table halves when
+ * under 1/8 full (other entries stay where they are in memory). */
 void dict_delete(dict *d, dict_entry *e);
-/* Unlinks every entry; calls fn on each (to free its data) first. */
+/* Unlinks every entry, calling fn on each (to free its data) first,
+ * and frees the table (the next add makes a small one). */
 void dict_clear(dict *d, void (*fn)(dict *d, dict_entry *e, void *arg),
                 void *arg);
 

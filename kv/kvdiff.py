@@ -2,7 +2,7 @@
 """lull-kv's replies beside redis-server's, on random command sequences.
 
     kvdiff.py LULL_KV [--seeds N] [--first S] [--commands N] [--verbose]
-               [--strings]
+               [--strings] [--edges]
 
 Starts a redis-server (on a Unix socket) and the given lull-kv (port 0),
 then for each seed sends both the same random sequence of requests drawn
@@ -11,7 +11,9 @@ negative, huge and non-numeric counts and indexes, empty and binary keys
 and values, overflowing INCRBY, expiry edge cases and transactions, over
 raw sockets, and compares the replies byte for byte. With --strings most
 requests are string commands on values of 0 to 17 bytes (lull-kv keeps
-one of up to 8 in its key's entry) and counters across 8 digits. Unordered replies
+one of up to 8 in its key's entry) and counters across 8 digits. --edges
+sends EDGES instead, once, in order: a hostile client's counts, indexes,
+bounds, floats, options and globs at their limits. Unordered replies
 (SMEMBERS, HGETALL, KEYS, a SCAN, SSCAN, HSCAN or ZSCAN walked to its
 end) compare as sets.
 Exit 0 when every reply agreed; 1 with each difference printed (seed, the
@@ -597,6 +599,199 @@ def gen(r, now_s, in_multi=False):
     return a
 
 
+# --edges: fixed requests at the edges, one string each, words split at
+# spaces ("\s" a space in a word, "\e" an empty word).
+EDGES = r"""
+RPUSH l a b c d e
+LRANGE l 9223372036854775807 -9223372036854775808
+LRANGE l -9223372036854775808 9223372036854775807
+LRANGE l 0 18446744073709551616
+LINDEX l -9223372036854775808
+LSET l -9223372036854775808 x
+LSET l 9223372036854775807 x
+LREM l -9223372036854775808 a
+LREM l 9223372036854775807 b
+LTRIM l 9223372036854775807 -9223372036854775808
+RPUSH l a b c d e
+LPOP l 0
+RPOP l 0
+LPOP nolist 0
+LPOP l -1
+LPOP l -9223372036854775808
+LPOP l 9223372036854775808
+LPOP l 9223372036854775807
+SADD s a b c
+SPOP s 0
+SPOP nos 0
+SPOP s -1
+SPOP s -9223372036854775808
+SADD s \e
+SISMEMBER s \e
+SREM s \e \e
+ZADD z 1 a 2 b 3 c
+ZPOPMIN z 0
+ZPOPMIN z -1
+ZPOPMIN noz 0
+ZRANGE z -inf +inf BYSCORE LIMIT 0 -1
+ZRANGE z -inf +inf BYSCORE LIMIT 0 -5
+ZRANGE z -inf +inf BYSCORE LIMIT -1 5
+ZRANGE z -inf +inf BYSCORE LIMIT -9223372036854775808 -9223372036854775808
+ZRANGE z -inf +inf BYSCORE LIMIT 9223372036854775807 9223372036854775807
+ZRANGE z +inf -inf BYSCORE REV LIMIT 1 1 WITHSCORES
+ZRANGE z 0 -1 LIMIT 0 1
+ZRANGE z 0 -1 REV REV
+ZRANGE z 0 -1 BYSCORE BYSCORE
+ZRANGEBYSCORE z -inf +inf LIMIT 0
+ZRANGEBYSCORE z -inf +inf WITHSCORES LIMIT 1 -1
+ZREVRANGEBYSCORE z +inf -inf LIMIT 0 -1 WITHSCORES
+ZRANGEBYSCORE z nan 1
+ZRANGEBYSCORE z (nan 1
+ZRANGEBYSCORE z ( (
+ZRANGEBYSCORE z [1 2
+ZRANGEBYSCORE z (inf inf
+ZRANGEBYSCORE z infinity infinity
+ZRANGEBYSCORE z 0x0 0x10
+ZREMRANGEBYRANK z -9223372036854775808 9223372036854775807
+ZADD z 1 a 2 b 3 c
+ZREMRANGEBYSCORE z -inf (-inf
+ZREMRANGEBYSCORE z nan nan
+ZADD z NX XX 1 a
+ZADD z GT LT 1 a
+ZADD z GT NX 1 a
+ZADD z INCR 1 a 2 b
+ZADD z INCR nan a
+ZADD z nan a
+ZADD z ch CH 5 a
+ZADD z incr INCR 1 a
+ZADD z XX INCR 1 nomember
+ZADD z NX INCR 1 a
+ZADD z GT INCR -1 a
+ZADD z 1 a 2
+ZADD z2 inf a
+ZINCRBY z2 -inf a
+ZADD z 1e308 c
+ZINCRBY z 1e308 c
+ZADD z 1e-400 e
+ZADD z 5e-324 e
+ZINCRBY z -0 g
+ZRANGE z 0 -1 WITHSCORES
+ZCOUNT z (-inf (+inf
+ZCOUNT z \s1 \s1
+HSET h a inf b nan c 1e400 d \s1 e -0 f 00 g +1
+HINCRBYFLOAT h a 1
+HINCRBYFLOAT h b 1
+HINCRBYFLOAT h c 1
+HINCRBYFLOAT h d 1
+HINCRBYFLOAT h e 0
+HINCRBY h e 0
+HINCRBY h f 0
+HINCRBY h g 0
+HINCRBYFLOAT h x 1e308
+HINCRBYFLOAT h x 1e308
+HINCRBYFLOAT h y 1e4932
+HINCRBYFLOAT h y 1e4933
+HINCRBY h z 9223372036854775807
+HINCRBY h z 1
+HSET h \e \e
+HGET h \e
+HSTRLEN h \e
+SET n -9223372036854775808
+DECR n
+DECRBY n -9223372036854775808
+INCRBY n 9223372036854775807
+SET f 1e4932
+INCRBYFLOAT f 1
+INCRBYFLOAT f2 1e4932
+INCRBYFLOAT f2 1e4932
+INCRBYFLOAT f3 -0
+INCRBYFLOAT f3 infinity
+INCRBYFLOAT f3 1e
+SET \e v
+RENAME \e \e
+RENAMENX \e \e
+RENAME \e x
+SCAN 0 COUNT 0
+SCAN 0 COUNT 9223372036854775807
+SCAN 0 MATCH [
+SCAN 0 MATCH \\
+SCAN 0 MATCH **
+SCAN 0 MATCH [^]
+SCAN 0 MATCH [^] MATCH *
+SCAN 0 type SET
+SCAN 18446744073709551615
+SCAN -18446744073709551615
+SCAN +5
+KEYS [
+KEYS \\
+KEYS **
+KEYS [^]
+KEYS [a-
+KEYS [\\
+SSCAN s 0 COUNT 0
+SSCAN s x
+SSCAN nos 0 COUNT 0
+SSCAN s 0 NOVALUES
+HSCAN h 0 NOVALUES
+EXPIRE s 100 NX XX
+EXPIRE s 100 GT LT
+EXPIRE s 100 XX XX
+EXPIRE s 9223372036854775807
+PEXPIRE s 9223372036854775807
+EXPIREAT s 9223372036854775807
+EXPIRE s -9223372036854775808
+EXPIRE s 9223372036854776
+SADD s2 a
+PEXPIREAT s2 9223372036854775807
+EXPIRETIME s2
+SET a b NX XX
+SET a b GET GET
+SET a b EX 10 KEEPTTL
+SET a b EX 9223372036854775807
+SET a b EXAT 9223372036854776
+GETEX a EX 9223372036854776
+GETEX a PERSIST EX 5
+SETEX a 9223372036854776 v
+SET a hello
+GETRANGE a -9223372036854775808 9223372036854775807
+GETRANGE a -1 -9223372036854775808
+SETRANGE a -1 x
+SETRANGE a 536870912 x
+SETRANGE nokey 5 \e
+MULTI x
+MULTI
+INCR a
+LPUSH a x
+GET
+EXEC
+MULTI
+INCR a
+LPUSH a x
+INCR a
+EXEC
+"""
+
+
+def edge_requests():
+    for line in EDGES.strip().split("\n"):
+        yield [w.encode("latin-1").replace(b"\\s", b" ").replace(b"\\e", b"")
+               for w in line.split(" ")]
+
+
+def run_edges(a, b):
+    """EDGES once, in order, on both; the number of differences."""
+    bad = 0
+    for c in (a, b):
+        c.ask([b"FLUSHALL"])
+    for cmd in edge_requests():
+        x, y = a.ask(cmd), b.ask(cmd)
+        if not same(cmd, x, y):
+            bad += 1
+            print("edge: %s" % fmt(cmd))
+            print("  lull-kv      %r" % (x[0],))
+            print("  redis-server %r" % (y[0],))
+    return bad
+
+
 # ----------------------------------------------------------- comparing
 
 UNORDERED = {b"SMEMBERS", b"KEYS", b"HKEYS", b"HVALS"}
@@ -952,7 +1147,7 @@ def main():
     if not args:
         sys.exit(__doc__)
     kv = args.pop(0)
-    seeds, first, ncmds, verbose = 50, 1, 300, False
+    seeds, first, ncmds, verbose, edges = 50, 1, 300, False, False
     while args:
         o = args.pop(0)
         if o == "--seeds":
@@ -966,6 +1161,8 @@ def main():
         elif o == "--strings":
             global STRINGS
             STRINGS = True
+        elif o == "--edges":
+            edges = True
         else:
             sys.exit("unknown option " + o)
     rs = shutil.which("redis-server")
@@ -995,6 +1192,11 @@ def main():
             s.connect(sock)
             return Conn(socket.create_connection(("127.0.0.1", port))), Conn(s)
         bad = 0
+        if edges:
+            a, b = connect()
+            bad = run_edges(a, b)
+            print("%d edge requests, %d differ" % (len(list(edge_requests())), bad))
+            return 1 if bad else 0
         for seed in range(first, first + seeds):
             # fresh connections each seed: a transaction, a subscription or
             # a half-read reply may be left on the last ones

@@ -1808,6 +1808,120 @@ TEST(pubsub_fan_out) {
     kv_free(&k);
 }
 
+static void count_visit(const dict *d, dict_entry *e, void *arg) {
+    (void)d;
+    (void)e;
+    (*(size_t *)arg)++;
+}
+
+/* How many times the walk met the entry "k0". */
+static void k0_visit(const dict *d, dict_entry *e, void *arg) {
+    if (e->klen == 2 && memcmp(dict_key(d, e), "k0", 2) == 0)
+        (*(size_t *)arg)++;
+}
+
+TEST(dict_table_shrinks_as_its_entries_go) {
+    /* A table kept the size of its largest day: a set that had held 10^6
+     * members and held one had 2^20 buckets, every SSCAN, SMEMBERS-like
+     * walk (HGETALL, KEYS, SCAN after FLUSHALL) crossed all of them (0.3
+     * s a call measured for 4 x 10^6), and their memory never came back.
+     * Redis shrinks a table under 10% full. */
+    dict d;
+    dict_init(&d, 0);
+    enum { N = 100000 };
+    char key[16];
+    for (int i = 0; i < N; i++)
+        CHECK(dict_add(&d, key, (size_t)sprintf(key, "k%d", i)));
+    CHECK(d.nbuckets >= N);
+    /* a walk begun on the full table, the table shrinking under it: every
+     * entry there throughout comes back */
+    size_t k0 = 0;
+    uint64_t cur = dict_scan(&d, 0, 10, k0_visit, &k0);
+    for (int i = 1; i < N; i++)
+        dict_delete(&d, dict_find(&d, key, (size_t)sprintf(key, "k%d", i)));
+    CHECK_EQ(d.count, 1);
+    CHECK(d.nbuckets <= 16);
+    while (cur)
+        cur = dict_scan(&d, cur, 10, k0_visit, &k0);
+    CHECK(k0 >= 1);
+    size_t seen = 0, calls = 0;
+    cur = 0;
+    do
+        cur = dict_scan(&d, cur, 1, count_visit, &seen), calls++;
+    while (cur);
+    CHECK_EQ(seen, 1);
+    CHECK(calls <= 16);
+    /* clearing gives the table back; the next add makes a small one */
+    dict_clear(&d, NULL, NULL);
+    CHECK_EQ(d.nbuckets, 0);
+    CHECK(dict_add(&d, "x", 1));
+    CHECK(dict_find(&d, "x", 1));
+    CHECK(d.nbuckets <= 16);
+    dict_free(&d);
+}
+
+TEST(list_and_set_arrays_shrink_as_they_empty) {
+    /* A list used as a queue that once held 10^6 elements kept its ring
+     * of 2^20 slots (16 MiB) while it held one, and a set its array of
+     * members likewise: 64 MiB of a 4 x 10^6 list LTRIMmed to one
+     * element stayed allocated (redis-server's quicklist and dict give it
+     * back). Each by pops, LTRIM, LREM and SREM (SPOP). */
+    enum { N = 100000 };
+    char v[16];
+    for (int how = 0; how < 4; how++) {
+        kv_list *l = list_new();
+        CHECK(l);
+        /* every element "x" but the middle one, "0" */
+        for (int i = 0; i < N; i++)
+            CHECK_EQ(list_push(l, i % 2, i == N / 2 ? "0" : "x", 1), 0);
+        CHECK(l->cap >= N);
+        kv_elem e;
+        switch (how) {
+        case 0: /* LPOP and RPOP, by turns */
+            for (int i = 0; l->n > 1; i++) {
+                list_pop(l, i % 2, &e);
+                free(e.p);
+            }
+            break;
+        case 1: /* LTRIM l 1 1 */
+            list_trim(l, 1, l->n - 2);
+            break;
+        case 2: /* LREM l -(N/2) x, then LREM l 0 x */
+            CHECK_EQ(list_remove(l, "x", 1, N / 2, true), N / 2);
+            CHECK_EQ(list_remove(l, "x", 1, 0, false), N - 1 - N / 2);
+            CHECK_EQ(l->n, 1);
+            CHECK(list_at(l, 0)->p[0] == '0');
+            break;
+        default: /* pushed and popped around a small size: no shrink */
+            while (l->n > 40) {
+                list_pop(l, false, &e);
+                free(e.p);
+            }
+            CHECK(l->cap <= 256);
+            for (int i = 0; i < 1000; i++) {
+                size_t cap = l->cap;
+                CHECK_EQ(list_push(l, false, "x", 1), 0);
+                list_pop(l, true, &e);
+                free(e.p);
+                CHECK_EQ(l->cap, cap);
+            }
+            break;
+        }
+        CHECK(l->cap <= (how == 3 ? 256 : 16));
+        list_free(l);
+    }
+    kv_set *s = set_new();
+    CHECK(s);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(set_add(s, v, (size_t)sprintf(v, "%d", i)), 1);
+    while (s->d.count > 1)
+        set_delete(s, set_random(s));
+    CHECK(s->cap <= 16);
+    dict_entry *m = s->arr[0];
+    CHECK(dict_find(&s->d, dict_key(&s->d, m), m->klen) == m);
+    set_free(s);
+}
+
 TEST(zset_ranks_follow_a_model) {
     /* Random ZADD, moves and deletes on a skip list, checked after each
      * step against a sorted array: order, ranks (zset_at, zset_rank,
@@ -3951,6 +4065,47 @@ static void test_auth(kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     (void)cl;
     auth_calls++;
     buf_str(out, resp_is(&a[argc - 1], "pw") ? "+OK\r\n" : "-WRONGPASS x\r\n");
+}
+
+/* A clock that moves a millisecond each time it is read. */
+static int64_t ticking_now;
+static int64_t ticking_clock(kv *k) {
+    (void)k;
+    return ticking_now++;
+}
+
+TEST(exec_sees_one_time_for_all_its_commands) {
+    /* Redis 7.0 reads the clock once for a whole EXEC (call()'s
+     * fixed_time_expire): a key alive when EXEC starts is alive for every
+     * command in it, so MULTI EXISTS k GET k EXEC cannot answer 1 and
+     * nil. lull-kv read the clock again for each queued command. */
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    k.clock = ticking_clock;
+    ticking_now = 1000000;
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "SET k v PX 2"), "+OK\r\n");
+    exec_cl(&k, &cl, &out, "MULTI");
+    for (int i = 0; i < 4; i++)
+        CHECK_REPLY(exec_cl(&k, &cl, &out, "EXISTS k"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "GET k"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXEC"),
+                "*5\r\n:1\r\n:1\r\n:1\r\n:1\r\n$1\r\nv\r\n");
+    /* DBSIZE, KEYS and SCAN delete the due keys first: at EXEC's time */
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "SET k v PX 2"), "+OK\r\n");
+    exec_cl(&k, &cl, &out, "MULTI");
+    exec_cl(&k, &cl, &out, "DBSIZE");
+    exec_cl(&k, &cl, &out, "KEYS *");
+    exec_cl(&k, &cl, &out, "SCAN 0");
+    exec_cl(&k, &cl, &out, "EXISTS k");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXEC"),
+                "*4\r\n:1\r\n*1\r\n$1\r\nk\r\n"
+                "*2\r\n$1\r\n0\r\n*1\r\n$1\r\nk\r\n:1\r\n");
+    /* and a command after it reads the clock again: the key is gone */
+    ticking_now++;
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXISTS k"), ":0\r\n");
+    close_kv_with_client(&k, &cl, &out);
 }
 
 TEST(auth_inside_multi_is_queued_as_redis_does) {

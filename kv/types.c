@@ -45,8 +45,11 @@ void list_free(kv_list *l) {
     free(l);
 }
 
-static int list_grow(kv_list *l) {
-    size_t cap = l->cap ? l->cap * 2 : 8;
+/* The slots of a list (or a set's array) to start with. */
+#define MIN_SLOTS 8
+
+/* Moves the elements to a ring of cap slots (cap >= n), from slot 0. */
+static int list_resize(kv_list *l, size_t cap) {
     kv_elem *a = malloc(cap * sizeof *a);
     if (!a) return -ENOMEM;
     for (size_t i = 0; i < l->n; i++)
@@ -56,6 +59,24 @@ static int list_grow(kv_list *l) {
     l->cap = cap;
     l->head = 0;
     return 0;
+}
+
+static int list_grow(kv_list *l) {
+    return list_resize(l, l->cap ? l->cap * 2 : MIN_SLOTS);
+}
+
+/* A ring under 1/4 full shrinks, by halves, until it is not (a queue
+ * that once held 10^6 elements would otherwise keep 16 MiB of slots for
+ * good): at most half full after it and doubled only once full, so
+ * pushes and pops around a length never resize back and forth, and each
+ * copy is paid for by the pops since the last one. Out of memory, the
+ * ring just stays large. */
+static void list_fit(kv_list *l) {
+    if (l->n == 0) return; /* an emptied list is about to go */
+    size_t cap = l->cap;
+    while (cap > MIN_SLOTS && l->n < cap / 4)
+        cap /= 2;
+    if (cap != l->cap) list_resize(l, cap);
 }
 
 int list_push(kv_list *l, bool left, const char *p, size_t len) {
@@ -80,6 +101,7 @@ void list_pop(kv_list *l, bool left, kv_elem *e) {
         *e = *list_at(l, l->n - 1);
     }
     l->n--;
+    list_fit(l);
 }
 
 int list_set(kv_list *l, size_t i, const char *p, size_t len) {
@@ -111,6 +133,7 @@ size_t list_remove(kv_list *l, const char *p, size_t len, uint64_t most,
     }
     if (from_tail) l->head = (l->head + gone) & (l->cap - 1);
     l->n -= gone;
+    list_fit(l);
     return gone;
 }
 
@@ -148,7 +171,7 @@ static size_t *set_index(dict_entry *e) {
 int set_add(kv_set *s, const char *m, size_t len) {
     if (dict_find(&s->d, m, len)) return 0;
     if (s->d.count == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 8;
+        size_t cap = s->cap ? s->cap * 2 : MIN_SLOTS;
         dict_entry **a = realloc(s->arr, cap * sizeof *a);
         if (!a) return -ENOMEM;
         s->arr = a;
@@ -169,6 +192,14 @@ void set_delete(kv_set *s, dict_entry *e) {
         *set_index(s->arr[i]) = i;
     }
     dict_delete(&s->d, e);
+    /* Under 1/4 full, the array halves (as a list's ring does). */
+    if (s->cap > MIN_SLOTS && s->d.count < s->cap / 4) {
+        dict_entry **a = realloc(s->arr, s->cap / 2 * sizeof *a);
+        if (a) {
+            s->arr = a;
+            s->cap /= 2;
+        }
+    }
 }
 
 dict_entry *set_random(kv_set *s) {

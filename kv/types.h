@@ -3,7 +3,8 @@
  * replies: cmd_types.c has those). One thread owns them.
  *
  *  list  a ring buffer of elements: push and pop at both ends and index
- *        in O(1), a range in O(its length)
+ *        in O(1), a range in O(its length); the ring halves under 1/4
+ *        full, as the set's array does
  *  set   a dict of members, plus an array of them for SPOP: a random
  *        member in O(1) (each member keeps its place in the array)
  *  hash  a dict from field to value
