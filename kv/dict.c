@@ -137,10 +137,10 @@ static void grow(dict *d) {
 
 /* A table under 1/8 full halves (a set that once held 10^6 members and
  * now holds a few would otherwise keep 2^20 buckets: their memory, and a
- * walk of all of them at every SSCAN, HGETALL or KEYS). Half full after
- * it and doubled only once full, so adds and deletes around a size never
- * resize back and forth; each halving's cost, the old table, is paid for
- * by the deletes since the last one (at least an eighth of it). Redis
+ * walk of all of them at every SSCAN, HGETALL or KEYS). Under a quarter
+ * full after it and doubled only once full, so adds and deletes around a
+ * size never resize back and forth; each halving's cost, the old table, is paid
+ * for by the deletes since the last one (at least an eighth of it). Redis
  * shrinks a table under 10% full. A walk (dict_scan) goes on across it. */
 static void maybe_shrink(dict *d) {
     if (d->nbuckets > INITIAL_BUCKETS && d->count < d->nbuckets / 8)
