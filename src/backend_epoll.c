@@ -32,6 +32,7 @@
  *
  * Loop thread only. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <time.h>
@@ -104,6 +105,10 @@ static uint32_t owner_of(const lull_loop *loop, int fd) {
  * higher numbers are watched; a start, never a dispatch, pays for it. */
 static int owner_room(lull_loop *loop, int fd) {
     if ((uint32_t)fd < loop->fd_owner_cap) return 0;
+    /* Size the table to a number only once it names an open file: a made-up
+     * one (INT_MAX) would reserve and zero 8 GiB before epoll_ctl refused it
+     * with EBADF. Only growth pays for the check, and growth is rare. */
+    if (fcntl(fd, F_GETFD) < 0) return -errno;
     uint32_t cap = loop->fd_owner_cap ? loop->fd_owner_cap : SLOTS_MIN_CAP;
     while (cap <= (uint32_t)fd)
         cap *= 2;

@@ -248,7 +248,8 @@ int lull_journal_init(lull_loop *loop, lull_pool *pool, lull_journal *j,
 
 int lull_journal_append(lull_journal *j, lull_append *req, const void *buf,
                         size_t len, lull_append_fn cb) {
-    if (!j || !req || !cb || (!buf && len)) return -EINVAL;
+    /* A journal never set up (zeroed) has no loop to check the owner of. */
+    if (!j || !j->loop || !req || !cb || (!buf && len)) return -EINVAL;
     /* The queue is the loop thread's, unlocked; the start task's post
      * would catch another thread, but only with no batch in flight. */
     LULL_ASSERT_LOOP_THREAD(j->loop);

@@ -153,7 +153,11 @@ void lull__post_remote_forked(lull_loop *loop, lull_task *task) {
 }
 
 void lull_task_post_remote(lull_loop *loop, lull_task *task) {
-    if (!loop || !task) return;
+    /* A task never set up: as lull_task_post (src/task.c). */
+    if (LULL_UNLIKELY(!loop || !task || !task->node.fn.task)) {
+        LULL_ASSERT(!task || !loop, "lull: posting a task with no function");
+        return;
+    }
     if (lull__post_remote_push(loop, task)) lull__post_remote_wake(loop);
 }
 

@@ -1465,9 +1465,13 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
                  const lull_stream_options *opts, bool tcp) {
     static const lull_stream_options defaults;
     const lull_stream_options *o = opts ? opts : &defaults;
-    LULL_ASSERT(!lull__stream_live(loop, s),
-                "lull: a stream opened again while open, or before its "
-                "on_close ran");
+    /* A programming error that debug builds stop at; a release build must
+     * not wipe a stream the loop still holds: -EBUSY, s untouched (the
+     * caller closes fd), as lull_tty_init and lull_dial_start say. */
+    bool live = lull__stream_live(loop, s);
+    LULL_ASSERT(!live, "lull: a stream opened again while open, or before its "
+                       "on_close ran");
+    if (live) return -EBUSY;
     void *data = s->ep.data; /* the user's, kept */
     memset(s, 0, sizeof *s);
     s->ep.data = data;

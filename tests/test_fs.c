@@ -436,6 +436,24 @@ TEST_THREADED(journal_append_past_ssize_max_is_refused) {
     close_journal_case(fd, loop, pool, NULL);
 }
 
+/* A journal never set up (zeroed: no loop, no pool) is refused, as a NULL
+ * one is. It crashed a debug build (the owner check read the NULL loop)
+ * and a release build returned 0 for an append no batch would ever take:
+ * its callback never ran. */
+TEST(journal_append_to_a_journal_never_set_up_is_refused) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    lull_journal j;
+    memset(&j, 0, sizeof j);
+    ncompleted = 0;
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, "x", 1, appended), -EINVAL);
+    CHECK(!lull_journal_busy(&j));
+    CHECK(j.head == NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* lull_pool_free with a batch waiting: the batch's callbacks get
  * -ECANCELED and may append again, as a done may resubmit after
  * lull_pool_free (-ESHUTDOWN): that append fails with -ESHUTDOWN. The journal

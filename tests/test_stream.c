@@ -3847,6 +3847,42 @@ TEST(stream_opened_again_before_its_close_asserts) {
     CHECK(check_dies(reopen_stream, &how, msg));
 }
 
+/* The same reopen of a live stream in a release build, where no assert
+ * stops it: it returned 0 and wiped a stream the loop still held (its
+ * watcher, its registry entry, its fd). It is refused with -EBUSY, as
+ * lull_tty_init and lull_dial_start refuse one: the stream goes on, and
+ * the fd given, owned on failure too, is closed. */
+static void reopen_live_stream(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    lull_stream a;
+    int sv[2], other[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, other), 0);
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], &raw), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, ignore_close);
+    CHECK_EQ(lull_stream_open(loop, &a, other[0], &raw), -EBUSY);
+    CHECK_EQ(fcntl(other[0], F_GETFD), -1); /* owned, so closed */
+    CHECK_EQ(lull_stream_fd(&a), sv[0]);
+    CHECK_EQ(lull_stream_try_write(&a, "hi", 2), 2);
+    char buf[2];
+    CHECK_EQ(read(sv[1], buf, 2), 2);
+    lull_endpoint_close(&a.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    close(sv[1]);
+    close(other[1]);
+    free_loop(loop);
+}
+
+TEST(stream_opened_again_while_open_is_ebusy_without_asserts) {
+    if (check_debug_build())
+        CHECK(check_dies(reopen_live_stream, NULL,
+                         "lull: a stream opened again while open"));
+    else
+        CHECK(check_exits_cleanly(reopen_live_stream, NULL));
+}
+
 /* A paused stream holds its fd with no watcher started and nothing
  * queued: opening it again would lose that fd and keep the loop's count of
  * open handles up for good (lull_loop_free -EBUSY). */

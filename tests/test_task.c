@@ -373,3 +373,32 @@ TEST(task_init_without_a_function_is_einval) {
     CHECK_EQ(it.runs, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A task never set up (zeroed: lull_task_init skipped) is a programming
+ * error: a debug build stops at the post, locally and from another thread
+ * (at the loop's take of the remote post). A release build dropped no
+ * such post: the loop that ran it called through NULL, far from the cause.
+ * It now drops the post, and the loop frees cleanly. */
+static void post_zeroed_task(void *arg) {
+    bool remote = arg != NULL;
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_task t = {0};
+    if (remote)
+        lull_task_post_remote(loop, &t);
+    else
+        lull_task_post(loop, &t);
+    CHECK(!lull_task_pending(&t));
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(post_of_a_task_never_set_up) {
+    for (int remote = 0; remote < 2; remote++) {
+        void *arg = remote ? (void *)1 : NULL;
+        if (check_debug_build())
+            CHECK(check_dies(post_zeroed_task, arg,
+                             "lull: posting a task with no function"));
+        else
+            CHECK(check_exits_cleanly(post_zeroed_task, arg));
+    }
+}
