@@ -375,10 +375,9 @@ TEST(task_init_without_a_function_is_einval) {
 }
 
 /* A task never set up (zeroed: lull_task_init skipped) is a programming
- * error: a debug build stops at the post, locally and from another thread
- * (at the loop's take of the remote post). A release build dropped no
- * such post: the loop that ran it called through NULL, far from the cause.
- * It now drops the post, and the loop frees cleanly. */
+ * error: a debug build stops at the post, locally and from another thread.
+ * A release build drops a remote one (the loop that ran it called through
+ * NULL, far from the cause), and the loop frees cleanly. */
 static void post_zeroed_task(void *arg) {
     bool remote = arg != NULL;
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
@@ -392,13 +391,14 @@ static void post_zeroed_task(void *arg) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* (lull_task_post, on the hot path, is checked in debug builds only.) */
 TEST(post_of_a_task_never_set_up) {
     for (int remote = 0; remote < 2; remote++) {
         void *arg = remote ? (void *)1 : NULL;
         if (check_debug_build())
             CHECK(check_dies(post_zeroed_task, arg,
                              "lull: posting a task with no function"));
-        else
+        else if (remote)
             CHECK(check_exits_cleanly(post_zeroed_task, arg));
     }
 }
