@@ -72,10 +72,18 @@ static inline lull_loopback *end_of(lull_endpoint *ep) {
     return LULL_CONTAINER_OF(ep, lull_loopback, ep);
 }
 
+void lull__loopback_claim_timer_other(lull_loopback *b) {
+    if (lull__timer_armed(&b->timer)) return;
+    b->turns++;
+    lull_timer_start(&b->timer, b->delay_ns, 0);
+}
+
 /* The timer half of claim_turn: out of line, so the task path (the
- * default) needs no saved registers or stack frame. */
-__attribute__((noinline)) static void claim_timer(lull_loopback *lb) {
-    lull__loopback_claim_timer(lb);
+ * default) needs no saved registers or stack frame. It takes the timer,
+ * the pointer a delivery by timer has in hand, so that the delivery keeps
+ * no other (a saved register) across its callbacks for it. */
+__attribute__((noinline)) static void claim_timer(lull_timer *t) {
+    lull__loopback_claim_timer(LULL_CONTAINER_OF(t, lull_loopback, timer));
 }
 
 /* Claims this end's delivery turn, unless it is already claimed. `timer`
@@ -83,7 +91,7 @@ __attribute__((noinline)) static void claim_timer(lull_loopback *lb) {
  * it. */
 static inline void claim_turn(lull_loopback *lb, bool timer) {
     if (LULL_UNLIKELY(timer)) {
-        claim_timer(lb);
+        claim_timer(&lb->timer);
         return;
     }
     if (lull__node_queued(&lb->task.node)) return;
