@@ -1158,8 +1158,9 @@ LULL_EXTERN int lull_stream_peer_cred(const lull_stream *s, pid_t *pid,
  * only): how many (>= 0, perhaps fewer than len; 0 for len 0), or -EAGAIN
  * (nothing fits now, or still connecting), -EBUSY (queued writes are pending:
  * writing around them would reorder the bytes), -EPIPE (closed, shut or failed
- * for writing), -ENOTSUP (a framed stream), -EINVAL. A failure of the write
- * itself ends the write side as a failed queued write does. */
+ * for writing), -ENOTSUP (a framed stream), -EINVAL (also len > SSIZE_MAX). A
+ * failure of the write itself ends the write side as a failed queued write
+ * does. */
 LULL_EXTERN int lull_stream_try_write(lull_stream *s, const void *bytes,
                                       size_t len);
 

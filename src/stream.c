@@ -1906,7 +1906,10 @@ int lull_stream_peer_cred(const lull_stream *s, pid_t *pid, uid_t *uid,
 }
 
 int lull_stream_try_write(lull_stream *s, const void *bytes, size_t len) {
-    if (!s || !s->loop || (len > 0 && !bytes)) return -EINVAL;
+    /* (no buffer is that long: a wrong length, where write(2) reads on
+     * past the caller's bytes) */
+    if (!s || !s->loop || (len > 0 && !bytes) || len > SSIZE_MAX)
+        return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(s->loop);
     if (s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND)) return -EPIPE;
     if (framed(s)) return -ENOTSUP; /* part of a frame would cut the framing */

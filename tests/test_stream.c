@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <lull.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -3704,6 +3705,10 @@ TEST(try_write_writes_now_or_refuses_behind_a_queue) {
     CHECK_EQ(lull_stream_try_write(&a, NULL, 0), 0);
     CHECK_EQ(lull_stream_try_write(&a, NULL, 1), -EINVAL);
     CHECK_EQ(lull_stream_try_write(NULL, "x", 1), -EINVAL);
+    /* A length past what write(2) can take is the caller's mistake: it
+     * was cut to INT_MAX and the kernel read past a 2-byte buffer. */
+    CHECK_EQ(lull_stream_try_write(&a, "x", SIZE_MAX), -EINVAL);
+    CHECK_EQ(lull_stream_try_write(&a, "x", (size_t)SSIZE_MAX + 1), -EINVAL);
     lull_frame f = {.bytes = "queued", .len = 6};
     CHECK_EQ(lull_endpoint_send(&a.ep, &f), 0);
     CHECK_EQ(lull_stream_try_write(&a, "x", 1), -EBUSY);
