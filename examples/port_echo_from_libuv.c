@@ -143,9 +143,13 @@ int main(int argc, char **argv) {
                 "usage: port_echo_from_libuv [PORT (1-65535)] | --self-test\n");
         return 2;
     }
-    /* The self-test's idle timeout must outlast a stall of its client
-     * thread on a loaded machine, yet keep the test short. */
-    server s = {.idle_ns = (self_test ? 1000 : 10000) * MS};
+    /* The self-test's idle timeout must outlast the busy connection's
+     * unread phase (echo_client.h): the client pushes up to ~10 MB while
+     * reading nothing, and the paused server sees no progress meanwhile.
+     * Under ThreadSanitizer on a loaded 2-CPU machine that phase passed
+     * 1 s (3 of 80 runs closed the busy connection idle); 3 s holds it
+     * and adds at most 2 s of waiting for the quiet connection's close. */
+    server s = {.idle_ns = (self_test ? 3000 : 10000) * MS};
     int rc = lull_loop_new(&s.loop, NULL);
     if (rc == 0)
         rc = lull_server_listen_tcp(s.loop, &s.listener, "127.0.0.1", port, 128,
