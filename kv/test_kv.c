@@ -3230,7 +3230,8 @@ TEST(client_help_answers_as_redis) {
 
 TEST(model_agrees_with_the_commands) {
     /* The simulator's reference model (model.c) against
-     * kv_exec: random commands on a few keys, strings, lists and hashes,
+     * kv_exec: random commands on a few keys, strings, lists (LINSERT,
+     * LMOVE and RPOPLPUSH too) and hashes,
      * expiry times in the past and future (SETEX and PSETEX too), time
      * moving between them (so keys expire by the timer and by lookup). Each
      * reply must be one the model allows at that instant, and the model must be
@@ -3247,7 +3248,8 @@ TEST(model_agrees_with_the_commands) {
     resp_arg argv[MAX_ARGS];
     buf out = {0};
     int ops_seen[OP_COUNT] = {0}, lrem_found = 0, ltrim_cut = 0;
-    for (int step = 0; step < 20000; step++) {
+    int linsert_found = 0, moved = 0;
+    for (int step = 0; step < 40000; step++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         /* A quarter RPUSHes: lists long enough to cut inside. */
         model_cmd c = {.op = (x >> 33) % 4 ? (int)((x >> 35) % OP_COUNT)
@@ -3269,10 +3271,12 @@ TEST(model_agrees_with_the_commands) {
         if (c.op == OP_SETEX) c.i1 = r % 4;
         if (c.op == OP_PSETEX) c.i1 = (int64_t)(r % 300) - 20;
         snprintf(c.field, sizeof c.field, "f%u", r / 7 % 3);
-        if (c.op == OP_LREM && r % 4) model_list_item(&keys[key].c[0], r, &c);
+        if ((c.op == OP_LREM || c.op == OP_LINSERT) && r % 4)
+            model_list_item(&keys[key].c[0], r, &c);
         int key2 = (int)(r / 81 % KEYS);
         snprintf(c.key2, sizeof c.key2, "k%d", key2);
-        if ((c.op == OP_APPEND || c.op == OP_RPUSH) && keys[key].c[0].len > 400)
+        if ((c.op == OP_APPEND || c.op == OP_RPUSH || c.op == OP_LINSERT) &&
+            keys[key].c[0].len > 400)
             c.op = OP_DEL;
         ops_seen[c.op]++;
         int items = keys[key].c[0].items;
@@ -3285,7 +3289,8 @@ TEST(model_agrees_with_the_commands) {
         v.k.cmd_now = 0;
         kv_exec(&v.k, NULL, argv, argc, &out);
         if (v.k.expiry_changed) kv_expiry_rearm(&v.x);
-        bool two = c.op == OP_RENAME || c.op == OP_RENAMENX;
+        bool two = c.op == OP_RENAME || c.op == OP_RENAMENX ||
+                   c.op == OP_LMOVE || c.op == OP_RPOPLPUSH;
         if (!(two ? model_apply2(&keys[key], &keys[key2], &c, now, now, out.p,
                                  out.len)
                   : model_apply(&keys[key], &c, now, now, out.p, out.len))) {
@@ -3301,14 +3306,20 @@ TEST(model_agrees_with_the_commands) {
         lrem_found += c.op == OP_LREM && out.p[0] == ':' && out.p[1] != '0';
         ltrim_cut += c.op == OP_LTRIM && items > keys[key].c[0].items &&
                      keys[key].c[0].items > 0;
+        linsert_found += c.op == OP_LINSERT && out.p[0] == ':' &&
+                         out.p[1] != '0' && out.p[1] != '-';
+        moved += (c.op == OP_LMOVE || c.op == OP_RPOPLPUSH) &&
+                 out.p[0] == '$' && out.p[1] != '-';
         CHECK_EQ(keys[key].n, 1);
         CHECK_EQ(keys[key2].n, 1);
         if (r % 7 == 0) lull_loop_advance(loop, (r % 100) * MS);
     }
     for (int i = 0; i < OP_COUNT; i++)
         CHECK(ops_seen[i] > 100);
-    CHECK(lrem_found > 20); /* LREM drawn with items it finds */
-    CHECK(ltrim_cut > 20);  /* LTRIM inside a list */
+    CHECK(lrem_found > 20);    /* LREM drawn with items it finds */
+    CHECK(ltrim_cut > 20);     /* LTRIM inside a list */
+    CHECK(linsert_found > 20); /* LINSERT at a pivot there */
+    CHECK(moved > 20);         /* LMOVE and RPOPLPUSH of an item */
     /* The store holds what the model says. */
     lull_loop_advance(loop, 1000 * MS);
     int64_t now = 1000000000000ll + (int64_t)(lull_loop_now(loop) / MS);
