@@ -1,12 +1,13 @@
 /* cmd_types.c: the commands on lists, sets, hashes and sorted sets, and
- * the string commands beyond GET and SET (MSET, MGET, SETNX, APPEND,
+ * the string commands beyond GET and SET (MSET, MSETNX, MGET, SETNX, APPEND,
  * STRLEN, GETSET, GETRANGE, SETRANGE). Their replies and errors are
  * Redis 7.0's, word for word; kv/integration.sh compares them with a
  * redis-server's when one is installed.
  *
  * Each write logs what repeats it on a replica (cmd.c has the rule): the
  * request itself when it is deterministic, SPOP as the SREM of what it
- * popped. A collection emptied by a command is deleted, as in Redis. */
+ * popped, MSETNX as the MSET it did. A collection emptied by a command is
+ * deleted, as in Redis. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -198,6 +199,39 @@ static void cmd_mset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     kv_log(k, a, argc);
     reply_ok(out);
+}
+
+/* MSETNX key value ...: all or nothing, as Redis does it (the keys looked
+ * at up to the first one there). Logged as the MSET it did. */
+static void cmd_msetnx(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                       buf *out) {
+    (void)cl;
+    if (argc % 2 == 0) {
+        wrong_args(&a[0], out);
+        return;
+    }
+    for (size_t i = 1; i < argc; i += 2)
+        if (kv_lookup(k, &a[i])) {
+            buf_str(out, ":0\r\n");
+            return;
+        }
+    /* the record: MSET with these arguments */
+    resp_arg *rec = malloc(argc * sizeof *rec);
+    if (!rec) {
+        reply_oom(out);
+        return;
+    }
+    rec[0] = (resp_arg){"MSET", 4};
+    memcpy(rec + 1, a + 1, (argc - 1) * sizeof *rec);
+    size_t i = 1;
+    for (; i < argc; i += 2)
+        if (set_string(k, &a[i], a[i + 1].p, a[i + 1].len) < 0) break;
+    if (i > 1) kv_log(k, rec, i);
+    free(rec);
+    if (i < argc)
+        reply_oom(out);
+    else
+        buf_str(out, ":1\r\n");
 }
 
 static void cmd_mget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -542,6 +576,170 @@ static void cmd_ltrim(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     reply_ok(out);
 }
 
+/* LINSERT key BEFORE|AFTER pivot element: the word first, then the key
+ * (missing: 0), then the first pivot from the head (none: -1). Logged as
+ * sent when it inserted. */
+static void cmd_linsert(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    bool after = resp_is(&a[2], "AFTER");
+    if (!after && !resp_is(&a[2], "BEFORE")) {
+        reply_syntax(out);
+        return;
+    }
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    if (!e) {
+        buf_str(out, ":0\r\n");
+        return;
+    }
+    kv_list *l = store_obj(e)->val;
+    size_t i = 0;
+    while (i < l->n && (list_at(l, i)->len != a[3].len ||
+                        memcmp(list_at(l, i)->p, a[3].p, a[3].len) != 0))
+        i++;
+    if (i == l->n) {
+        buf_str(out, ":-1\r\n");
+        return;
+    }
+    if (list_insert(l, i + after, a[4].p, a[4].len) < 0) {
+        reply_oom(out);
+        return;
+    }
+    kv_log(k, a, argc);
+    buf_int(out, ':', (long long)l->n);
+}
+
+/* LPOS's RANK, COUNT and MAXLEN numbers as Redis reads them: RANK within
+ * +-(2^63 - 1) ("value is out of range ..."), the others >= 0 (`msg`
+ * otherwise, a non-integer too). */
+static bool arg_range(const resp_arg *a, long long lo, const char *msg,
+                      long long *v, buf *out) {
+    if (kv_parse_i64(a->p, a->len, v) && *v >= lo) return true;
+    if (msg)
+        buf_str(out, msg);
+    else if (kv_parse_i64(a->p, a->len, v))
+        buf_str(out, "-ERR value is out of range, value must between "
+                     "-9223372036854775807 and 9223372036854775807\r\n");
+    else
+        reply_not_integer(out);
+    return false;
+}
+
+/* LPOS key element [RANK r] [COUNT n] [MAXLEN m]: Redis 7.0's lposCommand
+ * (options, then the key), its arithmetic included: RANK
+ * -9223372036854775808, which its range check lets by, stays negative
+ * when negated, so every match from the tail counts and COUNT never stops
+ * the walk (redis-server 7.0 answers so). */
+static void cmd_lpos(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                     buf *out) {
+    (void)cl;
+    long long rank = 1, count = -1, maxlen = 0;
+    for (size_t j = 3; j < argc; j += 2) {
+        bool more = j + 1 < argc;
+        if (more && resp_is(&a[j], "RANK")) {
+            if (!kv_parse_i64(a[j + 1].p, a[j + 1].len, &rank)) {
+                reply_not_integer(out);
+                return;
+            }
+            if (rank == 0) {
+                buf_str(out, "-ERR RANK can't be zero: use 1 to start from "
+                             "the first match, 2 from the second ... or use "
+                             "negative to start from the end of the list\r\n");
+                return;
+            }
+        } else if (more && resp_is(&a[j], "COUNT")) {
+            if (!arg_range(&a[j + 1], 0, "-ERR COUNT can't be negative\r\n",
+                           &count, out))
+                return;
+        } else if (more && resp_is(&a[j], "MAXLEN")) {
+            if (!arg_range(&a[j + 1], 0, "-ERR MAXLEN can't be negative\r\n",
+                           &maxlen, out))
+                return;
+        } else {
+            reply_syntax(out);
+            return;
+        }
+    }
+    bool tail = rank < 0;
+    if (tail) rank = (long long)(0 - (unsigned long long)rank);
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_LIST, &e, out)) return;
+    if (!e) {
+        buf_str(out, count != -1 ? "*0\r\n" : "$-1\r\n");
+        return;
+    }
+    kv_list *l = store_obj(e)->val;
+    buf tmp = {0};
+    long long matches = 0, found = 0;
+    for (size_t i = 0; i < l->n && (maxlen == 0 || i < (size_t)maxlen); i++) {
+        kv_elem *x = list_at(l, tail ? l->n - 1 - i : i);
+        if (x->len != a[2].len || memcmp(x->p, a[2].p, x->len) != 0) continue;
+        if (++matches < rank) continue;
+        long long at = (long long)(tail ? l->n - 1 - i : i);
+        if (count == -1) {
+            buf_int(out, ':', at);
+            return;
+        }
+        buf_int(&tmp, ':', at);
+        found++;
+        /* matches - rank + 1, wrapping as Redis' long does */
+        long long nth = (long long)((unsigned long long)matches -
+                                    (unsigned long long)rank + 1);
+        if (count && nth >= count) break;
+    }
+    if (count == -1) {
+        reply_nil(out);
+        return;
+    }
+    buf_int(out, '*', found);
+    buf_put(out, tmp.p, tmp.len);
+    if (tmp.oom) out->oom = true;
+    buf_free(&tmp);
+}
+
+/* LMOVE source destination LEFT|RIGHT LEFT|RIGHT, and RPOPLPUSH (RIGHT
+ * LEFT): the words, the source (missing: nil), then the destination's
+ * type. The element is pushed before it is popped, so a failed push
+ * loses nothing, and a list moved onto itself rotates. Logged as sent. */
+static void cmd_lmove(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    bool from_left = false, to_left = true;
+    if (argc == 5) {
+        bool fl = resp_is(&a[3], "LEFT"), tl = resp_is(&a[4], "LEFT");
+        if ((!fl && !resp_is(&a[3], "RIGHT")) ||
+            (!tl && !resp_is(&a[4], "RIGHT"))) {
+            reply_syntax(out);
+            return;
+        }
+        from_left = fl;
+        to_left = tl;
+    }
+    dict_entry *src, *dst;
+    if (!find_of(k, &a[1], KV_LIST, &src, out)) return;
+    if (!src) {
+        reply_nil(out);
+        return;
+    }
+    if (!find_of(k, &a[2], KV_LIST, &dst, out)) return;
+    kv_list *from = store_obj(src)->val;
+    kv_list *to = make_of(k, &a[2], KV_LIST, &dst, out);
+    if (!to) return;
+    kv_elem *x = list_at(from, from_left ? 0 : from->n - 1);
+    if (list_push(to, to_left, x->p, x->len) < 0) {
+        drop_if_empty(k, dst, to->n);
+        reply_oom(out);
+        return;
+    }
+    kv_elem v;
+    list_pop(from, from_left, &v);
+    buf_bulk(out, v.p, v.len);
+    free(v.p);
+    kv_log(k, a, argc);
+    drop_if_empty(k, src, from->n);
+}
+
 /* ------------------------------- sets, hashes and sorted sets alike */
 
 /* The type a set, hash or sorted-set command acts on, told by its name's
@@ -721,6 +919,326 @@ static void cmd_smembers(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     buf_int(out, '*', (long long)s->d.count);
     for (size_t i = 0; i < s->d.count; i++)
         buf_bulk(out, dict_key(&s->d, s->arr[i]), s->arr[i]->klen);
+}
+
+static int cmp_size(const void *x, const void *y) {
+    size_t a = *(const size_t *)x, b = *(const size_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* SMISMEMBER key member ...: 1 or 0 for each. */
+static void cmd_smismember(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                           buf *out) {
+    (void)cl;
+    dict *d;
+    if (!find_members(k, &a[1], KV_SET, &d, out)) return;
+    buf_int(out, '*', (long long)argc - 2);
+    for (size_t i = 2; i < argc; i++)
+        buf_str(out, member(d, &a[i]) ? ":1\r\n" : ":0\r\n");
+}
+
+/* SRANDMEMBER key [count]: Redis 7.0's srandmemberWithCountCommand. A
+ * count >= 0 gives distinct members, at most the set's (a sample of the
+ * array, in its order: no memory but the reply's); a negative one gives
+ * |count| picks, repeats allowed, as many as asked, Redis' bound being
+ * the client's output limit: the picks stop once the reply cannot grow
+ * (out->oom: past the hard limit, or out of memory), and the connection
+ * is dropped then, as Redis closes a client over its limit. A read:
+ * nothing is logged. */
+static void cmd_srandmember(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    (void)cl;
+    if (argc > 3) {
+        reply_syntax(out);
+        return;
+    }
+    long long count = 1;
+    if (argc == 3 && !arg_range(&a[2], -INT64_MAX, NULL, &count, out)) return;
+    dict_entry *e;
+    if (!find_of(k, &a[1], KV_SET, &e, out)) return;
+    if (!e) {
+        buf_str(out, argc == 3 ? "*0\r\n" : "$-1\r\n");
+        return;
+    }
+    kv_set *s = store_obj(e)->val;
+    if (argc == 2) {
+        dict_entry *m = set_random(s);
+        buf_bulk(out, dict_key(&s->d, m), m->klen);
+        return;
+    }
+    if (count < 0) {
+        unsigned long long n = 0 - (unsigned long long)count;
+        buf_int(out, '*', count == INT64_MIN ? 0 : -count);
+        for (unsigned long long i = 0; i < n && !out->oom; i++) {
+            dict_entry *m = set_random(s);
+            buf_bulk(out, dict_key(&s->d, m), m->klen);
+        }
+        return;
+    }
+    size_t size = s->d.count;
+    size_t want = (unsigned long long)count < size ? (size_t)count : size;
+    if (want * 2 <= size) {
+        /* Few of many: distinct random indexes, in O(want log want). */
+        size_t *idx = malloc(want * sizeof *idx), got = 0;
+        if (want && !idx) {
+            reply_oom(out);
+            return;
+        }
+        while (got < want) {
+            for (size_t i = got; i < want; i++)
+                idx[i] = (size_t)types_random(size);
+            qsort(idx, want, sizeof *idx, cmp_size);
+            got = 1;
+            for (size_t i = 1; i < want; i++) /* at most half repeat */
+                if (idx[i] != idx[got - 1]) idx[got++] = idx[i];
+        }
+        buf_int(out, '*', (long long)want);
+        for (size_t i = 0; i < want; i++)
+            buf_bulk(out, dict_key(&s->d, s->arr[idx[i]]),
+                     s->arr[idx[i]]->klen);
+        free(idx);
+        return;
+    }
+    /* Most of them: selection sampling (Knuth's algorithm S) in O(size),
+     * which is O(want): member i is taken with probability (still wanted)
+     * / (still left), so exactly `want` are, each subset as likely. */
+    buf_int(out, '*', (long long)want);
+    for (size_t i = 0; want; i++) {
+        if (types_random(size - i) < want) {
+            buf_bulk(out, dict_key(&s->d, s->arr[i]), s->arr[i]->klen);
+            want--;
+        }
+    }
+}
+
+/* SMOVE source destination member: Redis 7.0's order (a missing source
+ * is 0 before any type is looked at; then both types; a set moved onto
+ * itself changes nothing). The member is added before it is removed, so
+ * a failed add loses nothing. Logged as sent when it moved. */
+static void cmd_smove(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    dict_entry *src = kv_lookup(k, &a[1]), *dst;
+    if (!src) {
+        buf_str(out, ":0\r\n");
+        return;
+    }
+    if (store_obj(src)->type != KV_SET) {
+        reply_wrongtype(out);
+        return;
+    }
+    if (!find_of(k, &a[2], KV_SET, &dst, out)) return;
+    kv_set *from = store_obj(src)->val;
+    dict_entry *m = member(&from->d, &a[3]);
+    if (!m || src == dst) {
+        buf_str(out, m ? ":1\r\n" : ":0\r\n");
+        return;
+    }
+    kv_set *to = make_of(k, &a[2], KV_SET, &dst, out);
+    if (!to) return;
+    if (set_add(to, a[3].p, a[3].len) < 0) {
+        drop_if_empty(k, dst, to->d.count);
+        reply_oom(out);
+        return;
+    }
+    set_delete(from, m);
+    kv_log(k, a, argc);
+    drop_if_empty(k, src, from->d.count);
+    buf_str(out, ":1\r\n");
+}
+
+enum { S_INTER, S_UNION, S_DIFF };
+
+/* The sets named by keys[0, n) for SINTER, SUNION, SDIFF, their STORE
+ * forms and SINTERCARD: every key's type checked first (Redis answers
+ * WRONGTYPE for any of them, a missing key before it or not), a missing
+ * key NULL. The array (n entries) is the caller's to free; NULL with the
+ * reply on a wrong type or out of memory. */
+static kv_set **sets_of(kv *k, const resp_arg *keys, size_t n, buf *out) {
+    kv_set **v = malloc(n * sizeof *v);
+    if (!v) {
+        reply_oom(out);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        dict_entry *e;
+        if (!find_of(k, &keys[i], KV_SET, &e, out)) {
+            free(v);
+            return NULL;
+        }
+        v[i] = e ? store_obj(e)->val : NULL;
+    }
+    return v;
+}
+
+static bool in_set(const kv_set *s, dict_entry *m, const kv_set *from) {
+    return s && dict_find(&s->d, dict_key(&from->d, m), m->klen);
+}
+
+/* Where the members of a result go: into a set (STORE, and SUNION,
+ * whose sets may share members), as bulk strings into a buffer, or only
+ * counted (SINTERCARD, up to `limit`; 0: no limit). */
+typedef struct set_sink {
+    kv_set *s;       /* or NULL */
+    buf *b;          /* or NULL */
+    long long n;     /* members in it */
+    long long limit; /* stop at this many (0: none) */
+    bool oom;
+} set_sink;
+
+static bool sink_full(const set_sink *o) {
+    return o->oom || (o->limit && o->n >= o->limit);
+}
+
+static void sink_add(set_sink *o, const kv_set *from, dict_entry *m) {
+    const char *p = dict_key(&from->d, m);
+    if (o->s) {
+        int rc = set_add(o->s, p, m->klen);
+        if (rc < 0) o->oom = true;
+        o->n += rc > 0;
+        return;
+    }
+    if (o->b) buf_bulk(o->b, p, m->klen);
+    o->n++;
+}
+
+/* The members of op over sets[0, n) into o: an intersection walks the
+ * smallest set (none, when a set is missing), a difference the first. */
+static void set_algebra(int op, kv_set **sets, size_t n, set_sink *o) {
+    if (op == S_UNION) {
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; sets[i] && j < sets[i]->d.count && !o->oom; j++)
+                sink_add(o, sets[i], sets[i]->arr[j]);
+        return;
+    }
+    size_t first = 0;
+    if (op == S_INTER) {
+        for (size_t i = 0; i < n; i++) {
+            if (!sets[i]) return;
+            if (sets[i]->d.count < sets[first]->d.count) first = i;
+        }
+    }
+    kv_set *walk = sets[first];
+    for (size_t j = 0; walk && j < walk->d.count && !sink_full(o); j++) {
+        dict_entry *m = walk->arr[j];
+        size_t i = 0;
+        for (; i < n; i++) {
+            if (i == first || (op == S_INTER && sets[i] == walk)) continue;
+            if (in_set(sets[i], m, walk) != (op == S_INTER)) break;
+        }
+        if (i == n) sink_add(o, walk, m);
+    }
+}
+
+static int set_op(const resp_arg *name) {
+    char c = (char)(name->p[1] | 0x20); /* sInter, sUnion, sDiff */
+    return c == 'i' ? S_INTER : c == 'u' ? S_UNION : S_DIFF;
+}
+
+/* SINTER, SUNION and SDIFF key ...: a read (nothing logged). */
+static void cmd_setop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    (void)cl;
+    int op = set_op(&a[0]);
+    kv_set **sets = sets_of(k, &a[1], argc - 1, out);
+    if (!sets) return;
+    buf tmp = {0};
+    set_sink o = {.b = &tmp};
+    if (op == S_UNION && !(o.s = set_new())) o.oom = true;
+    if (!o.oom) set_algebra(op, sets, argc - 1, &o);
+    free(sets);
+    if (o.oom || tmp.oom) {
+        set_free(o.s);
+        buf_free(&tmp);
+        reply_oom(out);
+        return;
+    }
+    if (o.s) { /* SUNION: the set built */
+        buf_int(out, '*', (long long)o.s->d.count);
+        for (size_t i = 0; i < o.s->d.count; i++)
+            buf_bulk(out, dict_key(&o.s->d, o.s->arr[i]), o.s->arr[i]->klen);
+        set_free(o.s);
+    } else {
+        buf_int(out, '*', o.n);
+        buf_put(out, tmp.p, tmp.len);
+    }
+    buf_free(&tmp);
+}
+
+/* SINTERSTORE, SUNIONSTORE and SDIFFSTORE destination key ...: the result
+ * is built apart (the destination may be one of the keys), then replaces
+ * the destination whatever it held, its expiry cleared; an empty result
+ * deletes it. Logged as sent when the keyspace changed: the same sets
+ * give the same result on a replica. */
+static void cmd_setop_store(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    (void)cl;
+    kv_set **sets = sets_of(k, &a[2], argc - 2, out);
+    if (!sets) return;
+    set_sink o = {.s = set_new()};
+    if (!o.s) o.oom = true;
+    if (!o.oom) set_algebra(set_op(&a[0]), sets, argc - 2, &o);
+    free(sets);
+    if (o.oom) {
+        set_free(o.s);
+        reply_oom(out);
+        return;
+    }
+    dict_entry *e = kv_lookup(k, &a[1]);
+    if (o.s->d.count == 0) {
+        set_free(o.s);
+        if (e) {
+            kv_delete(k, e);
+            kv_log(k, a, argc);
+        }
+        buf_str(out, ":0\r\n");
+        return;
+    }
+    if (!e && !(e = store_add(&k->db, a[1].p, a[1].len, KV_SET))) {
+        set_free(o.s);
+        reply_oom(out);
+        return;
+    }
+    kobj *v = store_obj(e);
+    kv_set_expire(k, e, 0); /* clearing needs no memory */
+    store_value_free(v);
+    v->type = KV_SET;
+    v->val = o.s;
+    kv_log(k, a, argc);
+    buf_int(out, ':', (long long)o.s->d.count);
+}
+
+/* SINTERCARD numkeys key ... [LIMIT limit]: Redis 7.0's checks (numkeys,
+ * then the options, then the keys); the walk stops at the limit. */
+static void cmd_sintercard(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                           buf *out) {
+    (void)cl;
+    long long nkeys, limit = 0;
+    if (!kv_parse_i64(a[1].p, a[1].len, &nkeys) || nkeys < 1) {
+        buf_str(out, "-ERR numkeys should be greater than 0\r\n");
+        return;
+    }
+    if ((unsigned long long)nkeys > argc - 2) {
+        buf_str(out, "-ERR Number of keys can't be greater than number of "
+                     "args\r\n");
+        return;
+    }
+    for (size_t j = 2 + (size_t)nkeys; j < argc; j += 2) {
+        if (j + 1 < argc && resp_is(&a[j], "LIMIT")) {
+            if (!arg_range(&a[j + 1], 0, "-ERR LIMIT can't be negative\r\n",
+                           &limit, out))
+                return;
+        } else {
+            reply_syntax(out);
+            return;
+        }
+    }
+    kv_set **sets = sets_of(k, &a[2], (size_t)nkeys, out);
+    if (!sets) return;
+    set_sink o = {.limit = limit};
+    set_algebra(S_INTER, sets, (size_t)nkeys, &o);
+    free(sets);
+    buf_int(out, ':', o.n);
 }
 
 /* --------------------------------------------------------------- hashes */
@@ -1098,6 +1616,8 @@ static void cmd_zincrby(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     zadd(k, a, argc, Z_INCR, 2, out);
 }
 
+/* ZPOPMIN and ZPOPMAX key [count]: the lowest or highest first. Logged
+ * as sent: the same ends of the same set on a replica. */
 static void cmd_zpopmin(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                         buf *out) {
     (void)cl;
@@ -1114,10 +1634,11 @@ static void cmd_zpopmin(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         return;
     }
     kv_zset *z = store_obj(e)->val;
+    bool max = (a[0].p[5] | 0x20) == 'a'; /* ZPOPMAX */
     size_t n = (size_t)count < zset_len(z) ? (size_t)count : zset_len(z);
     buf_int(out, '*', 2 * (long long)n);
     for (size_t i = 0; i < n; i++) {
-        znode *first = z->head->lv[0].fwd;
+        znode *first = max ? z->tail : z->head->lv[0].fwd;
         size_t len;
         const char *name = znode_name(z, first, &len);
         buf_bulk(out, name, len);
@@ -1139,6 +1660,22 @@ static void cmd_zscore(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         reply_score(out, zset_member(m)->score);
     else
         reply_nil(out);
+}
+
+/* ZMSCORE key member ...: each score, or nil. */
+static void cmd_zmscore(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)cl;
+    dict *d;
+    if (!find_members(k, &a[1], KV_ZSET, &d, out)) return;
+    buf_int(out, '*', (long long)argc - 2);
+    for (size_t i = 2; i < argc; i++) {
+        dict_entry *m = member(d, &a[i]);
+        if (m)
+            reply_score(out, zset_member(m)->score);
+        else
+            reply_nil(out);
+    }
 }
 
 /* ZRANK and ZREVRANK key member: nil for a missing key or member. */
@@ -1446,6 +1983,7 @@ static void cmd_member_scan(kv *k, kv_client *cl, const resp_arg *a,
 
 static const kv_cmd type_commands[] = {
     {"mset", -3, CMD_WRITE, cmd_mset},
+    {"msetnx", -3, CMD_WRITE, cmd_msetnx},
     {"mget", -2, 0, cmd_mget},
     {"setnx", 3, CMD_WRITE, cmd_setnx},
     {"getset", 3, CMD_WRITE, cmd_getset},
@@ -1465,6 +2003,10 @@ static const kv_cmd type_commands[] = {
     {"lset", 4, CMD_WRITE, cmd_lset},
     {"lrem", 4, CMD_WRITE, cmd_lrem},
     {"ltrim", 4, CMD_WRITE, cmd_ltrim},
+    {"linsert", 5, CMD_WRITE, cmd_linsert},
+    {"lpos", -3, 0, cmd_lpos},
+    {"lmove", 5, CMD_WRITE, cmd_lmove},
+    {"rpoplpush", 3, CMD_WRITE, cmd_lmove},
     {"sadd", -3, CMD_WRITE, cmd_sadd},
     {"srem", -3, CMD_WRITE, cmd_remove},
     {"spop", -2, CMD_WRITE, cmd_spop},
@@ -1472,6 +2014,16 @@ static const kv_cmd type_commands[] = {
     {"sismember", 3, 0, cmd_has},
     {"smembers", 2, 0, cmd_smembers},
     {"sscan", -3, 0, cmd_member_scan},
+    {"smismember", -3, 0, cmd_smismember},
+    {"srandmember", -2, 0, cmd_srandmember},
+    {"smove", 4, CMD_WRITE, cmd_smove},
+    {"sinter", -2, 0, cmd_setop},
+    {"sunion", -2, 0, cmd_setop},
+    {"sdiff", -2, 0, cmd_setop},
+    {"sinterstore", -3, CMD_WRITE, cmd_setop_store},
+    {"sunionstore", -3, CMD_WRITE, cmd_setop_store},
+    {"sdiffstore", -3, CMD_WRITE, cmd_setop_store},
+    {"sintercard", -3, 0, cmd_sintercard},
     {"hset", -4, CMD_WRITE, cmd_hset},
     {"hmset", -4, CMD_WRITE, cmd_hset},
     {"hget", 3, 0, cmd_hget},
@@ -1490,9 +2042,11 @@ static const kv_cmd type_commands[] = {
     {"zadd", -4, CMD_WRITE, cmd_zadd},
     {"zincrby", 4, CMD_WRITE, cmd_zincrby},
     {"zpopmin", -2, CMD_WRITE, cmd_zpopmin},
+    {"zpopmax", -2, CMD_WRITE, cmd_zpopmin},
     {"zrem", -3, CMD_WRITE, cmd_remove},
     {"zcard", 2, 0, cmd_card},
     {"zscore", 3, 0, cmd_zscore},
+    {"zmscore", -3, 0, cmd_zmscore},
     {"zrange", -4, 0, cmd_zrange},
     {"zrevrange", -4, 0, cmd_zrange},
     {"zrangebyscore", -4, 0, cmd_zrange},

@@ -3,7 +3,8 @@
  * keyspace, for one of two clients, on a virtual clock, no sockets.
  *
  * An input is a short program. Each step is a byte choosing a command
- * from the table lull-kv serves (or moving the clock, or running the
+ * from the table lull-kv serves (`names`: the table's, which a command
+ * added to it adds to) (or moving the clock, or running the
  * expiry timer's kv_expire_due), a byte for its client, the case of
  * its name and its argument count, then its arguments: each a token chosen by a
  * byte from a list biased toward what commands trip over (integers at the edges
@@ -34,6 +35,11 @@
 
 #define MAX_ARGS  12
 #define MAX_STEPS 64
+/* A client's output hard limit: far above any reply of 64 steps of 12
+ * arguments (the largest, an EXEC of 63 GETs of 64 KiB strings: 4 MiB)
+ * but SRANDMEMBER's with a huge negative count, which only a limit ends
+ * (lull-kv's and Redis' client-output-buffer-limit). */
+#define OUT_MAX (16 << 20)
 
 /* The table's names (cmd.c, cmd_types.c, cmd_client.c); REPLSYNC, the
  * server's own, is left out (kv_exec only hands it back). */
@@ -145,7 +151,24 @@ static const char *const names[] = {"get",
                                     "auth",
                                     "select",
                                     "hello",
-                                    "reset"};
+                                    "reset",
+                                    "msetnx",
+                                    "linsert",
+                                    "lpos",
+                                    "lmove",
+                                    "rpoplpush",
+                                    "smismember",
+                                    "srandmember",
+                                    "smove",
+                                    "sinter",
+                                    "sunion",
+                                    "sdiff",
+                                    "sinterstore",
+                                    "sunionstore",
+                                    "sdiffstore",
+                                    "sintercard",
+                                    "zpopmax",
+                                    "zmscore"};
 #define NNAMES (sizeof names / sizeof names[0])
 
 /* Arguments: the keys first (a byte below NKEYS picks one), then numbers
@@ -267,6 +290,12 @@ static const char *const tokens[] = {"k",
                                      "everything",
                                      "keyspace",
                                      "ch",
+                                     "BEFORE",
+                                     "AFTER",
+                                     "LEFT",
+                                     "RIGHT",
+                                     "RANK",
+                                     "MAXLEN",
                                      "x\r\ny",
                                      "\0a"};
 #define NTOKENS (sizeof tokens / sizeof tokens[0])
@@ -585,6 +614,15 @@ static void step(run *t, input *in) {
     for (size_t i = 0; i < argc; i++)
         free(raw[i]);
     if (rc & KV_SERVER) abort(); /* REPLSYNC is not sent */
+    if (out->over) { /* past the output limit (SRANDMEMBER k -10^12): the
+                        connection closes, as lull-kv's would */
+        kv_client_reset(&t->p, &t->cl[who]);
+        buf_free(out);
+        kv_client_init(&t->cl[who], NULL, out);
+        replicate(t);
+        check_store(&t->p.db);
+        return;
+    }
     /* The command's reply: exactly one, but for the commands that answer
      * each channel, and an EXEC that ran one of them (redis-server 7 too
      * answers EXEC of MULTI, SUBSCRIBE a b with *1 and two replies). */
@@ -630,6 +668,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     open_kv(&t.r, true);
     t.p.log.backlog = 0; /* every record kept: the replica reads them */
     repl_log_keep(&t.p.log);
+    t.out[0].max = t.out[1].max = OUT_MAX;
     kv_client_init(&t.cl[0], NULL, &t.out[0]);
     kv_client_init(&t.cl[1], NULL, &t.out[1]);
     input in = {data, size};

@@ -14,8 +14,9 @@ requests are string commands on values of 0 to 17 bytes (lull-kv keeps
 one of up to 8 in its key's entry) and counters across 8 digits. --edges
 sends EDGES instead, once, in order: a hostile client's counts, indexes,
 bounds, floats, options and globs at their limits. Unordered replies
-(SMEMBERS, HGETALL, KEYS, a SCAN, SSCAN, HSCAN or ZSCAN walked to its
-end) compare as sets.
+(SMEMBERS, SINTER, SUNION, SDIFF, HGETALL, KEYS, a SCAN, SSCAN, HSCAN
+or ZSCAN walked to its end) compare as sets; SRANDMEMBER's random picks
+in shape and size.
 Exit 0 when every reply agreed; 1 with each difference printed (seed, the
 request number and the requests before it) otherwise. Without
 redis-server it prints a `skipped:` line and exits 0.
@@ -266,7 +267,7 @@ def expire_args(r, cmd, now_s):
     return args
 
 
-NCASES = 91  # gen's cases
+NCASES = 104  # gen's cases
 
 # --strings: most requests are string commands on values of lengths
 # around 8 (lull-kv keeps a string of up to 8 bytes in its key's entry)
@@ -584,6 +585,64 @@ def gen(r, now_s, in_multi=False):
                                        b"", b"9223372036854775808",
                                        b"9223372036854775807"]),
              pick_word(r)]
+    elif c in (91, 92):
+        # set algebra: sets sharing members ("a", "b", "c", ...), missing
+        # keys, keys of other types, a destination that is a source
+        name = r.choice([b"SINTER", b"SUNION", b"SDIFF", b"SINTERSTORE",
+                         b"SUNIONSTORE", b"SDIFFSTORE"])
+        a = [name] + [pick_key(r) for _ in range(r.randint(1, 3))]
+        if name.endswith(b"STORE") and r.random() < 0.3:
+            a.insert(2, a[1])
+    elif c == 93:
+        n = r.randint(-1, 4)
+        a = [b"SINTERCARD", str(n).encode() if r.random() < 0.8
+             else pick_ints(r)] + [pick_key(r) for _ in range(max(n, 1))]
+        if r.random() < 0.4:
+            a += [r.choice([b"LIMIT", b"limit", b"FOO"]), pick_ints(r)]
+    elif c == 94:
+        a = [b"SMISMEMBER", k] + [pick_word(r) for _ in range(r.randint(1, 3))]
+    elif c == 95:
+        # random picks: compared in shape and size (same()); never a huge
+        # negative count, which redis-server 7.0 answers until it dies
+        a = [b"SRANDMEMBER", k]
+        if r.random() < 0.7:
+            a.append(r.choice([b"0", b"1", b"2", b"3", b"-1", b"-3", b"100",
+                               b"9223372036854775807", b"x", b"1.5",
+                               b"-9223372036854775808", b""]))
+    elif c == 96:
+        a = [b"SMOVE", k, k if r.random() < 0.2 else pick_key(r),
+             pick_word(r)]
+    elif c == 97:
+        a = [b"MSETNX"]
+        for _ in range(r.randint(1, 3)):
+            a += [pick_key(r), pick_word(r)]
+    elif c == 98:
+        a = [b"LINSERT", k, r.choice([b"BEFORE", b"AFTER", b"after",
+                                      b"MIDDLE"]), pick_word(r), pick_word(r)]
+    elif c == 99:
+        a = [b"LPOS", k, pick_word(r)]
+        for _ in range(r.choice([0, 1, 1, 2, 3])):
+            a += [r.choice([b"RANK", b"COUNT", b"MAXLEN", b"rank", b"FOO"]),
+                  r.choice([b"1", b"2", b"-1", b"-2", b"0", b"3"])
+                  if r.random() < 0.7 else pick_ints(r)]
+    elif c == 100:
+        if r.random() < 0.3:
+            a = [b"RPOPLPUSH", k, pick_key(r)]
+        else:
+            a = [b"LMOVE", k, k if r.random() < 0.2 else pick_key(r),
+                 r.choice([b"LEFT", b"RIGHT", b"left", b"UP"]),
+                 r.choice([b"LEFT", b"RIGHT", b"right"])]
+    elif c == 101:
+        a = [b"ZPOPMAX", k]
+        if r.random() < 0.5:
+            a.append(pick_ints(r))
+    elif c == 102:
+        a = [b"ZMSCORE", k] + [pick_word(r) for _ in range(r.randint(1, 3))]
+    elif c == 103:
+        # small members shared by the set commands above
+        a = [r.choice([b"SADD", b"RPUSH"]), k] + \
+            [r.choice([b"a", b"b", b"c", b"d", b"e"])
+             for _ in range(r.randint(1, 5))]
     else:
         a = [b"SET", k, pick_word(r)]
     # Wrong arities now and then: one argument fewer or one more.
@@ -757,6 +816,49 @@ GETRANGE a -1 -9223372036854775808
 SETRANGE a -1 x
 SETRANGE a 536870912 x
 SETRANGE nokey 5 \e
+SADD s a b c
+SADD t b c d
+SRANDMEMBER s 9223372036854775807
+SRANDMEMBER s -9223372036854775808
+SRANDMEMBER s -9223372036854775809
+SRANDMEMBER s 0
+SRANDMEMBER s -0
+SINTERCARD 9223372036854775807 s
+SINTERCARD 1 s LIMIT 9223372036854775807
+SINTERCARD 1 s LIMIT 9223372036854775808
+SINTERCARD 2 s t LIMIT -9223372036854775808
+SINTERCARD 1 s LIMIT 1 LIMIT 0
+SINTERSTORE s s t
+SDIFFSTORE t t t
+SMOVE s s b
+SMOVE s \e b
+SMOVE \e s b
+RPUSH l a b a c a
+LPOS l a RANK -9223372036854775808
+LPOS l a RANK -9223372036854775808 COUNT 1
+LPOS l a RANK -9223372036854775807 COUNT 0
+LPOS l a RANK 9223372036854775807
+LPOS l a RANK 9223372036854775808
+LPOS l a COUNT 9223372036854775807 MAXLEN 9223372036854775807
+LPOS l a MAXLEN 9223372036854775808
+LPOS l a COUNT 0 RANK -2 MAXLEN 3
+LPOS l \e
+LINSERT l BEFORE \e x
+LINSERT l AFTER a \e
+LMOVE l l LEFT RIGHT
+LMOVE l l RIGHT LEFT
+LMOVE l \e RIGHT LEFT
+RPOPLPUSH \e \e
+LRANGE l 0 -1
+ZADD z 1 a 2 b 3 c
+ZPOPMAX z 0
+ZPOPMAX z -1
+ZPOPMAX z 9223372036854775808
+ZPOPMAX z 9223372036854775807
+ZMSCORE z a
+MSETNX m 1 m 2
+MSETNX m 1
+MSETNX \e 1
 MULTI x
 MULTI
 INCR a
@@ -794,7 +896,8 @@ def run_edges(a, b):
 
 # ----------------------------------------------------------- comparing
 
-UNORDERED = {b"SMEMBERS", b"KEYS", b"HKEYS", b"HVALS"}
+UNORDERED = {b"SMEMBERS", b"KEYS", b"HKEYS", b"HVALS", b"SINTER", b"SUNION",
+             b"SDIFF"}
 
 
 def pairs(v):
@@ -809,6 +912,14 @@ def same(cmd, x, y):
         return True
     if name in UNORDERED and isinstance(vx, list) and isinstance(vy, list):
         return sorted(vx) == sorted(vy)
+    if name == b"SRANDMEMBER" and isinstance(vx, list) \
+            and isinstance(vy, list):
+        # random picks: as many, distinct for a count >= 0
+        return len(vx) == len(vy) and (cmd[2:3] and cmd[2].startswith(b"-")
+                                       or len(set(vx)) == len(vx))
+    if name == b"SRANDMEMBER" and isinstance(vx, bytes) \
+            and isinstance(vy, bytes):
+        return not isinstance(vx, Line) and not isinstance(vy, Line)
     if name == b"HGETALL" and isinstance(vx, list) and isinstance(vy, list):
         return len(vx) == len(vy) and pairs(vx) == pairs(vy)
     if name == b"SCAN" and isinstance(vx, list) and isinstance(vy, list):

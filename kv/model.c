@@ -47,13 +47,13 @@ static size_t put_bulk(char *out, size_t at, const char *s, size_t n) {
 }
 
 static const char *const names[OP_COUNT + 1] = {
-    "SET",   "SET",    "SET",         "SET",       "GET",     "DEL",
-    "INCR",  "APPEND", "EXISTS",      "PEXPIREAT", "PERSIST", "RPUSH",
-    "LPOP",  "LLEN",   "TYPE",        "INCRBY",    "DECRBY",  "GETDEL",
-    "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",   "LREM",
-    "LSET",  "LTRIM",  "RENAME",      "RENAMENX",  "HSET",    "HSETNX",
-    "HDEL",  "HGET",   "HGETALL",     "HLEN",      "HINCRBY", "HINCRBYFLOAT",
-    "SETEX", "PSETEX", "MGET"};
+    "SET",   "SET",    "SET",         "SET",       "GET",       "DEL",
+    "INCR",  "APPEND", "EXISTS",      "PEXPIREAT", "PERSIST",   "RPUSH",
+    "LPOP",  "LLEN",   "TYPE",        "INCRBY",    "DECRBY",    "GETDEL",
+    "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",     "LREM",
+    "LSET",  "LTRIM",  "RENAME",      "RENAMENX",  "HSET",      "HSETNX",
+    "HDEL",  "HGET",   "HGETALL",     "HLEN",      "HINCRBY",   "HINCRBYFLOAT",
+    "SETEX", "PSETEX", "LINSERT",     "LMOVE",     "RPOPLPUSH", "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -140,8 +140,28 @@ size_t model_request(const model_cmd *c, char *out) {
         break;
     case OP_RENAME:
     case OP_RENAMENX:
+    case OP_RPOPLPUSH:
         argv[argc] = c->key2;
         lens[argc++] = strlen(c->key2);
+        break;
+    case OP_LMOVE:
+        argv[argc] = c->key2;
+        lens[argc++] = strlen(c->key2);
+        argv[argc] = c->i1 < 0 ? "LEFT" : "RIGHT";
+        lens[argc] = strlen(argv[argc]);
+        argc++;
+        argv[argc] = c->i2 < 0 ? "LEFT" : "RIGHT";
+        lens[argc] = strlen(argv[argc]);
+        argc++;
+        break;
+    case OP_LINSERT:
+        argv[argc] = c->i1 < 0 ? "BEFORE" : "AFTER";
+        lens[argc] = strlen(argv[argc]);
+        argc++;
+        argv[argc] = val;
+        lens[argc++] = model_value(c, val);
+        argv[argc] = c->field;
+        lens[argc++] = strlen(c->field);
         break;
     case OP_HSET:
     case OP_HSETNX:
@@ -467,6 +487,64 @@ static size_t list_cmd(model_val *s, const model_cmd *c, bool live,
 
 static void copy_val(model_val *to, const model_val *from);
 
+/* LINSERT on a list, or on no key (live false): before or after the
+ * first item equal to the pivot (v) from the head. */
+static size_t model_linsert(model_val *s, const model_cmd *c, bool live,
+                            const char *v, size_t vlen, char *out) {
+    if (!live) return put_s(out, ":0\r\n");
+    size_t at = 0, flen = strlen(c->field);
+    for (size_t i = 0; i < s->items; i++) {
+        size_t len = (unsigned char)s->v[at];
+        if (len == vlen && memcmp(s->v + at + 1, v, vlen) == 0) {
+            if (c->i1 >= 0) at += 1 + len; /* AFTER */
+            memmove(s->v + at + 1 + flen, s->v + at, s->len - at);
+            s->v[at] = (char)flen;
+            memcpy(s->v + at + 1, c->field, flen);
+            s->len += (uint32_t)(1 + flen);
+            return put_int(out, 0, ++s->items);
+        }
+        at += 1 + len;
+    }
+    return put_s(out, ":-1\r\n");
+}
+
+/* LMOVE and RPOPLPUSH from s to d (d == s: the same name): an item off
+ * one end of s onto one end of d (made when it is no key); s goes when
+ * emptied. Each keeps its own expiry. */
+static size_t move_item(model_val *s, model_val *d, const model_cmd *c,
+                        int64_t now, char *out) {
+    bool from_left = c->op == OP_LMOVE && c->i1 < 0;
+    bool to_left = c->op == OP_RPOPLPUSH || c->i2 < 0;
+    if (!alive(s, now)) {
+        clear(s);
+        return put_s(out, "$-1\r\n");
+    }
+    if (s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
+    if (d != s && !alive(d, now)) clear(d);
+    if (d->type != MODEL_NONE && d->type != MODEL_LIST)
+        return put_s(out, WRONGTYPE);
+    char item[256];
+    size_t at = from_left ? 0 : item_at(s, s->items - 1);
+    size_t n = (unsigned char)s->v[at];
+    memcpy(item, s->v + at + 1, n);
+    size_t r = put_bulk(out, 0, item, n);
+    memmove(s->v + at, s->v + at + 1 + n, s->len - at - 1 - n);
+    s->len -= (uint32_t)(1 + n);
+    s->items--;
+    if (d->type == MODEL_NONE) {
+        clear(d);
+        d->type = MODEL_LIST;
+    }
+    at = to_left ? 0 : d->len;
+    memmove(d->v + at + 1 + n, d->v + at, d->len - at);
+    d->v[at] = (char)n;
+    memcpy(d->v + at + 1, item, n);
+    d->len += (uint32_t)(1 + n);
+    d->items++;
+    if (s->items == 0) clear(s);
+    return r;
+}
+
 /* RENAME and RENAMENX from s to d (d == s: the same name): the value
  * and its expiry move, d's old ones go. */
 static size_t rename_key(model_val *s, model_val *d, const model_cmd *c,
@@ -629,6 +707,15 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
         static model_val none;
         memset(&none, 0, offsetof(model_val, v));
         return rename_key(s, strcmp(c->key, c->key2) ? &none : s, c, now, out);
+    }
+    case OP_LINSERT:
+        if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
+        return model_linsert(s, c, live, v, vlen, out);
+    case OP_LMOVE:
+    case OP_RPOPLPUSH: {
+        static model_val none; /* key2 missing, as for RENAME */
+        memset(&none, 0, offsetof(model_val, v));
+        return move_item(s, strcmp(c->key, c->key2) ? &none : s, c, now, out);
     }
     case OP_HSET:
     case OP_HSETNX:
@@ -861,7 +948,9 @@ bool model_apply2(model_key *from, model_key *to, const model_cmd *c,
                     for (int b = 0; b < nt_; b++) {
                         copy_val(&s, &fv[a]);
                         copy_val(&d, &tv[b]);
-                        size_t n = rename_key(&s, &d, c, at[k], out);
+                        size_t n = c->op == OP_LMOVE || c->op == OP_RPOPLPUSH
+                                       ? move_item(&s, &d, c, at[k], out)
+                                       : rename_key(&s, &d, c, at[k], out);
                         if (n != len || memcmp(out, reply, len) != 0) continue;
                         add(&nf, &s);
                         add(&nt, &d);

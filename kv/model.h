@@ -96,6 +96,11 @@ enum {
     OP_HINCRBYFLOAT,  /* HINCRBYFLOAT k field n (n in val) */
     OP_SETEX,         /* SETEX k i1 v (seconds) */
     OP_PSETEX,        /* PSETEX k i1 v (ms) */
+    OP_LINSERT,       /* LINSERT k BEFORE (i1 < 0) or AFTER pivot (val)
+                         field (the element: a short word) */
+    OP_LMOVE,         /* LMOVE k key2 LEFT (i1 < 0) or RIGHT, LEFT (i2 <
+                         0) or RIGHT (model_apply2) */
+    OP_RPOPLPUSH,     /* RPOPLPUSH k key2 (model_apply2) */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
@@ -107,8 +112,9 @@ enum {
 typedef struct model_cmd {
     int op;
     char key[32];
-    char key2[32];  /* RENAME's and RENAMENX's new name (may be key) */
-    char field[8];  /* the hash commands' field */
+    char key2[32];  /* RENAME's and RENAMENX's new name, LMOVE's and
+                       RPOPLPUSH's destination (may be key) */
+    char field[8];  /* the hash commands' field, LINSERT's element */
     char val[24];   /* SET, APPEND, RPUSH, LREM, LSET, HSET, HSETNX,
                        SETEX, PSETEX; INCRBY's, DECRBY's, INCRBYFLOAT's
                        and the HINCRBYs' n */
@@ -144,7 +150,8 @@ size_t model_request(const model_cmd *c, char *out);
 bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
                  const char *reply, size_t len);
 
-/* The same for RENAME and RENAMENX, whose outcome links their two keys'
+/* The same for RENAME, RENAMENX, LMOVE and RPOPLPUSH, whose outcome
+ * links their two keys'
  * states (from: key, to: key2; one key when the names are equal). Each
  * key keeps the states some pair of candidates allows: a key's own
  * uncertainty, not which of one key's states goes with which of the
@@ -174,8 +181,8 @@ void model_key_copy(model_key *to, const model_key *from);
  * model_settle): within a candidate's expiry range. */
 bool model_key_has(const model_key *k, const model_val *s);
 
-/* Into c->val, item i (modulo their number) of s's list, so LREM finds
- * it: false (val unchanged) when s holds no list. */
+/* Into c->val, item i (modulo their number) of s's list, so LREM and
+ * LINSERT find it: false (val unchanged) when s holds no list. */
 bool model_list_item(const model_val *s, uint32_t i, model_cmd *c);
 
 /* A state as text, for messages ("string \"v1\" expire 123"). */

@@ -6,7 +6,8 @@
  * clients, every connection with faults drawn from the seed (delay,
  * jitter, bandwidth, windows, slow readers, partitions that resume or
  * break, resets at a random byte, refused connects). The clients run a
- * random workload of strings, lists (LREM, LSET, LTRIM too), hashes
+ * random workload of strings, lists (LREM, LSET, LTRIM, LINSERT, LMOVE
+ * and RPOPLPUSH too), hashes
  * (HSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT, read by HGET, HGETALL,
  * HLEN), RENAME and RENAMENX of two keys, integers at the 2^31/2^32/2^63
  * edges, values from 0 bytes to past the log's chunk size, absolute and
@@ -159,7 +160,7 @@ typedef struct pending {
     int ncmd;
     model_cmd cmd[3];
     int key[3];
-    int key2[3];      /* RENAME's second key; key's otherwise */
+    int key2[3];      /* RENAME's, LMOVE's second key; key's otherwise */
     int step;         /* P_MULTI: replies taken (MULTI, QUEUED...) */
     uint64_t sent_ns; /* when it was sent */
     /* P_TTL_GET: the probe's SET as it was when this GET left (later
@@ -1146,8 +1147,8 @@ static void send_forget(client *cl) {
 
 static int pick_op(uint64_t *r) {
     static const int weights[OP_COUNT] = {
-        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2,
-        2,  3, 2, 2, 3,  3, 4, 2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4};
+        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2, 3,
+        2,  2, 3, 3, 4,  2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3, 2};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1254,20 +1255,25 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         big_value(cl, c, key);
     if (c->op == OP_GET && S->big_len && below(r, 3) == 0)
         to_big_key(cl, c, key);
-    if (c->op == OP_LREM && below(r, 4))
+    if ((c->op == OP_LREM || c->op == OP_LINSERT) && below(r, 4))
         model_list_item(&cl->keys[*key].c[0], (uint32_t)below(r, 300), c);
-    if (c->op != OP_RENAME && c->op != OP_RENAMENX) *key2 = *key;
+    bool two = c->op == OP_RENAME || c->op == OP_RENAMENX ||
+               c->op == OP_LMOVE || c->op == OP_RPOPLPUSH;
+    if (!two) *key2 = *key;
     /* Mostly ahead (up to 1.5 s), sometimes just past, sometimes hours
      * ahead (still pending at the end, and compared there). */
     uint64_t when = below(r, 20);
     c->at = ms_now(S) + (when < 2    ? -(int64_t)below(r, 50)
                          : when == 2 ? 3600000 + (int64_t)below(r, 86400000)
                                      : 1 + (int64_t)below(r, 1500));
-    if (c->op == OP_APPEND || c->op == OP_RPUSH) {
-        const model_key *mk = &cl->keys[*key];
-        size_t room = c->op == OP_RPUSH ? 300 : MODEL_VAL_MAX - 50;
+    /* A list moved onto grows by what its source holds. */
+    if (c->op == OP_APPEND || c->op == OP_RPUSH || c->op == OP_LINSERT ||
+        c->op == OP_LMOVE || c->op == OP_RPOPLPUSH) {
+        const model_key *mk = &cl->keys[two ? *key2 : *key];
+        size_t room = c->op == OP_APPEND ? MODEL_VAL_MAX - 50 : 300;
         for (int i = 0; i < mk->n; i++)
             if (mk->c[i].len > room) c->op = OP_DEL;
+        if (c->op == OP_DEL) *key2 = *key;
     }
     /* SETEX's seconds, PSETEX's ms: mostly soon (up to 3 s), sometimes
      * hours ahead, now and then not a time (an error). */
@@ -1637,7 +1643,8 @@ static void check_reply(client *cl, const char *r, size_t len) {
             }
             model_key *mk = &cl->keys[p->key[i]];
             int op = p->cmd[i].op;
-            if (!(op == OP_RENAME || op == OP_RENAMENX
+            if (!(op == OP_RENAME || op == OP_RENAMENX || op == OP_LMOVE ||
+                          op == OP_RPOPLPUSH
                       ? model_apply2(mk, &cl->keys[p->key2[i]], &p->cmd[i], lo,
                                      now, e, (size_t)el)
                       : model_apply(mk, &p->cmd[i], lo, now, e, (size_t)el))) {

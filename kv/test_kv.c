@@ -3230,7 +3230,8 @@ TEST(client_help_answers_as_redis) {
 
 TEST(model_agrees_with_the_commands) {
     /* The simulator's reference model (model.c) against
-     * kv_exec: random commands on a few keys, strings, lists and hashes,
+     * kv_exec: random commands on a few keys, strings, lists (LINSERT,
+     * LMOVE and RPOPLPUSH too) and hashes,
      * expiry times in the past and future (SETEX and PSETEX too), time
      * moving between them (so keys expire by the timer and by lookup). Each
      * reply must be one the model allows at that instant, and the model must be
@@ -3247,7 +3248,8 @@ TEST(model_agrees_with_the_commands) {
     resp_arg argv[MAX_ARGS];
     buf out = {0};
     int ops_seen[OP_COUNT] = {0}, lrem_found = 0, ltrim_cut = 0;
-    for (int step = 0; step < 20000; step++) {
+    int linsert_found = 0, moved = 0;
+    for (int step = 0; step < 40000; step++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         /* A quarter RPUSHes: lists long enough to cut inside. */
         model_cmd c = {.op = (x >> 33) % 4 ? (int)((x >> 35) % OP_COUNT)
@@ -3269,10 +3271,12 @@ TEST(model_agrees_with_the_commands) {
         if (c.op == OP_SETEX) c.i1 = r % 4;
         if (c.op == OP_PSETEX) c.i1 = (int64_t)(r % 300) - 20;
         snprintf(c.field, sizeof c.field, "f%u", r / 7 % 3);
-        if (c.op == OP_LREM && r % 4) model_list_item(&keys[key].c[0], r, &c);
+        if ((c.op == OP_LREM || c.op == OP_LINSERT) && r % 4)
+            model_list_item(&keys[key].c[0], r, &c);
         int key2 = (int)(r / 81 % KEYS);
         snprintf(c.key2, sizeof c.key2, "k%d", key2);
-        if ((c.op == OP_APPEND || c.op == OP_RPUSH) && keys[key].c[0].len > 400)
+        if ((c.op == OP_APPEND || c.op == OP_RPUSH || c.op == OP_LINSERT) &&
+            keys[key].c[0].len > 400)
             c.op = OP_DEL;
         ops_seen[c.op]++;
         int items = keys[key].c[0].items;
@@ -3285,7 +3289,8 @@ TEST(model_agrees_with_the_commands) {
         v.k.cmd_now = 0;
         kv_exec(&v.k, NULL, argv, argc, &out);
         if (v.k.expiry_changed) kv_expiry_rearm(&v.x);
-        bool two = c.op == OP_RENAME || c.op == OP_RENAMENX;
+        bool two = c.op == OP_RENAME || c.op == OP_RENAMENX ||
+                   c.op == OP_LMOVE || c.op == OP_RPOPLPUSH;
         if (!(two ? model_apply2(&keys[key], &keys[key2], &c, now, now, out.p,
                                  out.len)
                   : model_apply(&keys[key], &c, now, now, out.p, out.len))) {
@@ -3301,14 +3306,20 @@ TEST(model_agrees_with_the_commands) {
         lrem_found += c.op == OP_LREM && out.p[0] == ':' && out.p[1] != '0';
         ltrim_cut += c.op == OP_LTRIM && items > keys[key].c[0].items &&
                      keys[key].c[0].items > 0;
+        linsert_found += c.op == OP_LINSERT && out.p[0] == ':' &&
+                         out.p[1] != '0' && out.p[1] != '-';
+        moved += (c.op == OP_LMOVE || c.op == OP_RPOPLPUSH) &&
+                 out.p[0] == '$' && out.p[1] != '-';
         CHECK_EQ(keys[key].n, 1);
         CHECK_EQ(keys[key2].n, 1);
         if (r % 7 == 0) lull_loop_advance(loop, (r % 100) * MS);
     }
     for (int i = 0; i < OP_COUNT; i++)
         CHECK(ops_seen[i] > 100);
-    CHECK(lrem_found > 20); /* LREM drawn with items it finds */
-    CHECK(ltrim_cut > 20);  /* LTRIM inside a list */
+    CHECK(lrem_found > 20);    /* LREM drawn with items it finds */
+    CHECK(ltrim_cut > 20);     /* LTRIM inside a list */
+    CHECK(linsert_found > 20); /* LINSERT at a pivot there */
+    CHECK(moved > 20);         /* LMOVE and RPOPLPUSH of an item */
     /* The store holds what the model says. */
     lull_loop_advance(loop, 1000 * MS);
     int64_t now = 1000000000000ll + (int64_t)(lull_loop_now(loop) / MS);
@@ -5817,5 +5828,388 @@ TEST(lrem_lset_ltrim_on_a_wrapped_list) {
     CHECK(strcmp(exec_words(&p, &out, "EXISTS e f"), ":0\r\n") == 0);
     check_replica_agrees(&p);
     buf_free(&out);
+    kv_free(&p);
+}
+
+/* ------------------- set algebra, SMOVE, SRANDMEMBER, LMOVE, LINSERT, LPOS */
+
+#define WRONGTYPE                                                              \
+    "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+
+/* Runs cases[i][0] on k, each reply word for word cases[i][1]. */
+static void check_cases(kv *k, const char *const (*cases)[2], size_t n) {
+    buf out = {0};
+    for (size_t i = 0; i < n; i++) {
+        const char *got = exec_words(k, &out, cases[i][0]);
+        if (strcmp(got, cases[i][1]) != 0)
+            check_fail(__FILE__, __LINE__, "%s: %s", cases[i][0], got);
+    }
+    buf_free(&out);
+}
+
+TEST(set_algebra_as_redis) {
+    /* Replies as redis-server 7.0.15 gave them (results of more than one
+     * member are in each server's own order: counted here, compared as
+     * sets by kv/kvdiff.py). Every key's type is checked, a missing key
+     * before a wrong one or not; SINTERCARD checks numkeys, then its
+     * options, then the keys. */
+    static const char *const cases[][2] = {
+        {"SADD s a b c", ":3\r\n"},
+        {"SADD t b c d", ":3\r\n"},
+        {"SET str x", "+OK\r\n"},
+        {"SINTER s nokey", "*0\r\n"},
+        {"SINTER nokey s", "*0\r\n"},
+        {"SINTER s str", WRONGTYPE},
+        {"SINTER nokey str", WRONGTYPE},
+        {"SUNION nokey str", WRONGTYPE},
+        {"SDIFF nokey str", WRONGTYPE},
+        {"SDIFF str s", WRONGTYPE},
+        {"SINTER s t nokey", "*0\r\n"},
+        {"SDIFF s t", "*1\r\n$1\r\na\r\n"},
+        {"SDIFF t s", "*1\r\n$1\r\nd\r\n"},
+        {"SDIFF s s", "*0\r\n"},
+        {"SDIFF nokey s", "*0\r\n"},
+        {"SINTER s t s t", "*2\r\n$1\r\nb\r\n$1\r\nc\r\n"},
+        {"SUNION nokey", "*0\r\n"},
+        {"SINTER", "-ERR wrong number of arguments for 'sinter' command\r\n"},
+        {"SINTERSTORE d",
+         "-ERR wrong number of arguments for 'sinterstore' command\r\n"},
+        {"SINTERSTORE d s t", ":2\r\n"},
+        {"SUNIONSTORE d s t", ":4\r\n"},
+        {"SDIFFSTORE d s t", ":1\r\n"},
+        {"SMEMBERS d", "*1\r\n$1\r\na\r\n"},
+        {"SINTERSTORE d s str", WRONGTYPE},
+        {"SMEMBERS d", "*1\r\n$1\r\na\r\n"}, /* a refused STORE: kept */
+        {"SINTERCARD 2 s t", ":2\r\n"},
+        {"SINTERCARD 2 s t LIMIT 1", ":1\r\n"},
+        {"SINTERCARD 2 s t limit 0", ":2\r\n"},
+        {"SINTERCARD 1 s LIMIT 1 LIMIT 0", ":3\r\n"},
+        {"SINTERCARD 2 s nokey", ":0\r\n"},
+        {"SINTERCARD 0 s", "-ERR numkeys should be greater than 0\r\n"},
+        {"SINTERCARD -1 s", "-ERR numkeys should be greater than 0\r\n"},
+        {"SINTERCARD x s", "-ERR numkeys should be greater than 0\r\n"},
+        {"SINTERCARD 3 s t",
+         "-ERR Number of keys can't be greater than number of args\r\n"},
+        {"SINTERCARD 9223372036854775807 s",
+         "-ERR Number of keys can't be greater than number of args\r\n"},
+        {"SINTERCARD 1 s LIMIT -1", "-ERR LIMIT can't be negative\r\n"},
+        {"SINTERCARD 1 s LIMIT x", "-ERR LIMIT can't be negative\r\n"},
+        {"SINTERCARD 1 s LIMIT", "-ERR syntax error\r\n"},
+        {"SINTERCARD 1 s FOO 1", "-ERR syntax error\r\n"},
+        {"SINTERCARD 1 str", WRONGTYPE},
+        {"SINTERCARD 1 str LIMIT -1", "-ERR LIMIT can't be negative\r\n"},
+        {"SINTERCARD 1",
+         "-ERR wrong number of arguments for 'sintercard' command\r\n"},
+        {"SMISMEMBER s a z c", "*3\r\n:1\r\n:0\r\n:1\r\n"},
+        {"SMISMEMBER nokey a", "*1\r\n:0\r\n"},
+        {"SMISMEMBER str a", WRONGTYPE},
+        {"SMISMEMBER s",
+         "-ERR wrong number of arguments for 'smismember' command\r\n"},
+    };
+    kv p;
+    kv_setup(&p, false);
+    check_cases(&p, cases, sizeof cases / sizeof cases[0]);
+    check_replica_agrees(&p);
+    kv_free(&p);
+}
+
+TEST(set_store_replaces_the_destination) {
+    /* A *STORE's result replaces the destination whatever it held, and
+     * clears its time to live (Redis' setKey); the destination may be one
+     * of the sets read. An empty result deletes the destination (of any
+     * type), and one that was not there changes nothing: no record. */
+    static const char *const cases[][2] = {
+        {"SADD s a b c", ":3\r\n"},
+        {"SADD x b c z", ":3\r\n"},
+        {"SINTERSTORE s s x", ":2\r\n"},
+        {"SMEMBERS s", "*2\r\n$1\r\nb\r\n$1\r\nc\r\n"},
+        {"SDIFFSTORE s s s", ":0\r\n"},
+        {"EXISTS s", ":0\r\n"},
+        {"SET str v EX 100", "+OK\r\n"},
+        {"SUNIONSTORE str x", ":3\r\n"},
+        {"TYPE str", "+set\r\n"},
+        {"TTL str", ":-1\r\n"},
+        {"LPUSH l a", ":1\r\n"},
+        {"EXPIRE l 100", ":1\r\n"},
+        {"SINTERSTORE l x nokey", ":0\r\n"},
+        {"EXISTS l", ":0\r\n"},
+        {"SADD big 1 2 3 4 5 6 7 8 9 10 11 12 13 14", ":14\r\n"},
+        {"SUNIONSTORE big x", ":3\r\n"}, /* a set replaced by a set */
+        {"SCARD big", ":3\r\n"},
+    };
+    kv p;
+    kv_setup(&p, false);
+    check_cases(&p, cases, sizeof cases / sizeof cases[0]);
+    uint64_t nrec = p.log.nrec;
+    buf out = {0};
+    CHECK(strcmp(exec_words(&p, &out, "SINTERSTORE none x nokey"), ":0\r\n") ==
+          0);
+    CHECK_U64_EQ(p.log.nrec, nrec); /* nothing changed, nothing logged */
+    /* A destination whose time has come is replaced, without a time. */
+    p.clock = fixed_clock;
+    fixed_now = 1000000;
+    CHECK(strcmp(exec_words(&p, &out, "SET old v PXAT 1000010"), "+OK\r\n") ==
+          0);
+    fixed_now = 1000020;
+    p.cmd_now = 0;
+    CHECK(strcmp(exec_words(&p, &out, "SUNIONSTORE old x"), ":3\r\n") == 0);
+    p.cmd_now = 0;
+    CHECK(strcmp(exec_words(&p, &out, "PTTL old"), ":-1\r\n") == 0);
+    CHECK(store_first_expiry(&p.db) == NULL);
+    buf_free(&out);
+    check_replica_agrees(&p);
+    kv_free(&p);
+}
+
+TEST(smove_as_redis) {
+    /* SMOVE: a missing source is 0 before any type is looked at; then
+     * both types; a set moved onto itself is its member's test; an emptied
+     * source goes; a missing destination is made. */
+    static const char *const cases[][2] = {
+        {"SADD s a b", ":2\r\n"},
+        {"SADD t c", ":1\r\n"},
+        {"SET str x", "+OK\r\n"},
+        {"SMOVE nokey str a", ":0\r\n"},
+        {"SMOVE s str a", WRONGTYPE},
+        {"SMOVE str s a", WRONGTYPE},
+        {"SMOVE str str a", WRONGTYPE},
+        {"SMOVE s s a", ":1\r\n"},
+        {"SMOVE s s zz", ":0\r\n"},
+        {"SMOVE s t zz", ":0\r\n"},
+        {"SMOVE s t a", ":1\r\n"},
+        {"SMOVE s new b", ":1\r\n"},
+        {"EXISTS s", ":0\r\n"},
+        {"SMEMBERS new", "*1\r\n$1\r\nb\r\n"},
+        {"SMOVE t new c", ":1\r\n"},
+        {"SMOVE t new a", ":1\r\n"},
+        {"EXISTS t", ":0\r\n"},
+        {"SCARD new", ":3\r\n"},
+        {"SMOVE new s",
+         "-ERR wrong number of arguments for 'smove' command\r\n"},
+    };
+    kv p;
+    kv_setup(&p, false);
+    check_cases(&p, cases, sizeof cases / sizeof cases[0]);
+    check_replica_agrees(&p);
+    kv_free(&p);
+}
+
+/* The members of a multibulk reply of one-byte bulks, as a bit per byte
+ * value; false when one repeats. */
+static bool distinct_bytes(const char *reply, size_t *n) {
+    unsigned char seen[256] = {0};
+    *n = 0;
+    for (const char *p = strstr(reply, "$1\r\n"); p;
+         p = strstr(p + 5, "$1\r\n")) {
+        unsigned char c = (unsigned char)p[4];
+        if (seen[c]++) return false;
+        (*n)++;
+    }
+    return true;
+}
+
+TEST(srandmember_counts) {
+    /* SRANDMEMBER: a count >= 0 gives that many distinct members, at
+     * most the set's; a negative one |count| picks, repeats allowed, as
+     * Redis. A huge negative count stops once the reply passes the output
+     * limit (Redis' own bound: its client-output-buffer-limit), never
+     * spinning through 2^62 picks or allocating for them. A read: no
+     * record. */
+    static const char *const cases[][2] = {
+        {"SRANDMEMBER nokey", "$-1\r\n"},
+        {"SRANDMEMBER nokey 3", "*0\r\n"},
+        {"SRANDMEMBER nokey -3", "*0\r\n"},
+        {"SET str x", "+OK\r\n"},
+        {"SRANDMEMBER str", WRONGTYPE},
+        {"SRANDMEMBER str x",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"SADD s a", ":1\r\n"},
+        {"SRANDMEMBER s", "$1\r\na\r\n"},
+        {"SRANDMEMBER s 0", "*0\r\n"},
+        {"SRANDMEMBER s -3", "*3\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n"},
+        {"SRANDMEMBER s 9223372036854775807", "*1\r\n$1\r\na\r\n"},
+        {"SRANDMEMBER s -9223372036854775808",
+         "-ERR value is out of range, value must between "
+         "-9223372036854775807 and 9223372036854775807\r\n"},
+        {"SRANDMEMBER s x", "-ERR value is not an integer or out of range\r\n"},
+        {"SRANDMEMBER s 1.5",
+         "-ERR value is not an integer or out of range\r\n"},
+        {"SRANDMEMBER s 1 2", "-ERR syntax error\r\n"},
+    };
+    kv p;
+    kv_setup(&p, false);
+    check_cases(&p, cases, sizeof cases / sizeof cases[0]);
+    buf out = {0};
+    exec_words(&p, &out, "SADD s b c d e f g h i j");
+    uint64_t nrec = p.log.nrec;
+    /* Every count from 0 to past the size, both ways of sampling. */
+    for (int count = 0; count <= 12; count++) {
+        for (int round = 0; round < 50; round++) {
+            char req[32];
+            snprintf(req, sizeof req, "SRANDMEMBER s %d", count);
+            const char *got = exec_words(&p, &out, req);
+            size_t n;
+            CHECK(distinct_bytes(got, &n));
+            CHECK_EQ(n, (size_t)(count < 10 ? count : 10));
+        }
+    }
+    CHECK(strncmp(exec_words(&p, &out, "SRANDMEMBER s -20"), "*20\r\n", 5) ==
+          0);
+    /* 2^62 - 1 picks asked for: the reply stops at its limit. */
+    resp_arg a[3] = {
+        {"SRANDMEMBER", 11}, {"s", 1}, {"-4611686018427387903", 20}};
+    buf cap = {.max = 1 << 16};
+    kv_exec(&p, NULL, a, 3, &cap);
+    CHECK(cap.oom && cap.over);
+    CHECK(cap.len <= 1 << 16);
+    CHECK_U64_EQ(p.log.nrec, nrec);
+    buf_free(&cap);
+    buf_free(&out);
+    kv_free(&p);
+}
+
+TEST(lists_lmove_linsert_lpos_as_redis) {
+    /* As redis-server 7.0.15 answered: LMOVE's and LINSERT's words before
+     * the key; LMOVE's source (missing: nil) before the destination's
+     * type; a list moved onto itself rotates, and a one-element list
+     * stays; an emptied source goes. LPOS's options before the key, and
+     * its RANK -9223372036854775808, which Redis 7.0 takes as every
+     * match from the tail, COUNT ignored. */
+    static const char *const cases[][2] = {
+        {"RPUSH l a b c", ":3\r\n"},
+        {"SET str x", "+OK\r\n"},
+        {"LMOVE l l LEFT RIGHT", "$1\r\na\r\n"},
+        {"LMOVE l l right left", "$1\r\na\r\n"},
+        {"LMOVE l l LEFT LEFT", "$1\r\na\r\n"},
+        {"RPOPLPUSH l l", "$1\r\nc\r\n"},
+        {"LRANGE l 0 -1", "*3\r\n$1\r\nc\r\n$1\r\na\r\n$1\r\nb\r\n"},
+        {"LMOVE l l UP LEFT", "-ERR syntax error\r\n"},
+        {"LMOVE nokey l UP LEFT", "-ERR syntax error\r\n"},
+        {"LMOVE nokey str LEFT LEFT", "$-1\r\n"},
+        {"LMOVE l str LEFT LEFT", WRONGTYPE},
+        {"LMOVE str l LEFT LEFT", WRONGTYPE},
+        {"RPOPLPUSH nokey l", "$-1\r\n"},
+        {"RPOPLPUSH l str", WRONGTYPE},
+        {"LMOVE l m RIGHT LEFT", "$1\r\nb\r\n"},
+        {"LMOVE l m LEFT RIGHT", "$1\r\nc\r\n"},
+        {"RPOPLPUSH l m", "$1\r\na\r\n"},
+        {"EXISTS l", ":0\r\n"},
+        {"LRANGE m 0 -1", "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"},
+        {"RPUSH one x", ":1\r\n"},
+        {"LMOVE one one LEFT RIGHT", "$1\r\nx\r\n"},
+        {"LRANGE one 0 -1", "*1\r\n$1\r\nx\r\n"},
+        {"LINSERT m MIDDLE a x", "-ERR syntax error\r\n"},
+        {"LINSERT str MIDDLE a x", "-ERR syntax error\r\n"},
+        {"LINSERT str BEFORE a x", WRONGTYPE},
+        {"LINSERT nokey BEFORE a x", ":0\r\n"},
+        {"EXISTS nokey", ":0\r\n"},
+        {"LINSERT m BEFORE zz x", ":-1\r\n"},
+        {"LINSERT m before a x", ":4\r\n"},
+        {"LINSERT m AFTER c y", ":5\r\n"},
+        {"LINSERT m after b a", ":6\r\n"},
+        {"LRANGE m 0 -1", "*6\r\n$1\r\nx\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\na\r\n"
+                          "$1\r\nc\r\n$1\r\ny\r\n"},
+        {"LPOS m a", ":1\r\n"},
+        {"LPOS m a RANK -1", ":3\r\n"},
+        {"LPOS m a RANK 2", ":3\r\n"},
+        {"LPOS m a RANK 3", "$-1\r\n"},
+        {"LPOS m a COUNT 0", "*2\r\n:1\r\n:3\r\n"},
+        {"LPOS m a RANK -1 COUNT 0", "*2\r\n:3\r\n:1\r\n"},
+        {"LPOS m a COUNT 1", "*1\r\n:1\r\n"},
+        {"LPOS m a MAXLEN 2 COUNT 0", "*1\r\n:1\r\n"},
+        {"LPOS m a MAXLEN 1", "$-1\r\n"},
+        {"LPOS m zz COUNT 1", "*0\r\n"},
+        {"LPOS m a RANK -9223372036854775808", ":3\r\n"},
+        {"LPOS m a RANK -9223372036854775808 COUNT 1", "*2\r\n:3\r\n:1\r\n"},
+        {"LPOS m a RANK 9223372036854775807 COUNT 0", "*0\r\n"},
+        {"LPOS m a RANK 0",
+         "-ERR RANK can't be zero: use 1 to start from the first match, 2 "
+         "from the second ... or use negative to start from the end of the "
+         "list\r\n"},
+        {"LPOS m a RANK x", "-ERR value is not an integer or out of range\r\n"},
+        {"LPOS m a COUNT -1", "-ERR COUNT can't be negative\r\n"},
+        {"LPOS m a COUNT x", "-ERR COUNT can't be negative\r\n"},
+        {"LPOS m a MAXLEN -1", "-ERR MAXLEN can't be negative\r\n"},
+        {"LPOS m a RANK", "-ERR syntax error\r\n"},
+        {"LPOS str a FOO", "-ERR syntax error\r\n"},
+        {"LPOS str a", WRONGTYPE},
+        {"LPOS nokey a", "$-1\r\n"},
+        {"LPOS nokey a COUNT 1", "*0\r\n"},
+    };
+    kv p;
+    kv_setup(&p, false);
+    check_cases(&p, cases, sizeof cases / sizeof cases[0]);
+    check_replica_agrees(&p);
+    kv_free(&p);
+}
+
+TEST(list_insert_at_every_place) {
+    /* list_insert moves the shorter side: at every place of lists around
+     * the ring's sizes, wrapped or not, the order is the one asked for. */
+    for (size_t n = 0; n <= 17; n++) {
+        for (size_t at = 0; at <= n; at++) {
+            kv_list *l = list_new();
+            CHECK(l != NULL);
+            for (size_t i = 0; i < n; i++) { /* half pushed left: wrapped */
+                char c = (char)('a' + i);
+                CHECK_EQ(list_push(l, false, &c, 1), 0);
+                if (i % 2) {
+                    kv_elem e;
+                    list_pop(l, false, &e);
+                    CHECK_EQ(list_push(l, true, e.p, 1), 0);
+                    free(e.p);
+                    kv_elem f;
+                    list_pop(l, true, &f);
+                    CHECK_EQ(list_push(l, false, f.p, 1), 0);
+                    free(f.p);
+                }
+            }
+            CHECK_EQ(list_insert(l, at, "X", 1), 0);
+            CHECK_EQ(l->n, n + 1);
+            for (size_t i = 0; i <= n; i++) {
+                char want = i < at    ? (char)('a' + i)
+                            : i == at ? 'X'
+                                      : (char)('a' + i - 1);
+                CHECK_EQ(list_at(l, i)->p[0], want);
+            }
+            list_free(l);
+        }
+    }
+}
+
+TEST(zpopmax_zmscore_msetnx_as_redis) {
+    static const char *const cases[][2] = {
+        {"ZADD z 1 a 2 b 3 c", ":3\r\n"},
+        {"SET str x", "+OK\r\n"},
+        {"ZPOPMAX z", "*2\r\n$1\r\nc\r\n$1\r\n3\r\n"},
+        {"ZPOPMAX z 0", "*0\r\n"},
+        {"ZPOPMAX z -1", "-ERR value is out of range, must be positive\r\n"},
+        {"ZPOPMAX z x", "-ERR value is out of range, must be positive\r\n"},
+        {"ZPOPMAX z 1 2", "-ERR syntax error\r\n"},
+        {"ZPOPMAX nokey", "*0\r\n"},
+        {"ZPOPMAX nokey 2", "*0\r\n"},
+        {"ZPOPMAX str", WRONGTYPE},
+        {"ZMSCORE z a x b", "*3\r\n$1\r\n1\r\n$-1\r\n$1\r\n2\r\n"},
+        {"ZPOPMAX z 9223372036854775807",
+         "*4\r\n$1\r\nb\r\n$1\r\n2\r\n$1\r\na\r\n$1\r\n1\r\n"},
+        {"EXISTS z", ":0\r\n"},
+        {"ZMSCORE nokey a", "*1\r\n$-1\r\n"},
+        {"ZMSCORE str a", WRONGTYPE},
+        {"ZMSCORE z",
+         "-ERR wrong number of arguments for 'zmscore' command\r\n"},
+        {"MSETNX a 1 b 2", ":1\r\n"},
+        {"MSETNX c 3 a 1", ":0\r\n"},
+        {"EXISTS c", ":0\r\n"},
+        {"MSETNX a", "-ERR wrong number of arguments for 'msetnx' command\r\n"},
+        {"MSETNX a 1 b",
+         "-ERR wrong number of arguments for 'msetnx' command\r\n"},
+        {"MSETNX x 1 x 2", ":1\r\n"},
+        {"GET x", "$1\r\n2\r\n"},
+        {"MSETNX str y", ":0\r\n"}, /* any type is there */
+    };
+    kv p;
+    kv_setup(&p, false);
+    check_cases(&p, cases, sizeof cases / sizeof cases[0]);
+    check_replica_agrees(&p);
     kv_free(&p);
 }

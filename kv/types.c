@@ -104,6 +104,23 @@ void list_pop(kv_list *l, bool left, kv_elem *e) {
     list_fit(l);
 }
 
+int list_insert(kv_list *l, size_t i, const char *p, size_t len) {
+    if (l->n == l->cap && list_grow(l) < 0) return -ENOMEM;
+    kv_elem e;
+    if (elem_copy(&e, p, len) < 0) return -ENOMEM;
+    if (i < l->n / 2) { /* the head side moves a slot left */
+        l->head = (l->head - 1) & (l->cap - 1);
+        for (size_t j = 0; j < i; j++)
+            *list_at(l, j) = *list_at(l, j + 1);
+    } else { /* the tail side a slot right */
+        for (size_t j = l->n; j > i; j--)
+            *list_at(l, j) = *list_at(l, j - 1);
+    }
+    *list_at(l, i) = e;
+    l->n++;
+    return 0;
+}
+
 int list_set(kv_list *l, size_t i, const char *p, size_t len) {
     kv_elem e;
     if (elem_copy(&e, p, len) < 0) return -ENOMEM;
@@ -204,6 +221,10 @@ void set_delete(kv_set *s, dict_entry *e) {
 
 dict_entry *set_random(kv_set *s) {
     return s->arr[rnd() % s->d.count];
+}
+
+uint64_t types_random(uint64_t n) {
+    return rnd() % n;
 }
 
 /* ------------------------------------------------------------ hashes */

@@ -46,6 +46,10 @@ void list_pop(kv_list *l, bool left, kv_elem *e);
 static inline kv_elem *list_at(kv_list *l, size_t i) {
     return &l->a[(l->head + i) & (l->cap - 1)];
 }
+/* LINSERT: a copy of p becomes element i (<= n), those from i on one
+ * further; the shorter side moves, O(min(i, n - i)). 0 or -ENOMEM
+ * (unchanged). */
+int list_insert(kv_list *l, size_t i, const char *p, size_t len);
 /* LSET: element i (< n) becomes a copy of p. 0 or -ENOMEM (unchanged). */
 int list_set(kv_list *l, size_t i, const char *p, size_t len);
 /* LREM: drops the elements equal to p, at most `most` of them (0: all),
@@ -69,6 +73,8 @@ kv_set *set_new(void);
 void set_free(kv_set *s);
 /* 1 added, 0 already there, -ENOMEM. */
 int set_add(kv_set *s, const char *m, size_t len);
+/* A number picked at random in [0, n), n > 0 (SRANDMEMBER's). */
+uint64_t types_random(uint64_t n);
 /* A member picked at random (the set must not be empty). */
 dict_entry *set_random(kv_set *s);
 void set_delete(kv_set *s, dict_entry *e);
