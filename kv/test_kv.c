@@ -547,8 +547,10 @@ static const char *exec_words(kv *k, buf *out, const char *line) {
     resp_arg argv[MAX_ARGS];
     size_t argc = 0;
     snprintf(copy, sizeof copy, "%s", line);
-    for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
+    for (char *w = strtok(copy, " "); w; w = strtok(NULL, " ")) {
+        CHECK(argc < MAX_ARGS); /* a case of more words needs a larger argv */
         argv[argc++] = (resp_arg){w, strlen(w)};
+    }
     out->len = 0;
     kv_exec(k, NULL, argv, argc, out);
     buf_put(out, "", 1); /* NUL: the reply as a string */
