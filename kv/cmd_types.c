@@ -467,8 +467,10 @@ static void cmd_lrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         return;
     }
     kv_list *l = store_obj(e)->val;
-    buf_int(out, '*', (long long)(to - from + 1));
-    for (size_t i = from; i <= to; i++)
+    /* (KV_PLANT_LRANGE_END, repl.h: one short) */
+    size_t n = to - from + 1 - !!(k->plant & KV_PLANT_LRANGE_END);
+    buf_int(out, '*', (long long)n);
+    for (size_t i = from; i < from + n; i++)
         buf_bulk(out, list_at(l, i)->p, list_at(l, i)->len);
 }
 

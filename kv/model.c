@@ -53,7 +53,7 @@ static const char *const names[OP_COUNT + 1] = {
     "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",   "LREM",
     "LSET",  "LTRIM",  "RENAME",      "RENAMENX",  "HSET",    "HSETNX",
     "HDEL",  "HGET",   "HGETALL",     "HLEN",      "HINCRBY", "HINCRBYFLOAT",
-    "SETEX", "PSETEX", "MGET"};
+    "SETEX", "PSETEX", "LRANGE",      "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -133,6 +133,7 @@ size_t model_request(const model_cmd *c, char *out) {
         lens[argc++] = model_value(c, val);
         break;
     case OP_LTRIM:
+    case OP_LRANGE:
         argv[argc] = num;
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
         argv[argc] = num2;
@@ -426,12 +427,23 @@ static size_t list_cmd(model_val *s, const model_cmd *c, bool live,
         memcpy(s->v + at + 1, v, vlen);
         return put_s(out, "+OK\r\n");
     }
-    if (c->op == OP_LTRIM) {
-        /* LRANGE's range: negative from the end, clipped; none empties */
+    if (c->op == OP_LTRIM || c->op == OP_LRANGE) {
+        /* LRANGE's range: negative from the end, clipped; none empties
+         * (LTRIM) or reads none (LRANGE) */
         long long from = c->i1 < 0 ? c->i1 + n : c->i1;
         long long to = c->i2 < 0 ? c->i2 + n : c->i2;
         if (from < 0) from = 0;
         if (to >= n) to = n - 1;
+        if (c->op == OP_LRANGE) {
+            if (!live || from > to || from >= n) return put_s(out, "*0\r\n");
+            size_t o = (size_t)sprintf(out, "*%lld\r\n", to - from + 1);
+            for (size_t i = (size_t)from, at = item_at(s, i); i <= (size_t)to;
+                 i++) {
+                o = put_bulk(out, o, s->v + at + 1, (unsigned char)s->v[at]);
+                at += 1 + (unsigned char)s->v[at];
+            }
+            return o;
+        }
         if (!live) return put_s(out, "+OK\r\n");
         if (from > to || from >= n) {
             clear(s);
@@ -621,6 +633,7 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
     case OP_LREM:
     case OP_LSET:
     case OP_LTRIM:
+    case OP_LRANGE:
         if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
         return list_cmd(s, c, live, v, vlen, out);
     case OP_RENAME:

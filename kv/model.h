@@ -96,6 +96,7 @@ enum {
     OP_HINCRBYFLOAT,  /* HINCRBYFLOAT k field n (n in val) */
     OP_SETEX,         /* SETEX k i1 v (seconds) */
     OP_PSETEX,        /* PSETEX k i1 v (ms) */
+    OP_LRANGE,        /* LRANGE k start stop (i1, i2) */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
@@ -112,8 +113,8 @@ typedef struct model_cmd {
     char val[24];   /* SET, APPEND, RPUSH, LREM, LSET, HSET, HSETNX,
                        SETEX, PSETEX; INCRBY's, DECRBY's, INCRBYFLOAT's
                        and the HINCRBYs' n */
-    int64_t i1, i2; /* LREM's count, LSET's index, LTRIM's start and
-                       stop; SETEX's seconds, PSETEX's ms */
+    int64_t i1, i2; /* LREM's count, LSET's index, LTRIM's and LRANGE's
+                       start and stop; SETEX's seconds, PSETEX's ms */
     uint32_t pad;   /* SET: the value goes on with this many bytes of a
                        pattern (model_value), to reach large values */
     /* The pattern shifted by `shift` from its byte `cut` on: values of
@@ -156,8 +157,9 @@ bool model_apply2(model_key *from, model_key *to, const model_cmd *c,
  * then are no key, and equal states merge. */
 void model_settle(model_key *k, int64_t lo);
 
-/* The reply a command gets on one state at one instant, into out (>= 700
- * bytes); its length. For messages (a RENAME's key2 taken as missing). */
+/* The reply a command gets on one state at one instant, into out (>=
+ * MODEL_REQ_MAX bytes); its length. For messages (a RENAME's key2 taken as
+ * missing). */
 size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
                    char *out);
 

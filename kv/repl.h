@@ -114,6 +114,8 @@ enum {
     /* The primary logs HINCRBY k f n as HSET k f n: a replica holds the
      * increment, not the sum. */
     KV_PLANT_HINCRBY_SET = 0x4000,
+    /* LRANGE leaves out the last element of its range. */
+    KV_PLANT_LRANGE_END = 0x8000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

@@ -6,7 +6,7 @@
  * clients, every connection with faults drawn from the seed (delay,
  * jitter, bandwidth, windows, slow readers, partitions that resume or
  * break, resets at a random byte, refused connects). The clients run a
- * random workload of strings, lists (LREM, LSET, LTRIM too), hashes
+ * random workload of strings, lists (LREM, LSET, LTRIM, LRANGE too), hashes
  * (HSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT, read by HGET, HGETALL,
  * HLEN), RENAME and RENAMENX of two keys, integers at the 2^31/2^32/2^63
  * edges, values from 0 bytes to past the log's chunk size, absolute and
@@ -80,7 +80,8 @@
  *                      lost-wakeup, expire-relative, multi-split,
  *                      chunk-edge, int32, silent-resync, expire-early,
  *                      batch-death, expire-now, same-length,
- *                      snapshot-ttl, ltrim-off, hincrby-set: lull-kv's;
+ *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end:
+ *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
  *                      --expect-find N, succeed when a seed of the first N
@@ -1146,8 +1147,8 @@ static void send_forget(client *cl) {
 
 static int pick_op(uint64_t *r) {
     static const int weights[OP_COUNT] = {
-        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2,
-        2,  3, 2, 2, 3,  3, 4, 2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4};
+        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2,
+        3,  2, 2, 3, 3,  4, 2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -3001,6 +3002,7 @@ static const struct {
               {"snapshot-ttl", KV_PLANT_SNAPSHOT_TTL},
               {"ltrim-off", KV_PLANT_LTRIM_OFF},
               {"hincrby-set", KV_PLANT_HINCRBY_SET},
+              {"lrange-end", KV_PLANT_LRANGE_END},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},

@@ -3175,7 +3175,8 @@ TEST(model_agrees_with_the_commands) {
         if (!(two ? model_apply2(&keys[key], &keys[key2], &c, now, now, out.p,
                                  out.len)
                   : model_apply(&keys[key], &c, now, now, out.p, out.len))) {
-            char want[700], st[800];
+            static char want[MODEL_REQ_MAX];
+            char st[800];
             size_t w = model_reply(&keys[key].c[0], &c, now, want);
             model_describe(&keys[key].c[0], st, sizeof st);
             check_fail(__FILE__, __LINE__,
