@@ -348,7 +348,8 @@ static void cmd_setrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         return;
     }
     /* (in place when it may be: a blob a reply reads is copied first) */
-    char *v = kobj_str_resize(store_obj(e), end > old ? end : old);
+    bool cut = k->plant & KV_PLANT_SETRANGE_SHRINK; /* (repl.h) */
+    char *v = kobj_str_resize(store_obj(e), end > old || cut ? end : old);
     if (!v) {
         if (made) store_delete(&k->db, e); /* no key made after all */
         reply_oom(out);

@@ -53,7 +53,7 @@ static const char *const names[OP_COUNT + 1] = {
     "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",   "LREM",
     "LSET",  "LTRIM",  "RENAME",      "RENAMENX",  "HSET",    "HSETNX",
     "HDEL",  "HGET",   "HGETALL",     "HLEN",      "HINCRBY", "HINCRBYFLOAT",
-    "SETEX", "PSETEX", "LRANGE",      "MGET"};
+    "SETEX", "PSETEX", "LRANGE",      "SETRANGE",  "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -127,6 +127,7 @@ size_t model_request(const model_cmd *c, char *out) {
         break;
     case OP_LREM:
     case OP_LSET:
+    case OP_SETRANGE:
         argv[argc] = num;
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
         argv[argc] = val;
@@ -590,6 +591,23 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
         memcpy(s->v + s->len, v, vlen);
         s->len += (uint32_t)vlen;
         return put_int(out, 0, s->len);
+    case OP_SETRANGE: {
+        /* The offset, then the type; an empty value makes no key; a gap
+         * past the end is zeros; the expiry stays. */
+        if (c->i1 < 0) return put_s(out, "-ERR offset is out of range\r\n");
+        if (live && s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
+        if (vlen == 0) return put_int(out, 0, live ? s->len : 0);
+        size_t end = (size_t)c->i1 + vlen;
+        if (end > MODEL_VAL_MAX)
+            return put_s(out, "-model: value too long\r\n");
+        if (!live) set_string(s, "", 0);
+        if (end > s->len) {
+            memset(s->v + s->len, 0, end - s->len);
+            s->len = (uint32_t)end;
+        }
+        memcpy(s->v + c->i1, v, vlen);
+        return put_int(out, 0, s->len);
+    }
     case OP_PEXPIREAT:
         if (!live) return put_s(out, ":0\r\n");
         if (c->at <= now)

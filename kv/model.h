@@ -97,6 +97,7 @@ enum {
     OP_SETEX,         /* SETEX k i1 v (seconds) */
     OP_PSETEX,        /* PSETEX k i1 v (ms) */
     OP_LRANGE,        /* LRANGE k start stop (i1, i2) */
+    OP_SETRANGE,      /* SETRANGE k offset v (offset in i1) */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
@@ -111,10 +112,11 @@ typedef struct model_cmd {
     char key2[32];  /* RENAME's and RENAMENX's new name (may be key) */
     char field[8];  /* the hash commands' field */
     char val[24];   /* SET, APPEND, RPUSH, LREM, LSET, HSET, HSETNX,
-                       SETEX, PSETEX; INCRBY's, DECRBY's, INCRBYFLOAT's
+                       SETEX, PSETEX, SETRANGE; INCRBY's, DECRBY's, INCRBYFLOAT's
                        and the HINCRBYs' n */
     int64_t i1, i2; /* LREM's count, LSET's index, LTRIM's and LRANGE's
-                       start and stop; SETEX's seconds, PSETEX's ms */
+                       start and stop; SETEX's seconds, PSETEX's ms;
+                       SETRANGE's offset */
     uint32_t pad;   /* SET: the value goes on with this many bytes of a
                        pattern (model_value), to reach large values */
     /* The pattern shifted by `shift` from its byte `cut` on: values of

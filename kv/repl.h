@@ -116,6 +116,8 @@ enum {
     KV_PLANT_HINCRBY_SET = 0x4000,
     /* LRANGE leaves out the last element of its range. */
     KV_PLANT_LRANGE_END = 0x8000,
+    /* SETRANGE inside a string cuts it at the written range's end. */
+    KV_PLANT_SETRANGE_SHRINK = 0x100000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

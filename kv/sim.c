@@ -80,7 +80,8 @@
  *                      lost-wakeup, expire-relative, multi-split,
  *                      chunk-edge, int32, silent-resync, expire-early,
  *                      batch-death, expire-now, same-length,
- *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end:
+ *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
+ *                      setrange-shrink:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -1148,7 +1149,7 @@ static void send_forget(client *cl) {
 static int pick_op(uint64_t *r) {
     static const int weights[OP_COUNT] = {
         15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2,
-        3,  2, 2, 3, 3,  4, 2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3};
+        3,  2, 2, 3, 3,  4, 2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1255,6 +1256,14 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         big_value(cl, c, key);
     if (c->op == OP_GET && S->big_len && below(r, 3) == 0)
         to_big_key(cl, c, key);
+    /* SETRANGE: at or past the end of the short strings (a gap of
+     * zeros), and inside a big value (in place, unless a reply reads
+     * it). */
+    if (c->op == OP_SETRANGE) {
+        c->i1 = (int64_t)below(r, 16) - 1;
+        if (S->big_len && below(r, 3) == 0 && to_big_key(cl, c, key))
+            c->i1 = (int64_t)below(r, S->big_len - 32);
+    }
     if (c->op == OP_LREM && below(r, 4))
         model_list_item(&cl->keys[*key].c[0], (uint32_t)below(r, 300), c);
     if (c->op != OP_RENAME && c->op != OP_RENAMENX) *key2 = *key;
@@ -3003,6 +3012,7 @@ static const struct {
               {"ltrim-off", KV_PLANT_LTRIM_OFF},
               {"hincrby-set", KV_PLANT_HINCRBY_SET},
               {"lrange-end", KV_PLANT_LRANGE_END},
+              {"setrange-shrink", KV_PLANT_SETRANGE_SHRINK},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},

@@ -3133,7 +3133,7 @@ TEST(model_agrees_with_the_commands) {
     resp_arg argv[MAX_ARGS];
     buf out = {0};
     int ops_seen[OP_COUNT] = {0}, lrem_found = 0, ltrim_cut = 0;
-    for (int step = 0; step < 20000; step++) {
+    for (int step = 0; step < 24000; step++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         /* A quarter RPUSHes: lists long enough to cut inside. */
         model_cmd c = {.op = (x >> 33) % 4 ? (int)((x >> 35) % OP_COUNT)
