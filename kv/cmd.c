@@ -844,7 +844,7 @@ static void cmd_expire(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     int64_t cur = store_expire(&k->db, e); /* 0: none, as Redis' -1 */
     if (((f & NX) && cur) || ((f & XX) && !cur) ||
-        ((f & GT) && (!cur || when <= cur)) ||
+        ((f & GT) && (cur ? when <= cur : !(k->plant & KV_PLANT_EXPIRE_GT))) ||
         ((f & LT) && cur && when >= cur)) {
         buf_str(out, ":0\r\n");
         return;

@@ -47,13 +47,13 @@ static size_t put_bulk(char *out, size_t at, const char *s, size_t n) {
 }
 
 static const char *const names[OP_COUNT + 1] = {
-    "SET",   "SET",    "SET",         "SET",       "GET",     "DEL",
-    "INCR",  "APPEND", "EXISTS",      "PEXPIREAT", "PERSIST", "RPUSH",
-    "LPOP",  "LLEN",   "TYPE",        "INCRBY",    "DECRBY",  "GETDEL",
-    "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",   "LREM",
-    "LSET",  "LTRIM",  "RENAME",      "RENAMENX",  "HSET",    "HSETNX",
-    "HDEL",  "HGET",   "HGETALL",     "HLEN",      "HINCRBY", "HINCRBYFLOAT",
-    "SETEX", "PSETEX", "LRANGE",      "SETRANGE",  "MGET"};
+    "SET",   "SET",    "SET",         "SET",       "GET",       "DEL",
+    "INCR",  "APPEND", "EXISTS",      "PEXPIREAT", "PERSIST",   "RPUSH",
+    "LPOP",  "LLEN",   "TYPE",        "INCRBY",    "DECRBY",    "GETDEL",
+    "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",     "LREM",
+    "LSET",  "LTRIM",  "RENAME",      "RENAMENX",  "HSET",      "HSETNX",
+    "HDEL",  "HGET",   "HGETALL",     "HLEN",      "HINCRBY",   "HINCRBYFLOAT",
+    "SETEX", "PSETEX", "LRANGE",      "SETRANGE",  "PEXPIREAT", "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -122,6 +122,7 @@ size_t model_request(const model_cmd *c, char *out) {
         lens[argc++] = model_value(c, val);
         break;
     case OP_PEXPIREAT:
+    case OP_PEXPIREAT_IF:
         argv[argc] = num;
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->at);
         break;
@@ -182,6 +183,10 @@ size_t model_request(const model_cmd *c, char *out) {
     } else if (c->op == OP_GETEX_PERSIST) {
         argv[argc] = "PERSIST";
         lens[argc++] = 7;
+    } else if (c->op == OP_PEXPIREAT_IF) {
+        static const char *const opt[4] = {"NX", "XX", "GT", "LT"};
+        argv[argc] = opt[c->i2 & 3];
+        lens[argc++] = 2;
     } else if (c->op == OP_SET_NX || c->op == OP_SET_XX) {
         argv[argc] = c->op == OP_SET_NX ? "NX" : "XX";
         lens[argc++] = 2;
@@ -608,6 +613,22 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
         memcpy(s->v + c->i1, v, vlen);
         return put_int(out, 0, s->len);
     }
+    case OP_PEXPIREAT_IF: {
+        /* No expiry is an infinite one: GT never passes it, LT always
+         * does (Redis 7.0). Then as PEXPIREAT. */
+        if (!live) return put_s(out, ":0\r\n");
+        int64_t cur = s->expire; /* one outcome in its range (split_at) */
+        int opt = (int)(c->i2 & 3);
+        if ((opt == 0 && cur) || (opt == 1 && !cur) ||
+            (opt == 2 && (!cur || c->at <= cur)) ||
+            (opt == 3 && cur && c->at >= cur))
+            return put_s(out, ":0\r\n");
+        if (c->at <= now)
+            clear(s);
+        else
+            set_expire(s, c->at, c->at);
+        return put_s(out, ":1\r\n");
+    }
     case OP_PEXPIREAT:
         if (!live) return put_s(out, ":0\r\n");
         if (c->at <= now)
@@ -829,6 +850,24 @@ static void sort_pairs(const char *r, size_t len, char *out) {
     }
 }
 
+/* PEXPIREAT's GT and LT compare the key's expiry with t: a state whose
+ * expiry range holds t is three (before t, t, after t), in each of which
+ * the comparison has one outcome. Into part, their number; 0 when s is
+ * one already. */
+static int split_at(const model_val *s, const model_cmd *c, model_val part[3]) {
+    int64_t t = c->at, lo = s->expire, hi = s->expire_hi;
+    if (c->op != OP_PEXPIREAT_IF || !lo || lo == hi || t < lo || t > hi)
+        return 0;
+    int n = 0;
+    int64_t from[3] = {lo, t, t + 1}, to[3] = {t - 1, t, hi};
+    for (int i = 0; i < 3; i++) {
+        if (from[i] > to[i]) continue;
+        copy_val(&part[n], s);
+        set_expire(&part[n++], from[i], to[i]);
+    }
+    return n;
+}
+
 bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
                  const char *reply, size_t len) {
     static model_key next;
@@ -839,23 +878,29 @@ bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
         sort_pairs(reply, len, sorted);
         reply = sorted;
     }
+    static model_val part[3];
     for (int i = 0; i < k->n; i++) {
-        /* The outcome changes only where an instant in the window passes
-         * the key's expiry (the ms after either end of its range) or
-         * reaches the command's time: try lo and those. */
-        const model_val *ki = &k->c[i];
-        int64_t at[4] = {lo, 0, 0, 0};
-        int nat = 1;
-        at_add(at, &nat, ki->expire ? ki->expire + 1 : 0, lo, hi);
-        at_add(at, &nat, ki->expire ? ki->expire_hi + 1 : 0, lo, hi);
-        if (c->op == OP_PEXPIREAT || c->op == OP_GETEX_PXAT)
-            at_add(at, &nat, c->at, lo, hi);
-        for (int j = 0; j < nat; j++) {
-            static model_val v[2];
-            int nv = views(ki, at[j], v);
-            for (int m = 0; m < nv; m++) {
-                size_t n = run(&v[m], c, at[j], hi, out);
-                if (n == len && memcmp(out, reply, len) == 0) add(&next, &v[m]);
+        int np = split_at(&k->c[i], c, part);
+        for (int p = 0; p < (np ? np : 1); p++) {
+            /* The outcome changes only where an instant in the window
+             * passes the key's expiry (the ms after either end of its
+             * range) or reaches the command's time: try lo and those. */
+            const model_val *ki = np ? &part[p] : &k->c[i];
+            int64_t at[4] = {lo, 0, 0, 0};
+            int nat = 1;
+            at_add(at, &nat, ki->expire ? ki->expire + 1 : 0, lo, hi);
+            at_add(at, &nat, ki->expire ? ki->expire_hi + 1 : 0, lo, hi);
+            if (c->op == OP_PEXPIREAT || c->op == OP_PEXPIREAT_IF ||
+                c->op == OP_GETEX_PXAT)
+                at_add(at, &nat, c->at, lo, hi);
+            for (int j = 0; j < nat; j++) {
+                static model_val v[2];
+                int nv = views(ki, at[j], v);
+                for (int m = 0; m < nv; m++) {
+                    size_t n = run(&v[m], c, at[j], hi, out);
+                    if (n == len && memcmp(out, reply, len) == 0)
+                        add(&next, &v[m]);
+                }
             }
         }
     }

@@ -98,6 +98,7 @@ enum {
     OP_PSETEX,        /* PSETEX k i1 v (ms) */
     OP_LRANGE,        /* LRANGE k start stop (i1, i2) */
     OP_SETRANGE,      /* SETRANGE k offset v (offset in i1) */
+    OP_PEXPIREAT_IF,  /* PEXPIREAT k t NX|XX|GT|LT (which: i2, 0 to 3) */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
@@ -123,8 +124,8 @@ typedef struct model_cmd {
      * one length that differ only past a prefix of any length. */
     uint32_t cut;
     uint8_t shift;
-    int64_t at; /* SET PXAT, PEXPIREAT, GETEX PXAT: ms on the server's
-                   clock */
+    int64_t at; /* SET PXAT, PEXPIREAT (_IF), GETEX PXAT: ms on the
+                   server's clock */
 } model_cmd;
 
 void model_key_init(model_key *k); /* one candidate: no key */

@@ -118,6 +118,8 @@ enum {
     KV_PLANT_LRANGE_END = 0x8000,
     /* SETRANGE inside a string cuts it at the written range's end. */
     KV_PLANT_SETRANGE_SHRINK = 0x100000,
+    /* PEXPIREAT's GT passes a key with no expiry (an infinite one). */
+    KV_PLANT_EXPIRE_GT = 0x200000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

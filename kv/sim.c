@@ -81,7 +81,7 @@
  *                      chunk-edge, int32, silent-resync, expire-early,
  *                      batch-death, expire-now, same-length,
  *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
- *                      setrange-shrink:
+ *                      setrange-shrink, expire-gt:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -1148,8 +1148,8 @@ static void send_forget(client *cl) {
 
 static int pick_op(uint64_t *r) {
     static const int weights[OP_COUNT] = {
-        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2,
-        3,  2, 2, 3, 3,  4, 2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3};
+        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2, 3,
+        2,  2, 3, 3, 4,  2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3, 4};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1259,6 +1259,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     /* SETRANGE: at or past the end of the short strings (a gap of
      * zeros), and inside a big value (in place, unless a reply reads
      * it). */
+    if (c->op == OP_PEXPIREAT_IF) c->i2 = (int64_t)below(r, 4); /* NX..LT */
     if (c->op == OP_SETRANGE) {
         c->i1 = (int64_t)below(r, 16) - 1;
         if (S->big_len && below(r, 3) == 0 && to_big_key(cl, c, key))
@@ -1286,7 +1287,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     else if (c->op == OP_PSETEX)
         c->i1 = when == 0 ? -(int64_t)below(r, 2) : c->at - ms_now(S);
     if (S->no_faults && (c->op == OP_SET_PXAT || c->op == OP_PEXPIREAT ||
-                         c->op == OP_GETEX_PXAT))
+                         c->op == OP_PEXPIREAT_IF || c->op == OP_GETEX_PXAT))
         c->at += 100; /* keys live long enough to be read */
     if (S->no_faults && c->op == OP_PSETEX && c->i1 > 0) c->i1 += 100;
 }
@@ -3013,6 +3014,7 @@ static const struct {
               {"hincrby-set", KV_PLANT_HINCRBY_SET},
               {"lrange-end", KV_PLANT_LRANGE_END},
               {"setrange-shrink", KV_PLANT_SETRANGE_SHRINK},
+              {"expire-gt", KV_PLANT_EXPIRE_GT},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
