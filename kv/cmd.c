@@ -1576,7 +1576,9 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
         return c->fn == cmd_quit ? KV_QUIT : 0;
     }
     if (c && strcmp(c->name, "exec") == 0) exec_abort(cl, out, at);
-    if (cl && cl->multi) cl->multi_error = true;
+    /* (KV_PLANT_EXEC_ARITY, repl.h: only an unknown command spoils it) */
+    bool spoils = !c || !(k->plant & KV_PLANT_EXEC_ARITY);
+    if (cl && cl->multi && spoils) cl->multi_error = true;
     return 0;
 }
 

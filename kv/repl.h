@@ -120,6 +120,9 @@ enum {
     KV_PLANT_SETRANGE_SHRINK = 0x100000,
     /* PEXPIREAT's GT passes a key with no expiry (an infinite one). */
     KV_PLANT_EXPIRE_GT = 0x200000,
+    /* Inside MULTI, only an unknown command spoils the transaction: one
+     * with the wrong arity is refused, and EXEC runs the rest. */
+    KV_PLANT_EXEC_ARITY = 0x400000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

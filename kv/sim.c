@@ -81,7 +81,7 @@
  *                      chunk-edge, int32, silent-resync, expire-early,
  *                      batch-death, expire-now, same-length,
  *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
- *                      setrange-shrink, expire-gt:
+ *                      setrange-shrink, expire-gt, exec-arity:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -163,6 +163,8 @@ typedef struct pending {
     int key[3];
     int key2[3];      /* RENAME's second key; key's otherwise */
     int step;         /* P_MULTI: replies taken (MULTI, QUEUED...) */
+    int bad;          /* P_MULTI: the step whose command is refused (an unknown
+                         name, the wrong arity), so EXEC discards all; 0: none */
     uint64_t sent_ns; /* when it was sent */
     /* P_TTL_GET: the probe's SET as it was when this GET left (later
      * SETs in the pipeline run after it). */
@@ -1399,6 +1401,16 @@ static size_t pair_set(client *cl, char *out, char ab, bool next) {
                            kl, key, tl, tag);
 }
 
+/* A command the server refuses to queue: an unknown name, or SET with
+ * no value (the wrong arity). */
+static size_t bad_cmd(client *cl, char *out) {
+    if (below(&cl->S->rng, 2))
+        return (size_t)sprintf(out, "*2\r\n$6\r\nSETXYZ\r\n$1\r\nx\r\n");
+    char key[16];
+    int kl = snprintf(key, sizeof key, "c%d:k0", cl->id);
+    return (size_t)sprintf(out, "*2\r\n$3\r\nSET\r\n$%d\r\n%s\r\n", kl, key);
+}
+
 static void send_cmd(client *cl) {
     sim *S = cl->S;
     static char req[3 * MODEL_REQ_MAX + 64];
@@ -1463,7 +1475,15 @@ static void send_cmd(client *cl) {
         p->kind = P_CMD;
         p->ncmd = 1;
     }
+    /* An eighth of the transactions queue a command the server refuses
+     * (its name unknown, or SET with no value), after the ith of theirs:
+     * EXEC must then run none of them. */
+    int bad_after = multi && below(&S->rng, 8) == 0
+                        ? (int)below(&S->rng, (uint64_t)p->ncmd + 1)
+                        : -1;
+    if (bad_after >= 0) p->bad = 2 + bad_after;
     for (int i = 0; i < p->ncmd; i++) {
+        if (i == bad_after) n += bad_cmd(cl, req + n);
         make_cmd(cl, &p->cmd[i], &p->key[i], &p->key2[i]);
         /* Big seeds: half the transactions read a big value first, so
          * EXEC both logs records and answers past REPLY_HANDOVER. */
@@ -1475,6 +1495,7 @@ static void send_cmd(client *cl) {
         n += model_request(&p->cmd[i], req + n);
     }
     if (multi) {
+        if (bad_after == p->ncmd) n += bad_cmd(cl, req + n);
         n += pair_set(cl, req + n, 'b', false);
         n += (size_t)sprintf(req + n, "*1\r\n$4\r\nEXEC\r\n");
     }
@@ -1483,10 +1504,11 @@ static void send_cmd(client *cl) {
     for (int i = 0; i < p->ncmd; i++)
         model_cmd_text(&p->cmd[i], text[i], sizeof text[i]);
     if (multi)
-        lull_simnet_log(S->net, "c%d > MULTI; %s%s%s%s%s; EXEC", cl->id,
+        lull_simnet_log(S->net, "c%d > MULTI; %s%s%s%s%s; EXEC%s", cl->id,
                         text[0], p->ncmd > 1 ? "; " : "",
                         p->ncmd > 1 ? text[1] : "", p->ncmd > 2 ? "; " : "",
-                        p->ncmd > 2 ? text[2] : "");
+                        p->ncmd > 2 ? text[2] : "",
+                        p->bad ? " (a refused command queued)" : "");
     else
         lull_simnet_log(S->net, "c%d > %s", cl->id, text[0]);
     S->multis += multi;
@@ -1619,13 +1641,26 @@ static void check_reply(client *cl, const char *r, size_t len) {
                 cl->unknown[i] = false;
                 model_key_init(&cl->keys[i]);
             }
-    } else if (p->kind == P_MULTI && p->step <= p->ncmd + 2) {
+    } else if (p->kind == P_MULTI && p->step <= p->ncmd + 2 + !!p->bad) {
         const char *want = p->step == 0 ? "+OK\r\n" : "+QUEUED\r\n";
-        if (len != strlen(want) || memcmp(r, want, len) != 0)
+        if (p->bad && p->step == p->bad) {
+            if (len < 5 || memcmp(r, "-ERR ", 5) != 0)
+                fail(S, "c%d: a command refused in MULTI got %.*s", cl->id,
+                     (int)len, r);
+        } else if (len != strlen(want) || memcmp(r, want, len) != 0) {
             fail(S, "c%d: %s got %.*s", cl->id,
                  p->step == 0 ? "MULTI" : "a queued command", (int)len, r);
+        }
         p->step++;
         done = false;
+    } else if (p->kind == P_MULTI && p->bad) {
+        /* Discarded whole: nothing of it ran, the model's keys stay. */
+        static const char abort[] = "-EXECABORT Transaction discarded "
+                                    "because of previous errors.\r\n";
+        if (len != sizeof abort - 1 || memcmp(r, abort, len) != 0)
+            fail(S, "c%d: EXEC after a refused command got %.*s", cl->id,
+                 (int)len, r);
+        S->cmds_run += (uint64_t)p->ncmd; /* checked: none ran */
     } else {
         /* A command's reply, or EXEC's array of them. */
         const char *e = r;
@@ -3015,6 +3050,7 @@ static const struct {
               {"lrange-end", KV_PLANT_LRANGE_END},
               {"setrange-shrink", KV_PLANT_SETRANGE_SHRINK},
               {"expire-gt", KV_PLANT_EXPIRE_GT},
+              {"exec-arity", KV_PLANT_EXEC_ARITY},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
