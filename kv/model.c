@@ -53,7 +53,8 @@ static const char *const names[OP_COUNT + 1] = {
     "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",     "LREM",
     "LSET",  "LTRIM",  "RENAME",      "RENAMENX",  "HSET",      "HSETNX",
     "HDEL",  "HGET",   "HGETALL",     "HLEN",      "HINCRBY",   "HINCRBYFLOAT",
-    "SETEX", "PSETEX", "LRANGE",      "SETRANGE",  "PEXPIREAT", "MGET"};
+    "SETEX", "PSETEX", "LRANGE",      "SETRANGE",  "PEXPIREAT", "RPUSH",
+    "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -115,6 +116,7 @@ size_t model_request(const model_cmd *c, char *out) {
     case OP_SET_XX:
     case OP_APPEND:
     case OP_RPUSH:
+    case OP_RPUSH_N:
     case OP_INCRBY:
     case OP_DECRBY:
     case OP_INCRBYFLOAT:
@@ -191,9 +193,13 @@ size_t model_request(const model_cmd *c, char *out) {
         argv[argc] = c->op == OP_SET_NX ? "NX" : "XX";
         lens[argc++] = 2;
     }
-    size_t at = (size_t)sprintf(out, "*%zu\r\n", argc);
+    /* RPUSH_N: its value again and again */
+    size_t again = c->op == OP_RPUSH_N && c->i2 > 1 ? (size_t)c->i2 - 1 : 0;
+    size_t at = (size_t)sprintf(out, "*%zu\r\n", argc + again);
     for (size_t i = 0; i < argc; i++)
         at = put_bulk(out, at, argv[i], lens[i]);
+    while (again--)
+        at = put_bulk(out, at, argv[argc - 1], lens[argc - 1]);
     return at;
 }
 
@@ -641,16 +647,24 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
         set_expire(s, 0, 0);
         return put_s(out, ":1\r\n");
     case OP_RPUSH:
+    case OP_RPUSH_N: {
         if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
+        int64_t n = c->op == OP_RPUSH_N && c->i2 > 1 ? c->i2 : 1;
+        if (s->len + (size_t)n * (1 + vlen) > MODEL_VAL_MAX ||
+            (live ? s->items : 0) + n > UINT16_MAX)
+            return put_s(out, "-model: value too long\r\n");
         if (!live) {
             clear(s);
             s->type = MODEL_LIST;
         }
-        s->v[s->len++] = (char)vlen;
-        memcpy(s->v + s->len, v, vlen);
-        s->len += (uint32_t)vlen;
-        s->items++;
+        while (n--) {
+            s->v[s->len++] = (char)vlen;
+            memcpy(s->v + s->len, v, vlen);
+            s->len += (uint32_t)vlen;
+            s->items++;
+        }
         return put_int(out, 0, s->items);
+    }
     case OP_LPOP: {
         if (!live) return put_s(out, "$-1\r\n");
         if (s->type != MODEL_LIST) return put_s(out, WRONGTYPE);

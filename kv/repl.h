@@ -123,6 +123,9 @@ enum {
     /* Inside MULTI, only an unknown command spoils the transaction: one
      * with the wrong arity is refused, and EXEC runs the rest. */
     KV_PLANT_EXEC_ARITY = 0x400000,
+    /* A full resync's snapshot holds a list's first SNAP_BATCH items
+     * only (one RPUSH record). */
+    KV_PLANT_SNAP_BATCH = 0x800000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

@@ -81,7 +81,8 @@
  *                      chunk-edge, int32, silent-resync, expire-early,
  *                      batch-death, expire-now, same-length,
  *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
- *                      setrange-shrink, expire-gt, exec-arity:
+ *                      setrange-shrink, expire-gt, exec-arity,
+ *                      snap-list-batch:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -1151,7 +1152,7 @@ static void send_forget(client *cl) {
 static int pick_op(uint64_t *r) {
     static const int weights[OP_COUNT] = {
         15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2, 3,
-        2,  2, 3, 3, 4,  2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3, 4};
+        2,  2, 3, 3, 4,  2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3, 4, 2};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1276,9 +1277,12 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     c->at = ms_now(S) + (when < 2    ? -(int64_t)below(r, 50)
                          : when == 2 ? 3600000 + (int64_t)below(r, 86400000)
                                      : 1 + (int64_t)below(r, 1500));
-    if (c->op == OP_APPEND || c->op == OP_RPUSH) {
+    /* RPUSH of many: lists past a snapshot's batch (SNAP_BATCH items a
+     * record) */
+    if (c->op == OP_RPUSH_N) c->i2 = 2 + (int64_t)below(r, 199);
+    if (c->op == OP_APPEND || c->op == OP_RPUSH || c->op == OP_RPUSH_N) {
         const model_key *mk = &cl->keys[*key];
-        size_t room = c->op == OP_RPUSH ? 300 : MODEL_VAL_MAX - 50;
+        size_t room = c->op != OP_APPEND ? 300 : MODEL_VAL_MAX - 50;
         for (int i = 0; i < mk->n; i++)
             if (mk->c[i].len > room) c->op = OP_DEL;
     }
@@ -3051,6 +3055,7 @@ static const struct {
               {"setrange-shrink", KV_PLANT_SETRANGE_SHRINK},
               {"expire-gt", KV_PLANT_EXPIRE_GT},
               {"exec-arity", KV_PLANT_EXEC_ARITY},
+              {"snap-list-batch", KV_PLANT_SNAP_BATCH},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},

@@ -3158,7 +3158,8 @@ TEST(model_agrees_with_the_commands) {
         if (c.op == OP_LREM && r % 4) model_list_item(&keys[key].c[0], r, &c);
         int key2 = (int)(r / 81 % KEYS);
         snprintf(c.key2, sizeof c.key2, "k%d", key2);
-        if ((c.op == OP_APPEND || c.op == OP_RPUSH) && keys[key].c[0].len > 400)
+        if ((c.op == OP_APPEND || c.op == OP_RPUSH || c.op == OP_RPUSH_N) &&
+            keys[key].c[0].len > 400)
             c.op = OP_DEL;
         ops_seen[c.op]++;
         int items = keys[key].c[0].items;
