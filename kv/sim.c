@@ -6,14 +6,16 @@
  * clients, every connection with faults drawn from the seed (delay,
  * jitter, bandwidth, windows, slow readers, partitions that resume or
  * break, resets at a random byte, refused connects). The clients run a
- * random workload of strings, lists (LREM, LSET, LTRIM, LRANGE too), hashes
+ * random workload of strings (SETRANGE too), lists (LREM, LSET, LTRIM,
+ * LRANGE too; RPUSH of up to 200 items), hashes
  * (HSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT, read by HGET, HGETALL,
  * HLEN), RENAME and RENAMENX of two keys, integers at the 2^31/2^32/2^63
  * edges, values from 0 bytes to past the log's chunk size, absolute and
  * relative expiry times (past, soon, hours ahead; SETEX and PSETEX, whose
- * expiry the model knows only within the command's window), multi-key
- * MSET, MGET
- * and DEL, and transactions, with pipelining; a client whose connection
+ * expiry the model knows only within the command's window; PEXPIREAT's
+ * NX, XX, GT and LT), multi-key MSET, MGET
+ * and DEL, and transactions (an eighth with a command the server refuses
+ * to queue), with pipelining; a client whose connection
  * fails reconnects, and first deletes the keys whose last commands it
  * cannot know the fate of. Half the seeds run with small log chunks and
  * small stream buffers; half with values of 64 KiB and more, overwritten
