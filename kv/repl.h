@@ -126,6 +126,9 @@ enum {
     /* A full resync's snapshot holds a list's first SNAP_BATCH items
      * only (one RPUSH record). */
     KV_PLANT_SNAP_BATCH = 0x800000,
+    /* The primary resumes a replica only when it asks from the log's end:
+     * one behind it gets a full resync. */
+    KV_PLANT_RESUME_CAUGHT_UP = 0x1000000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

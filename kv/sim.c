@@ -84,7 +84,7 @@
  *                      batch-death, expire-now, same-length,
  *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
  *                      setrange-shrink, expire-gt, exec-arity,
- *                      snap-list-batch:
+ *                      snap-list-batch, resume-caught-up:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -967,6 +967,25 @@ static void sim_accept(lull_simserver *ls) {
 static const char *const never_logged[] = {
     "malformed", "not REPLACK", "out of memory", "client-query-buffer-limit"};
 
+/* A replica that asked to resume where the primary's log still holds
+ * (its history, an offset between the log's base and end) must get
+ * +CONTINUE, not a full resync. Its offset and history before the
+ * handshake are the ones the last network event left (check_offsets):
+ * the link was down since, nothing applied. The log's base only grows,
+ * so it held the offset when the primary answered too. */
+static void check_resumable(sim *S, node *n) {
+    const kv *p = &S->nodes[0].srv.kv;
+    if (n == &S->nodes[0] || S->primary_down || !n->last_replid[0] ||
+        strcmp(n->last_replid, p->replid) != 0 ||
+        n->last_offset < p->log.base || n->last_offset > p->log.end)
+        return;
+    fail(S,
+         "%s: a full resync, though it asked to resume from %" PRIu64
+         " of the primary's history, whose log holds [%" PRIu64 ", %" PRIu64
+         "]",
+         n->name, n->last_offset, p->log.base, p->log.end);
+}
+
 /* lull-kv's log lines go to the trace, and are checked. */
 static void sim_log(server *srv, const char *line) {
     node *n = LULL_CONTAINER_OF(srv, node, srv);
@@ -981,6 +1000,8 @@ static void sim_log(server *srv, const char *line) {
         if (strstr(line, "(continue)")) S->continues++;
         if (strstr(line, "(full")) S->fulls++;
     }
+    if (strstr(line, "(full)") || strstr(line, "full sync with"))
+        check_resumable(S, n);
     /* A replica's link goes down for a reason it says (lost, refused, a
      * connect that failed) before it retries: one that retries with
      * nothing said dropped its link on its own, silently. */
@@ -3058,6 +3079,7 @@ static const struct {
               {"expire-gt", KV_PLANT_EXPIRE_GT},
               {"exec-arity", KV_PLANT_EXEC_ARITY},
               {"snap-list-batch", KV_PLANT_SNAP_BATCH},
+              {"resume-caught-up", KV_PLANT_RESUME_CAUGHT_UP},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
