@@ -516,7 +516,9 @@ static void cmd_lrem(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     if (e) {
         kv_list *l = store_obj(e)->val;
         uint64_t most = count < 0 ? 0 - (uint64_t)count : (uint64_t)count;
-        gone = list_remove(l, a[3].p, a[3].len, most, count < 0);
+        /* (KV_PLANT_LREM_DIRECTION, repl.h: the other way) */
+        bool tail = k->plant & KV_PLANT_LREM_DIRECTION ? count > 0 : count < 0;
+        gone = list_remove(l, a[3].p, a[3].len, most, tail);
         if (gone) kv_log(k, a, argc);
         drop_if_empty(k, e, l->n);
     }

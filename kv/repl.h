@@ -129,6 +129,9 @@ enum {
     /* The primary resumes a replica only when it asks from the log's end:
      * one behind it gets a full resync. */
     KV_PLANT_RESUME_CAUGHT_UP = 0x1000000,
+    /* LREM counts from the tail for a positive count, from the head for
+     * a negative one. */
+    KV_PLANT_LREM_DIRECTION = 0x2000000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

@@ -84,7 +84,8 @@
  *                      batch-death, expire-now, same-length,
  *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
  *                      setrange-shrink, expire-gt, exec-arity,
- *                      snap-list-batch, resume-caught-up:
+ *                      snap-list-batch, resume-caught-up,
+ *                      lrem-direction:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -1248,6 +1249,12 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
      * hashes gather fields between the other commands' overwrites. */
     if (c->op >= OP_HSET && c->op <= OP_HINCRBYFLOAT && below(r, 2))
         *key = k = KEYS - 1 - (int)below(r, 2);
+    /* And half the list commands to the first, whose list grows long and
+     * repeats its items (LREM's direction shows). */
+    bool list_op = c->op == OP_RPUSH || c->op == OP_RPUSH_N ||
+                   c->op == OP_LPOP || c->op == OP_LREM || c->op == OP_LSET ||
+                   c->op == OP_LRANGE;
+    if (list_op && below(r, 2)) *key = k = 0;
     snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
     /* Indexes past both ends of the short lists RPUSH makes; RENAME's
      * second key (the same one a sixth of the time). */
@@ -1291,8 +1298,19 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         if (S->big_len && below(r, 3) == 0 && to_big_key(cl, c, key))
             c->i1 = (int64_t)below(r, S->big_len - 32);
     }
-    if (c->op == OP_LREM && below(r, 4))
-        model_list_item(&cl->keys[*key].c[0], (uint32_t)below(r, 300), c);
+    /* LREM of an item the list holds, half the time its last (often
+     * held before too: from which end LREM counts shows) */
+    if (c->op == OP_LREM && below(r, 4)) {
+        for (int i = 0; i < KEYS; i++) /* to a key with a list, if any */
+            if (cl->keys[(*key + i) % KEYS].c[0].type == MODEL_LIST) {
+                *key = (*key + i) % KEYS;
+                snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
+                break;
+            }
+        const model_val *l = &cl->keys[*key].c[0];
+        uint32_t i = (uint32_t)below(r, 300);
+        model_list_item(l, below(r, 2) && l->items ? l->items - 1u : i, c);
+    }
     if (c->op != OP_RENAME && c->op != OP_RENAMENX) *key2 = *key;
     /* Mostly ahead (up to 1.5 s), sometimes just past, sometimes hours
      * ahead (still pending at the end, and compared there). */
@@ -1303,6 +1321,10 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     /* RPUSH of many: lists past a snapshot's batch (SNAP_BATCH items a
      * record) */
     if (c->op == OP_RPUSH_N) c->i2 = 2 + (int64_t)below(r, 199);
+    /* Half the pushes of one of three letters: lists that repeat items
+     * between others, where LREM's direction shows. */
+    if ((c->op == OP_RPUSH || c->op == OP_RPUSH_N) && below(r, 2))
+        snprintf(c->val, sizeof c->val, "%c", (char)('a' + below(r, 3)));
     if (c->op == OP_APPEND || c->op == OP_RPUSH || c->op == OP_RPUSH_N) {
         const model_key *mk = &cl->keys[*key];
         size_t room = c->op != OP_APPEND ? 300 : MODEL_VAL_MAX - 50;
@@ -3080,6 +3102,7 @@ static const struct {
               {"exec-arity", KV_PLANT_EXEC_ARITY},
               {"snap-list-batch", KV_PLANT_SNAP_BATCH},
               {"resume-caught-up", KV_PLANT_RESUME_CAUGHT_UP},
+              {"lrem-direction", KV_PLANT_LREM_DIRECTION},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
