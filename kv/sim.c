@@ -3226,18 +3226,22 @@ static const char *streams_flag(void) {
 }
 
 static int usage(void) {
-    fprintf(stderr,
-            "usage: lull-kv-sim [--seeds N] [--first S] [--seconds T] "
-            "[--seed S]\n"
-            "                   [--plant BUG [--expect-find N]] "
-            "[--determinism N [--once]]\n"
-            "                   [--trace FILE] [--quiet] [--unread-close] "
-            "[--streams]\n"
-            "  BUG: resume-late ack-before-log lost-wakeup expire-relative\n"
-            "       multi-split chunk-edge int32 silent-resync expire-early\n"
-            "       batch-death expire-now same-length hollow-partition\n"
-            "       short-write-resend short-write-drop hollow-short-write "
-            "(--streams)\n");
+    fprintf(
+        stderr,
+        "usage: lull-kv-sim [--seeds N] [--first S] [--seconds T] "
+        "[--seed S]\n"
+        "                   [--plant BUG [--expect-find N]] "
+        "[--determinism N [--once]]\n"
+        "                   [--trace FILE] [--quiet] [--unread-close] "
+        "[--streams]\n"
+        "  BUG: resume-late ack-before-log lost-wakeup expire-relative\n"
+        "       multi-split chunk-edge int32 silent-resync expire-early\n"
+        "       batch-death expire-now same-length snapshot-ttl ltrim-off\n"
+        "       hincrby-set lrange-end setrange-shrink expire-gt exec-arity\n"
+        "       snap-list-batch resume-caught-up lrem-direction\n"
+        "       hollow-partition\n"
+        "       short-write-resend short-write-drop hollow-short-write "
+        "(--streams)\n");
     return 2;
 }
 
