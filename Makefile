@@ -206,7 +206,8 @@ sim:
 	for bug in resume-late ack-before-log lost-wakeup expire-relative \
 	  multi-split chunk-edge int32 silent-resync expire-early \
 	  batch-death expire-now same-length snapshot-ttl ltrim-off hincrby-set \
-	  hollow-partition short-write-resend short-write-drop \
+	  lrange-end setrange-shrink expire-gt exec-arity snap-list-batch \
+	  resume-caught-up lrem-direction hollow-partition short-write-resend short-write-drop \
 	  hollow-short-write; do \
 	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \

@@ -847,7 +847,7 @@ static void cmd_expire(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     int64_t cur = store_expire(&k->db, e); /* 0: none, as Redis' -1 */
     if (((f & NX) && cur) || ((f & XX) && !cur) ||
-        ((f & GT) && (!cur || when <= cur)) ||
+        ((f & GT) && (cur ? when <= cur : !(k->plant & KV_PLANT_EXPIRE_GT))) ||
         ((f & LT) && cur && when >= cur)) {
         buf_str(out, ":0\r\n");
         return;
@@ -1581,7 +1581,9 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
         return c->fn == cmd_quit ? KV_QUIT : 0;
     }
     if (c && strcmp(c->name, "exec") == 0) exec_abort(cl, out, at);
-    if (cl && cl->multi) cl->multi_error = true;
+    /* (KV_PLANT_EXEC_ARITY, repl.h: only an unknown command spoils it) */
+    bool spoils = !c || !(k->plant & KV_PLANT_EXEC_ARITY);
+    if (cl && cl->multi && spoils) cl->multi_error = true;
     return 0;
 }
 

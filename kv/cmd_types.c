@@ -382,7 +382,8 @@ static void cmd_setrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         return;
     }
     /* (in place when it may be: a blob a reply reads is copied first) */
-    char *v = kobj_str_resize(store_obj(e), end > old ? end : old);
+    bool cut = k->plant & KV_PLANT_SETRANGE_SHRINK; /* (repl.h) */
+    char *v = kobj_str_resize(store_obj(e), end > old || cut ? end : old);
     if (!v) {
         if (made) store_delete(&k->db, e); /* no key made after all */
         reply_oom(out);
@@ -501,8 +502,10 @@ static void cmd_lrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         return;
     }
     kv_list *l = store_obj(e)->val;
-    buf_int(out, '*', (long long)(to - from + 1));
-    for (size_t i = from; i <= to; i++)
+    /* (KV_PLANT_LRANGE_END, repl.h: one short) */
+    size_t n = to - from + 1 - !!(k->plant & KV_PLANT_LRANGE_END);
+    buf_int(out, '*', (long long)n);
+    for (size_t i = from; i < from + n; i++)
         buf_bulk(out, list_at(l, i)->p, list_at(l, i)->len);
 }
 
@@ -547,7 +550,9 @@ static void cmd_lrem(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     if (e) {
         kv_list *l = store_obj(e)->val;
         uint64_t most = count < 0 ? 0 - (uint64_t)count : (uint64_t)count;
-        gone = list_remove(l, a[3].p, a[3].len, most, count < 0);
+        /* (KV_PLANT_LREM_DIRECTION, repl.h: the other way) */
+        bool tail = k->plant & KV_PLANT_LREM_DIRECTION ? count > 0 : count < 0;
+        gone = list_remove(l, a[3].p, a[3].len, most, tail);
         if (gone) kv_log(k, a, argc);
         drop_if_empty(k, e, l->n);
     }

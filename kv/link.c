@@ -1077,7 +1077,10 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
     repl_log_keep(&k->log); /* a replica: the log is kept from here on */
     bool same = a[1].len == 40 && memcmp(a[1].p, k->replid, 40) == 0;
     char reply[96];
-    if (same && repl_log_seek(&k->log, offset, &l->cur) == 0) {
+    /* (KV_PLANT_RESUME_CAUGHT_UP, repl.h: only from the log's end) */
+    if (same &&
+        (offset == k->log.end || !(k->plant & KV_PLANT_RESUME_CAUGHT_UP)) &&
+        repl_log_seek(&k->log, offset, &l->cur) == 0) {
         snprintf(reply, sizeof reply, "+CONTINUE %" PRIu64 "\r\n", offset);
         l->skip_next = k->plant & KV_PLANT_RESUME_LATE;
         buf_str(&c->out, reply);

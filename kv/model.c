@@ -47,13 +47,16 @@ static size_t put_bulk(char *out, size_t at, const char *s, size_t n) {
 }
 
 static const char *const names[OP_COUNT + 1] = {
-    "SET",   "SET",    "SET",         "SET",       "GET",       "DEL",
-    "INCR",  "APPEND", "EXISTS",      "PEXPIREAT", "PERSIST",   "RPUSH",
-    "LPOP",  "LLEN",   "TYPE",        "INCRBY",    "DECRBY",    "GETDEL",
-    "GETEX", "GETEX",  "INCRBYFLOAT", "UNLINK",    "TOUCH",     "LREM",
-    "LSET",  "LTRIM",  "RENAME",      "RENAMENX",  "HSET",      "HSETNX",
-    "HDEL",  "HGET",   "HGETALL",     "HLEN",      "HINCRBY",   "HINCRBYFLOAT",
-    "SETEX", "PSETEX", "LINSERT",     "LMOVE",     "RPOPLPUSH", "MGET"};
+    "SET",          "SET",    "SET",      "SET",       "GET",
+    "DEL",          "INCR",   "APPEND",   "EXISTS",    "PEXPIREAT",
+    "PERSIST",      "RPUSH",  "LPOP",     "LLEN",      "TYPE",
+    "INCRBY",       "DECRBY", "GETDEL",   "GETEX",     "GETEX",
+    "INCRBYFLOAT",  "UNLINK", "TOUCH",    "LREM",      "LSET",
+    "LTRIM",        "RENAME", "RENAMENX", "HSET",      "HSETNX",
+    "HDEL",         "HGET",   "HGETALL",  "HLEN",      "HINCRBY",
+    "HINCRBYFLOAT", "SETEX",  "PSETEX",   "LINSERT",   "LMOVE",
+    "RPOPLPUSH",    "LRANGE", "SETRANGE", "PEXPIREAT", "RPUSH",
+    "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -115,6 +118,7 @@ size_t model_request(const model_cmd *c, char *out) {
     case OP_SET_XX:
     case OP_APPEND:
     case OP_RPUSH:
+    case OP_RPUSH_N:
     case OP_INCRBY:
     case OP_DECRBY:
     case OP_INCRBYFLOAT:
@@ -122,17 +126,20 @@ size_t model_request(const model_cmd *c, char *out) {
         lens[argc++] = model_value(c, val);
         break;
     case OP_PEXPIREAT:
+    case OP_PEXPIREAT_IF:
         argv[argc] = num;
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->at);
         break;
     case OP_LREM:
     case OP_LSET:
+    case OP_SETRANGE:
         argv[argc] = num;
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
         argv[argc] = val;
         lens[argc++] = model_value(c, val);
         break;
     case OP_LTRIM:
+    case OP_LRANGE:
         argv[argc] = num;
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
         argv[argc] = num2;
@@ -200,13 +207,21 @@ size_t model_request(const model_cmd *c, char *out) {
     } else if (c->op == OP_GETEX_PERSIST) {
         argv[argc] = "PERSIST";
         lens[argc++] = 7;
+    } else if (c->op == OP_PEXPIREAT_IF) {
+        static const char *const opt[4] = {"NX", "XX", "GT", "LT"};
+        argv[argc] = opt[c->i2 & 3];
+        lens[argc++] = 2;
     } else if (c->op == OP_SET_NX || c->op == OP_SET_XX) {
         argv[argc] = c->op == OP_SET_NX ? "NX" : "XX";
         lens[argc++] = 2;
     }
-    size_t at = (size_t)sprintf(out, "*%zu\r\n", argc);
+    /* RPUSH_N: its value again and again */
+    size_t again = c->op == OP_RPUSH_N && c->i2 > 1 ? (size_t)c->i2 - 1 : 0;
+    size_t at = (size_t)sprintf(out, "*%zu\r\n", argc + again);
     for (size_t i = 0; i < argc; i++)
         at = put_bulk(out, at, argv[i], lens[i]);
+    while (again--)
+        at = put_bulk(out, at, argv[argc - 1], lens[argc - 1]);
     return at;
 }
 
@@ -446,12 +461,23 @@ static size_t list_cmd(model_val *s, const model_cmd *c, bool live,
         memcpy(s->v + at + 1, v, vlen);
         return put_s(out, "+OK\r\n");
     }
-    if (c->op == OP_LTRIM) {
-        /* LRANGE's range: negative from the end, clipped; none empties */
+    if (c->op == OP_LTRIM || c->op == OP_LRANGE) {
+        /* LRANGE's range: negative from the end, clipped; none empties
+         * (LTRIM) or reads none (LRANGE) */
         long long from = c->i1 < 0 ? c->i1 + n : c->i1;
         long long to = c->i2 < 0 ? c->i2 + n : c->i2;
         if (from < 0) from = 0;
         if (to >= n) to = n - 1;
+        if (c->op == OP_LRANGE) {
+            if (!live || from > to || from >= n) return put_s(out, "*0\r\n");
+            size_t o = (size_t)sprintf(out, "*%lld\r\n", to - from + 1);
+            for (size_t i = (size_t)from, at = item_at(s, i); i <= (size_t)to;
+                 i++) {
+                o = put_bulk(out, o, s->v + at + 1, (unsigned char)s->v[at]);
+                at += 1 + (unsigned char)s->v[at];
+            }
+            return o;
+        }
         if (!live) return put_s(out, "+OK\r\n");
         if (from > to || from >= n) {
             clear(s);
@@ -656,6 +682,39 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
         memcpy(s->v + s->len, v, vlen);
         s->len += (uint32_t)vlen;
         return put_int(out, 0, s->len);
+    case OP_SETRANGE: {
+        /* The offset, then the type; an empty value makes no key; a gap
+         * past the end is zeros; the expiry stays. */
+        if (c->i1 < 0) return put_s(out, "-ERR offset is out of range\r\n");
+        if (live && s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
+        if (vlen == 0) return put_int(out, 0, live ? s->len : 0);
+        size_t end = (size_t)c->i1 + vlen;
+        if (end > MODEL_VAL_MAX)
+            return put_s(out, "-model: value too long\r\n");
+        if (!live) set_string(s, "", 0);
+        if (end > s->len) {
+            memset(s->v + s->len, 0, end - s->len);
+            s->len = (uint32_t)end;
+        }
+        memcpy(s->v + c->i1, v, vlen);
+        return put_int(out, 0, s->len);
+    }
+    case OP_PEXPIREAT_IF: {
+        /* No expiry is an infinite one: GT never passes it, LT always
+         * does (Redis 7.0). Then as PEXPIREAT. */
+        if (!live) return put_s(out, ":0\r\n");
+        int64_t cur = s->expire; /* one outcome in its range (split_at) */
+        int opt = (int)(c->i2 & 3);
+        if ((opt == 0 && cur) || (opt == 1 && !cur) ||
+            (opt == 2 && (!cur || c->at <= cur)) ||
+            (opt == 3 && cur && c->at >= cur))
+            return put_s(out, ":0\r\n");
+        if (c->at <= now)
+            clear(s);
+        else
+            set_expire(s, c->at, c->at);
+        return put_s(out, ":1\r\n");
+    }
     case OP_PEXPIREAT:
         if (!live) return put_s(out, ":0\r\n");
         if (c->at <= now)
@@ -668,16 +727,24 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
         set_expire(s, 0, 0);
         return put_s(out, ":1\r\n");
     case OP_RPUSH:
+    case OP_RPUSH_N: {
         if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
+        int64_t n = c->op == OP_RPUSH_N && c->i2 > 1 ? c->i2 : 1;
+        if (s->len + (size_t)n * (1 + vlen) > MODEL_VAL_MAX ||
+            (live ? s->items : 0) + n > UINT16_MAX)
+            return put_s(out, "-model: value too long\r\n");
         if (!live) {
             clear(s);
             s->type = MODEL_LIST;
         }
-        s->v[s->len++] = (char)vlen;
-        memcpy(s->v + s->len, v, vlen);
-        s->len += (uint32_t)vlen;
-        s->items++;
+        while (n--) {
+            s->v[s->len++] = (char)vlen;
+            memcpy(s->v + s->len, v, vlen);
+            s->len += (uint32_t)vlen;
+            s->items++;
+        }
         return put_int(out, 0, s->items);
+    }
     case OP_LPOP: {
         if (!live) return put_s(out, "$-1\r\n");
         if (s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
@@ -699,6 +766,7 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
     case OP_LREM:
     case OP_LSET:
     case OP_LTRIM:
+    case OP_LRANGE:
         if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
         return list_cmd(s, c, live, v, vlen, out);
     case OP_RENAME:
@@ -885,6 +953,24 @@ static void sort_pairs(const char *r, size_t len, char *out) {
     }
 }
 
+/* PEXPIREAT's GT and LT compare the key's expiry with t: a state whose
+ * expiry range holds t is three (before t, t, after t), in each of which
+ * the comparison has one outcome. Into part, their number; 0 when s is
+ * one already. */
+static int split_at(const model_val *s, const model_cmd *c, model_val part[3]) {
+    int64_t t = c->at, lo = s->expire, hi = s->expire_hi;
+    if (c->op != OP_PEXPIREAT_IF || !lo || lo == hi || t < lo || t > hi)
+        return 0;
+    int n = 0;
+    int64_t from[3] = {lo, t, t + 1}, to[3] = {t - 1, t, hi};
+    for (int i = 0; i < 3; i++) {
+        if (from[i] > to[i]) continue;
+        copy_val(&part[n], s);
+        set_expire(&part[n++], from[i], to[i]);
+    }
+    return n;
+}
+
 bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
                  const char *reply, size_t len) {
     static model_key next;
@@ -895,23 +981,29 @@ bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
         sort_pairs(reply, len, sorted);
         reply = sorted;
     }
+    static model_val part[3];
     for (int i = 0; i < k->n; i++) {
-        /* The outcome changes only where an instant in the window passes
-         * the key's expiry (the ms after either end of its range) or
-         * reaches the command's time: try lo and those. */
-        const model_val *ki = &k->c[i];
-        int64_t at[4] = {lo, 0, 0, 0};
-        int nat = 1;
-        at_add(at, &nat, ki->expire ? ki->expire + 1 : 0, lo, hi);
-        at_add(at, &nat, ki->expire ? ki->expire_hi + 1 : 0, lo, hi);
-        if (c->op == OP_PEXPIREAT || c->op == OP_GETEX_PXAT)
-            at_add(at, &nat, c->at, lo, hi);
-        for (int j = 0; j < nat; j++) {
-            static model_val v[2];
-            int nv = views(ki, at[j], v);
-            for (int m = 0; m < nv; m++) {
-                size_t n = run(&v[m], c, at[j], hi, out);
-                if (n == len && memcmp(out, reply, len) == 0) add(&next, &v[m]);
+        int np = split_at(&k->c[i], c, part);
+        for (int p = 0; p < (np ? np : 1); p++) {
+            /* The outcome changes only where an instant in the window
+             * passes the key's expiry (the ms after either end of its
+             * range) or reaches the command's time: try lo and those. */
+            const model_val *ki = np ? &part[p] : &k->c[i];
+            int64_t at[4] = {lo, 0, 0, 0};
+            int nat = 1;
+            at_add(at, &nat, ki->expire ? ki->expire + 1 : 0, lo, hi);
+            at_add(at, &nat, ki->expire ? ki->expire_hi + 1 : 0, lo, hi);
+            if (c->op == OP_PEXPIREAT || c->op == OP_PEXPIREAT_IF ||
+                c->op == OP_GETEX_PXAT)
+                at_add(at, &nat, c->at, lo, hi);
+            for (int j = 0; j < nat; j++) {
+                static model_val v[2];
+                int nv = views(ki, at[j], v);
+                for (int m = 0; m < nv; m++) {
+                    size_t n = run(&v[m], c, at[j], hi, out);
+                    if (n == len && memcmp(out, reply, len) == 0)
+                        add(&next, &v[m]);
+                }
             }
         }
     }

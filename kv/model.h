@@ -101,6 +101,10 @@ enum {
     OP_LMOVE,         /* LMOVE k key2 LEFT (i1 < 0) or RIGHT, LEFT (i2 <
                          0) or RIGHT (model_apply2) */
     OP_RPOPLPUSH,     /* RPOPLPUSH k key2 (model_apply2) */
+    OP_LRANGE,        /* LRANGE k start stop (i1, i2) */
+    OP_SETRANGE,      /* SETRANGE k offset v (offset in i1) */
+    OP_PEXPIREAT_IF,  /* PEXPIREAT k t NX|XX|GT|LT (which: i2, 0 to 3) */
+    OP_RPUSH_N,       /* RPUSH k v v ... (i2 times, at least once) */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
@@ -116,18 +120,19 @@ typedef struct model_cmd {
                        RPOPLPUSH's destination (may be key) */
     char field[8];  /* the hash commands' field, LINSERT's element */
     char val[24];   /* SET, APPEND, RPUSH, LREM, LSET, HSET, HSETNX,
-                       SETEX, PSETEX; INCRBY's, DECRBY's, INCRBYFLOAT's
+                       SETEX, PSETEX, SETRANGE; INCRBY's, DECRBY's, INCRBYFLOAT's
                        and the HINCRBYs' n */
-    int64_t i1, i2; /* LREM's count, LSET's index, LTRIM's start and
-                       stop; SETEX's seconds, PSETEX's ms */
+    int64_t i1, i2; /* LREM's count, LSET's index, LTRIM's and LRANGE's
+                       start and stop; SETEX's seconds, PSETEX's ms;
+                       SETRANGE's offset */
     uint32_t pad;   /* SET: the value goes on with this many bytes of a
                        pattern (model_value), to reach large values */
     /* The pattern shifted by `shift` from its byte `cut` on: values of
      * one length that differ only past a prefix of any length. */
     uint32_t cut;
     uint8_t shift;
-    int64_t at; /* SET PXAT, PEXPIREAT, GETEX PXAT: ms on the server's
-                   clock */
+    int64_t at; /* SET PXAT, PEXPIREAT (_IF), GETEX PXAT: ms on the
+                   server's clock */
 } model_cmd;
 
 void model_key_init(model_key *k); /* one candidate: no key */
@@ -163,8 +168,9 @@ bool model_apply2(model_key *from, model_key *to, const model_cmd *c,
  * then are no key, and equal states merge. */
 void model_settle(model_key *k, int64_t lo);
 
-/* The reply a command gets on one state at one instant, into out (>= 700
- * bytes); its length. For messages (a RENAME's key2 taken as missing). */
+/* The reply a command gets on one state at one instant, into out (>=
+ * MODEL_REQ_MAX bytes); its length. For messages (a RENAME's key2 taken as
+ * missing). */
 size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
                    char *out);
 

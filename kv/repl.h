@@ -114,6 +114,24 @@ enum {
     /* The primary logs HINCRBY k f n as HSET k f n: a replica holds the
      * increment, not the sum. */
     KV_PLANT_HINCRBY_SET = 0x4000,
+    /* LRANGE leaves out the last element of its range. */
+    KV_PLANT_LRANGE_END = 0x8000,
+    /* SETRANGE inside a string cuts it at the written range's end. */
+    KV_PLANT_SETRANGE_SHRINK = 0x100000,
+    /* PEXPIREAT's GT passes a key with no expiry (an infinite one). */
+    KV_PLANT_EXPIRE_GT = 0x200000,
+    /* Inside MULTI, only an unknown command spoils the transaction: one
+     * with the wrong arity is refused, and EXEC runs the rest. */
+    KV_PLANT_EXEC_ARITY = 0x400000,
+    /* A full resync's snapshot holds a list's first SNAP_BATCH items
+     * only (one RPUSH record). */
+    KV_PLANT_SNAP_BATCH = 0x800000,
+    /* The primary resumes a replica only when it asks from the log's end:
+     * one behind it gets a full resync. */
+    KV_PLANT_RESUME_CAUGHT_UP = 0x1000000,
+    /* LREM counts from the tail for a positive count, from the head for
+     * a negative one. */
+    KV_PLANT_LREM_DIRECTION = 0x2000000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

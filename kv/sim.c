@@ -6,15 +6,16 @@
  * clients, every connection with faults drawn from the seed (delay,
  * jitter, bandwidth, windows, slow readers, partitions that resume or
  * break, resets at a random byte, refused connects). The clients run a
- * random workload of strings, lists (LREM, LSET, LTRIM, LINSERT, LMOVE
- * and RPOPLPUSH too), hashes
+ * random workload of strings (SETRANGE too), lists (LREM, LSET, LTRIM,
+ * LINSERT, LMOVE, RPOPLPUSH, LRANGE too; RPUSH of up to 200 items), hashes
  * (HSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT, read by HGET, HGETALL,
  * HLEN), RENAME and RENAMENX of two keys, integers at the 2^31/2^32/2^63
  * edges, values from 0 bytes to past the log's chunk size, absolute and
  * relative expiry times (past, soon, hours ahead; SETEX and PSETEX, whose
- * expiry the model knows only within the command's window), multi-key
- * MSET, MGET
- * and DEL, and transactions, with pipelining; a client whose connection
+ * expiry the model knows only within the command's window; PEXPIREAT's
+ * NX, XX, GT and LT), multi-key MSET, MGET
+ * and DEL, and transactions (an eighth with a command the server refuses
+ * to queue), with pipelining; a client whose connection
  * fails reconnects, and first deletes the keys whose last commands it
  * cannot know the fate of. Half the seeds run with small log chunks and
  * small stream buffers; half with values of 64 KiB and more, overwritten
@@ -81,7 +82,11 @@
  *                      lost-wakeup, expire-relative, multi-split,
  *                      chunk-edge, int32, silent-resync, expire-early,
  *                      batch-death, expire-now, same-length,
- *                      snapshot-ttl, ltrim-off, hincrby-set: lull-kv's;
+ *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
+ *                      setrange-shrink, expire-gt, exec-arity,
+ *                      snap-list-batch, resume-caught-up,
+ *                      lrem-direction:
+ *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
  *                      --expect-find N, succeed when a seed of the first N
@@ -162,6 +167,8 @@ typedef struct pending {
     int key[3];
     int key2[3];      /* RENAME's, LMOVE's second key; key's otherwise */
     int step;         /* P_MULTI: replies taken (MULTI, QUEUED...) */
+    int bad;          /* P_MULTI: the step whose command is refused (an unknown
+                         name, the wrong arity), so EXEC discards all; 0: none */
     uint64_t sent_ns; /* when it was sent */
     /* P_TTL_GET: the probe's SET as it was when this GET left (later
      * SETs in the pipeline run after it). */
@@ -961,6 +968,25 @@ static void sim_accept(lull_simserver *ls) {
 static const char *const never_logged[] = {
     "malformed", "not REPLACK", "out of memory", "client-query-buffer-limit"};
 
+/* A replica that asked to resume where the primary's log still holds
+ * (its history, an offset between the log's base and end) must get
+ * +CONTINUE, not a full resync. Its offset and history before the
+ * handshake are the ones the last network event left (check_offsets):
+ * the link was down since, nothing applied. The log's base only grows,
+ * so it held the offset when the primary answered too. */
+static void check_resumable(sim *S, node *n) {
+    const kv *p = &S->nodes[0].srv.kv;
+    if (n == &S->nodes[0] || S->primary_down || !n->last_replid[0] ||
+        strcmp(n->last_replid, p->replid) != 0 ||
+        n->last_offset < p->log.base || n->last_offset > p->log.end)
+        return;
+    fail(S,
+         "%s: a full resync, though it asked to resume from %" PRIu64
+         " of the primary's history, whose log holds [%" PRIu64 ", %" PRIu64
+         "]",
+         n->name, n->last_offset, p->log.base, p->log.end);
+}
+
 /* lull-kv's log lines go to the trace, and are checked. */
 static void sim_log(server *srv, const char *line) {
     node *n = LULL_CONTAINER_OF(srv, node, srv);
@@ -975,6 +1001,8 @@ static void sim_log(server *srv, const char *line) {
         if (strstr(line, "(continue)")) S->continues++;
         if (strstr(line, "(full")) S->fulls++;
     }
+    if (strstr(line, "(full)") || strstr(line, "full sync with"))
+        check_resumable(S, n);
     /* A replica's link goes down for a reason it says (lost, refused, a
      * connect that failed) before it retries: one that retries with
      * nothing said dropped its link on its own, silently. */
@@ -1147,8 +1175,8 @@ static void send_forget(client *cl) {
 
 static int pick_op(uint64_t *r) {
     static const int weights[OP_COUNT] = {
-        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2, 3,
-        2,  2, 3, 3, 4,  2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3, 2};
+        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2, 3, 2, 2,
+        3,  3, 4, 2, 2,  6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3, 2, 3, 3, 4, 2};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1221,6 +1249,12 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
      * hashes gather fields between the other commands' overwrites. */
     if (c->op >= OP_HSET && c->op <= OP_HINCRBYFLOAT && below(r, 2))
         *key = k = KEYS - 1 - (int)below(r, 2);
+    /* And half the list commands to the first, whose list grows long and
+     * repeats its items (LREM's direction shows). */
+    bool list_op = c->op == OP_RPUSH || c->op == OP_RPUSH_N ||
+                   c->op == OP_LPOP || c->op == OP_LREM || c->op == OP_LSET ||
+                   c->op == OP_LRANGE;
+    if (list_op && below(r, 2)) *key = k = 0;
     snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
     /* Indexes past both ends of the short lists RPUSH makes; RENAME's
      * second key (the same one a sixth of the time). */
@@ -1255,7 +1289,29 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         big_value(cl, c, key);
     if (c->op == OP_GET && S->big_len && below(r, 3) == 0)
         to_big_key(cl, c, key);
-    if ((c->op == OP_LREM || c->op == OP_LINSERT) && below(r, 4))
+    /* SETRANGE: at or past the end of the short strings (a gap of
+     * zeros), and inside a big value (in place, unless a reply reads
+     * it). */
+    if (c->op == OP_PEXPIREAT_IF) c->i2 = (int64_t)below(r, 4); /* NX..LT */
+    if (c->op == OP_SETRANGE) {
+        c->i1 = (int64_t)below(r, 16) - 1;
+        if (S->big_len && below(r, 3) == 0 && to_big_key(cl, c, key))
+            c->i1 = (int64_t)below(r, S->big_len - 32);
+    }
+    /* LREM of an item the list holds, half the time its last (often
+     * held before too: from which end LREM counts shows) */
+    if (c->op == OP_LREM && below(r, 4)) {
+        for (int i = 0; i < KEYS; i++) /* to a key with a list, if any */
+            if (cl->keys[(*key + i) % KEYS].c[0].type == MODEL_LIST) {
+                *key = (*key + i) % KEYS;
+                snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
+                break;
+            }
+        const model_val *l = &cl->keys[*key].c[0];
+        uint32_t i = (uint32_t)below(r, 300);
+        model_list_item(l, below(r, 2) && l->items ? l->items - 1u : i, c);
+    }
+    if (c->op == OP_LINSERT && below(r, 4))
         model_list_item(&cl->keys[*key].c[0], (uint32_t)below(r, 300), c);
     bool two = c->op == OP_RENAME || c->op == OP_RENAMENX ||
                c->op == OP_LMOVE || c->op == OP_RPOPLPUSH;
@@ -1266,9 +1322,16 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     c->at = ms_now(S) + (when < 2    ? -(int64_t)below(r, 50)
                          : when == 2 ? 3600000 + (int64_t)below(r, 86400000)
                                      : 1 + (int64_t)below(r, 1500));
+    /* RPUSH of many: lists past a snapshot's batch (SNAP_BATCH items a
+     * record) */
+    if (c->op == OP_RPUSH_N) c->i2 = 2 + (int64_t)below(r, 199);
+    /* Half the pushes of one of three letters: lists that repeat items
+     * between others, where LREM's direction shows. */
+    if ((c->op == OP_RPUSH || c->op == OP_RPUSH_N) && below(r, 2))
+        snprintf(c->val, sizeof c->val, "%c", (char)('a' + below(r, 3)));
     /* A list moved onto grows by what its source holds. */
-    if (c->op == OP_APPEND || c->op == OP_RPUSH || c->op == OP_LINSERT ||
-        c->op == OP_LMOVE || c->op == OP_RPOPLPUSH) {
+    if (c->op == OP_APPEND || c->op == OP_RPUSH || c->op == OP_RPUSH_N ||
+        c->op == OP_LINSERT || c->op == OP_LMOVE || c->op == OP_RPOPLPUSH) {
         const model_key *mk = &cl->keys[two ? *key2 : *key];
         size_t room = c->op == OP_APPEND ? MODEL_VAL_MAX - 50 : 300;
         for (int i = 0; i < mk->n; i++)
@@ -1282,7 +1345,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     else if (c->op == OP_PSETEX)
         c->i1 = when == 0 ? -(int64_t)below(r, 2) : c->at - ms_now(S);
     if (S->no_faults && (c->op == OP_SET_PXAT || c->op == OP_PEXPIREAT ||
-                         c->op == OP_GETEX_PXAT))
+                         c->op == OP_PEXPIREAT_IF || c->op == OP_GETEX_PXAT))
         c->at += 100; /* keys live long enough to be read */
     if (S->no_faults && c->op == OP_PSETEX && c->i1 > 0) c->i1 += 100;
 }
@@ -1394,6 +1457,16 @@ static size_t pair_set(client *cl, char *out, char ab, bool next) {
                            kl, key, tl, tag);
 }
 
+/* A command the server refuses to queue: an unknown name, or SET with
+ * no value (the wrong arity). */
+static size_t bad_cmd(client *cl, char *out) {
+    if (below(&cl->S->rng, 2))
+        return (size_t)sprintf(out, "*2\r\n$6\r\nSETXYZ\r\n$1\r\nx\r\n");
+    char key[16];
+    int kl = snprintf(key, sizeof key, "c%d:k0", cl->id);
+    return (size_t)sprintf(out, "*2\r\n$3\r\nSET\r\n$%d\r\n%s\r\n", kl, key);
+}
+
 static void send_cmd(client *cl) {
     sim *S = cl->S;
     static char req[3 * MODEL_REQ_MAX + 64];
@@ -1458,7 +1531,15 @@ static void send_cmd(client *cl) {
         p->kind = P_CMD;
         p->ncmd = 1;
     }
+    /* An eighth of the transactions queue a command the server refuses
+     * (its name unknown, or SET with no value), after the ith of theirs:
+     * EXEC must then run none of them. */
+    int bad_after = multi && below(&S->rng, 8) == 0
+                        ? (int)below(&S->rng, (uint64_t)p->ncmd + 1)
+                        : -1;
+    if (bad_after >= 0) p->bad = 2 + bad_after;
     for (int i = 0; i < p->ncmd; i++) {
+        if (i == bad_after) n += bad_cmd(cl, req + n);
         make_cmd(cl, &p->cmd[i], &p->key[i], &p->key2[i]);
         /* Big seeds: half the transactions read a big value first, so
          * EXEC both logs records and answers past REPLY_HANDOVER. */
@@ -1470,6 +1551,7 @@ static void send_cmd(client *cl) {
         n += model_request(&p->cmd[i], req + n);
     }
     if (multi) {
+        if (bad_after == p->ncmd) n += bad_cmd(cl, req + n);
         n += pair_set(cl, req + n, 'b', false);
         n += (size_t)sprintf(req + n, "*1\r\n$4\r\nEXEC\r\n");
     }
@@ -1478,10 +1560,11 @@ static void send_cmd(client *cl) {
     for (int i = 0; i < p->ncmd; i++)
         model_cmd_text(&p->cmd[i], text[i], sizeof text[i]);
     if (multi)
-        lull_simnet_log(S->net, "c%d > MULTI; %s%s%s%s%s; EXEC", cl->id,
+        lull_simnet_log(S->net, "c%d > MULTI; %s%s%s%s%s; EXEC%s", cl->id,
                         text[0], p->ncmd > 1 ? "; " : "",
                         p->ncmd > 1 ? text[1] : "", p->ncmd > 2 ? "; " : "",
-                        p->ncmd > 2 ? text[2] : "");
+                        p->ncmd > 2 ? text[2] : "",
+                        p->bad ? " (a refused command queued)" : "");
     else
         lull_simnet_log(S->net, "c%d > %s", cl->id, text[0]);
     S->multis += multi;
@@ -1614,13 +1697,26 @@ static void check_reply(client *cl, const char *r, size_t len) {
                 cl->unknown[i] = false;
                 model_key_init(&cl->keys[i]);
             }
-    } else if (p->kind == P_MULTI && p->step <= p->ncmd + 2) {
+    } else if (p->kind == P_MULTI && p->step <= p->ncmd + 2 + !!p->bad) {
         const char *want = p->step == 0 ? "+OK\r\n" : "+QUEUED\r\n";
-        if (len != strlen(want) || memcmp(r, want, len) != 0)
+        if (p->bad && p->step == p->bad) {
+            if (len < 5 || memcmp(r, "-ERR ", 5) != 0)
+                fail(S, "c%d: a command refused in MULTI got %.*s", cl->id,
+                     (int)len, r);
+        } else if (len != strlen(want) || memcmp(r, want, len) != 0) {
             fail(S, "c%d: %s got %.*s", cl->id,
                  p->step == 0 ? "MULTI" : "a queued command", (int)len, r);
+        }
         p->step++;
         done = false;
+    } else if (p->kind == P_MULTI && p->bad) {
+        /* Discarded whole: nothing of it ran, the model's keys stay. */
+        static const char abort[] = "-EXECABORT Transaction discarded "
+                                    "because of previous errors.\r\n";
+        if (len != sizeof abort - 1 || memcmp(r, abort, len) != 0)
+            fail(S, "c%d: EXEC after a refused command got %.*s", cl->id,
+                 (int)len, r);
+        S->cmds_run += (uint64_t)p->ncmd; /* checked: none ran */
     } else {
         /* A command's reply, or EXEC's array of them. */
         const char *e = r;
@@ -3008,6 +3104,13 @@ static const struct {
               {"snapshot-ttl", KV_PLANT_SNAPSHOT_TTL},
               {"ltrim-off", KV_PLANT_LTRIM_OFF},
               {"hincrby-set", KV_PLANT_HINCRBY_SET},
+              {"lrange-end", KV_PLANT_LRANGE_END},
+              {"setrange-shrink", KV_PLANT_SETRANGE_SHRINK},
+              {"expire-gt", KV_PLANT_EXPIRE_GT},
+              {"exec-arity", KV_PLANT_EXEC_ARITY},
+              {"snap-list-batch", KV_PLANT_SNAP_BATCH},
+              {"resume-caught-up", KV_PLANT_RESUME_CAUGHT_UP},
+              {"lrem-direction", KV_PLANT_LREM_DIRECTION},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -3131,18 +3234,22 @@ static const char *streams_flag(void) {
 }
 
 static int usage(void) {
-    fprintf(stderr,
-            "usage: lull-kv-sim [--seeds N] [--first S] [--seconds T] "
-            "[--seed S]\n"
-            "                   [--plant BUG [--expect-find N]] "
-            "[--determinism N [--once]]\n"
-            "                   [--trace FILE] [--quiet] [--unread-close] "
-            "[--streams]\n"
-            "  BUG: resume-late ack-before-log lost-wakeup expire-relative\n"
-            "       multi-split chunk-edge int32 silent-resync expire-early\n"
-            "       batch-death expire-now same-length hollow-partition\n"
-            "       short-write-resend short-write-drop hollow-short-write "
-            "(--streams)\n");
+    fprintf(
+        stderr,
+        "usage: lull-kv-sim [--seeds N] [--first S] [--seconds T] "
+        "[--seed S]\n"
+        "                   [--plant BUG [--expect-find N]] "
+        "[--determinism N [--once]]\n"
+        "                   [--trace FILE] [--quiet] [--unread-close] "
+        "[--streams]\n"
+        "  BUG: resume-late ack-before-log lost-wakeup expire-relative\n"
+        "       multi-split chunk-edge int32 silent-resync expire-early\n"
+        "       batch-death expire-now same-length snapshot-ttl ltrim-off\n"
+        "       hincrby-set lrange-end setrange-shrink expire-gt exec-arity\n"
+        "       snap-list-batch resume-caught-up lrem-direction\n"
+        "       hollow-partition\n"
+        "       short-write-resend short-write-drop hollow-short-write "
+        "(--streams)\n");
     return 2;
 }
 

@@ -60,8 +60,10 @@ static size_t batch(size_t left) {
     return left < SNAP_BATCH ? left : SNAP_BATCH;
 }
 
-static void list_records(snap *s, const char *key, size_t klen, kv_list *l) {
-    for (size_t i = 0; i < l->n;) {
+/* (KV_PLANT_SNAP_BATCH, repl.h: `most` SNAP_BATCH; SIZE_MAX otherwise) */
+static void list_records(snap *s, const char *key, size_t klen, kv_list *l,
+                         size_t most) {
+    for (size_t i = 0; i < l->n && i < most;) {
         size_t m = batch(l->n - i);
         start(s, "RPUSH", m, key, klen);
         for (size_t j = 0; j < m; j++, i++)
@@ -123,7 +125,9 @@ int snap_write(kv *k, snap_out *o) {
                 arg(&s, kobj_str(v), v->len);
                 break;
             case KV_LIST:
-                list_records(&s, key, e->klen, v->val);
+                list_records(&s, key, e->klen, v->val,
+                             k->plant & KV_PLANT_SNAP_BATCH ? SNAP_BATCH
+                                                            : SIZE_MAX);
                 break;
             case KV_SET:
                 dict_records(&s, key, e->klen, &((kv_set *)v->val)->d, false);

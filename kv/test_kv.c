@@ -3277,7 +3277,8 @@ TEST(model_agrees_with_the_commands) {
             model_list_item(&keys[key].c[0], r, &c);
         int key2 = (int)(r / 81 % KEYS);
         snprintf(c.key2, sizeof c.key2, "k%d", key2);
-        if ((c.op == OP_APPEND || c.op == OP_RPUSH || c.op == OP_LINSERT) &&
+        if ((c.op == OP_APPEND || c.op == OP_RPUSH || c.op == OP_RPUSH_N ||
+             c.op == OP_LINSERT) &&
             keys[key].c[0].len > 400)
             c.op = OP_DEL;
         ops_seen[c.op]++;
@@ -3296,7 +3297,8 @@ TEST(model_agrees_with_the_commands) {
         if (!(two ? model_apply2(&keys[key], &keys[key2], &c, now, now, out.p,
                                  out.len)
                   : model_apply(&keys[key], &c, now, now, out.p, out.len))) {
-            char want[700], st[800];
+            static char want[MODEL_REQ_MAX];
+            char st[800];
             size_t w = model_reply(&keys[key].c[0], &c, now, want);
             model_describe(&keys[key].c[0], st, sizeof st);
             check_fail(__FILE__, __LINE__,
