@@ -546,6 +546,18 @@ static resp_arg first_key(input *in, char key, uint8_t b, char **raw) {
     return argument(in, b, raw);
 }
 
+/* After a command: a replica that has caught up applies its records and
+ * equals the primary; the keyspace holds; no expiry left at or before now
+ * (expiries: the keyspace's before the command). */
+static void step_checked(run *t, const int64_t *expiries, size_t nexp) {
+    if (!t->lag) {
+        replicate(t);
+        same(t);
+    }
+    check_store(&t->p.db);
+    check_new_expiries(&t->p.db, expiries, nexp);
+}
+
 /* One step of the program. */
 static void step(run *t, input *in) {
     /* A byte's values below CLOCK_OPS name a command (op % NNAMES), the
@@ -621,12 +633,7 @@ static void step(run *t, input *in) {
         kv_client_reset(&t->p, &t->cl[who]);
         buf_free(out);
         kv_client_init(&t->cl[who], NULL, out);
-        if (!t->lag) {
-            replicate(t);
-            same(t);
-        }
-        check_store(&t->p.db);
-        check_new_expiries(&t->p.db, expiries, nexp);
+        step_checked(t, expiries, nexp);
         return;
     }
     /* The command's reply: exactly one, but for the commands that answer
@@ -648,12 +655,7 @@ static void step(run *t, input *in) {
         kv_client_reset(&t->p, &t->cl[who]);
         kv_client_init(&t->cl[who], NULL, out);
     }
-    if (!t->lag) {
-        replicate(t);
-        same(t);
-    }
-    check_store(&t->p.db);
-    check_new_expiries(&t->p.db, expiries, nexp);
+    step_checked(t, expiries, nexp);
 }
 
 /* Test only: FUZZ_CMD_PLANT names one of the simulator's planted bugs
