@@ -24,6 +24,7 @@
  * watcher is level-triggered), so a flood costs the loop a bounded slice
  * per iteration and timers and other fds still run. With GRO the kernel may
  * hand several datagrams of one sender in one slot; they are split again.
+ * Where a seccomp filter refuses recvmmsg, each slot is a recvmsg of its own.
  *
  * Whose code runs where. A recv callback may close the handle, stop
  * receiving or send: after each call the handle is looked at again only if
@@ -105,6 +106,7 @@
 #define U_RPEND     0x100u /* event task: deliver the rest of a batch */
 #define U_INET      0x200u /* the socket is AF_INET (read once, at adopt) */
 #define U_INET6     0x400u /* the socket is AF_INET6 (ditto) */
+#define U_RECV_EACH 0x800u /* recvmmsg refused (seccomp): recvmsg each */
 
 /* One receive slot's headers. */
 typedef struct recv_meta {
@@ -803,6 +805,51 @@ static void rearm_slots(lull_udp *udp) {
             meta->msgs[i].msg_hdr.msg_controllen = sizeof meta->ctl[i];
 }
 
+/* A seccomp filter's answer to a call it refuses: ENOSYS, or EPERM from
+ * older container profiles. */
+static bool refused(int err) {
+    return err == ENOSYS || err == EPERM;
+}
+
+/* Fills slots from the socket as recvmmsg does, with one recvmsg each:
+ * for a process whose seccomp filter refuses recvmmsg. The count read, or
+ * -1 and errno when none was; an error met after the first datagram is
+ * left in *late, to be reported after them (recvmmsg keeps it in the
+ * socket for the next call, which user space cannot). */
+static int recv_each(lull_udp *udp, int *late) {
+    struct mmsghdr *msgs = ((recv_meta *)udp->rmeta)->msgs;
+    unsigned got = 0;
+    while (got < udp->recv_batch) {
+        ssize_t n;
+        do {
+            n = recvmsg(udp->io.fd, &msgs[got].msg_hdr, MSG_DONTWAIT);
+        } while (n < 0 && errno == EINTR);
+        if (n < 0) break;
+        msgs[got++].msg_len = (unsigned)n;
+    }
+    if (got == 0) return -1;
+    if (got < udp->recv_batch && errno != EAGAIN) *late = errno;
+    return (int)got;
+}
+
+/* One batch: recvmmsg, or recvmsg a datagram at a time where a seccomp
+ * filter refuses recvmmsg (found at the first refusal, which recvmsg then
+ * answers instead: a recvmsg refused too is the error reported). */
+static int recv_some(lull_udp *udp, int *late) {
+    *late = 0;
+    if (!(udp->state & U_RECV_EACH)) {
+        int got;
+        do {
+            got = recvmmsg(udp->io.fd, ((recv_meta *)udp->rmeta)->msgs,
+                           udp->recv_batch, MSG_DONTWAIT, NULL);
+        } while (got < 0 && errno == EINTR);
+        if (got >= 0 || !refused(errno)) return got;
+    }
+    int got = recv_each(udp, late);
+    if (got >= 0 || !refused(errno)) udp->state |= U_RECV_EACH;
+    return got;
+}
+
 /* Delivers what a stopped read left, then reads up to RECV_ROUNDS
  * batches. False when a recv callback closed the handle. */
 static bool read_datagrams(lull_udp *udp) {
@@ -811,13 +858,18 @@ static bool read_datagrams(lull_udp *udp) {
     if (!deliver_batch(udp, &closed)) goto out;
     for (int round = 0; round < RECV_ROUNDS; round++) {
         rearm_slots(udp);
-        int got;
-        do {
-            got = recvmmsg(udp->io.fd, ((recv_meta *)udp->rmeta)->msgs,
-                           udp->recv_batch, MSG_DONTWAIT, NULL);
-        } while (got < 0 && errno == EINTR);
-        if (got < 0) {
-            int err = errno;
+        int late, got = recv_some(udp, &late);
+        int err = got < 0 ? errno : late;
+        if (got > 0) {
+            udp->recv_calls++;
+            udp->rnext = 0;
+            udp->rgot = (unsigned)got;
+            udp->roff = 0;
+            if (!deliver_batch(udp, &closed)) break;
+            if (!late && (unsigned)got < udp->recv_batch)
+                break; /* the socket is empty */
+        }
+        if (err) {
             if (err == EAGAIN) break;
             /* An error the socket carries (an ICMP error on a connected
              * socket, most often): reported, and reading goes on. The
@@ -825,11 +877,12 @@ static bool read_datagrams(lull_udp *udp) {
              * again (rare). */
             prepare_slots(udp, 0, udp->recv_batch);
             /* The fd closed behind the handle (EBADF) or its number now
-             * naming another file (ENOTSOCK): no read can work again, and
-             * a dup or a forked child's copy keeps the registration
-             * reporting. Receiving ends after the report, or it would be
-             * made at every iteration for ever. */
-            bool gone = err == EBADF || err == ENOTSOCK;
+             * naming another file (ENOTSOCK), or recvmsg refused by a
+             * seccomp filter as well: no read can work again, and the
+             * registration (a dup or a forked child's copy keeps it)
+             * goes on reporting. Receiving ends after the report, or it
+             * would be made at every iteration for ever. */
+            bool gone = err == EBADF || err == ENOTSOCK || refused(err);
             if (gone) {
                 udp->state &= ~U_READING;
                 (void)set_interest(udp);
@@ -838,12 +891,7 @@ static bool read_datagrams(lull_udp *udp) {
             if (gone || closed || !(udp->state & U_READING)) break;
             continue;
         }
-        udp->recv_calls++;
-        udp->rnext = 0;
-        udp->rgot = (unsigned)got;
-        udp->roff = 0;
-        if (!deliver_batch(udp, &closed)) break;
-        if ((unsigned)got < udp->recv_batch) break; /* the socket is empty */
+        if (got == 0) break;
     }
 out:
     if (!closed) udp->closed_guard = NULL;

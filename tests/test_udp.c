@@ -915,6 +915,40 @@ TEST(device_queue_full_fails_the_datagram_without_spinning) {
     CHECK(check_exits_cleanly(device_queue_full, NULL));
     CHECK(check_exits_cleanly(device_queue_full, (void *)1));
 }
+
+/* A seccomp filter that refuses recvmmsg (ENOSYS, or EPERM as older
+ * container profiles answer a call they do not know): datagrams are read
+ * with recvmsg instead, every one, in order, and the loop goes quiet. It
+ * was an error reported four times an iteration for ever, with the
+ * socket's datagrams never read. */
+static void recvmmsg_denied(void *err) {
+    lull_loop *loop = new_loop();
+    lull_udp_options o = {.recv_batch = 8};
+    rx r;
+    rx_bind(loop, &r, &o);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    check_deny_syscalls((const int[]){SYS_recvmmsg}, 1, (int)(intptr_t)err);
+    int tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(tx >= 0);
+    for (int i = 0; i < 20; i++) {
+        unsigned char b = (unsigned char)i;
+        CHECK_EQ(sendto(tx, &b, 1, 0, (struct sockaddr *)&to, sizeof to), 1);
+    }
+    run_until(loop, &r.count, 20);
+    for (int i = 0; i < 20; i++)
+        CHECK_EQ(r.seen[i], i);
+    CHECK_EQ(r.errors, 0);
+    CHECK(polls_in(loop, 20) < 10);
+    close(tx);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(recvmmsg_denied_by_seccomp_falls_back_to_recvmsg) {
+    CHECK(check_exits_cleanly(recvmmsg_denied, (void *)(intptr_t)ENOSYS));
+    CHECK(check_exits_cleanly(recvmmsg_denied, (void *)(intptr_t)EPERM));
+}
 #endif
 
 /* One long send cut into datagrams of gso_segment bytes, by the kernel
