@@ -9,7 +9,8 @@
  * When datagrams leave. A send appends to the queue and queues the flush
  * task at the loop's next flush point (lull__at_flush, as streams do), so
  * every datagram sent in between leaves in one sendmmsg of up to SEND_BATCH
- * messages, in send order, whatever their destinations. A sendmmsg that
+ * messages, in send order, whatever their destinations (a sendmsg each
+ * where a seccomp filter refuses sendmmsg). A sendmmsg that
  * stops early either met a full socket buffer (EAGAIN: the handle waits for
  * writability, BLOCKED, and sends only queue until then) or an error that
  * belongs to the first unsent datagram (it fails with that errno and the
@@ -95,18 +96,19 @@
 #define GSO_MAX_SEGMENTS 64
 
 /* lull_udp.state */
-#define U_READING   0x01u  /* lull_udp_recv_start */
-#define U_BLOCKED   0x02u  /* the socket buffer was full: wait for writable */
-#define U_CLOSED    0x04u  /* lull_udp_close was called */
-#define U_CONNECTED 0x08u  /* lull_udp_connect: sends need no address */
-#define U_BOUND     0x10u  /* bound (by bind, connect or a first send) */
-#define U_NO_GSO    0x20u  /* the kernel refused UDP_SEGMENT: split by hand */
-#define U_GRO       0x40u  /* UDP_GRO is on */
-#define U_INIT      0x80u  /* lull_udp_init ran */
-#define U_RPEND     0x100u /* event task: deliver the rest of a batch */
-#define U_INET      0x200u /* the socket is AF_INET (read once, at adopt) */
-#define U_INET6     0x400u /* the socket is AF_INET6 (ditto) */
-#define U_RECV_EACH 0x800u /* recvmmsg refused (seccomp): recvmsg each */
+#define U_READING   0x01u   /* lull_udp_recv_start */
+#define U_BLOCKED   0x02u   /* the socket buffer was full: wait for writable */
+#define U_CLOSED    0x04u   /* lull_udp_close was called */
+#define U_CONNECTED 0x08u   /* lull_udp_connect: sends need no address */
+#define U_BOUND     0x10u   /* bound (by bind, connect or a first send) */
+#define U_NO_GSO    0x20u   /* the kernel refused UDP_SEGMENT: split by hand */
+#define U_GRO       0x40u   /* UDP_GRO is on */
+#define U_INIT      0x80u   /* lull_udp_init ran */
+#define U_RPEND     0x100u  /* event task: deliver the rest of a batch */
+#define U_INET      0x200u  /* the socket is AF_INET (read once, at adopt) */
+#define U_INET6     0x400u  /* the socket is AF_INET6 (ditto) */
+#define U_RECV_EACH 0x800u  /* recvmmsg refused (seccomp): recvmsg each */
+#define U_SEND_EACH 0x1000u /* sendmmsg refused (seccomp): sendmsg each */
 
 /* One receive slot's headers. */
 typedef struct recv_meta {
@@ -539,6 +541,37 @@ static bool gso_refused(lull_udp *udp, const lull_datagram *req, int err) {
     return true;
 }
 
+/* A seccomp filter's answer to a call it refuses: ENOSYS, or EPERM from
+ * older container profiles. */
+static bool refused(int err) {
+    return err == ENOSYS || err == EPERM;
+}
+
+/* One batch: sendmmsg, or sendmsg a datagram at a time where a seccomp
+ * filter refuses sendmmsg. EPERM is also a firewall's answer for one
+ * datagram, so a refusal sends that datagram with sendmsg, and only a
+ * sendmsg that works says the filter refused the call (U_SEND_EACH from
+ * then on). As sendmmsg: the count sent, or -1 and errno when none was (an
+ * error after the first is met again by the next call, whose first it is). */
+static int send_some(lull_udp *udp, struct mmsghdr *msgs, unsigned n) {
+    int sent;
+    if (!(udp->state & U_SEND_EACH)) {
+        do {
+            sent = sendmmsg(udp->io.fd, msgs, n, MSG_NOSIGNAL);
+        } while (sent < 0 && errno == EINTR);
+        if (sent >= 0 || !refused(errno)) return sent;
+    }
+    for (sent = 0; (unsigned)sent < n; sent++) {
+        ssize_t w;
+        do {
+            w = sendmsg(udp->io.fd, &msgs[sent].msg_hdr, MSG_NOSIGNAL);
+        } while (w < 0 && errno == EINTR);
+        if (w < 0) break;
+        udp->state |= U_SEND_EACH;
+    }
+    return sent > 0 ? sent : -1;
+}
+
 /* Writes the queue with sendmmsg until it is empty or the socket is full. */
 static void send_queue(lull_udp *udp) {
     struct mmsghdr msgs[SEND_BATCH];
@@ -556,10 +589,7 @@ static void send_queue(lull_udp *udp) {
             fill_msg(udp, r, &msgs[n], &iov[n], ctl[n]);
             n++;
         }
-        int sent;
-        do {
-            sent = sendmmsg(udp->io.fd, msgs, (unsigned)n, MSG_NOSIGNAL);
-        } while (sent < 0 && errno == EINTR);
+        int sent = send_some(udp, msgs, (unsigned)n);
         udp->send_calls++;
         if (sent < 0) {
             int err = errno;
@@ -803,12 +833,6 @@ static void rearm_slots(lull_udp *udp) {
     if (udp->state & U_GRO)
         for (unsigned i = 0; i < n; i++)
             meta->msgs[i].msg_hdr.msg_controllen = sizeof meta->ctl[i];
-}
-
-/* A seccomp filter's answer to a call it refuses: ENOSYS, or EPERM from
- * older container profiles. */
-static bool refused(int err) {
-    return err == ENOSYS || err == EPERM;
 }
 
 /* Fills slots from the socket as recvmmsg does, with one recvmsg each:

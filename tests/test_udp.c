@@ -949,6 +949,34 @@ TEST(recvmmsg_denied_by_seccomp_falls_back_to_recvmsg) {
     CHECK(check_exits_cleanly(recvmmsg_denied, (void *)(intptr_t)ENOSYS));
     CHECK(check_exits_cleanly(recvmmsg_denied, (void *)(intptr_t)EPERM));
 }
+
+/* The same for sendmmsg: datagrams leave with sendmsg, every one, in
+ * order, each request completing with 0. They failed, each with the
+ * filter's errno. */
+static void sendmmsg_denied(void *err) {
+    lull_loop *loop = new_loop();
+    lull_udp_options o = {.recv_batch = 8};
+    rx r;
+    rx_bind(loop, &r, &o);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    check_deny_syscalls((const int[]){SYS_sendmmsg}, 1, (int)(intptr_t)err);
+    CHECK_EQ(send_n(&tx, 20, (struct sockaddr *)&to), 0);
+    run_until(loop, &sends_done, 20);
+    for (int i = 0; i < 20; i++)
+        CHECK_EQ(send_status[i], 0);
+    run_until(loop, &r.count, 20);
+    for (int i = 0; i < 20; i++)
+        CHECK_EQ(r.seen[i], i);
+    CHECK_U64_EQ(tx.sent, 20);
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
+
+TEST(sendmmsg_denied_by_seccomp_falls_back_to_sendmsg) {
+    CHECK(check_exits_cleanly(sendmmsg_denied, (void *)(intptr_t)ENOSYS));
+    CHECK(check_exits_cleanly(sendmmsg_denied, (void *)(intptr_t)EPERM));
+}
 #endif
 
 /* One long send cut into datagrams of gso_segment bytes, by the kernel
