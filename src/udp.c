@@ -206,7 +206,10 @@ static int adopt(lull_udp *udp, int fd) {
      * lull_udp_init at -EBUSY (the process's set of handles holding one or
      * closing), until drop_socket or the close callback. */
     rc = lull__inuse_add(udp);
-    if (rc < 0) return rc;
+    if (rc < 0) {
+        udp->io.fd = -1; /* not taken: the caller's to close or keep */
+        return rc;
+    }
     udp->loop->handles++;
     /* A socket keeps its family: read it here once, so that a send, which
      * checks its destination against it, makes no system call of its own
