@@ -73,8 +73,10 @@
 #define UDP_GRO 104 /* linux/udp.h, 5.0 */
 #endif
 
-/* The largest UDP payload over IPv4 (65535 - 8 - 20). */
-#define DATAGRAM_MAX 65507u
+/* The largest UDP payload over IPv4 (65535 - 8 - 20), and over IPv6,
+ * whose 65535 bytes of payload length leave out its own header (- 8). */
+#define DATAGRAM_MAX  65507u
+#define DATAGRAM6_MAX 65527u
 /* Receive slots: the largest datagram by default, so nothing is cut. The
  * pages of a slot are touched only as far as datagrams fill them. */
 #define MAX_DATAGRAM_DEFAULT ((size_t)65536)
@@ -411,9 +413,11 @@ int lull_udp_send(lull_udp *udp, lull_datagram *req, const void *bytes,
      * (on another, it would be linked into two queues). A request is zeroed
      * before its first use (lull.h), so req->udp is NULL then. */
     if (req->udp) return -EBUSY;
-    size_t max =
-        udp->gso_segment ? udp->gso_segment * GSO_MAX_SEGMENTS : DATAGRAM_MAX;
-    if (udp->gso_segment > DATAGRAM_MAX) max = DATAGRAM_MAX;
+    /* IPv6: the destination's family, or a connected socket's. */
+    bool v6 = to ? to->sa_family == AF_INET6 : (udp->state & U_INET6) != 0;
+    size_t one = v6 ? DATAGRAM6_MAX : DATAGRAM_MAX;
+    size_t max = udp->gso_segment ? udp->gso_segment * GSO_MAX_SEGMENTS : one;
+    if (udp->gso_segment > one) max = one;
     if (len > max) return -EMSGSIZE;
     if (len > udp->max_queued - udp->queued) return -ENOBUFS;
     int rc = take_destination(udp, req, to);

@@ -1264,6 +1264,42 @@ TEST(multicast_on_the_loopback_interface) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* IPv6 carries 65527 bytes in a datagram (no IPv4 header inside its
+ * 65535): the kernel sends them and a receive slot holds them, so lull
+ * takes them too, and refuses one byte more. It refused everything past
+ * IPv4's 65507 with -EMSGSIZE. */
+TEST(ipv6_datagram_of_65527_bytes) {
+    lull_loop *loop = new_loop();
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&r.udp, "::1", 0, 0), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    struct sockaddr_in6 to = {.sin6_family = AF_INET6,
+                              .sin6_addr = in6addr_loopback};
+    to.sin6_port = htons((uint16_t)lull_udp_local_port(&r.udp));
+    static unsigned char big[65528];
+    memset(big, 'v', sizeof big);
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    static lull_datagram d, d2;
+    CHECK_EQ(lull_udp_send(&tx, &d, big, 65528, (struct sockaddr *)&to, NULL),
+             -EMSGSIZE);
+    CHECK_EQ(lull_udp_send(&tx, &d, big, 65527, (struct sockaddr *)&to, NULL),
+             0);
+    run_until(loop, &r.count, 1);
+    CHECK_EQ(r.lens[0], 65527);
+    CHECK_EQ(r.flags[0], 0);
+    /* Connected: the socket's family says it. */
+    CHECK_EQ(lull_udp_connect(&r.udp, "::1", lull_udp_local_port(&r.udp)), 0);
+    CHECK_EQ(lull_udp_send(&r.udp, &d2, big, 65528, NULL, NULL), -EMSGSIZE);
+    CHECK_EQ(lull_udp_send(&r.udp, &d2, big, 65527, NULL, NULL), 0);
+    run_until(loop, &r.count, 2);
+    CHECK_EQ(r.lens[1], 65527);
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
+
 TEST(hostile_arguments) {
     lull_loop *loop = new_loop();
     lull_udp u;
