@@ -9,7 +9,8 @@
  * When datagrams leave. A send appends to the queue and queues the flush
  * task at the loop's next flush point (lull__at_flush, as streams do), so
  * every datagram sent in between leaves in one sendmmsg of up to SEND_BATCH
- * messages, in send order, whatever their destinations. A sendmmsg that
+ * messages, in send order, whatever their destinations (a sendmsg each
+ * where a seccomp filter refuses sendmmsg). A sendmmsg that
  * stops early either met a full socket buffer (EAGAIN: the handle waits for
  * writability, BLOCKED, and sends only queue until then) or an error that
  * belongs to the first unsent datagram (it fails with that errno and the
@@ -24,6 +25,7 @@
  * watcher is level-triggered), so a flood costs the loop a bounded slice
  * per iteration and timers and other fds still run. With GRO the kernel may
  * hand several datagrams of one sender in one slot; they are split again.
+ * Where a seccomp filter refuses recvmmsg, each slot is a recvmsg of its own.
  *
  * Whose code runs where. A recv callback may close the handle, stop
  * receiving or send: after each call the handle is looked at again only if
@@ -71,8 +73,10 @@
 #define UDP_GRO 104 /* linux/udp.h, 5.0 */
 #endif
 
-/* The largest UDP payload over IPv4 (65535 - 8 - 20). */
-#define DATAGRAM_MAX 65507u
+/* The largest UDP payload over IPv4 (65535 - 8 - 20), and over IPv6,
+ * whose 65535 bytes of payload length leave out its own header (- 8). */
+#define DATAGRAM_MAX  65507u
+#define DATAGRAM6_MAX 65527u
 /* Receive slots: the largest datagram by default, so nothing is cut. The
  * pages of a slot are touched only as far as datagrams fill them. */
 #define MAX_DATAGRAM_DEFAULT ((size_t)65536)
@@ -94,17 +98,19 @@
 #define GSO_MAX_SEGMENTS 64
 
 /* lull_udp.state */
-#define U_READING   0x01u  /* lull_udp_recv_start */
-#define U_BLOCKED   0x02u  /* the socket buffer was full: wait for writable */
-#define U_CLOSED    0x04u  /* lull_udp_close was called */
-#define U_CONNECTED 0x08u  /* lull_udp_connect: sends need no address */
-#define U_BOUND     0x10u  /* bound (by bind, connect or a first send) */
-#define U_NO_GSO    0x20u  /* the kernel refused UDP_SEGMENT: split by hand */
-#define U_GRO       0x40u  /* UDP_GRO is on */
-#define U_INIT      0x80u  /* lull_udp_init ran */
-#define U_RPEND     0x100u /* event task: deliver the rest of a batch */
-#define U_INET      0x200u /* the socket is AF_INET (read once, at adopt) */
-#define U_INET6     0x400u /* the socket is AF_INET6 (ditto) */
+#define U_READING   0x01u   /* lull_udp_recv_start */
+#define U_BLOCKED   0x02u   /* the socket buffer was full: wait for writable */
+#define U_CLOSED    0x04u   /* lull_udp_close was called */
+#define U_CONNECTED 0x08u   /* lull_udp_connect: sends need no address */
+#define U_BOUND     0x10u   /* bound (by bind, connect or a first send) */
+#define U_NO_GSO    0x20u   /* the kernel refused UDP_SEGMENT: split by hand */
+#define U_GRO       0x40u   /* UDP_GRO is on */
+#define U_INIT      0x80u   /* lull_udp_init ran */
+#define U_RPEND     0x100u  /* event task: deliver the rest of a batch */
+#define U_INET      0x200u  /* the socket is AF_INET (read once, at adopt) */
+#define U_INET6     0x400u  /* the socket is AF_INET6 (ditto) */
+#define U_RECV_EACH 0x800u  /* recvmmsg refused (seccomp): recvmsg each */
+#define U_SEND_EACH 0x1000u /* sendmmsg refused (seccomp): sendmsg each */
 
 /* One receive slot's headers. */
 typedef struct recv_meta {
@@ -202,7 +208,10 @@ static int adopt(lull_udp *udp, int fd) {
      * lull_udp_init at -EBUSY (the process's set of handles holding one or
      * closing), until drop_socket or the close callback. */
     rc = lull__inuse_add(udp);
-    if (rc < 0) return rc;
+    if (rc < 0) {
+        udp->io.fd = -1; /* not taken: the caller's to close or keep */
+        return rc;
+    }
     udp->loop->handles++;
     /* A socket keeps its family: read it here once, so that a send, which
      * checks its destination against it, makes no system call of its own
@@ -404,9 +413,11 @@ int lull_udp_send(lull_udp *udp, lull_datagram *req, const void *bytes,
      * (on another, it would be linked into two queues). A request is zeroed
      * before its first use (lull.h), so req->udp is NULL then. */
     if (req->udp) return -EBUSY;
-    size_t max =
-        udp->gso_segment ? udp->gso_segment * GSO_MAX_SEGMENTS : DATAGRAM_MAX;
-    if (udp->gso_segment > DATAGRAM_MAX) max = DATAGRAM_MAX;
+    /* IPv6: the destination's family, or a connected socket's. */
+    bool v6 = to ? to->sa_family == AF_INET6 : (udp->state & U_INET6) != 0;
+    size_t one = v6 ? DATAGRAM6_MAX : DATAGRAM_MAX;
+    size_t max = udp->gso_segment ? udp->gso_segment * GSO_MAX_SEGMENTS : one;
+    if (udp->gso_segment > one) max = one;
     if (len > max) return -EMSGSIZE;
     if (len > udp->max_queued - udp->queued) return -ENOBUFS;
     int rc = take_destination(udp, req, to);
@@ -537,6 +548,37 @@ static bool gso_refused(lull_udp *udp, const lull_datagram *req, int err) {
     return true;
 }
 
+/* A seccomp filter's answer to a call it refuses: ENOSYS, or EPERM from
+ * older container profiles. */
+static bool refused(int err) {
+    return err == ENOSYS || err == EPERM;
+}
+
+/* One batch: sendmmsg, or sendmsg a datagram at a time where a seccomp
+ * filter refuses sendmmsg. EPERM is also a firewall's answer for one
+ * datagram, so a refusal sends that datagram with sendmsg, and only a
+ * sendmsg that works says the filter refused the call (U_SEND_EACH from
+ * then on). As sendmmsg: the count sent, or -1 and errno when none was (an
+ * error after the first is met again by the next call, whose first it is). */
+static int send_some(lull_udp *udp, struct mmsghdr *msgs, unsigned n) {
+    int sent;
+    if (!(udp->state & U_SEND_EACH)) {
+        do {
+            sent = sendmmsg(udp->io.fd, msgs, n, MSG_NOSIGNAL);
+        } while (sent < 0 && errno == EINTR);
+        if (sent >= 0 || !refused(errno)) return sent;
+    }
+    for (sent = 0; (unsigned)sent < n; sent++) {
+        ssize_t w;
+        do {
+            w = sendmsg(udp->io.fd, &msgs[sent].msg_hdr, MSG_NOSIGNAL);
+        } while (w < 0 && errno == EINTR);
+        if (w < 0) break;
+        udp->state |= U_SEND_EACH;
+    }
+    return sent > 0 ? sent : -1;
+}
+
 /* Writes the queue with sendmmsg until it is empty or the socket is full. */
 static void send_queue(lull_udp *udp) {
     struct mmsghdr msgs[SEND_BATCH];
@@ -554,10 +596,7 @@ static void send_queue(lull_udp *udp) {
             fill_msg(udp, r, &msgs[n], &iov[n], ctl[n]);
             n++;
         }
-        int sent;
-        do {
-            sent = sendmmsg(udp->io.fd, msgs, (unsigned)n, MSG_NOSIGNAL);
-        } while (sent < 0 && errno == EINTR);
+        int sent = send_some(udp, msgs, (unsigned)n);
         udp->send_calls++;
         if (sent < 0) {
             int err = errno;
@@ -803,6 +842,45 @@ static void rearm_slots(lull_udp *udp) {
             meta->msgs[i].msg_hdr.msg_controllen = sizeof meta->ctl[i];
 }
 
+/* Fills slots from the socket as recvmmsg does, with one recvmsg each:
+ * for a process whose seccomp filter refuses recvmmsg. The count read, or
+ * -1 and errno when none was; an error met after the first datagram is
+ * left in *late, to be reported after them (recvmmsg keeps it in the
+ * socket for the next call, which user space cannot). */
+static int recv_each(lull_udp *udp, int *late) {
+    struct mmsghdr *msgs = ((recv_meta *)udp->rmeta)->msgs;
+    unsigned got = 0;
+    while (got < udp->recv_batch) {
+        ssize_t n;
+        do {
+            n = recvmsg(udp->io.fd, &msgs[got].msg_hdr, MSG_DONTWAIT);
+        } while (n < 0 && errno == EINTR);
+        if (n < 0) break;
+        msgs[got++].msg_len = (unsigned)n;
+    }
+    if (got == 0) return -1;
+    if (got < udp->recv_batch && errno != EAGAIN) *late = errno;
+    return (int)got;
+}
+
+/* One batch: recvmmsg, or recvmsg a datagram at a time where a seccomp
+ * filter refuses recvmmsg (found at the first refusal, which recvmsg then
+ * answers instead: a recvmsg refused too is the error reported). */
+static int recv_some(lull_udp *udp, int *late) {
+    *late = 0;
+    if (!(udp->state & U_RECV_EACH)) {
+        int got;
+        do {
+            got = recvmmsg(udp->io.fd, ((recv_meta *)udp->rmeta)->msgs,
+                           udp->recv_batch, MSG_DONTWAIT, NULL);
+        } while (got < 0 && errno == EINTR);
+        if (got >= 0 || !refused(errno)) return got;
+    }
+    int got = recv_each(udp, late);
+    if (got >= 0 || !refused(errno)) udp->state |= U_RECV_EACH;
+    return got;
+}
+
 /* Delivers what a stopped read left, then reads up to RECV_ROUNDS
  * batches. False when a recv callback closed the handle. */
 static bool read_datagrams(lull_udp *udp) {
@@ -811,13 +889,18 @@ static bool read_datagrams(lull_udp *udp) {
     if (!deliver_batch(udp, &closed)) goto out;
     for (int round = 0; round < RECV_ROUNDS; round++) {
         rearm_slots(udp);
-        int got;
-        do {
-            got = recvmmsg(udp->io.fd, ((recv_meta *)udp->rmeta)->msgs,
-                           udp->recv_batch, MSG_DONTWAIT, NULL);
-        } while (got < 0 && errno == EINTR);
-        if (got < 0) {
-            int err = errno;
+        int late, got = recv_some(udp, &late);
+        int err = got < 0 ? errno : late;
+        if (got > 0) {
+            udp->recv_calls++;
+            udp->rnext = 0;
+            udp->rgot = (unsigned)got;
+            udp->roff = 0;
+            if (!deliver_batch(udp, &closed)) break;
+            if (!late && (unsigned)got < udp->recv_batch)
+                break; /* the socket is empty */
+        }
+        if (err) {
             if (err == EAGAIN) break;
             /* An error the socket carries (an ICMP error on a connected
              * socket, most often): reported, and reading goes on. The
@@ -825,11 +908,12 @@ static bool read_datagrams(lull_udp *udp) {
              * again (rare). */
             prepare_slots(udp, 0, udp->recv_batch);
             /* The fd closed behind the handle (EBADF) or its number now
-             * naming another file (ENOTSOCK): no read can work again, and
-             * a dup or a forked child's copy keeps the registration
-             * reporting. Receiving ends after the report, or it would be
-             * made at every iteration for ever. */
-            bool gone = err == EBADF || err == ENOTSOCK;
+             * naming another file (ENOTSOCK), or recvmsg refused by a
+             * seccomp filter as well: no read can work again, and the
+             * registration (a dup or a forked child's copy keeps it)
+             * goes on reporting. Receiving ends after the report, or it
+             * would be made at every iteration for ever. */
+            bool gone = err == EBADF || err == ENOTSOCK || refused(err);
             if (gone) {
                 udp->state &= ~U_READING;
                 (void)set_interest(udp);
@@ -838,12 +922,7 @@ static bool read_datagrams(lull_udp *udp) {
             if (gone || closed || !(udp->state & U_READING)) break;
             continue;
         }
-        udp->recv_calls++;
-        udp->rnext = 0;
-        udp->rgot = (unsigned)got;
-        udp->roff = 0;
-        if (!deliver_batch(udp, &closed)) break;
-        if ((unsigned)got < udp->recv_batch) break; /* the socket is empty */
+        if (got == 0) break;
     }
 out:
     if (!closed) udp->closed_guard = NULL;

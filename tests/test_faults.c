@@ -1262,6 +1262,39 @@ TEST(loop_new_out_of_memory_closes_each_fd_once) {
     }
 }
 
+/* A UDP handle that runs out of memory taking a socket (the set of live
+ * handles growing) holds none: lull_udp_open's fd stays the caller's, a
+ * bind's own socket is closed once, and the close closes nothing more. The
+ * handle kept the number, so its close closed the caller's fd (or a number
+ * reused since) and counted one open handle fewer than there were. */
+TEST(udp_out_of_memory_taking_a_socket_holds_none) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    memset(&u, 0, sizeof u);
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    fail_nth(K_MALLOC, -1, 1, 1, ENOMEM);
+    arm(true);
+    int rc = lull_udp_open(&u, fd);
+    arm(false);
+    CHECK_EQ(rc, -ENOMEM);
+    CHECK_EQ(lull_udp_local_port(&u), -EBADF);
+    fail_nth(K_MALLOC, -1, 1, 1, ENOMEM);
+    arm(true);
+    rc = lull_udp_bind(&u, "127.0.0.1", 0, 0);
+    arm(false);
+    CHECK_EQ(rc, -ENOMEM);
+    CHECK_EQ(lull_udp_local_port(&u), -EBADF);
+    __atomic_store_n(&closes_of_no_fd, 0, __ATOMIC_RELAXED);
+    CHECK_EQ(lull_udp_close(&u, NULL), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(__atomic_load_n(&closes_of_no_fd, __ATOMIC_RELAXED), 0);
+    CHECK(fcntl(fd, F_GETFD) >= 0); /* still the caller's */
+    CHECK_EQ(close(fd), 0);
+    end_loop(loop);
+}
+
 /* Where lull allocates, out of memory is an errno: lull_loop_new at each
  * of its allocations (nothing leaks: ASan checks), lull_io_start growing
  * the watcher table, lull_stream_open and lull_server_accept (the read
