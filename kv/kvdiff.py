@@ -1284,9 +1284,19 @@ def main():
     sock = os.path.join(tmp, "redis.sock")
     procs = []
     try:
+        def accepts(out):
+            """redis-server is ready once its socket takes a connection: the
+            file appears at bind(), before listen() (refused between)."""
+            s = socket.socket(socket.AF_UNIX)
+            try:
+                s.connect(sock)
+                return 1
+            except OSError:
+                return None
+            finally:
+                s.close()
         p, _ = start([rs, "--port", "0", "--unixsocket", sock, "--save", "",
-                      "--appendonly", "no"],
-                     lambda out: 1 if os.path.exists(sock) else None, tmp, "redis")
+                      "--appendonly", "no"], accepts, tmp, "redis")
         procs.append(p)
 
         def kv_port(out):
