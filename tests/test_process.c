@@ -751,6 +751,49 @@ TEST(closed_stdout_stays_closed) {
     free_loop(loop);
 }
 
+/* A program that closed its stdin and stdout (a daemon) spawns: the fds
+ * the spawn keeps in the parent (the streams' ends, the pidfd) never take
+ * the free numbers 0 to 2. One that did would be the program's "stdin" or
+ * "stdout": the next child spawned with stdin inherited would read the
+ * first child's output pipe, stealing the bytes its stream is owed, and a
+ * printf would write into a stream. The streams still carry the child's
+ * output. */
+TEST(parent_fds_0_to_2_closed_stay_closed) {
+    lull_loop *loop = new_loop();
+    fflush(stdout);
+    close(0);
+    close(1);
+    kid k = {0};
+    sink out = {0}, err = {0};
+    lull_process_options o = {
+        .argv = SH("echo out; echo err >&2"),
+        .stdio = {{.kind = LULL_STDIO_INHERIT},
+                  {.kind = LULL_STDIO_PIPE, .stream = &out.s},
+                  {.kind = LULL_STDIO_PIPE, .stream = &err.s}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK(fcntl(0, F_GETFD) < 0);
+    CHECK(fcntl(1, F_GETFD) < 0);
+    CHECK(lull_stream_fd(&out.s) > 2);
+    CHECK(lull_stream_fd(&err.s) > 2);
+    sink_watch(&out);
+    sink_watch(&err);
+    run_until(loop, &k.exits, 1);
+    run_until(loop, &out.closes, 1);
+    run_until(loop, &err.closes, 1);
+    CHECK_EQ(k.status, 0);
+    CHECK_EQ(strcmp(out.buf, "out\n"), 0);
+    CHECK_EQ(strcmp(err.buf, "err\n"), 0);
+    /* No stream at all: the report pipe takes 0 and 1, the pidfd the 1
+     * its write end leaves when moved above the child's fds. */
+    lull_process_options plain = {.argv = SH("exit 5")};
+    CHECK_EQ(spawn(loop, &k, &plain), 0);
+    CHECK(fcntl(0, F_GETFD) < 0);
+    CHECK(fcntl(1, F_GETFD) < 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 5);
+    free_loop(loop);
+}
+
 static uint64_t status_mask(int pid, const char *field) {
     char path[64], line[256];
     snprintf(path, sizeof path, "/proc/%d/status", pid);
