@@ -155,6 +155,9 @@ static int exec_search(const lull__spawn *sp) {
         return err_of(SYS3(SYS_execve, sp->file, sp->argv, sp->envp));
     char buf[PATH_MAX];
     size_t flen = str_len(sp->file);
+    /* No directory holds it: every execve would say ENAMETOOLONG, which
+     * the search below reads as "not in this one". */
+    if (flen > NAME_MAX) return ENAMETOOLONG;
     bool eacces = false;
     const char *p = sp->path;
     for (;;) {

@@ -340,6 +340,25 @@ TEST(exec_failure_is_an_error_at_spawn) {
     free_loop(loop);
 }
 
+/* A name without '/' longer than a file name may be (NAME_MAX, 255) can
+ * be in no PATH directory: -ENAMETOOLONG, as execvp and the kernel say,
+ * not -ENOENT (each directory's execve refused it with ENAMETOOLONG, which
+ * the search took for "not here"). 255 is a name that may exist. */
+TEST(name_too_long_for_path_search) {
+    lull_loop *loop = new_loop();
+    char name[NAME_MAX + 2];
+    memset(name, 'x', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    kid k = {0};
+    char *argv[] = {name, NULL};
+    lull_process_options o = {.argv = argv};
+    CHECK_EQ(spawn(loop, &k, &o), -ENAMETOOLONG);
+    name[NAME_MAX] = '\0';
+    CHECK_EQ(spawn(loop, &k, &o), -ENOENT);
+    CHECK(!have_child());
+    free_loop(loop);
+}
+
 /* Hostile arguments: -EINVAL, and nothing started. */
 TEST(process_argument_errors) {
     lull_loop *loop = new_loop();
