@@ -132,13 +132,12 @@ static bool ours(const lull_process *p) {
  * not exited: until it is reaped its pid cannot be reused, and after its
  * exit there is nothing to send. (A child we truly may not signal, a
  * set-uid one, refuses kill() with EPERM too.) */
-static int send_signal(lull_process *p, int signum) {
-    if (syscall(SYS_pidfd_send_signal, p->pidfd, signum, NULL, 0) == 0)
-        return 0;
+static int send_signal(int pidfd, int pid, int signum) {
+    if (syscall(SYS_pidfd_send_signal, pidfd, signum, NULL, 0) == 0) return 0;
     if (errno != ENOSYS && errno != EPERM) return -errno;
-    struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
+    struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
     if (poll(&pfd, 1, 0) == 1) return 0; /* exited: as for a zombie */
-    return kill(p->pid, signum) < 0 ? -errno : 0;
+    return kill(pid, signum) < 0 ? -errno : 0;
 }
 
 /* Stops watching and closes the pidfd (and the edge epoll, if any). */
@@ -380,6 +379,20 @@ static const char *path_of(char *const *envp) {
     return p ? p : PATH_DEFAULT;
 }
 
+/* An fd the parent keeps (a stream's end, the pidfd), moved above 2 if it
+ * took 0, 1 or 2: those are free only because the program closed its
+ * stdin, stdout or stderr, and an fd of lull's there would be what the
+ * program, and every child that inherits its stdio, reads or writes as
+ * such (a second child's inherited stdin would read the first one's output
+ * pipe, taking bytes its stream is owed). Owns fd: closed on failure. */
+static int above_stdio(int fd) {
+    if (fd > 2) return fd;
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    int err = errno;
+    close(fd);
+    return moved >= 0 ? moved : -err;
+}
+
 static void undo(made *m, int *parent_fds) {
     for (int i = 0; i < m->n; i++) {
         if (m->own[i] && m->child[i] >= 0 && m->child[i] != m->devnull)
@@ -421,15 +434,17 @@ static int make_stdio(const lull_process_options *o, made *m, int *parent_fds) {
             /* stdin: the child reads; stdout, stderr: the child writes;
              * above: as the flags say. */
             m->child[i] = child_reads(o, i) ? fds[0] : fds[1];
-            parent_fds[i] = child_reads(o, i) ? fds[1] : fds[0];
             m->own[i] = true;
+            parent_fds[i] = above_stdio(child_reads(o, i) ? fds[1] : fds[0]);
+            if (parent_fds[i] < 0) return parent_fds[i];
             break;
         case LULL_STDIO_SOCKETPAIR:
             if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
                 return -errno;
             m->child[i] = fds[1];
-            parent_fds[i] = fds[0];
             m->own[i] = true;
+            parent_fds[i] = above_stdio(fds[0]);
+            if (parent_fds[i] < 0) return parent_fds[i];
             break;
         }
     }
@@ -553,6 +568,18 @@ static int start_child(const lull_process_options *o, made *m, int *pidfd) {
     }
     int rc = read_report(errp[0], ran_shared == 1);
     close(errp[0]);
+    if (rc == 0 && *pidfd <= 2) {
+        /* The pidfd lives as long as the child: not in a stdio slot. Its
+         * exec'd child cannot be kept without it. */
+        int fd = fcntl(*pidfd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0) {
+            rc = -errno;
+            (void)send_signal(*pidfd, pid, SIGKILL);
+        } else {
+            close(*pidfd);
+            *pidfd = fd;
+        }
+    }
     if (rc < 0) {
         reap_now(*pidfd);
         return rc;
@@ -601,7 +628,7 @@ int lull_process_spawn(lull_loop *loop, lull_process *p,
         rc = lull_io_start(&p->io, LULL_READABLE);
         if (rc < 0) {
             p->pid = pid;
-            (void)send_signal(p, SIGKILL);
+            (void)send_signal(p->pidfd, p->pid, SIGKILL);
             reap_now(pidfd);
             p->io.fd = -1;
             p->pidfd = -1;
@@ -632,7 +659,7 @@ int lull_process_kill(lull_process *p, int signum) {
     LULL_ASSERT_LOOP_THREAD(p->loop);
     if (!(p->state & P_STARTED) || (p->state & P_DONE_QUEUED)) return -ESRCH;
     if (!ours(p)) return -ECHILD;
-    return send_signal(p, signum);
+    return send_signal(p->pidfd, p->pid, signum);
 }
 
 /* kill(-pid): the group whose id is the child's pid. A group's id is its
@@ -669,7 +696,7 @@ int lull_process_close(lull_process *p) {
     }
     if (p->flags & LULL_PROCESS_KILL_ON_CLOSE) {
         /* An error means it already exited: its reaping is on its way. */
-        (void)send_signal(p, SIGKILL);
+        (void)send_signal(p->pidfd, p->pid, SIGKILL);
     } else {
         lull_io_unref(&p->io); /* left to run: reaped whenever it ends */
     }

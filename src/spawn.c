@@ -155,6 +155,9 @@ static int exec_search(const lull__spawn *sp) {
         return err_of(SYS3(SYS_execve, sp->file, sp->argv, sp->envp));
     char buf[PATH_MAX];
     size_t flen = str_len(sp->file);
+    /* No directory holds it: every execve would say ENAMETOOLONG, which
+     * the search below reads as "not in this one". */
+    if (flen > NAME_MAX) return ENAMETOOLONG;
     bool eacces = false;
     const char *p = sp->path;
     for (;;) {
@@ -191,16 +194,61 @@ static int exec_search(const lull__spawn *sp) {
     return eacces ? EACCES : ENOENT;
 }
 
+static void mark_cloexec(int fd) {
+    long fl = SYS2(SYS_fcntl, fd, F_GETFD);
+    if (fl >= 0 && !(fl & FD_CLOEXEC))
+        SYS3(SYS_fcntl, fd, F_SETFD, fl | FD_CLOEXEC);
+}
+
+/* The head of the kernel's struct linux_dirent64 (getdents64); the name
+ * follows, NUL-terminated, and d_reclen bytes end the record. */
+typedef struct {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[1];
+} dirent64;
+
+/* The fd a /proc/self/fd entry names; -1 for "." and "..". */
+static int fd_of(const char *name) {
+    int fd = 0;
+    if (!*name) return -1;
+    for (; *name; name++) {
+        if (*name < '0' || *name > '9' || fd > INT_MAX / 10 - 1) return -1;
+        fd = fd * 10 + (*name - '0');
+    }
+    return fd;
+}
+
 /* Every fd from n up closes at exec: close_range marks them all at once
- * (Linux 5.11); before it, one fcntl per possible fd. */
+ * (Linux 5.11). Where it is missing or a seccomp filter refuses it, the
+ * fds open are read from /proc/self/fd (as glibc's closefrom falls back
+ * to): a sweep up to the soft RLIMIT_NOFILE would miss an fd above it
+ * (opened before the limit was lowered, or inherited so) and cost one
+ * system call per possible fd (a million, under some container
+ * runtimes'). Without /proc, or no fd free to read it, that sweep. */
 static void cloexec_the_rest(const lull__spawn *sp, int n) {
     if (SYS3(SYS_close_range, (unsigned)n, ~0u, CLOSE_RANGE_CLOEXEC) == 0)
         return;
-    for (int fd = n; fd < sp->fd_limit; fd++) {
-        long fl = SYS2(SYS_fcntl, fd, F_GETFD);
-        if (fl >= 0 && !(fl & FD_CLOEXEC))
-            SYS3(SYS_fcntl, fd, F_SETFD, fl | FD_CLOEXEC);
+    long dir = SYS4(SYS_openat, AT_FDCWD, "/proc/self/fd",
+                    O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (dir >= 0) {
+        _Alignas(8) char buf[1024]; /* records are 8-byte aligned */
+        long got;
+        while ((got = SYS3(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
+            for (long at = 0; at < got;) {
+                const dirent64 *d = (const dirent64 *)(buf + at);
+                at += d->d_reclen;
+                int fd = fd_of(d->d_name);
+                if (fd >= n && fd != dir) mark_cloexec(fd);
+            }
+        }
+        SYS1(SYS_close, dir); /* it may hold a closed fd below n */
+        if (got == 0) return;
     }
+    for (int fd = n; fd < sp->fd_limit; fd++)
+        mark_cloexec(fd);
 }
 
 /* The kernel's struct rlimit64 (prlimit64): two 64-bit limits. */
