@@ -6403,3 +6403,59 @@ TEST(scan_cursor_from_before_flushall) {
         }
     }
 }
+
+TEST(shrink_never_thrashes_at_a_size_boundary) {
+    /* A list, a set's array and a hash table held at any size, one
+     * element pushed and popped (added and deleted) over and over: at
+     * most one resize over the whole run, never one per step (growth at
+     * full and halving at a quarter or an eighth leave room both ways). */
+    for (size_t n = 1; n <= 300; n++) {
+        kv_list *l = list_new();
+        kv_set *s = set_new();
+        dict d;
+        dict_init(&d, 0);
+        CHECK(l && s);
+        char m[16];
+        for (size_t i = 0; i < n; i++) {
+            int len = sprintf(m, "m%zu", i);
+            CHECK_EQ(list_push(l, false, m, (size_t)len), 0);
+            CHECK_EQ(set_add(s, m, (size_t)len), 1);
+            CHECK(dict_add(&d, m, (size_t)len));
+        }
+        int len = sprintf(m, "x");
+        for (int way = 0; way < 2; way++) { /* +1 -1, then -1 +1 */
+            size_t lcap = l->cap, scap = s->cap, nb = d.nbuckets;
+            int lchanges = 0, schanges = 0, dchanges = 0;
+            for (int step = 0; step < 200; step++) {
+                bool add = (step % 2 == 0) == (way == 0);
+                kv_elem e;
+                if (add) {
+                    CHECK_EQ(list_push(l, false, m, (size_t)len), 0);
+                    CHECK_EQ(set_add(s, m, (size_t)len), 1);
+                    CHECK(dict_add(&d, m, (size_t)len));
+                } else {
+                    list_pop(l, false, &e);
+                    free(e.p);
+                    /* "x", or at way 1's first step "m0" */
+                    const char *k = step == 0 ? "m0" : m;
+                    size_t klen = step == 0 ? 2 : (size_t)len;
+                    set_delete(s, dict_find(&s->d, k, klen));
+                    dict_delete(&d, dict_find(&d, k, klen));
+                }
+                lchanges += l->cap != lcap;
+                schanges += s->cap != scap;
+                dchanges += d.nbuckets != nb;
+                lcap = l->cap;
+                scap = s->cap;
+                nb = d.nbuckets;
+            }
+            if (lchanges > 1 || schanges > 1 || dchanges > 1)
+                check_fail(__FILE__, __LINE__,
+                           "size %zu: %d, %d and %d resizes in 200 steps", n,
+                           lchanges, schanges, dchanges);
+        }
+        list_free(l);
+        set_free(s);
+        dict_free(&d);
+    }
+}
