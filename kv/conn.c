@@ -512,6 +512,8 @@ parse_unauthenticated(conn *c, const char *p, size_t len, size_t *argc,
                               &c->need);
 }
 
+static void set_cap(conn *c);
+
 static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
     server *srv = c->srv;
     uint64_t log_end = srv->kv.log.end;
@@ -554,6 +556,9 @@ static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
             }
         } else {
             int r = kv_exec(&srv->kv, &c->cl, srv->argv, argc, &c->out);
+            if (__builtin_expect(c->cap_pubsub != kv_client_subscribed(&c->cl),
+                                 0))
+                set_cap(c); /* (UN)SUBSCRIBE: its class changed */
             if (r & KV_QUIT) c->closing = true;
             if (r & KV_SERVER) server_command(c, srv->argv, argc);
         }
@@ -833,24 +838,34 @@ void conn_wake(kv_client *cl) {
     }
 }
 
+/* The replies being built are held to the output hard limit as they
+ * grow, not only once a command is done: one EXEC or MGET of a few KiB,
+ * or an SRANDMEMBER with a count of -2^62, may ask for gigabytes. With
+ * both classes a client moves between limited, the larger of the two
+ * (SUBSCRIBE in a transaction changes the class midway), so the cap never
+ * closes one its own class would keep; conn_check_output holds it to its
+ * class's limit at each send. With one class unlimited, the client's own
+ * class's limit, set again after a command that moved it (run_batch):
+ * dropping the cap altogether let a normal client's reply grow until
+ * malloc failed. A reply already refused (out.oom) keeps its cap. */
+static void set_cap(conn *c) {
+    const obuf_limit *o = c->srv->obl;
+    size_t n = o[CLASS_NORMAL].hard, p = o[CLASS_PUBSUB].hard;
+    c->cap_pubsub = kv_client_subscribed(&c->cl);
+    if (c->out.oom) return;
+    if (n && p)
+        c->out.max = n > p ? n : p;
+    else
+        c->out.max = c->cap_pubsub ? p : n;
+    c->sent.max = c->out.max;
+}
+
 conn *conn_new(server *srv) {
     conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->srv = srv;
-    /* The replies being built are held to the output hard limit as they
-     * grow, not only once a command is done: one EXEC or MGET of a few
-     * KiB may ask for gigabytes. The larger of the two classes a client
-     * moves between (SUBSCRIBE in a transaction changes it midway), so
-     * the cap never closes one its own class would keep; conn_check_output
-     * holds it to its class's limit at each send. None when either class
-     * has no hard limit. */
-    const obuf_limit *o = srv->obl;
-    size_t cap = o[CLASS_NORMAL].hard > o[CLASS_PUBSUB].hard
-                     ? o[CLASS_NORMAL].hard
-                     : o[CLASS_PUBSUB].hard;
-    if (o[CLASS_NORMAL].hard && o[CLASS_PUBSUB].hard)
-        c->out.max = c->sent.max = cap;
     kv_client_init(&c->cl, c, &c->out);
+    set_cap(c);
     c->cl.id = ++srv->kv.last_id; /* CLIENT ID, from 1 */
     c->cl.noauth = srv->requirepass != NULL;
     lull_task_init(&c->kick, conn_kick);

@@ -245,6 +245,7 @@ struct conn {
     lull_frame fin;  /* the last replies (bytes: out): its release closes */
     lull_timer soft; /* armed while over the soft output limit */
     bool soft_armed; /* `soft` is armed */
+    bool cap_pubsub; /* out.max was set for the pubsub class (set_cap) */
     lull_task kick;  /* sends messages published to it (conn_wake) */
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
     uint64_t auth_unsaid; /* failed AUTHs not in the log yet */

@@ -6217,3 +6217,245 @@ TEST(zpopmax_zmscore_msetnx_as_redis) {
     check_replica_agrees(&p);
     kv_free(&p);
 }
+
+/* ------------------------------------ SCAN's promise, growing and shrinking */
+
+static uint64_t prop_rng(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* One step of a walk: the cursor next, and the members (or keys) of the
+ * reply ("m<i>", pairs' first halves only) passed to fn. */
+static unsigned long long scan_step(kv *k, buf *out, const char *line,
+                                    bool pairs, void (*fn)(int m, void *arg),
+                                    void *arg) {
+    const char *r = exec_words(k, out, line);
+    char *end;
+    if (strncmp(r, "*2\r\n$", 5) != 0)
+        check_fail(__FILE__, __LINE__, "%s: %s", line, r);
+    r = strchr(r, '\n') + 1; /* the cursor's length */
+    r = strchr(r, '\n') + 1;
+    unsigned long long cur = strtoull(r, &end, 10);
+    CHECK(*end == '\r');
+    r = end + 2;
+    CHECK(*r == '*');
+    long n = strtol(r + 1, &end, 10);
+    r = end + 2;
+    CHECK(!pairs || n % 2 == 0);
+    for (long i = 0; i < n; i++) {
+        long len = strtol(r + 1, &end, 10);
+        r = end + 2;
+        if (!pairs || i % 2 == 0) {
+            int m = -1;
+            CHECK(sscanf(r, "m%d", &m) == 1);
+            fn(m, arg);
+        }
+        r += len + 2;
+    }
+    return cur;
+}
+
+enum { PROP_U = 1500 }; /* members a walk draws from */
+
+typedef struct prop_walk {
+    bool present[PROP_U]; /* there now */
+    bool always[PROP_U];  /* there since the walk began */
+    bool seen[PROP_U];    /* returned by the walk */
+    const char *what;
+    unsigned seed;
+} prop_walk;
+
+static void prop_seen(int m, void *arg) {
+    prop_walk *w = arg;
+    CHECK(m >= 0 && m < PROP_U);
+    /* none invented: what a step returns is there when it runs */
+    if (!w->present[m])
+        check_fail(__FILE__, __LINE__, "%s seed %u: m%d returned, not there",
+                   w->what, w->seed, m);
+    w->seen[m] = true;
+}
+
+static void prop_no_check(int m, void *arg) {
+    (void)m;
+    (void)arg;
+}
+
+typedef struct prop_kind {
+    const char *scan; /* "SCAN" or "SSCAN key" ... */
+    const char *add;  /* a format of the member's number, twice */
+    const char *del;
+    bool pairs;
+} prop_kind;
+
+static const prop_kind prop_kinds[] = {
+    {"SCAN", "SET m%d %d", "DEL m%d", false},
+    {"SSCAN key", "SADD key m%d", "SREM key m%d", false},
+    {"HSCAN key", "HSET key m%d %d", "HDEL key m%d", true},
+    {"ZSCAN key", "ZADD key %2$d m%1$d", "ZREM key m%d", true},
+};
+
+static void prop_set(kv *k, buf *out, const prop_kind *pk, prop_walk *w, int m,
+                     bool on) {
+    char line[64];
+    if (w->present[m] == on) return;
+    snprintf(line, sizeof line, on ? pk->add : pk->del, m, m);
+    exec_words(k, out, line);
+    w->present[m] = on;
+    if (!on) w->always[m] = false;
+}
+
+/* Between steps: a burst of adds (the table doubles), a burst of deletes
+ * (it halves, several times), or a few of each. */
+static void prop_mutate(kv *k, buf *out, const prop_kind *pk, prop_walk *w,
+                        uint64_t *rng) {
+    unsigned mode = (unsigned)(prop_rng(rng) % 4);
+    int n = mode == 3 ? 1 + (int)(prop_rng(rng) % 8)
+                      : (int)(prop_rng(rng) % PROP_U);
+    for (int i = 0; i < n; i++) {
+        int m = (int)(prop_rng(rng) % PROP_U);
+        bool on = mode == 0 || (mode == 3 && prop_rng(rng) % 2);
+        if (mode == 1 || mode == 2) on = false;
+        prop_set(k, out, pk, w, m, on);
+    }
+}
+
+TEST(scan_promise_across_growth_and_shrinking) {
+    /* SCAN, SSCAN, HSCAN and ZSCAN with random adds and deletes between
+     * every two steps, the tables growing and halving under the walk:
+     * every member there from the walk's start to its end comes back at
+     * least once, and nothing comes back that is not there. */
+    for (size_t kind = 0; kind < sizeof prop_kinds / sizeof prop_kinds[0];
+         kind++) {
+        const prop_kind *pk = &prop_kinds[kind];
+        for (unsigned seed = 1; seed <= 60; seed++) {
+            kv k;
+            kv_setup(&k, false);
+            buf out = {0};
+            static prop_walk w;
+            memset(&w, 0, sizeof w);
+            w.what = pk->scan;
+            w.seed = seed;
+            uint64_t rng = 0x9e3779b97f4a7c15ull * seed;
+            int start = (int)(prop_rng(&rng) % PROP_U);
+            for (int i = 0; i < start; i++)
+                prop_set(&k, &out, pk, &w, (int)(prop_rng(&rng) % PROP_U),
+                         true);
+            memcpy(w.always, w.present, sizeof w.always);
+            unsigned long long cur = 0;
+            int steps = 0;
+            do {
+                char line[96];
+                snprintf(line, sizeof line, "%s %llu COUNT %d", pk->scan, cur,
+                         1 + (int)(prop_rng(&rng) % 40));
+                cur = scan_step(&k, &out, line, pk->pairs, prop_seen, &w);
+                prop_mutate(&k, &out, pk, &w, &rng);
+                CHECK(++steps < 100000);
+            } while (cur != 0);
+            for (int m = 0; m < PROP_U; m++)
+                if (w.always[m] && !w.seen[m])
+                    check_fail(__FILE__, __LINE__, "%s seed %u: m%d missed",
+                               pk->scan, seed, m);
+            buf_free(&out);
+            kv_free(&k);
+        }
+    }
+}
+
+TEST(scan_cursor_from_before_flushall) {
+    /* FLUSHALL gives the tables back: a cursor from the walk before it,
+     * given to the new keyspace (empty, small or large again), ends the
+     * walk in a bounded number of steps, returning only what is there. */
+    for (size_t kind = 0; kind < sizeof prop_kinds / sizeof prop_kinds[0];
+         kind++) {
+        const prop_kind *pk = &prop_kinds[kind];
+        for (int after = 0; after < 3; after++) {
+            kv k;
+            kv_setup(&k, false);
+            buf out = {0};
+            static prop_walk w;
+            memset(&w, 0, sizeof w);
+            w.what = pk->scan;
+            for (int m = 0; m < PROP_U; m++)
+                prop_set(&k, &out, pk, &w, m, true);
+            char line[96];
+            unsigned long long cur = 0;
+            for (int i = 0; i < 5; i++) {
+                snprintf(line, sizeof line, "%s %llu COUNT 7", pk->scan, cur);
+                cur = scan_step(&k, &out, line, pk->pairs, prop_no_check, NULL);
+            }
+            CHECK(cur != 0);
+            CHECK(strcmp(exec_words(&k, &out, "FLUSHALL"), "+OK\r\n") == 0);
+            memset(w.present, 0, sizeof w.present);
+            int n = after == 0 ? 0 : after == 1 ? 3 : PROP_U / 2;
+            for (int m = 0; m < n; m++)
+                prop_set(&k, &out, pk, &w, m, true);
+            int steps = 0;
+            do {
+                snprintf(line, sizeof line, "%s %llu COUNT 7", pk->scan, cur);
+                cur = scan_step(&k, &out, line, pk->pairs, prop_seen, &w);
+                CHECK(++steps <= PROP_U);
+            } while (cur != 0);
+            buf_free(&out);
+            kv_free(&k);
+        }
+    }
+}
+
+TEST(shrink_never_thrashes_at_a_size_boundary) {
+    /* A list, a set's array and a hash table held at any size, one
+     * element pushed and popped (added and deleted) over and over: at
+     * most one resize over the whole run, never one per step (growth at
+     * full and halving at a quarter or an eighth leave room both ways). */
+    for (size_t n = 1; n <= 300; n++) {
+        kv_list *l = list_new();
+        kv_set *s = set_new();
+        dict d;
+        dict_init(&d, 0);
+        CHECK(l && s);
+        char m[16];
+        for (size_t i = 0; i < n; i++) {
+            int len = sprintf(m, "m%zu", i);
+            CHECK_EQ(list_push(l, false, m, (size_t)len), 0);
+            CHECK_EQ(set_add(s, m, (size_t)len), 1);
+            CHECK(dict_add(&d, m, (size_t)len));
+        }
+        int len = sprintf(m, "x");
+        for (int way = 0; way < 2; way++) { /* +1 -1, then -1 +1 */
+            size_t lcap = l->cap, scap = s->cap, nb = d.nbuckets;
+            int lchanges = 0, schanges = 0, dchanges = 0;
+            for (int step = 0; step < 200; step++) {
+                bool add = (step % 2 == 0) == (way == 0);
+                kv_elem e;
+                if (add) {
+                    CHECK_EQ(list_push(l, false, m, (size_t)len), 0);
+                    CHECK_EQ(set_add(s, m, (size_t)len), 1);
+                    CHECK(dict_add(&d, m, (size_t)len));
+                } else {
+                    list_pop(l, false, &e);
+                    free(e.p);
+                    /* "x", or at way 1's first step "m0" */
+                    const char *k = step == 0 ? "m0" : m;
+                    size_t klen = step == 0 ? 2 : (size_t)len;
+                    set_delete(s, dict_find(&s->d, k, klen));
+                    dict_delete(&d, dict_find(&d, k, klen));
+                }
+                lchanges += l->cap != lcap;
+                schanges += s->cap != scap;
+                dchanges += d.nbuckets != nb;
+                lcap = l->cap;
+                scap = s->cap;
+                nb = d.nbuckets;
+            }
+            if (lchanges > 1 || schanges > 1 || dchanges > 1)
+                check_fail(__FILE__, __LINE__,
+                           "size %zu: %d, %d and %d resizes in 200 steps", n,
+                           lchanges, schanges, dchanges);
+        }
+        list_free(l);
+        set_free(s);
+        dict_free(&d);
+    }
+}

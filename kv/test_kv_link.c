@@ -1096,13 +1096,14 @@ static size_t logged_output(void) {
  * Redis closes it, not after the whole reply (here 32 MiB; a few KiB of
  * request can ask for gigabytes) was built in the server's memory first.
  * The transaction still runs whole; other clients are served. */
-static void amplified_reply_held_to_limit(bool exec) {
+static void amplified_reply_held_to_limit(bool exec, bool pubsub_unlimited) {
     lull_loop *loop;
     server p;
     open_server(&loop, &p);
     p.log = kept_log;
     last_line[0] = 0;
     p.obl[CLASS_NORMAL].hard = p.obl[CLASS_PUBSUB].hard = (size_t)1 << 20;
+    if (pubsub_unlimited) p.obl[CLASS_PUBSUB].hard = 0;
     p.normal_limited = true;
     static char value[64 << 10];
     memset(value, 'v', sizeof value);
@@ -1156,11 +1157,21 @@ static void amplified_reply_held_to_limit(bool exec) {
 }
 
 TEST(exec_reply_held_to_output_limit_as_it_grows) {
-    amplified_reply_held_to_limit(true);
+    amplified_reply_held_to_limit(true, false);
 }
 
 TEST(mget_reply_held_to_output_limit_as_it_grows) {
-    amplified_reply_held_to_limit(false);
+    amplified_reply_held_to_limit(false, false);
+}
+
+TEST(mget_reply_held_to_normal_limit_with_pubsub_unlimited) {
+    /* The normal class's hard limit holds a reply as it is built even
+     * when the pubsub class has none (client-output-buffer-limit pubsub
+     * 0 0 0): the cap was dropped altogether then, so one MGET (or
+     * SRANDMEMBER key -4611686018427387903, which never ends short of
+     * the limit) grew in memory until malloc failed, where redis-server
+     * 7.0 closes the client at the normal limit. */
+    amplified_reply_held_to_limit(false, true);
 }
 
 /* Log lines of a case's server about failed AUTHs (counting_log). */
