@@ -59,7 +59,7 @@ typedef struct store {
 
 int store_init(store *st);   /* 0 or -ENOMEM */
 void store_free(store *st);  /* drops every key */
-void store_clear(store *st); /* FLUSHALL: drops every key, keeps the table */
+void store_clear(store *st); /* FLUSHALL: drops every key and the table */
 
 static inline kobj *store_obj(dict_entry *e) {
     return (kobj *)dict_data(e);
