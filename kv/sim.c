@@ -87,7 +87,7 @@
  *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
  *                      setrange-shrink, expire-gt, exec-arity,
  *                      snap-list-batch, resume-caught-up,
- *                      lrem-direction:
+ *                      lrem-direction, outf-resend:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -3159,6 +3159,7 @@ static const struct {
               {"snap-list-batch", KV_PLANT_SNAP_BATCH},
               {"resume-caught-up", KV_PLANT_RESUME_CAUGHT_UP},
               {"lrem-direction", KV_PLANT_LREM_DIRECTION},
+              {"outf-resend", KV_PLANT_OUTF_RESEND},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -3300,7 +3301,7 @@ static int usage(void) {
         "       multi-split chunk-edge int32 silent-resync expire-early\n"
         "       batch-death expire-now same-length snapshot-ttl ltrim-off\n"
         "       hincrby-set lrange-end setrange-shrink expire-gt exec-arity\n"
-        "       snap-list-batch resume-caught-up lrem-direction\n"
+        "       snap-list-batch resume-caught-up lrem-direction outf-resend\n"
         "       hollow-partition\n"
         "       short-write-resend short-write-drop hollow-short-write "
         "(--streams)\n");
