@@ -259,7 +259,8 @@ static inline __attribute__((always_inline)) int send_out(conn *c) {
         /* Busy before the send: a transport may release it inside. */
         c->outf_busy = true;
         rc = lull_endpoint_send(c->ep, &c->outf);
-        if (rc < 0) c->outf_busy = false;
+        if (rc < 0 || (c->srv->kv.plant & KV_PLANT_OUTF_RESEND))
+            c->outf_busy = false;
     } else {
         rc = lull_endpoint_send_copy(c->ep, c->out.p, len);
         c->out.len = 0;

@@ -132,6 +132,9 @@ enum {
     /* LREM counts from the tail for a positive count, from the head for
      * a negative one. */
     KV_PLANT_LREM_DIRECTION = 0x2000000,
+    /* A connection's reply frame is not marked busy once sent (conn.c's
+     * send_out): the next batch rewrites and sends it while in flight. */
+    KV_PLANT_OUTF_RESEND = 0x4000000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

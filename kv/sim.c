@@ -64,6 +64,8 @@
  *     must drop the old history (keys, offset, a partial record) in a
  *     full resync and end as above with the new primary;
  *   - over a run, each fault kind drawn in 50 seeds had its effect;
+ *   - progress: a seed that runs past 1,000 network events per command
+ *     of its workload loops, and fails "no progress" (no_progress);
  *   - nothing is left: every connection closed, lull_simnet_free and
  *     lull_loop_free return 0.
  * A failure prints its seed, the command that replays it, and the end of
@@ -72,7 +74,7 @@
  *
  *   lull-kv-sim [--seeds N] [--first S] [--seconds T] [--seed S]
  *               [--plant BUG] [--expect-find N] [--determinism N]
- *               [--trace FILE] [--quiet] [--streams]
+ *               [--trace FILE] [--quiet] [--streams] [--event-budget N]
  *     --seeds N        seeds S..S+N-1 (default 100; --first S, default 1)
  *     --seconds T      fresh seeds for T seconds (the soak); the first
  *                      is printed
@@ -85,7 +87,7 @@
  *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
  *                      setrange-shrink, expire-gt, exec-arity,
  *                      snap-list-batch, resume-caught-up,
- *                      lrem-direction:
+ *                      lrem-direction, outf-resend:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -98,6 +100,9 @@
  *     --unread-close   one directed run: a replica closes its link with
  *                      bytes the primary has not read (kv.sim_replica_
  *                      close_unread)
+ *     --event-budget N each seed fails "no progress" past N network
+ *                      events (default: 1,000 per command of its
+ *                      workload, EVENTS_PER_COMMAND): the watchdog's test
  *     --streams        lull-kv's connections as lull streams on
  *                      socketpairs, with the fault shim's seeded plan
  *                      under them (the section "--streams" below); the
@@ -140,6 +145,13 @@
 #define SETTLE_NS (600 * 1000 * MS)
 /* Clients that are not done by then are helped: the network heals. */
 #define WORKLOAD_NS (300 * 1000 * MS)
+/* The progress watchdog's budget of network events: this many per command
+ * the clients were given, plus 100 commands' worth for the prober, the
+ * reader and the settling. Measured (2,000 seeds, and 300 with --streams):
+ * at most 90 events per command, where a 64 KiB value goes in one-byte
+ * segments; so only a loop uses a budget eleven times that, and the
+ * largest seed's (1,780,000 events) runs out in a second or two of CPU. */
+#define EVENTS_PER_COMMAND 1000
 
 typedef struct sim sim;
 
@@ -268,6 +280,11 @@ struct sim {
     bool failed;
     char why[1024];
     lull_timer deadline; /* WORKLOAD_NS, then SETTLE_NS */
+    /* The progress watchdog (no_progress): network events so far, and the
+     * most a seed with this workload takes (EVENTS_PER_COMMAND). A loop
+     * in lull-kv at one virtual instant never reaches `deadline`. */
+    uint64_t events, event_budget;
+    bool stuck; /* the budget ran out: every run of the loop stops */
     bool per_record;
     size_t repl_limit; /* replica output limit (0: Redis' default) */
     size_t high_water; /* the primary's connections' (0: default) */
@@ -323,6 +340,9 @@ static model_key client_keys[CLIENTS_MAX][KEYS];
 /* --streams: lull-kv's connections are lull streams on socketpairs, with
  * the fault shim's plan under them (the section "--streams" below). */
 static bool streams_mode;
+/* --event-budget N: the watchdog's budget for every seed instead of the
+ * one its workload gives (a test of the watchdog: kv.sim_no_progress). */
+static uint64_t event_budget_flag;
 
 static uint64_t rnd(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -924,12 +944,13 @@ static void streams_accept(node *n, lull_simconn_options *o) {
 static void run_streams(sim *S, bool teardown) {
     for (;;) {
         lull_loop_run(S->loop, LULL_RUN_DEFAULT);
-        if (S->failed && !teardown) return;
+        if ((S->failed && !teardown) || S->stuck) return;
         lull_metrics a, b;
         lull_loop_metrics(S->loop, &a);
         lull_loop_run(S->loop, LULL_RUN_NOWAIT);
         lull_loop_metrics(S->loop, &b);
-        if ((S->failed && !teardown) || b.tasks_run == a.tasks_run) return;
+        if ((S->failed && !teardown) || S->stuck || b.tasks_run == a.tasks_run)
+            return;
     }
 }
 
@@ -2431,6 +2452,25 @@ static void check_wakeups(sim *S) {
              e ? store_expire(&p->kv.db, e) : 0);
 }
 
+/* The seed used up its budget of network events: lull-kv (or the network)
+ * loops, at one virtual instant or without end. The seed fails, as any
+ * check's failure does, but also while tearing down, and every run of the
+ * loop from here on is stopped at its next event, so the seed ends (its
+ * loop is not freed) instead of hanging. Counts events, not time: the
+ * same seed trips at the same event. */
+static void no_progress(sim *S) {
+    if (!S->failed) {
+        S->failed = true;
+        snprintf(S->why, sizeof S->why,
+                 "no progress: %" PRIu64 " network events, the most this "
+                 "seed's workload takes (a loop?)",
+                 S->event_budget);
+        lull_simnet_log(S->net, "FAIL %s", S->why);
+    }
+    S->stuck = true;
+    lull_loop_stop(S->loop);
+}
+
 /* After every event: no replica's offset goes back, but to begin a new
  * history (a full resync from another replid); it is a record boundary
  * of the primary's log and never inside a transaction; one that has
@@ -2438,6 +2478,10 @@ static void check_wakeups(sim *S) {
 static void check_offsets(lull_simnet *net, void *arg) {
     (void)net;
     sim *S = arg;
+    if (++S->events > S->event_budget) {
+        no_progress(S);
+        return;
+    }
     if (S->failed || S->tearing_down) return;
     const repl_log *log = &S->nodes[0].srv.kv.log;
     check_expiry_on_time(S);
@@ -2864,11 +2908,13 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     int64_t per_client =
         determinism > 0 ? (determinism + S->nclients - 1) / S->nclients : 0;
     S->active = S->nclients;
+    uint64_t planned = 100;
     for (int i = 0; i < S->nclients; i++) {
         client *cl = &S->clients[i];
         cl->S = S;
         cl->id = i + 1;
         cl->remaining = per_client ? (int)per_client : 20 + (int)below(r, 400);
+        planned += (uint64_t)cl->remaining;
         cl->depth = 1 + (int)below(r, PIPE_MAX);
         cl->keys = client_keys[i];
         for (int k = 0; k < KEYS; k++)
@@ -2877,6 +2923,8 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
         cl->state = C_DOWN;
         lull_timer_start(&cl->timer, below(r, 5 * MS), 0);
     }
+    S->event_budget =
+        event_budget_flag ? event_budget_flag : EVENTS_PER_COMMAND * planned;
     probe_start(S);
     S->rd.replica = 1 + (int)below(r, (uint64_t)S->nreplicas);
     lull_timer_init(S->loop, &S->rd.timer, reader_timer);
@@ -3111,6 +3159,7 @@ static const struct {
               {"snap-list-batch", KV_PLANT_SNAP_BATCH},
               {"resume-caught-up", KV_PLANT_RESUME_CAUGHT_UP},
               {"lrem-direction", KV_PLANT_LREM_DIRECTION},
+              {"outf-resend", KV_PLANT_OUTF_RESEND},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -3228,9 +3277,14 @@ static void report_failure(uint64_t seed, unsigned plant, const outcome *o,
         fputs(lines[i % 40], stdout);
 }
 
-/* The replay's flag for the mode. */
+/* The replay's flags for the mode (and a budget given). */
 static const char *streams_flag(void) {
-    return streams_mode ? " --streams" : "";
+    static char flags[48];
+    snprintf(flags, sizeof flags, "%s", streams_mode ? " --streams" : "");
+    if (event_budget_flag)
+        snprintf(flags + strlen(flags), sizeof flags - strlen(flags),
+                 " --event-budget %" PRIu64, event_budget_flag);
+    return flags;
 }
 
 static int usage(void) {
@@ -3242,11 +3296,12 @@ static int usage(void) {
         "[--determinism N [--once]]\n"
         "                   [--trace FILE] [--quiet] [--unread-close] "
         "[--streams]\n"
+        "                   [--event-budget N]\n"
         "  BUG: resume-late ack-before-log lost-wakeup expire-relative\n"
         "       multi-split chunk-edge int32 silent-resync expire-early\n"
         "       batch-death expire-now same-length snapshot-ttl ltrim-off\n"
         "       hincrby-set lrange-end setrange-shrink expire-gt exec-arity\n"
-        "       snap-list-batch resume-caught-up lrem-direction\n"
+        "       snap-list-batch resume-caught-up lrem-direction outf-resend\n"
         "       hollow-partition\n"
         "       short-write-resend short-write-drop hollow-short-write "
         "(--streams)\n");
@@ -3291,6 +3346,8 @@ int main(int argc, char **argv) {
             once = true;
         } else if (strcmp(a, "--streams") == 0) {
             streams_mode = true;
+        } else if (more && strcmp(a, "--event-budget") == 0) {
+            event_budget_flag = strtoull(argv[++i], NULL, 10);
         } else if (strcmp(a, "--unread-close") == 0) {
             return run_unread_close();
         } else {

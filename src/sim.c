@@ -710,6 +710,15 @@ static uint64_t partition_gap(lull_simnet *net, const lull_simfaults *f) {
     return sat_add(now_of(net), 1 + gap(net, f->partition_every_ns));
 }
 
+/* The inbox ends before the bytes its positions count: a frame of it was
+ * sent again from the middle (its owner rewrote it in flight, and the send
+ * cut its link; sim_send refuses only the last). The frames cut off are
+ * lost to this end; it closes with -EBUSY rather than read past the end. */
+static void queue_cut(lull_simnet *net, lull_simconn *c) {
+    trace(net, "queue cut %s", c->name);
+    release_list(close_end(net, c, -EBUSY, c->ep.on_close != NULL, false));
+}
+
 /* Hands the next chunk (raw) or frame to on_frame, then releases the
  * frames read to their end and tells their sender. The guard on the
  * stack is pointed at from c while the callbacks run; every path that
@@ -739,8 +748,12 @@ static void deliver(lull_simnet *net, lull_simconn *c) {
         uint64_t avail = d->arrived - d->read;
         /* Frames read to their end were released, but for empty ones
          * appended since: the first frame with bytes holds `read`. */
-        while (f->len == 0)
+        while (f && f->len == 0)
             f = f->next;
+        if (!f) {
+            queue_cut(net, c);
+            return;
+        }
         uint64_t at = d->read, pos = d->head_pos;
         uint64_t in_head = pos + f->len - at;
         n = (size_t)cut(net, avail);
@@ -751,6 +764,10 @@ static void deliver(lull_simnet *net, lull_simconn *c) {
             if (n > sizeof span) n = sizeof span;
             size_t got = 0;
             for (lull_frame *g = f; got < n; g = g->next) {
+                if (!g) {
+                    queue_cut(net, c);
+                    return;
+                }
                 uint64_t off = at + got - pos;
                 size_t take = (size_t)min64(g->len - off, n - got);
                 if (take)
@@ -969,11 +986,27 @@ LULL__OWN_NAME(tick, "lull_simnet event", lull_simnet, timer);
 
 /* ------------------------------------------------------------ frame ops */
 
+static void sim_fail(lull_endpoint *ep, int reason);
+
 static void sim_send(lull_endpoint *ep, lull_frame *frame) {
     lull_simconn *c = end_of(ep);
     lull_simnet *net = c->net;
     LULL_ASSERT_LOOP_THREAD(net->loop);
     frame->next = NULL;
+    /* A frame still queued here came back only because its owner rewrote
+     * it in flight (in_flight cleared): lull_endpoint_send cut its link
+     * already, so it can only be the last of the queue it joins, and
+     * linking it again would make that queue a cycle. Refused as a frame
+     * in flight is (-EBUSY), but accepted already: the end fails, as past
+     * max_queued, and the frame stays queued once. */
+    const lull__simdir *to = c->other ? &c->other->in : NULL;
+    if (LULL_UNLIKELY(
+            (c->early && frame == c->early_tail) ||
+            (!(c->state & ST_CONNECTING) && to->head && frame == to->tail))) {
+        ep->flags |= LULL__EP_PEER_GONE;
+        sim_fail(ep, -EBUSY);
+        return;
+    }
     if (c->state & ST_CONNECTING) {
         if (c->early)
             c->early_tail->next = frame;

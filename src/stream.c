@@ -1107,6 +1107,17 @@ static void stream_send(lull_endpoint *ep, lull_frame *frame) {
      * the send that starts the queue. */
     if (LULL_UNLIKELY(s->idle_ns && !s->head && !(s->state & S_READING)))
         idle_restart(s);
+    /* A frame still queued (or written, not yet released) came back only
+     * because its owner rewrote it in flight (in_flight cleared), and the
+     * send cut its link: it can only be the last of its list, and linking
+     * it again would make the queue a cycle. Refused as a frame in flight
+     * is (-EBUSY), but accepted already: the stream fails, as past
+     * max_queued, and the frame stays queued once. */
+    if (LULL_UNLIKELY(frame == s->tail || frame == s->done_tail)) {
+        ep->flags |= LULL__EP_PEER_GONE;
+        fail_later(s, -EBUSY);
+        return;
+    }
     append(&s->head, &s->tail, frame);
     if ((s->state & (S_CONNECTED | S_BLOCKED)) == S_CONNECTED) {
         if (ep->queued >= ep->high_water) {

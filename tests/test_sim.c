@@ -568,6 +568,59 @@ TEST(max_queued_closes_with_enobufs) {
     finish(loop, net, &srv);
 }
 
+/* A frame whose struct was rewritten while in flight (a struct assignment
+ * clears in_flight) and sent again on the same end is already the last of
+ * the queue it joins: linking it again made the queue a cycle, and every
+ * walk of it spun. It is refused as a frame in flight is: the end closes
+ * with -EBUSY, and the frame is released once. Sent again while its end
+ * connects (resent_frame_before_connect_closes_with_ebusy) or once open
+ * (resent_queued_frame_closes_with_ebusy). */
+static int resent_releases;
+static void count_release(lull_frame *f) {
+    (void)f;
+    resent_releases++;
+}
+
+static void resend_rewritten(bool connected) {
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    lull_simnet_options o = {.seed = 1};
+    o.faults.delay_ns = MS;
+    CHECK_EQ(lull_simnet_new(&net, loop, &o), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){0};
+    dont_accept = false;
+    accept_want = 0;
+    accepted.echo = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    end cl;
+    client_connect(net, &cl, "s", NULL);
+    if (connected) CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    unsigned char b[3] = {pattern(0), pattern(1), pattern(2)};
+    lull_frame f = {.bytes = b, .len = 3, .release = count_release};
+    resent_releases = 0;
+    CHECK_EQ(lull_endpoint_send(&cl.c.ep, &f), 0);
+    f = (lull_frame){.bytes = b, .len = 3, .release = count_release};
+    CHECK(!f.in_flight);
+    CHECK_EQ(lull_endpoint_send(&cl.c.ep, &f), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(resent_releases, 1);
+    CHECK(!f.in_flight);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(cl.close_reason, -EBUSY);
+    CHECK(!accepted.bad);
+    CHECK(accepted.got <= 3);
+    finish(loop, net, &srv);
+}
+
+TEST(resent_queued_frame_closes_with_ebusy) {
+    resend_rewritten(true);
+}
+
+TEST(resent_frame_before_connect_closes_with_ebusy) {
+    resend_rewritten(false);
+}
+
 /* ------------------------------------------------ order and determinism */
 
 enum { NCONN = 5 };

@@ -510,6 +510,46 @@ TEST(writes_in_one_callback_leave_in_one_writev) {
     }
 }
 
+/* A frame whose struct was rewritten while queued (a struct assignment
+ * clears in_flight) and sent again is the stream's last queued frame:
+ * linking it again made the queue a cycle, and the flush spun for ever.
+ * Refused as a frame in flight is: the stream closes with -EBUSY, the
+ * frame is written at most once and released once. */
+static int resent_releases;
+static void count_resent(lull_frame *f) {
+    (void)f;
+    resent_releases++;
+}
+
+static void send_rewritten(lull_task *t) {
+    (void)t;
+    static lull_frame f;
+    static const char bytes[4] = "abc";
+    f = (lull_frame){.bytes = bytes, .len = 4, .release = count_resent};
+    CHECK_EQ(lull_endpoint_send(&g_a->s.ep, &f), 0);
+    f = (lull_frame){.bytes = bytes, .len = 4, .release = count_resent};
+    (void)lull_endpoint_send(&g_a->s.ep, &f);
+}
+
+TEST(resent_queued_frame_closes_with_ebusy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    g_a = &a;
+    resent_releases = 0;
+    lull_task t;
+    lull_task_init(&t, send_rewritten);
+    lull_task_post(loop, &t);
+    for (int i = 0; i < 20 && !a.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -EBUSY);
+    CHECK_EQ(resent_releases, 1);
+    CHECK(b.frames <= 1);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 /* Replies written by fd callbacks leave after the fd phase, one writev per
  * stream however many callbacks wrote. */
 static void reply_three(lull_endpoint *ep, const void *b, size_t n) {
