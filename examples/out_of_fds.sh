@@ -7,28 +7,8 @@
 # Run by CTest as examples.<name>_out_of_fds_idles (bash: /dev/tcp).
 #   bash out_of_fds.sh <program> <fd limit> [<argument after the port>]
 prog=$1 limit=$2 extra=$3
-log=$(mktemp) || exit 1
-pid=
-cleanup() {
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    rm -f "$log"
-}
-trap cleanup EXIT
-
-# A port of its own: a few tries from one picked by this shell's pid.
-for try in 1 2 3 4 5; do
-    port=$((20000 + ($$ * 7 + try * 911) % 40000))
-    (ulimit -n "$limit" && exec "$prog" "$port" $extra) >"$log" 2>&1 &
-    pid=$!
-    for _ in $(seq 50); do
-        grep -q "127.0.0.1:$port" "$log" && break 2
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    wait "$pid" 2>/dev/null
-    pid=
-done
-[ -n "$pid" ] || { cat "$log"; echo "out_of_fds: the server did not start"; exit 1; }
+. "$(dirname "$0")/start_server.sh"
+start_server "$limit" "$prog" "$extra"
 
 # Twice the fd limit of clients: most wait in the backlog.
 fds=()

@@ -229,7 +229,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     port = lull_server_port(&server);
-    if (!self_test) printf("prefork: listening on 127.0.0.1:%d\n", port);
+    if (!self_test) {
+        printf("prefork: listening on 127.0.0.1:%d\n", port);
+        fflush(stdout); /* now, also when stdout is a pipe or a file */
+    }
     if (self_test) {
         lull_stream_options raw = {.flags = LULL_STREAM_RAW};
         for (int i = 0; i < CLIENTS; i++) {
