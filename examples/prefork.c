@@ -7,9 +7,10 @@
  * connection the parent sends a frame of no bytes with the connection's fd
  * attached (lull_stream_send_fds, which dups it: the parent then closes
  * its own), to the workers in turn. A worker takes the fd inside on_frame
- * (lull_stream_take_fds) and opens it as a raw stream that echoes. When the
- * parent closes its end, a worker stops taking connections and exits once
- * those it has are closed.
+ * (lull_stream_take_fds) and opens it as a raw stream that echoes (and
+ * stops reading while its replies cannot leave). When the parent closes
+ * its end, a worker stops taking connections and exits once those it has
+ * are closed.
  *
  *   prefork [port]       listen on 127.0.0.1:port (default 7000), 2 workers
  *   prefork --self-test  listen on a free port, connect 6 clients from the
@@ -37,8 +38,17 @@ typedef struct conn {
     lull_stream s;
 } conn;
 
+/* Echoes; while the peer does not read its replies, stops reading it
+ * (else what it sends would queue here without bound), until on_drain. */
 static void conn_frame(lull_endpoint *ep, const void *bytes, size_t len) {
-    if (lull_endpoint_send_copy(ep, bytes, len) < 0) lull_endpoint_close(ep, 0);
+    if (lull_endpoint_send_copy(ep, bytes, len) < 0)
+        lull_endpoint_close(ep, 0);
+    else if (!lull_endpoint_writable(ep))
+        lull_stream_read_stop(LULL_CONTAINER_OF(ep, lull_stream, ep));
+}
+
+static void conn_drain(lull_endpoint *ep) {
+    lull_stream_read_start(LULL_CONTAINER_OF(ep, lull_stream, ep));
 }
 
 static void conn_close(lull_endpoint *ep, int reason) {
@@ -63,7 +73,7 @@ static void ctl_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         free(c);
         return;
     }
-    lull_endpoint_set_callbacks(&c->s.ep, conn_frame, NULL, conn_close);
+    lull_endpoint_set_callbacks(&c->s.ep, conn_frame, conn_drain, conn_close);
 }
 
 static int worker_main(void) {
