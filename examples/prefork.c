@@ -128,21 +128,22 @@ static void on_exit_cb(lull_process *p, int status, int sig) {
     exited++;
 }
 
-/* An accepted connection goes to the next worker, fd attached. */
+/* An accepted connection goes to the next worker, fd attached; past one
+ * that has died (its end closed: the send fails) to the next. */
 static void on_connection(lull_server *srv) {
     lull_stream s = {0};
     if (lull_server_accept(srv, &s, NULL) < 0) return;
     int fd = lull_stream_fd(&s);
     handoff *h = calloc(1, sizeof *h);
-    worker *w = &workers[next_worker++ % WORKERS];
-    if (h) {
+    for (int tries = 0; h && tries < WORKERS; tries++) {
+        worker *w = &workers[next_worker++ % WORKERS];
         h->frame.release = handoff_done;
         if (lull_stream_send_fds(&w->ctl, &h->frame, &fd, 1) == 0) {
             w->handed++;
-        } else {
-            free(h);
+            h = NULL; /* the frame's now, freed by handoff_done */
         }
     }
+    free(h); /* no worker took it: the client reads EOF */
     /* The worker has its own copy now: ours closes (no close callback, so
      * the struct on this stack is ours again at once). */
     lull_endpoint_close(&s.ep, 0);
