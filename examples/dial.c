@@ -6,7 +6,7 @@
  *
  *   dial [HOST PORT]  exits 0 when the reply came back; 1, with the reason,
  *                     when the dial failed (the name did not resolve, or no
- *                     address answered)
+ *                     address answered) or the server hung up first
  *
  * Build:
  *   cc -O2 -pthread -o dial dial.c $(pkg-config --cflags --libs lull)
@@ -23,7 +23,8 @@
 static lull_server server;
 static lull_stream accepted, client;
 static lull_dial dialer;
-static int failed; /* the exit status: 1 once the dial failed */
+static int failed;    /* the exit status: 1 once the dial failed */
+static bool answered; /* the reply came */
 
 /* The server echoes what it reads and closes when the client does. */
 static void echo_frame(lull_endpoint *ep, const void *bytes, size_t len) {
@@ -41,6 +42,7 @@ static void on_connection(lull_server *srv) {
  * (lull_stream_detach), as it would to be handed to other code: a dial to
  * a name carries TLS by lull_tls_open over it. Here it is only closed. */
 static void client_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    answered = true;
     printf("dial: the server answered \"%.*s\"\n", (int)len,
            (const char *)bytes);
     int fd = lull_stream_detach(&client);
@@ -50,6 +52,17 @@ static void client_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     }
     printf("dial: the socket is the program's now; it closes it\n");
     close(fd);
+}
+
+/* The connection ended before the answer came (none runs after detach). */
+static void client_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    if (answered) return;
+    fprintf(stderr,
+            "dial: the server closed the connection without "
+            "answering (%s)\n",
+            reason ? lull_strerror(reason) : "EOF");
+    failed = 1;
 }
 
 static void on_dialed(lull_dial *d, int status) {
@@ -66,7 +79,8 @@ static void on_dialed(lull_dial *d, int status) {
     }
     printf("dial: connected after %d attempt%s\n", d->attempts,
            d->attempts == 1 ? "" : "s");
-    lull_endpoint_set_callbacks(&d->stream->ep, client_frame, NULL, NULL);
+    lull_endpoint_set_callbacks(&d->stream->ep, client_frame, NULL,
+                                client_close);
     lull_endpoint_send_copy(&d->stream->ep, "hello", 5);
 }
 

@@ -7,9 +7,10 @@
  * connection the parent sends a frame of no bytes with the connection's fd
  * attached (lull_stream_send_fds, which dups it: the parent then closes
  * its own), to the workers in turn. A worker takes the fd inside on_frame
- * (lull_stream_take_fds) and opens it as a raw stream that echoes. When the
- * parent closes its end, a worker stops taking connections and exits once
- * those it has are closed.
+ * (lull_stream_take_fds) and opens it as a raw stream that echoes (and
+ * stops reading while its replies cannot leave); near its fd limit it takes
+ * no more until one closes. When the parent closes its end, a worker
+ * stops taking connections and exits once those it has are closed.
  *
  *   prefork [port]       listen on 127.0.0.1:port (default 7000), 2 workers
  *   prefork --self-test  listen on a free port, connect 6 clients from the
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,33 +39,64 @@ typedef struct conn {
     lull_stream s;
 } conn;
 
+/* The fds a worker keeps for itself (the loop's, stdio, the one arriving):
+ * a fd passed while none is free is dropped by the kernel, and that closes
+ * the stream it came on (-EMFILE), the worker's only one to the parent. */
+#define RESERVED_FDS 16
+
+static lull_stream ctl; /* the parent's socketpair, on stdin */
+static rlim_t conns;    /* connections open */
+static bool ctl_paused; /* not taking connections: out of fds */
+
+/* Echoes; while the peer does not read its replies, stops reading it
+ * (else what it sends would queue here without bound), until on_drain. */
 static void conn_frame(lull_endpoint *ep, const void *bytes, size_t len) {
-    if (lull_endpoint_send_copy(ep, bytes, len) < 0) lull_endpoint_close(ep, 0);
+    if (lull_endpoint_send_copy(ep, bytes, len) < 0)
+        lull_endpoint_close(ep, 0);
+    else if (!lull_endpoint_writable(ep))
+        lull_stream_read_stop(LULL_CONTAINER_OF(ep, lull_stream, ep));
+}
+
+static void conn_drain(lull_endpoint *ep) {
+    lull_stream_read_start(LULL_CONTAINER_OF(ep, lull_stream, ep));
 }
 
 static void conn_close(lull_endpoint *ep, int reason) {
     (void)reason;
     free(LULL_CONTAINER_OF(ep, conn, s.ep));
+    conns--;
+    if (ctl_paused && lull_stream_read_start(&ctl) == 0) ctl_paused = false;
+}
+
+/* With every fd but the reserve in use, stops reading the parent's frames:
+ * the next ones (and their fds) wait in the socketpair for a close. */
+static void take_no_more_if_full(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+        conns + RESERVED_FDS >= rl.rlim_cur && lull_stream_read_stop(&ctl) == 0)
+        ctl_paused = true;
 }
 
 /* A frame from the parent: the connection's fd came with it. */
 static void ctl_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)ep;
     (void)bytes;
     (void)len;
-    lull_stream *ctl = LULL_CONTAINER_OF(ep, lull_stream, ep);
     int fd;
-    if (lull_stream_take_fds(ctl, &fd, 1) != 1) return;
+    if (lull_stream_take_fds(&ctl, &fd, 1) != 1) return;
     conn *c = malloc(sizeof *c);
     if (!c) {
         close(fd);
         return;
     }
     lull_stream_options raw = {.flags = LULL_STREAM_RAW};
-    if (lull_stream_open(ctl->loop, &c->s, fd, &raw) < 0) { /* fd closed */
+    if (lull_stream_open(ctl.loop, &c->s, fd, &raw) < 0) { /* fd closed */
         free(c);
         return;
     }
-    lull_endpoint_set_callbacks(&c->s.ep, conn_frame, NULL, conn_close);
+    lull_endpoint_set_callbacks(&c->s.ep, conn_frame, conn_drain, conn_close);
+    conns++;
+    take_no_more_if_full();
 }
 
 static int worker_main(void) {
@@ -78,7 +111,6 @@ static int worker_main(void) {
     }
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return 1;
-    lull_stream ctl;
     /* Framed, and taking the fds the parent passes with its frames. */
     lull_stream_options takes_fds = {.flags = LULL_STREAM_FDS};
     if (lull_stream_open(loop, &ctl, 0, &takes_fds) < 0) return 1;
@@ -118,21 +150,22 @@ static void on_exit_cb(lull_process *p, int status, int sig) {
     exited++;
 }
 
-/* An accepted connection goes to the next worker, fd attached. */
+/* An accepted connection goes to the next worker, fd attached; past one
+ * that has died (its end closed: the send fails) to the next. */
 static void on_connection(lull_server *srv) {
     lull_stream s = {0};
     if (lull_server_accept(srv, &s, NULL) < 0) return;
     int fd = lull_stream_fd(&s);
     handoff *h = calloc(1, sizeof *h);
-    worker *w = &workers[next_worker++ % WORKERS];
-    if (h) {
+    for (int tries = 0; h && tries < WORKERS; tries++) {
+        worker *w = &workers[next_worker++ % WORKERS];
         h->frame.release = handoff_done;
         if (lull_stream_send_fds(&w->ctl, &h->frame, &fd, 1) == 0) {
             w->handed++;
-        } else {
-            free(h);
+            h = NULL; /* the frame's now, freed by handoff_done */
         }
     }
+    free(h); /* no worker took it: the client reads EOF */
     /* The worker has its own copy now: ours closes (no close callback, so
      * the struct on this stack is ours again at once). */
     lull_endpoint_close(&s.ep, 0);
@@ -229,7 +262,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     port = lull_server_port(&server);
-    if (!self_test) printf("prefork: listening on 127.0.0.1:%d\n", port);
+    if (!self_test) {
+        printf("prefork: listening on 127.0.0.1:%d\n", port);
+        fflush(stdout); /* now, also when stdout is a pipe or a file */
+    }
     if (self_test) {
         lull_stream_options raw = {.flags = LULL_STREAM_RAW};
         for (int i = 0; i < CLIENTS; i++) {

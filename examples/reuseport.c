@@ -54,6 +54,7 @@ typedef struct server { /* one per loop, touched by its thread only */
     int index;
     int listen_fd;     /* -1 when this loop does not accept */
     lull_io listen_io; /* reuseport: every loop; handoff: loop 0 */
+    lull_timer retry;  /* resumes accepting after running out of fds */
     conn *conns;       /* open connections, to close at stop */
     bool stopping;     /* the stop function ran */
     uint64_t served;   /* connections this loop echoed for */
@@ -173,6 +174,19 @@ static void on_accept(lull_io *io, int events) {
         lull_task_init(&c->adopt, on_adopt);
         lull_task_post_remote(c->srv->loop, &c->adopt);
     }
+    /* Out of fds (or memory): the connection stays in the backlog, so the
+     * socket stays readable and watching it would spin. Pause accepting
+     * for 100 ms, as lull's own listener does; closes free fds meanwhile. */
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+        errno == ENOMEM) {
+        lull_io_stop(io);
+        lull_timer_start(&s->retry, LULL_MS(100), 0);
+    }
+}
+
+static void on_retry(lull_timer *t) {
+    server *s = LULL_CONTAINER_OF(t, server, retry);
+    lull_io_start(&s->listen_io, LULL_READABLE);
 }
 
 static int listen_on(uint16_t port, uint16_t *bound) {
@@ -206,6 +220,7 @@ static void loop_start(lull_loop *loop, int index, void *arg) {
     if (s->listen_fd >= 0) {
         lull_io_init(loop, &s->listen_io, s->listen_fd, on_accept);
         lull_io_start(&s->listen_io, LULL_READABLE);
+        lull_timer_init(loop, &s->retry, on_retry);
     }
 }
 
@@ -216,6 +231,7 @@ static void loop_stop(lull_loop *loop, int index, void *arg) {
     s->stopping = true;
     if (s->listen_fd >= 0) {
         lull_io_stop(&s->listen_io);
+        lull_timer_stop(&s->retry);
         close(s->listen_fd);
         s->listen_fd = -1;
     }
