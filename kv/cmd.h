@@ -154,6 +154,9 @@ struct kv {
     /* A message was added to cl->out outside its own command: the owner
      * sends it (and holds the client to its output limit). */
     void (*wake)(kv_client *cl);
+    /* cl's first subscription began or its last ended (its output limit
+     * is the other class's now), or NULL. */
+    void (*class_changed)(kv_client *cl);
     /* INFO stats: the owner's lines (what its event loop counted), or
      * NULL: the section has its header only. */
     void (*stats)(kv *k, buf *b);

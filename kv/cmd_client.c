@@ -93,6 +93,7 @@ static void unsubscribe(kv *k, kv_client *cl, kv_sub *s) {
     else
         cl->last[kind] = s->mprev;
     dict_delete(&cl->subs[kind], s->self); /* frees s */
+    if (!kv_client_subscribed(cl) && k->class_changed) k->class_changed(cl);
 }
 
 void kv_client_reset(kv *k, kv_client *cl) {
@@ -251,6 +252,8 @@ static bool add_sub(kv *k, kv_client *cl, const resp_arg *name, bool pattern) {
     else
         cl->first[pattern] = s;
     cl->last[pattern] = s;
+    if (cl->subs[0].count + cl->subs[1].count == 1 && k->class_changed)
+        k->class_changed(cl);
     return true;
 }
 

@@ -513,8 +513,6 @@ parse_unauthenticated(conn *c, const char *p, size_t len, size_t *argc,
                               &c->need);
 }
 
-static void set_cap(conn *c);
-
 static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
     server *srv = c->srv;
     uint64_t log_end = srv->kv.log.end;
@@ -557,9 +555,6 @@ static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
             }
         } else {
             int r = kv_exec(&srv->kv, &c->cl, srv->argv, argc, &c->out);
-            if (__builtin_expect(c->cap_pubsub != kv_client_subscribed(&c->cl),
-                                 0))
-                set_cap(c); /* (UN)SUBSCRIBE: its class changed */
             if (r & KV_QUIT) c->closing = true;
             if (r & KV_SERVER) server_command(c, srv->argv, argc);
         }
@@ -846,19 +841,22 @@ void conn_wake(kv_client *cl) {
  * (SUBSCRIBE in a transaction changes the class midway), so the cap never
  * closes one its own class would keep; conn_check_output holds it to its
  * class's limit at each send. With one class unlimited, the client's own
- * class's limit, set again after a command that moved it (run_batch):
+ * class's limit, set again as a subscription moves it (kv.class_changed):
  * dropping the cap altogether let a normal client's reply grow until
  * malloc failed. A reply already refused (out.oom) keeps its cap. */
 static void set_cap(conn *c) {
     const obuf_limit *o = c->srv->obl;
     size_t n = o[CLASS_NORMAL].hard, p = o[CLASS_PUBSUB].hard;
-    c->cap_pubsub = kv_client_subscribed(&c->cl);
     if (c->out.oom) return;
     if (n && p)
         c->out.max = n > p ? n : p;
     else
-        c->out.max = c->cap_pubsub ? p : n;
+        c->out.max = kv_client_subscribed(&c->cl) ? p : n;
     c->sent.max = c->out.max;
+}
+
+void conn_class_changed(kv_client *cl) {
+    if (cl->owner) set_cap(cl->owner);
 }
 
 conn *conn_new(server *srv) {

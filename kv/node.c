@@ -101,6 +101,7 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
     srv->expiry.arg = srv;
     srv->expiry.should_yield = srv->should_yield;
     srv->kv.wake = conn_wake;
+    srv->kv.class_changed = conn_class_changed;
     srv->kv.reply_blob = conn_reply_blob;
     srv->kv.grow_args = grow_args;
     srv->kv.auth = conn_auth;

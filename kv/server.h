@@ -245,7 +245,6 @@ struct conn {
     lull_frame fin;  /* the last replies (bytes: out): its release closes */
     lull_timer soft; /* armed while over the soft output limit */
     bool soft_armed; /* `soft` is armed */
-    bool cap_pubsub; /* out.max was set for the pubsub class (set_cap) */
     lull_task kick;  /* sends messages published to it (conn_wake) */
     rlink *link;     /* set by REPLSYNC: this is a replica's link */
     uint64_t auth_unsaid; /* failed AUTHs not in the log yet */
@@ -324,6 +323,8 @@ bool conn_check_output(conn *c);
 void conn_refuse(conn *c, const char *reply, const char *why);
 /* kv.wake: a message was added to a client's output. */
 void conn_wake(kv_client *cl);
+/* kv.class_changed: the client's output cap follows its class (set_cap). */
+void conn_class_changed(kv_client *cl);
 /* kv.reply_blob: a GET's blob, sent by reference. */
 bool conn_reply_blob(kv_client *cl, const char *bytes, size_t len);
 /* kv.auth: AUTH for a client connection (the password is srv's). */
