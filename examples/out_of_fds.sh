@@ -25,11 +25,7 @@ echo "out_of_fds: $((2 * limit)) clients at ulimit -n $limit: $ticks CPU ticks i
 
 # The clients leave; the server must serve a new one.
 for fd in "${fds[@]}"; do exec {fd}>&-; done
-exec {fd}<>"/dev/tcp/127.0.0.1/$port" || exit 1
-printf 'ping' >&"$fd"
-reply=
-read -r -t 5 -n 4 -u "$fd" reply
-exec {fd}>&-
+ping_server
 cat "$log"
 if [ "$ticks" -ge 20 ]; then
     echo "out_of_fds: FAILED: the server spun while out of fds"

@@ -3,6 +3,8 @@
 # port>] starts a server example under `ulimit -n <limit>` on a port of its
 # own (tried again while the port is in use) with its output in
 # $log, and sets $pid and $port; it exits the check if none would start.
+# ping_server: a new client sends "ping"; $reply is what came back
+# within 5 s (the echo examples answer "ping").
 # The server is killed when the check exits.
 log=$(mktemp) || exit 1
 pid=
@@ -31,4 +33,13 @@ start_server() {
     cat "$log"
     echo "$(basename "$prog"): no \"127.0.0.1:$port\" line within 5 s"
     exit 1
+}
+
+ping_server() {
+    local fd
+    exec {fd}<>"/dev/tcp/127.0.0.1/$port" || exit 1
+    printf 'ping' >&"$fd"
+    reply=
+    read -r -t 5 -n 4 -u "$fd" reply
+    exec {fd}>&-
 }

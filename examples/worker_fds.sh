@@ -25,11 +25,7 @@ sleep 1
 for fd in "${fds[@]}"; do exec {fd}>&-; done
 sleep 0.5
 read -r -a left <"/proc/$pid/task/$pid/children"
-exec {fd}<>"/dev/tcp/127.0.0.1/$port" || exit 1
-printf 'ping' >&"$fd"
-reply=
-read -r -t 5 -n 4 -u "$fd" reply
-exec {fd}>&-
+ping_server
 cat "$log"
 echo "worker_fds: ${#left[@]} of ${#kids[@]} workers left; a new client got '$reply'"
 [ "${#left[@]}" = "${#kids[@]}" ] && [ "$reply" = ping ]
