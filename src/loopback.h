@@ -43,8 +43,7 @@ void lull__loopback_claim_timer_other(lull_loopback *b);
  * it, and the rest is a call, so the common case keeps nothing for it. */
 static inline void lull__loopback_claim_timer(lull_loopback *b) {
     lull_timer *t = &b->timer;
-    if (LULL_UNLIKELY(((uintptr_t)t->node.next | t->node.aux | b->delay_ns) !=
-                      0)) {
+    if (LULL_UNLIKELY((lull__timer_armed_bits(t) | b->delay_ns) != 0)) {
         lull__loopback_claim_timer_other(b);
         return;
     }

@@ -350,7 +350,7 @@ void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
      * queued): its two common arms, zero-delay and deferred, are then
      * told apart with one branch each, where four separate tests cost a
      * zero-delay hop a seventh more than a posted task's (C3). */
-    uint64_t other = (uintptr_t)timer->node.next | timer->node.aux | repeat_ns;
+    uint64_t other = lull__timer_armed_bits(timer) | repeat_ns;
     if (LULL_LIKELY((other | delay_ns) == 0)) {
         lull__timer_turn(timer);
         return;
