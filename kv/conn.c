@@ -114,6 +114,11 @@ static void on_close(lull_endpoint *ep, int reason) {
                 reason == -ETIMEDOUT ? "handshake timed out"
                                      : "handshake failed",
                 why && *why ? why : strerror(-reason));
+    } else if (c->link && !c->gone) {
+        /* A replica gone on its own (a crash, a reset) leaves the log a
+         * line, as Redis' "Connection with replica ... lost". */
+        srv_log(c->srv, "replica %s: connection lost (%s)", c->name,
+                reason < 0 ? strerror(-reason) : "end of stream");
     }
     conn_free(c);
 }

@@ -2184,6 +2184,45 @@ TEST(client_kill_of_a_replica_before_its_snapshot_forks_no_child) {
     close_all(loop, &p, &r);
 }
 
+/* A replica that dies while its snapshot is being written (its socket
+ * closed under it: a crash, a reboot) was dropped from connected_slaves
+ * with no line in the primary's log, where Redis says "Connection with
+ * replica ... lost": an operator reading the log saw a snapshot begin and
+ * never end. The primary now says the replica's connection was lost. */
+static int lost_lines;
+static void count_lost(server *srv, const char *line) {
+    count_syncs(srv, line);
+    if (strstr(line, "replica ") && strstr(line, "connection lost"))
+        lost_lines++;
+}
+
+TEST(replica_lost_mid_snapshot_is_logged) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_INLINE);
+    p.log = count_lost;
+    lost_lines = 0;
+    int fd = client_to(loop, &p, NULL);
+    send_all(fd, "REPLSYNC ? 0 7000\r\n", 19);
+    uint64_t t0 = now_ms();
+    char some[4096];
+    ssize_t got = 0;
+    while (got <= 0) { /* the snapshot is on its way */
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        got = recv(fd, some, sizeof some, MSG_DONTWAIT);
+    }
+    CHECK_EQ(p.kv.npeers, 1);
+    CHECK_EQ(lost_lines, 0);
+    close(fd);
+    while (p.kv.npeers) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(lost_lines, 1);
+    close_all(loop, &p, &r);
+}
+
 #ifdef CHECK_SANDBOX_ARCH
 /* pidfd_open refused (kernels before 5.3; seccomp profiles that predate
  * it say EPERM or ENOSYS): a snapshot child could not be watched, so
