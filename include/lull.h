@@ -2482,7 +2482,8 @@ typedef struct lull_dial lull_dial;
  * stream). Else the dial failed and the stream was never set up:
  * -ECANCELED (lull_dial_cancel), -ETIMEDOUT (timeout_ns), -EHOSTUNREACH
  * (the name has no address of the family asked for: d->gai_error holds
- * getaddrinfo's code), -EBUSY (the stream was opened meanwhile: by another
+ * getaddrinfo's code; -EMFILE, -ENOMEM ... when it failed for want of
+ * fds or memory), -EBUSY (the stream was opened meanwhile: by another
  * dial given it, say), or the last attempt's connect error
  * (-ECONNREFUSED ...). Runs in a later turn than lull_dial_start. */
 typedef void (*lull_dial_fn)(lull_dial *d, int status);

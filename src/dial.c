@@ -307,8 +307,11 @@ static int interleave(lull_dial *d, struct addrinfo *res, int family) {
     return n;
 }
 
-static void resolved(lull_dial *d, int status, struct addrinfo *res,
-                     int family) {
+/* sys_errno: errno with EAI_SYSTEM. A lookup that failed for the
+ * process's own want (out of fds, of memory) says so, as the numeric
+ * host's socket() would: -EHOSTUNREACH is for a name without an address. */
+static void resolved(lull_dial *d, int status, int sys_errno,
+                     struct addrinfo *res, int family) {
     d->state &= ~D_RESOLVING;
     if (d->state & D_DECIDED) { /* cancelled while queued on the pool */
         if (res) freeaddrinfo(res);
@@ -317,7 +320,11 @@ static void resolved(lull_dial *d, int status, struct addrinfo *res,
     }
     if (status != 0) {
         d->gai_error = status;
-        decide(d, status == -ECANCELED ? -ECANCELED : -EHOSTUNREACH);
+        int err = -EHOSTUNREACH;
+        if (status == -ECANCELED) err = -ECANCELED;
+        if (status == EAI_MEMORY) err = -ENOMEM;
+        if (status == EAI_SYSTEM && sys_errno > 0) err = -sys_errno;
+        decide(d, err);
         return;
     }
     d->res = res;
@@ -337,13 +344,14 @@ static void resolved(lull_dial *d, int status, struct addrinfo *res,
 static void on_resolved(lull_lookup *req, int status, struct addrinfo *res) {
     resolving *r = LULL_CONTAINER_OF(req, resolving, lookup);
     lull_dial *d = r->owner;
+    int sys_errno = req->sys_errno;
     free(r);
     if (!d) { /* let go: the dial has ended */
         if (res) freeaddrinfo(res);
         return;
     }
     d->host = NULL;
-    resolved(d, status, res, 0);
+    resolved(d, status, sys_errno, res, 0);
 }
 
 /* What both starts share: checks, then the dial's state, timeout armed. */
@@ -423,7 +431,7 @@ int lull_dial_start(lull_loop *loop, lull_pool *pool, lull_dial *d,
         literal = inside;
     }
     if (getaddrinfo(literal, d->service, &numeric, &res) == 0) {
-        resolved(d, 0, res, 0);
+        resolved(d, 0, 0, res, 0);
         return 0;
     }
     if (!pool && (rc = lull_pool_default(&pool)) < 0) return abandon(d, rc);
@@ -463,7 +471,7 @@ int lull_dial_start_addrs(lull_loop *loop, lull_dial *d, lull_stream *s,
     int rc = begin(loop, d, s, opts, fn);
     if (rc < 0) return rc;
     d->state |= D_USER_LIST;
-    resolved(d, 0, (struct addrinfo *)list, opts ? opts->family : 0);
+    resolved(d, 0, 0, (struct addrinfo *)list, opts ? opts->family : 0);
     return 0;
 }
 

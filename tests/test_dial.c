@@ -531,6 +531,46 @@ TEST(dial_out_of_fds) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A name that cannot be resolved because the process is out of fds
+ * (getaddrinfo's EAI_SYSTEM, errno EMFILE: it could not open /etc/hosts)
+ * is the process's trouble, not the host's: the dial says -EMFILE, as a
+ * numeric host's socket() would, not -EHOSTUNREACH, and d->gai_error
+ * still holds getaddrinfo's code. */
+TEST_THREADED(dial_name_out_of_fds_says_emfile) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_pool *pool;
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    struct rlimit old, rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int lo = dup(0); /* the lowest free fd: fill from here to the limit */
+    CHECK(lo >= 0);
+    close(lo);
+    rl = old;
+    rl.rlim_cur = (rlim_t)lo + 4;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int fill[8], nfill = 0;
+    for (int fd; nfill < 8 && (fd = dup(0)) >= 0;)
+        fill[nfill++] = fd;
+    CHECK_EQ(nfill, 4);
+    lull_dial d = {0};
+    lull_stream s;
+    /* One family: glibc says EAI_SYSTEM for it (for AF_UNSPEC it folds
+     * the failure into EAI_NONAME, errno EMFILE). */
+    lull_dial_options o = {.family = AF_INET};
+    CHECK_EQ(lull_dial_start(loop, pool, &d, &s, "localhost", 9, &o, on_dial),
+             0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    for (int i = 0; i < nfill; i++)
+        close(fill[i]);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(d.gai_error, EAI_SYSTEM);
+    CHECK_EQ(dial_status, -EMFILE);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* The loop cannot be freed under a dial that is still resolving: it says
  * so, and frees once the dial is cancelled and has reported. */
 TEST_THREADED(loop_free_while_resolving) {
