@@ -971,6 +971,11 @@ int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn) {
     if (!udp || !(udp->state & U_INIT)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(udp->loop);
     if (udp->state & U_CLOSED) return 0;
+    /* One last send of the queue, as far as the socket takes it now, as
+     * a stream's close writes once more: a notice sent just before the
+     * close (a last "done") leaves, as it would have with libuv, which
+     * sends at once. What is left is cancelled below. */
+    if (udp->head && has_socket(udp)) send_queue(udp);
     udp->state |= U_CLOSED;
     udp->state &= ~(U_READING | U_BLOCKED);
     udp->on_close = fn;
