@@ -433,10 +433,11 @@ struct lull_notifier {
 LULL_EXTERN int lull_notifier_init(lull_notifier *n);
 /* Subscribes l: each raise queues fn(l) in a later task, once however often
  * the notifier was raised before it ran. l needs no initialisation, but must
- * not be subscribed already. (lull_listener_stop reads l: call it only on a
- * listener that was subscribed once, or that you zeroed.) */
-LULL_EXTERN void lull_listener_start(lull_loop *loop, lull_notifier *n,
-                                     lull_listener *l, lull_listener_fn fn);
+ * not be subscribed already: -EBUSY (debug builds assert); -EINVAL for NULL.
+ * (lull_listener_stop reads l: call it only on a listener that was
+ * subscribed once, or that you zeroed.) */
+LULL_EXTERN int lull_listener_start(lull_loop *loop, lull_notifier *n,
+                                    lull_listener *l, lull_listener_fn fn);
 /* Unsubscribes; a queued, not yet run listener task is cancelled. A pump's
  * listener also leaves the pump. The listener is then free to be reused
  * with lull_listener_start or lull_pump_listen, on any notifier and loop. */
@@ -491,9 +492,10 @@ LULL_EXTERN int lull_pump_init(lull_loop *loop, lull_pump *pump,
 /* Schedules one pass in a later task; wakes before it runs share it. A wake
  * while held cancels the retry timer: the pass re-decides. */
 LULL_EXTERN void lull_pump_wake(lull_pump *pump);
-/* Subscribes the pump to n through l: a raise queues the pass itself. */
-LULL_EXTERN void lull_pump_listen(lull_pump *pump, lull_notifier *n,
-                                  lull_listener *l);
+/* Subscribes the pump to n through l: a raise queues the pass itself. The
+ * rules and errors of lull_listener_start (-EINVAL also for a closed pump). */
+LULL_EXTERN int lull_pump_listen(lull_pump *pump, lull_notifier *n,
+                                 lull_listener *l);
 /* The pass reports what it handed on; a pass reporting nothing is empty. */
 LULL_EXTERN void lull_pump_delivered(lull_pump *pump, uint64_t n);
 /* Cancels the queued pass and the retry and unsubscribes the pump's
