@@ -797,7 +797,8 @@ LULL_EXTERN int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame);
  * errors, and -ENOMEM. */
 LULL_EXTERN int lull_endpoint_send_copy(lull_endpoint *ep, const void *bytes,
                                         size_t len);
-/* Open, peer open, and fewer than high_water bytes queued. */
+/* Open, peer open (a stream: write side not shut or failed), and fewer
+ * than high_water bytes queued. */
 LULL_EXTERN bool lull_endpoint_writable(const lull_endpoint *ep);
 /* Closes this end: its queued incoming frames are released undelivered and
  * it gets no frame or drain callback any more; frames it already sent are
