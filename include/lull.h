@@ -433,10 +433,11 @@ struct lull_notifier {
 LULL_EXTERN int lull_notifier_init(lull_notifier *n);
 /* Subscribes l: each raise queues fn(l) in a later task, once however often
  * the notifier was raised before it ran. l needs no initialisation, but must
- * not be subscribed already. (lull_listener_stop reads l: call it only on a
- * listener that was subscribed once, or that you zeroed.) */
-LULL_EXTERN void lull_listener_start(lull_loop *loop, lull_notifier *n,
-                                     lull_listener *l, lull_listener_fn fn);
+ * not be subscribed already: -EBUSY (debug builds assert); -EINVAL for NULL.
+ * (lull_listener_stop reads l: call it only on a listener that was
+ * subscribed once, or that you zeroed.) */
+LULL_EXTERN int lull_listener_start(lull_loop *loop, lull_notifier *n,
+                                    lull_listener *l, lull_listener_fn fn);
 /* Unsubscribes; a queued, not yet run listener task is cancelled. A pump's
  * listener also leaves the pump. The listener is then free to be reused
  * with lull_listener_start or lull_pump_listen, on any notifier and loop. */
@@ -491,9 +492,10 @@ LULL_EXTERN int lull_pump_init(lull_loop *loop, lull_pump *pump,
 /* Schedules one pass in a later task; wakes before it runs share it. A wake
  * while held cancels the retry timer: the pass re-decides. */
 LULL_EXTERN void lull_pump_wake(lull_pump *pump);
-/* Subscribes the pump to n through l: a raise queues the pass itself. */
-LULL_EXTERN void lull_pump_listen(lull_pump *pump, lull_notifier *n,
-                                  lull_listener *l);
+/* Subscribes the pump to n through l: a raise queues the pass itself. The
+ * rules and errors of lull_listener_start (-EINVAL also for a closed pump). */
+LULL_EXTERN int lull_pump_listen(lull_pump *pump, lull_notifier *n,
+                                 lull_listener *l);
 /* The pass reports what it handed on; a pass reporting nothing is empty. */
 LULL_EXTERN void lull_pump_delivered(lull_pump *pump, uint64_t n);
 /* Cancels the queued pass and the retry and unsubscribes the pump's
@@ -795,7 +797,8 @@ LULL_EXTERN int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame);
  * errors, and -ENOMEM. */
 LULL_EXTERN int lull_endpoint_send_copy(lull_endpoint *ep, const void *bytes,
                                         size_t len);
-/* Open, peer open, and fewer than high_water bytes queued. */
+/* Open, peer open (a stream: write side not shut or failed), and fewer
+ * than high_water bytes queued. */
 LULL_EXTERN bool lull_endpoint_writable(const lull_endpoint *ep);
 /* Closes this end: its queued incoming frames are released undelivered and
  * it gets no frame or drain callback any more; frames it already sent are
@@ -1463,16 +1466,18 @@ LULL_EXTERN int lull_tty_set_mode(lull_tty *t, int mode);
 /* The window's size in character cells. 0, -EINVAL, -EBADF once closed,
  * or the ioctl's errno. */
 LULL_EXTERN int lull_tty_get_winsize(lull_tty *t, int *cols, int *rows);
-/* Gives the terminal its mode (and, with no name, its flags) back, closes
- * lull's description of it and the stream. The stream's on_close, if it
- * has not run yet, runs in a later turn, the tty's last callback: free
- * the tty there, or when this returns if it has run or none is set. Call
- * it also after the stream ended by itself. Idempotent. 0, -EINVAL, or
+/* Gives the terminal its mode (and, with no name, its flags) back (not in
+ * a fork()ed child: the parent's), closes lull's description of it and
+ * the stream. The stream's on_close, if it has not run yet, runs in a
+ * later turn, the tty's last callback: free the tty there, or when this
+ * returns if it has run or none is set. Call it also after the stream
+ * ended by itself. Idempotent. 0, -EINVAL, or
  * the restore's error (-EIO: the terminal is gone); closed either way. */
 LULL_EXTERN int lull_tty_close(lull_tty *t);
 /* Async-signal-safe and thread-safe: gives every tty lull set to a mode
  * other than NORMAL its mode from init back (tcsetattr of a saved copy),
- * and a shared description its flags. Call it at exit (atexit) and in the
+ * and a shared description its flags, as lull_tty_close would (a fork()ed
+ * child leaves its parent's). Call it at exit (atexit) and in the
  * handlers of fatal signals (SIGSEGV, SIGABRT ...), where the loop cannot
  * run. The handles are not told: it is for a program that is ending. */
 LULL_EXTERN void lull_tty_reset_mode(void);

@@ -554,6 +554,9 @@ void lull__signals_settle(void);
 void lull__pump_unlink_listener(lull_listener *l);
 
 /* notify.c */
+/* Is l subscribed to a notifier, on any loop? By address: l may be
+ * uninitialised memory (src/notify.c). */
+bool lull__listener_subscribed(const lull_listener *l);
 void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
                        lull_task *target);
 /* For a node of lull's own (a listener's task, a notifier's remote raise),

@@ -42,39 +42,24 @@ static void listener_run(lull_task *task) {
     l->fn(l);
 }
 
-#ifndef NDEBUG
-/* Listeners of n's list and of the loop's list looked at per subscription
- * in debug builds: the newest of each (n's tail, the loop's head), so that
- * a loop holding a listener per connection, or a notifier every
- * connection listens to, does not make subscribing quadratic. */
-#define SUBSCRIBED_CHECKED 1024
-
-/* Is l subscribed already: among n's newest listeners, or among the loop's
- * newest (subscribed to another notifier of the loop)? Reads the lists
- * only, never the caller's listener, which needs no initialisation before
- * it is subscribed. Debug builds. */
-static bool subscribed(const lull_loop *loop, const lull_notifier *n,
-                       const lull_listener *l) {
-    int seen = 0;
-    for (const lull_listener *x = n->tail; x && seen < SUBSCRIBED_CHECKED;
-         x = x->prev, seen++)
-        if (x == l) return true;
-    seen = 0;
-    for (const lull_listener *x = loop->listening;
-         x && seen < SUBSCRIBED_CHECKED; x = x->loop_next, seen++)
-        if (x == l) return true;
-    return false;
+/* Is l subscribed, on any loop? Asked by address, in the process's set of
+ * handles in use (src/registry.c): l needs no initialisation before it is
+ * subscribed, so its own fields cannot say, and a walk of the loop's list
+ * would make subscribing a listener per connection quadratic. */
+bool lull__listener_subscribed(const lull_listener *l) {
+    return lull__inuse_has(l);
 }
-#endif
 
 /* Every field of l is written here or by the caller before it is read, so
- * a listener may be subscribed straight from uninitialised memory. */
+ * a listener may be subscribed straight from uninitialised memory. The
+ * caller found it not subscribed (lull__listener_subscribed). */
 static void subscribe(lull_loop *loop, lull_notifier *n, lull_listener *l) {
-    LULL_ASSERT(!subscribed(loop, n, l), "lull: listener subscribed twice");
-    /* The first listener puts n in the process's set of handles in use
-     * (the last one's stop takes it out), so that lull_notifier_init
-     * refuses it. A subscription cannot fail: without memory for the set
-     * (-ENOMEM) only that check is lost. */
+    /* The listener and, with the first listener, n join the process's set
+     * of handles in use (their stops take them out), so that a second
+     * subscription and lull_notifier_init refuse them. A subscription
+     * cannot fail: without memory for the set (-ENOMEM) only that check
+     * is lost. */
+    (void)lull__inuse_add(l);
     if (!n->head) (void)lull__inuse_add(n);
     l->loop = loop;
     l->notifier = n;
@@ -92,18 +77,26 @@ static void subscribe(lull_loop *loop, lull_notifier *n, lull_listener *l) {
     loop->listening = l;
 }
 
-void lull_listener_start(lull_loop *loop, lull_notifier *n, lull_listener *l,
-                         lull_listener_fn fn) {
-    if (!loop || !n || !l || !fn) return;
+int lull_listener_start(lull_loop *loop, lull_notifier *n, lull_listener *l,
+                        lull_listener_fn fn) {
+    if (!loop || !n || !l || !fn) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
+    /* Subscribed already: rewriting its task would cut the loop's queue
+     * if queued, and linking it again makes the lists a cycle that a raise
+     * never leaves. A programming error that debug builds stop at. */
+    bool subscribed = lull__listener_subscribed(l);
+    LULL_ASSERT(!subscribed, "lull: listener subscribed twice");
+    if (subscribed) return -EBUSY;
     lull_task_init(&l->task, listener_run);
     l->target = &l->task;
     l->fn = fn;
     l->pump_next = l->pump_prev = NULL;
     subscribe(loop, n, l);
+    return 0;
 }
 
-/* Subscribes a listener whose raise posts another task (a pump's pass). */
+/* Subscribes a listener whose raise posts another task (a pump's pass).
+ * The caller asked lull__listener_subscribed first: l is not. */
 void lull__listen_task(lull_loop *loop, lull_notifier *n, lull_listener *l,
                        lull_task *target) {
     /* Never posted (a raise posts target): it needs no function. */
@@ -127,6 +120,7 @@ void lull_listener_stop(lull_listener *l) {
         n->tail = l->prev;
     l->next = l->prev = NULL;
     l->notifier = NULL;
+    lull__inuse_remove(l);               /* free to subscribe again */
     if (!n->head) lull__inuse_remove(n); /* lull_notifier_init may clear it */
     if (l->target == &l->task)
         lull_task_cancel(&l->task);

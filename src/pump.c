@@ -126,35 +126,22 @@ void lull_pump_wake(lull_pump *pump) {
     lull_task_post(pump->loop, &pump->task);
 }
 
-#ifndef NDEBUG
-/* The pump's listeners looked at per subscription in debug builds: the
- * newest, where the list starts, so that a pump listening to a notifier
- * per source does not make subscribing quadratic (as in src/notify.c). */
-#define LISTENS_CHECKED 1024
-
-/* Is l one of the pump's newest listeners? Reads the pump's list only,
- * never the listener, which needs no initialisation before it is
- * subscribed. */
-static bool listens(const lull_pump *pump, const lull_listener *l) {
-    int seen = 0;
-    for (const lull_listener *x = pump->listeners; x && seen < LISTENS_CHECKED;
-         x = x->pump_next, seen++)
-        if (x == l) return true;
-    return false;
-}
-#endif
-
-void lull_pump_listen(lull_pump *pump, lull_notifier *n, lull_listener *l) {
-    if (!pump_open(pump) || !n || !l) return;
+int lull_pump_listen(lull_pump *pump, lull_notifier *n, lull_listener *l) {
+    if (!pump_open(pump) || !n || !l) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(pump->loop);
-    /* On another notifier too: the first would keep it on its list, and
-     * raise the pump after it was closed and freed. */
-    LULL_ASSERT(!listens(pump, l), "lull: listener subscribed twice");
+    /* Subscribed already (to this pump or not, on another notifier too):
+     * linked again, the first notifier would keep it on its list and
+     * raise the pump after it was closed and freed, or the lists would
+     * become a cycle. A programming error that debug builds stop at. */
+    bool subscribed = lull__listener_subscribed(l);
+    LULL_ASSERT(!subscribed, "lull: listener subscribed twice");
+    if (subscribed) return -EBUSY;
     lull__listen_task(pump->loop, n, l, &pump->task);
     l->pump_prev = NULL;
     l->pump_next = pump->listeners;
     if (pump->listeners) pump->listeners->pump_prev = l;
     pump->listeners = l;
+    return 0;
 }
 
 /* lull_listener_stop of a pump's listener: it leaves the pump's list too, so

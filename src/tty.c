@@ -74,6 +74,9 @@ typedef struct reset_slot {
     int fl;               /* the flags to give back; -1: none */
     struct termios saved; /* the mode at init */
     term_id id;           /* the terminal: a later init on it takes saved */
+    _Atomic int pid;      /* the process that gives it back: the one that
+                             entered it; a fork()ed copy leaves the
+                             parent's terminal to the parent */
 } reset_slot;
 
 static reset_slot slots[RESET_SLOTS];
@@ -110,6 +113,7 @@ static int slot_enter(lull_tty *t) {
         slots[i].fl = t->fl_saved;
         memcpy(&slots[i].saved, saved_of(t), sizeof(struct termios));
         slots[i].id = id_of(t->ctl);
+        atomic_store(&slots[i].pid, (int)getpid());
         atomic_store(&slots[i].state, SLOT_READY);
         t->slot = i;
         return 0;
@@ -151,15 +155,28 @@ static void mode_before_lull(int fd, struct termios *tio) {
     }
 }
 
-/* Only async-signal-safe calls: tcsetattr (an ioctl), fcntl. errno is
- * kept for the code the handler interrupted. */
+/* Whether this process gives t's terminal back: it set the mode (or, with
+ * no name, the flags), not a parent it was fork()ed from, which holds them
+ * still. */
+static bool gives_back(const lull_tty *t) {
+    return t->slot >= 0 && atomic_load(&slots[t->slot].pid) == (int)getpid();
+}
+
+/* Only async-signal-safe calls: getpid, tcsetattr (an ioctl), fcntl. errno
+ * is kept for the code the handler interrupted. A fork()ed copy (a child
+ * crashing, or exiting through atexit) leaves what its parent set. */
 void lull_tty_reset_mode(void) {
     int saved_errno = errno;
+    int self = (int)getpid();
     for (int i = 0; i < RESET_SLOTS; i++) {
         reset_slot *s = &slots[i];
         int want = SLOT_READY;
         if (!atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
             continue;
+        if (atomic_load(&s->pid) != self) {
+            atomic_store(&s->state, SLOT_READY);
+            continue;
+        }
         if (atomic_load(&s->moded)) (void)tcsetattr(s->fd, TCSANOW, &s->saved);
         if (s->fl >= 0) (void)fcntl(s->fd, F_SETFL, s->fl);
         atomic_store(&s->state, SLOT_READY);
@@ -316,6 +333,10 @@ int lull_tty_close(lull_tty *t) {
     /* Closed from here on: a frame's release, which the stream's close
      * runs, may close the tty again. */
     int ctl = t->ctl, mode = t->mode;
+    /* A fork()ed copy closing what it inherited: the mode and the shared
+     * description's O_NONBLOCK are the parent's, whose tty and stream use
+     * them still. */
+    bool restore = gives_back(t);
     t->ctl = -1;
     t->mode = LULL_TTY_MODE_NORMAL;
     /* The stream first: its close makes one last try at its queue, which
@@ -324,8 +345,10 @@ int lull_tty_close(lull_tty *t) {
      * and in the mode its bytes were written for. */
     (void)lull_endpoint_close(&t->stream.ep, 0); /* idempotent */
     int rc = 0;
-    if (mode != LULL_TTY_MODE_NORMAL) rc = set_attr(ctl, saved_of(t));
-    if (t->fl_saved >= 0 && fcntl(ctl, F_SETFL, t->fl_saved) < 0 && rc == 0)
+    if (restore && mode != LULL_TTY_MODE_NORMAL)
+        rc = set_attr(ctl, saved_of(t));
+    if (restore && t->fl_saved >= 0 && fcntl(ctl, F_SETFL, t->fl_saved) < 0 &&
+        rc == 0)
         rc = -errno;
     /* Emptied after the restore: a crash in between still restores. */
     slot_leave(t);

@@ -118,6 +118,8 @@ typedef struct recv_meta {
     struct iovec *iov;
     struct sockaddr_storage *from;
     char (*ctl)[CMSG_SPACE(sizeof(int))];
+    int late; /* an error recv_each met after the last batch's datagrams,
+                 owed after them: a recv_stop inside the batch keeps it */
 } recv_meta;
 
 static void on_io(lull_io *io, int events);
@@ -720,8 +722,9 @@ int lull_udp_recv_start(lull_udp *udp, lull_udp_recv_fn fn) {
         return rc;
     }
     /* What a recv_stop left of the last batch comes first, in a later
-     * turn (never inside this call). */
-    if (udp->rnext < udp->rgot) {
+     * turn (never inside this call): datagrams, or an error owed after
+     * them. */
+    if (udp->rnext < udp->rgot || ((recv_meta *)udp->rmeta)->late) {
         udp->state |= U_RPEND;
         if (!lull_task_pending(&udp->event))
             lull_task_post(udp->loop, &udp->event);
@@ -885,18 +888,32 @@ static int recv_some(lull_udp *udp, int *late) {
  * batches. False when a recv callback closed the handle. */
 static bool read_datagrams(lull_udp *udp) {
     bool closed = false;
+    recv_meta *meta = udp->rmeta;
     udp->closed_guard = &closed;
     if (!deliver_batch(udp, &closed)) goto out;
+    /* What a recv_stop in the last batch kept: its datagrams came first. */
+    int kept = meta->late;
+    meta->late = 0;
     for (int round = 0; round < RECV_ROUNDS; round++) {
-        rearm_slots(udp);
-        int late, got = recv_some(udp, &late);
-        int err = got < 0 ? errno : late;
+        int late = 0, got = 0, err = kept;
+        kept = 0;
+        if (!err) {
+            rearm_slots(udp);
+            got = recv_some(udp, &late);
+            err = got < 0 ? errno : late;
+        }
         if (got > 0) {
             udp->recv_calls++;
             udp->rnext = 0;
             udp->rgot = (unsigned)got;
             udp->roff = 0;
-            if (!deliver_batch(udp, &closed)) break;
+            if (!deliver_batch(udp, &closed)) {
+                /* Stopped: the error is owed after the rest of the batch
+                 * (recv_each took it from the socket, which would have
+                 * kept it for the next call). Closed: nothing more is. */
+                if (!closed) meta->late = late;
+                break;
+            }
             if (!late && (unsigned)got < udp->recv_batch)
                 break; /* the socket is empty */
         }

@@ -698,3 +698,41 @@ TEST(close_inside_on_close_after_hangup) {
     CHECK_EQ(k.t.mode, LULL_TTY_MODE_NORMAL);
     finish(loop, &p);
 }
+
+/* A forked child that closes the ttys it inherited (after lull_loop_fork,
+ * as it closes inherited streams), or calls lull_tty_reset_mode (at exit,
+ * or crashing), must leave the terminal as the parent holds it: the parent's
+ * mode, and the shared description's O_NONBLOCK that the parent's stream reads
+ * and writes with. The child's close gave the mode from init back and cleared
+ * O_NONBLOCK under the parent's feet, so the parent's raw terminal went back to
+ * cooked and its loop's next read or write of the pty could block. Both: the
+ * slave held RAW, the master (no name: the shared description). */
+TEST(close_in_a_forked_child_leaves_the_parents_terminal) {
+    pty p;
+    struct termios before;
+    term k, m;
+    lull_loop *loop = loop_with_raw_term(&p, &before, &k);
+    term_init(loop, &m, p.master);
+    int fl = fcntl(p.master, F_GETFL);
+    CHECK(fl & O_NONBLOCK);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        lull_tty_reset_mode(); /* as an atexit or a crash handler would */
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        if (lull_tty_close(&k.t) != 0 || lull_tty_close(&m.t) != 0) _exit(3);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(is_raw(p.slave));
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    CHECK_EQ(lull_tty_close(&k.t), 0);
+    CHECK_EQ(lull_tty_close(&m.t), 0);
+    run_until(loop, &k.closes, 1);
+    run_until(loop, &m.closes, 1);
+    CHECK(mode_is(p.slave, &before));
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl & ~O_NONBLOCK);
+    finish(loop, &p);
+}
