@@ -1362,17 +1362,21 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
                          : when == 2 ? 3600000 + (int64_t)below(r, 86400000)
                                      : 1 + (int64_t)below(r, 1500));
     /* RPUSH of many: lists past a snapshot's batch (SNAP_BATCH items a
-     * record) */
+     * record), its value between letters (model.c's rpush_item), so that
+     * items recur apart, not only in runs, and LREM's direction shows at
+     * the list's ends, where LRANGE and LPOP read. */
     if (c->op == OP_RPUSH_N) c->i2 = 2 + (int64_t)below(r, 199);
     /* Half the pushes of one of three letters: lists that repeat items
      * between others, where LREM's direction shows. */
     if ((c->op == OP_RPUSH || c->op == OP_RPUSH_N) && below(r, 2))
         snprintf(c->val, sizeof c->val, "%c", (char)('a' + below(r, 3)));
-    /* A list moved onto grows by what its source holds. */
+    /* A list moved onto grows by what its source holds. Lists to 1,200
+     * bytes, some hundreds of items: at 300, a list past SNAP_BATCH was
+     * deleted by its next push, and a full sync rarely saw one. */
     if (c->op == OP_APPEND || c->op == OP_RPUSH || c->op == OP_RPUSH_N ||
         c->op == OP_LINSERT || c->op == OP_LMOVE || c->op == OP_RPOPLPUSH) {
         const model_key *mk = &cl->keys[two ? *key2 : *key];
-        size_t room = c->op == OP_APPEND ? MODEL_VAL_MAX - 50 : 300;
+        size_t room = c->op == OP_APPEND ? MODEL_VAL_MAX - 50 : 1200;
         for (int i = 0; i < mk->n; i++)
             if (mk->c[i].len > room) c->op = OP_DEL;
         if (c->op == OP_DEL) *key2 = *key;
