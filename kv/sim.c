@@ -78,7 +78,7 @@
  *               [--plant BUG] [--expect-find N] [--determinism N]
  *               [--trace FILE] [--quiet] [--streams] [--event-budget N]
  *     --seeds N        seeds S..S+N-1 (default 100; --first S, default 1)
- *     --seconds T      fresh seeds for T seconds (the soak); the first
+ *     --seconds T      fresh seeds for T whole seconds (the soak); the first
  *                      is printed
  *     --seed S         one seed; with --trace FILE (- for stdout) its
  *                      trace
@@ -3370,8 +3370,22 @@ static int usage(void) {
     return 2;
 }
 
+/* A count or seed argument: decimal digits only, within 64 bits, and for a
+ * count (min 1) not 0. strtoull took "-1" as 2^64 - 1 seeds (a run
+ * without end), "0" as none (a run that passed having checked nothing)
+ * and "x" as 0. */
+static bool number_arg(const char *a, uint64_t min, uint64_t *out) {
+    if (*a < '0' || *a > '9') return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(a, &end, 10);
+    if (*end || errno || v < min) return false;
+    *out = v;
+    return true;
+}
+
 int main(int argc, char **argv) {
-    uint64_t first = 1, seeds = 100;
+    uint64_t first = 1, seeds = 100, num;
     double seconds = 0;
     bool one = false, quiet = false, first_given = false, once = false;
     unsigned plant = 0;
@@ -3382,14 +3396,15 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
         if (more && strcmp(a, "--seeds") == 0) {
-            seeds = strtoull(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 1, &seeds)) return usage();
         } else if (more && strcmp(a, "--first") == 0) {
-            first = strtoull(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 0, &first)) return usage();
             first_given = true;
         } else if (more && strcmp(a, "--seconds") == 0) {
-            seconds = atof(argv[++i]);
+            if (!number_arg(argv[++i], 1, &num)) return usage();
+            seconds = (double)num;
         } else if (more && strcmp(a, "--seed") == 0) {
-            first = strtoull(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 0, &first)) return usage();
             one = true;
         } else if (more && strcmp(a, "--plant") == 0) {
             const char *n = argv[++i];
@@ -3397,9 +3412,11 @@ int main(int argc, char **argv) {
                 if (strcmp(n, plants[j].name) == 0) plant = plants[j].bit;
             if (!plant) return usage();
         } else if (more && strcmp(a, "--expect-find") == 0) {
-            expect_find = strtoull(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 1, &expect_find)) return usage();
         } else if (more && strcmp(a, "--determinism") == 0) {
-            determinism = strtoll(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 1, &num) || num > INT64_MAX)
+                return usage();
+            determinism = (int64_t)num;
         } else if (more && strcmp(a, "--trace") == 0) {
             trace_path = argv[++i];
         } else if (strcmp(a, "--quiet") == 0) {
@@ -3409,7 +3426,7 @@ int main(int argc, char **argv) {
         } else if (strcmp(a, "--streams") == 0) {
             streams_mode = true;
         } else if (more && strcmp(a, "--event-budget") == 0) {
-            event_budget_flag = strtoull(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 1, &event_budget_flag)) return usage();
         } else if (strcmp(a, "--unread-close") == 0) {
             return run_unread_close();
         } else {
