@@ -1242,7 +1242,10 @@ static void ack_send(lull_task *t) {
     master *m = &srv->m;
     if (m->state != M_UP) return;
     if (m->ack_frame.in_flight) {
-        m->ack_again = true; /* its release posts us */
+        if (srv->kv.plant & KV_PLANT_ACK_SPIN)
+            lull_task_post(srv->loop, &m->ack);
+        else
+            m->ack_again = true; /* its release posts us */
         return;
     }
     char num[24];

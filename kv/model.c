@@ -102,6 +102,16 @@ void model_cmd_text(const model_cmd *c, char *out, size_t cap) {
     out[o] = 0;
 }
 
+/* RPUSH_N's item j: its value at even j, between them a letter (a, b, c
+ * in turn), so that the value and the letters recur apart, not in one
+ * run: where LREM's count starts shows at the list's ends. *n: the
+ * value's length in, the item's out. */
+static const char *rpush_item(const char *v, size_t *n, size_t j) {
+    if (j % 2 == 0) return v;
+    *n = 1;
+    return &"abc"[(j / 2) % 3];
+}
+
 size_t model_request(const model_cmd *c, char *out) {
     const char *argv[5];
     size_t lens[5], argc = 0;
@@ -215,13 +225,16 @@ size_t model_request(const model_cmd *c, char *out) {
         argv[argc] = c->op == OP_SET_NX ? "NX" : "XX";
         lens[argc++] = 2;
     }
-    /* RPUSH_N: its value again and again */
-    size_t again = c->op == OP_RPUSH_N && c->i2 > 1 ? (size_t)c->i2 - 1 : 0;
-    size_t at = (size_t)sprintf(out, "*%zu\r\n", argc + again);
+    /* RPUSH_N: its value, then the items rpush_item gives */
+    size_t more = c->op == OP_RPUSH_N && c->i2 > 1 ? (size_t)c->i2 - 1 : 0;
+    size_t at = (size_t)sprintf(out, "*%zu\r\n", argc + more);
     for (size_t i = 0; i < argc; i++)
         at = put_bulk(out, at, argv[i], lens[i]);
-    while (again--)
-        at = put_bulk(out, at, argv[argc - 1], lens[argc - 1]);
+    for (size_t j = 1; j <= more; j++) {
+        size_t n = lens[argc - 1];
+        const char *item = rpush_item(argv[argc - 1], &n, j);
+        at = put_bulk(out, at, item, n);
+    }
     return at;
 }
 
@@ -730,17 +743,25 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
     case OP_RPUSH_N: {
         if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
         int64_t n = c->op == OP_RPUSH_N && c->i2 > 1 ? c->i2 : 1;
-        if (s->len + (size_t)n * (1 + vlen) > MODEL_VAL_MAX ||
+        size_t add = 0;
+        for (int64_t j = 0; j < n; j++) {
+            size_t len = vlen;
+            rpush_item(v, &len, (size_t)j);
+            add += 1 + len;
+        }
+        if (s->len + add > MODEL_VAL_MAX ||
             (live ? s->items : 0) + n > UINT16_MAX)
             return put_s(out, "-model: value too long\r\n");
         if (!live) {
             clear(s);
             s->type = MODEL_LIST;
         }
-        while (n--) {
-            s->v[s->len++] = (char)vlen;
-            memcpy(s->v + s->len, v, vlen);
-            s->len += (uint32_t)vlen;
+        for (int64_t j = 0; j < n; j++) {
+            size_t len = vlen;
+            const char *item = rpush_item(v, &len, (size_t)j);
+            s->v[s->len++] = (char)len;
+            memcpy(s->v + s->len, item, len);
+            s->len += (uint32_t)len;
             s->items++;
         }
         return put_int(out, 0, s->items);

@@ -104,7 +104,8 @@ enum {
     OP_LRANGE,        /* LRANGE k start stop (i1, i2) */
     OP_SETRANGE,      /* SETRANGE k offset v (offset in i1) */
     OP_PEXPIREAT_IF,  /* PEXPIREAT k t NX|XX|GT|LT (which: i2, 0 to 3) */
-    OP_RPUSH_N,       /* RPUSH k v v ... (i2 times, at least once) */
+    OP_RPUSH_N,       /* RPUSH k v a v b v c v a ... (i2 items, at least
+                         one: model.c's rpush_item) */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */

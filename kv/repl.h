@@ -135,6 +135,10 @@ enum {
     /* A connection's reply frame is not marked busy once sent (conn.c's
      * send_out): the next batch rewrites and sends it while in flight. */
     KV_PLANT_OUTF_RESEND = 0x4000000,
+    /* A replica whose REPLACK is still in flight re-posts its ack task
+     * instead of waiting for the frame's release: a task that re-posts
+     * itself at one instant, while the network it waits on never runs. */
+    KV_PLANT_ACK_SPIN = 0x8000000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

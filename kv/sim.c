@@ -65,7 +65,9 @@
  *     full resync and end as above with the new primary;
  *   - over a run, each fault kind drawn in 50 seeds had its effect;
  *   - progress: a seed that runs past 1,000 network events per command
- *     of its workload loops, and fails "no progress" (no_progress);
+ *     of its workload, or past TURNS_PER_INSTANT loop turns at one
+ *     virtual instant with no network event, loops, and fails "no
+ *     progress" (no_progress);
  *   - nothing is left: every connection closed, lull_simnet_free and
  *     lull_loop_free return 0.
  * A failure prints its seed, the command that replays it, and the end of
@@ -76,7 +78,7 @@
  *               [--plant BUG] [--expect-find N] [--determinism N]
  *               [--trace FILE] [--quiet] [--streams] [--event-budget N]
  *     --seeds N        seeds S..S+N-1 (default 100; --first S, default 1)
- *     --seconds T      fresh seeds for T seconds (the soak); the first
+ *     --seconds T      fresh seeds for T whole seconds (the soak); the first
  *                      is printed
  *     --seed S         one seed; with --trace FILE (- for stdout) its
  *                      trace
@@ -87,7 +89,7 @@
  *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
  *                      setrange-shrink, expire-gt, exec-arity,
  *                      snap-list-batch, resume-caught-up,
- *                      lrem-direction, outf-resend:
+ *                      lrem-direction, outf-resend, ack-spin:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -152,6 +154,14 @@
  * segments; so only a loop uses a budget eleven times that, and the
  * largest seed's (1,780,000 events) runs out in a second or two of CPU. */
 #define EVENTS_PER_COMMAND 1000
+/* The watchdog's budget of loop turns in a row at one virtual instant with
+ * no network event among them (run_loop): a task that re-posts itself at
+ * one instant, which the network's budget never sees, since the network
+ * does not run. Each turn runs one callback (quantum_ns, run_seed).
+ * Measured (2,000 seeds, and 300 with --streams): at most 450 and 592
+ * such turns; 100,000 is a loop, which uses them up in a fraction of a
+ * second. */
+#define TURNS_PER_INSTANT 100000
 
 typedef struct sim sim;
 
@@ -285,6 +295,11 @@ struct sim {
      * in lull-kv at one virtual instant never reaches `deadline`. */
     uint64_t events, event_budget;
     bool stuck; /* the budget ran out: every run of the loop stops */
+    /* The watchdog's other half (run_loop): loop turns since the virtual
+     * clock or the network last moved, and where they were then. A task
+     * that re-posts itself at one instant moves neither. */
+    uint64_t turns, turns_at, turns_events;
+    bool stop_asked; /* the sim stopped the loop: run_loop returns */
     bool per_record;
     size_t repl_limit; /* replica output limit (0: Redis' default) */
     size_t high_water; /* the primary's connections' (0: default) */
@@ -364,6 +379,7 @@ __attribute__((format(printf, 2, 3))) static void fail(sim *S, const char *fmt,
     vsnprintf(S->why, sizeof S->why, fmt, ap);
     va_end(ap);
     lull_simnet_log(S->net, "FAIL %s", S->why);
+    S->stop_asked = true;
     lull_loop_stop(S->loop);
 }
 
@@ -937,13 +953,15 @@ static void streams_accept(node *n, lull_simconn_options *o) {
     conn_start(c, &c->t.stream.ep);
 }
 
+static void run_loop(sim *S);
+
 /* The loop's run ends when no timer is referenced, but the sockets may
  * still hold bytes (the streams' fds are unreferenced so that idle
  * connections do not keep it running): runs turns until one finds
  * nothing to do, then the loop again if that armed anything. */
 static void run_streams(sim *S, bool teardown) {
     for (;;) {
-        lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+        run_loop(S);
         if ((S->failed && !teardown) || S->stuck) return;
         lull_metrics a, b;
         lull_loop_metrics(S->loop, &a);
@@ -1344,17 +1362,21 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
                          : when == 2 ? 3600000 + (int64_t)below(r, 86400000)
                                      : 1 + (int64_t)below(r, 1500));
     /* RPUSH of many: lists past a snapshot's batch (SNAP_BATCH items a
-     * record) */
+     * record), its value between letters (model.c's rpush_item), so that
+     * items recur apart, not only in runs, and LREM's direction shows at
+     * the list's ends, where LRANGE and LPOP read. */
     if (c->op == OP_RPUSH_N) c->i2 = 2 + (int64_t)below(r, 199);
     /* Half the pushes of one of three letters: lists that repeat items
      * between others, where LREM's direction shows. */
     if ((c->op == OP_RPUSH || c->op == OP_RPUSH_N) && below(r, 2))
         snprintf(c->val, sizeof c->val, "%c", (char)('a' + below(r, 3)));
-    /* A list moved onto grows by what its source holds. */
+    /* A list moved onto grows by what its source holds. Lists to 1,200
+     * bytes, some hundreds of items: at 300, a list past SNAP_BATCH was
+     * deleted by its next push, and a full sync rarely saw one. */
     if (c->op == OP_APPEND || c->op == OP_RPUSH || c->op == OP_RPUSH_N ||
         c->op == OP_LINSERT || c->op == OP_LMOVE || c->op == OP_RPOPLPUSH) {
         const model_key *mk = &cl->keys[two ? *key2 : *key];
-        size_t room = c->op == OP_APPEND ? MODEL_VAL_MAX - 50 : 300;
+        size_t room = c->op == OP_APPEND ? MODEL_VAL_MAX - 50 : 1200;
         for (int i = 0; i < mk->n; i++)
             if (mk->c[i].len > room) c->op = OP_DEL;
         if (c->op == OP_DEL) *key2 = *key;
@@ -2452,23 +2474,58 @@ static void check_wakeups(sim *S) {
              e ? store_expire(&p->kv.db, e) : 0);
 }
 
-/* The seed used up its budget of network events: lull-kv (or the network)
- * loops, at one virtual instant or without end. The seed fails, as any
- * check's failure does, but also while tearing down, and every run of the
- * loop from here on is stopped at its next event, so the seed ends (its
- * loop is not freed) instead of hanging. Counts events, not time: the
- * same seed trips at the same event. */
-static void no_progress(sim *S) {
+/* The seed used up its budget of network events, or of loop turns at one
+ * instant (run_loop): lull-kv (or the network) loops, at one virtual
+ * instant or without end. The seed fails, as any check's failure does,
+ * but also while tearing down, and every run of the loop from here on is
+ * stopped at its next event, so the seed ends (its loop is not freed)
+ * instead of hanging. Counts events and turns, not time: the same seed
+ * trips at the same one. */
+static void no_progress(sim *S, const char *what) {
     if (!S->failed) {
         S->failed = true;
-        snprintf(S->why, sizeof S->why,
-                 "no progress: %" PRIu64 " network events, the most this "
-                 "seed's workload takes (a loop?)",
-                 S->event_budget);
+        snprintf(S->why, sizeof S->why, "no progress: %s", what);
         lull_simnet_log(S->net, "FAIL %s", S->why);
     }
     S->stuck = true;
+    S->stop_asked = true;
     lull_loop_stop(S->loop);
+}
+
+static void out_of_events(sim *S) {
+    char what[160];
+    snprintf(what, sizeof what,
+             "%" PRIu64 " network events, the most this seed's workload "
+             "takes (a loop?)",
+             S->event_budget);
+    no_progress(S, what);
+}
+
+/* lull_loop_run(loop, LULL_RUN_DEFAULT) a turn at a time, counting the
+ * turns that neither advance the virtual clock nor see a network event
+ * between them: past TURNS_PER_INSTANT, a task re-posts itself (or a
+ * timer re-arms itself for now) at one instant, and the seed fails "no
+ * progress" rather than hang where check_offsets is never called. Ends
+ * as the run would: the loop has nothing left, or the sim stopped it. */
+static void run_loop(sim *S) {
+    S->stop_asked = false;
+    while (!S->stop_asked && !S->stuck && lull_loop_alive(S->loop)) {
+        lull_loop_run(S->loop, LULL_RUN_ONCE);
+        uint64_t now = lull_loop_now(S->loop);
+        if (now != S->turns_at || S->events != S->turns_events) {
+            S->turns_at = now;
+            S->turns_events = S->events;
+            S->turns = 0;
+        } else if (++S->turns > TURNS_PER_INSTANT) {
+            char what[160];
+            snprintf(what, sizeof what,
+                     "%d loop turns at %" PRIu64 ".%09" PRIu64
+                     " s with no network event (a task that re-posts "
+                     "itself?)",
+                     TURNS_PER_INSTANT, now / 1000000000, now % 1000000000);
+            no_progress(S, what);
+        }
+    }
 }
 
 /* After every event: no replica's offset goes back, but to begin a new
@@ -2479,7 +2536,7 @@ static void check_offsets(lull_simnet *net, void *arg) {
     (void)net;
     sim *S = arg;
     if (++S->events > S->event_budget) {
-        no_progress(S);
+        out_of_events(S);
         return;
     }
     if (S->failed || S->tearing_down) return;
@@ -2547,6 +2604,7 @@ static void deadline_due(lull_timer *t) {
      * the heal, the cluster is judged as it stands (final_checks says
      * what has not settled, and why). */
     lull_simnet_log(S->net, "settle deadline: the checks");
+    S->stop_asked = true;
     lull_loop_stop(S->loop);
 }
 
@@ -2771,7 +2829,7 @@ static void restart_primary(sim *S) {
     if (streams_mode)
         run_streams(S, false);
     else
-        lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+        run_loop(S);
     if (S->failed) return;
     if (lull_timer_active(&S->restart_t)) {
         fail(S, "primary: not restarted (its connections did not close)");
@@ -2886,8 +2944,11 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
                             .flags = LULL_LOOP_AUTO_ADVANCE};
     /* The quantum is real time: a drain of ready tasks it cut short would
      * let the sockets' readiness in between, where another run (on a
-     * busier machine) would not. An hour never ends one. */
-    if (streams_mode) lo.quantum_ns = LULL_QUANTUM_MAX_NS;
+     * busier machine) would not. Under 1 us every callback ends the
+     * slice instead, whatever the time: one task per turn, so a task that
+     * re-posts itself turns the loop, where run_loop counts it (an hour's
+     * quantum kept it inside one turn for ever). */
+    lo.quantum_ns = 1;
     if (lull_loop_new(&S->loop, &lo) < 0 ||
         lull_simnet_new(&S->net, S->loop, &no) < 0)
         abort();
@@ -2932,7 +2993,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     if (streams_mode)
         run_streams(S, false);
     else
-        lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+        run_loop(S);
     if (!S->failed) final_checks(S);
     if (!S->failed && S->restart) restart_primary(S);
     out->commands = S->cmds_run;
@@ -2976,7 +3037,7 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     if (streams_mode)
         run_streams(S, true);
     else
-        lull_loop_run(S->loop, LULL_RUN_DEFAULT);
+        run_loop(S);
     server *p = &S->nodes[0].srv;
     if (!S->failed && (p->kv.clients || p->kv.npeers)) {
         S->failed = true;
@@ -3160,6 +3221,7 @@ static const struct {
               {"resume-caught-up", KV_PLANT_RESUME_CAUGHT_UP},
               {"lrem-direction", KV_PLANT_LREM_DIRECTION},
               {"outf-resend", KV_PLANT_OUTF_RESEND},
+              {"ack-spin", KV_PLANT_ACK_SPIN},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -3302,14 +3364,28 @@ static int usage(void) {
         "       batch-death expire-now same-length snapshot-ttl ltrim-off\n"
         "       hincrby-set lrange-end setrange-shrink expire-gt exec-arity\n"
         "       snap-list-batch resume-caught-up lrem-direction outf-resend\n"
-        "       hollow-partition\n"
+        "       ack-spin hollow-partition\n"
         "       short-write-resend short-write-drop hollow-short-write "
         "(--streams)\n");
     return 2;
 }
 
+/* A count or seed argument: decimal digits only, within 64 bits, and for a
+ * count (min 1) not 0. strtoull took "-1" as 2^64 - 1 seeds (a run
+ * without end), "0" as none (a run that passed having checked nothing)
+ * and "x" as 0. */
+static bool number_arg(const char *a, uint64_t min, uint64_t *out) {
+    if (*a < '0' || *a > '9') return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(a, &end, 10);
+    if (*end || errno || v < min) return false;
+    *out = v;
+    return true;
+}
+
 int main(int argc, char **argv) {
-    uint64_t first = 1, seeds = 100;
+    uint64_t first = 1, seeds = 100, num;
     double seconds = 0;
     bool one = false, quiet = false, first_given = false, once = false;
     unsigned plant = 0;
@@ -3320,14 +3396,15 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
         if (more && strcmp(a, "--seeds") == 0) {
-            seeds = strtoull(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 1, &seeds)) return usage();
         } else if (more && strcmp(a, "--first") == 0) {
-            first = strtoull(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 0, &first)) return usage();
             first_given = true;
         } else if (more && strcmp(a, "--seconds") == 0) {
-            seconds = atof(argv[++i]);
+            if (!number_arg(argv[++i], 1, &num)) return usage();
+            seconds = (double)num;
         } else if (more && strcmp(a, "--seed") == 0) {
-            first = strtoull(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 0, &first)) return usage();
             one = true;
         } else if (more && strcmp(a, "--plant") == 0) {
             const char *n = argv[++i];
@@ -3335,9 +3412,11 @@ int main(int argc, char **argv) {
                 if (strcmp(n, plants[j].name) == 0) plant = plants[j].bit;
             if (!plant) return usage();
         } else if (more && strcmp(a, "--expect-find") == 0) {
-            expect_find = strtoull(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 1, &expect_find)) return usage();
         } else if (more && strcmp(a, "--determinism") == 0) {
-            determinism = strtoll(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 1, &num) || num > INT64_MAX)
+                return usage();
+            determinism = (int64_t)num;
         } else if (more && strcmp(a, "--trace") == 0) {
             trace_path = argv[++i];
         } else if (strcmp(a, "--quiet") == 0) {
@@ -3347,7 +3426,7 @@ int main(int argc, char **argv) {
         } else if (strcmp(a, "--streams") == 0) {
             streams_mode = true;
         } else if (more && strcmp(a, "--event-budget") == 0) {
-            event_budget_flag = strtoull(argv[++i], NULL, 10);
+            if (!number_arg(argv[++i], 1, &event_budget_flag)) return usage();
         } else if (strcmp(a, "--unread-close") == 0) {
             return run_unread_close();
         } else {

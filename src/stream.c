@@ -615,13 +615,17 @@ static void update_io(lull_stream *s) {
 }
 
 /* Takes w written bytes off the queue; finished frames go to the done list
- * (done/done_tail), their payload off ep.queued. */
+ * (done/done_tail), their payload off ep.queued. A frame its owner rewrote
+ * shorter in flight than what was written of it (stream_send fails the
+ * stream) needs nothing more: without the floor, `need` wrapped, the frame
+ * never left the queue, and the close's last write spun. */
 static void advance(lull_stream *s, size_t w, lull_frame **done,
                     lull_frame **done_tail) {
     size_t hl = framed(s) ? HDR : 0;
     while (s->head) {
         lull_frame *f = s->head;
-        size_t need = hl + f->len - s->head_done;
+        size_t whole = hl + f->len;
+        size_t need = whole > s->head_done ? whole - s->head_done : 0;
         if (w < need) {
             s->head_done += w;
             return;

@@ -550,6 +550,48 @@ TEST(resent_queued_frame_closes_with_ebusy) {
     free_loop(loop);
 }
 
+/* The same, rewritten shorter than what the socket had taken of it: the
+ * frame counted as more than written, the close's last write made no
+ * progress and spun for ever (lull-kv-sim's outf-resend with --streams).
+ * It closes with -EBUSY, released once, nothing written after it. */
+static lull_frame shrunk;
+static char shrunk_bytes[1 << 20];
+
+static void send_shrunk(lull_task *t) {
+    (void)t;
+    shrunk =
+        (lull_frame){.bytes = shrunk_bytes, .len = 1, .release = count_resent};
+    (void)lull_endpoint_send(&g_a->s.ep, &shrunk);
+}
+
+TEST(resent_frame_shorter_than_written_closes) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options o = {.flags = LULL_STREAM_RAW};
+    counters(loop, &a, &b, &o, &o);
+    g_a = &a;
+    resent_releases = 0;
+    shrunk = (lull_frame){.bytes = shrunk_bytes,
+                          .len = sizeof shrunk_bytes,
+                          .release = count_resent};
+    CHECK_EQ(lull_endpoint_send(&a.s.ep, &shrunk), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    /* More than a byte taken, not all: the socket is full. */
+    uint64_t written = a.s.bytes_written;
+    CHECK(written > 1 && written < sizeof shrunk_bytes);
+    lull_task t;
+    lull_task_init(&t, send_shrunk);
+    lull_task_post(loop, &t);
+    for (int i = 0; i < 20 && !a.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -EBUSY);
+    CHECK_EQ(resent_releases, 1);
+    CHECK_EQ(a.s.bytes_written, written);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 /* Replies written by fd callbacks leave after the fd phase, one writev per
  * stream however many callbacks wrote. */
 static void reply_three(lull_endpoint *ep, const void *b, size_t n) {
