@@ -3433,6 +3433,9 @@ int main(int argc, char **argv) {
             return usage();
         }
     }
+    /* The determinism run is fault-free: a plant there would be ignored,
+     * and the run pass, where the caller asked for a bug to be found. */
+    if (determinism > 0 && plant) return usage();
     setvbuf(stdout, NULL, _IOLBF, 0);
     /* The stream path's planted bugs live under the streams. */
     if (plant & PLANT_STREAMS) streams_mode = true;
