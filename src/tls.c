@@ -1077,6 +1077,12 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
     so->max_frame = 0;
     lull__endpoint_init(&t->ep, &lull__tls_ops, o->stream.max_frame,
                         o->stream.high_water, o->stream.max_queued);
+    /* Framed, as on a stream: what a 4-byte length can say (a SIZE_MAX
+     * limit wrapped the read buffer's bound, and a frame past a record
+     * closed with -ENOMEM). */
+    if (!(o->stream.flags & LULL_STREAM_RAW) &&
+        t->ep.max_frame > LULL__FRAME_MAX)
+        t->ep.max_frame = LULL__FRAME_MAX;
     t->loop = loop;
     lull_task_init(&t->flush, flush_task);
     lull_task_init(&t->event, event_task);

@@ -2244,6 +2244,38 @@ TEST(frame_over_max_frame_closes_the_reader) {
     finish(loop, sctx, cctx);
 }
 
+/* A max_frame beyond what a 4-byte length can say (SIZE_MAX), as on a
+ * stream (test_stream's huge_max_frame_is_bounded_by_the_header): the
+ * endpoint says the header's bound, and a frame larger than a record still
+ * arrives whole, its read buffer grown to fit, not refused as out of
+ * memory because max_frame + 4 wrapped around. */
+TEST(huge_max_frame_is_bounded_by_the_header) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    lull_tls_options co = {.server_name = "localhost",
+                           .stream.max_frame = SIZE_MAX};
+    lull_tls_options so = {.stream.max_frame = SIZE_MAX};
+    end c, s;
+    end_pair_opts(loop, &c, cctx, &co, &s, sctx, &so);
+    size_t n = 100000;
+    char *big = calloc(1, n);
+    CHECK(big);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, n), 0);
+    for (int i = 0; i < 200 && s.frames == 0 && !s.closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.reason, 0);
+    CHECK_EQ(s.frames, 1);
+    CHECK_EQ(s.bytes, n);
+    CHECK(!s.closed);
+    /* CHECK, not CHECK_LE: that compares as long long (SIZE_MAX is -1). */
+    CHECK(c.t.ep.max_frame <= 0xffffffffu);
+    CHECK(s.t.ep.max_frame <= 0xffffffffu);
+    close_cleanly(loop, &c, &s);
+    free(big);
+    finish(loop, sctx, cctx);
+}
+
 /* Out of fds: the connect fails at once, nothing is left behind (the
  * context's reference included: ASan and valgrind see its free). */
 TEST(connect_out_of_fds_leaves_nothing) {
