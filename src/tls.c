@@ -202,6 +202,10 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 #define T_STALL                                                                \
     0x4000u /* reading stopped: the peer asks for answers it does not read;    \
                the release of those that leave reads on (chunk_release) */
+#define T_PEER_SHUT                                                            \
+    0x8000u /* the peer's close_notify came while a shutdown still had         \
+               bytes to send: they leave, then ours, and the stream's EOF      \
+               closes (peer_closed) */
 
 typedef struct chunk chunk;
 struct chunk {
@@ -691,22 +695,44 @@ static bool deliver_frames(lull_tls *t) {
     return true;
 }
 
+/* The peer's EOF after its close_notify (peer_closed): the stream stays
+ * open for what this end still writes; its shutdown then closes it. */
+static void on_stream_end(lull_stream *s) {
+    (void)s;
+}
+
 /* The peer's close_notify: answer it and close with 0 (a frame cut short
- * is a protocol error, as at a stream's EOF). */
-static void peer_closed(lull_tls *t) {
+ * is a protocol error, as at a stream's EOF). Unless a shutdown of ours
+ * still has bytes to send (frames not yet encrypted, or records the stream
+ * has not written): it was asked to deliver them before the end, as a
+ * stream's shutdown still writes its queue after the peer's EOF, so it
+ * goes on, reading nothing more, and its close_notify, then the stream's
+ * EOF, end it (on_stream_close). True then. */
+static bool peer_closed(lull_tls *t) {
     int reason = 0;
     if (framed(t) && t->pend > t->pstart) {
         set_why(t, "close_notify inside a frame");
         reason = -EPROTO;
+    } else if ((t->state & T_SHUT) && (t->head || t->stream.ep.queued > 0)) {
+        t->state |= T_PEER_SHUT;
+        t->in_len = 0;
+        lull_stream_set_on_end(&t->stream, on_stream_end);
+        ERR_clear_error();
+        return true;
     } else {
         (void)SSL_shutdown(t->ssl);
     }
     ERR_clear_error();
     fail_now(t, reason, true);
+    return false;
 }
 
 /* Decrypts and delivers while reading. False when the connection closed. */
 static bool read_plain(lull_tls *t) {
+    if (t->state & T_PEER_SHUT) { /* nothing after its close_notify */
+        t->in_len = 0;
+        return true;
+    }
     /* Whole frames a pause inside on_frame left in the buffer: a resume
      * delivers them without waiting for the peer's next bytes. */
     if (framed(t) && !deliver_frames(t)) return false;
@@ -754,10 +780,7 @@ static bool read_plain(lull_tls *t) {
                 if (t->in_len > 0 && t->in_len < before) continue;
                 return true;
             }
-            if (e == SSL_ERROR_ZERO_RETURN) {
-                peer_closed(t);
-                return false;
-            }
+            if (e == SSL_ERROR_ZERO_RETURN) return peer_closed(t);
             fail_now(t, failure(t, -EPROTO), true);
             return false;
         }
@@ -911,7 +934,9 @@ static void on_stream_drain(lull_endpoint *ep) {
  * connection with it. */
 static void on_stream_close(lull_endpoint *ep, int reason) {
     lull_tls *t = of_stream(LULL_CONTAINER_OF(ep, lull_stream, ep));
-    if (reason == 0) {
+    if (reason == 0 && (t->state & T_PEER_SHUT)) {
+        /* Both close_notifys went: a clean end. */
+    } else if (reason == 0) {
         if (!(t->state & T_OPEN)) {
             set_why(t, "EOF during the handshake");
             reason = -ECONNABORTED;

@@ -1204,6 +1204,43 @@ TEST(close_notify_on_close_and_truncation_is_an_error) {
     free_raw_and_finish(loop, r, sctx, cctx);
 }
 
+/* Both ends shut down at once, the way a request-reply ends: this end's
+ * queue, held back by a peer that does not read yet, still leaves after
+ * the peer's close_notify arrived (as a stream's shutdown still writes its
+ * queue after the peer's EOF), then this end's close_notify; both close
+ * with 0 and the peer has every frame, not a truncation. */
+TEST(shutdown_writes_its_queue_after_the_peers_close_notify) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    run_until(loop, &c.handshaken, 100);
+    run_until(loop, &s.handshaken, 100);
+    for (int i = 0; i < 10; i++) /* the tickets are read */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    /* The client asks for nothing more and reads nothing yet. */
+    CHECK_EQ(lull_endpoint_read_stop(&c.t.ep), 0);
+    CHECK_EQ(lull_endpoint_shutdown(&c.t.ep), 0);
+    /* The server answers with more than the socket holds, then ends. */
+    enum { FRAMES = 64, SIZE = 32768 };
+    static char payload[SIZE];
+    for (int i = 0; i < FRAMES; i++)
+        CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, payload, SIZE), 0);
+    CHECK_EQ(lull_endpoint_shutdown(&s.t.ep), 0);
+    for (int i = 0; i < 50; i++) /* the client's close_notify arrives */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_endpoint_read_start(&c.t.ep), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(c.frames, FRAMES);
+    CHECK_EQ(c.bytes, (size_t)FRAMES * SIZE);
+    CHECK_EQ(c.reason, 0);
+    CHECK_EQ(s.reason, 0);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(s.closes, 1);
+    finish(loop, sctx, cctx);
+}
+
 TEST(peer_reset_mid_record) {
     if (skip()) return;
     setup();
