@@ -597,11 +597,11 @@ static int seal(lull_tls *t, const void *p, size_t len) {
     return 0;
 }
 
-/* Encrypts the queued frames while the stream is writable (all of them
- * when `all`): small ones gathered in the stage, one SSL_write per 16 KiB;
- * a frame's payload of a record or more straight from its bytes. Encrypted
- * frames move to *done. 0 or a negative errno. */
-static int encrypt_queue(lull_tls *t, lull_frame **done, bool all) {
+/* Encrypts the queued frames while the stream is writable: small ones
+ * gathered in the stage, one SSL_write per 16 KiB; a frame's payload of a
+ * record or more straight from its bytes. Encrypted frames move to *done.
+ * 0 or a negative errno. */
+static int encrypt_queue(lull_tls *t, lull_frame **done) {
     /* The stream's queue grows only when the chunks are handed over, after
      * this: bound the pass by what it can take below its mark. */
     lull_endpoint *sep = &t->stream.ep;
@@ -613,7 +613,7 @@ static int encrypt_queue(lull_tls *t, lull_frame **done, bool all) {
     while (*dtail)
         dtail = &(*dtail)->next;
     int rc = 0;
-    while (t->head && (all || sealed < budget)) {
+    while (t->head && sealed < budget) {
         lull_frame *f = t->head;
         if (hdr) {
             if (st + HDR > RECORD) {
@@ -834,7 +834,7 @@ static bool progress(lull_tls *t) {
     lull_frame *done = NULL;
     if (t->head && !(t->state & T_SHUT_SENT)) {
         errors_clear(); /* a failure's words are ours (on_frame ran) */
-        int rc = encrypt_queue(t, &done, false);
+        int rc = encrypt_queue(t, &done);
         if (rc < 0) {
             /* The close releases them all, encrypted or not. */
             lull_frame **end = &done;
@@ -1016,13 +1016,23 @@ static void tls_close(lull_endpoint *ep, int reason) {
     lull_tls *t = of_ep(ep);
     LULL_ASSERT_LOOP_THREAD(t->loop);
     lull_frame *done = NULL;
-    /* What was sent before the close leaves, then close_notify; a forked
-     * copy writes nothing (lull__stream_inherited). */
+    /* What was sent before the close leaves as far as the socket takes it
+     * now, as on a stream, then close_notify; a forked copy writes nothing
+     * (lull__stream_inherited). A slice at a time below the stream's mark,
+     * each handed over (at the mark the stream writes inside the send),
+     * until the socket is full: encrypting all of a long queue cost the
+     * loop a second and its size again in memory, to be dropped at the
+     * stream's close. Frames left over are dropped without close_notify,
+     * so the peer sees the truncation. */
     if ((t->state & (T_OPEN | T_FAIL)) == T_OPEN &&
         !lull__stream_inherited(&t->stream)) {
         ERR_clear_error();
         if (!(t->state & T_SHUT_SENT)) {
-            if (encrypt_queue(t, &done, true) == 0) (void)SSL_shutdown(t->ssl);
+            int rc = 0;
+            while (rc == 0 && t->head && lull_endpoint_writable(&t->stream.ep))
+                if ((rc = encrypt_queue(t, &done)) == 0 && send_out(t) < 0)
+                    rc = -EPIPE;
+            if (rc == 0 && !t->head) (void)SSL_shutdown(t->ssl);
         }
         ERR_clear_error();
     }

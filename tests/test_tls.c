@@ -1241,6 +1241,49 @@ TEST(shutdown_writes_its_queue_after_the_peers_close_notify) {
     finish(loop, sctx, cctx);
 }
 
+/* A close encrypts what the socket can take now, as a stream's close
+ * writes what it takes: a queue of 64 MiB to a peer that reads nothing is
+ * not all encrypted into ciphertext only to be dropped (a second of the
+ * loop and as much memory again), and the peer, missing its tail, sees a
+ * truncation, not a close_notify. A queue the socket takes whole still
+ * leaves whole, then close_notify. */
+TEST(close_encrypts_what_the_socket_takes_not_the_whole_queue) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    enum { SIZE = 1 << 20, FRAMES = 64, SMALL = 25, SMALL_SIZE = 4096 };
+    static char payload[SIZE];
+    for (int round = 0; round < 2; round++) {
+        bool big = round == 0;
+        end c, s;
+        end_pair(loop, &c, cctx, &s, sctx, "localhost");
+        run_until(loop, &c.handshaken, 100);
+        run_until(loop, &s.handshaken, 100);
+        for (int i = 0; i < 10; i++) /* the tickets are read */
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(lull_endpoint_read_stop(&c.t.ep), 0);
+        int n = big ? FRAMES : SMALL;
+        for (int i = 0; i < n; i++)
+            CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, payload,
+                                             big ? SIZE : SMALL_SIZE),
+                     0);
+        CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+        uint64_t sealed = s.t.cipher_bytes;
+        CHECK_EQ(lull_endpoint_read_start(&c.t.ep), 0);
+        settle_closes(loop, &c, &s);
+        if (big) {
+            /* A socketpair holds some hundreds of KiB. */
+            CHECK(sealed < (uint64_t)8 * SIZE);
+            CHECK(c.frames < FRAMES);
+            CHECK_EQ(c.reason, -EPROTO);
+        } else {
+            CHECK_EQ(c.frames, SMALL);
+            CHECK_EQ(c.reason, 0);
+        }
+    }
+    finish(loop, sctx, cctx);
+}
+
 TEST(peer_reset_mid_record) {
     if (skip()) return;
     setup();
