@@ -1431,8 +1431,13 @@ static int file_ok(const char *path) {
 static int configure(lull_tls_ctx *ctx, const lull_tls_config *cfg) {
     SSL_CTX *c = ctx->ssl;
     int rc;
+    /* The trust directory too: OpenSSL reads it only when it looks a
+     * certificate up, so one not there would be an empty store that fails
+     * every handshake later, as "unable to get local issuer
+     * certificate". */
     if ((rc = file_ok(cfg->cert_file)) < 0 ||
-        (rc = file_ok(cfg->key_file)) < 0 || (rc = file_ok(cfg->ca_file)) < 0)
+        (rc = file_ok(cfg->key_file)) < 0 || (rc = file_ok(cfg->ca_file)) < 0 ||
+        (rc = file_ok(cfg->ca_dir)) < 0)
         return rc;
     int minv = cfg->min_version ? cfg->min_version : TLS1_2_VERSION;
     if (minv < TLS1_2_VERSION || (cfg->max_version && cfg->max_version < minv))

@@ -2403,6 +2403,28 @@ static void one_hello(lull_tls_ctx *cctx, lull_tls_ctx *sctx) {
     free_loop(loop);
 }
 
+/* A trust directory that is not there is refused as a missing file is
+ * (-ENOENT), not taken as an empty store that fails every handshake later
+ * with "unable to get local issuer certificate". */
+TEST(missing_ca_dir_is_refused_like_a_missing_file) {
+    if (skip()) return;
+    setup();
+    lull_tls_ctx *ctx = NULL;
+    lull_tls_config by_file = {.ca_file = "/nonexistent/lull-ca.pem"};
+    CHECK_EQ(lull_tls_ctx_new(&by_file, &ctx), -ENOENT);
+    lull_tls_config by_dir = {.ca_dir = "/nonexistent/lull-ca-dir"};
+    CHECK_EQ(lull_tls_ctx_new(&by_dir, &ctx), -ENOENT);
+    CHECK(ctx == NULL);
+    lull_tls_config srv = {.server = true,
+                           .cert_pem = g_pki.server_cert,
+                           .key_pem = g_pki.server_key,
+                           .verify_client = true,
+                           .ca_dir = "/nonexistent/lull-ca-dir"};
+    CHECK_EQ(lull_tls_ctx_new(&srv, &ctx), -ENOENT);
+    CHECK(ctx == NULL);
+    teardown_pki();
+}
+
 TEST(certificates_and_trust_from_files) {
     if (skip()) return;
     setup();
