@@ -71,6 +71,14 @@ void lull__endpoint_peer_gone(lull_endpoint *ep);
 /* The framed wire format of the byte-stream transports (src/stream.c,
  * src/tls.c): a 4-byte big-endian length, then the frame's bytes. */
 #define LULL__FRAME_HDR 4
+/* The longest frame a 4-byte length can announce (and LULL__FRAME_HDR more
+ * fits in a size_t everywhere): a framed transport's max_frame is at most
+ * this, or a longer send would go out with its length cut to 32 bits and
+ * max_frame + LULL__FRAME_HDR (the read buffer's bound) would wrap. */
+#define LULL__FRAME_MAX                                                        \
+    ((size_t)UINT32_MAX < SIZE_MAX - LULL__FRAME_HDR                           \
+         ? (size_t)UINT32_MAX                                                  \
+         : SIZE_MAX - LULL__FRAME_HDR)
 
 /* The length a frame header announces. */
 static inline size_t lull__frame_len(const unsigned char *p) {

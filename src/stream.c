@@ -117,11 +117,8 @@
  * a length and a payload buffer per frame that is 512 frames per call. */
 #define IOV_CAP 1024
 /* Framed streams: a 4-byte big-endian length before each frame. */
-#define HDR LULL__FRAME_HDR
-/* The longest frame a 4-byte length can announce (and HDR more fits in a
- * size_t everywhere). */
-#define FRAME_MAX                                                              \
-    ((size_t)UINT32_MAX < SIZE_MAX - HDR ? (size_t)UINT32_MAX : SIZE_MAX - HDR)
+#define HDR       LULL__FRAME_HDR
+#define FRAME_MAX LULL__FRAME_MAX
 /* Connections taken per readable callback: enough to empty a burst, few
  * enough that one busy listener does not hold the slice; the rest are
  * still readable next iteration (level-triggered). */

@@ -202,6 +202,10 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 #define T_STALL                                                                \
     0x4000u /* reading stopped: the peer asks for answers it does not read;    \
                the release of those that leave reads on (chunk_release) */
+#define T_PEER_SHUT                                                            \
+    0x8000u /* the peer's close_notify came while a shutdown still had         \
+               bytes to send: they leave, then ours, and the stream's EOF      \
+               closes (peer_closed) */
 
 typedef struct chunk chunk;
 struct chunk {
@@ -593,11 +597,11 @@ static int seal(lull_tls *t, const void *p, size_t len) {
     return 0;
 }
 
-/* Encrypts the queued frames while the stream is writable (all of them
- * when `all`): small ones gathered in the stage, one SSL_write per 16 KiB;
- * a frame's payload of a record or more straight from its bytes. Encrypted
- * frames move to *done. 0 or a negative errno. */
-static int encrypt_queue(lull_tls *t, lull_frame **done, bool all) {
+/* Encrypts the queued frames while the stream is writable: small ones
+ * gathered in the stage, one SSL_write per 16 KiB; a frame's payload of a
+ * record or more straight from its bytes. Encrypted frames move to *done.
+ * 0 or a negative errno. */
+static int encrypt_queue(lull_tls *t, lull_frame **done) {
     /* The stream's queue grows only when the chunks are handed over, after
      * this: bound the pass by what it can take below its mark. */
     lull_endpoint *sep = &t->stream.ep;
@@ -609,7 +613,7 @@ static int encrypt_queue(lull_tls *t, lull_frame **done, bool all) {
     while (*dtail)
         dtail = &(*dtail)->next;
     int rc = 0;
-    while (t->head && (all || sealed < budget)) {
+    while (t->head && sealed < budget) {
         lull_frame *f = t->head;
         if (hdr) {
             if (st + HDR > RECORD) {
@@ -691,22 +695,44 @@ static bool deliver_frames(lull_tls *t) {
     return true;
 }
 
+/* The peer's EOF after its close_notify (peer_closed): the stream stays
+ * open for what this end still writes; its shutdown then closes it. */
+static void on_stream_end(lull_stream *s) {
+    (void)s;
+}
+
 /* The peer's close_notify: answer it and close with 0 (a frame cut short
- * is a protocol error, as at a stream's EOF). */
-static void peer_closed(lull_tls *t) {
+ * is a protocol error, as at a stream's EOF). Unless a shutdown of ours
+ * still has bytes to send (frames not yet encrypted, or records the stream
+ * has not written): it was asked to deliver them before the end, as a
+ * stream's shutdown still writes its queue after the peer's EOF, so it
+ * goes on, reading nothing more, and its close_notify, then the stream's
+ * EOF, end it (on_stream_close). True then. */
+static bool peer_closed(lull_tls *t) {
     int reason = 0;
     if (framed(t) && t->pend > t->pstart) {
         set_why(t, "close_notify inside a frame");
         reason = -EPROTO;
+    } else if ((t->state & T_SHUT) && (t->head || t->stream.ep.queued > 0)) {
+        t->state |= T_PEER_SHUT;
+        t->in_len = 0;
+        lull_stream_set_on_end(&t->stream, on_stream_end);
+        ERR_clear_error();
+        return true;
     } else {
         (void)SSL_shutdown(t->ssl);
     }
     ERR_clear_error();
     fail_now(t, reason, true);
+    return false;
 }
 
 /* Decrypts and delivers while reading. False when the connection closed. */
 static bool read_plain(lull_tls *t) {
+    if (t->state & T_PEER_SHUT) { /* nothing after its close_notify */
+        t->in_len = 0;
+        return true;
+    }
     /* Whole frames a pause inside on_frame left in the buffer: a resume
      * delivers them without waiting for the peer's next bytes. */
     if (framed(t) && !deliver_frames(t)) return false;
@@ -754,10 +780,7 @@ static bool read_plain(lull_tls *t) {
                 if (t->in_len > 0 && t->in_len < before) continue;
                 return true;
             }
-            if (e == SSL_ERROR_ZERO_RETURN) {
-                peer_closed(t);
-                return false;
-            }
+            if (e == SSL_ERROR_ZERO_RETURN) return peer_closed(t);
             fail_now(t, failure(t, -EPROTO), true);
             return false;
         }
@@ -811,7 +834,7 @@ static bool progress(lull_tls *t) {
     lull_frame *done = NULL;
     if (t->head && !(t->state & T_SHUT_SENT)) {
         errors_clear(); /* a failure's words are ours (on_frame ran) */
-        int rc = encrypt_queue(t, &done, false);
+        int rc = encrypt_queue(t, &done);
         if (rc < 0) {
             /* The close releases them all, encrypted or not. */
             lull_frame **end = &done;
@@ -911,7 +934,9 @@ static void on_stream_drain(lull_endpoint *ep) {
  * connection with it. */
 static void on_stream_close(lull_endpoint *ep, int reason) {
     lull_tls *t = of_stream(LULL_CONTAINER_OF(ep, lull_stream, ep));
-    if (reason == 0) {
+    if (reason == 0 && (t->state & T_PEER_SHUT)) {
+        /* Both close_notifys went: a clean end. */
+    } else if (reason == 0) {
         if (!(t->state & T_OPEN)) {
             set_why(t, "EOF during the handshake");
             reason = -ECONNABORTED;
@@ -991,13 +1016,23 @@ static void tls_close(lull_endpoint *ep, int reason) {
     lull_tls *t = of_ep(ep);
     LULL_ASSERT_LOOP_THREAD(t->loop);
     lull_frame *done = NULL;
-    /* What was sent before the close leaves, then close_notify; a forked
-     * copy writes nothing (lull__stream_inherited). */
+    /* What was sent before the close leaves as far as the socket takes it
+     * now, as on a stream, then close_notify; a forked copy writes nothing
+     * (lull__stream_inherited). A slice at a time below the stream's mark,
+     * each handed over (at the mark the stream writes inside the send),
+     * until the socket is full: encrypting all of a long queue cost the
+     * loop a second and its size again in memory, to be dropped at the
+     * stream's close. Frames left over are dropped without close_notify,
+     * so the peer sees the truncation. */
     if ((t->state & (T_OPEN | T_FAIL)) == T_OPEN &&
         !lull__stream_inherited(&t->stream)) {
         ERR_clear_error();
         if (!(t->state & T_SHUT_SENT)) {
-            if (encrypt_queue(t, &done, true) == 0) (void)SSL_shutdown(t->ssl);
+            int rc = 0;
+            while (rc == 0 && t->head && lull_endpoint_writable(&t->stream.ep))
+                if ((rc = encrypt_queue(t, &done)) == 0 && send_out(t) < 0)
+                    rc = -EPIPE;
+            if (rc == 0 && !t->head) (void)SSL_shutdown(t->ssl);
         }
         ERR_clear_error();
     }
@@ -1077,6 +1112,12 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
     so->max_frame = 0;
     lull__endpoint_init(&t->ep, &lull__tls_ops, o->stream.max_frame,
                         o->stream.high_water, o->stream.max_queued);
+    /* Framed, as on a stream: what a 4-byte length can say (a SIZE_MAX
+     * limit wrapped the read buffer's bound, and a frame past a record
+     * closed with -ENOMEM). */
+    if (!(o->stream.flags & LULL_STREAM_RAW) &&
+        t->ep.max_frame > LULL__FRAME_MAX)
+        t->ep.max_frame = LULL__FRAME_MAX;
     t->loop = loop;
     lull_task_init(&t->flush, flush_task);
     lull_task_init(&t->event, event_task);
@@ -1390,8 +1431,13 @@ static int file_ok(const char *path) {
 static int configure(lull_tls_ctx *ctx, const lull_tls_config *cfg) {
     SSL_CTX *c = ctx->ssl;
     int rc;
+    /* The trust directory too: OpenSSL reads it only when it looks a
+     * certificate up, so one not there would be an empty store that fails
+     * every handshake later, as "unable to get local issuer
+     * certificate". */
     if ((rc = file_ok(cfg->cert_file)) < 0 ||
-        (rc = file_ok(cfg->key_file)) < 0 || (rc = file_ok(cfg->ca_file)) < 0)
+        (rc = file_ok(cfg->key_file)) < 0 || (rc = file_ok(cfg->ca_file)) < 0 ||
+        (rc = file_ok(cfg->ca_dir)) < 0)
         return rc;
     int minv = cfg->min_version ? cfg->min_version : TLS1_2_VERSION;
     if (minv < TLS1_2_VERSION || (cfg->max_version && cfg->max_version < minv))
