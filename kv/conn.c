@@ -90,8 +90,11 @@ void conn_drop(conn *c, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(why, sizeof why, fmt, ap);
         va_end(ap);
-        srv_log(c->srv, "%s %s: %s; connection closed",
-                c->link ? "replica" : "client", c->name, why);
+        if (c->link)
+            srv_log(c->srv, "replica %s:%d: %s; connection closed",
+                    c->link->peer.ip, c->link->peer.port, why);
+        else
+            srv_log(c->srv, "client %s: %s; connection closed", c->name, why);
     }
     c->gone = true;
     conn_quiet(c);
@@ -116,8 +119,11 @@ static void on_close(lull_endpoint *ep, int reason) {
                 why && *why ? why : strerror(-reason));
     } else if (c->link && !c->gone) {
         /* A replica gone on its own (a crash, a reset) leaves the log a
-         * line, as Redis' "Connection with replica ... lost". */
-        srv_log(c->srv, "replica %s: connection lost (%s)", c->name,
+         * line, as Redis' "Connection with replica ... lost". A replica
+         * is named as in every line about it: its address and the port
+         * it listens on, which REPLSYNC gave. */
+        srv_log(c->srv, "replica %s:%d: connection lost (%s)", c->link->peer.ip,
+                c->link->peer.port,
                 reason < 0 ? strerror(-reason) : "end of stream");
     }
     conn_free(c);
