@@ -288,8 +288,16 @@ int main(int argc, char **argv) {
         return 1;
     static supervisor s;
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
-    s.n = self_test ? 5 : (argc > 1 ? atoi(argv[1]) : 3);
-    if (s.n < 1 || s.n > MAX_WORKERS) {
+    s.n = self_test ? 5 : 3;
+    if (argc > 1 && !self_test) {
+        /* Digits only, whole and in range: atoi took "3abc" as 3, and
+         * "4294967299" wrapped to 3. */
+        char *end;
+        long n = strtol(argv[1], &end, 10);
+        bool digits = *argv[1] >= '0' && *argv[1] <= '9' && !*end;
+        s.n = digits && n <= MAX_WORKERS ? (int)n : -1;
+    }
+    if (argc > 2 || s.n < 1 || s.n > MAX_WORKERS) {
         fprintf(stderr, "usage: supervisor [N (1-%d)] | --self-test\n",
                 MAX_WORKERS);
         return 2;
