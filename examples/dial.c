@@ -104,9 +104,13 @@ int main(int argc, char **argv) {
     if (argc == 3) {
         host = argv[1];
     } else {
-        if (lull_server_listen_tcp(loop, &server, "127.0.0.1", 0, 0,
-                                   on_connection) < 0)
+        int rc = lull_server_listen_tcp(loop, &server, "127.0.0.1", 0, 0,
+                                        on_connection);
+        if (rc < 0) {
+            fprintf(stderr, "dial: listen: %s\n", lull_strerror(rc));
+            lull_loop_free(loop);
             return 1;
+        }
         port = lull_server_port(&server);
     }
     lull_stream_options raw = {.flags = LULL_STREAM_RAW};
@@ -117,8 +121,10 @@ int main(int argc, char **argv) {
                              on_dialed);
     if (rc < 0) {
         fprintf(stderr, "dial: %s\n", lull_strerror(rc));
+        if (argc != 3) lull_server_close(&server);
+        lull_loop_free(loop);
         return 1;
     }
-    lull_loop_run(loop, LULL_RUN_DEFAULT);
-    return lull_loop_free(loop) == 0 ? failed : 1;
+    rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
+    return lull_loop_free(loop) == 0 && rc == 0 ? failed : 1;
 }

@@ -310,8 +310,11 @@ int main(int argc, char **argv) {
     lull_signal_init(s.loop, &s.term, on_signal);
     lull_signal_init(s.loop, &s.intr, on_signal);
     if (lull_signal_start(&s.term, SIGTERM) != 0 ||
-        lull_signal_start(&s.intr, SIGINT) != 0)
+        lull_signal_start(&s.intr, SIGINT) != 0) {
+        lull_signal_stop(&s.term);
+        lull_loop_free(s.loop);
         return 1;
+    }
     lull_timer_init(s.loop, &s.grace, grace_over);
     for (int i = 0; i < s.n; i++) {
         worker *w = &s.workers[i];
