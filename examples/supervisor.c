@@ -88,6 +88,7 @@ struct supervisor {
 };
 
 static void start_worker(worker *w);
+static void shut_down(supervisor *s, int signum, int sender_pid);
 
 /* ------------------------------------------------------------ output */
 
@@ -102,6 +103,11 @@ static void out_frame(lull_endpoint *ep, const void *bytes, size_t len) {
             w->line[w->line_len] = '\0';
             if (!w->sup->quiet) printf("[worker %d] %s\n", w->index, w->line);
             w->line_len = 0;
+            /* Whoever read stdout is gone (`supervisor | head`): stop the
+             * workers as on SIGTERM, rather than die of SIGPIPE and leave
+             * them running in groups of their own, out of ^C's reach. */
+            if (ferror(stdout) && errno == EPIPE && !w->sup->stopping)
+                shut_down(w->sup, SIGPIPE, getpid());
         }
     }
 }
@@ -242,14 +248,18 @@ static void grace_over(lull_timer *t) {
 static void on_signal(lull_signal *sig, int signum) {
     supervisor *s = LULL_CONTAINER_OF(sig, supervisor, term);
     if (signum == SIGINT) s = LULL_CONTAINER_OF(sig, supervisor, intr);
+    shut_down(s, signum, sig->sender_pid);
+}
+
+static void shut_down(supervisor *s, int signum, int sender_pid) {
     if (s->stopping) { /* a second signal: no more waiting */
         printf("signal %d again: no more waiting for any worker\n", signum);
         for (int i = 0; i < s->n; i++)
             kill_or_let_go(&s->workers[i]);
         return;
     }
-    printf("signal %d (from pid %d): stopping %d workers\n", signum,
-           sig->sender_pid, s->n);
+    printf("signal %d (from pid %d): stopping %d workers\n", signum, sender_pid,
+           s->n);
     s->stopping = true;
     s->stop_signal = signum;
     s->stop_started = lull_loop_now(s->loop);
@@ -286,6 +296,9 @@ int main(int argc, char **argv) {
      * a signalfd, so every thread must keep them blocked. */
     if (lull_signal_block(SIGTERM) != 0 || lull_signal_block(SIGINT) != 0)
         return 1;
+    /* A closed stdout is an EPIPE to act on (out_frame), not a death that
+     * orphans the workers; they start with SIGPIPE at its default. */
+    signal(SIGPIPE, SIG_IGN);
     static supervisor s;
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
     s.n = self_test ? 5 : 3;
@@ -335,8 +348,10 @@ int main(int argc, char **argv) {
     printf("supervisor: shut down on %s in %.0f ms: %d restarts; %d "
            "workers stopped by SIGTERM, %d by SIGKILL, %d otherwise, %d were "
            "between restarts; every child reaped, loop %s\n",
-           s.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", ms, s.restarts,
-           s.by_term, s.by_kill, s.by_other, s.idle_at_stop,
+           s.stop_signal == SIGINT    ? "SIGINT"
+           : s.stop_signal == SIGPIPE ? "a closed stdout"
+                                      : "SIGTERM",
+           ms, s.restarts, s.by_term, s.by_kill, s.by_other, s.idle_at_stop,
            freed == 0 ? "freed" : "NOT freed");
     if (rc != 0 || freed != 0) return 1;
     /* The self-test's own checks: the three quick workers and the one
