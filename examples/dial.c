@@ -6,12 +6,14 @@
  *
  *   dial [HOST PORT]  exits 0 when the reply came back; 1, with the reason,
  *                     when the dial failed (the name did not resolve, or no
- *                     address answered) or the server hung up first
+ *                     address answered) or the server hung up first or
+ *                     did not answer within 5 s
  *
  * Build:
  *   cc -O2 -pthread -o dial dial.c $(pkg-config --cflags --libs lull)
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <lull.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -23,8 +25,9 @@
 static lull_server server;
 static lull_stream accepted, client;
 static lull_dial dialer;
-static int failed;    /* the exit status: 1 once the dial failed */
-static bool answered; /* the reply came */
+static lull_timer no_answer; /* the wait for the reply; 5 s */
+static int failed;           /* the exit status: 1 once the dial failed */
+static bool answered;        /* the reply came */
 
 /* The server echoes what it reads and closes when the client does. */
 static void echo_frame(lull_endpoint *ep, const void *bytes, size_t len) {
@@ -43,6 +46,7 @@ static void on_connection(lull_server *srv) {
  * a name carries TLS by lull_tls_open over it. Here it is only closed. */
 static void client_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     answered = true;
+    lull_timer_stop(&no_answer);
     printf("dial: the server answered \"%.*s\"\n", (int)len,
            (const char *)bytes);
     int fd = lull_stream_detach(&client);
@@ -57,12 +61,22 @@ static void client_frame(lull_endpoint *ep, const void *bytes, size_t len) {
 /* The connection ended before the answer came (none runs after detach). */
 static void client_close(lull_endpoint *ep, int reason) {
     (void)ep;
+    lull_timer_stop(&no_answer);
     if (answered) return;
-    fprintf(stderr,
-            "dial: the server closed the connection without "
-            "answering (%s)\n",
-            reason ? lull_strerror(reason) : "EOF");
+    if (reason == -ETIMEDOUT)
+        fprintf(stderr, "dial: the server did not answer within 5 s\n");
+    else
+        fprintf(stderr,
+                "dial: the server closed the connection without "
+                "answering (%s)\n",
+                reason ? lull_strerror(reason) : "EOF");
     failed = 1;
+}
+
+/* A server that accepts and stays silent would hold the client for ever. */
+static void on_no_answer(lull_timer *t) {
+    (void)t;
+    lull_endpoint_close(&client.ep, -ETIMEDOUT); /* client_close reports */
 }
 
 static void on_dialed(lull_dial *d, int status) {
@@ -82,6 +96,7 @@ static void on_dialed(lull_dial *d, int status) {
     lull_endpoint_set_callbacks(&d->stream->ep, client_frame, NULL,
                                 client_close);
     lull_endpoint_send_copy(&d->stream->ep, "hello", 5);
+    lull_timer_start(&no_answer, LULL_S(5), 0);
 }
 
 /* A port from the command line: digits only, 1-65535; -1 if not. */
@@ -101,12 +116,17 @@ int main(int argc, char **argv) {
     }
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return 1;
+    lull_timer_init(loop, &no_answer, on_no_answer);
     if (argc == 3) {
         host = argv[1];
     } else {
-        if (lull_server_listen_tcp(loop, &server, "127.0.0.1", 0, 0,
-                                   on_connection) < 0)
+        int rc = lull_server_listen_tcp(loop, &server, "127.0.0.1", 0, 0,
+                                        on_connection);
+        if (rc < 0) {
+            fprintf(stderr, "dial: listen: %s\n", lull_strerror(rc));
+            lull_loop_free(loop);
             return 1;
+        }
         port = lull_server_port(&server);
     }
     lull_stream_options raw = {.flags = LULL_STREAM_RAW};
@@ -117,8 +137,10 @@ int main(int argc, char **argv) {
                              on_dialed);
     if (rc < 0) {
         fprintf(stderr, "dial: %s\n", lull_strerror(rc));
+        if (argc != 3) lull_server_close(&server);
+        lull_loop_free(loop);
         return 1;
     }
-    lull_loop_run(loop, LULL_RUN_DEFAULT);
-    return lull_loop_free(loop) == 0 ? failed : 1;
+    rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
+    return lull_loop_free(loop) == 0 && rc == 0 ? failed : 1;
 }

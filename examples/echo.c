@@ -283,8 +283,14 @@ int main(int argc, char **argv) {
     server s = {.idle_ns = self_test ? 1000 * MS : 10000 * MS};
     uint64_t stats_ns = self_test ? 50 * MS : 1000 * MS;
     int fd = listen_on(port, &port);
-    if (fd < 0 || lull_loop_new(&s.loop, NULL) < 0) {
+    if (fd < 0) {
         perror("echo");
+        return 1;
+    }
+    int rc = lull_loop_new(&s.loop, NULL);
+    if (rc < 0) {
+        fprintf(stderr, "echo: %s\n", lull_strerror(rc));
+        close(fd);
         return 1;
     }
     lull_io_init(s.loop, &s.listen_io, fd, on_accept);
@@ -301,9 +307,11 @@ int main(int argc, char **argv) {
 
     client cl = {.srv = &s, .port = port};
     pthread_t th;
-    if (self_test && pthread_create(&th, NULL, client_main, &cl) != 0) return 1;
-    lull_loop_run(s.loop, LULL_RUN_DEFAULT);
-    if (self_test) pthread_join(th, NULL);
+    bool client_started =
+        !self_test || pthread_create(&th, NULL, client_main, &cl) == 0;
+    if (!client_started) on_stop(&s.stop); /* nothing to serve */
+    rc = lull_loop_run(s.loop, LULL_RUN_DEFAULT);
+    if (self_test && client_started) pthread_join(th, NULL);
 
     printf("echo: %llu connections, %llu bytes echoed, %llu closed by peer, "
            "%llu closed idle\n",
@@ -311,7 +319,7 @@ int main(int argc, char **argv) {
            (unsigned long long)s.closed_by_peer,
            (unsigned long long)s.closed_idle);
     lull_timer_stop(&s.stats); /* unreferenced, but still armed */
-    if (lull_loop_free(s.loop) != 0) return 1;
+    if (lull_loop_free(s.loop) != 0 || rc != 0) return 1;
     if (self_test && !(cl.ok && s.closed_by_peer == 1 && s.closed_idle == 1))
         return 1;
     return 0;

@@ -84,9 +84,14 @@ static void *worker(void *arg) {
 int main(void) {
     uv_loop_t *uv = uv_default_loop();
     if (lull_loop_new(&lloop, NULL) < 0) return 1;
+    lull_task_init(&from_worker, on_post); /* before the thread posts it */
+    pthread_t th;
+    if (pthread_create(&th, NULL, worker, NULL) != 0) {
+        lull_loop_free(lloop);
+        return 1;
+    }
     lull_timer_init(lloop, &tick, on_tick);
     lull_timer_start(&tick, 1000000ull, 1000000ull); /* every 1 ms, in ns */
-    lull_task_init(&from_worker, on_post);
 
     uv_poll_init(uv, &lull_fd, lull_loop_backend_fd(lloop));
     uv_poll_start(&lull_fd, UV_READABLE, on_lull_fd);
@@ -96,8 +101,6 @@ int main(void) {
     uv_timer_init(uv, &uv_own);
     uv_timer_start(&uv_own, on_uv_own, 1, 1);
 
-    pthread_t th;
-    if (pthread_create(&th, NULL, worker, NULL) != 0) return 1;
     uv_run(uv, UV_RUN_DEFAULT); /* returns once every handle has stopped */
     pthread_join(th, NULL);
     printf("embed_libuv: %d lull ticks, %d post from a thread, %d libuv "

@@ -2,15 +2,17 @@
  * poll() loop with a watcher of its own (a pipe it reads); lull runs a
  * repeating timer and a task posted from a worker thread. The host asks
  * lull for its fd and its timeout, waits on both with its own, and runs
- * lull without blocking when either says so (docs/API.md, lull_loop_backend_fd).
- * The same three calls fit any loop that can watch an fd and sleep for a
- * time: GLib (g_unix_fd_add and a timeout source), Qt (QSocketNotifier),
- * libuv (uv_poll_t on the fd and a uv_timer_t), a game's frame loop.
+ * lull without blocking when either says so (docs/API.md,
+ * lull_loop_backend_fd). The same three calls fit any loop that can watch an fd
+ * and sleep for a time: GLib (g_unix_fd_add and a timeout source), Qt
+ * (QSocketNotifier), libuv (uv_poll_t on the fd and a uv_timer_t), a game's
+ * frame loop.
  *
  * Build:
  *   cc -O2 -pthread -o embed_poll embed_poll.c $(pkg-config --cflags --libs lull)
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <lull.h>
 #include <poll.h>
 #include <pthread.h>
@@ -41,17 +43,22 @@ static void *worker(void *loop) {
 int main(void) {
     lull_loop *loop;
     int host_pipe[2];
-    if (lull_loop_new(&loop, NULL) < 0 || pipe(host_pipe) < 0) return 1;
+    if (lull_loop_new(&loop, NULL) < 0) return 1;
+    lull_task_init(&from_worker, on_post); /* before the thread posts it */
+    pthread_t th;
+    if (pipe(host_pipe) < 0 || pthread_create(&th, NULL, worker, loop) != 0) {
+        fprintf(stderr, "embed_poll: no pipe or no thread\n");
+        lull_loop_free(loop);
+        return 1;
+    }
     lull_timer_init(loop, &tick, on_tick);
     lull_timer_start(&tick, 1000000ull, 1000000ull); /* 1 ms, in ns */
-    lull_task_init(&from_worker, on_post);
-    pthread_t th;
-    if (pthread_create(&th, NULL, worker, loop) != 0) return 1;
-    /* The host's own work: a byte in its pipe, which it reads itself. */
-    if (write(host_pipe[1], "h", 1) != 1) return 1;
+    /* The host's own work: a byte in its pipe, which it reads itself (a
+     * pipe's first byte fits: the write cannot block or fall short). */
+    (void)!write(host_pipe[1], "h", 1);
 
-    int host_reads = 0, turns = 0;
-    while (ticks < 5 || posts < 1 || host_reads < 1) {
+    int host_reads = 0, turns = 0, failed = 0;
+    while (!failed && (ticks < 5 || posts < 1 || host_reads < 1)) {
         int64_t ns;
         lull_loop_backend_timeout(loop, &ns); /* just before the host waits */
         int ms = ns < 0 ? -1 : (int)((ns + 999999) / 1000000); /* round up */
@@ -59,12 +66,16 @@ int main(void) {
             {.fd = lull_loop_backend_fd(loop), .events = POLLIN},
             {.fd = host_pipe[0], .events = POLLIN},
         };
-        if (poll(fds, 2, ms) < 0) return 1;
+        if (poll(fds, 2, ms) < 0 && errno != EINTR) { /* EINTR: look again */
+            perror("embed_poll: poll");
+            failed = 1;
+        }
         if (fds[1].revents & POLLIN) {
             char c;
             if (read(host_pipe[0], &c, 1) == 1) host_reads++;
         }
-        lull_loop_run(loop, LULL_RUN_NOWAIT); /* what is ready, no blocking */
+        /* what is ready, no blocking */
+        if (lull_loop_run(loop, LULL_RUN_NOWAIT) < 0) failed = 1;
         turns++;
     }
     pthread_join(th, NULL);
@@ -73,5 +84,6 @@ int main(void) {
            ticks, posts, host_reads, turns);
     close(host_pipe[0]);
     close(host_pipe[1]);
-    return lull_loop_free(loop) == 0 ? 0 : 1;
+    lull_timer_stop(&tick); /* still armed if the loop above failed */
+    return lull_loop_free(loop) == 0 && !failed ? 0 : 1;
 }

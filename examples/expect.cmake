@@ -15,6 +15,11 @@ message("${out}${err}")
 if(NOT rc STREQUAL EXPECT_RC)
   message(FATAL_ERROR "${PROGRAM} exited with ${rc}, not ${EXPECT_RC}")
 endif()
+# A sanitizer's report fails the run whatever the exit status: an example
+# that exits 1 on purpose exits 1 under ASan's leak check as well.
+if("${out}${err}" MATCHES "ERROR: (Address|Leak|Thread)Sanitizer|runtime error:")
+  message(FATAL_ERROR "${PROGRAM}: a sanitizer reported an error")
+endif()
 if(NOT EXPECT_RC EQUAL 0)
   set(out "${out}${err}")
 endif()

@@ -5,16 +5,20 @@
  *   mkdtemp, open + write the source, fstat it, open the destination,
  *   copy_range (copy_file_range, or read + write where the kernel
  *   refuses), fsync, read the copy back and compare, close, unlink, rmdir.
+ * The directory goes in $TMPDIR (else /tmp). A step that fails ends the
+ * chain; main then closes and removes what it left.
  *
  * Build:
  *   cc -O2 -o fs_copy fs_copy.c $(pkg-config --cflags --libs lull)
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { SIZE = 1 << 20 };
 
@@ -23,9 +27,10 @@ typedef struct copy {
     lull_pool *files; /* the file lane */
     lull_fs req;      /* one request, reused by each step in turn */
     int step;
-    char dir[64];
-    char src[96], dst[96];
-    int in, out;
+    char dir[200];
+    char src[256], dst[256];
+    bool dir_made;
+    int in, out; /* -1: not open */
     lull_stat st;
     uint64_t copied;
     char *data, *back;
@@ -55,6 +60,7 @@ static void next(lull_fs *req, int64_t r) {
         rc = lull_fs_mkdtemp(L, P, req, c->dir, next);
         break;
     case 1:
+        c->dir_made = true;
         snprintf(c->src, sizeof c->src, "%s/source", c->dir);
         snprintf(c->dst, sizeof c->dst, "%s/copy", c->dir);
         rc = lull_fs_open(L, P, req, c->src, O_RDWR | O_CREAT | O_EXCL, 0600,
@@ -65,6 +71,12 @@ static void next(lull_fs *req, int64_t r) {
         rc = lull_fs_write(L, P, req, c->in, c->data, SIZE, 0, next);
         break;
     case 3:
+        if (r != SIZE) { /* what was written before an error */
+            fprintf(stderr, "fs_copy: wrote %lld of %d bytes\n", (long long)r,
+                    SIZE);
+            c->failed = 1;
+            return;
+        }
         rc = lull_fs_fstat(L, P, req, c->in, &c->st, next);
         break;
     case 4:
@@ -98,9 +110,11 @@ static void next(lull_fs *req, int64_t r) {
         rc = lull_fs_close(L, P, req, c->in, next);
         break;
     case 9:
+        c->in = -1;
         rc = lull_fs_close(L, P, req, c->out, next);
         break;
     case 10:
+        c->out = -1;
         rc = lull_fs_unlink(L, P, req, c->src, next);
         break;
     case 11:
@@ -110,30 +124,55 @@ static void next(lull_fs *req, int64_t r) {
         rc = lull_fs_rmdir(L, P, req, c->dir, next);
         break;
     default:
+        c->dir_made = false;
         c->done = 1;
         return;
     }
     if (rc < 0) fail(c, "a submit was refused", rc);
 }
 
+/* After a failed step: what the chain opened and made, closed and removed
+ * here, the loop being done. */
+static void clean_up(copy *c) {
+    if (c->in >= 0) close(c->in);
+    if (c->out >= 0) close(c->out);
+    if (!c->dir_made) return;
+    unlink(c->src);
+    unlink(c->dst);
+    rmdir(c->dir);
+}
+
 int main(void) {
-    static copy c;
-    snprintf(c.dir, sizeof c.dir, "/tmp/fs_copy-XXXXXX");
+    static copy c = {.in = -1, .out = -1};
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp) tmp = "/tmp";
+    int len = snprintf(c.dir, sizeof c.dir, "%s/fs_copy-XXXXXX", tmp);
     c.data = malloc(SIZE);
     c.back = malloc(SIZE);
-    if (!c.data || !c.back) return 1;
-    for (int i = 0; i < SIZE; i++)
-        c.data[i] = (char)(i * 31 + i / 4096);
-    if (lull_loop_new(&c.loop, NULL) < 0) return 1;
-    lull_pool_options o = {.threads = 2, .name = "files"};
-    if (lull_pool_new(&c.files, &o) < 0) return 1;
-    next(&c.req, 0);
-    lull_loop_run(c.loop, LULL_RUN_DEFAULT);
-    lull_pool_free(c.files);
-    lull_loop_free(c.loop);
+    int rc = len >= (int)sizeof c.dir ? -ENAMETOOLONG
+             : !c.data || !c.back     ? -ENOMEM
+                                      : lull_loop_new(&c.loop, NULL);
+    if (rc == 0) {
+        for (int i = 0; i < SIZE; i++)
+            c.data[i] = (char)(i * 31 + i / 4096);
+        lull_pool_options o = {.threads = 2, .name = "files"};
+        rc = lull_pool_new(&c.files, &o);
+        if (rc == 0) {
+            next(&c.req, 0);
+            rc = lull_loop_run(c.loop, LULL_RUN_DEFAULT);
+            int freed = lull_pool_free(c.files);
+            if (rc == 0) rc = freed;
+        }
+        int freed = lull_loop_free(c.loop);
+        if (rc == 0) rc = freed;
+    }
+    if (rc < 0) fprintf(stderr, "fs_copy: %s\n", lull_strerror(rc));
     free(c.data);
     free(c.back);
-    if (c.failed || !c.done) return 1;
+    if (rc < 0 || c.failed || !c.done) {
+        clean_up(&c);
+        return 1;
+    }
     printf("fs_copy: %llu bytes copied and checked, nothing left behind\n",
            (unsigned long long)c.copied);
     return 0;

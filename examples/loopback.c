@@ -59,7 +59,10 @@ int main(void) {
     lull_loop_options opts = {.clock = LULL_CLOCK_VIRTUAL};
     if (lull_loop_new(&loop, &opts) < 0) return 1;
     lull_loopback client, server;
-    if (lull_loopback_pair(loop, &client, &server, NULL) < 0) return 1;
+    if (lull_loopback_pair(loop, &client, &server, NULL) < 0) {
+        lull_loop_free(loop);
+        return 1;
+    }
     lull_endpoint_set_callbacks(&client.ep, client_got, NULL, client_closed);
     lull_endpoint_set_callbacks(&server.ep, serve, NULL, server_closed);
 

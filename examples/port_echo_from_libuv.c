@@ -156,6 +156,7 @@ int main(int argc, char **argv) {
                                     on_connection);
     if (rc != 0) {
         fprintf(stderr, "listen: %s\n", lull_strerror(rc));
+        if (s.loop) lull_loop_free(s.loop);
         return 1;
     }
     lull_task_init(&s.stop, on_stop);
@@ -164,9 +165,11 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     echo_client cl = {.port = (uint16_t)port, .done = client_done, .arg = &s};
-    if (self_test && !echo_client_start(&cl)) return 1;
-    lull_loop_run(s.loop, LULL_RUN_DEFAULT);
-    bool client_ok = self_test ? echo_client_join(&cl) : true;
+    bool client_started = !self_test || echo_client_start(&cl);
+    if (!client_started) lull_server_close(&s.listener); /* nothing to do */
+    rc = lull_loop_run(s.loop, LULL_RUN_DEFAULT);
+    bool client_ok =
+        self_test && client_started ? echo_client_join(&cl) : client_started;
 
     printf("port_echo: %llu connections, %llu bytes echoed, %llu closed by "
            "peer, %llu closed idle, %llu by error; reading paused %llu "
@@ -176,7 +179,7 @@ int main(int argc, char **argv) {
            (unsigned long long)s.closed_idle,
            (unsigned long long)s.closed_error, (unsigned long long)s.pauses,
            s.peak);
-    if (lull_loop_free(s.loop) != 0) return 1;
+    if (lull_loop_free(s.loop) != 0 || rc != 0) return 1;
     if (!self_test) return 0;
     if (!client_ok) fprintf(stderr, "self-test: %s failed\n", cl.failure);
     /* Backpressure held: a queue never grew past one high-water mark plus

@@ -91,12 +91,16 @@ int main(void) {
     lull_loop_ref(j.loop); /* the helper's post is expected */
 
     pthread_t th;
-    if (pthread_create(&th, NULL, helper, &j) != 0) return 1;
-    lull_loop_run(j.loop, LULL_RUN_DEFAULT);
+    if (pthread_create(&th, NULL, helper, &j) != 0) {
+        lull_loop_unref(j.loop); /* no post is coming */
+        lull_loop_free(j.loop);
+        return 1;
+    }
+    int rc = lull_loop_run(j.loop, LULL_RUN_DEFAULT);
     pthread_join(th, NULL); /* the helper may still be inside its post */
 
     printf("done: %llu records, checksum %016llx\n", (unsigned long long)j.next,
            (unsigned long long)j.sum);
-    if (lull_loop_free(j.loop) != 0) return 1;
+    if (lull_loop_free(j.loop) != 0 || rc != 0) return 1;
     return j.next == RECORDS ? 0 : 1;
 }

@@ -113,12 +113,17 @@ static int worker_main(void) {
     if (lull_loop_new(&loop, NULL) < 0) return 1;
     /* Framed, and taking the fds the parent passes with its frames. */
     lull_stream_options takes_fds = {.flags = LULL_STREAM_FDS};
-    if (lull_stream_open(loop, &ctl, 0, &takes_fds) < 0) return 1;
+    int rc = lull_stream_open(loop, &ctl, 0, &takes_fds);
+    if (rc < 0) {
+        fprintf(stderr, "prefork: worker: %s\n", lull_strerror(rc));
+        lull_loop_free(loop);
+        return 1;
+    }
     /* No close callback: the parent's EOF ends it, and the loop runs until
      * the connections it handed over are closed too. */
     lull_endpoint_set_callbacks(&ctl.ep, ctl_frame, NULL, NULL);
-    int rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
-    return rc == 0 && lull_loop_free(loop) == 0 ? 0 : 1;
+    rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
+    return lull_loop_free(loop) == 0 && rc == 0 ? 0 : 1;
 }
 
 /* ------------------------------------------------------------ parent */
@@ -140,6 +145,7 @@ typedef struct worker {
 } worker;
 
 static worker workers[WORKERS];
+static int spawned; /* workers started */
 static int next_worker;
 static int exited;
 
@@ -186,6 +192,7 @@ static int spawn_workers(lull_loop *loop, const char *self) {
             fprintf(stderr, "prefork: spawn: %s\n", lull_strerror(rc));
             return rc;
         }
+        spawned++;
     }
     return 0;
 }
@@ -256,9 +263,17 @@ int main(int argc, char **argv) {
     if (lull_loop_new(&loop, NULL) < 0) return 1;
     int rc = lull_server_listen_tcp(loop, &server, "127.0.0.1", port, 0,
                                     on_connection);
+    bool listening = rc == 0;
     if (rc == 0) rc = spawn_workers(loop, argv[0]);
     if (rc < 0) {
+        /* Undo what started: the workers that run exit at their socket's
+         * EOF, and the loop runs until they are reaped. */
         fprintf(stderr, "prefork: %s\n", lull_strerror(rc));
+        for (int i = 0; i < spawned; i++)
+            lull_endpoint_close(&workers[i].ctl.ep, 0);
+        if (listening) lull_server_close(&server);
+        lull_loop_run(loop, LULL_RUN_DEFAULT);
+        lull_loop_free(loop);
         return 1;
     }
     port = lull_server_port(&server);
@@ -273,7 +288,12 @@ int main(int argc, char **argv) {
             c->want = (size_t)snprintf(c->msg, sizeof c->msg, "hello %d", i);
             rc = lull_stream_connect_tcp(loop, &c->s, "127.0.0.1", port, &raw,
                                          client_connected);
-            if (rc < 0) return 1;
+            if (rc < 0) { /* done, and not ok: the summary says so */
+                fprintf(stderr, "prefork: client %d: %s\n", i,
+                        lull_strerror(rc));
+                client_finished();
+                continue;
+            }
             lull_endpoint_set_callbacks(&c->s.ep, client_frame, NULL,
                                         client_close);
         }

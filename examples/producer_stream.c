@@ -15,6 +15,7 @@
 #include <lull.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define RECORDS 100000
 
@@ -64,15 +65,27 @@ int main(void) {
     lull_stream in;
     int sv[2];
     if (lull_loop_new(&loop, NULL) < 0) return 1;
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) return 1;
-    if (lull_stream_open(loop, &p.out, sv[0], NULL) < 0) return 1;
-    if (lull_stream_open(loop, &in, sv[1], NULL) < 0) return 1;
+    /* lull_stream_open owns its fd from the call on, also on failure. */
+    int rc = socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0 ? -1 : 0;
+    if (rc == 0 && lull_stream_open(loop, &p.out, sv[0], NULL) < 0) {
+        close(sv[1]);
+        rc = -1;
+    }
+    if (rc == 0 && lull_stream_open(loop, &in, sv[1], NULL) < 0) {
+        lull_endpoint_close(&p.out.ep, 0);
+        rc = -1;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "producer_stream: no socket pair\n");
+        lull_loop_free(loop);
+        return 1;
+    }
     lull_endpoint_set_callbacks(&p.out.ep, NULL, on_drain, NULL);
     lull_endpoint_set_callbacks(&in.ep, on_record, NULL, on_close);
     lull_task_init(&p.task, produce);
     lull_task_post(loop, &p.task);
-    lull_loop_run(loop, LULL_RUN_DEFAULT);
+    rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
     printf("producer: %d records in %llu writev calls\n", p.next,
            (unsigned long long)p.out.writes);
-    return lull_loop_free(loop) == 0 && received == RECORDS ? 0 : 1;
+    return lull_loop_free(loop) == 0 && rc == 0 && received == RECORDS ? 0 : 1;
 }

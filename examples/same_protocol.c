@@ -22,6 +22,7 @@
  *   cmake -S examples -B build-examples -DCMAKE_PREFIX_PATH=<lull prefix>
  *   cmake --build build-examples */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <lull.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,35 +105,52 @@ static int start(lull_endpoint *ep, bool server, const char *via) {
     return 0;
 }
 
+/* Starts both ends; if either cannot start, closes both (a session
+ * already made goes with its close callback). */
+static int start_both(lull_endpoint *server, lull_endpoint *client,
+                      const char *via) {
+    if (start(server, true, via) == 0 && start(client, false, via) == 0)
+        return 0;
+    lull_endpoint_close(server, -ENOMEM);
+    lull_endpoint_close(client, -ENOMEM);
+    return -1;
+}
+
 /* ------------------------------------------------------- two transports */
 
+/* Each run ends by freeing its loop, also after a failure (then with
+ * whatever it opened closed first). */
 static int over_loopback(void) {
     lull_loop *loop;
     lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
     if (lull_loop_new(&loop, &o) < 0) return -1;
     lull_loopback client, server;
-    if (lull_loopback_pair(loop, &client, &server, NULL) < 0) return -1;
-    if (start(&server.ep, true, "loopback") < 0 ||
-        start(&client.ep, false, "loopback") < 0)
-        return -1;
-    if (lull_loop_settle(loop) < 0) return -1;
-    return lull_loop_free(loop);
+    int rc = lull_loopback_pair(loop, &client, &server, NULL);
+    if (rc == 0) rc = start_both(&server.ep, &client.ep, "loopback");
+    if (lull_loop_settle(loop) < 0) rc = -1;
+    int freed = lull_loop_free(loop);
+    return rc < 0 ? -1 : freed;
 }
 
 static int over_stream(void) {
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return -1;
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return -1;
     lull_stream client, server;
-    if (lull_stream_open(loop, &client, sv[0], NULL) < 0 ||
-        lull_stream_open(loop, &server, sv[1], NULL) < 0)
-        return -1;
-    if (start(&server.ep, true, "stream") < 0 ||
-        start(&client.ep, false, "stream") < 0)
-        return -1;
-    if (lull_loop_run(loop, LULL_RUN_DEFAULT) < 0) return -1;
-    return lull_loop_free(loop);
+    /* lull_stream_open owns its fd from the call on, also on failure. */
+    int rc = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+    if (rc == 0 && lull_stream_open(loop, &client, sv[0], NULL) < 0) {
+        close(sv[1]);
+        rc = -1;
+    }
+    if (rc == 0 && lull_stream_open(loop, &server, sv[1], NULL) < 0) {
+        lull_endpoint_close(&client.ep, 0);
+        rc = -1;
+    }
+    if (rc == 0) rc = start_both(&server.ep, &client.ep, "stream");
+    if (lull_loop_run(loop, LULL_RUN_DEFAULT) < 0) rc = -1;
+    int freed = lull_loop_free(loop);
+    return rc < 0 ? -1 : freed;
 }
 
 /* TLS over a socketpair: a server of a fresh self-signed certificate for
@@ -168,22 +186,27 @@ static int over_tls(void) {
                "certificate\n");
         return 1;
     }
-    lull_loop *loop;
+    lull_loop *loop = NULL;
     int sv[2];
     lull_tls client, server;
     lull_tls_options co = {.server_name = "localhost"};
-    if (rc < 0 || lull_loop_new(&loop, NULL) < 0 ||
-        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 ||
-        lull_tls_open(loop, &server, sctx, sv[1], NULL) < 0 ||
-        lull_tls_open(loop, &client, cctx, sv[0], &co) < 0)
-        return -1;
-    if (start(&server.ep, true, "tls") < 0 ||
-        start(&client.ep, false, "tls") < 0)
-        return -1;
-    if (lull_loop_run(loop, LULL_RUN_DEFAULT) < 0) return -1;
-    lull_tls_ctx_free(sctx);
+    if (rc == 0) rc = lull_loop_new(&loop, NULL);
+    if (rc == 0) rc = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+    /* lull_tls_open owns its fd from the call on, also on failure. */
+    if (rc == 0 && lull_tls_open(loop, &server, sctx, sv[1], NULL) < 0) {
+        close(sv[0]);
+        rc = -1;
+    }
+    if (rc == 0 && lull_tls_open(loop, &client, cctx, sv[0], &co) < 0) {
+        lull_endpoint_close(&server.ep, 0);
+        rc = -1;
+    }
+    if (rc == 0) rc = start_both(&server.ep, &client.ep, "tls");
+    if (loop && lull_loop_run(loop, LULL_RUN_DEFAULT) < 0) rc = -1;
+    lull_tls_ctx_free(sctx); /* NULL: nothing */
     lull_tls_ctx_free(cctx);
-    return lull_loop_free(loop);
+    int freed = loop ? lull_loop_free(loop) : 0;
+    return rc < 0 ? -1 : freed;
 }
 
 int main(void) {

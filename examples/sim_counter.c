@@ -171,8 +171,11 @@ static bool run(uint64_t seed, FILE *trace, long long *total, long long *want,
                                  .reset_permille = 500,
                                  .reset_within = 600,
                                  .refuse_permille = 100};
-    if (lull_loop_new(&loop, &lo) < 0 || lull_simnet_new(&net, loop, &no) < 0)
+    if (lull_loop_new(&loop, &lo) < 0) exit(1);
+    if (lull_simnet_new(&net, loop, &no) < 0) {
+        lull_loop_free(loop);
         exit(1);
+    }
     server srv = {0};
     lull_simserver_listen(net, &srv.ls, "counter", server_accept);
     client cl[CLIENTS];

@@ -55,19 +55,22 @@ int main(void) {
                               .rlimits = &limit,
                               .rlimit_count = 1};
     int rc = lull_process_spawn(loop, &a.child, &o, on_exit_cb);
-    if (rc < 0) {
-        fprintf(stderr, "spawn: %s\n", lull_strerror(rc));
+    if (rc < 0) { /* nothing started: the loop is empty */
+        fprintf(stderr, "spawn_fds: spawn: %s\n", lull_strerror(rc));
+        lull_loop_free(loop);
         return 1;
     }
     fflush(stdout); /* the child writes to the same stdout */
     lull_endpoint_set_callbacks(&a.from_child.ep, on_answer, NULL, NULL);
-    lull_endpoint_send_copy(&a.to_child.ep, "hello from fd 3", 15);
+    /* Whatever happens, fd 3 then ends: the child reads EOF and exits. */
+    rc = lull_endpoint_send_copy(&a.to_child.ep, "hello from fd 3", 15);
+    if (rc < 0) fprintf(stderr, "spawn_fds: send: %s\n", lull_strerror(rc));
     lull_stream_shutdown(&a.to_child); /* EOF on the child's fd 3 */
-    lull_loop_run(loop, LULL_RUN_DEFAULT);
+    int run = lull_loop_run(loop, LULL_RUN_DEFAULT);
     /* The child exited and fd 4 reached EOF (its stream closed itself);
      * fd 3's stream is still open for reading nothing: close it. */
     lull_endpoint_close(&a.to_child.ep, 0);
     printf("spawn_fds: child answered on fd 4: %.*s, exit %d\n", (int)a.len,
            a.answer, a.status);
-    return lull_loop_free(loop) == 0 ? 0 : 1;
+    return lull_loop_free(loop) == 0 && rc == 0 && run == 0 ? 0 : 1;
 }

@@ -88,6 +88,7 @@ struct supervisor {
 };
 
 static void start_worker(worker *w);
+static void shut_down(supervisor *s, int signum, int sender_pid);
 
 /* ------------------------------------------------------------ output */
 
@@ -102,6 +103,11 @@ static void out_frame(lull_endpoint *ep, const void *bytes, size_t len) {
             w->line[w->line_len] = '\0';
             if (!w->sup->quiet) printf("[worker %d] %s\n", w->index, w->line);
             w->line_len = 0;
+            /* Whoever read stdout is gone (`supervisor | head`): stop the
+             * workers as on SIGTERM, rather than die of SIGPIPE and leave
+             * them running in groups of their own, out of ^C's reach. */
+            if (ferror(stdout) && errno == EPIPE && !w->sup->stopping)
+                shut_down(w->sup, SIGPIPE, getpid());
         }
     }
 }
@@ -242,14 +248,18 @@ static void grace_over(lull_timer *t) {
 static void on_signal(lull_signal *sig, int signum) {
     supervisor *s = LULL_CONTAINER_OF(sig, supervisor, term);
     if (signum == SIGINT) s = LULL_CONTAINER_OF(sig, supervisor, intr);
+    shut_down(s, signum, sig->sender_pid);
+}
+
+static void shut_down(supervisor *s, int signum, int sender_pid) {
     if (s->stopping) { /* a second signal: no more waiting */
         printf("signal %d again: no more waiting for any worker\n", signum);
         for (int i = 0; i < s->n; i++)
             kill_or_let_go(&s->workers[i]);
         return;
     }
-    printf("signal %d (from pid %d): stopping %d workers\n", signum,
-           sig->sender_pid, s->n);
+    printf("signal %d (from pid %d): stopping %d workers\n", signum, sender_pid,
+           s->n);
     s->stopping = true;
     s->stop_signal = signum;
     s->stop_started = lull_loop_now(s->loop);
@@ -286,10 +296,21 @@ int main(int argc, char **argv) {
      * a signalfd, so every thread must keep them blocked. */
     if (lull_signal_block(SIGTERM) != 0 || lull_signal_block(SIGINT) != 0)
         return 1;
+    /* A closed stdout is an EPIPE to act on (out_frame), not a death that
+     * orphans the workers; they start with SIGPIPE at its default. */
+    signal(SIGPIPE, SIG_IGN);
     static supervisor s;
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
-    s.n = self_test ? 5 : (argc > 1 ? atoi(argv[1]) : 3);
-    if (s.n < 1 || s.n > MAX_WORKERS) {
+    s.n = self_test ? 5 : 3;
+    if (argc > 1 && !self_test) {
+        /* Digits only, whole and in range: atoi took "3abc" as 3, and
+         * "4294967299" wrapped to 3. */
+        char *end;
+        long n = strtol(argv[1], &end, 10);
+        bool digits = *argv[1] >= '0' && *argv[1] <= '9' && !*end;
+        s.n = digits && n <= MAX_WORKERS ? (int)n : -1;
+    }
+    if (argc > 2 || s.n < 1 || s.n > MAX_WORKERS) {
         fprintf(stderr, "usage: supervisor [N (1-%d)] | --self-test\n",
                 MAX_WORKERS);
         return 2;
@@ -302,8 +323,11 @@ int main(int argc, char **argv) {
     lull_signal_init(s.loop, &s.term, on_signal);
     lull_signal_init(s.loop, &s.intr, on_signal);
     if (lull_signal_start(&s.term, SIGTERM) != 0 ||
-        lull_signal_start(&s.intr, SIGINT) != 0)
+        lull_signal_start(&s.intr, SIGINT) != 0) {
+        lull_signal_stop(&s.term);
+        lull_loop_free(s.loop);
         return 1;
+    }
     lull_timer_init(s.loop, &s.grace, grace_over);
     for (int i = 0; i < s.n; i++) {
         worker *w = &s.workers[i];
@@ -324,8 +348,10 @@ int main(int argc, char **argv) {
     printf("supervisor: shut down on %s in %.0f ms: %d restarts; %d "
            "workers stopped by SIGTERM, %d by SIGKILL, %d otherwise, %d were "
            "between restarts; every child reaped, loop %s\n",
-           s.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", ms, s.restarts,
-           s.by_term, s.by_kill, s.by_other, s.idle_at_stop,
+           s.stop_signal == SIGINT    ? "SIGINT"
+           : s.stop_signal == SIGPIPE ? "a closed stdout"
+                                      : "SIGTERM",
+           ms, s.restarts, s.by_term, s.by_kill, s.by_other, s.idle_at_stop,
            freed == 0 ? "freed" : "NOT freed");
     if (rc != 0 || freed != 0) return 1;
     /* The self-test's own checks: the three quick workers and the one

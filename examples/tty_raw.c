@@ -76,6 +76,7 @@ static int run(int fd, int user) {
     int rc = lull_tty_init(loop, &a.tty, fd, NULL);
     if (rc < 0) {
         fprintf(stderr, "tty_raw: %s\n", lull_strerror(rc));
+        lull_loop_free(loop);
         return 1;
     }
     lull_endpoint_set_callbacks(&a.tty.stream.ep, on_key, NULL, NULL);

@@ -75,26 +75,26 @@ int main(void) {
     if (lull_loop_new(&loop, NULL) < 0) return 1;
     s.udp.data = &s;
     c.udp.data = &c;
-    if (lull_udp_init(loop, &s.udp, NULL) < 0 ||
-        lull_udp_bind(&s.udp, "127.0.0.1", 0, 0) < 0 ||
-        lull_udp_recv_start(&s.udp, server_recv) < 0)
-        return 1;
+    /* An initialized handle is live until closed, also when what follows
+     * fails: the end below closes both whatever happened. */
+    bool s_live = lull_udp_init(loop, &s.udp, NULL) == 0;
+    bool ok = s_live && lull_udp_bind(&s.udp, "127.0.0.1", 0, 0) == 0 &&
+              lull_udp_recv_start(&s.udp, server_recv) == 0;
     c.server_addr.sin_family = AF_INET;
     c.server_addr.sin_port = htons((uint16_t)lull_udp_local_port(&s.udp));
     c.server_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (lull_udp_init(loop, &c.udp, NULL) < 0 ||
-        lull_udp_bind(&c.udp, "127.0.0.1", 0, 0) < 0 ||
-        lull_udp_recv_start(&c.udp, client_recv) < 0)
-        return 1;
-    send_burst(&c);
+    bool c_live = ok && lull_udp_init(loop, &c.udp, NULL) == 0;
+    ok = c_live && lull_udp_bind(&c.udp, "127.0.0.1", 0, 0) == 0 &&
+         lull_udp_recv_start(&c.udp, client_recv) == 0;
+    if (ok) send_burst(&c);
     /* The client stops reading after the last reply; then the server is
      * the one thing left, and it closes. */
-    while (c.got < BURST * BURSTS)
-        if (lull_loop_run(loop, LULL_RUN_ONCE) < 0) return 1;
-    lull_udp_close(&s.udp, NULL);
-    lull_udp_close(&c.udp, NULL);
-    lull_loop_run(loop, LULL_RUN_DEFAULT);
+    while (ok && c.got < BURST * BURSTS)
+        ok = lull_loop_run(loop, LULL_RUN_ONCE) >= 0;
+    if (s_live) lull_udp_close(&s.udp, NULL);
+    if (c_live) lull_udp_close(&c.udp, NULL);
+    if (lull_loop_run(loop, LULL_RUN_DEFAULT) < 0) ok = false;
     printf("udp_echo: %d datagrams echoed, %d wrong, in %llu sendmmsg calls\n",
            c.got, c.bad, (unsigned long long)c.udp.send_calls);
-    return lull_loop_free(loop) == 0 && c.bad == 0 ? 0 : 1;
+    return lull_loop_free(loop) == 0 && ok && c.bad == 0 ? 0 : 1;
 }

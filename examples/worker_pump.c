@@ -55,10 +55,11 @@ int main(void) {
     LULL_NAME(loop, inbox_pass, "inbox: delivery pass");
 
     pthread_t th;
-    if (pthread_create(&th, NULL, worker, &a.in) != 0) return 1;
-    lull_loop_run(loop,
-                  LULL_RUN_DEFAULT); /* returns when the session has ended */
-    pthread_join(th, NULL);          /* before anything is freed */
+    bool started = pthread_create(&th, NULL, worker, &a.in) == 0;
+    if (!started) inbox_finish(&a.in); /* no producer: end the session */
+    /* returns when the session has ended */
+    int rc = lull_loop_run(loop, LULL_RUN_DEFAULT);
+    if (started) pthread_join(th, NULL); /* before anything is freed */
 
     lull_metrics m;
     lull_loop_metrics(loop, &m);
@@ -73,6 +74,6 @@ int main(void) {
         (unsigned long long)a.in.pushed.raised, ITEMS,
         (unsigned long long)m.wakeups);
     inbox_destroy(&a.in);
-    if (lull_loop_free(loop) != 0) return 1;
+    if (lull_loop_free(loop) != 0 || rc != 0) return 1;
     return a.received == ITEMS && a.out_of_order == 0 ? 0 : 1;
 }
