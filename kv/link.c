@@ -785,7 +785,17 @@ static int start_child(rlink *l, child_out to) {
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
-        conn_drop(l->c, "no snapshot child: fork: %s", strerror(errno));
+        int err = errno;
+        /* Refused for good (a seccomp profile without clone): every
+         * resync would fail so and the replica retry for ever. The loop
+         * writes them from now on, as when pidfd_open is refused; this
+         * link closes and its replica's retry gets one. EAGAIN and ENOMEM
+         * pass: the next fork may work. */
+        if (err == EPERM || err == ENOSYS) srv->snapshot = SNAPSHOT_INLINE;
+        conn_drop(l->c, "no snapshot child: fork: %s%s", strerror(err),
+                  err == EPERM || err == ENOSYS
+                      ? "; snapshots are written by the loop from now on"
+                      : "");
         return -1;
     }
     if (pid == 0) {
