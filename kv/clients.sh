@@ -13,6 +13,9 @@
 #                     when installed); a Unix client's addr and laddr are
 #                     <path>:0 and its flags U, a TCP one's its addresses;
 #                     CLIENT KILL by addr (old form) and TYPE close them
+#   sighup_ignored    SIGHUP (a terminal's hang-up) is ignored, as
+#                     redis-server ignores it: lull-kv serves on, keeps
+#                     its --unix file, and SIGTERM still ends it, exit 0
 #   clients.sh <path to lull-kv> <case>
 # Prints one line and exits 0 when redis-cli (or the case's python3) is
 # not installed.
@@ -159,6 +162,29 @@ case_client_list_fields() {
     eventually gone || fail "the TCP subscriber was not closed"
     [ "$(redis-cli -p "$kport" CLIENT KILL "$addr")" = "ERR No such client" ] ||
         fail "CLIENT KILL $addr again"
+}
+
+case_sighup_ignored() {
+    start p --port 0 --unix "$dir/k.sock"
+    local pid=$started kport=$started_port
+    redis-cli -p "$kport" SET k v >/dev/null || fail "SET"
+    kill -HUP "$pid"
+    sleep 0.2
+    kill -0 "$pid" 2>/dev/null || fail "SIGHUP ended lull-kv"
+    [ "$(redis-cli -p "$kport" GET k)" = v ] || fail "GET after SIGHUP"
+    [ -S "$dir/k.sock" ] || fail "no socket file after SIGHUP"
+    kill -TERM "$pid"
+    local status=1
+    for _ in $(seq 100); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            wait "$pid"
+            status=$?
+            break
+        fi
+        sleep 0.05
+    done
+    [ "$status" = 0 ] || fail "exit $status after SIGTERM"
+    [ ! -e "$dir/k.sock" ] || fail "the socket file is still there"
 }
 
 declare -F "case_$case_name" >/dev/null || fail "no case $case_name"

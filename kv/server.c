@@ -1074,8 +1074,12 @@ int main(int argc, char **argv) {
      * not copied (a 64 MiB SET's third copy, a SET's ~300 instructions). */
     srv.kv.log.idle = !backlog_always;
     /* A client gone is a failed send, not a signal; so is a log reader
-     * gone (stderr a pipe whose reader exited). */
+     * gone (stderr a pipe whose reader exited). A terminal's hang-up
+     * (SIGHUP) is ignored, as redis-server ignores it: a server started
+     * from a shell outlives the session instead of dying unannounced,
+     * its --unix file left behind. */
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
     static shutdown_watch watch;
     shutdown_watch_block(&watch);
     make_replid(srv.kv.replid);
