@@ -13,6 +13,9 @@
 #                     when installed); a Unix client's addr and laddr are
 #                     <path>:0 and its flags U, a TCP one's its addresses;
 #                     CLIENT KILL by addr (old form) and TYPE close them
+#   replica_link_keepalive  a replica's link to its primary has TCP
+#                     keepalive at 60 s (ss shows its timer), so a primary
+#                     whose host vanished is noticed and retried
 #   sighup_ignored    SIGHUP (a terminal's hang-up) is ignored, as
 #                     redis-server ignores it: lull-kv serves on, keeps
 #                     its --unix file, and SIGTERM still ends it, exit 0
@@ -162,6 +165,29 @@ case_client_list_fields() {
     eventually gone || fail "the TCP subscriber was not closed"
     [ "$(redis-cli -p "$kport" CLIENT KILL "$addr")" = "ERR No such client" ] ||
         fail "CLIENT KILL $addr again"
+}
+
+case_replica_link_keepalive() {
+    command -v ss >/dev/null 2>&1 || {
+        echo "skipped: ss not installed"
+        exit 0
+    }
+    start p --port 0
+    local port=$started_port
+    start r --port 0 --replica-of "127.0.0.1:$port"
+    local rport=$started_port
+    link_up() { redis-cli -p "$rport" INFO replication | tr -d '\r' | grep -q '^master_link_status:up'; }
+    eventually link_up || fail "the replica's link did not come up"
+    # The link's replica end: the one connection to the primary's port
+    # (redis-cli's are gone), its timer keepalive, due within 60 s.
+    local line
+    line=$(ss -tno state established "( dport = :$port )" | grep 'timer:')
+    case $line in
+    *"timer:(keepalive,"[0-9]sec*) ;;
+    *"timer:(keepalive,"[1-5][0-9]sec*) ;;
+    *"timer:(keepalive,1min"*) ;;
+    *) fail "no keepalive within 60 s on the link: $(ss -tno state established "( dport = :$port )")" ;;
+    esac
 }
 
 case_sighup_ignored() {

@@ -63,6 +63,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -188,8 +189,25 @@ static void tls_master_ready(lull_tls *tls) {
     master_connected(tls->ep.data, 0);
 }
 
+/* TCP keepalive on the link, at Redis' repl-timeout's scale: a primary
+ * whose host vanished (power lost, a partition: no FIN, no RST) left the
+ * link "up" for ever, the replica waiting on it, never retrying. The
+ * kernel probes a link silent for 60 s, 3 times 10 s apart, then fails it
+ * (ETIMEDOUT: master_closed retries); a live primary's kernel answers
+ * them. No loop timer, no wakeup: the link stays quiet while idle. */
+static void link_keepalive(int fd) {
+    int on = 1, idle = 60, interval = 10, probes = 3;
+    if (fd < 0) return;
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval,
+                     sizeof interval);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+}
+
 static int socket_connect(server *srv) {
     master *m = &srv->m;
+    int rc;
     if (srv->repl_tls) {
         lull_tls_options o = {
             .stream = {.flags = LULL_STREAM_RAW,
@@ -198,15 +216,19 @@ static int socket_connect(server *srv) {
             .on_handshake = tls_master_ready};
         m->t.tls.ep.data = srv;
         m->ep = &m->t.tls.ep;
-        return lull_tls_connect_tcp(srv->loop, &m->t.tls, srv->repl_tls,
-                                    m->addr, m->port, &o);
+        rc = lull_tls_connect_tcp(srv->loop, &m->t.tls, srv->repl_tls, m->addr,
+                                  m->port, &o);
+        if (rc == 0) link_keepalive(lull_stream_fd(&m->t.tls.stream));
+        return rc;
     }
     lull_stream_options o = {.flags = LULL_STREAM_RAW,
                              .connect_timeout_ns = CONNECT_TIMEOUT_NS};
     m->t.stream.ep.data = srv;
     m->ep = &m->t.stream.ep;
-    return lull_stream_connect_tcp(srv->loop, &m->t.stream, m->addr, m->port,
-                                   &o, socket_connected);
+    rc = lull_stream_connect_tcp(srv->loop, &m->t.stream, m->addr, m->port, &o,
+                                 socket_connected);
+    if (rc == 0) link_keepalive(lull_stream_fd(&m->t.stream));
+    return rc;
 }
 
 static void socket_io_counts(const lull_endpoint *ep, uint64_t *reads,
