@@ -16,6 +16,9 @@
 #   replica_link_keepalive  a replica's link to its primary has TCP
 #                     keepalive at 60 s (ss shows its timer), so a primary
 #                     whose host vanished is noticed and retried
+#   client_keepalive  a TCP client's connection has TCP keepalive at
+#                     Redis' default, 300 s (ss shows its timer), so a
+#                     client whose host vanished is closed
 #   sighup_ignored    SIGHUP (a terminal's hang-up) is ignored, as
 #                     redis-server ignores it: lull-kv serves on, keeps
 #                     its --unix file, and SIGTERM still ends it, exit 0
@@ -187,6 +190,28 @@ case_replica_link_keepalive() {
     *"timer:(keepalive,"[1-5][0-9]sec*) ;;
     *"timer:(keepalive,1min"*) ;;
     *) fail "no keepalive within 60 s on the link: $(ss -tno state established "( dport = :$port )")" ;;
+    esac
+}
+
+case_client_keepalive() {
+    command -v ss >/dev/null 2>&1 || {
+        echo "skipped: ss not installed"
+        exit 0
+    }
+    start p --port 0 --unix "$dir/k.sock"
+    local port=$started_port
+    # A client held open (a subscriber), and the server's end of it: a
+    # keepalive timer, due within 300 s (Redis' tcp-keepalive default).
+    redis-cli -p "$port" SUBSCRIBE ch >"$dir/sub.out" 2>&1 &
+    pids="$pids $!"
+    eventually grep -q subscribe "$dir/sub.out" || fail "no subscriber"
+    local line
+    line=$(ss -tno state established "( sport = :$port )")
+    case $line in
+    *"timer:(keepalive,"[0-4]min*) ;;
+    *"timer:(keepalive,"[0-9]sec*) ;;
+    *"timer:(keepalive,"[1-5][0-9]sec*) ;;
+    *) fail "no keepalive within 300 s on the client: $line" ;;
     esac
 }
 

@@ -189,14 +189,19 @@ static void tls_master_ready(lull_tls *tls) {
     master_connected(tls->ep.data, 0);
 }
 
-/* TCP keepalive on the link, at Redis' repl-timeout's scale: a primary
- * whose host vanished (power lost, a partition: no FIN, no RST) left the
- * link "up" for ever, the replica waiting on it, never retrying. The
- * kernel probes a link silent for 60 s, 3 times 10 s apart, then fails it
- * (ETIMEDOUT: master_closed retries); a live primary's kernel answers
- * them. No loop timer, no wakeup: the link stays quiet while idle. */
-static void link_keepalive(int fd) {
-    int on = 1, idle = 60, interval = 10, probes = 3;
+/* TCP keepalive: the kernel probes a connection silent for `idle` s, 3
+ * times `interval` s apart, then fails it (ETIMEDOUT); a live peer's
+ * kernel answers them. No loop timer, no wakeup: an idle connection
+ * stays quiet. A peer whose host vanished (power lost, a partition: no
+ * FIN, no RST) is found so:
+ *  - the replica's link: 60 s, 10 s apart (Redis' repl-timeout's scale);
+ *    before, the link stayed "up" for ever, the replica never retrying
+ *    (master_closed retries);
+ *  - a client: Redis' tcp-keepalive default, 300 s, 100 s apart; before,
+ *    its connection, its maxclients place and its subscriptions stayed
+ *    for ever. */
+static void keepalive(int fd, int idle, int interval) {
+    int on = 1, probes = 3;
     if (fd < 0) return;
     (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
     (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
@@ -218,7 +223,7 @@ static int socket_connect(server *srv) {
         m->ep = &m->t.tls.ep;
         rc = lull_tls_connect_tcp(srv->loop, &m->t.tls, srv->repl_tls, m->addr,
                                   m->port, &o);
-        if (rc == 0) link_keepalive(lull_stream_fd(&m->t.tls.stream));
+        if (rc == 0) keepalive(lull_stream_fd(&m->t.tls.stream), 60, 10);
         return rc;
     }
     lull_stream_options o = {.flags = LULL_STREAM_RAW,
@@ -227,7 +232,7 @@ static int socket_connect(server *srv) {
     m->ep = &m->t.stream.ep;
     rc = lull_stream_connect_tcp(srv->loop, &m->t.stream, m->addr, m->port, &o,
                                  socket_connected);
-    if (rc == 0) link_keepalive(lull_stream_fd(&m->t.stream));
+    if (rc == 0) keepalive(lull_stream_fd(&m->t.stream), 60, 10);
     return rc;
 }
 
@@ -345,6 +350,7 @@ typedef struct listener {
     lull_server ls;
     server *srv;
     lull_tls_ctx *tls; /* NULL: plaintext */
+    bool tcp;          /* not the Unix socket: clients get keepalive */
     char at[96];       /* its address, for the log */
 } listener;
 
@@ -393,6 +399,9 @@ static void accept_on(lull_server *ls) {
         return;
     }
     lull_endpoint *ep = c->tls ? &c->t.tls.ep : &c->t.stream.ep;
+    if (l->tcp)
+        keepalive(lull_stream_fd(c->tls ? &c->t.tls.stream : &c->t.stream), 300,
+                  100);
     if (!conn_start(c, ep)) return;
     if (srv->protected_mode && !srv->requirepass && !peer_is_loopback(ep))
         conn_refuse(c, denied, "refused by protected mode");
@@ -1129,6 +1138,7 @@ int main(int argc, char **argv) {
             listener *l = &lis[nlis];
             l->srv = &srv;
             l->tls = t ? tls_ctx : NULL;
+            l->tcp = true;
             rc = lull_server_listen_tcp(loop, &l->ls, bind[b], want, 0,
                                         accept_on);
             if (rc < 0) {
