@@ -1965,6 +1965,41 @@ TEST(snapshot_child_gives_up_on_a_replica_that_stopped_reading) {
     close_all(loop, &p, &r);
 }
 
+/* The same on the loop (--repl-snapshot inline, and the fallback where
+ * pidfd_open or fork is refused): the whole snapshot is queued on the
+ * link at once, so a replica that stopped reading held a copy of the
+ * keyspace in the primary's memory for as long as it stayed connected
+ * (each such connection one more copy). A snapshot that makes no progress
+ * for the child's timeout closes its link now, as the child gives up. */
+TEST(inline_snapshot_gives_up_on_a_replica_that_stopped_reading) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_INLINE);
+    p.snap_timeout_ms = 300;
+    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
+        char k[32];
+        snprintf(k, sizeof k, "many:%d", i);
+        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
+    }
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    while (!(r.m.snap && store_count(&r.m.snap_db) > 0)) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
+    CHECK_EQ(p.kv.npeers, 1);
+    t0 = now_ms();
+    while (p.kv.npeers) {
+        CHECK(now_ms() - t0 < 10000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(lull_stream_read_start(&r.m.t.stream), 0);
+    run_to_sync(loop, &p, &r);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
 /* A snapshot child holds no file of its parent's but the one it writes
  * to: a client the primary closes while a child runs (stalled here by a
  * replica that stopped reading) sees its EOF at once, not when the child
