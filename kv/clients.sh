@@ -13,6 +13,15 @@
 #                     when installed); a Unix client's addr and laddr are
 #                     <path>:0 and its flags U, a TCP one's its addresses;
 #                     CLIENT KILL by addr (old form) and TYPE close them
+#   replica_link_keepalive  a replica's link to its primary has TCP
+#                     keepalive at 60 s (ss shows its timer), so a primary
+#                     whose host vanished is noticed and retried
+#   client_keepalive  a TCP client's connection has TCP keepalive at
+#                     Redis' default, 300 s (ss shows its timer), so a
+#                     client whose host vanished is closed
+#   sighup_ignored    SIGHUP (a terminal's hang-up) is ignored, as
+#                     redis-server ignores it: lull-kv serves on, keeps
+#                     its --unix file, and SIGTERM still ends it, exit 0
 #   clients.sh <path to lull-kv> <case>
 # Prints one line and exits 0 when redis-cli (or the case's python3) is
 # not installed.
@@ -159,6 +168,74 @@ case_client_list_fields() {
     eventually gone || fail "the TCP subscriber was not closed"
     [ "$(redis-cli -p "$kport" CLIENT KILL "$addr")" = "ERR No such client" ] ||
         fail "CLIENT KILL $addr again"
+}
+
+case_replica_link_keepalive() {
+    command -v ss >/dev/null 2>&1 || {
+        echo "skipped: ss not installed"
+        exit 0
+    }
+    start p --port 0
+    local port=$started_port
+    start r --port 0 --replica-of "127.0.0.1:$port"
+    local rport=$started_port
+    link_up() { redis-cli -p "$rport" INFO replication | tr -d '\r' | grep -q '^master_link_status:up'; }
+    eventually link_up || fail "the replica's link did not come up"
+    # The link's replica end: the one connection to the primary's port
+    # (redis-cli's are gone), its timer keepalive, due within 60 s.
+    local line
+    line=$(ss -tno state established "( dport = :$port )" | grep 'timer:')
+    case $line in
+    *"timer:(keepalive,"[0-9]sec*) ;;
+    *"timer:(keepalive,"[1-5][0-9]sec*) ;;
+    *"timer:(keepalive,1min"*) ;;
+    *) fail "no keepalive within 60 s on the link: $(ss -tno state established "( dport = :$port )")" ;;
+    esac
+}
+
+case_client_keepalive() {
+    command -v ss >/dev/null 2>&1 || {
+        echo "skipped: ss not installed"
+        exit 0
+    }
+    start p --port 0 --unix "$dir/k.sock"
+    local port=$started_port
+    # A client held open (a subscriber), and the server's end of it: a
+    # keepalive timer, due within 300 s (Redis' tcp-keepalive default).
+    redis-cli -p "$port" SUBSCRIBE ch >"$dir/sub.out" 2>&1 &
+    pids="$pids $!"
+    eventually grep -q subscribe "$dir/sub.out" || fail "no subscriber"
+    local line
+    line=$(ss -tno state established "( sport = :$port )")
+    case $line in
+    *"timer:(keepalive,"[0-4]min*) ;;
+    *"timer:(keepalive,"[0-9]sec*) ;;
+    *"timer:(keepalive,"[1-5][0-9]sec*) ;;
+    *) fail "no keepalive within 300 s on the client: $line" ;;
+    esac
+}
+
+case_sighup_ignored() {
+    start p --port 0 --unix "$dir/k.sock"
+    local pid=$started kport=$started_port
+    redis-cli -p "$kport" SET k v >/dev/null || fail "SET"
+    kill -HUP "$pid"
+    sleep 0.2
+    kill -0 "$pid" 2>/dev/null || fail "SIGHUP ended lull-kv"
+    [ "$(redis-cli -p "$kport" GET k)" = v ] || fail "GET after SIGHUP"
+    [ -S "$dir/k.sock" ] || fail "no socket file after SIGHUP"
+    kill -TERM "$pid"
+    local status=1
+    for _ in $(seq 100); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            wait "$pid"
+            status=$?
+            break
+        fi
+        sleep 0.05
+    done
+    [ "$status" = 0 ] || fail "exit $status after SIGTERM"
+    [ ! -e "$dir/k.sock" ] || fail "the socket file is still there"
 }
 
 declare -F "case_$case_name" >/dev/null || fail "no case $case_name"

@@ -200,6 +200,7 @@ void link_drop(rlink *l) {
     l->peer.next->prev = l->peer.prev;
     srv->kv.npeers--;
     lull_task_cancel(&l->task);
+    lull_timer_stop(&l->snap_due);
     l->c = NULL;
     snap_kill(l);
     /* A backlog out on the sender thread is cut short: its writes fail
@@ -641,6 +642,28 @@ static int inline_flush(snap_out *o) {
     return 0;
 }
 
+/* An inline snapshot is queued whole: a replica that stops reading would
+ * hold it (a copy of the keyspace) for as long as it stayed connected.
+ * As a child gives up on a link that takes nothing for snap_timeout_ms,
+ * so does this check. Its five rows:
+ *   trigger          the snapshot queued (snap_inline); then this timer
+ *   source of truth  snap_queued, the bytes the stream has not written
+ *   pending work     snap_queued > 0
+ *   next deadline    snap_timeout_ms after the last check that saw
+ *                    progress (snap_queued lower than snap_seen)
+ *   quiet            the snapshot written, or the link closed: no timer */
+static void snap_due(lull_timer *t) {
+    rlink *l = LULL_CONTAINER_OF(t, rlink, snap_due);
+    if (!l->c || l->snap_queued == 0) return;
+    if (l->snap_queued < l->snap_seen) {
+        l->snap_seen = l->snap_queued;
+        lull_timer_start(t, (uint64_t)l->srv->snap_timeout_ms * 1000000u, 0);
+        return;
+    }
+    conn_drop(l->c, "took none of its snapshot for %d ms (%zu bytes left)",
+              l->srv->snap_timeout_ms, l->snap_queued);
+}
+
 /* The loop writes the snapshot now: 0 or why not. */
 static int snap_inline(rlink *l) {
     snap_block *b = malloc(sizeof *b);
@@ -648,6 +671,11 @@ static int snap_inline(rlink *l) {
     snap_out o = {.p = b->p, .cap = SNAP_BUF, .flush = inline_flush, .arg = l};
     int rc = snap_write(&l->srv->kv, &o);
     if (o.p) free(LULL_CONTAINER_OF(o.p, snap_block, p));
+    if (rc == 0 && l->snap_queued) {
+        l->snap_seen = l->snap_queued;
+        lull_timer_start(&l->snap_due,
+                         (uint64_t)l->srv->snap_timeout_ms * 1000000u, 0);
+    }
     return rc;
 }
 
@@ -785,7 +813,17 @@ static int start_child(rlink *l, child_out to) {
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
-        conn_drop(l->c, "no snapshot child: fork: %s", strerror(errno));
+        int err = errno;
+        /* Refused for good (a seccomp profile without clone): every
+         * resync would fail so and the replica retry for ever. The loop
+         * writes them from now on, as when pidfd_open is refused; this
+         * link closes and its replica's retry gets one. EAGAIN and ENOMEM
+         * pass: the next fork may work. */
+        if (err == EPERM || err == ENOSYS) srv->snapshot = SNAPSHOT_INLINE;
+        conn_drop(l->c, "no snapshot child: fork: %s%s", strerror(err),
+                  err == EPERM || err == ENOSYS
+                      ? "; snapshots are written by the loop from now on"
+                      : "");
         return -1;
     }
     if (pid == 0) {
@@ -1102,6 +1140,7 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
     l->c = c;
     l->srv = srv;
     lull_task_init(&l->task, produce);
+    (void)lull_timer_init(srv->loop, &l->snap_due, snap_due);
     srv->net->peer(c->ep, l->peer.ip, sizeof l->peer.ip, false);
     l->peer.port = (int)port;
     l->peer.offset = offset;

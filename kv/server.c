@@ -63,6 +63,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -188,8 +189,30 @@ static void tls_master_ready(lull_tls *tls) {
     master_connected(tls->ep.data, 0);
 }
 
+/* TCP keepalive: the kernel probes a connection silent for `idle` s, 3
+ * times `interval` s apart, then fails it (ETIMEDOUT); a live peer's
+ * kernel answers them. No loop timer, no wakeup: an idle connection
+ * stays quiet. A peer whose host vanished (power lost, a partition: no
+ * FIN, no RST) is found so:
+ *  - the replica's link: 60 s, 10 s apart (Redis' repl-timeout's scale);
+ *    before, the link stayed "up" for ever, the replica never retrying
+ *    (master_closed retries);
+ *  - a client: Redis' tcp-keepalive default, 300 s, 100 s apart; before,
+ *    its connection, its maxclients place and its subscriptions stayed
+ *    for ever. */
+static void keepalive(int fd, int idle, int interval) {
+    int on = 1, probes = 3;
+    if (fd < 0) return;
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval,
+                     sizeof interval);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+}
+
 static int socket_connect(server *srv) {
     master *m = &srv->m;
+    int rc;
     if (srv->repl_tls) {
         lull_tls_options o = {
             .stream = {.flags = LULL_STREAM_RAW,
@@ -198,15 +221,19 @@ static int socket_connect(server *srv) {
             .on_handshake = tls_master_ready};
         m->t.tls.ep.data = srv;
         m->ep = &m->t.tls.ep;
-        return lull_tls_connect_tcp(srv->loop, &m->t.tls, srv->repl_tls,
-                                    m->addr, m->port, &o);
+        rc = lull_tls_connect_tcp(srv->loop, &m->t.tls, srv->repl_tls, m->addr,
+                                  m->port, &o);
+        if (rc == 0) keepalive(lull_stream_fd(&m->t.tls.stream), 60, 10);
+        return rc;
     }
     lull_stream_options o = {.flags = LULL_STREAM_RAW,
                              .connect_timeout_ns = CONNECT_TIMEOUT_NS};
     m->t.stream.ep.data = srv;
     m->ep = &m->t.stream.ep;
-    return lull_stream_connect_tcp(srv->loop, &m->t.stream, m->addr, m->port,
-                                   &o, socket_connected);
+    rc = lull_stream_connect_tcp(srv->loop, &m->t.stream, m->addr, m->port, &o,
+                                 socket_connected);
+    if (rc == 0) keepalive(lull_stream_fd(&m->t.stream), 60, 10);
+    return rc;
 }
 
 static void socket_io_counts(const lull_endpoint *ep, uint64_t *reads,
@@ -323,6 +350,7 @@ typedef struct listener {
     lull_server ls;
     server *srv;
     lull_tls_ctx *tls; /* NULL: plaintext */
+    bool tcp;          /* not the Unix socket: clients get keepalive */
     char at[96];       /* its address, for the log */
 } listener;
 
@@ -371,6 +399,9 @@ static void accept_on(lull_server *ls) {
         return;
     }
     lull_endpoint *ep = c->tls ? &c->t.tls.ep : &c->t.stream.ep;
+    if (l->tcp)
+        keepalive(lull_stream_fd(c->tls ? &c->t.tls.stream : &c->t.stream), 300,
+                  100);
     if (!conn_start(c, ep)) return;
     if (srv->protected_mode && !srv->requirepass && !peer_is_loopback(ep))
         conn_refuse(c, denied, "refused by protected mode");
@@ -1074,8 +1105,12 @@ int main(int argc, char **argv) {
      * not copied (a 64 MiB SET's third copy, a SET's ~300 instructions). */
     srv.kv.log.idle = !backlog_always;
     /* A client gone is a failed send, not a signal; so is a log reader
-     * gone (stderr a pipe whose reader exited). */
+     * gone (stderr a pipe whose reader exited). A terminal's hang-up
+     * (SIGHUP) is ignored, as redis-server ignores it: a server started
+     * from a shell outlives the session instead of dying unannounced,
+     * its --unix file left behind. */
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
     static shutdown_watch watch;
     shutdown_watch_block(&watch);
     make_replid(srv.kv.replid);
@@ -1103,6 +1138,7 @@ int main(int argc, char **argv) {
             listener *l = &lis[nlis];
             l->srv = &srv;
             l->tls = t ? tls_ctx : NULL;
+            l->tcp = true;
             rc = lull_server_listen_tcp(loop, &l->ls, bind[b], want, 0,
                                         accept_on);
             if (rc < 0) {

@@ -382,6 +382,9 @@ struct rlink {
     size_t snap_queued;  /* bytes of a snapshot in the stream: not output
                             (Redis counts no RDB transfer either) */
     size_t blocks;       /* snapshot frames the stream holds */
+    lull_timer snap_due; /* an inline snapshot's progress check, armed
+                            while it is queued (snap_timeout_ms) */
+    size_t snap_seen;    /* snap_queued at the last check */
     void *spare;         /* SNAP_RELAY: a block for the next read */
     int pipe_rd;         /* SNAP_RELAY: the child's pipe (-1: closed) */
     lull_io pipe_io;     /* ... watched while it is empty */

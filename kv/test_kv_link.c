@@ -17,11 +17,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -1959,6 +1965,41 @@ TEST(snapshot_child_gives_up_on_a_replica_that_stopped_reading) {
     close_all(loop, &p, &r);
 }
 
+/* The same on the loop (--repl-snapshot inline, and the fallback where
+ * pidfd_open or fork is refused): the whole snapshot is queued on the
+ * link at once, so a replica that stopped reading held a copy of the
+ * keyspace in the primary's memory for as long as it stayed connected
+ * (each such connection one more copy). A snapshot that makes no progress
+ * for the child's timeout closes its link now, as the child gives up. */
+TEST(inline_snapshot_gives_up_on_a_replica_that_stopped_reading) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_INLINE);
+    p.snap_timeout_ms = 300;
+    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
+        char k[32];
+        snprintf(k, sizeof k, "many:%d", i);
+        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
+    }
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    while (!(r.m.snap && store_count(&r.m.snap_db) > 0)) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
+    CHECK_EQ(p.kv.npeers, 1);
+    t0 = now_ms();
+    while (p.kv.npeers) {
+        CHECK(now_ms() - t0 < 10000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(lull_stream_read_start(&r.m.t.stream), 0);
+    run_to_sync(loop, &p, &r);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
 /* A snapshot child holds no file of its parent's but the one it writes
  * to: a client the primary closes while a child runs (stalled here by a
  * replica that stopped reading) sees its EOF at once, not when the child
@@ -2240,6 +2281,47 @@ TEST(snapshot_without_pidfd_open_falls_back_to_inline) {
     run_to_sync(loop, &p, &r);
     CHECK_EQ(p.snapshot, SNAPSHOT_INLINE);
     CHECK_EQ(snap_failed, 0);
+    CHECK_EQ(snap_full, 1);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+/* fork refused as a seccomp profile refuses it: clone without CLONE_VM
+ * answers EPERM (a thread's clone, CLONE_VM, passes: LeakSanitizer's at
+ * exit, and pthread_create's were it to fall back from clone3). */
+static void deny_fork(void) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, CHECK_SANDBOX_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        /* the flags' low word (little-endian) */
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args)),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_VM, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+    };
+    struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+    CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+    CHECK_EQ(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+}
+
+/* fork refused for good (a seccomp profile without it says EPERM or
+ * ENOSYS): every full resync tried to fork, failed, closed the link,
+ * and the replica retried for ever, never synced. The first refusal
+ * turns the primary to inline snapshots; the replica's retry gets one. */
+TEST(snapshot_without_fork_falls_back_to_inline) {
+    deny_fork();
+    CHECK(fork() < 0 && errno == EPERM);
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(p.snapshot, SNAPSHOT_INLINE);
+    CHECK_EQ(snap_failed, 1); /* the one fork refused */
     CHECK_EQ(snap_full, 1);
     same_dumps(&p, &r);
     close_all(loop, &p, &r);
