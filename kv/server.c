@@ -23,10 +23,10 @@
  *     --port N        TCP on 127.0.0.1:N (default 6380; 0 = any free port)
  *     --unix PATH     also listen on a Unix socket (a stale socket file is
  *                     replaced; a live one, or another file, refused)
- *     --proto-max-bulk-len SIZE  the longest argument (default 512mb;
- *                     --max-bulk is the same)
+ *     --proto-max-bulk-len SIZE  the longest argument (default 512mb, at
+ *                     least 1mb; --max-bulk is the same)
  *     --client-query-buffer-limit SIZE  the most a client's unparsed input
- *                     may hold (default 1gb)
+ *                     may hold (default 1gb, at least 1mb)
  *     --client-output-buffer-limit CLASS HARD SOFT SECONDS  per class
  *                     (normal, replica or slave, pubsub), as Redis writes
  *                     it; several classes may follow one flag
@@ -441,11 +441,11 @@ static const char usage_text[] =
     "  --unix PATH       also listen on a Unix socket (a stale socket file\n"
     "                    is replaced; a live one, or another file, refused)\n"
     "  --proto-max-bulk-len SIZE\n"
-    "                    the longest argument (default 512mb; --max-bulk is\n"
-    "                    the same)\n"
+    "                    the longest argument (default 512mb, at least 1mb;\n"
+    "                    --max-bulk is the same)\n"
     "  --client-query-buffer-limit SIZE\n"
     "                    the most a client's unparsed input may hold\n"
-    "                    (default 1gb)\n"
+    "                    (default 1gb, at least 1mb)\n"
     "  --client-output-buffer-limit CLASS HARD SOFT SECONDS ...\n"
     "                    per class (normal, replica or slave, pubsub), as\n"
     "                    Redis writes it; several classes may follow\n"
@@ -544,8 +544,11 @@ static bool takes_value(const char *a) {
 
 #define PORT_WANT "a port number 0-65535"
 #define YES_NO    "yes or no"
-#define SIZE_WANT                                                              \
-    "a size above 0 (bytes, or a number with k, kb, m, mb, g or gb)"
+/* The least an argument or a query buffer may be limited to, as Redis
+ * refuses a smaller proto-max-bulk-len or client-query-buffer-limit: below
+ * it a server starts that refuses every command but the shortest. */
+#define LIMIT_MIN  ((size_t)1 << 20)
+#define LIMIT_WANT "a size of 1mb or more"
 
 /* A size as Redis reads one (memtoll): digits, then no unit or b (bytes),
  * k / m / g (powers of 1000) or kb / mb / gb (powers of 1024), in any
@@ -1034,11 +1037,12 @@ int main(int argc, char **argv) {
         } else if (more && (strcmp(a, "--proto-max-bulk-len") == 0 ||
                             strcmp(a, "--max-bulk") == 0)) {
             if (!parse_size(argv[++i], &srv.lim.max_bulk) ||
-                srv.lim.max_bulk == 0)
-                return refuse(a, SIZE_WANT, argv[i]);
+                srv.lim.max_bulk < LIMIT_MIN)
+                return refuse(a, LIMIT_WANT, argv[i]);
         } else if (more && strcmp(a, "--client-query-buffer-limit") == 0) {
-            if (!parse_size(argv[++i], &srv.qbuf_limit) || srv.qbuf_limit == 0)
-                return refuse(a, SIZE_WANT, argv[i]);
+            if (!parse_size(argv[++i], &srv.qbuf_limit) ||
+                srv.qbuf_limit < LIMIT_MIN)
+                return refuse(a, LIMIT_WANT, argv[i]);
         } else if (strcmp(a, "--client-output-buffer-limit") == 0) {
             char text[512], *w[32];
             int n = collect_words(argc, argv, &i, text, sizeof text, w, 32);
