@@ -33,6 +33,11 @@
  * close sets). A close inside a recv callback keeps the receive buffer
  * until the close completes, since the callback may still read its bytes.
  *
+ * After fork(): what the parent queued is the parent's to send through
+ * the shared socket. The child's copy (after lull_loop_fork) cancels it at
+ * its first send, flush, readiness or close (adopt_forked), as a stream's
+ * copy drops its parent's frames.
+ *
  * Invariants: a request is on exactly one of queue and done list from the
  * send that accepted it to its callback; udp->queued is the bytes on the
  * queue; BLOCKED implies writable interest; a closed handle holds no fd.
@@ -131,6 +136,20 @@ LULL__OWN_NAME(on_io, "lull_udp socket", lull_udp, io);
 LULL__OWN_NAME(flush_task, "lull_udp send flush", lull_udp, flush);
 LULL__OWN_NAME(event_task, "lull_udp results turn", lull_udp, event);
 
+/* The process whose sends are queued: the loop's (its pid) when the
+ * handle was set up or adopted. Kept in the flush task's data word, which
+ * lull's own task leaves unused (the struct's layout is the ABI). */
+static void set_owner(lull_udp *udp) {
+    udp->flush.data = (void *)(intptr_t)udp->loop->pid;
+}
+
+/* A handle a forked child inherited, in the child that called
+ * lull_loop_fork (which gave the loop the child's pid), as a stream's
+ * lull__stream_inherited. One compare. */
+static bool inherited(const lull_udp *udp) {
+    return LULL_UNLIKELY((intptr_t)udp->flush.data != (intptr_t)udp->loop->pid);
+}
+
 int lull_udp_init(lull_loop *loop, lull_udp *udp,
                   const lull_udp_options *opts) {
     if (!loop || !udp) return -EINVAL;
@@ -157,6 +176,7 @@ int lull_udp_init(lull_loop *loop, lull_udp *udp,
     udp->io.fd = -1;
     lull_task_init(&udp->flush, flush_task);
     lull_task_init(&udp->event, event_task);
+    set_owner(udp);
     udp->max_datagram = o.max_datagram ? o.max_datagram : MAX_DATAGRAM_DEFAULT;
     udp->recv_batch = o.recv_batch ? o.recv_batch : RECV_BATCH_DEFAULT;
     udp->max_queued = o.max_queued ? o.max_queued : SIZE_MAX;
@@ -188,6 +208,22 @@ static int set_interest(lull_udp *udp) {
         return 0;
     }
     return lull_io_start(&udp->io, events);
+}
+
+static void finish(lull_udp *udp, lull_datagram *req, int status);
+
+/* The child's first send, flush, writable socket or close: what is queued
+ * was queued by the parent, whose copy sends it through the same socket,
+ * so here it is cancelled, not sent twice (a stream's adopt does the
+ * same). From here on the handle is the child's. */
+static void adopt_forked(lull_udp *udp) {
+    set_owner(udp);
+    while (udp->head)
+        finish(udp, udp->head, -ECANCELED);
+    if (udp->state & U_BLOCKED) {
+        udp->state &= ~U_BLOCKED;
+        if (has_socket(udp)) (void)set_interest(udp);
+    }
 }
 
 static void enable_gro(lull_udp *udp) {
@@ -410,6 +446,7 @@ int lull_udp_send(lull_udp *udp, lull_datagram *req, const void *bytes,
     if (!(udp->state & U_INIT)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(udp->loop);
     if (udp->state & U_CLOSED) return -EPIPE;
+    if (inherited(udp)) adopt_forked(udp); /* the parent's queue first */
     /* In flight from the accepting send until its callback (which clears
      * req->udp): a request must not be sent again meanwhile, on any handle
      * (on another, it would be linked into two queues). A request is zeroed
@@ -632,6 +669,7 @@ static void send_queue(lull_udp *udp) {
 
 static void flush_task(lull_task *t) {
     lull_udp *udp = LULL_CONTAINER_OF(t, lull_udp, flush);
+    if (inherited(udp)) adopt_forked(udp);
     if (has_socket(udp)) send_queue(udp);
 }
 
@@ -970,6 +1008,7 @@ static void drain_errqueue(lull_udp *udp) {
 
 static void on_io(lull_io *io, int events) {
     lull_udp *udp = LULL_CONTAINER_OF(io, lull_udp, io);
+    if (inherited(udp)) adopt_forked(udp);
     if ((events & (LULL_WRITABLE | LULL_ERROR)) && (udp->state & U_BLOCKED)) {
         udp->state &= ~U_BLOCKED;
         set_interest(udp);
@@ -991,7 +1030,9 @@ int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn) {
     /* One last send of the queue, as far as the socket takes it now, as
      * a stream's close writes once more: a notice sent just before the
      * close (a last "done") leaves, as it would have with libuv, which
-     * sends at once. What is left is cancelled below. */
+     * sends at once. What is left is cancelled below. A forked copy
+     * sends nothing of what the parent queued (adopt_forked). */
+    if (inherited(udp)) adopt_forked(udp);
     if (udp->head && has_socket(udp)) send_queue(udp);
     udp->state |= U_CLOSED;
     udp->state &= ~(U_READING | U_BLOCKED);

@@ -1251,6 +1251,92 @@ TEST(shutdown_writes_its_queue_after_the_peers_close_notify) {
     finish(loop, sctx, cctx);
 }
 
+/* The shutdown's drain after the peer's close_notify (the case above),
+ * ended three hostile ways: the peer goes away before reading it (its
+ * frames cannot all arrive: an error, not a clean 0), this end closes
+ * during it (its close is its own: 0; the peer has every frame and a
+ * clean end, or a truncation), or this end closes inside the last frame
+ * the peer sent before its close_notify. Each end closes once, nothing
+ * hangs. */
+static void drain_start(lull_loop *loop, end *c, end *s, lull_tls_ctx *cctx,
+                        lull_tls_ctx *sctx, int frames) {
+    end_pair(loop, c, cctx, s, sctx, "localhost");
+    run_until(loop, &c->handshaken, 100);
+    run_until(loop, &s->handshaken, 100);
+    for (int i = 0; i < 10; i++) /* the tickets are read */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_endpoint_read_stop(&c->t.ep), 0);
+    static char payload[32768];
+    for (int i = 0; i < frames; i++)
+        CHECK_EQ(lull_endpoint_send_copy(&s->t.ep, payload, sizeof payload), 0);
+    CHECK_EQ(lull_endpoint_shutdown(&s->t.ep), 0);
+}
+
+TEST(shutdown_drain_peer_gone_is_an_error) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    drain_start(loop, &c, &s, cctx, sctx, 64);
+    CHECK_EQ(lull_endpoint_shutdown(&c.t.ep), 0);
+    for (int i = 0; i < 50; i++) /* the client's close_notify arrives */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(!s.closed);
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(s.closes, 1);
+    CHECK(s.reason < 0); /* its frames did not all arrive */
+    finish(loop, sctx, cctx);
+}
+
+TEST(shutdown_drain_then_close) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    drain_start(loop, &c, &s, cctx, sctx, 64);
+    CHECK_EQ(lull_endpoint_shutdown(&c.t.ep), 0);
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(!s.closed);
+    CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_read_start(&c.t.ep), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(s.closes, 1);
+    CHECK_EQ(s.reason, 0);
+    CHECK(c.frames <= 64);
+    CHECK(c.frames == 64 ? c.reason == 0 : c.reason == -EPROTO);
+    finish(loop, sctx, cctx);
+}
+
+static void close_in_frame(lull_endpoint *ep, const void *b, size_t n) {
+    end_frame(ep, b, n);
+    CHECK_EQ(lull_endpoint_close(ep, 0), 0);
+}
+
+TEST(shutdown_drain_close_inside_the_peers_last_frame) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    drain_start(loop, &c, &s, cctx, sctx, 64);
+    lull_endpoint_set_callbacks(&s.t.ep, close_in_frame, NULL, end_close);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "last", 4), 0);
+    CHECK_EQ(lull_endpoint_shutdown(&c.t.ep), 0);
+    for (int i = 0; i < 50 && !s.closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_endpoint_read_start(&c.t.ep), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(s.frames, 1);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(s.closes, 1);
+    CHECK_EQ(s.reason, 0);
+    CHECK(c.frames == 64 ? c.reason == 0 : c.reason == -EPROTO);
+    finish(loop, sctx, cctx);
+}
+
 /* A close encrypts what the socket can take now, as a stream's close
  * writes what it takes: a queue of 64 MiB to a peer that reads nothing is
  * not all encrypted into ciphertext only to be dropped (a second of the
@@ -1291,6 +1377,33 @@ TEST(close_encrypts_what_the_socket_takes_not_the_whole_queue) {
             CHECK_EQ(c.reason, 0);
         }
     }
+    finish(loop, sctx, cctx);
+}
+
+/* A close with a long queue to a peer already gone: the first write fails,
+ * and nothing more is encrypted (the socket takes nothing), rather than
+ * the whole queue sealed for a stream that has failed. */
+TEST(close_to_a_gone_peer_encrypts_little) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    enum { SIZE = 1 << 20, FRAMES = 64 };
+    static char payload[SIZE];
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    run_until(loop, &c.handshaken, 100);
+    run_until(loop, &s.handshaken, 100);
+    for (int i = 0; i < 10; i++) /* the tickets are read */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0); /* its socket is closed */
+    for (int i = 0; i < FRAMES; i++)
+        CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, payload, SIZE), 0);
+    uint64_t before = s.t.cipher_bytes;
+    CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+    CHECK(s.t.cipher_bytes - before < (uint64_t)8 * SIZE);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(s.closes, 1);
     finish(loop, sctx, cctx);
 }
 

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static lull_loop *new_loop(void) {
@@ -1638,4 +1639,59 @@ TEST(init_of_a_handle_closing_on_another_loop_is_refused) {
     CHECK_EQ(lull_udp_close(&idle.udp, NULL), 0);
     CHECK_EQ(lull_loop_run(other, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(other), 0);
+}
+
+/* fork(): datagrams queued before the fork are the parent's to send. A
+ * child that called lull_loop_fork and then closes the handle it inherited,
+ * or runs its loop (the inherited flush), or sends its own, must not send
+ * them again through the shared socket: the peer would read each twice.
+ * The child's own datagram leaves; the parent's get -ECANCELED there. */
+static int count_waiting(int fd) {
+    int n = 0;
+    char b[64];
+    while (recv(fd, b, sizeof b, MSG_DONTWAIT) >= 0)
+        n++;
+    return n;
+}
+
+static void fork_with_queue(bool child_sends) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    lull_udp tx;
+    rx r;
+    open_unix_pair(loop, sv, &tx, NULL, &r);
+    CHECK_EQ(send_n(&tx, 3, NULL), 0); /* queued: no flush point yet */
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_EQ(lull_loop_fork(loop), 0);
+        if (child_sends) {
+            dgrams[3].data = (void *)(intptr_t)3;
+            CHECK_EQ(lull_udp_send(&tx, &dgrams[3], "c", 1, NULL, on_sent), 0);
+            run_until(loop, &sends_done, 4);
+            CHECK_EQ(send_status[3], 0);
+        }
+        CHECK_EQ(lull_udp_close(&tx, NULL), 0);
+        run_until(loop, &sends_done, child_sends ? 4 : 3);
+        for (int i = 0; i < 3; i++)
+            CHECK_EQ(send_status[i], -ECANCELED);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    run_until(loop, &sends_done, 3);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(send_status[i], 0);
+    CHECK_EQ(count_waiting(sv[1]), child_sends ? 4 : 3);
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
+
+TEST(fork_child_close_leaves_the_parents_queue_to_the_parent) {
+    fork_with_queue(false);
+}
+
+TEST(fork_child_send_leaves_the_parents_queue_to_the_parent) {
+    fork_with_queue(true);
 }
