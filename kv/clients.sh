@@ -22,6 +22,10 @@
 #   sighup_ignored    SIGHUP (a terminal's hang-up) is ignored, as
 #                     redis-server ignores it: lull-kv serves on, keeps
 #                     its --unix file, and SIGTERM still ends it, exit 0
+#   std_fds_closed    started with stdout and stderr closed (`>&- 2>&-`),
+#                     lull-kv's own descriptors do not land on 1 and 2
+#                     (its log lines would be written into a socket):
+#                     /dev/null takes them; it serves PING
 #   clients.sh <path to lull-kv> <case>
 # Prints one line and exits 0 when redis-cli (or the case's python3) is
 # not installed.
@@ -236,6 +240,25 @@ case_sighup_ignored() {
     done
     [ "$status" = 0 ] || fail "exit $status after SIGTERM"
     [ ! -e "$dir/k.sock" ] || fail "the socket file is still there"
+}
+
+case_std_fds_closed() {
+    # Its port cannot be read from a closed stdout: the Unix socket.
+    "$kv" --port 0 --unix "$dir/k.sock" >&- 2>&- &
+    local pid=$!
+    pids="$pids $pid"
+    up() { [ "$(redis-cli -s "$dir/k.sock" PING 2>/dev/null)" = PONG ]; }
+    eventually up || fail "no PONG with 1 and 2 closed at start"
+    local fd
+    for fd in 1 2; do
+        [ "$(readlink "/proc/$pid/fd/$fd")" = /dev/null ] ||
+            fail "fd $fd is $(readlink "/proc/$pid/fd/$fd"), not /dev/null"
+    done
+    # A log line (a failed AUTH's would do; a CLIENT KILL's is one too)
+    # goes nowhere, and the clients still get their answers.
+    redis-cli -s "$dir/k.sock" CLIENT KILL TYPE normal >/dev/null
+    [ "$(redis-cli -s "$dir/k.sock" SET k v)" = OK ] || fail "SET after a log line"
+    [ "$(redis-cli -s "$dir/k.sock" GET k)" = v ] || fail "GET after a log line"
 }
 
 declare -F "case_$case_name" >/dev/null || fail "no case $case_name"
