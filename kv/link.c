@@ -1158,13 +1158,17 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
 }
 
 /* What a replica may send on its link: REPLACK <offset>. The highest
- * acknowledged is kept (as Redis keeps it): one lower says nothing new. */
+ * acknowledged is kept (as Redis keeps it): one lower says nothing new.
+ * One past the log's end (a replica's bug: nothing was sent there) is
+ * ignored, as Redis ignores an ack it cannot use; an acknowledgement
+ * carries no data, so nothing is lost, and INFO never shows a replica
+ * ahead of its primary. */
 bool link_command(conn *c, const resp_arg *a, size_t argc) {
     uint64_t off;
-    if (argc != 2 || !resp_is(&a[0], "REPLACK") || !parse_u64(&a[1], &off) ||
-        off > c->srv->kv.log.end)
+    if (argc != 2 || !resp_is(&a[0], "REPLACK") || !parse_u64(&a[1], &off))
         return false;
-    if (off > c->link->peer.offset) c->link->peer.offset = off;
+    if (off > c->link->peer.offset && off <= c->srv->kv.log.end)
+        c->link->peer.offset = off;
     return true;
 }
 

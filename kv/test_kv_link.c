@@ -1622,6 +1622,36 @@ TEST(replack_never_moves_a_replica_back) {
     close_client(loop, &p);
 }
 
+/* A REPLACK past the log's end (a replica's bug; no replica applied
+ * what was never written) is ignored, as Redis ignores an ack it cannot
+ * use: the link stays up and INFO's offset does not move. It closed the
+ * link saying the replica "sent what is not REPLACK <offset>", which it
+ * was. */
+TEST(replack_past_the_log_end_is_ignored) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    for (int i = 0; i < 10; i++)
+        write_cmd(&p, "SET", "k", "v");
+    int fd = client_to(loop, &p, NULL);
+    char req[160];
+    snprintf(req, sizeof req,
+             "REPLSYNC ? 0 7000\r\nREPLACK 30\r\nREPLACK %" PRIu64
+             "\r\nREPLACK 40\r\n",
+             p.kv.log.end + 1000);
+    send_all(fd, req, strlen(req));
+    uint64_t t0 = now_ms();
+    while ((!p.kv.npeers || p.kv.peers.next->offset < 40) &&
+           now_ms() - t0 < 5000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    for (int i = 0; i < 100; i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK_EQ(p.kv.npeers, 1);
+    CHECK_U64_EQ(p.kv.peers.next->offset, 40);
+    close(fd);
+    close_client(loop, &p);
+}
+
 /* A primary that accepted and never answers REPLSYNC (partitioned right
  * after the connect, or wedged): the replica gives up on the handshake
  * after the replication timeout, says so, and connects again, instead of
