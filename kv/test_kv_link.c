@@ -66,7 +66,9 @@ static lull_task connected; /* master_connected, a turn after the connect */
 static server *connecting;
 static void pair_connected(lull_task *t) {
     (void)t;
-    master_connected(connecting, 0);
+    server *r = connecting;
+    connecting = NULL; /* the next connect may come */
+    master_connected(r, 0);
 }
 
 /* A socketpair: one end the primary's new client connection, the other
@@ -1689,6 +1691,7 @@ TEST(replica_gives_up_on_a_primary_that_never_answers) {
 
 static int snap_full, snap_continue, snap_replay, snap_marker, snap_failed,
     snap_stalled;
+static int snap_children[64], snap_nchildren; /* distinct snapshot children */
 static void count_syncs(server *srv, const char *line) {
     quiet_log(srv, line);
     if (strstr(line, "(full: a snapshot of")) snap_full++;
@@ -1698,6 +1701,13 @@ static void count_syncs(server *srv, const char *line) {
     if (strstr(line, "snapshot was not") || strstr(line, "no snapshot child"))
         snap_failed++;
     if (strstr(line, "the child exited with status 1")) snap_stalled++;
+    const char *ch = strstr(line, " from child ");
+    int pid = ch ? atoi(ch + 12) : 0;
+    bool seen = false;
+    for (int i = 0; i < snap_nchildren; i++)
+        seen |= snap_children[i] == pid;
+    if (pid > 0 && !seen && snap_nchildren < 64)
+        snap_children[snap_nchildren++] = pid;
 }
 
 static void write_argv(server *p, resp_arg *argv, size_t argc) {
@@ -1941,8 +1951,8 @@ TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
         lull_loop_run(loop, LULL_RUN_ONCE);
     }
     rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
-    CHECK(l->child > 0);
-    pid_t child = l->child;
+    CHECK(link_child(l) > 0);
+    pid_t child = link_child(l);
     CHECK_EQ(kill_replicas(&p.kv), 1);
     CHECK(kill(child, 0) < 0 && errno == ESRCH); /* killed and reaped */
     CHECK_EQ(p.links_held, 0);
@@ -1953,6 +1963,72 @@ TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
     CHECK_EQ(snap_full, 1);
     same_dumps(&p, &r);
     close_all(loop, &p, &r);
+}
+
+/* Six replicas ask for a full resync at once: one child serves the first,
+ * the others wait for its end and are served by one more child, together
+ * (Redis runs one fork for the replicas that wait too); a replica gone
+ * while it waits is not among them. Each forked a child of its own: six
+ * copies of the keyspace at once. */
+TEST(replicas_asking_at_once_share_two_snapshot_children) {
+    if (!children_watched()) return;
+    enum { N = 6 };
+    lull_loop *loop;
+    server p;
+    static server r[N];
+    open_snap_pair(&loop, &p, &r[0], SNAPSHOT_FORK);
+    snap_nchildren = 0;
+    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
+        char k[32];
+        snprintf(k, sizeof k, "many:%d", i);
+        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
+    }
+    for (int i = 1; i < N; i++) {
+        node_open(&r[i], loop, true);
+        r[i].log = count_syncs;
+    }
+    for (int i = 0; i < N; i++) { /* the pair's connects: one at a time */
+        server_start(&r[i]);
+        while (connecting)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    /* The first child writes; every other link waits for its end. */
+    uint64_t t0 = now_ms();
+    size_t waiting = 0;
+    int first = 0;
+    while (waiting < N - 1) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+        waiting = 0;
+        for (repl_peer *q = p.kv.peers.next; q != &p.kv.peers; q = q->next) {
+            rlink *l = LULL_CONTAINER_OF(q, rlink, peer);
+            waiting += l->snap == SNAP_WAIT;
+            if (link_child(l)) first = link_child(l);
+        }
+    }
+    CHECK(first > 0);
+    CHECK_EQ(snap_nchildren, 1);
+    /* One that waits dies: the first child goes on, for its one link. */
+    server_stop(&r[N - 1]);
+    while (p.kv.npeers > N - 1) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(kill(first, 0) == 0 || snap_nchildren == 2);
+    for (int i = 0; i < N - 1; i++)
+        run_to_sync(loop, &p, &r[i]);
+    CHECK_EQ(snap_nchildren, 2);
+    CHECK_EQ(snap_failed, 0);
+    for (int i = 0; i < N - 1; i++)
+        same_dumps(&p, &r[i]);
+    for (int i = 1; i < N; i++) {
+        server_stop(&r[i]);
+        for (int k = 0; k < 100 && r[i].m.ep; k++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    close_all(loop, &p, &r[0]);
+    for (int i = 1; i < N; i++)
+        server_free(&r[i]);
 }
 
 /* A replica that stops reading mid-snapshot: its child gives up once the
@@ -1980,8 +2056,8 @@ TEST(snapshot_child_gives_up_on_a_replica_that_stopped_reading) {
     }
     CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
     rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
-    CHECK(l->child > 0);
-    pid_t child = l->child;
+    CHECK(link_child(l) > 0);
+    pid_t child = link_child(l);
     t0 = now_ms();
     while (snap_stalled == 0) {
         CHECK(now_ms() - t0 < 10000);
@@ -2056,11 +2132,11 @@ static void child_keeps_no_other_connection(void) {
     }
     CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
     rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
-    CHECK(l->child > 0);
+    CHECK(link_child(l) > 0);
     conn_drop(c, NULL);
     for (int i = 0; i < 10; i++)
         lull_loop_run(loop, LULL_RUN_NOWAIT);
-    CHECK(l->child > 0 && kill(l->child, 0) == 0); /* still writing */
+    CHECK(link_child(l) > 0 && kill(link_child(l), 0) == 0); /* still writing */
     char tmp[16];
     CHECK_EQ(read(fd, tmp, sizeof tmp), 0); /* EOF, not EAGAIN */
     close(fd);
@@ -2111,7 +2187,7 @@ TEST(snapshot_child_descriptors_count_against_maxclients) {
     }
     CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
     rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
-    CHECK(l->child > 0);
+    CHECK(link_child(l) > 0);
     int fd = client_to(loop, &p, NULL);
     char got[128];
     bool eof;
@@ -2120,7 +2196,7 @@ TEST(snapshot_child_descriptors_count_against_maxclients) {
     close(fd);
     CHECK_EQ(lull_stream_read_start(&r.m.t.stream), 0);
     run_to_sync(loop, &p, &r);
-    while (l->child) /* reaped: its pidfd closed */
+    while (link_child(l)) /* reaped: its pidfd closed */
         lull_loop_run(loop, LULL_RUN_ONCE);
     /* A client now holds the place the child's pidfd needs: the next
      * snapshot is refused, and taken once the client left. */
@@ -2236,7 +2312,7 @@ TEST(client_kill_of_a_replica_before_its_snapshot_forks_no_child) {
         lull_loop_run(loop, LULL_RUN_NOWAIT);
         if (!p.kv.npeers) continue;
         rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
-        if (l->snap == SNAP_HELLO && !l->hello_out && !l->child) break;
+        if (l->snap == SNAP_HELLO && !l->hello_out && !l->job) break;
     }
     CHECK_EQ(snap_forked, 0);
     char got[64];
