@@ -1521,6 +1521,17 @@ static int master_handshake(server *srv) {
     char *lf = memchr(m->in.p, '\n', m->in.len);
     if (!lf) {
         if (m->in.len > 128) return master_malformed(srv, "no reply line"), -1;
+        /* "+FULLRESYNC <replid> ", the offset to come: the primary
+         * answered, and its snapshot child writes the rest as it starts,
+         * which may be once another replica's snapshot is written (one
+         * child serves the replicas that waited). It is alive: no
+         * deadline, as none while the snapshot comes (TCP keepalive
+         * notices a host gone; a close, a reconnect). */
+        static const char full[] = "+FULLRESYNC ";
+        if (m->in.len >= sizeof full + 40 &&
+            memcmp(m->in.p, full, sizeof full - 1) == 0 &&
+            m->in.p[sizeof full - 1 + 40] == ' ')
+            lull_timer_stop(&m->retry);
         return 0;
     }
     size_t n = (size_t)(lf - m->in.p) + 1;

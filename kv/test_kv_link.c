@@ -1687,6 +1687,62 @@ TEST(replica_gives_up_on_a_primary_that_never_answers) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+static bool minutes_up;
+static void minutes_fired(lull_timer *t) {
+    (void)t;
+    minutes_up = true;
+}
+
+/* A primary that answered "+FULLRESYNC <replid> " is alive: the offset
+ * ends the line when its snapshot child starts, which may be once another
+ * replica's snapshot is written (one child serves those that waited).
+ * The replica waits for it, as it waits for the snapshot itself, instead
+ * of giving up after the handshake's minute, reconnecting, and waiting
+ * at the back again (for ever, with snapshots longer than a minute).
+ * Virtual time: ten minutes pass at once. */
+TEST(replica_waits_for_the_offset_once_fullresync_began) {
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
+    static server r;
+    server_defaults(&r);
+    r.log = count_timeouts;
+    r.kv.replica = true;
+    snprintf(r.m.host, sizeof r.m.host, "pair");
+    snprintf(r.m.addr, sizeof r.m.addr, "pair");
+    CHECK_EQ(server_open(&r, loop, &silent_net, 1000000000000ll), 0);
+    silent_connects = timeout_lines = 0;
+    server_start(&r);
+    while (r.m.state != M_SYNC)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(silent_connects, 1);
+    static const char begun[] =
+        "+FULLRESYNC 0123456789abcdef0123456789abcdef01234567 ";
+    CHECK_EQ(write(silent_fds[0], begun, sizeof begun - 1),
+             (ssize_t)sizeof begun - 1);
+    lull_timer ten;
+    CHECK_EQ(lull_timer_init(loop, &ten, minutes_fired), 0);
+    lull_timer_start(&ten, 600000000000ull, 0);
+    minutes_up = false;
+    while (!minutes_up)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(timeout_lines, 0);
+    CHECK_EQ(silent_connects, 1);
+    CHECK_EQ(r.m.state, M_SYNC);
+    /* The offset comes: the link is up. */
+    CHECK_EQ(write(silent_fds[0], "0\r\n", 3), 3);
+    while (r.m.state == M_SYNC)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(r.m.state, M_UP);
+    server_stop(&r);
+    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    server_free(&r);
+    close(silent_fds[0]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* ------------------------------------------- full resync by snapshot */
 
 static int snap_full, snap_continue, snap_replay, snap_marker, snap_failed,
