@@ -2087,6 +2087,64 @@ TEST(replicas_asking_at_once_share_two_snapshot_children) {
         server_free(&r[i]);
 }
 
+/* Two replicas served by one child: the one that stops reading is given
+ * up alone (its link closed, "status 1"), the other gets all of its
+ * snapshot; the first, reading again, reconnects and syncs too. */
+TEST(shared_snapshot_child_gives_up_on_one_replica_only) {
+    if (!children_watched()) return;
+    enum { N = 3 };
+    lull_loop *loop;
+    server p;
+    static server r[N];
+    open_snap_pair(&loop, &p, &r[0], SNAPSHOT_FORK);
+    snap_nchildren = snap_stalled = 0;
+    p.snap_timeout_ms = 300;
+    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
+        char k[32];
+        snprintf(k, sizeof k, "many:%d", i);
+        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
+    }
+    for (int i = 1; i < N; i++) {
+        node_open(&r[i], loop, true);
+        r[i].log = count_syncs;
+    }
+    for (int i = 0; i < N; i++) { /* the pair's connects: one at a time */
+        server_start(&r[i]);
+        while (connecting)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    /* r[0] has the first child; r[1] and r[2] wait, then share one. */
+    uint64_t t0 = now_ms();
+    while (snap_nchildren < 2) {
+        CHECK(now_ms() - t0 < 20000);
+        CHECK(r[1].m.state != M_UP && r[2].m.state != M_UP);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(snap_failed, 0);
+    CHECK_EQ(lull_stream_read_stop(&r[2].m.t.stream), 0);
+    while (snap_stalled == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(snap_failed, 1); /* r[2]'s only */
+    run_to_sync(loop, &p, &r[1]);
+    CHECK_EQ(snap_nchildren, 2);
+    CHECK_EQ(lull_stream_read_start(&r[2].m.t.stream), 0);
+    for (int i = 0; i < N; i++)
+        run_to_sync(loop, &p, &r[i]);
+    CHECK_EQ(snap_failed, 1);
+    for (int i = 0; i < N; i++)
+        same_dumps(&p, &r[i]);
+    for (int i = 1; i < N; i++) {
+        server_stop(&r[i]);
+        for (int k = 0; k < 100 && r[i].m.ep; k++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    close_all(loop, &p, &r[0]);
+    for (int i = 1; i < N; i++)
+        server_free(&r[i]);
+}
+
 /* A replica that stops reading mid-snapshot: its child gives up once the
  * socket took nothing for the timeout (Redis' repl-timeout, 60 s; short
  * here), exits 1, and the link closes; the replica, reading again, syncs.
