@@ -22,6 +22,14 @@
 #   sighup_ignored    SIGHUP (a terminal's hang-up) is ignored, as
 #                     redis-server ignores it: lull-kv serves on, keeps
 #                     its --unix file, and SIGTERM still ends it, exit 0
+#   std_fds_closed    started with stdout and stderr closed (`>&- 2>&-`),
+#                     lull-kv's own descriptors do not land on 1 and 2
+#                     (its log lines would be written into a socket):
+#                     /dev/null takes them; it serves PING
+#   tls_garbage_logged  a TLS client that sends bytes that are not TLS
+#                     after the handshake is closed with a log line saying
+#                     so (only handshake failures were said); one that
+#                     ends without close_notify (redis-cli's way) is not
 #   clients.sh <path to lull-kv> <case>
 # Prints one line and exits 0 when redis-cli (or the case's python3) is
 # not installed.
@@ -236,6 +244,79 @@ case_sighup_ignored() {
     done
     [ "$status" = 0 ] || fail "exit $status after SIGTERM"
     [ ! -e "$dir/k.sock" ] || fail "the socket file is still there"
+}
+
+case_std_fds_closed() {
+    # Its port cannot be read from a closed stdout: the Unix socket.
+    "$kv" --port 0 --unix "$dir/k.sock" >&- 2>&- &
+    local pid=$!
+    pids="$pids $pid"
+    up() { [ "$(redis-cli -s "$dir/k.sock" PING 2>/dev/null)" = PONG ]; }
+    eventually up || fail "no PONG with 1 and 2 closed at start"
+    local fd
+    for fd in 1 2; do
+        [ "$(readlink "/proc/$pid/fd/$fd")" = /dev/null ] ||
+            fail "fd $fd is $(readlink "/proc/$pid/fd/$fd"), not /dev/null"
+    done
+    # A log line (a failed AUTH's would do; a CLIENT KILL's is one too)
+    # goes nowhere, and the clients still get their answers.
+    redis-cli -s "$dir/k.sock" CLIENT KILL TYPE normal >/dev/null
+    [ "$(redis-cli -s "$dir/k.sock" SET k v)" = OK ] || fail "SET after a log line"
+    [ "$(redis-cli -s "$dir/k.sock" GET k)" = v ] || fail "GET after a log line"
+}
+
+case_tls_garbage_logged() {
+    need_python
+    command -v openssl >/dev/null 2>&1 || {
+        echo "skipped: openssl not installed"
+        exit 0
+    }
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$dir/s.key" -out "$dir/s.crt" -subj /CN=localhost -days 1 \
+        2>/dev/null || fail "openssl req"
+    local tport
+    tport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    if timeout 2 "$kv" --port 0 --tls-port "$tport" --tls-cert-file "$dir/s.crt" \
+        --tls-key-file "$dir/s.key" --tls-auth-clients no 2>&1 |
+        grep -q "built without"; then
+        echo "skipped: lull built without OpenSSL"
+        exit 0
+    fi
+    start t --port 0 --tls-port "$tport" --tls-cert-file "$dir/s.crt" \
+        --tls-key-file "$dir/s.key" --tls-auth-clients no
+    # mode: "garbage" sends bytes that are no TLS record on the socket
+    # under the session; "eof" just closes it without close_notify.
+    tls_client() {
+        python3 - "$tport" "$1" <<'PY'
+import os, socket, ssl, sys
+port, mode = int(sys.argv[1]), sys.argv[2]
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)))
+s.sendall(b"PING\r\n")
+assert s.recv(64) == b"+PONG\r\n"
+raw = socket.socket(fileno=os.dup(s.fileno()))
+if mode == "garbage":
+    raw.sendall(b"*1\r\n$4\r\nPING\r\n" * 4)
+    raw.settimeout(5)
+    try:
+        while raw.recv(4096):
+            pass
+    except OSError:
+        pass
+raw.close()
+s.close()
+PY
+    }
+    tls_client eof || fail "the eof client"
+    tls_client garbage || fail "the garbage client"
+    said() { grep -q 'TLS protocol error' "$dir/t.out"; }
+    eventually said || fail "garbage after the handshake not logged"
+    # One line: the EOF without close_notify said nothing.
+    [ "$(grep -c 'client .*TLS' "$dir/t.out")" = 1 ] ||
+        fail "want one TLS line: $(cat "$dir/t.out")"
+    [ "$(redis-cli -p "$started_port" PING)" = PONG ] || fail "PING after"
 }
 
 declare -F "case_$case_name" >/dev/null || fail "no case $case_name"

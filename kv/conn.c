@@ -107,16 +107,23 @@ static void on_close(lull_endpoint *ep, int reason) {
     conn *c = ep->data;
     /* EOF, reset, ...: the client is gone either way. A TLS handshake
      * that failed (a plaintext client on the TLS port, a certificate
-     * refused, a timeout) is said, with OpenSSL's words. An EOF without
-     * close_notify (-EPROTO) is not: redis-cli and redis-py end so. */
+     * refused, a timeout) is said, with OpenSSL's words, and so is a bad
+     * record after it (bytes that are not TLS, a record that fails its
+     * MAC), as a plaintext client's protocol error is answered. An EOF
+     * without close_notify (-EPROTO too, said "EOF ...") is not:
+     * redis-cli and redis-py end so. */
+    const char *why = c->tls ? lull_tls_error_string(&c->t.tls) : NULL;
     if (c->tls && !c->gone &&
         (reason == -ECONNABORTED || reason == -EKEYREJECTED ||
          reason == -ETIMEDOUT)) {
-        const char *why = lull_tls_error_string(&c->t.tls);
         srv_log(c->srv, "client %s: TLS %s (%s); connection closed", c->name,
                 reason == -ETIMEDOUT ? "handshake timed out"
                                      : "handshake failed",
                 why && *why ? why : strerror(-reason));
+    } else if (c->tls && !c->gone && reason == -EPROTO && why && *why &&
+               strncmp(why, "EOF", 3) != 0) {
+        srv_log(c->srv, "client %s: TLS protocol error (%s); connection closed",
+                c->name, why);
     } else if (c->link && !c->gone) {
         /* A replica gone on its own (a crash, a reset) leaves the log a
          * line, as Redis' "Connection with replica ... lost". A replica

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -679,80 +680,154 @@ static int snap_inline(rlink *l) {
     return rc;
 }
 
-/* Where a child writes: the link's socket, or the pipe the loop relays. */
+/* A snapshot child and the links it writes to: one for a relay (its pipe),
+ * and on sockets every link that asked while the previous one ran (Redis
+ * runs one fork for the replicas waiting too). Allocated whole before the
+ * fork, as the child must not allocate (the sender thread may hold the
+ * allocator's lock at the fork). */
+typedef struct snap_job {
+    server *srv;
+    pid_t pid;          /* the child */
+    int pidfd;          /* its pidfd, watched by io */
+    lull_io io;         /* its exit */
+    size_t n;           /* slots (links at the fork) */
+    size_t attached;    /* links still reading from it */
+    unsigned char *st;  /* per slot, shared with the child (mmap): its
+                           verdict, 0 once that link's snapshot is all
+                           written; SLOT_BUSY while it writes */
+    int *fd;            /* per slot: where the child writes */
+    int *keep;          /* the fds sorted: the child's files */
+    size_t *off;        /* per slot: the child's progress in its buffer */
+    struct pollfd *pfd; /* the child's poll set */
+} snap_job;
+
+/* A slot the child still writes to (any verdict is below it). */
+#define SLOT_BUSY 0xff
+
+/* Where a child writes: the links' sockets, or the pipe the loop relays. */
 typedef struct child_out {
-    int fd;
+    snap_job *job;
     bool pipe;
-    int timeout_ms; /* no progress this long: give up */
+    int timeout_ms; /* no progress this long: that link is given up */
 } child_out;
 
-/* The child's writes: all of o, waiting for room in poll(). */
-static int child_flush(snap_out *o) {
-    const child_out *to = o->arg;
-    int fd = to->fd;
-    size_t off = 0;
-    while (off < o->len) {
-        /* A pipe's reader gone is EPIPE too: lull-kv ignores SIGPIPE. The
-         * pipe is non-blocking; the socket may not be (its flags are the
-         * parent's, whoever made it): each send is, so that a replica
-         * that stops reading meets the timeout below. */
-        ssize_t n = to->pipe ? write(fd, o->p + off, o->len - off)
-                             : send(fd, o->p + off, o->len - off,
-                                    MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-            off += (size_t)n;
-        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            int r = poll(&p, 1, to->timeout_ms);
-            if (r == 0) return -ETIMEDOUT;
-            if (r < 0 && errno != EINTR) return -errno;
-        } else if (n < 0 && errno != EINTR) {
-            return -errno;
-        }
-    }
-    o->len = 0;
-    return 0;
+static unsigned char child_verdict(int err) {
+    return err == ETIMEDOUT                    ? CHILD_STALLED
+           : err == EPIPE || err == ECONNRESET ? CHILD_PEER_GONE
+                                               : CHILD_FAILED;
 }
 
-/* The forked child: the snapshot to fd, then _exit (no loop, no atexit,
- * nothing of the parent's but its copy of the keyspace). On the socket it
- * first ends the +FULLRESYNC line with x, the offset the snapshot stands
- * for; a relay's line the loop wrote whole. */
+/* The child's writes: all of o to every slot still busy, waiting for room
+ * in poll(). A slot that fails (its replica gone, or taking nothing for
+ * the timeout) gets its verdict and no more bytes; the others go on. 0
+ * while any is busy, else -EPIPE: nobody left to write to. */
+static int child_flush(snap_out *o) {
+    const child_out *to = o->arg;
+    snap_job *j = to->job;
+    for (size_t i = 0; i < j->n; i++)
+        j->off[i] = 0;
+    for (;;) {
+        nfds_t np = 0;
+        for (size_t i = 0; i < j->n; i++) {
+            while (j->st[i] == SLOT_BUSY && j->off[i] < o->len) {
+                /* A pipe's reader gone is EPIPE too: lull-kv ignores
+                 * SIGPIPE. The pipe is non-blocking; a socket may not be
+                 * (its flags are the parent's, whoever made it): each send
+                 * is, so that a replica that stops reading meets the
+                 * timeout below. */
+                ssize_t w =
+                    to->pipe
+                        ? write(j->fd[i], o->p + j->off[i], o->len - j->off[i])
+                        : send(j->fd[i], o->p + j->off[i], o->len - j->off[i],
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w > 0) {
+                    j->off[i] += (size_t)w;
+                } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                    j->pfd[np++] =
+                        (struct pollfd){.fd = j->fd[i], .events = POLLOUT};
+                    break;
+                } else if (w < 0 && errno != EINTR) {
+                    j->st[i] = child_verdict(errno);
+                }
+            }
+        }
+        if (np == 0) break;
+        int r = poll(j->pfd, np, to->timeout_ms);
+        if (r < 0 && errno == EINTR) continue;
+        if (r > 0) continue;
+        /* None took a byte for the timeout (or poll failed): each polled
+         * slot is given up. */
+        int err = r == 0 ? ETIMEDOUT : errno;
+        for (nfds_t k = 0; k < np; k++)
+            for (size_t i = 0; i < j->n; i++)
+                if (j->fd[i] == j->pfd[k].fd && j->st[i] == SLOT_BUSY)
+                    j->st[i] = child_verdict(err);
+    }
+    o->len = 0;
+    for (size_t i = 0; i < j->n; i++)
+        if (j->st[i] == SLOT_BUSY) return 0;
+    return -EPIPE;
+}
+
+/* The forked child: the snapshot to every slot, then _exit (no loop, no
+ * atexit, nothing of the parent's but its copy of the keyspace). On a
+ * socket it first ends the +FULLRESYNC line with x, the offset the
+ * snapshot stands for; a relay's line the loop wrote whole. Its status is
+ * the first slot's verdict that is not 0 (a relay's, its only one). */
 static void __attribute__((noreturn))
 child_run(kv *k, child_out to, uint64_t x) {
     static char out[SNAP_BUF];
+    snap_job *j = to.job;
     snap_out o = {
         .p = out, .cap = sizeof out, .flush = child_flush, .arg = &to};
+    for (size_t i = 0; i < j->n; i++)
+        j->st[i] = SLOT_BUSY;
     if (!to.pipe)
         o.len = (size_t)snprintf(out, sizeof out, "%" PRIu64 "\r\n", x);
     int rc = snap_write(k, &o);
-    _exit(rc == 0                             ? 0
-          : rc == -ETIMEDOUT                  ? CHILD_STALLED
-          : rc == -EPIPE || rc == -ECONNRESET ? CHILD_PEER_GONE
-                                              : CHILD_FAILED);
+    int status = 0;
+    for (size_t i = 0; i < j->n; i++) {
+        if (j->st[i] == SLOT_BUSY) j->st[i] = rc == 0 ? 0 : child_verdict(-rc);
+        if (!status) status = j->st[i];
+    }
+    _exit(status);
 }
 
-/* The child's files: only `keep` and the standard three (stderr is the
- * log's). A forked copy of anything else of the parent's would hold it
- * open: a client the primary closed would wait for its EOF until the
- * child ended, and a primary that died would leave its port bound (a
- * restart failed with EADDRINUSE) and accepting into a queue nobody
- * reads. close_range (Linux 5.9); where refused, fd by fd. */
-static void child_files(int keep) {
-    if ((keep <= 3 || syscall(SYS_close_range, 3, keep - 1, 0) == 0) &&
-        syscall(SYS_close_range, keep + 1, ~0u, 0) == 0)
-        return;
+static int fd_cmp(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The child's files: only the n in keep (sorted) and the standard three
+ * (stderr is the log's). A forked copy of anything else of the parent's
+ * would hold it open: a client the primary closed would wait for its EOF
+ * until the child ended, and a primary that died would leave its port
+ * bound (a restart failed with EADDRINUSE) and accepting into a queue
+ * nobody reads. close_range (Linux 5.9); where refused, fd by fd. */
+static void child_files(const int *keep, size_t n) {
+    unsigned lo = 3;
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
+        unsigned k = (unsigned)keep[i];
+        if (k > lo) ok = syscall(SYS_close_range, lo, k - 1, 0) == 0;
+        lo = k + 1;
+    }
+    if (ok && syscall(SYS_close_range, lo, ~0u, 0) == 0) return;
     struct rlimit rl;
     int max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (1u << 20)
                   ? (int)rl.rlim_cur
                   : 1 << 20;
     for (int fd = 3; fd < max; fd++)
-        if (fd != keep) close(fd);
+        if (!bsearch(&fd, keep, n, sizeof *keep, fd_cmp)) close(fd);
 }
 
 /* Stops watching and kills the child, if any, and reaps it. */
 void link_stop_child(rlink *l) {
     snap_kill(l);
+}
+
+int link_child(const rlink *l) {
+    return l->job ? (int)l->job->pid : 0;
 }
 
 static void relay_close(rlink *l) {
@@ -765,65 +840,128 @@ static void relay_close(rlink *l) {
     l->spare = NULL;
 }
 
+static void fork_waiting(server *srv);
+
+/* The job's end: unwatched, its pidfd closed, freed; the links waiting
+ * for it get the next child. */
+static void job_free(snap_job *j) {
+    server *srv = j->srv;
+    lull_io_stop(&j->io);
+    close(j->pidfd);
+    srv->snap_fds--;
+    munmap(j->st, j->n);
+    free(j);
+    if (srv->job == j) {
+        srv->job = NULL;
+        fork_waiting(srv);
+    }
+}
+
+/* The link leaves its child, if it has one: the last link out kills and
+ * reaps it. A child still writing to the others goes on; this link's
+ * socket is shut down so that the child's copy of it fails at once and
+ * its replica sees the end (the child would hold it open otherwise). */
 static void snap_kill(rlink *l) {
     relay_close(l);
-    if (!l->child) return;
-    lull_io_stop(&l->child_io);
-    kill(l->child, SIGKILL);
-    while (waitpid(l->child, NULL, 0) < 0 && errno == EINTR) {
+    snap_job *j = l->job;
+    if (!j) return;
+    l->job = NULL;
+    if (--j->attached > 0) {
+        if (l->c && l->srv->net->fd) {
+            int fd = l->srv->net->fd(l->c->ep);
+            if (fd >= 0) (void)shutdown(fd, SHUT_RDWR);
+        }
+        return;
     }
-    close(l->pidfd);
-    l->srv->snap_fds--;
-    l->child = 0;
+    kill(j->pid, SIGKILL);
+    while (waitpid(j->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    job_free(j);
 }
 
 static void child_exited(lull_io *io, int events) {
     (void)events;
-    rlink *l = io->data;
+    snap_job *j = io->data;
+    server *srv = j->srv;
     int status;
-    pid_t r = waitpid(l->child, &status, WNOHANG);
+    pid_t r = waitpid(j->pid, &status, WNOHANG);
     if (r == 0 || (r < 0 && errno == EINTR)) return; /* not yet */
-    lull_io_stop(&l->child_io);
-    close(l->pidfd);
-    l->srv->snap_fds--;
-    l->child = 0;
-    if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        conn_drop(l->c, "its snapshot was not written: the child %s %d",
-                  r < 0               ? "could not be reaped:"
-                  : WIFEXITED(status) ? "exited with status"
-                                      : "was killed by signal",
-                  r < 0               ? errno
-                  : WIFEXITED(status) ? WEXITSTATUS(status)
-                                      : WTERMSIG(status));
-        return;
+    int err = errno;
+    repl_peer *p = srv->kv.peers.next;
+    while (p != &srv->kv.peers) {
+        rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
+        p = p->next; /* the drop takes l out */
+        if (l->job != j) continue;
+        l->job = NULL;
+        j->attached--;
+        int v = r < 0 ? -1 : j->st[l->slot];
+        if (r < 0 || !WIFEXITED(status) || v != 0) {
+            conn_drop(l->c, "its snapshot was not written: the child %s %d",
+                      r < 0               ? "could not be reaped:"
+                      : WIFEXITED(status) ? "exited with status"
+                                          : "was killed by signal",
+                      r < 0               ? err
+                      : WIFEXITED(status) ? (v == SLOT_BUSY ? CHILD_FAILED : v)
+                                          : WTERMSIG(status));
+            continue;
+        }
+        /* The log from X; a relay's, once the pipe is drained too. */
+        if (l->snap == SNAP_CHILD) l->snap = SNAP_NONE;
+        lull_task_post(srv->loop, &l->task);
     }
-    /* The log from X; a relay's, once the pipe is drained too. */
-    if (l->snap == SNAP_CHILD) l->snap = SNAP_NONE;
-    lull_task_post(l->srv->loop, &l->task);
+    job_free(j);
 }
 
-/* The child, once everything the loop queued on the link is written. */
-/* Forks the child that writes the snapshot as of the log's end now to
- * `to`, and watches its exit: 0, or -1 with the link dropped. */
-static int start_child(rlink *l, child_out to) {
-    server *srv = l->srv;
-    /* The snapshot stands for the log's end now: the child's copy of the
-     * keyspace has every write before it, and none after. */
-    repl_log_seek(&srv->kv.log, srv->kv.log.end, &l->cur);
+/* Forks the child that writes the snapshot as of the log's end now to the
+ * n links (their sockets, or a relay's pipe: fds), and watches its exit: 0,
+ * or -1 with every one of them dropped. */
+static int start_child(server *srv, rlink **links, const int *fds, size_t n,
+                       bool pipe) {
+    size_t sz = sizeof(snap_job) +
+                n * (2 * sizeof(int) + sizeof(size_t) + sizeof(struct pollfd));
+    snap_job *j = malloc(sz);
+    void *st = j ? mmap(NULL, n, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0)
+                 : MAP_FAILED;
+    if (st == MAP_FAILED) {
+        int err = j ? errno : ENOMEM;
+        free(j);
+        for (size_t i = 0; i < n; i++)
+            conn_drop(links[i]->c, "no snapshot child: %s", strerror(err));
+        return -1;
+    }
+    *j = (snap_job){.srv = srv, .n = n, .attached = n, .st = st};
+    j->pfd = (struct pollfd *)(void *)(j + 1);
+    j->off = (size_t *)(void *)(j->pfd + n);
+    j->fd = (int *)(void *)(j->off + n);
+    j->keep = j->fd + n;
+    memset(j->st, CHILD_FAILED, n); /* a child that dies before writing */
+    for (size_t i = 0; i < n; i++) {
+        j->fd[i] = fds[i];
+        /* The snapshot stands for the log's end now: the child's copy of
+         * the keyspace has every write before it, and none after. */
+        repl_log_seek(&srv->kv.log, srv->kv.log.end, &links[i]->cur);
+    }
+    memcpy(j->keep, fds, n * sizeof *fds);
+    qsort(j->keep, n, sizeof *j->keep, fd_cmp);
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         int err = errno;
+        munmap(st, n);
+        free(j);
         /* Refused for good (a seccomp profile without clone): every
          * resync would fail so and the replica retry for ever. The loop
-         * writes them from now on, as when pidfd_open is refused; this
-         * link closes and its replica's retry gets one. EAGAIN and ENOMEM
-         * pass: the next fork may work. */
+         * writes them from now on, as when pidfd_open is refused; these
+         * links close and their replicas' retries get one. EAGAIN and
+         * ENOMEM pass: the next fork may work. */
         if (err == EPERM || err == ENOSYS) srv->snapshot = SNAPSHOT_INLINE;
-        conn_drop(l->c, "no snapshot child: fork: %s%s", strerror(err),
-                  err == EPERM || err == ENOSYS
-                      ? "; snapshots are written by the loop from now on"
-                      : "");
+        for (size_t i = 0; i < n; i++)
+            conn_drop(links[i]->c, "no snapshot child: fork: %s%s",
+                      strerror(err),
+                      err == EPERM || err == ENOSYS
+                          ? "; snapshots are written by the loop from now on"
+                          : "");
         return -1;
     }
     if (pid == 0) {
@@ -840,30 +978,46 @@ static int start_child(rlink *l, child_out to) {
         (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(CHILD_FAILED); /* died already */
         /* The pipe's reader end among them: with it gone, a write fails. */
-        child_files(to.fd);
-        child_run(&srv->kv, to, srv->kv.log.end);
+        child_files(j->keep, n);
+        child_run(&srv->kv,
+                  (child_out){.job = j,
+                              .pipe = pipe,
+                              .timeout_ms = srv->snap_timeout_ms},
+                  srv->kv.log.end);
     }
     int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    int rc = pfd < 0 ? -errno
-                     : lull_io_init(srv->loop, &l->child_io, pfd, child_exited);
-    if (rc == 0) rc = lull_io_start(&l->child_io, LULL_READABLE);
+    int rc =
+        pfd < 0 ? -errno : lull_io_init(srv->loop, &j->io, pfd, child_exited);
+    if (rc == 0) rc = lull_io_start(&j->io, LULL_READABLE);
     if (rc < 0) {
         kill(pid, SIGKILL);
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
         }
         if (pfd >= 0) close(pfd);
-        conn_drop(l->c, "no snapshot child: pidfd: %s", strerror(-rc));
+        munmap(st, n);
+        free(j);
+        for (size_t i = 0; i < n; i++)
+            conn_drop(links[i]->c, "no snapshot child: pidfd: %s",
+                      strerror(-rc));
         return -1;
     }
-    l->child = pid;
-    l->pidfd = pfd;
+    j->pid = pid;
+    j->pidfd = pfd;
+    j->io.data = j;
     srv->snap_fds++;
-    l->child_io.data = l;
-    srv_log(srv,
-            "replica %s:%d: a snapshot as of offset %" PRIu64
-            " from child %d, %s",
-            l->peer.ip, l->peer.port, srv->kv.log.end, (int)pid,
-            to.pipe ? "relayed by the loop" : "on the link's socket");
+    for (size_t i = 0; i < n; i++) {
+        links[i]->job = j;
+        links[i]->slot = i;
+        srv_log(srv,
+                "replica %s:%d: a snapshot as of offset %" PRIu64
+                " from child %d, %s",
+                links[i]->peer.ip, links[i]->peer.port, srv->kv.log.end,
+                (int)pid,
+                pipe    ? "relayed by the loop"
+                : n > 1 ? "on the link's socket, shared"
+                        : "on the link's socket");
+    }
+    if (!pipe) srv->job = j;
     return 0;
 }
 
@@ -882,13 +1036,55 @@ static bool snap_fds_room(rlink *l, size_t n) {
     return false;
 }
 
+/* A link waiting for the next child. One dropped while it waited is in the
+ * list until its close, a turn later: it is not. */
+static bool waits(const rlink *l) {
+    return l->snap == SNAP_WAIT && !l->c->gone;
+}
+
+/* The socket child ended: one child for every link that waited for it. */
+static void fork_waiting(server *srv) {
+    size_t n = 0;
+    for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers; p = p->next)
+        if (waits(LULL_CONTAINER_OF(p, rlink, peer))) n++;
+    if (n == 0) return;
+    rlink **links = malloc(n * sizeof *links);
+    int *fds = malloc(n * sizeof *fds);
+    size_t k = 0;
+    for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers;) {
+        rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
+        p = p->next; /* the drop takes l out */
+        if (!waits(l)) continue;
+        l->snap = SNAP_CHILD;
+        if (!links || !fds) {
+            conn_drop(l->c, "no snapshot child: %s", strerror(ENOMEM));
+            continue;
+        }
+        links[k] = l;
+        fds[k++] = srv->net->fd(l->c->ep);
+    }
+    n = k;
+    if (n == 0) {
+        free(links);
+        free(fds);
+        return;
+    }
+    if (!srv->maxclients ||
+        srv->kv.clients + srv->kv.npeers + srv->snap_fds + 1 <= srv->maxclients)
+        (void)start_child(srv, links, fds, n, false);
+    else
+        for (size_t i = 0; i < n; i++)
+            (void)snap_fds_room(links[i], 1);
+    free(links);
+    free(fds);
+}
+
 /* The child on the link's socket, once everything the loop queued on the
- * link is written. */
+ * link is written; or, while another child runs, the next one, with every
+ * link that waits for it. */
 static void snap_fork(rlink *l) {
-    child_out to = {.fd = l->srv->net->fd(l->c->ep),
-                    .pipe = false,
-                    .timeout_ms = l->srv->snap_timeout_ms};
-    if (snap_fds_room(l, 1) && start_child(l, to) == 0) l->snap = SNAP_CHILD;
+    l->snap = SNAP_WAIT;
+    if (!l->srv->job) fork_waiting(l->srv);
 }
 
 /* ------------------------------------------------- the relay (TLS links)
@@ -938,9 +1134,7 @@ static int relay_start(rlink *l) {
         return -1;
     }
     l->pipe_io.data = l;
-    rc = start_child(l, (child_out){.fd = p[1],
-                                    .pipe = true,
-                                    .timeout_ms = l->srv->snap_timeout_ms});
+    rc = start_child(l->srv, &l, &p[1], 1, true);
     close(p[1]); /* the child's: its exit is the pipe's end */
     if (rc < 0) {
         relay_close(l);
@@ -991,8 +1185,8 @@ static void relay_pump(rlink *l) {
             return;
         }
     }
-    if (l->child) return; /* its exit posts us (or drops the link) */
-    l->snap = SNAP_NONE;  /* the log from X */
+    if (l->job) return;  /* its exit posts us (or drops the link) */
+    l->snap = SNAP_NONE; /* the log from X */
     lull_task_post(srv->loop, &l->task);
 }
 
@@ -1079,11 +1273,16 @@ static void snap_step(rlink *l) {
 }
 
 void snapshots_stop(server *srv) {
-    repl_peer *p = srv->kv.peers.next;
-    while (p != &srv->kv.peers) {
-        rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
-        p = p->next; /* the drop takes l out */
-        if (l->child) conn_drop(l->c, "its snapshot child was stopped");
+    /* The links waiting first: the last link out of a child would fork
+     * the next one for them. */
+    for (int pass = 0; pass < 2; pass++) {
+        repl_peer *p = srv->kv.peers.next;
+        while (p != &srv->kv.peers) {
+            rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
+            p = p->next; /* the drop takes l out */
+            if (pass == 0 ? waits(l) : l->job != NULL)
+                conn_drop(l->c, "its snapshot child was stopped");
+        }
     }
 }
 
@@ -1158,13 +1357,17 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
 }
 
 /* What a replica may send on its link: REPLACK <offset>. The highest
- * acknowledged is kept (as Redis keeps it): one lower says nothing new. */
+ * acknowledged is kept (as Redis keeps it): one lower says nothing new.
+ * One past the log's end (a replica's bug: nothing was sent there) is
+ * ignored, as Redis ignores an ack it cannot use; an acknowledgement
+ * carries no data, so nothing is lost, and INFO never shows a replica
+ * ahead of its primary. */
 bool link_command(conn *c, const resp_arg *a, size_t argc) {
     uint64_t off;
-    if (argc != 2 || !resp_is(&a[0], "REPLACK") || !parse_u64(&a[1], &off) ||
-        off > c->srv->kv.log.end)
+    if (argc != 2 || !resp_is(&a[0], "REPLACK") || !parse_u64(&a[1], &off))
         return false;
-    if (off > c->link->peer.offset) c->link->peer.offset = off;
+    if (off > c->link->peer.offset && off <= c->srv->kv.log.end)
+        c->link->peer.offset = off;
     return true;
 }
 
@@ -1318,6 +1521,17 @@ static int master_handshake(server *srv) {
     char *lf = memchr(m->in.p, '\n', m->in.len);
     if (!lf) {
         if (m->in.len > 128) return master_malformed(srv, "no reply line"), -1;
+        /* "+FULLRESYNC <replid> ", the offset to come: the primary
+         * answered, and its snapshot child writes the rest as it starts,
+         * which may be once another replica's snapshot is written (one
+         * child serves the replicas that waited). It is alive: no
+         * deadline, as none while the snapshot comes (TCP keepalive
+         * notices a host gone; a close, a reconnect). */
+        static const char full[] = "+FULLRESYNC ";
+        if (m->in.len >= sizeof full + 40 &&
+            memcmp(m->in.p, full, sizeof full - 1) == 0 &&
+            m->in.p[sizeof full - 1 + 40] == ' ')
+            lull_timer_stop(&m->retry);
         return 0;
     }
     size_t n = (size_t)(lf - m->in.p) + 1;

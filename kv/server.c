@@ -61,6 +61,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -683,6 +684,24 @@ static void make_replid(char *id) {
 
 /* The keyspace's hash keyed at random, new on every start: a client
  * cannot learn which keys share a bucket and send only those. */
+/* Started with 0, 1 or 2 closed (`lull-kv >&- 2>&-`), the first files
+ * lull-kv opens (the epoll fd, an eventfd, a listener) would take them,
+ * and its log lines (stderr) or --help (stdout) be written into a socket
+ * a client reads. /dev/null takes each closed one first, as daemons do;
+ * opened in order, it lands on the lowest free, the one closed. Where
+ * even that fails, lull-kv says nothing it could say and stops. */
+static bool std_fds_open(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+        int n = open("/dev/null", O_RDWR);
+        if (n != fd) {
+            if (n >= 0) close(n);
+            return false;
+        }
+    }
+    return true;
+}
+
 static void seed_hash(void) {
     uint64_t seed;
     random_bytes((unsigned char *)&seed, sizeof seed);
@@ -978,7 +997,8 @@ int main(int argc, char **argv) {
     const char *unix_path = NULL;
     tls_opts tls = {.auth_clients = 1};
     bool backlog_always = false;
-    seed_hash(); /* before any key is stored */
+    if (!std_fds_open()) return 1; /* before any descriptor of its own */
+    seed_hash();                   /* before any key is stored */
     server_defaults(&srv);
     srv.protected_mode = true;
     for (int i = 1; i < argc; i++) {

@@ -197,6 +197,9 @@ struct server {
     size_t snap_fds;         /* descriptors the snapshots hold besides
                                 their links (a child's pidfd, a relay's
                                 pipe): counted against maxclients */
+    struct snap_job *job;    /* the socket snapshot child running (link.c):
+                                a full resync asked meanwhile waits for its
+                                end, then one child serves all that waited */
     bool senders_stopped;    /* server_stop: no hand-off any more */
     int port;                /* the bound TCP port (told to a primary) */
     master m;                /* --replica-of */
@@ -347,50 +350,51 @@ enum {
     SNAP_NONE,  /* the log is sent */
     SNAP_WANT,  /* +FULLRESYNC <id> <X> and the snapshot are to be sent */
     SNAP_HELLO, /* fork: waits for the stream to empty before the child */
+    SNAP_WAIT,  /* fork: the line is written, and another child runs:
+                   the next child, when it ends, serves this link too */
     SNAP_CHILD, /* fork: the child writes it; the loop sends nothing */
     SNAP_RELAY  /* fork, TLS: the child writes it to a pipe, the loop
                    relays the pipe into the link's stream */
 };
 
 struct rlink {
-    repl_peer peer;      /* in kv.peers while the connection is open */
-    server *srv;         /* the primary */
-    conn *c;             /* the connection; NULL once it closed */
-    bool skip_next;      /* planted bug (KV_PLANT_RESUME_LATE): the next
-                            record is not sent */
-    lull_task task;      /* the producer */
-    repl_cursor cur;     /* the next record to send */
-    uint64_t start;      /* the log's end when the link started */
-    size_t inflight;     /* ring frames the stream holds (not released) */
-    uint64_t ring_next;  /* the next ring frame to use */
-    uint64_t ring_tail;  /* the oldest ring frame not released (a close
-                            may release later ones first) */
-    bool starved;        /* waits for ring[ring_next]'s release */
-    bool flushing;       /* waits for its stream to empty, to hand off */
-    bool handed;         /* its backlog is out on the sender thread: the
-                            loop sends it nothing until that comes back */
-    bool no_thread;      /* a hand-off failed: it stays on the loop */
-    bool finish_pending; /* the connection finished while handed: its
-                            last reply waits for the backlog */
-    struct rsender *sx;  /* the sender thread's state (NULL: never handed) */
-    bool held;           /* closed with frames or a hand-off out: counted
-                            in srv->links_held until freed */
-    int snap;            /* SNAP_*: a snapshot before the log from cur */
-    lull_frame hello;    /* the +FULLRESYNC line of a snapshot */
-    char hello_buf[80];  /* its bytes */
-    bool hello_out;      /* hello is in flight */
-    size_t snap_queued;  /* bytes of a snapshot in the stream: not output
-                            (Redis counts no RDB transfer either) */
-    size_t blocks;       /* snapshot frames the stream holds */
-    lull_timer snap_due; /* an inline snapshot's progress check, armed
-                            while it is queued (snap_timeout_ms) */
-    size_t snap_seen;    /* snap_queued at the last check */
-    void *spare;         /* SNAP_RELAY: a block for the next read */
-    int pipe_rd;         /* SNAP_RELAY: the child's pipe (-1: closed) */
-    lull_io pipe_io;     /* ... watched while it is empty */
-    int child;           /* the snapshot's forked child (0: none) */
-    int pidfd;           /* its pidfd, watched by child_io */
-    lull_io child_io;    /* its exit */
+    repl_peer peer;       /* in kv.peers while the connection is open */
+    server *srv;          /* the primary */
+    conn *c;              /* the connection; NULL once it closed */
+    bool skip_next;       /* planted bug (KV_PLANT_RESUME_LATE): the next
+                             record is not sent */
+    lull_task task;       /* the producer */
+    repl_cursor cur;      /* the next record to send */
+    uint64_t start;       /* the log's end when the link started */
+    size_t inflight;      /* ring frames the stream holds (not released) */
+    uint64_t ring_next;   /* the next ring frame to use */
+    uint64_t ring_tail;   /* the oldest ring frame not released (a close
+                             may release later ones first) */
+    bool starved;         /* waits for ring[ring_next]'s release */
+    bool flushing;        /* waits for its stream to empty, to hand off */
+    bool handed;          /* its backlog is out on the sender thread: the
+                             loop sends it nothing until that comes back */
+    bool no_thread;       /* a hand-off failed: it stays on the loop */
+    bool finish_pending;  /* the connection finished while handed: its
+                             last reply waits for the backlog */
+    struct rsender *sx;   /* the sender thread's state (NULL: never handed) */
+    bool held;            /* closed with frames or a hand-off out: counted
+                             in srv->links_held until freed */
+    int snap;             /* SNAP_*: a snapshot before the log from cur */
+    lull_frame hello;     /* the +FULLRESYNC line of a snapshot */
+    char hello_buf[80];   /* its bytes */
+    bool hello_out;       /* hello is in flight */
+    size_t snap_queued;   /* bytes of a snapshot in the stream: not output
+                             (Redis counts no RDB transfer either) */
+    size_t blocks;        /* snapshot frames the stream holds */
+    lull_timer snap_due;  /* an inline snapshot's progress check, armed
+                             while it is queued (snap_timeout_ms) */
+    size_t snap_seen;     /* snap_queued at the last check */
+    void *spare;          /* SNAP_RELAY: a block for the next read */
+    int pipe_rd;          /* SNAP_RELAY: the child's pipe (-1: closed) */
+    lull_io pipe_io;      /* ... watched while it is empty */
+    struct snap_job *job; /* the snapshot child writing to it (NULL: none) */
+    size_t slot;          /* its place among job's links */
     ring_frame ring[RING];
 };
 
@@ -401,6 +405,8 @@ bool link_command(conn *c, const resp_arg *a, size_t argc);
 /* The link's connection is closing: its snapshot child, if any, is killed
  * and reaped (it holds the socket open too). */
 void link_stop_child(rlink *l);
+/* The pid of the snapshot child writing to l (0: none); for the tests. */
+int link_child(const rlink *l);
 /* The link's connection is closing: it leaves INFO and its producer stops. */
 void link_drop(rlink *l);
 /* New records in the log: every link sends them, and is held to its

@@ -66,7 +66,9 @@ static lull_task connected; /* master_connected, a turn after the connect */
 static server *connecting;
 static void pair_connected(lull_task *t) {
     (void)t;
-    master_connected(connecting, 0);
+    server *r = connecting;
+    connecting = NULL; /* the next connect may come */
+    master_connected(r, 0);
 }
 
 /* A socketpair: one end the primary's new client connection, the other
@@ -1622,6 +1624,36 @@ TEST(replack_never_moves_a_replica_back) {
     close_client(loop, &p);
 }
 
+/* A REPLACK past the log's end (a replica's bug; no replica applied
+ * what was never written) is ignored, as Redis ignores an ack it cannot
+ * use: the link stays up and INFO's offset does not move. It closed the
+ * link saying the replica "sent what is not REPLACK <offset>", which it
+ * was. */
+TEST(replack_past_the_log_end_is_ignored) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    for (int i = 0; i < 10; i++)
+        write_cmd(&p, "SET", "k", "v");
+    int fd = client_to(loop, &p, NULL);
+    char req[160];
+    snprintf(req, sizeof req,
+             "REPLSYNC ? 0 7000\r\nREPLACK 30\r\nREPLACK %" PRIu64
+             "\r\nREPLACK 40\r\n",
+             p.kv.log.end + 1000);
+    send_all(fd, req, strlen(req));
+    uint64_t t0 = now_ms();
+    while ((!p.kv.npeers || p.kv.peers.next->offset < 40) &&
+           now_ms() - t0 < 5000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    for (int i = 0; i < 100; i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK_EQ(p.kv.npeers, 1);
+    CHECK_U64_EQ(p.kv.peers.next->offset, 40);
+    close(fd);
+    close_client(loop, &p);
+}
+
 /* A primary that accepted and never answers REPLSYNC (partitioned right
  * after the connect, or wedged): the replica gives up on the handshake
  * after the replication timeout, says so, and connects again, instead of
@@ -1655,10 +1687,67 @@ TEST(replica_gives_up_on_a_primary_that_never_answers) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+static bool minutes_up;
+static void minutes_fired(lull_timer *t) {
+    (void)t;
+    minutes_up = true;
+}
+
+/* A primary that answered "+FULLRESYNC <replid> " is alive: the offset
+ * ends the line when its snapshot child starts, which may be once another
+ * replica's snapshot is written (one child serves those that waited).
+ * The replica waits for it, as it waits for the snapshot itself, instead
+ * of giving up after the handshake's minute, reconnecting, and waiting
+ * at the back again (for ever, with snapshots longer than a minute).
+ * Virtual time: ten minutes pass at once. */
+TEST(replica_waits_for_the_offset_once_fullresync_began) {
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
+    static server r;
+    server_defaults(&r);
+    r.log = count_timeouts;
+    r.kv.replica = true;
+    snprintf(r.m.host, sizeof r.m.host, "pair");
+    snprintf(r.m.addr, sizeof r.m.addr, "pair");
+    CHECK_EQ(server_open(&r, loop, &silent_net, 1000000000000ll), 0);
+    silent_connects = timeout_lines = 0;
+    server_start(&r);
+    while (r.m.state != M_SYNC)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(silent_connects, 1);
+    static const char begun[] =
+        "+FULLRESYNC 0123456789abcdef0123456789abcdef01234567 ";
+    CHECK_EQ(write(silent_fds[0], begun, sizeof begun - 1),
+             (ssize_t)sizeof begun - 1);
+    lull_timer ten;
+    CHECK_EQ(lull_timer_init(loop, &ten, minutes_fired), 0);
+    lull_timer_start(&ten, 600000000000ull, 0);
+    minutes_up = false;
+    while (!minutes_up)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(timeout_lines, 0);
+    CHECK_EQ(silent_connects, 1);
+    CHECK_EQ(r.m.state, M_SYNC);
+    /* The offset comes: the link is up. */
+    CHECK_EQ(write(silent_fds[0], "0\r\n", 3), 3);
+    while (r.m.state == M_SYNC)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(r.m.state, M_UP);
+    server_stop(&r);
+    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    server_free(&r);
+    close(silent_fds[0]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* ------------------------------------------- full resync by snapshot */
 
 static int snap_full, snap_continue, snap_replay, snap_marker, snap_failed,
     snap_stalled;
+static int snap_children[64], snap_nchildren; /* distinct snapshot children */
 static void count_syncs(server *srv, const char *line) {
     quiet_log(srv, line);
     if (strstr(line, "(full: a snapshot of")) snap_full++;
@@ -1668,6 +1757,13 @@ static void count_syncs(server *srv, const char *line) {
     if (strstr(line, "snapshot was not") || strstr(line, "no snapshot child"))
         snap_failed++;
     if (strstr(line, "the child exited with status 1")) snap_stalled++;
+    const char *ch = strstr(line, " from child ");
+    int pid = ch ? atoi(ch + 12) : 0;
+    bool seen = false;
+    for (int i = 0; i < snap_nchildren; i++)
+        seen |= snap_children[i] == pid;
+    if (pid > 0 && !seen && snap_nchildren < 64)
+        snap_children[snap_nchildren++] = pid;
 }
 
 static void write_argv(server *p, resp_arg *argv, size_t argc) {
@@ -1911,8 +2007,8 @@ TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
         lull_loop_run(loop, LULL_RUN_ONCE);
     }
     rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
-    CHECK(l->child > 0);
-    pid_t child = l->child;
+    CHECK(link_child(l) > 0);
+    pid_t child = link_child(l);
     CHECK_EQ(kill_replicas(&p.kv), 1);
     CHECK(kill(child, 0) < 0 && errno == ESRCH); /* killed and reaped */
     CHECK_EQ(p.links_held, 0);
@@ -1923,6 +2019,130 @@ TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
     CHECK_EQ(snap_full, 1);
     same_dumps(&p, &r);
     close_all(loop, &p, &r);
+}
+
+/* Six replicas ask for a full resync at once: one child serves the first,
+ * the others wait for its end and are served by one more child, together
+ * (Redis runs one fork for the replicas that wait too); a replica gone
+ * while it waits is not among them. Each forked a child of its own: six
+ * copies of the keyspace at once. */
+TEST(replicas_asking_at_once_share_two_snapshot_children) {
+    if (!children_watched()) return;
+    enum { N = 6 };
+    lull_loop *loop;
+    server p;
+    static server r[N];
+    open_snap_pair(&loop, &p, &r[0], SNAPSHOT_FORK);
+    snap_nchildren = 0;
+    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
+        char k[32];
+        snprintf(k, sizeof k, "many:%d", i);
+        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
+    }
+    for (int i = 1; i < N; i++) {
+        node_open(&r[i], loop, true);
+        r[i].log = count_syncs;
+    }
+    for (int i = 0; i < N; i++) { /* the pair's connects: one at a time */
+        server_start(&r[i]);
+        while (connecting)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    /* The first child writes; every other link waits for its end. */
+    uint64_t t0 = now_ms();
+    size_t waiting = 0;
+    int first = 0;
+    while (waiting < N - 1) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+        waiting = 0;
+        for (repl_peer *q = p.kv.peers.next; q != &p.kv.peers; q = q->next) {
+            rlink *l = LULL_CONTAINER_OF(q, rlink, peer);
+            waiting += l->snap == SNAP_WAIT;
+            if (link_child(l)) first = link_child(l);
+        }
+    }
+    CHECK(first > 0);
+    CHECK_EQ(snap_nchildren, 1);
+    /* One that waits dies: the first child goes on, for its one link. */
+    server_stop(&r[N - 1]);
+    while (p.kv.npeers > N - 1) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(kill(first, 0) == 0 || snap_nchildren == 2);
+    for (int i = 0; i < N - 1; i++)
+        run_to_sync(loop, &p, &r[i]);
+    CHECK_EQ(snap_nchildren, 2);
+    CHECK_EQ(snap_failed, 0);
+    for (int i = 0; i < N - 1; i++)
+        same_dumps(&p, &r[i]);
+    for (int i = 1; i < N; i++) {
+        server_stop(&r[i]);
+        for (int k = 0; k < 100 && r[i].m.ep; k++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    close_all(loop, &p, &r[0]);
+    for (int i = 1; i < N; i++)
+        server_free(&r[i]);
+}
+
+/* Two replicas served by one child: the one that stops reading is given
+ * up alone (its link closed, "status 1"), the other gets all of its
+ * snapshot; the first, reading again, reconnects and syncs too. */
+TEST(shared_snapshot_child_gives_up_on_one_replica_only) {
+    if (!children_watched()) return;
+    enum { N = 3 };
+    lull_loop *loop;
+    server p;
+    static server r[N];
+    open_snap_pair(&loop, &p, &r[0], SNAPSHOT_FORK);
+    snap_nchildren = snap_stalled = 0;
+    p.snap_timeout_ms = 300;
+    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
+        char k[32];
+        snprintf(k, sizeof k, "many:%d", i);
+        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
+    }
+    for (int i = 1; i < N; i++) {
+        node_open(&r[i], loop, true);
+        r[i].log = count_syncs;
+    }
+    for (int i = 0; i < N; i++) { /* the pair's connects: one at a time */
+        server_start(&r[i]);
+        while (connecting)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    /* r[0] has the first child; r[1] and r[2] wait, then share one. */
+    uint64_t t0 = now_ms();
+    while (snap_nchildren < 2) {
+        CHECK(now_ms() - t0 < 20000);
+        CHECK(r[1].m.state != M_UP && r[2].m.state != M_UP);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(snap_failed, 0);
+    CHECK_EQ(lull_stream_read_stop(&r[2].m.t.stream), 0);
+    while (snap_stalled == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(snap_failed, 1); /* r[2]'s only */
+    run_to_sync(loop, &p, &r[1]);
+    CHECK_EQ(snap_nchildren, 2);
+    CHECK_EQ(lull_stream_read_start(&r[2].m.t.stream), 0);
+    for (int i = 0; i < N; i++)
+        run_to_sync(loop, &p, &r[i]);
+    CHECK_EQ(snap_failed, 1);
+    for (int i = 0; i < N; i++)
+        same_dumps(&p, &r[i]);
+    for (int i = 1; i < N; i++) {
+        server_stop(&r[i]);
+        for (int k = 0; k < 100 && r[i].m.ep; k++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    close_all(loop, &p, &r[0]);
+    for (int i = 1; i < N; i++)
+        server_free(&r[i]);
 }
 
 /* A replica that stops reading mid-snapshot: its child gives up once the
@@ -1950,8 +2170,8 @@ TEST(snapshot_child_gives_up_on_a_replica_that_stopped_reading) {
     }
     CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
     rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
-    CHECK(l->child > 0);
-    pid_t child = l->child;
+    CHECK(link_child(l) > 0);
+    pid_t child = link_child(l);
     t0 = now_ms();
     while (snap_stalled == 0) {
         CHECK(now_ms() - t0 < 10000);
@@ -2026,11 +2246,11 @@ static void child_keeps_no_other_connection(void) {
     }
     CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
     rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
-    CHECK(l->child > 0);
+    CHECK(link_child(l) > 0);
     conn_drop(c, NULL);
     for (int i = 0; i < 10; i++)
         lull_loop_run(loop, LULL_RUN_NOWAIT);
-    CHECK(l->child > 0 && kill(l->child, 0) == 0); /* still writing */
+    CHECK(link_child(l) > 0 && kill(link_child(l), 0) == 0); /* still writing */
     char tmp[16];
     CHECK_EQ(read(fd, tmp, sizeof tmp), 0); /* EOF, not EAGAIN */
     close(fd);
@@ -2081,7 +2301,7 @@ TEST(snapshot_child_descriptors_count_against_maxclients) {
     }
     CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
     rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
-    CHECK(l->child > 0);
+    CHECK(link_child(l) > 0);
     int fd = client_to(loop, &p, NULL);
     char got[128];
     bool eof;
@@ -2090,7 +2310,7 @@ TEST(snapshot_child_descriptors_count_against_maxclients) {
     close(fd);
     CHECK_EQ(lull_stream_read_start(&r.m.t.stream), 0);
     run_to_sync(loop, &p, &r);
-    while (l->child) /* reaped: its pidfd closed */
+    while (link_child(l)) /* reaped: its pidfd closed */
         lull_loop_run(loop, LULL_RUN_ONCE);
     /* A client now holds the place the child's pidfd needs: the next
      * snapshot is refused, and taken once the client left. */
@@ -2206,7 +2426,7 @@ TEST(client_kill_of_a_replica_before_its_snapshot_forks_no_child) {
         lull_loop_run(loop, LULL_RUN_NOWAIT);
         if (!p.kv.npeers) continue;
         rlink *l = LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer);
-        if (l->snap == SNAP_HELLO && !l->hello_out && !l->child) break;
+        if (l->snap == SNAP_HELLO && !l->hello_out && !l->job) break;
     }
     CHECK_EQ(snap_forked, 0);
     char got[64];
