@@ -42,13 +42,14 @@ free_port() {
 }
 
 # raw PORT BYTES [HOST]: sends BYTES (with \r\n escapes) on one connection
-# and prints what came back (Python's repr) within 0.2 s of quiet or at EOF.
+# and prints what came back (Python's repr): up to 3 s for the first byte
+# (a loaded machine, a sanitizer's build), then until 0.2 s of quiet or EOF.
 cat >"$dir/raw.py" <<'PY'
 import socket, sys
 host = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
 s = socket.create_connection((host, int(sys.argv[1])))
 s.sendall(sys.argv[2].encode().decode("unicode_escape").encode("latin-1"))
-s.settimeout(0.2)
+s.settimeout(3)
 out = b""
 try:
     while True:
@@ -56,6 +57,7 @@ try:
         if not d:
             break
         out += d
+        s.settimeout(0.2)
 except OSError:
     pass
 print(repr(out))
