@@ -2122,7 +2122,10 @@ int lull_server_open(lull_loop *loop, lull_server *srv, int fd,
 
 int lull_server_accept(lull_server *srv, lull_stream *s,
                        const lull_stream_options *opts) {
-    if (!srv || !s || !srv->loop || !options_ok(opts)) return -EINVAL;
+    /* Closed (io.fd -1, loop kept): not listening, as never set up; not
+     * -ENOENT, which says a later connection may still come. */
+    if (!srv || !s || !srv->loop || srv->io.fd < 0 || !options_ok(opts))
+        return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(srv->loop);
     if (srv->pending < 0) return srv->failed ? -srv->failed : -ENOENT;
     /* Refused before the connection is taken: it waits for an accept

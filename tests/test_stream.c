@@ -4746,6 +4746,40 @@ TEST(server_listened_again_while_listening_is_busy) {
     free_loop(loop);
 }
 
+/* lull_server_accept on a closed server is -EINVAL, "a server not
+ * listening" (API.md), also inside on_connection after the close; it
+ * said -ENOENT, "nothing waiting", as if a connection might still come. */
+static int g_accept_after_close;
+
+static void close_then_accept(lull_server *srv) {
+    lull_stream s;
+    lull_server_close(srv);
+    g_accept_after_close = lull_server_accept(srv, &s, NULL);
+}
+
+TEST(accept_on_a_closed_server_is_einval) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_server srv;
+    lull_stream s;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, close_then_accept),
+             0);
+    int port = lull_server_port(&srv);
+    CHECK(port > 0);
+    CHECK_EQ(lull_server_accept(&srv, &s, NULL), -ENOENT); /* listening */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    g_accept_after_close = 1;
+    for (int i = 0; i < 100 && g_accept_after_close == 1; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_accept_after_close, -EINVAL);
+    CHECK_EQ(lull_server_accept(&srv, &s, NULL), -EINVAL);
+    close(fd);
+    free_loop(loop);
+}
+
 /* ... and on another loop: the clearing left the first loop's watcher on
  * the struct and its count of open handles up for good. */
 TEST(server_listened_again_on_another_loop_is_busy) {
