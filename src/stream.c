@@ -1253,6 +1253,16 @@ static void read_eof(lull_stream *s) {
         fail_now(s, -EPROTO); /* a frame cut short */
         return;
     }
+    /* Writes still queued (a reply to the request that came with this EOF,
+     * an HTTP/1.0 client's shutdown say) are written before the end, as
+     * if a shutdown had asked for them: a peer that shut its side may
+     * still read, and dropping them would cut the reply while both sides
+     * call it an orderly close (Node ends its side after the queue too).
+     * A peer that is gone fails the write: that error is the reason. */
+    if (!s->on_end && s->head && !(s->state & S_SHUT_DONE)) {
+        s->state |= S_SHUT_WANT;
+        s->ep.flags |= EP_NO_SEND;
+    }
     /* A shutdown still writing its queue (S_SHUT_WANT) was asked to write
      * it all before the end: the stream stays open for that, as with
      * on_end, and closes with 0 once it is shut (after_write). */
@@ -2112,7 +2122,10 @@ int lull_server_open(lull_loop *loop, lull_server *srv, int fd,
 
 int lull_server_accept(lull_server *srv, lull_stream *s,
                        const lull_stream_options *opts) {
-    if (!srv || !s || !srv->loop || !options_ok(opts)) return -EINVAL;
+    /* Closed (io.fd -1, loop kept): not listening, as never set up; not
+     * -ENOENT, which says a later connection may still come. */
+    if (!srv || !s || !srv->loop || srv->io.fd < 0 || !options_ok(opts))
+        return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(srv->loop);
     if (srv->pending < 0) return srv->failed ? -srv->failed : -ENOENT;
     /* Refused before the connection is taken: it waits for an accept

@@ -2036,6 +2036,58 @@ TEST(close_reason_eof) {
     free_loop(loop);
 }
 
+/* An HTTP/1.0-style client: the request, then shutdown(SHUT_WR), then it
+ * reads the reply. The server's stream has no on_end; its reply (larger
+ * than the socket takes at once) is queued when the EOF is read. The reply
+ * is written in full before the stream closes with 0, as a shutdown would
+ * write it (Node ends its side after the queue). (The EOF closed the
+ * stream at once: the queue was released unwritten, the client read a cut
+ * reply and an EOF, and the server's close said 0, an orderly end.) */
+static lull_frame g_reply;
+static unsigned char *g_reply_bytes;
+
+static void reply_on_request(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)bytes;
+    (void)len;
+    if (g_reply.in_flight) return;
+    CHECK_EQ(lull_endpoint_send(ep, &g_reply), 0);
+}
+
+TEST(peer_eof_with_reply_queued_writes_it_first) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    lull_stream_options opt = {.flags = LULL_STREAM_RAW};
+    owner *o = owner_raw(loop, &peer, &opt);
+    shrink_buffers(lull_stream_fd(&o->s));
+    shrink_buffers(peer);
+    size_t total = 1 << 20;
+    g_reply_bytes = malloc(total);
+    unsigned char *got = malloc(total);
+    CHECK(g_reply_bytes && got);
+    for (size_t i = 0; i < total; i++)
+        g_reply_bytes[i] = (unsigned char)rnd();
+    g_released = 0;
+    g_reply = (lull_frame){
+        .bytes = g_reply_bytes, .len = total, .release = count_release};
+    lull_endpoint_set_callbacks(&o->s.ep, reply_on_request, NULL, owner_close);
+    static const char req[] = "GET / HTTP/1.0\r\n\r\n";
+    CHECK_EQ(send(peer, req, sizeof req - 1, 0), (ssize_t)(sizeof req - 1));
+    CHECK_EQ(shutdown(peer, SHUT_WR), 0);
+    /* The request, its reply's first write, then the EOF. */
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    read_all(loop, peer, got, total);
+    CHECK(memcmp(got, g_reply_bytes, total) == 0);
+    owner_closed_once(loop, 0);
+    CHECK_EQ(g_released, 1);
+    char c;
+    CHECK_EQ(recv(peer, &c, 1, 0), 0); /* then the EOF */
+    close(peer);
+    free(got);
+    free(g_reply_bytes);
+    free_loop(loop);
+}
+
 /* A TCP peer that resets: -ECONNRESET. */
 TEST(close_reason_reset) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
@@ -4691,6 +4743,40 @@ TEST(server_listened_again_while_listening_is_busy) {
     CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, never_connection),
              0);
     lull_server_close(&srv);
+    free_loop(loop);
+}
+
+/* lull_server_accept on a closed server is -EINVAL, "a server not
+ * listening" (API.md), also inside on_connection after the close; it
+ * said -ENOENT, "nothing waiting", as if a connection might still come. */
+static int g_accept_after_close;
+
+static void close_then_accept(lull_server *srv) {
+    lull_stream s;
+    lull_server_close(srv);
+    g_accept_after_close = lull_server_accept(srv, &s, NULL);
+}
+
+TEST(accept_on_a_closed_server_is_einval) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_server srv;
+    lull_stream s;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, NULL, 0, 0, close_then_accept),
+             0);
+    int port = lull_server_port(&srv);
+    CHECK(port > 0);
+    CHECK_EQ(lull_server_accept(&srv, &s, NULL), -ENOENT); /* listening */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    g_accept_after_close = 1;
+    for (int i = 0; i < 100 && g_accept_after_close == 1; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(g_accept_after_close, -EINVAL);
+    CHECK_EQ(lull_server_accept(&srv, &s, NULL), -EINVAL);
+    close(fd);
     free_loop(loop);
 }
 
