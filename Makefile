@@ -207,7 +207,8 @@ sim:
 	  multi-split chunk-edge int32 silent-resync expire-early \
 	  batch-death expire-now same-length snapshot-ttl ltrim-off hincrby-set \
 	  lrange-end setrange-shrink expire-gt exec-arity snap-list-batch \
-	  resume-caught-up lrem-direction outf-resend ack-spin hollow-partition \
+	  resume-caught-up lrem-direction outf-resend ack-spin msetnx-partial \
+	  hollow-partition \
 	  short-write-resend short-write-drop hollow-short-write; do \
 	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \

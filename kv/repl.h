@@ -139,6 +139,8 @@ enum {
      * instead of waiting for the frame's release: a task that re-posts
      * itself at one instant, while the network it waits on never runs. */
     KV_PLANT_ACK_SPIN = 0x8000000,
+    /* MSETNX with a key there sets the keys before it, answering 0. */
+    KV_PLANT_MSETNX_PARTIAL = 0x10000000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

@@ -89,7 +89,8 @@
  *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
  *                      setrange-shrink, expire-gt, exec-arity,
  *                      snap-list-batch, resume-caught-up,
- *                      lrem-direction, outf-resend, ack-spin:
+ *                      lrem-direction, outf-resend, ack-spin,
+ *                      msetnx-partial:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -176,8 +177,8 @@ typedef struct node {
     bool why_down;     /* a replica said why its link went down */
 } node;
 
-/* P_MKEY: MSET, MGET or DEL of 2 or 3 of the client's keys, checked key
- * by key (cmd[i].op: OP_SET, OP_MGET_ONE, OP_DEL). */
+/* P_MKEY: MSET, MGET, DEL or MSETNX of 2 or 3 of the client's keys,
+ * checked key by key (cmd[i].op: OP_SET, OP_MGET_ONE, OP_DEL, OP_SET_NX). */
 enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY, P_QUIT };
 
 /* A request in flight: one command, a transaction, or the DEL that
@@ -1396,17 +1397,18 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2);
 static void send_bytes(client *cl, const char *b, size_t n);
 
-/* MSET, MGET or DEL of 2 or 3 distinct keys of the client's. */
+/* MSET, MGET, DEL or MSETNX of 2 or 3 distinct keys of the client's. */
 static void send_multikey(client *cl, pending *p, char *req) {
     sim *S = cl->S;
-    static const int ops[3] = {OP_SET, OP_MGET_ONE, OP_DEL};
-    static const char *const words[3] = {"MSET", "MGET", "DEL"};
-    int w = (int)below(&S->rng, 3);
+    static const int ops[4] = {OP_SET, OP_MGET_ONE, OP_DEL, OP_SET_NX};
+    static const char *const words[4] = {"MSET", "MGET", "DEL", "MSETNX"};
+    int w = (int)below(&S->rng, 4);
+    bool values = w == 0 || w == 3;
     p->kind = P_MKEY;
     p->ncmd = 2 + (int)below(&S->rng, 2);
     int first = (int)below(&S->rng, KEYS);
     size_t n = (size_t)sprintf(req, "*%d\r\n$%zu\r\n%s\r\n",
-                               1 + p->ncmd * (w == 0 ? 2 : 1), strlen(words[w]),
+                               1 + p->ncmd * (values ? 2 : 1), strlen(words[w]),
                                words[w]);
     char text[200];
     int tn = snprintf(text, sizeof text, "%s", words[w]);
@@ -1420,7 +1422,7 @@ static void send_multikey(client *cl, pending *p, char *req) {
         c->op = ops[w];
         n += (size_t)sprintf(req + n, "$%zu\r\n%s\r\n", strlen(c->key), c->key);
         tn += snprintf(text + tn, sizeof text - (size_t)tn, " %s", c->key);
-        if (w == 0) {
+        if (values) {
             size_t vl = model_value(c, val);
             n += (size_t)sprintf(req + n, "$%zu\r\n", vl);
             memcpy(req + n, val, vl);
@@ -1447,6 +1449,27 @@ static bool check_multikey(client *cl, pending *p, const char *r, size_t len,
                 !model_apply(&cl->keys[p->key[i]], &p->cmd[i], lo, now, r, len))
                 return false;
         return true;
+    }
+    if (op == OP_SET_NX) {
+        /* MSETNX: 1, every key was missing and is set (as by SET NX);
+         * 0, some key was there and none is touched. */
+        if (len == 4 && memcmp(r, ":1\r\n", 4) == 0) {
+            for (int i = 0; i < p->ncmd; i++)
+                if (!model_apply(&cl->keys[p->key[i]], &p->cmd[i], lo, now,
+                                 "+OK\r\n", 5))
+                    return false;
+            return true;
+        }
+        if (len != 4 || memcmp(r, ":0\r\n", 4) != 0) return false;
+        static model_key k0;
+        bool some = false;
+        for (int i = 0; i < p->ncmd && !some; i++) {
+            model_cmd c = p->cmd[i];
+            c.op = OP_EXISTS;
+            model_key_copy(&k0, &cl->keys[p->key[i]]);
+            some = model_apply(&k0, &c, lo, now, ":1\r\n", 4);
+        }
+        return some;
     }
     if (op == OP_MGET_ONE) {
         char head[8];
@@ -1721,6 +1744,7 @@ static void check_reply(client *cl, const char *r, size_t len) {
                  cl->id,
                  p->cmd[0].op == OP_SET        ? "MSET"
                  : p->cmd[0].op == OP_MGET_ONE ? "MGET"
+                 : p->cmd[0].op == OP_SET_NX   ? "MSETNX"
                                                : "DEL",
                  p->ncmd, p->cmd[0].key, oneline(r, len, got, sizeof got), lo,
                  now);
@@ -3222,6 +3246,7 @@ static const struct {
               {"lrem-direction", KV_PLANT_LREM_DIRECTION},
               {"outf-resend", KV_PLANT_OUTF_RESEND},
               {"ack-spin", KV_PLANT_ACK_SPIN},
+              {"msetnx-partial", KV_PLANT_MSETNX_PARTIAL},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -3364,7 +3389,7 @@ static int usage(void) {
         "       batch-death expire-now same-length snapshot-ttl ltrim-off\n"
         "       hincrby-set lrange-end setrange-shrink expire-gt exec-arity\n"
         "       snap-list-batch resume-caught-up lrem-direction outf-resend\n"
-        "       ack-spin hollow-partition\n"
+        "       ack-spin msetnx-partial hollow-partition\n"
         "       short-write-resend short-write-drop hollow-short-write "
         "(--streams)\n");
     return 2;
