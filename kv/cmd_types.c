@@ -685,7 +685,9 @@ static void cmd_lpos(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         kv_elem *x = list_at(l, tail ? l->n - 1 - i : i);
         if (x->len != a[2].len || memcmp(x->p, a[2].p, x->len) != 0) continue;
         if (++matches < rank) continue;
-        long long at = (long long)(tail ? l->n - 1 - i : i);
+        /* (KV_PLANT_LPOS_TAIL, repl.h: i from the tail) */
+        bool at_i = !tail || (k->plant & KV_PLANT_LPOS_TAIL);
+        long long at = (long long)(at_i ? i : l->n - 1 - i);
         if (count == -1) {
             buf_int(out, ':', at);
             return;

@@ -141,6 +141,9 @@ enum {
     KV_PLANT_ACK_SPIN = 0x8000000,
     /* MSETNX with a key there sets the keys before it, answering 0. */
     KV_PLANT_MSETNX_PARTIAL = 0x10000000,
+    /* LPOS with a negative RANK answers a match's place counted from the
+     * tail, not its index. */
+    KV_PLANT_LPOS_TAIL = 0x20000000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

@@ -7,20 +7,19 @@
  * jitter, bandwidth, windows, slow readers, partitions that resume or
  * break, resets at a random byte, refused connects). The clients run a
  * random workload of strings (SETRANGE too), lists (LREM, LSET, LTRIM,
- * LINSERT, LMOVE, RPOPLPUSH, LRANGE too; RPUSH of up to 200 items), hashes
- * (HSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT, read by HGET, HGETALL,
- * HLEN), RENAME and RENAMENX of two keys, integers at the 2^31/2^32/2^63
- * edges, values from 0 bytes to past the log's chunk size, absolute and
- * relative expiry times (past, soon, hours ahead; SETEX and PSETEX, whose
- * expiry the model knows only within the command's window; PEXPIREAT's
- * NX, XX, GT and LT), multi-key MSET, MGET
- * and DEL, and transactions (an eighth with a command the server refuses
- * to queue), with pipelining; a client whose connection
- * fails reconnects, and first deletes the keys whose last commands it
- * cannot know the fate of. Half the seeds run with small log chunks and
- * small stream buffers; half with values of 64 KiB and more, overwritten
- * with equal-length ones that differ from a random byte on; half with
- * clients that hang up with requests in flight (most often on a big
+ * LINSERT, LMOVE, RPOPLPUSH, LRANGE, LPOS too; RPUSH of up to 200
+ * items), hashes (HSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT, read by HGET,
+ * HGETALL, HLEN), RENAME and RENAMENX of two keys, integers at the
+ * 2^31/2^32/2^63 edges, values from 0 bytes to past the log's chunk size,
+ * absolute and relative expiry times (past, soon, hours ahead; SETEX and
+ * PSETEX, whose expiry the model knows only within the command's window;
+ * PEXPIREAT's NX, XX, GT and LT), multi-key MSET, MGET and DEL, and
+ * transactions (an eighth with a command the server refuses to queue), with
+ * pipelining; a client whose connection fails reconnects, and first deletes the
+ * keys whose last commands it cannot know the fate of. Half the seeds run with
+ * small log chunks and small stream buffers; half with values of 64 KiB and
+ * more, overwritten with equal-length ones that differ from a random byte on;
+ * half with clients that hang up with requests in flight (most often on a big
  * read). When the clients are done the network heals and the cluster
  * settles. The server is lull-kv's own code (node.c, conn.c,
  * link.c, cmd*.c), the socket program's, over a kv_net of the simulated
@@ -90,7 +89,7 @@
  *                      setrange-shrink, expire-gt, exec-arity,
  *                      snap-list-batch, resume-caught-up,
  *                      lrem-direction, outf-resend, ack-spin,
- *                      msetnx-partial:
+ *                      msetnx-partial, lpos-tail:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -1216,7 +1215,7 @@ static void send_forget(client *cl) {
 static int pick_op(uint64_t *r) {
     static const int weights[OP_COUNT] = {
         15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2, 3, 2, 2,
-        3,  3, 4, 2, 2,  6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3, 2, 3, 3, 4, 2};
+        3,  3, 4, 2, 2,  6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3, 2, 3, 3, 4, 2, 3};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1293,7 +1292,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
      * repeats its items (LREM's direction shows). */
     bool list_op = c->op == OP_RPUSH || c->op == OP_RPUSH_N ||
                    c->op == OP_LPOP || c->op == OP_LREM || c->op == OP_LSET ||
-                   c->op == OP_LRANGE;
+                   c->op == OP_LRANGE || c->op == OP_LPOS;
     if (list_op && below(r, 2)) *key = k = 0;
     snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
     /* Indexes past both ends of the short lists RPUSH makes; RENAME's
@@ -1338,9 +1337,10 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         if (S->big_len && below(r, 3) == 0 && to_big_key(cl, c, key))
             c->i1 = (int64_t)below(r, S->big_len - 32);
     }
-    /* LREM of an item the list holds, half the time its last (often
-     * held before too: from which end LREM counts shows) */
-    if (c->op == OP_LREM && below(r, 4)) {
+    /* LREM and LPOS of an item the list holds, half the time its last
+     * (often held before too: from which end LREM counts, and where
+     * LPOS's negative rank starts, shows) */
+    if ((c->op == OP_LREM || c->op == OP_LPOS) && below(r, 4)) {
         for (int i = 0; i < KEYS; i++) /* to a key with a list, if any */
             if (cl->keys[(*key + i) % KEYS].c[0].type == MODEL_LIST) {
                 *key = (*key + i) % KEYS;
@@ -3247,6 +3247,7 @@ static const struct {
               {"outf-resend", KV_PLANT_OUTF_RESEND},
               {"ack-spin", KV_PLANT_ACK_SPIN},
               {"msetnx-partial", KV_PLANT_MSETNX_PARTIAL},
+              {"lpos-tail", KV_PLANT_LPOS_TAIL},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -3389,7 +3390,7 @@ static int usage(void) {
         "       batch-death expire-now same-length snapshot-ttl ltrim-off\n"
         "       hincrby-set lrange-end setrange-shrink expire-gt exec-arity\n"
         "       snap-list-batch resume-caught-up lrem-direction outf-resend\n"
-        "       ack-spin msetnx-partial hollow-partition\n"
+        "       ack-spin msetnx-partial lpos-tail hollow-partition\n"
         "       short-write-resend short-write-drop hollow-short-write "
         "(--streams)\n");
     return 2;
