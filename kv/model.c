@@ -56,7 +56,7 @@ static const char *const names[OP_COUNT + 1] = {
     "HDEL",         "HGET",   "HGETALL",  "HLEN",      "HINCRBY",
     "HINCRBYFLOAT", "SETEX",  "PSETEX",   "LINSERT",   "LMOVE",
     "RPOPLPUSH",    "LRANGE", "SETRANGE", "PEXPIREAT", "RPUSH",
-    "LPOS",         "MGET"};
+    "LPOS",         "EXPIRE", "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -205,6 +205,10 @@ size_t model_request(const model_cmd *c, char *out) {
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
         argv[argc] = val;
         lens[argc++] = model_value(c, val);
+        break;
+    case OP_EXPIRE:
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
         break;
     case OP_LPOS:
         argv[argc] = val;
@@ -883,6 +887,13 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
         set_expire(s, now + ms, hi + ms);
         return put_s(out, "+OK\r\n");
     }
+    case OP_EXPIRE: /* relative, as SETEX: within the window, shifted */
+        if (!live) return put_s(out, ":0\r\n");
+        if (c->i1 <= 0)
+            clear(s); /* already past: the key goes */
+        else
+            set_expire(s, now + c->i1 * 1000, hi + c->i1 * 1000);
+        return put_s(out, ":1\r\n");
     }
     return 0;
 }

@@ -108,6 +108,7 @@ enum {
                          one: model.c's rpush_item) */
     OP_LPOS,          /* LPOS k v RANK i1 (0 sent as -1), COUNT i2 when
                          i2 >= 0 */
+    OP_EXPIRE,        /* EXPIRE k i1 (seconds from the command's instant) */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */

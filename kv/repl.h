@@ -144,6 +144,8 @@ enum {
     /* LPOS with a negative RANK answers a match's place counted from the
      * tail, not its index. */
     KV_PLANT_LPOS_TAIL = 0x20000000,
+    /* EXPIRE k s takes its seconds as ms (EXPIREAT's are right). */
+    KV_PLANT_EXPIRE_SECONDS = 0x40000000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

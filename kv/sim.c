@@ -11,9 +11,10 @@
  * items), hashes (HSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT, read by HGET,
  * HGETALL, HLEN), RENAME and RENAMENX of two keys, integers at the
  * 2^31/2^32/2^63 edges, values from 0 bytes to past the log's chunk size,
- * absolute and relative expiry times (past, soon, hours ahead; SETEX and
- * PSETEX, whose expiry the model knows only within the command's window;
- * PEXPIREAT's NX, XX, GT and LT), multi-key MSET, MGET and DEL, and
+ * absolute and relative expiry times (past, soon, hours ahead; SETEX,
+ * PSETEX and EXPIRE, whose expiry the model knows only within the
+ * command's window; PEXPIREAT's NX, XX, GT and LT), multi-key MSET,
+ * MSETNX, MGET and DEL, and
  * transactions (an eighth with a command the server refuses to queue), with
  * pipelining; a client whose connection fails reconnects, and first deletes the
  * keys whose last commands it cannot know the fate of. Half the seeds run with
@@ -89,7 +90,7 @@
  *                      setrange-shrink, expire-gt, exec-arity,
  *                      snap-list-batch, resume-caught-up,
  *                      lrem-direction, outf-resend, ack-spin,
- *                      msetnx-partial, lpos-tail:
+ *                      msetnx-partial, lpos-tail, expire-seconds:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -1213,9 +1214,10 @@ static void send_forget(client *cl) {
 }
 
 static int pick_op(uint64_t *r) {
-    static const int weights[OP_COUNT] = {
-        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2, 3, 2, 2,
-        3,  3, 4, 2, 2,  6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3, 2, 3, 3, 4, 2, 3};
+    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8,
+                                          6,  3, 2, 4, 3,  2, 2, 2, 3, 2, 2, 3,
+                                          3,  4, 2, 2, 6,  3, 3, 5, 3, 2, 5, 2,
+                                          3,  4, 3, 3, 2,  3, 3, 4, 2, 3, 3};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1382,10 +1384,15 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
             if (mk->c[i].len > room) c->op = OP_DEL;
         if (c->op == OP_DEL) *key2 = *key;
     }
-    /* SETEX's seconds, PSETEX's ms: mostly soon (up to 3 s), sometimes
-     * hours ahead, now and then not a time (an error). */
+    /* SETEX's and EXPIRE's seconds, PSETEX's ms: mostly soon (up to 3 s),
+     * sometimes hours ahead, now and then not a time (an error; for
+     * EXPIRE, past: the key goes). */
     if (c->op == OP_SETEX)
         c->i1 = when == 0 ? 0 : when == 2 ? 3600 : 1 + (int64_t)below(r, 3);
+    else if (c->op == OP_EXPIRE)
+        c->i1 = when == 0   ? -(int64_t)below(r, 2)
+                : when == 2 ? 3600
+                            : 1 + (int64_t)below(r, 3);
     else if (c->op == OP_PSETEX)
         c->i1 = when == 0 ? -(int64_t)below(r, 2) : c->at - ms_now(S);
     if (S->no_faults && (c->op == OP_SET_PXAT || c->op == OP_PEXPIREAT ||
@@ -3248,6 +3255,7 @@ static const struct {
               {"ack-spin", KV_PLANT_ACK_SPIN},
               {"msetnx-partial", KV_PLANT_MSETNX_PARTIAL},
               {"lpos-tail", KV_PLANT_LPOS_TAIL},
+              {"expire-seconds", KV_PLANT_EXPIRE_SECONDS},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -3390,7 +3398,8 @@ static int usage(void) {
         "       batch-death expire-now same-length snapshot-ttl ltrim-off\n"
         "       hincrby-set lrange-end setrange-shrink expire-gt exec-arity\n"
         "       snap-list-batch resume-caught-up lrem-direction outf-resend\n"
-        "       ack-spin msetnx-partial lpos-tail hollow-partition\n"
+        "       ack-spin msetnx-partial lpos-tail expire-seconds\n"
+        "       hollow-partition\n"
         "       short-write-resend short-write-drop hollow-short-write "
         "(--streams)\n");
     return 2;
