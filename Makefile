@@ -185,13 +185,13 @@ soak:
 # each planted replication bug must be found within SIM_PLANT_SEEDS
 # seeds, and a fault-free run of SIM_COMMANDS commands, in two processes,
 # must give one trace hash. A failure prints its seed and the command that
-# replays it. 2,000 seeds take 14 s of one CPU (12.6 s user + 1.3 s
+# replays it. 2,000 seeds take 13 s of one CPU (12.2 s user + 1.1 s
 # sys, measured; the target: at least 2,000 within 2 minutes), so the
 # default, 10,000 (CI's), about five times that; the 1,000,000 commands
 # a few seconds a run (docs/SIMULATION.md has the figures). Then
 # SIM_STREAMS_SEEDS seeds over lull's streams with the fault shim under
-# them (--streams): 2,000 take 61 s of one CPU (21.9 s user + 38.6 s sys,
-# measured), 30 s per 1,000.
+# them (--streams): 2,000 take 63 s of one CPU (23.3 s user + 40.0 s sys,
+# measured), 32 s per 1,000.
 SEEDS ?= 10000
 SIM_STREAMS_SEEDS ?= 2000
 SIM_PLANT_SEEDS ?= 500
@@ -207,7 +207,8 @@ sim:
 	  multi-split chunk-edge int32 silent-resync expire-early \
 	  batch-death expire-now same-length snapshot-ttl ltrim-off hincrby-set \
 	  lrange-end setrange-shrink expire-gt exec-arity snap-list-batch \
-	  resume-caught-up lrem-direction outf-resend ack-spin hollow-partition \
+	  resume-caught-up lrem-direction outf-resend ack-spin msetnx-partial \
+	  lpos-tail expire-seconds hollow-partition \
 	  short-write-resend short-write-drop hollow-short-write; do \
 	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \

@@ -838,7 +838,9 @@ static void cmd_expire(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         buf_str(out, "' command\r\n");
         return;
     }
-    if (seconds) when *= 1000;
+    /* (KV_PLANT_EXPIRE_SECONDS, repl.h: EXPIRE's seconds taken as ms) */
+    if (seconds && !(relative && (k->plant & KV_PLANT_EXPIRE_SECONDS)))
+        when *= 1000;
     when += base;
     dict_entry *e = kv_lookup(k, &a[1]);
     if (!e) {

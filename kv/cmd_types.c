@@ -210,11 +210,15 @@ static void cmd_msetnx(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         wrong_args(&a[0], out);
         return;
     }
-    for (size_t i = 1; i < argc; i += 2)
-        if (kv_lookup(k, &a[i])) {
-            buf_str(out, ":0\r\n");
-            return;
-        }
+    /* end: the first key there, if any (KV_PLANT_MSETNX_PARTIAL, repl.h:
+     * the keys before it are set) */
+    size_t end = argc;
+    for (size_t i = 1; i < argc && end == argc; i += 2)
+        if (kv_lookup(k, &a[i])) end = i;
+    if (end < argc && !(k->plant & KV_PLANT_MSETNX_PARTIAL)) {
+        buf_str(out, ":0\r\n");
+        return;
+    }
     /* the record: MSET with these arguments */
     resp_arg *rec = malloc(argc * sizeof *rec);
     if (!rec) {
@@ -224,14 +228,14 @@ static void cmd_msetnx(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     rec[0] = (resp_arg){"MSET", 4};
     memcpy(rec + 1, a + 1, (argc - 1) * sizeof *rec);
     size_t i = 1;
-    for (; i < argc; i += 2)
+    for (; i < end; i += 2)
         if (set_string(k, &a[i], a[i + 1].p, a[i + 1].len) < 0) break;
     if (i > 1) kv_log(k, rec, i);
     free(rec);
-    if (i < argc)
+    if (i < end)
         reply_oom(out);
     else
-        buf_str(out, ":1\r\n");
+        buf_str(out, end < argc ? ":0\r\n" : ":1\r\n");
 }
 
 static void cmd_mget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -681,7 +685,9 @@ static void cmd_lpos(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         kv_elem *x = list_at(l, tail ? l->n - 1 - i : i);
         if (x->len != a[2].len || memcmp(x->p, a[2].p, x->len) != 0) continue;
         if (++matches < rank) continue;
-        long long at = (long long)(tail ? l->n - 1 - i : i);
+        /* (KV_PLANT_LPOS_TAIL, repl.h: i from the tail) */
+        bool at_i = !tail || (k->plant & KV_PLANT_LPOS_TAIL);
+        long long at = (long long)(at_i ? i : l->n - 1 - i);
         if (count == -1) {
             buf_int(out, ':', at);
             return;

@@ -56,7 +56,7 @@ static const char *const names[OP_COUNT + 1] = {
     "HDEL",         "HGET",   "HGETALL",  "HLEN",      "HINCRBY",
     "HINCRBYFLOAT", "SETEX",  "PSETEX",   "LINSERT",   "LMOVE",
     "RPOPLPUSH",    "LRANGE", "SETRANGE", "PEXPIREAT", "RPUSH",
-    "MGET"};
+    "LPOS",         "EXPIRE", "MGET"};
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -112,9 +112,14 @@ static const char *rpush_item(const char *v, size_t *n, size_t j) {
     return &"abc"[(j / 2) % 3];
 }
 
+/* LPOS's rank: never 0 (an error), so i1's 0 is -1, from the tail. */
+static long long lpos_rank(const model_cmd *c) {
+    return c->i1 ? c->i1 : -1;
+}
+
 size_t model_request(const model_cmd *c, char *out) {
-    const char *argv[5];
-    size_t lens[5], argc = 0;
+    const char *argv[7];
+    size_t lens[7], argc = 0;
     char num[24], num2[24];
     static char val[MODEL_VAL_MAX];
     argv[argc] = names[c->op];
@@ -200,6 +205,25 @@ size_t model_request(const model_cmd *c, char *out) {
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
         argv[argc] = val;
         lens[argc++] = model_value(c, val);
+        break;
+    case OP_EXPIRE:
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
+        break;
+    case OP_LPOS:
+        argv[argc] = val;
+        lens[argc++] = model_value(c, val);
+        argv[argc] = "RANK";
+        lens[argc++] = 4;
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%lld", lpos_rank(c));
+        if (c->i2 >= 0) {
+            argv[argc] = "COUNT";
+            lens[argc++] = 5;
+            argv[argc] = num2;
+            lens[argc++] =
+                (size_t)snprintf(num2, sizeof num2, "%" PRId64, c->i2);
+        }
         break;
     default:
         break;
@@ -547,6 +571,38 @@ static size_t model_linsert(model_val *s, const model_cmd *c, bool live,
     return put_s(out, ":-1\r\n");
 }
 
+/* LPOS on a list, or on no key (live false): the index of the rank-th
+ * item equal to v from the head (from the tail for a negative rank), nil
+ * when there is none; with COUNT n, the indexes of up to n (0: all) from
+ * that one on, in the order walked. */
+static size_t model_lpos(const model_val *s, const model_cmd *c, bool live,
+                         const char *v, size_t vlen, char *out) {
+    long long rank = lpos_rank(c), matches = 0, found = 0;
+    bool tail = rank < 0, count = c->i2 >= 0;
+    if (tail) rank = -rank;
+    size_t n = live ? s->items : 0;
+    static uint32_t at[UINT16_MAX + 1]; /* where item i begins */
+    for (size_t i = 0, p = 0; i < n; i++) {
+        at[i] = (uint32_t)p;
+        p += 1 + (unsigned char)s->v[p];
+    }
+    static char ints[MODEL_REQ_MAX];
+    size_t o = 0;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = tail ? n - 1 - k : k;
+        if ((unsigned char)s->v[at[i]] != vlen ||
+            memcmp(s->v + at[i] + 1, v, vlen) != 0 || ++matches < rank)
+            continue;
+        if (!count) return put_int(out, 0, (long long)i);
+        o = put_int(ints, o, (long long)i);
+        if (++found == c->i2) break;
+    }
+    if (!count) return put_s(out, "$-1\r\n");
+    size_t h = (size_t)sprintf(out, "*%lld\r\n", found);
+    memcpy(out + h, ints, o);
+    return h + o;
+}
+
 /* LMOVE and RPOPLPUSH from s to d (d == s: the same name): an item off
  * one end of s onto one end of d (made when it is no key); s goes when
  * emptied. Each keeps its own expiry. */
@@ -800,6 +856,9 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
     case OP_LINSERT:
         if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
         return model_linsert(s, c, live, v, vlen, out);
+    case OP_LPOS:
+        if (live && s->type != MODEL_LIST) return put_s(out, WRONGTYPE);
+        return model_lpos(s, c, live, v, vlen, out);
     case OP_LMOVE:
     case OP_RPOPLPUSH: {
         static model_val none; /* key2 missing, as for RENAME */
@@ -828,6 +887,13 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
         set_expire(s, now + ms, hi + ms);
         return put_s(out, "+OK\r\n");
     }
+    case OP_EXPIRE: /* relative, as SETEX: within the window, shifted */
+        if (!live) return put_s(out, ":0\r\n");
+        if (c->i1 <= 0)
+            clear(s); /* already past: the key goes */
+        else
+            set_expire(s, now + c->i1 * 1000, hi + c->i1 * 1000);
+        return put_s(out, ":1\r\n");
     }
     return 0;
 }

@@ -106,6 +106,9 @@ enum {
     OP_PEXPIREAT_IF,  /* PEXPIREAT k t NX|XX|GT|LT (which: i2, 0 to 3) */
     OP_RPUSH_N,       /* RPUSH k v a v b v c v a ... (i2 items, at least
                          one: model.c's rpush_item) */
+    OP_LPOS,          /* LPOS k v RANK i1 (0 sent as -1), COUNT i2 when
+                         i2 >= 0 */
+    OP_EXPIRE,        /* EXPIRE k i1 (seconds from the command's instant) */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */

@@ -139,6 +139,13 @@ enum {
      * instead of waiting for the frame's release: a task that re-posts
      * itself at one instant, while the network it waits on never runs. */
     KV_PLANT_ACK_SPIN = 0x8000000,
+    /* MSETNX with a key there sets the keys before it, answering 0. */
+    KV_PLANT_MSETNX_PARTIAL = 0x10000000,
+    /* LPOS with a negative RANK answers a match's place counted from the
+     * tail, not its index. */
+    KV_PLANT_LPOS_TAIL = 0x20000000,
+    /* EXPIRE k s takes its seconds as ms (EXPIREAT's are right). */
+    KV_PLANT_EXPIRE_SECONDS = 0x40000000,
 };
 
 /* A sender's place in the log: the next record and the chunk holding it,

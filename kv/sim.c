@@ -7,20 +7,20 @@
  * jitter, bandwidth, windows, slow readers, partitions that resume or
  * break, resets at a random byte, refused connects). The clients run a
  * random workload of strings (SETRANGE too), lists (LREM, LSET, LTRIM,
- * LINSERT, LMOVE, RPOPLPUSH, LRANGE too; RPUSH of up to 200 items), hashes
- * (HSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT, read by HGET, HGETALL,
- * HLEN), RENAME and RENAMENX of two keys, integers at the 2^31/2^32/2^63
- * edges, values from 0 bytes to past the log's chunk size, absolute and
- * relative expiry times (past, soon, hours ahead; SETEX and PSETEX, whose
- * expiry the model knows only within the command's window; PEXPIREAT's
- * NX, XX, GT and LT), multi-key MSET, MGET
- * and DEL, and transactions (an eighth with a command the server refuses
- * to queue), with pipelining; a client whose connection
- * fails reconnects, and first deletes the keys whose last commands it
- * cannot know the fate of. Half the seeds run with small log chunks and
- * small stream buffers; half with values of 64 KiB and more, overwritten
- * with equal-length ones that differ from a random byte on; half with
- * clients that hang up with requests in flight (most often on a big
+ * LINSERT, LMOVE, RPOPLPUSH, LRANGE, LPOS too; RPUSH of up to 200
+ * items), hashes (HSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT, read by HGET,
+ * HGETALL, HLEN), RENAME and RENAMENX of two keys, integers at the
+ * 2^31/2^32/2^63 edges, values from 0 bytes to past the log's chunk size,
+ * absolute and relative expiry times (past, soon, hours ahead; SETEX,
+ * PSETEX and EXPIRE, whose expiry the model knows only within the
+ * command's window; PEXPIREAT's NX, XX, GT and LT), multi-key MSET,
+ * MSETNX, MGET and DEL, and
+ * transactions (an eighth with a command the server refuses to queue), with
+ * pipelining; a client whose connection fails reconnects, and first deletes the
+ * keys whose last commands it cannot know the fate of. Half the seeds run with
+ * small log chunks and small stream buffers; half with values of 64 KiB and
+ * more, overwritten with equal-length ones that differ from a random byte on;
+ * half with clients that hang up with requests in flight (most often on a big
  * read). When the clients are done the network heals and the cluster
  * settles. The server is lull-kv's own code (node.c, conn.c,
  * link.c, cmd*.c), the socket program's, over a kv_net of the simulated
@@ -89,7 +89,8 @@
  *                      snapshot-ttl, ltrim-off, hincrby-set, lrange-end,
  *                      setrange-shrink, expire-gt, exec-arity,
  *                      snap-list-batch, resume-caught-up,
- *                      lrem-direction, outf-resend, ack-spin:
+ *                      lrem-direction, outf-resend, ack-spin,
+ *                      msetnx-partial, lpos-tail, expire-seconds:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -176,8 +177,8 @@ typedef struct node {
     bool why_down;     /* a replica said why its link went down */
 } node;
 
-/* P_MKEY: MSET, MGET or DEL of 2 or 3 of the client's keys, checked key
- * by key (cmd[i].op: OP_SET, OP_MGET_ONE, OP_DEL). */
+/* P_MKEY: MSET, MGET, DEL or MSETNX of 2 or 3 of the client's keys,
+ * checked key by key (cmd[i].op: OP_SET, OP_MGET_ONE, OP_DEL, OP_SET_NX). */
 enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY, P_QUIT };
 
 /* A request in flight: one command, a transaction, or the DEL that
@@ -1213,9 +1214,10 @@ static void send_forget(client *cl) {
 }
 
 static int pick_op(uint64_t *r) {
-    static const int weights[OP_COUNT] = {
-        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2, 3, 2, 2,
-        3,  3, 4, 2, 2,  6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3, 2, 3, 3, 4, 2};
+    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8,
+                                          6,  3, 2, 4, 3,  2, 2, 2, 3, 2, 2, 3,
+                                          3,  4, 2, 2, 6,  3, 3, 5, 3, 2, 5, 2,
+                                          3,  4, 3, 3, 2,  3, 3, 4, 2, 3, 3};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1292,7 +1294,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
      * repeats its items (LREM's direction shows). */
     bool list_op = c->op == OP_RPUSH || c->op == OP_RPUSH_N ||
                    c->op == OP_LPOP || c->op == OP_LREM || c->op == OP_LSET ||
-                   c->op == OP_LRANGE;
+                   c->op == OP_LRANGE || c->op == OP_LPOS;
     if (list_op && below(r, 2)) *key = k = 0;
     snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
     /* Indexes past both ends of the short lists RPUSH makes; RENAME's
@@ -1337,9 +1339,10 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         if (S->big_len && below(r, 3) == 0 && to_big_key(cl, c, key))
             c->i1 = (int64_t)below(r, S->big_len - 32);
     }
-    /* LREM of an item the list holds, half the time its last (often
-     * held before too: from which end LREM counts shows) */
-    if (c->op == OP_LREM && below(r, 4)) {
+    /* LREM and LPOS of an item the list holds, half the time its last
+     * (often held before too: from which end LREM counts, and where
+     * LPOS's negative rank starts, shows) */
+    if ((c->op == OP_LREM || c->op == OP_LPOS) && below(r, 4)) {
         for (int i = 0; i < KEYS; i++) /* to a key with a list, if any */
             if (cl->keys[(*key + i) % KEYS].c[0].type == MODEL_LIST) {
                 *key = (*key + i) % KEYS;
@@ -1381,10 +1384,15 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
             if (mk->c[i].len > room) c->op = OP_DEL;
         if (c->op == OP_DEL) *key2 = *key;
     }
-    /* SETEX's seconds, PSETEX's ms: mostly soon (up to 3 s), sometimes
-     * hours ahead, now and then not a time (an error). */
+    /* SETEX's and EXPIRE's seconds, PSETEX's ms: mostly soon (up to 3 s),
+     * sometimes hours ahead, now and then not a time (an error; for
+     * EXPIRE, past: the key goes). */
     if (c->op == OP_SETEX)
         c->i1 = when == 0 ? 0 : when == 2 ? 3600 : 1 + (int64_t)below(r, 3);
+    else if (c->op == OP_EXPIRE)
+        c->i1 = when == 0   ? -(int64_t)below(r, 2)
+                : when == 2 ? 3600
+                            : 1 + (int64_t)below(r, 3);
     else if (c->op == OP_PSETEX)
         c->i1 = when == 0 ? -(int64_t)below(r, 2) : c->at - ms_now(S);
     if (S->no_faults && (c->op == OP_SET_PXAT || c->op == OP_PEXPIREAT ||
@@ -1396,17 +1404,18 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2);
 static void send_bytes(client *cl, const char *b, size_t n);
 
-/* MSET, MGET or DEL of 2 or 3 distinct keys of the client's. */
+/* MSET, MGET, DEL or MSETNX of 2 or 3 distinct keys of the client's. */
 static void send_multikey(client *cl, pending *p, char *req) {
     sim *S = cl->S;
-    static const int ops[3] = {OP_SET, OP_MGET_ONE, OP_DEL};
-    static const char *const words[3] = {"MSET", "MGET", "DEL"};
-    int w = (int)below(&S->rng, 3);
+    static const int ops[4] = {OP_SET, OP_MGET_ONE, OP_DEL, OP_SET_NX};
+    static const char *const words[4] = {"MSET", "MGET", "DEL", "MSETNX"};
+    int w = (int)below(&S->rng, 4);
+    bool values = w == 0 || w == 3;
     p->kind = P_MKEY;
     p->ncmd = 2 + (int)below(&S->rng, 2);
     int first = (int)below(&S->rng, KEYS);
     size_t n = (size_t)sprintf(req, "*%d\r\n$%zu\r\n%s\r\n",
-                               1 + p->ncmd * (w == 0 ? 2 : 1), strlen(words[w]),
+                               1 + p->ncmd * (values ? 2 : 1), strlen(words[w]),
                                words[w]);
     char text[200];
     int tn = snprintf(text, sizeof text, "%s", words[w]);
@@ -1420,7 +1429,7 @@ static void send_multikey(client *cl, pending *p, char *req) {
         c->op = ops[w];
         n += (size_t)sprintf(req + n, "$%zu\r\n%s\r\n", strlen(c->key), c->key);
         tn += snprintf(text + tn, sizeof text - (size_t)tn, " %s", c->key);
-        if (w == 0) {
+        if (values) {
             size_t vl = model_value(c, val);
             n += (size_t)sprintf(req + n, "$%zu\r\n", vl);
             memcpy(req + n, val, vl);
@@ -1447,6 +1456,27 @@ static bool check_multikey(client *cl, pending *p, const char *r, size_t len,
                 !model_apply(&cl->keys[p->key[i]], &p->cmd[i], lo, now, r, len))
                 return false;
         return true;
+    }
+    if (op == OP_SET_NX) {
+        /* MSETNX: 1, every key was missing and is set (as by SET NX);
+         * 0, some key was there and none is touched. */
+        if (len == 4 && memcmp(r, ":1\r\n", 4) == 0) {
+            for (int i = 0; i < p->ncmd; i++)
+                if (!model_apply(&cl->keys[p->key[i]], &p->cmd[i], lo, now,
+                                 "+OK\r\n", 5))
+                    return false;
+            return true;
+        }
+        if (len != 4 || memcmp(r, ":0\r\n", 4) != 0) return false;
+        static model_key k0;
+        bool some = false;
+        for (int i = 0; i < p->ncmd && !some; i++) {
+            model_cmd c = p->cmd[i];
+            c.op = OP_EXISTS;
+            model_key_copy(&k0, &cl->keys[p->key[i]]);
+            some = model_apply(&k0, &c, lo, now, ":1\r\n", 4);
+        }
+        return some;
     }
     if (op == OP_MGET_ONE) {
         char head[8];
@@ -1721,6 +1751,7 @@ static void check_reply(client *cl, const char *r, size_t len) {
                  cl->id,
                  p->cmd[0].op == OP_SET        ? "MSET"
                  : p->cmd[0].op == OP_MGET_ONE ? "MGET"
+                 : p->cmd[0].op == OP_SET_NX   ? "MSETNX"
                                                : "DEL",
                  p->ncmd, p->cmd[0].key, oneline(r, len, got, sizeof got), lo,
                  now);
@@ -3222,6 +3253,9 @@ static const struct {
               {"lrem-direction", KV_PLANT_LREM_DIRECTION},
               {"outf-resend", KV_PLANT_OUTF_RESEND},
               {"ack-spin", KV_PLANT_ACK_SPIN},
+              {"msetnx-partial", KV_PLANT_MSETNX_PARTIAL},
+              {"lpos-tail", KV_PLANT_LPOS_TAIL},
+              {"expire-seconds", KV_PLANT_EXPIRE_SECONDS},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -3364,7 +3398,8 @@ static int usage(void) {
         "       batch-death expire-now same-length snapshot-ttl ltrim-off\n"
         "       hincrby-set lrange-end setrange-shrink expire-gt exec-arity\n"
         "       snap-list-batch resume-caught-up lrem-direction outf-resend\n"
-        "       ack-spin hollow-partition\n"
+        "       ack-spin msetnx-partial lpos-tail expire-seconds\n"
+        "       hollow-partition\n"
         "       short-write-resend short-write-drop hollow-short-write "
         "(--streams)\n");
     return 2;

@@ -3273,7 +3273,7 @@ TEST(model_agrees_with_the_commands) {
         if (c.op == OP_SETEX) c.i1 = r % 4;
         if (c.op == OP_PSETEX) c.i1 = (int64_t)(r % 300) - 20;
         snprintf(c.field, sizeof c.field, "f%u", r / 7 % 3);
-        if ((c.op == OP_LREM || c.op == OP_LINSERT) && r % 4)
+        if ((c.op == OP_LREM || c.op == OP_LINSERT || c.op == OP_LPOS) && r % 4)
             model_list_item(&keys[key].c[0], r, &c);
         int key2 = (int)(r / 81 % KEYS);
         snprintf(c.key2, sizeof c.key2, "k%d", key2);
