@@ -301,25 +301,53 @@ TEST(histogram_percentile_math) {
 }
 
 /* Busy time counts callbacks, idle time counts the blocking wait. The
- * timer is armed after the spin, so however long a loaded machine makes the
- * spin, the loop still has 50 ms to wait for (a timer armed before it could
- * come due during a long preemption, leaving no wait to count). */
-static lull_timer idle_timer;
+ * wait is ended by another thread 50 ms after it saw the loop asleep in
+ * it, so it lasts that long however a loaded machine schedules the
+ * loop's thread: a timer armed for 50 ms after the spin could come due
+ * while the thread was kept off the CPU after the arm (its slice spent by
+ * the spin), leaving no wait at all (idle 0, in 4 of about 2,000 runs
+ * under load). */
+typedef struct idler {
+    lull_loop *loop;
+    int tid;          /* the loop's thread */
+    lull_timer far;   /* keeps the run going until `finish` */
+    lull_task finish; /* posted by the thread: the run ends */
+} idler;
+
 static void spin_3ms(lull_task *t) {
     (void)t;
     check_spin_ns(3 * MS);
-    lull_timer_start(&idle_timer, 50 * MS, 0);
 }
 
-TEST(busy_and_idle_time) {
+static void finish_idle(lull_task *t) {
+    lull_timer_stop(&LULL_CONTAINER_OF(t, idler, finish)->far);
+}
+
+static void *end_idle_later(void *arg) {
+    idler *id = arg;
+    check_wait_blocked(id->tid, id->loop->backend_fd, &id->loop->sleeping);
+    struct timespec ts = {0, 50 * MS};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    lull_task_post_remote(id->loop, &id->finish);
+    return NULL;
+}
+
+TEST_THREADED(busy_and_idle_time) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    idler id = {.loop = loop, .tid = gettid()};
     lull_task t;
     lull_task_init(&t, spin_3ms);
-    lull_timer_init(loop, &idle_timer, count_timer);
+    lull_task_init(&id.finish, finish_idle);
+    lull_timer_init(loop, &id.far, count_timer);
+    lull_timer_start(&id.far, 3600000 * MS, 0);
     lull_task_post(loop, &t);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, end_idle_later, &id), 0);
     uint64_t start = check_clock_ns();
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     uint64_t elapsed = check_clock_ns() - start;
+    CHECK_EQ(pthread_join(th, NULL), 0);
     lull_metrics m = metrics();
     /* Under load the 3 ms spin may take longer in wall time (preemption),
      * which moves time from idle to busy; the sum is what must hold. Only
@@ -328,6 +356,7 @@ TEST(busy_and_idle_time) {
     CHECK_LE(25 * MS, m.idle_ns);
     CHECK_LE(m.busy_ns + m.idle_ns, elapsed + 1 * MS);
     CHECK_LE(elapsed, m.busy_ns + m.idle_ns + 5 * MS);
+    CHECK_EQ(calls, 0); /* the far timer never fired */
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
