@@ -1625,6 +1625,60 @@ static bool ping_pong_or_closed(end *c, end *s) {
     return (c->frames > 0 && s->frames > 0) || c->closed || s->closed;
 }
 
+/* One round of a failing-allocation test: a client and a server over a
+ * socketpair with allocation k failing (counted by *seen from the round's
+ * start), a frame each way (a send may say -ENOMEM only where
+ * sends_may_fail), then the close. Both ends close, once each. Whether
+ * allocation k was reached: the return; whether a call or a close said
+ * -ENOMEM: *enomem. */
+static bool failing_round(lull_loop *loop, lull_tls_ctx *sctx,
+                          lull_tls_ctx *cctx, long k, atomic_long *fail_at,
+                          atomic_long *seen, bool sends_may_fail, end *c,
+                          end *s, bool *enomem) {
+    end_init(c);
+    end_init(s);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    atomic_store(seen, 0);
+    atomic_store(fail_at, k);
+    int rs = lull_tls_open(loop, &s->t, sctx, sv[1], NULL);
+    int rc = lull_tls_open(loop, &c->t, cctx, sv[0], &g_client_opts);
+    if (rs == 0) {
+        end_watch(s);
+    } else {
+        CHECK_EQ(rs, -ENOMEM);
+        s->closed = true;
+    }
+    if (rc == 0) {
+        end_watch(c);
+    } else {
+        CHECK_EQ(rc, -ENOMEM);
+        c->closed = true;
+    }
+    *enomem = rs == -ENOMEM || rc == -ENOMEM;
+    end *both[2] = {c, s};
+    static const char *const says[2] = {"ping", "pong"};
+    for (int i = 0; i < 2; i++) {
+        if (both[i]->closed) continue;
+        int r = lull_endpoint_send_copy(&both[i]->t.ep, says[i], 4);
+        CHECK(r == 0 || (sends_may_fail && r == -ENOMEM));
+        *enomem |= r == -ENOMEM;
+    }
+    run_a_while(loop, c, s, ping_pong_or_closed);
+    if (!c->closed) CHECK_EQ(lull_endpoint_close(&c->t.ep, 0), 0);
+    run_a_while(loop, c, s, both_closed);
+    if (!s->closed) { /* its peer failed before the handshake */
+        CHECK_EQ(lull_endpoint_close(&s->t.ep, 0), 0);
+        run_a_while(loop, c, s, both_closed);
+    }
+    CHECK(c->closed && s->closed);
+    CHECK(c->closes <= 1 && s->closes <= 1);
+    bool failed = atomic_load(seen) > k;
+    atomic_store(fail_at, -1);
+    *enomem |= c->reason == -ENOMEM || s->reason == -ENOMEM;
+    return failed;
+}
+
 TEST(each_allocation_failing_in_turn_closes_cleanly) {
     if (skip()) return;
     lull_tls_ctx *sctx, *cctx;
@@ -1632,51 +1686,11 @@ TEST(each_allocation_failing_in_turn_closes_cleanly) {
     long k;
     for (k = 0; k < 2000; k++) {
         end c, s;
-        end_init(&c);
-        end_init(&s);
-        int sv[2];
-        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-        atomic_store(&g_fail_seen, 0);
-        atomic_store(&g_fail_at, k);
-        int rs = lull_tls_open(loop, &s.t, sctx, sv[1], NULL);
-        int rc = lull_tls_open(loop, &c.t, cctx, sv[0], &g_client_opts);
-        if (rs == 0) {
-            end_watch(&s);
-        } else {
-            CHECK_EQ(rs, -ENOMEM);
-            s.closed = true;
-        }
-        if (rc == 0) {
-            end_watch(&c);
-        } else {
-            CHECK_EQ(rc, -ENOMEM);
-            c.closed = true;
-        }
-        bool enomem = rs == -ENOMEM || rc == -ENOMEM;
-        if (!c.closed) {
-            int r = lull_endpoint_send_copy(&c.t.ep, "ping", 4);
-            CHECK(r == 0 || r == -ENOMEM);
-            enomem |= r == -ENOMEM;
-        }
-        if (!s.closed) {
-            int r = lull_endpoint_send_copy(&s.t.ep, "pong", 4);
-            CHECK(r == 0 || r == -ENOMEM);
-            enomem |= r == -ENOMEM;
-        }
-        run_a_while(loop, &c, &s, ping_pong_or_closed);
-        if (!c.closed) CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
-        run_a_while(loop, &c, &s, both_closed);
-        if (!s.closed) { /* its peer failed before the handshake */
-            CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
-            run_a_while(loop, &c, &s, both_closed);
-        }
-        CHECK(c.closed && s.closed);
-        CHECK(c.closes <= 1 && s.closes <= 1);
-        bool failed = atomic_load(&g_fail_seen) > k;
-        atomic_store(&g_fail_at, -1);
+        bool enomem;
+        bool failed = failing_round(loop, sctx, cctx, k, &g_fail_at,
+                                    &g_fail_seen, true, &c, &s, &enomem);
         /* The end whose allocation failed says so: -ENOMEM, not a
          * handshake or protocol failure it did not have. */
-        enomem |= c.reason == -ENOMEM || s.reason == -ENOMEM;
         if (failed && !enomem)
             printf("allocation %ld: client %d (%s), server %d (%s)\n", k,
                    c.reason, c.why, s.reason, s.why);
@@ -1705,42 +1719,10 @@ TEST(each_openssl_allocation_failing_in_turn_closes_cleanly) {
     int not_enomem = 0;
     for (k = 0; k < 20000; k++) {
         end c, s;
-        end_init(&c);
-        end_init(&s);
-        int sv[2];
-        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-        atomic_store(&g_ossl_fail_seen, 0);
-        atomic_store(&g_ossl_fail_at, k);
-        int rs = lull_tls_open(loop, &s.t, sctx, sv[1], NULL);
-        int rc = lull_tls_open(loop, &c.t, cctx, sv[0], &g_client_opts);
-        if (rs == 0) {
-            end_watch(&s);
-        } else {
-            CHECK_EQ(rs, -ENOMEM);
-            s.closed = true;
-        }
-        if (rc == 0) {
-            end_watch(&c);
-        } else {
-            CHECK_EQ(rc, -ENOMEM);
-            c.closed = true;
-        }
-        bool enomem = rs == -ENOMEM || rc == -ENOMEM;
-        if (!c.closed) CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "ping", 4), 0);
-        if (!s.closed) CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, "pong", 4), 0);
-        run_a_while(loop, &c, &s, ping_pong_or_closed);
-        if (!c.closed) CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
-        run_a_while(loop, &c, &s, both_closed);
-        if (!s.closed) { /* its peer failed before the handshake */
-            CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
-            run_a_while(loop, &c, &s, both_closed);
-        }
-        CHECK(c.closed && s.closed);
-        CHECK(c.closes <= 1 && s.closes <= 1);
-        bool failed = atomic_load(&g_ossl_fail_seen) > k;
-        atomic_store(&g_ossl_fail_at, -1);
+        bool enomem;
+        bool failed = failing_round(loop, sctx, cctx, k, &g_ossl_fail_at,
+                                    &g_ossl_fail_seen, false, &c, &s, &enomem);
         CHECK_EQ(ERR_peek_error(), 0ul);
-        enomem |= c.reason == -ENOMEM || s.reason == -ENOMEM;
         if (failed && !enomem) not_enomem++;
         if (!failed) break; /* past the last allocation: all were tried */
     }
