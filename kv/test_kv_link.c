@@ -1990,16 +1990,37 @@ static bool children_watched(void) {
     return false;
 }
 
+/* 40,000 keys on p: a snapshot of a few MB, longer than a socket's
+ * buffers hold. */
+static void load_few_mb(server *p) {
+    for (int i = 0; i < 40000; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "many:%d", i);
+        write_cmd(p, "SET", k, "0123456789012345678901234567890123456789");
+    }
+}
+
+/* r[1..n-1] set up as replicas beside r[0] (open_snap_pair's), then all n
+ * started, their connects one at a time (the pair's fake connect takes
+ * one). */
+static void start_replicas(lull_loop *loop, server *r, int n) {
+    for (int i = 1; i < n; i++) {
+        node_open(&r[i], loop, true);
+        r[i].log = count_syncs;
+    }
+    for (int i = 0; i < n; i++) {
+        server_start(&r[i]);
+        while (connecting)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+}
+
 TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
     if (!children_watched()) return;
     lull_loop *loop;
     server p, r;
     open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
-    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
-        char k[32];
-        snprintf(k, sizeof k, "many:%d", i);
-        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
-    }
+    load_few_mb(&p);
     server_start(&r);
     uint64_t t0 = now_ms();
     while (!(r.m.snap && store_count(&r.m.snap_db) > 0)) {
@@ -2034,20 +2055,8 @@ TEST(replicas_asking_at_once_share_two_snapshot_children) {
     static server r[N];
     open_snap_pair(&loop, &p, &r[0], SNAPSHOT_FORK);
     snap_nchildren = 0;
-    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
-        char k[32];
-        snprintf(k, sizeof k, "many:%d", i);
-        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
-    }
-    for (int i = 1; i < N; i++) {
-        node_open(&r[i], loop, true);
-        r[i].log = count_syncs;
-    }
-    for (int i = 0; i < N; i++) { /* the pair's connects: one at a time */
-        server_start(&r[i]);
-        while (connecting)
-            lull_loop_run(loop, LULL_RUN_NOWAIT);
-    }
+    load_few_mb(&p);
+    start_replicas(loop, r, N);
     /* The first child writes; every other link waits for its end. */
     uint64_t t0 = now_ms();
     size_t waiting = 0;
@@ -2099,20 +2108,8 @@ TEST(shared_snapshot_child_gives_up_on_one_replica_only) {
     open_snap_pair(&loop, &p, &r[0], SNAPSHOT_FORK);
     snap_nchildren = snap_stalled = 0;
     p.snap_timeout_ms = 300;
-    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
-        char k[32];
-        snprintf(k, sizeof k, "many:%d", i);
-        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
-    }
-    for (int i = 1; i < N; i++) {
-        node_open(&r[i], loop, true);
-        r[i].log = count_syncs;
-    }
-    for (int i = 0; i < N; i++) { /* the pair's connects: one at a time */
-        server_start(&r[i]);
-        while (connecting)
-            lull_loop_run(loop, LULL_RUN_NOWAIT);
-    }
+    load_few_mb(&p);
+    start_replicas(loop, r, N);
     /* r[0] has the first child; r[1] and r[2] wait, then share one. */
     uint64_t t0 = now_ms();
     while (snap_nchildren < 2) {
@@ -2157,11 +2154,7 @@ TEST(snapshot_child_gives_up_on_a_replica_that_stopped_reading) {
     open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
     snap_stalled = 0;
     p.snap_timeout_ms = 300;
-    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
-        char k[32];
-        snprintf(k, sizeof k, "many:%d", i);
-        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
-    }
+    load_few_mb(&p);
     server_start(&r);
     uint64_t t0 = now_ms();
     while (!(r.m.snap && store_count(&r.m.snap_db) > 0)) {
@@ -2196,11 +2189,7 @@ TEST(inline_snapshot_gives_up_on_a_replica_that_stopped_reading) {
     server p, r;
     open_snap_pair(&loop, &p, &r, SNAPSHOT_INLINE);
     p.snap_timeout_ms = 300;
-    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
-        char k[32];
-        snprintf(k, sizeof k, "many:%d", i);
-        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
-    }
+    load_few_mb(&p);
     server_start(&r);
     uint64_t t0 = now_ms();
     while (!(r.m.snap && store_count(&r.m.snap_db) > 0)) {
@@ -2230,11 +2219,7 @@ static void child_keeps_no_other_connection(void) {
     lull_loop *loop;
     server p, r;
     open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
-    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
-        char k[32];
-        snprintf(k, sizeof k, "many:%d", i);
-        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
-    }
+    load_few_mb(&p);
     conn *c;
     int fd = client_to(loop, &p, &c);
     CHECK_EQ(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
@@ -2287,11 +2272,7 @@ TEST(snapshot_child_descriptors_count_against_maxclients) {
     lull_loop *loop;
     server p, r;
     open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
-    for (int i = 0; i < 40000; i++) { /* a snapshot of a few MB */
-        char k[32];
-        snprintf(k, sizeof k, "many:%d", i);
-        write_cmd(&p, "SET", k, "0123456789012345678901234567890123456789");
-    }
+    load_few_mb(&p);
     p.maxclients = 2; /* the link and its child's pidfd */
     server_start(&r);
     uint64_t t0 = now_ms();
