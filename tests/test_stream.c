@@ -531,20 +531,27 @@ static void send_rewritten(lull_task *t) {
     (void)lull_endpoint_send(&g_a->s.ep, &f);
 }
 
+/* Runs resend (a task sending a frame again from a callback) and sees
+ * a's stream close once with -EBUSY, the frame released once. */
+static void resend_closes_with_ebusy(lull_loop *loop, counter *a,
+                                     lull_task_fn resend) {
+    lull_task t;
+    lull_task_init(&t, resend);
+    lull_task_post(loop, &t);
+    for (int i = 0; i < 20 && !a->closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(a->closes, 1);
+    CHECK_EQ(a->reason, -EBUSY);
+    CHECK_EQ(resent_releases, 1);
+}
+
 TEST(resent_queued_frame_closes_with_ebusy) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
     counters(loop, &a, &b, NULL, NULL);
     g_a = &a;
     resent_releases = 0;
-    lull_task t;
-    lull_task_init(&t, send_rewritten);
-    lull_task_post(loop, &t);
-    for (int i = 0; i < 20 && !a.closes; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
-    CHECK_EQ(a.closes, 1);
-    CHECK_EQ(a.reason, -EBUSY);
-    CHECK_EQ(resent_releases, 1);
+    resend_closes_with_ebusy(loop, &a, send_rewritten);
     CHECK(b.frames <= 1);
     close_pair(loop, &a, &b);
     free_loop(loop);
@@ -579,14 +586,7 @@ TEST(resent_frame_shorter_than_written_closes) {
     /* More than a byte taken, not all: the socket is full. */
     uint64_t written = a.s.bytes_written;
     CHECK(written > 1 && written < sizeof shrunk_bytes);
-    lull_task t;
-    lull_task_init(&t, send_shrunk);
-    lull_task_post(loop, &t);
-    for (int i = 0; i < 20 && !a.closes; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
-    CHECK_EQ(a.closes, 1);
-    CHECK_EQ(a.reason, -EBUSY);
-    CHECK_EQ(resent_releases, 1);
+    resend_closes_with_ebusy(loop, &a, send_shrunk);
     CHECK_EQ(a.s.bytes_written, written);
     close_pair(loop, &a, &b);
     free_loop(loop);
