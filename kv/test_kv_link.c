@@ -2015,6 +2015,18 @@ static void start_replicas(lull_loop *loop, server *r, int n) {
     }
 }
 
+/* start_replicas' end: r[1..n-1] stopped and freed, then close_all. */
+static void close_replicas(lull_loop *loop, server *p, server *r, int n) {
+    for (int i = 1; i < n; i++) {
+        server_stop(&r[i]);
+        for (int k = 0; k < 100 && r[i].m.ep; k++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    close_all(loop, p, &r[0]);
+    for (int i = 1; i < n; i++)
+        server_free(&r[i]);
+}
+
 TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
     if (!children_watched()) return;
     lull_loop *loop;
@@ -2086,14 +2098,7 @@ TEST(replicas_asking_at_once_share_two_snapshot_children) {
     CHECK_EQ(snap_failed, 0);
     for (int i = 0; i < N - 1; i++)
         same_dumps(&p, &r[i]);
-    for (int i = 1; i < N; i++) {
-        server_stop(&r[i]);
-        for (int k = 0; k < 100 && r[i].m.ep; k++)
-            lull_loop_run(loop, LULL_RUN_NOWAIT);
-    }
-    close_all(loop, &p, &r[0]);
-    for (int i = 1; i < N; i++)
-        server_free(&r[i]);
+    close_replicas(loop, &p, r, N);
 }
 
 /* Two replicas served by one child: the one that stops reading is given
@@ -2132,14 +2137,7 @@ TEST(shared_snapshot_child_gives_up_on_one_replica_only) {
     CHECK_EQ(snap_failed, 1);
     for (int i = 0; i < N; i++)
         same_dumps(&p, &r[i]);
-    for (int i = 1; i < N; i++) {
-        server_stop(&r[i]);
-        for (int k = 0; k < 100 && r[i].m.ep; k++)
-            lull_loop_run(loop, LULL_RUN_NOWAIT);
-    }
-    close_all(loop, &p, &r[0]);
-    for (int i = 1; i < N; i++)
-        server_free(&r[i]);
+    close_replicas(loop, &p, r, N);
 }
 
 /* A replica that stops reading mid-snapshot: its child gives up once the
