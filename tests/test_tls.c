@@ -442,6 +442,17 @@ static void end_pair(lull_loop *loop, end *c, lull_tls_ctx *cctx, end *s,
     end_pair_opts(loop, c, cctx, &co, s, sctx, &so);
 }
 
+/* end_pair to "localhost", both handshaken and the session tickets read:
+ * nothing left in flight but what the case sends. */
+static void settled_pair(lull_loop *loop, end *c, lull_tls_ctx *cctx, end *s,
+                         lull_tls_ctx *sctx) {
+    end_pair(loop, c, cctx, s, sctx, "localhost");
+    run_until(loop, &c->handshaken, 100);
+    run_until(loop, &s->handshaken, 100);
+    for (int i = 0; i < 10; i++) /* the tickets are read */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+}
+
 /* A counting server end on one side of a socketpair, for a peer the case
  * drives by hand: returns the other side's fd. */
 static int end_open_server(lull_loop *loop, end *s, lull_tls_ctx *sctx,
@@ -1224,11 +1235,7 @@ TEST(shutdown_writes_its_queue_after_the_peers_close_notify) {
     lull_tls_ctx *sctx, *cctx;
     lull_loop *loop = start(&sctx, &cctx);
     end c, s;
-    end_pair(loop, &c, cctx, &s, sctx, "localhost");
-    run_until(loop, &c.handshaken, 100);
-    run_until(loop, &s.handshaken, 100);
-    for (int i = 0; i < 10; i++) /* the tickets are read */
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    settled_pair(loop, &c, cctx, &s, sctx);
     /* The client asks for nothing more and reads nothing yet. */
     CHECK_EQ(lull_endpoint_read_stop(&c.t.ep), 0);
     CHECK_EQ(lull_endpoint_shutdown(&c.t.ep), 0);
@@ -1260,11 +1267,7 @@ TEST(shutdown_writes_its_queue_after_the_peers_close_notify) {
  * hangs. */
 static void drain_start(lull_loop *loop, end *c, end *s, lull_tls_ctx *cctx,
                         lull_tls_ctx *sctx, int frames) {
-    end_pair(loop, c, cctx, s, sctx, "localhost");
-    run_until(loop, &c->handshaken, 100);
-    run_until(loop, &s->handshaken, 100);
-    for (int i = 0; i < 10; i++) /* the tickets are read */
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    settled_pair(loop, c, cctx, s, sctx);
     CHECK_EQ(lull_endpoint_read_stop(&c->t.ep), 0);
     static char payload[32768];
     for (int i = 0; i < frames; i++)
@@ -1352,11 +1355,7 @@ TEST(close_encrypts_what_the_socket_takes_not_the_whole_queue) {
     for (int round = 0; round < 2; round++) {
         bool big = round == 0;
         end c, s;
-        end_pair(loop, &c, cctx, &s, sctx, "localhost");
-        run_until(loop, &c.handshaken, 100);
-        run_until(loop, &s.handshaken, 100);
-        for (int i = 0; i < 10; i++) /* the tickets are read */
-            CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        settled_pair(loop, &c, cctx, &s, sctx);
         CHECK_EQ(lull_endpoint_read_stop(&c.t.ep), 0);
         int n = big ? FRAMES : SMALL;
         for (int i = 0; i < n; i++)
@@ -1390,11 +1389,7 @@ TEST(close_to_a_gone_peer_encrypts_little) {
     enum { SIZE = 1 << 20, FRAMES = 64 };
     static char payload[SIZE];
     end c, s;
-    end_pair(loop, &c, cctx, &s, sctx, "localhost");
-    run_until(loop, &c.handshaken, 100);
-    run_until(loop, &s.handshaken, 100);
-    for (int i = 0; i < 10; i++) /* the tickets are read */
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    settled_pair(loop, &c, cctx, &s, sctx);
     CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0); /* its socket is closed */
     for (int i = 0; i < FRAMES; i++)
         CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, payload, SIZE), 0);
