@@ -1654,22 +1654,36 @@ TEST(replack_past_the_log_end_is_ignored) {
     close_client(loop, &p);
 }
 
+/* A replica r on a virtual loop (auto-advancing) whose connects land on
+ * silent_net: a primary that takes the connection and never answers. */
+static lull_loop *open_silent_replica(server *r) {
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
+    server_defaults(r);
+    r->log = count_timeouts;
+    r->kv.replica = true;
+    snprintf(r->m.host, sizeof r->m.host, "pair");
+    snprintf(r->m.addr, sizeof r->m.addr, "pair");
+    CHECK_EQ(server_open(r, loop, &silent_net, 1000000000000ll), 0);
+    return loop;
+}
+
+static void stop_silent_replica(lull_loop *loop, server *r) {
+    server_stop(r);
+    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    server_free(r);
+}
+
 /* A primary that accepted and never answers REPLSYNC (partitioned right
  * after the connect, or wedged): the replica gives up on the handshake
  * after the replication timeout, says so, and connects again, instead of
  * waiting on the link for ever. Virtual time: the minute passes at once. */
 TEST(replica_gives_up_on_a_primary_that_never_answers) {
-    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
-                            .flags = LULL_LOOP_AUTO_ADVANCE};
-    lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
     static server r;
-    server_defaults(&r);
-    r.log = count_timeouts;
-    r.kv.replica = true;
-    snprintf(r.m.host, sizeof r.m.host, "pair");
-    snprintf(r.m.addr, sizeof r.m.addr, "pair");
-    CHECK_EQ(server_open(&r, loop, &silent_net, 1000000000000ll), 0);
+    lull_loop *loop = open_silent_replica(&r);
     server_start(&r);
     while (silent_connects < 2 && lull_loop_now(loop) < 600000000000ull) {
         CHECK(lull_loop_alive(loop)); /* else this would spin */
@@ -1678,10 +1692,7 @@ TEST(replica_gives_up_on_a_primary_that_never_answers) {
     CHECK_EQ(silent_connects, 2);
     CHECK_EQ(timeout_lines, 1);
     CHECK(lull_loop_now(loop) >= 60000000000ull); /* not before the minute */
-    server_stop(&r);
-    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
-        lull_loop_run(loop, LULL_RUN_NOWAIT);
-    server_free(&r);
+    stop_silent_replica(loop, &r);
     for (int i = 0; i < silent_connects; i++)
         close(silent_fds[i]);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -1701,17 +1712,8 @@ static void minutes_fired(lull_timer *t) {
  * at the back again (for ever, with snapshots longer than a minute).
  * Virtual time: ten minutes pass at once. */
 TEST(replica_waits_for_the_offset_once_fullresync_began) {
-    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
-                            .flags = LULL_LOOP_AUTO_ADVANCE};
-    lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
     static server r;
-    server_defaults(&r);
-    r.log = count_timeouts;
-    r.kv.replica = true;
-    snprintf(r.m.host, sizeof r.m.host, "pair");
-    snprintf(r.m.addr, sizeof r.m.addr, "pair");
-    CHECK_EQ(server_open(&r, loop, &silent_net, 1000000000000ll), 0);
+    lull_loop *loop = open_silent_replica(&r);
     silent_connects = timeout_lines = 0;
     server_start(&r);
     while (r.m.state != M_SYNC)
@@ -1735,10 +1737,7 @@ TEST(replica_waits_for_the_offset_once_fullresync_began) {
     while (r.m.state == M_SYNC)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(r.m.state, M_UP);
-    server_stop(&r);
-    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
-        lull_loop_run(loop, LULL_RUN_NOWAIT);
-    server_free(&r);
+    stop_silent_replica(loop, &r);
     close(silent_fds[0]);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
