@@ -108,11 +108,19 @@ static int self_test(void) {
     int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     char name[64];
     if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 ||
-        ptsname_r(master, name, sizeof name) != 0)
+        ptsname_r(master, name, sizeof name) != 0) {
+        perror("tty_raw: a pseudo-terminal for the self-test");
+        if (master >= 0) close(master);
         return 1;
+    }
     int slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
     struct termios before, after;
-    if (slave < 0 || tcgetattr(slave, &before) < 0) return 1;
+    if (slave < 0 || tcgetattr(slave, &before) < 0) {
+        perror(name);
+        if (slave >= 0) close(slave);
+        close(master);
+        return 1;
+    }
     int rc = run(slave, master);
     if (tcgetattr(slave, &after) < 0) return 1;
     bool same = before.c_lflag == after.c_lflag &&
