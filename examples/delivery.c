@@ -121,8 +121,15 @@ int main(void) {
     lull_notifier_init(&log.changed);
 
     reader r = {.log = &log};
-    lull_pump_init(loop, &r.pump, pass);
-    lull_pump_listen(&r.pump, &log.changed, &r.listener);
+    int rc = lull_pump_init(loop, &r.pump, pass);
+    if (rc == 0 &&
+        (rc = lull_pump_listen(&r.pump, &log.changed, &r.listener)) < 0)
+        lull_pump_close(&r.pump);
+    if (rc < 0) {
+        fprintf(stderr, "delivery: %s\n", lull_strerror(rc));
+        lull_loop_free(loop);
+        return 1;
+    }
 
     writer w = {.log = &log, .reader = &r};
     lull_timer_init(loop, &w.tick, write_one);

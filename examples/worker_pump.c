@@ -51,7 +51,12 @@ int main(void) {
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) != 0) return 1;
     app a = {.expect = 0};
-    inbox_open(&a.in, loop, sink);
+    int err = inbox_open(&a.in, loop, sink);
+    if (err < 0) {
+        fprintf(stderr, "worker_pump: %s\n", lull_strerror(err));
+        lull_loop_free(loop);
+        return 1;
+    }
     LULL_NAME(loop, inbox_pass, "inbox: delivery pass");
 
     pthread_t th;

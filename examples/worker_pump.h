@@ -123,7 +123,7 @@ static void inbox_on_end(lull_task *t) {
 
 /* Loop thread, before any producer starts. Takes a loop reference: the
  * loop stays alive waiting for the producer until the session ends. */
-static void inbox_open(inbox *in, lull_loop *loop, inbox_sink_fn sink) {
+static int inbox_open(inbox *in, lull_loop *loop, inbox_sink_fn sink) {
     pthread_mutex_init(&in->lock, NULL);
     pthread_cond_init(&in->not_full, NULL);
     in->head = in->tail = 0;
@@ -133,11 +133,21 @@ static void inbox_open(inbox *in, lull_loop *loop, inbox_sink_fn sink) {
     in->finishing = false;
     in->open = true;
     lull_notifier_init(&in->pushed);
-    lull_pump_init(loop, &in->pump, inbox_pass);
-    lull_pump_listen(&in->pump, &in->pushed, &in->listener);
+    int rc = lull_pump_init(loop, &in->pump, inbox_pass);
+    if (rc == 0) {
+        rc = lull_pump_listen(&in->pump, &in->pushed, &in->listener);
+        if (rc < 0) lull_pump_close(&in->pump);
+    }
+    if (rc < 0) { /* -ENOMEM: nothing of the inbox is left on the loop */
+        pthread_cond_destroy(&in->not_full);
+        pthread_mutex_destroy(&in->lock);
+        in->open = false;
+        return rc;
+    }
     lull_task_init(&in->finish, inbox_on_finish);
     lull_task_init(&in->end, inbox_on_end);
     lull_loop_ref(loop);
+    return 0;
 }
 
 /* Any thread. Waits while the ring is full, so the loop thread itself may

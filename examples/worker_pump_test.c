@@ -65,7 +65,7 @@ static void setup(fixture *f, const char *name) {
     memset(f, 0, sizeof *f);
     lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
     CHECK(lull_loop_new(&f->loop, &o) == 0);
-    inbox_open(&f->in, f->loop, sink);
+    CHECK(inbox_open(&f->in, f->loop, sink) == 0);
     lull_task_init(&f->probe, on_probe);
 }
 
