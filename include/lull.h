@@ -1913,7 +1913,10 @@ typedef enum lull_stdio_kind {
     LULL_STDIO_PIPE = 2,       /* a pipe; the parent's end opens as `stream` */
     LULL_STDIO_SOCKETPAIR = 3, /* a Unix socketpair, both ways; the
                                   parent's end opens as `stream` */
-    LULL_STDIO_FD = 4          /* `fd`, the caller's (lull never closes it) */
+    LULL_STDIO_FD = 4,         /* `fd`, the caller's (lull never closes it) */
+    LULL_STDIO_DUP = 5         /* a copy of what the child's lower fd `fd`
+                                  gets: stdio[2] = {LULL_STDIO_DUP, 1} is
+                                  2>&1, its stderr on stdout's pipe */
 } lull_stdio_kind;
 
 /* lull_stdio.flags. FRAMED: the stream carries length-prefixed frames
@@ -1930,7 +1933,8 @@ typedef enum lull_stdio_kind {
 
 typedef struct lull_stdio { /* all zero = inherit */
     lull_stdio_kind kind;   /* LULL_STDIO_* */
-    int fd;                 /* LULL_STDIO_FD: the fd the child gets */
+    int fd;                 /* LULL_STDIO_FD: the fd the child gets;
+                               LULL_STDIO_DUP: the child's fd it copies */
     lull_stream *stream;    /* PIPE, SOCKETPAIR: opened by the spawn over the
                                parent's end, yours to close. stdin and
                                stdout naming the same stream (both PIPE) open

@@ -359,6 +359,10 @@ static bool options_ok(const lull_process_options *o) {
         case LULL_STDIO_FD:
             if (!fd_open(io->fd)) return false;
             break;
+        case LULL_STDIO_DUP:
+            /* A lower fd: made before this one, and no cycle to follow. */
+            if (io->fd < 0 || io->fd >= i) return false;
+            break;
         default:
             return false;
         }
@@ -421,6 +425,11 @@ static int make_stdio(const lull_process_options *o, made *m, int *parent_fds) {
             break;
         case LULL_STDIO_FD:
             m->child[i] = io->fd;
+            break;
+        case LULL_STDIO_DUP:
+            /* The same source as fd `fd` (own stays false: closed once, as
+             * that fd's); a closed inherited fd leaves this one closed. */
+            m->child[i] = m->child[io->fd];
             break;
         case LULL_STDIO_NULL:
             if (m->devnull < 0) {

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <lull.h>
 #include <poll.h>
 #include <pthread.h>
@@ -552,6 +553,63 @@ TEST(stdio_null_socketpair_fd) {
     CHECK_EQ(strcmp(buf, "to-fd\nerr-to-fd\n"), 0);
     close(p[0]);
     CHECK_EQ(a.status + b.status + c.status, 0);
+    free_loop(loop);
+}
+
+/* 2>&1: stderr given as a copy of the child's stdout gets stdout's pipe,
+ * so one stream reads both, in the order written; a copy made for fd 3 of
+ * fd 2 (itself a copy) reaches the same pipe. A copy of /dev/null is
+ * /dev/null. Only a lower fd can be copied: itself, a higher one or a
+ * negative one is -EINVAL, with nothing made. */
+TEST(stderr_onto_stdout_pipe) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0};
+    sink out = {0};
+    lull_stdio three = {.kind = LULL_STDIO_DUP, .fd = 2};
+    lull_process_options oa = {
+        .argv = SH("echo out; echo err >&2; echo three >&3; echo end"),
+        .stdio = {{.kind = LULL_STDIO_NULL},
+                  {.kind = LULL_STDIO_PIPE, .stream = &out.s},
+                  {.kind = LULL_STDIO_DUP, .fd = 1}},
+        .more_stdio = &three,
+        .more_stdio_count = 1};
+    CHECK_EQ(spawn(loop, &a, &oa), 0);
+    sink_watch(&out);
+    /* stdout a copy of stdin's /dev/null: writes vanish, exit 0. */
+    lull_process_options ob = {.argv = SH("echo gone && echo gone >&2"),
+                               .stdio = {{.kind = LULL_STDIO_NULL},
+                                         {.kind = LULL_STDIO_DUP, .fd = 0},
+                                         {.kind = LULL_STDIO_DUP, .fd = 1}}};
+    CHECK_EQ(spawn(loop, &b, &ob), 0);
+    run_until(loop, &out.closes, 1);
+    run_until(loop, &a.exits, 1);
+    run_until(loop, &b.exits, 1);
+    CHECK_EQ(strcmp(out.buf, "out\nerr\nthree\nend\n"), 0);
+    CHECK_EQ(out.reason, 0);
+    CHECK_EQ(a.status, 0);
+    CHECK_EQ(b.status, 0);
+
+    int fds_before = open_fds();
+    kid c = {0};
+    sink s = {0};
+    const int bad[] = {2, 3, -1, INT_MAX, INT_MIN};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        lull_process_options oc = {
+            .argv = SH("true"),
+            .stdio = {{.kind = LULL_STDIO_PIPE, .stream = &s.s},
+                      {.kind = LULL_STDIO_NULL},
+                      {.kind = LULL_STDIO_DUP, .fd = bad[i]}}};
+        CHECK_EQ(spawn(loop, &c, &oc), -EINVAL);
+    }
+    /* Flags name a stream to frame; a copy has none. */
+    lull_process_options od = {
+        .argv = SH("true"),
+        .stdio = {
+            {.kind = LULL_STDIO_NULL},
+            {.kind = LULL_STDIO_DUP, .fd = 0, .flags = LULL_STDIO_FRAMED}}};
+    CHECK_EQ(spawn(loop, &c, &od), -EINVAL);
+    CHECK_EQ(open_fds(), fds_before);
+    CHECK_EQ(c.exits, 0);
     free_loop(loop);
 }
 
