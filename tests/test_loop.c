@@ -985,6 +985,26 @@ TEST(embed_unreferenced_timer_is_a_deadline) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A timer armed for ever (a delay of UINT64_MAX, "never" by the timer
+ * contract) or for centuries: the host's wait, rounded up to whole ms as
+ * the contract says (ns + 999999) / 1000000, must not overflow. */
+TEST(embed_timer_armed_for_ever_rounds_up_without_overflow) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer timer;
+    CHECK_EQ(lull_timer_init(loop, &timer, embed_timer_fired), 0);
+    const uint64_t delays[] = {UINT64_MAX, (uint64_t)INT64_MAX,
+                               (uint64_t)INT64_MAX - 500000};
+    for (int i = 0; i < 3; i++) {
+        lull_timer_start(&timer, delays[i], 0);
+        int64_t t = 0, sum;
+        CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+        CHECK(t != 0);
+        CHECK(!__builtin_add_overflow(t, (int64_t)999999, &sum));
+        lull_timer_stop(&timer);
+    }
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* Virtual time moves only by lull_loop_advance: a timer is no reason for a
  * host to wake. */
 TEST(embed_virtual_clock_timer_is_not_a_deadline) {
