@@ -1372,10 +1372,10 @@ typedef struct lull_fsevent lull_fsevent;
               events were lost: rescan */
 
 /* events: LULL_FSEVENT_* bits seen for `name` in this turn (CREATED |
- * DELETED: it came and went; a name made again after it left gets a call
- * of its own after that one). name: the entry in a watched directory, or
- * NULL for the watched path itself (and for OVERFLOW). Both strings are
- * valid during the call only. */
+ * DELETED: it came and went; a name made again after it left, or moved
+ * away after it was moved in, gets a call of its own after that one).
+ * name: the entry in a watched directory, or NULL for the watched path
+ * itself (and for OVERFLOW). Both strings are valid during the call only. */
 typedef void (*lull_fsevent_fn)(lull_fsevent *w, unsigned events,
                                 const char *name, const char *other_name);
 

@@ -222,8 +222,8 @@ int lull__backend_add_wakeup(lull_loop *loop, int fd) {
 /* The fd a host waits on (lull_loop_backend_fd): not the backend's own
  * set, which a rebuild replaces, but a set holding it, made at the first
  * call. A rebuild moves the new set into it, so the host's fd, and its own
- * registration of that fd (a libuv uv_poll_t), stay valid; closing the old
- * set takes it out. Readable while the backend's set has readiness. */
+ * registration of that fd (a libuv uv_poll_t), stay valid, and takes the
+ * old set out. Readable while the backend's set has readiness. */
 int lull__backend_host_fd(lull_loop *loop) {
     if (loop->host_fd >= 0) return loop->host_fd;
     int fd = epoll_create1(EPOLL_CLOEXEC);
@@ -278,6 +278,12 @@ int lull__backend_rebuild(lull_loop *loop) {
         close(fd);
         return err;
     }
+    /* Taken out of the host's set by name: a close removes it only with
+     * the last reference to the old set, and a forked child that never
+     * touches the loop holds one until it exits or execs, while the old
+     * set goes on reporting the fds it still holds. */
+    if (loop->host_fd >= 0)
+        (void)epoll_ctl(loop->host_fd, EPOLL_CTL_DEL, loop->backend_fd, NULL);
     close(loop->backend_fd);
     loop->backend_fd = fd;
     loop->backend_stale = false;

@@ -306,16 +306,19 @@ static bool same_name(const char *a, const char *b) {
 }
 
 /* The entry for (wd, name) in this batch, made if new (or, with `fresh`,
- * made anew over one the name has left, and with `last`, over one that is
- * not the batch's last: later events go to the new one); NULL when the
- * batch's entries are used up (cannot happen: one per event at most). */
+ * made anew over one the name has left, with `departs`, over one it
+ * arrived in by a move, and with `last`, over one that is not the batch's
+ * last: later events go to the new one); NULL when the batch's entries are
+ * used up (cannot happen: one per event at most). */
 static entry *entry_for(struct lull__fsevents *fs, int *n, int wd,
-                        const char *name, bool fresh, bool last) {
+                        const char *name, bool fresh, bool departs, bool last) {
     uint32_t i = hash(wd, name) & (TABLE_SIZE - 1);
     while (fs->table[i]) {
         entry *e = &fs->entries[fs->table[i] - 1];
         if (e->wd == wd && same_name(e->name, name)) {
-            if (!(fresh && e->left) && !(last && e != &fs->entries[*n - 1]))
+            if (!(fresh && e->left) &&
+                !(departs && (e->events & LULL_FSEVENT_MOVED_TO)) &&
+                !(last && e != &fs->entries[*n - 1]))
                 return e;
             break; /* this slot is the name's from here on */
         }
@@ -382,7 +385,13 @@ static int coalesce(struct lull__fsevents *fs, size_t len, bool *overflow) {
          * entries after that one (its files' removals), which were then
          * dropped. */
         bool ends = ev->mask & (IN_IGNORED | IN_UNMOUNT);
-        entry *e = entry_for(fs, &n, ev->wd, name, arrives, ends);
+        /* A name moved away after it was moved in (a to b, then b to c)
+         * leaves in a call of its own: coalesced, the arrival's entry
+         * would hold two moves' bits and one other name, and a rename in
+         * one directory, matched, takes MOVED_FROM off its source's entry,
+         * taking with it the bit that said the first move's name left. */
+        bool departs = ev->mask & IN_MOVED_FROM;
+        entry *e = entry_for(fs, &n, ev->wd, name, arrives, departs, ends);
         if (!e) break;
         e->events |= to_bits(ev->mask);
         if (ev->mask & (IN_DELETE | IN_MOVED_FROM)) e->left = true;

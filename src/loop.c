@@ -704,6 +704,11 @@ int lull_loop_backend_timeout(lull_loop *loop, int64_t *timeout_ns) {
     /* On the virtual clock time moves only by lull_loop_advance: a
      * NOWAIT run never jumps to a deadline, so only work ready now counts. */
     if (loop->virtual_clock && !ready_now(loop)) timeout = -1;
+    /* A timer armed for ever (its deadline saturated at UINT64_MAX) or for
+     * centuries: the rounding up to ms the contract gives the host,
+     * ns + 999999, must not overflow. A host woken after 292 years asks
+     * again. */
+    if (timeout > INT64_MAX - 999999) timeout = INT64_MAX - 999999;
     if (timeout != 0) {
         loop->embedded = true;
         if (!lull__remote_sleep(loop, LULL__SLEEP_EPOLL)) timeout = 0;

@@ -754,8 +754,14 @@ static int fds_of_frame(const lull_stream *s, size_t at, size_t end) {
  * frames before that one still arrive (lost, lost_at: deliver_frames
  * closes the stream at the frame); a raw read fails. */
 static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
+    /* Room for the sender's credentials too: a socket with SO_PASSCRED
+     * (the program's, or inherited from a listener, as systemd's
+     * PassCredentials=yes sets it) gets them with every read, ahead of
+     * the fds, which would otherwise be cut short (MSG_CTRUNC) past 249
+     * and taken for the reader being out of fds. */
     union {
-        char buf[CMSG_SPACE(sizeof(int) * FDS_MAX)];
+        char buf[CMSG_SPACE(sizeof(int) * FDS_MAX) +
+                 CMSG_SPACE(sizeof(struct ucred))];
         struct cmsghdr align;
     } ctl;
     struct iovec iov = {at, room};

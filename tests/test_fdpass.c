@@ -962,3 +962,32 @@ TEST(frames_with_253_fds_each_arrive) {
     }
     close_and_free(loop, &a, &b, before);
 }
+
+/* A receiving socket with SO_PASSCRED (set by the program, or inherited
+ * from a listening socket, systemd's PassCredentials=yes) gets the
+ * sender's credentials with every read, beside the fds: a frame with the
+ * most fds lull sends still arrives whole, not cut off as if the reader
+ * were out of fds. */
+TEST(fds_arrive_beside_credentials) {
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
+    lull_stream a, b;
+    rx_pair(loop, &a, &b, NULL, 8);
+    int on = 1;
+    CHECK_EQ(
+        setsockopt(lull_stream_fd(&b), SOL_SOCKET, SO_PASSCRED, &on, sizeof on),
+        0);
+    int fds[253];
+    for (int i = 0; i < 253; i++)
+        fds[i] = i % 3;
+    lull_frame f = {.bytes = "F", .len = 1};
+    CHECK_EQ(lull_stream_send_fds(&a, &f, fds, 253), 0);
+    run_until_frames(loop, 1, 100);
+    CHECK(!g_rx.closed);
+    CHECK_EQ(g_rx.frames, 1);
+    CHECK_EQ(g_rx.tag[0], 'F');
+    CHECK_EQ(g_rx.nfds[0], 8);
+    for (int k = 0; k < 8; k++)
+        close(g_rx.fds[0][k]);
+    close_and_free(loop, &a, &b, before);
+}

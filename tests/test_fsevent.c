@@ -729,3 +729,65 @@ TEST(init_of_a_watch_started_on_another_loop_is_refused) {
     CHECK_EQ(lull_loop_free(other), 0);
     free_loop_and_root(loop);
 }
+
+/* Two renames in one batch, a to b then b to c, inside one directory:
+ * each is a callback of its own, on its new name with both bits and its
+ * old name, so a program that keeps the directory's names (drop other,
+ * add name) ends with c alone. Coalesced, b's call lost its MOVED_FROM
+ * (the second rename's match took away the bit the first had given it)
+ * and said only that b arrived: a was never dropped. */
+TEST(chained_renames_in_one_batch_each_say_what_left) {
+    make_root();
+    touch(at("a"));
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    seen s;
+    watch(loop, &w, &s, root);
+    CHECK_EQ(rename(at("a"), at("b")), 0);
+    CHECK_EQ(rename(at("b"), at("c")), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.calls, 2);
+    const unsigned both = LULL_FSEVENT_MOVED_FROM | LULL_FSEVENT_MOVED_TO;
+    CHECK_EQ(strcmp(s.names[0], "b"), 0);
+    CHECK_EQ(strcmp(s.others[0], "a"), 0);
+    CHECK_EQ(s.events[0], both);
+    CHECK_EQ(strcmp(s.names[1], "c"), 0);
+    CHECK_EQ(strcmp(s.others[1], "b"), 0);
+    CHECK_EQ(s.events[1], both);
+    lull_fsevent_stop(&w);
+    free_loop_and_root(loop);
+}
+
+/* A name moved from a into b and on, in the same batch, back into a:
+ * b hears it arrive (from x) and leave (to z) in two calls, each with the
+ * other name of its own move. Coalesced, b's one call had both bits and
+ * the last move's other name, z, which reads as a rename of z to y
+ * inside b. */
+TEST(name_moved_through_a_directory_in_one_batch) {
+    lull_fsevent wa, wb;
+    seen sa, sb;
+    lull_loop *loop = root_with_a_and_b_watched(&wa, &sa, &wb, &sb);
+    touch(at("a/x"));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    memset(&sa, 0, sizeof sa);
+    CHECK_EQ(rename(at("a/x"), at("b/y")), 0);
+    CHECK_EQ(rename(at("b/y"), at("a/z")), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(sb.calls, 2);
+    CHECK_EQ(strcmp(sb.names[0], "y"), 0);
+    CHECK_EQ(sb.events[0], LULL_FSEVENT_MOVED_TO);
+    CHECK_EQ(strcmp(sb.others[0], "x"), 0);
+    CHECK_EQ(strcmp(sb.names[1], "y"), 0);
+    CHECK_EQ(sb.events[1], LULL_FSEVENT_MOVED_FROM);
+    CHECK_EQ(strcmp(sb.others[1], "z"), 0);
+    CHECK_EQ(sa.calls, 2);
+    CHECK_EQ(strcmp(sa.names[0], "x"), 0);
+    CHECK_EQ(sa.events[0], LULL_FSEVENT_MOVED_FROM);
+    CHECK_EQ(strcmp(sa.others[0], "y"), 0);
+    CHECK_EQ(strcmp(sa.names[1], "z"), 0);
+    CHECK_EQ(sa.events[1], LULL_FSEVENT_MOVED_TO);
+    CHECK_EQ(strcmp(sa.others[1], "y"), 0);
+    lull_fsevent_stop(&wa);
+    lull_fsevent_stop(&wb);
+    free_loop_and_root(loop);
+}

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <sys/epoll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MS 1000000ull
@@ -984,6 +985,26 @@ TEST(embed_unreferenced_timer_is_a_deadline) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A timer armed for ever (a delay of UINT64_MAX, "never" by the timer
+ * contract) or for centuries: the host's wait, rounded up to whole ms as
+ * the contract says (ns + 999999) / 1000000, must not overflow. */
+TEST(embed_timer_armed_for_ever_rounds_up_without_overflow) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer timer;
+    CHECK_EQ(lull_timer_init(loop, &timer, embed_timer_fired), 0);
+    const uint64_t delays[] = {UINT64_MAX, (uint64_t)INT64_MAX,
+                               (uint64_t)INT64_MAX - 500000};
+    for (int i = 0; i < 3; i++) {
+        lull_timer_start(&timer, delays[i], 0);
+        int64_t t = 0, sum;
+        CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+        CHECK(t != 0);
+        CHECK(!__builtin_add_overflow(t, (int64_t)999999, &sum));
+        lull_timer_stop(&timer);
+    }
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* Virtual time moves only by lull_loop_advance: a timer is no reason for a
  * host to wake. */
 TEST(embed_virtual_clock_timer_is_not_a_deadline) {
@@ -1075,6 +1096,53 @@ TEST(embed_backend_fd_outlives_a_rebuilt_epoll_set) {
     close(stale[1]);
     close(keep);
     close(host);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same rebuild while a forked child that never touches the loop (a
+ * background save, a helper before its exec) holds copies of its fds:
+ * the old epoll set outlives lull's close of it, so it must be taken out
+ * of the host's set explicitly, or every fd it still holds (here the
+ * stale pipe, unread) keeps the host's fd readable with nothing for lull
+ * to do: a host woken at once, again and again, until the child exits. */
+TEST(embed_rebuild_with_a_forked_child_leaves_the_host_fd_quiet) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int fd = lull_loop_backend_fd(loop);
+    CHECK(fd >= 0);
+    int stale[2], hold[2];
+    CHECK_EQ(pipe(stale), 0);
+    CHECK_EQ(pipe(hold), 0);
+    int keep = dup(stale[0]);
+    CHECK(keep >= 0);
+    lull_io gone;
+    CHECK_EQ(lull_io_init(loop, &gone, stale[0], embed_never), 0);
+    CHECK_EQ(lull_io_start(&gone, LULL_READABLE), 0);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) { /* holds every fd until the parent closes hold[1] */
+        char c;
+        close(hold[1]);
+        _exit(read(hold[0], &c, 1) == 0 ? 0 : 1);
+    }
+    close(hold[0]);
+    close(stale[0]);
+    lull_io_stop(&gone);
+    CHECK_EQ(write(stale[1], "x", 1), 1);
+    int64_t t;
+    for (int i = 0; i < 3; i++) { /* report it, then rebuild */
+        CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    CHECK_EQ(lull_loop_backend_timeout(loop, &t), 0);
+    CHECK_EQ(t, -1);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CHECK_EQ(poll(&p, 1, 0), 0);
+    close(hold[1]);
+    int status;
+    CHECK_EQ(waitpid(child, &status, 0), child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(stale[1]);
+    close(keep);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
