@@ -175,10 +175,17 @@ static void ring_release(lull_frame *f) {
 
 size_t link_output(const rlink *l) {
     const repl_log *log = &l->srv->kv.log;
-    uint64_t sent = repl_log_offset(log, &l->cur);
-    if (sent < l->start) sent = l->start;
     size_t queued = l->c->ep->queued;
     queued -= l->snap_queued < queued ? l->snap_queued : queued;
+    /* Before its snapshot is taken (a child forked, or written inline),
+     * the log is none of the link's: the snapshot will hold every write
+     * made meanwhile, and the link moves to the log's end then. A replica
+     * waiting for the next child holds nothing, as a Redis replica
+     * waiting for its BGSAVE. */
+    if (l->snap == SNAP_WANT || l->snap == SNAP_HELLO || l->snap == SNAP_WAIT)
+        return queued;
+    uint64_t sent = repl_log_offset(log, &l->cur);
+    if (sent < l->start) sent = l->start;
     return (size_t)(log->end - sent) + queued;
 }
 
