@@ -30,6 +30,12 @@
 #                     after the handshake is closed with a log line saying
 #                     so (only handshake failures were said); one that
 #                     ends without close_notify (redis-cli's way) is not
+#   protocol_error_logged  a plaintext client closed for a protocol error
+#                     (a bulk length that is no number, a multibulk count
+#                     or a bulk length over its limit, no CRLF after a
+#                     bulk) leaves one log line with its address and the
+#                     reason, as redis-server's "Protocol error (...) from
+#                     client: ..." (nothing was said); the others are served
 #   clients.sh <path to lull-kv> <case>
 # Prints one line and exits 0 when redis-cli (or the case's python3) is
 # not installed.
@@ -317,6 +323,42 @@ PY
     [ "$(grep -c 'client .*TLS' "$dir/t.out")" = 1 ] ||
         fail "want one TLS line: $(cat "$dir/t.out")"
     [ "$(redis-cli -p "$started_port" PING)" = PONG ] || fail "PING after"
+}
+
+case_protocol_error_logged() {
+    need_python
+    start p --port 0
+    # Each request from a client of its own; the client waits for the
+    # close so the lines are all there when it is done.
+    python3 - "$started_port" <<'PY' || fail "the clients"
+import socket, sys
+port = int(sys.argv[1])
+bad = [b"*1\r\n$x\r\n", b"*99999999999\r\n", b"*1\r\n$600000000\r\n",
+       b"*2\r\n$3\r\nGET\r\n$1\r\nab\r\n",
+       b"*1\r\n$70000\r\n" + b"x" * 70000 + b"zz"]
+good = socket.create_connection(("127.0.0.1", port))
+good.sendall(b"SET k v\r\n")
+assert good.recv(64) == b"+OK\r\n"
+for req in bad:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(req)
+    got = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    assert got.startswith(b"-ERR Protocol error: "), got
+    s.close()
+good.sendall(b"GET k\r\n")
+assert good.recv(64) == b"$1\r\nv\r\n"
+PY
+    local n
+    n=$(grep -c '^lull-kv: client 127\.0\.0\.1:[0-9]*: protocol error (.*); connection closed$' "$dir/p.out")
+    [ "$n" = 5 ] || fail "want 5 protocol error lines, got $n: $(cat "$dir/p.out")"
+    for why in 'invalid bulk length' 'invalid multibulk length' 'expected CRLF after bulk'; do
+        grep -q "protocol error ($why)" "$dir/p.out" || fail "no line says '$why'"
+    done
 }
 
 declare -F "case_$case_name" >/dev/null || fail "no case $case_name"

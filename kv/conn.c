@@ -82,6 +82,16 @@ static void conn_free(conn *c) {
  * Its memory goes in on_close, which lull runs once in a later turn, after
  * every frame it sent (`fin` included) was released: the one place a
  * connection is freed, whoever closed it. Idempotent. */
+/* Logs why this connection closes: a replica named as in every line
+ * about it (its address and listening port), a client by its address. */
+static void say_closed(conn *c, const char *why) {
+    if (c->link)
+        srv_log(c->srv, "replica %s:%d: %s; connection closed",
+                c->link->peer.ip, c->link->peer.port, why);
+    else
+        srv_log(c->srv, "client %s: %s; connection closed", c->name, why);
+}
+
 void conn_drop(conn *c, const char *fmt, ...) {
     if (c->gone) return; /* closed already: on_close frees it */
     if (fmt) {
@@ -90,11 +100,7 @@ void conn_drop(conn *c, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(why, sizeof why, fmt, ap);
         va_end(ap);
-        if (c->link)
-            srv_log(c->srv, "replica %s:%d: %s; connection closed",
-                    c->link->peer.ip, c->link->peer.port, why);
-        else
-            srv_log(c->srv, "client %s: %s; connection closed", c->name, why);
+        say_closed(c, why);
     }
     c->gone = true;
     conn_quiet(c);
@@ -511,13 +517,25 @@ static bool auth_gate(conn *c, const resp_arg *a, size_t argc) {
     return true;
 }
 
-/* Runs the complete commands at the front of p[0, len): *used gets the
- * bytes they took. It stops at an incomplete command, when the connection
- * starts closing (QUIT, a protocol error), or when its replies have filled
- * the stream: then the rest waits for on_drain (c->waiting), so a
- * connection holds at most about the high-water mark plus one reply
- * however many requests one read brought. False when the connection was
- * closed (and freed). */
+/* A malformed request (err: the parser's "Protocol error: ..."): the
+ * client is told, the connection closes once that line is written, and
+ * the log says so with its address, as redis-server logs "Protocol error
+ * (...) from client: ..." (at its verbose level; lull-kv has one). One
+ * line per connection: it reads nothing more. */
+static void protocol_error(conn *c, const char *err) {
+    static const char prefix[] = "Protocol error: ";
+    char why[160];
+    const char *reason = err;
+    if (strncmp(err, prefix, sizeof prefix - 1) == 0)
+        reason += sizeof prefix - 1;
+    snprintf(why, sizeof why, "protocol error (%s)", reason);
+    say_closed(c, why);
+    buf_str(&c->out, "-ERR ");
+    buf_str(&c->out, err);
+    buf_str(&c->out, "\r\n");
+    c->closing = true;
+}
+
 /* A command of a client that must AUTH and has not: parsed under Redis'
  * small request bounds (resp_limits.noauth), so a peer without the
  * password gets no 512 MB argument buffered. Out of the authenticated
@@ -531,6 +549,13 @@ parse_unauthenticated(conn *c, const char *p, size_t len, size_t *argc,
                               &c->need);
 }
 
+/* Runs the complete commands at the front of p[0, len): *used gets the
+ * bytes they took. It stops at an incomplete command, when the connection
+ * starts closing (QUIT, a protocol error), or when its replies have filled
+ * the stream: then the rest waits for on_drain (c->waiting), so a
+ * connection holds at most about the high-water mark plus one reply
+ * however many requests one read brought. False when the connection was
+ * closed (and freed). */
 static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
     server *srv = c->srv;
     uint64_t log_end = srv->kv.log.end;
@@ -556,10 +581,7 @@ static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
                 c->in.oom = true; /* conn_after closes it */
                 break;
             }
-            buf_str(&c->out, "-ERR ");
-            buf_str(&c->out, err);
-            buf_str(&c->out, "\r\n");
-            c->closing = true;
+            protocol_error(c, err);
             break;
         }
         off += (size_t)n;
@@ -680,8 +702,7 @@ static bool blob_feed(conn *c, const char *bytes, size_t len) {
         /* The parser's answer had the bytes come in the buffer. */
         kv_blob_unref(c->blob);
         c->blob = NULL;
-        buf_str(&c->out, "-ERR Protocol error: expected CRLF after bulk\r\n");
-        c->closing = true;
+        protocol_error(c, "Protocol error: expected CRLF after bulk");
         return true;
     }
     c->ps.ext = c->blob;

@@ -175,10 +175,17 @@ static void ring_release(lull_frame *f) {
 
 size_t link_output(const rlink *l) {
     const repl_log *log = &l->srv->kv.log;
-    uint64_t sent = repl_log_offset(log, &l->cur);
-    if (sent < l->start) sent = l->start;
     size_t queued = l->c->ep->queued;
     queued -= l->snap_queued < queued ? l->snap_queued : queued;
+    /* Before its snapshot is taken (a child forked, or written inline),
+     * the log is none of the link's: the snapshot will hold every write
+     * made meanwhile, and the link moves to the log's end then. A replica
+     * waiting for the next child holds nothing, as a Redis replica
+     * waiting for its BGSAVE. */
+    if (l->snap == SNAP_WANT || l->snap == SNAP_HELLO || l->snap == SNAP_WAIT)
+        return queued;
+    uint64_t sent = repl_log_offset(log, &l->cur);
+    if (sent < l->start) sent = l->start;
     return (size_t)(log->end - sent) + queued;
 }
 
@@ -680,11 +687,12 @@ static int snap_inline(rlink *l) {
     return rc;
 }
 
-/* A snapshot child and the links it writes to: one for a relay (its pipe),
- * and on sockets every link that asked while the previous one ran (Redis
- * runs one fork for the replicas waiting too). Allocated whole before the
- * fork, as the child must not allocate (the sender thread may hold the
- * allocator's lock at the fork). */
+/* A snapshot child and the links it writes to: every link that asked
+ * while the previous one ran (Redis runs one fork for the replicas
+ * waiting too), each by its socket or, for a relay (TLS), by a pipe of
+ * its own. Allocated whole before the fork, as the child must not
+ * allocate (the sender thread may hold the allocator's lock at the
+ * fork). */
 typedef struct snap_job {
     server *srv;
     pid_t pid;          /* the child */
@@ -699,15 +707,15 @@ typedef struct snap_job {
     int *keep;          /* the fds sorted: the child's files */
     size_t *off;        /* per slot: the child's progress in its buffer */
     struct pollfd *pfd; /* the child's poll set */
+    bool *pipe;         /* per slot: fd is a relay's pipe, not a socket */
 } snap_job;
 
 /* A slot the child still writes to (any verdict is below it). */
 #define SLOT_BUSY 0xff
 
-/* Where a child writes: the links' sockets, or the pipe the loop relays. */
+/* Where a child writes: the links' sockets, or the pipes the loop relays. */
 typedef struct child_out {
     snap_job *job;
-    bool pipe;
     int timeout_ms; /* no progress this long: that link is given up */
 } child_out;
 
@@ -736,7 +744,7 @@ static int child_flush(snap_out *o) {
                  * is, so that a replica that stops reading meets the
                  * timeout below. */
                 ssize_t w =
-                    to->pipe
+                    j->pipe[i]
                         ? write(j->fd[i], o->p + j->off[i], o->len - j->off[i])
                         : send(j->fd[i], o->p + j->off[i], o->len - j->off[i],
                                MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -770,10 +778,10 @@ static int child_flush(snap_out *o) {
 }
 
 /* The forked child: the snapshot to every slot, then _exit (no loop, no
- * atexit, nothing of the parent's but its copy of the keyspace). On a
- * socket it first ends the +FULLRESYNC line with x, the offset the
- * snapshot stands for; a relay's line the loop wrote whole. Its status is
- * the first slot's verdict that is not 0 (a relay's, its only one). */
+ * atexit, nothing of the parent's but its copy of the keyspace). It first
+ * ends the +FULLRESYNC line with x, the offset the snapshot stands for
+ * (on a relay's pipe too: the loop relays it after the line's start). Its
+ * status is the first slot's verdict that is not 0. */
 static void __attribute__((noreturn))
 child_run(kv *k, child_out to, uint64_t x) {
     static char out[SNAP_BUF];
@@ -782,8 +790,7 @@ child_run(kv *k, child_out to, uint64_t x) {
         .p = out, .cap = sizeof out, .flush = child_flush, .arg = &to};
     for (size_t i = 0; i < j->n; i++)
         j->st[i] = SLOT_BUSY;
-    if (!to.pipe)
-        o.len = (size_t)snprintf(out, sizeof out, "%" PRIu64 "\r\n", x);
+    o.len = (size_t)snprintf(out, sizeof out, "%" PRIu64 "\r\n", x);
     int rc = snap_write(k, &o);
     int status = 0;
     for (size_t i = 0; i < j->n; i++) {
@@ -913,12 +920,12 @@ static void child_exited(lull_io *io, int events) {
 }
 
 /* Forks the child that writes the snapshot as of the log's end now to the
- * n links (their sockets, or a relay's pipe: fds), and watches its exit: 0,
- * or -1 with every one of them dropped. */
-static int start_child(server *srv, rlink **links, const int *fds, size_t n,
-                       bool pipe) {
-    size_t sz = sizeof(snap_job) +
-                n * (2 * sizeof(int) + sizeof(size_t) + sizeof(struct pollfd));
+ * n links (fds: their sockets, or for a relay, one with a pipe, that
+ * pipe's writer), and watches its exit: 0, or -1 with every one of them
+ * dropped. */
+static int start_child(server *srv, rlink **links, const int *fds, size_t n) {
+    size_t sz = sizeof(snap_job) + n * (2 * sizeof(int) + sizeof(size_t) +
+                                        sizeof(struct pollfd) + sizeof(bool));
     snap_job *j = malloc(sz);
     void *st = j ? mmap(NULL, n, PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0)
@@ -935,9 +942,11 @@ static int start_child(server *srv, rlink **links, const int *fds, size_t n,
     j->off = (size_t *)(void *)(j->pfd + n);
     j->fd = (int *)(void *)(j->off + n);
     j->keep = j->fd + n;
+    j->pipe = (bool *)(void *)(j->keep + n);
     memset(j->st, CHILD_FAILED, n); /* a child that dies before writing */
     for (size_t i = 0; i < n; i++) {
         j->fd[i] = fds[i];
+        j->pipe[i] = links[i]->pipe_rd >= 0;
         /* The snapshot stands for the log's end now: the child's copy of
          * the keyspace has every write before it, and none after. */
         repl_log_seek(&srv->kv.log, srv->kv.log.end, &links[i]->cur);
@@ -977,12 +986,11 @@ static int start_child(server *srv, rlink **links, const int *fds, size_t n,
          * child goes with the thread that forked it (the loop's). */
         (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(CHILD_FAILED); /* died already */
-        /* The pipe's reader end among them: with it gone, a write fails. */
+        /* The pipes' reader ends not among them: with a relay gone, a
+         * write to its pipe fails. */
         child_files(j->keep, n);
         child_run(&srv->kv,
-                  (child_out){.job = j,
-                              .pipe = pipe,
-                              .timeout_ms = srv->snap_timeout_ms},
+                  (child_out){.job = j, .timeout_ms = srv->snap_timeout_ms},
                   srv->kv.log.end);
     }
     int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -1010,14 +1018,13 @@ static int start_child(server *srv, rlink **links, const int *fds, size_t n,
         links[i]->slot = i;
         srv_log(srv,
                 "replica %s:%d: a snapshot as of offset %" PRIu64
-                " from child %d, %s",
+                " from child %d, %s%s",
                 links[i]->peer.ip, links[i]->peer.port, srv->kv.log.end,
                 (int)pid,
-                pipe    ? "relayed by the loop"
-                : n > 1 ? "on the link's socket, shared"
-                        : "on the link's socket");
+                j->pipe[i] ? "relayed by the loop" : "on the link's socket",
+                n > 1 ? ", shared" : "");
     }
-    if (!pipe) srv->job = j;
+    srv->job = j;
     return 0;
 }
 
@@ -1042,14 +1049,21 @@ static bool waits(const rlink *l) {
     return l->snap == SNAP_WAIT && !l->c->gone;
 }
 
-/* The socket child ended: one child for every link that waited for it. */
+static int relay_pipe(rlink *l);
+static bool snap_relays(const rlink *l);
+
+/* The child ended (or none ran): one child for every link that waited for
+ * it, on sockets and relays alike. */
 static void fork_waiting(server *srv) {
     size_t n = 0;
     for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers; p = p->next)
         if (waits(LULL_CONTAINER_OF(p, rlink, peer))) n++;
     if (n == 0) return;
     rlink **links = malloc(n * sizeof *links);
-    int *fds = malloc(n * sizeof *fds);
+    /* fds[i]: where the child writes for links[i]; fds[n + i]: the same
+     * when it is a relay's pipe, the loop's to close after the fork, else
+     * -1. */
+    int *fds = malloc(2 * n * sizeof *fds);
     size_t k = 0;
     for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers;) {
         rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
@@ -1060,28 +1074,36 @@ static void fork_waiting(server *srv) {
             conn_drop(l->c, "no snapshot child: %s", strerror(ENOMEM));
             continue;
         }
+        bool relay = snap_relays(l);
+        int fd = relay ? relay_pipe(l) : srv->net->fd(l->c->ep);
+        if (fd < 0) continue; /* relay_pipe dropped it */
         links[k] = l;
-        fds[k++] = srv->net->fd(l->c->ep);
+        fds[n + k] = relay ? fd : -1;
+        fds[k++] = fd;
     }
-    n = k;
-    if (n == 0) {
-        free(links);
-        free(fds);
-        return;
-    }
-    if (!srv->maxclients ||
-        srv->kv.clients + srv->kv.npeers + srv->snap_fds + 1 <= srv->maxclients)
-        (void)start_child(srv, links, fds, n, false);
+    int rc = -1;
+    if (k > 0 && (!srv->maxclients ||
+                  srv->kv.clients + srv->kv.npeers + srv->snap_fds + 1 <=
+                      srv->maxclients))
+        rc = start_child(srv, links, fds, k);
     else
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < k; i++)
             (void)snap_fds_room(links[i], 1);
+    for (size_t i = 0; i < k; i++) {
+        if (fds[n + i] < 0) continue;
+        close(fds[n + i]); /* the child's: its exit is the pipe's end */
+        if (rc < 0) continue;
+        links[i]->snap = SNAP_RELAY;
+        lull_task_post(srv->loop, &links[i]->task);
+    }
     free(links);
     free(fds);
 }
 
 /* The child on the link's socket, once everything the loop queued on the
- * link is written; or, while another child runs, the next one, with every
- * link that waits for it. */
+ * link is written (a relay's at once: its pipe is relayed after the
+ * line); or, while another child runs, the next one, with every link that
+ * waits for it, sockets and relays alike. */
 static void snap_fork(rlink *l) {
     l->snap = SNAP_WAIT;
     if (!l->srv->job) fork_waiting(l->srv);
@@ -1090,7 +1112,8 @@ static void snap_fork(rlink *l) {
 /* ------------------------------------------------- the relay (TLS links)
  *
  * A TLS link's bytes are the session's, which only the loop can write: the
- * child writes the snapshot to a pipe, and the loop relays it into the
+ * child writes the snapshot to a pipe (one per link: a child serves every
+ * link that waited for it, as on sockets), and the loop relays it into the
  * link's stream, a block per read, while the stream is writable, within
  * its quantum. The stream holds at most its high-water mark of it, so the
  * snapshot is never all in memory, and the loop serves its clients between
@@ -1114,8 +1137,10 @@ static void relay_readable(lull_io *io, int events) {
     lull_task_post(l->srv->loop, &l->task);
 }
 
-/* The pipe and the child: 0, or -1 with the link dropped. */
-static int relay_start(rlink *l) {
+/* A relay's pipe, for the next child: its reader watched by the loop, its
+ * writer returned (the child's, which the loop closes once it forked); or
+ * -1 with the link dropped. */
+static int relay_pipe(rlink *l) {
     int p[2];
     if (!snap_fds_room(l, 2)) return -1; /* the pipe's reader, the pidfd */
     if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -1134,14 +1159,7 @@ static int relay_start(rlink *l) {
         return -1;
     }
     l->pipe_io.data = l;
-    rc = start_child(l->srv, &l, &p[1], 1, true);
-    close(p[1]); /* the child's: its exit is the pipe's end */
-    if (rc < 0) {
-        relay_close(l);
-        return -1;
-    }
-    l->snap = SNAP_RELAY;
-    return 0;
+    return p[1];
 }
 
 /* Relays the pipe into the stream while it is writable, within the quantum;
@@ -1234,10 +1252,11 @@ static void snap_step(rlink *l) {
     }
     if (l->snap == SNAP_WANT) {
         snap_check_pidfd(srv);
-        /* A child on the socket writes the line's offset itself: the log's
-         * end when it forks, which is once this part of the line is
-         * written. A relay forks now, after the whole line. */
-        bool forks = snap_forks(l);
+        /* A child writes the line's offset itself: the log's end when it
+         * forks, which is once this part of the line is written (on a
+         * socket) or queued (a relay's: the pipe follows it), or when
+         * the child running now ends. */
+        bool relays = snap_relays(l), forks = relays || snap_forks(l);
         repl_log_seek(&srv->kv.log, srv->kv.log.end, &l->cur);
         int n = forks ? snprintf(l->hello_buf, sizeof l->hello_buf,
                                  "+FULLRESYNC %s ", srv->kv.replid)
@@ -1250,11 +1269,8 @@ static void snap_step(rlink *l) {
         if (rc == 0) {
             l->hello_out = true;
             l->snap = SNAP_HELLO;
-            if (forks) return; /* hello's release posts us */
-            if (snap_relays(l)) {
-                if (relay_start(l) == 0) relay_pump(l);
-                return;
-            }
+            if (relays) snap_fork(l); /* the pipe is relayed after the line */
+            if (forks) return;        /* hello's release posts us */
             rc = snap_inline(l);
             l->snap = SNAP_NONE;
         }

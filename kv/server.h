@@ -414,7 +414,8 @@ void link_drop(rlink *l);
 void wake_links(server *srv);
 /* The bytes a replica link is behind that count as its output buffer:
  * what the log grew since the link started and it has not been sent yet,
- * plus what waits in its stream. */
+ * plus what waits in its stream; before its snapshot is taken, only the
+ * stream's (the snapshot will hold those writes). */
 size_t link_output(const rlink *l);
 /* Closes every replica link (they reconnect and continue from their
  * offsets): how many it closed. */

@@ -58,8 +58,11 @@ static void pair_peer(lull_endpoint *ep, char *s, size_t cap, bool port) {
     (void)ep;
     snprintf(s, cap, port ? "pair:0" : "pair");
 }
+/* Set: the primary's connections show no descriptor, as a TLS one (its
+ * bytes are the session's), so a snapshot is relayed through a pipe. */
+static bool hide_fds;
 static int pair_fd(lull_endpoint *ep) {
-    return lull_stream_fd(ep_stream(ep));
+    return hide_fds ? -1 : lull_stream_fd(ep_stream(ep));
 }
 
 static lull_task connected; /* master_connected, a turn after the connect */
@@ -2100,6 +2103,82 @@ TEST(replicas_asking_at_once_share_two_snapshot_children) {
     close_replicas(loop, &p, r, N);
 }
 
+/* A replica that waits for the next snapshot child holds nothing of the
+ * log: that child's snapshot will have every write made while it waits,
+ * and the link is moved to the log's end at the fork. So the writes made
+ * meanwhile are no output of its own (CLIENT LIST's omem, the replica
+ * output limit), as a Redis replica waiting for its BGSAVE holds no
+ * buffer; they were counted from its +FULLRESYNC line on. The link whose
+ * child runs holds them (they follow its snapshot). */
+TEST(replica_waiting_for_a_snapshot_child_holds_no_output) {
+    if (!children_watched()) return;
+    enum { N = 2, WRITES = 200 };
+    lull_loop *loop;
+    server p;
+    static server r[N];
+    open_snap_pair(&loop, &p, &r[0], SNAPSHOT_FORK);
+    snap_nchildren = 0;
+    load_few_mb(&p);
+    start_replicas(loop, r, N);
+    /* r[0]'s child fills r[0]'s socket and waits: r[1] waits for it. */
+    CHECK_EQ(lull_stream_read_stop(&r[0].m.t.stream), 0);
+    uint64_t t0 = now_ms();
+    rlink *waiting = NULL, *writing = NULL;
+    while (!waiting || !writing) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+        for (repl_peer *q = p.kv.peers.next; q != &p.kv.peers; q = q->next) {
+            rlink *l = LULL_CONTAINER_OF(q, rlink, peer);
+            if (l->snap == SNAP_WAIT) waiting = l;
+            if (link_child(l)) writing = l;
+        }
+    }
+    char v[1001];
+    memset(v, 'w', 1000);
+    v[1000] = 0;
+    for (int i = 0; i < WRITES; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "during:%d", i);
+        write_cmd(&p, "SET", k, v);
+    }
+    CHECK_EQ(waiting->snap, SNAP_WAIT);
+    CHECK(link_output(writing) >= WRITES * 1000);
+    CHECK_EQ(link_output(waiting), waiting->c->ep->queued);
+    CHECK_EQ(lull_stream_read_start(&r[0].m.t.stream), 0);
+    for (int i = 0; i < N; i++)
+        run_to_sync(loop, &p, &r[i]);
+    CHECK_EQ(snap_nchildren, 2);
+    CHECK_EQ(snap_failed, 0);
+    for (int i = 0; i < N; i++)
+        same_dumps(&p, &r[i]);
+    close_replicas(loop, &p, r, N);
+}
+
+/* The same with links that relay (TLS: the child writes to a pipe per
+ * link, which the loop relays into the session): one child for the first,
+ * one more for all that waited, as on sockets. Each forked a child of its
+ * own, however many asked at once. */
+TEST(relayed_replicas_asking_at_once_share_two_snapshot_children) {
+    if (!children_watched()) return;
+    enum { N = 4 };
+    lull_loop *loop;
+    server p;
+    static server r[N];
+    hide_fds = true;
+    open_snap_pair(&loop, &p, &r[0], SNAPSHOT_FORK);
+    snap_nchildren = 0;
+    load_few_mb(&p);
+    start_replicas(loop, r, N);
+    for (int i = 0; i < N; i++)
+        run_to_sync(loop, &p, &r[i]);
+    CHECK_EQ(snap_nchildren, 2);
+    CHECK_EQ(snap_failed, 0);
+    CHECK_EQ(snap_full, N);
+    for (int i = 0; i < N; i++)
+        same_dumps(&p, &r[i]);
+    close_replicas(loop, &p, r, N);
+}
+
 /* Two replicas served by one child: the one that stops reading is given
  * up alone (its link closed, "status 1"), the other gets all of its
  * snapshot; the first, reading again, reconnects and syncs too. */
@@ -2134,6 +2213,39 @@ TEST(shared_snapshot_child_gives_up_on_one_replica_only) {
     for (int i = 0; i < N; i++)
         run_to_sync(loop, &p, &r[i]);
     CHECK_EQ(snap_failed, 1);
+    for (int i = 0; i < N; i++)
+        same_dumps(&p, &r[i]);
+    close_replicas(loop, &p, r, N);
+}
+
+/* The same with relays: the replica that stops reading (its session's
+ * stream full, then its pipe) is given up alone, by the child or by the
+ * loop's relay, whichever notices first; the other gets its snapshot from
+ * the shared child, and the first, reading again, syncs too. */
+TEST(shared_relay_child_gives_up_on_one_replica_only) {
+    if (!children_watched()) return;
+    enum { N = 3 };
+    lull_loop *loop;
+    server p;
+    static server r[N];
+    hide_fds = true;
+    open_snap_pair(&loop, &p, &r[0], SNAPSHOT_FORK);
+    snap_nchildren = 0;
+    p.snap_timeout_ms = 300;
+    load_few_mb(&p);
+    start_replicas(loop, r, N);
+    uint64_t t0 = now_ms();
+    while (snap_nchildren < 2) {
+        CHECK(now_ms() - t0 < 20000);
+        CHECK(r[1].m.state != M_UP && r[2].m.state != M_UP);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(lull_stream_read_stop(&r[2].m.t.stream), 0);
+    run_to_sync(loop, &p, &r[1]);
+    CHECK_EQ(snap_nchildren, 2);
+    CHECK_EQ(lull_stream_read_start(&r[2].m.t.stream), 0);
+    for (int i = 0; i < N; i++)
+        run_to_sync(loop, &p, &r[i]);
     for (int i = 0; i < N; i++)
         same_dumps(&p, &r[i]);
     close_replicas(loop, &p, r, N);
