@@ -362,7 +362,7 @@ struct lull_io {
 
 /* Level-triggered: the callback runs every iteration while the fd is ready
  * and watched. -EINVAL for a NULL loop, watcher or fn, or a negative fd.
- * Only on a watcher that is not started. */
+ * Only on a watcher that is not started (-EBUSY; debug builds assert). */
 LULL_EXTERN int lull_io_init(lull_loop *loop, lull_io *io, int fd,
                              lull_io_fn fn);
 /* Starts watching for events (LULL_READABLE | LULL_WRITABLE); on a started

@@ -215,7 +215,7 @@ static bool start_one(lull_dial *d) {
         }
         d->attempts++;
         lull_io *io = &d->io[slot];
-        lull_io_init(d->loop, io, fd, on_attempt);
+        lull__io_setup(d->loop, io, fd, on_attempt);
         io->data = d;
         int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
         if (rc == 0 || errno == EINPROGRESS) {

@@ -632,7 +632,7 @@ int lull_process_spawn(lull_loop *loop, lull_process *p,
         if (pid < 0) rc = pid;
     }
     if (rc == 0) {
-        lull_io_init(loop, &p->io, pidfd, on_pidfd);
+        lull__io_setup(loop, &p->io, pidfd, on_pidfd);
         p->pidfd = pidfd;
         rc = lull_io_start(&p->io, LULL_READABLE);
         if (rc < 0) {

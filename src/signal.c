@@ -286,7 +286,7 @@ static int watch(lull_loop *loop, int signum) {
         int fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
         rc = fd < 0 ? -errno : 0;
         if (rc == 0) {
-            lull_io_init(loop, &ss->io, fd, on_signalfd);
+            lull__io_setup(loop, &ss->io, fd, on_signalfd);
             rc = lull_io_start(&ss->io, LULL_READABLE);
             if (rc < 0) close(fd);
         }

@@ -1505,7 +1505,7 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     s->ep.data = data;
     lull__endpoint_init(&s->ep, &stream_ops, o->max_frame, o->high_water,
                         o->max_queued);
-    lull_io_init(loop, &s->io, fd, on_io);
+    lull__io_setup(loop, &s->io, fd, on_io);
     lull_task_init(&s->flush, flush_task);
     lull_task_init(&s->event, event_task);
     lull_timer_init(loop, &s->timer, on_timer);
@@ -1711,7 +1711,7 @@ int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd, int wfd,
         if (wfd >= 0) close(wfd);
         return rc;
     }
-    lull_io_init(loop, &s->wio, wfd, on_wio); /* cannot fail: checked */
+    lull__io_setup(loop, &s->wio, wfd, on_wio); /* cannot fail: checked */
     s->state |= S_PAIR;
     rc = make_nonblocking(s, rfd, in, S_IO_NOWAIT, S_IO_NB);
     if (rc == 0) rc = make_nonblocking(s, wfd, out, S_WIO_NOWAIT, S_WIO_NB);

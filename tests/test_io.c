@@ -496,6 +496,52 @@ TEST(invalid_arguments) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* lull_io_init on a started watcher is a programming error (debug builds
+ * stop); a release build refuses it with -EBUSY and leaves the watcher as
+ * it was. Clearing it once left the loop counting a watcher no stop could
+ * end (lull_loop_free -EBUSY for ever), its slot and kernel registration
+ * delivering to the new callback, and a second start took a second slot. */
+static void other_fn(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+    CHECK(!"the re-initialised callback ran");
+}
+
+static void init_started_watcher(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    watch w, o;
+    make_pipe(&w);
+    make_pipe(&o);
+    CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_io_init(loop, &w.io, o.rfd, other_fn), -EBUSY);
+    CHECK_EQ(w.io.fd, w.rfd);
+    fill(w.wfd);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.calls, 1);
+    lull_io_stop(&w.io);
+    CHECK(!lull_loop_alive(loop));
+    /* Stopped, it may be set up again, for another fd. */
+    CHECK_EQ(lull_io_init(loop, &w.io, o.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    fill(o.wfd);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.calls, 2);
+    lull_io_stop(&w.io);
+    close_pipe(&w);
+    close_pipe(&o);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(init_of_a_started_watcher_is_refused) {
+    if (check_debug_build())
+        CHECK(check_dies(init_started_watcher, NULL,
+                         "lull: lull_io_init on a started watcher"));
+    else
+        init_started_watcher(NULL);
+}
+
 /* A number that names no open file is refused before the loop sizes its fd
  * table to it: INT_MAX once made the start reserve and zero 8 GiB (a hang,
  * or -ENOMEM) on its way to epoll's EBADF. The address-space limit turns
