@@ -475,12 +475,21 @@ static bool cert_reason(int r) {
 /* The reason an SSL call failed with: -EKEYREJECTED for a certificate
  * refused, else `otherwise`; the words go to lull_tls_error_string. */
 static int failure(lull_tls *t, int otherwise) {
-    unsigned long e = ERR_peek_last_error();
+    /* The last error names the failure; a failed allocation is first in
+     * the queue, with OpenSSL's "internal error" (or "BUF lib", "EVP lib")
+     * on top of it: any one in the queue is why. The queue is emptied
+     * here anyway. */
+    unsigned long e = 0, x;
+    bool nomem = t->state & T_NOMEM;
+    while ((x = ERR_get_error()) != 0) {
+        e = x;
+        if (ERR_GET_REASON(x) == ERR_R_MALLOC_FAILURE) nomem = true;
+    }
     int r = ERR_GET_REASON(e);
     const char *s = e ? ERR_reason_error_string(e) : NULL;
     long v = t->ssl ? SSL_get_verify_result(t->ssl) : X509_V_OK;
     int reason = otherwise;
-    if ((t->state & T_NOMEM) || r == ERR_R_MALLOC_FAILURE) {
+    if (nomem) {
         /* Out of memory here, not anything the peer did. */
         set_why(t, "out of memory");
         reason = -ENOMEM;

@@ -262,10 +262,12 @@ static bool is_openssl(void) {
 }
 
 /* OpenSSL's allocation number g_ossl_fail_at (counted from when it is
- * set; -1: none) fails. */
+ * set; -1: none) fails, counting those of g_ossl_fail_min bytes or more. */
 static atomic_long g_ossl_fail_at = -1, g_ossl_fail_seen;
-static bool ossl_fail_now(void) {
+static atomic_size_t g_ossl_fail_min;
+static bool ossl_fail_now(size_t n) {
     return atomic_load(&g_ossl_fail_at) >= 0 &&
+           n >= atomic_load(&g_ossl_fail_min) &&
            atomic_fetch_add(&g_ossl_fail_seen, 1) ==
                atomic_load(&g_ossl_fail_at);
 }
@@ -273,14 +275,14 @@ static void *count_malloc(size_t n, const char *file, int line) {
     (void)file;
     (void)line;
     if (atomic_load(&g_counting)) atomic_fetch_add(&g_openssl_allocs, 1);
-    if (ossl_fail_now()) return NULL;
+    if (ossl_fail_now(n)) return NULL;
     return __real_malloc(n);
 }
 static void *count_realloc(void *p, size_t n, const char *file, int line) {
     (void)file;
     (void)line;
     if (atomic_load(&g_counting)) atomic_fetch_add(&g_openssl_allocs, 1);
-    if (ossl_fail_now()) return NULL;
+    if (ossl_fail_now(n)) return NULL;
     return __real_realloc(p, n);
 }
 static void count_free(void *p, const char *file, int line) {
@@ -1636,8 +1638,12 @@ static bool failing_round(lull_loop *loop, lull_tls_ctx *sctx,
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     atomic_store(seen, 0);
     atomic_store(fail_at, k);
-    int rs = lull_tls_open(loop, &s->t, sctx, sv[1], NULL);
-    int rc = lull_tls_open(loop, &c->t, cctx, sv[0], &g_client_opts);
+    /* Each end says when its handshake ended (end.handshaken). */
+    static const lull_tls_options so = {.on_handshake = end_handshake};
+    static const lull_tls_options co = {.server_name = "localhost",
+                                        .on_handshake = end_handshake};
+    int rs = lull_tls_open(loop, &s->t, sctx, sv[1], &so);
+    int rc = lull_tls_open(loop, &c->t, cctx, sv[0], &co);
     if (rs == 0) {
         end_watch(s);
     } else {
@@ -1725,6 +1731,74 @@ TEST(each_openssl_allocation_failing_in_turn_closes_cleanly) {
            "another reason than -ENOMEM, or none\n",
            k, not_enomem);
     CHECK(k > 10);
+    finish(loop, sctx, cctx);
+#endif
+}
+
+/* An OpenSSL allocation that fails says -ENOMEM where OpenSSL's error
+ * queue says so, though OpenSSL puts an "internal error" on top of its
+ * ERR_R_MALLOC_FAILURE (the last error once read as the peer's doing:
+ * -ECONNABORTED, -EPROTO). In a handshake: the first record buffer
+ * (OpenSSL's largest allocation, SSL3_RT_MAX_PLAIN_LENGTH and more). */
+TEST(openssl_allocation_failing_in_a_handshake_says_enomem) {
+    if (skip()) return;
+#ifdef LULL_HAVE_OPENSSL
+    CHECK(count_openssl_allocations());
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    atomic_store(&g_ossl_fail_seen, 0);
+    atomic_store(&g_ossl_fail_min, (size_t)16384);
+    atomic_store(&g_ossl_fail_at, 0);
+    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    run_a_while(loop, &c, &s, ping_pong_or_closed);
+    CHECK(atomic_load(&g_ossl_fail_seen) > 0); /* the allocation was made */
+    atomic_store(&g_ossl_fail_at, -1);
+    atomic_store(&g_ossl_fail_min, (size_t)0);
+    printf("client %d (%s), server %d (%s)\n", c.reason, c.why, s.reason,
+           s.why);
+    CHECK(c.reason == -ENOMEM || s.reason == -ENOMEM);
+    CHECK(!c.handshaken || !s.handshaken);
+    if (!c.closed) CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    if (!s.closed) CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+    run_a_while(loop, &c, &s, both_closed);
+    CHECK(c.closed && s.closed);
+    finish(loop, sctx, cctx);
+#endif
+}
+
+/* The same after the handshake: each OpenSSL allocation in turn made
+ * while a frame goes each way fails; at least one is said -ENOMEM by a
+ * handshaken end, as many as OpenSSL's error queue says. */
+TEST(openssl_allocation_failing_after_a_handshake_says_enomem) {
+    if (skip()) return;
+#ifdef LULL_HAVE_OPENSSL
+    CHECK(count_openssl_allocations());
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    int enomem = 0;
+    long k;
+    for (k = 0; k < 1000; k++) {
+        end c, s;
+        settled_pair(loop, &c, cctx, &s, sctx);
+        atomic_store(&g_ossl_fail_seen, 0);
+        atomic_store(&g_ossl_fail_at, k);
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "ping", 4), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, "pong", 4), 0);
+        run_a_while(loop, &c, &s, ping_pong_or_closed);
+        bool failed = atomic_load(&g_ossl_fail_seen) > k;
+        atomic_store(&g_ossl_fail_at, -1);
+        printf("allocation %ld: client %d (%s), server %d (%s)\n", k, c.reason,
+               c.why, s.reason, s.why);
+        enomem += c.reason == -ENOMEM || s.reason == -ENOMEM;
+        if (!c.closed) CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+        if (!s.closed) CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+        run_a_while(loop, &c, &s, both_closed);
+        CHECK(c.closed && s.closed);
+        if (!failed) break;
+    }
+    printf("%ld allocations failed in turn, %d said -ENOMEM\n", k, enomem);
+    CHECK(enomem > 0);
     finish(loop, sctx, cctx);
 #endif
 }
