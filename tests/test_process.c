@@ -1851,6 +1851,64 @@ TEST(detach_then_free_the_loop) {
     CHECK_EQ(lull_process_detach(&zero), -EINVAL);
 }
 
+#ifdef CHECK_SANDBOX_ARCH
+#ifndef SYS_clone3
+#define SYS_clone3 435 /* the same number on every architecture */
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+/* In a child: clone3 or pidfd_open refused (EPERM: older seccomp profiles,
+ * Docker's before 20.10 refused clone3 so; ENOSYS: newer ones). A spawn
+ * (clone with CLONE_PIDFD) and its exit need neither. A detach needs a
+ * thread, which glibc makes with clone3, falling back to clone only on
+ * ENOSYS: refused (EPERM), the detach says so and changes nothing, the
+ * handle still watches its child. */
+typedef struct denied {
+    int nr, err;
+} denied;
+
+static void spawn_and_detach_denied(void *arg) {
+    const denied *d = arg;
+    check_deny_syscalls(&d->nr, 1, d->err);
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0};
+    lull_process_options quick = {.argv = SH("exit 3")};
+    CHECK_EQ(spawn(loop, &a, &quick), 0);
+    run_until(loop, &a.exits, 1);
+    CHECK_EQ(a.status, 3);
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &b, &o), 0);
+    int pid = b.p.pid;
+    b.in_call = true;
+    int rc = lull_process_detach(&b.p);
+    b.in_call = false;
+    printf("syscall %d refused with %d: detach %d\n", d->nr, d->err, rc);
+    if (rc == 0) {
+        CHECK(!lull_loop_alive(loop));
+        CHECK_EQ(kill(pid, SIGKILL), 0);
+        reaped_by_lull(pid);
+        CHECK_EQ(b.exits, 0);
+    } else {
+        CHECK(d->nr == SYS_clone3 && d->err == EPERM);
+        CHECK(lull_loop_alive(loop)); /* still watched */
+        CHECK_EQ(lull_process_kill(&b.p, SIGKILL), 0);
+        run_until(loop, &b.exits, 1);
+        CHECK_EQ(b.sig, SIGKILL);
+    }
+    free_loop(loop);
+}
+
+TEST(spawn_exit_and_detach_where_clone3_or_pidfd_open_are_refused) {
+    static const denied cases[] = {{SYS_clone3, EPERM},
+                                   {SYS_clone3, ENOSYS},
+                                   {SYS_pidfd_open, EPERM},
+                                   {SYS_pidfd_open, ENOSYS}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        CHECK(check_exits_cleanly(spawn_and_detach_denied, (void *)&cases[i]));
+}
+#endif
+
 /* A detached handle may be spawned into again; the new child is watched
  * as any other. */
 TEST(detach_then_respawn) {
