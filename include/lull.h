@@ -1452,7 +1452,8 @@ struct lull_tty {
 };
 
 /* Opens the terminal behind fd (kept open by the caller while the tty
- * lives) and its stream, reading at once. opts as for lull_stream_open,
+ * lives) and its stream, reading at once (for fd 1, fd 2 or a write-only
+ * fd: once lull_endpoint_read_start asks). opts as for lull_stream_open,
  * always raw. 0, or -EINVAL (NULL, fd < 0), -ENOTTY (not a terminal),
  * -EBADF, an error of open or of lull_stream_open (-EMFILE); nothing is
  * left open on failure. Set a tty up again only once its stream's

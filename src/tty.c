@@ -249,6 +249,14 @@ int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
         so.flags |= LULL_STREAM_RAW; /* a terminal's bytes are not frames */
         rc = lull_stream_open(loop, &t->stream, sfd, &so); /* owns sfd */
     }
+    /* A tty for output (stdout, stderr, an fd opened write-only) reads
+     * nothing until asked, as libuv's: lull's description reads the
+     * terminal that stdin usually shares, and would take the keys typed
+     * for stdin's reader. */
+    int acc = rc == 0 ? fcntl(fd, F_GETFL) : -1;
+    if (rc == 0 && (fd == STDOUT_FILENO || fd == STDERR_FILENO ||
+                    (acc >= 0 && (acc & O_ACCMODE) == O_WRONLY)))
+        (void)lull_stream_read_stop(&t->stream); /* open: cannot fail */
     if (rc < 0) {
         if (t->fl_saved >= 0) (void)fcntl(t->ctl, F_SETFL, t->fl_saved);
         slot_leave(t);

@@ -353,6 +353,62 @@ TEST(bytes_both_ways) {
     finish(loop, &p);
 }
 
+/* A tty on stdout (fd 1) of a program whose stdin is the same terminal,
+ * as a shell starts it: the handle is for output (modes, size, colours)
+ * and reads nothing until asked (lull_endpoint_read_start), as libuv's
+ * uv_tty_init on fd 1 never reads before uv_read_start; the keys typed
+ * meanwhile stay for stdin's reader. Input is read from the start only on
+ * a tty made for another fd. */
+static void stdout_tty_body(void *arg) {
+    (void)arg;
+    pty p = pty_open();
+    struct termios quiet = mode_of(p.slave); /* the master reads only "out" */
+    quiet.c_lflag &= ~(tcflag_t)ECHO;
+    CHECK_EQ(tcsetattr(p.slave, TCSANOW, &quiet), 0);
+    CHECK_EQ(dup2(p.slave, STDOUT_FILENO), STDOUT_FILENO);
+    lull_loop *loop = new_loop();
+    term k;
+    term_init(loop, &k, STDOUT_FILENO);
+    CHECK_EQ(write(p.master, "typed\n", 6), 6); /* a line for stdin */
+    struct pollfd pfd = {.fd = p.slave, .events = POLLIN};
+    CHECK_EQ(poll(&pfd, 1, 10000), 1); /* it reached the slave */
+    CHECK_EQ(lull_endpoint_send_copy(&k.t.stream.ep, "out", 3), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    char buf[16] = {0};
+    CHECK_EQ(read_some(p.master, buf, 3), 3);
+    CHECK(memcmp(buf, "out", 3) == 0);
+    CHECK_EQ(k.nread, 0);
+    CHECK_EQ(poll(&pfd, 1, 0), 1); /* the line is still there */
+    CHECK_EQ(read(p.slave, buf, sizeof buf), 6);
+    CHECK(memcmp(buf, "typed\n", 6) == 0);
+    /* Asked, it reads. */
+    CHECK_EQ(lull_endpoint_read_start(&k.t.stream.ep), 0);
+    CHECK_EQ(write(p.master, "more\n", 5), 5);
+    run_until(loop, &k.nread, 5);
+    CHECK(memcmp(k.buf, "more\n", 5) == 0);
+    term_close_and_wait(loop, &k);
+    /* An fd opened write-only: the same. */
+    char name[128];
+    CHECK_EQ(ptsname_r(p.master, name, sizeof name), 0);
+    int wo = open(name, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+    CHECK(wo >= 0);
+    term_init(loop, &k, wo);
+    CHECK_EQ(write(p.master, "again\n", 6), 6);
+    CHECK_EQ(poll(&pfd, 1, 10000), 1);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(k.nread, 0);
+    CHECK_EQ(read(p.slave, buf, sizeof buf), 6);
+    term_close_and_wait(loop, &k);
+    close(wo);
+    finish(loop, &p);
+}
+
+TEST(tty_on_stdout_reads_nothing_until_asked) {
+    CHECK(check_exits_cleanly(stdout_tty_body, NULL));
+}
+
 /* The caller's fd keeps its flags: the tty opened the terminal anew, and
  * O_NONBLOCK is on lull's description only. */
 TEST(caller_fd_stays_blocking) {
