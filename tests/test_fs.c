@@ -789,6 +789,35 @@ TEST_THREADED(fs_write_read_at_offset) {
     fs_teardown();
 }
 
+/* libuv's offset -1 (the current position, read(2) rather than pread)
+ * has no equivalent: lull's offset is unsigned, and (uint64_t)-1 is past
+ * INT64_MAX, refused at the call with nothing moved. A pipe cannot be read
+ * at an offset: -ESPIPE, its bytes left for a stream to read. */
+TEST_THREADED(fs_offset_minus_one_and_a_pipe) {
+    fs_setup();
+    int fd = open_rw(path);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, "hello", 5, 0, on_fs)), 5);
+    char buf[8];
+    struct iovec v[1] = {{buf, sizeof buf}};
+    uint64_t cur = (uint64_t)-1;
+    CHECK_EQ(lull_fs_read(L, P, &R, fd, buf, 4, cur, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_write(L, P, &R, fd, "x", 1, cur, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readv(L, P, &R, fd, v, 1, cur, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_writev(L, P, &R, fd, v, 1, cur, on_fs), -EINVAL);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, sizeof buf, 0, on_fs)), 5);
+    CHECK(memcmp(buf, "hello", 5) == 0);
+    int pfd[2];
+    CHECK_EQ(pipe(pfd), 0);
+    CHECK_EQ(write(pfd[1], "abc", 3), 3);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, pfd[0], buf, 3, 0, on_fs)), -ESPIPE);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, pfd[1], "d", 1, 0, on_fs)), -ESPIPE);
+    CHECK_EQ(read(pfd[0], buf, sizeof buf), 3);
+    close(pfd[0]);
+    close(pfd[1]);
+    CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), 0);
+    fs_teardown();
+}
+
 TEST_THREADED(fs_readv_writev) {
     fs_setup();
     int fd = open_rw(path);
