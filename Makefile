@@ -211,7 +211,8 @@ sim:
 	  batch-death expire-now same-length snapshot-ttl ltrim-off hincrby-set \
 	  lrange-end setrange-shrink expire-gt exec-arity snap-list-batch \
 	  resume-caught-up lrem-direction outf-resend ack-spin msetnx-partial \
-	  lpos-tail expire-seconds hollow-partition \
+	  lpos-tail expire-seconds smove-same zpop-past setstore-source \
+	  hollow-partition \
 	  short-write-resend short-write-drop hollow-short-write; do \
 	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \
