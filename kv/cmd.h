@@ -189,7 +189,7 @@ struct kv {
     resp_arg *(*grow_args)(kv *k, size_t n);
     /* Test only: known replication bugs planted on purpose (KV_PLANT_*),
      * which the simulator (sim.c) must find. 0 in lull-kv itself. */
-    unsigned plant;
+    uint64_t plant;
     buf held; /* KV_PLANT_ACK_BEFORE_LOG: the write not logged yet */
     size_t held_argc;
 };

@@ -1041,7 +1041,8 @@ static void cmd_smove(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     if (!find_of(k, &a[2], KV_SET, &dst, out)) return;
     kv_set *from = store_obj(src)->val;
     dict_entry *m = member(&from->d, &a[3]);
-    if (!m || src == dst) {
+    /* KV_PLANT_SMOVE_SAME (test only): onto itself, the member moves. */
+    if (!m || (src == dst && !(k->plant & KV_PLANT_SMOVE_SAME))) {
         buf_str(out, m ? ":1\r\n" : ":0\r\n");
         return;
     }
@@ -1184,6 +1185,10 @@ static void cmd_setop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 static void cmd_setop_store(kv *k, kv_client *cl, const resp_arg *a,
                             size_t argc, buf *out) {
     (void)cl;
+    if (k->plant & KV_PLANT_SETSTORE_SOURCE) { /* test only */
+        dict_entry *d = kv_lookup(k, &a[1]);
+        if (d && store_obj(d)->type == KV_SET) kv_delete(k, d);
+    }
     kv_set **sets = sets_of(k, &a[2], argc - 2, out);
     if (!sets) return;
     set_sink o = {.s = set_new()};
@@ -1646,7 +1651,9 @@ static void cmd_zpopmin(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     kv_zset *z = store_obj(e)->val;
     bool max = (a[0].p[5] | 0x20) == 'a'; /* ZPOPMAX */
-    size_t n = (size_t)count < zset_len(z) ? (size_t)count : zset_len(z);
+    size_t n = (size_t)count < zset_len(z)
+                   ? (size_t)count
+                   : zset_len(z) - !!(k->plant & KV_PLANT_ZPOP_PAST);
     buf_int(out, '*', 2 * (long long)n);
     for (size_t i = 0; i < n; i++) {
         znode *first = max ? z->tail : z->head->lv[0].fwd;

@@ -1,4 +1,5 @@
-/* model.c: the reference model of lull-kv's string, list and hash commands
+/* model.c: the reference model of lull-kv's string, list, hash, set and
+ * sorted set commands
  * (see model.h). Written from Redis' documented behaviour, not from
  * cmd.c: a reply both agree on is evidence, not an echo. */
 #include "model.h"
@@ -47,16 +48,42 @@ static size_t put_bulk(char *out, size_t at, const char *s, size_t n) {
 }
 
 static const char *const names[OP_COUNT + 1] = {
-    "SET",          "SET",    "SET",      "SET",       "GET",
-    "DEL",          "INCR",   "APPEND",   "EXISTS",    "PEXPIREAT",
-    "PERSIST",      "RPUSH",  "LPOP",     "LLEN",      "TYPE",
-    "INCRBY",       "DECRBY", "GETDEL",   "GETEX",     "GETEX",
-    "INCRBYFLOAT",  "UNLINK", "TOUCH",    "LREM",      "LSET",
-    "LTRIM",        "RENAME", "RENAMENX", "HSET",      "HSETNX",
-    "HDEL",         "HGET",   "HGETALL",  "HLEN",      "HINCRBY",
-    "HINCRBYFLOAT", "SETEX",  "PSETEX",   "LINSERT",   "LMOVE",
-    "RPOPLPUSH",    "LRANGE", "SETRANGE", "PEXPIREAT", "RPUSH",
-    "LPOS",         "EXPIRE", "MGET"};
+    "SET",          "SET",         "SET",      "SET",         "GET",
+    "DEL",          "INCR",        "APPEND",   "EXISTS",      "PEXPIREAT",
+    "PERSIST",      "RPUSH",       "LPOP",     "LLEN",        "TYPE",
+    "INCRBY",       "DECRBY",      "GETDEL",   "GETEX",       "GETEX",
+    "INCRBYFLOAT",  "UNLINK",      "TOUCH",    "LREM",        "LSET",
+    "LTRIM",        "RENAME",      "RENAMENX", "HSET",        "HSETNX",
+    "HDEL",         "HGET",        "HGETALL",  "HLEN",        "HINCRBY",
+    "HINCRBYFLOAT", "SETEX",       "PSETEX",   "LINSERT",     "LMOVE",
+    "RPOPLPUSH",    "LRANGE",      "SETRANGE", "PEXPIREAT",   "RPUSH",
+    "LPOS",         "EXPIRE",      "SADD",     "SREM",        "SMEMBERS",
+    "SISMEMBER",    "SCARD",       "SPOP",     "SRANDMEMBER", "SMOVE",
+    "SINTER",       "SINTERSTORE", "ZADD",     "ZINCRBY",     "ZREM",
+    "ZSCORE",       "ZCARD",       "ZRANGE",   "ZPOPMIN",     "ZPOPMAX",
+    "MGET"};
+
+/* A set or sorted set command's members: field, and "f<i2 + 2>" when i2
+ * >= 0 (into m2); their number. */
+static int members(const model_cmd *c, char m2[8]) {
+    if (c->i2 < 0) return 1;
+    snprintf(m2, 8, "f%d", (int)(c->i2 + 2) % 100);
+    return 2;
+}
+
+/* SINTER, SUNION, SDIFF (OP_SETOP's i1 mod 3). */
+static int setop_which(const model_cmd *c) {
+    return (int)(((c->i1 % 3) + 3) % 3);
+}
+
+static const char *op_name(const model_cmd *c) {
+    static const char *const setops[2][3] = {
+        {"SINTER", "SUNION", "SDIFF"},
+        {"SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"}};
+    if (c->op == OP_SETOP || c->op == OP_SETOP_STORE)
+        return setops[c->op == OP_SETOP_STORE][setop_which(c)];
+    return names[c->op];
+}
 
 /* The pattern's bytes from `from` (any offset) on, n of them, into out:
  * byte i of the pattern is 'a' + i % 26. */
@@ -118,15 +145,93 @@ static long long lpos_rank(const model_cmd *c) {
 }
 
 size_t model_request(const model_cmd *c, char *out) {
-    const char *argv[7];
-    size_t lens[7], argc = 0;
-    char num[24], num2[24];
+    const char *argv[10];
+    size_t lens[10], argc = 0;
+    char num[24], num2[24], m2[8];
     static char val[MODEL_VAL_MAX];
-    argv[argc] = names[c->op];
-    lens[argc++] = strlen(names[c->op]);
-    argv[argc] = c->key;
-    lens[argc++] = strlen(c->key);
+    argv[argc] = op_name(c);
+    lens[argc] = strlen(argv[argc]);
+    argc++;
+    argv[argc] = c->op == OP_SETOP_STORE ? c->key2 : c->key;
+    lens[argc] = strlen(argv[argc]);
+    argc++;
+    bool count = c->i2 >= 0; /* SPOP's, SRANDMEMBER's, ZPOP*'s */
     switch (c->op) {
+    case OP_SADD:
+    case OP_SREM:
+    case OP_ZREM:
+        argv[argc] = c->field;
+        lens[argc++] = strlen(c->field);
+        if (members(c, m2) == 2) {
+            argv[argc] = m2;
+            lens[argc++] = strlen(m2);
+        }
+        break;
+    case OP_SISMEMBER:
+    case OP_ZSCORE:
+        argv[argc] = c->field;
+        lens[argc++] = strlen(c->field);
+        break;
+    case OP_SPOP:
+    case OP_SRANDMEMBER:
+    case OP_ZPOPMIN:
+    case OP_ZPOPMAX:
+        if (count) {
+            argv[argc] = num;
+            lens[argc++] =
+                (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1 + 2);
+        }
+        break;
+    case OP_SMOVE:
+        argv[argc] = c->key2;
+        lens[argc++] = strlen(c->key2);
+        argv[argc] = c->field;
+        lens[argc++] = strlen(c->field);
+        break;
+    case OP_SETOP:
+    case OP_SETOP_STORE: {
+        /* The sources, after STORE's destination (key2): k and key2,
+         * key2 first when i2 < 0. */
+        const char *src[2] = {c->i2 < 0 ? c->key2 : c->key,
+                              c->i2 < 0 ? c->key : c->key2};
+        argc = c->op == OP_SETOP_STORE ? 2 : 1;
+        for (int i = 0; i < 2; i++) {
+            argv[argc] = src[i];
+            lens[argc++] = strlen(src[i]);
+        }
+        break;
+    }
+    case OP_ZADD: {
+        static const char *const opt[6] = {"NX", "XX", "GT",
+                                           "LT", "CH", "INCR"};
+        for (int i = 0; i < 6; i++)
+            if (c->flags & (1 << i)) {
+                argv[argc] = opt[i];
+                lens[argc] = strlen(opt[i]);
+                argc++;
+            }
+    }
+        /* fall through */
+    case OP_ZINCRBY:
+        argv[argc] = val;
+        lens[argc++] = model_value(c, val);
+        argv[argc] = c->field;
+        lens[argc++] = strlen(c->field);
+        break;
+    case OP_ZRANGE:
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
+        argv[argc] = num2;
+        lens[argc++] = (size_t)snprintf(num2, sizeof num2, "%" PRId64, c->i2);
+        if (c->flags & 1) {
+            argv[argc] = "REV";
+            lens[argc++] = 3;
+        }
+        if (c->flags & 2) {
+            argv[argc] = "WITHSCORES";
+            lens[argc++] = 10;
+        }
+        break;
     case OP_SET:
     case OP_SET_PXAT:
     case OP_SET_NX:
@@ -378,10 +483,10 @@ static void field_delete(model_val *s, size_t at) {
 }
 
 /* Field f (at `at`, there or not) becomes v: a hash made of s if it is
- * no key. */
+ * no key (a set or sorted set keeps its type). */
 static void field_put(model_val *s, size_t at, bool there, const char *f,
                       size_t flen, const char *v, size_t vlen) {
-    if (s->type != MODEL_HASH) {
+    if (s->type == MODEL_NONE) {
         clear(s);
         s->type = MODEL_HASH;
     }
@@ -467,6 +572,360 @@ static size_t hash_cmd(model_val *s, const model_cmd *c, bool live,
             p = value_at(s, p);
             o = put_bulk(out, o, s->v + p + 1, (unsigned char)s->v[p]);
             p += 1 + (unsigned char)s->v[p];
+        }
+        return o;
+    }
+    }
+}
+
+/* ------------------------------------------ sets and sorted sets */
+
+/* The reply model_apply checks, for SPOP and SRANDMEMBER, whose members
+ * are the server's random choice: the model checks that they are there,
+ * as many as the count says (distinct, but for a negative count), and
+ * takes them (SPOP). NULL: none (model_reply). */
+static const char *given;
+static size_t given_len;
+
+static const char *line_end(const char *p, const char *end);
+static bool line_count(const char *p, const char *lf, long long *n);
+static void copy_val(model_val *to, const model_val *from);
+
+#define OUT_OF_RANGE "-ERR value is out of range, must be positive\r\n"
+#define NOT_SCORE    "-ERR value is not a valid float\r\n"
+#define RANDOM_BAD   "-model: not the members the count allows\r\n"
+
+/* The entry after the one at p. */
+static size_t next_entry(const model_val *s, size_t p) {
+    p = value_at(s, p);
+    return p + 1 + (unsigned char)s->v[p];
+}
+
+/* Member m joins set s (a set, or no key: made one); whether it is new. */
+static bool set_add_m(model_val *s, const char *m, size_t n) {
+    size_t at;
+    if (field_at(s, m, n, &at)) return false;
+    if (s->type == MODEL_NONE) {
+        clear(s);
+        s->type = MODEL_SET;
+    }
+    field_put(s, at, false, m, n, "", 0);
+    return true;
+}
+
+/* Member m leaves s (a set or sorted set, which goes when emptied);
+ * whether it was there. */
+static bool member_rem(model_val *s, const char *m, size_t n) {
+    size_t at;
+    if (s->type == MODEL_NONE || !field_at(s, m, n, &at)) return false;
+    field_delete(s, at);
+    if (s->items == 0) clear(s);
+    return true;
+}
+
+/* The members as a RESP array, in the model's (byte) order. */
+static size_t put_members(const model_val *s, char *out) {
+    size_t o = (size_t)sprintf(out, "*%d\r\n", s->items);
+    for (size_t i = 0, p = 0; i < s->items; i++, p = next_entry(s, p))
+        o = put_bulk(out, o, s->v + p + 1, (unsigned char)s->v[p]);
+    return o;
+}
+
+/* One bulk string of the reply at *p (before end): its bytes. */
+static bool take_bulk(const char **p, const char *end, const char **b,
+                      size_t *n) {
+    const char *lf = line_end(*p, end);
+    long long len;
+    if (!lf || **p != '$' || !line_count(*p + 1, lf, &len) || len < 0 ||
+        len > 255 || end - (lf + 2) < len + 2)
+        return false;
+    *b = lf + 2;
+    *n = (size_t)len;
+    *p = lf + 2 + len + 2;
+    return true;
+}
+
+/* SPOP and SRANDMEMBER on a live set: the given reply, when its members
+ * are ones the command may pick. */
+static size_t set_random_cmd(model_val *s, const model_cmd *c, char *out) {
+    bool pop = c->op == OP_SPOP, has_count = c->i2 >= 0;
+    long long count = c->i1 + 2, n = 1;
+    if (!given) return put_s(out, "-model: a random member\r\n");
+    const char *p = given, *end = given + given_len;
+    if (has_count) {
+        const char *lf = line_end(p, end);
+        if (!lf || *p != '*' || !line_count(p + 1, lf, &n))
+            return put_s(out, RANDOM_BAD);
+        p = lf + 2;
+    }
+    long long want = !has_count         ? 1
+                     : count < 0        ? -count
+                     : count < s->items ? count
+                                        : s->items;
+    if (n != want) return put_s(out, RANDOM_BAD);
+    /* Distinct members leave `left` as they are taken; repeats (a
+     * negative count) are looked up in s. */
+    static model_val left;
+    copy_val(&left, s);
+    bool repeats = has_count && count < 0;
+    for (long long i = 0; i < n; i++) {
+        const char *b;
+        size_t bn, at;
+        if (!take_bulk(&p, end, &b, &bn) ||
+            !field_at(repeats ? s : &left, b, bn, &at))
+            return put_s(out, RANDOM_BAD);
+        if (!repeats) field_delete(&left, at);
+    }
+    if (p != end) return put_s(out, RANDOM_BAD);
+    if (pop) {
+        copy_val(s, &left);
+        if (s->items == 0) clear(s);
+    }
+    memcpy(out, given, given_len);
+    return given_len;
+}
+
+/* The one-key set commands on s, live or not. */
+static size_t set_cmd(model_val *s, const model_cmd *c, bool live, char *out) {
+    char m2[8];
+    const char *m[2] = {c->field, m2};
+    int nm = members(c, m2);
+    if (c->op == OP_SPOP && c->i2 >= 0 && c->i1 + 2 < 0)
+        return put_s(out, OUT_OF_RANGE); /* the count, before the type */
+    if (live && s->type != MODEL_SET) return put_s(out, WRONGTYPE);
+    long long n = 0;
+    size_t at;
+    switch (c->op) {
+    case OP_SADD:
+        for (int i = 0; i < nm; i++)
+            n += set_add_m(s, m[i], strlen(m[i]));
+        return put_int(out, 0, n);
+    case OP_SREM:
+        for (int i = 0; i < nm; i++)
+            n += member_rem(s, m[i], strlen(m[i]));
+        return put_int(out, 0, n);
+    case OP_SMEMBERS: /* model_apply sorts the reply's */
+        return put_members(s, out);
+    case OP_SISMEMBER:
+        return put_int(out, 0, field_at(s, c->field, strlen(c->field), &at));
+    case OP_SCARD:
+        return put_int(out, 0, s->items);
+    default: /* SPOP, SRANDMEMBER */
+        if (!live) return put_s(out, c->i2 >= 0 ? "*0\r\n" : "$-1\r\n");
+        return set_random_cmd(s, c, out);
+    }
+}
+
+/* SMOVE, SINTER, SUNION, SDIFF and their STORE forms from s (k) and d
+ * (key2; d == s: the same name), at instant now. */
+static size_t set_two(model_val *s, model_val *d, const model_cmd *c,
+                      int64_t now, char *out) {
+    size_t flen = strlen(c->field), at;
+    if (c->op == OP_SMOVE) {
+        /* Redis 7.0's order: a missing source first, then both types. */
+        if (!alive(s, now)) {
+            clear(s);
+            return put_s(out, ":0\r\n");
+        }
+        if (s->type != MODEL_SET) return put_s(out, WRONGTYPE);
+        if (d != s && !alive(d, now)) clear(d);
+        if (d->type != MODEL_NONE && d->type != MODEL_SET)
+            return put_s(out, WRONGTYPE);
+        if (!field_at(s, c->field, flen, &at)) return put_s(out, ":0\r\n");
+        if (d == s) return put_s(out, ":1\r\n");
+        set_add_m(d, c->field, flen);
+        member_rem(s, c->field, flen);
+        return put_s(out, ":1\r\n");
+    }
+    if (!alive(s, now)) clear(s);
+    if (d != s && !alive(d, now)) clear(d);
+    if ((s->type != MODEL_NONE && s->type != MODEL_SET) ||
+        (d->type != MODEL_NONE && d->type != MODEL_SET))
+        return put_s(out, WRONGTYPE);
+    const model_val *a = c->i2 < 0 ? d : s, *b = c->i2 < 0 ? s : d;
+    static model_val r;
+    clear(&r);
+    int which = setop_which(c); /* SINTER, SUNION, SDIFF */
+    for (size_t i = 0, p = 0; i < a->items; i++, p = next_entry(a, p)) {
+        const char *m = a->v + p + 1;
+        size_t n = (unsigned char)a->v[p];
+        bool in_b = field_at(b, m, n, &at);
+        if (which == 1 || in_b == (which == 0)) set_add_m(&r, m, n);
+    }
+    if (which == 1)
+        for (size_t i = 0, p = 0; i < b->items; i++, p = next_entry(b, p))
+            set_add_m(&r, b->v + p + 1, (unsigned char)b->v[p]);
+    if (c->op == OP_SETOP) return put_members(&r, out);
+    /* STORE: key2 becomes the result, no expiry; none deletes it. */
+    copy_val(d, &r);
+    return put_int(out, 0, r.items);
+}
+
+/* A score argument as Redis reads it (strtod's whole, no leading space,
+ * not NaN, no overflow or underflow to zero). */
+static bool as_score(const char *v, size_t n, double *d) {
+    char tmp[64];
+    if (n == 0 || n >= sizeof tmp || isspace((unsigned char)v[0]) ||
+        memchr(v, 0, n))
+        return false;
+    memcpy(tmp, v, n);
+    tmp[n] = 0;
+    char *end;
+    errno = 0;
+    *d = strtod(tmp, &end);
+    return end == tmp + n && !isnan(*d) &&
+           !(errno == ERANGE && (isinf(*d) || *d == 0));
+}
+
+/* A score as Redis writes it: %.17g, inf, -inf. */
+static int score_text(double d, char *num) {
+    if (isinf(d)) return sprintf(num, "%s", d > 0 ? "inf" : "-inf");
+    return sprintf(num, "%.17g", d);
+}
+
+/* The score of the sorted set's entry at p. */
+static double score_at(const model_val *s, size_t p) {
+    char tmp[64];
+    size_t va = value_at(s, p), n = (unsigned char)s->v[va];
+    memcpy(tmp, s->v + va + 1, n);
+    tmp[n] = 0;
+    return strtod(tmp, NULL);
+}
+
+/* The sorted set's entries in its order, by score, then member (the
+ * entries are in member order, and the sort is stable): where each
+ * begins, into at; their number. */
+static size_t zorder(const model_val *s, size_t at[]) {
+    size_t n = 0;
+    for (size_t p = 0; n < s->items; p = next_entry(s, p)) {
+        size_t j = n++;
+        double sc = score_at(s, p);
+        for (; j > 0 && score_at(s, at[j - 1]) > sc; j--)
+            at[j] = at[j - 1];
+        at[j] = p;
+    }
+    return n;
+}
+
+/* The entry at p, member and score, into out at o. */
+static size_t put_zentry(const model_val *s, size_t p, bool score, char *out,
+                         size_t o) {
+    o = put_bulk(out, o, s->v + p + 1, (unsigned char)s->v[p]);
+    if (!score) return o;
+    p = value_at(s, p);
+    return put_bulk(out, o, s->v + p + 1, (unsigned char)s->v[p]);
+}
+
+/* ZADD (one pair) and ZINCRBY (ZADD INCR): Redis 7.0's order of checks
+ * (the options, the score, the type). */
+static size_t zadd(model_val *s, const model_cmd *c, bool live, const char *v,
+                   size_t vlen, char *out) {
+    unsigned f = c->op == OP_ZINCRBY ? MODEL_Z_INCR : c->flags;
+    bool nx = f & MODEL_Z_NX, xx = f & MODEL_Z_XX, gt = f & MODEL_Z_GT;
+    bool lt = f & MODEL_Z_LT, incr = f & MODEL_Z_INCR;
+    if (nx && xx)
+        return put_s(out, "-ERR XX and NX options at the same time are not "
+                          "compatible\r\n");
+    if ((gt && nx) || (lt && nx) || (gt && lt))
+        return put_s(out, "-ERR GT, LT, and/or NX options at the same time "
+                          "are not compatible\r\n");
+    double score;
+    if (!as_score(v, vlen, &score)) return put_s(out, NOT_SCORE);
+    if (live && s->type != MODEL_ZSET) return put_s(out, WRONGTYPE);
+    if (!live && xx) return put_s(out, incr ? "$-1\r\n" : ":0\r\n");
+    size_t flen = strlen(c->field), at = 0;
+    bool there = live && field_at(s, c->field, flen, &at);
+    bool skipped = false, set = false;
+    long long added = 0, changed = 0;
+    if (there) {
+        double cur = score_at(s, at);
+        if (nx) {
+            skipped = true;
+        } else {
+            if (incr) score += cur;
+            if (isnan(score))
+                return put_s(out, "-ERR resulting score is not a number "
+                                  "(NaN)\r\n");
+            if ((gt && score <= cur) || (lt && score >= cur))
+                skipped = true;
+            else if (score != cur)
+                set = true, changed++;
+        }
+    } else if (xx) {
+        skipped = true;
+    } else {
+        set = true, added++;
+    }
+    if (set) { /* a -0 is kept as 0; INCR's reply gives it as sent */
+        char num[32];
+        int n = score_text(score == 0 ? 0 : score, num);
+        if (s->type == MODEL_NONE) {
+            clear(s);
+            s->type = MODEL_ZSET;
+        }
+        field_put(s, at, there, c->field, flen, num, (size_t)n);
+    }
+    if (!incr) return put_int(out, 0, added + (f & MODEL_Z_CH ? changed : 0));
+    if (skipped) return put_s(out, "$-1\r\n");
+    char num[32];
+    return put_bulk(out, 0, num, (size_t)score_text(score, num));
+}
+
+/* The sorted set commands on s, live or not. */
+static size_t zset_cmd(model_val *s, const model_cmd *c, bool live,
+                       const char *v, size_t vlen, char *out) {
+    if (c->op == OP_ZADD || c->op == OP_ZINCRBY)
+        return zadd(s, c, live, v, vlen, out);
+    bool pop = c->op == OP_ZPOPMIN || c->op == OP_ZPOPMAX;
+    long long count = c->i2 >= 0 ? c->i1 + 2 : 1;
+    if (pop && count < 0) return put_s(out, OUT_OF_RANGE);
+    if (live && s->type != MODEL_ZSET) return put_s(out, WRONGTYPE);
+    char m2[8];
+    const char *m[2] = {c->field, m2};
+    int nm = members(c, m2);
+    size_t at, n = 0;
+    static size_t order[UINT16_MAX + 1];
+    switch (c->op) {
+    case OP_ZREM:
+        for (int i = 0; i < nm; i++)
+            n += member_rem(s, m[i], strlen(m[i]));
+        return put_int(out, 0, (long long)n);
+    case OP_ZSCORE:
+        if (!field_at(s, c->field, strlen(c->field), &at))
+            return put_s(out, "$-1\r\n");
+        at = value_at(s, at);
+        return put_bulk(out, 0, s->v + at + 1, (unsigned char)s->v[at]);
+    case OP_ZCARD:
+        return put_int(out, 0, s->items);
+    case OP_ZRANGE: { /* by rank, as LRANGE; REV counts from the highest */
+        bool rev = c->flags & 1, scores = c->flags & 2;
+        long long len = (long long)zorder(s, order);
+        long long from = c->i1 < 0 ? c->i1 + len : c->i1;
+        long long to = c->i2 < 0 ? c->i2 + len : c->i2;
+        if (from < 0) from = 0;
+        if (to >= len) to = len - 1;
+        if (from > to || from >= len) return put_s(out, "*0\r\n");
+        size_t o = (size_t)sprintf(out, "*%lld\r\n",
+                                   (to - from + 1) * (scores ? 2 : 1));
+        for (long long i = from; i <= to; i++)
+            o = put_zentry(s, order[rev ? len - 1 - i : i], scores, out, o);
+        return o;
+    }
+    default: { /* ZPOPMIN, ZPOPMAX: the lowest or highest first */
+        size_t len = zorder(s, order);
+        n = (size_t)count < len ? (size_t)count : len;
+        size_t o = (size_t)sprintf(out, "*%zu\r\n", 2 * n);
+        for (size_t i = 0; i < n; i++)
+            o = put_zentry(s, order[c->op == OP_ZPOPMAX ? len - 1 - i : i],
+                           true, out, o);
+        /* The members go, read back from the reply. */
+        const char *p = line_end(out, out + o) + 2;
+        for (size_t i = 0; i < n; i++) {
+            const char *b;
+            size_t bn;
+            take_bulk(&p, out + o, &b, &bn);
+            member_rem(s, b, bn);
+            take_bulk(&p, out + o, &b, &bn);
         }
         return o;
     }
@@ -839,6 +1298,8 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
         if (!live) return put_s(out, "+none\r\n");
         return s->type == MODEL_STRING ? put_s(out, "+string\r\n")
                : s->type == MODEL_LIST ? put_s(out, "+list\r\n")
+               : s->type == MODEL_SET  ? put_s(out, "+set\r\n")
+               : s->type == MODEL_ZSET ? put_s(out, "+zset\r\n")
                                        : put_s(out, "+hash\r\n");
     case OP_LREM:
     case OP_LSET:
@@ -887,6 +1348,30 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
         set_expire(s, now + ms, hi + ms);
         return put_s(out, "+OK\r\n");
     }
+    case OP_SADD:
+    case OP_SREM:
+    case OP_SMEMBERS:
+    case OP_SISMEMBER:
+    case OP_SCARD:
+    case OP_SPOP:
+    case OP_SRANDMEMBER:
+        return set_cmd(s, c, live, out);
+    case OP_SMOVE:
+    case OP_SETOP:
+    case OP_SETOP_STORE: {
+        static model_val none; /* key2 missing, as for RENAME */
+        memset(&none, 0, offsetof(model_val, v));
+        return set_two(s, strcmp(c->key, c->key2) ? &none : s, c, now, out);
+    }
+    case OP_ZADD:
+    case OP_ZINCRBY:
+    case OP_ZREM:
+    case OP_ZSCORE:
+    case OP_ZCARD:
+    case OP_ZRANGE:
+    case OP_ZPOPMIN:
+    case OP_ZPOPMAX:
+        return zset_cmd(s, c, live, v, vlen, out);
     case OP_EXPIRE: /* relative, as SETEX: within the window, shifted */
         if (!live) return put_s(out, ":0\r\n");
         if (c->i1 <= 0)
@@ -990,14 +1475,15 @@ static int views(const model_val *s, int64_t t, model_val v[2]) {
     return 2;
 }
 
-/* HGETALL's reply with its pairs sorted by field, the model's order, into
- * out (as long); a reply not of pairs is copied as it is. */
-static void sort_pairs(const char *r, size_t len, char *out) {
+/* HGETALL's reply with its pairs sorted by field (per 2), or a set's
+ * members sorted (per 1): the model's order, into out (as long); a reply
+ * not of those is copied as it is. */
+static void sort_pairs(const char *r, size_t len, char *out, int per) {
     memcpy(out, r, len);
     long long n;
     const char *lf = line_end(r, r + len);
-    if (len < 2 || r[0] != '*' || !lf || !line_count(r + 1, lf, &n) || n % 2 ||
-        n > 128 || n == 0)
+    if (len < 2 || r[0] != '*' || !lf || !line_count(r + 1, lf, &n) ||
+        n % per || n > 64 * per || n == 0)
         return;
     struct pair {
         const char *p;
@@ -1007,9 +1493,10 @@ static void sort_pairs(const char *r, size_t len, char *out) {
     } pairs[64];
     const char *p = lf + 2, *end = r + len;
     size_t o = (size_t)(p - r); /* the header's bytes */
-    for (long long i = 0; i < n / 2; i++) {
+    n /= per;
+    for (long long i = 0; i < n; i++) {
         pairs[i].p = p;
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < per; j++) {
             lf = line_end(p, end);
             long long bl;
             if (!lf || *p != '$' || !line_count(p + 1, lf, &bl) || bl < 0 ||
@@ -1024,7 +1511,7 @@ static void sort_pairs(const char *r, size_t len, char *out) {
         pairs[i].len = (size_t)(p - pairs[i].p);
     }
     /* Insertion sort: a handful of fields. */
-    for (long long i = 1; i < n / 2; i++)
+    for (long long i = 1; i < n; i++)
         for (long long j = i; j > 0; j--) {
             struct pair *a = &pairs[j - 1], *b = &pairs[j];
             size_t m = (size_t)(a->flen < b->flen ? a->flen : b->flen);
@@ -1034,7 +1521,7 @@ static void sort_pairs(const char *r, size_t len, char *out) {
             *a = *b;
             *b = t;
         }
-    for (long long i = 0; i < n / 2; i++) {
+    for (long long i = 0; i < n; i++) {
         memcpy(out + o, pairs[i].p, pairs[i].len);
         o += pairs[i].len;
     }
@@ -1064,10 +1551,13 @@ bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
     next.n = 0;
     static char out[MODEL_REQ_MAX];
     static char sorted[MODEL_REQ_MAX];
-    if (c->op == OP_HGETALL && len <= sizeof sorted) {
-        sort_pairs(reply, len, sorted);
+    if ((c->op == OP_HGETALL || c->op == OP_SMEMBERS || c->op == OP_SETOP) &&
+        len <= sizeof sorted) {
+        sort_pairs(reply, len, sorted, c->op == OP_HGETALL ? 2 : 1);
         reply = sorted;
     }
+    given = reply; /* SPOP's and SRANDMEMBER's members */
+    given_len = len;
     static model_val part[3];
     for (int i = 0; i < k->n; i++) {
         int np = split_at(&k->c[i], c, part);
@@ -1094,6 +1584,7 @@ bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
             }
         }
     }
+    given = NULL;
     if (next.n == 0) return false;
     k->n = next.n;
     for (int i = 0; i < next.n; i++)
@@ -1107,8 +1598,12 @@ bool model_apply2(model_key *from, model_key *to, const model_cmd *c,
         return model_apply(from, c, lo, hi, reply, len);
     static model_key nf, nt;
     static model_val s, d;
-    static char out[700];
+    static char out[700], sorted[700];
     nf.n = nt.n = 0;
+    if (c->op == OP_SETOP && len <= sizeof sorted) {
+        sort_pairs(reply, len, sorted, 1);
+        reply = sorted;
+    }
     for (int i = 0; i < from->n; i++)
         for (int j = 0; j < to->n; j++) {
             /* The outcome changes only where an instant passes either
@@ -1129,7 +1624,9 @@ bool model_apply2(model_key *from, model_key *to, const model_cmd *c,
                         copy_val(&d, &tv[b]);
                         size_t n = c->op == OP_LMOVE || c->op == OP_RPOPLPUSH
                                        ? move_item(&s, &d, c, at[k], out)
-                                       : rename_key(&s, &d, c, at[k], out);
+                                   : c->op == OP_RENAME || c->op == OP_RENAMENX
+                                       ? rename_key(&s, &d, c, at[k], out)
+                                       : set_two(&s, &d, c, at[k], out);
                         if (n != len || memcmp(out, reply, len) != 0) continue;
                         add(&nf, &s);
                         add(&nt, &d);
@@ -1149,6 +1646,19 @@ bool model_list_item(const model_val *s, uint32_t i, model_cmd *c) {
     memcpy(c->val, s->v + at + 1, n);
     c->val[n] = 0;
     c->pad = 0;
+    return true;
+}
+
+bool model_member(const model_val *s, uint32_t i, model_cmd *c) {
+    if ((s->type != MODEL_SET && s->type != MODEL_ZSET) || s->items == 0)
+        return false;
+    size_t p = 0;
+    for (i %= s->items; i > 0; i--)
+        p = next_entry(s, p);
+    size_t n = (unsigned char)s->v[p];
+    if (n >= sizeof c->field) return false;
+    memcpy(c->field, s->v + p + 1, n);
+    c->field[n] = 0;
     return true;
 }
 
@@ -1209,6 +1719,26 @@ bool model_from_store(const store *st, const char *key, int64_t now,
             }
         return true;
     }
+    if (o->type == KV_SET || o->type == KV_ZSET) {
+        dict *d = o->type == KV_SET ? &((kv_set *)o->val)->d
+                                    : &((kv_zset *)o->val)->d;
+        out->type = o->type == KV_SET ? MODEL_SET : MODEL_ZSET;
+        for (size_t b = 0; b < d->nbuckets; b++)
+            for (dict_entry *f = d->buckets[b]; f; f = f->next) {
+                char num[32];
+                int n = o->type == KV_SET
+                            ? 0
+                            : score_text(zset_member(f)->score, num);
+                size_t at;
+                if (f->klen > 255 ||
+                    out->len + 2 + f->klen + (size_t)n > MODEL_VAL_MAX)
+                    return false;
+                bool there = field_at(out, dict_key(d, f), f->klen, &at);
+                field_put(out, at, there, dict_key(d, f), f->klen, num,
+                          (size_t)n);
+            }
+        return true;
+    }
     if (o->type != KV_LIST) return false;
     kv_list *l = o->val;
     out->type = MODEL_LIST;
@@ -1231,6 +1761,8 @@ void model_describe(const model_val *s, char *out, size_t cap) {
     int n = snprintf(out, cap, "%s \"",
                      s->type == MODEL_STRING ? "string"
                      : s->type == MODEL_LIST ? "list"
+                     : s->type == MODEL_SET  ? "set"
+                     : s->type == MODEL_ZSET ? "zset"
                                              : "hash");
     for (size_t i = 0; i < s->len && (size_t)n + 8 < cap; i++) {
         unsigned char ch = (unsigned char)s->v[i];

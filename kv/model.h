@@ -1,8 +1,8 @@
-/* model.h: a reference model of lull-kv's commands on strings, lists and
- * hashes, with expiry, written apart from lull-kv's own code (cmd.c): the reply
- * each command must get and what each key holds afterwards. The
- * simulator (sim.c) checks every reply its clients get against it, and
- * tests/test_kv.c checks it against kv_exec directly.
+/* model.h: a reference model of lull-kv's commands on strings, lists,
+ * hashes, sets and sorted sets, with expiry, written apart from lull-kv's own
+ * code (cmd.c): the reply each command must get and what each key holds
+ * afterwards. The simulator (sim.c) checks every reply its clients get against
+ * it, and tests/test_kv.c checks it against kv_exec directly.
  *
  * Time is uncertain: a client knows only that its command ran at some
  * instant between sending it and reading the reply, so a key whose expiry
@@ -27,7 +27,17 @@
 
 #include "store.h"
 
-enum { MODEL_NONE, MODEL_STRING, MODEL_LIST, MODEL_HASH };
+/* A set is held as a hash of its members with empty values, a sorted set
+ * as one of its members with their scores as Redis writes them (%.17g,
+ * inf, -inf): both in byte order. */
+enum {
+    MODEL_NONE,
+    MODEL_STRING,
+    MODEL_LIST,
+    MODEL_HASH,
+    MODEL_SET,
+    MODEL_ZSET
+};
 
 /* The longest value the model holds: a string's bytes, a list's items
  * each as a length byte and its bytes, or a hash's fields in byte order,
@@ -109,6 +119,29 @@ enum {
     OP_LPOS,          /* LPOS k v RANK i1 (0 sent as -1), COUNT i2 when
                          i2 >= 0 */
     OP_EXPIRE,        /* EXPIRE k i1 (seconds from the command's instant) */
+    /* Sets and sorted sets: their members are field, and a second one,
+     * "f<i2 + 2>", when i2 >= 0 (model.c's members); a count is i1 + 2,
+     * sent when i2 >= 0. */
+    OP_SADD,        /* SADD k members */
+    OP_SREM,        /* SREM k members */
+    OP_SMEMBERS,    /* SMEMBERS k (its members in any order) */
+    OP_SISMEMBER,   /* SISMEMBER k field */
+    OP_SCARD,       /* SCARD k */
+    OP_SPOP,        /* SPOP k [count]: the members the reply names must
+                       be there (model_apply), and they go */
+    OP_SRANDMEMBER, /* SRANDMEMBER k [count]: the same, nothing goes */
+    OP_SMOVE,       /* SMOVE k key2 field (model_apply2) */
+    OP_SETOP,       /* SINTER, SUNION or SDIFF (i1 mod 3) of k and key2,
+                       key2 first when i2 < 0 (model_apply2) */
+    OP_SETOP_STORE, /* SINTERSTORE ... key2 of the same (model_apply2) */
+    OP_ZADD,        /* ZADD k [NX XX GT LT CH INCR: flags] val field */
+    OP_ZINCRBY,     /* ZINCRBY k val field */
+    OP_ZREM,        /* ZREM k members */
+    OP_ZSCORE,      /* ZSCORE k field */
+    OP_ZCARD,       /* ZCARD k */
+    OP_ZRANGE,      /* ZRANGE k i1 i2 [REV: flags & 1] [WITHSCORES: & 2] */
+    OP_ZPOPMIN,     /* ZPOPMIN k [count] */
+    OP_ZPOPMAX,     /* ZPOPMAX k [count] */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
@@ -135,9 +168,26 @@ typedef struct model_cmd {
      * one length that differ only past a prefix of any length. */
     uint32_t cut;
     uint8_t shift;
-    int64_t at; /* SET PXAT, PEXPIREAT (_IF), GETEX PXAT: ms on the
-                   server's clock */
+    uint8_t flags; /* ZADD's options (MODEL_Z_*), ZRANGE's */
+    int64_t at;    /* SET PXAT, PEXPIREAT (_IF), GETEX PXAT: ms on the
+                      server's clock */
 } model_cmd;
+
+enum {
+    MODEL_Z_NX = 1,
+    MODEL_Z_XX = 2,
+    MODEL_Z_GT = 4,
+    MODEL_Z_LT = 8,
+    MODEL_Z_CH = 16,
+    MODEL_Z_INCR = 32
+};
+
+/* The commands of two keys, which model_apply2 checks. */
+static inline bool model_two_keys(int op) {
+    return op == OP_RENAME || op == OP_RENAMENX || op == OP_LMOVE ||
+           op == OP_RPOPLPUSH || op == OP_SMOVE || op == OP_SETOP ||
+           op == OP_SETOP_STORE;
+}
 
 void model_key_init(model_key *k); /* one candidate: no key */
 
@@ -159,7 +209,7 @@ size_t model_request(const model_cmd *c, char *out);
 bool model_apply(model_key *k, const model_cmd *c, int64_t lo, int64_t hi,
                  const char *reply, size_t len);
 
-/* The same for RENAME, RENAMENX, LMOVE and RPOPLPUSH, whose outcome
+/* The same for model_two_keys' commands, whose outcome
  * links their two keys'
  * states (from: key, to: key2; one key when the names are equal). Each
  * key keeps the states some pair of candidates allows: a key's own
@@ -194,6 +244,11 @@ bool model_key_has(const model_key *k, const model_val *s);
 /* Into c->val, item i (modulo their number) of s's list, so LREM and
  * LINSERT find it: false (val unchanged) when s holds no list. */
 bool model_list_item(const model_val *s, uint32_t i, model_cmd *c);
+
+/* Into c->field, member i (modulo their number) of s's set or sorted
+ * set, so SMOVE, SREM and ZREM find it: false (field unchanged) when s
+ * holds neither. */
+bool model_member(const model_val *s, uint32_t i, model_cmd *c);
 
 /* A state as text, for messages ("string \"v1\" expire 123"). */
 void model_describe(const model_val *s, char *out, size_t cap);

@@ -68,7 +68,7 @@ typedef struct repl_log {
                           boundaries in a short run) */
     /* Test only: the planted bugs of the log (KV_PLANT_* below), and the
      * clock KV_PLANT_EXPIRE_RELATIVE reads (ms, the keyspace's). */
-    unsigned plant;
+    uint64_t plant;
     bool plant_done; /* KV_PLANT_SILENT_RESYNC: the bad record was sent */
     int64_t (*clock)(void *arg);
     void *clock_arg;
@@ -147,6 +147,16 @@ enum {
     /* EXPIRE k s takes its seconds as ms (EXPIREAT's are right). */
     KV_PLANT_EXPIRE_SECONDS = 0x40000000,
 };
+
+/* More planted bugs, past the 31 bits an enum constant (an int) holds:
+ * the set and sorted set commands'. */
+/* SMOVE onto its own set moves the member as if to another: it is lost. */
+#define KV_PLANT_SMOVE_SAME (1ull << 32)
+/* ZPOPMIN and ZPOPMAX with a count past the set's size pop all but one. */
+#define KV_PLANT_ZPOP_PAST (1ull << 33)
+/* SINTERSTORE, SUNIONSTORE and SDIFFSTORE empty their destination before
+ * reading it as one of their sources. */
+#define KV_PLANT_SETSTORE_SOURCE (1ull << 34)
 
 /* A sender's place in the log: the next record and the chunk holding it,
  * both numbered since the log began (a trim does not move them). */

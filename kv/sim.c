@@ -9,21 +9,23 @@
  * random workload of strings (SETRANGE too), lists (LREM, LSET, LTRIM,
  * LINSERT, LMOVE, RPOPLPUSH, LRANGE, LPOS too; RPUSH of up to 200
  * items), hashes (HSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT, read by HGET,
- * HGETALL, HLEN), RENAME and RENAMENX of two keys, integers at the
- * 2^31/2^32/2^63 edges, values from 0 bytes to past the log's chunk size,
- * absolute and relative expiry times (past, soon, hours ahead; SETEX,
- * PSETEX and EXPIRE, whose expiry the model knows only within the
- * command's window; PEXPIREAT's NX, XX, GT and LT), multi-key MSET,
- * MSETNX, MGET and DEL, and
- * transactions (an eighth with a command the server refuses to queue), with
- * pipelining; a client whose connection fails reconnects, and first deletes the
- * keys whose last commands it cannot know the fate of. Half the seeds run with
- * small log chunks and small stream buffers; half with values of 64 KiB and
- * more, overwritten with equal-length ones that differ from a random byte on;
- * half with clients that hang up with requests in flight (most often on a big
- * read). When the clients are done the network heals and the cluster
- * settles. The server is lull-kv's own code (node.c, conn.c,
- * link.c, cmd*.c), the socket program's, over a kv_net of the simulated
+ * HGETALL, HLEN), sets (SADD, SREM, SMOVE, SPOP, SRANDMEMBER, the
+ * SINTER/SUNION/SDIFF of two keys and their STORE into one of them),
+ * sorted sets (ZADD's options, ZINCRBY, ZREM, ZPOPMIN, ZPOPMAX, ZRANGE
+ * with REV and WITHSCORES), every type on every key (WRONGTYPE), RENAME and
+ * RENAMENX of two keys, integers at the 2^31/2^32/2^63 edges, values from 0
+ * bytes to past the log's chunk size, absolute and relative expiry times (past,
+ * soon, hours ahead; SETEX, PSETEX and EXPIRE, whose expiry the model knows
+ * only within the command's window; PEXPIREAT's NX, XX, GT and LT), multi-key
+ * MSET, MSETNX, MGET and DEL, and transactions (an eighth with a command the
+ * server refuses to queue), with pipelining; a client whose connection fails
+ * reconnects, and first deletes the keys whose last commands it cannot know the
+ * fate of. Half the seeds run with small log chunks and small stream buffers;
+ * half with values of 64 KiB and more, overwritten with equal-length ones that
+ * differ from a random byte on; half with clients that hang up with requests in
+ * flight (most often on a big read). When the clients are done the network
+ * heals and the cluster settles. The server is lull-kv's own code (node.c,
+ * conn.c, link.c, cmd*.c), the socket program's, over a kv_net of the simulated
  * network's.
  *
  * Checked, per seed (docs/SIMULATION.md has what this proves and what
@@ -90,7 +92,8 @@
  *                      setrange-shrink, expire-gt, exec-arity,
  *                      snap-list-batch, resume-caught-up,
  *                      lrem-direction, outf-resend, ack-spin,
- *                      msetnx-partial, lpos-tail, expire-seconds:
+ *                      msetnx-partial, lpos-tail, expire-seconds,
+ *                      smove-same, zpop-past, setstore-source:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -274,7 +277,7 @@ enum { PLANT_HOLLOW_PARTITION = 0x10000 };
 
 struct sim {
     uint64_t seed;
-    unsigned plant;
+    uint64_t plant;
     FILE *trace;
     lull_loop *loop;
     lull_simnet *net;
@@ -1124,7 +1127,7 @@ static int node_open(sim *S, node *n, int index, int64_t clock_ms) {
     /* The log's and links' planted bugs live on both sides; the older
      * three are the primary's. */
     srv->kv.plant =
-        S->plant & ~(unsigned)(KV_PLANT_RESUME_LATE | KV_PLANT_ACK_BEFORE_LOG |
+        S->plant & ~(uint64_t)(KV_PLANT_RESUME_LATE | KV_PLANT_ACK_BEFORE_LOG |
                                KV_PLANT_LOST_WAKEUP | PLANT_HOLLOW_PARTITION |
                                PLANT_STREAMS);
     srv->kv.log.chunk_size = S->chunk_size;
@@ -1135,7 +1138,7 @@ static int node_open(sim *S, node *n, int index, int64_t clock_ms) {
         srv->port = 6380 + index;
     } else {
         srv->kv.plant =
-            S->plant & ~(unsigned)(PLANT_HOLLOW_PARTITION | PLANT_STREAMS);
+            S->plant & ~(uint64_t)(PLANT_HOLLOW_PARTITION | PLANT_STREAMS);
         srv->port = 6380;
     }
     if (S->backlog) srv->kv.log.backlog = S->backlog;
@@ -1214,10 +1217,13 @@ static void send_forget(client *cl) {
 }
 
 static int pick_op(uint64_t *r) {
-    static const int weights[OP_COUNT] = {15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8,
-                                          6,  3, 2, 4, 3,  2, 2, 2, 3, 2, 2, 3,
-                                          3,  4, 2, 2, 6,  3, 3, 5, 3, 2, 5, 2,
-                                          3,  4, 3, 3, 2,  3, 3, 4, 2, 3, 3};
+    static const int weights[OP_COUNT] = {
+        15, 8, 4, 3, 12, 5, 8, 5, 4, 6, 3, 8, 6, 3, 2, 4, 3, 2, 2, 2, 3, 2, 2,
+        3, 3, 4, 2, 2, 6, 3, 3, 5, 3, 2, 5, 2, 3, 4, 3, 3, 2, 3, 3, 4, 2, 3, 3,
+        /* SADD .. SETOP_STORE */
+        4, 2, 2, 1, 1, 2, 1, 2, 2, 2,
+        /* ZADD .. ZPOPMAX */
+        5, 2, 2, 1, 1, 3, 1, 2};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1296,6 +1302,11 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
                    c->op == OP_LPOP || c->op == OP_LREM || c->op == OP_LSET ||
                    c->op == OP_LRANGE || c->op == OP_LPOS;
     if (list_op && below(r, 2)) *key = k = 0;
+    /* Half the set commands to the third key, half the sorted set ones
+     * to the fourth: they grow there, and meet the other types
+     * (WRONGTYPE) on every key. */
+    if (c->op >= OP_SADD && c->op <= OP_ZPOPMAX && below(r, 2))
+        *key = k = c->op >= OP_ZADD ? 3 : 2;
     snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
     /* Indexes past both ends of the short lists RPUSH makes; RENAME's
      * second key (the same one a sixth of the time). */
@@ -1355,8 +1366,37 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     }
     if (c->op == OP_LINSERT && below(r, 4))
         model_list_item(&cl->keys[*key].c[0], (uint32_t)below(r, 300), c);
-    bool two = c->op == OP_RENAME || c->op == OP_RENAMENX ||
-               c->op == OP_LMOVE || c->op == OP_RPOPLPUSH;
+    /* ZADD's options: mostly one of NX and XX, one of GT and LT, CH,
+     * INCR, now and then any six bits (the combinations refused);
+     * ZRANGE's REV and WITHSCORES. Scores mostly small integers, some
+     * halves and infinities (inf - inf is NaN), besides the values
+     * drawn above (not floats, edges). */
+    if (c->op == OP_ZADD || c->op == OP_ZRANGE) {
+        c->flags = (uint8_t)below(r, 64);
+        if (below(r, 8))
+            c->flags = (uint8_t)(below(r, 3) | below(r, 3) << 2 |
+                                 (c->flags & (MODEL_Z_CH | MODEL_Z_INCR)));
+    }
+    if ((c->op == OP_ZADD || c->op == OP_ZINCRBY) && below(r, 4)) {
+        static const char *const scores[] = {"1",  "2",   "-1",  "0",   "3",
+                                             "-2", "1.5", "inf", "-inf"};
+        snprintf(c->val, sizeof c->val, "%s", scores[below(r, 9)]);
+    }
+    /* SMOVE, SREM, ZREM half the time of a member there; a third of the
+     * SMOVEs onto their own set (nothing moves). ZRANGE mostly of the
+     * sorted sets' key, where its negative ranks land inside. */
+    if ((c->op == OP_SMOVE || c->op == OP_SREM || c->op == OP_ZREM) &&
+        below(r, 2))
+        model_member(&cl->keys[*key].c[0], (uint32_t)below(r, 8), c);
+    if (c->op == OP_SMOVE && below(r, 3) == 0) {
+        *key2 = *key;
+        snprintf(c->key2, sizeof c->key2, "c%d:k%d", cl->id, *key2);
+    }
+    if (c->op == OP_ZRANGE && below(r, 2)) {
+        *key = 3;
+        snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
+    }
+    bool two = model_two_keys(c->op);
     if (!two) *key2 = *key;
     /* Mostly ahead (up to 1.5 s), sometimes just past, sometimes hours
      * ahead (still pending at the end, and compared there). */
@@ -1813,8 +1853,7 @@ static void check_reply(client *cl, const char *r, size_t len) {
             }
             model_key *mk = &cl->keys[p->key[i]];
             int op = p->cmd[i].op;
-            if (!(op == OP_RENAME || op == OP_RENAMENX || op == OP_LMOVE ||
-                          op == OP_RPOPLPUSH
+            if (!(model_two_keys(op)
                       ? model_apply2(mk, &cl->keys[p->key2[i]], &p->cmd[i], lo,
                                      now, e, (size_t)el)
                       : model_apply(mk, &p->cmd[i], lo, now, e, (size_t)el))) {
@@ -2910,7 +2949,7 @@ static void random_faults(sim *S, lull_simfaults *f) {
     S->drawn_refusals += f->refuse_permille != 0;
 }
 
-static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
+static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
                      int64_t determinism, outcome *out) {
     sim *S = calloc(1, sizeof *S);
     if (!S) abort();
@@ -2923,6 +2962,9 @@ static void run_seed(uint64_t seed, unsigned plant, FILE *trace,
     relays = NULL;
     S->rng = seed * 0x2545f4914f6cdd1dull + 1;
     S->yield_rng = seed ^ 0x5bd1e995u;
+    /* SPOP's and SRANDMEMBER's picks, from the seed: a replay repeats
+     * them. */
+    types_seed(seed * 0x9e3779b97f4a7c15ull + 1);
     S->no_faults = determinism > 0;
     /* Drawn apart from the workload's stream: the rest of a seed's run is
      * what it was before seeds restarted their primary. */
@@ -3228,7 +3270,7 @@ static int run_unread_close(void) {
 
 static const struct {
     const char *name;
-    unsigned bit;
+    uint64_t bit;
 } plants[] = {{"resume-late", KV_PLANT_RESUME_LATE},
               {"ack-before-log", KV_PLANT_ACK_BEFORE_LOG},
               {"lost-wakeup", KV_PLANT_LOST_WAKEUP},
@@ -3256,12 +3298,15 @@ static const struct {
               {"msetnx-partial", KV_PLANT_MSETNX_PARTIAL},
               {"lpos-tail", KV_PLANT_LPOS_TAIL},
               {"expire-seconds", KV_PLANT_EXPIRE_SECONDS},
+              {"smove-same", KV_PLANT_SMOVE_SAME},
+              {"zpop-past", KV_PLANT_ZPOP_PAST},
+              {"setstore-source", KV_PLANT_SETSTORE_SOURCE},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
               {"hollow-short-write", PLANT_HOLLOW_SHORT}};
 
-static const char *plant_name(unsigned plant) {
+static const char *plant_name(uint64_t plant) {
     for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++)
         if (plants[i].bit == plant) return plants[i].name;
     return "none";
@@ -3342,7 +3387,7 @@ static const char *streams_flag(void);
 
 /* A failed seed: said, the command that replays it, and the end of its
  * trace from a second run, which must fail the same way. */
-static void report_failure(uint64_t seed, unsigned plant, const outcome *o,
+static void report_failure(uint64_t seed, uint64_t plant, const outcome *o,
                            const char *argv0) {
     char path[64];
     snprintf(path, sizeof path, "lull-kv-sim-%" PRIu64 ".trace", seed);
@@ -3423,7 +3468,7 @@ int main(int argc, char **argv) {
     uint64_t first = 1, seeds = 100, num;
     double seconds = 0;
     bool one = false, quiet = false, first_given = false, once = false;
-    unsigned plant = 0;
+    uint64_t plant = 0;
     uint64_t expect_find = 0;
     int64_t determinism = 0;
     const char *trace_path = NULL;

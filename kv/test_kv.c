@@ -3273,6 +3273,18 @@ TEST(model_agrees_with_the_commands) {
         if (c.op == OP_SETEX) c.i1 = r % 4;
         if (c.op == OP_PSETEX) c.i1 = (int64_t)(r % 300) - 20;
         snprintf(c.field, sizeof c.field, "f%u", r / 7 % 3);
+        /* ZADD's options (an eighth of them any six bits: the invalid
+         * combinations), ZRANGE's REV and WITHSCORES; scores from the
+         * values, and small ones, infinities, halves. */
+        c.flags =
+            (uint8_t)((x >> 8) % 8
+                          ? (x >> 11) % 3 | ((x >> 13) % 3 << 2) |
+                                ((x >> 15) % 2 << 4) | ((x >> 16) % 3 == 0) << 5
+                          : (x >> 11) % 64);
+        if ((c.op == OP_ZADD || c.op == OP_ZINCRBY) && r % 5 < 3)
+            snprintf(c.val, sizeof c.val, "%s",
+                     (const char *[]){"1", "2", "-1", "0", "inf", "-inf", "1.5",
+                                      "3"}[r / 5 % 8]);
         if ((c.op == OP_LREM || c.op == OP_LINSERT || c.op == OP_LPOS) && r % 4)
             model_list_item(&keys[key].c[0], r, &c);
         int key2 = (int)(r / 81 % KEYS);
@@ -3292,8 +3304,7 @@ TEST(model_agrees_with_the_commands) {
         v.k.cmd_now = 0;
         kv_exec(&v.k, NULL, argv, argc, &out);
         if (v.k.expiry_changed) kv_expiry_rearm(&v.x);
-        bool two = c.op == OP_RENAME || c.op == OP_RENAMENX ||
-                   c.op == OP_LMOVE || c.op == OP_RPOPLPUSH;
+        bool two = model_two_keys(c.op);
         if (!(two ? model_apply2(&keys[key], &keys[key2], &c, now, now, out.p,
                                  out.len)
                   : model_apply(&keys[key], &c, now, now, out.p, out.len))) {
@@ -3402,6 +3413,47 @@ TEST(model_keeps_what_an_uncertain_instant_allows) {
     CHECK_EQ(model_reply_len("*2\r\n$1\r\na\r\n:3\r", 14), 0);
     CHECK_EQ(model_reply_len("$-1\r\n+OK\r\n", 10), 5);
     CHECK_EQ(model_reply_len("?x\r\n", 4), -1);
+}
+
+TEST(model_checks_random_members_by_membership_and_count) {
+    /* SPOP and SRANDMEMBER pick at random: the model takes the members
+     * the reply names when they are the set's, as many as the count
+     * allows (distinct, but for a negative count), and SPOP's go. */
+    static model_key s, t; /* over 1 MiB each */
+    model_key_init(&s);
+    model_cmd sadd = {.op = OP_SADD, .key = "s", .field = "f0", .i2 = 0};
+    CHECK(model_apply(&s, &sadd, 100, 100, ":2\r\n", 4)); /* f0, f2 */
+    model_cmd pop = {.op = OP_SPOP, .key = "s", .i2 = -1};
+    model_key_copy(&t, &s);
+    CHECK(!model_apply(&t, &pop, 100, 100, "$2\r\nf9\r\n", 8));
+    CHECK(!model_apply(&t, &pop, 100, 100, "$-1\r\n", 5));
+    CHECK(model_apply(&t, &pop, 100, 100, "$2\r\nf2\r\n", 8));
+    CHECK(t.n == 1 && t.c[0].type == MODEL_SET && t.c[0].items == 1);
+    CHECK(model_apply(&t, &pop, 100, 100, "$2\r\nf0\r\n", 8));
+    CHECK(t.c[0].type == MODEL_NONE); /* emptied: the key goes */
+    /* A count of 3 (i1 + 2) on two members: both, once each. */
+    model_cmd pop3 = {.op = OP_SPOP, .key = "s", .i1 = 1, .i2 = 0};
+    model_key_copy(&t, &s);
+    CHECK(!model_apply(&t, &pop3, 100, 100, "*1\r\n$2\r\nf0\r\n", 13));
+    CHECK(!model_apply(&t, &pop3, 100, 100, "*2\r\n$2\r\nf0\r\n$2\r\nf0\r\n",
+                       20));
+    CHECK(
+        model_apply(&t, &pop3, 100, 100, "*2\r\n$2\r\nf2\r\n$2\r\nf0\r\n", 20));
+    CHECK(t.c[0].type == MODEL_NONE);
+    /* SRANDMEMBER -2: repeats allowed, nothing goes; 2: distinct. */
+    model_cmd rnd = {.op = OP_SRANDMEMBER, .key = "s", .i1 = -4, .i2 = 0};
+    CHECK(
+        model_apply(&s, &rnd, 100, 100, "*2\r\n$2\r\nf2\r\n$2\r\nf2\r\n", 20));
+    CHECK(s.c[0].type == MODEL_SET && s.c[0].items == 2);
+    rnd.i1 = 0;
+    CHECK(
+        !model_apply(&s, &rnd, 100, 100, "*2\r\n$2\r\nf2\r\n$2\r\nf2\r\n", 20));
+    CHECK(
+        model_apply(&s, &rnd, 100, 100, "*2\r\n$2\r\nf2\r\n$2\r\nf0\r\n", 20));
+    /* SMOVE onto its own set: 1, and the member stays. */
+    model_cmd mv = {.op = OP_SMOVE, .key = "s", .key2 = "s", .field = "f0"};
+    CHECK(model_apply2(&s, &s, &mv, 100, 100, ":1\r\n", 4));
+    CHECK(s.c[0].items == 2);
 }
 
 /* ------------------------------- pub/sub sets, resumed parses, SPOP "" */

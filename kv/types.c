@@ -23,12 +23,18 @@ static int elem_copy(kv_elem *e, const char *p, size_t len) {
 /* A small xorshift generator for set_random and skip-list levels: the
  * choice needs no quality, and a replica never repeats it (SPOP is logged
  * as the SREM of what it popped). */
+static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
+
+void types_seed(uint64_t seed) {
+    rnd_state = seed ? seed : 0x9e3779b97f4a7c15ull; /* xorshift: never 0 */
+}
+
 static uint64_t rnd(void) {
-    static uint64_t x = 0x9e3779b97f4a7c15ull;
+    uint64_t x = rnd_state;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    return x;
+    return rnd_state = x;
 }
 
 /* ------------------------------------------------------------- lists */

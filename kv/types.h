@@ -73,6 +73,9 @@ kv_set *set_new(void);
 void set_free(kv_set *s);
 /* 1 added, 0 already there, -ENOMEM. */
 int set_add(kv_set *s, const char *m, size_t len);
+/* Starts the random picks (SPOP's, SRANDMEMBER's, the skip list's
+ * levels) over from seed: the simulator's seeds repeat (0: the default). */
+void types_seed(uint64_t seed);
 /* A number picked at random in [0, n), n > 0 (SRANDMEMBER's). */
 uint64_t types_random(uint64_t n);
 /* A member picked at random (the set must not be empty). */
