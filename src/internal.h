@@ -255,8 +255,9 @@ struct lull_loop {
                                  (src/pump.c) */
     lull__registry loopbacks; /* loopback ends paired here and not yet the
                                  caller's again (src/loopback.c) */
-    lull__registry streams;   /* streams counted in `handles` (src/stream.c):
-                                 a paused one has no other trace here */
+    lull__registry streams;   /* streams set up whose on_close has not run
+                                 (src/stream.c): a paused one has no other
+                                 trace here */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */

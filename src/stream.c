@@ -486,6 +486,14 @@ static void close_wio(lull_stream *s) {
     s->wio.fd = -1;
 }
 
+/* The struct is the owner's again: out of loop->streams, where it stayed
+ * from its set-up through its teardown to here, right before its close
+ * callback (or at its teardown when none is owed), so that a set-up asks
+ * the registry alone whether the loop still holds it (lull__stream_live). */
+static void release_struct(lull_stream *s) {
+    lull__registry_remove(&s->loop->streams, s);
+}
+
 /* Closes the stream's kernel side and detaches everything it holds;
  * returns its frames (written ones first), for the caller to release once
  * it is done with the stream. Safe from any state. */
@@ -510,13 +518,18 @@ static lull_frame *teardown(lull_stream *s) {
     guards_close(&s->guard, (s->state & S_OWN_BUF) ? s->rbuf : NULL);
     s->rbuf = NULL;
     s->rcap = s->rstart = s->rend = 0;
-    if (s->state & S_COUNTED) {
-        s->loop->handles--;
-        lull__registry_remove(&s->loop->streams, s);
-    }
+    /* Still in loop->streams: see release_struct. */
+    if (s->state & S_COUNTED) s->loop->handles--;
     s->state = 0;
     s->ep.flags |= LULL__EP_CLOSED;
     s->ep.queued = 0;
+    return list;
+}
+
+/* A teardown no close callback follows (a failed open, a detach). */
+static lull_frame *teardown_untold(lull_stream *s) {
+    lull_frame *list = teardown(s);
+    release_struct(s);
     return list;
 }
 
@@ -536,6 +549,7 @@ static void close_now(lull_stream *s, int reason, lull_frame *written,
     bool owed = s->ep.on_close != NULL;
     lull_frame *list = teardown(s);
     if (!owed) {
+        release_struct(s);
         if (told) told(s, reason);
         release_list(written);
         release_list(list);
@@ -551,6 +565,7 @@ static void close_now(lull_stream *s, int reason, lull_frame *written,
                       "ran: reuse it in on_close");
     if (!same) return;
     s->guard = g.outer;
+    release_struct(s);
     if (s->ep.on_close) s->ep.on_close(&s->ep, reason);
 }
 
@@ -1156,6 +1171,8 @@ static void stream_close(lull_endpoint *ep, int reason) {
         s->state = S_CLOSE_CB;
         s->error = reason;
         lull_task_post(s->loop, &s->event);
+    } else {
+        release_struct(s);
     }
     release_list(done);
     release_list(list);
@@ -1352,6 +1369,7 @@ static void event_task(lull_task *t) {
     lull_stream *s = LULL_CONTAINER_OF(t, lull_stream, event);
     if (s->state & S_CLOSE_CB) { /* closed: the last callback */
         s->state = 0;
+        release_struct(s);
         if (s->ep.on_close) s->ep.on_close(&s->ep, s->error);
         return;
     }
@@ -1474,13 +1492,13 @@ LULL__OWN_NAME(on_wio, "lull_stream write fd", lull_stream, wio);
 
 /* --------------------------------------------------------------- setup */
 
-/* Open (counted: a paused stream has no started watcher and nothing
- * queued, yet holds its fd), or closed with its on_close still queued.
- * Asked by address only: s is garbage before its first setup. */
+/* Open (a paused stream has no started watcher and nothing queued, yet
+ * holds its fd), or closed with its on_close still queued: in
+ * loop->streams from its set-up to release_struct. Asked by address only,
+ * of the registry (a hash lookup, whatever the loop has queued): s is
+ * garbage before its first setup. */
 bool lull__stream_live(lull_loop *loop, const lull_stream *s) {
-    const lull__node *queued[] = {&s->event.node, &s->flush.node};
-    return lull__registry_has(&loop->streams, s) ||
-           lull__live_on(loop, NULL, queued, 2);
+    return lull__registry_has(&loop->streams, s);
 }
 
 static int setup(lull_loop *loop, lull_stream *s, int fd,
@@ -1561,7 +1579,7 @@ static int start_connected(lull_stream *s) {
      * write end still watches for its reader's close. */
     if (!(s->state & S_EOF) || (s->state & S_WATCH_HUP))
         rc = lull_io_start(&s->io, LULL_READABLE);
-    if (rc < 0) release_list(teardown(s));
+    if (rc < 0) release_list(teardown_untold(s));
     return rc;
 }
 
@@ -1683,7 +1701,7 @@ int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
     }
     rc = make_nonblocking(s, fd, kind, S_IO_NOWAIT, S_IO_NB);
     if (rc < 0) {
-        release_list(teardown(s)); /* gives back what it changed */
+        release_list(teardown_untold(s)); /* gives back what it changed */
         return rc;
     }
     apply_kinds(s, kind, kind);
@@ -1710,7 +1728,7 @@ int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd, int wfd,
     rc = make_nonblocking(s, rfd, in, S_IO_NOWAIT, S_IO_NB);
     if (rc == 0) rc = make_nonblocking(s, wfd, out, S_WIO_NOWAIT, S_WIO_NB);
     if (rc < 0) {
-        release_list(teardown(s)); /* gives back what it changed */
+        release_list(teardown_untold(s)); /* gives back what it changed */
         return rc;
     }
     apply_kinds(s, in, out);
@@ -1844,7 +1862,7 @@ int lull_stream_detach(lull_stream *s) {
     lull_io_stop(&s->io); /* while io.fd still names the registration */
     int fd = s->io.fd;
     s->io.fd = -1; /* teardown gives back O_NONBLOCK and leaves it open */
-    release_list(teardown(s)); /* frames written, not yet released */
+    release_list(teardown_untold(s)); /* frames written, not yet released */
     return fd;
 }
 
