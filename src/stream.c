@@ -85,9 +85,11 @@
  *   Quiet condition         queue empty: no task queued, no writable
  *                           interest; an idle stream only waits in epoll
  * and for a server: trigger a waiting connection; pending-work predicate
- * out of fds; next retry 100 ms later, only while out of fds (never after
- * accept failed for good); quiet otherwise (only the listening socket in
- * epoll, or nothing once failed). */
+ * out of fds or kernel memory, or another accept error (EPERM) met fewer
+ * than ACCEPT_GIVE_UP retries in a row; next retry 100 ms later, only
+ * then (never after accept failed for good, which the owner hears once:
+ * the socket shut or gone, ENOSYS, or that error at the last retry); quiet
+ * otherwise (only the listening socket in epoll, or nothing once failed). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -123,6 +125,13 @@
  * enough that one busy listener does not hold the slice; the rest are
  * still readable next iteration (level-triggered). */
 #define ACCEPT_BATCH 64
+/* Retries in a row that any other accept error (EPERM: a seccomp filter
+ * refusing every accept4, or a policy refusing one connection; EACCES from
+ * a security module; an errno lull does not know) may take before it is
+ * taken for good: a passing refusal is over by the next retry, and a
+ * filter is not, so ten (a second at retry_ns) tell them apart without
+ * polling for ever. */
+#define ACCEPT_GIVE_UP 10
 /* Pause after EMFILE / ENFILE: fds come back as connections close, on
  * network timescales; 100 ms bounds the added accept delay at 10 retries a
  * second, paid only while the process is out of fds. The connections wait
@@ -1994,11 +2003,19 @@ static void server_retry(lull_timer *t) {
 LULL__OWN_NAME(server_retry, "lull_server accept retry", lull_server, retry);
 
 /* Errors no retry can mend: the socket was shut down (EINVAL: readable
- * for ever, accept refused), or the fd is no longer a listening socket
- * (closed behind the server, or replaced). */
+ * for ever, accept refused), the fd is no longer a listening socket
+ * (closed behind the server, or replaced), or there is no accept4 (ENOSYS:
+ * an old kernel, or a seccomp filter's answer). */
 static bool accept_failed_for_good(int err) {
     return err == EINVAL || err == EBADF || err == ENOTSOCK ||
-           err == EOPNOTSUPP;
+           err == EOPNOTSUPP || err == ENOSYS;
+}
+
+/* The errors a wait mends: out of fds (EMFILE, ENFILE) or kernel memory
+ * (ENOBUFS, ENOMEM), which come back as connections close. They pause
+ * accepting for as long as they last. */
+static bool accept_out_of_resources(int err) {
+    return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
 }
 
 /* Runs on_connection for srv->pending (a fd, or -1 with srv->failed set);
@@ -2022,22 +2039,34 @@ static void server_io(lull_io *io, int events) {
         if (fd < 0) {
             int err = errno;
             if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
-            if (err == EAGAIN || err == EWOULDBLOCK) return;
+            if (err == EAGAIN || err == EWOULDBLOCK) {
+                srv->failed = 0; /* accept works: a refusal has passed */
+                return;
+            }
             /* The listener stays readable either way: stop watching it. */
             lull_io_stop(io);
-            if (accept_failed_for_good(err)) {
+            /* Neither for good nor out of resources: it may pass, and
+             * failed counts its retries in a row (as minus their number)
+             * up to ACCEPT_GIVE_UP. */
+            bool may_pass =
+                !accept_failed_for_good(err) && !accept_out_of_resources(err);
+            if (accept_failed_for_good(err) ||
+                (may_pass && -srv->failed >= ACCEPT_GIVE_UP)) {
                 /* No timer: a retry would fail the same way for ever. The
                  * owner hears it once, through lull_server_accept. */
                 srv->failed = err;
                 offer(srv);
                 return;
             }
+            if (may_pass) srv->failed--;
             /* Out of fds (EMFILE, ENFILE) or kernel memory (ENOBUFS,
-             * ENOMEM): the retry timer resumes accepting. */
+             * ENOMEM), or a refusal that may pass: the retry timer resumes
+             * accepting. */
             lull_timer_start(&srv->retry, srv->retry_ns, 0);
             srv->paused++;
             return;
         }
+        srv->failed = 0; /* accept works: a refusal has passed */
         srv->pending = fd;
         srv->accepted++;
         if (!offer(srv)) return;
@@ -2145,7 +2174,7 @@ int lull_server_accept(lull_server *srv, lull_stream *s,
     if (!srv || !s || !srv->loop || srv->io.fd < 0 || !options_ok(opts))
         return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(srv->loop);
-    if (srv->pending < 0) return srv->failed ? -srv->failed : -ENOENT;
+    if (srv->pending < 0) return srv->failed > 0 ? -srv->failed : -ENOENT;
     /* Refused before the connection is taken: it waits for an accept
      * with options that fit. */
     if (fds_unsupported(opts, srv->family == AF_UNIX)) return -ENOTSUP;

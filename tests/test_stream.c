@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -3309,6 +3310,60 @@ TEST(accept_failing_for_good_does_not_spin) {
         free(f);
         free_loop(loop);
     }
+}
+
+/* accept4 refused by a seccomp filter (EPERM, as container runtimes and
+ * systemd answer; ENOSYS, as some do) or a security module (EACCES): every
+ * later call fails the same way, with the connection left waiting. It was
+ * taken for a lack of fds: the server stopped watching and retried every
+ * 100 ms for ever, and the owner never heard why no connection came.
+ * ENOSYS is failed for good at once; EPERM and EACCES, which may refuse
+ * one connection and pass, are retried ten times (a second), then failed
+ * for good. Either way the owner hears it once, through
+ * lull_server_accept, and then nothing is armed: ten more seconds of
+ * virtual time pass with no call and no poll. */
+static void accept_denied(void *arg) {
+    int err = *(const int *)arg;
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    failing *f = calloc(1, sizeof *f);
+    CHECK(f);
+    CHECK_EQ(
+        lull_server_listen_tcp(loop, &f->srv, "127.0.0.1", 0, 0, accept_fails),
+        0);
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons(lull_server_port(&f->srv)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(c >= 0);
+    CHECK_EQ(connect(c, (struct sockaddr *)&to, sizeof to), 0); /* backlog */
+    check_deny_syscalls((const int[]){SYS_accept4}, 1, err);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    int retries = err == ENOSYS ? 0 : 10;
+    CHECK_EQ(f->calls, retries ? 0 : 1);
+    for (int i = 0; i < 20; i++)
+        lull_loop_advance(loop, 100000000); /* the retry timer's period */
+    CHECK_EQ(f->calls, 1);
+    CHECK_EQ(f->rc, -err);
+    CHECK_EQ(f->srv.paused, (uint64_t)retries);
+    lull_loop_metrics_reset(loop);
+    for (int i = 0; i < 100; i++)
+        lull_loop_advance(loop, 100000000);
+    lull_metrics mt;
+    lull_loop_metrics(loop, &mt);
+    CHECK_EQ(mt.polls - mt.empty_polls, 0);
+    CHECK_EQ(f->calls, 1);
+    CHECK_EQ(f->srv.paused, (uint64_t)retries);
+    CHECK(!lull_loop_alive(loop)); /* no retry timer, no watcher */
+    lull_server_close(&f->srv);
+    close(c);
+    free(f);
+    free_loop(loop);
+}
+
+TEST(accept_denied_by_a_filter_is_heard_once_and_not_retried_for_ever) {
+    static const int errs[] = {EPERM, ENOSYS, EACCES};
+    for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++)
+        CHECK(check_exits_cleanly(accept_denied, (void *)&errs[i]));
 }
 
 /* The listening fd closed behind the server while a dup keeps the socket
