@@ -1046,8 +1046,8 @@ struct lull_server {
 LULL_EXTERN int lull_server_listen_tcp(lull_loop *loop, lull_server *srv,
                                        const char *host, int port, int backlog,
                                        lull_connection_fn fn);
-/* path: a filesystem path (not removed by lull), or "@name" for Linux's
- * abstract namespace. */
+/* path: a filesystem path (removed by lull only when the listen fails), or
+ * "@name" for Linux's abstract namespace. */
 LULL_EXTERN int lull_server_listen_unix(lull_loop *loop, lull_server *srv,
                                         const char *path, int backlog,
                                         lull_connection_fn fn);

@@ -105,6 +105,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -2083,6 +2084,14 @@ static bool server_open(const lull_server *srv) {
     return lull__inuse_has(srv);
 }
 
+/* The socket file that a failed listen's bind made: lull's, so removed,
+ * or every later listen on that path would be -EADDRINUSE. An abstract
+ * name ("@name") has no file. */
+static void unbind(int family, const struct sockaddr *addr) {
+    const struct sockaddr_un *sun = (const struct sockaddr_un *)addr;
+    if (family == AF_UNIX && sun->sun_path[0]) unlink(sun->sun_path);
+}
+
 int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
                         const struct sockaddr *addr, socklen_t len, int backlog,
                         lull_connection_fn fn) {
@@ -2096,9 +2105,9 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
     int one = 1;
     if (family != AF_UNIX)
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    int rc = 0;
-    if (bind(fd, addr, len) < 0 ||
-        listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
+    int rc = bind(fd, addr, len) < 0 ? -errno : 0;
+    bool bound = rc == 0;
+    if (rc == 0 && listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
         rc = -errno;
     if (rc == 0) rc = lull_io_init(loop, &srv->io, fd, server_io);
     if (rc == 0) rc = lull__inuse_add(srv);
@@ -2107,6 +2116,7 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
         lull__inuse_remove(srv);
         close(fd);
         srv->io.fd = -1;
+        if (bound) unbind(family, addr);
         return rc;
     }
     lull_timer_init(loop, &srv->retry, server_retry);
