@@ -1031,8 +1031,9 @@ struct lull_server {
         lull_connection_fn on_connection;
         lull__stream_guard *guard; /* on_connection running, if any */
         int family;                /* AF_INET, AF_INET6 or AF_UNIX */
-        int pending;       /* the accepted fd lull_server_accept takes; -1 */
-        int failed;        /* accept's errno once it failed for good; 0 */
+        int pending; /* the accepted fd lull_server_accept takes; -1 */
+        int failed;  /* accept's errno once it failed for good; 0; or minus
+                        the retries in a row after an error that may pass */
         uint64_t retry_ns; /* pause after running out of fds */
     };
 };
@@ -1045,8 +1046,8 @@ struct lull_server {
 LULL_EXTERN int lull_server_listen_tcp(lull_loop *loop, lull_server *srv,
                                        const char *host, int port, int backlog,
                                        lull_connection_fn fn);
-/* path: a filesystem path (not removed by lull), or "@name" for Linux's
- * abstract namespace. */
+/* path: a filesystem path (removed by lull only when the listen fails), or
+ * "@name" for Linux's abstract namespace. */
 LULL_EXTERN int lull_server_listen_unix(lull_loop *loop, lull_server *srv,
                                         const char *path, int backlog,
                                         lull_connection_fn fn);
@@ -1061,8 +1062,8 @@ LULL_EXTERN int lull_server_port(const lull_server *srv);
 /* Inside on_connection: makes s the waiting connection, reading at once;
  * it gets its close callback once, whoever closes it. -ENOENT when nothing
  * is waiting. When accept fails for good (the listening socket was shut
- * down: -EINVAL), on_connection runs once more, this returns that error,
- * and the server stops accepting: close it. */
+ * down: -EINVAL; accept4 refused by seccomp: -EPERM), on_connection runs once
+ * more, this returns that error, and the server stops accepting: close it. */
 LULL_EXTERN int lull_server_accept(lull_server *srv, lull_stream *s,
                                    const lull_stream_options *opts);
 /* Stops listening and closes the socket; safe in any callback. No callback

@@ -249,6 +249,10 @@ struct lull_loop {
     uint32_t handles; /* streams, servers and udp sockets set up and not closed
                          (src/stream.c): a paused stream holds an fd
                          but no started watcher */
+    uint32_t udp_untracked;   /* closed udp handles owed their close callback
+                                 but not in the in-use set (its add failed,
+                                 src/udp.c): lull_udp_init walks the queues
+                                 for them only while this is not 0 */
     uint32_t listeners;       /* subscribed listeners (src/notify.c) */
     lull_listener *listening; /* ... linked through loop_next, newest
                                  first: what lull_loop_walk reports */
@@ -258,8 +262,9 @@ struct lull_loop {
                                  (src/pump.c) */
     lull__registry loopbacks; /* loopback ends paired here and not yet the
                                  caller's again (src/loopback.c) */
-    lull__registry streams;   /* streams counted in `handles` (src/stream.c):
-                                 a paused one has no other trace here */
+    lull__registry streams;   /* streams set up whose on_close has not run
+                                 (src/stream.c): a paused one has no other
+                                 trace here */
     lull__registry user_ios;  /* started watchers of lull_io_init's
                                  (src/io.c): what a second init asks */
 

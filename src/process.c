@@ -601,11 +601,12 @@ int lull_process_spawn(lull_loop *loop, lull_process *p,
                        lull_process_exit_fn on_exit) {
     if (!loop || !p || !opts || !on_exit || !options_ok(opts)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
-    /* Clearing a live handle would orphan its registered pidfd. */
-    const lull__node *done = &p->done.node;
-    if (lull__live_on(loop, &p->io, &done, 1)) return -EBUSY;
-    /* Live on another loop, or now marked live here (in the process's set
-     * of handles in use, until finish) before a child can exist. */
+    /* Clearing a live handle would orphan its registered pidfd or cut its
+     * queued exit turn. Asked by address of the process's set of handles
+     * in use (a hash lookup; p is garbage before its first spawn), which
+     * holds a handle from here until finish or detach: its pidfd is
+     * watched and its exit turn queued only in between. Live on any loop,
+     * or now marked live here before a child can exist. */
     int elsewhere = lull__inuse_add(p);
     if (elsewhere) return elsewhere < 0 ? elsewhere : -EBUSY;
     /* The child places fds 0 to n - 1 and keeps its report pipe at n:

@@ -85,9 +85,11 @@
  *   Quiet condition         queue empty: no task queued, no writable
  *                           interest; an idle stream only waits in epoll
  * and for a server: trigger a waiting connection; pending-work predicate
- * out of fds; next retry 100 ms later, only while out of fds (never after
- * accept failed for good); quiet otherwise (only the listening socket in
- * epoll, or nothing once failed). */
+ * out of fds or kernel memory, or another accept error (EPERM) met fewer
+ * than ACCEPT_GIVE_UP retries in a row; next retry 100 ms later, only
+ * then (never after accept failed for good, which the owner hears once:
+ * the socket shut or gone, ENOSYS, or that error at the last retry); quiet
+ * otherwise (only the listening socket in epoll, or nothing once failed). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -103,6 +105,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -123,6 +126,13 @@
  * enough that one busy listener does not hold the slice; the rest are
  * still readable next iteration (level-triggered). */
 #define ACCEPT_BATCH 64
+/* Retries in a row that any other accept error (EPERM: a seccomp filter
+ * refusing every accept4, or a policy refusing one connection; EACCES from
+ * a security module; an errno lull does not know) may take before it is
+ * taken for good: a passing refusal is over by the next retry, and a
+ * filter is not, so ten (a second at retry_ns) tell them apart without
+ * polling for ever. */
+#define ACCEPT_GIVE_UP 10
 /* Pause after EMFILE / ENFILE: fds come back as connections close, on
  * network timescales; 100 ms bounds the added accept delay at 10 retries a
  * second, paid only while the process is out of fds. The connections wait
@@ -486,6 +496,14 @@ static void close_wio(lull_stream *s) {
     s->wio.fd = -1;
 }
 
+/* The struct is the owner's again: out of loop->streams, where it stayed
+ * from its set-up through its teardown to here, right before its close
+ * callback (or at its teardown when none is owed), so that a set-up asks
+ * the registry alone whether the loop still holds it (lull__stream_live). */
+static void release_struct(lull_stream *s) {
+    lull__registry_remove(&s->loop->streams, s);
+}
+
 /* Closes the stream's kernel side and detaches everything it holds;
  * returns its frames (written ones first), for the caller to release once
  * it is done with the stream. Safe from any state. */
@@ -510,13 +528,18 @@ static lull_frame *teardown(lull_stream *s) {
     guards_close(&s->guard, (s->state & S_OWN_BUF) ? s->rbuf : NULL);
     s->rbuf = NULL;
     s->rcap = s->rstart = s->rend = 0;
-    if (s->state & S_COUNTED) {
-        s->loop->handles--;
-        lull__registry_remove(&s->loop->streams, s);
-    }
+    /* Still in loop->streams: see release_struct. */
+    if (s->state & S_COUNTED) s->loop->handles--;
     s->state = 0;
     s->ep.flags |= LULL__EP_CLOSED;
     s->ep.queued = 0;
+    return list;
+}
+
+/* A teardown no close callback follows (a failed open, a detach). */
+static lull_frame *teardown_untold(lull_stream *s) {
+    lull_frame *list = teardown(s);
+    release_struct(s);
     return list;
 }
 
@@ -536,6 +559,7 @@ static void close_now(lull_stream *s, int reason, lull_frame *written,
     bool owed = s->ep.on_close != NULL;
     lull_frame *list = teardown(s);
     if (!owed) {
+        release_struct(s);
         if (told) told(s, reason);
         release_list(written);
         release_list(list);
@@ -551,6 +575,7 @@ static void close_now(lull_stream *s, int reason, lull_frame *written,
                       "ran: reuse it in on_close");
     if (!same) return;
     s->guard = g.outer;
+    release_struct(s);
     if (s->ep.on_close) s->ep.on_close(&s->ep, reason);
 }
 
@@ -1162,6 +1187,8 @@ static void stream_close(lull_endpoint *ep, int reason) {
         s->state = S_CLOSE_CB;
         s->error = reason;
         lull_task_post(s->loop, &s->event);
+    } else {
+        release_struct(s);
     }
     release_list(done);
     release_list(list);
@@ -1358,6 +1385,7 @@ static void event_task(lull_task *t) {
     lull_stream *s = LULL_CONTAINER_OF(t, lull_stream, event);
     if (s->state & S_CLOSE_CB) { /* closed: the last callback */
         s->state = 0;
+        release_struct(s);
         if (s->ep.on_close) s->ep.on_close(&s->ep, s->error);
         return;
     }
@@ -1480,13 +1508,13 @@ LULL__OWN_NAME(on_wio, "lull_stream write fd", lull_stream, wio);
 
 /* --------------------------------------------------------------- setup */
 
-/* Open (counted: a paused stream has no started watcher and nothing
- * queued, yet holds its fd), or closed with its on_close still queued.
- * Asked by address only: s is garbage before its first setup. */
+/* Open (a paused stream has no started watcher and nothing queued, yet
+ * holds its fd), or closed with its on_close still queued: in
+ * loop->streams from its set-up to release_struct. Asked by address only,
+ * of the registry (a hash lookup, whatever the loop has queued): s is
+ * garbage before its first setup. */
 bool lull__stream_live(lull_loop *loop, const lull_stream *s) {
-    const lull__node *queued[] = {&s->event.node, &s->flush.node};
-    return lull__registry_has(&loop->streams, s) ||
-           lull__live_on(loop, NULL, queued, 2);
+    return lull__registry_has(&loop->streams, s);
 }
 
 static int setup(lull_loop *loop, lull_stream *s, int fd,
@@ -1567,7 +1595,7 @@ static int start_connected(lull_stream *s) {
      * write end still watches for its reader's close. */
     if (!(s->state & S_EOF) || (s->state & S_WATCH_HUP))
         rc = lull_io_start(&s->io, LULL_READABLE);
-    if (rc < 0) release_list(teardown(s));
+    if (rc < 0) release_list(teardown_untold(s));
     return rc;
 }
 
@@ -1689,7 +1717,7 @@ int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
     }
     rc = make_nonblocking(s, fd, kind, S_IO_NOWAIT, S_IO_NB);
     if (rc < 0) {
-        release_list(teardown(s)); /* gives back what it changed */
+        release_list(teardown_untold(s)); /* gives back what it changed */
         return rc;
     }
     apply_kinds(s, kind, kind);
@@ -1716,7 +1744,7 @@ int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd, int wfd,
     rc = make_nonblocking(s, rfd, in, S_IO_NOWAIT, S_IO_NB);
     if (rc == 0) rc = make_nonblocking(s, wfd, out, S_WIO_NOWAIT, S_WIO_NB);
     if (rc < 0) {
-        release_list(teardown(s)); /* gives back what it changed */
+        release_list(teardown_untold(s)); /* gives back what it changed */
         return rc;
     }
     apply_kinds(s, in, out);
@@ -1850,7 +1878,7 @@ int lull_stream_detach(lull_stream *s) {
     lull_io_stop(&s->io); /* while io.fd still names the registration */
     int fd = s->io.fd;
     s->io.fd = -1; /* teardown gives back O_NONBLOCK and leaves it open */
-    release_list(teardown(s)); /* frames written, not yet released */
+    release_list(teardown_untold(s)); /* frames written, not yet released */
     return fd;
 }
 
@@ -1982,11 +2010,19 @@ static void server_retry(lull_timer *t) {
 LULL__OWN_NAME(server_retry, "lull_server accept retry", lull_server, retry);
 
 /* Errors no retry can mend: the socket was shut down (EINVAL: readable
- * for ever, accept refused), or the fd is no longer a listening socket
- * (closed behind the server, or replaced). */
+ * for ever, accept refused), the fd is no longer a listening socket
+ * (closed behind the server, or replaced), or there is no accept4 (ENOSYS:
+ * an old kernel, or a seccomp filter's answer). */
 static bool accept_failed_for_good(int err) {
     return err == EINVAL || err == EBADF || err == ENOTSOCK ||
-           err == EOPNOTSUPP;
+           err == EOPNOTSUPP || err == ENOSYS;
+}
+
+/* The errors a wait mends: out of fds (EMFILE, ENFILE) or kernel memory
+ * (ENOBUFS, ENOMEM), which come back as connections close. They pause
+ * accepting for as long as they last. */
+static bool accept_out_of_resources(int err) {
+    return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
 }
 
 /* Runs on_connection for srv->pending (a fd, or -1 with srv->failed set);
@@ -2010,22 +2046,34 @@ static void server_io(lull_io *io, int events) {
         if (fd < 0) {
             int err = errno;
             if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
-            if (err == EAGAIN || err == EWOULDBLOCK) return;
+            if (err == EAGAIN || err == EWOULDBLOCK) {
+                srv->failed = 0; /* accept works: a refusal has passed */
+                return;
+            }
             /* The listener stays readable either way: stop watching it. */
             lull_io_stop(io);
-            if (accept_failed_for_good(err)) {
+            /* Neither for good nor out of resources: it may pass, and
+             * failed counts its retries in a row (as minus their number)
+             * up to ACCEPT_GIVE_UP. */
+            bool may_pass =
+                !accept_failed_for_good(err) && !accept_out_of_resources(err);
+            if (accept_failed_for_good(err) ||
+                (may_pass && -srv->failed >= ACCEPT_GIVE_UP)) {
                 /* No timer: a retry would fail the same way for ever. The
                  * owner hears it once, through lull_server_accept. */
                 srv->failed = err;
                 offer(srv);
                 return;
             }
+            if (may_pass) srv->failed--;
             /* Out of fds (EMFILE, ENFILE) or kernel memory (ENOBUFS,
-             * ENOMEM): the retry timer resumes accepting. */
+             * ENOMEM), or a refusal that may pass: the retry timer resumes
+             * accepting. */
             lull_timer_start(&srv->retry, srv->retry_ns, 0);
             srv->paused++;
             return;
         }
+        srv->failed = 0; /* accept works: a refusal has passed */
         srv->pending = fd;
         srv->accepted++;
         if (!offer(srv)) return;
@@ -2042,6 +2090,14 @@ static bool server_open(const lull_server *srv) {
     return lull__inuse_has(srv);
 }
 
+/* The socket file that a failed listen's bind made: lull's, so removed,
+ * or every later listen on that path would be -EADDRINUSE. An abstract
+ * name ("@name") has no file. */
+static void unbind(int family, const struct sockaddr *addr) {
+    const struct sockaddr_un *sun = (const struct sockaddr_un *)addr;
+    if (family == AF_UNIX && sun->sun_path[0]) unlink(sun->sun_path);
+}
+
 int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
                         const struct sockaddr *addr, socklen_t len, int backlog,
                         lull_connection_fn fn) {
@@ -2055,9 +2111,9 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
     int one = 1;
     if (family != AF_UNIX)
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    int rc = 0;
-    if (bind(fd, addr, len) < 0 ||
-        listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
+    int rc = bind(fd, addr, len) < 0 ? -errno : 0;
+    bool bound = rc == 0;
+    if (rc == 0 && listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
         rc = -errno;
     if (rc == 0) rc = lull_io_init(loop, &srv->io, fd, server_io);
     if (rc == 0) rc = lull__inuse_add(srv);
@@ -2066,6 +2122,7 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
         lull__inuse_remove(srv);
         close(fd);
         srv->io.fd = -1;
+        if (bound) unbind(family, addr);
         return rc;
     }
     lull_timer_init(loop, &srv->retry, server_retry);
@@ -2133,7 +2190,7 @@ int lull_server_accept(lull_server *srv, lull_stream *s,
     if (!srv || !s || !srv->loop || srv->io.fd < 0 || !options_ok(opts))
         return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(srv->loop);
-    if (srv->pending < 0) return srv->failed ? -srv->failed : -ENOENT;
+    if (srv->pending < 0) return srv->failed > 0 ? -srv->failed : -ENOENT;
     /* Refused before the connection is taken: it waits for an accept
      * with options that fit. */
     if (fds_unsupported(opts, srv->family == AF_UNIX)) return -ENOTSUP;

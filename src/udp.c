@@ -116,6 +116,7 @@
 #define U_INET6     0x400u  /* the socket is AF_INET6 (ditto) */
 #define U_RECV_EACH 0x800u  /* recvmmsg refused (seccomp): recvmsg each */
 #define U_SEND_EACH 0x1000u /* sendmmsg refused (seccomp): sendmsg each */
+#define U_UNTRACKED 0x2000u /* closed, not in the in-use set: udp_untracked */
 
 /* One receive slot's headers. */
 typedef struct recv_meta {
@@ -160,13 +161,17 @@ int lull_udp_init(lull_loop *loop, lull_udp *udp,
      * its close callback owed): clearing it would leave its socket open
      * (and registered under a handle with no fd, readable for ever) and
      * the loop's count of open handles up, and cut the queued tasks' links.
-     * Asked by address, of the loop's own records, as a spawn asks: udp is
-     * garbage before its first init. */
-    const lull__node *nodes[] = {&udp->flush.node, &udp->event.node};
-    if (lull__on_loop_thread(loop) && lull__live_on(loop, &udp->io, nodes, 2))
-        return -EBUSY;
-    /* Holding a socket, or owed its close callback, on any loop. */
+     * Asked by address, of the process's set of handles in use (a hash
+     * lookup): udp is garbage before its first init. A send is queued and
+     * a watcher started only while a socket is held, so the set answers
+     * for them. */
     if (lull__inuse_has(udp)) return -EBUSY;
+    /* A close that could not add its handle to the set: this loop's
+     * queues, walked only while such a close callback is owed. */
+    const lull__node *nodes[] = {&udp->flush.node, &udp->event.node};
+    if (lull__on_loop_thread(loop) && loop->udp_untracked &&
+        lull__live_on(loop, &udp->io, nodes, 2))
+        return -EBUSY;
     if (o.max_datagram > MAX_DATAGRAM_DEFAULT)
         o.max_datagram = MAX_DATAGRAM_DEFAULT;
     void *data = udp->data; /* the owner's pointer survives set-up */
@@ -706,7 +711,8 @@ static void event_task(lull_task *t) {
     udp->rmeta = NULL;
     lull_udp_close_fn fn = udp->on_close;
     udp->on_close = NULL;
-    udp->state &= ~U_INIT; /* the struct is the caller's again */
+    if (udp->state & U_UNTRACKED) udp->loop->udp_untracked--;
+    udp->state &= ~(U_INIT | U_UNTRACKED); /* the caller's again */
     lull__inuse_remove(udp);
     if (fn) fn(udp);
 }
@@ -1048,11 +1054,15 @@ int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn) {
         udp->io.fd = -1;
         udp->loop->handles--;
     } else {
-        /* Never held a socket: in the set from here, so that another
-         * loop's init refuses it while this loop owes its close callback.
-         * A close cannot fail: without memory for the set, only that check
-         * is lost (this loop's own init still sees the queued turn). */
-        (void)lull__inuse_add(udp);
+        /* Never held a socket: in the set from here, so that an init
+         * refuses it while this loop owes its close callback. A close
+         * cannot fail: without memory for the set, this loop's init walks
+         * its queues for the queued turn (udp_untracked), and only another
+         * loop's check is lost. */
+        if (lull__inuse_add(udp) < 0) {
+            udp->state |= U_UNTRACKED;
+            udp->loop->udp_untracked++;
+        }
     }
     while (udp->head)
         finish(udp, udp->head, -ECANCELED);

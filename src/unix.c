@@ -2,9 +2,10 @@
  * a sockaddr_un; the stream core (src/stream.c) does the rest. lull never
  * creates or removes files of its own: bind creates the socket file, and
  * removing it is the caller's (a stale one makes listen fail with
- * -EADDRINUSE, which is safer than deleting whatever is there). A connect
- * to a listener whose backlog is full fails with -EAGAIN: Linux completes
- * Unix connects at once or not at all. Loop thread only. */
+ * -EADDRINUSE, which is safer than deleting whatever is there), but for a
+ * listen that fails after its bind, which removes the file it just made. A
+ * connect to a listener whose backlog is full fails with -EAGAIN: Linux
+ * completes Unix connects at once or not at all. Loop thread only. */
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>

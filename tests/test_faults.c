@@ -1775,3 +1775,56 @@ TEST(random_faults_echo) {
            seeds * R_CONNS - r_complete - r_hits);
     report("random_faults_echo");
 }
+
+/* A UDP handle closed before it held a socket joins the process's set of
+ * handles in use, so that an init refuses it until its close callback ran.
+ * Without memory for the set (the close cannot fail), this loop's init
+ * still refuses it: it walks its queues while such a close is owed. */
+static int udp_closes;
+static void count_udp_close(lull_udp *u) {
+    (void)u;
+    udp_closes++;
+}
+
+TEST(udp_closed_without_memory_for_the_in_use_set_is_still_refused) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    fail_nth(K_MALLOC, -1, 1, UINT64_MAX, ENOMEM);
+    arm(true);
+    CHECK_EQ(lull_udp_close(&u, count_udp_close), 0);
+    arm(false);
+    CHECK_EQ(loop->udp_untracked, 1u); /* the set's add failed */
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), -EBUSY);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(udp_closes, 1);
+    CHECK_EQ(loop->udp_untracked, 0u);
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A Unix listen that fails after its bind made the socket file (here: no
+ * memory for the set of handles in use) leaves no file behind: it was
+ * lull's to remove, and a stale one made every later listen on that path
+ * fail with -EADDRINUSE, so the failure could never be retried. */
+static void on_no_connection(lull_server *s) {
+    (void)s;
+}
+
+TEST(failed_unix_listen_leaves_no_socket_file) {
+    lull_loop *loop = new_loop();
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/lull-faults-listen-%d", (int)getpid());
+    unlink(path);
+    lull_server u;
+    fail_nth(K_MALLOC, -1, 1, UINT64_MAX, ENOMEM);
+    arm(true);
+    int rc = lull_server_listen_unix(loop, &u, path, 0, on_no_connection);
+    arm(false);
+    CHECK_EQ(rc, -ENOMEM);
+    CHECK_EQ(access(path, F_OK), -1);
+    CHECK_EQ(lull_server_listen_unix(loop, &u, path, 0, on_no_connection), 0);
+    lull_server_close(&u);
+    unlink(path);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
