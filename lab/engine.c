@@ -286,6 +286,15 @@ const char *lab_fmt3(char *buf, double v) {
     return buf;
 }
 
+const char *lab_fmt_us(char *buf, double us) {
+    char n[LAB_CELL];
+    if (isfinite(us) && fabs(us) >= 1000)
+        snprintf(buf, LAB_CELL, "%s ms", lab_fmt3(n, us / 1000));
+    else
+        snprintf(buf, LAB_CELL, "%s µs", lab_fmt3(n, us));
+    return buf;
+}
+
 const char *lab_fmt_ratio(char *buf, double v) {
     if (!isfinite(v)) {
         snprintf(buf, LAB_CELL, "–");

@@ -192,6 +192,10 @@ const char *lab_fmt(char *buf, double v);
 /* A value in at most three significant digits, for the verdict's narrow
  * cells: 2925, 199, 3.48, 0.0047. */
 const char *lab_fmt3(char *buf, double v);
+/* A time given in µs, as lab_fmt3 writes it with its unit: "87.4 µs",
+ * and from 1,000 µs on "19.6 ms", so that a busy machine's figure keeps
+ * the width of its verdict cell. */
+const char *lab_fmt_us(char *buf, double us);
 /* "×1.23", "×" followed by the value as tables print it; "–" for NaN. */
 const char *lab_fmt_ratio(char *buf, double v);
 

@@ -491,8 +491,8 @@ static void verdict_lateness(const lab_fig *f) {
     double early = lab_series_min(&l->v[LATE_MIN_US]);
     char a[LAB_CELL], b[LAB_CELL];
     v->timing = true;
-    snprintf(v->what, sizeof v->what, "1 ms p99 %s µs = %s× floor%s",
-             lab_fmt3(a, lab_row_median(l, LATE_P99_US)), lab_fmt3(b, x),
+    snprintf(v->what, sizeof v->what, "1 ms p99 %s = %s× floor%s",
+             lab_fmt_us(a, lab_row_median(l, LATE_P99_US)), lab_fmt3(b, x),
              early < 0 ? ", early" : "");
     snprintf(v->target, sizeof v->target, "≤ 1.1× floor");
     const lab_row *p = best_late_peer(f);
@@ -592,8 +592,8 @@ static void verdict_busy(const lab_fig *f) {
     double lv = lab_row_median(l, LATE_P99_US);
     char a[LAB_CELL];
     v->timing = true;
-    snprintf(v->what, sizeof v->what, "beside CPU hogs: p99 %s µs",
-             lab_fmt3(a, lv));
+    snprintf(v->what, sizeof v->what, "beside CPU hogs: p99 %s",
+             lab_fmt_us(a, lv));
     snprintf(v->target, sizeof v->target, "≤ every peer");
     verdict_peer(v, f, l, p, LATE_P99_US);
     if (floor)
