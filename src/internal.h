@@ -58,8 +58,8 @@ void lull__assert_fail(const char *msg, const char *file, int line)
 #define LULL__IO_ACTIVE 0x1u /* started */
 #define LULL__IO_UNREF  0x2u /* does not keep lull_loop_run alive */
 #define LULL__IO_USER                                                          \
-    0x4u /* set up by lull_io_init: in the loop's                              \
-            user_ios while started */
+    0x4u /* set up by lull_io_init: in the process's                           \
+            set of handles in use while started */
 /* Above the state bits: the settle round that last called the watcher
  * (lull__settle_note_io), 24 bits. */
 #define LULL__IO_ROUND_SHIFT 8
@@ -265,8 +265,6 @@ struct lull_loop {
     lull__registry streams;   /* streams set up whose on_close has not run
                                  (src/stream.c): a paused one has no other
                                  trace here */
-    lull__registry user_ios;  /* started watchers of lull_io_init's
-                                 (src/io.c): what a second init asks */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -644,10 +642,9 @@ bool lull__registry_has(lull__registry *r, const void *h);
 void lull__registry_remove(lull__registry *r, const void *h);
 void lull__registry_free(lull__registry *r);
 /* ... and the process-wide set of pumps, UDP handles, processes, started
- * fs watches, open servers, notifiers with listeners and live loopback
- * ends, on any loop
- * (thread-safe): add as above; forget removes every handle of r (a loop's set,
- * at lull_loop_free). */
+ * fs watches, started watchers of lull_io_init's, open servers, notifiers with
+ * listeners and live loopback ends, on any loop (thread-safe): add as above;
+ * forget removes every handle of r (a loop's set, at lull_loop_free). */
 int lull__inuse_add(const void *h);
 bool lull__inuse_has(const void *h);
 void lull__inuse_remove(const void *h);

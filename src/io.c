@@ -26,12 +26,13 @@ int lull_io_init(lull_loop *loop, lull_io *io, int fd, lull_io_fn fn) {
     if (!loop || !io || fd < 0 || !fn) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
     /* A started watcher: clearing it would leave its slot and registration
-     * delivering to it and the loop counting it, with no stop able to end
-     * either. Asked by address, of the loop's set of started watchers of
-     * this function's (io is garbage before its first init), as
-     * lull_pump_init asks; a programming error that debug builds stop at,
-     * as a stream opened twice is. */
-    bool live = lull__registry_has(&loop->user_ios, io);
+     * delivering to it and its loop counting it, with no stop able to end
+     * either. Asked by address (io is garbage before its first init) of
+     * the process's set of handles in use, not of `loop`'s: one started
+     * on another loop is as live, and that loop's set cannot be asked from
+     * here. A programming error that debug builds stop at, as a stream
+     * opened twice is. */
+    bool live = lull__inuse_has(io);
     LULL_ASSERT(!live, "lull: lull_io_init on a started watcher");
     if (live) return -EBUSY;
     lull__io_setup(loop, io, fd, fn);
@@ -54,13 +55,13 @@ int lull_io_start(lull_io *io, int events) {
     bool enter =
         (io->flags & (LULL__IO_ACTIVE | LULL__IO_USER)) == LULL__IO_USER;
     if (enter) {
-        int rc = lull__registry_add(&io->loop->user_ios, io);
+        int rc = lull__inuse_add(io);
         if (rc < 0) return rc;
     }
     /* io->events is exactly what the kernel holds (0 while stopped). */
     int err = lull__backend_modify(io->loop, io, io->events, events);
     if (err) {
-        if (enter) lull__registry_remove(&io->loop->user_ios, io);
+        if (enter) lull__inuse_remove(io);
         return err;
     }
     io->events = events;
@@ -78,8 +79,7 @@ void lull_io_stop(lull_io *io) {
     io->events = 0;
     io->flags &= ~LULL__IO_ACTIVE;
     count_active(io, -1);
-    if (io->flags & LULL__IO_USER)
-        lull__registry_remove(&io->loop->user_ios, io);
+    if (io->flags & LULL__IO_USER) lull__inuse_remove(io);
 }
 
 static void set_unref(lull_io *io, bool unref) {

@@ -128,7 +128,6 @@ int lull_loop_free(lull_loop *loop) {
     lull__registry_free(&loop->loopbacks);
     lull__registry_free(&loop->pumps);
     lull__registry_free(&loop->streams);
-    lull__registry_free(&loop->user_ios);
     free(loop);
     return 0;
 }

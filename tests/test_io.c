@@ -542,6 +542,46 @@ TEST(init_of_a_started_watcher_is_refused) {
         init_started_watcher(NULL);
 }
 
+/* The same on another loop: a watcher started on loop A, set up again on
+ * loop B, was cleared (B's set of started watchers had never heard of it)
+ * while A kept its slot, its registration and its count, so A delivered
+ * B's callback and could never be freed. */
+static void init_started_elsewhere(void *arg) {
+    (void)arg;
+    lull_loop *a = new_loop(), *b = new_loop();
+    watch w, o;
+    make_pipe(&w);
+    make_pipe(&o);
+    CHECK_EQ(lull_io_init(a, &w.io, w.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_io_init(b, &w.io, o.rfd, other_fn), -EBUSY);
+    CHECK(w.io.loop == a);
+    fill(w.wfd);
+    CHECK_EQ(lull_loop_run(a, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.calls, 1);
+    lull_io_stop(&w.io);
+    CHECK(!lull_loop_alive(a));
+    /* Stopped on A, it may be set up on B. */
+    CHECK_EQ(lull_io_init(b, &w.io, o.rfd, count_only), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    fill(o.wfd);
+    CHECK_EQ(lull_loop_run(b, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.calls, 2);
+    lull_io_stop(&w.io);
+    close_pipe(&w);
+    close_pipe(&o);
+    CHECK_EQ(lull_loop_free(a), 0);
+    CHECK_EQ(lull_loop_free(b), 0);
+}
+
+TEST(init_of_a_watcher_started_on_another_loop_is_refused) {
+    if (check_debug_build())
+        CHECK(check_dies(init_started_elsewhere, NULL,
+                         "lull: lull_io_init on a started watcher"));
+    else
+        init_started_elsewhere(NULL);
+}
+
 /* A number that names no open file is refused before the loop sizes its fd
  * table to it: INT_MAX once made the start reserve and zero 8 GiB (a hang,
  * or -ENOMEM) on its way to epoll's EBADF. The address-space limit turns
