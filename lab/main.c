@@ -160,7 +160,7 @@ static void expect_verdict(const lab_scenario *only) {
  * (lab/CMakeLists.txt: lab.title_widths), so a variant this machine would
  * not print (no tracefs, no io_uring) is checked all the same. */
 static int titles(void) {
-    printf("%s\n%s\n", LAB_RATIO_RULE, LAB_WORDS_RULE);
+    printf("%s\n%s\n%s\n", LAB_RATIO_RULE, LAB_WORDS_RULE, LAB_TERMS_RULE);
     for (size_t i = 0; i < SCENARIO_COUNT; i++) {
         printf("%s\n", scenarios[i]->title);
         for (const char *const *h = scenarios[i]->headings; h && *h; h++)
@@ -372,7 +372,8 @@ int main(int argc, char **argv) {
         lab_json_begin_object(json);
     }
 
-    if (!opts.verbose) printf("%s\n%s\n", LAB_RATIO_RULE, LAB_WORDS_RULE);
+    if (!opts.verbose)
+        printf("%s\n%s\n%s\n", LAB_RATIO_RULE, LAB_WORDS_RULE, LAB_TERMS_RULE);
     int failed = 0;
     static lab_noise noise[SCENARIO_COUNT];
     for (size_t i = 0; i < SCENARIO_COUNT; i++) {
