@@ -65,8 +65,8 @@ static void usage(FILE *out) {
             "beside lull-lab)\n"
             "  --verbose   every legend and every table (default: one short "
             "table per scenario and the verdict)\n"
-            "  --strict    exit 3 when a target was missed and the run was "
-            "not marked noisy\n\n"
+            "  --strict    exit 3 when a verdict line missed its target and "
+            "is not marked noisy\n\n"
             "  lull-lab soak [--seconds N] [--seed S] [--only NAME]: the "
             "scenarios again and again at random sizes, every event and "
             "frame checked, RSS and fds watched (lab/soak.c)\n",
