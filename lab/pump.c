@@ -348,7 +348,10 @@ static void print_legend(const params *p) {
 /* The figures the polling pump was first judged by (wakeups, the p99 and
  * the terminal event's wait: --verbose's table and the verdict). */
 static void brief(const lab_fig *main_f) {
-    const char *header[] = {"figure, 12 sessions", "poll, 1 ms grid",
+    /* "ms timers" beside "ns timers": the polling pump's runtime rounded
+     * its timers to whole milliseconds (the verbose legend's "1 ms grid",
+     * a word the short output never defined). */
+    const char *header[] = {"figure, 12 sessions", "poll, ms timers",
                             "poll, ns timers", "notify",
                             "first: before → after"};
     static const struct {
