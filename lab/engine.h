@@ -32,6 +32,21 @@
     "floor: the same work with no loop library; × per round: the median of "  \
     "the rounds' own ratios"
 
+/* The common words the tables use in lull-lab's own sense, said on the
+ * lines after LAB_WORDS_RULE (also LAB_LEGEND_TERMS): a hop is one run of
+ * a chain's task (turns, C2, and C6's "2 hops"); a peer's "same policy" is
+ * the I/O checks, timer slack or calls per record of lull's row it is
+ * compared with (docs/BENCHMARKS.md); a noisy miss is one that a floor or
+ * peer of the same rounds moved as much as (the "✗ noisy" rule below;
+ * other processes' CPU marks nothing). The contracts and the figures a
+ * problem was first measured by ("first", before → after its fix) are the
+ * README's. */
+#define LAB_TERMS_RULE                                                         \
+    "p50: median, p99: 99th percentile; µs/s: CPU µs per second; hop: one "  \
+    "run of a self-re-posting task\n"                                          \
+    "same policy: set like lull's row; noisy: a floor or peer moved as "       \
+    "much; C1–C8, first: README.md"
+
 /* ------------------------------------------------------------- figures */
 
 #define LAB_VALUES 16 /* value columns of one figure: pump's 13 and room */

@@ -32,9 +32,13 @@ endfunction()
 # floor is the same work with no loop library (its × is in the turns
 # table's first column of figures), floor-bound a miss the floor makes too,
 # "× per round" the median of the rounds' own ratios (a floor's 38.6 µs
-# beside lull's 48.8 µs printed ×0.91, not ×0.79). Plain words only: each
-# is used in a regular expression as it is.
-set(LAB_LEGEND_TERMS "floor" "floor-bound" "× per round")
+# beside lull's 48.8 µs printed ×0.91, not ×0.79); p50, p99 and µs/s
+# (CPU time per second) that a libuv user reads as latency or a rate; a
+# hop (one run of a chain's task), the same policy a peer is set to, and
+# a noisy miss, which only docs/BENCHMARKS.md defined. Plain words only:
+# each is used in a regular expression as it is.
+set(LAB_LEGEND_TERMS "floor" "floor-bound" "× per round" "p50" "p99" "µs/s"
+  "hop" "same policy" "noisy")
 
 # The terms of LAB_LEGEND_TERMS that lines (a list, lab_lines) use before
 # defining, as "term: first line using it" items in out.

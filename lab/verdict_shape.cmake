@@ -140,6 +140,14 @@ if(short MATCHES "\\(7\\) virtual clock" OR NOT verbose MATCHES "\\(7\\) virtual
   message(FATAL_ERROR "--verbose and the short output are not told apart:\n"
     "short:\n${short}\nverbose:\n${verbose}")
 endif()
+# --verbose ("every legend") uses ×, floor and p50 as the short output
+# does, and must define them as it does: it printed no legend at all.
+lab_lines("${verbose}" vlines)
+lab_undefined_before_use("${vlines}" vearly)
+if(NOT verbose MATCHES "× = the other's cost" OR vearly)
+  string(REPLACE ";" "\n  " vearly "${vearly}")
+  message(FATAL_ERROR "--verbose without the legend:\n  ${vearly}\n${verbose}")
+endif()
 # --strict exits 3 exactly when a line was missed and not marked noisy. The
 # loopback's line against Node at equal policy is a miss on any machine
 # (lull is about 5× cheaper there, the target ×10), so this exercises the
