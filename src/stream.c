@@ -553,6 +553,14 @@ static lull_frame *teardown_untold(lull_stream *s) {
  * again all the same (then it is another stream, whose close callback is
  * not ours to call; debug builds say so). Without a close callback the
  * stream is not touched after teardown. */
+/* GCC 12's -Wdangling-pointer (an error here: -Werror) takes the guard,
+ * a local whose address stays in s->guard for the callbacks, as left
+ * behind on the path where a callback set the stream up again: there
+ * s->guard is no longer &g, which the warning cannot see. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdangling-pointer"
+#endif
 static void close_now(lull_stream *s, int reason, lull_frame *written,
                       lull_connect_fn told) {
     if (s->state & S_WFAIL) reason = s->error; /* the first failure */
@@ -578,6 +586,9 @@ static void close_now(lull_stream *s, int reason, lull_frame *written,
     release_struct(s);
     if (s->ep.on_close) s->ep.on_close(&s->ep, reason);
 }
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic pop
+#endif
 
 /* The transport failed (or the peer ended it): the stream closes and its
  * close callback, the last, gets reason. A callback context. */
