@@ -289,9 +289,9 @@ const char *lab_fmt3(char *buf, double v) {
 const char *lab_fmt_us(char *buf, double us) {
     char n[LAB_CELL];
     if (isfinite(us) && fabs(us) >= 1000)
-        snprintf(buf, LAB_CELL, "%s ms", lab_fmt3(n, us / 1000));
+        snprintf(buf, LAB_CELL, "%.32s ms", lab_fmt3(n, us / 1000));
     else
-        snprintf(buf, LAB_CELL, "%s µs", lab_fmt3(n, us));
+        snprintf(buf, LAB_CELL, "%.32s µs", lab_fmt3(n, us));
     return buf;
 }
 
