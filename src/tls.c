@@ -1108,6 +1108,10 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
     LULL_ASSERT(!tls_live(loop, t),
                 "lull: a TLS connection set up again while open, or before "
                 "its on_close ran");
+    /* Open: its stream is still set up, which a release build asks too
+     * (one lookup, not tls_live's walk of the queues), before the memset
+     * wipes what the loop holds. */
+    if (lull__stream_live(loop, &t->stream)) return -EBUSY;
     pthread_once(&bio_once, bio_method_make);
     if (!bio_method) return -ENOMEM;
     void *data = t->ep.data; /* the user's, kept */

@@ -2971,6 +2971,43 @@ TEST(tls_set_up_again_before_its_close_asserts) {
     CHECK(check_dies(reopen_tls, &how, msg));
 }
 
+/* The same set-up of an open connection in a release build, where no
+ * assert stops it: its clearing wiped the connection's stream, which the
+ * loop still held (its registered watcher, its fd), before the stream's
+ * own check refused the set-up with -EBUSY, too late. It is refused with
+ * -EBUSY before anything is touched, as a stream's open is: the
+ * connection goes on, and the fd given, owned on failure too, is closed. */
+static void reopen_live_tls(void *arg) {
+    (void)arg;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL);
+    lull_tls a;
+    int sv[2], other[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, other), 0);
+    CHECK_EQ(lull_tls_open(loop, &a, sctx, sv[0], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, tls_ignore_close);
+    CHECK_EQ(lull_tls_open(loop, &a, sctx, other[0], NULL), -EBUSY);
+    CHECK_EQ(fcntl(other[0], F_GETFD), -1); /* owned, so closed */
+    CHECK_EQ(lull_stream_fd(&a.stream), sv[0]);
+    CHECK(!lull_endpoint_closed(&a.ep));
+    lull_endpoint_close(&a.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    close(sv[1]);
+    close(other[1]);
+    finish(loop, sctx, NULL);
+}
+
+TEST(tls_set_up_again_while_open_is_ebusy_without_asserts) {
+    if (skip()) return;
+    if (check_debug_build())
+        CHECK(check_dies(reopen_live_tls, NULL,
+                         "lull: a TLS connection set up again while open"));
+    else
+        CHECK(check_exits_cleanly(reopen_live_tls, NULL));
+}
+
 /* The socket's stream inside a lull_tls is lull's own (its private
  * fields): detached, the connection would stay open with no socket, never
  * read or close again, and its on_close would never come. The detach is
