@@ -640,8 +640,8 @@ void lull__registry_remove(lull__registry *r, const void *h);
 void lull__registry_free(lull__registry *r);
 /* ... and the process-wide set of pumps, UDP handles, processes, started
  * fs watches, started watchers of lull_io_init's, open servers, notifiers with
- * listeners, live loopback ends and streams set up whose on_close has not
- * run, on any loop (thread-safe): add as above;
+ * listeners, live loopback ends, and streams and TLS connections set up
+ * whose on_close has not run, on any loop (thread-safe): add as above;
  * forget removes every handle of r (a loop's set, at lull_loop_free). */
 int lull__inuse_add(const void *h);
 bool lull__inuse_has(const void *h);
