@@ -1023,8 +1023,8 @@ struct lull_server {
     void *data;           /* yours (lull_server_listen_* clears it) */
     lull_loop *loop;      /* the owning loop */
     uint64_t accepted;    /* connections handed to on_connection */
-    uint64_t paused;      /* times accepting paused: out of fds, or the
-                             kernel short of memory */
+    uint64_t paused;      /* times accepting paused: out of fds, the
+                             kernel short of memory, or a refusal retried */
     struct {              /* lull's own */
         lull_io io;       /* the listening socket (owned) */
         lull_timer retry; /* resumes accepting after EMFILE / ENFILE */

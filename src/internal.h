@@ -262,9 +262,6 @@ struct lull_loop {
                                  (src/pump.c) */
     lull__registry loopbacks; /* loopback ends paired here and not yet the
                                  caller's again (src/loopback.c) */
-    lull__registry streams;   /* streams set up whose on_close has not run
-                                 (src/stream.c): a paused one has no other
-                                 trace here */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -643,7 +640,8 @@ void lull__registry_remove(lull__registry *r, const void *h);
 void lull__registry_free(lull__registry *r);
 /* ... and the process-wide set of pumps, UDP handles, processes, started
  * fs watches, started watchers of lull_io_init's, open servers, notifiers with
- * listeners and live loopback ends, on any loop (thread-safe): add as above;
+ * listeners, live loopback ends, and streams and TLS connections set up
+ * whose on_close has not run, on any loop (thread-safe): add as above;
  * forget removes every handle of r (a loop's set, at lull_loop_free). */
 int lull__inuse_add(const void *h);
 bool lull__inuse_has(const void *h);

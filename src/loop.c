@@ -127,7 +127,6 @@ int lull_loop_free(lull_loop *loop) {
     lull__inuse_forget(&loop->loopbacks); /* pairs left open, quiet */
     lull__registry_free(&loop->loopbacks);
     lull__registry_free(&loop->pumps);
-    lull__registry_free(&loop->streams);
     free(loop);
     return 0;
 }

@@ -93,12 +93,13 @@ void lull__registry_free(lull__registry *r) {
     *r = (lull__registry){0};
 }
 
-/* The process's pumps, UDP handles, processes, fs watches, servers,
- * notifiers and loopback ends in use on any loop (the union of the loops'
- * `pumps` and `loopbacks` sets, the UDP handles holding a socket or owed
- * their close callback, the spawned handles whose on_exit has not run, the
- * started watches and lull_io_init's started watchers, the servers not closed
- * and the notifiers with a subscribed listener), so that an init on one loop
+/* The process's pumps, UDP handles, processes, fs watches, servers, streams,
+ * TLS connections, notifiers and loopback ends in use on any loop (the union of
+ * the loops' `pumps` and `loopbacks` sets, the UDP handles holding a socket or
+ * owed their close callback, the spawned handles whose on_exit has not run, the
+ * started watches and lull_io_init's started watchers, the servers not closed,
+ * the notifiers with a subscribed listener, and the streams and TLS
+ * connections set up whose on_close has not run), so that an init on one loop
  * refuses a handle open on another: that loop's set cannot be asked from this
  * thread, and clearing the handle would cut that loop's queue or lose its fd.
  * Under inuse_lock, held only for one set operation (inits, closes and the

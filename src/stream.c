@@ -496,12 +496,13 @@ static void close_wio(lull_stream *s) {
     s->wio.fd = -1;
 }
 
-/* The struct is the owner's again: out of loop->streams, where it stayed
- * from its set-up through its teardown to here, right before its close
- * callback (or at its teardown when none is owed), so that a set-up asks
- * the registry alone whether the loop still holds it (lull__stream_live). */
+/* The struct is the owner's again: out of the process's set of handles
+ * in use, where it stayed from its set-up through its teardown to here,
+ * right before its close callback (or at its teardown when none is owed),
+ * so that a set-up on any loop asks the set alone whether a loop still
+ * holds it (lull__stream_live). */
 static void release_struct(lull_stream *s) {
-    lull__registry_remove(&s->loop->streams, s);
+    lull__inuse_remove(s);
 }
 
 /* Closes the stream's kernel side and detaches everything it holds;
@@ -528,7 +529,7 @@ static lull_frame *teardown(lull_stream *s) {
     guards_close(&s->guard, (s->state & S_OWN_BUF) ? s->rbuf : NULL);
     s->rbuf = NULL;
     s->rcap = s->rstart = s->rend = 0;
-    /* Still in loop->streams: see release_struct. */
+    /* Still in the set of handles in use: see release_struct. */
     if (s->state & S_COUNTED) s->loop->handles--;
     s->state = 0;
     s->ep.flags |= LULL__EP_CLOSED;
@@ -1520,12 +1521,14 @@ LULL__OWN_NAME(on_wio, "lull_stream write fd", lull_stream, wio);
 /* --------------------------------------------------------------- setup */
 
 /* Open (a paused stream has no started watcher and nothing queued, yet
- * holds its fd), or closed with its on_close still queued: in
- * loop->streams from its set-up to release_struct. Asked by address only,
- * of the registry (a hash lookup, whatever the loop has queued): s is
+ * holds its fd), or closed with its on_close still queued, on any loop: in
+ * the process's set of handles in use from its set-up to release_struct
+ * (a loop's own records cannot see a stream another loop holds). Asked by
+ * address only (a hash lookup, whatever the loops have queued): s is
  * garbage before its first setup. */
 bool lull__stream_live(lull_loop *loop, const lull_stream *s) {
-    return lull__registry_has(&loop->streams, s);
+    (void)loop;
+    return lull__inuse_has(s);
 }
 
 static int setup(lull_loop *loop, lull_stream *s, int fd,
@@ -1563,7 +1566,9 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     size_t size = o->read_size ? o->read_size : READ_SIZE_DEFAULT;
     if (size < 2 * HDR) size = 2 * HDR;
     s->rbuf = malloc(size);
-    int rc = s->rbuf ? lull__registry_add(&loop->streams, s) : -ENOMEM;
+    /* 1: another thread's set-up of s came first (the check above). */
+    int rc = s->rbuf ? lull__inuse_add(s) : -ENOMEM;
+    if (rc > 0) rc = -EBUSY;
     if (rc < 0) {
         free(s->rbuf);
         s->rbuf = NULL;

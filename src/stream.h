@@ -25,9 +25,10 @@ int lull__stream_connect(lull_loop *loop, lull_stream *s, int family,
  * flags) or -ENOTSUP (LULL_STREAM_FDS where no fd can pass). */
 int lull__stream_options_check(const lull_stream_options *opts, int family);
 
-/* Whether s is open on loop, or closed with its on_close still queued:
- * setting it up again would unlink nodes the loop still holds. A scan of
- * the loop's tables: for set-up and checks, not a hot path. */
+/* Whether s is open, or closed with its on_close still queued, on any
+ * loop (loop is the one asking): setting it up again would unlink nodes
+ * that loop still holds. A lookup in the process's set of handles in use:
+ * for set-up and checks, not a hot path. */
 bool lull__stream_live(lull_loop *loop, const lull_stream *s);
 
 /* s, set up (open or connecting), is part of another handle (a lull_tls's

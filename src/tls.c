@@ -559,12 +559,27 @@ static lull_frame *teardown(lull_tls *t, int reason, bool stream_open) {
     return list;
 }
 
+/* The struct is the owner's again: out of the set of handles in use
+ * (see prepare), right before its close callback, or at its teardown when
+ * none is owed. */
+static void release(lull_tls *t) {
+    lull__inuse_remove(t);
+}
+
+/* Undoes prepare for a stream that could not be set up. */
+static void unprepare(lull_tls *t) {
+    lull_frame *list = teardown(t, 0, false);
+    release(t);
+    release_list(list);
+}
+
 /* A close the transport made, in a callback context: down, frames back,
  * then on_close, the last. */
 static void fail_now(lull_tls *t, int reason, bool stream_open) {
     if (!(t->state & T_LIVE)) return;
     lull_frame *list = teardown(t, reason, stream_open);
     if (!t->ep.on_close) {
+        release(t);
         release_list(list);
         return;
     }
@@ -579,6 +594,7 @@ static void fail_now(lull_tls *t, int reason, bool stream_open) {
         return;
     }
     t->guard = g.outer;
+    release(t);
     t->ep.on_close(&t->ep, reason);
 }
 
@@ -976,6 +992,7 @@ static void event_task(lull_task *task) {
     lull_tls *t = LULL_CONTAINER_OF(task, lull_tls, event);
     if (t->state & T_CLOSE_CB) {
         t->state = 0;
+        release(t);
         if (t->ep.on_close) t->ep.on_close(&t->ep, t->error);
         return;
     }
@@ -1050,6 +1067,8 @@ static void tls_close(lull_endpoint *ep, int reason) {
         t->state = T_CLOSE_CB;
         t->error = reason;
         lull_task_post(t->loop, &t->event);
+    } else {
+        release(t);
     }
     release_list(done);
     release_list(list);
@@ -1089,27 +1108,24 @@ int lull__tls_shutdown(lull_endpoint *ep) {
 
 /* ------------------------------------------------------------- setup */
 
-/* Set up and not yet told of its end: its stream in the loop, or its
- * encryption or its close callback queued. Debug builds only (a walk of
- * the loop's fds): a struct never set up may hold anything. */
-#ifndef NDEBUG
-static bool tls_live(lull_loop *loop, const lull_tls *t) {
-    const lull__node *queued[] = {&t->event.node, &t->flush.node};
-    return lull__stream_live(loop, &t->stream) ||
-           lull__live_on(loop, NULL, queued, 2);
-}
-#endif
-
 static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
                    const lull_tls_options *o, lull_stream_options *so) {
-    /* The memset below would re-initialise tasks the loop still holds (a
-     * queued on_close lost, the ready queue cut): the stream's own check
-     * comes too late to see it. */
-    LULL_ASSERT(!tls_live(loop, t),
-                "lull: a TLS connection set up again while open, or before "
-                "its on_close ran");
+    /* The memset below would re-initialise tasks and a stream a loop still
+     * holds (a queued on_close lost, the ready queue cut): the stream's
+     * own check comes too late to see it. A connection set up and not yet
+     * told of its end (its stream open, its encryption or its close
+     * callback queued) is in the process's set of handles in use, from
+     * here to release(), on any loop: asked by address (t is garbage
+     * before its first set-up), in one lookup, in every build. */
+    int held = lull__inuse_add(t);
+    LULL_ASSERT(held <= 0, "lull: a TLS connection set up again while open, "
+                           "or before its on_close ran");
+    if (held) return held < 0 ? held : -EBUSY;
     pthread_once(&bio_once, bio_method_make);
-    if (!bio_method) return -ENOMEM;
+    if (!bio_method) {
+        release(t);
+        return -ENOMEM;
+    }
     void *data = t->ep.data; /* the user's, kept */
     memset(t, 0, sizeof *t);
     t->ep.data = data;
@@ -1148,6 +1164,7 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
         t->out = t->pbuf = t->stage = NULL;
         t->ep.flags |= LULL__EP_CLOSED;
         ERR_clear_error();
+        release(t);
         return -ENOMEM;
     }
     BIO_set_data(bio, t);
@@ -1172,7 +1189,7 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
                 /* Failed (no memory), no name would be checked: any
                  * certificate the trusted CAs signed would pass. */
                 if (ok != 1) {
-                    release_list(teardown(t, 0, false));
+                    unprepare(t);
                     return -ENOMEM;
                 }
             }
@@ -1189,11 +1206,6 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
     t->state |= T_LIVE | T_READING;
     if (o->stream.flags & LULL_STREAM_RAW) t->state |= T_RAW;
     return 0;
-}
-
-/* Undoes prepare for a stream that could not be set up. */
-static void unprepare(lull_tls *t) {
-    release_list(teardown(t, 0, false));
 }
 
 /* The stream is set up: our callbacks, the handshake's clock. */

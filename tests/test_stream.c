@@ -4079,6 +4079,53 @@ TEST(stream_opened_again_while_open_is_ebusy_without_asserts) {
         CHECK(check_exits_cleanly(reopen_live_stream, NULL));
 }
 
+/* The same on another loop: a stream open on one loop (or closed there
+ * with its on_close still queued) is not that loop's to give up because
+ * another loop is asked. Each loop's own registry could not see it: the
+ * open on the second loop returned 0 and wiped a struct the first still
+ * held (its registered watcher, its queued close callback, its count of
+ * open handles, which kept lull_loop_free at -EBUSY for good). Refused
+ * with -EBUSY (debug builds assert), as a server or a UDP handle is on any
+ * loop; free on either loop once its on_close ran. */
+static void reopen_on_other_loop(void *arg) {
+    bool closed_first = *(bool *)arg;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_loop *other = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    lull_stream a;
+    int sv[2], more[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, more), 0);
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], &raw), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, ignore_close);
+    if (closed_first) lull_endpoint_close(&a.ep, 0); /* on_close queued */
+    CHECK_EQ(lull_stream_open(other, &a, more[0], &raw), -EBUSY);
+    CHECK_EQ(fcntl(more[0], F_GETFD), -1); /* owned, so closed */
+    if (!closed_first) {
+        CHECK_EQ(lull_stream_fd(&a), sv[0]);
+        CHECK_EQ(lull_stream_try_write(&a, "hi", 2), 2);
+        lull_endpoint_close(&a.ep, 0);
+    }
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* its on_close */
+    CHECK_EQ(lull_stream_open(other, &a, more[1], &raw), 0);
+    lull_endpoint_close(&a.ep, 0);
+    CHECK_EQ(lull_loop_run(other, LULL_RUN_DEFAULT), 0);
+    close(sv[1]);
+    free_loop(other);
+    free_loop(loop);
+}
+
+TEST(stream_opened_on_another_loop_while_held_is_ebusy) {
+    for (int i = 0; i < 2; i++) {
+        bool closed_first = i;
+        if (check_debug_build())
+            CHECK(check_dies(reopen_on_other_loop, &closed_first,
+                             "lull: a stream opened again while open"));
+        else
+            CHECK(check_exits_cleanly(reopen_on_other_loop, &closed_first));
+    }
+}
+
 /* A paused stream holds its fd with no watcher started and nothing
  * queued: opening it again would lose that fd and keep the loop's count of
  * open handles up for good (lull_loop_free -EBUSY). */

@@ -2971,6 +2971,60 @@ TEST(tls_set_up_again_before_its_close_asserts) {
     CHECK(check_dies(reopen_tls, &how, msg));
 }
 
+/* The same set-ups in a release build, where no assert stops them: the
+ * struct's clearing wiped what the loop still held (an open connection's
+ * stream, its registered watcher and fd; a closed one's queued close
+ * callback, cutting the ready queue), and the stream's own check then
+ * refused the set-up with -EBUSY, too late, or nothing did. Both are
+ * refused with -EBUSY before anything is touched, as a stream's open is:
+ * the connection goes on (or its on_close comes, once), and the fd given,
+ * owned on failure too, is closed. Free again once on_close ran. */
+static int live_tls_closes;
+static void count_tls_close(lull_endpoint *ep, int reason) {
+    (void)ep, (void)reason;
+    live_tls_closes++;
+}
+
+static void reopen_live_tls(void *arg) {
+    bool closed_first = *(bool *)arg;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL);
+    lull_tls a;
+    int sv[2], other[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, other), 0);
+    CHECK_EQ(lull_tls_open(loop, &a, sctx, sv[0], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, count_tls_close);
+    if (closed_first) lull_endpoint_close(&a.ep, 0); /* on_close queued */
+    CHECK_EQ(lull_tls_open(loop, &a, sctx, other[0], NULL), -EBUSY);
+    CHECK_EQ(fcntl(other[0], F_GETFD), -1); /* owned, so closed */
+    if (!closed_first) {
+        CHECK_EQ(lull_stream_fd(&a.stream), sv[0]);
+        CHECK(!lull_endpoint_closed(&a.ep));
+        lull_endpoint_close(&a.ep, 0);
+    }
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(live_tls_closes, 1);
+    CHECK_EQ(lull_tls_open(loop, &a, sctx, other[1], NULL), 0);
+    lull_endpoint_close(&a.ep, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    close(sv[1]);
+    finish(loop, sctx, NULL);
+}
+
+TEST(tls_set_up_again_while_held_is_ebusy_without_asserts) {
+    if (skip()) return;
+    for (int i = 0; i < 2; i++) {
+        bool closed_first = i;
+        if (check_debug_build())
+            CHECK(check_dies(reopen_live_tls, &closed_first,
+                             "lull: a TLS connection set up again while open"));
+        else
+            CHECK(check_exits_cleanly(reopen_live_tls, &closed_first));
+    }
+}
+
 /* The socket's stream inside a lull_tls is lull's own (its private
  * fields): detached, the connection would stay open with no socket, never
  * read or close again, and its on_close would never come. The detach is
