@@ -1027,14 +1027,14 @@ struct lull_server {
                              kernel short of memory, or a refusal retried */
     struct {              /* lull's own */
         lull_io io;       /* the listening socket (owned) */
-        lull_timer retry; /* resumes accepting after EMFILE / ENFILE */
+        lull_timer retry; /* resumes accepting after a pause */
         lull_connection_fn on_connection;
         lull__stream_guard *guard; /* on_connection running, if any */
         int family;                /* AF_INET, AF_INET6 or AF_UNIX */
         int pending; /* the accepted fd lull_server_accept takes; -1 */
         int failed;  /* accept's errno once it failed for good; 0; or minus
                         the retries in a row after an error that may pass */
-        uint64_t retry_ns; /* pause after running out of fds */
+        uint64_t retry_ns; /* the pause before accepting again */
     };
 };
 
