@@ -544,6 +544,15 @@ static lull_frame *teardown_untold(lull_stream *s) {
     return list;
 }
 
+/* GCC 12's -Wdangling-pointer (an error here: -Werror) takes the guard,
+ * a local whose address stays in s->guard for the callbacks, as left
+ * behind on the path where a callback set the stream up again: there
+ * s->guard is no longer &g, which the warning cannot see. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdangling-pointer"
+#endif
+
 /* A close the transport made (a failure, the peer's EOF, a failed
  * connect), in a callback context: teardown, then `told` (the connect
  * callback of a failed connect), then every frame back to its owner (the
@@ -554,14 +563,6 @@ static lull_frame *teardown_untold(lull_stream *s) {
  * again all the same (then it is another stream, whose close callback is
  * not ours to call; debug builds say so). Without a close callback the
  * stream is not touched after teardown. */
-/* GCC 12's -Wdangling-pointer (an error here: -Werror) takes the guard,
- * a local whose address stays in s->guard for the callbacks, as left
- * behind on the path where a callback set the stream up again: there
- * s->guard is no longer &g, which the warning cannot see. */
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdangling-pointer"
-#endif
 static void close_now(lull_stream *s, int reason, lull_frame *written,
                       lull_connect_fn told) {
     if (s->state & S_WFAIL) reason = s->error; /* the first failure */
