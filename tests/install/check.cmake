@@ -17,8 +17,8 @@
 #                 with a timeout, its exit status and its expected output)
 #
 # Inputs: STEP, BUILD_DIR (the lull build tree), SOURCE_DIR (lull's
-# sources), WORK (scratch directory), LIBDIR (CMAKE_INSTALL_LIBDIR), CC,
-# CTEST.
+# sources), WORK (scratch directory), LIBDIR (CMAKE_INSTALL_LIBDIR), DOCDIR
+# (CMAKE_INSTALL_DOCDIR), CC, CTEST.
 cmake_minimum_required(VERSION 3.20)
 
 set(prefix ${WORK}/prefix)
@@ -45,7 +45,8 @@ if(STEP STREQUAL "install")
   file(MAKE_DIRECTORY ${WORK})
   run("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
   foreach(f include/lull.h ${LIBDIR}/pkgconfig/lull.pc
-            ${LIBDIR}/cmake/lull/lullConfig.cmake)
+            ${LIBDIR}/cmake/lull/lullConfig.cmake ${DOCDIR}/README.md
+            ${DOCDIR}/docs/API.md ${DOCDIR}/docs/KV.md)
     if(NOT EXISTS ${prefix}/${f})
       message(FATAL_ERROR "not installed: ${prefix}/${f}")
     endif()
