@@ -200,8 +200,8 @@ static int open_inotify(lull_loop *loop) {
         free(fs);
         return err;
     }
-    int rc = lull_io_init(loop, &fs->io, fd, on_inotify);
-    if (rc == 0) rc = lull_io_start(&fs->io, LULL_READABLE);
+    lull__io_setup(loop, &fs->io, fd, on_inotify);
+    int rc = lull_io_start(&fs->io, LULL_READABLE);
     if (rc < 0) {
         close(fd);
         free(fs);

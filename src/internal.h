@@ -57,9 +57,9 @@ void lull__assert_fail(const char *msg, const char *file, int line)
 /* lull_io.flags */
 #define LULL__IO_ACTIVE 0x1u /* started */
 #define LULL__IO_UNREF  0x2u /* does not keep lull_loop_run alive */
-#define LULL__IO_USER                                                          \
-    0x4u /* set up by lull_io_init: in the process's                           \
-            set of handles in use while started */
+/* set up by lull_io_init: in the process's set of handles in use while
+ * started */
+#define LULL__IO_USER 0x4u
 /* Above the state bits: the settle round that last called the watcher
  * (lull__settle_note_io), 24 bits. */
 #define LULL__IO_ROUND_SHIFT 8
@@ -514,8 +514,9 @@ void lull__timers_free(lull_loop *loop);
 int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now);
 
 /* io.c and the backend */
-/* lull_io_init without its check for a started watcher (a scan of the
- * loop's table): for lull's own handles, which know theirs is stopped. */
+/* lull_io_init without its check for a started watcher and without the
+ * process's set of handles in use at start and stop: for lull's own
+ * handles, whose own set-up checks answer for their watchers. */
 void lull__io_setup(lull_loop *loop, lull_io *io, int fd, lull_io_fn fn);
 void lull__io_dispatch(lull_loop *loop, lull_io *io, int events);
 /* loop.c: an fd callback is about to run inside a settle round. */

@@ -2132,7 +2132,7 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
     bool bound = rc == 0;
     if (rc == 0 && listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
         rc = -errno;
-    if (rc == 0) rc = lull_io_init(loop, &srv->io, fd, server_io);
+    if (rc == 0) lull__io_setup(loop, &srv->io, fd, server_io);
     if (rc == 0) rc = lull__inuse_add(srv);
     if (rc == 0) rc = lull_io_start(&srv->io, LULL_READABLE);
     if (rc < 0) {
@@ -2182,7 +2182,7 @@ int lull_server_open(lull_loop *loop, lull_server *srv, int fd,
     if (rc == 0 && (fl < 0 || (!(fl & O_NONBLOCK) &&
                                fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)))
         rc = -errno;
-    if (rc == 0) rc = lull_io_init(loop, &srv->io, fd, server_io);
+    if (rc == 0) lull__io_setup(loop, &srv->io, fd, server_io);
     if (rc == 0) rc = lull__inuse_add(srv);
     if (rc == 0) rc = lull_io_start(&srv->io, LULL_READABLE);
     if (rc < 0) {

@@ -244,13 +244,12 @@ static int socket_family(const lull_udp *udp);
 /* Takes fd as the handle's socket. UDP_SEGMENT and UDP_GRO are UDP's: on
  * another datagram socket (Unix) a long send is split by lull. */
 static int adopt(lull_udp *udp, int fd) {
-    int rc = lull_io_init(udp->loop, &udp->io, fd, on_io);
-    if (rc < 0) return rc;
+    lull__io_setup(udp->loop, &udp->io, fd, on_io);
     /* Holding a socket keeps lull_loop_free at -EBUSY, receiving or not
      * (as an open stream does), until drop_socket or lull_udp_close, and
      * lull_udp_init at -EBUSY (the process's set of handles holding one or
      * closing), until drop_socket or the close callback. */
-    rc = lull__inuse_add(udp);
+    int rc = lull__inuse_add(udp);
     if (rc < 0) {
         udp->io.fd = -1; /* not taken: the caller's to close or keep */
         return rc;
