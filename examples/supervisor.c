@@ -3,18 +3,18 @@
  *
  * Each worker is a child process (lull_process_spawn) in a process group
  * of its own, with its stdout on a pipe that comes back as a lull stream
- * (its stderr is the supervisor's); the supervisor prints each line it
- * writes, prefixed with the worker's number. When a worker dies, its exit
- * arrives as a callback on the loop (no SIGCHLD handler anywhere), and once its
- * output is drained too the worker is started again after a back-off: 100 ms,
- * doubled for every death that follows a short life (up to 5 s), reset after a
- * life of 10 s. SIGTERM and SIGINT are two lull_signal handles: the first stops
- * the restarts, sends SIGTERM to every worker's process group and gives them 2
- * s; a worker still alive then gets SIGKILL, and the pipe of one that
- * exited but left something holding it is closed (both at once at a second
- * signal). Once every worker is reaped and every pipe closed, the signal
- * handles stop, nothing is left on the loop, lull_loop_run returns and the
- * loop is freed.
+ * and its stderr on the same pipe (2>&1: LULL_STDIO_DUP); the supervisor
+ * prints each line it writes, prefixed with the worker's number. When a worker
+ * dies, its exit arrives as a callback on the loop (no SIGCHLD handler
+ * anywhere), and once its output is drained too the worker is started again
+ * after a back-off: 100 ms, doubled for every death that follows a short life
+ * (up to 5 s), reset after a life of 10 s. SIGTERM and SIGINT are two
+ * lull_signal handles: the first stops the restarts, sends SIGTERM to every
+ * worker's process group and gives them 2 s; a worker still alive then gets
+ * SIGKILL, and the pipe of one that exited but left something holding it is
+ * closed (both at once at a second signal). Once every worker is reaped and
+ * every pipe closed, the signal handles stop, nothing is left on the loop,
+ * lull_loop_run returns and the loop is freed.
  *
  * The signals are blocked (lull_signal_block) first thing in main, before
  * any thread could be started, as lull's signal handles need (the loop
@@ -193,7 +193,8 @@ static void start_worker(worker *w) {
         .argv = w->argv,
         .flags = LULL_PROCESS_NEW_GROUP, /* a group kill reaches its children */
         .stdio = {{.kind = LULL_STDIO_NULL},
-                  {.kind = LULL_STDIO_PIPE, .stream = &w->out}}}; /* bytes */
+                  {.kind = LULL_STDIO_PIPE, .stream = &w->out}, /* bytes */
+                  {.kind = LULL_STDIO_DUP, .fd = 1}}};          /* 2>&1 */
     int rc = lull_process_spawn(s->loop, &w->proc, &o, on_exit_cb);
     if (rc < 0) {
         fprintf(stderr, "worker %d: %s; retrying\n", w->index,
