@@ -2285,7 +2285,11 @@ LULL_EXTERN int lull_fs_open(lull_loop *loop, lull_pool *pool, lull_fs *req,
 /* Result: 0. */
 LULL_EXTERN int lull_fs_close(lull_loop *loop, lull_pool *pool, lull_fs *req,
                               int fd, lull_fs_fn cb);
-/* Reads up to len bytes at offset (fewer only at end of file). Result: the
+/* The offset of a read or write at the fd's own position (read(2) and
+ * write(2), which move it): libuv's -1. */
+#define LULL_FS_CURRENT UINT64_MAX
+/* Reads up to len bytes at offset (fewer only at end of file; at
+ * LULL_FS_CURRENT one read(2), so a pipe gives what it has). Result: the
  * bytes read. */
 LULL_EXTERN int lull_fs_read(lull_loop *loop, lull_pool *pool, lull_fs *req,
                              int fd, void *buf, size_t len, uint64_t offset,

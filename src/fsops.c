@@ -95,7 +95,19 @@ static int64_t sys(long r) {
 
 /* Reads or writes all of the request's buffers at its offset; a short
  * count only at end of file or after an error that came past the first
- * byte. The caller's iovec array is copied, never modified. */
+ * byte. At LULL_FS_CURRENT a read is one readv(2), whose short count a
+ * pipe or terminal gives when that is all it has (more would wait for
+ * bytes the caller may never send), and a write goes on at the position
+ * writev(2) moved. The caller's iovec array is copied, never modified. */
+/* One call at off, or at the fd's own position for LULL_FS_CURRENT. */
+static ssize_t rw_once(int fd, const struct iovec *v, int cnt, uint64_t off,
+                       bool write) {
+    if (off == LULL_FS_CURRENT)
+        return write ? writev(fd, v, cnt) : readv(fd, v, cnt);
+    return write ? pwritev(fd, v, cnt, (off_t)off)
+                 : preadv(fd, v, cnt, (off_t)off);
+}
+
 static int64_t rw_all(lull_fs *req, bool write) {
     struct iovec one, v[IOV_MAX];
     struct iovec *p = v;
@@ -116,8 +128,7 @@ static int64_t rw_all(lull_fs *req, bool write) {
             i++;
             continue;
         }
-        ssize_t n = write ? pwritev(req->fd, p + i, cnt - i, (off_t)off)
-                          : preadv(req->fd, p + i, cnt - i, (off_t)off);
+        ssize_t n = rw_once(req->fd, p + i, cnt - i, off, write);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return done ? (int64_t)done : -errno;
         if (n == 0) {
@@ -125,7 +136,11 @@ static int64_t rw_all(lull_fs *req, bool write) {
             break;
         }
         done += (size_t)n;
-        off += (uint64_t)n;
+        if (off == LULL_FS_CURRENT) {
+            if (!write) break;
+        } else {
+            off += (uint64_t)n;
+        }
         size_t left = (size_t)n;
         while (i < cnt && left >= p[i].iov_len) {
             left -= p[i].iov_len;
@@ -574,11 +589,16 @@ int lull_fs_close(lull_loop *loop, lull_pool *pool, lull_fs *req, int fd,
     return fs_fd(loop, pool, req, OP_CLOSE, fd, cb);
 }
 
+/* An off_t, or the fd's own position. */
+static bool offset_ok(uint64_t offset) {
+    return offset <= INT64_MAX || offset == LULL_FS_CURRENT;
+}
+
 static int fs_rw(lull_loop *loop, lull_pool *pool, lull_fs *req, int op, int fd,
                  void *buf, size_t len, uint64_t offset, lull_fs_fn cb) {
     CHECK_REQ();
     if (fd < 0) return -EBADF;
-    if ((!buf && len) || len > SSIZE_MAX || offset > INT64_MAX) return -EINVAL;
+    if ((!buf && len) || len > SSIZE_MAX || !offset_ok(offset)) return -EINVAL;
     req->fd = fd;
     req->buf = buf;
     req->len = len;
@@ -601,7 +621,7 @@ static int fs_vec(lull_loop *loop, lull_pool *pool, lull_fs *req, int op,
                   lull_fs_fn cb) {
     CHECK_REQ();
     if (fd < 0) return -EBADF;
-    if (!iov || iovcnt < 1 || iovcnt > IOV_MAX || offset > INT64_MAX)
+    if (!iov || iovcnt < 1 || iovcnt > IOV_MAX || !offset_ok(offset))
         return -EINVAL;
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++) {

@@ -789,31 +789,64 @@ TEST_THREADED(fs_write_read_at_offset) {
     fs_teardown();
 }
 
-/* libuv's offset -1 (the current position, read(2) rather than pread)
- * has no equivalent: lull's offset is unsigned, and (uint64_t)-1 is past
- * INT64_MAX, refused at the call with nothing moved. A pipe cannot be read
- * at an offset: -ESPIPE, its bytes left for a stream to read. */
-TEST_THREADED(fs_offset_minus_one_and_a_pipe) {
+static off_t position(int fd) {
+    return lseek(fd, 0, SEEK_CUR);
+}
+
+/* LULL_FS_CURRENT, libuv's -1: read(2) and write(2) at the fd's own
+ * position, which they move; a read is one call, so a pipe gives what it
+ * has rather than waiting for len bytes. Any other offset past INT64_MAX
+ * is refused at the call, nothing moved. */
+TEST_THREADED(fs_offset_current_and_a_pipe) {
     fs_setup();
     int fd = open_rw(path);
-    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, "hello", 5, 0, on_fs)), 5);
-    char buf[8];
-    struct iovec v[1] = {{buf, sizeof buf}};
-    uint64_t cur = (uint64_t)-1;
-    CHECK_EQ(lull_fs_read(L, P, &R, fd, buf, 4, cur, on_fs), -EINVAL);
-    CHECK_EQ(lull_fs_write(L, P, &R, fd, "x", 1, cur, on_fs), -EINVAL);
-    CHECK_EQ(lull_fs_readv(L, P, &R, fd, v, 1, cur, on_fs), -EINVAL);
-    CHECK_EQ(lull_fs_writev(L, P, &R, fd, v, 1, cur, on_fs), -EINVAL);
-    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, sizeof buf, 0, on_fs)), 5);
-    CHECK(memcmp(buf, "hello", 5) == 0);
+    uint64_t cur = LULL_FS_CURRENT;
+    CHECK_EQ(cur, (uint64_t)-1);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, "hello", 5, cur, on_fs)), 5);
+    CHECK_EQ(position(fd), 5);
+    struct iovec w[2] = {{" wor", 4}, {"ld", 2}};
+    CHECK_EQ(run(lull_fs_writev(L, P, &R, fd, w, 2, cur, on_fs)), 6);
+    CHECK_EQ(position(fd), 11);
+    /* pwrite leaves the position where it was. */
+    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, "H", 1, 0, on_fs)), 1);
+    CHECK_EQ(position(fd), 11);
+    CHECK_EQ(lseek(fd, 0, SEEK_SET), 0);
+    char buf[16] = {0};
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, 4, cur, on_fs)), 4);
+    CHECK(memcmp(buf, "Hell", 4) == 0);
+    CHECK_EQ(position(fd), 4);
+    char a[3], b[8];
+    struct iovec r[2] = {{a, 3}, {b, 8}};
+    CHECK_EQ(run(lull_fs_readv(L, P, &R, fd, r, 2, cur, on_fs)), 7);
+    CHECK(memcmp(a, "o w", 3) == 0 && memcmp(b, "orld", 4) == 0);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, 4, cur, on_fs)), 0);
+    /* Past INT64_MAX and not the current position: refused. */
+    uint64_t bad[] = {(uint64_t)INT64_MAX + 1, UINT64_MAX - 1};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ(lull_fs_read(L, P, &R, fd, buf, 4, bad[i], on_fs), -EINVAL);
+        CHECK_EQ(lull_fs_write(L, P, &R, fd, "x", 1, bad[i], on_fs), -EINVAL);
+        CHECK_EQ(lull_fs_readv(L, P, &R, fd, r, 2, bad[i], on_fs), -EINVAL);
+        CHECK_EQ(lull_fs_writev(L, P, &R, fd, w, 2, bad[i], on_fs), -EINVAL);
+    }
+    CHECK_EQ(position(fd), 11);
+    /* A pipe: at an offset -ESPIPE, its bytes left; at its position the
+     * 3 bytes it holds, where 16 were asked. */
     int pfd[2];
     CHECK_EQ(pipe(pfd), 0);
     CHECK_EQ(write(pfd[1], "abc", 3), 3);
     CHECK_EQ(run(lull_fs_read(L, P, &R, pfd[0], buf, 3, 0, on_fs)), -ESPIPE);
     CHECK_EQ(run(lull_fs_write(L, P, &R, pfd[1], "d", 1, 0, on_fs)), -ESPIPE);
-    CHECK_EQ(read(pfd[0], buf, sizeof buf), 3);
-    close(pfd[0]);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, pfd[0], buf, sizeof buf, cur, on_fs)),
+             3);
+    CHECK(memcmp(buf, "abc", 3) == 0);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, pfd[1], "de", 2, cur, on_fs)), 2);
+    CHECK_EQ(read(pfd[0], buf, sizeof buf), 2);
+    CHECK(memcmp(buf, "de", 2) == 0);
+    /* The write end closed: end of file, 0. */
     close(pfd[1]);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, pfd[0], buf, sizeof buf, cur, on_fs)),
+             0);
+    close(pfd[0]);
     CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), 0);
     fs_teardown();
 }
