@@ -101,6 +101,14 @@
 #define ERRQUEUE_ROUNDS 64
 /* The kernel's limit of segments in one UDP_SEGMENT send (UDP_MAX_SEGMENTS). */
 #define GSO_MAX_SEGMENTS 64
+/* A slot's control room (GRO only). The segment size (CMSG_SPACE(4), 24
+ * bytes) comes after what else the socket asked for, which the kernel
+ * writes first (sock_recv_cmsgs): a receive timestamp (32), SO_TIMESTAMPING's
+ * (64) and its packet info (32), SO_RXQ_OVFL, SO_RCVMARK, SO_RCVPRIORITY
+ * (24 each): 224 with it. With less, a socket the program adopted with a
+ * timestamp on had the segment size cut off (MSG_CTRUNC), and a coalesced
+ * slot was delivered as one datagram. */
+#define SLOT_CONTROL 256
 
 /* lull_udp.state */
 #define U_READING   0x01u   /* lull_udp_recv_start */
@@ -123,7 +131,7 @@ typedef struct recv_meta {
     struct mmsghdr *msgs;
     struct iovec *iov;
     struct sockaddr_storage *from;
-    char (*ctl)[CMSG_SPACE(sizeof(int))];
+    char (*ctl)[SLOT_CONTROL];
     int late; /* an error recv_each met after the last batch's datagrams,
                  owed after them: a recv_stop inside the batch keeps it */
 } recv_meta;
@@ -722,10 +730,9 @@ static int make_recv_buffer(lull_udp *udp) {
     unsigned n = udp->recv_batch;
     size_t slot = udp->max_datagram;
     udp->rbuf = malloc(slot * n);
-    size_t meta =
-        sizeof(recv_meta) +
-        n * (sizeof(struct mmsghdr) + sizeof(struct iovec) +
-             sizeof(struct sockaddr_storage) + CMSG_SPACE(sizeof(int)));
+    size_t meta = sizeof(recv_meta) +
+                  n * (sizeof(struct mmsghdr) + sizeof(struct iovec) +
+                       sizeof(struct sockaddr_storage) + SLOT_CONTROL);
     udp->rmeta = calloc(1, meta);
     if (!udp->rbuf || !udp->rmeta) {
         free(udp->rbuf);
@@ -741,7 +748,7 @@ static int make_recv_buffer(lull_udp *udp) {
     p += n * sizeof(struct mmsghdr);
     m->iov = (struct iovec *)p;
     p += n * sizeof(struct iovec);
-    m->ctl = (char(*)[CMSG_SPACE(sizeof(int))])p;
+    m->ctl = (char(*)[SLOT_CONTROL])p;
     udp->rnext = udp->rgot = 0;
     udp->roff = 0;
     prepare_slots(udp, 0, n);

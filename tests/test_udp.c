@@ -1245,6 +1245,51 @@ TEST(gro_slot_reused_after_a_plain_datagram) {
     close_tx_rx_and_loop(loop, &tx, &r);
 }
 
+/* With GRO on a socket the program adopted with other control data asked
+ * for (a receive timestamp here; IP_PKTINFO, SO_MARK ... alike): the
+ * kernel writes that data before the segment size, so a slot's control
+ * room must hold both. Cut short (MSG_CTRUNC), the segment size is lost
+ * and the ten datagrams GRO coalesced would arrive glued as one of 1,000
+ * bytes. */
+TEST(gro_with_a_timestamp_asked_for_still_splits_datagrams) {
+    lull_loop *loop = new_loop();
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    int on = 1;
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on), 0);
+    struct sockaddr_in any = v4(0);
+    CHECK_EQ(bind(fd, (struct sockaddr *)&any, sizeof any), 0);
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    lull_udp_options ro = {.gro = true};
+    CHECK_EQ(lull_udp_init(loop, &r.udp, &ro), 0);
+    CHECK_EQ(lull_udp_open(&r.udp, fd), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[1000];
+    for (int i = 0; i < 1000; i++)
+        big[i] = (unsigned char)(i / 100);
+    static lull_datagram d;
+    sends_done = 0;
+    CHECK_EQ(lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to,
+                           on_sent),
+             0);
+    run_until(loop, &sends_done, 1);
+    for (int i = 0; i < 50 && r.count < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    printf("received %d: first %zu bytes\n", r.count, r.lens[0]);
+    CHECK_EQ(r.count, 10);
+    for (int i = 0; i < 10; i++) {
+        CHECK_EQ(r.lens[i], 100);
+        CHECK_EQ(r.seen[i], i);
+    }
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
+
 TEST(multicast_on_the_loopback_interface) {
     lull_loop *loop = new_loop();
     rx r;
