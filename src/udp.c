@@ -139,7 +139,7 @@ typedef struct recv_meta {
 static void on_io(lull_io *io, int events);
 static void flush_task(lull_task *t);
 static void event_task(lull_task *t);
-static bool read_datagrams(lull_udp *udp);
+static bool read_datagrams(lull_udp *udp, bool hangup);
 static void prepare_slots(lull_udp *udp, unsigned from, unsigned to);
 LULL__OWN_NAME(on_io, "lull_udp socket", lull_udp, io);
 LULL__OWN_NAME(flush_task, "lull_udp send flush", lull_udp, flush);
@@ -695,7 +695,7 @@ static void event_task(lull_task *t) {
     bool closed_before = udp->state & U_CLOSED;
     if ((udp->state & (U_RPEND | U_READING)) == (U_RPEND | U_READING)) {
         udp->state &= ~U_RPEND;
-        read_datagrams(udp); /* the kept rest, then what the socket has */
+        read_datagrams(udp, false); /* the kept rest, then the socket */
         if (udp->state & U_CLOSED) closed_before = false;
     }
     udp->state &= ~U_RPEND;
@@ -935,8 +935,10 @@ static int recv_some(lull_udp *udp, int *late) {
 }
 
 /* Delivers what a stopped read left, then reads up to RECV_ROUNDS
- * batches. False when a recv callback closed the handle. */
-static bool read_datagrams(lull_udp *udp) {
+ * batches. hangup: the readiness said the read side is shut down (a
+ * datagram socket reports it for nothing else). False when a recv
+ * callback closed the handle. */
+static bool read_datagrams(lull_udp *udp, bool hangup) {
     bool closed = false;
     recv_meta *meta = udp->rmeta;
     udp->closed_guard = &closed;
@@ -968,19 +970,27 @@ static bool read_datagrams(lull_udp *udp) {
                 break; /* the socket is empty */
         }
         if (err) {
-            if (err == EAGAIN) break;
+            /* Shut down for reading (shutdown(SHUT_RD) by whoever holds
+             * the socket; Linux sets it even where the call fails on an
+             * unconnected socket) and empty: the socket polls readable
+             * for ever with nothing to read, so receiving ends, told as
+             * -ESHUTDOWN, or the loop would wake at every iteration. */
+            if (err == EAGAIN && !hangup) break;
+            if (err == EAGAIN) err = ESHUTDOWN;
             /* An error the socket carries (an ICMP error on a connected
              * socket, most often): reported, and reading goes on. The
              * call may have written any slot's header: all are set up
              * again (rare). */
             prepare_slots(udp, 0, udp->recv_batch);
             /* The fd closed behind the handle (EBADF) or its number now
-             * naming another file (ENOTSOCK), or recvmsg refused by a
+             * naming another file (ENOTSOCK), its read side shut down
+             * (ESHUTDOWN, above), or recvmsg refused by a
              * seccomp filter as well: no read can work again, and the
              * registration (a dup or a forked child's copy keeps it)
              * goes on reporting. Receiving ends after the report, or it
              * would be made at every iteration for ever. */
-            bool gone = err == EBADF || err == ENOTSOCK || refused(err);
+            bool gone = err == EBADF || err == ENOTSOCK || err == ESHUTDOWN ||
+                        refused(err);
             if (gone) {
                 udp->state &= ~U_READING;
                 (void)set_interest(udp);
@@ -1028,7 +1038,7 @@ static void on_io(lull_io *io, int events) {
     }
     if ((udp->state & U_READING) &&
         (events & (LULL_READABLE | LULL_ERROR | LULL_HANGUP)) &&
-        !read_datagrams(udp))
+        !read_datagrams(udp, events & LULL_HANGUP))
         return; /* closed inside a recv callback: not looked at again */
     if ((events & LULL_ERROR) && has_socket(udp)) drain_errqueue(udp);
 }

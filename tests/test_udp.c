@@ -587,6 +587,36 @@ TEST(fd_closed_behind_a_receiving_handle) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The socket's read side shut down behind a receiving handle (by a
+ * holder of the fd, a forked child's copy, a failed shutdown of an
+ * unconnected socket alike): the kernel reports it readable for ever, with
+ * nothing to read. What was queued before still arrives; then -ESHUTDOWN
+ * is reported once and receiving ends, instead of a poll per iteration
+ * for ever. */
+TEST(read_side_shut_down_behind_a_receiving_handle) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    int tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(tx >= 0);
+    CHECK_EQ(sendto(tx, "a", 1, 0, (struct sockaddr *)&to, sizeof to), 1);
+    CHECK_EQ(sendto(tx, "b", 1, 0, (struct sockaddr *)&to, sizeof to), 1);
+    /* Unconnected: -ENOTCONN, but the read side is shut all the same. */
+    (void)shutdown(r.udp.io.fd, SHUT_RD);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(r.count, 2);
+    CHECK_EQ(r.seen[0], 'a');
+    CHECK_EQ(r.seen[1], 'b');
+    CHECK_EQ(r.errors, 1);
+    CHECK_EQ(r.last_error, -ESHUTDOWN);
+    rx_close(&r);
+    close(tx);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.closes, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A Unix datagram socketpair's sender, receiving and waiting for room
  * (its peer reads nothing), when the peer closes: the wait ends (the
  * queued sends fail, the peer being gone) and the loop goes quiet. */
