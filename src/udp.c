@@ -373,6 +373,9 @@ int lull_udp_connect(lull_udp *udp, const char *host, int port) {
         struct sockaddr unspec = {.sa_family = AF_UNSPEC};
         if (connect(udp->io.fd, &unspec, sizeof unspec) != 0) return -errno;
         udp->state &= ~U_CONNECTED;
+        /* A port the kernel picked (a connect's, or a bind to port 0) it
+         * lets go here: unbound again, lull_udp_bind may bind it. */
+        if (lull_udp_local_port(udp) == 0) udp->state &= ~U_BOUND;
         return 0;
     }
     if (port <= 0) return -EINVAL;

@@ -1574,6 +1574,39 @@ TEST(adopted_unbound_socket_can_be_bound) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A port the kernel picked (a connect's, or a bind to port 0) it lets go
+ * again at the disconnect: the socket is unbound then, so lull_udp_bind
+ * binds it (it said -EBUSY, bound already). A port bound by number stays
+ * bound through a connect and a disconnect, and the handle with it. */
+TEST(disconnect_gives_back_the_port_a_connect_bound) {
+    lull_loop *loop = new_loop();
+    rx peer;
+    rx_bind(loop, &peer, NULL);
+    int to = lull_udp_local_port(&peer.udp);
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", to), 0);
+    CHECK(lull_udp_local_port(&u) > 0);
+    CHECK_EQ(lull_udp_connect(&u, NULL, 0), 0);
+    CHECK_EQ(lull_udp_local_port(&u), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    int port = lull_udp_local_port(&u);
+    CHECK(port > 0);
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", to), 0);
+    CHECK_EQ(lull_udp_connect(&u, NULL, 0), 0);
+    CHECK_EQ(lull_udp_local_port(&u), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", port, 0), 0);
+    /* Bound by number: kept. */
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", to), 0);
+    CHECK_EQ(lull_udp_connect(&u, NULL, 0), 0);
+    CHECK_EQ(lull_udp_local_port(&u), port);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), -EBUSY);
+    lull_udp_close(&u, NULL);
+    rx_close(&peer);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* lull_loop_free refuses while a handle reads, and a closed handle's
  * socket is gone. */
 TEST(loop_free_waits_for_the_close) {
