@@ -1189,7 +1189,8 @@ typedef struct lull_datagram lull_datagram;
  * max_datagram (bytes holds its first max_datagram bytes). status < 0
  * instead reports an error the socket carries (-ECONNREFUSED: an ICMP port
  * unreachable answered an earlier send of a connected socket), with bytes
- * NULL; reading goes on. */
+ * NULL; reading goes on, but not after -EBADF or -ESHUTDOWN (the socket's
+ * read side was shut down). */
 typedef void (*lull_udp_recv_fn)(lull_udp *udp, int status, const void *bytes,
                                  size_t len, const struct sockaddr *from,
                                  unsigned flags);

@@ -113,6 +113,10 @@
 #include "internal.h"
 #include "stream.h"
 
+#ifndef SCM_PIDFD
+#define SCM_PIDFD 0x04 /* linux/socket.h, 6.5: a pidfd of the sender */
+#endif
+
 /* A stream's own read buffer unless read_size says otherwise: one recv
  * takes what a socket's default receive buffer holds in one go. */
 #define READ_SIZE_DEFAULT ((size_t)64 << 10)
@@ -797,9 +801,13 @@ static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
      * PassCredentials=yes sets it) gets them with every read, ahead of
      * the fds, which would otherwise be cut short (MSG_CTRUNC) past 249
      * and taken for the reader being out of fds. */
+    /* And for a pidfd of the sender (SCM_PIDFD, with SO_PASSPIDFD, which
+     * a listener hands down as it does SO_PASSCRED): the kernel installs
+     * it in this process with every read, so it is closed here, or each
+     * read would leak one. */
     union {
         char buf[CMSG_SPACE(sizeof(int) * FDS_MAX) +
-                 CMSG_SPACE(sizeof(struct ucred))];
+                 CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
     } ctl;
     struct iovec iov = {at, room};
@@ -811,12 +819,16 @@ static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
     if (n < 0) return n;
     int got[FDS_MAX], k = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        if (c->cmsg_level != SOL_SOCKET) continue;
+        bool pidfd = c->cmsg_type == SCM_PIDFD;
+        if (c->cmsg_type != SCM_RIGHTS && !pidfd) continue;
         int m = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
         for (int i = 0; i < m; i++) {
             int fd;
             memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            if (k < FDS_MAX) {
+            if (pidfd) {
+                if (fd >= 0) close(fd); /* not the peer's to pass */
+            } else if (k < FDS_MAX) {
                 got[k++] = fd;
             } else {
                 close(fd);

@@ -101,6 +101,14 @@
 #define ERRQUEUE_ROUNDS 64
 /* The kernel's limit of segments in one UDP_SEGMENT send (UDP_MAX_SEGMENTS). */
 #define GSO_MAX_SEGMENTS 64
+/* A slot's control room (GRO only). The segment size (CMSG_SPACE(4), 24
+ * bytes) comes after what else the socket asked for, which the kernel
+ * writes first (sock_recv_cmsgs): a receive timestamp (32), SO_TIMESTAMPING's
+ * (64) and its packet info (32), SO_RXQ_OVFL, SO_RCVMARK, SO_RCVPRIORITY
+ * (24 each): 224 with it. With less, a socket the program adopted with a
+ * timestamp on had the segment size cut off (MSG_CTRUNC), and a coalesced
+ * slot was delivered as one datagram. */
+#define SLOT_CONTROL 256
 
 /* lull_udp.state */
 #define U_READING   0x01u   /* lull_udp_recv_start */
@@ -123,7 +131,7 @@ typedef struct recv_meta {
     struct mmsghdr *msgs;
     struct iovec *iov;
     struct sockaddr_storage *from;
-    char (*ctl)[CMSG_SPACE(sizeof(int))];
+    char (*ctl)[SLOT_CONTROL];
     int late; /* an error recv_each met after the last batch's datagrams,
                  owed after them: a recv_stop inside the batch keeps it */
 } recv_meta;
@@ -131,7 +139,7 @@ typedef struct recv_meta {
 static void on_io(lull_io *io, int events);
 static void flush_task(lull_task *t);
 static void event_task(lull_task *t);
-static bool read_datagrams(lull_udp *udp);
+static bool read_datagrams(lull_udp *udp, bool hangup);
 static void prepare_slots(lull_udp *udp, unsigned from, unsigned to);
 LULL__OWN_NAME(on_io, "lull_udp socket", lull_udp, io);
 LULL__OWN_NAME(flush_task, "lull_udp send flush", lull_udp, flush);
@@ -365,6 +373,9 @@ int lull_udp_connect(lull_udp *udp, const char *host, int port) {
         struct sockaddr unspec = {.sa_family = AF_UNSPEC};
         if (connect(udp->io.fd, &unspec, sizeof unspec) != 0) return -errno;
         udp->state &= ~U_CONNECTED;
+        /* A port the kernel picked (a connect's, or a bind to port 0) it
+         * lets go here: unbound again, lull_udp_bind may bind it. */
+        if (lull_udp_local_port(udp) == 0) udp->state &= ~U_BOUND;
         return 0;
     }
     if (port <= 0) return -EINVAL;
@@ -687,7 +698,7 @@ static void event_task(lull_task *t) {
     bool closed_before = udp->state & U_CLOSED;
     if ((udp->state & (U_RPEND | U_READING)) == (U_RPEND | U_READING)) {
         udp->state &= ~U_RPEND;
-        read_datagrams(udp); /* the kept rest, then what the socket has */
+        read_datagrams(udp, false); /* the kept rest, then the socket */
         if (udp->state & U_CLOSED) closed_before = false;
     }
     udp->state &= ~U_RPEND;
@@ -722,10 +733,9 @@ static int make_recv_buffer(lull_udp *udp) {
     unsigned n = udp->recv_batch;
     size_t slot = udp->max_datagram;
     udp->rbuf = malloc(slot * n);
-    size_t meta =
-        sizeof(recv_meta) +
-        n * (sizeof(struct mmsghdr) + sizeof(struct iovec) +
-             sizeof(struct sockaddr_storage) + CMSG_SPACE(sizeof(int)));
+    size_t meta = sizeof(recv_meta) +
+                  n * (sizeof(struct mmsghdr) + sizeof(struct iovec) +
+                       sizeof(struct sockaddr_storage) + SLOT_CONTROL);
     udp->rmeta = calloc(1, meta);
     if (!udp->rbuf || !udp->rmeta) {
         free(udp->rbuf);
@@ -741,7 +751,7 @@ static int make_recv_buffer(lull_udp *udp) {
     p += n * sizeof(struct mmsghdr);
     m->iov = (struct iovec *)p;
     p += n * sizeof(struct iovec);
-    m->ctl = (char(*)[CMSG_SPACE(sizeof(int))])p;
+    m->ctl = (char(*)[SLOT_CONTROL])p;
     udp->rnext = udp->rgot = 0;
     udp->roff = 0;
     prepare_slots(udp, 0, n);
@@ -928,8 +938,10 @@ static int recv_some(lull_udp *udp, int *late) {
 }
 
 /* Delivers what a stopped read left, then reads up to RECV_ROUNDS
- * batches. False when a recv callback closed the handle. */
-static bool read_datagrams(lull_udp *udp) {
+ * batches. hangup: the readiness said the read side is shut down (a
+ * datagram socket reports it for nothing else). False when a recv
+ * callback closed the handle. */
+static bool read_datagrams(lull_udp *udp, bool hangup) {
     bool closed = false;
     recv_meta *meta = udp->rmeta;
     udp->closed_guard = &closed;
@@ -961,19 +973,27 @@ static bool read_datagrams(lull_udp *udp) {
                 break; /* the socket is empty */
         }
         if (err) {
-            if (err == EAGAIN) break;
+            /* Shut down for reading (shutdown(SHUT_RD) by whoever holds
+             * the socket; Linux sets it even where the call fails on an
+             * unconnected socket) and empty: the socket polls readable
+             * for ever with nothing to read, so receiving ends, told as
+             * -ESHUTDOWN, or the loop would wake at every iteration. */
+            if (err == EAGAIN && !hangup) break;
+            if (err == EAGAIN) err = ESHUTDOWN;
             /* An error the socket carries (an ICMP error on a connected
              * socket, most often): reported, and reading goes on. The
              * call may have written any slot's header: all are set up
              * again (rare). */
             prepare_slots(udp, 0, udp->recv_batch);
             /* The fd closed behind the handle (EBADF) or its number now
-             * naming another file (ENOTSOCK), or recvmsg refused by a
+             * naming another file (ENOTSOCK), its read side shut down
+             * (ESHUTDOWN, above), or recvmsg refused by a
              * seccomp filter as well: no read can work again, and the
              * registration (a dup or a forked child's copy keeps it)
              * goes on reporting. Receiving ends after the report, or it
              * would be made at every iteration for ever. */
-            bool gone = err == EBADF || err == ENOTSOCK || refused(err);
+            bool gone = err == EBADF || err == ENOTSOCK || err == ESHUTDOWN ||
+                        refused(err);
             if (gone) {
                 udp->state &= ~U_READING;
                 (void)set_interest(udp);
@@ -1021,7 +1041,7 @@ static void on_io(lull_io *io, int events) {
     }
     if ((udp->state & U_READING) &&
         (events & (LULL_READABLE | LULL_ERROR | LULL_HANGUP)) &&
-        !read_datagrams(udp))
+        !read_datagrams(udp, events & LULL_HANGUP))
         return; /* closed inside a recv callback: not looked at again */
     if ((events & LULL_ERROR) && has_socket(udp)) drain_errqueue(udp);
 }

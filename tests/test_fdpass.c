@@ -20,6 +20,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifndef SO_PASSPIDFD
+#define SO_PASSPIDFD 76 /* asm-generic/socket.h, Linux 6.5 */
+#endif
+
 static lull_loop *new_loop(void) {
     lull_loop_options o = {.clock = LULL_CLOCK_MONOTONIC};
     lull_loop *loop = NULL;
@@ -989,5 +993,47 @@ TEST(fds_arrive_beside_credentials) {
     CHECK_EQ(g_rx.nfds[0], 8);
     for (int k = 0; k < 8; k++)
         close(g_rx.fds[0][k]);
+    close_and_free(loop, &a, &b, before);
+}
+
+/* A receiving socket with SO_PASSPIDFD (set by the program, or inherited
+ * from a listening socket, as SO_PASSCRED is) gets a pidfd of the sender
+ * with every read (SCM_PIDFD), installed in this process: each one is
+ * closed, not leaked read after read, and the fds of a frame with the most
+ * lull sends still arrive beside it. Skipped before Linux 6.5. */
+TEST(pidfds_the_kernel_attaches_to_each_read_are_closed) {
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
+    lull_stream a, b;
+    rx_pair(loop, &a, &b, NULL, 8);
+    int on = 1;
+    if (setsockopt(lull_stream_fd(&b), SOL_SOCKET, SO_PASSPIDFD, &on,
+                   sizeof on) != 0) {
+        printf("skipped: no SO_PASSPIDFD (errno %d)\n", errno);
+        close_and_free(loop, &a, &b, before);
+        return;
+    }
+    CHECK_EQ(
+        setsockopt(lull_stream_fd(&b), SOL_SOCKET, SO_PASSCRED, &on, sizeof on),
+        0);
+    /* Frames sent one turn apart: each arrives in a read of its own. */
+    static lull_frame f[8];
+    for (int i = 0; i < 8; i++) {
+        f[i] = (lull_frame){.bytes = "P", .len = 1};
+        CHECK_EQ(lull_endpoint_send(&a.ep, &f[i]), 0);
+        run_until_frames(loop, i + 1, 100);
+    }
+    int fds[253];
+    for (int i = 0; i < 253; i++)
+        fds[i] = i % 3;
+    lull_frame g = {.bytes = "F", .len = 1};
+    CHECK_EQ(lull_stream_send_fds(&a, &g, fds, 253), 0);
+    run_until_frames(loop, 9, 100);
+    CHECK(!g_rx.closed);
+    CHECK_EQ(g_rx.frames, 9);
+    CHECK_EQ(g_rx.tag[8], 'F');
+    CHECK_EQ(g_rx.nfds[8], 8);
+    for (int k = 0; k < 8; k++)
+        close(g_rx.fds[8][k]);
     close_and_free(loop, &a, &b, before);
 }

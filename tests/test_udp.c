@@ -587,6 +587,36 @@ TEST(fd_closed_behind_a_receiving_handle) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The socket's read side shut down behind a receiving handle (by a
+ * holder of the fd, a forked child's copy, a failed shutdown of an
+ * unconnected socket alike): the kernel reports it readable for ever, with
+ * nothing to read. What was queued before still arrives; then -ESHUTDOWN
+ * is reported once and receiving ends, instead of a poll per iteration
+ * for ever. */
+TEST(read_side_shut_down_behind_a_receiving_handle) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    int tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(tx >= 0);
+    CHECK_EQ(sendto(tx, "a", 1, 0, (struct sockaddr *)&to, sizeof to), 1);
+    CHECK_EQ(sendto(tx, "b", 1, 0, (struct sockaddr *)&to, sizeof to), 1);
+    /* Unconnected: -ENOTCONN, but the read side is shut all the same. */
+    (void)shutdown(r.udp.io.fd, SHUT_RD);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(r.count, 2);
+    CHECK_EQ(r.seen[0], 'a');
+    CHECK_EQ(r.seen[1], 'b');
+    CHECK_EQ(r.errors, 1);
+    CHECK_EQ(r.last_error, -ESHUTDOWN);
+    rx_close(&r);
+    close(tx);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(r.closes, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A Unix datagram socketpair's sender, receiving and waiting for room
  * (its peer reads nothing), when the peer closes: the wait ends (the
  * queued sends fail, the peer being gone) and the loop goes quiet. */
@@ -1245,6 +1275,51 @@ TEST(gro_slot_reused_after_a_plain_datagram) {
     close_tx_rx_and_loop(loop, &tx, &r);
 }
 
+/* With GRO on a socket the program adopted with other control data asked
+ * for (a receive timestamp here; IP_PKTINFO, SO_MARK ... alike): the
+ * kernel writes that data before the segment size, so a slot's control
+ * room must hold both. Cut short (MSG_CTRUNC), the segment size is lost
+ * and the ten datagrams GRO coalesced would arrive glued as one of 1,000
+ * bytes. */
+TEST(gro_with_a_timestamp_asked_for_still_splits_datagrams) {
+    lull_loop *loop = new_loop();
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    int on = 1;
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on), 0);
+    struct sockaddr_in any = v4(0);
+    CHECK_EQ(bind(fd, (struct sockaddr *)&any, sizeof any), 0);
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    lull_udp_options ro = {.gro = true};
+    CHECK_EQ(lull_udp_init(loop, &r.udp, &ro), 0);
+    CHECK_EQ(lull_udp_open(&r.udp, fd), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp_options so = {.gso_segment = 100};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[1000];
+    for (int i = 0; i < 1000; i++)
+        big[i] = (unsigned char)(i / 100);
+    static lull_datagram d;
+    sends_done = 0;
+    CHECK_EQ(lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to,
+                           on_sent),
+             0);
+    run_until(loop, &sends_done, 1);
+    for (int i = 0; i < 50 && r.count < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    printf("received %d: first %zu bytes\n", r.count, r.lens[0]);
+    CHECK_EQ(r.count, 10);
+    for (int i = 0; i < 10; i++) {
+        CHECK_EQ(r.lens[i], 100);
+        CHECK_EQ(r.seen[i], i);
+    }
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
+
 TEST(multicast_on_the_loopback_interface) {
     lull_loop *loop = new_loop();
     rx r;
@@ -1495,6 +1570,39 @@ TEST(adopted_unbound_socket_can_be_bound) {
     CHECK_EQ(lull_udp_open(&b, fd), 0);
     CHECK_EQ(lull_udp_bind(&b, "127.0.0.1", 0, 0), -EBUSY);
     lull_udp_close(&b, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A port the kernel picked (a connect's, or a bind to port 0) it lets go
+ * again at the disconnect: the socket is unbound then, so lull_udp_bind
+ * binds it (it said -EBUSY, bound already). A port bound by number stays
+ * bound through a connect and a disconnect, and the handle with it. */
+TEST(disconnect_gives_back_the_port_a_connect_bound) {
+    lull_loop *loop = new_loop();
+    rx peer;
+    rx_bind(loop, &peer, NULL);
+    int to = lull_udp_local_port(&peer.udp);
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", to), 0);
+    CHECK(lull_udp_local_port(&u) > 0);
+    CHECK_EQ(lull_udp_connect(&u, NULL, 0), 0);
+    CHECK_EQ(lull_udp_local_port(&u), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    int port = lull_udp_local_port(&u);
+    CHECK(port > 0);
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", to), 0);
+    CHECK_EQ(lull_udp_connect(&u, NULL, 0), 0);
+    CHECK_EQ(lull_udp_local_port(&u), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", port, 0), 0);
+    /* Bound by number: kept. */
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", to), 0);
+    CHECK_EQ(lull_udp_connect(&u, NULL, 0), 0);
+    CHECK_EQ(lull_udp_local_port(&u), port);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), -EBUSY);
+    lull_udp_close(&u, NULL);
+    rx_close(&peer);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
