@@ -270,6 +270,9 @@ struct lull_loop {
     bool embedded;          /* lull_loop_backend_timeout announced an epoll
                                sleep the host does for it: the next run
                                starts awake */
+    bool futex_refused;     /* the kernel refused a futex sleep (a seccomp
+                               filter): the loop sleeps in epoll from then
+                               on */
     int remote_fd;          /* eventfd, written once per burst */
     unsigned posters;       /* atomic: posters that may still touch the
                                loop after publishing (lull_loop_free waits
@@ -548,7 +551,7 @@ int lull__fsevents_fork(lull_loop *loop);
 void lull__remote_drain(lull_loop *loop);
 enum { LULL__AWAKE = 0, LULL__SLEEP_EPOLL = 1, LULL__SLEEP_FUTEX = 2 };
 bool lull__remote_sleep(lull_loop *loop, int how);
-void lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns);
+int lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns);
 void lull__remote_awake(lull_loop *loop);
 
 void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),

@@ -289,9 +289,9 @@ __attribute__((noinline)) static int wait_for_work(lull_loop *loop,
                                                    uint64_t t0,
                                                    bool *signalled) {
     int64_t timeout = *timeout_io;
-    int how = timeout == 0      ? LULL__AWAKE
-              : loop->io_active ? LULL__SLEEP_EPOLL
-                                : LULL__SLEEP_FUTEX;
+    int how = timeout == 0                             ? LULL__AWAKE
+              : loop->io_active || loop->futex_refused ? LULL__SLEEP_EPOLL
+                                                       : LULL__SLEEP_FUTEX;
     if (how != LULL__AWAKE && !lull__remote_sleep(loop, how)) {
         *timeout_io = 0;
         *signalled = false;
@@ -314,11 +314,14 @@ __attribute__((noinline)) static int wait_for_work(lull_loop *loop,
     int n = 0;
     if (how == LULL__SLEEP_FUTEX) {
         loop->events_len = loop->events_next = 0;
-        /* lull__remote_wait ends with its futex call, so errno tells an
-         * interrupted wait (a handler without SA_RESTART) from the rest. */
-        errno = 0;
-        lull__remote_wait(loop, timeout, t0);
-        *signalled = errno == EINTR;
+        int err = lull__remote_wait(loop, timeout, t0);
+        *signalled = err == EINTR;
+        /* Refused (a seccomp filter's EPERM or ENOSYS): every later sleep
+         * would return at once and the loop would spin until its timer.
+         * The epoll set holds the wake-up eventfd, so the loop sleeps
+         * there from now on, as it does while it watches an fd. */
+        if (err && err != EINTR && err != EAGAIN && err != ETIMEDOUT)
+            loop->futex_refused = true;
     } else {
         n = lull__backend_poll(loop, timeout);
         loop->m.polls++;

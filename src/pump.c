@@ -164,6 +164,15 @@ void lull_pump_delivered(lull_pump *pump, uint64_t n) {
 
 void lull_pump_close(lull_pump *pump) {
     if (!pump_open(pump)) return;
+    /* Left open, quiet, by a lull_loop_free that forgot it: its loop is
+     * freed memory, which a clean-up's close after the teardown must not
+     * touch, and a quiet pump holds nothing there. An open pump is in the
+     * process's set until then (lull_pump_init), so the set, asked by
+     * address, tells. */
+    if (!lull__inuse_has(pump)) {
+        pump->closed = true;
+        return;
+    }
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     pump->closed = true;
     lull__registry_remove(&pump->loop->pumps, pump);

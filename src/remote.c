@@ -216,8 +216,10 @@ void lull__remote_awake(lull_loop *loop) {
 
 /* Sleeps on the sleeping word (announced as SLEEP_FUTEX) until a poster
  * wakes it or the real clock reaches now_ns + timeout_ns (-1: no limit).
- * Spurious returns are harmless: the loop simply iterates. */
-void lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns) {
+ * Spurious returns are harmless: the loop simply iterates. Returns 0, or
+ * the futex call's errno: EINTR (a signal), EAGAIN (a poster swapped the
+ * word first), ETIMEDOUT, or another when the kernel refused to wait. */
+int lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns) {
     struct timespec deadline, *dp = NULL;
     if (timeout_ns >= 0) {
         uint64_t at = now_ns + (uint64_t)timeout_ns;
@@ -225,8 +227,10 @@ void lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns) {
         deadline.tv_nsec = (long)(at % 1000000000u);
         dp = &deadline;
     }
-    syscall(SYS_futex, &loop->sleeping, FUTEX_WAIT_BITSET_PRIVATE,
-            LULL__SLEEP_FUTEX, dp, NULL, FUTEX_BITSET_MATCH_ANY);
+    if (syscall(SYS_futex, &loop->sleeping, FUTEX_WAIT_BITSET_PRIVATE,
+                LULL__SLEEP_FUTEX, dp, NULL, FUTEX_BITSET_MATCH_ANY) < 0)
+        return errno;
+    return 0;
 }
 
 int lull__remote_init(lull_loop *loop) {

@@ -951,3 +951,28 @@ TEST(init_of_a_pump_open_on_another_loop_is_refused) {
     CHECK_EQ(lull_pump_init(loop, &f.pump, pass), 0);
     teardown(&f);
 }
+
+/* A loop freed with a pump left open (quiet: allowed) is gone, and the
+ * pump's close in a clean-up that runs after the loop's teardown must not
+ * touch it: it read the freed loop's owner for its thread check and took
+ * the pump out of the freed loop's set (AddressSanitizer: a use after
+ * free). As a stopped timer's stop after its loop's free, it does nothing
+ * but mark the pump closed; the pump can then be set up on another loop. */
+TEST(close_after_its_loop_was_freed_touches_no_loop) {
+    fixture f;
+    lull_loop *loop = setup(&f);
+    lull_pump_wake(&f.pump);
+    CHECK_EQ(lull_loop_settle(loop), 1); /* a pass ran: quiet again */
+    CHECK_EQ(lull_loop_free(loop), 0);   /* the pump left open */
+    lull_pump_close(&f.pump);
+    lull_pump_close(&f.pump);
+    CHECK(lull_pump_quiet(&f.pump));
+    lull_pump_wake(&f.pump); /* closed: a no-op, as after any close */
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    CHECK_EQ(lull_loop_new(&f.loop, &o), 0);
+    CHECK_EQ(lull_pump_init(f.loop, &f.pump, pass), 0);
+    lull_pump_wake(&f.pump);
+    CHECK_EQ(lull_loop_settle(f.loop), 1);
+    CHECK_EQ(f.passes, 2);
+    teardown(&f);
+}

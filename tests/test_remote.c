@@ -870,3 +870,70 @@ TEST_THREADED(loop_lowers_timer_slack_only_for_a_wait_under_a_second) {
     lull_timer_stop(&far);
     CHECK_EQ(lull_loop_free(the_loop), 0);
 }
+
+/* ------------------------------------------------- a futex sleep refused */
+
+/* A sandbox whose seccomp filter refuses futex (EPERM): a loop that watches
+ * no fd sleeps on a futex, and a refused sleep returns at once, so the loop
+ * spun on the clock until its timer came due (tens of thousands of
+ * iterations over 20 ms) and would spin for ever on a loop reference. It
+ * sleeps in epoll from then on, where its wake-up eventfd is, and a post
+ * from another thread still wakes it. In a child (a filter stays for the
+ * process's life), after the once-only set-ups lull_loop_free runs: glibc
+ * ends a first pthread_once with a futex wake, and aborts when refused. */
+static lull_task refused_task;
+static int refused_runs;
+static int refused_tid;
+static lull_loop *refused_loop;
+
+static void no_op_timer(lull_timer *t) {
+    (void)t;
+}
+
+static void refused_ran(lull_task *t) {
+    (void)t;
+    refused_runs++;
+    lull_loop_unref(refused_loop);
+}
+
+static void *post_to_refused(void *arg) {
+    (void)arg;
+    check_wait_blocked(refused_tid, refused_loop->backend_fd,
+                       &refused_loop->sleeping);
+    lull_task_post_remote(refused_loop, &refused_task);
+    return NULL;
+}
+
+static void futex_refused(void *arg) {
+    (void)arg;
+    lull_loop *warm;
+    CHECK_EQ(lull_loop_new(&warm, NULL), 0);
+    CHECK_EQ(lull_loop_free(warm), 0);
+    CHECK_EQ(lull_loop_new(&refused_loop, NULL), 0);
+    check_deny_syscalls((const int[]){SYS_futex}, 1, EPERM);
+    lull_timer t;
+    lull_timer_init(refused_loop, &t, no_op_timer);
+    lull_timer_start(&t, LULL_MS(20), 0);
+    CHECK_EQ(lull_loop_run(refused_loop, LULL_RUN_DEFAULT), 0);
+    lull_metrics m;
+    lull_loop_metrics(refused_loop, &m);
+    CHECK_LE(m.iterations, 8); /* the refused sleep, then epoll's */
+    /* Asleep in epoll on a reference: a post wakes it. The poster is
+     * detached, not joined (a join waits on a futex). */
+    lull_task_init(&refused_task, refused_ran);
+    lull_loop_ref(refused_loop);
+    refused_tid = gettid();
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_to_refused, NULL), 0);
+    CHECK_EQ(pthread_detach(th), 0);
+    CHECK_EQ(lull_loop_run(refused_loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(refused_runs, 1);
+}
+
+TEST_THREADED(loop_whose_futex_sleep_is_refused_sleeps_in_epoll) {
+#ifdef CHECK_SANDBOX_ARCH
+    CHECK(check_exits_cleanly(futex_refused, NULL));
+#else
+    printf("skipped: no seccomp architecture constant for this machine\n");
+#endif
+}
