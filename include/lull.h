@@ -1038,11 +1038,12 @@ struct lull_server {
     };
 };
 
-/* Listens on host (numeric IPv4 or IPv6; NULL = "127.0.0.1") and port (0 =
- * any: see lull_server_port). backlog <= 0 means SOMAXCONN. Running out of
- * fds (EMFILE, ENFILE) pauses accepting for 100 ms, leaving the waiting
- * connections in the kernel's backlog; nothing spins. -EBUSY (here and in
- * lull_server_open) for a server not closed since its set-up, on any loop. */
+/* Listens on host (numeric IPv4 or IPv6, "fe80::1%eth0" with a zone;
+ * NULL = "127.0.0.1") and port (0 = any: see lull_server_port). backlog
+ * <= 0 means SOMAXCONN. Running out of fds (EMFILE, ENFILE) pauses accepting
+ * for 100 ms, leaving the waiting connections in the kernel's backlog; nothing
+ * spins. -EBUSY (here and in lull_server_open) for a server not closed since
+ * its set-up, on any loop. */
 LULL_EXTERN int lull_server_listen_tcp(lull_loop *loop, lull_server *srv,
                                        const char *host, int port, int backlog,
                                        lull_connection_fn fn);

@@ -4,14 +4,36 @@
  * thread only. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 #include "stream.h"
 
-/* host: "1.2.3.4", "::1" or "[::1]"; NULL is 127.0.0.1. UDP (src/udp.c)
- * takes its addresses the same way. */
+/* An IPv6 zone: an interface's index or name. 0, -EINVAL for an empty or
+ * overflowing one, -ENODEV for a name no interface has. */
+static int zone_index(const char *zone, uint32_t *index) {
+    if (!*zone) return -EINVAL;
+    if (zone[strspn(zone, "0123456789")] == '\0') {
+        errno = 0;
+        char *end;
+        unsigned long long n = strtoull(zone, &end, 10);
+        if (errno || n == 0 || n > UINT32_MAX) return -EINVAL;
+        *index = (uint32_t)n;
+        return 0;
+    }
+    unsigned n = if_nametoindex(zone);
+    if (n == 0) return errno == ENODEV || errno == ENXIO ? -ENODEV : -errno;
+    *index = n;
+    return 0;
+}
+
+/* host: "1.2.3.4", "::1" or "[::1]", IPv6 with a zone after '%' (an
+ * interface's name or index: "fe80::1%eth0", as libuv's uv_ip6_addr);
+ * NULL is 127.0.0.1. UDP (src/udp.c) takes its addresses the same way. */
 int lull__inet_address(const char *host, int port, struct sockaddr_storage *ss,
                        socklen_t *len, int *family) {
     if (port < 0 || port > 65535) return -EINVAL;
@@ -25,16 +47,25 @@ int lull__inet_address(const char *host, int port, struct sockaddr_storage *ss,
         *family = AF_INET;
         return 0;
     }
-    char buf[INET6_ADDRSTRLEN + 2];
+    /* The address and its zone, unbracketed: a zone is at most an
+     * interface name (IF_NAMESIZE) or a 32-bit index. */
+    char buf[INET6_ADDRSTRLEN + 1 + IF_NAMESIZE + 10];
     size_t n = strlen(host);
     if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
-        if (n - 2 >= sizeof buf) return -EINVAL;
-        memcpy(buf, host + 1, n - 2);
-        buf[n - 2] = '\0';
-        host = buf;
+        host++;
+        n -= 2;
     }
+    if (n >= sizeof buf) return -EINVAL;
+    memcpy(buf, host, n);
+    buf[n] = '\0';
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
-    if (inet_pton(AF_INET6, host, &v6->sin6_addr) != 1) return -EINVAL;
+    char *zone = strchr(buf, '%');
+    if (zone) *zone++ = '\0';
+    if (inet_pton(AF_INET6, buf, &v6->sin6_addr) != 1) return -EINVAL;
+    if (zone) {
+        int rc = zone_index(zone, &v6->sin6_scope_id);
+        if (rc < 0) return rc;
+    }
     v6->sin6_family = AF_INET6;
     v6->sin6_port = htons((uint16_t)port);
     *len = sizeof *v6;

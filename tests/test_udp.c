@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -1513,6 +1514,52 @@ TEST(failed_bind_leaves_no_socket_behind) {
     CHECK_EQ(lull_udp_connect(&v, "::1", 9), 0);
     lull_udp_close(&v, NULL);
     rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+static void no_accept(lull_server *srv) {
+    (void)srv;
+}
+
+/* One bind of u to host: its result; the socket closed again. */
+static int bind_once(lull_loop *loop, const char *host) {
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    int rc = lull_udp_bind(&u, host, 0, 0);
+    lull_udp_close(&u, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    return rc;
+}
+
+/* An IPv6 zone after '%', an interface's name or index, as libuv's
+ * uv_ip6_addr takes it, in every call that takes a numeric host. A
+ * link-local address reaches the kernel only with its zone (which finds
+ * fe80::1 is not the loopback's: -EADDRNOTAVAIL, where it was refused as
+ * not an address). A zone no interface has is -ENODEV. */
+TEST(ipv6_zone_by_name_or_index) {
+    lull_loop *loop = new_loop();
+    unsigned lo = if_nametoindex("lo");
+    CHECK(lo > 0);
+    char by_index[32];
+    snprintf(by_index, sizeof by_index, "[::1%%%u]", lo);
+    CHECK_EQ(bind_once(loop, "::1%lo"), 0);
+    CHECK_EQ(bind_once(loop, "[::1%lo]"), 0);
+    CHECK_EQ(bind_once(loop, by_index), 0);
+    CHECK_EQ(bind_once(loop, "fe80::1%lo"), -EADDRNOTAVAIL);
+    CHECK_EQ(bind_once(loop, "::1%no-such-if0"), -ENODEV);
+    CHECK_EQ(bind_once(loop, "::1%lo]"), -ENODEV); /* a name may hold ']' */
+    const char *bad[] = {"::1%",    "%lo", "1.2.3.4%lo",    "::1%0",
+                         "[::1%lo", "[]",  "::1%4294967296"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_EQ(bind_once(loop, bad[i]), -EINVAL);
+    /* The same parse for TCP. */
+    lull_server srv;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, "::1%lo", 0, 0, no_accept), 0);
+    CHECK(lull_server_port(&srv) > 0);
+    lull_server_close(&srv);
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, "::1%nope0", 0, 0, no_accept),
+             -ENODEV);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
