@@ -94,6 +94,7 @@ typedef struct lull__overrun {
     lull_timer *timer; /* NULL once taken, or when the timer was stopped */
     uint64_t periods;
     uint64_t first; /* the deadline of the first of them */
+    uint32_t slot;  /* its place in loop->overrun_index */
 } lull__overrun;
 
 /* A slot of the table of started fd watchers (src/backend_epoll.c). */
@@ -214,6 +215,8 @@ struct lull_loop {
     uint32_t overruns_head;  /* first entry not yet taken */
     uint32_t overruns_len;
     uint32_t overruns_cap;
+    uint32_t *overrun_index;  /* 2 x overruns_cap slots: entry + 1 by the
+                                 timer's address, 0 = empty (src/timer.c) */
     lull_timer *firing;       /* the timer whose callback runs from the due
                                  list, NULL otherwise */
     uint64_t firing_periods;  /* ... and the periods its fire stands for */

@@ -158,22 +158,81 @@ static void heap_del(lull_loop *loop, lull_timer *t) {
  * lull_timer_overrun tells the callback how many. The count lives outside
  * the timer, which stays 48 bytes (64 per armed timer with its heap
  * slot): only a fire that stands for more than one period gets an entry,
- * in a table kept in due-list order, so the due runner finds its entry at
- * the head. The entry also keeps the deadline of the first of those
- * periods (lull_timer_fire_deadline), which is otherwise worked out from
- * the timer's next deadline; a fire whose next deadline saturated at
- * UINT64_MAX (or that has none: it fired there) gets an entry for that
- * alone, since UINT64_MAX minus the period is not its deadline. The
- * table empties whenever the due list drains, so it holds one batch's late
+ * in a table indexed by the timer's address (below). The entry also keeps the
+ * deadline of the first of those periods (lull_timer_fire_deadline), which is
+ * otherwise worked out from the timer's next deadline; a fire whose next
+ * deadline saturated at UINT64_MAX (or that has none: it fired there) gets an
+ * entry for that alone, since UINT64_MAX minus the period is not its deadline.
+ * The table empties whenever the due list drains, so it holds one batch's late
  * fires at most; an entry is dropped when its timer is stopped or
  * re-armed, so it never names a timer the caller may have freed. Entries
  * for a zero-delay turn still queued when its next period expires are never
  * taken (a turn has no deadline) and go with the table. */
 
+/* The entries are found by the timer's address in overrun_index, an
+ * open-addressed table of twice the entries' capacity (so at most half
+ * full) with linear probing: a stop or re-arm of each of a million late
+ * timers in one callback walked the entries before it, a quadratic
+ * stop-all. A taken or dropped entry keeps its slot (its timer NULL: it
+ * matches nothing) until the table empties. */
+static inline uint32_t index_mask(const lull_loop *loop) {
+    return loop->overruns_cap * 2 - 1; /* a power of two */
+}
+
+static inline uint32_t index_home(const lull_loop *loop, const lull_timer *t) {
+    /* Fibonacci hashing: the product's high half mixes every address bit. */
+    uint64_t h = (uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 32) & index_mask(loop);
+}
+
+static void index_insert(lull_loop *loop, uint32_t entry) {
+    lull__overrun *o = &loop->overruns[entry];
+    uint32_t s = index_home(loop, o->timer);
+    while (loop->overrun_index[s])
+        s = (s + 1) & index_mask(loop);
+    loop->overrun_index[s] = entry + 1;
+    o->slot = s;
+}
+
 static lull__overrun *find_overrun(lull_loop *loop, const lull_timer *t) {
-    for (uint32_t i = loop->overruns_head; i < loop->overruns_len; i++)
-        if (loop->overruns[i].timer == t) return &loop->overruns[i];
+    if (loop->overruns_head == loop->overruns_len) return NULL;
+    for (uint32_t s = index_home(loop, t); loop->overrun_index[s];
+         s = (s + 1) & index_mask(loop)) {
+        lull__overrun *o = &loop->overruns[loop->overrun_index[s] - 1];
+        if (o->timer == t) return o;
+    }
     return NULL;
+}
+
+/* Room for one more entry: the entries and their index, twice as large,
+ * the live entries indexed again. False, with nothing changed, out of
+ * memory. */
+static bool grow_overruns(lull_loop *loop) {
+    uint32_t cap =
+        loop->overruns_cap ? loop->overruns_cap * 2 : OVERRUNS_MIN_CAP;
+    uint32_t *index = calloc((size_t)cap * 2, sizeof *index);
+    if (!index) return false;
+    lull__overrun *v =
+        realloc(loop->overruns, (size_t)cap * sizeof *loop->overruns);
+    if (!v) {
+        free(index);
+        return false;
+    }
+    free(loop->overrun_index);
+    loop->overruns = v;
+    loop->overruns_cap = cap;
+    loop->overrun_index = index;
+    for (uint32_t i = loop->overruns_head; i < loop->overruns_len; i++)
+        if (v[i].timer) index_insert(loop, i);
+    return true;
+}
+
+/* Empties the table: only the slots its entries hold are cleared, so a
+ * batch with one late fire does not pay for a table a million once grew. */
+static void clear_overruns(lull_loop *loop) {
+    for (uint32_t i = 0; i < loop->overruns_len; i++)
+        loop->overrun_index[loop->overruns[i].slot] = 0;
+    loop->overruns_head = loop->overruns_len = 0;
 }
 
 /* t's fire, queued now or already (`queued`), stands for `periods` more,
@@ -188,20 +247,14 @@ note_overrun(lull_loop *loop, lull_timer *t, uint64_t periods, bool queued,
         o->periods = saturating_add(o->periods, periods);
         return;
     }
-    if (loop->overruns_len == loop->overruns_cap) {
-        uint32_t cap =
-            loop->overruns_cap ? loop->overruns_cap * 2 : OVERRUNS_MIN_CAP;
-        lull__overrun *v =
-            realloc(loop->overruns, (size_t)cap * sizeof *loop->overruns);
-        if (!v) return;
-        loop->overruns = v;
-        loop->overruns_cap = cap;
-    }
-    loop->overruns[loop->overruns_len++] = (lull__overrun){
+    if (loop->overruns_len == loop->overruns_cap && !grow_overruns(loop))
+        return;
+    loop->overruns[loop->overruns_len] = (lull__overrun){
         .timer = t,
         .periods = queued ? saturating_add(periods, 1) : periods,
         .first = first,
     };
+    index_insert(loop, loop->overruns_len++);
 }
 
 static void drop_overrun(lull_loop *loop, const lull_timer *t) {
@@ -228,7 +281,9 @@ static bool take_overrun(lull_loop *loop, const lull_timer *t,
 
 void lull__timers_free(lull_loop *loop) {
     free(loop->overruns);
+    free(loop->overrun_index);
     loop->overruns = NULL;
+    loop->overrun_index = NULL;
     loop->overruns_head = loop->overruns_len = loop->overruns_cap = 0;
 }
 
@@ -489,7 +544,7 @@ void lull__timers_run_due(lull_loop *loop) {
         if (lull__after_callback(loop) && loop->stop) break;
     }
     loop->firing = NULL;
-    if (q->next == q) loop->overruns_head = loop->overruns_len = 0;
+    if (q->next == q) clear_overruns(loop);
 }
 
 uint64_t lull_timer_overrun(const lull_timer *timer) {

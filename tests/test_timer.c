@@ -1748,3 +1748,38 @@ TEST(rearm_at_the_end_of_virtual_time_does_not_spin) {
     CHECK(!lull_timer_active(&t));
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A million repeating timers fire late in one batch, so each fire stands
+ * for several periods (an overrun entry each), and the first to run stops
+ * them all: a stop finds its timer's entry without walking the others
+ * (walking them was a quadratic stop-all, 5 x 10^11 compares here). On the
+ * fake clock, so that every one of them is late by the same periods. */
+static lull_timer *late_timers;
+static uint64_t late_fires, late_overrun;
+static void stop_all_late(lull_timer *t) {
+    late_fires++;
+    late_overrun = lull_timer_overrun(t);
+    for (uint32_t i = 0; i < MILLION; i++)
+        lull_timer_stop(&late_timers[i]);
+}
+
+TEST(stopping_a_million_late_repeating_timers_in_one_callback) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    late_timers = calloc(MILLION, sizeof *late_timers);
+    CHECK(late_timers != NULL);
+    for (uint32_t i = 0; i < MILLION; i++) {
+        lull_timer_init(loop, &late_timers[i], stop_all_late);
+        lull_timer_start(&late_timers[i], 1 * MS, 1 * MS);
+    }
+    fake_clock.ns += 10 * MS; /* ten periods expired: deadlines 1 .. 10 ms */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_U64_EQ(late_fires, 1);
+    CHECK_U64_EQ(late_overrun, 10);
+    for (uint32_t i = 0; i < MILLION; i++)
+        CHECK(!lull_timer_active(&late_timers[i]));
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+    free(late_timers);
+}
