@@ -164,7 +164,8 @@ LULL_EXTERN int lull_loop_new(lull_loop **out, const lull_loop_options *opts);
 LULL_EXTERN int lull_loop_free(lull_loop *loop);
 /* Runs the loop. -EBUSY if already running (nested), -EINVAL on an unknown
  * mode. DEFAULT runs while the loop is alive; ONCE runs one iteration (it may
- * block); NOWAIT runs one iteration without blocking. If the kernel refuses
+ * block; a wait a signal handler interrupts with nothing run waits again);
+ * NOWAIT runs one iteration without blocking. If the kernel refuses
  * to wait (an error other than EINTR), the run ends and returns it. */
 LULL_EXTERN int lull_loop_run(lull_loop *loop, lull_run_mode mode);
 /* Ends the current run after the callback in progress; no-op outside a run.

@@ -657,6 +657,20 @@ static void run_end(lull_loop *loop) {
     __atomic_store_n(&loop->running, false, __ATOMIC_RELEASE);
 }
 
+/* LULL_RUN_ONCE: one iteration that may block. A wait a program's signal
+ * handler interrupted (EINTR: SIGCHLD, a profiler's SIGPROF) with nothing
+ * to run is taken again for the time left, as libuv's uv_run ONCE does:
+ * otherwise any signal ended the run early, its timer not run. */
+static void run_once(lull_loop *loop, uint64_t t) {
+    for (;;) {
+        uint64_t ran = loop->tasks_run, signals = loop->m.wakeups_signal;
+        t = iterate_once(loop, true, t);
+        if (loop->stop || loop->tasks_run != ran ||
+            loop->m.wakeups_signal == signals)
+            return;
+    }
+}
+
 int lull_loop_run(lull_loop *loop, lull_run_mode mode) {
     if (!loop) return -EINVAL;
     if (mode != LULL_RUN_DEFAULT && mode != LULL_RUN_ONCE &&
@@ -674,8 +688,10 @@ int lull_loop_run(lull_loop *loop, lull_run_mode mode) {
             else
                 t = iterate(loop, true, t);
         }
+    } else if (mode == LULL_RUN_ONCE) {
+        run_once(loop, t);
     } else {
-        iterate_once(loop, mode == LULL_RUN_ONCE, t);
+        iterate_once(loop, false, t);
     }
     run_end(loop);
     return loop->poll_error;

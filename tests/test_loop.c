@@ -9,7 +9,10 @@
 #include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
+#include <string.h>
 #include <sys/epoll.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1199,4 +1202,55 @@ TEST_THREADED(embed_remote_post_wakes_the_host) {
     CHECK_EQ(pthread_join(th, NULL), 0);
     sem_destroy(&embed_host_waiting);
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ------------------------------------------ ONCE and a program's signals */
+
+/* A program's own signal handler (SIGALRM from setitimer here; SIGCHLD or
+ * a profiler's SIGPROF elsewhere) interrupts the loop's wait with EINTR
+ * every 2 ms. LULL_RUN_ONCE with a 30 ms timer armed still returns only
+ * once the timer ran, as libuv's uv_run ONCE does (it waits again for the
+ * time left): it returned at the first signal with nothing run. Both
+ * sleeps: the futex of a loop that watches no fd, and epoll_wait. */
+static void on_alarm(int sig) {
+    (void)sig;
+}
+
+static void once_through_signals(bool with_fd) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0);
+    lull_io io;
+    if (with_fd) { /* never readable: the loop sleeps in epoll_wait */
+        CHECK_EQ(lull_io_init(loop, &io, fds[0], nothing_io), 0);
+        CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+        lull_io_unref(&io);
+    }
+    item a = {.id = 0};
+    lull_timer_init(loop, &a.timer, record_timer);
+    lull_timer_start(&a.timer, 30 * MS, 0);
+    lull_metrics m;
+    lull_loop_metrics_reset(loop);
+    struct itimerval every_2ms = {{0, 2000}, {0, 2000}}, off = {{0, 0}, {0, 0}};
+    CHECK_EQ(setitimer(ITIMER_REAL, &every_2ms, NULL), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(setitimer(ITIMER_REAL, &off, NULL), 0);
+    lull_loop_metrics(loop, &m);
+    CHECK_TRACE(0);
+    CHECK_LE(1, m.wakeups_signal); /* the wait was interrupted */
+    if (with_fd) lull_io_stop(&io);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(run_once_waits_through_a_programs_signals) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    CHECK_EQ(sigaction(SIGALRM, &sa, NULL), 0);
+    once_through_signals(false);
+    check_trace_reset();
+    once_through_signals(true);
+    signal(SIGALRM, SIG_DFL);
 }
