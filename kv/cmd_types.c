@@ -1602,34 +1602,45 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
     }
 }
 
+/* ZADD's options from a[2] on, added to *f: the index of the first word
+ * that is not one. */
+static size_t zadd_options(const resp_arg *a, size_t argc, unsigned *f) {
+    size_t i = 2;
+    for (; i < argc; i++) {
+        if (resp_is(&a[i], "NX"))
+            *f |= Z_NX;
+        else if (resp_is(&a[i], "XX"))
+            *f |= Z_XX;
+        else if (resp_is(&a[i], "GT"))
+            *f |= Z_GT;
+        else if (resp_is(&a[i], "LT"))
+            *f |= Z_LT;
+        else if (resp_is(&a[i], "CH"))
+            *f |= Z_CH;
+        else if (resp_is(&a[i], "INCR"))
+            *f |= Z_INCR;
+        else
+            break;
+    }
+    return i;
+}
+
 static void cmd_zadd(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      buf *out) {
     (void)cl;
     unsigned f = 0;
-    size_t i = 2;
-    for (; i < argc; i++) {
-        if (resp_is(&a[i], "NX"))
-            f |= Z_NX;
-        else if (resp_is(&a[i], "XX"))
-            f |= Z_XX;
-        else if (resp_is(&a[i], "GT"))
-            f |= Z_GT;
-        else if (resp_is(&a[i], "LT"))
-            f |= Z_LT;
-        else if (resp_is(&a[i], "CH"))
-            f |= Z_CH;
-        else if (resp_is(&a[i], "INCR"))
-            f |= Z_INCR;
-        else
-            break;
-    }
-    zadd(k, a, argc, f, i, out);
+    size_t first = zadd_options(a, argc, &f);
+    zadd(k, a, argc, f, first, out);
 }
 
+/* ZINCRBY key increment member: Redis runs it as ZADD INCR, options and
+ * all, so "ZINCRBY key NX m" is ZADD's syntax error, not a bad float. */
 static void cmd_zincrby(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                         buf *out) {
     (void)cl;
-    zadd(k, a, argc, Z_INCR, 2, out);
+    unsigned f = Z_INCR;
+    size_t first = zadd_options(a, argc, &f);
+    zadd(k, a, argc, f, first, out);
 }
 
 /* ZPOPMIN and ZPOPMAX key [count]: the lowest or highest first. Logged

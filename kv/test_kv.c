@@ -4731,6 +4731,25 @@ TEST(scores_read_as_redis_reads_them) {
     kv_free(&k);
 }
 
+TEST(zincrby_reads_zadd_options_as_redis) {
+    /* Redis runs ZINCRBY as ZADD INCR, so an option word where the
+     * increment goes is taken as an option and leaves an odd count of
+     * score-member words: a syntax error, before the key's type. */
+    static const char *const cases[][2] = {
+        {"SET s x", "+OK\r\n"},
+        {"ZINCRBY s CH 1", "-ERR syntax error\r\n"},
+        {"ZINCRBY z nx m", "-ERR syntax error\r\n"},
+        {"ZINCRBY z INCR m", "-ERR syntax error\r\n"},
+        {"ZINCRBY z Gt 1", "-ERR syntax error\r\n"},
+        {"ZINCRBY z x m", "-ERR value is not a valid float\r\n"},
+        {"ZINCRBY z 2 nx", "$1\r\n2\r\n"},
+        {"ZINCRBY s 1 m", "-WRONGTYPE Operation against a key holding the "
+                          "wrong kind of value\r\n"},
+        {"EXISTS z", ":1\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
+}
+
 TEST(scan_cursor_read_as_redis_reads_it) {
     /* Redis reads the cursor with strtoul before any option: a sign is
      * taken (-1 is 2^64 - 1), as is an empty cursor (0); a leading
