@@ -1539,7 +1539,8 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
     long long added = 0, changed = 0;
     bool skipped = false, oom = false;
     double last = 0;
-    for (size_t i = 0; i < elements && !oom; i++) {
+    size_t i = 0; /* the pairs looked at: all, or up to one out of memory */
+    for (; i < elements && !oom; i++) {
         const resp_arg *m = &a[first + 2 * i + 1];
         double score = scores[i], kept;
         dict_entry *me = dict_find(&z->d, m->p, m->len);
@@ -1588,7 +1589,10 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
         }
     }
     free(scores);
-    if (added || changed) kv_log(k, a, argc);
+    /* Out of memory part way: the record repeats the pairs before the
+     * one that failed (as SADD's does), not pairs never added. */
+    if (oom) i--;
+    if (added || changed) kv_log(k, a, first + 2 * i);
     drop_if_empty(k, e, zset_len(z));
     if (oom) {
         reply_oom(out);

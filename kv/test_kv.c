@@ -25,6 +25,7 @@
 #include "cmd.h"
 #include "dict.h"
 #include "dump.h"
+#include "fault_shim.h"
 #include "repl.h"
 #include "resp.h"
 #include "store.h"
@@ -1846,13 +1847,13 @@ TEST(dict_table_shrinks_as_its_entries_go) {
     while (cur)
         cur = dict_scan(&d, cur, 10, k0_visit, &k0);
     CHECK(k0 >= 1);
-    size_t seen = 0, calls = 0;
+    size_t seen = 0, scans = 0;
     cur = 0;
     do
-        cur = dict_scan(&d, cur, 1, count_visit, &seen), calls++;
+        cur = dict_scan(&d, cur, 1, count_visit, &seen), scans++;
     while (cur);
     CHECK_EQ(seen, 1);
-    CHECK(calls <= 16);
+    CHECK(scans <= 16);
     /* clearing gives the table back; the next add makes a small one */
     dict_clear(&d, NULL, NULL);
     CHECK_EQ(d.nbuckets, 0);
@@ -4729,6 +4730,53 @@ TEST(scores_read_as_redis_reads_them) {
                  "-ERR value is not a valid float\r\n") == 0);
     buf_free(&out);
     kv_free(&k);
+}
+
+TEST(zadd_out_of_memory_logs_only_the_pairs_it_added) {
+    /* A ZADD of several pairs that runs out of memory part way has added
+     * the pairs before; its record must repeat just those, as SADD's and
+     * HSET's do, or a replica applying it (with memory to spare) holds
+     * members the primary does not. Each allocation of the ZADD fails in
+     * turn; the replica that applies the log must end as the primary. */
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    bool failed_part_way = false;
+    for (uint64_t nth = 1;; nth++) {
+        kv p, r;
+        kv_setup(&p, false);
+        kv_setup(&r, true);
+        buf out = {0}, dp = {0}, dr = {0};
+        exec_words(&p, &out, "ZADD z 1 a");
+        shim_reset(1);
+        fail_nth(K_MALLOC, -1, nth, 1, ENOMEM);
+        arm(true);
+        exec_words(&p, &out, "ZADD z 2 b 3 c 4 d 5 e");
+        arm(false);
+        bool hit = injected_total(K_MALLOC) > 0;
+        if (hit && strcmp(out.p, "-OOM command not allowed when used memory > "
+                                 "'maxmemory'.\r\n") == 0) {
+            exec_words(&p, &out, "ZCARD z");
+            if (strcmp(out.p, ":1\r\n") != 0) failed_part_way = true;
+        }
+        const char *err = NULL;
+        size_t need;
+        CHECK_EQ(p.log.nchunks, 1);
+        long n = kv_apply_stream(&r, &lim, argv, p.log.chunks[0].p,
+                                 (size_t)p.log.end, &err, &need);
+        CHECK_EQ(n, (long)p.log.end);
+        kv_dump(&p, &dp);
+        kv_dump(&r, &dr);
+        if (!same_dump(&dp, &dr))
+            check_fail(__FILE__, __LINE__, "malloc %llu failed: %s / %s",
+                       (unsigned long long)nth, dp.p, dr.p);
+        buf_free(&out);
+        buf_free(&dp);
+        buf_free(&dr);
+        kv_free(&p);
+        kv_free(&r);
+        if (!hit) break; /* the ZADD made fewer allocations than nth */
+    }
+    CHECK(failed_part_way); /* the case this is about was reached */
 }
 
 TEST(zincrby_reads_zadd_options_as_redis) {
