@@ -191,8 +191,9 @@ static void cmd_mset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     for (size_t i = 1; i < argc; i += 2) {
         if (set_string(k, &a[i], a[i + 1].p, a[i + 1].len) < 0) {
-            /* Those before it were set: log them, then say so. */
-            kv_log(k, a, i);
+            /* Those before it were set: log them (none: no record, as
+             * a bare MSET is not one), then say so. */
+            if (i > 1) kv_log(k, a, i);
             reply_oom(out);
             return;
         }
