@@ -191,8 +191,9 @@ static void cmd_mset(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     for (size_t i = 1; i < argc; i += 2) {
         if (set_string(k, &a[i], a[i + 1].p, a[i + 1].len) < 0) {
-            /* Those before it were set: log them, then say so. */
-            kv_log(k, a, i);
+            /* Those before it were set: log them (none: no record, as
+             * a bare MSET is not one), then say so. */
+            if (i > 1) kv_log(k, a, i);
             reply_oom(out);
             return;
         }
@@ -1539,7 +1540,8 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
     long long added = 0, changed = 0;
     bool skipped = false, oom = false;
     double last = 0;
-    for (size_t i = 0; i < elements && !oom; i++) {
+    size_t i = 0; /* the pairs looked at: all, or up to one out of memory */
+    for (; i < elements && !oom; i++) {
         const resp_arg *m = &a[first + 2 * i + 1];
         double score = scores[i], kept;
         dict_entry *me = dict_find(&z->d, m->p, m->len);
@@ -1588,7 +1590,10 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
         }
     }
     free(scores);
-    if (added || changed) kv_log(k, a, argc);
+    /* Out of memory part way: the record repeats the pairs before the
+     * one that failed (as SADD's does), not pairs never added. */
+    if (oom) i--;
+    if (added || changed) kv_log(k, a, first + 2 * i);
     drop_if_empty(k, e, zset_len(z));
     if (oom) {
         reply_oom(out);
@@ -1602,34 +1607,45 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
     }
 }
 
+/* ZADD's options from a[2] on, added to *f: the index of the first word
+ * that is not one. */
+static size_t zadd_options(const resp_arg *a, size_t argc, unsigned *f) {
+    size_t i = 2;
+    for (; i < argc; i++) {
+        if (resp_is(&a[i], "NX"))
+            *f |= Z_NX;
+        else if (resp_is(&a[i], "XX"))
+            *f |= Z_XX;
+        else if (resp_is(&a[i], "GT"))
+            *f |= Z_GT;
+        else if (resp_is(&a[i], "LT"))
+            *f |= Z_LT;
+        else if (resp_is(&a[i], "CH"))
+            *f |= Z_CH;
+        else if (resp_is(&a[i], "INCR"))
+            *f |= Z_INCR;
+        else
+            break;
+    }
+    return i;
+}
+
 static void cmd_zadd(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      buf *out) {
     (void)cl;
     unsigned f = 0;
-    size_t i = 2;
-    for (; i < argc; i++) {
-        if (resp_is(&a[i], "NX"))
-            f |= Z_NX;
-        else if (resp_is(&a[i], "XX"))
-            f |= Z_XX;
-        else if (resp_is(&a[i], "GT"))
-            f |= Z_GT;
-        else if (resp_is(&a[i], "LT"))
-            f |= Z_LT;
-        else if (resp_is(&a[i], "CH"))
-            f |= Z_CH;
-        else if (resp_is(&a[i], "INCR"))
-            f |= Z_INCR;
-        else
-            break;
-    }
-    zadd(k, a, argc, f, i, out);
+    size_t first = zadd_options(a, argc, &f);
+    zadd(k, a, argc, f, first, out);
 }
 
+/* ZINCRBY key increment member: Redis runs it as ZADD INCR, options and
+ * all, so "ZINCRBY key NX m" is ZADD's syntax error, not a bad float. */
 static void cmd_zincrby(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                         buf *out) {
     (void)cl;
-    zadd(k, a, argc, Z_INCR, 2, out);
+    unsigned f = Z_INCR;
+    size_t first = zadd_options(a, argc, &f);
+    zadd(k, a, argc, f, first, out);
 }
 
 /* ZPOPMIN and ZPOPMAX key [count]: the lowest or highest first. Logged

@@ -25,6 +25,7 @@
 #include "cmd.h"
 #include "dict.h"
 #include "dump.h"
+#include "fault_shim.h"
 #include "repl.h"
 #include "resp.h"
 #include "store.h"
@@ -1846,13 +1847,13 @@ TEST(dict_table_shrinks_as_its_entries_go) {
     while (cur)
         cur = dict_scan(&d, cur, 10, k0_visit, &k0);
     CHECK(k0 >= 1);
-    size_t seen = 0, calls = 0;
+    size_t seen = 0, scans = 0;
     cur = 0;
     do
-        cur = dict_scan(&d, cur, 1, count_visit, &seen), calls++;
+        cur = dict_scan(&d, cur, 1, count_visit, &seen), scans++;
     while (cur);
     CHECK_EQ(seen, 1);
-    CHECK(calls <= 16);
+    CHECK(scans <= 16);
     /* clearing gives the table back; the next add makes a small one */
     dict_clear(&d, NULL, NULL);
     CHECK_EQ(d.nbuckets, 0);
@@ -4729,6 +4730,196 @@ TEST(scores_read_as_redis_reads_them) {
                  "-ERR value is not a valid float\r\n") == 0);
     buf_free(&out);
     kv_free(&k);
+}
+
+TEST(zadd_out_of_memory_logs_only_the_pairs_it_added) {
+    /* A ZADD of several pairs that runs out of memory part way has added
+     * the pairs before; its record must repeat just those, as SADD's and
+     * HSET's do, or a replica applying it (with memory to spare) holds
+     * members the primary does not. Each allocation of the ZADD fails in
+     * turn; the replica that applies the log must end as the primary. */
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    bool failed_part_way = false;
+    for (uint64_t nth = 1;; nth++) {
+        kv p, r;
+        kv_setup(&p, false);
+        kv_setup(&r, true);
+        buf out = {0}, dp = {0}, dr = {0};
+        exec_words(&p, &out, "ZADD z 1 a");
+        shim_reset(1);
+        fail_nth(K_MALLOC, -1, nth, 1, ENOMEM);
+        arm(true);
+        exec_words(&p, &out, "ZADD z 2 b 3 c 4 d 5 e");
+        arm(false);
+        bool hit = injected_total(K_MALLOC) > 0;
+        if (hit && strcmp(out.p, "-OOM command not allowed when used memory > "
+                                 "'maxmemory'.\r\n") == 0) {
+            exec_words(&p, &out, "ZCARD z");
+            if (strcmp(out.p, ":1\r\n") != 0) failed_part_way = true;
+        }
+        const char *err = NULL;
+        size_t need;
+        CHECK_EQ(p.log.nchunks, 1);
+        long n = kv_apply_stream(&r, &lim, argv, p.log.chunks[0].p,
+                                 (size_t)p.log.end, &err, &need);
+        CHECK_EQ(n, (long)p.log.end);
+        kv_dump(&p, &dp);
+        kv_dump(&r, &dr);
+        if (!same_dump(&dp, &dr))
+            check_fail(__FILE__, __LINE__, "malloc %llu failed: %s / %s",
+                       (unsigned long long)nth, dp.p, dr.p);
+        buf_free(&out);
+        buf_free(&dp);
+        buf_free(&dr);
+        kv_free(&p);
+        kv_free(&r);
+        if (!hit) break; /* the ZADD made fewer allocations than nth */
+    }
+    CHECK(failed_part_way); /* the case this is about was reached */
+}
+
+TEST(writes_out_of_memory_part_way_replicate_exactly) {
+    /* Each allocation of each write fails in turn, on a primary with keys
+     * of every type: whatever the write did before it gave up, its record
+     * must repeat exactly that on a replica (and be a record a replica
+     * takes). MSET out of memory at its first key logged a bare "MSET",
+     * which a replica refuses, closing its link, again at each retry.
+     * (SPOP is left out: a record it cannot build stops lull-kv, as a
+     * log that cannot grow does.) */
+    static const char *const setup[] = {"SET s hello",    "RPUSH l a b c d",
+                                        "SADD t a b c",   "SADD u c d e",
+                                        "HSET h a 1 b 2", "ZADD z 1 a 2 b 3 c",
+                                        "SET n 10",       "SET f 1.5",
+                                        "SET e x",        "PEXPIRE e 100000000",
+                                        "SETEX g 10000 v"};
+    static const char *const cmds[] = {"SET s2 v",
+                                       "SET s v GET",
+                                       "SET s v EX 100",
+                                       "SETNX q v",
+                                       "GETSET s v",
+                                       "MSET a 1 b 2 c 3 d 4",
+                                       "MSETNX a 1 b 2 c 3",
+                                       "APPEND s xyz",
+                                       "APPEND new xyz",
+                                       "SETRANGE s 10 x",
+                                       "SETRANGE new 3 x",
+                                       "INCR n",
+                                       "INCR new",
+                                       "INCRBY n 5",
+                                       "INCRBYFLOAT f 1",
+                                       "INCRBYFLOAT new 1",
+                                       "GETDEL s",
+                                       "GETEX e PERSIST",
+                                       "GETEX s EX 100",
+                                       "SETEX s 100 v",
+                                       "PSETEX s 100 v",
+                                       "DEL s l t",
+                                       "RENAME s s3",
+                                       "RENAME l t",
+                                       "RENAMENX l s9",
+                                       "EXPIRE s 100",
+                                       "PEXPIREAT s 99999999999999",
+                                       "PERSIST e",
+                                       "LPUSH l w x y z",
+                                       "RPUSH new w x y z",
+                                       "LPUSHX l w x",
+                                       "LPOP l 2",
+                                       "RPOP l",
+                                       "LSET l 1 qqq",
+                                       "LREM l 0 a",
+                                       "LTRIM l 1 2",
+                                       "LINSERT l BEFORE b x",
+                                       "LMOVE l new LEFT RIGHT",
+                                       "LMOVE l l LEFT RIGHT",
+                                       "RPOPLPUSH l t2",
+                                       "SADD t d e f g",
+                                       "SADD new d e f g",
+                                       "SREM t a b",
+
+                                       "SMOVE t u a",
+                                       "SMOVE t new a",
+                                       "SINTERSTORE d t u",
+                                       "SUNIONSTORE d t u",
+                                       "SDIFFSTORE d t u",
+                                       "SUNIONSTORE t t u",
+                                       "HSET h c 3 d 4 e 5",
+                                       "HSET new c 3 d 4",
+                                       "HMSET h a 9 x 8",
+                                       "HSETNX h z 1",
+                                       "HDEL h a",
+                                       "HINCRBY h a 5",
+                                       "HINCRBY h new 5",
+                                       "HINCRBYFLOAT h a 1.5",
+                                       "HINCRBYFLOAT new a 1.5",
+                                       "ZADD z 5 d 6 e 7 f",
+                                       "ZADD new 5 d 6 e",
+                                       "ZADD z XX CH 9 a 9 b",
+                                       "ZADD z INCR 2 a",
+                                       "ZINCRBY z 1 a",
+                                       "ZINCRBY new 1 a",
+                                       "ZREM z a b",
+                                       "ZPOPMIN z 2",
+                                       "ZPOPMAX z",
+                                       "ZREMRANGEBYRANK z 0 1",
+                                       "ZREMRANGEBYSCORE z 1 2",
+                                       "FLUSHALL"};
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+        for (uint64_t nth = 1;; nth++) {
+            kv p, r;
+            kv_setup(&p, false);
+            kv_setup(&r, true);
+            buf out = {0}, dp = {0}, dr = {0};
+            for (size_t i = 0; i < sizeof setup / sizeof setup[0]; i++)
+                exec_words(&p, &out, setup[i]);
+            shim_reset(1);
+            fail_nth(K_MALLOC, -1, nth, 1, ENOMEM);
+            arm(true);
+            exec_words(&p, &out, cmds[c]);
+            arm(false);
+            bool hit = injected_total(K_MALLOC) > 0;
+            const char *err = NULL;
+            size_t need;
+            CHECK_EQ(p.log.nchunks, 1);
+            long n = kv_apply_stream(&r, &lim, argv, p.log.chunks[0].p,
+                                     (size_t)p.log.end, &err, &need);
+            if (n != (long)p.log.end)
+                check_fail(__FILE__, __LINE__, "%s malloc %llu: apply %ld %s",
+                           cmds[c], (unsigned long long)nth, n, err ? err : "");
+            kv_dump(&p, &dp);
+            kv_dump(&r, &dr);
+            if (!same_dump(&dp, &dr))
+                check_fail(__FILE__, __LINE__, "%s malloc %llu (%s): %s / %s",
+                           cmds[c], (unsigned long long)nth, out.p, dp.p, dr.p);
+            buf_free(&out);
+            buf_free(&dp);
+            buf_free(&dr);
+            kv_free(&p);
+            kv_free(&r);
+            if (!hit) break;
+        }
+    }
+}
+
+TEST(zincrby_reads_zadd_options_as_redis) {
+    /* Redis runs ZINCRBY as ZADD INCR, so an option word where the
+     * increment goes is taken as an option and leaves an odd count of
+     * score-member words: a syntax error, before the key's type. */
+    static const char *const cases[][2] = {
+        {"SET s x", "+OK\r\n"},
+        {"ZINCRBY s CH 1", "-ERR syntax error\r\n"},
+        {"ZINCRBY z nx m", "-ERR syntax error\r\n"},
+        {"ZINCRBY z INCR m", "-ERR syntax error\r\n"},
+        {"ZINCRBY z Gt 1", "-ERR syntax error\r\n"},
+        {"ZINCRBY z x m", "-ERR value is not a valid float\r\n"},
+        {"ZINCRBY z 2 nx", "$1\r\n2\r\n"},
+        {"ZINCRBY s 1 m", "-WRONGTYPE Operation against a key holding the "
+                          "wrong kind of value\r\n"},
+        {"EXISTS z", ":1\r\n"},
+    };
+    replies_as_redis(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(scan_cursor_read_as_redis_reads_it) {
