@@ -291,6 +291,8 @@ struct lull_timer {      /* 48 bytes, plus one 16-byte heap slot while armed */
     uint64_t repeat; /* the period in ns, 0 = one-shot (lull_timer_start) */
 };
 
+/* Prepares a stopped timer; call again only while it is not armed (stop
+ * it first): an armed timer is linked into its loop. -EINVAL for NULL. */
 LULL_EXTERN int lull_timer_init(lull_loop *loop, lull_timer *timer,
                                 lull_timer_fn fn);
 /* Arms (or re-arms: new deadline, new arm order: timers due at one deadline
