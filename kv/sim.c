@@ -2324,10 +2324,38 @@ static void first_difference(const buf *a, const buf *b, char *out, size_t cap,
         diff_line(out + n, cap - (size_t)n, bn, y, (int)(d - x));
 }
 
+/* Whether two hashes, sets or sorted sets (type t) hold the same: each
+ * member of one in the other, with the same value or score (bit for
+ * bit: the dump's %.17g tells every two doubles apart). */
+static bool same_members(int t, kobj *x, kobj *y) {
+    const dict *d = t == KV_SET    ? &((kv_set *)x->val)->d
+                    : t == KV_HASH ? &((kv_hash *)x->val)->d
+                                   : &((kv_zset *)x->val)->d;
+    const dict *o = t == KV_SET    ? &((kv_set *)y->val)->d
+                    : t == KV_HASH ? &((kv_hash *)y->val)->d
+                                   : &((kv_zset *)y->val)->d;
+    if (d->count != o->count) return false;
+    for (size_t i = 0; i < d->nbuckets; i++)
+        for (dict_entry *e = d->buckets[i]; e; e = e->next) {
+            dict_entry *f = dict_find(o, dict_key(d, e), e->klen);
+            if (!f) return false;
+            if (t == KV_HASH) {
+                kv_elem *u = hash_value(e), *v = hash_value(f);
+                if (u->len != v->len || memcmp(u->p, v->p, u->len) != 0)
+                    return false;
+            } else if (t == KV_ZSET &&
+                       memcmp(&zset_member(e)->score, &zset_member(f)->score,
+                              sizeof(double)) != 0) {
+                return false;
+            }
+        }
+    return true;
+}
+
 /* Whether two keyspaces hold the same keys, each with one type, expiry
  * time and value: the same answer as comparing their dumps (kv_dump),
- * without making them, for strings and lists (the workload's types);
- * -1 when another type is there (then the dumps say). */
+ * without making them (for the workload's types; -1 when another type
+ * is there, then the dumps say). */
 static int same_keys(kv *a, kv *b) {
     if (store_count(&a->db) != store_count(&b->db)) return 0;
     for (size_t i = 0; i < a->db.d.nbuckets; i++)
@@ -2350,6 +2378,9 @@ static int same_keys(kv *a, kv *b) {
                     if (u->len != v->len || memcmp(u->p, v->p, u->len) != 0)
                         return 0;
                 }
+            } else if (x->type == KV_SET || x->type == KV_HASH ||
+                       x->type == KV_ZSET) {
+                if (!same_members(x->type, x, y)) return 0;
             } else {
                 return -1;
             }
