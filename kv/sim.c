@@ -97,7 +97,8 @@
  *                      snap-list-batch, resume-caught-up,
  *                      lrem-direction, outf-resend, ack-spin,
  *                      msetnx-partial, lpos-tail, expire-seconds,
- *                      smove-same, zpop-past, setstore-source:
+ *                      smove-same, zpop-past, setstore-source,
+ *                      zscore-exclusive, zremrank-negative, scan-skip:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -3498,6 +3499,9 @@ static const struct {
               {"smove-same", KV_PLANT_SMOVE_SAME},
               {"zpop-past", KV_PLANT_ZPOP_PAST},
               {"setstore-source", KV_PLANT_SETSTORE_SOURCE},
+              {"zscore-exclusive", KV_PLANT_ZSCORE_EXCLUSIVE},
+              {"zremrank-negative", KV_PLANT_ZREMRANK_NEGATIVE},
+              {"scan-skip", KV_PLANT_SCAN_SKIP},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
