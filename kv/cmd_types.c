@@ -1768,10 +1768,11 @@ static bool arg_bounds(const resp_arg *min, const resp_arg *max, zbound *lo,
 }
 
 /* The ranks [*from, *to) of the members within lo and hi. */
-static void score_ranks(const kv_zset *z, const zbound *lo, const zbound *hi,
-                        size_t *from, size_t *to) {
+static void score_ranks(const kv *k, const kv_zset *z, const zbound *lo,
+                        const zbound *hi, size_t *from, size_t *to) {
     *from = zset_count_below(z, lo->v, lo->ex);
-    *to = zset_count_below(z, hi->v, !hi->ex);
+    *to = zset_count_below(z, hi->v,
+                           !hi->ex || (k->plant & KV_PLANT_ZSCORE_EXCLUSIVE));
     if (*to < *from) *to = *from;
 }
 
@@ -1828,7 +1829,7 @@ static void zrange(kv *k, const resp_arg *a, size_t argc, int by, int rev,
     if (!z) {
         n = 0;
     } else if (by == ZR_SCORE) {
-        score_ranks(z, &lo, &hi, &from, &to);
+        score_ranks(k, z, &lo, &hi, &from, &to);
         n = to - from;
         if (offset < 0 || (unsigned long long)offset >= n)
             n = 0;
@@ -1881,7 +1882,7 @@ static void cmd_zcount(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     dict_entry *e;
     if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
     size_t from = 0, to = 0;
-    if (e) score_ranks(store_obj(e)->val, &lo, &hi, &from, &to);
+    if (e) score_ranks(k, store_obj(e)->val, &lo, &hi, &from, &to);
     buf_int(out, ':', (long long)(to - from));
 }
 
@@ -1903,8 +1904,10 @@ static void cmd_zremrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     if (!find_of(k, &a[1], KV_ZSET, &e, out)) return;
     kv_zset *z = e ? store_obj(e)->val : NULL;
     size_t from = 0, to = 0;
+    if (!by_score && stop < 0 && (k->plant & KV_PLANT_ZREMRANK_NEGATIVE))
+        stop--; /* test only */
     if (z && by_score) {
-        score_ranks(z, &lo, &hi, &from, &to);
+        score_ranks(k, z, &lo, &hi, &from, &to);
     } else if (z && clip_range(start, stop, zset_len(z), &from, &to)) {
         to++;
     }
@@ -1950,6 +1953,13 @@ static void member_visit(const dict *d, dict_entry *m, void *arg) {
         reply_score(&w->tmp, zset_member(m)->score);
         w->n++;
     }
+}
+
+/* KV_PLANT_SCAN_SKIP's: a bucket passed over. */
+static void scan_skip(const dict *d, dict_entry *m, void *arg) {
+    (void)d;
+    (void)m;
+    (void)arg;
 }
 
 /* SSCAN, HSCAN, ZSCAN key cursor [MATCH pattern] [COUNT n]: Redis 7.0's
@@ -2002,6 +2012,8 @@ static void cmd_member_scan(kv *k, kv_client *cl, const resp_arg *a,
         while (cur);
     } else {
         cur = dict_scan(d, cur, (size_t)count, member_visit, &w);
+        if (cur && (k->plant & KV_PLANT_SCAN_SKIP)) /* test only */
+            cur = dict_scan(d, cur, 0, scan_skip, NULL);
     }
     char c[24];
     int n = snprintf(c, sizeof c, "%llu", cur);

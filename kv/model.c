@@ -47,21 +47,103 @@ static size_t put_bulk(char *out, size_t at, const char *s, size_t n) {
     return put(out, at, "\r\n", 2);
 }
 
-static const char *const names[OP_COUNT + 1] = {
-    "SET",          "SET",         "SET",      "SET",         "GET",
-    "DEL",          "INCR",        "APPEND",   "EXISTS",      "PEXPIREAT",
-    "PERSIST",      "RPUSH",       "LPOP",     "LLEN",        "TYPE",
-    "INCRBY",       "DECRBY",      "GETDEL",   "GETEX",       "GETEX",
-    "INCRBYFLOAT",  "UNLINK",      "TOUCH",    "LREM",        "LSET",
-    "LTRIM",        "RENAME",      "RENAMENX", "HSET",        "HSETNX",
-    "HDEL",         "HGET",        "HGETALL",  "HLEN",        "HINCRBY",
-    "HINCRBYFLOAT", "SETEX",       "PSETEX",   "LINSERT",     "LMOVE",
-    "RPOPLPUSH",    "LRANGE",      "SETRANGE", "PEXPIREAT",   "RPUSH",
-    "LPOS",         "EXPIRE",      "SADD",     "SREM",        "SMEMBERS",
-    "SISMEMBER",    "SCARD",       "SPOP",     "SRANDMEMBER", "SMOVE",
-    "SINTER",       "SINTERSTORE", "ZADD",     "ZINCRBY",     "ZREM",
-    "ZSCORE",       "ZCARD",       "ZRANGE",   "ZPOPMIN",     "ZPOPMAX",
-    "MGET"};
+static const char *const names[OP_COUNT + 1] = {"SET",
+                                                "SET",
+                                                "SET",
+                                                "SET",
+                                                "GET",
+                                                "DEL",
+                                                "INCR",
+                                                "APPEND",
+                                                "EXISTS",
+                                                "PEXPIREAT",
+                                                "PERSIST",
+                                                "RPUSH",
+                                                "LPOP",
+                                                "LLEN",
+                                                "TYPE",
+                                                "INCRBY",
+                                                "DECRBY",
+                                                "GETDEL",
+                                                "GETEX",
+                                                "GETEX",
+                                                "INCRBYFLOAT",
+                                                "UNLINK",
+                                                "TOUCH",
+                                                "LREM",
+                                                "LSET",
+                                                "LTRIM",
+                                                "RENAME",
+                                                "RENAMENX",
+                                                "HSET",
+                                                "HSETNX",
+                                                "HDEL",
+                                                "HGET",
+                                                "HGETALL",
+                                                "HLEN",
+                                                "HINCRBY",
+                                                "HINCRBYFLOAT",
+                                                "SETEX",
+                                                "PSETEX",
+                                                "LINSERT",
+                                                "LMOVE",
+                                                "RPOPLPUSH",
+                                                "LRANGE",
+                                                "SETRANGE",
+                                                "PEXPIREAT",
+                                                "RPUSH",
+                                                "LPOS",
+                                                "EXPIRE",
+                                                "SADD",
+                                                "SREM",
+                                                "SMEMBERS",
+                                                "SISMEMBER",
+                                                "SCARD",
+                                                "SPOP",
+                                                "SRANDMEMBER",
+                                                "SMOVE",
+                                                "SINTER",
+                                                "SINTERSTORE",
+                                                "ZADD",
+                                                "ZINCRBY",
+                                                "ZREM",
+                                                "ZSCORE",
+                                                "ZCARD",
+                                                "ZRANGE",
+                                                "ZPOPMIN",
+                                                "ZPOPMAX",
+                                                "ZRANGE",
+                                                "ZCOUNT",
+                                                "ZREMRANGEBYSCORE",
+                                                "ZREMRANGEBYRANK",
+                                                "ZRANK",
+                                                "ZMSCORE",
+                                                "SADD",
+                                                "ZADD",
+                                                "SSCAN",
+                                                "ZSCAN",
+                                                "MGET"};
+
+/* Score bounds (OP_ZRANGEBYSCORE's, ZCOUNT's, ZREMRANGEBYSCORE's, by
+ * i1 and i2): inclusive and exclusive at the workload's scores, and the
+ * infinities, both spellings, exclusive too. */
+static const char *const zbounds[16] = {
+    "-inf", "+inf", "(1.5", "1", "(1",  "2",    "(2",    "0",
+    "(0",   "-1",   "(-1",  "3", "1.5", "(inf", "(-inf", "inf"};
+
+static const char *zbound_text(int64_t i) {
+    return zbounds[((i % 16) + 16) % 16];
+}
+
+/* SADD_N's and ZADD_N's member j. */
+static int bulk_member(const model_cmd *c, int64_t j, char out[8]) {
+    return snprintf(out, 8, "m%d", (int)((c->off + j) % 200));
+}
+
+/* ZADD_N's score of member j: small integers, ties among them. */
+static int bulk_score(const model_cmd *c, int64_t j, char out[8]) {
+    return snprintf(out, 8, "%d", (int)((c->off + j) % 7) - 3);
+}
 
 /* A set or sorted set command's members: field, and "f<i2 + 2>" when i2
  * >= 0 (into m2); their number. */
@@ -82,6 +164,7 @@ static const char *op_name(const model_cmd *c) {
         {"SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"}};
     if (c->op == OP_SETOP || c->op == OP_SETOP_STORE)
         return setops[c->op == OP_SETOP_STORE][setop_which(c)];
+    if (c->op == OP_ZRANK && (c->flags & 1)) return "ZREVRANK";
     return names[c->op];
 }
 
@@ -145,9 +228,9 @@ static long long lpos_rank(const model_cmd *c) {
 }
 
 size_t model_request(const model_cmd *c, char *out) {
-    const char *argv[10];
-    size_t lens[10], argc = 0;
-    char num[24], num2[24], m2[8];
+    const char *argv[12];
+    size_t lens[12], argc = 0;
+    char num[24], num2[24], num3[24], num4[24], m2[8];
     static char val[MODEL_VAL_MAX];
     argv[argc] = op_name(c);
     lens[argc] = strlen(argv[argc]);
@@ -160,6 +243,7 @@ size_t model_request(const model_cmd *c, char *out) {
     case OP_SADD:
     case OP_SREM:
     case OP_ZREM:
+    case OP_ZMSCORE:
         argv[argc] = c->field;
         lens[argc++] = strlen(c->field);
         if (members(c, m2) == 2) {
@@ -169,6 +253,7 @@ size_t model_request(const model_cmd *c, char *out) {
         break;
     case OP_SISMEMBER:
     case OP_ZSCORE:
+    case OP_ZRANK:
         argv[argc] = c->field;
         lens[argc++] = strlen(c->field);
         break;
@@ -231,6 +316,52 @@ size_t model_request(const model_cmd *c, char *out) {
             argv[argc] = "WITHSCORES";
             lens[argc++] = 10;
         }
+        break;
+    case OP_ZRANGEBYSCORE:
+    case OP_ZCOUNT:
+    case OP_ZREMRANGEBYSCORE:
+        argv[argc] = zbound_text(c->i1);
+        lens[argc] = strlen(argv[argc]);
+        argc++;
+        argv[argc] = zbound_text(c->i2);
+        lens[argc] = strlen(argv[argc]);
+        argc++;
+        if (c->op != OP_ZRANGEBYSCORE) break;
+        argv[argc] = "BYSCORE";
+        lens[argc++] = 7;
+        if (c->flags & 1) {
+            argv[argc] = "REV";
+            lens[argc++] = 3;
+        }
+        if (c->flags & 4) {
+            argv[argc] = "LIMIT";
+            lens[argc++] = 5;
+            argv[argc] = num3;
+            lens[argc++] =
+                (size_t)snprintf(num3, sizeof num3, "%" PRId64, c->off);
+            argv[argc] = num4;
+            lens[argc++] =
+                (size_t)snprintf(num4, sizeof num4, "%" PRId64, c->cnt);
+        }
+        if (c->flags & 2) {
+            argv[argc] = "WITHSCORES";
+            lens[argc++] = 10;
+        }
+        break;
+    case OP_ZREMRANGEBYRANK:
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
+        argv[argc] = num2;
+        lens[argc++] = (size_t)snprintf(num2, sizeof num2, "%" PRId64, c->i2);
+        break;
+    case OP_SSCAN:
+    case OP_ZSCAN:
+        argv[argc] = num;
+        lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRIu64, c->cursor);
+        argv[argc] = "COUNT";
+        lens[argc++] = 5;
+        argv[argc] = num2;
+        lens[argc++] = (size_t)snprintf(num2, sizeof num2, "%" PRId64, c->cnt);
         break;
     case OP_SET:
     case OP_SET_PXAT:
@@ -356,9 +487,18 @@ size_t model_request(const model_cmd *c, char *out) {
     }
     /* RPUSH_N: its value, then the items rpush_item gives */
     size_t more = c->op == OP_RPUSH_N && c->i2 > 1 ? (size_t)c->i2 - 1 : 0;
-    size_t at = (size_t)sprintf(out, "*%zu\r\n", argc + more);
+    /* SADD_N, ZADD_N: their members (ZADD_N's each after its score) */
+    size_t bulk = c->op == OP_SADD_N || c->op == OP_ZADD_N ? (size_t)c->cnt : 0;
+    size_t at = (size_t)sprintf(
+        out, "*%zu\r\n", argc + more + bulk * (c->op == OP_ZADD_N ? 2 : 1));
     for (size_t i = 0; i < argc; i++)
         at = put_bulk(out, at, argv[i], lens[i]);
+    for (size_t j = 0; j < bulk; j++) {
+        char m[8];
+        if (c->op == OP_ZADD_N)
+            at = put_bulk(out, at, m, (size_t)bulk_score(c, (int64_t)j, m));
+        at = put_bulk(out, at, m, (size_t)bulk_member(c, (int64_t)j, m));
+    }
     for (size_t j = 1; j <= more; j++) {
         size_t n = lens[argc - 1];
         const char *item = rpush_item(argv[argc - 1], &n, j);
@@ -686,7 +826,10 @@ static size_t set_random_cmd(model_val *s, const model_cmd *c, char *out) {
 }
 
 /* The one-key set commands on s, live or not. */
+static size_t scan_cmd(model_val *s, const model_cmd *c, bool live, char *out);
+
 static size_t set_cmd(model_val *s, const model_cmd *c, bool live, char *out) {
+    if (c->op == OP_SSCAN) return scan_cmd(s, c, live, out);
     char m2[8];
     const char *m[2] = {c->field, m2};
     int nm = members(c, m2);
@@ -710,6 +853,12 @@ static size_t set_cmd(model_val *s, const model_cmd *c, bool live, char *out) {
         return put_int(out, 0, field_at(s, c->field, strlen(c->field), &at));
     case OP_SCARD:
         return put_int(out, 0, s->items);
+    case OP_SADD_N:
+        for (int64_t j = 0; j < c->cnt; j++) {
+            char b[8];
+            n += set_add_m(s, b, (size_t)bulk_member(c, j, b));
+        }
+        return put_int(out, 0, n);
     default: /* SPOP, SRANDMEMBER */
         if (!live) return put_s(out, c->i2 >= 0 ? "*0\r\n" : "$-1\r\n");
         return set_random_cmd(s, c, out);
@@ -796,15 +945,34 @@ static double score_at(const model_val *s, size_t p) {
  * entries are in member order, and the sort is stable): where each
  * begins, into at; their number. */
 static size_t zorder(const model_val *s, size_t at[]) {
+    static double score[UINT16_MAX + 1]; /* at[j]'s: read once each */
     size_t n = 0;
     for (size_t p = 0; n < s->items; p = next_entry(s, p)) {
         size_t j = n++;
         double sc = score_at(s, p);
-        for (; j > 0 && score_at(s, at[j - 1]) > sc; j--)
+        for (; j > 0 && score[j - 1] > sc; j--) {
             at[j] = at[j - 1];
+            score[j] = score[j - 1];
+        }
         at[j] = p;
+        score[j] = sc;
     }
     return n;
+}
+
+/* A score bound (zbounds): its value, and whether it is exclusive. */
+static double zbound_of(int64_t i, bool *ex) {
+    const char *t = zbound_text(i);
+    *ex = t[0] == '(';
+    return strtod(t + *ex, NULL);
+}
+
+/* Whether score sc is within min i1 and max i2 (swapped: REV's). */
+static bool in_bounds(double sc, const model_cmd *c, bool swapped) {
+    bool lx, hx;
+    double lo = zbound_of(swapped ? c->i2 : c->i1, &lx);
+    double hi = zbound_of(swapped ? c->i1 : c->i2, &hx);
+    return (lx ? sc > lo : sc >= lo) && (hx ? sc < hi : sc <= hi);
 }
 
 /* The entry at p, member and score, into out at o. */
@@ -876,6 +1044,7 @@ static size_t zset_cmd(model_val *s, const model_cmd *c, bool live,
                        const char *v, size_t vlen, char *out) {
     if (c->op == OP_ZADD || c->op == OP_ZINCRBY)
         return zadd(s, c, live, v, vlen, out);
+    if (c->op == OP_ZSCAN) return scan_cmd(s, c, live, out);
     bool pop = c->op == OP_ZPOPMIN || c->op == OP_ZPOPMAX;
     long long count = c->i2 >= 0 ? c->i1 + 2 : 1;
     if (pop && count < 0) return put_s(out, OUT_OF_RANGE);
@@ -911,6 +1080,91 @@ static size_t zset_cmd(model_val *s, const model_cmd *c, bool live,
             o = put_zentry(s, order[rev ? len - 1 - i : i], scores, out, o);
         return o;
     }
+    case OP_ZRANGEBYSCORE: { /* LIMIT: a negative offset skips all, a
+                                negative count bounds nothing (Redis' loops) */
+        bool rev = c->flags & 1, scores = c->flags & 2, lim = c->flags & 4;
+        long long skip = lim ? c->off : 0, left = lim ? c->cnt : -1;
+        static size_t pick[UINT16_MAX + 1];
+        size_t len = zorder(s, order);
+        for (size_t i = 0; i < len; i++) {
+            size_t p = order[rev ? len - 1 - i : i];
+            if (!in_bounds(score_at(s, p), c, rev)) continue;
+            if (skip < 0 || left == 0) break;
+            if (skip > 0) {
+                skip--;
+                continue;
+            }
+            if (left > 0) left--;
+            pick[n++] = p;
+        }
+        size_t o = (size_t)sprintf(out, "*%zu\r\n", n * (scores ? 2 : 1));
+        for (size_t i = 0; i < n; i++)
+            o = put_zentry(s, pick[i], scores, out, o);
+        return o;
+    }
+    case OP_ZCOUNT:
+    case OP_ZREMRANGEBYSCORE:
+    case OP_ZREMRANGEBYRANK: {
+        /* The entries in range, removed from the last (by place) on, so
+         * that the places before stay where they are. */
+        size_t len = zorder(s, order);
+        long long from = c->i1 < 0 ? c->i1 + (long long)len : c->i1;
+        long long to = c->i2 < 0 ? c->i2 + (long long)len : c->i2;
+        static size_t pick[UINT16_MAX + 1];
+        for (size_t i = 0; i < len; i++)
+            if (c->op == OP_ZREMRANGEBYRANK
+                    ? (long long)i >= from && (long long)i <= to
+                    : in_bounds(score_at(s, order[i]), c, false))
+                pick[n++] = order[i];
+        if (c->op != OP_ZCOUNT) {
+            for (size_t i = 1; i < n; i++) /* by place, descending */
+                for (size_t j = i; j > 0 && pick[j - 1] < pick[j]; j--) {
+                    size_t t = pick[j];
+                    pick[j] = pick[j - 1];
+                    pick[j - 1] = t;
+                }
+            for (size_t i = 0; i < n; i++)
+                field_delete(s, pick[i]);
+            if (s->items == 0) clear(s);
+        }
+        return put_int(out, 0, (long long)n);
+    }
+    case OP_ZRANK: {
+        if (!field_at(s, c->field, strlen(c->field), &at))
+            return put_s(out, "$-1\r\n");
+        size_t len = zorder(s, order), r = 0;
+        while (order[r] != at)
+            r++;
+        return put_int(out, 0, (long long)(c->flags & 1 ? len - 1 - r : r));
+    }
+    case OP_ZMSCORE: {
+        size_t o = (size_t)sprintf(out, "*%d\r\n", nm);
+        for (int i = 0; i < nm; i++) {
+            if (!field_at(s, m[i], strlen(m[i]), &at)) {
+                o = put(out, o, "$-1\r\n", 5);
+                continue;
+            }
+            at = value_at(s, at);
+            o = put_bulk(out, o, s->v + at + 1, (unsigned char)s->v[at]);
+        }
+        return o;
+    }
+    case OP_ZADD_N: { /* the scores set, as ZADD's one pair: the new count */
+        if (s->type == MODEL_NONE) {
+            clear(s);
+            s->type = MODEL_ZSET;
+        }
+        for (int64_t j = 0; j < c->cnt; j++) {
+            char b[8], sc[8], num[32];
+            size_t bn = (size_t)bulk_member(c, j, b);
+            bulk_score(c, j, sc);
+            int sn = score_text(strtod(sc, NULL), num);
+            bool there = field_at(s, b, bn, &at);
+            n += !there;
+            field_put(s, at, there, b, bn, num, (size_t)sn);
+        }
+        return put_int(out, 0, (long long)n);
+    }
     default: { /* ZPOPMIN, ZPOPMAX: the lowest or highest first */
         size_t len = zorder(s, order);
         n = (size_t)count < len ? (size_t)count : len;
@@ -930,6 +1184,63 @@ static size_t zset_cmd(model_val *s, const model_cmd *c, bool live,
         return o;
     }
     }
+}
+
+/* The most members a scan's reply may name at once, whatever its COUNT:
+ * lull-kv's SCAN_WHOLE (and Redis' 128 listpack entries). */
+#define SCAN_WHOLE 128
+#define SCAN_BAD   "-model: not members the set holds, or not all\r\n"
+
+/* SSCAN and ZSCAN on s: a missing key is an empty walk; a set of at
+ * most SCAN_WHOLE comes whole (a sorted set's in its order), cursor 0;
+ * a larger one's reply names members it holds (with their scores). The
+ * reply (`given`) when it is one of those. */
+static size_t scan_cmd(model_val *s, const model_cmd *c, bool live, char *out) {
+    bool z = c->op == OP_ZSCAN;
+    static size_t order[UINT16_MAX + 1];
+    if (!live) return put_s(out, "*2\r\n$1\r\n0\r\n*0\r\n");
+    if (s->type != (z ? MODEL_ZSET : MODEL_SET)) return put_s(out, WRONGTYPE);
+    if (z && s->items <= SCAN_WHOLE) { /* the reply it must be */
+        size_t len = zorder(s, order);
+        size_t o = (size_t)sprintf(out, "*2\r\n$1\r\n0\r\n*%zu\r\n", 2 * len);
+        for (size_t i = 0; i < len; i++)
+            o = put_zentry(s, order[i], true, out, o);
+        return o;
+    }
+    if (!given) return put_s(out, "-model: the server's walk\r\n");
+    const char *p = given, *end = given + given_len, *b;
+    size_t bn, at;
+    long long n;
+    const char *lf = line_end(p, end);
+    if (!lf || lf - p != 2 || memcmp(p, "*2", 2) != 0)
+        return put_s(out, SCAN_BAD);
+    p = lf + 2;
+    if (!take_bulk(&p, end, &b, &bn)) return put_s(out, SCAN_BAD);
+    bool cursor0 = bn == 1 && b[0] == '0';
+    lf = line_end(p, end);
+    if (!lf || *p != '*' || !line_count(p + 1, lf, &n) || n < 0)
+        return put_s(out, SCAN_BAD);
+    p = lf + 2;
+    bool whole = s->items <= SCAN_WHOLE; /* a set's: each member once */
+    if (whole && (!cursor0 || n != s->items)) return put_s(out, SCAN_BAD);
+    static model_val left;
+    copy_val(&left, s);
+    for (long long i = 0; i < n; i++) {
+        if (!take_bulk(&p, end, &b, &bn) ||
+            !field_at(whole ? &left : s, b, bn, &at))
+            return put_s(out, SCAN_BAD);
+        if (whole) field_delete(&left, at);
+        if (!z) continue;
+        const char *sc;
+        size_t sn, va = value_at(s, at);
+        if (!take_bulk(&p, end, &sc, &sn) || sn != (unsigned char)s->v[va] ||
+            memcmp(sc, s->v + va + 1, sn) != 0)
+            return put_s(out, SCAN_BAD);
+        i++;
+    }
+    if (p != end) return put_s(out, SCAN_BAD);
+    memcpy(out, given, given_len);
+    return given_len;
 }
 
 /* A list's items, each a length byte and its bytes, from first to last:
@@ -1355,6 +1666,8 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
     case OP_SCARD:
     case OP_SPOP:
     case OP_SRANDMEMBER:
+    case OP_SADD_N:
+    case OP_SSCAN:
         return set_cmd(s, c, live, out);
     case OP_SMOVE:
     case OP_SETOP:
@@ -1371,6 +1684,14 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
     case OP_ZRANGE:
     case OP_ZPOPMIN:
     case OP_ZPOPMAX:
+    case OP_ZRANGEBYSCORE:
+    case OP_ZCOUNT:
+    case OP_ZREMRANGEBYSCORE:
+    case OP_ZREMRANGEBYRANK:
+    case OP_ZRANK:
+    case OP_ZMSCORE:
+    case OP_ZADD_N:
+    case OP_ZSCAN:
         return zset_cmd(s, c, live, v, vlen, out);
     case OP_EXPIRE: /* relative, as SETEX: within the window, shifted */
         if (!live) return put_s(out, ":0\r\n");
@@ -1483,14 +1804,15 @@ static void sort_pairs(const char *r, size_t len, char *out, int per) {
     long long n;
     const char *lf = line_end(r, r + len);
     if (len < 2 || r[0] != '*' || !lf || !line_count(r + 1, lf, &n) ||
-        n % per || n > 64 * per || n == 0)
+        n % per || n > 1024 * per || n == 0)
         return;
     struct pair {
         const char *p;
         size_t len;    /* the pair's bytes */
         const char *f; /* the field */
         long long flen;
-    } pairs[64];
+    };
+    static struct pair pairs[1024]; /* sets past SCAN_WHOLE: hundreds */
     const char *p = lf + 2, *end = r + len;
     size_t o = (size_t)(p - r); /* the header's bytes */
     n /= per;
@@ -1510,7 +1832,7 @@ static void sort_pairs(const char *r, size_t len, char *out, int per) {
         }
         pairs[i].len = (size_t)(p - pairs[i].p);
     }
-    /* Insertion sort: a handful of fields. */
+    /* Insertion sort: a few hundred members at most. */
     for (long long i = 1; i < n; i++)
         for (long long j = i; j > 0; j--) {
             struct pair *a = &pairs[j - 1], *b = &pairs[j];
@@ -1598,7 +1920,7 @@ bool model_apply2(model_key *from, model_key *to, const model_cmd *c,
         return model_apply(from, c, lo, hi, reply, len);
     static model_key nf, nt;
     static model_val s, d;
-    static char out[700], sorted[700];
+    static char out[MODEL_REQ_MAX], sorted[MODEL_REQ_MAX];
     nf.n = nt.n = 0;
     if (c->op == OP_SETOP && len <= sizeof sorted) {
         sort_pairs(reply, len, sorted, 1);
@@ -1660,6 +1982,74 @@ bool model_member(const model_val *s, uint32_t i, model_cmd *c) {
     memcpy(c->field, s->v + p + 1, n);
     c->field[n] = 0;
     return true;
+}
+
+/* must keeps only the members every state of k holds (a state that is
+ * no set or sorted set holds none). */
+void model_scan_keep(model_val *must, const model_key *k) {
+    for (int i = 0; i < k->n; i++) {
+        const model_val *c = &k->c[i];
+        bool members = c->type == MODEL_SET || c->type == MODEL_ZSET;
+        size_t p = 0, at;
+        for (size_t j = 0; j < must->items;) {
+            size_t n = (unsigned char)must->v[p];
+            if (members && field_at(c, must->v + p + 1, n, &at)) {
+                p = next_entry(must, p);
+                j++;
+            } else {
+                field_delete(must, p);
+            }
+        }
+    }
+}
+
+void model_scan_begin(model_val *must, model_val *seen, const model_key *k) {
+    const model_val *c = &k->c[0];
+    clear(seen);
+    seen->type = MODEL_SET;
+    clear(must);
+    must->type = MODEL_SET;
+    if (c->type != MODEL_SET && c->type != MODEL_ZSET) return;
+    for (size_t i = 0, p = 0; i < c->items; i++, p = next_entry(c, p))
+        set_add_m(must, c->v + p + 1, (unsigned char)c->v[p]);
+    model_scan_keep(must, k);
+}
+
+bool model_scan_reply(model_val *seen, const char *r, size_t len, bool pairs,
+                      uint64_t *cursor) {
+    const char *p = r, *end = r + len, *b;
+    size_t bn;
+    long long n;
+    const char *lf = line_end(p, end);
+    if (!lf || lf - p != 2 || memcmp(p, "*2", 2) != 0) return false;
+    p = lf + 2;
+    if (!take_bulk(&p, end, &b, &bn) || bn == 0 || bn > 20) return false;
+    char num[24];
+    memcpy(num, b, bn);
+    num[bn] = 0;
+    *cursor = strtoull(num, NULL, 10);
+    lf = line_end(p, end);
+    if (!lf || *p != '*' || !line_count(p + 1, lf, &n)) return false;
+    p = lf + 2;
+    for (long long i = 0; i < n; i += 1 + pairs) {
+        if (!take_bulk(&p, end, &b, &bn)) return false;
+        set_add_m(seen, b, bn);
+        if (pairs && !take_bulk(&p, end, &b, &bn)) return false;
+    }
+    return p == end;
+}
+
+bool model_scan_missed(const model_val *must, const model_val *seen,
+                       char *out) {
+    size_t at;
+    for (size_t i = 0, p = 0; i < must->items; i++, p = next_entry(must, p)) {
+        size_t n = (unsigned char)must->v[p];
+        if (field_at(seen, must->v + p + 1, n, &at)) continue;
+        memcpy(out, must->v + p + 1, n);
+        out[n] = 0;
+        return true;
+    }
+    return false;
 }
 
 /* In place: the states kept move down over the ones merged away, and a

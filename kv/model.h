@@ -142,6 +142,23 @@ enum {
     OP_ZRANGE,      /* ZRANGE k i1 i2 [REV: flags & 1] [WITHSCORES: & 2] */
     OP_ZPOPMIN,     /* ZPOPMIN k [count] */
     OP_ZPOPMAX,     /* ZPOPMAX k [count] */
+    /* Score bounds are model.c's zbounds[i1] (min) and zbounds[i2]
+     * (max): "-inf", "(1.5", "+inf"... */
+    OP_ZRANGEBYSCORE,    /* ZRANGE k min max BYSCORE [REV: flags & 1, max
+                            first] [LIMIT off cnt: & 4] [WITHSCORES: & 2] */
+    OP_ZCOUNT,           /* ZCOUNT k min max */
+    OP_ZREMRANGEBYSCORE, /* ZREMRANGEBYSCORE k min max */
+    OP_ZREMRANGEBYRANK,  /* ZREMRANGEBYRANK k i1 i2 */
+    OP_ZRANK,            /* ZRANK k field, ZREVRANK when flags & 1 */
+    OP_ZMSCORE,          /* ZMSCORE k members */
+    OP_SADD_N, /* SADD k of cnt members "m<(off + j) % 200>": sets past
+                  lull-kv's SCAN_WHOLE (128), walked a part at a time */
+    OP_ZADD_N, /* ZADD k of the same, member j's score (off + j) % 7 - 3 */
+    OP_SSCAN,  /* SSCAN k cursor COUNT cnt: the members the reply names
+                  must be there (model_apply); a set of at most 128
+                  comes whole, cursor 0 */
+    OP_ZSCAN,  /* ZSCAN k cursor COUNT cnt: the same with their scores;
+                  at most 128 come whole in the set's order */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
@@ -168,9 +185,12 @@ typedef struct model_cmd {
      * one length that differ only past a prefix of any length. */
     uint32_t cut;
     uint8_t shift;
-    uint8_t flags; /* ZADD's options (MODEL_Z_*), ZRANGE's */
-    int64_t at;    /* SET PXAT, PEXPIREAT (_IF), GETEX PXAT: ms on the
-                      server's clock */
+    uint8_t flags;    /* ZADD's options (MODEL_Z_*), ZRANGE's */
+    int64_t at;       /* SET PXAT, PEXPIREAT (_IF), GETEX PXAT: ms on the
+                         server's clock */
+    int64_t off, cnt; /* ZRANGE BYSCORE's LIMIT; SADD_N's and ZADD_N's
+                         first member and number; the SCANs' COUNT */
+    uint64_t cursor;  /* SSCAN's and ZSCAN's */
 } model_cmd;
 
 enum {
@@ -249,6 +269,18 @@ bool model_list_item(const model_val *s, uint32_t i, model_cmd *c);
  * set, so SMOVE, SREM and ZREM find it: false (field unchanged) when s
  * holds neither. */
 bool model_member(const model_val *s, uint32_t i, model_cmd *c);
+
+/* SSCAN and ZSCAN walks (the SCAN guarantee: a member there for the
+ * whole walk comes back at least once). The members as a set: must
+ * holds those in every state of k (model_scan_keep: those still there),
+ * seen those a reply named (model_scan_reply: its cursor into *cursor;
+ * false when it is not a scan's reply). model_scan_missed: a member of
+ * must not in seen, into out (>= 256 bytes), or false. */
+void model_scan_begin(model_val *must, model_val *seen, const model_key *k);
+void model_scan_keep(model_val *must, const model_key *k);
+bool model_scan_reply(model_val *seen, const char *r, size_t len, bool pairs,
+                      uint64_t *cursor);
+bool model_scan_missed(const model_val *must, const model_val *seen, char *out);
 
 /* A state as text, for messages ("string \"v1\" expire 123"). */
 void model_describe(const model_val *s, char *out, size_t cap);

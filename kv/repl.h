@@ -157,6 +157,12 @@ enum {
 /* SINTERSTORE, SUNIONSTORE and SDIFFSTORE empty their destination before
  * reading it as one of their sources. */
 #define KV_PLANT_SETSTORE_SOURCE (1ull << 34)
+/* A score range's exclusive max ("(2") taken as inclusive. */
+#define KV_PLANT_ZSCORE_EXCLUSIVE (1ull << 35)
+/* ZREMRANGEBYRANK's negative stop counted one further from the end. */
+#define KV_PLANT_ZREMRANK_NEGATIVE (1ull << 36)
+/* SSCAN and ZSCAN of a large set skip a bucket after each step. */
+#define KV_PLANT_SCAN_SKIP (1ull << 37)
 
 /* A sender's place in the log: the next record and the chunk holding it,
  * both numbered since the log began (a trim does not move them). */

@@ -12,7 +12,11 @@
  * HGETALL, HLEN), sets (SADD, SREM, SMOVE, SPOP, SRANDMEMBER, the
  * SINTER/SUNION/SDIFF of two keys and their STORE into one of them),
  * sorted sets (ZADD's options, ZINCRBY, ZREM, ZPOPMIN, ZPOPMAX, ZRANGE
- * with REV and WITHSCORES), every type on every key (WRONGTYPE), RENAME and
+ * with REV and WITHSCORES, by score with exclusive and infinite bounds,
+ * REV and LIMIT, ZCOUNT, ZRANK, ZREVRANK, ZMSCORE, ZREMRANGEBYSCORE and
+ * BYRANK), sets and sorted sets of up to 207 (past lull-kv's SCAN_WHOLE)
+ * walked by SSCAN and ZSCAN (every member there for the whole walk comes
+ * back), every type on every key (WRONGTYPE), RENAME and
  * RENAMENX of two keys, integers at the 2^31/2^32/2^63 edges, values from 0
  * bytes to past the log's chunk size, absolute and relative expiry times (past,
  * soon, hours ahead; SETEX, PSETEX and EXPIRE, whose expiry the model knows
@@ -93,7 +97,8 @@
  *                      snap-list-batch, resume-caught-up,
  *                      lrem-direction, outf-resend, ack-spin,
  *                      msetnx-partial, lpos-tail, expire-seconds,
- *                      smove-same, zpop-past, setstore-source:
+ *                      smove-same, zpop-past, setstore-source,
+ *                      zscore-exclusive, zremrank-negative, scan-skip:
  *                      lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's); with
@@ -269,6 +274,13 @@ typedef struct client {
     unsigned ttl_seq;
     unsigned tags; /* transactions that wrote the atomicity pair */
     bool quitting; /* QUIT sent (--streams): nothing more on this link */
+    /* An SSCAN or ZSCAN walk under way (scan_step): its key (-1: none),
+     * command, next cursor, whether a step is in flight and whether the
+     * first came back (then scan_must[id] holds the members there since,
+     * scan_seen[id] those the replies named). */
+    int scan_key, scan_op;
+    uint64_t scan_cursor;
+    bool scan_flying, scan_begun;
 } client;
 
 /* A planted bug of the network's, not lull-kv's: partitions that hold
@@ -347,15 +359,20 @@ struct sim {
      * send in `hangup` (0: never), so the primary runs a batch it can
      * no longer answer (hang_up). */
     uint32_t hangup;
-    uint64_t bigs;     /* big values set */
-    uint64_t same_len; /* of them, aimed at a key holding a big value */
-    uint64_t hangups;  /* clients that hung up */
+    uint64_t bigs;       /* big values set */
+    uint64_t same_len;   /* of them, aimed at a key holding a big value */
+    uint64_t hangups;    /* clients that hung up */
+    uint64_t scans;      /* SSCAN and ZSCAN walks checked whole */
+    uint64_t scan_parts; /* their steps that gave a cursor to go on */
 };
 
 static sim *the_sim; /* for should_yield, whose hook has no argument */
 /* The clients' model keys: over 1 MiB each, so kept here, not in the
  * sim a seed allocates (and zeroes) whole. */
 static model_key client_keys[CLIENTS_MAX][KEYS];
+/* The clients' scan walks' members: there since the walk began, and
+ * named by its replies (client.scan_*). */
+static model_val scan_must[CLIENTS_MAX], scan_seen[CLIENTS_MAX];
 /* --streams: lull-kv's connections are lull streams on socketpairs, with
  * the fault shim's plan under them (the section "--streams" below). */
 static bool streams_mode;
@@ -1223,7 +1240,9 @@ static int pick_op(uint64_t *r) {
         /* SADD .. SETOP_STORE */
         4, 2, 2, 1, 1, 2, 1, 2, 2, 2,
         /* ZADD .. ZPOPMAX */
-        5, 2, 2, 1, 1, 3, 1, 2};
+        5, 2, 2, 1, 1, 3, 1, 2,
+        /* ZRANGEBYSCORE .. ZSCAN */
+        3, 1, 1, 1, 2, 1, 3, 3, 3, 3};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1305,8 +1324,14 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     /* Half the set commands to the third key, half the sorted set ones
      * to the fourth: they grow there, and meet the other types
      * (WRONGTYPE) on every key. */
-    if (c->op >= OP_SADD && c->op <= OP_ZPOPMAX && below(r, 2))
-        *key = k = c->op >= OP_ZADD ? 3 : 2;
+    bool zset_op = (c->op >= OP_ZADD && c->op <= OP_ZMSCORE) ||
+                   c->op == OP_ZADD_N || c->op == OP_ZSCAN;
+    bool set_op = (c->op >= OP_SADD && c->op <= OP_SETOP_STORE) ||
+                  c->op == OP_SADD_N || c->op == OP_SSCAN;
+    bool bulk = c->op == OP_SADD_N || c->op == OP_ZADD_N || c->op == OP_SSCAN ||
+                c->op == OP_ZSCAN;
+    if ((set_op || zset_op) && (bulk ? below(r, 8) : below(r, 2)))
+        *key = k = zset_op ? 3 : 2;
     snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
     /* Indexes past both ends of the short lists RPUSH makes; RENAME's
      * second key (the same one a sixth of the time). */
@@ -1392,7 +1417,59 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         *key2 = *key;
         snprintf(c->key2, sizeof c->key2, "c%d:k%d", cl->id, *key2);
     }
-    if (c->op == OP_ZRANGE && below(r, 2)) {
+    /* By score: bounds (model.c's zbounds), REV, WITHSCORES, LIMIT with
+     * offsets and counts negative, 0, inside and past the end; ZRANK's
+     * REV, of a member there half the time; SADD_N's and ZADD_N's first
+     * member and number (sets to 200: past SCAN_WHOLE); the SCANs'
+     * COUNT. */
+    if (c->op == OP_ZRANGEBYSCORE || c->op == OP_ZCOUNT ||
+        c->op == OP_ZREMRANGEBYSCORE) {
+        static const int64_t offs[] = {-1, 0, 1, 2, 5, 300};
+        static const int64_t cnts[] = {-1, 0, 1, 2, 3, 10};
+        c->i1 = (int64_t)below(r, 16);
+        c->i2 = (int64_t)below(r, 16);
+        c->flags = (uint8_t)below(r, 8);
+        c->off = offs[below(r, 6)];
+        c->cnt = cnts[below(r, 6)];
+    }
+    if (c->op == OP_ZRANK) {
+        c->flags = (uint8_t)below(r, 2);
+        if (below(r, 2))
+            model_member(&cl->keys[*key].c[0], (uint32_t)below(r, 300), c);
+    }
+    if (c->op == OP_SADD_N || c->op == OP_ZADD_N) {
+        c->off = (int64_t)below(r, 200);
+        c->cnt = 1 + (int64_t)below(r, below(r, 2) ? 20 : 199);
+    }
+    if (c->op == OP_SSCAN || c->op == OP_ZSCAN)
+        c->cnt = 1 + (int64_t)below(r, 40);
+    /* Most bulk adds and walks to the key with the largest set (sorted
+     * set) of the client's: the others' writes overwrite sets often. A
+     * walk with no set past SCAN_WHOLE (128) to walk is a bulk add of
+     * 130 or more instead, most of the time: the walks that matter are
+     * a part at a time. */
+    if (bulk && below(r, 4)) {
+        int type = zset_op ? MODEL_ZSET : MODEL_SET, most = -1;
+        for (int i = 0; i < KEYS; i++) {
+            const model_val *v = &cl->keys[i].c[0];
+            if (v->type == type && v->items > most) {
+                most = v->items;
+                *key = k = i;
+            }
+        }
+        if ((c->op == OP_SSCAN || c->op == OP_ZSCAN) && most <= 128 &&
+            cl->scan_key < 0) {
+            c->op = zset_op ? OP_ZADD_N : OP_SADD_N;
+            c->cnt = 130 + (int64_t)below(r, 60);
+            c->off = (int64_t)below(r, 200);
+            if (most < 0) k = zset_op ? 3 : 2;
+            *key = k;
+        }
+        snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, k);
+    }
+    if ((c->op == OP_ZRANGE || c->op == OP_ZRANGEBYSCORE ||
+         c->op == OP_ZREMRANGEBYRANK) &&
+        below(r, 2)) {
         *key = 3;
         snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
     }
@@ -1580,6 +1657,84 @@ static size_t bad_cmd(client *cl, char *out) {
     return (size_t)sprintf(out, "*2\r\n$3\r\nSET\r\n$%d\r\n%s\r\n", kl, key);
 }
 
+/* A scan drawn: the walk's next step when one is under way (its key,
+ * command and cursor), a new walk's first otherwise; while a step is in
+ * flight, SCARD or ZCARD of its key instead (one step at a time: each
+ * takes its cursor from the reply before). */
+static void scan_step(client *cl, model_cmd *c, int *key, int *key2) {
+    /* A walk under way goes on at a third of the commands: the other
+     * commands' writes to its set (and others') between its steps, and
+     * most walks end before their client does. */
+    uint64_t *r = &cl->S->rng;
+    if (cl->scan_key >= 0 && !cl->scan_flying && below(r, 3) == 0) {
+        c->op = cl->scan_op;
+        c->cnt = 1 + (int64_t)below(r, 40);
+    }
+    if (c->op != OP_SSCAN && c->op != OP_ZSCAN) return;
+    if (cl->scan_flying) {
+        c->op = c->op == OP_SSCAN ? OP_SCARD : OP_ZCARD;
+        return;
+    }
+    if (cl->scan_key >= 0) {
+        *key = *key2 = cl->scan_key;
+        c->op = cl->scan_op;
+        c->cursor = cl->scan_cursor;
+        snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
+    } else {
+        cl->scan_key = *key;
+        cl->scan_op = c->op;
+        cl->scan_begun = false;
+        c->cursor = cl->scan_cursor = 0;
+    }
+    cl->scan_flying = true;
+}
+
+static void scan_abandon(client *cl) {
+    cl->scan_key = -1;
+    cl->scan_flying = false;
+}
+
+/* After a command of the client's on key (and key2) is checked: a walk's
+ * members stay only while every state the model allows holds them; a
+ * walk's step (op) takes its cursor and members, and the last (cursor
+ * 0) must have named every member there since the first. */
+static void scan_after(client *cl, int op, int key, int key2, const char *r,
+                       size_t len) {
+    sim *S = cl->S;
+    if (cl->scan_key < 0 || (key != cl->scan_key && key2 != cl->scan_key))
+        return;
+    model_val *must = &scan_must[cl->id - 1], *seen = &scan_seen[cl->id - 1];
+    const model_key *mk = &cl->keys[cl->scan_key];
+    if (op != cl->scan_op) {
+        if (cl->scan_begun) model_scan_keep(must, mk);
+        return;
+    }
+    cl->scan_flying = false;
+    if (!cl->scan_begun) {
+        model_scan_begin(must, seen, mk);
+        cl->scan_begun = true;
+    } else {
+        model_scan_keep(must, mk);
+    }
+    if (!model_scan_reply(seen, r, len, op == OP_ZSCAN, &cl->scan_cursor)) {
+        scan_abandon(cl); /* WRONGTYPE: the model checked it */
+        return;
+    }
+    if (cl->scan_cursor) {
+        S->scan_parts++;
+        return;
+    }
+    char missed[256];
+    if (model_scan_missed(must, seen, missed))
+        fail(S,
+             "c%d: a %s walk of c%d:k%d ended (cursor 0) without %s, there "
+             "since its first step",
+             cl->id, op == OP_SSCAN ? "SSCAN" : "ZSCAN", cl->id, cl->scan_key,
+             missed);
+    S->scans++;
+    scan_abandon(cl);
+}
+
 static void send_cmd(client *cl) {
     sim *S = cl->S;
     static char req[3 * MODEL_REQ_MAX + 64];
@@ -1654,6 +1809,7 @@ static void send_cmd(client *cl) {
     for (int i = 0; i < p->ncmd; i++) {
         if (i == bad_after) n += bad_cmd(cl, req + n);
         make_cmd(cl, &p->cmd[i], &p->key[i], &p->key2[i]);
+        scan_step(cl, &p->cmd[i], &p->key[i], &p->key2[i]);
         /* Big seeds: half the transactions read a big value first, so
          * EXEC both logs records and answers past REPLY_HANDOVER. */
         if (multi && i == 0 && S->big_len && below(&S->rng, 2) &&
@@ -1798,6 +1954,8 @@ static void check_reply(client *cl, const char *r, size_t len) {
             return;
         }
         S->cmds_run += (uint64_t)p->ncmd;
+        for (int i = 0; i < p->ncmd; i++)
+            scan_after(cl, p->cmd[i].op, p->key[i], p->key[i], r, 0);
     } else if (p->kind == P_QUIT) {
         if (len != 5 || memcmp(r, "+OK\r\n", 5) != 0)
             fail(S, "c%d: QUIT got %.*s", cl->id, (int)len, r);
@@ -1831,6 +1989,9 @@ static void check_reply(client *cl, const char *r, size_t len) {
             fail(S, "c%d: EXEC after a refused command got %.*s", cl->id,
                  (int)len, r);
         S->cmds_run += (uint64_t)p->ncmd; /* checked: none ran */
+        for (int i = 0; i < p->ncmd; i++) /* a walk's step: sent again */
+            if (p->cmd[i].op == cl->scan_op && p->key[i] == cl->scan_key)
+                cl->scan_flying = false;
     } else {
         /* A command's reply, or EXEC's array of them. */
         const char *e = r;
@@ -1871,6 +2032,7 @@ static void check_reply(client *cl, const char *r, size_t len) {
                 return;
             }
             S->cmds_run++;
+            scan_after(cl, op, p->key[i], p->key2[i], e, (size_t)el);
             e += el;
             left -= (size_t)el;
         }
@@ -1932,6 +2094,7 @@ static void client_closed(lull_endpoint *ep, int reason) {
         for (int j = 0; j < p->ncmd; j++)
             cl->unknown[p->key[j]] = cl->unknown[p->key2[j]] = true;
     }
+    scan_abandon(cl); /* its keys forgotten, its step maybe lost */
     cl->qlen = 0;
     cl->in.len = 0;
     cl->quitting = false;
@@ -2324,10 +2487,38 @@ static void first_difference(const buf *a, const buf *b, char *out, size_t cap,
         diff_line(out + n, cap - (size_t)n, bn, y, (int)(d - x));
 }
 
+/* Whether two hashes, sets or sorted sets (type t) hold the same: each
+ * member of one in the other, with the same value or score (bit for
+ * bit: the dump's %.17g tells every two doubles apart). */
+static bool same_members(int t, kobj *x, kobj *y) {
+    const dict *d = t == KV_SET    ? &((kv_set *)x->val)->d
+                    : t == KV_HASH ? &((kv_hash *)x->val)->d
+                                   : &((kv_zset *)x->val)->d;
+    const dict *o = t == KV_SET    ? &((kv_set *)y->val)->d
+                    : t == KV_HASH ? &((kv_hash *)y->val)->d
+                                   : &((kv_zset *)y->val)->d;
+    if (d->count != o->count) return false;
+    for (size_t i = 0; i < d->nbuckets; i++)
+        for (dict_entry *e = d->buckets[i]; e; e = e->next) {
+            dict_entry *f = dict_find(o, dict_key(d, e), e->klen);
+            if (!f) return false;
+            if (t == KV_HASH) {
+                kv_elem *u = hash_value(e), *v = hash_value(f);
+                if (u->len != v->len || memcmp(u->p, v->p, u->len) != 0)
+                    return false;
+            } else if (t == KV_ZSET &&
+                       memcmp(&zset_member(e)->score, &zset_member(f)->score,
+                              sizeof(double)) != 0) {
+                return false;
+            }
+        }
+    return true;
+}
+
 /* Whether two keyspaces hold the same keys, each with one type, expiry
  * time and value: the same answer as comparing their dumps (kv_dump),
- * without making them, for strings and lists (the workload's types);
- * -1 when another type is there (then the dumps say). */
+ * without making them (for the workload's types; -1 when another type
+ * is there, then the dumps say). */
 static int same_keys(kv *a, kv *b) {
     if (store_count(&a->db) != store_count(&b->db)) return 0;
     for (size_t i = 0; i < a->db.d.nbuckets; i++)
@@ -2350,6 +2541,9 @@ static int same_keys(kv *a, kv *b) {
                     if (u->len != v->len || memcmp(u->p, v->p, u->len) != 0)
                         return 0;
                 }
+            } else if (x->type == KV_SET || x->type == KV_HASH ||
+                       x->type == KV_ZSET) {
+                if (!same_members(x->type, x, y)) return 0;
             } else {
                 return -1;
             }
@@ -2921,7 +3115,8 @@ typedef struct outcome {
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
     uint64_t probes; /* the prober's SETs read back early and late */
     uint64_t bigs, same_len, hangups;
-    uint64_t io[IO_KINDS]; /* --streams: each fault kind's effects */
+    uint64_t scans, scan_parts; /* SSCAN and ZSCAN walks checked whole */
+    uint64_t io[IO_KINDS];      /* --streams: each fault kind's effects */
     bool io_drawn[IO_KINDS];
 } outcome;
 
@@ -3051,6 +3246,7 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
         planned += (uint64_t)cl->remaining;
         cl->depth = 1 + (int)below(r, PIPE_MAX);
         cl->keys = client_keys[i];
+        cl->scan_key = -1;
         for (int k = 0; k < KEYS; k++)
             model_key_init(&cl->keys[k]);
         lull_timer_init(S->loop, &cl->timer, client_timer);
@@ -3078,6 +3274,8 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     out->restarts = S->restarts;
     out->expired = S->old_expired + S->nodes[0].srv.expiry.fired;
     out->probes = S->probe.probes;
+    out->scans = S->scans;
+    out->scan_parts = S->scan_parts;
     out->bigs = S->bigs;
     out->same_len = S->same_len;
     out->hangups = S->hangups;
@@ -3301,6 +3499,9 @@ static const struct {
               {"smove-same", KV_PLANT_SMOVE_SAME},
               {"zpop-past", KV_PLANT_ZPOP_PAST},
               {"setstore-source", KV_PLANT_SETSTORE_SOURCE},
+              {"zscore-exclusive", KV_PLANT_ZSCORE_EXCLUSIVE},
+              {"zremrank-negative", KV_PLANT_ZREMRANK_NEGATIVE},
+              {"scan-skip", KV_PLANT_SCAN_SKIP},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -3598,7 +3799,8 @@ int main(int argc, char **argv) {
     lull_simnet_stats total = {0};
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
     uint64_t continues = 0, fulls = 0, expired = 0, probes = 0, restarts = 0;
-    uint64_t bigs = 0, same_len = 0, hangups = 0;
+    uint64_t bigs = 0, same_len = 0, hangups = 0, scans = 0;
+    uint64_t scan_parts = 0;
     fault_tally faults = {0};
     if (seconds > 0 && !quiet)
         printf("soak: %.0f s of seeds from %" PRIu64 "\n", seconds, first);
@@ -3619,6 +3821,8 @@ int main(int argc, char **argv) {
         bigs += o.bigs;
         same_len += o.same_len;
         hangups += o.hangups;
+        scans += o.scans;
+        scan_parts += o.scan_parts;
         total.events += o.stats.events;
         total.partitions += o.stats.partitions;
         total.breaks += o.stats.breaks;
@@ -3670,11 +3874,14 @@ int main(int argc, char **argv) {
            " replica resumes from an offset, %" PRIu64 " full syncs (%" PRIu64
            " primaries restarted), %" PRIu64 " expiry timer runs, %" PRIu64
            " expiry probes; %" PRIu64 " big values set (%" PRIu64
-           " over one of equal length), %" PRIu64 " clients hung up\n",
+           " over one of equal length), %" PRIu64 " clients hung up; %" PRIu64
+           " SSCAN and ZSCAN walks checked whole (%" PRIu64
+           " steps with a cursor to go on)\n",
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
-           restarts, expired, probes, bigs, same_len, hangups);
+           restarts, expired, probes, bigs, same_len, hangups, scans,
+           scan_parts);
     if (streams_mode) {
         printf("streams: ");
         for (int k = 0; k < IO_KINDS - 1; k++)

@@ -3247,10 +3247,12 @@ TEST(model_agrees_with_the_commands) {
     for (int i = 0; i < KEYS; i++)
         model_key_init(&keys[i]);
     uint64_t x = 99;
-    char req[200];
-    resp_arg argv[MAX_ARGS];
+    static char req[4096]; /* SADD_N's and ZADD_N's hundreds of words */
+    static resp_arg argv[400];
     buf out = {0};
     int ops_seen[OP_COUNT] = {0}, lrem_found = 0, ltrim_cut = 0;
+    int scan_parts = 0,
+        bulk_key[2] = {-1, -1}; /* the last SADD_N's, ZADD_N's */
     int linsert_found = 0, moved = 0;
     for (int step = 0; step < 40000; step++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -3288,6 +3290,26 @@ TEST(model_agrees_with_the_commands) {
                                       "3"}[r / 5 % 8]);
         if ((c.op == OP_LREM || c.op == OP_LINSERT || c.op == OP_LPOS) && r % 4)
             model_list_item(&keys[key].c[0], r, &c);
+        /* By score: LIMIT's offset and count negative, 0, inside, past
+         * the end; bulk adds to sets past SCAN_WHOLE (128); scans from 0
+         * and from other cursors; ZRANK of a member there. */
+        c.off = (int64_t)(r / 13 % 8) - 1;
+        c.cnt = (int64_t)(r / 101 % 5) - 1;
+        if (c.op == OP_SADD_N || c.op == OP_ZADD_N) {
+            c.off = r / 13 % 200;
+            c.cnt = 1 + r / 101 % 180;
+            bulk_key[c.op == OP_ZADD_N] = key;
+        }
+        if (c.op == OP_SSCAN || c.op == OP_ZSCAN) { /* mostly of a bulk add */
+            if (r % 4 && bulk_key[c.op == OP_ZSCAN] >= 0) {
+                key = bulk_key[c.op == OP_ZSCAN];
+                snprintf(c.key, sizeof c.key, "k%d", key);
+            }
+            c.cnt = 1 + r / 101 % 20;
+            c.cursor = r % 2 ? r / 3 % 256 : 0;
+        }
+        if ((c.op == OP_ZRANK || c.op == OP_ZMSCORE) && r % 2)
+            model_member(&keys[key].c[0], r / 11, &c);
         int key2 = (int)(r / 81 % KEYS);
         snprintf(c.key2, sizeof c.key2, "k%d", key2);
         if ((c.op == OP_APPEND || c.op == OP_RPUSH || c.op == OP_RPUSH_N ||
@@ -3299,7 +3321,7 @@ TEST(model_agrees_with_the_commands) {
         size_t n = model_request(&c, req);
         size_t argc;
         const char *err = NULL;
-        resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+        resp_limits lim = {.max_bulk = 1000, .max_args = 400};
         CHECK_EQ(resp_parse(&lim, req, n, argv, &argc, &err), (long)n);
         out.len = 0;
         v.k.cmd_now = 0;
@@ -3326,6 +3348,9 @@ TEST(model_agrees_with_the_commands) {
                          out.p[1] != '0' && out.p[1] != '-';
         moved += (c.op == OP_LMOVE || c.op == OP_RPOPLPUSH) &&
                  out.p[0] == '$' && out.p[1] != '-';
+        scan_parts += (c.op == OP_SSCAN || c.op == OP_ZSCAN) &&
+                      memcmp(out.p, "*2\r\n$1\r\n0\r\n", 11) != 0 &&
+                      out.p[0] == '*';
         CHECK_EQ(keys[key].n, 1);
         CHECK_EQ(keys[key2].n, 1);
         if (r % 7 == 0) lull_loop_advance(loop, (r % 100) * MS);
@@ -3336,6 +3361,8 @@ TEST(model_agrees_with_the_commands) {
     CHECK(ltrim_cut > 20);     /* LTRIM inside a list */
     CHECK(linsert_found > 20); /* LINSERT at a pivot there */
     CHECK(moved > 20);         /* LMOVE and RPOPLPUSH of an item */
+    CHECK(scan_parts > 3);     /* SSCAN, ZSCAN a part of a large set (few:
+                                  other writes overwrite large sets soon) */
     /* The store holds what the model says. */
     lull_loop_advance(loop, 1000 * MS);
     int64_t now = 1000000000000ll + (int64_t)(lull_loop_now(loop) / MS);
@@ -3346,6 +3373,81 @@ TEST(model_agrees_with_the_commands) {
         CHECK(model_from_store(&v.k.db, name, now, &s));
         model_settle(&keys[i], now);
         CHECK(model_key_has(&keys[i], &s));
+    }
+    buf_free(&out);
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* One command through kv_exec (req: model_request's), its reply in out. */
+static void exec_model_cmd(vkv *v, const model_cmd *c, buf *out) {
+    static char req[4096];
+    static resp_arg argv[400];
+    size_t n = model_request(c, req), argc;
+    const char *err = NULL;
+    resp_limits lim = {.max_bulk = 1000, .max_args = 400};
+    CHECK_EQ(resp_parse(&lim, req, n, argv, &argc, &err), (long)n);
+    out->len = 0;
+    v->k.cmd_now = 0;
+    kv_exec(&v->k, NULL, argv, argc, out);
+}
+
+TEST(model_checks_a_scan_walk) {
+    /* SSCAN and ZSCAN in the model: a walk of a set past SCAN_WHOLE
+     * (128) a part at a time names every member, each reply only members
+     * there; a reply naming one not there, or a small set not whole, is
+     * refused; a member there all along and never named is missed. */
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    buf out = {0};
+    int64_t now = 1000000000000ll;
+    for (int z = 0; z < 2; z++) {
+        static model_key k;
+        static model_val must, seen;
+        model_key_init(&k);
+        model_cmd add = {
+            .op = z ? OP_ZADD_N : OP_SADD_N, .key = "s", .cnt = 180};
+        exec_model_cmd(&v, &add, &out);
+        CHECK(model_apply(&k, &add, now, now, out.p, out.len));
+        model_cmd scan = {.op = z ? OP_ZSCAN : OP_SSCAN, .key = "s", .cnt = 7};
+        int steps = 0;
+        do {
+            exec_model_cmd(&v, &scan, &out);
+            CHECK(model_apply(&k, &scan, now, now, out.p, out.len));
+            if (steps++ == 0) model_scan_begin(&must, &seen, &k);
+            CHECK(model_scan_reply(&seen, out.p, out.len, z, &scan.cursor));
+        } while (scan.cursor && steps < 1000);
+        CHECK(steps > 10);
+        char missed[256];
+        CHECK(!model_scan_missed(&must, &seen, missed));
+        CHECK_EQ(must.items, 180);
+        model_val none;
+        memset(&none, 0, sizeof none);
+        CHECK(model_scan_missed(&must, &none, missed));
+        /* m999 is no member; m0's score is -3 */
+        static const char *const bad[2] = {
+            "*2\r\n$1\r\n5\r\n*1\r\n$4\r\nm999\r\n",
+            "*2\r\n$1\r\n5\r\n*2\r\n$2\r\nm0\r\n$1\r\n3\r\n"};
+        CHECK(!model_apply(&k, &scan, now, now, bad[z], strlen(bad[z])));
+        /* A small set comes whole, cursor 0. */
+        model_cmd small = add, del = {.op = OP_DEL, .key = "t"};
+        snprintf(small.key, sizeof small.key, "t");
+        small.cnt = 2;
+        model_key_init(&k);
+        exec_model_cmd(&v, &small, &out);
+        CHECK(model_apply(&k, &small, now, now, out.p, out.len));
+        snprintf(scan.key, sizeof scan.key, "t");
+        scan.cursor = 0;
+        static const char *const part[2] = {
+            "*2\r\n$1\r\n5\r\n*1\r\n$2\r\nm0\r\n",
+            "*2\r\n$1\r\n0\r\n*2\r\n$2\r\nm0\r\n$2\r\n-3\r\n"};
+        CHECK(!model_apply(&k, &scan, now, now, part[z], strlen(part[z])));
+        exec_model_cmd(&v, &scan, &out);
+        CHECK(model_apply(&k, &scan, now, now, out.p, out.len));
+        exec_model_cmd(&v, &del, &out);
+        del.key[0] = 's';
+        exec_model_cmd(&v, &del, &out);
     }
     buf_free(&out);
     vkv_close(&v);
