@@ -282,9 +282,34 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     return inbox;
 }
 
+/* An end lull_loop_free forgot: its loop accepted the pair open, quiet,
+ * and dropped its ends from the process's set of live ends, which is how
+ * the calls below tell (asked by address: close and control only, never
+ * a send or a delivery). Its loop is freed memory: no turn can run, so the
+ * close detaches the peer (its sends fail) and hands back this end's inbox
+ * (frames a paused end held) for release, and no callback is owed. */
+static bool forgotten(const lull_loopback *lb) {
+    return !lull__inuse_has(lb);
+}
+
+static lull_frame *close_forgotten(lull_loopback *a) {
+    lull_loopback *b = a->peer;
+    a->peer = NULL;
+    if (b) {
+        b->peer = NULL;
+        lull__endpoint_peer_gone(&b->ep);
+    }
+    lull_frame *inbox = a->head;
+    a->head = a->tail = NULL;
+    a->paused = false;
+    return inbox;
+}
+
 static void loopback_close(lull_endpoint *ep, int reason) {
+    lull_loopback *a = end_of(ep);
     /* Last: a release callback may do anything, this end is consistent. */
-    release_list(close_end(end_of(ep), reason, false));
+    release_list(forgotten(a) ? close_forgotten(a)
+                              : close_end(a, reason, false));
 }
 
 /* A send past max_queued, inside lull_endpoint_send: the end closes now in
@@ -303,8 +328,9 @@ static void loopback_fail(lull_endpoint *ep, int reason) {
 
 int lull__loopback_read(lull_endpoint *ep, bool on) {
     lull_loopback *lb = end_of(ep);
+    if (lb->paused != on) return 0;      /* already so */
+    if (forgotten(lb)) return -ENOTCONN; /* its loop is gone */
     LULL_ASSERT_LOOP_THREAD(lb->loop);
-    if (lb->paused != on) return 0; /* already so */
     lb->paused = !on;
     /* Resumed: what waited arrives in a later turn, never inside this. */
     if (on && (lb->head || lb->close_pending || lb->eof))
@@ -314,10 +340,11 @@ int lull__loopback_read(lull_endpoint *ep, bool on) {
 
 int lull__loopback_shutdown(lull_endpoint *ep) {
     lull_loopback *a = end_of(ep);
-    LULL_ASSERT_LOOP_THREAD(a->loop);
     /* Shut already, or the peer closed (a send past max_queued too): the
      * peer has heard or will hear of the end. */
     if (a->ep.flags & LULL__EP_PEER_GONE) return 0;
+    if (forgotten(a)) return -ENOTCONN; /* its loop is gone */
+    LULL_ASSERT_LOOP_THREAD(a->loop);
     a->ep.flags |= LULL__EP_PEER_GONE; /* sends fail; queued still counts */
     lull_loopback *b = a->peer;
     b->eof = true;

@@ -1891,3 +1891,46 @@ TEST(pair_of_a_live_end_is_busy) {
     CHECK_EQ(lull_loop_free(loop), 0);
     CHECK_EQ(lull_loop_free(other), 0);
 }
+
+/* A loop freed with a pair left open (quiet: allowed, as a pump) is gone,
+ * and a clean-up that closes or pauses the ends after the loop's teardown
+ * must not touch it: the close read the freed loop's owner for its thread
+ * check, cancelled the end's turn on it, posted the peer's close notice to
+ * its ready queue and took the end out of its set (AddressSanitizer: a use
+ * after free). It now detaches the pair and releases, undelivered, the
+ * frames still queued to the end (a paused end's), with no callback: no
+ * loop is left to run one. The other calls answer -ENOTCONN, as for a
+ * closed end, and each end can be paired again on another loop. */
+TEST(close_after_its_loop_was_freed_touches_no_loop) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    side a, b;
+    pair_with(loop, &a, &b, NULL);
+    CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+    owned f = {.frame = {.release = owned_release}, .id = 1};
+    f.frame.bytes = &f.id;
+    f.frame.len = sizeof f.id;
+    CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f.frame), 0);
+    CHECK_EQ(lull_loop_settle(loop), 1); /* paused: b gets nothing */
+    CHECK_EQ(lull_loop_free(loop), 0);   /* the pair left open */
+    CHECK_EQ(lull_endpoint_read_start(&b.lb.ep), -ENOTCONN);
+    CHECK_EQ(lull_endpoint_shutdown(&a.lb.ep), -ENOTCONN);
+    CHECK(!lull_loopback_pending(&b.lb));
+    CHECK_EQ(lull_endpoint_close(&a.lb.ep, 5), 0);
+    CHECK(!lull_endpoint_writable(&b.lb.ep)); /* its peer is gone */
+    CHECK_EQ(lull_endpoint_send_copy(&b.lb.ep, "x", 1), -EPIPE);
+    CHECK_EQ(f.releases, 0);
+    CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
+    CHECK_EQ(f.releases, 1); /* b's inbox, released undelivered */
+    CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
+    CHECK_EQ(a.frames + b.frames + a.closes + b.closes, 0);
+    /* Both ends are free: paired again on a new loop, they work. */
+    loop = new_loop(LULL_CLOCK_VIRTUAL);
+    pair_with(loop, &a, &b, NULL);
+    CHECK_EQ(send_id(&a, 7), 0);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(b.frames, 1);
+    close_checked(&a, 0);
+    CHECK_EQ(lull_loop_settle(loop), 2);
+    CHECK_EQ(a.closes + b.closes, 2);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
