@@ -248,7 +248,8 @@ struct lull_loop {
     uint32_t refs;    /* lull_loop_ref count */
     uint32_t handles; /* streams, servers and udp sockets set up and not closed
                          (src/stream.c): a paused stream holds an fd
-                         but no started watcher */
+                         but no started watcher; and loopback ends whose
+                         close callback waits for a peer's inbox */
     uint32_t udp_untracked;   /* closed udp handles owed their close callback
                                  but not in the in-use set (its add failed,
                                  src/udp.c): lull_udp_init walks the queues

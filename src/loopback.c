@@ -121,6 +121,7 @@ static void release_closer(lull_loopback *lb) {
     lull_loopback *closer = lb->closer;
     if (!closer) return;
     lb->closer = NULL;
+    lb->loop->handles--; /* its turn keeps the loop from now on */
     claim_turn(closer, false);
 }
 
@@ -270,7 +271,11 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
         a->close_pending = true;
         a->reason = reason;
         if (b && b->head) {
+            /* No turn of its own until then, and a paused b claims none:
+             * counted as a handle, so that lull_loop_free refuses the
+             * loop while its close callback is owed. */
             b->closer = a;
+            a->loop->handles++;
         } else {
             claim_turn(a, false);
         }

@@ -1934,3 +1934,29 @@ TEST(close_after_its_loop_was_freed_touches_no_loop) {
     CHECK_EQ(a.closes + b.closes, 2);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* An end closed with its close callback owed, waiting for the frames it
+ * sent to a paused peer: no turn is queued for either end (a paused end
+ * claims none), yet the close callback is owed, and lull_loop_free must
+ * say -EBUSY until it ran (docs/API.md, lull_endpoint_close). It returned
+ * 0 and freed the loop, and the callback never came. */
+TEST(free_is_busy_while_a_close_waits_for_a_paused_peer) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    side a, b;
+    pair_with(loop, &a, &b, NULL);
+    CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+    CHECK_EQ(send_id(&a, 1), 0);
+    close_checked(&a, 4);
+    lull_loop_settle(loop);
+    CHECK_EQ(a.closes + b.closes + b.frames, 0);
+    CHECK(lull_loopback_pending(&a.lb));
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_endpoint_read_start(&b.lb.ep), 0);
+    CHECK(lull_loop_settle(loop) > 0);
+    CHECK_EQ(b.frames, 1);
+    CHECK_EQ(b.closes, 1);
+    CHECK_EQ(b.reason, 4);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, 4);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
