@@ -232,8 +232,26 @@ static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
  * discard) for the caller to release. The close turn is owed when a has a
  * close callback, or when `turn` asks for one (a failing end, whose frames
  * wait for it). */
+/* The end whose closer is a: a failed (a send past max_queued) and waits
+ * for the frames it sent in its former peer's inbox, where no link from a
+ * leads any more. Found in the loop's set of live ends: only a close of an
+ * end owed a callback and without a turn (such an end closed again, or a
+ * paused one its peer's close waits in) looks, never a send or a delivery. */
+static lull_loopback *holder_of(lull_loopback *a) {
+    const lull__registry *r = &a->loop->loopbacks;
+    for (uint32_t i = 0; i < r->cap; i++) {
+        lull_loopback *b = (lull_loopback *)r->slots[i];
+        if (b && b->closer == a) return b;
+    }
+    return NULL;
+}
+
 static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
+    lull_loopback *holder = a->close_pending && !lull_task_pending(&a->task) &&
+                                    !lull_timer_active(&a->timer)
+                                ? holder_of(a)
+                                : NULL;
     if (a->closed_flag) *a->closed_flag = true; /* a delivery to a runs */
     a->closed_flag = NULL;
     lull_task_cancel(&a->task);
@@ -276,10 +294,14 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
              * loop while its close callback is owed. */
             b->closer = a;
             a->loop->handles++;
-        } else {
+        } else if (!holder) {
             claim_turn(a, false);
-        }
+        } /* else it waits on, as before this close */
     } else {
+        if (holder) { /* no callback owed: the holder forgets a */
+            holder->closer = NULL;
+            a->loop->handles--;
+        }
         unregister_end(a); /* no callback owed: the caller's at return */
     }
     /* A closed peer waiting for this inbox: the caller releases it. */

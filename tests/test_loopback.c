@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <lull.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const int clocks[] = {LULL_CLOCK_MONOTONIC, LULL_CLOCK_VIRTUAL};
@@ -1958,5 +1959,59 @@ TEST(free_is_busy_while_a_close_waits_for_a_paused_peer) {
     CHECK_EQ(b.reason, 4);
     CHECK_EQ(a.closes, 1);
     CHECK_EQ(a.reason, 4);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* An end that failed (a send past max_queued) waits for the frames it
+ * sent, held by a paused peer, before its close turn. Its owner's close
+ * then, with no close callback, makes it the caller's at return
+ * (docs/API.md): freed there, it was still the peer's `closer`, and the
+ * peer's resume claimed a turn in the freed memory (AddressSanitizer: a
+ * use after free). With a close callback, that callback ran at once,
+ * before the frames it sent were back, and the peer claimed its turn
+ * again later. */
+TEST(failed_end_closed_and_freed_while_its_peer_holds_its_frames) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loopback_options o = {.max_queued = 2 * sizeof(int)};
+    side *a = malloc(sizeof *a);
+    CHECK(a != NULL);
+    side b;
+    pair_with(loop, a, &b, &o);
+    lull_endpoint_set_callbacks(&a->lb.ep, on_frame, on_drain, NULL);
+    CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+    CHECK_EQ(send_id(a, 1), 0);
+    CHECK_EQ(send_id(a, 2), 0);
+    CHECK_EQ(send_id(a, 3), -ENOBUFS);
+    lull_loop_settle(loop);
+    close_checked(a, 0); /* no close callback: a is the caller's now */
+    CHECK(!lull_loopback_pending(&a->lb));
+    free(a);
+    CHECK_EQ(lull_endpoint_read_start(&b.lb.ep), 0);
+    lull_loop_settle(loop);
+    CHECK_EQ(b.frames, 2);
+    CHECK_EQ(b.closes, 1);
+    CHECK_EQ(b.reason, -ENOBUFS);
+    CHECK_EQ(lull_loop_free(loop), 0);
+
+    /* With a close callback: it runs once, after the peer released the
+     * frames a sent, with the owner's reason. */
+    loop = new_loop(LULL_CLOCK_VIRTUAL);
+    side c, d;
+    pair_with(loop, &c, &d, &o);
+    CHECK_EQ(lull_endpoint_read_stop(&d.lb.ep), 0);
+    CHECK_EQ(send_id(&c, 1), 0);
+    CHECK_EQ(send_id(&c, 2), 0);
+    CHECK_EQ(send_id(&c, 3), -ENOBUFS);
+    lull_loop_settle(loop);
+    close_checked(&c, 9);
+    lull_loop_settle(loop);
+    CHECK_EQ(c.closes, 0); /* d still holds its frames */
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_endpoint_read_start(&d.lb.ep), 0);
+    lull_loop_settle(loop);
+    CHECK_EQ(d.frames, 2);
+    CHECK_EQ(d.closes, 1);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, 9);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
