@@ -250,10 +250,6 @@ struct lull_loop {
                          (src/stream.c): a paused stream holds an fd
                          but no started watcher; and loopback ends whose
                          close callback waits for a peer's inbox */
-    uint32_t udp_untracked;   /* closed udp handles owed their close callback
-                                 but not in the in-use set (its add failed,
-                                 src/udp.c): lull_udp_init walks the queues
-                                 for them only while this is not 0 */
     uint32_t listeners;       /* subscribed listeners (src/notify.c) */
     lull_listener *listening; /* ... linked through loop_next, newest
                                  first: what lull_loop_walk reports */
@@ -263,6 +259,8 @@ struct lull_loop {
                                  (src/pump.c) */
     lull__registry loopbacks; /* loopback ends paired here and not yet the
                                  caller's again (src/loopback.c) */
+    lull__registry udps;      /* udp handles set up here and not yet the
+                                 caller's again (src/udp.c) */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */

@@ -125,6 +125,8 @@ int lull_loop_free(lull_loop *loop) {
     lull__audit_free(loop);
     lull__inuse_forget(&loop->pumps);     /* pumps left open, quiet */
     lull__inuse_forget(&loop->loopbacks); /* pairs left open, quiet */
+    lull__inuse_forget(&loop->udps);      /* udp handles without a socket */
+    lull__registry_free(&loop->udps);
     lull__registry_free(&loop->loopbacks);
     lull__registry_free(&loop->pumps);
     free(loop);
