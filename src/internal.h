@@ -463,6 +463,12 @@ static inline void lull__dispatch_node(lull_loop *loop, lull__node *n) {
 static inline void lull__run_queue(lull_loop *loop, lull__node *q) {
     while (q->next != q) {
         lull__node *n = q->next;
+        /* The walk at iteration boundaries comes too late for a task freed
+         * by a callback of this batch: its links are checked against the
+         * queue, without following them, before they are used. */
+        LULL_ASSERT(
+            n->prev == q,
+            "lull: ready queue corrupted (a task freed while pending?)");
         lull__queue_remove(n);
         lull__dispatch_node(loop, n);
         if (lull__after_callback(loop)) break;

@@ -602,6 +602,9 @@ __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
             return plain_hop_found(loop, n);
         (void)counted_look(loop, 0);
         lull__node *node = loop->ready.next;
+        LULL_ASSERT(
+            node->prev == &loop->ready,
+            "lull: ready queue corrupted (a task freed while pending?)");
         lull__queue_remove(node);
         lull__dispatch_node(loop, node);
         if (LULL_UNLIKELY(!plain_hop_untouched(loop)))
