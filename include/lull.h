@@ -1289,7 +1289,7 @@ struct lull_udp {
 /* Prepares the handle; no socket yet (bind, connect or the first send
  * makes one). opts may be NULL. -EINVAL for NULL or recv_batch > 1024;
  * -EBUSY into a handle still live (until its close callback has run), on
- * this loop or another. */
+ * this loop or another (there, also one set up and idle); -ENOMEM. */
 LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
                               const lull_udp_options *opts);
 /* Binds to host (numeric; NULL = "127.0.0.1", "::" for every address of

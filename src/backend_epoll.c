@@ -383,6 +383,11 @@ bool lull__backend_next(lull_loop *loop, lull_io **io, int *events) {
             loop->backend_stale = true; /* nobody owns it: rebuild */
             continue;
         }
+        /* A watcher freed by a callback of this batch: loop_verify's walk
+         * at the iteration's end is too late. Its own fields only. */
+        LULL_ASSERT(w->slot == (uint32_t)ev->data.u64 - 1u && w->loop == loop &&
+                        (w->flags & LULL__IO_ACTIVE),
+                    "lull: fd watcher corrupted (freed while started?)");
         int e = from_epoll(ev->events, w->events);
         if (!e) continue;
         *io = w;

@@ -268,8 +268,10 @@ static void unlink_watch(struct lull__fsevents *fs, lull_fsevent *w) {
 
 int lull_fsevent_stop(lull_fsevent *w) {
     if (!w || !w->loop) return -EINVAL;
-    LULL_ASSERT_LOOP_THREAD(w->loop);
+    /* Before the thread check: a watch not started holds nothing, and its
+     * loop may be freed (lull_loop_free accepts it). */
     if (w->wd == -1) return 0;
+    LULL_ASSERT_LOOP_THREAD(w->loop);
     struct lull__fsevents *fs = w->loop->fsevents;
     if (w->wd != FORKED) /* the parent's: not this instance's to remove */
         inotify_rm_watch(fs->io.fd, w->wd); /* EINVAL: the kernel dropped it */

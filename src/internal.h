@@ -251,11 +251,8 @@ struct lull_loop {
     uint32_t refs;    /* lull_loop_ref count */
     uint32_t handles; /* streams, servers and udp sockets set up and not closed
                          (src/stream.c): a paused stream holds an fd
-                         but no started watcher */
-    uint32_t udp_untracked;   /* closed udp handles owed their close callback
-                                 but not in the in-use set (its add failed,
-                                 src/udp.c): lull_udp_init walks the queues
-                                 for them only while this is not 0 */
+                         but no started watcher; and loopback ends whose
+                         close callback waits for a peer's inbox */
     uint32_t listeners;       /* subscribed listeners (src/notify.c) */
     lull_listener *listening; /* ... linked through loop_next, newest
                                  first: what lull_loop_walk reports */
@@ -265,6 +262,8 @@ struct lull_loop {
                                  (src/pump.c) */
     lull__registry loopbacks; /* loopback ends paired here and not yet the
                                  caller's again (src/loopback.c) */
+    lull__registry udps;      /* udp handles set up here and not yet the
+                                 caller's again (src/udp.c) */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -467,6 +466,12 @@ static inline void lull__dispatch_node(lull_loop *loop, lull__node *n) {
 static inline void lull__run_queue(lull_loop *loop, lull__node *q) {
     while (q->next != q) {
         lull__node *n = q->next;
+        /* The walk at iteration boundaries comes too late for a task freed
+         * by a callback of this batch: its links are checked against the
+         * queue, without following them, before they are used. */
+        LULL_ASSERT(
+            n->prev == q,
+            "lull: ready queue corrupted (a task freed while pending?)");
         lull__queue_remove(n);
         lull__dispatch_node(loop, n);
         if (lull__after_callback(loop)) break;

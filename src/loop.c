@@ -125,6 +125,8 @@ int lull_loop_free(lull_loop *loop) {
     lull__audit_free(loop);
     lull__inuse_forget(&loop->pumps);     /* pumps left open, quiet */
     lull__inuse_forget(&loop->loopbacks); /* pairs left open, quiet */
+    lull__inuse_forget(&loop->udps);      /* udp handles without a socket */
+    lull__registry_free(&loop->udps);
     lull__registry_free(&loop->loopbacks);
     lull__registry_free(&loop->pumps);
     free(loop);
@@ -600,6 +602,9 @@ __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
             return plain_hop_found(loop, n);
         (void)counted_look(loop, 0);
         lull__node *node = loop->ready.next;
+        LULL_ASSERT(
+            node->prev == &loop->ready,
+            "lull: ready queue corrupted (a task freed while pending?)");
         lull__queue_remove(node);
         lull__dispatch_node(loop, node);
         if (LULL_UNLIKELY(!plain_hop_untouched(loop)))

@@ -121,6 +121,7 @@ static void release_closer(lull_loopback *lb) {
     lull_loopback *closer = lb->closer;
     if (!closer) return;
     lb->closer = NULL;
+    lb->loop->handles--; /* its turn keeps the loop from now on */
     claim_turn(closer, false);
 }
 
@@ -231,8 +232,26 @@ static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
  * discard) for the caller to release. The close turn is owed when a has a
  * close callback, or when `turn` asks for one (a failing end, whose frames
  * wait for it). */
+/* The end whose closer is a: a failed (a send past max_queued) and waits
+ * for the frames it sent in its former peer's inbox, where no link from a
+ * leads any more. Found in the loop's set of live ends: only a close of an
+ * end owed a callback and without a turn (such an end closed again, or a
+ * paused one its peer's close waits in) looks, never a send or a delivery. */
+static lull_loopback *holder_of(lull_loopback *a) {
+    const lull__registry *r = &a->loop->loopbacks;
+    for (uint32_t i = 0; i < r->cap; i++) {
+        lull_loopback *b = (lull_loopback *)r->slots[i];
+        if (b && b->closer == a) return b;
+    }
+    return NULL;
+}
+
 static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
+    lull_loopback *holder = a->close_pending && !lull_task_pending(&a->task) &&
+                                    !lull_timer_active(&a->timer)
+                                ? holder_of(a)
+                                : NULL;
     if (a->closed_flag) *a->closed_flag = true; /* a delivery to a runs */
     a->closed_flag = NULL;
     lull_task_cancel(&a->task);
@@ -270,11 +289,19 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
         a->close_pending = true;
         a->reason = reason;
         if (b && b->head) {
+            /* No turn of its own until then, and a paused b claims none:
+             * counted as a handle, so that lull_loop_free refuses the
+             * loop while its close callback is owed. */
             b->closer = a;
-        } else {
+            a->loop->handles++;
+        } else if (!holder) {
             claim_turn(a, false);
-        }
+        } /* else it waits on, as before this close */
     } else {
+        if (holder) { /* no callback owed: the holder forgets a */
+            holder->closer = NULL;
+            a->loop->handles--;
+        }
         unregister_end(a); /* no callback owed: the caller's at return */
     }
     /* A closed peer waiting for this inbox: the caller releases it. */
@@ -282,9 +309,34 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     return inbox;
 }
 
+/* An end lull_loop_free forgot: its loop accepted the pair open, quiet,
+ * and dropped its ends from the process's set of live ends, which is how
+ * the calls below tell (asked by address: close and control only, never
+ * a send or a delivery). Its loop is freed memory: no turn can run, so the
+ * close detaches the peer (its sends fail) and hands back this end's inbox
+ * (frames a paused end held) for release, and no callback is owed. */
+static bool forgotten(const lull_loopback *lb) {
+    return !lull__inuse_has(lb);
+}
+
+static lull_frame *close_forgotten(lull_loopback *a) {
+    lull_loopback *b = a->peer;
+    a->peer = NULL;
+    if (b) {
+        b->peer = NULL;
+        lull__endpoint_peer_gone(&b->ep);
+    }
+    lull_frame *inbox = a->head;
+    a->head = a->tail = NULL;
+    a->paused = false;
+    return inbox;
+}
+
 static void loopback_close(lull_endpoint *ep, int reason) {
+    lull_loopback *a = end_of(ep);
     /* Last: a release callback may do anything, this end is consistent. */
-    release_list(close_end(end_of(ep), reason, false));
+    release_list(forgotten(a) ? close_forgotten(a)
+                              : close_end(a, reason, false));
 }
 
 /* A send past max_queued, inside lull_endpoint_send: the end closes now in
@@ -303,8 +355,9 @@ static void loopback_fail(lull_endpoint *ep, int reason) {
 
 int lull__loopback_read(lull_endpoint *ep, bool on) {
     lull_loopback *lb = end_of(ep);
+    if (lb->paused != on) return 0;      /* already so */
+    if (forgotten(lb)) return -ENOTCONN; /* its loop is gone */
     LULL_ASSERT_LOOP_THREAD(lb->loop);
-    if (lb->paused != on) return 0; /* already so */
     lb->paused = !on;
     /* Resumed: what waited arrives in a later turn, never inside this. */
     if (on && (lb->head || lb->close_pending || lb->eof))
@@ -314,10 +367,11 @@ int lull__loopback_read(lull_endpoint *ep, bool on) {
 
 int lull__loopback_shutdown(lull_endpoint *ep) {
     lull_loopback *a = end_of(ep);
-    LULL_ASSERT_LOOP_THREAD(a->loop);
     /* Shut already, or the peer closed (a send past max_queued too): the
      * peer has heard or will hear of the end. */
     if (a->ep.flags & LULL__EP_PEER_GONE) return 0;
+    if (forgotten(a)) return -ENOTCONN; /* its loop is gone */
+    LULL_ASSERT_LOOP_THREAD(a->loop);
     a->ep.flags |= LULL__EP_PEER_GONE; /* sends fail; queued still counts */
     lull_loopback *b = a->peer;
     b->eof = true;

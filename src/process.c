@@ -666,8 +666,8 @@ int lull_process_spawn(lull_loop *loop, lull_process *p,
 
 int lull_process_kill(lull_process *p, int signum) {
     if (!p || !p->loop || signum < 0 || signum > 64) return -EINVAL;
-    LULL_ASSERT_LOOP_THREAD(p->loop);
     if (!(p->state & P_STARTED) || (p->state & P_DONE_QUEUED)) return -ESRCH;
+    LULL_ASSERT_LOOP_THREAD(p->loop);
     if (!ours(p)) return -ECHILD;
     return send_signal(p->pidfd, p->pid, signum);
 }
@@ -681,8 +681,8 @@ int lull_process_kill(lull_process *p, int signum) {
  * reap by another thread between that question and the kill. */
 int lull_process_kill_group(lull_process *p, int signum) {
     if (!p || !p->loop || signum < 0 || signum > 64) return -EINVAL;
-    LULL_ASSERT_LOOP_THREAD(p->loop);
     if (!(p->state & P_STARTED) || (p->state & P_DONE_QUEUED)) return -ESRCH;
+    LULL_ASSERT_LOOP_THREAD(p->loop);
     if (!ours(p)) return -ECHILD;
     siginfo_t si;
     memset(&si, 0, sizeof si);
@@ -694,8 +694,10 @@ int lull_process_kill_group(lull_process *p, int signum) {
 
 int lull_process_close(lull_process *p) {
     if (!p || !p->loop) return -EINVAL;
-    LULL_ASSERT_LOOP_THREAD(p->loop);
+    /* Before the thread check: a handle whose child exited holds nothing,
+     * and its loop may be freed (lull_loop_free accepts it). */
     if (!(p->state & P_STARTED) || (p->state & P_CLOSED)) return 0;
+    LULL_ASSERT_LOOP_THREAD(p->loop);
     p->state |= P_CLOSED;
     if (!ours(p)) {
         /* Not our child: nothing to kill or wait for here. */
@@ -855,8 +857,8 @@ static int reaper_take(int fd) {
 
 int lull_process_detach(lull_process *p) {
     if (!p || !p->loop) return -EINVAL;
-    LULL_ASSERT_LOOP_THREAD(p->loop);
     if (!(p->state & P_STARTED) || (p->state & P_DONE_QUEUED)) return -ESRCH;
+    LULL_ASSERT_LOOP_THREAD(p->loop);
     if (ours(p)) {
         /* The reaper gets a copy of the pidfd, so that a failure leaves
          * the handle as it was, still watching. */

@@ -95,15 +95,14 @@ void lull__registry_free(lull__registry *r) {
 
 /* The process's pumps, UDP handles, processes, fs watches, servers, streams,
  * TLS connections, notifiers and loopback ends in use on any loop (the union of
- * the loops' `pumps` and `loopbacks` sets, the UDP handles holding a socket or
- * owed their close callback, the spawned handles whose on_exit has not run, the
- * started watches and lull_io_init's started watchers, the servers not closed,
- * the notifiers with a subscribed listener, and the streams and TLS
- * connections set up whose on_close has not run), so that an init on one loop
- * refuses a handle open on another: that loop's set cannot be asked from this
- * thread, and clearing the handle would cut that loop's queue or lose its fd.
- * Under inuse_lock, held only for one set operation (inits, closes and the
- * start and stop of a user's watcher: not a hot path). */
+ * the loops' `pumps`, `loopbacks` and `udps` sets, the spawned handles whose
+ * on_exit has not run, the started watches and lull_io_init's started watchers,
+ * the servers not closed, the notifiers with a subscribed listener, and the
+ * streams and TLS connections set up whose on_close has not run), so that an
+ * init on one loop refuses a handle open on another: that loop's set cannot be
+ * asked from this thread, and clearing the handle would cut that loop's queue
+ * or lose its fd. Under inuse_lock, held only for one set operation (inits,
+ * closes and the start and stop of a user's watcher: not a hot path). */
 static pthread_mutex_t inuse_lock = PTHREAD_MUTEX_INITIALIZER;
 static lull__registry inuse; /* under inuse_lock */
 static pthread_once_t inuse_once = PTHREAD_ONCE_INIT;

@@ -541,6 +541,7 @@ static void list_remove(lull_simnet *net, lull_simconn *c) {
         net->ends = c->net_next;
     if (c->net_next) c->net_next->net_prev = c->net_prev;
     net->nends--;
+    net->loop->handles--;
 }
 
 /* This end's inbox is empty for good: the closed sender waiting for its
@@ -1107,6 +1108,10 @@ static int end_init(lull_simnet *net, lull_simconn *c,
     if (net->ends) net->ends->net_prev = c;
     net->ends = c;
     net->nends++;
+    /* Until it is done, it keeps lull_loop_free at -EBUSY, as an open
+     * stream does: its close callback, its peer's and the network's
+     * timer need the loop. */
+    net->loop->handles++;
     return 0;
 }
 
@@ -1194,6 +1199,7 @@ int lull_simserver_listen(lull_simnet *net, lull_simserver *srv,
     srv->on_connection = fn;
     srv->next = net->servers;
     net->servers = srv;
+    net->loop->handles++; /* until lull_simserver_close, as a server */
     trace(net, "listen %s", addr);
     return 0;
 }
@@ -1243,6 +1249,7 @@ void lull_simserver_close(lull_simserver *srv) {
     for (lull_simserver **s = &net->servers; *s; s = &(*s)->next)
         if (*s == srv) {
             *s = srv->next;
+            net->loop->handles--;
             break;
         }
     trace(net, "unlisten %s", srv->addr);

@@ -522,6 +522,8 @@ void lull__timers_run_due(lull_loop *loop) {
     lull__node *q = &loop->due;
     while (q->next != q) {
         lull__node *n = q->next;
+        LULL_ASSERT(n->prev == q,
+                    "lull: due list corrupted (a timer freed while armed?)");
         lull__queue_remove(n);
         lull_timer *t = (lull_timer *)n;
         loop->firing = t;

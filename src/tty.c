@@ -297,8 +297,8 @@ int lull_tty_set_mode(lull_tty *t, int mode) {
     if (!t || !t->loop || mode < LULL_TTY_MODE_NORMAL ||
         mode > LULL_TTY_MODE_IO)
         return -EINVAL;
+    if (t->ctl < 0) return -EBADF; /* closed: its loop may be freed */
     LULL_ASSERT_LOOP_THREAD(t->loop);
-    if (t->ctl < 0) return -EBADF;
     if (mode == t->mode) return 0;
     struct termios tio = *saved_of(t);
     make_mode(&tio, mode);
@@ -325,8 +325,8 @@ int lull_tty_set_mode(lull_tty *t, int mode) {
 
 int lull_tty_get_winsize(lull_tty *t, int *cols, int *rows) {
     if (!t || !t->loop || !cols || !rows) return -EINVAL;
+    if (t->ctl < 0) return -EBADF; /* closed: its loop may be freed */
     LULL_ASSERT_LOOP_THREAD(t->loop);
-    if (t->ctl < 0) return -EBADF;
     struct winsize ws;
     if (ioctl(t->ctl, TIOCGWINSZ, &ws) < 0) return -errno;
     *cols = ws.ws_col;
@@ -336,8 +336,8 @@ int lull_tty_get_winsize(lull_tty *t, int *cols, int *rows) {
 
 int lull_tty_close(lull_tty *t) {
     if (!t || !t->loop) return -EINVAL;
+    if (t->ctl < 0) return 0; /* closed: its loop may be freed */
     LULL_ASSERT_LOOP_THREAD(t->loop);
-    if (t->ctl < 0) return 0;
     /* Closed from here on: a frame's release, which the stream's close
      * runs, may close the tty again. */
     int ctl = t->ctl, mode = t->mode;

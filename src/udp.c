@@ -124,7 +124,6 @@
 #define U_INET6     0x400u  /* the socket is AF_INET6 (ditto) */
 #define U_RECV_EACH 0x800u  /* recvmmsg refused (seccomp): recvmsg each */
 #define U_SEND_EACH 0x1000u /* sendmmsg refused (seccomp): sendmsg each */
-#define U_UNTRACKED 0x2000u /* closed, not in the in-use set: udp_untracked */
 
 /* One receive slot's headers. */
 typedef struct recv_meta {
@@ -159,6 +158,30 @@ static bool inherited(const lull_udp *udp) {
     return LULL_UNLIKELY((intptr_t)udp->flush.data != (intptr_t)udp->loop->pid);
 }
 
+/* Puts udp in the process's set of UDP handles in use and the loop's own
+ * from its set-up until its close callback (or its loop's lull_loop_free,
+ * which forgets the handles left open: without a socket, allowed), so that
+ * an init refuses a live handle and a close after the loop's free knows.
+ * Asked by address: udp is garbage before its first init; a handle found
+ * there is one lull wrote. 0 when an init may clear it: new, or set up on
+ * this loop and idle (no socket, not closing, so nothing queued and no
+ * watcher); -EBUSY (live, or set up on another loop), -ENOMEM. */
+static int has_socket(const lull_udp *udp);
+
+static int set_up_idle(lull_loop *loop, lull_udp *udp) {
+    if (lull__inuse_has(udp))
+        return lull__on_loop_thread(loop) &&
+                       lull__registry_has(&loop->udps, udp) &&
+                       !has_socket(udp) && !(udp->state & U_CLOSED)
+                   ? 0
+                   : -EBUSY;
+    int rc = lull__inuse_add(udp);
+    if (rc < 0) return rc;
+    rc = lull__registry_add(&loop->udps, udp);
+    if (rc < 0) lull__inuse_remove(udp);
+    return rc < 0 ? rc : 0;
+}
+
 int lull_udp_init(lull_loop *loop, lull_udp *udp,
                   const lull_udp_options *opts) {
     if (!loop || !udp) return -EINVAL;
@@ -173,13 +196,8 @@ int lull_udp_init(lull_loop *loop, lull_udp *udp,
      * lookup): udp is garbage before its first init. A send is queued and
      * a watcher started only while a socket is held, so the set answers
      * for them. */
-    if (lull__inuse_has(udp)) return -EBUSY;
-    /* A close that could not add its handle to the set: this loop's
-     * queues, walked only while such a close callback is owed. */
-    const lull__node *nodes[] = {&udp->flush.node, &udp->event.node};
-    if (lull__on_loop_thread(loop) && loop->udp_untracked &&
-        lull__live_on(loop, &udp->io, nodes, 2))
-        return -EBUSY;
+    int rc = set_up_idle(loop, udp);
+    if (rc < 0) return rc;
     if (o.max_datagram > MAX_DATAGRAM_DEFAULT)
         o.max_datagram = MAX_DATAGRAM_DEFAULT;
     void *data = udp->data; /* the owner's pointer survives set-up */
@@ -254,14 +272,8 @@ static int socket_family(const lull_udp *udp);
 static int adopt(lull_udp *udp, int fd) {
     lull__io_setup(udp->loop, &udp->io, fd, on_io);
     /* Holding a socket keeps lull_loop_free at -EBUSY, receiving or not
-     * (as an open stream does), until drop_socket or lull_udp_close, and
-     * lull_udp_init at -EBUSY (the process's set of handles holding one or
-     * closing), until drop_socket or the close callback. */
-    int rc = lull__inuse_add(udp);
-    if (rc < 0) {
-        udp->io.fd = -1; /* not taken: the caller's to close or keep */
-        return rc;
-    }
+     * (as an open stream does), and lull_udp_init at -EBUSY, until
+     * drop_socket or lull_udp_close. */
     udp->loop->handles++;
     /* A socket keeps its family: read it here once, so that a send, which
      * checks its destination against it, makes no system call of its own
@@ -302,7 +314,6 @@ static int drop_socket(lull_udp *udp, int rc) {
     close(udp->io.fd);
     udp->io.fd = -1;
     udp->loop->handles--;
-    lull__inuse_remove(udp);
     udp->state &= ~(U_INET | U_INET6 | U_NO_GSO);
     return rc;
 }
@@ -721,8 +732,8 @@ static void event_task(lull_task *t) {
     udp->rmeta = NULL;
     lull_udp_close_fn fn = udp->on_close;
     udp->on_close = NULL;
-    if (udp->state & U_UNTRACKED) udp->loop->udp_untracked--;
-    udp->state &= ~(U_INIT | U_UNTRACKED); /* the caller's again */
+    udp->state &= ~U_INIT; /* the caller's again */
+    lull__registry_remove(&udp->loop->udps, udp);
     lull__inuse_remove(udp);
     if (fn) fn(udp);
 }
@@ -1050,6 +1061,13 @@ static void on_io(lull_io *io, int events) {
 
 int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn) {
     if (!udp || !(udp->state & U_INIT)) return -EINVAL;
+    if (!(udp->state & U_CLOSED) && !lull__inuse_has(udp)) {
+        /* Left open without a socket by a lull_loop_free that forgot it:
+         * its loop is freed memory, and no turn is left to run fn. It
+         * held nothing: the caller's again, as after a completed close. */
+        udp->state &= ~U_INIT;
+        return 0;
+    }
     LULL_ASSERT_LOOP_THREAD(udp->loop);
     if (udp->state & U_CLOSED) return 0;
     /* One last send of the queue, as far as the socket takes it now, as
@@ -1072,16 +1090,6 @@ int lull_udp_close(lull_udp *udp, lull_udp_close_fn fn) {
         close(udp->io.fd);
         udp->io.fd = -1;
         udp->loop->handles--;
-    } else {
-        /* Never held a socket: in the set from here, so that an init
-         * refuses it while this loop owes its close callback. A close
-         * cannot fail: without memory for the set, this loop's init walks
-         * its queues for the queued turn (udp_untracked), and only another
-         * loop's check is lost. */
-        if (lull__inuse_add(udp) < 0) {
-            udp->state |= U_UNTRACKED;
-            udp->loop->udp_untracked++;
-        }
     }
     while (udp->head)
         finish(udp, udp->head, -ECANCELED);

@@ -791,3 +791,26 @@ TEST(name_moved_through_a_directory_in_one_batch) {
     lull_fsevent_stop(&wb);
     free_loop_and_root(loop);
 }
+
+/* A watch set up but not started, or stopped, holds nothing, and
+ * lull_loop_free accepts its loop. A clean-up after the loop's teardown
+ * that stops it again (a wrapper's destructor) got 0 in release builds,
+ * but debug builds read the freed loop's owner for their thread check
+ * first (AddressSanitizer: a use after free). The answer comes from the
+ * watch alone now, before any look at its loop. */
+TEST(stop_after_the_loops_free_touches_no_loop) {
+    make_root();
+    lull_loop *loop = new_loop();
+    lull_fsevent w, idle;
+    seen s;
+    watch(loop, &w, &s, root);
+    CHECK_EQ(lull_fsevent_init(loop, &idle), 0);
+    CHECK_EQ(lull_fsevent_stop(&w), 0);
+    free_loop_and_root(loop);
+    CHECK_EQ(lull_fsevent_stop(&w), 0);
+    CHECK_EQ(lull_fsevent_stop(&idle), 0);
+    lull_fsevent_unref(&w);
+    lull_fsevent_ref(&w);
+    lull_fsevent_unref(&idle);
+    CHECK_EQ(s.calls, 0);
+}

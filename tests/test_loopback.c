@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <lull.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const int clocks[] = {LULL_CLOCK_MONOTONIC, LULL_CLOCK_VIRTUAL};
@@ -1890,4 +1891,127 @@ TEST(pair_of_a_live_end_is_busy) {
     close_both(&c, &d);
     CHECK_EQ(lull_loop_free(loop), 0);
     CHECK_EQ(lull_loop_free(other), 0);
+}
+
+/* A loop freed with a pair left open (quiet: allowed, as a pump) is gone,
+ * and a clean-up that closes or pauses the ends after the loop's teardown
+ * must not touch it: the close read the freed loop's owner for its thread
+ * check, cancelled the end's turn on it, posted the peer's close notice to
+ * its ready queue and took the end out of its set (AddressSanitizer: a use
+ * after free). It now detaches the pair and releases, undelivered, the
+ * frames still queued to the end (a paused end's), with no callback: no
+ * loop is left to run one. The other calls answer -ENOTCONN, as for a
+ * closed end, and each end can be paired again on another loop. */
+TEST(close_after_its_loop_was_freed_touches_no_loop) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    side a, b;
+    pair_with(loop, &a, &b, NULL);
+    CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+    owned f = {.frame = {.release = owned_release}, .id = 1};
+    f.frame.bytes = &f.id;
+    f.frame.len = sizeof f.id;
+    CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f.frame), 0);
+    CHECK_EQ(lull_loop_settle(loop), 1); /* paused: b gets nothing */
+    CHECK_EQ(lull_loop_free(loop), 0);   /* the pair left open */
+    CHECK_EQ(lull_endpoint_read_start(&b.lb.ep), -ENOTCONN);
+    CHECK_EQ(lull_endpoint_shutdown(&a.lb.ep), -ENOTCONN);
+    CHECK(!lull_loopback_pending(&b.lb));
+    CHECK_EQ(lull_endpoint_close(&a.lb.ep, 5), 0);
+    CHECK(!lull_endpoint_writable(&b.lb.ep)); /* its peer is gone */
+    CHECK_EQ(lull_endpoint_send_copy(&b.lb.ep, "x", 1), -EPIPE);
+    CHECK_EQ(f.releases, 0);
+    CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
+    CHECK_EQ(f.releases, 1); /* b's inbox, released undelivered */
+    CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
+    CHECK_EQ(a.frames + b.frames + a.closes + b.closes, 0);
+    /* Both ends are free: paired again on a new loop, they work. */
+    loop = new_loop(LULL_CLOCK_VIRTUAL);
+    pair_with(loop, &a, &b, NULL);
+    CHECK_EQ(send_id(&a, 7), 0);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(b.frames, 1);
+    close_checked(&a, 0);
+    CHECK_EQ(lull_loop_settle(loop), 2);
+    CHECK_EQ(a.closes + b.closes, 2);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* An end closed with its close callback owed, waiting for the frames it
+ * sent to a paused peer: no turn is queued for either end (a paused end
+ * claims none), yet the close callback is owed, and lull_loop_free must
+ * say -EBUSY until it ran (docs/API.md, lull_endpoint_close). It returned
+ * 0 and freed the loop, and the callback never came. */
+TEST(free_is_busy_while_a_close_waits_for_a_paused_peer) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    side a, b;
+    pair_with(loop, &a, &b, NULL);
+    CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+    CHECK_EQ(send_id(&a, 1), 0);
+    close_checked(&a, 4);
+    lull_loop_settle(loop);
+    CHECK_EQ(a.closes + b.closes + b.frames, 0);
+    CHECK(lull_loopback_pending(&a.lb));
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_endpoint_read_start(&b.lb.ep), 0);
+    CHECK(lull_loop_settle(loop) > 0);
+    CHECK_EQ(b.frames, 1);
+    CHECK_EQ(b.closes, 1);
+    CHECK_EQ(b.reason, 4);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, 4);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* An end that failed (a send past max_queued) waits for the frames it
+ * sent, held by a paused peer, before its close turn. Its owner's close
+ * then, with no close callback, makes it the caller's at return
+ * (docs/API.md): freed there, it was still the peer's `closer`, and the
+ * peer's resume claimed a turn in the freed memory (AddressSanitizer: a
+ * use after free). With a close callback, that callback ran at once,
+ * before the frames it sent were back, and the peer claimed its turn
+ * again later. */
+TEST(failed_end_closed_and_freed_while_its_peer_holds_its_frames) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loopback_options o = {.max_queued = 2 * sizeof(int)};
+    side *a = malloc(sizeof *a);
+    CHECK(a != NULL);
+    side b;
+    pair_with(loop, a, &b, &o);
+    lull_endpoint_set_callbacks(&a->lb.ep, on_frame, on_drain, NULL);
+    CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+    CHECK_EQ(send_id(a, 1), 0);
+    CHECK_EQ(send_id(a, 2), 0);
+    CHECK_EQ(send_id(a, 3), -ENOBUFS);
+    lull_loop_settle(loop);
+    close_checked(a, 0); /* no close callback: a is the caller's now */
+    CHECK(!lull_loopback_pending(&a->lb));
+    free(a);
+    CHECK_EQ(lull_endpoint_read_start(&b.lb.ep), 0);
+    lull_loop_settle(loop);
+    CHECK_EQ(b.frames, 2);
+    CHECK_EQ(b.closes, 1);
+    CHECK_EQ(b.reason, -ENOBUFS);
+    CHECK_EQ(lull_loop_free(loop), 0);
+
+    /* With a close callback: it runs once, after the peer released the
+     * frames a sent, with the owner's reason. */
+    loop = new_loop(LULL_CLOCK_VIRTUAL);
+    side c, d;
+    pair_with(loop, &c, &d, &o);
+    CHECK_EQ(lull_endpoint_read_stop(&d.lb.ep), 0);
+    CHECK_EQ(send_id(&c, 1), 0);
+    CHECK_EQ(send_id(&c, 2), 0);
+    CHECK_EQ(send_id(&c, 3), -ENOBUFS);
+    lull_loop_settle(loop);
+    close_checked(&c, 9);
+    lull_loop_settle(loop);
+    CHECK_EQ(c.closes, 0); /* d still holds its frames */
+    CHECK_EQ(lull_loop_free(loop), -EBUSY);
+    CHECK_EQ(lull_endpoint_read_start(&d.lb.ep), 0);
+    lull_loop_settle(loop);
+    CHECK_EQ(d.frames, 2);
+    CHECK_EQ(d.closes, 1);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, 9);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -2879,3 +2879,26 @@ TEST(spawn_check_cost_does_not_grow_with_queued_work) {
     free(tasks);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A handle whose child exited (on_exit ran) holds nothing, and
+ * lull_loop_free accepts its loop; a clean-up that then kills, detaches
+ * or closes it (a wrapper's destructor) got its documented answers in
+ * release builds, but debug builds read the freed loop's owner for their
+ * thread check first (AddressSanitizer: a use after free). The answer
+ * comes from the handle alone now, before any look at its loop. */
+TEST(calls_after_the_exit_and_the_loops_free_touch_no_loop) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = SH("exit 3")};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(k.exits, 1);
+    free_loop(loop);
+    CHECK_EQ(lull_process_kill(&k.p, 0), -ESRCH);
+    CHECK_EQ(lull_process_kill_group(&k.p, 0), -ESRCH);
+    CHECK_EQ(lull_process_detach(&k.p), -ESRCH);
+    CHECK_EQ(lull_process_close(&k.p), 0);
+    lull_process_ref(&k.p);
+    lull_process_unref(&k.p);
+    CHECK_EQ(k.exits, 1);
+}

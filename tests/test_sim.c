@@ -2420,3 +2420,36 @@ TEST(unknown_flags_are_invalid) {
     CHECK_EQ(cl.connect_status, -ECONNREFUSED);
     finish(loop, net, &srv);
 }
+
+/* A listening server and an open, quiet connection (read paused) left on
+ * a loop: lull_loop_free returned 0, and the clean-up that closed them
+ * afterwards (a wrapper's destructors) read the freed loop and queued
+ * close turns on it (AddressSanitizer: a use after free), and their close
+ * callbacks were lost. They keep it at -EBUSY now, as a server and a
+ * stream do, until each is closed and done. */
+TEST(loop_free_waits_for_servers_and_connections) {
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    accept_opts = (lull_simconn_options){0};
+    dont_accept = false;
+    accept_want = 0;
+    accepted.echo = false;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "quiet", on_connection), 0);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY); /* listening */
+    end cl;
+    client_connect(net, &cl, "quiet", NULL);
+    CHECK(lull_loop_settle(loop) > 0);
+    CHECK_EQ(cl.connects, 1);
+    CHECK_EQ(lull_simconn_read_stop(&cl.c), 0);
+    lull_simserver_close(&srv);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY); /* two open ends */
+    CHECK_EQ(lull_endpoint_close(&cl.c.ep, 0), 0);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY); /* close callbacks owed */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_EQ(lull_simnet_free(net), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

@@ -1783,3 +1783,35 @@ TEST(stopping_a_million_late_repeating_timers_in_one_callback) {
     CHECK_EQ(lull_loop_free(loop), 0);
     free(late_timers);
 }
+
+/* A timer freed while due (its memory reused: here overwritten by the
+ * callback of a timer due before it at the same deadline) corrupts the due
+ * list, which debug builds promise to catch (docs/API.md, Errors). The
+ * walk at iteration boundaries comes too late for the same batch: the
+ * runner unlinked the freed node through its scribbled links and crashed
+ * (SIGSEGV, no message). Release builds do not check. */
+static lull_timer *g_victim_timer;
+static void scribble_on_victim_timer(lull_timer *t) {
+    (void)t;
+    memset(g_victim_timer, 0xab, sizeof *g_victim_timer);
+}
+
+static void free_a_due_timer(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    static lull_timer first, victim, last;
+    g_victim_timer = &victim;
+    lull_timer_init(loop, &first, scribble_on_victim_timer);
+    lull_timer_init(loop, &victim, scribble_on_victim_timer);
+    lull_timer_init(loop, &last, scribble_on_victim_timer);
+    lull_timer_start(&first, 10, 0);
+    lull_timer_start(&victim, 10, 0);
+    lull_timer_start(&last, 10, 0);
+    lull_loop_advance(loop, 10);
+}
+
+TEST(timer_freed_while_due_is_caught_in_debug_builds) {
+    if (!check_debug_build()) return;
+    CHECK(check_dies(free_a_due_timer, NULL,
+                     "lull: due list corrupted (a timer freed while armed?)"));
+}

@@ -792,3 +792,24 @@ TEST(close_in_a_forked_child_leaves_the_parents_terminal) {
     CHECK_EQ(fcntl(p.master, F_GETFL), fl & ~O_NONBLOCK);
     finish(loop, &p);
 }
+
+/* A tty closed (its stream's close callback ran) holds nothing, and
+ * lull_loop_free accepts its loop. A clean-up after the loop's teardown
+ * that closes it again (a wrapper's destructor) or asks its size got the
+ * documented answers in release builds, but debug builds read the freed
+ * loop's owner for their thread check first (AddressSanitizer: a use
+ * after free). The answer comes from the tty alone now. */
+TEST(calls_after_close_and_the_loops_free_touch_no_loop) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    term k;
+    term_init(loop, &k, p.slave);
+    term_close_and_wait(loop, &k);
+    free_loop(loop);
+    CHECK_EQ(lull_tty_close(&k.t), 0);
+    CHECK_EQ(lull_tty_set_mode(&k.t, LULL_TTY_MODE_RAW), -EBADF);
+    int cols, rows;
+    CHECK_EQ(lull_tty_get_winsize(&k.t, &cols, &rows), -EBADF);
+    CHECK_EQ(k.closes, 1);
+    pty_close(&p);
+}

@@ -1905,3 +1905,31 @@ TEST(udp_init_cost_does_not_grow_with_queued_work) {
     free(tasks);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A handle set up without a socket holds nothing, and lull_loop_free
+ * accepts its loop. A clean-up that closed it after the loop's teardown
+ * (a wrapper's destructor) read the freed loop's owner for its thread
+ * check and posted its close turn to the freed loop's ready queue
+ * (AddressSanitizer: a use after free). The handle is in the process's
+ * set of handles in use from its init now, which the loop's free clears
+ * for the handles it leaves: the close asks the set, and a handle not
+ * there is the caller's again at once, with no callback (no loop is left
+ * to run one), as after a completed close. It can be set up anew. */
+TEST(close_after_its_loop_was_freed_touches_no_loop) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_recv_stop(&u), 0);
+    CHECK_EQ(lull_loop_free(loop), 0); /* no socket: left open */
+    CHECK_EQ(lull_udp_close(&u, count_udp_close), 0);
+    CHECK_EQ(lull_udp_close(&u, count_udp_close), -EINVAL); /* completed */
+    CHECK_EQ(g_udp_closes, 0);
+    loop = new_loop();
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    CHECK_EQ(lull_loop_free(loop), -EBUSY); /* a socket: held */
+    CHECK_EQ(lull_udp_close(&u, count_udp_close), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(g_udp_closes, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
