@@ -1597,7 +1597,10 @@ static int master_handshake(server *srv) {
     m->state = M_UP;
     m->id = ++k->last_id; /* a client in CLIENT LIST, as Redis' master */
     m->up_ns = m->last_ns = lull_loop_now(srv->loop);
-    k->link_up = true;
+    /* In sync (INFO's master_link_status:up) once a snapshot is whole, as
+     * a Redis replica is once its RDB is loaded: until then the old keys
+     * are served. */
+    k->link_up = !m->snap;
     m->backoff_ns = RETRY_MIN_NS;
     m->acked = k->offset;
     if (m->snap)
@@ -1721,6 +1724,7 @@ static long apply_snapshot(server *srv) {
                 memset(&m->snap_db, 0, sizeof m->snap_db);
                 k->offset = m->snap_off;
                 k->expiry_changed = true;
+                k->link_up = true;
                 memcpy(m->replid, m->snap_id, sizeof m->replid);
                 m->snap = false;
                 srv_log(srv,

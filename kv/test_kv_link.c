@@ -2453,6 +2453,58 @@ TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A replica is in sync (INFO's master_link_status:up) once its snapshot
+ * is whole, not when +FULLRESYNC came: until then it serves its old keys
+ * (or none), as a Redis replica loading its RDB shows the link down. A
+ * script that waited for "up" and then read the replica read an empty
+ * keyspace. The test is the primary. */
+static int snap_begun;
+static void count_begun(server *srv, const char *line) {
+    count_syncs(srv, line);
+    if (strstr(line, "comes first")) snap_begun++;
+}
+
+TEST(replica_link_is_down_until_its_snapshot_is_whole) {
+    snap_full = snap_begun = 0;
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    static server r;
+    server_defaults(&r);
+    r.log = count_begun;
+    r.kv.replica = true;
+    snprintf(r.m.host, sizeof r.m.host, "pair");
+    snprintf(r.m.addr, sizeof r.m.addr, "pair");
+    CHECK_EQ(server_open(&r, loop, &fake_net, 1000000000000ll), 0);
+    server_start(&r);
+    while (r.m.state != M_SYNC)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    static const char head[] =
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n";
+    send_all(fake_fd, head, sizeof head - 1);
+    uint64_t t0 = now_ms();
+    while (snap_begun == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(!r.kv.link_up); /* a snapshot half taken: not in sync */
+    static const char end[] = "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n";
+    send_all(fake_fd, end, sizeof end - 1);
+    while (snap_full == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(r.kv.link_up);
+    CHECK_U64_EQ(r.kv.offset, 5000);
+    server_stop(&r);
+    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    server_free(&r);
+    for (int i = 0; i < silent_connects; i++)
+        close(silent_fds[i]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* ------------------------------------------- CLIENT KILL and a snapshot */
 
 static int snap_forked;
