@@ -2142,6 +2142,50 @@ TEST(replica_waiting_for_a_snapshot_child_holds_no_output) {
     close_replicas(loop, &p, r, N);
 }
 
+/* A replica's state in the primary's INFO (slave0's state=): Redis'
+ * wait_bgsave while its snapshot is to come or being written, online once
+ * it was all written. Every link said online from its REPLSYNC on, so a
+ * check that waited for online before trusting a replica trusted one
+ * with none of the keyspace yet. */
+static bool info_says(server *p, const char *what) {
+    resp_arg argv[2] = {{"INFO", 4}, {"replication", 11}};
+    buf out = {0};
+    kv_exec(&p->kv, NULL, argv, 2, &out);
+    buf_put(&out, "", 1);
+    bool yes = strstr(out.p, what) != NULL;
+    buf_free(&out);
+    return yes;
+}
+
+TEST(replica_shown_online_only_once_its_snapshot_is_written) {
+    if (!children_watched()) return;
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    load_few_mb(&p);
+    server_start(&r);
+    /* The child fills the replica's socket and waits. */
+    CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
+    uint64_t t0 = now_ms();
+    while (p.kv.npeers == 0 ||
+           !link_child(LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer))) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(info_says(&p, ",state=wait_bgsave,"));
+    CHECK(!info_says(&p, ",state=online,"));
+    CHECK_EQ(lull_stream_read_start(&r.m.t.stream), 0);
+    run_to_sync(loop, &p, &r);
+    /* Online once the child's exit is heard (its pidfd, a turn or so). */
+    while (!info_says(&p, ",state=online,")) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(snap_failed, 0);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
 /* The same with links that relay (TLS: the child writes to a pipe per
  * link, which the loop relays into the session): one child for the first,
  * one more for all that waited, as on sockets. Each forked a child of its
