@@ -1791,10 +1791,10 @@ static void info_replication(const kv *k, buf *b) {
         info_line(b, "connected_slaves:%zu", k->npeers);
         size_t i = 0;
         for (const repl_peer *p = k->peers.next; p != &k->peers; p = p->next)
-            info_line(b,
-                      "slave%zu:ip=%s,port=%d,state=online,offset=%" PRIu64
-                      ",lag=0",
-                      i++, p->ip, p->port, p->offset);
+            info_line(
+                b, "slave%zu:ip=%s,port=%d,state=%s,offset=%" PRIu64 ",lag=0",
+                i++, p->ip, p->port, p->snapshot ? "wait_bgsave" : "online",
+                p->offset);
         info_line(b, "master_replid:%s", k->replid);
         info_line(b, "master_repl_offset:%" PRIu64, k->log.end);
         /* Redis' backlog fields: its first byte counted from 1. */

@@ -111,7 +111,7 @@ struct kv {
     /* Replica: */
     const char *master_host;
     int master_port;
-    bool link_up;    /* handshake done and the link open */
+    bool link_up;    /* handshake done, any snapshot taken, link open */
     uint64_t offset; /* bytes of the primary's log applied */
     /* A transaction not all in yet (its MULTI at `offset`): the bytes from
      * its MULTI already found to be whole records before its EXEC, so that

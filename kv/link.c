@@ -913,7 +913,10 @@ static void child_exited(lull_io *io, int events) {
             continue;
         }
         /* The log from X; a relay's, once the pipe is drained too. */
-        if (l->snap == SNAP_CHILD) l->snap = SNAP_NONE;
+        if (l->snap == SNAP_CHILD) {
+            l->snap = SNAP_NONE;
+            l->peer.snapshot = false;
+        }
         lull_task_post(srv->loop, &l->task);
     }
     job_free(j);
@@ -1205,6 +1208,7 @@ static void relay_pump(rlink *l) {
     }
     if (l->job) return;  /* its exit posts us (or drops the link) */
     l->snap = SNAP_NONE; /* the log from X */
+    l->peer.snapshot = false;
     lull_task_post(srv->loop, &l->task);
 }
 
@@ -1273,6 +1277,7 @@ static void snap_step(rlink *l) {
             if (forks) return;        /* hello's release posts us */
             rc = snap_inline(l);
             l->snap = SNAP_NONE;
+            l->peer.snapshot = false;
         }
         if (rc < 0) {
             conn_drop(l->c, "its snapshot was not sent (%s)", strerror(-rc));
@@ -1347,6 +1352,7 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
          * replies. */
         repl_log_seek(&k->log, k->log.end, &l->cur);
         l->snap = SNAP_WANT;
+        l->peer.snapshot = true;
         offset = 0; /* INFO: nothing acknowledged yet */
     }
     for (size_t i = 0; i < RING; i++)
@@ -1597,7 +1603,10 @@ static int master_handshake(server *srv) {
     m->state = M_UP;
     m->id = ++k->last_id; /* a client in CLIENT LIST, as Redis' master */
     m->up_ns = m->last_ns = lull_loop_now(srv->loop);
-    k->link_up = true;
+    /* In sync (INFO's master_link_status:up) once a snapshot is whole, as
+     * a Redis replica is once its RDB is loaded: until then the old keys
+     * are served. */
+    k->link_up = !m->snap;
     m->backoff_ns = RETRY_MIN_NS;
     m->acked = k->offset;
     if (m->snap)
@@ -1721,6 +1730,7 @@ static long apply_snapshot(server *srv) {
                 memset(&m->snap_db, 0, sizeof m->snap_db);
                 k->offset = m->snap_off;
                 k->expiry_changed = true;
+                k->link_up = true;
                 memcpy(m->replid, m->snap_id, sizeof m->replid);
                 m->snap = false;
                 srv_log(srv,

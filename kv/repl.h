@@ -214,6 +214,8 @@ typedef struct repl_peer {
     char ip[48];                   /* the replica's address */
     int port;                      /* the port it listens on (it says so) */
     uint64_t offset;               /* the offset it acknowledged applying */
+    bool snapshot; /* its snapshot is to come or being written: INFO's
+                      state wait_bgsave, as Redis', not online */
 } repl_peer;
 
 #endif

@@ -642,6 +642,21 @@ enum { CONFIGS = 19 };
 static char config_text[CONFIGS][1024];
 static const char *config_table[CONFIGS][2];
 
+/* An address lull's connect takes: IPv4, or IPv6 bare or in brackets. A
+ * name would be taken here and fail every connect (-EINVAL) for ever. */
+static bool numeric_host(const char *h) {
+    unsigned char a[sizeof(struct in6_addr)];
+    char v6[INET6_ADDRSTRLEN + 1];
+    size_t n = strlen(h);
+    if (inet_pton(AF_INET, h, a) == 1) return true;
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']' && n - 2 < sizeof v6) {
+        memcpy(v6, h + 1, n - 2);
+        v6[n - 2] = 0;
+        h = v6;
+    }
+    return inet_pton(AF_INET6, h, a) == 1;
+}
+
 /* HOST:PORT (the last ':' splits, so [::1]:6380 works). */
 static bool parse_hostport(const char *s, master *m) {
     const char *colon = strrchr(s, ':');
@@ -656,7 +671,7 @@ static bool parse_hostport(const char *s, master *m) {
     /* lull takes numeric addresses only (a name lookup blocks). */
     snprintf(m->addr, sizeof m->addr, "%s",
              strcmp(m->host, "localhost") == 0 ? "127.0.0.1" : m->host);
-    return true;
+    return numeric_host(m->addr);
 }
 
 /* n random bytes; with no entropy source, time and pid, which still

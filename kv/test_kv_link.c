@@ -2142,6 +2142,50 @@ TEST(replica_waiting_for_a_snapshot_child_holds_no_output) {
     close_replicas(loop, &p, r, N);
 }
 
+/* A replica's state in the primary's INFO (slave0's state=): Redis'
+ * wait_bgsave while its snapshot is to come or being written, online once
+ * it was all written. Every link said online from its REPLSYNC on, so a
+ * check that waited for online before trusting a replica trusted one
+ * with none of the keyspace yet. */
+static bool info_says(server *p, const char *what) {
+    resp_arg argv[2] = {{"INFO", 4}, {"replication", 11}};
+    buf out = {0};
+    kv_exec(&p->kv, NULL, argv, 2, &out);
+    buf_put(&out, "", 1);
+    bool yes = strstr(out.p, what) != NULL;
+    buf_free(&out);
+    return yes;
+}
+
+TEST(replica_shown_online_only_once_its_snapshot_is_written) {
+    if (!children_watched()) return;
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    load_few_mb(&p);
+    server_start(&r);
+    /* The child fills the replica's socket and waits. */
+    CHECK_EQ(lull_stream_read_stop(&r.m.t.stream), 0);
+    uint64_t t0 = now_ms();
+    while (p.kv.npeers == 0 ||
+           !link_child(LULL_CONTAINER_OF(p.kv.peers.next, rlink, peer))) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(info_says(&p, ",state=wait_bgsave,"));
+    CHECK(!info_says(&p, ",state=online,"));
+    CHECK_EQ(lull_stream_read_start(&r.m.t.stream), 0);
+    run_to_sync(loop, &p, &r);
+    /* Online once the child's exit is heard (its pidfd, a turn or so). */
+    while (!info_says(&p, ",state=online,")) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(snap_failed, 0);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
 /* The same with links that relay (TLS: the child writes to a pipe per
  * link, which the loop relays into the session): one child for the first,
  * one more for all that waited, as on sockets. Each forked a child of its
@@ -2444,6 +2488,58 @@ TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
     char tmp[256];
     while (read(fake_fd, tmp, sizeof tmp) > 0) { /* the REPLSYNC, then EOF */
     }
+    server_stop(&r);
+    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    server_free(&r);
+    for (int i = 0; i < silent_connects; i++)
+        close(silent_fds[i]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A replica is in sync (INFO's master_link_status:up) once its snapshot
+ * is whole, not when +FULLRESYNC came: until then it serves its old keys
+ * (or none), as a Redis replica loading its RDB shows the link down. A
+ * script that waited for "up" and then read the replica read an empty
+ * keyspace. The test is the primary. */
+static int snap_begun;
+static void count_begun(server *srv, const char *line) {
+    count_syncs(srv, line);
+    if (strstr(line, "comes first")) snap_begun++;
+}
+
+TEST(replica_link_is_down_until_its_snapshot_is_whole) {
+    snap_full = snap_begun = 0;
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    static server r;
+    server_defaults(&r);
+    r.log = count_begun;
+    r.kv.replica = true;
+    snprintf(r.m.host, sizeof r.m.host, "pair");
+    snprintf(r.m.addr, sizeof r.m.addr, "pair");
+    CHECK_EQ(server_open(&r, loop, &fake_net, 1000000000000ll), 0);
+    server_start(&r);
+    while (r.m.state != M_SYNC)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    static const char head[] =
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n";
+    send_all(fake_fd, head, sizeof head - 1);
+    uint64_t t0 = now_ms();
+    while (snap_begun == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(!r.kv.link_up); /* a snapshot half taken: not in sync */
+    static const char end[] = "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n";
+    send_all(fake_fd, end, sizeof end - 1);
+    while (snap_full == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(r.kv.link_up);
+    CHECK_U64_EQ(r.kv.offset, 5000);
     server_stop(&r);
     for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
         lull_loop_run(loop, LULL_RUN_NOWAIT);
