@@ -929,12 +929,26 @@ PY
     [ "$acked" -lt "$moff" ] || fail "the stalled replica read $acked of $moff"
     { kill -9 "$r2pid"; wait "$r2pid"; } 2>/dev/null
 fi
-start replica3 --port 0 --replica-of "127.0.0.1:$port"
+# This replica names its primary "127.1": not an address lull's connect
+# takes, so it is looked up (getaddrinfo reads it as 127.0.0.1 with no
+# resolver asked), before its first connect and before each retry below.
+start replica3 --port 0 --replica-of "127.1:$port"
 r3pid=$started
 r3port=$started_port
 synced "$r3port"
 grep -q "from offset 0 (full)" "$dir/replica3.out" || fail "replica3 did not start from 0"
 same "$dir/keys" "$r3port"
+[ "$(info "$r3port" master_host)" = 127.1 ] || fail "master_host of a named primary"
+# A name that does not resolve: said, and retried; SIGTERM ends it.
+start unresolved --port 0 --replica-of "no such host:$port"
+unpid=$started
+eventually grep -q "replica: resolve no such host: " "$dir/unresolved.out" ||
+    fail "an unresolved name: $(cat "$dir/unresolved.out")"
+eventually grep -q "replica: retrying no such host:$port in" "$dir/unresolved.out" ||
+    fail "an unresolved name, not retried: $(cat "$dir/unresolved.out")"
+[ "$(info "$started_port" master_link_status)" = down ] || fail "link status of an unresolved name"
+kill "$unpid"
+wait "$unpid" || fail "lull-kv with an unresolved primary did not exit cleanly on SIGTERM"
 [ "$(info "$port" connected_slaves)" = 1 ] || fail "the killed replicas' links stayed"
 
 # The sender thread (--repl-catchup thread): writes made while a replica
@@ -1001,7 +1015,7 @@ cli SET fresh 1 >/dev/null
 synced "$r3port"
 [ "$(redis-cli -p "$r3port" DBSIZE)" = 1 ] || fail "replica kept the old history"
 [ "$(redis-cli -p "$r3port" GET fresh)" = 1 ] || fail "replica after the restart"
-grep -q "retrying 127.0.0.1:$port in" "$dir/replica3.out" || fail "no retry logged"
+grep -q "retrying 127.1:$port in" "$dir/replica3.out" || fail "no retry logged"
 
 # A primary that sends garbage after a good record: the replica applies
 # the record, then closes the link with a clear error.

@@ -1849,7 +1849,7 @@ void master_connected(server *srv, int status) {
     if (rc < 0) master_lost(srv, "REPLSYNC", rc);
 }
 
-static void master_connect(server *srv) {
+static void master_connect_addr(server *srv) {
     master *m = &srv->m;
     m->state = M_CONNECTING;
     int rc = srv->net->connect(srv);
@@ -1860,6 +1860,30 @@ static void master_connect(server *srv) {
         return;
     }
     lull_endpoint_set_callbacks(m->ep, master_frame, NULL, master_closed);
+}
+
+/* A name is looked up again before every connect, as Redis resolves its
+ * primary's at each attempt: an address that moved is followed. */
+static void master_connect(server *srv) {
+    master *m = &srv->m;
+    if (!m->named || !srv->net->resolve) {
+        master_connect_addr(srv);
+        return;
+    }
+    m->state = M_RESOLVING;
+    int rc = srv->net->resolve(srv);
+    if (rc < 0) master_resolved(srv, strerror(-rc));
+}
+
+void master_resolved(server *srv, const char *failed) {
+    master *m = &srv->m;
+    if (m->state != M_RESOLVING) return; /* stopped meanwhile */
+    if (failed) {
+        srv_log(srv, "replica: resolve %s: %s", m->host, failed);
+        master_down(srv);
+        return;
+    }
+    master_connect_addr(srv);
 }
 
 void master_start(server *srv) {
@@ -1878,7 +1902,10 @@ void master_stop(server *srv) {
     srv->stopping = true;
     lull_timer_stop(&m->retry);
     lull_task_cancel(&m->ack);
-    if (m->state != M_DOWN) {
+    if (m->state == M_RESOLVING) {
+        m->state = M_DOWN; /* master_resolved: nothing to do */
+        srv->net->resolve_cancel(srv);
+    } else if (m->state != M_DOWN) {
         m->state = M_DOWN; /* master_closed: no retry */
         lull_endpoint_close(m->ep, 0);
     }

@@ -30,8 +30,8 @@
  *     --client-output-buffer-limit CLASS HARD SOFT SECONDS  per class
  *                     (normal, replica or slave, pubsub), as Redis writes
  *                     it; several classes may follow one flag
- *     --replica-of H:P  be a replica of the primary at H:P (H numeric, or
- *                     localhost)
+ *     --replica-of H:P  be a replica of the primary at H:P (H a name,
+ *                     looked up before each connect, or numeric)
  *     --repl-mode M   how a primary's loop sends to catching-up replicas:
  *                     budget (default) or per-record
  *     --repl-catchup W  where a catching-up replica's backlog is sent from:
@@ -63,6 +63,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -292,9 +293,56 @@ static int socket_local(lull_endpoint *ep, bool primary, char *s, size_t cap,
     return fd;
 }
 
+/* The primary's name, looked up on the default pool: the first address
+ * getaddrinfo gives (its order is RFC 6724's, as Redis' connect takes the
+ * first), as text for the connect. */
+static void looked_up(lull_lookup *req, int status, struct addrinfo *res) {
+    server *srv = req->data;
+    master *m = &srv->m;
+    const char *failed = NULL;
+    if (status == -ECANCELED)
+        failed = "cancelled";
+    else if (status == EAI_SYSTEM)
+        failed = strerror(req->sys_errno);
+    else if (status != 0)
+        failed = gai_strerror(status);
+    else if (!res)
+        failed = "no address";
+    if (!failed) {
+        const void *a =
+            res->ai_family == AF_INET6
+                ? (const void *)&((struct sockaddr_in6 *)res->ai_addr)
+                      ->sin6_addr
+                : (const void *)&((struct sockaddr_in *)res->ai_addr)->sin_addr;
+        if (!inet_ntop(res->ai_family, a, m->addr, sizeof m->addr))
+            failed = strerror(errno);
+    }
+    if (res) freeaddrinfo(res);
+    master_resolved(srv, failed);
+}
+
+static int socket_resolve(server *srv) {
+    static const struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                                          .ai_socktype = SOCK_STREAM,
+                                          .ai_flags = AI_ADDRCONFIG};
+    lull_pool *pool;
+    int rc = lull_pool_default(&pool);
+    if (rc < 0) return rc;
+    srv->m.lookup.data = srv;
+    return lull_lookup_start(srv->loop, pool, &srv->m.lookup, srv->m.host, NULL,
+                             &hints, looked_up);
+}
+
+/* A lookup not started yet is dropped; a running one is waited for (the
+ * loop runs until its answer, which master_resolved ignores). */
+static void socket_resolve_cancel(server *srv) {
+    (void)lull_lookup_cancel(&srv->m.lookup);
+}
+
 const kv_net kv_net_socket = {
-    socket_read_stop, socket_read_start, socket_shutdown, socket_peer,
-    socket_connect,   socket_io_counts,  socket_fd,       socket_local};
+    socket_read_stop, socket_read_start,    socket_shutdown, socket_peer,
+    socket_connect,   socket_io_counts,     socket_fd,       socket_local,
+    socket_resolve,   socket_resolve_cancel};
 
 /* The one server of this process, for INFO stats (kv has no pointer back
  * to it). */
@@ -451,8 +499,8 @@ static const char usage_text[] =
     "                    per class (normal, replica or slave, pubsub), as\n"
     "                    Redis writes it; several classes may follow\n"
     "  --replica-of HOST:PORT\n"
-    "                    be a replica of that primary (HOST numeric, or\n"
-    "                    localhost)\n"
+    "                    be a replica of that primary (HOST a name, looked\n"
+    "                    up before each connect, or numeric; [IPv6])\n"
     "  --repl-mode budget|per-record\n"
     "                    how a primary's loop sends to catching-up replicas\n"
     "                    (default budget)\n"
@@ -668,10 +716,14 @@ static bool parse_hostport(const char *s, master *m) {
     long port = strtol(colon + 1, &end, 10);
     if (*end || end == colon + 1 || port <= 0 || port > 65535) return false;
     m->port = (int)port;
-    /* lull takes numeric addresses only (a name lookup blocks). */
+    /* localhost is 127.0.0.1, where lull-kv listens by default (a lookup
+     * may put ::1 first). Another name is looked up before each connect
+     * (kv_net.resolve); brackets hold an IPv6 address, nothing else. */
     snprintf(m->addr, sizeof m->addr, "%s",
              strcmp(m->host, "localhost") == 0 ? "127.0.0.1" : m->host);
-    return numeric_host(m->addr);
+    if (numeric_host(m->addr)) return true;
+    m->named = true;
+    return m->host[0] != '[';
 }
 
 /* n random bytes; with no entropy source, time and pid, which still
@@ -1088,7 +1140,7 @@ int main(int argc, char **argv) {
                               NULL);
         } else if (more && strcmp(a, "--replica-of") == 0) {
             if (!parse_hostport(argv[++i], &srv.m))
-                return refuse(a, "HOST:PORT (HOST numeric, or localhost)",
+                return refuse(a, "HOST:PORT (a name, an address, [IPv6])",
                               argv[i]);
             srv.kv.replica = true;
         } else if (more && strcmp(a, "--repl-mode") == 0) {

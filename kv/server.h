@@ -99,6 +99,14 @@ typedef struct kv_net {
      * sockets (laddr is the server's name, fd -1). */
     int (*local)(lull_endpoint *ep, bool primary, char *s, size_t cap,
                  bool *unix_sock);
+    /* The primary's name to an address (srv->m.host to srv->m.addr) on a
+     * pool thread, before each connect of a host that is not numeric:
+     * returns 0, then calls master_resolved in a later turn; or a negative
+     * errno, and nothing follows. NULL: the transport connects by name
+     * (the simulator). resolve_cancel: the server stops, the answer is
+     * not wanted (master_resolved still runs, and ignores it). */
+    int (*resolve)(server *srv);
+    void (*resolve_cancel)(server *srv);
 } kv_net;
 
 /* How a primary sends a catching-up replica its backlog (--repl-catchup):
@@ -119,14 +127,18 @@ typedef union kv_transport {
     lull_tls tls;
 } kv_transport;
 
-enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP };
+/* M_RESOLVING: the primary's name is being looked up (kv_net.resolve),
+ * last so that the simulator's traces, which print the state, keep their
+ * numbers. */
+enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP, M_RESOLVING };
 
 /* The replica's link to its primary (--replica-of). Its five rows
  * (README, "The contracts"):
  *   trigger          start-up; the link's close or a failed connect, which
  *                    arms the retry timer; the retry timer, which connects
  *   source of truth  m->state, and the offset and replid in srv->kv
- *   pending work     state == M_DOWN: no link and no connect under way
+ *   pending work     state == M_DOWN: no link, no connect and no name
+ *                    lookup under way
  *   next retry       the retry timer, backoff_ns after the failure (100 ms,
  *                    doubling to 5 s; a completed handshake resets it)
  *   quiet            connected or connecting: no timer, one socket in
@@ -134,15 +146,18 @@ enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP };
  * There is no periodic check of a live link: a dead primary is seen as the
  * socket's close (EOF, reset), and a silent one is simply idle. */
 typedef struct master {
-    kv_transport t;    /* the link's handle (kv_net.connect sets it up) */
-    lull_endpoint *ep; /* its endpoint; ep->data: the server */
-    int state;         /* M_* */
-    char host[64];     /* as given on the command line (INFO master_host) */
-    char addr[64];     /* numeric: host, or 127.0.0.1 for localhost */
-    int port;          /* the primary's port */
-    char replid[41];   /* the primary's id from the last full resync */
-    buf in;            /* bytes of the link not yet applied */
-    size_t need;       /* apply again once `in` holds this many bytes */
+    kv_transport t;     /* the link's handle (kv_net.connect sets it up) */
+    lull_endpoint *ep;  /* its endpoint; ep->data: the server */
+    int state;          /* M_* */
+    char host[64];      /* as given on the command line (INFO master_host) */
+    char addr[64];      /* numeric: host, 127.0.0.1 for localhost, or what
+                           the last lookup of the name found */
+    bool named;         /* host is a name: looked up before each connect */
+    lull_lookup lookup; /* that lookup (kv_net.resolve) */
+    int port;           /* the primary's port */
+    char replid[41];    /* the primary's id from the last full resync */
+    buf in;             /* bytes of the link not yet applied */
+    size_t need;        /* apply again once `in` holds this many bytes */
     lull_timer retry;
     uint64_t backoff_ns;  /* the next retry's delay */
     lull_task ack;        /* sends REPLACK <offset> */
@@ -435,6 +450,9 @@ void senders_stop(server *srv);
 void master_start(server *srv);
 /* The transport's answer to kv_net.connect. */
 void master_connected(server *srv, int status);
+/* The transport's answer to kv_net.resolve: NULL, m.addr holds the
+ * address; else why the name did not resolve. */
+void master_resolved(server *srv, const char *failed);
 /* Closes the link for good (server_stop). */
 void master_stop(server *srv);
 /* CLIENT KILL of the link: it closes, and is retried as a lost one. */

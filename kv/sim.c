@@ -457,9 +457,11 @@ static int sim_connect(server *srv) {
 
 /* The simulated links count no system calls: no io_counts; and have no
  * socket, so replicas catch up on the loop (no fd). */
-static const kv_net kv_net_sim = {
-    sim_read_stop, sim_read_start, sim_shutdown, sim_peer,
-    sim_connect,   NULL,           NULL,         NULL};
+static const kv_net
+    kv_net_sim = {sim_read_stop, sim_read_start, sim_shutdown,
+                  sim_peer,      sim_connect,    NULL,
+                  NULL,          NULL,           NULL,
+                  NULL}; /* connects by node name: nothing to look up */
 
 /* ------------------------------- --streams: lull streams on socketpairs */
 
@@ -935,6 +937,8 @@ static const kv_net kv_net_streams = {streams_read_stop,
                                       streams_connect,
                                       streams_io_counts,
                                       NULL,
+                                      NULL,
+                                      NULL, /* connects by node name */
                                       NULL};
 
 /* A connection accepted at a node, over a relay. */

@@ -106,9 +106,9 @@ static int pair_local(lull_endpoint *ep, bool primary, char *s, size_t cap,
     return fd;
 }
 
-static const kv_net pair_net = {pair_read_stop, pair_read_start, pair_shutdown,
-                                pair_peer,      pair_connect,    NULL,
-                                pair_fd,        pair_local};
+static const kv_net pair_net = {
+    pair_read_stop, pair_read_start, pair_shutdown, pair_peer, pair_connect,
+    NULL,           pair_fd,         pair_local,    NULL,      NULL};
 
 static void quiet_log(server *srv, const char *line) {
     (void)srv;
@@ -247,7 +247,7 @@ static int silent_connect(server *r) {
 
 static const kv_net silent_net = {
     pair_read_stop, pair_read_start, pair_shutdown, pair_peer, silent_connect,
-    NULL,           pair_fd,         NULL};
+    NULL,           pair_fd,         NULL,          NULL,      NULL};
 
 static int timeout_lines;
 static void count_timeouts(server *srv, const char *line) {
@@ -2454,7 +2454,7 @@ static int fake_connect(server *r) {
 }
 static const kv_net fake_net = {
     pair_read_stop, pair_read_start, pair_shutdown, pair_peer, fake_connect,
-    NULL,           pair_fd,         NULL};
+    NULL,           pair_fd,         NULL,          NULL,      NULL};
 
 TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
     snap_marker = 0;
