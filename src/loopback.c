@@ -338,6 +338,7 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                             : &lull__loopback_task_ops,
                         o->max_frame, o->high_water, o->max_queued);
     lull_task_init(&lb->task, deliver_task);
+    lb->task.loop = loop; /* its only loop: sends post it as owned */
     lull_timer_init(loop, &lb->timer, deliver_timer);
     lb->loop = loop;
     lb->peer = peer;

@@ -1836,6 +1836,37 @@ static void repair_at_close(side *s) {
         lull_loopback_pair(the_loop, &g_repair_a->lb, &g_repair_c->lb, NULL);
 }
 
+/* An end's delivery turn is posted to the loop it is paired on (a send
+ * posts it without writing the task's loop: lull_loopback_pair does): ends
+ * paired on one loop, closed, and paired on another deliver there, both
+ * ways, and the first loop runs nothing of theirs. */
+TEST(ends_paired_again_on_another_loop_deliver_there) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loop *other = NULL;
+    lull_loop_options oo = {.clock = LULL_CLOCK_VIRTUAL};
+    CHECK_EQ(lull_loop_new(&other, &oo), 0);
+    side a, b;
+    pair_with(loop, &a, &b, NULL);
+    CHECK_EQ(send_id(&a, 1), 0);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    close_both(&a, &b);
+    pair_with(other, &a, &b, NULL);
+    CHECK_EQ(send_id(&a, 2), 0);
+    CHECK_EQ(send_id(&b, 3), 0);
+    CHECK(lull_loopback_pending(&b.lb));
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_EQ(b.frames, 0);
+    CHECK_EQ(lull_loop_settle(other), 2);
+    CHECK_EQ(a.frames, 1);
+    CHECK_EQ(b.frames, 1);
+    CHECK_EQ(a.lb.turns, 1);
+    CHECK_EQ(b.lb.turns, 1);
+    the_loop = other;
+    close_both(&a, &b);
+    CHECK_EQ(lull_loop_free(other), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(pair_of_a_live_end_is_busy) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
     lull_loop *other = NULL;
