@@ -158,6 +158,22 @@ __attribute__((noinline)) static void deliver_end(lull_loopback *lb) {
     lull_endpoint_close(&lb->ep, 0);
 }
 
+/* The release of a frame whose delivery took its sender's count below the
+ * high-water mark, then the sender's drain: after the release, so the drain
+ * may re-send this very frame. Out of line, so that the frame path keeps
+ * no register for the crossing. `peer` is the delivering end's and
+ * `closed` its delivery's flag: the release may close that end (then
+ * nothing more is touched) or the sender (then *peer, read again, is
+ * NULL). */
+__attribute__((noinline)) static void
+release_then_drain(lull_loopback *const *peer, const bool *closed,
+                   lull_frame *f) {
+    lull__frame_release(f);
+    if (*closed) return;
+    lull_loopback *sender = *peer;
+    if (sender) lull__endpoint_drain(&sender->ep);
+}
+
 /* One turn: the oldest frame, or the peer's close once no frame is left.
  * The inbox's tail is only read while head is set, so taking the last
  * frame leaves it stale rather than spending a store on it. */
@@ -172,8 +188,19 @@ static inline void deliver(lull_loopback *lb, bool timer) {
         return;
     }
     lb->head = f->next;
-    size_t len = f->len;
     lb->delivered++;
+    /* Delivered: the frame leaves its sender's count as it is handed to
+     * the frame callback, as bytes a socket's peer has read leave the
+     * sender's buffer, and so before its release, where it is the owner's
+     * again (lull.h: re-send it) and a re-send must not be measured
+     * against max_queued with it still counted. Read here, before any
+     * callback, `peer` needs no check that lb is still open. An open
+     * sender counts this frame: only a close, which clears `peer`, zeroes
+     * its count. The drain, when the count crossed below the high-water
+     * mark, runs after the release (release_then_drain). */
+    lull_loopback *sender = lb->peer;
+    bool drain = LULL_LIKELY(sender != NULL) &&
+                 LULL_UNLIKELY(lull__endpoint_unqueue(&sender->ep, f->len));
     /* The frame, release and drain callbacks may close this end and free
      * it (a closed end is the caller's again): a close sets `closed`, and
      * then lb is not touched again. f is off the inbox, its own. (Turns do
@@ -182,18 +209,12 @@ static inline void deliver(lull_loopback *lb, bool timer) {
     bool closed = false;
     lb->closed_flag = &closed;
     if (LULL_LIKELY(lb->ep.on_frame != NULL))
-        lb->ep.on_frame(&lb->ep, f->bytes, len);
-    lull__frame_release(f);
-    if (closed) return;
-    /* The callbacks may have closed either end: read `peer` only now. The
-     * drain runs after the release, so it may re-send this very frame. */
-    lull_loopback *sender = lb->peer;
-    if (LULL_LIKELY(sender != NULL)) {
-        /* An open sender still counts this frame: only a close, which
-         * clears `peer`, zeroes its count. */
-        lull__endpoint_sent(&sender->ep, len);
-        if (closed) return; /* its drain closed this end */
-    }
+        lb->ep.on_frame(&lb->ep, f->bytes, f->len);
+    if (LULL_UNLIKELY(drain))
+        release_then_drain(&lb->peer, &closed, f);
+    else
+        lull__frame_release(f);
+    if (closed) return; /* a callback closed this end */
     lb->closed_flag = NULL;
     /* Open here (a close of this end set `closed`): claim the next turn if
      * a frame or the peer's close waits. */

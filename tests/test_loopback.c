@@ -1695,6 +1695,63 @@ TEST(max_queued_refuses_and_closes) {
     }
 }
 
+/* A frame is the caller's again in its release callback (lull.h: "re-send
+ * or free them"), so it is no longer counted in its sender's queued there:
+ * an end whose max_queued holds one frame re-sends its one frame from the
+ * release, again and again, and is never refused with -ENOBUFS. A frame
+ * leaves the count as it is delivered: the receiver's frame callback sees
+ * it gone already. Both deliveries, both clocks. */
+static lull_endpoint *g_resend_ep;
+static int g_resend_left, g_resend_rc;
+static size_t g_resend_queued;
+
+static void resend_note_queued(side *s, int id) {
+    (void)s;
+    (void)id;
+    g_resend_queued += g_resend_ep->queued;
+}
+
+static void resend_release(lull_frame *f) {
+    owned_release(f);
+    g_resend_queued += g_resend_ep->queued;
+    if (g_resend_left > 0 && g_resend_rc == 0) {
+        g_resend_left--;
+        g_resend_rc = lull_endpoint_send(g_resend_ep, f);
+    }
+}
+
+TEST(frame_resent_from_its_release_fits_max_queued) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.max_queued = sizeof(int),
+                                       .deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            owned f;
+            owned_init(&f, 1);
+            f.frame.release = resend_release;
+            b.also = resend_note_queued;
+            g_resend_ep = &a.lb.ep;
+            g_resend_left = 3;
+            g_resend_rc = 0;
+            g_resend_queued = 0;
+            CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f.frame), 0);
+            run_ready(loop);
+            CHECK_EQ(g_resend_rc, 0);
+            CHECK_EQ(g_resend_queued, 0);
+            CHECK_EQ(b.frames, 4);
+            CHECK_EQ(f.releases, 4);
+            CHECK_EQ(a.closes, 0);
+            CHECK(!lull_endpoint_closed(&a.lb.ep));
+            CHECK_EQ(a.lb.ep.queued, 0);
+            close_both(&a, &b);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
 /* An end that sent past max_queued and then paused its reading (the
  * owner's reaction to the refusal) still closes: its close callback, with
  * -ENOBUFS, and its undelivered frames back to their owner, are not the
