@@ -47,7 +47,8 @@
  * by the first close, so a closed end is touched again only by its own close
  * turn and its peer's release_closer: it may be reused or freed in its close
  * callback, or as soon as lull_endpoint_close returns when it has none, inside
- * a delivery to it too (closed_flag tells the delivery).
+ * a delivery to it too (its close clears the loop's `delivering`, which
+ * tells the delivery).
  *
  * The send half of an end that delivers by task lives in src/loopback.h,
  * so that lull_endpoint_send inlines it; it leans on the first invariant: an
@@ -161,16 +162,15 @@ __attribute__((noinline)) static void deliver_end(lull_loopback *lb) {
 /* The release of a frame whose delivery took its sender's count below the
  * high-water mark, then the sender's drain: after the release, so the drain
  * may re-send this very frame. Out of line, so that the frame path keeps
- * no register for the crossing. `peer` is the delivering end's and
- * `closed` its delivery's flag: the release may close that end (then
- * nothing more is touched) or the sender (then *peer, read again, is
- * NULL). */
+ * no register for the crossing. Inside lb's delivery, whose callbacks
+ * may have closed lb already: its loop's `delivering` is NULL then, and lb
+ * is not touched at all; the release may also close the sender (then
+ * `peer`, read again, is NULL). */
 __attribute__((noinline)) static void
-release_then_drain(lull_loopback *const *peer, const bool *closed,
-                   lull_frame *f) {
+release_then_drain(lull_loop *loop, lull_loopback *lb, lull_frame *f) {
     lull__frame_release(f);
-    if (*closed) return;
-    lull_loopback *sender = *peer;
+    if (!loop->delivering) return;
+    lull_loopback *sender = lb->peer;
     if (sender) lull__endpoint_drain(&sender->ep);
 }
 
@@ -202,21 +202,27 @@ static inline void deliver(lull_loopback *lb, bool timer) {
     bool drain = LULL_LIKELY(sender != NULL) &&
                  LULL_UNLIKELY(lull__endpoint_unqueue(&sender->ep, f->len));
     /* The frame, release and drain callbacks may close this end and free
-     * it (a closed end is the caller's again): a close sets `closed`, and
-     * then lb is not touched again. f is off the inbox, its own. (Turns do
-     * not nest: lull_loop_run and lull_loop_settle refuse to run inside a
-     * callback.) */
-    bool closed = false;
-    lb->closed_flag = &closed;
+     * it (a closed end is the caller's again): a close clears the loop's
+     * `delivering`, and then lb is not touched again. f is off the inbox,
+     * its own. Turns do not nest (lull_loop_run and lull_loop_settle
+     * refuse to run inside a callback), so one slot per loop serves, and
+     * the loop outlives them (lull_loop_free refuses a running loop); it
+     * costs the frame path two stores fewer than a flag of its own on the
+     * stack would, and no stack frame. Its value is the turn's own handle
+     * (close_end compares it with both), the pointer the delivery was
+     * called with: lb itself would keep a second saved register. */
+    lull_loop *loop = lb->loop;
+    loop->delivering =
+        timer ? (const void *)&lb->timer : (const void *)&lb->task;
     if (LULL_LIKELY(lb->ep.on_frame != NULL))
         lb->ep.on_frame(&lb->ep, f->bytes, f->len);
     if (LULL_UNLIKELY(drain))
-        release_then_drain(&lb->peer, &closed, f);
+        release_then_drain(loop, lb, f);
     else
         lull__frame_release(f);
-    if (closed) return; /* a callback closed this end */
-    lb->closed_flag = NULL;
-    /* Open here (a close of this end set `closed`): claim the next turn if
+    if (!loop->delivering) return; /* a callback closed this end */
+    /* Open here (a close of this end cleared `delivering`; left set, it
+     * means nothing once this returns): claim the next turn if
      * a frame or the peer's close waits. */
     LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
                 "lull: a closed loopback end past its delivery");
@@ -254,8 +260,9 @@ static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
  * wait for it). */
 static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
-    if (a->closed_flag) *a->closed_flag = true; /* a delivery to a runs */
-    a->closed_flag = NULL;
+    const void *d = a->loop->delivering;
+    if (d == &a->task || d == &a->timer)
+        a->loop->delivering = NULL; /* a delivery to a runs: it stops */
     lull_task_cancel(&a->task);
     lull_timer_stop(&a->timer);
     a->close_pending = false;
@@ -375,7 +382,7 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
     lb->discard = NULL;
     lb->delivered = 0;
     lb->turns = 0;
-    lb->closed_flag = NULL;
+    lb->closed_flag = NULL; /* unused: the loop's `delivering` serves */
 }
 
 /* Puts both ends in the loop's set of live ends and the process's (which

@@ -1893,6 +1893,45 @@ static void repair_at_close(side *s) {
         lull_loopback_pair(the_loop, &g_repair_a->lb, &g_repair_c->lb, NULL);
 }
 
+/* A close of another pair's end inside a delivery stops nothing of that
+ * delivery (a close stops only a delivery to the end it closes): b, whose
+ * frame callback closes c, still gets both of a's frames, each in its
+ * turn, and a's count falls to 0. Both deliveries, both clocks. */
+static side *g_other_end;
+
+static void close_other_end(side *s, int id) {
+    (void)s;
+    (void)id;
+    if (g_other_end) close_checked(g_other_end, 5);
+    g_other_end = NULL;
+}
+
+TEST(close_of_another_end_inside_a_delivery_stops_nothing) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK};
+            side a, b, c, d;
+            pair_with(loop, &a, &b, &o);
+            pair_with(loop, &c, &d, &o);
+            b.also = close_other_end;
+            g_other_end = &c;
+            CHECK_EQ(send_id(&a, 1), 0);
+            CHECK_EQ(send_id(&a, 2), 0);
+            run_ready(loop);
+            CHECK_EQ(b.frames, 2);
+            CHECK_EQ(a.lb.ep.queued, 0);
+            CHECK_EQ(c.closes, 1);
+            CHECK_EQ(d.closes, 1);
+            CHECK_EQ(d.reason, 5);
+            CHECK(lull_endpoint_writable(&a.lb.ep));
+            close_both(&a, &b);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
 /* An end's delivery turn is posted to the loop it is paired on (a send
  * posts it without writing the task's loop: lull_loopback_pair does): ends
  * paired on one loop, closed, and paired on another deliver there, both
