@@ -262,7 +262,7 @@ struct lull_loop {
                                  (src/pump.c) */
     lull__registry loopbacks; /* loopback ends paired here and not yet the
                                  caller's again (src/loopback.c) */
-    const void *delivering;   /* the turn (task or timer) of the loopback
+    void *delivering;         /* the turn (task or timer) of the loopback
                                  end whose frame delivery runs; NULL once
                                  a callback closed that end
                                  (src/loopback.c) */

@@ -162,14 +162,20 @@ __attribute__((noinline)) static void deliver_end(lull_loopback *lb) {
 /* The release of a frame whose delivery took its sender's count below the
  * high-water mark, then the sender's drain: after the release, so the drain
  * may re-send this very frame. Out of line, so that the frame path keeps
- * no register for the crossing. Inside lb's delivery, whose callbacks
- * may have closed lb already: its loop's `delivering` is NULL then, and lb
- * is not touched at all; the release may also close the sender (then
- * `peer`, read again, is NULL). */
+ * no register for the crossing. Inside a delivery on loop, whose callbacks
+ * may close its end (`delivering` is NULL then: the end is not touched at
+ * all); the end is found from `delivering`, its turn (`timer`: which one),
+ * so that the delivery keeps no pointer to it for this call (one it would
+ * spill to the stack on every frame). The release may also close the
+ * sender (then `peer`, read again, is NULL). */
 __attribute__((noinline)) static void
-release_then_drain(lull_loop *loop, lull_loopback *lb, lull_frame *f) {
+release_then_drain(lull_loop *loop, lull_frame *f, bool timer) {
     lull__frame_release(f);
-    if (!loop->delivering) return;
+    void *turn = loop->delivering;
+    if (!turn) return;
+    lull_loopback *lb =
+        timer ? LULL_CONTAINER_OF((lull_timer *)turn, lull_loopback, timer)
+              : LULL_CONTAINER_OF((lull_task *)turn, lull_loopback, task);
     lull_loopback *sender = lb->peer;
     if (sender) lull__endpoint_drain(&sender->ep);
 }
@@ -212,12 +218,11 @@ static inline void deliver(lull_loopback *lb, bool timer) {
      * (close_end compares it with both), the pointer the delivery was
      * called with: lb itself would keep a second saved register. */
     lull_loop *loop = lb->loop;
-    loop->delivering =
-        timer ? (const void *)&lb->timer : (const void *)&lb->task;
+    loop->delivering = timer ? (void *)&lb->timer : (void *)&lb->task;
     if (LULL_LIKELY(lb->ep.on_frame != NULL))
         lb->ep.on_frame(&lb->ep, f->bytes, f->len);
     if (LULL_UNLIKELY(drain))
-        release_then_drain(loop, lb, f);
+        release_then_drain(loop, f, timer);
     else
         lull__frame_release(f);
     if (!loop->delivering) return; /* a callback closed this end */

@@ -1893,6 +1893,38 @@ static void repair_at_close(side *s) {
         lull_loopback_pair(the_loop, &g_repair_a->lb, &g_repair_c->lb, NULL);
 }
 
+/* The drain after a delivery that crossed below the high-water mark comes
+ * to the sender, after the frame's release, once, whichever delivery the
+ * pair uses (the delivery finds its end again from its turn: a task or a
+ * timer). Both clocks. */
+TEST(drain_after_the_release_both_deliveries) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.high_water = 2 * sizeof(int),
+                                       .deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            owned f[2];
+            for (int i = 0; i < 2; i++) {
+                owned_init(&f[i], i + 1);
+                CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
+            }
+            CHECK(!lull_endpoint_writable(&a.lb.ep));
+            run_ready(loop);
+            CHECK_EQ(b.frames, 2);
+            CHECK_EQ(f[0].releases, 1);
+            CHECK_EQ(f[1].releases, 1);
+            CHECK_EQ(a.drains, 1);
+            CHECK_EQ(b.drains, 0);
+            CHECK(lull_endpoint_writable(&a.lb.ep));
+            close_both(&a, &b);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
 /* A close of another pair's end inside a delivery stops nothing of that
  * delivery (a close stops only a delivery to the end it closes): b, whose
  * frame callback closes c, still gets both of a's frames, each in its
