@@ -887,7 +887,7 @@ struct lull_loopback {
                                   until this end's inbox is empty */
         lull_frame *discard;   /* a failing end's inbox, released in its
                                   turn (never inside a send) */
-        bool *closed_flag;     /* set by a close while a delivery here runs */
+        bool *closed_flag;     /* unused, kept for the layout */
     };
 };
 

@@ -15,7 +15,8 @@
  *
  * Invariants: a frame is in flight from an accepted send until
  * lull__frame_release; `queued` is the sum of the lengths of the frames in
- * flight that this end sent (0 once it or its peer closed); writable means
+ * flight that this end sent and that are not yet delivered or written (a
+ * released one never counts; 0 once it or its peer closed); writable means
  * open, peer open and queued < high_water; the drain callback runs once
  * for every time `queued` falls from at or above high_water to below it
  * while open, and never inside lull_endpoint_send. Loop thread only (the
@@ -62,7 +63,7 @@ static int check_send(const lull_endpoint *ep, const void *bytes, size_t len) {
 }
 
 /* An accepted frame is in flight, unlinked, and counted as queued until
- * the transport releases it. */
+ * the transport delivers or writes it, before it releases it. */
 static inline void accept_frame(lull_endpoint *ep, lull_frame *frame) {
     frame->in_flight = true;
     frame->next = NULL;

@@ -56,13 +56,18 @@ void lull__endpoint_drain(lull_endpoint *ep);
  * where a callback may run, never inside lull_endpoint_send. Inline: it runs
  * once per frame. The bytes must still be counted (an endpoint that closed, or
  * whose peer did, counts none: do not call this for it). The crossing is
- * `before` in [high_water, high_water + n): one unsigned compare. */
-static inline void lull__endpoint_sent(lull_endpoint *ep, size_t n) {
+ * `before` in [high_water, high_water + n): one unsigned compare.
+ * lull__endpoint_unqueue is the count alone, true at that crossing, for a
+ * transport that runs the drain later itself (the loopback: after the
+ * frame's release, which must not see the frame counted). */
+static inline bool lull__endpoint_unqueue(lull_endpoint *ep, size_t n) {
     size_t before = ep->queued;
     LULL_ASSERT(before >= n, "lull: endpoint queued count underflow");
     ep->queued = before - n;
-    if (__builtin_expect(before - ep->high_water < n, 0))
-        lull__endpoint_drain(ep);
+    return __builtin_expect(before - ep->high_water < n, 0);
+}
+static inline void lull__endpoint_sent(lull_endpoint *ep, size_t n) {
+    if (lull__endpoint_unqueue(ep, n)) lull__endpoint_drain(ep);
 }
 
 /* The peer is gone: sends fail, nothing is queued any more, no drain. */

@@ -264,6 +264,10 @@ struct lull_loop {
                                  caller's again (src/loopback.c) */
     lull__registry udps;      /* udp handles set up here and not yet the
                                  caller's again (src/udp.c) */
+    void *delivering;         /* the turn (task or timer) of the loopback
+                                 end whose frame delivery runs; NULL once
+                                 a callback closed that end
+                                 (src/loopback.c) */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -626,12 +630,19 @@ void lull__wait_sample_begin(lull_loop *loop, lull__node *n);
 /* lull_task_post's work, for modules that post on their own hot path (a
  * transport's delivery turn): the same queue push and wait sample, without
  * the call and the argument checks the caller has already made. The
- * _unqueued half is for a caller that knows the task is not queued. */
-static inline void lull__post_unqueued(lull_loop *loop, lull_task *task) {
-    task->loop = loop;
+ * _unqueued half is for a caller that knows the task is not queued; the
+ * _owned one also for a task of lull's own that is only ever posted to one
+ * loop, whose `loop` its set-up wrote once (a loopback end's turn), so
+ * that its hot path spends no store on it. */
+static inline void lull__post_owned(lull_loop *loop, lull_task *task) {
+    LULL_ASSERT(task->loop == loop, "lull: an owned task of another loop");
     lull__queue_push(&loop->ready, &task->node);
     if (LULL_UNLIKELY(loop->sample_armed))
         lull__wait_sample_begin(loop, &task->node);
+}
+static inline void lull__post_unqueued(lull_loop *loop, lull_task *task) {
+    task->loop = loop;
+    lull__post_owned(loop, task);
 }
 static inline void lull__post(lull_loop *loop, lull_task *task) {
     if (lull__node_queued(&task->node)) return; /* coalesced: runs once */

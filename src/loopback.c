@@ -47,7 +47,8 @@
  * by the first close, so a closed end is touched again only by its own close
  * turn and its peer's release_closer: it may be reused or freed in its close
  * callback, or as soon as lull_endpoint_close returns when it has none, inside
- * a delivery to it too (closed_flag tells the delivery).
+ * a delivery to it too (its close clears the loop's `delivering`, which
+ * tells the delivery).
  *
  * The send half of an end that delivers by task lives in src/loopback.h,
  * so that lull_endpoint_send inlines it; it leans on the first invariant: an
@@ -159,6 +160,27 @@ __attribute__((noinline)) static void deliver_end(lull_loopback *lb) {
     lull_endpoint_close(&lb->ep, 0);
 }
 
+/* The release of a frame whose delivery took its sender's count below the
+ * high-water mark, then the sender's drain: after the release, so the drain
+ * may re-send this very frame. Out of line, so that the frame path keeps
+ * no register for the crossing. Inside a delivery on loop, whose callbacks
+ * may close its end (`delivering` is NULL then: the end is not touched at
+ * all); the end is found from `delivering`, its turn (`timer`: which one),
+ * so that the delivery keeps no pointer to it for this call (one it would
+ * spill to the stack on every frame). The release may also close the
+ * sender (then `peer`, read again, is NULL). */
+__attribute__((noinline)) static void
+release_then_drain(lull_loop *loop, lull_frame *f, bool timer) {
+    lull__frame_release(f);
+    void *turn = loop->delivering;
+    if (!turn) return;
+    lull_loopback *lb =
+        timer ? LULL_CONTAINER_OF((lull_timer *)turn, lull_loopback, timer)
+              : LULL_CONTAINER_OF((lull_task *)turn, lull_loopback, task);
+    lull_loopback *sender = lb->peer;
+    if (sender) lull__endpoint_drain(&sender->ep);
+}
+
 /* One turn: the oldest frame, or the peer's close once no frame is left.
  * The inbox's tail is only read while head is set, so taking the last
  * frame leaves it stale rather than spending a store on it. */
@@ -173,30 +195,40 @@ static inline void deliver(lull_loopback *lb, bool timer) {
         return;
     }
     lb->head = f->next;
-    size_t len = f->len;
     lb->delivered++;
-    /* The frame, release and drain callbacks may close this end and free
-     * it (a closed end is the caller's again): a close sets `closed`, and
-     * then lb is not touched again. f is off the inbox, its own. (Turns do
-     * not nest: lull_loop_run and lull_loop_settle refuse to run inside a
-     * callback.) */
-    bool closed = false;
-    lb->closed_flag = &closed;
-    if (LULL_LIKELY(lb->ep.on_frame != NULL))
-        lb->ep.on_frame(&lb->ep, f->bytes, len);
-    lull__frame_release(f);
-    if (closed) return;
-    /* The callbacks may have closed either end: read `peer` only now. The
-     * drain runs after the release, so it may re-send this very frame. */
+    /* Delivered: the frame leaves its sender's count as it is handed to
+     * the frame callback, as bytes a socket's peer has read leave the
+     * sender's buffer, and so before its release, where it is the owner's
+     * again (lull.h: re-send it) and a re-send must not be measured
+     * against max_queued with it still counted. Read here, before any
+     * callback, `peer` needs no check that lb is still open. An open
+     * sender counts this frame: only a close, which clears `peer`, zeroes
+     * its count. The drain, when the count crossed below the high-water
+     * mark, runs after the release (release_then_drain). */
     lull_loopback *sender = lb->peer;
-    if (LULL_LIKELY(sender != NULL)) {
-        /* An open sender still counts this frame: only a close, which
-         * clears `peer`, zeroes its count. */
-        lull__endpoint_sent(&sender->ep, len);
-        if (closed) return; /* its drain closed this end */
-    }
-    lb->closed_flag = NULL;
-    /* Open here (a close of this end set `closed`): claim the next turn if
+    bool drain = LULL_LIKELY(sender != NULL) &&
+                 LULL_UNLIKELY(lull__endpoint_unqueue(&sender->ep, f->len));
+    /* The frame, release and drain callbacks may close this end and free
+     * it (a closed end is the caller's again): a close clears the loop's
+     * `delivering`, and then lb is not touched again. f is off the inbox,
+     * its own. Turns do not nest (lull_loop_run and lull_loop_settle
+     * refuse to run inside a callback), so one slot per loop serves, and
+     * the loop outlives them (lull_loop_free refuses a running loop); it
+     * costs the frame path two stores fewer than a flag of its own on the
+     * stack would, and no stack frame. Its value is the turn's own handle
+     * (close_end compares it with both), the pointer the delivery was
+     * called with: lb itself would keep a second saved register. */
+    lull_loop *loop = lb->loop;
+    loop->delivering = timer ? (void *)&lb->timer : (void *)&lb->task;
+    if (LULL_LIKELY(lb->ep.on_frame != NULL))
+        lb->ep.on_frame(&lb->ep, f->bytes, f->len);
+    if (LULL_UNLIKELY(drain))
+        release_then_drain(loop, f, timer);
+    else
+        lull__frame_release(f);
+    if (!loop->delivering) return; /* a callback closed this end */
+    /* Open here (a close of this end cleared `delivering`; left set, it
+     * means nothing once this returns): claim the next turn if
      * a frame or the peer's close waits. */
     LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
                 "lull: a closed loopback end past its delivery");
@@ -252,8 +284,9 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
                                     !lull_timer_active(&a->timer)
                                 ? holder_of(a)
                                 : NULL;
-    if (a->closed_flag) *a->closed_flag = true; /* a delivery to a runs */
-    a->closed_flag = NULL;
+    const void *d = a->loop->delivering;
+    if (d == &a->task || d == &a->timer)
+        a->loop->delivering = NULL; /* a delivery to a runs: it stops */
     lull_task_cancel(&a->task);
     lull_timer_stop(&a->timer);
     a->close_pending = false;
@@ -392,6 +425,7 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                             : &lull__loopback_task_ops,
                         o->max_frame, o->high_water, o->max_queued);
     lull_task_init(&lb->task, deliver_task);
+    lb->task.loop = loop; /* its only loop: sends post it as owned */
     lull_timer_init(loop, &lb->timer, deliver_timer);
     lb->loop = loop;
     lb->peer = peer;
@@ -407,7 +441,7 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
     lb->discard = NULL;
     lb->delivered = 0;
     lb->turns = 0;
-    lb->closed_flag = NULL;
+    lb->closed_flag = NULL; /* unused: the loop's `delivering` serves */
 }
 
 /* Puts both ends in the loop's set of live ends and the process's (which

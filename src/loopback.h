@@ -77,7 +77,7 @@ static inline int lull__loopback_send(lull_loopback *a, lull_frame *frame,
     LULL_ASSERT(!lull__node_queued(&b->task.node) && !b->close_pending,
                 "lull: a loopback end with an empty inbox and a turn");
     b->turns++;
-    lull__post_unqueued(b->loop, &b->task);
+    lull__post_owned(b->loop, &b->task);
     return 0;
 }
 

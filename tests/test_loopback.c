@@ -1696,6 +1696,63 @@ TEST(max_queued_refuses_and_closes) {
     }
 }
 
+/* A frame is the caller's again in its release callback (lull.h: "re-send
+ * or free them"), so it is no longer counted in its sender's queued there:
+ * an end whose max_queued holds one frame re-sends its one frame from the
+ * release, again and again, and is never refused with -ENOBUFS. A frame
+ * leaves the count as it is delivered: the receiver's frame callback sees
+ * it gone already. Both deliveries, both clocks. */
+static lull_endpoint *g_resend_ep;
+static int g_resend_left, g_resend_rc;
+static size_t g_resend_queued;
+
+static void resend_note_queued(side *s, int id) {
+    (void)s;
+    (void)id;
+    g_resend_queued += g_resend_ep->queued;
+}
+
+static void resend_release(lull_frame *f) {
+    owned_release(f);
+    g_resend_queued += g_resend_ep->queued;
+    if (g_resend_left > 0 && g_resend_rc == 0) {
+        g_resend_left--;
+        g_resend_rc = lull_endpoint_send(g_resend_ep, f);
+    }
+}
+
+TEST(frame_resent_from_its_release_fits_max_queued) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.max_queued = sizeof(int),
+                                       .deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            owned f;
+            owned_init(&f, 1);
+            f.frame.release = resend_release;
+            b.also = resend_note_queued;
+            g_resend_ep = &a.lb.ep;
+            g_resend_left = 3;
+            g_resend_rc = 0;
+            g_resend_queued = 0;
+            CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f.frame), 0);
+            run_ready(loop);
+            CHECK_EQ(g_resend_rc, 0);
+            CHECK_EQ(g_resend_queued, 0);
+            CHECK_EQ(b.frames, 4);
+            CHECK_EQ(f.releases, 4);
+            CHECK_EQ(a.closes, 0);
+            CHECK(!lull_endpoint_closed(&a.lb.ep));
+            CHECK_EQ(a.lb.ep.queued, 0);
+            close_both(&a, &b);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
 /* An end that sent past max_queued and then paused its reading (the
  * owner's reaction to the refusal) still closes: its close callback, with
  * -ENOBUFS, and its undelivered frames back to their owner, are not the
@@ -1835,6 +1892,108 @@ static void repair_at_close(side *s) {
     (void)s;
     g_repair_status =
         lull_loopback_pair(the_loop, &g_repair_a->lb, &g_repair_c->lb, NULL);
+}
+
+/* The drain after a delivery that crossed below the high-water mark comes
+ * to the sender, after the frame's release, once, whichever delivery the
+ * pair uses (the delivery finds its end again from its turn: a task or a
+ * timer). Both clocks. */
+TEST(drain_after_the_release_both_deliveries) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.high_water = 2 * sizeof(int),
+                                       .deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            owned f[2];
+            for (int i = 0; i < 2; i++) {
+                owned_init(&f[i], i + 1);
+                CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
+            }
+            CHECK(!lull_endpoint_writable(&a.lb.ep));
+            run_ready(loop);
+            CHECK_EQ(b.frames, 2);
+            CHECK_EQ(f[0].releases, 1);
+            CHECK_EQ(f[1].releases, 1);
+            CHECK_EQ(a.drains, 1);
+            CHECK_EQ(b.drains, 0);
+            CHECK(lull_endpoint_writable(&a.lb.ep));
+            close_both(&a, &b);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
+/* A close of another pair's end inside a delivery stops nothing of that
+ * delivery (a close stops only a delivery to the end it closes): b, whose
+ * frame callback closes c, still gets both of a's frames, each in its
+ * turn, and a's count falls to 0. Both deliveries, both clocks. */
+static side *g_other_end;
+
+static void close_other_end(side *s, int id) {
+    (void)s;
+    (void)id;
+    if (g_other_end) close_checked(g_other_end, 5);
+    g_other_end = NULL;
+}
+
+TEST(close_of_another_end_inside_a_delivery_stops_nothing) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK};
+            side a, b, c, d;
+            pair_with(loop, &a, &b, &o);
+            pair_with(loop, &c, &d, &o);
+            b.also = close_other_end;
+            g_other_end = &c;
+            CHECK_EQ(send_id(&a, 1), 0);
+            CHECK_EQ(send_id(&a, 2), 0);
+            run_ready(loop);
+            CHECK_EQ(b.frames, 2);
+            CHECK_EQ(a.lb.ep.queued, 0);
+            CHECK_EQ(c.closes, 1);
+            CHECK_EQ(d.closes, 1);
+            CHECK_EQ(d.reason, 5);
+            CHECK(lull_endpoint_writable(&a.lb.ep));
+            close_both(&a, &b);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
+/* An end's delivery turn is posted to the loop it is paired on (a send
+ * posts it without writing the task's loop: lull_loopback_pair does): ends
+ * paired on one loop, closed, and paired on another deliver there, both
+ * ways, and the first loop runs nothing of theirs. */
+TEST(ends_paired_again_on_another_loop_deliver_there) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loop *other = NULL;
+    lull_loop_options oo = {.clock = LULL_CLOCK_VIRTUAL};
+    CHECK_EQ(lull_loop_new(&other, &oo), 0);
+    side a, b;
+    pair_with(loop, &a, &b, NULL);
+    CHECK_EQ(send_id(&a, 1), 0);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    close_both(&a, &b);
+    pair_with(other, &a, &b, NULL);
+    CHECK_EQ(send_id(&a, 2), 0);
+    CHECK_EQ(send_id(&b, 3), 0);
+    CHECK(lull_loopback_pending(&b.lb));
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_EQ(b.frames, 0);
+    CHECK_EQ(lull_loop_settle(other), 2);
+    CHECK_EQ(a.frames, 1);
+    CHECK_EQ(b.frames, 1);
+    CHECK_EQ(a.lb.turns, 1);
+    CHECK_EQ(b.lb.turns, 1);
+    the_loop = other;
+    close_both(&a, &b);
+    CHECK_EQ(lull_loop_free(other), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 TEST(pair_of_a_live_end_is_busy) {
