@@ -220,10 +220,14 @@ struct chunk {
 typedef struct outq {
     chunk *head, *tail, *spare;
     int nspare;
-    size_t written; /* all OpenSSL ever wrote: what a call wrote is a delta */
-    size_t answers; /* written by SSL_read (answers to the peer's key
-                       updates, its renegotiation attempts) since the
-                       stream was last seen below its mark */
+    size_t written;   /* all OpenSSL ever wrote: what a call wrote is a delta */
+    size_t answers;   /* written by SSL_read (answers to the peer's key
+                         updates, its renegotiation attempts) since the
+                         stream was last seen below its mark */
+    size_t head_done; /* of the head frame's bytes on the wire (its length
+                         first, if framed), those already sealed: a frame
+                         larger than the stream's mark is sealed a slice
+                         per pass */
 } outq;
 
 typedef struct guard guard;
@@ -624,12 +628,15 @@ static int seal(lull_tls *t, const void *p, size_t len) {
 
 /* Encrypts the queued frames while the stream is writable: small ones
  * gathered in the stage, one SSL_write per 16 KiB; a frame's payload of a
- * record or more straight from its bytes. Encrypted frames move to *done.
- * 0 or a negative errno. */
+ * record or more straight from its bytes, as much of it as the stream
+ * takes below its mark (the rest in a later pass: a 100 MB send is not
+ * sealed at once, its size again in memory and a long stall). Encrypted
+ * frames move to *done. 0 or a negative errno. */
 static int encrypt_queue(lull_tls *t, lull_frame **done) {
     /* The stream's queue grows only when the chunks are handed over, after
      * this: bound the pass by what it can take below its mark. */
     lull_endpoint *sep = &t->stream.ep;
+    outq *q = out_of(t);
     size_t budget = 0, sealed = 0;
     if (lull_endpoint_writable(sep)) budget = sep->high_water - sep->queued;
     size_t st = 0;
@@ -640,7 +647,7 @@ static int encrypt_queue(lull_tls *t, lull_frame **done) {
     int rc = 0;
     while (t->head && sealed < budget) {
         lull_frame *f = t->head;
-        if (hdr) {
+        if (hdr && q->head_done == 0) {
             if (st + HDR > RECORD) {
                 if ((rc = seal(t, t->stage, st)) < 0) return rc;
                 st = 0;
@@ -648,19 +655,25 @@ static int encrypt_queue(lull_tls *t, lull_frame **done) {
             uint32_t be = htonl((uint32_t)f->len);
             memcpy(t->stage + st, &be, HDR);
             st += HDR;
+            sealed += HDR;
+            q->head_done = HDR;
         }
-        const unsigned char *p = f->bytes;
-        size_t left = f->len;
+        size_t at = q->head_done - (hdr ? HDR : 0); /* payload sealed */
+        const unsigned char *p = f->bytes + at;
+        size_t left = f->len - at;
         while (left > 0) {
             if (st == RECORD) {
                 if ((rc = seal(t, t->stage, st)) < 0) return rc;
                 st = 0;
             }
             if (st == 0 && left >= RECORD) { /* no copy for the bulk */
-                size_t n = left - left % RECORD;
+                if (sealed >= budget) break; /* the rest in a later pass */
+                size_t n = left - left % RECORD, room = budget - sealed;
+                if (n > room) n = room + (RECORD - room % RECORD) % RECORD;
                 if ((rc = seal(t, p, n)) < 0) return rc;
                 p += n;
                 left -= n;
+                sealed += n;
                 continue;
             }
             size_t n = RECORD - st < left ? RECORD - st : left;
@@ -668,11 +681,16 @@ static int encrypt_queue(lull_tls *t, lull_frame **done) {
             st += n;
             p += n;
             left -= n;
+            sealed += n;
         }
+        if (left > 0) { /* a slice of it sealed */
+            q->head_done = (hdr ? HDR : 0) + f->len - left;
+            break;
+        }
+        q->head_done = 0;
         t->head = f->next;
         if (!t->head) t->tail = NULL;
         t->ep.queued = f->len < t->ep.queued ? t->ep.queued - f->len : 0;
-        sealed += f->len + (hdr ? HDR : 0);
         f->next = NULL;
         *dtail = f;
         dtail = &f->next;

@@ -3059,3 +3059,60 @@ TEST(detach_of_a_connections_own_stream_is_refused) {
     close_cleanly(loop, &c, &s);
     finish(loop, sctx, cctx);
 }
+
+/* One send of 100 MB (raw, as a stream's write): encrypted as the socket
+ * takes it, not all at the flush point after the send. Sealing it whole
+ * held its size again in ciphertext and stalled the loop for as long as
+ * 100 MB takes to encrypt. */
+#define HUGE_SEND ((size_t)100 << 20)
+static size_t g_huge_got, g_huge_bad;
+static int g_huge_released;
+
+static void huge_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep;
+    const unsigned char *p = b;
+    for (size_t i = 0; i < n; i++, g_huge_got++)
+        if (p[i] != (unsigned char)(g_huge_got * 7 + (g_huge_got >> 12)))
+            g_huge_bad++;
+}
+
+static void huge_release(lull_frame *f) {
+    (void)f;
+    g_huge_released++;
+}
+
+TEST(one_send_of_100_mib_is_encrypted_as_the_socket_takes_it) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    lull_tls_options co = opts_hs("localhost"), so = opts_hs(NULL);
+    co.stream.flags = so.stream.flags = LULL_STREAM_RAW;
+    co.stream.max_frame = HUGE_SEND;
+    end_pair_opts(loop, &c, cctx, &co, &s, sctx, &so);
+    run_until(loop, &c.handshaken, 100);
+    run_until(loop, &s.handshaken, 100);
+    lull_endpoint_set_callbacks(&s.t.ep, huge_frame, NULL, end_close);
+    unsigned char *big = malloc(HUGE_SEND);
+    CHECK(big);
+    for (size_t i = 0; i < HUGE_SEND; i++)
+        big[i] = (unsigned char)(i * 7 + (i >> 12));
+    lull_frame f = {.bytes = big, .len = HUGE_SEND, .release = huge_release};
+    uint64_t before = c.t.cipher_bytes;
+    CHECK_EQ(lull_endpoint_send(&c.t.ep, &f), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0); /* its flush point */
+    /* What the socket took in that turn and the stream's mark: some
+     * hundreds of KiB, not the 100 MB. */
+    uint64_t first = c.t.cipher_bytes - before;
+    CHECK(first > 0);
+    CHECK(first <= (uint64_t)8 << 20);
+    for (int i = 0; i < 1000000 && g_huge_got < HUGE_SEND && !s.closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_huge_got, HUGE_SEND);
+    CHECK_EQ(g_huge_bad, 0);
+    CHECK_EQ(g_huge_released, 1);
+    CHECK_EQ(c.closes + s.closes, 0);
+    close_cleanly(loop, &c, &s);
+    free(big);
+    finish(loop, sctx, cctx);
+}
