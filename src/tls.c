@@ -745,18 +745,28 @@ static void on_stream_end(lull_stream *s) {
 }
 
 /* The peer's close_notify: answer it and close with 0 (a frame cut short
- * is a protocol error, as at a stream's EOF). Unless a shutdown of ours
- * still has bytes to send (frames not yet encrypted, or records the stream
- * has not written): it was asked to deliver them before the end, as a
- * stream's shutdown still writes its queue after the peer's EOF, so it
+ * is a protocol error, as at a stream's EOF). Unless this end still has
+ * frames to encrypt, or a shutdown of ours records the stream has not
+ * written: the shutdown was asked to deliver them before the end; and
+ * frames sent without one are the answer to what came with the
+ * close_notify (TLS 1.3 makes it a half-close), which the close would
+ * drop behind a clean close_notify, so a shutdown begins, as a stream's
+ * EOF writes its queue before the end; further sends are refused. It
  * goes on, reading nothing more, and its close_notify, then the stream's
- * EOF, end it (on_stream_close). True then. */
+ * EOF, end it (on_stream_close). True then. (Records alone in the
+ * stream's queue without a shutdown, the session tickets say, get the
+ * close's last write, as before.) */
 static bool peer_closed(lull_tls *t) {
     int reason = 0;
     if (framed(t) && t->pend > t->pstart) {
         set_why(t, "close_notify inside a frame");
         reason = -EPROTO;
-    } else if ((t->state & T_SHUT) && (t->head || t->stream.ep.queued > 0)) {
+    } else if (t->head || ((t->state & T_SHUT) && t->stream.ep.queued > 0)) {
+        if (!(t->state & T_SHUT)) {
+            t->state |= T_SHUT;
+            t->ep.flags |= LULL__EP_PEER_GONE;
+            lull__at_flush(t->loop, &t->flush);
+        }
         t->state |= T_PEER_SHUT;
         t->in_len = 0;
         lull_stream_set_on_end(&t->stream, on_stream_end);

@@ -3116,3 +3116,57 @@ TEST(one_send_of_100_mib_is_encrypted_as_the_socket_takes_it) {
     free(big);
     finish(loop, sctx, cctx);
 }
+
+/* A request and the peer's close_notify behind it, in one write (a client
+ * that half-closes after asking, as TLS 1.3 lets it): the answer sent
+ * inside on_frame still leaves, then this end's close_notify, and the
+ * close is clean. As a stream answers a request that came with the peer's
+ * EOF: the answer was dropped with the connection. */
+static void answer_frame(lull_endpoint *ep, const void *b, size_t n) {
+    end_frame(ep, b, n);
+    char reply[80];
+    int len =
+        snprintf(reply, sizeof reply, "re: %.*s", (int)n, (const char *)b);
+    CHECK_EQ(lull_endpoint_send_copy(ep, reply, (size_t)len), 0);
+}
+
+TEST(answer_to_a_request_that_came_with_close_notify_is_sent) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_client_handshaken(loop, &s, sctx, 0);
+#ifdef LULL_HAVE_OPENSSL
+    lull_endpoint_set_callbacks(&s.t.ep, answer_frame, NULL, end_close);
+    unsigned char rec[8192];
+    size_t n = raw_frame(r, "ping", rec, sizeof rec);
+    CHECK_EQ(SSL_shutdown(r->ssl), 0);
+    n += raw_take(r, rec + n, sizeof rec - n);
+    raw_send(r, rec, n); /* the request and the close_notify together */
+    /* The client reads the answer, then the server's close_notify. */
+    unsigned char buf[4096];
+    size_t got = 0;
+    int rc = 0;
+    for (int i = 0; i < 200; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        raw_pump(r);
+        rc = SSL_read(r->ssl, buf + got, (int)(sizeof buf - got));
+        if (rc > 0) {
+            got += (size_t)rc;
+            continue;
+        }
+        if (SSL_get_error(r->ssl, rc) != SSL_ERROR_WANT_READ) break;
+        usleep(1000);
+    }
+    CHECK_EQ(SSL_get_error(r->ssl, rc), SSL_ERROR_ZERO_RETURN);
+    CHECK_EQ(got, 4 + strlen("re: ping"));
+    CHECK(memcmp(buf + 4, "re: ping", 8) == 0);
+    CHECK_EQ(s.frames, 1);
+    ERR_clear_error();
+    raw_close(r); /* both close_notifys went: a clean end */
+    run_until(loop, &s.closed, 100);
+    CHECK_EQ(s.reason, 0);
+    CHECK_EQ(s.closes, 1);
+#endif
+    free_raw_and_finish(loop, r, sctx, cctx);
+}
