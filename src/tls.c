@@ -1433,13 +1433,25 @@ static int alpn_wire(lull_tls_ctx *ctx, const char *list) {
     return 0;
 }
 
+/* The passphrase of an encrypted key (or PEM block): there is none to
+ * give, so it is refused (-EINVAL). Without a callback OpenSSL asks for
+ * one on the process's terminal and waits for an answer: a server started
+ * from a shell would stop inside lull_tls_ctx_new. */
+static int no_passphrase(char *buf, int size, int rwflag, void *u) {
+    (void)buf;
+    (void)size;
+    (void)rwflag;
+    (void)u;
+    return 0;
+}
+
 static int load_pem_certs(SSL_CTX *c, const char *pem) {
     BIO *b = BIO_new_mem_buf(pem, -1);
     if (!b) return -ENOMEM;
-    X509 *x = PEM_read_bio_X509(b, NULL, NULL, NULL);
+    X509 *x = PEM_read_bio_X509(b, NULL, no_passphrase, NULL);
     int rc = x && SSL_CTX_use_certificate(c, x) == 1 ? 0 : -EINVAL;
     X509_free(x);
-    while (rc == 0 && (x = PEM_read_bio_X509(b, NULL, NULL, NULL)))
+    while (rc == 0 && (x = PEM_read_bio_X509(b, NULL, no_passphrase, NULL)))
         if (SSL_CTX_add0_chain_cert(c, x) != 1) {
             X509_free(x);
             rc = -EINVAL;
@@ -1451,7 +1463,7 @@ static int load_pem_certs(SSL_CTX *c, const char *pem) {
 static int load_pem_key(SSL_CTX *c, const char *pem) {
     BIO *b = BIO_new_mem_buf(pem, -1);
     if (!b) return -ENOMEM;
-    EVP_PKEY *k = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
+    EVP_PKEY *k = PEM_read_bio_PrivateKey(b, NULL, no_passphrase, NULL);
     int rc = k && SSL_CTX_use_PrivateKey(c, k) == 1 ? 0 : -EINVAL;
     EVP_PKEY_free(k);
     BIO_free(b);
@@ -1464,7 +1476,7 @@ static int load_pem_trust(SSL_CTX *c, const char *pem) {
     X509_STORE *st = SSL_CTX_get_cert_store(c);
     int n = 0, rc = 0;
     X509 *x;
-    while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
+    while ((x = PEM_read_bio_X509(b, NULL, no_passphrase, NULL))) {
         if (X509_STORE_add_cert(st, x) != 1) rc = -EINVAL;
         X509_free(x);
         n++;
@@ -1499,6 +1511,7 @@ static int configure(lull_tls_ctx *ctx, const lull_tls_config *cfg) {
     SSL_CTX_set_options(c, SSL_OP_NO_RENEGOTIATION |
                                (cfg->no_tickets ? SSL_OP_NO_TICKET : 0));
     SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE);
+    SSL_CTX_set_default_passwd_cb(c, no_passphrase); /* the files' */
     if (cfg->cert_file &&
         SSL_CTX_use_certificate_chain_file(c, cfg->cert_file) != 1)
         return -EINVAL;

@@ -3170,3 +3170,74 @@ TEST(answer_to_a_request_that_came_with_close_notify_is_sent) {
 #endif
     free_raw_and_finish(loop, r, sctx, cctx);
 }
+
+/* A key encrypted with a passphrase (lull_tls_config has none to give) is
+ * refused with -EINVAL at once. OpenSSL's default, with no passphrase
+ * callback, is to ask for one on the process's terminal and wait for an
+ * answer: a server started from a shell stopped inside lull_tls_ctx_new.
+ * The case's child has a terminal (a pty) nobody types into; both the PEM
+ * text and the file are tried. */
+TEST(encrypted_key_is_refused_without_asking_a_terminal) {
+    if (skip()) return;
+    setup();
+#ifdef LULL_HAVE_OPENSSL
+    BIO *b = BIO_new_mem_buf(g_pki.server_key, -1);
+    EVP_PKEY *k = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
+    CHECK(k);
+    BIO_free(b);
+    BIO *eb = BIO_new(BIO_s_mem());
+    CHECK(PEM_write_bio_PrivateKey(eb, k, EVP_aes_256_cbc(), NULL, 0, NULL,
+                                   (void *)"secret") == 1);
+    EVP_PKEY_free(k);
+    char *enc = bio_string(eb);
+    char dir[] = "/tmp/lull-test-tls.XXXXXX";
+    CHECK(mkdtemp(dir));
+    char key[128];
+    snprintf(key, sizeof key, "%s/key.pem", dir);
+    write_file(key, enc);
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    CHECK(master >= 0);
+    CHECK_EQ(grantpt(master), 0);
+    CHECK_EQ(unlockpt(master), 0);
+    CHECK_EQ(fcntl(master, F_SETFL, O_NONBLOCK), 0);
+    const char *slave = ptsname(master);
+    CHECK(slave);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* A session whose controlling terminal is the pty, on stdin too. */
+        if (setsid() < 0) _exit(3);
+        int tty = open(slave, O_RDWR);
+        if (tty < 0 || dup2(tty, 0) < 0) _exit(3);
+        lull_tls_config by_pem = {
+            .server = true, .cert_pem = g_pki.server_cert, .key_pem = enc};
+        lull_tls_config by_file = {
+            .server = true, .cert_pem = g_pki.server_cert, .key_file = key};
+        lull_tls_ctx *ctx = NULL;
+        if (lull_tls_ctx_new(&by_pem, &ctx) != -EINVAL || ctx) _exit(1);
+        if (lull_tls_ctx_new(&by_file, &ctx) != -EINVAL || ctx) _exit(2);
+        _exit(0);
+    }
+    int status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 500 && done == 0; i++) { /* 5 s */
+        char junk[256];
+        while (read(master, junk, sizeof junk) > 0) { /* the prompt, if any */
+        }
+        done = waitpid(pid, &status, WNOHANG);
+        if (done == 0) usleep(10000);
+    }
+    if (done == 0) { /* waiting for a passphrase */
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    CHECK_EQ(done, pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    close(master);
+    unlink(key);
+    rmdir(dir);
+    free(enc);
+#endif
+    teardown_pki();
+}
