@@ -159,6 +159,7 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include "own_name.h"
 #include "stream.h"
@@ -1317,8 +1318,21 @@ int lull_tls_open(lull_loop *loop, lull_tls *tls, lull_tls_ctx *ctx, int fd,
         if (fd >= 0) close(fd);
         return -EINVAL;
     }
+    /* Records go both ways on one fd, in order: a stream socket. Over a
+     * pipe's end the stream refuses the writes without a word (or has
+     * nothing to read), and the handshake ended at its timeout as if the
+     * peer had stalled. */
+    int type = 0;
+    socklen_t tlen = sizeof type;
+    int rc = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 ? -errno
+             : type != SOCK_STREAM                                 ? -EINVAL
+                                                                   : 0;
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
     lull_stream_options so;
-    int rc = prepare(loop, tls, ctx, o, &so);
+    rc = prepare(loop, tls, ctx, o, &so);
     if (rc < 0) {
         close(fd);
         return rc;

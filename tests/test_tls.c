@@ -3241,3 +3241,30 @@ TEST(encrypted_key_is_refused_without_asking_a_terminal) {
 #endif
     teardown_pki();
 }
+
+/* lull_tls_open over an fd that cannot carry TLS both ways (a pipe's end,
+ * a datagram socket) is refused at once, the fd closed, instead of a
+ * connection set up whose handshake can never leave (the stream refuses
+ * the writes and says nothing) and ends at the handshake timeout, 10 s
+ * later, as "handshake timed out". */
+TEST(open_over_a_pipe_or_datagram_socket_is_refused) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    for (int kind = 0; kind < 3; kind++) {
+        int fds[2];
+        if (kind < 2) {
+            CHECK_EQ(pipe2(fds, O_CLOEXEC), 0);
+        } else {
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+        }
+        int fd = fds[kind == 1 ? 1 : 0], other = fds[kind == 1 ? 0 : 1];
+        end c;
+        end_init(&c);
+        int rc = lull_tls_open(loop, &c.t, cctx, fd, &g_client_opts);
+        CHECK_EQ(rc, kind < 2 ? -ENOTSOCK : -EINVAL);
+        CHECK(fcntl(fd, F_GETFD) < 0 && errno == EBADF); /* closed */
+        close(other);
+    }
+    finish(loop, sctx, cctx);
+}
