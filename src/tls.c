@@ -1381,6 +1381,9 @@ int lull_tls_key_update(lull_tls *tls) {
         SSL_version(tls->ssl) < TLS1_3_VERSION)
         return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(tls->loop);
+    /* Shut down (or failing): sends are refused, and its KeyUpdate would
+     * follow the close_notify, which the shut stream drops. */
+    if (tls->ep.flags & (LULL__EP_CLOSED | LULL__EP_PEER_GONE)) return -EPIPE;
     tls->state |= T_KEYUPD;
     lull__at_flush(tls->loop, &tls->flush);
     return 0;

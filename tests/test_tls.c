@@ -3268,3 +3268,24 @@ TEST(open_over_a_pipe_or_datagram_socket_is_refused) {
     }
     finish(loop, sctx, cctx);
 }
+
+/* A key update asked for after lull_endpoint_shutdown is refused with
+ * -EPIPE, as a send is: its KeyUpdate would follow this end's
+ * close_notify, and the stream, shut, drops it; it said 0. The frame
+ * sent before the shutdown still arrives and both ends close cleanly. */
+TEST(key_update_after_shutdown_is_refused_like_a_send) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    settled_pair(loop, &c, cctx, &s, sctx);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "last", 4), 0);
+    CHECK_EQ(lull_endpoint_shutdown(&c.t.ep), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "more", 4), -EPIPE);
+    CHECK_EQ(lull_tls_key_update(&c.t), -EPIPE);
+    settle_closes(loop, &c, &s); /* the server answers the close_notify */
+    CHECK_EQ(s.frames, 1);
+    CHECK_EQ(strcmp(s.last, "last"), 0);
+    CHECK_EQ(c.reason, 0);
+    finish(loop, sctx, cctx);
+}
