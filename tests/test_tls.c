@@ -3206,6 +3206,9 @@ TEST(encrypted_key_is_refused_without_asking_a_terminal) {
     CHECK(pid >= 0);
     if (pid == 0) {
         /* A session whose controlling terminal is the pty, on stdin too. */
+        /* Without the master, a parent that dies (a ctest timeout) hangs
+         * the terminal up, and with it a child still waiting. */
+        close(master);
         if (setsid() < 0) _exit(3);
         int tty = open(slave, O_RDWR);
         if (tty < 0 || dup2(tty, 0) < 0) _exit(3);
