@@ -1619,7 +1619,7 @@ LULL_EXTERN bool lull_tls_resumed(const lull_tls *tls);
 LULL_EXTERN const char *lull_tls_server_name(const lull_tls *tls);
 LULL_EXTERN int lull_tls_alpn(const lull_tls *tls, char *buf, size_t cap);
 /* TLS 1.3: new keys for both directions, sent at the next flush point.
- * -EINVAL before the handshake or on TLS 1.2. */
+ * -EINVAL before the handshake or on TLS 1.2; -EPIPE after a shutdown. */
 LULL_EXTERN int lull_tls_key_update(lull_tls *tls);
 /* Why the connection failed, in OpenSSL's words ("certificate verify
  * failed: certificate has expired"); "" if it did not. Valid until the

@@ -159,6 +159,7 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include "own_name.h"
 #include "stream.h"
@@ -220,10 +221,14 @@ struct chunk {
 typedef struct outq {
     chunk *head, *tail, *spare;
     int nspare;
-    size_t written; /* all OpenSSL ever wrote: what a call wrote is a delta */
-    size_t answers; /* written by SSL_read (answers to the peer's key
-                       updates, its renegotiation attempts) since the
-                       stream was last seen below its mark */
+    size_t written;   /* all OpenSSL ever wrote: what a call wrote is a delta */
+    size_t answers;   /* written by SSL_read (answers to the peer's key
+                         updates, its renegotiation attempts) since the
+                         stream was last seen below its mark */
+    size_t head_done; /* of the head frame's bytes on the wire (its length
+                         first, if framed), those already sealed: a frame
+                         larger than the stream's mark is sealed a slice
+                         per pass */
 } outq;
 
 typedef struct guard guard;
@@ -624,12 +629,15 @@ static int seal(lull_tls *t, const void *p, size_t len) {
 
 /* Encrypts the queued frames while the stream is writable: small ones
  * gathered in the stage, one SSL_write per 16 KiB; a frame's payload of a
- * record or more straight from its bytes. Encrypted frames move to *done.
- * 0 or a negative errno. */
+ * record or more straight from its bytes, as much of it as the stream
+ * takes below its mark (the rest in a later pass: a 100 MB send is not
+ * sealed at once, its size again in memory and a long stall). Encrypted
+ * frames move to *done. 0 or a negative errno. */
 static int encrypt_queue(lull_tls *t, lull_frame **done) {
     /* The stream's queue grows only when the chunks are handed over, after
      * this: bound the pass by what it can take below its mark. */
     lull_endpoint *sep = &t->stream.ep;
+    outq *q = out_of(t);
     size_t budget = 0, sealed = 0;
     if (lull_endpoint_writable(sep)) budget = sep->high_water - sep->queued;
     size_t st = 0;
@@ -640,7 +648,7 @@ static int encrypt_queue(lull_tls *t, lull_frame **done) {
     int rc = 0;
     while (t->head && sealed < budget) {
         lull_frame *f = t->head;
-        if (hdr) {
+        if (hdr && q->head_done == 0) {
             if (st + HDR > RECORD) {
                 if ((rc = seal(t, t->stage, st)) < 0) return rc;
                 st = 0;
@@ -648,19 +656,25 @@ static int encrypt_queue(lull_tls *t, lull_frame **done) {
             uint32_t be = htonl((uint32_t)f->len);
             memcpy(t->stage + st, &be, HDR);
             st += HDR;
+            sealed += HDR;
+            q->head_done = HDR;
         }
-        const unsigned char *p = f->bytes;
-        size_t left = f->len;
+        size_t at = q->head_done - (hdr ? HDR : 0); /* payload sealed */
+        const unsigned char *p = f->bytes + at;
+        size_t left = f->len - at;
         while (left > 0) {
             if (st == RECORD) {
                 if ((rc = seal(t, t->stage, st)) < 0) return rc;
                 st = 0;
             }
             if (st == 0 && left >= RECORD) { /* no copy for the bulk */
-                size_t n = left - left % RECORD;
+                if (sealed >= budget) break; /* the rest in a later pass */
+                size_t n = left - left % RECORD, room = budget - sealed;
+                if (n > room) n = room + (RECORD - room % RECORD) % RECORD;
                 if ((rc = seal(t, p, n)) < 0) return rc;
                 p += n;
                 left -= n;
+                sealed += n;
                 continue;
             }
             size_t n = RECORD - st < left ? RECORD - st : left;
@@ -668,11 +682,16 @@ static int encrypt_queue(lull_tls *t, lull_frame **done) {
             st += n;
             p += n;
             left -= n;
+            sealed += n;
         }
+        if (left > 0) { /* a slice of it sealed */
+            q->head_done = (hdr ? HDR : 0) + f->len - left;
+            break;
+        }
+        q->head_done = 0;
         t->head = f->next;
         if (!t->head) t->tail = NULL;
         t->ep.queued = f->len < t->ep.queued ? t->ep.queued - f->len : 0;
-        sealed += f->len + (hdr ? HDR : 0);
         f->next = NULL;
         *dtail = f;
         dtail = &f->next;
@@ -727,18 +746,28 @@ static void on_stream_end(lull_stream *s) {
 }
 
 /* The peer's close_notify: answer it and close with 0 (a frame cut short
- * is a protocol error, as at a stream's EOF). Unless a shutdown of ours
- * still has bytes to send (frames not yet encrypted, or records the stream
- * has not written): it was asked to deliver them before the end, as a
- * stream's shutdown still writes its queue after the peer's EOF, so it
+ * is a protocol error, as at a stream's EOF). Unless this end still has
+ * frames to encrypt, or a shutdown of ours records the stream has not
+ * written: the shutdown was asked to deliver them before the end; and
+ * frames sent without one are the answer to what came with the
+ * close_notify (TLS 1.3 makes it a half-close), which the close would
+ * drop behind a clean close_notify, so a shutdown begins, as a stream's
+ * EOF writes its queue before the end; further sends are refused. It
  * goes on, reading nothing more, and its close_notify, then the stream's
- * EOF, end it (on_stream_close). True then. */
+ * EOF, end it (on_stream_close). True then. (Records alone in the
+ * stream's queue without a shutdown, the session tickets say, get the
+ * close's last write, as before.) */
 static bool peer_closed(lull_tls *t) {
     int reason = 0;
     if (framed(t) && t->pend > t->pstart) {
         set_why(t, "close_notify inside a frame");
         reason = -EPROTO;
-    } else if ((t->state & T_SHUT) && (t->head || t->stream.ep.queued > 0)) {
+    } else if (t->head || ((t->state & T_SHUT) && t->stream.ep.queued > 0)) {
+        if (!(t->state & T_SHUT)) {
+            t->state |= T_SHUT;
+            t->ep.flags |= LULL__EP_PEER_GONE;
+            lull__at_flush(t->loop, &t->flush);
+        }
         t->state |= T_PEER_SHUT;
         t->in_len = 0;
         lull_stream_set_on_end(&t->stream, on_stream_end);
@@ -1289,8 +1318,21 @@ int lull_tls_open(lull_loop *loop, lull_tls *tls, lull_tls_ctx *ctx, int fd,
         if (fd >= 0) close(fd);
         return -EINVAL;
     }
+    /* Records go both ways on one fd, in order: a stream socket. Over a
+     * pipe's end the stream refuses the writes without a word (or has
+     * nothing to read), and the handshake ended at its timeout as if the
+     * peer had stalled. */
+    int type = 0;
+    socklen_t tlen = sizeof type;
+    int rc = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 ? -errno
+             : type != SOCK_STREAM                                 ? -EINVAL
+                                                                   : 0;
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
     lull_stream_options so;
-    int rc = prepare(loop, tls, ctx, o, &so);
+    rc = prepare(loop, tls, ctx, o, &so);
     if (rc < 0) {
         close(fd);
         return rc;
@@ -1339,6 +1381,9 @@ int lull_tls_key_update(lull_tls *tls) {
         SSL_version(tls->ssl) < TLS1_3_VERSION)
         return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(tls->loop);
+    /* Shut down (or failing): sends are refused, and its KeyUpdate would
+     * follow the close_notify, which the shut stream drops. */
+    if (tls->ep.flags & (LULL__EP_CLOSED | LULL__EP_PEER_GONE)) return -EPIPE;
     tls->state |= T_KEYUPD;
     lull__at_flush(tls->loop, &tls->flush);
     return 0;
@@ -1405,13 +1450,25 @@ static int alpn_wire(lull_tls_ctx *ctx, const char *list) {
     return 0;
 }
 
+/* The passphrase of an encrypted key (or PEM block): there is none to
+ * give, so it is refused (-EINVAL). Without a callback OpenSSL asks for
+ * one on the process's terminal and waits for an answer: a server started
+ * from a shell would stop inside lull_tls_ctx_new. */
+static int no_passphrase(char *buf, int size, int rwflag, void *u) {
+    (void)buf;
+    (void)size;
+    (void)rwflag;
+    (void)u;
+    return 0;
+}
+
 static int load_pem_certs(SSL_CTX *c, const char *pem) {
     BIO *b = BIO_new_mem_buf(pem, -1);
     if (!b) return -ENOMEM;
-    X509 *x = PEM_read_bio_X509(b, NULL, NULL, NULL);
+    X509 *x = PEM_read_bio_X509(b, NULL, no_passphrase, NULL);
     int rc = x && SSL_CTX_use_certificate(c, x) == 1 ? 0 : -EINVAL;
     X509_free(x);
-    while (rc == 0 && (x = PEM_read_bio_X509(b, NULL, NULL, NULL)))
+    while (rc == 0 && (x = PEM_read_bio_X509(b, NULL, no_passphrase, NULL)))
         if (SSL_CTX_add0_chain_cert(c, x) != 1) {
             X509_free(x);
             rc = -EINVAL;
@@ -1423,7 +1480,7 @@ static int load_pem_certs(SSL_CTX *c, const char *pem) {
 static int load_pem_key(SSL_CTX *c, const char *pem) {
     BIO *b = BIO_new_mem_buf(pem, -1);
     if (!b) return -ENOMEM;
-    EVP_PKEY *k = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
+    EVP_PKEY *k = PEM_read_bio_PrivateKey(b, NULL, no_passphrase, NULL);
     int rc = k && SSL_CTX_use_PrivateKey(c, k) == 1 ? 0 : -EINVAL;
     EVP_PKEY_free(k);
     BIO_free(b);
@@ -1436,7 +1493,7 @@ static int load_pem_trust(SSL_CTX *c, const char *pem) {
     X509_STORE *st = SSL_CTX_get_cert_store(c);
     int n = 0, rc = 0;
     X509 *x;
-    while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
+    while ((x = PEM_read_bio_X509(b, NULL, no_passphrase, NULL))) {
         if (X509_STORE_add_cert(st, x) != 1) rc = -EINVAL;
         X509_free(x);
         n++;
@@ -1471,6 +1528,7 @@ static int configure(lull_tls_ctx *ctx, const lull_tls_config *cfg) {
     SSL_CTX_set_options(c, SSL_OP_NO_RENEGOTIATION |
                                (cfg->no_tickets ? SSL_OP_NO_TICKET : 0));
     SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE);
+    SSL_CTX_set_default_passwd_cb(c, no_passphrase); /* the files' */
     if (cfg->cert_file &&
         SSL_CTX_use_certificate_chain_file(c, cfg->cert_file) != 1)
         return -EINVAL;

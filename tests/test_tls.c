@@ -3059,3 +3059,236 @@ TEST(detach_of_a_connections_own_stream_is_refused) {
     close_cleanly(loop, &c, &s);
     finish(loop, sctx, cctx);
 }
+
+/* One send of 100 MB (raw, as a stream's write): encrypted as the socket
+ * takes it, not all at the flush point after the send. Sealing it whole
+ * held its size again in ciphertext and stalled the loop for as long as
+ * 100 MB takes to encrypt. */
+#define HUGE_SEND ((size_t)100 << 20)
+static size_t g_huge_got, g_huge_bad;
+static int g_huge_released;
+
+static void huge_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep;
+    const unsigned char *p = b;
+    for (size_t i = 0; i < n; i++, g_huge_got++)
+        if (p[i] != (unsigned char)(g_huge_got * 7 + (g_huge_got >> 12)))
+            g_huge_bad++;
+}
+
+static void huge_release(lull_frame *f) {
+    (void)f;
+    g_huge_released++;
+}
+
+TEST(one_send_of_100_mib_is_encrypted_as_the_socket_takes_it) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    lull_tls_options co = opts_hs("localhost"), so = opts_hs(NULL);
+    co.stream.flags = so.stream.flags = LULL_STREAM_RAW;
+    co.stream.max_frame = HUGE_SEND;
+    end_pair_opts(loop, &c, cctx, &co, &s, sctx, &so);
+    run_until(loop, &c.handshaken, 100);
+    run_until(loop, &s.handshaken, 100);
+    lull_endpoint_set_callbacks(&s.t.ep, huge_frame, NULL, end_close);
+    unsigned char *big = malloc(HUGE_SEND);
+    CHECK(big);
+    for (size_t i = 0; i < HUGE_SEND; i++)
+        big[i] = (unsigned char)(i * 7 + (i >> 12));
+    lull_frame f = {.bytes = big, .len = HUGE_SEND, .release = huge_release};
+    uint64_t before = c.t.cipher_bytes;
+    CHECK_EQ(lull_endpoint_send(&c.t.ep, &f), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0); /* its flush point */
+    /* What the socket took in that turn and the stream's mark: some
+     * hundreds of KiB, not the 100 MB. */
+    uint64_t first = c.t.cipher_bytes - before;
+    CHECK(first > 0);
+    CHECK(first <= (uint64_t)8 << 20);
+    for (int i = 0; i < 1000000 && g_huge_got < HUGE_SEND && !s.closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_huge_got, HUGE_SEND);
+    CHECK_EQ(g_huge_bad, 0);
+    CHECK_EQ(g_huge_released, 1);
+    CHECK_EQ(c.closes + s.closes, 0);
+    close_cleanly(loop, &c, &s);
+    free(big);
+    finish(loop, sctx, cctx);
+}
+
+/* A request and the peer's close_notify behind it, in one write (a client
+ * that half-closes after asking, as TLS 1.3 lets it): the answer sent
+ * inside on_frame still leaves, then this end's close_notify, and the
+ * close is clean. As a stream answers a request that came with the peer's
+ * EOF: the answer was dropped with the connection. */
+static void answer_frame(lull_endpoint *ep, const void *b, size_t n) {
+    end_frame(ep, b, n);
+    char reply[80];
+    int len =
+        snprintf(reply, sizeof reply, "re: %.*s", (int)n, (const char *)b);
+    CHECK_EQ(lull_endpoint_send_copy(ep, reply, (size_t)len), 0);
+}
+
+TEST(answer_to_a_request_that_came_with_close_notify_is_sent) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end s;
+    raw *r = raw_client_handshaken(loop, &s, sctx, 0);
+#ifdef LULL_HAVE_OPENSSL
+    lull_endpoint_set_callbacks(&s.t.ep, answer_frame, NULL, end_close);
+    unsigned char rec[8192];
+    size_t n = raw_frame(r, "ping", rec, sizeof rec);
+    CHECK_EQ(SSL_shutdown(r->ssl), 0);
+    n += raw_take(r, rec + n, sizeof rec - n);
+    raw_send(r, rec, n); /* the request and the close_notify together */
+    /* The client reads the answer, then the server's close_notify. */
+    unsigned char buf[4096];
+    size_t got = 0;
+    int rc = 0;
+    for (int i = 0; i < 200; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        raw_pump(r);
+        rc = SSL_read(r->ssl, buf + got, (int)(sizeof buf - got));
+        if (rc > 0) {
+            got += (size_t)rc;
+            continue;
+        }
+        if (SSL_get_error(r->ssl, rc) != SSL_ERROR_WANT_READ) break;
+        usleep(1000);
+    }
+    CHECK_EQ(SSL_get_error(r->ssl, rc), SSL_ERROR_ZERO_RETURN);
+    CHECK_EQ(got, 4 + strlen("re: ping"));
+    CHECK(memcmp(buf + 4, "re: ping", 8) == 0);
+    CHECK_EQ(s.frames, 1);
+    ERR_clear_error();
+    raw_close(r); /* both close_notifys went: a clean end */
+    run_until(loop, &s.closed, 100);
+    CHECK_EQ(s.reason, 0);
+    CHECK_EQ(s.closes, 1);
+#endif
+    free_raw_and_finish(loop, r, sctx, cctx);
+}
+
+/* A key encrypted with a passphrase (lull_tls_config has none to give) is
+ * refused with -EINVAL at once. OpenSSL's default, with no passphrase
+ * callback, is to ask for one on the process's terminal and wait for an
+ * answer: a server started from a shell stopped inside lull_tls_ctx_new.
+ * The case's child has a terminal (a pty) nobody types into; both the PEM
+ * text and the file are tried. */
+TEST(encrypted_key_is_refused_without_asking_a_terminal) {
+    if (skip()) return;
+    setup();
+#ifdef LULL_HAVE_OPENSSL
+    BIO *b = BIO_new_mem_buf(g_pki.server_key, -1);
+    EVP_PKEY *k = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
+    CHECK(k);
+    BIO_free(b);
+    BIO *eb = BIO_new(BIO_s_mem());
+    CHECK(PEM_write_bio_PrivateKey(eb, k, EVP_aes_256_cbc(), NULL, 0, NULL,
+                                   (void *)"secret") == 1);
+    EVP_PKEY_free(k);
+    char *enc = bio_string(eb);
+    char dir[] = "/tmp/lull-test-tls.XXXXXX";
+    CHECK(mkdtemp(dir));
+    char key[128];
+    snprintf(key, sizeof key, "%s/key.pem", dir);
+    write_file(key, enc);
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    CHECK(master >= 0);
+    CHECK_EQ(grantpt(master), 0);
+    CHECK_EQ(unlockpt(master), 0);
+    CHECK_EQ(fcntl(master, F_SETFL, O_NONBLOCK), 0);
+    const char *slave = ptsname(master);
+    CHECK(slave);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* A session whose controlling terminal is the pty, on stdin too. */
+        /* Without the master, a parent that dies (a ctest timeout) hangs
+         * the terminal up, and with it a child still waiting. */
+        close(master);
+        if (setsid() < 0) _exit(3);
+        int tty = open(slave, O_RDWR);
+        if (tty < 0 || dup2(tty, 0) < 0) _exit(3);
+        lull_tls_config by_pem = {
+            .server = true, .cert_pem = g_pki.server_cert, .key_pem = enc};
+        lull_tls_config by_file = {
+            .server = true, .cert_pem = g_pki.server_cert, .key_file = key};
+        lull_tls_ctx *ctx = NULL;
+        if (lull_tls_ctx_new(&by_pem, &ctx) != -EINVAL || ctx) _exit(1);
+        if (lull_tls_ctx_new(&by_file, &ctx) != -EINVAL || ctx) _exit(2);
+        _exit(0);
+    }
+    int status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 500 && done == 0; i++) { /* 5 s */
+        char junk[256];
+        while (read(master, junk, sizeof junk) > 0) { /* the prompt, if any */
+        }
+        done = waitpid(pid, &status, WNOHANG);
+        if (done == 0) usleep(10000);
+    }
+    if (done == 0) { /* waiting for a passphrase */
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    CHECK_EQ(done, pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    close(master);
+    unlink(key);
+    rmdir(dir);
+    free(enc);
+#endif
+    teardown_pki();
+}
+
+/* lull_tls_open over an fd that cannot carry TLS both ways (a pipe's end,
+ * a datagram socket) is refused at once, the fd closed, instead of a
+ * connection set up whose handshake can never leave (the stream refuses
+ * the writes and says nothing) and ends at the handshake timeout, 10 s
+ * later, as "handshake timed out". */
+TEST(open_over_a_pipe_or_datagram_socket_is_refused) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    for (int kind = 0; kind < 3; kind++) {
+        int fds[2];
+        if (kind < 2) {
+            CHECK_EQ(pipe2(fds, O_CLOEXEC), 0);
+        } else {
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+        }
+        int fd = fds[kind == 1 ? 1 : 0], other = fds[kind == 1 ? 0 : 1];
+        end c;
+        end_init(&c);
+        int rc = lull_tls_open(loop, &c.t, cctx, fd, &g_client_opts);
+        CHECK_EQ(rc, kind < 2 ? -ENOTSOCK : -EINVAL);
+        CHECK(fcntl(fd, F_GETFD) < 0 && errno == EBADF); /* closed */
+        close(other);
+    }
+    finish(loop, sctx, cctx);
+}
+
+/* A key update asked for after lull_endpoint_shutdown is refused with
+ * -EPIPE, as a send is: its KeyUpdate would follow this end's
+ * close_notify, and the stream, shut, drops it; it said 0. The frame
+ * sent before the shutdown still arrives and both ends close cleanly. */
+TEST(key_update_after_shutdown_is_refused_like_a_send) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    settled_pair(loop, &c, cctx, &s, sctx);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "last", 4), 0);
+    CHECK_EQ(lull_endpoint_shutdown(&c.t.ep), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "more", 4), -EPIPE);
+    CHECK_EQ(lull_tls_key_update(&c.t), -EPIPE);
+    settle_closes(loop, &c, &s); /* the server answers the close_notify */
+    CHECK_EQ(s.frames, 1);
+    CHECK_EQ(strcmp(s.last, "last"), 0);
+    CHECK_EQ(c.reason, 0);
+    finish(loop, sctx, cctx);
+}
