@@ -2445,8 +2445,8 @@ LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
                                   lull_journal *j, int fd);
 /* Queues len bytes: 0, -EINVAL (NULL, len past SSIZE_MAX), or the sticky
  * error (cb then never runs). req must not be queued already (-EBUSY where
- * seen at once: the first or last queued, the first in flight). No
- * allocation. Loop thread of the journal's loop (asserted). */
+ * seen at once: the first or last queued, the first in flight; elsewhere a
+ * debug build stops). No allocation. Loop thread of the journal's loop (asserted). */
 LULL_EXTERN int lull_journal_append(lull_journal *j, lull_append *req,
                                     const void *buf, size_t len,
                                     lull_append_fn cb);

@@ -261,6 +261,18 @@ int lull_journal_append(lull_journal *j, lull_append *req, const void *buf,
      * first of the batch in flight): queued again, it was linked into a
      * cycle (last: to itself), whose batch wrote it again forever. */
     if (req == j->tail || req == j->head || req == j->batch) return -EBUSY;
+#ifndef NDEBUG
+    /* Anywhere else in either list it cut the list after it and was queued
+     * again: the records behind it never completed. Finding it is a walk,
+     * for debug builds only (the pool thread only reads the batch's
+     * links, so this read races nothing). */
+    for (const lull_append *a = j->head; a; a = a->next)
+        LULL_ASSERT(a != req, "lull: lull_journal_append of a request already "
+                              "queued or in flight");
+    for (const lull_append *a = j->batch; a; a = a->next)
+        LULL_ASSERT(a != req, "lull: lull_journal_append of a request already "
+                              "queued or in flight");
+#endif
     req->next = NULL;
     req->cb = cb;
     req->buf = buf;

@@ -9,12 +9,15 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "stream.h"
 
 /* An IPv6 zone: an interface's index or name. 0, -EINVAL for an empty or
- * overflowing one, -ENODEV for a name no interface has. */
+ * overflowing one, -ENODEV for a name no interface has, or the errno of
+ * the socket the lookup of a name needs. */
 static int zone_index(const char *zone, uint32_t *index) {
     if (!*zone) return -EINVAL;
     if (zone[strspn(zone, "0123456789")] == '\0') {
@@ -25,9 +28,25 @@ static int zone_index(const char *zone, uint32_t *index) {
         *index = (uint32_t)n;
         return 0;
     }
-    unsigned n = if_nametoindex(zone);
-    if (n == 0) return errno == ENODEV || errno == ENXIO ? -ENODEV : -errno;
-    *index = n;
+    /* if_nametoindex's own ioctl, on a socket of the first family the
+     * process may open, as glibc's: glibc reports ENOENT whenever none
+     * opens, so a process out of fds (EMFILE) or a sandbox that refuses
+     * socket() read as a missing interface. */
+    struct ifreq ifr;
+    if (strlen(zone) >= sizeof ifr.ifr_name) return -ENODEV;
+    static const int families[] = {AF_UNIX, AF_INET, AF_INET6};
+    int fd = -1, err = EAFNOSUPPORT;
+    for (size_t i = 0; fd < 0 && i < sizeof families / sizeof *families; i++) {
+        fd = socket(families[i], SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 && errno != EAFNOSUPPORT) err = errno;
+    }
+    if (fd < 0) return -err;
+    memset(&ifr, 0, sizeof ifr);
+    strcpy(ifr.ifr_name, zone);
+    int rc = ioctl(fd, SIOCGIFINDEX, &ifr) < 0 ? -errno : 0;
+    close(fd);
+    if (rc < 0) return rc == -ENXIO ? -ENODEV : rc;
+    *index = (uint32_t)ifr.ifr_ifindex;
     return 0;
 }
 

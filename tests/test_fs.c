@@ -532,6 +532,39 @@ TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
     close_journal_case(fd, loop, pool, &g);
 }
 
+/* The same request appended again from the middle of the queue (arg 0)
+ * or of the batch in flight (arg 1), neither first nor last: a debug
+ * build stops with a message. It cut the list after it (its next set to
+ * NULL) and queued it again: the records behind it never completed, it
+ * was written and completed twice, and a batch in flight was cut under
+ * the pool thread that was writing it. */
+static void journal_append_from_the_middle(void *arg) {
+    lull_loop *loop;
+    lull_pool *pool;
+    static lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    static gate g;
+    gate_hold(loop, pool, &g);
+    for (int i = 0; i < 3; i++)
+        append(&j, i);
+    if (arg) CHECK_EQ(lull_loop_settle(loop), 1); /* the batch leaves */
+    (void)lull_journal_append(&j, &recs[1].req, recs[1].text,
+                              strlen(recs[1].text), appended);
+    sem_post(&g.release);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    close_journal_case(fd, loop, pool, &g);
+}
+
+TEST_THREADED(journal_append_of_a_request_in_the_middle_stops_a_debug_build) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    const char *msg = "lull: lull_journal_append of a request already queued";
+    CHECK(check_dies(journal_append_from_the_middle, (void *)0, msg));
+    CHECK(check_dies(journal_append_from_the_middle, (void *)1, msg));
+}
+
 /* lull_journal_append from a thread that does not own the journal's loop
  * stops a debug build with a message: it links the request into the
  * journal's queue, the loop thread's state, with no lock. With a batch in

@@ -16,12 +16,18 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <lull.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -1560,6 +1566,83 @@ TEST(ipv6_zone_by_name_or_index) {
     lull_server_close(&srv);
     CHECK_EQ(lull_server_listen_tcp(loop, &srv, "::1%nope0", 0, 0, no_accept),
              -ENODEV);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A zone's name is looked up through a socket (SIOCGIFINDEX): a process
+ * out of fds, or a sandbox that refuses socket(), hears that errno, not
+ * -ENODEV or glibc if_nametoindex's ENOENT, as if no such interface. An
+ * index needs no socket. */
+static void zone_lookup_without_a_socket(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    check_deny_syscalls((const int[]){SYS_socket}, 1, EPERM);
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "::1%lo", 0, 0), -EPERM);
+    lull_server srv;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, "::1%lo", 0, 0, no_accept),
+             -EPERM);
+    lull_udp_close(&u, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+#ifdef CHECK_SANDBOX_ARCH
+/* A sandbox that lets the process open IP sockets alone (systemd's
+ * RestrictAddressFamilies=AF_INET AF_INET6): socket(AF_UNIX) fails with
+ * EAFNOSUPPORT. A zone's name is still found, as glibc's if_nametoindex
+ * finds it, through a socket of a family that opens. */
+static void zone_lookup_without_unix_sockets(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, CHECK_SANDBOX_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                 offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+    CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+    CHECK_EQ(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+    CHECK_EQ(socket(AF_UNIX, SOCK_DGRAM, 0), -1);
+    CHECK_EQ(bind_once(loop, "::1%lo"), 0);
+    CHECK_EQ(bind_once(loop, "::1%no-such-if0"), -ENODEV);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+#endif
+
+TEST(ipv6_zone_lookup_reports_the_socket_error) {
+    CHECK(check_exits_cleanly(zone_lookup_without_a_socket, NULL));
+#ifdef CHECK_SANDBOX_ARCH
+    CHECK(check_exits_cleanly(zone_lookup_without_unix_sockets, NULL));
+#endif
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int probe = dup(0);
+    CHECK(probe >= 0);
+    close(probe);
+    low = old;
+    low.rlim_cur = (rlim_t)probe; /* every fd below it is taken */
+    char by_index[32];
+    snprintf(by_index, sizeof by_index, "::1%%%u", if_nametoindex("lo"));
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int by_name = lull_udp_connect(&u, "::1%lo", 9);
+    int by_number = lull_udp_bind(&u, by_index, 0, 0);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(by_name, -EMFILE);
+    CHECK_EQ(by_number, -EMFILE); /* the socket() of the bind itself */
+    lull_udp_close(&u, NULL);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
