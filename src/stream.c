@@ -57,7 +57,7 @@
  * frame's bytes are out of use.
  *
  * Invariants: a frame is on exactly one of queue and done list from the send
- * that accepted it to its release; ep.queued is the payload bytes on the
+ * that accepted it to its release; ep.queued is the bytes on the
  * queue (written frames are off it); BLOCKED implies writable interest;
  * a closed stream holds no fd, no frame, no buffer, no armed timer, and no
  * queued task but the one that runs its close callback (S_CLOSE_CB).
@@ -673,7 +673,7 @@ static void advance(lull_stream *s, size_t w, lull_frame **done,
         s->head_done = 0;
         s->head = f->next;
         if (!s->head) s->tail = NULL;
-        s->ep.queued = f->len < s->ep.queued ? s->ep.queued - f->len : 0;
+        s->ep.queued = whole < s->ep.queued ? s->ep.queued - whole : 0;
         append(done, done_tail, f);
     }
 }
@@ -1109,7 +1109,8 @@ static void adopt(lull_stream *s) {
     while (s->head) {
         lull_frame *f = s->head;
         s->head = f->next;
-        s->ep.queued = f->len < s->ep.queued ? s->ep.queued - f->len : 0;
+        size_t cost = lull__frame_cost(&s->ep, f->len);
+        s->ep.queued = cost < s->ep.queued ? s->ep.queued - cost : 0;
         append(&s->done, &s->done_tail, f);
     }
     s->tail = NULL;
@@ -1587,6 +1588,8 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
      * (the read buffer's bound) must not wrap. */
     if (!(o->flags & LULL_STREAM_RAW) && s->ep.max_frame > FRAME_MAX)
         s->ep.max_frame = FRAME_MAX;
+    /* Its headers count as queued bytes (src/frame.h). */
+    if (!(o->flags & LULL_STREAM_RAW)) s->ep.flags |= LULL__EP_FRAMED;
     s->idle_ns = o->idle_timeout_ns;
     size_t size = o->read_size ? o->read_size : READ_SIZE_DEFAULT;
     if (size < 2 * HDR) size = 2 * HDR;
