@@ -14,7 +14,8 @@
  * transports (src/stream.c, src/tls.c) share.
  *
  * Invariants: a frame is in flight from an accepted send until
- * lull__frame_release; `queued` is the sum of the lengths of the frames in
+ * lull__frame_release; `queued` is the sum of the costs (lull__frame_cost:
+ * the lengths, plus a framed stream's 4-byte headers) of the frames in
  * flight that this end sent and that are not yet delivered or written (a
  * released one never counts; 0 once it or its peer closed); writable means
  * open, peer open and queued < high_water; the drain callback runs once
@@ -67,7 +68,7 @@ static int check_send(const lull_endpoint *ep, const void *bytes, size_t len) {
 static inline void accept_frame(lull_endpoint *ep, lull_frame *frame) {
     frame->in_flight = true;
     frame->next = NULL;
-    ep->queued += frame->len;
+    ep->queued += lull__frame_cost(ep, frame->len);
 }
 
 /* The frame would take the queue past max_queued: refused, and the
@@ -110,7 +111,8 @@ __attribute__((noinline)) static int send_checked(lull_endpoint *ep,
     int rc = check_send(ep, frame->bytes, frame->len);
     if (rc < 0) return rc;
     if (frame->in_flight) return -EBUSY;
-    if (frame->len > ep->max_queued - ep->queued) return over_max_queued(ep);
+    if (lull__frame_cost(ep, frame->len) > ep->max_queued - ep->queued)
+        return over_max_queued(ep);
     return send_by_ops(ep, frame);
 }
 
@@ -149,7 +151,8 @@ int lull_endpoint_send_copy(lull_endpoint *ep, const void *bytes, size_t len) {
     int rc = check_send(ep, bytes, len);
     if (rc < 0) return rc;
     /* queued never exceeds max_queued: the subtraction cannot wrap. */
-    if (len > ep->max_queued - ep->queued) return over_max_queued(ep);
+    if (lull__frame_cost(ep, len) > ep->max_queued - ep->queued)
+        return over_max_queued(ep);
     /* max_frame may be lifted to SIZE_MAX: the block's size must not wrap. */
     if (len > SIZE_MAX - sizeof(copied)) return -ENOMEM;
     copied *c = malloc(sizeof *c + len);

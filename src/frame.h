@@ -39,6 +39,12 @@ int lull__loopback_shutdown(lull_endpoint *ep);
     0x4u /* max_queued is set: sends take the checked                          \
             path (frame.c), so unbounded ones pay                              \
             nothing for the bound */
+/* A framed byte stream (src/stream.c): each frame goes out with its 4-byte
+ * length, and `queued` counts those bytes too (lull__frame_cost), so that
+ * high_water and max_queued bound what waits to be written, empty frames
+ * included: counted by payload alone, a flood of them never turned the
+ * endpoint unwritable nor reached max_queued while the queue grew. */
+#define LULL__EP_FRAMED 0x8u
 
 /* Sets up the shared half of an endpoint: no callbacks, nothing queued,
  * `data` left as it was. Zero limits take the defaults (max_queued: none). */
@@ -84,6 +90,13 @@ void lull__endpoint_peer_gone(lull_endpoint *ep);
     ((size_t)UINT32_MAX < SIZE_MAX - LULL__FRAME_HDR                           \
          ? (size_t)UINT32_MAX                                                  \
          : SIZE_MAX - LULL__FRAME_HDR)
+
+/* What a frame of len bytes adds to ep->queued: its payload, and on a
+ * framed byte stream its length on the wire (LULL__EP_FRAMED: 4 bytes).
+ * len is at most max_frame, which is at most UINT32_MAX there: no wrap. */
+static inline size_t lull__frame_cost(const lull_endpoint *ep, size_t len) {
+    return len + ((ep->flags & LULL__EP_FRAMED) ? (size_t)LULL__FRAME_HDR : 0);
+}
 
 /* The length a frame header announces. */
 static inline size_t lull__frame_len(const unsigned char *p) {

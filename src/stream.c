@@ -57,7 +57,7 @@
  * frame's bytes are out of use.
  *
  * Invariants: a frame is on exactly one of queue and done list from the send
- * that accepted it to its release; ep.queued is the payload bytes on the
+ * that accepted it to its release; ep.queued is the bytes on the
  * queue (written frames are off it); BLOCKED implies writable interest;
  * a closed stream holds no fd, no frame, no buffer, no armed timer, and no
  * queued task but the one that runs its close callback (S_CLOSE_CB).
@@ -673,7 +673,7 @@ static void advance(lull_stream *s, size_t w, lull_frame **done,
         s->head_done = 0;
         s->head = f->next;
         if (!s->head) s->tail = NULL;
-        s->ep.queued = f->len < s->ep.queued ? s->ep.queued - f->len : 0;
+        s->ep.queued = whole < s->ep.queued ? s->ep.queued - whole : 0;
         append(done, done_tail, f);
     }
 }
@@ -713,9 +713,20 @@ static ssize_t pipe_writev(int fd, const struct iovec *iov, int n,
     return w;
 }
 
-/* The kernel refused RWF_NOWAIT on fd (EOPNOTSUPP: a FIFO opened by path,
- * whose file lacks FMODE_NOWAIT): fall back to O_NONBLOCK on its
- * description, given back at close. 0, or -1 with errno set. */
+/* Whether a preadv2 or pwritev2 with RWF_NOWAIT failed for the flag or the
+ * call rather than the pipe: EOPNOTSUPP (a FIFO opened by path, whose file
+ * lacks FMODE_NOWAIT; also glibc's answer for a kernel or seccomp filter
+ * without the call, ENOSYS) or EPERM (a seccomp filter that predates the
+ * calls, Docker's and systemd's answer to what they do not know). A pipe's
+ * read or write has no EPERM of its own; a security module that refuses the
+ * fd refuses the plain call the fallback makes as well. */
+static bool nowait_unsupported(int err) {
+    return err == EOPNOTSUPP || err == EPERM || err == ENOSYS;
+}
+
+/* The kernel refused RWF_NOWAIT on fd (nowait_unsupported): fall back to
+ * O_NONBLOCK on its description, given back at close. 0, or -1 with errno
+ * set. */
 static int nowait_refused(lull_stream *s, int fd, uint32_t nowait,
                           uint32_t nb) {
     s->state &= ~nowait;
@@ -764,7 +775,8 @@ static ssize_t out_write(lull_stream *s, struct iovec *iov, int n,
     uint32_t nowait = pair ? S_WIO_NOWAIT : S_IO_NOWAIT;
     if (s->state & S_OUT_FIFO) {
         ssize_t w = pipe_writev(fd, iov, n, s->state & nowait);
-        if (w >= 0 || errno != EOPNOTSUPP || !(s->state & nowait)) return w;
+        if (w >= 0 || !nowait_unsupported(errno) || !(s->state & nowait))
+            return w;
         if (nowait_refused(s, fd, nowait, pair ? S_WIO_NB : S_IO_NB) < 0)
             return -1;
         return pipe_writev(fd, iov, n, false);
@@ -885,7 +897,7 @@ static ssize_t in_read(lull_stream *s, void *at, size_t room) {
     if (s->state & S_IO_NOWAIT) {
         struct iovec iov = {at, room};
         ssize_t n = preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
-        if (n >= 0 || errno != EOPNOTSUPP) return n;
+        if (n >= 0 || !nowait_unsupported(errno)) return n;
         if (nowait_refused(s, fd, S_IO_NOWAIT, S_IO_NB) < 0) return -1;
     }
     return read(fd, at, room);
@@ -1097,7 +1109,8 @@ static void adopt(lull_stream *s) {
     while (s->head) {
         lull_frame *f = s->head;
         s->head = f->next;
-        s->ep.queued = f->len < s->ep.queued ? s->ep.queued - f->len : 0;
+        size_t cost = lull__frame_cost(&s->ep, f->len);
+        s->ep.queued = cost < s->ep.queued ? s->ep.queued - cost : 0;
         append(&s->done, &s->done_tail, f);
     }
     s->tail = NULL;
@@ -1575,6 +1588,8 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
      * (the read buffer's bound) must not wrap. */
     if (!(o->flags & LULL_STREAM_RAW) && s->ep.max_frame > FRAME_MAX)
         s->ep.max_frame = FRAME_MAX;
+    /* Its headers count as queued bytes (src/frame.h). */
+    if (!(o->flags & LULL_STREAM_RAW)) s->ep.flags |= LULL__EP_FRAMED;
     s->idle_ns = o->idle_timeout_ns;
     size_t size = o->read_size ? o->read_size : READ_SIZE_DEFAULT;
     if (size < 2 * HDR) size = 2 * HDR;

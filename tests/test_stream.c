@@ -3795,6 +3795,41 @@ TEST(max_queued_refusal_still_writes_what_was_accepted) {
     free_loop(loop);
 }
 
+/* Empty frames to a peer that reads nothing: each is 4 bytes on the wire
+ * (its length) and a block of send_copy's, so the queue holds them as it
+ * holds any bytes. They count as queued (their headers): writable turns
+ * false at high_water, and max_queued refuses one and closes the stream,
+ * where counted by payload alone (0) a producer of empty frames (a
+ * heartbeat, an echo of a peer's empty frames) grew the queue without
+ * limit, writable for ever and never past max_queued. */
+TEST(empty_frames_count_against_high_water_and_max_queued) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options oa = {.high_water = 4096, .max_queued = 64 << 10};
+    counters(loop, &a, &b, &oa, NULL);
+    CHECK_EQ(lull_stream_read_stop(&b.s), 0);
+    shrink_buffers(lull_stream_fd(&a.s));
+    shrink_buffers(lull_stream_fd(&b.s));
+    long sent = 0, unwritable_at = -1;
+    int rc = 0;
+    for (long i = 0; i < 1000000 && rc == 0; i++) {
+        rc = lull_endpoint_send_copy(&a.s.ep, "", 0);
+        if (rc == 0) sent++;
+        if (unwritable_at < 0 && !lull_endpoint_writable(&a.s.ep))
+            unwritable_at = sent;
+        if (i % 256 == 0) CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    CHECK_EQ(rc, -ENOBUFS);
+    CHECK(unwritable_at > 0);
+    CHECK(a.s.ep.queued <= a.s.ep.max_queued);
+    for (int i = 0; i < 100 && !a.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(a.reason, -ENOBUFS);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 /* `data` is the user's: lull keeps it through every set-up (open, accept,
  * connect) and never writes it. */
 TEST(endpoint_data_survives_set_up) {
