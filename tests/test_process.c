@@ -2902,3 +2902,34 @@ TEST(calls_after_the_exit_and_the_loops_free_touch_no_loop) {
     lull_process_unref(&k.p);
     CHECK_EQ(k.exits, 1);
 }
+
+/* A daemon (stdin, stdout and stderr closed) detaches a child: the fds
+ * lull keeps for the reaper (its copy of the pidfd, the reaper's epoll)
+ * took the lowest free numbers, 0 and 1, and so became the program's
+ * "stdin" and "stdout": the next child spawned with its stdio inherited
+ * got the pidfd as its stdin and the epoll as its stdout, and the
+ * program's own next open() did not get 0. They stay above 2, as the
+ * spawn's own fds do (parent_fds_0_to_2_closed_stay_closed). */
+TEST(detach_with_fds_0_to_2_closed_keeps_them_closed) {
+    lull_loop *loop = new_loop();
+    fflush(stdout);
+    fflush(stderr);
+    int saved = dup(2);
+    CHECK(saved > 2);
+    close(0);
+    close(1);
+    close(2);
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int pid = k.p.pid;
+    CHECK_EQ(lull_process_detach(&k.p), 0);
+    bool closed =
+        fcntl(0, F_GETFD) < 0 && fcntl(1, F_GETFD) < 0 && fcntl(2, F_GETFD) < 0;
+    CHECK_EQ(dup2(saved, 2), 2);
+    close(saved);
+    CHECK(closed);
+    CHECK_EQ(kill(pid, SIGKILL), 0);
+    reaped_by_lull(pid);
+    free_loop(loop);
+}
