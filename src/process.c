@@ -710,6 +710,7 @@ int lull_process_close(lull_process *p) {
     if (p->flags & LULL_PROCESS_KILL_ON_CLOSE) {
         /* An error means it already exited: its reaping is on its way. */
         (void)send_signal(p->pidfd, p->pid, SIGKILL);
+        lull_io_ref(&p->io); /* alive until reaped, though unreferenced */
     } else {
         lull_io_unref(&p->io); /* left to run: reaped whenever it ends */
     }
@@ -878,13 +879,14 @@ int lull_process_detach(lull_process *p) {
     return 0;
 }
 
-/* A closed child left to run stays unreferenced: the close said so. */
+/* After a close its ref is the close's: a child left to run stays
+ * unreferenced, a killed one referenced until it is reaped. */
 void lull_process_ref(lull_process *p) {
     if (!p || !p->loop || (p->state & P_CLOSED)) return;
     lull_io_ref(&p->io);
 }
 
 void lull_process_unref(lull_process *p) {
-    if (!p || !p->loop) return;
+    if (!p || !p->loop || (p->state & P_CLOSED)) return;
     lull_io_unref(&p->io);
 }

@@ -288,6 +288,34 @@ TEST(unref_and_ref) {
     free_loop(loop);
 }
 
+/* A close with KILL_ON_CLOSE keeps the loop alive until the child is
+ * reaped (API.md), also for a handle the program had unreferenced (a
+ * child that should not hold the program up while it works): the run
+ * returned at once instead, the killed child a zombie, on_exit (where the
+ * owner frees the handle) never called and lull_loop_free at -EBUSY with
+ * nothing left to run. libuv's closing handles keep the loop alive
+ * whatever their ref. An unref after the close changes nothing either. */
+TEST(close_with_kill_keeps_an_unreferenced_child_alive_until_reaped) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(loop, &a, &o), 0);
+    CHECK_EQ(spawn(loop, &b, &o), 0);
+    lull_process_unref(&a.p);
+    CHECK_EQ(lull_process_close(&a.p), 0);
+    CHECK_EQ(lull_process_close(&b.p), 0);
+    lull_process_unref(&b.p);
+    CHECK(lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(a.exits, 1);
+    CHECK_EQ(a.sig, SIGKILL);
+    CHECK_EQ(b.exits, 1);
+    CHECK_EQ(b.sig, SIGKILL);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
 /* An exec that fails is spawn's error, not a child exiting 127: a missing
  * path, a name not on PATH, a directory, a file without the execute bit,
  * one the kernel cannot run, a cwd that does not exist. Nothing is left:
