@@ -110,12 +110,17 @@ typedef struct lull__signals {
     lull_io io;        /* the signalfd; set up while `watched` is not 0 */
     lull_signal *head; /* started handles, in start order */
     lull_signal *tail;
-    lull_signal *next; /* a delivery's next handle (a stop moves it on) */
-    uint64_t watched;  /* bit n - 1: a started handle watches signal n */
-    uint64_t blocked;  /* bit n - 1: signal n's block is lull's, not the
-                          program's (src/signal.c) */
-    uint64_t seq;      /* start order, for delivery snapshots */
-    uint32_t refs;     /* started handles that keep the loop alive */
+    lull_signal *next;  /* a delivery's next handle (a stop moves it on) */
+    uint64_t watched;   /* bit n - 1: a started handle watches signal n */
+    uint64_t blocked;   /* bit n - 1: signal n's block is lull's, not the
+                           program's (src/signal.c) */
+    uint64_t seq;       /* start order, for delivery snapshots */
+    uint64_t releasing; /* bit n - 1: signal n's last handle stopped inside
+                           a delivery: its block (still in `blocked`) is
+                           given back when the read's deliveries end,
+                           unless started again by then (src/signal.c) */
+    bool delivering;    /* inside on_signalfd's deliveries */
+    uint32_t refs;      /* started handles that keep the loop alive */
     struct lull__signals *loop_next; /* the process's loops with a started */
     struct lull__signals *loop_prev; /* handle (src/signal.c, under its lock) */
 } lull__signals;

@@ -126,6 +126,20 @@ static bool ours(const lull_process *p) {
     return p->owner_pid == (int)getpid();
 }
 
+/* An fd the parent keeps (a stream's end, the pidfd), moved above 2 if it
+ * took 0, 1 or 2: those are free only because the program closed its
+ * stdin, stdout or stderr, and an fd of lull's there would be what the
+ * program, and every child that inherits its stdio, reads or writes as
+ * such (a second child's inherited stdin would read the first one's output
+ * pipe, taking bytes its stream is owed). Owns fd: closed on failure. */
+static int above_stdio(int fd) {
+    if (fd > 2) return fd;
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    int err = errno;
+    close(fd);
+    return moved >= 0 ? moved : -err;
+}
+
 /* pidfd_send_signal, which never reaches a stranger. Where it is refused
  * (ENOSYS: a seccomp filter, valgrind; EPERM: older seccomp profiles, for
  * any call they do not know), kill(pid) once the pidfd says the child has
@@ -213,6 +227,7 @@ static void drain_edge(int ep) {
  * the loop spins, and is still right. */
 static void wait_for_tracer(lull_process *p) {
     int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep >= 0) ep = above_stdio(ep); /* never the program's 0 to 2 */
     if (ep < 0) return;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLET};
     if (epoll_ctl(ep, EPOLL_CTL_ADD, p->pidfd, &ev) < 0 || !watch_fd(p, ep)) {
@@ -381,20 +396,6 @@ static const char *path_of(char *const *envp) {
     }
     const char *p = getenv("PATH");
     return p ? p : PATH_DEFAULT;
-}
-
-/* An fd the parent keeps (a stream's end, the pidfd), moved above 2 if it
- * took 0, 1 or 2: those are free only because the program closed its
- * stdin, stdout or stderr, and an fd of lull's there would be what the
- * program, and every child that inherits its stdio, reads or writes as
- * such (a second child's inherited stdin would read the first one's output
- * pipe, taking bytes its stream is owed). Owns fd: closed on failure. */
-static int above_stdio(int fd) {
-    if (fd > 2) return fd;
-    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-    int err = errno;
-    close(fd);
-    return moved >= 0 ? moved : -err;
 }
 
 static void undo(made *m, int *parent_fds) {
@@ -709,6 +710,7 @@ int lull_process_close(lull_process *p) {
     if (p->flags & LULL_PROCESS_KILL_ON_CLOSE) {
         /* An error means it already exited: its reaping is on its way. */
         (void)send_signal(p->pidfd, p->pid, SIGKILL);
+        lull_io_ref(&p->io); /* alive until reaped, though unreferenced */
     } else {
         lull_io_unref(&p->io); /* left to run: reaped whenever it ends */
     }
@@ -796,6 +798,8 @@ static int reaper_start(void) {
     if (reaper_ep >= 0 && reaper_owner == self) return 0;
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return -errno;
+    ep = above_stdio(ep); /* kept for good: never the program's 0 to 2 */
+    if (ep < 0) return ep;
     /* Every signal blocked in the thread: a process-directed signal must
      * reach the program's threads, never lull's. */
     sigset_t all, old;
@@ -861,8 +865,9 @@ int lull_process_detach(lull_process *p) {
     LULL_ASSERT_LOOP_THREAD(p->loop);
     if (ours(p)) {
         /* The reaper gets a copy of the pidfd, so that a failure leaves
-         * the handle as it was, still watching. */
-        int fd = fcntl(p->pidfd, F_DUPFD_CLOEXEC, 0);
+         * the handle as it was, still watching; above 2, as every fd the
+         * parent keeps (above_stdio). */
+        int fd = fcntl(p->pidfd, F_DUPFD_CLOEXEC, 3);
         if (fd < 0) return -errno;
         int rc = reaper_take(fd);
         if (rc < 0) return rc;
@@ -874,13 +879,14 @@ int lull_process_detach(lull_process *p) {
     return 0;
 }
 
-/* A closed child left to run stays unreferenced: the close said so. */
+/* After a close its ref is the close's: a child left to run stays
+ * unreferenced, a killed one referenced until it is reaped. */
 void lull_process_ref(lull_process *p) {
     if (!p || !p->loop || (p->state & P_CLOSED)) return;
     lull_io_ref(&p->io);
 }
 
 void lull_process_unref(lull_process *p) {
-    if (!p || !p->loop) return;
+    if (!p || !p->loop || (p->state & P_CLOSED)) return;
     lull_io_unref(&p->io);
 }

@@ -45,8 +45,9 @@
  * Invariants: watched == the union of the started handles' signals; the io
  * is set up (its fd open, started) exactly while watched != 0; refs counts
  * the started handles that are referenced, and the io is referenced exactly
- * while refs > 0; blocked is a subset of watched; held[n - 1] is the number
- * of loops whose `blocked` has n.
+ * while refs > 0; blocked is a subset of watched, but for the signals in
+ * `releasing` while a delivery runs; held[n - 1] is the number of loops
+ * whose `blocked` has n.
  *
  * The five rows (README, "The contracts"):
  *   Trigger                 a watched signal becomes pending (signalfd
@@ -116,19 +117,32 @@ static void deliver(lull__signals *ss, const struct signalfd_siginfo *info,
     ss->next = NULL;
 }
 
+static void release_block(lull__signals *ss, int signum);
+
 static void on_signalfd(lull_io *io, int events) {
     (void)events;
     lull__signals *ss = &io->loop->signals;
     struct signalfd_siginfo info[READ_BATCH];
     ssize_t n = read(io->fd, info, sizeof info);
     if (n <= 0) return; /* EAGAIN: another reader (a forked copy) took it */
+    ss->delivering = true;
     for (size_t i = 0; i < (size_t)n / sizeof info[0]; i++) {
         /* Each delivery reaches the handles started before it began, not
          * before the read: a handle restarted by an earlier delivery's
          * callback is owed the next one (a batch of queued real-time
          * signals). */
         deliver(ss, &info[i], ss->seq);
-        if (!ss->watched) return; /* every handle stopped: the fd is gone */
+        if (!ss->watched) break; /* every handle stopped: the fd is gone */
+    }
+    ss->delivering = false;
+    /* The blocks whose last handle stopped in a callback and was not
+     * started again: given back now (unwatch says why it waits). */
+    uint64_t gone = ss->releasing;
+    ss->releasing = 0;
+    for (int s = 1; gone; s++) {
+        if (!(gone & bit_of(s))) continue;
+        gone &= ~bit_of(s);
+        release_block(ss, s);
     }
 }
 LULL__OWN_NAME(on_signalfd, "lull_signal signalfd", lull_loop, signals.io);
@@ -295,8 +309,12 @@ static int watch(lull_loop *loop, int signum) {
         if (!was_blocked) pthread_sigmask(SIG_UNBLOCK, &one, NULL);
         return rc;
     }
-    /* Blocked before and not by lull: the program's block, which stays. */
-    if (!was_blocked || (held_here & bit)) {
+    /* Blocked before and not by lull: the program's block, which stays.
+     * Stopped and started again inside a delivery: still lull's, and
+     * still counted (unwatch). */
+    if (ss->releasing & bit) {
+        ss->releasing &= ~bit;
+    } else if (!was_blocked || (held_here & bit)) {
         held_here |= bit;
         ss->blocked |= bit;
         __atomic_fetch_add(&held[signum - 1], 1, __ATOMIC_RELEASE);
@@ -322,6 +340,22 @@ static void unwatch(lull_loop *loop, int signum) {
         ss->io.fd = -1;
     }
     if (!(ss->blocked & bit)) return; /* the program's block and instance */
+    /* Inside a delivery the callback may start it again at once (a
+     * restart): taking back what is pending now would lose what the
+     * handle is owed (queued real-time signals past this read, one sent
+     * meanwhile). Decided when the deliveries end (on_signalfd). */
+    if (ss->delivering) {
+        ss->releasing |= bit;
+        return;
+    }
+    release_block(ss, signum);
+}
+
+/* Gives back lull's block of signum, whose last handle on this loop
+ * stopped: the loop no longer holds it; the last loop to let go takes back
+ * a pending instance and unblocks it in this thread. */
+static void release_block(lull__signals *ss, int signum) {
+    uint64_t bit = bit_of(signum);
     ss->blocked &= ~bit;
     if (__atomic_sub_fetch(&held[signum - 1], 1, __ATOMIC_ACQ_REL))
         return; /* another loop still watches it: settled when it stops */

@@ -288,6 +288,34 @@ TEST(unref_and_ref) {
     free_loop(loop);
 }
 
+/* A close with KILL_ON_CLOSE keeps the loop alive until the child is
+ * reaped (API.md), also for a handle the program had unreferenced (a
+ * child that should not hold the program up while it works): the run
+ * returned at once instead, the killed child a zombie, on_exit (where the
+ * owner frees the handle) never called and lull_loop_free at -EBUSY with
+ * nothing left to run. libuv's closing handles keep the loop alive
+ * whatever their ref. An unref after the close changes nothing either. */
+TEST(close_with_kill_keeps_an_unreferenced_child_alive_until_reaped) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(loop, &a, &o), 0);
+    CHECK_EQ(spawn(loop, &b, &o), 0);
+    lull_process_unref(&a.p);
+    CHECK_EQ(lull_process_close(&a.p), 0);
+    CHECK_EQ(lull_process_close(&b.p), 0);
+    lull_process_unref(&b.p);
+    CHECK(lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(a.exits, 1);
+    CHECK_EQ(a.sig, SIGKILL);
+    CHECK_EQ(b.exits, 1);
+    CHECK_EQ(b.sig, SIGKILL);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
 /* An exec that fails is spawn's error, not a child exiting 127: a missing
  * path, a name not on PATH, a directory, a file without the execute bit,
  * one the kernel cannot run, a cwd that does not exist. Nothing is left:
@@ -2901,4 +2929,35 @@ TEST(calls_after_the_exit_and_the_loops_free_touch_no_loop) {
     lull_process_ref(&k.p);
     lull_process_unref(&k.p);
     CHECK_EQ(k.exits, 1);
+}
+
+/* A daemon (stdin, stdout and stderr closed) detaches a child: the fds
+ * lull keeps for the reaper (its copy of the pidfd, the reaper's epoll)
+ * took the lowest free numbers, 0 and 1, and so became the program's
+ * "stdin" and "stdout": the next child spawned with its stdio inherited
+ * got the pidfd as its stdin and the epoll as its stdout, and the
+ * program's own next open() did not get 0. They stay above 2, as the
+ * spawn's own fds do (parent_fds_0_to_2_closed_stay_closed). */
+TEST(detach_with_fds_0_to_2_closed_keeps_them_closed) {
+    lull_loop *loop = new_loop();
+    fflush(stdout);
+    fflush(stderr);
+    int saved = dup(2);
+    CHECK(saved > 2);
+    close(0);
+    close(1);
+    close(2);
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int pid = k.p.pid;
+    CHECK_EQ(lull_process_detach(&k.p), 0);
+    bool closed =
+        fcntl(0, F_GETFD) < 0 && fcntl(1, F_GETFD) < 0 && fcntl(2, F_GETFD) < 0;
+    CHECK_EQ(dup2(saved, 2), 2);
+    close(saved);
+    CHECK(closed);
+    CHECK_EQ(kill(pid, SIGKILL), 0);
+    reaped_by_lull(pid);
+    free_loop(loop);
 }
