@@ -355,7 +355,10 @@ static bool forgotten(const lull_loopback *lb) {
 static lull_frame *close_forgotten(lull_loopback *a) {
     lull_loopback *b = a->peer;
     a->peer = NULL;
-    if (b) {
+    /* b may have been paired again since (the set took it: forgotten
+     * too), and then its peer is another end, whose pair this close must
+     * not cut. */
+    if (b && b->peer == a) {
         b->peer = NULL;
         lull__endpoint_peer_gone(&b->ep);
     }
