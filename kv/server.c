@@ -690,19 +690,25 @@ enum { CONFIGS = 19 };
 static char config_text[CONFIGS][1024];
 static const char *config_table[CONFIGS][2];
 
-/* An address lull's connect takes: IPv4, or IPv6 bare or in brackets. A
+/* An address lull's connect takes: IPv4, or IPv6 bare or in brackets,
+ * with a zone or not ("fe80::1%eth0": the connect reads the zone). A
  * name would be taken here and fail every connect (-EINVAL) for ever. */
 static bool numeric_host(const char *h) {
     unsigned char a[sizeof(struct in6_addr)];
-    char v6[INET6_ADDRSTRLEN + 1];
+    char v6[64]; /* master.addr's size: what parse_hostport keeps */
     size_t n = strlen(h);
     if (inet_pton(AF_INET, h, a) == 1) return true;
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']' && n - 2 < sizeof v6) {
-        memcpy(v6, h + 1, n - 2);
-        v6[n - 2] = 0;
-        h = v6;
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+        h++;
+        n -= 2;
     }
-    return inet_pton(AF_INET6, h, a) == 1;
+    if (n >= sizeof v6) return false;
+    memcpy(v6, h, n);
+    v6[n] = 0;
+    char *zone = strchr(v6, '%');
+    if (zone && !zone[1]) return false; /* no zone after it */
+    if (zone) *zone = 0;
+    return inet_pton(AF_INET6, v6, a) == 1;
 }
 
 /* HOST:PORT (the last ':' splits, so [::1]:6380 works). */

@@ -675,6 +675,9 @@ int lull__inuse_add(const void *h);
 bool lull__inuse_has(const void *h);
 void lull__inuse_remove(const void *h);
 void lull__inuse_forget(const lull__registry *r);
+/* lull_loop_free: detaches the loopback pairs left open on loop, before it
+ * forgets them (src/loopback.c). */
+void lull__loopbacks_forget(lull_loop *loop);
 
 /* tcp.c: a numeric IPv4 or IPv6 host ("[::1]" too; NULL is 127.0.0.1)
  * and port to a sockaddr; -EINVAL otherwise. Streams and UDP share it. */

@@ -124,7 +124,8 @@ int lull_loop_free(lull_loop *loop) {
     lull__names_free(loop);
     lull__audit_free(loop);
     lull__inuse_forget(&loop->pumps);     /* pumps left open, quiet */
-    lull__inuse_forget(&loop->loopbacks); /* pairs left open, quiet */
+    lull__loopbacks_forget(loop);         /* pairs left open, quiet */
+    lull__inuse_forget(&loop->loopbacks); /* ... detached */
     lull__inuse_forget(&loop->udps);      /* udp handles without a socket */
     lull__registry_free(&loop->udps);
     lull__registry_free(&loop->loopbacks);
@@ -665,13 +666,17 @@ static void run_end(lull_loop *loop) {
 /* LULL_RUN_ONCE: one iteration that may block. A wait a program's signal
  * handler interrupted (EINTR: SIGCHLD, a profiler's SIGPROF) with nothing
  * to run is taken again for the time left, as libuv's uv_run ONCE does:
- * otherwise any signal ended the run early, its timer not run. */
+ * otherwise any signal ended the run early, its timer not run. So is a
+ * futex sleep the kernel refused at once (the loop sleeps in epoll from
+ * then on, wait_for_work). */
 static void run_once(lull_loop *loop, uint64_t t) {
     for (;;) {
         uint64_t ran = loop->tasks_run, signals = loop->m.wakeups_signal;
+        bool refused = loop->futex_refused;
         t = iterate_once(loop, true, t);
         if (loop->stop || loop->tasks_run != ran ||
-            loop->m.wakeups_signal == signals)
+            (loop->m.wakeups_signal == signals &&
+             loop->futex_refused == refused))
             return;
     }
 }

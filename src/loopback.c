@@ -343,26 +343,36 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
 }
 
 /* An end lull_loop_free forgot: its loop accepted the pair open, quiet,
- * and dropped its ends from the process's set of live ends, which is how
- * the calls below tell (asked by address: close and control only, never
- * a send or a delivery). Its loop is freed memory: no turn can run, so the
- * close detaches the peer (its sends fail) and hands back this end's inbox
- * (frames a paused end held) for release, and no callback is owed. */
+ * detached both ends (lull__loopbacks_forget) and dropped them from the
+ * process's set of live ends, which is how the calls below tell (asked by
+ * address: close and control only, never a send or a delivery). Its loop
+ * is freed memory and its peer may be paired again or freed: the close
+ * hands back this end's inbox (frames a paused end held) for release,
+ * and no callback is owed. */
 static bool forgotten(const lull_loopback *lb) {
     return !lull__inuse_has(lb);
 }
 
 static lull_frame *close_forgotten(lull_loopback *a) {
-    lull_loopback *b = a->peer;
-    a->peer = NULL;
-    if (b) {
-        b->peer = NULL;
-        lull__endpoint_peer_gone(&b->ep);
-    }
     lull_frame *inbox = a->head;
     a->head = a->tail = NULL;
     a->paused = false;
     return inbox;
+}
+
+/* lull_loop_free forgets the pairs left open on loop (quiet: no turn
+ * claimed, no close callback owed). Each end is detached now, while both
+ * ends are surely live: a later close or send of one never reads the
+ * other, which its owner may have paired again or freed by then, nor the
+ * freed loop (sends fail, -EPIPE). */
+void lull__loopbacks_forget(lull_loop *loop) {
+    const lull__registry *r = &loop->loopbacks;
+    for (uint32_t i = 0; i < r->cap; i++) {
+        lull_loopback *lb = (lull_loopback *)r->slots[i];
+        if (!lb) continue;
+        lb->peer = NULL;
+        lull__endpoint_peer_gone(&lb->ep);
+    }
 }
 
 static void loopback_close(lull_endpoint *ep, int reason) {
@@ -400,10 +410,10 @@ int lull__loopback_read(lull_endpoint *ep, bool on) {
 
 int lull__loopback_shutdown(lull_endpoint *ep) {
     lull_loopback *a = end_of(ep);
+    if (forgotten(a)) return -ENOTCONN; /* its loop is gone */
     /* Shut already, or the peer closed (a send past max_queued too): the
      * peer has heard or will hear of the end. */
     if (a->ep.flags & LULL__EP_PEER_GONE) return 0;
-    if (forgotten(a)) return -ENOTCONN; /* its loop is gone */
     LULL_ASSERT_LOOP_THREAD(a->loop);
     a->ep.flags |= LULL__EP_PEER_GONE; /* sends fail; queued still counts */
     lull_loopback *b = a->peer;

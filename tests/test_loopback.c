@@ -2095,6 +2095,58 @@ TEST(close_after_its_loop_was_freed_touches_no_loop) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A pair left open at lull_loop_free: one end, a, paired again on a new
+ * loop (the set of live ends takes it: its loop forgot it), then the
+ * other, b, closed as a clean-up. b still named a as its peer, and its
+ * close detached a from its new peer c: a's sends said -EPIPE, and c
+ * never heard a's close. */
+TEST(close_of_a_forgotten_end_leaves_its_former_peers_new_pair) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    side a, b, c;
+    pair_with(loop, &a, &b, NULL);
+    CHECK_EQ(lull_loop_free(loop), 0); /* the pair left open */
+    loop = new_loop(LULL_CLOCK_VIRTUAL);
+    memset(&c, 0, sizeof c);
+    pair_with(loop, &a, &c, NULL);
+    CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
+    CHECK(lull_endpoint_writable(&a.lb.ep));
+    CHECK_EQ(send_id(&a, 1), 0);
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(c.frames, 1);
+    close_checked(&a, 6);
+    lull_loop_settle(loop);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, 6);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(b.closes, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same, with the end paired again then closed and freed (the owner
+ * is done with it) before the clean-up closes the other: that close read
+ * the freed end through its stale peer link (AddressSanitizer: a use
+ * after free; here, a crash on the garbage left in it). lull_loop_free
+ * detaches the pairs it forgets, while both ends are surely live. */
+TEST(close_of_a_forgotten_end_after_its_former_peer_was_freed) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    side *a = malloc(sizeof *a);
+    CHECK(a != NULL);
+    side b, c;
+    pair_with(loop, a, &b, NULL);
+    CHECK_EQ(lull_loop_free(loop), 0); /* the pair left open */
+    CHECK_EQ(send_id(a, 1), -EPIPE);   /* detached: no freed loop read */
+    loop = new_loop(LULL_CLOCK_VIRTUAL);
+    pair_with(loop, a, &c, NULL);
+    close_checked(a, 0);
+    lull_loop_settle(loop);
+    CHECK_EQ(a->closes, 1);
+    memset(a, 0xa5, sizeof *a); /* the owner's memory again */
+    free(a);
+    CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
+    CHECK_EQ(b.closes, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* An end closed with its close callback owed, waiting for the frames it
  * sent to a paused peer: no turn is queued for either end (a paused end
  * claims none), yet the close callback is owed, and lull_loop_free must

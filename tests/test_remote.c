@@ -937,3 +937,36 @@ TEST_THREADED(loop_whose_futex_sleep_is_refused_sleeps_in_epoll) {
     printf("skipped: no seccomp architecture constant for this machine\n");
 #endif
 }
+
+/* LULL_RUN_ONCE blocks until something runs: a sleep the kernel refused
+ * at once with nothing run is taken again, now in epoll, as one a
+ * signal interrupted is. It returned with the timer not run. */
+static int once_refused_fires;
+
+static void once_refused_timer(lull_timer *t) {
+    (void)t;
+    once_refused_fires++;
+}
+
+static void futex_refused_once(void *arg) {
+    (void)arg;
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_loop_free(loop), 0); /* its pthread_once calls done */
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    check_deny_syscalls((const int[]){SYS_futex}, 1, EPERM);
+    lull_timer t;
+    lull_timer_init(loop, &t, once_refused_timer);
+    lull_timer_start(&t, LULL_MS(20), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(once_refused_fires, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(run_once_waits_on_after_a_refused_futex_sleep) {
+#ifdef CHECK_SANDBOX_ARCH
+    CHECK(check_exits_cleanly(futex_refused_once, NULL));
+#else
+    printf("skipped: no seccomp architecture constant for this machine\n");
+#endif
+}
