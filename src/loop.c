@@ -434,11 +434,16 @@ static void auto_advance(lull_loop *loop) {
 #define VERIFY_HEAP_SLOTS 1024
 
 /* The first VERIFY_HEAP_SLOTS links from the head (where the next run
- * starts) and the last one (where the next post lands). */
+ * starts) and the last one (where the next post lands). Each node's back
+ * link is checked against the node before it, which the walk has already
+ * checked, before its forward link is followed: a node overwritten whole
+ * (a task freed while pending, its memory reused) trips the message, not
+ * a fault on the garbage it now points to. */
 static void verify_queue(const lull__node *q, const char *msg) {
-    const lull__node *n = q->next;
-    for (int i = 0; n != q && i < VERIFY_HEAP_SLOTS; n = n->next, i++)
-        LULL_ASSERT(n->next && n->next->prev == n, msg);
+    const lull__node *prev = q, *n = q->next;
+    for (int i = 0; n != q && i < VERIFY_HEAP_SLOTS; prev = n, n = n->next, i++)
+        LULL_ASSERT(n && n->prev == prev, msg);
+    LULL_ASSERT(n != q || q->prev == prev, msg);
     LULL_ASSERT(q->prev->next == q, msg);
 }
 
