@@ -1214,6 +1214,25 @@ TEST(gro_stop_and_close_in_the_middle_of_a_coalesced_slot) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Sends ten 100-byte datagrams in one GSO send from tx (set up here) to
+ * r's port, and runs until r holds `want` datagrams in all. */
+static void send_ten_by_gso(lull_loop *loop, lull_udp *tx, rx *r, int want) {
+    struct sockaddr_in to = v4(lull_udp_local_port(&r->udp));
+    lull_udp_options so = {.gso_segment = 100};
+    CHECK_EQ(lull_udp_init(loop, tx, &so), 0);
+    static unsigned char big[1000];
+    for (int i = 0; i < 1000; i++)
+        big[i] = (unsigned char)(i / 100);
+    static lull_datagram d;
+    sends_done = 0;
+    CHECK_EQ(
+        lull_udp_send(tx, &d, big, sizeof big, (struct sockaddr *)&to, on_sent),
+        0);
+    run_until(loop, &sends_done, 1);
+    for (int i = 0; i < 50 && r->count < want; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+}
+
 /* GRO with slots smaller than what the kernel coalesces (up to 64 KiB in
  * one slot): ten 100-byte datagrams each fit a 150-byte slot, so all ten
  * arrive whole, none flagged truncated, none lost. */
@@ -1222,21 +1241,8 @@ TEST(gro_with_small_slots_loses_no_datagram_that_fits) {
     lull_udp_options ro = {.gro = true, .max_datagram = 150};
     rx r;
     rx_bind(loop, &r, &ro);
-    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
-    lull_udp_options so = {.gso_segment = 100};
     lull_udp tx;
-    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
-    static unsigned char big[1000];
-    for (int i = 0; i < 1000; i++)
-        big[i] = (unsigned char)(i / 100);
-    static lull_datagram d;
-    sends_done = 0;
-    CHECK_EQ(lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to,
-                           on_sent),
-             0);
-    run_until(loop, &sends_done, 1);
-    for (int i = 0; i < 50 && r.count < 10; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    send_ten_by_gso(loop, &tx, &r, 10);
     printf("received %d: first %zu bytes, flags %u\n", r.count, r.lens[0],
            r.flags[0]);
     CHECK_EQ(r.count, 10);
@@ -1263,17 +1269,9 @@ TEST(gro_slot_reused_after_a_plain_datagram) {
     CHECK_EQ(send_n(&plain, 1, (struct sockaddr *)&to), 0);
     run_until(loop, &r.count, 1);
     CHECK_EQ(r.lens[0], 8);
-    lull_udp_options so = {.gso_segment = 100};
     lull_udp tx;
-    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
-    static unsigned char big[1000];
-    for (int i = 0; i < 1000; i++)
-        big[i] = (unsigned char)(i / 100);
-    static lull_datagram d;
-    CHECK_EQ(
-        lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to, NULL),
-        0);
-    run_until(loop, &r.count, 11);
+    send_ten_by_gso(loop, &tx, &r, 11);
+    CHECK_EQ(r.count, 11);
     for (int i = 1; i <= 10; i++) {
         CHECK_EQ(r.lens[i], 100);
         CHECK_EQ(r.seen[i], i - 1);
@@ -1303,21 +1301,8 @@ TEST(gro_with_a_timestamp_asked_for_still_splits_datagrams) {
     CHECK_EQ(lull_udp_init(loop, &r.udp, &ro), 0);
     CHECK_EQ(lull_udp_open(&r.udp, fd), 0);
     CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
-    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
-    lull_udp_options so = {.gso_segment = 100};
     lull_udp tx;
-    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
-    static unsigned char big[1000];
-    for (int i = 0; i < 1000; i++)
-        big[i] = (unsigned char)(i / 100);
-    static lull_datagram d;
-    sends_done = 0;
-    CHECK_EQ(lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to,
-                           on_sent),
-             0);
-    run_until(loop, &sends_done, 1);
-    for (int i = 0; i < 50 && r.count < 10; i++)
-        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    send_ten_by_gso(loop, &tx, &r, 10);
     printf("received %d: first %zu bytes\n", r.count, r.lens[0]);
     CHECK_EQ(r.count, 10);
     for (int i = 0; i < 10; i++) {
