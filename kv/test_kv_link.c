@@ -2456,20 +2456,37 @@ static const kv_net fake_net = {
     pair_read_stop, pair_read_start, pair_shutdown, pair_peer, fake_connect,
     NULL,           pair_fd,         NULL,          NULL,      NULL};
 
+/* A replica on fake_net, its link to the test (fake_fd) at M_SYNC: the
+ * test plays its primary. */
+static void fake_replica_synced(lull_loop **loop, server *r,
+                                void (*log)(server *, const char *)) {
+    CHECK_EQ(lull_loop_new(loop, NULL), 0);
+    server_defaults(r);
+    r->log = log;
+    r->kv.replica = true;
+    snprintf(r->m.host, sizeof r->m.host, "pair");
+    snprintf(r->m.addr, sizeof r->m.addr, "pair");
+    CHECK_EQ(server_open(r, *loop, &fake_net, 1000000000000ll), 0);
+    server_start(r);
+    while (r->m.state != M_SYNC)
+        lull_loop_run(*loop, LULL_RUN_ONCE);
+}
+
+static void fake_replica_end(lull_loop *loop, server *r) {
+    server_stop(r);
+    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    server_free(r);
+    for (int i = 0; i < silent_connects; i++)
+        close(silent_fds[i]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
     snap_marker = 0;
     lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     static server r;
-    server_defaults(&r);
-    r.log = count_syncs;
-    r.kv.replica = true;
-    snprintf(r.m.host, sizeof r.m.host, "pair");
-    snprintf(r.m.addr, sizeof r.m.addr, "pair");
-    CHECK_EQ(server_open(&r, loop, &fake_net, 1000000000000ll), 0);
-    server_start(&r);
-    while (r.m.state != M_SYNC)
-        lull_loop_run(loop, LULL_RUN_ONCE);
+    fake_replica_synced(&loop, &r, count_syncs);
     static const char snap[] =
         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
         "*3\r\n$3\r\nSET\r\n$2\r\na\0\r\n$1\r\nb\r\n"
@@ -2488,13 +2505,7 @@ TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
     char tmp[256];
     while (read(fake_fd, tmp, sizeof tmp) > 0) { /* the REPLSYNC, then EOF */
     }
-    server_stop(&r);
-    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
-        lull_loop_run(loop, LULL_RUN_NOWAIT);
-    server_free(&r);
-    for (int i = 0; i < silent_connects; i++)
-        close(silent_fds[i]);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    fake_replica_end(loop, &r);
 }
 
 /* A replica is in sync (INFO's master_link_status:up) once its snapshot
@@ -2511,17 +2522,8 @@ static void count_begun(server *srv, const char *line) {
 TEST(replica_link_is_down_until_its_snapshot_is_whole) {
     snap_full = snap_begun = 0;
     lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
     static server r;
-    server_defaults(&r);
-    r.log = count_begun;
-    r.kv.replica = true;
-    snprintf(r.m.host, sizeof r.m.host, "pair");
-    snprintf(r.m.addr, sizeof r.m.addr, "pair");
-    CHECK_EQ(server_open(&r, loop, &fake_net, 1000000000000ll), 0);
-    server_start(&r);
-    while (r.m.state != M_SYNC)
-        lull_loop_run(loop, LULL_RUN_ONCE);
+    fake_replica_synced(&loop, &r, count_begun);
     static const char head[] =
         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
         "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n";
@@ -2540,13 +2542,7 @@ TEST(replica_link_is_down_until_its_snapshot_is_whole) {
     }
     CHECK(r.kv.link_up);
     CHECK_U64_EQ(r.kv.offset, 5000);
-    server_stop(&r);
-    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
-        lull_loop_run(loop, LULL_RUN_NOWAIT);
-    server_free(&r);
-    for (int i = 0; i < silent_connects; i++)
-        close(silent_fds[i]);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    fake_replica_end(loop, &r);
 }
 
 /* ------------------------------------------- CLIENT KILL and a snapshot */
