@@ -267,12 +267,17 @@ struct lull_loop {
                                  (src/pump.c) */
     lull__registry loopbacks; /* loopback ends paired here and not yet the
                                  caller's again (src/loopback.c) */
-    lull__registry udps;      /* udp handles set up here and not yet the
-                                 caller's again (src/udp.c) */
-    void *delivering;         /* the turn (task or timer) of the loopback
-                                 end whose frame delivery runs; NULL once
-                                 a callback closed that end
-                                 (src/loopback.c) */
+    /* lull_loop_free: detaches the loopback pairs left open, before it
+     * forgets them. Set by the first lull_loopback_pair on this loop, so
+     * that a program that never pairs does not link src/loopback.c (and,
+     * through the frame interface, TLS) for lull_loop_free's sake. */
+    void (*loopbacks_forget)(lull_loop *loop);
+    lull__registry udps; /* udp handles set up here and not yet the
+                            caller's again (src/udp.c) */
+    void *delivering;    /* the turn (task or timer) of the loopback
+                            end whose frame delivery runs; NULL once
+                            a callback closed that end
+                            (src/loopback.c) */
 
     /* Cross-thread posts (src/remote.c). */
     lull_task *remote_head; /* atomic: Treiber stack of remote posts */
@@ -675,9 +680,6 @@ int lull__inuse_add(const void *h);
 bool lull__inuse_has(const void *h);
 void lull__inuse_remove(const void *h);
 void lull__inuse_forget(const lull__registry *r);
-/* lull_loop_free: detaches the loopback pairs left open on loop, before it
- * forgets them (src/loopback.c). */
-void lull__loopbacks_forget(lull_loop *loop);
 
 /* tcp.c: a numeric IPv4 or IPv6 host ("[::1]" too; NULL is 127.0.0.1)
  * and port to a sockaddr; -EINVAL otherwise. Streams and UDP share it. */

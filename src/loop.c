@@ -123,10 +123,10 @@ int lull_loop_free(lull_loop *loop) {
     lull__timers_free(loop);
     lull__names_free(loop);
     lull__audit_free(loop);
-    lull__inuse_forget(&loop->pumps);     /* pumps left open, quiet */
-    lull__loopbacks_forget(loop);         /* pairs left open, quiet */
-    lull__inuse_forget(&loop->loopbacks); /* ... detached */
-    lull__inuse_forget(&loop->udps);      /* udp handles without a socket */
+    lull__inuse_forget(&loop->pumps); /* pumps left open, quiet */
+    if (loop->loopbacks_forget) loop->loopbacks_forget(loop); /* quiet pairs */
+    lull__inuse_forget(&loop->loopbacks);                     /* ... detached */
+    lull__inuse_forget(&loop->udps); /* udp handles without a socket */
     lull__registry_free(&loop->udps);
     lull__registry_free(&loop->loopbacks);
     lull__registry_free(&loop->pumps);

@@ -343,7 +343,7 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
 }
 
 /* An end lull_loop_free forgot: its loop accepted the pair open, quiet,
- * detached both ends (lull__loopbacks_forget) and dropped them from the
+ * detached both ends (forget_pairs) and dropped them from the
  * process's set of live ends, which is how the calls below tell (asked by
  * address: close and control only, never a send or a delivery). Its loop
  * is freed memory and its peer may be paired again or freed: the close
@@ -365,7 +365,7 @@ static lull_frame *close_forgotten(lull_loopback *a) {
  * ends are surely live: a later close or send of one never reads the
  * other, which its owner may have paired again or freed by then, nor the
  * freed loop (sends fail, -EPIPE). */
-void lull__loopbacks_forget(lull_loop *loop) {
+static void forget_pairs(lull_loop *loop) {
     const lull__registry *r = &loop->loopbacks;
     for (uint32_t i = 0; i < r->cap; i++) {
         lull_loopback *lb = (lull_loopback *)r->slots[i];
@@ -467,6 +467,7 @@ static int register_ends(lull_loop *loop, lull_loopback *a, lull_loopback *b) {
         lull__inuse_remove(a);
         return rc < 0 ? rc : -EBUSY;
     }
+    loop->loopbacks_forget = forget_pairs;
     /* New to the process, so new to this loop's set too: 0 or -ENOMEM. */
     rc = lull__registry_add(&loop->loopbacks, a);
     if (rc == 0) rc = lull__registry_add(&loop->loopbacks, b);
