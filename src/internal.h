@@ -681,6 +681,12 @@ bool lull__inuse_has(const void *h);
 void lull__inuse_remove(const void *h);
 void lull__inuse_forget(const lull__registry *r);
 
+/* tcp.c: an interface by index or name (an IPv6 zone, a multicast
+ * interface): 0, -EINVAL for an empty, zero or overflowing index,
+ * -ENODEV for a name no interface has, or the errno of the socket the
+ * lookup of a name needs (glibc's if_nametoindex says ENOENT for all of
+ * those). */
+int lull__if_index(const char *name, uint32_t *index);
 /* tcp.c: a numeric IPv4 or IPv6 host ("[::1]" too; NULL is 127.0.0.1)
  * and port to a sockaddr; -EINVAL otherwise. Streams and UDP share it. */
 struct sockaddr_storage;

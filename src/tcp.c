@@ -15,10 +15,7 @@
 #include "internal.h"
 #include "stream.h"
 
-/* An IPv6 zone: an interface's index or name. 0, -EINVAL for an empty or
- * overflowing one, -ENODEV for a name no interface has, or the errno of
- * the socket the lookup of a name needs. */
-static int zone_index(const char *zone, uint32_t *index) {
+int lull__if_index(const char *zone, uint32_t *index) {
     if (!*zone) return -EINVAL;
     if (zone[strspn(zone, "0123456789")] == '\0') {
         errno = 0;
@@ -82,7 +79,7 @@ int lull__inet_address(const char *host, int port, struct sockaddr_storage *ss,
     if (zone) *zone++ = '\0';
     if (inet_pton(AF_INET6, buf, &v6->sin6_addr) != 1) return -EINVAL;
     if (zone) {
-        int rc = zone_index(zone, &v6->sin6_scope_id);
+        int rc = lull__if_index(zone, &v6->sin6_scope_id);
         if (rc < 0) return rc;
     }
     v6->sin6_family = AF_INET6;

@@ -1133,18 +1133,15 @@ int lull_udp_set_multicast_loop(lull_udp *udp, bool on) {
     return set_by_family(udp, IP_MULTICAST_LOOP, IPV6_MULTICAST_LOOP, on);
 }
 
-/* An IPv6 interface by name (or a number), 0 for NULL; -EINVAL if none. */
+/* An IPv6 interface by name (or a number), 0 for NULL; -EINVAL if none,
+ * or the errno of the socket its name's lookup needed (-EMFILE ...). */
 static int v6_index(const char *iface, unsigned *out) {
     *out = 0;
     if (!iface) return 0;
-    *out = if_nametoindex(iface);
-    if (!*out) {
-        char *end;
-        unsigned long v = strtoul(iface, &end, 10);
-        if (*iface == '\0' || *end != '\0' || v == 0 || v > UINT32_MAX)
-            return -EINVAL;
-        *out = (unsigned)v;
-    }
+    uint32_t index;
+    int rc = lull__if_index(iface, &index);
+    if (rc < 0) return rc == -ENODEV ? -EINVAL : rc;
+    *out = index;
     return 0;
 }
 
@@ -1155,7 +1152,8 @@ int lull_udp_set_multicast_interface(lull_udp *udp, const char *iface) {
     if (family < 0) return family;
     if (family == AF_INET6) {
         unsigned idx;
-        if (v6_index(iface, &idx) < 0) return -EINVAL;
+        int rc = v6_index(iface, &idx);
+        if (rc < 0) return rc;
         return set_int(udp, IPPROTO_IPV6, IPV6_MULTICAST_IF, (int)idx);
     }
     struct in_addr a = {.s_addr = htonl(INADDR_ANY)};
@@ -1182,7 +1180,8 @@ int lull_udp_set_membership(lull_udp *udp, const char *group, const char *iface,
     }
     struct ipv6_mreq m6 = {0};
     if (inet_pton(AF_INET6, group, &m6.ipv6mr_multiaddr) != 1) return -EINVAL;
-    if (v6_index(iface, &m6.ipv6mr_interface) < 0) return -EINVAL;
+    int rc = v6_index(iface, &m6.ipv6mr_interface);
+    if (rc < 0) return rc;
     int opt = join ? IPV6_ADD_MEMBERSHIP : IPV6_DROP_MEMBERSHIP;
     return setsockopt(udp->io.fd, IPPROTO_IPV6, opt, &m6, sizeof m6) == 0
                ? 0

@@ -1632,6 +1632,36 @@ TEST(ipv6_zone_lookup_reports_the_socket_error) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* An IPv6 multicast interface by name (lull_udp_set_multicast_interface,
+ * lull_udp_set_membership) reports what kept its lookup from running (no
+ * fd for its socket: -EMFILE), where glibc's if_nametoindex said ENOENT
+ * and the call said -EINVAL, as for a name no interface has. */
+TEST(multicast_interface_lookup_reports_the_socket_error) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "::1", 0, 0), 0);
+    CHECK_EQ(lull_udp_set_multicast_interface(&u, "lo"), 0);
+    CHECK_EQ(lull_udp_set_multicast_interface(&u, "no-such-if0"), -EINVAL);
+    CHECK_EQ(lull_udp_set_multicast_interface(&u, "0"), -EINVAL);
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int probe = dup(0);
+    CHECK(probe >= 0);
+    close(probe);
+    low = old;
+    low.rlim_cur = (rlim_t)probe; /* every fd below it is taken */
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int rc = lull_udp_set_multicast_interface(&u, "lo");
+    int join = lull_udp_set_membership(&u, "ff02::1:3", "lo", true);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(rc, -EMFILE);
+    CHECK_EQ(join, -EMFILE);
+    lull_udp_close(&u, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* An IPv4 destination on an IPv6-only socket: lull_udp_send takes it
  * (mapped), the kernel refuses it, and the callback says so; an IPv6
  * destination on an IPv4 socket is refused at once. */
