@@ -308,15 +308,12 @@ static void looked_up(lull_lookup *req, int status, struct addrinfo *res) {
         failed = gai_strerror(status);
     else if (!res)
         failed = "no address";
-    if (!failed) {
-        const void *a =
-            res->ai_family == AF_INET6
-                ? (const void *)&((struct sockaddr_in6 *)res->ai_addr)
-                      ->sin6_addr
-                : (const void *)&((struct sockaddr_in *)res->ai_addr)->sin_addr;
-        if (!inet_ntop(res->ai_family, a, m->addr, sizeof m->addr))
-            failed = strerror(errno);
-    }
+    /* Numeric, with a link-local address's zone ("%eth0"), which lull's
+     * connect reads back: inet_ntop would drop it. */
+    int rc = failed ? 0
+                    : getnameinfo(res->ai_addr, res->ai_addrlen, m->addr,
+                                  sizeof m->addr, NULL, 0, NI_NUMERICHOST);
+    if (rc != 0) failed = gai_strerror(rc);
     if (res) freeaddrinfo(res);
     master_resolved(srv, failed);
 }
