@@ -291,3 +291,17 @@ void check_deny_syscalls(const int *nrs, int n, int err) {
                    strerror(errno));
 }
 #endif
+
+void check_fds_exhaust(struct rlimit *old) {
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, old), 0);
+    int probe = dup(0);
+    CHECK(probe >= 0);
+    close(probe);
+    struct rlimit low = *old;
+    low.rlim_cur = (rlim_t)probe; /* every fd below it is taken */
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+}
+
+void check_fds_restore(const struct rlimit *old) {
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, old), 0);
+}

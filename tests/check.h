@@ -44,6 +44,13 @@ bool check_yield_often(void);
 #endif
 void check_deny_syscalls(const int *nrs, int n, int err);
 
+/* Lowers RLIMIT_NOFILE's soft limit to the lowest free fd, so that the
+ * next fd any call opens fails with EMFILE; *old keeps the limit for
+ * check_fds_restore. */
+struct rlimit;
+void check_fds_exhaust(struct rlimit *old);
+void check_fds_restore(const struct rlimit *old);
+
 /* The real monotonic clock in ns, and a busy-wait on it (for the cases that
  * need real CPU time: quantum, stalls). */
 uint64_t check_clock_ns(void);

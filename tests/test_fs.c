@@ -1547,18 +1547,12 @@ TEST_THREADED(fs_closed_fd) {
 TEST_THREADED(fs_emfile_reported) {
     fs_setup();
     CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
-    struct rlimit old, low;
-    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-    int probe = dup(0);
-    CHECK(probe >= 0);
-    close(probe);
-    low = old;
-    low.rlim_cur = (rlim_t)probe; /* every fd below it is taken */
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    struct rlimit old;
+    check_fds_exhaust(&old);
     int64_t r1 =
         run(lull_fs_open(L, P, &R, path, O_RDWR | O_CREAT, 0600, on_fs));
     int64_t r2 = run(lull_fs_scandir(L, P, &R, in_dir("d"), on_batch, on_fs));
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    check_fds_restore(&old);
     CHECK_EQ(r1, -EMFILE);
     CHECK_EQ(r2, -EMFILE);
     fs_teardown();

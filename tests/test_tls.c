@@ -2601,18 +2601,12 @@ TEST(connect_out_of_fds_leaves_nothing) {
     setup();
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     lull_tls_ctx *cctx = client_ctx(NULL);
-    struct rlimit old, low;
-    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-    int probe = dup(0);
-    CHECK(probe >= 0);
-    close(probe);
-    low = old;
-    low.rlim_cur = (rlim_t)probe; /* the next fd is past the limit */
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    struct rlimit old;
+    check_fds_exhaust(&old);
     lull_tls t;
     int rc =
         lull_tls_connect_tcp(loop, &t, cctx, "127.0.0.1", 9, &g_client_opts);
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    check_fds_restore(&old);
     CHECK_EQ(rc, -EMFILE);
     CHECK(lull_endpoint_closed(&t.ep));
     CHECK_EQ(lull_endpoint_send_copy(&t.ep, "x", 1), -EPIPE);

@@ -1612,19 +1612,13 @@ TEST(ipv6_zone_lookup_reports_the_socket_error) {
     lull_loop *loop = new_loop();
     lull_udp u;
     CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
-    struct rlimit old, low;
-    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-    int probe = dup(0);
-    CHECK(probe >= 0);
-    close(probe);
-    low = old;
-    low.rlim_cur = (rlim_t)probe; /* every fd below it is taken */
     char by_index[32];
     snprintf(by_index, sizeof by_index, "::1%%%u", if_nametoindex("lo"));
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    struct rlimit old;
+    check_fds_exhaust(&old);
     int by_name = lull_udp_connect(&u, "::1%lo", 9);
     int by_number = lull_udp_bind(&u, by_index, 0, 0);
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    check_fds_restore(&old);
     CHECK_EQ(by_name, -EMFILE);
     CHECK_EQ(by_number, -EMFILE); /* the socket() of the bind itself */
     lull_udp_close(&u, NULL);
@@ -1644,17 +1638,11 @@ TEST(multicast_interface_lookup_reports_the_socket_error) {
     CHECK_EQ(lull_udp_set_multicast_interface(&u, "lo"), 0);
     CHECK_EQ(lull_udp_set_multicast_interface(&u, "no-such-if0"), -EINVAL);
     CHECK_EQ(lull_udp_set_multicast_interface(&u, "0"), -EINVAL);
-    struct rlimit old, low;
-    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-    int probe = dup(0);
-    CHECK(probe >= 0);
-    close(probe);
-    low = old;
-    low.rlim_cur = (rlim_t)probe; /* every fd below it is taken */
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    struct rlimit old;
+    check_fds_exhaust(&old);
     int rc = lull_udp_set_multicast_interface(&u, "lo");
     int join = lull_udp_set_membership(&u, "ff02::1:3", "lo", true);
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    check_fds_restore(&old);
     CHECK_EQ(rc, -EMFILE);
     CHECK_EQ(join, -EMFILE);
     lull_udp_close(&u, NULL);
