@@ -2,7 +2,8 @@
  * uv_fs_copyfile users do it, and checks the copy. Every step is one
  * request on a pool of its own (the file lane); each callback starts the
  * next, so the loop never waits for the disk:
- *   mkdtemp, open + write the source, fstat it, open the destination,
+ *   mkdtemp, open + write the source (at its own position:
+ *   LULL_FS_CURRENT), fstat it, open the destination,
  *   copy_range (copy_file_range, or read + write where the kernel
  *   refuses), fsync, read the copy back and compare, close, unlink, rmdir.
  * The directory goes in $TMPDIR (else /tmp). A step that fails ends the
@@ -68,7 +69,10 @@ static void next(lull_fs *req, int64_t r) {
         break;
     case 2:
         c->in = (int)r;
-        rc = lull_fs_write(L, P, req, c->in, c->data, SIZE, 0, next);
+        /* At the file's own position (just opened: 0), which the write
+         * moves, as libuv's offset -1; the later steps give offsets. */
+        rc = lull_fs_write(L, P, req, c->in, c->data, SIZE, LULL_FS_CURRENT,
+                           next);
         break;
     case 3:
         if (r != SIZE) { /* what was written before an error */
