@@ -13,10 +13,12 @@
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -1361,4 +1363,42 @@ TEST_THREADED(pool_fork_while_another_thread_closes_a_pool) {
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK(copy_ok);
     CHECK_EQ(lull_pool_free(p), 0);
+}
+
+/* A fault inside a work function (a bad pointer, a SIGBUS from a file
+ * mapped and truncated, a seccomp trap) is a synchronous signal the kernel
+ * forces on the faulting thread: blocked there, the kernel resets the
+ * program's handler to the default and kills the process, so a crash
+ * handler (a reporter, lull_tty_reset_mode giving the terminal back, as
+ * lull.h advises) never runs. An illegal instruction stands for them all
+ * here: the sanitizers leave SIGILL to the program. */
+static void fault_handler(int sig) {
+    (void)sig;
+    _exit(0); /* the program's handler ran: the copy exits cleanly */
+}
+
+static int fault_run(lull_work *w) {
+    (void)w;
+    __builtin_trap();
+}
+
+static void fault_in_a_copy(void *arg) {
+    (void)arg;
+    struct rlimit none = {0, 0};
+    setrlimit(RLIMIT_CORE, &none); /* the failure needs no core file */
+    struct sigaction sa = {.sa_handler = fault_handler};
+    CHECK_EQ(sigaction(SIGILL, &sa, NULL), 0);
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    lull_work w;
+    lull_work_init(&w, fault_run, NULL);
+    CHECK_EQ(lull_work_submit(loop, pool, &w), 0);
+    lull_loop_run(loop, LULL_RUN_DEFAULT);
+    check_fail(__FILE__, __LINE__, "the work function did not fault");
+}
+
+TEST_THREADED(pool_fault_in_work_reaches_the_programs_handler) {
+    CHECK(check_exits_cleanly(fault_in_a_copy, NULL));
 }
