@@ -12,8 +12,9 @@
  * pool's own exactly-once done; a scandir is one request going back and
  * forth, one batch per trip: the pool thread fills at most
  * LULL_FS_DIR_BATCH entries, the loop hands them to dir_cb and submits the
- * next trip, so the loop runs its other tasks between batches and a huge
- * directory never holds it longer than one batch's callback.
+ * next trip (never refused for a full queue: the listing was accepted
+ * once, lull__work_submit_again), so the loop runs its other tasks between
+ * batches and a huge directory never holds it longer than one batch's callback.
  *
  * The file lane: these requests go to whatever pool the caller names; a
  * pool is the lane (docs/POOL.md, "Lanes"), so a slow disk holds only the
@@ -33,6 +34,7 @@
 #include <unistd.h>
 
 #include "lull.h"
+#include "pool.h"
 
 enum {
     OP_OPEN,
@@ -514,7 +516,7 @@ static void scandir_done(lull_fs *req, int status) {
         scandir_finish(req, st->err ? st->err : (int64_t)st->count);
         return;
     }
-    int rc = lull_work_submit(req->work.loop, st->pool, &req->work);
+    int rc = lull__work_submit_again(req->work.loop, st->pool, &req->work);
     if (rc < 0) scandir_finish(req, rc);
 }
 

@@ -246,7 +246,10 @@ bool lull_work_busy(const lull_work *work) {
     return work && work->pool != NULL;
 }
 
-int lull_work_submit(lull_loop *loop, lull_pool *pool, lull_work *work) {
+/* bounded: refused (-EAGAIN) once max_queued items wait; not for the next
+ * trip of work accepted once (lull__work_submit_again). */
+static int submit(lull_loop *loop, lull_pool *pool, lull_work *work,
+                  bool bounded) {
     if (!loop || !pool || !work || !work->fn) return -EINVAL;
     if (work->pool) return -EBUSY;
     /* First, so that a call from the wrong thread trips the loop's check
@@ -259,7 +262,7 @@ int lull_work_submit(lull_loop *loop, lull_pool *pool, lull_work *work) {
         rc = -ECHILD; /* no thread here would ever run it */
     } else if (pool->closed) {
         rc = -ESHUTDOWN;
-    } else if (pool->queued >= pool->max_queued) {
+    } else if (bounded && pool->queued >= pool->max_queued) {
         pool->rejected++;
         rc = -EAGAIN;
     }
@@ -287,6 +290,14 @@ int lull_work_submit(lull_loop *loop, lull_pool *pool, lull_work *work) {
     pthread_mutex_unlock(&pool->lock);
     if (wake) futex_wake(&wake->word);
     return 0;
+}
+
+int lull_work_submit(lull_loop *loop, lull_pool *pool, lull_work *work) {
+    return submit(loop, pool, work, true);
+}
+
+int lull__work_submit_again(lull_loop *loop, lull_pool *pool, lull_work *work) {
+    return submit(loop, pool, work, false);
 }
 
 int lull_work_cancel(lull_work *work) {

@@ -1597,6 +1597,55 @@ TEST_THREADED(fs_scandir_cancelled_between_batches) {
     fs_teardown();
 }
 
+/* The queue full (max_queued) when a listing comes back between batches:
+ * the listing was accepted once, and its next trip takes the place its
+ * last one left. Refused, the listing ended halfway with -EAGAIN, the
+ * entries past its first batch never listed and no way to go on from
+ * there (a libuv or Tokio listing is not cut short by load). */
+static gate full_gate;
+static lull_work full_waiter;
+static lull_task release_task;
+
+static int full_run(lull_work *w) {
+    (void)w;
+    return 0;
+}
+
+static void release_gate(lull_task *t) {
+    (void)t;
+    sem_post(&full_gate.release);
+}
+
+static bool fill_the_queue(lull_fs *req) {
+    (void)req;
+    if (batches != 1) return true;
+    gate_hold(L, P, &full_gate); /* the only thread held */
+    lull_work_init(&full_waiter, full_run, NULL);
+    CHECK_EQ(lull_work_submit(L, P, &full_waiter), 0); /* the queue full */
+    lull_work w;
+    lull_work_init(&w, full_run, NULL);
+    CHECK_EQ(lull_work_submit(L, P, &w), -EAGAIN); /* new work: refused */
+    lull_task_init(&release_task, release_gate);
+    lull_task_post(L, &release_task); /* after the next trip is queued */
+    return true;
+}
+
+TEST_THREADED(fs_scandir_full_queue_between_batches_lists_on) {
+    make_dir();
+    CHECK_EQ(lull_loop_new(&L, NULL), 0);
+    CHECK_EQ(
+        lull_pool_new(&P, &(lull_pool_options){.threads = 1, .max_queued = 1}),
+        0);
+    memset(&R, 0, sizeof R);
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    on_batch_hook = fill_the_queue;
+    CHECK_EQ(list(in_dir("d")), 1000);
+    on_batch_hook = NULL;
+    CHECK_EQ(entries, 1000);
+    fs_teardown();
+}
+
 /* The pool closed while a listing is between batches: its next trip is
  * refused, and cb gets that error once. */
 static bool close_pool(lull_fs *req) {
