@@ -2447,7 +2447,8 @@ LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
 /* Queues len bytes: 0, -EINVAL (NULL, len past SSIZE_MAX), or the sticky
  * error (cb then never runs). req must not be queued already (-EBUSY where
  * seen at once: the first or last queued, the first in flight; elsewhere a
- * debug build stops). No allocation. Loop thread of the journal's loop (asserted). */
+ * debug build stops). No allocation. Loop thread of the journal's loop
+ * (asserted). */
 LULL_EXTERN int lull_journal_append(lull_journal *j, lull_append *req,
                                     const void *buf, size_t len,
                                     lull_append_fn cb);
@@ -2504,7 +2505,8 @@ typedef struct lull_dial lull_dial;
  * -ECANCELED (lull_dial_cancel), -ETIMEDOUT (timeout_ns), -EHOSTUNREACH
  * (the name has no address of the family asked for: d->gai_error holds
  * getaddrinfo's code; -EMFILE, -ENOMEM ... when it failed for want of
- * fds or memory), -EBUSY (the stream was opened meanwhile: by another
+ * fds or memory), -ESHUTDOWN (the pool was closed before the lookup
+ * ran), -EBUSY (the stream was opened meanwhile: by another
  * dial given it, say), or the last attempt's connect error
  * (-ECONNREFUSED ...). Runs in a later turn than lull_dial_start. */
 typedef void (*lull_dial_fn)(lull_dial *d, int status);

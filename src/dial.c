@@ -318,10 +318,17 @@ static void resolved(lull_dial *d, int status, int sys_errno,
         lull_task_post(d->loop, &d->done);
         return;
     }
+    if (status == -ECANCELED) {
+        /* Not this dial's cancel (that decided first, above): the pool
+         * was closed (or is a fork()ed copy) before a thread took the
+         * lookup. The pool's refusal, as a start on it would say; not
+         * -ECANCELED, which says the caller cancelled. */
+        decide(d, -ESHUTDOWN);
+        return;
+    }
     if (status != 0) {
         d->gai_error = status;
         int err = -EHOSTUNREACH;
-        if (status == -ECANCELED) err = -ECANCELED;
         if (status == EAI_MEMORY) err = -ENOMEM;
         if (status == EAI_SYSTEM && sys_errno > 0) err = -sys_errno;
         decide(d, err);

@@ -676,6 +676,42 @@ TEST_THREADED(timeout_ends_a_dial_whose_lookup_waits_on_the_pool) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The pool closed while the dial's lookup waits on it: the pool hands the
+ * lookup back cancelled, but the caller cancelled nothing. The dial said
+ * -ECANCELED, which its own docs give to lull_dial_cancel (a caller that
+ * retries on failure and not on its own cancel stopped dialing for good),
+ * with gai_error -ECANCELED, no getaddrinfo code. It is the pool's refusal,
+ * as a start on that pool would say. */
+TEST_THREADED(pool_closed_under_a_waiting_lookup_says_eshutdown) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_pool *pool = NULL;
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    CHECK_EQ(pipe(blocker_pipe), 0);
+    lull_work blocker;
+    CHECK_EQ(lull_work_init(&blocker, blocker_run, blocker_done), 0);
+    CHECK_EQ(lull_work_submit(loop, pool, &blocker), 0);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start(loop, pool, &d, &s, "localhost", 9, NULL, on_dial),
+             0);
+    lull_pool_close(pool); /* the lookup still queued behind the blocker */
+    for (int i = 0; i < 10 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ESHUTDOWN);
+    CHECK_EQ(d.gai_error, 0);
+    CHECK_EQ(lull_dial_start(loop, pool, &d, &s, "localhost", 9, NULL, on_dial),
+             -ESHUTDOWN); /* what a start says now */
+    CHECK_EQ(write(blocker_pipe[1], "x", 1), 1);
+    while (lull_work_busy(&blocker))
+        CHECK(lull_loop_settle(loop) >= 0);
+    close(blocker_pipe[0]);
+    close(blocker_pipe[1]);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A resolver that hangs: a lookup of SLOW_NAME (and only that name)
  * waits on a pipe until the case writes to it, then answers as for
  * localhost. slow_started says it is waiting. */
