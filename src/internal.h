@@ -8,6 +8,7 @@
 #include "lull.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -583,6 +584,9 @@ void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),
  * lull_loop_adopt), or may give back signal blocks no loop needs. */
 void lull__signals_take(lull_loop *loop);
 void lull__signals_settle(void);
+/* Sets the calling thread's mask to the one a thread of lull's own is
+ * created with (every signal blocked but the faults), *old its own. */
+void lull__block_for_thread(sigset_t *old);
 
 /* pump.c */
 void lull__pump_unlink_listener(lull_listener *l);

@@ -492,22 +492,10 @@ int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
         strncpy(name, opts->name, sizeof name - 1);
         name[sizeof name - 1] = '\0';
     }
-    /* Pool threads take no signals: the process's handlers run on the
-     * threads that expect them, and a sleeping pool thread is never woken
-     * by one. The mask is inherited at pthread_create. But for the faults a
-     * work function may cause itself: the kernel forces those on the
-     * faulting thread, and finding them blocked it resets the program's
-     * handler and kills the process, crash handler (lull_tty_reset_mode's
-     * terminal restore) unrun. They keep the creator's mask, so one the
-     * program blocked everywhere for a signalfd stays blocked here too. */
-    sigset_t all, old;
-    pthread_sigmask(SIG_BLOCK, NULL, &old);
-    sigfillset(&all);
-    static const int faults[] = {SIGSEGV, SIGBUS,  SIGFPE,
-                                 SIGILL,  SIGTRAP, SIGSYS};
-    for (size_t i = 0; i < sizeof faults / sizeof *faults; i++)
-        if (!sigismember(&old, faults[i])) sigdelset(&all, faults[i]);
-    pthread_sigmask(SIG_SETMASK, &all, NULL);
+    /* Pool threads take no signals but the faults a work function may
+     * raise itself (src/signal.c). */
+    sigset_t old;
+    lull__block_for_thread(&old);
     int rc = 0;
     for (unsigned i = 0; i < threads; i++) {
         worker *w = &p->workers[i];

@@ -800,11 +800,11 @@ static int reaper_start(void) {
     if (ep < 0) return -errno;
     ep = above_stdio(ep); /* kept for good: never the program's 0 to 2 */
     if (ep < 0) return ep;
-    /* Every signal blocked in the thread: a process-directed signal must
-     * reach the program's threads, never lull's. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
+    /* No signal but its own faults in the thread: a process-directed
+     * signal must reach the program's threads, never lull's
+     * (src/signal.c). */
+    sigset_t old;
+    lull__block_for_thread(&old);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

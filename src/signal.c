@@ -178,6 +178,27 @@ static void settle(void) {
     if (stale) unblock_here(stale);
 }
 
+/* Threads of lull's own (pool workers, the reaper) take no signals: a
+ * process-directed one must reach the program's threads, and a sleeping
+ * worker is never woken by one. The mask is inherited at pthread_create,
+ * so this sets it on the creating thread (old: its own, to put back). But
+ * for the faults a thread raises itself: the kernel forces those on the
+ * faulting thread, and finding them blocked it resets the program's
+ * handler and kills the process, crash handler (lull_tty_reset_mode's
+ * terminal restore, a seccomp trap's SIGSYS report) unrun. They keep the
+ * creator's mask, so one the program blocked everywhere for a signalfd
+ * stays blocked there too. */
+void lull__block_for_thread(sigset_t *old) {
+    static const int faults[] = {SIGSEGV, SIGBUS,  SIGFPE,
+                                 SIGILL,  SIGTRAP, SIGSYS};
+    sigset_t all;
+    pthread_sigmask(SIG_BLOCK, NULL, old);
+    sigfillset(&all);
+    for (size_t i = 0; i < sizeof faults / sizeof *faults; i++)
+        if (!sigismember(old, faults[i])) sigdelset(&all, faults[i]);
+    pthread_sigmask(SIG_SETMASK, &all, NULL);
+}
+
 void lull__signals_take(lull_loop *loop) {
     settle();
     uint64_t lulls = loop->signals.blocked & ~held_here;

@@ -1836,6 +1836,64 @@ static void reaped_by_lull(int pid) {
     check_fail(__FILE__, __LINE__, "pid %d never reaped", pid);
 }
 
+/* The threads of this process, by id, into ids (at most n); their count. */
+static int thread_ids(long *ids, int n) {
+    DIR *d = opendir("/proc/self/task");
+    CHECK(d != NULL);
+    int count = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && count < n)
+        if (e->d_name[0] != '.') ids[count++] = atol(e->d_name);
+    closedir(d);
+    return count;
+}
+
+/* Thread tid's blocked signals, from /proc. */
+static unsigned long long blocked_of(long tid) {
+    char path[64], line[128];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/status", tid);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    unsigned long long mask = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "SigBlk: %llx", &mask) == 1;
+    fclose(f);
+    CHECK(found);
+    return mask;
+}
+
+/* The reaper (the thread a detach starts) blocks every signal, so a
+ * process-directed one reaches the program's threads, but not the faults
+ * it could raise itself: blocked, a fault (a seccomp trap's SIGSYS on its
+ * waitid) kills the process with the program's crash handler unrun. */
+TEST(reaper_thread_leaves_the_faults_to_the_programs_handler) {
+    long before[64], after[64];
+    int nb = thread_ids(before, 64);
+    lull_loop *loop = new_loop();
+    kid quick = {0};
+    lull_process_options q = {.argv = SH("exit 0")};
+    CHECK_EQ(spawn(loop, &quick, &q), 0);
+    CHECK_EQ(lull_process_detach(&quick.p), 0);
+    reaped_by_lull(quick.p.pid);
+    int na = thread_ids(after, 64), reapers = 0;
+    for (int i = 0; i < na; i++) {
+        bool old = false;
+        for (int j = 0; j < nb; j++)
+            old |= before[j] == after[i];
+        if (old) continue;
+        unsigned long long m = blocked_of(after[i]);
+        CHECK(m & (1ull << (SIGTERM - 1)));
+        CHECK(m & (1ull << (SIGCHLD - 1)));
+        CHECK(!(m & (1ull << (SIGSEGV - 1))));
+        CHECK(!(m & (1ull << (SIGSYS - 1))));
+        CHECK(!(m & (1ull << (SIGBUS - 1))));
+        reapers++;
+    }
+    CHECK(reapers >= 1);
+    free_loop(loop);
+}
+
 /* A detached child runs on, the handle is done at once (no callback,
  * ever), the loop frees; when the child exits it is reaped all the same:
  * no zombie. Also a child that had already exited, its exit not yet
