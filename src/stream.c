@@ -1194,6 +1194,8 @@ static void stream_send(lull_endpoint *ep, lull_frame *frame) {
         fail_later(s, -EBUSY);
         return;
     }
+    lull__frame_check_unqueued(s->head, frame);
+    lull__frame_check_unqueued(s->done, frame);
     append(&s->head, &s->tail, frame);
     if ((s->state & (S_CONNECTED | S_BLOCKED)) == S_CONNECTED) {
         if (ep->queued >= ep->high_water) {

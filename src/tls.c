@@ -1057,6 +1057,13 @@ static void tls_send(lull_endpoint *ep, lull_frame *frame) {
     lull_tls *t = of_ep(ep);
     LULL_ASSERT_LOOP_THREAD(t->loop);
     frame->next = NULL;
+    /* Rewritten in flight and sent again (lull__frame_check_unqueued): as
+     * the last queued, linked again it was a cycle, encrypted for ever. */
+    if (LULL_UNLIKELY(frame == t->tail)) {
+        fail_later(t, -EBUSY);
+        return;
+    }
+    lull__frame_check_unqueued(t->head, frame);
     if (t->tail) {
         t->tail->next = frame;
     } else {
