@@ -3319,3 +3319,34 @@ TEST(resent_last_frame_closes_with_ebusy) {
     CHECK(s.frames <= 1);
     finish(loop, sctx, cctx);
 }
+
+/* The decrypted-bytes buffer grown for one big frame went back to its
+ * set-up size once it emptied: it kept the frame's size for the
+ * connection's life (a stream's read buffer did the same), so idle
+ * connections that each once took a big request held all of it. */
+TEST(read_buffer_shrinks_after_a_big_frame) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    settled_pair(loop, &c, cctx, &s, sctx);
+    const size_t start_cap = s.t.pcap, len = (size_t)4 << 20;
+    unsigned char *big = calloc(1, len);
+    CHECK(big);
+    for (int round = 1; round <= 2; round++) {
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, len), 0);
+        for (int i = 0; i < 100000 && s.frames < 2 * round - 1; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(s.frames, 2 * round - 1);
+        CHECK_EQ(s.t.pcap, start_cap);
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "tail", 4), 0);
+        for (int i = 0; i < 1000 && s.frames < 2 * round; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(s.frames, 2 * round);
+        CHECK_EQ(s.t.pcap, start_cap);
+    }
+    CHECK_EQ(s.bytes, 2 * (len + 4));
+    free(big);
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
