@@ -971,7 +971,8 @@ typedef struct lull_stream_options { /* all zero = defaults */
                                         at most UINT32_MAX (a 4-byte length) */
     size_t high_water;               /* 0 = LULL_HIGH_WATER_DEFAULT */
     size_t read_size;                /* the stream's read buffer: 0 = 64 KiB;
-                                        framed, it grows to hold a frame */
+                                        framed, it grows to hold a frame,
+                                        and back once empty from past 16x */
     uint64_t connect_timeout_ns;     /* 0 = the kernel's (minutes) */
     uint64_t idle_timeout_ns;        /* nothing read or written this long:
                                         close with -ETIMEDOUT; 0 = never.

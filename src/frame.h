@@ -111,6 +111,25 @@ static inline size_t lull__frame_len(const unsigned char *p) {
 bool lull__frame_buf_grow(unsigned char **buf, size_t *cap, size_t need,
                           size_t max_frame);
 
+/* A frame sent again while it is still queued came back only because its
+ * owner rewrote it in flight (a struct assignment clears in_flight), and
+ * lull_endpoint_send cut its link already. As the last of its queue a
+ * transport sees it at once and fails the endpoint with -EBUSY, the frame
+ * queued once; anywhere else the frames behind it are cut off, never to be
+ * delivered or released, and finding it is a walk of the queue: debug
+ * builds only, as lull_journal_append's. */
+static inline void lull__frame_check_unqueued(const lull_frame *queue,
+                                              const lull_frame *frame) {
+#ifndef NDEBUG
+    for (const lull_frame *f = queue; f; f = f->next)
+        LULL_ASSERT(f != frame, "lull: lull_endpoint_send of a frame already "
+                                "queued (rewritten while in flight)");
+#else
+    (void)queue;
+    (void)frame;
+#endif
+}
+
 /* Gives a frame back to its owner: no longer in flight, then its release
  * callback. The transport must not touch the frame afterwards. `next` is
  * left as it was: it means nothing out of flight, and lull_endpoint_send sets

@@ -396,6 +396,11 @@ static void loopback_fail(lull_endpoint *ep, int reason) {
     a->ep.queued = 0;
 }
 
+void lull__loopback_resent(lull_loopback *a) {
+    a->ep.flags |= LULL__EP_PEER_GONE;
+    loopback_fail(&a->ep, -EBUSY);
+}
+
 int lull__loopback_read(lull_endpoint *ep, bool on) {
     lull_loopback *lb = end_of(ep);
     if (lb->paused != on) return 0;      /* already so */

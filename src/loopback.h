@@ -16,18 +16,31 @@
 extern const lull_frame_ops lull__loopback_task_ops;
 extern const lull_frame_ops lull__loopback_timer_ops;
 
+/* A frame sent again while it is the last in the inbox of a's peer (its
+ * owner rewrote it in flight: lull__frame_check_unqueued): it stays queued
+ * once, and a fails with -EBUSY, as past max_queued (src/loopback.c). */
+void lull__loopback_resent(lull_loopback *a);
+
 /* Appends frame to the inbox of a's peer, which it returns; `was_empty`
- * says whether the inbox had no frame before. Both deliveries' sends. */
+ * says whether the inbox had no frame before. Both deliveries' sends. The
+ * checks for a frame queued already cost nothing while the inbox is empty,
+ * the hot case. */
 static inline lull_loopback *
 lull__loopback_append(lull_loopback *a, lull_frame *frame, bool *was_empty) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
     lull_loopback *b = a->peer;
     LULL_ASSERT(b, "lull: an open loopback end without a peer");
     *was_empty = b->head == NULL;
-    if (LULL_UNLIKELY(!*was_empty))
+    if (LULL_UNLIKELY(!*was_empty)) {
+        if (LULL_UNLIKELY(frame == b->tail)) {
+            lull__loopback_resent(a); /* linked again, it was a cycle */
+            return b;
+        }
+        lull__frame_check_unqueued(b->head, frame);
         b->tail->next = frame;
-    else
+    } else {
         b->head = frame;
+    }
     b->tail = frame;
     return b;
 }

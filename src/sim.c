@@ -1008,6 +1008,8 @@ static void sim_send(lull_endpoint *ep, lull_frame *frame) {
         sim_fail(ep, -EBUSY);
         return;
     }
+    lull__frame_check_unqueued(c->early, frame);
+    if (to) lull__frame_check_unqueued(to->head, frame);
     if (c->state & ST_CONNECTING) {
         if (c->early)
             c->early_tail->next = frame;

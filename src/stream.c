@@ -120,6 +120,12 @@
 /* A stream's own read buffer unless read_size says otherwise: one recv
  * takes what a socket's default receive buffer holds in one go. */
 #define READ_SIZE_DEFAULT ((size_t)64 << 10)
+/* A framed stream's own read buffer, grown for a frame, shrinks back to its
+ * set-up size once it empties if it grew past this many times that: frames
+ * up to 16 x read_size (1 MiB by default) keep their room, so a peer that
+ * sends them in a row costs no realloc per frame, while a buffer one big
+ * frame grew (64 MiB, say) is not held for the life of an idle connection. */
+#define READ_SHRINK_RATIO 16
 /* iovecs per sendmsg: the kernel's limit (IOV_MAX is 1024 on Linux). With
  * a length and a payload buffer per frame that is 512 frames per call. */
 #define IOV_CAP 1024
@@ -1188,6 +1194,8 @@ static void stream_send(lull_endpoint *ep, lull_frame *frame) {
         fail_later(s, -EBUSY);
         return;
     }
+    lull__frame_check_unqueued(s->head, frame);
+    lull__frame_check_unqueued(s->done, frame);
     append(&s->head, &s->tail, frame);
     if ((s->state & (S_CONNECTED | S_BLOCKED)) == S_CONNECTED) {
         if (ep->queued >= ep->high_water) {
@@ -1264,6 +1272,26 @@ static bool make_room(lull_stream *s, size_t need) {
     return lull__frame_buf_grow(&s->rbuf, &s->rcap, s->rcap + 1, need - HDR);
 }
 
+/* The read buffer's set-up size (read_size), which a grown buffer shrinks
+ * back to: kept in the stream's own fd watcher's `data`, which nothing else
+ * reads, so the public struct keeps its layout. */
+static size_t read_size_of(const lull_stream *s) {
+    return (size_t)(uintptr_t)s->io.data;
+}
+
+/* The buffer emptied while grown past READ_SHRINK_RATIO x its set-up size:
+ * back to that size. Only the stream's own buffer, and not while a frame
+ * callback of it runs (its bytes point into the buffer). A failed realloc
+ * keeps the buffer as it was. */
+static void shrink_buffer(lull_stream *s) {
+    if (!(s->state & S_OWN_BUF) || s->guard) return;
+    size_t size = read_size_of(s);
+    unsigned char *b = realloc(s->rbuf, size);
+    if (!b) return;
+    s->rbuf = b;
+    s->rcap = size;
+}
+
 /* Closes the stream when the frame ending before buffer offset end is the
  * one whose fds were dropped (see unix_read): true then. */
 static bool fds_lost(lull_stream *s, size_t end) {
@@ -1314,7 +1342,11 @@ static bool deliver_frames(lull_stream *s) {
     /* Not a whole header yet, and the dropped fds came with these bytes. */
     if ((s->state & (S_READING | S_FAIL)) == S_READING && fds_lost(s, s->rend))
         return false;
-    if (s->rstart == s->rend) s->rstart = s->rend = 0;
+    if (s->rstart == s->rend) {
+        s->rstart = s->rend = 0;
+        if (LULL_UNLIKELY(s->rcap / READ_SHRINK_RATIO > read_size_of(s)))
+            shrink_buffer(s);
+    }
     return true;
 }
 
@@ -1605,6 +1637,7 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
         return rc;
     }
     s->rcap = size;
+    s->io.data = (void *)(uintptr_t)size; /* read_size_of */
     s->state = S_COUNTED | S_OWN_BUF | S_READING | S_SOCK | S_OUT_SOCK |
                (tcp ? S_TCP : 0);
     loop->handles++;
@@ -1864,6 +1897,7 @@ int lull_stream_read_into(lull_stream *s, void *buf, size_t cap) {
     s->state &= ~S_OWN_BUF;
     s->rbuf = buf;
     s->rcap = cap;
+    s->io.data = (void *)(uintptr_t)SIZE_MAX; /* never shrunk: the caller's */
     s->rstart = s->rend = 0;
     return 0;
 }

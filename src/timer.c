@@ -516,10 +516,20 @@ void lull__timers_expire(lull_loop *loop, uint64_t now) {
     }
 }
 
+/* The loop whose due list this thread runs, if any: lull_timer_overrun and
+ * lull_timer_fire_deadline read a timer's loop only when it is this one, so
+ * a timer whose loop was freed (the timer is the caller's memory and may
+ * outlive it) answers 0 without reading freed memory. Set once per batch of
+ * due timers, not per fire; saved and restored, for a callback that runs
+ * another loop. */
+static _Thread_local const lull_loop *due_loop;
+
 /* Like lull__run_queue on the due list (stopping only for lull_loop_stop), and
  * tells lull_timer_overrun which timer fires and for how many periods. */
 void lull__timers_run_due(lull_loop *loop) {
     lull__node *q = &loop->due;
+    const lull_loop *outer = due_loop;
+    due_loop = loop;
     while (q->next != q) {
         lull__node *n = q->next;
         LULL_ASSERT(n->prev == q,
@@ -546,17 +556,22 @@ void lull__timers_run_due(lull_loop *loop) {
         if (lull__after_callback(loop) && loop->stop) break;
     }
     loop->firing = NULL;
+    due_loop = outer;
     if (q->next == q) clear_overruns(loop);
 }
 
 uint64_t lull_timer_overrun(const lull_timer *timer) {
-    if (!timer || !timer->loop || timer->loop->firing != timer) return 0;
-    return timer->loop->firing_periods;
+    if (!timer || !timer->loop || timer->loop != due_loop ||
+        due_loop->firing != timer)
+        return 0;
+    return due_loop->firing_periods;
 }
 
 uint64_t lull_timer_fire_deadline(const lull_timer *timer) {
-    if (!timer || !timer->loop || timer->loop->firing != timer) return 0;
-    return timer->loop->firing_deadline;
+    if (!timer || !timer->loop || timer->loop != due_loop ||
+        due_loop->firing != timer)
+        return 0;
+    return due_loop->firing_deadline;
 }
 
 /* ns until the earliest deadline (0 if due), or -1 with no timer. */

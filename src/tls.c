@@ -170,6 +170,12 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 /* TLS's largest record: stage this much plaintext per SSL_write, so small
  * frames share records; and read this much at a time. */
 #define RECORD                    16384
+/* The decrypted-bytes buffer, grown for a frame, shrinks back to its
+ * set-up size (a record and a header) once it empties if it grew past this:
+ * as a stream's read buffer (READ_SHRINK_RATIO in src/stream.c), frames up
+ * to 16 records keep their room, and one big frame's is not held for the
+ * life of an idle connection. */
+#define PBUF_SHRINK_ABOVE         (16 * (RECORD + HDR))
 /* A ciphertext chunk: four full records and their overhead fit, so a
  * flush point's output is one or a few frames on the stream. */
 #define CHUNK                     ((size_t)64 << 10)
@@ -713,6 +719,17 @@ static bool make_room(lull_tls *t, size_t need) {
     return lull__frame_buf_grow(&t->pbuf, &t->pcap, need, t->ep.max_frame);
 }
 
+/* The buffer emptied while grown past PBUF_SHRINK_ABOVE: back to its
+ * set-up size, unless a frame callback of ours runs (its bytes point into
+ * the buffer). A failed realloc keeps the buffer as it was. */
+static void shrink_pbuf(lull_tls *t) {
+    if (t->guard) return;
+    unsigned char *b = realloc(t->pbuf, RECORD + HDR);
+    if (!b) return;
+    t->pbuf = b;
+    t->pcap = RECORD + HDR;
+}
+
 /* Hands the whole buffered frames to on_frame while reading. False when
  * the connection closed. */
 static bool deliver_frames(lull_tls *t) {
@@ -735,7 +752,10 @@ static bool deliver_frames(lull_tls *t) {
         t->ep.on_frame(&t->ep, p + HDR, len);
         if (!guard_leave(t, &g)) return false;
     }
-    if (t->pstart == t->pend) t->pstart = t->pend = 0;
+    if (t->pstart == t->pend) {
+        t->pstart = t->pend = 0;
+        if (LULL_UNLIKELY(t->pcap > PBUF_SHRINK_ABOVE)) shrink_pbuf(t);
+    }
     return true;
 }
 
@@ -1057,6 +1077,13 @@ static void tls_send(lull_endpoint *ep, lull_frame *frame) {
     lull_tls *t = of_ep(ep);
     LULL_ASSERT_LOOP_THREAD(t->loop);
     frame->next = NULL;
+    /* Rewritten in flight and sent again (lull__frame_check_unqueued): as
+     * the last queued, linked again it was a cycle, encrypted for ever. */
+    if (LULL_UNLIKELY(frame == t->tail)) {
+        fail_later(t, -EBUSY);
+        return;
+    }
+    lull__frame_check_unqueued(t->head, frame);
     if (t->tail) {
         t->tail->next = frame;
     } else {

@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <lull.h>
 #include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -336,4 +338,85 @@ TEST(loopback_timer_meddling_in_callbacks) {
 
 TEST(stream_meddling_in_callbacks) {
     meddling_in_callbacks(STREAM);
+}
+
+/* A frame whose struct was rewritten while queued (a struct assignment
+ * clears in_flight) and sent again. The last queued (the transport sees
+ * it at once): refused as a frame in flight is, the endpoint closes with
+ * -EBUSY, the frame delivered at most once and released once. A loopback
+ * linked it to itself, and delivered it for ever. */
+static int g_releases;
+static void count_release(lull_frame *f) {
+    (void)f;
+    g_releases++;
+}
+
+static void resent_last_closes(int kind) {
+    pair p;
+    pair_open(&p, kind);
+    g_releases = 0;
+    static uint32_t v = 7;
+    static lull_frame f;
+    f = (lull_frame){.bytes = &v, .len = sizeof v, .release = count_release};
+    CHECK_EQ(lull_endpoint_send(p.a, &f), 0);
+    f = (lull_frame){.bytes = &v, .len = sizeof v, .release = count_release};
+    (void)lull_endpoint_send(p.a, &f);
+    for (int i = 0; i < 1000 && !p.A.closed; i++)
+        CHECK_EQ(lull_loop_run(p.loop, LULL_RUN_NOWAIT), 0);
+    CHECK(p.A.closed);
+    CHECK_EQ(p.A.reason, -EBUSY);
+    run_until_closed(&p);
+    CHECK_LE(p.B.frames, 1);
+    CHECK_EQ(g_releases, 1);
+    CHECK_EQ(lull_loop_free(p.loop), 0);
+}
+
+TEST(loopback_resent_last_frame_closes) {
+    resent_last_closes(LOOPBACK);
+}
+
+TEST(loopback_timer_resent_last_frame_closes) {
+    resent_last_closes(LOOPBACK_TIMER);
+}
+
+TEST(stream_resent_last_frame_closes) {
+    resent_last_closes(STREAM);
+}
+
+/* The same from the middle of the queue: the send cut the queue there,
+ * and the frames behind it were never delivered nor released. Finding it
+ * is a walk of the queue: a debug build stops, as lull_journal_append's
+ * does. */
+static void resend_from_the_middle(void *arg) {
+    pair p;
+    pair_open(&p, (int)(intptr_t)arg);
+    static uint32_t v[3] = {0, 1, 2};
+    static lull_frame f[3];
+    for (int i = 0; i < 3; i++) {
+        f[i] = (lull_frame){.bytes = &v[i], .len = sizeof v[i]};
+        CHECK_EQ(lull_endpoint_send(p.a, &f[i]), 0);
+    }
+    f[1] = (lull_frame){.bytes = &v[1], .len = sizeof v[1]};
+    (void)lull_endpoint_send(p.a, &f[1]);
+}
+
+static void resent_from_the_middle_stops(int kind) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(resend_from_the_middle, (void *)(intptr_t)kind,
+                     "lull: lull_endpoint_send of a frame already queued"));
+}
+
+TEST(loopback_resent_frame_from_the_middle_stops) {
+    resent_from_the_middle_stops(LOOPBACK);
+}
+
+TEST(loopback_timer_resent_frame_from_the_middle_stops) {
+    resent_from_the_middle_stops(LOOPBACK_TIMER);
+}
+
+TEST(stream_resent_frame_from_the_middle_stops) {
+    resent_from_the_middle_stops(STREAM);
 }

@@ -2768,6 +2768,44 @@ TEST(header_alone_does_not_reserve_the_frame) {
     free_loop(loop);
 }
 
+/* A read buffer grown for one big frame went back to its set-up size once
+ * it emptied: it held the frame's size for the stream's life, so a server
+ * whose 10,000 idle connections each once took a 64 MiB request held all
+ * of it. Past 16 times its set-up size, an emptied buffer shrinks back;
+ * the next big frame grows it again and arrives whole. */
+static void big_frame_then_back(lull_loop *loop, size_t read_size, size_t len) {
+    counter a, b;
+    lull_stream_options o = {.read_size = read_size,
+                             .max_frame = (size_t)64 << 20};
+    counters(loop, &a, &b, &o, &o);
+    const size_t start = b.s.rcap;
+    unsigned char *big = calloc(1, len);
+    CHECK(big);
+    for (int round = 1; round <= 2; round++) {
+        CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, big, len), 0);
+        for (int i = 0; i < 100000 && b.frames < 2 * round - 1; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(b.frames, 2 * round - 1);
+        CHECK_EQ(b.s.rcap, start);
+        /* A small frame after it: the buffer serves it as it is. */
+        CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "tail", 4), 0);
+        for (int i = 0; i < 1000 && b.frames < 2 * round; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(b.frames, 2 * round);
+        CHECK_EQ(b.s.rcap, start);
+    }
+    CHECK_EQ(b.bytes, 2 * (len + 4));
+    free(big);
+    close_pair(loop, &a, &b);
+}
+
+TEST(read_buffer_shrinks_after_a_big_frame) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    big_frame_then_back(loop, 0, (size_t)8 << 20);
+    big_frame_then_back(loop, 4096, (size_t)1 << 20);
+    free_loop(loop);
+}
+
 /* A peer that writes its frames one byte per loop iteration (lengths split
  * over four reads, a zero-length frame, frames larger than the 8-byte
  * read buffer): every frame arrives whole, byte-exact, in order. */

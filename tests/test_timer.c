@@ -1493,6 +1493,31 @@ TEST(further_arm_at_a_flush_point_flushed_when_its_callback_returns) {
 
 /* ------------------------------------------------------------ overrun */
 
+/* The accessors a timer answers on its own, called on one whose loop was
+ * freed (the timer is the caller's memory and outlives it): they read the
+ * freed loop to ask whether the timer fires (ASan: a use after free). A
+ * timer whose loop is gone is firing nowhere: 0, without the loop. */
+static void note_fire(lull_timer *t) {
+    (void)t;
+}
+
+TEST(accessors_after_the_loop_is_freed) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_timer t;
+    CHECK_EQ(lull_timer_init(loop, &t, note_fire), 0);
+    lull_timer_start(&t, MS, MS);
+    lull_loop_advance(loop, 3 * MS);
+    lull_timer_stop(&t);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_U64_EQ(lull_timer_overrun(&t), 0);
+    CHECK_U64_EQ(lull_timer_fire_deadline(&t), 0);
+    CHECK_U64_EQ(lull_timer_deadline(&t), 0);
+    CHECK(!lull_timer_active(&t));
+    lull_timer_stop(&t);
+    lull_timer_ref(&t);
+    lull_timer_unref(&t);
+}
+
 /* lull_timer_overrun: inside the callback, the periods this fire stands
  * for. Exact on the real clock whatever the machine's load: the deadline a
  * repeating timer is re-armed for is its first deadline plus (the periods

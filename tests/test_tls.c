@@ -3286,3 +3286,67 @@ TEST(key_update_after_shutdown_is_refused_like_a_send) {
     CHECK_EQ(c.reason, 0);
     finish(loop, sctx, cctx);
 }
+
+/* A frame whose struct was rewritten while queued (a struct assignment
+ * clears in_flight) and sent again as the last queued: linked again, the
+ * queue was a cycle whose flush encrypted it for ever. Refused as a frame
+ * in flight is: the end closes with -EBUSY, the frame released once. */
+static int g_tls_releases;
+static void count_tls_release(lull_frame *f) {
+    (void)f;
+    g_tls_releases++;
+}
+
+TEST(resent_last_frame_closes_with_ebusy) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    settled_pair(loop, &c, cctx, &s, sctx);
+    static lull_frame f;
+    g_tls_releases = 0;
+    f = (lull_frame){.bytes = "abc", .len = 3, .release = count_tls_release};
+    CHECK_EQ(lull_endpoint_send(&c.t.ep, &f), 0);
+    f = (lull_frame){.bytes = "abc", .len = 3, .release = count_tls_release};
+    (void)lull_endpoint_send(&c.t.ep, &f);
+    for (int i = 0; i < 100 && !c.closed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(c.closed);
+    CHECK_EQ(c.reason, -EBUSY);
+    CHECK_EQ(g_tls_releases, 1);
+    CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    CHECK(s.frames <= 1);
+    finish(loop, sctx, cctx);
+}
+
+/* The decrypted-bytes buffer grown for one big frame went back to its
+ * set-up size once it emptied: it kept the frame's size for the
+ * connection's life (a stream's read buffer did the same), so idle
+ * connections that each once took a big request held all of it. */
+TEST(read_buffer_shrinks_after_a_big_frame) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    settled_pair(loop, &c, cctx, &s, sctx);
+    const size_t start_cap = s.t.pcap, len = (size_t)4 << 20;
+    unsigned char *big = calloc(1, len);
+    CHECK(big);
+    for (int round = 1; round <= 2; round++) {
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, len), 0);
+        for (int i = 0; i < 100000 && s.frames < 2 * round - 1; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(s.frames, 2 * round - 1);
+        CHECK_EQ(s.t.pcap, start_cap);
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "tail", 4), 0);
+        for (int i = 0; i < 1000 && s.frames < 2 * round; i++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(s.frames, 2 * round);
+        CHECK_EQ(s.t.pcap, start_cap);
+    }
+    CHECK_EQ(s.bytes, 2 * (len + 4));
+    free(big);
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
