@@ -116,7 +116,11 @@ int main(void) {
     lull_loop *loop;
     lull_loop_options opts = {.clock = LULL_CLOCK_VIRTUAL,
                               .flags = LULL_LOOP_AUTO_ADVANCE};
-    if (lull_loop_new(&loop, &opts) < 0) return 1;
+    int err = lull_loop_new(&loop, &opts);
+    if (err < 0) {
+        fprintf(stderr, "delivery: %s\n", lull_strerror(err));
+        return 1;
+    }
     event_log log = {.written = 0};
     lull_notifier_init(&log.changed);
 

@@ -272,7 +272,7 @@ static int port_arg(const char *s) {
 int main(int argc, char **argv) {
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
     int arg = self_test ? 0 : argc > 1 ? port_arg(argv[1]) : 7000;
-    if (arg < 0) {
+    if (arg < 0 || argc > 2) {
         fprintf(stderr, "usage: echo [PORT (1-65535)] | --self-test\n");
         return 2;
     }

@@ -82,18 +82,37 @@ static void *worker(void *arg) {
 }
 
 int main(void) {
-    uv_loop_t *uv = uv_default_loop();
-    if (lull_loop_new(&lloop, NULL) < 0) return 1;
+    /* The two loops and lull's fd in libuv's first: each can fail (out of
+     * fds), and nothing has started yet to undo. */
+    static uv_loop_t uv_main;
+    uv_loop_t *uv = &uv_main;
+    int rc = uv_loop_init(uv); /* libuv's errors are negative errnos too */
+    if (rc < 0) {
+        fprintf(stderr, "embed_libuv: libuv's loop: %s\n", lull_strerror(rc));
+        return 1;
+    }
+    rc = lull_loop_new(&lloop, NULL);
+    if (rc == 0) rc = lull_loop_backend_fd(lloop);
+    if (rc >= 0) rc = uv_poll_init(uv, &lull_fd, rc);
+    if (rc < 0) {
+        fprintf(stderr, "embed_libuv: %s\n", lull_strerror(rc));
+        if (lloop) lull_loop_free(lloop);
+        uv_loop_close(uv);
+        return 1;
+    }
     lull_task_init(&from_worker, on_post); /* before the thread posts it */
     pthread_t th;
     if (pthread_create(&th, NULL, worker, NULL) != 0) {
+        fprintf(stderr, "embed_libuv: no thread\n");
+        uv_close((uv_handle_t *)&lull_fd, NULL);
+        uv_run(uv, UV_RUN_DEFAULT);
+        uv_loop_close(uv);
         lull_loop_free(lloop);
         return 1;
     }
     lull_timer_init(lloop, &tick, on_tick);
     lull_timer_start(&tick, 1000000ull, 1000000ull); /* every 1 ms, in ns */
 
-    uv_poll_init(uv, &lull_fd, lull_loop_backend_fd(lloop));
     uv_poll_start(&lull_fd, UV_READABLE, on_lull_fd);
     uv_timer_init(uv, &lull_wakeup);
     uv_prepare_init(uv, &lull_ask);

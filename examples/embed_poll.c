@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,11 +44,22 @@ static void *worker(void *loop) {
 int main(void) {
     lull_loop *loop;
     int host_pipe[2];
-    if (lull_loop_new(&loop, NULL) < 0) return 1;
+    int err = lull_loop_new(&loop, NULL);
+    if (err < 0) {
+        fprintf(stderr, "embed_poll: %s\n", lull_strerror(err));
+        return 1;
+    }
     lull_task_init(&from_worker, on_post); /* before the thread posts it */
     pthread_t th;
-    if (pipe(host_pipe) < 0 || pthread_create(&th, NULL, worker, loop) != 0) {
-        fprintf(stderr, "embed_poll: no pipe or no thread\n");
+    if (pipe(host_pipe) < 0) {
+        perror("embed_poll: pipe");
+        lull_loop_free(loop);
+        return 1;
+    }
+    if ((err = pthread_create(&th, NULL, worker, loop)) != 0) {
+        fprintf(stderr, "embed_poll: a thread: %s\n", strerror(err));
+        close(host_pipe[0]);
+        close(host_pipe[1]);
         lull_loop_free(loop);
         return 1;
     }

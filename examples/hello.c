@@ -31,7 +31,11 @@ int main(void) {
     lull_timer timer;
     lull_io io;
     int fds[2];
-    if (lull_loop_new(&loop, NULL) < 0) return 1;
+    int err = lull_loop_new(&loop, NULL);
+    if (err < 0) {
+        fprintf(stderr, "hello: %s\n", lull_strerror(err));
+        return 1;
+    }
     if (pipe(fds) < 0) {
         perror("hello: pipe");
         lull_loop_free(loop);

@@ -57,7 +57,11 @@ static void client_closed(lull_endpoint *ep, int reason) {
 int main(void) {
     lull_loop *loop;
     lull_loop_options opts = {.clock = LULL_CLOCK_VIRTUAL};
-    if (lull_loop_new(&loop, &opts) < 0) return 1;
+    int err = lull_loop_new(&loop, &opts);
+    if (err < 0) {
+        fprintf(stderr, "loopback: %s\n", lull_strerror(err));
+        return 1;
+    }
     lull_loopback client, server;
     if (lull_loopback_pair(loop, &client, &server, NULL) < 0) {
         lull_loop_free(loop);

@@ -138,7 +138,7 @@ static int port_arg(const char *s) {
 int main(int argc, char **argv) {
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
     int port = self_test ? 0 : argc > 1 ? port_arg(argv[1]) : 7000;
-    if (port < 0) {
+    if (port < 0 || argc > 2) {
         fprintf(stderr,
                 "usage: port_echo_from_libuv [PORT (1-65535)] | --self-test\n");
         return 2;

@@ -84,7 +84,11 @@ static void *helper(void *arg) {
 
 int main(void) {
     job j = {.next = 0};
-    if (lull_loop_new(&j.loop, NULL) != 0) return 1;
+    int err = lull_loop_new(&j.loop, NULL);
+    if (err < 0) {
+        fprintf(stderr, "port_from_libuv: %s\n", lull_strerror(err));
+        return 1;
+    }
     lull_task_init(&j.seeded, on_seeded);
     lull_task_init(&j.work, on_work);
     lull_timer_init(j.loop, &j.progress, on_progress);

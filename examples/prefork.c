@@ -255,7 +255,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--worker") == 0) return worker_main();
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
     int port = self_test ? 0 : (argc > 1 ? port_arg(argv[1]) : 7000);
-    if (port < 0) {
+    if (port < 0 || argc > 2) {
         fprintf(stderr, "usage: prefork [PORT (1-65535)] | --self-test\n");
         return 2;
     }

@@ -71,7 +71,11 @@ static void on_tick(lull_timer *t) {
 
 int main(void) {
     job j = {0};
-    if (lull_loop_new(&j.loop, NULL) != 0) return 1;
+    int err = lull_loop_new(&j.loop, NULL);
+    if (err < 0) {
+        fprintf(stderr, "producer: %s\n", lull_strerror(err));
+        return 1;
+    }
     lull_task_init(&j.task, produce);
     lull_task_post(j.loop, &j.task);
     lull_timer_init(j.loop, &j.tick, on_tick);

@@ -12,6 +12,7 @@
  * or with CMake (find_package(lull)), all examples at once:
  *   cmake -S examples -B build-examples -DCMAKE_PREFIX_PATH=<lull prefix>
  *   cmake --build build-examples */
+#include <errno.h>
 #include <lull.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -64,19 +65,22 @@ int main(void) {
     static producer p;
     lull_stream in;
     int sv[2];
-    if (lull_loop_new(&loop, NULL) < 0) return 1;
-    /* lull_stream_open owns its fd from the call on, also on failure. */
-    int rc = socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0 ? -1 : 0;
-    if (rc == 0 && lull_stream_open(loop, &p.out, sv[0], NULL) < 0) {
-        close(sv[1]);
-        rc = -1;
+    int err = lull_loop_new(&loop, NULL);
+    if (err < 0) {
+        fprintf(stderr, "producer_stream: %s\n", lull_strerror(err));
+        return 1;
     }
-    if (rc == 0 && lull_stream_open(loop, &in, sv[1], NULL) < 0) {
+    /* lull_stream_open owns its fd from the call on, also on failure. */
+    int rc = socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0 ? -errno : 0;
+    if (rc == 0 && (rc = lull_stream_open(loop, &p.out, sv[0], NULL)) < 0)
+        close(sv[1]);
+    if (rc == 0 && (rc = lull_stream_open(loop, &in, sv[1], NULL)) < 0) {
         lull_endpoint_close(&p.out.ep, 0);
-        rc = -1;
+        lull_loop_run(loop, LULL_RUN_DEFAULT); /* its close callback */
     }
     if (rc < 0) {
-        fprintf(stderr, "producer_stream: no socket pair\n");
+        fprintf(stderr, "producer_stream: a socket pair: %s\n",
+                lull_strerror(rc));
         lull_loop_free(loop);
         return 1;
     }

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define REQUESTS 3
@@ -181,9 +182,15 @@ static int over_tls(void) {
     unlink(cert); /* the contexts hold what they need */
     unlink(key);
     rmdir(dir);
-    if (made != 0) {
-        printf("  tls      skipped: no openssl command to make a "
-               "certificate\n");
+    if (made != 0) { /* the shell's 127: no such command */
+        int code = made > 0 && WIFEXITED(made) ? WEXITSTATUS(made) : -1;
+        if (code == 127)
+            printf("  tls      skipped: no openssl command to make a "
+                   "certificate\n");
+        else
+            printf("  tls      skipped: openssl could not make a "
+                   "certificate (exit %d)\n",
+                   code);
         return 1;
     }
     lull_loop *loop = NULL;

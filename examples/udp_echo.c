@@ -72,20 +72,27 @@ int main(void) {
     static server s;
     static client c;
     lull_loop *loop;
-    if (lull_loop_new(&loop, NULL) < 0) return 1;
+    int err = lull_loop_new(&loop, NULL);
+    if (err < 0) {
+        fprintf(stderr, "udp_echo: %s\n", lull_strerror(err));
+        return 1;
+    }
     s.udp.data = &s;
     c.udp.data = &c;
     /* An initialized handle is live until closed, also when what follows
      * fails: the end below closes both whatever happened. */
-    bool s_live = lull_udp_init(loop, &s.udp, NULL) == 0;
-    bool ok = s_live && lull_udp_bind(&s.udp, "127.0.0.1", 0, 0) == 0 &&
-              lull_udp_recv_start(&s.udp, server_recv) == 0;
+    err = lull_udp_init(loop, &s.udp, NULL);
+    bool s_live = err == 0;
+    if (err == 0) err = lull_udp_bind(&s.udp, "127.0.0.1", 0, 0);
+    if (err == 0) err = lull_udp_recv_start(&s.udp, server_recv);
     c.server_addr.sin_family = AF_INET;
     c.server_addr.sin_port = htons((uint16_t)lull_udp_local_port(&s.udp));
     c.server_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool c_live = ok && lull_udp_init(loop, &c.udp, NULL) == 0;
-    ok = c_live && lull_udp_bind(&c.udp, "127.0.0.1", 0, 0) == 0 &&
-         lull_udp_recv_start(&c.udp, client_recv) == 0;
+    bool c_live = err == 0 && (err = lull_udp_init(loop, &c.udp, NULL)) == 0;
+    if (err == 0) err = lull_udp_bind(&c.udp, "127.0.0.1", 0, 0);
+    if (err == 0) err = lull_udp_recv_start(&c.udp, client_recv);
+    if (err < 0) fprintf(stderr, "udp_echo: %s\n", lull_strerror(err));
+    bool ok = err == 0;
     if (ok) send_burst(&c);
     /* The client stops reading after the last reply; then the server is
      * the one thing left, and it closes. */

@@ -49,9 +49,13 @@ static void *worker(void *arg) {
 
 int main(void) {
     lull_loop *loop;
-    if (lull_loop_new(&loop, NULL) != 0) return 1;
+    int err = lull_loop_new(&loop, NULL);
+    if (err < 0) {
+        fprintf(stderr, "worker_pump: %s\n", lull_strerror(err));
+        return 1;
+    }
     app a = {.expect = 0};
-    int err = inbox_open(&a.in, loop, sink);
+    err = inbox_open(&a.in, loop, sink);
     if (err < 0) {
         fprintf(stderr, "worker_pump: %s\n", lull_strerror(err));
         lull_loop_free(loop);

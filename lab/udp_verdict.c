@@ -57,16 +57,17 @@ void udp_verdict(lab_fig *const figs[UDP_FIGS], const bool ok[UDP_IMPLS],
     }
     lab_verdict *v = lab_verdict_add("udp", 0);
     if (v && !ran) {
-        snprintf(v->note, sizeof v->note, "CPU/dg: not measured (--only)");
+        snprintf(v->note, sizeof v->note,
+                 "CPU/datagram: not measured (--only)");
     } else if (v) {
         v->timing = true;
         /* The figure goes to the last column: the first stays narrow
          * enough for the verdict's, whichever figure is the worst. */
-        snprintf(v->what, sizeof v->what, "CPU/dg %s× floor",
+        snprintf(v->what, sizeof v->what, "CPU/datagram %s× floor",
                  lab_fmt3(a, worst));
         snprintf(v->target, sizeof v->target, "≤ 1.15× floor");
         name_figure(v, figs, gap, wf);
-        lab_verdict_spread(v, "floor CPU/dg", spread);
+        lab_verdict_spread(v, "floor CPU/datagram", spread);
         lab_verdict_judge(v, worst <= 1.15 && gap < 0);
     }
     if (quick) return;

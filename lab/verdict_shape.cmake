@@ -6,7 +6,8 @@
 #   - at most 79 lines besides noisy marks' reasons (`make demo` adds its
 #     build line: 80), none wider than 100 columns (code points, not
 #     bytes), no undefined term
-#     (lab/text.cmake), no word of lull-lab's own before its definition;
+#     (lab/text.cmake), no word of lull-lab's own before its definition,
+#     and none of a table it leaves out (udp's "dg", files' "bare pool");
 #   - a verdict of at most 28 lines (reasons aside) with a line for each contract C1-C8
 #     and each scenario (pump, loopback, replicate, serve, runner), each
 #     ending in ✓, ✗, "✗ noisy", "✗ floor-bound (floor ×F)" or "not run",
@@ -67,6 +68,11 @@ foreach(line IN LISTS lines)
     endif()
     if(line MATCHES "…")
       message(FATAL_ERROR "a verdict cell cut short:\n${line}")
+    endif()
+    # udp and files print their verdict lines alone: no word of their
+    # tables' own ("CPU/dg", "bare pool" were defined nowhere in it).
+    if(line MATCHES "/dg|bare pool")
+      message(FATAL_ERROR "a word of a table the output leaves out:\n${line}")
     endif()
     if(line MATCHES "✗ noisy$")
       math(EXPR noisy_marks "${noisy_marks} + 1")
