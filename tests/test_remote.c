@@ -970,3 +970,66 @@ TEST(run_once_waits_on_after_a_refused_futex_sleep) {
     printf("skipped: no seccomp architecture constant for this machine\n");
 #endif
 }
+
+/* A stray close() in the program (a double close, a close-all after a
+ * fork) can take the loop's wake-up eventfd: a poster's write then fails
+ * with EBADF, and the loop, asleep in epoll, is never woken for the post.
+ * Silence would be a hang with no clue to its cause (libuv aborts on the
+ * same failed write); debug builds stop the poster with a message. The
+ * loop watches a pipe so that it sleeps in epoll, where the eventfd is
+ * what wakes it; a timer ends the run if the post went unnoticed. */
+static lull_loop *closed_wake_loop;
+static lull_task closed_wake_task;
+static int closed_wake_tid;
+
+static void closed_wake_ran(lull_task *t) {
+    (void)t;
+    lull_loop_unref(closed_wake_loop);
+}
+
+static void closed_wake_fd_cb(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+}
+
+static void closed_wake_timeout(lull_timer *t) {
+    (void)t;
+    lull_loop_stop(closed_wake_loop);
+}
+
+static void *post_to_closed_wake(void *arg) {
+    (void)arg;
+    check_wait_blocked(closed_wake_tid, closed_wake_loop->backend_fd, NULL);
+    lull_task_post_remote(closed_wake_loop, &closed_wake_task);
+    return NULL;
+}
+
+static void post_with_wake_fd_closed(void *arg) {
+    (void)arg;
+    CHECK_EQ(lull_loop_new(&closed_wake_loop, NULL), 0);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(closed_wake_loop, &io, p[0], closed_wake_fd_cb), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    lull_timer timeout;
+    lull_timer_init(closed_wake_loop, &timeout, closed_wake_timeout);
+    lull_timer_start(&timeout, LULL_S(2), 0);
+    lull_task_init(&closed_wake_task, closed_wake_ran);
+    lull_loop_ref(closed_wake_loop);
+    CHECK_EQ(close(closed_wake_loop->remote_fd), 0); /* the stray close */
+    closed_wake_tid = gettid();
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_to_closed_wake, NULL), 0);
+    CHECK_EQ(lull_loop_run(closed_wake_loop, LULL_RUN_DEFAULT), 0);
+    CHECK(!"the post was lost without a word");
+}
+
+TEST_THREADED(remote_post_to_a_loop_whose_wake_fd_was_closed_asserts) {
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no wake-up asserts to check\n");
+        return;
+    }
+    CHECK(check_dies(post_with_wake_fd_closed, NULL,
+                     "lull: the loop's wake-up eventfd is gone"));
+}
