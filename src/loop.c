@@ -673,15 +673,20 @@ static void run_end(lull_loop *loop) {
  * to run is taken again for the time left, as libuv's uv_run ONCE does:
  * otherwise any signal ended the run early, its timer not run. So is a
  * futex sleep the kernel refused at once (the loop sleeps in epoll from
- * then on, wait_for_work). */
+ * then on, wait_for_work). So is a wake-up with no post behind it: a
+ * poster's eventfd write or FUTEX_WAKE that lands after the loop, woken by
+ * something else, already ran its post (remote.c wakes after the push).
+ * Each such wake is used up (an eventfd edge, a futex wake), so waiting
+ * again cannot spin. A wait ended by fd readiness still returns, as
+ * before, whatever ran. */
 static void run_once(lull_loop *loop, uint64_t t) {
     for (;;) {
-        uint64_t ran = loop->tasks_run, signals = loop->m.wakeups_signal;
+        uint64_t ran = loop->tasks_run, wakeups = loop->m.wakeups;
+        uint64_t io = loop->m.wakeups_io;
         bool refused = loop->futex_refused;
         t = iterate_once(loop, true, t);
-        if (loop->stop || loop->tasks_run != ran ||
-            (loop->m.wakeups_signal == signals &&
-             loop->futex_refused == refused))
+        if (loop->stop || loop->tasks_run != ran || loop->m.wakeups_io != io ||
+            (loop->m.wakeups == wakeups && loop->futex_refused == refused))
             return;
     }
 }

@@ -85,7 +85,15 @@ static void wake_loop(lull_loop *loop) {
     uint64_t one = 1;
     while (write(loop->remote_fd, &one, sizeof one) < 0) {
         if (errno == EINTR) continue;
-        if (errno != EAGAIN) return;
+        if (errno != EAGAIN) {
+            /* EBADF: a close() of the program's took the eventfd (a double
+             * close, a close-all after fork). The loop sleeps on with this
+             * post queued and nothing can wake it: a hang with no clue,
+             * unless debug builds say so here (libuv aborts too). */
+            LULL_ASSERT(false, "lull: the loop's wake-up eventfd is gone "
+                               "(closed by a close() not lull's?)");
+            return;
+        }
         uint64_t drain;
         /* An interrupted drain goes round again like an interrupted write:
          * returning would leave the loop asleep with this post queued. */

@@ -379,6 +379,8 @@ static _Thread_local bool delay_wake;
 /* The loop's futex waits that found the word no longer "asleep" (EAGAIN):
  * a poster swapped it between the loop's announce and its wait. */
 static atomic_long futex_waits_beaten;
+/* The futex waits lull made (FUTEX_WAIT_BITSET through syscall()). */
+static atomic_long loop_futex_waits;
 static pthread_t loop_thread;
 static atomic_bool held;  /* a poster entered the held wake */
 static atomic_bool freed; /* lull_loop_free has returned */
@@ -393,10 +395,16 @@ static void hold_wake(void) {
     if (atomic_load(&freed)) atomic_store(&late, true);
 }
 
+/* Set by a poster whose wake must land late: after the loop has run its
+ * post and gone back to sleep (remote_late_wake_*, below). */
+static _Thread_local bool late_wake;
+static void late_hold(void);
+
 ssize_t __real_write(int fd, const void *buf, size_t n);
 ssize_t __wrap_write(int fd, const void *buf, size_t n);
 ssize_t __wrap_write(int fd, const void *buf, size_t n) {
     if (delay_wake) hold_wake();
+    if (late_wake) late_hold();
     return __real_write(fd, buf, n);
 }
 
@@ -432,9 +440,12 @@ long __wrap_syscall(long nr, ...) {
     va_end(ap);
     if (delay_wake && nr == SYS_futex && a[1] == FUTEX_WAKE_PRIVATE)
         hold_wake();
+    if (late_wake && nr == SYS_futex && a[1] == FUTEX_WAKE_PRIVATE) late_hold();
     if (post_before_wait && nr == SYS_futex &&
         a[1] == FUTEX_WAIT_BITSET_PRIVATE)
         post_now();
+    if (nr == SYS_futex && a[1] == FUTEX_WAIT_BITSET_PRIVATE)
+        atomic_fetch_add(&loop_futex_waits, 1);
     long rc = __real_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
     if (nr == SYS_futex && a[1] == FUTEX_WAIT_BITSET_PRIVATE && rc < 0 &&
         errno == EAGAIN)
@@ -641,17 +652,28 @@ static void *post_at_the_edge(void *arg) {
 
 /* A FUTEX_WAKE with no post behind it (a poster's wake that arrives after
  * its post already ran) ends the loop's sleep early. It counts as a
- * wakeup, and as no timer's: the only timer is 10 s away. */
-static atomic_bool woke_done;
+ * wakeup, and as no timer's: the only timer is 10 s away. A
+ * LULL_RUN_ONCE then waits again (nothing ran), so a real post, made once
+ * the loop sleeps again, ends the run: two wakeups, the post's a remote
+ * one, the empty one of no cause. */
+static int empty_wake_tid;
+static lull_task empty_wake_post;
+
+static void empty_wake_posted(lull_task *t) {
+    (void)t;
+}
+
 static void *wake_without_post(void *arg) {
     lull_loop *loop = arg;
-    while (!atomic_load(&woke_done)) {
-        if (__atomic_load_n(&loop->sleeping, __ATOMIC_SEQ_CST) ==
-            LULL__SLEEP_FUTEX)
-            syscall(SYS_futex, &loop->sleeping, FUTEX_WAKE_PRIVATE, 1, NULL,
-                    NULL, 0);
+    check_wait_blocked(empty_wake_tid, loop->backend_fd, &loop->sleeping);
+    long waits = atomic_load(&loop_futex_waits);
+    CHECK_EQ(syscall(SYS_futex, &loop->sleeping, FUTEX_WAKE_PRIVATE, 1, NULL,
+                     NULL, 0),
+             1);
+    while (atomic_load(&loop_futex_waits) == waits) /* asleep again */
         sleep_ms(1);
-    }
+    check_wait_blocked(empty_wake_tid, loop->backend_fd, &loop->sleeping);
+    lull_task_post_remote(loop, &empty_wake_post);
     return NULL;
 }
 
@@ -665,17 +687,18 @@ TEST_THREADED(early_empty_wake_is_no_timers_wakeup) {
     lull_timer t;
     CHECK_EQ(lull_timer_init(loop, &t, far_timer), 0);
     lull_timer_start(&t, LULL_S(10), 0);
-    atomic_store(&woke_done, false);
+    lull_task_init(&empty_wake_post, empty_wake_posted);
+    empty_wake_tid = gettid();
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, wake_without_post, loop), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
-    atomic_store(&woke_done, true);
     CHECK_EQ(pthread_join(th, NULL), 0);
     lull_metrics m;
     lull_loop_metrics(loop, &m);
-    CHECK_U64_EQ(m.wakeups, 1);
+    CHECK_U64_EQ(m.wakeups, 2);
     CHECK_U64_EQ(m.wakeups_timer, 0);
-    CHECK_U64_EQ(m.wakeups_remote + m.wakeups_io + m.wakeups_signal, 0);
+    CHECK_U64_EQ(m.wakeups_remote, 1); /* the post's */
+    CHECK_U64_EQ(m.wakeups_io + m.wakeups_signal, 0);
     CHECK(lull_timer_active(&t)); /* not due: it did not fire */
     lull_timer_stop(&t);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -969,4 +992,154 @@ TEST(run_once_waits_on_after_a_refused_futex_sleep) {
 #else
     printf("skipped: no seccomp architecture constant for this machine\n");
 #endif
+}
+
+/* A stray close() in the program (a double close, a close-all after a
+ * fork) can take the loop's wake-up eventfd: a poster's write then fails
+ * with EBADF, and the loop, asleep in epoll, is never woken for the post.
+ * Silence would be a hang with no clue to its cause (libuv aborts on the
+ * same failed write); debug builds stop the poster with a message. The
+ * loop watches a pipe so that it sleeps in epoll, where the eventfd is
+ * what wakes it; a timer ends the run if the post went unnoticed. */
+static lull_loop *closed_wake_loop;
+static lull_task closed_wake_task;
+static int closed_wake_tid;
+
+static void closed_wake_ran(lull_task *t) {
+    (void)t;
+    lull_loop_unref(closed_wake_loop);
+}
+
+static void closed_wake_fd_cb(lull_io *io, int events) {
+    (void)io;
+    (void)events;
+}
+
+static void closed_wake_timeout(lull_timer *t) {
+    (void)t;
+    lull_loop_stop(closed_wake_loop);
+}
+
+static void *post_to_closed_wake(void *arg) {
+    (void)arg;
+    check_wait_blocked(closed_wake_tid, closed_wake_loop->backend_fd, NULL);
+    lull_task_post_remote(closed_wake_loop, &closed_wake_task);
+    return NULL;
+}
+
+static void post_with_wake_fd_closed(void *arg) {
+    (void)arg;
+    CHECK_EQ(lull_loop_new(&closed_wake_loop, NULL), 0);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(closed_wake_loop, &io, p[0], closed_wake_fd_cb), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    lull_timer timeout;
+    lull_timer_init(closed_wake_loop, &timeout, closed_wake_timeout);
+    lull_timer_start(&timeout, LULL_S(2), 0);
+    lull_task_init(&closed_wake_task, closed_wake_ran);
+    lull_loop_ref(closed_wake_loop);
+    CHECK_EQ(close(closed_wake_loop->remote_fd), 0); /* the stray close */
+    closed_wake_tid = gettid();
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_to_closed_wake, NULL), 0);
+    CHECK_EQ(lull_loop_run(closed_wake_loop, LULL_RUN_DEFAULT), 0);
+    CHECK(!"the post was lost without a word");
+}
+
+TEST_THREADED(remote_post_to_a_loop_whose_wake_fd_was_closed_asserts) {
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no wake-up asserts to check\n");
+        return;
+    }
+    CHECK(check_dies(post_with_wake_fd_closed, NULL,
+                     "lull: the loop's wake-up eventfd is gone"));
+}
+
+/* LULL_RUN_ONCE and a wake-up that comes late. A poster wakes the loop
+ * after its push, so its wake can land after the loop, woken by something
+ * else, has already run the post: the next sleep then ends at once with
+ * nothing to run. Held here inside its wake (the eventfd write, or the
+ * FUTEX_WAKE after its swap of the word), the poster first interrupts the
+ * loop with a signal, so that the loop takes the post without the wake, and
+ * lets the wake go only once the loop sleeps again, in a LULL_RUN_ONCE
+ * whose timer is due in 100 ms. Such a wake ends that run no more than a
+ * signal does: the run waits again, and returns with the timer run. */
+static lull_loop *late_loop;
+static lull_task late_task;
+static atomic_bool late_ran;
+static int late_tid;
+static int late_fires;
+
+static void late_hold(void) {
+    late_wake = false;
+    pthread_kill(loop_thread, SIGUSR1);
+    while (!atomic_load(&late_ran))
+        sleep_ms(1);
+    check_wait_blocked(late_tid, late_loop->backend_fd, &late_loop->sleeping);
+}
+
+static void late_task_ran(lull_task *t) {
+    (void)t;
+    atomic_store(&late_ran, true);
+}
+
+static void late_timer_fired(lull_timer *t) {
+    (void)t;
+    late_fires++;
+}
+
+static void *post_with_a_late_wake(void *arg) {
+    int how = *(const int *)arg;
+    while (__atomic_load_n(&late_loop->sleeping, __ATOMIC_SEQ_CST) != how)
+        sleep_ms(1);
+    late_wake = true;
+    lull_task_post_remote(late_loop, &late_task);
+    return NULL;
+}
+
+static void late_wake_in_run_once(bool watch_fd) {
+    atomic_store(&late_ran, false);
+    late_fires = 0;
+    loop_thread = pthread_self();
+    late_tid = gettid();
+    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART */
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    CHECK_EQ(lull_loop_new(&late_loop, NULL), 0);
+    int fds[2];
+    lull_io io;
+    if (watch_fd) { /* the loop sleeps in epoll, else on its futex */
+        CHECK_EQ(pipe(fds), 0);
+        CHECK_EQ(lull_io_init(late_loop, &io, fds[0], never_ready), 0);
+        CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    }
+    lull_task_init(&late_task, late_task_ran);
+    lull_loop_ref(late_loop); /* the expected post */
+    int how = watch_fd ? LULL__SLEEP_EPOLL : LULL__SLEEP_FUTEX;
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, post_with_a_late_wake, &how), 0);
+    CHECK_EQ(lull_loop_run(late_loop, LULL_RUN_ONCE), 0);
+    CHECK(atomic_load(&late_ran)); /* taken without its wake */
+    lull_timer timer;
+    lull_timer_init(late_loop, &timer, late_timer_fired);
+    lull_timer_start(&timer, LULL_MS(100), 0);
+    CHECK_EQ(lull_loop_run(late_loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(late_fires, 1); /* not ended early by the late wake */
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    lull_loop_unref(late_loop);
+    if (watch_fd) {
+        lull_io_stop(&io);
+        close(fds[0]);
+        close(fds[1]);
+    }
+    CHECK_EQ(lull_loop_free(late_loop), 0);
+}
+
+TEST_THREADED(remote_late_wake_does_not_end_a_run_once_in_epoll) {
+    late_wake_in_run_once(true);
+}
+
+TEST_THREADED(remote_late_wake_does_not_end_a_run_once_on_its_futex) {
+    late_wake_in_run_once(false);
 }
