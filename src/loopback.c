@@ -396,9 +396,10 @@ static void loopback_fail(lull_endpoint *ep, int reason) {
     a->ep.queued = 0;
 }
 
-void lull__loopback_resent(lull_loopback *a) {
+int lull__loopback_resent(lull_loopback *a) {
     a->ep.flags |= LULL__EP_PEER_GONE;
     loopback_fail(&a->ep, -EBUSY);
+    return 0;
 }
 
 int lull__loopback_read(lull_endpoint *ep, bool on) {

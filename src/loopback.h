@@ -18,13 +18,16 @@ extern const lull_frame_ops lull__loopback_timer_ops;
 
 /* A frame sent again while it is the last in the inbox of a's peer (its
  * owner rewrote it in flight: lull__frame_check_unqueued): it stays queued
- * once, and a fails with -EBUSY, as past max_queued (src/loopback.c). */
-void lull__loopback_resent(lull_loopback *a);
+ * once, and a fails with -EBUSY, as past max_queued (src/loopback.c); 0, for
+ * lull_endpoint_send to return. */
+int lull__loopback_resent(lull_loopback *a);
 
 /* Appends frame to the inbox of a's peer, which it returns; `was_empty`
- * says whether the inbox had no frame before. Both deliveries' sends. The
- * checks for a frame queued already cost nothing while the inbox is empty,
- * the hot case. */
+ * says whether the inbox had no frame before. Both deliveries' sends. NULL
+ * for a frame that is the inbox's last already: the caller returns
+ * lull__loopback_resent's answer, a tail call, so that the send's path keeps
+ * no stack frame for it. The checks for a frame queued already cost nothing
+ * while the inbox is empty, the hot case. */
 static inline lull_loopback *
 lull__loopback_append(lull_loopback *a, lull_frame *frame, bool *was_empty) {
     LULL_ASSERT_LOOP_THREAD(a->loop);
@@ -32,10 +35,8 @@ lull__loopback_append(lull_loopback *a, lull_frame *frame, bool *was_empty) {
     LULL_ASSERT(b, "lull: an open loopback end without a peer");
     *was_empty = b->head == NULL;
     if (LULL_UNLIKELY(!*was_empty)) {
-        if (LULL_UNLIKELY(frame == b->tail)) {
-            lull__loopback_resent(a); /* linked again, it was a cycle */
-            return b;
-        }
+        if (LULL_UNLIKELY(frame == b->tail))
+            return NULL; /* linked again, it would be a cycle */
         lull__frame_check_unqueued(b->head, frame);
         b->tail->next = frame;
     } else {
@@ -80,6 +81,7 @@ static inline int lull__loopback_send(lull_loopback *a, lull_frame *frame,
                                       bool timer) {
     bool was_empty;
     lull_loopback *b = lull__loopback_append(a, frame, &was_empty);
+    if (LULL_UNLIKELY(!b)) return lull__loopback_resent(a);
     LULL_ASSERT(b->deliver == (timer ? LULL_DELIVER_TIMER : LULL_DELIVER_TASK),
                 "lull: a loopback end's ops are not its delivery's");
     if (timer) {
