@@ -31,6 +31,15 @@
 #include "own_name.h"
 #include "tls.h"
 
+/* The mark a caller left unset: the default, or half of a max_queued set
+ * below it, so that a producer that sends only while writable never
+ * reaches the bound (at least 1: an empty queue is writable). */
+static size_t default_high_water(size_t max_queued) {
+    if (!max_queued || max_queued / 2 >= LULL_HIGH_WATER_DEFAULT)
+        return LULL_HIGH_WATER_DEFAULT;
+    return max_queued / 2 ? max_queued / 2 : 1;
+}
+
 void lull__endpoint_init(lull_endpoint *ep, const lull_frame_ops *ops,
                          size_t max_frame, size_t high_water,
                          size_t max_queued) {
@@ -40,7 +49,7 @@ void lull__endpoint_init(lull_endpoint *ep, const lull_frame_ops *ops,
     ep->on_close = NULL;
     ep->queued = 0;
     ep->max_frame = max_frame ? max_frame : LULL_FRAME_MAX_DEFAULT;
-    ep->high_water = high_water ? high_water : LULL_HIGH_WATER_DEFAULT;
+    ep->high_water = high_water ? high_water : default_high_water(max_queued);
     ep->max_queued = max_queued ? max_queued : LULL_MAX_QUEUED_NONE;
     ep->flags = max_queued ? LULL__EP_BOUNDED : 0;
 }

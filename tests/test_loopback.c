@@ -1696,6 +1696,51 @@ TEST(max_queued_refuses_and_closes) {
     }
 }
 
+/* max_queued set below the default high-water mark, high_water left
+ * unset: a producer that sends only while lull_endpoint_writable says so
+ * must never reach max_queued (it was closed with -ENOBUFS at its 164th
+ * 100-byte frame of 16 KiB: writable said yes up to 64 KiB). The mark
+ * unset is then half of max_queued; one set by the caller is kept. */
+TEST(max_queued_alone_keeps_a_writable_producer_open) {
+    static unsigned char bytes[100];
+    static owned f[400];
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_loopback_options o = {.max_queued = 16 << 10};
+    side a, b;
+    pair_with(loop, &a, &b, &o);
+    b.quiet = true;
+    CHECK_EQ(a.lb.ep.high_water, (size_t)8 << 10);
+    int sent = 0;
+    while (sent < 400 && lull_endpoint_writable(&a.lb.ep)) {
+        owned_init(&f[sent], sent);
+        f[sent].frame.bytes = bytes;
+        f[sent].frame.len = sizeof bytes;
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[sent].frame), 0);
+        sent++;
+    }
+    CHECK(sent > 0 && sent < 400);
+    CHECK(!lull_endpoint_closed(&a.lb.ep));
+    run_ready(loop);
+    CHECK_EQ(b.frames, sent);
+    close_both(&a, &b);
+    CHECK_EQ(a.reason, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+
+    /* A mark the caller set is kept; the smallest bound still lets one
+     * frame through an empty queue. */
+    loop = new_loop(LULL_CLOCK_MONOTONIC);
+    o = (lull_loopback_options){.max_queued = 16 << 10, .high_water = 1 << 20};
+    pair_with(loop, &a, &b, &o);
+    CHECK_EQ(a.lb.ep.high_water, (size_t)1 << 20);
+    close_both(&a, &b);
+    o = (lull_loopback_options){.max_queued = 1};
+    pair_with(loop, &a, &b, &o);
+    CHECK_EQ(a.lb.ep.high_water, (size_t)1);
+    CHECK(lull_endpoint_writable(&a.lb.ep));
+    close_both(&a, &b);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A frame is the caller's again in its release callback (lull.h: "re-send
  * or free them"), so it is no longer counted in its sender's queued there:
  * an end whose max_queued holds one frame re-sends its one frame from the

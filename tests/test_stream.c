@@ -3768,7 +3768,8 @@ static void answer_frame(lull_endpoint *ep, const void *b, size_t n) {
 TEST(max_queued_refusal_stops_delivering_the_batch_behind_it) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
-    lull_stream_options oa = {.max_queued = 100};
+    lull_stream_options oa = {.max_queued = 100,
+                              .high_water = LULL_HIGH_WATER_DEFAULT};
     counters(loop, &a, &b, &oa, NULL);
     lull_endpoint_set_callbacks(&a.s.ep, answer_frame, NULL, count_close);
     CHECK_EQ(lull_stream_read_stop(&b.s), 0); /* b reads no reply */
@@ -3791,7 +3792,8 @@ TEST(max_queued_refusal_stops_delivering_the_batch_behind_it) {
 TEST(max_queued_copy_then_local_close) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
-    lull_stream_options oa = {.max_queued = 100};
+    lull_stream_options oa = {.max_queued = 100,
+                              .high_water = LULL_HIGH_WATER_DEFAULT};
     counters(loop, &a, &b, &oa, NULL);
     char buf[60] = {0};
     CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, buf, sizeof buf), 0);
@@ -3812,7 +3814,8 @@ TEST(max_queued_copy_then_local_close) {
 TEST(max_queued_refusal_still_writes_what_was_accepted) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
-    lull_stream_options oa = {.max_queued = 100};
+    lull_stream_options oa = {.max_queued = 100,
+                              .high_water = LULL_HIGH_WATER_DEFAULT};
     counters(loop, &a, &b, &oa, NULL);
     g_released = 0;
     static char buf[60];
