@@ -1535,6 +1535,17 @@ static void ack_release(lull_frame *f) {
     }
 }
 
+/* An offset in the primary's answer: as Redis writes one (no sign, no
+ * leading zero), within 63 bits as Redis' offsets are. sscanf's %SCNu64
+ * took "-1" and any number past 2^64 as 2^64 - 1, from which the
+ * replica's offset wrapped at the first record. */
+static bool line_offset(const char *s, uint64_t *out) {
+    long long v;
+    if (!kv_parse_i64(s, strlen(s), &v) || v < 0) return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
 /* The primary's answer to REPLSYNC: one line. 1 taken, 0 incomplete, -1
  * the link was closed. */
 static int master_handshake(server *srv) {
@@ -1571,9 +1582,9 @@ static int master_handshake(server *srv) {
         lull_endpoint_close(m->ep, 0); /* master_closed retries */
         return -1;
     }
-    if (sscanf(line, "+FULLRESYNC %40[0-9a-f] %" SCNu64 "%c", id, &off,
-               &tail) == 2 &&
-        strlen(id) == 40) {
+    if (sscanf(line, "+FULLRESYNC %40[0-9a-f]%c", id, &tail) == 2 &&
+        strlen(id) == 40 && tail == ' ' &&
+        line_offset(line + sizeof "+FULLRESYNC " - 1 + 41, &off)) {
         /* Past 0: a snapshot first, into a keyspace of its own. The
          * replid is taken at its end, so a link lost in the middle starts
          * over with a full sync. */
@@ -1591,8 +1602,8 @@ static int master_handshake(server *srv) {
             k->offset = 0;
             memcpy(m->replid, id, sizeof id);
         }
-    } else if (sscanf(line, "+CONTINUE %" SCNu64 "%c", &off, &tail) == 1 &&
-               off == k->offset) {
+    } else if (strncmp(line, "+CONTINUE ", 10) == 0 &&
+               line_offset(line + 10, &off) && off == k->offset) {
         /* the same history: from our offset */
     } else {
         return master_malformed(srv, "not +FULLRESYNC or +CONTINUE"), -1;

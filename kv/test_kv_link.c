@@ -2508,6 +2508,70 @@ TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
     fake_replica_end(loop, &r);
 }
 
+/* A hostile primary's +FULLRESYNC offset that is no offset: past 2^63
+ * (2^64 - 1 wrapped the replica's offset to a few bytes at its first
+ * record), past 2^64 (sscanf read it as 2^64 - 1), negative (sscanf read
+ * "-1" as 2^64 - 1), signed or spaced. The replica refuses the link with
+ * a line and takes neither offset nor replid; a CONTINUE the same. */
+static int bad_offsets;
+static void count_bad_offsets(server *srv, const char *line) {
+    count_syncs(srv, line);
+    if (strstr(line, "not +FULLRESYNC or +CONTINUE")) bad_offsets++;
+}
+
+static void refused_offset(const char *fmt, const char *off) {
+    lull_loop *loop;
+    static server r;
+    memset(&r, 0, sizeof r);
+    bad_offsets = silent_connects = 0;
+    fake_replica_synced(&loop, &r, count_bad_offsets);
+    char line[200];
+    int n = snprintf(line, sizeof line, fmt, off);
+    send_all(fake_fd, line, (size_t)n);
+    uint64_t t0 = now_ms();
+    while (bad_offsets == 0 && r.m.state != M_UP) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    /* A snapshot's records and its marker may come in the same read. */
+    for (int i = 0; i < 10; i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    if (bad_offsets == 0)
+        fprintf(stderr, "offset '%s' taken: the replica's offset %" PRIu64 "\n",
+                off, r.kv.offset);
+    CHECK_EQ(bad_offsets, 1);
+    CHECK(r.m.state != M_UP);
+    CHECK(r.m.replid[0] == 0);
+    CHECK_U64_EQ(r.kv.offset, 0);
+    char tmp[256];
+    while (read(fake_fd, tmp, sizeof tmp) > 0) { /* REPLSYNC, then EOF */
+    }
+    fake_replica_end(loop, &r);
+}
+
+TEST(replica_refuses_a_fullresync_offset_that_wraps) {
+    static const char *const full[] = {
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999",
+        "9223372036854775808",
+        "-1",
+        "+5",
+        " 5",
+        "05",
+        "",
+    };
+    for (size_t i = 0; i < sizeof full / sizeof *full; i++)
+        refused_offset("+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc "
+                       "%s\r\n*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n0\r\n"
+                       "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+                       full[i]);
+    /* The replica's own offset, 0, written as no offset is. */
+    static const char *const cont[] = {"-0", "+0", " 0", "00"};
+    for (size_t i = 0; i < sizeof cont / sizeof *cont; i++)
+        refused_offset("+CONTINUE %s\r\n", cont[i]);
+}
+
 /* A replica is in sync (INFO's master_link_status:up) once its snapshot
  * is whole, not when +FULLRESYNC came: until then it serves its old keys
  * (or none), as a Redis replica loading its RDB shows the link down. A
