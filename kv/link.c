@@ -1783,9 +1783,14 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     server *srv = ep->data;
     master *m = &srv->m;
     m->last_ns = lull_loop_now(srv->loop); /* CLIENT LIST's idle */
-    /* As a client's input (keep_input): the buffer grows to the record
-     * being received, and records are parsed again only once it is in. */
-    if (!buf_reserve_upto(&m->in, len, m->need)) m->in.oom = true;
+    /* As a client's input (keep_input), records are parsed again only
+     * once the one being received is in; but its announced length, which
+     * no limit bounds here (stream_limits), is not reserved at once: a
+     * primary's "$4000000000000" would take that much address space (or
+     * fail as out of memory) before a byte of it came. The buffer at most
+     * doubles per read toward it (large reallocs are mremaps). */
+    size_t want = m->need < 2 * m->in.cap ? m->need : 2 * m->in.cap;
+    if (!buf_reserve_upto(&m->in, len, want)) m->in.oom = true;
     buf_put(&m->in, bytes, len);
     if (m->in.oom) {
         m->in.oom = false;

@@ -2572,6 +2572,40 @@ TEST(replica_refuses_a_fullresync_offset_that_wraps) {
         refused_offset("+CONTINUE %s\r\n", cont[i]);
 }
 
+/* A hostile primary announces a bulk of 3 GB (or 4 TB) in its snapshot
+ * and sends a little of it: the replica's buffer grows with what came,
+ * not to the announced size at once (it reserved it: 3 GB of address
+ * space per link, and a 4 TB one was "out of memory", the link closed). */
+TEST(replica_reserves_no_announced_bulk_up_front) {
+    static const char *const lens[] = {"3000000000", "4000000000000"};
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        lull_loop *loop;
+        static server r;
+        memset(&r, 0, sizeof r);
+        silent_connects = snap_failed = 0;
+        fake_replica_synced(&loop, &r, count_syncs);
+        char head[200];
+        int n = snprintf(head, sizeof head,
+                         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc "
+                         "7\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%s\r\nxx",
+                         lens[i]);
+        send_all(fake_fd, head, (size_t)n);
+        while (r.m.state != M_UP)
+            lull_loop_run(loop, LULL_RUN_ONCE);
+        static char more[65536];
+        memset(more, 'y', sizeof more);
+        for (int j = 0; j < 4; j++) {
+            send_all(fake_fd, more, sizeof more);
+            for (int k = 0; k < 20; k++)
+                lull_loop_run(loop, LULL_RUN_NOWAIT);
+        }
+        CHECK_EQ(r.m.state, M_UP);
+        CHECK(r.m.in.len > 65536);
+        CHECK(r.m.in.cap < ((size_t)8 << 20));
+        fake_replica_end(loop, &r);
+    }
+}
+
 /* A replica is in sync (INFO's master_link_status:up) once its snapshot
  * is whole, not when +FULLRESYNC came: until then it serves its old keys
  * (or none), as a Redis replica loading its RDB shows the link down. A
