@@ -104,7 +104,8 @@ typedef struct kv_net {
      * returns 0, then calls master_resolved in a later turn; or a negative
      * errno, and nothing follows. NULL: the transport connects by name
      * (the simulator). resolve_cancel: the server stops, the answer is
-     * not wanted (master_resolved still runs, and ignores it). */
+     * not wanted (master_resolved still runs, and ignores it; a lookup
+     * already running sets m.lookup_left until then). */
     int (*resolve)(server *srv);
     void (*resolve_cancel)(server *srv);
 } kv_net;
@@ -154,6 +155,8 @@ typedef struct master {
                            the last lookup of the name found */
     bool named;         /* host is a name: looked up before each connect */
     lull_lookup lookup; /* that lookup (kv_net.resolve) */
+    bool lookup_left;   /* the server stopped while it ran on the pool: its
+                           answer is not waited for (server.c's exit) */
     int port;           /* the primary's port */
     char replid[41];    /* the primary's id from the last full resync */
     buf in;             /* bytes of the link not yet applied */
