@@ -1452,6 +1452,7 @@ static void master_down(server *srv) {
     store_free(&m->snap_db);
     buf_shrink(&m->in, INPUT_KEEP);
     lull_task_cancel(&m->ack);
+    m->backoff_was = 0;
     if (srv->stopping) return;
     srv_log(srv, "replica: retrying %s:%d in %" PRIu64 " ms", m->host, m->port,
             m->backoff_ns / 1000000);
@@ -1472,6 +1473,10 @@ static void master_malformed(server *srv, const char *what) {
             "replica: malformed replication stream from %s:%d at offset "
             "%" PRIu64 ": %s; link closed",
             m->host, m->port, srv->kv.offset, what);
+    /* Backing off as before the handshake: a primary whose every answer
+     * is malformed would otherwise be asked again every 100 ms, each time
+     * a full sync and a log line. */
+    if (m->backoff_was) m->backoff_ns = m->backoff_was;
     m->state = M_DOWN;                   /* said why: master_closed need not */
     lull_endpoint_close(m->ep, -EPROTO); /* master_closed retries */
 }
@@ -1618,6 +1623,7 @@ static int master_handshake(server *srv) {
      * a Redis replica is once its RDB is loaded: until then the old keys
      * are served. */
     k->link_up = !m->snap;
+    m->backoff_was = m->backoff_ns;
     m->backoff_ns = RETRY_MIN_NS;
     m->acked = k->offset;
     if (m->snap)

@@ -141,7 +141,8 @@ enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP, M_RESOLVING };
  *   pending work     state == M_DOWN: no link, no connect and no name
  *                    lookup under way
  *   next retry       the retry timer, backoff_ns after the failure (100 ms,
- *                    doubling to 5 s; a completed handshake resets it)
+ *                    doubling to 5 s; a completed handshake resets it,
+ *                    unless the link then proves malformed)
  *   quiet            connected or connecting: no timer, one socket in
  *                    epoll; acks are sent only after records were applied
  * There is no periodic check of a live link: a dead primary is seen as the
@@ -163,6 +164,8 @@ typedef struct master {
     size_t need;        /* apply again once `in` holds this many bytes */
     lull_timer retry;
     uint64_t backoff_ns;  /* the next retry's delay */
+    uint64_t backoff_was; /* backoff_ns when this link's handshake reset it
+                             (a link found malformed goes on from it); 0 */
     lull_task ack;        /* sends REPLACK <offset> */
     lull_frame ack_frame; /* its bytes: ack_buf (no allocation per ack) */
     char ack_buf[64];     /* the REPLACK request in flight */
