@@ -40,6 +40,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1643,12 +1644,25 @@ static int master_handshake(server *srv) {
  * proto-max-bulk-len to the client that wrote the record; a replica set
  * lower than its primary refused the record, closed the link and got the
  * same record again on every resume, never catching up (Redis exempts
- * its master's stream from the bound too). A length past memory is still
- * refused, as the buffer for it cannot be had. */
+ * its master's stream from the bound too). A length past the machine's
+ * memory and swap (m.max_bulk) is refused: it can never be received, and
+ * as its buffer grows only with what comes (master_frame), a hostile
+ * primary's "$4000000000000000" would otherwise be waited for. */
 static resp_limits stream_limits(const server *srv) {
     resp_limits lim = srv->lim;
-    lim.max_bulk = SIZE_MAX / 4;
+    lim.max_bulk = srv->m.max_bulk;
     return lim;
+}
+
+/* The machine's memory and swap, read once as the link starts (the
+ * longest argument a primary's record can have); SIZE_MAX / 4 where it
+ * cannot be read. */
+static size_t memory_size(void) {
+    struct sysinfo si;
+    if (sysinfo(&si) != 0 || si.mem_unit == 0) return SIZE_MAX / 4;
+    unsigned long long units = (unsigned long long)si.totalram + si.totalswap;
+    if (units > (SIZE_MAX / 4) / si.mem_unit) return SIZE_MAX / 4;
+    return (size_t)(units * si.mem_unit);
 }
 
 /* A record of the primary's into srv->argv (kv_parse_record). Out of
@@ -1912,6 +1926,7 @@ void master_start(server *srv) {
     master *m = &srv->m;
     srv->kv.master_host = m->host;
     srv->kv.master_port = m->port;
+    m->max_bulk = memory_size();
     m->backoff_ns = RETRY_MIN_NS;
     lull_timer_init(srv->loop, &m->retry, master_retry);
     lull_task_init(&m->ack, ack_send);

@@ -162,6 +162,8 @@ typedef struct master {
     char replid[41];    /* the primary's id from the last full resync */
     buf in;             /* bytes of the link not yet applied */
     size_t need;        /* apply again once `in` holds this many bytes */
+    size_t max_bulk;    /* the longest record argument taken: the machine's
+                           memory and swap (link.c, stream_limits) */
     lull_timer retry;
     uint64_t backoff_ns;  /* the next retry's delay */
     uint64_t backoff_was; /* backoff_ns when this link's handshake reset it
