@@ -36,6 +36,11 @@
 #                     bulk) leaves one log line with its address and the
 #                     reason, as redis-server's "Protocol error (...) from
 #                     client: ..." (nothing was said); the others are served
+#   replica_lookup_stopped  SIGTERM while the --replica-of name's lookup
+#                     waits on a resolver that never answers (a mount and
+#                     network namespace of its own, root only): lull-kv
+#                     exits 0 at once, without waiting for getaddrinfo
+#                     (it waited 1 s, then exit 1, "still open")
 #   clients.sh <path to lull-kv> <case>
 # Prints one line and exits 0 when redis-cli (or the case's python3) is
 # not installed.
@@ -360,6 +365,54 @@ PY
     for why in 'invalid bulk length' 'invalid multibulk length' 'expected CRLF after bulk'; do
         grep -q "protocol error ($why)" "$dir/p.out" || fail "no line says '$why'"
     done
+}
+
+case_replica_lookup_stopped() {
+    need_python
+    if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1 ||
+        ! command -v ip >/dev/null 2>&1 || ! unshare -mn true 2>/dev/null; then
+        echo "skipped: needs root, unshare and ip (a namespace with its own resolver)"
+        exit 0
+    fi
+    # A resolver on 127.0.0.99 that takes queries and never answers; glibc
+    # waits 20 s for it (one attempt).
+    printf 'nameserver 127.0.0.99\noptions timeout:20 attempts:1\n' >"$dir/resolv.conf"
+    cat >"$dir/silent.py" <<'PY'
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.99", 53))
+print("ready", flush=True)
+while True:
+    s.recv(4096)
+    print("query", flush=True)
+PY
+    # In the namespace: the resolver, lull-kv looking its primary up,
+    # SIGTERM once the query came; prints lull-kv's status and the
+    # milliseconds it took to exit.
+    local out
+    out=$(timeout 50 unshare -mn bash -s "$kv" "$dir" <<'SH'
+kv=$1 dir=$2
+mount --bind "$dir/resolv.conf" /etc/resolv.conf || exit 3
+ip link set lo up || exit 3
+python3 "$dir/silent.py" >"$dir/dns.log" 2>&1 &
+dns=$!
+for _ in $(seq 100); do grep -q ready "$dir/dns.log" && break; sleep 0.05; done
+"$kv" --port 0 --replica-of primary.lull-test:6379 >"$dir/k.out" 2>&1 &
+k=$!
+for _ in $(seq 100); do grep -q query "$dir/dns.log" && break; sleep 0.05; done
+grep -q query "$dir/dns.log" || { kill $k $dns; exit 4; }
+t0=$(date +%s%N)
+kill -TERM $k
+wait $k
+rc=$?
+echo "$rc $((($(date +%s%N) - t0) / 1000000))"
+kill $dns
+SH
+    ) || fail "the namespace's script failed ($?): $out"
+    local rc=${out% *} ms=${out#* }
+    [ "$rc" = 0 ] || fail "exit $rc after SIGTERM during the lookup ($ms ms)"
+    [ "$ms" -lt 900 ] || fail "$ms ms to exit after SIGTERM during the lookup"
+    ! grep -q 'still open' "$dir/k.out" || fail "a leak said at exit"
 }
 
 declare -F "case_$case_name" >/dev/null || fail "no case $case_name"

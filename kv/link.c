@@ -40,6 +40,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1452,6 +1453,7 @@ static void master_down(server *srv) {
     store_free(&m->snap_db);
     buf_shrink(&m->in, INPUT_KEEP);
     lull_task_cancel(&m->ack);
+    m->backoff_was = 0;
     if (srv->stopping) return;
     srv_log(srv, "replica: retrying %s:%d in %" PRIu64 " ms", m->host, m->port,
             m->backoff_ns / 1000000);
@@ -1472,6 +1474,10 @@ static void master_malformed(server *srv, const char *what) {
             "replica: malformed replication stream from %s:%d at offset "
             "%" PRIu64 ": %s; link closed",
             m->host, m->port, srv->kv.offset, what);
+    /* Backing off as before the handshake: a primary whose every answer
+     * is malformed would otherwise be asked again every 100 ms, each time
+     * a full sync and a log line. */
+    if (m->backoff_was) m->backoff_ns = m->backoff_was;
     m->state = M_DOWN;                   /* said why: master_closed need not */
     lull_endpoint_close(m->ep, -EPROTO); /* master_closed retries */
 }
@@ -1535,6 +1541,17 @@ static void ack_release(lull_frame *f) {
     }
 }
 
+/* An offset in the primary's answer: as Redis writes one (no sign, no
+ * leading zero), within 63 bits as Redis' offsets are. sscanf's %SCNu64
+ * took "-1" and any number past 2^64 as 2^64 - 1, from which the
+ * replica's offset wrapped at the first record. */
+static bool line_offset(const char *s, uint64_t *out) {
+    long long v;
+    if (!kv_parse_i64(s, strlen(s), &v) || v < 0) return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
 /* The primary's answer to REPLSYNC: one line. 1 taken, 0 incomplete, -1
  * the link was closed. */
 static int master_handshake(server *srv) {
@@ -1571,9 +1588,9 @@ static int master_handshake(server *srv) {
         lull_endpoint_close(m->ep, 0); /* master_closed retries */
         return -1;
     }
-    if (sscanf(line, "+FULLRESYNC %40[0-9a-f] %" SCNu64 "%c", id, &off,
-               &tail) == 2 &&
-        strlen(id) == 40) {
+    if (sscanf(line, "+FULLRESYNC %40[0-9a-f]%c", id, &tail) == 2 &&
+        strlen(id) == 40 && tail == ' ' &&
+        line_offset(line + sizeof "+FULLRESYNC " - 1 + 41, &off)) {
         /* Past 0: a snapshot first, into a keyspace of its own. The
          * replid is taken at its end, so a link lost in the middle starts
          * over with a full sync. */
@@ -1591,8 +1608,8 @@ static int master_handshake(server *srv) {
             k->offset = 0;
             memcpy(m->replid, id, sizeof id);
         }
-    } else if (sscanf(line, "+CONTINUE %" SCNu64 "%c", &off, &tail) == 1 &&
-               off == k->offset) {
+    } else if (strncmp(line, "+CONTINUE ", 10) == 0 &&
+               line_offset(line + 10, &off) && off == k->offset) {
         /* the same history: from our offset */
     } else {
         return master_malformed(srv, "not +FULLRESYNC or +CONTINUE"), -1;
@@ -1607,6 +1624,7 @@ static int master_handshake(server *srv) {
      * a Redis replica is once its RDB is loaded: until then the old keys
      * are served. */
     k->link_up = !m->snap;
+    m->backoff_was = m->backoff_ns;
     m->backoff_ns = RETRY_MIN_NS;
     m->acked = k->offset;
     if (m->snap)
@@ -1626,12 +1644,25 @@ static int master_handshake(server *srv) {
  * proto-max-bulk-len to the client that wrote the record; a replica set
  * lower than its primary refused the record, closed the link and got the
  * same record again on every resume, never catching up (Redis exempts
- * its master's stream from the bound too). A length past memory is still
- * refused, as the buffer for it cannot be had. */
+ * its master's stream from the bound too). A length past the machine's
+ * memory and swap (m.max_bulk) is refused: it can never be received, and
+ * as its buffer grows only with what comes (master_frame), a hostile
+ * primary's "$4000000000000000" would otherwise be waited for. */
 static resp_limits stream_limits(const server *srv) {
     resp_limits lim = srv->lim;
-    lim.max_bulk = SIZE_MAX / 4;
+    lim.max_bulk = srv->m.max_bulk;
     return lim;
+}
+
+/* The machine's memory and swap, read once as the link starts (the
+ * longest argument a primary's record can have); SIZE_MAX / 4 where it
+ * cannot be read. */
+static size_t memory_size(void) {
+    struct sysinfo si;
+    if (sysinfo(&si) != 0 || si.mem_unit == 0) return SIZE_MAX / 4;
+    unsigned long long units = (unsigned long long)si.totalram + si.totalswap;
+    if (units > (SIZE_MAX / 4) / si.mem_unit) return SIZE_MAX / 4;
+    return (size_t)(units * si.mem_unit);
 }
 
 /* A record of the primary's into srv->argv (kv_parse_record). Out of
@@ -1772,9 +1803,14 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     server *srv = ep->data;
     master *m = &srv->m;
     m->last_ns = lull_loop_now(srv->loop); /* CLIENT LIST's idle */
-    /* As a client's input (keep_input): the buffer grows to the record
-     * being received, and records are parsed again only once it is in. */
-    if (!buf_reserve_upto(&m->in, len, m->need)) m->in.oom = true;
+    /* As a client's input (keep_input), records are parsed again only
+     * once the one being received is in; but its announced length, which
+     * no limit bounds here (stream_limits), is not reserved at once: a
+     * primary's "$4000000000000" would take that much address space (or
+     * fail as out of memory) before a byte of it came. The buffer at most
+     * doubles per read toward it (large reallocs are mremaps). */
+    size_t want = m->need < 2 * m->in.cap ? m->need : 2 * m->in.cap;
+    if (!buf_reserve_upto(&m->in, len, want)) m->in.oom = true;
     buf_put(&m->in, bytes, len);
     if (m->in.oom) {
         m->in.oom = false;
@@ -1890,6 +1926,7 @@ void master_start(server *srv) {
     master *m = &srv->m;
     srv->kv.master_host = m->host;
     srv->kv.master_port = m->port;
+    m->max_bulk = memory_size();
     m->backoff_ns = RETRY_MIN_NS;
     lull_timer_init(srv->loop, &m->retry, master_retry);
     lull_task_init(&m->ack, ack_send);

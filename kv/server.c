@@ -299,6 +299,7 @@ static int socket_local(lull_endpoint *ep, bool primary, char *s, size_t cap,
 static void looked_up(lull_lookup *req, int status, struct addrinfo *res) {
     server *srv = req->data;
     master *m = &srv->m;
+    m->lookup_left = false;
     const char *failed = NULL;
     if (status == -ECANCELED)
         failed = "cancelled";
@@ -330,10 +331,11 @@ static int socket_resolve(server *srv) {
                              &hints, looked_up);
 }
 
-/* A lookup not started yet is dropped; a running one is waited for (the
- * loop runs until its answer, which master_resolved ignores). */
+/* A lookup not started yet is dropped; a running one cannot be, and
+ * getaddrinfo may wait tens of seconds on a resolver that does not
+ * answer: it is left (lookup_left), and the exit does not wait for it. */
 static void socket_resolve_cancel(server *srv) {
-    (void)lull_lookup_cancel(&srv->m.lookup);
+    srv->m.lookup_left = lull_lookup_cancel(&srv->m.lookup) == -EBUSY;
 }
 
 const kv_net kv_net_socket = {
@@ -995,7 +997,13 @@ static bool close_connections(server *srv) {
     lull_timer_init(srv->loop, &overdue, drain_overdue);
     lull_timer_start(&overdue, 1000000000u, 0);
     lull_timer_unref(&overdue);
-    lull_loop_run(srv->loop, LULL_RUN_DEFAULT);
+    /* The loop is alive until a lookup left running answers: while one
+     * is, run only until the connections are gone (then the rest, if it
+     * answered meanwhile). */
+    while (srv->m.lookup_left && srv->conns && lull_timer_active(&overdue))
+        lull_loop_run(srv->loop, LULL_RUN_ONCE);
+    if (!srv->m.lookup_left && lull_timer_active(&overdue))
+        lull_loop_run(srv->loop, LULL_RUN_DEFAULT);
     lull_timer_stop(&overdue);
     if (!srv->conns) return true;
     srv_log(srv, "a connection did not close within 1 s");
@@ -1301,7 +1309,9 @@ int main(int argc, char **argv) {
     lull_tls_ctx_free(tls_ctx);
     lull_tls_ctx_free(srv.repl_tls);
     server_free(&srv);
-    if (lull_loop_free(loop) < 0 && watch.signum) {
+    /* A lookup left running posts its answer to the loop when getaddrinfo
+     * returns: the loop is not freed, and the process ends without it. */
+    if (!srv.m.lookup_left && lull_loop_free(loop) < 0 && watch.signum) {
         fprintf(stderr, "lull-kv: at exit, still open:\n");
         lull_loop_print_live(loop, stderr);
         clean = false;

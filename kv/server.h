@@ -104,7 +104,8 @@ typedef struct kv_net {
      * returns 0, then calls master_resolved in a later turn; or a negative
      * errno, and nothing follows. NULL: the transport connects by name
      * (the simulator). resolve_cancel: the server stops, the answer is
-     * not wanted (master_resolved still runs, and ignores it). */
+     * not wanted (master_resolved still runs, and ignores it; a lookup
+     * already running sets m.lookup_left until then). */
     int (*resolve)(server *srv);
     void (*resolve_cancel)(server *srv);
 } kv_net;
@@ -140,7 +141,8 @@ enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP, M_RESOLVING };
  *   pending work     state == M_DOWN: no link, no connect and no name
  *                    lookup under way
  *   next retry       the retry timer, backoff_ns after the failure (100 ms,
- *                    doubling to 5 s; a completed handshake resets it)
+ *                    doubling to 5 s; a completed handshake resets it,
+ *                    unless the link then proves malformed)
  *   quiet            connected or connecting: no timer, one socket in
  *                    epoll; acks are sent only after records were applied
  * There is no periodic check of a live link: a dead primary is seen as the
@@ -154,12 +156,18 @@ typedef struct master {
                            the last lookup of the name found */
     bool named;         /* host is a name: looked up before each connect */
     lull_lookup lookup; /* that lookup (kv_net.resolve) */
+    bool lookup_left;   /* the server stopped while it ran on the pool: its
+                           answer is not waited for (server.c's exit) */
     int port;           /* the primary's port */
     char replid[41];    /* the primary's id from the last full resync */
     buf in;             /* bytes of the link not yet applied */
     size_t need;        /* apply again once `in` holds this many bytes */
+    size_t max_bulk;    /* the longest record argument taken: the machine's
+                           memory and swap (link.c, stream_limits) */
     lull_timer retry;
     uint64_t backoff_ns;  /* the next retry's delay */
+    uint64_t backoff_was; /* backoff_ns when this link's handshake reset it
+                             (a link found malformed goes on from it); 0 */
     lull_task ack;        /* sends REPLACK <offset> */
     lull_frame ack_frame; /* its bytes: ack_buf (no allocation per ack) */
     char ack_buf[64];     /* the REPLACK request in flight */

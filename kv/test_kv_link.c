@@ -1689,6 +1689,69 @@ TEST(replica_gives_up_on_a_primary_that_never_answers) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A primary whose every answer is malformed (a +FULLRESYNC, then a
+ * record that is not a write): the replica closes the link and retries,
+ * backing off as from a refused connect. The handshake's success reset
+ * the backoff, so it retried every 100 ms for ever, each time a full
+ * sync (a forked snapshot of the primary's keyspace) and a log line.
+ * Virtual time: ten seconds pass at once. */
+static int bad_fds[256], bad_connects;
+static int bad_connect(server *r) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return -errno;
+    lull_stream_options o = {.flags = LULL_STREAM_RAW, .max_frame = SIZE_MAX};
+    r->m.ep = &r->m.t.stream.ep;
+    CHECK_EQ(lull_stream_open(r->loop, &r->m.t.stream, sv[1], &o), 0);
+    r->m.t.stream.ep.data = r;
+    CHECK(bad_connects < 256);
+    bad_fds[bad_connects++] = sv[0];
+    connecting = r;
+    lull_task_init(&connected, pair_connected);
+    lull_task_post(r->loop, &connected);
+    return 0;
+}
+
+static const kv_net bad_net = {
+    pair_read_stop, pair_read_start, pair_shutdown, pair_peer, bad_connect,
+    NULL,           pair_fd,         NULL,          NULL,      NULL};
+
+TEST(replica_backs_off_from_a_primary_that_sends_garbage) {
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
+    static server r;
+    server_defaults(&r);
+    r.log = quiet_log;
+    r.kv.replica = true;
+    snprintf(r.m.host, sizeof r.m.host, "pair");
+    snprintf(r.m.addr, sizeof r.m.addr, "pair");
+    CHECK_EQ(server_open(&r, loop, &bad_net, 1000000000000ll), 0);
+    bad_connects = 0;
+    server_start(&r);
+    static const char bad[] =
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 0\r\n"
+        "*1\r\n$4\r\nPING\r\n";
+    int answered = 0;
+    while (lull_loop_now(loop) < 10000000000ull && bad_connects < 256) {
+        if (r.m.state == M_SYNC && answered < bad_connects) {
+            send_all(bad_fds[bad_connects - 1], bad, sizeof bad - 1);
+            answered = bad_connects;
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    }
+    /* 100 ms, doubled each time up to 5 s: connects at 0, 0.1, 0.3, 0.7,
+     * 1.5, 3.1 and 6.3 s. */
+    if (bad_connects > 8)
+        fprintf(stderr, "%d connects in 10 s\n", bad_connects);
+    CHECK(bad_connects >= 5 && bad_connects <= 8);
+    stop_silent_replica(loop, &r);
+    for (int i = 0; i < bad_connects; i++)
+        close(bad_fds[i]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 static bool minutes_up;
 static void minutes_fired(lull_timer *t) {
     (void)t;
@@ -2506,6 +2569,141 @@ TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
     while (read(fake_fd, tmp, sizeof tmp) > 0) { /* the REPLSYNC, then EOF */
     }
     fake_replica_end(loop, &r);
+}
+
+/* A hostile primary's +FULLRESYNC offset that is no offset: past 2^63
+ * (2^64 - 1 wrapped the replica's offset to a few bytes at its first
+ * record), past 2^64 (sscanf read it as 2^64 - 1), negative (sscanf read
+ * "-1" as 2^64 - 1), signed or spaced. The replica refuses the link with
+ * a line and takes neither offset nor replid; a CONTINUE the same. */
+static int bad_offsets;
+static void count_bad_offsets(server *srv, const char *line) {
+    count_syncs(srv, line);
+    if (strstr(line, "not +FULLRESYNC or +CONTINUE")) bad_offsets++;
+}
+
+static void refused_offset(const char *fmt, const char *off) {
+    lull_loop *loop;
+    static server r;
+    memset(&r, 0, sizeof r);
+    bad_offsets = silent_connects = 0;
+    fake_replica_synced(&loop, &r, count_bad_offsets);
+    char line[200];
+    int n = snprintf(line, sizeof line, fmt, off);
+    send_all(fake_fd, line, (size_t)n);
+    uint64_t t0 = now_ms();
+    while (bad_offsets == 0 && r.m.state != M_UP) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    /* A snapshot's records and its marker may come in the same read. */
+    for (int i = 0; i < 10; i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    if (bad_offsets == 0)
+        fprintf(stderr, "offset '%s' taken: the replica's offset %" PRIu64 "\n",
+                off, r.kv.offset);
+    CHECK_EQ(bad_offsets, 1);
+    CHECK(r.m.state != M_UP);
+    CHECK(r.m.replid[0] == 0);
+    CHECK_U64_EQ(r.kv.offset, 0);
+    char tmp[256];
+    while (read(fake_fd, tmp, sizeof tmp) > 0) { /* REPLSYNC, then EOF */
+    }
+    fake_replica_end(loop, &r);
+}
+
+TEST(replica_refuses_a_fullresync_offset_that_wraps) {
+    static const char *const full[] = {
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999",
+        "9223372036854775808",
+        "-1",
+        "+5",
+        " 5",
+        "05",
+        "",
+    };
+    for (size_t i = 0; i < sizeof full / sizeof *full; i++)
+        refused_offset("+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc "
+                       "%s\r\n*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n0\r\n"
+                       "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+                       full[i]);
+    /* The replica's own offset, 0, written as no offset is. */
+    static const char *const cont[] = {"-0", "+0", " 0", "00"};
+    for (size_t i = 0; i < sizeof cont / sizeof *cont; i++)
+        refused_offset("+CONTINUE %s\r\n", cont[i]);
+}
+
+/* A hostile primary announces a bulk of 100 MB (or 1 GB) in its snapshot
+ * and sends a little of it: the replica's buffer grows with what came,
+ * not to the announced size at once (it reserved it: 1 GB of address
+ * space per link that sent 256 KB). */
+TEST(replica_reserves_no_announced_bulk_up_front) {
+    static const char *const lens[] = {"100000000", "1000000000"};
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        lull_loop *loop;
+        static server r;
+        memset(&r, 0, sizeof r);
+        silent_connects = snap_failed = 0;
+        fake_replica_synced(&loop, &r, count_syncs);
+        char head[200];
+        int n = snprintf(head, sizeof head,
+                         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc "
+                         "7\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%s\r\nxx",
+                         lens[i]);
+        send_all(fake_fd, head, (size_t)n);
+        while (r.m.state != M_UP)
+            lull_loop_run(loop, LULL_RUN_ONCE);
+        static char more[65536];
+        memset(more, 'y', sizeof more);
+        for (int j = 0; j < 4; j++) {
+            send_all(fake_fd, more, sizeof more);
+            for (int k = 0; k < 20; k++)
+                lull_loop_run(loop, LULL_RUN_NOWAIT);
+        }
+        CHECK_EQ(r.m.state, M_UP);
+        CHECK(r.m.in.len > 65536);
+        CHECK(r.m.in.cap < ((size_t)8 << 20));
+        fake_replica_end(loop, &r);
+    }
+}
+
+/* A bulk longer than the machine's memory and swap can never be
+ * received: the replica refuses the link at once ("invalid bulk length")
+ * and retries, rather than wait for petabytes (or, reserving them up
+ * front, fail as "out of memory"). */
+static int bad_bulks;
+static void count_bad_bulks(server *srv, const char *line) {
+    count_syncs(srv, line);
+    if (strstr(line, "invalid bulk length")) bad_bulks++;
+}
+
+TEST(replica_refuses_a_bulk_longer_than_memory) {
+    static const char *const heads[] = {
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 7\r\n"
+        "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4000000000000000\r\nxx",
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 0\r\n"
+        "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4000000000000000\r\nxx",
+    };
+    for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
+        lull_loop *loop;
+        static server r;
+        memset(&r, 0, sizeof r);
+        silent_connects = bad_bulks = 0;
+        fake_replica_synced(&loop, &r, count_bad_bulks);
+        send_all(fake_fd, heads[i], strlen(heads[i]));
+        uint64_t t0 = now_ms();
+        while (bad_bulks == 0 && now_ms() - t0 < 2000)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        CHECK_EQ(bad_bulks, 1);
+        CHECK(r.m.state != M_UP);
+        CHECK_U64_EQ(r.kv.offset, 0);
+        char tmp[256];
+        while (read(fake_fd, tmp, sizeof tmp) > 0) { /* REPLSYNC, then EOF */
+        }
+        fake_replica_end(loop, &r);
+    }
 }
 
 /* A replica is in sync (INFO's master_link_status:up) once its snapshot
