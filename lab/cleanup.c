@@ -1,7 +1,8 @@
 /* The temporary directories a scenario has on disk (the pump's journal,
  * the files scenario's names, serve's TLS key), removed should SIGINT,
- * SIGTERM or SIGHUP end lull-lab before the scenario removes them itself;
- * then the signal is raised again, so lull-lab still dies of it (lab.h).
+ * SIGTERM, SIGHUP or SIGPIPE end lull-lab before the scenario removes
+ * them itself; then the signal is raised again, so lull-lab still dies
+ * of it (lab.h). And the check that stdout's reader is still there.
  *
  * A scenario's thread notes and forgets a directory; the handler may run
  * on any thread, so it uses system calls only (getdents64, unlinkat,
@@ -11,6 +12,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -78,10 +80,11 @@ static void on_signal(int sig) {
 }
 
 void lab_tmp_guard(void) {
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         struct sigaction was;
-        /* One ignored at start (a background job's SIGINT) stays so. */
+        /* One ignored at start (a background job's SIGINT, SIGPIPE
+         * under some supervisors) stays so. */
         if (sigaction(sigs[i], NULL, &was) != 0 || was.sa_handler == SIG_IGN)
             continue;
         struct sigaction sa = {.sa_handler = on_signal};
@@ -90,4 +93,13 @@ void lab_tmp_guard(void) {
             sigaddset(&sa.sa_mask, sigs[k]); /* one cleanup at a time */
         sigaction(sigs[i], &sa, NULL);
     }
+}
+
+/* stdout a pipe whose reader has left (`lull-lab all | head -1`): the
+ * kernel reports POLLERR on the write end. The run ends as the next
+ * line's write would end it, by SIGPIPE, rather than after the rest of
+ * the scenario's rounds (a minute and more) when its table prints. */
+void lab_stdout_check(void) {
+    struct pollfd p = {.fd = STDOUT_FILENO};
+    if (poll(&p, 1, 0) == 1 && (p.revents & POLLERR)) raise(SIGPIPE);
 }

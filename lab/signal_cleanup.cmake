@@ -1,4 +1,5 @@
-# lab.signal_cleanup: lull-lab ended by SIGTERM or SIGHUP while a
+# lab.signal_cleanup: lull-lab ended by SIGTERM, SIGHUP or SIGPIPE (its
+# stdout a pipe whose reader left, lab/stdout_gone.cmake) while a
 # scenario has files on disk removes them, then dies of that signal (the
 # status a shell expects). The pump's journal directory (under $TMPDIR,
 # its fdatasync'd files), the files scenario's (/dev/shm, up to 12,000
@@ -11,7 +12,7 @@ if(NOT LAB OR NOT OUT)
   message(FATAL_ERROR "usage: cmake -DLAB=lull-lab -DOUT=dir -P signal_cleanup.cmake")
 endif()
 set(failures "")
-foreach(sig TERM HUP)
+foreach(sig TERM HUP PIPE)
   set(tmp "${OUT}/${sig}")
   file(REMOVE_RECURSE "${tmp}")
   file(MAKE_DIRECTORY "${tmp}")
@@ -24,7 +25,7 @@ foreach(sig TERM HUP)
       sleep 0.05; i=$((i + 1)); done
     kill -${sig} $pid; wait $pid; echo \"exit $?\"; ls -A '${tmp}'" "${LAB}"
     OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 90)
-  if(NOT out MATCHES "^exit (129|143)\n$")
+  if(NOT out MATCHES "^exit (129|141|143)\n$")
     set(failures "${failures}\n  SIG${sig}: want exit 128+signal and TMPDIR empty, got:\n${out}")
   endif()
   file(REMOVE_RECURSE "${tmp}")
@@ -32,4 +33,4 @@ endforeach()
 if(failures)
   message(FATAL_ERROR "lull-lab left files behind on a signal:${failures}")
 endif()
-message(STATUS "every temporary directory removed on SIGTERM and SIGHUP")
+message(STATUS "every temporary directory removed on SIGTERM, SIGHUP and SIGPIPE")
