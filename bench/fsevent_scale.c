@@ -9,6 +9,8 @@
  *
  * A batch finds each event's watch by its descriptor (src/fsevent.c); a
  * cost that grew with N would show here. */
+#include "args.h"
+
 #include <fcntl.h>
 #include <lull.h>
 #include <stdio.h>
@@ -89,11 +91,21 @@ static int measure(int n, int rounds) {
 }
 
 int main(int argc, char **argv) {
-    int rounds = argc > 1 ? atoi(argv[1]) : 7;
-    if (rounds < 1 || rounds > 1000) {
-        fprintf(stderr, "usage: fsevent_scale [ROUNDS 1-1000] [N ...]\n");
+    unsigned long long v = 7;
+    if (argc > 1 && !bench_count(argv[1], 1, 1000, &v)) {
+        fprintf(stderr,
+                "fsevent_scale: ROUNDS takes 1..1000, not '%s'\n"
+                "usage: fsevent_scale [ROUNDS 1-1000] [N ...]\n",
+                argv[1]);
         return 2;
     }
+    int rounds = (int)v;
+    for (int i = 2; i < argc; i++) /* every N, before any is measured */
+        if (!bench_count(argv[i], 1, 1000000, &v)) {
+            fprintf(stderr, "fsevent_scale: N takes 1..1000000, not '%s'\n",
+                    argv[i]);
+            return 2;
+        }
     printf("file-system events: wall time per event delivered, median "
            "[min-max] of %d rounds\n",
            rounds);
@@ -101,12 +113,7 @@ int main(int argc, char **argv) {
     int rc = 0;
     if (argc > 2) {
         for (int i = 2; i < argc; i++) {
-            int n = atoi(argv[i]);
-            if (n < 1) {
-                fprintf(stderr, "fsevent_scale: N must be at least 1\n");
-                return 2;
-            }
-            rc |= measure(n, rounds);
+            rc |= measure(atoi(argv[i]), rounds); /* checked above */
         }
     } else {
         for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++)

@@ -18,6 +18,8 @@
  * N times epoll_wait(.., 0) on the same one-socket epoll set and one indirect
  * call, what any loop that checks I/O every hop must at least do (lull-lab
  * turns' "floor: epoll_wait(0) + 1 indirect call" row). */
+#include "args.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,8 +131,15 @@ int main(int argc, char **argv) {
     bool timer = mode == 1 || mode == 3;
     bool loopback = mode == 4 || mode == 6;
     lull_loop_options opts = {.quantum_ns = mode == 2 || mode == 3 ? 1 : 0};
-    unsigned long hops = strtoul(argv[2], NULL, 10);
-    if (hops == 0) return 2;
+    unsigned long hops;
+    unsigned long long n;
+    /* 10^12: an hour and more at a few ns a hop */
+    if (!bench_count(argv[2], 1, 1000000000000ull, &n)) {
+        fprintf(stderr, "hop_cost: N takes 1..1000000000000, not '%s'\n",
+                argv[2]);
+        return 2;
+    }
+    hops = (unsigned long)n;
 
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) != 0) {

@@ -10,6 +10,8 @@
  *          event-active-500us (max_dispatch_interval: 500 us, lull's
  *                              default quantum)
  *          event-timer0 */
+#include "args.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,8 +203,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *mode = argv[1];
-    left = strtoul(argv[2], NULL, 10);
-    if (left == 0) return 2;
+    unsigned long long n;
+    /* 10^12: an hour and more at a few ns a hop */
+    if (!bench_count(argv[2], 1, 1000000000000ull, &n)) {
+        fprintf(stderr, "hop_cost_peers: N takes 1..1000000000000, not '%s'\n",
+                argv[2]);
+        return 2;
+    }
+    left = (unsigned long)n;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) != 0) {
         perror("socketpair");
         return 1;

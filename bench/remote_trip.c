@@ -8,6 +8,8 @@
  *
  * futex: the loops watch no fd and sleep on their futex; epoll: each
  * watches an idle socket and sleeps in epoll_wait, woken by its eventfd. */
+#include "args.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -85,8 +87,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     watch_fd = strcmp(argv[1], "epoll") == 0;
-    left = strtoul(argv[2], NULL, 10);
-    if (left == 0) return 2;
+    unsigned long long n;
+    /* 10^12: an hour and more at a few ns a hop */
+    if (!bench_count(argv[2], 1, 1000000000000ull, &n)) {
+        fprintf(stderr, "remote_trip: N takes 1..1000000000000, not '%s'\n",
+                argv[2]);
+        return 2;
+    }
+    left = (unsigned long)n;
     lull_task_init(&ping, on_ping);
     lull_task_init(&pong, on_pong);
     lull_task_init(&stop_b, on_stop_b);

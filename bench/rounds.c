@@ -5,6 +5,7 @@
  * itself, counts, and forwards to the C library's; libuv's shared library
  * binds to it, as lull-lab's do (lab/turns_count.c). */
 #include "rounds.h"
+#include "args.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -88,19 +89,38 @@ void bench_uv_row(bench_row *row, const char *what) {
 #endif
 }
 
+/* A count option's value within [min, max]; else a line naming it. */
+static bool count_option(const bench *b, const char *opt, const char *s,
+                         unsigned long long min, unsigned long long max,
+                         int *out) {
+    unsigned long long v;
+    if (bench_count(s, min, max, &v)) {
+        *out = (int)v;
+        return true;
+    }
+    fprintf(stderr, "%s: %s takes %llu..%llu, not '%s'\n", b->prog, opt, min,
+            max, s);
+    return false;
+}
+
 int bench_start(bench *b, int argc, char **argv) {
     b->cpu = 0;
     b->rounds = 5;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--no-pin")) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--no-pin")) {
             b->cpu = -1;
-        } else if (!strcmp(argv[i], "--cpu") && i + 1 < argc) {
-            b->cpu = atoi(argv[++i]);
-        } else if (!strcmp(argv[i], "--trips") && i + 1 < argc) {
-            bench_trips = atoi(argv[++i]);
+        } else if (!strcmp(a, "--cpu") && i + 1 < argc) {
+            if (!count_option(b, a, argv[++i], 0, CPU_SETSIZE - 1, &b->cpu))
+                return 2;
+        } else if (!strcmp(a, "--trips") && i + 1 < argc) {
+            /* 10^8 trips: 800 MB of samples; warm-up + trips fit an int */
+            if (!count_option(b, a, argv[++i], 10, 100000000, &bench_trips))
+                return 2;
             bench_warmup = bench_trips / 10;
-        } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
-            b->rounds = atoi(argv[++i]);
+        } else if (!strcmp(a, "--rounds") && i + 1 < argc) {
+            if (!count_option(b, a, argv[++i], 1, BENCH_MAX_ROUNDS, &b->rounds))
+                return 2;
         } else {
             fprintf(stderr,
                     "usage: %s [--cpu N | --no-pin] [--trips N] "

@@ -18,6 +18,8 @@
  * lull's median to libuv's.
  *
  *   spawn_roundtrip [--trips N] [--rounds N] [--program PATH] */
+#include "args.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -191,13 +193,23 @@ typedef struct row {
     int rounds;
 } row;
 
+static int refuse(const char *opt, int max, const char *s) {
+    fprintf(stderr, "spawn_roundtrip: %s takes 1..%d, not '%s'\n", opt, max, s);
+    return 2;
+}
+
 int main(int argc, char **argv) {
     int rounds = 7;
     for (int i = 1; i < argc; i++) {
+        unsigned long long v;
         if (!strcmp(argv[i], "--trips") && i + 1 < argc) {
-            trips = atoi(argv[++i]);
+            if (!bench_count(argv[++i], 1, 1000000, &v))
+                return refuse("--trips", 1000000, argv[i]);
+            trips = (int)v;
         } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
-            rounds = atoi(argv[++i]);
+            if (!bench_count(argv[++i], 1, 1000, &v))
+                return refuse("--rounds", 1000, argv[i]);
+            rounds = (int)v;
         } else if (!strcmp(argv[i], "--program") && i + 1 < argc) {
             program = argv[++i];
         } else {

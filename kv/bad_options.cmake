@@ -28,6 +28,10 @@ set(cases
   "--port 0 --repl-backlog-size 1kb|lull-kv: --repl-backlog-size takes a size of 16kb or more, not '1kb'"
   "--port 0 --repl-snapshot disk|lull-kv: --repl-snapshot takes fork or inline, not 'disk'"
   "--port 0 --repl-sender-cpu -1|lull-kv: --repl-sender-cpu takes a CPU number 0-1023, not '-1'"
+  "--port 0 --repl-sender-cpu ' 1'|lull-kv: --repl-sender-cpu takes a CPU number 0-1023, not ' 1'"
+  "--port 0 --repl-sender-cpu +1|lull-kv: --repl-sender-cpu takes a CPU number 0-1023, not '+1'"
+  "--port 0 --replica-of h:+1|lull-kv: --replica-of takes HOST:PORT"
+  "--port 0 --replica-of 'h: 1'|lull-kv: --replica-of takes HOST:PORT"
   "--port 0 --client-output-buffer-limit normal 1|lull-kv: --client-output-buffer-limit takes CLASS HARD SOFT SECONDS"
   "--port 0 --tls-auth-clients x|lull-kv: --tls-auth-clients takes yes, no or optional, not 'x'")
 foreach(c IN LISTS cases)

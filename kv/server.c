@@ -717,10 +717,10 @@ static bool parse_hostport(const char *s, master *m) {
         return false;
     memcpy(m->host, s, (size_t)(colon - s));
     m->host[colon - s] = 0;
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || end == colon + 1 || port <= 0 || port > 65535) return false;
-    m->port = (int)port;
+    /* digits only, as --port takes them: strtol took " 1" and "+1" */
+    int port;
+    if (!parse_port(colon + 1, &port) || port == 0) return false;
+    m->port = port;
     /* localhost is 127.0.0.1, where lull-kv listens by default (a lookup
      * may put ::1 first). Another name is looked up before each connect
      * (kv_net.resolve); brackets hold an IPv6 address, nothing else. */
@@ -1173,7 +1173,8 @@ int main(int argc, char **argv) {
         } else if (more && strcmp(a, "--repl-sender-cpu") == 0) {
             char *end;
             long cpu = strtol(argv[++i], &end, 10);
-            if (*end || end == argv[i] || cpu < 0 ||
+            /* digits only: strtol skips a space and takes a sign */
+            if (*end || *argv[i] < '0' || *argv[i] > '9' ||
                 cpu >= 1024) /* a cpu_set_t's CPUs */
                 return refuse(a, "a CPU number 0-1023", argv[i]);
             srv.sender_cpu = (int)cpu;

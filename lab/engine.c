@@ -159,6 +159,7 @@ static void run_side_by_side(lab_fig *f, int round, const lab_options *opts) {
 
 void lab_fig_round(lab_fig *f, const lab_options *opts, int round) {
     if (round >= LAB_MAX_ROUNDS) return;
+    lab_stdout_check();
     if (round + 1 > f->rounds) f->rounds = round + 1;
     uint64_t t0 = lab_now_ns();
     if (f->flags & LAB_FIG_SIDE_BY_SIDE) {

@@ -569,6 +569,7 @@ static int run_files(const lab_options *opts, lab_json *json) {
     const char *dir = mkdtemp(base);
     if (!dir) dir = mkdtemp(base_tmp);
     if (!dir) return -errno;
+    lab_tmp_note(dir);
     static pool_ctx pc;
     static events_ctx ec;
     static char block[FILES_BLOCK] __attribute__((aligned(4096)));
@@ -653,6 +654,7 @@ out:
     free(pc.us);
     free(ec.seen);
     rmdir(dir);
+    lab_tmp_forget(dir);
     return rc;
 }
 

@@ -91,6 +91,19 @@ uint64_t lab_heap_bytes(void);
 /* A small, fast, seeded generator for random deadlines (xorshift64*). */
 uint64_t lab_rand(uint64_t *state);
 
+/* ------------------------------------------------- temporary directories */
+
+/* SIGINT, SIGTERM, SIGHUP and SIGPIPE (those not ignored at start)
+ * remove every noted directory and its contents, then end lull-lab as the
+ * signal would (lab/cleanup.c). A scenario notes a directory once made
+ * and forgets it once removed. */
+void lab_tmp_guard(void);
+void lab_tmp_note(const char *dir);
+void lab_tmp_forget(const char *dir);
+/* Ends lull-lab by SIGPIPE when stdout is a pipe nobody reads any more;
+ * the engine calls it before each round. */
+void lab_stdout_check(void);
+
 /* ---------------------------------------------------------- statistics */
 
 /* Sorts v in place and returns the p-quantile (p in [0, 1]), interpolating

@@ -288,6 +288,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "runner-child") == 0)
         return runner_child_main(argc - 1, argv + 1);
     if (!std_fds_open()) return 2;
+    lab_tmp_guard();
     if (argc > 1 && strcmp(argv[1], "soak") == 0)
         return lab_soak_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "titles") == 0)

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ int lab_node_run(char *const *args, int pin_cpu, int pin_cpu_b, long slack_ns,
                  char *buf, size_t size) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) return -errno;
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
@@ -46,6 +48,10 @@ int lab_node_run(char *const *args, int pin_cpu, int pin_cpu_b, long slack_ns,
         return -e;
     }
     if (pid == 0) {
+        /* Node ends with lull-lab, however lull-lab ends (SIGKILL too):
+         * orphaned, it ran its measurement to the end, for seconds. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127); /* the parent is gone already */
         if (pin_cpu >= 0) {
             cpu_set_t set;
             CPU_ZERO(&set);

@@ -153,6 +153,7 @@ static int journal_open(run *r, int variant, const params *p) {
         r->dir[0] = '\0';
         return -errno;
     }
+    lab_tmp_note(r->dir);
     int rc = 0;
     if (variant == J_POOL || variant == J_GROUP) {
         lull_pool_options o = {.threads = variant == J_POOL ? J_POOL_THREADS
@@ -274,7 +275,10 @@ static void journal_close(run *r) {
         close(r->shared_fd);
         unlink_in(r, "shared");
     }
-    if (r->dir[0]) rmdir(r->dir);
+    if (r->dir[0]) {
+        rmdir(r->dir);
+        lab_tmp_forget(r->dir);
+    }
     r->journal = J_OFF;
 }
 
@@ -290,6 +294,7 @@ static int raw_fdatasync(int n, double *p50_us, double *p99_us) {
     char dir[96];
     snprintf(dir, sizeof dir, "%s/lull-lab-fsync-XXXXXX", journal_parent());
     if (!mkdtemp(dir)) return -errno;
+    lab_tmp_note(dir);
     char path[128];
     snprintf(path, sizeof path, "%s/probe", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -312,6 +317,7 @@ static int raw_fdatasync(int n, double *p50_us, double *p99_us) {
     if (fd >= 0) close(fd);
     unlink(path);
     rmdir(dir);
+    lab_tmp_forget(dir);
     return rc;
 }
 

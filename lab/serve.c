@@ -518,9 +518,26 @@ static int throughput(const lab_options *opts, const params *p,
     return rc;
 }
 
+/* Whether the most clients a figure connects at once (the floors' 300, 50
+ * with --quick) fit RLIMIT_NOFILE, raised to the hard limit first: every
+ * server and redis-benchmark inherit it, and past it redis-server refuses
+ * clients ("max number of clients reached"), redis-benchmark exits 1 and
+ * no row could be measured. 64 more for the servers' own fds (redis-server
+ * keeps 32) and the benchmark's. Else a line saying so: serve not run. */
+static bool fds_allow(const lab_options *opts) {
+    int clients = opts->quick ? 50 : 300;
+    long need = clients + 64;
+    long have = lab_raise_nofile();
+    if (have < 0 || have >= need) return true;
+    printf("serve skipped: %d clients need about %ld fds, and RLIMIT_NOFILE "
+           "allows %ld\n  (raise the hard limit: ulimit -Hn %ld, as root)\n",
+           clients, need, have, need);
+    return false;
+}
+
 static int serve_body(const lab_options *opts, lab_json *json,
                       const params *p) {
-    if (!probe_tools(json)) {
+    if (!probe_tools(json) || !fds_allow(opts)) {
         serve_more_not_run();
         return 0;
     }

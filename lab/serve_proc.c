@@ -59,7 +59,10 @@ static void on_signal(int sig) {
     serve_kill_all_children();
     for (int i = 0; i < MAX_CHILDREN; i++)
         if (work_dirs[i][0]) rmdir(work_dirs[i]);
-    signal(sig, SIG_DFL);
+    /* Then the action it replaced (lull-lab's: the temporary
+     * directories, lab/cleanup.c), once this handler returns. */
+    for (int i = 0; i < 3; i++)
+        if (caught[i] == sig) sigaction(sig, &saved_action[i], NULL);
     raise(sig);
 }
 

@@ -44,6 +44,7 @@ bool serve_tls_make(serve_tls_files *t) {
         t->dir[0] = '\0';
         return false;
     }
+    lab_tmp_note(t->dir);
     snprintf(t->cert, sizeof t->cert, "%s/cert.pem", t->dir);
     snprintf(t->key, sizeof t->key, "%s/key.pem", t->dir);
     /* Valid for the address both servers are reached at (lull-kv's
@@ -83,6 +84,7 @@ void serve_tls_remove(serve_tls_files *t) {
     unlink(t->cert);
     unlink(t->key);
     rmdir(t->dir);
+    lab_tmp_forget(t->dir);
     t->dir[0] = '\0';
 }
 
