@@ -21,7 +21,14 @@ set(cases
   "fsevent_scale 3x|ROUNDS takes 1..1000, not '3x'"
   "fsevent_scale 1 1e3|N takes 1..1000000, not '1e3'"
   "hop_cost task 1e6|N takes 1..1000000000000, not '1e6'"
-  "remote_trip futex 10x|N takes 1..1000000000000, not '10x'")
+  "remote_trip futex 10x|N takes 1..1000000000000, not '10x'"
+  "should_yield abc|seconds per case takes a number above 0 and at most 3600, not 'abc'"
+  "should_yield -1|seconds per case takes a number above 0 and at most 3600, not '-1'"
+  "should_yield 1e309|seconds per case takes a number above 0 and at most 3600, not '1e309'"
+  "timer_scale 4294967297|BASE takes 1..100000000, not '4294967297'"
+  "timer_scale 1000 10x|EXTRA takes 1..100000000, not '10x'"
+  "timer_scale 1000 100 1|ROUNDS takes 2..32, not '1'"
+  "timer_scale --runs 0|--runs takes 1..32, not '0'")
 foreach(c IN LISTS cases)
   string(FIND "${c}" "|" bar)
   string(SUBSTRING "${c}" 0 ${bar} args)

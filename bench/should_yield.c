@@ -178,9 +178,27 @@ static double baseline_ns(uint64_t n) {
     return (double)(now_ns() - t0) / (double)n;
 }
 
+/* Seconds per case: a plain decimal number in (0, 3600] (atof read "abc"
+ * as 0 and "1e309" as infinity, both run as the default, with no word). */
+static bool seconds_arg(const char *s, double *out) {
+    if ((*s < '0' || *s > '9') && *s != '.') return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end || errno || !(v > 0) || v > 3600) return false;
+    *out = v;
+    return true;
+}
+
 int main(int argc, char **argv) {
-    double seconds = argc > 1 ? atof(argv[1]) : 1.0;
-    if (seconds <= 0) seconds = 1.0;
+    double seconds = 1.0;
+    if (argc > 2 || (argc == 2 && !seconds_arg(argv[1], &seconds))) {
+        fprintf(stderr,
+                "should_yield: seconds per case takes a number "
+                "above 0 and at most 3600, not '%s'\n",
+                argv[argc - 1]);
+        return 2;
+    }
     calibrate();
     printf("lull_loop_should_yield: %.2f s per case; a slow record is ~1 µs "
            "(%lu spins)\n",

@@ -64,6 +64,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "lull.h"
 
 #ifdef LAB_HAVE_EV
@@ -527,6 +528,20 @@ static int usage(void) {
     return 2;
 }
 
+/* A count argument within [min, max] into *out, or a line naming it. */
+static bool count_arg(const char *s, const char *what, uint32_t min,
+                      uint32_t max, uint32_t *out) {
+    unsigned long long v;
+    if (!bench_count(s, min, max, &v)) {
+        fprintf(stderr,
+                "timer_scale: %s takes %" PRIu32 "..%" PRIu32 ", not '%s'\n",
+                what, min, max, s);
+        return false;
+    }
+    *out = (uint32_t)v;
+    return true;
+}
+
 int main(int argc, char **argv) {
     bool spike = true;
     int inline_pattern = -1;
@@ -534,7 +549,7 @@ int main(int argc, char **argv) {
     int pos = 0;
     for (int a = 1; a < argc; a++) {
         if (strcmp(argv[a], "--runs") == 0 && a + 1 < argc) {
-            runs = (uint32_t)strtoul(argv[++a], NULL, 10);
+            if (!count_arg(argv[++a], "--runs", 1, MAX_RUNS, &runs)) return 2;
         } else if (strcmp(argv[a], "--no-spike") == 0) {
             spike = false;
         } else if (strcmp(argv[a], "--inline") == 0 && a + 1 < argc) {
@@ -545,11 +560,14 @@ int main(int argc, char **argv) {
         } else if (argv[a][0] == '-') {
             return usage();
         } else if (pos == 0) {
-            base_n = (uint32_t)strtoul(argv[a], NULL, 10), pos++;
+            if (!count_arg(argv[a], "BASE", 1, 100000000, &base_n)) return 2;
+            pos++;
         } else if (pos == 1) {
-            extra_n = (uint32_t)strtoul(argv[a], NULL, 10), pos++;
+            if (!count_arg(argv[a], "EXTRA", 1, 100000000, &extra_n)) return 2;
+            pos++;
         } else if (pos == 2) {
-            rounds = (uint32_t)strtoul(argv[a], NULL, 10), pos++;
+            if (!count_arg(argv[a], "ROUNDS", 2, MAX_ROUNDS, &rounds)) return 2;
+            pos++;
         } else if (pos == 3) {
             names = argv[a], pos++;
         } else {
