@@ -2307,6 +2307,11 @@ static void shared_child_gives_up_on_one(bool relay) {
         lull_loop_run(loop, LULL_RUN_ONCE);
     }
     if (!relay) CHECK_EQ(snap_failed, 1); /* r[2]'s only */
+    /* The stall is seen: r[2]'s next snapshot, by a child of its own, must
+     * not be given up. With 300 ms it was, once, on a loaded machine that
+     * kept this process (r[2]'s reader) off the CPU that long while the
+     * child waited for room (snap_failed 2, the yield-often suite at -j4). */
+    p.snap_timeout_ms = 60000;
     run_to_sync(loop, &p, &r[1]);
     CHECK_EQ(snap_nchildren, 2);
     CHECK_EQ(lull_stream_read_start(&r[2].m.t.stream), 0);

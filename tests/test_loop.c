@@ -1228,16 +1228,26 @@ static void once_through_signals(bool with_fd) {
     }
     item a = {.id = 0};
     lull_timer_init(loop, &a.timer, record_timer);
-    lull_timer_start(&a.timer, 30 * MS, 0);
     lull_metrics m;
-    lull_loop_metrics_reset(loop);
     struct itimerval every_2ms = {{0, 2000}, {0, 2000}}, off = {{0, 0}, {0, 0}};
-    CHECK_EQ(setitimer(ITIMER_REAL, &every_2ms, NULL), 0);
-    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
-    CHECK_EQ(setitimer(ITIMER_REAL, &off, NULL), 0);
-    lull_loop_metrics(loop, &m);
-    CHECK_TRACE(0);
-    CHECK_LE(1, m.wakeups_signal); /* the wait was interrupted */
+    /* A loaded machine can give the 30 ms to other processes: the timer is
+     * then due before the loop first waits, and no signal lands in a wait
+     * (seen under load: 8 runs in 40 with the CPU shared four ways). Each
+     * run checks the contract; runs repeat until one wait was interrupted,
+     * which on an idle machine is the first. */
+    uint64_t interrupted = 0;
+    for (int run = 0; run < 200 && interrupted == 0; run++) {
+        check_trace_reset();
+        lull_timer_start(&a.timer, 30 * MS, 0);
+        lull_loop_metrics_reset(loop);
+        CHECK_EQ(setitimer(ITIMER_REAL, &every_2ms, NULL), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(setitimer(ITIMER_REAL, &off, NULL), 0);
+        lull_loop_metrics(loop, &m);
+        CHECK_TRACE(0);
+        interrupted = m.wakeups_signal;
+    }
+    CHECK_LE(1, interrupted); /* a wait was interrupted */
     if (with_fd) lull_io_stop(&io);
     close(fds[0]);
     close(fds[1]);
@@ -1250,7 +1260,6 @@ TEST(run_once_waits_through_a_programs_signals) {
     sa.sa_handler = on_alarm;
     CHECK_EQ(sigaction(SIGALRM, &sa, NULL), 0);
     once_through_signals(false);
-    check_trace_reset();
     once_through_signals(true);
     signal(SIGALRM, SIG_DFL);
 }
