@@ -131,8 +131,11 @@ static lull_append *take_queue(lull_journal *j) {
 }
 
 /* Hands what is queued to the pool as one batch; 0, or the submit's error
- * with the batch taken back (its requests not yet completed). */
-static int start_batch(lull_journal *j) {
+ * with the batch taken back (its requests not yet completed). `again`: the
+ * batch follows one that just came back, and takes the place in the pool's
+ * queue that one left (lull__work_submit_again): appends once accepted are
+ * not failed because other work filled the queue meanwhile. */
+static int start_batch(lull_journal *j, bool again) {
     lull_append *list = take_queue(j);
     uint64_t off = j->end;
     for (lull_append *a = list; a; a = a->next) {
@@ -142,7 +145,8 @@ static int start_batch(lull_journal *j) {
     j->batch = list;
     j->batch_start = j->end;
     j->batch_bytes = off - j->end;
-    int rc = lull_work_submit(j->loop, j->pool, &j->work);
+    int rc = again ? lull__work_submit_again(j->loop, j->pool, &j->work)
+                   : lull_work_submit(j->loop, j->pool, &j->work);
     if (rc < 0) {
         j->batch = NULL;
         return rc;
@@ -155,7 +159,7 @@ static int start_batch(lull_journal *j) {
  * pool's answer: 0 or that errno. */
 static int start_or_refuse(lull_journal *j) {
     lull_append *list = j->head;
-    int rc = start_batch(j);
+    int rc = start_batch(j, false);
     /* Not sticky: nothing was written (a full or closed pool). */
     if (rc < 0) complete(list, rc, 0);
     return rc;
@@ -191,7 +195,7 @@ static void journal_done(lull_work *work, int status) {
     int rc = 0;
     if (j->head) {
         failed = j->head;
-        rc = start_batch(j);
+        rc = start_batch(j, true);
         if (rc == 0) failed = NULL;
         lull_task_cancel(&j->start);
     }

@@ -19,7 +19,8 @@ bool lull__pool_holds(lull_pool *pool, const lull_work *w);
 /* lull_work_submit for the next trip of an operation the pool accepted
  * once (a listing's next batch, src/fsops.c): not refused for a full
  * queue, since it takes the place its last trip left (a refusal cut the
- * accepted operation short). -ESHUTDOWN, -ECHILD as lull_work_submit. */
+ * accepted operation short); a journal's next batch (src/fs.c) too.
+ * -ESHUTDOWN, -ECHILD as lull_work_submit. */
 int lull__work_submit_again(lull_loop *loop, lull_pool *pool, lull_work *work);
 
 #endif

@@ -178,9 +178,12 @@ static int completed[RECORDS];
 static int ncompleted;
 static int last_status;
 
+static int nfailed; /* completions with a status other than 0 */
+
 static void appended(lull_append *req, int status) {
     rec *r = LULL_CONTAINER_OF(req, rec, req);
     last_status = status;
+    nfailed += status != 0;
     completed[ncompleted++] = r->index;
 }
 
@@ -272,6 +275,66 @@ TEST_THREADED(journal_batches_by_turn_and_by_sync_in_flight) {
     CHECK_U64_EQ(j.syncs, 2);
     check_file(10);
     close_journal_case(fd, loop, pool, &g);
+}
+
+/* The pool's queue full (max_queued) when a batch comes back with appends
+ * waiting behind it: the journal was accepted once, and its next batch
+ * takes the place its last one left. Refused, those appends failed with
+ * -EAGAIN though each had been accepted, only because other work filled
+ * the queue for a moment (a libuv write is not failed by load). */
+static int quick_run(lull_work *w) {
+    (void)w;
+    return 0;
+}
+
+TEST_THREADED(journal_full_queue_between_batches_writes_on) {
+    lull_loop *loop;
+    lull_pool *pool;
+    lull_journal j;
+    make_dir();
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool,
+                           &(lull_pool_options){.threads = 1, .max_queued = 1}),
+             0);
+    int fd = open_journal_file(O_WRONLY);
+    CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
+    ncompleted = nfailed = 0;
+
+    gate first, second;
+    gate_hold(loop, pool, &first); /* the only thread held */
+    for (int i = 0; i < 3; i++)
+        append(&j, i);
+    CHECK_EQ(lull_loop_settle(loop), 1); /* batch 1 queued: the queue full */
+    for (int i = 3; i < 6; i++)
+        append(&j, i); /* behind batch 1, in the journal */
+    /* The thread takes batch 1 once the first gate opens; the second gate,
+     * queued as soon as there is room, holds the thread after it, and
+     * other work fills the queue again before batch 1 comes back. */
+    sem_init(&second.started, 0, 0);
+    sem_init(&second.release, 0, 0);
+    lull_work_init(&second.work, gate_run, NULL);
+    sem_post(&first.release);
+    while (lull_work_submit(loop, pool, &second.work) == -EAGAIN)
+        usleep(100);
+    sem_wait_10s(&second.started); /* batch 1 written and synced */
+    lull_work filler;
+    lull_work_init(&filler, quick_run, NULL);
+    CHECK_EQ(lull_work_submit(loop, pool, &filler), 0); /* the queue full */
+    lull_work refused;
+    lull_work_init(&refused, quick_run, NULL);
+    CHECK_EQ(lull_work_submit(loop, pool, &refused), -EAGAIN);
+    while (ncompleted < 3) /* batch 1 back: batch 2 goes out */
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    sem_post(&second.release);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+
+    CHECK_EQ(ncompleted, 6);
+    CHECK_EQ(nfailed, 0);
+    CHECK_U64_EQ(j.syncs, 2);
+    check_file(6);
+    sem_destroy(&second.started);
+    sem_destroy(&second.release);
+    close_journal_case(fd, loop, pool, &first);
 }
 
 /* 1,000 records, appended a few per turn by a chain of tasks, land on
