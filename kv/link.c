@@ -895,6 +895,13 @@ static void child_exited(lull_io *io, int events) {
     pid_t r = waitpid(j->pid, &status, WNOHANG);
     if (r == 0 || (r < 0 && errno == EINTR)) return; /* not yet */
     int err = errno;
+    /* ECHILD: SIGCHLD is ignored (SIG_IGN outlives exec: a supervisor's
+     * or a script's), so the kernel reaped the child and its status is
+     * gone. The verdicts it left in st still say how each slot went
+     * (SLOT_BUSY or CHILD_FAILED: it died before its end). */
+    bool auto_reaped = r < 0 && err == ECHILD;
+    if (auto_reaped) status = 0; /* exited: the slot's verdict decides */
+    bool lost = r < 0 && !auto_reaped;
     repl_peer *p = srv->kv.peers.next;
     while (p != &srv->kv.peers) {
         rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
@@ -902,13 +909,13 @@ static void child_exited(lull_io *io, int events) {
         if (l->job != j) continue;
         l->job = NULL;
         j->attached--;
-        int v = r < 0 ? -1 : j->st[l->slot];
-        if (r < 0 || !WIFEXITED(status) || v != 0) {
+        int v = lost ? -1 : j->st[l->slot];
+        if (lost || !WIFEXITED(status) || v != 0) {
             conn_drop(l->c, "its snapshot was not written: the child %s %d",
-                      r < 0               ? "could not be reaped:"
+                      lost                ? "could not be reaped:"
                       : WIFEXITED(status) ? "exited with status"
                                           : "was killed by signal",
-                      r < 0               ? err
+                      lost                ? err
                       : WIFEXITED(status) ? (v == SLOT_BUSY ? CHILD_FAILED : v)
                                           : WTERMSIG(status));
             continue;

@@ -2107,6 +2107,31 @@ TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
     close_all(loop, &p, &r);
 }
 
+/* A primary started with SIGCHLD ignored (SIG_IGN survives exec: a
+ * supervisor, a shell script, Python's subprocess after signal.signal)
+ * has its children reaped by the kernel, so waitpid finds none (ECHILD):
+ * a child that wrote the whole snapshot must still count as done, not
+ * close the link as "could not be reaped" and cost the replica a
+ * reconnect after every full resync. */
+TEST(forked_snapshot_with_sigchld_ignored_is_not_a_failure) {
+    if (!children_watched()) return;
+    signal(SIGCHLD, SIG_IGN);
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    /* The link's end would be seen a turn or so after the child's. */
+    for (int i = 0; i < 50; i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK_EQ(snap_failed, 0);
+    CHECK_EQ(snap_full, 1);
+    CHECK_EQ(snap_continue, 0);
+    CHECK_EQ(p.kv.npeers, 1);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
 /* Six replicas ask for a full resync at once: one child serves the first,
  * the others wait for its end and are served by one more child, together
  * (Redis runs one fork for the replicas that wait too); a replica gone
