@@ -1845,6 +1845,11 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
                  : kv_apply_stream(&srv->kv, &lim, srv->argv, m->in.p,
                                    m->in.len, &err, &m->need);
     if (n < 0) {
+        /* Out of memory part way through a record (an RPUSH of many, a
+         * transaction) leaves part of it applied at the offset before it:
+         * resumed there, the replica would apply that part twice. Its
+         * keyspace is no offset's now: the next sync is a full one. */
+        if (n == -ENOMEM) m->replid[0] = 0;
         master_malformed(srv, err);
         return;
     }
