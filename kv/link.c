@@ -895,6 +895,13 @@ static void child_exited(lull_io *io, int events) {
     pid_t r = waitpid(j->pid, &status, WNOHANG);
     if (r == 0 || (r < 0 && errno == EINTR)) return; /* not yet */
     int err = errno;
+    /* ECHILD: SIGCHLD is ignored (SIG_IGN outlives exec: a supervisor's
+     * or a script's), so the kernel reaped the child and its status is
+     * gone. The verdicts it left in st still say how each slot went
+     * (SLOT_BUSY or CHILD_FAILED: it died before its end). */
+    bool auto_reaped = r < 0 && err == ECHILD;
+    if (auto_reaped) status = 0; /* exited: the slot's verdict decides */
+    bool lost = r < 0 && !auto_reaped;
     repl_peer *p = srv->kv.peers.next;
     while (p != &srv->kv.peers) {
         rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
@@ -902,13 +909,13 @@ static void child_exited(lull_io *io, int events) {
         if (l->job != j) continue;
         l->job = NULL;
         j->attached--;
-        int v = r < 0 ? -1 : j->st[l->slot];
-        if (r < 0 || !WIFEXITED(status) || v != 0) {
+        int v = lost ? -1 : j->st[l->slot];
+        if (lost || !WIFEXITED(status) || v != 0) {
             conn_drop(l->c, "its snapshot was not written: the child %s %d",
-                      r < 0               ? "could not be reaped:"
+                      lost                ? "could not be reaped:"
                       : WIFEXITED(status) ? "exited with status"
                                           : "was killed by signal",
-                      r < 0               ? err
+                      lost                ? err
                       : WIFEXITED(status) ? (v == SLOT_BUSY ? CHILD_FAILED : v)
                                           : WTERMSIG(status));
             continue;
@@ -1838,6 +1845,11 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
                  : kv_apply_stream(&srv->kv, &lim, srv->argv, m->in.p,
                                    m->in.len, &err, &m->need);
     if (n < 0) {
+        /* Out of memory part way through a record (an RPUSH of many, a
+         * transaction) leaves part of it applied at the offset before it:
+         * resumed there, the replica would apply that part twice. Its
+         * keyspace is no offset's now: the next sync is a full one. */
+        if (n == -ENOMEM) m->replid[0] = 0;
         master_malformed(srv, err);
         return;
     }

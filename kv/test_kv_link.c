@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "dump.h"
+#include "fault_shim.h"
 #include "polls.h"
 #include "server.h"
 
@@ -2105,6 +2106,73 @@ TEST(link_closed_mid_snapshot_kills_the_child_and_resyncs) {
     CHECK_EQ(snap_full, 1);
     same_dumps(&p, &r);
     close_all(loop, &p, &r);
+}
+
+/* A primary started with SIGCHLD ignored (SIG_IGN survives exec: a
+ * supervisor, a shell script, Python's subprocess after signal.signal)
+ * has its children reaped by the kernel, so waitpid finds none (ECHILD):
+ * a child that wrote the whole snapshot must still count as done, not
+ * close the link as "could not be reaped" and cost the replica a
+ * reconnect after every full resync. */
+TEST(forked_snapshot_with_sigchld_ignored_is_not_a_failure) {
+    if (!children_watched()) return;
+    signal(SIGCHLD, SIG_IGN);
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    /* The link's end would be seen a turn or so after the child's. */
+    for (int i = 0; i < 50; i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK_EQ(snap_failed, 0);
+    CHECK_EQ(snap_full, 1);
+    CHECK_EQ(snap_continue, 0);
+    CHECK_EQ(p.kv.npeers, 1);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
+/* A replica that runs out of memory part way through a record (an RPUSH
+ * of six: some pushed, then -OOM) holds part of it, at the offset before
+ * it. Resumed from that offset, it would push the record again: the
+ * first items twice. Every allocation of the apply fails in turn; the
+ * replica must end equal to its primary each time. */
+TEST(replica_out_of_memory_mid_record_does_not_apply_it_twice) {
+    bool dropped = false;
+    for (uint64_t nth = 1; nth < 200; nth++) {
+        lull_loop *loop;
+        server p, r;
+        CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+        CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
+        lull_timer_start(&guard, 20000000000ull, 0);
+        node_open(&p, loop, false);
+        p.catchup = CATCHUP_LOOP;
+        primary_of = &p;
+        node_open(&r, loop, true);
+        server_start(&r);
+        write_cmd(&p, "SET", "a", "1");
+        run_to_sync(loop, &p, &r);
+        resp_arg push[8] = {{"RPUSH", 5}, {"l", 1},  {"v1", 2}, {"v2", 2},
+                            {"v3", 2},    {"v4", 2}, {"v5", 2}, {"v6", 2}};
+        write_argv(&p, push, 8);
+        shim_reset(1);
+        fail_nth(K_MALLOC, -1, nth, 1, ENOMEM);
+        arm(true);
+        uint64_t t0 = now_ms();
+        while (!in_sync(&p, &r) && r.m.state == M_UP) {
+            CHECK(now_ms() - t0 < 20000);
+            lull_loop_run(loop, LULL_RUN_ONCE);
+        }
+        arm(false);
+        bool hit = injected_total(K_MALLOC) > 0;
+        dropped |= r.m.state != M_UP;
+        run_to_sync(loop, &p, &r);
+        same_dumps(&p, &r);
+        close_all(loop, &p, &r);
+        if (!hit) break;
+    }
+    CHECK(dropped); /* some allocation failed inside the apply */
 }
 
 /* Six replicas ask for a full resync at once: one child serves the first,
