@@ -964,7 +964,8 @@ typedef void (*lull_connect_fn)(lull_stream *s, int status);
 /* The peer shut its write side; the stream stays open for writing. */
 typedef void (*lull_end_fn)(lull_stream *s);
 /* A connection is waiting: take it with lull_server_accept inside this
- * call, or it is closed when the call returns. */
+ * call, or it is closed when the call returns. Also run when accepting
+ * pauses or stops: lull_server_accept then says why. */
 typedef void (*lull_connection_fn)(lull_server *srv);
 
 typedef struct lull_stream_options { /* all zero = defaults */
@@ -1048,7 +1049,7 @@ struct lull_server {
  * NULL = "127.0.0.1") and port (0 = any: see lull_server_port). backlog
  * <= 0 means SOMAXCONN. Running out of fds (EMFILE, ENFILE) pauses accepting
  * for 100 ms, leaving the waiting connections in the kernel's backlog; nothing
- * spins. -EBUSY (here and in lull_server_open) for a server not closed since
+ * spins. fn runs at each pause, and lull_server_accept returns its errno. -EBUSY (here and in lull_server_open) for a server not closed since
  * its set-up, on any loop. */
 LULL_EXTERN int lull_server_listen_tcp(lull_loop *loop, lull_server *srv,
                                        const char *host, int port, int backlog,

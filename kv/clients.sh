@@ -30,6 +30,10 @@
 #                     after the handshake is closed with a log line saying
 #                     so (only handshake failures were said); one that
 #                     ends without close_notify (redis-cli's way) is not
+#   accept_paused_logged  out of fds, accepting pauses: the log says so
+#                     once ("accepting on ... paused: Too many open
+#                     files"), the client waits in the backlog and is
+#                     served once fds come back ("accepting on ... again")
 #   protocol_error_logged  a plaintext client closed for a protocol error
 #                     (a bulk length that is no number, a multibulk count
 #                     or a bulk length over its limit, no CRLF after a
@@ -425,6 +429,57 @@ SH
     [ "$rc" = 0 ] || fail "exit $rc after SIGTERM during the lookup ($ms ms)"
     [ "$ms" -lt 900 ] || fail "$ms ms to exit after SIGTERM during the lookup"
     ! grep -q 'still open' "$dir/k.out" || fail "a leak said at exit"
+}
+
+case_accept_paused_logged() {
+    need_python
+    start p --port 0
+    local pid=$started port=$started_port
+    # Ten clients held, then lull-kv's fd limit lowered to its lowest free
+    # fd number: the next accept fails with EMFILE, and the client waits in
+    # the backlog. The log says so once; three held clients leave, fds come
+    # back, the retry takes the waiting client, and the log says that too.
+    python3 - "$pid" "$port" "$dir/p.out" <<'PY' || fail "the paused accept went unsaid or unserved"
+import os, resource, socket, sys, time
+pid, port, log = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+
+def ping(s, timeout):
+    s.sendall(b"PING\r\n")
+    s.settimeout(timeout)
+    return s.recv(100)
+
+def said(text, within):
+    end = time.time() + within
+    while time.time() < end:
+        if text in open(log).read():
+            return True
+        time.sleep(0.05)
+    return False
+
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(10)]
+for s in held:
+    assert ping(s, 5) == b"+PONG\r\n"
+fds = {int(f) for f in os.listdir("/proc/%d/fd" % pid)}
+lowest_free = min(n for n in range(len(fds) + 1) if n not in fds)
+hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]
+resource.prlimit(pid, resource.RLIMIT_NOFILE, (lowest_free, hard))
+late = socket.create_connection(("127.0.0.1", port))
+try:
+    sys.exit("answered while out of fds: %r" % ping(late, 0.5))
+except socket.timeout:
+    pass
+if not said("paused: Too many open files (new clients wait)", 5):
+    sys.exit("no paused line")
+for s in held[:3]:
+    s.close()
+late.settimeout(5)
+if late.recv(100) != b"+PONG\r\n":
+    sys.exit("the waiting client was not served")
+if not said("again", 5):
+    sys.exit("no resumed line")
+PY
+    [ "$(grep -c 'paused: Too many open files' "$dir/p.out")" = 1 ] ||
+        fail "the pause was said more than once: $(grep -c paused "$dir/p.out")"
 }
 
 declare -F "case_$case_name" >/dev/null || fail "no case $case_name"

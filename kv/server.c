@@ -399,6 +399,7 @@ typedef struct listener {
     server *srv;
     lull_tls_ctx *tls; /* NULL: plaintext */
     bool tcp;          /* not the Unix socket: clients get keepalive */
+    bool paused;       /* accepting paused (out of fds), said in the log */
     char at[96];       /* its address, for the log */
 } listener;
 
@@ -409,6 +410,13 @@ typedef struct listener {
 static bool listener_gone(int rc) {
     return rc == -EINVAL || rc == -EBADF || rc == -ENOTSOCK ||
            rc == -EOPNOTSUPP;
+}
+
+/* lull_server_accept's errors while accepting is paused, out of fds or
+ * kernel memory: lull retries by itself, the clients wait in the backlog;
+ * the log says so once, and again when accepting resumes. */
+static bool accept_paused(int rc) {
+    return rc == -EMFILE || rc == -ENFILE || rc == -ENOBUFS || rc == -ENOMEM;
 }
 
 /* A listener that failed for good is closed and said so. The others go
@@ -443,8 +451,18 @@ static void accept_on(lull_server *ls) {
     }
     if (rc < 0) {
         conn_abort(c);
+        srv->kv.last_id--; /* no client: its CLIENT ID is the next one's */
         if (listener_gone(rc)) stop_listening(l, -rc);
+        if (accept_paused(rc) && !l->paused) {
+            l->paused = true;
+            srv_log(srv, "accepting on %s paused: %s (new clients wait)", l->at,
+                    strerror(-rc));
+        }
         return;
+    }
+    if (l->paused) {
+        l->paused = false;
+        srv_log(srv, "accepting on %s again", l->at);
     }
     lull_endpoint *ep = c->tls ? &c->t.tls.ep : &c->t.stream.ep;
     if (l->tcp)

@@ -2116,6 +2116,18 @@ static bool offer(lull_server *srv) {
     return true;
 }
 
+/* Accepting paused by err, out of fds or kernel memory: on_connection runs
+ * with nothing waiting and lull_server_accept says err, as libuv's
+ * connection callback gets UV_EMFILE, so a server can say why new clients
+ * wait; false when the server was closed inside. */
+static bool offer_pause(lull_server *srv, int err) {
+    int failed = srv->failed; /* a count of retries, kept */
+    srv->failed = err;
+    if (!offer(srv)) return false;
+    srv->failed = failed;
+    return true;
+}
+
 static void server_io(lull_io *io, int events) {
     (void)events;
     lull_server *srv = LULL_CONTAINER_OF(io, lull_server, io);
@@ -2146,9 +2158,10 @@ static void server_io(lull_io *io, int events) {
             if (may_pass) srv->failed--;
             /* Out of fds (EMFILE, ENFILE) or kernel memory (ENOBUFS,
              * ENOMEM), or a refusal that may pass: the retry timer resumes
-             * accepting. */
-            lull_timer_start(&srv->retry, srv->retry_ns, 0);
+             * accepting. The owner hears why first. */
             srv->paused++;
+            if (accept_out_of_resources(err) && !offer_pause(srv, err)) return;
+            lull_timer_start(&srv->retry, srv->retry_ns, 0);
             return;
         }
         srv->failed = 0; /* accept works: a refusal has passed */

@@ -588,8 +588,14 @@ static int accept_rc;
 static void on_connection(lull_server *s) {
     CHECK(!in_call);
     if (accept_next >= accept_want) return; /* not taken: closed */
+    bool waiting = s->pending >= 0;
     flow *f = accept_queue[accept_next++];
     accept_rc = lull_server_accept(s, &f->rx, NULL);
+    if (!waiting && (accept_rc == -EMFILE || accept_rc == -ENFILE ||
+                     accept_rc == -ENOBUFS || accept_rc == -ENOMEM)) {
+        accept_next--; /* accepting paused, told why: the flow waits on */
+        return;
+    }
     if (accept_rc == 0) {
         rx_callbacks(f);
     } else {
@@ -1665,6 +1671,7 @@ static void r_srv_close(lull_endpoint *ep, int reason) {
 }
 
 static void r_connection(lull_server *s) {
+    if (s->pending < 0) return; /* accepting paused (EMFILE): told why */
     CHECK(nsconns < R_CONNS * 2);
     struct sockaddr_in peer;
     socklen_t len = sizeof peer;

@@ -1357,12 +1357,18 @@ typedef struct many {
     lull_server srv;
     lull_stream conns[8];
     int n;
+    int pauses[8]; /* lull_server_accept's errors: accepting paused */
+    int npauses;
 } many;
 
 static void accept_many(lull_server *srv) {
     many *m = LULL_CONTAINER_OF(srv, many, srv);
-    CHECK(m->n < 8);
-    CHECK_EQ(lull_server_accept(srv, &m->conns[m->n], NULL), 0);
+    CHECK(m->n < 8 && m->npauses < 8);
+    int rc = lull_server_accept(srv, &m->conns[m->n], NULL);
+    if (rc < 0) {
+        m->pauses[m->npauses++] = rc;
+        return;
+    }
     m->n++;
 }
 
@@ -1399,14 +1405,60 @@ TEST(accept_out_of_fds_does_not_spin) {
     CHECK_LE(mt.polls - mt.empty_polls, 1); /* only the first found it */
     CHECK_EQ(m->srv.paused, 1);
     CHECK_EQ(m->n, 0);
+    /* The owner heard why, once, as a libuv server's connection callback
+     * hears UV_EMFILE (it heard nothing: new clients waited unexplained). */
+    CHECK_EQ(m->npauses, 1);
+    CHECK_EQ(m->pauses[0], -EMFILE);
     /* The retry timer resumes accepting; the backlog kept everyone. */
     lull_loop_advance(loop, 100000000);
     CHECK_EQ(m->n, 3);
+    CHECK_EQ(m->npauses, 1);
     for (int i = 0; i < 3; i++) {
         lull_endpoint_close(&clients[i].ep, 0);
         lull_endpoint_close(&m->conns[i].ep, 0);
     }
     lull_server_close(&m->srv);
+    free(m);
+    free_loop(loop);
+}
+
+/* The owner told of the pause closes the server inside that call: nothing
+ * is touched after, no retry is armed, and the loop frees. */
+static void close_when_paused(lull_server *srv) {
+    many *m = LULL_CONTAINER_OF(srv, many, srv);
+    lull_stream spare;
+    int rc = lull_server_accept(srv, &spare, NULL);
+    CHECK_EQ(rc, -EMFILE);
+    m->pauses[m->npauses++] = rc;
+    lull_server_close(srv);
+}
+
+TEST(accept_paused_then_closed_by_its_owner) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    many *m = calloc(1, sizeof *m);
+    CHECK(m);
+    char path[64];
+    snprintf(path, sizeof path, "@lull-test-emfile-close-%d", (int)getpid());
+    CHECK_EQ(lull_server_listen_unix(loop, &m->srv, path, 0, close_when_paused),
+             0);
+    lull_stream client;
+    CHECK_EQ(lull_stream_connect_unix(loop, &client, path, NULL, on_connect),
+             0);
+    struct rlimit old;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int lowest = dup(0);
+    CHECK(lowest > 0);
+    close(lowest);
+    struct rlimit low = {.rlim_cur = (rlim_t)lowest, .rlim_max = old.rlim_max};
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(m->npauses, 1);
+    CHECK(!lull_timer_active(&m->srv.retry));
+    lull_loop_advance(loop, 1000000000); /* nothing resumes it */
+    CHECK_EQ(m->npauses, 1);
+    lull_endpoint_close(&client.ep, 0);
+    lull_loop_run(loop, LULL_RUN_NOWAIT);
     free(m);
     free_loop(loop);
 }
