@@ -4,9 +4,9 @@
  * log as the RESP2 multibulk request a replica runs to repeat it: the log
  * is a byte stream of requests, and an offset in it is a byte count (as in
  * Redis), so a replica's offset is simply the bytes it has applied. The
- * log lives in memory for the life of the process and is never trimmed: a
- * replica always has a record boundary to start from, at the price of
- * memory that grows with the number of writes (docs/KV.md).
+ * log lives in memory, bounded by the backlog size (--repl-backlog-size):
+ * repl_log_trim drops the oldest whole chunks past it, so a replica whose
+ * offset left the log gets a snapshot instead (docs/KV.md).
  *
  * Bytes are kept in chunks of at least REPL_CHUNK that never move, so a
  * sender can hand a record to a stream by pointer (no copy) and a later
