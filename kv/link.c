@@ -881,7 +881,9 @@ static void snap_kill(rlink *l) {
         }
         return;
     }
-    kill(j->pid, SIGKILL);
+    /* Through its pidfd: with SIGCHLD ignored (inherited) the kernel may
+     * have reaped the child already, and its pid be another process's. */
+    (void)syscall(SYS_pidfd_send_signal, j->pidfd, SIGKILL, NULL, 0);
     while (waitpid(j->pid, NULL, 0) < 0 && errno == EINTR) {
     }
     job_free(j);
