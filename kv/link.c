@@ -1597,9 +1597,14 @@ static int master_handshake(server *srv) {
         lull_endpoint_close(m->ep, 0); /* master_closed retries */
         return -1;
     }
-    if (sscanf(line, "+FULLRESYNC %40[0-9a-f]%c", id, &tail) == 2 &&
+    /* The word and one space, then sscanf from the replid: a space in
+     * its format takes any run of white space, none too, and the offset
+     * is read at the column after the replid. */
+    const size_t word = sizeof "+FULLRESYNC " - 1;
+    if (strncmp(line, "+FULLRESYNC ", word) == 0 &&
+        sscanf(line + word, "%40[0-9a-f]%c", id, &tail) == 2 &&
         strlen(id) == 40 && tail == ' ' &&
-        line_offset(line + sizeof "+FULLRESYNC " - 1 + 41, &off)) {
+        line_offset(line + word + 41, &off)) {
         /* Past 0: a snapshot first, into a keyspace of its own. The
          * replid is taken at its end, so a link lost in the middle starts
          * over with a full sync. */

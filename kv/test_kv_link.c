@@ -2708,6 +2708,21 @@ TEST(replica_refuses_a_fullresync_offset_that_wraps) {
         refused_offset("+CONTINUE %s\r\n", cont[i]);
 }
 
+/* A +FULLRESYNC line whose replid is not where Redis writes it, one space
+ * after the word: the offset was read from a fixed column, so with no
+ * space "...c 15" was taken as offset 5 (and with two, " 5" refused only
+ * by luck). The line is refused whole, as any other malformed one. */
+TEST(replica_refuses_a_fullresync_with_its_replid_out_of_place) {
+    refused_offset("+FULLRESYNCcccccccccccccccccccccccccccccccccccccccc "
+                   "%s\r\n*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n0\r\n"
+                   "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+                   "15");
+    refused_offset("+FULLRESYNC\tcccccccccccccccccccccccccccccccccccccccc "
+                   "%s\r\n*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n0\r\n"
+                   "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+                   "0");
+}
+
 /* A hostile primary announces a bulk of 100 MB (or 1 GB) in its snapshot
  * and sends a little of it: the replica's buffer grows with what came,
  * not to the announced size at once (it reserved it: 1 GB of address

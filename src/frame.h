@@ -117,11 +117,18 @@ bool lull__frame_buf_grow(unsigned char **buf, size_t *cap, size_t need,
  * transport sees it at once and fails the endpoint with -EBUSY, the frame
  * queued once; anywhere else the frames behind it are cut off, never to be
  * delivered or released, and finding it is a walk of the queue: debug
- * builds only, as lull_journal_append's. */
+ * builds only, as lull_journal_append's. The walk takes the oldest
+ * LULL__FRAME_CHECK_DEPTH frames, where a frame long sent and taken for
+ * done is: the whole queue made a deep one's sends quadratic (10 s for
+ * 100,000 frames to a paused loopback end), as loop_verify's walks are
+ * bounded for the same reason. */
+#define LULL__FRAME_CHECK_DEPTH 64
 static inline void lull__frame_check_unqueued(const lull_frame *queue,
                                               const lull_frame *frame) {
 #ifndef NDEBUG
-    for (const lull_frame *f = queue; f; f = f->next)
+    int n = 0;
+    for (const lull_frame *f = queue; f && n < LULL__FRAME_CHECK_DEPTH;
+         f = f->next, n++)
         LULL_ASSERT(f != frame, "lull: lull_endpoint_send of a frame already "
                                 "queued (rewritten while in flight)");
 #else

@@ -124,7 +124,9 @@
  * set-up size once it empties if it grew past this many times that: frames
  * up to 16 x read_size (1 MiB by default) keep their room, so a peer that
  * sends them in a row costs no realloc per frame, while a buffer one big
- * frame grew (64 MiB, say) is not held for the life of an idle connection. */
+ * frame grew (64 MiB, say) is not held for the life of an idle connection.
+ * Bigger frames in a row (S_BIG_RUN) keep theirs from the second on, until
+ * a smaller one empties the buffer (emptied_grown). */
 #define READ_SHRINK_RATIO 16
 /* iovecs per sendmsg: the kernel's limit (IOV_MAX is 1024 on Linux). With
  * a length and a payload buffer per frame that is 512 frames per call. */
@@ -167,6 +169,8 @@
 #define S_CONNECT_CB 0x800u  /* event task: the connect result in `error` */
 #define S_FAIL       0x1000u /* event task: close with reason `error` */
 #define S_CLOSE_CB   0x2000u /* closed; event task: on_close(`error`) */
+/* The read buffer last emptied after a big frame (emptied_grown). */
+#define S_BIG_RUN 0x4000u
 /* What the fds are (lull_stream_open, lull_stream_open_pair). A socket from
  * connect or accept has S_SOCK | S_OUT_SOCK. */
 #define S_SOCK      0x10000u  /* the read fd is a socket: recv */
@@ -1279,10 +1283,9 @@ static size_t read_size_of(const lull_stream *s) {
     return (size_t)(uintptr_t)s->io.data;
 }
 
-/* The buffer emptied while grown past READ_SHRINK_RATIO x its set-up size:
- * back to that size. Only the stream's own buffer, and not while a frame
- * callback of it runs (its bytes point into the buffer). A failed realloc
- * keeps the buffer as it was. */
+/* Back to the set-up size. Only the stream's own buffer, and not while a
+ * frame callback of it runs (its bytes point into the buffer). A failed
+ * realloc keeps the buffer as it was. */
 static void shrink_buffer(lull_stream *s) {
     if (!(s->state & S_OWN_BUF) || s->guard) return;
     size_t size = read_size_of(s);
@@ -1290,6 +1293,22 @@ static void shrink_buffer(lull_stream *s) {
     if (!b) return;
     s->rbuf = b;
     s->rcap = size;
+}
+
+/* The buffer emptied while grown past READ_SHRINK_RATIO x its set-up size,
+ * `filled` bytes in it since it last emptied: back to that size, unless
+ * those bytes were a big frame (or a burst) and so were the last ones (a
+ * run of big frames, which would otherwise grow it again from read_size,
+ * read by read, on fresh pages, for every frame: 5 times the time for 2 MiB
+ * ones). A smaller frame that empties it ends the run. */
+static void emptied_grown(lull_stream *s, size_t filled) {
+    bool big = filled / READ_SHRINK_RATIO > read_size_of(s);
+    if (big && (s->state & S_BIG_RUN)) return;
+    if (big)
+        s->state |= S_BIG_RUN;
+    else
+        s->state &= ~S_BIG_RUN;
+    shrink_buffer(s);
 }
 
 /* Closes the stream when the frame ending before buffer offset end is the
@@ -1343,9 +1362,14 @@ static bool deliver_frames(lull_stream *s) {
     if ((s->state & (S_READING | S_FAIL)) == S_READING && fds_lost(s, s->rend))
         return false;
     if (s->rstart == s->rend) {
+        size_t filled = s->rend;
         s->rstart = s->rend = 0;
-        if (LULL_UNLIKELY(s->rcap / READ_SHRINK_RATIO > read_size_of(s)))
-            shrink_buffer(s);
+        /* (A call with nothing come since, a resume's, is none.) */
+        if (LULL_UNLIKELY(s->rcap / READ_SHRINK_RATIO > read_size_of(s)) &&
+            filled)
+            emptied_grown(s, filled);
+        else if (LULL_UNLIKELY(s->state & S_BIG_RUN) && filled)
+            s->state &= ~S_BIG_RUN; /* a small frame between big ones */
     }
     return true;
 }

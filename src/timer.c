@@ -521,8 +521,12 @@ void lull__timers_expire(lull_loop *loop, uint64_t now) {
  * a timer whose loop was freed (the timer is the caller's memory and may
  * outlive it) answers 0 without reading freed memory. Set once per batch of
  * due timers, not per fire; saved and restored, for a callback that runs
- * another loop. */
-static _Thread_local const lull_loop *due_loop;
+ * another loop. Initial-exec: read through %fs as in the static library,
+ * where liblull.so's default model called __tls_get_addr (some 22
+ * instructions a batch, tests/hot_tls_check.sh); 8 bytes of the static
+ * TLS glibc keeps spare for a library loaded by dlopen. */
+static _Thread_local const lull_loop *due_loop
+    __attribute__((tls_model("initial-exec")));
 
 /* Like lull__run_queue on the due list (stopping only for lull_loop_stop), and
  * tells lull_timer_overrun which timer fires and for how many periods. */

@@ -174,7 +174,8 @@ const char *lull_tls_error_string(const lull_tls *tls) {
  * set-up size (a record and a header) once it empties if it grew past this:
  * as a stream's read buffer (READ_SHRINK_RATIO in src/stream.c), frames up
  * to 16 records keep their room, and one big frame's is not held for the
- * life of an idle connection. */
+ * life of an idle connection; bigger frames in a row keep theirs from the
+ * second on (T_BIG_RUN). */
 #define PBUF_SHRINK_ABOVE         (16 * (RECORD + HDR))
 /* A ciphertext chunk: four full records and their overhead fit, so a
  * flush point's output is one or a few frames on the stream. */
@@ -213,6 +214,8 @@ const char *lull_tls_error_string(const lull_tls *tls) {
     0x8000u /* the peer's close_notify came while a shutdown still had         \
                bytes to send: they leave, then ours, and the stream's EOF      \
                closes (peer_closed) */
+/* The decrypted-bytes buffer last emptied after a big frame (pbuf_emptied). */
+#define T_BIG_RUN 0x10000u
 
 typedef struct chunk chunk;
 struct chunk {
@@ -719,15 +722,29 @@ static bool make_room(lull_tls *t, size_t need) {
     return lull__frame_buf_grow(&t->pbuf, &t->pcap, need, t->ep.max_frame);
 }
 
-/* The buffer emptied while grown past PBUF_SHRINK_ABOVE: back to its
- * set-up size, unless a frame callback of ours runs (its bytes point into
- * the buffer). A failed realloc keeps the buffer as it was. */
+/* Back to the set-up size, unless a frame callback of ours runs (its bytes
+ * point into the buffer). A failed realloc keeps the buffer as it was. */
 static void shrink_pbuf(lull_tls *t) {
     if (t->guard) return;
     unsigned char *b = realloc(t->pbuf, RECORD + HDR);
     if (!b) return;
     t->pbuf = b;
     t->pcap = RECORD + HDR;
+}
+
+/* The buffer emptied while grown past PBUF_SHRINK_ABOVE, `filled` bytes in
+ * it since it last emptied: shrunk, unless those bytes and the last ones
+ * were big frames (a run, which would otherwise grow it again from one
+ * record for every frame), as a stream's read buffer (emptied_grown in
+ * src/stream.c). A smaller frame that empties it ends the run. */
+static void pbuf_emptied(lull_tls *t, size_t filled) {
+    bool big = filled > PBUF_SHRINK_ABOVE;
+    if (big && (t->state & T_BIG_RUN)) return;
+    if (big)
+        t->state |= T_BIG_RUN;
+    else
+        t->state &= ~T_BIG_RUN;
+    shrink_pbuf(t);
 }
 
 /* Hands the whole buffered frames to on_frame while reading. False when
@@ -753,8 +770,13 @@ static bool deliver_frames(lull_tls *t) {
         if (!guard_leave(t, &g)) return false;
     }
     if (t->pstart == t->pend) {
+        size_t filled = t->pend;
         t->pstart = t->pend = 0;
-        if (LULL_UNLIKELY(t->pcap > PBUF_SHRINK_ABOVE)) shrink_pbuf(t);
+        /* (A call with nothing come since, read_plain's first, is none.) */
+        if (LULL_UNLIKELY(t->pcap > PBUF_SHRINK_ABOVE) && filled)
+            pbuf_emptied(t, filled);
+        else if (LULL_UNLIKELY(t->state & T_BIG_RUN) && filled)
+            t->state &= ~T_BIG_RUN; /* a small frame between big ones */
     }
     return true;
 }

@@ -2858,6 +2858,43 @@ TEST(read_buffer_shrinks_after_a_big_frame) {
     free_loop(loop);
 }
 
+/* Big frames one after another (a request/response protocol moving 2 MiB
+ * blocks): the buffer the first grew back down, but the second finds it
+ * needed again, and the run keeps its room, as Redis keeps a query buffer
+ * its client's recent requests filled. Shrunk after every frame, each
+ * grew it again from 64 KiB, by reads, reallocs and fresh pages: 5 times
+ * the time a frame (1,000 us, not 180). A small frame after the run gives
+ * the room back. */
+TEST(read_buffer_keeps_its_room_for_a_run_of_big_frames) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options o = {.max_frame = (size_t)64 << 20};
+    counters(loop, &a, &b, &o, &o);
+    const size_t start = b.s.rcap, len = (size_t)2 << 20;
+    unsigned char *big = calloc(1, len);
+    CHECK(big);
+    size_t kept = 0;
+    for (int i = 1; i <= 4; i++) {
+        CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, big, len), 0);
+        for (int k = 0; k < 100000 && b.frames < i; k++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(b.frames, i);
+        if (i == 1) CHECK_EQ(b.s.rcap, start); /* one big frame: shrunk */
+        if (i == 2) kept = b.s.rcap;
+        if (i >= 2) CHECK(b.s.rcap >= len);  /* a run: kept */
+        if (i > 2) CHECK_EQ(b.s.rcap, kept); /* and not grown again */
+    }
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "tail", 4), 0);
+    for (int k = 0; k < 1000 && b.frames < 5; k++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(b.frames, 5);
+    CHECK_EQ(b.s.rcap, start);
+    CHECK_EQ(b.bytes, 4 * len + 4);
+    free(big);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 /* A peer that writes its frames one byte per loop iteration (lengths split
  * over four reads, a zero-length frame, frames larger than the 8-byte
  * read buffer): every frame arrives whole, byte-exact, in order. */

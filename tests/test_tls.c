@@ -3350,3 +3350,38 @@ TEST(read_buffer_shrinks_after_a_big_frame) {
     close_cleanly(loop, &c, &s);
     finish(loop, sctx, cctx);
 }
+
+/* Big frames one after another: the first gives the buffer's room back,
+ * a second in a row keeps it (it was grown again from one record, by a
+ * realloc at each doubling, for every frame), and a small frame after the
+ * run gives it back, as a stream's read buffer does. */
+TEST(read_buffer_keeps_its_room_for_a_run_of_big_frames) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    settled_pair(loop, &c, cctx, &s, sctx);
+    const size_t start_cap = s.t.pcap, len = (size_t)2 << 20;
+    unsigned char *big = calloc(1, len);
+    CHECK(big);
+    size_t kept = 0;
+    for (int i = 1; i <= 4; i++) {
+        CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, big, len), 0);
+        for (int k = 0; k < 100000 && s.frames < i; k++)
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        CHECK_EQ(s.frames, i);
+        if (i == 1) CHECK_EQ(s.t.pcap, start_cap); /* one big frame */
+        if (i == 2) kept = s.t.pcap;
+        if (i >= 2) CHECK(s.t.pcap >= len);  /* a run: kept */
+        if (i > 2) CHECK_EQ(s.t.pcap, kept); /* and not grown again */
+    }
+    CHECK_EQ(lull_endpoint_send_copy(&c.t.ep, "tail", 4), 0);
+    for (int k = 0; k < 1000 && s.frames < 5; k++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.frames, 5);
+    CHECK_EQ(s.t.pcap, start_cap);
+    CHECK_EQ(s.bytes, 4 * len + 4);
+    free(big);
+    close_cleanly(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
