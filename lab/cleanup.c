@@ -63,8 +63,13 @@ static void empty_dir(int fd, int depth) {
     close(fd);
 }
 
+/* The process that set the handlers: a forked measuring child inherits
+ * them, and its death by a signal must not remove the directories the
+ * parent still uses. */
+static pid_t owner;
+
 static void on_signal(int sig) {
-    for (int i = 0; i < TMP_SLOTS; i++) {
+    for (int i = 0; i < TMP_SLOTS && getpid() == owner; i++) {
         if (!__atomic_load_n(&tmp_dirs[i].used, __ATOMIC_ACQUIRE)) continue;
         /* A thread of the scenario may add a name meanwhile: a few
          * passes, until the directory itself goes. */
@@ -81,6 +86,7 @@ static void on_signal(int sig) {
 
 void lab_tmp_guard(void) {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+    owner = getpid();
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         struct sigaction was;
         /* One ignored at start (a background job's SIGINT, SIGPIPE
