@@ -1095,6 +1095,26 @@ TEST(errors) {
 }
 
 /* The loop is busy while a delivery is queued and frees once it ran. */
+/* A shutdown after the peer closed, before this end has heard of it,
+ * has nothing to tell the peer (there is none) and returns 0; the end
+ * then closes with the peer's reason, once. (Nothing covered it: skipping
+ * the peer-gone check wrote through the NULL peer.) */
+TEST(shutdown_after_the_peer_closed_returns_zero) {
+    FOR_EACH_CLOCK(clk) {
+        lull_loop *loop = new_loop(clk);
+        side a, b;
+        pair_with(loop, &a, &b, NULL);
+        close_checked(&b, 0);
+        CHECK_EQ(lull_endpoint_shutdown(&a.lb.ep), 0);
+        CHECK_EQ(lull_endpoint_shutdown(&a.lb.ep), 0);
+        run_ready(loop);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(a.reason, 0);
+        CHECK_EQ(b.closes, 1);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
 TEST(loop_free_waits_for_deliveries) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
     side a, b;
