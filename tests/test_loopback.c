@@ -1095,6 +1095,71 @@ TEST(errors) {
 }
 
 /* The loop is busy while a delivery is queued and frees once it ran. */
+/* A shutdown after the peer closed, before this end has heard of it,
+ * has nothing to tell the peer (there is none) and returns 0; the end
+ * then closes with the peer's reason, once. (Nothing covered it: skipping
+ * the peer-gone check wrote through the NULL peer.) */
+TEST(shutdown_after_the_peer_closed_returns_zero) {
+    FOR_EACH_CLOCK(clk) {
+        lull_loop *loop = new_loop(clk);
+        side a, b;
+        pair_with(loop, &a, &b, NULL);
+        close_checked(&b, 0);
+        CHECK_EQ(lull_endpoint_shutdown(&a.lb.ep), 0);
+        CHECK_EQ(lull_endpoint_shutdown(&a.lb.ep), 0);
+        run_ready(loop);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(a.reason, 0);
+        CHECK_EQ(b.closes, 1);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
+/* A paused end whose peer shut down with nothing queued hears of the end
+ * when it reads again: a turn is claimed for the end alone. (Only a
+ * shutdown behind a queued frame was covered; without its turn the
+ * resumed end waited for ever.) */
+TEST(paused_end_resumed_after_a_bare_shutdown_closes) {
+    FOR_EACH_CLOCK(clk) {
+        lull_loop *loop = new_loop(clk);
+        side a, b;
+        pair_with(loop, &a, &b, NULL);
+        CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+        CHECK_EQ(lull_endpoint_shutdown(&a.lb.ep), 0);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(b.closes, 0);
+        CHECK_EQ(lull_endpoint_read_start(&b.lb.ep), 0);
+        CHECK_EQ(b.closes, 0); /* never inside the call */
+        run_ready(loop);
+        CHECK_EQ(b.closes, 1);
+        CHECK_EQ(b.reason, 0);
+        CHECK_EQ(a.closes, 1);
+        CHECK_EQ(a.reason, 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
+/* Delayed timer delivery counts its turns like the other deliveries: one
+ * claim for a queue, one more for the frame that waits its own delay. */
+TEST(delayed_timer_turns_are_counted) {
+    const uint64_t ms = 1000000;
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loopback_options o = {.deliver = LULL_DELIVER_TIMER, .delay_ns = ms};
+    side a, b;
+    pair_with(loop, &a, &b, &o);
+    CHECK_EQ(send_id(&a, 1), 0);
+    CHECK_EQ(send_id(&a, 2), 0);
+    CHECK_U64_EQ(b.lb.turns, 1);
+    lull_loop_advance(loop, ms);
+    CHECK_EQ(b.frames, 1);
+    CHECK_U64_EQ(b.lb.turns, 2);
+    lull_loop_advance(loop, ms);
+    CHECK_EQ(b.frames, 2);
+    CHECK_U64_EQ(b.lb.turns, 2);
+    close_both(&a, &b);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(loop_free_waits_for_deliveries) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
     side a, b;

@@ -894,3 +894,34 @@ TEST(histogram_percentile_of_nan_or_out_of_range) {
     CHECK_U64_EQ(lull_histogram_percentile(&h, 1.0 / 0.0), 1000);
     CHECK_U64_EQ(lull_histogram_percentile(&h, -1.0 / 0.0), 1);
 }
+
+/* A wait sample dies with the post it timed: a task posted (and tagged
+ * for a sample), cancelled, and posted again 20 ms later is not recorded
+ * as having waited 20 ms. Each round, a repeating task posts b, cancels
+ * it, spins 20 ms (so the next slice check arms a sample, 100 us apart),
+ * then posts b again; the only post a sample can tag is b's first. (With
+ * the tag left on a cancelled task, its run was timed from the cancelled
+ * post.) */
+static lull_task cancel_b;
+static int cancel_rounds;
+static void post_cancel_repost(lull_task *t) {
+    lull_task_post(the_loop, &cancel_b);
+    lull_task_cancel(&cancel_b);
+    check_spin_ns(20 * MS);
+    lull_task_post(the_loop, &cancel_b);
+    if (++cancel_rounds < 10) lull_task_post(the_loop, t);
+}
+
+TEST(cancelled_post_is_not_a_wait_sample) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_task a;
+    lull_task_init(&a, post_cancel_repost);
+    lull_task_init(&cancel_b, count_task);
+    cancel_rounds = 0;
+    lull_task_post(loop, &a);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(calls, 10);
+    lull_metrics m = metrics();
+    CHECK_LE(m.task_wait.max, 20 * MS - 1); /* 0 with no sample */
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

@@ -339,6 +339,79 @@ TEST_THREADED(stop_from_another_thread_through_a_post) {
 
 /* lull_task_post_remote is legal from the loop thread too, also inside a
  * callback; the task runs in a later turn. */
+/* Posters that race onto an empty stack: each counts itself as the one
+ * that will wake the loop, one push wins, and the others push onto the
+ * winner's task and must take their count back, or lull_loop_free's wait
+ * for posters inside their wake never ends. Each round two threads leave
+ * a barrier together and post one task each onto the stack the loop has
+ * just drained. Such a race is rare (a few in 100,000 rounds), so the
+ * rounds go on for a time budget; when all are joined no poster is left
+ * counted, and the free returns. */
+#define RACE_ROUNDS   200000
+#define RACE_BUDGET_S 5
+#define RACE_THREADS  2 /* the machine's CPUs may be two */
+static lull_task race_tasks[RACE_THREADS][RACE_ROUNDS], race_done;
+static atomic_int race_runs, race_arrived, race_rounds;
+static atomic_bool race_stop;
+static void race_ran(lull_task *t) {
+    (void)t;
+    atomic_fetch_add(&race_runs, 1);
+}
+
+static void race_end(lull_task *t) {
+    (void)t;
+    lull_loop_unref(the_loop);
+}
+
+/* Poster 0 leads: it decides before each round whether the budget is
+ * spent, and says so before it reaches the barrier, so both see it. */
+static void *post_race(void *arg) {
+    int me = (int)(intptr_t)arg;
+    uint64_t end = check_clock_ns() + RACE_BUDGET_S * 1000000000ull;
+    int i;
+    for (i = 0; i < RACE_ROUNDS; i++) {
+        if (me == 0 && check_clock_ns() >= end) atomic_store(&race_stop, true);
+        /* A spinning barrier: the posters leave it within nanoseconds
+         * (it yields when the other poster is not on a CPU). */
+        atomic_fetch_add(&race_arrived, 1);
+        for (int spins = 0; atomic_load(&race_arrived) < (i + 1) * RACE_THREADS;
+             spins++)
+            if (spins > 1000) sched_yield();
+        if (atomic_load(&race_stop)) break;
+        lull_task_post_remote(the_loop, &race_tasks[me][i]);
+        while (atomic_load(&race_runs) < (i + 1) * RACE_THREADS)
+            sched_yield(); /* the stack drained before the next round */
+    }
+    if (me == 0) {
+        atomic_store(&race_rounds, i);
+        lull_task_post_remote(the_loop, &race_done);
+    }
+    return NULL;
+}
+
+TEST_THREADED(remote_posters_racing_on_an_empty_stack_leave_none_counted) {
+    CHECK_EQ(lull_loop_new(&the_loop, NULL), 0);
+    for (int t = 0; t < RACE_THREADS; t++)
+        for (int i = 0; i < RACE_ROUNDS; i++)
+            lull_task_init(&race_tasks[t][i], race_ran);
+    lull_task_init(&race_done, race_end);
+    atomic_store(&race_runs, 0);
+    atomic_store(&race_arrived, 0);
+    atomic_store(&race_stop, false);
+    lull_loop_ref(the_loop); /* race_end drops it */
+    pthread_t th[RACE_THREADS];
+    for (int t = 0; t < RACE_THREADS; t++)
+        CHECK_EQ(pthread_create(&th[t], NULL, post_race, (void *)(intptr_t)t),
+                 0);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_DEFAULT), 0);
+    for (int t = 0; t < RACE_THREADS; t++)
+        CHECK_EQ(pthread_join(th[t], NULL), 0);
+    CHECK_LE(1000, atomic_load(&race_rounds));
+    CHECK_EQ(atomic_load(&race_runs), RACE_THREADS * atomic_load(&race_rounds));
+    CHECK_EQ(__atomic_load_n(&the_loop->posters, __ATOMIC_ACQUIRE), 0);
+    CHECK_EQ(lull_loop_free(the_loop), 0);
+}
+
 static lull_task inner;
 static int inner_runs;
 static void run_inner(lull_task *t) {

@@ -239,6 +239,36 @@ TEST(handles_changed_inside_a_delivery) {
     free_loop(loop);
 }
 
+/* A handle that stopped itself inside a delivery gives its block back
+ * when the deliveries end; started again later and stopped outside any
+ * delivery, it gives the new block back too. (A delivery's list of blocks
+ * to give back, left set after the batch, made the later start take the
+ * block as "restarted inside the delivery", uncounted, so the later stop
+ * left the signal blocked in the thread for good.) */
+static void seen_then_stop(lull_signal *s, int signum) {
+    seen(s, signum);
+    CHECK_EQ(lull_signal_stop(s), 0);
+}
+
+TEST(stopped_in_its_delivery_then_started_and_stopped_again_unblocks) {
+    lull_loop *loop = new_loop();
+    watcher a = {0};
+    a.id = 1;
+    CHECK_EQ(lull_signal_init(loop, &a.sig, seen_then_stop), 0);
+    CHECK_EQ(lull_signal_start(&a.sig, SIGUSR1), 0);
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &a.calls, 1);
+    CHECK(!blocked_here(SIGUSR1));
+    CHECK_EQ(lull_signal_init(loop, &a.sig, seen), 0);
+    CHECK_EQ(lull_signal_start(&a.sig, SIGUSR1), 0);
+    CHECK(blocked_here(SIGUSR1));
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &a.calls, 2);
+    CHECK_EQ(lull_signal_stop(&a.sig), 0);
+    CHECK(!blocked_here(SIGUSR1));
+    free_loop(loop);
+}
+
 /* A signal nobody watches keeps its default action: after a handle for
  * SIGUSR1 started and stopped, SIGUSR1 ends the process as before. In a
  * child process of the test. */

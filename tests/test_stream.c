@@ -733,6 +733,28 @@ static void count_release(lull_frame *f) {
     g_released++;
 }
 
+/* A caller's read buffer holds a frame that fills it exactly, even when
+ * the frame arrives behind another and must be moved to the front first.
+ * (Nothing covered the exact fit: with `need < rcap` in make_room, the
+ * frame was refused as never fitting, -EMSGSIZE.) */
+TEST(frame_that_exactly_fills_a_callers_buffer_after_another) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    counters(loop, &a, &b, NULL, NULL);
+    static unsigned char buf[64];
+    CHECK_EQ(lull_stream_read_into(&b.s, buf, sizeof buf), 0);
+    static unsigned char body[sizeof buf - 4]; /* 4: the frame's header */
+    memset(body, 'z', sizeof body);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "x", 1), 0);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, body, sizeof body), 0);
+    for (int i = 0; i < 1000 && b.frames < 2 && !b.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(b.frames, 2);
+    CHECK_EQ(b.closes, 0);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 TEST(partial_writes_keep_order) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     int sv[2];
@@ -1558,6 +1580,31 @@ TEST(idle_timeout) {
         lull_loop_settle(loop);
     CHECK_EQ(b.closes, 1); /* its peer read EOF */
     CHECK_EQ(b.reason, 0);
+    free_loop(loop);
+}
+
+/* A read is activity too: a stream that only receives is idle from its
+ * last read, not from its set-up. (Only the sender's clock was checked:
+ * with reads not counted, b closed at 1 s with a frame read at 0.6 s.) */
+TEST(idle_timeout_counts_from_the_last_read) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    counter a, b;
+    lull_stream_options o = {.idle_timeout_ns = 1000000000};
+    counters(loop, &a, &b, NULL, &o);
+    lull_loop_advance(loop, 600000000);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "x", 1), 0);
+    lull_loop_advance(loop, 600000000); /* 1.2 s: read at 0.6 s */
+    CHECK_EQ(b.frames, 1);
+    CHECK_EQ(b.closes, 0);
+    lull_loop_advance(loop, 300000000); /* 1.5 s: idle 0.9 s */
+    CHECK_EQ(b.closes, 0);
+    lull_loop_advance(loop, 200000000); /* 1.7 s: idle 1.1 s */
+    CHECK_EQ(b.closes, 1);
+    CHECK_EQ(b.reason, -ETIMEDOUT);
+    for (int i = 0; i < 10 && !a.closes; i++)
+        lull_loop_settle(loop);
+    CHECK_EQ(a.closes, 1); /* its peer read EOF */
+    CHECK_EQ(a.reason, 0);
     free_loop(loop);
 }
 

@@ -1840,3 +1840,38 @@ TEST(timer_freed_while_due_is_caught_in_debug_builds) {
     CHECK(check_dies(free_a_due_timer, NULL,
                      "lull: due list corrupted (a timer freed while armed?)"));
 }
+
+/* A repeating timer whose loop looks exactly one period late (the clock
+ * reads its next deadline, to the nanosecond) fires once for both periods
+ * and stays armed on its grid. Checked on the fake clock, where "exactly"
+ * is certain. (A `next < now` for `next <= now` in next_deadline took the
+ * next period as not yet missed, kept it as the next deadline, and then
+ * found it not after now: the timer was dropped from the heap, and never
+ * fired again.) */
+static int exact_fires;
+static uint64_t exact_overrun[2];
+static void exact_tick(lull_timer *t) {
+    exact_overrun[exact_fires++] = lull_timer_overrun(t);
+    if (exact_fires == 1)
+        fake_clock.ns = 1006 * MS; /* the next deadline, on time */
+    else
+        lull_timer_stop(t);
+}
+
+TEST(repeat_seen_exactly_one_period_late_stays_armed) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer t;
+    lull_timer_init(loop, &t, exact_tick);
+    exact_fires = 0;
+    lull_timer_start(&t, 2 * MS, 2 * MS);
+    CHECK_U64_EQ(lull_timer_deadline(&t), 1002 * MS);
+    fake_clock.ns = 1004 * MS; /* the second deadline, exactly */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(exact_fires, 2);
+    CHECK_U64_EQ(exact_overrun[0], 2); /* 1002 and 1004 */
+    CHECK_U64_EQ(exact_overrun[1], 1);
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
