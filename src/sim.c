@@ -115,7 +115,6 @@ struct lull_simnet {
     uint32_t heap_len, heap_cap;
     lull_simconn *ends; /* live ends, newest first */
     uint32_t nends;
-    lull__registry live; /* the live ends again, a set by address */
     lull_simserver *servers;
     uint64_t ports;            /* connecting ends named so far */
     bool stepping;             /* an event runs: lull_simnet_free is refused */
@@ -541,7 +540,7 @@ static void list_remove(lull_simnet *net, lull_simconn *c) {
     else
         net->ends = c->net_next;
     if (c->net_next) c->net_next->net_prev = c->net_prev;
-    lull__registry_remove(&net->live, c);
+    lull__registry_remove(&net->loop->sims, c);
     net->nends--;
     net->loop->handles--;
 }
@@ -1053,20 +1052,23 @@ const lull_frame_ops lull__sim_ops = {sim_send, sim_close, sim_fail};
 
 /* ------------------------------------------------------------ set-up */
 
-/* Is c a live end of this network, its struct still in use? Decided by
- * the network's set of live ends alone, never by c's fields: a struct
- * handed in to be set up may hold anything, uninitialised memory
- * included. A set by address (src/registry.c), O(1) a connect or accept:
- * walking the list made setting up n connections O(n^2) (30,000 took
- * 19 s). It is only asked, never walked, so addresses order nothing. */
+/* Is c a live end, or srv a listening server, of any network on the
+ * loop, its struct still in use? Decided by the loop's set of them alone
+ * (loop->sims, src/registry.c: by address, O(1)), never by the struct's
+ * fields: one handed in to be set up may hold anything, uninitialised
+ * memory included. Not the network's own list: a struct live on another
+ * network would be set up again over that network's links. Walking the
+ * list also made setting up n connections O(n^2). The set is only asked,
+ * never walked, so addresses order nothing. The loop's, not the
+ * process's: a harness that abandons a stuck run's loop, network and
+ * structs whole starts the next on a new loop, whose set knows none of
+ * them. */
 static bool end_live(lull_simnet *net, const lull_simconn *c) {
-    return lull__registry_has(&net->live, c);
+    return lull__registry_has(&net->loop->sims, c);
 }
 
-static bool server_listed(const lull_simnet *net, const lull_simserver *srv) {
-    for (const lull_simserver *s = net->servers; s; s = s->next)
-        if (s == srv) return true;
-    return false;
+static bool server_listed(lull_simnet *net, const lull_simserver *srv) {
+    return lull__registry_has(&net->loop->sims, srv);
 }
 
 /* A share is in thousandths: more than 1000 is a mistake, not "always". */
@@ -1089,7 +1091,7 @@ static void dir_init(lull_simnet *net, lull__simdir *d,
 static int end_init(lull_simnet *net, lull_simconn *c,
                     const lull_simconn_options *o) {
     if (heap_reserve(net, net->nends + 1) < 0 ||
-        lull__registry_add(&net->live, c) < 0)
+        lull__registry_add(&net->loop->sims, c) < 0)
         return -ENOMEM;
     lull__endpoint_init(&c->ep, &lull__sim_ops, o->max_frame, o->high_water,
                         o->max_queued);
@@ -1152,7 +1154,6 @@ int lull_simnet_free(lull_simnet *net) {
     if (net->nends || net->servers || net->stepping) return -EBUSY;
     lull_timer_stop(&net->timer);
     free(net->heap);
-    lull__registry_free(&net->live);
     free(net);
     return 0;
 }
@@ -1200,6 +1201,8 @@ int lull_simserver_listen(lull_simnet *net, lull_simserver *srv,
     LULL_ASSERT_LOOP_THREAD(net->loop);
     if (server_listed(net, srv)) return -EBUSY;
     if (find_server(net, addr)) return -EADDRINUSE;
+    if (lull__registry_add(&net->loop->sims, srv) < 0) /* until its close */
+        return -ENOMEM;
     memset(srv, 0, sizeof *srv);
     srv->net = net;
     snprintf(srv->addr, sizeof srv->addr, "%s", addr);
@@ -1257,6 +1260,7 @@ void lull_simserver_close(lull_simserver *srv) {
         if (*s == srv) {
             *s = srv->next;
             net->loop->handles--;
+            lull__registry_remove(&net->loop->sims, srv);
             break;
         }
     trace(net, "unlisten %s", srv->addr);

@@ -2507,3 +2507,56 @@ TEST(a_hundred_thousand_connections) {
     free(cl);
     free(many_acc);
 }
+
+/* A struct live on one network handed to another: connect, accept and
+ * listen asked only their own network whether it was in use, so each set
+ * it up again over the first network's links (its list of ends, its
+ * schedule, its servers), and the first network then ran a struct that
+ * was now the second's. Refused now (-EBUSY) as on its own network, and
+ * both go on unharmed. */
+static lull_simconn *other_net_target;
+static int other_net_accept_rc;
+static void accept_into_other(lull_simserver *srv) {
+    other_net_accept_rc = lull_simserver_accept(srv, other_net_target, NULL);
+}
+
+TEST(live_structs_are_not_set_up_on_another_network) {
+    lull_loop *loop = L = vloop();
+    lull_simnet *net, *net2;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    CHECK_EQ(lull_simnet_new(&net2, loop, NULL), 0);
+    lull_simserver srv, srv2;
+    dont_accept = false;
+    accept_want = 0;
+    accepted.echo = false;
+    accept_opts = (lull_simconn_options){0};
+    CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+    CHECK_EQ(lull_simserver_listen(net2, &srv, "s", on_connection), -EBUSY);
+    CHECK_EQ(lull_simserver_listen(net2, &srv2, "s", accept_into_other), 0);
+    end cl, cl2;
+    client_connect(net, &cl, "s", NULL);
+    CHECK_EQ(lull_simconn_connect(net2, &cl.c, "s", NULL, on_connect), -EBUSY);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.connect_status, 0);
+    CHECK_EQ(lull_simconn_connect(net2, &cl.c, "s", NULL, on_connect), -EBUSY);
+    /* An accept on the second network into the first's open end. */
+    other_net_target = &accepted.c;
+    client_connect(net2, &cl2, "s", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(other_net_accept_rc, -EBUSY);
+    CHECK_EQ(cl2.connect_status, -ECONNREFUSED);
+    CHECK_EQ(cl2.closes, 1);
+    /* The first connection still carries bytes both ways. */
+    uint64_t pos = 0, rng = 3;
+    send_pattern(&cl.c.ep, &pos, 3000, &rng);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.got, 3000);
+    CHECK(!accepted.bad);
+    lull_endpoint_close(&cl.c.ep, 0);
+    lull_simserver_close(&srv2);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(cl.closes, 1);
+    CHECK_EQ(accepted.closes, 1);
+    CHECK_EQ(lull_simnet_free(net2), 0);
+    finish(loop, net, &srv);
+}
