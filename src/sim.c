@@ -721,6 +721,28 @@ static void queue_cut(lull_simnet *net, lull_simconn *c) {
     release_list(close_end(net, c, -EBUSY, c->ep.on_close != NULL, false));
 }
 
+/* The frames `done` were read to their end: they go back to their owners;
+ * then their sender counts them: the `bytes` read, and a framed sender
+ * each frame's header too, as it counted them (lull__frame_cost). Its
+ * drain may re-send those frames. c's read runs under the guard g: false
+ * when c closed meanwhile (released here; c is not touched again). */
+static bool hand_back(lull_simconn *c, simguard *g, lull_frame *done,
+                      size_t bytes) {
+    size_t frames = 0;
+    for (const lull_frame *f = done; f; f = f->next)
+        frames++;
+    release_list(done);
+    lull_simconn *sender = g->closed ? NULL : c->other;
+    if (sender) {
+        if (sender->ep.flags & LULL__EP_FRAMED)
+            bytes += frames * LULL__FRAME_HDR;
+        lull__endpoint_sent(&sender->ep, bytes);
+    }
+    if (!g->closed) return true;
+    release_list(g->discard);
+    return false;
+}
+
 /* Hands the next chunk (raw) or frame to on_frame, then releases the
  * frames read to their end and tells their sender. The guard on the
  * stack is pointed at from c while the callbacks run; every path that
@@ -800,21 +822,7 @@ static void deliver(lull_simnet *net, lull_simconn *c) {
         release_list(g.discard);
         return;
     }
-    /* The frames read to their end go back to their owners; then their
-     * sender counts the bytes (its drain may re-send those frames). */
-    release_list(take_done(c));
-    if (g.closed) {
-        release_list(g.discard);
-        return;
-    }
-    lull_simconn *sender = c->other;
-    if (sender) {
-        lull__endpoint_sent(&sender->ep, n);
-        if (g.closed) {
-            release_list(g.discard);
-            return;
-        }
-    }
+    if (!hand_back(c, &g, take_done(c), n)) return;
     c->guard = NULL;
     send_segments(net, c); /* the window has room again */
     resched(net, c);
@@ -959,7 +967,9 @@ static void step(lull_simnet *net, lull_simconn *c) {
             lull_frame *done = take_done(c);
             send_segments(net, c);
             resched(net, c);
-            release_list(done);
+            simguard g = {false, NULL};
+            c->guard = &g;
+            if (hand_back(c, &g, done, 0)) c->guard = NULL;
             return;
         }
         if (d->eof && d->read == d->queued) {
@@ -1095,6 +1105,9 @@ static int end_init(lull_simnet *net, lull_simconn *c,
         return -ENOMEM;
     lull__endpoint_init(&c->ep, &lull__sim_ops, o->max_frame, o->high_water,
                         o->max_queued);
+    /* A framed end's frames each cost a header on top of their bytes, as
+     * on a framed stream, so that empty ones fill its queue too. */
+    if (!(o->flags & LULL_SIMCONN_RAW)) c->ep.flags |= LULL__EP_FRAMED;
     /* Framed, as on a stream: no longer than a 4-byte length says, so a
      * frame and its header always fit in a position. */
     if (!(o->flags & LULL_SIMCONN_RAW) && c->ep.max_frame > UINT32_MAX)

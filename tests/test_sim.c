@@ -113,6 +113,8 @@ static void client_connect(lull_simnet *net, end *e, const char *addr,
     lull_endpoint_set_callbacks(&e->c.ep, on_frame, on_drain, on_close);
 }
 
+static uint64_t pattern_frames; /* frames send_pattern sent */
+
 /* Sends `total` bytes of the pattern from position *pos in frames of
  * random sizes (copied). */
 static void send_pattern(lull_endpoint *ep, uint64_t *pos, uint64_t total,
@@ -125,6 +127,7 @@ static void send_pattern(lull_endpoint *ep, uint64_t *pos, uint64_t total,
         for (size_t i = 0; i < n; i++)
             buf[i] = pattern(*pos + i);
         CHECK_EQ(lull_endpoint_send_copy(ep, buf, n), 0);
+        pattern_frames++;
         *pos += n;
         total -= n;
     }
@@ -445,12 +448,15 @@ TEST(slow_reader_backpressure_and_drain) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_simconn_read_stop(&accepted.c), 0);
     uint64_t pos = 0, rng = 2;
+    pattern_frames = 0;
     send_pattern(&cl.c.ep, &pos, 100000, &rng);
     CHECK(!lull_endpoint_writable(&cl.c.ep));
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_U64_EQ(accepted.got, 0);
     CHECK(!lull_endpoint_writable(&cl.c.ep));
-    CHECK_U64_EQ(cl.c.ep.queued, 100000);
+    /* The client is framed: each frame costs its 4-byte header too, as on
+     * a framed stream (the raw reader reads no headers). */
+    CHECK_U64_EQ(cl.c.ep.queued, 100000 + 4 * pattern_frames);
     CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_U64_EQ(accepted.got, 100000);
@@ -2559,4 +2565,63 @@ TEST(live_structs_are_not_set_up_on_another_network) {
     CHECK_EQ(accepted.closes, 1);
     CHECK_EQ(lull_simnet_free(net2), 0);
     finish(loop, net, &srv);
+}
+
+/* A framed connection carries each frame with a 4-byte header (its wire,
+ * its window), but the sender counted a frame's length alone in
+ * ep.queued: a flood of empty frames to a reader that had stopped never
+ * made the sender unwritable nor reached its max_queued, and the queue
+ * grew without bound (a framed stream counts the headers: src/frame.h,
+ * lull__frame_cost). Now a framed end's sends cost their header too. */
+TEST(empty_frames_to_a_stopped_reader_fill_the_queue) {
+    lull_simserver srv;
+    end cl;
+    lull_simnet *net = open_pair(9, NULL, NULL, 0, &srv, &cl);
+    CHECK_EQ(lull_simconn_read_stop(&accepted.c), 0);
+    uint64_t sent = 0;
+    while (lull_endpoint_writable(&cl.c.ep) && sent < 20000) {
+        CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, NULL, 0), 0);
+        sent++;
+        if (sent % 1000 == 0) lull_loop_settle(L);
+    }
+    CHECK(!lull_endpoint_writable(&cl.c.ep));
+    CHECK_U64_EQ(sent, LULL_HIGH_WATER_DEFAULT / 4);
+    /* Read again: every frame arrives, the queue empties, drain once. */
+    CHECK_EQ(lull_simconn_read_start(&accepted.c), 0);
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_U64_EQ(accepted.frames, sent);
+    CHECK_U64_EQ(cl.drains, 1);
+    CHECK(lull_endpoint_writable(&cl.c.ep));
+    CHECK_U64_EQ(cl.c.ep.queued, 0);
+    close_both(net, &srv, &cl);
+
+    /* With a bound: past it the sender closes with -ENOBUFS. A raw
+     * reader reads no headers, and the sender's count still empties. */
+    for (unsigned raw = 0; raw <= LULL_SIMCONN_RAW; raw += LULL_SIMCONN_RAW) {
+        lull_loop *loop = L = vloop();
+        CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+        accept_opts = (lull_simconn_options){.flags = raw};
+        CHECK_EQ(lull_simserver_listen(net, &srv, "s", on_connection), 0);
+        lull_simconn_options co = {.max_queued = 400};
+        client_connect(net, &cl, "s", &co);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        /* 98 empty frames and one of 4 bytes: 400 with their headers. */
+        for (int i = 0; i < 98; i++)
+            CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, NULL, 0), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, "abcd", 4), 0);
+        CHECK_U64_EQ(cl.c.ep.queued, 400);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_U64_EQ(cl.c.ep.queued, 0);
+        CHECK_U64_EQ(accepted.got, 4);
+        CHECK_EQ(lull_simconn_read_stop(&accepted.c), 0);
+        for (int i = 0; i < 100; i++)
+            CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, NULL, 0), 0);
+        CHECK_EQ(lull_endpoint_send_copy(&cl.c.ep, NULL, 0), -ENOBUFS);
+        /* Its close callback follows once the reader let go of its
+         * frames. */
+        lull_endpoint_close(&accepted.c.ep, 0);
+        finish(loop, net, &srv);
+        CHECK_EQ(cl.closes, 1);
+        CHECK_EQ(cl.close_reason, -ENOBUFS);
+    }
 }
