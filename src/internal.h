@@ -275,6 +275,9 @@ struct lull_loop {
     void (*loopbacks_forget)(lull_loop *loop);
     lull__registry udps; /* udp handles set up here and not yet the
                             caller's again (src/udp.c) */
+    lull__registry sims; /* simulated connection ends not yet done and
+                            servers listening, of every lull_simnet here
+                            (src/sim.c) */
     void *delivering;    /* the turn (task or timer) of the loopback
                             end whose frame delivery runs; NULL once
                             a callback closed that end

@@ -130,6 +130,7 @@ int lull_loop_free(lull_loop *loop) {
     lull__registry_free(&loop->udps);
     lull__registry_free(&loop->loopbacks);
     lull__registry_free(&loop->pumps);
+    lull__registry_free(&loop->sims); /* empty: each was a handle */
     free(loop);
     return 0;
 }

@@ -540,6 +540,7 @@ static void list_remove(lull_simnet *net, lull_simconn *c) {
     else
         net->ends = c->net_next;
     if (c->net_next) c->net_next->net_prev = c->net_prev;
+    lull__registry_remove(&net->loop->sims, c);
     net->nends--;
     net->loop->handles--;
 }
@@ -720,6 +721,28 @@ static void queue_cut(lull_simnet *net, lull_simconn *c) {
     release_list(close_end(net, c, -EBUSY, c->ep.on_close != NULL, false));
 }
 
+/* The frames `done` were read to their end: they go back to their owners;
+ * then their sender counts them: the `bytes` read, and a framed sender
+ * each frame's header too, as it counted them (lull__frame_cost). Its
+ * drain may re-send those frames. c's read runs under the guard g: false
+ * when c closed meanwhile (released here; c is not touched again). */
+static bool hand_back(lull_simconn *c, simguard *g, lull_frame *done,
+                      size_t bytes) {
+    size_t frames = 0;
+    for (const lull_frame *f = done; f; f = f->next)
+        frames++;
+    release_list(done);
+    lull_simconn *sender = g->closed ? NULL : c->other;
+    if (sender) {
+        if (sender->ep.flags & LULL__EP_FRAMED)
+            bytes += frames * LULL__FRAME_HDR;
+        lull__endpoint_sent(&sender->ep, bytes);
+    }
+    if (!g->closed) return true;
+    release_list(g->discard);
+    return false;
+}
+
 /* Hands the next chunk (raw) or frame to on_frame, then releases the
  * frames read to their end and tells their sender. The guard on the
  * stack is pointed at from c while the callbacks run; every path that
@@ -799,21 +822,7 @@ static void deliver(lull_simnet *net, lull_simconn *c) {
         release_list(g.discard);
         return;
     }
-    /* The frames read to their end go back to their owners; then their
-     * sender counts the bytes (its drain may re-send those frames). */
-    release_list(take_done(c));
-    if (g.closed) {
-        release_list(g.discard);
-        return;
-    }
-    lull_simconn *sender = c->other;
-    if (sender) {
-        lull__endpoint_sent(&sender->ep, n);
-        if (g.closed) {
-            release_list(g.discard);
-            return;
-        }
-    }
+    if (!hand_back(c, &g, take_done(c), n)) return;
     c->guard = NULL;
     send_segments(net, c); /* the window has room again */
     resched(net, c);
@@ -958,7 +967,9 @@ static void step(lull_simnet *net, lull_simconn *c) {
             lull_frame *done = take_done(c);
             send_segments(net, c);
             resched(net, c);
-            release_list(done);
+            simguard g = {false, NULL};
+            c->guard = &g;
+            if (hand_back(c, &g, done, 0)) c->guard = NULL;
             return;
         }
         if (d->eof && d->read == d->queued) {
@@ -1051,20 +1062,23 @@ const lull_frame_ops lull__sim_ops = {sim_send, sim_close, sim_fail};
 
 /* ------------------------------------------------------------ set-up */
 
-/* Is c a live end of this network, its struct still in use? Decided by
- * the network's list alone, never by c's fields: a struct handed in to be
- * set up may hold anything, uninitialised memory included. O(live ends)
- * per connect or accept, which a simulation's set-up can afford. */
-static bool end_live(const lull_simnet *net, const lull_simconn *c) {
-    for (const lull_simconn *e = net->ends; e; e = e->net_next)
-        if (e == c) return true;
-    return false;
+/* Is c a live end, or srv a listening server, of any network on the
+ * loop, its struct still in use? Decided by the loop's set of them alone
+ * (loop->sims, src/registry.c: by address, O(1)), never by the struct's
+ * fields: one handed in to be set up may hold anything, uninitialised
+ * memory included. Not the network's own list: a struct live on another
+ * network would be set up again over that network's links. Walking the
+ * list also made setting up n connections O(n^2). The set is only asked,
+ * never walked, so addresses order nothing. The loop's, not the
+ * process's: a harness that abandons a stuck run's loop, network and
+ * structs whole starts the next on a new loop, whose set knows none of
+ * them. */
+static bool end_live(lull_simnet *net, const lull_simconn *c) {
+    return lull__registry_has(&net->loop->sims, c);
 }
 
-static bool server_listed(const lull_simnet *net, const lull_simserver *srv) {
-    for (const lull_simserver *s = net->servers; s; s = s->next)
-        if (s == srv) return true;
-    return false;
+static bool server_listed(lull_simnet *net, const lull_simserver *srv) {
+    return lull__registry_has(&net->loop->sims, srv);
 }
 
 /* A share is in thousandths: more than 1000 is a mistake, not "always". */
@@ -1086,9 +1100,14 @@ static void dir_init(lull_simnet *net, lull__simdir *d,
 
 static int end_init(lull_simnet *net, lull_simconn *c,
                     const lull_simconn_options *o) {
-    if (heap_reserve(net, net->nends + 1) < 0) return -ENOMEM;
+    if (heap_reserve(net, net->nends + 1) < 0 ||
+        lull__registry_add(&net->loop->sims, c) < 0)
+        return -ENOMEM;
     lull__endpoint_init(&c->ep, &lull__sim_ops, o->max_frame, o->high_water,
                         o->max_queued);
+    /* A framed end's frames each cost a header on top of their bytes, as
+     * on a framed stream, so that empty ones fill its queue too. */
+    if (!(o->flags & LULL_SIMCONN_RAW)) c->ep.flags |= LULL__EP_FRAMED;
     /* Framed, as on a stream: no longer than a 4-byte length says, so a
      * frame and its header always fit in a position. */
     if (!(o->flags & LULL_SIMCONN_RAW) && c->ep.max_frame > UINT32_MAX)
@@ -1195,6 +1214,8 @@ int lull_simserver_listen(lull_simnet *net, lull_simserver *srv,
     LULL_ASSERT_LOOP_THREAD(net->loop);
     if (server_listed(net, srv)) return -EBUSY;
     if (find_server(net, addr)) return -EADDRINUSE;
+    if (lull__registry_add(&net->loop->sims, srv) < 0) /* until its close */
+        return -ENOMEM;
     memset(srv, 0, sizeof *srv);
     srv->net = net;
     snprintf(srv->addr, sizeof srv->addr, "%s", addr);
@@ -1252,6 +1273,7 @@ void lull_simserver_close(lull_simserver *srv) {
         if (*s == srv) {
             *s = srv->next;
             net->loop->handles--;
+            lull__registry_remove(&net->loop->sims, srv);
             break;
         }
     trace(net, "unlisten %s", srv->addr);
