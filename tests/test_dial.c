@@ -16,6 +16,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -304,6 +305,39 @@ TEST(timeout_ends_the_dial) {
     lull_loop_advance(loop, 1);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ETIMEDOUT);
+    hole_close(&h);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The deadline already past when an attempt fails and the next starts
+ * (the refusal's fd callback runs before the due timers of its turn): the
+ * dial times out at once, not when a silent next address answers (never).
+ * Re-armed for "deadline - now", a wrapped difference, its timer lay
+ * centuries ahead. */
+TEST(deadline_passed_before_a_refusal_is_seen_still_times_out) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    hole h = hole_open(AF_INET);
+    addrs l = {0};
+    add(&l, AF_INET, closed_port());
+    add(&l, AF_INET, h.port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.timeout_ns = LULL_MS(1),
+                           .attempt_delay_ns = LULL_S(10)};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    /* The refusal arrives (the socket says so) and the deadline passes,
+     * the loop not yet told of either. */
+    CHECK(d.io[0].fd >= 0);
+    struct pollfd pfd = {.fd = d.io[0].fd, .events = POLLOUT};
+    CHECK_EQ(poll(&pfd, 1, 5000), 1);
+    check_spin_ns(LULL_MS(5));
+    uint64_t give_up = check_clock_ns() + LULL_S(5);
+    while (!dial_calls && check_clock_ns() < give_up)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    CHECK_EQ(d.attempts, 2);
     hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -564,6 +565,39 @@ TEST_THREADED(journal_append_in_a_callback_after_the_pool_is_freed) {
     remove_dir();
 }
 
+/* A batch the pool cancels (closed while the batch waits in its queue):
+ * nothing of it was written, so its appends carry no sync (0, not the
+ * count of the batch made durable before it) and the journal's end goes
+ * back to where that batch would have started. */
+TEST_THREADED(journal_batch_cancelled_by_the_pool_has_no_sync_or_end) {
+    lull_loop *loop;
+    lull_pool *pool;
+    lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    ncompleted = nfailed = 0;
+    append(&j, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 1);
+    CHECK_EQ(nfailed, 0);
+    CHECK_U64_EQ(recs[0].req.sync, 1);
+    uint64_t end = j.end;
+    CHECK_U64_EQ(end, strlen(recs[0].text));
+    gate g;
+    gate_hold(loop, pool, &g); /* the next batch waits behind it */
+    append(&j, 1);
+    CHECK_EQ(lull_loop_settle(loop), 1); /* the batch leaves */
+    CHECK_U64_EQ(j.end, end + strlen(recs[1].text));
+    lull_pool_close(pool); /* cancels the waiting batch */
+    sem_post(&g.release);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 2);
+    CHECK_EQ(last_status, -ECANCELED);
+    CHECK_U64_EQ(recs[1].req.sync, 0);
+    CHECK_U64_EQ(j.end, end);
+    CHECK_U64_EQ(j.syncs, 1);
+    close_journal_case(fd, loop, pool, &g);
+}
+
 /* The same request appended twice while queued: the second is refused
  * (-EBUSY) and the record is written and completed once. It linked the
  * record to itself, and the batch's write loop went round it forever,
@@ -762,6 +796,38 @@ TEST_THREADED(getaddrinfo_on_the_pool) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* getaddrinfo takes a node alone or a service alone (only both NULL is
+ * refused): a name without a port, a port on the loopback address. */
+TEST_THREADED(getaddrinfo_with_a_node_alone_or_a_service_alone) {
+    lull_loop *loop;
+    lull_pool *pool;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    struct addrinfo hints = {.ai_family = AF_INET,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
+    lull_lookup req;
+    memset(&req, 0, sizeof req);
+    lookup_status = 1;
+    CHECK_EQ(lull_lookup_start(loop, pool, &req, "127.0.0.1", NULL, &hints,
+                               looked_up),
+             0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lookup_status, 0);
+    CHECK_EQ(lookup_family, AF_INET);
+    CHECK_EQ(lookup_port, 0);
+    lookup_status = 1;
+    CHECK_EQ(
+        lull_lookup_start(loop, pool, &req, NULL, "8080", &hints, looked_up),
+        0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lookup_status, 0);
+    CHECK_EQ(lookup_family, AF_INET);
+    CHECK_EQ(lookup_port, 8080);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A lookup cancelled before a pool thread took it: its callback runs once,
  * with -ECANCELED and no list; cancelling again, or a NULL, is refused. */
 TEST_THREADED(getaddrinfo_cancel_before_start) {
@@ -943,6 +1009,32 @@ TEST_THREADED(fs_offset_current_and_a_pipe) {
     CHECK_EQ(run(lull_fs_read(L, P, &R, pfd[0], buf, sizeof buf, cur, on_fs)),
              0);
     close(pfd[0]);
+    CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), 0);
+    fs_teardown();
+}
+
+/* A write cut short by an error after some of its bytes went (here
+ * RLIMIT_FSIZE: the kernel writes up to the limit, then says EFBIG): the
+ * result is the count written, as write(2)'s, not the error, which would
+ * tell the caller the file did not grow. A write that takes nothing is
+ * the error. */
+TEST_THREADED(fs_write_cut_short_by_an_error_counts_what_went) {
+    fs_setup();
+    int fd = open_rw(path);
+    CHECK(fd >= 0);
+    CHECK(signal(SIGXFSZ, SIG_IGN) != SIG_ERR);
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+    low = old;
+    low.rlim_cur = 100;
+    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &low), 0);
+    char buf[300];
+    memset(buf, 'x', sizeof buf);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, buf, sizeof buf, 0, on_fs)), 100);
+    struct iovec v[2] = {{buf, 50}, {buf, 100}};
+    CHECK_EQ(run(lull_fs_writev(L, P, &R, fd, v, 2, 60, on_fs)), 40);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, buf, 10, 100, on_fs)), -EFBIG);
+    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
     CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), 0);
     fs_teardown();
 }
@@ -1405,6 +1497,39 @@ TEST_THREADED(fs_scandir_lists_in_batches) {
     CHECK_EQ(list(in_dir("none")), -ENOENT);
     close(open_rw(path));
     CHECK_EQ(list(path), -ENOTDIR);
+    fs_teardown();
+}
+
+/* "." and ".." are left out of a listing, and only they: names that
+ * merely start with dots (".hidden", "..x", "...") are listed as any
+ * other. */
+static int dot_seen;
+
+static bool on_dot_batch(lull_fs *req, const lull_dirent *e, size_t n) {
+    (void)req;
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(e[i].name, ".hidden"))
+            dot_seen |= 1;
+        else if (!strcmp(e[i].name, "..x"))
+            dot_seen |= 2;
+        else if (!strcmp(e[i].name, "..."))
+            dot_seen |= 4;
+        else
+            CHECK(!"a name never made");
+    }
+    return true;
+}
+
+TEST_THREADED(fs_scandir_lists_names_that_start_with_dots) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    const char *names[] = {"d/.hidden", "d/..x", "d/..."};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        close(open_rw(in_dir(names[i])));
+    dot_seen = 0;
+    CHECK_EQ(run(lull_fs_scandir(L, P, &R, in_dir("d"), on_dot_batch, on_fs)),
+             3);
+    CHECK_EQ(dot_seen, 7);
     fs_teardown();
 }
 

@@ -3019,3 +3019,80 @@ TEST(detach_with_fds_0_to_2_closed_keeps_them_closed) {
     reaped_by_lull(pid);
     free_loop(loop);
 }
+
+/* Every signal up to the last real-time one (64, SIGRTMAX) starts at its
+ * default action in the child, the first (SIGHUP) and the last as much as
+ * those between: an ignored disposition the parent set would otherwise
+ * survive the exec. */
+TEST(child_starts_with_the_first_and_last_signals_at_default) {
+    lull_loop *loop = new_loop();
+    CHECK_EQ(SIGRTMAX, 64);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGRTMAX, SIG_IGN);
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .stdio = {{.kind = LULL_STDIO_NULL},
+                                        {.kind = LULL_STDIO_NULL},
+                                        {.kind = LULL_STDIO_NULL}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK_U64_EQ(status_mask((int)getpid(), "SigIgn") &
+                     (1ull << (SIGHUP - 1) | 1ull << (SIGRTMAX - 1)),
+                 1ull << (SIGHUP - 1) | 1ull << (SIGRTMAX - 1));
+    CHECK_U64_EQ(status_mask(k.p.pid, "SigIgn"), 0);
+    CHECK_EQ(lull_process_kill(&k.p, SIGTERM), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.sig, SIGTERM);
+    free_loop(loop);
+}
+
+/* An empty PATH entry is the current directory (the child's: cwd), as
+ * execvp reads it: a program there is found by its name alone. */
+TEST(empty_path_entry_is_the_current_directory) {
+    lull_loop *loop = new_loop();
+    char dir[] = "/tmp/lull-test-path-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char prog[64];
+    snprintf(prog, sizeof prog, "%s/lull-here", dir);
+    FILE *f = fopen(prog, "w");
+    CHECK(f != NULL);
+    fputs("#!/bin/sh\nexit 7\n", f);
+    CHECK_EQ(fclose(f), 0);
+    CHECK_EQ(chmod(prog, 0700), 0);
+    char *env[] = {"PATH=/nonexistent::/nonexistent2", NULL};
+    kid k = {0};
+    lull_process_options o = {.file = "lull-here",
+                              .argv = (char *[]){"lull-here", NULL},
+                              .envp = env,
+                              .cwd = dir};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 7);
+    CHECK_EQ(unlink(prog), 0);
+    CHECK_EQ(rmdir(dir), 0);
+    free_loop(loop);
+}
+
+/* A program that closed its stdin and stderr but kept stdout: the report
+ * pipe takes 0 and 2, its write end moves above the child's fds, and the
+ * pidfd then finds 2 free. It must not stay there (the program's next
+ * "stderr" write would go to the pidfd), as 0 and 1 do not
+ * (parent_fds_0_to_2_closed_stay_closed). */
+TEST(pidfd_never_takes_a_closed_stderr) {
+    lull_loop *loop = new_loop();
+    fflush(stderr);
+    int saved = dup(2);
+    CHECK(saved > 2);
+    close(0);
+    close(2);
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"/bin/true", NULL}};
+    int rc = spawn(loop, &k, &o);
+    bool closed = fcntl(0, F_GETFD) < 0 && fcntl(2, F_GETFD) < 0;
+    CHECK_EQ(dup2(saved, 2), 2);
+    close(saved);
+    CHECK_EQ(rc, 0);
+    CHECK(closed);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 0);
+    free_loop(loop);
+}

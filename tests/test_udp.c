@@ -1604,6 +1604,26 @@ static void zone_lookup_without_unix_sockets(void *arg) {
 }
 #endif
 
+/* A zone's name looked up with SIOCGIFINDEX: where that ioctl says ENXIO
+ * for a missing interface, the caller still hears -ENODEV (tcp.c maps it),
+ * as it does from kernels that say ENODEV. Played by a seccomp filter. */
+static void zone_lookup_says_enxio(void *arg) {
+    (void)arg;
+#ifdef CHECK_SANDBOX_ARCH
+    lull_loop *loop = new_loop();
+    check_deny_syscalls((const int[]){SYS_ioctl}, 1, ENXIO);
+    CHECK_EQ(bind_once(loop, "::1%no-such-if0"), -ENODEV);
+    lull_server srv;
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, "::1%lo", 0, 0, no_accept),
+             -ENODEV);
+    CHECK_EQ(lull_loop_free(loop), 0);
+#endif
+}
+
+TEST(ipv6_zone_lookup_enxio_is_no_such_device) {
+    CHECK(check_exits_cleanly(zone_lookup_says_enxio, NULL));
+}
+
 TEST(ipv6_zone_lookup_reports_the_socket_error) {
     CHECK(check_exits_cleanly(zone_lookup_without_a_socket, NULL));
 #ifdef CHECK_SANDBOX_ARCH
