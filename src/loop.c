@@ -485,8 +485,12 @@ end_iteration(lull_loop *loop) {
 __attribute__((always_inline)) static inline uint64_t
 iterate_rest(lull_loop *loop, bool may_block, int collected) {
     run_flush(loop); /* replies written by fd callbacks leave now */
+    /* Only where the real clock would have waited: a loop nothing keeps
+     * alive (unreferenced timers alone) does not wait, so a ONCE run must
+     * not jump virtual time to such a timer either. */
     if (LULL_UNLIKELY(loop->flags & LULL_LOOP_AUTO_ADVANCE) && may_block &&
-        collected == 0 && !loop->stop && !ready_now(loop))
+        collected == 0 && !loop->stop && !ready_now(loop) &&
+        alive_for_run(loop))
         auto_advance(loop);
     if (!loop->stop) {
         if (loop->heap.len) lull__timers_expire(loop, loop->now);
