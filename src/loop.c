@@ -855,6 +855,10 @@ void lull_loop_advance(lull_loop *loop, uint64_t ns) {
  * wake the child. */
 int lull_loop_fork(lull_loop *loop) {
     if (!loop) return -EINVAL;
+    /* No fork since the loop's kernel state was made (or last remade) in
+     * this process: what the steps below close and replace is this
+     * process's own, in use by a host (its fd) and by posting threads. */
+    if (loop->pid == getpid()) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
     /* Before the rebuild, which registers the inotify fd's number. */
     int err = lull__fsevents_fork(loop);
