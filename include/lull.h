@@ -523,7 +523,8 @@ LULL_EXTERN uint64_t lull_loop_quantum(lull_loop *loop);
 /* Moves virtual time forward by ns, firing due timers in deadline order and
  * running ready work between them. No-op on a monotonic loop. */
 LULL_EXTERN void lull_loop_advance(lull_loop *loop, uint64_t ns);
-/* Runs ready work with time frozen, in rounds that each poll fds once
+/* Runs ready work with time frozen (on the real clock, timers that come due
+ * during it wait for the next run), in rounds that each poll fds once
  * (without blocking) and take remote posts, until a round runs nothing, or
  * only fd callbacks of watchers the round before also ran, with nothing
  * queued after it: a level-triggered fd that stays ready (a writable pipe)

@@ -493,7 +493,11 @@ iterate_rest(lull_loop *loop, bool may_block, int collected) {
         alive_for_run(loop))
         auto_advance(loop);
     if (!loop->stop) {
-        if (loop->heap.len) lull__timers_expire(loop, loop->now);
+        /* A settle freezes time for timers (settle_loop). */
+        if (loop->heap.len)
+            lull__timers_expire(loop, LULL_UNLIKELY(loop->settling)
+                                          ? loop->settle_now
+                                          : loop->now);
         if (LULL_UNLIKELY(loop->audit_timer)) attribute_timer_wakeup(loop);
         /* run_due also empties the overrun table once the due list
          * drains (src/timer.c). */
@@ -794,6 +798,13 @@ void lull__settle_note_io(lull_loop *loop, lull_io *io) {
 static void settle_loop(lull_loop *loop) {
     uint64_t t = lull__clock_real();
     loop->settling = true;
+    /* Time frozen for timers, on the real clock too: those due by now fire
+     * (a repeating one once, for every period it missed); those that come
+     * due during the rounds wait for the next run. A repeating timer with
+     * a period shorter than a round was otherwise due in every round, and
+     * settle never returned. */
+    move_now(loop, t);
+    loop->settle_now = loop->now;
     /* Skip a round number, so no stamp from an earlier settle reads as
      * "the round before" the first round of this one. */
     loop->settle_round += 2;
