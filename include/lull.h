@@ -229,7 +229,9 @@ LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
  * lull_notifier_raise_remote on this loop at the fork: the child gets that
  * post half-made (its task stays claimed, the notifier's quiesce waits for
  * ever), and nothing in the child can tell.
- * 0, or a negative errno: the loop is then unusable in the child. */
+ * 0, or a negative errno: the loop is then unusable in the child; -EINVAL
+ * (the loop untouched) in a process that has not forked since the loop was
+ * made or last given its own state. */
 LULL_EXTERN int lull_loop_fork(lull_loop *loop);
 
 /* The ready-queue link shared by tasks and timers. Owned by the loop; its
@@ -521,7 +523,8 @@ LULL_EXTERN uint64_t lull_loop_quantum(lull_loop *loop);
 /* Moves virtual time forward by ns, firing due timers in deadline order and
  * running ready work between them. No-op on a monotonic loop. */
 LULL_EXTERN void lull_loop_advance(lull_loop *loop, uint64_t ns);
-/* Runs ready work with time frozen, in rounds that each poll fds once
+/* Runs ready work with time frozen (on the real clock, timers that come due
+ * during it wait for the next run), in rounds that each poll fds once
  * (without blocking) and take remote posts, until a round runs nothing, or
  * only fd callbacks of watchers the round before also ran, with nothing
  * queued after it: a level-triggered fd that stays ready (a writable pipe)
@@ -1049,8 +1052,9 @@ struct lull_server {
  * NULL = "127.0.0.1") and port (0 = any: see lull_server_port). backlog
  * <= 0 means SOMAXCONN. Running out of fds (EMFILE, ENFILE) pauses accepting
  * for 100 ms, leaving the waiting connections in the kernel's backlog; nothing
- * spins. fn runs at each pause, and lull_server_accept returns its errno. -EBUSY (here and in lull_server_open) for a server not closed since
- * its set-up, on any loop. */
+ * spins. fn runs at each pause, and lull_server_accept returns its errno.
+ * -EBUSY (here and in lull_server_open) for a server not closed since its
+ * set-up, on any loop. */
 LULL_EXTERN int lull_server_listen_tcp(lull_loop *loop, lull_server *srv,
                                        const char *host, int port, int backlog,
                                        lull_connection_fn fn);

@@ -201,6 +201,8 @@ struct lull_loop {
                                  before did not */
     uint32_t settle_round;    /* round number, LULL__IO_ROUND_MASK bits */
     uint64_t settle_fd_calls; /* fd callbacks this round */
+    uint64_t settle_now;      /* now when settle_loop began: timers due by
+                                 then fire in it, later ones wait */
     int poll_error;           /* this run's failed wait (-errno), or 0 */
     pid_t pid;                /* the process whose kernel state (epoll set,
                                  wake-up fd) the loop holds: its creator,

@@ -486,11 +486,19 @@ end_iteration(lull_loop *loop) {
 __attribute__((always_inline)) static inline uint64_t
 iterate_rest(lull_loop *loop, bool may_block, int collected) {
     run_flush(loop); /* replies written by fd callbacks leave now */
+    /* Only where the real clock would have waited: a loop nothing keeps
+     * alive (unreferenced timers alone) does not wait, so a ONCE run must
+     * not jump virtual time to such a timer either. */
     if (LULL_UNLIKELY(loop->flags & LULL_LOOP_AUTO_ADVANCE) && may_block &&
-        collected == 0 && !loop->stop && !ready_now(loop))
+        collected == 0 && !loop->stop && !ready_now(loop) &&
+        alive_for_run(loop))
         auto_advance(loop);
     if (!loop->stop) {
-        if (loop->heap.len) lull__timers_expire(loop, loop->now);
+        /* A settle freezes time for timers (settle_loop). */
+        if (loop->heap.len)
+            lull__timers_expire(loop, LULL_UNLIKELY(loop->settling)
+                                          ? loop->settle_now
+                                          : loop->now);
         if (LULL_UNLIKELY(loop->audit_timer)) attribute_timer_wakeup(loop);
         /* run_due also empties the overrun table once the due list
          * drains (src/timer.c). */
@@ -791,6 +799,13 @@ void lull__settle_note_io(lull_loop *loop, lull_io *io) {
 static void settle_loop(lull_loop *loop) {
     uint64_t t = lull__clock_real();
     loop->settling = true;
+    /* Time frozen for timers, on the real clock too: those due by now fire
+     * (a repeating one once, for every period it missed); those that come
+     * due during the rounds wait for the next run. A repeating timer with
+     * a period shorter than a round was otherwise due in every round, and
+     * settle never returned. */
+    move_now(loop, t);
+    loop->settle_now = loop->now;
     /* Skip a round number, so no stamp from an earlier settle reads as
      * "the round before" the first round of this one. */
     loop->settle_round += 2;
@@ -852,6 +867,10 @@ void lull_loop_advance(lull_loop *loop, uint64_t ns) {
  * wake the child. */
 int lull_loop_fork(lull_loop *loop) {
     if (!loop) return -EINVAL;
+    /* No fork since the loop's kernel state was made (or last remade) in
+     * this process: what the steps below close and replace is this
+     * process's own, in use by a host (its fd) and by posting threads. */
+    if (loop->pid == getpid()) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
     /* Before the rebuild, which registers the inotify fd's number. */
     int err = lull__fsevents_fork(loop);

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <lull.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -544,4 +545,51 @@ TEST(fork_child_shuts_down_an_inherited_stream) {
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 0);
     close_pair_and_free(loop, &a, &b);
+}
+
+static void count_readable(lull_io *io, int events) {
+    watched *w = LULL_CONTAINER_OF(io, watched, io);
+    CHECK(events & LULL_READABLE);
+    take_byte(w->fds[0]);
+    w->calls++;
+}
+
+/* lull_loop_fork called where no fork happened (in the parent too, say,
+ * after a fork that both sides follow with the same code) is refused: it
+ * used to close the host's fd (lull_loop_backend_fd, which a host has in
+ * its own poll set) and the wake-up eventfd other threads post through,
+ * and to forget the posters still inside lull_task_post_remote. The loop
+ * goes on as before. */
+TEST(fork_call_without_a_fork_is_einval) {
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int host = lull_loop_backend_fd(loop);
+    CHECK(host >= 0);
+    watched w;
+    open_watched(loop, &w, count_readable);
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_loop_fork(loop), -EINVAL);
+    CHECK_EQ(lull_loop_backend_fd(loop), host);
+    put_byte(w.fds[1]);
+    struct pollfd p = {.fd = host, .events = POLLIN};
+    CHECK_EQ(poll(&p, 1, 10000), 1);
+    CHECK_EQ(p.revents, POLLIN); /* not POLLNVAL: still open, still lull's */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.calls, 1);
+    /* A child's first call still works; its second, where no fork came
+     * between, is refused as well. */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        if (lull_loop_fork(loop) != -EINVAL) _exit(3);
+        _exit(0);
+    }
+    int status = wait_for_child(pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    lull_io_stop(&w.io);
+    close(w.fds[0]);
+    close(w.fds[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -1263,3 +1263,32 @@ TEST(run_once_waits_through_a_programs_signals) {
     once_through_signals(true);
     signal(SIGALRM, SIG_DFL);
 }
+
+/* lull_loop_settle runs what is ready with time frozen: on the real clock
+ * a repeating timer due when it begins fires (once, for every period it
+ * missed), and the periods that come due while its rounds run wait for the
+ * next run. A period shorter than a round (1 ns here; 100 us on a machine
+ * slowed by a sanitizer) used to be due again in every round, and settle
+ * never returned. The callback stops the loop at the 1000th fire, so a
+ * settle that keeps firing fails here rather than on the case's timeout. */
+static int fast_fires;
+static void fast_repeat_fired(lull_timer *t) {
+    if (++fast_fires == 1000) lull_loop_stop(t->loop);
+}
+
+TEST(settle_on_the_real_clock_fires_a_fast_repeating_timer_once) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer t;
+    CHECK_EQ(lull_timer_init(loop, &t, fast_repeat_fired), 0);
+    lull_timer_start(&t, 1, 1);
+    check_spin_ns(10000); /* due, by 10,000 periods */
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(fast_fires, 1);
+    CHECK(lull_timer_active(&t));
+    /* The next run fires it again: it was held back, not lost. */
+    check_spin_ns(10000);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fast_fires, 2);
+    lull_timer_stop(&t);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

@@ -518,3 +518,23 @@ TEST(auto_advance_serves_unreferenced_timer_while_a_ref_keeps_running) {
     CHECK_U64_EQ(v[0].at, 3 * SEC);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A run of one iteration (ONCE) on the real clock, with only an unreferenced
+ * timer armed, does not wait for it: nothing keeps the loop alive. Auto-
+ * advance stands in for that wait, so it must not jump to the timer either:
+ * the virtual run would otherwise move time (up to the whole of an idle
+ * timeout's hour) and fire a timer the real clock would not have. */
+TEST(auto_advance_once_does_not_jump_to_an_unreferenced_timer) {
+    lull_loop *loop = new_loop(LULL_LOOP_AUTO_ADVANCE);
+    item v[1];
+    items_init(v, 1);
+    lull_timer_start(&v[0].timer, 10 * SEC, 0);
+    lull_timer_unref(&v[0].timer);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(v[0].runs, 0);
+    CHECK_U64_EQ(lull_loop_now(loop) - t0, 0);
+    CHECK(lull_timer_active(&v[0].timer));
+    lull_loop_advance(loop, 10 * SEC);
+    CHECK_EQ(v[0].runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
