@@ -57,7 +57,8 @@ static void on_prepare(uv_prepare_t *h) {
         uv_timer_stop(&lull_wakeup);
     else
         uv_timer_start(&lull_wakeup, on_lull_deadline,
-                       (uint64_t)(ns + 999999) / 1000000, 0);
+                       (uint64_t)ns / 1000000 + ((uint64_t)ns % 1000000 != 0),
+                       0); /* rounded up without overflow near INT64_MAX */
 }
 
 static void on_tick(lull_timer *t) {

@@ -13,6 +13,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <limits.h>
 #include <lull.h>
 #include <poll.h>
 #include <pthread.h>
@@ -73,7 +74,11 @@ int main(void) {
     while (!failed && (ticks < 5 || posts < 1 || host_reads < 1)) {
         int64_t ns;
         lull_loop_backend_timeout(loop, &ns); /* just before the host waits */
-        int ms = ns < 0 ? -1 : (int)((ns + 999999) / 1000000); /* round up */
+        /* Rounded up; past poll's int range (a timer weeks away), the
+         * longest wait poll takes, after which the loop is asked again. */
+        int ms = ns < 0                    ? -1
+                 : ns / 1000000 >= INT_MAX ? INT_MAX
+                                           : (int)((ns + 999999) / 1000000);
         struct pollfd fds[2] = {
             {.fd = lull_loop_backend_fd(loop), .events = POLLIN},
             {.fd = host_pipe[0], .events = POLLIN},
