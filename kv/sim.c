@@ -2809,6 +2809,16 @@ static void check_offsets(lull_simnet *net, void *arg) {
     }
     if (S->failed || S->tearing_down) return;
     const repl_log *log = &S->nodes[0].srv.kv.log;
+    /* The log keeps its backlog (repl-backlog-size): a trim (chunk0 > 0)
+     * leaves at least that many bytes, and the base moves only by trims.
+     * Less passes the other checks: replicas resync in full instead. */
+    if (!log->idle && log->chunk0 > 0 && log->end - log->base < log->backlog) {
+        fail(S,
+             "primary: its log holds [%" PRIu64 ", %" PRIu64
+             "], less than its backlog of %" PRIu64 " bytes",
+             log->base, log->end, log->backlog);
+        return;
+    }
     check_expiry_on_time(S);
     if (S->failed) return;
     check_wakeups(S);
