@@ -1535,6 +1535,14 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
                          c->op == OP_PEXPIREAT_IF || c->op == OP_GETEX_PXAT))
         c->at += 100; /* keys live long enough to be read */
     if (S->no_faults && c->op == OP_PSETEX && c->i1 > 0) c->i1 += 100;
+    /* GT and LT at the key's own time, which neither is (nothing set):
+     * a quarter of them, when the client knows that time. The coin is
+     * the time drawn, so the seed's draws stay as they were. */
+    const model_key *mk = &cl->keys[*key];
+    if (c->op == OP_PEXPIREAT_IF && c->i2 >= 2 && (c->at & 3) == 0 &&
+        mk->n == 1 && mk->c[0].expire > ms_now(S) &&
+        mk->c[0].expire == mk->c[0].expire_hi)
+        c->at = mk->c[0].expire;
 }
 
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2);
