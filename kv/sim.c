@@ -1261,7 +1261,9 @@ static int pick_op(uint64_t *r) {
         /* ZADD .. ZPOPMAX */
         5, 2, 2, 1, 1, 3, 1, 2,
         /* ZRANGEBYSCORE .. ZSCAN */
-        3, 1, 1, 1, 2, 1, 3, 3, 3, 3};
+        3, 1, 1, 1, 2, 1, 3, 3, 3, 3,
+        /* GETRANGE */
+        2};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
