@@ -122,6 +122,7 @@ static const char *const names[OP_COUNT + 1] = {"SET",
                                                 "ZADD",
                                                 "SSCAN",
                                                 "ZSCAN",
+                                                "GETRANGE",
                                                 "MGET"};
 
 /* Score bounds (OP_ZRANGEBYSCORE's, ZCOUNT's, ZREMRANGEBYSCORE's, by
@@ -349,6 +350,7 @@ size_t model_request(const model_cmd *c, char *out) {
         }
         break;
     case OP_ZREMRANGEBYRANK:
+    case OP_GETRANGE:
         argv[argc] = num;
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRId64, c->i1);
         argv[argc] = num2;
@@ -1451,6 +1453,19 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
         if (!live) return put_s(out, "$-1\r\n");
         if (s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
         return put_bulk(out, 0, s->v, s->len);
+    case OP_GETRANGE: { /* Redis' order: both ends negative and crossed
+                         * first, then each end made absolute and clipped */
+        if (live && s->type != MODEL_STRING) return put_s(out, WRONGTYPE);
+        int64_t len = live ? (int64_t)s->len : 0, a = c->i1, b = c->i2;
+        if (a < 0 && b < 0 && a > b) return put_s(out, "$0\r\n\r\n");
+        if (a < 0) a += len;
+        if (b < 0) b += len;
+        if (a < 0) a = 0;
+        if (b < 0) b = 0;
+        if (b >= len) b = len - 1;
+        if (len == 0 || a > b) return put_s(out, "$0\r\n\r\n");
+        return put_bulk(out, 0, s->v + a, (size_t)(b - a + 1));
+    }
     case OP_MGET_ONE: /* MGET answers nil for a key of another type */
         if (!live || s->type != MODEL_STRING) return put_s(out, "$-1\r\n");
         return put_bulk(out, 0, s->v, s->len);

@@ -151,14 +151,15 @@ enum {
     OP_ZREMRANGEBYRANK,  /* ZREMRANGEBYRANK k i1 i2 */
     OP_ZRANK,            /* ZRANK k field, ZREVRANK when flags & 1 */
     OP_ZMSCORE,          /* ZMSCORE k members */
-    OP_SADD_N, /* SADD k of cnt members "m<(off + j) % 200>": sets past
-                  lull-kv's SCAN_WHOLE (128), walked a part at a time */
-    OP_ZADD_N, /* ZADD k of the same, member j's score (off + j) % 7 - 3 */
-    OP_SSCAN,  /* SSCAN k cursor COUNT cnt: the members the reply names
-                  must be there (model_apply); a set of at most 128
-                  comes whole, cursor 0 */
-    OP_ZSCAN,  /* ZSCAN k cursor COUNT cnt: the same with their scores;
-                  at most 128 come whole in the set's order */
+    OP_SADD_N,   /* SADD k of cnt members "m<(off + j) % 200>": sets past
+                    lull-kv's SCAN_WHOLE (128), walked a part at a time */
+    OP_ZADD_N,   /* ZADD k of the same, member j's score (off + j) % 7 - 3 */
+    OP_SSCAN,    /* SSCAN k cursor COUNT cnt: the members the reply names
+                    must be there (model_apply); a set of at most 128
+                    comes whole, cursor 0 */
+    OP_ZSCAN,    /* ZSCAN k cursor COUNT cnt: the same with their scores;
+                    at most 128 come whole in the set's order */
+    OP_GETRANGE, /* GETRANGE k i1 i2 */
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */

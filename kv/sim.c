@@ -181,8 +181,9 @@ typedef struct node {
     char name[24];
     uint64_t last_offset; /* for "offsets never go backwards" */
     char last_replid[41];
-    uint64_t compared; /* the offset its keyspace was last compared at + 1 */
-    bool why_down;     /* a replica said why its link went down */
+    uint64_t compared;   /* the offset its keyspace was last compared at + 1 */
+    bool why_down;       /* a replica said why its link went down */
+    uint64_t backoff_ms; /* its next retry's wait by link.c's rule; 0: 100 */
 } node;
 
 /* P_MKEY: MSET, MGET, DEL or MSETNX of 2 or 3 of the client's keys,
@@ -1073,6 +1074,11 @@ static void sim_log(server *srv, const char *line) {
     if (strstr(line, "lost (") || strstr(line, "refused") ||
         strstr(line, "connect to"))
         n->why_down = true;
+    /* The reconnect backoff (docs/KV.md): 100 ms after a handshake
+     * that succeeded, doubled per retry up to 5 s. Longer waits pass
+     * every other check (the settle is long): they only slow recovery. */
+    if (strstr(line, "in sync with") || strstr(line, "full sync with"))
+        n->backoff_ms = 0;
     if (strstr(line, "replica: retrying")) {
         if (!n->why_down)
             fail(S,
@@ -1080,6 +1086,15 @@ static void sim_log(server *srv, const char *line) {
                  "%" PRIu64 ")",
                  n->name, srv->kv.offset);
         n->why_down = false;
+        const char *in = strstr(line, " in ");
+        uint64_t ms = in ? strtoull(in + 4, NULL, 10) : 0;
+        uint64_t want = n->backoff_ms ? n->backoff_ms : 100;
+        if (ms != want && !S->failed)
+            fail(S,
+                 "%s: retries in %" PRIu64 " ms, its backoff is %" PRIu64
+                 " ms (100 after a sync, doubled per retry to 5000)",
+                 n->name, ms, want);
+        n->backoff_ms = want * 2 > 5000 ? 5000 : want * 2;
     }
 }
 
@@ -1246,7 +1261,9 @@ static int pick_op(uint64_t *r) {
         /* ZADD .. ZPOPMAX */
         5, 2, 2, 1, 1, 3, 1, 2,
         /* ZRANGEBYSCORE .. ZSCAN */
-        3, 1, 1, 1, 2, 1, 3, 3, 3, 3};
+        3, 1, 1, 1, 2, 1, 3, 3, 3, 3,
+        /* GETRANGE */
+        2};
     int total = 0;
     for (int i = 0; i < OP_COUNT; i++)
         total += weights[i];
@@ -1520,6 +1537,14 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
                          c->op == OP_PEXPIREAT_IF || c->op == OP_GETEX_PXAT))
         c->at += 100; /* keys live long enough to be read */
     if (S->no_faults && c->op == OP_PSETEX && c->i1 > 0) c->i1 += 100;
+    /* GT and LT at the key's own time, which neither is (nothing set):
+     * a quarter of them, when the client knows that time. The coin is
+     * the time drawn, so the seed's draws stay as they were. */
+    const model_key *mk = &cl->keys[*key];
+    if (c->op == OP_PEXPIREAT_IF && c->i2 >= 2 && (c->at & 3) == 0 &&
+        mk->n == 1 && mk->c[0].expire > ms_now(S) &&
+        mk->c[0].expire == mk->c[0].expire_hi)
+        c->at = mk->c[0].expire;
 }
 
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2);
@@ -2809,6 +2834,16 @@ static void check_offsets(lull_simnet *net, void *arg) {
     }
     if (S->failed || S->tearing_down) return;
     const repl_log *log = &S->nodes[0].srv.kv.log;
+    /* The log keeps its backlog (repl-backlog-size): a trim (chunk0 > 0)
+     * leaves at least that many bytes, and the base moves only by trims.
+     * Less passes the other checks: replicas resync in full instead. */
+    if (!log->idle && log->chunk0 > 0 && log->end - log->base < log->backlog) {
+        fail(S,
+             "primary: its log holds [%" PRIu64 ", %" PRIu64
+             "], less than its backlog of %" PRIu64 " bytes",
+             log->base, log->end, log->backlog);
+        return;
+    }
     check_expiry_on_time(S);
     if (S->failed) return;
     check_wakeups(S);
@@ -3067,7 +3102,12 @@ static void restart_stop(lull_timer *t) {
     kill_replicas(&p->srv.kv);
     server_stop(&p->srv);
     lull_timer_init(S->loop, &S->restart_t, restart_open);
-    lull_timer_start(&S->restart_t, 1 * MS + below(&S->rng, 400 * MS), 0);
+    /* Down up to 400 ms; a tenth of the time 8 to 12 s, past where the
+     * replicas' backoff reaches its 5 s cap (the wait drawn decides, so
+     * the seed's draws stay as they were). */
+    uint64_t down = 1 * MS + below(&S->rng, 400 * MS);
+    if (down <= 40 * MS) down = 8000 * MS + down * 100;
+    lull_timer_start(&S->restart_t, down, 0);
 }
 
 /* The primary restarts: after a last write of up to 64 KiB, its
