@@ -307,7 +307,9 @@ TEST(pending_zero_delay_turn_visible_to_settle) {
 }
 
 /* A delayed turn is a real timer and only that timer carries it: settle
- * does not deliver, time does, and never early. */
+ * does not deliver, time does, and never early. Its turns are counted as
+ * the other deliveries' are: one claim for a queue, one more for the frame
+ * that waits its own delay. */
 TEST(delayed_turn_carried_by_timer_alone) {
     const uint64_t ms = 1000000;
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
@@ -316,6 +318,7 @@ TEST(delayed_turn_carried_by_timer_alone) {
     pair_with(loop, &a, &b, &o);
     CHECK_EQ(send_id(&a, 1), 0);
     CHECK_EQ(send_id(&a, 2), 0);
+    CHECK_U64_EQ(b.lb.turns, 1);
     CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(b.frames, 0);
     CHECK(lull_loopback_pending(&b.lb));
@@ -325,8 +328,10 @@ TEST(delayed_turn_carried_by_timer_alone) {
     CHECK_EQ(b.frames, 0);
     lull_loop_advance(loop, 1);
     CHECK_EQ(b.frames, 1);
+    CHECK_U64_EQ(b.lb.turns, 2);
     lull_loop_advance(loop, ms); /* the second frame waits its own delay */
     CHECK_EQ(b.frames, 2);
+    CHECK_U64_EQ(b.lb.turns, 2);
     close_both(&a, &b);
     lull_loop_advance(loop, ms);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -1137,27 +1142,6 @@ TEST(paused_end_resumed_after_a_bare_shutdown_closes) {
         CHECK_EQ(a.reason, 0);
         CHECK_EQ(lull_loop_free(loop), 0);
     }
-}
-
-/* Delayed timer delivery counts its turns like the other deliveries: one
- * claim for a queue, one more for the frame that waits its own delay. */
-TEST(delayed_timer_turns_are_counted) {
-    const uint64_t ms = 1000000;
-    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    lull_loopback_options o = {.deliver = LULL_DELIVER_TIMER, .delay_ns = ms};
-    side a, b;
-    pair_with(loop, &a, &b, &o);
-    CHECK_EQ(send_id(&a, 1), 0);
-    CHECK_EQ(send_id(&a, 2), 0);
-    CHECK_U64_EQ(b.lb.turns, 1);
-    lull_loop_advance(loop, ms);
-    CHECK_EQ(b.frames, 1);
-    CHECK_U64_EQ(b.lb.turns, 2);
-    lull_loop_advance(loop, ms);
-    CHECK_EQ(b.frames, 2);
-    CHECK_U64_EQ(b.lb.turns, 2);
-    close_both(&a, &b);
-    CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 TEST(loop_free_waits_for_deliveries) {

@@ -1561,51 +1561,40 @@ TEST(shutdown_both_ways_with_writes_blocked) {
     free_loop(loop);
 }
 
-TEST(idle_timeout) {
+/* One frame from a to b at 0.6 s, the idle timeout (1 s) on the sender
+ * a, or on the reader b: a read is activity too, so a stream that only
+ * receives is idle from its last read, not from its set-up. (Only the
+ * sender's clock was checked: with reads not counted, b closed at 1 s
+ * with a frame read at 0.6 s.) */
+static void idle_after_one_frame(bool on_reader) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
     counter a, b;
     lull_stream_options o = {.idle_timeout_ns = 1000000000};
-    counters(loop, &a, &b, &o, NULL);
-    lull_loop_advance(loop, 600000000);
-    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "x", 1),
-             0);                        /* activity at 0.6 s */
-    lull_loop_advance(loop, 600000000); /* 1.2 s */
-    CHECK_EQ(a.closes, 0);
-    lull_loop_advance(loop, 300000000); /* 1.5 s: idle 0.9 s */
-    CHECK_EQ(a.closes, 0);
-    lull_loop_advance(loop, 200000000); /* 1.7 s: idle 1.1 s */
-    CHECK_EQ(a.closes, 1);
-    CHECK_EQ(a.reason, -ETIMEDOUT);
-    for (int i = 0; i < 10 && !b.closes; i++)
-        lull_loop_settle(loop);
-    CHECK_EQ(b.closes, 1); /* its peer read EOF */
-    CHECK_EQ(b.reason, 0);
-    free_loop(loop);
-}
-
-/* A read is activity too: a stream that only receives is idle from its
- * last read, not from its set-up. (Only the sender's clock was checked:
- * with reads not counted, b closed at 1 s with a frame read at 0.6 s.) */
-TEST(idle_timeout_counts_from_the_last_read) {
-    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
-    counter a, b;
-    lull_stream_options o = {.idle_timeout_ns = 1000000000};
-    counters(loop, &a, &b, NULL, &o);
+    counters(loop, &a, &b, on_reader ? NULL : &o, on_reader ? &o : NULL);
+    counter *timed = on_reader ? &b : &a, *other = on_reader ? &a : &b;
     lull_loop_advance(loop, 600000000);
     CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "x", 1), 0);
     lull_loop_advance(loop, 600000000); /* 1.2 s: read at 0.6 s */
     CHECK_EQ(b.frames, 1);
-    CHECK_EQ(b.closes, 0);
+    CHECK_EQ(timed->closes, 0);
     lull_loop_advance(loop, 300000000); /* 1.5 s: idle 0.9 s */
-    CHECK_EQ(b.closes, 0);
+    CHECK_EQ(timed->closes, 0);
     lull_loop_advance(loop, 200000000); /* 1.7 s: idle 1.1 s */
-    CHECK_EQ(b.closes, 1);
-    CHECK_EQ(b.reason, -ETIMEDOUT);
-    for (int i = 0; i < 10 && !a.closes; i++)
+    CHECK_EQ(timed->closes, 1);
+    CHECK_EQ(timed->reason, -ETIMEDOUT);
+    for (int i = 0; i < 10 && !other->closes; i++)
         lull_loop_settle(loop);
-    CHECK_EQ(a.closes, 1); /* its peer read EOF */
-    CHECK_EQ(a.reason, 0);
+    CHECK_EQ(other->closes, 1); /* its peer read EOF */
+    CHECK_EQ(other->reason, 0);
     free_loop(loop);
+}
+
+TEST(idle_timeout) {
+    idle_after_one_frame(false);
+}
+
+TEST(idle_timeout_counts_from_the_last_read) {
+    idle_after_one_frame(true);
 }
 
 /* Reading paused by the owner (a proxy holding back a client while its
