@@ -1409,18 +1409,13 @@ TEST(accept_out_of_fds_does_not_spin) {
             0);
     }
     struct rlimit old;
-    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-    int lowest = dup(0);
-    CHECK(lowest > 0);
-    close(lowest);
-    struct rlimit low = {.rlim_cur = (rlim_t)lowest, .rlim_max = old.rlim_max};
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    check_fds_exhaust(&old);
     lull_loop_metrics_reset(loop);
     /* Ten iterations: a listener that kept watching would be ready (and
      * called) in every one of them. */
     for (int i = 0; i < 10; i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    check_fds_restore(&old);
     lull_metrics mt;
     lull_loop_metrics(loop, &mt);
     CHECK_EQ(mt.polls, 10);
@@ -1467,14 +1462,9 @@ TEST(accept_paused_then_closed_by_its_owner) {
     CHECK_EQ(lull_stream_connect_unix(loop, &client, path, NULL, on_connect),
              0);
     struct rlimit old;
-    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-    int lowest = dup(0);
-    CHECK(lowest > 0);
-    close(lowest);
-    struct rlimit low = {.rlim_cur = (rlim_t)lowest, .rlim_max = old.rlim_max};
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    check_fds_exhaust(&old);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    check_fds_restore(&old);
     CHECK_EQ(m->npauses, 1);
     CHECK(!lull_timer_active(&m->srv.retry));
     lull_loop_advance(loop, 1000000000); /* nothing resumes it */
@@ -3221,14 +3211,10 @@ TEST(hostile_arguments) {
     CHECK_EQ(b.closes, 1);
     /* No fd left: the connect fails at once with the kernel's errno. */
     struct rlimit old;
-    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-    int lowest = dup(0);
-    close(lowest);
-    struct rlimit low = {.rlim_cur = (rlim_t)lowest, .rlim_max = old.rlim_max};
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    check_fds_exhaust(&old);
     int rc4 = lull_stream_connect_tcp(loop, &s, NULL, 80, NULL, on_connect);
     int rcu = lull_stream_connect_unix(loop, &s, "@x", NULL, on_connect);
-    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    check_fds_restore(&old);
     CHECK_EQ(rc4, -EMFILE);
     CHECK_EQ(rcu, -EMFILE);
     free_loop(loop);
