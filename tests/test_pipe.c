@@ -155,26 +155,40 @@ TEST(pipe_ends_carry_frames_and_eof) {
     free_loop(loop);
 }
 
+/* a and b, each a stream over a pipe each way (lull_stream_open_pair),
+ * watched; the fd a reads from. */
+static int two_pipe_streams(lull_loop *loop, end *a, end *b) {
+    int ab[2], ba[2];
+    CHECK_EQ(pipe2(ab, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(ba, O_CLOEXEC), 0);
+    *a = (end){0};
+    *b = (end){0};
+    CHECK_EQ(lull_stream_open_pair(loop, &a->s, ba[0], ab[1], NULL), 0);
+    CHECK_EQ(lull_stream_open_pair(loop, &b->s, ab[0], ba[1], NULL), 0);
+    watch(a);
+    watch(b);
+    return ba[0];
+}
+
+/* "ping" from a to b, "pong" back, each arrived whole. */
+static void ping_pong(lull_loop *loop, end *a, end *b) {
+    CHECK_EQ(lull_endpoint_send_copy(&a->s.ep, "ping", 4), 0);
+    run_until_at_least(loop, &b->frames, 1, 100);
+    CHECK_EQ(lull_endpoint_send_copy(&b->s.ep, "pong", 4), 0);
+    run_until_at_least(loop, &a->frames, 1, 100);
+    CHECK_EQ(memcmp(a->got, "pong", 4), 0);
+    CHECK_EQ(memcmp(b->got, "ping", 4), 0);
+}
+
 /* One stream over a pipe each way is one endpoint: frames go both ways
  * between two pairs; a pair's shutdown closes only its write fd (the peer
  * reads EOF) and reading goes on. */
 TEST(pair_of_pipes_is_one_endpoint) {
     lull_loop *loop = new_loop();
-    int ab[2], ba[2];
-    CHECK_EQ(pipe2(ab, O_CLOEXEC), 0);
-    CHECK_EQ(pipe2(ba, O_CLOEXEC), 0);
-    end a = {0}, b = {0};
-    CHECK_EQ(lull_stream_open_pair(loop, &a.s, ba[0], ab[1], NULL), 0);
-    CHECK_EQ(lull_stream_open_pair(loop, &b.s, ab[0], ba[1], NULL), 0);
-    watch(&a);
-    watch(&b);
-    CHECK_EQ(lull_stream_fd(&a.s), ba[0]);
-    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "ping", 4), 0);
-    run_until_at_least(loop, &b.frames, 1, 100);
-    CHECK_EQ(lull_endpoint_send_copy(&b.s.ep, "pong", 4), 0);
-    run_until_at_least(loop, &a.frames, 1, 100);
-    CHECK_EQ(memcmp(a.got, "pong", 4), 0);
-    CHECK_EQ(memcmp(b.got, "ping", 4), 0);
+    end a, b;
+    int a_reads = two_pipe_streams(loop, &a, &b);
+    CHECK_EQ(lull_stream_fd(&a.s), a_reads);
+    ping_pong(loop, &a, &b);
     /* a shuts its write side: b reads the frame, then EOF, and closes. */
     CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "last", 4), 0);
     CHECK_EQ(lull_stream_shutdown(&a.s), 0);
@@ -1347,20 +1361,9 @@ static void pipes_without_rwf_nowait(void *arg) {
     check_deny_syscalls((const int[]){SYS_preadv2, SYS_pwritev2}, 2,
                         (int)(intptr_t)arg);
     lull_loop *loop = new_loop();
-    int ab[2], ba[2];
-    CHECK_EQ(pipe2(ab, O_CLOEXEC), 0);
-    CHECK_EQ(pipe2(ba, O_CLOEXEC), 0);
-    end a = {0}, b = {0};
-    CHECK_EQ(lull_stream_open_pair(loop, &a.s, ba[0], ab[1], NULL), 0);
-    CHECK_EQ(lull_stream_open_pair(loop, &b.s, ab[0], ba[1], NULL), 0);
-    watch(&a);
-    watch(&b);
-    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "ping", 4), 0);
-    run_until_at_least(loop, &b.frames, 1, 100);
-    CHECK_EQ(lull_endpoint_send_copy(&b.s.ep, "pong", 4), 0);
-    run_until_at_least(loop, &a.frames, 1, 100);
-    CHECK_EQ(memcmp(a.got, "pong", 4), 0);
-    CHECK_EQ(memcmp(b.got, "ping", 4), 0);
+    end a, b;
+    two_pipe_streams(loop, &a, &b);
+    ping_pong(loop, &a, &b);
     CHECK_EQ(a.closes + b.closes, 0);
     CHECK_EQ(lull_stream_shutdown(&a.s), 0);
     CHECK_EQ(lull_stream_shutdown(&b.s), 0);
