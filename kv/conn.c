@@ -904,7 +904,6 @@ conn *conn_new(server *srv) {
     c->srv = srv;
     kv_client_init(&c->cl, c, &c->out);
     set_cap(c);
-    c->cl.id = ++srv->kv.last_id; /* CLIENT ID, from 1 */
     c->cl.noauth = srv->requirepass != NULL;
     lull_task_init(&c->kick, conn_kick);
     return c;
@@ -915,6 +914,9 @@ void conn_abort(conn *c) {
 }
 
 bool conn_start(conn *c, lull_endpoint *ep) {
+    /* CLIENT ID, from 1: taken here, so a connection that never started
+     * (an accept refused, out of fds) uses none. */
+    c->cl.id = ++c->srv->kv.last_id;
     c->ep = ep;
     ep->data = c;
     c->srv->net->peer(ep, c->name, sizeof c->name, true);

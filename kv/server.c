@@ -451,7 +451,6 @@ static void accept_on(lull_server *ls) {
     }
     if (rc < 0) {
         conn_abort(c);
-        srv->kv.last_id--; /* no client: its CLIENT ID is the next one's */
         if (listener_gone(rc)) stop_listening(l, -rc);
         if (accept_paused(rc) && !l->paused) {
             l->paused = true;
