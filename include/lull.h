@@ -1383,7 +1383,8 @@ typedef struct lull_fsevent lull_fsevent;
               has ended, no callback follows */
 #define LULL_FSEVENT_OVERFLOW                                                  \
     0x100u /* the kernel's queue overflowed and                                \
-              events were lost: rescan */
+              events were lost: rescan (with GONE:                             \
+              the lost events ended this watch) */
 
 /* events: LULL_FSEVENT_* bits seen for `name` in this turn (CREATED |
  * DELETED: it came and went; a name made again after it left, or moved

@@ -674,7 +674,8 @@ TEST(stops_inside_callbacks) {
  * fs.inotify.max_queued_events before the loop reads): the events read,
  * then the overflow reported, and the fd is quiet again: the loop sleeps
  * after it instead of waking for an overflow nobody takes. */
-TEST(real_queue_overflow_leaves_the_loop_quiet) {
+/* fs.inotify.max_queued_events, or 0 (the case is then skipped, said). */
+static long max_queued_events(void) {
     long max = 0;
     FILE *f = fopen("/proc/sys/fs/inotify/max_queued_events", "r");
     if (f) {
@@ -683,28 +684,73 @@ TEST(real_queue_overflow_leaves_the_loop_quiet) {
     }
     if (max <= 0 || max > 65536) {
         printf("max_queued_events %ld: skipped\n", max);
-        return;
+        return 0;
     }
+    return max;
+}
+
+/* Fills the kernel's queue past max events: files a and b under root
+ * changed in turn (consecutive events differ, so the kernel merges none of
+ * them). */
+static void overflow_the_queue(long max) {
+    touch(at("a"));
+    touch(at("b"));
+    int fa = open(at("a"), O_WRONLY), fb = open(at("b"), O_WRONLY);
+    CHECK(fa >= 0 && fb >= 0);
+    for (long i = 0; i <= max; i++)
+        CHECK_EQ(pwrite(i % 2 ? fb : fa, "x", 1, 0), 1);
+    close(fa);
+    close(fb);
+}
+
+TEST(real_queue_overflow_leaves_the_loop_quiet) {
+    long max = max_queued_events();
+    if (!max) return;
     make_root();
     lull_loop *loop = new_loop();
     lull_fsevent w;
     seen s;
     watch(loop, &w, &s, root);
-    touch(at("a"));
-    touch(at("b"));
-    int fa = open(at("a"), O_WRONLY), fb = open(at("b"), O_WRONLY);
-    CHECK(fa >= 0 && fb >= 0);
-    /* Two files' changes in turn: consecutive events differ, so the
-     * kernel merges none of them. */
-    for (long i = 0; i <= max; i++)
-        CHECK_EQ(pwrite(i % 2 ? fb : fa, "x", 1, 0), 1);
-    close(fa);
-    close(fb);
+    overflow_the_queue(max);
     for (int i = 0; i < 10000 && !(s.all & LULL_FSEVENT_OVERFLOW); i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK(s.all & LULL_FSEVENT_OVERFLOW);
     CHECK(polls_in(loop, 20) < 10);
     lull_fsevent_stop(&w);
+    free_loop_and_root(loop);
+}
+
+/* A watched file removed while the kernel's queue is full: the kernel
+ * ends its watch, but the IN_IGNORED that says so is dropped with the
+ * other events the overflow lost. The watch hears that it ended (GONE,
+ * with the OVERFLOW, its last call) and no longer keeps the loop alive.
+ * Its end lost, it stayed started on a descriptor the kernel had freed:
+ * never called again, and a run of the loop never returned. */
+TEST(watch_ended_inside_a_real_overflow_hears_gone) {
+    long max = max_queued_events();
+    if (!max) return;
+    make_root();
+    touch(at("f"));
+    lull_loop *loop = new_loop();
+    lull_fsevent w, wf;
+    seen s, sf;
+    watch(loop, &w, &s, root);
+    watch(loop, &wf, &sf, at("f"));
+    overflow_the_queue(max);
+    CHECK_EQ(unlink(at("f")), 0); /* its events lost with the rest */
+    for (int i = 0; i < 10000 && !(s.all & LULL_FSEVENT_OVERFLOW); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(s.all & LULL_FSEVENT_OVERFLOW);
+    CHECK(!(s.all & LULL_FSEVENT_GONE)); /* root's watch lives on */
+    CHECK(sf.calls >= 1);
+    CHECK_EQ(sf.events[sf.calls - 1],
+             LULL_FSEVENT_OVERFLOW | LULL_FSEVENT_GONE);
+    CHECK_EQ(wf.wd, -1); /* stopped, as a GONE watch is */
+    int calls = sf.calls;
+    CHECK_EQ(lull_fsevent_stop(&w), 0);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(sf.calls, calls); /* nothing after GONE */
     free_loop_and_root(loop);
 }
 
