@@ -2304,7 +2304,8 @@ LULL_EXTERN int lull_fs_close(lull_loop *loop, lull_pool *pool, lull_fs *req,
 #define LULL_FS_CURRENT UINT64_MAX
 /* Reads up to len bytes at offset (fewer only at end of file; at
  * LULL_FS_CURRENT one read(2), so a pipe gives what it has). Result: the
- * bytes read. */
+ * bytes read. A read or write of 0 bytes still makes the call (-EBADF for
+ * a closed fd). */
 LULL_EXTERN int lull_fs_read(lull_loop *loop, lull_pool *pool, lull_fs *req,
                              int fd, void *buf, size_t len, uint64_t offset,
                              lull_fs_fn cb);

@@ -123,6 +123,19 @@ static int64_t rw_all(lull_fs *req, bool write) {
         cnt = 1;
     }
     uint64_t off = req->offset;
+    size_t total = 0;
+    for (int k = 0; k < cnt; k++)
+        total += p[k].iov_len;
+    if (total == 0) {
+        /* Nothing to move, but still one call, as read(2) and libuv's
+         * uv_fs_read make: the kernel checks the fd (closed, or opened
+         * for the other direction: -EBADF; a pipe at an offset: -ESPIPE). */
+        ssize_t n;
+        do
+            n = rw_once(req->fd, p, cnt, off, write);
+        while (n < 0 && errno == EINTR);
+        return n < 0 ? -errno : 0;
+    }
     size_t done = 0;
     int i = 0;
     while (i < cnt) {

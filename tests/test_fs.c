@@ -1730,6 +1730,35 @@ TEST_THREADED(fs_closed_fd) {
     fs_teardown();
 }
 
+/* A read or write of nothing still asks the kernel, as read(2), write(2)
+ * and libuv's uv_fs_read do: a closed fd, or a write to a read-only one,
+ * is -EBADF. It was 0 without a system call, so a request whose fd had
+ * been closed under it reported success. */
+TEST_THREADED(fs_zero_length_read_or_write_checks_the_fd) {
+    fs_setup();
+    int fd = open_rw(path);
+    char buf[1];
+    struct iovec none = {buf, 0};
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, 0, 0, on_fs)), 0);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, NULL, 0, LULL_FS_CURRENT, on_fs)),
+             0);
+    CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), 0);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, 0, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, 0, LULL_FS_CURRENT, on_fs)),
+             -EBADF);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, buf, 0, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_readv(L, P, &R, fd, &none, 1, 0, on_fs)), -EBADF);
+    CHECK_EQ(
+        run(lull_fs_writev(L, P, &R, fd, &none, 1, LULL_FS_CURRENT, on_fs)),
+        -EBADF);
+    int ro = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK(ro >= 0);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, ro, buf, 0, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, ro, buf, 0, 0, on_fs)), 0);
+    close(ro);
+    fs_teardown();
+}
+
 /* RLIMIT_NOFILE lowered to the fds already open: the kernel's -EMFILE
  * comes back through cb, for an open and for a listing's open. */
 TEST_THREADED(fs_emfile_reported) {
