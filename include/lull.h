@@ -2372,7 +2372,8 @@ LULL_EXTERN int lull_fs_ftruncate(lull_loop *loop, lull_pool *pool,
                                   lull_fs_fn cb);
 /* Copies len bytes from fd_in at off_in to fd_out at off_out with
  * copy_file_range, by pread/pwrite where the kernel refuses (EXDEV, EINVAL,
- * ENOSYS, EOPNOTSUPP). Result: bytes copied (fewer at fd_in's end). */
+ * ENOSYS, EOPNOTSUPP). Result: bytes copied (fewer at fd_in's end). A len
+ * of 0 still asks both fds (-EBADF for a closed one). */
 LULL_EXTERN int lull_fs_copy_range(lull_loop *loop, lull_pool *pool,
                                    lull_fs *req, int fd_out, uint64_t off_out,
                                    int fd_in, uint64_t off_in, size_t len,

@@ -1759,6 +1759,32 @@ TEST_THREADED(fs_zero_length_read_or_write_checks_the_fd) {
     fs_teardown();
 }
 
+/* A copy or sendfile of nothing still asks the kernel about both fds, as
+ * copy_file_range(2) and sendfile(2) (libuv's uv_fs_sendfile) do: a
+ * closed one, or a destination opened read-only, is -EBADF. It was 0
+ * without a system call. */
+TEST_THREADED(fs_zero_length_copy_or_sendfile_checks_the_fds) {
+    fs_setup();
+    int in = open_rw(path);
+    int out = open_rw(in_dir("copy"));
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, out, 0, in, 0, 0, on_fs)), 0);
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, out, in, 0, 0, on_fs)), 0);
+    int ro = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK(ro >= 0);
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, ro, 0, in, 0, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, ro, in, 0, 0, on_fs)), -EBADF);
+    close(ro);
+    CHECK_EQ(run(lull_fs_close(L, P, &R, out, on_fs)), 0);
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, out, 0, in, 0, 0, on_fs)),
+             -EBADF);
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, out, in, 0, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, in, 0, out, 0, 0, on_fs)),
+             -EBADF);
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, in, out, 0, 0, on_fs)), -EBADF);
+    close(in);
+    fs_teardown();
+}
+
 /* RLIMIT_NOFILE lowered to the fds already open: the kernel's -EMFILE
  * comes back through cb, for an open and for a listing's open. */
 TEST_THREADED(fs_emfile_reported) {
