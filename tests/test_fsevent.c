@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -508,6 +509,34 @@ TEST(watch_limit_is_reported) {
     CHECK_EQ(lull_fsevent_start(&w, root, on_event), -ENOSPC);
     fail_add_watch = 0;
     CHECK(loop->fsevents == NULL); /* its inotify fd closed again */
+    free_loop_and_root(loop);
+}
+
+/* RLIMIT_NOFILE lowered to the fds already open: the loop's first watch,
+ * which makes its inotify fd, says -EMFILE and leaves nothing behind; with
+ * fds again the same watch starts. */
+TEST(first_watch_out_of_fds_says_emfile) {
+    make_root();
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    seen s;
+    memset(&s, 0, sizeof s);
+    w.data = &s;
+    CHECK_EQ(lull_fsevent_init(loop, &w), 0);
+    struct rlimit old;
+    check_fds_exhaust(&old);
+    int rc = lull_fsevent_start(&w, root, on_event);
+    check_fds_restore(&old);
+    CHECK_EQ(rc, -EMFILE);
+    CHECK(loop->fsevents == NULL);
+    CHECK_EQ(w.wd, -1);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_fsevent_start(&w, root, on_event), 0);
+    touch(at("f"));
+    while (s.calls == 0)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(strcmp(s.names[0], "f"), 0);
+    CHECK_EQ(lull_fsevent_stop(&w), 0);
     free_loop_and_root(loop);
 }
 
