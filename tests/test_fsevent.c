@@ -512,6 +512,49 @@ TEST(watch_limit_is_reported) {
     free_loop_and_root(loop);
 }
 
+/* A watch stopped and started again on another directory inside its own
+ * callback: the old directory's entries left in that batch are not
+ * delivered (they are not the new path's), and the new directory's
+ * changes are. */
+static const char *restart_path;
+
+static void on_restart(lull_fsevent *w, unsigned events, const char *name,
+                       const char *other) {
+    on_event(w, events, name, other);
+    if (!restart_path) return;
+    CHECK_EQ(lull_fsevent_stop(w), 0);
+    CHECK_EQ(lull_fsevent_start(w, restart_path, on_event), 0);
+    restart_path = NULL;
+}
+
+TEST(watch_restarted_on_another_path_inside_its_callback) {
+    make_root();
+    CHECK_EQ(mkdir(at("a"), 0755), 0);
+    CHECK_EQ(mkdir(at("b"), 0755), 0);
+    lull_loop *loop = new_loop();
+    lull_fsevent w;
+    seen s;
+    memset(&s, 0, sizeof s);
+    w.data = &s;
+    CHECK_EQ(lull_fsevent_init(loop, &w), 0);
+    CHECK_EQ(lull_fsevent_start(&w, at("a"), on_restart), 0);
+    restart_path = at("b");
+    touch(at("a/1"));
+    touch(at("a/2")); /* same batch: dropped with the old watch */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(s.calls, 1);
+    CHECK_EQ(strcmp(s.names[0], "1"), 0);
+    touch(at("a/3")); /* not watched any more */
+    touch(at("b/4"));
+    while (s.calls < 2)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s.calls, 2);
+    CHECK_EQ(strcmp(s.names[1], "4"), 0);
+    CHECK_EQ(lull_fsevent_stop(&w), 0);
+    free_loop_and_root(loop);
+}
+
 /* RLIMIT_NOFILE lowered to the fds already open: the loop's first watch,
  * which makes its inotify fd, says -EMFILE and leaves nothing behind; with
  * fds again the same watch starts. */
