@@ -427,6 +427,31 @@ static int by_magnitude(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Moves a[i] down the max-heap a[0..n). */
+static void sift_down(int *a, size_t i, size_t n) {
+    for (size_t c; (c = 2 * i + 1) < n; i = c) {
+        if (c + 1 < n && a[c + 1] > a[c]) c++;
+        if (a[i] >= a[c]) return;
+        int t = a[i];
+        a[i] = a[c];
+        a[c] = t;
+    }
+}
+
+/* Sorts the (positive) descriptors a[0..n) in place: a heapsort, since
+ * glibc's qsort allocates for a few hundred of them, and reporting an
+ * overflow allocates nothing (the snapshot is grown by each start). */
+static void sort_wds(int *a, size_t n) {
+    for (size_t k = n / 2; k-- > 0;)
+        sift_down(a, k, n);
+    for (size_t end = n; end-- > 1;) {
+        int t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        sift_down(a, 0, end);
+    }
+}
+
 /* Marks (negates) each descriptor of snap[0..n), sorted by magnitude, that
  * the kernel still holds: the instance's fdinfo lists its live watches,
  * one "inotify wd:<hex> ..." line each (Linux 3.8 on). Read through buf,
@@ -488,7 +513,7 @@ static void deliver_overflow(struct lull__fsevents *fs) {
      * dropped the word. Such a watch, left started, was never called
      * again and kept the loop alive for ever: it ends here, with a GONE
      * beside its OVERFLOW. */
-    qsort(fs->snap, n, sizeof *fs->snap, by_magnitude);
+    sort_wds(fs->snap, n);
     bool checked = live_watches(fs, fs->snap, n);
     for (size_t i = 0; i < n; i++) {
         bool live = !checked || fs->snap[i] < 0;

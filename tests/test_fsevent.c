@@ -795,25 +795,41 @@ TEST(real_queue_overflow_leaves_the_loop_quiet) {
 /* A watched file removed while the kernel's queue is full: the kernel
  * ends its watch, but the IN_IGNORED that says so is dropped with the
  * other events the overflow lost. The watch hears that it ended (GONE,
- * with the OVERFLOW, its last call) and no longer keeps the loop alive.
- * Its end lost, it stayed started on a descriptor the kernel had freed:
- * never called again, and a run of the loop never returned. */
+ * with the OVERFLOW, its last call) and no longer keeps the loop alive;
+ * the others, started before and after it, hear OVERFLOW alone. Its end
+ * lost, it stayed started on a descriptor the kernel had freed: never
+ * called again, and a run of the loop never returned. */
+#define OVERFLOW_DIRS 40
+
 TEST(watch_ended_inside_a_real_overflow_hears_gone) {
     long max = max_queued_events();
     if (!max) return;
     make_root();
     touch(at("f"));
     lull_loop *loop = new_loop();
+    static lull_fsevent dw[OVERFLOW_DIRS];
+    static seen ds[OVERFLOW_DIRS];
     lull_fsevent w, wf;
     seen s, sf;
     watch(loop, &w, &s, root);
-    watch(loop, &wf, &sf, at("f"));
+    for (int i = 0; i < OVERFLOW_DIRS; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "d%d", i);
+        CHECK_EQ(mkdir(at(name), 0755), 0);
+        watch(loop, &dw[i], &ds[i], at(name));
+        if (i == OVERFLOW_DIRS / 2) watch(loop, &wf, &sf, at("f"));
+    }
     overflow_the_queue(max);
     CHECK_EQ(unlink(at("f")), 0); /* its events lost with the rest */
     for (int i = 0; i < 10000 && !(s.all & LULL_FSEVENT_OVERFLOW); i++)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     CHECK(s.all & LULL_FSEVENT_OVERFLOW);
     CHECK(!(s.all & LULL_FSEVENT_GONE)); /* root's watch lives on */
+    for (int i = 0; i < OVERFLOW_DIRS; i++) {
+        CHECK_EQ(ds[i].calls, 1);
+        CHECK_EQ(ds[i].all, LULL_FSEVENT_OVERFLOW);
+        CHECK_EQ(lull_fsevent_stop(&dw[i]), 0);
+    }
     CHECK(sf.calls >= 1);
     CHECK_EQ(sf.events[sf.calls - 1],
              LULL_FSEVENT_OVERFLOW | LULL_FSEVENT_GONE);
