@@ -456,15 +456,17 @@ static void sort_wds(int *a, size_t n) {
  * the kernel still holds: the instance's fdinfo lists its live watches,
  * one "inotify wd:<hex> ..." line each (Linux 3.8 on). Read through buf,
  * whose names the batch no longer needs. false where it cannot be read
- * (no /proc, no fd left): every watch is then taken to be alive, as
- * before this check. */
+ * (no /proc, no fd left) or lists no watch at all (a /proc that leaves
+ * inotify's lines out would otherwise end every watch; a kernel that
+ * ended all of them leaves their ends to the rescan): every watch is
+ * then taken to be alive, as before this check. */
 static bool live_watches(struct lull__fsevents *fs, int *snap, size_t n) {
     static const char tag[] = "inotify wd:";
     char name[48];
     snprintf(name, sizeof name, "/proc/self/fdinfo/%d", fs->io.fd);
     int fd = open(name, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
-    size_t have = 0;
+    size_t have = 0, listed = 0;
     bool ok = true;
     for (;;) {
         ssize_t r = read(fd, fs->buf + have, sizeof fs->buf - have);
@@ -478,6 +480,7 @@ static bool live_watches(struct lull__fsevents *fs, int *snap, size_t n) {
         while ((nl = memchr(p, '\n', (size_t)(end - p)))) {
             *nl = '\0';
             if (strncmp(p, tag, sizeof tag - 1) == 0) {
+                listed++;
                 int wd = (int)strtol(p + sizeof tag - 1, NULL, 16);
                 int *at =
                     wd > 0 ? bsearch(&wd, snap, n, sizeof *snap, by_magnitude)
@@ -495,7 +498,7 @@ static bool live_watches(struct lull__fsevents *fs, int *snap, size_t n) {
         memmove(fs->buf, p, have);
     }
     close(fd);
-    return ok;
+    return ok && listed > 0;
 }
 
 static void deliver_overflow(struct lull__fsevents *fs) {
