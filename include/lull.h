@@ -1383,7 +1383,8 @@ typedef struct lull_fsevent lull_fsevent;
               has ended, no callback follows */
 #define LULL_FSEVENT_OVERFLOW                                                  \
     0x100u /* the kernel's queue overflowed and                                \
-              events were lost: rescan */
+              events were lost: rescan (with GONE:                             \
+              the lost events ended this watch) */
 
 /* events: LULL_FSEVENT_* bits seen for `name` in this turn (CREATED |
  * DELETED: it came and went; a name made again after it left, or moved
@@ -2303,7 +2304,8 @@ LULL_EXTERN int lull_fs_close(lull_loop *loop, lull_pool *pool, lull_fs *req,
 #define LULL_FS_CURRENT UINT64_MAX
 /* Reads up to len bytes at offset (fewer only at end of file; at
  * LULL_FS_CURRENT one read(2), so a pipe gives what it has). Result: the
- * bytes read. */
+ * bytes read. A read or write of 0 bytes still makes the call (-EBADF for
+ * a closed fd). */
 LULL_EXTERN int lull_fs_read(lull_loop *loop, lull_pool *pool, lull_fs *req,
                              int fd, void *buf, size_t len, uint64_t offset,
                              lull_fs_fn cb);
@@ -2370,7 +2372,8 @@ LULL_EXTERN int lull_fs_ftruncate(lull_loop *loop, lull_pool *pool,
                                   lull_fs_fn cb);
 /* Copies len bytes from fd_in at off_in to fd_out at off_out with
  * copy_file_range, by pread/pwrite where the kernel refuses (EXDEV, EINVAL,
- * ENOSYS, EOPNOTSUPP). Result: bytes copied (fewer at fd_in's end). */
+ * ENOSYS, EOPNOTSUPP). Result: bytes copied (fewer at fd_in's end). A len
+ * of 0 still asks both fds (-EBADF for a closed one). */
 LULL_EXTERN int lull_fs_copy_range(lull_loop *loop, lull_pool *pool,
                                    lull_fs *req, int fd_out, uint64_t off_out,
                                    int fd_in, uint64_t off_in, size_t len,

@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
@@ -419,6 +420,87 @@ static void deliver(struct lull__fsevents *fs, int n) {
     }
 }
 
+/* Orders descriptors by magnitude: live_watches marks one by negating it,
+ * which keeps the order (descriptors start at 1). */
+static int by_magnitude(const void *a, const void *b) {
+    int x = abs(*(const int *)a), y = abs(*(const int *)b);
+    return (x > y) - (x < y);
+}
+
+/* Moves a[i] down the max-heap a[0..n). */
+static void sift_down(int *a, size_t i, size_t n) {
+    for (size_t c; (c = 2 * i + 1) < n; i = c) {
+        if (c + 1 < n && a[c + 1] > a[c]) c++;
+        if (a[i] >= a[c]) return;
+        int t = a[i];
+        a[i] = a[c];
+        a[c] = t;
+    }
+}
+
+/* Sorts the (positive) descriptors a[0..n) in place: a heapsort, since
+ * glibc's qsort allocates for a few hundred of them, and reporting an
+ * overflow allocates nothing (the snapshot is grown by each start). */
+static void sort_wds(int *a, size_t n) {
+    for (size_t k = n / 2; k-- > 0;)
+        sift_down(a, k, n);
+    for (size_t end = n; end-- > 1;) {
+        int t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        sift_down(a, 0, end);
+    }
+}
+
+/* Marks (negates) each descriptor of snap[0..n), sorted by magnitude, that
+ * the kernel still holds: the instance's fdinfo lists its live watches,
+ * one "inotify wd:<hex> ..." line each (Linux 3.8 on). Read through buf,
+ * whose names the batch no longer needs. false where it cannot be read
+ * (no /proc, no fd left) or lists no watch at all (a /proc that leaves
+ * inotify's lines out would otherwise end every watch; a kernel that
+ * ended all of them leaves their ends to the rescan): every watch is
+ * then taken to be alive, as before this check. */
+static bool live_watches(struct lull__fsevents *fs, int *snap, size_t n) {
+    static const char tag[] = "inotify wd:";
+    char name[48];
+    snprintf(name, sizeof name, "/proc/self/fdinfo/%d", fs->io.fd);
+    int fd = open(name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    size_t have = 0, listed = 0;
+    bool ok = true;
+    for (;;) {
+        ssize_t r = read(fd, fs->buf + have, sizeof fs->buf - have);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            ok = false;
+            break;
+        }
+        have += (size_t)r;
+        char *p = fs->buf, *end = fs->buf + have, *nl;
+        while ((nl = memchr(p, '\n', (size_t)(end - p)))) {
+            *nl = '\0';
+            if (strncmp(p, tag, sizeof tag - 1) == 0) {
+                listed++;
+                int wd = (int)strtol(p + sizeof tag - 1, NULL, 16);
+                int *at =
+                    wd > 0 ? bsearch(&wd, snap, n, sizeof *snap, by_magnitude)
+                           : NULL;
+                if (at) *at = -wd;
+            }
+            p = nl + 1;
+        }
+        have = (size_t)(end - p);
+        if (r == 0) break;
+        if (have == sizeof fs->buf) { /* a line longer than a batch: not */
+            ok = false;               /* the format above */
+            break;
+        }
+        memmove(fs->buf, p, have);
+    }
+    close(fd);
+    return ok && listed > 0;
+}
+
 static void deliver_overflow(struct lull__fsevents *fs) {
     /* Every watch started when the overflow was read lost events. The list
      * changes under the calls (a watch stopped, one started at the head),
@@ -429,9 +511,23 @@ static void deliver_overflow(struct lull__fsevents *fs) {
     size_t n = 0;
     for (lull_fsevent *w = fs->head; w; w = w->next)
         if (w->wd != FORKED) fs->snap[n++] = w->wd;
+    /* The events lost may include a watch's IN_IGNORED: the kernel ended
+     * it (its path deleted, its file system unmounted) and the overflow
+     * dropped the word. Such a watch, left started, was never called
+     * again and kept the loop alive for ever: it ends here, with a GONE
+     * beside its OVERFLOW. */
+    sort_wds(fs->snap, n);
+    bool checked = live_watches(fs, fs->snap, n);
     for (size_t i = 0; i < n; i++) {
-        lull_fsevent *w = by_wd(fs, fs->snap[i]);
-        if (w) w->fn(w, LULL_FSEVENT_OVERFLOW, NULL, NULL);
+        bool live = !checked || fs->snap[i] < 0;
+        lull_fsevent *w = by_wd(fs, abs(fs->snap[i]));
+        if (!w) continue;
+        if (live) {
+            w->fn(w, LULL_FSEVENT_OVERFLOW, NULL, NULL);
+        } else {
+            unlink_watch(fs, w);
+            w->fn(w, LULL_FSEVENT_OVERFLOW | LULL_FSEVENT_GONE, NULL, NULL);
+        }
     }
 }
 

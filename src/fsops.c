@@ -123,6 +123,19 @@ static int64_t rw_all(lull_fs *req, bool write) {
         cnt = 1;
     }
     uint64_t off = req->offset;
+    size_t total = 0;
+    for (int k = 0; k < cnt; k++)
+        total += p[k].iov_len;
+    if (total == 0) {
+        /* Nothing to move, but still one call, as read(2) and libuv's
+         * uv_fs_read make: the kernel checks the fd (closed, or opened
+         * for the other direction: -EBADF; a pipe at an offset: -ESPIPE). */
+        ssize_t n;
+        do
+            n = rw_once(req->fd, p, cnt, off, write);
+        while (n < 0 && errno == EINTR);
+        return n < 0 ? -errno : 0;
+    }
     size_t done = 0;
     int i = 0;
     while (i < cnt) {
@@ -225,6 +238,25 @@ static int64_t copy_backward(lull_fs *req, off_t in, off_t out, size_t len) {
  * and sysfs files, which report a size of 0. */
 static int64_t copy_run(lull_fs *req, bool to_pos) {
     off_t in = (off_t)req->offset, out = (off_t)req->offset2;
+    if (req->len == 0) {
+        /* Nothing to copy, but both fds are still asked, as the kernel's
+         * calls (and libuv's sendfile) ask them with a length of 0: the
+         * fallback's read and write of nothing, whose errors are each
+         * fd's own on every kernel (-EBADF: closed, or opened for the
+         * other direction). */
+        char c;
+        ssize_t n;
+        do
+            n = pread(req->fd, &c, 0, in);
+        while (n < 0 && errno == EINTR);
+        if (n == 0) {
+            do
+                n = to_pos ? pwrite(req->fd2, &c, 0, out)
+                           : write(req->fd2, &c, 0);
+            while (n < 0 && errno == EINTR);
+        }
+        return n < 0 ? -errno : 0;
+    }
     size_t done = 0;
     bool fallback = false;
     while (done < req->len) {

@@ -1730,6 +1730,115 @@ TEST_THREADED(fs_closed_fd) {
     fs_teardown();
 }
 
+/* A read or write of nothing still asks the kernel, as read(2), write(2)
+ * and libuv's uv_fs_read do: a closed fd, or a write to a read-only one,
+ * is -EBADF. It was 0 without a system call, so a request whose fd had
+ * been closed under it reported success. */
+TEST_THREADED(fs_zero_length_read_or_write_checks_the_fd) {
+    fs_setup();
+    int fd = open_rw(path);
+    char buf[1];
+    struct iovec none = {buf, 0};
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, 0, 0, on_fs)), 0);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, NULL, 0, LULL_FS_CURRENT, on_fs)),
+             0);
+    CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), 0);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, 0, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, fd, buf, 0, LULL_FS_CURRENT, on_fs)),
+             -EBADF);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, fd, buf, 0, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_readv(L, P, &R, fd, &none, 1, 0, on_fs)), -EBADF);
+    CHECK_EQ(
+        run(lull_fs_writev(L, P, &R, fd, &none, 1, LULL_FS_CURRENT, on_fs)),
+        -EBADF);
+    int ro = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK(ro >= 0);
+    CHECK_EQ(run(lull_fs_write(L, P, &R, ro, buf, 0, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_read(L, P, &R, ro, buf, 0, 0, on_fs)), 0);
+    close(ro);
+    fs_teardown();
+}
+
+/* A copy or sendfile of nothing still asks the kernel about both fds, as
+ * copy_file_range(2) and sendfile(2) (libuv's uv_fs_sendfile) do: a
+ * closed one, or a destination opened read-only, is -EBADF. It was 0
+ * without a system call. */
+TEST_THREADED(fs_zero_length_copy_or_sendfile_checks_the_fds) {
+    fs_setup();
+    int in = open_rw(path);
+    int out = open_rw(in_dir("copy"));
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, out, 0, in, 0, 0, on_fs)), 0);
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, out, in, 0, 0, on_fs)), 0);
+    int ro = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK(ro >= 0);
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, ro, 0, in, 0, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, ro, in, 0, 0, on_fs)), -EBADF);
+    close(ro);
+    CHECK_EQ(run(lull_fs_close(L, P, &R, out, on_fs)), 0);
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, out, 0, in, 0, 0, on_fs)),
+             -EBADF);
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, out, in, 0, 0, on_fs)), -EBADF);
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, in, 0, out, 0, 0, on_fs)),
+             -EBADF);
+    CHECK_EQ(run(lull_fs_sendfile(L, P, &R, in, out, 0, 0, on_fs)), -EBADF);
+    close(in);
+    fs_teardown();
+}
+
+/* Two requests done on the pool, their callbacks not yet run (both on
+ * the loop's way): the loop cannot be freed, and the first callback can
+ * neither cancel nor reuse the second (-EBUSY: its callback is on its
+ * way), which then runs once with its own result, as libuv's uv_cancel
+ * of a request past its work says. */
+static lull_fs second;
+static lull_stat second_st;
+static int first_calls, second_calls;
+static int64_t second_result;
+
+static void second_done(lull_fs *req, int64_t result) {
+    CHECK_EQ(req, &second);
+    second_calls++;
+    second_result = result;
+}
+
+static void first_done(lull_fs *req, int64_t result) {
+    (void)req;
+    CHECK_EQ(result, 0);
+    first_calls++;
+    CHECK_EQ(lull_fs_cancel(&second), -EBUSY);
+    CHECK_EQ(lull_fs_unlink(L, P, &second, path, second_done), -EBUSY);
+    CHECK_EQ(second_calls, 0);
+}
+
+TEST_THREADED(fs_request_done_but_not_delivered_is_past_cancel_and_reuse) {
+    fs_setup();
+    /* One thread: the two come back, and are delivered, in order. */
+    CHECK_EQ(lull_pool_free(P), 0);
+    CHECK_EQ(lull_pool_new(&P, &(lull_pool_options){.threads = 1}), 0);
+    memset(&second, 0, sizeof second);
+    first_calls = second_calls = 0;
+    lull_stat st;
+    CHECK_EQ(lull_fs_stat(L, P, &R, dir, &st, first_done), 0);
+    CHECK_EQ(lull_fs_stat(L, P, &second, dir, &second_st, second_done), 0);
+    uint64_t deadline = check_clock_ns() + 10000000000u;
+    lull_pool_stats ps;
+    for (;;) { /* both run and handed back, neither delivered */
+        lull_pool_get_stats(P, &ps);
+        if (ps.completed >= 2) break;
+        CHECK(check_clock_ns() < deadline);
+        sched_yield();
+    }
+    CHECK_EQ(lull_loop_free(L), -EBUSY);
+    CHECK_EQ(lull_fs_cancel(&R), -EBUSY);
+    CHECK_EQ(lull_fs_cancel(&second), -EBUSY);
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(first_calls, 1);
+    CHECK_EQ(second_calls, 1);
+    CHECK_EQ(second_result, 0);
+    CHECK(S_ISDIR(second_st.mode));
+    fs_teardown();
+}
+
 /* RLIMIT_NOFILE lowered to the fds already open: the kernel's -EMFILE
  * comes back through cb, for an open and for a listing's open. */
 TEST_THREADED(fs_emfile_reported) {
