@@ -296,6 +296,13 @@ const char *lab_fmt_us(char *buf, double us) {
     return buf;
 }
 
+const char *lab_fmt_ns(char *buf, double ns) {
+    char n[LAB_CELL];
+    if (isfinite(ns) && fabs(ns) >= 1000) return lab_fmt_us(buf, ns / 1000);
+    snprintf(buf, LAB_CELL, "%.32s ns", lab_fmt3(n, ns));
+    return buf;
+}
+
 const char *lab_fmt_ratio(char *buf, double v) {
     if (!isfinite(v)) {
         snprintf(buf, LAB_CELL, "–");

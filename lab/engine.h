@@ -211,6 +211,9 @@ const char *lab_fmt3(char *buf, double v);
  * and from 1,000 µs on "19.6 ms", so that a busy machine's figure keeps
  * the width of its verdict cell. */
 const char *lab_fmt_us(char *buf, double us);
+/* A time given in ns: "85.4 ns", and from 1,000 ns on as lab_fmt_us
+ * writes it ("1.10 ms", not "1103235"). */
+const char *lab_fmt_ns(char *buf, double ns);
 /* "×1.23", "×" followed by the value as tables print it; "–" for NaN. */
 const char *lab_fmt_ratio(char *buf, double v);
 

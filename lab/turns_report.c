@@ -284,11 +284,30 @@ static const char *peer_cell(char *buf, const lab_row *r, int col) {
 }
 
 /* peer_cell in three significant digits, for the verdict. */
-static const char *peer_cell3(char *buf, const lab_row *r, int col) {
+/* A peer's figure as the verdict's "compared with" cell gives it: its
+ * name and its median in its unit, written by fmt (lab_fmt_ns, lab_fmt_us
+ * or a rate's below), so that a newcomer reads "node 1.10 ms", not a bare
+ * number. */
+typedef const char *(*cell_fmt)(char *buf, double v);
+
+static const char *fmt_us_per_s(char *buf, double v) {
+    char n[LAB_CELL];
+    snprintf(buf, LAB_CELL, "%.32s µs/s", lab_fmt3(n, v));
+    return buf;
+}
+
+static const char *fmt_ns_per_s(char *buf, double v) {
+    char n[LAB_CELL];
+    snprintf(buf, LAB_CELL, "%.32s ns/s", lab_fmt3(n, v));
+    return buf;
+}
+
+static const char *peer_cell3(char *buf, const lab_row *r, int col,
+                              cell_fmt fmt) {
     char v[LAB_CELL];
     if (!r || !isfinite(lab_row_median(r, col))) return "–";
-    snprintf(buf, LAB_CELL, "%s %s", r->peer,
-             lab_fmt3(v, lab_row_median(r, col)));
+    snprintf(buf, LAB_CELL, "%.20s %.40s", r->peer,
+             fmt(v, lab_row_median(r, col)));
     return buf;
 }
 
@@ -404,7 +423,7 @@ static void verdict_quiet(const lab_fig *f) {
     lab_row *p = lab_fig_best_peer(f, 0, IDLE_CPU_US_PER_S);
     if (p)
         snprintf(v->peer, sizeof v->peer, "%s %s",
-                 peer_cell3(a, p, IDLE_CPU_US_PER_S),
+                 peer_cell3(a, p, IDLE_CPU_US_PER_S, fmt_us_per_s),
                  lab_fmt_ratio(b, lab_ratio(f, l, p, IDLE_CPU_US_PER_S)));
     /* The wakeups first, with no evidence: a count's miss is never noise.
      * The peer's spread is the evidence for the CPU bound after it. */
@@ -419,13 +438,13 @@ static void verdict_quiet(const lab_fig *f) {
 
 /* lull's row of class cls against the best peer of that class. */
 static void verdict_peer(lab_verdict *v, const lab_fig *f, const lab_row *l,
-                         const lab_row *p, int col) {
+                         const lab_row *p, int col, cell_fmt fmt) {
     char a[LAB_CELL], b[LAB_CELL];
     if (!p) {
         snprintf(v->peer, sizeof v->peer, "none at this policy");
         return;
     }
-    snprintf(v->peer, sizeof v->peer, "%s %s", peer_cell3(a, p, col),
+    snprintf(v->peer, sizeof v->peer, "%s %s", peer_cell3(a, p, col, fmt),
              lab_fmt_ratio(b, lab_ratio(f, l, p, col)));
     char what[64];
     snprintf(what, sizeof what, "%s's row", p->peer);
@@ -452,7 +471,7 @@ static void verdict_turns(const lab_fig *task, const lab_fig *timer0) {
                      lab_fmt3(a, lab_row_median(l, CHAIN_NS_PER_HOP)),
                      cls == TURNS_CLASS_QUANTUM ? "0.5 ms" : "a hop");
             snprintf(v->target, sizeof v->target, "< best peer");
-            verdict_peer(v, task, l, p, CHAIN_NS_PER_HOP);
+            verdict_peer(v, task, l, p, CHAIN_NS_PER_HOP, lab_fmt_ns);
             if (p)
                 lab_verdict_bound(v, lab_row_median(l, CHAIN_NS_PER_HOP),
                                   lab_row_median(p, CHAIN_NS_PER_HOP), true);
@@ -476,7 +495,7 @@ static void verdict_turns(const lab_fig *task, const lab_fig *timer0) {
                 verdict_peer(v, timer0, e0,
                              lab_fig_best_peer(timer0, TURNS_CLASS_EVERY_HOP,
                                                CHAIN_NS_PER_HOP),
-                             CHAIN_NS_PER_HOP);
+                             CHAIN_NS_PER_HOP, lab_fmt_ns);
             lab_verdict_bound(v, x, 1.5, true);
         }
     }
@@ -496,7 +515,7 @@ static void verdict_lateness(const lab_fig *f) {
              early < 0 ? ", early" : "");
     snprintf(v->target, sizeof v->target, "≤ 1.1× floor");
     const lab_row *p = best_late_peer(f);
-    verdict_peer(v, f, l, p, LATE_P99_US);
+    verdict_peer(v, f, l, p, LATE_P99_US, lab_fmt_us);
     lab_verdict_spread(v, "the floor's p99",
                        lab_row_spread(floor, LATE_P99_US));
     /* A peer within the bound in the same rounds: the machine allowed it. */
@@ -524,7 +543,7 @@ static void verdict_idle_peers(const lab_fig *f) {
     snprintf(v->what, sizeof v->what, "idle CPU per handle %s ns/s",
              lab_fmt3(a, lv));
     snprintf(v->target, sizeof v->target, "≤ every peer");
-    verdict_peer(v, f, l, p, IDLE_NS_PER_HANDLE);
+    verdict_peer(v, f, l, p, IDLE_NS_PER_HANDLE, fmt_ns_per_s);
     double pv = lab_row_median(p, IDLE_NS_PER_HANDLE);
     const lab_row *fl = lab_fig_find(f, "floor", "epoll_wait");
     double fv = lab_row_median(fl, IDLE_NS_PER_HANDLE);
@@ -545,8 +564,8 @@ static void verdict_idle_peers(const lab_fig *f) {
  * cell is the best peer against lull's row `base`. */
 static void verdict_floor_ratio(const lab_fig *f, int part, const lab_row *l,
                                 const lab_row *fl, const lab_row *base,
-                                const lab_row *peer, int col, const char *what,
-                                double bound) {
+                                const lab_row *peer, int col, cell_fmt fmt,
+                                const char *what, double bound) {
     if (!l || !fl) return;
     lab_series r = lab_series_ratios(&l->v[col], &fl->v[col]);
     lab_verdict *v = r.n ? lab_verdict_add("C2", part) : NULL;
@@ -556,7 +575,7 @@ static void verdict_floor_ratio(const lab_fig *f, int part, const lab_row *l,
     v->timing = true;
     snprintf(v->what, sizeof v->what, "%s: %s× floor", what, lab_fmt3(a, x));
     snprintf(v->target, sizeof v->target, "≤ %g× floor", bound);
-    verdict_peer(v, f, base, peer, col);
+    verdict_peer(v, f, base, peer, col, fmt);
     /* The evidence is the floor's own spread: the ratio's spread is
      * lull's figure moving, the miss itself, not noise beside it. */
     lab_verdict_spread(v, "the floor", lab_row_spread(fl, col));
@@ -569,7 +588,7 @@ static void verdict_every_hop(const lab_fig *f) {
     verdict_floor_ratio(
         f, 1, e, lab_fig_find(f, "floor", "epoll_wait(0)"), e,
         lab_fig_best_peer(f, TURNS_CLASS_EVERY_HOP, CHAIN_NS_PER_HOP),
-        CHAIN_NS_PER_HOP, "I/O every hop", 1.05);
+        CHAIN_NS_PER_HOP, lab_fmt_ns, "I/O every hop", 1.05);
 }
 
 /* The cross-thread round trip on one CPU, lull's loops sleeping on a
@@ -578,7 +597,7 @@ static void verdict_cross_thread(const lab_fig *f) {
     verdict_floor_ratio(f, 2, lab_fig_find(f, "lull", "futex sleep"),
                         lab_fig_find(f, "floor", "futex"), lab_fig_base(f, 0),
                         lab_fig_best_peer(f, 0, TRIP_P50_US), TRIP_P50_US,
-                        "cross-thread trip", 1.1);
+                        lab_fmt_us, "cross-thread trip", 1.1);
 }
 
 /* Full runs only (the figure needs seconds of hogs): lull's 1 ms p99
@@ -595,7 +614,7 @@ static void verdict_busy(const lab_fig *f) {
     snprintf(v->what, sizeof v->what, "beside CPU hogs: p99 %s",
              lab_fmt_us(a, lv));
     snprintf(v->target, sizeof v->target, "≤ every peer");
-    verdict_peer(v, f, l, p, LATE_P99_US);
+    verdict_peer(v, f, l, p, LATE_P99_US, lab_fmt_us);
     if (floor)
         lab_verdict_spread(v, "the floor's p99",
                            lab_row_spread(floor, LATE_P99_US));
