@@ -2039,3 +2039,41 @@ TEST(close_after_its_loop_was_freed_touches_no_loop) {
     CHECK_EQ(g_udp_closes, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A handle left open without a socket at lull_loop_free (allowed) keeps a
+ * pointer to the freed loop: a bind, connect, open, send or recv_start
+ * made a socket and registered it there, or read the loop's owner (a use
+ * after free ASan reports; a debug build's bind returned 0). Each refuses
+ * it with -EINVAL now; the options, needing a socket, say -EBADF; a close
+ * still returns 0, and an init on a live loop makes it usable again. */
+TEST(calls_on_a_handle_its_loop_free_forgot_are_refused) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_loop_free(loop), 0); /* no socket: left open */
+    static lull_datagram d;
+    struct sockaddr_in to = v4(9);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), -EINVAL);
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", 9), -EINVAL);
+    CHECK_EQ(lull_udp_connect(&u, NULL, 0), -EINVAL);
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, (struct sockaddr *)&to, NULL),
+             -EINVAL);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_udp_open(&u, sv[0]), -EINVAL);
+    close(sv[0]);
+    close(sv[1]);
+    CHECK_EQ(lull_udp_recv_start(&u, rx_recv), -EINVAL);
+    CHECK_EQ(lull_udp_set_ttl(&u, 4), -EBADF);
+    CHECK_EQ(lull_udp_local_port(&u), -EBADF);
+    CHECK_EQ(lull_udp_recv_stop(&u), 0);
+    CHECK_EQ(d.udp, NULL); /* the request was not taken */
+    loop = new_loop();
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    CHECK_EQ(lull_udp_close(&u, count_udp_close), 0);
+    g_udp_closes = 0;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(g_udp_closes, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
