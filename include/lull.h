@@ -2511,7 +2511,8 @@ struct addrinfo;
 typedef struct lull_dial lull_dial;
 /* status 0: d->stream is open (its close callback owed, as for any
  * stream). Else the dial failed and the stream was never set up:
- * -ECANCELED (lull_dial_cancel), -ETIMEDOUT (timeout_ns), -EHOSTUNREACH
+ * -ECANCELED (lull_dial_cancel), -ETIMEDOUT (timeout_ns, or the stream
+ * options' connect_timeout_ns if earlier), -EHOSTUNREACH
  * (the name has no address of the family asked for: d->gai_error holds
  * getaddrinfo's code; -EMFILE, -ENOMEM ... when it failed for want of
  * fds or memory), -ESHUTDOWN (the pool was closed before the lookup
@@ -2521,10 +2522,13 @@ typedef struct lull_dial lull_dial;
 typedef void (*lull_dial_fn)(lull_dial *d, int status);
 
 typedef struct lull_dial_options {     /* all zero = defaults */
-    const lull_stream_options *stream; /* for the stream, as connect's */
+    const lull_stream_options *stream; /* for the stream, as connect's:
+                                          its connect_timeout_ns bounds
+                                          the whole dial, as timeout_ns */
     uint64_t attempt_delay_ns;         /* 0 = 250 ms (RFC 8305's default) */
-    uint64_t timeout_ns;               /* the whole dial; 0 = none */
-    int family;                        /* AF_INET or AF_INET6 only; 0 = both */
+    uint64_t timeout_ns; /* the whole dial; 0 = none (the earlier of this
+                            and stream's connect_timeout_ns counts) */
+    int family;          /* AF_INET or AF_INET6 only; 0 = both */
 } lull_dial_options;
 
 /* Addresses in flight at once: an attempt every 250 ms, and a connect

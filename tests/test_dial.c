@@ -309,6 +309,46 @@ TEST(timeout_ends_the_dial) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The stream options' connect_timeout_ns, which lull_stream_connect_tcp
+ * honours, bounds a dial too (the earlier of it and timeout_ns): a dial
+ * given it for a host that never answers ended only when the kernel gave
+ * up on the SYNs, minutes later, the option silently ignored. */
+TEST(stream_connect_timeout_ends_the_dial) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    hole h = hole_open(AF_INET);
+    addrs l = {0};
+    add(&l, AF_INET, h.port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_stream_options so = {.connect_timeout_ns = LULL_S(2)};
+    lull_dial_options o = {.stream = &so};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    lull_loop_advance(loop, LULL_S(2) - 1);
+    CHECK_EQ(dial_calls, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    /* timeout_ns earlier than it: that one ends the dial. */
+    reset();
+    o.timeout_ns = LULL_S(1);
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    lull_loop_advance(loop, LULL_S(1));
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    /* Later than it: the connect timeout still does. */
+    reset();
+    o.timeout_ns = LULL_S(5);
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    lull_loop_advance(loop, LULL_S(2) - 1);
+    CHECK_EQ(dial_calls, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    hole_close(&h);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* The deadline already past when an attempt fails and the next starts
  * (the refusal's fd callback runs before the due timers of its turn): the
  * dial times out at once, not when a silent next address answers (never).
