@@ -464,6 +464,9 @@ static int take_destination(lull_udp *udp, lull_datagram *req,
     int family = (udp->state & U_INET)    ? AF_INET
                  : (udp->state & U_INET6) ? AF_INET6
                                           : AF_UNSPEC; /* not an IP socket */
+    /* An adopted Unix socket takes no IP address (nor, here, its own
+     * kind): refused now, not accepted to fail in the callback. */
+    if (family == AF_UNSPEC) return -EINVAL;
     if (family == AF_INET && to->sa_family == AF_INET6) return -EINVAL;
     if (family == AF_INET6 && to->sa_family == AF_INET) {
         const struct sockaddr_in *v4 = (const struct sockaddr_in *)to;

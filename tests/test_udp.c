@@ -2285,3 +2285,32 @@ TEST(unconnected_socket_sending_to_a_closed_port_stays_quiet) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* An unconnected Unix datagram socket (adopted) takes no IP address: a
+ * send to one is refused by the call with -EINVAL, as lull.h says of a
+ * family the socket does not take, not accepted and failed later in the
+ * callback. */
+TEST(ip_destination_on_a_unix_socket_is_refused_by_the_call) {
+    lull_loop *loop = new_loop();
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_open(&u, fd), 0);
+    static lull_datagram d;
+    struct sockaddr_in to = v4(9);
+    struct sockaddr_in6 to6 = {.sin6_family = AF_INET6,
+                               .sin6_port = htons(9),
+                               .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    sends_done = 0;
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, (struct sockaddr *)&to, on_sent),
+             -EINVAL);
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, (struct sockaddr *)&to6, on_sent),
+             -EINVAL);
+    CHECK_EQ(d.udp, NULL);
+    CHECK_EQ(u.queued, 0);
+    lull_udp_close(&u, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(sends_done, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
