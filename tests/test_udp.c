@@ -2314,3 +2314,35 @@ TEST(ip_destination_on_a_unix_socket_is_refused_by_the_call) {
     CHECK_EQ(sends_done, 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* The close callback is the place to reuse the struct: an init, a bind
+ * and a recv_start inside it work, and the handle set up there receives. */
+static lull_loop *g_reuse_loop;
+static int g_reuse_rc[3];
+static void reuse_in_close(lull_udp *udp) {
+    rx *r = udp->data;
+    r->closes++;
+    g_reuse_rc[0] = lull_udp_init(g_reuse_loop, udp, NULL);
+    g_reuse_rc[1] = lull_udp_bind(udp, "127.0.0.1", 0, 0);
+    g_reuse_rc[2] = lull_udp_recv_start(udp, rx_recv);
+}
+
+TEST(set_up_again_inside_its_own_close_callback) {
+    lull_loop *loop = new_loop();
+    g_reuse_loop = loop;
+    rx r;
+    rx_bind(loop, &r, NULL);
+    CHECK_EQ(lull_udp_close(&r.udp, reuse_in_close), 0);
+    for (int i = 0; i < 10 && !r.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(r.closes, 1);
+    CHECK_EQ(g_reuse_rc[0], 0);
+    CHECK_EQ(g_reuse_rc[1], 0);
+    CHECK_EQ(g_reuse_rc[2], 0);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    CHECK_EQ(send_n(&tx, 2, (struct sockaddr *)&to), 0);
+    run_until(loop, &r.count, 2);
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
