@@ -1298,8 +1298,9 @@ struct lull_udp {
  * makes one). opts may be NULL. -EINVAL for NULL or recv_batch > 1024;
  * -EBUSY into a handle still live (until its close callback has run), on
  * this loop or another (there, also one set up and idle); -ENOMEM. One
- * left open without a socket at lull_loop_free is refused by every call
- * but this one and close (-EINVAL; -EBADF for those needing a socket). */
+ * left open without a socket at lull_loop_free may be set up again here
+ * or closed; a bind, connect, open, send or recv_start refuses it
+ * (-EINVAL), the options and lull_udp_local_port say -EBADF. */
 LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
                               const lull_udp_options *opts);
 /* Binds to host (numeric; NULL = "127.0.0.1", "::" for every address of
