@@ -1297,7 +1297,10 @@ struct lull_udp {
 /* Prepares the handle; no socket yet (bind, connect or the first send
  * makes one). opts may be NULL. -EINVAL for NULL or recv_batch > 1024;
  * -EBUSY into a handle still live (until its close callback has run), on
- * this loop or another (there, also one set up and idle); -ENOMEM. */
+ * this loop or another (there, also one set up and idle); -ENOMEM. One
+ * left open without a socket at lull_loop_free may be set up again here
+ * or closed; a bind, connect, open, send or recv_start refuses it
+ * (-EINVAL), the options and lull_udp_local_port say -EBADF. */
 LULL_EXTERN int lull_udp_init(lull_loop *loop, lull_udp *udp,
                               const lull_udp_options *opts);
 /* Binds to host (numeric; NULL = "127.0.0.1", "::" for every address of
@@ -2512,7 +2515,8 @@ struct addrinfo;
 typedef struct lull_dial lull_dial;
 /* status 0: d->stream is open (its close callback owed, as for any
  * stream). Else the dial failed and the stream was never set up:
- * -ECANCELED (lull_dial_cancel), -ETIMEDOUT (timeout_ns), -EHOSTUNREACH
+ * -ECANCELED (lull_dial_cancel), -ETIMEDOUT (timeout_ns, or the stream
+ * options' connect_timeout_ns if earlier), -EHOSTUNREACH
  * (the name has no address of the family asked for: d->gai_error holds
  * getaddrinfo's code; -EMFILE, -ENOMEM ... when it failed for want of
  * fds or memory), -ESHUTDOWN (the pool was closed before the lookup
@@ -2522,10 +2526,13 @@ typedef struct lull_dial lull_dial;
 typedef void (*lull_dial_fn)(lull_dial *d, int status);
 
 typedef struct lull_dial_options {     /* all zero = defaults */
-    const lull_stream_options *stream; /* for the stream, as connect's */
+    const lull_stream_options *stream; /* for the stream, as connect's:
+                                          its connect_timeout_ns bounds
+                                          the whole dial, as timeout_ns */
     uint64_t attempt_delay_ns;         /* 0 = 250 ms (RFC 8305's default) */
-    uint64_t timeout_ns;               /* the whole dial; 0 = none */
-    int family;                        /* AF_INET or AF_INET6 only; 0 = both */
+    uint64_t timeout_ns; /* the whole dial; 0 = none (the earlier of this
+                            and stream's connect_timeout_ns counts) */
+    int family;          /* AF_INET or AF_INET6 only; 0 = both */
 } lull_dial_options;
 
 /* Addresses in flight at once: an attempt every 250 ms, and a connect

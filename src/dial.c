@@ -394,8 +394,15 @@ static int begin(lull_loop *loop, lull_dial *d, lull_stream *s,
         d->has_opts = true;
     }
     d->state = D_DIALING;
-    if (opts && opts->timeout_ns) {
-        d->deadline = later(lull_loop_now(loop), opts->timeout_ns);
+    /* The stream's connect_timeout_ns, which a connect of that stream
+     * honours, bounds the dial as timeout_ns does (the earlier of the
+     * two): the dial is that stream's connect. lull_stream_open, which
+     * takes the winner, has no connect to time. */
+    uint64_t timeout = opts ? opts->timeout_ns : 0;
+    uint64_t connect_ns = d->has_opts ? d->opts.connect_timeout_ns : 0;
+    if (connect_ns && (!timeout || connect_ns < timeout)) timeout = connect_ns;
+    if (timeout) {
+        d->deadline = later(lull_loop_now(loop), timeout);
         arm(d, false);
     }
     return 0;

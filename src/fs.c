@@ -48,6 +48,14 @@ static int lookup_run(lull_work *work) {
 static void lookup_done(lull_work *work, int status) {
     lull_lookup *req = LULL_CONTAINER_OF(work, lull_lookup, work);
     struct addrinfo *res = status == 0 ? req->res : NULL;
+    /* An answer the callback is not given: a fork()ed child's copy of a
+     * lookup whose getaddrinfo had returned in the parent (its thread
+     * not yet back under the pool's lock, which the fork held) comes back
+     * cancelled, with the answer in the child's copy of the request. */
+    if (!res && req->res) {
+        freeaddrinfo(req->res);
+        req->res = NULL;
+    }
     req->cb(req, status, res);
 }
 

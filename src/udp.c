@@ -228,6 +228,18 @@ static int has_socket(const lull_udp *udp) {
     return udp->io.fd >= 0;
 }
 
+/* Left open without a socket by a lull_loop_free, which forgot it
+ * (allowed: it held nothing): udp->loop is freed memory, and a bind,
+ * connect, open, first send or recv_start would register a socket with it
+ * or read its owner. Only such a handle can be: one holding a socket, or
+ * closing, keeps its loop from being freed (-EBUSY). The lookup in the
+ * process's set of handles in use is made only while no socket is held,
+ * never on a send's hot path. */
+static bool forgotten(const lull_udp *udp) {
+    return !has_socket(udp) && !(udp->state & U_CLOSED) &&
+           !lull__inuse_has(udp);
+}
+
 /* The socket's interest: readable while receiving, writable while the
  * socket buffer is full. */
 static int set_interest(lull_udp *udp) {
@@ -319,7 +331,7 @@ static int drop_socket(lull_udp *udp, int rc) {
 }
 
 int lull_udp_bind(lull_udp *udp, const char *host, int port, unsigned flags) {
-    if (!usable(udp)) return -EINVAL;
+    if (!usable(udp) || forgotten(udp)) return -EINVAL;
     if (flags & ~(LULL_UDP_REUSEADDR | LULL_UDP_REUSEPORT | LULL_UDP_IPV6ONLY))
         return -EINVAL;
     if (udp->state & U_BOUND) return -EBUSY;
@@ -351,7 +363,7 @@ int lull_udp_bind(lull_udp *udp, const char *host, int port, unsigned flags) {
 }
 
 int lull_udp_open(lull_udp *udp, int fd) {
-    if (!usable(udp) || fd < 0) return -EINVAL;
+    if (!usable(udp) || fd < 0 || forgotten(udp)) return -EINVAL;
     if (has_socket(udp)) return -EBUSY;
     int type;
     socklen_t tl = sizeof type;
@@ -378,7 +390,7 @@ int lull_udp_open(lull_udp *udp, int fd) {
 }
 
 int lull_udp_connect(lull_udp *udp, const char *host, int port) {
-    if (!usable(udp)) return -EINVAL;
+    if (!usable(udp) || forgotten(udp)) return -EINVAL;
     if (!host) {
         if (!has_socket(udp)) return -EBADF;
         struct sockaddr unspec = {.sa_family = AF_UNSPEC};
@@ -452,6 +464,9 @@ static int take_destination(lull_udp *udp, lull_datagram *req,
     int family = (udp->state & U_INET)    ? AF_INET
                  : (udp->state & U_INET6) ? AF_INET6
                                           : AF_UNSPEC; /* not an IP socket */
+    /* An adopted Unix socket takes no IP address (nor, here, its own
+     * kind): refused now, not accepted to fail in the callback. */
+    if (family == AF_UNSPEC) return -EINVAL;
     if (family == AF_INET && to->sa_family == AF_INET6) return -EINVAL;
     if (family == AF_INET6 && to->sa_family == AF_INET) {
         const struct sockaddr_in *v4 = (const struct sockaddr_in *)to;
@@ -469,7 +484,7 @@ static int take_destination(lull_udp *udp, lull_datagram *req,
 int lull_udp_send(lull_udp *udp, lull_datagram *req, const void *bytes,
                   size_t len, const struct sockaddr *to, lull_udp_send_fn cb) {
     if (!udp || !req || (!bytes && len)) return -EINVAL;
-    if (!(udp->state & U_INIT)) return -EINVAL;
+    if (!(udp->state & U_INIT) || forgotten(udp)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(udp->loop);
     if (udp->state & U_CLOSED) return -EPIPE;
     if (inherited(udp)) adopt_forked(udp); /* the parent's queue first */
@@ -770,7 +785,7 @@ static int make_recv_buffer(lull_udp *udp) {
 }
 
 int lull_udp_recv_start(lull_udp *udp, lull_udp_recv_fn fn) {
-    if (!usable(udp) || !fn) return -EINVAL;
+    if (!usable(udp) || !fn || forgotten(udp)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(udp->loop);
     if (!has_socket(udp)) return -EBADF;
     if (!udp->rbuf) {

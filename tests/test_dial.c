@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static lull_loop *new_loop(lull_clock clock) {
@@ -301,6 +302,46 @@ TEST(timeout_ends_the_dial) {
     lull_dial_options o = {.timeout_ns = LULL_S(3)};
     CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
     lull_loop_advance(loop, LULL_S(3) - 1);
+    CHECK_EQ(dial_calls, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    hole_close(&h);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The stream options' connect_timeout_ns, which lull_stream_connect_tcp
+ * honours, bounds a dial too (the earlier of it and timeout_ns): a dial
+ * given it for a host that never answers ended only when the kernel gave
+ * up on the SYNs, minutes later, the option silently ignored. */
+TEST(stream_connect_timeout_ends_the_dial) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    hole h = hole_open(AF_INET);
+    addrs l = {0};
+    add(&l, AF_INET, h.port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_stream_options so = {.connect_timeout_ns = LULL_S(2)};
+    lull_dial_options o = {.stream = &so};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    lull_loop_advance(loop, LULL_S(2) - 1);
+    CHECK_EQ(dial_calls, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    /* timeout_ns earlier than it: that one ends the dial. */
+    reset();
+    o.timeout_ns = LULL_S(1);
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    lull_loop_advance(loop, LULL_S(1));
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    /* Later than it: the connect timeout still does. */
+    reset();
+    o.timeout_ns = LULL_S(5);
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    lull_loop_advance(loop, LULL_S(2) - 1);
     CHECK_EQ(dial_calls, 0);
     lull_loop_advance(loop, 1);
     CHECK_EQ(dial_calls, 1);
@@ -755,8 +796,41 @@ static int slow_started;
 
 int __real_getaddrinfo(const char *node, const char *service,
                        const struct addrinfo *hints, struct addrinfo **res);
+
+/* A lookup of FORKED_NAME answers as for localhost, then holds its
+ * thread until the case writes to forked_pipe: the state of a pool
+ * thread whose getaddrinfo returned, its answer in the request, waiting
+ * for the pool's lock that a fork() holds. forked_list is that answer;
+ * freeaddrinfo (wrapped) says whether it was freed. */
+#define FORKED_NAME "forked.lull.test"
+static int forked_pipe[2] = {-1, -1};
+static int forked_started;
+static struct addrinfo *forked_list;
+static bool forked_list_freed;
+
+static int answer_then_hold(const char *service, const struct addrinfo *hints,
+                            struct addrinfo **res) {
+    int rc = __real_getaddrinfo("localhost", service, hints, res);
+    CHECK_EQ(rc, 0);
+    forked_list = *res;
+    __atomic_store_n(&forked_started, 1, __ATOMIC_RELEASE);
+    char c;
+    while (read(forked_pipe[0], &c, 1) < 0) {
+    }
+    return rc;
+}
+
+void __real_freeaddrinfo(struct addrinfo *ai);
+void __wrap_freeaddrinfo(struct addrinfo *ai) {
+    if (ai && ai == forked_list) forked_list_freed = true;
+    __real_freeaddrinfo(ai);
+}
+
 int __wrap_getaddrinfo(const char *node, const char *service,
                        const struct addrinfo *hints, struct addrinfo **res) {
+    if (node && strcmp(node, FORKED_NAME) == 0 &&
+        !(hints && (hints->ai_flags & AI_NUMERICHOST)))
+        return answer_then_hold(service, hints, res);
     if (!node || strcmp(node, SLOW_NAME) != 0 ||
         (hints && (hints->ai_flags & AI_NUMERICHOST))) /* not a lookup */
         return __real_getaddrinfo(node, service, hints, res);
@@ -1104,5 +1178,48 @@ TEST(dial_into_paused_stream_is_busy) {
     lull_endpoint_close(&s.ep, 0);
     close(sv[1]);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* fork() while a pool thread holds a lookup's answer (its getaddrinfo
+ * returned, the thread not yet back under the pool's lock, which the
+ * fork holds): in the child the pool hands the lookup back cancelled and
+ * the dial says -ESHUTDOWN, and the answer, in the child's copy of the
+ * request, is freed there, not leaked. The parent's dial goes on. */
+TEST_THREADED(fork_while_a_lookup_holds_its_answer) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_pool *pool = NULL;
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    CHECK_EQ(pipe(forked_pipe), 0);
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start(loop, pool, &d, &s, FORKED_NAME, closed_port(),
+                             NULL, on_dial),
+             0);
+    while (!__atomic_load_n(&forked_started, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_EQ(lull_loop_fork(loop), 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(dial_calls, 1);
+        CHECK_EQ(dial_status, -ESHUTDOWN);
+        CHECK(forked_list_freed);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(write(forked_pipe[1], "x", 1), 1);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK(dial_status != -ESHUTDOWN); /* resolved: the connects' answer */
+    CHECK(d.attempts > 0);
+    close(forked_pipe[0]);
+    close(forked_pipe[1]);
+    CHECK_EQ(lull_pool_free(pool), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -1037,3 +1037,141 @@ TEST(pidfds_the_kernel_attaches_to_each_read_are_closed) {
         close(g_rx.fds[8][k]);
     close_and_free(loop, &a, &b, before);
 }
+
+/* A peer that is not lull's writes 40 frames (0 to 2999 bytes, a quarter
+ * empty) as one byte stream cut anywhere, in sends of 50 to 699 bytes, a
+ * third of them carrying 1 to 3 fds; the reader's buffer starts at 64 to
+ * 4159 bytes, it takes 0 to 4 fds a frame and pauses now and then, its
+ * owner resuming it between sends. 200 seeds: every frame arrives whole,
+ * in order, the stream ends with the peer's EOF (0), and every fd the
+ * peer passed was handed over or closed (the count is back where it
+ * was), wherever its send began or ended. */
+static uint32_t fz_state;
+static uint32_t fz_rand(void) {
+    fz_state = fz_state * 1103515245u + 12345u;
+    return fz_state >> 8;
+}
+enum { FZ_FRAMES = 40 };
+static size_t fz_len[FZ_FRAMES];
+static int fz_got, fz_bad, fz_taken;
+static bool fz_closed, fz_paused;
+static int fz_reason;
+
+static void fz_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
+    int i = fz_got++;
+    if (i >= FZ_FRAMES || len != fz_len[i]) {
+        fz_bad++;
+    } else {
+        for (size_t k = 0; k < len; k++)
+            if (((const unsigned char *)bytes)[k] != (unsigned char)i) {
+                fz_bad++;
+                break;
+            }
+    }
+    int fds[300];
+    int n = lull_stream_take_fds(s, fds, (int)(fz_rand() % 5));
+    CHECK(n >= 0);
+    for (int k = 0; k < n; k++)
+        close(fds[k]);
+    fz_taken += n;
+    if (fz_rand() % 6 == 0) {
+        CHECK_EQ(lull_stream_read_stop(s), 0);
+        fz_paused = true;
+    }
+}
+
+static void fz_close(lull_endpoint *ep, int reason) {
+    (void)ep;
+    fz_closed = true;
+    fz_reason = reason;
+}
+
+TEST(random_cuts_with_fds_lose_nothing_and_leak_nothing) {
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    CHECK(devnull >= 0);
+    for (uint32_t seed = 1; seed <= 200; seed++) {
+        fz_state = seed;
+        int before = fd_count();
+        lull_loop *loop = new_loop();
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        lull_stream b;
+        lull_stream_options o = {.flags = LULL_STREAM_FDS,
+                                 .read_size = 64 + fz_rand() % 4096};
+        CHECK_EQ(lull_stream_open(loop, &b, sv[1], &o), 0);
+        lull_endpoint_set_callbacks(&b.ep, fz_frame, NULL, fz_close);
+        fz_got = fz_bad = fz_taken = 0;
+        fz_closed = fz_paused = false;
+        static unsigned char wire[FZ_FRAMES * 3004];
+        size_t wl = 0;
+        for (int i = 0; i < FZ_FRAMES; i++) {
+            fz_len[i] = fz_rand() % 3000;
+            if (fz_rand() % 4 == 0) fz_len[i] = 0;
+            uint32_t be = htonl((uint32_t)fz_len[i]);
+            memcpy(wire + wl, &be, 4);
+            wl += 4;
+            memset(wire + wl, i, fz_len[i]);
+            wl += fz_len[i];
+        }
+        size_t off = 0;
+        while (off < wl) {
+            size_t n = 50 + fz_rand() % 650;
+            if (n > wl - off) n = wl - off;
+            int nf = fz_rand() % 3 == 0 ? 1 + (int)(fz_rand() % 3) : 0;
+            union {
+                char buf[CMSG_SPACE(sizeof(int) * 3)];
+                struct cmsghdr align;
+            } ctl;
+            memset(&ctl, 0, sizeof ctl);
+            struct iovec iov = {wire + off, n};
+            struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+            if (nf) {
+                m.msg_control = ctl.buf;
+                m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nf);
+                struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nf);
+                for (int k = 0; k < nf; k++)
+                    memcpy(CMSG_DATA(c) + k * sizeof(int), &devnull,
+                           sizeof(int));
+            }
+            ssize_t w = sendmsg(sv[0], &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (w < 0) {
+                CHECK_EQ(errno, EAGAIN);
+                if (fz_paused) {
+                    fz_paused = false;
+                    CHECK_EQ(lull_stream_read_start(&b), 0);
+                }
+                CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+                continue;
+            }
+            off += (size_t)w;
+            int turns = (int)(fz_rand() % 3);
+            for (int t = 0; t < turns; t++) {
+                if (fz_paused && fz_rand() % 2) {
+                    fz_paused = false;
+                    CHECK_EQ(lull_stream_read_start(&b), 0);
+                }
+                CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+            }
+        }
+        close(sv[0]);
+        for (int i = 0; i < 1000 && !fz_closed; i++) {
+            if (fz_paused) {
+                fz_paused = false;
+                CHECK_EQ(lull_stream_read_start(&b), 0);
+            }
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        }
+        CHECK(fz_closed);
+        CHECK_EQ(fz_reason, 0);
+        CHECK_EQ(fz_got, FZ_FRAMES);
+        CHECK_EQ(fz_bad, 0);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+        CHECK_EQ(fd_count(), before);
+    }
+    close(devnull);
+}

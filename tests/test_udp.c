@@ -2039,3 +2039,310 @@ TEST(close_after_its_loop_was_freed_touches_no_loop) {
     CHECK_EQ(g_udp_closes, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A handle left open without a socket at lull_loop_free (allowed) keeps a
+ * pointer to the freed loop: a bind, connect, open, send or recv_start
+ * made a socket and registered it there, or read the loop's owner (a use
+ * after free ASan reports; a debug build's bind returned 0). Each refuses
+ * it with -EINVAL now; the options, needing a socket, say -EBADF; a close
+ * still returns 0, and an init on a live loop makes it usable again. */
+TEST(calls_on_a_handle_its_loop_free_forgot_are_refused) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_loop_free(loop), 0); /* no socket: left open */
+    static lull_datagram d;
+    struct sockaddr_in to = v4(9);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), -EINVAL);
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", 9), -EINVAL);
+    CHECK_EQ(lull_udp_connect(&u, NULL, 0), -EINVAL);
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, (struct sockaddr *)&to, NULL),
+             -EINVAL);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_udp_open(&u, sv[0]), -EINVAL);
+    close(sv[0]);
+    close(sv[1]);
+    CHECK_EQ(lull_udp_recv_start(&u, rx_recv), -EINVAL);
+    CHECK_EQ(lull_udp_set_ttl(&u, 4), -EBADF);
+    CHECK_EQ(lull_udp_local_port(&u), -EBADF);
+    CHECK_EQ(lull_udp_recv_stop(&u), 0);
+    CHECK_EQ(d.udp, NULL); /* the request was not taken */
+    loop = new_loop();
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    CHECK_EQ(lull_udp_close(&u, count_udp_close), 0);
+    g_udp_closes = 0;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(g_udp_closes, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Two receivers readable in one poll: whichever the loop runs first closes
+ * the other inside its recv callback. The other's readiness of that same
+ * poll reaches no callback of the closed handle; its close callback runs
+ * once, in a later turn. */
+static rx *g_pair[2];
+static bool g_closed_other;
+
+static void close_other(lull_udp *udp, int status, const void *bytes,
+                        size_t len, const struct sockaddr *from,
+                        unsigned flags) {
+    rx *r = udp->data;
+    rx_recv(udp, status, bytes, len, from, flags);
+    if (!g_closed_other) {
+        g_closed_other = true;
+        rx *other = r == g_pair[0] ? g_pair[1] : g_pair[0];
+        CHECK_EQ(lull_udp_close(&other->udp, rx_closed), 0);
+        CHECK_EQ(other->closes, 0); /* later, not inside the call */
+    }
+}
+
+TEST(close_of_another_handle_readable_in_the_same_poll) {
+    lull_loop *loop = new_loop();
+    static rx a, b;
+    rx_bind(loop, &a, NULL);
+    rx_bind(loop, &b, NULL);
+    CHECK_EQ(lull_udp_recv_start(&a.udp, close_other), 0);
+    CHECK_EQ(lull_udp_recv_start(&b.udp, close_other), 0);
+    g_pair[0] = &a;
+    g_pair[1] = &b;
+    g_closed_other = false;
+    int tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(tx >= 0);
+    struct sockaddr_in ta = v4(lull_udp_local_port(&a.udp));
+    struct sockaddr_in tb = v4(lull_udp_local_port(&b.udp));
+    CHECK_EQ(sendto(tx, "a", 1, 0, (struct sockaddr *)&ta, sizeof ta), 1);
+    CHECK_EQ(sendto(tx, "b", 1, 0, (struct sockaddr *)&tb, sizeof tb), 1);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(a.count + b.count, 1);
+    rx_close(a.count ? &a : &b);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(a.closes, 1);
+    CHECK_EQ(b.closes, 1);
+    CHECK_EQ(a.count + b.count, 1);
+    close(tx);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A datagram of no bytes is a datagram, as libuv's nread 0 with an
+ * address: status 0, len 0, its sender, never taken for "nothing to
+ * read" (which lull does not report at all). */
+static struct sockaddr_in g_from0;
+
+static void recv_keep_from(lull_udp *udp, int status, const void *bytes,
+                           size_t len, const struct sockaddr *from,
+                           unsigned flags) {
+    rx_recv(udp, status, bytes, len, from, flags);
+    if (status == 0 && from->sa_family == AF_INET)
+        memcpy(&g_from0, from, sizeof g_from0);
+}
+
+TEST(zero_length_datagrams_arrive_with_their_sender) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, recv_keep_from), 0);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    static lull_datagram d[3];
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_udp_send(&tx, &d[i], i == 1 ? "x" : NULL, i == 1,
+                               (struct sockaddr *)&to, NULL),
+                 0);
+    run_until(loop, &r.count, 3);
+    CHECK_EQ(r.lens[0], 0);
+    CHECK_EQ(r.lens[1], 1);
+    CHECK_EQ(r.seen[1], 'x');
+    CHECK_EQ(r.lens[2], 0);
+    CHECK_EQ(r.errors, 0);
+    CHECK_EQ(r.family[0], AF_INET);
+    CHECK_EQ(r.family[2], AF_INET);
+    CHECK_EQ(ntohs(g_from0.sin_port), lull_udp_local_port(&tx));
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
+
+/* A stop and a start inside the same callback: the batch goes on, every
+ * datagram once, in order, and the loop goes quiet after. */
+static void stop_then_start(lull_udp *udp, int status, const void *bytes,
+                            size_t len, const struct sockaddr *from,
+                            unsigned flags) {
+    rx_recv(udp, status, bytes, len, from, flags);
+    rx *r = udp->data;
+    if (r->count == 2) {
+        CHECK_EQ(lull_udp_recv_stop(udp), 0);
+        CHECK_EQ(lull_udp_recv_start(udp, stop_then_start), 0);
+    }
+}
+
+TEST(stop_and_start_inside_the_callback_delivers_each_once) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, stop_then_start), 0);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    CHECK_EQ(send_n(&tx, 6, (struct sockaddr *)&to), 0);
+    run_until(loop, &r.count, 6);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(r.count, 6);
+    for (int i = 0; i < 6; i++)
+        CHECK_EQ(r.seen[i], i);
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
+
+/* Out of fds: the socket a first send, a bind or a connect would make is
+ * refused with -EMFILE, the request not taken, nothing kept; with fds
+ * back the handle works. */
+TEST(out_of_fds_a_handle_without_a_socket_says_emfile) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    static lull_datagram d;
+    struct rlimit old;
+    check_fds_exhaust(&old);
+    CHECK_EQ(lull_udp_send(&tx, &d, "x", 1, (struct sockaddr *)&to, on_sent),
+             -EMFILE);
+    CHECK_EQ(lull_udp_bind(&tx, "127.0.0.1", 0, 0), -EMFILE);
+    CHECK_EQ(lull_udp_connect(&tx, "127.0.0.1", 9), -EMFILE);
+    check_fds_restore(&old);
+    CHECK_EQ(lull_udp_local_port(&tx), -EBADF);
+    CHECK_EQ(d.udp, NULL);
+    sends_done = 0;
+    CHECK_EQ(lull_udp_send(&tx, &d, "x", 1, (struct sockaddr *)&to, on_sent),
+             0);
+    run_until(loop, &r.count, 1);
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
+
+/* What hostile_arguments leaves out: ports and hosts out of range or not
+ * numeric (a name, 300 digits, ""), an IPv6 destination on an IPv4
+ * socket, bad multicast groups and interfaces, and every call on a
+ * closed handle. */
+TEST(more_hostile_arguments) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", 65536), -EINVAL);
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", -5), -EINVAL);
+    CHECK_EQ(lull_udp_connect(&u, "", 9), -EINVAL);
+    CHECK_EQ(lull_udp_connect(&u, "localhost", 9), -EINVAL);
+    char longhost[300];
+    memset(longhost, '1', sizeof longhost - 1);
+    longhost[sizeof longhost - 1] = '\0';
+    CHECK_EQ(lull_udp_connect(&u, longhost, 9), -EINVAL);
+    CHECK_EQ(lull_udp_bind(&u, longhost, 9, 0), -EINVAL);
+    CHECK_EQ(lull_udp_bind(&u, "", 0, 0), -EINVAL);
+    CHECK_EQ(lull_udp_bind(&u, "[]", 0, 0), -EINVAL);
+    CHECK_EQ(lull_udp_local_port(&u), -EBADF); /* none of these made one */
+    CHECK_EQ(lull_udp_set_membership(&u, NULL, NULL, true), -EINVAL);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    static lull_datagram d;
+    struct sockaddr_in6 to6 = {.sin6_family = AF_INET6,
+                               .sin6_port = htons(9),
+                               .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, (struct sockaddr *)&to6, NULL),
+             -EINVAL);
+    CHECK_EQ(lull_udp_set_membership(&u, "nonsense", NULL, true), -EINVAL);
+    CHECK_EQ(lull_udp_set_membership(&u, "224.0.0.1", "x", true), -EINVAL);
+    CHECK_EQ(lull_udp_set_multicast_ttl(&u, -1), -EINVAL);
+    CHECK_EQ(lull_udp_set_multicast_ttl(&u, 256), -EINVAL);
+    CHECK_EQ(lull_udp_set_multicast_interface(&u, ""), -EINVAL);
+    CHECK_EQ(lull_udp_close(&u, NULL), 0);
+    CHECK_EQ(lull_udp_close(&u, NULL), 0); /* idempotent while closing */
+    CHECK_EQ(lull_udp_bind(&u, NULL, 0, 0), -EINVAL);
+    CHECK_EQ(lull_udp_connect(&u, "127.0.0.1", 9), -EINVAL);
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, NULL, NULL), -EPIPE);
+    CHECK_EQ(lull_udp_set_ttl(&u, 4), -EINVAL);
+    CHECK_EQ(lull_udp_recv_start(&u, rx_recv), -EINVAL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Unconnected, as libuv's: an ICMP refusal of a datagram sent to a
+ * closed port reaches no callback (Linux keeps it from unconnected
+ * sockets), the sends succeed, the loop stays quiet and still reads. */
+TEST(unconnected_socket_sending_to_a_closed_port_stays_quiet) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    struct sockaddr_in to = v4(free_udp_port());
+    CHECK_EQ(send_n(&r.udp, 3, (struct sockaddr *)&to), 0);
+    run_until(loop, &sends_done, 3);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(r.errors, 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(send_status[i], 0);
+    struct sockaddr_in self = v4(lull_udp_local_port(&r.udp));
+    CHECK_EQ(send_n(&r.udp, 1, (struct sockaddr *)&self), 0);
+    run_until(loop, &r.count, 1);
+    rx_close(&r);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* An unconnected Unix datagram socket (adopted) takes no IP address: a
+ * send to one is refused by the call with -EINVAL, as lull.h says of a
+ * family the socket does not take, not accepted and failed later in the
+ * callback. */
+TEST(ip_destination_on_a_unix_socket_is_refused_by_the_call) {
+    lull_loop *loop = new_loop();
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_open(&u, fd), 0);
+    static lull_datagram d;
+    struct sockaddr_in to = v4(9);
+    struct sockaddr_in6 to6 = {.sin6_family = AF_INET6,
+                               .sin6_port = htons(9),
+                               .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    sends_done = 0;
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, (struct sockaddr *)&to, on_sent),
+             -EINVAL);
+    CHECK_EQ(lull_udp_send(&u, &d, "x", 1, (struct sockaddr *)&to6, on_sent),
+             -EINVAL);
+    CHECK_EQ(d.udp, NULL);
+    CHECK_EQ(u.queued, 0);
+    lull_udp_close(&u, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(sends_done, 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The close callback is the place to reuse the struct: an init, a bind
+ * and a recv_start inside it work, and the handle set up there receives. */
+static lull_loop *g_reuse_loop;
+static int g_reuse_rc[3];
+static void reuse_in_close(lull_udp *udp) {
+    rx *r = udp->data;
+    r->closes++;
+    g_reuse_rc[0] = lull_udp_init(g_reuse_loop, udp, NULL);
+    g_reuse_rc[1] = lull_udp_bind(udp, "127.0.0.1", 0, 0);
+    g_reuse_rc[2] = lull_udp_recv_start(udp, rx_recv);
+}
+
+TEST(set_up_again_inside_its_own_close_callback) {
+    lull_loop *loop = new_loop();
+    g_reuse_loop = loop;
+    rx r;
+    rx_bind(loop, &r, NULL);
+    CHECK_EQ(lull_udp_close(&r.udp, reuse_in_close), 0);
+    for (int i = 0; i < 10 && !r.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(r.closes, 1);
+    CHECK_EQ(g_reuse_rc[0], 0);
+    CHECK_EQ(g_reuse_rc[1], 0);
+    CHECK_EQ(g_reuse_rc[2], 0);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    CHECK_EQ(send_n(&tx, 2, (struct sockaddr *)&to), 0);
+    run_until(loop, &r.count, 2);
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
