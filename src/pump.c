@@ -119,8 +119,17 @@ static bool pump_open(const lull_pump *pump) {
     return pump && !pump->closed && pump->loop;
 }
 
+/* A pump left open by a lull_loop_free (quiet: allowed) has freed memory
+ * for its loop: only its close may follow (it asks the process's set of
+ * handles in use, as a wake cannot afford to). A wake or listen on it is a
+ * use after free, which debug builds stop at before reading the loop. */
+#define ASSERT_LOOP_NOT_FREED(pump)                                            \
+    LULL_ASSERT(lull__inuse_has(pump), "lull: a pump used after its loop's "   \
+                                       "free (only its close may follow)")
+
 void lull_pump_wake(lull_pump *pump) {
     if (!pump_open(pump)) return;
+    ASSERT_LOOP_NOT_FREED(pump);
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     lull_timer_stop(&pump->retry);
     lull_task_post(pump->loop, &pump->task);
@@ -128,6 +137,7 @@ void lull_pump_wake(lull_pump *pump) {
 
 int lull_pump_listen(lull_pump *pump, lull_notifier *n, lull_listener *l) {
     if (!pump_open(pump) || !n || !l) return -EINVAL;
+    ASSERT_LOOP_NOT_FREED(pump);
     LULL_ASSERT_LOOP_THREAD(pump->loop);
     /* Subscribed already (to this pump or not, on another notifier too):
      * linked again, the first notifier would keep it on its list and

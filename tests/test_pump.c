@@ -952,6 +952,40 @@ TEST(init_of_a_pump_open_on_another_loop_is_refused) {
     teardown(&f);
 }
 
+/* A wake of a pump whose loop was freed (left open, quiet: allowed) is a
+ * use after free: it read the freed loop's owner and posted its task
+ * there (AddressSanitizer: heap-use-after-free in lull_pump_wake). Debug
+ * builds stop at it before touching the loop; only a close may follow. */
+static void wake_after_free(void *arg) {
+    (void)arg;
+    fixture f;
+    lull_loop *loop = setup(&f);
+    CHECK_EQ(lull_loop_free(loop), 0); /* the pump left open */
+    lull_pump_wake(&f.pump);
+}
+
+static void listen_after_free(void *arg) {
+    (void)arg;
+    fixture f;
+    lull_loop *loop = setup(&f);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    lull_notifier n;
+    lull_listener l;
+    lull_notifier_init(&n);
+    lull_pump_listen(&f.pump, &n, &l);
+}
+
+TEST(pump_used_after_its_loop_free_asserts_in_debug_builds) {
+    if (!check_debug_build()) {
+        fprintf(stderr, "release build: no pump asserts to check\n");
+        return;
+    }
+    CHECK(check_dies(wake_after_free, NULL,
+                     "lull: a pump used after its loop's free"));
+    CHECK(check_dies(listen_after_free, NULL,
+                     "lull: a pump used after its loop's free"));
+}
+
 /* A loop freed with a pump left open (quiet: allowed) is gone, and the
  * pump's close in a clean-up that runs after the loop's teardown must not
  * touch it: it read the freed loop's owner for its thread check and took
