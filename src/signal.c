@@ -319,7 +319,9 @@ static int watch(lull_loop *loop, int signum) {
         rc = signalfd(ss->io.fd, &mask, 0) < 0 ? -errno : 0;
     } else {
         int fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-        rc = fd < 0 ? -errno : 0;
+        /* Never the program's closed stdio (lull__fd_above_stdio). */
+        fd = fd < 0 ? -errno : lull__fd_above_stdio(fd);
+        rc = fd < 0 ? fd : 0;
         if (rc == 0) {
             lull__io_setup(loop, &ss->io, fd, on_signalfd);
             rc = lull_io_start(&ss->io, LULL_READABLE);

@@ -3096,3 +3096,78 @@ TEST(pidfd_never_takes_a_closed_stderr) {
     CHECK_EQ(k.status, 0);
     free_loop(loop);
 }
+
+static void count_signal(lull_signal *sig, int signum) {
+    (void)signum;
+    (*(int *)sig->data)++;
+}
+
+/* A program that closed its stdin, stdout and stderr (a daemon that did
+ * not reopen them on /dev/null) and then made its loop and a signal
+ * handle: the loop's epoll set and wake-up eventfd, and the handle's
+ * signalfd, took 0, 1 and 2. Each was then what the program reads and
+ * writes as its stdio (a printf of 8 bytes woke the loop), and a child
+ * spawned with its stdio inherited got the loop's epoll set as stdin (it
+ * could change the parent's registrations) and its eventfd as stdout, where
+ * a closed fd must stay closed (parent_fds_0_to_2_closed_stay_closed).
+ * The fds lull keeps for itself stay above 2; the signal still arrives. */
+TEST(loop_and_signal_fds_never_take_closed_stdio) {
+    fflush(stdout);
+    fflush(stderr);
+    int saved[3];
+    for (int i = 0; i < 3; i++) {
+        saved[i] = dup(i);
+        CHECK(saved[i] > 2);
+    }
+    for (int i = 0; i < 3; i++)
+        close(i);
+    lull_loop *loop = NULL;
+    int made = lull_loop_new(&loop, NULL);
+    int got = 0, started = -1;
+    lull_signal sig;
+    if (made == 0) {
+        lull_signal_init(loop, &sig, count_signal);
+        sig.data = &got;
+        started = lull_signal_start(&sig, SIGUSR1);
+    }
+    bool parent_closed[3];
+    for (int i = 0; i < 3; i++)
+        parent_closed[i] = fcntl(i, F_GETFD) < 0;
+    /* Back before any check can print. */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(dup2(saved[i], i), i);
+        close(saved[i]);
+    }
+    CHECK_EQ(made, 0);
+    CHECK_EQ(started, 0);
+    for (int i = 0; i < 3; i++)
+        CHECK(parent_closed[i]);
+    /* A child spawned with 0-2 closed gets them closed. */
+    for (int i = 0; i < 3; i++)
+        saved[i] = dup(i);
+    for (int i = 0; i < 3; i++)
+        close(i);
+    kid k = {0};
+    sink seen = {0};
+    lull_stdio report = {.kind = LULL_STDIO_PIPE, .stream = &seen.s};
+    lull_process_options o = {
+        .argv = SH("for f in 0 1 2; do "
+                   "if [ -e /proc/$$/fd/$f ]; then printf $f >&3; fi; done"),
+        .more_stdio = &report,
+        .more_stdio_count = 1};
+    int rc = spawn(loop, &k, &o);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(dup2(saved[i], i), i);
+        close(saved[i]);
+    }
+    CHECK_EQ(rc, 0);
+    sink_watch(&seen);
+    run_until(loop, &k.exits, 1);
+    run_until(loop, &seen.closes, 1);
+    CHECK_EQ(k.status, 0);
+    CHECK_EQ(seen.len, 0u); /* none of 0, 1, 2 open in the child */
+    CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+    run_until(loop, &got, 1);
+    CHECK_EQ(lull_signal_stop(&sig), 0);
+    free_loop(loop);
+}
