@@ -596,6 +596,10 @@ void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),
  * lull_loop_adopt), or may give back signal blocks no loop needs. */
 void lull__signals_take(lull_loop *loop);
 void lull__signals_settle(void);
+/* lull_loop_fork, before the epoll set is rebuilt: the child's signalfd
+ * is its own, under the same number, so that what its handles start and
+ * stop leaves the parent's alone (src/signal.c). */
+int lull__signals_fork(lull_loop *loop);
 /* Sets the calling thread's mask to the one a thread of lull's own is
  * created with (every signal blocked but the faults), *old its own. */
 void lull__block_for_thread(sigset_t *old);

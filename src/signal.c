@@ -58,6 +58,7 @@
  *   Quiet condition         always, between signals: one fd in epoll, no
  *                           timer, no task */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -212,6 +213,25 @@ void lull__signals_take(lull_loop *loop) {
 
 void lull__signals_settle(void) {
     settle();
+}
+
+/* A signalfd's mask belongs to its open file, which fork() shares: the
+ * child's start or stop of a handle (signalfd(fd, mask)) would change which
+ * signals the parent's loop reads, and a signal the child let go of would
+ * stay pending, blocked and unread, in the parent. So the child gets a
+ * signalfd of its own, for the same signals, under the same number: the
+ * number the watcher holds and the rebuild registers. It reads the child's
+ * signals, as the shared one did there. */
+int lull__signals_fork(lull_loop *loop) {
+    lull__signals *ss = &loop->signals;
+    if (!ss->watched) return 0;
+    sigset_t mask;
+    sigset_of(ss->watched, &mask);
+    int fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd < 0) return -errno;
+    int rc = dup3(fd, ss->io.fd, O_CLOEXEC) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
 }
 
 /* ------------------------------------------------- the started handles */

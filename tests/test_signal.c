@@ -510,6 +510,40 @@ TEST(signals_after_fork) {
     free_loop(loop);
 }
 
+/* The signalfd's mask belongs to the open file, which fork() shares: a
+ * child that changed the signals its copy of the loop watches (stopped
+ * one of two, after lull_loop_fork) changed the parent's signalfd too,
+ * and the parent no longer heard the signal the child let go of. */
+static watcher g_fork_usr1, g_fork_usr2;
+
+static void child_lets_go_of_one(void *arg) {
+    lull_loop *loop = arg;
+    CHECK_EQ(lull_loop_fork(loop), 0);
+    CHECK_EQ(lull_signal_stop(&g_fork_usr2.sig), 0);
+    int before = g_fork_usr1.calls;
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &g_fork_usr1.calls, before + 1);
+    CHECK_EQ(lull_signal_stop(&g_fork_usr1.sig), 0);
+    free_loop(loop);
+}
+
+TEST(child_changing_its_signals_leaves_the_parents_alone) {
+    lull_loop *loop = new_loop();
+    watch(loop, &g_fork_usr1, 1, SIGUSR1);
+    watch(loop, &g_fork_usr2, 2, SIGUSR2);
+    CHECK(check_exits_cleanly(child_lets_go_of_one, loop));
+    CHECK_EQ(g_fork_usr1.calls + g_fork_usr2.calls, 0);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    run_until(loop, &g_fork_usr2.calls, 1);
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &g_fork_usr1.calls, 1);
+    CHECK_EQ(lull_signal_stop(&g_fork_usr1.sig), 0);
+    CHECK_EQ(lull_signal_stop(&g_fork_usr2.sig), 0);
+    CHECK(!blocked_here(SIGUSR1));
+    CHECK(!blocked_here(SIGUSR2));
+    free_loop(loop);
+}
+
 /* ------------------------------------------------- masks across threads */
 
 /* Set up on one thread, run on another (the pattern of lull.h's Threads
