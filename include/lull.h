@@ -216,7 +216,8 @@ LULL_EXTERN bool lull_loop_alive(lull_loop *loop);
 LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
 /* In a child after fork(), before it uses the loop: gives the child its own
  * kernel state (a new epoll set with every started watcher registered
- * again, and a new wake-up fd), so nothing the child does reaches the
+ * again, a new wake-up fd, and a signalfd of its own for its signal
+ * handles), so nothing the child does reaches the
  * parent's loop; its fs event watches (the parent's inotify instance)
  * end with LULL_FSEVENT_GONE in a later turn; its pool work in flight at
  * the fork comes back with -ECANCELED (fn runs, if at all, in the parent).

@@ -123,8 +123,10 @@ static int owner_room(lull_loop *loop, int fd) {
 
 int lull__backend_init(lull_loop *loop) {
     loop->wake_fd = -1;
-    loop->backend_fd = epoll_create1(EPOLL_CLOEXEC);
-    if (loop->backend_fd < 0) return -errno;
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    /* Never the program's closed stdin: a child would inherit the set. */
+    loop->backend_fd = ep < 0 ? -errno : lull__fd_above_stdio(ep);
+    if (loop->backend_fd < 0) return loop->backend_fd;
     loop->events = calloc(LULL__EVENTS_CAP, sizeof *loop->events);
     /* lull__backend_close, which the caller runs on failure, closes the
      * epoll fd: closing it here too closed the number twice. */
@@ -227,7 +229,8 @@ int lull__backend_add_wakeup(lull_loop *loop, int fd) {
 int lull__backend_host_fd(lull_loop *loop) {
     if (loop->host_fd >= 0) return loop->host_fd;
     int fd = epoll_create1(EPOLL_CLOEXEC);
-    if (fd < 0) return -errno;
+    fd = fd < 0 ? -errno : lull__fd_above_stdio(fd);
+    if (fd < 0) return fd;
     struct epoll_event ev = {.events = EPOLLIN};
     if (epoll_ctl(fd, EPOLL_CTL_ADD, loop->backend_fd, &ev) != 0) {
         int err = -errno;
@@ -245,7 +248,8 @@ void lull__backend_host_forget(lull_loop *loop) {
 
 int lull__backend_rebuild(lull_loop *loop) {
     int fd = epoll_create1(EPOLL_CLOEXEC);
-    if (fd < 0) return -errno;
+    fd = fd < 0 ? -errno : lull__fd_above_stdio(fd);
+    if (fd < 0) return fd;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = 0};
     if (loop->wake_fd >= 0 &&
         epoll_ctl(fd, EPOLL_CTL_ADD, loop->wake_fd, &ev) != 0) {

@@ -196,10 +196,11 @@ static int open_inotify(lull_loop *loop) {
     if (!fs) return -ENOMEM;
     memset(fs, 0, offsetof(struct lull__fsevents, buf));
     int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    /* Never the program's closed stdio (lull__fd_above_stdio). */
+    fd = fd < 0 ? -errno : lull__fd_above_stdio(fd);
     if (fd < 0) {
-        int err = -errno;
         free(fs);
-        return err;
+        return fd;
     }
     lull__io_setup(loop, &fs->io, fd, on_inotify);
     int rc = lull_io_start(&fs->io, LULL_READABLE);

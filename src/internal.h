@@ -550,6 +550,13 @@ int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now);
  * handles, whose own set-up checks answer for their watchers. */
 void lull__io_setup(lull_loop *loop, lull_io *io, int fd, lull_io_fn fn);
 void lull__io_dispatch(lull_loop *loop, lull_io *io, int events);
+/* An fd lull keeps for itself (an epoll set, an eventfd, a signalfd, a
+ * pidfd, a stream's end), moved above 2 if it took 0, 1 or 2: those are
+ * free only because the program closed its stdin, stdout or stderr, and an
+ * fd of lull's there would be what the program reads and writes as such,
+ * and what every child spawned with its stdio inherited gets. Owns fd:
+ * closed on failure. Returns the fd kept, or a negative errno. */
+int lull__fd_above_stdio(int fd);
 /* loop.c: an fd callback is about to run inside a settle round. */
 void lull__settle_note_io(lull_loop *loop, lull_io *io);
 
@@ -589,6 +596,10 @@ void lull__remote_each(lull_loop *loop, void (*fn)(lull_task *t, void *arg),
  * lull_loop_adopt), or may give back signal blocks no loop needs. */
 void lull__signals_take(lull_loop *loop);
 void lull__signals_settle(void);
+/* lull_loop_fork, before the epoll set is rebuilt: the child's signalfd
+ * is its own, under the same number, so that what its handles start and
+ * stop leaves the parent's alone (src/signal.c). */
+int lull__signals_fork(lull_loop *loop);
 /* Sets the calling thread's mask to the one a thread of lull's own is
  * created with (every signal blocked but the faults), *old its own. */
 void lull__block_for_thread(sigset_t *old);

@@ -10,8 +10,18 @@
  * watcher leaves that one's registration alone (the backend knows which
  * watcher each number's registration is). Loop thread only. */
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "backend.h"
+
+int lull__fd_above_stdio(int fd) {
+    if (fd > 2) return fd;
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    int err = errno;
+    close(fd);
+    return moved >= 0 ? moved : -err;
+}
 
 void lull__io_setup(lull_loop *loop, lull_io *io, int fd, lull_io_fn fn) {
     io->loop = loop;

@@ -874,6 +874,7 @@ int lull_loop_fork(lull_loop *loop) {
     LULL_ASSERT_LOOP_THREAD(loop);
     /* Before the rebuild, which registers the inotify fd's number. */
     int err = lull__fsevents_fork(loop);
+    if (err == 0) err = lull__signals_fork(loop);
     if (err) return err;
     /* The host's set is the parent's too: the rebuild must not add the
      * child's set to it. The child makes its own at its next call. */

@@ -126,20 +126,6 @@ static bool ours(const lull_process *p) {
     return p->owner_pid == (int)getpid();
 }
 
-/* An fd the parent keeps (a stream's end, the pidfd), moved above 2 if it
- * took 0, 1 or 2: those are free only because the program closed its
- * stdin, stdout or stderr, and an fd of lull's there would be what the
- * program, and every child that inherits its stdio, reads or writes as
- * such (a second child's inherited stdin would read the first one's output
- * pipe, taking bytes its stream is owed). Owns fd: closed on failure. */
-static int above_stdio(int fd) {
-    if (fd > 2) return fd;
-    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-    int err = errno;
-    close(fd);
-    return moved >= 0 ? moved : -err;
-}
-
 /* pidfd_send_signal, which never reaches a stranger. Where it is refused
  * (ENOSYS: a seccomp filter, valgrind; EPERM: older seccomp profiles, for
  * any call they do not know), kill(pid) once the pidfd says the child has
@@ -227,7 +213,7 @@ static void drain_edge(int ep) {
  * the loop spins, and is still right. */
 static void wait_for_tracer(lull_process *p) {
     int ep = epoll_create1(EPOLL_CLOEXEC);
-    if (ep >= 0) ep = above_stdio(ep); /* never the program's 0 to 2 */
+    if (ep >= 0) ep = lull__fd_above_stdio(ep); /* never the program's 0 to 2 */
     if (ep < 0) return;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLET};
     if (epoll_ctl(ep, EPOLL_CTL_ADD, p->pidfd, &ev) < 0 || !watch_fd(p, ep)) {
@@ -445,7 +431,8 @@ static int make_stdio(const lull_process_options *o, made *m, int *parent_fds) {
              * above: as the flags say. */
             m->child[i] = child_reads(o, i) ? fds[0] : fds[1];
             m->own[i] = true;
-            parent_fds[i] = above_stdio(child_reads(o, i) ? fds[1] : fds[0]);
+            parent_fds[i] =
+                lull__fd_above_stdio(child_reads(o, i) ? fds[1] : fds[0]);
             if (parent_fds[i] < 0) return parent_fds[i];
             break;
         case LULL_STDIO_SOCKETPAIR:
@@ -453,7 +440,7 @@ static int make_stdio(const lull_process_options *o, made *m, int *parent_fds) {
                 return -errno;
             m->child[i] = fds[1];
             m->own[i] = true;
-            parent_fds[i] = above_stdio(fds[0]);
+            parent_fds[i] = lull__fd_above_stdio(fds[0]);
             if (parent_fds[i] < 0) return parent_fds[i];
             break;
         }
@@ -798,7 +785,8 @@ static int reaper_start(void) {
     if (reaper_ep >= 0 && reaper_owner == self) return 0;
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return -errno;
-    ep = above_stdio(ep); /* kept for good: never the program's 0 to 2 */
+    ep = lull__fd_above_stdio(
+        ep); /* kept for good: never the program's 0 to 2 */
     if (ep < 0) return ep;
     /* No signal but its own faults in the thread: a process-directed
      * signal must reach the program's threads, never lull's
@@ -866,7 +854,7 @@ int lull_process_detach(lull_process *p) {
     if (ours(p)) {
         /* The reaper gets a copy of the pidfd, so that a failure leaves
          * the handle as it was, still watching; above 2, as every fd the
-         * parent keeps (above_stdio). */
+         * parent keeps (lull__fd_above_stdio). */
         int fd = fcntl(p->pidfd, F_DUPFD_CLOEXEC, 3);
         if (fd < 0) return -errno;
         int rc = reaper_take(fd);

@@ -242,8 +242,10 @@ int lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns) {
 }
 
 int lull__remote_init(lull_loop *loop) {
-    loop->remote_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (loop->remote_fd < 0) return -errno;
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    /* Never the program's closed stdout: its writes would wake the loop. */
+    loop->remote_fd = fd < 0 ? -errno : lull__fd_above_stdio(fd);
+    if (loop->remote_fd < 0) return loop->remote_fd;
     /* Ending the epoll sleep is its whole job, so no watcher stands behind
      * it: the loop takes the stack after every poll, however it woke. */
     return lull__backend_add_wakeup(loop, loop->remote_fd);
@@ -278,7 +280,8 @@ int lull__remote_fork(lull_loop *loop) {
     __atomic_store_n(&loop->sleeping, LULL__AWAKE, __ATOMIC_RELAXED);
     __atomic_store_n(&loop->posters, 0u, __ATOMIC_RELAXED);
     int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (fd < 0) return -errno;
+    fd = fd < 0 ? -errno : lull__fd_above_stdio(fd);
+    if (fd < 0) return fd;
     int err = lull__backend_add_wakeup(loop, fd);
     if (err) {
         close(fd);

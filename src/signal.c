@@ -58,6 +58,7 @@
  *   Quiet condition         always, between signals: one fd in epoll, no
  *                           timer, no task */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -214,6 +215,25 @@ void lull__signals_settle(void) {
     settle();
 }
 
+/* A signalfd's mask belongs to its open file, which fork() shares: the
+ * child's start or stop of a handle (signalfd(fd, mask)) would change which
+ * signals the parent's loop reads, and a signal the child let go of would
+ * stay pending, blocked and unread, in the parent. So the child gets a
+ * signalfd of its own, for the same signals, under the same number: the
+ * number the watcher holds and the rebuild registers. It reads the child's
+ * signals, as the shared one did there. */
+int lull__signals_fork(lull_loop *loop) {
+    lull__signals *ss = &loop->signals;
+    if (!ss->watched) return 0;
+    sigset_t mask;
+    sigset_of(ss->watched, &mask);
+    int fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd < 0) return -errno;
+    int rc = dup3(fd, ss->io.fd, O_CLOEXEC) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
 /* ------------------------------------------------- the started handles */
 
 /* The loops that have a started handle, on any thread, linked through
@@ -319,7 +339,9 @@ static int watch(lull_loop *loop, int signum) {
         rc = signalfd(ss->io.fd, &mask, 0) < 0 ? -errno : 0;
     } else {
         int fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-        rc = fd < 0 ? -errno : 0;
+        /* Never the program's closed stdio (lull__fd_above_stdio). */
+        fd = fd < 0 ? -errno : lull__fd_above_stdio(fd);
+        rc = fd < 0 ? fd : 0;
         if (rc == 0) {
             lull__io_setup(loop, &ss->io, fd, on_signalfd);
             rc = lull_io_start(&ss->io, LULL_READABLE);

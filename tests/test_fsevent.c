@@ -218,6 +218,46 @@ TEST(burst_of_writes_is_one_modified) {
     free_loop_and_root(loop);
 }
 
+/* A program that closed its stdin, stdout and stderr: the loop's inotify
+ * instance, made at the first watch, is lull's own fd and stays above 2,
+ * as the loop's epoll set and eventfd do (test_process's
+ * loop_and_signal_fds_never_take_closed_stdio): at 0 it would be the
+ * program's stdin and what a child spawned with stdin inherited gets. */
+TEST(inotify_fd_never_takes_a_closed_stdin) {
+    make_root();
+    lull_loop *loop = new_loop();
+    fflush(stdout);
+    fflush(stderr);
+    int saved[3];
+    for (int i = 0; i < 3; i++)
+        saved[i] = dup(i);
+    for (int i = 0; i < 3; i++)
+        close(i);
+    lull_fsevent w;
+    seen s;
+    memset(&s, 0, sizeof s);
+    w.data = &s;
+    int init = lull_fsevent_init(loop, &w);
+    int started = init == 0 ? lull_fsevent_start(&w, root, on_event) : -1;
+    bool closed[3];
+    for (int i = 0; i < 3; i++)
+        closed[i] = fcntl(i, F_GETFD) < 0;
+    for (int i = 0; i < 3; i++) { /* back before any check can print */
+        CHECK_EQ(dup2(saved[i], i), i);
+        close(saved[i]);
+    }
+    CHECK_EQ(init, 0);
+    CHECK_EQ(started, 0);
+    for (int i = 0; i < 3; i++)
+        CHECK(closed[i]);
+    touch(at("f"));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK(s.calls >= 1);
+    CHECK_EQ(strcmp(s.names[0], "f"), 0);
+    lull_fsevent_stop(&w);
+    free_loop_and_root(loop);
+}
+
 /* A name removed and made again within one read is two calls, in that
  * order: coalesced into one, DELETED | CREATED says "it came and went"
  * (lull.h) of a file that is there. A rename back and forth is told in

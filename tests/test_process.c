@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -3095,4 +3096,247 @@ TEST(pidfd_never_takes_a_closed_stderr) {
     run_until(loop, &k.exits, 1);
     CHECK_EQ(k.status, 0);
     free_loop(loop);
+}
+
+static void count_signal(lull_signal *sig, int signum) {
+    (void)signum;
+    (*(int *)sig->data)++;
+}
+
+/* A program that closed its stdin, stdout and stderr (a daemon that did
+ * not reopen them on /dev/null) and then made its loop and a signal
+ * handle: the loop's epoll set and wake-up eventfd, and the handle's
+ * signalfd, took 0, 1 and 2. Each was then what the program reads and
+ * writes as its stdio (a printf of 8 bytes woke the loop), and a child
+ * spawned with its stdio inherited got the loop's epoll set as stdin (it
+ * could change the parent's registrations) and its eventfd as stdout, where
+ * a closed fd must stay closed (parent_fds_0_to_2_closed_stay_closed).
+ * The fds lull keeps for itself stay above 2; the signal still arrives. */
+TEST(loop_and_signal_fds_never_take_closed_stdio) {
+    fflush(stdout);
+    fflush(stderr);
+    int saved[3];
+    for (int i = 0; i < 3; i++) {
+        saved[i] = dup(i);
+        CHECK(saved[i] > 2);
+    }
+    for (int i = 0; i < 3; i++)
+        close(i);
+    lull_loop *loop = NULL;
+    int made = lull_loop_new(&loop, NULL);
+    int got = 0, started = -1;
+    lull_signal sig;
+    if (made == 0) {
+        lull_signal_init(loop, &sig, count_signal);
+        sig.data = &got;
+        started = lull_signal_start(&sig, SIGUSR1);
+    }
+    bool parent_closed[3];
+    for (int i = 0; i < 3; i++)
+        parent_closed[i] = fcntl(i, F_GETFD) < 0;
+    /* Back before any check can print. */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(dup2(saved[i], i), i);
+        close(saved[i]);
+    }
+    CHECK_EQ(made, 0);
+    CHECK_EQ(started, 0);
+    for (int i = 0; i < 3; i++)
+        CHECK(parent_closed[i]);
+    /* A child spawned with 0-2 closed gets them closed. */
+    for (int i = 0; i < 3; i++)
+        saved[i] = dup(i);
+    for (int i = 0; i < 3; i++)
+        close(i);
+    kid k = {0};
+    sink seen = {0};
+    lull_stdio report = {.kind = LULL_STDIO_PIPE, .stream = &seen.s};
+    lull_process_options o = {
+        .argv = SH("for f in 0 1 2; do "
+                   "if [ -e /proc/$$/fd/$f ]; then printf $f >&3; fi; done"),
+        .more_stdio = &report,
+        .more_stdio_count = 1};
+    int rc = spawn(loop, &k, &o);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(dup2(saved[i], i), i);
+        close(saved[i]);
+    }
+    CHECK_EQ(rc, 0);
+    sink_watch(&seen);
+    run_until(loop, &k.exits, 1);
+    run_until(loop, &seen.closes, 1);
+    CHECK_EQ(k.status, 0);
+    CHECK_EQ(seen.len, 0u); /* none of 0, 1, 2 open in the child */
+    CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+    run_until(loop, &got, 1);
+    CHECK_EQ(lull_signal_stop(&sig), 0);
+    free_loop(loop);
+}
+
+/* A child that starts a grandchild and exits, in a program that is a
+ * child subreaper (PR_SET_CHILD_SUBREAPER, as a service manager or a
+ * container's init is): the grandchild becomes this process's child when
+ * the child exits. on_exit reports the child's own status, once; lull
+ * neither reaps the grandchild nor reports its exit: it is the program's. */
+static void subreaper_body(void *arg) {
+    (void)arg;
+    CHECK_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    sink out = {0};
+    lull_process_options o = {
+        .argv = SH("sleep 30 </dev/null >/dev/null 2>&1 & echo $!; exit 4"),
+        .stdio = {{.kind = LULL_STDIO_NULL},
+                  {.kind = LULL_STDIO_PIPE, .stream = &out.s}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    sink_watch(&out);
+    int grandchild = read_pid_line(loop, &out);
+    run_until(loop, &k.exits, 1);
+    run_until(loop, &out.closes, 1);
+    CHECK_EQ(k.status, 4);
+    CHECK_EQ(k.sig, 0);
+    /* Adopted: this process's child now, alive, and left to the program. */
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    CHECK_EQ(waitid(P_PID, (id_t)grandchild, &si, WEXITED | WNOHANG), 0);
+    CHECK_EQ(si.si_pid, 0);
+    CHECK_EQ(kill(grandchild, SIGKILL), 0);
+    CHECK_EQ(waitpid(grandchild, NULL, 0), grandchild);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(k.exits, 1);
+    CHECK(!have_child());
+    free_loop(loop);
+}
+
+TEST(grandchild_adopted_by_a_subreaper_is_left_to_the_program) {
+    CHECK(check_exits_cleanly(subreaper_body, NULL));
+}
+
+/* RLIMIT_NPROC reached (as a user without the privilege root has to pass
+ * it): the spawn is -EAGAIN with nothing left behind, and a per-core set
+ * that cannot start its threads is -EAGAIN with none left running. */
+static int count_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    CHECK(d != NULL);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+static void nproc_body(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    if (setgid(65534) != 0 || setuid(65534) != 0) {
+        printf("skipped: cannot become nobody (%s)\n", strerror(errno));
+        free_loop(loop);
+        return;
+    }
+    struct rlimit one = {1, 1}; /* this process is nobody's one */
+    CHECK_EQ(setrlimit(RLIMIT_NPROC, &one), 0);
+    int fds = open_fds(), threads = count_threads();
+    kid k = {0};
+    sink out = {0};
+    lull_process_options o = {
+        .argv = (char *[]){"/bin/true", NULL},
+        .stdio = {{.kind = LULL_STDIO_NULL},
+                  {.kind = LULL_STDIO_PIPE, .stream = &out.s}}};
+    CHECK_EQ(spawn(loop, &k, &o), -EAGAIN);
+    CHECK_EQ(lull_stream_fd(&out.s), -1);
+    CHECK_EQ(open_fds(), fds);
+    CHECK(!have_child());
+    lull_percore *pc = NULL;
+    lull_percore_options po = {.loops = 2};
+    CHECK_EQ(lull_percore_start(&pc, &po), -EAGAIN);
+    CHECK(pc == NULL);
+    CHECK_EQ(count_threads(), threads);
+    CHECK_EQ(open_fds(), fds);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(k.exits, 0);
+    free_loop(loop);
+}
+
+TEST(rlimit_nproc_reached_at_spawn_and_percore_start) {
+    if (geteuid() != 0) {
+        /* Without root, this user's other processes count against the
+         * limit too, and no limit is certain to be reached at once. */
+        printf("skipped: needs root to become a user with one process\n");
+        return;
+    }
+    CHECK(check_exits_cleanly(nproc_body, NULL));
+}
+
+/* Two children that exit in the same batch: the first on_exit to run
+ * ends the other handle before its own readiness is dispatched, in each
+ * of the ways a program may (close with KILL_ON_CLOSE, kill, detach and
+ * free, detach and spawn again into it). The other's on_exit runs once,
+ * or never after a detach; no zombie, nothing left on the loop. */
+typedef struct pair_kid {
+    lull_process p;
+    struct pair_kid *other;
+    int exits;
+    int mode;
+    int acted;
+} pair_kid;
+
+static void pair_exit(lull_process *p, int status, int sig) {
+    pair_kid *me = LULL_CONTAINER_OF(p, pair_kid, p);
+    (void)status;
+    (void)sig;
+    me->exits++;
+    CHECK_EQ(lull_process_kill(p, SIGKILL), -ESRCH);
+    CHECK_EQ(lull_process_close(p), 0);
+    CHECK_EQ(lull_process_detach(p), -ESRCH);
+    pair_kid *o = me->other;
+    if (!o || o->acted || me->acted) return;
+    me->acted = 1;
+    switch (me->mode) {
+    case 0:
+        CHECK_EQ(lull_process_close(&o->p), 0);
+        CHECK_EQ(lull_process_kill(&o->p, SIGKILL), 0);
+        break;
+    case 1:
+        CHECK_EQ(lull_process_detach(&o->p), 0);
+        memset(&o->p, 0xa5, sizeof o->p); /* the caller's again */
+        me->other = NULL;
+        break;
+    case 2: {
+        CHECK_EQ(lull_process_detach(&o->p), 0);
+        lull_process_options again = {.argv = SH("exit 9")};
+        CHECK_EQ(lull_process_spawn(p->loop, &o->p, &again, pair_exit), 0);
+        o->acted = 1;
+        break;
+    }
+    }
+}
+
+TEST(other_handle_ended_inside_an_exit_in_the_same_batch) {
+    for (int mode = 0; mode < 3; mode++) {
+        lull_loop *loop = new_loop();
+        pair_kid a = {.mode = mode}, b = {.mode = mode};
+        a.other = &b;
+        b.other = &a;
+        lull_process_options o = {.argv = (char *[]){"/bin/true", NULL},
+                                  .flags = LULL_PROCESS_KILL_ON_CLOSE};
+        CHECK_EQ(lull_process_spawn(loop, &a.p, &o, pair_exit), 0);
+        CHECK_EQ(lull_process_spawn(loop, &b.p, &o, pair_exit), 0);
+        int pa = a.p.pid, pb = b.p.pid;
+        CHECK(dies(pa));
+        CHECK(dies(pb)); /* both readable before the loop looks */
+        int exits = 0;
+        for (int i = 0; i < 1000 && lull_loop_alive(loop); i++) {
+            CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+            exits = a.exits + b.exits;
+        }
+        CHECK(!lull_loop_alive(loop));
+        /* mode 0: both once; 1: the detached one never; 2: the detached
+         * one's second child once. */
+        CHECK_EQ(exits, mode == 1 ? 1 : 2);
+        CHECK(a.exits <= 1 || mode == 2);
+        CHECK(b.exits <= 1 || mode == 2);
+        reaped_by_lull(pa);
+        reaped_by_lull(pb);
+        free_loop(loop);
+    }
 }

@@ -510,6 +510,67 @@ TEST(signals_after_fork) {
     free_loop(loop);
 }
 
+/* One signal watched on two loops of one thread (docs/PROCESS.md: one
+ * loop reads each delivery, whichever reads first). The block is lull's
+ * and held while either loop watches: the first loop's last stop leaves
+ * it, and the other loop still hears the signal; the second's gives it
+ * back. */
+TEST(one_signal_on_two_loops_of_one_thread) {
+    lull_loop *a_loop = new_loop(), *b_loop = new_loop();
+    watcher a = {0}, b = {0};
+    CHECK(!blocked_here(SIGUSR1));
+    watch(a_loop, &a, 1, SIGUSR1);
+    watch(b_loop, &b, 2, SIGUSR1);
+    CHECK_EQ(raise(SIGUSR1), 0);
+    CHECK_EQ(lull_loop_run(a_loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_loop_run(b_loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(a.calls + b.calls, 1); /* read once */
+    CHECK_EQ(lull_signal_stop(&a.sig), 0);
+    CHECK(blocked_here(SIGUSR1)); /* b_loop still watches */
+    int before = b.calls;
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(b_loop, &b.calls, before + 1);
+    CHECK_EQ(a.calls + b.calls, 2);
+    CHECK_EQ(lull_signal_stop(&b.sig), 0);
+    CHECK(!blocked_here(SIGUSR1));
+    free_loop(a_loop);
+    free_loop(b_loop);
+}
+
+/* The signalfd's mask belongs to the open file, which fork() shares: a
+ * child that changed the signals its copy of the loop watches (stopped
+ * one of two, after lull_loop_fork) changed the parent's signalfd too,
+ * and the parent no longer heard the signal the child let go of. */
+static watcher g_fork_usr1, g_fork_usr2;
+
+static void child_lets_go_of_one(void *arg) {
+    lull_loop *loop = arg;
+    CHECK_EQ(lull_loop_fork(loop), 0);
+    CHECK_EQ(lull_signal_stop(&g_fork_usr2.sig), 0);
+    int before = g_fork_usr1.calls;
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &g_fork_usr1.calls, before + 1);
+    CHECK_EQ(lull_signal_stop(&g_fork_usr1.sig), 0);
+    free_loop(loop);
+}
+
+TEST(child_changing_its_signals_leaves_the_parents_alone) {
+    lull_loop *loop = new_loop();
+    watch(loop, &g_fork_usr1, 1, SIGUSR1);
+    watch(loop, &g_fork_usr2, 2, SIGUSR2);
+    CHECK(check_exits_cleanly(child_lets_go_of_one, loop));
+    CHECK_EQ(g_fork_usr1.calls + g_fork_usr2.calls, 0);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    run_until(loop, &g_fork_usr2.calls, 1);
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &g_fork_usr1.calls, 1);
+    CHECK_EQ(lull_signal_stop(&g_fork_usr1.sig), 0);
+    CHECK_EQ(lull_signal_stop(&g_fork_usr2.sig), 0);
+    CHECK(!blocked_here(SIGUSR1));
+    CHECK(!blocked_here(SIGUSR2));
+    free_loop(loop);
+}
+
 /* ------------------------------------------------- masks across threads */
 
 /* Set up on one thread, run on another (the pattern of lull.h's Threads
