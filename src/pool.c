@@ -70,6 +70,9 @@ typedef struct worker {
     struct worker *next_idle; /* the idle stack (under the lock) */
     lull_work *current;       /* the item it runs, until its completion is
                                  posted (under the lock) */
+    lull_work *finished;      /* current once its fn returned (atomic; NULL
+                                 under the lock as it is taken): a fork()ed
+                                 child hands it back done, not cancelled */
 } worker;
 
 struct lull_pool {
@@ -169,9 +172,14 @@ static void *worker_main(void *arg) {
             unlink_work(p, w);
             p->running++;
             me->current = w;
+            me->finished = NULL;
             pthread_mutex_unlock(&p->lock);
             lull_loop *loop = w->loop;
             w->status = w->fn(w);
+            /* Before the lock, which a fork() may hold: its child then
+             * knows the work was done (fork_child), and what fn made (an
+             * open's fd, a lookup's answer) reaches the child's done. */
+            __atomic_store_n(&me->finished, w, __ATOMIC_RELEASE);
             /* Pushed to the loop with current cleared in one hold of the
              * lock: lull__pool_holds sees the item here or, from then on,
              * on the loop's remote stack, never neither nor a stale one.
@@ -356,13 +364,14 @@ static void fork_parent(void) {
     pthread_mutex_unlock(&default_lock);
 }
 
-/* Hands w back to the child's copy of its loop as never run (its fn
- * runs, if at all, in the parent): its done then drops the loop's
+/* Hands w back to the child's copy of its loop: with fn's status where
+ * its fn had returned before the fork (ran), else as never run (its fn
+ * runs, if at all, in the parent). Its done then drops the loop's
  * reference in the child too, after lull_loop_fork. */
-static void cancel_forked(lull_work *w) {
+static void hand_back_forked(lull_work *w, bool ran) {
     w->next = w->prev = NULL;
     w->queued = false;
-    w->status = -ECANCELED;
+    if (!ran) w->status = -ECANCELED;
     lull__post_remote_forked(w->loop, &w->task);
 }
 
@@ -372,20 +381,29 @@ static void cancel_forked(lull_work *w) {
  * What it held, waiting or running, would never come back to the child's
  * loops, which would wait for it for ever (uv_loop_fork's child must not
  * count on the threadpool either): it comes back cancelled, as from
- * lull_pool_close. */
+ * lull_pool_close, but for an item whose fn had returned (its thread
+ * waiting for the lock the fork holds), which comes back done. */
 static void forget_threads(lull_pool *p) {
+    unsigned ran = 0;
     for (unsigned i = 0; i < p->threads; i++) {
-        lull_work *w = p->workers[i].current;
-        p->workers[i].current = NULL;
-        if (w) cancel_forked(w);
+        worker *t = &p->workers[i];
+        lull_work *w = t->current;
+        t->current = NULL;
+        if (!w) continue;
+        /* Its fn returned, its thread waiting for the lock the fork
+         * holds: done, in the child too (the fd an open made is there). */
+        bool done = __atomic_load_n(&t->finished, __ATOMIC_ACQUIRE) == w;
+        ran += done;
+        hand_back_forked(w, done);
     }
     lull_work *w = p->head;
     while (w) {
         lull_work *next = w->next;
-        cancel_forked(w);
+        hand_back_forked(w, false);
         w = next;
     }
-    p->cancelled += p->queued + p->running;
+    p->completed += ran;
+    p->cancelled += p->queued + p->running - ran;
     p->head = p->tail = NULL;
     p->queued = p->running = 0;
     p->forked = true;

@@ -1123,6 +1123,98 @@ TEST_THREADED(pool_work_in_flight_at_fork_is_cancelled_in_the_child) {
     sem_destroy(&started);
 }
 
+/* Work whose fn had returned when fork() came, its thread waiting for the
+ * pool's lock (which the fork holds) to hand it back: the child's copy got
+ * it back cancelled, and what fn had made (an open's fd, a lookup's
+ * answer) was leaked there, though the work was done. It now comes back
+ * to the child done, with fn's status, as to the parent. The fork is
+ * timed by a fork handler registered before the pool's (so it runs after
+ * the pool's, with its lock held): it lets fn return and waits until the
+ * thread sleeps on that lock. */
+static struct {
+    item it;
+    sem_t gate, started;
+    pid_t tid;   /* fn's thread */
+    int leaving; /* atomic: fn passed its gate */
+    bool armed;  /* the next fork releases fn */
+} at_fork;
+
+static int run_until_released(lull_work *w) {
+    (void)w;
+    at_fork.tid = (pid_t)syscall(SYS_gettid);
+    sem_post(&at_fork.started);
+    sem_wait_10s(&at_fork.gate, "gate");
+    __atomic_store_n(&at_fork.leaving, 1, __ATOMIC_RELEASE);
+    return 7;
+}
+
+/* The state letter of thread tid ('R', 'S'...), from /proc; '?' if unread. */
+static char thread_state(pid_t tid) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return '?';
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return '?';
+    buf[n] = '\0';
+    const char *close_paren = strrchr(buf, ')');
+    return close_paren && close_paren[1] ? close_paren[2] : '?';
+}
+
+static void release_fn_inside_fork(void) {
+    if (!at_fork.armed) return;
+    at_fork.armed = false;
+    sem_post(&at_fork.gate);
+    uint64_t deadline = check_clock_ns() + 10000000000u;
+    while (!__atomic_load_n(&at_fork.leaving, __ATOMIC_ACQUIRE) ||
+           thread_state(at_fork.tid) != 'S') {
+        if (check_clock_ns() > deadline) abort(); /* the case's timeout */
+        sched_yield();
+    }
+}
+
+static void child_gets_the_finished_item(void *arg) {
+    lull_loop *loop = arg;
+    alarm(5);
+    fork_dones = 0;
+    CHECK_EQ(lull_loop_fork(loop), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(fork_dones, 1);
+    CHECK_EQ(fork_statuses[0], 7); /* was -ECANCELED */
+    CHECK(!lull_work_busy(&at_fork.it.work));
+    CHECK_EQ(lull_loop_free(loop), 0);
+    alarm(0);
+}
+
+TEST_THREADED(pool_work_done_before_fork_comes_back_done_in_the_child) {
+    /* Before lull registers its own handlers (the first pool does):
+     * prepare handlers run in the reverse order, so this one runs with
+     * the pool's lock already held. */
+    CHECK_EQ(pthread_atfork(release_fn_inside_fork, NULL, NULL), 0);
+    lull_loop *loop;
+    lull_pool *pool;
+    gated_loop_and_pool(&loop, &pool, &(lull_pool_options){.threads = 1},
+                        &at_fork.gate, &at_fork.started);
+    lull_work_init(&at_fork.it.work, run_until_released, fork_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &at_fork.it.work), 0);
+    sem_wait_10s(&at_fork.started, "the item started");
+    at_fork.armed = true;
+    CHECK(check_exits_cleanly(child_gets_the_finished_item, loop));
+    fork_dones = 0;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(fork_dones, 1);
+    CHECK_EQ(fork_statuses[0], 7);
+    lull_pool_stats st;
+    lull_pool_get_stats(pool, &st);
+    CHECK_U64_EQ(st.completed, 1);
+    CHECK_U64_EQ(st.cancelled, 0);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&at_fork.gate);
+    sem_destroy(&at_fork.started);
+}
+
 /* A pool made before fork() has no threads in the child: work handed to
  * it there never ran, and the child's loop waited for it for ever. Submit
  * says -ECHILD at once there, and so do the calls built on it; the
