@@ -760,7 +760,8 @@ struct lull_endpoint {
     lull_drain_fn on_drain;
     lull_close_fn on_close;
     size_t queued;     /* bytes accepted and not yet delivered (or written;
-                          a framed stream's 4-byte lengths included) */
+                          a framed stream's or TLS connection's 4-byte
+                          lengths included) */
     size_t high_water; /* writable while queued < high_water */
     size_t max_frame;  /* a longer frame is refused with -EMSGSIZE */
     size_t max_queued; /* a send past it is refused with -ENOBUFS and closes

@@ -700,7 +700,8 @@ static int encrypt_queue(lull_tls *t, lull_frame **done) {
         q->head_done = 0;
         t->head = f->next;
         if (!t->head) t->tail = NULL;
-        t->ep.queued = f->len < t->ep.queued ? t->ep.queued - f->len : 0;
+        size_t cost = lull__frame_cost(&t->ep, f->len);
+        t->ep.queued = cost < t->ep.queued ? t->ep.queued - cost : 0;
         f->next = NULL;
         *dtail = f;
         dtail = &f->next;
@@ -1221,6 +1222,11 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
     if (!(o->stream.flags & LULL_STREAM_RAW) &&
         t->ep.max_frame > LULL__FRAME_MAX)
         t->ep.max_frame = LULL__FRAME_MAX;
+    /* Framed, each frame's 4-byte length counts as queued (src/frame.h),
+     * as on a stream: it is plaintext to encrypt, and an empty frame
+     * counted as 0 never turned the endpoint unwritable nor reached
+     * max_queued while the queue grew. */
+    if (!(o->stream.flags & LULL_STREAM_RAW)) t->ep.flags |= LULL__EP_FRAMED;
     t->loop = loop;
     lull_task_init(&t->flush, flush_task);
     lull_task_init(&t->event, event_task);

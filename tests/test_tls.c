@@ -2118,6 +2118,46 @@ TEST(max_queued_closes_with_enobufs) {
     finish(loop, sctx, cctx);
 }
 
+/* Empty frames to a peer that reads nothing (a heartbeat, an echo of a
+ * hostile peer's empty frames): each is 4 bytes of plaintext to encrypt
+ * and a block of send_copy's, so they count as queued (their headers), as
+ * on a framed stream: writable turns false at high_water, and max_queued
+ * refuses one and closes the connection. Counted by payload alone (0), the
+ * queue grew without limit, writable for ever and never past max_queued. */
+TEST(empty_frames_count_against_high_water_and_max_queued) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    lull_tls_options co = opts_hs("localhost"), so = opts_hs(NULL);
+    co.stream.high_water = 4096;
+    co.stream.max_queued = 64 << 10;
+    end c, s;
+    end_pair_opts(loop, &c, cctx, &co, &s, sctx, &so);
+    run_until(loop, &c.handshaken, 100);
+    run_until(loop, &s.handshaken, 100);
+    CHECK_EQ(lull_endpoint_read_stop(&s.t.ep), 0);
+    long sent = 0, unwritable_at = -1;
+    int rc = 0;
+    for (long i = 0; i < 400000 && rc == 0; i++) {
+        rc = lull_endpoint_send_copy(&c.t.ep, "", 0);
+        if (rc == 0) sent++;
+        if (unwritable_at < 0 && !lull_endpoint_writable(&c.t.ep))
+            unwritable_at = sent;
+        if (i % 256 == 0) CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    printf("sent %ld, unwritable at %ld, queued %zu\n", sent, unwritable_at,
+           c.t.ep.queued);
+    CHECK_EQ(rc, -ENOBUFS);
+    CHECK(unwritable_at > 0);
+    CHECK(c.t.ep.queued <= c.t.ep.max_queued);
+    run_until(loop, &c.closed, 100);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, -ENOBUFS);
+    CHECK_EQ(lull_endpoint_close(&s.t.ep, 0), 0);
+    run_until(loop, &s.closed, 100);
+    finish(loop, sctx, cctx);
+}
+
 /* Paused reading holds the frames; the resume delivers them in order. */
 TEST(read_stop_and_start_through_the_endpoint) {
     if (skip()) return;
