@@ -30,6 +30,10 @@
 #                     after the handshake is closed with a log line saying
 #                     so (only handshake failures were said); one that
 #                     ends without close_notify (redis-cli's way) is not
+#   tls_bad_file_named  a TLS file lull-kv cannot use is named in its
+#                     refusal: a missing or unusable --tls-ca-cert-file
+#                     was said as "TLS server certificate C, key K: No
+#                     such file or directory", the wrong files
 #   accept_paused_logged  out of fds, accepting pauses: the log says so
 #                     once ("accepting on ... paused: Too many open
 #                     files"), the client waits in the backlog and is
@@ -345,6 +349,51 @@ PY
     [ "$(grep -c 'client .*TLS' "$dir/t.out")" = 1 ] ||
         fail "want one TLS line: $(cat "$dir/t.out")"
     [ "$(redis-cli -p "$started_port" PING)" = PONG ] || fail "PING after"
+}
+
+case_tls_bad_file_named() {
+    command -v openssl >/dev/null 2>&1 || {
+        echo "skipped: openssl not installed"
+        exit 0
+    }
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$dir/s.key" -out "$dir/s.crt" -subj /CN=localhost -days 1 \
+        2>/dev/null || fail "openssl req"
+    : >"$dir/empty.crt"
+    # lull-kv's first stderr line for these TLS files; it exits 1 before
+    # it listens (so the TLS port, 1, is never taken).
+    refusal() {
+        local err rc
+        err=$(timeout 10 "$kv" --port 0 "$@" 2>&1 >/dev/null)
+        rc=$?
+        case $err in *"built without"*)
+            echo "skipped: lull built without OpenSSL" >&2
+            exit 0
+            ;;
+        esac
+        [ "$rc" = 1 ] || fail "exit $rc (want 1) for $*: $err"
+        printf '%s\n' "$err" | head -1
+    }
+    local out tls
+    tls=(--tls-port 1 --tls-cert-file "$dir/s.crt" --tls-key-file "$dir/s.key")
+    out=$(refusal "${tls[@]}" --tls-ca-cert-file "$dir/none.crt")
+    [ "$out" = "lull-kv: TLS CA file $dir/none.crt: No such file or directory" ] ||
+        fail "a missing CA file said: $out"
+    out=$(refusal "${tls[@]}" --tls-ca-cert-file "$dir/empty.crt")
+    [ "$out" = "lull-kv: TLS CA file $dir/empty.crt: Invalid argument" ] ||
+        fail "a CA file of no certificate said: $out"
+    out=$(refusal --tls-port 1 --tls-cert-file "$dir/s.crt" \
+        --tls-key-file "$dir/none.key" --tls-auth-clients no)
+    [ "$out" = "lull-kv: TLS key file $dir/none.key: No such file or directory" ] ||
+        fail "a missing key file said: $out"
+    out=$(refusal --tls-port 1 --tls-cert-file "$dir/s.key" \
+        --tls-key-file "$dir/s.crt" --tls-auth-clients no)
+    [ "$out" = "lull-kv: TLS server certificate $dir/s.key, key $dir/s.crt: Invalid argument" ] ||
+        fail "a certificate and key swapped said: $out"
+    out=$(refusal --replica-of 127.0.0.1:1 --tls-replication yes \
+        --tls-ca-cert-file "$dir/none.crt")
+    [ "$out" = "lull-kv: TLS CA file $dir/none.crt: No such file or directory" ] ||
+        fail "a replica's missing CA file said: $out"
 }
 
 case_protocol_error_logged() {
