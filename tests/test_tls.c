@@ -3739,3 +3739,106 @@ TEST(huge_options_are_no_bound_not_a_wrap) {
     CHECK_EQ(s.reason, 0);
     finish(loop, sctx, cctx);
 }
+
+/* TLS 1.2 end to end between two lull ends: frames both ways, a key
+ * update refused (-EINVAL: TLS 1.3 only), a truncation is -EPROTO and a
+ * close_notify 0, as on TLS 1.3; a client that asks for 1.2 alone of a
+ * server that wants 1.3 fails the handshake. */
+TEST(tls12_end_to_end) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_config c12 = {.max_version = 0x0303};
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(&c12);
+    end c, s;
+    settled_pair(loop, &c, cctx, &s, sctx);
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(SSL_version(c.t.ssl), TLS1_2_VERSION);
+#endif
+    CHECK_EQ(lull_tls_key_update(&c.t), -EINVAL);
+    CHECK_EQ(lull_tls_key_update(&s.t), -EINVAL);
+    send_and_wait(loop, &c, &s, "over 1.2");
+    CHECK(strcmp(s.last, "over 1.2") == 0);
+    send_and_wait(loop, &s, &c, "and back");
+    CHECK(strcmp(c.last, "and back") == 0);
+    close_cleanly(loop, &c, &s);
+    CHECK_EQ(c.reason, 0);
+    /* A truncation: the client's socket shut without close_notify. */
+    settled_pair(loop, &c, cctx, &s, sctx);
+    CHECK_EQ(shutdown(lull_stream_fd(&c.t.stream), SHUT_WR), 0);
+    run_until(loop, &s.closed, 100);
+    CHECK_EQ(s.reason, -EPROTO);
+    CHECK(strstr(s.why, "close_notify"));
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    run_until(loop, &c.closed, 100);
+    lull_tls_ctx_free(cctx);
+    /* 1.2 only against a server of 1.3 only: no handshake. */
+    lull_tls_config s13 = {.min_version = 0x0304};
+    lull_tls_ctx *sctx13 = server_ctx(&s13);
+    cctx = client_ctx(&c12);
+    end_pair(loop, &c, cctx, &s, sctx13, "localhost");
+    settle_closes(loop, &c, &s);
+    CHECK(!c.handshaken && !s.handshaken);
+    CHECK_EQ(c.reason, -ECONNABORTED);
+    CHECK_EQ(s.reason, -ECONNABORTED);
+    printf("versions: %s / %s\n", c.why, s.why);
+    lull_tls_ctx_free(sctx13);
+    finish(loop, sctx, cctx);
+}
+
+/* Arguments past their range: refused with -EINVAL (or the socket's
+ * own error), never a crash, and nothing held (the struct can be set up
+ * at once). */
+TEST(argument_edges) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *ctx = NULL;
+    lull_tls_config v1 = {.min_version = -1};
+    CHECK_EQ(lull_tls_ctx_new(&v1, &ctx), -EINVAL);
+    lull_tls_config v2 = {.max_version = 0x7fffffff};
+    CHECK_EQ(lull_tls_ctx_new(&v2, &ctx), -EINVAL);
+    lull_tls_config v3 = {.min_version = 0x0304, .max_version = 0x0303};
+    CHECK_EQ(lull_tls_ctx_new(&v3, &ctx), -EINVAL);
+    lull_tls_config a1 = {.alpn = ""};
+    CHECK_EQ(lull_tls_ctx_new(&a1, &ctx), -EINVAL);
+    char longname[300];
+    memset(longname, 'a', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    lull_tls_config a2 = {.alpn = longname};
+    CHECK_EQ(lull_tls_ctx_new(&a2, &ctx), -EINVAL);
+    lull_tls_config a3 = {.alpn = "a,"};
+    CHECK_EQ(lull_tls_ctx_new(&a3, &ctx), -EINVAL);
+    lull_tls_config p1 = {.ca_pem = "no certificate here"};
+    CHECK_EQ(lull_tls_ctx_new(&p1, &ctx), -EINVAL);
+    CHECK(ctx == NULL);
+    lull_tls_ctx *cctx = client_ctx(NULL);
+    lull_tls t;
+    memset(&t, 0, sizeof t);
+    CHECK_EQ(
+        lull_tls_connect_tcp(loop, &t, cctx, "127.0.0.1", -1, &g_client_opts),
+        -EINVAL);
+    CHECK_EQ(lull_tls_connect_tcp(loop, &t, cctx, "127.0.0.1", 65536,
+                                  &g_client_opts),
+             -EINVAL);
+    CHECK_EQ(lull_tls_connect_tcp(loop, &t, cctx, "not an address", 1,
+                                  &g_client_opts),
+             -EINVAL);
+    lull_tls_options fds = {.server_name = "localhost",
+                            .stream.flags = LULL_STREAM_FDS};
+    CHECK_EQ(lull_tls_connect_unix(loop, &t, cctx, "@x", &fds), -EINVAL);
+    lull_tls_options unknown = {.server_name = "localhost",
+                                .stream.flags = 0x80000000u};
+    CHECK_EQ(lull_tls_connect_unix(loop, &t, cctx, "@x", &unknown), -EINVAL);
+    CHECK_EQ(lull_tls_open(loop, &t, cctx, 1 << 20, &g_client_opts), -EBADF);
+    /* Nothing held: a good set-up of the same struct goes through. */
+    end c;
+    end_init(&c);
+    CHECK_EQ(lull_tls_connect_unix(loop, &c.t, cctx, "@lull-tls-nobody",
+                                   &g_client_opts),
+             0);
+    end_watch(&c);
+    run_until(loop, &c.closed, 100);
+    CHECK_EQ(c.reason, -ECONNREFUSED);
+    finish(loop, NULL, cctx);
+}
