@@ -1505,7 +1505,8 @@ LULL_EXTERN void lull_tty_reset_mode(void);
  * connect, accept, timeouts and the flush-point batching are the
  * stream's: the frames sent within a slice are encrypted together at the
  * loop's flush point, small ones coalesced into full records, and leave in
- * one write. Plaintext is framed (a 4-byte length) or raw, as the stream
+ * one write; a frame is released once its records were written, as on a
+ * stream. Plaintext is framed (a 4-byte length) or raw, as the stream
  * options say. Sends made before the handshake completes wait for it.
  *
  * Verification is on by default: a client checks the server's chain

@@ -20,8 +20,12 @@
  * the loop's next flush point; there every queued frame is copied (with its
  * length) into a 16 KiB stage, one SSL_write per full stage (a frame that
  * large alone is written from its own bytes), and the chunks go to the
- * stream, whose own flush writes them in one sendmsg. Frames are released
- * once encrypted. Encryption stops while the stream is past its high-water
+ * stream, whose own flush writes them in one sendmsg. A frame is released
+ * once the chunk that holds its last record was written, as a stream's
+ * frame once written: released at encryption, a protocol that closes
+ * after its last reply's release (as it may on a stream) dropped that
+ * reply's records, still queued behind a full socket. Encryption stops
+ * while the stream is past its high-water
  * mark, and resumes on its drain: the plaintext waits in the caller's
  * frames, counted in ep.queued, so backpressure and max_queued work as on
  * a stream.
@@ -219,9 +223,11 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 
 typedef struct chunk chunk;
 struct chunk {
-    lull_frame frame; /* sent on the stream as a raw frame */
-    chunk *next;      /* the filling list or the spare list */
-    lull_tls *owner;  /* whose spare list it returns to */
+    lull_frame frame;       /* sent on the stream as a raw frame */
+    chunk *next;            /* the filling list or the spare list */
+    lull_tls *owner;        /* whose spare list it returns to */
+    lull_frame *plain;      /* the user's frames whose last record is in it, */
+    lull_frame *plain_tail; /* released once it is written */
     size_t used;
     unsigned char bytes[CHUNK];
 };
@@ -238,6 +244,9 @@ typedef struct outq {
                          first, if framed), those already sealed: a frame
                          larger than the stream's mark is sealed a slice
                          per pass */
+    lull_frame *plain_done, *plain_done_tail; /* the user's frames whose chunks
+                         were written (or dropped): released by progress,
+                         in a callback context of ours */
 } outq;
 
 typedef struct guard guard;
@@ -356,6 +365,7 @@ static int bio_write(BIO *b, const char *buf, int len) {
             }
             c->used = 0;
             c->next = NULL;
+            c->plain = c->plain_tail = NULL;
             if (q->tail) {
                 q->tail->next = c;
             } else {
@@ -417,14 +427,44 @@ static void bio_method_make(void) {
 
 /* ------------------------------------------------------------- chunks */
 
-/* A chunk the stream wrote (or discarded): spare again. Runs at the
- * stream's flush point: with frames still waiting for room (encryption
- * stopped at the stream's mark, which the stream may never have reached,
- * so no drain will come), encrypt more at the next flush point. */
+static void append_list(lull_frame **head, lull_frame **tail, lull_frame *f,
+                        lull_frame *last) {
+    if (!f) return;
+    if (*tail) {
+        (*tail)->next = f;
+    } else {
+        *head = f;
+    }
+    *tail = last;
+}
+
+/* The user's frames a chunk carries go to the written list (it was
+ * written, or is dropped): progress releases them, or the teardown. */
+static void chunk_give_plain(outq *q, chunk *c) {
+    append_list(&q->plain_done, &q->plain_done_tail, c->plain, c->plain_tail);
+    c->plain = c->plain_tail = NULL;
+}
+
+/* A chunk the stream wrote (or discarded): spare again, and the user's
+ * frames it ends released by progress at the flush point (not here: the
+ * stream is inside its own release loop, where a close of ours would free
+ * chunks it still holds). Runs at the stream's flush point: with frames
+ * still waiting for room (encryption stopped at the stream's mark, which
+ * the stream may never have reached, so no drain will come), encrypt more
+ * at the next flush point. */
 static void chunk_release(lull_frame *f) {
     chunk *c = LULL_CONTAINER_OF(f, chunk, frame);
     lull_tls *t = c->owner;
-    if (t->head && (t->state & T_OPEN) && !(t->ep.flags & LULL__EP_CLOSED))
+    outq *q = out_of(t);
+    if (!q) { /* torn down: nothing of ours runs again */
+        release_list(c->plain);
+        free(c);
+        return;
+    }
+    bool plain = c->plain != NULL;
+    chunk_give_plain(q, c);
+    if ((t->head || plain) && (t->state & T_OPEN) &&
+        !(t->ep.flags & LULL__EP_CLOSED))
         lull__at_flush(t->loop, &t->flush);
     /* Stalled on answers the peer did not read, and it read them: read
      * on. Here, not in the stream's on_drain, which a shutdown ends. */
@@ -433,8 +473,7 @@ static void chunk_release(lull_frame *f) {
         t->state = (t->state & ~T_STALL) | T_RESUME;
         lull_task_post(t->loop, &t->event);
     }
-    outq *q = out_of(t);
-    if (!q || q->nspare >= SPARE_MAX) {
+    if (q->nspare >= SPARE_MAX) {
         free(c);
         return;
     }
@@ -453,6 +492,7 @@ static int send_out(lull_tls *t) {
         q->head = c->next;
         if (!q->head) q->tail = NULL;
         if (c->used == 0 || rc < 0) {
+            chunk_give_plain(q, c);
             free(c);
             continue;
         }
@@ -460,7 +500,10 @@ static int send_out(lull_tls *t) {
             .bytes = c->bytes, .len = c->used, .release = chunk_release};
         t->cipher_bytes += c->used;
         rc = lull_endpoint_send(&t->stream.ep, &c->frame);
-        if (rc < 0) free(c);
+        if (rc < 0) {
+            chunk_give_plain(q, c);
+            free(c);
+        }
     }
     return rc;
 }
@@ -537,12 +580,15 @@ static lull_frame *teardown(lull_tls *t, int reason, bool stream_open) {
         lull_endpoint_close(&t->stream.ep, reason);
     }
     outq *q = out_of(t);
+    lull_frame *written = NULL;
     if (q) {
         for (chunk *c = q->head; c;) {
             chunk *n = c->next;
+            chunk_give_plain(q, c);
             free(c);
             c = n;
         }
+        written = q->plain_done;
         for (chunk *c = q->spare; c;) {
             chunk *n = c->next;
             free(c);
@@ -566,6 +612,13 @@ static lull_frame *teardown(lull_tls *t, int reason, bool stream_open) {
     t->in = NULL;
     t->in_len = 0;
     lull_frame *list = t->head;
+    if (written) { /* encrypted first: released first */
+        lull_frame *w = written;
+        while (w->next)
+            w = w->next;
+        w->next = list;
+        list = written;
+    }
     t->head = t->tail = NULL;
     t->state = 0;
     t->ep.flags |= LULL__EP_CLOSED;
@@ -942,7 +995,20 @@ static bool progress(lull_tls *t) {
             fail_now(t, rc, true);
             return false;
         }
-        if (done) t->flushes++;
+        if (done) {
+            t->flushes++;
+            /* Released once the chunk holding their last record is
+             * written (chunk_release); with no record made (empty raw
+             * frames), at the end of this pass. */
+            lull_frame *last = done;
+            while (last->next)
+                last = last->next;
+            outq *q = out_of(t);
+            if (q->tail)
+                append_list(&q->tail->plain, &q->tail->plain_tail, done, last);
+            else
+                append_list(&q->plain_done, &q->plain_done_tail, done, last);
+        }
     }
     if (t->state & T_KEYUPD) {
         t->state &= ~T_KEYUPD;
@@ -961,10 +1027,13 @@ static bool progress(lull_tls *t) {
     bool drain = (t->state & T_FULL) && t->ep.queued < t->ep.high_water &&
                  !(t->ep.flags & (LULL__EP_CLOSED | LULL__EP_PEER_GONE));
     if (drain) t->state &= ~T_FULL;
-    if (!done && !drain) return true;
+    outq *q = out_of(t);
+    lull_frame *written = q->plain_done;
+    q->plain_done = q->plain_done_tail = NULL;
+    if (!written && !drain) return true;
     guard g;
     guard_enter(t, &g);
-    release_list(done);
+    release_list(written);
     if (drain && !g.closed && t->ep.on_drain) t->ep.on_drain(&t->ep);
     return guard_leave(t, &g);
 }

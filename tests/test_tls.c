@@ -3842,3 +3842,62 @@ TEST(argument_edges) {
     CHECK_EQ(c.reason, -ECONNREFUSED);
     finish(loop, NULL, cctx);
 }
+
+/* A protocol's last words, as a server says them over any endpoint: its
+ * replies, a shutdown, and the close once the last reply is released
+ * (lull-kv's QUIT and refusals). On a stream a release means written, so
+ * the peer reads every reply and then a clean end; over TLS the same code
+ * must lose nothing either: a release once encrypted left the ciphertext
+ * queued behind a full socket to the close, which dropped it (the peer
+ * read part of the replies, then a truncation). */
+typedef struct last_words {
+    end *s;
+    lull_frame frames[64];
+    int released;
+    int n;
+} last_words;
+static last_words *g_last;
+
+static void last_release(lull_frame *f) {
+    last_words *w = g_last;
+    w->released++;
+    if (f == &w->frames[w->n - 1])
+        CHECK_EQ(lull_endpoint_close(&w->s->t.ep, 0), 0);
+}
+
+TEST(close_after_the_last_release_loses_no_reply) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    enum { SIZE = 16 << 10, N = 64 };
+    static char payload[SIZE];
+    end c, s;
+    settled_pair(loop, &c, cctx, &s, sctx);
+    int small = 4096;
+    int sfd = lull_stream_fd(&s.t.stream), cfd = lull_stream_fd(&c.t.stream);
+    CHECK_EQ(setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(setsockopt(cfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    CHECK_EQ(lull_endpoint_read_stop(&c.t.ep), 0);
+    static last_words w;
+    w = (last_words){.s = &s, .n = N};
+    g_last = &w;
+    for (int i = 0; i < N; i++) {
+        w.frames[i] = (lull_frame){
+            .bytes = payload, .len = SIZE, .release = last_release};
+        CHECK_EQ(lull_endpoint_send(&s.t.ep, &w.frames[i]), 0);
+    }
+    CHECK_EQ(lull_endpoint_shutdown(&s.t.ep), 0);
+    /* The socket fills while the client reads nothing. */
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_endpoint_read_start(&c.t.ep), 0);
+    for (int i = 0; i < 5000 && !(c.closed && s.closed); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    printf("frames %d of %d, client %d (%s), server %d\n", c.frames, N,
+           c.reason, c.why, s.reason);
+    CHECK(c.closed && s.closed);
+    CHECK_EQ(w.released, N);
+    CHECK_EQ(c.frames, N);
+    CHECK_EQ(c.reason, 0);
+    finish(loop, sctx, cctx);
+}
