@@ -1560,7 +1560,9 @@ typedef struct lull_tls_options {       /* all zero = defaults */
                                            the socket's timeouts */
     const char *server_name;            /* client: SNI, and the name (or IP)
                                            the certificate must carry */
-    uint64_t handshake_timeout_ns;      /* 0 = 10 s */
+    uint64_t handshake_timeout_ns;      /* 0 = 10 s; from the connection
+                                           (a connect's own wait is
+                                           stream.connect_timeout_ns) */
     lull_tls_handshake_fn on_handshake; /* may be NULL */
 } lull_tls_options;
 

@@ -244,6 +244,8 @@ typedef struct outq {
                          first, if framed), those already sealed: a frame
                          larger than the stream's mark is sealed a slice
                          per pass */
+    uint64_t handshake_ns; /* the handshake's timeout (a connect starts it
+                              once connected) */
     lull_frame *plain_done, *plain_done_tail; /* the user's frames whose chunks
                          were written (or dropped): released by progress,
                          in a callback context of ours */
@@ -1120,6 +1122,10 @@ static void on_connected(lull_stream *s, int status) {
     lull_tls *t = of_stream(s);
     if (status < 0) return; /* on_stream_close follows */
     t->state |= T_STARTED;
+    /* The handshake's clock starts now: the connect has its own
+     * (connect_timeout_ns), and a handshake timer from the connect cut it
+     * short, saying "handshake timed out" of one not begun. */
+    lull_timer_start(&t->timer, out_of(t)->handshake_ns, 0);
     progress(t);
 }
 
@@ -1361,14 +1367,16 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
     return 0;
 }
 
-/* The stream is set up: our callbacks, the handshake's clock. */
-static void attach(lull_tls *t, const lull_tls_options *o) {
+/* The stream is set up: our callbacks, the handshake's clock (for a
+ * connect, from on_connected). */
+static void attach(lull_tls *t, const lull_tls_options *o, bool connected) {
     lull__stream_own(&t->stream); /* no detach under the records */
     lull_endpoint_set_callbacks(&t->stream.ep, on_cipher, on_stream_drain,
                                 on_stream_close);
-    uint64_t to = o->handshake_timeout_ns ? o->handshake_timeout_ns
-                                          : HANDSHAKE_TIMEOUT_DEFAULT;
-    lull_timer_start(&t->timer, to, 0);
+    out_of(t)->handshake_ns = o->handshake_timeout_ns
+                                  ? o->handshake_timeout_ns
+                                  : HANDSHAKE_TIMEOUT_DEFAULT;
+    if (connected) lull_timer_start(&t->timer, out_of(t)->handshake_ns, 0);
 }
 
 static bool args_ok(lull_tls *t, lull_tls_ctx *ctx, const lull_tls_options *o,
@@ -1398,7 +1406,7 @@ int lull_tls_accept(lull_server *srv, lull_tls *tls, lull_tls_ctx *ctx,
         unprepare(tls);
         return rc;
     }
-    attach(tls, o);
+    attach(tls, o, true);
     tls->state |= T_STARTED; /* the ClientHello's bytes start it */
     return 0;
 }
@@ -1419,7 +1427,7 @@ static int connect_common(lull_loop *loop, lull_tls *tls, lull_tls_ctx *ctx,
         unprepare(tls);
         return rc;
     }
-    attach(tls, o);
+    attach(tls, o, false);
     return 0;
 }
 
@@ -1466,7 +1474,7 @@ int lull_tls_open(lull_loop *loop, lull_tls *tls, lull_tls_ctx *ctx, int fd,
         unprepare(tls);
         return rc;
     }
-    attach(tls, o);
+    attach(tls, o, true);
     tls->state |= T_STARTED;
     /* A client speaks first: its ClientHello at the next flush point. */
     if (tls->state & T_CLIENT) lull__at_flush(loop, &tls->flush);

@@ -3901,3 +3901,48 @@ TEST(close_after_the_last_release_loses_no_reply) {
     CHECK_EQ(c.reason, 0);
     finish(loop, sctx, cctx);
 }
+
+/* A connect that hangs (a listener whose accept queue is full drops the
+ * SYNs) is bounded by the stream's connect_timeout_ns, not by the
+ * handshake's timeout, which starts once connected: the handshake timer,
+ * started at the connect, cut a 5 s connect timeout at 1 s and said
+ * "handshake timed out" of a handshake that had not begun. */
+TEST(handshake_timeout_starts_once_connected) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_tls_ctx *cctx = client_ctx(NULL);
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(l, 0), 0);
+    socklen_t len = sizeof a;
+    CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &len), 0);
+    int fill[4];
+    for (int i = 0; i < 4; i++) {
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(fill[i], (struct sockaddr *)&a, sizeof a);
+    }
+    usleep(20000); /* the handshakes that can complete, complete */
+    lull_tls_options co = opts_hs("localhost");
+    co.handshake_timeout_ns = 1000000000ull;
+    co.stream.connect_timeout_ns = 5000000000ull;
+    end c;
+    end_init(&c);
+    CHECK_EQ(lull_tls_connect_tcp(loop, &c.t, cctx, "127.0.0.1",
+                                  ntohs(a.sin_port), &co),
+             0);
+    end_watch(&c);
+    lull_loop_advance(loop, 2000000000ull);
+    CHECK_EQ(c.closes, 0);
+    lull_loop_advance(loop, 3000000000ull);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, -ETIMEDOUT);
+    CHECK(strstr(c.why, "handshake") == NULL);
+    printf("why: %s\n", c.why);
+    for (int i = 0; i < 4; i++)
+        close(fill[i]);
+    close(l);
+    finish(loop, NULL, cctx);
+}
