@@ -761,7 +761,8 @@ struct lull_endpoint {
     lull_drain_fn on_drain;
     lull_close_fn on_close;
     size_t queued;     /* bytes accepted and not yet delivered (or written;
-                          a framed stream's 4-byte lengths included) */
+                          a framed stream's or TLS connection's 4-byte
+                          lengths included) */
     size_t high_water; /* writable while queued < high_water */
     size_t max_frame;  /* a longer frame is refused with -EMSGSIZE */
     size_t max_queued; /* a send past it is refused with -ENOBUFS and closes
@@ -1509,7 +1510,8 @@ LULL_EXTERN void lull_tty_reset_mode(void);
  * connect, accept, timeouts and the flush-point batching are the
  * stream's: the frames sent within a slice are encrypted together at the
  * loop's flush point, small ones coalesced into full records, and leave in
- * one write. Plaintext is framed (a 4-byte length) or raw, as the stream
+ * one write; a frame is released once its records were written, as on a
+ * stream. Plaintext is framed (a 4-byte length) or raw, as the stream
  * options say. Sends made before the handshake completes wait for it.
  *
  * Verification is on by default: a client checks the server's chain
@@ -1563,7 +1565,9 @@ typedef struct lull_tls_options {       /* all zero = defaults */
                                            the socket's timeouts */
     const char *server_name;            /* client: SNI, and the name (or IP)
                                            the certificate must carry */
-    uint64_t handshake_timeout_ns;      /* 0 = 10 s */
+    uint64_t handshake_timeout_ns;      /* 0 = 10 s; from the connection
+                                           (a connect's own wait is
+                                           stream.connect_timeout_ns) */
     lull_tls_handshake_fn on_handshake; /* may be NULL */
 } lull_tls_options;
 

@@ -30,6 +30,15 @@
 #                     after the handshake is closed with a log line saying
 #                     so (only handshake failures were said); one that
 #                     ends without close_notify (redis-cli's way) is not
+#   tls_bad_file_named  a TLS file lull-kv cannot use is named in its
+#                     refusal: a missing or unusable --tls-ca-cert-file
+#                     was said as "TLS server certificate C, key K: No
+#                     such file or directory", the wrong files
+#   tls_bad_clients_isolated  beside TLS clients that pipeline 1 MB
+#                     replies and never read, send half a record and
+#                     stop, never say hello, or send garbage, a TLS client
+#                     is answered throughout, every reply right, and lull-kv
+#                     holds a bounded amount (its RSS)
 #   accept_paused_logged  out of fds, accepting pauses: the log says so
 #                     once ("accepting on ... paused: Too many open
 #                     files"), the client waits in the backlog and is
@@ -344,6 +353,136 @@ PY
     # One line: the EOF without close_notify said nothing.
     [ "$(grep -c 'client .*TLS' "$dir/t.out")" = 1 ] ||
         fail "want one TLS line: $(cat "$dir/t.out")"
+    [ "$(redis-cli -p "$started_port" PING)" = PONG ] || fail "PING after"
+}
+
+case_tls_bad_file_named() {
+    command -v openssl >/dev/null 2>&1 || {
+        echo "skipped: openssl not installed"
+        exit 0
+    }
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$dir/s.key" -out "$dir/s.crt" -subj /CN=localhost -days 1 \
+        2>/dev/null || fail "openssl req"
+    : >"$dir/empty.crt"
+    # lull-kv's first stderr line for these TLS files; it exits 1 before
+    # it listens (so the TLS port, 1, is never taken).
+    refusal() {
+        local err rc
+        err=$(timeout 10 "$kv" --port 0 "$@" 2>&1 >/dev/null)
+        rc=$?
+        case $err in *"built without"*)
+            echo "skipped: lull built without OpenSSL" >&2
+            exit 0
+            ;;
+        esac
+        [ "$rc" = 1 ] || fail "exit $rc (want 1) for $*: $err"
+        printf '%s\n' "$err" | head -1
+    }
+    local out tls
+    tls=(--tls-port 1 --tls-cert-file "$dir/s.crt" --tls-key-file "$dir/s.key")
+    out=$(refusal "${tls[@]}" --tls-ca-cert-file "$dir/none.crt")
+    [ "$out" = "lull-kv: TLS CA file $dir/none.crt: No such file or directory" ] ||
+        fail "a missing CA file said: $out"
+    out=$(refusal "${tls[@]}" --tls-ca-cert-file "$dir/empty.crt")
+    [ "$out" = "lull-kv: TLS CA file $dir/empty.crt: Invalid argument" ] ||
+        fail "a CA file of no certificate said: $out"
+    out=$(refusal --tls-port 1 --tls-cert-file "$dir/s.crt" \
+        --tls-key-file "$dir/none.key" --tls-auth-clients no)
+    [ "$out" = "lull-kv: TLS key file $dir/none.key: No such file or directory" ] ||
+        fail "a missing key file said: $out"
+    out=$(refusal --tls-port 1 --tls-cert-file "$dir/s.key" \
+        --tls-key-file "$dir/s.crt" --tls-auth-clients no)
+    [ "$out" = "lull-kv: TLS server certificate $dir/s.key, key $dir/s.crt: Invalid argument" ] ||
+        fail "a certificate and key swapped said: $out"
+    out=$(refusal --replica-of 127.0.0.1:1 --tls-replication yes \
+        --tls-ca-cert-file "$dir/none.crt")
+    [ "$out" = "lull-kv: TLS CA file $dir/none.crt: No such file or directory" ] ||
+        fail "a replica's missing CA file said: $out"
+}
+
+case_tls_bad_clients_isolated() {
+    need_python
+    command -v openssl >/dev/null 2>&1 || {
+        echo "skipped: openssl not installed"
+        exit 0
+    }
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$dir/s.key" -out "$dir/s.crt" -subj /CN=localhost -days 1 \
+        2>/dev/null || fail "openssl req"
+    local tport
+    tport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    if timeout 2 "$kv" --port 0 --tls-port "$tport" --tls-cert-file "$dir/s.crt" \
+        --tls-key-file "$dir/s.key" --tls-auth-clients no 2>&1 |
+        grep -q "built without"; then
+        echo "skipped: lull built without OpenSSL"
+        exit 0
+    fi
+    start t --port 0 --tls-port "$tport" --tls-cert-file "$dir/s.crt" \
+        --tls-key-file "$dir/s.key" --tls-auth-clients no
+    python3 - "$tport" "$started" <<'PY' || fail "a good client beside bad ones"
+import socket, ssl, sys, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+def tls():
+    return ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)))
+def rss_kb():
+    for line in open("/proc/%d/status" % pid):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+def cmd(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+def reply(s, n):
+    got = b""
+    while len(got) < n:
+        d = s.recv(n - len(got))
+        assert d, "closed"
+        got += d
+    return got
+good = tls()
+good.settimeout(10)  # a stall fails the case with a message, not a hang
+val = b"v" * (1 << 20)
+good.sendall(cmd(b"SET", b"big", val))
+assert reply(good, 5) == b"+OK\r\n"
+before = rss_kb()
+# Never reads: asks for 2 GB of replies as fast as it can send.
+flood = tls()
+flood.setblocking(False)
+ask = cmd(b"GET", b"big") * 256
+# Half a record, then nothing; a TCP client that never says hello;
+# bytes that are not TLS.
+half = tls()
+half.setblocking(False)
+raw = socket.socket(fileno=half.fileno())
+raw.sendall(b"\x17\x03\x03\x40\x00" + b"x" * 100)
+mute = socket.create_connection(("127.0.0.1", port))
+junk = socket.create_connection(("127.0.0.1", port))
+junk.sendall(b"GET / HTTP/1.1\r\n\r\n" * 100)
+sent = 0
+end = time.time() + 3
+i = 0
+while time.time() < end:
+    try:
+        sent += flood.send(ask)
+    except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+        pass
+    key = b"k%d" % i
+    good.sendall(cmd(b"SET", key, key * 3) + cmd(b"GET", key))
+    want = b"+OK\r\n$%d\r\n%s\r\n" % (len(key) * 3, key * 3)
+    assert reply(good, len(want)) == want, "wrong reply"
+    i += 1
+grown = rss_kb() - before
+print("%d round trips beside the flood (%d bytes of requests sent), "
+      "RSS grew %d kB" % (i, sent, grown))
+assert i > 20, "too few round trips"
+assert sent > 1 << 20, "the flood sent little"
+assert grown < 64 << 10, "lull-kv grew %d kB" % grown
+PY
     [ "$(redis-cli -p "$started_port" PING)" = PONG ] || fail "PING after"
 }
 

@@ -876,6 +876,41 @@ static void fill_config(server *srv, const tls_opts *tls, int tls_port,
     srv->kv.nconfig = CONFIGS;
 }
 
+/* Says on stderr why the context of cfg was refused (rc), naming the
+ * file at fault: lull_tls_ctx_new's errno says what went wrong, not with
+ * which file, and a missing or unusable CA file was reported as the
+ * certificate's and the key's. A file that cannot be read is named with
+ * access()'s reason; a file that can is the CA file's fault when the
+ * context stands without it. */
+static void say_tls_refusal(const lull_tls_config *cfg, int rc) {
+    const char *const what[3] = {"certificate", "key", "CA"};
+    const char *const file[3] = {cfg->cert_file, cfg->key_file, cfg->ca_file};
+    for (int i = 0; i < 3; i++)
+        if (file[i] && access(file[i], R_OK) != 0) {
+            fprintf(stderr, "lull-kv: TLS %s file %s: %s\n", what[i], file[i],
+                    strerror(errno));
+            return;
+        }
+    lull_tls_config bare = *cfg;
+    bare.ca_file = NULL;
+    bare.verify_client = bare.require_client_cert = false;
+    bare.insecure_skip_verify = true;
+    lull_tls_ctx *probe = NULL;
+    if (cfg->ca_file && lull_tls_ctx_new(&bare, &probe) == 0) {
+        lull_tls_ctx_free(probe);
+        fprintf(stderr, "lull-kv: TLS CA file %s: %s\n", cfg->ca_file,
+                strerror(-rc));
+    } else if (cfg->cert_file || cfg->key_file) {
+        fprintf(stderr, "lull-kv: TLS %s certificate %s, key %s: %s\n",
+                cfg->server ? "server" : "replica",
+                cfg->cert_file ? cfg->cert_file : "(none)",
+                cfg->key_file ? cfg->key_file : "(none)", strerror(-rc));
+    } else {
+        fprintf(stderr, "lull-kv: TLS %s context: %s\n",
+                cfg->server ? "server" : "replication", strerror(-rc));
+    }
+}
+
 /* The server's context (for the TLS port) and the replica's (its link),
  * as Redis makes them: the same certificate both ways, one CA file. 0, or
  * 1 after a line on stderr. */
@@ -906,8 +941,7 @@ static int make_tls(const tls_opts *t, server *srv, lull_tls_ctx **server_ctx) {
                              .verify_client = t->auth_clients == 2,
                              .require_client_cert = t->auth_clients == 1};
         if ((rc = lull_tls_ctx_new(&c, server_ctx)) < 0) {
-            fprintf(stderr, "lull-kv: TLS server certificate %s, key %s: %s\n",
-                    t->cert, t->key, strerror(-rc));
+            say_tls_refusal(&c, rc);
             return 1;
         }
     }
@@ -915,8 +949,7 @@ static int make_tls(const tls_opts *t, server *srv, lull_tls_ctx **server_ctx) {
         lull_tls_config c = {
             .cert_file = t->cert, .key_file = t->key, .ca_file = t->ca};
         if ((rc = lull_tls_ctx_new(&c, &srv->repl_tls)) < 0) {
-            fprintf(stderr, "lull-kv: TLS replication context: %s\n",
-                    strerror(-rc));
+            say_tls_refusal(&c, rc);
             return 1;
         }
     }

@@ -20,8 +20,12 @@
  * the loop's next flush point; there every queued frame is copied (with its
  * length) into a 16 KiB stage, one SSL_write per full stage (a frame that
  * large alone is written from its own bytes), and the chunks go to the
- * stream, whose own flush writes them in one sendmsg. Frames are released
- * once encrypted. Encryption stops while the stream is past its high-water
+ * stream, whose own flush writes them in one sendmsg. A frame is released
+ * once the chunk that holds its last record was written, as a stream's
+ * frame once written: released at encryption, a protocol that closes
+ * after its last reply's release (as it may on a stream) dropped that
+ * reply's records, still queued behind a full socket. Encryption stops
+ * while the stream is past its high-water
  * mark, and resumes on its drain: the plaintext waits in the caller's
  * frames, counted in ep.queued, so backpressure and max_queued work as on
  * a stream.
@@ -219,9 +223,11 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 
 typedef struct chunk chunk;
 struct chunk {
-    lull_frame frame; /* sent on the stream as a raw frame */
-    chunk *next;      /* the filling list or the spare list */
-    lull_tls *owner;  /* whose spare list it returns to */
+    lull_frame frame;       /* sent on the stream as a raw frame */
+    chunk *next;            /* the filling list or the spare list */
+    lull_tls *owner;        /* whose spare list it returns to */
+    lull_frame *plain;      /* the user's frames whose last record is in it, */
+    lull_frame *plain_tail; /* released once it is written */
     size_t used;
     unsigned char bytes[CHUNK];
 };
@@ -238,6 +244,11 @@ typedef struct outq {
                          first, if framed), those already sealed: a frame
                          larger than the stream's mark is sealed a slice
                          per pass */
+    uint64_t handshake_ns; /* the handshake's timeout (a connect starts it
+                              once connected) */
+    lull_frame *plain_done, *plain_done_tail; /* the user's frames whose chunks
+                         were written (or dropped): released by progress,
+                         in a callback context of ours */
 } outq;
 
 typedef struct guard guard;
@@ -356,6 +367,7 @@ static int bio_write(BIO *b, const char *buf, int len) {
             }
             c->used = 0;
             c->next = NULL;
+            c->plain = c->plain_tail = NULL;
             if (q->tail) {
                 q->tail->next = c;
             } else {
@@ -417,14 +429,44 @@ static void bio_method_make(void) {
 
 /* ------------------------------------------------------------- chunks */
 
-/* A chunk the stream wrote (or discarded): spare again. Runs at the
- * stream's flush point: with frames still waiting for room (encryption
- * stopped at the stream's mark, which the stream may never have reached,
- * so no drain will come), encrypt more at the next flush point. */
+static void append_list(lull_frame **head, lull_frame **tail, lull_frame *f,
+                        lull_frame *last) {
+    if (!f) return;
+    if (*tail) {
+        (*tail)->next = f;
+    } else {
+        *head = f;
+    }
+    *tail = last;
+}
+
+/* The user's frames a chunk carries go to the written list (it was
+ * written, or is dropped): progress releases them, or the teardown. */
+static void chunk_give_plain(outq *q, chunk *c) {
+    append_list(&q->plain_done, &q->plain_done_tail, c->plain, c->plain_tail);
+    c->plain = c->plain_tail = NULL;
+}
+
+/* A chunk the stream wrote (or discarded): spare again, and the user's
+ * frames it ends released by progress at the flush point (not here: the
+ * stream is inside its own release loop, where a close of ours would free
+ * chunks it still holds). Runs at the stream's flush point: with frames
+ * still waiting for room (encryption stopped at the stream's mark, which
+ * the stream may never have reached, so no drain will come), encrypt more
+ * at the next flush point. */
 static void chunk_release(lull_frame *f) {
     chunk *c = LULL_CONTAINER_OF(f, chunk, frame);
     lull_tls *t = c->owner;
-    if (t->head && (t->state & T_OPEN) && !(t->ep.flags & LULL__EP_CLOSED))
+    outq *q = out_of(t);
+    if (!q) { /* torn down: nothing of ours runs again */
+        release_list(c->plain);
+        free(c);
+        return;
+    }
+    bool plain = c->plain != NULL;
+    chunk_give_plain(q, c);
+    if ((t->head || plain) && (t->state & T_OPEN) &&
+        !(t->ep.flags & LULL__EP_CLOSED))
         lull__at_flush(t->loop, &t->flush);
     /* Stalled on answers the peer did not read, and it read them: read
      * on. Here, not in the stream's on_drain, which a shutdown ends. */
@@ -433,8 +475,7 @@ static void chunk_release(lull_frame *f) {
         t->state = (t->state & ~T_STALL) | T_RESUME;
         lull_task_post(t->loop, &t->event);
     }
-    outq *q = out_of(t);
-    if (!q || q->nspare >= SPARE_MAX) {
+    if (q->nspare >= SPARE_MAX) {
         free(c);
         return;
     }
@@ -453,6 +494,7 @@ static int send_out(lull_tls *t) {
         q->head = c->next;
         if (!q->head) q->tail = NULL;
         if (c->used == 0 || rc < 0) {
+            chunk_give_plain(q, c);
             free(c);
             continue;
         }
@@ -460,7 +502,10 @@ static int send_out(lull_tls *t) {
             .bytes = c->bytes, .len = c->used, .release = chunk_release};
         t->cipher_bytes += c->used;
         rc = lull_endpoint_send(&t->stream.ep, &c->frame);
-        if (rc < 0) free(c);
+        if (rc < 0) {
+            chunk_give_plain(q, c);
+            free(c);
+        }
     }
     return rc;
 }
@@ -537,12 +582,15 @@ static lull_frame *teardown(lull_tls *t, int reason, bool stream_open) {
         lull_endpoint_close(&t->stream.ep, reason);
     }
     outq *q = out_of(t);
+    lull_frame *written = NULL;
     if (q) {
         for (chunk *c = q->head; c;) {
             chunk *n = c->next;
+            chunk_give_plain(q, c);
             free(c);
             c = n;
         }
+        written = q->plain_done;
         for (chunk *c = q->spare; c;) {
             chunk *n = c->next;
             free(c);
@@ -566,6 +614,13 @@ static lull_frame *teardown(lull_tls *t, int reason, bool stream_open) {
     t->in = NULL;
     t->in_len = 0;
     lull_frame *list = t->head;
+    if (written) { /* encrypted first: released first */
+        lull_frame *w = written;
+        while (w->next)
+            w = w->next;
+        w->next = list;
+        list = written;
+    }
     t->head = t->tail = NULL;
     t->state = 0;
     t->ep.flags |= LULL__EP_CLOSED;
@@ -700,7 +755,8 @@ static int encrypt_queue(lull_tls *t, lull_frame **done) {
         q->head_done = 0;
         t->head = f->next;
         if (!t->head) t->tail = NULL;
-        t->ep.queued = f->len < t->ep.queued ? t->ep.queued - f->len : 0;
+        size_t cost = lull__frame_cost(&t->ep, f->len);
+        t->ep.queued = cost < t->ep.queued ? t->ep.queued - cost : 0;
         f->next = NULL;
         *dtail = f;
         dtail = &f->next;
@@ -941,7 +997,20 @@ static bool progress(lull_tls *t) {
             fail_now(t, rc, true);
             return false;
         }
-        if (done) t->flushes++;
+        if (done) {
+            t->flushes++;
+            /* Released once the chunk holding their last record is
+             * written (chunk_release); with no record made (empty raw
+             * frames), at the end of this pass. */
+            lull_frame *last = done;
+            while (last->next)
+                last = last->next;
+            outq *q = out_of(t);
+            if (q->tail)
+                append_list(&q->tail->plain, &q->tail->plain_tail, done, last);
+            else
+                append_list(&q->plain_done, &q->plain_done_tail, done, last);
+        }
     }
     if (t->state & T_KEYUPD) {
         t->state &= ~T_KEYUPD;
@@ -960,10 +1029,13 @@ static bool progress(lull_tls *t) {
     bool drain = (t->state & T_FULL) && t->ep.queued < t->ep.high_water &&
                  !(t->ep.flags & (LULL__EP_CLOSED | LULL__EP_PEER_GONE));
     if (drain) t->state &= ~T_FULL;
-    if (!done && !drain) return true;
+    outq *q = out_of(t);
+    lull_frame *written = q->plain_done;
+    q->plain_done = q->plain_done_tail = NULL;
+    if (!written && !drain) return true;
     guard g;
     guard_enter(t, &g);
-    release_list(done);
+    release_list(written);
     if (drain && !g.closed && t->ep.on_drain) t->ep.on_drain(&t->ep);
     return guard_leave(t, &g);
 }
@@ -1050,6 +1122,10 @@ static void on_connected(lull_stream *s, int status) {
     lull_tls *t = of_stream(s);
     if (status < 0) return; /* on_stream_close follows */
     t->state |= T_STARTED;
+    /* The handshake's clock starts now: the connect has its own
+     * (connect_timeout_ns), and a handshake timer from the connect cut it
+     * short, saying "handshake timed out" of one not begun. */
+    lull_timer_start(&t->timer, out_of(t)->handshake_ns, 0);
     progress(t);
 }
 
@@ -1221,6 +1297,11 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
     if (!(o->stream.flags & LULL_STREAM_RAW) &&
         t->ep.max_frame > LULL__FRAME_MAX)
         t->ep.max_frame = LULL__FRAME_MAX;
+    /* Framed, each frame's 4-byte length counts as queued (src/frame.h),
+     * as on a stream: it is plaintext to encrypt, and an empty frame
+     * counted as 0 never turned the endpoint unwritable nor reached
+     * max_queued while the queue grew. */
+    if (!(o->stream.flags & LULL_STREAM_RAW)) t->ep.flags |= LULL__EP_FRAMED;
     t->loop = loop;
     lull_task_init(&t->flush, flush_task);
     lull_task_init(&t->event, event_task);
@@ -1286,14 +1367,16 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
     return 0;
 }
 
-/* The stream is set up: our callbacks, the handshake's clock. */
-static void attach(lull_tls *t, const lull_tls_options *o) {
+/* The stream is set up: our callbacks, the handshake's clock (for a
+ * connect, from on_connected). */
+static void attach(lull_tls *t, const lull_tls_options *o, bool connected) {
     lull__stream_own(&t->stream); /* no detach under the records */
     lull_endpoint_set_callbacks(&t->stream.ep, on_cipher, on_stream_drain,
                                 on_stream_close);
-    uint64_t to = o->handshake_timeout_ns ? o->handshake_timeout_ns
-                                          : HANDSHAKE_TIMEOUT_DEFAULT;
-    lull_timer_start(&t->timer, to, 0);
+    out_of(t)->handshake_ns = o->handshake_timeout_ns
+                                  ? o->handshake_timeout_ns
+                                  : HANDSHAKE_TIMEOUT_DEFAULT;
+    if (connected) lull_timer_start(&t->timer, out_of(t)->handshake_ns, 0);
 }
 
 static bool args_ok(lull_tls *t, lull_tls_ctx *ctx, const lull_tls_options *o,
@@ -1323,7 +1406,7 @@ int lull_tls_accept(lull_server *srv, lull_tls *tls, lull_tls_ctx *ctx,
         unprepare(tls);
         return rc;
     }
-    attach(tls, o);
+    attach(tls, o, true);
     tls->state |= T_STARTED; /* the ClientHello's bytes start it */
     return 0;
 }
@@ -1344,7 +1427,7 @@ static int connect_common(lull_loop *loop, lull_tls *tls, lull_tls_ctx *ctx,
         unprepare(tls);
         return rc;
     }
-    attach(tls, o);
+    attach(tls, o, false);
     return 0;
 }
 
@@ -1391,7 +1474,7 @@ int lull_tls_open(lull_loop *loop, lull_tls *tls, lull_tls_ctx *ctx, int fd,
         unprepare(tls);
         return rc;
     }
-    attach(tls, o);
+    attach(tls, o, true);
     tls->state |= T_STARTED;
     /* A client speaks first: its ClientHello at the next flush point. */
     if (tls->state & T_CLIENT) lull__at_flush(loop, &tls->flush);
