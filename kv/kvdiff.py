@@ -16,8 +16,9 @@ sends EDGES instead, once, in order: a hostile client's counts, indexes,
 bounds, floats, options and globs at their limits. --matrix sends MATRIX
 instead: every command on a key of each type and a missing one, with an
 argument fewer and more; each write on keys with a TTL, then the TTLs;
-each number argument spelt "+5", " 5", "0x10", "1e3", "-0", "nan" and so
-on. Unordered replies
+ZADD and ZINCRBY with every ordered choice of up to three options; each
+number argument spelt "+5", " 5", "0x10", "1e3", "-0", "nan" and so on.
+Unordered replies
 (SMEMBERS, SINTER, SUNION, SDIFF, HGETALL, KEYS, a SCAN, SSCAN, HSCAN
 or ZSCAN walked to its end) compare as sets; SRANDMEMBER's random picks
 in shape and size.
@@ -34,6 +35,7 @@ bytes there, lull-kv refuses the request), a NUL in an inline request
 (redis-server waits for ever for its line's end), SETRANGE past a small
 offset (hundreds of megabytes on both servers).
 """
+import itertools
 import os
 import random
 import shutil
@@ -905,7 +907,8 @@ def run_edges(a, b):
 # each, and what each left (the types and lists it may have written).
 # Then each write on a key of each type that has a TTL, with sources and a
 # destination that have theirs: the TTLs and types after it (which writes
-# keep a TTL, which drop it, which move it). Then each number argument
+# keep a TTL, which drop it, which move it). Then ZADD and ZINCRBY with
+# each ordered choice of up to three options, and each number argument
 # spelt as a hostile client spells it.
 MATRIX = r"""
 GET K
@@ -1139,6 +1142,23 @@ def matrix_requests():
             yield words(line, "key"), True
             for after in TTL_AFTER:
                 yield words(after, "key"), True
+    # ZADD (and ZINCRBY) with every ordered choice of up to three of its
+    # options, on a member there and one not, with a higher and a lower
+    # score, nan and -inf
+    opts = [b"NX", b"XX", b"GT", b"LT", b"CH", b"INCR"]
+    for r in range(4):
+        for combo in itertools.permutations(opts, r):
+            for pairs in ([b"5", b"a"], [b"0", b"a"], [b"5", b"new"],
+                          [b"0", b"new"], [b"5", b"a", b"0", b"new"],
+                          [b"nan", b"a"], [b"-inf", b"a"]):
+                yield [b"DEL", b"z"], False
+                yield [b"ZADD", b"z", b"1", b"a", b"2", b"b"], False
+                yield [b"ZADD", b"z"] + list(combo) + pairs, True
+                yield [b"ZRANGE", b"z", b"0", b"-1", b"WITHSCORES"], True
+            yield [b"DEL", b"z"], False
+            yield [b"ZADD", b"z", b"1", b"a"], False
+            yield [b"ZINCRBY", b"z"] + list(combo) + [b"2", b"a"], True
+            yield [b"ZRANGE", b"z", b"0", b"-1", b"WITHSCORES"], True
     for line in NUMBERS.strip().split("\n"):
         for n in NUM_SPELLINGS:
             for st in MATRIX_SETUP + ["SET K 10"]:
@@ -1150,7 +1170,7 @@ def matrix_requests():
 
 
 def run_matrix(a, b):
-    """MATRIX, TTL_WRITES and NUMBERS on both; the number of
+    """MATRIX, TTL_WRITES, ZADD's options and NUMBERS on both; the number of
     differences (SPOP's random picks compared as run_seed does)."""
     bad = 0
     n = 0
