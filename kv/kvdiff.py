@@ -2,7 +2,7 @@
 """lull-kv's replies beside redis-server's, on random command sequences.
 
     kvdiff.py LULL_KV [--seeds N] [--first S] [--commands N] [--verbose]
-               [--strings] [--edges]
+               [--strings] [--edges] [--matrix]
 
 Starts a redis-server (on a Unix socket) and the given lull-kv (port 0),
 then for each seed sends both the same random sequence of requests drawn
@@ -13,7 +13,12 @@ raw sockets, and compares the replies byte for byte. With --strings most
 requests are string commands on values of 0 to 17 bytes (lull-kv keeps
 one of up to 8 in its key's entry) and counters across 8 digits. --edges
 sends EDGES instead, once, in order: a hostile client's counts, indexes,
-bounds, floats, options and globs at their limits. Unordered replies
+bounds, floats, options and globs at their limits. --matrix sends MATRIX
+instead: every command on a key of each type and a missing one, with an
+argument fewer and more; each write on keys with a TTL, then the TTLs;
+ZADD and ZINCRBY with every ordered choice of up to three options; each
+number argument spelt "+5", " 5", "0x10", "1e3", "-0", "nan" and so on.
+Unordered replies
 (SMEMBERS, SINTER, SUNION, SDIFF, HGETALL, KEYS, a SCAN, SSCAN, HSCAN
 or ZSCAN walked to its end) compare as sets; SRANDMEMBER's random picks
 in shape and size.
@@ -30,6 +35,7 @@ bytes there, lull-kv refuses the request), a NUL in an inline request
 (redis-server waits for ever for its line's end), SETRANGE past a small
 offset (hundreds of megabytes on both servers).
 """
+import itertools
 import os
 import random
 import shutil
@@ -894,6 +900,298 @@ def run_edges(a, b):
     return bad
 
 
+
+# --matrix: every command of lull-kv's (a template each, K the key) on a
+# key of each type and on a missing one, then with one argument fewer and
+# with one and two more: WRONGTYPE, the order of checks and the arity of
+# each, and what each left (the types and lists it may have written).
+# Then each write on a key of each type that has a TTL, with sources and a
+# destination that have theirs: the TTLs and types after it (which writes
+# keep a TTL, which drop it, which move it). Then ZADD and ZINCRBY with
+# each ordered choice of up to three options, and each number argument
+# spelt as a hostile client spells it.
+MATRIX = r"""
+GET K
+SET K v
+SET K v GET
+SETNX K v
+GETSET K v
+MGET K K
+APPEND K v
+STRLEN K
+GETRANGE K 0 -1
+SETRANGE K 1 v
+INCR K
+DECR K
+INCRBY K 1
+DECRBY K 1
+INCRBYFLOAT K 1
+GETDEL K
+GETEX K
+GETEX K PERSIST
+GETEX K EX 100
+SETEX K 100 v
+PSETEX K 100000 v
+DEL K
+EXISTS K
+TOUCH K
+TYPE K
+RENAME K dst
+RENAMENX K dst
+EXPIRE K 100
+PEXPIRE K 100000
+TTL K
+PTTL K
+PERSIST K
+LPUSH K a
+RPUSH K a
+LPUSHX K a
+RPUSHX K a
+LPOP K
+RPOP K 2
+LLEN K
+LINDEX K 0
+LRANGE K 0 -1
+LSET K 0 x
+LREM K 0 a
+LTRIM K 0 -1
+LINSERT K BEFORE a x
+LPOS K a
+LPOS K a COUNT 0
+LMOVE K dstl LEFT RIGHT
+LMOVE srcl K LEFT RIGHT
+RPOPLPUSH K dstl
+RPOPLPUSH srcl K
+SADD K a
+SREM K a
+SPOP K
+SPOP K 2
+SCARD K
+SISMEMBER K a
+SMISMEMBER K a b
+SMEMBERS K
+SSCAN K 0
+SRANDMEMBER K -3
+SMOVE K dsts a
+SMOVE srcs K a
+SINTER K srcs
+SINTER srcs K
+SUNION K srcs
+SDIFF K srcs
+SDIFF srcs K
+SINTERSTORE dst2 K srcs
+SUNIONSTORE dst2 srcs K
+SDIFFSTORE dst2 srcs K
+SINTERSTORE K srcs
+SINTERCARD 2 K srcs
+HSET K f v
+HMSET K f v
+HGET K f
+HMGET K f g
+HLEN K
+HEXISTS K f
+HDEL K f
+HGETALL K
+HKEYS K
+HVALS K
+HSETNX K f v
+HSTRLEN K f
+HINCRBY K f 1
+HINCRBYFLOAT K f 1
+HSCAN K 0
+ZADD K 1 a
+ZADD K INCR 1 a
+ZINCRBY K 1 a
+ZPOPMIN K
+ZPOPMAX K 2
+ZREM K a
+ZCARD K
+ZSCORE K a
+ZMSCORE K a b
+ZRANK K a
+ZREVRANK K a
+ZCOUNT K -inf +inf
+ZRANGE K 0 -1
+ZRANGE K -inf +inf BYSCORE
+ZREVRANGE K 0 -1
+ZRANGEBYSCORE K -inf +inf
+ZREVRANGEBYSCORE K +inf -inf
+ZREMRANGEBYRANK K 0 0
+ZREMRANGEBYSCORE K 0 0
+ZSCAN K 0
+"""
+
+MATRIX_SETUP = ["FLUSHALL", "SET str 5", "RPUSH lst a b a", "SADD set a b c",
+                "HSET hsh f 5 g x", "ZADD zs 1 a 2 b", "RPUSH srcl q",
+                "SADD srcs a z"]
+MATRIX_AFTER = ["TYPE dst", "TYPE dst2", "LRANGE dstl 0 -1", "SMEMBERS dsts",
+                "SMEMBERS srcs", "LRANGE srcl 0 -1"]
+
+TTL_WRITES = r"""
+SET K v
+SET K v KEEPTTL
+SETNX K v
+GETSET K v
+MSET K v
+APPEND K v
+SETRANGE K 5 zz
+INCR K
+INCRBYFLOAT K 1.5
+GETEX K PERSIST
+RENAME K dst
+RENAME src K
+RENAMENX src K
+LPUSH K x
+RPOP K
+LSET K 0 q
+LTRIM K 5 6
+LINSERT K BEFORE a b
+LMOVE K K LEFT RIGHT
+LMOVE K dst LEFT RIGHT
+LMOVE srcl K LEFT RIGHT
+SADD K x
+SPOP K
+SMOVE K dst a
+SMOVE srcs K z
+SINTERSTORE K srcs
+SUNIONSTORE K K srcs
+SDIFFSTORE K K srcs
+SINTERSTORE dst K
+HSET K f v
+HINCRBYFLOAT K f 1
+ZADD K 5 a
+ZINCRBY K 1 a
+ZPOPMIN K
+ZREMRANGEBYRANK K 0 0
+"""
+
+TTL_SETUPS = ["SET K 5", "RPUSH K a b", "SADD K a b", "HSET K f 5 g 6",
+              "ZADD K 1 a 2 b"]
+TTL_SETUP = ["EXPIRE K 100000", "SET dst 1", "EXPIRE dst 200000", "SET src 1",
+             "EXPIRE src 300000", "RPUSH srcl q", "EXPIRE srcl 400000",
+             "SADD srcs z", "EXPIRE srcs 500000"]
+TTL_AFTER = ["TTL K", "TTL dst", "TTL src", "TTL srcl", "TTL srcs", "TYPE K",
+             "TYPE dst"]
+
+# N: an integer argument, F: a float one, B: a score bound.
+NUMBERS = r"""
+SET K v EX N
+SET K v PX N
+GETEX K EX N
+SETEX K N v
+EXPIRE K N
+PEXPIREAT K N
+INCRBY K N
+DECRBY K N
+INCRBYFLOAT K F
+GETRANGE K N -1
+SETRANGE K N x
+LPOP lst N
+LINDEX lst N
+LRANGE lst N -1
+LREM lst N a
+LPOS lst a RANK N
+LPOS lst a COUNT N
+LPOS lst a MAXLEN N
+SPOP set N
+SRANDMEMBER set N
+SINTERCARD N set
+SINTERCARD 1 set LIMIT N
+HINCRBY hsh f N
+HINCRBYFLOAT hsh f F
+ZADD zs F m
+ZINCRBY zs F a
+ZPOPMIN zs N
+ZRANGE zs N -1
+ZRANGE zs B +inf BYSCORE
+ZRANGE zs -inf +inf BYSCORE LIMIT N 1
+ZRANGE zs -inf +inf BYSCORE LIMIT 0 N
+ZCOUNT zs B +inf
+ZREMRANGEBYRANK zs N N
+SCAN N
+SCAN 0 COUNT N
+SSCAN set N
+HSCAN hsh 0 COUNT N
+"""
+NUM_SPELLINGS = [b"+5", b" 5", b"5 ", b"0x10", b"1e3", b"-0", b"nan", b"inf",
+                 b"-inf", b"9223372036854775808", b"-9223372036854775809",
+                 b"5\x00", b"", b"(5", b"(-0", b"1.5"]
+
+
+def matrix_requests():
+    """(request, compared) pairs: set-up requests are sent to both but
+    not compared."""
+    def words(line, k=None):
+        return [(k if w == "K" else w).encode() for w in line.split(" ")]
+    for line in MATRIX.strip().split("\n"):
+        for k in ["str", "lst", "set", "hsh", "zs", "nokey"]:
+            for st in MATRIX_SETUP:
+                yield words(st), False
+            yield words(line, k), True
+            yield words("TYPE " + k), True
+            for after in MATRIX_AFTER:
+                yield words(after), True
+        w = words(line, "str")
+        for cmd in (w[:-1], w + [b"extra"], w + [b"extra", b"more"]):
+            yield cmd, True
+    for line in TTL_WRITES.strip().split("\n"):
+        for setup in TTL_SETUPS:
+            yield [b"FLUSHALL"], False
+            for st in [setup] + TTL_SETUP:
+                yield words(st, "key"), False
+            yield words(line, "key"), True
+            for after in TTL_AFTER:
+                yield words(after, "key"), True
+    # ZADD (and ZINCRBY) with every ordered choice of up to three of its
+    # options, on a member there and one not, with a higher and a lower
+    # score, nan and -inf
+    opts = [b"NX", b"XX", b"GT", b"LT", b"CH", b"INCR"]
+    for r in range(4):
+        for combo in itertools.permutations(opts, r):
+            for pairs in ([b"5", b"a"], [b"0", b"a"], [b"5", b"new"],
+                          [b"0", b"new"], [b"5", b"a", b"0", b"new"],
+                          [b"nan", b"a"], [b"-inf", b"a"]):
+                yield [b"DEL", b"z"], False
+                yield [b"ZADD", b"z", b"1", b"a", b"2", b"b"], False
+                yield [b"ZADD", b"z"] + list(combo) + pairs, True
+                yield [b"ZRANGE", b"z", b"0", b"-1", b"WITHSCORES"], True
+            yield [b"DEL", b"z"], False
+            yield [b"ZADD", b"z", b"1", b"a"], False
+            yield [b"ZINCRBY", b"z"] + list(combo) + [b"2", b"a"], True
+            yield [b"ZRANGE", b"z", b"0", b"-1", b"WITHSCORES"], True
+    for line in NUMBERS.strip().split("\n"):
+        for n in NUM_SPELLINGS:
+            for st in MATRIX_SETUP + ["SET K 10"]:
+                yield words(st, "K"), False
+            yield [n if w in ("N", "F", "B") else (b"K" if w == "K" else
+                   w.encode()) for w in line.split(" ")], True
+            yield [b"TTL", b"K"], True
+            yield [b"GET", b"K"], True
+
+
+def run_matrix(a, b):
+    """MATRIX, TTL_WRITES, ZADD's options and NUMBERS on both; the number of
+    differences (SPOP's random picks compared as run_seed does)."""
+    bad = 0
+    n = 0
+    for cmd, compared in matrix_requests():
+        x, y = a.ask(cmd), b.ask(cmd)
+        if not compared:
+            continue
+        n += 1
+        if cmd[0] == b"SPOP" and isinstance(x[1], (list, bytes)) \
+                and isinstance(y[1], (list, bytes)):
+            ok = resync_spop(a, b, cmd, x[1], y[1])
+        else:
+            ok = same(cmd, x, y)
+        if not ok:
+            bad += 1
+            print("matrix: %s" % fmt(cmd))
+            print("  lull-kv      %r" % (x[0],))
+            print("  redis-server %r" % (y[0],))
+    print("%d matrix requests, %d differ" % (n, bad))
+    return bad
+
 # ----------------------------------------------------------- comparing
 
 UNORDERED = {b"SMEMBERS", b"KEYS", b"HKEYS", b"HVALS", b"SINTER", b"SUNION",
@@ -1259,6 +1557,7 @@ def main():
         sys.exit(__doc__)
     kv = args.pop(0)
     seeds, first, ncmds, verbose, edges = 50, 1, 300, False, False
+    matrix = False
     while args:
         o = args.pop(0)
         if o == "--seeds":
@@ -1274,6 +1573,8 @@ def main():
             STRINGS = True
         elif o == "--edges":
             edges = True
+        elif o == "--matrix":
+            matrix = True
         else:
             sys.exit("unknown option " + o)
     rs = shutil.which("redis-server")
@@ -1313,6 +1614,9 @@ def main():
             s.connect(sock)
             return Conn(socket.create_connection(("127.0.0.1", port))), Conn(s)
         bad = 0
+        if matrix:
+            a, b = connect()
+            return 1 if run_matrix(a, b) else 0
         if edges:
             a, b = connect()
             bad = run_edges(a, b)
