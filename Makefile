@@ -258,7 +258,10 @@ sim:
 # ASan+UBSan with the library coverage-instrumented, each run for N seconds
 # on a copy of its seed corpus in build/fuzz/corpus. Any crash, leak,
 # sanitizer report or input slower than 10 s fails; the input that did is
-# left in build/fuzz/ (crash-*, leak-*, timeout-*).
+# left in build/fuzz/ (crash-*, leak-*, timeout-*). Skipped with a line
+# without clang, or when clang cannot link a libFuzzer program under
+# ASan+UBSan (Debian installs those runtimes, libclang-rt-N-dev, only as a
+# recommendation of clang's).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS = fuzz/fuzz_frame:fuzz/corpus_frame \
   fuzz/fuzz_stream:fuzz/corpus_stream \
@@ -270,6 +273,14 @@ FUZZ_TARGETS = fuzz/fuzz_frame:fuzz/corpus_frame \
 fuzz:
 	@if ! command -v clang >/dev/null 2>&1; then \
 	  echo "fuzz: clang not installed, skipped"; exit 0; fi; \
+	mkdir -p build/fuzz && \
+	if ! printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
+	    'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { return (int)(d[0] & n & 0); }' | \
+	    clang -x c -fsanitize=fuzzer,address,undefined -o build/fuzz/probe - \
+	    >build/fuzz/probe.log 2>&1; then \
+	  echo "fuzz: clang cannot link libFuzzer under ASan+UBSan (build/fuzz/probe.log):" \
+	    "their runtimes are missing (Debian: libclang-rt-$$(clang -dumpversion | cut -d. -f1)-dev), skipped"; \
+	  exit 0; fi; \
 	CC=clang $(CMAKE) -S . -B build/fuzz -DCMAKE_BUILD_TYPE=Debug \
 	  -DLULL_SANITIZE=address,undefined -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link \
 	  -DLULL_BUILD_LAB=OFF >/dev/null && \
