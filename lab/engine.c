@@ -433,17 +433,21 @@ void lab_fig_plot(const lab_fig *f, lab_plot *plot, int col, const char *title,
 
 /* ---------------------------------------------------------------- peers */
 
+/* The end of lab_peer_probe's "name: why, skipped". */
+#define SKIPPED ", skipped"
+
 bool lab_peer_probe(lab_json *json, const char *name, bool present,
                     bool (*available)(char *why, size_t size),
                     const char *(*version)(void), const char *build,
                     char *skipped, size_t skipped_size) {
-    char why[128] = "not installed";
+    /* Not built in: installing the package now is not enough. */
+    char why[128] = "not found when lull-lab was built";
     bool ok = present && (!available || available(why, sizeof why));
     const char *ver = ok && version ? version() : NULL;
     if (ok)
         lab_detail(" %s%s%s", name, ver ? " " : "", ver ? ver : "");
     else
-        snprintf(skipped, skipped_size, "%s: %s, skipped", name, why);
+        snprintf(skipped, skipped_size, "%s: %s" SKIPPED, name, why);
     if (json) {
         lab_json_begin_object(json);
         lab_json_key(json, "name");
@@ -465,6 +469,31 @@ bool lab_peer_probe(lab_json *json, const char *name, bool present,
         lab_json_end_object(json);
     }
     return ok;
+}
+
+void lab_peers_not_run(const char (*skipped)[160], int n) {
+    if (lab_verbose) return; /* each was printed with its probe */
+    bool said[16] = {false};
+    if (n > 16) n = 16;
+    for (int i = 0; i < n; i++) {
+        if (said[i]) continue;
+        const char *why = strstr(skipped[i], ": ");
+        if (!why) continue;
+        size_t whylen = strlen(why);
+        size_t tail = sizeof SKIPPED - 1;
+        if (whylen >= tail && !strcmp(why + whylen - tail, SKIPPED))
+            whylen -= tail;
+        /* The peers skipped for the same reason, on one line. */
+        printf("  %.*s", (int)(why - skipped[i]), skipped[i]);
+        for (int k = i + 1; k < n; k++) {
+            const char *w = strstr(skipped[k], ": ");
+            if (!said[k] && w && strcmp(w, why) == 0) {
+                printf(", %.*s", (int)(w - skipped[k]), skipped[k]);
+                said[k] = true;
+            }
+        }
+        printf(": not run (%.*s)\n", (int)(whylen - 2), why + 2);
+    }
 }
 
 /* ------------------------------------------------------------- checks */

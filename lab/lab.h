@@ -217,6 +217,11 @@ bool lab_peer_probe(lab_json *json, const char *name, bool present,
                     bool (*available)(char *why, size_t size),
                     const char *(*version)(void), const char *build,
                     char *skipped, size_t skipped_size);
+/* The short output's lines for the n peers lab_peer_probe skipped (their
+ * texts in skipped), one per reason: "  libuv, libev: not run (not found
+ * when lull-lab was built)", so that a table's "–" or a row it lacks says
+ * why without --verbose (which printed them already: nothing then). */
+void lab_peers_not_run(const char (*skipped)[160], int n);
 
 /* ----------------------------------------------------------------- node */
 

@@ -419,6 +419,7 @@ static void add_rows(lab_fig *fig, lab_json *json) {
     lab_detail("\n");
     for (int i = 0; i < nskipped; i++)
         lab_detail("%s\n", skipped[i]);
+    lab_peers_not_run((const char(*)[160])skipped, nskipped);
     if (json) lab_json_end_array(json);
 }
 

@@ -633,6 +633,7 @@ static int run_turns(const lab_options *opts, lab_json *json) {
     lab_detail("\n");
     for (int i = 0; i < nskipped; i++)
         lab_detail("%s\n", skipped[i]);
+    lab_peers_not_run((const char(*)[160])skipped, nskipped);
     lab_detail("builds (lull is compiled with lull-lab and linked statically; "
                "the peers are the distribution's builds):\n");
     for (int i = 0; i < npeers; i++)
