@@ -283,23 +283,17 @@ static const char *peer_cell(char *buf, const lab_row *r, int col) {
     return buf;
 }
 
-/* peer_cell in three significant digits, for the verdict. */
-/* A peer's figure as the verdict's "compared with" cell gives it: its
- * name and its median in its unit, written by fmt (lab_fmt_ns, lab_fmt_us
- * or a rate's below), so that a newcomer reads "node 1.10 ms", not a bare
- * number. */
+/* A peer's figure as the verdict's "compared with" cell gives it, in
+ * three significant digits: its name and its median, written by fmt. Bare
+ * (fmt_plain) where lull's cell beside it shows the figure in its unit;
+ * with its unit (lab_fmt_ns, lab_fmt_us) where lull's cell is a ratio, so
+ * that a newcomer reads "node 1.10 ms", not "node 1103235" beside
+ * "zero-delay timer 1.07× a task". */
 typedef const char *(*cell_fmt)(char *buf, double v);
 
-static const char *fmt_us_per_s(char *buf, double v) {
-    char n[LAB_CELL];
-    snprintf(buf, LAB_CELL, "%.32s µs/s", lab_fmt3(n, v));
-    return buf;
-}
-
-static const char *fmt_ns_per_s(char *buf, double v) {
-    char n[LAB_CELL];
-    snprintf(buf, LAB_CELL, "%.32s ns/s", lab_fmt3(n, v));
-    return buf;
+/* The bare figure, where lull's cell beside it shows the unit. */
+static const char *fmt_plain(char *buf, double v) {
+    return lab_fmt3(buf, v);
 }
 
 static const char *peer_cell3(char *buf, const lab_row *r, int col,
@@ -423,7 +417,7 @@ static void verdict_quiet(const lab_fig *f) {
     lab_row *p = lab_fig_best_peer(f, 0, IDLE_CPU_US_PER_S);
     if (p)
         snprintf(v->peer, sizeof v->peer, "%s %s",
-                 peer_cell3(a, p, IDLE_CPU_US_PER_S, fmt_us_per_s),
+                 peer_cell3(a, p, IDLE_CPU_US_PER_S, fmt_plain),
                  lab_fmt_ratio(b, lab_ratio(f, l, p, IDLE_CPU_US_PER_S)));
     /* The wakeups first, with no evidence: a count's miss is never noise.
      * The peer's spread is the evidence for the CPU bound after it. */
@@ -471,7 +465,7 @@ static void verdict_turns(const lab_fig *task, const lab_fig *timer0) {
                      lab_fmt3(a, lab_row_median(l, CHAIN_NS_PER_HOP)),
                      cls == TURNS_CLASS_QUANTUM ? "0.5 ms" : "a hop");
             snprintf(v->target, sizeof v->target, "< best peer");
-            verdict_peer(v, task, l, p, CHAIN_NS_PER_HOP, lab_fmt_ns);
+            verdict_peer(v, task, l, p, CHAIN_NS_PER_HOP, fmt_plain);
             if (p)
                 lab_verdict_bound(v, lab_row_median(l, CHAIN_NS_PER_HOP),
                                   lab_row_median(p, CHAIN_NS_PER_HOP), true);
@@ -515,7 +509,7 @@ static void verdict_lateness(const lab_fig *f) {
              early < 0 ? ", early" : "");
     snprintf(v->target, sizeof v->target, "≤ 1.1× floor");
     const lab_row *p = best_late_peer(f);
-    verdict_peer(v, f, l, p, LATE_P99_US, lab_fmt_us);
+    verdict_peer(v, f, l, p, LATE_P99_US, fmt_plain);
     lab_verdict_spread(v, "the floor's p99",
                        lab_row_spread(floor, LATE_P99_US));
     /* A peer within the bound in the same rounds: the machine allowed it. */
@@ -543,7 +537,7 @@ static void verdict_idle_peers(const lab_fig *f) {
     snprintf(v->what, sizeof v->what, "idle CPU per handle %s ns/s",
              lab_fmt3(a, lv));
     snprintf(v->target, sizeof v->target, "≤ every peer");
-    verdict_peer(v, f, l, p, IDLE_NS_PER_HANDLE, fmt_ns_per_s);
+    verdict_peer(v, f, l, p, IDLE_NS_PER_HANDLE, fmt_plain);
     double pv = lab_row_median(p, IDLE_NS_PER_HANDLE);
     const lab_row *fl = lab_fig_find(f, "floor", "epoll_wait");
     double fv = lab_row_median(fl, IDLE_NS_PER_HANDLE);
@@ -614,7 +608,7 @@ static void verdict_busy(const lab_fig *f) {
     snprintf(v->what, sizeof v->what, "beside CPU hogs: p99 %s",
              lab_fmt_us(a, lv));
     snprintf(v->target, sizeof v->target, "≤ every peer");
-    verdict_peer(v, f, l, p, LATE_P99_US, lab_fmt_us);
+    verdict_peer(v, f, l, p, LATE_P99_US, fmt_plain);
     if (floor)
         lab_verdict_spread(v, "the floor's p99",
                            lab_row_spread(floor, LATE_P99_US));

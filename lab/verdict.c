@@ -242,15 +242,21 @@ static bool spans(const vrow *r) {
     return !r->cell[COL_TARGET][0] && !r->cell[COL_PEER][0];
 }
 
+/* The blanks between two columns: 2, or 1 where a run's figures came out
+ * wide enough that 2 would cut a cell (fit). */
+static int gap = 2;
+
 /* Column widths: each the widest of its cells, so no cell is cut. The
  * results are right-aligned at the table's right edge, just past the
  * widest "compared with" cell and its result together: a long result (a
  * floor-bound line's, whose "compared with" cell is empty) takes that
  * cell's room. A spanning cell (not run) takes the three middle columns.
  * The cells are written short enough that the whole fits WIDTH
- * (lab.verdict_shape checks it); past WIDTH, as a last resort, the widest
- * of what and target is cut with "…". width[COL_RESULT] is the tail: the
- * columns from the "compared with" column's start to the right edge. */
+ * (lab.verdict_shape checks it); the figures' widths vary from run to run,
+ * so past WIDTH the columns close up to one blank, and only past that, as
+ * a last resort, the widest of what and target is cut with "…".
+ * width[COL_RESULT] is the tail: the columns from the "compared with"
+ * column's start to the right edge. */
 static void fit(vrow *rows, int n, int width[COLS]) {
     for (int c = 0; c < COLS; c++) {
         width[c] = 0;
@@ -259,20 +265,29 @@ static void fit(vrow *rows, int n, int width[COLS]) {
                 width_of(rows[i].cell[c]) > width[c])
                 width[c] = width_of(rows[i].cell[c]);
     }
-    int tail = width[COL_PEER];
-    for (int i = 0; i < n; i++) {
-        int peer = width_of(rows[i].cell[COL_PEER]);
-        int t = (peer ? peer + 2 : 0) + width_of(rows[i].cell[COL_RESULT]);
-        if (t > tail) tail = t;
+    int tail;
+    for (gap = 2; gap >= 1; gap--) {
+        tail = width[COL_PEER];
+        for (int i = 0; i < n; i++) {
+            int peer = width_of(rows[i].cell[COL_PEER]);
+            int t =
+                (peer ? peer + gap : 0) + width_of(rows[i].cell[COL_RESULT]);
+            if (t > tail) tail = t;
+        }
+        if (width[COL_ID] + width[COL_WHAT] + width[COL_TARGET] + 3 * gap +
+                tail <=
+            WIDTH)
+            break;
     }
+    if (gap < 1) gap = 1;
     width[COL_RESULT] = tail;
     for (;;) {
-        int total =
-            width[COL_ID] + width[COL_WHAT] + width[COL_TARGET] + 6 + tail;
+        int total = width[COL_ID] + width[COL_WHAT] + width[COL_TARGET] +
+                    3 * gap + tail;
         if (total <= WIDTH) break;
         width[width[COL_TARGET] > width[COL_WHAT] ? COL_TARGET : COL_WHAT]--;
     }
-    int span = width[COL_WHAT] + width[COL_TARGET] + width[COL_PEER] + 4;
+    int span = width[COL_WHAT] + width[COL_TARGET] + width[COL_PEER] + 2 * gap;
     for (int i = 0; i < n; i++)
         for (int c = 0; c < COL_PEER; c++)
             cut(rows[i].cell[c],
@@ -286,23 +301,24 @@ static void print_row(const vrow *r, const int width[COLS]) {
     for (int c = 0; c < COL_RESULT; c++) {
         int w = width[c];
         if (spans(r) && c == COL_WHAT)
-            w += width[COL_TARGET] + width[COL_PEER] + 4;
+            w += width[COL_TARGET] + width[COL_PEER] + 2 * gap;
         if (spans(r) && (c == COL_TARGET || c == COL_PEER)) continue;
         int pad = w - width_of(r->cell[c]);
         if (pad < 0) pad = 0;
-        used += (size_t)snprintf(line + used, sizeof line - used, "%s%s%*s",
-                                 c ? "  " : "", r->cell[c], pad, "");
-        col += (c ? 2 : 0) + width_of(r->cell[c]) + pad;
+        used += (size_t)snprintf(line + used, sizeof line - used, "%*s%s%*s",
+                                 c ? gap : 0, "", r->cell[c], pad, "");
+        col += (c ? gap : 0) + width_of(r->cell[c]) + pad;
     }
     /* The result, right-aligned at the right edge, over the blanks. */
-    int edge = width[COL_ID] + width[COL_WHAT] + width[COL_TARGET] + 6 +
+    int edge = width[COL_ID] + width[COL_WHAT] + width[COL_TARGET] + 3 * gap +
                width[COL_RESULT];
     int start = edge - width_of(r->cell[COL_RESULT]);
     while (used > 0 && line[used - 1] == ' ')
         line[--used] = '\0', col--;
     if (r->cell[COL_RESULT][0])
         snprintf(line + used, sizeof line - used, "%*s%s",
-                 start - col >= 2 ? start - col : 2, "", r->cell[COL_RESULT]);
+                 start - col >= gap ? start - col : gap, "",
+                 r->cell[COL_RESULT]);
     puts(line);
 }
 
