@@ -67,7 +67,7 @@ TEST_NAME=clients
 need_python() {
     command -v python3 >/dev/null 2>&1 && return 0
     echo "skipped: python3 not installed"
-    exit 0
+    exit 77
 }
 
 case_reset_peer_named() {
@@ -217,7 +217,7 @@ case_client_list_fields() {
 case_replica_link_keepalive() {
     command -v ss >/dev/null 2>&1 || {
         echo "skipped: ss not installed"
-        exit 0
+        exit 77
     }
     start p --port 0
     local port=$started_port
@@ -240,7 +240,7 @@ case_replica_link_keepalive() {
 case_client_keepalive() {
     command -v ss >/dev/null 2>&1 || {
         echo "skipped: ss not installed"
-        exit 0
+        exit 77
     }
     start p --port 0 --unix "$dir/k.sock"
     local port=$started_port
@@ -306,7 +306,7 @@ case_tls_garbage_logged() {
     need_python
     command -v openssl >/dev/null 2>&1 || {
         echo "skipped: openssl not installed"
-        exit 0
+        exit 77
     }
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
         -keyout "$dir/s.key" -out "$dir/s.crt" -subj /CN=localhost -days 1 \
@@ -317,7 +317,7 @@ case_tls_garbage_logged() {
         --tls-key-file "$dir/s.key" --tls-auth-clients no 2>&1 |
         grep -q "built without"; then
         echo "skipped: lull built without OpenSSL"
-        exit 0
+        exit 77
     fi
     start t --port 0 --tls-port "$tport" --tls-cert-file "$dir/s.crt" \
         --tls-key-file "$dir/s.key" --tls-auth-clients no
@@ -359,7 +359,7 @@ PY
 case_tls_bad_file_named() {
     command -v openssl >/dev/null 2>&1 || {
         echo "skipped: openssl not installed"
-        exit 0
+        exit 77
     }
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
         -keyout "$dir/s.key" -out "$dir/s.crt" -subj /CN=localhost -days 1 \
@@ -373,7 +373,7 @@ case_tls_bad_file_named() {
         rc=$?
         case $err in *"built without"*)
             echo "skipped: lull built without OpenSSL" >&2
-            exit 0
+            exit 77
             ;;
         esac
         [ "$rc" = 1 ] || fail "exit $rc (want 1) for $*: $err"
@@ -405,7 +405,7 @@ case_tls_bad_clients_isolated() {
     need_python
     command -v openssl >/dev/null 2>&1 || {
         echo "skipped: openssl not installed"
-        exit 0
+        exit 77
     }
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
         -keyout "$dir/s.key" -out "$dir/s.crt" -subj /CN=localhost -days 1 \
@@ -416,7 +416,7 @@ case_tls_bad_clients_isolated() {
         --tls-key-file "$dir/s.key" --tls-auth-clients no 2>&1 |
         grep -q "built without"; then
         echo "skipped: lull built without OpenSSL"
-        exit 0
+        exit 77
     fi
     start t --port 0 --tls-port "$tport" --tls-cert-file "$dir/s.crt" \
         --tls-key-file "$dir/s.key" --tls-auth-clients no
@@ -527,7 +527,7 @@ case_replica_lookup_stopped() {
     if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1 ||
         ! command -v ip >/dev/null 2>&1 || ! unshare -mn true 2>/dev/null; then
         echo "skipped: needs root, unshare and ip (a namespace with its own resolver)"
-        exit 0
+        exit 77
     fi
     # A resolver on 127.0.0.99 that takes queries and never answers; glibc
     # waits 20 s for it (one attempt).

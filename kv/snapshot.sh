@@ -51,7 +51,7 @@ fi
 
 pargs=() rargs=()
 if [ -n "$tls" ]; then
-    skip() { echo "skipped: snapshot over TLS ($1)"; exit 0; }
+    skip() { echo "skipped: snapshot over TLS ($1)"; exit 77; }
     command -v openssl >/dev/null 2>&1 || skip "openssl not installed"
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
         -keyout "$dir/s.key" -out "$dir/s.crt" -subj /CN=localhost -days 1 \

@@ -5,7 +5,7 @@
 
 if ! command -v redis-cli >/dev/null 2>&1; then
     echo "skipped: redis-cli not installed (Debian package redis-tools)"
-    exit 0
+    exit 77
 fi
 
 dir=$(mktemp -d "/tmp/lull-kv-$TEST_NAME.XXXXXX")
