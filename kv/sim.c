@@ -507,8 +507,12 @@ typedef struct fd_plan {
     int reset_dir;     /* K_RECV or K_SENDMSG */
     int reset_err;     /* ECONNRESET, or EPIPE for a write */
     bool reset_done;   /* every call fails from now on */
-    bool clean;        /* the prober's: no reset, no ENOBUFS */
-    char name[48];     /* for the trace */
+    bool clean;    /* no reset, no ENOBUFS: the prober's, a clean client's */
+    int first_err; /* the first errno a call on the fd returned that
+                      ends a stream (not EAGAIN, EINTR): the plan's or
+                      the kernel's; 0 none. The stream's close reason
+                      must be it (check_close_reason). */
+    char name[48]; /* for the trace */
 } fd_plan;
 
 /* The seed's fault plan: each kind's chance per call (thousandths), drawn
@@ -545,12 +549,21 @@ static bool chance(uint32_t permille) {
     return permille && below(&the_plan.rng, 1000) < permille;
 }
 
+/* An errno a call on p's fd returned: the first that ends a stream is
+ * the one its close must give (lull's "the first failure wins"). */
+static int saw_errno(fd_plan *p, int err) {
+    if (!p->first_err && err != EAGAIN && err != EWOULDBLOCK && err != EINTR)
+        p->first_err = err;
+    return err;
+}
+
 static int plan_before(int kind, int fd, size_t *len) {
     cut_to = 0; /* a call that failed left one */
     if (fd < 0 || fd >= PLAN_FDS || !fd_plans[fd].on || !the_sim) return 0;
     fd_plan *p = &fd_plans[fd];
     sim *S = the_sim;
-    if (p->reset_done) return kind == K_RECV ? ECONNRESET : p->reset_err;
+    if (p->reset_done)
+        return saw_errno(p, kind == K_RECV ? ECONNRESET : p->reset_err);
     if (p->reset_at && kind == p->reset_dir) {
         uint64_t b = p->bytes[kind == K_SENDMSG];
         if (b >= p->reset_at) {
@@ -559,7 +572,7 @@ static int plan_before(int kind, int fd, size_t *len) {
             lull_simnet_log(S->net, "%s: %s %s at byte %" PRIu64, p->name,
                             kind == K_RECV ? "recv" : "send",
                             strerror(p->reset_err), b);
-            return p->reset_err;
+            return saw_errno(p, p->reset_err);
         }
         if (*len > p->reset_at - b) {
             *len = (size_t)(p->reset_at - b);
@@ -577,7 +590,7 @@ static int plan_before(int kind, int fd, size_t *len) {
     if (kind == K_SENDMSG && !p->clean && chance(the_plan.enobufs)) {
         io_effects[IO_ENOBUFS]++;
         lull_simnet_log(S->net, "%s: send ENOBUFS", p->name);
-        return ENOBUFS;
+        return saw_errno(p, ENOBUFS);
     }
     /* A read is cut within what the socket holds (a cut past it would
      * change nothing): at a random byte of the bytes there. */
@@ -600,6 +613,12 @@ static int plan_before(int kind, int fd, size_t *len) {
 static ssize_t plan_after(int kind, int fd, ssize_t n, size_t asked) {
     if (fd < 0 || fd >= PLAN_FDS || !fd_plans[fd].on || !the_sim) return n;
     fd_plan *p = &fd_plans[fd];
+    if (n < 0) { /* the kernel's own failure */
+        int err = errno;
+        saw_errno(p, err);
+        errno = err;
+        return n;
+    }
     p->bytes[kind == K_SENDMSG] += (uint64_t)n;
     /* A cut of the plan's counts when the call came back at it (had the
      * kernel had less, the cut did nothing); the kernel's own short
@@ -680,6 +699,8 @@ typedef struct relay {
     bool sc_up;         /* connected (a replica's link: after connect) */
     server *master_of;  /* a replica's link: its server, until connected */
     int kv_fd;          /* lull-kv's end, for peer names */
+    int rs_fd;          /* rs's, for its plan (check_close_reason) */
+    bool rs_own;        /* the relay closed rs itself (with sc's reason) */
     struct relay *next; /* S's list, for the peer's name and the check */
     struct relay **prev;
 } relay;
@@ -741,10 +762,28 @@ static void relay_sc_close(lull_endpoint *ep, int reason) {
              * EOF of lull-kv's end must reach it. */
             lull_stream_read_start(&r->rs);
             lull_stream_shutdown(&r->rs);
-        } else
+        } else {
+            r->rs_own = true;
             lull_endpoint_close(&r->rs.ep, reason);
+        }
     }
     relay_free_if_done(r);
+}
+
+/* A stream that ended by itself gives as its reason the first failure
+ * its socket returned, a read's or a write's, or 0 for the peer's EOF
+ * (lull_stream's "the first failure wins"): not one it made up (EOF
+ * taken for a reset, EINTR or EAGAIN taken for a failure), nor 0 for a
+ * write that failed. The relay's stream shows it for both: lull-kv's end
+ * runs the same code. Called from the close callback, right after the
+ * stream's teardown closed the fd, whose plan is still this pair's. */
+static void check_close_reason(relay *r, int reason) {
+    const fd_plan *p = &fd_plans[r->rs_fd];
+    int want = -p->first_err;
+    if (reason == want) return;
+    fail(r->S, "%s: the stream closed with %s, its socket's first failure %s%s",
+         p->name, reason ? lull_err_name(reason) : "0 (an EOF)",
+         want ? "" : "none: ", want ? lull_err_name(want) : "an EOF's 0");
 }
 
 /* lull-kv's end went (closed, or its stream failed): the network's end
@@ -753,6 +792,7 @@ static void relay_rs_close(lull_endpoint *ep, int reason) {
     relay *r = ep->data;
     r->rs_live = false;
     r->master_of = NULL; /* a connect under way finds the link gone */
+    if (!r->rs_own) check_close_reason(r, reason);
     if (r->sc_live && !lull_endpoint_closed(&r->sc.ep)) {
         if (reason == 0 && r->sc_up) {
             lull_simconn_read_start(&r->sc); /* so its peer's close comes */
@@ -824,6 +864,7 @@ static int relay_open(sim *S, relay *r, int fd) {
     int rc = lull_stream_open(S->loop, &r->rs, fd, &o);
     if (rc < 0) return rc;
     r->rs_live = true;
+    r->rs_fd = fd;
     lull_io_unref(&r->rs.io);
     lull_endpoint_set_callbacks(&r->rs.ep, relay_rs_frame, relay_rs_drain,
                                 relay_rs_close);
