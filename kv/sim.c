@@ -275,6 +275,11 @@ typedef struct client {
     unsigned ttl_seq;
     unsigned tags; /* transactions that wrote the atomicity pair */
     bool quitting; /* QUIT sent (--streams): nothing more on this link */
+    /* --streams: every link of this client is clean, no fault that ends a
+     * connection on it (the network's resets, breaks and refusals; the
+     * plan's resets and ENOBUFS), only those that slow or cut the bytes:
+     * it ends only as the client asks (client_closed). */
+    bool clean;
     /* An SSCAN or ZSCAN walk under way (scan_step): its key (-1: none),
      * command, next cursor, whether a step is in flight and whether the
      * first came back (then scan_must[id] holds the members there since,
@@ -328,15 +333,17 @@ struct sim {
     buf arch;
     uint64_t *arch_starts;
     size_t arch_nrec, arch_cap;
-    bool small;         /* small chunks and stream buffers */
-    bool no_faults;     /* --determinism */
-    int64_t commands;   /* --determinism: the total */
-    uint64_t cmds_run;  /* commands whose replies were checked */
-    bool tearing_down;  /* the checks are over */
-    uint64_t multis;    /* transactions sent */
-    uint64_t lost;      /* client connections lost */
-    uint64_t continues; /* replicas resumed from their offsets */
-    uint64_t fulls;     /* full resyncs */
+    bool small;                  /* small chunks and stream buffers */
+    lull_simfaults clean_faults; /* the seed's profile, less what ends a
+                                    connection: a clean client's */
+    bool no_faults;              /* --determinism */
+    int64_t commands;            /* --determinism: the total */
+    uint64_t cmds_run;           /* commands whose replies were checked */
+    bool tearing_down;           /* the checks are over */
+    uint64_t multis;             /* transactions sent */
+    uint64_t lost;               /* client connections lost */
+    uint64_t continues;          /* replicas resumed from their offsets */
+    uint64_t fulls;              /* full resyncs */
     /* Fault profiles drawn with each kind on (random_faults): a kind
      * drawn again and again must show its effect (fault_effects). */
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
@@ -805,7 +812,8 @@ static void relay_rs_close(lull_endpoint *ep, int reason) {
 
 /* A socketpair with a plan for each end: fds[0] lull-kv's, fds[1] the
  * relay's. */
-static int relay_pair(sim *S, relay *r, const char *name, int fds[2]) {
+static int relay_pair(sim *S, relay *r, const char *name, bool clean,
+                      int fds[2]) {
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
         return -errno;
     if (fds[0] >= PLAN_FDS || fds[1] >= PLAN_FDS) {
@@ -825,8 +833,9 @@ static int relay_pair(sim *S, relay *r, const char *name, int fds[2]) {
         memset(p, 0, sizeof *p);
         p->on = true;
         snprintf(p->name, sizeof p->name, "%.40s/%s", name, i ? "relay" : "kv");
-        /* The expiry prober's link stays clean: no fault that ends it. */
-        p->clean = strstr(name, "probe") != NULL;
+        /* The expiry prober's link and a clean client's stay clean: no
+         * fault that ends them. */
+        p->clean = clean || strstr(name, "probe") != NULL;
         if (!p->clean && chance(the_plan.reset_permille)) {
             p->reset_at = 1 + below(&the_plan.rng, the_plan.reset_within);
             p->reset_dir = below(&the_plan.rng, 2) ? K_SENDMSG : K_RECV;
@@ -946,7 +955,7 @@ static int streams_connect(server *srv) {
     int fds[2];
     char name[96];
     snprintf(name, sizeof name, "%s>%s", n->name, m->host);
-    int rc = relay_pair(S, r, name, fds);
+    int rc = relay_pair(S, r, name, false, fds);
     if (rc < 0) {
         relay_unlist(r);
         return rc;
@@ -999,7 +1008,10 @@ static void streams_accept(node *n, lull_simconn_options *o) {
     int fds[2];
     char name[96];
     snprintf(name, sizeof name, "%s<%s", n->name, r->sc.peer);
-    if (relay_pair(S, r, name, fds) < 0) {
+    int id = 0;
+    bool clean = sscanf(r->sc.peer, "c%d:", &id) == 1 && id >= 1 &&
+                 id <= S->nclients && S->clients[id - 1].clean;
+    if (relay_pair(S, r, name, clean, fds) < 0) {
         lull_endpoint_close(&r->sc.ep, -ECONNRESET);
         return;
     }
@@ -2152,6 +2164,18 @@ static void client_closed(lull_endpoint *ep, int reason) {
         finished(cl);
         return;
     }
+    /* A clean link ends when the client hangs up, or at the server's EOF
+     * after QUIT and every reply before it: anything else is a stream
+     * that ended a connection nothing ended, or lost what it owed. */
+    if (cl->clean && cl->state != C_HUNG_UP &&
+        !(cl->quitting && cl->qlen == 0 && reason == 0)) {
+        fail(S,
+             "c%d: its clean link closed (%s)%s with %d replies owed: "
+             "no fault ends it",
+             cl->id, reason ? lull_err_name(reason) : "an EOF",
+             cl->quitting ? " after QUIT" : "", cl->qlen);
+        return;
+    }
     /* Lost: what was in flight may or may not have run. Those keys are
      * forgotten (deleted first thing on the next connection). A QUIT
      * answered ends it as asked. */
@@ -2185,6 +2209,7 @@ static void client_connect(client *cl) {
     char name[16];
     snprintf(name, sizeof name, "c%d", cl->id);
     lull_simconn_options o = {.flags = LULL_SIMCONN_RAW, .name = name};
+    if (cl->clean) o.faults = &S->clean_faults;
     cl->c.ep.data = cl;
     cl->state = C_CONNECTING;
     int rc =
@@ -3293,6 +3318,10 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     if (plant & PLANT_HOLLOW_PARTITION)
         no.flags |= LULL_SIMNET_HOLLOW_PARTITIONS;
     random_faults(S, &no.faults);
+    S->clean_faults = no.faults;
+    S->clean_faults.break_permille = 0;
+    S->clean_faults.reset_permille = 0;
+    S->clean_faults.refuse_permille = 0;
     lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
                             .flags = LULL_LOOP_AUTO_ADVANCE};
     /* The quantum is real time: a drain of ready tasks it cut short would
@@ -3332,6 +3361,11 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
         cl->depth = 1 + (int)below(r, PIPE_MAX);
         cl->keys = client_keys[i];
         cl->scan_key = -1;
+        /* Over the streams, the first client's links are clean: the stream
+         * code's short counts and retries under it, and nothing that may
+         * end a connection, so that a stream which loses a reply or ends
+         * early shows (client_closed). */
+        cl->clean = streams_mode && !S->no_faults && i == 0;
         for (int k = 0; k < KEYS; k++)
             model_key_init(&cl->keys[k]);
         lull_timer_init(S->loop, &cl->timer, client_timer);
