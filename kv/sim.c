@@ -708,6 +708,8 @@ typedef struct relay {
     int kv_fd;          /* lull-kv's end, for peer names */
     int rs_fd;          /* rs's, for its plan (check_close_reason) */
     bool rs_own;        /* the relay closed rs itself (with sc's reason) */
+    bool rs_paused;     /* rs's reading stopped (rs_pause), not resumed */
+    bool rs_full;       /* rs seen not writable since its last drain */
     struct relay *next; /* S's list, for the peer's name and the check */
     struct relay **prev;
 } relay;
@@ -724,17 +726,30 @@ static void relay_free_if_done(relay *r) {
 /* Bytes from lull-kv to the network: what the network's end cannot take
  * now stops the relay's reading, and so, through the socket, lull-kv's
  * stream. */
+/* The relay's stream paused and resumed, as lull-kv's are: between
+ * the two no frame may come (relay_rs_frame checks), or backpressure
+ * leaks, the paused reader's peer never held back. */
+static void rs_pause(relay *r) {
+    if (lull_stream_read_stop(&r->rs) == 0) r->rs_paused = true;
+}
+
+static void rs_resume(relay *r) {
+    if (lull_stream_read_start(&r->rs) == 0) r->rs_paused = false;
+}
+
 static void relay_rs_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     relay *r = ep->data;
+    if (r->rs_paused)
+        fail(r->S, "%s: %zu bytes read while its reading was stopped",
+             fd_plans[r->rs_fd].name, len);
     if (!r->sc_up || lull_endpoint_closed(&r->sc.ep)) return;
     if (lull_endpoint_send_copy(&r->sc.ep, bytes, len) < 0) return;
-    if (!lull_endpoint_writable(&r->sc.ep)) lull_stream_read_stop(&r->rs);
+    if (!lull_endpoint_writable(&r->sc.ep)) rs_pause(r);
 }
 
 static void relay_sc_drain(lull_endpoint *ep) {
     relay *r = ep->data;
-    if (r->rs_live && !lull_endpoint_closed(&r->rs.ep))
-        lull_stream_read_start(&r->rs);
+    if (r->rs_live && !lull_endpoint_closed(&r->rs.ep)) rs_resume(r);
 }
 
 static void relay_sc_frame(lull_endpoint *ep, const void *bytes, size_t len) {
@@ -747,13 +762,27 @@ static void relay_sc_frame(lull_endpoint *ep, const void *bytes, size_t len) {
      * (a client that hung up: lull-kv, its output full, would wait for
      * good). */
     if (!lull_endpoint_writable(&r->sc.ep) && r->sc.ep.queued == 0)
-        lull_stream_read_start(&r->rs);
+        rs_resume(r);
     if (lull_endpoint_send_copy(&r->rs.ep, bytes, len) < 0) return;
-    if (!lull_endpoint_writable(&r->rs.ep)) lull_simconn_read_stop(&r->sc);
+    if (!lull_endpoint_writable(&r->rs.ep)) {
+        r->rs_full = true;
+        lull_simconn_read_stop(&r->sc);
+    }
 }
 
+/* A drain comes once per fall below the high-water mark (docs/API.md):
+ * the relay saw rs not writable since the last one, and rs's queue is
+ * below the mark now (a failed write side pays a drain owed too, not
+ * writable: its next send says why). */
 static void relay_rs_drain(lull_endpoint *ep) {
     relay *r = ep->data;
+    if (!r->rs_full || r->rs.ep.queued >= r->rs.ep.high_water)
+        fail(r->S, "%s: a drain %s (%zu bytes queued, high water %zu)",
+             fd_plans[r->rs_fd].name,
+             r->rs_full ? "at or above the mark"
+                        : "with no fall below the mark",
+             r->rs.ep.queued, r->rs.ep.high_water);
+    r->rs_full = false;
     if (r->sc_live && !lull_endpoint_closed(&r->sc.ep))
         lull_simconn_read_start(&r->sc);
 }
@@ -767,7 +796,7 @@ static void relay_sc_close(lull_endpoint *ep, int reason) {
         if (reason == 0 && r->sc_up) {
             /* Reading again (the network's end may have paused it): the
              * EOF of lull-kv's end must reach it. */
-            lull_stream_read_start(&r->rs);
+            rs_resume(r);
             lull_stream_shutdown(&r->rs);
         } else {
             r->rs_own = true;
