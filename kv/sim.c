@@ -487,7 +487,11 @@ static const kv_net
  * ends when the network is quiet (run_streams runs what is left in the
  * sockets). A relay that loses either side closes the other: a fault
  * under a stream reaches the peer as a reset, and lull-kv reconnects and
- * resyncs as on the simulated network. */
+ * resyncs as on the simulated network. The relay's stream checks the
+ * streams' own contracts as well (the same code as lull-kv's end): its
+ * close reason is its socket's first failure (check_close_reason), it
+ * reads nothing while paused, and a drain follows a fall below the mark;
+ * and the first client's links are clean (client.clean). */
 
 /* Not lull-kv's: the plant of the stream path, in the shim's count of a
  * short write (with PLANT_HOLLOW_PARTITION, masked out of kv.plant). */
