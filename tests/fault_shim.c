@@ -229,7 +229,7 @@ static ssize_t one_buffer(int kind, one_buffer_fn call, int fd, void *buf,
     }
     if (shim_io_before) {
         ssize_t n = call(fd, buf, cut, flags);
-        if (n >= 0 && shim_io_after) n = shim_io_after(kind, fd, n, len);
+        if (shim_io_after) n = shim_io_after(kind, fd, n, len);
         return n;
     }
     err = fault_for(kind, fd, 0);
@@ -274,8 +274,7 @@ ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags) {
             size_t asked = msg->msg_iov[0].iov_len;
             ssize_t n = err == SHORT ? recvmsg_cut(fd, msg, flags, cut)
                                      : __real_recvmsg(fd, msg, flags);
-            if (n >= 0 && shim_io_after)
-                n = shim_io_after(K_RECV, fd, n, asked);
+            if (shim_io_after) n = shim_io_after(K_RECV, fd, n, asked);
             return n;
         }
     }
@@ -322,7 +321,7 @@ ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags) {
         }
         ssize_t n = err == SHORT ? sendmsg_cut(fd, msg, flags, cut)
                                  : __real_sendmsg(fd, msg, flags);
-        if (n >= 0 && shim_io_after) n = shim_io_after(K_SENDMSG, fd, n, total);
+        if (shim_io_after) n = shim_io_after(K_SENDMSG, fd, n, total);
         return n;
     }
     int err = fault_for(K_SENDMSG, fd, 0);

@@ -89,8 +89,9 @@ void report(const char *what);
  * call as asked, an errno fails it with that errno, SHORT makes it with
  * *len cut down (1 <= *len < asked). After a call that went through and
  * moved n of `asked` bytes: what it returns (a sendmsg's or send's count
- * may be planted wrong; a recv's is counted, never changed). NULL: no
- * plan. */
+ * may be planted wrong; a recv's is counted, never changed); after one the
+ * kernel failed, n is -1 and errno says why (returned as it came, errno
+ * kept: the plan learns of the kernel's own failures). NULL: no plan. */
 extern int (*shim_io_before)(int kind, int fd, size_t *len);
 extern ssize_t (*shim_io_after)(int kind, int fd, ssize_t n, size_t asked);
 

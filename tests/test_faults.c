@@ -495,7 +495,8 @@ static int plan_one_byte(int kind, int fd, size_t *len) {
 
 static ssize_t plan_count(int kind, int fd, ssize_t n, size_t asked) {
     (void)asked;
-    if (kind == K_SENDMSG && fd == plan_fd[0]) plan_bytes += (uint64_t)n;
+    if (kind == K_SENDMSG && fd == plan_fd[0] && n > 0)
+        plan_bytes += (uint64_t)n;
     return n;
 }
 

@@ -948,6 +948,47 @@ TEST(one_raw_frame_into_a_full_socket_waits_for_room) {
     free(got);
 }
 
+/* lull_endpoint_writable is queued < high_water (docs/API.md): the send
+ * that takes the queue to the mark exactly, into a full socket, leaves the
+ * stream not writable, and the drain comes once the socket took it all.
+ * lull-kv stops reading a client at that point and waits for the drain;
+ * a stream still writable there lets a producer queue past its mark. */
+TEST(not_writable_at_exactly_high_water) {
+    counter w;
+    int peer;
+    lull_loop *loop = raw_writer(&w, &peer, 100, true);
+    static unsigned char filler[1 << 16];
+    size_t filled = 0;
+    for (;;) { /* past lull: the socket full before the frames come */
+        ssize_t n =
+            send(lull_stream_fd(&w.s), filler, sizeof filler, MSG_DONTWAIT);
+        if (n < 0) break;
+        filled += (size_t)n;
+    }
+    CHECK(errno == EAGAIN && filled > 0);
+    static unsigned char bytes[100];
+    for (size_t i = 0; i < sizeof bytes; i++)
+        bytes[i] = (unsigned char)(i + 1);
+    lull_frame a = {.bytes = bytes, .len = 99, .release = count_release};
+    lull_frame b = {.bytes = bytes + 99, .len = 1, .release = count_release};
+    CHECK_EQ(lull_endpoint_send(&w.s.ep, &a), 0);
+    CHECK(lull_endpoint_writable(&w.s.ep)); /* 99 of 100 */
+    CHECK_EQ(lull_endpoint_send(&w.s.ep, &b), 0);
+    CHECK_EQ(w.s.ep.queued, 100); /* the socket took none of it */
+    CHECK(!lull_endpoint_writable(&w.s.ep));
+    unsigned char *got = malloc(filled + sizeof bytes);
+    CHECK(got);
+    read_all(loop, peer, got, filled + sizeof bytes);
+    CHECK(memcmp(got + filled, bytes, sizeof bytes) == 0);
+    for (int i = 0; i < 5 && !w.drains; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.drains, 1);
+    CHECK_EQ(g_released, 2);
+    CHECK(lull_endpoint_writable(&w.s.ep));
+    raw_writer_done(loop, &w, peer);
+    free(got);
+}
+
 TEST(one_raw_frame_to_a_gone_reader_ends_the_write_side) {
     counter w;
     int peer;
