@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <lull.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -964,6 +965,103 @@ TEST(stopped_watcher_with_fd_closed_and_a_child_holding_it) {
     int status = 0;
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A watcher stopped after its fd was closed leaves its registration in
+ * the epoll set while a dup holds the file. The same file back at the same
+ * number (dup2 from the copy, as a program restoring its stdin does) is
+ * then watched by nobody: a new watcher must start on it, and hear it,
+ * not be told another watcher holds it while the file stays quiet. */
+TEST(same_file_back_at_a_number_whose_watcher_stopped_after_the_close) {
+    lull_loop *loop = new_loop();
+    watch p;
+    make_pipe(&p);
+    int number = p.rfd;
+    watch old = {.rfd = -1, .wfd = -1};
+    CHECK_EQ(lull_io_init(loop, &old.io, number, count_only), 0);
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE), 0);
+    int keep = fcntl(number, F_DUPFD_CLOEXEC, 100);
+    CHECK(keep >= 0);
+    close(number);
+    lull_io_stop(&old.io);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(dup2(keep, number), number);
+
+    CHECK_EQ(lull_io_init(loop, &p.io, number, count_only), 0);
+    CHECK_EQ(lull_io_start(&p.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(p.calls, 0); /* quiet: nothing yet */
+    fill(p.wfd);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(p.calls, 1);
+    CHECK_EQ(p.last_events, LULL_READABLE);
+    CHECK_EQ(old.calls, 0);
+    /* Its interest moves and its stop ends the registration, as any
+     * watcher's: once stopped, the ready pipe reaches nobody. */
+    CHECK_EQ(lull_io_start(&p.io, LULL_READABLE | LULL_WRITABLE), 0);
+    lull_io_stop(&p.io);
+    CHECK_EQ(lull_io_init(loop, &old.io, number, count_only), 0);
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(old.calls, 1);
+    CHECK_EQ(p.calls, 1);
+    lull_io_stop(&old.io);
+    close_pipe(&p);
+    close(keep);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The loop's own fds (its epoll set, its wake-up eventfd, the set
+ * lull_loop_backend_fd gives a host) found by number and watched: each
+ * start is refused and leaves the loop as it was. The wake-up eventfd's
+ * registration has no watcher behind it: taken over as an orphan, a stop
+ * would then have taken it out of the set, and a remote post would no
+ * longer make the host's fd readable. */
+static int fds_open(bool *open, int cap) {
+    int n = 0;
+    for (int fd = 0; fd < cap; fd++) {
+        open[fd] = fcntl(fd, F_GETFD) >= 0;
+        n += open[fd];
+    }
+    return n;
+}
+
+static int posted_runs;
+static void count_post(lull_task *t) {
+    (void)t;
+    posted_runs++;
+}
+
+TEST(the_loops_own_fds_cannot_be_watched) {
+    enum { CAP = 256 };
+    bool before[CAP], after[CAP];
+    fds_open(before, CAP);
+    lull_loop *loop = new_loop();
+    int host = lull_loop_backend_fd(loop);
+    CHECK(host >= 0 && host < CAP);
+    int tried = 0;
+    fds_open(after, CAP);
+    for (int fd = 0; fd < CAP; fd++) {
+        if (before[fd] || !after[fd]) continue;
+        watch w = {.rfd = fd, .wfd = -1};
+        CHECK_EQ(lull_io_init(loop, &w.io, fd, count_only), 0);
+        CHECK(lull_io_start(&w.io, LULL_READABLE) < 0);
+        lull_io_stop(&w.io); /* not started: a no-op */
+        CHECK(!lull_loop_alive(loop));
+        tried++;
+    }
+    CHECK_EQ(tried, 3); /* the epoll set, the eventfd, the host's set */
+    lull_task post;
+    CHECK_EQ(lull_task_init(&post, count_post), 0);
+    int64_t ns = 0;
+    CHECK_EQ(lull_loop_backend_timeout(loop, &ns), 0);
+    CHECK_EQ(ns, -1);                   /* nothing but the fd can bring work */
+    lull_task_post_remote(loop, &post); /* as from another thread */
+    struct pollfd pfd = {.fd = host, .events = POLLIN};
+    CHECK_EQ(poll(&pfd, 1, 0), 1);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(posted_runs, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
