@@ -377,9 +377,9 @@ LULL_EXTERN int lull_io_init(lull_loop *loop, lull_io *io, int fd,
  * filtered by the new interest. 0, or: -EINVAL for a NULL or uninitialised
  * watcher, events 0 (use lull_io_stop) or unknown bits; -EEXIST if another
  * watcher holds the fd; -EBADF if the fd is not open (on a started watcher:
- * its fd was closed and the number since watched by another); -EPERM for fds
- * epoll cannot watch (regular files, directories); -ENOMEM; or another errno of
- * epoll_ctl (-ENOSPC past fs.epoll.max_user_watches). On failure the
+ * its fd was closed, whether or not the number names a file again); -EPERM for
+ * fds epoll cannot watch (regular files, directories); -ENOMEM; or another
+ * errno of epoll_ctl (-ENOSPC past fs.epoll.max_user_watches). On failure the
  * watcher is as it was: a started one keeps its old interest. */
 LULL_EXTERN int lull_io_start(lull_io *io, int events);
 /* Safe inside any callback: a stopped watcher is not called again, even for

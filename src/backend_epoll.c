@@ -218,7 +218,10 @@ int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events) {
         !owner_of(loop, io->fd))
         rc = epoll_ctl(loop->backend_fd, EPOLL_CTL_MOD, io->fd, &ev);
     if (rc != 0) {
-        int err = -errno;
+        /* A started watcher's registration went with its file: its fd was
+         * closed, and the number names another file nobody watches (a
+         * number nobody reopened says EBADF itself). */
+        int err = old != 0 && errno == ENOENT ? -EBADF : -errno;
         if (old == 0) slot_release(loop, io);
         return err;
     }

@@ -401,6 +401,40 @@ TEST(stop_of_a_watcher_whose_fd_number_was_reused) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The same with nobody watching the new file: the restart of the old
+ * watcher, whose registration went with its file, is refused with the
+ * documented -EBADF (it said -ENOENT, from epoll), and leaves the watcher
+ * as it was; a stop and a start then watch the new file. */
+TEST(restart_of_a_watcher_whose_fd_was_closed_and_the_number_reopened) {
+    lull_loop *loop = new_loop();
+    watch old;
+    make_pipe(&old);
+    int number = old.rfd;
+    CHECK_EQ(lull_io_init(loop, &old.io, number, count_only), 0);
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE), 0);
+    close_pipe(&old);
+    CHECK_EQ(lull_io_start(&old.io, LULL_WRITABLE), -EBADF); /* not open */
+
+    watch n;
+    make_pipe(&n);
+    CHECK_EQ(n.rfd, number); /* the lowest free fd */
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE | LULL_WRITABLE), -EBADF);
+    CHECK_EQ(old.io.events, LULL_READABLE);
+    CHECK(lull_loop_alive(loop));
+    fill(n.wfd);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(old.calls, 0);
+    lull_io_stop(&old.io);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(old.calls, 1);
+    CHECK_EQ(old.last_events, LULL_READABLE);
+    lull_io_stop(&old.io);
+    close_pipe(&n);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* The same while a dup keeps the old file open, so its registration
  * outlives the close and reports to the old watcher until it stops; the
  * epoll set rebuilt after that holds the new watcher's file only. */
