@@ -1436,10 +1436,11 @@ LULL_EXTERN void lull_fsevent_unref(lull_fsevent *w);
  * on a file description of lull's own, never on the one the program's fd
  * shares with the shell. An fd with no name to open (a pty's master side,
  * a terminal from another mount namespace) is used through a dup instead:
- * the shared description is then non-blocking while the tty is open, and
- * lull_tty_close and lull_tty_reset_mode give it its flags back. Window
- * changes arrive as SIGWINCH: watch it with a lull_signal and call
- * lull_tty_get_winsize in its callback (examples/tty_raw.c). */
+ * the shared description is then non-blocking while a tty on it is open,
+ * and the last lull_tty_close on it, or lull_tty_reset_mode, gives it the
+ * flags it had before the first. Window changes arrive as SIGWINCH: watch
+ * it with a lull_signal and call lull_tty_get_winsize in its callback
+ * (examples/tty_raw.c). */
 
 typedef struct lull_tty lull_tty;
 
