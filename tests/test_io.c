@@ -1099,6 +1099,67 @@ TEST(the_loops_own_fds_cannot_be_watched) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* One callback starts 10,000 watchers, all ready at once (the watcher
+ * table and the fd table grow inside a batch) and stops every other one
+ * again; the rest are served over the following polls, LULL__EVENTS_CAP a
+ * batch, each once (each stops itself), and the loop then ends. Fewer
+ * where the hard fd limit is lower: the growth is what is checked. */
+enum { MANY = 10000 };
+static lull_io many[MANY];
+static int many_calls[MANY], many_n;
+
+static void many_once(lull_io *io, int events) {
+    CHECK_EQ(events, LULL_READABLE);
+    many_calls[io - many]++;
+    lull_io_stop(io);
+}
+
+static void start_many(lull_io *io, int events) {
+    (void)events;
+    watch *w = LULL_CONTAINER_OF(io, watch, io);
+    drain(w->rfd);
+    lull_io_stop(io);
+    for (int i = 0; i < many_n; i++)
+        CHECK_EQ(lull_io_start(&many[i], LULL_READABLE), 0);
+    for (int i = 0; i < many_n; i += 2)
+        lull_io_stop(&many[i]);
+}
+
+TEST(ten_thousand_watchers_started_and_stopped_inside_a_callback) {
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rlim_t want = MANY + 64;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) want = rl.rlim_max;
+    rl.rlim_cur = want;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    many_n = (int)want - 64 < MANY ? (int)want - 64 : MANY;
+    CHECK(many_n >= 512); /* past the first table and two batches */
+    lull_loop *loop = new_loop();
+    int fds[2];
+    CHECK_EQ(pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+    fill(fds[1]); /* the read end of every watcher: a dup of this */
+    for (int i = 0; i < many_n; i++) {
+        int fd = fcntl(fds[0], F_DUPFD_CLOEXEC, 3);
+        CHECK(fd >= 0);
+        CHECK_EQ(lull_io_init(loop, &many[i], fd, many_once), 0);
+    }
+    watch trigger;
+    make_pipe(&trigger);
+    CHECK_EQ(lull_io_init(loop, &trigger.io, trigger.rfd, start_many), 0);
+    CHECK_EQ(lull_io_start(&trigger.io, LULL_READABLE), 0);
+    fill(trigger.wfd);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    for (int i = 0; i < many_n; i++)
+        CHECK_EQ(many_calls[i], i % 2);
+    CHECK(!lull_loop_alive(loop));
+    for (int i = 0; i < many_n; i++)
+        close(many[i].fd);
+    close(fds[0]);
+    close(fds[1]);
+    close_pipe(&trigger);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* ------------------------------------------------ lull_loop_shuffle */
 
 enum { SHUF_N = 8 };
